@@ -1,0 +1,354 @@
+/* `fathom plan`: will a job fit, on which GPU, and what will it cost.
+ * Thin by design: it parses options into the fm_plan_* structs, calls the
+ * library and prints. All arithmetic lives in src/plan/. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"    /* fm_cli_error */
+#include "fathom/plan.h" /* the planner */
+
+static void usage(FILE *f) {
+    fputs("usage: fathom plan MODEL [job options] [output options]\n"
+          "\n"
+          "MODEL (exactly one):\n"
+          "  --preset NAME          a known model (see --list-presets): gpt2-124m, llama-2-7b, llama-3-70b, ...\n"
+          "  --params N             a parameter count: 7B, 124M, 1.5e9 (shape estimated)\n"
+          "  --arch gpt|llama|bert --layers N --hidden N --heads N [--kv-heads N] [--ffn N] --vocab N [--max-seq N]\n"
+          "  --model PATH           a safetensors file or a fathom model directory (header only is read)\n"
+          "\n"
+          "Job:\n"
+          "  --task inference|finetune|train|lora|qlora      (default inference)\n"
+          "  --precision fp32|bf16|fp16|int8|int4            (default bf16)\n"
+          "  --batch N              micro-batch per GPU (default 1)\n"
+          "  --seq N                sequence length (default min(2048, model context))\n"
+          "  --optimizer adamw|sgd|adam8bit                  (default adamw)\n"
+          "  --checkpointing none|selective|full             (default none)\n"
+          "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
+          "  --tensor-parallel N    (default 1; must divide the attention heads)\n"
+          "  --gpus N               GPUs to use (default: as many as needed)\n"
+          "  --tokens D             training tokens (train defaults to 20 x params); for inference, output tokens\n"
+          "  --requests-per-second R --output-tokens N       plan serving for R requests/s\n"
+          "  --lora-rank N          (default 16)\n"
+          "  --attention flash|eager                         (default flash: no s^2 scores kept)\n"
+          "  --no-master-weights    16-bit training without an fp32 master copy\n"
+          "  --optimizer-in-backward  free each gradient right after its update\n"
+          "  --offload-optimizer    keep optimizer state in CPU memory (paged/offloaded optimizers)\n"
+          "  --chunked-loss         compute the loss over vocabulary chunks (no full fp32 logits)\n"
+          "  --mfu F                assumed model FLOPs utilization (default 0.40; qlora 0.30)\n"
+          "  --decode-efficiency F  fraction of bandwidth decoding reaches (default 0.80)\n"
+          "  --context-gib F        CUDA context + framework per GPU (default 1.0)\n"
+          "  --headroom F           caching-allocator reserve over allocated (default 0.10)\n"
+          "\n"
+          "GPUs and prices:\n"
+          "  --gpu NAME[,NAME...]   only these GPUs (\"4090\", \"h100 sxm\")\n"
+          "  --pricing on-demand|spot|reserved              ranking prices (default on-demand)\n"
+          "  --budget USD           the fastest recommendation must cost at most this\n"
+          "  --gpu-db FILE          GPU database (default $FATHOM_GPU_DB or data/gpus.json)\n"
+          "\n"
+          "Output:\n"
+          "  --json                 one JSON object\n"
+          "  --explain              every formula with its numbers, then the plan\n"
+          "  --list-presets, --list-gpus, --help\n",
+          f);
+}
+
+/* Whole numbers only: "12", not "12.5", "-3", "1e3" or "lots". */
+static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) { fm_cli_error("%s needs a value", opt); return 0; }
+    const char *p = s;
+    if (*p == '+') p++;
+    if (*s == '-') {
+        fm_cli_error("%s %s: must not be negative (%lld..%lld)", opt, s, lo, hi);
+        return 0;
+    }
+    if (!isdigit((unsigned char)*p)) {
+        fm_cli_error("%s \"%s\": not a whole number", opt, s);
+        return 0;
+    }
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(p, &end, 10);
+    if (*end) {
+        fm_cli_error("%s \"%s\": not a whole number", opt, s);
+        return 0;
+    }
+    if (errno == ERANGE || v > hi) {
+        fm_cli_error("%s %s: too large (at most %lld)", opt, s, hi);
+        return 0;
+    }
+    if (v < lo) {
+        fm_cli_error("%s %s: must be at least %lld", opt, s, lo);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_real(const char *opt, const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) { fm_cli_error("%s needs a value", opt); return 0; }
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end || end == s || errno == ERANGE || v != v) {
+        fm_cli_error("%s \"%s\": not a number", opt, s);
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        fm_cli_error("%s %s: out of range (%g..%g)", opt, s, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_enum(const char *opt, const char *s, int v, const char *choices) {
+    if (v < 0) fm_cli_error("%s \"%s\": expected one of %s", opt, s ? s : "", choices);
+    return v;
+}
+
+static void list_presets(void) {
+    for (int i = 0; i < fm_plan_preset_count(); i++) {
+        fm_plan_model m;
+        if (fm_plan_model_preset(fm_plan_preset_name(i), &m) == FM_OK)
+            printf("%-16s %10.4g B params\n", m.name, (double)m.params / 1e9);
+    }
+}
+
+static const char *const known_opts[] = {
+    "--preset", "--params", "--arch", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--max-seq",
+    "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
+    "--tensor-parallel", "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
+    "--attention", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
+    "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
+    "--json", "--explain", "--list-presets", "--list-gpus", "--help",
+};
+
+/* Levenshtein distance for "did you mean" on misspelt options. */
+static int distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[n][m];
+}
+
+static void unknown_option(const char *opt) {
+    const char *best = NULL;
+    int bd = 1 << 30;
+    for (size_t i = 0; i < sizeof known_opts / sizeof known_opts[0]; i++) {
+        int dd = distance(opt, known_opts[i]);
+        if (dd < bd) { bd = dd; best = known_opts[i]; }
+    }
+    if (best && bd <= 4) fm_cli_error("unknown option %s (did you mean %s?); see fathom plan --help", opt, best);
+    else fm_cli_error("unknown option %s; see fathom plan --help", opt);
+}
+
+static int takes_value(const char *opt) {
+    static const char *const flags[] = {"--no-master-weights", "--optimizer-in-backward", "--offload-optimizer",
+                                        "--chunked-loss", "--json", "--explain", "--list-presets", "--list-gpus",
+                                        "--help", "-h"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(opt, flags[i])) return 0;
+    return 1;
+}
+
+int fm_cmd_plan(int argc, char **argv) {
+    fm_plan_job job;
+    fm_plan_job_defaults(&job);
+    const char *preset = NULL, *params = NULL, *arch = NULL, *model_path = NULL, *gpu = NULL, *db_path = NULL;
+    long long layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, max_seq = 0;
+    int json = 0, explain = 0, list_p = 0, list_g = 0, dims_given = 0;
+
+    for (int i = 1; i < argc; i++) {
+        char *opt = argv[i], *val = NULL;
+        char buf[64];
+        if (strncmp(opt, "--", 2) && strcmp(opt, "-h")) {
+            fm_cli_error("unexpected argument \"%s\" (options start with --; see fathom plan --help)", opt);
+            return 2;
+        }
+        char *eq = strchr(opt, '=');
+        if (eq && (size_t)(eq - opt) < sizeof buf) {
+            memcpy(buf, opt, (size_t)(eq - opt));
+            buf[eq - opt] = 0;
+            opt = buf;
+            val = eq + 1;
+        }
+        int known = 0;
+        for (size_t k = 0; k < sizeof known_opts / sizeof known_opts[0]; k++) known |= !strcmp(opt, known_opts[k]);
+        if (!known && strcmp(opt, "-h")) { unknown_option(opt); return 2; }
+        if (takes_value(opt) && !val) {
+            if (i + 1 >= argc) { fm_cli_error("%s needs a value", opt); return 2; }
+            val = argv[++i];
+        }
+        long long v = 0;
+        double d = 0;
+#define INT_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_int(opt, val, lo, hi, &v)) return 2; dst = v; }
+#define REAL_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_real(opt, val, lo, hi, &d)) return 2; dst = d; }
+        if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(opt, "--preset")) preset = val;
+        else if (!strcmp(opt, "--params")) params = val;
+        else if (!strcmp(opt, "--arch")) arch = val;
+        else if (!strcmp(opt, "--model")) model_path = val;
+        else if (!strcmp(opt, "--gpu")) gpu = val;
+        else if (!strcmp(opt, "--gpu-db")) db_path = val;
+        else if (!strcmp(opt, "--json")) json = 1;
+        else if (!strcmp(opt, "--explain")) explain = 1;
+        else if (!strcmp(opt, "--list-presets")) list_p = 1;
+        else if (!strcmp(opt, "--list-gpus")) list_g = 1;
+        else if (!strcmp(opt, "--no-master-weights")) job.master_weights = 0;
+        else if (!strcmp(opt, "--optimizer-in-backward")) job.optimizer_in_backward = 1;
+        else if (!strcmp(opt, "--offload-optimizer")) job.offload_optimizer = 1;
+        else if (!strcmp(opt, "--chunked-loss")) job.chunked_loss = 1;
+        INT_OPT("--layers", 1, 10000, layers)
+        INT_OPT("--hidden", 1, 1000000, hidden)
+        INT_OPT("--heads", 1, 100000, heads)
+        INT_OPT("--kv-heads", 1, 100000, kv_heads)
+        INT_OPT("--ffn", 1, 10000000, ffn)
+        INT_OPT("--vocab", 1, 100000000, vocab)
+        INT_OPT("--max-seq", 1, 100000000, max_seq)
+        INT_OPT("--batch", 1, 1000000, job.batch)
+        INT_OPT("--seq", 1, 10000000, job.seq)
+        INT_OPT("--zero", 0, 3, job.zero)
+        INT_OPT("--tensor-parallel", 1, 1024, job.tensor_parallel)
+        INT_OPT("--gpus", 1, 65536, job.gpus)
+        INT_OPT("--output-tokens", 1, 10000000, job.output_tokens)
+        INT_OPT("--lora-rank", 1, 1000000, job.lora_rank)
+        REAL_OPT("--requests-per-second", 1e-9, 1e9, job.requests_per_second)
+        REAL_OPT("--mfu", 1e-6, 1, job.mfu)
+        REAL_OPT("--decode-efficiency", 1e-6, 1, job.decode_efficiency)
+        REAL_OPT("--context-gib", 0, 1024, job.context_gib)
+        REAL_OPT("--headroom", 0, 10, job.headroom)
+        REAL_OPT("--budget", 1e-9, 1e12, job.budget_usd)
+        else if (!strcmp(opt, "--tokens")) {
+            if (fm_plan_parse_count(val, &job.tokens)) { fm_cli_error("--tokens: %s", fm_last_error()); return 2; }
+        } else if (!strcmp(opt, "--task")) {
+            int e = parse_enum(opt, val, fm_plan_task_parse(val), "inference, finetune, train, lora, qlora");
+            if (e < 0) return 2;
+            job.task = (fm_plan_task)e;
+        } else if (!strcmp(opt, "--precision")) {
+            int e = parse_enum(opt, val, fm_plan_precision_parse(val), "fp32, bf16, fp16, int8, int4");
+            if (e < 0) return 2;
+            job.precision = (fm_plan_precision)e;
+        } else if (!strcmp(opt, "--optimizer")) {
+            int e = parse_enum(opt, val, fm_plan_optimizer_parse(val), "adamw, sgd, adam8bit");
+            if (e < 0) return 2;
+            job.optimizer = (fm_plan_optimizer)e;
+        } else if (!strcmp(opt, "--checkpointing")) {
+            int e = parse_enum(opt, val, fm_plan_ckpt_parse(val), "none, selective, full");
+            if (e < 0) return 2;
+            job.checkpointing = (fm_plan_ckpt)e;
+        } else if (!strcmp(opt, "--pricing")) {
+            int e = parse_enum(opt, val, fm_plan_pricing_parse(val), "on-demand, spot, reserved");
+            if (e < 0) return 2;
+            job.pricing = (fm_plan_pricing)e;
+        } else if (!strcmp(opt, "--attention")) {
+            if (!strcmp(val, "flash")) job.flash_attention = 1;
+            else if (!strcmp(val, "eager")) job.flash_attention = 0;
+            else { fm_cli_error("--attention \"%s\": expected flash or eager", val); return 2; }
+        }
+#undef INT_OPT
+#undef REAL_OPT
+        if (!strcmp(opt, "--layers") || !strcmp(opt, "--hidden") || !strcmp(opt, "--heads") ||
+            !strcmp(opt, "--kv-heads") || !strcmp(opt, "--ffn") || !strcmp(opt, "--vocab") || !strcmp(opt, "--max-seq"))
+            dims_given = 1;
+    }
+    if (list_p) { list_presets(); return 0; }
+
+    if (json && explain) {
+        fm_cli_error("--json and --explain both take over the output; choose one");
+        return 2;
+    }
+    fm_plan_db *db = fm_plan_db_load(db_path);
+    if (!db) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if (list_g) {
+        printf("%-18s %6s %7s %8s %8s  %s\n", "GPU", "GiB", "GB/s", "bf16 TF", "$/h od", "link");
+        for (int i = 0; i < db->count; i++) {
+            const fm_plan_gpu *g = &db->gpus[i];
+            char price[32];
+            if (g->price[0].usd_per_hour >= 0) snprintf(price, sizeof price, "%.2f", g->price[0].usd_per_hour);
+            else snprintf(price, sizeof price, "-");
+            printf("%-18s %6.0f %7.0f %8.4g %8s  %s\n", g->name, g->memory_gib, g->bandwidth_gbs, g->bf16_tflops, price,
+                   g->link);
+        }
+        printf("(%s)\n", db->path);
+        fm_plan_db_free(db);
+        return 0;
+    }
+    int forms = (preset != NULL) + (params != NULL) + (arch != NULL) + (model_path != NULL);
+    int rc = 2;
+    fm_plan_model model;
+    fm_plan_result *res = NULL;
+    if (dims_given && !arch) {
+        fm_cli_error("--layers/--hidden/--heads/--kv-heads/--ffn/--vocab/--max-seq describe an architecture: add --arch gpt|llama|bert");
+        goto out;
+    }
+    if (forms != 1) {
+        fm_cli_error(forms ? "give only one model: --preset, --params, --arch or --model"
+                           : "no model given: use --preset NAME, --params N, --arch ... or --model PATH (see --help)");
+        usage(stderr);
+        goto out;
+    }
+    if (preset) {
+        if (fm_plan_model_preset(preset, &model)) { fm_cli_error("%s", fm_last_error()); goto out; }
+    } else if (params) {
+        double n = 0;
+        if (fm_plan_parse_count(params, &n) || fm_plan_model_from_params(n, &model)) {
+            fm_cli_error("--params: %s", fm_last_error());
+            goto out;
+        }
+    } else if (arch) {
+        memset(&model, 0, sizeof model);
+        if (!strcasecmp(arch, "gpt")) model.arch = FM_PLAN_ARCH_GPT;
+        else if (!strcasecmp(arch, "llama")) model.arch = FM_PLAN_ARCH_LLAMA;
+        else if (!strcasecmp(arch, "bert")) model.arch = FM_PLAN_ARCH_BERT;
+        else { fm_cli_error("--arch \"%s\": expected gpt, llama or bert", arch); goto out; }
+        if (!layers || !hidden || !heads || !vocab) {
+            fm_cli_error("--arch %s needs --layers, --hidden, --heads and --vocab", arch);
+            goto out;
+        }
+        model.layers = layers;
+        model.hidden = hidden;
+        model.heads = heads;
+        model.kv_heads = kv_heads;
+        model.ffn = ffn;
+        model.vocab = vocab;
+        model.max_seq = max_seq;
+        model.tied_embeddings = model.arch == FM_PLAN_ARCH_GPT;
+        if (fm_plan_model_from_dims(&model)) { fm_cli_error("%s", fm_last_error()); goto out; }
+    } else {
+        if (fm_plan_model_from_file(model_path, &model)) {
+            fm_cli_error("%s", fm_last_error());
+            rc = 1; /* a missing or malformed file is a runtime failure, not bad usage */
+            goto out;
+        }
+    }
+    if (fm_plan_job_check(&model, &job)) { fm_cli_error("%s", fm_last_error()); goto out; }
+    res = fm_plan_compute(&model, &job, db, gpu);
+    if (!res) { fm_cli_error("%s", fm_last_error()); goto out; }
+    char *text = json ? fm_plan_render_json(res) : explain ? fm_plan_render_explain(res) : fm_plan_render_text(res);
+    if (!text) { fm_cli_error("%s", fm_last_error()); rc = 1; goto out; }
+    fputs(text, stdout);
+    if (json) fputc('\n', stdout);
+    free(text);
+    if (explain) {
+        char *plan = fm_plan_render_text(res);
+        if (plan) printf("\n%s", plan);
+        free(plan);
+    }
+    rc = 0;
+out:
+    fm_plan_result_free(res);
+    fm_plan_db_free(db);
+    return rc;
+}

@@ -1,0 +1,245 @@
+/* fathom/plan.h: the hardware and cost planner behind `fathom plan`.
+ *
+ * Given a model (a preset, architecture dimensions, a bare parameter count or a
+ * safetensors file) and a job (task, precision, batch, sequence, optimizer,
+ * checkpointing, sharding), the planner estimates per-GPU memory, the number of
+ * GPUs needed, step and run time, decode speed and cost, for every GPU in a
+ * database loaded at run time (data/gpus.json). Every figure comes from the
+ * formulas in docs/PLANNER.md; the renderers can print them with numbers filled in.
+ *
+ * Memory figures are bytes; GPU memory in the database is in GiB, which is what
+ * the cards actually have (a "24 GB" RTX 4090 reports 24564 MiB). */
+#ifndef FATHOM_PLAN_H
+#define FATHOM_PLAN_H
+
+#include <stdint.h>
+
+#include "fathom/error.h" /* fm_status and fm_last_error() for every call below */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the GPU database ---- */
+
+typedef enum fm_plan_pricing {
+    FM_PLAN_ON_DEMAND = 0,
+    FM_PLAN_SPOT = 1,
+    FM_PLAN_RESERVED = 2,
+    FM_PLAN_PRICING_COUNT = 3
+} fm_plan_pricing;
+
+typedef struct fm_plan_price {
+    double usd_per_hour; /* < 0: no price known */
+    char date[32];
+    char source[256];
+} fm_plan_price;
+
+typedef struct fm_plan_gpu {
+    char name[64];
+    char kind[16];         /* "consumer", "workstation" or "datacenter" */
+    double memory_gib;     /* capacity */
+    double bandwidth_gbs;  /* memory bandwidth, GB/s (1e9) */
+    double fp32_tflops;    /* dense, non-tensor; < 0 unknown */
+    double bf16_tflops;    /* dense tensor rate, fp32 accumulate, never sparse */
+    double int8_tops;      /* dense; < 0 unknown */
+    double tdp_w;
+    int bf16;              /* 1 if the card computes in bf16 (T4 does not) */
+    char link[64];         /* interconnect name */
+    int nvlink;
+    int pcie_lanes;
+    double link_gbs;       /* per-GPU bandwidth for collective traffic, GB/s */
+    fm_plan_price price[FM_PLAN_PRICING_COUNT];
+    int line;              /* line of the entry in the database file */
+} fm_plan_gpu;
+
+typedef struct fm_plan_db {
+    fm_plan_gpu *gpus;
+    int count;
+    char path[512];
+} fm_plan_db;
+
+/* The database path used when none is given: $FATHOM_GPU_DB, else the source
+ * tree's data/gpus.json if it exists, else the installed copy. */
+const char *fm_plan_db_default_path(void);
+/* Load and validate a database (path NULL: the default). A malformed or
+ * incomplete file is refused with "file:line: ..." naming the missing field. */
+fm_plan_db *fm_plan_db_load(const char *path);
+void fm_plan_db_free(fm_plan_db *db);
+/* Find a GPU by name: case, spaces and dashes are ignored, and a unique part of
+ * a name is enough ("4090"). Unknown or ambiguous names fail with suggestions. */
+const fm_plan_gpu *fm_plan_db_find(const fm_plan_db *db, const char *name);
+
+/* ---- the model ---- */
+
+typedef enum fm_plan_arch {
+    FM_PLAN_ARCH_GPT = 0,   /* GPT-2 style: learned positions, GeLU MLP, biases */
+    FM_PLAN_ARCH_LLAMA = 1, /* RMSNorm, SwiGLU MLP, grouped-query attention */
+    FM_PLAN_ARCH_BERT = 2,  /* encoder: no KV cache */
+    FM_PLAN_ARCH_CNN = 3    /* convolutional (resnet-50): per-sample figures */
+} fm_plan_arch;
+
+typedef struct fm_plan_model {
+    char name[128];
+    fm_plan_arch arch;
+    int64_t layers, hidden, heads, kv_heads, ffn, vocab, max_seq;
+    int tied_embeddings;
+    int64_t params;        /* total parameter count */
+    int64_t embed_params;  /* embeddings + untied output head (stay 16-bit when quantized) */
+    int64_t largest_layer; /* parameters of the largest single block or embedding */
+    char dims_source[64];  /* "preset", "given", "config.json", "tensor names", "estimated" */
+    /* CNN only: forward FLOPs, saved activation elements, and the inference
+     * working set (elements) per sample. */
+    double cnn_flops_per_sample;
+    double cnn_act_elems;
+    double cnn_infer_elems;
+} fm_plan_model;
+
+/* Parse a count such as "7B", "124M", "1.5e9", "350K", "2T" (K/M/B/T = 1e3..1e12).
+ * Rejects negative, zero, non-numeric and overflowing input. */
+fm_status fm_plan_parse_count(const char *text, double *out);
+
+int fm_plan_preset_count(void);
+const char *fm_plan_preset_name(int i);
+/* Fill `out` from a named preset (real published dimensions; parameters counted
+ * from them). Unknown names fail with the closest names suggested. */
+fm_status fm_plan_model_preset(const char *name, fm_plan_model *out);
+/* Fill from dimensions: set arch, layers, hidden, heads, vocab (kv_heads, ffn and
+ * max_seq may be 0 for their defaults) in `m`, then call this to validate and count. */
+fm_status fm_plan_model_from_dims(fm_plan_model *m);
+/* Only a parameter count: dimensions are estimated from a Llama-like shape. */
+fm_status fm_plan_model_from_params(double params, fm_plan_model *out);
+/* A safetensors file, or a directory holding model.safetensors. Only the header
+ * is read: parameters are counted from the tensor shapes. Dimensions come from a
+ * config.json beside the weights if present, else from tensor names and shapes,
+ * else they are estimated from the count. */
+fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out);
+/* Read a safetensors header only and count its elements. */
+fm_status fm_plan_safetensors_count(const char *path, int64_t *params, int *tensors);
+
+/* ---- the job ---- */
+
+typedef enum fm_plan_task {
+    FM_PLAN_INFERENCE = 0, FM_PLAN_FINETUNE, FM_PLAN_TRAIN, FM_PLAN_LORA, FM_PLAN_QLORA
+} fm_plan_task;
+typedef enum fm_plan_precision {
+    FM_PLAN_FP32 = 0, FM_PLAN_BF16, FM_PLAN_FP16, FM_PLAN_INT8, FM_PLAN_INT4
+} fm_plan_precision;
+typedef enum fm_plan_optimizer { FM_PLAN_ADAMW = 0, FM_PLAN_SGD, FM_PLAN_ADAM8BIT } fm_plan_optimizer;
+typedef enum fm_plan_ckpt { FM_PLAN_CKPT_NONE = 0, FM_PLAN_CKPT_SELECTIVE, FM_PLAN_CKPT_FULL } fm_plan_ckpt;
+
+typedef struct fm_plan_job {
+    fm_plan_task task;
+    fm_plan_precision precision;
+    int64_t batch;            /* micro-batch per data-parallel rank (or per serving replica) */
+    int64_t seq;              /* 0: min(2048, the model's context) */
+    fm_plan_optimizer optimizer;
+    fm_plan_ckpt checkpointing;
+    int zero;                 /* ZeRO stage 0..3 */
+    int tensor_parallel;
+    int gpus;                 /* 0: as many as needed */
+    double tokens;            /* training tokens (inference: output tokens); 0: default */
+    double requests_per_second;
+    int64_t output_tokens;    /* per request, for serving */
+    fm_plan_pricing pricing;  /* the pricing the recommendation ranks by */
+    double budget_usd;        /* 0: none; "fastest within budget" */
+    int lora_rank;
+    int flash_attention;      /* 1: no s^2 attention scores are stored */
+    int master_weights;       /* 1: fp32 master copy for 16-bit training */
+    int optimizer_in_backward;/* 1: each gradient is freed right after its update */
+    int offload_optimizer;    /* 1: optimizer state lives in CPU memory (paged/offloaded) */
+    int chunked_loss;         /* 1: logits kept 16-bit, fp32 loss computed chunk by chunk */
+    double mfu;               /* 0: the default for the task */
+    double decode_efficiency; /* fraction of memory bandwidth decoding reaches */
+    double context_gib;       /* CUDA context + framework overhead per GPU */
+    double headroom;          /* caching-allocator reserve over allocated, fraction */
+} fm_plan_job;
+
+/* Defaults: inference, bf16, batch 1, seq auto, adamw, no checkpointing, zero 0,
+ * tp 1, gpus auto, on-demand, rank 16, flash attention on, master weights on,
+ * decode efficiency 0.8, context 1 GiB, headroom 10%. */
+void fm_plan_job_defaults(fm_plan_job *job);
+/* Reject impossible combinations (qlora with fp32, tensor parallel not dividing
+ * the heads, ...) and absurd numbers. */
+fm_status fm_plan_job_check(const fm_plan_model *model, const fm_plan_job *job);
+
+const char *fm_plan_task_name(fm_plan_task t);
+const char *fm_plan_precision_name(fm_plan_precision p);
+const char *fm_plan_optimizer_name(fm_plan_optimizer o);
+const char *fm_plan_ckpt_name(fm_plan_ckpt c);
+const char *fm_plan_pricing_name(fm_plan_pricing p);
+/* Parse the names above (-1 if unknown). */
+int fm_plan_task_parse(const char *s);
+int fm_plan_precision_parse(const char *s);
+int fm_plan_optimizer_parse(const char *s);
+int fm_plan_ckpt_parse(const char *s);
+int fm_plan_pricing_parse(const char *s);
+
+/* ---- results ---- */
+
+typedef struct fm_plan_memory {
+    double weights, gradients, optimizer, activations, kv_cache, logits;
+    double allocated;  /* sum of the above: what torch.cuda.max_memory_allocated would report */
+    double headroom;   /* caching-allocator reserve on top */
+    double reserved;   /* allocated + headroom */
+    double context;    /* CUDA context + framework */
+    double total;      /* reserved + context: what nvidia-smi would show */
+    double cpu_offload;/* bytes kept in CPU memory instead (offloaded optimizer) */
+} fm_plan_memory;
+
+typedef struct fm_plan_row {
+    const fm_plan_gpu *gpu;
+    int fits;            /* at the requested GPU count (or at min_gpus when auto) */
+    int min_gpus;        /* smallest count that fits; 0 if none does with these settings */
+    int min_gpus_zero3;  /* training: the count with ZeRO-3 when min_gpus is 0 */
+    int gpus;            /* count the time and cost below assume (0: does not fit) */
+    fm_plan_memory mem;  /* per GPU at `gpus` */
+    double peak_tflops;  /* the dense rate used */
+    double mfu;
+    double step_s, compute_s, comm_s;
+    double run_s;        /* < 0: unknown */
+    double tokens_per_s; /* training throughput, decode tokens/s, or samples/s */
+    int replicas;        /* serving: replicas needed for the requested load */
+    double usd_per_hour; /* all GPUs of the row at the ranked pricing; < 0 unknown */
+    double cost[FM_PLAN_PRICING_COUNT];         /* for the run; < 0 unknown */
+    double cost_per_mtok[FM_PLAN_PRICING_COUNT];/* per million tokens; < 0 unknown */
+} fm_plan_row;
+
+typedef struct fm_plan_result {
+    fm_plan_model model;
+    fm_plan_job job;       /* with defaults resolved (seq, mfu, tokens) */
+    int requested_gpus;    /* GPUs the breakdown is at: the job's count, else what the recommendation needs */
+    fm_plan_memory mem;    /* per GPU at requested_gpus */
+    double flops_per_token;/* model FLOPs (training: fwd+bwd+recompute) */
+    double total_flops;
+    int tokens_defaulted;  /* 1: tokens = 20 x params (Chinchilla) was assumed */
+    fm_plan_row *rows;
+    int nrows;
+    int *ranked;           /* indices of fitting, priced rows, cheapest first */
+    int nranked;
+    int cheapest, fastest; /* row indices, -1 if none */
+    char **warnings;
+    int nwarnings;
+} fm_plan_result;
+
+/* Per-GPU memory for `gpus` GPUs; `explain` (may be NULL) receives the formulas
+ * with numbers filled in (malloc'd; free it). */
+fm_status fm_plan_memory_at(const fm_plan_model *model, const fm_plan_job *job, int gpus,
+                            fm_plan_memory *out, char **explain);
+/* Plan the job on every GPU of `db` (or only `only`, a comma-separated list of
+ * names, when not NULL). */
+fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *job,
+                                const fm_plan_db *db, const char *only);
+void fm_plan_result_free(fm_plan_result *r);
+/* A row by GPU name (exact, case-insensitive), NULL if absent. */
+const fm_plan_row *fm_plan_result_row(const fm_plan_result *r, const char *gpu_name);
+
+/* Renderers return malloc'd text (free it), NULL on failure. */
+char *fm_plan_render_text(const fm_plan_result *r);
+char *fm_plan_render_json(const fm_plan_result *r);
+char *fm_plan_render_explain(const fm_plan_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,43 @@
+/* Helpers shared by the planner's source files (src/plan/): a growable string
+ * for rendering and explanations, and name matching for suggestions. */
+#ifndef FATHOM_PLAN_INTERNAL_H
+#define FATHOM_PLAN_INTERNAL_H
+
+#include <stddef.h>
+
+#include "fathom/plan.h"
+
+#define FM_GIB (1024.0 * 1024.0 * 1024.0)
+
+/* A growable, always NUL-terminated string. On allocation failure it stops
+ * growing and sets `failed`, so callers check once at the end. */
+typedef struct plan_sb {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} plan_sb;
+
+void plan_sb_printf(plan_sb *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hand over the buffer (NULL if anything failed) and reset the builder. */
+char *plan_sb_take(plan_sb *sb);
+
+/* Edit distance between two names after lower-casing and dropping
+ * everything but letters and digits. */
+int plan_name_distance(const char *a, const char *b);
+/* Lower-case, letters and digits only, into out (size cap). */
+void plan_name_normalize(const char *in, char *out, size_t cap);
+/* Append ", did you mean X or Y?" built from the closest of `names`. */
+void plan_suggest(plan_sb *sb, const char *wanted, const char *const *names, int n);
+
+/* Bytes per weight in storage for each precision (quantized formats include
+ * their block scales), and per activation / KV element. */
+double plan_weight_bytes(fm_plan_precision p);
+double plan_act_bytes(fm_plan_precision p);
+/* The effective defaults the job resolves to (seq, mfu). */
+int64_t plan_resolved_seq(const fm_plan_model *m, const fm_plan_job *job);
+double plan_resolved_mfu(const fm_plan_job *job);
+/* LoRA trainable parameters at the job's rank (adapters on every block linear). */
+double plan_lora_params(const fm_plan_model *m, int rank);
+int plan_is_training(fm_plan_task t);
+
+#endif
