@@ -257,8 +257,10 @@ static void add_warnings(const fm_plan_model *m, const fm_plan_job *job, fm_plan
     }
     char *list = plan_sb_take(&nol);
     if (list && n_nol)
-        add_warning(r, "consumer/workstation cards lack NVLink (%s): multi-GPU traffic crosses PCIe, so %s", list,
-                    training ? "gradient exchange is slow (its time is in the step estimate)"
+        add_warning(r, "consumer/workstation cards lack NVLink (%s): multi-GPU traffic crosses PCIe at 16-32 GB/s instead "
+                       "of 300-900 GB/s; %s", list,
+                    training ? "the gradient all-reduce time is in the step estimate, and tensor parallelism across "
+                               "them would be slow"
                              : "tensor parallelism across them is slow");
     free(list);
 
@@ -269,10 +271,11 @@ static void add_warnings(const fm_plan_model *m, const fm_plan_job *job, fm_plan
         const fm_plan_row *row = &r->rows[pick];
         double save_s = checkpoint_bytes(m, job) / (CKPT_WRITE_GBS * 1e9);
         double interval = sqrt(2 * save_s * SPOT_MTBI_HOURS * 3600);
-        if (interval < 60) interval = 60;
+        /* Saving more often than every 10 minutes buys nothing a user would notice. */
+        if (interval < 600) interval = 600;
         add_warning(r, "spot pricing: the run takes %.1f h on %d x %s and spot instances can be reclaimed (AWS gives 2 "
                        "minutes' notice): save a checkpoint every ~%.0f min (Young: sqrt(2 x %.1f s save x %.0f h between "
-                       "interruptions, assumed); %.2f GiB at %.0f GB/s)",
+                       "interruptions, assumed; at least 10 min); %.2f GiB at %.0f GB/s)",
                     row->run_s / 3600, row->gpus, row->gpu->name, interval / 60, save_s, SPOT_MTBI_HOURS,
                     checkpoint_bytes(m, job) / FM_GIB, CKPT_WRITE_GBS);
     }
@@ -385,12 +388,14 @@ char *plan_explain_time(const fm_plan_result *r, const fm_plan_row *row) {
                        job->precision == FM_PLAN_FP32 ? "fp32" : "16-bit tensor", row->peak_tflops, row->mfu * 100);
         if (plan_is_training(job->task)) {
             int cnn = m->arch == FM_PLAN_ARCH_CNN;
-            plan_sb_printf(&sb, "  step compute = FLOPs/%s x batch%s x dp / (GPUs x peak x MFU)\n"
-                                "        = %.4g x %.0f%s x %.0f / (%d x %.4g x %.2f) = %.4g s\n",
-                           cnn ? "image" : "token", cnn ? "" : " x seq", r->flops_per_token, b,
-                           cnn ? "" : " x seq", dp, row->gpus, row->peak_tflops * 1e12, row->mfu, row->compute_s);
-            if (cnn) (void)s;
-            else plan_sb_printf(&sb, "        (seq = %.0f)\n", s);
+            if (cnn)
+                plan_sb_printf(&sb, "  step compute = FLOPs/image x batch x dp / (GPUs x peak x MFU)\n"
+                                    "        = %.4g x %.0f x %.0f / (%d x %.4g x %.2f) = %.4g s\n",
+                               r->flops_per_token, b, dp, row->gpus, row->peak_tflops * 1e12, row->mfu, row->compute_s);
+            else
+                plan_sb_printf(&sb, "  step compute = FLOPs/token x batch x seq x dp / (GPUs x peak x MFU)\n"
+                                    "        = %.4g x %.0f x %.0f x %.0f / (%d x %.4g x %.2f) = %.4g s\n",
+                               r->flops_per_token, b, s, dp, row->gpus, row->peak_tflops * 1e12, row->mfu, row->compute_s);
             if (row->comm_s > 0)
                 plan_sb_printf(&sb, "  gradient all-reduce = 2(dp-1)/dp x gradient bytes / link %.0f GB/s = %.4g s; step = max(compute, all-reduce) = %.4g s\n",
                                g->link_gbs, row->comm_s, row->step_s);

@@ -234,9 +234,17 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
         double opt_b = (master ? 4 : 0) + state;
         double T = lora ? plan_lora_params(m, job->lora_rank) : P;
         double base = 0;
-        if (lora) {
-            fm_plan_precision bp = job->task == FM_PLAN_QLORA ? FM_PLAN_INT4 : job->precision;
-            base = stored_weights(m, bp, ex, "frozen base weights");
+        if (job->task == FM_PLAN_QLORA) {
+            /* QLoRA's NF4 with double quantization: 4 bits + 0.127 bits of
+             * quantized block scales per weight (Dettmers et al. 2023). */
+            double E = (double)m->embed_params, B = P - E, nf4 = 4.127 / 8;
+            base = B * nf4 + E * 2;
+            if (ex)
+                plan_sb_printf(ex, "  frozen base weights (NF4, double-quantized: 4.127 bits) = block params x 0.5159 B + "
+                                   "embedding/head params x 2 B\n        = %.4g x %.4f + %.4g x 2 = %.3f GiB\n",
+                               B, nf4, E, gib(base));
+        } else if (lora) {
+            base = stored_weights(m, job->precision, ex, "frozen base weights");
             if (ex) plan_sb_printf(ex, "  LoRA adapters (rank %d on every block linear) = %.4g trainable params\n",
                                    job->lora_rank, T);
         }

@@ -119,7 +119,8 @@ static void reason(plan_sb *sb, const fm_plan_result *r, const fm_plan_row *row)
     char a[32], b[32], c[32];
     int pr = r->job.pricing;
     fmt_money(row->usd_per_hour, a, sizeof a);
-    plan_sb_printf(sb, "%d x %s: %s/h %s", row->gpus, row->gpu->name, a, fm_plan_pricing_name(pr));
+    if (row->usd_per_hour >= 0) plan_sb_printf(sb, "%d x %s: %s/h %s", row->gpus, row->gpu->name, a, fm_plan_pricing_name(pr));
+    else plan_sb_printf(sb, "%d x %s: no %s price in the database", row->gpus, row->gpu->name, fm_plan_pricing_name(pr));
     if (row->cost[pr] >= 0) {
         fmt_money(row->cost[pr], b, sizeof b);
         fmt_time(row->run_s, c, sizeof c);
@@ -371,7 +372,7 @@ char *fm_plan_render_explain(const fm_plan_result *r) {
     plan_sb_printf(&sb, "\nFits: total per GPU <= the card's memory (GiB). Minimum GPUs: the smallest multiple of "
                         "tensor-parallel %d whose per-GPU total fits (ZeRO divides the sharded state by the "
                         "data-parallel count).\n", r->job.tensor_parallel);
-    plan_sb_printf(&sb, "Ranking: fitting GPUs with a %s price, by run cost (or by cost per 1M tokens when the "
+    plan_sb_printf(&sb, "Ranking: fitting GPUs that have a price (%s), by run cost (or by cost per 1M tokens when the "
                         "run's length is unknown); fastest = highest throughput%s.\n",
                    fm_plan_pricing_name(r->job.pricing), r->job.budget_usd > 0 ? " within the budget" : "");
     return plan_sb_take(&sb);
