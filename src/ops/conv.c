@@ -1,0 +1,178 @@
+/* Front end of conv2d: validation, output shape, dispatch and the backward rule.
+ *
+ * x and y share a layout (NCHW or NHWC); the weight is always [Cout, Cin/groups,
+ * kH, kW] as in PyTorch, so a model's weights do not change with its layout.
+ * Backward runs one CONV2D_BACKWARD kernel that computes only the gradients
+ * asked for (dx, dw, db), since the first layer of a CNN never needs dx. */
+#include <string.h>
+
+#include "autograd/node.h" /* recording the backward */
+#include "core/backend.h"  /* fm_dispatch */
+#include "ops/op_attrs.h"  /* fm_conv2d_attrs */
+
+fm_conv2d_params fm_conv2d_default_params(void) {
+    fm_conv2d_params p;
+    memset(&p, 0, sizeof p);
+    p.stride[0] = p.stride[1] = 1;
+    p.dilation[0] = p.dilation[1] = 1;
+    p.groups = 1;
+    p.layout = FM_NCHW;
+    return p;
+}
+
+typedef struct conv_node_attrs {
+    fm_conv2d_attrs a;
+    int has_bias;
+} conv_node_attrs;
+
+/* Gradient buffer for input i (0 x, 1 w, 2 bias [Cout]). */
+static fm_tensor *grad_buffer(const fm_tensor *x, const fm_tensor *w, int i, bool zero) {
+    const fm_tensor *t = i == 0 ? x : w;
+    int ndim = i == 2 ? 1 : t->ndim;
+    const int64_t *shape = i == 2 ? w->shape : t->shape;
+    return (zero ? fm_tensor_zeros : fm_tensor_empty)(ndim, shape, t->dtype, fm_tensor_device(t));
+}
+
+static fm_status conv2d_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    const conv_node_attrs *na = FM_NODE_ATTRS(n, conv_node_attrs);
+    fm_tensor *x = n->saved[0], *w = n->saved[1];
+    bool need[3] = {fm_node_needs_grad(n, 0), fm_node_needs_grad(n, 1), na->has_bias && fm_node_needs_grad(n, 2)};
+    if (!grad_out[0]) {
+        for (int i = 0; i < 3; i++)
+            if (need[i] && !(grad_in[i] = grad_buffer(x, w, i, true))) return fm_last_status();
+        return FM_OK;
+    }
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CONV2D_BACKWARD;
+    call.n_in = 3;
+    call.n_out = 3;
+    call.in[0] = grad_out[0];
+    call.in[1] = x;
+    call.in[2] = w;
+    call.attrs = &na->a;
+    for (int i = 0; i < 3; i++) {
+        if (!need[i]) continue;
+        call.out[i] = grad_buffer(x, w, i, false);
+        if (!call.out[i]) {
+            for (int k = 0; k < i; k++) fm_tensor_release(call.out[k]);
+            return fm_last_status();
+        }
+    }
+    fm_status st = fm_dispatch(&call);
+    for (int i = 0; i < 3; i++) {
+        if (st == FM_OK) grad_in[i] = call.out[i];
+        else fm_tensor_release(call.out[i]);
+    }
+    return st;
+}
+
+/* Output size along one spatial dim, or -1 if the (dilated) kernel does not fit. */
+static int64_t conv_out_size(int64_t in, int k, int s, int p, int d) {
+    int64_t span = (int64_t)d * (k - 1) + 1, padded = in + 2 * (int64_t)p;
+    if (padded < span) return -1;
+    return (padded - span) / s + 1;
+}
+
+fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp) {
+    char s1[96], s2[96];
+    fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
+    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d: %s is NULL", x ? "weight" : "input"); return NULL; }
+    if (p.layout != FM_NCHW && p.layout != FM_NHWC) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: unknown layout %d (use FM_NCHW or FM_NHWC)", (int)p.layout);
+        return NULL;
+    }
+    const char *lname = p.layout == FM_NHWC ? "NHWC" : "NCHW";
+    if (x->ndim != 4) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: input must be 4-D (%s), got %s", lname, fm_shape_str(x->ndim, x->shape, s1, sizeof s1));
+        return NULL;
+    }
+    if (w->ndim != 4) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: weight must be 4-D [Cout, Cin/groups, kH, kW], got %s",
+                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
+        return NULL;
+    }
+    if (x->dtype != w->dtype || (b && b->dtype != x->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: dtype mismatch: input %s, weight %s%s%s", fm_dtype_name(x->dtype),
+                     fm_dtype_name(w->dtype), b ? ", bias " : "", b ? fm_dtype_name(b->dtype) : "");
+        return NULL;
+    }
+    if (!fm_dtype_is_float(x->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: needs a floating-point input, got %s", fm_dtype_name(x->dtype));
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (p.stride[i] < 1 || p.dilation[i] < 1 || p.padding[i] < 0) {
+            fm_set_error(FM_ERR_INVALID, "conv2d: stride (%d, %d) and dilation (%d, %d) must be >= 1, padding (%d, %d) >= 0",
+                         p.stride[0], p.stride[1], p.dilation[0], p.dilation[1], p.padding[0], p.padding[1]);
+            return NULL;
+        }
+    }
+    int64_t N = x->shape[0];
+    int64_t C = p.layout == FM_NHWC ? x->shape[3] : x->shape[1];
+    int64_t H = p.layout == FM_NHWC ? x->shape[1] : x->shape[2];
+    int64_t W = p.layout == FM_NHWC ? x->shape[2] : x->shape[3];
+    int64_t O = w->shape[0];
+    if (p.groups < 1 || C % p.groups || O % p.groups) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: groups %d must be >= 1 and divide input channels %lld and output channels %lld",
+                     p.groups, (long long)C, (long long)O);
+        return NULL;
+    }
+    if (w->shape[1] * p.groups != C) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: weight %s expects %lld input channels (%lld x groups %d), input %s (%s) has %lld",
+                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1), (long long)(w->shape[1] * p.groups),
+                     (long long)w->shape[1], p.groups, fm_shape_str(x->ndim, x->shape, s2, sizeof s2), lname, (long long)C);
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != O)) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: bias shape %s does not match the weight's %lld output channels (weight %s)",
+                     fm_shape_str(b->ndim, b->shape, s1, sizeof s1), (long long)O, fm_shape_str(w->ndim, w->shape, s2, sizeof s2));
+        return NULL;
+    }
+    if (w->shape[2] < 1 || w->shape[3] < 1) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: weight %s has an empty kernel", fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
+        return NULL;
+    }
+    if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(w)) || (b && !fm_device_eq(fm_tensor_device(x), fm_tensor_device(b)))) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: input, weight and bias must be on the same device");
+        return NULL;
+    }
+    int64_t Ho = conv_out_size(H, (int)w->shape[2], p.stride[0], p.padding[0], p.dilation[0]);
+    int64_t Wo = conv_out_size(W, (int)w->shape[3], p.stride[1], p.padding[1], p.dilation[1]);
+    if (Ho < 1 || Wo < 1) {
+        fm_set_error(FM_ERR_INVALID, "conv2d: kernel %lldx%lld (dilation %d, %d) does not fit the padded input %lldx%lld (input %s, padding %d, %d)",
+                     (long long)w->shape[2], (long long)w->shape[3], p.dilation[0], p.dilation[1],
+                     (long long)(H + 2 * p.padding[0]), (long long)(W + 2 * p.padding[1]),
+                     fm_shape_str(x->ndim, x->shape, s1, sizeof s1), p.padding[0], p.padding[1]);
+        return NULL;
+    }
+    int64_t yshape[4];
+    if (p.layout == FM_NHWC) { yshape[0] = N; yshape[1] = Ho; yshape[2] = Wo; yshape[3] = O; }
+    else { yshape[0] = N; yshape[1] = O; yshape[2] = Ho; yshape[3] = Wo; }
+    fm_tensor *y = fm_tensor_empty(4, yshape, x->dtype, fm_tensor_device(x));
+    if (!y) return NULL;
+    conv_node_attrs na;
+    memset(&na, 0, sizeof na);
+    na.a.p = p;
+    na.has_bias = b != NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CONV2D;
+    call.n_in = 3;
+    call.n_out = 1;
+    call.in[0] = x;
+    call.in[1] = w;
+    call.in[2] = b;
+    call.out[0] = y;
+    call.attrs = &na.a;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    fm_tensor *ins[3] = {x, w, b};
+    fm_node *n = fm_node_begin(FM_OP_CONV2D, b ? 3 : 2, ins, conv2d_backward);
+    if (n) {
+        fm_node_save(n, 0, x);
+        fm_node_save(n, 1, w);
+        memcpy(n->attrs, &na, sizeof na);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}

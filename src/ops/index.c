@@ -1,0 +1,344 @@
+/* Front end of the shape and indexing ops: cat (+ stack, split), gather,
+ * index_select and one_hot.
+ *
+ * cat's backward hands each input a narrow view of the gradient (no copy);
+ * stack is unsqueeze + cat and split is narrow, so both inherit their
+ * gradients from those. gather and index_select scatter their gradient back
+ * with the internal SCATTER_ADD / INDEX_ADD kernels. Index values are checked
+ * by the kernels (the front end never reads data): an index out of range is
+ * FM_ERR_INVALID naming the index and the bound. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h" /* recording the backward */
+#include "core/backend.h"  /* fm_dispatch */
+#include "ops/op_attrs.h"  /* fm_axis_attrs, fm_one_hot_attrs */
+
+/* A cat node keeps every input's size along the axis in its attributes, which
+ * bounds the inputs per node; longer lists are concatenated in groups. */
+#define CAT_NODE_MAX 24
+
+typedef struct cat_node_attrs {
+    fm_axis_attrs a;
+    int n;
+    int64_t sizes[CAT_NODE_MAX];
+} cat_node_attrs;
+
+static fm_status cat_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    const cat_node_attrs *na = FM_NODE_ATTRS(n, cat_node_attrs);
+    int64_t off = 0;
+    for (int i = 0; i < na->n; i++) {
+        int64_t len = na->sizes[i];
+        if (fm_node_needs_grad(n, i)) {
+            if (grad_out[0]) {
+                grad_in[i] = fm_narrow(grad_out[0], na->a.axis, off, len);
+            } else {
+                int64_t shape[FM_MAX_DIMS];
+                memcpy(shape, n->out_shape[0], sizeof shape);
+                shape[na->a.axis] = len;
+                grad_in[i] = fm_tensor_zeros(n->out_ndim[0], shape, n->out_dtype[0], n->out_device[0]);
+            }
+            if (!grad_in[i]) return fm_last_status();
+        }
+        off += len;
+    }
+    return FM_OK;
+}
+
+static bool any_requires_grad(int n, fm_tensor *const *ts) {
+    for (int i = 0; i < n; i++)
+        if (ts[i]->requires_grad) return true;
+    return false;
+}
+
+fm_tensor *fm_cat(int n, fm_tensor *const *ts, int axis) {
+    char s1[96], s2[96];
+    if (n < 1 || !ts) { fm_set_error(FM_ERR_INVALID, "cat: needs at least one tensor, got %d", n); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) { fm_set_error(FM_ERR_INVALID, "cat: tensor %d is NULL", i); return NULL; }
+    const fm_tensor *t0 = ts[0];
+    if (t0->ndim == 0) { fm_set_error(FM_ERR_INVALID, "cat: zero-dimensional tensor 0 cannot be concatenated"); return NULL; }
+    int ax;
+    if (fm_norm_axis("cat", axis, t0->ndim, &ax) != FM_OK) return NULL;
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[ax] = 0;
+    for (int i = 0; i < n; i++) {
+        const fm_tensor *t = ts[i];
+        bool ok = t->ndim == t0->ndim;
+        for (int d = 0; ok && d < t0->ndim; d++) ok = d == ax || t->shape[d] == t0->shape[d];
+        if (!ok) {
+            fm_set_error(FM_ERR_INVALID, "cat: tensor %d has shape %s but tensor 0 has %s (sizes must match except along axis %d)",
+                         i, fm_shape_str(t->ndim, t->shape, s1, sizeof s1), fm_shape_str(t0->ndim, t0->shape, s2, sizeof s2), ax);
+            return NULL;
+        }
+        if (t->dtype != t0->dtype) {
+            fm_set_error(FM_ERR_INVALID, "cat: tensor %d has dtype %s but tensor 0 has %s", i, fm_dtype_name(t->dtype),
+                         fm_dtype_name(t0->dtype));
+            return NULL;
+        }
+        if (!fm_device_eq(fm_tensor_device(t), fm_tensor_device(t0))) {
+            fm_set_error(FM_ERR_INVALID, "cat: tensor %d is on a different device than tensor 0", i);
+            return NULL;
+        }
+        shape[ax] += t->shape[ax];
+    }
+    bool record = fm_grad_enabled() && any_requires_grad(n, ts);
+    if (record && n > CAT_NODE_MAX) { /* cat groups, then the group results */
+        int ng = (n + CAT_NODE_MAX - 1) / CAT_NODE_MAX;
+        if (ng > CAT_NODE_MAX) ng = CAT_NODE_MAX; /* groups larger than CAT_NODE_MAX recurse */
+        fm_tensor *parts[CAT_NODE_MAX] = {0}, *r = NULL;
+        int per = (n + ng - 1) / ng, done = 0, made = 0;
+        while (done < n) {
+            int cnt = n - done < per ? n - done : per;
+            if (!(parts[made] = fm_cat(cnt, ts + done, ax))) break;
+            made++;
+            done += cnt;
+        }
+        if (done == n) r = fm_cat(made, parts, ax);
+        ng = made;
+        for (int g = 0; g < ng; g++) fm_tensor_release(parts[g]);
+        return r;
+    }
+    fm_tensor *y = fm_tensor_empty(t0->ndim, shape, t0->dtype, fm_tensor_device(t0));
+    if (!y) return NULL;
+    fm_axis_attrs at = {ax};
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CAT;
+    call.n_in = n;
+    call.n_out = 1;
+    call.var_in = (fm_tensor **)ts;
+    call.out[0] = y;
+    call.attrs = &at;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    if (record) {
+        fm_node *nd = fm_node_begin(FM_OP_CAT, n, ts, cat_backward);
+        if (nd) {
+            cat_node_attrs na;
+            memset(&na, 0, sizeof na);
+            na.a = at;
+            na.n = n;
+            for (int i = 0; i < n; i++) na.sizes[i] = ts[i]->shape[ax];
+            memcpy(nd->attrs, &na, sizeof na);
+            fm_node_finish(nd, 1, &y);
+        }
+    }
+    return y;
+}
+
+fm_tensor *fm_stack(int n, fm_tensor *const *ts, int axis) {
+    char s1[96], s2[96];
+    if (n < 1 || !ts) { fm_set_error(FM_ERR_INVALID, "stack: needs at least one tensor, got %d", n); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) { fm_set_error(FM_ERR_INVALID, "stack: tensor %d is NULL", i); return NULL; }
+    for (int i = 1; i < n; i++) {
+        bool ok = ts[i]->ndim == ts[0]->ndim;
+        for (int d = 0; ok && d < ts[0]->ndim; d++) ok = ts[i]->shape[d] == ts[0]->shape[d];
+        if (!ok) {
+            fm_set_error(FM_ERR_INVALID, "stack: tensor %d has shape %s but tensor 0 has %s (all must match)", i,
+                         fm_shape_str(ts[i]->ndim, ts[i]->shape, s1, sizeof s1),
+                         fm_shape_str(ts[0]->ndim, ts[0]->shape, s2, sizeof s2));
+            return NULL;
+        }
+    }
+    if (ts[0]->ndim >= FM_MAX_DIMS) {
+        fm_set_error(FM_ERR_INVALID, "stack: result would have more than %d dims", FM_MAX_DIMS);
+        return NULL;
+    }
+    int ax;
+    if (fm_norm_axis("stack", axis, ts[0]->ndim + 1, &ax) != FM_OK) return NULL;
+    fm_tensor *small[16], **us = n <= 16 ? small : calloc((size_t)n, sizeof *us);
+    if (!us) { fm_set_error(FM_ERR_OOM, "stack: out of memory for %d tensors", n); return NULL; }
+    fm_tensor *r = NULL;
+    int made = 0;
+    for (; made < n; made++)
+        if (!(us[made] = fm_unsqueeze(ts[made], ax))) goto out;
+    r = fm_cat(n, us, ax);
+out:
+    for (int i = 0; i < made; i++) fm_tensor_release(us[i]);
+    if (us != small) free(us);
+    return r;
+}
+
+fm_status fm_split(fm_tensor *t, int axis, int n, const int64_t *sizes, fm_tensor **out) {
+    char s1[96];
+    if (!t || !out || !sizes || n < 1)
+        return fm_set_error(FM_ERR_INVALID, "split: needs a tensor, n >= 1 sizes and an output array (n = %d)", n);
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    if (t->ndim == 0) return fm_set_error(FM_ERR_INVALID, "split: cannot split a zero-dimensional tensor");
+    int ax;
+    fm_status st = fm_norm_axis("split", axis, t->ndim, &ax);
+    if (st != FM_OK) return st;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] < 0) return fm_set_error(FM_ERR_INVALID, "split: size %d is negative (%lld)", i, (long long)sizes[i]);
+        total += sizes[i];
+    }
+    if (total != t->shape[ax])
+        return fm_set_error(FM_ERR_INVALID, "split: sizes sum to %lld but axis %d of %s has size %lld", (long long)total, ax,
+                            fm_shape_str(t->ndim, t->shape, s1, sizeof s1), (long long)t->shape[ax]);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = fm_narrow(t, ax, off, sizes[i]);
+        if (!out[i]) {
+            st = fm_last_status();
+            for (int k = 0; k < i; k++) { fm_tensor_release(out[k]); out[k] = NULL; }
+            return st;
+        }
+        off += sizes[i];
+    }
+    return FM_OK;
+}
+
+/* ---- gather / index_select ---- */
+
+static bool is_index_dtype(fm_dtype dt) { return dt == FM_I64 || dt == FM_I32; }
+
+/* Gradient of gather / index_select: zeros of the input's shape with the
+ * gradient added at the indexed positions (SCATTER_ADD / INDEX_ADD). */
+typedef struct index_node_attrs {
+    fm_axis_attrs a;
+    int ndim;
+    int64_t shape[FM_MAX_DIMS];
+    fm_dtype dtype;
+    fm_device device;
+} index_node_attrs;
+
+static fm_status index_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    const index_node_attrs *na = FM_NODE_ATTRS(n, index_node_attrs);
+    if (!fm_node_needs_grad(n, 0)) return FM_OK;
+    fm_tensor *base = fm_tensor_zeros(na->ndim, na->shape, na->dtype, na->device);
+    if (!base || !grad_out[0]) { grad_in[0] = base; return base ? FM_OK : fm_last_status(); }
+    fm_tensor *r = fm_tensor_empty(na->ndim, na->shape, na->dtype, na->device);
+    if (!r) { fm_tensor_release(base); return fm_last_status(); }
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = n->op == FM_OP_GATHER ? FM_OP_SCATTER_ADD : FM_OP_INDEX_ADD;
+    call.n_in = 3;
+    call.n_out = 1;
+    call.in[0] = base;
+    call.in[1] = n->saved[0];
+    call.in[2] = grad_out[0];
+    call.out[0] = r;
+    call.attrs = &na->a;
+    fm_status st = fm_dispatch(&call);
+    fm_tensor_release(base);
+    if (st != FM_OK) { fm_tensor_release(r); return st; }
+    grad_in[0] = r;
+    return FM_OK;
+}
+
+static fm_tensor *index_op(fm_op_id op, fm_tensor *t, int ax, fm_tensor *index, int ndim, const int64_t *shape) {
+    fm_tensor *y = fm_tensor_empty(ndim, shape, t->dtype, fm_tensor_device(t));
+    if (!y) return NULL;
+    index_node_attrs na;
+    memset(&na, 0, sizeof na);
+    na.a.axis = ax;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = op;
+    call.n_in = 2;
+    call.n_out = 1;
+    call.in[0] = t;
+    call.in[1] = index;
+    call.out[0] = y;
+    call.attrs = &na.a;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    fm_node *n = fm_node_begin(op, 1, &t, index_backward);
+    if (n) {
+        na.ndim = t->ndim;
+        memcpy(na.shape, t->shape, sizeof na.shape);
+        na.dtype = t->dtype;
+        na.device = fm_tensor_device(t);
+        fm_node_save(n, 0, index);
+        memcpy(n->attrs, &na, sizeof na);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}
+
+fm_tensor *fm_gather(fm_tensor *t, int axis, fm_tensor *index) {
+    char s1[96], s2[96];
+    if (!t || !index) { fm_set_error(FM_ERR_INVALID, "gather: %s is NULL", t ? "index" : "input"); return NULL; }
+    if (!is_index_dtype(index->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "gather: index must be i64 or i32, got %s", fm_dtype_name(index->dtype));
+        return NULL;
+    }
+    if (!fm_device_eq(fm_tensor_device(t), fm_tensor_device(index))) {
+        fm_set_error(FM_ERR_INVALID, "gather: input and index are on different devices");
+        return NULL;
+    }
+    int ax = 0;
+    if (t->ndim > 0 && fm_norm_axis("gather", axis, t->ndim, &ax) != FM_OK) return NULL;
+    if (t->ndim == 0 && axis != 0 && axis != -1) {
+        fm_set_error(FM_ERR_INVALID, "gather: axis %d is out of range for a zero-dimensional input", axis);
+        return NULL;
+    }
+    bool ok = index->ndim == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++) ok = d == ax || index->shape[d] <= t->shape[d];
+    if (!ok) {
+        fm_set_error(FM_ERR_INVALID, "gather: index shape %s does not fit input %s (same number of dims, and no larger "
+                     "than the input except along axis %d)", fm_shape_str(index->ndim, index->shape, s1, sizeof s1),
+                     fm_shape_str(t->ndim, t->shape, s2, sizeof s2), ax);
+        return NULL;
+    }
+    return index_op(FM_OP_GATHER, t, ax, index, index->ndim, index->shape);
+}
+
+fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index) {
+    char s1[96];
+    if (!t || !index) { fm_set_error(FM_ERR_INVALID, "index_select: %s is NULL", t ? "index" : "input"); return NULL; }
+    if (!is_index_dtype(index->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "index_select: index must be i64 or i32, got %s", fm_dtype_name(index->dtype));
+        return NULL;
+    }
+    if (index->ndim > 1) {
+        fm_set_error(FM_ERR_INVALID, "index_select: index must be 1-D, got %s", fm_shape_str(index->ndim, index->shape, s1, sizeof s1));
+        return NULL;
+    }
+    if (t->ndim == 0) { fm_set_error(FM_ERR_INVALID, "index_select: input must have at least one dim"); return NULL; }
+    if (!fm_device_eq(fm_tensor_device(t), fm_tensor_device(index))) {
+        fm_set_error(FM_ERR_INVALID, "index_select: input and index are on different devices");
+        return NULL;
+    }
+    int ax;
+    if (fm_norm_axis("index_select", axis, t->ndim, &ax) != FM_OK) return NULL;
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[ax] = fm_tensor_numel(index);
+    return index_op(FM_OP_INDEX_SELECT, t, ax, index, t->ndim, shape);
+}
+
+fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes) {
+    if (!index) { fm_set_error(FM_ERR_INVALID, "one_hot: index is NULL"); return NULL; }
+    if (index->dtype != FM_I64 && index->dtype != FM_I32 && index->dtype != FM_U8 && index->dtype != FM_I8) {
+        fm_set_error(FM_ERR_INVALID, "one_hot: index must be an integer tensor (i64, i32, i8, u8), got %s",
+                     fm_dtype_name(index->dtype));
+        return NULL;
+    }
+    if (num_classes < 1) {
+        fm_set_error(FM_ERR_INVALID, "one_hot: num_classes must be >= 1, got %lld", (long long)num_classes);
+        return NULL;
+    }
+    if (index->ndim >= FM_MAX_DIMS) {
+        fm_set_error(FM_ERR_INVALID, "one_hot: result would have more than %d dims", FM_MAX_DIMS);
+        return NULL;
+    }
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
+    shape[index->ndim] = num_classes;
+    fm_tensor *y = fm_tensor_empty(index->ndim + 1, shape, FM_F32, fm_tensor_device(index));
+    if (!y) return NULL;
+    fm_one_hot_attrs at = {num_classes};
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_ONE_HOT;
+    call.n_in = 1;
+    call.n_out = 1;
+    call.in[0] = index;
+    call.out[0] = y;
+    call.attrs = &at;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}

@@ -1,0 +1,527 @@
+/* Tests of conv2d, max_pool2d, avg_pool2d and batch_norm: forward values against
+ * direct (loop) references computed here in double, in NCHW and NHWC, f32 and
+ * f64, on non-contiguous inputs; finite-difference gradient checks in f64;
+ * running-stat updates (PyTorch convention); thread-count independence; bad input. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+#include "op_test.h"
+#include "gradcheck.h"
+
+#include "fathom/autograd.h"
+#include "fathom/ops.h"
+#include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
+
+static double *cv_host(const fm_tensor *t) {
+    double *p = malloc(sizeof(double) * (size_t)(fm_tensor_numel(t) ? fm_tensor_numel(t) : 1));
+    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
+    return p;
+}
+
+/* Worst relative error of t (read in logical row-major order) against ref. */
+static double cv_err(const fm_tensor *t, const double *ref) {
+    double *a = cv_host(t), worst = 0;
+    if (!a) return INFINITY;
+    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
+        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
+        if (!(e <= worst)) worst = e;
+    }
+    free(a);
+    return worst;
+}
+
+static fm_tensor *cv_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    return fm_tensor_randn(nd, shape, dt, &r);
+}
+
+static bool cv_bitwise_equal(const fm_tensor *a, const fm_tensor *b) {
+    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return false;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++)
+        if (fm_tensor_get(a, i) != fm_tensor_get(b, i)) return false;
+    return true;
+}
+
+/* NCHW <-> NHWC as contiguous copies (new references). */
+static fm_tensor *to_nhwc(fm_tensor *t) {
+    fm_tensor *v = fm_permute(t, (int[]){0, 2, 3, 1}), *c = fm_contiguous(v);
+    fm_tensor_release(v);
+    return c;
+}
+static fm_tensor *nhwc_view_as_nchw(fm_tensor *t) { return fm_permute(t, (int[]){0, 3, 1, 2}); }
+
+/* ------------------------------------------------------------------ conv2d */
+
+/* Direct convolution in double over NCHW host arrays. */
+static void ref_conv(const double *x, const double *w, const double *b, double *y, int64_t N, int64_t C, int64_t H,
+                     int64_t W, int64_t O, int64_t kh, int64_t kw, const fm_conv2d_params *p, int64_t Ho, int64_t Wo) {
+    int64_t G = p->groups, Cg = C / G, Og = O / G;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < Ho; oh++)
+                for (int64_t ow = 0; ow < Wo; ow++) {
+                    double s = b ? b[o] : 0.0;
+                    int64_t g = o / Og;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t i = 0; i < kh; i++)
+                            for (int64_t j = 0; j < kw; j++) {
+                                int64_t ih = oh * p->stride[0] - p->padding[0] + i * p->dilation[0];
+                                int64_t iw = ow * p->stride[1] - p->padding[1] + j * p->dilation[1];
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                s += x[((n * C + g * Cg + c) * H + ih) * W + iw] * w[((o * Cg + c) * kh + i) * kw + j];
+                            }
+                    y[((n * O + o) * Ho + oh) * Wo + ow] = s;
+                }
+}
+
+/* x_nchw: logical NCHW input (any strides). Runs the conv in `layout` and compares. */
+static void check_conv(fm_tensor *x_nchw, fm_tensor *w, fm_tensor *b, fm_conv2d_params p, double tol, const char *what) {
+    int64_t N = x_nchw->shape[0], C = x_nchw->shape[1], H = x_nchw->shape[2], W = x_nchw->shape[3];
+    int64_t O = w->shape[0], kh = w->shape[2], kw = w->shape[3];
+    int64_t Ho = (H + 2 * p.padding[0] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
+    int64_t Wo = (W + 2 * p.padding[1] - p.dilation[1] * (kw - 1) - 1) / p.stride[1] + 1;
+    fm_tensor *xin = p.layout == FM_NHWC ? to_nhwc(x_nchw) : fm_tensor_retain(x_nchw);
+    fm_tensor *y = fm_conv2d(xin, w, b, &p);
+    CHECK_MSG(y != NULL, "conv2d %s: %s", what, fm_last_error());
+    if (!y) { fm_tensor_release(xin); return; }
+    CHECK(y->dtype == x_nchw->dtype && y->ndim == 4);
+    if (p.layout == FM_NHWC) CHECK(y->shape[0] == N && y->shape[1] == Ho && y->shape[2] == Wo && y->shape[3] == O);
+    else CHECK(y->shape[0] == N && y->shape[1] == O && y->shape[2] == Ho && y->shape[3] == Wo);
+    double *hx = cv_host(x_nchw), *hw = cv_host(w), *hb = b ? cv_host(b) : NULL;
+    double *ref = malloc(sizeof(double) * (size_t)(N * O * Ho * Wo));
+    ref_conv(hx, hw, hb, ref, N, C, H, W, O, kh, kw, &p, Ho, Wo);
+    fm_tensor *yv = p.layout == FM_NHWC ? nhwc_view_as_nchw(y) : fm_tensor_retain(y);
+    double e = cv_err(yv, ref);
+    CHECK_MSG(e <= tol, "conv2d %s %s %s: err %g", fm_dtype_name(x_nchw->dtype), p.layout == FM_NHWC ? "NHWC" : "NCHW",
+              what, e);
+    free(hx); free(hw); free(hb); free(ref);
+    fm_tensor_release_n(3, xin, y, yv);
+}
+
+static fm_conv2d_params cp_make(int s0, int s1, int p0, int p1, int d0, int d1, int g) {
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.stride[0] = s0; p.stride[1] = s1; p.padding[0] = p0; p.padding[1] = p1;
+    p.dilation[0] = d0; p.dilation[1] = d1; p.groups = g;
+    return p;
+}
+
+static int conv2d_forward(void) {
+    OP_BEGIN;
+    fm_conv2d_params dp = fm_conv2d_default_params();
+    CHECK(dp.stride[0] == 1 && dp.stride[1] == 1 && dp.padding[0] == 0 && dp.dilation[1] == 1 && dp.groups == 1 &&
+          dp.layout == FM_NCHW);
+    for (int d = 0; d < 2; d++) {
+        fm_dtype dt = d ? FM_F64 : FM_F32;
+        double tol = d ? 1e-12 : 2e-5;
+        for (int l = 0; l < 2; l++) {
+            fm_layout lay = l ? FM_NHWC : FM_NCHW;
+            fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 7, 6}, dt, 1);
+            fm_tensor *w = cv_randn(4, (int64_t[]){4, 3, 3, 3}, dt, 2), *b = cv_randn(1, (int64_t[]){4}, dt, 3);
+            fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1); p.layout = lay;
+            check_conv(x, w, b, p, tol, "3x3 pad 1 bias");
+            p = cp_make(2, 1, 1, 0, 1, 2, 1); p.layout = lay;
+            check_conv(x, w, NULL, p, tol, "stride (2,1) pad (1,0) dilation (1,2)");
+            p = cp_make(3, 2, 2, 2, 2, 1, 1); p.layout = lay;
+            check_conv(x, w, b, p, tol, "stride (3,2) pad 2 dilation (2,1)");
+            /* groups: C 4 -> O 6 in 2 groups, kernel 3x2 */
+            fm_tensor *xg = cv_randn(4, (int64_t[]){3, 4, 5, 6}, dt, 4), *wg = cv_randn(4, (int64_t[]){6, 2, 3, 2}, dt, 5);
+            fm_tensor *bg = cv_randn(1, (int64_t[]){6}, dt, 6);
+            p = cp_make(1, 2, 1, 1, 1, 1, 2); p.layout = lay;
+            check_conv(xg, wg, bg, p, tol, "groups 2");
+            /* depthwise: groups = C = 3, two filters each */
+            fm_tensor *wd = cv_randn(4, (int64_t[]){6, 1, 3, 3}, dt, 7);
+            p = cp_make(1, 1, 1, 1, 1, 1, 3); p.layout = lay;
+            check_conv(x, wd, bg, p, tol, "depthwise");
+            /* 1x1 (no im2col), with and without groups, and 1x1 with stride (im2col) */
+            fm_tensor *w1 = cv_randn(4, (int64_t[]){6, 4, 1, 1}, dt, 8), *w1g = cv_randn(4, (int64_t[]){6, 2, 1, 1}, dt, 9);
+            p = cp_make(1, 1, 0, 0, 1, 1, 1); p.layout = lay;
+            check_conv(xg, w1, bg, p, tol, "1x1");
+            p.groups = 2;
+            check_conv(xg, w1g, NULL, p, tol, "1x1 groups 2");
+            p = cp_make(2, 2, 0, 0, 1, 1, 1); p.layout = lay;
+            check_conv(xg, w1, bg, p, tol, "1x1 stride 2");
+            /* non-contiguous input and weight */
+            fm_tensor *base = cv_randn(4, (int64_t[]){2, 3, 6, 7}, dt, 10), *xt = fm_transpose(base, 2, 3);
+            fm_tensor *wbase = cv_randn(4, (int64_t[]){8, 3, 3, 3}, dt, 11), *ws = fm_slice(wbase, 0, 0, 8, 2);
+            p = cp_make(1, 1, 1, 1, 1, 1, 1); p.layout = lay;
+            check_conv(xt, ws, b, p, tol, "transposed input, strided weight");
+            /* a kernel as large as the padded input: one output pixel */
+            fm_tensor *wbig = cv_randn(4, (int64_t[]){2, 3, 9, 8}, dt, 12);
+            check_conv(x, wbig, NULL, p, tol, "kernel = padded input");
+            fm_tensor_release_n(14, x, w, b, xg, wg, bg, wd, w1, w1g, base, xt, wbase, ws, wbig);
+        }
+    }
+    /* several chunks of samples (the im2col budget is ~4M elements) */
+    for (int l = 0; l < 2; l++) {
+        fm_tensor *x = cv_randn(4, (int64_t[]){30, 16, 32, 32}, FM_F32, 13);
+        fm_tensor *w = cv_randn(4, (int64_t[]){8, 16, 3, 3}, FM_F32, 14), *b = cv_randn(1, (int64_t[]){8}, FM_F32, 15);
+        fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
+        p.layout = l ? FM_NHWC : FM_NCHW;
+        check_conv(x, w, b, p, 1e-4, "multi-chunk batch");
+        fm_tensor_release_n(3, x, w, b);
+    }
+    /* thread-count independence, forward and backward, bitwise */
+    for (int l = 0; l < 2; l++) {
+        fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
+        p.layout = l ? FM_NHWC : FM_NCHW;
+        fm_tensor *x = cv_randn(4, l ? (int64_t[]){9, 10, 11, 5} : (int64_t[]){9, 5, 10, 11}, FM_F32, 16);
+        fm_tensor *w = cv_randn(4, (int64_t[]){7, 5, 3, 3}, FM_F32, 17), *b = cv_randn(1, (int64_t[]){7}, FM_F32, 18);
+        fm_tensor *ys[2] = {0}, *gx[2] = {0}, *gw[2] = {0}, *gb[2] = {0};
+        int nt = fm_num_threads();
+        for (int r = 0; r < 2; r++) {
+            fm_set_num_threads(r ? (nt > 1 ? nt : 2) : 1);
+            fm_tensor_requires_grad_(x, true); fm_tensor_requires_grad_(w, true); fm_tensor_requires_grad_(b, true);
+            ys[r] = fm_conv2d(x, w, b, &p);
+            fm_tensor *s = fm_sum(ys[r], 0, NULL, false);
+            CHECK(s && fm_backward(s, NULL, false) == FM_OK);
+            gx[r] = fm_tensor_retain(x->grad); gw[r] = fm_tensor_retain(w->grad); gb[r] = fm_tensor_retain(b->grad);
+            fm_tensor_zero_grad(x); fm_tensor_zero_grad(w); fm_tensor_zero_grad(b);
+            fm_tensor_release(s);
+        }
+        fm_set_num_threads(nt);
+        CHECK(cv_bitwise_equal(ys[0], ys[1]) && cv_bitwise_equal(gx[0], gx[1]) && cv_bitwise_equal(gw[0], gw[1]) &&
+              cv_bitwise_equal(gb[0], gb[1]));
+        fm_tensor_release_n(11, x, w, b, ys[0], ys[1], gx[0], gx[1], gw[0], gw[1], gb[0], gb[1]);
+    }
+    /* bad input */
+    fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 5, 5}, FM_F32, 20), *w = cv_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 21);
+    fm_tensor *x3 = cv_randn(3, (int64_t[]){3, 5, 5}, FM_F32, 22), *w2 = cv_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 23);
+    fm_tensor *w64 = cv_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F64, 24), *b5 = cv_randn(1, (int64_t[]){5}, FM_F32, 25);
+    fm_tensor *wbig = cv_randn(4, (int64_t[]){4, 3, 7, 7}, FM_F32, 26);
+    fm_tensor *xi = fm_tensor_zeros(4, (int64_t[]){2, 3, 5, 5}, FM_I32, FM_CPU);
+    fm_tensor *wi = fm_tensor_zeros(4, (int64_t[]){4, 3, 3, 3}, FM_I32, FM_CPU);
+    fm_conv2d_params p = fm_conv2d_default_params();
+    CHECK(fm_conv2d(x3, w, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: input must be 4-D (NCHW), got [3, 5, 5]");
+    CHECK(fm_conv2d(x, w2, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: weight [4, 2, 3, 3] expects 2 input channels");
+    CHECK_ERR_CONTAINS("input [2, 3, 5, 5] (NCHW) has 3");
+    CHECK(fm_conv2d(x, w64, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: dtype mismatch: input f32, weight f64");
+    CHECK(fm_conv2d(xi, wi, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: needs a floating-point input");
+    CHECK(fm_conv2d(x, w, b5, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: bias shape [5] does not match the weight's 4 output channels");
+    CHECK(fm_conv2d(x, wbig, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("does not fit the padded input 5x5");
+    p.groups = 2;
+    CHECK(fm_conv2d(x, w, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: groups 2 must be >= 1 and divide input channels 3");
+    p = fm_conv2d_default_params();
+    p.stride[1] = 0;
+    CHECK(fm_conv2d(x, w, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: stride (1, 0)");
+    p = fm_conv2d_default_params();
+    p.layout = FM_NHWC; /* x read as NHWC has 5 channels */
+    CHECK(fm_conv2d(x, w, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("(NHWC) has 5");
+    CHECK(fm_conv2d(NULL, w, NULL, &p) == NULL);
+    CHECK_ERR_CONTAINS("conv2d: input is NULL");
+    fm_tensor_release_n(9, x, w, x3, w2, w64, b5, wbig, xi, wi);
+    OP_END;
+}
+
+typedef struct conv_gc_ctx { fm_conv2d_params p; bool nhwc_in; } conv_gc_ctx;
+
+static fm_tensor *conv_gc_fn(fm_tensor **in, void *ctx) {
+    const conv_gc_ctx *c = ctx;
+    return fm_conv2d(in[0], in[1], in[2], &c->p);
+}
+
+static int conv2d_grad(void) {
+    OP_BEGIN;
+    for (int l = 0; l < 2; l++) {
+        fm_layout lay = l ? FM_NHWC : FM_NCHW;
+        /* non-contiguous x: a transposed view of [N, W, H, C] (NHWC) or [N, C, W, H] (NCHW) */
+        fm_tensor *xb = cv_randn(4, l ? (int64_t[]){2, 4, 5, 4} : (int64_t[]){2, 4, 4, 5}, FM_F64, 30);
+        fm_tensor *x = fm_transpose(xb, l ? 1 : 2, l ? 2 : 3);
+        fm_tensor *w = cv_randn(4, (int64_t[]){6, 2, 3, 3}, FM_F64, 31), *b = cv_randn(1, (int64_t[]){6}, FM_F64, 32);
+        fm_tensor_requires_grad_(x, true); /* a non-contiguous leaf */
+        fm_tensor_requires_grad_(w, true);
+        fm_tensor_requires_grad_(b, true);
+        conv_gc_ctx c = {cp_make(2, 1, 1, 1, 1, 2, 2), false};
+        c.p.layout = lay;
+        fm_tensor *in[3] = {x, w, b};
+        CHECK_MSG(gradcheck("conv2d groups/stride/dilation", conv_gc_fn, 3, in, &c, 1e-6, 1e-6), "layout %d", l);
+        /* 3x3 pad 1, no bias */
+        fm_tensor *w3 = cv_randn(4, (int64_t[]){3, 4, 3, 3}, FM_F64, 33);
+        fm_tensor_requires_grad_(w3, true);
+        c.p = cp_make(1, 1, 1, 1, 1, 1, 1);
+        c.p.layout = lay;
+        fm_tensor *in3[3] = {x, w3, NULL};
+        CHECK(gradcheck("conv2d 3x3 pad 1", conv_gc_fn, 3, in3, &c, 1e-6, 1e-6));
+        /* 1x1 groups 2 */
+        fm_tensor *w1 = cv_randn(4, (int64_t[]){4, 2, 1, 1}, FM_F64, 34), *b1 = cv_randn(1, (int64_t[]){4}, FM_F64, 35);
+        fm_tensor_requires_grad_(w1, true);
+        fm_tensor_requires_grad_(b1, true);
+        c.p = cp_make(1, 1, 0, 0, 1, 1, 2);
+        c.p.layout = lay;
+        fm_tensor *in1[3] = {x, w1, b1};
+        CHECK(gradcheck("conv2d 1x1", conv_gc_fn, 3, in1, &c, 1e-6, 1e-6));
+        /* only the weight needs a gradient (first layer): dx is not computed */
+        fm_tensor_requires_grad_(x, false);
+        c.p = cp_make(1, 1, 1, 1, 1, 1, 1);
+        c.p.layout = lay;
+        CHECK(gradcheck("conv2d weight only", conv_gc_fn, 3, in3, &c, 1e-6, 1e-6));
+        fm_tensor_release_n(7, xb, x, w, b, w3, w1, b1);
+    }
+    OP_END;
+}
+
+/* ------------------------------------------------------------------- pools */
+
+static void ref_pool(int is_max, const double *x, double *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                     const fm_pool2d_params *p, int64_t Ho, int64_t Wo) {
+    int sh = p->stride[0] ? p->stride[0] : p->kernel[0], sw = p->stride[1] ? p->stride[1] : p->kernel[1];
+    for (int64_t nc = 0; nc < N * C; nc++)
+        for (int64_t oh = 0; oh < Ho; oh++)
+            for (int64_t ow = 0; ow < Wo; ow++) {
+                double m = -INFINITY, s = 0;
+                int64_t cnt = 0;
+                for (int64_t i = 0; i < p->kernel[0]; i++)
+                    for (int64_t j = 0; j < p->kernel[1]; j++) {
+                        int64_t ih = oh * sh - p->padding[0] + i, iw = ow * sw - p->padding[1] + j;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        double v = x[(nc * H + ih) * W + iw];
+                        if (v > m) m = v;
+                        s += v;
+                        cnt++;
+                    }
+                if (p->count_include_pad) cnt = (int64_t)p->kernel[0] * p->kernel[1];
+                y[(nc * Ho + oh) * Wo + ow] = is_max ? m : s / (double)cnt;
+            }
+}
+
+static fm_pool2d_params pp_make(int k0, int k1, int s0, int s1, int p0, int p1, bool inc) {
+    fm_pool2d_params p;
+    memset(&p, 0, sizeof p);
+    p.kernel[0] = k0; p.kernel[1] = k1; p.stride[0] = s0; p.stride[1] = s1;
+    p.padding[0] = p0; p.padding[1] = p1; p.count_include_pad = inc; p.layout = FM_NCHW;
+    return p;
+}
+
+static void check_pool(int is_max, fm_tensor *x_nchw, fm_pool2d_params p, double tol, const char *what) {
+    int64_t N = x_nchw->shape[0], C = x_nchw->shape[1], H = x_nchw->shape[2], W = x_nchw->shape[3];
+    int sh = p.stride[0] ? p.stride[0] : p.kernel[0], sw = p.stride[1] ? p.stride[1] : p.kernel[1];
+    int64_t Ho = (H + 2 * p.padding[0] - p.kernel[0]) / sh + 1, Wo = (W + 2 * p.padding[1] - p.kernel[1]) / sw + 1;
+    fm_tensor *xin = p.layout == FM_NHWC ? to_nhwc(x_nchw) : fm_tensor_retain(x_nchw);
+    fm_tensor *y = is_max ? fm_max_pool2d(xin, &p) : fm_avg_pool2d(xin, &p);
+    CHECK_MSG(y != NULL, "%s %s: %s", is_max ? "max_pool2d" : "avg_pool2d", what, fm_last_error());
+    if (!y) { fm_tensor_release(xin); return; }
+    double *hx = cv_host(x_nchw), *ref = malloc(sizeof(double) * (size_t)(N * C * Ho * Wo));
+    ref_pool(is_max, hx, ref, N, C, H, W, &p, Ho, Wo);
+    fm_tensor *yv = p.layout == FM_NHWC ? nhwc_view_as_nchw(y) : fm_tensor_retain(y);
+    CHECK(yv->shape[0] == N && yv->shape[1] == C && yv->shape[2] == Ho && yv->shape[3] == Wo);
+    double e = cv_err(yv, ref);
+    CHECK_MSG(e <= tol, "%s %s %s %s: err %g", is_max ? "max_pool2d" : "avg_pool2d", fm_dtype_name(x_nchw->dtype),
+              p.layout == FM_NHWC ? "NHWC" : "NCHW", what, e);
+    free(hx); free(ref);
+    fm_tensor_release_n(3, xin, y, yv);
+}
+
+static int pool_forward(int is_max) {
+    OP_BEGIN;
+    const char *op = is_max ? "max_pool2d" : "avg_pool2d";
+    for (int d = 0; d < 2; d++) {
+        fm_dtype dt = d ? FM_F64 : FM_F32;
+        double tol = d ? 1e-13 : 1e-6;
+        for (int l = 0; l < 2; l++) {
+            fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 7, 8}, dt, 40);
+            fm_tensor *base = cv_randn(4, (int64_t[]){2, 3, 8, 7}, dt, 41), *xt = fm_transpose(base, 2, 3);
+            fm_pool2d_params ps[4] = {pp_make(2, 2, 0, 0, 0, 0, true), pp_make(3, 3, 2, 2, 1, 1, true),
+                                      pp_make(3, 2, 1, 2, 1, 1, false), pp_make(3, 3, 2, 1, 1, 0, false)};
+            const char *names[4] = {"2x2 default stride", "3x3 s2 p1 incl pad", "3x2 s(1,2) p1 excl pad",
+                                    "3x3 s(2,1) p(1,0)"};
+            for (int k = 0; k < 4; k++) {
+                ps[k].layout = l ? FM_NHWC : FM_NCHW;
+                check_pool(is_max, x, ps[k], tol, names[k]);
+                check_pool(is_max, xt, ps[k], tol, names[k]);
+            }
+            fm_tensor_release_n(3, x, base, xt);
+        }
+    }
+    if (is_max) { /* NaN propagates, as in PyTorch */
+        fm_tensor *x = fm_tensor_from_data((float[]){1, NAN, 3, 4}, 4, (int64_t[]){1, 1, 2, 2}, FM_F32);
+        fm_pool2d_params p = pp_make(2, 2, 0, 0, 0, 0, true);
+        fm_tensor *y = fm_max_pool2d(x, &p);
+        CHECK(y && isnan(fm_tensor_get(y, 0)));
+        fm_tensor_release_n(2, x, y);
+    }
+    /* bad input */
+    fm_tensor *x = cv_randn(4, (int64_t[]){1, 2, 4, 4}, FM_F32, 42), *x3 = cv_randn(3, (int64_t[]){2, 4, 4}, FM_F32, 43);
+    fm_pool2d_params p = pp_make(2, 2, 0, 0, 2, 0, true);
+    CHECK((is_max ? fm_max_pool2d(x, &p) : fm_avg_pool2d(x, &p)) == NULL);
+    CHECK_ERR_CONTAINS("padding (2, 0) must be at most half the kernel (2, 2)");
+    p = pp_make(5, 2, 0, 0, 0, 0, true);
+    CHECK((is_max ? fm_max_pool2d(x, &p) : fm_avg_pool2d(x, &p)) == NULL);
+    CHECK_ERR_CONTAINS("kernel (5, 2) is larger than the padded input 4x4 (input [1, 2, 4, 4])");
+    p = pp_make(2, 2, 0, 0, 0, 0, true);
+    CHECK((is_max ? fm_max_pool2d(x3, &p) : fm_avg_pool2d(x3, &p)) == NULL);
+    CHECK_ERR_CONTAINS("must be 4-D (NCHW), got [2, 4, 4]");
+    p = pp_make(0, 2, 0, 0, 0, 0, true);
+    CHECK((is_max ? fm_max_pool2d(x, &p) : fm_avg_pool2d(x, &p)) == NULL);
+    CHECK_ERR_CONTAINS(op);
+    fm_tensor_release_n(2, x, x3);
+    OP_END;
+}
+static int max_pool2d_forward(void) { return pool_forward(1); }
+static int avg_pool2d_forward(void) { return pool_forward(0); }
+
+typedef struct pool_gc_ctx { int is_max; fm_pool2d_params p; } pool_gc_ctx;
+static fm_tensor *pool_gc_fn(fm_tensor **in, void *ctx) {
+    const pool_gc_ctx *c = ctx;
+    return c->is_max ? fm_max_pool2d(in[0], &c->p) : fm_avg_pool2d(in[0], &c->p);
+}
+
+static int pool_grad(int is_max) {
+    OP_BEGIN;
+    for (int l = 0; l < 2; l++) {
+        fm_tensor *xb = cv_randn(4, (int64_t[]){2, 3, 6, 5}, FM_F64, 50), *x = fm_transpose(xb, 2, 3);
+        fm_tensor_requires_grad_(x, true);
+        pool_gc_ctx c = {is_max, pp_make(3, 2, 2, 1, 1, 1, l == 0)};
+        c.p.layout = l ? FM_NHWC : FM_NCHW;
+        fm_tensor *in[1] = {x};
+        CHECK_MSG(gradcheck(is_max ? "max_pool2d" : "avg_pool2d", pool_gc_fn, 1, in, &c, 1e-6, 1e-6), "layout %d", l);
+        c.p = pp_make(2, 2, 0, 0, 0, 0, true);
+        c.p.layout = l ? FM_NHWC : FM_NCHW;
+        CHECK(gradcheck(is_max ? "max_pool2d 2x2" : "avg_pool2d 2x2", pool_gc_fn, 1, in, &c, 1e-6, 1e-6));
+        fm_tensor_release_n(2, xb, x);
+    }
+    OP_END;
+}
+static int max_pool2d_grad(void) { return pool_grad(1); }
+static int avg_pool2d_grad(void) { return pool_grad(0); }
+
+/* -------------------------------------------------------------- batch norm */
+
+/* Reference over NCHW-ordered host data viewed as [outer, C, inner]. */
+static void ref_bn(const double *x, const double *w, const double *b, const double *rm, const double *rv, bool training,
+                   double eps, double *y, double *mean_out, double *var_out, int64_t outer, int64_t C, int64_t inner) {
+    for (int64_t c = 0; c < C; c++) {
+        double m = 0, v = 0, M = (double)(outer * inner);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) m += x[(o * C + c) * inner + i];
+        m /= M;
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) v += pow(x[(o * C + c) * inner + i] - m, 2);
+        v /= M;
+        mean_out[c] = m;
+        var_out[c] = v;
+        double um = training ? m : rm[c], uv = training ? v : rv[c];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t k = (o * C + c) * inner + i;
+                y[k] = (x[k] - um) / sqrt(uv + eps) * (w ? w[c] : 1.0) + (b ? b[c] : 0.0);
+            }
+    }
+}
+
+static int batch_norm_forward(void) {
+    OP_BEGIN;
+    for (int d = 0; d < 2; d++) {
+        fm_dtype dt = d ? FM_F64 : FM_F32;
+        double tol = d ? 1e-11 : 2e-5;
+        for (int l = 0; l < 2; l++) {
+            fm_layout lay = l ? FM_NHWC : FM_NCHW;
+            int64_t N = 4, C = 3, H = 5, W = 6;
+            fm_tensor *base = cv_randn(4, (int64_t[]){N, C, W, H}, dt, 60);
+            fm_tensor *xs = fm_mul_scalar(base, 2.0), *xo = fm_add_scalar(xs, 3.0);
+            fm_tensor *x = fm_transpose(xo, 2, 3); /* [N, C, H, W], non-contiguous, mean 3, std 2 */
+            fm_tensor *w = cv_randn(1, &C, dt, 61), *b = cv_randn(1, &C, dt, 62);
+            fm_tensor *rm = fm_tensor_full(1, &C, 0.5, dt, FM_CPU), *rv = fm_tensor_full(1, &C, 2.0, dt, FM_CPU);
+            double *hx = cv_host(x), *hw = cv_host(w), *hb = cv_host(b);
+            double ref[360], mean[3], var[3], rm0[3] = {0.5, 0.5, 0.5}, rv0[3] = {2, 2, 2};
+            fm_tensor *xin = l ? to_nhwc(x) : fm_tensor_retain(x);
+            /* training: batch stats, running stats updated with momentum 0.1 and unbiased variance */
+            fm_tensor *y = fm_batch_norm(xin, w, b, rm, rv, true, 0.1, 1e-5, lay);
+            CHECK_MSG(y != NULL, "batch_norm: %s", fm_last_error());
+            ref_bn(hx, hw, hb, NULL, NULL, true, 1e-5, ref, mean, var, N, C, H * W);
+            fm_tensor *yv = y ? (l ? nhwc_view_as_nchw(y) : fm_tensor_retain(y)) : NULL;
+            if (yv) CHECK_MSG(cv_err(yv, ref) <= tol, "batch_norm train %s layout %d: err %g", fm_dtype_name(dt), l, cv_err(yv, ref));
+            double M = (double)(N * H * W);
+            for (int c = 0; c < 3; c++) {
+                CHECK_NEAR(fm_tensor_get(rm, c), 0.9 * rm0[c] + 0.1 * mean[c], d ? 1e-12 : 1e-6);
+                CHECK_NEAR(fm_tensor_get(rv, c), 0.9 * rv0[c] + 0.1 * var[c] * M / (M - 1), d ? 1e-12 : 1e-6);
+            }
+            /* eval: running stats */
+            double rmv[3], rvv[3];
+            for (int c = 0; c < 3; c++) { rmv[c] = fm_tensor_get(rm, c); rvv[c] = fm_tensor_get(rv, c); }
+            fm_tensor *ye = fm_batch_norm(xin, w, b, rm, rv, false, 0.1, 1e-3, lay);
+            CHECK(ye != NULL);
+            ref_bn(hx, hw, hb, rmv, rvv, false, 1e-3, ref, mean, var, N, C, H * W);
+            fm_tensor *yev = ye ? (l ? nhwc_view_as_nchw(ye) : fm_tensor_retain(ye)) : NULL;
+            if (yev) CHECK_MSG(cv_err(yev, ref) <= tol, "batch_norm eval %s layout %d", fm_dtype_name(dt), l);
+            for (int c = 0; c < 3; c++) CHECK(fm_tensor_get(rm, c) == rmv[c]); /* eval leaves them alone */
+            /* no affine params, no running stats */
+            fm_tensor *yn = fm_batch_norm(xin, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, lay);
+            ref_bn(hx, NULL, NULL, NULL, NULL, true, 1e-5, ref, mean, var, N, C, H * W);
+            fm_tensor *ynv = yn ? (l ? nhwc_view_as_nchw(yn) : fm_tensor_retain(yn)) : NULL;
+            CHECK(ynv && cv_err(ynv, ref) <= tol);
+            free(hx); free(hw); free(hb);
+            fm_tensor_release_n(16, base, xs, xo, x, w, b, rm, rv, xin, y, yv, ye, yev, yn, ynv, NULL);
+        }
+        /* [N, C] input (BatchNorm1d); channels-last over many rows (several 256-row blocks) */
+        fm_tensor *x2 = cv_randn(2, (int64_t[]){700, 5}, dt, 63);
+        fm_tensor *y2 = fm_batch_norm(x2, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW);
+        fm_tensor *y2h = fm_batch_norm(x2, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NHWC);
+        double *hx = cv_host(x2), *ref = malloc(sizeof(double) * 3500), mean[5], var[5];
+        ref_bn(hx, NULL, NULL, NULL, NULL, true, 1e-5, ref, mean, var, 700, 5, 1);
+        CHECK(y2 && cv_err(y2, ref) <= tol);
+        CHECK(y2h && cv_err(y2h, ref) <= tol);
+        free(hx); free(ref);
+        fm_tensor_release_n(3, x2, y2, y2h);
+    }
+    /* bad input */
+    fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 2, 2}, FM_F32, 64), *w4 = cv_randn(1, (int64_t[]){4}, FM_F32, 65);
+    fm_tensor *x1 = cv_randn(2, (int64_t[]){1, 3}, FM_F32, 66), *r64 = fm_tensor_zeros(1, (int64_t[]){3}, FM_F64, FM_CPU);
+    CHECK(fm_batch_norm(x, w4, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
+    CHECK_ERR_CONTAINS("batch_norm: weight shape [4] does not match the 3 channels of input [2, 3, 2, 2]");
+    CHECK(fm_batch_norm(x1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
+    CHECK_ERR_CONTAINS("expected more than 1 value per channel when training, got input [1, 3]");
+    CHECK(fm_batch_norm(x, NULL, NULL, NULL, NULL, false, 0.1, 1e-5, FM_NCHW) == NULL);
+    CHECK_ERR_CONTAINS("eval mode needs running_mean and running_var");
+    CHECK(fm_batch_norm(x, NULL, NULL, r64, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
+    CHECK_ERR_CONTAINS("running_mean dtype f64 does not match input dtype f32");
+    CHECK(fm_batch_norm(w4, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
+    CHECK_ERR_CONTAINS("at least 2 dims");
+    fm_tensor_release_n(4, x, w4, x1, r64);
+    OP_END;
+}
+
+typedef struct bn_gc_ctx { bool training; fm_layout layout; fm_tensor *rm, *rv; } bn_gc_ctx;
+static fm_tensor *bn_gc_fn(fm_tensor **in, void *ctx) {
+    const bn_gc_ctx *c = ctx;
+    return fm_batch_norm(in[0], in[1], in[2], c->rm, c->rv, c->training, 0.1, 1e-5, c->layout);
+}
+
+static int batch_norm_grad(void) {
+    OP_BEGIN;
+    for (int l = 0; l < 2; l++) {
+        /* non-contiguous x with 4 channels: [3, 4, 4, 3] (NCHW) or [3, 4, 3, 4] (NHWC) */
+        fm_tensor *xb = cv_randn(4, l ? (int64_t[]){3, 3, 4, 4} : (int64_t[]){3, 4, 3, 4}, FM_F64, 70);
+        fm_tensor *x = l ? fm_transpose(xb, 1, 2) : fm_transpose(xb, 2, 3);
+        fm_tensor *w = cv_randn(1, (int64_t[]){4}, FM_F64, 71), *b = cv_randn(1, (int64_t[]){4}, FM_F64, 72);
+        fm_tensor *rm = cv_randn(1, (int64_t[]){4}, FM_F64, 73), *rv = fm_tensor_full(1, (int64_t[]){4}, 1.5, FM_F64, FM_CPU);
+        fm_tensor_requires_grad_(x, true);
+        fm_tensor_requires_grad_(w, true);
+        fm_tensor_requires_grad_(b, true);
+        bn_gc_ctx c = {true, l ? FM_NHWC : FM_NCHW, NULL, NULL};
+        fm_tensor *in[3] = {x, w, b};
+        CHECK_MSG(gradcheck("batch_norm train", bn_gc_fn, 3, in, &c, 1e-6, 1e-6), "layout %d", l);
+        fm_tensor *in2[3] = {x, NULL, b};
+        CHECK(gradcheck("batch_norm train no weight", bn_gc_fn, 3, in2, &c, 1e-6, 1e-6));
+        c.training = false;
+        c.rm = rm;
+        c.rv = rv;
+        CHECK(gradcheck("batch_norm eval", bn_gc_fn, 3, in, &c, 1e-6, 1e-6));
+        fm_tensor_release_n(6, xb, x, w, b, rm, rv);
+    }
+    OP_END;
+}
+
+OP_TEST("conv2d", conv2d_forward, conv2d_grad)
+OP_TEST("max_pool2d", max_pool2d_forward, max_pool2d_grad)
+OP_TEST("avg_pool2d", avg_pool2d_forward, avg_pool2d_grad)
+OP_TEST("batch_norm", batch_norm_forward, batch_norm_grad)

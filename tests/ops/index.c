@@ -1,0 +1,379 @@
+/* Tests of cat (with stack and split), gather, index_select and one_hot: values
+ * against references computed here, several dtypes and non-contiguous inputs,
+ * gradient checks in f64 (repeated indices accumulate), and bad input: shape
+ * mismatches, bad axes, wrong index dtypes, indices out of range. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+#include "op_test.h"
+#include "gradcheck.h"
+
+#include "fathom/autograd.h"
+#include "fathom/ops.h"
+#include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
+
+static fm_tensor *ix_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    return fm_tensor_randn(nd, shape, dt, &r);
+}
+
+/* Logical (row-major) element of a view at a multi-index. */
+static double at(const fm_tensor *t, const int64_t *ix) {
+    int64_t flat = 0;
+    for (int d = 0; d < t->ndim; d++) flat = flat * t->shape[d] + ix[d];
+    return fm_tensor_get(t, flat);
+}
+
+static void unravel(int64_t flat, int nd, const int64_t *shape, int64_t *ix) {
+    for (int d = nd - 1; d >= 0; d--) { ix[d] = shape[d] ? flat % shape[d] : 0; flat = shape[d] ? flat / shape[d] : 0; }
+}
+
+/* ------------------------------------------------------------------- cat */
+
+/* y must equal the inputs laid side by side along `ax`. */
+static void check_cat(fm_tensor *y, int n, fm_tensor *const *ts, int ax, const char *what) {
+    CHECK_MSG(y != NULL, "cat %s: %s", what, fm_last_error());
+    if (!y) return;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += ts[i]->shape[ax];
+    CHECK(y->shape[ax] == total && y->dtype == ts[0]->dtype);
+    int bad = 0;
+    int64_t ix[FM_MAX_DIMS];
+    for (int64_t e = 0; e < fm_tensor_numel(y); e++) {
+        unravel(e, y->ndim, y->shape, ix);
+        int64_t a = ix[ax];
+        int i = 0;
+        while (a >= ts[i]->shape[ax]) a -= ts[i++]->shape[ax];
+        ix[ax] = a;
+        if (fm_tensor_get(y, e) != at(ts[i], ix)) bad++;
+    }
+    CHECK_MSG(bad == 0, "cat %s: %d wrong elements", what, bad);
+}
+
+static int cat_forward(void) {
+    OP_BEGIN;
+    fm_dtype dts[5] = {FM_F32, FM_F64, FM_I64, FM_BOOL, FM_F16};
+    for (int k = 0; k < 5; k++) {
+        fm_tensor *a64 = ix_randn(3, (int64_t[]){2, 3, 4}, FM_F64, 1), *b64 = ix_randn(3, (int64_t[]){2, 5, 4}, FM_F64, 2);
+        fm_tensor *c64 = ix_randn(3, (int64_t[]){2, 4, 1}, FM_F64, 3); /* transposed below to [2, 1, 4] */
+        fm_tensor *as = fm_mul_scalar(a64, 3), *bs = fm_mul_scalar(b64, 3), *cs = fm_mul_scalar(c64, 3);
+        fm_tensor *a = fm_to_dtype(as, dts[k]), *b = fm_to_dtype(bs, dts[k]), *cb = fm_to_dtype(cs, dts[k]);
+        fm_tensor *c = fm_transpose(cb, 1, 2);
+        fm_tensor *ts[3] = {a, b, c};
+        fm_tensor *y = fm_cat(3, ts, 1);
+        check_cat(y, 3, ts, 1, fm_dtype_name(dts[k]));
+        fm_tensor *y2 = fm_cat(3, ts, -2); /* negative axis */
+        check_cat(y2, 3, ts, 1, "axis -2");
+        /* non-contiguous along the last axis, and a strided slice */
+        fm_tensor *at2 = fm_transpose(a, 0, 2), *bt = fm_transpose(b, 0, 2); /* [4, 3, 2], [4, 5, 2] */
+        fm_tensor *ts2[2] = {at2, bt};
+        fm_tensor *y3 = fm_cat(2, ts2, 1), *y4 = fm_cat(2, (fm_tensor *[]){bt, bt}, 2);
+        check_cat(y3, 2, ts2, 1, "transposed");
+        check_cat(y4, 2, (fm_tensor *[]){bt, bt}, 2, "transposed, last axis");
+        fm_tensor *sl = fm_slice(b, 1, 0, 5, 2); /* [2, 3, 4] every other row */
+        fm_tensor *y5 = fm_cat(2, (fm_tensor *[]){sl, a}, 0);
+        check_cat(y5, 2, (fm_tensor *[]){sl, a}, 0, "slice, axis 0");
+        /* an empty piece */
+        fm_tensor *e = fm_narrow(b, 1, 0, 0);
+        fm_tensor *y6 = fm_cat(3, (fm_tensor *[]){e, a, e}, 1);
+        check_cat(y6, 3, (fm_tensor *[]){e, a, e}, 1, "empty piece");
+        fm_tensor_release_n(20, a64, b64, c64, as, bs, cs, a, b, cb, c, y, y2, at2, bt, y3, y4, sl, y5, e, y6);
+    }
+    /* many inputs (also checked with autograd in cat_grad) */
+    fm_tensor *ps[40];
+    for (int i = 0; i < 40; i++) ps[i] = fm_tensor_full(2, (int64_t[]){1, 3}, i, FM_F32, FM_CPU);
+    fm_tensor *y = fm_cat(40, ps, 0);
+    check_cat(y, 40, ps, 0, "40 inputs");
+    fm_tensor_release(y);
+    /* stack = unsqueeze + cat */
+    fm_tensor *sa = ix_randn(2, (int64_t[]){2, 3}, FM_F32, 4), *sb = ix_randn(2, (int64_t[]){2, 3}, FM_F32, 5);
+    fm_tensor *st = fm_stack(2, (fm_tensor *[]){sa, sb}, 1), *st2 = fm_stack(2, (fm_tensor *[]){sa, sb}, -1);
+    CHECK(st && st->ndim == 3 && st->shape[0] == 2 && st->shape[1] == 2 && st->shape[2] == 3);
+    CHECK(st2 && st2->shape[0] == 2 && st2->shape[1] == 3 && st2->shape[2] == 2);
+    if (st && st2)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++) {
+                CHECK(at(st, (int64_t[]){i, 0, j}) == at(sa, (int64_t[]){i, j}));
+                CHECK(at(st, (int64_t[]){i, 1, j}) == at(sb, (int64_t[]){i, j}));
+                CHECK(at(st2, (int64_t[]){i, j, 1}) == at(sb, (int64_t[]){i, j}));
+            }
+    /* split = narrow views */
+    fm_tensor *parts[3] = {0};
+    fm_tensor *big = ix_randn(2, (int64_t[]){6, 4}, FM_F32, 6);
+    CHECK(fm_split(big, 0, 3, (int64_t[]){1, 2, 3}, parts) == FM_OK);
+    CHECK(parts[0] && parts[1] && parts[2] && parts[2]->shape[0] == 3 && parts[1]->shape[1] == 4);
+    if (parts[2]) CHECK(at(parts[2], (int64_t[]){0, 1}) == at(big, (int64_t[]){3, 1}));
+    if (parts[1]) CHECK(parts[1]->storage == big->storage); /* a view, no copy */
+    fm_tensor_release_n(3, parts[0], parts[1], parts[2]);
+    /* bad input */
+    fm_tensor *b64 = ix_randn(2, (int64_t[]){2, 3}, FM_F64, 7), *c4 = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 8);
+    CHECK(fm_cat(2, (fm_tensor *[]){sa, c4}, 1) == NULL);
+    CHECK_ERR_CONTAINS("cat: tensor 1 has shape [3, 4] but tensor 0 has [2, 3]");
+    CHECK(fm_cat(2, (fm_tensor *[]){sa, b64}, 0) == NULL);
+    CHECK_ERR_CONTAINS("cat: tensor 1 has dtype f64 but tensor 0 has f32");
+    CHECK(fm_cat(2, (fm_tensor *[]){sa, sb}, 2) == NULL);
+    CHECK_ERR_CONTAINS("cat");
+    CHECK(fm_cat(0, ps, 0) == NULL);
+    CHECK_ERR_CONTAINS("cat: needs at least one tensor");
+    CHECK(fm_stack(2, (fm_tensor *[]){sa, c4}, 0) == NULL);
+    CHECK_ERR_CONTAINS("stack: tensor 1 has shape [3, 4] but tensor 0 has [2, 3]");
+    CHECK(fm_stack(2, (fm_tensor *[]){sa, sb}, 3) == NULL);
+    CHECK_ERR_CONTAINS("stack");
+    CHECK(fm_split(big, 0, 2, (int64_t[]){2, 3}, parts) != FM_OK);
+    CHECK_ERR_CONTAINS("split: sizes sum to 5 but axis 0 of [6, 4] has size 6");
+    CHECK(parts[0] == NULL && parts[1] == NULL);
+    CHECK(fm_split(big, 5, 1, (int64_t[]){6}, parts) != FM_OK);
+    CHECK_ERR_CONTAINS("split");
+    for (int i = 0; i < 40; i++) fm_tensor_release(ps[i]);
+    fm_tensor_release_n(7, sa, sb, st, st2, big, b64, c4);
+    OP_END;
+}
+
+typedef struct cat_gc { int mode; } cat_gc; /* 0 cat, 1 stack, 2 split (pieces re-ordered) */
+static fm_tensor *cat_gc_fn(fm_tensor **in, void *ctx) {
+    const cat_gc *c = ctx;
+    if (c->mode == 0) return fm_cat(3, in, 1);
+    if (c->mode == 1) return fm_stack(2, (fm_tensor *[]){in[0], in[1]}, 0);
+    fm_tensor *p[3] = {0};
+    if (fm_split(in[0], 1, 3, (int64_t[]){1, 2, 1}, p) != FM_OK) return NULL;
+    fm_tensor *sq = fm_mul(p[1], p[1]); /* something non-linear per piece */
+    fm_tensor *r = fm_cat(3, (fm_tensor *[]){p[2], sq, p[0]}, 1);
+    fm_tensor_release_n(4, p[0], p[1], p[2], sq);
+    return r;
+}
+
+static int cat_grad(void) {
+    OP_BEGIN;
+    fm_tensor *a = ix_randn(2, (int64_t[]){3, 2}, FM_F64, 10), *b = ix_randn(2, (int64_t[]){3, 4}, FM_F64, 11);
+    fm_tensor *cb = ix_randn(2, (int64_t[]){1, 3}, FM_F64, 12), *c = fm_transpose(cb, 0, 1); /* [3, 1] */
+    fm_tensor_requires_grad_(a, true);
+    fm_tensor_requires_grad_(b, true);
+    fm_tensor_requires_grad_(c, true);
+    cat_gc m0 = {0}, m1 = {1}, m2 = {2};
+    fm_tensor *in[3] = {a, b, c};
+    CHECK(gradcheck("cat", cat_gc_fn, 3, in, &m0, 1e-6, 1e-6));
+    fm_tensor *in2[3] = {b, b, NULL};
+    CHECK(gradcheck("stack (same tensor twice)", cat_gc_fn, 2, in2, &m1, 1e-6, 1e-6));
+    fm_tensor *in3[1] = {b};
+    CHECK(gradcheck("split", cat_gc_fn, 1, in3, &m2, 1e-6, 1e-6));
+    /* more inputs than one node holds: grouped, gradients still reach every input */
+    fm_tensor *ps[30];
+    for (int i = 0; i < 30; i++) {
+        ps[i] = fm_tensor_full(1, (int64_t[]){2}, i, FM_F64, FM_CPU);
+        fm_tensor_requires_grad_(ps[i], true);
+    }
+    fm_tensor *y = fm_cat(30, ps, 0), *w = fm_tensor_arange(0, 60, 1, FM_F64);
+    fm_tensor *yw = fm_mul(y, w), *s = fm_sum(yw, 0, NULL, false);
+    CHECK(s && fm_backward(s, NULL, false) == FM_OK);
+    for (int i = 0; i < 30; i++) {
+        CHECK(ps[i]->grad != NULL);
+        if (ps[i]->grad) CHECK(fm_tensor_get(ps[i]->grad, 0) == 2 * i && fm_tensor_get(ps[i]->grad, 1) == 2 * i + 1);
+        fm_tensor_release(ps[i]);
+    }
+    fm_tensor_release_n(8, a, b, cb, c, y, w, yw, s);
+    OP_END;
+}
+
+/* ---------------------------------------------------------------- gather */
+
+static void check_gather(fm_tensor *t, int ax, fm_tensor *idx, const char *what) {
+    fm_tensor *y = fm_gather(t, ax, idx);
+    CHECK_MSG(y != NULL, "gather %s: %s", what, fm_last_error());
+    if (!y) return;
+    CHECK(y->ndim == idx->ndim && y->dtype == t->dtype);
+    int bad = 0;
+    int64_t ix[FM_MAX_DIMS];
+    for (int64_t e = 0; e < fm_tensor_numel(idx); e++) {
+        unravel(e, idx->ndim, idx->shape, ix);
+        double v = fm_tensor_get(y, e);
+        ix[ax < 0 ? ax + idx->ndim : ax] = (int64_t)fm_tensor_get(idx, e);
+        if (v != at(t, ix)) bad++;
+    }
+    CHECK_MSG(bad == 0, "gather %s: %d wrong elements", what, bad);
+    fm_tensor_release(y);
+}
+
+static int gather_forward(void) {
+    OP_BEGIN;
+    fm_dtype dts[3] = {FM_F32, FM_F64, FM_I32};
+    for (int k = 0; k < 3; k++) {
+        fm_tensor *t64 = ix_randn(3, (int64_t[]){3, 4, 5}, FM_F64, 20), *ts = fm_mul_scalar(t64, 10);
+        fm_tensor *t = fm_to_dtype(ts, dts[k]);
+        /* index smaller than t in the other dims, values with repeats */
+        int64_t iv[2 * 6 * 3];
+        for (int i = 0; i < 36; i++) iv[i] = (i * 7) % 4;
+        fm_tensor *idx = fm_tensor_from_data(iv, 3, (int64_t[]){2, 6, 3}, FM_I64);
+        check_gather(t, 1, idx, "axis 1, index [2,6,3]");
+        int32_t iv32[3 * 2 * 2];
+        for (int i = 0; i < 12; i++) iv32[i] = (i * 3) % 5;
+        fm_tensor *idx32 = fm_tensor_from_data(iv32, 3, (int64_t[]){3, 2, 2}, FM_I32);
+        check_gather(t, -1, idx32, "axis -1, i32 index");
+        fm_tensor *idx0 = fm_tensor_from_data((int64_t[]){2, 0, 1, 1}, 3, (int64_t[]){4, 1, 1}, FM_I64);
+        check_gather(t, 0, idx0, "axis 0");
+        /* non-contiguous input and index */
+        fm_tensor *tt = fm_transpose(t, 0, 2); /* [5, 4, 3] */
+        fm_tensor *it = fm_transpose(idx, 0, 2); /* [3, 6, 2] */
+        check_gather(tt, 1, it, "transposed");
+        fm_tensor_release_n(8, t64, ts, t, idx, idx32, idx0, tt, it);
+    }
+    /* bad input */
+    fm_tensor *t = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 21);
+    fm_tensor *ibad = fm_tensor_from_data((int64_t[]){0, 7, 1}, 2, (int64_t[]){1, 3}, FM_I64);
+    fm_tensor *ineg = fm_tensor_from_data((int32_t[]){0, -1}, 2, (int64_t[]){1, 2}, FM_I32);
+    fm_tensor *ifl = fm_tensor_zeros(2, (int64_t[]){1, 2}, FM_F32, FM_CPU);
+    fm_tensor *i1d = fm_tensor_from_data((int64_t[]){0, 1}, 1, (int64_t[]){2}, FM_I64);
+    fm_tensor *ibig = fm_tensor_zeros(2, (int64_t[]){4, 2}, FM_I64, FM_CPU);
+    CHECK(fm_gather(t, 1, ibad) == NULL);
+    CHECK_ERR_CONTAINS("gather: index 7 is out of range for axis 1 with size 4");
+    CHECK(fm_last_status() == FM_ERR_INVALID);
+    CHECK(fm_gather(t, 1, ineg) == NULL);
+    CHECK_ERR_CONTAINS("gather: index -1 is out of range for axis 1 with size 4");
+    CHECK(fm_gather(t, 1, ifl) == NULL);
+    CHECK_ERR_CONTAINS("gather: index must be i64 or i32, got f32");
+    CHECK(fm_gather(t, 1, i1d) == NULL);
+    CHECK_ERR_CONTAINS("gather: index shape [2] does not fit input [3, 4]");
+    CHECK(fm_gather(t, 1, ibig) == NULL);
+    CHECK_ERR_CONTAINS("gather: index shape [4, 2] does not fit input [3, 4]");
+    CHECK(fm_gather(t, 2, ibad) == NULL);
+    CHECK_ERR_CONTAINS("gather");
+    fm_tensor_release_n(6, t, ibad, ineg, ifl, i1d, ibig);
+    OP_END;
+}
+
+typedef struct ix_gc { int ax; fm_tensor *idx; int sel; } ix_gc;
+static fm_tensor *ix_gc_fn(fm_tensor **in, void *ctx) {
+    const ix_gc *c = ctx;
+    return c->sel ? fm_index_select(in[0], c->ax, c->idx) : fm_gather(in[0], c->ax, c->idx);
+}
+
+static int gather_grad(void) {
+    OP_BEGIN;
+    fm_tensor *tb = ix_randn(3, (int64_t[]){4, 3, 5}, FM_F64, 30), *t = fm_transpose(tb, 0, 2); /* [5, 3, 4] */
+    fm_tensor_requires_grad_(t, true);
+    int64_t iv[4 * 3 * 3];
+    for (int i = 0; i < 36; i++) iv[i] = (i * 3) % 5; /* repeats along axis 0: gradients accumulate */
+    fm_tensor *idx = fm_tensor_from_data(iv, 3, (int64_t[]){4, 3, 3}, FM_I64);
+    ix_gc c = {0, idx, 0};
+    fm_tensor *in[1] = {t};
+    CHECK(gradcheck("gather axis 0", ix_gc_fn, 1, in, &c, 1e-6, 1e-6));
+    fm_tensor *idx2 = fm_tensor_from_data((int32_t[]){3, 3, 0, 1, 3, 2}, 3, (int64_t[]){1, 2, 3}, FM_I32);
+    ix_gc c2 = {2, idx2, 0};
+    CHECK(gradcheck("gather axis 2", ix_gc_fn, 1, in, &c2, 1e-6, 1e-6));
+    fm_tensor_release_n(4, tb, t, idx, idx2);
+    OP_END;
+}
+
+/* ---------------------------------------------------------- index_select */
+
+static int index_select_forward(void) {
+    OP_BEGIN;
+    fm_dtype dts[3] = {FM_F32, FM_F64, FM_I64};
+    for (int k = 0; k < 3; k++) {
+        fm_tensor *t64 = ix_randn(3, (int64_t[]){4, 5, 3}, FM_F64, 40), *ts = fm_mul_scalar(t64, 10);
+        fm_tensor *t = fm_to_dtype(ts, dts[k]), *tt = fm_transpose(t, 0, 1); /* [5, 4, 3] */
+        fm_tensor *idx = fm_tensor_from_data((int64_t[]){4, 0, 4, 2, 1, 1, 3}, 1, (int64_t[]){7}, FM_I64);
+        fm_tensor *idx32 = fm_tensor_from_data((int32_t[]){2, 0}, 1, (int64_t[]){2}, FM_I32);
+        for (int ax = 0; ax < 3; ax++) {
+            fm_tensor *src = ax == 0 ? tt : t; /* size >= 5 along the axis for idx; t axis 1 has 5 */
+            fm_tensor *ii = ax == 2 ? idx32 : idx;
+            int use_ax = ax == 0 ? 0 : ax == 1 ? 1 : 2;
+            fm_tensor *y = fm_index_select(src, use_ax, ii);
+            CHECK_MSG(y != NULL, "index_select axis %d: %s", ax, fm_last_error());
+            if (!y) continue;
+            CHECK(y->shape[use_ax] == fm_tensor_numel(ii));
+            int bad = 0;
+            int64_t ix[FM_MAX_DIMS];
+            for (int64_t e = 0; e < fm_tensor_numel(y); e++) {
+                unravel(e, y->ndim, y->shape, ix);
+                ix[use_ax] = (int64_t)fm_tensor_get(ii, ix[use_ax]);
+                if (fm_tensor_get(y, e) != at(src, ix)) bad++;
+            }
+            CHECK_MSG(bad == 0, "index_select %s axis %d: %d wrong", fm_dtype_name(dts[k]), use_ax, bad);
+            fm_tensor_release(y);
+        }
+        fm_tensor *y = fm_index_select(t, -2, idx);
+        CHECK(y && y->shape[1] == 7);
+        fm_tensor_release_n(7, t64, ts, t, tt, idx, idx32, y);
+    }
+    /* bad input */
+    fm_tensor *t = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 41);
+    fm_tensor *ibad = fm_tensor_from_data((int64_t[]){0, 3}, 1, (int64_t[]){2}, FM_I64);
+    fm_tensor *i2d = fm_tensor_zeros(2, (int64_t[]){1, 2}, FM_I64, FM_CPU);
+    fm_tensor *ifl = fm_tensor_zeros(1, (int64_t[]){2}, FM_F64, FM_CPU);
+    CHECK(fm_index_select(t, 0, ibad) == NULL);
+    CHECK_ERR_CONTAINS("index_select: index 3 is out of range for axis 0 with size 3");
+    CHECK(fm_index_select(t, 0, i2d) == NULL);
+    CHECK_ERR_CONTAINS("index_select: index must be 1-D, got [1, 2]");
+    CHECK(fm_index_select(t, 0, ifl) == NULL);
+    CHECK_ERR_CONTAINS("index_select: index must be i64 or i32, got f64");
+    CHECK(fm_index_select(t, -3, ibad) == NULL);
+    CHECK_ERR_CONTAINS("index_select");
+    fm_tensor_release_n(4, t, ibad, i2d, ifl);
+    OP_END;
+}
+
+static int index_select_grad(void) {
+    OP_BEGIN;
+    fm_tensor *tb = ix_randn(3, (int64_t[]){3, 4, 2}, FM_F64, 50), *t = fm_transpose(tb, 0, 1); /* [4, 3, 2] */
+    fm_tensor_requires_grad_(t, true);
+    fm_tensor *idx = fm_tensor_from_data((int64_t[]){1, 1, 3, 0, 1}, 1, (int64_t[]){5}, FM_I64);
+    fm_tensor *in[1] = {t};
+    for (int ax = 0; ax < 3; ax++) {
+        fm_tensor *ii = ax == 0 ? idx : fm_tensor_from_data((int64_t[]){1, 0, 1}, 1, (int64_t[]){3}, FM_I64);
+        ix_gc c = {ax, ii, 1};
+        CHECK_MSG(gradcheck("index_select", ix_gc_fn, 1, in, &c, 1e-6, 1e-6), "axis %d", ax);
+        if (ii != idx) fm_tensor_release(ii);
+    }
+    /* a wide row: index_add splits columns into blocks */
+    fm_tensor *wide = ix_randn(2, (int64_t[]){3, 700}, FM_F32, 51);
+    fm_tensor_requires_grad_(wide, true);
+    fm_tensor *iw = fm_tensor_from_data((int64_t[]){2, 2, 0}, 1, (int64_t[]){3}, FM_I64);
+    fm_tensor *y = fm_index_select(wide, 0, iw);
+    fm_tensor *s = y ? fm_sum(y, 0, NULL, false) : NULL;
+    CHECK(s && fm_backward(s, NULL, false) == FM_OK);
+    if (wide->grad) CHECK(fm_tensor_get(wide->grad, 2 * 700 + 699) == 2 && fm_tensor_get(wide->grad, 5) == 1 &&
+                          fm_tensor_get(wide->grad, 700 + 3) == 0);
+    fm_tensor_release_n(7, tb, t, idx, wide, iw, y, s);
+    OP_END;
+}
+
+/* ---------------------------------------------------------------- one_hot */
+
+static int one_hot_forward(void) {
+    OP_BEGIN;
+    fm_tensor *i64 = fm_tensor_from_data((int64_t[]){0, 2, 1, 2, 0, 3}, 2, (int64_t[]){2, 3}, FM_I64);
+    fm_tensor *y = fm_one_hot(i64, 4);
+    CHECK(y && y->dtype == FM_F32 && y->ndim == 3 && y->shape[2] == 4);
+    if (y) {
+        int64_t v[6] = {0, 2, 1, 2, 0, 3};
+        int bad = 0;
+        for (int i = 0; i < 6; i++)
+            for (int k = 0; k < 4; k++)
+                if (fm_tensor_get(y, i * 4 + k) != (k == v[i] ? 1.0 : 0.0)) bad++;
+        CHECK(bad == 0);
+    }
+    fm_tensor *it = fm_transpose(i64, 0, 1), *i32 = fm_tensor_from_data((int32_t[]){1, 0}, 1, (int64_t[]){2}, FM_I32);
+    fm_tensor *yt = fm_one_hot(it, 4), *y32 = fm_one_hot(i32, 2);
+    CHECK(yt && fm_tensor_get(yt, (0 * 2 + 1) * 4 + 2) == 1.0); /* it[0][1] = i64[1][0] = 2 */
+    CHECK(y32 && fm_tensor_get(y32, 1) == 1.0 && fm_tensor_get(y32, 2) == 1.0 && fm_tensor_get(y32, 0) == 0.0);
+    /* bad input */
+    CHECK(fm_one_hot(i64, 3) == NULL);
+    CHECK_ERR_CONTAINS("one_hot: index 3 is out of range for num_classes 3");
+    CHECK(fm_one_hot(i64, 0) == NULL);
+    CHECK_ERR_CONTAINS("one_hot: num_classes must be >= 1, got 0");
+    fm_tensor *fl = fm_tensor_zeros(1, (int64_t[]){2}, FM_F32, FM_CPU);
+    CHECK(fm_one_hot(fl, 3) == NULL);
+    CHECK_ERR_CONTAINS("one_hot: index must be an integer tensor");
+    fm_tensor *neg = fm_tensor_from_data((int64_t[]){-1}, 1, (int64_t[]){1}, FM_I64);
+    CHECK(fm_one_hot(neg, 3) == NULL);
+    CHECK_ERR_CONTAINS("one_hot: index -1 is out of range");
+    fm_tensor_release_n(8, i64, y, it, i32, yt, y32, fl, neg);
+    OP_END;
+}
+
+OP_TEST("cat", cat_forward, cat_grad)
+OP_TEST("gather", gather_forward, gather_grad)
+OP_TEST("index_select", index_select_forward, index_select_grad)
+OP_TEST("one_hot", one_hot_forward, NULL)
