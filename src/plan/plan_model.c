@@ -229,9 +229,13 @@ static void estimate_dims(fm_plan_model *m, double n) {
     double L = round(cbrt(n / (12.0 * 128.0 * 128.0)));
     if (L < 1) L = 1;
     double h = (-2 * V + sqrt(4 * V * V + 48 * L * n)) / (24 * L);
-    double unit = h >= 1024 ? 128 : 64;
-    h = round(h / unit) * unit;
-    if (h < 64) h = 64;
+    /* Head width 128 (64 for narrow models), and a head count that is a
+     * multiple of 8 once there are 16 or more, so that the usual
+     * tensor-parallel degrees divide it as they do in real models. */
+    double unit = h >= 1024 ? 128 : 64, heads = round(h / unit);
+    if (heads >= 16) heads = round(heads / 8) * 8;
+    if (heads < 1) heads = 1;
+    h = heads * unit;
     m->arch = FM_PLAN_ARCH_LLAMA;
     m->layers = (int64_t)L;
     m->hidden = (int64_t)h;
@@ -255,7 +259,7 @@ fm_status fm_plan_model_from_params(double params, fm_plan_model *out) {
     if (!(params >= 1) || params > PLAN_MAX_PARAMS)
         return fm_set_error(FM_ERR_INVALID, "parameter count %g is out of range (1..1e15)", params);
     estimate_dims(out, params);
-    snprintf(out->name, sizeof out->name, "%.4g B parameters", params / 1e9);
+    snprintf(out->name, sizeof out->name, "model of %.4g B parameters (shape estimated)", params / 1e9);
     return FM_OK;
 }
 

@@ -126,7 +126,10 @@ static void reason(plan_sb *sb, const fm_plan_result *r, const fm_plan_row *row)
         fmt_time(row->run_s, c, sizeof c);
         plan_sb_printf(sb, r->job.requests_per_second > 0 ? ", %s per hour of serving" : ", %s for the run (%s)", b, c);
     }
-    if (row->cost_per_mtok[pr] >= 0) plan_sb_printf(sb, ", $%.2f per 1M tokens", row->cost_per_mtok[pr]);
+    if (row->cost_per_mtok[pr] >= 0)
+        plan_sb_printf(sb, ", $%.2f per 1M %s", row->cost_per_mtok[pr],
+                       r->model.arch == FM_PLAN_ARCH_CNN ? "images"
+                       : r->job.task == FM_PLAN_INFERENCE && r->model.arch == FM_PLAN_ARCH_BERT ? "sequences" : "tokens");
     fmt_rate(row->tokens_per_s, a, sizeof a);
     plan_sb_printf(sb, ", %s %s, %.1f of %.0f GiB used\n", a, rate_unit(r), row->mem.total / FM_GIB, row->gpu->memory_gib);
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of scaled-dot-product attention: fathom vs PyTorch.
+
+    .venv/bin/python bench/bench_attention.py build/bench_attention [B H T D reps]
+
+Runs the fathom binary (FATHOM_NUM_THREADS=2), then the same shapes through
+torch.nn.functional.scaled_dot_product_attention with torch.set_num_threads(2),
+and prints one JSON line per row plus a table. ratio = torch_ms / fathom_ms,
+so higher is better and > 1 means fathom is faster.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+THREADS = 2
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def torch_ms(kind, causal, B, H, T, D, reps):
+    g = torch.Generator().manual_seed(1)
+    q, k, v, dO = [torch.randn(B, H, T, D, generator=g) for _ in range(4)]
+    times = []
+    if kind == "sdpa_fwd":
+        with torch.no_grad():
+            for i in range(reps + 1):
+                t0 = time.perf_counter()
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                if i:
+                    times.append((time.perf_counter() - t0) * 1e3)
+    else:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        for i in range(reps + 1):
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            t0 = time.perf_counter()
+            torch.autograd.grad(o, (q, k, v), dO)
+            if i:
+                times.append((time.perf_counter() - t0) * 1e3)
+    return median(times)
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    args = sys.argv[2:] or ["8", "8", "512", "64", "7"]
+    env = dict(os.environ, FATHOM_NUM_THREADS=str(THREADS))
+    res = subprocess.run([sys.argv[1]] + args, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr)
+        sys.exit("bench_attention.py: %s failed with exit code %d" % (sys.argv[1], res.returncode))
+    torch.set_num_threads(THREADS)
+    rows = []
+    for line in res.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        reps = int(args[4]) if len(args) > 4 else 7
+        r["peer"] = "torch " + torch.__version__
+        r["peer_value"] = round(torch_ms(r["bench"], r["causal"], r["B"], r["H"], r["T"], r["D"], reps), 3)
+        r["ratio"] = round(r["peer_value"] / r["fathom"], 3)
+        r["ratio_is"] = "torch_ms/fathom_ms (higher is better)"
+        print(json.dumps(r))
+        rows.append(r)
+    print()
+    print("| bench | causal | shape (B,H,T,D) | threads | fathom ms | torch ms | ratio torch/fathom |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %s | %d,%d,%d,%d | %d | %.2f | %.2f | %.2fx |" % (
+            r["bench"], "yes" if r["causal"] else "no", r["B"], r["H"], r["T"], r["D"], r["threads"],
+            r["fathom"], r["peer_value"], r["ratio"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+/* The subcommands of `fathom`. Each lives in its own cli/cmd_<name>.c and is
+ * declared weak here, so that main.c can say plainly which ones a build lacks. */
+#ifndef FATHOM_CLI_COMMANDS_H
+#define FATHOM_CLI_COMMANDS_H
+#define FM_CLI_WEAK __attribute__((weak))
+/* argv[0] is the subcommand name. Return the process exit code:
+ * 0 success, 1 runtime failure, 2 bad usage. */
+int fm_cmd_info(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_train(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_eval(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_predict(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_recipes(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_plan(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_tokenizer(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_generate(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_summary(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_profile(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_plot(int argc, char **argv) FM_CLI_WEAK;
+
+/* Shared helpers (cli/cli_util.c). */
+void fm_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#endif

@@ -1,0 +1,59 @@
+/* fathom: the command. Thin: it picks the subcommand and hands over argv. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef int (*cmd_fn)(int, char **);
+struct command { const char *name; cmd_fn fn; const char *help; };
+
+static void usage(FILE *f, const struct command *cmds, int n) {
+    fprintf(f, "usage: fathom <command> [options]\n\ncommands:\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  %-10s %s%s\n", cmds[i].name, cmds[i].help, cmds[i].fn ? "" : " (not in this build)");
+    fprintf(f, "\nRun `fathom <command> --help` for a command's options.\n");
+}
+
+void fm_cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fathom: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int main(int argc, char **argv) {
+    const struct command cmds[] = {
+        {"info", fm_cmd_info, "version, build options, CPU features, BLAS, CUDA devices"},
+        {"train", fm_cmd_train, "train a model from a recipe"},
+        {"eval", fm_cmd_eval, "evaluate a saved model"},
+        {"predict", fm_cmd_predict, "run a saved model on inputs"},
+        {"recipes", fm_cmd_recipes, "list the built-in recipes"},
+        {"plan", fm_cmd_plan, "memory, time and cost of a job on every GPU"},
+        {"tokenizer", fm_cmd_tokenizer, "train or apply a BPE tokenizer"},
+        {"generate", fm_cmd_generate, "generate text with a language model"},
+        {"summary", fm_cmd_summary, "layer table: shapes, parameters, FLOPs, memory"},
+        {"profile", fm_cmd_profile, "summarize a profiler trace"},
+        {"plot", fm_cmd_plot, "plot training curves from a log directory"},
+    };
+    int n = (int)(sizeof cmds / sizeof cmds[0]);
+    if (argc < 2) { usage(stderr, cmds, n); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout, cmds, n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("fathom %s\n", "0.1.0"); return 0; }
+    for (int i = 0; i < n; i++) {
+        if (strcmp(argv[1], cmds[i].name)) continue;
+        if (!cmds[i].fn) {
+            fm_cli_error("the '%s' command is not part of this build", cmds[i].name);
+            return 2;
+        }
+        return cmds[i].fn(argc - 1, argv + 1);
+    }
+    fm_cli_error("unknown command '%s'", argv[1]);
+    usage(stderr, cmds, n);
+    return 2;
+}

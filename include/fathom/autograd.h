@@ -1,0 +1,40 @@
+/* fathom/autograd.h: a dynamic, define-by-run tape (as in PyTorch eager).
+ *
+ * Ops record a node when grad mode is on and an input requires grad. backward()
+ * walks the nodes from the root in reverse topological order and accumulates
+ * into the .grad of leaf tensors that require grad. Unless retain_graph is set,
+ * the saved tensors are freed as the walk passes; a second backward through the
+ * same nodes is then an error (FM_ERR_STATE), not a crash. */
+#ifndef FATHOM_AUTOGRAD_H
+#define FATHOM_AUTOGRAD_H
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* root must be a single element unless grad is given (same shape as root). */
+fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph);
+
+bool fm_grad_enabled(void);
+/* Returns the previous state, so scopes nest: bool prev = fm_set_grad_enabled(false); ...; fm_set_grad_enabled(prev); */
+bool fm_set_grad_enabled(bool enabled);
+
+fm_status fm_tensor_requires_grad_(fm_tensor *t, bool requires_grad);
+/* A non-leaf keeps its .grad after backward. */
+fm_status fm_tensor_retain_grad(fm_tensor *t);
+/* New tensor sharing storage, cut from the tape. */
+fm_tensor *fm_detach(fm_tensor *t);
+/* Drop t->grad (set_to_none semantics). */
+void fm_tensor_zero_grad(fm_tensor *t);
+bool fm_tensor_is_leaf(const fm_tensor *t);
+/* Hook called with the gradient w.r.t. t during backward (before it is accumulated
+ * into a leaf's .grad). Hooks run in registration order. */
+fm_status fm_tensor_register_hook(fm_tensor *t, fm_tensor *(*fn)(fm_tensor *grad, void *ctx), void *ctx);
+/* Hook called after a leaf's .grad has been updated (data parallelism uses it). */
+fm_status fm_tensor_register_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *t, void *ctx), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

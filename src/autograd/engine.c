@@ -1,0 +1,241 @@
+/* The backward walk.
+ *
+ * Every node gets a sequence number when created, and an op's node is always
+ * created after the nodes of its inputs, so processing the reachable nodes in
+ * decreasing sequence order visits every consumer before its producer: each
+ * node's incoming gradient is complete when it runs. Contributions to a leaf are
+ * summed during the walk and handed to the leaf (hooks, then .grad, then
+ * post-accumulate hooks) once, at the end, as PyTorch's AccumulateGrad does. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+#include "core/tensor_internal.h"
+
+typedef struct leaf_acc { fm_tensor *leaf; fm_tensor *sum; } leaf_acc;
+
+typedef struct walk {
+    fm_node **nodes;
+    size_t n, cap;
+    leaf_acc *leaves;
+    size_t nl, capl;
+} walk;
+
+static fm_status push_node(walk *w, fm_node *n) {
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? w->cap * 2 : 64;
+        fm_node **nn = realloc(w->nodes, nc * sizeof *nn);
+        if (!nn) return fm_set_error(FM_ERR_OOM, "backward: out of memory");
+        w->nodes = nn;
+        w->cap = nc;
+    }
+    w->nodes[w->n++] = n;
+    return FM_OK;
+}
+
+static int by_seq_desc(const void *a, const void *b) {
+    const fm_node *x = *(fm_node *const *)a, *y = *(fm_node *const *)b;
+    return x->seq < y->seq ? 1 : (x->seq > y->seq ? -1 : 0);
+}
+
+/* Sum a and b (either may be NULL). Returns a new reference. */
+static fm_tensor *acc(fm_tensor *a, fm_tensor *b) {
+    if (!a) return fm_tensor_retain(b);
+    if (!b) return fm_tensor_retain(a);
+    return fm_add(a, b);
+}
+
+static fm_status check_grad_shape(const char *what, const fm_tensor *g, int ndim, const int64_t *shape, fm_dtype dt) {
+    bool ok = g->ndim == ndim && g->dtype == dt;
+    for (int i = 0; ok && i < ndim; i++) ok = g->shape[i] == shape[i];
+    if (ok) return FM_OK;
+    char a[128], b[128];
+    return fm_set_error(FM_ERR_INTERNAL, "backward of %s produced a gradient of shape %s %s for an input of shape %s %s",
+                        what, fm_shape_str(g->ndim, g->shape, a, sizeof a), fm_dtype_name(g->dtype),
+                        fm_shape_str(ndim, shape, b, sizeof b), fm_dtype_name(dt));
+}
+
+static fm_tensor *run_hooks(fm_hook *h, fm_tensor *g) {
+    for (; h && g; h = h->next) {
+        fm_tensor *r = h->fn(g, h->ctx);
+        if (r) { fm_tensor_release(g); g = r; }
+    }
+    return g;
+}
+
+static fm_status add_leaf(walk *w, fm_tensor *leaf, fm_tensor *g) {
+    for (size_t i = 0; i < w->nl; i++) {
+        if (w->leaves[i].leaf == leaf) {
+            fm_tensor *s = acc(w->leaves[i].sum, g);
+            if (!s) return fm_last_status();
+            fm_tensor_release(w->leaves[i].sum);
+            w->leaves[i].sum = s;
+            return FM_OK;
+        }
+    }
+    if (w->nl == w->capl) {
+        size_t nc = w->capl ? w->capl * 2 : 64;
+        leaf_acc *nl = realloc(w->leaves, nc * sizeof *nl);
+        if (!nl) return fm_set_error(FM_ERR_OOM, "backward: out of memory");
+        w->leaves = nl;
+        w->capl = nc;
+    }
+    w->leaves[w->nl].leaf = leaf;
+    w->leaves[w->nl].sum = fm_tensor_retain(g);
+    w->nl++;
+    return FM_OK;
+}
+
+
+/* Store g as leaf's gradient, owning its storage (a gradient passed through
+ * unchanged may share storage with another tensor's gradient). */
+static fm_status finish_leaf(fm_tensor *leaf, fm_tensor *g) {
+    g = run_hooks(leaf->hooks, fm_tensor_retain(g));
+    if (!g) return FM_OK;
+    fm_tensor *ng;
+    if (leaf->grad) {
+        ng = fm_add(leaf->grad, g);
+    } else if (g->refcount > 1 || g->storage->refcount > 1 || !fm_tensor_is_contiguous(g)) {
+        ng = fm_clone(g);
+    } else {
+        ng = fm_tensor_retain(g);
+    }
+    fm_tensor_release(g);
+    if (!ng) return fm_last_status();
+    fm_tensor_release(leaf->grad);
+    leaf->grad = ng;
+    for (fm_post_hook *h = leaf->post_hooks; h; h = h->next) h->fn(leaf, h->ctx);
+    return FM_OK;
+}
+
+fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
+    if (!root) return fm_set_error(FM_ERR_INVALID, "backward: tensor is NULL");
+    if (!root->requires_grad)
+        return fm_set_error(FM_ERR_INVALID, "backward: tensor does not require grad and has no grad_fn "
+                            "(did an input have requires_grad set, and was grad mode on?)");
+    char sb[128], gb[128];
+    fm_tensor *g0;
+    if (grad) {
+        bool same = grad->ndim == root->ndim && grad->dtype == root->dtype;
+        for (int i = 0; same && i < root->ndim; i++) same = grad->shape[i] == root->shape[i];
+        if (!same)
+            return fm_set_error(FM_ERR_INVALID, "backward: gradient %s %s does not match tensor %s %s",
+                                fm_shape_str(grad->ndim, grad->shape, gb, sizeof gb), fm_dtype_name(grad->dtype),
+                                fm_shape_str(root->ndim, root->shape, sb, sizeof sb), fm_dtype_name(root->dtype));
+        g0 = fm_tensor_retain(grad);
+    } else {
+        if (fm_tensor_numel(root) != 1)
+            return fm_set_error(FM_ERR_INVALID, "backward: gradient can be implied only for a single-element tensor; "
+                                "this one has shape %s (pass a gradient, or reduce it first)",
+                                fm_shape_str(root->ndim, root->shape, sb, sizeof sb));
+        g0 = fm_tensor_full(root->ndim, root->shape, 1.0, root->dtype, root->storage->device);
+        if (!g0) return fm_last_status();
+    }
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = FM_OK;
+    walk w = {0};
+    if (!root->grad_fn) { /* a leaf: its gradient is the seed itself */
+        st = add_leaf(&w, root, g0);
+        goto finish;
+    }
+    /* Collect reachable nodes (iterative DFS with a visit mark). */
+    static _Thread_local int visit_mark = 0;
+    int mark = ++visit_mark;
+    fm_node **stack = NULL;
+    size_t sp = 0, scap = 0;
+#define PUSH(x)                                                                           \
+    do {                                                                                  \
+        if (sp == scap) {                                                                 \
+            size_t nc = scap ? scap * 2 : 64;                                             \
+            fm_node **ns = realloc(stack, nc * sizeof *ns);                               \
+            if (!ns) { st = fm_set_error(FM_ERR_OOM, "backward: out of memory"); break; } \
+            stack = ns;                                                                   \
+            scap = nc;                                                                    \
+        }                                                                                 \
+        stack[sp++] = (x);                                                                \
+    } while (0)
+    root->grad_fn->visit = mark;
+    PUSH(root->grad_fn);
+    while (st == FM_OK && sp) {
+        fm_node *n = stack[--sp];
+        if (n->released) {
+            st = fm_set_error(FM_ERR_STATE, "backward: trying to backward through the graph a second time: the "
+                              "intermediate values of '%s' were freed by the first backward (pass retain_graph=true "
+                              "to the first call if you need to backward twice)", n->name);
+            break;
+        }
+        if ((st = push_node(&w, n)) != FM_OK) break;
+        for (int i = 0; i < n->n_in; i++) {
+            fm_node *m = n->next[i].node;
+            if (m && m->visit != mark) { m->visit = mark; PUSH(m); }
+        }
+    }
+#undef PUSH
+    free(stack);
+    if (st != FM_OK) goto finish;
+    qsort(w.nodes, w.n, sizeof *w.nodes, by_seq_desc);
+    root->grad_fn->grad_acc[root->output_nr] = fm_tensor_retain(g0);
+
+    for (size_t k = 0; k < w.n && st == FM_OK; k++) {
+        fm_node *n = w.nodes[k];
+        fm_tensor *gout[FM_NODE_MAX_OUT] = {0};
+        bool any = false;
+        for (int i = 0; i < n->n_out && i < FM_NODE_MAX_OUT; i++) {
+            gout[i] = n->grad_acc[i];
+            n->grad_acc[i] = NULL;
+            if (gout[i] && n->out_hooks[i]) gout[i] = run_hooks(n->out_hooks[i], gout[i]);
+            if (gout[i] && n->retain[i]) {
+                fm_tensor *t = n->retain[i];
+                fm_tensor *s = t->grad ? fm_add(t->grad, gout[i]) : fm_clone(gout[i]);
+                if (s) { fm_tensor_release(t->grad); t->grad = s; }
+            }
+            if (gout[i]) any = true;
+        }
+        fm_tensor *gin[64] = {0};
+        fm_tensor **gi = n->n_in <= 64 ? gin : calloc((size_t)n->n_in, sizeof *gi);
+        if (!gi) st = fm_set_error(FM_ERR_OOM, "backward: out of memory");
+        if (st == FM_OK && any && n->backward) {
+            st = n->backward(n, gout, gi);
+            if (st != FM_OK) fm_error_prefix("backward of %s", n->name);
+        }
+        for (int j = 0; st == FM_OK && j < n->n_in; j++) {
+            if (!gi[j] || !fm_node_needs_grad(n, j)) continue;
+            fm_edge *e = &n->next[j];
+            if (e->node) {
+                fm_node *m = e->node;
+                int o = e->output_nr;
+                st = check_grad_shape(n->name, gi[j], m->out_ndim[o], m->out_shape[o], m->out_dtype[o]);
+                if (st == FM_OK) {
+                    fm_tensor *s = acc(m->grad_acc[o], gi[j]);
+                    if (!s) st = fm_last_status();
+                    else { fm_tensor_release(m->grad_acc[o]); m->grad_acc[o] = s; }
+                }
+            } else if (e->leaf) {
+                st = check_grad_shape(n->name, gi[j], e->leaf->ndim, e->leaf->shape, e->leaf->dtype);
+                if (st == FM_OK) st = add_leaf(&w, e->leaf, gi[j]);
+            }
+        }
+        for (int j = 0; j < n->n_in; j++) fm_tensor_release(gi[j]);
+        if (gi != gin) free(gi);
+        for (int i = 0; i < FM_NODE_MAX_OUT; i++) fm_tensor_release(gout[i]);
+        if (!retain_graph) {
+            fm_node_free_saved(n);
+            n->released = true;
+        }
+    }
+    /* On failure, drop partial gradients held by nodes. */
+    for (size_t k = 0; k < w.n; k++)
+        for (int i = 0; i < FM_NODE_MAX_OUT; i++) { fm_tensor_release(w.nodes[k]->grad_acc[i]); w.nodes[k]->grad_acc[i] = NULL; }
+
+finish:
+    for (size_t i = 0; i < w.nl; i++) {
+        if (st == FM_OK) st = finish_leaf(w.leaves[i].leaf, w.leaves[i].sum);
+        fm_tensor_release(w.leaves[i].sum);
+    }
+    free(w.leaves);
+    free(w.nodes);
+    fm_tensor_release(g0);
+    fm_set_grad_enabled(prev);
+    return st;
+}

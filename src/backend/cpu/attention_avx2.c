@@ -1,0 +1,422 @@
+/* Flash-style scaled-dot-product attention for f32 with AVX2/FMA (compiled with
+ * -mavx2 -mfma; entered only when fm_cpu_use_avx2() says the CPU has them).
+ *
+ * Forward: one task per (batch, head, query block). The query block is packed
+ * transposed ([D][BQ], pre-multiplied by scale*log2(e)) so the score tile is
+ * computed as S^T = K_blk * Q^T: rows are keys, columns queries. Softmax
+ * statistics then run down the columns, eight queries per vector, with no
+ * horizontal reductions, and exp becomes exp2. The T x T score matrix is never
+ * stored: only one BK x BQ tile per task plus the running max/sum (online softmax).
+ *
+ * Backward (flash-attention-2 recomputation from q, k and the saved logsumexp):
+ * every gradient row has exactly one owning task, so no two threads ever add into
+ * the same row and the sum order is fixed; results do not depend on the thread
+ * count. With many (batch, kv head) pairs one task owns a pair's dK/dV and the dQ
+ * of its query heads; with few, dK/dV and dQ are split over key and query blocks
+ * in two passes (see fm_sdpa_f32_avx2_backward). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/parallel.h" /* fm_parallel_for */
+
+#define BQ 64 /* queries per tile (a multiple of 16: the micro-kernel width) */
+#define BK 64 /* keys per tile */
+
+/* ---- micro-kernels: C[m][n] (+)= sum_k A[m*ams + k*aks] * B[k*ldb + n] ----
+ * A is read by broadcast, so any A layout (transposed or not) costs the same;
+ * B rows are read as vectors. */
+static inline void kern_4x16(int K, const float *A, int64_t ams, int64_t aks, const float *B, int64_t ldb,
+                             float *C, int64_t ldc, int acc) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31;
+    if (acc) {
+        c00 = _mm256_loadu_ps(C); c01 = _mm256_loadu_ps(C + 8);
+        c10 = _mm256_loadu_ps(C + ldc); c11 = _mm256_loadu_ps(C + ldc + 8);
+        c20 = _mm256_loadu_ps(C + 2 * ldc); c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
+        c30 = _mm256_loadu_ps(C + 3 * ldc); c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+    } else {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = _mm256_setzero_ps();
+    }
+    const float *a0 = A, *a1 = A + ams, *a2 = A + 2 * ams, *a3 = A + 3 * ams;
+    for (int k = 0; k < K; k++) {
+        __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
+        int64_t ak = k * aks;
+        __m256 a = _mm256_broadcast_ss(a0 + ak);
+        c00 = _mm256_fmadd_ps(a, b0, c00); c01 = _mm256_fmadd_ps(a, b1, c01);
+        a = _mm256_broadcast_ss(a1 + ak);
+        c10 = _mm256_fmadd_ps(a, b0, c10); c11 = _mm256_fmadd_ps(a, b1, c11);
+        a = _mm256_broadcast_ss(a2 + ak);
+        c20 = _mm256_fmadd_ps(a, b0, c20); c21 = _mm256_fmadd_ps(a, b1, c21);
+        a = _mm256_broadcast_ss(a3 + ak);
+        c30 = _mm256_fmadd_ps(a, b0, c30); c31 = _mm256_fmadd_ps(a, b1, c31);
+    }
+    _mm256_storeu_ps(C, c00); _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + ldc, c10); _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + 2 * ldc, c20); _mm256_storeu_ps(C + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
+}
+
+static inline void kern_6x16(int K, const float *A, int64_t ams, int64_t aks, const float *B, int64_t ldb,
+                             float *C, int64_t ldc, int acc) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+#define LD(r) c##r##0 = acc ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps(); \
+              c##r##1 = acc ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_setzero_ps();
+    LD(0) LD(1) LD(2) LD(3) LD(4) LD(5)
+#undef LD
+    for (int k = 0; k < K; k++) {
+        __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8), a;
+        const float *ak = A + k * aks;
+#define FM(r) a = _mm256_broadcast_ss(ak + r * ams); \
+              c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);
+        FM(0) FM(1) FM(2) FM(3) FM(4) FM(5)
+#undef FM
+    }
+#define ST(r) _mm256_storeu_ps(C + r * ldc, c##r##0); _mm256_storeu_ps(C + r * ldc + 8, c##r##1);
+    ST(0) ST(1) ST(2) ST(3) ST(4) ST(5)
+#undef ST
+}
+
+static inline void kern_1x16(int K, const float *A, int64_t aks, const float *B, int64_t ldb, float *C, int acc) {
+    __m256 c0 = acc ? _mm256_loadu_ps(C) : _mm256_setzero_ps();
+    __m256 c1 = acc ? _mm256_loadu_ps(C + 8) : _mm256_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        __m256 a = _mm256_broadcast_ss(A + k * aks);
+        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(B + k * ldb), c0);
+        c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(B + k * ldb + 8), c1);
+    }
+    _mm256_storeu_ps(C, c0);
+    _mm256_storeu_ps(C + 8, c1);
+}
+
+static inline void kern_1x8(int K, const float *A, int64_t aks, const float *B, int64_t ldb, float *C, int acc) {
+    __m256 c0 = acc ? _mm256_loadu_ps(C) : _mm256_setzero_ps();
+    for (int k = 0; k < K; k++)
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + k * aks), _mm256_loadu_ps(B + k * ldb), c0);
+    _mm256_storeu_ps(C, c0);
+}
+
+static void tile_gemm(int M, int N, int K, const float *A, int64_t ams, int64_t aks, const float *B, int64_t ldb,
+                      float *C, int64_t ldc, int acc) {
+    int n0 = 0;
+    for (; n0 + 16 <= N; n0 += 16) {
+        int m = 0;
+        for (; m + 6 <= M; m += 6)
+            kern_6x16(K, A + m * ams, ams, aks, B + n0, ldb, C + m * ldc + n0, ldc, acc);
+        for (; m + 4 <= M; m += 4)
+            kern_4x16(K, A + m * ams, ams, aks, B + n0, ldb, C + m * ldc + n0, ldc, acc);
+        for (; m < M; m++) kern_1x16(K, A + m * ams, aks, B + n0, ldb, C + m * ldc + n0, acc);
+    }
+    for (; n0 + 8 <= N; n0 += 8)
+        for (int m = 0; m < M; m++) kern_1x8(K, A + m * ams, aks, B + n0, ldb, C + m * ldc + n0, acc);
+    for (; n0 < N; n0++)
+        for (int m = 0; m < M; m++) {
+            float s = acc ? C[m * ldc + n0] : 0.0f;
+            for (int k = 0; k < K; k++) s += A[m * ams + k * aks] * B[k * ldb + n0];
+            C[m * ldc + n0] = s;
+        }
+}
+
+/* 2^x for x <= 0 (the only range softmax needs); x < -126 (and -inf) gives 0.
+ * Degree-6 polynomial on [-0.5, 0.5]: relative error about 2e-7. */
+static inline __m256 exp2_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-126.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.5353362e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3398874e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6180709e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5503393e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022652e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, r);
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct sdpa_geom {
+    int64_t B, H, Hkv, Tq, Tk, D;
+    int causal;
+    float scale;
+} sdpa_geom;
+
+/* ---------------------------------------------------------------- forward ---- */
+typedef struct fwd_ctx {
+    sdpa_geom g;
+    const float *q, *k, *v;
+    float *o, *lse;
+    int64_t nqb;
+    int oom;
+} fwd_ctx;
+
+static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    fwd_ctx *c = vctx;
+    const sdpa_geom *g = &c->g;
+    const int64_t D = g->D, Dp = (D + 7) & ~(int64_t)7;
+    float *buf = NULL;
+    size_t nflt = (size_t)(D * BQ + BK * BQ + BQ * Dp + 2 * BQ);
+    if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
+    float *QT = buf, *S = QT + D * BQ, *O = S + BK * BQ, *mrow = O + BQ * Dp, *lrow = mrow + BQ;
+    const float sc2 = g->scale * 1.4426950408889634f; /* scale * log2(e) */
+    const int64_t group = g->H / g->Hkv;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t qb = t % c->nqb, bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
+        int64_t i0 = qb * BQ, bq = min64(BQ, g->Tq - i0);
+        const float *Q = c->q + (bh * g->Tq + i0) * D;
+        const float *K = c->k + (b * g->Hkv + hk) * g->Tk * D;
+        const float *V = c->v + (b * g->Hkv + hk) * g->Tk * D;
+        for (int64_t d = 0; d < D; d++) {
+            for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * D + d] * sc2;
+            for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;
+        }
+        for (int i = 0; i < BQ; i++) { mrow[i] = -INFINITY; lrow[i] = 0.0f; }
+        memset(O, 0, sizeof(float) * BQ * Dp);
+        /* causal (top-left aligned, as PyTorch's is_causal): key j is visible to query i iff j <= i */
+        int64_t kend = g->causal ? min64(g->Tk, i0 + bq) : g->Tk;
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            int bk = (int)min64(BK, kend - j0);
+            tile_gemm(bk, BQ, (int)D, K + j0 * D, D, 1, QT, BQ, S, BQ, 0);
+            if (g->causal && j0 + bk - 1 > i0) {
+                for (int r = 0; r < bk; r++) {
+                    int64_t first = j0 + r - i0; /* columns i < j are masked */
+                    for (int64_t i = 0; i < first && i < BQ; i++) S[r * BQ + i] = -INFINITY;
+                }
+            }
+            for (int cb = 0; cb < BQ; cb += 8) {
+                __m256 mx = _mm256_loadu_ps(S + cb);
+                for (int r = 1; r < bk; r++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(S + r * BQ + cb));
+                __m256 mold = _mm256_loadu_ps(mrow + cb);
+                __m256 mnew = _mm256_max_ps(mold, mx);
+                __m256 alpha = exp2_neg(_mm256_sub_ps(mold, mnew));
+                __m256 sum = _mm256_setzero_ps();
+                for (int r = 0; r < bk; r++) {
+                    __m256 p = exp2_neg(_mm256_sub_ps(_mm256_loadu_ps(S + r * BQ + cb), mnew));
+                    _mm256_storeu_ps(S + r * BQ + cb, p);
+                    sum = _mm256_add_ps(sum, p);
+                }
+                _mm256_storeu_ps(lrow + cb, _mm256_fmadd_ps(_mm256_loadu_ps(lrow + cb), alpha, sum));
+                _mm256_storeu_ps(mrow + cb, mnew);
+                if (j0 > 0) {
+                    float al[8];
+                    _mm256_storeu_ps(al, alpha);
+                    for (int ii = 0; ii < 8 && cb + ii < bq; ii++) {
+                        __m256 a = _mm256_set1_ps(al[ii]);
+                        float *orow = O + (cb + ii) * Dp;
+                        for (int64_t d = 0; d < Dp; d += 8)
+                            _mm256_storeu_ps(orow + d, _mm256_mul_ps(a, _mm256_loadu_ps(orow + d)));
+                    }
+                }
+            }
+            tile_gemm((int)bq, (int)D, bk, S, 1, BQ, V + j0 * D, D, O, Dp, 1);
+        }
+        float *out = c->o + (bh * g->Tq + i0) * D;
+        float *lse = c->lse + bh * g->Tq + i0;
+        for (int64_t i = 0; i < bq; i++) {
+            float inv = 1.0f / lrow[i];
+            for (int64_t d = 0; d < D; d++) out[i * D + d] = O[i * Dp + d] * inv;
+            lse[i] = (mrow[i] + log2f(lrow[i])) * 0.6931471805599453f;
+        }
+    }
+    free(buf);
+}
+
+int fm_sdpa_f32_avx2_forward(const float *q, const float *k, const float *v, float *o, float *lse, int64_t B,
+                             int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, int causal, float scale) {
+    fwd_ctx c = {{B, H, Hkv, Tq, Tk, D, causal, scale}, q, k, v, o, lse, (Tq + BQ - 1) / BQ, 0};
+    fm_parallel_for(B * H * c.nqb, 1, fwd_range, &c);
+    return c.oom ? -1 : 0;
+}
+
+/* --------------------------------------------------------------- backward ---- */
+typedef struct bwd_ctx {
+    sdpa_geom g;
+    const float *dout, *q, *k, *v, *o, *lse;
+    float *dq, *dk, *dv;
+    int64_t nqb, nkb;
+    int oom;
+} bwd_ctx;
+
+/* Per query block: Q^T (times scale*log2 e) and dO^T packed [D][BQ], delta =
+ * rowsum(dO * O) and lse in base 2; padded columns get P = 0 (lse2 = +inf). */
+static void pack_qblock(const bwd_ctx *c, int64_t bh, int64_t i0, float *qt, float *dot, float *delta, float *lse2) {
+    const int64_t D = c->g.D, bq = min64(BQ, c->g.Tq - i0);
+    const float sc2 = c->g.scale * 1.4426950408889634f;
+    const float *Q = c->q + (bh * c->g.Tq + i0) * D, *dO = c->dout + (bh * c->g.Tq + i0) * D;
+    const float *O = c->o + (bh * c->g.Tq + i0) * D, *L = c->lse + bh * c->g.Tq + i0;
+    for (int64_t d = 0; d < D; d++) {
+        for (int64_t i = 0; i < bq; i++) {
+            qt[d * BQ + i] = Q[i * D + d] * sc2;
+            dot[d * BQ + i] = dO[i * D + d];
+        }
+        for (int64_t i = bq; i < BQ; i++) qt[d * BQ + i] = dot[d * BQ + i] = 0.0f;
+    }
+    for (int64_t i = 0; i < BQ; i++) {
+        if (i < bq) {
+            float s = 0.0f;
+            for (int64_t d = 0; d < D; d++) s += dO[i * D + d] * O[i * D + d];
+            delta[i] = s;
+            lse2[i] = L[i] * 1.4426950408889634f;
+        } else {
+            delta[i] = 0.0f;
+            lse2[i] = INFINITY;
+        }
+    }
+}
+
+/* One (key block, query block) tile: P^T = exp(S^T - lse) and dS^T = P^T * (dP^T - delta),
+ * both [bk][BQ], recomputed from K, V and the packed query block. */
+static void bwd_tile(const bwd_ctx *c, const float *K, const float *V, int bk, int64_t j0, int64_t i0,
+                     const float *qt, const float *dot, const float *delta, const float *lse2, float *P, float *dS) {
+    const int D = (int)c->g.D;
+    tile_gemm(bk, BQ, D, K, D, 1, qt, BQ, P, BQ, 0);
+    for (int r = 0; r < bk; r++) {
+        float *pr = P + r * BQ;
+        for (int cb = 0; cb < BQ; cb += 8)
+            _mm256_storeu_ps(pr + cb, exp2_neg(_mm256_sub_ps(_mm256_loadu_ps(pr + cb), _mm256_loadu_ps(lse2 + cb))));
+        if (c->g.causal) {
+            int64_t first = j0 + r - i0; /* queries i < j do not see key j */
+            for (int64_t i = 0; i < first && i < BQ; i++) pr[i] = 0.0f;
+        }
+    }
+    tile_gemm(bk, BQ, D, V, D, 1, dot, BQ, dS, BQ, 0);
+    for (int r = 0; r < bk; r++)
+        for (int cb = 0; cb < BQ; cb += 8) {
+            __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(dS + r * BQ + cb), _mm256_loadu_ps(delta + cb));
+            _mm256_storeu_ps(dS + r * BQ + cb, _mm256_mul_ps(_mm256_loadu_ps(P + r * BQ + cb), dp));
+        }
+}
+
+static void scale_rows(float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Owner mode: one task per (batch, kv head) computes dK, dV of that kv head and dQ
+ * of its query heads in one sweep (five tile GEMMs per tile, nothing recomputed). */
+static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    bwd_ctx *c = vctx;
+    const sdpa_geom *g = &c->g;
+    const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, nqb = c->nqb, Tqp = nqb * BQ;
+    float *buf = NULL;
+    size_t nflt = (size_t)(2 * Tqp * D + 2 * Tqp + 2 * BK * BQ);
+    if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
+    float *QT = buf, *dOT = QT + Tqp * D, *delta = dOT + Tqp * D, *lse2 = delta + Tqp;
+    float *P = lse2 + Tqp, *dS = P + BK * BQ;
+    const int64_t group = g->H / g->Hkv;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t b = t / g->Hkv, hk = t % g->Hkv;
+        const float *K = c->k + t * Tk * D, *V = c->v + t * Tk * D;
+        float *dK = c->dk + t * Tk * D, *dV = c->dv + t * Tk * D;
+        memset(dK, 0, sizeof(float) * Tk * D);
+        memset(dV, 0, sizeof(float) * Tk * D);
+        for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+            int64_t bh = b * g->H + h;
+            const float *Q = c->q + bh * Tq * D, *dO = c->dout + bh * Tq * D;
+            float *dQ = c->dq + bh * Tq * D;
+            memset(dQ, 0, sizeof(float) * Tq * D);
+            for (int64_t qb = 0; qb < nqb; qb++)
+                pack_qblock(c, bh, qb * BQ, QT + qb * D * BQ, dOT + qb * D * BQ, delta + qb * BQ, lse2 + qb * BQ);
+            for (int64_t j0 = 0; j0 < Tk; j0 += BK) {
+                int bk = (int)min64(BK, Tk - j0);
+                for (int64_t qb = g->causal ? j0 / BQ : 0; qb < nqb; qb++) {
+                    int64_t i0 = qb * BQ;
+                    int bq = (int)min64(BQ, Tq - i0);
+                    bwd_tile(c, K + j0 * D, V + j0 * D, bk, j0, i0, QT + qb * D * BQ, dOT + qb * D * BQ,
+                             delta + i0, lse2 + i0, P, dS);
+                    tile_gemm(bk, (int)D, bq, P, BQ, 1, dO + i0 * D, D, dV + j0 * D, D, 1);  /* dV += P^T dO */
+                    tile_gemm(bk, (int)D, bq, dS, BQ, 1, Q + i0 * D, D, dK + j0 * D, D, 1);  /* dK += dS^T Q */
+                    tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * D, D, dQ + i0 * D, D, 1);  /* dQ += dS K */
+                }
+            }
+            scale_rows(dQ, Tq * D, g->scale);
+        }
+        scale_rows(dK, Tk * D, g->scale);
+    }
+    free(buf);
+}
+
+/* Split mode, for few (batch, kv head) pairs: pass 1 gives each (b, kv head, key
+ * block) task its dK/dV rows; pass 2 gives each (b, head, query block) task its dQ
+ * rows. P and dS are recomputed in pass 2, the price of using every thread. */
+static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    bwd_ctx *c = vctx;
+    const sdpa_geom *g = &c->g;
+    const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, group = g->H / g->Hkv;
+    float *buf = NULL;
+    size_t nflt = (size_t)(2 * BQ * D + 2 * BQ + 2 * BK * BQ);
+    if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
+    float *qt = buf, *dot = qt + BQ * D, *delta = dot + BQ * D, *lse2 = delta + BQ, *P = lse2 + BQ, *dS = P + BK * BQ;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t kb = t % c->nkb, bhk = t / c->nkb, b = bhk / g->Hkv, hk = bhk % g->Hkv;
+        int64_t j0 = kb * BK;
+        int bk = (int)min64(BK, Tk - j0);
+        const float *K = c->k + (bhk * Tk + j0) * D, *V = c->v + (bhk * Tk + j0) * D;
+        float *dK = c->dk + (bhk * Tk + j0) * D, *dV = c->dv + (bhk * Tk + j0) * D;
+        memset(dK, 0, sizeof(float) * bk * D);
+        memset(dV, 0, sizeof(float) * bk * D);
+        for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+            int64_t bh = b * g->H + h;
+            for (int64_t qb = g->causal ? j0 / BQ : 0; qb < c->nqb; qb++) {
+                int64_t i0 = qb * BQ;
+                int bq = (int)min64(BQ, Tq - i0);
+                pack_qblock(c, bh, i0, qt, dot, delta, lse2);
+                bwd_tile(c, K, V, bk, j0, i0, qt, dot, delta, lse2, P, dS);
+                tile_gemm(bk, (int)D, bq, P, BQ, 1, c->dout + (bh * Tq + i0) * D, D, dV, D, 1);
+                tile_gemm(bk, (int)D, bq, dS, BQ, 1, c->q + (bh * Tq + i0) * D, D, dK, D, 1);
+            }
+        }
+        scale_rows(dK, bk * D, g->scale);
+    }
+    free(buf);
+}
+
+static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    bwd_ctx *c = vctx;
+    const sdpa_geom *g = &c->g;
+    const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, group = g->H / g->Hkv;
+    float *buf = NULL;
+    size_t nflt = (size_t)(2 * BQ * D + 2 * BQ + 2 * BK * BQ);
+    if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
+    float *qt = buf, *dot = qt + BQ * D, *delta = dot + BQ * D, *lse2 = delta + BQ, *P = lse2 + BQ, *dS = P + BK * BQ;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t qb = t % c->nqb, bh = t / c->nqb, b = bh / g->H, hk = (bh % g->H) / group;
+        int64_t i0 = qb * BQ;
+        int bq = (int)min64(BQ, Tq - i0);
+        const float *K = c->k + (b * g->Hkv + hk) * Tk * D, *V = c->v + (b * g->Hkv + hk) * Tk * D;
+        float *dQ = c->dq + (bh * Tq + i0) * D;
+        memset(dQ, 0, sizeof(float) * bq * D);
+        pack_qblock(c, bh, i0, qt, dot, delta, lse2);
+        int64_t kend = g->causal ? min64(Tk, i0 + bq) : Tk;
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            int bk = (int)min64(BK, kend - j0);
+            bwd_tile(c, K + j0 * D, V + j0 * D, bk, j0, i0, qt, dot, delta, lse2, P, dS);
+            tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * D, D, dQ, D, 1);
+        }
+        scale_rows(dQ, bq * D, g->scale);
+    }
+    free(buf);
+}
+
+/* Owner mode needs enough (batch, kv head) pairs to keep the threads busy. The
+ * choice depends on the shape only, never on the thread count, so results are
+ * the same bits for any FATHOM_NUM_THREADS. */
+#define SDPA_OWNER_MIN_TASKS 16
+
+int fm_sdpa_f32_avx2_backward(const float *dout, const float *q, const float *k, const float *v, const float *o,
+                              const float *lse, float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t Hkv,
+                              int64_t Tq, int64_t Tk, int64_t D, int causal, float scale) {
+    bwd_ctx c = {{B, H, Hkv, Tq, Tk, D, causal, scale}, dout, q, k, v, o, lse, dq, dk, dv,
+                 (Tq + BQ - 1) / BQ, (Tk + BK - 1) / BK, 0};
+    if (B * Hkv >= SDPA_OWNER_MIN_TASKS) {
+        fm_parallel_for(B * Hkv, 1, bwd_owner_range, &c);
+    } else {
+        fm_parallel_for(B * Hkv * c.nkb, 1, bwd_kv_range, &c);
+        fm_parallel_for(B * H * c.nqb, 1, bwd_q_range, &c);
+    }
+    return c.oom ? -1 : 0;
+}

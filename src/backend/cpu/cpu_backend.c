@@ -1,0 +1,37 @@
+/* The CPU backend: its allocator, copies, and the kernel table filled by the
+ * kernel groups (cpu_kernels.h). Built once, on first use. */
+#include <pthread.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "fathom/memory.h"
+
+static fm_allocator *cpu_alloc(int idx) { (void)idx; return fm_cpu_allocator(); }
+static fm_status cpu_copy(int idx, void *dst, const void *src, size_t n) { (void)idx; memcpy(dst, src, n); return FM_OK; }
+static fm_status cpu_sync(int idx) { (void)idx; return FM_OK; }
+
+static fm_backend g_cpu;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build(void) {
+    g_cpu.name = "cpu";
+    g_cpu.type = FM_DEV_CPU;
+    g_cpu.allocator = cpu_alloc;
+    g_cpu.copy_h2d = cpu_copy;
+    g_cpu.copy_d2h = cpu_copy;
+    g_cpu.copy_d2d = cpu_copy;
+    g_cpu.synchronize = cpu_sync;
+    fm_cpu_kernels_elementwise(&g_cpu);
+    fm_cpu_kernels_reduce(&g_cpu);
+    fm_cpu_kernels_matmul(&g_cpu);
+    fm_cpu_kernels_softmax(&g_cpu);
+    fm_cpu_kernels_norm(&g_cpu);
+    fm_cpu_kernels_conv(&g_cpu);
+    fm_cpu_kernels_index(&g_cpu);
+    fm_cpu_kernels_attention(&g_cpu);
+}
+
+const fm_backend *fm_cpu_backend(void) {
+    pthread_once(&g_once, build);
+    return &g_cpu;
+}

@@ -1,0 +1,26 @@
+/* CPU kernel groups. Each src/backend/cpu/<group>_cpu.c defines one
+ * fm_cpu_kernels_<group>() that stores its kernels into the backend's table;
+ * cpu_backend.c calls every group (explicit calls, so a static link keeps them).
+ *
+ * Kernel contract (see src/core/backend.h): outputs are preallocated and
+ * contiguous; inputs are contiguous unless the op has FM_OPF_STRIDED; kernels
+ * support at least FM_F32 and FM_F64 (gradient checks run in f64) and return
+ * FM_ERR_UNSUPPORTED naming the op and dtype otherwise. Use fm_parallel_for for
+ * threads and fm_cpu_use_avx2() to pick SIMD paths (*_avx2.c files). */
+#ifndef FATHOM_CPU_KERNELS_H
+#define FATHOM_CPU_KERNELS_H
+#include "core/backend.h"
+#include "ops/op_attrs.h"
+
+void fm_cpu_kernels_elementwise(fm_backend *b); /* unary, binary, compare, where, copy, clamp */
+void fm_cpu_kernels_reduce(fm_backend *b);      /* sum mean amax amin max/min_dim argmax var std logsumexp */
+void fm_cpu_kernels_matmul(fm_backend *b);
+void fm_cpu_kernels_softmax(fm_backend *b);     /* softmax, log_softmax, cross_entropy, mse (+backward) */
+void fm_cpu_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout (+backward) */
+void fm_cpu_kernels_conv(fm_backend *b);        /* conv2d, pools, batch_norm (+backward) */
+void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
+void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
+
+/* An error for a dtype the kernel lacks. */
+fm_status fm_cpu_unsupported_dtype(const fm_op_call *c, fm_dtype dt);
+#endif

@@ -1,0 +1,17 @@
+/* Shared between elementwise_cpu.c (scalar reference) and elementwise_avx2.c. */
+#ifndef FATHOM_ELEMENTWISE_MATH_H
+#define FATHOM_ELEMENTWISE_MATH_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "ops/op_attrs.h"
+
+double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x);
+double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x, double y);
+double fm_ew_binary_scalar(fm_op_id op, double a, double b);
+/* AVX2 loops over contiguous float arrays; return false if the op has no SIMD version. */
+bool fm_ew_unary_f32_avx2(fm_op_id op, const fm_unary_attrs *at, const float *x, float *y, int64_t n);
+bool fm_ew_unary_bwd_f32_avx2(fm_op_id fwd, const fm_unary_attrs *at, const float *dy, const float *x,
+                              const float *y, float *dx, int64_t n);
+bool fm_ew_binary_f32_avx2(fm_op_id op, const float *a, const float *b, float *y, int64_t n);
+bool fm_ew_where_f32_avx2(const float *c, const float *a, const float *b, float *y, int64_t n);
+#endif

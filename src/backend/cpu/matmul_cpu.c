@@ -1,0 +1,103 @@
+/* CPU matmul through CBLAS (OpenBLAS). Operands may be transposed views: a
+ * matrix whose columns are contiguous is passed with CblasTrans instead of being
+ * copied. Batches run one GEMM after another, each using OpenBLAS's own threads
+ * (see docs/ARCHITECTURE.md, "Who drives GEMM threads", for the measurement
+ * behind that choice). f16/bf16 operands are widened to f32 and the result
+ * narrowed, with f32 accumulation. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "core/dtype_internal.h"
+#include "core/parallel.h"
+
+typedef struct mat {
+    const char *p;
+    int64_t ld;
+    bool trans;
+} mat;
+
+/* Describe a [R, C] matrix at element offset off with strides (sr, sc). */
+static bool as_blas(const char *base, size_t es, int64_t off, int64_t R, int64_t C, int64_t sr, int64_t sc, mat *m) {
+    m->p = base + off * (int64_t)es;
+    if ((sc == 1 || C == 1) && (sr >= C || R == 1)) { m->trans = false; m->ld = R == 1 ? (C > 0 ? C : 1) : sr; if (m->ld < C) m->ld = C; return true; }
+    if ((sr == 1 || R == 1) && (sc >= R || C == 1)) { m->trans = true; m->ld = C == 1 ? (R > 0 ? R : 1) : sc; if (m->ld < R) m->ld = R; return true; }
+    return false;
+}
+
+static void pack(const char *base, fm_dtype dt, int64_t off, int64_t R, int64_t C, int64_t sr, int64_t sc, void *dst, fm_dtype to) {
+    size_t es = fm_dtype_size(dt);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            double v = fm_load_f64(base + (off + r * sr + c * sc) * (int64_t)es, dt);
+            if (to == FM_F32) ((float *)dst)[r * C + c] = (float)v;
+            else ((double *)dst)[r * C + c] = v;
+        }
+}
+
+static fm_status k_matmul(const fm_op_call *c) {
+    fm_tensor *a = c->in[0], *b = c->in[1], *y = c->out[0];
+    int nd = y->ndim;
+    int64_t M = y->shape[nd - 2], N = y->shape[nd - 1], K = a->shape[nd - 1];
+    fm_dtype dt = a->dtype;
+    if (!fm_dtype_is_float(dt)) return fm_cpu_unsupported_dtype(c, dt);
+    fm_dtype ct = dt == FM_F64 ? FM_F64 : FM_F32;
+    size_t es = fm_dtype_size(dt), cs = fm_dtype_size(ct);
+    int64_t batch = 1;
+    for (int i = 0; i < nd - 2; i++) batch *= y->shape[i];
+    bool narrow = dt != ct;
+    void *ta = NULL, *tb = NULL, *tc = NULL;
+    fm_status st = FM_OK;
+    for (int64_t bi = 0; bi < batch; bi++) {
+        int64_t rem = bi, oa = a->offset, ob = b->offset;
+        for (int i = nd - 3; i >= 0; i--) {
+            int64_t ix = rem % y->shape[i];
+            rem /= y->shape[i];
+            oa += ix * a->strides[i];
+            ob += ix * b->strides[i];
+        }
+        mat ma, mb;
+        bool okA = !narrow && as_blas(a->storage->data, es, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma);
+        bool okB = !narrow && as_blas(b->storage->data, es, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb);
+        if (!okA) {
+            if (!ta && !(ta = malloc((size_t)(M * K > 0 ? M * K : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
+            pack(a->storage->data, dt, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], ta, ct);
+            ma = (mat){ta, K > 0 ? K : 1, false};
+        }
+        if (!okB) {
+            if (!tb && !(tb = malloc((size_t)(K * N > 0 ? K * N : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
+            pack(b->storage->data, dt, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], tb, ct);
+            mb = (mat){tb, N > 0 ? N : 1, false};
+        }
+        void *out = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)fm_dtype_size(y->dtype);
+        if (narrow) {
+            if (!tc && !(tc = malloc((size_t)(M * N > 0 ? M * N : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
+            out = tc;
+        }
+        if (M && N) {
+            if (K == 0) {
+                memset(out, 0, (size_t)(M * N) * cs);
+            } else if (ct == FM_F32) {
+                cblas_sgemm(CblasRowMajor, ma.trans ? CblasTrans : CblasNoTrans, mb.trans ? CblasTrans : CblasNoTrans,
+                            (int)M, (int)N, (int)K, 1.0f, (const float *)ma.p, (int)ma.ld, (const float *)mb.p, (int)mb.ld,
+                            0.0f, out, (int)N);
+            } else {
+                cblas_dgemm(CblasRowMajor, ma.trans ? CblasTrans : CblasNoTrans, mb.trans ? CblasTrans : CblasNoTrans,
+                            (int)M, (int)N, (int)K, 1.0, (const double *)ma.p, (int)ma.ld, (const double *)mb.p, (int)mb.ld,
+                            0.0, out, (int)N);
+            }
+        }
+        if (narrow) {
+            char *dst = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)es;
+            if (dt == FM_F16) fm_convert_f32_to_f16(tc, (uint16_t *)dst, (size_t)(M * N));
+            else fm_convert_f32_to_bf16(tc, (uint16_t *)dst, (size_t)(M * N));
+        }
+    }
+    free(ta);
+    free(tb);
+    free(tc);
+    return st;
+}
+
+void fm_cpu_kernels_matmul(fm_backend *b) { b->kernels[FM_OP_MATMUL] = k_matmul; }

@@ -1,0 +1,192 @@
+/* AVX2/FMA row kernels for layer norm and RMS norm (f32), forward and backward.
+ *
+ * Compiled with -mavx2 -mfma and entered from norm_cpu.c only when
+ * fm_cpu_use_avx2() is true. One call handles one contiguous row; a row of
+ * normal width stays in L1, so the statistics pass and the output pass cost a
+ * single trip to memory. The variance is computed around the mean (two passes
+ * over the cached row) rather than as E[x^2] - mean^2, which cancels badly for
+ * rows with a large offset. Backward rows also add this row's contribution to
+ * per-chunk weight/bias gradient accumulators owned by the caller. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Entry points; norm_cpu.c declares the same prototypes. */
+void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
+                               float *mean_out, float *rstd_out);
+void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                   float *dx, float *dw_acc, float *db_acc, int64_t n);
+void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out);
+void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
+                                 float *dw_acc, int64_t n);
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static float row_sum(const float *x, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* sum((x - c)^2) */
+static float row_sqdev(const float *x, int64_t n, float c) {
+    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vc);
+        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 16), vc), d3 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 24), vc);
+        a0 = _mm256_fmadd_ps(d0, d0, a0); a1 = _mm256_fmadd_ps(d1, d1, a1);
+        a2 = _mm256_fmadd_ps(d2, d2, a2); a3 = _mm256_fmadd_ps(d3, d3, a3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc);
+        a0 = _mm256_fmadd_ps(d0, d0, a0);
+    }
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) { float d = x[i] - c; s += d * d; }
+    return s;
+}
+
+void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
+                               float *mean_out, float *rstd_out) {
+    float mean = row_sum(x, n) / (float)n;
+    float rstd = 1.0f / sqrtf(row_sqdev(x, n, mean) / (float)n + eps);
+    *mean_out = mean;
+    *rstd_out = rstd;
+    /* y = x*rstd - mean*rstd (then *w + b): one fma per element */
+    __m256 vr = _mm256_set1_ps(rstd), vo = _mm256_set1_ps(-mean * rstd);
+    int64_t i = 0;
+    if (w && b) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(h, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+        }
+    } else if (w) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(h, _mm256_loadu_ps(w + i)));
+        }
+    } else if (b) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
+            _mm256_storeu_ps(y + i, _mm256_add_ps(h, _mm256_loadu_ps(b + i)));
+        }
+    } else {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo));
+    }
+    for (; i < n; i++) {
+        float h = (x[i] - mean) * rstd;
+        if (w) h *= w[i];
+        if (b) h += b[i];
+        y[i] = h;
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd */
+void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                   float *dx, float *dw_acc, float *db_acc, int64_t n) {
+    __m256 vr = _mm256_set1_ps(rstd), vo = _mm256_set1_ps(-mean * rstd);
+    __m256 sg = _mm256_setzero_ps(), sgx = sg;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_loadu_ps(dy + i);
+        __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
+        __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
+        sg = _mm256_add_ps(sg, g);
+        sgx = _mm256_fmadd_ps(g, h, sgx);
+        if (dw_acc) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, h, _mm256_loadu_ps(dw_acc + i)));
+        if (db_acc) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(d, _mm256_loadu_ps(db_acc + i)));
+    }
+    float s_g = hsum(sg), s_gx = hsum(sgx);
+    for (; i < n; i++) {
+        float h = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
+        s_g += g;
+        s_gx += g * h;
+        if (dw_acc) dw_acc[i] += dy[i] * h;
+        if (db_acc) db_acc[i] += dy[i];
+    }
+    float inv_n = 1.0f / (float)n, a = s_g * inv_n, c = s_gx * inv_n;
+    __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_loadu_ps(dy + i);
+        __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
+        __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
+        __m256 t = _mm256_fnmadd_ps(h, vc, _mm256_sub_ps(g, va));
+        _mm256_storeu_ps(dx + i, _mm256_mul_ps(t, vr));
+    }
+    for (; i < n; i++) {
+        float h = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
+        dx[i] = rstd * (g - a - h * c);
+    }
+}
+
+void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+        a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 v0 = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+    }
+    float ss = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) ss += x[i] * x[i];
+    float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+    *rstd_out = rstd;
+    __m256 vr = _mm256_set1_ps(rstd);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
+        if (w) h = _mm256_mul_ps(h, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(y + i, h);
+    }
+    for (; i < n; i++) y[i] = x[i] * rstd * (w ? w[i] : 1.0f);
+}
+
+/* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * rstd */
+void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
+                                 float *dw_acc, int64_t n) {
+    __m256 vr = _mm256_set1_ps(rstd), sgx = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_loadu_ps(dy + i);
+        __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
+        __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
+        sgx = _mm256_fmadd_ps(g, h, sgx);
+        if (dw_acc) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, h, _mm256_loadu_ps(dw_acc + i)));
+    }
+    float s_gx = hsum(sgx);
+    for (; i < n; i++) {
+        float h = x[i] * rstd, g = w ? dy[i] * w[i] : dy[i];
+        s_gx += g * h;
+        if (dw_acc) dw_acc[i] += dy[i] * h;
+    }
+    float c = s_gx / (float)n;
+    __m256 vc = _mm256_set1_ps(c);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_loadu_ps(dy + i);
+        __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
+        __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
+        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(h, vc, g), vr));
+    }
+    for (; i < n; i++) {
+        float h = x[i] * rstd, g = w ? dy[i] * w[i] : dy[i];
+        dx[i] = rstd * (g - h * c);
+    }
+}

@@ -1,0 +1,168 @@
+/* CPU reduction kernels. The front end hands over a contiguous input whose
+ * reduced axes form one block, so every reduction is [outer, R, inner] -> [outer, inner].
+ * Sums accumulate in double. Partial results use a fixed block size, not a
+ * per-thread split, so values do not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "core/dtype_internal.h"
+#include "core/parallel.h"
+
+typedef struct red {
+    fm_op_id op;
+    const char *x;
+    fm_dtype dt;
+    int64_t outer, R, inner;
+    int correction;
+    fm_tensor *out, *idx;
+} red;
+
+static void block_of(const fm_tensor *x, unsigned mask, int64_t *outer, int64_t *R, int64_t *inner) {
+    *outer = *R = *inner = 1;
+    int first = -1, last = -1;
+    for (int i = 0; i < x->ndim; i++)
+        if (mask >> i & 1) { if (first < 0) first = i; last = i; }
+    for (int i = 0; i < x->ndim; i++) {
+        if (first < 0 || i < first) *outer *= x->shape[i];
+        else if (i <= last) *R *= x->shape[i];
+        else *inner *= x->shape[i];
+    }
+}
+
+static inline double ld(const red *r, int64_t i) {
+    if (r->dt == FM_F32) return ((const float *)r->x)[i];
+    if (r->dt == FM_F64) return ((const double *)r->x)[i];
+    return fm_load_f64(r->x + i * (int64_t)fm_dtype_size(r->dt), r->dt);
+}
+
+static void store(fm_tensor *t, int64_t i, double v) {
+    fm_store_f64((char *)t->storage->data + (t->offset + i) * (int64_t)fm_dtype_size(t->dtype), t->dtype, v);
+}
+
+/* One output element: reduce x[o, 0..R, i]. */
+static double reduce_one(const red *r, int64_t o, int64_t in, int64_t *arg) {
+    int64_t base = o * r->R * r->inner + in, st = r->inner, R = r->R;
+    switch (r->op) {
+    case FM_OP_SUM:
+    case FM_OP_MEAN: {
+        double s = 0;
+        if (r->dt == FM_F32 && st == 1) {
+            const float *p = (const float *)r->x + base;
+            double s4[4] = {0, 0, 0, 0};
+            int64_t k = 0;
+            for (; k + 4 <= R; k += 4) { s4[0] += p[k]; s4[1] += p[k + 1]; s4[2] += p[k + 2]; s4[3] += p[k + 3]; }
+            for (; k < R; k++) s4[0] += p[k];
+            s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+        } else {
+            for (int64_t k = 0; k < R; k++) s += ld(r, base + k * st);
+        }
+        return r->op == FM_OP_MEAN ? s / (double)R : s;
+    }
+    case FM_OP_AMAX: case FM_OP_MAX_DIM: case FM_OP_ARGMAX:
+    case FM_OP_AMIN: case FM_OP_MIN_DIM: {
+        bool mx = r->op == FM_OP_AMAX || r->op == FM_OP_MAX_DIM || r->op == FM_OP_ARGMAX;
+        double best = ld(r, base);
+        int64_t bi = 0;
+        for (int64_t k = 1; k < R && best == best; k++) {
+            double v = ld(r, base + k * st);
+            if (v != v || (mx ? v > best : v < best)) { best = v; bi = k; } /* NaN wins, first occurrence */
+        }
+        if (arg) *arg = bi;
+        return best;
+    }
+    case FM_OP_VAR: case FM_OP_STD: {
+        double mean = 0, m2 = 0;
+        for (int64_t k = 0; k < R; k++) { /* Welford: stable for large offsets */
+            double v = ld(r, base + k * st), d = v - mean;
+            mean += d / (double)(k + 1);
+            m2 += d * (v - mean);
+        }
+        double den = (double)(R - r->correction);
+        double var = den > 0 ? m2 / den : NAN;
+        return r->op == FM_OP_STD ? sqrt(var) : var;
+    }
+    case FM_OP_LOGSUMEXP: {
+        double m = -INFINITY;
+        for (int64_t k = 0; k < R; k++) { double v = ld(r, base + k * st); if (v > m || v != v) m = v; }
+        if (m == -INFINITY || m != m || m == INFINITY) return m;
+        double s = 0;
+        for (int64_t k = 0; k < R; k++) s += exp(ld(r, base + k * st) - m);
+        return m + log(s);
+    }
+    default: return NAN;
+    }
+}
+
+static void red_range(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const red *r = vctx;
+    for (int64_t j = b; j < e; j++) {
+        int64_t o = j / r->inner, in = j % r->inner, arg = 0;
+        double v = reduce_one(r, o, in, &arg);
+        if (r->op == FM_OP_ARGMAX) { ((int64_t *)r->out->storage->data)[r->out->offset + j] = arg; continue; }
+        store(r->out, j, v);
+        if (r->idx) ((int64_t *)r->idx->storage->data)[r->idx->offset + j] = arg;
+    }
+}
+
+/* Whole-tensor sums of large inputs: fixed-size blocks summed in parallel, then in order. */
+#define BLOCK 65536
+typedef struct full_sum { const red *r; double *partial; } full_sum;
+static void full_range(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    full_sum *f = vctx;
+    for (int64_t blk = b; blk < e; blk++) {
+        red sub = *f->r;
+        int64_t start = blk * BLOCK, n = f->r->R - start < BLOCK ? f->r->R - start : BLOCK;
+        sub.x = f->r->x + start * (int64_t)fm_dtype_size(f->r->dt);
+        sub.R = n;
+        sub.op = FM_OP_SUM;
+        f->partial[blk] = reduce_one(&sub, 0, 0, NULL);
+    }
+}
+
+static fm_status k_reduce(const fm_op_call *c) {
+    fm_tensor *x = c->in[0];
+    red r = {.op = c->op, .x = (const char *)fm_tensor_data(x), .dt = x->dtype, .out = c->out[0],
+             .idx = c->n_out > 1 ? c->out[1] : NULL};
+    if (c->op == FM_OP_MAX_DIM || c->op == FM_OP_MIN_DIM || c->op == FM_OP_ARGMAX) {
+        int ax = ((const fm_dim_attrs *)c->attrs)->axis;
+        block_of(x, 1u << ax, &r.outer, &r.R, &r.inner);
+    } else {
+        const fm_reduce_attrs *a = c->attrs;
+        block_of(x, a->axes_mask, &r.outer, &r.R, &r.inner);
+        r.correction = a->correction;
+    }
+    if (x->dtype == FM_BOOL && c->op != FM_OP_SUM && c->op != FM_OP_AMAX && c->op != FM_OP_AMIN)
+        return fm_cpu_unsupported_dtype(c, x->dtype);
+    int64_t nout = r.outer * r.inner;
+    if (r.R == 0) {
+        if (c->op == FM_OP_SUM) { for (int64_t j = 0; j < nout; j++) store(r.out, j, 0); return FM_OK; }
+        if (c->op == FM_OP_MEAN || c->op == FM_OP_VAR || c->op == FM_OP_STD) { for (int64_t j = 0; j < nout; j++) store(r.out, j, NAN); return FM_OK; }
+        if (c->op == FM_OP_LOGSUMEXP) { for (int64_t j = 0; j < nout; j++) store(r.out, j, -INFINITY); return FM_OK; }
+        return fm_set_error(FM_ERR_INVALID, "%s: cannot reduce over an empty dimension", fm_op_get_info(c->op)->name);
+    }
+    if (nout == 1 && r.R > 2 * BLOCK && (c->op == FM_OP_SUM || c->op == FM_OP_MEAN)) {
+        int64_t nb = (r.R + BLOCK - 1) / BLOCK;
+        double *partial = malloc((size_t)nb * sizeof *partial);
+        if (!partial) return fm_set_error(FM_ERR_OOM, "sum: out of memory");
+        full_sum f = {&r, partial};
+        fm_parallel_for(nb, 1, full_range, &f);
+        double s = 0;
+        for (int64_t b = 0; b < nb; b++) s += partial[b];
+        free(partial);
+        store(r.out, 0, c->op == FM_OP_MEAN ? s / (double)r.R : s);
+        return FM_OK;
+    }
+    int64_t grain = r.R >= 4096 ? 1 : 4096 / r.R + 1;
+    fm_parallel_for(nout, grain, red_range, &r);
+    return FM_OK;
+}
+
+void fm_cpu_kernels_reduce(fm_backend *b) {
+    static const fm_op_id ops[] = {FM_OP_SUM, FM_OP_MEAN, FM_OP_AMAX, FM_OP_AMIN, FM_OP_MAX_DIM, FM_OP_MIN_DIM,
+                                   FM_OP_ARGMAX, FM_OP_VAR, FM_OP_STD, FM_OP_LOGSUMEXP};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) b->kernels[ops[i]] = k_reduce;
+}

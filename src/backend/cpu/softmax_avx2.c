@@ -1,0 +1,105 @@
+/* AVX2 row kernels for softmax, log_softmax and the fused cross-entropy
+ * (entered from softmax_cpu.c after run-time detection). Row sums go through
+ * 8-lane float accumulators, then a horizontal sum. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cpu/simd_avx2.h"
+
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode);
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode);
+void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
+void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift);
+
+static float row_max(const float *x, int64_t n) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    float m = fm_hmax256(vm);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m == -INFINITY ? 0.0f : m;
+}
+
+/* sum of exp(x - m); writes exp(x - m) to y when y != NULL */
+static float row_expsum(const float *x, float *y, int64_t n, float m) {
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        if (y) _mm256_storeu_ps(y + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float s = fm_hsum256(acc);
+    for (; i < n; i++) {
+        float e = expf(x[i] - m);
+        if (y) y[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode) {
+    float m = row_max(x, n);
+    if (log_mode) {
+        /* (x - m) - log(s): subtracting m first keeps the low bits when |x| is large */
+        float ls = logf(row_expsum(x, NULL, n, m));
+        __m256 vm = _mm256_set1_ps(m), vl = _mm256_set1_ps(ls);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl));
+        for (; i < n; i++) y[i] = (x[i] - m) - ls;
+        return;
+    }
+    float s = row_expsum(x, y, n, m);
+    float inv = 1.0f / s;
+    __m256 vi = _mm256_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vi));
+    for (; i < n; i++) y[i] *= inv;
+}
+
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    if (log_mode) {
+        for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(dy + i));
+        float s = fm_hsum256(acc);
+        for (; i < n; i++) s += dy[i];
+        __m256 vs = _mm256_set1_ps(s);
+        for (i = 0; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dx + i, _mm256_fnmadd_ps(fm_exp256(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)));
+        for (; i < n; i++) dx[i] = dy[i] - expf(y[i]) * s;
+        return;
+    }
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(y + i), acc);
+    float s = fm_hsum256(acc);
+    for (; i < n; i++) s += dy[i] * y[i];
+    __m256 vs = _mm256_set1_ps(s);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
+    for (; i < n; i++) dx[i] = y[i] * (dy[i] - s);
+}
+
+void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out) {
+    __m256 vm = _mm256_set1_ps(-INFINITY), va = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        vm = _mm256_max_ps(vm, v);
+        va = _mm256_add_ps(va, v);
+    }
+    float m = fm_hmax256(vm), a = fm_hsum256(va);
+    for (; i < n; i++) { m = x[i] > m ? x[i] : m; a += x[i]; }
+    if (m == -INFINITY) m = 0;
+    *max_out = m;
+    *sumx_out = a;
+    *sumexp_out = row_expsum(x, NULL, n, m);
+}
+
+void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift) {
+    __m256 vm = _mm256_set1_ps(m), vsc = _mm256_set1_ps(scale), vsh = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh));
+    for (; i < n; i++) dx[i] = expf(x[i] - m) * scale - shift;
+}

@@ -1,0 +1,145 @@
+/* A persistent thread pool for fm_parallel_for.
+ *
+ * Workers sleep on a condition variable between jobs; a job is split into one
+ * contiguous chunk per thread (static partitioning, so which element lands on
+ * which thread is a pure function of n and the thread count, and reductions
+ * written per chunk stay deterministic). The caller runs chunk 0 itself.
+ * Spinning briefly before sleeping keeps the wake-up latency of back-to-back
+ * small ops low on a 2-core machine. */
+#include "core/parallel.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MAX_THREADS 256
+
+typedef struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    pthread_t th[MAX_THREADS];
+    int n_threads; /* including the caller */
+    int started;
+    /* current job */
+    fm_range_fn fn;
+    void *ctx;
+    int64_t n, chunk;
+    int n_chunks;
+    unsigned long generation;
+    int remaining;
+    int shutdown;
+} pool;
+
+static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_INITIALIZER,
+                      .cv_done = PTHREAD_COND_INITIALIZER};
+static _Thread_local int t_tid = 0;
+static _Thread_local int t_in_parallel = 0;
+static int g_requested = 0;
+
+int fm_thread_id(void) { return t_tid; }
+
+static int default_threads(void) {
+    const char *e = getenv("FATHOM_NUM_THREADS");
+    if (e && *e) {
+        int v = atoi(e);
+        if (v >= 1) return v > MAX_THREADS ? MAX_THREADS : v;
+    }
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int)c);
+}
+
+int fm_num_threads(void) {
+    if (!g_requested) g_requested = default_threads();
+    return g_requested;
+}
+
+static void run_chunk(pool *p, int k) {
+    int64_t b = (int64_t)k * p->chunk, e = b + p->chunk;
+    if (e > p->n) e = p->n;
+    if (b < e) p->fn(p->ctx, b, e, k);
+}
+
+static void *worker(void *arg) {
+    pool *p = &g_pool;
+    int id = (int)(intptr_t)arg;
+    t_tid = id;
+    t_in_parallel = 1;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->shutdown && p->generation == seen) pthread_cond_wait(&p->cv_work, &p->mu);
+        if (p->shutdown) break;
+        seen = p->generation;
+        int run = id < p->n_chunks;
+        pthread_mutex_unlock(&p->mu);
+        if (run) run_chunk(p, id);
+        pthread_mutex_lock(&p->mu);
+        if (--p->remaining == 0) pthread_cond_signal(&p->cv_done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void start_pool(pool *p, int n) {
+    p->n_threads = 1;
+    p->shutdown = 0;
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&p->th[i], NULL, worker, (void *)(intptr_t)i) != 0) break;
+        p->n_threads++;
+    }
+    p->started = 1;
+}
+
+void fm_parallel_shutdown(void) {
+    pool *p = &g_pool;
+    pthread_mutex_lock(&p->mu);
+    if (!p->started) { pthread_mutex_unlock(&p->mu); return; }
+    p->shutdown = 1;
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
+    p->started = 0;
+    p->n_threads = 1;
+}
+
+__attribute__((destructor)) static void pool_at_exit(void) { fm_parallel_shutdown(); }
+
+void fm_set_num_threads(int n) {
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    fm_parallel_shutdown();
+    g_requested = n;
+}
+
+void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int nt = fm_num_threads();
+    int64_t max_chunks = (n + grain - 1) / grain;
+    if (nt <= 1 || max_chunks <= 1 || t_in_parallel) { fn(ctx, 0, n, 0); return; }
+    /* One job at a time: a second non-pool thread (a data-loader worker, say)
+     * that finds the pool busy runs its loop itself rather than waiting. */
+    static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
+    if (pthread_mutex_trylock(&job_mu) != 0) { fn(ctx, 0, n, 0); return; }
+    pool *p = &g_pool;
+    pthread_mutex_lock(&p->mu);
+    if (!p->started) start_pool(p, nt);
+    int workers = p->n_threads;
+    int chunks = max_chunks < workers ? (int)max_chunks : workers;
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->chunk = (n + chunks - 1) / chunks;
+    p->n_chunks = chunks;
+    p->remaining = workers - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    t_in_parallel = 1;
+    run_chunk(p, 0);
+    t_in_parallel = 0;
+    pthread_mutex_lock(&p->mu);
+    while (p->remaining > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&job_mu);
+}

@@ -1,0 +1,16 @@
+/* The persistent CPU thread pool. Sized by FATHOM_NUM_THREADS, default: the
+ * number of cores. fm_parallel_for splits [0, n) into contiguous chunks of at
+ * least `grain` items; the calling thread takes part. Nested calls run serially. */
+#ifndef FATHOM_PARALLEL_H
+#define FATHOM_PARALLEL_H
+#include <stdint.h>
+
+typedef void (*fm_range_fn)(void *ctx, int64_t begin, int64_t end, int thread_id);
+void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx);
+int fm_num_threads(void);
+void fm_set_num_threads(int n);
+/* Index of the calling pool thread (0 = the caller/main). */
+int fm_thread_id(void);
+/* Shut the pool down (tests call it so valgrind sees no live threads). */
+void fm_parallel_shutdown(void);
+#endif

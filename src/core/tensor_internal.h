@@ -1,0 +1,24 @@
+/* Helpers shared inside the library (not public API). */
+#ifndef FATHOM_TENSOR_INTERNAL_H
+#define FATHOM_TENSOR_INTERNAL_H
+#include "fathom/tensor.h"
+
+typedef struct fm_post_hook { void (*fn)(fm_tensor *, void *); void *ctx; struct fm_post_hook *next; } fm_post_hook;
+
+fm_storage *fm_storage_new(size_t nbytes, fm_device dev);
+void fm_storage_release(fm_storage *s);
+fm_tensor *fm_tensor_alloc_header(void);
+void fm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+fm_status fm_check_shape(const char *op, int ndim, const int64_t *shape);
+/* A view of t's storage with this geometry, bounds-checked, no autograd. */
+fm_tensor *fm_view_raw(const fm_tensor *t, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset);
+/* Same geometry as t, fresh header, no autograd (a detached alias). */
+fm_tensor *fm_alias(const fm_tensor *t);
+/* Storage element offset of logical flat index `flat`. */
+int64_t fm_tensor_elem_offset(const fm_tensor *t, int64_t flat);
+/* numpy broadcasting of two shapes; error names op and both shapes. */
+fm_status fm_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out);
+/* An error "op: expected same device, got cpu and cuda:0" if not. */
+fm_status fm_check_same_device(const char *op, const fm_tensor *a, const fm_tensor *b);
+fm_status fm_check_same_dtype(const char *op, const fm_tensor *a, const fm_tensor *b);
+#endif

@@ -1,0 +1,123 @@
+/* matmul (numpy semantics) and linear. 1-D operands are promoted to matrices
+ * with differentiable reshapes; batch dimensions broadcast through stride-0
+ * expands, so the kernel never copies a broadcast operand. */
+#include <string.h>
+
+#include "autograd/node.h"
+#include "core/backend.h"
+#include "core/tensor_internal.h"
+
+static fm_status matmul_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    fm_tensor *a = n->saved[0], *b = n->saved[1], *g = gout[0];
+    /* a, b are the batch-expanded operands (same ndim as g) */
+    fm_status st = FM_OK;
+    if (fm_node_needs_grad(n, 0)) {
+        fm_tensor *bt = fm_transpose(b, -1, -2);
+        gin[0] = bt ? fm_matmul(g, bt) : NULL;
+        fm_tensor_release(bt);
+        if (!gin[0]) st = fm_last_status();
+    }
+    if (st == FM_OK && fm_node_needs_grad(n, 1)) {
+        fm_tensor *at = fm_transpose(a, -1, -2);
+        gin[1] = at ? fm_matmul(at, g) : NULL;
+        fm_tensor_release(at);
+        if (!gin[1]) st = fm_last_status();
+    }
+    return st;
+}
+
+/* a [..., M, K] @ b [..., K, N], both ndim >= 2 */
+static fm_tensor *matmul_nd(fm_tensor *a, fm_tensor *b) {
+    char sa[128], sb[128];
+    if (a->shape[a->ndim - 1] != b->shape[b->ndim - 2]) {
+        fm_set_error(FM_ERR_INVALID, "matmul: inner dimensions differ: %s @ %s (%lld vs %lld)",
+                     fm_shape_str(a->ndim, a->shape, sa, sizeof sa), fm_shape_str(b->ndim, b->shape, sb, sizeof sb),
+                     (long long)a->shape[a->ndim - 1], (long long)b->shape[b->ndim - 2]);
+        return NULL;
+    }
+    int nb;
+    int64_t batch[FM_MAX_DIMS];
+    if (fm_broadcast_shapes("matmul (batch dimensions)", a->ndim - 2, a->shape, b->ndim - 2, b->shape, &nb, batch)) return NULL;
+    if (nb + 2 > FM_MAX_DIMS) { fm_set_error(FM_ERR_INVALID, "matmul: too many dimensions"); return NULL; }
+    int64_t sha[FM_MAX_DIMS], shb[FM_MAX_DIMS], shy[FM_MAX_DIMS];
+    memcpy(sha, batch, sizeof(int64_t) * (size_t)nb);
+    memcpy(shb, batch, sizeof(int64_t) * (size_t)nb);
+    memcpy(shy, batch, sizeof(int64_t) * (size_t)nb);
+    sha[nb] = a->shape[a->ndim - 2]; sha[nb + 1] = a->shape[a->ndim - 1];
+    shb[nb] = b->shape[b->ndim - 2]; shb[nb + 1] = b->shape[b->ndim - 1];
+    shy[nb] = sha[nb]; shy[nb + 1] = shb[nb + 1];
+    fm_tensor *ae = fm_expand(a, nb + 2, sha), *be = ae ? fm_expand(b, nb + 2, shb) : NULL;
+    fm_tensor *y = be ? fm_tensor_empty(nb + 2, shy, a->dtype, a->storage->device) : NULL;
+    if (!y) { fm_tensor_release_n(2, ae, be); return NULL; }
+    fm_op_call c = {.op = FM_OP_MATMUL, .n_in = 2, .n_out = 1, .in = {ae, be}, .out = {y}};
+    if (fm_dispatch(&c) != FM_OK) { fm_tensor_release_n(3, ae, be, y); return NULL; }
+    fm_tensor *ins[2] = {ae, be};
+    fm_node *n = fm_node_begin(FM_OP_MATMUL, 2, ins, matmul_backward);
+    if (n) {
+        fm_node_save(n, 0, ae);
+        fm_node_save(n, 1, be);
+        fm_node_finish(n, 1, &y);
+    }
+    fm_tensor_release_n(2, ae, be);
+    return y;
+}
+
+fm_tensor *fm_matmul(fm_tensor *a, fm_tensor *b) {
+    if (!a || !b) { fm_set_error(FM_ERR_INVALID, "matmul: input is NULL"); return NULL; }
+    if (fm_check_same_dtype("matmul", a, b) || fm_check_same_device("matmul", a, b)) return NULL;
+    if (a->ndim == 0 || b->ndim == 0) { fm_set_error(FM_ERR_INVALID, "matmul: operands must have at least 1 dimension (use fm_mul for scalars)"); return NULL; }
+    if (!fm_dtype_is_float(a->dtype)) { fm_set_error(FM_ERR_INVALID, "matmul: needs floating-point operands (got %s)", fm_dtype_name(a->dtype)); return NULL; }
+    fm_tensor *a2 = a->ndim == 1 ? fm_unsqueeze(a, 0) : fm_tensor_retain(a);
+    fm_tensor *b2 = b->ndim == 1 ? fm_unsqueeze(b, 1) : fm_tensor_retain(b);
+    fm_tensor *y = (a2 && b2) ? matmul_nd(a2, b2) : NULL;
+    fm_tensor_release_n(2, a2, b2);
+    if (!y) return NULL;
+    if (a->ndim == 1 || b->ndim == 1) {
+        int64_t sh[FM_MAX_DIMS];
+        int k = 0;
+        for (int i = 0; i < y->ndim - 2; i++) sh[k++] = y->shape[i];
+        if (a->ndim != 1) sh[k++] = y->shape[y->ndim - 2];
+        if (b->ndim != 1) sh[k++] = y->shape[y->ndim - 1];
+        fm_tensor *r = fm_reshape(y, k, sh);
+        fm_tensor_release(y);
+        y = r;
+    }
+    return y;
+}
+
+fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "linear: input or weight is NULL"); return NULL; }
+    char sx[128], sw[128];
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+        fm_set_error(FM_ERR_INVALID, "linear: input %s does not match weight %s (expected weight [out, %lld])",
+                     fm_shape_str(x->ndim, x->shape, sx, sizeof sx), fm_shape_str(w->ndim, w->shape, sw, sizeof sw),
+                     x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL);
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+        fm_set_error(FM_ERR_INVALID, "linear: bias %s does not match weight %s (expected bias [%lld])",
+                     fm_shape_str(b->ndim, b->shape, sx, sizeof sx), fm_shape_str(w->ndim, w->shape, sw, sizeof sw),
+                     (long long)w->shape[0]);
+        return NULL;
+    }
+    /* flatten leading dims so the whole batch is one GEMM */
+    int64_t in = w->shape[1], rows = fm_tensor_numel(x) / (in ? in : 1);
+    fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
+    fm_tensor *wt = x2 ? fm_transpose(w, 0, 1) : NULL;
+    fm_tensor *y = wt ? fm_matmul(x2, wt) : NULL;
+    fm_tensor_release_n(2, x2, wt);
+    if (y && b) {
+        fm_tensor *yb = fm_add(y, b);
+        fm_tensor_release(y);
+        y = yb;
+    }
+    if (y && x->ndim != 2) {
+        int64_t sh[FM_MAX_DIMS];
+        for (int i = 0; i < x->ndim - 1; i++) sh[i] = x->shape[i];
+        sh[x->ndim - 1] = w->shape[0];
+        fm_tensor *r = fm_reshape(y, x->ndim, sh);
+        fm_tensor_release(y);
+        y = r;
+    }
+    return y;
+}

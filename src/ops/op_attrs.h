@@ -1,0 +1,56 @@
+/* Attribute structs passed from an op's front end (src/ops/ *.c) to the
+ * backends' kernels through fm_op_call.attrs. One struct per op family. */
+#ifndef FATHOM_OP_ATTRS_H
+#define FATHOM_OP_ATTRS_H
+#include <stdint.h>
+#include "fathom/ops.h"
+
+/* LEAKY_RELU (a = slope), CLAMP (a = lo, b = hi). Other unary ops: unused. */
+typedef struct fm_unary_attrs { double a, b; } fm_unary_attrs;
+/* UNARY_BACKWARD: which forward op, and its attrs. in = {dy, x, y}; y may be NULL. */
+typedef struct fm_unary_bwd_attrs { fm_op_id fwd; fm_unary_attrs fa; } fm_unary_bwd_attrs;
+
+/* SUM, MEAN, AMAX, AMIN, VAR, STD, LOGSUMEXP: a mask of reduced axes (bit i = axis i),
+ * keepdim is resolved by the front end (kernels always see keepdim-shaped outputs). */
+typedef struct fm_reduce_attrs { unsigned axes_mask; int correction; } fm_reduce_attrs;
+/* MAX_DIM, MIN_DIM, ARGMAX: one axis; outputs keepdim-shaped. */
+typedef struct fm_dim_attrs { int axis; } fm_dim_attrs;
+
+/* SOFTMAX, LOG_SOFTMAX and their backward: axis (the front end passes the last axis
+ * contiguous; kernels may assume axis == ndim-1 of contiguous inputs). */
+typedef struct fm_softmax_attrs { int axis; } fm_softmax_attrs;
+
+/* CROSS_ENTROPY: in = {logits [N,C], target [N] (i64)}; out = {loss scalar or [N]}.
+ * CROSS_ENTROPY_BACKWARD: in = {dloss, logits, target}; out = {dlogits}. */
+typedef struct fm_ce_attrs { int64_t ignore_index; double label_smoothing; fm_reduction reduction; } fm_ce_attrs;
+typedef struct fm_mse_attrs { fm_reduction reduction; } fm_mse_attrs;
+
+/* LAYER_NORM: in = {x [M,N] contiguous, weight [N]|NULL, bias [N]|NULL};
+ * out = {y, mean [M] f32, rstd [M] f32}.
+ * LAYER_NORM_BACKWARD: in = {dy, x, weight|NULL, mean, rstd}; out = {dx, dweight|NULL, dbias|NULL}.
+ * RMS_NORM: in = {x, weight|NULL}; out = {y, rstd}.  RMS_NORM_BACKWARD: in = {dy, x, weight, rstd};
+ * out = {dx, dweight|NULL}. */
+typedef struct fm_norm_attrs { double eps; } fm_norm_attrs;
+
+/* DROPOUT: out = {y, mask (u8 [same shape])}; mask from Philox(seed, offset, i). */
+typedef struct fm_dropout_attrs { double p; uint64_t seed, offset; } fm_dropout_attrs;
+
+/* CONV2D: in = {x, w, b|NULL}; CONV2D_BACKWARD: in = {dy, x, w}; out = {dx|NULL, dw|NULL, db|NULL}. */
+typedef struct fm_conv2d_attrs { fm_conv2d_params p; } fm_conv2d_attrs;
+/* pools: MAX_POOL2D out = {y, argmax indices i64}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
+ * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */
+typedef struct fm_pool2d_attrs { fm_pool2d_params p; } fm_pool2d_attrs;
+/* BATCH_NORM: in = {x, weight|NULL, bias|NULL, running_mean|NULL, running_var|NULL};
+ * out = {y, save_mean [C], save_rstd [C]}. BATCH_NORM_BACKWARD in = {dy, x, weight|NULL,
+ * save_mean, save_rstd}; out = {dx, dweight|NULL, dbias|NULL}. */
+typedef struct fm_bn_attrs { int training; double momentum, eps; fm_layout layout; } fm_bn_attrs;
+
+/* CAT: in = n tensors; GATHER/SCATTER_ADD/INDEX_SELECT/INDEX_ADD: axis.
+ * SCATTER_ADD in = {base(zeros), index, src}; INDEX_ADD in = {base(zeros), index, src}. */
+typedef struct fm_axis_attrs { int axis; } fm_axis_attrs;
+typedef struct fm_one_hot_attrs { int64_t num_classes; } fm_one_hot_attrs;
+
+/* SDPA: in = {q, k, v}; out = {o [B,H,Tq,D], lse [B,H,Tq] f32}.
+ * SDPA_BACKWARD: in = {dout, q, k, v, out, lse}; out = {dq, dk, dv}. */
+typedef struct fm_sdpa_attrs { int causal; double scale; } fm_sdpa_attrs;
+#endif

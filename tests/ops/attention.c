@@ -1,0 +1,284 @@
+/* Tests of scaled_dot_product_attention: forward values and gradients against a
+ * naive reference that materializes the score matrix in double (computed here,
+ * independently of the tiled kernels), gradient checks in f64, and bad shapes.
+ *
+ * Shapes are chosen to hit the tiled kernel's edges: sequence lengths that are
+ * not multiples of the 64-row tiles, head dims that are not multiples of 16,
+ * Tq != Tk in both directions, grouped-query heads, and a q that is a
+ * transposed view of a [B, T, H, D] tensor. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+#include "op_test.h"
+#include "gradcheck.h"
+
+#include "fathom/autograd.h"
+#include "fathom/ops.h"
+#include "core/parallel.h" /* fm_num_threads, to show thread-count independence */
+
+typedef struct sdpa_case {
+    int64_t B, H, Hkv, Tq, Tk, D;
+    int causal;
+    double scale; /* <= 0: default */
+    int q_view;   /* q is a transposed view of a [B, Tq, H, D] tensor */
+} sdpa_case;
+
+/* Naive attention in double with the full Tq x Tk matrix. dO may be NULL (then
+ * only o is computed). Top-left causal alignment, as PyTorch's is_causal. */
+static void sdpa_reference(const sdpa_case *c, const double *q, const double *k, const double *v, const double *dO,
+                           double *o, double *dq, double *dk, double *dv) {
+    int64_t B = c->B, H = c->H, Hkv = c->Hkv, Tq = c->Tq, Tk = c->Tk, D = c->D;
+    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)D);
+    double *P = malloc(sizeof(double) * Tq * Tk), *dP = malloc(sizeof(double) * Tq * Tk);
+    if (dO) {
+        memset(dk, 0, sizeof(double) * B * Hkv * Tk * D);
+        memset(dv, 0, sizeof(double) * B * Hkv * Tk * D);
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t hk = h / (H / Hkv);
+            const double *Q = q + (b * H + h) * Tq * D, *K = k + (b * Hkv + hk) * Tk * D, *V = v + (b * Hkv + hk) * Tk * D;
+            double *O = o + (b * H + h) * Tq * D;
+            for (int64_t i = 0; i < Tq; i++) {
+                double mx = -INFINITY, l = 0;
+                for (int64_t j = 0; j < Tk; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < D; d++) s += Q[i * D + d] * K[j * D + d];
+                    s *= scale;
+                    if (c->causal && j > i) s = -INFINITY;
+                    P[i * Tk + j] = s;
+                    if (s > mx) mx = s;
+                }
+                for (int64_t j = 0; j < Tk; j++) l += (P[i * Tk + j] = exp(P[i * Tk + j] - mx));
+                for (int64_t j = 0; j < Tk; j++) P[i * Tk + j] /= l;
+                for (int64_t d = 0; d < D; d++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < Tk; j++) s += P[i * Tk + j] * V[j * D + d];
+                    O[i * D + d] = s;
+                }
+            }
+            if (!dO) continue;
+            const double *G = dO + (b * H + h) * Tq * D;
+            double *dQ = dq + (b * H + h) * Tq * D, *dK = dk + (b * Hkv + hk) * Tk * D, *dV = dv + (b * Hkv + hk) * Tk * D;
+            for (int64_t i = 0; i < Tq; i++) {
+                double rs = 0;
+                for (int64_t j = 0; j < Tk; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < D; d++) s += G[i * D + d] * V[j * D + d];
+                    dP[i * Tk + j] = s;
+                    rs += s * P[i * Tk + j];
+                }
+                for (int64_t j = 0; j < Tk; j++) dP[i * Tk + j] = P[i * Tk + j] * (dP[i * Tk + j] - rs); /* dS */
+            }
+            for (int64_t i = 0; i < Tq; i++)
+                for (int64_t d = 0; d < D; d++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < Tk; j++) s += dP[i * Tk + j] * K[j * D + d];
+                    dQ[i * D + d] = s * scale;
+                }
+            for (int64_t j = 0; j < Tk; j++)
+                for (int64_t d = 0; d < D; d++) {
+                    double sk = 0, sv = 0;
+                    for (int64_t i = 0; i < Tq; i++) {
+                        sk += dP[i * Tk + j] * Q[i * D + d];
+                        sv += P[i * Tk + j] * G[i * D + d];
+                    }
+                    dK[j * D + d] += sk * scale;
+                    dV[j * D + d] += sv;
+                }
+        }
+    free(P);
+    free(dP);
+}
+
+static double *to_host(const fm_tensor *t) {
+    double *p = malloc(sizeof(double) * (size_t)fm_tensor_numel(t));
+    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
+    return p;
+}
+
+/* Largest |a - b| / (1 + |b|) over a tensor vs a reference array. */
+static double max_rel_err(const fm_tensor *t, const double *ref) {
+    double *a = to_host(t), worst = 0;
+    if (!a) return INFINITY;
+    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
+        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
+        if (!(e <= worst)) worst = e; /* NaN wins */
+    }
+    free(a);
+    return worst;
+}
+
+/* Builds q (maybe as a transposed view), k, v of the case. */
+static void make_qkv(const sdpa_case *c, fm_dtype dt, uint64_t seed, fm_tensor **q, fm_tensor **k, fm_tensor **v) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    if (c->q_view) {
+        fm_tensor *base = fm_tensor_randn(4, (int64_t[]){c->B, c->Tq, c->H, c->D}, dt, &r);
+        *q = fm_transpose(base, 1, 2);
+        fm_tensor_release(base);
+    } else {
+        *q = fm_tensor_randn(4, (int64_t[]){c->B, c->H, c->Tq, c->D}, dt, &r);
+    }
+    *k = fm_tensor_randn(4, (int64_t[]){c->B, c->Hkv, c->Tk, c->D}, dt, &r);
+    *v = fm_tensor_randn(4, (int64_t[]){c->B, c->Hkv, c->Tk, c->D}, dt, &r);
+}
+
+/* Forward (and, with grads, backward through the public API) vs the reference. */
+static void check_case(const sdpa_case *c, fm_dtype dt, int grads) {
+    double tol = dt == FM_F64 ? 1e-10 : 2e-4;
+    fm_tensor *q, *k, *v;
+    make_qkv(c, dt, 42 + (uint64_t)(c->Tq * 131 + c->Tk * 7 + c->D + c->causal), &q, &k, &v);
+    CHECK(q && k && v);
+    if (!q || !k || !v) { fm_tensor_release_n(3, q, k, v); return; }
+    if (c->q_view) CHECK(!fm_tensor_is_contiguous(q));
+    fm_tensor *dO = NULL;
+    if (grads) {
+        fm_rng r;
+        fm_rng_init(&r, 7);
+        dO = fm_tensor_randn(4, (int64_t[]){c->B, c->H, c->Tq, c->D}, dt, &r);
+        fm_tensor_requires_grad_(q, true);
+        fm_tensor_requires_grad_(k, true);
+        fm_tensor_requires_grad_(v, true);
+    }
+    fm_tensor *o = fm_scaled_dot_product_attention(q, k, v, c->causal, c->scale);
+    CHECK_MSG(o != NULL, "sdpa failed: %s", fm_last_error());
+    double *hq = to_host(q), *hk = to_host(k), *hv = to_host(v), *hdo = dO ? to_host(dO) : NULL;
+    int64_t nq = c->B * c->H * c->Tq * c->D, nk = c->B * c->Hkv * c->Tk * c->D;
+    double *ro = malloc(sizeof(double) * nq), *rdq = malloc(sizeof(double) * nq);
+    double *rdk = malloc(sizeof(double) * nk), *rdv = malloc(sizeof(double) * nk);
+    sdpa_reference(c, hq, hk, hv, hdo, ro, rdq, rdk, rdv);
+    if (o) {
+        CHECK(o->ndim == 4 && o->shape[0] == c->B && o->shape[1] == c->H && o->shape[2] == c->Tq && o->shape[3] == c->D);
+        CHECK(o->dtype == dt);
+        double e = max_rel_err(o, ro);
+        CHECK_MSG(e <= tol, "sdpa %s B%lld H%lld Hkv%lld Tq%lld Tk%lld D%lld causal%d view%d: out err %g",
+                  fm_dtype_name(dt), (long long)c->B, (long long)c->H, (long long)c->Hkv, (long long)c->Tq,
+                  (long long)c->Tk, (long long)c->D, c->causal, c->q_view, e);
+        if (grads) {
+            CHECK_MSG(fm_backward(o, dO, false) == FM_OK, "backward: %s", fm_last_error());
+            const char *nm[3] = {"dq", "dk", "dv"};
+            fm_tensor *in[3] = {q, k, v};
+            double *ref[3] = {rdq, rdk, rdv};
+            for (int i = 0; i < 3; i++) {
+                CHECK(in[i]->grad != NULL);
+                if (!in[i]->grad) continue;
+                double ge = max_rel_err(in[i]->grad, ref[i]);
+                CHECK_MSG(ge <= tol * 2, "sdpa %s Tq%lld Tk%lld D%lld H%lld/%lld causal%d: %s err %g", fm_dtype_name(dt),
+                          (long long)c->Tq, (long long)c->Tk, (long long)c->D, (long long)c->H, (long long)c->Hkv,
+                          c->causal, nm[i], ge);
+            }
+        }
+    }
+    free(hq); free(hk); free(hv); free(hdo); free(ro); free(rdq); free(rdk); free(rdv);
+    fm_tensor_release_n(5, o, q, k, v, dO);
+}
+
+static const sdpa_case fwd_cases[] = {
+    /* B  H Hkv Tq   Tk  D  causal scale view */
+    {1, 1, 1, 1, 1, 4, 0, 0, 0},
+    {2, 2, 2, 5, 7, 8, 0, 0, 0},
+    {2, 2, 2, 9, 9, 8, 1, 0, 0},
+    {1, 4, 2, 70, 70, 16, 1, 0, 0},      /* GQA, tails of 64-row tiles */
+    {1, 4, 1, 70, 133, 24, 0, 0.3, 1},   /* multi-query, Tq < Tk, D = 16 + 8, view */
+    {2, 2, 1, 130, 67, 20, 1, 0, 1},     /* Tq > Tk causal: late queries see all keys; D tail of 4 */
+    {1, 2, 2, 67, 130, 64, 1, 0, 0},     /* Tq < Tk causal: keys past Tq never seen */
+    {1, 3, 3, 128, 128, 64, 0, 0, 1},
+    {1, 2, 2, 3, 200, 5, 1, 0, 0},       /* D below one vector */
+    {4, 4, 4, 70, 70, 16, 1, 0, 0},      /* >= 16 (batch, kv head) pairs: the owner-mode backward */
+    {4, 8, 4, 130, 67, 24, 0, 0, 1},     /* owner mode with GQA */
+};
+
+static int sdpa_forward(void) {
+    OP_BEGIN;
+    for (size_t i = 0; i < sizeof fwd_cases / sizeof fwd_cases[0]; i++) {
+        check_case(&fwd_cases[i], FM_F32, 0);
+        check_case(&fwd_cases[i], FM_F64, 0);
+    }
+    /* gradients of the tiled f32 backward (the f64 path is covered by gradcheck) */
+    for (size_t i = 0; i < sizeof fwd_cases / sizeof fwd_cases[0]; i++) check_case(&fwd_cases[i], FM_F32, 1);
+    check_case(&fwd_cases[3], FM_F64, 1);
+
+    /* results must not depend on how many threads run the kernels */
+    {
+        sdpa_case c = {2, 4, 2, 100, 100, 32, 1, 0, 0};
+        fm_tensor *q, *k, *v;
+        make_qkv(&c, FM_F32, 5, &q, &k, &v);
+        int nt = fm_num_threads();
+        fm_tensor *o1 = fm_scaled_dot_product_attention(q, k, v, true, 0);
+        fm_set_num_threads(1);
+        fm_tensor *o2 = fm_scaled_dot_product_attention(q, k, v, true, 0);
+        fm_set_num_threads(nt);
+        CHECK(o1 && o2);
+        if (o1 && o2) {
+            double *a = to_host(o1), *b = to_host(o2);
+            CHECK(memcmp(a, b, sizeof(double) * (size_t)fm_tensor_numel(o1)) == 0);
+            free(a); free(b);
+        }
+        fm_tensor_release_n(5, q, k, v, o1, o2);
+    }
+
+    /* bad input */
+    {
+        fm_rng r;
+        fm_rng_init(&r, 3);
+        fm_tensor *q = fm_tensor_randn(4, (int64_t[]){1, 4, 5, 8}, FM_F32, &r);
+        fm_tensor *k = fm_tensor_randn(4, (int64_t[]){1, 4, 6, 8}, FM_F32, &r);
+        fm_tensor *v = fm_tensor_randn(4, (int64_t[]){1, 4, 6, 8}, FM_F32, &r);
+        fm_tensor *kD = fm_tensor_randn(4, (int64_t[]){1, 4, 6, 7}, FM_F32, &r);
+        fm_tensor *k3 = fm_tensor_randn(4, (int64_t[]){1, 3, 6, 8}, FM_F32, &r);
+        fm_tensor *q3d = fm_tensor_randn(3, (int64_t[]){4, 5, 8}, FM_F32, &r);
+        fm_tensor *v64 = fm_tensor_randn(4, (int64_t[]){1, 4, 6, 8}, FM_F64, &r);
+        fm_tensor *vT = fm_tensor_randn(4, (int64_t[]){1, 4, 7, 8}, FM_F32, &r);
+        fm_tensor *kB = fm_tensor_randn(4, (int64_t[]){2, 4, 6, 8}, FM_F32, &r);
+        CHECK(fm_scaled_dot_product_attention(q, kD, v, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("[1, 4, 6, 7]");
+        CHECK(fm_scaled_dot_product_attention(q, kD, kD, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("head dim");
+        CHECK(fm_scaled_dot_product_attention(q, k3, k3, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("must divide");
+        CHECK(fm_scaled_dot_product_attention(q3d, k, v, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("4-D");
+        CHECK(fm_scaled_dot_product_attention(q, k, v64, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("dtype");
+        CHECK(fm_scaled_dot_product_attention(q, k, vT, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("does not match v shape");
+        CHECK(fm_scaled_dot_product_attention(q, kB, kB, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("batch");
+        CHECK(fm_scaled_dot_product_attention(NULL, k, v, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("NULL");
+        fm_tensor_release_n(9, q, k, v, kD, k3, q3d, v64, vT, kB);
+    }
+    OP_END;
+}
+
+typedef struct gc_sdpa { int causal; double scale; } gc_sdpa;
+static fm_tensor *gc_sdpa_fn(fm_tensor **in, void *ctx) {
+    gc_sdpa *c = ctx;
+    return fm_scaled_dot_product_attention(in[0], in[1], in[2], c->causal, c->scale);
+}
+
+static int sdpa_grad(void) {
+    OP_BEGIN;
+    static const sdpa_case cases[] = {
+        {1, 2, 2, 4, 4, 3, 0, 0, 0},
+        {1, 2, 2, 5, 5, 3, 1, 0, 1},    /* causal, q a transposed view */
+        {2, 4, 2, 3, 6, 2, 0, 0.7, 0},  /* GQA, Tq < Tk, explicit scale */
+        {1, 2, 1, 6, 3, 2, 1, 0, 1},    /* multi-query, Tq > Tk causal */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const sdpa_case *c = &cases[i];
+        fm_tensor *in[3];
+        make_qkv(c, FM_F64, 100 + i, &in[0], &in[1], &in[2]);
+        for (int j = 0; j < 3; j++) fm_tensor_requires_grad_(in[j], true);
+        gc_sdpa ctx = {c->causal, c->scale};
+        char name[64];
+        snprintf(name, sizeof name, "sdpa case %zu", i);
+        CHECK(gradcheck(name, gc_sdpa_fn, 3, in, &ctx, 1e-6, 1e-6));
+        fm_tensor_release_n(3, in[0], in[1], in[2]);
+    }
+    OP_END;
+}
+
+OP_TEST("scaled_dot_product_attention", sdpa_forward, sdpa_grad)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fathom needs to build, test and run its quickstart.
+# Idempotent: packages already present are skipped quickly. Runs as root (CI, fresh machines).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libjansson-dev libinih-dev zlib1g-dev libpng-dev
+      dataset-fashion-mnist valgrind)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
