@@ -1,0 +1,85 @@
+/* Core benchmarks: f32 GEMM through fm_matmul against OpenBLAS's own sgemm in
+ * the same process, and elementwise ops (add, GELU) forward and backward over 4M
+ * elements. Prints one JSON line per measurement (median of the repetitions);
+ * bench/bench_core.py runs the PyTorch side and forms the ratios. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/parallel.h"
+#include "fathom/fathom.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
+static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+
+static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
+    int64_t sa[2] = {M, K}, sb[2] = {K, N};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
+    double t_fm[64], t_blas[64];
+    float *c = malloc((size_t)(M * N) * sizeof(float));
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_ms();
+        fm_tensor *y = fm_matmul(a, b);
+        double t1 = now_ms();
+        fm_tensor_release(y);
+        double t2 = now_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
+                    fm_tensor_data(b), (int)N, 0.0f, c, (int)N);
+        double t3 = now_ms();
+        if (r >= 0) { t_fm[r] = t1 - t0; t_blas[r] = t3 - t2; }
+    }
+    double flops = 2.0 * M * N * K, mf = median(t_fm, reps), mb = median(t_blas, reps);
+    printf("{\"bench\":\"matmul_f32\",\"shape\":[%lld,%lld,%lld],\"fathom_ms\":%.3f,\"openblas_ms\":%.3f,"
+           "\"fathom_gflops\":%.1f,\"openblas_gflops\":%.1f,\"fraction_of_openblas\":%.3f,\"threads\":%d}\n",
+           (long long)M, (long long)N, (long long)K, mf, mb, flops / mf / 1e6, flops / mb / 1e6, mb / mf, fm_num_threads());
+    fflush(stdout);
+    free(c);
+    fm_tensor_release_n(2, a, b);
+}
+
+typedef fm_tensor *(*unary_fn)(fm_tensor *);
+
+static void bench_elementwise(const char *name, int64_t n, int reps) {
+    fm_tensor *a = fm_tensor_randn(1, &n, FM_F32, NULL), *b = fm_tensor_randn(1, &n, FM_F32, NULL);
+    fm_tensor *g = fm_tensor_randn(1, &n, FM_F32, NULL);
+    fm_tensor_requires_grad_(a, true);
+    fm_tensor_requires_grad_(b, true);
+    double tf[64], tb[64];
+    for (int r = -2; r < reps; r++) {
+        double t0 = now_ms();
+        fm_tensor *y = !strcmp(name, "add") ? fm_add(a, b) : fm_gelu(a);
+        double t1 = now_ms();
+        fm_backward(y, g, false);
+        double t2 = now_ms();
+        fm_tensor_release(y);
+        fm_tensor_zero_grad(a);
+        fm_tensor_zero_grad(b);
+        if (r >= 0) { tf[r] = t1 - t0; tb[r] = t2 - t1; }
+    }
+    printf("{\"bench\":\"%s\",\"n\":%lld,\"fathom_fwd_ms\":%.3f,\"fathom_bwd_ms\":%.3f,\"threads\":%d}\n", name,
+           (long long)n, median(tf, reps), median(tb, reps), fm_num_threads());
+    fflush(stdout);
+    fm_tensor_release_n(3, a, b, g);
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : "all";
+    fm_manual_seed(1);
+    if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
+        bench_gemm(1024, 1024, 1024, 15);
+        bench_gemm(4096, 1024, 1024, 7);
+    }
+    if (!strcmp(only, "all") || !strcmp(only, "elementwise")) {
+        bench_elementwise("add", 4 << 20, 25);
+        bench_elementwise("gelu", 4 << 20, 25);
+    }
+    fm_parallel_shutdown();
+    return 0;
+}
