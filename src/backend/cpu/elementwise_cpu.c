@@ -310,18 +310,41 @@ static void run_range(void *vctx, int64_t cb, int64_t ce, int tid) {
         else loop_f64(&e->job, (const double *const *)ins, (double *)e->out.base + b, en - b);
         return;
     }
+    /* Mixed: operands that are contiguous in the compute type are read in place,
+     * scalars are broadcast into a buffer once, the rest are gathered per chunk. */
     _Alignas(64) double bufs[4][CHUNK];
+    bool in_place[3] = {0}, scalar[3] = {0};
+    for (int k = 0; k < e->n_in; k++) {
+        const operand *o = &e->in[k];
+        if (!o->base) continue;
+        in_place[k] = o->contig && o->dt == e->ct;
+        bool all0 = true;
+        for (int d = 0; d < e->ndim; d++) all0 &= o->st[d] == 0;
+        if (!in_place[k] && all0) {
+            scalar[k] = true;
+            gather(e, o, 0, 1, bufs[k]);
+            if (e->ct == FM_F32) {
+                float *fb = (float *)(void *)bufs[k];
+                for (int i = 1; i < CHUNK; i++) fb[i] = fb[0];
+            } else {
+                for (int i = 1; i < CHUNK; i++) bufs[k][i] = bufs[k][0];
+            }
+        }
+    }
+    bool out_in_place = e->out.contig && e->out.dt == e->ct;
     for (int64_t c = cb; c < ce; c++) {
         int64_t b = c * CHUNK, n = e->n - b < CHUNK ? e->n - b : CHUNK;
         const void *ins[3] = {0};
         for (int k = 0; k < e->n_in; k++) {
             if (!e->in[k].base) continue;
-            gather(e, &e->in[k], b, n, bufs[k]);
+            if (in_place[k]) { ins[k] = e->in[k].base + b * (int64_t)cs; continue; }
+            if (!scalar[k]) gather(e, &e->in[k], b, n, bufs[k]);
             ins[k] = bufs[k];
         }
-        if (e->ct == FM_F32) loop_f32(&e->job, (const float *const *)ins, (float *)bufs[3], n);
-        else loop_f64(&e->job, (const double *const *)ins, (double *)bufs[3], n);
-        scatter(e, &e->out, b, n, bufs[3]);
+        void *dst = out_in_place ? (void *)(e->out.base + b * (int64_t)cs) : (void *)bufs[3];
+        if (e->ct == FM_F32) loop_f32(&e->job, (const float *const *)ins, (float *)dst, n);
+        else loop_f64(&e->job, (const double *const *)ins, (double *)dst, n);
+        if (!out_in_place) scatter(e, &e->out, b, n, bufs[3]);
     }
 }
 
