@@ -153,15 +153,20 @@ static int conv2d_forward(void) {
             fm_tensor_release_n(14, x, w, b, xg, wg, bg, wd, w1, w1g, base, xt, wbase, ws, wbig);
         }
     }
-    /* several chunks of samples (the im2col budget is ~4M elements) */
-    for (int l = 0; l < 2; l++) {
-        fm_tensor *x = cv_randn(4, (int64_t[]){30, 16, 32, 32}, FM_F32, 13);
-        fm_tensor *w = cv_randn(4, (int64_t[]){8, 16, 3, 3}, FM_F32, 14), *b = cv_randn(1, (int64_t[]){8}, FM_F32, 15);
-        fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
-        p.layout = l ? FM_NHWC : FM_NCHW;
-        check_conv(x, w, b, p, 1e-4, "multi-chunk batch");
-        fm_tensor_release_n(3, x, w, b);
-    }
+    /* chunking of the batch (the im2col scratch is ~1 MiB): one sample per chunk (GEMM in place),
+     * several samples per chunk with a ragged last chunk, in f32 and f64 */
+    for (int l = 0; l < 2; l++)
+        for (int d = 0; d < 2; d++) {
+            fm_dtype dt = d ? FM_F64 : FM_F32;
+            fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
+            p.layout = l ? FM_NHWC : FM_NCHW;
+            fm_tensor *x = cv_randn(4, (int64_t[]){3, 16, 32, 32}, dt, 13);
+            fm_tensor *w = cv_randn(4, (int64_t[]){8, 16, 3, 3}, dt, 14), *b = cv_randn(1, (int64_t[]){8}, dt, 15);
+            check_conv(x, w, b, p, d ? 1e-12 : 1e-4, "one sample per chunk");
+            fm_tensor *x2 = cv_randn(4, (int64_t[]){7, 8, 24, 24}, dt, 16), *w2 = cv_randn(4, (int64_t[]){8, 8, 3, 3}, dt, 17);
+            check_conv(x2, w2, b, p, d ? 1e-12 : 1e-4, "ragged chunks");
+            fm_tensor_release_n(5, x, w, b, x2, w2);
+        }
     /* thread-count independence, forward and backward, bitwise */
     for (int l = 0; l < 2; l++) {
         fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
