@@ -200,23 +200,43 @@ static int sdpa_forward(void) {
     for (size_t i = 0; i < sizeof fwd_cases / sizeof fwd_cases[0]; i++) check_case(&fwd_cases[i], FM_F32, 1);
     check_case(&fwd_cases[3], FM_F64, 1);
 
-    /* results must not depend on how many threads run the kernels */
+    /* results (forward and all three gradients) must not depend on how many threads
+     * run the kernels, in both backward modes (few and many (batch, kv head) pairs) */
     {
-        sdpa_case c = {2, 4, 2, 100, 100, 32, 1, 0, 0};
-        fm_tensor *q, *k, *v;
-        make_qkv(&c, FM_F32, 5, &q, &k, &v);
-        int nt = fm_num_threads();
-        fm_tensor *o1 = fm_scaled_dot_product_attention(q, k, v, true, 0);
-        fm_set_num_threads(1);
-        fm_tensor *o2 = fm_scaled_dot_product_attention(q, k, v, true, 0);
-        fm_set_num_threads(nt);
-        CHECK(o1 && o2);
-        if (o1 && o2) {
-            double *a = to_host(o1), *b = to_host(o2);
-            CHECK(memcmp(a, b, sizeof(double) * (size_t)fm_tensor_numel(o1)) == 0);
-            free(a); free(b);
+        static const sdpa_case tc[2] = {{2, 4, 2, 100, 100, 32, 1, 0, 0}, {4, 8, 4, 70, 90, 16, 0, 0, 0}};
+        for (int ci = 0; ci < 2; ci++) {
+            fm_tensor *q, *k, *v, *res[2][4] = {{NULL}};
+            make_qkv(&tc[ci], FM_F32, 5, &q, &k, &v);
+            fm_tensor_requires_grad_(q, true);
+            fm_tensor_requires_grad_(k, true);
+            fm_tensor_requires_grad_(v, true);
+            int nt = fm_num_threads();
+            for (int run = 0; run < 2; run++) {
+                fm_set_num_threads(run == 0 ? nt : 1);
+                fm_tensor *o = fm_scaled_dot_product_attention(q, k, v, tc[ci].causal, 0);
+                fm_tensor *gy = o ? fm_tensor_ones(4, o->shape, FM_F32, FM_CPU) : NULL;
+                CHECK(o && gy && fm_backward(o, gy, false) == FM_OK);
+                res[run][0] = o;
+                res[run][1] = q->grad ? fm_tensor_retain(q->grad) : NULL;
+                res[run][2] = k->grad ? fm_tensor_retain(k->grad) : NULL;
+                res[run][3] = v->grad ? fm_tensor_retain(v->grad) : NULL;
+                fm_tensor_zero_grad(q); fm_tensor_zero_grad(k); fm_tensor_zero_grad(v);
+                fm_tensor_release(gy);
+            }
+            fm_set_num_threads(nt);
+            for (int j = 0; j < 4; j++) {
+                CHECK(res[0][j] && res[1][j]);
+                if (res[0][j] && res[1][j]) {
+                    double *a = to_host(res[0][j]), *b = to_host(res[1][j]);
+                    CHECK_MSG(memcmp(a, b, sizeof(double) * (size_t)fm_tensor_numel(res[0][j])) == 0,
+                              "case %d tensor %d differs between thread counts", ci, j);
+                    free(a); free(b);
+                }
+                fm_tensor_release(res[0][j]);
+                fm_tensor_release(res[1][j]);
+            }
+            fm_tensor_release_n(3, q, k, v);
         }
-        fm_tensor_release_n(5, q, k, v, o1, o2);
     }
 
     /* bad input */
