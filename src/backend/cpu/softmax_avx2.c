@@ -11,11 +11,18 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift);
 
+/* Four independent max chains: one chain is bound by max_ps latency, not loads. */
 static float row_max(const float *x, int64_t n) {
-    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
-    float m = fm_hmax256(vm);
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+        m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + i + 16));
+        m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    float m = fm_hmax256(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m == -INFINITY ? 0.0f : m;
 }
