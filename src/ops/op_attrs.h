@@ -26,7 +26,7 @@ typedef struct fm_ce_attrs { int64_t ignore_index; double label_smoothing; fm_re
 typedef struct fm_mse_attrs { fm_reduction reduction; } fm_mse_attrs;
 
 /* LAYER_NORM: in = {x [M,N] contiguous, weight [N]|NULL, bias [N]|NULL};
- * out = {y, mean [M] f32, rstd [M] f32}.
+ * out = {y, mean [M], rstd [M]} (f32; f64 when x is f64, so f64 gradchecks keep full precision).
  * LAYER_NORM_BACKWARD: in = {dy, x, weight|NULL, mean, rstd}; out = {dx, dweight|NULL, dbias|NULL}.
  * RMS_NORM: in = {x, weight|NULL}; out = {y, rstd}.  RMS_NORM_BACKWARD: in = {dy, x, weight, rstd};
  * out = {dx, dweight|NULL}. */
