@@ -140,6 +140,12 @@ static inline __m256 exp2_neg(__m256 x) {
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* Block visiting order 0, n-1, 1, n-2, ...: with a causal mask a block's cost grows
+ * (queries) or shrinks (keys) with its index, and fm_parallel_for hands each thread
+ * one contiguous range of tasks, so this keeps the ranges' costs even. Each task
+ * writes only its own rows, so the order never changes the results. */
+static inline int64_t zigzag(int64_t i, int64_t n) { return (i & 1) ? n - 1 - i / 2 : i / 2; }
+
 typedef struct sdpa_geom {
     int64_t B, H, Hkv, Tq, Tk, D;
     int causal;
@@ -166,7 +172,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const float sc2 = g->scale * 1.4426950408889634f; /* scale * log2(e) */
     const int64_t group = g->H / g->Hkv;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t qb = t % c->nqb, bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
+        int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
         int64_t i0 = qb * BQ, bq = min64(BQ, g->Tq - i0);
         const float *Q = c->q + (bh * g->Tq + i0) * D;
         const float *K = c->k + (b * g->Hkv + hk) * g->Tk * D;
@@ -352,7 +358,7 @@ static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
     float *qt = buf, *dot = qt + BQ * D, *delta = dot + BQ * D, *lse2 = delta + BQ, *P = lse2 + BQ, *dS = P + BK * BQ;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t kb = t % c->nkb, bhk = t / c->nkb, b = bhk / g->Hkv, hk = bhk % g->Hkv;
+        int64_t kb = zigzag(t % c->nkb, c->nkb), bhk = t / c->nkb, b = bhk / g->Hkv, hk = bhk % g->Hkv;
         int64_t j0 = kb * BK;
         int bk = (int)min64(BK, Tk - j0);
         const float *K = c->k + (bhk * Tk + j0) * D, *V = c->v + (bhk * Tk + j0) * D;
@@ -384,7 +390,7 @@ static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
     float *qt = buf, *dot = qt + BQ * D, *delta = dot + BQ * D, *lse2 = delta + BQ, *P = lse2 + BQ, *dS = P + BK * BQ;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t qb = t % c->nqb, bh = t / c->nqb, b = bh / g->H, hk = (bh % g->H) / group;
+        int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, hk = (bh % g->H) / group;
         int64_t i0 = qb * BQ;
         int bq = (int)min64(BQ, Tq - i0);
         const float *K = c->k + (b * g->Hkv + hk) * Tk * D, *V = c->v + (b * g->Hkv + hk) * Tk * D;
