@@ -12,6 +12,9 @@
 
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
+#include "fathom/profile.h"
+
+extern _Thread_local int fm_in_backward;
 
 typedef struct leaf_acc { fm_tensor *leaf; fm_tensor *sum; } leaf_acc;
 
@@ -135,6 +138,9 @@ fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
     walk w = {0};
+    int prev_bw = fm_in_backward;
+    fm_in_backward = 1;
+    fm_profile_push("backward", "autograd");
     if (!root->grad_fn) { /* a leaf: its gradient is the seed itself */
         st = add_leaf(&w, root, g0);
         goto finish;
@@ -237,5 +243,7 @@ finish:
     free(w.nodes);
     fm_tensor_release(g0);
     fm_set_grad_enabled(prev);
+    fm_profile_pop();
+    fm_in_backward = prev_bw;
     return st;
 }

@@ -4,6 +4,12 @@
 #include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "fathom/autograd.h"
+#include "fathom/memory.h"
+#include "fathom/profile.h"
+#include "profile/op_cost.h"
+
+extern int fm_profiler_on;
+_Thread_local int fm_in_backward = 0;
 
 static const fm_op_info k_ops[FM_OP_COUNT] = {
 #define X(id, name, nin, nout, flags) [FM_OP_##id] = {name, nin, nout, flags},
@@ -27,6 +33,7 @@ void fm_backend_register(const fm_backend *b) {
 
 const fm_backend *fm_backend_get(fm_device_type type) {
     if (type == FM_DEV_CPU) return fm_cpu_backend();
+    if (type == FM_DEV_CUDA && !g_backends[FM_DEV_CUDA]) return fm_cuda_backend(); /* lazy: probes the device once */
     return (unsigned)type < 2 ? g_backends[type] : NULL;
 }
 
@@ -69,7 +76,25 @@ fm_status fm_dispatch(fm_op_call *call) {
         fm_set_grad_enabled(prev);
     }
     (void)vtmp;
-    fm_status st = k(&c2);
+    fm_status st;
+    if (__builtin_expect(fm_profiler_on, 0)) {
+        double t0 = fm_profiler_now_us();
+        st = k(&c2);
+        if (b->synchronize && dev.type != FM_DEV_CPU) b->synchronize(dev.index);
+        double t1 = fm_profiler_now_us();
+        char args[256], sh[128];
+        fm_tensor *o = call->n_out ? call->out[0] : NULL;
+        snprintf(args, sizeof args, "{\"flops\":%.0f,\"bytes\":%.0f,\"out\":\"%s\",\"device\":\"%s\"}", fm_op_flops(&c2),
+                 fm_op_bytes(&c2), o ? fm_shape_str(o->ndim, o->shape, sh, sizeof sh) : "", b->name);
+        fm_profile_span(info->name, fm_in_backward ? "backward" : "forward", t0, t1 - t0, args);
+        fm_memory_stats ms;
+        if (fm_memory_stats_get(dev, &ms) == FM_OK) {
+            fm_profile_counter("memory", "allocated", (double)ms.allocated);
+            fm_profile_counter("memory reserved", "reserved", (double)ms.reserved);
+        }
+    } else {
+        st = k(&c2);
+    }
     for (int i = 0; i < FM_CALL_MAX_IN; i++) fm_tensor_release(tmp[i]);
     return st;
 }

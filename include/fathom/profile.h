@@ -1,0 +1,38 @@
+/* fathom/profile.h: the profiler. Records spans (ops in forward and backward,
+ * optimizer steps, data loading, anything wrapped in a range) and a memory
+ * counter, and streams them to a Chrome trace-event JSON file, which Perfetto and
+ * chrome://tracing open. Events are flushed as they accumulate, so a run that
+ * crashes still leaves a trace the tools can read (the JSON array format allows
+ * the closing bracket to be missing). When not started, every hook is one
+ * predictable branch. */
+#ifndef FATHOM_PROFILE_H
+#define FATHOM_PROFILE_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "fathom/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+fm_status fm_profiler_start(const char *trace_path);
+/* Writes the remaining events and closes the file. Safe to call when not started. */
+fm_status fm_profiler_stop(void);
+bool fm_profiler_enabled(void);
+/* Microseconds since the profiler started (monotonic). */
+double fm_profiler_now_us(void);
+/* A named span on the calling thread; category e.g. "optimizer", "data", "step". */
+void fm_profile_push(const char *name, const char *category);
+void fm_profile_pop(void);
+/* A complete span with explicit start and duration (microseconds), with an
+ * optional JSON object text for args (may be NULL). */
+void fm_profile_span(const char *name, const char *category, double start_us, double dur_us, const char *args_json);
+/* A counter track sample, e.g. ("memory", "allocated", bytes). */
+void fm_profile_counter(const char *track, const char *series, double value);
+/* Name the calling thread's track ("loader worker 1"). */
+void fm_profile_thread_name(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

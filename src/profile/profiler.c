@@ -1,0 +1,169 @@
+/* The trace writer behind fathom/profile.h.
+ *
+ * Events are formatted on the recording thread into a shared buffer under a
+ * mutex and written out when it passes 64 KiB (and at stop). Spans use the
+ * "complete" event form (ph "X": start + duration), so nesting is implied by
+ * time containment on one thread's track, which is how the viewers draw it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fathom/profile.h"
+
+#define FLUSH_AT (64 * 1024)
+#define MAX_DEPTH 64
+
+static struct {
+    pthread_mutex_t mu;
+    FILE *f;
+    char *buf;
+    size_t len, cap;
+    double t0;
+    int n_events;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int fm_profiler_on = 0; /* read without the lock: a stale value only drops or adds one event */
+
+static _Thread_local struct { const char *name, *cat; double start; } t_stack[MAX_DEPTH];
+static _Thread_local int t_depth;
+
+static double mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+bool fm_profiler_enabled(void) { return __atomic_load_n(&fm_profiler_on, __ATOMIC_RELAXED) != 0; }
+double fm_profiler_now_us(void) { return mono_us() - g.t0; }
+
+static long tid(void) { return (long)syscall(SYS_gettid); }
+
+static void flush_locked(void) {
+    if (g.f && g.len) {
+        fwrite(g.buf, 1, g.len, g.f);
+        fflush(g.f);
+    }
+    g.len = 0;
+}
+
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+    pthread_mutex_lock(&g.mu);
+    if (!g.f) { pthread_mutex_unlock(&g.mu); return; }
+    if (g.len + (size_t)n + 2 > g.cap) {
+        size_t nc = (g.cap ? g.cap * 2 : FLUSH_AT * 2) + (size_t)n;
+        char *nb = realloc(g.buf, nc);
+        if (!nb) { pthread_mutex_unlock(&g.mu); return; }
+        g.buf = nb;
+        g.cap = nc;
+    }
+    /* events are separated by ",\n"; the first follows the opening "[" directly */
+    if (g.n_events++) { g.buf[g.len++] = ','; g.buf[g.len++] = '\n'; }
+    memcpy(g.buf + g.len, line, (size_t)n);
+    g.len += (size_t)n;
+    if (g.len >= FLUSH_AT) flush_locked();
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* JSON-escape a short string into out. */
+static const char *esc(const char *s, char *out, size_t n) {
+    size_t j = 0;
+    for (; s && *s && j + 7 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { out[j++] = '\\'; out[j++] = (char)c; }
+        else if (c < 0x20) j += (size_t)snprintf(out + j, n - j, "\\u%04x", c);
+        else out[j++] = (char)c;
+    }
+    out[j] = 0;
+    return out;
+}
+
+fm_status fm_profiler_start(const char *path) {
+    if (!path || !*path) return fm_set_error(FM_ERR_INVALID, "profiler: no trace path given");
+    pthread_mutex_lock(&g.mu);
+    if (g.f) { pthread_mutex_unlock(&g.mu); return fm_set_error(FM_ERR_STATE, "profiler: already started"); }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        pthread_mutex_unlock(&g.mu);
+        return fm_set_error(FM_ERR_IO, "profiler: cannot write trace file '%s' (%s)", path, strerror(errno));
+    }
+    fputs("[\n", f);
+    g.f = f;
+    g.len = 0;
+    g.n_events = 0;
+    g.t0 = mono_us();
+    pthread_mutex_unlock(&g.mu);
+    emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", (int)getpid());
+    __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);
+    return FM_OK;
+}
+
+fm_status fm_profiler_stop(void) {
+    __atomic_store_n(&fm_profiler_on, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&g.mu);
+    fm_status st = FM_OK;
+    if (g.f) {
+        flush_locked();
+        fputs("\n]\n", g.f);
+        if (fclose(g.f) != 0) st = fm_set_error(FM_ERR_IO, "profiler: closing the trace failed (%s)", strerror(errno));
+        g.f = NULL;
+    }
+    free(g.buf);
+    g.buf = NULL;
+    g.cap = g.len = 0;
+    pthread_mutex_unlock(&g.mu);
+    return st;
+}
+
+void fm_profile_span(const char *name, const char *cat, double start_us, double dur_us, const char *args) {
+    if (!fm_profiler_enabled()) return;
+    char n1[256], c1[64];
+    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%ld%s%s}",
+         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), start_us, dur_us < 0 ? 0 : dur_us, (int)getpid(),
+         tid(), args ? ",\"args\":" : "", args ? args : "");
+}
+
+void fm_profile_push(const char *name, const char *cat) {
+    if (!fm_profiler_enabled()) return;
+    if (t_depth < MAX_DEPTH) {
+        t_stack[t_depth].name = name;
+        t_stack[t_depth].cat = cat;
+        t_stack[t_depth].start = fm_profiler_now_us();
+    }
+    t_depth++;
+}
+
+void fm_profile_pop(void) {
+    if (t_depth <= 0) return;
+    t_depth--;
+    if (t_depth >= MAX_DEPTH || !fm_profiler_enabled()) return;
+    double now = fm_profiler_now_us();
+    fm_profile_span(t_stack[t_depth].name, t_stack[t_depth].cat, t_stack[t_depth].start, now - t_stack[t_depth].start, NULL);
+}
+
+void fm_profile_counter(const char *track, const char *series, double value) {
+    if (!fm_profiler_enabled()) return;
+    char t1[128], s1[128];
+    emit("{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"tid\":0,\"args\":{\"%s\":%.17g}}", esc(track, t1, sizeof t1),
+         fm_profiler_now_us(), (int)getpid(), esc(series, s1, sizeof s1), value);
+}
+
+void fm_profile_thread_name(const char *name) {
+    if (!fm_profiler_enabled()) return;
+    char n1[256];
+    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", (int)getpid(), tid(),
+         esc(name, n1, sizeof n1));
+}

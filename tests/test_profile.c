@@ -1,0 +1,79 @@
+/* The profiler: the trace parses as Chrome trace-event JSON, spans on each thread
+ * nest properly, op spans carry hand-checkable FLOP counts (GEMM, conv), forward
+ * and backward are told apart, and an unwritable path is a clear error. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/parallel.h"
+#include "fathom/fathom.h"
+#include "fathom/profile.h"
+#include "test_util.h"
+
+int main(void) {
+    char path[] = "/tmp/fathom_trace_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(fm_profiler_start(path) == FM_OK);
+    CHECK(fm_profiler_start(path) != FM_OK); /* already running */
+    int64_t sa[2] = {8, 16}, sb[2] = {16, 4};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
+    fm_tensor_requires_grad_(a, true);
+    fm_profile_push("step", "step");
+    fm_tensor *y = fm_matmul(a, b), *s = fm_sum(y, 0, NULL, false);
+    CHECK(fm_backward(s, NULL, false) == FM_OK);
+    int64_t sx[4] = {2, 3, 10, 10}, sw[4] = {5, 3, 3, 3};
+    fm_tensor *x = fm_tensor_randn(4, sx, FM_F32, NULL), *w = fm_tensor_randn(4, sw, FM_F32, NULL);
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.padding[0] = p.padding[1] = 1;
+    fm_tensor *c = fm_conv2d(x, w, NULL, &p);
+    CHECK(c != NULL);
+    fm_profile_pop();
+    CHECK(fm_profiler_stop() == FM_OK);
+    fm_tensor_release_n(7, a, b, y, s, x, w, c);
+
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK_MSG(root && json_is_array(root), "trace does not parse: %s line %d", err.text, err.line);
+    int n_mm = 0, n_conv = 0, n_bwd = 0, n_step = 0, n_mem = 0, bad_nest = 0;
+    size_t n = root ? json_array_size(root) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(root, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        CHECK(name && ph);
+        if (!name || !ph) continue;
+        if (!strcmp(ph, "C") && !strcmp(name, "memory")) n_mem++;
+        if (strcmp(ph, "X")) continue;
+        CHECK(json_is_number(json_object_get(e, "ts")) && json_is_number(json_object_get(e, "dur")));
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        double flops = json_number_value(json_object_get(json_object_get(e, "args"), "flops"));
+        if (!strcmp(name, "matmul") && cat && !strcmp(cat, "forward")) { n_mm++; CHECK_NEAR(flops, 2.0 * 8 * 4 * 16, 0); }
+        if (!strcmp(name, "matmul") && cat && !strcmp(cat, "backward")) { n_bwd++; CHECK_NEAR(flops, 2.0 * 8 * 16 * 4, 0); }
+        if (!strcmp(name, "conv2d")) { n_conv++; CHECK_NEAR(flops, 2.0 * (2 * 5 * 10 * 10) * (3 * 3 * 3), 0); }
+        if (!strcmp(name, "step")) n_step++;
+        /* nesting: any two spans on one thread are disjoint or one contains the other */
+        double s0 = json_number_value(json_object_get(e, "ts")), e0 = s0 + json_number_value(json_object_get(e, "dur"));
+        json_int_t t0 = json_integer_value(json_object_get(e, "tid"));
+        for (size_t j = i + 1; j < n; j++) {
+            json_t *f = json_array_get(root, j);
+            const char *ph2 = json_string_value(json_object_get(f, "ph"));
+            if (!ph2 || strcmp(ph2, "X") || json_integer_value(json_object_get(f, "tid")) != t0) continue;
+            double s1 = json_number_value(json_object_get(f, "ts")), e1 = s1 + json_number_value(json_object_get(f, "dur"));
+            bool disjoint = e0 <= s1 + 1e-3 || e1 <= s0 + 1e-3;
+            bool contains = (s0 <= s1 + 1e-3 && e1 <= e0 + 1e-3) || (s1 <= s0 + 1e-3 && e0 <= e1 + 1e-3);
+            if (!disjoint && !contains) bad_nest++;
+        }
+    }
+    CHECK(n_mm == 1 && n_conv == 1 && n_step == 1 && n_mem > 0);
+    CHECK(n_bwd >= 1); /* dA = dY @ B^T (b does not require grad) */
+    CHECK_MSG(bad_nest == 0, "%d overlapping spans", bad_nest);
+    json_decref(root);
+    unlink(path);
+
+    CHECK(fm_profiler_start("/nonexistent-dir/trace.json") != FM_OK);
+    CHECK_ERR_CONTAINS("cannot write trace file");
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
