@@ -30,6 +30,8 @@ typedef struct fill_ctx {
     uint64_t seed, base;
     int normal;
     double a, b; /* uniform: lo, hi; normal: mean, std */
+    float *f32;  /* direct destination when the tensor is contiguous f32 / f64 */
+    double *f64;
 } fill_ctx;
 
 static inline double u01(uint32_t x) { return (x >> 8) * (1.0 / 16777216.0); }      /* [0,1), 24 bits */
@@ -56,7 +58,10 @@ static void fill_range(void *vctx, int64_t begin, int64_t end, int tid) {
         }
         for (int k = 0; k < 4; k++) {
             int64_t i = g * 4 + k;
-            if (i >= begin && i < end) fm_tensor_set(c->t, i, v[k]);
+            if (i < begin || i >= end) continue;
+            if (c->f32) c->f32[i] = (float)v[k];
+            else if (c->f64) c->f64[i] = v[k];
+            else fm_tensor_set(c->t, i, v[k]);
         }
     }
 }
@@ -69,7 +74,9 @@ static fm_status fill_random(fm_tensor *t, int normal, double a, double b, fm_rn
         return fm_set_error(FM_ERR_UNSUPPORTED, "random fill: only cpu tensors (draw on cpu, then fm_tensor_to)");
     if (!rng) rng = &g_rng;
     int64_t n = fm_tensor_numel(t);
-    fill_ctx c = {t, rng->seed, rng->offset, normal, a, b};
+    fill_ctx c = {t, rng->seed, rng->offset, normal, a, b, NULL, NULL};
+    if (fm_tensor_is_contiguous(t) && t->dtype == FM_F32) c.f32 = fm_tensor_data(t);
+    if (fm_tensor_is_contiguous(t) && t->dtype == FM_F64) c.f64 = fm_tensor_data(t);
     /* Serial: element values depend only on their index, so a parallel fill would give
      * the same numbers; initialization is not hot enough to need it. */
     fill_range(&c, 0, n, 0);
