@@ -239,6 +239,17 @@ static int sdpa_forward(void) {
         }
     }
 
+    /* an empty query sequence is valid and gives an empty result */
+    {
+        fm_rng r;
+        fm_rng_init(&r, 9);
+        fm_tensor *q = fm_tensor_randn(4, (int64_t[]){1, 2, 0, 8}, FM_F32, &r);
+        fm_tensor *k = fm_tensor_randn(4, (int64_t[]){1, 2, 5, 8}, FM_F32, &r);
+        fm_tensor *o = fm_scaled_dot_product_attention(q, k, k, true, 0);
+        CHECK_MSG(o && o->shape[2] == 0 && fm_tensor_numel(o) == 0, "empty q: %s", fm_last_error());
+        fm_tensor_release_n(3, q, k, o);
+    }
+
     /* bad input */
     {
         fm_rng r;
@@ -268,6 +279,10 @@ static int sdpa_forward(void) {
         CHECK_ERR_CONTAINS("batch");
         CHECK(fm_scaled_dot_product_attention(NULL, k, v, false, 0) == NULL);
         CHECK_ERR_CONTAINS("NULL");
+        fm_tensor *k0 = fm_tensor_randn(4, (int64_t[]){1, 4, 0, 8}, FM_F32, &r);
+        CHECK(fm_scaled_dot_product_attention(q, k0, k0, false, 0) == NULL);
+        CHECK_ERR_CONTAINS("key length");
+        fm_tensor_release(k0);
         fm_tensor_release_n(9, q, k, v, kD, k3, q3d, v64, vT, kB);
     }
     OP_END;
