@@ -3,12 +3,14 @@
  * conv2d lowers to GEMM (OpenBLAS): NCHW builds im2col columns [K, n*P] for a
  * chunk of samples (K = Cin/g*kH*kW, P = Ho*Wo) and runs one GEMM per group;
  * NHWC builds rows [n*P, K] (each (kh, kw) tap copies a contiguous Cin/g run)
- * and writes the output [n*P, Cout] in place through ldc. 1x1 stride-1 convs use
- * the input as the GEMM operand directly. Chunks are sized by a fixed element
- * budget, never by the thread count, so results do not depend on threads.
+ * and writes the output [n*P, Cout] in place through ldc. Unpadded 1x1 stride-1
+ * convs use the input itself as the GEMM operand. Chunks of samples are sized
+ * by a fixed scratch budget (see conv_chunk), never by the thread count, so the
+ * results do not depend on it. Pools and batch norm are direct loops over
+ * planes (NCHW) or rows with channels innermost (NHWC).
  *
- * Who drives GEMM (measured on the 2-core dev box, fashion-cnn shapes,
- * bench/bench_conv.c): see the note above conv_gemm(). */
+ * Who drives GEMM (OpenBLAS threads or fathom's pool): see the note above
+ * conv_gemm(), with the measurements. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -48,15 +50,18 @@ static void gemm_task(void *ctx, int64_t b, int64_t e, int tid) {
     gemm_cols(g, b * 64, e * 64 < g->N ? e * 64 : g->N);
 }
 
-/* Who drives GEMM: OpenBLAS's own threads when it has more than one (a single
- * call from this thread; calling a multi-threaded OpenBLAS from several pool
- * threads at once oversubscribes and serializes on its internal lock), else
- * fathom's pool splits C into 64-column panels, one single-threaded sgemm each.
- * Measured, fwd+bwd N=64 3x3 pad 1, 2 threads (bench/bench_conv.c):
- *   32->64 @28x28: OpenBLAS threads 73 ms, pool-split 78 ms;
- *   1->32  @28x28: OpenBLAS threads 6.1 ms, pool-split 6.3 ms.
- * The difference is small, so we follow whatever thread setting the matmul
- * code chose for OpenBLAS instead of changing it behind its back. */
+/* Who drives GEMM: OpenBLAS's own threads whenever it has more than one - a
+ * single call from the calling thread, as everywhere in fathom (BLAS and the
+ * pool never nest: docs/ARCHITECTURE.md, "Who drives GEMM threads"). Only when
+ * OpenBLAS runs single-threaded does the pool split C into 64-column panels,
+ * one sgemm each. Measured with this kernel (f32, N=64, 3x3 pad 1, 2 threads,
+ * wall ms, min of 6 interleaved runs; the shared 2-core box was at load 7-9):
+ *   32->64 @28x28 fwd+bwd: OpenBLAS threads 137 / 204, pool split 105 / 157
+ *   32->64 @28x28 fwd:     32 / 32, 31 / 36;  @14x14 fwd+bwd: 31 / 30, 30 / 56
+ *   1->32  @28x28 fwd+bwd: 8.8 / 8.7, 6.8 / 7.6   (two rounds each)
+ * The rounds disagree by more than the variants differ, so conv follows the
+ * project-wide choice instead of flipping a global OpenBLAS setting itself;
+ * the pool path keeps a single-threaded OpenBLAS build from running serially. */
 static void conv_gemm(gemm_args g) {
     if (g.M <= 0 || g.N <= 0) return;
     if (g.K <= 0) { /* beta*C: the GEMM has nothing to add */
