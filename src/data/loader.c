@@ -1,0 +1,473 @@
+/* The data loader: batches of a dataset in a seeded order, prepared by worker
+ * threads into a ring of preallocated batch buffers.
+ *
+ * Batch b of an epoch always goes to ring slot b % nslots, and a worker may
+ * claim batch b only once the consumer has handed back the slot's previous
+ * batch (b - nslots). So the ring bounds the prefetch, batches come out in
+ * order whichever worker finishes first, and after warm-up no step allocates.
+ * Everything random (the permutation, crop offsets, flips) is a pure function
+ * of (seed, epoch, sample index) through Philox, so batches are bitwise
+ * identical for any worker count and for a loader restored from a saved state. */
+#include "data/data_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Philox counter high words: separate streams for the permutation and for the
+ * per-sample transforms, away from the global generator's (which uses 0). */
+#define STREAM_PERM 0x5045524dull  /* "PERM" */
+#define STREAM_AUG 0x41554721ull   /* "AUG!" */
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct slot {
+    fm_tensor *x, *y; /* full-batch buffers; shape[0] is set to the batch's size */
+    int64_t batch;
+    int state;
+} slot;
+
+struct fm_dataloader {
+    fm_dataset *ds;
+    fm_loader_options opt;
+    int64_t n, nb, bs;
+    int64_t sample_numel; /* elements of X per sample */
+    size_t x_es, y_es;
+    /* image geometry for the transforms: C planes of H x W (plane = H * W) */
+    int64_t C, H, W, plane;
+    bool any_transform;
+    int64_t *perm;       /* permutation of the current epoch (NULL: identity) */
+    int64_t epoch;
+    int64_t next_deliver; /* batch index the consumer gets next; nb: end-of-epoch marker */
+    int64_t next_claim;   /* batch index a worker fills next */
+    int nslots;
+    slot *slots;
+    int held; /* slot the consumer holds, or -1 */
+    pthread_t *threads;
+    int nthreads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_ready;
+    bool stop;
+    int inflight;
+    double wait_s;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void fm_loader_options_init(fm_loader_options *o) {
+    memset(o, 0, sizeof *o);
+    o->batch_size = 64;
+}
+
+void fm_data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm) {
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    /* Fisher-Yates from the top; step i draws from Philox counter (epoch, i) */
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint32_t r[4];
+        fm_philox4x32(seed, STREAM_PERM << 32 | ((uint64_t)epoch & 0xffffffffu), (uint64_t)i, r);
+        uint64_t v = (uint64_t)r[0] << 32 | r[1];
+        int64_t j = (int64_t)(v % (uint64_t)(i + 1));
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Copies sample `idx` into `dst` applying crop, flip and normalize. */
+static void transform_sample(const fm_dataloader *l, const float *src, float *dst, int64_t idx) {
+    const fm_transforms *tf = &l->opt.transforms;
+    uint32_t r[4] = {0, 0, 0, 0};
+    if (tf->crop_padding > 0 || tf->hflip)
+        fm_philox4x32(l->opt.seed, STREAM_AUG << 32 | ((uint64_t)l->epoch & 0xffffffffu), (uint64_t)idx, r);
+    if (tf->crop_padding > 0) {
+        int64_t p = tf->crop_padding, span = 2 * p + 1;
+        int64_t oy = (int64_t)(((uint64_t)r[0] * (uint64_t)span) >> 32) - p;
+        int64_t ox = (int64_t)(((uint64_t)r[1] * (uint64_t)span) >> 32) - p;
+        /* output (i, j) reads input (i + oy, j + ox); outside the image is the zero padding */
+        for (int64_t c = 0; c < l->C; c++) {
+            const float *s = src + c * l->plane;
+            float *d = dst + c * l->plane;
+            for (int64_t i = 0; i < l->H; i++) {
+                int64_t si = i + oy;
+                float *drow = d + i * l->W;
+                if (si < 0 || si >= l->H) {
+                    memset(drow, 0, (size_t)l->W * sizeof(float));
+                    continue;
+                }
+                int64_t j0 = ox < 0 ? -ox : 0, j1 = ox > 0 ? l->W - ox : l->W;
+                if (j1 < j0) j1 = j0;
+                memset(drow, 0, (size_t)j0 * sizeof(float));
+                if (j1 > j0) memcpy(drow + j0, s + si * l->W + j0 + ox, (size_t)(j1 - j0) * sizeof(float));
+                memset(drow + j1, 0, (size_t)(l->W - j1) * sizeof(float));
+            }
+        }
+    } else {
+        memcpy(dst, src, (size_t)l->sample_numel * sizeof(float));
+    }
+    if (tf->hflip && (r[2] & 1)) {
+        for (int64_t row = 0; row < l->C * l->H; row++) {
+            float *d = dst + row * l->W;
+            for (int64_t a = 0, b = l->W - 1; a < b; a++, b--) {
+                float t = d[a];
+                d[a] = d[b];
+                d[b] = t;
+            }
+        }
+    }
+    if (tf->normalize_channels > 0) {
+        int64_t nc = l->sample_numel / l->plane;
+        for (int64_t c = 0; c < nc; c++) {
+            int k = tf->normalize_channels == 1 ? 0 : (int)c;
+            float m = tf->mean[k], sd = tf->std[k];
+            float *d = dst + c * l->plane;
+            for (int64_t e = 0; e < l->plane; e++) d[e] = (d[e] - m) / sd;
+        }
+    }
+}
+
+/* Fills slot s with batch b of the current epoch. Reads only state that is
+ * frozen while any batch is in flight. */
+static void fill(fm_dataloader *l, slot *s, int64_t b) {
+    int64_t start = b * l->bs;
+    int64_t size = l->n - start < l->bs ? l->n - start : l->bs;
+    s->x->shape[0] = size;
+    if (s->y) s->y->shape[0] = size;
+    const char *xs = fm_tensor_data(fm_dataset_x(l->ds));
+    const char *ys = l->y_es ? fm_tensor_data(fm_dataset_y(l->ds)) : NULL;
+    char *xd = fm_tensor_data(s->x);
+    char *yd = s->y ? fm_tensor_data(s->y) : NULL;
+    size_t row = (size_t)l->sample_numel * l->x_es;
+    for (int64_t j = 0; j < size; j++) {
+        int64_t idx = l->perm ? l->perm[start + j] : start + j;
+        if (l->any_transform)
+            transform_sample(l, (const float *)(xs + (size_t)idx * row), (float *)(xd + (size_t)j * row), idx);
+        else
+            memcpy(xd + (size_t)j * row, xs + (size_t)idx * row, row);
+        if (yd) memcpy(yd + (size_t)j * l->y_es, ys + (size_t)idx * l->y_es, l->y_es);
+    }
+    s->batch = b;
+}
+
+static void *worker_main(void *arg) {
+    fm_dataloader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        int64_t b = l->next_claim;
+        slot *s = b < l->nb ? &l->slots[b % l->nslots] : NULL;
+        if (s && s->state == SLOT_FREE) {
+            s->state = SLOT_FILLING;
+            l->next_claim++;
+            l->inflight++;
+            pthread_mutex_unlock(&l->mu);
+            fill(l, s, b);
+            pthread_mutex_lock(&l->mu);
+            s->state = SLOT_READY;
+            l->inflight--;
+            pthread_cond_broadcast(&l->cv_ready);
+            continue;
+        }
+        pthread_cond_wait(&l->cv_work, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static fm_status alloc_slot(fm_dataloader *l, slot *s) {
+    fm_tensor *x = fm_dataset_x(l->ds), *y = fm_dataset_y(l->ds);
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[0] = l->bs;
+    fm_tensor *nx = fm_tensor_empty(x->ndim, shape, x->dtype, FM_CPU);
+    fm_tensor *ny = y ? fm_tensor_empty(1, &l->bs, y->dtype, FM_CPU) : NULL;
+    if (!nx || (y && !ny)) {
+        fm_tensor_release(nx);
+        fm_tensor_release(ny);
+        fm_error_prefix("data loader: allocating a batch buffer");
+        return fm_last_status();
+    }
+    fm_tensor_release(s->x);
+    fm_tensor_release(s->y);
+    s->x = nx;
+    s->y = ny;
+    return FM_OK;
+}
+
+/* Moves to batch `b` of `epoch`. Caller holds the lock, no batch is in flight,
+ * and the consumer holds no slot. */
+static void restart(fm_dataloader *l, int64_t epoch, int64_t b) {
+    l->epoch = epoch;
+    if (l->perm) fm_data_permutation(l->opt.seed, epoch, l->n, l->perm);
+    for (int i = 0; i < l->nslots; i++) l->slots[i].state = SLOT_FREE;
+    l->next_deliver = b;
+    l->next_claim = b;
+    pthread_cond_broadcast(&l->cv_work);
+}
+
+/* Stops claims and waits until no batch is in flight. Caller holds the lock. */
+static void quiesce(fm_dataloader *l) {
+    l->next_claim = l->nb;
+    while (l->inflight > 0) pthread_cond_wait(&l->cv_ready, &l->mu);
+}
+
+static fm_status validate(const fm_dataset *d, const fm_loader_options *o, int64_t *C, int64_t *H, int64_t *W,
+                          int64_t *plane) {
+    const fm_tensor *x = fm_dataset_x(d);
+    const fm_transforms *tf = &o->transforms;
+    char sb[160];
+    if (o->batch_size <= 0)
+        return fm_set_error(FM_ERR_INVALID, "data loader: batch size must be positive, got %lld", (long long)o->batch_size);
+    if (o->workers < 0 || o->workers > 256)
+        return fm_set_error(FM_ERR_INVALID, "data loader: workers must be 0 to 256, got %d", o->workers);
+    if (o->prefetch < 0 || o->prefetch > 1024)
+        return fm_set_error(FM_ERR_INVALID, "data loader: prefetch must be 0 to 1024, got %d", o->prefetch);
+    bool spatial = tf->crop_padding != 0 || tf->hflip;
+    bool any = spatial || tf->normalize_channels != 0;
+    *C = 1;
+    *H = 1;
+    *W = 1;
+    int64_t numel = 1;
+    for (int i = 1; i < x->ndim; i++) numel *= x->shape[i];
+    *plane = numel;
+    if (x->ndim == 4) {
+        *C = x->shape[1];
+        *H = x->shape[2];
+        *W = x->shape[3];
+        *plane = *H * *W;
+    } else if (x->ndim == 3) {
+        *H = x->shape[1];
+        *W = x->shape[2];
+    } else if (x->ndim > 4) {
+        *C = x->shape[1];
+        *plane = x->shape[1] ? numel / x->shape[1] : 0;
+    }
+    if (!any) return FM_OK;
+    if (x->dtype != FM_F32)
+        return fm_set_error(FM_ERR_INVALID, "data loader: transforms need F32 samples, X is %s", fm_dtype_name(x->dtype));
+    if (spatial && x->ndim != 3 && x->ndim != 4)
+        return fm_set_error(FM_ERR_INVALID, "data loader: crop and flip need X as [N, C, H, W] or [N, H, W], got %s",
+                            fm_shape_str(x->ndim, x->shape, sb, sizeof sb));
+    if (tf->crop_padding < 0 || tf->crop_padding > 1 << 20)
+        return fm_set_error(FM_ERR_INVALID, "data loader: crop padding must be >= 0, got %d", tf->crop_padding);
+    int nc = tf->normalize_channels;
+    if (nc < 0 || nc > FM_DATA_MAX_CHANNELS || (nc > 1 && nc != *C))
+        return fm_set_error(FM_ERR_INVALID, "data loader: normalize has %d channel values, X %s has %lld channels", nc,
+                            fm_shape_str(x->ndim, x->shape, sb, sizeof sb), (long long)*C);
+    for (int k = 0; k < nc; k++)
+        if (!(tf->std[k] > 0) || tf->mean[k] != tf->mean[k])
+            return fm_set_error(FM_ERR_INVALID, "data loader: normalize channel %d has std %g (must be > 0) and mean %g", k,
+                                (double)tf->std[k], (double)tf->mean[k]);
+    return FM_OK;
+}
+
+fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt) {
+    fm_loader_options def;
+    if (!opt) {
+        fm_loader_options_init(&def);
+        opt = &def;
+    }
+    if (!d) {
+        fm_set_error(FM_ERR_INVALID, "data loader: NULL dataset");
+        return NULL;
+    }
+    int64_t C, H, W, plane;
+    if (validate(d, opt, &C, &H, &W, &plane) != FM_OK) return NULL;
+    int64_t n = fm_dataset_size(d);
+    int64_t nb = opt->drop_last ? n / opt->batch_size : (n + opt->batch_size - 1) / opt->batch_size;
+    if (nb == 0) {
+        fm_set_error(FM_ERR_INVALID, "data loader: %lld samples make no batch of %lld%s", (long long)n,
+                     (long long)opt->batch_size, opt->drop_last ? " with drop_last" : "");
+        return NULL;
+    }
+    fm_dataloader *l = calloc(1, sizeof *l);
+    if (!l) {
+        fm_set_error(FM_ERR_OOM, "data loader: out of memory");
+        return NULL;
+    }
+    l->ds = fm_dataset_retain(d);
+    l->opt = *opt;
+    l->n = n;
+    l->nb = nb;
+    l->bs = opt->batch_size;
+    l->C = C;
+    l->H = H;
+    l->W = W;
+    l->plane = plane;
+    const fm_transforms *tf = &opt->transforms;
+    l->any_transform = tf->crop_padding > 0 || tf->hflip || tf->normalize_channels > 0;
+    fm_tensor *x = fm_dataset_x(d), *y = fm_dataset_y(d);
+    l->sample_numel = 1;
+    for (int i = 1; i < x->ndim; i++) l->sample_numel *= x->shape[i];
+    l->x_es = fm_dtype_size(x->dtype);
+    l->y_es = y ? fm_dtype_size(y->dtype) : 0;
+    l->held = -1;
+    l->nslots = opt->workers == 0 ? 1 : (opt->prefetch > 0 ? opt->prefetch : 2 * opt->workers);
+    if (opt->workers > 0 && l->nslots < 2) l->nslots = 2;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
+    if (opt->shuffle) l->perm = malloc((size_t)(n ? n : 1) * sizeof *l->perm);
+    if (!l->slots || (opt->shuffle && !l->perm)) {
+        fm_set_error(FM_ERR_OOM, "data loader: out of memory");
+        fm_dataloader_free(l);
+        return NULL;
+    }
+    for (int i = 0; i < l->nslots; i++) {
+        if (alloc_slot(l, &l->slots[i]) != FM_OK) {
+            fm_dataloader_free(l);
+            return NULL;
+        }
+    }
+    restart(l, 0, 0);
+    if (opt->workers > 0) {
+        l->threads = calloc((size_t)opt->workers, sizeof *l->threads);
+        if (!l->threads) {
+            fm_set_error(FM_ERR_OOM, "data loader: out of memory");
+            fm_dataloader_free(l);
+            return NULL;
+        }
+        for (int i = 0; i < opt->workers; i++) {
+            if (pthread_create(&l->threads[i], NULL, worker_main, l) != 0) {
+                fm_set_error(FM_ERR_OOM, "data loader: cannot start worker thread %d of %d", i + 1, opt->workers);
+                fm_dataloader_free(l);
+                return NULL;
+            }
+            l->nthreads++;
+        }
+    }
+    return l;
+}
+
+void fm_dataloader_free(fm_dataloader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nthreads; i++) pthread_join(l->threads[i], NULL);
+    free(l->threads);
+    if (l->slots)
+        for (int i = 0; i < l->nslots; i++) {
+            fm_tensor_release(l->slots[i].x);
+            fm_tensor_release(l->slots[i].y);
+        }
+    free(l->slots);
+    free(l->perm);
+    pthread_cond_destroy(&l->cv_ready);
+    pthread_cond_destroy(&l->cv_work);
+    pthread_mutex_destroy(&l->mu);
+    fm_dataset_release(l->ds);
+    free(l);
+}
+
+int64_t fm_dataloader_num_batches(const fm_dataloader *l) { return l ? l->nb : 0; }
+
+/* Gives the consumer's slot back. A buffer the caller still references (it kept
+ * the batch tensor, or a graph saved it) is replaced rather than overwritten. */
+static fm_status release_held(fm_dataloader *l) {
+    if (l->held < 0) return FM_OK;
+    slot *s = &l->slots[l->held];
+    bool shared = s->x->refcount != 1 || s->x->storage->refcount != 1 ||
+                  (s->y && (s->y->refcount != 1 || s->y->storage->refcount != 1));
+    if (shared) {
+        fm_status st = alloc_slot(l, s);
+        if (st != FM_OK) return st;
+    } else {
+        /* restore the full-batch shape a short last batch may have left */
+        s->x->shape[0] = l->bs;
+        if (s->y) s->y->shape[0] = l->bs;
+    }
+    s->state = SLOT_FREE;
+    l->held = -1;
+    pthread_cond_broadcast(&l->cv_work);
+    return FM_OK;
+}
+
+fm_status fm_dataloader_next(fm_dataloader *l, fm_batch *out) {
+    if (!l || !out) return fm_set_error(FM_ERR_INVALID, "dataloader_next: NULL loader or batch");
+    memset(out, 0, sizeof *out);
+    double t0 = now_s();
+    pthread_mutex_lock(&l->mu);
+    fm_status st = release_held(l);
+    if (st != FM_OK) {
+        pthread_mutex_unlock(&l->mu);
+        return st;
+    }
+    if (l->next_deliver >= l->nb) {
+        /* every batch of this epoch was delivered, so none is in flight */
+        out->epoch = l->epoch;
+        out->index = l->nb;
+        restart(l, l->epoch + 1, 0);
+        pthread_mutex_unlock(&l->mu);
+        l->wait_s += now_s() - t0;
+        return FM_OK;
+    }
+    int64_t b = l->next_deliver;
+    int si = (int)(b % l->nslots);
+    slot *s = &l->slots[si];
+    if (l->nthreads == 0) {
+        fill(l, s, b);
+        s->state = SLOT_READY;
+    } else {
+        while (!(s->state == SLOT_READY && s->batch == b)) pthread_cond_wait(&l->cv_ready, &l->mu);
+    }
+    s->state = SLOT_HELD;
+    l->held = si;
+    l->next_deliver++;
+    out->x = s->x;
+    out->y = s->y;
+    out->size = s->x->shape[0];
+    out->epoch = l->epoch;
+    out->index = b;
+    pthread_mutex_unlock(&l->mu);
+    l->wait_s += now_s() - t0;
+    return FM_OK;
+}
+
+fm_status fm_dataloader_state_get(const fm_dataloader *l, fm_dataloader_state *out) {
+    if (!l || !out) return fm_set_error(FM_ERR_INVALID, "dataloader_state_get: NULL loader or state");
+    out->seed = l->opt.seed;
+    out->epoch = l->epoch;
+    out->batch = l->next_deliver;
+    out->num_samples = l->n;
+    out->batch_size = l->bs;
+    return FM_OK;
+}
+
+fm_status fm_dataloader_state_set(fm_dataloader *l, const fm_dataloader_state *s) {
+    if (!l || !s) return fm_set_error(FM_ERR_INVALID, "dataloader_state_set: NULL loader or state");
+    if (s->num_samples && s->num_samples != l->n)
+        return fm_set_error(FM_ERR_INVALID, "data loader state is for %lld samples, this data set has %lld",
+                            (long long)s->num_samples, (long long)l->n);
+    if (s->batch_size && s->batch_size != l->bs)
+        return fm_set_error(FM_ERR_INVALID, "data loader state is for batch size %lld, this loader uses %lld",
+                            (long long)s->batch_size, (long long)l->bs);
+    if (s->epoch < 0 || s->batch < 0 || s->batch > l->nb)
+        return fm_set_error(FM_ERR_INVALID, "data loader state: epoch %lld batch %lld is out of range (%lld batches per epoch)",
+                            (long long)s->epoch, (long long)s->batch, (long long)l->nb);
+    pthread_mutex_lock(&l->mu);
+    fm_status st = release_held(l);
+    if (st == FM_OK) {
+        quiesce(l);
+        l->opt.seed = s->seed;
+        restart(l, s->epoch, s->batch);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+fm_status fm_dataloader_set_epoch(fm_dataloader *l, int64_t epoch) {
+    if (!l) return fm_set_error(FM_ERR_INVALID, "dataloader_set_epoch: NULL loader");
+    fm_dataloader_state s;
+    fm_dataloader_state_get(l, &s);
+    s.epoch = epoch;
+    s.batch = 0;
+    return fm_dataloader_state_set(l, &s);
+}
+
+double fm_dataloader_wait_seconds(const fm_dataloader *l) { return l ? l->wait_s : 0.0; }
