@@ -134,6 +134,8 @@ static int conv2d_forward(void) {
             fm_tensor *wd = cv_randn(4, (int64_t[]){6, 1, 3, 3}, dt, 7);
             p = cp_make(1, 1, 1, 1, 1, 1, 3); p.layout = lay;
             check_conv(x, wd, bg, p, tol, "depthwise");
+            p = cp_make(2, 3, 2, 1, 2, 1, 3); p.layout = lay;
+            check_conv(x, wd, NULL, p, tol, "depthwise stride (2,3) dilation (2,1)");
             /* 1x1 (no im2col), with and without groups, and 1x1 with stride (im2col) */
             fm_tensor *w1 = cv_randn(4, (int64_t[]){6, 4, 1, 1}, dt, 8), *w1g = cv_randn(4, (int64_t[]){6, 2, 1, 1}, dt, 9);
             p = cp_make(1, 1, 0, 0, 1, 1, 1); p.layout = lay;
