@@ -78,6 +78,25 @@ static void check_softmax_case(int log_mode, fm_tensor *x, int axis, double tol,
     fm_tensor_release_n(3, xt, yt, y);
 }
 
+/* Outputs of 8 MiB and more take the non-temporal-store path; its rows must
+ * match the same rows computed through the ordinary path (a small copy), bitwise. */
+static void check_stream_path(int log_mode) {
+    int64_t R = 2048, N = 1024, r = 8;
+    fm_tensor *big = sl_randn(2, (int64_t[]){R, N}, FM_F32, 91, 3.0);
+    fm_tensor *g = sl_randn(2, (int64_t[]){R, N}, FM_F32, 92, 1.0);
+    fm_tensor *nb = fm_narrow(big, 0, 0, r), *ng = fm_narrow(g, 0, 0, r);
+    fm_tensor *small = fm_clone(nb), *gs = fm_clone(ng);
+    fm_tensor_requires_grad_(big, true);
+    fm_tensor_requires_grad_(small, true);
+    fm_tensor *yb = log_mode ? fm_log_softmax(big, 1) : fm_softmax(big, 1);
+    fm_tensor *ys = log_mode ? fm_log_softmax(small, 1) : fm_softmax(small, 1);
+    CHECK(yb && ys && fm_backward(yb, g, false) == FM_OK && fm_backward(ys, gs, false) == FM_OK);
+    fm_tensor *yb8 = yb ? fm_narrow(yb, 0, 0, r) : NULL, *db8 = big->grad ? fm_narrow(big->grad, 0, 0, r) : NULL;
+    CHECK(sl_bitwise_equal(yb8, ys));
+    CHECK(sl_bitwise_equal(db8, small->grad));
+    fm_tensor_release_n(10, big, g, nb, ng, small, gs, yb, ys, yb8, db8);
+}
+
 static int softmax_family_forward(int log_mode) {
     OP_BEGIN;
     const char *name = log_mode ? "log_softmax" : "softmax";
@@ -133,6 +152,7 @@ static int softmax_family_forward(int log_mode) {
     CHECK(bad == NULL);
     fm_tensor_release_n(4, m, ym, s, ys);
     fm_tensor_release(it);
+    check_stream_path(log_mode);
     OP_END;
 }
 
@@ -314,6 +334,23 @@ static int cross_entropy_grad(void) {
     fm_tensor *t2 = fm_tensor_from_data((int64_t[]){0, 1002, 17, -100, 500, 8}, 1, &N2, FM_I64);
     ce_gc c2 = {t2, 0.1, FM_REDUCE_MEAN, -100};
     check_f32_grad(ce_fn, &c2, N2, C2, "cross_entropy");
+    /* a logits gradient of 8 MiB takes the streaming store path; compare its first rows with a small batch */
+    {
+        int64_t R = 2048, C3 = 1024, r = 4;
+        fm_tensor *big = sl_randn(2, (int64_t[]){R, C3}, FM_F32, 93, 3.0);
+        fm_tensor *tb = fm_tensor_empty(1, &R, FM_I64, FM_CPU);
+        for (int64_t i = 0; i < R; i++) fm_tensor_set(tb, i, (double)((i * 37) % C3));
+        fm_tensor *nb = fm_narrow(big, 0, 0, r), *nt = fm_narrow(tb, 0, 0, r);
+        fm_tensor *small = fm_clone(nb), *ts = fm_clone(nt);
+        fm_tensor_requires_grad_(big, true);
+        fm_tensor_requires_grad_(small, true);
+        fm_tensor *lb = fm_cross_entropy(big, tb, -100, 0.1, FM_REDUCE_SUM);
+        fm_tensor *ls = fm_cross_entropy(small, ts, -100, 0.1, FM_REDUCE_SUM);
+        CHECK(lb && ls && fm_backward(lb, NULL, false) == FM_OK && fm_backward(ls, NULL, false) == FM_OK);
+        fm_tensor *db = big->grad ? fm_narrow(big->grad, 0, 0, r) : NULL;
+        CHECK(sl_bitwise_equal(db, small->grad));
+        fm_tensor_release_n(10, big, tb, nb, nt, small, ts, lb, ls, db, NULL);
+    }
     /* gradcheck on a non-contiguous leaf: [C, N] storage viewed as [N, C] */
     fm_tensor *lbase = sl_randn(2, (int64_t[]){C, N}, FM_F64, 32, 2.0);
     fm_tensor *leaf = fm_transpose(lbase, 0, 1);

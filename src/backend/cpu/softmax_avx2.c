@@ -1,15 +1,27 @@
 /* AVX2 row kernels for softmax, log_softmax and the fused cross-entropy
  * (entered from softmax_cpu.c after run-time detection). Row sums go through
- * 8-lane float accumulators, then a horizontal sum. */
+ * 8-lane float accumulators, then a horizontal sum.
+ * With `stream` set (large outputs, 32-byte aligned rows of a multiple of 8)
+ * the output row is written with non-temporal stores: these kernels are
+ * memory-bound, and streaming skips the read-for-ownership of each output line,
+ * a third of the traffic of a one-input one-output pass. Softmax then stages
+ * the exponentials in a stack buffer so the output is written only once. */
 #include <math.h>
 #include <stdint.h>
 
 #include "backend/cpu/simd_avx2.h"
 
-void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode);
-void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode);
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, int stream);
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
-void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift);
+void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+
+#define STAGE_MAX 4096 /* widest row softmax stages on the stack when streaming */
+
+static inline void store8(float *p, __m256 v, int stream) {
+    if (stream) _mm256_stream_ps(p, v);
+    else _mm256_storeu_ps(p, v);
+}
 
 /* Four independent max chains: one chain is bound by max_ps latency, not loads. */
 static float row_max(const float *x, int64_t n) {
@@ -45,7 +57,7 @@ static float row_expsum(const float *x, float *y, int64_t n, float m) {
     return s;
 }
 
-void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode) {
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, int stream) {
     float m = row_max(x, n);
     if (log_mode) {
         /* (x - m) - log(s): subtracting m first keeps the low bits when |x| is large */
@@ -53,19 +65,28 @@ void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode) 
         __m256 vm = _mm256_set1_ps(m), vl = _mm256_set1_ps(ls);
         int64_t i = 0;
         for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl));
+            store8(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl), stream);
         for (; i < n; i++) y[i] = (x[i] - m) - ls;
+        if (stream) _mm_sfence();
         return;
     }
-    float s = row_expsum(x, y, n, m);
+    _Alignas(32) float stage[STAGE_MAX];
+    float *e = stream && n <= STAGE_MAX ? stage : y;
+    float s = row_expsum(x, e, n, m);
     float inv = 1.0f / s;
     __m256 vi = _mm256_set1_ps(inv);
     int64_t i = 0;
+    if (e == stage) {
+        for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, _mm256_mul_ps(_mm256_load_ps(stage + i), vi));
+        for (; i < n; i++) y[i] = stage[i] * inv;
+        _mm_sfence();
+        return;
+    }
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vi));
     for (; i < n; i++) y[i] *= inv;
 }
 
-void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode) {
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     if (log_mode) {
@@ -74,8 +95,9 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
         for (; i < n; i++) s += dy[i];
         __m256 vs = _mm256_set1_ps(s);
         for (i = 0; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(dx + i, _mm256_fnmadd_ps(fm_exp256(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)));
+            store8(dx + i, _mm256_fnmadd_ps(fm_exp256(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)), stream);
         for (; i < n; i++) dx[i] = dy[i] - expf(y[i]) * s;
+        if (stream) _mm_sfence();
         return;
     }
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(y + i), acc);
@@ -83,8 +105,9 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
     for (; i < n; i++) s += dy[i] * y[i];
     __m256 vs = _mm256_set1_ps(s);
     for (i = 0; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
+        store8(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)), stream);
     for (; i < n; i++) dx[i] = y[i] * (dy[i] - s);
+    if (stream) _mm_sfence();
 }
 
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out) {
@@ -103,10 +126,11 @@ void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *
     *sumexp_out = row_expsum(x, NULL, n, m);
 }
 
-void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift) {
+void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream) {
     __m256 vm = _mm256_set1_ps(m), vsc = _mm256_set1_ps(scale), vsh = _mm256_set1_ps(shift);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh));
+        store8(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh), stream);
     for (; i < n; i++) dx[i] = expf(x[i] - m) * scale - shift;
+    if (stream) _mm_sfence();
 }

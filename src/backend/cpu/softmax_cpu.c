@@ -9,6 +9,7 @@
  * Cross-entropy never stores probabilities: forward needs only max, sum(exp)
  * and sum(x) per row, and backward recomputes exp on the fly. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -16,10 +17,17 @@
 #include "core/parallel.h"
 
 /* softmax_avx2.c */
-void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode);
-void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode);
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, int stream);
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
-void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift);
+void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+
+/* Non-temporal output stores pay off only when the output is too big to stay
+ * in cache for its consumer anyway; they need 32-byte aligned rows. */
+#define STREAM_MIN_BYTES ((int64_t)8 << 20)
+static int use_stream(const void *out, int64_t n, int64_t numel) {
+    return numel * 4 >= STREAM_MIN_BYTES && n % 8 == 0 && ((uintptr_t)out & 31) == 0;
+}
 
 /* ---- scalar row templates (T = float or double; sums in double) ---- */
 #define DEFINE_ROWS(T, SFX, EXPF, LOGF)                                                            \
@@ -71,7 +79,7 @@ typedef struct sm_ctx {
     const void *x, *dy;
     void *y;
     int64_t n;
-    int log_mode, simd;
+    int log_mode, simd, stream;
     fm_dtype dt;
 } sm_ctx;
 
@@ -82,7 +90,8 @@ static void softmax_rows(void *vc, int64_t r0, int64_t r1, int tid) {
         if (c->dt == FM_F64) {
             softmax_row_f64((const double *)c->x + r * c->n, (double *)c->y + r * c->n, c->n, c->log_mode);
         } else if (c->simd) {
-            fm_softmax_row_f32_avx2((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode);
+            fm_softmax_row_f32_avx2((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode,
+                                    c->stream);
         } else {
             softmax_row_f32((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode);
         }
@@ -99,7 +108,7 @@ static void softmax_bwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
                                 n, c->log_mode);
         } else if (c->simd) {
             fm_softmax_bwd_row_f32_avx2((const float *)c->dy + r * n, (const float *)c->x + r * n,
-                                        (float *)c->y + r * n, n, c->log_mode);
+                                        (float *)c->y + r * n, n, c->log_mode, c->stream);
         } else {
             softmax_bwd_row_f32((const float *)c->dy + r * n, (const float *)c->x + r * n, (float *)c->y + r * n,
                                 n, c->log_mode);
@@ -125,6 +134,7 @@ static fm_status softmax_common(const fm_op_call *call, int log_mode, int backwa
         c.x = fm_tensor_data(x);
     }
     c.y = fm_tensor_data(call->out[0]);
+    c.stream = c.simd && use_stream(c.y, n, numel);
     fm_parallel_for(numel / n, row_grain(n), backward ? softmax_bwd_rows : softmax_rows, &c);
     return FM_OK;
 }
@@ -166,7 +176,7 @@ typedef struct ce_ctx {
     const fm_tensor *tgt;
     int64_t C;
     const fm_ce_attrs *a;
-    int simd, g_per_row;
+    int simd, g_per_row, stream;
     double g_scale; /* forward: unused; backward: multiplies the upstream gradient */
     fm_dtype dt;
 } ce_ctx;
@@ -211,7 +221,7 @@ static fm_status ce_kernel(const fm_op_call *call) {
     double *row_loss = malloc((size_t)(rows ? rows : 1) * sizeof(double));
     if (!row_loss) return fm_set_error(FM_ERR_OOM, "cross_entropy: out of host memory for %lld row losses", (long long)rows);
     ce_ctx c = {fm_tensor_data(x), fm_tensor_data(tg), NULL, NULL, row_loss, tg, C, a,
-                dt == FM_F32 && fm_cpu_use_avx2(), 0, 1.0, dt};
+                dt == FM_F32 && fm_cpu_use_avx2(), 0, 0, 1.0, dt};
     fm_parallel_for(rows, row_grain(C), ce_fwd_rows, &c);
     void *out = fm_tensor_data(call->out[0]);
     if (a->reduction == FM_REDUCE_NONE) {
@@ -256,7 +266,7 @@ static void ce_bwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             if (c->simd) {
                 float fm, fs, fx;
                 fm_ce_row_stats_f32_avx2(x, C, &fm, &fs, &fx);
-                fm_ce_bwd_row_f32_avx2(x, dx, C, fm, (float)(g / fs), (float)shift);
+                fm_ce_bwd_row_f32_avx2(x, dx, C, fm, (float)(g / fs), (float)shift, c->stream);
             } else {
                 double m, se, sx;
                 ce_row_stats_f32(x, C, &m, &se, &sx);
@@ -277,7 +287,8 @@ static fm_status ce_bwd_kernel(const fm_op_call *call) {
     fm_status st = check_targets(call, tg, rows, C, a->ignore_index, &count);
     if (st != FM_OK) return st;
     ce_ctx c = {fm_tensor_data(x), fm_tensor_data(tg), fm_tensor_data(g), fm_tensor_data(call->out[0]), NULL, tg, C, a,
-                dt == FM_F32 && fm_cpu_use_avx2(), a->reduction == FM_REDUCE_NONE, 1.0, dt};
+                dt == FM_F32 && fm_cpu_use_avx2(), a->reduction == FM_REDUCE_NONE, 0, 1.0, dt};
+    c.stream = c.simd && use_stream(c.dx, C, fm_tensor_numel(x));
     if (a->reduction == FM_REDUCE_MEAN) c.g_scale = 1.0 / (double)count;
     fm_parallel_for(rows, row_grain(C), ce_bwd_rows, &c);
     return FM_OK;
