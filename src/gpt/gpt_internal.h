@@ -1,0 +1,41 @@
+/* Internals shared by the src/gpt files: the model struct (its layers and the
+ * Hugging Face name table) and the KV cache. Not a public interface. */
+#ifndef FATHOM_GPT_INTERNAL_H
+#define FATHOM_GPT_INTERNAL_H
+
+#include "fathom/gpt.h"
+
+typedef struct gpt_layer {
+    fm_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    fm_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} gpt_layer;
+
+/* One Hugging Face tensor: rows [row0, row0+rows) of a fathom parameter,
+ * transposed when HF stores it as Conv1D ([in, out]). */
+typedef struct gpt_hf_entry {
+    char name[160];
+    fm_tensor *t;
+    int64_t row0, rows;
+    bool transpose;
+} gpt_hf_entry;
+
+struct fm_gpt {
+    fm_gpt_config cfg;
+    int n_kv;
+    fm_named_list params; /* owns the parameter tensors */
+    fm_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    gpt_layer *layers;
+    gpt_hf_entry *hf;
+    int n_hf, cap_hf;
+    fm_tensor *rope_cos, *rope_sin; /* [block, 1, D] */
+    bool training;
+    fm_rng own_rng, *rng;
+};
+
+typedef struct fm_gpt_kv_cache {
+    int n_layer, batch;
+    int64_t len, cap;
+    fm_tensor **k, **v; /* per layer [B, KV, cap, D] */
+} gpt_kv;
+
+#endif

@@ -1,0 +1,553 @@
+/* The transformer itself: parameters, the forward pass (with and without a KV
+ * cache) and configuration, for both the GPT-2 and the Llama-style variant.
+ *
+ * The forward pass is built from public differentiable ops only, so autograd
+ * gives the backward for free and a CUDA backend will run it unchanged. QKV (and
+ * Llama's gate/up) are one fused GEMM each, split afterwards by views. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fathom/autograd.h" /* grad mode for cached decoding */
+#include "fathom/gpt.h"
+#include "fathom/io.h"       /* fm_atomic_write for config.json */
+#include "fathom/ops.h"
+#include "gpt/gpt_internal.h"
+
+/* ---------------- configuration ---------------- */
+
+fm_gpt_config fm_gpt_config_default(fm_gpt_arch arch) {
+    fm_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = arch;
+    c.n_layer = 12;
+    c.n_head = 12;
+    c.n_kv_head = arch == FM_GPT_LLAMA ? 4 : 12;
+    c.n_embd = 768;
+    c.block_size = 1024;
+    c.vocab_size = 50257;
+    c.ffn_hidden = arch == FM_GPT_LLAMA ? 2048 : 3072;
+    c.dropout = 0.0;
+    c.bias = arch == FM_GPT_GPT2;
+    c.norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    return c;
+}
+
+fm_status fm_gpt_arch_parse(const char *s, fm_gpt_arch *out) {
+    if (s && !strcmp(s, "gpt2")) { *out = FM_GPT_GPT2; return FM_OK; }
+    if (s && !strcmp(s, "llama")) { *out = FM_GPT_LLAMA; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "unknown architecture '%s' (expected gpt2 or llama)", s ? s : "(null)");
+}
+
+const char *fm_gpt_arch_name(fm_gpt_arch a) { return a == FM_GPT_LLAMA ? "llama" : "gpt2"; }
+
+fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
+    if (!c) return fm_set_error(FM_ERR_INVALID, "gpt config is NULL");
+    if (c->arch != FM_GPT_GPT2 && c->arch != FM_GPT_LLAMA)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: unknown architecture %d", (int)c->arch);
+    if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->block_size < 1 || c->vocab_size < 1 ||
+        c->ffn_hidden < 1)
+        return fm_set_error(FM_ERR_INVALID,
+                            "gpt config: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d and "
+                            "ffn_hidden %d must all be >= 1",
+                            c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, c->ffn_hidden);
+    if (c->n_embd % c->n_head)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: n_embd %d is not divisible by n_head %d", c->n_embd,
+                            c->n_head);
+    int kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
+    if (kv < 1 || c->n_head % kv)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: n_kv_head %d must divide n_head %d", kv, c->n_head);
+    if (c->arch == FM_GPT_LLAMA && (c->n_embd / c->n_head) % 2)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: rotary embeddings need an even head size, got %d",
+                            c->n_embd / c->n_head);
+    if (!(c->dropout >= 0 && c->dropout < 1))
+        return fm_set_error(FM_ERR_INVALID, "gpt config: dropout %g must be in [0, 1)", c->dropout);
+    if (!(c->norm_eps > 0)) return fm_set_error(FM_ERR_INVALID, "gpt config: norm_eps %g must be > 0", c->norm_eps);
+    if (c->arch == FM_GPT_LLAMA && !(c->rope_theta > 0))
+        return fm_set_error(FM_ERR_INVALID, "gpt config: rope_theta %g must be > 0", c->rope_theta);
+    return FM_OK;
+}
+
+fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
+    json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:f,s:f}", "arch", fm_gpt_arch_name(c->arch),
+                          "n_layer", c->n_layer, "n_head", c->n_head, "n_kv_head", c->n_kv_head, "n_embd",
+                          c->n_embd, "block_size", c->block_size, "vocab_size", c->vocab_size, "ffn_hidden",
+                          c->ffn_hidden, "dropout", c->dropout, "bias", (int)c->bias, "norm_eps", c->norm_eps,
+                          "rope_theta", c->rope_theta);
+    if (!j) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (!s) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    size_t n = strlen(s);
+    fm_io_chunk ch[2] = {{s, n}, {"\n", 1}};
+    fm_status st = fm_atomic_write(path, 2, ch);
+    free(s);
+    return st;
+}
+
+fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) return fm_set_error(FM_ERR_IO, "%s: cannot read the model config (%s, line %d)", path, err.text, err.line);
+    *c = fm_gpt_config_default(FM_GPT_GPT2);
+    const char *arch = NULL;
+    int bias = 1;
+    double dropout = 0, eps = 1e-5, theta = 10000;
+    int kv = -1;
+    if (json_unpack_ex(j, &err, 0, "{s:s,s:i,s:i,s?i,s:i,s:i,s:i,s:i,s?F,s?b,s?F,s?F}", "arch", &arch, "n_layer",
+                       &c->n_layer, "n_head", &c->n_head, "n_kv_head", &kv, "n_embd", &c->n_embd, "block_size",
+                       &c->block_size, "vocab_size", &c->vocab_size, "ffn_hidden", &c->ffn_hidden, "dropout",
+                       &dropout, "bias", &bias, "norm_eps", &eps, "rope_theta", &theta)) {
+        fm_set_error(FM_ERR_FORMAT, "%s: bad model config: %s", path, err.text);
+        json_decref(j);
+        return FM_ERR_FORMAT;
+    }
+    fm_status st = fm_gpt_arch_parse(arch, &c->arch);
+    json_decref(j);
+    if (st) return st;
+    c->n_kv_head = kv > 0 ? kv : c->n_head;
+    c->dropout = dropout;
+    c->bias = bias != 0;
+    c->norm_eps = eps;
+    c->rope_theta = theta;
+    return fm_gpt_config_validate(c);
+}
+
+/* ---------------- parameters ---------------- */
+
+static fm_tensor *add_param(fm_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    fm_tensor *t = fm_tensor_zeros(ndim, shape, FM_F32, FM_CPU);
+    if (!t) return NULL;
+    fm_tensor_requires_grad_(t, true);
+    fm_status st = fm_named_list_push(&m->params, name, t, ndim == 1, false);
+    fm_tensor_release(t); /* the list holds the reference */
+    return st == FM_OK ? t : NULL;
+}
+
+static fm_status add_hf(fm_gpt *m, const char *name, fm_tensor *t, int64_t row0, int64_t rows, bool transpose) {
+    if (m->n_hf == m->cap_hf) {
+        int cap = m->cap_hf ? 2 * m->cap_hf : 32;
+        gpt_hf_entry *e = realloc(m->hf, (size_t)cap * sizeof *e);
+        if (!e) return fm_set_error(FM_ERR_OOM, "out of host memory");
+        m->hf = e;
+        m->cap_hf = cap;
+    }
+    gpt_hf_entry *e = &m->hf[m->n_hf];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->t = t;
+    e->row0 = row0;
+    e->rows = rows < 0 ? t->shape[0] : rows;
+    e->transpose = transpose;
+    m->n_hf++;
+    return FM_OK;
+}
+
+static fm_status build_params(fm_gpt *m) {
+    const fm_gpt_config *c = &m->cfg;
+    const int C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head;
+    const int D = C / H, KV = m->n_kv;
+    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
+    char nm[128], hf[160];
+    m->params.owns_tensors = true;
+#define P(dst, ndim, a, b, ...)                                  \
+    do {                                                         \
+        snprintf(nm, sizeof nm, __VA_ARGS__);                    \
+        if (!((dst) = add_param(m, nm, ndim, a, b))) return fm_last_status(); \
+    } while (0)
+#define HF(t, r0, rows, tr, ...)                                      \
+    do {                                                              \
+        snprintf(hf, sizeof hf, __VA_ARGS__);                         \
+        if (add_hf(m, hf, t, r0, rows, tr)) return fm_last_status();  \
+    } while (0)
+    P(m->wte, 2, V, C, "wte.weight");
+    HF(m->wte, 0, -1, false, llama ? "model.embed_tokens.weight" : "transformer.wte.weight");
+    if (!llama) {
+        P(m->wpe, 2, c->block_size, C, "wpe.weight");
+        HF(m->wpe, 0, -1, false, "transformer.wpe.weight");
+    }
+    for (int i = 0; i < c->n_layer; i++) {
+        gpt_layer *L = &m->layers[i];
+        const char *hp = llama ? "model.layers" : "transformer.h";
+        P(L->ln1_w, 1, C, 0, "h.%d.ln_1.weight", i);
+        HF(L->ln1_w, 0, -1, false, llama ? "%s.%d.input_layernorm.weight" : "%s.%d.ln_1.weight", hp, i);
+        if (bias) { P(L->ln1_b, 1, C, 0, "h.%d.ln_1.bias", i); HF(L->ln1_b, 0, -1, false, "%s.%d.ln_1.bias", hp, i); }
+        P(L->qkv_w, 2, (H + 2 * KV) * D, C, "h.%d.attn.qkv.weight", i);
+        if (llama) {
+            HF(L->qkv_w, 0, H * D, false, "%s.%d.self_attn.q_proj.weight", hp, i);
+            HF(L->qkv_w, H * D, KV * D, false, "%s.%d.self_attn.k_proj.weight", hp, i);
+            HF(L->qkv_w, (H + KV) * D, KV * D, false, "%s.%d.self_attn.v_proj.weight", hp, i);
+        } else {
+            HF(L->qkv_w, 0, -1, true, "%s.%d.attn.c_attn.weight", hp, i);
+        }
+        if (bias) {
+            P(L->qkv_b, 1, (H + 2 * KV) * D, 0, "h.%d.attn.qkv.bias", i);
+            HF(L->qkv_b, 0, -1, false, "%s.%d.attn.c_attn.bias", hp, i);
+        }
+        P(L->proj_w, 2, C, H * D, "h.%d.attn.proj.weight", i);
+        HF(L->proj_w, 0, -1, !llama, llama ? "%s.%d.self_attn.o_proj.weight" : "%s.%d.attn.c_proj.weight", hp, i);
+        if (bias) {
+            P(L->proj_b, 1, C, 0, "h.%d.attn.proj.bias", i);
+            HF(L->proj_b, 0, -1, false, "%s.%d.attn.c_proj.bias", hp, i);
+        }
+        P(L->ln2_w, 1, C, 0, "h.%d.ln_2.weight", i);
+        HF(L->ln2_w, 0, -1, false, llama ? "%s.%d.post_attention_layernorm.weight" : "%s.%d.ln_2.weight", hp, i);
+        if (bias) { P(L->ln2_b, 1, C, 0, "h.%d.ln_2.bias", i); HF(L->ln2_b, 0, -1, false, "%s.%d.ln_2.bias", hp, i); }
+        P(L->fc_w, 2, (llama ? 2 : 1) * (int64_t)F, C, "h.%d.mlp.fc.weight", i);
+        if (llama) {
+            HF(L->fc_w, 0, F, false, "%s.%d.mlp.gate_proj.weight", hp, i);
+            HF(L->fc_w, F, F, false, "%s.%d.mlp.up_proj.weight", hp, i);
+        } else {
+            HF(L->fc_w, 0, -1, true, "%s.%d.mlp.c_fc.weight", hp, i);
+        }
+        if (bias) { P(L->fc_b, 1, F, 0, "h.%d.mlp.fc.bias", i); HF(L->fc_b, 0, -1, false, "%s.%d.mlp.c_fc.bias", hp, i); }
+        P(L->fc2_w, 2, C, F, "h.%d.mlp.proj.weight", i);
+        HF(L->fc2_w, 0, -1, !llama, llama ? "%s.%d.mlp.down_proj.weight" : "%s.%d.mlp.c_proj.weight", hp, i);
+        if (bias) {
+            P(L->fc2_b, 1, C, 0, "h.%d.mlp.proj.bias", i);
+            HF(L->fc2_b, 0, -1, false, "%s.%d.mlp.c_proj.bias", hp, i);
+        }
+    }
+    P(m->lnf_w, 1, C, 0, "ln_f.weight");
+    HF(m->lnf_w, 0, -1, false, llama ? "model.norm.weight" : "transformer.ln_f.weight");
+    if (bias) {
+        P(m->lnf_b, 1, C, 0, "ln_f.bias");
+        HF(m->lnf_b, 0, -1, false, "transformer.ln_f.bias");
+    }
+#undef P
+#undef HF
+    return FM_OK;
+}
+
+static fm_status init_params(fm_gpt *m, fm_rng *rng) {
+    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    for (int i = 0; i < m->params.n; i++) {
+        fm_tensor *t = m->params.items[i].tensor;
+        const char *name = m->params.items[i].name;
+        fm_status st;
+        if (t->ndim == 1) {
+            bool is_norm_w = strstr(name, "ln_") && strstr(name, ".weight");
+            st = fm_fill_(t, is_norm_w ? 1.0 : 0.0);
+        } else {
+            bool resid = strstr(name, "attn.proj.weight") || strstr(name, "mlp.proj.weight");
+            st = fm_tensor_normal_(t, 0.0, resid ? proj_std : std, rng);
+        }
+        if (st) return st;
+    }
+    return FM_OK;
+}
+
+/* cos/sin tables [block, D] in the rotate-half layout (both halves repeat the
+ * D/2 frequencies), as Hugging Face's Llama uses. */
+static fm_status build_rope(fm_gpt *m) {
+    const int T = m->cfg.block_size, D = m->cfg.n_embd / m->cfg.n_head;
+    float *cs = malloc(sizeof(float) * (size_t)T * D), *sn = malloc(sizeof(float) * (size_t)T * D);
+    if (!cs || !sn) { free(cs); free(sn); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D / 2; i++) {
+            /* the same float rounding of the inverse frequency as PyTorch's f32 tables is
+             * not needed: computing in double and rounding once is closer to exact */
+            double inv = 1.0 / pow(m->cfg.rope_theta, (2.0 * i) / D);
+            double a = t * inv;
+            cs[t * D + i] = cs[t * D + i + D / 2] = (float)cos(a);
+            sn[t * D + i] = sn[t * D + i + D / 2] = (float)sin(a);
+        }
+    int64_t shape[3] = {T, 1, D};
+    m->rope_cos = fm_tensor_from_data(cs, 3, shape, FM_F32);
+    m->rope_sin = fm_tensor_from_data(sn, 3, shape, FM_F32);
+    free(cs);
+    free(sn);
+    return m->rope_cos && m->rope_sin ? FM_OK : fm_last_status();
+}
+
+fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
+    if (fm_gpt_config_validate(c)) return NULL;
+    fm_gpt *m = calloc(1, sizeof *m);
+    if (!m) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
+    m->cfg = *c;
+    m->n_kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
+    m->cfg.n_kv_head = m->n_kv;
+    if (c->arch == FM_GPT_LLAMA) m->cfg.bias = false;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    fm_rng_init(&m->own_rng, 0x5eed);
+    m->rng = &m->own_rng;
+    m->training = true;
+    if (!m->layers || build_params(m) || init_params(m, rng) ||
+        (c->arch == FM_GPT_LLAMA && build_rope(m))) {
+        if (!m->layers) fm_set_error(FM_ERR_OOM, "out of host memory");
+        fm_gpt_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void fm_gpt_free(fm_gpt *m) {
+    if (!m) return;
+    fm_named_list_free(&m->params);
+    fm_tensor_release_n(2, m->rope_cos, m->rope_sin);
+    free(m->layers);
+    free(m->hf);
+    free(m);
+}
+
+const fm_gpt_config *fm_gpt_get_config(const fm_gpt *m) { return &m->cfg; }
+const fm_named_list *fm_gpt_parameters(const fm_gpt *m) { return &m->params; }
+void fm_gpt_train_mode(fm_gpt *m, bool training) { m->training = training; }
+void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng) { m->rng = rng ? rng : &m->own_rng; }
+fm_rng *fm_gpt_rng(fm_gpt *m) { return m->rng; }
+
+int64_t fm_gpt_num_params(const fm_gpt *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->params.n; i++) n += fm_tensor_numel(m->params.items[i].tensor);
+    return n;
+}
+
+/* ---------------- forward ---------------- */
+
+/* Replace *acc by f(*acc, ...) result, releasing the old value: keeps the
+ * forward pass readable without a temporary per line. */
+static bool upd(fm_tensor **acc, fm_tensor *next) {
+    fm_tensor_release(*acc);
+    *acc = next;
+    return next != NULL;
+}
+
+static fm_tensor *norm(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    if (m->cfg.arch == FM_GPT_LLAMA) return fm_rms_norm(x, w, m->cfg.norm_eps);
+    return fm_layer_norm(x, 1, w, b, m->cfg.norm_eps);
+}
+
+static fm_tensor *dropout(fm_gpt *m, fm_tensor *x) {
+    return fm_dropout(x, m->cfg.dropout, m->training && m->cfg.dropout > 0, m->rng);
+}
+
+/* x [B, T, h, D] rotated for positions pos0 .. pos0+T-1 (rotate-half form). */
+static fm_tensor *rope(const fm_gpt *m, fm_tensor *x, int64_t pos0, int64_t T) {
+    const int64_t D = x->shape[3];
+    fm_tensor *cs = fm_narrow(m->rope_cos, 0, pos0, T), *sn = fm_narrow(m->rope_sin, 0, pos0, T);
+    fm_tensor *x1 = fm_narrow(x, 3, 0, D / 2), *x2 = fm_narrow(x, 3, D / 2, D / 2);
+    fm_tensor *nx2 = x2 ? fm_neg(x2) : NULL;
+    fm_tensor *rot = nx2 && x1 ? fm_cat(2, (fm_tensor *[]){nx2, x1}, 3) : NULL;
+    fm_tensor *a = cs ? fm_mul(x, cs) : NULL;
+    fm_tensor *b = rot && sn ? fm_mul(rot, sn) : NULL;
+    fm_tensor *y = a && b ? fm_add(a, b) : NULL;
+    fm_tensor_release_n(8, cs, sn, x1, x2, nx2, rot, a, b);
+    return y;
+}
+
+/* Causal self-attention on the fused projection qkv [B, T, (H+2KV)*D]. With a
+ * cache, the new keys/values are written at pos0 and attention runs over all
+ * cached positions; a single new query may see every cached key, so no mask. */
+static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1];
+    const int64_t H = m->cfg.n_head, KV = m->n_kv, D = m->cfg.n_embd / m->cfg.n_head;
+    fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL;
+    fm_tensor *v4 = fm_view(qkv, 4, (int64_t[]){B, T, H + 2 * KV, D});
+    if (!v4) return NULL;
+    q = fm_narrow(v4, 2, 0, H);
+    k = fm_narrow(v4, 2, H, KV);
+    v = fm_narrow(v4, 2, H + KV, KV);
+    fm_tensor_release(v4);
+    if (!q || !k || !v) goto done;
+    if (m->cfg.arch == FM_GPT_LLAMA) {
+        if (!upd(&q, rope(m, q, pos0, T)) || !upd(&k, rope(m, k, pos0, T))) goto done;
+    }
+    if (!upd(&q, fm_transpose(q, 1, 2)) || !upd(&k, fm_transpose(k, 1, 2)) || !upd(&v, fm_transpose(v, 1, 2)))
+        goto done;
+    if (cache) {
+        fm_tensor *kd = fm_narrow(cache->k[layer], 2, pos0, T), *vd = fm_narrow(cache->v[layer], 2, pos0, T);
+        fm_status st = kd && vd ? fm_copy_(kd, k) : FM_ERR_INVALID;
+        if (st == FM_OK) st = fm_copy_(vd, v);
+        fm_tensor_release_n(2, kd, vd);
+        if (st) goto done;
+        if (!upd(&k, fm_narrow(cache->k[layer], 2, 0, pos0 + T)) || !upd(&v, fm_narrow(cache->v[layer], 2, 0, pos0 + T)))
+            goto done;
+    }
+    y = fm_scaled_dot_product_attention(q, k, v, pos0 == 0, 0.0);
+    if (y && !upd(&y, fm_transpose(y, 1, 2))) goto done;
+    if (y) upd(&y, fm_reshape(y, 3, (int64_t[]){B, T, H * D}));
+done:
+    fm_tensor_release_n(3, q, k, v);
+    return y;
+}
+
+static fm_tensor *block(fm_gpt *m, fm_tensor *x, int i, int64_t pos0, gpt_kv *cache) {
+    gpt_layer *L = &m->layers[i];
+    const int64_t F = m->cfg.ffn_hidden;
+    fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *r = NULL;
+    if (!h) return NULL;
+    if (!upd(&h, fm_linear(h, L->qkv_w, L->qkv_b))) return NULL;
+    if (!upd(&h, attention(m, h, i, pos0, cache))) return NULL;
+    if (!upd(&h, fm_linear(h, L->proj_w, L->proj_b))) return NULL;
+    if (!upd(&h, dropout(m, h))) return NULL;
+    r = fm_add(x, h);
+    fm_tensor_release(h);
+    if (!r) return NULL;
+    h = norm(m, r, L->ln2_w, L->ln2_b);
+    if (!h || !upd(&h, fm_linear(h, L->fc_w, L->fc_b))) goto fail;
+    if (m->cfg.arch == FM_GPT_LLAMA) {
+        fm_tensor *g = fm_narrow(h, 2, 0, F), *u = fm_narrow(h, 2, F, F);
+        fm_tensor *sg = g ? fm_silu(g) : NULL;
+        fm_tensor *p = sg && u ? fm_mul(sg, u) : NULL;
+        fm_tensor_release_n(3, g, u, sg);
+        if (!upd(&h, p)) goto fail;
+    } else if (!upd(&h, fm_gelu_tanh(h))) {
+        goto fail;
+    }
+    if (!upd(&h, fm_linear(h, L->fc2_w, L->fc2_b)) || !upd(&h, dropout(m, h))) goto fail;
+    fm_tensor *out = fm_add(r, h);
+    fm_tensor_release_n(2, r, h);
+    return out;
+fail:
+    fm_tensor_release_n(2, r, h);
+    return NULL;
+}
+
+static fm_status check_idx(const fm_gpt *m, fm_tensor *idx, const char *what) {
+    char s[96];
+    if (!idx || idx->ndim != 2 || (idx->dtype != FM_I64 && idx->dtype != FM_I32))
+        return fm_set_error(FM_ERR_INVALID, "gpt: %s must be a [B, T] tensor of i64/i32 token ids%s%s", what,
+                            idx ? ", got " : "", idx ? fm_shape_str(idx->ndim, idx->shape, s, sizeof s) : "");
+    if (idx->shape[0] < 1 || idx->shape[1] < 1)
+        return fm_set_error(FM_ERR_INVALID, "gpt: %s %s is empty", what, fm_shape_str(idx->ndim, idx->shape, s, sizeof s));
+    int64_t n = fm_tensor_numel(idx);
+    for (int64_t i = 0; i < n; i++) {
+        double v = fm_tensor_get(idx, i);
+        bool ok = v >= 0 && v < m->cfg.vocab_size;
+        if (!ok && !(v == -1 && !strcmp(what, "targets")))
+            return fm_set_error(FM_ERR_INVALID, "gpt: unknown token id %.0f in %s at position %lld (vocab size %d)", v,
+                                what, (long long)i, m->cfg.vocab_size);
+    }
+    return FM_OK;
+}
+
+/* Shared by the training forward and cached decoding. */
+static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
+    const int64_t T = idx->shape[1];
+    fm_tensor *x = fm_embedding(m->wte, idx);
+    if (!x) return NULL;
+    if (m->cfg.arch == FM_GPT_GPT2) {
+        fm_tensor *pe = fm_narrow(m->wpe, 0, pos0, T);
+        fm_tensor *s = pe ? fm_add(x, pe) : NULL;
+        fm_tensor_release(pe);
+        if (!upd(&x, s)) return NULL;
+    }
+    if (!upd(&x, dropout(m, x))) return NULL;
+    for (int i = 0; i < m->cfg.n_layer; i++)
+        if (!upd(&x, block(m, x, i, pos0, cache))) return NULL;
+    if (!upd(&x, norm(m, x, m->lnf_w, m->lnf_b))) return NULL;
+    upd(&x, fm_linear(x, m->wte, NULL)); /* tied output embedding */
+    return x;
+}
+
+fm_tensor *fm_gpt_forward(fm_gpt *m, fm_tensor *idx, fm_tensor *targets, fm_tensor **loss) {
+    if (loss) *loss = NULL;
+    if (!m) { fm_set_error(FM_ERR_INVALID, "gpt: model is NULL"); return NULL; }
+    if (check_idx(m, idx, "input")) return NULL;
+    char a[96], b[96];
+    if (idx->shape[1] > m->cfg.block_size) {
+        fm_set_error(FM_ERR_INVALID, "gpt: sequence length %lld exceeds the context size (block_size %d)",
+                     (long long)idx->shape[1], m->cfg.block_size);
+        return NULL;
+    }
+    if (targets) {
+        if (check_idx(m, targets, "targets")) return NULL;
+        if (targets->shape[0] != idx->shape[0] || targets->shape[1] != idx->shape[1]) {
+            fm_set_error(FM_ERR_INVALID, "gpt: targets %s do not match input %s",
+                         fm_shape_str(targets->ndim, targets->shape, a, sizeof a),
+                         fm_shape_str(idx->ndim, idx->shape, b, sizeof b));
+            return NULL;
+        }
+    }
+    fm_tensor *logits = run(m, idx, 0, NULL);
+    if (!logits || !targets || !loss) return logits;
+    const int64_t N = idx->shape[0] * idx->shape[1];
+    fm_tensor *l2 = fm_reshape(logits, 2, (int64_t[]){N, m->cfg.vocab_size});
+    fm_tensor *t1 = fm_reshape(targets, 1, (int64_t[]){N});
+    *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
+    fm_tensor_release_n(2, l2, t1);
+    if (!*loss) {
+        fm_tensor_release(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+/* ---------------- KV cache ---------------- */
+
+fm_gpt_kv_cache *fm_gpt_kv_cache_new(const fm_gpt *m, int batch) {
+    if (!m || batch < 1) { fm_set_error(FM_ERR_INVALID, "kv cache: needs a model and batch >= 1"); return NULL; }
+    gpt_kv *c = calloc(1, sizeof *c);
+    if (!c) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
+    c->n_layer = m->cfg.n_layer;
+    c->cap = m->cfg.block_size;
+    c->batch = batch;
+    c->k = calloc((size_t)c->n_layer, sizeof *c->k);
+    c->v = calloc((size_t)c->n_layer, sizeof *c->v);
+    if (!c->k || !c->v) { fm_set_error(FM_ERR_OOM, "out of host memory"); fm_gpt_kv_cache_free(c); return NULL; }
+    int64_t shape[4] = {batch, m->n_kv, c->cap, m->cfg.n_embd / m->cfg.n_head};
+    for (int i = 0; i < c->n_layer; i++) {
+        c->k[i] = fm_tensor_zeros(4, shape, FM_F32, FM_CPU);
+        c->v[i] = fm_tensor_zeros(4, shape, FM_F32, FM_CPU);
+        if (!c->k[i] || !c->v[i]) { fm_gpt_kv_cache_free(c); return NULL; }
+    }
+    return c;
+}
+
+void fm_gpt_kv_cache_free(fm_gpt_kv_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n_layer; i++) {
+        if (c->k) fm_tensor_release(c->k[i]);
+        if (c->v) fm_tensor_release(c->v[i]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+void fm_gpt_kv_cache_reset(fm_gpt_kv_cache *c) { if (c) c->len = 0; }
+int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c) { return c ? (int)c->len : 0; }
+
+fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c) {
+    if (!m || !c) { fm_set_error(FM_ERR_INVALID, "gpt: forward_cached needs a model and a cache"); return NULL; }
+    if (check_idx(m, idx, "input")) return NULL;
+    if (idx->shape[0] != c->batch) {
+        fm_set_error(FM_ERR_INVALID, "gpt: batch %lld does not match the cache's batch %d", (long long)idx->shape[0],
+                     c->batch);
+        return NULL;
+    }
+    const int64_t T = idx->shape[1];
+    if (c->len + T > c->cap) {
+        fm_set_error(FM_ERR_INVALID, "gpt: context limit reached: %lld cached + %lld new tokens exceed block_size %lld",
+                     (long long)c->len, (long long)T, (long long)c->cap);
+        return NULL;
+    }
+    bool prev = fm_set_grad_enabled(false);
+    bool was_training = m->training;
+    m->training = false;
+    fm_tensor *out = NULL;
+    if (c->len == 0 || T == 1) {
+        out = run(m, idx, c->len, c);
+        if (out) c->len += T;
+    } else {
+        /* top-left causal alignment only fits an empty cache: feed one at a time */
+        fm_tensor **parts = calloc((size_t)T, sizeof *parts);
+        int64_t i = 0;
+        for (; parts && i < T; i++) {
+            fm_tensor *one = fm_narrow(idx, 1, i, 1);
+            parts[i] = one ? run(m, one, c->len, c) : NULL;
+            fm_tensor_release(one);
+            if (!parts[i]) break;
+            c->len++;
+        }
+        if (parts && i == T) out = fm_cat((int)T, parts, 1);
+        for (int64_t j = 0; parts && j < T; j++) fm_tensor_release(parts[j]);
+        free(parts);
+    }
+    m->training = was_training;
+    fm_set_grad_enabled(prev);
+    return out;
+}

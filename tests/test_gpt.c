@@ -1,0 +1,339 @@
+/* GPT tests: fathom's transformer against PyTorch step by step (fixtures from
+ * tools/make_gpt_fixtures.py: logits, loss, every gradient at step 0 and the
+ * losses of 10 AdamW steps, for the GPT-2 and the Llama variant), Hugging Face
+ * weight round trips, KV-cache generation equal to uncached generation, token
+ * files and the bad-input errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fathom/autograd.h"
+#include "fathom/gpt.h"
+#include "fathom/io.h"
+#include "fathom/optim.h"
+#include "gpt/gpt_internal.h" /* the HF name table, to lay gradients out as PyTorch does */
+#include "test_util.h"
+
+static const char *fixture(const char *name, char *buf, size_t n) {
+    const char *root = getenv("FATHOM_SOURCE_DIR");
+    snprintf(buf, n, "%s/tests/fixtures/gpt/%s", root ? root : ".", name);
+    return buf;
+}
+
+/* ||a - b|| / ||b|| over the whole tensor (both read as f64). */
+static double rel_err(const fm_tensor *a, const fm_tensor *b) {
+    int64_t n = fm_tensor_numel(b);
+    if (fm_tensor_numel(a) != n) return INFINITY;
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
+}
+
+static fm_gpt_config tiny_config(fm_gpt_arch arch) {
+    fm_gpt_config c = fm_gpt_config_default(arch);
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.vocab_size = 64;
+    c.ffn_hidden = arch == FM_GPT_LLAMA ? 96 : 128;
+    c.n_kv_head = arch == FM_GPT_LLAMA ? 2 : 4;
+    c.dropout = 0;
+    return c;
+}
+
+static fm_tensor *hf_grad_view(const gpt_hf_entry *e) {
+    if (!e->t->grad) return NULL;
+    fm_tensor *t = fm_narrow(e->t->grad, 0, e->row0, e->rows);
+    if (t && e->transpose) {
+        fm_tensor *tt = fm_transpose(t, 0, 1);
+        fm_tensor_release(t);
+        t = tt;
+    }
+    return t;
+}
+
+static const fm_tensor *ref_get(const fm_named_list *l, const char *name) {
+    int i = fm_named_list_find(l, name);
+    return i >= 0 ? l->items[i].tensor : NULL;
+}
+
+static void test_vs_pytorch(fm_gpt_arch arch, const char *variant) {
+    char p1[512], p2[512], nm[200];
+    snprintf(nm, sizeof nm, "%s_init.safetensors", variant);
+    fixture(nm, p1, sizeof p1);
+    snprintf(nm, sizeof nm, "%s_ref.safetensors", variant);
+    fixture(nm, p2, sizeof p2);
+    fm_gpt_config cfg = tiny_config(arch);
+    fm_gpt *m = fm_gpt_new(&cfg, NULL);
+    CHECK(m != NULL);
+    if (!m) return;
+    CHECK_MSG(fm_gpt_load_hf(m, p1) == FM_OK, "%s", fm_last_error());
+    fm_named_list ref;
+    memset(&ref, 0, sizeof ref);
+    CHECK_MSG(fm_safetensors_load(p2, &ref, NULL) == FM_OK, "%s", fm_last_error());
+    const fm_tensor *X = ref_get(&ref, "x"), *Y = ref_get(&ref, "y"), *losses = ref_get(&ref, "losses");
+    CHECK(X && Y && losses);
+    if (!X || !Y || !losses) { fm_named_list_free(&ref); fm_gpt_free(m); return; }
+
+    /* step 0: logits, loss and every gradient */
+    fm_tensor *x0 = fm_select((fm_tensor *)X, 0, 0), *y0 = fm_select((fm_tensor *)Y, 0, 0), *loss = NULL;
+    fm_tensor *logits = fm_gpt_forward(m, x0, y0, &loss);
+    CHECK_MSG(logits && loss, "%s", fm_last_error());
+    if (logits && loss) {
+        double e = rel_err(logits, ref_get(&ref, "logits"));
+        CHECK_MSG(e < 1e-4, "%s logits rel err %g", variant, e);
+        double l = fm_tensor_item(loss), lr = fm_tensor_item(ref_get(&ref, "loss"));
+        CHECK_MSG(fabs(l - lr) <= 1e-5 * fabs(lr), "%s loss %.8f vs torch %.8f", variant, l, lr);
+        CHECK(fm_backward(loss, NULL, false) == FM_OK);
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < m->n_hf; i++) {
+            snprintf(nm, sizeof nm, "grad.%s", m->hf[i].name);
+            const fm_tensor *g = ref_get(&ref, nm);
+            fm_tensor *mine = hf_grad_view(&m->hf[i]);
+            CHECK_MSG(g && mine, "%s: no gradient for %s", variant, m->hf[i].name);
+            if (g && mine) {
+                double ge = rel_err(mine, g);
+                CHECK_MSG(ge < 1e-4, "%s grad %s rel err %g", variant, m->hf[i].name, ge);
+                if (ge > worst) { worst = ge; worst_name = m->hf[i].name; }
+            }
+            fm_tensor_release(mine);
+        }
+        fprintf(stderr, "%s: logits rel err %.2e, worst grad rel err %.2e (%s)\n", variant, e, worst, worst_name);
+    }
+    fm_tensor_release_n(4, x0, y0, logits, loss);
+
+    /* 10 AdamW steps: decay on 2-D tensors only, clipping at 1.0, as the script does */
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    oc.lr = 3e-3;
+    oc.beta1 = 0.9;
+    oc.beta2 = 0.95;
+    oc.eps = 1e-8;
+    oc.weight_decay = 0.1;
+    fm_optim *opt = fm_optim_new(&oc);
+    int gd = fm_optim_add_group(opt, 0.1), gn = fm_optim_add_group(opt, 0.0);
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    for (int i = 0; i < ps->n; i++)
+        fm_optim_add_param(opt, ps->items[i].tensor->ndim >= 2 ? gd : gn, ps->items[i].name, ps->items[i].tensor);
+    double worst = 0;
+    for (int s = 0; s < 10; s++) {
+        fm_optim_zero_grad(opt);
+        fm_tensor *xs = fm_select((fm_tensor *)X, 0, s), *ys = fm_select((fm_tensor *)Y, 0, s), *ls = NULL;
+        fm_tensor *lg = fm_gpt_forward(m, xs, ys, &ls);
+        CHECK(lg && ls);
+        if (!ls) { fm_tensor_release_n(3, xs, ys, lg); break; }
+        double l = fm_tensor_item(ls), lr = fm_tensor_get(losses, s);
+        double rel = fabs(l - lr) / fabs(lr);
+        if (rel > worst) worst = rel;
+        CHECK_MSG(rel <= 1e-5, "%s step %d loss %.8f vs torch %.8f (rel %g)", variant, s, l, lr, rel);
+        CHECK(fm_backward(ls, NULL, false) == FM_OK);
+        CHECK(fm_optim_clip_grad_norm(opt, 1.0, NULL) == FM_OK);
+        CHECK(fm_optim_step(opt) == FM_OK);
+        fm_tensor_release_n(4, xs, ys, lg, ls);
+    }
+    fprintf(stderr, "%s: 10 AdamW steps, worst loss rel err %.2e\n", variant, worst);
+    fm_optim_free(opt);
+    fm_named_list_free(&ref);
+    fm_gpt_free(m);
+}
+
+static fm_tensor *ids_tensor(const int64_t *v, int64_t B, int64_t T) {
+    return fm_tensor_from_data(v, 2, (int64_t[]){B, T}, FM_I64);
+}
+
+/* Export, re-import into a fresh model: same parameters, same logits. Plus the
+ * architecture-mismatch errors. */
+static void test_hf_roundtrip(fm_gpt_arch arch) {
+    fm_gpt_config cfg = tiny_config(arch);
+    fm_rng r;
+    fm_rng_init(&r, 7);
+    fm_gpt *a = fm_gpt_new(&cfg, &r), *b = fm_gpt_new(&cfg, NULL);
+    CHECK(a && b);
+    char path[] = "/tmp/fathom_gpt_rtXXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    CHECK_MSG(fm_gpt_save_hf(a, path) == FM_OK, "%s", fm_last_error());
+    CHECK_MSG(fm_gpt_load_hf(b, path) == FM_OK, "%s", fm_last_error());
+    const fm_named_list *pa = fm_gpt_parameters(a), *pb = fm_gpt_parameters(b);
+    for (int i = 0; i < pa->n; i++) CHECK(rel_err(pb->items[i].tensor, pa->items[i].tensor) == 0);
+    int64_t ids[8] = {1, 5, 9, 3, 63, 0, 2, 7};
+    fm_tensor *x = ids_tensor(ids, 1, 8);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *la = fm_gpt_forward(a, x, NULL, NULL), *lb = fm_gpt_forward(b, x, NULL, NULL);
+    CHECK(la && lb && rel_err(la, lb) == 0);
+    fm_tensor_release_n(3, x, la, lb);
+
+    /* a different architecture / size: the error names the tensor and both shapes */
+    fm_gpt_config other = cfg;
+    other.n_embd = 64;
+    fm_gpt *c = fm_gpt_new(&other, NULL);
+    CHECK(fm_gpt_load_hf(c, path) != FM_OK);
+    CHECK_ERR_CONTAINS(arch == FM_GPT_GPT2 ? "'transformer.wte.weight' has shape [64, 32] but the model expects [64, 64]"
+                                           : "'model.embed_tokens.weight' has shape [64, 32] but the model expects [64, 64]");
+    fm_gpt_free(c);
+    fm_gpt_config wrong = tiny_config(arch == FM_GPT_GPT2 ? FM_GPT_LLAMA : FM_GPT_GPT2);
+    c = fm_gpt_new(&wrong, NULL);
+    CHECK(fm_gpt_load_hf(c, path) != FM_OK);
+    CHECK_ERR_CONTAINS("is missing");
+    fm_gpt_free(c);
+    fm_set_grad_enabled(prev);
+    unlink(path);
+    fm_gpt_free(a);
+    fm_gpt_free(b);
+}
+
+static int count_cb(int tok, void *ctx) {
+    (void)tok;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static void test_generate(fm_gpt_arch arch) {
+    fm_gpt_config cfg = tiny_config(arch);
+    fm_rng r;
+    fm_rng_init(&r, 11);
+    fm_gpt *m = fm_gpt_new(&cfg, &r);
+    CHECK(m != NULL);
+    /* larger weights make the distribution peaky enough that sampling is sensitive to the logits */
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    for (int i = 0; i < ps->n; i++)
+        if (ps->items[i].tensor->ndim == 2) fm_tensor_normal_(ps->items[i].tensor, 0, 0.3, &r);
+    int32_t prompt[3] = {4, 8, 15};
+    for (int variant = 0; variant < 3; variant++) {
+        fm_gpt_sample_params sp = {variant == 0 ? 0.0 : 0.9, variant == 2 ? 10 : 0, variant == 2 ? 0.9 : 1.0, 1234};
+        int32_t a[32], b[32];
+        int na = 0, nb = 0, streamed = 0;
+        bool lim_a = false, lim_b = false;
+        CHECK_MSG(fm_gpt_generate(m, prompt, 3, 20, &sp, true, a, &na, &lim_a, count_cb, &streamed) == FM_OK, "%s",
+                  fm_last_error());
+        CHECK(fm_gpt_generate(m, prompt, 3, 20, &sp, false, b, &nb, &lim_b, NULL, NULL) == FM_OK);
+        /* 3 prompt tokens + 13 new fill the 16-token context */
+        CHECK(na == 13 && nb == 13 && lim_a && lim_b && streamed == 13);
+        CHECK(memcmp(a, b, sizeof(int32_t) * (size_t)(na < nb ? na : nb)) == 0);
+    }
+    /* cached logits equal uncached logits, position by position */
+    int64_t ids[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    fm_tensor *x = ids_tensor(ids, 1, 10);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *full = fm_gpt_forward(m, x, NULL, NULL);
+    fm_gpt_kv_cache *kc = fm_gpt_kv_cache_new(m, 1);
+    fm_tensor *x1 = fm_narrow(x, 1, 0, 4), *x2 = fm_narrow(x, 1, 4, 6);
+    fm_tensor *c1 = fm_gpt_forward_cached(m, x1, kc), *c2 = fm_gpt_forward_cached(m, x2, kc);
+    fm_tensor *f2 = fm_narrow(full, 1, 4, 6);
+    CHECK(c1 && c2 && rel_err(c2, f2) < 1e-5);
+    /* the context limit is a clear error */
+    int64_t many[16] = {0};
+    fm_tensor *big = ids_tensor(many, 1, 16);
+    CHECK(fm_gpt_forward_cached(m, big, kc) == NULL);
+    CHECK_ERR_CONTAINS("context limit");
+    fm_tensor_release_n(7, x, full, x1, x2, c1, c2, f2);
+    fm_tensor_release(big);
+    fm_gpt_kv_cache_free(kc);
+    fm_set_grad_enabled(prev);
+
+    /* bad input: prompt longer than the context, unknown token ids */
+    int32_t longp[17] = {0};
+    fm_gpt_sample_params sp = {0, 0, 1, 1};
+    CHECK(fm_gpt_generate(m, longp, 17, 5, &sp, true, NULL, NULL, NULL, NULL, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("prompt is 17 tokens but the model's context is 16");
+    int32_t badp[2] = {3, 64};
+    CHECK(fm_gpt_generate(m, badp, 2, 5, &sp, true, NULL, NULL, NULL, NULL, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("unknown token id 64");
+    int64_t bad_ids[2] = {1, 99};
+    fm_tensor *bx = ids_tensor(bad_ids, 1, 2);
+    CHECK(fm_gpt_forward(m, bx, NULL, NULL) == NULL);
+    CHECK_ERR_CONTAINS("unknown token id 99");
+    fm_tensor_release(bx);
+    fm_gpt_free(m);
+}
+
+static void test_token_file(void) {
+    char path[] = "/tmp/fathom_tokXXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (i * 7) % 50;
+    CHECK(fm_token_file_write(path, ids, 100, 50) == FM_OK);
+    fm_token_data d;
+    CHECK_MSG(fm_token_file_read(path, 50, &d) == FM_OK, "%s", fm_last_error());
+    CHECK(d.n == 100 && d.vocab_size == 50 && memcmp(d.ids, ids, sizeof ids) == 0);
+    /* seeded windows: same (seed, step) gives the same batch; targets are shifted inputs */
+    fm_tensor *x, *y, *x2, *y2;
+    CHECK(fm_gpt_batch_random(&d, 0, 90, 4, 8, 5, 3, &x, &y) == FM_OK);
+    CHECK(fm_gpt_batch_random(&d, 0, 90, 4, 8, 5, 3, &x2, &y2) == FM_OK);
+    CHECK(rel_err(x, x2) == 0 && rel_err(y, y2) == 0);
+    for (int i = 0; i < 7; i++) CHECK(fm_tensor_get(x, i + 1) == fm_tensor_get(y, i));
+    fm_tensor_release_n(4, x, y, x2, y2);
+    CHECK(fm_gpt_batch_eval(&d, 90, 100, 1, 4, 0, &x, &y) == FM_OK);
+    CHECK(fm_tensor_get(x, 0) == ids[90] && fm_tensor_get(y, 3) == ids[94]);
+    fm_tensor_release_n(2, x, y);
+    /* too short for a window */
+    CHECK(fm_gpt_batch_random(&d, 0, 5, 1, 8, 1, 0, &x, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("too few");
+    CHECK(fm_gpt_batch_eval(&d, 95, 100, 1, 8, 0, &x, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("too few");
+    fm_token_data_free(&d);
+    /* header mismatches */
+    CHECK(fm_token_file_read(path, 51, &d) != FM_OK);
+    CHECK_ERR_CONTAINS("vocab size 50, but the tokenizer/model has 51");
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fputc(9, f); /* version 9 */
+    fclose(f);
+    CHECK(fm_token_file_read(path, 0, &d) != FM_OK);
+    CHECK_ERR_CONTAINS("version 9 is not supported");
+    f = fopen(path, "r+b");
+    fputc('X', f);
+    fclose(f);
+    CHECK(fm_token_file_read(path, 0, &d) != FM_OK);
+    CHECK_ERR_CONTAINS("bad magic");
+    CHECK(fm_token_file_write(path, ids, 10, 50) == FM_OK);
+    CHECK(truncate(path, 32 + 2 * 10 - 1) == 0);
+    CHECK(fm_token_file_read(path, 0, &d) != FM_OK);
+    CHECK_ERR_CONTAINS("header says 10 tokens");
+    CHECK(fm_token_file_write(path, ids, 0, 50) == FM_OK); /* empty corpus: a valid file, unusable for training */
+    CHECK(fm_token_file_read(path, 50, &d) == FM_OK && d.n == 0);
+    CHECK(fm_gpt_batch_random(&d, 0, d.n, 1, 8, 1, 0, &x, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("too few");
+    fm_token_data_free(&d);
+    unlink(path);
+}
+
+static void test_config(void) {
+    fm_gpt_config c = tiny_config(FM_GPT_GPT2);
+    c.n_head = 5;
+    CHECK(fm_gpt_new(&c, NULL) == NULL);
+    CHECK_ERR_CONTAINS("not divisible by n_head");
+    c = tiny_config(FM_GPT_LLAMA);
+    c.n_kv_head = 3;
+    CHECK(fm_gpt_new(&c, NULL) == NULL);
+    CHECK_ERR_CONTAINS("must divide n_head");
+    char path[] = "/tmp/fathom_cfgXXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    c = tiny_config(FM_GPT_LLAMA);
+    fm_gpt_config d;
+    CHECK(fm_gpt_config_save(&c, path) == FM_OK);
+    CHECK_MSG(fm_gpt_config_load(path, &d) == FM_OK, "%s", fm_last_error());
+    CHECK(d.arch == c.arch && d.n_kv_head == 2 && d.ffn_hidden == 96 && d.block_size == 16);
+    unlink(path);
+}
+
+int main(void) {
+    test_vs_pytorch(FM_GPT_GPT2, "gpt2");
+    test_vs_pytorch(FM_GPT_LLAMA, "llama");
+    test_hf_roundtrip(FM_GPT_GPT2);
+    test_hf_roundtrip(FM_GPT_LLAMA);
+    test_generate(FM_GPT_GPT2);
+    test_generate(FM_GPT_LLAMA);
+    test_token_file();
+    test_config();
+    TEST_DONE();
+}
