@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "core/backend.h"
 #include "core/tensor_internal.h"
+#include "fathom/amp.h"
 #include "ops/op_attrs.h"
 #include "ops/ops_internal.h"
 
@@ -162,7 +163,23 @@ static fm_status binary_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
     return st;
 }
 
+static fm_tensor *binary_impl(fm_op_id op, fm_tensor *a, fm_tensor *b);
+
+/* Under autocast, mixed float dtypes promote to the wider one (f32 > bf16/f16). */
 static fm_tensor *binary(fm_op_id op, fm_tensor *a, fm_tensor *b) {
+    if (a && b && a->dtype != b->dtype && fm_autocast_get() != FM_F32 && fm_dtype_is_float(a->dtype) &&
+        fm_dtype_is_float(b->dtype)) {
+        fm_dtype wide = fm_dtype_size(a->dtype) >= fm_dtype_size(b->dtype) ? a->dtype : b->dtype;
+        if (fm_dtype_size(a->dtype) == fm_dtype_size(b->dtype)) wide = FM_F32; /* bf16 with f16 */
+        fm_tensor *pa = fm_to_dtype(a, wide), *pb = pa ? fm_to_dtype(b, wide) : NULL;
+        fm_tensor *y = pb ? binary_impl(op, pa, pb) : NULL;
+        fm_tensor_release_n(2, pa, pb);
+        return y;
+    }
+    return binary_impl(op, a, b);
+}
+
+static fm_tensor *binary_impl(fm_op_id op, fm_tensor *a, fm_tensor *b) {
     const char *name = opname(op);
     if (!a || !b) { fm_set_error(FM_ERR_INVALID, "%s: input is NULL", name); return NULL; }
     if (fm_check_same_dtype(name, a, b) || fm_check_same_device(name, a, b)) return NULL;

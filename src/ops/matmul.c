@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "core/backend.h"
 #include "core/tensor_internal.h"
+#include "fathom/amp.h"
 
 static fm_status matmul_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     fm_tensor *a = n->saved[0], *b = n->saved[1], *g = gout[0];
@@ -62,8 +63,18 @@ static fm_tensor *matmul_nd(fm_tensor *a, fm_tensor *b) {
     return y;
 }
 
+static fm_tensor *matmul_impl(fm_tensor *a, fm_tensor *b);
+
 fm_tensor *fm_matmul(fm_tensor *a, fm_tensor *b) {
     if (!a || !b) { fm_set_error(FM_ERR_INVALID, "matmul: input is NULL"); return NULL; }
+    if (fm_autocast_get() == FM_F32) return matmul_impl(a, b);
+    fm_tensor *ca = fm_autocast_input(a), *cb = ca ? fm_autocast_input(b) : NULL;
+    fm_tensor *y = cb ? matmul_impl(ca, cb) : NULL;
+    fm_tensor_release_n(2, ca, cb);
+    return y;
+}
+
+static fm_tensor *matmul_impl(fm_tensor *a, fm_tensor *b) {
     if (fm_check_same_dtype("matmul", a, b) || fm_check_same_device("matmul", a, b)) return NULL;
     if (a->ndim == 0 || b->ndim == 0) { fm_set_error(FM_ERR_INVALID, "matmul: operands must have at least 1 dimension (use fm_mul for scalars)"); return NULL; }
     if (!fm_dtype_is_float(a->dtype)) { fm_set_error(FM_ERR_INVALID, "matmul: needs floating-point operands (got %s)", fm_dtype_name(a->dtype)); return NULL; }
