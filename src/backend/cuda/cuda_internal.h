@@ -1,0 +1,62 @@
+/* Shared by the CUDA backend's .cu files: the per-device context (stream,
+ * cuBLASLt handle, workspace), error helpers and the kernel groups, each of
+ * which fills its part of the backend's kernel table, as the CPU groups do.
+ * Only .cu files include this header (it needs the CUDA runtime). */
+#ifndef FATHOM_CUDA_INTERNAL_H
+#define FATHOM_CUDA_INTERNAL_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* core/backend.h has no C++ guard of its own: its functions are C. */
+extern "C" {
+#include "core/backend.h"
+}
+#include "ops/op_attrs.h"
+
+/* Kernel groups (one per .cu file). */
+extern "C" void fm_cuda_kernels_elementwise(fm_backend *b); /* unary, binary, compare, where, copy */
+extern "C" void fm_cuda_kernels_reduce(fm_backend *b);
+extern "C" void fm_cuda_kernels_matmul(fm_backend *b);
+extern "C" void fm_cuda_kernels_softmax(fm_backend *b);     /* softmax, log_softmax, cross_entropy, mse */
+extern "C" void fm_cuda_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout */
+extern "C" void fm_cuda_kernels_attention(fm_backend *b);
+extern "C" void fm_cuda_kernels_index(fm_backend *b);       /* cat, gather, index_select, one_hot, ... */
+
+/* The stream every kernel of the current device is queued on. */
+cudaStream_t fm_cuda_stream(void);
+int fm_cuda_current_device(void);
+/* cuBLASLt handle and a workspace for the current device (created on first use). */
+void *fm_cuda_lt_handle(void);
+void *fm_cuda_lt_workspace(size_t *bytes);
+/* Scratch memory from the device's caching allocator (stream-ordered reuse). */
+void *fm_cuda_scratch_alloc(size_t n);
+void fm_cuda_scratch_free(void *p);
+
+/* Row-major y = a @ b (+ bias, GELU) through cuBLASLt: a [.., M, K], b [.., K, N], y [.., M, N]
+ * contiguous; a/b rows or columns must be unit-stride. epi: 0 none, 1 bias [N], 2 gelu(bias),
+ * 3 gelu (tanh form, cuBLASLt's). */
+extern "C" fm_status fm_cuda_gemm_rowmajor(const fm_tensor *a, const fm_tensor *b, fm_tensor *y, const void *bias,
+                                           int epi, const char *opname);
+
+/* Turns a CUDA error into a fathom error naming the op; FM_OK otherwise. */
+fm_status fm_cuda_check(cudaError_t e, const char *op);
+/* Checks the launch that just happened (cudaGetLastError). */
+fm_status fm_cuda_check_launch(const char *op);
+fm_status fm_cuda_unsupported_dtype(const fm_op_call *c, fm_dtype dt);
+const char *fm_cuda_op_name(const fm_op_call *c);
+
+/* Geometry of up to 4 operands over an output's shape (element strides, 0 where
+ * broadcast), passed to kernels by value. */
+#define FM_CUDA_MAX_OPS 4
+typedef struct fm_cuda_geom {
+    int ndim;
+    int64_t shape[FM_MAX_DIMS];
+    int64_t st[FM_CUDA_MAX_OPS][FM_MAX_DIMS];
+} fm_cuda_geom;
+
+static inline unsigned fm_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535LL * 32) b = 65535LL * 32; /* grid-stride loops cover the rest */
+    return (unsigned)(b > 0 ? b : 1);
+}
+#endif

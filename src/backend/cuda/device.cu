@@ -1,0 +1,350 @@
+/* The CUDA backend: device discovery (fm_cuda_query for `fathom info`), the
+ * per-device context (a non-blocking compute stream, cuBLASLt handle and
+ * workspace, the caching allocator over cudaMalloc), host/device copies, and
+ * the backend vtable registered on first use when a device exists.
+ *
+ * Every kernel in the table runs through one trampoline that selects the
+ * tensors' device and checks the launch, so the kernel groups need not. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "fathom/fathom.h"
+
+#define LT_WORKSPACE ((size_t)32 << 20) /* what cuBLASLt's heuristics want for Hopper GEMMs */
+
+typedef struct dev_ctx {
+    int ready;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    fm_pool *pool;
+    fm_pool_config cfg;
+    int cfg_set;
+    fm_allocator alloc;
+    char name[16];
+    size_t total_mem;
+} dev_ctx;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
+static int g_ndev = 0;
+static char g_reason[256];
+static dev_ctx g_dev[FM_MAX_CUDA_DEVICES];
+static fm_backend g_cuda;
+static fm_kernel_fn g_real[FM_OP_COUNT];
+static int g_built = 0;
+
+/* ---------------- discovery ---------------- */
+
+static void probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        int drv = 0;
+        cudaDriverGetVersion(&drv);
+        if (e == cudaErrorInsufficientDriver && drv == 0)
+            snprintf(g_reason, sizeof g_reason, "no CUDA driver is installed (%s)", cudaGetErrorString(e));
+        else if (e == cudaErrorNoDevice)
+            snprintf(g_reason, sizeof g_reason, "no CUDA device was found (%s)", cudaGetErrorString(e));
+        else
+            snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+        cudaGetLastError(); /* clear the sticky-free error so later probes start clean */
+        g_ndev = 0;
+        return;
+    }
+    if (n == 0) { snprintf(g_reason, sizeof g_reason, "no CUDA device was found"); return; }
+    g_ndev = n > FM_MAX_CUDA_DEVICES ? FM_MAX_CUDA_DEVICES : n;
+}
+
+extern "C" int fm_cuda_device_count(const char **reason) {
+    pthread_once(&g_probe_once, probe);
+    if (reason) *reason = g_ndev ? "" : g_reason;
+    return g_ndev;
+}
+
+extern "C" void fm_cuda_query(fm_cuda_info *out) {
+    memset(out, 0, sizeof *out);
+    cudaRuntimeGetVersion(&out->runtime_version);
+    cudaDriverGetVersion(&out->driver_version);
+    const char *why = NULL;
+    int n = fm_cuda_device_count(&why);
+    if (!n) { snprintf(out->reason, sizeof out->reason, "%s", why); return; }
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        fm_cuda_device_info *d = &out->devices[out->n_devices++];
+        snprintf(d->name, sizeof d->name, "%s", p.name);
+        d->memory_bytes = p.totalGlobalMem;
+        d->cc_major = p.major;
+        d->cc_minor = p.minor;
+        d->sm_count = p.multiProcessorCount;
+        d->bf16 = p.major >= 8;
+    }
+}
+
+/* ---------------- errors ---------------- */
+
+fm_status fm_cuda_check(cudaError_t e, const char *op) {
+    if (e == cudaSuccess) return FM_OK;
+    if (e == cudaErrorMemoryAllocation)
+        return fm_set_error(FM_ERR_OOM, "%s: CUDA out of memory (%s)", op, cudaGetErrorString(e));
+    return fm_set_error(FM_ERR_INTERNAL, "%s: CUDA error %s: %s", op, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+fm_status fm_cuda_check_launch(const char *op) { return fm_cuda_check(cudaGetLastError(), op); }
+const char *fm_cuda_op_name(const fm_op_call *c) {
+    const fm_op_info *i = fm_op_get_info(c->op);
+    return i ? i->name : "op";
+}
+fm_status fm_cuda_unsupported_dtype(const fm_op_call *c, fm_dtype dt) {
+    return fm_set_error(FM_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cuda", fm_cuda_op_name(c), fm_dtype_name(dt));
+}
+
+/* ---------------- per-device context ---------------- */
+
+int fm_cuda_current_device(void) {
+    int d = 0;
+    cudaGetDevice(&d);
+    return d;
+}
+
+static void *seg_alloc(void *ctx, size_t n) {
+    dev_ctx *d = (dev_ctx *)ctx;
+    int idx = (int)(d - g_dev);
+    void *p = NULL;
+    cudaSetDevice(idx);
+    if (cudaMalloc(&p, n) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return p;
+}
+static void seg_free(void *ctx, void *p, size_t n) {
+    (void)n;
+    dev_ctx *d = (dev_ctx *)ctx;
+    cudaSetDevice((int)(d - g_dev));
+    /* Kernels still queued may use the segment: finish them before giving it back. */
+    cudaStreamSynchronize(d->stream);
+    cudaFree(p);
+}
+
+static void env_config(dev_ctx *d) {
+    const char *s;
+    size_t v;
+    if ((s = getenv("FATHOM_CUDA_MEMORY_MODE")) && !strcmp(s, "preallocate")) d->cfg.mode = FM_MEMORY_PREALLOCATE;
+    if ((s = getenv("FATHOM_CUDA_MEMORY_LIMIT")) && fm_parse_size(s, &v) == FM_OK) d->cfg.limit = v;
+    if ((s = getenv("FATHOM_CUDA_MEMORY_FRACTION"))) {
+        double f = atof(s);
+        if (f > 0 && f <= 1) d->cfg.fraction = f;
+    }
+    if ((s = getenv("FATHOM_CUDA_MAX_SPLIT_SIZE")) && fm_parse_size(s, &v) == FM_OK) d->cfg.max_split_size = v;
+    fm_clear_error();
+}
+
+/* Creates the stream and pool of device idx; caller holds g_mu. */
+static fm_status ensure_ctx(int idx) {
+    dev_ctx *d = &g_dev[idx];
+    if (d->ready) return FM_OK;
+    fm_status st = fm_cuda_check(cudaSetDevice(idx), "cuda init");
+    if (st) return st;
+    if ((st = fm_cuda_check(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "cuda init"))) return st;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    d->total_mem = tot;
+    snprintf(d->name, sizeof d->name, "cuda:%d", idx);
+    if (!d->cfg_set) env_config(d);
+    d->cfg.total_bytes = tot;
+    fm_pool_segment_ops ops = {seg_alloc, seg_free, d};
+    d->pool = fm_pool_create(d->name, &d->cfg, ops);
+    if (!d->pool) {
+        cudaStreamDestroy(d->stream);
+        return fm_last_status();
+    }
+    d->ready = 1;
+    return FM_OK;
+}
+
+static fm_status use_device(int idx) {
+    if (idx < 0 || idx >= fm_cuda_device_count(NULL))
+        return fm_set_error(FM_ERR_INVALID, "cuda:%d does not exist (%d CUDA device%s found)", idx, g_ndev, g_ndev == 1 ? "" : "s");
+    pthread_mutex_lock(&g_mu);
+    fm_status st = ensure_ctx(idx);
+    pthread_mutex_unlock(&g_mu);
+    if (st) return st;
+    return fm_cuda_check(cudaSetDevice(idx), "cuda");
+}
+
+cudaStream_t fm_cuda_stream(void) {
+    int d = fm_cuda_current_device();
+    if (d < 0 || d >= FM_MAX_CUDA_DEVICES || !g_dev[d].ready) {
+        if (use_device(d < 0 ? 0 : d)) return 0;
+    }
+    return g_dev[d].stream;
+}
+
+void *fm_cuda_lt_handle(void) {
+    dev_ctx *d = &g_dev[fm_cuda_current_device()];
+    pthread_mutex_lock(&g_mu);
+    if (!d->lt) {
+        cublasLtHandle_t h;
+        if (cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS) d->lt = h;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return d->lt;
+}
+
+void *fm_cuda_lt_workspace(size_t *bytes) {
+    dev_ctx *d = &g_dev[fm_cuda_current_device()];
+    pthread_mutex_lock(&g_mu);
+    if (!d->lt_ws && d->pool) d->lt_ws = fm_pool_alloc(d->pool, LT_WORKSPACE, (uintptr_t)d->stream);
+    pthread_mutex_unlock(&g_mu);
+    fm_clear_error();
+    *bytes = d->lt_ws ? LT_WORKSPACE : 0;
+    return d->lt_ws;
+}
+
+void *fm_cuda_scratch_alloc(size_t n) {
+    dev_ctx *d = &g_dev[fm_cuda_current_device()];
+    if (!d->pool) return NULL;
+    return fm_pool_alloc(d->pool, n ? n : 1, (uintptr_t)d->stream);
+}
+void fm_cuda_scratch_free(void *p) {
+    dev_ctx *d = &g_dev[fm_cuda_current_device()];
+    if (p && d->pool) fm_pool_free(d->pool, p);
+}
+
+/* ---------------- allocator (fm_allocator over the pool) ---------------- */
+
+static dev_ctx *ctx_of(fm_allocator *a) { return (dev_ctx *)a->impl; }
+static void *a_alloc(fm_allocator *a, size_t n) {
+    dev_ctx *d = ctx_of(a);
+    return fm_pool_alloc(d->pool, n, (uintptr_t)d->stream);
+}
+static void a_free(fm_allocator *a, void *p, size_t n) {
+    (void)n;
+    fm_pool_free(ctx_of(a)->pool, p);
+}
+static fm_status a_stats(fm_allocator *a, fm_memory_stats *out) {
+    fm_pool_get_stats(ctx_of(a)->pool, out);
+    return FM_OK;
+}
+static void a_reset_peak(fm_allocator *a) { fm_pool_reset_peak(ctx_of(a)->pool); }
+static void a_empty(fm_allocator *a) { fm_pool_empty_cache(ctx_of(a)->pool); }
+static fm_status a_limit(fm_allocator *a, size_t lim) { return fm_pool_set_limit(ctx_of(a)->pool, lim); }
+
+extern "C" fm_allocator *fm_cuda_allocator(int idx) {
+    if (use_device(idx)) return NULL;
+    dev_ctx *d = &g_dev[idx];
+    pthread_mutex_lock(&g_mu);
+    if (!d->alloc.alloc)
+        d->alloc = (fm_allocator){"cuda-caching", a_alloc, a_free, a_stats, a_reset_peak, a_empty, a_limit, d};
+    pthread_mutex_unlock(&g_mu);
+    return &d->alloc;
+}
+
+extern "C" fm_status fm_cuda_allocator_configure(int idx, const fm_pool_config *cfg) {
+    const char *why;
+    if (!fm_cuda_device_count(&why)) return fm_set_error(FM_ERR_UNSUPPORTED, "cuda allocator: %s", why);
+    if (idx < 0 || idx >= g_ndev) return fm_set_error(FM_ERR_INVALID, "cuda allocator: cuda:%d does not exist", idx);
+    pthread_mutex_lock(&g_mu);
+    dev_ctx *d = &g_dev[idx];
+    fm_status st = FM_OK;
+    if (d->ready) {
+        st = fm_set_error(FM_ERR_STATE, "cuda allocator: cuda:%d is already in use; configure it before its first "
+                          "allocation (only the limit can change later: fm_memory_set_limit)", idx);
+    } else {
+        d->cfg = *cfg;
+        d->cfg_set = 1;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+extern "C" fm_status fm_cuda_allocator_extra_stats(int idx, fm_pool_extra_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (use_device(idx)) return fm_last_status();
+    fm_pool_get_extra_stats(g_dev[idx].pool, out);
+    return FM_OK;
+}
+
+static fm_allocator *b_allocator(int idx) { return fm_cuda_allocator(idx); }
+
+/* ---------------- copies ---------------- */
+
+static fm_status b_h2d(int idx, void *dst, const void *src, size_t n) {
+    fm_status st = use_device(idx);
+    if (st) return st;
+    /* Pageable sources are staged before the call returns, so the host buffer may be reused at once. */
+    return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_dev[idx].stream), "copy to cuda");
+}
+static fm_status b_d2h(int idx, void *dst, const void *src, size_t n) {
+    fm_status st = use_device(idx);
+    if (st) return st;
+    st = fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_dev[idx].stream), "copy from cuda");
+    if (st) return st;
+    return fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "copy from cuda");
+}
+static fm_status b_d2d(int idx, void *dst, const void *src, size_t n) {
+    fm_status st = use_device(idx);
+    if (st) return st;
+    return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_dev[idx].stream), "copy on cuda");
+}
+static fm_status b_sync(int idx) {
+    fm_status st = use_device(idx);
+    if (st) return st;
+    return fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "cuda synchronize");
+}
+
+/* ---------------- the vtable ---------------- */
+
+static fm_status trampoline(const fm_op_call *c) {
+    const fm_tensor *first = NULL;
+    fm_tensor *const *ins = c->var_in ? c->var_in : c->in;
+    for (int i = 0; i < c->n_in && !first; i++) first = ins[i];
+    for (int i = 0; i < c->n_out && !first; i++) first = c->out[i];
+    fm_status st = use_device(first ? first->storage->device.index : 0);
+    if (st) return st;
+    cudaGetLastError(); /* a stale launch error must not be blamed on this op */
+    st = g_real[c->op](c);
+    if (st) return st;
+    st = fm_cuda_check_launch(fm_cuda_op_name(c));
+    if (st == FM_OK && getenv("FATHOM_CUDA_SYNC")) /* debugging: report faults at the op that caused them */
+        st = fm_cuda_check(cudaStreamSynchronize(fm_cuda_stream()), fm_cuda_op_name(c));
+    return st;
+}
+
+static void build(void) {
+    g_cuda.name = "cuda";
+    g_cuda.type = FM_DEV_CUDA;
+    g_cuda.allocator = b_allocator;
+    g_cuda.copy_h2d = b_h2d;
+    g_cuda.copy_d2h = b_d2h;
+    g_cuda.copy_d2d = b_d2d;
+    g_cuda.synchronize = b_sync;
+    fm_cuda_kernels_elementwise(&g_cuda);
+    fm_cuda_kernels_reduce(&g_cuda);
+    fm_cuda_kernels_matmul(&g_cuda);
+    fm_cuda_kernels_softmax(&g_cuda);
+    fm_cuda_kernels_norm(&g_cuda);
+    fm_cuda_kernels_attention(&g_cuda);
+    fm_cuda_kernels_index(&g_cuda);
+    for (int i = 0; i < FM_OP_COUNT; i++) {
+        g_real[i] = g_cuda.kernels[i];
+        if (g_real[i]) g_cuda.kernels[i] = trampoline;
+    }
+}
+
+extern "C" const fm_backend *fm_cuda_backend(void) {
+    if (!fm_cuda_device_count(NULL)) return NULL;
+    pthread_mutex_lock(&g_mu);
+    if (!g_built) {
+        build();
+        g_built = 1;
+        fm_backend_register(&g_cuda);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return &g_cuda;
+}

@@ -1,0 +1,248 @@
+/* CUDA kernels for elementwise ops: unary (+ backward), binary, comparisons,
+ * where, copy (any dtype to any dtype), on any strides with numpy broadcasting.
+ *
+ * One grid-stride kernel per compute type (float for f32/f16/bf16, double for
+ * f64 and integers, the CPU backend's rule) reads each operand in its own dtype
+ * and layout and writes the output in its own. The op and dtypes are uniform
+ * across a launch, so their switches cost no divergence. Contiguous operands
+ * skip the index arithmetic; all-f32 contiguous binary ops and copies take a
+ * float4 path, since those dominate memory traffic in training. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_internal.h"
+
+enum { K_UNARY = 0, K_UNARY_BWD = 1, K_BINARY = 2, K_WHERE = 3 };
+
+typedef struct ew_params {
+    int kind, op, n_in, contig;
+    double a, b;
+    const void *in[3];
+    int in_dt[3];
+    void *out;
+    int out_dt;
+    int64_t n;
+    fm_cuda_geom g; /* st[0..2]: inputs, st[3]: output */
+} ew_params;
+
+template <typename T>
+__device__ __forceinline__ T unary_f(int op, T a, T b, T x) {
+    switch (op) {
+    case FM_OP_NEG: return -x;
+    case FM_OP_ABS: return fabs(x);
+    case FM_OP_EXP: return exp(x);
+    case FM_OP_LOG: return log(x);
+    case FM_OP_SQRT: return sqrt(x);
+    case FM_OP_RSQRT: return (T)1 / sqrt(x);
+    case FM_OP_SIN: return sin(x);
+    case FM_OP_COS: return cos(x);
+    case FM_OP_TANH: return tanh(x);
+    case FM_OP_SIGMOID: return x >= (T)0 ? (T)1 / ((T)1 + exp(-x)) : exp(x) / ((T)1 + exp(x));
+    case FM_OP_RELU: return x > (T)0 ? x : (T)0 * x;
+    case FM_OP_LEAKY_RELU: return x > (T)0 ? x : x * a;
+    case FM_OP_GELU: return (T)0.5 * x * erfc(-x * (T)M_SQRT1_2);
+    case FM_OP_GELU_TANH: {
+        T u = (T)0.7978845608028654 * (x + (T)0.044715 * x * x * x);
+        return x / ((T)1 + exp((T)-2 * u));
+    }
+    case FM_OP_SILU: return x / ((T)1 + exp(-x));
+    case FM_OP_CLAMP: return x != x ? x : (x < a ? a : (x > b ? b : x));
+    case FM_OP_COPY: return x;
+    default: return (T)NAN;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T unary_deriv(int op, T a, T b, T x, T y) {
+    switch (op) {
+    case FM_OP_NEG: return (T)-1;
+    case FM_OP_ABS: return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : (T)0);
+    case FM_OP_EXP: return y;
+    case FM_OP_LOG: return (T)1 / x;
+    case FM_OP_SQRT: return (T)0.5 / y;
+    case FM_OP_RSQRT: return (T)-0.5 * y * y * y;
+    case FM_OP_SIN: return cos(x);
+    case FM_OP_COS: return -sin(x);
+    case FM_OP_TANH: return (T)1 - y * y;
+    case FM_OP_SIGMOID: return y * ((T)1 - y);
+    case FM_OP_RELU: return x > (T)0 ? (T)1 : (T)0;
+    case FM_OP_LEAKY_RELU: return x > (T)0 ? (T)1 : a;
+    case FM_OP_GELU: {
+        T cdf = (T)0.5 * erfc(-x * (T)M_SQRT1_2);
+        T pdf = exp((T)-0.5 * x * x) * (T)0.3989422804014327;
+        return cdf + x * pdf;
+    }
+    case FM_OP_GELU_TANH: {
+        T k = (T)0.7978845608028654;
+        T u = k * (x + (T)0.044715 * x * x * x), t = tanh(u);
+        return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * k * ((T)1 + (T)3 * (T)0.044715 * x * x);
+    }
+    case FM_OP_SILU: {
+        T s = (T)1 / ((T)1 + exp(-x));
+        return s * ((T)1 + x * ((T)1 - s));
+    }
+    case FM_OP_CLAMP: return (x >= a && x <= b) ? (T)1 : (T)0;
+    case FM_OP_COPY: return (T)1;
+    default: return (T)NAN;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T binary_f(int op, T a, T b) {
+    switch (op) {
+    case FM_OP_ADD: return a + b;
+    case FM_OP_SUB: return a - b;
+    case FM_OP_MUL: return a * b;
+    case FM_OP_DIV: return a / b;
+    case FM_OP_POW: return pow(a, b);
+    case FM_OP_MAXIMUM: return (a != a || b != b) ? (T)NAN : (a > b ? a : b);
+    case FM_OP_MINIMUM: return (a != a || b != b) ? (T)NAN : (a < b ? a : b);
+    case FM_OP_EQ: return (T)(a == b);
+    case FM_OP_NE: return (T)(a != b);
+    case FM_OP_LT: return (T)(a < b);
+    case FM_OP_LE: return (T)(a <= b);
+    case FM_OP_GT: return (T)(a > b);
+    case FM_OP_GE: return (T)(a >= b);
+    default: return (T)NAN;
+    }
+}
+
+template <typename T>
+__global__ void ew_kernel(ew_params p) {
+    const T a = (T)p.a, b = (T)p.b;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += (int64_t)gridDim.x * blockDim.x) {
+        T x[3] = {(T)0, (T)0, (T)0};
+        bool have[3] = {false, false, false};
+        for (int k = 0; k < p.n_in; k++) {
+            if (!p.in[k]) continue;
+            int64_t off = p.contig ? i : fm_geom_offset(p.g, k, i);
+            x[k] = fm_ld<T>(p.in[k], p.in_dt[k], off);
+            have[k] = true;
+        }
+        T y;
+        switch (p.kind) {
+        case K_UNARY: y = unary_f<T>(p.op, a, b, x[0]); break;
+        case K_UNARY_BWD: {
+            T fy = have[2] ? x[2] : unary_f<T>(p.op, a, b, x[1]);
+            y = x[0] * unary_deriv<T>(p.op, a, b, x[1], fy);
+            break;
+        }
+        case K_BINARY: y = binary_f<T>(p.op, x[0], x[1]); break;
+        default: y = x[0] != (T)0 ? x[1] : x[2]; break;
+        }
+        int64_t oo = p.contig ? i : fm_geom_offset(p.g, 3, i);
+        fm_st<T>(p.out, p.out_dt, oo, y);
+    }
+}
+
+/* The all-f32 contiguous fast path: 4 elements per thread per step. */
+__global__ void ew_f32x4_kernel(int kind, int op, const float *x0, const float *x1, float *y, int64_t n4) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        float4 a = ((const float4 *)x0)[i], r;
+        if (kind == K_BINARY) {
+            float4 b = ((const float4 *)x1)[i];
+            r.x = binary_f<float>(op, a.x, b.x); r.y = binary_f<float>(op, a.y, b.y);
+            r.z = binary_f<float>(op, a.z, b.z); r.w = binary_f<float>(op, a.w, b.w);
+        } else {
+            r.x = unary_f<float>(op, 0.f, 0.f, a.x); r.y = unary_f<float>(op, 0.f, 0.f, a.y);
+            r.z = unary_f<float>(op, 0.f, 0.f, a.z); r.w = unary_f<float>(op, 0.f, 0.f, a.w);
+        }
+        ((float4 *)y)[i] = r;
+    }
+}
+
+static void make_strides(fm_cuda_geom *g, int k, const fm_tensor *t, bool *same) {
+    int off = g->ndim - t->ndim;
+    for (int i = 0; i < g->ndim; i++) {
+        int ti = i - off;
+        g->st[k][i] = (ti < 0 || t->shape[ti] == 1) ? 0 : t->strides[ti];
+        if (ti < 0 || t->shape[ti] != g->shape[i]) *same = false;
+    }
+}
+
+static int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static fm_status ew_run(const fm_op_call *c, int kind, int op, double a, double b, int n_in, fm_dtype ct) {
+    fm_tensor *out = c->out[0];
+    ew_params p;
+    memset(&p, 0, sizeof p);
+    p.kind = kind; p.op = op; p.a = a; p.b = b; p.n_in = n_in;
+    p.n = fm_tensor_numel(out);
+    if (p.n == 0) return FM_OK;
+    p.g.ndim = out->ndim;
+    for (int i = 0; i < out->ndim; i++) p.g.shape[i] = out->shape[i];
+    bool contig = fm_tensor_is_contiguous(out), all_f32 = out->dtype == FM_F32;
+    for (int k = 0; k < n_in; k++) {
+        const fm_tensor *t = c->in[k];
+        if (!t) continue;
+        p.in[k] = fm_tensor_data(t);
+        p.in_dt[k] = t->dtype;
+        bool same = true;
+        make_strides(&p.g, k, t, &same);
+        if (!same || !fm_tensor_is_contiguous(t)) contig = false;
+        if (t->dtype != FM_F32 || !is_aligned16(p.in[k])) all_f32 = false;
+    }
+    bool same_out = true;
+    make_strides(&p.g, 3, out, &same_out);
+    p.out = fm_tensor_data(out);
+    p.out_dt = out->dtype;
+    p.contig = contig;
+    cudaStream_t s = fm_cuda_stream();
+    const int threads = 256;
+    if (contig && all_f32 && is_aligned16(p.out) && p.n % 4 == 0 && ct == FM_F32 &&
+        ((kind == K_BINARY && n_in == 2 && op <= FM_OP_DIV) || (kind == K_UNARY && op == FM_OP_COPY))) {
+        int64_t n4 = p.n / 4;
+        ew_f32x4_kernel<<<fm_cuda_blocks(n4, threads), threads, 0, s>>>(kind, op, (const float *)p.in[0],
+                                                                           (const float *)p.in[1], (float *)p.out, n4);
+    } else if (ct == FM_F32) {
+        ew_kernel<float><<<fm_cuda_blocks(p.n, threads), threads, 0, s>>>(p);
+    } else {
+        ew_kernel<double><<<fm_cuda_blocks(p.n, threads), threads, 0, s>>>(p);
+    }
+    return fm_cuda_check_launch(fm_cuda_op_name(c));
+}
+
+static fm_dtype compute_type(fm_dtype dt) { return (dt == FM_F32 || dt == FM_F16 || dt == FM_BF16) ? FM_F32 : FM_F64; }
+
+static fm_status k_unary(const fm_op_call *c) {
+    double a = 0, b = 0;
+    if (c->attrs) { a = ((const fm_unary_attrs *)c->attrs)->a; b = ((const fm_unary_attrs *)c->attrs)->b; }
+    fm_dtype dt = c->in[0]->dtype;
+    if (c->op != FM_OP_COPY && !fm_dtype_is_float(dt) && c->op != FM_OP_NEG && c->op != FM_OP_ABS &&
+        c->op != FM_OP_RELU && c->op != FM_OP_CLAMP)
+        return fm_cuda_unsupported_dtype(c, dt);
+    fm_dtype ct = compute_type(c->out[0]->dtype);
+    if (c->op == FM_OP_COPY && dt == FM_F64) ct = FM_F64;
+    return ew_run(c, K_UNARY, c->op, a, b, 1, ct);
+}
+
+static fm_status k_unary_bwd(const fm_op_call *c) {
+    const fm_unary_bwd_attrs *at = (const fm_unary_bwd_attrs *)c->attrs;
+    if (!fm_dtype_is_float(c->out[0]->dtype)) return fm_cuda_unsupported_dtype(c, c->out[0]->dtype);
+    return ew_run(c, K_UNARY_BWD, at->fwd, at->fa.a, at->fa.b, 3, compute_type(c->out[0]->dtype));
+}
+
+static fm_status k_binary(const fm_op_call *c) {
+    fm_dtype dt = c->in[0]->dtype;
+    if ((c->op == FM_OP_POW || c->op == FM_OP_DIV) && !fm_dtype_is_float(dt) && c->out[0]->dtype == dt)
+        return fm_cuda_unsupported_dtype(c, dt);
+    return ew_run(c, K_BINARY, c->op, 0, 0, 2, compute_type(dt));
+}
+
+static fm_status k_where(const fm_op_call *c) {
+    return ew_run(c, K_WHERE, FM_OP_WHERE, 0, 0, 3, compute_type(c->out[0]->dtype));
+}
+
+extern "C" void fm_cuda_kernels_elementwise(fm_backend *b) {
+    static const fm_op_id unary[] = {FM_OP_NEG, FM_OP_ABS, FM_OP_EXP, FM_OP_LOG, FM_OP_SQRT, FM_OP_RSQRT,
+                                     FM_OP_SIN, FM_OP_COS, FM_OP_TANH, FM_OP_SIGMOID, FM_OP_RELU,
+                                     FM_OP_LEAKY_RELU, FM_OP_GELU, FM_OP_GELU_TANH, FM_OP_SILU, FM_OP_CLAMP,
+                                     FM_OP_COPY};
+    for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) b->kernels[unary[i]] = k_unary;
+    static const fm_op_id binary[] = {FM_OP_ADD, FM_OP_SUB, FM_OP_MUL, FM_OP_DIV, FM_OP_POW, FM_OP_MAXIMUM,
+                                      FM_OP_MINIMUM, FM_OP_EQ, FM_OP_NE, FM_OP_LT, FM_OP_LE, FM_OP_GT, FM_OP_GE};
+    for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) b->kernels[binary[i]] = k_binary;
+    b->kernels[FM_OP_UNARY_BACKWARD] = k_unary_bwd;
+    b->kernels[FM_OP_WHERE] = k_where;
+}

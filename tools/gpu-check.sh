@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The one prepared GPU run (docs/CUDA.md, ../shared/notes/GPU.md): builds fathom
+# for sm_90 (+PTX), runs the GPU tests (CPU-vs-CUDA conformance of every kernel
+# and dtype, allocator tests), then the GPU benchmarks side by side with
+# PyTorch on the same GPU, and prints a short table last. Full logs go to $OUT
+# (or a temporary folder). Budget: about 8 minutes on an H200.
+# On a machine without a GPU it stops at once with "no CUDA device: <reason>".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
+mkdir -p "$OUT"
+BUILD=${BUILD:-$ROOT/build-gpu}
+JOBS=${JOBS:-$(nproc)}
+log() { echo "[gpu-check $(date +%H:%M:%S)] $*" | tee -a "$OUT/gpu-check.log"; }
+
+# ---- is there a device? (fast, before any build) ----
+reason=""
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  reason="nvidia-smi not found (no NVIDIA driver installed)"
+elif ! nvidia-smi -L >"$OUT/nvidia-smi.txt" 2>&1; then
+  reason="nvidia-smi failed: $(head -c 200 "$OUT/nvidia-smi.txt")"
+elif ! grep -q '^GPU ' "$OUT/nvidia-smi.txt"; then
+  reason="the driver lists no GPU"
+fi
+if [[ -n $reason ]]; then
+  echo "no CUDA device: $reason" | tee -a "$OUT/gpu-check.log"
+  exit 2
+fi
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [[ ! -x $NVCC ]]; then echo "no CUDA toolkit: nvcc not found" | tee -a "$OUT/gpu-check.log"; exit 2; fi
+log "device: $(head -1 "$OUT/nvidia-smi.txt"); commit $(git rev-parse --short HEAD 2>/dev/null || echo none); out $OUT"
+nvidia-smi >"$OUT/nvidia-smi-full.txt" 2>&1 || true
+
+status=0
+# ---- build (Release, sm_90 + PTX) ----
+t0=$SECONDS
+if cmake -S "$ROOT" -B "$BUILD" -DFATHOM_CUDA=ON -DFATHOM_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
+   cmake --build "$BUILD" -j"$JOBS" --target fathom_cli test_cuda bench_gpu >"$OUT/build.log" 2>&1; then
+  log "build ok ($((SECONDS - t0)) s)"
+else
+  log "BUILD FAILED (see $OUT/build.log):"; tail -30 "$OUT/build.log"; exit 1
+fi
+"$BUILD/fathom" info >"$OUT/info.txt" 2>&1; cat "$OUT/info.txt" | tee -a "$OUT/gpu-check.log"
+
+# ---- tests ----
+t0=$SECONDS
+if timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1; then conf="pass"; else conf="FAIL (rc $?)"; status=1; fi
+log "test_cuda: $conf ($((SECONDS - t0)) s)"
+grep -E "conformance|SKIPPED|CHECK failed" "$OUT/test_cuda.log" | head -40 | tee -a "$OUT/gpu-check.log"
+# the rest of the CPU-side suite, while the GPU is here (cheap; its own log)
+if [[ ${RUN_CPU_TESTS:-0} == 1 ]]; then
+  (cd "$BUILD" && timeout 120 ctest -j4 --output-on-failure -E test_cuda >"$OUT/ctest.log" 2>&1) || log "ctest: failures (see ctest.log)"
+fi
+
+# ---- benchmarks, side by side ----
+timeout 150 "$BUILD/bench_gpu" >"$OUT/bench_fathom.jsonl" 2>"$OUT/bench_fathom.err" || log "bench_gpu failed (rc $?)"
+PY=${PYTHON:-python3}
+if $PY -c 'import torch' 2>/dev/null; then
+  timeout 150 $PY bench/bench_gpu.py >"$OUT/bench_torch.jsonl" 2>"$OUT/bench_torch.err" || log "bench_gpu.py failed (rc $?)"
+else
+  log "no PyTorch here: peer column empty"; : >"$OUT/bench_torch.jsonl"
+fi
+
+# ---- the table ----
+$PY - "$OUT" "$conf" <<'PYEOF' | tee "$OUT/summary.txt"
+import json, sys, os
+out, conf = sys.argv[1], sys.argv[2]
+def load(p):
+    rows = {}
+    if os.path.exists(p):
+        for line in open(p):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            rows[r.get("bench")] = r
+    return rows
+f, t = load(os.path.join(out, "bench_fathom.jsonl")), load(os.path.join(out, "bench_torch.jsonl"))
+print("\n=== gpu-check summary ===")
+print(f"conformance (test_cuda): {conf}")
+print(f"{'benchmark':44s} {'metric':8s} {'fathom':>10s} {'torch':>10s} {'fathom/torch':>12s}")
+for name, r in f.items():
+    if "fathom" not in r:
+        continue
+    p = t.get(name, {}).get("peer")
+    m = r.get("metric", "")
+    ratio = ""
+    if p:
+        ratio = f"{r['fathom'] / p:.2f}" + (" (time)" if m == "ms" else "")
+    print(f"{name:44s} {m:8s} {r['fathom']:>10} {p if p is not None else '-':>10} {ratio:>12s}")
+if "allocator" in f:
+    print("allocator:", {k: v for k, v in f["allocator"].items() if k != "bench"})
+PYEOF
+exit $status
