@@ -354,6 +354,17 @@ static int pool_forward(int is_max) {
         fm_pool2d_params p = pp_make(2, 2, 0, 0, 0, 0, true);
         fm_tensor *y = fm_max_pool2d(x, &p);
         CHECK(y && isnan(fm_tensor_get(y, 0)));
+        /* ties: the first maximum in the window gets the gradient, as in PyTorch */
+        for (int l = 0; l < 2; l++) {
+            fm_tensor *xt = fm_tensor_from_data((double[]){1, 3, 3, 2}, 4, l ? (int64_t[]){1, 2, 2, 1} : (int64_t[]){1, 1, 2, 2},
+                                                FM_F64);
+            fm_tensor_requires_grad_(xt, true);
+            p.layout = l ? FM_NHWC : FM_NCHW;
+            fm_tensor *yt = fm_max_pool2d(xt, &p), *s = yt ? fm_sum(yt, 0, NULL, false) : NULL;
+            CHECK(s && fm_backward(s, NULL, false) == FM_OK && xt->grad);
+            if (xt->grad) CHECK(fm_tensor_get(xt->grad, 1) == 1 && fm_tensor_get(xt->grad, 2) == 0);
+            fm_tensor_release_n(3, xt, yt, s);
+        }
         fm_tensor_release_n(2, x, y);
     }
     /* bad input */

@@ -129,6 +129,12 @@ static int64_t conv_chunk(const conv_geom *g, size_t es) {
     return nc;
 }
 
+/* NCHW: per-sample GEMMs reading/writing y and dy in place beat one GEMM over
+ * the chunk plus a scatter/gather copy unless images are small (P < 256), where
+ * the per-sample GEMMs get too narrow (fashion-cnn step, single thread: the copy
+ * was 8% of the step). */
+static bool conv_direct(const conv_geom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
+
 /* Work shared by the parallel helpers below. `n0` is the first sample of the
  * chunk, `c0`/`o0` the group's first input/output channel. */
 typedef struct conv_job {
@@ -404,20 +410,22 @@ static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
         return FM_OK;
     }
     int64_t nc = conv_chunk(g, es);
-    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *tmp = scratch(g->Og * nc * g->P, dt);
-    if (!cols || !tmp) { fm_tensor_release_n(2, cols, tmp); return fm_last_status(); }
+    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *tmp = conv_direct(g, nc) ? NULL : scratch(g->Og * nc * g->P, dt);
+    if (!cols || (!tmp && !conv_direct(g, nc))) { fm_tensor_release_n(2, cols, tmp); return fm_last_status(); }
     for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
         int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
         for (int64_t gi = 0; gi < g->G; gi++) {
             conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
-                          .cols = fm_tensor_data(cols), .ldc = nb * g->P, .tmp = fm_tensor_data(tmp),
+                          .cols = fm_tensor_data(cols), .ldc = nb * g->P, .tmp = tmp ? fm_tensor_data(tmp) : NULL,
                           .y = y, .bias = bias};
             fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
-            if (nc == 1) { /* one sample per chunk: its output block is the GEMM's C, no scatter */
-                void *yb = mp(y, (n0 * g->O + j.o0) * g->P, es);
-                if (bias) fill_bias(dt, yb, g->Og, g->P, g->P, cp(bias, j.o0, es), true);
-                conv_gemm((gemm_args){dt, false, false, g->Og, g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
-                                      j.cols, g->P, bias ? 1.0 : 0.0, yb, g->P});
+            if (conv_direct(g, nb)) { /* one GEMM per sample, straight into y: no scatter */
+                for (int64_t nn = 0; nn < nb; nn++) {
+                    void *yb = mp(y, ((n0 + nn) * g->O + j.o0) * g->P, es);
+                    if (bias) fill_bias(dt, yb, g->Og, g->P, g->P, cp(bias, j.o0, es), true);
+                    conv_gemm((gemm_args){dt, false, false, g->Og, g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
+                                          cp(j.cols, nn * g->P, es), nb * g->P, bias ? 1.0 : 0.0, yb, g->P});
+                }
                 continue;
             }
             conv_gemm((gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
@@ -493,24 +501,36 @@ static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
         return FM_OK;
     }
     int64_t nc = conv_chunk(g, es);
-    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *dyt = scratch(g->Og * nc * g->P, dt);
-    if (!cols || !dyt) { fm_tensor_release_n(2, cols, dyt); return fm_last_status(); }
+    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *dyt = conv_direct(g, nc) ? NULL : scratch(g->Og * nc * g->P, dt);
+    if (!cols || (!dyt && !conv_direct(g, nc))) { fm_tensor_release_n(2, cols, dyt); return fm_last_status(); }
     for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
         int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
         for (int64_t gi = 0; gi < g->G; gi++) {
             conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
                           .cols = fm_tensor_data(cols), .ldc = nb * g->P, .dx = dx, .dy = dy,
-                          .dyt = fm_tensor_data(dyt)};
-            if (nb == 1) j.dyt = mp((void *)dy, (n0 * g->O + j.o0) * g->P, es); /* already [Og, P] */
-            else fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->gather_dy_nchw, &j);
-            if (dw) { /* dW_g [Og, K] (+)= dYt [Og, nb*P] . cols^T [nb*P, K] */
+                          .dyt = dyt ? fm_tensor_data(dyt) : NULL};
+            bool direct = conv_direct(g, nb);
+            if (!direct) fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->gather_dy_nchw, &j);
+            if (dw) { /* dW_g [Og, K] (+)= dY [Og, nb*P] . cols^T [nb*P, K], per sample when direct */
                 fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
-                conv_gemm((gemm_args){dt, false, true, g->Og, g->K, nb * g->P, j.dyt, nb * g->P, j.cols, nb * g->P,
-                                      n0 ? 1.0 : 0.0, mp(dw, gi * g->Og * g->K, es), g->K});
+                if (direct)
+                    for (int64_t nn = 0; nn < nb; nn++)
+                        conv_gemm((gemm_args){dt, false, true, g->Og, g->K, g->P, cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es),
+                                              g->P, cp(j.cols, nn * g->P, es), nb * g->P, (n0 || nn) ? 1.0 : 0.0,
+                                              mp(dw, gi * g->Og * g->K, es), g->K});
+                else
+                    conv_gemm((gemm_args){dt, false, true, g->Og, g->K, nb * g->P, j.dyt, nb * g->P, j.cols, nb * g->P,
+                                          n0 ? 1.0 : 0.0, mp(dw, gi * g->Og * g->K, es), g->K});
             }
-            if (dx) { /* dcols [K, nb*P] = W_g^T [K, Og] . dYt, then col2im */
-                conv_gemm((gemm_args){dt, true, false, g->K, nb * g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
-                                      j.dyt, nb * g->P, 0.0, j.cols, nb * g->P});
+            if (dx) { /* dcols [K, nb*P] = W_g^T [K, Og] . dY, then col2im */
+                if (direct)
+                    for (int64_t nn = 0; nn < nb; nn++)
+                        conv_gemm((gemm_args){dt, true, false, g->K, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                                              cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es), g->P, 0.0,
+                                              mp(j.cols, nn * g->P, es), nb * g->P});
+                else
+                    conv_gemm((gemm_args){dt, true, false, g->K, nb * g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                                          j.dyt, nb * g->P, 0.0, j.cols, nb * g->P});
                 fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->col2im_nchw, &j);
             }
         }
@@ -654,6 +674,21 @@ typedef struct pool_job {
             const T *xp = (const T *)j->x + pl * g->H * g->W;                                         \
             T *yp = (T *)j->y + pl * g->Ho * g->Wo;                                                   \
             int64_t *ip = j->idx + pl * g->Ho * g->Wo;                                                \
+            if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0) {   \
+                /* the common 2x2/2 pool without the generic window bookkeeping */                    \
+                for (int64_t oh = 0; oh < g->Ho; oh++) {                                              \
+                    const T *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;                                \
+                    for (int64_t ow = 0; ow < g->Wo; ow++) {                                          \
+                        T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};            \
+                        T best = v[0]; int k = 0;                                                     \
+                        for (int q = 1; q < 4; q++)                                                   \
+                            if (!isnan(best) && (v[q] > best || isnan(v[q]))) { best = v[q]; k = q; } \
+                        yp[oh * g->Wo + ow] = best;                                                   \
+                        ip[oh * g->Wo + ow] = (2 * oh + (k >> 1)) * g->W + 2 * ow + (k & 1);          \
+                    }                                                                                 \
+                }                                                                                     \
+                continue;                                                                             \
+            }                                                                                         \
             for (int64_t oh = 0; oh < g->Ho; oh++)                                                    \
                 for (int64_t ow = 0; ow < g->Wo; ow++) {                                              \
                     POOL_WINDOW(g, oh, ow);                                                           \
