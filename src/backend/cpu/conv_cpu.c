@@ -1,7 +1,9 @@
 /* CPU kernels for conv2d, max/avg pool2d and batch norm (and their backwards).
  *
  * conv2d lowers to GEMM (OpenBLAS): NCHW builds im2col columns [K, n*P] for a
- * chunk of samples (K = Cin/g*kH*kW, P = Ho*Wo) and runs one GEMM per group;
+ * chunk of samples (K = Cin/g*kH*kW, P = Ho*Wo), then runs per group either one
+ * GEMM per sample straight into y (P >= 256) or one GEMM over the chunk plus a
+ * scatter into y (small images, where per-sample GEMMs get too narrow);
  * NHWC builds rows [n*P, K] (each (kh, kw) tap copies a contiguous Cin/g run)
  * and writes the output [n*P, Cout] in place through ldc. Unpadded 1x1 stride-1
  * convs use the input itself as the GEMM operand. Chunks of samples are sized
