@@ -16,6 +16,17 @@ extern "C" {
 /* root must be a single element unless grad is given (same shape as root). */
 fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph);
 
+/* Several roots at once (grads may be NULL for single-element roots). */
+fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph);
+
+/* Activation checkpointing. fn(inputs, ctx, outputs) computes n_out outputs (new
+ * references) from n_in inputs. fm_checkpoint runs it without recording its
+ * internals; backward re-runs it (with the global RNG restored to the same state,
+ * so dropout masks repeat) and backpropagates through the recomputed graph.
+ * Parameters used inside fn receive their gradients during that inner backward. */
+typedef fm_status (*fm_segment_fn)(fm_tensor *const *inputs, void *ctx, fm_tensor **outputs);
+fm_status fm_checkpoint(fm_segment_fn fn, void *ctx, int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs);
+
 bool fm_grad_enabled(void);
 /* Returns the previous state, so scopes nest: bool prev = fm_set_grad_enabled(false); ...; fm_set_grad_enabled(prev); */
 bool fm_set_grad_enabled(bool enabled);

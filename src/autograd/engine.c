@@ -112,28 +112,49 @@ static fm_status finish_leaf(fm_tensor *leaf, fm_tensor *g) {
     return FM_OK;
 }
 
-fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
-    if (!root) return fm_set_error(FM_ERR_INVALID, "backward: tensor is NULL");
-    if (!root->requires_grad)
-        return fm_set_error(FM_ERR_INVALID, "backward: tensor does not require grad and has no grad_fn "
-                            "(did an input have requires_grad set, and was grad mode on?)");
+/* Validates one root and makes its seed gradient (new reference). */
+static fm_tensor *seed_grad(fm_tensor *root, fm_tensor *grad) {
+    if (!root) { fm_set_error(FM_ERR_INVALID, "backward: tensor is NULL"); return NULL; }
+    if (!root->requires_grad) {
+        fm_set_error(FM_ERR_INVALID, "backward: tensor does not require grad and has no grad_fn "
+                     "(did an input have requires_grad set, and was grad mode on?)");
+        return NULL;
+    }
     char sb[128], gb[128];
-    fm_tensor *g0;
     if (grad) {
         bool same = grad->ndim == root->ndim && grad->dtype == root->dtype;
         for (int i = 0; same && i < root->ndim; i++) same = grad->shape[i] == root->shape[i];
-        if (!same)
-            return fm_set_error(FM_ERR_INVALID, "backward: gradient %s %s does not match tensor %s %s",
-                                fm_shape_str(grad->ndim, grad->shape, gb, sizeof gb), fm_dtype_name(grad->dtype),
-                                fm_shape_str(root->ndim, root->shape, sb, sizeof sb), fm_dtype_name(root->dtype));
-        g0 = fm_tensor_retain(grad);
-    } else {
-        if (fm_tensor_numel(root) != 1)
-            return fm_set_error(FM_ERR_INVALID, "backward: gradient can be implied only for a single-element tensor; "
-                                "this one has shape %s (pass a gradient, or reduce it first)",
-                                fm_shape_str(root->ndim, root->shape, sb, sizeof sb));
-        g0 = fm_tensor_full(root->ndim, root->shape, 1.0, root->dtype, root->storage->device);
-        if (!g0) return fm_last_status();
+        if (!same) {
+            fm_set_error(FM_ERR_INVALID, "backward: gradient %s %s does not match tensor %s %s",
+                         fm_shape_str(grad->ndim, grad->shape, gb, sizeof gb), fm_dtype_name(grad->dtype),
+                         fm_shape_str(root->ndim, root->shape, sb, sizeof sb), fm_dtype_name(root->dtype));
+            return NULL;
+        }
+        return fm_tensor_retain(grad);
+    }
+    if (fm_tensor_numel(root) != 1) {
+        fm_set_error(FM_ERR_INVALID, "backward: gradient can be implied only for a single-element tensor; "
+                     "this one has shape %s (pass a gradient, or reduce it first)",
+                     fm_shape_str(root->ndim, root->shape, sb, sizeof sb));
+        return NULL;
+    }
+    return fm_tensor_full(root->ndim, root->shape, 1.0, root->dtype, root->storage->device);
+}
+
+fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
+    return fm_backward_multi(1, &root, grad ? &grad : NULL, retain_graph);
+}
+
+fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph) {
+    if (n_roots < 1 || !roots) return fm_set_error(FM_ERR_INVALID, "backward: no tensors given");
+    fm_tensor *seeds[64];
+    if (n_roots > 64) return fm_set_error(FM_ERR_INVALID, "backward: at most 64 roots");
+    for (int r = 0; r < n_roots; r++) {
+        seeds[r] = seed_grad(roots[r], grads ? grads[r] : NULL);
+        if (!seeds[r]) {
+            for (int q = 0; q < r; q++) fm_tensor_release(seeds[q]);
+            return fm_last_status();
+        }
     }
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
@@ -141,10 +162,6 @@ fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
     int prev_bw = fm_in_backward;
     fm_in_backward = 1;
     fm_profile_push("backward", "autograd");
-    if (!root->grad_fn) { /* a leaf: its gradient is the seed itself */
-        st = add_leaf(&w, root, g0);
-        goto finish;
-    }
     /* Collect reachable nodes (iterative DFS with a visit mark). */
     static _Thread_local int visit_mark = 0;
     int mark = ++visit_mark;
@@ -161,8 +178,11 @@ fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
         }                                                                                 \
         stack[sp++] = (x);                                                                \
     } while (0)
-    root->grad_fn->visit = mark;
-    PUSH(root->grad_fn);
+    for (int r = 0; r < n_roots && st == FM_OK; r++) {
+        fm_node *rn = roots[r]->grad_fn;
+        if (!rn) { st = add_leaf(&w, roots[r], seeds[r]); continue; } /* a leaf root: its gradient is the seed */
+        if (rn->visit != mark) { rn->visit = mark; PUSH(rn); }
+    }
     while (st == FM_OK && sp) {
         fm_node *n = stack[--sp];
         if (n->released) {
@@ -181,7 +201,14 @@ fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
     free(stack);
     if (st != FM_OK) goto finish;
     qsort(w.nodes, w.n, sizeof *w.nodes, by_seq_desc);
-    root->grad_fn->grad_acc[root->output_nr] = fm_tensor_retain(g0);
+    for (int r = 0; r < n_roots && st == FM_OK; r++) {
+        fm_node *rn = roots[r]->grad_fn;
+        if (!rn) continue;
+        fm_tensor *sum = acc(rn->grad_acc[roots[r]->output_nr], seeds[r]);
+        if (!sum) { st = fm_last_status(); break; }
+        fm_tensor_release(rn->grad_acc[roots[r]->output_nr]);
+        rn->grad_acc[roots[r]->output_nr] = sum;
+    }
 
     for (size_t k = 0; k < w.n && st == FM_OK; k++) {
         fm_node *n = w.nodes[k];
@@ -241,7 +268,7 @@ finish:
     }
     free(w.leaves);
     free(w.nodes);
-    fm_tensor_release(g0);
+    for (int r = 0; r < n_roots; r++) fm_tensor_release(seeds[r]);
     fm_set_grad_enabled(prev);
     fm_profile_pop();
     fm_in_backward = prev_bw;
