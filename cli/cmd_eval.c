@@ -1,0 +1,73 @@
+/* `fathom eval MODEL_DIR`: accuracy and loss of a saved model on its recipe's
+ * test set (or the data set in --data DIR). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "fathom/recipe.h"
+
+static void eval_usage(FILE *f) {
+    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--json]\n\n"
+               "Evaluates a model saved by `fathom train` on the test split of its data set.\n\n"
+               "  --data DIR   directory with the idx files (default: the recipe's data set)\n"
+               "  --batch N    evaluation batch size (default 1000)\n"
+               "  --json       print one JSON object on stdout\n");
+}
+
+int fm_cmd_eval(int argc, char **argv) {
+    const char *dir = NULL, *data = NULL;
+    bool json = false;
+    long batch = 1000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--data") || !strncmp(a, "--data=", 7)) {
+            data = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!data || !*data) { fm_cli_error("eval: --data needs a directory"); eval_usage(stderr); return 2; }
+            continue;
+        }
+        if (!strcmp(a, "--batch") || !strncmp(a, "--batch=", 8)) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end;
+            batch = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || batch < 1) { fm_cli_error("eval: --batch needs a number >= 1"); eval_usage(stderr); return 2; }
+            continue;
+        }
+        if (a[0] == '-') { fm_cli_error("eval: unknown option '%s'", a); eval_usage(stderr); return 2; }
+        if (dir) { fm_cli_error("eval: more than one model directory given"); eval_usage(stderr); return 2; }
+        dir = a;
+    }
+    if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
+    fm_recipe r;
+    fm_module *m;
+    if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    int rc = 1;
+    fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
+    double acc = 0, loss = 0;
+    if (!d || fm_evaluate(m, d, &r.transforms, batch, &acc, &loss) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+    } else {
+        rc = 0;
+        if (json) {
+            json_t *j = json_object();
+            json_object_set_new(j, "model_path", json_string(dir));
+            json_object_set_new(j, "test_accuracy", json_real(acc));
+            json_object_set_new(j, "test_loss", json_real(loss));
+            json_object_set_new(j, "samples", json_integer(fm_dataset_size(d)));
+            char *s = json_dumps(j, JSON_COMPACT);
+            printf("%s\n", s);
+            free(s);
+            json_decref(j);
+        } else {
+            printf("%s: test accuracy %.2f%%, loss %.4f on %lld samples\n", dir, 100 * acc, loss,
+                   (long long)fm_dataset_size(d));
+        }
+    }
+    fm_dataset_release(d);
+    fm_module_free(m);
+    fm_recipe_free(&r);
+    return rc;
+}

@@ -1,0 +1,129 @@
+/* `fathom predict MODEL_DIR INPUT...`: class predictions for images or arrays
+ * (idx, .npy, PNG), one line (or JSON record) per sample. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "fathom/recipe.h"
+#include "fathom/autograd.h"
+
+static const char *fashion_classes[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+static void predict_usage(FILE *f) {
+    fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--json]\n\n"
+               "Runs a model saved by `fathom train` on inputs: idx files (raw or .gz),\n"
+               ".npy arrays or PNG images whose size matches the model's input. An input\n"
+               "holding several samples ([N, ...]) gives one prediction per sample.\n\n"
+               "  --json   print one JSON object on stdout\n");
+}
+
+/* Reshapes a read input to [N, input...] for the model, or fails naming both shapes. */
+static fm_tensor *as_batch(fm_tensor *x, const fm_recipe *r, const char *path) {
+    int64_t per = 1;
+    for (int i = 0; i < r->input_ndim; i++) per *= r->input_shape[i];
+    int64_t n = fm_tensor_numel(x);
+    if (per == 0 || n == 0 || n % per) {
+        char s1[96], s2[96];
+        fm_set_error(FM_ERR_INVALID, "%s: input of shape %s does not fit the model's input %s", path,
+                     fm_shape_str(x->ndim, x->shape, s1, sizeof s1), fm_shape_str(r->input_ndim, r->input_shape, s2, sizeof s2));
+        return NULL;
+    }
+    int64_t shape[FM_MAX_DIMS];
+    shape[0] = n / per;
+    for (int i = 0; i < r->input_ndim; i++) shape[i + 1] = r->input_shape[i];
+    fm_tensor *f = fm_to_dtype(x, FM_F32);
+    fm_tensor *b = f ? fm_reshape(f, r->input_ndim + 1, shape) : NULL;
+    fm_tensor_release(f);
+    if (b && r->transforms.normalize_channels) {
+        fm_tensor *c = fm_add_scalar(b, -r->transforms.mean[0]);
+        fm_tensor *d = c ? fm_mul_scalar(c, 1.0 / r->transforms.std[0]) : NULL;
+        fm_tensor_release_n(2, b, c);
+        b = d;
+    }
+    return b;
+}
+
+int fm_cmd_predict(int argc, char **argv) {
+    const char *dir = NULL;
+    bool json = false;
+    int n_inputs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { predict_usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--json")) { json = true; continue; }
+        if (argv[i][0] == '-') { fm_cli_error("predict: unknown option '%s'", argv[i]); predict_usage(stderr); return 2; }
+        if (!dir) dir = argv[i];
+        else n_inputs++;
+    }
+    if (!dir || !n_inputs) {
+        fm_cli_error("predict: %s", dir ? "no inputs given" : "no model directory given");
+        predict_usage(stderr);
+        return 2;
+    }
+    fm_recipe r;
+    fm_module *m;
+    if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    bool fashion = !strcmp(r.dataset, "fashion-mnist");
+    json_t *arr = json_array();
+    int rc = 0;
+    bool prev = fm_set_grad_enabled(false);
+    bool seen_dir = false;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        if (argv[i][0] == '-') continue;
+        if (!seen_dir) { seen_dir = true; continue; }
+        const char *path = argv[i];
+        fm_tensor *x = fm_data_read(path);
+        fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
+        fm_tensor *logits = b ? fm_module_forward(m, b) : NULL;
+        fm_tensor *prob = logits ? fm_softmax(logits, 1) : NULL;
+        if (!prob) {
+            fm_cli_error("%s", fm_last_error());
+            rc = 1;
+        } else {
+            int64_t N = prob->shape[0], C = prob->shape[1];
+            for (int64_t s = 0; s < N; s++) {
+                int64_t best = 0;
+                double bp = -1;
+                for (int64_t c = 0; c < C; c++) {
+                    double p = fm_tensor_get(prob, s * C + c);
+                    if (p > bp) { bp = p; best = c; }
+                }
+                const char *label = fashion && best < 10 ? fashion_classes[best] : NULL;
+                if (json) {
+                    json_t *o = json_object();
+                    json_object_set_new(o, "input", json_string(path));
+                    json_object_set_new(o, "index", json_integer(s));
+                    json_object_set_new(o, "class", json_integer(best));
+                    if (label) json_object_set_new(o, "label", json_string(label));
+                    json_object_set_new(o, "probability", json_real(bp));
+                    json_array_append_new(arr, o);
+                } else {
+                    printf("%s", path);
+                    if (N > 1) printf("[%lld]", (long long)s);
+                    printf(": class %lld", (long long)best);
+                    if (label) printf(" (%s)", label);
+                    printf(" p=%.3f\n", bp);
+                }
+            }
+        }
+        fm_tensor_release_n(4, x, b, logits, prob);
+    }
+    fm_set_grad_enabled(prev);
+    if (json && rc == 0) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model_path", json_string(dir));
+        json_object_set_new(j, "predictions", arr);
+        char *s = json_dumps(j, JSON_COMPACT);
+        printf("%s\n", s);
+        free(s);
+        json_decref(j);
+    } else {
+        json_decref(arr);
+    }
+    fm_module_free(m);
+    fm_recipe_free(&r);
+    return rc;
+}

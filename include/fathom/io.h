@@ -1,0 +1,48 @@
+/* fathom/io.h: checkpoints and atomic file writes.
+ *
+ * Weights are stored as safetensors (an 8-byte little-endian header length, a
+ * JSON header mapping names to dtype, shape and data_offsets, then the raw
+ * bytes), so PyTorch, JAX and the HuggingFace tools read fathom's files and
+ * fathom reads theirs. Loading validates everything before trusting it.
+ *
+ * Every file is written atomically: a temporary file in the same directory,
+ * fsync, rename over the target, fsync of the directory. A crash or a full
+ * disk leaves either the old file or the new one, never a mix. */
+#ifndef FATHOM_IO_H
+#define FATHOM_IO_H
+#include "fathom/nn.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A piece of a file to write. */
+typedef struct fm_io_chunk { const void *data; size_t n; } fm_io_chunk;
+/* Writes the chunks to `path` atomically. For tests, the environment variable
+ * FATHOM_TEST_FAIL_WRITE_AFTER=N makes the write fail (as a full disk would)
+ * once N bytes have been written; the target is then left untouched. */
+fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks);
+/* Creates a directory (and its parents) if missing. */
+fm_status fm_mkdir_p(const char *path);
+
+/* Metadata: string key/value pairs stored in the header's "__metadata__". */
+typedef struct fm_kv { char *key, *value; } fm_kv;
+typedef struct fm_kv_list { int n, cap; fm_kv *items; } fm_kv_list;
+fm_status fm_kv_set(fm_kv_list *l, const char *key, const char *value);
+const char *fm_kv_get(const fm_kv_list *l, const char *key);
+void fm_kv_free(fm_kv_list *l);
+
+/* Writes the tensors (any dtype, CPU, any strides) with optional metadata. */
+fm_status fm_safetensors_save(const char *path, const fm_named_list *tensors, const fm_kv_list *meta);
+/* Reads every tensor into new tensors (out->owns_tensors); meta may be NULL. */
+fm_status fm_safetensors_load(const char *path, fm_named_list *out, fm_kv_list *meta);
+/* Loads into existing tensors (a module's state): every name in `into` must be
+ * in the file with the same shape, and the file must hold no other tensors.
+ * Dtypes are converted. Nothing is modified unless all checks pass. */
+fm_status fm_safetensors_load_into(const char *path, const fm_named_list *into, fm_kv_list *meta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* fathom/optim.h: optimizers (SGD, Adam, AdamW) and learning-rate schedules.
+ *
+ * An optimizer holds parameters in groups; each group has its own weight decay
+ * (fm_optim_add_params puts biases and normalization weights in a no-decay
+ * group, as is usual). Its state (momentum buffers, Adam moments, step count)
+ * is exposed as named tensors so checkpoints can save and restore it exactly.
+ * A schedule is a pure function of the step, so resuming needs only the step. */
+#ifndef FATHOM_OPTIM_H
+#define FATHOM_OPTIM_H
+#include "fathom/nn.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fm_optim_kind { FM_OPTIM_SGD = 0, FM_OPTIM_ADAM, FM_OPTIM_ADAMW } fm_optim_kind;
+
+typedef struct fm_optim_config {
+    fm_optim_kind kind;
+    double lr;
+    double weight_decay;  /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+    double momentum;      /* SGD */
+    double dampening;     /* SGD */
+    bool nesterov;        /* SGD */
+    double beta1, beta2, eps; /* Adam/AdamW */
+} fm_optim_config;
+
+/* Sensible defaults for a kind (PyTorch's: lr 1e-3, betas 0.9/0.999, eps 1e-8,
+ * AdamW weight decay 0.01, SGD momentum 0). */
+fm_optim_config fm_optim_default_config(fm_optim_kind kind);
+fm_status fm_optim_kind_parse(const char *name, fm_optim_kind *out);
+const char *fm_optim_kind_name(fm_optim_kind kind);
+
+typedef struct fm_optim fm_optim;
+fm_optim *fm_optim_new(const fm_optim_config *cfg);
+void fm_optim_free(fm_optim *o);
+/* A group with its own weight decay; returns its index or -1. */
+int fm_optim_add_group(fm_optim *o, double weight_decay);
+/* Adds one parameter (f32 or f64, contiguous, requires grad) to a group. The
+ * name keys its state in checkpoints. The optimizer keeps a reference. */
+fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p);
+/* All of a module's parameters: group 0 gets the config's weight decay, group 1
+ * (biases, norm weights: fm_named_tensor.no_decay) gets none. */
+fm_status fm_optim_add_params(fm_optim *o, fm_module *m);
+
+/* One update with the current learning rate. Parameters without .grad are skipped. */
+fm_status fm_optim_step(fm_optim *o);
+void fm_optim_zero_grad(fm_optim *o);
+void fm_optim_set_lr(fm_optim *o, double lr);
+double fm_optim_get_lr(const fm_optim *o);
+int64_t fm_optim_get_step(const fm_optim *o);
+void fm_optim_set_step(fm_optim *o, int64_t step);
+/* Scales all gradients so their global L2 norm is at most max_norm; *total_norm
+ * (may be NULL) receives the norm before clipping (inf/nan when a grad is). */
+fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm);
+/* State tensors, named "<param>.<slot>" (slot: momentum_buffer, exp_avg, exp_avg_sq).
+ * Borrowed: they stay the optimizer's. Buffers are created on first use, so
+ * call after one step or fm_optim_init_state(). */
+fm_status fm_optim_init_state(fm_optim *o);
+fm_status fm_optim_state(fm_optim *o, fm_named_list *out);
+
+/* ---- learning-rate schedules ---- */
+typedef enum fm_sched_kind { FM_SCHED_CONSTANT = 0, FM_SCHED_STEP, FM_SCHED_WARMUP, FM_SCHED_COSINE } fm_sched_kind;
+typedef struct fm_lr_schedule {
+    fm_sched_kind kind;
+    double base_lr;
+    int64_t warmup_steps; /* linear ramp from 0 to base_lr (all kinds) */
+    int64_t total_steps;  /* cosine: the step where min_lr is reached */
+    int64_t step_size;    /* step: multiply by gamma every step_size steps */
+    double gamma;
+    double min_lr;        /* cosine floor */
+} fm_lr_schedule;
+fm_status fm_sched_kind_parse(const char *name, fm_sched_kind *out);
+const char *fm_sched_kind_name(fm_sched_kind kind);
+/* Learning rate for the update at `step` (0-based). */
+double fm_lr_at(const fm_lr_schedule *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

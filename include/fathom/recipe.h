@@ -1,0 +1,123 @@
+/* fathom/recipe.h: training runs described by a recipe file, and the trainer.
+ *
+ * A recipe is an INI file (parsed with libinih) holding the data set and its
+ * transforms, the model's layers, the optimizer, the schedule, epochs, batch
+ * size and seed; see data/recipes/fashion-cnn.ini for a commented example.
+ * Built-in recipes ship in <datadir>/recipes and are found by name. Parse
+ * errors name the file and line and say what was expected.
+ *
+ * A trained model directory holds model.safetensors (weights + buffers; the
+ * recipe text is embedded in its metadata so the directory is self-contained),
+ * train_state.safetensors (optimizer moments, step, data position, RNG) and a
+ * copy of the recipe as recipe.ini. */
+#ifndef FATHOM_RECIPE_H
+#define FATHOM_RECIPE_H
+#include <stdio.h>
+
+/* data.h names its split enum fm_split, which ops.h uses for a function; until
+ * the data header renames it, it is included under another name here. */
+#define fm_split fm_data_split
+#include "fathom/data.h"
+#undef fm_split
+#include "fathom/nn.h"
+#include "fathom/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FM_RECIPE_MAX_LAYERS 64
+
+typedef struct fm_recipe_layer {
+    char spec[192]; /* "conv2d 32 3 padding=1" */
+    int line;
+} fm_recipe_layer;
+
+typedef struct fm_recipe {
+    char path[512];    /* file it came from ("<string>" when parsed from memory) */
+    char name[64];     /* base name without .ini */
+    char *text;        /* the file's text (owned), embedded in saved models */
+    /* [data] */
+    char dataset[32];  /* fashion-mnist | mnist | idx */
+    char data_dir[512];
+    char train_images[512], train_labels[512], test_images[512], test_labels[512];
+    int64_t limit, test_limit; /* use only the first N samples (0: all) */
+    fm_transforms transforms;
+    int workers;
+    /* [model] */
+    int input_ndim;    /* without the batch dim */
+    int64_t input_shape[FM_MAX_DIMS - 1];
+    int n_layers;
+    fm_recipe_layer layers[FM_RECIPE_MAX_LAYERS];
+    fm_init_kind init;
+    /* [train] */
+    int epochs;
+    int64_t batch_size;
+    uint64_t seed;
+    double label_smoothing;
+    double clip_grad_norm; /* 0: off */
+    int64_t checkpoint_every; /* steps; 0: at the end of every epoch */
+    int threads;       /* 0: the library default */
+    /* [optimizer] [schedule] */
+    fm_optim_config optim;
+    fm_lr_schedule sched;  /* total_steps is filled in by the trainer when 0 */
+} fm_recipe;
+
+/* `name_or_path`: a built-in name ("fashion-cnn") or a path to an .ini file. */
+fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out);
+fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *out);
+void fm_recipe_free(fm_recipe *r);
+/* Directory of the built-in recipes: $FATHOM_DATA/recipes, else the source
+ * tree's data/recipes, else the installed share/fathom/recipes. */
+const char *fm_recipe_dir(char *buf, size_t n);
+
+/* Builds the model, checking every layer's shape against the input shape: an
+ * incompatible stack fails here, naming the recipe line and the shapes. */
+fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng);
+
+typedef struct fm_train_options {
+    int epochs;          /* > 0 overrides the recipe */
+    int64_t batch_size;  /* > 0 overrides */
+    double lr;           /* > 0 overrides */
+    int64_t seed;        /* >= 0 overrides */
+    int threads;         /* > 0 overrides */
+    const char *out_dir; /* where the model goes (NULL: no saving) */
+    const char *resume_dir; /* continue from this directory's checkpoint */
+    int64_t max_steps;   /* > 0: stop (and checkpoint) after this many steps in total */
+    bool skip_eval;      /* no test-set evaluation at the end */
+    FILE *log;           /* progress lines (NULL: quiet) */
+} fm_train_options;
+void fm_train_options_init(fm_train_options *o);
+
+typedef struct fm_train_result {
+    double test_accuracy; /* -1 when not evaluated */
+    double test_loss;
+    double final_loss;    /* mean training loss over the last epoch's steps */
+    int epochs;
+    int64_t steps;
+    int64_t samples;
+    double train_seconds, samples_per_second;
+    size_t peak_memory_bytes;
+    int64_t num_params;
+    char model_path[600];
+    double *losses;       /* per step of this run (owned; free with fm_train_result_free) */
+    int64_t n_losses;
+    int64_t first_step;   /* global step index of losses[0] */
+} fm_train_result;
+void fm_train_result_free(fm_train_result *r);
+
+fm_status fm_train(const fm_recipe *r, const fm_train_options *opt, fm_train_result *res);
+
+/* A saved model: the recipe embedded in model.safetensors and the weights. */
+fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module **model_out);
+/* Accuracy and mean loss of a model on a labeled data set (eval mode, no grad);
+ * `tf` (may be NULL) is applied to the inputs; only its normalization is used. */
+fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
+                      double *loss);
+/* The test split named by the recipe (data_dir overrides its directory when not NULL). */
+fm_dataset *fm_recipe_dataset(const fm_recipe *r, int split, const char *data_dir); /* FM_SPLIT_TRAIN/TEST */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

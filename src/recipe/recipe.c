@@ -1,0 +1,451 @@
+/* Recipe files: parsing (libinih) and building the model they describe.
+ *
+ * inih reports only the line of a syntax error, so lines are counted in a
+ * custom reader; every value error then names file:line and the expected form.
+ * Layers are listed one per `layer =` line; input sizes (in_features,
+ * in_channels) are inferred from the running shape, so a recipe states only
+ * what a reader needs, and a stack that cannot fit is caught while building. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <ini.h>
+
+#include "fathom/recipe.h"
+
+#ifndef FATHOM_DATA_DIR
+#define FATHOM_DATA_DIR "data"
+#endif
+#ifndef FATHOM_INSTALL_DATA_DIR
+#define FATHOM_INSTALL_DATA_DIR "/usr/local/share/fathom"
+#endif
+
+static bool is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+const char *fm_recipe_dir(char *buf, size_t n) {
+    const char *env = getenv("FATHOM_DATA");
+    if (env && *env) {
+        snprintf(buf, n, "%s/recipes", env);
+        if (is_dir(buf)) return buf;
+    }
+    snprintf(buf, n, "%s/recipes", FATHOM_DATA_DIR);
+    if (is_dir(buf)) return buf;
+    snprintf(buf, n, "%s/recipes", FATHOM_INSTALL_DATA_DIR);
+    return buf;
+}
+
+/* ---------------- parsing ---------------- */
+
+typedef struct parse_ctx {
+    fm_recipe *r;
+    const char *text;
+    size_t pos;
+    int line;
+    int err_line;
+    char err[400];
+} parse_ctx;
+
+static char *reader(char *str, int num, void *stream) {
+    parse_ctx *c = stream;
+    if (!c->text[c->pos]) return NULL;
+    int i = 0;
+    while (i < num - 1 && c->text[c->pos]) {
+        char ch = c->text[c->pos++];
+        str[i++] = ch;
+        if (ch == '\n') break;
+    }
+    str[i] = 0;
+    c->line++;
+    return str;
+}
+
+static int fail(parse_ctx *c, const char *fmt, ...) {
+    if (c->err_line) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    c->err_line = c->line;
+    return 0;
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s) return false;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_f64(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s) return false;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+    if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcmp(s, "1") || !strcasecmp(s, "on")) { *out = true; return true; }
+    if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcmp(s, "0") || !strcasecmp(s, "off")) { *out = false; return true; }
+    return false;
+}
+
+/* Up to max numbers separated by spaces, commas or 'x' ("1 28 28", "1x28x28"). */
+static int parse_list(const char *s, double *out, int max) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *tok = strtok(buf, " ,x\t"); tok; tok = strtok(NULL, " ,x\t")) {
+        if (n == max || !parse_f64(tok, &out[n])) return -1;
+        n++;
+    }
+    return n;
+}
+
+#define WANT_INT(field, lo, what) do { int64_t _v; if (!parse_i64(value, &_v) || _v < (lo)) \
+    { return fail(c, "%s.%s: expected %s, got '%s'", section, name, what, value); } \
+    field = _v; } while (0)
+#define WANT_NUM(field, lo, what) do { double _v; if (!parse_f64(value, &_v) || !(_v >= (lo))) \
+    { return fail(c, "%s.%s: expected %s, got '%s'", section, name, what, value); } \
+    field = _v; } while (0)
+#define WANT_BOOL(field) do { bool _v; if (!parse_bool(value, &_v)) \
+    { return fail(c, "%s.%s: expected true or false, got '%s'", section, name, value); } \
+    field = _v; } while (0)
+#define WANT_STR(field) do { if (strlen(value) >= sizeof(field)) { \
+    return fail(c, "%s.%s: value too long", section, name); } \
+    snprintf(field, sizeof(field), "%s", value); } while (0)
+
+static int handler(void *user, const char *section, const char *name, const char *value) {
+    parse_ctx *c = user;
+    fm_recipe *r = c->r;
+    if (!strcmp(section, "data")) {
+        if (!strcmp(name, "dataset")) {
+            if (strcmp(value, "fashion-mnist") && strcmp(value, "mnist") && strcmp(value, "idx"))
+                return fail(c, "data.dataset: expected fashion-mnist, mnist or idx, got '%s'", value);
+            WANT_STR(r->dataset);
+        } else if (!strcmp(name, "path")) WANT_STR(r->data_dir);
+        else if (!strcmp(name, "train_images")) WANT_STR(r->train_images);
+        else if (!strcmp(name, "train_labels")) WANT_STR(r->train_labels);
+        else if (!strcmp(name, "test_images")) WANT_STR(r->test_images);
+        else if (!strcmp(name, "test_labels")) WANT_STR(r->test_labels);
+        else if (!strcmp(name, "limit")) WANT_INT(r->limit, 0, "a sample count >= 0");
+        else if (!strcmp(name, "test_limit")) WANT_INT(r->test_limit, 0, "a sample count >= 0");
+        else if (!strcmp(name, "workers")) WANT_INT(r->workers, 0, "a thread count >= 0");
+        else if (!strcmp(name, "crop_padding")) WANT_INT(r->transforms.crop_padding, 0, "padding >= 0");
+        else if (!strcmp(name, "hflip")) WANT_BOOL(r->transforms.hflip);
+        else if (!strcmp(name, "normalize")) {
+            double v[2];
+            if (parse_list(value, v, 2) != 2 || !(v[1] > 0))
+                return fail(c, "data.normalize: expected 'MEAN STD' with STD > 0, got '%s'", value);
+            r->transforms.normalize_channels = 1;
+            r->transforms.mean[0] = (float)v[0];
+            r->transforms.std[0] = (float)v[1];
+        } else return fail(c, "unknown key '%s' in [data] (expected dataset, path, train_images, train_labels, "
+                              "test_images, test_labels, limit, test_limit, workers, normalize, crop_padding, hflip)", name);
+    } else if (!strcmp(section, "model")) {
+        if (!strcmp(name, "input")) {
+            double v[FM_MAX_DIMS - 1];
+            int n = parse_list(value, v, FM_MAX_DIMS - 1);
+            if (n < 1) return fail(c, "model.input: expected the sample shape, e.g. '1 28 28', got '%s'", value);
+            for (int i = 0; i < n; i++) {
+                if (!(v[i] >= 1) || v[i] != (double)(int64_t)v[i])
+                    return fail(c, "model.input: sizes must be positive integers, got '%s'", value);
+                r->input_shape[i] = (int64_t)v[i];
+            }
+            r->input_ndim = n;
+        } else if (!strcmp(name, "layer")) {
+            if (r->n_layers == FM_RECIPE_MAX_LAYERS) return fail(c, "model: more than %d layers", FM_RECIPE_MAX_LAYERS);
+            if (!*value) return fail(c, "model.layer: expected a layer, e.g. 'linear 10'");
+            fm_recipe_layer *l = &r->layers[r->n_layers++];
+            snprintf(l->spec, sizeof l->spec, "%s", value);
+            l->line = c->line;
+        } else if (!strcmp(name, "init")) {
+            static const char *inits[] = {"default", "kaiming", "xavier", "normal"};
+            int k = -1;
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(value, inits[i])) k = i;
+            if (k < 0) return fail(c, "model.init: expected default, kaiming, xavier or normal, got '%s'", value);
+            r->init = (fm_init_kind)k;
+        } else return fail(c, "unknown key '%s' in [model] (expected input, layer, init)", name);
+    } else if (!strcmp(section, "train")) {
+        if (!strcmp(name, "epochs")) WANT_INT(r->epochs, 1, "a number of epochs >= 1");
+        else if (!strcmp(name, "batch")) WANT_INT(r->batch_size, 1, "a batch size >= 1");
+        else if (!strcmp(name, "seed")) { int64_t s; WANT_INT(s, 0, "a seed >= 0"); r->seed = (uint64_t)s; }
+        else if (!strcmp(name, "label_smoothing")) WANT_NUM(r->label_smoothing, 0, "a number in [0, 1)");
+        else if (!strcmp(name, "clip_grad_norm")) WANT_NUM(r->clip_grad_norm, 0, "a norm >= 0 (0: off)");
+        else if (!strcmp(name, "checkpoint_every")) WANT_INT(r->checkpoint_every, 0, "a step count >= 0");
+        else if (!strcmp(name, "threads")) WANT_INT(r->threads, 0, "a thread count >= 0");
+        else return fail(c, "unknown key '%s' in [train] (expected epochs, batch, seed, label_smoothing, "
+                            "clip_grad_norm, checkpoint_every, threads)", name);
+    } else if (!strcmp(section, "optimizer")) {
+        if (!strcmp(name, "name")) {
+            fm_optim_kind k;
+            if (fm_optim_kind_parse(value, &k) != FM_OK)
+                return fail(c, "optimizer.name: expected sgd, adam or adamw, got '%s'", value);
+            double lr = r->optim.lr, wd = r->optim.weight_decay, mom = r->optim.momentum;
+            bool nest = r->optim.nesterov;
+            r->optim = fm_optim_default_config(k);
+            /* keys given before `name` keep their values */
+            if (lr > 0) r->optim.lr = lr;
+            if (wd > 0) r->optim.weight_decay = wd;
+            r->optim.momentum = mom;
+            r->optim.nesterov = nest;
+        } else if (!strcmp(name, "lr")) WANT_NUM(r->optim.lr, 0, "a learning rate >= 0");
+        else if (!strcmp(name, "weight_decay")) WANT_NUM(r->optim.weight_decay, 0, "a weight decay >= 0");
+        else if (!strcmp(name, "momentum")) WANT_NUM(r->optim.momentum, 0, "a momentum >= 0");
+        else if (!strcmp(name, "nesterov")) WANT_BOOL(r->optim.nesterov);
+        else if (!strcmp(name, "eps")) WANT_NUM(r->optim.eps, 0, "an epsilon >= 0");
+        else if (!strcmp(name, "betas")) {
+            double v[2];
+            if (parse_list(value, v, 2) != 2 || !(v[0] >= 0 && v[0] < 1 && v[1] >= 0 && v[1] < 1))
+                return fail(c, "optimizer.betas: expected 'BETA1 BETA2' in [0, 1), got '%s'", value);
+            r->optim.beta1 = v[0];
+            r->optim.beta2 = v[1];
+        } else return fail(c, "unknown key '%s' in [optimizer] (expected name, lr, weight_decay, momentum, nesterov, "
+                              "betas, eps)", name);
+    } else if (!strcmp(section, "schedule")) {
+        if (!strcmp(name, "name")) {
+            if (fm_sched_kind_parse(value, &r->sched.kind) != FM_OK)
+                return fail(c, "schedule.name: expected constant, step, warmup or cosine, got '%s'", value);
+        } else if (!strcmp(name, "warmup_steps")) WANT_INT(r->sched.warmup_steps, 0, "a step count >= 0");
+        else if (!strcmp(name, "total_steps")) WANT_INT(r->sched.total_steps, 0, "a step count >= 0");
+        else if (!strcmp(name, "step_size")) WANT_INT(r->sched.step_size, 1, "a step count >= 1");
+        else if (!strcmp(name, "gamma")) WANT_NUM(r->sched.gamma, 0, "a factor >= 0");
+        else if (!strcmp(name, "min_lr")) WANT_NUM(r->sched.min_lr, 0, "a learning rate >= 0");
+        else return fail(c, "unknown key '%s' in [schedule] (expected name, warmup_steps, total_steps, step_size, "
+                            "gamma, min_lr)", name);
+    } else {
+        return fail(c, "unknown section [%s] (expected [data], [model], [train], [optimizer] or [schedule])", section);
+    }
+    return 1;
+}
+
+void fm_recipe_free(fm_recipe *r) {
+    if (!r) return;
+    free(r->text);
+    r->text = NULL;
+}
+
+fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path ? path : "<string>");
+    const char *base = strrchr(r->path, '/');
+    snprintf(r->name, sizeof r->name, "%.63s", base ? base + 1 : r->path);
+    char *dot = strstr(r->name, ".ini");
+    if (dot) *dot = 0;
+    snprintf(r->dataset, sizeof r->dataset, "fashion-mnist");
+    r->epochs = 1;
+    r->batch_size = 64;
+    r->optim = fm_optim_default_config(FM_OPTIM_SGD);
+    r->sched.kind = FM_SCHED_CONSTANT;
+    r->sched.gamma = 0.1;
+    r->workers = 1;
+    r->text = strdup(text);
+    if (!r->text) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    parse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.text = text;
+    int line = ini_parse_stream(reader, &c, handler, &c);
+    if (c.err_line) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", r->path, c.err_line, c.err);
+    }
+    if (line != 0) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: expected 'key = value', '[section]' or a comment", r->path,
+                            line < 0 ? c.line : line);
+    }
+    if (!r->input_ndim || !r->n_layers) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s: the [model] section needs 'input = ...' and at least one 'layer = ...'",
+                            r->path);
+    }
+    if (!strcmp(r->dataset, "idx") && (!r->train_images[0] || !r->train_labels[0])) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s: dataset = idx needs train_images and train_labels in [data]", r->path);
+    }
+    r->sched.base_lr = r->optim.lr;
+    return FM_OK;
+}
+
+fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out) {
+    char path[PATH_MAX];
+    if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini")) {
+        snprintf(path, sizeof path, "%s", name_or_path);
+    } else {
+        char dir[PATH_MAX - 80];
+        snprintf(path, sizeof path, "%s/%.64s.ini", fm_recipe_dir(dir, sizeof dir), name_or_path);
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (!strchr(name_or_path, '/') && !strstr(name_or_path, ".ini"))
+            return fm_set_error(FM_ERR_IO, "no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)",
+                                name_or_path, path);
+        return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    if (n < 0 || n > (1 << 20)) { fclose(f); return fm_set_error(FM_ERR_FORMAT, "%s: not a recipe (too large)", path); }
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) { fclose(f); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = 0;
+    if (memchr(buf, 0, got)) { free(buf); return fm_set_error(FM_ERR_FORMAT, "%s: not a text file", path); }
+    fm_status st = fm_recipe_parse(buf, path, out);
+    free(buf);
+    return st;
+}
+
+/* ---------------- building the model ---------------- */
+
+static const char *layer_names =
+    "linear, conv2d, batchnorm2d, layernorm, rmsnorm, embedding, dropout, relu, gelu, silu, tanh, sigmoid, "
+    "maxpool2d, avgpool2d, flatten";
+
+typedef struct layer_args {
+    int npos;
+    double pos[4];
+    int nkw;
+    char key[8][32];
+    char val[8][32];
+} layer_args;
+
+static const char *kw(const layer_args *a, const char *key) {
+    for (int i = 0; i < a->nkw; i++)
+        if (!strcmp(a->key[i], key)) return a->val[i];
+    return NULL;
+}
+
+fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng) {
+    fm_module *seq = fm_nn_sequential();
+    if (!seq) return NULL;
+    int ndim = r->input_ndim + 1;
+    int64_t shape[FM_MAX_DIMS];
+    shape[0] = 1;
+    for (int i = 0; i < r->input_ndim; i++) shape[i + 1] = r->input_shape[i];
+    char s1[96];
+    for (int li = 0; li < r->n_layers; li++) {
+        const fm_recipe_layer *L = &r->layers[li];
+        char buf[192], kind[32] = "";
+        snprintf(buf, sizeof buf, "%s", L->spec);
+        layer_args a;
+        memset(&a, 0, sizeof a);
+        bool bad_arg = false;
+        int tokn = 0;
+        for (char *tok = strtok(buf, " \t"); tok; tok = strtok(NULL, " \t"), tokn++) {
+            if (tokn == 0) { snprintf(kind, sizeof kind, "%s", tok); continue; }
+            char *eq = strchr(tok, '=');
+            if (eq) {
+                if (a.nkw == 8) { bad_arg = true; break; }
+                *eq = 0;
+                snprintf(a.key[a.nkw], 32, "%s", tok);
+                snprintf(a.val[a.nkw], 32, "%s", eq + 1);
+                a.nkw++;
+            } else if (a.npos == 4 || !parse_f64(tok, &a.pos[a.npos++])) {
+                bad_arg = true;
+                break;
+            }
+        }
+#define LAYER_FAIL(...) do { fm_set_error(FM_ERR_FORMAT, __VA_ARGS__); fm_module_free(seq); return NULL; } while (0)
+        if (bad_arg) LAYER_FAIL("%s:%d: layer '%s': expected numbers and key=value options", r->path, L->line, L->spec);
+        fm_module *m = NULL;
+        double eps = 1e-5;
+        const char *v;
+        if ((v = kw(&a, "eps")) && !parse_f64(v, &eps))
+            LAYER_FAIL("%s:%d: layer '%s': eps must be a number", r->path, L->line, L->spec);
+        int64_t last = shape[ndim - 1];
+        bool bias = !(v = kw(&a, "bias")) || strcmp(v, "false");
+        if (!strcmp(kind, "linear")) {
+            if (a.npos < 1 || a.npos > 2)
+                LAYER_FAIL("%s:%d: layer '%s': expected 'linear OUT' or 'linear IN OUT'", r->path, L->line, L->spec);
+            if (ndim != 2)
+                LAYER_FAIL("%s:%d: layer '%s' expects input [N, features] but the previous layers give %s "
+                           "(add 'layer = flatten' before it)", r->path, L->line, L->spec,
+                           fm_shape_str(ndim, shape, s1, sizeof s1));
+            int64_t in = a.npos == 2 ? (int64_t)a.pos[0] : last, out = (int64_t)a.pos[a.npos - 1];
+            m = fm_nn_linear(in, out, bias, rng);
+        } else if (!strcmp(kind, "conv2d")) {
+            if (a.npos != 2)
+                LAYER_FAIL("%s:%d: layer '%s': expected 'conv2d OUT_CHANNELS KERNEL [stride=S] [padding=P]'", r->path,
+                           L->line, L->spec);
+            int stride = (v = kw(&a, "stride")) ? atoi(v) : 1, pad = (v = kw(&a, "padding")) ? atoi(v) : 0;
+            int64_t in = (v = kw(&a, "in")) ? atoll(v) : (ndim == 4 ? shape[1] : 0);
+            if (ndim != 4)
+                LAYER_FAIL("%s:%d: layer '%s' expects input [N, C, H, W] but the previous layers give %s", r->path,
+                           L->line, L->spec, fm_shape_str(ndim, shape, s1, sizeof s1));
+            m = fm_nn_conv2d(in, (int64_t)a.pos[0], (int)a.pos[1], stride, pad, bias, rng);
+        } else if (!strcmp(kind, "batchnorm2d")) {
+            double mom = 0.1;
+            if ((v = kw(&a, "momentum"))) mom = atof(v);
+            if (ndim != 4)
+                LAYER_FAIL("%s:%d: layer '%s' expects input [N, C, H, W] but the previous layers give %s", r->path,
+                           L->line, L->spec, fm_shape_str(ndim, shape, s1, sizeof s1));
+            m = fm_nn_batchnorm2d(shape[1], eps, mom);
+        } else if (!strcmp(kind, "layernorm")) {
+            m = fm_nn_layernorm(last, eps);
+        } else if (!strcmp(kind, "rmsnorm")) {
+            m = fm_nn_rmsnorm(last, eps);
+        } else if (!strcmp(kind, "embedding")) {
+            if (a.npos != 2) LAYER_FAIL("%s:%d: layer '%s': expected 'embedding NUM DIM'", r->path, L->line, L->spec);
+            m = fm_nn_embedding((int64_t)a.pos[0], (int64_t)a.pos[1], rng);
+        } else if (!strcmp(kind, "dropout")) {
+            m = fm_nn_dropout(a.npos ? a.pos[0] : 0.5, NULL);
+        } else if (!strcmp(kind, "maxpool2d") || !strcmp(kind, "avgpool2d")) {
+            if (a.npos != 1)
+                LAYER_FAIL("%s:%d: layer '%s': expected '%s KERNEL [stride=S] [padding=P]'", r->path, L->line, L->spec,
+                           kind);
+            int stride = (v = kw(&a, "stride")) ? atoi(v) : 0, pad = (v = kw(&a, "padding")) ? atoi(v) : 0;
+            m = kind[0] == 'm' ? fm_nn_maxpool2d((int)a.pos[0], stride, pad) : fm_nn_avgpool2d((int)a.pos[0], stride, pad);
+        } else {
+            static const struct { const char *n; fm_module_kind k; } simple[] = {
+                {"relu", FM_MOD_RELU}, {"gelu", FM_MOD_GELU}, {"silu", FM_MOD_SILU}, {"tanh", FM_MOD_TANH},
+                {"sigmoid", FM_MOD_SIGMOID}, {"flatten", FM_MOD_FLATTEN}};
+            for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
+                if (!strcmp(kind, simple[k].n)) m = fm_nn_simple(simple[k].k);
+            if (!m) LAYER_FAIL("%s:%d: unknown layer '%s' (expected one of: %s)", r->path, L->line, kind, layer_names);
+        }
+        if (!m) {
+            fm_error_prefix("%s:%d: layer '%s'", r->path, L->line, L->spec);
+            fm_module_free(seq);
+            return NULL;
+        }
+        int nn;
+        int64_t nx[FM_MAX_DIMS];
+        if (fm_module_infer_shape(m, ndim, shape, &nn, nx) != FM_OK) {
+            fm_error_prefix("%s:%d: layer %d ('%s') does not fit", r->path, L->line, li, L->spec);
+            fm_module_free(m);
+            fm_module_free(seq);
+            return NULL;
+        }
+        if (fm_sequential_add(seq, m) != FM_OK) { fm_module_free(seq); return NULL; }
+        ndim = nn;
+        for (int i = 0; i < nn; i++) shape[i] = nx[i];
+#undef LAYER_FAIL
+    }
+    if (ndim != 2) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the model's output is %s but a classifier must produce [N, classes] "
+                     "(end with 'layer = linear CLASSES')", r->path, fm_shape_str(ndim, shape, s1, sizeof s1));
+        fm_module_free(seq);
+        return NULL;
+    }
+    if (r->init != FM_INIT_DEFAULT && fm_module_init(seq, r->init, rng) != FM_OK) { fm_module_free(seq); return NULL; }
+    return seq;
+}

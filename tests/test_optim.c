@@ -1,0 +1,211 @@
+/* Optimizers and schedules against hand-computed updates (in f64, so the
+ * references are exact to rounding): SGD with momentum, Nesterov and L2, Adam,
+ * AdamW's decoupled decay, no-decay groups, global-norm clipping, zero_grad,
+ * state names, and each schedule's values. */
+#include <math.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "core/parallel.h"
+#include "fathom/autograd.h"
+#include "fathom/optim.h"
+
+/* A leaf parameter with the given values and a gradient set to g. */
+static fm_tensor *param(int n, const double *v, fm_dtype dt) {
+    fm_tensor *p = fm_tensor_from_data(v, 1, (int64_t[]){n}, FM_F64);
+    if (dt != FM_F64) {
+        fm_tensor *q = fm_to_dtype(p, dt);
+        fm_tensor_release(p);
+        p = q;
+    }
+    fm_tensor_requires_grad_(p, true);
+    return p;
+}
+
+static void set_grad(fm_tensor *p, int n, const double *g) {
+    fm_tensor_zero_grad(p);
+    fm_tensor *t = fm_tensor_from_data(g, 1, (int64_t[]){n}, FM_F64);
+    p->grad = p->dtype == FM_F64 ? t : fm_to_dtype(t, p->dtype);
+    if (p->dtype != FM_F64) fm_tensor_release(t);
+}
+
+static void test_sgd(void) {
+    double v[2] = {1.0, -2.0}, g1[2] = {0.5, 1.0}, g2[2] = {-1.0, 0.25};
+    /* plain SGD with L2: p -= lr (g + wd p) */
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_SGD);
+    c.lr = 0.1;
+    c.weight_decay = 0.01;
+    fm_optim *o = fm_optim_new(&c);
+    fm_tensor *p = param(2, v, FM_F64);
+    int g = fm_optim_add_group(o, c.weight_decay);
+    CHECK(fm_optim_add_param(o, g, "p", p) == FM_OK);
+    CHECK(fm_optim_add_param(o, g, "p", p) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("added twice");
+    set_grad(p, 2, g1);
+    CHECK(fm_optim_step(o) == FM_OK);
+    CHECK_NEAR(fm_tensor_get(p, 0), 1.0 - 0.1 * (0.5 + 0.01 * 1.0), 1e-15);
+    CHECK_NEAR(fm_tensor_get(p, 1), -2.0 - 0.1 * (1.0 + 0.01 * -2.0), 1e-15);
+    fm_optim_free(o);
+    fm_tensor_release(p);
+
+    /* momentum 0.9, Nesterov, two steps, by hand */
+    c.weight_decay = 0;
+    c.momentum = 0.9;
+    c.nesterov = true;
+    o = fm_optim_new(&c);
+    p = param(2, v, FM_F64);
+    g = fm_optim_add_group(o, 0);
+    fm_optim_add_param(o, g, "p", p);
+    double ref[2] = {v[0], v[1]}, buf[2];
+    for (int s = 0; s < 2; s++) {
+        const double *gg = s ? g2 : g1;
+        set_grad(p, 2, gg);
+        CHECK(fm_optim_step(o) == FM_OK);
+        for (int i = 0; i < 2; i++) {
+            buf[i] = s ? 0.9 * buf[i] + gg[i] : gg[i];
+            ref[i] -= 0.1 * (gg[i] + 0.9 * buf[i]);
+        }
+    }
+    CHECK_NEAR(fm_tensor_get(p, 0), ref[0], 1e-14);
+    CHECK_NEAR(fm_tensor_get(p, 1), ref[1], 1e-14);
+    fm_named_list st;
+    CHECK(fm_optim_state(o, &st) == FM_OK);
+    CHECK(st.n == 1 && !strcmp(st.items[0].name, "p.momentum_buffer"));
+    if (st.n) CHECK_NEAR(fm_tensor_get(st.items[0].tensor, 0), buf[0], 1e-15);
+    fm_named_list_free(&st);
+    /* zero_grad drops the gradients */
+    fm_optim_zero_grad(o);
+    CHECK(p->grad == NULL);
+    fm_optim_free(o);
+    fm_tensor_release(p);
+
+    c.momentum = 0;
+    CHECK(fm_optim_new(&c) == NULL);
+    CHECK_ERR_CONTAINS("Nesterov");
+    c.nesterov = false;
+    c.lr = -1;
+    CHECK(fm_optim_new(&c) == NULL);
+    CHECK_ERR_CONTAINS("lr -1");
+}
+
+static void adam_ref(bool decoupled, double lr, double wd, double *p, double *m, double *v, const double *g, int t, int n) {
+    for (int i = 0; i < n; i++) {
+        double gi = g[i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else gi += wd * p[i];
+        m[i] = 0.9 * m[i] + 0.1 * gi;
+        v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+        double mh = m[i] / (1 - pow(0.9, t)), vh = v[i] / (1 - pow(0.999, t));
+        p[i] -= lr * mh / (sqrt(vh) + 1e-8);
+    }
+}
+
+static void test_adam(void) {
+    double v0[3] = {0.5, -1.0, 2.0};
+    double gs[3][3] = {{0.1, -0.2, 0.3}, {0.05, 0.4, -0.3}, {-0.2, 0.1, 0.0}};
+    for (int decoupled = 0; decoupled < 2; decoupled++) {
+        fm_optim_config c = fm_optim_default_config(decoupled ? FM_OPTIM_ADAMW : FM_OPTIM_ADAM);
+        c.lr = 0.01;
+        c.weight_decay = 0.1;
+        for (int f32 = 0; f32 < 2; f32++) {
+            fm_optim *o = fm_optim_new(&c);
+            fm_tensor *p = param(3, v0, f32 ? FM_F32 : FM_F64);
+            fm_optim_add_param(o, fm_optim_add_group(o, c.weight_decay), "w", p);
+            double ref[3] = {v0[0], v0[1], v0[2]}, m[3] = {0}, vv[3] = {0};
+            for (int s = 0; s < 3; s++) {
+                set_grad(p, 3, gs[s]);
+                CHECK(fm_optim_step(o) == FM_OK);
+                adam_ref(decoupled, 0.01, 0.1, ref, m, vv, gs[s], s + 1, 3);
+            }
+            for (int i = 0; i < 3; i++) CHECK_NEAR(fm_tensor_get(p, i), ref[i], f32 ? 1e-6 : 1e-13);
+            CHECK(fm_optim_get_step(o) == 3);
+            fm_named_list st;
+            fm_optim_state(o, &st);
+            CHECK(st.n == 2 && !strcmp(st.items[0].name, "w.exp_avg") && !strcmp(st.items[1].name, "w.exp_avg_sq"));
+            if (st.n == 2) CHECK_NEAR(fm_tensor_get(st.items[1].tensor, 1), vv[1], f32 ? 1e-6 : 1e-15);
+            fm_named_list_free(&st);
+            fm_optim_free(o);
+            fm_tensor_release(p);
+        }
+    }
+}
+
+static void test_groups_and_clip(void) {
+    /* AdamW on a module: with zero gradients only decay acts, and only on the weight */
+    fm_rng rng;
+    fm_rng_init(&rng, 1);
+    fm_module *l = fm_nn_linear(3, 2, true, &rng);
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_ADAMW);
+    c.lr = 0.1;
+    c.weight_decay = 0.5;
+    fm_optim *o = fm_optim_new(&c);
+    CHECK(fm_optim_add_params(o, l) == FM_OK);
+    fm_named_list p;
+    fm_module_parameters(l, &p);
+    double w0 = fm_tensor_get(p.items[0].tensor, 0), b0 = fm_tensor_get(p.items[1].tensor, 0);
+    for (int i = 0; i < 2; i++) {
+        fm_tensor *t = p.items[i].tensor;
+        t->grad = fm_tensor_zeros(t->ndim, t->shape, FM_F32, FM_CPU);
+    }
+    CHECK(fm_optim_step(o) == FM_OK);
+    CHECK_NEAR(fm_tensor_get(p.items[0].tensor, 0), w0 * (1 - 0.1 * 0.5), 1e-6);
+    CHECK(fm_tensor_get(p.items[1].tensor, 0) == b0);
+
+    /* clip by global norm: grads (3, 4) and (12) have norm 13 */
+    fm_zero_(p.items[0].tensor->grad);
+    fm_zero_(p.items[1].tensor->grad);
+    fm_tensor_set(p.items[0].tensor->grad, 0, 3);
+    fm_tensor_set(p.items[0].tensor->grad, 1, 4);
+    fm_tensor_set(p.items[1].tensor->grad, 0, 12);
+    double norm;
+    CHECK(fm_optim_clip_grad_norm(o, 1.3, &norm) == FM_OK);
+    CHECK_NEAR(norm, 13.0, 1e-12);
+    CHECK_NEAR(fm_tensor_get(p.items[0].tensor->grad, 1), 0.4, 1e-6);
+    CHECK_NEAR(fm_tensor_get(p.items[1].tensor->grad, 0), 1.2, 1e-6);
+    CHECK(fm_optim_clip_grad_norm(o, 100, &norm) == FM_OK); /* below the limit: unchanged */
+    CHECK_NEAR(fm_tensor_get(p.items[1].tensor->grad, 0), 1.2, 1e-6);
+    CHECK(fm_optim_clip_grad_norm(o, 0, NULL) == FM_ERR_INVALID);
+    fm_optim_zero_grad(o);
+    CHECK(p.items[0].tensor->grad == NULL && p.items[1].tensor->grad == NULL);
+    CHECK(fm_optim_add_param(o, 7, "x", p.items[0].tensor) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("group 7 does not exist");
+    fm_named_list_free(&p);
+    fm_optim_free(o);
+    fm_module_free(l);
+}
+
+static void test_schedules(void) {
+    fm_lr_schedule s;
+    memset(&s, 0, sizeof s);
+    s.base_lr = 1.0;
+    s.kind = FM_SCHED_CONSTANT;
+    CHECK(fm_lr_at(&s, 0) == 1.0 && fm_lr_at(&s, 1000) == 1.0);
+    s.kind = FM_SCHED_STEP;
+    s.step_size = 10;
+    s.gamma = 0.5;
+    CHECK(fm_lr_at(&s, 9) == 1.0 && fm_lr_at(&s, 10) == 0.5 && fm_lr_at(&s, 25) == 0.25);
+    s.kind = FM_SCHED_WARMUP;
+    s.warmup_steps = 4;
+    CHECK(fm_lr_at(&s, 0) == 0.25 && fm_lr_at(&s, 3) == 1.0 && fm_lr_at(&s, 100) == 1.0);
+    s.kind = FM_SCHED_COSINE;
+    s.total_steps = 104;
+    s.min_lr = 0.1;
+    CHECK(fm_lr_at(&s, 1) == 0.5);
+    CHECK_NEAR(fm_lr_at(&s, 4), 1.0, 1e-15);
+    CHECK_NEAR(fm_lr_at(&s, 54), 0.55, 1e-12); /* halfway: mean of base and min */
+    CHECK_NEAR(fm_lr_at(&s, 104), 0.1, 1e-15);
+    CHECK_NEAR(fm_lr_at(&s, 500), 0.1, 1e-15);
+    fm_sched_kind k;
+    CHECK(fm_sched_kind_parse("cosine", &k) == FM_OK && k == FM_SCHED_COSINE);
+    CHECK(fm_sched_kind_parse("linear", &k) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("unknown schedule 'linear'");
+}
+
+int main(void) {
+    test_sgd();
+    test_adam();
+    test_groups_and_clip();
+    test_schedules();
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
