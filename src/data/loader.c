@@ -414,7 +414,23 @@ fm_status fm_dataloader_next(fm_dataloader *l, fm_batch *out) {
         fill(l, s, b);
         s->state = SLOT_READY;
     } else {
-        while (!(s->state == SLOT_READY && s->batch == b)) pthread_cond_wait(&l->cv_ready, &l->mu);
+        while (!(s->state == SLOT_READY && s->batch == b)) {
+            if (s->state == SLOT_FREE && l->next_claim == b) {
+                /* no worker has started the batch we need (they are busy or not
+                 * scheduled): prepare it here rather than wait. The content is
+                 * the same whoever fills it. */
+                s->state = SLOT_FILLING;
+                l->next_claim++;
+                l->inflight++;
+                pthread_mutex_unlock(&l->mu);
+                fill(l, s, b);
+                pthread_mutex_lock(&l->mu);
+                s->state = SLOT_READY;
+                l->inflight--;
+                break;
+            }
+            pthread_cond_wait(&l->cv_ready, &l->mu);
+        }
     }
     s->state = SLOT_HELD;
     l->held = si;
