@@ -11,7 +11,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "fathom/autograd.h" /* a training-like step in the buffer-reuse test */
 #include "fathom/data.h"
+#include "fathom/ops.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
 
@@ -786,7 +788,26 @@ static void test_loader_buffers(void) {
     fm_tensor *copy = fm_clone(kept);
     for (int k = 0; k < 8; k++) fm_dataloader_next(l, &b);
     CHECK(kept && copy && memcmp(fm_tensor_data(kept), fm_tensor_data(copy), fm_tensor_nbytes(kept)) == 0);
+    CHECK(fm_dataloader_realloc_count(l) == 1);
     fm_tensor_release_n(2, kept, copy);
+    fm_dataloader_free(l);
+    /* a training-like step (the batch enters a graph that is run backward and
+     * released) gives every buffer back: nothing is reallocated */
+    aug_options(&o, 1);
+    l = fm_dataloader_create(d, &o);
+    int64_t sw[2] = {LC * LH * LW, 3};
+    fm_tensor *wt = fm_tensor_ones(2, sw, FM_F32, FM_CPU);
+    wt->requires_grad = true;
+    for (int k = 0; k < 12; k++) {
+        if (fm_dataloader_next(l, &b) != FM_OK || !b.x) continue;
+        fm_tensor *flat = fm_flatten(b.x, 1, 3);
+        fm_tensor *h = flat ? fm_matmul(flat, wt) : NULL;
+        fm_tensor *loss = h ? fm_sum(h, 0, NULL, false) : NULL;
+        CHECK_MSG(loss && fm_backward(loss, NULL, false) == FM_OK, "%s", fm_last_error());
+        fm_tensor_release_n(3, flat, h, loss);
+    }
+    CHECK(fm_dataloader_realloc_count(l) == 0);
+    fm_tensor_release(wt);
     /* freeing mid-epoch joins the workers (valgrind/ASan check the rest) */
     fm_dataloader_free(l);
     for (int w = 0; w < 4; w++) {

@@ -116,14 +116,14 @@ fm_dataset *fm_dataset_slice(fm_dataset *d, int64_t start, int64_t count);
 /* Number of classes: max label + 1 (0 if unlabeled or labels not integer). */
 int64_t fm_dataset_num_classes(const fm_dataset *d);
 
-typedef enum fm_split { FM_SPLIT_TRAIN = 0, FM_SPLIT_TEST = 1 } fm_split;
+typedef enum fm_data_split { FM_SPLIT_TRAIN = 0, FM_SPLIT_TEST = 1 } fm_data_split;
 
 #define FM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 /* Fashion-MNIST from `dir` (NULL: FM_FASHION_MNIST_DIR, files
  * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]): X F32 [N, 1, 28, 28] in
  * [0, 1], y I64 [N]. A missing file fails with FM_ERR_IO and says how to install
  * the data set. Also reads MNIST, which has the same file names. */
-fm_dataset *fm_dataset_fashion_mnist(const char *dir, fm_split split);
+fm_dataset *fm_dataset_fashion_mnist(const char *dir, fm_data_split split);
 /* Any idx image + label pair. */
 fm_dataset *fm_dataset_idx(const char *images_path, const char *labels_path);
 
@@ -198,6 +198,10 @@ fm_status fm_dataloader_set_epoch(fm_dataloader *l, int64_t epoch);
 /* Seconds the consumer has spent inside fm_dataloader_next waiting for data
  * (with workers = 0 this is the whole preparation time). */
 double fm_dataloader_wait_seconds(const fm_dataloader *l);
+/* How many times a batch buffer was still referenced when its slot came back and
+ * had to be replaced by a fresh allocation (0 in a loop that releases its
+ * tensors and graph before the next call). */
+int64_t fm_dataloader_realloc_count(const fm_dataloader *l);
 
 /* The permutation of epoch `epoch` under `seed` (what the loader uses when
  * shuffling): perm[i] is the sample at position i. Exposed for tests and tools. */

@@ -137,7 +137,7 @@ static char *find_file(const char *dir, const char *base) {
     return NULL;
 }
 
-fm_dataset *fm_dataset_fashion_mnist(const char *dir, fm_split split) {
+fm_dataset *fm_dataset_fashion_mnist(const char *dir, fm_data_split split) {
     if (!dir) dir = FM_FASHION_MNIST_DIR;
     if (split != FM_SPLIT_TRAIN && split != FM_SPLIT_TEST) {
         fm_set_error(FM_ERR_INVALID, "fashion_mnist: split must be FM_SPLIT_TRAIN or FM_SPLIT_TEST");

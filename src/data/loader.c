@@ -51,6 +51,7 @@ struct fm_dataloader {
     bool stop;
     int inflight;
     double wait_s;
+    int64_t reallocs;
 };
 
 static double now_s(void) {
@@ -377,6 +378,7 @@ static fm_status release_held(fm_dataloader *l) {
     if (shared) {
         fm_status st = alloc_slot(l, s);
         if (st != FM_OK) return st;
+        l->reallocs++;
     } else {
         /* restore the full-batch shape a short last batch may have left */
         s->x->shape[0] = l->bs;
@@ -487,3 +489,4 @@ fm_status fm_dataloader_set_epoch(fm_dataloader *l, int64_t epoch) {
 }
 
 double fm_dataloader_wait_seconds(const fm_dataloader *l) { return l ? l->wait_s : 0.0; }
+int64_t fm_dataloader_realloc_count(const fm_dataloader *l) { return l ? l->reallocs : 0; }
