@@ -13,7 +13,8 @@
 #define FATHOM_GPT_H
 
 #include "fathom/nn.h"     /* fm_named_list: parameters with names */
-#include "fathom/tensor.h" /* fm_tensor, fm_rng */
+#include "fathom/tensor.h"    /* fm_tensor, fm_rng */
+#include "fathom/tokenizer.h" /* tokenizer kinds for training */
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,6 +125,38 @@ fm_status fm_gpt_batch_random(const fm_token_data *d, int64_t lo, int64_t hi, in
                               int64_t step, fm_tensor **x, fm_tensor **y);
 fm_status fm_gpt_batch_eval(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, int64_t index,
                             fm_tensor **x, fm_tensor **y);
+
+/* ---- training (the `fathom train` flow for GPT recipes) ----
+ * Reads the corpus ("kjv": the King James Bible from Debian's bible-kjv, verse
+ * numbers stripped; anything else: a UTF-8 text file), trains or reuses the
+ * tokenizer, writes out_dir/tokens.bin once, then trains with AdamW (decay on
+ * 2-D weights only), warmup + cosine, clipping, periodic validation on the last
+ * val_fraction of the tokens, and checkpoints that resume exactly. out_dir then
+ * holds config.json, tokenizer.txt, model.safetensors (Hugging Face names) and
+ * train_state.safetensors (optimizer moments, step, RNG). */
+typedef struct fm_gpt_train_opts {
+    fm_gpt_config model;
+    const char *out_dir;
+    const char *corpus;
+    fm_tokenizer_kind tokenizer;
+    int tokenizer_vocab; /* bpe */
+    double val_fraction;
+    int batch_size;
+    int64_t steps, warmup;
+    double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
+    int64_t eval_every, ckpt_every, log_every;
+    int eval_batches;
+    uint64_t seed;
+    bool resume;
+    int64_t stop_after; /* > 0: stop (with a checkpoint) after this step, as an interruption would */
+    int sample_tokens;  /* > 0: print a sample at each evaluation */
+    bool quiet;
+} fm_gpt_train_opts;
+fm_gpt_train_opts fm_gpt_train_defaults(void);
+/* final_* (may be NULL) receive the last training and validation losses. */
+fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss);
+/* Loads out_dir's config.json + model.safetensors (+ tokenizer.txt when tok != NULL). */
+fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,83 @@
+/* `fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T]
+ *  [--top-k K] [--top-p P] [--seed S] [--no-cache]`: streams sampled text from a
+ * model directory written by `fathom train` (config.json, model.safetensors,
+ * tokenizer.txt). Thin: parsing, then fm_gpt_generate with a printing callback. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "fathom/gpt.h"
+
+static int emit(int tok, void *ctx) {
+    const char *b;
+    size_t n;
+    if (fm_tokenizer_token_bytes(ctx, tok, &b, &n) == FM_OK) fwrite(b, 1, n, stdout);
+    fflush(stdout); /* streaming: each token appears as soon as it is sampled */
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T] [--top-k K]\n"
+               "                      [--top-p P] [--seed S] [--no-cache] [--quiet]\n");
+}
+
+int fm_cmd_generate(int argc, char **argv) {
+    const char *dir = NULL, *prompt = NULL;
+    long tokens = 100;
+    fm_gpt_sample_params sp = {0.8, 0, 1.0, 0};
+    bool cache = true, quiet = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        char *end = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
+        else if (!strcmp(a, "--tokens") && has) tokens = strtol(argv[++i], &end, 10);
+        else if (!strcmp(a, "--temperature") && has) sp.temperature = strtod(argv[++i], &end);
+        else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)strtol(argv[++i], &end, 10);
+        else if (!strcmp(a, "--top-p") && has) sp.top_p = strtod(argv[++i], &end);
+        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], &end, 10);
+        else if (!strcmp(a, "--no-cache")) cache = false;
+        else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (a[0] != '-' && !dir) dir = a;
+        else { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); return 2; }
+        if (end && *end) { fm_cli_error("option %s: '%s' is not a number", a, argv[i]); return 2; }
+    }
+    if (!dir || !prompt) { usage(stderr); return 2; }
+    if (tokens < 0 || sp.temperature < 0 || sp.top_k < 0 || !(sp.top_p > 0 && sp.top_p <= 1)) {
+        fm_cli_error("--tokens, --temperature and --top-k must be >= 0 and --top-p in (0, 1]");
+        return 2;
+    }
+    fm_tokenizer *tok = NULL;
+    fm_gpt *m = fm_gpt_load_dir(dir, &tok);
+    if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = 0;
+    if (fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) { fm_cli_error("%s", fm_last_error()); rc = 1; goto done; }
+    int made = 0;
+    bool limit = false;
+    fputs(prompt, stdout);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, tok)) {
+        fputc('\n', stdout);
+        fm_cli_error("%s", fm_last_error());
+        rc = 1;
+        goto done;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fputc('\n', stdout);
+    if (limit)
+        fprintf(stderr, "fathom: stopped after %d tokens: the context limit of %d tokens (prompt %lld + generated) "
+                        "was reached\n", made, fm_gpt_get_config(m)->block_size, (long long)n);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (!quiet) fprintf(stderr, "fathom: %d tokens in %.2f s (%.1f tokens/s, %s)\n", made, s, made / (s > 0 ? s : 1), cache ? "KV cache" : "no cache");
+done:
+    free(ids);
+    fm_tokenizer_free(tok);
+    fm_gpt_free(m);
+    return rc;
+}
