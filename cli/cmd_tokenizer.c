@@ -1,0 +1,106 @@
+/* `fathom tokenizer`: train, apply and invert tokenizers. Thin: parsing only.
+ *
+ *   fathom tokenizer train CORPUS --out TOKENIZER [--kind bpe|char|byte] [--vocab N]
+ *   fathom tokenizer encode TOKENIZER TEXT_FILE --out TOKENS.bin   (a token file)
+ *   fathom tokenizer decode TOKENIZER TOKENS.bin                   (text to stdout) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "fathom/gpt.h" /* token files */
+#include "fathom/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: fathom tokenizer train CORPUS --out TOKENIZER [--kind bpe|char|byte] [--vocab N]\n"
+               "       fathom tokenizer encode TOKENIZER TEXT_FILE --out TOKENS.bin\n"
+               "       fathom tokenizer decode TOKENIZER TOKENS.bin\n");
+}
+
+static int slurp(const char *path, char **buf, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { fm_cli_error("%s: cannot open", path); return 1; }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    rewind(f);
+    *buf = malloc((size_t)(sz > 0 ? sz : 0) + 1);
+    if (!*buf) { fclose(f); fm_cli_error("out of memory"); return 1; }
+    *n = sz > 0 ? fread(*buf, 1, (size_t)sz, f) : 0;
+    fclose(f);
+    return 0;
+}
+
+int fm_cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1], *pos[2] = {NULL, NULL}, *out = NULL, *kind = "bpe";
+    int vocab = 512, npos = 0;
+    for (int i = 2; i < argc; i++) {
+        bool has = i + 1 < argc;
+        if (!strcmp(argv[i], "--out") && has) out = argv[++i];
+        else if (!strcmp(argv[i], "--kind") && has) kind = argv[++i];
+        else if (!strcmp(argv[i], "--vocab") && has) vocab = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && npos < 2) pos[npos++] = argv[i];
+        else { fm_cli_error("unknown or incomplete option '%s'", argv[i]); usage(stderr); return 2; }
+    }
+    if (!strcmp(sub, "train")) {
+        if (npos != 1 || !out) { usage(stderr); return 2; }
+        fm_tokenizer_kind k;
+        if (fm_tokenizer_kind_parse(kind, &k)) { fm_cli_error("%s", fm_last_error()); return 2; }
+        char *text;
+        size_t n;
+        if (slurp(pos[0], &text, &n)) return 1;
+        fm_tokenizer *t = k == FM_TOK_BYTE ? fm_tokenizer_byte()
+                          : k == FM_TOK_CHAR ? fm_tokenizer_char_from_corpus(text, n)
+                                             : fm_tokenizer_train_bpe(text, n, vocab);
+        free(text);
+        if (!t || fm_tokenizer_save(t, out)) {
+            fm_cli_error("%s: %s", pos[0], fm_last_error());
+            fm_tokenizer_free(t);
+            return 1;
+        }
+        printf("{\"tokenizer\":\"%s\",\"kind\":\"%s\",\"vocab\":%d}\n", out, kind, fm_tokenizer_vocab_size(t));
+        fm_tokenizer_free(t);
+        return 0;
+    }
+    if (npos != 2) { usage(stderr); return 2; }
+    fm_tokenizer *t = fm_tokenizer_load(pos[0]);
+    if (!t) { fm_cli_error("%s", fm_last_error()); return 1; }
+    int rc = 0;
+    if (!strcmp(sub, "encode")) {
+        char *text = NULL;
+        size_t n = 0;
+        int32_t *ids = NULL;
+        int64_t k = 0;
+        if (!out) { usage(stderr); rc = 2; }
+        else if (slurp(pos[1], &text, &n)) rc = 1;
+        else if (fm_tokenizer_encode(t, text, n, &ids, &k) || fm_token_file_write(out, ids, k, fm_tokenizer_vocab_size(t))) {
+            fm_cli_error("%s", fm_last_error());
+            rc = 1;
+        } else {
+            printf("{\"bytes\":%zu,\"tokens\":%lld,\"out\":\"%s\"}\n", n, (long long)k, out);
+        }
+        free(text);
+        free(ids);
+    } else if (!strcmp(sub, "decode")) {
+        fm_token_data d;
+        char *text = NULL;
+        size_t n = 0;
+        if (fm_token_file_read(pos[1], fm_tokenizer_vocab_size(t), &d) || fm_tokenizer_decode(t, d.ids, d.n, &text, &n)) {
+            fm_cli_error("%s", fm_last_error());
+            rc = 1;
+        } else {
+            fwrite(text, 1, n, stdout);
+        }
+        free(text);
+        fm_token_data_free(&d);
+    } else {
+        fm_cli_error("unknown tokenizer subcommand '%s'", sub);
+        usage(stderr);
+        rc = 2;
+    }
+    fm_tokenizer_free(t);
+    return rc;
+}
