@@ -2,39 +2,77 @@
  *
  * Why not plain malloc: glibc serves large blocks with mmap and returns them
  * with munmap, so every big temporary costs page faults on first touch. A
- * training step allocates the same sizes over and over; keeping freed blocks in
- * size-class free lists makes the steady state free of system calls and page
- * faults (the same idea as PyTorch's CUDA caching allocator).
+ * training step allocates the same sizes over and over; keeping freed blocks
+ * makes the steady state free of system calls and page faults (the same idea as
+ * PyTorch's CUDA caching allocator).
  *
- * Size classes: requests round up to 64 B below 4 KiB, and to 1/8 of their
- * power of two above (<= 12.5% waste). A freed block returns to its class's
- * list; an allocation takes an exact-class block or asks the system. When the
- * system refuses or the limit would be passed, the cache is emptied and the
- * request retried once before reporting out-of-memory with the statistics. */
+ * Every block carries a 64-byte header (size, category, links), so a free knows
+ * the block's true size and category without trusting the caller, and the stats
+ * stay exact: allocated = sum of the sizes of blocks in use; reserved = bytes
+ * obtained from the system, headers included.
+ *
+ * grow mode: requests round up to 64 B below 4 KiB and to 1/8 of their power of
+ * two above (<= 12.5% waste). A freed block returns to its class's list; an
+ * allocation takes an exact-class block or asks the system. When the system
+ * refuses or the limit would be passed, the cache is emptied and the request
+ * retried once before reporting out-of-memory with the statistics.
+ *
+ * preallocate mode (TensorFlow's default behaviour): one arena is reserved up
+ * front; requests (rounded to 512 B) are served best-fit from its free chunks,
+ * split with PyTorch's limits (remainder >= 512 B for requests <= 1 MiB, > 1 MiB
+ * for larger ones), and freed chunks coalesce with free physical neighbours. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fathom/memory.h"
 
 #define N_CLASSES 512
 #define ALIGN 64
+#define HDR 64
+#define MAGIC 0xFA7B10C5u
+#define SMALL_REQ ((size_t)1 << 20)
 
-typedef struct free_block { struct free_block *next; } free_block;
+typedef struct hdr {
+    size_t size;                 /* usable bytes after the header */
+    size_t requested;            /* bytes asked for (0 while free) */
+    struct hdr *next, *prev;     /* free lists */
+    struct hdr *phys_prev;       /* arena: the chunk just before this one */
+    uint32_t magic;
+    uint8_t cat, in_use, arena;
+} hdr;
+_Static_assert(sizeof(hdr) <= HDR, "block header must fit in 64 bytes");
 
 typedef struct cpu_cache {
     pthread_mutex_t mu;
-    free_block *lists[N_CLASSES];
+    hdr *lists[N_CLASSES];
     size_t class_size[N_CLASSES]; /* size of blocks in list i */
-    int n_classes;
     fm_memory_stats st;
-    size_t cached_bytes;
+    size_t cached_bytes;          /* grow-mode blocks sitting in the lists (payload) */
     int initialized;
+    char *arena;                  /* preallocate: base of the reserve */
+    size_t arena_total;           /* bytes of the reserve (headers included) */
+    hdr *arena_free;              /* free chunks (unordered, doubly linked) */
+    size_t arena_in_use;          /* chunks in use */
 } cpu_cache;
 
 static cpu_cache g_cpu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static _Thread_local uint8_t t_cat = FM_MEM_OTHER;
+
+fm_mem_category fm_memory_tag_push(fm_mem_category c) {
+    fm_mem_category prev = (fm_mem_category)t_cat;
+    t_cat = (uint8_t)((unsigned)c < FM_MEM_CAT_COUNT ? c : FM_MEM_OTHER);
+    return prev;
+}
+void fm_memory_tag_pop(fm_mem_category previous) { fm_memory_tag_push(previous); }
+
+const char *fm_mem_category_name(fm_mem_category c) {
+    static const char *names[FM_MEM_CAT_COUNT] = {"other", "weights", "gradients", "optimizer_state", "activations"};
+    return (unsigned)c < FM_MEM_CAT_COUNT ? names[c] : "?";
+}
 
 static size_t round_size(size_t n) {
     if (n == 0) n = 1;
@@ -62,13 +100,13 @@ static int class_of(cpu_cache *c, size_t sz, bool create) {
 
 static void drop_cache_locked(cpu_cache *c) {
     for (int i = 0; i < N_CLASSES; i++) {
-        free_block *b = c->lists[i];
+        hdr *b = c->lists[i];
         while (b) {
-            free_block *nx = b->next;
-            free(b);
-            c->st.reserved -= c->class_size[i];
+            hdr *nx = b->next;
+            c->st.reserved -= b->size + HDR;
+            c->cached_bytes -= b->size;
             c->st.n_system_frees++;
-            c->cached_bytes -= c->class_size[i];
+            free(b);
             b = nx;
         }
         c->lists[i] = NULL;
@@ -83,81 +121,277 @@ static void bump_peaks(fm_memory_stats *s) {
     if (s->active > s->active_peak) s->active_peak = s->active;
 }
 
-static void init_limit_locked(cpu_cache *c) {
+static void account_alloc(cpu_cache *c, hdr *h, size_t n) {
+    h->requested = n;
+    h->in_use = 1;
+    h->cat = t_cat;
+    c->st.allocated += h->size;
+    c->st.requested += n;
+    c->st.by_category[h->cat] += h->size;
+    if (c->st.by_category[h->cat] > c->st.by_category_peak[h->cat])
+        c->st.by_category_peak[h->cat] = c->st.by_category[h->cat];
+    bump_peaks(&c->st);
+}
+
+/* ---- arena (preallocate mode) ---- */
+
+static hdr *phys_next(cpu_cache *c, hdr *h) {
+    char *nx = (char *)h + HDR + h->size;
+    return nx < c->arena + c->arena_total ? (hdr *)nx : NULL;
+}
+static void free_list_insert(cpu_cache *c, hdr *h) {
+    h->prev = NULL;
+    h->next = c->arena_free;
+    if (c->arena_free) c->arena_free->prev = h;
+    c->arena_free = h;
+    c->st.arena_free_bytes += h->size;
+}
+static void free_list_remove(cpu_cache *c, hdr *h) {
+    if (h->prev) h->prev->next = h->next;
+    else c->arena_free = h->next;
+    if (h->next) h->next->prev = h->prev;
+    h->next = h->prev = NULL;
+    c->st.arena_free_bytes -= h->size;
+}
+
+static hdr *arena_alloc_locked(cpu_cache *c, size_t n) {
+    size_t sz = (n + 511) & ~(size_t)511;
+    hdr *best = NULL;
+    for (hdr *h = c->arena_free; h; h = h->next)
+        if (h->size >= sz && (!best || h->size < best->size)) { best = h; if (h->size == sz) break; }
+    if (!best) return NULL;
+    free_list_remove(c, best);
+    size_t rem = best->size - sz;
+    bool split = rem >= HDR && (sz <= SMALL_REQ ? rem - HDR >= 512 : rem - HDR > SMALL_REQ);
+    if (split) {
+        hdr *r = (hdr *)((char *)best + HDR + sz);
+        memset(r, 0, sizeof *r);
+        r->magic = MAGIC;
+        r->arena = 1;
+        r->size = rem - HDR;
+        r->phys_prev = best;
+        best->size = sz;
+        hdr *after = phys_next(c, r);
+        if (after) after->phys_prev = r;
+        free_list_insert(c, r);
+        c->st.n_splits++;
+    }
+    c->arena_in_use++;
+    return best;
+}
+
+static void arena_free_locked(cpu_cache *c, hdr *h) {
+    h->in_use = 0;
+    c->arena_in_use--;
+    hdr *nx = phys_next(c, h);
+    if (nx && !nx->in_use) { /* absorb the next chunk */
+        free_list_remove(c, nx);
+        h->size += HDR + nx->size;
+        hdr *after = phys_next(c, h);
+        if (after) after->phys_prev = h;
+        c->st.n_merges++;
+    }
+    hdr *pv = h->phys_prev;
+    if (pv && !pv->in_use) { /* fold into the previous chunk */
+        free_list_remove(c, pv);
+        pv->size += HDR + h->size;
+        hdr *after = phys_next(c, pv);
+        if (after) after->phys_prev = pv;
+        c->st.n_merges++;
+        h = pv;
+    }
+    free_list_insert(c, h);
+}
+
+static void arena_release_locked(cpu_cache *c) {
+    if (!c->arena) return;
+    free(c->arena);
+    c->st.reserved -= c->arena_total;
+    c->st.n_system_frees++;
+    c->arena = NULL;
+    c->arena_free = NULL;
+    c->arena_total = 0;
+    c->st.arena_bytes = c->st.arena_free_bytes = 0;
+}
+
+static fm_status arena_create_locked(cpu_cache *c, size_t bytes) {
+    bytes = (bytes + 511) & ~(size_t)511;
+    if (bytes < 2 * HDR) bytes = 2 * HDR;
+    char lm[32], rq[32], rs[32];
+    if (c->st.limit && c->st.reserved + bytes > c->st.limit)
+        return fm_set_error(FM_ERR_OOM, "memory: cannot preallocate %s: the limit is %s and %s is already reserved",
+                            fm_format_bytes(bytes, rq, sizeof rq), fm_format_bytes(c->st.limit, lm, sizeof lm),
+                            fm_format_bytes(c->st.reserved, rs, sizeof rs));
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, bytes) != 0)
+        return fm_set_error(FM_ERR_OOM, "memory: the system refused to preallocate %s", fm_format_bytes(bytes, rq, sizeof rq));
+    c->arena = p;
+    c->arena_total = bytes;
+    hdr *h = p;
+    memset(h, 0, sizeof *h);
+    h->magic = MAGIC;
+    h->arena = 1;
+    h->size = bytes - HDR;
+    c->st.arena_free_bytes = 0;
+    free_list_insert(c, h);
+    c->st.arena_bytes = bytes;
+    c->st.reserved += bytes;
+    c->st.n_system_allocs++;
+    bump_peaks(&c->st);
+    c->st.mode = FM_MEMORY_PREALLOCATE;
+    return FM_OK;
+}
+
+static size_t phys_mem_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}
+
+static fm_status configure_locked(cpu_cache *c, const fm_memory_config *cfg) {
+    if (cfg->mode != FM_MEMORY_GROW && cfg->mode != FM_MEMORY_PREALLOCATE)
+        return fm_set_error(FM_ERR_INVALID, "memory: unknown mode %d (expected grow or preallocate)", (int)cfg->mode);
+    if (cfg->mode == FM_MEMORY_PREALLOCATE && !cfg->prealloc_bytes &&
+        !(cfg->prealloc_fraction > 0 && cfg->prealloc_fraction <= 1))
+        return fm_set_error(FM_ERR_INVALID, "memory: preallocate needs a size or a fraction in (0, 1] (got %g)",
+                            cfg->prealloc_fraction);
+    if (c->arena && c->arena_in_use)
+        return fm_set_error(FM_ERR_STATE, "memory: cannot reconfigure while %zu preallocated blocks are in use",
+                            c->arena_in_use);
+    c->initialized = 1;
+    c->st.limit = cfg->limit;
+    arena_release_locked(c);
+    c->st.mode = FM_MEMORY_GROW;
+    if (cfg->mode == FM_MEMORY_GROW) return FM_OK;
+    size_t bytes = cfg->prealloc_bytes;
+    if (!bytes) {
+        size_t base = cfg->limit ? cfg->limit : phys_mem_bytes();
+        bytes = (size_t)((double)base * cfg->prealloc_fraction);
+        if (cfg->limit && bytes + c->st.reserved > cfg->limit) bytes = cfg->limit > c->st.reserved ? cfg->limit - c->st.reserved : 0;
+    }
+    drop_cache_locked(c); /* the reserve replaces the grow-mode cache */
+    return arena_create_locked(c, bytes);
+}
+
+static void init_locked(cpu_cache *c) {
     if (c->initialized) return;
     c->initialized = 1;
+    fm_memory_config cfg = {FM_MEMORY_GROW, 0, 0, 0};
     const char *env = getenv("FATHOM_MEMORY_LIMIT");
-    size_t lim;
-    if (env && *env && fm_parse_size(env, &lim) == FM_OK) c->st.limit = lim;
+    size_t v;
+    if (env && *env && fm_parse_size(env, &v) == FM_OK) cfg.limit = v;
+    c->st.limit = cfg.limit;
+    const char *mode = getenv("FATHOM_MEMORY_MODE");
+    fm_memory_mode m;
+    if (!mode || !*mode || fm_memory_mode_parse(mode, &m) != FM_OK || m != FM_MEMORY_PREALLOCATE) return;
+    cfg.mode = FM_MEMORY_PREALLOCATE;
+    cfg.prealloc_fraction = 0.9; /* TensorFlow maps nearly everything by default */
+    const char *pre = getenv("FATHOM_MEMORY_PREALLOCATE");
+    if (pre && *pre) {
+        char *end;
+        double f = strtod(pre, &end);
+        if (*end == 0 && f > 0 && f <= 1) cfg.prealloc_fraction = f;
+        else if (fm_parse_size(pre, &v) == FM_OK) cfg.prealloc_bytes = v;
+    }
+    if (!cfg.limit && !cfg.prealloc_bytes && cfg.prealloc_fraction > 0.5) cfg.prealloc_fraction = 0.5;
+    if (configure_locked(c, &cfg) != FM_OK) fprintf(stderr, "fathom: %s (continuing in grow mode)\n", fm_last_error());
+}
+
+/* ---- the allocator interface ---- */
+
+static void *oom_locked(cpu_cache *c, size_t n) {
+    c->st.n_ooms++;
+    char rq[32], al[32], rs[32], lm[32];
+    fm_set_error(FM_ERR_OOM,
+                 "out of memory on cpu: requested %s with %s allocated, %s reserved, limit %s "
+                 "(try a smaller --batch, --checkpointing blocks, --precision bf16, or a larger --memory-limit)",
+                 fm_format_bytes(n, rq, sizeof rq), fm_format_bytes(c->st.allocated, al, sizeof al),
+                 fm_format_bytes(c->st.reserved, rs, sizeof rs),
+                 c->st.limit ? fm_format_bytes(c->st.limit, lm, sizeof lm) : "none");
+    return NULL;
 }
 
 static void *cpu_alloc(fm_allocator *a, size_t n) {
     cpu_cache *c = a->impl;
-    size_t sz = round_size(n);
     pthread_mutex_lock(&c->mu);
-    init_limit_locked(c);
+    init_locked(c);
     c->st.n_allocs++;
+    if (c->arena) {
+        hdr *h = arena_alloc_locked(c, n);
+        if (h) {
+            c->st.n_cache_hits++;
+            account_alloc(c, h, n);
+            pthread_mutex_unlock(&c->mu);
+            return (char *)h + HDR;
+        }
+    }
+    size_t sz = round_size(n);
     int cls = class_of(c, sz, true);
     if (cls >= 0 && c->lists[cls]) {
-        free_block *b = c->lists[cls];
-        c->lists[cls] = b->next;
+        hdr *h = c->lists[cls];
+        c->lists[cls] = h->next;
+        h->next = NULL;
         c->cached_bytes -= sz;
-        c->st.allocated += sz;
-        c->st.requested += n;
         c->st.n_cache_hits++;
-        bump_peaks(&c->st);
+        account_alloc(c, h, n);
         pthread_mutex_unlock(&c->mu);
-        return b;
+        return (char *)h + HDR;
     }
     void *p = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (c->st.limit && c->st.reserved + sz > c->st.limit) {
+        if (c->st.limit && c->st.reserved + sz + HDR > c->st.limit) {
             if (attempt == 0 && c->cached_bytes) { drop_cache_locked(c); continue; }
             break;
         }
-        if (posix_memalign(&p, ALIGN, sz) == 0) break;
+        if (posix_memalign(&p, ALIGN, sz + HDR) == 0) break;
         p = NULL;
         if (attempt == 0) drop_cache_locked(c);
     }
     if (!p) {
-        c->st.n_ooms++;
-        char rq[32], al[32], rs[32], lm[32];
-        fm_set_error(FM_ERR_OOM,
-                     "out of memory on cpu: requested %s with %s allocated, %s reserved, limit %s "
-                     "(try a smaller --batch, --checkpointing blocks, --precision bf16, or a larger --memory-limit)",
-                     fm_format_bytes(n, rq, sizeof rq), fm_format_bytes(c->st.allocated, al, sizeof al),
-                     fm_format_bytes(c->st.reserved, rs, sizeof rs),
-                     c->st.limit ? fm_format_bytes(c->st.limit, lm, sizeof lm) : "none");
+        oom_locked(c, n);
         pthread_mutex_unlock(&c->mu);
         return NULL;
     }
-    c->st.reserved += sz;
-    c->st.allocated += sz;
-    c->st.requested += n;
+    hdr *h = p;
+    memset(h, 0, sizeof *h);
+    h->magic = MAGIC;
+    h->size = sz;
+    c->st.reserved += sz + HDR;
     c->st.n_system_allocs++;
-    bump_peaks(&c->st);
+    account_alloc(c, h, n);
     pthread_mutex_unlock(&c->mu);
-    return p;
+    return (char *)h + HDR;
 }
 
 static void cpu_free(fm_allocator *a, void *p, size_t n) {
+    (void)n; /* the header knows the size */
     if (!p) return;
     cpu_cache *c = a->impl;
-    size_t sz = round_size(n);
+    hdr *h = (hdr *)((char *)p - HDR);
     pthread_mutex_lock(&c->mu);
-    c->st.allocated -= sz;
-    c->st.requested -= n;
+    if (h->magic != MAGIC || !h->in_use) {
+        pthread_mutex_unlock(&c->mu);
+        fprintf(stderr, "fathom: cpu allocator: free of a pointer it does not own or already freed (%p)\n", p);
+        abort();
+    }
+    c->st.allocated -= h->size;
+    c->st.requested -= h->requested;
+    c->st.by_category[h->cat] -= h->size;
     c->st.active = c->st.allocated;
-    int cls = class_of(c, sz, true);
-    if (cls >= 0) {
-        free_block *b = p;
-        b->next = c->lists[cls];
-        c->lists[cls] = b;
-        c->cached_bytes += sz;
+    h->requested = 0;
+    if (h->arena) {
+        arena_free_locked(c, h);
     } else {
-        free(p);
-        c->st.reserved -= sz;
-        c->st.n_system_frees++;
+        h->in_use = 0;
+        int cls = class_of(c, h->size, true);
+        if (cls >= 0) {
+            h->next = c->lists[cls];
+            c->lists[cls] = h;
+            c->cached_bytes += h->size;
+        } else {
+            c->st.reserved -= h->size + HDR;
+            c->st.n_system_frees++;
+            free(h);
+        }
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -165,7 +399,7 @@ static void cpu_free(fm_allocator *a, void *p, size_t n) {
 static fm_status cpu_stats(fm_allocator *a, fm_memory_stats *out) {
     cpu_cache *c = a->impl;
     pthread_mutex_lock(&c->mu);
-    init_limit_locked(c);
+    init_locked(c);
     *out = c->st;
     pthread_mutex_unlock(&c->mu);
     return FM_OK;
@@ -178,9 +412,12 @@ static void cpu_reset_peak(fm_allocator *a) {
     c->st.requested_peak = c->st.requested;
     c->st.reserved_peak = c->st.reserved;
     c->st.active_peak = c->st.active;
+    for (int i = 0; i < FM_MEM_CAT_COUNT; i++) c->st.by_category_peak[i] = c->st.by_category[i];
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Returns cached grow-mode blocks to the system. The preallocated arena stays:
+ * it was reserved on purpose (as TensorFlow keeps its pool). */
 static void cpu_empty_cache(fm_allocator *a) {
     cpu_cache *c = a->impl;
     pthread_mutex_lock(&c->mu);
@@ -191,7 +428,7 @@ static void cpu_empty_cache(fm_allocator *a) {
 static fm_status cpu_set_limit(fm_allocator *a, size_t limit) {
     cpu_cache *c = a->impl;
     pthread_mutex_lock(&c->mu);
-    c->initialized = 1;
+    init_locked(c);
     c->st.limit = limit;
     pthread_mutex_unlock(&c->mu);
     return FM_OK;
@@ -202,8 +439,13 @@ static fm_allocator g_cpu_alloc = {"cpu-caching", cpu_alloc, cpu_free, cpu_stats
 
 fm_allocator *fm_cpu_allocator(void) { return &g_cpu_alloc; }
 
-/* Release cached blocks at exit so leak checkers see only real leaks. */
-__attribute__((destructor)) static void cpu_cache_at_exit(void) { cpu_empty_cache(&g_cpu_alloc); }
+/* Release cached blocks (and an idle arena) at exit so leak checkers see only real leaks. */
+__attribute__((destructor)) static void cpu_cache_at_exit(void) {
+    cpu_empty_cache(&g_cpu_alloc);
+    pthread_mutex_lock(&g_cpu.mu);
+    if (!g_cpu.arena_in_use) arena_release_locked(&g_cpu);
+    pthread_mutex_unlock(&g_cpu.mu);
+}
 
 fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out) {
     if (dev.type == FM_DEV_CPU) return cpu_stats(&g_cpu_alloc, out);
@@ -214,6 +456,57 @@ void fm_memory_empty_cache(fm_device dev) { if (dev.type == FM_DEV_CPU) cpu_empt
 fm_status fm_memory_set_limit(fm_device dev, size_t limit) {
     if (dev.type == FM_DEV_CPU) return cpu_set_limit(&g_cpu_alloc, limit);
     return fm_set_error(FM_ERR_UNSUPPORTED, "memory limit: device has no allocator in this build");
+}
+
+fm_status fm_memory_configure(fm_device dev, const fm_memory_config *cfg) {
+    if (!cfg) return fm_set_error(FM_ERR_INVALID, "memory: configuration is NULL");
+    if (dev.type != FM_DEV_CPU) return fm_set_error(FM_ERR_UNSUPPORTED, "memory: configuring this device's allocator is not supported");
+    pthread_mutex_lock(&g_cpu.mu);
+    g_cpu.initialized = 1;
+    fm_status st = configure_locked(&g_cpu, cfg);
+    pthread_mutex_unlock(&g_cpu.mu);
+    return st;
+}
+
+fm_status fm_memory_mode_parse(const char *s, fm_memory_mode *out) {
+    if (s && !strcmp(s, "grow")) { *out = FM_MEMORY_GROW; return FM_OK; }
+    if (s && !strcmp(s, "preallocate")) { *out = FM_MEMORY_PREALLOCATE; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "unknown memory mode '%s' (expected grow or preallocate)", s ? s : "(null)");
+}
+
+fm_status fm_memory_report_get(fm_device dev, fm_memory_report *out) {
+    fm_memory_stats s;
+    fm_status st = fm_memory_stats_get(dev, &s);
+    if (st != FM_OK) return st;
+    memset(out, 0, sizeof *out);
+    out->peak_allocated = s.allocated_peak;
+    out->peak_reserved = s.reserved_peak;
+    for (int i = 0; i < FM_MEM_CAT_COUNT; i++) out->peak[i] = s.by_category_peak[i];
+    out->n_system_allocs = s.n_system_allocs;
+    out->n_ooms = s.n_ooms;
+    return FM_OK;
+}
+
+const char *fm_memory_report_format(const fm_memory_report *r, char *buf, size_t len) {
+    char a[32], b[32], w[32], g[32], o[32], act[32];
+    snprintf(buf, len,
+             "memory: peak %s allocated, %s reserved; peak by category: weights %s, gradients %s, "
+             "optimizer state %s, activations %s",
+             fm_format_bytes(r->peak_allocated, a, sizeof a), fm_format_bytes(r->peak_reserved, b, sizeof b),
+             fm_format_bytes(r->peak[FM_MEM_WEIGHTS], w, sizeof w), fm_format_bytes(r->peak[FM_MEM_GRADIENTS], g, sizeof g),
+             fm_format_bytes(r->peak[FM_MEM_OPTIMIZER], o, sizeof o),
+             fm_format_bytes(r->peak[FM_MEM_ACTIVATIONS], act, sizeof act));
+    return buf;
+}
+
+const char *fm_memory_report_json(const fm_memory_report *r, char *buf, size_t len) {
+    snprintf(buf, len,
+             "{\"peak_allocated\": %zu, \"peak_reserved\": %zu, \"weights\": %zu, \"gradients\": %zu, "
+             "\"optimizer_state\": %zu, \"activations\": %zu, \"other\": %zu, \"system_allocs\": %llu, \"ooms\": %llu}",
+             r->peak_allocated, r->peak_reserved, r->peak[FM_MEM_WEIGHTS], r->peak[FM_MEM_GRADIENTS],
+             r->peak[FM_MEM_OPTIMIZER], r->peak[FM_MEM_ACTIVATIONS], r->peak[FM_MEM_OTHER],
+             (unsigned long long)r->n_system_allocs, (unsigned long long)r->n_ooms);
+    return buf;
 }
 
 fm_status fm_parse_size(const char *s, size_t *out) {
