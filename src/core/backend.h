@@ -44,4 +44,7 @@ void fm_backend_register(const fm_backend *b);
 fm_status fm_dispatch(fm_op_call *call);
 /* CPU backend constructor (src/backend/cpu/cpu_backend.c). */
 const fm_backend *fm_cpu_backend(void);
+/* CUDA backend (src/backend/cuda): registers itself on first call when a device
+ * exists; NULL otherwise (and in builds without CUDA). */
+const fm_backend *fm_cuda_backend(void);
 #endif
