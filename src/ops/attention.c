@@ -13,6 +13,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "core/backend.h"  /* fm_dispatch */
 #include "ops/op_attrs.h"  /* fm_sdpa_attrs */
+#include "fathom/amp.h"     /* autocast: promote low-precision inputs */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }
 
@@ -89,6 +90,13 @@ static fm_status sdpa_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor
 }
 
 fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale) {
+    if (fm_autocast_get() != FM_F32 && q && k && v && ((q->dtype == FM_BF16 || q->dtype == FM_F16) || (k->dtype == FM_BF16 || k->dtype == FM_F16) || (v->dtype == FM_BF16 || v->dtype == FM_F16))) {
+        /* autocast (amp.h): the CPU kernels compute in f32, so low-precision q/k/v are promoted */
+        fm_tensor *q2 = fm_autocast_f32(q), *k2 = fm_autocast_f32(k), *v2 = fm_autocast_f32(v);
+        fm_tensor *y = q2 && k2 && v2 ? fm_scaled_dot_product_attention(q2, k2, v2, causal, scale) : NULL;
+        fm_tensor_release_n(3, q2, k2, v2);
+        return y;
+    }
     if (sdpa_check(q, k, v) != FM_OK) return NULL;
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)q->shape[3]);
     fm_sdpa_attrs attrs = {causal ? 1 : 0, scale};

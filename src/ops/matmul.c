@@ -118,8 +118,9 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     fm_tensor *y = wt ? fm_matmul(x2, wt) : NULL;
     fm_tensor_release_n(2, x2, wt);
     if (y && b) {
-        fm_tensor *yb = fm_add(y, b);
-        fm_tensor_release(y);
+        fm_tensor *bc = fm_autocast_input(b); /* autocast: the bias joins the low-precision output */
+        fm_tensor *yb = bc ? fm_add(y, bc) : NULL;
+        fm_tensor_release_n(2, y, bc);
         y = yb;
     }
     if (y && x->ndim != 2) {

@@ -1,0 +1,98 @@
+/* Efficiency options: parsing, validation of flag combinations, the pre-training
+ * memory check and the checkpointing switch used by training loops. */
+#include <string.h>
+
+#include "fathom/efficiency.h"
+
+fm_status fm_checkpointing_parse(const char *s, fm_checkpointing *out) {
+    if (s && !strcmp(s, "none")) { *out = FM_CKPT_NONE; return FM_OK; }
+    if (s && !strcmp(s, "blocks")) { *out = FM_CKPT_BLOCKS; return FM_OK; }
+    if (s && !strcmp(s, "selective")) { *out = FM_CKPT_SELECTIVE; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "unknown checkpointing '%s' (expected none, blocks or selective)", s ? s : "(null)");
+}
+
+const char *fm_checkpointing_name(fm_checkpointing c) {
+    return c == FM_CKPT_NONE ? "none" : c == FM_CKPT_BLOCKS ? "blocks" : c == FM_CKPT_SELECTIVE ? "selective" : "?";
+}
+
+fm_efficiency_opts fm_efficiency_defaults(void) {
+    fm_efficiency_opts o;
+    memset(&o, 0, sizeof o);
+    o.precision = FM_F32;
+    o.grad_accum = 1;
+    o.checkpointing = FM_CKPT_NONE;
+    o.memory_mode = FM_MEMORY_GROW;
+    return o;
+}
+
+fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transformer, int batch) {
+    if (!o) return fm_set_error(FM_ERR_INVALID, "efficiency options are NULL");
+    if (o->precision != FM_F32 && o->precision != FM_BF16 && o->precision != FM_F16)
+        return fm_set_error(FM_ERR_INVALID, "--precision must be fp32, bf16 or fp16 (got %s)", fm_dtype_name(o->precision));
+    if (o->grad_accum < 1)
+        return fm_set_error(FM_ERR_INVALID, "--grad-accum must be at least 1 (got %d)", o->grad_accum);
+    if (batch > 0 && batch % o->grad_accum)
+        return fm_set_error(FM_ERR_INVALID, "--batch %d is not divisible by --grad-accum %d (each micro-batch must have the same size)",
+                            batch, o->grad_accum);
+    if ((unsigned)o->checkpointing > FM_CKPT_SELECTIVE)
+        return fm_set_error(FM_ERR_INVALID, "--checkpointing must be none, blocks or selective");
+    if (o->checkpointing != FM_CKPT_NONE && !is_transformer)
+        return fm_set_error(FM_ERR_INVALID, "--checkpointing %s applies to transformer recipes only (this model has no blocks)",
+                            fm_checkpointing_name(o->checkpointing));
+    if (o->loss_scaling && o->precision != FM_F16)
+        return fm_set_error(FM_ERR_INVALID, "loss scaling is for --precision fp16 (got %s: %s)", fm_precision_name(o->precision),
+                            o->precision == FM_BF16 ? "bf16 has fp32's exponent range and needs no scaler" : "fp32 needs no scaler");
+    if (o->stochastic_rounding && o->precision != FM_BF16)
+        return fm_set_error(FM_ERR_INVALID, "--stochastic-rounding needs --precision bf16 (got %s)", fm_precision_name(o->precision));
+    if (o->memory_mode != FM_MEMORY_GROW && o->memory_mode != FM_MEMORY_PREALLOCATE)
+        return fm_set_error(FM_ERR_INVALID, "--memory-mode must be grow or preallocate");
+    if (o->memory_mode == FM_MEMORY_GROW && (o->prealloc_bytes || o->prealloc_fraction))
+        return fm_set_error(FM_ERR_INVALID, "a preallocation size needs --memory-mode preallocate");
+    if (o->prealloc_fraction < 0 || o->prealloc_fraction > 1)
+        return fm_set_error(FM_ERR_INVALID, "preallocation fraction must be in (0, 1] (got %g)", o->prealloc_fraction);
+    if (o->memory_limit && o->prealloc_bytes > o->memory_limit) {
+        char a[32], b[32];
+        return fm_set_error(FM_ERR_INVALID, "preallocation %s is larger than --memory-limit %s",
+                            fm_format_bytes(o->prealloc_bytes, a, sizeof a), fm_format_bytes(o->memory_limit, b, sizeof b));
+    }
+    if (o->data_workers < 0) return fm_set_error(FM_ERR_INVALID, "--workers must be >= 0 (got %d)", o->data_workers);
+    return FM_OK;
+}
+
+fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o) {
+    fm_memory_stats s;
+    fm_status st = fm_memory_stats_get(FM_CPU, &s); /* reads FATHOM_MEMORY_LIMIT etc. first */
+    if (st != FM_OK) return st;
+    fm_memory_config c = {o->memory_mode, o->prealloc_bytes, o->prealloc_fraction, o->memory_limit ? o->memory_limit : s.limit};
+    if (c.mode == FM_MEMORY_PREALLOCATE && !c.prealloc_bytes && !c.prealloc_fraction) c.prealloc_fraction = 0.9;
+    return fm_memory_configure(FM_CPU, &c);
+}
+
+fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots) {
+    fm_memory_stats s;
+    fm_status st = fm_memory_stats_get(FM_CPU, &s);
+    if (st != FM_OK) return st;
+    size_t limit = o && o->memory_limit ? o->memory_limit : s.limit;
+    if (!limit || n_params <= 0) return FM_OK;
+    size_t per = (size_t)(2 + (optimizer_slots > 0 ? optimizer_slots : 0)) * 4; /* f32 weights + grads + state */
+    size_t need = (size_t)n_params * per;
+    if (need <= limit) return FM_OK;
+    char a[32], b[32], w[32];
+    return fm_set_error(FM_ERR_OOM,
+                        "memory limit %s cannot hold the model before training starts: %lld parameters need %s "
+                        "for weights alone and %s with gradients and optimizer state (raise --memory-limit or use a smaller model)",
+                        fm_format_bytes(limit, a, sizeof a), (long long)n_params, fm_format_bytes((size_t)n_params * 4, w, sizeof w),
+                        fm_format_bytes(need, b, sizeof b));
+}
+
+fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,
+                                int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs) {
+    if (!fn) return fm_set_error(FM_ERR_INVALID, "segment: function is NULL");
+    if (o && level != FM_CKPT_NONE && o->checkpointing == level && fm_grad_enabled())
+        return fm_checkpoint(fn, ctx, n_in, inputs, n_out, outputs);
+    for (int i = 0; i < n_out; i++) outputs[i] = NULL;
+    fm_status st = fn(inputs, ctx, outputs);
+    if (st != FM_OK)
+        for (int i = 0; i < n_out; i++) { fm_tensor_release(outputs[i]); outputs[i] = NULL; }
+    return st;
+}

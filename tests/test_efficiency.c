@@ -1,0 +1,390 @@
+/* Efficiency features: GradScaler semantics (growth, back-off, skipped steps,
+ * an overflow storm with its warning, fp16 gradients rescued from underflow),
+ * gradient accumulation equal to the full batch, zero system allocations per
+ * training step after warm-up, the autocast policy for norms/softmax/losses/
+ * attention, stochastic rounding, the checkpointing switch, and clear errors for
+ * bad option combinations and limits too small for the weights. */
+#include "core/parallel.h"
+#include "fathom/efficiency.h"
+#include "fathom/fathom.h"
+#include "fathom/optim.h"
+#include "test_util.h"
+
+/* ---- a 2-layer MLP from fm_linear directly ---- */
+typedef struct mlp { fm_tensor *w1, *b1, *w2, *b2; } mlp;
+
+static fm_tensor *param(fm_rng *r, int ndim, const int64_t *shape, double std) {
+    fm_tensor *t = fm_tensor_randn(ndim, shape, FM_F32, r), *s = fm_mul_scalar(t, std);
+    fm_tensor_release(t);
+    fm_tensor_requires_grad_(s, true);
+    return s;
+}
+
+static mlp mlp_new(fm_rng *r, int in, int hid, int out) {
+    mlp m;
+    m.w1 = param(r, 2, (int64_t[]){hid, in}, 0.3);
+    m.b1 = param(r, 1, (int64_t[]){hid}, 0.1);
+    m.w2 = param(r, 2, (int64_t[]){out, hid}, 0.3);
+    m.b2 = param(r, 1, (int64_t[]){out}, 0.1);
+    return m;
+}
+static void mlp_free(mlp *m) { fm_tensor_release_n(4, m->w1, m->b1, m->w2, m->b2); }
+static void mlp_zero(mlp *m) {
+    fm_tensor_zero_grad(m->w1); fm_tensor_zero_grad(m->b1); fm_tensor_zero_grad(m->w2); fm_tensor_zero_grad(m->b2);
+}
+
+/* mean cross-entropy of the MLP on (x, y), multiplied by mult */
+static fm_tensor *mlp_loss(mlp *m, fm_tensor *x, fm_tensor *y, double mult) {
+    fm_tensor *h = fm_linear(x, m->w1, m->b1), *a = h ? fm_gelu(h) : NULL;
+    fm_tensor *o = a ? fm_linear(a, m->w2, m->b2) : NULL;
+    fm_tensor *l = o ? fm_cross_entropy(o, y, -100, 0, FM_REDUCE_MEAN) : NULL;
+    fm_tensor *s = l ? fm_mul_scalar(l, mult) : NULL;
+    fm_tensor_release_n(4, h, a, o, l);
+    return s;
+}
+
+static double rel_err(fm_tensor *a, fm_tensor *b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < fm_tensor_numel(b); i++) {
+        double d = fabs(fm_tensor_get(a, i) - fm_tensor_get(b, i)), v = fabs(fm_tensor_get(b, i));
+        if (d > num) num = d;
+        if (v > den) den = v;
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void test_grad_accum(void) {
+    fm_rng r;
+    fm_rng_init(&r, 11);
+    mlp m = mlp_new(&r, 32, 64, 10);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){64, 32}, FM_F32, &r);
+    int64_t lab[64];
+    for (int i = 0; i < 64; i++) lab[i] = (i * 7) % 10;
+    fm_tensor *y = fm_tensor_from_data(lab, 1, (int64_t[]){64}, FM_I64);
+    fm_tensor *l = mlp_loss(&m, x, y, 1.0);
+    CHECK(fm_backward(l, NULL, false) == FM_OK);
+    fm_tensor *full[4] = {fm_clone(m.w1->grad), fm_clone(m.b1->grad), fm_clone(m.w2->grad), fm_clone(m.b2->grad)};
+    mlp_zero(&m);
+    for (int k = 0; k < 4; k++) { /* 4 x 16 with the loss scaled by 1/4: gradients accumulate in .grad */
+        fm_tensor *xs = fm_narrow(x, 0, 16 * k, 16), *ys = fm_narrow(y, 0, 16 * k, 16);
+        fm_tensor *ls = mlp_loss(&m, xs, ys, 0.25);
+        CHECK(ls && fm_backward(ls, NULL, false) == FM_OK);
+        fm_tensor_release_n(3, xs, ys, ls);
+    }
+    fm_tensor *acc[4] = {m.w1->grad, m.b1->grad, m.w2->grad, m.b2->grad};
+    for (int i = 0; i < 4; i++) {
+        double e = rel_err(acc[i], full[i]);
+        CHECK_MSG(e <= 1e-6, "param %d: relative difference %g", i, e);
+    }
+    fm_tensor_release_n(7, full[0], full[1], full[2], full[3], x, y, l);
+    mlp_free(&m);
+}
+
+/* A warmed-up step (forward, backward, clip, AdamW, zero_grad) makes no system
+ * allocation: every block comes from the cache. */
+static void test_zero_system_allocs(fm_dtype precision, bool preallocate) {
+    if (preallocate) {
+        fm_memory_config c = {FM_MEMORY_PREALLOCATE, 32 << 20, 0, 0};
+        CHECK_MSG(fm_memory_configure(FM_CPU, &c) == FM_OK, "%s", fm_last_error());
+    }
+    fm_rng r;
+    fm_rng_init(&r, 12);
+    mlp m = mlp_new(&r, 64, 128, 10);
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    fm_optim *opt = fm_optim_new(&oc);
+    fm_tensor *ps[4] = {m.w1, m.b1, m.w2, m.b2};
+    const char *names[4] = {"w1", "b1", "w2", "b2"};
+    int grp = fm_optim_add_group(opt, 0.01);
+    for (int i = 0; i < 4; i++) CHECK(fm_optim_add_param(opt, grp, names[i], ps[i]) == FM_OK);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){32, 64}, FM_F32, &r);
+    int64_t lab[32];
+    for (int i = 0; i < 32; i++) lab[i] = i % 10;
+    fm_tensor *y = fm_tensor_from_data(lab, 1, (int64_t[]){32}, FM_I64);
+    fm_grad_scaler gs;
+    fm_grad_scaler_init(&gs, precision == FM_F16);
+    uint64_t before = 0;
+    double first = 0, last = 0;
+    for (int step = 0; step < 12; step++) {
+        if (step == 4) { fm_memory_stats s; fm_memory_stats_get(FM_CPU, &s); before = s.n_system_allocs; }
+        fm_dtype prev = fm_autocast_set(precision);
+        fm_tensor *l = mlp_loss(&m, x, y, 1.0);
+        fm_autocast_set(prev);
+        fm_tensor *sl = fm_grad_scaler_scale(&gs, l);
+        CHECK(sl && fm_backward(sl, NULL, false) == FM_OK);
+        CHECK(fm_grad_scaler_unscale(&gs, 4, ps) == FM_OK);
+        CHECK(fm_optim_clip_grad_norm(opt, 1.0, NULL) == FM_OK);
+        if (fm_grad_scaler_should_step(&gs)) CHECK(fm_optim_step(opt) == FM_OK);
+        fm_grad_scaler_update(&gs);
+        fm_optim_zero_grad(opt);
+        if (step == 0) first = fm_tensor_item(l);
+        last = fm_tensor_item(l);
+        fm_tensor_release_n(2, l, sl);
+    }
+    fm_memory_stats s;
+    fm_memory_stats_get(FM_CPU, &s);
+    CHECK_MSG(s.n_system_allocs == before, "%s%s: %llu system allocations in 8 warm steps", fm_precision_name(precision),
+              preallocate ? " preallocate" : "", (unsigned long long)(s.n_system_allocs - before));
+    CHECK_MSG(last < first, "%s: loss %g -> %g", fm_precision_name(precision), first, last);
+    CHECK(gs.n_skipped == 0);
+    fm_optim_free(opt);
+    fm_tensor_release_n(2, x, y);
+    mlp_free(&m);
+    if (preallocate) {
+        fm_memory_config g = {FM_MEMORY_GROW, 0, 0, 0};
+        CHECK_MSG(fm_memory_configure(FM_CPU, &g) == FM_OK, "%s", fm_last_error());
+    }
+}
+
+static void test_scaler(void) {
+    fm_grad_scaler gs;
+    fm_grad_scaler_init(&gs, true);
+    CHECK(gs.scale == 65536.0 && gs.growth_interval == 2000 && gs.backoff_factor == 0.5 && gs.growth_factor == 2.0);
+    fm_tensor *p = fm_tensor_full(1, (int64_t[]){5}, 1.0, FM_F32, FM_CPU);
+    fm_tensor_requires_grad_(p, true);
+    fm_tensor *ps[1] = {p};
+    /* clean steps: unscale divides exactly; growth after 2000 */
+    for (int i = 0; i < 2000; i++) {
+        fm_tensor *l = fm_sum(p, 0, NULL, false), *sl = fm_grad_scaler_scale(&gs, l);
+        fm_backward(sl, NULL, false);
+        fm_grad_scaler_unscale(&gs, 1, ps);
+        if (i == 0) CHECK(fm_tensor_get(p->grad, 3) == 1.0);
+        CHECK(fm_grad_scaler_should_step(&gs));
+        fm_grad_scaler_update(&gs);
+        fm_tensor_zero_grad(p);
+        fm_tensor_release_n(2, l, sl);
+        if (i == 1998) CHECK(gs.scale == 65536.0);
+    }
+    CHECK(gs.scale == 131072.0 && gs.growth_tracker == 0);
+    /* overflow storm: every step has an inf gradient */
+    gs.quiet = true;
+    for (int i = 0; i < 30; i++) {
+        fm_tensor *g = fm_tensor_full(1, (int64_t[]){5}, i % 2 ? INFINITY : NAN, FM_F32, FM_CPU);
+        fm_tensor_release(p->grad);
+        p->grad = g;
+        CHECK(fm_grad_scaler_unscale(&gs, 1, ps) == FM_OK);
+        CHECK(!fm_grad_scaler_should_step(&gs));
+        fm_grad_scaler_update(&gs);
+    }
+    CHECK(gs.n_skipped == 30 && gs.n_consecutive_skipped == 30 && gs.warned);
+    CHECK(gs.scale == 131072.0 / (double)(1u << 30));
+    CHECK(fm_grad_scaler_unscale(&gs, 1, ps) == FM_OK);
+    CHECK(fm_grad_scaler_unscale(&gs, 1, ps) == FM_ERR_STATE); /* twice in one step */
+    CHECK_ERR_CONTAINS("twice");
+    fm_grad_scaler_update(&gs);
+    /* a clean step ends the storm */
+    fm_tensor_zero_grad(p);
+    fm_tensor *l = fm_sum(p, 0, NULL, false), *sl = fm_grad_scaler_scale(&gs, l);
+    fm_backward(sl, NULL, false);
+    fm_grad_scaler_unscale(&gs, 1, ps);
+    CHECK(fm_grad_scaler_should_step(&gs));
+    fm_grad_scaler_update(&gs);
+    CHECK(gs.n_consecutive_skipped == 0 && gs.n_skipped == 31);
+    fm_tensor_release_n(3, l, sl, p);
+    /* disabled (bf16/fp32): scale 1 and never skips */
+    fm_grad_scaler_init(&gs, false);
+    CHECK(gs.scale == 1.0 && fm_grad_scaler_should_step(&gs));
+    fm_tensor *bad = fm_tensor_full(1, (int64_t[]){2}, NAN, FM_F32, FM_CPU);
+    CHECK(fm_tensor_has_inf_nan(bad));
+    fm_tensor *bad_t = fm_transpose(fm_tensor_full(2, (int64_t[]){2, 3}, 1.0, FM_F64, FM_CPU), 0, 1);
+    CHECK(!fm_tensor_has_inf_nan(bad_t)); /* strided path through the ops */
+    fm_tensor_release_n(2, bad, bad_t);
+}
+
+/* fp16: tiny gradients underflow without scaling and survive with it. */
+static void test_fp16_underflow(void) {
+    fm_rng r;
+    fm_rng_init(&r, 13);
+    mlp m = mlp_new(&r, 16, 32, 4);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){8, 16}, FM_F32, &r);
+    fm_tensor *y = fm_tensor_from_data((int64_t[]){0, 1, 2, 3, 0, 1, 2, 3}, 1, (int64_t[]){8}, FM_I64);
+    fm_tensor *ps[4] = {m.w1, m.b1, m.w2, m.b2};
+    fm_tensor *l = mlp_loss(&m, x, y, 1e-6);
+    fm_backward(l, NULL, false);
+    fm_tensor *ref = fm_clone(m.w1->grad);
+    fm_tensor_release(l);
+    mlp_zero(&m);
+    double err[2];
+    for (int k = 0; k < 2; k++) {
+        fm_grad_scaler gs;
+        fm_grad_scaler_init(&gs, k == 1);
+        fm_dtype prev = fm_autocast_set(FM_F16);
+        l = mlp_loss(&m, x, y, 1e-6);
+        fm_autocast_set(prev);
+        fm_tensor *sl = fm_grad_scaler_scale(&gs, l);
+        fm_backward(sl, NULL, false);
+        fm_grad_scaler_unscale(&gs, 4, ps);
+        CHECK(m.w1->grad && m.w1->grad->dtype == FM_F32);
+        err[k] = m.w1->grad ? rel_err(m.w1->grad, ref) : 1;
+        fm_grad_scaler_update(&gs);
+        mlp_zero(&m);
+        fm_tensor_release_n(2, l, sl);
+    }
+    CHECK_MSG(err[0] > 0.1 && err[1] < 0.01, "unscaled %g, scaled %g", err[0], err[1]);
+    fm_tensor_release_n(3, x, y, ref);
+    mlp_free(&m);
+}
+
+static void test_policy(void) {
+    fm_rng r;
+    fm_rng_init(&r, 14);
+    fm_tensor *x = fm_tensor_randn(3, (int64_t[]){2, 4, 8}, FM_F32, &r), *xb = fm_to_dtype(x, FM_BF16);
+    fm_tensor *xr = fm_to_dtype(xb, FM_F32); /* the same values in f32 */
+    fm_tensor *ref_ln = fm_layer_norm(xr, 1, NULL, NULL, 1e-5), *ref_sm = fm_softmax(xr, -1);
+    fm_tensor *q = fm_reshape(xr, 4, (int64_t[]){1, 2, 4, 8}), *qb = fm_to_dtype(q, FM_BF16);
+    fm_tensor *ref_at = fm_scaled_dot_product_attention(q, q, q, true, 0);
+    fm_dtype prev = fm_autocast_set(FM_BF16);
+    fm_tensor *ln = fm_layer_norm(xb, 1, NULL, NULL, 1e-5), *rms = fm_rms_norm(xb, NULL, 1e-5);
+    fm_tensor *sm = fm_softmax(xb, -1), *at = fm_scaled_dot_product_attention(qb, qb, qb, true, 0);
+    fm_tensor *lg = fm_reshape(xb, 2, (int64_t[]){8, 8});
+    fm_tensor *ce = fm_cross_entropy(lg, fm_tensor_from_data((int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 1, (int64_t[]){8}, FM_I64),
+                                     -100, 0, FM_REDUCE_MEAN);
+    fm_autocast_set(prev);
+    CHECK_MSG(ln && rms && sm && at && ce, "%s", fm_last_error());
+    if (ln && sm && at && ce && rms) {
+        CHECK(ln->dtype == FM_F32 && rms->dtype == FM_F32 && sm->dtype == FM_F32 && at->dtype == FM_F32 && ce->dtype == FM_F32);
+        CHECK(rel_err(ln, ref_ln) < 1e-6 && rel_err(sm, ref_sm) < 1e-6 && rel_err(at, ref_at) < 1e-6);
+    }
+    /* outside autocast low precision is still refused by f32-only kernels, with a message */
+    fm_tensor *no = fm_layer_norm(xb, 1, NULL, NULL, 1e-5);
+    CHECK(no == NULL);
+    fm_tensor_release_n(14, x, xb, xr, ref_ln, ref_sm, q, qb, ref_at, ln, rms, sm, at, lg, ce);
+    fm_tensor_release(no);
+}
+
+static void test_stochastic_rounding(void) {
+    enum { N = 200000 };
+    float v = 1.0f + 1.0f / 512; /* a quarter of the way from 1 to the next bf16 (1 + 1/128) */
+    fm_tensor *src = fm_tensor_full(1, (int64_t[]){N}, v, FM_F32, FM_CPU);
+    fm_tensor *dst = fm_tensor_empty(1, (int64_t[]){N}, FM_BF16, FM_CPU);
+    fm_rng r;
+    fm_rng_init(&r, 15);
+    CHECK(fm_amp_copy_lowp_(dst, src, true, &r) == FM_OK);
+    CHECK(r.offset == N / 4);
+    double mean = 0;
+    for (int i = 0; i < N; i++) mean += fm_tensor_get(dst, i);
+    mean /= N;
+    CHECK_MSG(fabs(mean - v) < 2e-4, "stochastic mean %.6f vs %.6f", mean, (double)v);
+    CHECK(fm_amp_copy_lowp_(dst, src, false, NULL) == FM_OK); /* nearest: always 1 */
+    CHECK(fm_tensor_get(dst, 17) == 1.0);
+    CHECK(fm_f32_to_bf16_stochastic(INFINITY, 0xFFFF) == fm_f32_to_bf16(INFINITY));
+    CHECK(fm_f32_to_bf16_stochastic(3.3895314e38f, 0xFFFF) == fm_f32_to_bf16(3.3895314e38f)); /* no overflow to inf */
+    fm_tensor *h = fm_tensor_empty(1, (int64_t[]){N}, FM_F16, FM_CPU);
+    CHECK(fm_amp_copy_lowp_(h, src, true, NULL) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("bf16");
+    CHECK(fm_amp_copy_lowp_(src, src, false, NULL) == FM_ERR_INVALID);
+    fm_tensor_release_n(3, src, dst, h);
+}
+
+typedef struct seg_ctx { fm_tensor *w; } seg_ctx;
+static fm_status seg(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    seg_ctx *c = ctx;
+    fm_tensor *h = fm_linear(in[0], c->w, NULL), *d = h ? fm_dropout(h, 0.3, true, NULL) : NULL;
+    out[0] = d ? fm_gelu(d) : NULL;
+    fm_tensor_release_n(2, h, d);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+static void test_segment_switch(void) {
+    fm_rng r;
+    fm_rng_init(&r, 16);
+    seg_ctx c = {param(&r, 2, (int64_t[]){16, 16}, 0.3)};
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){4, 16}, FM_F32, &r);
+    fm_tensor *g[3] = {0};
+    fm_checkpointing modes[3] = {FM_CKPT_NONE, FM_CKPT_BLOCKS, FM_CKPT_SELECTIVE};
+    double loss[3];
+    for (int k = 0; k < 3; k++) {
+        fm_efficiency_opts o = fm_efficiency_defaults();
+        o.checkpointing = modes[k];
+        fm_manual_seed(99);
+        fm_tensor *out = NULL;
+        CHECK(fm_efficiency_segment(&o, FM_CKPT_BLOCKS, seg, &c, 1, &x, 1, &out) == FM_OK);
+        fm_tensor *s = fm_sum(out, 0, NULL, false);
+        loss[k] = fm_tensor_item(s);
+        fm_backward(s, NULL, false);
+        g[k] = fm_clone(c.w->grad);
+        fm_tensor_zero_grad(c.w);
+        fm_tensor_release_n(2, out, s);
+    }
+    CHECK(loss[0] == loss[1] && loss[0] == loss[2]);
+    CHECK(rel_err(g[1], g[0]) == 0 && rel_err(g[2], g[0]) == 0);
+    fm_tensor_release_n(5, g[0], g[1], g[2], x, c.w);
+}
+
+static void test_options(void) {
+    fm_efficiency_opts o = fm_efficiency_defaults();
+    CHECK(fm_efficiency_validate(&o, false, 64) == FM_OK);
+    fm_dtype dt;
+    CHECK(fm_precision_parse("bf16", &dt) == FM_OK && dt == FM_BF16);
+    CHECK(fm_precision_parse("int8", &dt) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("fp32, bf16 or fp16");
+    fm_checkpointing ck;
+    CHECK(fm_checkpointing_parse("selective", &ck) == FM_OK && ck == FM_CKPT_SELECTIVE);
+    CHECK(fm_checkpointing_parse("all", &ck) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("none, blocks or selective");
+    o.grad_accum = 0;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("--grad-accum must be at least 1");
+    o.grad_accum = 3;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("--batch 64 is not divisible by --grad-accum 3");
+    o = fm_efficiency_defaults();
+    o.checkpointing = FM_CKPT_BLOCKS;
+    CHECK(fm_efficiency_validate(&o, false, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("transformer recipes only");
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_OK);
+    o = fm_efficiency_defaults();
+    o.precision = FM_BF16;
+    o.loss_scaling = true;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("needs no scaler");
+    o.precision = FM_F16;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_OK);
+    o.stochastic_rounding = true;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("--stochastic-rounding needs --precision bf16");
+    o = fm_efficiency_defaults();
+    o.precision = FM_I32;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    o = fm_efficiency_defaults();
+    o.prealloc_bytes = 1 << 20;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("needs --memory-mode preallocate");
+    o.memory_mode = FM_MEMORY_PREALLOCATE;
+    o.memory_limit = 1 << 19;
+    CHECK(fm_efficiency_validate(&o, true, 64) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("larger than --memory-limit");
+    CHECK(fm_efficiency_validate(NULL, true, 64) == FM_ERR_INVALID);
+    /* a limit too small for the weights: a clear error before training */
+    o = fm_efficiency_defaults();
+    o.memory_limit = 1 << 20;
+    CHECK(fm_efficiency_check_fits(&o, 1000000, 2) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("cannot hold the model before training starts: 1000000 parameters need 3.81 MiB");
+    CHECK(fm_efficiency_check_fits(&o, 10000, 2) == FM_OK);
+    o.memory_limit = 0;
+    CHECK(fm_efficiency_check_fits(&o, 1000000000, 2) == FM_OK); /* no limit */
+    /* apply: preallocate through the options, then back to grow */
+    o.memory_mode = FM_MEMORY_PREALLOCATE;
+    o.prealloc_bytes = 4 << 20;
+    CHECK_MSG(fm_efficiency_apply_memory(&o) == FM_OK, "%s", fm_last_error());
+    fm_memory_stats s;
+    fm_memory_stats_get(FM_CPU, &s);
+    CHECK(s.mode == FM_MEMORY_PREALLOCATE && s.arena_bytes == (4u << 20));
+    o = fm_efficiency_defaults();
+    CHECK(fm_efficiency_apply_memory(&o) == FM_OK);
+}
+
+int main(void) {
+    test_options();
+    test_scaler();
+    test_grad_accum();
+    test_zero_system_allocs(FM_F32, false);
+    test_zero_system_allocs(FM_BF16, false);
+    test_zero_system_allocs(FM_F16, false);
+    test_zero_system_allocs(FM_F32, true);
+    test_fp16_underflow();
+    test_policy();
+    test_stochastic_rounding();
+    test_segment_switch();
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
