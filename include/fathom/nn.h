@@ -75,6 +75,13 @@ fm_status fm_sequential_add_named(fm_module *seq, const char *name, fm_module *c
 
 void fm_module_free(fm_module *m);
 
+/* Short forms for small programs (the global generator seeds the weights):
+ * fm_sequential(3, fm_linear_new(4, 16, true), fm_relu_new(), fm_linear_new(16, 2, true)).
+ * fm_sequential takes ownership of its n children, also when it fails. */
+fm_module *fm_sequential(int n, ...);
+fm_module *fm_linear_new(int64_t in_features, int64_t out_features, bool bias);
+fm_module *fm_relu_new(void);
+
 /* ---- use ---- */
 /* New reference to the output, or NULL. Records the tape when grad mode is on. */
 fm_tensor *fm_module_forward(fm_module *m, fm_tensor *x);

@@ -33,7 +33,11 @@ fm_status fm_optim_kind_parse(const char *name, fm_optim_kind *out);
 const char *fm_optim_kind_name(fm_optim_kind kind);
 
 typedef struct fm_optim fm_optim;
+typedef fm_optim fm_optimizer;
 fm_optim *fm_optim_new(const fm_optim_config *cfg);
+/* Short forms: an optimizer over all of m's parameters (no decay on biases/norms). */
+fm_optim *fm_optim_sgd(fm_module *m, double lr, double momentum, double weight_decay);
+fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double beta2, double eps, double weight_decay);
 void fm_optim_free(fm_optim *o);
 /* A group with its own weight decay; returns its index or -1. */
 int fm_optim_add_group(fm_optim *o, double weight_decay);

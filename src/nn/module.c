@@ -5,6 +5,7 @@
  * reader looks when a layer misbehaves. Forward passes call only public ops
  * (fathom/ops.h), so modules work on any device the ops support. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,6 +318,24 @@ void fm_module_free(fm_module *m) {
     fm_tensor_release_n(5, m->weight, m->bias, m->running_mean, m->running_var, m->num_batches);
     free(m);
 }
+
+fm_module *fm_sequential(int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    fm_module *seq = fm_nn_sequential();
+    fm_status st = seq ? FM_OK : fm_last_status();
+    for (int i = 0; i < n; i++) {
+        fm_module *c = va_arg(ap, fm_module *);
+        if (st == FM_OK) st = fm_sequential_add(seq, c);
+        else fm_module_free(c);
+    }
+    va_end(ap);
+    if (st != FM_OK) { fm_module_free(seq); return NULL; }
+    return seq;
+}
+
+fm_module *fm_linear_new(int64_t in, int64_t out, bool bias) { return fm_nn_linear(in, out, bias, NULL); }
+fm_module *fm_relu_new(void) { return fm_nn_simple(FM_MOD_RELU); }
 
 /* ---------------- description and shapes ---------------- */
 

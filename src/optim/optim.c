@@ -130,6 +130,31 @@ fm_status fm_optim_add_params(fm_optim *o, fm_module *m) {
     return st;
 }
 
+static fm_optim *optim_for(fm_module *m, const fm_optim_config *c) {
+    if (!m) { fm_set_error(FM_ERR_INVALID, "optim: module is NULL"); return NULL; }
+    fm_optim *o = fm_optim_new(c);
+    if (o && fm_optim_add_params(o, m) != FM_OK) { fm_optim_free(o); return NULL; }
+    return o;
+}
+
+fm_optim *fm_optim_sgd(fm_module *m, double lr, double momentum, double weight_decay) {
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_SGD);
+    c.lr = lr;
+    c.momentum = momentum;
+    c.weight_decay = weight_decay;
+    return optim_for(m, &c);
+}
+
+fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double beta2, double eps, double weight_decay) {
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_ADAMW);
+    c.lr = lr;
+    c.beta1 = beta1;
+    c.beta2 = beta2;
+    c.eps = eps;
+    c.weight_decay = weight_decay;
+    return optim_for(m, &c);
+}
+
 static fm_status ensure_state(fm_optim *o, opt_param *q) {
     bool adam = o->cfg.kind != FM_OPTIM_SGD;
     if (!adam && o->cfg.momentum == 0) return FM_OK;
