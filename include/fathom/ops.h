@@ -149,6 +149,12 @@ fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 
 fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal,
                                            double scale);
 
+/* ---- fused transformer helpers ---- */
+/* qkv [B, T, (n_head + 2*n_kv_head) * D] (a fused QKV projection) -> new contiguous
+ * q [B, n_head, T, D], k and v [B, n_kv_head, T, D] in one pass; the gradient is
+ * written back into the fused layout in one pass too (no zero-padded slices). */
+fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v);
+
 #ifdef __cplusplus
 }
 #endif

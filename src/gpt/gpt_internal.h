@@ -27,7 +27,7 @@ struct fm_gpt {
     gpt_layer *layers;
     gpt_hf_entry *hf;
     int n_hf, cap_hf;
-    fm_tensor *rope_cos, *rope_sin; /* [block, 1, D] */
+    fm_tensor *rope_cos, *rope_sin; /* [block, D] */
     bool training;
     fm_rng own_rng, *rng;
 };

@@ -255,9 +255,9 @@ static fm_status build_rope(fm_gpt *m) {
             cs[t * D + i] = cs[t * D + i + D / 2] = (float)cos(a);
             sn[t * D + i] = sn[t * D + i + D / 2] = (float)sin(a);
         }
-    int64_t shape[3] = {T, 1, D};
-    m->rope_cos = fm_tensor_from_data(cs, 3, shape, FM_F32);
-    m->rope_sin = fm_tensor_from_data(sn, 3, shape, FM_F32);
+    int64_t shape[2] = {T, D};
+    m->rope_cos = fm_tensor_from_data(cs, 2, shape, FM_F32);
+    m->rope_sin = fm_tensor_from_data(sn, 2, shape, FM_F32);
     free(cs);
     free(sn);
     return m->rope_cos && m->rope_sin ? FM_OK : fm_last_status();
@@ -324,7 +324,7 @@ static fm_tensor *dropout(fm_gpt *m, fm_tensor *x) {
     return fm_dropout(x, m->cfg.dropout, m->training && m->cfg.dropout > 0, m->rng);
 }
 
-/* x [B, T, h, D] rotated for positions pos0 .. pos0+T-1 (rotate-half form). */
+/* x [B, h, T, D] rotated for positions pos0 .. pos0+T-1 (rotate-half form). */
 static fm_tensor *rope(const fm_gpt *m, fm_tensor *x, int64_t pos0, int64_t T) {
     const int64_t D = x->shape[3];
     fm_tensor *cs = fm_narrow(m->rope_cos, 0, pos0, T), *sn = fm_narrow(m->rope_sin, 0, pos0, T);
@@ -343,20 +343,13 @@ static fm_tensor *rope(const fm_gpt *m, fm_tensor *x, int64_t pos0, int64_t T) {
  * cached positions; a single new query may see every cached key, so no mask. */
 static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache) {
     const int64_t B = qkv->shape[0], T = qkv->shape[1];
-    const int64_t H = m->cfg.n_head, KV = m->n_kv, D = m->cfg.n_embd / m->cfg.n_head;
+    const int64_t H = m->cfg.n_head, D = m->cfg.n_embd / m->cfg.n_head;
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL;
-    fm_tensor *v4 = fm_view(qkv, 4, (int64_t[]){B, T, H + 2 * KV, D});
-    if (!v4) return NULL;
-    q = fm_narrow(v4, 2, 0, H);
-    k = fm_narrow(v4, 2, H, KV);
-    v = fm_narrow(v4, 2, H + KV, KV);
-    fm_tensor_release(v4);
-    if (!q || !k || !v) goto done;
+    /* one pass to contiguous [B, h, T, D] heads (and one pass back for the gradient) */
+    if (fm_qkv_split_heads(qkv, (int)H, m->n_kv, &q, &k, &v)) return NULL;
     if (m->cfg.arch == FM_GPT_LLAMA) {
         if (!upd(&q, rope(m, q, pos0, T)) || !upd(&k, rope(m, k, pos0, T))) goto done;
     }
-    if (!upd(&q, fm_transpose(q, 1, 2)) || !upd(&k, fm_transpose(k, 1, 2)) || !upd(&v, fm_transpose(v, 1, 2)))
-        goto done;
     if (cache) {
         fm_tensor *kd = fm_narrow(cache->k[layer], 2, pos0, T), *vd = fm_narrow(cache->v[layer], 2, pos0, T);
         fm_status st = kd && vd ? fm_copy_(kd, k) : FM_ERR_INVALID;

@@ -53,4 +53,7 @@ typedef struct fm_one_hot_attrs { int64_t num_classes; } fm_one_hot_attrs;
 /* SDPA: in = {q, k, v}; out = {o [B,H,Tq,D], lse [B,H,Tq] f32}.
  * SDPA_BACKWARD: in = {dout, q, k, v, out, lse}; out = {dq, dk, dv}. */
 typedef struct fm_sdpa_attrs { int causal; double scale; } fm_sdpa_attrs;
+/* QKV_SPLIT_HEADS: in = {qkv [B,T,(H+2KV)*D]}; out = {q [B,H,T,D], k, v [B,KV,T,D]}.
+ * QKV_SPLIT_HEADS_BACKWARD: in = {dq, dk, dv} (each may be NULL: zero); out = {dqkv}. */
+typedef struct fm_qkv_split_attrs { int64_t n_head, n_kv_head, head_dim; } fm_qkv_split_attrs;
 #endif

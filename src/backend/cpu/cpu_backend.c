@@ -29,6 +29,7 @@ static void build(void) {
     fm_cpu_kernels_conv(&g_cpu);
     fm_cpu_kernels_index(&g_cpu);
     fm_cpu_kernels_attention(&g_cpu);
+    fm_cpu_kernels_fused(&g_cpu);
 }
 
 const fm_backend *fm_cpu_backend(void) {
