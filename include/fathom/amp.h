@@ -20,6 +20,11 @@ fm_dtype fm_autocast_set(fm_dtype dt);
 fm_dtype fm_autocast_get(void);
 /* a cast to the autocast dtype if autocast is on and t is f32; else a new ref to t */
 fm_tensor *fm_autocast_input(fm_tensor *t);
+/* Any float tensor but f64 in the autocast dtype (f32, bf16 and f16 inputs alike),
+ * for the ops that run in low precision with several inputs (attention); and
+ * whether that would cast t. */
+fm_tensor *fm_autocast_lowp(fm_tensor *t);
+bool fm_autocast_would_cast(const fm_tensor *t);
 /* For the ops the policy keeps in f32 (norms, softmax, losses, and attention on
  * the CPU, whose kernels compute in f32/f64): a cast to f32 if autocast is on and
  * t is bf16/f16; else a new ref to t. */

@@ -13,8 +13,8 @@
  *       fm_backward(scaled)
  *     then fm_grad_scaler_unscale, clip, if should_step: optimizer step; update.
  *   transformer blocks: fm_efficiency_segment(&eo, FM_CKPT_BLOCKS, block_fn, ...)
- *   attention core / norm+residual parts inside a block:
- *       fm_efficiency_segment(&eo, FM_CKPT_SELECTIVE, part_fn, ...)
+ *   selective: every linear whose input is a norm, GELU or the attention core:
+ *       fm_efficiency_linear(&eo, f, ctx, n_in, inputs, w, b)  (f = that cheap part)
  *   memory report: tag allocations with fm_memory_tag_push (fathom/memory.h):
  *       WEIGHTS around model creation, OPTIMIZER around optimizer state creation,
  *       ACTIVATIONS around forward, GRADIENTS around backward; at the end print
@@ -62,6 +62,17 @@ fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params
  * (with the tape as usual). o may be NULL (direct). */
 fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,
                                 int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs);
+
+/* Selective recomputation: y = fm_linear(f(inputs), w, b) where f (one output:
+ * a norm, GELU, the attention core) is run without keeping its output; backward
+ * re-runs only f (same RNG draws and autocast) and applies the linear's gradient
+ * directly, so the matmul is never repeated. Parameters f uses through ctx get
+ * their gradients during that backward. At most 5 inputs; b may be NULL. */
+fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
+/* fm_linear_recompute when o->checkpointing is selective (and grad mode is on),
+ * else f then fm_linear with the tape as usual. */
+fm_tensor *fm_efficiency_linear(const fm_efficiency_opts *o, fm_segment_fn f, void *ctx, int n_in,
+                                fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
 
 #ifdef __cplusplus
 }

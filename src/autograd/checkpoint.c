@@ -11,6 +11,7 @@
 
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
+#include "fathom/amp.h"
 
 #define CK_MAX 16
 
@@ -19,6 +20,7 @@ typedef struct ck_attrs {
     void *ctx;
     int n_in, n_out;
     uint64_t rng_seed, rng_offset;
+    fm_dtype autocast; /* the recomputation runs under the forward's autocast setting */
 } ck_attrs;
 
 static fm_status ck_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
@@ -35,7 +37,9 @@ static fm_status ck_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
     g->seed = a->rng_seed;
     g->offset = a->rng_offset;
     bool prev = fm_set_grad_enabled(true);
+    fm_dtype prev_ac = fm_autocast_set(a->autocast);
     st = a->fn(leaves, a->ctx, outs);
+    fm_autocast_set(prev_ac);
     fm_set_grad_enabled(prev);
     *g = keep;
     if (st != FM_OK) goto done;
@@ -67,7 +71,7 @@ fm_status fm_checkpoint(fm_segment_fn fn, void *ctx, int n_in, fm_tensor *const 
         return fm_set_error(FM_ERR_INVALID, "checkpoint: at most %d inputs and %d outputs", FM_NODE_MAX_SAVED, FM_NODE_MAX_OUT);
     for (int i = 0; i < n_out; i++) outputs[i] = NULL;
     fm_rng *g = fm_rng_global();
-    ck_attrs a = {fn, ctx, n_in, n_out, g->seed, g->offset};
+    ck_attrs a = {fn, ctx, n_in, n_out, g->seed, g->offset, fm_autocast_get()};
     bool prev = fm_set_grad_enabled(false);
     fm_status st = fn(inputs, ctx, outputs);
     fm_set_grad_enabled(prev);

@@ -20,6 +20,16 @@ fm_tensor *fm_autocast_input(fm_tensor *t) {
     return fm_tensor_retain(t);
 }
 
+bool fm_autocast_would_cast(const fm_tensor *t) {
+    return t && t_autocast != FM_F32 && t->dtype != t_autocast &&
+           (t->dtype == FM_F32 || t->dtype == FM_BF16 || t->dtype == FM_F16);
+}
+
+fm_tensor *fm_autocast_lowp(fm_tensor *t) {
+    if (!t) return NULL;
+    return fm_autocast_would_cast(t) ? fm_to_dtype(t, t_autocast) : fm_tensor_retain(t);
+}
+
 fm_tensor *fm_autocast_f32(fm_tensor *t) {
     if (!t) return NULL;
     if (t_autocast != FM_F32 && (t->dtype == FM_BF16 || t->dtype == FM_F16)) return fm_to_dtype(t, FM_F32);

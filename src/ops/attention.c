@@ -90,9 +90,9 @@ static fm_status sdpa_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor
 }
 
 fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale) {
-    if (fm_autocast_get() != FM_F32 && q && k && v && ((q->dtype == FM_BF16 || q->dtype == FM_F16) || (k->dtype == FM_BF16 || k->dtype == FM_F16) || (v->dtype == FM_BF16 || v->dtype == FM_F16))) {
-        /* autocast (amp.h): the CPU kernels compute in f32, so low-precision q/k/v are promoted */
-        fm_tensor *q2 = fm_autocast_f32(q), *k2 = fm_autocast_f32(k), *v2 = fm_autocast_f32(v);
+    if (fm_autocast_would_cast(q) || fm_autocast_would_cast(k) || fm_autocast_would_cast(v)) {
+        /* autocast (amp.h): attention runs in the low-precision type (f32 math in the kernels) */
+        fm_tensor *q2 = fm_autocast_lowp(q), *k2 = fm_autocast_lowp(k), *v2 = fm_autocast_lowp(v);
         fm_tensor *y = q2 && k2 && v2 ? fm_scaled_dot_product_attention(q2, k2, v2, causal, scale) : NULL;
         fm_tensor_release_n(3, q2, k2, v2);
         return y;

@@ -30,6 +30,7 @@ static void build(void) {
     fm_cpu_kernels_index(&g_cpu);
     fm_cpu_kernels_attention(&g_cpu);
     fm_cpu_kernels_fused(&g_cpu);
+    fm_cpu_kernels_lowp(&g_cpu); /* wraps kernels registered above: keep last */
 }
 
 const fm_backend *fm_cpu_backend(void) {

@@ -20,6 +20,7 @@ void fm_cpu_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embeddi
 void fm_cpu_kernels_conv(fm_backend *b);        /* conv2d, pools, batch_norm (+backward) */
 void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
 void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
+void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */
 void fm_cpu_kernels_fused(fm_backend *b);       /* qkv_split_heads (+backward) */
 
 /* An error for a dtype the kernel lacks. */

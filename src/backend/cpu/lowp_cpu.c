@@ -1,0 +1,70 @@
+/* Low-precision (bf16/fp16) storage for CPU kernels that compute in f32 only.
+ *
+ * Why: under autocast the activations an op saves for backward should stay in
+ * bf16/fp16 (half the memory), but the attention and dropout kernels are written
+ * for f32/f64. This group wraps those kernels: low-precision inputs are widened
+ * to f32 scratch (F16C/AVX2 bulk conversions), the f32 kernel runs, and
+ * low-precision outputs are narrowed back (round to nearest even). Math and
+ * accumulation are f32; only storage is low precision. The scratch is transient:
+ * it comes from the caching allocator and goes back right after the call. */
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "fathom/tensor.h"
+
+static fm_kernel_fn g_f32_kernel[FM_OP_COUNT];
+
+static bool lowp(const fm_tensor *t) { return t && (t->dtype == FM_BF16 || t->dtype == FM_F16); }
+
+static fm_status widen(const fm_tensor *src, fm_tensor *dst) {
+    if (!fm_tensor_is_contiguous(src)) return fm_copy_(dst, src);
+    size_t n = (size_t)fm_tensor_numel(src);
+    if (src->dtype == FM_BF16) fm_convert_bf16_to_f32(fm_tensor_data(src), fm_tensor_data(dst), n);
+    else fm_convert_f16_to_f32(fm_tensor_data(src), fm_tensor_data(dst), n);
+    return FM_OK;
+}
+
+static void narrow(const fm_tensor *src, fm_tensor *dst) {
+    size_t n = (size_t)fm_tensor_numel(src);
+    if (dst->dtype == FM_BF16) fm_convert_f32_to_bf16(fm_tensor_data(src), fm_tensor_data(dst), n);
+    else fm_convert_f32_to_f16(fm_tensor_data(src), fm_tensor_data(dst), n);
+}
+
+static fm_status lowp_kernel(const fm_op_call *c) {
+    fm_kernel_fn k = g_f32_kernel[c->op];
+    bool any = false;
+    for (int i = 0; i < c->n_in; i++) any |= lowp(c->in[i]);
+    for (int i = 0; i < c->n_out; i++) any |= lowp(c->out[i]);
+    if (!any || c->var_in) return k(c);
+    fm_op_call w = *c;
+    fm_tensor *tmp_in[FM_CALL_MAX_IN] = {0}, *tmp_out[FM_CALL_MAX_OUT] = {0};
+    fm_status st = FM_OK;
+    for (int i = 0; i < c->n_in && st == FM_OK; i++) {
+        if (!lowp(c->in[i])) continue;
+        tmp_in[i] = fm_tensor_empty(c->in[i]->ndim, c->in[i]->shape, FM_F32, fm_tensor_device(c->in[i]));
+        st = tmp_in[i] ? widen(c->in[i], tmp_in[i]) : fm_last_status();
+        w.in[i] = tmp_in[i];
+    }
+    for (int i = 0; i < c->n_out && st == FM_OK; i++) {
+        if (!lowp(c->out[i])) continue;
+        tmp_out[i] = fm_tensor_empty(c->out[i]->ndim, c->out[i]->shape, FM_F32, fm_tensor_device(c->out[i]));
+        if (!tmp_out[i]) st = fm_last_status();
+        w.out[i] = tmp_out[i];
+    }
+    if (st == FM_OK) st = k(&w);
+    for (int i = 0; i < c->n_out && st == FM_OK; i++)
+        if (tmp_out[i]) narrow(tmp_out[i], c->out[i]);
+    for (int i = 0; i < FM_CALL_MAX_IN; i++) fm_tensor_release(tmp_in[i]);
+    for (int i = 0; i < FM_CALL_MAX_OUT; i++) fm_tensor_release(tmp_out[i]);
+    return st;
+}
+
+/* Call after every other group has registered its kernels. */
+void fm_cpu_kernels_lowp(fm_backend *b) {
+    static const fm_op_id ops[] = {FM_OP_SDPA, FM_OP_SDPA_BACKWARD, FM_OP_DROPOUT};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        if (!b->kernels[ops[i]] || b->kernels[ops[i]] == lowp_kernel) continue;
+        g_f32_kernel[ops[i]] = b->kernels[ops[i]];
+        b->kernels[ops[i]] = lowp_kernel;
+    }
+}

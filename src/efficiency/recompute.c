@@ -1,0 +1,137 @@
+/* Selective recomputation: a linear layer whose input activation is recomputed
+ * in backward instead of being kept.
+ *
+ * Why not fm_checkpoint: a checkpointed segment re-runs everything inside it, so
+ * wrapping "norm -> linear" or "gelu -> linear" would repeat the matmul, the one
+ * expensive part. Here the node saves the inputs of the cheap function f (norm,
+ * GELU, attention core) plus the weights; backward re-runs only f (with the tape,
+ * the RNG and the autocast setting of the forward), computes the linear's
+ * gradients directly (two matmuls, as an ordinary linear backward does) and
+ * backpropagates through f. Matmul outputs (the inputs of f) stay stored, as in
+ * Korthikanti et al.'s selective recomputation. */
+#include <string.h>
+
+#include "autograd/node.h"
+#include "core/tensor_internal.h"
+#include "fathom/efficiency.h"
+
+#define RC_MAX 5
+
+typedef struct rc_attrs {
+    fm_segment_fn f;
+    void *ctx;
+    int n_in;
+    fm_dtype autocast;
+    uint64_t rng_seed, rng_offset;
+} rc_attrs;
+
+/* g2 [rows, in] from g [..., in] */
+static fm_tensor *rows2(fm_tensor *t) {
+    int64_t last = t->shape[t->ndim - 1], rows = last ? fm_tensor_numel(t) / last : 0;
+    return fm_reshape(t, 2, (int64_t[]){rows, last});
+}
+
+static fm_tensor *as_dtype(fm_tensor *t, fm_dtype dt) {
+    if (!t || t->dtype == dt) return t;
+    fm_tensor *c = fm_to_dtype(t, dt);
+    fm_tensor_release(t);
+    return c;
+}
+
+static fm_status rc_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    const rc_attrs *a = FM_NODE_ATTRS(n, rc_attrs);
+    fm_tensor *w = n->saved[a->n_in], *b = n->saved[a->n_in + 1];
+    fm_tensor *leaves[RC_MAX] = {0}, *g = NULL, *dg = NULL, *go2 = NULL, *g2 = NULL;
+    fm_status st = FM_OK;
+    if (!gout[0]) return FM_OK; /* nothing flows back: inputs get no gradient (engine treats missing as zero) */
+    for (int i = 0; i < a->n_in; i++) {
+        leaves[i] = fm_alias(n->saved[i]);
+        if (!leaves[i]) { st = fm_last_status(); goto done; }
+        if (fm_node_needs_grad(n, i)) leaves[i]->requires_grad = true;
+    }
+    /* recompute f(inputs) with the forward's RNG state and autocast */
+    fm_rng *rg = fm_rng_global();
+    fm_rng keep = *rg;
+    rg->seed = a->rng_seed;
+    rg->offset = a->rng_offset;
+    fm_dtype prev_ac = fm_autocast_set(a->autocast);
+    bool prev = fm_set_grad_enabled(true);
+    st = a->f(leaves, a->ctx, &g);
+    fm_set_grad_enabled(false);
+    if (st != FM_OK) goto restore;
+    go2 = rows2(gout[0]);
+    g2 = go2 ? rows2(g) : NULL;
+    if (!g2) { st = fm_last_status(); goto restore; }
+    /* linear backward; matmul applies the forward's autocast to f32 operands */
+    if (fm_node_needs_grad(n, a->n_in)) {
+        fm_tensor *got = fm_transpose(go2, 0, 1);
+        gin[a->n_in] = got ? as_dtype(fm_matmul(got, g2), w->dtype) : NULL;
+        fm_tensor_release(got);
+        if (!gin[a->n_in]) { st = fm_last_status(); goto restore; }
+    }
+    if (b && fm_node_needs_grad(n, a->n_in + 1)) {
+        fm_tensor *g32 = fm_to_dtype(go2, b->dtype); /* reduce in the bias's precision */
+        gin[a->n_in + 1] = g32 ? fm_sum(g32, 1, (int[]){0}, false) : NULL;
+        fm_tensor_release(g32);
+        if (!gin[a->n_in + 1]) { st = fm_last_status(); goto restore; }
+    }
+    if (g->requires_grad) {
+        fm_tensor *dg2 = fm_matmul(go2, w);
+        dg = dg2 ? as_dtype(fm_reshape(dg2, g->ndim, g->shape), g->dtype) : NULL;
+        fm_tensor_release(dg2);
+        if (!dg) { st = fm_last_status(); goto restore; }
+    }
+restore:
+    fm_autocast_set(prev_ac);
+    *rg = keep;
+    if (st == FM_OK && dg) st = fm_backward_multi(1, &g, &dg, false);
+    fm_set_grad_enabled(prev);
+    for (int i = 0; st == FM_OK && i < a->n_in; i++) {
+        if (!fm_node_needs_grad(n, i)) continue;
+        gin[i] = leaves[i]->grad ? fm_tensor_retain(leaves[i]->grad) : fm_tensor_zeros_like(leaves[i]);
+        if (!gin[i]) st = fm_last_status();
+    }
+done:
+    for (int i = 0; i < RC_MAX; i++) fm_tensor_release(leaves[i]);
+    fm_tensor_release_n(4, g, dg, go2, g2);
+    return st;
+}
+
+fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b) {
+    if (!f || !inputs || !w || n_in < 1 || n_in > RC_MAX) {
+        fm_set_error(FM_ERR_INVALID, "linear_recompute: need a function, 1..%d inputs and a weight", RC_MAX);
+        return NULL;
+    }
+    fm_rng *rg = fm_rng_global();
+    rc_attrs at = {f, ctx, n_in, fm_autocast_get(), rg->seed, rg->offset};
+    fm_tensor *g = NULL;
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = f(inputs, ctx, &g);
+    fm_tensor *y = st == FM_OK ? fm_linear(g, w, b) : NULL;
+    fm_set_grad_enabled(prev);
+    fm_tensor_release(g);
+    if (!y) return NULL;
+    fm_tensor *ins[RC_MAX + 2];
+    for (int i = 0; i < n_in; i++) ins[i] = inputs[i];
+    ins[n_in] = w;
+    ins[n_in + 1] = b;
+    fm_node *n = fm_node_begin(FM_OP_MATMUL, n_in + 2, ins, rc_backward);
+    if (n) {
+        n->name = "linear_recompute";
+        memcpy(n->attrs, &at, sizeof at);
+        for (int i = 0; i < n_in + 2; i++) fm_node_save(n, i, ins[i]);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}
+
+fm_tensor *fm_efficiency_linear(const fm_efficiency_opts *o, fm_segment_fn f, void *ctx, int n_in,
+                                fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b) {
+    if (o && o->checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled()) return fm_linear_recompute(f, ctx, n_in, inputs, w, b);
+    fm_tensor *g = NULL;
+    if (!f) { fm_set_error(FM_ERR_INVALID, "efficiency_linear: function is NULL"); return NULL; }
+    if (f(inputs, ctx, &g) != FM_OK) { fm_tensor_release(g); return NULL; }
+    fm_tensor *y = fm_linear(g, w, b);
+    fm_tensor_release(g);
+    return y;
+}
