@@ -318,9 +318,87 @@ static void test_stress(void) {
     CHECK(fm_pool_destroy(p) == 0);
 }
 
+/* The pinned host cache: blocks are reused only after their last copy's event
+ * completes; lookups find the block holding a range; empty_cache keeps busy blocks. */
+typedef struct fake_host {
+    int n_alloc, n_free, n_ev_released, refuse;
+    int done[16]; /* event k completed? events are (void *)(k + 1) */
+} fake_host;
+static void *fh_alloc(void *ctx, size_t n) {
+    fake_host *h = ctx;
+    if (h->refuse) return NULL;
+    h->n_alloc++;
+    return malloc(n);
+}
+static void fh_free(void *ctx, void *p) { ((fake_host *)ctx)->n_free++; free(p); }
+static int fh_done(void *ctx, void *ev) { return ((fake_host *)ctx)->done[(intptr_t)ev - 1]; }
+static void fh_release(void *ctx, void *ev) { (void)ev; ((fake_host *)ctx)->n_ev_released++; }
+#define EV(k) ((void *)(intptr_t)((k) + 1))
+
+static void test_pinned_cache(void) {
+    CHECK(fm_pinned_round_size(1) == 4096);
+    CHECK(fm_pinned_round_size(4097) == 8192);
+    CHECK(fm_pinned_round_size(1 << 20) == (size_t)1 << 20);
+    fake_host h;
+    memset(&h, 0, sizeof h);
+    fm_pinned_cache *c = fm_pinned_create((fm_pinned_ops){fh_alloc, fh_free, fh_done, fh_release, &h});
+    CHECK(c != NULL);
+    char *a = fm_pinned_alloc(c, 5000);
+    CHECK(a != NULL && h.n_alloc == 1);
+    CHECK(fm_pinned_find(c, a, 5000) == a);
+    CHECK(fm_pinned_find(c, a + 100, 8000) == a);   /* inside the rounded 8 KiB block */
+    CHECK(fm_pinned_find(c, a + 100, 8192) == NULL); /* runs past its end */
+    int x;
+    CHECK(fm_pinned_find(c, &x, 4) == NULL);
+    /* a copy reads `a`: after release it is not reused until the copy is done */
+    CHECK(fm_pinned_record(c, a, EV(0)) == FM_OK);
+    CHECK(fm_pinned_pending(c, a) == EV(0));
+    CHECK(fm_pinned_free(c, a) == FM_OK);
+    CHECK(fm_pinned_find(c, a, 1) == NULL); /* released blocks are not "pinned tensors" any more */
+    char *b = fm_pinned_alloc(c, 6000);
+    CHECK(b != a && h.n_alloc == 2);
+    fm_pinned_stats st;
+    fm_pinned_get_stats(c, &st);
+    CHECK(st.n_busy_skips == 1 && st.n_cache_hits == 0 && st.reserved == 16384 && st.in_use == 8192);
+    /* busy blocks survive empty_cache */
+    CHECK(fm_pinned_empty_cache(c) == 0);
+    h.done[0] = 1;
+    char *a2 = fm_pinned_alloc(c, 7000);
+    CHECK(a2 == a);                     /* the copy finished: cached block reused */
+    CHECK(h.n_ev_released == 1);
+    CHECK(fm_pinned_pending(c, a2) == NULL);
+    /* a newer copy's event replaces (and releases) the older one */
+    CHECK(fm_pinned_record(c, b, EV(1)) == FM_OK);
+    CHECK(fm_pinned_record(c, b, EV(2)) == FM_OK);
+    CHECK(h.n_ev_released == 2);
+    CHECK(fm_pinned_record(c, &x, EV(3)) == FM_ERR_INVALID); /* unknown block: the event is released */
+    CHECK(h.n_ev_released == 3);
+    CHECK(fm_pinned_free(c, b) == FM_OK);
+    CHECK(fm_pinned_free(c, b) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("not an allocated pinned block");
+    CHECK(fm_pinned_free(c, &x) == FM_ERR_INVALID);
+    h.done[2] = 1;
+    CHECK(fm_pinned_empty_cache(c) == 8192); /* b goes; a2 is in use */
+    CHECK(h.n_free == 1);
+    /* the host refuses: idle cached blocks are released first, then a clear OOM */
+    h.refuse = 1;
+    CHECK(fm_pinned_alloc(c, 100) == NULL);
+    CHECK(fm_last_status() == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("cannot page-lock");
+    h.refuse = 0;
+    fm_pinned_get_stats(c, &st);
+    CHECK(st.n_copies == 3 && st.n_host_allocs == 2 && st.n_host_frees == 1);
+    CHECK(fm_pinned_destroy(c) == 1); /* a2 still in use */
+    CHECK(h.n_free == 2 && h.n_alloc == 2);
+    fm_clear_error();
+}
+
 /* ------------------------------------------------------------------ part 2 */
 
 static int g_skipped_cases, g_gpu_cases;
+/* No device: run_case checks only that the cpu reference of every case runs (so the case
+ * list itself - shapes, attrs - is tested on every machine). */
+static int g_cpu_only, g_cpu_cases;
 
 static fm_tensor *rand_tensor(int nd, const int64_t *shape, fm_dtype dt, double lo, double hi, uint64_t seed) {
     fm_rng r;
@@ -430,6 +508,24 @@ static void run_case(conf_case *c, fm_dtype dt) {
     fm_tensor *gout[FM_CALL_MAX_OUT] = {0}, *gbig[FM_CALL_MAX_OUT] = {0};
     char label[160];
     snprintf(label, sizeof label, "%s [%s]", c->label, fm_dtype_name(dt));
+    if (g_cpu_only) {
+        fm_op_call cc = hc;
+        for (int i = 0; i < c->n_in; i++) {
+            if (!c->in[i]) continue;
+            fm_dtype idt = c->in[i]->dtype;
+            hin[i] = (idt == FM_F16 || idt == FM_BF16) ? fm_to_dtype(c->in[i], FM_F32) : fm_tensor_retain(c->in[i]);
+            cc.in[i] = hin[i];
+        }
+        for (int i = 0; i < c->n_out; i++) {
+            if (c->out[i].nd < 0) continue;
+            fm_dtype hdt = (c->out[i].dt == FM_F16 || c->out[i].dt == FM_BF16) ? FM_F32 : c->out[i].dt;
+            cc.out[i] = hout[i] = fm_tensor_empty(c->out[i].nd, c->out[i].shape, hdt, FM_CPU);
+        }
+        fm_status cs = fm_dispatch(&cc);
+        CHECK_MSG(cs == FM_OK, "%s: cpu reference failed: %s", label, fm_last_error());
+        g_cpu_cases++;
+        goto done;
+    }
     g_gpu_cases++;
     for (int i = 0; i < c->n_in; i++) {
         if (!c->in[i]) continue;
@@ -494,6 +590,270 @@ static out_spec spec(int nd, const int64_t *shape, fm_dtype dt) {
     for (int i = 0; i < nd; i++) o.shape[i] = shape[i];
     o.dt = dt;
     return o;
+}
+
+/* conv2d (+ backward with every subset of gradients), NCHW and NHWC, stride, padding,
+ * dilation, groups (depthwise included). */
+typedef struct conv_shape { fm_layout lay; int64_t N, C, H, W, O, kh, kw; int s0, s1, p0, p1, d0, d1, g; } conv_shape;
+
+static void conv_cases(fm_dtype dt) {
+    static const conv_shape cs[] = {
+        {FM_NCHW, 2, 3, 11, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+        {FM_NCHW, 3, 4, 10, 12, 6, 3, 2, 2, 1, 1, 0, 1, 2, 2},
+        {FM_NHWC, 2, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 2, 2, 6}, /* depthwise */
+        {FM_NHWC, 2, 5, 8, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1},
+        {FM_NCHW, 4, 1, 28, 28, 4, 5, 5, 1, 1, 2, 2, 1, 1, 1},
+        {FM_NHWC, 3, 4, 12, 10, 8, 3, 3, 1, 2, 0, 1, 1, 1, 2},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const conv_shape *q = &cs[k];
+        fm_conv2d_attrs ca;
+        memset(&ca, 0, sizeof ca);
+        ca.p.stride[0] = q->s0; ca.p.stride[1] = q->s1;
+        ca.p.padding[0] = q->p0; ca.p.padding[1] = q->p1;
+        ca.p.dilation[0] = q->d0; ca.p.dilation[1] = q->d1;
+        ca.p.groups = q->g;
+        ca.p.layout = q->lay;
+        int64_t Ho = (q->H + 2 * q->p0 - q->d0 * (q->kh - 1) - 1) / q->s0 + 1;
+        int64_t Wo = (q->W + 2 * q->p1 - q->d1 * (q->kw - 1) - 1) / q->s1 + 1;
+        bool nhwc = q->lay == FM_NHWC;
+        int64_t xs[4] = {q->N, nhwc ? q->H : q->C, nhwc ? q->W : q->H, nhwc ? q->C : q->W};
+        int64_t ys[4] = {q->N, nhwc ? Ho : q->O, nhwc ? Wo : Ho, nhwc ? q->O : Wo};
+        int64_t ws[4] = {q->O, q->C / q->g, q->kh, q->kw};
+        char label[96];
+        snprintf(label, sizeof label, "conv2d #%zu %s", k, nhwc ? "NHWC" : "NCHW");
+        conf_case c = {.label = label, .op = FM_OP_CONV2D, .n_in = 3, .n_out = 1, .attrs = &ca};
+        c.in[0] = rand_tensor(4, xs, dt, -1, 1, 2000 + k);
+        c.in[1] = rand_tensor(4, ws, dt, -0.5, 0.5, 2010 + k);
+        c.in[2] = k % 2 ? NULL : rand_tensor(1, &q->O, dt, -0.5, 0.5, 2020 + k);
+        c.out[0] = spec(4, ys, dt);
+        run_case(&c, dt);
+        /* backward: all three, dx only, dw + db only */
+        for (int which = 0; which < 3; which++) {
+            char bl[112];
+            snprintf(bl, sizeof bl, "conv2d_backward #%zu %s %s", k, nhwc ? "NHWC" : "NCHW",
+                     which == 0 ? "dx dw db" : which == 1 ? "dx" : "dw db");
+            conf_case b = {.label = bl, .op = FM_OP_CONV2D_BACKWARD, .n_in = 3, .n_out = 3, .attrs = &ca};
+            b.in[0] = rand_tensor(4, ys, dt, -1, 1, 2030 + k);
+            b.in[1] = fm_tensor_retain(c.in[0]);
+            b.in[2] = fm_tensor_retain(c.in[1]);
+            b.out[0] = which == 2 ? spec(-1, NULL, dt) : spec(4, xs, dt);
+            b.out[1] = which == 1 ? spec(-1, NULL, dt) : spec(4, ws, dt);
+            b.out[2] = which == 1 ? spec(-1, NULL, dt) : spec(1, &q->O, dt);
+            run_case(&b, dt);
+            case_free(&b);
+        }
+        case_free(&c);
+    }
+}
+
+/* max/avg pool2d (+ backward), both layouts, padding, count_include_pad either way. */
+static void pool_cases(fm_dtype dt) {
+    typedef struct { fm_layout lay; int64_t N, C, H, W; int k0, k1, s0, s1, p0, p1; bool incl; } ps;
+    static const ps cs[] = {
+        {FM_NCHW, 2, 3, 12, 10, 2, 2, 2, 2, 0, 0, true},
+        {FM_NCHW, 2, 3, 11, 13, 3, 3, 2, 2, 1, 1, false},
+        {FM_NHWC, 2, 5, 9, 8, 3, 2, 1, 2, 1, 0, true},
+        {FM_NHWC, 3, 4, 7, 7, 2, 2, 2, 2, 1, 1, false},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const ps *q = &cs[k];
+        fm_pool2d_attrs pa;
+        memset(&pa, 0, sizeof pa);
+        pa.p.kernel[0] = q->k0; pa.p.kernel[1] = q->k1;
+        pa.p.stride[0] = q->s0; pa.p.stride[1] = q->s1;
+        pa.p.padding[0] = q->p0; pa.p.padding[1] = q->p1;
+        pa.p.count_include_pad = q->incl;
+        pa.p.layout = q->lay;
+        bool nhwc = q->lay == FM_NHWC;
+        int64_t Ho = (q->H + 2 * q->p0 - q->k0) / q->s0 + 1, Wo = (q->W + 2 * q->p1 - q->k1) / q->s1 + 1;
+        int64_t xs[4] = {q->N, nhwc ? q->H : q->C, nhwc ? q->W : q->H, nhwc ? q->C : q->W};
+        int64_t ys[4] = {q->N, nhwc ? Ho : q->C, nhwc ? Wo : Ho, nhwc ? q->C : Wo};
+        char l1[64], l2[64], l3[64], l4[64];
+        snprintf(l1, sizeof l1, "max_pool2d #%zu", k);
+        snprintf(l2, sizeof l2, "max_pool2d_backward #%zu", k);
+        snprintf(l3, sizeof l3, "avg_pool2d #%zu", k);
+        snprintf(l4, sizeof l4, "avg_pool2d_backward #%zu", k);
+        conf_case m = {.label = l1, .op = FM_OP_MAX_POOL2D, .n_in = 1, .n_out = 2, .attrs = &pa};
+        m.in[0] = rand_tensor(4, xs, dt, -2, 2, 2100 + k);
+        m.out[0] = spec(4, ys, dt);
+        m.out[1] = spec(4, ys, FM_I64);
+        run_case(&m, dt);
+        /* the backward gets the cpu's argmax of the same (rounded) values */
+        fm_tensor *x32 = fm_to_dtype(m.in[0], FM_F32);
+        fm_tensor *y32 = fm_tensor_empty(4, ys, FM_F32, FM_CPU), *idx = fm_tensor_empty(4, ys, FM_I64, FM_CPU);
+        fm_op_call fc = {.op = FM_OP_MAX_POOL2D, .n_in = 1, .n_out = 2, .in = {x32}, .out = {y32, idx}, .attrs = &pa};
+        if (fm_dispatch(&fc) == FM_OK) {
+            conf_case mb = {.label = l2, .op = FM_OP_MAX_POOL2D_BACKWARD, .n_in = 3, .n_out = 1, .attrs = &pa};
+            mb.in[0] = rand_tensor(4, ys, dt, -1, 1, 2110 + k);
+            mb.in[1] = fm_tensor_retain(m.in[0]);
+            mb.in[2] = fm_tensor_retain(idx);
+            mb.out[0] = spec(4, xs, dt);
+            run_case(&mb, dt);
+            case_free(&mb);
+        }
+        fm_tensor_release_n(3, x32, y32, idx);
+        conf_case a = {.label = l3, .op = FM_OP_AVG_POOL2D, .n_in = 1, .n_out = 1, .attrs = &pa};
+        a.in[0] = fm_tensor_retain(m.in[0]);
+        a.out[0] = spec(4, ys, dt);
+        run_case(&a, dt);
+        conf_case ab = {.label = l4, .op = FM_OP_AVG_POOL2D_BACKWARD, .n_in = 1, .n_out = 1, .attrs = &pa};
+        ab.in[0] = rand_tensor(4, ys, dt, -1, 1, 2120 + k);
+        ab.out[0] = spec(4, xs, dt);
+        run_case(&ab, dt);
+        case_free(&ab);
+        case_free(&a);
+        case_free(&m);
+    }
+}
+
+/* Running statistics are updated in place: compare them after one training call on each device. */
+static void bn_running_check(fm_dtype dt, fm_layout lay, const int64_t *xs, int64_t C) {
+    if (g_cpu_only) return;
+    fm_device cu = {FM_DEV_CUDA, 0};
+    fm_tensor *x = rand_tensor(4, xs, dt, -1, 2, 2200);
+    fm_tensor *rm = rand_tensor(1, &C, dt, -0.1, 0.1, 2201), *rv = rand_tensor(1, &C, dt, 0.9, 1.1, 2202);
+    fm_tensor *gx = fm_tensor_to(x, cu), *grm = fm_tensor_to(rm, cu), *grv = fm_tensor_to(rv, cu);
+    fm_tensor *hx = fm_to_dtype(x, FM_F32), *hrm = fm_to_dtype(rm, FM_F32), *hrv = fm_to_dtype(rv, FM_F32);
+    fm_tensor *hy = fm_batch_norm(hx, NULL, NULL, hrm, hrv, true, 0.1, 1e-5, lay);
+    fm_tensor *gy = fm_batch_norm(gx, NULL, NULL, grm, grv, true, 0.1, 1e-5, lay);
+    CHECK_MSG(hy && gy, "batch_norm running stats [%s]: %s", fm_dtype_name(dt), fm_last_error());
+    if (hy && gy) {
+        fm_tensor *m2 = fm_tensor_to(grm, FM_CPU), *v2 = fm_tensor_to(grv, FM_CPU);
+        int nf, nm;
+        double tol = dt == FM_F32 ? 1e-6 : 1e-2;
+        double e1 = nse(m2, hrm, &nf, &nm), e2 = nse(v2, hrv, &nf, &nm);
+        CHECK_MSG(e1 <= tol && e2 <= tol, "batch_norm running stats [%s %s]: nse mean %.3g var %.3g", fm_dtype_name(dt),
+                  lay == FM_NHWC ? "NHWC" : "NCHW", e1, e2);
+        fm_tensor_release_n(2, m2, v2);
+    }
+    fm_tensor_release_n(11, x, rm, rv, gx, grm, grv, hx, hrm, hrv, hy, gy);
+    fm_clear_error();
+}
+
+/* batch_norm train and eval (+ backward), NCHW and channels-last, with and without affine. */
+static void bn_cases(fm_dtype dt) {
+    for (int k = 0; k < 4; k++) {
+        fm_layout lay = k & 1 ? FM_NHWC : FM_NCHW;
+        int training = k < 2 ? 1 : 0;
+        int64_t C = 6, xs[4] = {4, lay == FM_NHWC ? 5 : C, 7, lay == FM_NHWC ? C : 5};
+        fm_bn_attrs ba = {training, 0.1, 1e-5, lay};
+        char l1[64], l2[64];
+        snprintf(l1, sizeof l1, "batch_norm %s %s", training ? "train" : "eval", lay == FM_NHWC ? "NHWC" : "NCHW");
+        snprintf(l2, sizeof l2, "batch_norm_backward %s %s", training ? "train" : "eval", lay == FM_NHWC ? "NHWC" : "NCHW");
+        conf_case c = {.label = l1, .op = FM_OP_BATCH_NORM, .n_in = 5, .n_out = 3, .attrs = &ba};
+        c.in[0] = rand_tensor(4, xs, dt, -1, 2, 2300 + k);
+        c.in[1] = k == 1 ? NULL : rand_tensor(1, &C, dt, 0.5, 1.5, 2310 + k);
+        c.in[2] = k == 1 ? NULL : rand_tensor(1, &C, dt, -0.5, 0.5, 2320 + k);
+        c.in[3] = rand_tensor(1, &C, dt, -0.1, 0.1, 2330 + k);
+        c.in[4] = rand_tensor(1, &C, dt, 0.9, 1.1, 2340 + k);
+        c.out[0] = spec(4, xs, dt);
+        c.out[1] = spec(1, &C, dt);
+        c.out[2] = spec(1, &C, dt);
+        run_case(&c, dt);
+        /* backward from the cpu's saved statistics */
+        fm_tensor *x32 = fm_to_dtype(c.in[0], FM_F32);
+        fm_tensor *rm32 = fm_to_dtype(c.in[3], FM_F32), *rv32 = fm_to_dtype(c.in[4], FM_F32);
+        fm_tensor *y = fm_tensor_empty(4, xs, FM_F32, FM_CPU);
+        fm_tensor *sm = fm_tensor_empty(1, &C, FM_F32, FM_CPU), *sr = fm_tensor_empty(1, &C, FM_F32, FM_CPU);
+        fm_op_call fc = {.op = FM_OP_BATCH_NORM, .n_in = 5, .n_out = 3, .in = {x32, NULL, NULL, rm32, rv32},
+                         .out = {y, sm, sr}, .attrs = &ba};
+        if (fm_dispatch(&fc) == FM_OK) {
+            conf_case b = {.label = l2, .op = FM_OP_BATCH_NORM_BACKWARD, .n_in = 5, .n_out = 3, .attrs = &ba};
+            b.in[0] = rand_tensor(4, xs, dt, -1, 1, 2350 + k);
+            b.in[1] = fm_tensor_retain(c.in[0]);
+            b.in[2] = c.in[1] ? fm_tensor_retain(c.in[1]) : NULL;
+            b.in[3] = fm_to_dtype(sm, dt);
+            b.in[4] = fm_to_dtype(sr, dt);
+            b.out[0] = spec(4, xs, dt);
+            b.out[1] = spec(1, &C, dt);
+            b.out[2] = spec(1, &C, dt);
+            run_case(&b, dt);
+            case_free(&b);
+        }
+        fm_tensor_release_n(6, x32, rm32, rv32, y, sm, sr);
+        case_free(&c);
+        if (training) bn_running_check(dt, lay, xs, C);
+    }
+}
+
+/* cat (variadic, strided inputs, an empty one), gather, scatter_add, index_add. */
+static void index_cases(fm_dtype dt) {
+    if (!g_cpu_only) {
+        fm_axis_attrs aa = {1};
+        fm_tensor *a = rand_tensor(3, (int64_t[]){4, 5, 33}, dt, -1, 1, 2400);
+        fm_tensor *bb = rand_tensor(3, (int64_t[]){4, 33, 7}, dt, -1, 1, 2401);
+        fm_tensor *b = fm_transpose(bb, 1, 2); /* [4, 7, 33], strided */
+        fm_tensor *e = rand_tensor(3, (int64_t[]){4, 0, 33}, dt, -1, 1, 2402);
+        fm_tensor *full = rand_tensor(3, (int64_t[]){4, 12, 33}, dt, -1, 1, 2403);
+        fm_tensor *d = fm_slice(full, 1, 1, 12, 2); /* [4, 6, 33], every other row */
+        fm_tensor *ts[4] = {a, b, e, d};
+        fm_device cu = {FM_DEV_CUDA, 0};
+        fm_tensor *g[4];
+        for (int i = 0; i < 4; i++) {
+            fm_tensor *gc = fm_tensor_to(ts[i], cu); /* contiguous on the device... */
+            g[i] = gc;
+        }
+        /* ...so the strided views are rebuilt there: the transposed and sliced inputs */
+        fm_tensor *gbb = fm_tensor_to(bb, cu), *gfull = fm_tensor_to(full, cu);
+        fm_tensor_release(g[1]);
+        fm_tensor_release(g[3]);
+        g[1] = fm_transpose(gbb, 1, 2);
+        g[3] = fm_slice(gfull, 1, 1, 12, 2);
+        int64_t ys[3] = {4, 18, 33};
+        fm_tensor *hy = fm_tensor_empty(3, ys, dt == FM_F64 ? FM_F64 : dt, FM_CPU);
+        fm_op_call hc = {.op = FM_OP_CAT, .n_in = 4, .n_out = 1, .var_in = ts, .out = {hy}, .attrs = &aa};
+        out_spec os = spec(3, ys, dt);
+        fm_tensor *gbig = NULL, *gy = guarded_out(&os, &gbig);
+        fm_op_call gc2 = {.op = FM_OP_CAT, .n_in = 4, .n_out = 1, .var_in = g, .out = {gy}, .attrs = &aa};
+        g_gpu_cases++;
+        fm_status hs = fm_dispatch(&hc), gs = gy ? fm_dispatch(&gc2) : fm_last_status();
+        CHECK_MSG(hs == FM_OK && gs == FM_OK, "cat [%s]: %s", fm_dtype_name(dt), fm_last_error());
+        if (hs == FM_OK && gs == FM_OK) {
+            fm_backend_get(FM_DEV_CUDA)->synchronize(0);
+            CHECK_MSG(check_guards(gbig, fm_tensor_numel(gy)) == 0, "cat [%s]: guard elements overwritten", fm_dtype_name(dt));
+            fm_tensor *back = fm_tensor_to(gy, FM_CPU);
+            /* data movement: bit-exact */
+            CHECK_MSG(back && !memcmp(fm_tensor_data(back), fm_tensor_data(hy), fm_tensor_nbytes(hy)), "cat [%s]: differs from the cpu",
+                      fm_dtype_name(dt));
+            fm_tensor_release(back);
+        }
+        for (int i = 0; i < 4; i++) fm_tensor_release(g[i]);
+        fm_tensor_release_n(11, a, bb, b, e, full, d, gbb, gfull, hy, gy, gbig);
+        fm_clear_error();
+    }
+    {
+        int64_t ts_[3] = {5, 9, 17}, is[3] = {5, 12, 13};
+        for (int ax = 0; ax < 3; ax++) {
+            fm_axis_attrs aa = {ax};
+            int64_t ish[3] = {ax == 0 ? 8 : is[0], ax == 1 ? 12 : is[1] - 4, ax == 2 ? 20 : is[2]};
+            conf_case c = {.label = "gather", .op = FM_OP_GATHER, .n_in = 2, .n_out = 1, .attrs = &aa};
+            c.in[0] = rand_tensor(3, ts_, dt, -1, 1, 2500 + ax);
+            c.in[1] = index_tensor(3, ish, ts_[ax], 2510 + ax);
+            c.out[0] = spec(3, ish, dt);
+            c.out[0].exact = 1;
+            run_case(&c, dt);
+            /* scatter_add: in = {base (zeros), index, src}; repeated indices accumulate */
+            conf_case s = {.label = "scatter_add", .op = FM_OP_SCATTER_ADD, .n_in = 3, .n_out = 1, .attrs = &aa};
+            s.in[0] = rand_tensor(3, ts_, dt, -1, 1, 2520 + ax);
+            s.in[1] = fm_tensor_retain(c.in[1]);
+            s.in[2] = rand_tensor(3, ish, dt, -1, 1, 2530 + ax);
+            s.out[0] = spec(3, ts_, dt);
+            run_case(&s, dt);
+            case_free(&s);
+            /* index_add: index 1-D along the axis (repeats included) */
+            int64_t L = 11, srcs[3] = {ts_[0], ts_[1], ts_[2]};
+            srcs[ax] = L;
+            conf_case ia = {.label = "index_add", .op = FM_OP_INDEX_ADD, .n_in = 3, .n_out = 1, .attrs = &aa};
+            ia.in[0] = rand_tensor(3, ts_, dt, -1, 1, 2540 + ax);
+            ia.in[1] = index_tensor(1, &L, ts_[ax], 2550 + ax);
+            ia.in[2] = rand_tensor(3, srcs, dt, -1, 1, 2560 + ax);
+            ia.out[0] = spec(3, ts_, dt);
+            run_case(&ia, dt);
+            case_free(&ia);
+            case_free(&c);
+        }
+    }
 }
 
 static void conformance(fm_dtype dt) {
@@ -759,6 +1119,10 @@ static void conformance(fm_dtype dt) {
         run_case(&o, dt);
         case_free(&o);
     }
+    conv_cases(dt);
+    pool_cases(dt);
+    bn_cases(dt);
+    index_cases(dt);
 }
 
 /* Errors the GPU path must report like the CPU: bad targets, missing kernels. */
@@ -773,12 +1137,27 @@ static void gpu_errors(void) {
     CHECK(loss == NULL);
     CHECK_ERR_CONTAINS("target 9 at position 2 is out of range");
     fm_tensor_release_n(5, x, t, gx, gt, loss);
-    /* an op without a cuda kernel names itself and the device */
-    fm_tensor *a = rand_tensor(1, &N, FM_F32, 0, 1, 3), *ga = fm_tensor_to(a, cu);
-    fm_tensor *ts[2] = {ga, ga};
-    fm_tensor *cat = fm_cat(2, ts, 0);
-    if (!cat) CHECK_ERR_CONTAINS("not implemented on cuda");
-    fm_tensor_release_n(3, a, ga, cat);
+    /* an op without a cuda kernel (if any is left) names itself and the device */
+    const fm_backend *cb = fm_backend_get(FM_DEV_CUDA);
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        if (cb->kernels[op]) continue;
+        fm_tensor *a = rand_tensor(1, &N, FM_F32, 0, 1, 3), *ga = fm_tensor_to(a, cu), *gy = fm_tensor_empty(1, &N, FM_F32, cu);
+        fm_op_call call = {.op = (fm_op_id)op, .n_in = 1, .n_out = 1, .in = {ga}, .out = {gy}};
+        CHECK(fm_dispatch(&call) != FM_OK);
+        CHECK_ERR_CONTAINS("not implemented on cuda");
+        printf("ops without a cuda kernel: %s (first)\n", fm_op_get_info((fm_op_id)op)->name);
+        fm_tensor_release_n(3, a, ga, gy);
+        break;
+    }
+    /* bad indices of the new indexing kernels, in the cpu's words */
+    fm_tensor *src = rand_tensor(2, (int64_t[]){3, 4}, FM_F32, 0, 1, 6), *gsrc = fm_tensor_to(src, cu);
+    fm_tensor *bi = index_tensor(2, (int64_t[]){3, 4}, 4, 7);
+    ((int64_t *)bi->storage->data)[5] = 4;
+    fm_tensor *gbi = fm_tensor_to(bi, cu);
+    fm_tensor *bad = fm_gather(gsrc, 1, gbi);
+    CHECK(bad == NULL);
+    CHECK_ERR_CONTAINS("gather: index 4 is out of range for axis 1 with size 4");
+    fm_tensor_release_n(5, src, gsrc, bi, gbi, bad);
     /* fused AdamW against the formula on the host */
     fm_tensor *p = rand_tensor(1, (int64_t[]){1000}, FM_F32, -1, 1, 4), *g = rand_tensor(1, (int64_t[]){1000}, FM_F32, -1, 1, 5);
     fm_tensor *gp = fm_tensor_to(p, cu), *gg = fm_tensor_to(g, cu);
@@ -818,6 +1197,209 @@ static void gpu_allocator(void) {
     a->empty_cache(a);
 }
 
+/* ------------------------------------------------------------------ part 3 */
+
+/* Training-step equivalence: the same small networks, built from public ops and trained
+ * with SGD for 10 steps on the cpu and on cuda in f32, must give the same losses (1e-4
+ * relative). A fashion-cnn-like net (conv, batch norm, relu, max pool, linear) and a tiny
+ * transformer step (embedding, layer norm, causal attention, MLP, cross-entropy). */
+#define NPARAM 16
+typedef struct net {
+    fm_device dev;
+    int n;
+    fm_tensor *p[NPARAM];
+    fm_tensor *rm, *rv; /* batch norm running stats */
+} net;
+
+static fm_tensor *param(net *m, int nd, const int64_t *shape, double scale, uint64_t seed) {
+    fm_tensor *h = rand_tensor(nd, shape, FM_F32, -scale, scale, seed);
+    fm_tensor *t = fm_tensor_to(h, m->dev);
+    fm_tensor_release(h);
+    fm_tensor_requires_grad_(t, true);
+    m->p[m->n++] = t;
+    return t;
+}
+
+static void net_free(net *m) {
+    for (int i = 0; i < m->n; i++) fm_tensor_release(m->p[i]);
+    fm_tensor_release_n(2, m->rm, m->rv);
+}
+
+/* p -= lr * grad, outside the tape */
+static fm_status sgd(net *m, double lr) {
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = FM_OK;
+    for (int i = 0; i < m->n && st == FM_OK; i++) {
+        fm_tensor *g = m->p[i]->grad;
+        if (!g) continue;
+        fm_tensor *u = fm_mul_scalar(g, lr), *np = u ? fm_sub(m->p[i], u) : NULL;
+        st = np ? fm_copy_(m->p[i], np) : fm_last_status();
+        fm_tensor_release_n(2, u, np);
+        fm_tensor_zero_grad(m->p[i]);
+    }
+    fm_set_grad_enabled(prev);
+    return st;
+}
+
+static fm_tensor *cnn_loss(net *m, fm_tensor *x, fm_tensor *y) {
+    fm_conv2d_params cp = fm_conv2d_default_params();
+    cp.padding[0] = cp.padding[1] = 1;
+    fm_pool2d_params pp;
+    memset(&pp, 0, sizeof pp);
+    pp.kernel[0] = pp.kernel[1] = 2;
+    pp.layout = FM_NCHW;
+    fm_tensor *c1 = fm_conv2d(x, m->p[0], m->p[1], &cp);
+    fm_tensor *b1 = fm_batch_norm(c1, m->p[2], m->p[3], m->rm, m->rv, true, 0.1, 1e-5, FM_NCHW);
+    fm_tensor *r1 = fm_relu(b1), *p1 = fm_max_pool2d(r1, &pp);
+    cp.groups = 2;
+    fm_tensor *c2 = fm_conv2d(p1, m->p[4], m->p[5], &cp);
+    fm_tensor *r2 = fm_relu(c2);
+    pp.stride[0] = pp.stride[1] = 2;
+    fm_tensor *p2 = fm_avg_pool2d(r2, &pp);
+    fm_tensor *f = fm_reshape(p2, 2, (int64_t[]){x->shape[0], -1});
+    fm_tensor *lo = fm_linear(f, m->p[6], m->p[7]);
+    fm_tensor *loss = fm_cross_entropy(lo, y, -100, 0, FM_REDUCE_MEAN);
+    fm_tensor_release_n(10, c1, b1, r1, p1, c2, r2, p2, f, lo, NULL);
+    return loss;
+}
+
+static fm_tensor *gpt_loss(net *m, fm_tensor *tok, fm_tensor *tgt, int64_t B, int64_t T, int64_t D, int64_t H) {
+    fm_tensor *e = fm_embedding(m->p[0], tok);                    /* [B*T, D] */
+    fm_tensor *pos = fm_add(e, m->p[1]);                           /* + position table [B*T, D] */
+    fm_tensor *h = fm_layer_norm(pos, 1, m->p[2], m->p[3], 1e-5);
+    fm_tensor *qkv = fm_linear(h, m->p[4], NULL);                  /* [B*T, 3D] */
+    fm_tensor *parts[3] = {0};
+    fm_tensor *r5 = fm_reshape(qkv, 5, (int64_t[]){B, T, 3, H, D / H});
+    fm_tensor *pm = fm_permute(r5, (int[]){2, 0, 3, 1, 4});        /* [3, B, H, T, Dh] */
+    for (int i = 0; i < 3; i++) parts[i] = fm_select(pm, 0, i);
+    fm_tensor *att = fm_scaled_dot_product_attention(parts[0], parts[1], parts[2], true, 0);
+    fm_tensor *at = fm_permute(att, (int[]){0, 2, 1, 3});
+    fm_tensor *a2 = fm_reshape(at, 2, (int64_t[]){B * T, D});
+    fm_tensor *o = fm_linear(a2, m->p[5], m->p[6]);
+    fm_tensor *res = fm_add(pos, o);
+    fm_tensor *h2 = fm_layer_norm(res, 1, m->p[7], m->p[8], 1e-5);
+    fm_tensor *u = fm_linear(h2, m->p[9], m->p[10]), *g = fm_gelu(u), *dn = fm_linear(g, m->p[11], m->p[12]);
+    fm_tensor *res2 = fm_add(res, dn);
+    fm_tensor *logits = fm_linear(res2, m->p[13], NULL);
+    fm_tensor *loss = fm_cross_entropy(logits, tgt, -100, 0, FM_REDUCE_MEAN);
+    fm_tensor_release_n(19, e, pos, h, qkv, parts[0], parts[1], parts[2], r5, pm, att, at, a2, o, res, h2, u, g, dn, res2);
+    fm_tensor_release(logits);
+    return loss;
+}
+
+static void run_steps(int which, fm_device dev, double *losses) {
+    net m;
+    memset(&m, 0, sizeof m);
+    m.dev = dev;
+    fm_tensor *x = NULL, *y = NULL;
+    const int64_t B = 2, T = 16, D = 32, H = 4, V = 40;
+    if (which == 0) {
+        param(&m, 4, (int64_t[]){8, 1, 3, 3}, 0.5, 3000);
+        param(&m, 1, (int64_t[]){8}, 0.1, 3001);
+        fm_tensor *one = fm_tensor_ones(1, (int64_t[]){8}, FM_F32, dev), *zero = fm_tensor_zeros(1, (int64_t[]){8}, FM_F32, dev);
+        fm_tensor_requires_grad_(one, true);
+        fm_tensor_requires_grad_(zero, true);
+        m.p[m.n++] = one;
+        m.p[m.n++] = zero;
+        param(&m, 4, (int64_t[]){8, 4, 3, 3}, 0.3, 3002);
+        param(&m, 1, (int64_t[]){8}, 0.1, 3003);
+        param(&m, 2, (int64_t[]){10, 8 * 3 * 3}, 0.2, 3004);
+        param(&m, 1, (int64_t[]){10}, 0.1, 3005);
+        m.rm = fm_tensor_zeros(1, (int64_t[]){8}, FM_F32, dev);
+        m.rv = fm_tensor_ones(1, (int64_t[]){8}, FM_F32, dev);
+        fm_tensor *hx = rand_tensor(4, (int64_t[]){16, 1, 12, 12}, FM_F32, 0, 1, 3010);
+        fm_tensor *hy = index_tensor(1, (int64_t[]){16}, 10, 3011);
+        x = fm_tensor_to(hx, dev);
+        y = fm_tensor_to(hy, dev);
+        fm_tensor_release_n(2, hx, hy);
+    } else {
+        param(&m, 2, (int64_t[]){V, D}, 0.5, 3100);
+        param(&m, 2, (int64_t[]){B * T, D}, 0.1, 3101);
+        param(&m, 1, (int64_t[]){D}, 0.1, 3102);
+        param(&m, 1, (int64_t[]){D}, 0.1, 3103);
+        param(&m, 2, (int64_t[]){3 * D, D}, 0.2, 3104);
+        param(&m, 2, (int64_t[]){D, D}, 0.2, 3105);
+        param(&m, 1, (int64_t[]){D}, 0.05, 3106);
+        param(&m, 1, (int64_t[]){D}, 0.1, 3107);
+        param(&m, 1, (int64_t[]){D}, 0.1, 3108);
+        param(&m, 2, (int64_t[]){4 * D, D}, 0.2, 3109);
+        param(&m, 1, (int64_t[]){4 * D}, 0.05, 3110);
+        param(&m, 2, (int64_t[]){D, 4 * D}, 0.1, 3111);
+        param(&m, 1, (int64_t[]){D}, 0.05, 3112);
+        param(&m, 2, (int64_t[]){V, D}, 0.2, 3113);
+        fm_tensor *ht = index_tensor(1, (int64_t[]){B * T}, V, 3120), *hg = index_tensor(1, (int64_t[]){B * T}, V, 3121);
+        x = fm_tensor_to(ht, dev);
+        y = fm_tensor_to(hg, dev);
+        fm_tensor_release_n(2, ht, hg);
+    }
+    for (int step = 0; step < 10; step++) {
+        fm_tensor *loss = which == 0 ? cnn_loss(&m, x, y) : gpt_loss(&m, x, y, B, T, D, H);
+        losses[step] = loss ? fm_tensor_item(loss) : NAN;
+        fm_status st = loss ? fm_backward(loss, NULL, false) : fm_last_status();
+        if (st == FM_OK) st = sgd(&m, which == 0 ? 0.1 : 0.05);
+        CHECK_MSG(st == FM_OK, "%s step %d on %s: %s", which ? "tiny transformer" : "cnn", step,
+                  dev.type == FM_DEV_CUDA ? "cuda" : "cpu", fm_last_error());
+        fm_tensor_release(loss);
+        if (st != FM_OK) break;
+    }
+    fm_tensor_release_n(2, x, y);
+    net_free(&m);
+    fm_clear_error();
+}
+
+static void train_step_equivalence(void) {
+    const char *names[2] = {"fashion-cnn-like", "tiny transformer"};
+    for (int which = 0; which < 2; which++) {
+        double lc[10], lg[10], worst = 0;
+        for (int i = 0; i < 10; i++) lc[i] = lg[i] = NAN;
+        run_steps(which, FM_CPU, lc);
+        run_steps(which, (fm_device){FM_DEV_CUDA, 0}, lg);
+        for (int i = 0; i < 10; i++) {
+            double r = fabs(lg[i] - lc[i]) / fmax(fabs(lc[i]), 1e-12);
+            if (!(r <= worst)) worst = r; /* NaN counts as worst */
+        }
+        printf("train-step equivalence %s: cpu loss %.6f -> %.6f, cuda %.6f -> %.6f, worst relative difference %.3g\n",
+               names[which], lc[0], lc[9], lg[0], lg[9], worst);
+        CHECK_MSG(worst <= 1e-4, "train-step equivalence %s: losses differ by %.3g relative (> 1e-4)", names[which], worst);
+        CHECK_MSG(lc[9] < lc[0], "train-step equivalence %s: the cpu loss did not go down (%.6f -> %.6f)", names[which], lc[0], lc[9]);
+    }
+}
+
+/* Pinned batches: fm_tensor_to from a pinned tensor goes through the copy stream and
+ * matches a pageable copy; the cache reuses the block once the copy is done. */
+static void gpu_pinned(void) {
+    fm_device cu = {FM_DEV_CUDA, 0};
+    int64_t n = 1 << 20;
+    fm_tensor *p = fm_cuda_pinned_empty(1, &n, FM_F32);
+    CHECK_MSG(p != NULL, "pinned: %s", fm_last_error());
+    if (!p) return;
+    CHECK(fm_cuda_is_pinned(p));
+    float *d = fm_tensor_data(p);
+    for (int64_t i = 0; i < n; i++) d[i] = (float)(i % 1000) * 0.5f;
+    fm_pinned_stats s0, s1;
+    fm_cuda_pinned_stats(&s0);
+    fm_tensor *g = fm_tensor_to(p, cu);
+    fm_tensor *sum = g ? fm_sum(g, 0, NULL, false) : NULL; /* compute ordered after the copy */
+    fm_cuda_pinned_stats(&s1);
+    CHECK(s1.n_copies == s0.n_copies + 1);
+    CHECK(fm_cuda_pinned_wait(p) == FM_OK);
+    for (int64_t i = 0; i < n; i++) d[i] = -1; /* safe now: the copy is done */
+    fm_tensor *back = g ? fm_tensor_to(g, FM_CPU) : NULL;
+    int bad = 0;
+    for (int64_t i = 0; back && i < n; i++) bad += ((float *)fm_tensor_data(back))[i] != (float)(i % 1000) * 0.5f;
+    CHECK_MSG(back && bad == 0, "pinned copy: %d elements differ", bad);
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += (double)(i % 1000) * 0.5;
+    CHECK_MSG(sum && fabs(fm_tensor_item(sum) - want) <= 1e-6 * want, "pinned copy then sum: %g vs %g", sum ? fm_tensor_item(sum) : NAN, want);
+    fm_tensor_release_n(4, p, g, sum, back);
+    fm_tensor *p2 = fm_cuda_pinned_empty(1, &n, FM_F32); /* the cached block comes back */
+    fm_pinned_stats s2;
+    fm_cuda_pinned_stats(&s2);
+    CHECK(s2.n_cache_hits >= 1);
+    fm_tensor_release(p2);
+    fm_clear_error();
+}
+
 int main(void) {
     test_sizes();
     test_small_pool();
@@ -828,6 +1410,7 @@ int main(void) {
     test_max_split();
     test_preallocate();
     test_stress();
+    test_pinned_cache();
     fprintf(stderr, "allocator bookkeeping: %d checks, %d failures\n", t_checks, t_failures);
 
     fm_build_info bi;
@@ -847,6 +1430,25 @@ int main(void) {
         fm_tensor_release_n(3, t, h, moved);
         CHECK(fm_cuda_allocator(0) == NULL);
         CHECK(fm_backend_get(FM_DEV_CUDA) == NULL);
+        fm_tensor *pin = fm_cuda_pinned_empty(1, (int64_t[]){4}, FM_F32); /* no pinned memory without a device */
+        CHECK(pin == NULL);
+        CHECK(fm_last_status() == FM_ERR_UNSUPPORTED);
+        fm_tensor_release(pin);
+        printf("SKIPPED: train-step equivalence (cnn, tiny transformer; 10 steps cuda vs cpu) and pinned copies: %s\n",
+               ci.reason);
+        /* what runs without a device: every conformance case's cpu reference, and the
+         * training-step networks on the cpu (their losses must go down) */
+        g_cpu_only = 1;
+        int f0 = t_failures;
+        fm_dtype cdts[] = {FM_F32, FM_BF16};
+        for (int i = 0; i < 2; i++) conformance(cdts[i]);
+        printf("conformance cases, cpu side only: %d run, %d failures\n", g_cpu_cases, t_failures - f0);
+        for (int which = 0; which < 2; which++) {
+            double l[10];
+            run_steps(which, FM_CPU, l);
+            printf("train-step networks on the cpu: %s loss %.6f -> %.6f\n", which ? "tiny transformer" : "fashion-cnn-like", l[0], l[9]);
+            CHECK_MSG(l[9] < l[0], "train-step network %d: the cpu loss did not go down (%.6f -> %.6f)", which, l[0], l[9]);
+        }
         TEST_DONE();
     }
     printf("cuda: %d device(s), %s, runtime %d, driver %d\n", ci.n_devices, ci.devices[0].name, ci.runtime_version,
@@ -860,6 +1462,8 @@ int main(void) {
         printf("conformance %s: %s\n", fm_dtype_name(dts[i]), t_failures == before ? "pass" : "FAIL");
     }
     gpu_errors();
+    gpu_pinned();
+    train_step_equivalence();
     printf("conformance: %d cases, %d without a cpu reference, %d failures\n", g_gpu_cases, g_skipped_cases, t_failures - f0);
     TEST_DONE();
 }

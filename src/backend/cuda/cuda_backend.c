@@ -33,4 +33,20 @@ fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *
     (void)n; (void)params; (void)grads; (void)exp_avg; (void)exp_avg_sq; (void)hp;
     return fm_set_error(FM_ERR_UNSUPPORTED, "adamw (fused, cuda): %s", NO_CUDA);
 }
+fm_tensor *fm_cuda_pinned_empty(int ndim, const int64_t *shape, fm_dtype dt) {
+    (void)ndim; (void)shape; (void)dt;
+    fm_set_error(FM_ERR_UNSUPPORTED, "pinned memory: %s", NO_CUDA);
+    return NULL;
+}
+bool fm_cuda_is_pinned(const fm_tensor *t) { (void)t; return false; }
+fm_status fm_cuda_copy_h2d_async(int device, void *dst, const void *src, size_t n) {
+    (void)device; (void)dst; (void)src; (void)n;
+    return fm_set_error(FM_ERR_UNSUPPORTED, "copy to cuda: %s", NO_CUDA);
+}
+fm_status fm_cuda_pinned_wait(const fm_tensor *t) { (void)t; return FM_OK; }
+fm_status fm_cuda_pinned_stats(fm_pinned_stats *out) {
+    memset(out, 0, sizeof *out);
+    return FM_OK;
+}
+size_t fm_cuda_pinned_empty_cache(void) { return 0; }
 #endif

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_pinned.h"
 #include "backend/cuda/cuda_pool.h"
 #include "fathom/memory.h"
 #include "fathom/tensor.h"
@@ -39,6 +40,22 @@ typedef struct fm_adamw_hparams {
 } fm_adamw_hparams;
 fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *grads, fm_tensor *const *exp_avg,
                              fm_tensor *const *exp_avg_sq, const fm_adamw_hparams *hp);
+
+/* Batch staging. fm_cuda_pinned_empty makes a CPU tensor in page-locked memory from a
+ * caching host allocator (cuda_pinned.h). fm_tensor_to(t, cuda) of such a tensor goes
+ * through fm_cuda_copy_h2d_async: the copy runs on the device's copy stream, after the
+ * compute work queued before the last device-memory free (a reused destination block may
+ * still be read by it) and before any compute queued afterwards (an event orders it), so
+ * it overlaps compute the host queues in between. Sources that are not pinned are copied
+ * on the compute stream (the driver stages pageable memory before returning). A pinned
+ * buffer must not be overwritten by the host before its copy is done: fm_cuda_pinned_wait
+ * waits for that (the cache itself reuses a released block only after its copy). */
+fm_tensor *fm_cuda_pinned_empty(int ndim, const int64_t *shape, fm_dtype dt);
+bool fm_cuda_is_pinned(const fm_tensor *t);
+fm_status fm_cuda_copy_h2d_async(int device, void *dst, const void *src, size_t n);
+fm_status fm_cuda_pinned_wait(const fm_tensor *t);
+fm_status fm_cuda_pinned_stats(fm_pinned_stats *out);
+size_t fm_cuda_pinned_empty_cache(void);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,8 @@ extern "C" void fm_cuda_kernels_matmul(fm_backend *b);
 extern "C" void fm_cuda_kernels_softmax(fm_backend *b);     /* softmax, log_softmax, cross_entropy, mse */
 extern "C" void fm_cuda_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout */
 extern "C" void fm_cuda_kernels_attention(fm_backend *b);
-extern "C" void fm_cuda_kernels_index(fm_backend *b);       /* cat, gather, index_select, one_hot, ... */
+extern "C" void fm_cuda_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
+extern "C" void fm_cuda_kernels_conv(fm_backend *b);        /* conv2d, max/avg pool2d, batch_norm (+ backwards) */
 
 /* The stream every kernel of the current device is queued on. */
 cudaStream_t fm_cuda_stream(void);
@@ -37,6 +38,13 @@ void fm_cuda_scratch_free(void *p);
  * 3 gelu (tanh form, cuBLASLt's). */
 extern "C" fm_status fm_cuda_gemm_rowmajor(const fm_tensor *a, const fm_tensor *b, fm_tensor *y, const void *bias,
                                            int epi, const char *opname);
+
+/* Row-major C[M,N] (ld ldc) = op(A)[M,K] op(B)[K,N] (+ C when accumulate), `batch` times
+ * with element strides sa/sb/sc. ta: A is stored [K,M] (ld lda); tb: B is stored [N,K].
+ * Types: all of dt (f32, f64, f16, bf16; f32 accumulation for the halves). */
+extern "C" fm_status fm_cuda_gemm_raw(int dt, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                                      int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C, int64_t ldc, int64_t sc,
+                                      int64_t batch, int accumulate, const char *opname);
 
 /* Turns a CUDA error into a fathom error naming the op; FM_OK otherwise. */
 fm_status fm_cuda_check(cudaError_t e, const char *op);

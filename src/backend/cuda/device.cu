@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_pinned.h"
 #include "fathom/fathom.h"
 
 #define LT_WORKSPACE ((size_t)32 << 20) /* what cuBLASLt's heuristics want for Hopper GEMMs */
@@ -29,6 +30,10 @@ typedef struct dev_ctx {
     fm_allocator alloc;
     char name[16];
     size_t total_mem;
+    /* batch staging (fm_cuda_copy_h2d_async), created on the first pinned copy */
+    cudaStream_t copy_stream;
+    cudaEvent_t last_free; /* recorded on the compute stream at every pool free once pinned copies are in use */
+    int pinned_used;
 } dev_ctx;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -225,7 +230,11 @@ static void *a_alloc(fm_allocator *a, size_t n) {
 }
 static void a_free(fm_allocator *a, void *p, size_t n) {
     (void)n;
-    fm_pool_free(ctx_of(a)->pool, p);
+    dev_ctx *d = ctx_of(a);
+    /* A block freed now may be handed to a copy-stream transfer next: that copy must wait for
+     * the compute work queued so far, which may still use the block (fm_cuda_copy_h2d_async). */
+    if (d->pinned_used) cudaEventRecord(d->last_free, d->stream);
+    fm_pool_free(d->pool, p);
 }
 static fm_status a_stats(fm_allocator *a, fm_memory_stats *out) {
     fm_pool_get_stats(ctx_of(a)->pool, out);
@@ -274,12 +283,111 @@ static fm_allocator *b_allocator(int idx) { return fm_cuda_allocator(idx); }
 
 /* ---------------- copies ---------------- */
 
-static fm_status b_h2d(int idx, void *dst, const void *src, size_t n) {
+/* ---------------- pinned host memory and the copy stream ---------------- */
+
+static fm_pinned_cache *g_pinned;
+
+static void *pin_alloc(void *ctx, size_t n) {
+    (void)ctx;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n, cudaHostAllocPortable) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return p;
+}
+static void pin_free(void *ctx, void *p) { (void)ctx; cudaFreeHost(p); }
+static int ev_done(void *ctx, void *ev) {
+    (void)ctx;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) return 0;
+    if (e != cudaSuccess) cudaGetLastError(); /* a failed copy reported elsewhere; the block is not read any more */
+    return 1;
+}
+static void ev_release(void *ctx, void *ev) { (void)ctx; cudaEventDestroy((cudaEvent_t)ev); }
+
+static fm_pinned_cache *pinned_cache(void) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_pinned) g_pinned = fm_pinned_create((fm_pinned_ops){pin_alloc, pin_free, ev_done, ev_release, NULL});
+    fm_pinned_cache *c = g_pinned;
+    pthread_mutex_unlock(&g_mu);
+    return c;
+}
+
+static void pinned_deleter(void *ctx, void *data) {
+    (void)ctx;
+    if (g_pinned) fm_pinned_free(g_pinned, data);
+}
+
+extern "C" fm_tensor *fm_cuda_pinned_empty(int ndim, const int64_t *shape, fm_dtype dt) {
+    const char *why;
+    if (!fm_cuda_device_count(&why)) { fm_set_error(FM_ERR_UNSUPPORTED, "pinned memory: %s", why); return NULL; }
+    if (use_device(fm_cuda_current_device())) return NULL;
+    size_t n = fm_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    fm_pinned_cache *c = pinned_cache();
+    void *p = c ? fm_pinned_alloc(c, n ? n : 1) : NULL;
+    if (!p) return NULL;
+    fm_tensor *t = fm_tensor_from_buffer(p, ndim, shape, dt, pinned_deleter, NULL);
+    if (!t) fm_pinned_free(c, p);
+    return t;
+}
+
+extern "C" bool fm_cuda_is_pinned(const fm_tensor *t) {
+    if (!t || t->storage->device.type != FM_DEV_CPU || !g_pinned) return false;
+    return fm_pinned_find(g_pinned, fm_tensor_data(t), fm_tensor_nbytes(t)) != NULL;
+}
+
+extern "C" fm_status fm_cuda_pinned_wait(const fm_tensor *t) {
+    if (!t || !g_pinned) return FM_OK;
+    void *base = fm_pinned_find(g_pinned, fm_tensor_data(t), fm_tensor_nbytes(t));
+    void *ev = base ? fm_pinned_pending(g_pinned, base) : NULL;
+    return ev ? fm_cuda_check(cudaEventSynchronize((cudaEvent_t)ev), "pinned wait") : FM_OK;
+}
+
+extern "C" fm_status fm_cuda_pinned_stats(fm_pinned_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (g_pinned) fm_pinned_get_stats(g_pinned, out);
+    return FM_OK;
+}
+extern "C" size_t fm_cuda_pinned_empty_cache(void) { return g_pinned ? fm_pinned_empty_cache(g_pinned) : 0; }
+
+/* The copy stream and the free event of device d; caller holds no lock. */
+static fm_status ensure_copy_stream(dev_ctx *d) {
+    fm_status st = FM_OK;
+    pthread_mutex_lock(&g_mu);
+    if (!d->pinned_used) {
+        st = fm_cuda_check(cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking), "copy stream");
+        if (!st) st = fm_cuda_check(cudaEventCreateWithFlags(&d->last_free, cudaEventDisableTiming), "copy stream");
+        /* blocks freed before now are covered by this first record */
+        if (!st) st = fm_cuda_check(cudaEventRecord(d->last_free, d->stream), "copy stream");
+        if (!st) d->pinned_used = 1;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+extern "C" fm_status fm_cuda_copy_h2d_async(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
     if (st) return st;
-    /* Pageable sources are staged before the call returns, so the host buffer may be reused at once. */
-    return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_dev[idx].stream), "copy to cuda");
+    dev_ctx *d = &g_dev[idx];
+    void *base = g_pinned && n ? fm_pinned_find(g_pinned, src, n) : NULL;
+    if (!base) /* pageable: staged by the driver before the call returns, so the host buffer may be reused */
+        return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->stream), "copy to cuda");
+    if ((st = ensure_copy_stream(d))) return st;
+    cudaEvent_t done;
+    if ((st = fm_cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "copy to cuda"))) return st;
+    /* copy after the compute work that may still use dst's block, compute after the copy */
+    st = fm_cuda_check(cudaStreamWaitEvent(d->copy_stream, d->last_free, 0), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->copy_stream), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaEventRecord(done, d->copy_stream), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaStreamWaitEvent(d->stream, done, 0), "copy to cuda");
+    if (st) {
+        cudaStreamSynchronize(d->copy_stream);
+        cudaEventDestroy(done);
+        return st;
+    }
+    return fm_pinned_record(g_pinned, base, done); /* the host may reuse `src` once `done` has completed */
 }
+
+static fm_status b_h2d(int idx, void *dst, const void *src, size_t n) { return fm_cuda_copy_h2d_async(idx, dst, src, n); }
 static fm_status b_d2h(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
     if (st) return st;
@@ -331,6 +439,7 @@ static void build(void) {
     fm_cuda_kernels_norm(&g_cuda);
     fm_cuda_kernels_attention(&g_cuda);
     fm_cuda_kernels_index(&g_cuda);
+    fm_cuda_kernels_conv(&g_cuda);
     for (int i = 0; i < FM_OP_COUNT; i++) {
         g_real[i] = g_cuda.kernels[i];
         if (g_real[i]) g_cuda.kernels[i] = trampoline;

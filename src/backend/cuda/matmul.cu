@@ -25,7 +25,18 @@ typedef struct gemm_desc {
     int64_t sa, sb, sd;     /* batch strides (elements) */
     int64_t batch;
     int dt, epi;
+    int accumulate;         /* beta = 1 (D += op(A) op(B)) instead of 0 */
+    int align_a, align_b, align_d; /* pointer alignment in bytes (<= 256): part of the algorithm's key */
 } gemm_desc;
+
+/* cuBLASLt assumes 256-byte aligned operands unless told otherwise; views and the
+ * per-group slices of conv2d are not, so the real alignment goes into the preference. */
+static int ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int r = 1;
+    while (r < 256 && !(a & (uintptr_t)r)) r <<= 1;
+    return r;
+}
 
 typedef struct algo_slot {
     gemm_desc key;
@@ -66,7 +77,12 @@ static cublasLtEpilogue_t epilogue(int e) {
 #define LT_TRY(x) do { cublasStatus_t _s = (x); if (_s != CUBLAS_STATUS_SUCCESS) { st = _s; goto done; } } while (0)
 
 /* Column-major batched GEMM with an optional epilogue; bias has m elements. */
-static fm_status lt_gemm(const gemm_desc *d, const void *A, const void *B, void *D, const void *bias, const char *opname) {
+static fm_status lt_gemm(const gemm_desc *d0, const void *A, const void *B, void *D, const void *bias, const char *opname) {
+    gemm_desc dd = *d0, *d = &dd;
+    dd.align_a = ptr_align(A);
+    dd.align_b = ptr_align(B);
+    dd.align_d = ptr_align(D);
+    uint32_t al_a = (uint32_t)dd.align_a, al_b = (uint32_t)dd.align_b, al_d = (uint32_t)dd.align_d;
     cublasLtHandle_t h = (cublasLtHandle_t)fm_cuda_lt_handle();
     if (!h) return fm_set_error(FM_ERR_INTERNAL, "%s: cublasLtCreate failed", opname);
     size_t ws_bytes = 0;
@@ -85,7 +101,8 @@ static fm_status lt_gemm(const gemm_desc *d, const void *A, const void *B, void 
     float one_f = 1.f, zero_f = 0.f;
     double one_d = 1.0, zero_d = 0.0;
     const void *alpha = d->dt == FM_F64 ? (const void *)&one_d : (const void *)&one_f;
-    const void *beta = d->dt == FM_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+    const void *beta = d->dt == FM_F64 ? (const void *)(d->accumulate ? &one_d : &zero_d)
+                                       : (const void *)(d->accumulate ? &one_f : &zero_f);
     unsigned slot = hash_desc(d);
     cublasLtMatmulAlgo_t algo;
     int have_algo = 0;
@@ -116,6 +133,10 @@ static fm_status lt_gemm(const gemm_desc *d, const void *A, const void *B, void 
         int found = 0;
         LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
         LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
         LT_TRY(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &res, &found));
         if (!found) { st = CUBLAS_STATUS_NOT_SUPPORTED; goto done; }
         algo = res.algo;
@@ -208,6 +229,28 @@ extern "C" fm_status fm_cuda_gemm_rowmajor(const fm_tensor *a, const fm_tensor *
         if (st) return st;
     }
     return FM_OK;
+}
+
+extern "C" fm_status fm_cuda_gemm_raw(int dt, int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                                      int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C, int64_t ldc, int64_t sc,
+                                      int64_t batch, int accumulate, const char *opname) {
+    if (M <= 0 || N <= 0 || batch <= 0) return FM_OK;
+    if (K <= 0) {
+        if (accumulate) return FM_OK;
+        return fm_set_error(FM_ERR_INTERNAL, "%s: empty GEMM reduction without accumulate", opname);
+    }
+    gemm_desc d;
+    memset(&d, 0, sizeof d);
+    d.dt = dt;
+    d.accumulate = accumulate;
+    /* Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T: swap the operands. */
+    d.m = N; d.n = M; d.k = K;
+    d.ta = tb; d.lda = ldb;
+    d.tb = ta; d.ldb = lda;
+    d.ldd = ldc;
+    d.batch = batch;
+    d.sa = sb; d.sb = sa; d.sd = sc;
+    return lt_gemm(&d, B, A, C, NULL, opname);
 }
 
 static int needs_pack(const fm_tensor *t) {
