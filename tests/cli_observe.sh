@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `fathom profile`, `fathom plot` and `fathom summary` from the outside: exit
+# codes (0 ok, 1 runtime failure, 2 bad usage), clear errors on bad input,
+# --json validity, truncated traces, and TensorBoard files read back by
+# TensorBoard itself when it is installed (tools/read_tensorboard.py).
+# Usage: bash tests/cli_observe.sh /path/to/fathom   (run from the repository root)
+set -u
+FATHOM=${1:?usage: cli_observe.sh /path/to/fathom}
+BIN=$(dirname "$FATHOM")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+
+# expect CODE "needle in stdout or stderr" -- fathom args...
+expect() {
+    local code=$1 needle=$2
+    shift 2
+    "$FATHOM" "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    if [ "$rc" != "$code" ]; then
+        echo "FAIL: fathom $* -> exit $rc, expected $code"; sed 's/^/  /' "$TMP/err" | head -5
+        fails=$((fails + 1)); return
+    fi
+    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$TMP/out" "$TMP/err"; then
+        echo "FAIL: fathom $* -> output lacks: $needle"; sed 's/^/  /' "$TMP/out" "$TMP/err" | head -8
+        fails=$((fails + 1))
+    fi
+}
+
+# ---- profile ----
+cat >"$TMP/trace.json" <<'EOF'
+[
+{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"fathom"}},
+{"name":"next batch","cat":"data","ph":"X","ts":0,"dur":600,"pid":1,"tid":1},
+{"name":"matmul","cat":"forward","ph":"X","ts":610,"dur":200,"pid":1,"tid":1,"args":{"flops":2e8,"bytes":1e6,"device":"cpu"}},
+{"name":"add","cat":"forward","ph":"X","ts":820,"dur":100,"pid":1,"tid":1,"args":{"flops":4096,"bytes":49152,"device":"cpu"}},
+{"name":"step","cat":"step","ph":"X","ts":600,"dur":400,"pid":1,"tid":1}
+]
+EOF
+expect 0 "usage: fathom profile" profile --help
+expect 2 "no trace file given" profile
+expect 2 "unknown option" profile "$TMP/trace.json" --bogus
+expect 2 "bad value" profile "$TMP/trace.json" --peak-gflops -3
+expect 1 "cannot read trace" profile "$TMP/missing.json"
+echo "not json at all" >"$TMP/bad.json"
+expect 1 "not a Chrome trace" profile "$TMP/bad.json"
+expect 0 "data-bound" profile "$TMP/trace.json" --peak-gflops 100
+expect 0 "data waiting" profile "$TMP/trace.json" --peak-gflops 100
+expect 0 "MFU: " profile "$TMP/trace.json" --peak-gflops 100
+expect 0 '"bottleneck": "data"' profile "$TMP/trace.json" --json --peak-gflops 100
+if command -v python3 >/dev/null; then
+    "$FATHOM" profile "$TMP/trace.json" --json --peak-gflops 100 | python3 -m json.tool >/dev/null ||
+        { echo "FAIL: profile --json is not valid JSON"; fails=$((fails + 1)); }
+fi
+# a trace cut mid-event, as a crashed run leaves it
+head -c -40 "$TMP/trace.json" | head -n 5 >"$TMP/cut.json"
+printf '{"name":"relu","cat":"forw' >>"$TMP/cut.json"
+expect 0 "the file ends early" profile "$TMP/cut.json" --peak-gflops 100
+expect 0 "matmul" profile "$TMP/cut.json" --peak-gflops 100
+
+# ---- plot ----
+expect 0 "usage: fathom plot" plot --help
+expect 2 "no log directory given" plot
+expect 2 "no output file given" plot "$TMP"
+expect 1 "cannot read" plot "$TMP/no-such-dir" -o "$TMP/c.svg"
+expect 1 "no event files" plot "$TMP" -o "$TMP/c.svg"
+if [ -x "$BIN/test_observe" ]; then
+    "$BIN/test_observe" --write-tb "$TMP/logs" >"$TMP/expect.txt"
+    expect 0 "wrote $TMP/c.svg" plot "$TMP/logs" -o "$TMP/c.svg"
+    grep -q "</svg>" "$TMP/c.svg" || { echo "FAIL: c.svg is not a complete SVG"; fails=$((fails + 1)); }
+    expect 0 "train/loss" plot "$TMP/logs" --list
+    expect 1 "must end in .svg or .png" plot "$TMP/logs" -o "$TMP/c.gif"
+    if "$FATHOM" plot --help | grep -q "(available"; then
+        expect 0 "wrote" plot "$TMP/logs" -o "$TMP/c.png"
+        head -c 8 "$TMP/c.png" | od -An -c | grep -q "P   N   G" || { echo "FAIL: c.png is not a PNG"; fails=$((fails + 1)); }
+    fi
+    # TensorBoard's own reader, when installed (pip install tensorboard tbparse; not in CI: it takes minutes)
+    PY=""
+    for p in "${FATHOM_PYTHON:-}" .venv/bin/python python3; do
+        if [ -n "$p" ] && command -v "$p" >/dev/null && "$p" -c "import tbparse" 2>/dev/null; then PY=$p; break; fi
+    done
+    if [ -n "$PY" ]; then
+        "$PY" tools/read_tensorboard.py --self-test "$BIN/test_observe --write-tb" >"$TMP/tb.txt" 2>&1 ||
+            { echo "FAIL: TensorBoard did not read back what fathom wrote:"; sed 's/^/  /' "$TMP/tb.txt"; fails=$((fails + 1)); }
+    else
+        echo "note: tbparse not installed; skipping the TensorBoard read-back (tools/read_tensorboard.py)"
+    fi
+fi
+
+if [ "$fails" != 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "cli_observe: all passed"

@@ -1,0 +1,471 @@
+/* Observability: CRC-32C known vectors and TFRecord framing of TensorBoard
+ * event files (written, read back, torn and corrupted), progress output on a
+ * pseudo-terminal vs a plain file vs quiet, trace summaries (hand-built traces
+ * with known splits, truncated and invalid files, a real profiler trace), and
+ * plots.
+ *
+ * `test_observe --write-tb DIR` writes a small log directory and prints
+ * "expect TAG=STEP:VALUE" lines: tools/read_tensorboard.py --self-test uses
+ * it to check the files with TensorBoard's own reader. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pty.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/parallel.h"
+#include "fathom/fathom.h"
+#include "fathom/observe.h"
+#include "fathom/profile.h"
+#include "test_util.h"
+
+static char tmpdir[] = "/tmp/fathom_observe_XXXXXX";
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    if (b) b[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- CRC-32C ---- */
+static void test_crc(void) {
+    CHECK(fm_crc32c("123456789", 9) == 0xE3069283u);
+    unsigned char b[32];
+    memset(b, 0, 32);
+    CHECK(fm_crc32c(b, 32) == 0x8A9136AAu);
+    memset(b, 0xff, 32);
+    CHECK(fm_crc32c(b, 32) == 0x62A8AB43u);
+    for (int i = 0; i < 32; i++) b[i] = (unsigned char)i;
+    CHECK(fm_crc32c(b, 32) == 0x46DD794Eu);
+    for (int i = 0; i < 32; i++) b[i] = (unsigned char)(31 - i);
+    CHECK(fm_crc32c(b, 32) == 0x113FDB5Cu);
+    CHECK(fm_crc32c("", 0) == 0);
+    CHECK(fm_crc32c_extend(fm_crc32c("1234", 4), "56789", 5) == 0xE3069283u);
+    CHECK(fm_tfrecord_mask_crc(0) == 0xa282ead8u);
+    uint32_t c = 0x12345678u;
+    CHECK(fm_tfrecord_mask_crc(c) == (((c >> 15) | (c << 17)) + 0xa282ead8u));
+}
+
+/* ---- TensorBoard ---- */
+typedef struct seen { int n_scalar, n_histo; double loss5, histo_num, histo_min, histo_max, histo_sum, bucket_total; } seen;
+static void on_value(void *ctx, const char *tag, int64_t step, double wall, double value, const fm_tb_histo *h) {
+    seen *s = ctx;
+    CHECK(wall > 1e9); /* seconds since 1970 */
+    if (h) {
+        s->n_histo++;
+        s->histo_num = h->num;
+        s->histo_min = h->min;
+        s->histo_max = h->max;
+        s->histo_sum = h->sum;
+        for (int i = 0; i < h->n_buckets; i++) s->bucket_total += h->bucket[i];
+        CHECK(!strcmp(tag, "weights/w") && step == 3);
+        return;
+    }
+    s->n_scalar++;
+    if (!strcmp(tag, "train/loss") && step == 5) s->loss5 = value;
+}
+
+static uint64_t le64(const unsigned char *p) { uint64_t v = 0; for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i); return v; }
+static uint32_t le32(const unsigned char *p) { uint32_t v = 0; for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i); return v; }
+
+static void test_tensorboard(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/logs/run1", tmpdir); /* parents are created */
+    fm_tb_writer *w = fm_tb_writer_open(dir);
+    CHECK(w != NULL);
+    if (!w) return;
+    const char *path = fm_tb_writer_path(w);
+    CHECK(strstr(path, "/events.out.tfevents.") != NULL);
+    for (int s = 0; s < 10; s++) CHECK(fm_tb_add_scalar(w, "train/loss", s, 1.0 / (s + 1)) == FM_OK);
+    CHECK(fm_tb_add_scalar(w, "val/accuracy", 9, 0.875) == FM_OK);
+    double v[100];
+    for (int i = 0; i < 100; i++) v[i] = i * 0.5 - 10;
+    CHECK(fm_tb_add_histogram(w, "weights/w", 3, v, 100) == FM_OK);
+    char *saved = strdup(path);
+    CHECK(fm_tb_writer_close(w) == FM_OK);
+
+    /* framing by hand: the first record holds file_version */
+    size_t len = 0;
+    unsigned char *b = (unsigned char *)read_all(saved, &len);
+    CHECK(b && len > 16);
+    if (b && len > 16) {
+        uint64_t n = le64(b);
+        CHECK(le32(b + 8) == fm_tfrecord_mask_crc(fm_crc32c(b, 8)));
+        CHECK(n + 16 <= len);
+        if (n + 16 <= len) {
+            CHECK(le32(b + 12 + n) == fm_tfrecord_mask_crc(fm_crc32c(b + 12, n)));
+            CHECK(memmem(b + 12, n, "brain.Event:2", 13) != NULL);
+            CHECK(b[12] == 0x09); /* field 1 (wall_time), wire type 1 (64-bit) */
+            /* the second record: Event{wall_time, step=0, summary{value{tag="train/loss", simple_value=1.0f}}} */
+            const unsigned char *r = b + 16 + n;
+            uint64_t n2 = le64(r);
+            CHECK(le32(r + 8) == fm_tfrecord_mask_crc(fm_crc32c(r, 8)));
+            const unsigned char *e = r + 12;
+            const unsigned char tail[] = {0x10, 0x00, 0x2A, 0x13, 0x0A, 0x11, 0x0A, 0x0A, 't', 'r', 'a', 'i', 'n', '/', 'l', 'o', 's',
+                                          's', 0x15, 0x00, 0x00, 0x80, 0x3F};
+            CHECK(n2 == 9 + sizeof tail);
+            CHECK(e[0] == 0x09 && n2 >= 9 + sizeof tail && !memcmp(e + 9, tail, sizeof tail));
+        }
+    }
+    free(b);
+
+    seen s = {0};
+    int64_t nrec = 0;
+    CHECK(fm_tb_read_file(saved, on_value, &s, &nrec) == FM_OK);
+    CHECK(nrec == 13);
+    CHECK(s.n_scalar == 11 && s.n_histo == 1);
+    CHECK_NEAR(s.loss5, 1.0 / 6, 1e-7);
+    CHECK_NEAR(s.histo_num, 100, 0);
+    CHECK_NEAR(s.histo_min, -10, 0);
+    CHECK_NEAR(s.histo_max, 39.5, 0);
+    CHECK_NEAR(s.histo_sum, 1475, 1e-12);
+    CHECK_NEAR(s.bucket_total, 100, 0);
+
+    /* the directory reader: run subdirectories prefix the tags */
+    char logs[512];
+    snprintf(logs, sizeof logs, "%s/logs", tmpdir);
+    fm_tb_scalars sc;
+    CHECK(fm_tb_read_scalars(logs, &sc) == FM_OK);
+    const fm_tb_series *loss = fm_tb_scalars_find(&sc, "run1/train/loss");
+    CHECK(loss && loss->n == 10);
+    if (loss && loss->n == 10) CHECK(loss->step[9] == 9 && fabs(loss->value[9] - 0.1) < 1e-7);
+    CHECK(sc.n == 2);
+    fm_tb_scalars_free(&sc);
+
+    /* a torn last record (a writer that crashed mid-write) is dropped quietly */
+    CHECK(truncate(saved, (off_t)(len - 5)) == 0);
+    memset(&s, 0, sizeof s);
+    CHECK(fm_tb_read_file(saved, on_value, &s, &nrec) == FM_OK);
+    CHECK(nrec == 12 && s.n_histo == 0);
+    /* a flipped payload byte is corruption */
+    int fd = open(saved, O_RDWR);
+    unsigned char x;
+    CHECK(pread(fd, &x, 1, 30) == 1);
+    x ^= 0x40;
+    CHECK(pwrite(fd, &x, 1, 30) == 1);
+    close(fd);
+    CHECK(fm_tb_read_file(saved, on_value, &s, NULL) == FM_ERR_FORMAT);
+    CHECK_ERR_CONTAINS("corrupt record");
+    unlink(saved);
+    free(saved);
+
+    /* logdir that cannot be written: a path through a regular file */
+    char file[512], bad[600];
+    snprintf(file, sizeof file, "%s/plainfile", tmpdir);
+    write_text(file, "x");
+    snprintf(bad, sizeof bad, "%s/sub", file);
+    CHECK(fm_tb_writer_open(bad) == NULL);
+    CHECK_ERR_CONTAINS("cannot create log directory");
+    CHECK(fm_tb_writer_open("") == NULL);
+    CHECK(fm_tb_read_scalars("/nonexistent/fathom/logs", &sc) == FM_ERR_IO);
+    CHECK(fm_tb_read_scalars(tmpdir, &sc) != FM_OK); /* the only event file is gone: nothing to read */
+    CHECK_ERR_CONTAINS("no event files");
+    unlink(file);
+    /* a non-TFRecord file */
+    snprintf(file, sizeof file, "%s/events.out.tfevents.bogus", tmpdir);
+    write_text(file, "this is not a tfrecord file at all");
+    CHECK(fm_tb_read_file(file, on_value, &s, NULL) == FM_ERR_FORMAT);
+    CHECK_ERR_CONTAINS("not a TFRecord");
+    unlink(file);
+}
+
+/* ---- progress ---- */
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static void drive(fm_progress *p) {
+    for (int i = 1; i <= 100; i++) fm_progress_update(p, i, i * 32, 2.0 / i);
+    fm_progress_log(p, "epoch 1: val loss %.3f", 0.5);
+    fm_progress_end(p);
+}
+
+static void test_progress(void) {
+    /* plain: a file */
+    FILE *f = tmpfile();
+    fm_progress *p = fm_progress_begin("epoch 1/3", 100, "samples", FM_PROGRESS_AUTO, f);
+    CHECK(fm_progress_get_mode(p) == FM_PROGRESS_PLAIN);
+    drive(p);
+    long n = ftell(f);
+    rewind(f);
+    char plain[8192] = "";
+    CHECK(fread(plain, 1, n < (long)sizeof plain - 1 ? (size_t)n : sizeof plain - 1, f) > 0);
+    fclose(f);
+    CHECK(!strchr(plain, '\r') && !strchr(plain, '\033'));
+    CHECK_MSG(count(plain, "\n") == 11, "plain output:\n%s", plain); /* 10%..90%, the log line, the final line */
+    CHECK(strstr(plain, "epoch 1/3: 10/100 (10%), ETA") != NULL);
+    CHECK(strstr(plain, "samples/s") && strstr(plain, "loss 0.0200"));
+    CHECK(strstr(plain, "epoch 1/3: done 100/100 (100%) in") != NULL);
+
+    /* a terminal: a pseudo-terminal's slave end */
+    int master, slave;
+    CHECK(openpty(&master, &slave, NULL, NULL, NULL) == 0);
+    FILE *t = fdopen(slave, "w");
+    p = fm_progress_begin("epoch 1/3", 100, "samples", FM_PROGRESS_AUTO, t);
+    CHECK(fm_progress_get_mode(p) == FM_PROGRESS_TTY);
+    drive(p);
+    fclose(t);
+    char tty[8192];
+    size_t got = 0;
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        ssize_t k = read(master, tty + got, sizeof tty - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    tty[got] = 0;
+    close(master);
+    CHECK_MSG(count(tty, "\r\033[K") >= 3, "tty output: %s", tty); /* first draw, final draw, end, log */
+    CHECK(strstr(tty, "[========================] 100/100 (100%)") != NULL);
+    CHECK(strstr(tty, "epoch 1: val loss 0.500") != NULL);
+    CHECK(count(tty, "\n") == 2); /* the log line and the end; redraws never start a new line */
+    CHECK(strcmp(tty, plain) != 0);
+
+    /* quiet */
+    f = tmpfile();
+    p = fm_progress_begin("x", 100, NULL, FM_PROGRESS_QUIET, f);
+    drive(p);
+    CHECK(ftell(f) == 0);
+    fclose(f);
+    fm_progress_end(NULL);
+}
+
+/* ---- trace summaries ---- */
+/* One 1000 us step: data 100, matmul 300 (compute), add 100 (memory), the
+ * autograd engine 300 holding a 200 us backward matmul, an optimizer span of
+ * 150 holding an op, 50 us of gaps: overhead = 50 + 100 (engine) = 150. */
+static const char *TRACE_EVENTS =
+    "[\n"
+    "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"fathom\"}},\n"
+    "{\"name\":\"data\",\"cat\":\"data\",\"ph\":\"X\",\"ts\":0,\"dur\":100,\"pid\":1,\"tid\":7},\n"
+    "{\"name\":\"matmul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":100,\"dur\":300,\"pid\":1,\"tid\":7,\"args\":{\"flops\":3e8,\"bytes\":1e6,\"out\":\"[64, 64]\",\"device\":\"cpu\"}},\n"
+    "{\"name\":\"add\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":400,\"dur\":100,\"pid\":1,\"tid\":7,\"args\":{\"flops\":4096,\"bytes\":49152,\"device\":\"cpu\"}},\n"
+    "{\"name\":\"memory\",\"ph\":\"C\",\"ts\":450,\"pid\":1,\"tid\":0,\"args\":{\"allocated\":1024}},\n"
+    "{\"name\":\"matmul\",\"cat\":\"backward\",\"ph\":\"X\",\"ts\":550,\"dur\":200,\"pid\":1,\"tid\":7,\"args\":{\"flops\":2e8,\"bytes\":1e6,\"device\":\"cpu\"}},\n"
+    "{\"name\":\"backward\",\"cat\":\"autograd\",\"ph\":\"X\",\"ts\":500,\"dur\":300,\"pid\":1,\"tid\":7},\n"
+    "{\"name\":\"mul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":820,\"dur\":80,\"pid\":1,\"tid\":7,\"args\":{\"flops\":100,\"bytes\":1200,\"device\":\"cpu\"}},\n"
+    "{\"name\":\"adamw\",\"cat\":\"optimizer\",\"ph\":\"X\",\"ts\":800,\"dur\":150,\"pid\":1,\"tid\":7},\n"
+    "{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":7},\n"
+    "{\"name\":\"loader worker\",\"cat\":\"data\",\"ph\":\"X\",\"ts\":0,\"dur\":900,\"pid\":1,\"tid\":9}";
+
+static void check_known_split(const fm_trace_summary *s) {
+    CHECK(s->n_steps == 1);
+    CHECK_NEAR(s->step_us, 1000, 1e-9);
+    CHECK_NEAR(s->compute_us, 500, 1e-9);
+    CHECK_NEAR(s->memory_us, 100, 1e-9);
+    CHECK_NEAR(s->data_us, 100, 1e-9); /* the loader worker's own track is not waiting */
+    CHECK_NEAR(s->optimizer_us, 150, 1e-9);
+    CHECK_NEAR(s->overhead_us, 150, 1e-9);
+    CHECK_NEAR(s->step_flops, 5e8 + 4096 + 100, 1e-12);
+    CHECK_NEAR(s->achieved_gflops, (5e8 + 4196) / 1000 / 1e3, 1e-9);
+    CHECK_NEAR(s->gemm_gflops, 5e8 / 500 / 1e3, 1e-9);
+    CHECK(!strcmp(s->bottleneck, "compute"));
+    CHECK(s->n_ops == 4 && !strcmp(s->ops[0].name, "matmul") && !strcmp(s->ops[1].name, "matmul [bwd]"));
+    CHECK(s->n_ops == 4 && s->ops[0].calls == 1 && s->ops[0].compute && !s->ops[2].compute);
+}
+
+static void test_trace(void) {
+    char path[512], text[8192];
+    snprintf(path, sizeof path, "%s/trace.json", tmpdir);
+    snprintf(text, sizeof text, "%s\n]\n", TRACE_EVENTS);
+    write_text(path, text);
+    fm_trace_summary s;
+    CHECK(fm_trace_summarize(path, 1e5, &s) == FM_OK);
+    check_known_split(&s);
+    CHECK(!s.truncated && s.n_events == 11);
+    CHECK_NEAR(s.mfu, s.achieved_gflops / 1e5, 1e-12);
+    CHECK(strstr(s.verdict, "bigger batch") != NULL); /* GEMMs at 1% of the peak: small GEMMs */
+    char *js = fm_trace_summary_json(&s);
+    json_error_t err;
+    json_t *j = js ? json_loads(js, 0, &err) : NULL;
+    CHECK(j && !strcmp(json_string_value(json_object_get(j, "bottleneck")), "compute"));
+    CHECK(j && json_array_size(json_object_get(j, "ops")) == 4);
+    CHECK(j && fabs(json_number_value(json_object_get(json_object_get(json_object_get(j, "split"), "data"), "pct")) - 10) < 1e-9);
+    json_decref(j);
+    free(js);
+    FILE *devnull = fopen("/dev/null", "w");
+    fm_trace_summary_print(&s, devnull, 2);
+    fclose(devnull);
+    fm_trace_summary_free(&s);
+
+    /* still being written: no closing bracket, half an event at the end */
+    snprintf(text, sizeof text, "%s,\n{\"name\":\"relu\",\"cat\":\"forw", TRACE_EVENTS);
+    write_text(path, text);
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.truncated);
+    check_known_split(&s);
+    CHECK(s.peak_gflops == 0 && s.mfu == 0);
+    fm_trace_summary_free(&s);
+    /* cut right after a comma */
+    snprintf(text, sizeof text, "%s,\n", TRACE_EVENTS);
+    write_text(path, text);
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK && s.truncated);
+    fm_trace_summary_free(&s);
+    /* the object form */
+    snprintf(text, sizeof text, "{\"traceEvents\": %s]}", TRACE_EVENTS);
+    write_text(path, text);
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    check_known_split(&s);
+    fm_trace_summary_free(&s);
+
+    /* data-bound */
+    write_text(path, "[{\"name\":\"next batch\",\"cat\":\"data\",\"ph\":\"X\",\"ts\":0,\"dur\":700,\"pid\":1,\"tid\":1},"
+                     "{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":700,\"dur\":300,\"pid\":1,\"tid\":1},"
+                     "{\"name\":\"relu\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":710,\"dur\":250,\"pid\":1,\"tid\":1}]");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK_NEAR(s.step_us, 1000, 1e-9); /* the wait before the step counts */
+    CHECK_NEAR(s.data_us, 700, 1e-9);
+    CHECK(!strcmp(s.bottleneck, "data") && strstr(s.verdict, "workers"));
+    fm_trace_summary_free(&s);
+    /* no step spans: the op thread's interval; gaps are overhead */
+    write_text(path, "[{\"name\":\"relu\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0,\"dur\":100,\"pid\":1,\"tid\":1},"
+                     "{\"name\":\"exp\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":400,\"dur\":100,\"pid\":1,\"tid\":1}]");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.n_steps == 0);
+    CHECK_NEAR(s.step_us, 500, 1e-9);
+    CHECK_NEAR(s.overhead_us, 300, 1e-9);
+    CHECK(!strcmp(s.bottleneck, "overhead"));
+    fm_trace_summary_free(&s);
+
+    /* bad input */
+    CHECK(fm_trace_summarize("/nonexistent/trace.json", 0, &s) == FM_ERR_IO);
+    CHECK_ERR_CONTAINS("cannot read trace");
+    write_text(path, "hello, world");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_ERR_FORMAT);
+    CHECK_ERR_CONTAINS("not a Chrome trace");
+    write_text(path, "[{\"name\":\"a\",\"ph\":\"X\",\"ts\":0,\"dur\":1},\n{\"name\": oops},\n{\"name\":\"b\",\"ph\":\"X\",\"ts\":0}]");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_ERR_FORMAT);
+    CHECK_ERR_CONTAINS("line 2");
+    write_text(path, "");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_ERR_FORMAT);
+    write_text(path, "{\"foo\": 1}");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_ERR_FORMAT);
+    CHECK_ERR_CONTAINS("traceEvents");
+
+    /* a real trace from the profiler, still open (the way a crashed run leaves it) */
+    CHECK(fm_profiler_start(path) == FM_OK);
+    int64_t sa[2] = {32, 48}, sb[2] = {48, 16};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
+    for (int i = 0; i < 300; i++) {
+        fm_profile_push("step", "step");
+        fm_tensor *y = fm_matmul(a, b), *r = fm_relu(y);
+        fm_tensor_release_n(2, y, r);
+        fm_profile_pop();
+    }
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK); /* mid-run: whatever has been flushed so far */
+    CHECK(s.truncated && s.n_steps > 10);
+    fm_trace_summary_free(&s);
+    CHECK(fm_profiler_stop() == FM_OK);
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.n_steps == 300 && !s.truncated);
+    bool found = false;
+    for (int i = 0; i < s.n_ops; i++)
+        if (!strcmp(s.ops[i].name, "matmul")) {
+            found = true;
+            CHECK(s.ops[i].calls == 300);
+            CHECK_NEAR(s.ops[i].flops, 300 * 2.0 * 32 * 16 * 48, 0);
+        }
+    CHECK(found);
+    CHECK_NEAR(s.compute_us + s.memory_us + s.data_us + s.optimizer_us + s.overhead_us, s.step_us, 1e-6);
+    fm_trace_summary_free(&s);
+    fm_tensor_release_n(2, a, b);
+    unlink(path);
+}
+
+/* ---- plots ---- */
+static void test_plot(void) {
+    char dir[512], out[600];
+    snprintf(dir, sizeof dir, "%s/plotlogs", tmpdir);
+    fm_tb_writer *w = fm_tb_writer_open(dir);
+    CHECK(w != NULL);
+    if (!w) return;
+    for (int s = 0; s <= 50; s++) {
+        fm_tb_add_scalar(w, "train/loss", s, 2.0 * exp(-s / 10.0) + 0.1);
+        fm_tb_add_scalar(w, "train/lr", s, 1e-3 * (1 - s / 50.0));
+        fm_tb_add_scalar(w, "train/throughput", s, 5000 + 10 * s);
+        if (s % 10 == 0) fm_tb_add_scalar(w, "val/loss", s, 2.0 * exp(-s / 10.0) + 0.2);
+    }
+    fm_tb_writer_close(w);
+    fm_tb_scalars sc;
+    CHECK(fm_tb_read_scalars(dir, &sc) == FM_OK);
+    CHECK(sc.n == 4);
+    snprintf(out, sizeof out, "%s/curves.svg", tmpdir);
+    CHECK(fm_plot_curves(&sc, out, "test") == FM_OK);
+    char *svg = read_all(out, NULL);
+    CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>") && strstr(svg, ">Loss<") && strstr(svg, ">val/loss<") &&
+          strstr(svg, ">Learning rate<") && strstr(svg, ">Throughput<") && strstr(svg, "<polyline"));
+    free(svg);
+    unlink(out);
+    snprintf(out, sizeof out, "%s/curves.png", tmpdir);
+    if (fm_plot_png_supported()) {
+        CHECK(fm_plot_curves(&sc, out, "test") == FM_OK);
+        size_t n = 0;
+        char *png = read_all(out, &n);
+        CHECK(png && n > 1000 && !memcmp(png, "\x89PNG\r\n\x1a\n", 8));
+        free(png);
+        unlink(out);
+    } else {
+        CHECK(fm_plot_curves(&sc, out, "test") == FM_ERR_UNSUPPORTED);
+    }
+    snprintf(out, sizeof out, "%s/curves.gif", tmpdir);
+    CHECK(fm_plot_curves(&sc, out, "test") == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS(".svg or .png");
+    CHECK(fm_plot_curves(&sc, "/nonexistent/dir/c.svg", "test") == FM_ERR_IO);
+    CHECK_ERR_CONTAINS("cannot write");
+    fm_tb_scalars_free(&sc);
+    fm_tb_scalars empty = {0};
+    CHECK(fm_plot_curves(&empty, "/tmp/x.svg", NULL) == FM_ERR_INVALID);
+}
+
+/* Sample logs for tools/read_tensorboard.py --self-test. */
+static int write_tb(const char *dir) {
+    fm_tb_writer *w = fm_tb_writer_open(dir);
+    if (!w) { fprintf(stderr, "%s\n", fm_last_error()); return 1; }
+    for (int s = 0; s < 20; s++) {
+        double loss = 2.0 / (1 + s), lr = 0.01 * (s + 1) / 20;
+        fm_tb_add_scalar(w, "train/loss", s, loss);
+        fm_tb_add_scalar(w, "train/lr", s, lr);
+        if (s % 5 == 4) printf("expect train/loss=%d:%.9g\nexpect train/lr=%d:%.9g\n", s, (double)(float)loss, s, (double)(float)lr);
+    }
+    fm_tb_add_scalar(w, "val/accuracy", 19, 0.9125);
+    printf("expect val/accuracy=19:%.9g\n", (double)(float)0.9125);
+    double v[256];
+    for (int i = 0; i < 256; i++) v[i] = sin(i * 0.1);
+    fm_tb_add_histogram(w, "weights/fc1.weight", 19, v, 256);
+    printf("expect-histogram weights/fc1.weight\n");
+    return fm_tb_writer_close(w) == FM_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-tb")) return write_tb(argv[2]);
+    CHECK(mkdtemp(tmpdir) != NULL);
+    test_crc();
+    test_tensorboard();
+    test_progress();
+    test_trace();
+    test_plot();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    CHECK(system(cmd) == 0);
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
