@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "core/backend.h"
 #include "fathom/fathom.h"
 #include "ops/op_attrs.h"
@@ -91,6 +92,65 @@ int main(void) {
         printf("{\"bench\":\"cross_entropy_fwd_bf16_8192x50304\",\"metric\":\"ms\",\"fathom\":%.3f}\n", time_call(&f, 10) * 1e3);
         printf("{\"bench\":\"cross_entropy_bwd_bf16_8192x50304\",\"metric\":\"ms\",\"fathom\":%.3f}\n", time_call(&b, 10) * 1e3);
         fm_tensor_release_n(6, x, ht, t, loss, dx, g);
+    }
+    {   /* fashion-cnn's middle layer, larger batch: conv 32->64 3x3 pad 1 on 28x28, NCHW (im2col + cuBLASLt) */
+        int64_t N = 256, xs[4] = {N, 32, 28, 28}, ws[4] = {64, 32, 3, 3}, ys[4] = {N, 64, 28, 28}, bs = 64;
+        fm_dtype dts[2] = {FM_F32, FM_BF16};
+        for (int k = 0; k < 2; k++) {
+            fm_dtype dt = dts[k];
+            fm_tensor *x = dev_rand(4, xs, dt), *w = dev_rand(4, ws, dt), *b = dev_rand(1, &bs, dt);
+            fm_tensor *y = fm_tensor_empty(4, ys, dt, cu), *dx = fm_tensor_empty(4, xs, dt, cu);
+            fm_tensor *dw = fm_tensor_empty(4, ws, dt, cu), *db = fm_tensor_empty(1, &bs, dt, cu);
+            fm_conv2d_attrs ca;
+            memset(&ca, 0, sizeof ca);
+            ca.p = fm_conv2d_default_params();
+            ca.p.padding[0] = ca.p.padding[1] = 1;
+            fm_op_call f = {.op = FM_OP_CONV2D, .n_in = 3, .n_out = 1, .in = {x, w, b}, .out = {y}, .attrs = &ca};
+            fm_op_call bw = {.op = FM_OP_CONV2D_BACKWARD, .n_in = 3, .n_out = 3, .in = {y, x, w}, .out = {dx, dw, db}, .attrs = &ca};
+            double flops = 2.0 * N * 64 * 28 * 28 * 32 * 9;
+            double tf = time_call(&f, 10), tb = time_call(&bw, 5);
+            printf("{\"bench\":\"conv2d_fwd_%s_N256_32to64_28x28_k3\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n",
+                   fm_dtype_name(dt), tf * 1e3, flops / tf / 1e12);
+            printf("{\"bench\":\"conv2d_bwd_%s_N256_32to64_28x28_k3\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n",
+                   fm_dtype_name(dt), tb * 1e3, 2 * flops / tb / 1e12);
+            if (dt == FM_F32) {
+                int64_t C = 64;
+                fm_tensor *rm = fm_tensor_zeros(1, &C, dt, cu), *rv = fm_tensor_ones(1, &C, dt, cu);
+                fm_tensor *sm = fm_tensor_empty(1, &C, dt, cu), *sr = fm_tensor_empty(1, &C, dt, cu), *by = fm_tensor_empty(4, ys, dt, cu);
+                fm_bn_attrs ba = {1, 0.1, 1e-5, FM_NCHW};
+                fm_op_call bn = {.op = FM_OP_BATCH_NORM, .n_in = 5, .n_out = 3, .in = {y, NULL, NULL, rm, rv}, .out = {by, sm, sr}, .attrs = &ba};
+                printf("{\"bench\":\"batch_norm_train_f32_N256_C64_28x28\",\"metric\":\"ms\",\"fathom\":%.3f}\n", time_call(&bn, 10) * 1e3);
+                int64_t ps[4] = {N, 64, 14, 14};
+                fm_tensor *py = fm_tensor_empty(4, ps, dt, cu), *pi = fm_tensor_empty(4, ps, FM_I64, cu);
+                fm_pool2d_attrs pa;
+                memset(&pa, 0, sizeof pa);
+                pa.p.kernel[0] = pa.p.kernel[1] = 2;
+                pa.p.stride[0] = pa.p.stride[1] = 2;
+                fm_op_call mp = {.op = FM_OP_MAX_POOL2D, .n_in = 1, .n_out = 2, .in = {y}, .out = {py, pi}, .attrs = &pa};
+                printf("{\"bench\":\"max_pool2d_f32_N256_C64_28x28_k2\",\"metric\":\"ms\",\"fathom\":%.3f}\n", time_call(&mp, 10) * 1e3);
+                fm_tensor_release_n(7, rm, rv, sm, sr, by, py, pi);
+            }
+            fm_tensor_release_n(7, x, w, b, y, dx, dw, db);
+        }
+    }
+    {   /* batch upload: 64 MiB from pinned memory (copy stream) against pageable memory */
+        int64_t n = 1 << 24;
+        fm_tensor *pin = fm_cuda_pinned_empty(1, &n, FM_F32), *pag = fm_tensor_zeros(1, &n, FM_F32, FM_CPU);
+        if (pin) memset(fm_tensor_data(pin), 0, (size_t)n * 4);
+        fm_tensor *srcs[2] = {pin, pag};
+        const char *names[2] = {"h2d_pinned_64MiB", "h2d_pageable_64MiB"};
+        for (int k = 0; k < 2; k++) {
+            if (!srcs[k]) continue;
+            fm_tensor *warm = fm_tensor_to(srcs[k], cu);
+            fm_tensor_release(warm);
+            g_b->synchronize(0);
+            double t0 = now();
+            for (int i = 0; i < 10; i++) { fm_tensor *d = fm_tensor_to(srcs[k], cu); fm_tensor_release(d); }
+            g_b->synchronize(0);
+            double t = (now() - t0) / 10;
+            printf("{\"bench\":\"%s\",\"metric\":\"GB/s\",\"fathom\":%.1f}\n", names[k], 4.0 * n / t / 1e9);
+        }
+        fm_tensor_release_n(2, pin, pag);
     }
     fm_memory_stats st;
     fm_allocator *al = g_b->allocator(0);

@@ -59,6 +59,32 @@ def main():
     loss = F.cross_entropy(x, tg)
     t = timed(lambda: torch.autograd.grad(loss, x, retain_graph=True), 10)
     emit("cross_entropy_bwd_bf16_8192x50304", "ms", t * 1e3)
+    N = 256
+    for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        x = torch.rand(N, 32, 28, 28, device=dev, dtype=dt, requires_grad=True)
+        w = torch.rand(64, 32, 3, 3, device=dev, dtype=dt, requires_grad=True)
+        b = torch.rand(64, device=dev, dtype=dt, requires_grad=True)
+        flops = 2.0 * N * 64 * 28 * 28 * 32 * 9
+        t = timed(lambda: F.conv2d(x, w, b, padding=1), 10)
+        emit(f"conv2d_fwd_{name}_N256_32to64_28x28_k3", "ms", t * 1e3, tflops=round(flops / t / 1e12, 1))
+        y = F.conv2d(x, w, b, padding=1)
+        g = torch.rand_like(y)
+        t = timed(lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True), 5)
+        emit(f"conv2d_bwd_{name}_N256_32to64_28x28_k3", "ms", t * 1e3, tflops=round(2 * flops / t / 1e12, 1))
+        if dt == torch.float32:
+            yd = y.detach()
+            rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+            t = timed(lambda: F.batch_norm(yd, rm, rv, training=True, momentum=0.1, eps=1e-5), 10)
+            emit("batch_norm_train_f32_N256_C64_28x28", "ms", t * 1e3)
+            t = timed(lambda: F.max_pool2d(yd, 2, return_indices=True), 10)
+            emit("max_pool2d_f32_N256_C64_28x28_k2", "ms", t * 1e3)
+    n = 1 << 24
+    pin = torch.zeros(n).pin_memory()
+    pag = torch.zeros(n)
+    t = timed(lambda: pin.to(dev, non_blocking=True), 10)
+    emit("h2d_pinned_64MiB", "GB/s", 4 * n / t / 1e9)
+    t = timed(lambda: pag.to(dev), 10)
+    emit("h2d_pageable_64MiB", "GB/s", 4 * n / t / 1e9)
     return 0
 
 

@@ -1119,6 +1119,25 @@ static void conformance(fm_dtype dt) {
         run_case(&o, dt);
         case_free(&o);
     }
+    {   /* qkv_split_heads (+ backward with a missing dk), grouped-query */
+        int64_t B = 2, T = 9, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D;
+        fm_qkv_split_attrs qa = {H, KV, D};
+        conf_case c = {.label = "qkv_split_heads", .op = FM_OP_QKV_SPLIT_HEADS, .n_in = 1, .n_out = 3, .attrs = &qa};
+        c.in[0] = rand_tensor(3, (int64_t[]){B, T, W}, dt, -1, 1, 1400);
+        c.out[0] = spec(4, (int64_t[]){B, H, T, D}, dt);
+        c.out[1] = spec(4, (int64_t[]){B, KV, T, D}, dt);
+        c.out[2] = spec(4, (int64_t[]){B, KV, T, D}, dt);
+        for (int i = 0; i < 3; i++) c.out[i].exact = 1;
+        run_case(&c, dt);
+        conf_case b = {.label = "qkv_split_heads_backward", .op = FM_OP_QKV_SPLIT_HEADS_BACKWARD, .n_in = 3, .n_out = 1, .attrs = &qa};
+        b.in[0] = rand_tensor(4, (int64_t[]){B, H, T, D}, dt, -1, 1, 1401);
+        b.in[2] = rand_tensor(4, (int64_t[]){B, KV, T, D}, dt, -1, 1, 1402);
+        b.out[0] = spec(3, (int64_t[]){B, T, W}, dt);
+        b.out[0].exact = 1;
+        run_case(&b, dt);
+        case_free(&b);
+        case_free(&c);
+    }
     conv_cases(dt);
     pool_cases(dt);
     bn_cases(dt);

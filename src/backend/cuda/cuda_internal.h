@@ -21,7 +21,8 @@ extern "C" void fm_cuda_kernels_softmax(fm_backend *b);     /* softmax, log_soft
 extern "C" void fm_cuda_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout */
 extern "C" void fm_cuda_kernels_attention(fm_backend *b);
 extern "C" void fm_cuda_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
-extern "C" void fm_cuda_kernels_conv(fm_backend *b);        /* conv2d, max/avg pool2d, batch_norm (+ backwards) */
+extern "C" void fm_cuda_kernels_conv(fm_backend *b);
+extern "C" void fm_cuda_kernels_fused(fm_backend *b);       /* qkv_split_heads (+ backward) */        /* conv2d, max/avg pool2d, batch_norm (+ backwards) */
 
 /* The stream every kernel of the current device is queued on. */
 cudaStream_t fm_cuda_stream(void);
