@@ -59,6 +59,12 @@ int fm_cmd_generate(int argc, char **argv) {
     if (fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) { fm_cli_error("%s", fm_last_error()); rc = 1; goto done; }
     int made = 0;
     bool limit = false;
+    if (n > fm_gpt_get_config(m)->block_size) { /* before echoing anything */
+        fm_cli_error("the prompt is %lld tokens but the model's context is %d (shorten the prompt)", (long long)n,
+                     fm_gpt_get_config(m)->block_size);
+        rc = 1;
+        goto done;
+    }
     fputs(prompt, stdout);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

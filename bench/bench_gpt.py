@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""GPT benchmarks: fathom vs PyTorch, same machine, same threads, same config, one invocation.
+
+Measures, for the kjv-gpt config and a 6-layer/384-wide/6-head/block-256 model:
+  - training tokens/s (fathom `train` vs PyTorch eager, and torch.compile when it works offline),
+  - MFU against a measured OpenBLAS-class sgemm peak (torch.mm on 2 threads, n=2048),
+  - convergence: validation loss after the same number of steps on the same token file,
+  - batch-1 generation tokens/s with a KV cache (fathom `generate` vs a simple PyTorch KV-cache loop)
+    and against the memory-bandwidth bound (weights + KV bytes per token / measured copy bandwidth).
+Each result is one JSON line; ratio = fathom / peer for throughputs (higher is better for fathom).
+
+  .venv/bin/python bench/bench_gpt.py --fathom build/fathom [--steps 200] [--quick]
+`fathom train` must route GPT recipes (data/recipes/*.ini with [model] type = gpt) to the GPT trainer.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+THREADS = 2
+torch.set_num_threads(THREADS)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CONFIGS = {
+    "kjv-gpt": dict(n_layer=4, n_head=4, n_embd=128, ffn=512, block=128, batch=16),
+    "gpt-6x384": dict(n_layer=6, n_head=6, n_embd=384, ffn=1536, block=256, batch=8),
+}
+
+
+class Block(nn.Module):
+    def __init__(s, c):
+        super().__init__()
+        C = c["n_embd"]
+        s.h = c["n_head"]
+        s.ln_1, s.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        s.c_attn, s.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        s.fc, s.proj = nn.Linear(C, c["ffn"]), nn.Linear(c["ffn"], C)
+
+    def attn(s, x, cache=None, pos=0):
+        B, T, C = x.shape
+        q, k, v = s.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, s.h, C // s.h).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            cache[0][:, :, pos:pos + T] = k
+            cache[1][:, :, pos:pos + T] = v
+            k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=(pos == 0))
+        return s.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def forward(s, x, cache=None, pos=0):
+        x = x + s.attn(s.ln_1(x), cache, pos)
+        return x + s.proj(F.gelu(s.fc(s.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(s, c, V):
+        super().__init__()
+        s.c = c
+        s.wte, s.wpe = nn.Embedding(V, c["n_embd"]), nn.Embedding(c["block"], c["n_embd"])
+        s.h = nn.ModuleList(Block(c) for _ in range(c["n_layer"]))
+        s.ln_f = nn.LayerNorm(c["n_embd"])
+        for p in s.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0, 0.02)
+
+    def forward(s, idx, targets=None, caches=None, pos=0):
+        T = idx.shape[1]
+        x = s.wte(idx) + s.wpe.weight[pos:pos + T]
+        for i, b in enumerate(s.h):
+            x = b(x, None if caches is None else caches[i], pos)
+        logits = s.ln_f(x) @ s.wte.weight.t()
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def load_tokens(path):
+    with open(path, "rb") as f:
+        h = f.read(32)
+        assert h[:8] == b"FMTOKENS", "not a fathom token file"
+        vocab, width = int.from_bytes(h[12:16], "little"), int.from_bytes(h[16:20], "little")
+        n = int.from_bytes(h[24:32], "little")
+        ids = np.frombuffer(f.read(n * width), dtype=np.uint16 if width == 2 else np.uint32).astype(np.int64)
+    return torch.from_numpy(ids), vocab
+
+
+def torch_train(model, ids, c, steps, lr, compiled=False):
+    split = int(len(ids) * 0.9)
+    B, T = c["batch"], c["block"]
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    fwd = torch.compile(model) if compiled else model
+    g = torch.Generator().manual_seed(1337)
+    t_warm, t0 = None, time.perf_counter()
+    for s in range(steps):
+        if s == 2:
+            t_warm = time.perf_counter()
+        ix = torch.randint(0, split - T - 1, (B,), generator=g)
+        x = torch.stack([ids[i:i + T] for i in ix])
+        y = torch.stack([ids[i + 1:i + T + 1] for i in ix])
+        for pg in opt.param_groups:  # warmup + cosine, as fathom's recipe
+            w = 100
+            pg["lr"] = lr * (s + 1) / w if s < w else lr * 0.1 + 0.5 * (lr - lr * 0.1) * (
+                1 + math.cos(math.pi * min(1.0, (s - w) / max(1, steps - w))))
+        loss = fwd(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    dt = time.perf_counter() - (t_warm or t0)
+    tok_s = B * T * (steps - (2 if t_warm else 0)) / dt
+    # validation: the same deterministic walk of the held-out split as fathom (16 batches)
+    model.eval()
+    with torch.no_grad():
+        losses = []
+        n_win = (len(ids) - split - 1) // T
+        for i in range(16):
+            st = [split + ((i * B + b) % n_win) * T for b in range(B)]
+            x = torch.stack([ids[s:s + T] for s in st])
+            y = torch.stack([ids[s + 1:s + T + 1] for s in st])
+            losses.append(model(x, y).item())
+    model.train()
+    return tok_s, sum(losses) / len(losses)
+
+
+def sgemm_peak():
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    t0 = time.perf_counter()
+    reps = 5
+    for _ in range(reps):
+        torch.mm(a, b)
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0)
+
+
+def copy_bandwidth():
+    a = torch.empty(64 << 20, dtype=torch.uint8)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        b.copy_(a)
+    return 2 * a.numel() * 5 / (time.perf_counter() - t0)
+
+
+def train_flops_per_token(c, V):
+    C, L, T = c["n_embd"], c["n_layer"], c["block"]
+    n = L * (4 * C * C + 2 * C * c["ffn"]) + V * C
+    return 6 * n + 6 * L * T * C  # PaLM: 6N + 12*L*T*C/2 (causal halves attention)
+
+
+def write_recipe(d, name, c, steps, token_dir):
+    p = os.path.join(d, name + ".ini")
+    with open(p, "w") as f:
+        f.write(f"""[model]
+type = gpt
+arch = gpt2
+n_layer = {c['n_layer']}
+n_head = {c['n_head']}
+n_embd = {c['n_embd']}
+ffn_hidden = {c['ffn']}
+block_size = {c['block']}
+[tokenizer]
+kind = bpe
+vocab_size = 512
+[data]
+corpus = kjv
+[train]
+batch_size = {c['batch']}
+steps = {steps}
+warmup = 100
+lr = 2e-3
+min_lr = 2e-4
+eval_every = {steps}
+eval_batches = 16
+ckpt_every = {steps}
+log_every = {max(1, steps // 4)}
+""")
+    return p
+
+
+def fathom_train(fathom, recipe, out, steps):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS), FATHOM_NUM_THREADS=str(THREADS))
+    r = subprocess.run([fathom, "train", recipe, "--out", out, "--steps", str(steps)], capture_output=True, text=True, errors="replace",
+                       env=env)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    rates = [float(m) for m in re.findall(r"(\d+) tok/s", r.stderr)]
+    val = [float(m) for m in re.findall(r"val loss ([\d.]+)", r.stderr)]
+    # the first log interval includes start-up; use the later ones
+    return (sum(rates[1:]) / len(rates[1:]) if len(rates) > 1 else rates[-1]), val[-1]
+
+
+def fathom_generate(fathom, out, n):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS), FATHOM_NUM_THREADS=str(THREADS))
+    r = subprocess.run([fathom, "generate", out, "--prompt", "And", "--tokens", str(n), "--seed", "1"],
+                       capture_output=True, text=True, errors="replace", env=env)
+    m = re.search(r"\(([\d.]+) tokens/s", r.stderr)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(r.stderr[-2000:])
+    return float(m.group(1))
+
+
+def torch_generate(model, c, n):
+    model.eval()
+    C, H = c["n_embd"], c["n_head"]
+    caches = [(torch.zeros(1, H, c["block"], C // H), torch.zeros(1, H, c["block"], C // H)) for _ in range(c["n_layer"])]
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        tok = torch.tensor([[0]])
+        logits = model(tok, caches=caches, pos=0)
+        t0 = time.perf_counter()
+        for pos in range(1, n + 1):
+            p = torch.softmax(logits[0, -1] / 0.8, -1)
+            tok = torch.multinomial(p, 1, generator=g).view(1, 1)
+            logits = model(tok, caches=caches, pos=pos)
+        dt = time.perf_counter() - t0
+    model.train()
+    return n / dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fathom", default=os.path.join(ROOT, "build", "fathom"))
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--gen-tokens", type=int, default=100)
+    ap.add_argument("--configs", default="kjv-gpt,gpt-6x384")
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+    peak = sgemm_peak()
+    bw = copy_bandwidth()
+    emit(bench="machine", sgemm_gflops=round(peak / 1e9, 1), copy_gbps=round(bw / 1e9, 1), threads=THREADS,
+         torch=torch.__version__)
+    with tempfile.TemporaryDirectory() as d:
+        for name in a.configs.split(","):
+            c = CONFIGS[name]
+            out = os.path.join(d, name)
+            recipe = write_recipe(d, name, c, a.steps, out)
+            f_tok, f_val = fathom_train(a.fathom, recipe, out, a.steps)
+            ids, V = load_tokens(os.path.join(out, "tokens.bin"))
+            torch.manual_seed(0)
+            model = GPT(c, V)
+            t_tok, t_val = torch_train(model, ids, c, a.steps, 2e-3)
+            fpt = train_flops_per_token(c, V)
+            emit(bench="gpt_train", config=name, metric="tokens/s", fathom=round(f_tok), peer="torch eager",
+                 peer_value=round(t_tok), ratio=round(f_tok / t_tok, 3), threads=THREADS,
+                 fathom_mfu=round(f_tok * fpt / peak, 3), torch_mfu=round(t_tok * fpt / peak, 3))
+            emit(bench="gpt_convergence", config=name, steps=a.steps, fathom_val_loss=round(f_val, 4),
+                 torch_val_loss=round(t_val, 4), diff=round(f_val - t_val, 4))
+            if not a.no_compile:
+                try:
+                    torch.manual_seed(0)
+                    c_tok, _ = torch_train(GPT(c, V), ids, c, min(a.steps, 50), 2e-3, compiled=True)
+                    emit(bench="gpt_train", config=name, metric="tokens/s", fathom=round(f_tok),
+                         peer="torch.compile", peer_value=round(c_tok), ratio=round(f_tok / c_tok, 3), threads=THREADS)
+                except Exception as e:  # no compiler toolchain offline, etc.
+                    emit(bench="gpt_train", config=name, peer="torch.compile", error=str(e).splitlines()[0][:200])
+            n_gen = min(a.gen_tokens, c["block"] - 2)
+            f_gen = fathom_generate(a.fathom, out, n_gen)
+            t_gen = torch_generate(model, c, n_gen)
+            n_params = sum(p.numel() for p in model.parameters())
+            kv = 2 * c["n_layer"] * c["n_embd"] * (n_gen / 2) * 4  # average KV bytes read per token
+            bound = bw / (n_params * 4 + kv)
+            emit(bench="gpt_generate", config=name, metric="tokens/s", fathom=round(f_gen, 1),
+                 peer="torch eager KV loop", peer_value=round(t_gen, 1), ratio=round(f_gen / t_gen, 3),
+                 bandwidth_bound=round(bound), fathom_of_bound=round(f_gen / bound, 3), threads=THREADS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
