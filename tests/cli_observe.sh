@@ -87,5 +87,18 @@ if [ -x "$BIN/test_observe" ]; then
     fi
 fi
 
+# ---- summary ----
+expect 0 "usage: fathom summary" summary --help
+expect 2 "no recipe or model directory given" summary
+expect 2 "bad value" summary fashion-cnn --batch 0
+expect 1 "no built-in recipe named" summary no-such-recipe
+# fashion-cnn: conv 1->32 (320) + bn (64) + conv 32->64 (18,496) + bn (128) + linear 3136->128 (401,536) + linear 128->10 (1,290)
+expect 0 "Total params: 421,834" summary fashion-cnn
+expect 0 "[64, 32, 28, 28]" summary fashion-cnn
+expect 0 "[8, 10]" summary fashion-cnn --batch 8
+expect 0 '"total_params": 421834' summary fashion-cnn --json
+printf '[model]\ninput = 1 28 28\nlayer = linear 10\n' >"$TMP/bad.ini"
+expect 1 "linear" summary "$TMP/bad.ini"
+
 if [ "$fails" != 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "cli_observe: all passed"

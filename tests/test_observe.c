@@ -17,6 +17,7 @@
 
 #include "core/parallel.h"
 #include "fathom/fathom.h"
+#include "fathom/nn.h"
 #include "fathom/observe.h"
 #include "fathom/profile.h"
 #include "test_util.h"
@@ -436,6 +437,53 @@ static void test_plot(void) {
     CHECK(fm_plot_curves(&empty, "/tmp/x.svg", NULL) == FM_ERR_INVALID);
 }
 
+/* ---- model summary ---- */
+static void test_summary(void) {
+    fm_rng rng;
+    fm_rng_init(&rng, 1);
+    fm_module *m = fm_nn_sequential(), *inner = fm_nn_sequential();
+    CHECK(fm_sequential_add(m, fm_nn_linear(4, 8, true, &rng)) == FM_OK);
+    CHECK(fm_sequential_add(m, fm_nn_simple(FM_MOD_RELU)) == FM_OK);
+    CHECK(fm_sequential_add(inner, fm_nn_linear(8, 3, true, &rng)) == FM_OK);
+    CHECK(fm_sequential_add(inner, fm_nn_layernorm(3, 1e-5)) == FM_OK);
+    CHECK(fm_sequential_add(m, inner) == FM_OK);
+    fm_named_list ps;
+    CHECK(fm_module_parameters(m, &ps) == FM_OK);
+    int fi = fm_named_list_find(&ps, "2.0.bias");
+    CHECK(fi >= 0);
+    if (fi >= 0) fm_tensor_requires_grad_(ps.items[fi].tensor, false); /* frozen */
+    fm_named_list_free(&ps);
+    int64_t in[2] = {5, 4};
+    fm_model_summary s;
+    CHECK(fm_model_summarize(m, 2, in, &s) == FM_OK);
+    CHECK(s.total_params == fm_module_num_params(m));
+    CHECK(s.total_params == 4 * 8 + 8 + 8 * 3 + 3 + 3 + 3);
+    CHECK(s.frozen == 3 && s.trainable == s.total_params - 3);
+    CHECK(s.n == 5); /* linear, relu, the inner sequential and its two children */
+    if (s.n == 5) {
+        CHECK(!strcmp(s.layers[3].name, "2.0") && s.layers[3].depth == 1);
+        CHECK(s.layers[2].container && s.layers[2].params == 8 * 3 + 3 + 6);
+        CHECK(s.layers[4].out_ndim == 2 && s.layers[4].out_shape[0] == 5 && s.layers[4].out_shape[1] == 3);
+        CHECK_NEAR(s.layers[0].flops, 2.0 * 5 * 4 * 8 + 5 * 8, 0);
+        CHECK_NEAR(s.layers[1].flops, 5 * 8, 0);
+        CHECK_NEAR(s.layers[2].flops, (2.0 * 5 * 8 * 3 + 5 * 3) + 5.0 * 5 * 3, 0);
+        CHECK_NEAR(s.act_bytes, 4.0 * (5 * 8 + 5 * 8 + 5 * 3 + 5 * 3), 0);
+    }
+    CHECK_NEAR(s.total_flops, (2.0 * 5 * 4 * 8 + 5 * 8) + 5 * 8 + (2.0 * 5 * 8 * 3 + 5 * 3) + 5.0 * 5 * 3, 0);
+    char *js = fm_model_summary_json(&s);
+    CHECK(js && strstr(js, "\"total_params\": 73"));
+    free(js);
+    FILE *devnull = fopen("/dev/null", "w");
+    fm_model_summary_print(&s, devnull);
+    fclose(devnull);
+    fm_model_summary_free(&s);
+    /* an input the first layer cannot take */
+    int64_t bad[2] = {5, 7};
+    CHECK(fm_model_summarize(m, 2, bad, &s) != FM_OK);
+    CHECK_ERR_CONTAINS("linear 4->8");
+    fm_module_free(m);
+}
+
 /* Sample logs for tools/read_tensorboard.py --self-test. */
 static int write_tb(const char *dir) {
     fm_tb_writer *w = fm_tb_writer_open(dir);
@@ -463,6 +511,7 @@ int main(int argc, char **argv) {
     test_progress();
     test_trace();
     test_plot();
+    test_summary();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);

@@ -156,6 +156,39 @@ char *fm_trace_summary_json(const fm_trace_summary *s);
  * on 1024x1024 matrices for about a quarter of a second. */
 double fm_measure_peak_gflops(void);
 
+/* ---------------- model summary (`fathom summary`) ---------------- */
+
+typedef struct fm_module fm_module; /* fathom/nn.h */
+
+typedef struct fm_layer_summary {
+    char name[64];    /* index path, as in the state dict: "3", "1.0" */
+    char desc[96];    /* "conv2d 1->32 k3 s1 p1" */
+    int depth;        /* nesting level (0: a child of the root) */
+    bool container;   /* a Sequential: its row shows the totals of its children */
+    int out_ndim;
+    int64_t out_shape[FM_MAX_DIMS];
+    int64_t params, trainable, frozen; /* frozen: requires_grad off */
+    int64_t buffer_elems;              /* BatchNorm running statistics */
+    double flops;     /* forward FLOPs for the whole batch (a multiply-add is 2) */
+    double act_bytes; /* bytes of the layer's output (0 for views such as flatten) */
+} fm_layer_summary;
+
+typedef struct fm_model_summary {
+    int n;
+    fm_layer_summary *layers;
+    int in_ndim;
+    int64_t in_shape[FM_MAX_DIMS]; /* batch first */
+    int64_t total_params, trainable, frozen, buffer_elems;
+    double total_flops, act_bytes, input_bytes, param_bytes, buffer_bytes;
+} fm_model_summary;
+
+/* Walks the model with an input shape (batch dim first), layer by layer.
+ * A shape mismatch is the error fm_module_infer_shape gives. */
+fm_status fm_model_summarize(fm_module *m, int ndim, const int64_t *in_shape, fm_model_summary *out);
+void fm_model_summary_print(const fm_model_summary *s, FILE *f);
+char *fm_model_summary_json(const fm_model_summary *s);
+void fm_model_summary_free(fm_model_summary *s);
+
 /* ---------------- plots (`fathom plot`) ---------------- */
 
 /* Loss (train + validation), accuracy (when logged), learning rate and

@@ -333,6 +333,16 @@ static void draw_panel(canvas *c, const panel *p, double x, double y, double w, 
     double lw = 0;
     for (int i = 0; i < p->n; i++) lw = fmax(lw, text_width(c, p->s[i]->tag, 12));
     double bw = lw + 46, bh = 8 + 20.0 * p->n, bx = px + pw - bw - 8, by = py + 8;
+    /* top right unless the curves run through it more than through the bottom right (rising curves) */
+    int hits_top = 0, hits_bottom = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int j = 0; j < p->s[i]->n; j++) {
+            double X = MAPX((double)p->s[i]->step[j]), Y = MAPY(p->s[i]->value[j]);
+            if (X < bx - 4 || !isfinite(Y)) continue;
+            hits_top += Y <= by + bh + 4;
+            hits_bottom += Y >= py + ph - 8 - bh - 4;
+        }
+    if (hits_top > hits_bottom) by = py + ph - 8 - bh;
     c_rect(c, bx, by, bw, bh, WHITE, true, (rgb){160, 160, 160}, 1);
     for (int i = 0; i < p->n; i++) {
         double ly = by + 16 + 20.0 * i;
