@@ -218,7 +218,9 @@ void *fm_cuda_scratch_alloc(size_t n) {
 }
 void fm_cuda_scratch_free(void *p) {
     dev_ctx *d = &g_dev[fm_cuda_current_device()];
-    if (p && d->pool) fm_pool_free(d->pool, p);
+    if (!p || !d->pool) return;
+    if (d->pinned_used) cudaEventRecord(d->last_free, d->stream); /* as in a_free: see fm_cuda_copy_h2d_async */
+    fm_pool_free(d->pool, p);
 }
 
 /* ---------------- allocator (fm_allocator over the pool) ---------------- */
