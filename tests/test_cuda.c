@@ -628,6 +628,24 @@ static void conv_cases(fm_dtype dt) {
         c.in[2] = k % 2 ? NULL : rand_tensor(1, &q->O, dt, -0.5, 0.5, 2020 + k);
         c.out[0] = spec(4, ys, dt);
         run_case(&c, dt);
+        if (k == 1 || k == 5) { /* the same through chunks of 2 samples (dw accumulates across chunks) */
+            char cl[112];
+            snprintf(cl, sizeof cl, "%s chunked", label);
+            c.label = cl;
+            setenv("FATHOM_CUDA_CONV_CHUNK", "2", 1);
+            run_case(&c, dt);
+            conf_case b = {.label = "conv2d_backward chunked", .op = FM_OP_CONV2D_BACKWARD, .n_in = 3, .n_out = 3, .attrs = &ca};
+            b.in[0] = rand_tensor(4, ys, dt, -1, 1, 2040 + k);
+            b.in[1] = fm_tensor_retain(c.in[0]);
+            b.in[2] = fm_tensor_retain(c.in[1]);
+            b.out[0] = spec(4, xs, dt);
+            b.out[1] = spec(4, ws, dt);
+            b.out[2] = spec(1, &q->O, dt);
+            run_case(&b, dt);
+            case_free(&b);
+            unsetenv("FATHOM_CUDA_CONV_CHUNK");
+            c.label = label;
+        }
         /* backward: all three, dx only, dw + db only */
         for (int which = 0; which < 3; which++) {
             char bl[112];

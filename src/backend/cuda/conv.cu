@@ -21,6 +21,8 @@
  * passes, mean then biased variance, as the CPU), updates the running stats in
  * place (unbiased variance) and keeps mean/rstd in double scratch for the
  * elementwise pass. */
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_internal.h"
 
@@ -154,10 +156,14 @@ static void rows_nchw(const cgeom &g, size_t es, void *nchw, void *rows, int64_t
     else rows_nchw_k<uint64_t><<<bl, 256, 0, s>>>(g, (uint64_t *)nchw, (uint64_t *)rows, n0, nb, dir);
 }
 
-/* Samples per chunk: the im2col columns of a chunk fit COLS_BUDGET (at least one sample). */
+/* Samples per chunk: the im2col columns of a chunk fit COLS_BUDGET (at least one sample).
+ * FATHOM_CUDA_CONV_CHUNK=<samples> overrides it, so tests reach the multi-chunk paths
+ * (dw accumulated across chunks, sample offsets) with small shapes. */
 static int64_t conv_chunk(const cgeom &g, size_t es) {
     int64_t per = g.P * (g.K > g.O ? g.K : g.O) * (int64_t)es;
     int64_t nb = per > 0 ? COLS_BUDGET / per : g.N;
+    const char *env = getenv("FATHOM_CUDA_CONV_CHUNK");
+    if (env && atoll(env) > 0) nb = atoll(env);
     if (nb < 1) nb = 1;
     return nb > g.N ? g.N : nb;
 }
