@@ -67,7 +67,9 @@ fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing le
  * a norm, GELU, the attention core) is run without keeping its output; backward
  * re-runs only f (same RNG draws and autocast) and applies the linear's gradient
  * directly, so the matmul is never repeated. Parameters f uses through ctx get
- * their gradients during that backward. At most 5 inputs; b may be NULL. */
+ * their gradients during that backward. At most 5 inputs; b may be NULL.
+ * As with fm_checkpoint, ctx is used again during backward: it must outlive it
+ * (keep it in the model, not on the forward's stack). */
 fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
 /* fm_linear_recompute when o->checkpointing is selective (and grad mode is on),
  * else f then fm_linear with the tape as usual. */

@@ -195,7 +195,16 @@ static fm_tensor *binary_impl(fm_op_id op, fm_tensor *a, fm_tensor *b) {
     if (!cmp) {
         fm_tensor *ins[2] = {a, b};
         fm_node *n = fm_node_begin(op, 2, ins, binary_backward);
-        if (n) {
+        if (n && (op == FM_OP_ADD || op == FM_OP_SUB)) {
+            /* (efficiency) backward needs only the operands' shapes: save stride-0 stand-ins,
+             * so a residual add does not keep both of its inputs alive */
+            fm_tensor *za = fm_tensor_zeros(0, NULL, a->dtype, a->storage->device), *zb = fm_tensor_zeros(0, NULL, b->dtype, b->storage->device);
+            fm_tensor *sa = za ? fm_expand(za, a->ndim, a->shape) : NULL, *sb = zb ? fm_expand(zb, b->ndim, b->shape) : NULL;
+            fm_node_save(n, 0, sa ? sa : a);
+            fm_node_save(n, 1, sb ? sb : b);
+            fm_tensor_release_n(4, za, zb, sa, sb);
+            fm_node_finish(n, 1, &y);
+        } else if (n) {
             fm_node_save(n, 0, a);
             fm_node_save(n, 1, b);
             if (op == FM_OP_DIV || op == FM_OP_POW) fm_node_save(n, 2, y);

@@ -1,0 +1,500 @@
+/* Efficiency measurements: peak memory and step time of a GPT-2-style training
+ * step (AdamW) for fp32, bf16, fp16 (+ loss scaler), checkpointing of whole
+ * blocks, selective recomputation and 4-way gradient accumulation, each against
+ * fp32 without checkpointing in the same invocation, plus data loading with a
+ * worker thread against preloaded batches.
+ *
+ *   bench_efficiency [--config kjv|6l|all] [--batch B] [--rounds R] [--json]
+ *
+ * The weights come from fm_gpt_new (include/fathom/gpt.h); the forward is the
+ * same sequence of ops as fm_gpt_forward (checked: equal loss), written out here
+ * because checkpointing needs a per-block entry point that gpt.h does not expose.
+ * Memory comes from the caching allocator's exact counters:
+ *   act  = peak allocated during the step - allocated at its start - gradient
+ *          bytes (the activations plus backward temporaries: what the options cut)
+ *   saved = peak of the bytes allocated in forward and still alive (tagged
+ *          FM_MEM_ACTIVATIONS): the saved activations alone.
+ * Times: median over rounds; modes alternate within each round so load on the
+ * machine hits all of them alike. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/parallel.h"
+#include "fathom/data.h"
+#include "fathom/efficiency.h"
+#include "fathom/fathom.h"
+#include "fathom/gpt.h"
+#include "fathom/optim.h"
+
+#define MAXL 16
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_efficiency: %s: %s\n", what, fm_last_error());
+    exit(1);
+}
+
+typedef struct ln_ctx { fm_tensor *w, *b; } ln_ctx;
+
+typedef struct layer {
+    ln_ctx ln1, ln2; /* contexts for recomputation: they must outlive backward */
+    fm_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+    int H;
+} layer;
+
+typedef struct block_ctx { layer *L; bool selective; } block_ctx;
+
+typedef struct model {
+    fm_gpt_config cfg;
+    block_ctx bc[MAXL]; /* segment contexts must outlive the forward: checkpointing re-runs them in backward */
+    fm_gpt *g;
+    fm_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    ln_ctx lnf;
+    layer L[MAXL];
+    size_t param_bytes;
+} model;
+
+static fm_tensor *P(model *m, const char *fmt, int i) {
+    char nm[96];
+    snprintf(nm, sizeof nm, fmt, i);
+    const fm_named_list *ps = fm_gpt_parameters(m->g);
+    int k = fm_named_list_find(ps, nm);
+    if (k < 0) { fprintf(stderr, "bench_efficiency: no parameter %s\n", nm); exit(1); }
+    return ps->items[k].tensor;
+}
+
+static void model_init(model *m, const fm_gpt_config *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    fm_rng r;
+    fm_rng_init(&r, 1234);
+    fm_mem_category prev = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    m->g = fm_gpt_new(cfg, &r);
+    fm_memory_tag_pop(prev);
+    if (!m->g) die("gpt_new");
+    fm_gpt_train_mode(m->g, true);
+    m->wte = P(m, "wte.weight", 0);
+    m->wpe = P(m, "wpe.weight", 0);
+    m->lnf_w = P(m, "ln_f.weight", 0);
+    m->lnf_b = P(m, "ln_f.bias", 0);
+    for (int i = 0; i < cfg->n_layer; i++) {
+        layer *L = &m->L[i];
+        L->ln1_w = P(m, "h.%d.ln_1.weight", i); L->ln1_b = P(m, "h.%d.ln_1.bias", i);
+        L->qkv_w = P(m, "h.%d.attn.qkv.weight", i); L->qkv_b = P(m, "h.%d.attn.qkv.bias", i);
+        L->proj_w = P(m, "h.%d.attn.proj.weight", i); L->proj_b = P(m, "h.%d.attn.proj.bias", i);
+        L->ln2_w = P(m, "h.%d.ln_2.weight", i); L->ln2_b = P(m, "h.%d.ln_2.bias", i);
+        L->fc_w = P(m, "h.%d.mlp.fc.weight", i); L->fc_b = P(m, "h.%d.mlp.fc.bias", i);
+        L->fc2_w = P(m, "h.%d.mlp.proj.weight", i); L->fc2_b = P(m, "h.%d.mlp.proj.bias", i);
+        L->H = cfg->n_head;
+        L->ln1 = (ln_ctx){L->ln1_w, L->ln1_b};
+        L->ln2 = (ln_ctx){L->ln2_w, L->ln2_b};
+    }
+    m->lnf = (ln_ctx){m->lnf_w, m->lnf_b};
+    const fm_named_list *ps = fm_gpt_parameters(m->g);
+    for (int i = 0; i < ps->n; i++) m->param_bytes += fm_tensor_nbytes(ps->items[i].tensor);
+}
+
+/* ---- the pieces (segment functions: new references into out[0]) ---- */
+static fm_status ln_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    ln_ctx *c = ctx;
+    out[0] = fm_layer_norm(in[0], 1, c->w, c->b, 1e-5);
+    return out[0] ? FM_OK : fm_last_status();
+}
+static fm_status gelu_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    (void)ctx;
+    out[0] = fm_gelu_tanh(in[0]);
+    return out[0] ? FM_OK : fm_last_status();
+}
+/* qkv [B, T, 3C] -> causal attention -> [B, T, C], as gpt_model.c's attention() */
+static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    const layer *L = ctx;
+    fm_tensor *qkv = in[0];
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], H = L->H, D = qkv->shape[2] / 3 / H;
+    out[0] = NULL;
+    fm_tensor *v4 = fm_view(qkv, 4, (int64_t[]){B, T, 3 * H, D});
+    if (!v4) return fm_last_status();
+    fm_tensor *q = fm_narrow(v4, 2, 0, H), *k = fm_narrow(v4, 2, H, H), *v = fm_narrow(v4, 2, 2 * H, H);
+    fm_tensor *qt = q ? fm_transpose(q, 1, 2) : NULL, *kt = k ? fm_transpose(k, 1, 2) : NULL, *vt = v ? fm_transpose(v, 1, 2) : NULL;
+    fm_tensor *y = qt && kt && vt ? fm_scaled_dot_product_attention(qt, kt, vt, true, 0.0) : NULL;
+    fm_tensor *yt = y ? fm_transpose(y, 1, 2) : NULL;
+    out[0] = yt ? fm_reshape(yt, 3, (int64_t[]){B, T, H * D}) : NULL;
+    fm_tensor_release_n(9, v4, q, k, v, qt, kt, vt, y, yt);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+static fm_tensor *lin_after(bool selective, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    fm_efficiency_opts o = fm_efficiency_defaults();
+    o.checkpointing = selective ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
+    return fm_efficiency_linear(&o, f, ctx, 1, &x, w, b);
+}
+
+static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    block_ctx *bc = ctx;
+    layer *L = bc->L;
+    fm_tensor *x = in[0];
+    fm_tensor *qkv = lin_after(bc->selective, ln_fn, &L->ln1, x, L->qkv_w, L->qkv_b);
+    fm_tensor *a = qkv ? lin_after(bc->selective, attn_fn, L, qkv, L->proj_w, L->proj_b) : NULL;
+    fm_tensor *r = a ? fm_add(x, a) : NULL;
+    fm_tensor *h = r ? lin_after(bc->selective, ln_fn, &L->ln2, r, L->fc_w, L->fc_b) : NULL;
+    fm_tensor *mo = h ? lin_after(bc->selective, gelu_fn, NULL, h, L->fc2_w, L->fc2_b) : NULL;
+    out[0] = mo ? fm_add(r, mo) : NULL;
+    fm_tensor_release_n(5, qkv, a, r, h, mo);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+typedef enum mode { M_FP32 = 0, M_BF16, M_FP16, M_BLOCKS, M_SELECTIVE, M_ACCUM4, M_GPT, M_COUNT } mode;
+static const char *mode_name[M_COUNT] = {"fp32", "bf16", "fp16", "ckpt_blocks", "ckpt_selective", "grad_accum4", "gpt_h_fp32"};
+
+static fm_tensor *forward_loss(model *m, mode md, fm_tensor *idx, fm_tensor *tgt) {
+    if (md == M_GPT) {
+        fm_tensor *loss = NULL, *logits = fm_gpt_forward(m->g, idx, tgt, &loss);
+        fm_tensor_release(logits);
+        return loss;
+    }
+    const int64_t B = idx->shape[0], T = idx->shape[1];
+    fm_efficiency_opts o = fm_efficiency_defaults();
+    o.checkpointing = md == M_BLOCKS ? FM_CKPT_BLOCKS : md == M_SELECTIVE ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
+    fm_tensor *x = fm_embedding(m->wte, idx);
+    fm_tensor *pe = fm_narrow(m->wpe, 0, 0, T);
+    fm_tensor *h = x && pe ? fm_add(x, pe) : NULL;
+    fm_tensor_release_n(2, x, pe);
+    for (int i = 0; h && i < m->cfg.n_layer; i++) {
+        m->bc[i] = (block_ctx){&m->L[i], md == M_SELECTIVE};
+        fm_tensor *nx = NULL;
+        if (fm_efficiency_segment(&o, FM_CKPT_BLOCKS, block_fn, &m->bc[i], 1, &h, 1, &nx) != FM_OK) nx = NULL;
+        fm_tensor_release(h);
+        h = nx;
+    }
+    fm_tensor *logits = h ? lin_after(md == M_SELECTIVE, ln_fn, &m->lnf, h, m->wte, NULL) : NULL;
+    fm_tensor_release(h);
+    const int64_t N = B * T;
+    fm_tensor *l2 = logits ? fm_reshape(logits, 2, (int64_t[]){N, m->cfg.vocab_size}) : NULL;
+    fm_tensor *t1 = fm_reshape(tgt, 1, (int64_t[]){N});
+    fm_tensor *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
+    fm_tensor_release_n(3, logits, l2, t1);
+    return loss;
+}
+
+typedef struct result {
+    double times[64];
+    int n;
+    size_t act, saved, peak;
+    double loss0, loss_last;
+    int64_t skipped;
+    double scale;
+} result;
+
+typedef struct trainer {
+    model m;
+    fm_optim *opt;
+    fm_grad_scaler gs;
+    fm_tensor *x, *y;
+    int B, T;
+} trainer;
+
+static void trainer_init(trainer *t, const fm_gpt_config *cfg, int B) {
+    model_init(&t->m, cfg);
+    t->B = B;
+    t->T = cfg->block_size;
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    oc.lr = 3e-4;
+    t->opt = fm_optim_new(&oc);
+    int gd = fm_optim_add_group(t->opt, 0.1), gn = fm_optim_add_group(t->opt, 0.0);
+    const fm_named_list *ps = fm_gpt_parameters(t->m.g);
+    for (int i = 0; i < ps->n; i++)
+        if (fm_optim_add_param(t->opt, ps->items[i].tensor->ndim >= 2 ? gd : gn, ps->items[i].name, ps->items[i].tensor)) die("optim");
+    fm_mem_category prev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    if (fm_optim_init_state(t->opt)) die("optim state");
+    fm_memory_tag_pop(prev);
+    fm_grad_scaler_init(&t->gs, true);
+    t->gs.quiet = true;
+    /* byte-level tokens: a fixed pseudo-random corpus window per batch row */
+    int64_t n = (int64_t)B * t->T;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; i <= n; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; ids[i] = (int64_t)(s % (uint64_t)cfg->vocab_size); }
+    t->x = fm_tensor_from_data(ids, 2, (int64_t[]){B, t->T}, FM_I64);
+    t->y = fm_tensor_from_data(ids + 1, 2, (int64_t[]){B, t->T}, FM_I64);
+    free(ids);
+}
+
+static void trainer_free(trainer *t) {
+    fm_optim_free(t->opt);
+    fm_tensor_release_n(2, t->x, t->y);
+    fm_gpt_free(t->m.g);
+}
+
+static size_t grad_bytes_alive(trainer *t) {
+    size_t n = 0;
+    const fm_named_list *ps = fm_gpt_parameters(t->m.g);
+    for (int i = 0; i < ps->n; i++) if (ps->items[i].tensor->grad) n += fm_tensor_nbytes(ps->items[i].tensor->grad);
+    return n;
+}
+
+/* One optimizer step in mode md; fills time and memory. */
+static double train_step(trainer *t, mode md, result *res) {
+    fm_dtype prec = md == M_BF16 ? FM_BF16 : md == M_FP16 ? FM_F16 : FM_F32;
+    int accum = md == M_ACCUM4 ? 4 : 1;
+    fm_grad_scaler *gs = md == M_FP16 ? &t->gs : NULL;
+    fm_memory_stats s0, s1;
+    size_t g0 = grad_bytes_alive(t);
+    fm_memory_reset_peak(FM_CPU);
+    fm_memory_stats_get(FM_CPU, &s0);
+    double t0 = now_s(), loss_sum = 0;
+    for (int k = 0; k < accum; k++) {
+        int mb = t->B / accum;
+        fm_tensor *xs = fm_narrow(t->x, 0, (int64_t)k * mb, mb), *ys = fm_narrow(t->y, 0, (int64_t)k * mb, mb);
+        fm_dtype pa = fm_autocast_set(prec);
+        fm_mem_category pc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+        fm_tensor *loss = forward_loss(&t->m, md, xs, ys);
+        fm_memory_tag_pop(pc);
+        fm_autocast_set(pa);
+        if (!loss) die("forward");
+        loss_sum += fm_tensor_item(loss) / accum;
+        fm_tensor *l = accum > 1 ? fm_mul_scalar(loss, 1.0 / accum) : fm_tensor_retain(loss);
+        fm_tensor *sl = gs ? fm_grad_scaler_scale(gs, l) : fm_tensor_retain(l);
+        pc = fm_memory_tag_push(FM_MEM_GRADIENTS);
+        if (!sl || fm_backward(sl, NULL, false) != FM_OK) die("backward");
+        fm_memory_tag_pop(pc);
+        fm_tensor_release_n(5, loss, l, sl, xs, ys);
+    }
+    fm_memory_stats_get(FM_CPU, &s1);
+    bool do_step = true;
+    if (gs) {
+        const fm_named_list *ps = fm_gpt_parameters(t->m.g);
+        fm_tensor *arr[512];
+        int n = 0;
+        for (int i = 0; i < ps->n && n < 512; i++) arr[n++] = ps->items[i].tensor;
+        if (fm_grad_scaler_unscale(gs, n, arr) != FM_OK) die("unscale");
+        do_step = fm_grad_scaler_should_step(gs);
+    }
+    if (do_step && fm_optim_step(t->opt) != FM_OK) die("optim step");
+    if (gs) fm_grad_scaler_update(gs);
+    fm_optim_zero_grad(t->opt);
+    double dt = now_s() - t0;
+    size_t grads = 0;
+    const fm_named_list *ps = fm_gpt_parameters(t->m.g);
+    for (int i = 0; i < ps->n; i++) grads += fm_tensor_nbytes(ps->items[i].tensor);
+    size_t above = s1.allocated_peak - s0.allocated;
+    size_t act = above > grads - g0 ? above - (grads - g0) : 0;
+    if (res) {
+        if (res->n < 64) res->times[res->n++] = dt;
+        if (act > res->act) res->act = act;
+        size_t sv = s1.by_category_peak[FM_MEM_ACTIVATIONS] - s0.by_category[FM_MEM_ACTIVATIONS];
+        if (sv > res->saved) res->saved = sv;
+        if (above > res->peak) res->peak = above;
+        if (res->n == 1) res->loss0 = loss_sum;
+        res->loss_last = loss_sum;
+        res->skipped = gs ? gs->n_skipped : 0;
+        res->scale = gs ? gs->scale : 1;
+    }
+    return loss_sum;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(const double *v, int n) {
+    double tmp[64];
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    qsort(tmp, (size_t)n, sizeof(double), cmp_d);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* kjv-gpt: the recipe's model when data/recipes/kjv-gpt.ini exists, else the defaults the issue names. */
+static void kjv_config(fm_gpt_config *c, int *batch) {
+    *c = fm_gpt_config_default(FM_GPT_GPT2);
+    c->n_layer = 4; c->n_embd = 256; c->n_head = 4; c->block_size = 128; c->vocab_size = 256;
+    FILE *f = fopen("data/recipes/kjv-gpt.ini", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            char k[64];
+            double v;
+            if (sscanf(line, " %63[a-z_] = %lf", k, &v) != 2) continue;
+            if (!strcmp(k, "n_layer")) c->n_layer = (int)v;
+            else if (!strcmp(k, "n_embd")) c->n_embd = (int)v;
+            else if (!strcmp(k, "n_head")) c->n_head = (int)v;
+            else if (!strcmp(k, "block_size")) c->block_size = (int)v;
+            else if (!strcmp(k, "vocab_size")) c->vocab_size = (int)v;
+            else if (!strcmp(k, "batch_size") || !strcmp(k, "batch")) *batch = (int)v;
+        }
+        fclose(f);
+        fprintf(stderr, "bench_efficiency: kjv-gpt sizes from data/recipes/kjv-gpt.ini\n");
+    }
+    c->ffn_hidden = 4 * c->n_embd;
+    c->dropout = 0.0;
+    c->bias = true;
+}
+
+static void run_config(const char *name, fm_gpt_config cfg, int B, int rounds, bool json) {
+    cfg.ffn_hidden = 4 * cfg.n_embd;
+    cfg.dropout = 0.0;
+    cfg.bias = true;
+    if (fm_gpt_config_validate(&cfg) != FM_OK) die("config");
+    trainer t;
+    trainer_init(&t, &cfg, B);
+    /* the bench forward is the gpt.h forward: same loss, bitwise */
+    {
+        bool pg = fm_set_grad_enabled(false);
+        fm_tensor *a = forward_loss(&t.m, M_FP32, t.x, t.y), *b = forward_loss(&t.m, M_GPT, t.x, t.y);
+        fm_set_grad_enabled(pg);
+        if (!a || !b) die("check forward");
+        fprintf(stderr, "%s: loss bench forward %.9g, fm_gpt_forward %.9g (%s)\n", name, fm_tensor_item(a), fm_tensor_item(b),
+                fm_tensor_item(a) == fm_tensor_item(b) ? "equal" : "DIFFERENT");
+        fm_tensor_release_n(2, a, b);
+    }
+    result res[M_COUNT];
+    memset(res, 0, sizeof res);
+    for (int md = 0; md < M_COUNT; md++) train_step(&t, (mode)md, NULL); /* warm-up: caches, optimizer state */
+    for (int r = 0; r < rounds; r++)
+        for (int md = 0; md < M_COUNT; md++) train_step(&t, (mode)md, &res[md]);
+    double bt = median(res[M_FP32].times, res[M_FP32].n);
+    size_t ba = res[M_FP32].act, bs = res[M_FP32].saved;
+    char b1[32], b2[32], b3[32];
+    printf("\n%s: n_layer %d n_embd %d n_head %d block %d vocab %d batch %d, %lld params (%s), %d rounds, %d threads\n", name,
+           cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.block_size, cfg.vocab_size, B, (long long)fm_gpt_num_params(t.m.g),
+           fm_format_bytes(t.m.param_bytes, b1, sizeof b1), rounds, fm_num_threads());
+    printf("%-16s %12s %7s %12s %7s %12s %9s %7s\n", "mode", "act", "ratio", "saved", "ratio", "step peak", "step ms", "ratio");
+    for (int md = 0; md < M_COUNT; md++) {
+        result *q = &res[md];
+        double tm = median(q->times, q->n);
+        printf("%-16s %12s %7.3f %12s %7.3f %12s %9.1f %7.3f", mode_name[md], fm_format_bytes(q->act, b1, sizeof b1),
+               (double)q->act / (double)ba, fm_format_bytes(q->saved, b2, sizeof b2), (double)q->saved / (double)bs,
+               fm_format_bytes(q->peak, b3, sizeof b3), 1e3 * tm, tm / bt);
+        if (md == M_FP16) printf("   (loss scale %g, %lld skipped)", q->scale, (long long)q->skipped);
+        printf("\n");
+        if (json)
+            printf("{\"config\": \"%s\", \"mode\": \"%s\", \"batch\": %d, \"act_bytes\": %zu, \"act_ratio\": %.4f, \"saved_bytes\": %zu, "
+                   "\"saved_ratio\": %.4f, \"step_peak_bytes\": %zu, \"step_ms\": %.2f, \"time_ratio\": %.4f, \"loss_first\": %.6f, "
+                   "\"loss_last\": %.6f}\n",
+                   name, mode_name[md], B, q->act, (double)q->act / (double)ba, q->saved, (double)q->saved / (double)bs, q->peak,
+                   1e3 * tm, tm / bt, q->loss0, q->loss_last);
+    }
+    trainer_free(&t);
+}
+
+/* ---- data loading: a worker thread preparing batch n+1 vs all batches preloaded ---- */
+static void run_data(int rounds, bool json) {
+    fm_dataset *d = fm_dataset_fashion_mnist(NULL, FM_SPLIT_TRAIN);
+    if (!d) { printf("\ndata loading: skipped (%s)\n", fm_last_error()); return; }
+    fm_dataset *ds = fm_dataset_slice(d, 0, 8192);
+    fm_dataset_release(d);
+    fm_rng r;
+    fm_rng_init(&r, 9);
+    fm_module *net = fm_nn_sequential();
+    fm_sequential_add(net, fm_nn_simple(FM_MOD_FLATTEN));
+    fm_sequential_add(net, fm_nn_linear(784, 512, true, &r));
+    fm_sequential_add(net, fm_nn_simple(FM_MOD_RELU));
+    fm_sequential_add(net, fm_nn_linear(512, 10, true, &r));
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    fm_optim *opt = fm_optim_new(&oc);
+    fm_optim_add_params(opt, net);
+    fm_loader_options lo;
+    fm_loader_options_init(&lo);
+    lo.batch_size = 128;
+    lo.shuffle = true;
+    lo.seed = 5;
+    lo.drop_last = true;
+    lo.transforms.normalize_channels = 1;
+    lo.transforms.mean[0] = 0.286f;
+    lo.transforms.std[0] = 0.353f;
+    lo.transforms.crop_padding = 2;
+    lo.transforms.hflip = true;
+    double best[3] = {1e9, 1e9, 1e9}, wait[3] = {0};
+    int64_t nb = 0;
+    for (int round = 0; round < rounds; round++) {
+        for (int kind = 0; kind < 3; kind++) { /* 0: preloaded, 1: 1 worker, 2: synchronous (0 workers) */
+            lo.workers = kind == 1 ? 1 : 0;
+            fm_dataloader *l = fm_dataloader_create(ds, &lo);
+            if (!l) die("loader");
+            nb = fm_dataloader_num_batches(l);
+            fm_tensor **px = NULL, **py = NULL;
+            if (kind == 0) { /* prepare every batch before the clock starts */
+                px = calloc((size_t)nb, sizeof *px);
+                py = calloc((size_t)nb, sizeof *py);
+                for (int64_t i = 0; i < nb; i++) {
+                    fm_batch b;
+                    if (fm_dataloader_next(l, &b) || !b.x) die("loader next");
+                    px[i] = fm_clone(b.x);
+                    py[i] = fm_clone(b.y);
+                }
+            }
+            double t0 = now_s();
+            for (int64_t i = 0; i < nb; i++) {
+                fm_tensor *bx, *by;
+                if (kind == 0) { bx = px[i]; by = py[i]; }
+                else {
+                    fm_batch b;
+                    if (fm_dataloader_next(l, &b) || !b.x) die("loader next");
+                    bx = b.x; by = b.y;
+                }
+                fm_tensor *o = fm_module_forward(net, bx);
+                fm_tensor *loss = o ? fm_cross_entropy(o, by, -100, 0, FM_REDUCE_MEAN) : NULL;
+                if (!loss || fm_backward(loss, NULL, false)) die("data step");
+                fm_optim_step(opt);
+                fm_optim_zero_grad(opt);
+                fm_tensor_release_n(2, o, loss);
+            }
+            double dt = (now_s() - t0) / (double)nb;
+            if (dt < best[kind]) best[kind] = dt;
+            wait[kind] = kind ? fm_dataloader_wait_seconds(l) / (double)nb : 0;
+            if (px) for (int64_t i = 0; i < nb; i++) fm_tensor_release_n(2, px[i], py[i]);
+            free(px);
+            free(py);
+            fm_dataloader_free(l);
+        }
+    }
+    printf("\ndata loading (Fashion-MNIST, 8192 samples, batch 128, crop+flip+normalize, MLP 784-512-10 AdamW), best of %d epochs:\n", rounds);
+    const char *names[3] = {"preloaded", "1 worker", "0 workers"};
+    for (int k = 0; k < 3; k++) {
+        printf("%-10s step %.3f ms  ratio %.3f  waiting for data %.3f ms/step\n", names[k], 1e3 * best[k], best[k] / best[0], 1e3 * wait[k]);
+        if (json)
+            printf("{\"config\": \"data\", \"mode\": \"%s\", \"step_ms\": %.4f, \"time_ratio\": %.4f, \"wait_ms\": %.4f}\n", names[k],
+                   1e3 * best[k], best[k] / best[0], 1e3 * wait[k]);
+    }
+    fm_optim_free(opt);
+    fm_module_free(net);
+    fm_dataset_release(ds);
+}
+
+int main(int argc, char **argv) {
+    const char *which = "all";
+    int batch = 0, rounds = 5;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = true;
+        else {
+            fprintf(stderr, "usage: bench_efficiency [--config kjv|6l|data|all] [--batch B] [--rounds R] [--json]\n");
+            return 2;
+        }
+    }
+    if (rounds < 1 || rounds > 60) rounds = 5;
+    if (!strcmp(which, "kjv") || !strcmp(which, "all")) {
+        fm_gpt_config c;
+        int B = 16;
+        kjv_config(&c, &B);
+        if (batch) B = batch;
+        run_config("kjv-gpt", c, B, rounds, json);
+    }
+    if (!strcmp(which, "6l") || !strcmp(which, "all")) {
+        fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+        c.n_layer = 6; c.n_embd = 384; c.n_head = 6; c.block_size = 256; c.vocab_size = 256;
+        run_config("gpt-6l-384", c, batch ? batch : 8, rounds, json);
+    }
+    if (!strcmp(which, "data") || !strcmp(which, "all")) run_data(rounds, json);
+    fm_parallel_shutdown();
+    return 0;
+}
