@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "test_util.h"
-#include "fathom/recipe.h" /* first: see the note there on data.h */
 #include "core/parallel.h"
 #include "fathom/io.h"
+#include "fathom/recipe.h"
 
 static char dir[256];
 

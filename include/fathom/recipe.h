@@ -14,11 +14,7 @@
 #define FATHOM_RECIPE_H
 #include <stdio.h>
 
-/* data.h names its split enum fm_split, which ops.h uses for a function; until
- * the data header renames it, it is included under another name here. */
-#define fm_split fm_data_split
 #include "fathom/data.h"
-#undef fm_split
 #include "fathom/nn.h"
 #include "fathom/optim.h"
 
@@ -115,7 +111,7 @@ fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module 
 fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
                       double *loss);
 /* The test split named by the recipe (data_dir overrides its directory when not NULL). */
-fm_dataset *fm_recipe_dataset(const fm_recipe *r, int split, const char *data_dir); /* FM_SPLIT_TRAIN/TEST */
+fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir);
 
 #ifdef __cplusplus
 }

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "fathom/recipe.h" /* first: it includes data.h before ops.h (see there) */
 #include "fathom/autograd.h"
 #include "fathom/io.h"
 #include "fathom/memory.h" /* peak memory for the report */
+#include "fathom/recipe.h"
 #include "core/parallel.h" /* fm_set_num_threads */
 
 void fm_train_options_init(fm_train_options *o) {
@@ -40,7 +40,7 @@ static double now_s(void) {
 
 /* ---------------- data ---------------- */
 
-fm_dataset *fm_recipe_dataset(const fm_recipe *r, int split, const char *data_dir) {
+fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir) {
     fm_dataset *d = NULL;
     if (!strcmp(r->dataset, "idx") && !data_dir) {
         const char *im = split == FM_SPLIT_TRAIN ? r->train_images : r->test_images;
