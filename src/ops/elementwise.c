@@ -302,7 +302,11 @@ static fm_tensor *copy_as(fm_tensor *x, fm_dtype dt) {
     if (fm_dtype_is_float(dt)) {
         fm_node *n = fm_node_begin(FM_OP_COPY, 1, &x, copy_backward);
         if (n) {
-            fm_node_save(n, 0, x);
+            /* (efficiency) backward needs only x's dtype: keep a 1-element stand-in, not x,
+             * so a cast or contiguous copy does not hold its source alive */
+            fm_tensor *z = fm_tensor_zeros(0, NULL, x->dtype, x->storage->device);
+            fm_node_save(n, 0, z ? z : x);
+            fm_tensor_release(z);
             fm_node_finish(n, 1, &y);
         }
     }

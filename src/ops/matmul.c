@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "fathom/amp.h"
+#include "fathom/memory.h"
 
 static fm_status matmul_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     fm_tensor *a = n->saved[0], *b = n->saved[1], *g = gout[0];
@@ -114,9 +115,13 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     /* flatten leading dims so the whole batch is one GEMM */
     int64_t in = w->shape[1], rows = fm_tensor_numel(x) / (in ? in : 1);
     fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
-    fm_tensor *wt = x2 ? fm_transpose(w, 0, 1) : NULL;
+    /* autocast: the low-precision weight copy is attributed to weights, not activations */
+    fm_mem_category prev_cat = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    fm_tensor *wc = x2 ? fm_autocast_input(w) : NULL;
+    fm_memory_tag_pop(prev_cat);
+    fm_tensor *wt = wc ? fm_transpose(wc, 0, 1) : NULL;
     fm_tensor *y = wt ? fm_matmul(x2, wt) : NULL;
-    fm_tensor_release_n(2, x2, wt);
+    fm_tensor_release_n(3, x2, wc, wt);
     if (y && b) {
         fm_tensor *bc = fm_autocast_input(b); /* autocast: the bias joins the low-precision output */
         fm_tensor *yb = bc ? fm_add(y, bc) : NULL;
