@@ -4,7 +4,7 @@
  * fp32 without checkpointing in the same invocation, plus data loading with a
  * worker thread against preloaded batches.
  *
- *   bench_efficiency [--config kjv|6l|all] [--batch B] [--rounds R] [--json]
+ *   bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]
  *
  * The weights come from fm_gpt_new (include/fathom/gpt.h); the forward is the
  * same sequence of ops as fm_gpt_forward (checked: equal loss), written out here
@@ -391,6 +391,67 @@ static void run_config(const char *name, fm_gpt_config cfg, int B, int rounds, b
     trainer_free(&t);
 }
 
+/* ---- convergence: does bf16 reach the fp32 validation loss? ----
+ * A small byte-level GPT trained on Genesis-Exodus (Debian's bible-kjv) for the
+ * same steps from the same initialization in fp32 and bf16; validation on the
+ * held-out last 10%. A proxy for the recipe-level check (kjv-gpt recipe). */
+static double eval_loss(trainer *t, mode md, const fm_token_data *d, int64_t lo, int64_t hi) {
+    bool pg = fm_set_grad_enabled(false);
+    double s = 0;
+    int n = 0;
+    for (int64_t i = 0; i < 16; i++) {
+        fm_tensor *x, *y;
+        if (fm_gpt_batch_eval(d, lo, hi, t->B, t->T, i, &x, &y) != FM_OK) break;
+        fm_dtype pa = fm_autocast_set(md == M_BF16 ? FM_BF16 : FM_F32);
+        fm_tensor *l = forward_loss(&t->m, md, x, y);
+        fm_autocast_set(pa);
+        if (!l) die("eval");
+        s += fm_tensor_item(l);
+        n++;
+        fm_tensor_release_n(3, l, x, y);
+    }
+    fm_set_grad_enabled(pg);
+    return n ? s / n : NAN;
+}
+
+static void run_converge(int steps, bool json) {
+    FILE *p = popen("bible 'Gen1:1-Exo40:38' 2>/dev/null", "r");
+    if (!p) { printf("\nconvergence: skipped (no 'bible' command)\n"); return; }
+    size_t cap = 1 << 22, n = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while ((k = fread(buf + n, 1, cap - n, p)) > 0) n += k;
+    pclose(p);
+    if (n < 100000) { printf("\nconvergence: skipped (bible-kjv text not available)\n"); free(buf); return; }
+    fm_token_data d = {malloc(sizeof(int32_t) * n), (int64_t)n, 256};
+    for (size_t i = 0; i < n; i++) d.ids[i] = (unsigned char)buf[i];
+    free(buf);
+    int64_t split = (int64_t)n * 9 / 10;
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+    c.n_layer = 2; c.n_embd = 128; c.n_head = 4; c.block_size = 64; c.vocab_size = 256;
+    c.ffn_hidden = 512; c.dropout = 0; c.bias = true;
+    double val[2], tr[2];
+    mode modes[2] = {M_FP32, M_BF16};
+    for (int mi = 0; mi < 2; mi++) {
+        trainer t;
+        trainer_init(&t, &c, 16);
+        fm_optim_set_lr(t.opt, 1e-3);
+        for (int s = 0; s < steps; s++) {
+            fm_tensor_release_n(2, t.x, t.y);
+            if (fm_gpt_batch_random(&d, 0, split, t.B, t.T, 42, s, &t.x, &t.y)) die("batch");
+            tr[mi] = train_step(&t, modes[mi], NULL);
+        }
+        val[mi] = eval_loss(&t, modes[mi], &d, split, d.n);
+        trainer_free(&t);
+    }
+    printf("\nconvergence (GPT 2x128, block 64, batch 16, %d AdamW steps on Genesis-Exodus bytes): validation loss fp32 %.4f, "
+           "bf16 %.4f, difference %+.4f (last train loss %.4f / %.4f)\n", steps, val[0], val[1], val[1] - val[0], tr[0], tr[1]);
+    if (json)
+        printf("{\"config\": \"converge\", \"steps\": %d, \"val_fp32\": %.5f, \"val_bf16\": %.5f, \"diff\": %.5f}\n", steps, val[0],
+               val[1], val[1] - val[0]);
+    free(d.ids);
+}
+
 /* ---- data loading: a worker thread preparing batch n+1 vs all batches preloaded ---- */
 static void run_data(int rounds, bool json) {
     fm_dataset *d = fm_dataset_fashion_mnist(NULL, FM_SPLIT_TRAIN);
@@ -477,15 +538,16 @@ static void run_data(int rounds, bool json) {
 
 int main(int argc, char **argv) {
     const char *which = "all";
-    int batch = 0, rounds = 5;
+    int batch = 0, rounds = 5, steps = 400;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_efficiency [--config kjv|6l|data|all] [--batch B] [--rounds R] [--json]\n");
+            fprintf(stderr, "usage: bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]\n");
             return 2;
         }
     }
@@ -503,6 +565,7 @@ int main(int argc, char **argv) {
         run_config("gpt-6l-384", c, batch ? batch : 8, rounds, json);
     }
     if (!strcmp(which, "data") || !strcmp(which, "all")) run_data(rounds, json);
+    if (!strcmp(which, "converge") || !strcmp(which, "all")) run_converge(steps, json);
     fm_parallel_shutdown();
     return 0;
 }

@@ -185,9 +185,9 @@ static void test_scaler(void) {
     CHECK(gs.scale == 1.0 && fm_grad_scaler_should_step(&gs));
     fm_tensor *bad = fm_tensor_full(1, (int64_t[]){2}, NAN, FM_F32, FM_CPU);
     CHECK(fm_tensor_has_inf_nan(bad));
-    fm_tensor *bad_t = fm_transpose(fm_tensor_full(2, (int64_t[]){2, 3}, 1.0, FM_F64, FM_CPU), 0, 1);
+    fm_tensor *full = fm_tensor_full(2, (int64_t[]){2, 3}, 1.0, FM_F64, FM_CPU), *bad_t = fm_transpose(full, 0, 1);
     CHECK(!fm_tensor_has_inf_nan(bad_t)); /* strided path through the ops */
-    fm_tensor_release_n(2, bad, bad_t);
+    fm_tensor_release_n(3, bad, full, bad_t);
 }
 
 /* fp16: tiny gradients underflow without scaling and survive with it. */
@@ -236,8 +236,8 @@ static void test_policy(void) {
     fm_tensor *ln = fm_layer_norm(xb, 1, NULL, NULL, 1e-5), *rms = fm_rms_norm(xb, NULL, 1e-5);
     fm_tensor *sm = fm_softmax(xb, -1), *at = fm_scaled_dot_product_attention(qb, qb, qb, true, 0);
     fm_tensor *lg = fm_reshape(xb, 2, (int64_t[]){8, 8});
-    fm_tensor *ce = fm_cross_entropy(lg, fm_tensor_from_data((int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 1, (int64_t[]){8}, FM_I64),
-                                     -100, 0, FM_REDUCE_MEAN);
+    fm_tensor *tg = fm_tensor_from_data((int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 1, (int64_t[]){8}, FM_I64);
+    fm_tensor *ce = fm_cross_entropy(lg, tg, -100, 0, FM_REDUCE_MEAN);
     fm_autocast_set(prev);
     CHECK_MSG(ln && rms && sm && at && ce, "%s", fm_last_error());
     if (ln && sm && at && ce && rms) {
@@ -251,7 +251,7 @@ static void test_policy(void) {
     fm_tensor *no = fm_layer_norm(xb, 1, NULL, NULL, 1e-5);
     CHECK(no == NULL);
     fm_tensor_release_n(14, x, xb, xr, ref_ln, ref_sm, q, qb, ref_at, ln, rms, sm, at, lg, ce);
-    fm_tensor_release(no);
+    fm_tensor_release_n(2, no, tg);
 }
 
 static void test_stochastic_rounding(void) {
