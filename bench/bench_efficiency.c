@@ -116,20 +116,23 @@ static fm_status gelu_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     out[0] = fm_gelu_tanh(in[0]);
     return out[0] ? FM_OK : fm_last_status();
 }
-/* qkv [B, T, 3C] -> causal attention -> [B, T, C], as gpt_model.c's attention() */
-static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
-    const layer *L = ctx;
-    fm_tensor *qkv = in[0];
-    const int64_t B = qkv->shape[0], T = qkv->shape[1], H = L->H, D = qkv->shape[2] / 3 / H;
-    out[0] = NULL;
-    fm_tensor *v4 = fm_view(qkv, 4, (int64_t[]){B, T, 3 * H, D});
-    if (!v4) return fm_last_status();
-    fm_tensor *q = fm_narrow(v4, 2, 0, H), *k = fm_narrow(v4, 2, H, H), *v = fm_narrow(v4, 2, 2 * H, H);
-    fm_tensor *qt = q ? fm_transpose(q, 1, 2) : NULL, *kt = k ? fm_transpose(k, 1, 2) : NULL, *vt = v ? fm_transpose(v, 1, 2) : NULL;
-    fm_tensor *y = qt && kt && vt ? fm_scaled_dot_product_attention(qt, kt, vt, true, 0.0) : NULL;
-    fm_tensor *yt = y ? fm_transpose(y, 1, 2) : NULL;
+/* Attention as gpt_model.c's attention(): qkv [B, T, 3C] -> fused head split ->
+ * causal sdpa [B, H, T, D] (attn_heads) -> heads merged back to [B, T, C]
+ * (merge_fn: a transposing copy, what selective recomputation regenerates). */
+static fm_tensor *attn_heads(const layer *L, fm_tensor *qkv) {
+    fm_tensor *q = NULL, *k = NULL, *v = NULL;
+    if (fm_qkv_split_heads(qkv, L->H, L->H, &q, &k, &v)) return NULL;
+    fm_tensor *y = fm_scaled_dot_product_attention(q, k, v, true, 0.0);
+    fm_tensor_release_n(3, q, k, v);
+    return y;
+}
+static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    (void)ctx;
+    fm_tensor *y = in[0];
+    const int64_t B = y->shape[0], H = y->shape[1], T = y->shape[2], D = y->shape[3];
+    fm_tensor *yt = fm_transpose(y, 1, 2);
     out[0] = yt ? fm_reshape(yt, 3, (int64_t[]){B, T, H * D}) : NULL;
-    fm_tensor_release_n(9, v4, q, k, v, qt, kt, vt, y, yt);
+    fm_tensor_release(yt);
     return out[0] ? FM_OK : fm_last_status();
 }
 
@@ -144,12 +147,13 @@ static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     layer *L = bc->L;
     fm_tensor *x = in[0];
     fm_tensor *qkv = lin_after(bc->selective, ln_fn, &L->ln1, x, L->qkv_w, L->qkv_b);
-    fm_tensor *a = qkv ? lin_after(bc->selective, attn_fn, L, qkv, L->proj_w, L->proj_b) : NULL;
+    fm_tensor *hd = qkv ? attn_heads(L, qkv) : NULL;
+    fm_tensor *a = hd ? lin_after(bc->selective, merge_fn, NULL, hd, L->proj_w, L->proj_b) : NULL;
     fm_tensor *r = a ? fm_add(x, a) : NULL;
     fm_tensor *h = r ? lin_after(bc->selective, ln_fn, &L->ln2, r, L->fc_w, L->fc_b) : NULL;
     fm_tensor *mo = h ? lin_after(bc->selective, gelu_fn, NULL, h, L->fc2_w, L->fc2_b) : NULL;
     out[0] = mo ? fm_add(r, mo) : NULL;
-    fm_tensor_release_n(5, qkv, a, r, h, mo);
+    fm_tensor_release_n(6, qkv, hd, a, r, h, mo);
     return out[0] ? FM_OK : fm_last_status();
 }
 
