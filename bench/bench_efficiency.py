@@ -25,6 +25,25 @@ CONFIGS = {
     "kjv": dict(n_layer=4, n_embd=256, n_head=4, block=128, vocab=256, batch=16),
     "6l": dict(n_layer=6, n_embd=384, n_head=6, block=256, vocab=256, batch=8),
 }
+
+
+def kjv_from_recipe():
+    """The kjv-gpt recipe's sizes, as bench_efficiency.c reads them."""
+    import configparser
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "recipes", "kjv-gpt.ini")
+    if not os.path.exists(path):
+        return
+    cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+    cp.read(path)
+    c = CONFIGS["kjv"]
+    for sec, key, name in (("model", "n_layer", "n_layer"), ("model", "n_embd", "n_embd"), ("model", "n_head", "n_head"),
+                           ("model", "block_size", "block"), ("tokenizer", "vocab_size", "vocab"),
+                           ("train", "batch_size", "batch")):
+        if cp.has_option(sec, key):
+            c[name] = int(float(cp.get(sec, key)))
+
+
+kjv_from_recipe()
 MODES = ["fp32", "bf16", "fp16", "ckpt_blocks", "grad_accum4"]
 
 
