@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The README's test command: installs dependencies, builds (warnings are errors),
-# and runs the whole test suite with ctest. BUILD_DIR and CMAKE_ARGS may be set
-# by the caller (CI uses them for the sanitizer build).
+# and runs the whole test suite with ctest, including the unit tests under
+# valgrind. The build is CPU-only unless FATHOM_CUDA=ON|AUTO is set: the CPU build
+# is complete, and the CUDA path is checked by .ci/run (every .cu compiled,
+# test_cuda linked and run) and on a GPU by tools/gpu-check.sh.
+# BUILD_DIR, BUILD_TYPE, CMAKE_ARGS and CTEST_ARGS may be set by the caller.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DFATHOM_WERROR=ON ${CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DFATHOM_WERROR=ON \
+  -DFATHOM_CUDA=${FATHOM_CUDA:-OFF} ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j"${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
+ctest --output-on-failure -j"${CTEST_JOBS:-$(nproc)}" ${CTEST_ARGS:-}
