@@ -12,7 +12,8 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: fathom train RECIPE [--epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
-            "                    [--out DIR] [--resume DIR] [--max-steps N] [--no-eval] [--json]\n\n"
+            "                    [--out DIR] [--resume DIR] [--max-steps N] [--no-eval] [--json]\n"
+            "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--quiet]\n\n"
             "Trains the model a recipe describes and evaluates it on the test set.\n"
             "RECIPE is a built-in name (see `fathom recipes`) or a path to an .ini file.\n\n"
             "  --epochs N     override the recipe's epochs\n"
@@ -24,7 +25,13 @@ static void train_usage(FILE *f) {
             "  --resume DIR   continue a run from its last checkpoint, bit for bit\n"
             "  --max-steps N  stop after N optimizer steps in total (a checkpoint is saved)\n"
             "  --no-eval      skip the test-set evaluation\n"
-            "  --json         print one JSON object with the results on stdout\n");
+            "  --json         print one JSON object with the results on stdout\n"
+            "  --profile FILE write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
+            "  --logdir DIR   write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
+            "  --hist-every N weight histograms every N epochs in the TensorBoard logs\n"
+            "  --quiet        no progress output\n"
+            "Transformer recipes ([model] type = gpt, e.g. kjv-gpt) take their own options:\n"
+            "  fathom train kjv-gpt --help\n");
 }
 
 /* "--opt VALUE" or "--opt=VALUE"; returns the value or NULL (and advances *i). */
@@ -47,17 +54,61 @@ static int parse_num(const char *opt, const char *v, double lo, double *out) {
     return 1;
 }
 
+/* Is the recipe named on the command line a transformer recipe ([model] type = gpt)?
+ * Those go to the GPT trainer (cli/cmd_train_gpt.c), which takes its own options. */
+static bool is_gpt_recipe(int argc, char **argv) {
+    static const char *valued[] = {"--epochs", "--batch", "--lr", "--seed", "--threads", "--out", "--resume",
+                                   "--max-steps", "--profile", "--logdir", "--hist-every", "--steps", "--corpus",
+                                   "--stop-after", "--sample", "--precision", "--checkpointing", "--grad-accum",
+                                   "--memory-limit", NULL};
+    const char *name = NULL;
+    for (int i = 1; i < argc && !name; i++) {
+        if (argv[i][0] != '-') { name = argv[i]; break; }
+        if (strchr(argv[i], '=')) continue;
+        for (int k = 0; valued[k]; k++)
+            if (!strcmp(argv[i], valued[k])) { i++; break; }
+    }
+    if (!name) return false;
+    char path[1200], dir[1024];
+    if (strchr(name, '/') || strstr(name, ".ini")) snprintf(path, sizeof path, "%s", name);
+    else snprintf(path, sizeof path, "%s/%.64s.ini", fm_recipe_dir(dir, sizeof dir), name);
+    FILE *f = fopen(path, "r");
+    if (!f) return false; /* the recipe loader reports a missing recipe properly */
+    char line[512], section[64] = "";
+    bool gpt = false;
+    while (!gpt && fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '[') { sscanf(p, "[%63[^]]", section); continue; }
+        char key[64], val[64];
+        if (!strcmp(section, "model") && sscanf(p, "%63[^= \t] = %63s", key, val) == 2 && !strcmp(key, "type"))
+            gpt = !strcmp(val, "gpt");
+    }
+    fclose(f);
+    return gpt;
+}
+
 int fm_cmd_train(int argc, char **argv) {
+    if (fm_cmd_train_gpt && is_gpt_recipe(argc, argv)) return fm_cmd_train_gpt(argc, argv);
     fm_train_options o;
     fm_train_options_init(&o);
     const char *recipe = NULL, *out = NULL;
-    bool json = false;
+    bool json = false, quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         double x;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { train_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--no-eval")) { o.skip_eval = true; continue; }
+        if (!strcmp(a, "--quiet")) { quiet = true; continue; }
+        if (!strncmp(a, "--profile", 9) && (a[9] == 0 || a[9] == '=')) {
+            if (!(o.profile_path = opt_value(argc, argv, &i, "--profile"))) { fm_cli_error("train: --profile needs a file name"); train_usage(stderr); return 2; }
+            continue;
+        }
+        if (!strncmp(a, "--logdir", 8) && (a[8] == 0 || a[8] == '=')) {
+            if (!(o.logdir = opt_value(argc, argv, &i, "--logdir"))) { fm_cli_error("train: --logdir needs a directory"); train_usage(stderr); return 2; }
+            continue;
+        }
 #define NUM_OPT(name, lo, field, type) \
         if (!strncmp(a, name, strlen(name)) && (a[strlen(name)] == 0 || a[strlen(name)] == '=')) { \
             v = opt_value(argc, argv, &i, name); \
@@ -69,6 +120,7 @@ int fm_cmd_train(int argc, char **argv) {
         NUM_OPT("--seed", 0, seed, int64_t)
         NUM_OPT("--threads", 1, threads, int)
         NUM_OPT("--max-steps", 1, max_steps, int64_t)
+        NUM_OPT("--hist-every", 1, hist_every, int)
 #undef NUM_OPT
         if (!strncmp(a, "--out", 5) && (a[5] == 0 || a[5] == '=')) {
             if (!(out = opt_value(argc, argv, &i, "--out"))) { fm_cli_error("train: --out needs a directory"); train_usage(stderr); return 2; }
@@ -91,7 +143,7 @@ int fm_cmd_train(int argc, char **argv) {
         out = outbuf;
     }
     o.out_dir = out;
-    o.log = json ? stderr : stdout;
+    o.log = quiet ? NULL : (json ? stderr : stdout);
     fm_train_result res;
     fm_status st = fm_train(&r, &o, &res);
     if (st != FM_OK) {
@@ -117,6 +169,11 @@ int fm_cmd_train(int argc, char **argv) {
         json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)res.peak_memory_bytes));
         json_object_set_new(j, "num_params", json_integer(res.num_params));
         json_object_set_new(j, "model_path", res.model_path[0] ? json_string(res.model_path) : json_null());
+        json_object_set_new(j, "data_wait_seconds", json_real(res.data_wait_seconds));
+        json_t *mem = res.memory_report_json[0] ? json_loads(res.memory_report_json, 0, NULL) : NULL;
+        if (mem) json_object_set_new(j, "memory", mem);
+        if (o.profile_path) json_object_set_new(j, "trace", json_string(o.profile_path));
+        if (o.logdir) json_object_set_new(j, "logdir", json_string(o.logdir));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
@@ -126,6 +183,9 @@ int fm_cmd_train(int argc, char **argv) {
         if (res.test_accuracy >= 0) printf(", test accuracy %.2f%%", 100 * res.test_accuracy);
         printf("\n");
         if (res.model_path[0]) printf("model saved to %s\n", res.model_path);
+        if (res.memory_report_text[0] && !quiet) printf("%s\n", res.memory_report_text);
+        if (o.profile_path) printf("trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", o.profile_path, o.profile_path);
+        if (o.logdir) printf("logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", o.logdir, o.logdir);
     }
     fm_train_result_free(&res);
     fm_recipe_free(&r);

@@ -7,6 +7,7 @@
  * 0 success, 1 runtime failure, 2 bad usage. */
 int fm_cmd_info(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_train(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_train_gpt(int argc, char **argv) FM_CLI_WEAK; /* transformer recipes, routed from fm_cmd_train */
 int fm_cmd_eval(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_predict(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_recipes(int argc, char **argv) FM_CLI_WEAK;

@@ -13,14 +13,12 @@ recipe=${FATHOM_QUICKSTART_RECIPE:-fashion-cnn}
 out=${FATHOM_QUICKSTART_OUT:-runs/$recipe}
 t0=$(date +%s)
 
-if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || ! command -v cmake >/dev/null; then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "quickstart: dependencies missing; run as root or: sudo bash tools/setup-deps.sh" >&2
-    exit 1
-  fi
-  echo "== installing dependencies (dataset-fashion-mnist, compilers, libraries)"
-  bash tools/setup-deps.sh
+echo "== checking dependencies (installs what is missing: dataset-fashion-mnist, compilers, libraries)"
+if [[ $(id -u) -ne 0 ]] && ! bash tools/setup-deps.sh --check; then
+  echo "quickstart: dependencies missing; run as root or: sudo bash tools/setup-deps.sh" >&2
+  exit 1
 fi
+bash tools/setup-deps.sh
 
 echo "== building fathom in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFATHOM_CUDA=OFF >/dev/null

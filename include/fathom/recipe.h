@@ -82,6 +82,9 @@ typedef struct fm_train_options {
     int64_t max_steps;   /* > 0: stop (and checkpoint) after this many steps in total */
     bool skip_eval;      /* no test-set evaluation at the end */
     FILE *log;           /* progress lines (NULL: quiet) */
+    const char *profile_path; /* Chrome trace of the run (NULL: no profiling) */
+    const char *logdir;  /* TensorBoard event files (NULL: none) */
+    int hist_every;      /* histograms of weights and gradients every N epochs (0: never) */
 } fm_train_options;
 void fm_train_options_init(fm_train_options *o);
 
@@ -99,6 +102,9 @@ typedef struct fm_train_result {
     double *losses;       /* per step of this run (owned; free with fm_train_result_free) */
     int64_t n_losses;
     int64_t first_step;   /* global step index of losses[0] */
+    double data_wait_seconds; /* time the training loop waited for batches */
+    char memory_report_json[1024]; /* peak memory by category (JSON object text) */
+    char memory_report_text[1024];
 } fm_train_result;
 void fm_train_result_free(fm_train_result *r);
 

@@ -12,6 +12,7 @@
 
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
+#include "fathom/memory.h"
 #include "fathom/profile.h"
 
 extern _Thread_local int fm_in_backward;
@@ -91,9 +92,18 @@ static fm_status add_leaf(walk *w, fm_tensor *leaf, fm_tensor *g) {
 }
 
 
-/* Store g as leaf's gradient, owning its storage (a gradient passed through
+static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g);
+
+/* Store g as leaf's gradient (memory counted as gradients), owning its storage (a gradient passed through
  * unchanged may share storage with another tensor's gradient). */
 static fm_status finish_leaf(fm_tensor *leaf, fm_tensor *g) {
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_GRADIENTS);
+    fm_status st = finish_leaf_tagged(leaf, g);
+    fm_memory_tag_pop(mc);
+    return st;
+}
+
+static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g) {
     g = run_hooks(leaf->hooks, fm_tensor_retain(g));
     if (!g) return FM_OK;
     fm_tensor *ng;

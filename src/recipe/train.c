@@ -18,6 +18,8 @@
 #include "fathom/autograd.h"
 #include "fathom/io.h"
 #include "fathom/memory.h" /* peak memory for the report */
+#include "fathom/observe.h" /* TensorBoard events, progress lines */
+#include "fathom/profile.h" /* --profile spans */
 #include "fathom/recipe.h"
 #include "core/parallel.h" /* fm_set_num_threads */
 
@@ -311,6 +313,9 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
 
     trainer t;
     memset(&t, 0, sizeof t);
+    fm_tb_writer *tb = NULL;
+    fm_progress *prog = NULL;
+    int64_t prog_done = 0, prog_items = 0;
     t.r = &r;
     fm_dataset *train = NULL, *test = NULL;
     fm_status st = FM_OK;
@@ -325,7 +330,9 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
         test = fm_recipe_dataset(&r, FM_SPLIT_TEST, NULL);
         if (!test) { st = fm_last_status(); goto done; }
     }
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
     t.model = fm_recipe_build_model(&r, &init_rng);
+    fm_memory_tag_pop(mc);
     if (!t.model) { st = fm_last_status(); goto done; }
     fm_module_set_rng(t.model, &t.drop_rng);
     res->num_params = fm_module_num_params(t.model);
@@ -352,6 +359,8 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                 r.name, res->num_params, fm_dataset_size(train), r.epochs, nb, r.batch_size,
                 fm_optim_kind_name(r.optim.kind), r.optim.lr, opt->resume_dir ? " (resumed)" : "");
 
+    if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
+    if (opt->logdir && !(tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
     fm_memory_reset_peak(FM_CPU);
     double t0 = now_s(), epoch_loss = 0, last_epoch_loss = NAN, t_epoch = t0;
     int64_t epoch_steps = 0, last_good = -1;
@@ -362,8 +371,21 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     bool stop = epoch >= r.epochs || (opt->max_steps > 0 && t.step >= opt->max_steps);
     while (!stop) {
         fm_batch b;
-        if ((st = fm_dataloader_next(t.loader, &b)) != FM_OK) goto done;
+        if (!prog) {
+            char label[64];
+            snprintf(label, sizeof label, "epoch %" PRId64 "/%d", epoch + 1, r.epochs);
+            prog = fm_progress_begin(label, nb, "samples", log ? FM_PROGRESS_AUTO : FM_PROGRESS_QUIET, log);
+            prog_done = prog_items = 0;
+        }
+        fm_profile_push("step", "step");
+        fm_profile_push("next batch", "data");
+        st = fm_dataloader_next(t.loader, &b);
+        fm_profile_pop();
+        if (st != FM_OK) { fm_profile_pop(); goto done; }
         if (!b.x) { /* end of an epoch */
+            fm_profile_pop();
+            fm_progress_end(prog);
+            prog = NULL;
             last_epoch_loss = epoch_steps ? epoch_loss / (double)epoch_steps : last_epoch_loss;
             epoch++;
             double tn = now_s();
@@ -371,6 +393,19 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                 fprintf(log, "epoch %" PRId64 "/%d  loss %.4f  lr %.3g  %.0f samples/s  (%.1f s)\n", epoch, r.epochs,
                         last_epoch_loss, fm_optim_get_lr(t.opt),
                         (double)epoch_steps * (double)r.batch_size / (tn - t_epoch), tn - t0);
+            if (tb) {
+                fm_tb_add_scalar(tb, "train/epoch_loss", t.step, last_epoch_loss);
+                if (opt->hist_every > 0 && epoch % opt->hist_every == 0) {
+                    fm_named_list ps = {0};
+                    if (fm_module_parameters(t.model, &ps) == FM_OK)
+                        for (int k = 0; k < ps.n; k++) {
+                            char tag[300];
+                            snprintf(tag, sizeof tag, "weights/%s", ps.items[k].name);
+                            fm_tb_add_histogram_tensor(tb, tag, t.step, ps.items[k].tensor);
+                        }
+                    fm_named_list_free(&ps);
+                }
+            }
             t_epoch = tn;
             epoch_loss = 0;
             epoch_steps = 0;
@@ -382,12 +417,16 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
             continue;
         }
         fm_optim_set_lr(t.opt, fm_lr_at(&r.sched, t.step));
+        double t_step0 = now_s();
+        fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
         fm_tensor *logits = fm_module_forward(t.model, b.x);
         fm_tensor *loss = logits ? fm_cross_entropy(logits, b.y, -100, r.label_smoothing, FM_REDUCE_MEAN) : NULL;
-        if (!loss) { fm_tensor_release(logits); st = fm_last_status(); goto done; }
+        fm_memory_tag_pop(mprev);
+        if (!loss) { fm_tensor_release(logits); fm_profile_pop(); st = fm_last_status(); goto done; }
         double lv = fm_tensor_item(loss);
         if (!isfinite(lv)) {
             fm_tensor_release_n(2, logits, loss);
+            fm_profile_pop();
             if (last_good >= 0 || opt->resume_dir)
                 st = fm_set_error(FM_ERR_STATE, "the loss became %g at step %" PRId64 " (epoch %" PRId64 "); training "
                                   "stopped. The last good checkpoint (step %" PRId64 ") is in %s; try a lower learning "
@@ -399,19 +438,38 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                                   "clip_grad_norm", lv, t.step, epoch + 1);
             goto done;
         }
+        mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS); /* temporaries; leaf gradients are tagged by the engine */
         st = fm_backward(loss, NULL, false);
+        fm_memory_tag_pop(mprev);
         fm_tensor_release_n(2, logits, loss);
-        if (st) goto done;
-        if (r.clip_grad_norm > 0 && (st = fm_optim_clip_grad_norm(t.opt, r.clip_grad_norm, NULL)) != FM_OK) goto done;
-        if ((st = fm_optim_step(t.opt)) != FM_OK) goto done;
+        if (st) { fm_profile_pop(); goto done; }
+        fm_profile_push("optimizer", "optimizer");
+        mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+        double gnorm = NAN;
+        if (r.clip_grad_norm > 0) st = fm_optim_clip_grad_norm(t.opt, r.clip_grad_norm, &gnorm);
+        if (st == FM_OK) st = fm_optim_step(t.opt);
         fm_optim_zero_grad(t.opt);
+        fm_memory_tag_pop(mprev);
+        fm_profile_pop();
+        fm_profile_pop(); /* step */
+        if (st) goto done;
         t.step++;
+        prog_done++;
+        prog_items += b.size;
+        fm_progress_update(prog, prog_done, prog_items, lv);
+        if (tb && t.step % 10 == 0) {
+            double dt = now_s() - t_step0;
+            fm_memory_stats mst;
+            fm_tb_add_scalar(tb, "train/loss", t.step, lv);
+            fm_tb_add_scalar(tb, "train/lr", t.step, fm_optim_get_lr(t.opt));
+            if (dt > 0) fm_tb_add_scalar(tb, "train/throughput", t.step, (double)b.size / dt);
+            if (gnorm == gnorm) fm_tb_add_scalar(tb, "train/grad_norm", t.step, gnorm);
+            if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(tb, "memory/allocated_bytes", t.step, (double)mst.allocated);
+        }
         res->samples += b.size;
         epoch_loss += lv;
         epoch_steps++;
         if ((st = push_loss(res, lv)) != FM_OK) goto done;
-        if (log && nb >= 400 && (b.index + 1) % 200 == 0)
-            fprintf(log, "  epoch %" PRId64 " step %" PRId64 "/%" PRId64 "  loss %.4f\n", epoch + 1, b.index + 1, nb, lv);
         if (out_dir && r.checkpoint_every > 0 && t.step % r.checkpoint_every == 0) {
             if ((st = save_checkpoint(&t, out_dir)) != FM_OK) goto done;
             last_good = t.step;
@@ -426,6 +484,12 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     res->samples_per_second = res->train_seconds > 0 ? (double)res->samples / res->train_seconds : 0;
     fm_memory_stats ms;
     if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
+    res->data_wait_seconds = fm_dataloader_wait_seconds(t.loader);
+    fm_memory_report mrep;
+    if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
+        fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
+        fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
+    }
     if (out_dir) {
         if ((st = save_checkpoint(&t, out_dir)) != FM_OK) goto done;
         snprintf(res->model_path, sizeof res->model_path, "%s/model.safetensors", out_dir);
@@ -433,11 +497,24 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     if (test) {
         if ((st = check_input_shape(&r, test)) != FM_OK) goto done;
         st = fm_evaluate(t.model, test, &r.transforms, 1000, &res->test_accuracy, &res->test_loss);
+        if (st == FM_OK && tb) {
+            fm_tb_add_scalar(tb, "val/accuracy", t.step, res->test_accuracy);
+            fm_tb_add_scalar(tb, "val/loss", t.step, res->test_loss);
+        }
         if (st == FM_OK && log)
             fprintf(log, "test accuracy %.2f%%  test loss %.4f  (%" PRId64 " samples)\n", 100 * res->test_accuracy,
                     res->test_loss, fm_dataset_size(test));
     }
 done:
+    fm_progress_end(prog);
+    if (tb) {
+        fm_status cst = fm_tb_writer_close(tb);
+        if (st == FM_OK) st = cst;
+    }
+    if (opt->profile_path) {
+        fm_status pst = fm_profiler_stop();
+        if (st == FM_OK) st = pst;
+    }
     fm_dataloader_free(t.loader);
     fm_optim_free(t.opt);
     fm_module_free(t.model);
