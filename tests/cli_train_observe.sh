@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `fathom train` with --profile and --logdir: the trace opens in `fathom profile`,
+# the TensorBoard logs in `fathom plot`, and --json carries the memory report.
+set -euo pipefail
+bin=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+out=$("$bin" train fashion-mlp --max-steps 12 --no-eval --out "$dir/m" --profile "$dir/trace.json" \
+      --logdir "$dir/logs" --hist-every 1 --quiet --json)
+echo "$out" | grep -q '"memory":{' || { echo "no memory report in --json: $out"; exit 1; }
+echo "$out" | grep -q '"data_wait_seconds"' || { echo "no data wait in --json"; exit 1; }
+"$bin" profile "$dir/trace.json" > "$dir/summary.txt"
+grep -q "optimizer" "$dir/summary.txt" || { echo "profile summary lacks the optimizer split"; cat "$dir/summary.txt"; exit 1; }
+grep -q "^verdict:" "$dir/summary.txt" || { echo "profile summary lacks a verdict"; exit 1; }
+ls "$dir/logs"/events.out.tfevents.* >/dev/null
+"$bin" plot "$dir/logs" -o "$dir/c.svg" >/dev/null
+grep -q "<svg" "$dir/c.svg"
+# an unwritable trace path is a clear error, exit 1
+if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.json --quiet 2> "$dir/err"; then
+  echo "expected failure for an unwritable trace path"; exit 1
+fi
+grep -q "cannot write trace file" "$dir/err"
+echo "train observe: ok"
