@@ -176,7 +176,10 @@ static fm_tensor *forward_loss(model *m, mode md, fm_tensor *idx, fm_tensor *tgt
     for (int i = 0; h && i < m->cfg.n_layer; i++) {
         m->bc[i] = (block_ctx){&m->L[i], md == M_SELECTIVE};
         fm_tensor *nx = NULL;
-        if (fm_efficiency_segment(&o, FM_CKPT_BLOCKS, block_fn, &m->bc[i], 1, &h, 1, &nx) != FM_OK) nx = NULL;
+        /* the last block is not checkpointed: backward needs its activations first, so
+         * recomputing them would buy no memory (the usual practice) */
+        const fm_efficiency_opts *oi = i == m->cfg.n_layer - 1 ? NULL : &o;
+        if (fm_efficiency_segment(oi, FM_CKPT_BLOCKS, block_fn, &m->bc[i], 1, &h, 1, &nx) != FM_OK) nx = NULL;
         fm_tensor_release(h);
         h = nx;
     }

@@ -12,7 +12,8 @@
  *       fm_autocast_set(prev); scaled = fm_grad_scaler_scale(&gs, loss * 1/grad_accum);
  *       fm_backward(scaled)
  *     then fm_grad_scaler_unscale, clip, if should_step: optimizer step; update.
- *   transformer blocks: fm_efficiency_segment(&eo, FM_CKPT_BLOCKS, block_fn, ...)
+ *   transformer blocks: fm_efficiency_segment(&eo, FM_CKPT_BLOCKS, block_fn, ...), all but
+ *       the last block (backward needs its activations first: recomputing them saves nothing)
  *   selective: every linear whose input is a norm, GELU or the attention core:
  *       fm_efficiency_linear(&eo, f, ctx, n_in, inputs, w, b)  (f = that cheap part)
  *   memory report: tag allocations with fm_memory_tag_push (fathom/memory.h):
