@@ -26,7 +26,8 @@ cmake --build "$build" -j"$(nproc)" --target fathom_cli >/dev/null
 t_build=$(date +%s)
 
 echo "== training $recipe (model -> $out)"
-"$build/fathom" train "$recipe" --out "$out"
+mkdir -p "$out"
+"$build/fathom" train "$recipe" --out "$out" --logdir "$out/logs" --profile "$out/trace.json"
 t_train=$(date +%s)
 
 echo "== evaluating $out on the 10k test images"
@@ -37,5 +38,7 @@ awk -v acc="$acc" -v b=$((t_build - t0)) -v t=$((t_train - t_build)) -v e=$((t_e
   printf "\nquickstart: test accuracy %.2f%% on Fashion-MNIST (10000 images)\n", 100 * acc
   printf "quickstart: model saved in %s (model.safetensors)\n", out
   printf "quickstart: %d s in all (build %d s, train %d s, eval %d s)\n", all, b, t, e
+  printf "quickstart: TensorBoard logs in %s/logs (fathom plot %s/logs -o curves.svg)\n", out, out
+  printf "quickstart: profiler trace in %s/trace.json (fathom profile %s/trace.json, or ui.perfetto.dev)\n", out, out
 }'
 echo "try: $build/fathom predict $out /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz | head"

@@ -9,6 +9,7 @@
  * of (seed, epoch, sample index) through Philox, so batches are bitwise
  * identical for any worker count and for a loader restored from a saved state. */
 #include "data/data_internal.h"
+#include "fathom/profile.h" /* data spans on per-worker tracks */
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -156,6 +157,7 @@ static void fill(fm_dataloader *l, slot *s, int64_t b) {
 
 static void *worker_main(void *arg) {
     fm_dataloader *l = arg;
+    bool named = false; /* the trace gets one track per worker, named once profiling is on */
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         int64_t b = l->next_claim;
@@ -165,7 +167,18 @@ static void *worker_main(void *arg) {
             l->next_claim++;
             l->inflight++;
             pthread_mutex_unlock(&l->mu);
+            if (fm_profiler_enabled()) {
+                if (!named) {
+                    static int seq = 0;
+                    char nm[48];
+                    snprintf(nm, sizeof nm, "loader worker %d", __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+                    fm_profile_thread_name(nm);
+                    named = true;
+                }
+                fm_profile_push("load batch", "data");
+            }
             fill(l, s, b);
+            if (named) fm_profile_pop();
             pthread_mutex_lock(&l->mu);
             s->state = SLOT_READY;
             l->inflight--;
