@@ -8,6 +8,9 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+# a sanitizer build's library needs the program linked with the same runtime
+extra=()
+if "$bin" info --json | grep -q '"sanitized": true'; then extra=(-fsanitize=address,undefined); fi
 cat > "$prefix/t.c" <<'C'
 #include <fathom/fathom.h>
 #include <stdio.h>
@@ -20,8 +23,8 @@ int main(void) {
     return 0;
 }
 C
-cc "$prefix/t.c" -o "$prefix/t_shared" $(pkg-config --cflags --libs fathom) -Wl,-rpath,"$prefix/lib"
+cc "${extra[@]}" "$prefix/t.c" -o "$prefix/t_shared" $(pkg-config --cflags --libs fathom) -Wl,-rpath,"$prefix/lib"
 [ "$("$prefix/t_shared")" = "6" ] || { echo "shared link: wrong output"; exit 1; }
-cc "$prefix/t.c" -o "$prefix/t_static" $(pkg-config --cflags fathom) "$prefix/lib/libfathom.a" $(pkg-config --libs --static fathom | sed 's/-lfathom//')
+cc "${extra[@]}" "$prefix/t.c" -o "$prefix/t_static" $(pkg-config --cflags fathom) "$prefix/lib/libfathom.a" $(pkg-config --libs --static fathom | sed 's/-lfathom//')
 [ "$("$prefix/t_static")" = "6" ] || { echo "static link: wrong output"; exit 1; }
 echo "install + pkg-config: ok"
