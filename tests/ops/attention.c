@@ -92,24 +92,6 @@ static void sdpa_reference(const sdpa_case *c, const double *q, const double *k,
     free(dP);
 }
 
-static double *to_host(const fm_tensor *t) {
-    double *p = malloc(sizeof(double) * (size_t)fm_tensor_numel(t));
-    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
-    return p;
-}
-
-/* Largest |a - b| / (1 + |b|) over a tensor vs a reference array. */
-static double max_rel_err(const fm_tensor *t, const double *ref) {
-    double *a = to_host(t), worst = 0;
-    if (!a) return INFINITY;
-    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
-        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= worst)) worst = e; /* NaN wins */
-    }
-    free(a);
-    return worst;
-}
-
 /* Builds q (maybe as a transposed view), k, v of the case. */
 static void make_qkv(const sdpa_case *c, fm_dtype dt, uint64_t seed, fm_tensor **q, fm_tensor **k, fm_tensor **v) {
     fm_rng r;
@@ -144,7 +126,7 @@ static void check_case(const sdpa_case *c, fm_dtype dt, int grads) {
     }
     fm_tensor *o = fm_scaled_dot_product_attention(q, k, v, c->causal, c->scale);
     CHECK_MSG(o != NULL, "sdpa failed: %s", fm_last_error());
-    double *hq = to_host(q), *hk = to_host(k), *hv = to_host(v), *hdo = dO ? to_host(dO) : NULL;
+    double *hq = op_host(q), *hk = op_host(k), *hv = op_host(v), *hdo = dO ? op_host(dO) : NULL;
     int64_t nq = c->B * c->H * c->Tq * c->D, nk = c->B * c->Hkv * c->Tk * c->D;
     double *ro = malloc(sizeof(double) * nq), *rdq = malloc(sizeof(double) * nq);
     double *rdk = malloc(sizeof(double) * nk), *rdv = malloc(sizeof(double) * nk);
@@ -152,7 +134,7 @@ static void check_case(const sdpa_case *c, fm_dtype dt, int grads) {
     if (o) {
         CHECK(o->ndim == 4 && o->shape[0] == c->B && o->shape[1] == c->H && o->shape[2] == c->Tq && o->shape[3] == c->D);
         CHECK(o->dtype == dt);
-        double e = max_rel_err(o, ro);
+        double e = op_max_rel_err(o, ro);
         CHECK_MSG(e <= tol, "sdpa %s B%lld H%lld Hkv%lld Tq%lld Tk%lld D%lld causal%d view%d: out err %g",
                   fm_dtype_name(dt), (long long)c->B, (long long)c->H, (long long)c->Hkv, (long long)c->Tq,
                   (long long)c->Tk, (long long)c->D, c->causal, c->q_view, e);
@@ -164,7 +146,7 @@ static void check_case(const sdpa_case *c, fm_dtype dt, int grads) {
             for (int i = 0; i < 3; i++) {
                 CHECK(in[i]->grad != NULL);
                 if (!in[i]->grad) continue;
-                double ge = max_rel_err(in[i]->grad, ref[i]);
+                double ge = op_max_rel_err(in[i]->grad, ref[i]);
                 CHECK_MSG(ge <= tol * 2, "sdpa %s Tq%lld Tk%lld D%lld H%lld/%lld causal%d: %s err %g", fm_dtype_name(dt),
                           (long long)c->Tq, (long long)c->Tk, (long long)c->D, (long long)c->H, (long long)c->Hkv,
                           c->causal, nm[i], ge);
@@ -227,7 +209,7 @@ static int sdpa_forward(void) {
             for (int j = 0; j < 4; j++) {
                 CHECK(res[0][j] && res[1][j]);
                 if (res[0][j] && res[1][j]) {
-                    double *a = to_host(res[0][j]), *b = to_host(res[1][j]);
+                    double *a = op_host(res[0][j]), *b = op_host(res[1][j]);
                     CHECK_MSG(memcmp(a, b, sizeof(double) * (size_t)fm_tensor_numel(res[0][j])) == 0,
                               "case %d tensor %d differs between thread counts", ci, j);
                     free(a); free(b);

@@ -13,37 +13,6 @@
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
 
-static double *cv_host(const fm_tensor *t) {
-    double *p = malloc(sizeof(double) * (size_t)(fm_tensor_numel(t) ? fm_tensor_numel(t) : 1));
-    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
-    return p;
-}
-
-/* Worst relative error of t (read in logical row-major order) against ref. */
-static double cv_err(const fm_tensor *t, const double *ref) {
-    double *a = cv_host(t), worst = 0;
-    if (!a) return INFINITY;
-    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
-        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= worst)) worst = e;
-    }
-    free(a);
-    return worst;
-}
-
-static fm_tensor *cv_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed) {
-    fm_rng r;
-    fm_rng_init(&r, seed);
-    return fm_tensor_randn(nd, shape, dt, &r);
-}
-
-static bool cv_bitwise_equal(const fm_tensor *a, const fm_tensor *b) {
-    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return false;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++)
-        if (fm_tensor_get(a, i) != fm_tensor_get(b, i)) return false;
-    return true;
-}
-
 /* NCHW <-> NHWC as contiguous copies (new references). */
 static fm_tensor *to_nhwc(fm_tensor *t) {
     fm_tensor *v = fm_permute(t, (int[]){0, 2, 3, 1}), *c = fm_contiguous(v);
@@ -89,11 +58,11 @@ static void check_conv(fm_tensor *x_nchw, fm_tensor *w, fm_tensor *b, fm_conv2d_
     CHECK(y->dtype == x_nchw->dtype && y->ndim == 4);
     if (p.layout == FM_NHWC) CHECK(y->shape[0] == N && y->shape[1] == Ho && y->shape[2] == Wo && y->shape[3] == O);
     else CHECK(y->shape[0] == N && y->shape[1] == O && y->shape[2] == Ho && y->shape[3] == Wo);
-    double *hx = cv_host(x_nchw), *hw = cv_host(w), *hb = b ? cv_host(b) : NULL;
+    double *hx = op_host(x_nchw), *hw = op_host(w), *hb = b ? op_host(b) : NULL;
     double *ref = malloc(sizeof(double) * (size_t)(N * O * Ho * Wo));
     ref_conv(hx, hw, hb, ref, N, C, H, W, O, kh, kw, &p, Ho, Wo);
     fm_tensor *yv = p.layout == FM_NHWC ? nhwc_view_as_nchw(y) : fm_tensor_retain(y);
-    double e = cv_err(yv, ref);
+    double e = op_max_rel_err(yv, ref);
     CHECK_MSG(e <= tol, "conv2d %s %s %s: err %g", fm_dtype_name(x_nchw->dtype), p.layout == FM_NHWC ? "NHWC" : "NCHW",
               what, e);
     free(hx); free(hw); free(hb); free(ref);
@@ -117,8 +86,8 @@ static int conv2d_forward(void) {
         double tol = d ? 1e-12 : 2e-5;
         for (int l = 0; l < 2; l++) {
             fm_layout lay = l ? FM_NHWC : FM_NCHW;
-            fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 7, 6}, dt, 1);
-            fm_tensor *w = cv_randn(4, (int64_t[]){4, 3, 3, 3}, dt, 2), *b = cv_randn(1, (int64_t[]){4}, dt, 3);
+            fm_tensor *x = op_randn(4, (int64_t[]){2, 3, 7, 6}, dt, 1);
+            fm_tensor *w = op_randn(4, (int64_t[]){4, 3, 3, 3}, dt, 2), *b = op_randn(1, (int64_t[]){4}, dt, 3);
             fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1); p.layout = lay;
             check_conv(x, w, b, p, tol, "3x3 pad 1 bias");
             p = cp_make(2, 1, 1, 0, 1, 2, 1); p.layout = lay;
@@ -126,18 +95,18 @@ static int conv2d_forward(void) {
             p = cp_make(3, 2, 2, 2, 2, 1, 1); p.layout = lay;
             check_conv(x, w, b, p, tol, "stride (3,2) pad 2 dilation (2,1)");
             /* groups: C 4 -> O 6 in 2 groups, kernel 3x2 */
-            fm_tensor *xg = cv_randn(4, (int64_t[]){3, 4, 5, 6}, dt, 4), *wg = cv_randn(4, (int64_t[]){6, 2, 3, 2}, dt, 5);
-            fm_tensor *bg = cv_randn(1, (int64_t[]){6}, dt, 6);
+            fm_tensor *xg = op_randn(4, (int64_t[]){3, 4, 5, 6}, dt, 4), *wg = op_randn(4, (int64_t[]){6, 2, 3, 2}, dt, 5);
+            fm_tensor *bg = op_randn(1, (int64_t[]){6}, dt, 6);
             p = cp_make(1, 2, 1, 1, 1, 1, 2); p.layout = lay;
             check_conv(xg, wg, bg, p, tol, "groups 2");
             /* depthwise: groups = C = 3, two filters each */
-            fm_tensor *wd = cv_randn(4, (int64_t[]){6, 1, 3, 3}, dt, 7);
+            fm_tensor *wd = op_randn(4, (int64_t[]){6, 1, 3, 3}, dt, 7);
             p = cp_make(1, 1, 1, 1, 1, 1, 3); p.layout = lay;
             check_conv(x, wd, bg, p, tol, "depthwise");
             p = cp_make(2, 3, 2, 1, 2, 1, 3); p.layout = lay;
             check_conv(x, wd, NULL, p, tol, "depthwise stride (2,3) dilation (2,1)");
             /* 1x1 (no im2col), with and without groups, and 1x1 with stride (im2col) */
-            fm_tensor *w1 = cv_randn(4, (int64_t[]){6, 4, 1, 1}, dt, 8), *w1g = cv_randn(4, (int64_t[]){6, 2, 1, 1}, dt, 9);
+            fm_tensor *w1 = op_randn(4, (int64_t[]){6, 4, 1, 1}, dt, 8), *w1g = op_randn(4, (int64_t[]){6, 2, 1, 1}, dt, 9);
             p = cp_make(1, 1, 0, 0, 1, 1, 1); p.layout = lay;
             check_conv(xg, w1, bg, p, tol, "1x1");
             p.groups = 2;
@@ -145,12 +114,12 @@ static int conv2d_forward(void) {
             p = cp_make(2, 2, 0, 0, 1, 1, 1); p.layout = lay;
             check_conv(xg, w1, bg, p, tol, "1x1 stride 2");
             /* non-contiguous input and weight */
-            fm_tensor *base = cv_randn(4, (int64_t[]){2, 3, 6, 7}, dt, 10), *xt = fm_transpose(base, 2, 3);
-            fm_tensor *wbase = cv_randn(4, (int64_t[]){8, 3, 3, 3}, dt, 11), *ws = fm_slice(wbase, 0, 0, 8, 2);
+            fm_tensor *base = op_randn(4, (int64_t[]){2, 3, 6, 7}, dt, 10), *xt = fm_transpose(base, 2, 3);
+            fm_tensor *wbase = op_randn(4, (int64_t[]){8, 3, 3, 3}, dt, 11), *ws = fm_slice(wbase, 0, 0, 8, 2);
             p = cp_make(1, 1, 1, 1, 1, 1, 1); p.layout = lay;
             check_conv(xt, ws, b, p, tol, "transposed input, strided weight");
             /* a kernel as large as the padded input: one output pixel */
-            fm_tensor *wbig = cv_randn(4, (int64_t[]){2, 3, 9, 8}, dt, 12);
+            fm_tensor *wbig = op_randn(4, (int64_t[]){2, 3, 9, 8}, dt, 12);
             check_conv(x, wbig, NULL, p, tol, "kernel = padded input");
             fm_tensor_release_n(14, x, w, b, xg, wg, bg, wd, w1, w1g, base, xt, wbase, ws, wbig);
         }
@@ -162,10 +131,10 @@ static int conv2d_forward(void) {
             fm_dtype dt = d ? FM_F64 : FM_F32;
             fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
             p.layout = l ? FM_NHWC : FM_NCHW;
-            fm_tensor *x = cv_randn(4, (int64_t[]){3, 16, 32, 32}, dt, 13);
-            fm_tensor *w = cv_randn(4, (int64_t[]){8, 16, 3, 3}, dt, 14), *b = cv_randn(1, (int64_t[]){8}, dt, 15);
+            fm_tensor *x = op_randn(4, (int64_t[]){3, 16, 32, 32}, dt, 13);
+            fm_tensor *w = op_randn(4, (int64_t[]){8, 16, 3, 3}, dt, 14), *b = op_randn(1, (int64_t[]){8}, dt, 15);
             check_conv(x, w, b, p, d ? 1e-12 : 1e-4, "one sample per chunk");
-            fm_tensor *x2 = cv_randn(4, (int64_t[]){7, 8, 24, 24}, dt, 16), *w2 = cv_randn(4, (int64_t[]){8, 8, 3, 3}, dt, 17);
+            fm_tensor *x2 = op_randn(4, (int64_t[]){7, 8, 24, 24}, dt, 16), *w2 = op_randn(4, (int64_t[]){8, 8, 3, 3}, dt, 17);
             check_conv(x2, w2, b, p, d ? 1e-12 : 1e-4, "ragged chunks");
             fm_tensor_release_n(5, x, w, b, x2, w2);
         }
@@ -173,8 +142,8 @@ static int conv2d_forward(void) {
     for (int l = 0; l < 2; l++) {
         fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);
         p.layout = l ? FM_NHWC : FM_NCHW;
-        fm_tensor *x = cv_randn(4, l ? (int64_t[]){9, 10, 11, 5} : (int64_t[]){9, 5, 10, 11}, FM_F32, 16);
-        fm_tensor *w = cv_randn(4, (int64_t[]){7, 5, 3, 3}, FM_F32, 17), *b = cv_randn(1, (int64_t[]){7}, FM_F32, 18);
+        fm_tensor *x = op_randn(4, l ? (int64_t[]){9, 10, 11, 5} : (int64_t[]){9, 5, 10, 11}, FM_F32, 16);
+        fm_tensor *w = op_randn(4, (int64_t[]){7, 5, 3, 3}, FM_F32, 17), *b = op_randn(1, (int64_t[]){7}, FM_F32, 18);
         fm_tensor *ys[2] = {0}, *gx[2] = {0}, *gw[2] = {0}, *gb[2] = {0};
         int nt = fm_num_threads();
         for (int r = 0; r < 2; r++) {
@@ -188,15 +157,15 @@ static int conv2d_forward(void) {
             fm_tensor_release(s);
         }
         fm_set_num_threads(nt);
-        CHECK(cv_bitwise_equal(ys[0], ys[1]) && cv_bitwise_equal(gx[0], gx[1]) && cv_bitwise_equal(gw[0], gw[1]) &&
-              cv_bitwise_equal(gb[0], gb[1]));
+        CHECK(op_bitwise_equal(ys[0], ys[1]) && op_bitwise_equal(gx[0], gx[1]) && op_bitwise_equal(gw[0], gw[1]) &&
+              op_bitwise_equal(gb[0], gb[1]));
         fm_tensor_release_n(11, x, w, b, ys[0], ys[1], gx[0], gx[1], gw[0], gw[1], gb[0], gb[1]);
     }
     /* bad input */
-    fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 5, 5}, FM_F32, 20), *w = cv_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 21);
-    fm_tensor *x3 = cv_randn(3, (int64_t[]){3, 5, 5}, FM_F32, 22), *w2 = cv_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 23);
-    fm_tensor *w64 = cv_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F64, 24), *b5 = cv_randn(1, (int64_t[]){5}, FM_F32, 25);
-    fm_tensor *wbig = cv_randn(4, (int64_t[]){4, 3, 7, 7}, FM_F32, 26);
+    fm_tensor *x = op_randn(4, (int64_t[]){2, 3, 5, 5}, FM_F32, 20), *w = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 21);
+    fm_tensor *x3 = op_randn(3, (int64_t[]){3, 5, 5}, FM_F32, 22), *w2 = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 23);
+    fm_tensor *w64 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F64, 24), *b5 = op_randn(1, (int64_t[]){5}, FM_F32, 25);
+    fm_tensor *wbig = op_randn(4, (int64_t[]){4, 3, 7, 7}, FM_F32, 26);
     fm_tensor *xi = fm_tensor_zeros(4, (int64_t[]){2, 3, 5, 5}, FM_I32, FM_CPU);
     fm_tensor *wi = fm_tensor_zeros(4, (int64_t[]){4, 3, 3, 3}, FM_I32, FM_CPU);
     fm_conv2d_params p = fm_conv2d_default_params();
@@ -242,9 +211,9 @@ static int conv2d_grad(void) {
     for (int l = 0; l < 2; l++) {
         fm_layout lay = l ? FM_NHWC : FM_NCHW;
         /* non-contiguous x: a transposed view of [N, W, H, C] (NHWC) or [N, C, W, H] (NCHW) */
-        fm_tensor *xb = cv_randn(4, l ? (int64_t[]){2, 4, 5, 4} : (int64_t[]){2, 4, 4, 5}, FM_F64, 30);
+        fm_tensor *xb = op_randn(4, l ? (int64_t[]){2, 4, 5, 4} : (int64_t[]){2, 4, 4, 5}, FM_F64, 30);
         fm_tensor *x = fm_transpose(xb, l ? 1 : 2, l ? 2 : 3);
-        fm_tensor *w = cv_randn(4, (int64_t[]){6, 2, 3, 3}, FM_F64, 31), *b = cv_randn(1, (int64_t[]){6}, FM_F64, 32);
+        fm_tensor *w = op_randn(4, (int64_t[]){6, 2, 3, 3}, FM_F64, 31), *b = op_randn(1, (int64_t[]){6}, FM_F64, 32);
         fm_tensor_requires_grad_(x, true); /* a non-contiguous leaf */
         fm_tensor_requires_grad_(w, true);
         fm_tensor_requires_grad_(b, true);
@@ -253,14 +222,14 @@ static int conv2d_grad(void) {
         fm_tensor *in[3] = {x, w, b};
         CHECK_MSG(gradcheck("conv2d groups/stride/dilation", conv_gc_fn, 3, in, &c, 1e-6, 1e-6), "layout %d", l);
         /* 3x3 pad 1, no bias */
-        fm_tensor *w3 = cv_randn(4, (int64_t[]){3, 4, 3, 3}, FM_F64, 33);
+        fm_tensor *w3 = op_randn(4, (int64_t[]){3, 4, 3, 3}, FM_F64, 33);
         fm_tensor_requires_grad_(w3, true);
         c.p = cp_make(1, 1, 1, 1, 1, 1, 1);
         c.p.layout = lay;
         fm_tensor *in3[3] = {x, w3, NULL};
         CHECK(gradcheck("conv2d 3x3 pad 1", conv_gc_fn, 3, in3, &c, 1e-6, 1e-6));
         /* 1x1 groups 2 */
-        fm_tensor *w1 = cv_randn(4, (int64_t[]){4, 2, 1, 1}, FM_F64, 34), *b1 = cv_randn(1, (int64_t[]){4}, FM_F64, 35);
+        fm_tensor *w1 = op_randn(4, (int64_t[]){4, 2, 1, 1}, FM_F64, 34), *b1 = op_randn(1, (int64_t[]){4}, FM_F64, 35);
         fm_tensor_requires_grad_(w1, true);
         fm_tensor_requires_grad_(b1, true);
         c.p = cp_make(1, 1, 0, 0, 1, 1, 2);
@@ -317,11 +286,11 @@ static void check_pool(int is_max, fm_tensor *x_nchw, fm_pool2d_params p, double
     fm_tensor *y = is_max ? fm_max_pool2d(xin, &p) : fm_avg_pool2d(xin, &p);
     CHECK_MSG(y != NULL, "%s %s: %s", is_max ? "max_pool2d" : "avg_pool2d", what, fm_last_error());
     if (!y) { fm_tensor_release(xin); return; }
-    double *hx = cv_host(x_nchw), *ref = malloc(sizeof(double) * (size_t)(N * C * Ho * Wo));
+    double *hx = op_host(x_nchw), *ref = malloc(sizeof(double) * (size_t)(N * C * Ho * Wo));
     ref_pool(is_max, hx, ref, N, C, H, W, &p, Ho, Wo);
     fm_tensor *yv = p.layout == FM_NHWC ? nhwc_view_as_nchw(y) : fm_tensor_retain(y);
     CHECK(yv->shape[0] == N && yv->shape[1] == C && yv->shape[2] == Ho && yv->shape[3] == Wo);
-    double e = cv_err(yv, ref);
+    double e = op_max_rel_err(yv, ref);
     CHECK_MSG(e <= tol, "%s %s %s %s: err %g", is_max ? "max_pool2d" : "avg_pool2d", fm_dtype_name(x_nchw->dtype),
               p.layout == FM_NHWC ? "NHWC" : "NCHW", what, e);
     free(hx); free(ref);
@@ -335,8 +304,8 @@ static int pool_forward(int is_max) {
         fm_dtype dt = d ? FM_F64 : FM_F32;
         double tol = d ? 1e-13 : 1e-6;
         for (int l = 0; l < 2; l++) {
-            fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 7, 8}, dt, 40);
-            fm_tensor *base = cv_randn(4, (int64_t[]){2, 3, 8, 7}, dt, 41), *xt = fm_transpose(base, 2, 3);
+            fm_tensor *x = op_randn(4, (int64_t[]){2, 3, 7, 8}, dt, 40);
+            fm_tensor *base = op_randn(4, (int64_t[]){2, 3, 8, 7}, dt, 41), *xt = fm_transpose(base, 2, 3);
             fm_pool2d_params ps[4] = {pp_make(2, 2, 0, 0, 0, 0, true), pp_make(3, 3, 2, 2, 1, 1, true),
                                       pp_make(3, 2, 1, 2, 1, 1, false), pp_make(3, 3, 2, 1, 1, 0, false)};
             const char *names[4] = {"2x2 default stride", "3x3 s2 p1 incl pad", "3x2 s(1,2) p1 excl pad",
@@ -368,7 +337,7 @@ static int pool_forward(int is_max) {
         fm_tensor_release_n(2, x, y);
     }
     /* bad input */
-    fm_tensor *x = cv_randn(4, (int64_t[]){1, 2, 4, 4}, FM_F32, 42), *x3 = cv_randn(3, (int64_t[]){2, 4, 4}, FM_F32, 43);
+    fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 4, 4}, FM_F32, 42), *x3 = op_randn(3, (int64_t[]){2, 4, 4}, FM_F32, 43);
     fm_pool2d_params p = pp_make(2, 2, 0, 0, 2, 0, true);
     CHECK((is_max ? fm_max_pool2d(x, &p) : fm_avg_pool2d(x, &p)) == NULL);
     CHECK_ERR_CONTAINS("padding (2, 0) must be at most half the kernel (2, 2)");
@@ -396,7 +365,7 @@ static fm_tensor *pool_gc_fn(fm_tensor **in, void *ctx) {
 static int pool_grad(int is_max) {
     OP_BEGIN;
     for (int l = 0; l < 2; l++) {
-        fm_tensor *xb = cv_randn(4, (int64_t[]){2, 3, 6, 5}, FM_F64, 50), *x = fm_transpose(xb, 2, 3);
+        fm_tensor *xb = op_randn(4, (int64_t[]){2, 3, 6, 5}, FM_F64, 50), *x = fm_transpose(xb, 2, 3);
         fm_tensor_requires_grad_(x, true);
         pool_gc_ctx c = {is_max, pp_make(3, 2, 2, 1, 1, 1, l == 0)};
         c.p.layout = l ? FM_NHWC : FM_NCHW;
@@ -444,12 +413,12 @@ static int batch_norm_forward(void) {
         for (int l = 0; l < 2; l++) {
             fm_layout lay = l ? FM_NHWC : FM_NCHW;
             int64_t N = 4, C = 3, H = 5, W = 6;
-            fm_tensor *base = cv_randn(4, (int64_t[]){N, C, W, H}, dt, 60);
+            fm_tensor *base = op_randn(4, (int64_t[]){N, C, W, H}, dt, 60);
             fm_tensor *xs = fm_mul_scalar(base, 2.0), *xo = fm_add_scalar(xs, 3.0);
             fm_tensor *x = fm_transpose(xo, 2, 3); /* [N, C, H, W], non-contiguous, mean 3, std 2 */
-            fm_tensor *w = cv_randn(1, &C, dt, 61), *b = cv_randn(1, &C, dt, 62);
+            fm_tensor *w = op_randn(1, &C, dt, 61), *b = op_randn(1, &C, dt, 62);
             fm_tensor *rm = fm_tensor_full(1, &C, 0.5, dt, FM_CPU), *rv = fm_tensor_full(1, &C, 2.0, dt, FM_CPU);
-            double *hx = cv_host(x), *hw = cv_host(w), *hb = cv_host(b);
+            double *hx = op_host(x), *hw = op_host(w), *hb = op_host(b);
             double ref[360], mean[3], var[3], rm0[3] = {0.5, 0.5, 0.5}, rv0[3] = {2, 2, 2};
             fm_tensor *xin = l ? to_nhwc(x) : fm_tensor_retain(x);
             /* training: batch stats, running stats updated with momentum 0.1 and unbiased variance */
@@ -457,7 +426,7 @@ static int batch_norm_forward(void) {
             CHECK_MSG(y != NULL, "batch_norm: %s", fm_last_error());
             ref_bn(hx, hw, hb, NULL, NULL, true, 1e-5, ref, mean, var, N, C, H * W);
             fm_tensor *yv = y ? (l ? nhwc_view_as_nchw(y) : fm_tensor_retain(y)) : NULL;
-            if (yv) CHECK_MSG(cv_err(yv, ref) <= tol, "batch_norm train %s layout %d: err %g", fm_dtype_name(dt), l, cv_err(yv, ref));
+            if (yv) CHECK_MSG(op_max_rel_err(yv, ref) <= tol, "batch_norm train %s layout %d: err %g", fm_dtype_name(dt), l, op_max_rel_err(yv, ref));
             double M = (double)(N * H * W);
             for (int c = 0; c < 3; c++) {
                 CHECK_NEAR(fm_tensor_get(rm, c), 0.9 * rm0[c] + 0.1 * mean[c], d ? 1e-12 : 1e-6);
@@ -470,30 +439,30 @@ static int batch_norm_forward(void) {
             CHECK(ye != NULL);
             ref_bn(hx, hw, hb, rmv, rvv, false, 1e-3, ref, mean, var, N, C, H * W);
             fm_tensor *yev = ye ? (l ? nhwc_view_as_nchw(ye) : fm_tensor_retain(ye)) : NULL;
-            if (yev) CHECK_MSG(cv_err(yev, ref) <= tol, "batch_norm eval %s layout %d", fm_dtype_name(dt), l);
+            if (yev) CHECK_MSG(op_max_rel_err(yev, ref) <= tol, "batch_norm eval %s layout %d", fm_dtype_name(dt), l);
             for (int c = 0; c < 3; c++) CHECK(fm_tensor_get(rm, c) == rmv[c]); /* eval leaves them alone */
             /* no affine params, no running stats */
             fm_tensor *yn = fm_batch_norm(xin, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, lay);
             ref_bn(hx, NULL, NULL, NULL, NULL, true, 1e-5, ref, mean, var, N, C, H * W);
             fm_tensor *ynv = yn ? (l ? nhwc_view_as_nchw(yn) : fm_tensor_retain(yn)) : NULL;
-            CHECK(ynv && cv_err(ynv, ref) <= tol);
+            CHECK(ynv && op_max_rel_err(ynv, ref) <= tol);
             free(hx); free(hw); free(hb);
             fm_tensor_release_n(16, base, xs, xo, x, w, b, rm, rv, xin, y, yv, ye, yev, yn, ynv, NULL);
         }
         /* [N, C] input (BatchNorm1d); channels-last over many rows (several 256-row blocks) */
-        fm_tensor *x2 = cv_randn(2, (int64_t[]){700, 5}, dt, 63);
+        fm_tensor *x2 = op_randn(2, (int64_t[]){700, 5}, dt, 63);
         fm_tensor *y2 = fm_batch_norm(x2, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW);
         fm_tensor *y2h = fm_batch_norm(x2, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NHWC);
-        double *hx = cv_host(x2), *ref = malloc(sizeof(double) * 3500), mean[5], var[5];
+        double *hx = op_host(x2), *ref = malloc(sizeof(double) * 3500), mean[5], var[5];
         ref_bn(hx, NULL, NULL, NULL, NULL, true, 1e-5, ref, mean, var, 700, 5, 1);
-        CHECK(y2 && cv_err(y2, ref) <= tol);
-        CHECK(y2h && cv_err(y2h, ref) <= tol);
+        CHECK(y2 && op_max_rel_err(y2, ref) <= tol);
+        CHECK(y2h && op_max_rel_err(y2h, ref) <= tol);
         free(hx); free(ref);
         fm_tensor_release_n(3, x2, y2, y2h);
     }
     /* bad input */
-    fm_tensor *x = cv_randn(4, (int64_t[]){2, 3, 2, 2}, FM_F32, 64), *w4 = cv_randn(1, (int64_t[]){4}, FM_F32, 65);
-    fm_tensor *x1 = cv_randn(2, (int64_t[]){1, 3}, FM_F32, 66), *r64 = fm_tensor_zeros(1, (int64_t[]){3}, FM_F64, FM_CPU);
+    fm_tensor *x = op_randn(4, (int64_t[]){2, 3, 2, 2}, FM_F32, 64), *w4 = op_randn(1, (int64_t[]){4}, FM_F32, 65);
+    fm_tensor *x1 = op_randn(2, (int64_t[]){1, 3}, FM_F32, 66), *r64 = fm_tensor_zeros(1, (int64_t[]){3}, FM_F64, FM_CPU);
     CHECK(fm_batch_norm(x, w4, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
     CHECK_ERR_CONTAINS("batch_norm: weight shape [4] does not match the 3 channels of input [2, 3, 2, 2]");
     CHECK(fm_batch_norm(x1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, FM_NCHW) == NULL);
@@ -518,10 +487,10 @@ static int batch_norm_grad(void) {
     OP_BEGIN;
     for (int l = 0; l < 2; l++) {
         /* non-contiguous x with 4 channels: [3, 4, 4, 3] (NCHW) or [3, 4, 3, 4] (NHWC) */
-        fm_tensor *xb = cv_randn(4, l ? (int64_t[]){3, 3, 4, 4} : (int64_t[]){3, 4, 3, 4}, FM_F64, 70);
+        fm_tensor *xb = op_randn(4, l ? (int64_t[]){3, 3, 4, 4} : (int64_t[]){3, 4, 3, 4}, FM_F64, 70);
         fm_tensor *x = l ? fm_transpose(xb, 1, 2) : fm_transpose(xb, 2, 3);
-        fm_tensor *w = cv_randn(1, (int64_t[]){4}, FM_F64, 71), *b = cv_randn(1, (int64_t[]){4}, FM_F64, 72);
-        fm_tensor *rm = cv_randn(1, (int64_t[]){4}, FM_F64, 73), *rv = fm_tensor_full(1, (int64_t[]){4}, 1.5, FM_F64, FM_CPU);
+        fm_tensor *w = op_randn(1, (int64_t[]){4}, FM_F64, 71), *b = op_randn(1, (int64_t[]){4}, FM_F64, 72);
+        fm_tensor *rm = op_randn(1, (int64_t[]){4}, FM_F64, 73), *rv = fm_tensor_full(1, (int64_t[]){4}, 1.5, FM_F64, FM_CPU);
         fm_tensor_requires_grad_(x, true);
         fm_tensor_requires_grad_(w, true);
         fm_tensor_requires_grad_(b, true);

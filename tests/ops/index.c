@@ -13,12 +13,6 @@
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
 
-static fm_tensor *ix_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed) {
-    fm_rng r;
-    fm_rng_init(&r, seed);
-    return fm_tensor_randn(nd, shape, dt, &r);
-}
-
 /* Logical (row-major) element of a view at a multi-index. */
 static double at(const fm_tensor *t, const int64_t *ix) {
     int64_t flat = 0;
@@ -56,8 +50,8 @@ static int cat_forward(void) {
     OP_BEGIN;
     fm_dtype dts[5] = {FM_F32, FM_F64, FM_I64, FM_BOOL, FM_F16};
     for (int k = 0; k < 5; k++) {
-        fm_tensor *a64 = ix_randn(3, (int64_t[]){2, 3, 4}, FM_F64, 1), *b64 = ix_randn(3, (int64_t[]){2, 5, 4}, FM_F64, 2);
-        fm_tensor *c64 = ix_randn(3, (int64_t[]){2, 4, 1}, FM_F64, 3); /* transposed below to [2, 1, 4] */
+        fm_tensor *a64 = op_randn(3, (int64_t[]){2, 3, 4}, FM_F64, 1), *b64 = op_randn(3, (int64_t[]){2, 5, 4}, FM_F64, 2);
+        fm_tensor *c64 = op_randn(3, (int64_t[]){2, 4, 1}, FM_F64, 3); /* transposed below to [2, 1, 4] */
         fm_tensor *as = fm_mul_scalar(a64, 3), *bs = fm_mul_scalar(b64, 3), *cs = fm_mul_scalar(c64, 3);
         fm_tensor *a = fm_to_dtype(as, dts[k]), *b = fm_to_dtype(bs, dts[k]), *cb = fm_to_dtype(cs, dts[k]);
         fm_tensor *c = fm_transpose(cb, 1, 2);
@@ -88,7 +82,7 @@ static int cat_forward(void) {
     check_cat(y, 40, ps, 0, "40 inputs");
     fm_tensor_release(y);
     /* stack = unsqueeze + cat */
-    fm_tensor *sa = ix_randn(2, (int64_t[]){2, 3}, FM_F32, 4), *sb = ix_randn(2, (int64_t[]){2, 3}, FM_F32, 5);
+    fm_tensor *sa = op_randn(2, (int64_t[]){2, 3}, FM_F32, 4), *sb = op_randn(2, (int64_t[]){2, 3}, FM_F32, 5);
     fm_tensor *st = fm_stack(2, (fm_tensor *[]){sa, sb}, 1), *st2 = fm_stack(2, (fm_tensor *[]){sa, sb}, -1);
     CHECK(st && st->ndim == 3 && st->shape[0] == 2 && st->shape[1] == 2 && st->shape[2] == 3);
     CHECK(st2 && st2->shape[0] == 2 && st2->shape[1] == 3 && st2->shape[2] == 2);
@@ -101,14 +95,14 @@ static int cat_forward(void) {
             }
     /* split = narrow views */
     fm_tensor *parts[3] = {0};
-    fm_tensor *big = ix_randn(2, (int64_t[]){6, 4}, FM_F32, 6);
+    fm_tensor *big = op_randn(2, (int64_t[]){6, 4}, FM_F32, 6);
     CHECK(fm_split(big, 0, 3, (int64_t[]){1, 2, 3}, parts) == FM_OK);
     CHECK(parts[0] && parts[1] && parts[2] && parts[2]->shape[0] == 3 && parts[1]->shape[1] == 4);
     if (parts[2]) CHECK(at(parts[2], (int64_t[]){0, 1}) == at(big, (int64_t[]){3, 1}));
     if (parts[1]) CHECK(parts[1]->storage == big->storage); /* a view, no copy */
     fm_tensor_release_n(3, parts[0], parts[1], parts[2]);
     /* bad input */
-    fm_tensor *b64 = ix_randn(2, (int64_t[]){2, 3}, FM_F64, 7), *c4 = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 8);
+    fm_tensor *b64 = op_randn(2, (int64_t[]){2, 3}, FM_F64, 7), *c4 = op_randn(2, (int64_t[]){3, 4}, FM_F32, 8);
     CHECK(fm_cat(2, (fm_tensor *[]){sa, c4}, 1) == NULL);
     CHECK_ERR_CONTAINS("cat: tensor 1 has shape [3, 4] but tensor 0 has [2, 3]");
     CHECK(fm_cat(2, (fm_tensor *[]){sa, b64}, 0) == NULL);
@@ -146,8 +140,8 @@ static fm_tensor *cat_gc_fn(fm_tensor **in, void *ctx) {
 
 static int cat_grad(void) {
     OP_BEGIN;
-    fm_tensor *a = ix_randn(2, (int64_t[]){3, 2}, FM_F64, 10), *b = ix_randn(2, (int64_t[]){3, 4}, FM_F64, 11);
-    fm_tensor *cb = ix_randn(2, (int64_t[]){1, 3}, FM_F64, 12), *c = fm_transpose(cb, 0, 1); /* [3, 1] */
+    fm_tensor *a = op_randn(2, (int64_t[]){3, 2}, FM_F64, 10), *b = op_randn(2, (int64_t[]){3, 4}, FM_F64, 11);
+    fm_tensor *cb = op_randn(2, (int64_t[]){1, 3}, FM_F64, 12), *c = fm_transpose(cb, 0, 1); /* [3, 1] */
     fm_tensor_requires_grad_(a, true);
     fm_tensor_requires_grad_(b, true);
     fm_tensor_requires_grad_(c, true);
@@ -199,7 +193,7 @@ static int gather_forward(void) {
     OP_BEGIN;
     fm_dtype dts[3] = {FM_F32, FM_F64, FM_I32};
     for (int k = 0; k < 3; k++) {
-        fm_tensor *t64 = ix_randn(3, (int64_t[]){3, 4, 5}, FM_F64, 20), *ts = fm_mul_scalar(t64, 10);
+        fm_tensor *t64 = op_randn(3, (int64_t[]){3, 4, 5}, FM_F64, 20), *ts = fm_mul_scalar(t64, 10);
         fm_tensor *t = fm_to_dtype(ts, dts[k]);
         /* index smaller than t in the other dims, values with repeats */
         int64_t iv[2 * 6 * 3];
@@ -219,7 +213,7 @@ static int gather_forward(void) {
         fm_tensor_release_n(8, t64, ts, t, idx, idx32, idx0, tt, it);
     }
     /* bad input */
-    fm_tensor *t = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 21);
+    fm_tensor *t = op_randn(2, (int64_t[]){3, 4}, FM_F32, 21);
     fm_tensor *ibad = fm_tensor_from_data((int64_t[]){0, 7, 1}, 2, (int64_t[]){1, 3}, FM_I64);
     fm_tensor *ineg = fm_tensor_from_data((int32_t[]){0, -1}, 2, (int64_t[]){1, 2}, FM_I32);
     fm_tensor *ifl = fm_tensor_zeros(2, (int64_t[]){1, 2}, FM_F32, FM_CPU);
@@ -250,7 +244,7 @@ static fm_tensor *ix_gc_fn(fm_tensor **in, void *ctx) {
 
 static int gather_grad(void) {
     OP_BEGIN;
-    fm_tensor *tb = ix_randn(3, (int64_t[]){4, 3, 5}, FM_F64, 30), *t = fm_transpose(tb, 0, 2); /* [5, 3, 4] */
+    fm_tensor *tb = op_randn(3, (int64_t[]){4, 3, 5}, FM_F64, 30), *t = fm_transpose(tb, 0, 2); /* [5, 3, 4] */
     fm_tensor_requires_grad_(t, true);
     int64_t iv[4 * 3 * 3];
     for (int i = 0; i < 36; i++) iv[i] = (i * 3) % 5; /* repeats along axis 0: gradients accumulate */
@@ -271,7 +265,7 @@ static int index_select_forward(void) {
     OP_BEGIN;
     fm_dtype dts[3] = {FM_F32, FM_F64, FM_I64};
     for (int k = 0; k < 3; k++) {
-        fm_tensor *t64 = ix_randn(3, (int64_t[]){4, 5, 3}, FM_F64, 40), *ts = fm_mul_scalar(t64, 10);
+        fm_tensor *t64 = op_randn(3, (int64_t[]){4, 5, 3}, FM_F64, 40), *ts = fm_mul_scalar(t64, 10);
         fm_tensor *t = fm_to_dtype(ts, dts[k]), *tt = fm_transpose(t, 0, 1); /* [5, 4, 3] */
         fm_tensor *idx = fm_tensor_from_data((int64_t[]){4, 0, 4, 2, 1, 1, 3}, 1, (int64_t[]){7}, FM_I64);
         fm_tensor *idx32 = fm_tensor_from_data((int32_t[]){2, 0}, 1, (int64_t[]){2}, FM_I32);
@@ -298,7 +292,7 @@ static int index_select_forward(void) {
         fm_tensor_release_n(7, t64, ts, t, tt, idx, idx32, y);
     }
     /* bad input */
-    fm_tensor *t = ix_randn(2, (int64_t[]){3, 4}, FM_F32, 41);
+    fm_tensor *t = op_randn(2, (int64_t[]){3, 4}, FM_F32, 41);
     fm_tensor *ibad = fm_tensor_from_data((int64_t[]){0, 3}, 1, (int64_t[]){2}, FM_I64);
     fm_tensor *i2d = fm_tensor_zeros(2, (int64_t[]){1, 2}, FM_I64, FM_CPU);
     fm_tensor *ifl = fm_tensor_zeros(1, (int64_t[]){2}, FM_F64, FM_CPU);
@@ -316,7 +310,7 @@ static int index_select_forward(void) {
 
 static int index_select_grad(void) {
     OP_BEGIN;
-    fm_tensor *tb = ix_randn(3, (int64_t[]){3, 4, 2}, FM_F64, 50), *t = fm_transpose(tb, 0, 1); /* [4, 3, 2] */
+    fm_tensor *tb = op_randn(3, (int64_t[]){3, 4, 2}, FM_F64, 50), *t = fm_transpose(tb, 0, 1); /* [4, 3, 2] */
     fm_tensor_requires_grad_(t, true);
     fm_tensor *idx = fm_tensor_from_data((int64_t[]){1, 1, 3, 0, 1}, 1, (int64_t[]){5}, FM_I64);
     fm_tensor *in[1] = {t};
@@ -327,7 +321,7 @@ static int index_select_grad(void) {
         if (ii != idx) fm_tensor_release(ii);
     }
     /* a wide row: index_add splits columns into blocks */
-    fm_tensor *wide = ix_randn(2, (int64_t[]){3, 700}, FM_F32, 51);
+    fm_tensor *wide = op_randn(2, (int64_t[]){3, 700}, FM_F32, 51);
     fm_tensor_requires_grad_(wide, true);
     fm_tensor *iw = fm_tensor_from_data((int64_t[]){2, 2, 0}, 1, (int64_t[]){3}, FM_I64);
     fm_tensor *y = fm_index_select(wide, 0, iw);

@@ -13,36 +13,6 @@
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
 
-static double *nm_host(const fm_tensor *t) {
-    double *p = malloc(sizeof(double) * (size_t)(fm_tensor_numel(t) ? fm_tensor_numel(t) : 1));
-    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
-    return p;
-}
-
-static double nm_err(const fm_tensor *t, const double *ref) {
-    double *a = nm_host(t), worst = 0;
-    if (!a) return INFINITY;
-    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
-        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= worst)) worst = e;
-    }
-    free(a);
-    return worst;
-}
-
-static fm_tensor *nm_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed) {
-    fm_rng r;
-    fm_rng_init(&r, seed);
-    return fm_tensor_randn(nd, shape, dt, &r);
-}
-
-static bool nm_bitwise_equal(const fm_tensor *a, const fm_tensor *b) {
-    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return false;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++)
-        if (fm_tensor_get(a, i) != fm_tensor_get(b, i)) return false;
-    return true;
-}
-
 /* Reference norm over rows of n; w/b may be NULL. */
 static void ref_norm(int rms, const double *x, const double *w, const double *b, double *y, int64_t rows, int64_t n,
                      double eps) {
@@ -68,10 +38,10 @@ static void check_norm(int rms, fm_tensor *x, int k, fm_tensor *w, fm_tensor *b,
     CHECK(y->ndim == x->ndim && y->dtype == x->dtype);
     int64_t n = 1;
     for (int i = x->ndim - k; i < x->ndim; i++) n *= x->shape[i];
-    double *hx = nm_host(x), *hw = w ? nm_host(w) : NULL, *hb = b ? nm_host(b) : NULL;
+    double *hx = op_host(x), *hw = w ? op_host(w) : NULL, *hb = b ? op_host(b) : NULL;
     double *ref = malloc(sizeof(double) * (size_t)fm_tensor_numel(x));
     ref_norm(rms, hx, hw, hb, ref, fm_tensor_numel(x) / n, n, eps);
-    double e = nm_err(y, ref);
+    double e = op_max_rel_err(y, ref);
     CHECK_MSG(e <= tol, "%s %s %s: err %g", rms ? "rms_norm" : "layer_norm", fm_dtype_name(x->dtype), what, e);
     free(hx); free(hw); free(hb); free(ref);
     fm_tensor_release(y);
@@ -82,40 +52,40 @@ static int norm_forward(int rms) {
     for (int d = 0; d < 2; d++) {
         fm_dtype dt = d ? FM_F64 : FM_F32;
         double tol = d ? 1e-12 : 3e-6;
-        fm_tensor *x = nm_randn(2, (int64_t[]){5, 37}, dt, 1);
-        fm_tensor *w = nm_randn(1, (int64_t[]){37}, dt, 2), *b = nm_randn(1, (int64_t[]){37}, dt, 3);
+        fm_tensor *x = op_randn(2, (int64_t[]){5, 37}, dt, 1);
+        fm_tensor *w = op_randn(1, (int64_t[]){37}, dt, 2), *b = op_randn(1, (int64_t[]){37}, dt, 3);
         check_norm(rms, x, 1, w, rms ? NULL : b, 1e-5, tol, "[5,37] w b");
         check_norm(rms, x, 1, NULL, NULL, 1e-5, tol, "[5,37] no params");
         check_norm(rms, x, 1, w, NULL, 1e-3, tol, "[5,37] w only");
         if (!rms) check_norm(rms, x, 1, NULL, b, 1e-5, tol, "[5,37] b only");
-        fm_tensor *base = nm_randn(2, (int64_t[]){1003, 4}, dt, 4);
+        fm_tensor *base = op_randn(2, (int64_t[]){1003, 4}, dt, 4);
         fm_tensor *xt = fm_transpose(base, 0, 1); /* [4, 1003] non-contiguous */
         check_norm(rms, xt, 1, NULL, NULL, 1e-5, tol, "transposed [4,1003]");
         /* a large common offset: the variance must not cancel */
         fm_tensor *off = fm_add_scalar(xt, 1000.0);
         if (!rms) check_norm(rms, off, 1, NULL, NULL, 1e-5, d ? 1e-9 : 5e-4, "offset 1000");
         if (!rms) { /* two normalized dims */
-            fm_tensor *x3 = nm_randn(3, (int64_t[]){2, 3, 5}, dt, 5);
-            fm_tensor *w2 = nm_randn(2, (int64_t[]){3, 5}, dt, 6), *b2 = nm_randn(2, (int64_t[]){3, 5}, dt, 7);
+            fm_tensor *x3 = op_randn(3, (int64_t[]){2, 3, 5}, dt, 5);
+            fm_tensor *w2 = op_randn(2, (int64_t[]){3, 5}, dt, 6), *b2 = op_randn(2, (int64_t[]){3, 5}, dt, 7);
             check_norm(rms, x3, 2, w2, b2, 1e-5, tol, "[2,3,5] over 2 dims");
             check_norm(rms, x3, 3, NULL, NULL, 1e-5, tol, "[2,3,5] over all dims");
             fm_tensor_release_n(3, x3, w2, b2);
         }
         /* thread-count independence, bitwise */
-        fm_tensor *big = nm_randn(2, (int64_t[]){300, 129}, dt, 8), *wb = nm_randn(1, (int64_t[]){129}, dt, 9);
+        fm_tensor *big = op_randn(2, (int64_t[]){300, 129}, dt, 8), *wb = op_randn(1, (int64_t[]){129}, dt, 9);
         int nt = fm_num_threads();
         fm_set_num_threads(1);
         fm_tensor *y1 = rms ? fm_rms_norm(big, wb, 1e-5) : fm_layer_norm(big, 1, wb, NULL, 1e-5);
         fm_set_num_threads(nt > 1 ? nt : 2);
         fm_tensor *y2 = rms ? fm_rms_norm(big, wb, 1e-5) : fm_layer_norm(big, 1, wb, NULL, 1e-5);
         fm_set_num_threads(nt);
-        CHECK(nm_bitwise_equal(y1, y2));
+        CHECK(op_bitwise_equal(y1, y2));
         fm_tensor_release_n(10, x, w, b, base, xt, off, big, wb, y1, y2);
     }
     /* bad input */
     const char *op = rms ? "rms_norm" : "layer_norm";
-    fm_tensor *x = nm_randn(2, (int64_t[]){2, 4}, FM_F32, 10), *w5 = nm_randn(1, (int64_t[]){5}, FM_F32, 11);
-    fm_tensor *w64 = nm_randn(1, (int64_t[]){4}, FM_F64, 12), *xi = fm_tensor_zeros(2, (int64_t[]){2, 4}, FM_I32, FM_CPU);
+    fm_tensor *x = op_randn(2, (int64_t[]){2, 4}, FM_F32, 10), *w5 = op_randn(1, (int64_t[]){5}, FM_F32, 11);
+    fm_tensor *w64 = op_randn(1, (int64_t[]){4}, FM_F64, 12), *xi = fm_tensor_zeros(2, (int64_t[]){2, 4}, FM_I32, FM_CPU);
     CHECK((rms ? fm_rms_norm(x, w5, 1e-5) : fm_layer_norm(x, 1, w5, NULL, 1e-5)) == NULL);
     CHECK_ERR_CONTAINS(rms ? "rms_norm: weight shape [5] does not match normalized shape [4] of input [2, 4]"
                            : "layer_norm: weight shape [5] does not match normalized shape [4] of input [2, 4]");
@@ -148,9 +118,9 @@ static fm_tensor *nm_fn(fm_tensor **in, void *ctx) {
 
 static int norm_grad(int rms) {
     OP_BEGIN;
-    fm_tensor *base = nm_randn(2, (int64_t[]){7, 3}, FM_F64, 21);
+    fm_tensor *base = op_randn(2, (int64_t[]){7, 3}, FM_F64, 21);
     fm_tensor *x = fm_transpose(base, 0, 1); /* [3, 7] non-contiguous leaf */
-    fm_tensor *w = nm_randn(1, (int64_t[]){7}, FM_F64, 22), *b = nm_randn(1, (int64_t[]){7}, FM_F64, 23);
+    fm_tensor *w = op_randn(1, (int64_t[]){7}, FM_F64, 22), *b = op_randn(1, (int64_t[]){7}, FM_F64, 23);
     fm_tensor_requires_grad_(x, true);
     fm_tensor_requires_grad_(w, true);
     fm_tensor_requires_grad_(b, true);
@@ -160,8 +130,8 @@ static int norm_grad(int rms) {
     CHECK(gradcheck(rms ? "rms_norm no w" : "layer_norm no params", nm_fn, 1, xs, &none, 1e-6, 1e-6));
     if (!rms) {
         /* two normalized dims; weight is [2, 3] */
-        fm_tensor *x3 = nm_randn(3, (int64_t[]){2, 2, 3}, FM_F64, 24);
-        fm_tensor *w2 = nm_randn(2, (int64_t[]){2, 3}, FM_F64, 25), *b2 = nm_randn(2, (int64_t[]){2, 3}, FM_F64, 26);
+        fm_tensor *x3 = op_randn(3, (int64_t[]){2, 2, 3}, FM_F64, 24);
+        fm_tensor *w2 = op_randn(2, (int64_t[]){2, 3}, FM_F64, 25), *b2 = op_randn(2, (int64_t[]){2, 3}, FM_F64, 26);
         fm_tensor_requires_grad_(x3, true);
         fm_tensor_requires_grad_(w2, true);
         fm_tensor_requires_grad_(b2, true);
@@ -172,8 +142,8 @@ static int norm_grad(int rms) {
     }
     /* f32 backward (AVX2 rows, per-chunk weight/bias sums) vs f64 analytic; 300 rows span several chunks */
     int64_t R = 300, N = 1003;
-    fm_tensor *x64 = nm_randn(2, (int64_t[]){R, N}, FM_F64, 27), *w64 = nm_randn(1, &N, FM_F64, 28);
-    fm_tensor *b64 = nm_randn(1, &N, FM_F64, 29), *g64 = nm_randn(2, (int64_t[]){R, N}, FM_F64, 30);
+    fm_tensor *x64 = op_randn(2, (int64_t[]){R, N}, FM_F64, 27), *w64 = op_randn(1, &N, FM_F64, 28);
+    fm_tensor *b64 = op_randn(1, &N, FM_F64, 29), *g64 = op_randn(2, (int64_t[]){R, N}, FM_F64, 30);
     fm_tensor *x32 = fm_to_dtype(x64, FM_F32), *w32 = fm_to_dtype(w64, FM_F32), *b32 = fm_to_dtype(b64, FM_F32);
     fm_tensor *g32 = fm_to_dtype(g64, FM_F32);
     fm_tensor *all[6] = {x64, w64, b64, x32, w32, b32};
@@ -183,8 +153,8 @@ static int norm_grad(int rms) {
     CHECK(y64 && y32 && fm_backward(y64, g64, false) == FM_OK && fm_backward(y32, g32, false) == FM_OK);
     for (int i = 0; i < (rms ? 2 : 3); i++) {
         if (!in64[i]->grad || !in32[i]->grad) { CHECK(0); continue; }
-        double *ref = nm_host(in64[i]->grad);
-        double e = nm_err(in32[i]->grad, ref);
+        double *ref = op_host(in64[i]->grad);
+        double e = op_max_rel_err(in32[i]->grad, ref);
         CHECK_MSG(e <= (i ? 1e-4 : 2e-5), "%s f32 grad of input %d: err %g", rms ? "rms_norm" : "layer_norm", i, e);
         free(ref);
     }
@@ -197,7 +167,7 @@ static int norm_grad(int rms) {
     y32 = nm_fn(in32, &full);
     CHECK(y32 && fm_backward(y32, g32, false) == FM_OK);
     fm_set_num_threads(nt);
-    CHECK(nm_bitwise_equal(gw1, w32->grad));
+    CHECK(op_bitwise_equal(gw1, w32->grad));
     fm_tensor_release_n(10, base, x, w, b, x64, w64, b64, g64, x32, w32);
     fm_tensor_release_n(5, b32, g32, y64, y32, gw1);
     OP_END;
@@ -213,7 +183,7 @@ static int embedding_forward(void) {
     OP_BEGIN;
     for (int d = 0; d < 2; d++) {
         fm_dtype dt = d ? FM_F64 : FM_F32;
-        fm_tensor *w = nm_randn(2, (int64_t[]){7, 5}, dt, 41);
+        fm_tensor *w = op_randn(2, (int64_t[]){7, 5}, dt, 41);
         int64_t iv[6] = {6, 0, 3, 3, 1, 6};
         int32_t iv32[6] = {6, 0, 3, 3, 1, 6};
         fm_tensor *i64 = fm_tensor_from_data(iv, 2, (int64_t[]){2, 3}, FM_I64);
@@ -238,10 +208,10 @@ static int embedding_forward(void) {
         if (y0) CHECK(fm_tensor_get(y0, 2) == fm_tensor_get(w, 4 * 5 + 2));
         fm_tensor_release_n(6, w, i64, i32, i64t, i0, y0);
     }
-    fm_tensor *w = nm_randn(2, (int64_t[]){7, 5}, FM_F32, 42);
+    fm_tensor *w = op_randn(2, (int64_t[]){7, 5}, FM_F32, 42);
     fm_tensor *bad_hi = fm_tensor_from_data((int64_t[]){0, 7}, 1, (int64_t[]){2}, FM_I64);
     fm_tensor *bad_lo = fm_tensor_from_data((int32_t[]){-1}, 1, (int64_t[]){1}, FM_I32);
-    fm_tensor *fidx = fm_tensor_zeros(1, (int64_t[]){2}, FM_F32, FM_CPU), *w1 = nm_randn(1, (int64_t[]){7}, FM_F32, 43);
+    fm_tensor *fidx = fm_tensor_zeros(1, (int64_t[]){2}, FM_F32, FM_CPU), *w1 = op_randn(1, (int64_t[]){7}, FM_F32, 43);
     CHECK(fm_embedding(w, bad_hi) == NULL);
     CHECK_ERR_CONTAINS("embedding: index 7");
     CHECK(fm_embedding(w, bad_lo) == NULL);
@@ -258,14 +228,14 @@ static fm_tensor *emb_fn(fm_tensor **in, void *ctx) { return fm_embedding(in[0],
 
 static int embedding_grad(void) {
     OP_BEGIN;
-    fm_tensor *base = nm_randn(2, (int64_t[]){3, 6}, FM_F64, 51);
+    fm_tensor *base = op_randn(2, (int64_t[]){3, 6}, FM_F64, 51);
     fm_tensor *w = fm_transpose(base, 0, 1); /* [6, 3] non-contiguous leaf */
     fm_tensor_requires_grad_(w, true);
     fm_tensor *idx = fm_tensor_from_data((int64_t[]){5, 1, 5, 0, 5, 2, 1, 1}, 2, (int64_t[]){2, 4}, FM_I64);
     fm_tensor *xs[1] = {w};
     CHECK(gradcheck("embedding", emb_fn, 1, xs, idx, 1e-6, 1e-6));
     /* repeated rows accumulate: d/dw of sum(embedding) counts occurrences */
-    fm_tensor *w2 = nm_randn(2, (int64_t[]){6, 130}, FM_F32, 52);
+    fm_tensor *w2 = op_randn(2, (int64_t[]){6, 130}, FM_F32, 52);
     fm_tensor_requires_grad_(w2, true);
     fm_tensor *y = fm_embedding(w2, idx), *s = y ? fm_sum(y, 0, NULL, false) : NULL;
     CHECK(s && fm_backward(s, NULL, false) == FM_OK);
@@ -305,13 +275,13 @@ static int dropout_forward(void) {
         fm_set_num_threads(1);
         fm_tensor *y1 = fm_dropout(x, 0.3, true, &r2);
         fm_set_num_threads(nt);
-        CHECK(nm_bitwise_equal(y, y1));
+        CHECK(op_bitwise_equal(y, y1));
         /* the advanced generator draws a different mask */
         fm_tensor *y2 = fm_dropout(x, 0.3, true, &r2);
-        CHECK(y2 && !nm_bitwise_equal(y1, y2));
+        CHECK(y2 && !op_bitwise_equal(y1, y2));
         fm_tensor_release_n(4, x, y, y1, y2);
     }
-    fm_tensor *x = nm_randn(2, (int64_t[]){4, 5}, FM_F32, 61);
+    fm_tensor *x = op_randn(2, (int64_t[]){4, 5}, FM_F32, 61);
     fm_tensor *xt = fm_transpose(x, 0, 1);
     fm_tensor *e1 = fm_dropout(x, 0.5, false, NULL), *e2 = fm_dropout(x, 0.0, true, NULL);
     CHECK(e1 == x && e2 == x); /* eval mode and p = 0 return the input itself */
@@ -347,7 +317,7 @@ static fm_tensor *drop_fn(fm_tensor **in, void *ctx) {
 
 static int dropout_grad(void) {
     OP_BEGIN;
-    fm_tensor *base = nm_randn(2, (int64_t[]){5, 4}, FM_F64, 71);
+    fm_tensor *base = op_randn(2, (int64_t[]){5, 4}, FM_F64, 71);
     fm_tensor *x = fm_transpose(base, 0, 1);
     fm_tensor_requires_grad_(x, true);
     fm_tensor *xs[1] = {x};

@@ -14,38 +14,12 @@
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
 
-static double *sl_host(const fm_tensor *t) {
-    double *p = malloc(sizeof(double) * (size_t)(fm_tensor_numel(t) ? fm_tensor_numel(t) : 1));
-    if (fm_tensor_copy_to_host(t, p, FM_F64) != FM_OK) { free(p); return NULL; }
-    return p;
-}
-
-static double sl_err(const fm_tensor *t, const double *ref) {
-    double *a = sl_host(t), worst = 0;
-    if (!a) return INFINITY;
-    for (int64_t i = 0; i < fm_tensor_numel(t); i++) {
-        double e = fabs(a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= worst)) worst = e;
-    }
-    free(a);
-    return worst;
-}
-
 static fm_tensor *sl_randn(int nd, const int64_t *shape, fm_dtype dt, uint64_t seed, double scale) {
-    fm_rng r;
-    fm_rng_init(&r, seed);
-    fm_tensor *t = fm_tensor_randn(nd, shape, dt, &r);
+    fm_tensor *t = op_randn(nd, shape, dt, seed);
     if (t && scale != 1.0) {
         for (int64_t i = 0; i < fm_tensor_numel(t); i++) fm_tensor_set(t, i, fm_tensor_get(t, i) * scale);
     }
     return t;
-}
-
-static bool sl_bitwise_equal(const fm_tensor *a, const fm_tensor *b) {
-    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return false;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++)
-        if (fm_tensor_get(a, i) != fm_tensor_get(b, i)) return false;
-    return true;
 }
 
 /* Reference (log_)softmax of a [rows, n] row-major array. */
@@ -70,9 +44,9 @@ static void check_softmax_case(int log_mode, fm_tensor *x, int axis, double tol,
     fm_tensor *xt = x->ndim ? fm_transpose(x, ax, x->ndim - 1) : fm_tensor_retain(x);
     fm_tensor *yt = y->ndim ? fm_transpose(y, ax, y->ndim - 1) : fm_tensor_retain(y);
     int64_t n = x->ndim ? x->shape[ax] : 1, rows = n ? fm_tensor_numel(x) / n : 0;
-    double *hx = sl_host(xt), *ref = malloc(sizeof(double) * (size_t)(fm_tensor_numel(x) + 1));
+    double *hx = op_host(xt), *ref = malloc(sizeof(double) * (size_t)(fm_tensor_numel(x) + 1));
     ref_softmax(hx, ref, rows, n, log_mode);
-    double e = sl_err(yt, ref);
+    double e = op_max_rel_err(yt, ref);
     CHECK_MSG(e <= tol, "%s %s: err %g", log_mode ? "log_softmax" : "softmax", what, e);
     free(hx); free(ref);
     fm_tensor_release_n(3, xt, yt, y);
@@ -92,8 +66,8 @@ static void check_stream_path(int log_mode) {
     fm_tensor *ys = log_mode ? fm_log_softmax(small, 1) : fm_softmax(small, 1);
     CHECK(yb && ys && fm_backward(yb, g, false) == FM_OK && fm_backward(ys, gs, false) == FM_OK);
     fm_tensor *yb8 = yb ? fm_narrow(yb, 0, 0, r) : NULL, *db8 = big->grad ? fm_narrow(big->grad, 0, 0, r) : NULL;
-    CHECK(sl_bitwise_equal(yb8, ys));
-    CHECK(sl_bitwise_equal(db8, small->grad));
+    CHECK(op_bitwise_equal(yb8, ys));
+    CHECK(op_bitwise_equal(db8, small->grad));
     fm_tensor_release_n(10, big, g, nb, ng, small, gs, yb, ys, yb8, db8);
 }
 
@@ -122,7 +96,7 @@ static int softmax_family_forward(int log_mode) {
         fm_set_num_threads(nt > 1 ? nt : 2);
         fm_tensor *y2 = log_mode ? fm_log_softmax(big, 1) : fm_softmax(big, 1);
         fm_set_num_threads(nt);
-        CHECK(sl_bitwise_equal(y1, y2));
+        CHECK(op_bitwise_equal(y1, y2));
         fm_tensor_release_n(7, a, b, c, ct, big, y1, y2);
     }
     /* -inf logits get probability exactly 0 (log: -inf) */
@@ -178,8 +152,8 @@ static void check_f32_grad(gc_fn fn, void *ctx, int64_t rows, int64_t cols, cons
         CHECK(fm_backward(y64, g64, false) == FM_OK);
         CHECK(fm_backward(y32, g32, false) == FM_OK);
         if (x64->grad && x32->grad) {
-            double *ref = sl_host(x64->grad);
-            double e = sl_err(x32->grad, ref);
+            double *ref = op_host(x64->grad);
+            double e = op_max_rel_err(x32->grad, ref);
             CHECK_MSG(e <= 1e-5, "%s f32 grad err %g", what, e);
             free(ref);
         } else {
@@ -243,7 +217,7 @@ static int cross_entropy_forward(void) {
         double tol = d ? 1e-12 : 2e-6;
         fm_tensor *base = sl_randn(2, (int64_t[]){C, N}, dt, 21, 3.0);
         fm_tensor *x = fm_transpose(base, 0, 1); /* [N, C] non-contiguous */
-        double *hx = sl_host(x);
+        double *hx = op_host(x);
         for (int ti = 0; ti < 2; ti++) {
             fm_tensor *t;
             if (ti) {
@@ -263,7 +237,7 @@ static int cross_entropy_forward(void) {
                     if (!l) continue;
                     if (red == FM_REDUCE_NONE) {
                         CHECK(l->ndim == 1 && l->shape[0] == N);
-                        double er = sl_err(l, rows);
+                        double er = op_max_rel_err(l, rows);
                         CHECK_MSG(er <= tol, "ce none %s eps %g err %g", fm_dtype_name(dt), eps_list[e], er);
                     } else {
                         CHECK(l->ndim == 0);
@@ -284,7 +258,7 @@ static int cross_entropy_forward(void) {
     fm_tensor *l1 = fm_cross_entropy(x1, t1, -100, 0.0, FM_REDUCE_NONE);
     CHECK(l1 && l1->ndim == 0);
     if (l1) {
-        double *h = sl_host(x1);
+        double *h = op_host(x1);
         double ref = ref_ce(h, &t1v, 1, 1003, -100, 0.0, FM_REDUCE_SUM, NULL);
         CHECK_NEAR(fm_tensor_item(l1), ref, 2e-6);
         free(h);
@@ -348,7 +322,7 @@ static int cross_entropy_grad(void) {
         fm_tensor *ls = fm_cross_entropy(small, ts, -100, 0.1, FM_REDUCE_SUM);
         CHECK(lb && ls && fm_backward(lb, NULL, false) == FM_OK && fm_backward(ls, NULL, false) == FM_OK);
         fm_tensor *db = big->grad ? fm_narrow(big->grad, 0, 0, r) : NULL;
-        CHECK(sl_bitwise_equal(db, small->grad));
+        CHECK(op_bitwise_equal(db, small->grad));
         fm_tensor_release_n(10, big, tb, nb, nt, small, ts, lb, ls, db, NULL);
     }
     /* gradcheck on a non-contiguous leaf: [C, N] storage viewed as [N, C] */
@@ -376,7 +350,7 @@ static int mse_loss_forward(void) {
         fm_tensor *base = sl_randn(2, (int64_t[]){40000, 3}, dt, 41, 1.0);
         fm_tensor *a = fm_transpose(base, 0, 1); /* [3, 40000] non-contiguous: several blocks */
         fm_tensor *b = sl_randn(2, (int64_t[]){1, 40000}, dt, 42, 1.0); /* broadcast over rows */
-        double *ha = sl_host(a), *hb = sl_host(b), s = 0;
+        double *ha = op_host(a), *hb = op_host(b), s = 0;
         double *rows = malloc(sizeof(double) * 120000);
         for (int64_t r = 0; r < 3; r++)
             for (int64_t i = 0; i < 40000; i++) {
@@ -391,7 +365,7 @@ static int mse_loss_forward(void) {
         if (ls) CHECK_NEAR(fm_tensor_item(ls), s, tol);
         if (ln) {
             CHECK(ln->ndim == 2 && ln->shape[0] == 3 && ln->shape[1] == 40000);
-            CHECK(sl_err(ln, rows) <= tol);
+            CHECK(op_max_rel_err(ln, rows) <= tol);
         }
         free(ha); free(hb); free(rows);
         fm_tensor_release_n(6, base, a, b, lm, ls, ln);
