@@ -2,9 +2,12 @@
  * Human-readable progress by default; with --json the progress goes to stderr
  * and stdout gets exactly one JSON object at the end. */
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <ini.h>
 
 #include "commands.h"
 #include "fathom/recipe.h"
@@ -54,6 +57,11 @@ static int parse_num(const char *opt, const char *v, double lo, double *out) {
     return 1;
 }
 
+static int gpt_key(void *user, const char *section, const char *key, const char *value) {
+    if (!strcmp(section, "model") && !strcmp(key, "type") && !strcmp(value, "gpt")) *(bool *)user = true;
+    return 1;
+}
+
 /* Is the recipe named on the command line a transformer recipe ([model] type = gpt)?
  * Those go to the GPT trainer (cli/cmd_train_gpt.c), which takes its own options. */
 static bool is_gpt_recipe(int argc, char **argv) {
@@ -69,22 +77,10 @@ static bool is_gpt_recipe(int argc, char **argv) {
             if (!strcmp(argv[i], valued[k])) { i++; break; }
     }
     if (!name) return false;
-    char path[1200], dir[1024];
-    if (strchr(name, '/') || strstr(name, ".ini")) snprintf(path, sizeof path, "%s", name);
-    else snprintf(path, sizeof path, "%s/%.64s.ini", fm_recipe_dir(dir, sizeof dir), name);
-    FILE *f = fopen(path, "r");
-    if (!f) return false; /* the recipe loader reports a missing recipe properly */
-    char line[512], section[64] = "";
-    bool gpt = false;
-    while (!gpt && fgets(line, sizeof line, f)) {
-        char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (*p == '[') { sscanf(p, "[%63[^]]", section); continue; }
-        char key[64], val[64];
-        if (!strcmp(section, "model") && sscanf(p, "%63[^= \t] = %63s", key, val) == 2 && !strcmp(key, "type"))
-            gpt = !strcmp(val, "gpt");
-    }
-    fclose(f);
+    char path[PATH_MAX];
+    fm_recipe_resolve(name, path, sizeof path);
+    bool gpt = false; /* a missing or unreadable recipe is reported properly by the recipe loader */
+    ini_parse(path, gpt_key, &gpt);
     return gpt;
 }
 

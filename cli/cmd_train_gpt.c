@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "fathom/gpt.h"
+#include "fathom/recipe.h" /* fm_recipe_resolve: one rule for where recipes live */
 
 int fm_cmd_train_gpt(int argc, char **argv);
 
@@ -84,26 +85,6 @@ static int on_key(void *user, const char *sec, const char *key, const char *val)
 
 /* A recipe name resolves to data/recipes/<name>.ini next to the working
  * directory, the executable's source tree, or FATHOM_DATA_DIR. */
-static int find_recipe(const char *arg, char *out, size_t n) {
-    if (strchr(arg, '/') || strstr(arg, ".ini")) { snprintf(out, n, "%s", arg); return access(out, R_OK) == 0; }
-    const char *env = getenv("FATHOM_DATA_DIR");
-    if (env) {
-        if (snprintf(out, n, "%s/recipes/%s.ini", env, arg) < (int)n && access(out, R_OK) == 0) return 1;
-    }
-    if (snprintf(out, n, "data/recipes/%s.ini", arg) < (int)n && access(out, R_OK) == 0) return 1;
-    char exe[PATH_MAX];
-    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (l > 0) {
-        exe[l] = 0;
-        char *s = strrchr(exe, '/');
-        if (s) *s = 0;
-        if (snprintf(out, n, "%s/../data/recipes/%s.ini", exe, arg) < (int)n && access(out, R_OK) == 0) return 1;
-        if (snprintf(out, n, "%s/../share/fathom/recipes/%s.ini", exe, arg) < (int)n && access(out, R_OK) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: fathom train RECIPE [--out DIR] [--steps N] [--resume] [--corpus FILE] [--stop-after N]\n"
                "                          [--sample N] [--seed S]\n"
@@ -143,8 +124,10 @@ int fm_cmd_train_gpt(int argc, char **argv) {
     }
     if (!recipe) { usage(stderr); return 2; }
     char path[PATH_MAX];
-    if (!find_recipe(recipe, path, sizeof path)) {
-        fm_cli_error("recipe '%s' not found (looked for data/recipes/%s.ini; or pass a path)", recipe, recipe);
+    bool builtin = fm_recipe_resolve(recipe, path, sizeof path);
+    if (access(path, R_OK) != 0) {
+        if (builtin) fm_cli_error("no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)", recipe, path);
+        else fm_cli_error("cannot open recipe %s: %s", path, strerror(errno));
         return 2;
     }
     fm_gpt_train_opts o = fm_gpt_train_defaults();

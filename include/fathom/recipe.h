@@ -66,6 +66,10 @@ void fm_recipe_free(fm_recipe *r);
 /* Directory of the built-in recipes: $FATHOM_DATA/recipes, else the source
  * tree's data/recipes, else the installed share/fathom/recipes. */
 const char *fm_recipe_dir(char *buf, size_t n);
+/* The file a recipe argument names: a path as given (it contains '/' or ends in
+ * .ini), else <fm_recipe_dir>/<name>.ini. Returns true when the argument is a
+ * built-in name rather than a path. Every command resolves recipes this way. */
+bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n);
 
 /* Builds the model, checking every layer's shape against the input shape: an
  * incompatible stack fails here, naming the recipe line and the shapes. */

@@ -42,6 +42,16 @@ const char *fm_recipe_dir(char *buf, size_t n) {
     return buf;
 }
 
+bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n) {
+    if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini")) {
+        snprintf(buf, n, "%s", name_or_path);
+        return false;
+    }
+    char dir[PATH_MAX - 80];
+    snprintf(buf, n, "%s/%.64s.ini", fm_recipe_dir(dir, sizeof dir), name_or_path);
+    return true;
+}
+
 /* ---------------- parsing ---------------- */
 
 typedef struct parse_ctx {
@@ -286,15 +296,10 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
 
 fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out) {
     char path[PATH_MAX];
-    if (strchr(name_or_path, '/') || strstr(name_or_path, ".ini")) {
-        snprintf(path, sizeof path, "%s", name_or_path);
-    } else {
-        char dir[PATH_MAX - 80];
-        snprintf(path, sizeof path, "%s/%.64s.ini", fm_recipe_dir(dir, sizeof dir), name_or_path);
-    }
+    bool builtin = fm_recipe_resolve(name_or_path, path, sizeof path);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (!strchr(name_or_path, '/') && !strstr(name_or_path, ".ini"))
+        if (builtin)
             return fm_set_error(FM_ERR_IO, "no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)",
                                 name_or_path, path);
         return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));
