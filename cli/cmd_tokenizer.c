@@ -41,7 +41,15 @@ int fm_cmd_tokenizer(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(argv[i], "--out") && has) out = argv[++i];
         else if (!strcmp(argv[i], "--kind") && has) kind = argv[++i];
-        else if (!strcmp(argv[i], "--vocab") && has) vocab = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vocab") && has) {
+            long long v = 0;
+            if (!fm_cli_parse_int("tokenizer", "--vocab", argv[++i], 1, &v) || v > 1 << 30) {
+                if (v > 1 << 30) fm_cli_error("tokenizer: --vocab %lld is too large", v);
+                usage(stderr);
+                return 2;
+            }
+            vocab = (int)v;
+        }
         else if (argv[i][0] != '-' && npos < 2) pos[npos++] = argv[i];
         else { fm_cli_error("unknown or incomplete option '%s'", argv[i]); usage(stderr); return 2; }
     }

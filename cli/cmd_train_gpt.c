@@ -91,19 +91,6 @@ static void usage(FILE *f) {
                "  RECIPE: a GPT recipe name (kjv-gpt) or an .ini path with [model] type = gpt\n");
 }
 
-/* A whole number >= min, or a usage error naming the option. */
-static bool parse_ll(const char *opt, const char *v, long long min, long long *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < min) {
-        fm_cli_error("train: %s needs a whole number >= %lld, got '%s'", opt, min, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
 int fm_cmd_train_gpt(int argc, char **argv) {
     const char *recipe = NULL, *out = NULL, *corpus = NULL;
     long long steps = -1, stop_after = -1, sample = -1, seed = -1;
@@ -113,10 +100,10 @@ int fm_cmd_train_gpt(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--out") && has) out = argv[++i];
-        else if (!strcmp(a, "--steps") && has) { if (!parse_ll(a, argv[++i], 1, &steps)) { usage(stderr); return 2; } }
-        else if (!strcmp(a, "--stop-after") && has) { if (!parse_ll(a, argv[++i], 1, &stop_after)) { usage(stderr); return 2; } }
-        else if (!strcmp(a, "--sample") && has) { if (!parse_ll(a, argv[++i], 0, &sample)) { usage(stderr); return 2; } }
-        else if (!strcmp(a, "--seed") && has) { if (!parse_ll(a, argv[++i], 0, &seed)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--steps") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &steps)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--stop-after") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &stop_after)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--sample") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &sample)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--seed") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &seed)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--corpus") && has) corpus = argv[++i];
         else if (!strcmp(a, "--resume")) resume = true;
         else if (a[0] != '-' && !recipe) recipe = a;

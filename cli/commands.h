@@ -20,4 +20,8 @@ int fm_cmd_plot(int argc, char **argv) FM_CLI_WEAK;
 
 /* Shared helpers (cli/cli_util.c). */
 void fm_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A whole-number option value >= min; otherwise prints "<cmd>: <opt> needs a whole
+ * number >= min, got '<v>'" and returns false (the caller prints usage, exits 2). */
+#include <stdbool.h>
+bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out);
 #endif

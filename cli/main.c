@@ -1,5 +1,7 @@
 /* fathom: the command. Thin: it picks the subcommand and hands over argv. */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +24,18 @@ void fm_cli_error(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < min) {
+        fm_cli_error("%s: %s needs a whole number >= %lld, got '%s'", cmd, opt, min, v);
+        return false;
+    }
+    *out = x;
+    return true;
 }
 
 int main(int argc, char **argv) {
