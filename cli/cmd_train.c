@@ -68,7 +68,7 @@ static bool is_gpt_recipe(int argc, char **argv) {
     static const char *valued[] = {"--epochs", "--batch", "--lr", "--seed", "--threads", "--out", "--resume",
                                    "--max-steps", "--profile", "--logdir", "--hist-every", "--steps", "--corpus",
                                    "--stop-after", "--sample", "--precision", "--checkpointing", "--grad-accum",
-                                   "--memory-limit", NULL};
+                                   "--memory-limit", "--memory-mode", "--memory-preallocate", NULL};
     const char *name = NULL;
     for (int i = 1; i < argc && !name; i++) {
         if (argv[i][0] != '-') { name = argv[i]; break; }

@@ -324,6 +324,253 @@ static void test_config(void) {
     CHECK_MSG(fm_gpt_config_load(path, &d) == FM_OK, "%s", fm_last_error());
     CHECK(d.arch == c.arch && d.n_kv_head == 2 && d.ffn_hidden == 96 && d.block_size == 16);
     unlink(path);
+    /* the parameter count the memory check uses matches the built models */
+    for (int k = 0; k < 3; k++) {
+        c = tiny_config(k == 2 ? FM_GPT_LLAMA : FM_GPT_GPT2);
+        c.bias = k == 0;
+        fm_gpt *m = fm_gpt_new(&c, NULL);
+        CHECK(m != NULL);
+        if (m) CHECK_MSG(fm_gpt_config_num_params(&c) == fm_gpt_num_params(m), "config %d: %lld vs %lld", k,
+                         (long long)fm_gpt_config_num_params(&c), (long long)fm_gpt_num_params(m));
+        fm_gpt_free(m);
+    }
+}
+
+/* ---- efficiency options in the model and the trainer ---- */
+
+static void write_text(const char *path, const char *s, int repeat);
+
+/* One training forward + backward; the loss and a copy of every gradient (f64). */
+static double fwd_bwd(fm_gpt *m, fm_tensor *x, fm_tensor *y, fm_dtype prec, double scale, double **grads) {
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    fm_tensor *loss = NULL;
+    fm_dtype ac = fm_autocast_set(prec);
+    fm_tensor *lg = fm_gpt_forward(m, x, y, &loss);
+    fm_autocast_set(ac);
+    if (!lg) { CHECK_MSG(0, "forward: %s", fm_last_error()); return NAN; }
+    double lv = fm_tensor_item(loss);
+    fm_tensor *sl = scale != 1 ? fm_mul_scalar(loss, scale) : fm_tensor_retain(loss);
+    CHECK_MSG(fm_backward(sl, NULL, false) == FM_OK, "backward: %s", fm_last_error());
+    fm_tensor_release_n(3, lg, loss, sl);
+    if (grads) {
+        int64_t total = 0;
+        for (int i = 0; i < ps->n; i++) total += fm_tensor_numel(ps->items[i].tensor);
+        *grads = calloc((size_t)total, sizeof **grads);
+        int64_t off = 0;
+        for (int i = 0; i < ps->n; i++) {
+            fm_tensor *g = ps->items[i].tensor->grad;
+            int64_t n = fm_tensor_numel(ps->items[i].tensor);
+            for (int64_t j = 0; g && j < n; j++) (*grads)[off + j] = fm_tensor_get(g, j);
+            off += n;
+        }
+    }
+    return lv;
+}
+
+static void zero_grads(fm_gpt *m) {
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    for (int i = 0; i < ps->n; i++) {
+        fm_tensor_release(ps->items[i].tensor->grad);
+        ps->items[i].tensor->grad = NULL;
+    }
+}
+
+static void random_batch(int B, int T, int V, uint64_t seed, fm_tensor **x, fm_tensor **y) {
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(B * T + 1));
+    uint64_t s = seed * 2654435761u + 1;
+    for (int i = 0; i <= B * T; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; ids[i] = (int64_t)(s % (uint64_t)V); }
+    *x = fm_tensor_from_data(ids, 2, (int64_t[]){B, T}, FM_I64);
+    *y = fm_tensor_from_data(ids + 1, 2, (int64_t[]){B, T}, FM_I64);
+    free(ids);
+}
+
+/* Checkpointing (blocks, selective) gives bitwise the losses and gradients of
+ * the plain forward, with dropout on (the recomputation must redraw the same
+ * masks from the model's generator) and over two steps (the generator must end
+ * where the plain run leaves it). */
+static void test_checkpointing(fm_gpt_arch arch, fm_dtype prec) {
+    fm_gpt_config c = tiny_config(arch);
+    c.n_layer = 3;
+    c.dropout = 0.1;
+    fm_tensor *x, *y;
+    random_batch(2, c.block_size, c.vocab_size, 3, &x, &y);
+    double *ref[2] = {NULL, NULL}, ref_loss[2] = {0, 0};
+    int64_t total = 0;
+    uint64_t ref_off = 0;
+    for (int mode = FM_CKPT_NONE; mode <= FM_CKPT_SELECTIVE; mode++) {
+        fm_rng init;
+        fm_rng_init(&init, 21);
+        fm_gpt *m = fm_gpt_new(&c, &init);
+        if (!m) { CHECK(0); break; }
+        total = fm_gpt_num_params(m);
+        CHECK(fm_gpt_set_checkpointing(m, (fm_checkpointing)mode) == FM_OK);
+        for (int step = 0; step < 2; step++) {
+            double *g = NULL;
+            zero_grads(m);
+            double l = fwd_bwd(m, x, y, prec, 1.0, &g);
+            if (mode == FM_CKPT_NONE) {
+                ref[step] = g;
+                ref_loss[step] = l;
+                continue;
+            }
+            CHECK_MSG(l == ref_loss[step], "%s %s checkpointing %s step %d: loss %.9g vs %.9g", fm_gpt_arch_name(arch),
+                      fm_precision_name(prec), fm_checkpointing_name((fm_checkpointing)mode), step, l, ref_loss[step]);
+            int64_t diff = 0;
+            double num = 0, den = 0;
+            for (int64_t i = 0; g && ref[step] && i < total; i++) {
+                diff += g[i] != ref[step][i];
+                num += (g[i] - ref[step][i]) * (g[i] - ref[step][i]);
+                den += ref[step][i] * ref[step][i];
+            }
+            /* selective under bf16 is the one exception: fm_linear_recompute computes the
+             * linear's gradients itself (two matmuls and a bias sum, src/efficiency/
+             * recompute.c), rounding to bf16 at other points than the plain linear's
+             * backward, so gradients agree to bf16 rounding (measured 1e-3), not bitwise */
+            bool exact = !(prec != FM_F32 && mode == FM_CKPT_SELECTIVE);
+            CHECK_MSG(g && (exact ? diff == 0 : sqrt(num) <= 5e-3 * sqrt(den)),
+                      "%s %s checkpointing %s step %d: %lld of %lld gradient values differ (relative error %g)",
+                      fm_gpt_arch_name(arch), fm_precision_name(prec), fm_checkpointing_name((fm_checkpointing)mode), step,
+                      (long long)diff, (long long)total, den > 0 ? sqrt(num / den) : 0.0);
+            free(g);
+        }
+        if (mode == FM_CKPT_NONE) ref_off = fm_gpt_rng(m)->offset;
+        else CHECK_MSG(fm_gpt_rng(m)->offset == ref_off, "dropout generator at %llu, plain run at %llu",
+                       (unsigned long long)fm_gpt_rng(m)->offset, (unsigned long long)ref_off);
+        fm_gpt_free(m);
+    }
+    CHECK(ref_off > 0); /* dropout drew numbers: the masks were really exercised */
+    CHECK(fm_gpt_set_checkpointing(NULL, FM_CKPT_BLOCKS) != FM_OK);
+    free(ref[0]);
+    free(ref[1]);
+    fm_tensor_release_n(2, x, y);
+}
+
+/* Gradient accumulation at the model level: a batch of 8 as 4 micro-batches of
+ * 2 (each loss scaled by 1/4) gives the single batch's gradients to 1e-6. */
+static void test_grad_accum_model(void) {
+    fm_gpt_config c = tiny_config(FM_GPT_GPT2);
+    fm_tensor *x, *y;
+    random_batch(8, c.block_size, c.vocab_size, 5, &x, &y);
+    fm_rng init;
+    fm_rng_init(&init, 4);
+    fm_gpt *m = fm_gpt_new(&c, &init);
+    if (!m) { CHECK(0); return; }
+    double *full = NULL, *acc = NULL;
+    zero_grads(m);
+    double lf = fwd_bwd(m, x, y, FM_F32, 1.0, &full);
+    zero_grads(m);
+    double la = 0;
+    for (int k = 0; k < 4; k++) {
+        fm_tensor *xs = fm_narrow(x, 0, 2 * k, 2), *ys = fm_narrow(y, 0, 2 * k, 2);
+        la += fwd_bwd(m, xs, ys, FM_F32, 0.25, k == 3 ? &acc : NULL) / 4;
+        fm_tensor_release_n(2, xs, ys);
+    }
+    int64_t n = fm_gpt_num_params(m);
+    double num = 0, den = 0;
+    for (int64_t i = 0; full && acc && i < n; i++) {
+        num += (full[i] - acc[i]) * (full[i] - acc[i]);
+        den += full[i] * full[i];
+    }
+    CHECK_MSG(full && acc && sqrt(num) <= 1e-6 * sqrt(den), "grad accumulation: relative gradient error %g", sqrt(num / den));
+    CHECK_NEAR(la, lf, 1e-6 * fabs(lf));
+    free(full);
+    free(acc);
+    fm_gpt_free(m);
+    fm_tensor_release_n(2, x, y);
+}
+
+static size_t report_field(const char *json, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(json, k);
+    return p ? (size_t)strtoull(p + strlen(k), NULL, 10) : 0;
+}
+
+/* fm_gpt_train_ex with each option on a small corpus: checkpointing does not
+ * change a single bit of the run, bf16/fp16 train to nearly the fp32 loss with
+ * less activation memory, fp16 reports its scaler, accumulation matches the
+ * whole batch, and bad options are clear errors before any weight exists. */
+static void test_train_efficiency(void) {
+    char dir[] = "/tmp/fathom_gpteffXXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    char corpus[600], out[700], cmd[1400];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    write_text(corpus, "And God said, Let there be light: and there was light. In the beginning.\n", 60);
+    fm_gpt_train_opts o = fm_gpt_train_defaults();
+    o.model = tiny_config(FM_GPT_GPT2);
+    o.model.n_layer = 3;
+    o.model.dropout = 0.1;
+    o.corpus = corpus;
+    o.tokenizer = FM_TOK_CHAR;
+    o.batch_size = 4;
+    o.steps = 8;
+    o.warmup = 2;
+    o.eval_every = 4;
+    o.ckpt_every = 100;
+    o.eval_batches = 2;
+    o.quiet = true;
+    o.out_dir = out;
+    fm_gpt_train_result base, r;
+    snprintf(out, sizeof out, "%s/base", dir);
+    CHECK_MSG(fm_gpt_train_ex(&o, &base) == FM_OK, "%s", fm_last_error());
+    CHECK(base.steps == 8 && isfinite(base.train_loss) && isfinite(base.val_loss) && base.loss_scale == 1 && base.skipped_steps == 0);
+    size_t act32 = report_field(base.memory_report_json, "activations");
+    CHECK_MSG(act32 > 0 && report_field(base.memory_report_json, "weights") > 0 &&
+              report_field(base.memory_report_json, "optimizer_state") > 0, "memory report: %s", base.memory_report_json);
+    CHECK(strstr(base.memory_report_text, "activations") != NULL);
+    for (int mode = FM_CKPT_BLOCKS; mode <= FM_CKPT_SELECTIVE; mode++) {
+        o.eff.checkpointing = (fm_checkpointing)mode;
+        snprintf(out, sizeof out, "%s/ckpt%d", dir, mode);
+        CHECK_MSG(fm_gpt_train_ex(&o, &r) == FM_OK, "%s", fm_last_error());
+        CHECK_MSG(r.train_loss == base.train_loss && r.val_loss == base.val_loss, "checkpointing %s: train %.9g vs %.9g, val %.9g vs %.9g",
+                  fm_checkpointing_name((fm_checkpointing)mode), r.train_loss, base.train_loss, r.val_loss, base.val_loss);
+    }
+    o.eff.checkpointing = FM_CKPT_NONE;
+    for (int k = 0; k < 2; k++) {
+        o.eff.precision = k ? FM_F16 : FM_BF16;
+        o.eff.loss_scaling = k == 1;
+        snprintf(out, sizeof out, "%s/lowp%d", dir, k);
+        CHECK_MSG(fm_gpt_train_ex(&o, &r) == FM_OK, "%s", fm_last_error());
+        CHECK_MSG(fabs(r.val_loss - base.val_loss) < 0.05 && fabs(r.train_loss - base.train_loss) < 0.05,
+                  "%s: val %.5f vs fp32 %.5f", fm_precision_name(o.eff.precision), r.val_loss, base.val_loss);
+        CHECK_MSG(r.val_loss != base.val_loss, "%s: bitwise the fp32 loss: autocast was not applied", fm_precision_name(o.eff.precision));
+        size_t act = report_field(r.memory_report_json, "activations");
+        CHECK_MSG(act > 0 && act < act32, "%s activations %zu, fp32 %zu", fm_precision_name(o.eff.precision), act, act32);
+        CHECK(k == 0 ? r.loss_scale == 1 : r.loss_scale == 65536);
+        CHECK(r.skipped_steps == 0);
+    }
+    o.eff.precision = FM_F32;
+    o.eff.loss_scaling = false;
+    /* accumulation: with dropout off, 2 micro-batches of 2 train as one batch of 4 */
+    o.model.dropout = 0;
+    snprintf(out, sizeof out, "%s/acc1", dir);
+    CHECK_MSG(fm_gpt_train_ex(&o, &base) == FM_OK, "%s", fm_last_error());
+    o.eff.grad_accum = 2;
+    snprintf(out, sizeof out, "%s/acc2", dir);
+    CHECK_MSG(fm_gpt_train_ex(&o, &r) == FM_OK, "%s", fm_last_error());
+    CHECK_MSG(fabs(r.train_loss - base.train_loss) < 1e-4 && fabs(r.val_loss - base.val_loss) < 1e-4,
+              "grad-accum 2: train %.7f vs %.7f, val %.7f vs %.7f", r.train_loss, base.train_loss, r.val_loss, base.val_loss);
+    size_t act_acc = report_field(r.memory_report_json, "activations"), act_one = report_field(base.memory_report_json, "activations");
+    CHECK_MSG(act_acc < act_one, "grad-accum 2 activations %zu, one batch %zu", act_acc, act_one);
+    /* bad combinations: clear errors, nothing written */
+    o.eff.grad_accum = 3;
+    snprintf(out, sizeof out, "%s/bad", dir);
+    CHECK(fm_gpt_train_ex(&o, &r) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("not divisible by --grad-accum 3");
+    o.eff.grad_accum = 1;
+    o.eff.loss_scaling = true;
+    CHECK(fm_gpt_train_ex(&o, &r) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("loss scaling is for --precision fp16");
+    o.eff.loss_scaling = false;
+    /* a limit that cannot hold the weights: refused before training, no checkpoint */
+    o.eff.memory_limit = 16 * 1024;
+    CHECK(fm_gpt_train_ex(&o, &r) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("cannot hold the model before training starts");
+    snprintf(cmd, sizeof cmd, "%s/bad/model.safetensors", dir);
+    CHECK(access(cmd, F_OK) != 0);
+    fm_memory_set_limit(FM_CPU, 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
 }
 
 static void write_text(const char *path, const char *s, int repeat) {
@@ -402,5 +649,10 @@ int main(void) {
     test_token_file();
     test_config();
     test_train_resume();
+    test_checkpointing(FM_GPT_GPT2, FM_F32);
+    test_checkpointing(FM_GPT_LLAMA, FM_F32);
+    test_checkpointing(FM_GPT_GPT2, FM_BF16);
+    test_grad_accum_model();
+    test_train_efficiency();
     TEST_DONE();
 }

@@ -12,6 +12,7 @@
 #ifndef FATHOM_GPT_H
 #define FATHOM_GPT_H
 
+#include "fathom/efficiency.h" /* fm_efficiency_opts: precision, checkpointing, accumulation, memory */
 #include "fathom/nn.h"     /* fm_named_list: parameters with names */
 #include "fathom/tensor.h"    /* fm_tensor, fm_rng */
 #include "fathom/tokenizer.h" /* tokenizer kinds for training */
@@ -56,6 +57,14 @@ const fm_gpt_config *fm_gpt_get_config(const fm_gpt *m);
 const fm_named_list *fm_gpt_parameters(const fm_gpt *m);
 int64_t fm_gpt_num_params(const fm_gpt *m);
 void fm_gpt_train_mode(fm_gpt *m, bool training);
+/* Activation checkpointing in the training forward (fathom/efficiency.h):
+ * FM_CKPT_BLOCKS recomputes every block but the last during backward;
+ * FM_CKPT_SELECTIVE keeps the matmul outputs and recomputes only the norms, the
+ * GELU/SwiGLU and the merge of attention heads. Losses and gradients are bitwise
+ * those of FM_CKPT_NONE (the default), dropout masks included. */
+fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c);
+/* Parameters a config would have, without building the model (for memory checks). */
+int64_t fm_gpt_config_num_params(const fm_gpt_config *c);
 /* Generator the dropout masks come from (borrowed; NULL: the model's own). */
 void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng);
 fm_rng *fm_gpt_rng(fm_gpt *m);
@@ -151,10 +160,29 @@ typedef struct fm_gpt_train_opts {
     int64_t stop_after; /* > 0: stop (with a checkpoint) after this step, as an interruption would */
     int sample_tokens;  /* > 0: print a sample at each evaluation */
     bool quiet;
+    /* precision (autocast for the forward passes, training and validation; fp16 adds
+     * the dynamic loss scaler), checkpointing, gradient accumulation (batch_size is
+     * split into grad_accum micro-batches of the same windows) and the allocator's
+     * mode and limit; checked with fm_efficiency_validate before anything is read */
+    fm_efficiency_opts eff;
 } fm_gpt_train_opts;
 fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */
 fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss);
+typedef struct fm_gpt_train_result {
+    double train_loss, val_loss;  /* last training loss, last validation loss (NAN: none yet) */
+    int64_t steps;                /* optimizer steps done in total (a resumed run counts from 0) */
+    double train_seconds;         /* this invocation's training loop */
+    double tokens_per_second;
+    double data_seconds;          /* time spent cutting batches out of the token file */
+    double loss_scale;            /* fp16: the scaler's scale at the end; else 1 */
+    int64_t skipped_steps;        /* fp16: steps skipped for inf/NaN gradients (this invocation) */
+    size_t peak_memory_bytes;     /* allocator peak during training */
+    char memory_report_json[1024];/* peak by category (fm_memory_report_json) */
+    char memory_report_text[1024];
+} fm_gpt_train_result;
+/* fm_gpt_train with the whole result (res may be NULL). */
+fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res);
 /* Loads out_dir's config.json + model.safetensors (+ tokenizer.txt when tok != NULL). */
 fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
 

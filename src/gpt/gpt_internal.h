@@ -3,11 +3,26 @@
 #ifndef FATHOM_GPT_INTERNAL_H
 #define FATHOM_GPT_INTERNAL_H
 
+#include "fathom/efficiency.h"
 #include "fathom/gpt.h"
+
+/* Contexts of the segment functions that checkpointing re-runs during backward:
+ * they live in the model because they must outlive the forward that made them. */
+typedef struct gpt_norm_ctx {
+    const struct fm_gpt *m;
+    fm_tensor *w, *b;
+} gpt_norm_ctx;
+typedef struct gpt_block_ctx {
+    struct fm_gpt *m;
+    int layer;
+    uint64_t rng_offset; /* the dropout generator's offset when the block's forward began */
+} gpt_block_ctx;
 
 typedef struct gpt_layer {
     fm_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     fm_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+    gpt_norm_ctx ln1c, ln2c;
+    gpt_block_ctx blk;
 } gpt_layer;
 
 /* One Hugging Face tensor: rows [row0, row0+rows) of a fathom parameter,
@@ -30,6 +45,8 @@ struct fm_gpt {
     fm_tensor *rope_cos, *rope_sin; /* [block, D] */
     bool training;
     fm_rng own_rng, *rng;
+    fm_efficiency_opts eff; /* only .checkpointing is read (fm_gpt_set_checkpointing) */
+    gpt_norm_ctx lnfc;
 };
 
 typedef struct fm_gpt_kv_cache {

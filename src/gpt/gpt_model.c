@@ -275,12 +275,20 @@ fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
     fm_rng_init(&m->own_rng, 0x5eed);
     m->rng = &m->own_rng;
     m->training = true;
+    m->eff = fm_efficiency_defaults();
     if (!m->layers || build_params(m) || init_params(m, rng) ||
         (c->arch == FM_GPT_LLAMA && build_rope(m))) {
         if (!m->layers) fm_set_error(FM_ERR_OOM, "out of host memory");
         fm_gpt_free(m);
         return NULL;
     }
+    for (int i = 0; i < c->n_layer; i++) {
+        gpt_layer *L = &m->layers[i];
+        L->ln1c = (gpt_norm_ctx){m, L->ln1_w, L->ln1_b};
+        L->ln2c = (gpt_norm_ctx){m, L->ln2_w, L->ln2_b};
+        L->blk = (gpt_block_ctx){m, i, 0};
+    }
+    m->lnfc = (gpt_norm_ctx){m, m->lnf_w, m->lnf_b};
     return m;
 }
 
@@ -298,6 +306,13 @@ const fm_named_list *fm_gpt_parameters(const fm_gpt *m) { return &m->params; }
 void fm_gpt_train_mode(fm_gpt *m, bool training) { m->training = training; }
 void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng) { m->rng = rng ? rng : &m->own_rng; }
 fm_rng *fm_gpt_rng(fm_gpt *m) { return m->rng; }
+
+fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c) {
+    if (!m) return fm_set_error(FM_ERR_INVALID, "gpt: model is NULL");
+    if ((unsigned)c > FM_CKPT_SELECTIVE) return fm_set_error(FM_ERR_INVALID, "gpt: unknown checkpointing mode %d", (int)c);
+    m->eff.checkpointing = c;
+    return FM_OK;
+}
 
 int64_t fm_gpt_num_params(const fm_gpt *m) {
     int64_t n = 0;
@@ -338,12 +353,12 @@ static fm_tensor *rope(const fm_gpt *m, fm_tensor *x, int64_t pos0, int64_t T) {
     return y;
 }
 
-/* Causal self-attention on the fused projection qkv [B, T, (H+2KV)*D]. With a
- * cache, the new keys/values are written at pos0 and attention runs over all
- * cached positions; a single new query may see every cached key, so no mask. */
+/* Causal self-attention on the fused projection qkv [B, T, (H+2KV)*D], returning
+ * the heads [B, H, T, D] (merge_fn joins them). With a cache, the new keys/values
+ * are written at pos0 and attention runs over all cached positions; a single new
+ * query may see every cached key, so no mask. */
 static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache) {
-    const int64_t B = qkv->shape[0], T = qkv->shape[1];
-    const int64_t H = m->cfg.n_head, D = m->cfg.n_embd / m->cfg.n_head;
+    const int64_t T = qkv->shape[1], H = m->cfg.n_head;
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL;
     /* one pass to contiguous [B, h, T, D] heads (and one pass back for the gradient) */
     if (fm_qkv_split_heads(qkv, (int)H, m->n_kv, &q, &k, &v)) return NULL;
@@ -360,43 +375,81 @@ static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, 
             goto done;
     }
     y = fm_scaled_dot_product_attention(q, k, v, pos0 == 0, 0.0);
-    if (y && !upd(&y, fm_transpose(y, 1, 2))) goto done;
-    if (y) upd(&y, fm_reshape(y, 3, (int64_t[]){B, T, H * D}));
 done:
     fm_tensor_release_n(3, q, k, v);
     return y;
 }
 
+/* The cheap parts in front of each linear, as segment functions, so selective
+ * checkpointing (fm_efficiency_linear) can drop their outputs and recompute them. */
+static fm_status norm_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    const gpt_norm_ctx *c = ctx;
+    out[0] = norm(c->m, in[0], c->w, c->b);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* heads [B, H, T, D] -> [B, T, H*D] */
+static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    (void)ctx;
+    const int64_t B = in[0]->shape[0], H = in[0]->shape[1], T = in[0]->shape[2], D = in[0]->shape[3];
+    fm_tensor *y = fm_transpose(in[0], 1, 2);
+    out[0] = y ? fm_reshape(y, 3, (int64_t[]){B, T, H * D}) : NULL;
+    fm_tensor_release(y);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* GELU(tanh), or SwiGLU on the fused gate/up projection (Llama) */
+static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    const fm_gpt *m = ctx;
+    const int64_t F = m->cfg.ffn_hidden;
+    if (m->cfg.arch == FM_GPT_LLAMA) {
+        fm_tensor *g = fm_narrow(in[0], 2, 0, F), *u = fm_narrow(in[0], 2, F, F);
+        fm_tensor *sg = g ? fm_silu(g) : NULL;
+        out[0] = sg && u ? fm_mul(sg, u) : NULL;
+        fm_tensor_release_n(3, g, u, sg);
+    } else {
+        out[0] = fm_gelu_tanh(in[0]);
+    }
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* linear(f(x)): with selective checkpointing f's output is not kept for backward */
+static fm_tensor *lin(fm_gpt *m, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    return fm_efficiency_linear(&m->eff, f, ctx, 1, &x, w, b);
+}
+
 static fm_tensor *block(fm_gpt *m, fm_tensor *x, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
-    const int64_t F = m->cfg.ffn_hidden;
-    fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *r = NULL;
+    fm_tensor *h = lin(m, norm_fn, &L->ln1c, x, L->qkv_w, L->qkv_b), *r = NULL;
     if (!h) return NULL;
-    if (!upd(&h, fm_linear(h, L->qkv_w, L->qkv_b))) return NULL;
     if (!upd(&h, attention(m, h, i, pos0, cache))) return NULL;
-    if (!upd(&h, fm_linear(h, L->proj_w, L->proj_b))) return NULL;
+    if (!upd(&h, lin(m, merge_fn, NULL, h, L->proj_w, L->proj_b))) return NULL;
     if (!upd(&h, dropout(m, h))) return NULL;
     r = fm_add(x, h);
     fm_tensor_release(h);
     if (!r) return NULL;
-    h = norm(m, r, L->ln2_w, L->ln2_b);
-    if (!h || !upd(&h, fm_linear(h, L->fc_w, L->fc_b))) goto fail;
-    if (m->cfg.arch == FM_GPT_LLAMA) {
-        fm_tensor *g = fm_narrow(h, 2, 0, F), *u = fm_narrow(h, 2, F, F);
-        fm_tensor *sg = g ? fm_silu(g) : NULL;
-        fm_tensor *p = sg && u ? fm_mul(sg, u) : NULL;
-        fm_tensor_release_n(3, g, u, sg);
-        if (!upd(&h, p)) goto fail;
-    } else if (!upd(&h, fm_gelu_tanh(h))) {
-        goto fail;
-    }
-    if (!upd(&h, fm_linear(h, L->fc2_w, L->fc2_b)) || !upd(&h, dropout(m, h))) goto fail;
+    h = lin(m, norm_fn, &L->ln2c, r, L->fc_w, L->fc_b);
+    if (!h || !upd(&h, lin(m, act_fn, m, h, L->fc2_w, L->fc2_b)) || !upd(&h, dropout(m, h))) goto fail;
     fm_tensor *out = fm_add(r, h);
     fm_tensor_release_n(2, r, h);
     return out;
 fail:
     fm_tensor_release_n(2, r, h);
     return NULL;
+}
+
+/* A block as a segment for fm_checkpoint. Dropout draws from the model's own
+ * generator, which fm_checkpoint does not replay, so the block rewinds it to
+ * where the first forward started: the recomputation in backward then draws
+ * the same masks, and the generator is put back where backward found it. */
+static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    gpt_block_ctx *c = ctx;
+    fm_rng *r = c->m->rng;
+    uint64_t now = r->offset;
+    r->offset = c->rng_offset;
+    out[0] = block(c->m, in[0], c->layer, 0, NULL);
+    if (now != c->rng_offset) r->offset = now; /* a recomputation: the forward already moved past */
+    return out[0] ? FM_OK : fm_last_status();
 }
 
 static fm_status check_idx(const fm_gpt *m, fm_tensor *idx, const char *what) {
@@ -429,10 +482,20 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
         if (!upd(&x, s)) return NULL;
     }
     if (!upd(&x, dropout(m, x))) return NULL;
-    for (int i = 0; i < m->cfg.n_layer; i++)
-        if (!upd(&x, block(m, x, i, pos0, cache))) return NULL;
-    if (!upd(&x, norm(m, x, m->lnf_w, m->lnf_b))) return NULL;
-    upd(&x, fm_linear(x, m->wte, NULL)); /* tied output embedding */
+    for (int i = 0; i < m->cfg.n_layer; i++) {
+        /* the last block is not checkpointed: backward needs its activations first,
+         * so recomputing them would save no memory */
+        if (!cache && m->eff.checkpointing == FM_CKPT_BLOCKS && i < m->cfg.n_layer - 1) {
+            gpt_block_ctx *c = &m->layers[i].blk;
+            fm_tensor *y = NULL;
+            c->rng_offset = m->rng->offset;
+            if (fm_efficiency_segment(&m->eff, FM_CKPT_BLOCKS, block_fn, c, 1, &x, 1, &y) != FM_OK) y = NULL;
+            if (!upd(&x, y)) return NULL;
+        } else if (!upd(&x, block(m, x, i, pos0, cache))) {
+            return NULL;
+        }
+    }
+    upd(&x, lin(m, norm_fn, &m->lnfc, x, m->wte, NULL)); /* tied output embedding */
     return x;
 }
 

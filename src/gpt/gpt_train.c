@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "fathom/autograd.h"
+#include "fathom/efficiency.h" /* precision, checkpointing, accumulation, memory limits */
 #include "fathom/io.h"    /* checkpoints, fm_mkdir_p */
 #include "fathom/optim.h" /* AdamW, clipping, schedules */
 #include "gpt/gpt_internal.h"
@@ -46,7 +47,20 @@ fm_gpt_train_opts fm_gpt_train_defaults(void) {
     o.log_every = 50;
     o.eval_batches = 8;
     o.seed = 1337;
+    o.eff = fm_efficiency_defaults();
     return o;
+}
+
+int64_t fm_gpt_config_num_params(const fm_gpt_config *c) {
+    if (!c || fm_gpt_config_validate(c)) return -1;
+    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
+    const int64_t C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head, D = C / H;
+    const int64_t KV = llama ? c->n_kv_head : H;
+    int64_t per = 2 * C                              /* ln_1, ln_2 */
+                  + (H + 2 * KV) * D * C + C * H * D /* qkv, proj */
+                  + (llama ? 2 : 1) * F * C + C * F; /* fc (gate+up), fc2 */
+    if (bias) per += 2 * C + (H + 2 * KV) * D + C + F + C;
+    return V * C + (llama ? 0 : (int64_t)c->block_size * C) + c->n_layer * per + C + (bias ? C : 0);
 }
 
 static double now_s(void) {
@@ -172,7 +186,10 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
         fm_tensor *x, *y, *loss = NULL;
         st = fm_gpt_batch_eval(d, lo, hi, o->batch_size, o->model.block_size, i, &x, &y);
         if (st) break;
+        /* validation runs in the training precision: the model as it is used */
+        fm_dtype ac = fm_autocast_set(o->eff.precision);
         fm_tensor *lg = fm_gpt_forward(m, x, y, &loss);
+        fm_autocast_set(ac);
         if (!lg) st = fm_last_status();
         else sum += fm_tensor_item(loss);
         fm_tensor_release_n(4, x, y, lg, loss);
@@ -183,7 +200,7 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     return st;
 }
 
-static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t step) {
+static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs) {
     char *mp = path_join(o->out_dir, "model.safetensors"), *sp = path_join(o->out_dir, "train_state.safetensors");
     char *cp = path_join(o->out_dir, "config.json");
     fm_status st = mp && sp && cp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
@@ -201,6 +218,13 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
     if (!st) st = fm_kv_set(&meta, "dropout_rng_offset", buf);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
     if (!st) st = fm_kv_set(&meta, "seed", buf);
+    /* fp16: the loss scaler's state, so a resumed run scales exactly as an uninterrupted one */
+    if (!st && gs->enabled) {
+        snprintf(buf, sizeof buf, "%.17g", gs->scale);
+        st = fm_kv_set(&meta, "loss_scale", buf);
+        snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
+        if (!st) st = fm_kv_set(&meta, "loss_scale_growth_tracker", buf);
+    }
     if (!st) st = fm_safetensors_save(sp, &state, &meta);
     fm_named_list_free(&state);
     fm_kv_free(&meta);
@@ -210,7 +234,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
     return st;
 }
 
-static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t *step) {
+static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t *step, fm_grad_scaler *gs) {
     char *mp = path_join(o->out_dir, "model.safetensors"), *sp = path_join(o->out_dir, "train_state.safetensors");
     fm_status st = mp && sp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     fm_named_list state;
@@ -230,6 +254,11 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
         *step = strtoll(s, NULL, 10);
         m->rng->offset = strtoull(r, NULL, 10);
         fm_optim_set_step(opt, *step);
+        const char *ls = fm_kv_get(&meta, "loss_scale"), *lt = fm_kv_get(&meta, "loss_scale_growth_tracker");
+        if (gs->enabled && ls && lt && strtod(ls, NULL) > 0) {
+            gs->scale = strtod(ls, NULL);
+            gs->growth_tracker = (int)strtol(lt, NULL, 10);
+        }
     }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
@@ -245,16 +274,41 @@ static int print_tok(int tok, void *ctx) {
     return 0;
 }
 
+/* A cut of [B, T] windows along the batch: micro-batch k of n (a new reference). */
+static fm_tensor *micro(fm_tensor *t, int k, int n) {
+    if (n == 1) return fm_tensor_retain(t);
+    int64_t mb = t->shape[0] / n;
+    return fm_narrow(t, 0, (int64_t)k * mb, mb);
+}
+
 fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss) {
+    fm_gpt_train_result r;
+    fm_status st = fm_gpt_train_ex(o, &r);
+    if (st == FM_OK) {
+        if (final_train_loss) *final_train_loss = r.train_loss;
+        if (final_val_loss) *final_val_loss = r.val_loss;
+    }
+    return st;
+}
+
+fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {
+    fm_gpt_train_result scratch;
+    if (!res) res = &scratch;
+    memset(res, 0, sizeof *res);
+    res->train_loss = res->val_loss = NAN;
+    res->loss_scale = 1;
     fm_gpt_config cfg = o->model;
     fm_tokenizer *tok = NULL;
     fm_token_data d;
     memset(&d, 0, sizeof d);
     fm_gpt *m = NULL;
     fm_optim *opt = NULL;
+    fm_tensor **params = NULL;
     fm_status st;
+    const fm_efficiency_opts *eo = &o->eff;
     if (o->batch_size < 1 || o->steps < 1 || o->eval_batches < 1 || !(o->val_fraction > 0 && o->val_fraction < 1))
         return fm_set_error(FM_ERR_INVALID, "train: batch_size, steps and eval_batches must be >= 1 and val_fraction in (0, 1)");
+    if ((st = fm_efficiency_validate(eo, true, o->batch_size))) return st;
     if ((st = fm_mkdir_p(o->out_dir))) return st;
     if ((st = prepare_data(o, &tok, &d))) return st;
     cfg.vocab_size = fm_tokenizer_vocab_size(tok);
@@ -268,10 +322,17 @@ fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, dou
                           o->corpus, (long long)d.n, T, 100 * o->val_fraction, T + 1);
         goto done;
     }
+    /* the memory options, and whether the model fits, before any weight exists */
+    if ((st = fm_efficiency_apply_memory(eo))) goto done;
+    if ((st = fm_efficiency_check_fits(eo, fm_gpt_config_num_params(&cfg), 2 /* AdamW moments */))) goto done;
     fm_rng init;
     fm_rng_init(&init, o->seed);
-    if (!(m = fm_gpt_new(&cfg, &init))) { st = fm_last_status(); goto done; }
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    m = fm_gpt_new(&cfg, &init);
+    fm_memory_tag_pop(mc);
+    if (!m) { st = fm_last_status(); goto done; }
     fm_rng_init(&m->own_rng, o->seed ^ 0xd50u);
+    if ((st = fm_gpt_set_checkpointing(m, eo->checkpointing))) goto done;
     fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
     oc.lr = o->lr;
     oc.beta1 = o->beta1;
@@ -279,16 +340,25 @@ fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, dou
     oc.weight_decay = o->weight_decay;
     if (!(opt = fm_optim_new(&oc))) { st = fm_last_status(); goto done; }
     int gd = fm_optim_add_group(opt, o->weight_decay), gn = fm_optim_add_group(opt, 0.0);
+    if (!(params = calloc((size_t)m->params.n + 1, sizeof *params))) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
     for (int i = 0; i < m->params.n; i++) {
         fm_tensor *p = m->params.items[i].tensor;
+        params[i] = p;
         if ((st = fm_optim_add_param(opt, p->ndim >= 2 ? gd : gn, m->params.items[i].name, p))) goto done;
     }
+    mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    st = fm_optim_init_state(opt);
+    fm_memory_tag_pop(mc);
+    if (st) goto done;
+    fm_grad_scaler gs;
+    fm_grad_scaler_init(&gs, eo->loss_scaling);
+    gs.quiet = o->quiet;
     int64_t step = 0;
     char *sp = path_join(o->out_dir, "train_state.safetensors");
     bool have = sp && exists(sp);
     free(sp);
     if (o->resume && have) {
-        if ((st = load_ckpt(m, opt, o, &step))) goto done;
+        if ((st = load_ckpt(m, opt, o, &step, &gs))) goto done;
         if (!o->quiet) fprintf(stderr, "resumed from %s at step %lld\n", o->out_dir, (long long)step);
     }
     fm_lr_schedule sched;
@@ -298,32 +368,77 @@ fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, dou
     sched.warmup_steps = o->warmup;
     sched.total_steps = o->steps;
     sched.min_lr = o->min_lr;
-    if (!o->quiet)
+    const int accum = eo->grad_accum;
+    if (!o->quiet) {
         fprintf(stderr, "model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %lld parameters; %lld train / %lld val tokens\n",
                 fm_gpt_arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
                 (long long)fm_gpt_num_params(m), (long long)split, (long long)(d.n - split));
+        if (eo->precision != FM_F32 || eo->checkpointing != FM_CKPT_NONE || accum > 1)
+            fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
+                    fm_checkpointing_name(eo->checkpointing), accum, accum > 1 ? "es" : "", o->batch_size / accum);
+    }
+    fm_memory_reset_peak(FM_CPU);
     double t_start = now_s(), t_log = t_start, last = NAN, val = NAN;
-    int64_t tok_log = 0;
+    int64_t tok_log = 0, tok_all = 0, skipped0 = gs.n_skipped;
     for (; step < o->steps; step++) {
         fm_optim_set_lr(opt, fm_lr_at(&sched, step));
-        fm_tensor *x, *y, *loss = NULL;
-        if ((st = fm_gpt_batch_random(&d, 0, split, o->batch_size, T, o->seed, step, &x, &y))) goto done;
-        fm_optim_zero_grad(opt);
-        fm_tensor *lg = fm_gpt_forward(m, x, y, &loss);
-        st = lg ? fm_backward(loss, NULL, false) : fm_last_status();
-        if (!st) last = fm_tensor_item(loss);
-        fm_tensor_release_n(4, x, y, lg, loss);
+        fm_tensor *x, *y;
+        double td = now_s();
+        st = fm_gpt_batch_random(&d, 0, split, o->batch_size, T, o->seed, step, &x, &y);
+        res->data_seconds += now_s() - td;
         if (st) goto done;
-        if (!isfinite(last)) { st = fm_set_error(FM_ERR_STATE, "train: loss became %g at step %lld (lower the lr)", last, (long long)step); goto done; }
+        fm_optim_zero_grad(opt);
+        last = 0;
+        /* micro-batches of the same windows: each loss is scaled by 1/accum and the
+         * gradients add up in .grad, so the step sees the mean over the whole batch */
+        for (int k = 0; k < accum && st == FM_OK; k++) {
+            fm_tensor *xs = micro(x, k, accum), *ys = micro(y, k, accum), *loss = NULL, *lg = NULL, *sl = NULL;
+            if (!xs || !ys) st = fm_last_status();
+            if (!st) {
+                fm_dtype ac = fm_autocast_set(eo->precision);
+                mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+                lg = fm_gpt_forward(m, xs, ys, &loss);
+                fm_memory_tag_pop(mc);
+                fm_autocast_set(ac);
+                if (!lg) st = fm_last_status();
+            }
+            if (!st) {
+                last += fm_tensor_item(loss) / accum;
+                fm_tensor *l = accum > 1 ? fm_mul_scalar(loss, 1.0 / accum) : fm_tensor_retain(loss);
+                sl = l ? fm_grad_scaler_scale(&gs, l) : NULL;
+                fm_tensor_release(l);
+                /* backward's temporaries; the engine tags the leaves' gradients itself */
+                mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+                st = sl ? fm_backward(sl, NULL, false) : fm_last_status();
+                fm_memory_tag_pop(mc);
+            }
+            fm_tensor_release_n(5, xs, ys, lg, loss, sl);
+        }
+        fm_tensor_release_n(2, x, y);
+        if (st) goto done;
+        /* with the fp16 scaler a non-finite loss is an overflow: the scaler skips the step */
+        if (!isfinite(last) && !gs.enabled) {
+            st = fm_set_error(FM_ERR_STATE, "train: loss became %g at step %lld (lower the lr)", last, (long long)step);
+            goto done;
+        }
+        if ((st = fm_grad_scaler_unscale(&gs, m->params.n, params))) goto done;
         double norm = 0;
-        if (o->grad_clip > 0 && (st = fm_optim_clip_grad_norm(opt, o->grad_clip, &norm))) goto done;
-        if ((st = fm_optim_step(opt))) goto done;
+        bool do_step = fm_grad_scaler_should_step(&gs);
+        mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+        if (do_step && o->grad_clip > 0) st = fm_optim_clip_grad_norm(opt, o->grad_clip, &norm);
+        if (!st && do_step) st = fm_optim_step(opt);
+        fm_memory_tag_pop(mc);
+        if (st) goto done;
+        fm_grad_scaler_update(&gs);
         tok_log += (int64_t)o->batch_size * T;
+        tok_all += (int64_t)o->batch_size * T;
         int64_t done_steps = step + 1;
         if (!o->quiet && o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps)) {
             double t = now_s();
-            fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s\n", (long long)done_steps,
+            fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s", (long long)done_steps,
                     (long long)o->steps, last, fm_lr_at(&sched, step), norm, tok_log / (t - t_log), t - t_start);
+            if (gs.enabled) fprintf(stderr, "  loss scale %g  skipped %lld", gs.scale, (long long)gs.n_skipped);
+            fprintf(stderr, "\n");
             t_log = t;
             tok_log = 0;
         }
@@ -345,13 +460,26 @@ fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, dou
             }
         }
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == o->steps || stop) {
-            if ((st = save_ckpt(m, opt, o, done_steps))) goto done;
+            if ((st = save_ckpt(m, opt, o, done_steps, &gs))) goto done;
         }
         if (stop) { step++; break; }
     }
-    if (final_train_loss) *final_train_loss = last;
-    if (final_val_loss) *final_val_loss = val;
+    res->train_loss = last;
+    res->val_loss = val;
+    res->steps = step;
+    res->train_seconds = now_s() - t_start;
+    res->tokens_per_second = res->train_seconds > 0 ? (double)tok_all / res->train_seconds : 0;
+    res->loss_scale = gs.scale;
+    res->skipped_steps = gs.n_skipped - skipped0;
+    fm_memory_stats ms;
+    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
+    fm_memory_report mrep;
+    if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
+        fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
+        fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
+    }
 done:
+    free(params);
     fm_optim_free(opt);
     fm_gpt_free(m);
     fm_tokenizer_free(tok);
