@@ -16,7 +16,8 @@ static void usage(FILE *f) {
             "\n"
             "  -o, --output FILE   .svg, or .png (%s in this build)\n"
             "  --title TEXT        the picture's title (default: the log directory)\n"
-            "  --list              print the scalar tags found, with point counts and last values\n",
+            "  --list              print the scalar tags found, with point counts and last values,\n"
+            "                      and the histogram tags\n",
             fm_plot_png_supported() ? "available" : "not available: no libpng");
 }
 
@@ -44,10 +45,15 @@ int fm_cmd_plot(int argc, char **argv) {
         fm_cli_error("%s", fm_last_error());
         return 1;
     }
-    if (list)
+    if (list) {
         for (int i = 0; i < sc.n; i++)
             printf("%-32s %6d points, last step %lld: %g\n", sc.series[i].tag, sc.series[i].n,
                    (long long)sc.series[i].step[sc.series[i].n - 1], sc.series[i].value[sc.series[i].n - 1]);
+        for (int i = 0; i < sc.n_histograms; i++)
+            printf("%-32s %6d histograms, last step %lld: %.0f values\n", sc.histograms[i].tag, sc.histograms[i].n,
+                   (long long)sc.histograms[i].step[sc.histograms[i].n - 1],
+                   sc.histograms[i].value[sc.histograms[i].n - 1]);
+    }
     int rc = 0;
     if (out) {
         char t[512];

@@ -1,41 +1,176 @@
-/* `fathom summary RECIPE|MODEL_DIR [--batch N]`: the layer table of a model
- * (torchinfo's view). Thin: the model comes from the recipe (or a trained
- * model directory), the table from fm_model_summarize (src/observe/). */
+/* `fathom summary RECIPE|MODEL_DIR [--batch N] [--seq N]`: the layer table of a
+ * model (torchinfo's view). Thin: the model comes from the recipe (or a trained
+ * model directory), the table from fm_model_summarize / fm_gpt_summarize
+ * (src/observe/). Layer recipes and `fathom train --out` directories of them go
+ * through the module path; GPT recipes ([model] type = gpt) and the directories
+ * the GPT trainer writes (config.json + model.safetensors) through the GPT one. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "commands.h"       /* fm_cli_error */
-#include "fathom/observe.h" /* fm_model_summarize */
-#include "fathom/recipe.h"  /* fm_recipe_load, fm_recipe_build_model, fm_model_load */
+#include <ini.h>
+
+#include "commands.h"       /* fm_cli_error, fm_cli_parse_int */
+#include "fathom/gpt.h"     /* fm_gpt_new, fm_gpt_load_dir */
+#include "fathom/observe.h" /* fm_model_summarize, fm_gpt_summarize */
+#include "fathom/recipe.h"  /* fm_recipe_load, fm_recipe_resolve, fm_model_load */
 
 static void usage(FILE *f) {
-    fputs("usage: fathom summary RECIPE|MODEL_DIR [--batch N] [--json]\n"
+    fputs("usage: fathom summary RECIPE|MODEL_DIR [--batch N] [--seq N] [--json]\n"
           "\n"
           "A table of the model's layers: output shapes, parameters (trainable and frozen),\n"
           "forward FLOPs and activation memory per layer, with totals.\n"
           "\n"
-          "  RECIPE        a built-in recipe name (fashion-cnn) or a recipe .ini file\n"
+          "  RECIPE        a built-in recipe name (fashion-cnn, kjv-gpt) or a recipe .ini file\n"
           "  MODEL_DIR     a directory written by `fathom train --out DIR`\n"
-          "  --batch N     batch size of the input (default: the recipe's)\n"
+          "  --batch N     batch size of the input (default: the recipe's; 1 for a GPT model directory)\n"
+          "  --seq N       GPT models: sequence length (default: the model's block_size)\n"
           "  --json        the same as one JSON object\n",
           f);
 }
 
+/* ---- GPT recipes: the [model] section, the tokenizer's size and the batch ---- */
+
+typedef struct gpt_recipe {
+    fm_gpt_config cfg;
+    fm_tokenizer_kind tok;
+    int vocab;
+    long long batch;
+    bool is_gpt;
+    char err[256];
+} gpt_recipe;
+
+static int type_key(void *user, const char *sec, const char *key, const char *val) {
+    if (!strcmp(sec, "model") && !strcmp(key, "type") && !strcmp(val, "gpt")) *(bool *)user = true;
+    return 1;
+}
+
+static int gpt_key(void *user, const char *sec, const char *key, const char *val) {
+    gpt_recipe *g = user;
+    fm_gpt_config *m = &g->cfg;
+    char *end = NULL;
+    double d = strtod(val, &end);
+    bool num = end && end != val && *end == 0;
+#define IS(s, k) (!strcmp(sec, s) && !strcmp(key, k))
+#define NUM(dst)                                                                                               \
+    do {                                                                                                       \
+        if (!num) { snprintf(g->err, sizeof g->err, "[%s] %s = '%s' is not a number", sec, key, val); return 0; } \
+        dst = d;                                                                                               \
+    } while (0)
+    if (IS("model", "type")) {
+    } else if (IS("model", "arch")) {
+        if (fm_gpt_arch_parse(val, &m->arch)) { snprintf(g->err, sizeof g->err, "%s", fm_last_error()); return 0; }
+        if (m->arch == FM_GPT_LLAMA) m->bias = false;
+    } else if (IS("model", "n_layer")) NUM(m->n_layer);
+    else if (IS("model", "n_head")) NUM(m->n_head);
+    else if (IS("model", "n_kv_head")) NUM(m->n_kv_head);
+    else if (IS("model", "n_embd")) NUM(m->n_embd);
+    else if (IS("model", "block_size")) NUM(m->block_size);
+    else if (IS("model", "ffn_hidden")) NUM(m->ffn_hidden);
+    else if (IS("model", "dropout")) NUM(m->dropout);
+    else if (IS("model", "bias")) m->bias = !strcmp(val, "true") || !strcmp(val, "1");
+    else if (IS("tokenizer", "kind")) {
+        if (fm_tokenizer_kind_parse(val, &g->tok)) { snprintf(g->err, sizeof g->err, "%s", fm_last_error()); return 0; }
+    } else if (IS("tokenizer", "vocab_size")) NUM(g->vocab);
+    else if (IS("train", "batch_size")) NUM(g->batch);
+    else if (!strcmp(sec, "model")) {
+        snprintf(g->err, sizeof g->err, "unknown recipe key [model] %s", key);
+        return 0;
+    } /* everything else is the trainer's business */
+#undef IS
+#undef NUM
+    return 1;
+}
+
+static int summarize_gpt(fm_gpt *m, const char *title, long long batch, long long seq, bool json) {
+    fm_model_summary s;
+    if (fm_gpt_summarize(m, batch, seq ? seq : fm_gpt_get_config(m)->block_size, &s) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        return 1;
+    }
+    int rc = 0;
+    if (json) {
+        char *t = fm_model_summary_json(&s);
+        if (t) puts(t);
+        else { fm_cli_error("out of memory"); rc = 1; }
+        free(t);
+    } else {
+        const fm_gpt_config *c = fm_gpt_get_config(m);
+        printf("model: %s\n", title);
+        printf("%s, %d layers, %d heads, %d wide, block %d, vocab %d; activations at batch %lld, sequence %lld\n",
+               fm_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+               (long long)s.in_shape[0], (long long)s.in_shape[1]);
+        fm_model_summary_print(&s, stdout);
+    }
+    fm_model_summary_free(&s);
+    return rc;
+}
+
+static int gpt_from_dir(const char *dir, long long batch, long long seq, bool json) {
+    fm_gpt *m = fm_gpt_load_dir(dir, NULL);
+    if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
+    char title[PATH_MAX + 32];
+    snprintf(title, sizeof title, "%s (trained GPT model)", dir);
+    int rc = summarize_gpt(m, title, batch ? batch : 1, seq, json);
+    fm_gpt_free(m);
+    return rc;
+}
+
+static int gpt_from_recipe(const char *path, long long batch, long long seq, bool json) {
+    gpt_recipe g;
+    memset(&g, 0, sizeof g);
+    fm_gpt_train_opts def = fm_gpt_train_defaults(); /* what the trainer assumes for keys a recipe leaves out */
+    g.cfg = def.model;
+    g.tok = def.tokenizer;
+    g.vocab = def.tokenizer_vocab;
+    g.batch = def.batch_size;
+    int rc = ini_parse(path, gpt_key, &g);
+    if (rc != 0) {
+        if (rc < 0) fm_cli_error("%s: cannot read the recipe", path);
+        else fm_cli_error("%s: line %d: %s", path, rc, g.err[0] ? g.err : "syntax error");
+        return 1;
+    }
+    /* the vocabulary is the tokenizer's: known up front for byte and bpe (a corpus too
+     * small for all the merges gives fewer), only after training for char */
+    if (g.tok == FM_TOK_CHAR) {
+        fm_cli_error("%s: a char tokenizer's vocabulary depends on the corpus; train the model and summarize its "
+                     "directory (fathom summary runs/<name>)", path);
+        return 1;
+    }
+    g.cfg.vocab_size = g.tok == FM_TOK_BYTE ? 256 : g.vocab;
+    fm_rng rng;
+    fm_rng_init(&rng, 0);
+    fm_gpt *m = fm_gpt_new(&g.cfg, &rng);
+    if (!m) { fm_cli_error("%s: %s", path, fm_last_error()); return 1; }
+    char title[PATH_MAX + 32];
+    snprintf(title, sizeof title, "%s (GPT recipe)", path);
+    rc = summarize_gpt(m, title, batch ? batch : (g.batch > 0 ? g.batch : 1), seq, json);
+    fm_gpt_free(m);
+    return rc;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
 int fm_cmd_summary(int argc, char **argv) {
     const char *src = NULL;
-    long long batch = 0;
+    long long batch = 0, seq = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--batch")) {
-            if (i + 1 >= argc) { fm_cli_error("--batch needs a value"); usage(stderr); return 2; }
-            char *end;
-            batch = strtoll(argv[++i], &end, 10);
-            if (*end || batch < 1 || batch > (1LL << 40)) { fm_cli_error("--batch: bad value '%s' (a whole number >= 1)", argv[i]); return 2; }
+        if (!strcmp(a, "--batch") || !strcmp(a, "--seq")) {
+            if (i + 1 >= argc) { fm_cli_error("%s needs a value", a); usage(stderr); return 2; }
+            long long *dst = !strcmp(a, "--batch") ? &batch : &seq;
+            if (!fm_cli_parse_int("summary", a, argv[++i], 1, dst)) { usage(stderr); return 2; }
+            if (*dst > (1LL << 40)) { fm_cli_error("summary: %s %s is too large", a, argv[i]); return 2; }
             continue;
         }
         if (a[0] == '-' && a[1]) { fm_cli_error("unknown option '%s'", a); usage(stderr); return 2; }
@@ -44,10 +179,20 @@ int fm_cmd_summary(int argc, char **argv) {
     }
     if (!src) { fm_cli_error("no recipe or model directory given"); usage(stderr); return 2; }
 
-    fm_recipe r;
-    fm_module *m = NULL;
     struct stat sb;
     bool is_dir = stat(src, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (is_dir && file_exists(src, "config.json")) return gpt_from_dir(src, batch, seq, json);
+    if (!is_dir) {
+        char path[PATH_MAX];
+        fm_recipe_resolve(src, path, sizeof path);
+        bool gpt = false;
+        if (access(path, R_OK) == 0) ini_parse(path, type_key, &gpt); /* a bad file is reported by the recipe loader */
+        if (gpt) return gpt_from_recipe(path, batch, seq, json);
+    }
+    if (seq) { fm_cli_error("--seq applies to GPT models only"); return 2; }
+
+    fm_recipe r;
+    fm_module *m = NULL;
     if (is_dir) {
         if (fm_model_load(src, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     } else {

@@ -31,7 +31,7 @@ static void train_usage(FILE *f) {
             "  --json         print one JSON object with the results on stdout\n"
             "  --profile FILE write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
             "  --logdir DIR   write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
-            "  --hist-every N weight histograms every N epochs in the TensorBoard logs\n"
+            "  --hist-every N weight and gradient histograms every N epochs in the TensorBoard logs\n"
             "  --quiet        no progress output\n"
             "Transformer recipes ([model] type = gpt, e.g. kjv-gpt) take their own options:\n"
             "  fathom train kjv-gpt --help\n");

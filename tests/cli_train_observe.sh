@@ -15,6 +15,15 @@ grep -q "^verdict:" "$dir/summary.txt" || { echo "profile summary lacks a verdic
 ls "$dir/logs"/events.out.tfevents.* >/dev/null
 "$bin" plot "$dir/logs" -o "$dir/c.svg" >/dev/null
 grep -q "<svg" "$dir/c.svg"
+# weight and gradient histograms every epoch (--hist-every 1): a 600-sample, 2-epoch run of 3 batches each
+src=$(dirname "$0")/../data/recipes/fashion-mlp.ini
+sed -e 's/^workers = 1/workers = 1\nlimit = 600/' -e 's/^epochs = .*/epochs = 2/' "$src" > "$dir/small.ini"
+"$bin" train "$dir/small.ini" --batch 200 --no-eval --quiet --logdir "$dir/hist" --hist-every 1 > /dev/null
+"$bin" plot "$dir/hist" --list > "$dir/list.txt"
+grep -q "^grads/1.weight .* 2 histograms, last step 6: 802816 values" "$dir/list.txt" ||
+  { echo "no gradient histograms at steps 3 and 6:"; cat "$dir/list.txt"; exit 1; }
+grep -q "^weights/5.bias .* 2 histograms, last step 6: 10 values" "$dir/list.txt" ||
+  { echo "no weight histograms:"; cat "$dir/list.txt"; exit 1; }
 # an unwritable trace path is a clear error, exit 1
 if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.json --quiet 2> "$dir/err"; then
   echo "expected failure for an unwritable trace path"; exit 1

@@ -17,6 +17,7 @@
 
 #include "core/parallel.h"
 #include "fathom/fathom.h"
+#include "fathom/gpt.h"
 #include "fathom/nn.h"
 #include "fathom/observe.h"
 #include "fathom/profile.h"
@@ -484,6 +485,168 @@ static void test_summary(void) {
     fm_module_free(m);
 }
 
+/* Weight and gradient histograms of a parameter list, and fathom's reader listing them. */
+static void test_histograms_of_params(void) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/hist", tmpdir);
+    int64_t s6[1] = {6}, s4[2] = {2, 2};
+    fm_tensor *a = fm_tensor_randn(1, s6, FM_F32, NULL), *b = fm_tensor_randn(2, s4, FM_F32, NULL);
+    fm_tensor_requires_grad_(a, true);
+    fm_tensor_requires_grad_(b, true);
+    fm_tensor *sq = fm_mul(a, a), *l = fm_sum(sq, 0, NULL, false);
+    CHECK(fm_backward(l, NULL, false) == FM_OK); /* a gets a gradient, b does not */
+    fm_named_list ps = {0};
+    CHECK(fm_named_list_push(&ps, "fc.weight", a, false, false) == FM_OK);
+    CHECK(fm_named_list_push(&ps, "fc.bias", b, true, false) == FM_OK);
+    fm_tb_writer *w = fm_tb_writer_open(dir);
+    CHECK(w != NULL);
+    CHECK(fm_tb_add_histograms(w, NULL, &ps, false, 7) == FM_OK);
+    CHECK(fm_tb_add_histograms(w, NULL, &ps, true, 7) == FM_OK);
+    CHECK(fm_tb_add_histograms(w, "grads", &ps, true, 9) == FM_OK);
+    CHECK(fm_tb_add_scalar(w, "train/loss", 7, 1.5) == FM_OK);
+    CHECK(fm_tb_writer_close(w) == FM_OK);
+    fm_tb_scalars sc;
+    CHECK(fm_tb_read_scalars(dir, &sc) == FM_OK);
+    CHECK(sc.n == 1 && sc.n_histograms == 3); /* weights/fc.weight, weights/fc.bias, grads/fc.weight */
+    const fm_tb_series *gw = NULL, *wb = NULL;
+    for (int i = 0; i < sc.n_histograms; i++) {
+        if (!strcmp(sc.histograms[i].tag, "grads/fc.weight")) gw = &sc.histograms[i];
+        if (!strcmp(sc.histograms[i].tag, "weights/fc.bias")) wb = &sc.histograms[i];
+        CHECK(strcmp(sc.histograms[i].tag, "grads/fc.bias") != 0); /* no gradient: no histogram */
+    }
+    CHECK(gw && gw->n == 2 && gw->step[0] == 7 && gw->step[1] == 9 && gw->value[1] == 6);
+    CHECK(wb && wb->n == 1 && wb->value[0] == 4);
+    fm_tb_scalars_free(&sc);
+    CHECK(fm_tb_add_histograms(NULL, NULL, &ps, false, 0) == FM_ERR_INVALID);
+    fm_named_list_free(&ps); /* borrowed tensors: freed below */
+    fm_tensor_release_n(4, a, b, sq, l);
+}
+
+/* ---- GPT summary ---- */
+static const fm_layer_summary *find_row(const fm_model_summary *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->layers[i].name, name)) return &s->layers[i];
+    return NULL;
+}
+
+/* Forward FLOPs the profiler records for one real forward pass, by op name. */
+static void traced_forward_flops(fm_gpt *m, int64_t B, int64_t T, double *matmul, double *sdpa) {
+    *matmul = *sdpa = 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/gpt_trace.json", tmpdir);
+    int64_t sh[2] = {B, T};
+    fm_tensor *idx = fm_tensor_zeros(2, sh, FM_I64, FM_CPU);
+    CHECK(fm_profiler_start(path) == FM_OK);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *logits = fm_gpt_forward(m, idx, NULL, NULL);
+    fm_set_grad_enabled(prev);
+    CHECK(fm_profiler_stop() == FM_OK);
+    CHECK(logits && logits->ndim == 3 && logits->shape[2] == fm_gpt_get_config(m)->vocab_size);
+    fm_tensor_release_n(2, idx, logits);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK(root != NULL);
+    for (size_t i = 0; root && i < json_array_size(root); i++) {
+        json_t *e = json_array_get(root, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        if (!name || !cat || strcmp(cat, "forward")) continue;
+        double f = json_number_value(json_object_get(json_object_get(e, "args"), "flops"));
+        if (!strcmp(name, "matmul")) *matmul += f;
+        if (!strcmp(name, "scaled_dot_product_attention")) *sdpa += f;
+    }
+    json_decref(root);
+}
+
+static void test_gpt_summary(void) {
+    /* GPT-2 style, with biases: B 2, T 8, C 16, 2 heads of 8, MLP 64, vocab 32, 2 layers */
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+    c.n_layer = 2; c.n_head = 2; c.n_embd = 16; c.block_size = 8; c.vocab_size = 32; c.ffn_hidden = 64;
+    fm_rng rng;
+    fm_rng_init(&rng, 3);
+    fm_gpt *m = fm_gpt_new(&c, &rng);
+    CHECK(m != NULL);
+    if (!m) return;
+    fm_model_summary s;
+    CHECK(fm_gpt_summarize(m, 2, 8, &s) == FM_OK);
+    /* the count of the built model's tensors, and the same by hand: wte 32*16, wpe 8*16,
+     * per block ln_1 2*16, qkv 16*48+48, proj 16*16+16, ln_2 2*16, fc 16*64+64, proj 64*16+16; ln_f 2*16 */
+    CHECK(s.total_params == fm_gpt_num_params(m));
+    CHECK(s.total_params == 512 + 128 + 2 * (32 + 816 + 272 + 32 + 1088 + 1040) + 32);
+    CHECK(s.trainable == s.total_params && s.frozen == 0);
+    const fm_layer_summary *head = find_row(&s, "lm_head"), *wte = find_row(&s, "wte"), *h0 = find_row(&s, "h.0");
+    CHECK(head && wte && h0);
+    if (head && wte && h0) {
+        CHECK(head->params == 0 && head->tied_params == 32 * 16 && !strcmp(head->tied_to, "wte.weight"));
+        CHECK(wte->params == 32 * 16 && s.tied_params == 32 * 16);
+        CHECK(head->out_ndim == 3 && head->out_shape[0] == 2 && head->out_shape[1] == 8 && head->out_shape[2] == 32);
+        CHECK_NEAR(head->flops, 2.0 * 16 * 16 * 32, 0); /* B*T rows of a 16 -> 32 GEMM */
+        CHECK(h0->container && h0->params == 32 + 816 + 272 + 32 + 1088 + 1040);
+        /* one block by hand, B*T = 16 tokens:
+         *   ln_1       5 * 16*16                          =  1280
+         *   qkv        2*16*16*48 + 16*48 (bias)          = 25344
+         *   attention  4*B*H*T*T*D / 2 = 4*2*2*8*8*8 / 2  =  4096  (causal half)
+         *   proj       2*16*16*16 + 256 (bias) + 256 (residual) = 8704
+         *   ln_2                                          =  1280
+         *   fc         2*16*16*64 + 16*64                 = 33792
+         *   gelu       16*64                              =  1024
+         *   proj       2*16*64*16 + 256 + 256             = 33280 */
+        CHECK_NEAR(h0->flops, 108800, 0);
+    }
+    const fm_layer_summary *fc = find_row(&s, "h.1.mlp.fc");
+    CHECK(fc && fc->depth == 2 && fc->out_shape[2] == 64 && fc->params == 1088);
+    /* the GEMM and attention terms are what the profiler counts on a real forward pass */
+    double mm, sd;
+    traced_forward_flops(m, 2, 8, &mm, &sd);
+    CHECK_NEAR(mm, 2 * (2.0 * 16 * (16 * 48 + 16 * 16 + 16 * 64 + 64 * 16)) + 2.0 * 16 * 16 * 32, 0);
+    const fm_layer_summary *sdpa = find_row(&s, "h.0.attn.sdpa");
+    CHECK(sdpa && sdpa->params == 0);
+    if (sdpa) CHECK_NEAR(sd, 2 * sdpa->flops, 0);
+    char *js = fm_model_summary_json(&s);
+    CHECK(js && strstr(js, "\"tied_to\": \"wte.weight\"") && strstr(js, "\"input\": \"token ids\""));
+    free(js);
+    FILE *devnull = fopen("/dev/null", "w");
+    fm_model_summary_print(&s, devnull);
+    fclose(devnull);
+    fm_model_summary_free(&s);
+
+    /* a frozen tensor is counted as such */
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    int fi = fm_named_list_find(ps, "h.1.ln_2.weight");
+    CHECK(fi >= 0);
+    if (fi >= 0) fm_tensor_requires_grad_(ps->items[fi].tensor, false);
+    CHECK(fm_gpt_summarize(m, 1, 4, &s) == FM_OK);
+    CHECK(s.frozen == 16 && s.trainable == s.total_params - 16);
+    const fm_layer_summary *ln = find_row(&s, "h.1.ln_2");
+    CHECK(ln && ln->frozen == 16);
+    fm_model_summary_free(&s);
+    /* a sequence longer than the context, and no model */
+    CHECK(fm_gpt_summarize(m, 1, 9, &s) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("block_size 8");
+    CHECK(fm_gpt_summarize(NULL, 1, 1, &s) == FM_ERR_INVALID);
+    fm_gpt_free(m);
+
+    /* Llama style: grouped-query attention (4 heads, 2 kv heads of 16), SwiGLU 172, no biases */
+    c = fm_gpt_config_default(FM_GPT_LLAMA);
+    c.n_layer = 2; c.n_head = 4; c.n_kv_head = 2; c.n_embd = 64; c.block_size = 32; c.vocab_size = 256; c.ffn_hidden = 172;
+    m = fm_gpt_new(&c, &rng);
+    CHECK(m != NULL);
+    if (!m) return;
+    CHECK(fm_gpt_summarize(m, 4, 32, &s) == FM_OK);
+    CHECK(s.total_params == fm_gpt_num_params(m));
+    /* embed 256*64; per layer: 2 norms 64, q 64*64, k and v 64*32, o 64*64, gate/up/down 3*64*172; final norm 64 */
+    CHECK(s.total_params == 256 * 64 + 2 * (2 * 64 + 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172) + 64);
+    const fm_layer_summary *qkv = find_row(&s, "h.0.attn.qkv"), *rope = find_row(&s, "h.0.attn.rope");
+    CHECK(qkv && qkv->out_shape[2] == 128 && rope && rope->out_ndim == 4);
+    CHECK(find_row(&s, "wpe") == NULL);
+    traced_forward_flops(m, 4, 32, &mm, &sd);
+    CHECK_NEAR(mm, 2 * (2.0 * 128 * (64 * 128 + 64 * 64 + 64 * 344 + 172 * 64)) + 2.0 * 128 * 64 * 256, 0);
+    sdpa = find_row(&s, "h.1.attn.sdpa");
+    if (sdpa) CHECK_NEAR(sd, 2 * sdpa->flops, 0);
+    fm_model_summary_free(&s);
+    fm_gpt_free(m);
+}
+
 /* Sample logs for tools/read_tensorboard.py --self-test. */
 static int write_tb(const char *dir) {
     fm_tb_writer *w = fm_tb_writer_open(dir);
@@ -512,6 +675,8 @@ int main(int argc, char **argv) {
     test_trace();
     test_plot();
     test_summary();
+    test_histograms_of_params();
+    test_gpt_summary();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);

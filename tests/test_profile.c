@@ -1,16 +1,61 @@
 /* The profiler: the trace parses as Chrome trace-event JSON, spans on each thread
  * nest properly, op spans carry hand-checkable FLOP counts (GEMM, conv), forward
- * and backward are told apart, and an unwritable path is a clear error. */
+ * and backward are told apart, an unwritable path is a clear error, and a
+ * process killed mid-run leaves a trace that `fathom profile` still reads. */
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/parallel.h"
 #include "fathom/fathom.h"
+#include "fathom/observe.h"
 #include "fathom/profile.h"
 #include "test_util.h"
 
+/* A child process profiles a few small ops (far less than the 64 KiB write
+ * threshold), idles past the half-second flush interval, runs one more op and is
+ * killed without stopping the profiler. What reached the file must be a readable,
+ * truncated trace holding the ops. */
+static void test_crash_leaves_trace(void) {
+    char path[] = "/tmp/fathom_crash_trace_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (fm_profiler_start(path) != FM_OK) _exit(3);
+        int64_t sa[2] = {4, 4};
+        fm_tensor *a = fm_tensor_ones(2, sa, FM_F32, FM_CPU);
+        fm_profile_push("step", "step");
+        fm_tensor *y = fm_matmul(a, a);
+        fm_profile_pop();
+        usleep(600 * 1000);
+        fm_tensor *z = fm_matmul(y, a); /* the first event after the interval writes everything out */
+        fm_tensor_release_n(3, a, y, z); /* (only so that valgrind's report on the child stays clean) */
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child status %d", status);
+    fm_trace_summary s;
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.truncated); /* no closing bracket: the run never stopped the profiler */
+    int64_t mm = 0;
+    for (int i = 0; i < s.n_ops; i++)
+        if (!strcmp(s.ops[i].name, "matmul")) mm = s.ops[i].calls;
+    CHECK_MSG(mm == 2, "matmul calls in the crashed trace: %lld", (long long)mm);
+    CHECK(s.n_steps == 1);
+    fm_trace_summary_free(&s);
+    unlink(path);
+}
+
 int main(void) {
+    test_crash_leaves_trace(); /* first: fork before this process has started any threads */
     char path[] = "/tmp/fathom_trace_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);

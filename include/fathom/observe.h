@@ -44,6 +44,11 @@ fm_status fm_tb_add_scalar(fm_tb_writer *w, const char *tag, int64_t step, doubl
 fm_status fm_tb_add_histogram(fm_tb_writer *w, const char *tag, int64_t step, const double *values, size_t n);
 /* Same, of a tensor of any float dtype and layout (host or device). */
 fm_status fm_tb_add_histogram_tensor(fm_tb_writer *w, const char *tag, int64_t step, const fm_tensor *t);
+typedef struct fm_named_list fm_named_list; /* fathom/nn.h */
+/* One histogram per tensor of a named list, tagged "<prefix>/<name>" (prefix NULL:
+ * "weights", or "grads" when grads is true); with grads, of each tensor's .grad,
+ * skipping tensors that have none. Buffers are skipped. */
+fm_status fm_tb_add_histograms(fm_tb_writer *w, const char *prefix, const fm_named_list *l, bool grads, int64_t step);
 const char *fm_tb_writer_path(const fm_tb_writer *w);
 /* Closes the file; returns the first write error seen, if any. NULL is fine. */
 fm_status fm_tb_writer_close(fm_tb_writer *w);
@@ -71,9 +76,13 @@ typedef struct fm_tb_series {
 typedef struct fm_tb_scalars {
     int n, cap;
     fm_tb_series *series;
+    /* histograms, one series per tag: value = how many values each one summarized */
+    int n_histograms, cap_histograms;
+    fm_tb_series *histograms;
 } fm_tb_scalars;
-/* Every scalar in a log directory (event files in it and in its subdirectories,
- * oldest file first) or in one event file. Series are sorted by step. */
+/* Every scalar (and which histograms there are) in a log directory (event files
+ * in it and in its subdirectories, oldest file first) or in one event file.
+ * Series are sorted by step. */
 fm_status fm_tb_read_scalars(const char *path, fm_tb_scalars *out);
 const fm_tb_series *fm_tb_scalars_find(const fm_tb_scalars *s, const char *tag);
 void fm_tb_scalars_free(fm_tb_scalars *s);
@@ -171,6 +180,8 @@ typedef struct fm_layer_summary {
     int64_t buffer_elems;              /* BatchNorm running statistics */
     double flops;     /* forward FLOPs for the whole batch (a multiply-add is 2) */
     double act_bytes; /* bytes of the layer's output (0 for views such as flatten) */
+    char tied_to[64]; /* weight tying: the parameter this layer reuses ("wte.weight"), counted in its own row */
+    int64_t tied_params;
 } fm_layer_summary;
 
 typedef struct fm_model_summary {
@@ -180,6 +191,8 @@ typedef struct fm_model_summary {
     int64_t in_shape[FM_MAX_DIMS]; /* batch first */
     int64_t total_params, trainable, frozen, buffer_elems;
     double total_flops, act_bytes, input_bytes, param_bytes, buffer_bytes;
+    int64_t tied_params;  /* parameters reused by another layer, counted once in the totals */
+    char input_desc[32];  /* what the input is when not a float tensor ("token ids") */
 } fm_model_summary;
 
 /* Walks the model with an input shape (batch dim first), layer by layer.
@@ -188,6 +201,14 @@ fm_status fm_model_summarize(fm_module *m, int ndim, const int64_t *in_shape, fm
 void fm_model_summary_print(const fm_model_summary *s, FILE *f);
 char *fm_model_summary_json(const fm_model_summary *s);
 void fm_model_summary_free(fm_model_summary *s);
+
+typedef struct fm_gpt fm_gpt; /* fathom/gpt.h */
+/* The same table for a GPT model and an input of [batch, seq] token ids
+ * (seq <= block_size): embeddings, per block the norms, attention (QKV, rotary,
+ * attention, output projection) and MLP rows, the final norm and the tied LM
+ * head. Parameters come from the model's tensors; the tied head weight is shown
+ * on its row and counted once in the totals. */
+fm_status fm_gpt_summarize(const fm_gpt *m, int64_t batch, int64_t seq, fm_model_summary *out);
 
 /* ---------------- plots (`fathom plot`) ---------------- */
 

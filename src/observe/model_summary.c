@@ -203,22 +203,37 @@ static const char *human_flops(double f, char *buf, size_t n) {
 
 void fm_model_summary_print(const fm_model_summary *s, FILE *f) {
     char sh[96], a[32], b[32], c[32];
-    const char *rule = "==========================================================================================================";
-    fprintf(f, "%s\n%-40s %-20s %12s %10s %10s %10s\n%s\n", rule, "layer (index: type)", "output shape", "params", "frozen", "FLOPs",
-            "act. MB", rule);
+    /* the label column widens for deep names ("h.11.attn.qkv: linear 768->2304 (q, k, v)") */
+    int lw = 40;
+    for (int i = 0; i < s->n; i++) {
+        const fm_layer_summary *r = &s->layers[i];
+        int n = 2 * (r->depth % 16) + (int)strlen(r->name) + 2 + (int)strlen(r->desc);
+        if (n > lw) lw = n < 72 ? n : 72;
+    }
+    char rule[192];
+    int rl = lw + 68;
+    memset(rule, '=', (size_t)rl);
+    rule[rl] = 0;
+    fprintf(f, "%s\n%-*s %-20s %12s %10s %10s %10s\n%s\n", rule, lw, "layer (index: type)", "output shape", "params", "frozen",
+            "FLOPs", "act. MB", rule);
     for (int i = 0; i < s->n; i++) {
         const fm_layer_summary *r = &s->layers[i];
         char label[256];
         snprintf(label, sizeof label, "%*s%s: %s", 2 * (r->depth % 16), "", r->name, r->desc);
-        fprintf(f, "%-40.40s %-20s %12s %10s %10s %10.3f\n", label, fm_shape_str(r->out_ndim, r->out_shape, sh, sizeof sh),
-                commas(r->params, a, sizeof a), r->frozen ? commas(r->frozen, b, sizeof b) : "-", human_flops(r->flops, c, sizeof c),
-                r->act_bytes / 1e6);
+        const char *pstr = r->tied_params && !r->params ? "(tied)" : commas(r->params, a, sizeof a);
+        fprintf(f, "%-*.*s %-20s %12s %10s %10s %10.3f\n", lw, lw, label, fm_shape_str(r->out_ndim, r->out_shape, sh, sizeof sh),
+                pstr, r->frozen ? commas(r->frozen, b, sizeof b) : "-", human_flops(r->flops, c, sizeof c), r->act_bytes / 1e6);
     }
     fprintf(f, "%s\n", rule);
-    fprintf(f, "Input shape: %s (batch %lld)\n", fm_shape_str(s->in_ndim, s->in_shape, sh, sizeof sh), (long long)s->in_shape[0]);
+    fprintf(f, "Input shape: %s (batch %lld%s%s)\n", fm_shape_str(s->in_ndim, s->in_shape, sh, sizeof sh),
+            (long long)s->in_shape[0], s->input_desc[0] ? ", " : "", s->input_desc);
     fprintf(f, "Total params: %s\n", commas(s->total_params, a, sizeof a));
     fprintf(f, "Trainable params: %s\n", commas(s->trainable, a, sizeof a));
     fprintf(f, "Non-trainable (frozen) params: %s\n", commas(s->frozen, a, sizeof a));
+    for (int i = 0; i < s->n; i++)
+        if (s->layers[i].tied_to[0])
+            fprintf(f, "Tied weights: %s reuses %s (%s params, counted once)\n", s->layers[i].name, s->layers[i].tied_to,
+                    commas(s->layers[i].tied_params, a, sizeof a));
     if (s->buffer_elems) fprintf(f, "Buffers (running statistics): %s values\n", commas(s->buffer_elems, a, sizeof a));
     fprintf(f, "Forward FLOPs: %s (%s per sample; a training step is about 3x)\n", human_flops(s->total_flops, a, sizeof a),
             human_flops(s->in_shape[0] > 0 ? s->total_flops / (double)s->in_shape[0] : 0, b, sizeof b));
@@ -235,6 +250,7 @@ char *fm_model_summary_json(const fm_model_summary *s) {
     if (!root || !layers || !in) { json_decref(root); json_decref(layers); json_decref(in); return NULL; }
     for (int i = 0; i < s->in_ndim; i++) json_array_append_new(in, json_integer(s->in_shape[i]));
     json_object_set_new(root, "input_shape", in);
+    if (s->input_desc[0]) json_object_set_new(root, "input", json_string(s->input_desc));
     for (int i = 0; i < s->n; i++) {
         const fm_layer_summary *r = &s->layers[i];
         json_t *shape = json_array();
@@ -243,11 +259,17 @@ char *fm_model_summary_json(const fm_model_summary *s) {
                                                 r->depth, "output_shape", shape, "params", (json_int_t)r->params, "trainable",
                                                 (json_int_t)r->trainable, "frozen", (json_int_t)r->frozen, "flops", r->flops,
                                                 "activation_bytes", r->act_bytes));
+        if (r->tied_to[0]) {
+            json_t *row = json_array_get(layers, json_array_size(layers) - 1);
+            json_object_set_new(row, "tied_to", json_string(r->tied_to));
+            json_object_set_new(row, "tied_params", json_integer(r->tied_params));
+        }
     }
     json_object_set_new(root, "layers", layers);
     json_object_set_new(root, "total_params", json_integer(s->total_params));
     json_object_set_new(root, "trainable_params", json_integer(s->trainable));
     json_object_set_new(root, "frozen_params", json_integer(s->frozen));
+    json_object_set_new(root, "tied_params", json_integer(s->tied_params));
     json_object_set_new(root, "buffer_values", json_integer(s->buffer_elems));
     json_object_set_new(root, "forward_flops", json_real(s->total_flops));
     json_object_set_new(root, "input_bytes", json_real(s->input_bytes));

@@ -20,6 +20,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "fathom/nn.h" /* fm_named_list */
 #include "fathom/observe.h"
 
 /* ---- CRC-32C ---- */
@@ -279,6 +280,19 @@ fm_status fm_tb_add_histogram_tensor(fm_tb_writer *w, const char *tag, int64_t s
     return st;
 }
 
+fm_status fm_tb_add_histograms(fm_tb_writer *w, const char *prefix, const fm_named_list *l, bool grads, int64_t step) {
+    if (!w || !l) return fm_set_error(FM_ERR_INVALID, "tensorboard: add_histograms needs a writer and a tensor list");
+    for (int i = 0; i < l->n; i++) {
+        const fm_tensor *t = grads ? l->items[i].tensor->grad : l->items[i].tensor;
+        if (!t || l->items[i].is_buffer) continue;
+        char tag[320];
+        snprintf(tag, sizeof tag, "%s/%s", prefix ? prefix : (grads ? "grads" : "weights"), l->items[i].name);
+        fm_status st = fm_tb_add_histogram_tensor(w, tag, step, t);
+        if (st != FM_OK) return st;
+    }
+    return FM_OK;
+}
+
 fm_status fm_tb_writer_close(fm_tb_writer *w) {
     if (!w) return FM_OK;
     fm_status st = w->err;
@@ -491,30 +505,35 @@ fm_status fm_tb_read_file(const char *path, fm_tb_value_fn fn, void *ctx, int64_
 
 typedef struct scalar_ctx { fm_tb_scalars *s; const char *prefix; bool oom; } scalar_ctx;
 
-static fm_tb_series *series_get(fm_tb_scalars *s, const char *tag) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->series[i].tag, tag)) return &s->series[i];
-    if (s->n == s->cap) {
-        int nc = s->cap ? s->cap * 2 : 8;
-        fm_tb_series *ns = realloc(s->series, (size_t)nc * sizeof *ns);
+/* The series for tag in one of the two lists (scalars or histograms). */
+static fm_tb_series *series_get(fm_tb_series **list, int *n, int *cap, const char *tag) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp((*list)[i].tag, tag)) return &(*list)[i];
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 8;
+        fm_tb_series *ns = realloc(*list, (size_t)nc * sizeof *ns);
         if (!ns) return NULL;
-        s->series = ns;
-        s->cap = nc;
+        *list = ns;
+        *cap = nc;
     }
-    fm_tb_series *r = &s->series[s->n];
+    fm_tb_series *r = &(*list)[*n];
     memset(r, 0, sizeof *r);
     r->tag = strdup(tag);
     if (!r->tag) return NULL;
-    s->n++;
+    (*n)++;
     return r;
 }
 
 static void on_scalar(void *vctx, const char *tag, int64_t step, double wall, double value, const fm_tb_histo *h) {
     scalar_ctx *c = vctx;
-    if (h || c->oom) return;
+    if (c->oom) return;
     char full[1024];
     snprintf(full, sizeof full, "%s%s", c->prefix, tag);
-    fm_tb_series *r = series_get(c->s, full);
+    fm_tb_scalars *s = c->s;
+    /* a histogram is listed by how many values it summarized */
+    fm_tb_series *r = h ? series_get(&s->histograms, &s->n_histograms, &s->cap_histograms, full)
+                        : series_get(&s->series, &s->n, &s->cap, full);
+    if (h) value = h->num;
     if (!r) { c->oom = true; return; }
     if (r->n == r->cap) {
         int nc = r->cap ? r->cap * 2 : 64;
@@ -617,6 +636,7 @@ fm_status fm_tb_read_scalars(const char *path, fm_tb_scalars *out) {
     if (st == FM_OK && c.oom) st = fm_set_error(FM_ERR_OOM, "tensorboard: out of memory reading scalars");
     if (st != FM_OK) { fm_tb_scalars_free(out); return st; }
     for (int i = 0; i < out->n; i++) sort_series(&out->series[i]);
+    for (int i = 0; i < out->n_histograms; i++) sort_series(&out->histograms[i]);
     return FM_OK;
 }
 
@@ -626,14 +646,19 @@ const fm_tb_series *fm_tb_scalars_find(const fm_tb_scalars *s, const char *tag) 
     return NULL;
 }
 
+static void free_series(fm_tb_series *list, int n) {
+    for (int i = 0; i < n; i++) {
+        free(list[i].tag);
+        free(list[i].step);
+        free(list[i].value);
+        free(list[i].wall_time);
+    }
+    free(list);
+}
+
 void fm_tb_scalars_free(fm_tb_scalars *s) {
     if (!s) return;
-    for (int i = 0; i < s->n; i++) {
-        free(s->series[i].tag);
-        free(s->series[i].step);
-        free(s->series[i].value);
-        free(s->series[i].wall_time);
-    }
-    free(s->series);
+    free_series(s->series, s->n);
+    free_series(s->histograms, s->n_histograms);
     memset(s, 0, sizeof *s);
 }

@@ -1,7 +1,9 @@
 /* The trace writer behind fathom/profile.h.
  *
  * Events are formatted on the recording thread into a shared buffer under a
- * mutex and written out when it passes 64 KiB (and at stop). Spans use the
+ * mutex and written out when it passes 64 KiB, when half a second has gone by
+ * since the last write (so a slow run that crashes loses at most the last half
+ * second), and at stop. Spans use the
  * "complete" event form (ph "X": start + duration), so nesting is implied by
  * time containment on one thread's track, which is how the viewers draw it. */
 #include <errno.h>
@@ -17,6 +19,7 @@
 #include "fathom/profile.h"
 
 #define FLUSH_AT (64 * 1024)
+#define FLUSH_EVERY_S 0.5
 #define MAX_DEPTH 64
 
 static struct {
@@ -24,7 +27,7 @@ static struct {
     FILE *f;
     char *buf;
     size_t len, cap;
-    double t0;
+    double t0, last_flush_s;
     int n_events;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -44,7 +47,15 @@ double fm_profiler_now_us(void) { return mono_us() - g.t0; }
 
 static long tid(void) { return (long)syscall(SYS_gettid); }
 
+/* coarse clock: a few ns, and resolution of a few ms is plenty for a flush timer */
+static double coarse_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void flush_locked(void) {
+    g.last_flush_s = coarse_s();
     if (g.f && g.len) {
         fwrite(g.buf, 1, g.len, g.f);
         fflush(g.f);
@@ -74,7 +85,7 @@ static void emit(const char *fmt, ...) {
     if (g.n_events++) { g.buf[g.len++] = ','; g.buf[g.len++] = '\n'; }
     memcpy(g.buf + g.len, line, (size_t)n);
     g.len += (size_t)n;
-    if (g.len >= FLUSH_AT) flush_locked();
+    if (g.len >= FLUSH_AT || coarse_s() - g.last_flush_s >= FLUSH_EVERY_S) flush_locked();
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -105,6 +116,7 @@ fm_status fm_profiler_start(const char *path) {
     g.len = 0;
     g.n_events = 0;
     g.t0 = mono_us();
+    g.last_flush_s = coarse_s();
     pthread_mutex_unlock(&g.mu);
     emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", (int)getpid());
     __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);

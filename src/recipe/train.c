@@ -443,6 +443,15 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
         fm_memory_tag_pop(mprev);
         fm_tensor_release_n(2, logits, loss);
         if (st) { fm_profile_pop(); goto done; }
+        if (tb && opt->hist_every > 0 && (epoch + 1) % opt->hist_every == 0) {
+            /* gradients live only between backward and zero_grad: log them on the step that ends an
+             * epoch whose weights get histograms, before clipping, at the step number the weights get */
+            fm_dataloader_state ls;
+            fm_named_list ps = {0};
+            if (fm_dataloader_state_get(t.loader, &ls) == FM_OK && ls.batch == nb && fm_module_parameters(t.model, &ps) == FM_OK)
+                fm_tb_add_histograms(tb, "grads", &ps, true, t.step + 1);
+            fm_named_list_free(&ps);
+        }
         fm_profile_push("optimizer", "optimizer");
         mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
         double gnorm = NAN;
