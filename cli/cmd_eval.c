@@ -9,21 +9,24 @@
 #include "fathom/recipe.h"
 
 static void eval_usage(FILE *f) {
-    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--json]\n\n"
+    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--json] [--quiet]\n\n"
                "Evaluates a model saved by `fathom train` on the test split of its data set.\n\n"
                "  --data DIR   directory with the idx files (default: the recipe's data set)\n"
                "  --batch N    evaluation batch size (default 1000)\n"
-               "  --json       print one JSON object on stdout\n");
+               "  --json       print one JSON object on stdout\n"
+               "  --quiet      no progress output (otherwise on stderr: a redrawn line on a terminal,\n"
+               "               plain periodic lines elsewhere)\n");
 }
 
 int fm_cmd_eval(int argc, char **argv) {
     const char *dir = NULL, *data = NULL;
-    bool json = false;
+    bool json = false, quiet = false;
     long batch = 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--quiet")) { quiet = true; continue; }
         if (!strcmp(a, "--data") || !strncmp(a, "--data=", 7)) {
             data = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
             if (!data || !*data) { fm_cli_error("eval: --data needs a directory"); eval_usage(stderr); return 2; }
@@ -47,7 +50,7 @@ int fm_cmd_eval(int argc, char **argv) {
     int rc = 1;
     fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
     double acc = 0, loss = 0;
-    if (!d || fm_evaluate(m, d, &r.transforms, batch, &acc, &loss) != FM_OK) {
+    if (!d || fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr) != FM_OK) {
         fm_cli_error("%s", fm_last_error());
     } else {
         rc = 0;

@@ -24,6 +24,21 @@ grep -q "^grads/1.weight .* 2 histograms, last step 6: 802816 values" "$dir/list
   { echo "no gradient histograms at steps 3 and 6:"; cat "$dir/list.txt"; exit 1; }
 grep -q "^weights/5.bias .* 2 histograms, last step 6: 10 values" "$dir/list.txt" ||
   { echo "no weight histograms:"; cat "$dir/list.txt"; exit 1; }
+# progress lines: plain lines when the output is not a terminal, a redrawn line on one, none with --quiet,
+# for training and for evaluation (fathom eval, and the test-set evaluation at the end of training)
+"$bin" train "$dir/small.ini" --batch 200 --out "$dir/small" > "$dir/train.txt" 2>&1
+grep -q "^epoch 2/2: done 3/3 (100%)" "$dir/train.txt" || { echo "no plain training progress:"; cat "$dir/train.txt"; exit 1; }
+grep -q "^eval: done 10/10 (100%)" "$dir/train.txt" || { echo "no plain evaluation progress in training:"; cat "$dir/train.txt"; exit 1; }
+"$bin" eval "$dir/small" > "$dir/eval.out" 2> "$dir/eval.err"
+grep -q "^eval: done 10/10 (100%)" "$dir/eval.err" || { echo "no plain eval progress on stderr:"; cat "$dir/eval.err"; exit 1; }
+grep -q "test accuracy" "$dir/eval.out"
+"$bin" eval "$dir/small" --quiet > "$dir/eval.out" 2> "$dir/eval.err"
+[ ! -s "$dir/eval.err" ] || { echo "eval --quiet printed progress:"; cat "$dir/eval.err"; exit 1; }
+if command -v script > /dev/null; then
+  script -qc "'$bin' eval '$dir/small'" /dev/null > "$dir/eval.tty" 2>&1 || true
+  grep -q $'\r\033\[Keval \[' "$dir/eval.tty" || { echo "no redrawn eval line on a terminal:"; od -c "$dir/eval.tty" | head; exit 1; }
+  if grep -q "^eval: 1/10" "$dir/eval.tty"; then echo "plain eval lines on a terminal"; exit 1; fi
+fi
 # an unwritable trace path is a clear error, exit 1
 if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.json --quiet 2> "$dir/err"; then
   echo "expected failure for an unwritable trace path"; exit 1

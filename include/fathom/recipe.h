@@ -120,6 +120,10 @@ fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module 
  * `tf` (may be NULL) is applied to the inputs; only its normalization is used. */
 fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
                       double *loss);
+/* The same with a progress line on `log` (a terminal: one redrawn line; otherwise plain
+ * periodic lines; NULL: none), as fm_progress shows training. */
+fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size,
+                               double *accuracy, double *loss, FILE *log);
 /* The test split named by the recipe (data_dir overrides its directory when not NULL). */
 fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir);
 

@@ -83,6 +83,11 @@ static fm_status check_input_shape(const fm_recipe *r, fm_dataset *d) {
 
 fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
                       double *loss) {
+    return fm_evaluate_progress(model, d, tf, batch_size, accuracy, loss, NULL);
+}
+
+fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size,
+                               double *accuracy, double *loss, FILE *log) {
     if (!fm_dataset_y(d)) return fm_set_error(FM_ERR_INVALID, "evaluate: the data set has no labels");
     fm_loader_options lo;
     fm_loader_options_init(&lo);
@@ -96,8 +101,10 @@ fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, 
     fm_module_train(model, false);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
-    int64_t correct = 0, total = 0;
+    int64_t correct = 0, total = 0, done = 0;
     double loss_sum = 0;
+    fm_progress *prog = fm_progress_begin("eval", fm_dataloader_num_batches(l), "samples",
+                                          log ? FM_PROGRESS_AUTO : FM_PROGRESS_QUIET, log);
     for (;;) {
         fm_batch b;
         if ((st = fm_dataloader_next(l, &b)) != FM_OK || !b.x) break;
@@ -110,7 +117,9 @@ fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, 
         for (int64_t i = 0; i < b.size; i++) correct += p[i] == (int64_t)fm_tensor_get(b.y, i);
         total += b.size;
         fm_tensor_release_n(3, logits, ls, pred);
+        fm_progress_update(prog, ++done, total, loss_sum / (double)total);
     }
+    fm_progress_end(prog);
     fm_set_grad_enabled(prev);
     fm_module_train(model, was_training);
     fm_dataloader_free(l);
@@ -505,7 +514,7 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     }
     if (test) {
         if ((st = check_input_shape(&r, test)) != FM_OK) goto done;
-        st = fm_evaluate(t.model, test, &r.transforms, 1000, &res->test_accuracy, &res->test_loss);
+        st = fm_evaluate_progress(t.model, test, &r.transforms, 1000, &res->test_accuracy, &res->test_loss, log);
         if (st == FM_OK && tb) {
             fm_tb_add_scalar(tb, "val/accuracy", t.step, res->test_accuracy);
             fm_tb_add_scalar(tb, "val/loss", t.step, res->test_loss);
