@@ -41,6 +41,10 @@ typedef enum fm_mem_category {
 fm_mem_category fm_memory_tag_push(fm_mem_category c);
 void fm_memory_tag_pop(fm_mem_category previous);
 const char *fm_mem_category_name(fm_mem_category c);
+/* Moves a storage's bytes to another category (autograd hands a freshly computed
+ * gradient to a parameter without copying it). A no-op for other allocators. */
+struct fm_storage;
+void fm_memory_retag(struct fm_storage *s, fm_mem_category c);
 
 /* Allocator configuration, as TensorFlow's memory options:
  *   grow (default): obtain memory as needed and cache freed blocks by size class;

@@ -95,7 +95,7 @@ static fm_status add_leaf(walk *w, fm_tensor *leaf, fm_tensor *g) {
 static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g);
 
 /* Store g as leaf's gradient (memory counted as gradients), owning its storage (a gradient passed through
- * unchanged may share storage with another tensor's gradient). */
+ * unchanged may share storage with another tensor's gradient). Consumes the caller's reference to g. */
 static fm_status finish_leaf(fm_tensor *leaf, fm_tensor *g) {
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_GRADIENTS);
     fm_status st = finish_leaf_tagged(leaf, g);
@@ -104,7 +104,7 @@ static fm_status finish_leaf(fm_tensor *leaf, fm_tensor *g) {
 }
 
 static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g) {
-    g = run_hooks(leaf->hooks, fm_tensor_retain(g));
+    g = run_hooks(leaf->hooks, g);
     if (!g) return FM_OK;
     fm_tensor *ng;
     if (leaf->grad) {
@@ -112,7 +112,9 @@ static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g) {
     } else if (g->refcount > 1 || g->storage->refcount > 1 || !fm_tensor_is_contiguous(g)) {
         ng = fm_clone(g);
     } else {
+        /* the walk's only reference to a fresh gradient: take it without a copy */
         ng = fm_tensor_retain(g);
+        fm_memory_retag(g->storage, FM_MEM_GRADIENTS);
     }
     fm_tensor_release(g);
     if (!ng) return fm_last_status();
@@ -274,7 +276,7 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
 finish:
     for (size_t i = 0; i < w.nl; i++) {
         if (st == FM_OK) st = finish_leaf(w.leaves[i].leaf, w.leaves[i].sum);
-        fm_tensor_release(w.leaves[i].sum);
+        else fm_tensor_release(w.leaves[i].sum);
     }
     free(w.leaves);
     free(w.nodes);

@@ -439,6 +439,20 @@ static fm_allocator g_cpu_alloc = {"cpu-caching", cpu_alloc, cpu_free, cpu_stats
 
 fm_allocator *fm_cpu_allocator(void) { return &g_cpu_alloc; }
 
+void fm_memory_retag(fm_storage *s, fm_mem_category cat) {
+    if (!s || s->alloc != &g_cpu_alloc || !s->data || (unsigned)cat >= FM_MEM_CAT_COUNT) return;
+    cpu_cache *c = &g_cpu;
+    hdr *h = (hdr *)((char *)s->data - HDR);
+    pthread_mutex_lock(&c->mu);
+    if (h->magic == MAGIC && h->in_use && h->cat != cat) {
+        c->st.by_category[h->cat] -= h->size;
+        h->cat = (uint8_t)cat;
+        c->st.by_category[cat] += h->size;
+        if (c->st.by_category[cat] > c->st.by_category_peak[cat]) c->st.by_category_peak[cat] = c->st.by_category[cat];
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Release cached blocks (and an idle arena) at exit so leak checkers see only real leaks. */
 __attribute__((destructor)) static void cpu_cache_at_exit(void) {
     cpu_empty_cache(&g_cpu_alloc);

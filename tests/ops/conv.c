@@ -335,6 +335,36 @@ static int pool_forward(int is_max) {
             fm_tensor_release_n(3, xt, yt, s);
         }
         fm_tensor_release_n(2, x, y);
+        /* wide f32 rows take the vectorized 2x2 path (8 outputs at a time, then a scalar tail):
+         * values, ties (first maximum wins the gradient) and a NaN in the middle of a row */
+        p.layout = FM_NCHW;
+        int64_t W = 37, H = 6, nel = 2 * H * W;
+        float *v = malloc(sizeof(float) * (size_t)nel);
+        for (int64_t i = 0; i < nel; i++) v[i] = (float)((i * 7919) % 13) - 6.0f; /* many ties */
+        fm_tensor *xw = fm_tensor_from_data(v, 4, (int64_t[]){1, 2, H, W}, FM_F32);
+        fm_tensor_requires_grad_(xw, true);
+        fm_tensor *yw = fm_max_pool2d(xw, &p), *sw = yw ? fm_sum(yw, 0, NULL, false) : NULL;
+        CHECK(sw && fm_backward(sw, NULL, false) == FM_OK && xw->grad);
+        int64_t Ho = H / 2, Wo = W / 2, bad = 0;
+        for (int64_t pl = 0; yw && xw->grad && pl < 2; pl++)
+            for (int64_t oh = 0; oh < Ho; oh++)
+                for (int64_t ow = 0; ow < Wo; ow++) {
+                    int64_t at[4] = {(2 * oh) * W + 2 * ow, (2 * oh) * W + 2 * ow + 1, (2 * oh + 1) * W + 2 * ow,
+                                     (2 * oh + 1) * W + 2 * ow + 1};
+                    int k = 0;
+                    for (int q = 1; q < 4; q++) if (v[pl * H * W + at[q]] > v[pl * H * W + at[k]]) k = q;
+                    if (fm_tensor_get(yw, (pl * Ho + oh) * Wo + ow) != v[pl * H * W + at[k]]) bad++;
+                    for (int q = 0; q < 4; q++)
+                        if (fm_tensor_get(xw->grad, pl * H * W + at[q]) != (q == k ? 1.0 : 0.0)) bad++;
+                }
+        CHECK_MSG(bad == 0, "wide 2x2 max pool: %lld wrong values or gradients", (long long)bad);
+        v[2 * W + 10] = NAN; /* window (oh 1, ow 5) of plane 0, inside the vectorized part */
+        fm_tensor *xn = fm_tensor_from_data(v, 4, (int64_t[]){1, 2, H, W}, FM_F32), *yn = fm_max_pool2d(xn, &p);
+        CHECK(yn && isnan(fm_tensor_get(yn, 1 * Wo + 5)));
+        for (int64_t ow = 0; yn && ow < Wo; ow++)
+            if (ow != 5) CHECK_MSG(!isnan(fm_tensor_get(yn, 1 * Wo + ow)), "NaN leaked into ow %lld", (long long)ow);
+        free(v);
+        fm_tensor_release_n(5, xw, yw, sw, xn, yn);
     }
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 4, 4}, FM_F32, 42), *x3 = op_randn(3, (int64_t[]){2, 4, 4}, FM_F32, 43);

@@ -11,78 +11,14 @@
  * results do not depend on it. Pools and batch norm are direct loops over
  * planes (NCHW) or rows with channels innermost (NHWC).
  *
- * Who drives GEMM (OpenBLAS threads or fathom's pool): see the note above
- * conv_gemm(), with the measurements. */
-#include <cblas.h>
+ * GEMMs go through fm_cpu_gemm (gemm_cpu.c), which splits them over the pool. */
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/conv_avx2.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
 #include "core/parallel.h"
-
-/* ------------------------------------------------------------------ GEMM */
-
-/* Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. */
-typedef struct gemm_args {
-    fm_dtype dt;
-    bool ta, tb;
-    int64_t M, N, K;
-    const void *A; int64_t lda;
-    const void *B; int64_t ldb;
-    double beta;
-    void *C; int64_t ldc;
-} gemm_args;
-
-static void gemm_cols(const gemm_args *g, int64_t j0, int64_t j1) {
-    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
-    int64_t boff = g->tb ? j0 * g->ldb : j0;
-    if (g->dt == FM_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)(j1 - j0), (int)g->K, 1.0f, (const float *)g->A,
-                    (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)g->beta,
-                    (float *)g->C + j0, (int)g->ldc);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)g->M, (int)(j1 - j0), (int)g->K, 1.0, (const double *)g->A,
-                    (int)g->lda, (const double *)g->B + boff, (int)g->ldb, g->beta,
-                    (double *)g->C + j0, (int)g->ldc);
-}
-
-static void gemm_task(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const gemm_args *g = ctx;
-    gemm_cols(g, b * 64, e * 64 < g->N ? e * 64 : g->N);
-}
-
-/* Who drives GEMM: OpenBLAS's own threads whenever it has more than one - a
- * single call from the calling thread, as everywhere in fathom (BLAS and the
- * pool never nest: docs/ARCHITECTURE.md, "Who drives GEMM threads"). Only when
- * OpenBLAS runs single-threaded does the pool split C into 64-column panels,
- * one sgemm each. Measured with this kernel (f32, N=64, 3x3 pad 1, 2 threads,
- * wall ms, min of 6 interleaved runs; the shared 2-core box was at load 7-9):
- *   32->64 @28x28 fwd+bwd: OpenBLAS threads 137 / 204, pool split 105 / 157
- *   32->64 @28x28 fwd:     32 / 32, 31 / 36;  @14x14 fwd+bwd: 31 / 30, 30 / 56
- *   1->32  @28x28 fwd+bwd: 8.8 / 8.7, 6.8 / 7.6   (two rounds each)
- * The rounds disagree by more than the variants differ, so conv follows the
- * project-wide choice instead of flipping a global OpenBLAS setting itself;
- * the pool path keeps a single-threaded OpenBLAS build from running serially. */
-static void conv_gemm(gemm_args g) {
-    if (g.M <= 0 || g.N <= 0) return;
-    if (g.K <= 0) { /* beta*C: the GEMM has nothing to add */
-        for (int64_t i = 0; i < g.M; i++)
-            for (int64_t j = 0; j < g.N; j++) {
-                if (g.dt == FM_F32) { float *c = (float *)g.C + i * g.ldc + j; *c = g.beta == 0 ? 0.f : *c * (float)g.beta; }
-                else { double *c = (double *)g.C + i * g.ldc + j; *c = g.beta == 0 ? 0.0 : *c * g.beta; }
-            }
-        return;
-    }
-    int64_t panels = (g.N + 63) / 64;
-    if (openblas_get_num_threads() > 1 || fm_num_threads() <= 1 || panels < 2 ||
-        g.M * g.N * g.K < (int64_t)1 << 18) {
-        gemm_cols(&g, 0, g.N);
-        return;
-    }
-    int64_t grain = (panels + fm_num_threads() - 1) / fm_num_threads();
-    fm_parallel_for(panels, grain, gemm_task, &g);
-}
 
 /* -------------------------------------------------------------- geometry */
 
@@ -248,10 +184,12 @@ static inline int64_t grain_for(int64_t items, int64_t work_per_item) {
     static void db_nchw_##SFX(void *ctx, int64_t b, int64_t e, int tid) {                              \
         (void)tid;                                                                                    \
         const conv_job *j = ctx; const conv_geom *g = j->g;                                          \
+        bool simd = sizeof(T) == 4 && fm_cpu_use_avx2();                                               \
         for (int64_t o = b; o < e; o++) {                                                             \
             double s = 0;                                                                             \
             for (int64_t n = 0; n < g->N; n++) {                                                      \
                 const T *src = (const T *)j->dy + (n * g->O + o) * g->P;                              \
+                if (simd) { s += fm_avx2_sum_f32((const float *)(const void *)src, g->P); continue; } \
                 T part = 0;                                                                           \
                 for (int64_t q = 0; q < g->P; q++) part += src[q];                                    \
                 s += (double)part;                                                                    \
@@ -405,7 +343,7 @@ static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
         for (int64_t n = 0; n < g->N; n++) {
             if (bias) fill_bias(dt, mp(y, n * g->O * g->P, es), g->O, g->P, g->P, bias, true);
             for (int64_t gi = 0; gi < g->G; gi++)
-                conv_gemm((gemm_args){dt, false, false, g->Og, g->P, g->Cg, cp(w, gi * g->Og * g->K, es), g->K,
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->Cg, cp(w, gi * g->Og * g->K, es), g->K,
                                       cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, bias ? 1.0 : 0.0,
                                       mp(y, (n * g->O + gi * g->Og) * g->P, es), g->P});
         }
@@ -425,12 +363,12 @@ static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
                 for (int64_t nn = 0; nn < nb; nn++) {
                     void *yb = mp(y, ((n0 + nn) * g->O + j.o0) * g->P, es);
                     if (bias) fill_bias(dt, yb, g->Og, g->P, g->P, cp(bias, j.o0, es), true);
-                    conv_gemm((gemm_args){dt, false, false, g->Og, g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
                                           cp(j.cols, nn * g->P, es), nb * g->P, bias ? 1.0 : 0.0, yb, g->P});
                 }
                 continue;
             }
-            conv_gemm((gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
+            fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
                                   j.cols, nb * g->P, 0.0, fm_tensor_data(tmp), nb * g->P});
             fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->scatter_out_nchw, &j);
         }
@@ -449,7 +387,7 @@ static fm_status conv2d_fwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype
     if (g->pointwise) {
         if (bias) fill_bias(dt, y, g->N * g->P, g->O, g->O, bias, false);
         for (int64_t gi = 0; gi < g->G; gi++)
-            conv_gemm((gemm_args){dt, false, true, g->N * g->P, g->Og, g->Cg, cp(x, gi * g->Cg, es), g->C,
+            fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->N * g->P, g->Og, g->Cg, cp(x, gi * g->Cg, es), g->C,
                                   cp(wrp, gi * g->Og * g->K, es), g->K, bias ? 1.0 : 0.0, mp(y, gi * g->Og, es), g->O});
     } else {
         int64_t nc = conv_chunk(g, es);
@@ -461,7 +399,7 @@ static fm_status conv2d_fwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype
             for (int64_t gi = 0; gi < g->G; gi++) {
                 conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .x = x, .cols = fm_tensor_data(cols)};
                 fm_parallel_for(nb * g->Ho, grain_for(nb * g->Ho, g->Wo * g->K), f->im2col_nhwc, &j);
-                conv_gemm((gemm_args){dt, false, true, nb * g->P, g->Og, g->K, j.cols, g->K,
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, nb * g->P, g->Og, g->K, j.cols, g->K,
                                       cp(wrp, gi * g->Og * g->K, es), g->K, bias ? 1.0 : 0.0,
                                       mp(y, n0 * g->P * g->O + gi * g->Og, es), g->O});
             }
@@ -493,11 +431,11 @@ static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
             for (int64_t gi = 0; gi < g->G; gi++) {
                 const void *dyg = cp(dy, (n * g->O + gi * g->Og) * g->P, es);
                 if (dw) /* dW_g += dY_g [Og, P] . X_g^T [P, Cg] */
-                    conv_gemm((gemm_args){dt, false, true, g->Og, g->Cg, g->P, dyg, g->P,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->Cg, g->P, dyg, g->P,
                                           cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, n ? 1.0 : 0.0,
                                           mp(dw, gi * g->Og * g->K, es), g->K});
                 if (dx) /* dX_g = W_g^T [Cg, Og] . dY_g */
-                    conv_gemm((gemm_args){dt, true, false, g->Cg, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Cg, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
                                           dyg, g->P, 0.0, mp(dx, (n * g->C + gi * g->Cg) * g->P, es), g->P});
             }
         return FM_OK;
@@ -517,21 +455,21 @@ static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
                 fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
                 if (direct)
                     for (int64_t nn = 0; nn < nb; nn++)
-                        conv_gemm((gemm_args){dt, false, true, g->Og, g->K, g->P, cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es),
+                        fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->K, g->P, cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es),
                                               g->P, cp(j.cols, nn * g->P, es), nb * g->P, (n0 || nn) ? 1.0 : 0.0,
                                               mp(dw, gi * g->Og * g->K, es), g->K});
                 else
-                    conv_gemm((gemm_args){dt, false, true, g->Og, g->K, nb * g->P, j.dyt, nb * g->P, j.cols, nb * g->P,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->K, nb * g->P, j.dyt, nb * g->P, j.cols, nb * g->P,
                                           n0 ? 1.0 : 0.0, mp(dw, gi * g->Og * g->K, es), g->K});
             }
             if (dx) { /* dcols [K, nb*P] = W_g^T [K, Og] . dY, then col2im */
                 if (direct)
                     for (int64_t nn = 0; nn < nb; nn++)
-                        conv_gemm((gemm_args){dt, true, false, g->K, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                        fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->K, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
                                               cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es), g->P, 0.0,
                                               mp(j.cols, nn * g->P, es), nb * g->P});
                 else
-                    conv_gemm((gemm_args){dt, true, false, g->K, nb * g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->K, nb * g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
                                           j.dyt, nb * g->P, 0.0, j.cols, nb * g->P});
                 fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->col2im_nchw, &j);
             }
@@ -552,10 +490,10 @@ static fm_status conv2d_bwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype
     if (g->pointwise) {
         for (int64_t gi = 0; gi < g->G; gi++) {
             if (dw) /* dW_g [Og, Cg] = dY_g^T [Og, R] . X_g [R, Cg] */
-                conv_gemm((gemm_args){dt, true, false, g->Og, g->Cg, g->N * g->P, cp(dy, gi * g->Og, es), g->O,
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Og, g->Cg, g->N * g->P, cp(dy, gi * g->Og, es), g->O,
                                       cp(x, gi * g->Cg, es), g->C, 0.0, mp(dwrp, gi * g->Og * g->K, es), g->K});
             if (dx) /* dX_g [R, Cg] = dY_g [R, Og] . W_g [Og, Cg] */
-                conv_gemm((gemm_args){dt, false, false, g->N * g->P, g->Cg, g->Og, cp(dy, gi * g->Og, es), g->O,
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->N * g->P, g->Cg, g->Og, cp(dy, gi * g->Og, es), g->O,
                                       cp(wrp, gi * g->Og * g->K, es), g->K, 0.0, mp(dx, gi * g->Cg, es), g->C});
         }
     } else {
@@ -571,11 +509,11 @@ static fm_status conv2d_bwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype
                 const void *dyg = cp(dy, n0 * g->P * g->O + gi * g->Og, es);
                 if (dw) { /* dWr_g [Og, K] (+)= dY_g^T [Og, nb*P] . cols [nb*P, K] */
                     fm_parallel_for(nb * g->Ho, grain_for(nb * g->Ho, g->Wo * g->K), f->im2col_nhwc, &j);
-                    conv_gemm((gemm_args){dt, true, false, g->Og, g->K, nb * g->P, dyg, g->O, j.cols, g->K,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Og, g->K, nb * g->P, dyg, g->O, j.cols, g->K,
                                           n0 ? 1.0 : 0.0, mp(dwrp, gi * g->Og * g->K, es), g->K});
                 }
                 if (dx) { /* dcols [nb*P, K] = dY_g [nb*P, Og] . Wr_g [Og, K], then col2im */
-                    conv_gemm((gemm_args){dt, false, false, nb * g->P, g->K, g->Og, dyg, g->O,
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, nb * g->P, g->K, g->Og, dyg, g->O,
                                           cp(wrp, gi * g->Og * g->K, es), g->K, 0.0, j.cols, g->K});
                     fm_parallel_for(nb, 1, f->col2im_nhwc, &j);
                 }
@@ -678,9 +616,13 @@ typedef struct pool_job {
             int64_t *ip = j->idx + pl * g->Ho * g->Wo;                                                \
             if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0) {   \
                 /* the common 2x2/2 pool without the generic window bookkeeping */                    \
+                bool simd = sizeof(T) == 4 && fm_cpu_use_avx2() && g->W < ((int64_t)1 << 30);         \
                 for (int64_t oh = 0; oh < g->Ho; oh++) {                                              \
                     const T *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;                                \
-                    for (int64_t ow = 0; ow < g->Wo; ow++) {                                          \
+                    int64_t ow0 = !simd ? 0 : fm_avx2_maxpool2x2_row_f32((const float *)(const void *)r0, \
+                        (const float *)(const void *)r1, g->Wo, g->W, 2 * oh * g->W,                  \
+                        (float *)(void *)(yp + oh * g->Wo), ip + oh * g->Wo);                         \
+                    for (int64_t ow = ow0; ow < g->Wo; ow++) {                                        \
                         T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};            \
                         T best = v[0]; int k = 0;                                                     \
                         for (int q = 1; q < 4; q++)                                                   \
@@ -914,8 +856,21 @@ typedef struct bn_job {
         (void)tid;                                                                                    \
         const bn_job *j = ctx;                                                                        \
         double M = (double)(j->outer * j->inner);                                                     \
+        bool simd = sizeof(T) == 4 && fm_cpu_use_avx2();                                               \
         for (int64_t c = b; c < e; c++) {                                                             \
             double s = 0, ss = 0;                                                                     \
+            if (simd) {                                                                               \
+                for (int64_t o = 0; o < j->outer; o++)                                                \
+                    s += fm_avx2_sum_f32((const float *)j->x + (o * j->C + c) * j->inner, j->inner);  \
+                double mean = s / M;                                                                  \
+                float mf = (float)mean;                                                               \
+                for (int64_t o = 0; o < j->outer; o++)                                                \
+                    ss += fm_avx2_sqdev_f32((const float *)j->x + (o * j->C + c) * j->inner, j->inner, mf); \
+                /* sum (x - mf)^2 = sum (x - mean)^2 + M (mean - mf)^2 */                             \
+                ss -= M * (mean - mf) * (mean - mf);                                                  \
+                j->part[c] = mean; j->part[j->C + c] = (ss > 0 ? ss : 0) / M;                         \
+                continue;                                                                             \
+            }                                                                                         \
             for (int64_t o = 0; o < j->outer; o++) {                                                  \
                 const T *xp = (const T *)j->x + (o * j->C + c) * j->inner;                            \
                 for (int64_t i = 0; i < j->inner; i++) s += (double)xp[i];                            \
@@ -970,8 +925,19 @@ typedef struct bn_job {
     static void bn_bsum_nchw_##SFX(void *ctx, int64_t b, int64_t e, int tid) {                         \
         (void)tid;                                                                                    \
         const bn_job *j = ctx;                                                                        \
+        bool simd = sizeof(T) == 4 && fm_cpu_use_avx2();                                               \
         for (int64_t c = b; c < e; c++) {                                                             \
             double s = 0, sx = 0;                                                                     \
+            if (simd) {                                                                               \
+                float mf = (float)j->mean[c];                                                         \
+                for (int64_t o = 0; o < j->outer; o++)                                                \
+                    fm_avx2_sum_dydev_f32((const float *)j->dy + (o * j->C + c) * j->inner,           \
+                                          (const float *)j->x + (o * j->C + c) * j->inner, j->inner, mf, &s, &sx); \
+                /* sum dy (x - mf) = sum dy (x - mean) + (mean - mf) sum dy */                        \
+                sx -= (j->mean[c] - (double)mf) * s;                                                  \
+                j->part[c] = s; j->part[j->C + c] = sx * j->rstd[c];                                  \
+                continue;                                                                             \
+            }                                                                                         \
             for (int64_t o = 0; o < j->outer; o++) {                                                  \
                 const T *xp = (const T *)j->x + (o * j->C + c) * j->inner;                            \
                 const T *gp = (const T *)j->dy + (o * j->C + c) * j->inner;                           \

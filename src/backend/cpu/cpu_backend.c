@@ -21,6 +21,7 @@ static void build(void) {
     g_cpu.copy_d2h = cpu_copy;
     g_cpu.copy_d2d = cpu_copy;
     g_cpu.synchronize = cpu_sync;
+    fm_cpu_gemm_init();
     fm_cpu_kernels_elementwise(&g_cpu);
     fm_cpu_kernels_reduce(&g_cpu);
     fm_cpu_kernels_matmul(&g_cpu);

@@ -23,6 +23,21 @@ void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
 void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */
 void fm_cpu_kernels_fused(fm_backend *b);       /* qkv_split_heads (+backward) */
 
+/* Row-major C[M,N] = op(A)[M,K] * op(B)[K,N] + beta * C in f32 or f64
+ * (gemm_cpu.c): OpenBLAS per block, blocks split over fathom's pool. */
+typedef struct fm_cpu_gemm_args {
+    fm_dtype dt;
+    bool ta, tb;
+    int64_t M, N, K;
+    const void *A; int64_t lda;
+    const void *B; int64_t ldb;
+    double beta;
+    void *C; int64_t ldc;
+} fm_cpu_gemm_args;
+void fm_cpu_gemm(const fm_cpu_gemm_args *g);
+/* Picks who drives GEMM threads (once; the backend calls it at start-up). */
+void fm_cpu_gemm_init(void);
+
 /* An error for a dtype the kernel lacks. */
 fm_status fm_cpu_unsupported_dtype(const fm_op_call *c, fm_dtype dt);
 #endif

@@ -1,10 +1,8 @@
-/* CPU matmul through CBLAS (OpenBLAS). Operands may be transposed views: a
- * matrix whose columns are contiguous is passed with CblasTrans instead of being
- * copied. Batches run one GEMM after another, each using OpenBLAS's own threads
- * (see docs/ARCHITECTURE.md, "Who drives GEMM threads", for the measurement
- * behind that choice). f16/bf16 operands are widened to f32 and the result
+/* CPU matmul through fm_cpu_gemm (OpenBLAS per block, split over fathom's
+ * pool: gemm_cpu.c). Operands may be transposed views: a matrix whose columns
+ * are contiguous is passed transposed instead of being copied. Batches run one
+ * GEMM after another. f16/bf16 operands are widened to f32 and the result
  * narrowed, with f32 accumulation. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,19 +73,7 @@ static fm_status k_matmul(const fm_op_call *c) {
             if (!tc && !(tc = malloc((size_t)(M * N > 0 ? M * N : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
             out = tc;
         }
-        if (M && N) {
-            if (K == 0) {
-                memset(out, 0, (size_t)(M * N) * cs);
-            } else if (ct == FM_F32) {
-                cblas_sgemm(CblasRowMajor, ma.trans ? CblasTrans : CblasNoTrans, mb.trans ? CblasTrans : CblasNoTrans,
-                            (int)M, (int)N, (int)K, 1.0f, (const float *)ma.p, (int)ma.ld, (const float *)mb.p, (int)mb.ld,
-                            0.0f, out, (int)N);
-            } else {
-                cblas_dgemm(CblasRowMajor, ma.trans ? CblasTrans : CblasNoTrans, mb.trans ? CblasTrans : CblasNoTrans,
-                            (int)M, (int)N, (int)K, 1.0, (const double *)ma.p, (int)ma.ld, (const double *)mb.p, (int)mb.ld,
-                            0.0, out, (int)N);
-            }
-        }
+        fm_cpu_gemm(&(fm_cpu_gemm_args){ct, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, out, N});
         if (narrow) {
             char *dst = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)es;
             if (dt == FM_F16) fm_convert_f32_to_f16(tc, (uint16_t *)dst, (size_t)(M * N));

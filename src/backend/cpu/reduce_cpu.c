@@ -123,6 +123,35 @@ static void full_range(void *vctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* Sums over a non-innermost axis ([outer, R, inner], inner > 1: the bias
+ * gradient of a linear layer, batch-norm statistics): each work unit adds R
+ * contiguous rows of up to COLS columns into a double accumulator, so loads are
+ * unit-stride and vectorize. Each column is still summed over k = 0..R-1 in
+ * order, the same sequence as reduce_one's strided loop. */
+#define COLS 256
+static void col_range(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const red *r = vctx;
+    int64_t nblk = (r->inner + COLS - 1) / COLS;
+    double acc[COLS];
+    for (int64_t u = b; u < e; u++) {
+        int64_t o = u / nblk, c0 = (u % nblk) * COLS, nc = r->inner - c0 < COLS ? r->inner - c0 : COLS;
+        for (int64_t c = 0; c < nc; c++) acc[c] = 0;
+        for (int64_t k = 0; k < r->R; k++) {
+            int64_t row = (o * r->R + k) * r->inner + c0;
+            if (r->dt == FM_F32) {
+                const float *p = (const float *)r->x + row;
+                for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+            } else {
+                const double *p = (const double *)r->x + row;
+                for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+            }
+        }
+        double scale = r->op == FM_OP_MEAN ? (double)r->R : 1.0;
+        for (int64_t c = 0; c < nc; c++) store(r->out, o * r->inner + c0 + c, r->op == FM_OP_MEAN ? acc[c] / scale : acc[c]);
+    }
+}
+
 static fm_status k_reduce(const fm_op_call *c) {
     fm_tensor *x = c->in[0];
     red r = {.op = c->op, .x = (const char *)fm_tensor_data(x), .dt = x->dtype, .out = c->out[0],
@@ -154,6 +183,11 @@ static fm_status k_reduce(const fm_op_call *c) {
         for (int64_t b = 0; b < nb; b++) s += partial[b];
         free(partial);
         store(r.out, 0, c->op == FM_OP_MEAN ? s / (double)r.R : s);
+        return FM_OK;
+    }
+    if ((c->op == FM_OP_SUM || c->op == FM_OP_MEAN) && r.inner > 1 && (x->dtype == FM_F32 || x->dtype == FM_F64)) {
+        int64_t units = r.outer * ((r.inner + COLS - 1) / COLS), per = r.R * COLS;
+        fm_parallel_for(units, per >= 32768 ? 1 : 32768 / per + 1, col_range, &r);
         return FM_OK;
     }
     int64_t grain = r.R >= 4096 ? 1 : 4096 / r.R + 1;

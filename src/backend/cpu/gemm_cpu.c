@@ -1,0 +1,86 @@
+/* GEMM for the CPU kernels (matmul, linear, conv): OpenBLAS does the math,
+ * single-threaded; fathom's pool splits C into column panels or row blocks.
+ *
+ * Why not OpenBLAS's own threads: its pthreads build keeps its workers
+ * spinning (sched_yield) for a while after every call, so the elementwise,
+ * reduction and optimizer kernels that follow a GEMM run on fathom's pool
+ * while OpenBLAS's idle workers compete for the same cores. A profile of the
+ * MLP training step showed ~22% of samples in sched_yield. PyTorch avoids the
+ * same trap by running MKL and its own kernels on one OpenMP team; one pool
+ * for everything is fathom's version of that. FATHOM_GEMM_THREADS=openblas
+ * restores OpenBLAS's threads (for comparisons).
+ *
+ * Which dimension is split: each part packs the operand it does not split in
+ * full, so the split goes along N when A (M x K) is the smaller operand and
+ * along M otherwise. Each element of C is still one dot product over K in
+ * OpenBLAS's K blocking, so the result does not depend on the thread count. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "core/parallel.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static bool g_blas_threads;
+
+static void choose_driver(void) {
+    const char *e = getenv("FATHOM_GEMM_THREADS");
+    g_blas_threads = e && !strcmp(e, "openblas");
+    if (!g_blas_threads) openblas_set_num_threads(1);
+}
+
+void fm_cpu_gemm_init(void) { pthread_once(&g_once, choose_driver); }
+
+static void gemm_block(const fm_cpu_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    int64_t aoff = g->ta ? i0 : i0 * g->lda, boff = g->tb ? j0 * g->ldb : j0, coff = i0 * g->ldc + j0;
+    if (g->dt == FM_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0f, (const float *)g->A + aoff,
+                    (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)g->beta, (float *)g->C + coff,
+                    (int)g->ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0, (const double *)g->A + aoff,
+                    (int)g->lda, (const double *)g->B + boff, (int)g->ldb, g->beta, (double *)g->C + coff,
+                    (int)g->ldc);
+}
+
+#define COL_PANEL 64
+#define ROW_BLOCK 32
+
+typedef struct split_ctx {
+    const fm_cpu_gemm_args *g;
+    bool by_cols;
+} split_ctx;
+
+static void split_task(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const split_ctx *s = vctx;
+    const fm_cpu_gemm_args *g = s->g;
+    if (s->by_cols) gemm_block(g, 0, g->M, b * COL_PANEL, e * COL_PANEL < g->N ? e * COL_PANEL : g->N);
+    else gemm_block(g, b * ROW_BLOCK, e * ROW_BLOCK < g->M ? e * ROW_BLOCK : g->M, 0, g->N);
+}
+
+void fm_cpu_gemm(const fm_cpu_gemm_args *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    if (g->K <= 0) { /* C = beta * C: nothing to multiply */
+        for (int64_t i = 0; i < g->M; i++)
+            for (int64_t j = 0; j < g->N; j++) {
+                if (g->dt == FM_F32) { float *c = (float *)g->C + i * g->ldc + j; *c = g->beta == 0 ? 0.f : *c * (float)g->beta; }
+                else { double *c = (double *)g->C + i * g->ldc + j; *c = g->beta == 0 ? 0.0 : *c * g->beta; }
+            }
+        return;
+    }
+    fm_cpu_gemm_init();
+    int nt = fm_num_threads();
+    bool by_cols = g->M <= g->N;
+    int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;
+    /* below ~2^18 multiply-adds a call costs about as much as waking a thread */
+    if (g_blas_threads || nt <= 1 || units < 2 || g->M * g->N * g->K < ((int64_t)1 << 18)) {
+        gemm_block(g, 0, g->M, 0, g->N);
+        return;
+    }
+    split_ctx s = {g, by_cols};
+    fm_parallel_for(units, (units + nt - 1) / nt, split_task, &s);
+}
