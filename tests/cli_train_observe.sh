@@ -13,6 +13,10 @@ echo "$out" | grep -q '"data_wait_seconds"' || { echo "no data wait in --json"; 
 grep -q "optimizer" "$dir/summary.txt" || { echo "profile summary lacks the optimizer split"; cat "$dir/summary.txt"; exit 1; }
 grep -q "^verdict:" "$dir/summary.txt" || { echo "profile summary lacks a verdict"; exit 1; }
 ls "$dir/logs"/events.out.tfevents.* >/dev/null
+"$bin" plot "$dir/logs" --list > "$dir/scalars.txt"
+for tag in train/loss train/lr train/throughput train/grad_norm memory/allocated_bytes; do
+  grep -q "^$tag .* 1 points, last step 10:" "$dir/scalars.txt" || { echo "scalar $tag not logged at step 10:"; cat "$dir/scalars.txt"; exit 1; }
+done
 "$bin" plot "$dir/logs" -o "$dir/c.svg" >/dev/null
 grep -q "<svg" "$dir/c.svg"
 # weight and gradient histograms every epoch (--hist-every 1): a 600-sample, 2-epoch run of 3 batches each
@@ -26,7 +30,11 @@ grep -q "^weights/5.bias .* 2 histograms, last step 6: 10 values" "$dir/list.txt
   { echo "no weight histograms:"; cat "$dir/list.txt"; exit 1; }
 # progress lines: plain lines when the output is not a terminal, a redrawn line on one, none with --quiet,
 # for training and for evaluation (fathom eval, and the test-set evaluation at the end of training)
-"$bin" train "$dir/small.ini" --batch 200 --out "$dir/small" > "$dir/train.txt" 2>&1
+"$bin" train "$dir/small.ini" --batch 200 --out "$dir/small" --logdir "$dir/small-logs" > "$dir/train.txt" 2>&1
+"$bin" plot "$dir/small-logs" --list > "$dir/scalars.txt"
+for tag in val/loss val/accuracy; do
+  grep -q "^$tag .* 1 points, last step 6:" "$dir/scalars.txt" || { echo "scalar $tag not logged:"; cat "$dir/scalars.txt"; exit 1; }
+done
 grep -q "^epoch 2/2: done 3/3 (100%)" "$dir/train.txt" || { echo "no plain training progress:"; cat "$dir/train.txt"; exit 1; }
 grep -q "^eval: done 10/10 (100%)" "$dir/train.txt" || { echo "no plain evaluation progress in training:"; cat "$dir/train.txt"; exit 1; }
 "$bin" eval "$dir/small" > "$dir/eval.out" 2> "$dir/eval.err"

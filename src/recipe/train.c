@@ -465,6 +465,7 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
         mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
         double gnorm = NAN;
         if (r.clip_grad_norm > 0) st = fm_optim_clip_grad_norm(t.opt, r.clip_grad_norm, &gnorm);
+        else if (tb && (t.step + 1) % 10 == 0) st = fm_optim_clip_grad_norm(t.opt, INFINITY, &gnorm); /* the norm for the logs; never scales */
         if (st == FM_OK) st = fm_optim_step(t.opt);
         fm_optim_zero_grad(t.opt);
         fm_memory_tag_pop(mprev);
