@@ -18,6 +18,10 @@ static void usage(FILE *f) {
           "  --params N             a parameter count: 7B, 124M, 1.5e9 (shape estimated)\n"
           "  --arch gpt|llama|bert --layers N --hidden N --heads N [--kv-heads N] [--ffn N] --vocab N [--max-seq N]\n"
           "  --model PATH           a safetensors file or a fathom model directory (header only is read)\n"
+          "  --model RECIPE         a fathom recipe (.ini or a built-in name): the peak memory of its\n"
+          "                         `fathom train` run on this CPU; takes --batch (default: the recipe's),\n"
+          "                         --precision fp32|bf16|fp16, --checkpointing none|blocks|selective\n"
+          "                         (\"full\" = blocks), --grad-accum N, --no-eval, --json, --explain\n"
           "\n"
           "Job:\n"
           "  --task inference|finetune|train|lora|qlora      (default inference)\n"
@@ -123,8 +127,17 @@ static const char *const known_opts[] = {
     "--tensor-parallel", "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
-    "--json", "--explain", "--list-presets", "--list-gpus", "--help",
+    "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval",
 };
+
+/* Options a recipe plan (fathom's own CPU run) takes; the others describe GPU jobs. */
+static int recipe_option(const char *opt) {
+    static const char *const ok[] = {"--model", "--batch", "--precision", "--checkpointing", "--grad-accum",
+                                     "--no-eval", "--json", "--explain", "--task"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(opt, ok[i])) return 1;
+    return 0;
+}
 
 /* Levenshtein distance for "did you mean" on misspelt options. */
 static int distance(const char *a, const char *b) {
@@ -156,7 +169,7 @@ static void unknown_option(const char *opt) {
 
 static int takes_value(const char *opt) {
     static const char *const flags[] = {"--no-master-weights", "--optimizer-in-backward", "--offload-optimizer",
-                                        "--chunked-loss", "--json", "--explain", "--list-presets", "--list-gpus",
+                                        "--chunked-loss", "--no-eval", "--json", "--explain", "--list-presets", "--list-gpus",
                                         "--help", "-h"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(opt, flags[i])) return 0;
@@ -169,6 +182,10 @@ int fm_cmd_plan(int argc, char **argv) {
     const char *preset = NULL, *params = NULL, *arch = NULL, *model_path = NULL, *gpu = NULL, *db_path = NULL;
     long long layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, max_seq = 0;
     int json = 0, explain = 0, list_p = 0, list_g = 0, dims_given = 0;
+    /* recipe plans: what was given explicitly (their defaults differ from GPU plans') */
+    int batch_given = 0, precision_given = 0, no_eval = 0;
+    long long grad_accum = 1;
+    const char *ckpt_text = NULL, *foreign = NULL;
 
     for (int i = 1; i < argc; i++) {
         char *opt = argv[i], *val = NULL;
@@ -193,6 +210,11 @@ int fm_cmd_plan(int argc, char **argv) {
         }
         long long v = 0;
         double d = 0;
+        if (!recipe_option(opt) && !foreign) foreign = argv[i][1] == '-' ? opt : argv[i];
+        if (!strcmp(opt, "--task") && strcmp(val, "train") && !foreign) foreign = "--task";
+        if (!strcmp(opt, "--batch")) batch_given = 1;
+        if (!strcmp(opt, "--precision")) precision_given = 1;
+        if (!strcmp(opt, "--checkpointing")) ckpt_text = val;
 #define INT_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_int(opt, val, lo, hi, &v)) return 2; dst = v; }
 #define REAL_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_real(opt, val, lo, hi, &d)) return 2; dst = d; }
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) { usage(stdout); return 0; }
@@ -210,6 +232,8 @@ int fm_cmd_plan(int argc, char **argv) {
         else if (!strcmp(opt, "--optimizer-in-backward")) job.optimizer_in_backward = 1;
         else if (!strcmp(opt, "--offload-optimizer")) job.offload_optimizer = 1;
         else if (!strcmp(opt, "--chunked-loss")) job.chunked_loss = 1;
+        else if (!strcmp(opt, "--no-eval")) no_eval = 1;
+        INT_OPT("--grad-accum", 1, 1000000, grad_accum)
         INT_OPT("--layers", 1, 10000, layers)
         INT_OPT("--hidden", 1, 1000000, hidden)
         INT_OPT("--heads", 1, 100000, heads)
@@ -245,6 +269,7 @@ int fm_cmd_plan(int argc, char **argv) {
             if (e < 0) return 2;
             job.optimizer = (fm_plan_optimizer)e;
         } else if (!strcmp(opt, "--checkpointing")) {
+            if (!strcmp(val, "blocks")) { job.checkpointing = FM_PLAN_CKPT_FULL; continue; }
             int e = parse_enum(opt, val, fm_plan_ckpt_parse(val), "none, selective, full");
             if (e < 0) return 2;
             job.checkpointing = (fm_plan_ckpt)e;
@@ -264,11 +289,43 @@ int fm_cmd_plan(int argc, char **argv) {
             dims_given = 1;
     }
     if (list_p) { list_presets(); return 0; }
-
     if (json && explain) {
         fm_cli_error("--json and --explain both take over the output; choose one");
         return 2;
     }
+    if (model_path && fm_plan_is_recipe(model_path)) {
+        if (foreign) {
+            fm_cli_error("%s does not apply to a recipe: `fathom plan --model RECIPE` plans fathom's own CPU training run "
+                         "and takes --batch, --precision, --checkpointing, --grad-accum, --no-eval, --json, --explain",
+                         foreign);
+            return 2;
+        }
+        fm_plan_run_opts ro;
+        fm_plan_run_defaults(&ro);
+        if (batch_given) ro.batch = job.batch;
+        if (precision_given) ro.precision = job.precision;
+        if (ckpt_text) ro.checkpointing = !strcmp(ckpt_text, "none") ? 0 : !strcmp(ckpt_text, "selective") ? 2 : 1;
+        ro.grad_accum = (int)grad_accum;
+        ro.eval = !no_eval;
+        fm_plan_run run;
+        fm_status st = fm_plan_run_recipe(model_path, &ro, explain, &run);
+        if (st) {
+            fm_cli_error("%s", fm_last_error());
+            return st == FM_ERR_INVALID ? 2 : 1;
+        }
+        char *text = json ? fm_plan_run_render_json(&run) : explain ? fm_plan_run_render_explain(&run) : fm_plan_run_render_text(&run);
+        fm_plan_run_free(&run);
+        if (!text) { fm_cli_error("%s", fm_last_error()); return 1; }
+        fputs(text, stdout);
+        if (json) fputc('\n', stdout);
+        free(text);
+        return 0;
+    }
+    if (no_eval || grad_accum != 1) {
+        fm_cli_error("%s applies to recipe plans only (--model RECIPE)", no_eval ? "--no-eval" : "--grad-accum");
+        return 2;
+    }
+
     fm_plan_db *db = fm_plan_db_load(db_path);
     if (!db) { fm_cli_error("%s", fm_last_error()); return 1; }
     if (list_g) {

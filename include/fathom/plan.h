@@ -239,6 +239,54 @@ char *fm_plan_render_text(const fm_plan_result *r);
 char *fm_plan_render_json(const fm_plan_result *r);
 char *fm_plan_render_explain(const fm_plan_result *r);
 
+/* ---- fathom's own CPU training runs: `fathom plan --model <recipe>` ----
+ *
+ * Predicts the peak that fathom's CPU allocator reports for `fathom train
+ * RECIPE` (memory.peak_allocated in its --json): the data set and batch
+ * buffers, weights, gradients, optimizer state, the activations each op saves
+ * for backward, and the temporaries of the op running at the peak. It replays
+ * the trainer's allocations buffer by buffer (what each op allocates, saves and
+ * frees, with the allocator's size rounding) without allocating anything; see
+ * docs/PLANNER.md. Sequential recipes (`fathom train`'s layer lists) and GPT
+ * recipes ([model] type = gpt) are covered. */
+typedef struct fm_plan_run_opts {
+    int64_t batch;                /* 0: the recipe's */
+    fm_plan_precision precision;  /* fp32 (default); bf16 and fp16 for GPT recipes */
+    int checkpointing;            /* 0 none, 1 blocks (the "full"), 2 selective; GPT recipes */
+    int grad_accum;               /* micro-batches per step (GPT recipes); 0 or 1: none */
+    int eval;                     /* sequential recipes: 1 (default) the test split is loaded, as `fathom train`
+                                     does; 0: as with --no-eval */
+} fm_plan_run_opts;
+void fm_plan_run_defaults(fm_plan_run_opts *o);
+
+typedef struct fm_plan_run {
+    char path[512];
+    char name[64];
+    char trainer[16];     /* "sequential" or "gpt" */
+    char model[256];      /* one line describing the model */
+    fm_plan_run_opts opts;/* with the recipe's defaults filled in */
+    int64_t params, batch;
+    /* bytes alive at the peak, by what they are for; they sum to `peak` */
+    double data, weights, gradients, optimizer, activations, workspace;
+    double peak;          /* what memory.peak_allocated should read */
+    double resident;      /* before the first step: data set, batch buffers, weights */
+    char peak_at[160];    /* the moment of the step the peak falls on */
+    char notes[512];      /* assumptions worth printing */
+    char *explain;        /* the replay, one line per op (NULL unless asked for; fm_plan_run_free) */
+} fm_plan_run;
+
+/* True when `model` names a recipe: an .ini file, or a built-in recipe name
+ * (fm_recipe_resolve) that is not an existing model file or directory. */
+int fm_plan_is_recipe(const char *model);
+/* Plan a recipe (a path or a built-in name). A missing recipe or one that does
+ * not parse fails with the recipe loader's file:line message; options the
+ * recipe's trainer does not take (bf16 for a CNN, ...) fail with FM_ERR_INVALID. */
+fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int explain, fm_plan_run *out);
+void fm_plan_run_free(fm_plan_run *r);
+char *fm_plan_run_render_text(const fm_plan_run *r);
+char *fm_plan_run_render_json(const fm_plan_run *r);
+char *fm_plan_run_render_explain(const fm_plan_run *r);
+
 #ifdef __cplusplus
 }
 #endif
