@@ -214,6 +214,29 @@ static int matmul_fwd(void) {
         for (int k = 0; k < 5; k++) s += fm_tensor_get(bs, i * 5 + k) * fm_tensor_get(a, j * 5 + k);
         CHECK_NEAR(fm_tensor_get(y, i * 7 + j), s, 1e-5);
     }
+    /* one row (batch-1 decoding) takes the GEMV path, split over threads when large:
+     * x [1,300] against a weight used transposed ([500,300]^T) and a plain [300,500] */
+    {
+        fm_tensor *x1 = fm_tensor_randn(2, (int64_t[]){1, 300}, FM_F32, &r);
+        fm_tensor *wl = fm_tensor_randn(2, (int64_t[]){500, 300}, FM_F32, &r);
+        fm_tensor *bp = fm_tensor_randn(2, (int64_t[]){300, 500}, FM_F32, &r);
+        fm_tensor *wlt = fm_transpose(wl, 0, 1);
+        fm_tensor *y1 = fm_matmul(x1, wlt), *y2 = fm_matmul(x1, bp);
+        CHECK(y1 && y2 && y1->shape[1] == 500 && y2->shape[1] == 500);
+        double e1 = 0, e2 = 0;
+        for (int64_t jn = 0; y1 && y2 && jn < 500; jn++) {
+            double q1 = 0, q2 = 0, m1 = 0, m2 = 0;
+            for (int64_t k = 0; k < 300; k++) {
+                double xv = fm_tensor_get(x1, k), a1 = xv * fm_tensor_get(wl, jn * 300 + k), a2 = xv * fm_tensor_get(bp, k * 500 + jn);
+                q1 += a1; q2 += a2; m1 += fabs(a1); m2 += fabs(a2);
+            }
+            double d1 = fabs(fm_tensor_get(y1, jn) - q1) / (m1 + 1e-30), d2 = fabs(fm_tensor_get(y2, jn) - q2) / (m2 + 1e-30);
+            if (d1 > e1) e1 = d1;
+            if (d2 > e2) e2 = d2;
+        }
+        CHECK_MSG(e1 < 1e-6 && e2 < 1e-6, "gemv: relative error %g (transposed weight), %g (plain)", e1, e2);
+        fm_tensor_release_n(6, x1, wl, bp, wlt, y1, y2);
+    }
     /* 1-D operands */
     int64_t n5 = 5;
     fm_tensor *v = fm_tensor_ones(1, &n5, FM_F32, FM_CPU), *mv = fm_matmul(a, v), *dot = fm_matmul(v, v);

@@ -46,6 +46,28 @@ static void gemm_block(const fm_cpu_gemm_args *g, int64_t i0, int64_t i1, int64_
                     (int)g->ldc);
 }
 
+/* C[1, j0:j1] for M == 1 (batch-1 decoding): a GEMV streams the weights once,
+ * where GEMM would first copy (pack) the whole of B for a single row of A. */
+static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
+    int incx = (int)(g->ta ? g->lda : 1);
+    /* op(B) = B^T: B is [N, K], rows j0..j1 give those outputs; else B is [K, N], columns j0..j1 */
+    enum CBLAS_TRANSPOSE t = g->tb ? CblasNoTrans : CblasTrans;
+    int rows = (int)(g->tb ? j1 - j0 : g->K), cols = (int)(g->tb ? g->K : j1 - j0);
+    int64_t boff = g->tb ? j0 * g->ldb : j0;
+    if (g->dt == FM_F32)
+        cblas_sgemv(CblasRowMajor, t, rows, cols, 1.0f, (const float *)g->B + boff, (int)g->ldb, (const float *)g->A,
+                    incx, (float)g->beta, (float *)g->C + j0, 1);
+    else
+        cblas_dgemv(CblasRowMajor, t, rows, cols, 1.0, (const double *)g->B + boff, (int)g->ldb, (const double *)g->A,
+                    incx, g->beta, (double *)g->C + j0, 1);
+}
+
+static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const fm_cpu_gemm_args *g = vctx;
+    gemv_cols(g, b * 64, e * 64 < g->N ? e * 64 : g->N);
+}
+
 #define COL_PANEL 64
 #define ROW_BLOCK 32
 
@@ -74,6 +96,12 @@ void fm_cpu_gemm(const fm_cpu_gemm_args *g) {
     }
     fm_cpu_gemm_init();
     int nt = fm_num_threads();
+    if (g->M == 1 && !g_blas_threads) {
+        int64_t panels = (g->N + 63) / 64;
+        if (nt <= 1 || panels < 2 || g->N * g->K < ((int64_t)1 << 16)) gemv_cols(g, 0, g->N);
+        else fm_parallel_for(panels, (panels + nt - 1) / nt, gemv_task, (void *)g);
+        return;
+    }
     bool by_cols = g->M <= g->N;
     int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;
     /* below ~2^18 multiply-adds a call costs about as much as waking a thread */
