@@ -285,6 +285,43 @@ static void check_known_split(const fm_trace_summary *s) {
     CHECK(s->n_ops == 4 && s->ops[0].calls == 1 && s->ops[0].compute && !s->ops[2].compute);
 }
 
+/* A CUDA run: one 1000 us step whose host spans ran on cuda:0, and the device
+ * track with CUDA-event times: a 300 us kernel and a 100 us copy inside the step,
+ * and a 50 us kernel after it. GPU busy = 400 us of the step: 60% idle. The
+ * device spans stay out of the op table and the split; the host copy is an op. */
+static void test_trace_gpu(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/gpu.json", tmpdir);
+    write_text(path,
+               "[\n"
+               "{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":7},\n"
+               "{\"name\":\"copy h2d\",\"cat\":\"memcpy\",\"ph\":\"X\",\"ts\":10,\"dur\":120,\"pid\":1,\"tid\":7,\"args\":{\"bytes\":4e6,\"device\":\"cuda:0\"}},\n"
+               "{\"name\":\"matmul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":200,\"dur\":700,\"pid\":1,\"tid\":7,\"args\":{\"flops\":1e9,\"device\":\"cuda\"}},\n"
+               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1000000000,\"args\":{\"name\":\"cuda:0 kernels\"}},\n"
+               "{\"name\":\"memcpy h2d\",\"cat\":\"gpu memcpy\",\"ph\":\"X\",\"ts\":20,\"dur\":100,\"pid\":1,\"tid\":1000000000,\"args\":{\"bytes\":4e6,\"device\":\"cuda:0\"}},\n"
+               "{\"name\":\"matmul\",\"cat\":\"gpu kernel\",\"ph\":\"X\",\"ts\":250,\"dur\":300,\"pid\":1,\"tid\":1000000000,\"args\":{\"device\":\"cuda:0\"}},\n"
+               "{\"name\":\"add\",\"cat\":\"gpu kernel\",\"ph\":\"X\",\"ts\":1200,\"dur\":50,\"pid\":1,\"tid\":1000000000,\"args\":{\"device\":\"cuda:0\"}}\n"
+               "]\n");
+    fm_trace_summary s;
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.has_gpu && s.gpu_event_timed);
+    CHECK_NEAR(s.gpu_idle_pct, 60, 1e-9);
+    CHECK_NEAR(s.step_us, 1000, 1e-9);
+    CHECK(s.n_ops == 2); /* matmul and the host copy; no device-track spans */
+    int64_t mm = 0, cp = 0;
+    for (int i = 0; i < s.n_ops; i++) {
+        if (!strcmp(s.ops[i].name, "matmul")) mm = s.ops[i].calls;
+        if (!strcmp(s.ops[i].name, "copy h2d")) { cp = s.ops[i].calls; CHECK_NEAR(s.ops[i].bytes, 4e6, 0); }
+    }
+    CHECK(mm == 1 && cp == 1);
+    CHECK_NEAR(s.compute_us, 700, 1e-9);
+    CHECK_NEAR(s.memory_us, 120, 1e-9);
+    char *js = fm_trace_summary_json(&s);
+    CHECK(js && strstr(js, "\"gpu_idle_from_events\": true"));
+    free(js);
+    fm_trace_summary_free(&s);
+}
+
 static void test_trace(void) {
     char path[512], text[8192];
     snprintf(path, sizeof path, "%s/trace.json", tmpdir);
@@ -673,6 +710,7 @@ int main(int argc, char **argv) {
     test_tensorboard();
     test_progress();
     test_trace();
+    test_trace_gpu();
     test_plot();
     test_summary();
     test_histograms_of_params();

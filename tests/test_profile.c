@@ -54,6 +54,60 @@ static void test_crash_leaves_trace(void) {
     unlink(path);
 }
 
+/* With a CUDA device (skipped elsewhere): kernels and copies get spans on the
+ * device's own track, timed by CUDA events, inside the host spans of the same
+ * work, and the summary takes the GPU idle time from them. */
+static void test_cuda_track(void) {
+    fm_cuda_info ci;
+    fm_cuda_query(&ci);
+    if (ci.n_devices == 0) {
+        fprintf(stderr, "test_profile: no CUDA device (%s): device-track checks skipped\n", ci.reason);
+        return;
+    }
+    char path[] = "/tmp/fathom_cuda_trace_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    fm_device gpu = {FM_DEV_CUDA, 0};
+    int64_t sa[2] = {256, 256};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL);
+    CHECK(fm_profiler_start(path) == FM_OK);
+    fm_profile_push("step", "step");
+    fm_tensor *ga = fm_tensor_to(a, gpu), *gy = ga ? fm_matmul(ga, ga) : NULL, *y = gy ? fm_tensor_to(gy, FM_CPU) : NULL;
+    fm_profile_pop();
+    CHECK(fm_profiler_stop() == FM_OK);
+    CHECK(y != NULL);
+    fm_tensor_release_n(4, a, ga, gy, y);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK(root != NULL);
+    int kernels = 0, copies = 0, host_copies = 0, named = 0;
+    double host_mm_start = -1, host_mm_end = -1, dev_mm_start = -1, dev_mm_end = -1;
+    for (size_t i = 0; root && i < json_array_size(root); i++) {
+        json_t *e = json_array_get(root, i);
+        const char *name = json_string_value(json_object_get(e, "name")), *cat = json_string_value(json_object_get(e, "cat"));
+        json_int_t tid = json_integer_value(json_object_get(e, "tid"));
+        double ts = json_number_value(json_object_get(e, "ts")), dur = json_number_value(json_object_get(e, "dur"));
+        if (name && !strcmp(name, "thread_name") && tid >= 1000000000) named++;
+        if (!name || !cat) continue;
+        if (!strcmp(cat, "gpu kernel")) { kernels++; CHECK(tid >= 1000000000); }
+        if (!strcmp(cat, "gpu memcpy")) copies++;
+        if (!strcmp(cat, "memcpy")) host_copies++;
+        if (!strcmp(name, "matmul") && !strcmp(cat, "forward")) { host_mm_start = ts; host_mm_end = ts + dur; }
+        if (!strcmp(name, "matmul") && !strcmp(cat, "gpu kernel")) { dev_mm_start = ts; dev_mm_end = ts + dur; }
+    }
+    json_decref(root);
+    CHECK(kernels >= 1 && copies >= 2 && host_copies >= 2 && named == 1);
+    /* the kernel ran while its host span (which waits for the device) was open; allow the anchor's latency */
+    CHECK_MSG(dev_mm_start >= host_mm_start - 50 && dev_mm_end <= host_mm_end + 50,
+              "device matmul [%.1f, %.1f] outside host [%.1f, %.1f]", dev_mm_start, dev_mm_end, host_mm_start, host_mm_end);
+    fm_trace_summary s;
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.has_gpu && s.gpu_event_timed && s.gpu_idle_pct >= 0 && s.gpu_idle_pct < 100);
+    fm_trace_summary_free(&s);
+    unlink(path);
+}
+
 int main(void) {
     test_crash_leaves_trace(); /* first: fork before this process has started any threads */
     char path[] = "/tmp/fathom_trace_XXXXXX";
@@ -119,6 +173,7 @@ int main(void) {
 
     CHECK(fm_profiler_start("/nonexistent-dir/trace.json") != FM_OK);
     CHECK_ERR_CONTAINS("cannot write trace file");
+    test_cuda_track();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -143,6 +143,7 @@ typedef struct fm_trace_summary {
     double gemm_gflops;    /* achieved rate of compute-class ops alone */
     bool has_gpu;          /* any op span ran on a CUDA device */
     double gpu_idle_pct;
+    bool gpu_event_timed;  /* gpu_idle_pct from CUDA-event spans on the device tracks */
     const char *bottleneck; /* "compute", "memory", "data", "optimizer", "overhead" */
     char verdict[320];
 } fm_trace_summary;

@@ -4,7 +4,12 @@
  * chrome://tracing open. Events are flushed as they accumulate, so a run that
  * crashes still leaves a trace the tools can read (the JSON array format allows
  * the closing bracket to be missing). When not started, every hook is one
- * predictable branch. */
+ * predictable branch.
+ *
+ * Tracks: one per thread (ops in forward and backward, step / data / optimizer
+ * spans, loader workers), counters "memory" and "memory reserved", and with
+ * CUDA one track per device ("cuda:0 kernels") of kernels and copies timed
+ * with CUDA events. */
 #ifndef FATHOM_PROFILE_H
 #define FATHOM_PROFILE_H
 #include <stdbool.h>
@@ -31,6 +36,15 @@ void fm_profile_span(const char *name, const char *category, double start_us, do
 void fm_profile_counter(const char *track, const char *series, double value);
 /* Name the calling thread's track ("loader worker 1"). */
 void fm_profile_thread_name(const char *name);
+/* A span on a device's own track rather than the calling thread's: GPU kernels and
+ * copies timed with CUDA events, at their device-side start (profiler clock, us).
+ * track picks the track (0..63, e.g. the CUDA device index); track_name names it in
+ * the trace the first time it is used. */
+void fm_profile_device_span(int track, const char *track_name, const char *name, const char *category,
+                            double start_us, double dur_us, const char *args_json);
+/* Counts fm_profiler_start calls: what a device-side clock anchor compares against
+ * to know it must re-anchor for a new trace (0: never started). */
+uint64_t fm_profiler_session(void);
 
 #ifdef __cplusplus
 }

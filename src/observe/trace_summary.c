@@ -25,7 +25,10 @@
 
 #include "fathom/observe.h"
 
-enum { CAT_OTHER = 0, CAT_OP, CAT_STEP, CAT_DATA, CAT_OPT };
+/* CAT_GPU: kernels and copies on a device's own track, timed with CUDA events
+ * ("gpu kernel", "gpu memcpy"); they repeat work the host op spans already
+ * account for, so they feed only the GPU busy time. */
+enum { CAT_OTHER = 0, CAT_OP, CAT_STEP, CAT_DATA, CAT_OPT, CAT_GPU };
 enum { CL_COMPUTE = 0, CL_MEMORY, CL_DATA, CL_OPT, CL_OVERHEAD, CL_COUNT };
 
 typedef struct span {
@@ -99,7 +102,10 @@ static bool is_compute_op(const char *name) {
 
 static int cat_code(const char *cat) {
     if (!cat) return CAT_OTHER;
-    if (!strcmp(cat, "forward") || !strcmp(cat, "backward") || !strcmp(cat, "kernel") || !strcmp(cat, "op")) return CAT_OP;
+    if (!strcmp(cat, "forward") || !strcmp(cat, "backward") || !strcmp(cat, "kernel") || !strcmp(cat, "op") ||
+        !strcmp(cat, "memcpy"))
+        return CAT_OP;
+    if (!strcmp(cat, "gpu kernel") || !strcmp(cat, "gpu memcpy")) return CAT_GPU;
     if (!strcmp(cat, "step")) return CAT_STEP;
     if (!strcmp(cat, "data") || !strcmp(cat, "dataloader")) return CAT_DATA;
     if (!strcmp(cat, "optimizer")) return CAT_OPT;
@@ -244,6 +250,11 @@ static int cmp_span(const void *a, const void *b) {
     return x->cat == CAT_STEP ? -1 : (y->cat == CAT_STEP ? 1 : 0);
 }
 
+static int cmp_interval(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int cmp_op(const void *a, const void *b) {
     const fm_trace_op_stat *x = a, *y = b;
     return x->self_us < y->self_us ? 1 : (x->self_us > y->self_us ? -1 : strcmp(x->name, y->name));
@@ -371,6 +382,36 @@ fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summ
             if (s->gpu && s->cat == CAT_OP) gpu_busy += self;
             if (s->gpu) out->has_gpu = true;
         }
+    }
+    /* With CUDA-event spans the GPU's busy time is theirs, clipped to the steps; otherwise the
+     * host spans of ops that ran on a GPU stand in (the profiler synchronizes after each op). */
+    int64_t n_gpu = 0, n_iv = 0;
+    for (int64_t i = 0; i < ps.n; i++) n_gpu += ps.sp[i].cat == CAT_GPU;
+    if (n_gpu) {
+        double *iv = malloc(sizeof(double) * 2 * (size_t)(ps.n > 0 ? ps.n : 1));
+        if (!iv) { free(ps.sp); names_free(&ps.nm); fm_trace_summary_free(out); return fm_set_error(FM_ERR_OOM, "profile: out of memory"); }
+        for (int64_t i = 0; i < ps.n; i++) {
+            const span *st_ = &ps.sp[i];
+            const span *par = st_->parent >= 0 ? &ps.sp[st_->parent] : NULL;
+            if (st_->cat == CAT_STEP && !(par && par->in_step)) { iv[2 * n_iv] = st_->ts; iv[2 * n_iv + 1] = st_->ts + st_->dur; n_iv++; }
+        }
+        qsort(iv, (size_t)n_iv, 2 * sizeof(double), cmp_interval);
+        gpu_busy = 0;
+        for (int64_t i = 0; i < ps.n; i++) {
+            const span *g = &ps.sp[i];
+            if (g->cat != CAT_GPU) continue;
+            /* first step that ends after the span starts, then every step it overlaps */
+            int64_t lo = 0, hi = n_iv;
+            while (lo < hi) {
+                int64_t mid = (lo + hi) / 2;
+                if (iv[2 * mid + 1] <= g->ts) lo = mid + 1;
+                else hi = mid;
+            }
+            for (int64_t k = lo; k < n_iv && iv[2 * k] < g->ts + g->dur; k++)
+                gpu_busy += fmax(0, fmin(iv[2 * k + 1], g->ts + g->dur) - fmax(iv[2 * k], g->ts));
+        }
+        free(iv);
+        out->has_gpu = out->gpu_event_timed = true;
     }
     out->compute_us = split[CL_COMPUTE];
     out->memory_us = split[CL_MEMORY];
@@ -510,7 +551,9 @@ void fm_trace_summary_print(const fm_trace_summary *s, FILE *f, int max_rows) {
             s->n_steps ? " per step" : "", s->achieved_gflops, s->gemm_gflops);
     if (s->peak_gflops > 0) fprintf(f, "MFU: %.1f%% of %.1f GFLOP/s peak\n", 100.0 * s->mfu, s->peak_gflops);
     else fprintf(f, "MFU: unknown (no peak given)\n");
-    if (s->has_gpu) fprintf(f, "GPU idle: %.1f%% of step time\n", s->gpu_idle_pct);
+    if (s->has_gpu)
+        fprintf(f, "GPU idle: %.1f%% of step time (%s)\n", s->gpu_idle_pct,
+                s->gpu_event_timed ? "kernel and copy times from CUDA events" : "host spans of GPU ops");
     fprintf(f, "\nverdict: %s\n", s->verdict);
 }
 
@@ -546,6 +589,7 @@ char *fm_trace_summary_json(const fm_trace_summary *s) {
     json_object_set_new(root, "peak_gflops", s->peak_gflops > 0 ? json_real(s->peak_gflops) : json_null());
     json_object_set_new(root, "mfu", s->peak_gflops > 0 ? json_real(s->mfu) : json_null());
     json_object_set_new(root, "gpu_idle_pct", s->has_gpu ? json_real(s->gpu_idle_pct) : json_null());
+    json_object_set_new(root, "gpu_idle_from_events", json_boolean(s->gpu_event_timed));
     json_object_set_new(root, "bottleneck", json_string(s->bottleneck ? s->bottleneck : "none"));
     json_object_set_new(root, "verdict", json_string(s->verdict));
     char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

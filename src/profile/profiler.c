@@ -29,6 +29,8 @@ static struct {
     size_t len, cap;
     double t0, last_flush_s;
     int n_events;
+    uint64_t session;
+    uint64_t named_tracks; /* device tracks whose name has been written in this trace */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 int fm_profiler_on = 0; /* read without the lock: a stale value only drops or adds one event */
@@ -117,6 +119,8 @@ fm_status fm_profiler_start(const char *path) {
     g.n_events = 0;
     g.t0 = mono_us();
     g.last_flush_s = coarse_s();
+    g.session++;
+    g.named_tracks = 0;
     pthread_mutex_unlock(&g.mu);
     emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", (int)getpid());
     __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);
@@ -178,4 +182,32 @@ void fm_profile_thread_name(const char *name) {
     char n1[256];
     emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", (int)getpid(), tid(),
          esc(name, n1, sizeof n1));
+}
+
+/* Device tracks get tids far above any Linux thread id (at most 2^22), so they
+ * never share a track with a host thread. */
+#define DEVICE_TID_BASE 1000000000L
+
+void fm_profile_device_span(int track, const char *track_name, const char *name, const char *cat, double start_us,
+                            double dur_us, const char *args) {
+    if (!fm_profiler_enabled() || track < 0 || track > 63) return;
+    long t = DEVICE_TID_BASE + track;
+    pthread_mutex_lock(&g.mu);
+    bool first = !(g.named_tracks & (1ull << track));
+    g.named_tracks |= 1ull << track;
+    pthread_mutex_unlock(&g.mu);
+    char n1[256], c1[64];
+    if (first)
+        emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", (int)getpid(), t,
+             esc(track_name ? track_name : "device", n1, sizeof n1));
+    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%ld%s%s}",
+         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), start_us, dur_us < 0 ? 0 : dur_us, (int)getpid(), t,
+         args ? ",\"args\":" : "", args ? args : "");
+}
+
+uint64_t fm_profiler_session(void) {
+    pthread_mutex_lock(&g.mu);
+    uint64_t s = g.session;
+    pthread_mutex_unlock(&g.mu);
+    return s;
 }

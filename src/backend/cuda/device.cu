@@ -15,6 +15,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_pinned.h"
+#include "backend/cuda/cuda_profile.h" /* device-track spans while profiling */
+#include "fathom/profile.h"
 #include "fathom/fathom.h"
 
 #define LT_WORKSPACE ((size_t)32 << 20) /* what cuBLASLt's heuristics want for Hopper GEMMs */
@@ -389,19 +391,41 @@ extern "C" fm_status fm_cuda_copy_h2d_async(int idx, void *dst, const void *src,
     return fm_pinned_record(g_pinned, base, done); /* the host may reuse `src` once `done` has completed */
 }
 
-static fm_status b_h2d(int idx, void *dst, const void *src, size_t n) { return fm_cuda_copy_h2d_async(idx, dst, src, n); }
-static fm_status b_d2h(int idx, void *dst, const void *src, size_t n) {
+static fm_status b_h2d_raw(int idx, void *dst, const void *src, size_t n) { return fm_cuda_copy_h2d_async(idx, dst, src, n); }
+static fm_status b_d2h_raw(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
     if (st) return st;
     st = fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_dev[idx].stream), "copy from cuda");
     if (st) return st;
     return fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "copy from cuda");
 }
-static fm_status b_d2d(int idx, void *dst, const void *src, size_t n) {
+static fm_status b_d2d_raw(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
     if (st) return st;
     return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_dev[idx].stream), "copy on cuda");
 }
+/* While profiling, a copy is a host span ("copy h2d", category memcpy: the op table
+ * lists it with its bytes) and a device span timed by events on the compute stream,
+ * which every copy is ordered on. */
+static fm_status profiled_copy(fm_status (*f)(int, void *, const void *, size_t), const char *dir, int idx, void *dst,
+                               const void *src, size_t n) {
+    if (!fm_profiler_enabled()) return f(idx, dst, src, n);
+    fm_status st = use_device(idx);
+    if (st) return st;
+    char args[64], host[16], devn[16];
+    snprintf(args, sizeof args, "{\"bytes\":%zu,\"device\":\"cuda:%d\"}", n, idx);
+    snprintf(host, sizeof host, "copy %s", dir);
+    snprintf(devn, sizeof devn, "memcpy %s", dir);
+    double t0 = fm_profiler_now_us();
+    int prof = fm_cuda_prof_begin(idx, g_dev[idx].stream);
+    st = f(idx, dst, src, n);
+    if (prof) fm_cuda_prof_end(idx, g_dev[idx].stream, devn, "gpu memcpy", (double)n);
+    fm_profile_span(host, "memcpy", t0, fm_profiler_now_us() - t0, args);
+    return st;
+}
+static fm_status b_h2d(int idx, void *dst, const void *src, size_t n) { return profiled_copy(b_h2d_raw, "h2d", idx, dst, src, n); }
+static fm_status b_d2h(int idx, void *dst, const void *src, size_t n) { return profiled_copy(b_d2h_raw, "d2h", idx, dst, src, n); }
+static fm_status b_d2d(int idx, void *dst, const void *src, size_t n) { return profiled_copy(b_d2d_raw, "d2d", idx, dst, src, n); }
 static fm_status b_sync(int idx) {
     fm_status st = use_device(idx);
     if (st) return st;
@@ -415,12 +439,15 @@ static fm_status trampoline(const fm_op_call *c) {
     fm_tensor *const *ins = c->var_in ? c->var_in : c->in;
     for (int i = 0; i < c->n_in && !first; i++) first = ins[i];
     for (int i = 0; i < c->n_out && !first; i++) first = c->out[i];
-    fm_status st = use_device(first ? first->storage->device.index : 0);
+    const int dev = first ? first->storage->device.index : 0;
+    fm_status st = use_device(dev);
     if (st) return st;
     cudaGetLastError(); /* a stale launch error must not be blamed on this op */
+    int prof = fm_cuda_prof_begin(dev, fm_cuda_stream()); /* 0 unless profiling */
     st = g_real[c->op](c);
+    if (st == FM_OK) st = fm_cuda_check_launch(fm_cuda_op_name(c));
+    if (prof) fm_cuda_prof_end(dev, fm_cuda_stream(), fm_cuda_op_name(c), "gpu kernel", 0);
     if (st) return st;
-    st = fm_cuda_check_launch(fm_cuda_op_name(c));
     if (st == FM_OK && getenv("FATHOM_CUDA_SYNC")) /* debugging: report faults at the op that caused them */
         st = fm_cuda_check(cudaStreamSynchronize(fm_cuda_stream()), fm_cuda_op_name(c));
     return st;
