@@ -339,6 +339,27 @@ static void fill_bias(fm_dtype dt, void *dst, int64_t rows, int64_t cols, int64_
 
 /* ---------------------------------------------------------- conv forward */
 
+typedef struct direct_fwd {
+    const conv_geom *g;
+    fm_dtype dt;
+    int64_t gi, o0, n0, nb;
+    const void *w, *cols, *bias;
+    void *y;
+} direct_fwd;
+
+static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const direct_fwd *d = ctx;
+    const conv_geom *g = d->g;
+    size_t es = fm_dtype_size(d->dt);
+    for (int64_t nn = b; nn < e; nn++) {
+        void *yb = mp(d->y, ((d->n0 + nn) * g->O + d->o0) * g->P, es);
+        if (d->bias) fill_bias(d->dt, yb, g->Og, g->P, g->P, cp(d->bias, d->o0, es), true);
+        fm_cpu_gemm(&(fm_cpu_gemm_args){d->dt, false, false, g->Og, g->P, g->K, cp(d->w, d->gi * g->Og * g->K, es), g->K,
+                                        cp(d->cols, nn * g->P, es), d->nb * g->P, d->bias ? 1.0 : 0.0, yb, g->P});
+    }
+}
+
 static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
                                  const void *w, const void *bias, void *y) {
     size_t es = fm_dtype_size(dt);
@@ -363,12 +384,10 @@ static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
                           .y = y, .bias = bias};
             fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
             if (conv_direct(g, nb)) { /* one GEMM per sample, straight into y: no scatter */
-                for (int64_t nn = 0; nn < nb; nn++) {
-                    void *yb = mp(y, ((n0 + nn) * g->O + j.o0) * g->P, es);
-                    if (bias) fill_bias(dt, yb, g->Og, g->P, g->P, cp(bias, j.o0, es), true);
-                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
-                                          cp(j.cols, nn * g->P, es), nb * g->P, bias ? 1.0 : 0.0, yb, g->P});
-                }
+                direct_fwd df = {g, dt, gi, j.o0, n0, nb, w, j.cols, bias, y};
+                /* samples in parallel: a first layer's per-sample GEMM (e.g. 32x784x9) is too
+                 * small for fm_cpu_gemm to split, so a serial loop would leave a core idle */
+                fm_parallel_for(nb, 1, direct_fwd_task, &df);
                 continue;
             }
             fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
