@@ -385,7 +385,10 @@ int fm_cmd_plan(int argc, char **argv) {
         if (fm_plan_model_from_dims(&model)) { fm_cli_error("%s", fm_last_error()); goto out; }
     } else {
         if (fm_plan_model_from_file(model_path, &model)) {
-            fm_cli_error("%s", fm_last_error());
+            if (!strchr(model_path, '/') && !strchr(model_path, '.'))
+                fm_cli_error("%s; nor is it a built-in recipe (`fathom recipes` lists them)", fm_last_error());
+            else
+                fm_cli_error("%s", fm_last_error());
             rc = 1; /* a missing or malformed file is a runtime failure, not bad usage */
             goto out;
         }

@@ -70,6 +70,29 @@ expect 1 'incomplete.json:4: entry "RTX 4090": missing field' --preset gpt2-124m
 FATHOM_GPU_DB="$TMP/nope.json" "$FATHOM" plan --preset gpt2-124m >/dev/null 2>"$TMP/err"
 [ $? = 1 ] && grep -q "nope.json" "$TMP/err" || { echo "FAIL: FATHOM_GPU_DB not honoured"; fails=$((fails + 1)); }
 
+# recipes: fathom's own CPU training runs (the planner only; tests/test_plan_fathom.c runs the trainer)
+expect 0 "fathom CPU run: peak" --model fashion-mlp
+expect 0 "fathom CPU run: peak" --model data/recipes/kjv-gpt.ini --precision bf16 --checkpointing full --batch 8
+expect 0 "checkpointing selective, grad-accum 2" --model kjv-gpt --checkpointing selective --grad-accum 2
+expect 0 "Replay of" --model fashion-cnn --batch 16 --explain
+expect 0 "--no-eval" --model fashion-cnn --no-eval
+"$FATHOM" plan --model fashion-cnn --batch 16 --json >"$TMP/run.json" 2>"$TMP/err"
+if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fathom_cpu_peak_bytes"] == d["memory"]["allocated"] > 0 and d["job"]["batch"] == 16' "$TMP/run.json" 2>/dev/null; then
+    grep -q '"fathom_cpu_peak_bytes"' "$TMP/run.json" || { echo "FAIL: recipe --json output"; fails=$((fails + 1)); }
+fi
+expect 1 "nor is it a built-in recipe" --model no-such-recipe
+expect 1 "cannot open recipe" --model "$TMP/missing.ini"
+printf '[data]\ndataset = fashion-mnist\n[model]\ninput = 1 28 28\nlayer = flatten\nlayer = linear ten\n' >"$TMP/badlayer.ini"
+expect 1 "badlayer.ini:6: layer 'linear ten'" --model "$TMP/badlayer.ini"
+printf '[model]\ninput = 1 28 28\nlayer = linear 10\n[train]\nbatch = lots\n' >"$TMP/badkey.ini"
+expect 1 "badkey.ini:5: train.batch" --model "$TMP/badkey.ini"
+printf '[model]\ntype = gpt\nn_layer = four\n' >"$TMP/badgpt.ini"
+expect 1 "badgpt.ini:3:" --model "$TMP/badgpt.ini"
+expect 2 "GPT recipes only" --model fashion-cnn --precision bf16
+expect 2 "does not apply to a recipe" --model fashion-mlp --gpu 4090
+expect 2 "not divisible by --grad-accum" --model kjv-gpt --batch 6 --grad-accum 4
+expect 2 "applies to recipe plans only" --preset gpt2-124m --no-eval
+
 if [ "$fails" -ne 0 ]; then
     echo "cli_plan.sh: $fails failure(s)"
     exit 1

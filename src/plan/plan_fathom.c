@@ -121,7 +121,7 @@ static fm_status parse_layer(const fm_recipe *r, const fm_recipe_layer *L, int n
         pos[npos++] = strtod(tok, &end);
         if (end == tok || *end) goto bad_args;
     }
-    snprintf(o->name, sizeof o->name, "%s", kind);
+    snprintf(o->name, sizeof o->name, "%.15s", kind);
 #define KW(k) kw_find(nkw, keys, vals, k)
     const char *v = KW("bias");
     o->bias = !v || strcmp(v, "false");
