@@ -15,7 +15,6 @@
  *   memory     every other op span (elementwise, reductions, norms, copies)
  *   overhead   time in a step, the autograd engine or any other wrapper span
  *              not covered by a child: dispatch, bookkeeping, allocation. */
-#include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -23,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/cpu_kernels.h" /* fm_cpu_gemm: the GEMM path fathom's matmul uses */
 #include "fathom/observe.h"
 
 /* CAT_GPU: kernels and copies on a device's own track, timed with CUDA events
@@ -608,11 +608,14 @@ double fm_measure_peak_gflops(void) {
     float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N), *c = malloc(sizeof(float) * N * N);
     if (!a || !b || !c) { free(a); free(b); free(c); return 0; }
     for (int i = 0; i < N * N; i++) { a[i] = (float)((i % 7) - 3) * 0.01f; b[i] = (float)((i % 5) - 2) * 0.01f; }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up: threads, caches */
+    /* through fm_cpu_gemm, so the peak uses the same threads as training (OpenBLAS runs
+     * single-threaded under fathom's pool: docs/ARCHITECTURE.md "Who drives GEMM threads") */
+    fm_cpu_gemm_args g = {FM_F32, false, false, N, N, N, a, N, b, N, 0.0, c, N};
+    fm_cpu_gemm(&g); /* warm-up: threads, caches */
     double best = 0, start = mono();
     for (int rep = 0; rep < 50; rep++) {
         double t0 = mono();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        fm_cpu_gemm(&g);
         double t = mono() - t0;
         if (t > 0) best = fmax(best, 2.0 * N * N * N / t / 1e9);
         if (mono() - start > 0.25 && rep >= 2) break;
