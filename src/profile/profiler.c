@@ -47,7 +47,24 @@ static double mono_us(void) {
 bool fm_profiler_enabled(void) { return __atomic_load_n(&fm_profiler_on, __ATOMIC_RELAXED) != 0; }
 double fm_profiler_now_us(void) { return mono_us() - g.t0; }
 
-static long tid(void) { return (long)syscall(SYS_gettid); }
+/* pid and thread id: system calls (glibc caches neither), so each is asked once,
+ * and again in a forked child, whose ids differ. */
+static int g_pid;
+static _Thread_local long t_tid;
+static void forget_ids(void) {
+    g_pid = 0;
+    t_tid = 0;
+}
+static int pid(void) {
+    if (!g_pid) g_pid = (int)getpid();
+    return g_pid;
+}
+static long tid(void) {
+    if (!t_tid) t_tid = (long)syscall(SYS_gettid);
+    return t_tid;
+}
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void install_atfork(void) { pthread_atfork(NULL, NULL, forget_ids); }
 
 /* coarse clock: a few ns, and resolution of a few ms is plenty for a flush timer */
 static double coarse_s(void) {
@@ -106,6 +123,7 @@ static const char *esc(const char *s, char *out, size_t n) {
 
 fm_status fm_profiler_start(const char *path) {
     if (!path || !*path) return fm_set_error(FM_ERR_INVALID, "profiler: no trace path given");
+    pthread_once(&g_atfork_once, install_atfork);
     pthread_mutex_lock(&g.mu);
     if (g.f) { pthread_mutex_unlock(&g.mu); return fm_set_error(FM_ERR_STATE, "profiler: already started"); }
     FILE *f = fopen(path, "w");
@@ -122,7 +140,7 @@ fm_status fm_profiler_start(const char *path) {
     g.session++;
     g.named_tracks = 0;
     pthread_mutex_unlock(&g.mu);
-    emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", (int)getpid());
+    emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", pid());
     __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);
     return FM_OK;
 }
@@ -144,16 +162,28 @@ fm_status fm_profiler_stop(void) {
     return st;
 }
 
+/* Microseconds with three decimals ("1234.567"), formatted from whole nanoseconds:
+ * printf's floating-point path was most of the cost of a profiled op. */
+static const char *fmt_us(double us, char *buf, size_t n) {
+    if (!(us >= 0) || us > 9e15) {
+        snprintf(buf, n, "%.3f", us > 0 ? us : 0);
+        return buf;
+    }
+    long long ns = (long long)(us * 1e3 + 0.5);
+    snprintf(buf, n, "%lld.%03d", ns / 1000, (int)(ns % 1000));
+    return buf;
+}
+
 void fm_profile_span(const char *name, const char *cat, double start_us, double dur_us, const char *args) {
     if (!fm_profiler_enabled()) return;
-    char n1[256], c1[64];
-    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%ld%s%s}",
-         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), start_us, dur_us < 0 ? 0 : dur_us, (int)getpid(),
-         tid(), args ? ",\"args\":" : "", args ? args : "");
+    char n1[256], c1[64], t1[32], d1[32];
+    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%ld%s%s}",
+         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), fmt_us(start_us, t1, sizeof t1),
+         fmt_us(dur_us, d1, sizeof d1), pid(), tid(), args ? ",\"args\":" : "", args ? args : "");
 }
 
 void fm_profile_push(const char *name, const char *cat) {
-    if (!fm_profiler_enabled()) return;
+    if (__builtin_expect(!__atomic_load_n(&fm_profiler_on, __ATOMIC_RELAXED), 1)) return; /* the off path: one load */
     if (t_depth < MAX_DEPTH) {
         t_stack[t_depth].name = name;
         t_stack[t_depth].cat = cat;
@@ -163,24 +193,27 @@ void fm_profile_push(const char *name, const char *cat) {
 }
 
 void fm_profile_pop(void) {
-    if (t_depth <= 0) return;
+    if (t_depth <= 0) return; /* nothing open: the usual off path */
     t_depth--;
-    if (t_depth >= MAX_DEPTH || !fm_profiler_enabled()) return;
+    if (t_depth >= MAX_DEPTH || !__atomic_load_n(&fm_profiler_on, __ATOMIC_RELAXED)) return;
     double now = fm_profiler_now_us();
     fm_profile_span(t_stack[t_depth].name, t_stack[t_depth].cat, t_stack[t_depth].start, now - t_stack[t_depth].start, NULL);
 }
 
 void fm_profile_counter(const char *track, const char *series, double value) {
     if (!fm_profiler_enabled()) return;
-    char t1[128], s1[128];
-    emit("{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"tid\":0,\"args\":{\"%s\":%.17g}}", esc(track, t1, sizeof t1),
-         fm_profiler_now_us(), (int)getpid(), esc(series, s1, sizeof s1), value);
+    char t1[128], s1[128], ts[32], v[40];
+    /* counters are mostly byte counts: whole numbers print without the floating-point path */
+    if (value == (double)(long long)value && value > -9e15 && value < 9e15) snprintf(v, sizeof v, "%lld", (long long)value);
+    else snprintf(v, sizeof v, "%.17g", value);
+    emit("{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%s,\"pid\":%d,\"tid\":0,\"args\":{\"%s\":%s}}", esc(track, t1, sizeof t1),
+         fmt_us(fm_profiler_now_us(), ts, sizeof ts), pid(), esc(series, s1, sizeof s1), v);
 }
 
 void fm_profile_thread_name(const char *name) {
     if (!fm_profiler_enabled()) return;
     char n1[256];
-    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", (int)getpid(), tid(),
+    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", pid(), tid(),
          esc(name, n1, sizeof n1));
 }
 
@@ -198,11 +231,12 @@ void fm_profile_device_span(int track, const char *track_name, const char *name,
     pthread_mutex_unlock(&g.mu);
     char n1[256], c1[64];
     if (first)
-        emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", (int)getpid(), t,
+        emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", pid(), t,
              esc(track_name ? track_name : "device", n1, sizeof n1));
-    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%ld%s%s}",
-         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), start_us, dur_us < 0 ? 0 : dur_us, (int)getpid(), t,
-         args ? ",\"args\":" : "", args ? args : "");
+    char t1[32], d1[32];
+    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%ld%s%s}",
+         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), fmt_us(start_us, t1, sizeof t1),
+         fmt_us(dur_us, d1, sizeof d1), pid(), t, args ? ",\"args\":" : "", args ? args : "");
 }
 
 uint64_t fm_profiler_session(void) {
