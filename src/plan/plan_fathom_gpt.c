@@ -34,9 +34,7 @@ typedef struct gpt_recipe {
     int tok_kind; /* 0 bpe, 1 char, 2 byte */
     int vocab_req;
     char corpus[1024];
-    int batch, eval_batches;
-    double grad_clip;
-    int line_err;
+    int batch;
     char err[256];
 } gpt_recipe;
 
@@ -65,9 +63,20 @@ static int gpt_recipe_key(void *user, const char *sec, const char *key, const ch
     } else if (IS("tokenizer", "vocab_size")) NUM(r->vocab_req);
     else if (IS("data", "corpus")) snprintf(r->corpus, sizeof r->corpus, "%s", val);
     else if (IS("train", "batch_size")) NUM(r->batch);
-    else if (IS("train", "eval_batches")) NUM(r->eval_batches);
-    else if (IS("train", "grad_clip")) NUM(r->grad_clip);
-    /* the other keys (steps, schedule, seeds, logging) do not change memory */
+    else if (!strcmp(sec, "recipe") || IS("model", "type")) { /* informational / already known */
+    } else {
+        /* the other keys the trainer takes (steps, schedule, clipping, evaluation count, seeds,
+         * logging) do not change the peak: clipping works in place, every validation batch is
+         * the same size. They are still checked, as cli/cmd_train_gpt.c checks them. */
+        static const char *const train_keys[] = {"steps", "warmup", "lr", "min_lr", "weight_decay", "beta1", "beta2",
+                                                  "grad_clip", "eval_every", "eval_batches", "ckpt_every", "log_every",
+                                                  "sample_tokens", "seed"};
+        int known = IS("model", "n_kv_head") || IS("data", "val_fraction");
+        for (size_t i = 0; !known && !strcmp(sec, "train") && i < sizeof train_keys / sizeof train_keys[0]; i++)
+            known = !strcmp(key, train_keys[i]);
+        if (!known) { snprintf(r->err, sizeof r->err, "unknown recipe key [%s] %s", sec, key); return 0; }
+        if (!num) { snprintf(r->err, sizeof r->err, "[%s] %s = '%s' is not a number", sec, key, val); return 0; }
+    }
 #undef IS
 #undef NUM
     return 1;
@@ -840,7 +849,7 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     gpt_recipe r;
     memset(&r, 0, sizeof r);
     r.n_layer = 4; r.n_head = 4; r.n_embd = 128; r.block_size = 128; r.ffn = 512; r.bias = 1; /* fm_gpt_train_defaults */
-    r.vocab_req = 512; r.batch = 16; r.eval_batches = 8; r.grad_clip = 1.0;
+    r.vocab_req = 512; r.batch = 16;
     snprintf(r.corpus, sizeof r.corpus, "kjv");
     FILE *f = fopen(path, "rb");
     if (!f) return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));

@@ -39,11 +39,16 @@ static void close_line(pf_sim *s) {
 void pf_phase(pf_sim *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->where, sizeof s->where, fmt, ap);
+    char text[sizeof s->where];
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    /* leading spaces indent nested phases in the log only */
+    const char *t = text;
+    while (*t == ' ') t++;
+    snprintf(s->where, sizeof s->where, "%s", t);
     if (!s->log) return;
     close_line(s);
-    plan_sb_printf(s->log, "  %s:", s->where);
+    plan_sb_printf(s->log, "  %s:", text);
     s->log_open = 1;
 }
 
