@@ -52,4 +52,10 @@ if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.jso
   echo "expected failure for an unwritable trace path"; exit 1
 fi
 grep -q "cannot write trace file" "$dir/err"
+# so is a log directory that cannot be created (under a regular file: fails even for root)
+touch "$dir/afile"
+if "$bin" train fashion-mlp --max-steps 1 --no-eval --logdir "$dir/afile/logs" --quiet 2> "$dir/err"; then
+  echo "expected failure for an unwritable log directory"; exit 1
+fi
+grep -q "afile/logs" "$dir/err" || { echo "the logdir error does not name the directory:"; cat "$dir/err"; exit 1; }
 echo "train observe: ok"
