@@ -96,7 +96,7 @@ static void usage(FILE *f) {
                "                          [--sample N] [--seed S] [--batch N] [--json] [--quiet]\n"
                "                          [--precision fp32|bf16|fp16] [--checkpointing none|blocks|selective]\n"
                "                          [--grad-accum N] [--memory-limit SIZE] [--memory-mode grow|preallocate]\n"
-               "                          [--memory-preallocate SIZE|FRACTION]\n"
+               "                          [--memory-preallocate SIZE|FRACTION] [--profile FILE] [--logdir DIR]\n"
                "  RECIPE: a GPT recipe name (kjv-gpt) or an .ini path with [model] type = gpt\n"
                "  --batch N            override the recipe's batch_size (windows per optimizer step)\n"
                "  --precision P        autocast matmuls/attention to bf16 or fp16 (fp16 adds dynamic loss scaling);\n"
@@ -108,7 +108,9 @@ static void usage(FILE *f) {
                "  --memory-mode M      grow (default) or preallocate (reserve an arena up front)\n"
                "  --memory-preallocate X  with preallocate: a size (1G) or a fraction of the limit (0.5)\n"
                "  --json               stdout gets one JSON object with the results and the memory report\n"
-               "  --quiet              no progress output\n");
+               "  --quiet              no progress output\n"
+               "  --profile FILE       write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
+               "  --logdir DIR         write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n");
 }
 
 /* the efficiency flags, each through the library's parser; 0 ok, 2 usage error */
@@ -150,7 +152,7 @@ static int efficiency_flag(const char *a, const char *v, fm_efficiency_opts *eo)
 }
 
 int fm_cmd_train_gpt(int argc, char **argv) {
-    const char *recipe = NULL, *out = NULL, *corpus = NULL;
+    const char *recipe = NULL, *out = NULL, *corpus = NULL, *profile = NULL, *logdir = NULL;
     long long steps = -1, stop_after = -1, sample = -1, seed = -1, batch = -1;
     bool resume = false, json = false, quiet = false;
     fm_efficiency_opts eo = fm_efficiency_defaults();
@@ -172,6 +174,8 @@ int fm_cmd_train_gpt(int argc, char **argv) {
         else if (!strcmp(a, "--sample") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &sample)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--seed") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &seed)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--corpus") && has) corpus = argv[++i];
+        else if (!strcmp(a, "--profile") && has) profile = argv[++i];
+        else if (!strcmp(a, "--logdir") && has) logdir = argv[++i];
         else if (!strcmp(a, "--resume")) resume = true;
         else if (a[0] != '-' && !recipe) recipe = a;
         else { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); return 2; }
@@ -214,6 +218,8 @@ int fm_cmd_train_gpt(int argc, char **argv) {
     o.resume = resume;
     o.quiet = quiet;
     o.eff = eo;
+    o.profile_path = profile;
+    o.logdir = logdir;
     /* the recipe's batch size is known only now */
     if (fm_efficiency_validate(&eo, true, o.batch_size)) {
         fm_cli_error("train: %s (%d is the recipe's batch_size; set another with --batch)", fm_last_error(), o.batch_size);
@@ -231,6 +237,8 @@ int fm_cmd_train_gpt(int argc, char **argv) {
         fprintf(stderr, "done: %lld steps, %.1f s, %.0f tokens/s", (long long)r.steps, r.train_seconds, r.tokens_per_second);
         if (eo.loss_scaling) fprintf(stderr, ", loss scale %g, %lld steps skipped", r.loss_scale, (long long)r.skipped_steps);
         fprintf(stderr, "\n%s\n", r.memory_report_text);
+        if (profile) fprintf(stderr, "trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", profile, profile);
+        if (logdir) fprintf(stderr, "logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", logdir, logdir);
     }
     /* stdout: one JSON object (the fields before "precision" are the format scripts already read) */
     json_t *j = json_object();

@@ -47,6 +47,20 @@ if command -v script > /dev/null; then
   grep -q $'\r\033\[Keval \[' "$dir/eval.tty" || { echo "no redrawn eval line on a terminal:"; od -c "$dir/eval.tty" | head; exit 1; }
   if grep -q "^eval: 1/10" "$dir/eval.tty"; then echo "plain eval lines on a terminal"; exit 1; fi
 fi
+# the GPT trainer (fathom train <gpt recipe>): the same --profile and --logdir, with the fp16 loss scale
+printf '[model]\ntype = gpt\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 64\nblock_size = 16\n[tokenizer]\nkind = byte\n[train]\nbatch_size = 2\nsteps = 4\neval_every = 2\neval_batches = 1\nckpt_every = 4\nlog_every = 1\n' > "$dir/gpt.ini"
+for i in $(seq 60); do printf 'in the beginning was the word, and the word was with god. '; done > "$dir/corpus.txt"
+"$bin" train "$dir/gpt.ini" --corpus "$dir/corpus.txt" --out "$dir/gpt" --precision fp16 --profile "$dir/gpt.json" \
+      --logdir "$dir/gpt-logs" > /dev/null 2> "$dir/gpt.err"
+grep -q "^trace: $dir/gpt.json" "$dir/gpt.err" || { echo "the GPT trainer does not say where the trace went"; cat "$dir/gpt.err"; exit 1; }
+"$bin" profile "$dir/gpt.json" > "$dir/gpt-summary.txt"
+grep -q "^step time: 4 steps" "$dir/gpt-summary.txt" || { echo "GPT trace: not 4 steps"; cat "$dir/gpt-summary.txt"; exit 1; }
+grep -q "^verdict:" "$dir/gpt-summary.txt"
+"$bin" plot "$dir/gpt-logs" --list > "$dir/gpt-scalars.txt"
+for tag in train/loss train/lr train/throughput train/grad_norm train/loss_scale memory/allocated_bytes; do
+  grep -q "^$tag .* 4 points, last step 4:" "$dir/gpt-scalars.txt" || { echo "GPT scalar $tag missing:"; cat "$dir/gpt-scalars.txt"; exit 1; }
+done
+grep -q "^val/loss .* 2 points, last step 4:" "$dir/gpt-scalars.txt" || { echo "GPT val/loss missing:"; cat "$dir/gpt-scalars.txt"; exit 1; }
 # an unwritable trace path is a clear error, exit 1
 if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.json --quiet 2> "$dir/err"; then
   echo "expected failure for an unwritable trace path"; exit 1

@@ -63,6 +63,10 @@ void fm_gpt_train_mode(fm_gpt *m, bool training);
  * GELU/SwiGLU and the merge of attention heads. Losses and gradients are bitwise
  * those of FM_CKPT_NONE (the default), dropout masks included. */
 fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c);
+/* GPT-2 in f32 runs fused bias + GELU and residual + LayerNorm ops (the default);
+ * off: the separate ops, for measuring what the fusion buys. The two agree to
+ * rounding, not bitwise. */
+void fm_gpt_set_fusion(fm_gpt *m, bool on);
 /* Parameters a config would have, without building the model (for memory checks). */
 int64_t fm_gpt_config_num_params(const fm_gpt_config *c);
 /* Generator the dropout masks come from (borrowed; NULL: the model's own). */
@@ -165,6 +169,12 @@ typedef struct fm_gpt_train_opts {
      * split into grad_accum micro-batches of the same windows) and the allocator's
      * mode and limit; checked with fm_efficiency_validate before anything is read */
     fm_efficiency_opts eff;
+    /* observability (fathom/profile.h, fathom/observe.h): a Chrome trace of the run
+     * (step, data and optimizer spans around the ops) and TensorBoard scalars every
+     * log_every steps (train/loss, lr, throughput, grad_norm, loss_scale with fp16,
+     * memory) and at each evaluation (val/loss); NULL: none */
+    const char *profile_path;
+    const char *logdir;
 } fm_gpt_train_opts;
 fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */

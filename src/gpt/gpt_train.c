@@ -17,6 +17,8 @@
 #include "fathom/efficiency.h" /* precision, checkpointing, accumulation, memory limits */
 #include "fathom/io.h"    /* checkpoints, fm_mkdir_p */
 #include "fathom/optim.h" /* AdamW, clipping, schedules */
+#include "fathom/observe.h" /* --logdir: TensorBoard scalars */
+#include "fathom/profile.h" /* --profile: step, data and optimizer spans */
 #include "gpt/gpt_internal.h"
 
 fm_gpt_train_opts fm_gpt_train_defaults(void) {
@@ -304,6 +306,8 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     fm_gpt *m = NULL;
     fm_optim *opt = NULL;
     fm_tensor **params = NULL;
+    fm_tb_writer *tb = NULL;
+    bool profiling = false, in_step = false;
     fm_status st;
     const fm_efficiency_opts *eo = &o->eff;
     if (o->batch_size < 1 || o->steps < 1 || o->eval_batches < 1 || !(o->val_fraction > 0 && o->val_fraction < 1))
@@ -377,15 +381,21 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
             fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
                     fm_checkpointing_name(eo->checkpointing), accum, accum > 1 ? "es" : "", o->batch_size / accum);
     }
+    if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
+    profiling = o->profile_path != NULL;
+    if (o->logdir && !(tb = fm_tb_writer_open(o->logdir))) { st = fm_last_status(); goto done; }
     fm_memory_reset_peak(FM_CPU);
-    double t_start = now_s(), t_log = t_start, last = NAN, val = NAN;
-    int64_t tok_log = 0, tok_all = 0, skipped0 = gs.n_skipped;
+    double t_start = now_s(), t_log = t_start, last = NAN, val = NAN, t_tb = t_start;
+    int64_t tok_log = 0, tok_all = 0, skipped0 = gs.n_skipped, tok_tb = 0;
     for (; step < o->steps; step++) {
+        fm_profile_push("step", "step");
+        in_step = true;
         fm_optim_set_lr(opt, fm_lr_at(&sched, step));
         fm_tensor *x, *y;
-        double td = now_s();
+        double td = now_s(), pd = fm_profiler_now_us();
         st = fm_gpt_batch_random(&d, 0, split, o->batch_size, T, o->seed, step, &x, &y);
         res->data_seconds += now_s() - td;
+        fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
         if (st) goto done;
         fm_optim_zero_grad(opt);
         last = 0;
@@ -421,15 +431,20 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
             st = fm_set_error(FM_ERR_STATE, "train: loss became %g at step %lld (lower the lr)", last, (long long)step);
             goto done;
         }
+        double po = fm_profiler_now_us();
         if ((st = fm_grad_scaler_unscale(&gs, m->params.n, params))) goto done;
         double norm = 0;
         bool do_step = fm_grad_scaler_should_step(&gs);
         mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
         if (do_step && o->grad_clip > 0) st = fm_optim_clip_grad_norm(opt, o->grad_clip, &norm);
+        else if (do_step && tb) st = fm_optim_clip_grad_norm(opt, INFINITY, &norm); /* the norm for the logs; never scales */
         if (!st && do_step) st = fm_optim_step(opt);
         fm_memory_tag_pop(mc);
         if (st) goto done;
         fm_grad_scaler_update(&gs);
+        fm_profile_span("optimizer", "optimizer", po, fm_profiler_now_us() - po, NULL);
+        fm_profile_pop(); /* step */
+        in_step = false;
         tok_log += (int64_t)o->batch_size * T;
         tok_all += (int64_t)o->batch_size * T;
         int64_t done_steps = step + 1;
@@ -442,9 +457,22 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
             t_log = t;
             tok_log = 0;
         }
+        if (tb && o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps)) {
+            double t = now_s();
+            fm_memory_stats mst;
+            fm_tb_add_scalar(tb, "train/loss", done_steps, last);
+            fm_tb_add_scalar(tb, "train/lr", done_steps, fm_lr_at(&sched, step));
+            if (t > t_tb) fm_tb_add_scalar(tb, "train/throughput", done_steps, (double)(tok_all - tok_tb) / (t - t_tb));
+            if (do_step) fm_tb_add_scalar(tb, "train/grad_norm", done_steps, norm);
+            if (gs.enabled) fm_tb_add_scalar(tb, "train/loss_scale", done_steps, gs.scale);
+            if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
+            t_tb = t;
+            tok_tb = tok_all;
+        }
         bool stop = o->stop_after > 0 && done_steps >= o->stop_after;
         if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == o->steps) {
             if ((st = evaluate(m, &d, split, d.n, o, &val))) goto done;
+            if (tb) fm_tb_add_scalar(tb, "val/loss", done_steps, val);
             if (!o->quiet) fprintf(stderr, "step %lld  val loss %.4f\n", (long long)done_steps, val);
             if (o->sample_tokens > 0 && !o->quiet) {
                 int32_t nl[1];
@@ -479,6 +507,15 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
 done:
+    if (in_step) fm_profile_pop();
+    if (tb) {
+        fm_status cst = fm_tb_writer_close(tb);
+        if (!st) st = cst;
+    }
+    if (profiling) {
+        fm_status pst = fm_profiler_stop();
+        if (!st) st = pst;
+    }
     free(params);
     fm_optim_free(opt);
     fm_gpt_free(m);
