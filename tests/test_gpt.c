@@ -13,6 +13,7 @@
 #include "fathom/gpt.h"
 #include "fathom/io.h"
 #include "fathom/optim.h"
+#include "fathom/profile.h" /* which ops the fused forward runs */
 #include "gpt/gpt_internal.h" /* the HF name table, to lay gradients out as PyTorch does */
 #include "test_util.h"
 
@@ -639,6 +640,88 @@ static void test_train_resume(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* How many times op `name` appears as a kernel span in a profiler trace of one
+ * training forward + backward. */
+static int count_op_spans(fm_gpt *m, fm_tensor *x, fm_tensor *y, const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/fathom_test_gpt_fusion_%d.json", (int)getpid());
+    if (fm_profiler_start(path) != FM_OK) return -1;
+    zero_grads(m);
+    fwd_bwd(m, x, y, FM_F32, 1.0, NULL);
+    fm_profiler_stop();
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    unlink(path);
+    if (!buf) return -1;
+    buf[got] = 0;
+    char needle[96];
+    snprintf(needle, sizeof needle, "\"name\":\"%s\"", name);
+    int count = 0;
+    for (char *p = strstr(buf, needle); p; p = strstr(p + 1, needle)) count++;
+    free(buf);
+    return count;
+}
+
+/* The fused GPT-2 forward (bias + GELU, residual + LayerNorm) runs the fused ops
+ * and agrees with the unfused ops to rounding: loss, logits' gradients, every
+ * parameter's gradient; with and without biases. Llama and autocast keep the
+ * separate ops. */
+static void test_fusion(void) {
+    for (int bias = 0; bias < 2; bias++) {
+        fm_gpt_config c = tiny_config(FM_GPT_GPT2);
+        c.n_layer = 3;
+        c.bias = bias;
+        fm_tensor *x, *y;
+        random_batch(2, c.block_size, c.vocab_size, 5, &x, &y);
+        fm_rng init;
+        fm_rng_init(&init, 31);
+        fm_gpt *m = fm_gpt_new(&c, &init);
+        if (!m) { CHECK(0); fm_tensor_release_n(2, x, y); continue; }
+        double *g[2] = {NULL, NULL}, l[2];
+        for (int fused = 0; fused < 2; fused++) {
+            fm_gpt_set_fusion(m, fused);
+            zero_grads(m);
+            l[fused] = fwd_bwd(m, x, y, FM_F32, 1.0, &g[fused]);
+        }
+        double num = 0, den = 0;
+        int64_t total = fm_gpt_num_params(m);
+        for (int64_t i = 0; g[0] && g[1] && i < total; i++) {
+            num += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
+            den += g[0][i] * g[0][i];
+        }
+        CHECK_MSG(fabs(l[1] - l[0]) <= 1e-6 * fabs(l[0]), "bias %d: fused loss %.9g, unfused %.9g", bias, l[1], l[0]);
+        CHECK_MSG(g[0] && g[1] && den > 0 && sqrt(num) <= 1e-5 * sqrt(den), "bias %d: gradients differ by %g relative",
+                  bias, den > 0 ? sqrt(num / den) : -1.0);
+        free(g[0]);
+        free(g[1]);
+        /* 3 blocks: one residual + norm inside each and one at each end; one MLP bias each */
+        fm_gpt_set_fusion(m, true);
+        CHECK_MSG(count_op_spans(m, x, y, "add_layer_norm") == 6 + 1, "fused forward: %d add_layer_norm spans",
+                  count_op_spans(m, x, y, "add_layer_norm"));
+        CHECK(count_op_spans(m, x, y, "add_layer_norm_backward") == 6 + 1);
+        CHECK(count_op_spans(m, x, y, "bias_gelu_tanh") == (bias ? 3 : 0));
+        CHECK(count_op_spans(m, x, y, "layer_norm") == 0);
+        fm_gpt_set_fusion(m, false);
+        CHECK(count_op_spans(m, x, y, "add_layer_norm") == 0 && count_op_spans(m, x, y, "layer_norm") == 7);
+        fm_gpt_free(m);
+        fm_tensor_release_n(2, x, y);
+    }
+    /* Llama: RMSNorm and SwiGLU, none of the fused ops */
+    fm_gpt_config c = tiny_config(FM_GPT_LLAMA);
+    fm_tensor *x, *y;
+    random_batch(2, c.block_size, c.vocab_size, 6, &x, &y);
+    fm_gpt *m = fm_gpt_new(&c, NULL);
+    CHECK(m && count_op_spans(m, x, y, "add_layer_norm") == 0 && count_op_spans(m, x, y, "bias_gelu_tanh") == 0);
+    fm_gpt_free(m);
+    fm_tensor_release_n(2, x, y);
+}
+
 int main(void) {
     test_vs_pytorch(FM_GPT_GPT2, "gpt2");
     test_vs_pytorch(FM_GPT_LLAMA, "llama");
@@ -654,5 +737,6 @@ int main(void) {
     test_checkpointing(FM_GPT_GPT2, FM_BF16);
     test_grad_accum_model();
     test_train_efficiency();
+    test_fusion();
     TEST_DONE();
 }

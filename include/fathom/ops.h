@@ -154,6 +154,17 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
  * q [B, n_head, T, D], k and v [B, n_kv_head, T, D] in one pass; the gradient is
  * written back into the fused layout in one pass too (no zero-padded slices). */
 fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v);
+/* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
+ * in front, added in the same pass; the backward writes dx and sums db in one pass. */
+fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);
+/* *sum = x + h and *y = layer_norm(*sum) over the last dim (weight/bias [N] or NULL),
+ * in one pass over the rows; x and h have one shape and float dtype. *sum is the next
+ * residual. Backward: the gradient reaching *sum is added to the norm's input gradient
+ * in the same pass. h may be NULL: *sum is then x itself and *y is bitwise the *y of a
+ * fused call whose sum equals x (what recomputation needs). Outputs are new references
+ * (both NULL on error). */
+fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_tensor *bias, double eps,
+                            fm_tensor **sum, fm_tensor **y);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,7 @@ struct fm_gpt {
     bool training;
     fm_rng own_rng, *rng;
     fm_efficiency_opts eff; /* only .checkpointing is read (fm_gpt_set_checkpointing) */
+    bool unfused;           /* fm_gpt_set_fusion(m, false): the unfused ops (for comparisons) */
     gpt_norm_ctx lnfc;
 };
 

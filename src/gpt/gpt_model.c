@@ -3,7 +3,15 @@
  *
  * The forward pass is built from public differentiable ops only, so autograd
  * gives the backward for free and a CUDA backend will run it unchanged. QKV (and
- * Llama's gate/up) are one fused GEMM each, split afterwards by views. */
+ * Llama's gate/up) are one fused GEMM each, split afterwards by views.
+ *
+ * The GPT-2 variant in f32 (no autocast) runs fused ops where they save passes
+ * over activations: the MLP's first bias with its GELU (fm_bias_gelu_tanh), and
+ * each residual add with the LayerNorm that follows it (fm_add_layer_norm: ln_2
+ * inside a block, the next block's ln_1 or ln_f at its end). Checkpointing keeps
+ * the numbers bitwise: a recomputed norm is fm_add_layer_norm without the add,
+ * which is bitwise the fused norm, and the residual add is then fm_add, whose
+ * single rounding is the fused sum's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +315,8 @@ void fm_gpt_train_mode(fm_gpt *m, bool training) { m->training = training; }
 void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng) { m->rng = rng ? rng : &m->own_rng; }
 fm_rng *fm_gpt_rng(fm_gpt *m) { return m->rng; }
 
+void fm_gpt_set_fusion(fm_gpt *m, bool on) { if (m) m->unfused = !on; }
+
 fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c) {
     if (!m) return fm_set_error(FM_ERR_INVALID, "gpt: model is NULL");
     if ((unsigned)c > FM_CKPT_SELECTIVE) return fm_set_error(FM_ERR_INVALID, "gpt: unknown checkpointing mode %d", (int)c);
@@ -417,6 +427,9 @@ static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
 static fm_tensor *lin(fm_gpt *m, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     return fm_efficiency_linear(&m->eff, f, ctx, 1, &x, w, b);
 }
+static fm_tensor *lin_n(fm_gpt *m, fm_segment_fn f, void *ctx, int n, fm_tensor **x, fm_tensor *w, fm_tensor *b) {
+    return fm_efficiency_linear(&m->eff, f, ctx, n, x, w, b);
+}
 
 static fm_tensor *block(fm_gpt *m, fm_tensor *x, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
@@ -438,6 +451,70 @@ fail:
     return NULL;
 }
 
+/* ---- the fused GPT-2 path ---- */
+
+static bool fused_path(const fm_gpt *m) {
+    return m->cfg.arch == FM_GPT_GPT2 && !m->unfused && fm_autocast_get() == FM_F32 && m->wte->dtype == FM_F32;
+}
+
+/* LayerNorm by the fused op's kernel: bitwise the norm a fused residual add gives */
+static fm_tensor *fnorm(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    fm_tensor *s = NULL, *y = NULL;
+    if (fm_add_layer_norm(x, NULL, w, b, m->cfg.norm_eps, &s, &y)) return NULL;
+    fm_tensor_release(s);
+    return y;
+}
+
+static fm_status fnorm_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    const gpt_norm_ctx *c = ctx;
+    out[0] = fnorm(c->m, in[0], c->w, c->b);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* in = {fc output without its bias, the bias} */
+static fm_status bias_gelu_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    (void)ctx;
+    out[0] = fm_bias_gelu_tanh(in[0], in[1]);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* A GPT-2 block on the residual x. y = ln_1(x) when the previous block already
+ * made it (fused with its last add), else NULL. With next (the norm after this
+ * block) and no selective checkpointing, the closing residual add is fused with
+ * it and *y_next receives its output. */
+static fm_tensor *block_fused(fm_gpt *m, fm_tensor *x, fm_tensor *y, int i, int64_t pos0, gpt_kv *cache,
+                              gpt_norm_ctx *next, fm_tensor **y_next) {
+    gpt_layer *L = &m->layers[i];
+    /* selective checkpointing recomputes every norm and the GELU in front of its
+     * linear, so there the adds stay separate (fm_efficiency_linear decides the same way) */
+    const bool sel = m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled();
+    const double eps = m->cfg.norm_eps;
+    fm_tensor *h = y ? fm_linear(y, L->qkv_w, L->qkv_b) : lin(m, fnorm_fn, &L->ln1c, x, L->qkv_w, L->qkv_b);
+    fm_tensor *r = NULL, *y2 = NULL, *out = NULL, *act_in[2];
+    if (y_next) *y_next = NULL;
+    if (!h || !upd(&h, attention(m, h, i, pos0, cache)) || !upd(&h, lin(m, merge_fn, NULL, h, L->proj_w, L->proj_b)) ||
+        !upd(&h, dropout(m, h)))
+        goto done;
+    if (sel) {
+        r = fm_add(x, h);
+        if (!upd(&h, r ? lin(m, fnorm_fn, &L->ln2c, r, L->fc_w, NULL) : NULL)) goto done;
+    } else {
+        if (fm_add_layer_norm(x, h, L->ln2_w, L->ln2_b, eps, &r, &y2)) goto done;
+        if (!upd(&h, fm_linear(y2, L->fc_w, NULL))) goto done;
+    }
+    act_in[0] = h;
+    act_in[1] = L->fc_b;
+    if (!upd(&h, L->fc_b ? lin_n(m, bias_gelu_fn, NULL, 2, act_in, L->fc2_w, L->fc2_b)
+                         : lin(m, act_fn, m, h, L->fc2_w, L->fc2_b)) ||
+        !upd(&h, dropout(m, h)))
+        goto done;
+    if (next && !sel) fm_add_layer_norm(r, h, next->w, next->b, eps, &out, y_next);
+    else out = fm_add(r, h);
+done:
+    fm_tensor_release_n(3, h, r, y2);
+    return out;
+}
+
 /* A block as a segment for fm_checkpoint. Dropout draws from the model's own
  * generator, which fm_checkpoint does not replay, so the block rewinds it to
  * where the first forward started: the recomputation in backward then draws
@@ -447,7 +524,8 @@ static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     fm_rng *r = c->m->rng;
     uint64_t now = r->offset;
     r->offset = c->rng_offset;
-    out[0] = block(c->m, in[0], c->layer, 0, NULL);
+    out[0] = fused_path(c->m) ? block_fused(c->m, in[0], NULL, c->layer, 0, NULL, NULL, NULL)
+                              : block(c->m, in[0], c->layer, 0, NULL);
     if (now != c->rng_offset) r->offset = now; /* a recomputation: the forward already moved past */
     return out[0] ? FM_OK : fm_last_status();
 }
@@ -482,6 +560,8 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
         if (!upd(&x, s)) return NULL;
     }
     if (!upd(&x, dropout(m, x))) return NULL;
+    const bool fused = fused_path(m);
+    fm_tensor *yn = NULL; /* fused: the norm of x when the last block made it */
     for (int i = 0; i < m->cfg.n_layer; i++) {
         /* the last block is not checkpointed: backward needs its activations first,
          * so recomputing them would save no memory */
@@ -491,11 +571,20 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
             c->rng_offset = m->rng->offset;
             if (fm_efficiency_segment(&m->eff, FM_CKPT_BLOCKS, block_fn, c, 1, &x, 1, &y) != FM_OK) y = NULL;
             if (!upd(&x, y)) return NULL;
+        } else if (fused) {
+            gpt_norm_ctx *next = i + 1 < m->cfg.n_layer ? &m->layers[i + 1].ln1c : &m->lnfc;
+            fm_tensor *ny = NULL, *nx = block_fused(m, x, yn, i, pos0, cache, next, &ny);
+            fm_tensor_release(yn);
+            yn = ny;
+            if (!upd(&x, nx)) { fm_tensor_release(yn); return NULL; }
         } else if (!upd(&x, block(m, x, i, pos0, cache))) {
             return NULL;
         }
     }
-    upd(&x, lin(m, norm_fn, &m->lnfc, x, m->wte, NULL)); /* tied output embedding */
+    /* tied output embedding */
+    if (yn) upd(&x, fm_linear(yn, m->wte, NULL));
+    else upd(&x, lin(m, fused ? fnorm_fn : norm_fn, &m->lnfc, x, m->wte, NULL));
+    fm_tensor_release(yn);
     return x;
 }
 

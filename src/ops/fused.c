@@ -4,12 +4,17 @@
  * projection three ways, transpose to [B,H,T,D], let attention make each
  * contiguous) costs three strided gathers forward and, backward, three
  * zero-padded full-width gradients that are then summed. One pass each way
- * replaces all of that. */
+ * replaces all of that.
+ *
+ * bias_gelu_tanh and add_layer_norm remove whole passes over activations that
+ * the unfused route makes: the linear's separate bias add (and, backward, a
+ * second read of the GELU gradient for the bias sum), and the residual add
+ * (and, backward, the add of the norm's input gradient to the residual's). */
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
 #include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_qkv_split_attrs */
+#include "ops/op_attrs.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
 
 /* Only the geometry is needed backward: no tensor is saved. */
 typedef struct { fm_qkv_split_attrs a; int64_t B, T; } split_saved;
@@ -78,5 +83,185 @@ fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tenso
     *q = o[0];
     *k = o[1];
     *v = o[2];
+    return FM_OK;
+}
+
+/* ---------------- bias + GELU (tanh) ---------------- */
+
+static fm_status same_float(const char *op, const char *what, const fm_tensor *t, const fm_tensor *x) {
+    if (t->dtype != x->dtype)
+        return fm_set_error(FM_ERR_INVALID, "%s: %s dtype %s does not match input dtype %s", op, what,
+                            fm_dtype_name(t->dtype), fm_dtype_name(x->dtype));
+    if (!fm_device_eq(fm_tensor_device(t), fm_tensor_device(x)))
+        return fm_set_error(FM_ERR_INVALID, "%s: %s is on a different device than the input", op, what);
+    return FM_OK;
+}
+
+/* A [N] vector matching x's last dim (weight, bias) */
+static fm_status vec_ok(const char *op, const char *what, const fm_tensor *v, const fm_tensor *x) {
+    char a[128], b[128];
+    const int64_t N = x->shape[x->ndim - 1];
+    if (v->ndim != 1 || v->shape[0] != N)
+        return fm_set_error(FM_ERR_INVALID, "%s: %s %s does not match the last dim of input %s (expected [%lld])", op,
+                            what, fm_shape_str(v->ndim, v->shape, a, sizeof a),
+                            fm_shape_str(x->ndim, x->shape, b, sizeof b), (long long)N);
+    return same_float(op, what, v, x);
+}
+
+static fm_status float_input(const char *op, const fm_tensor *x) {
+    if (x->ndim < 1) return fm_set_error(FM_ERR_INVALID, "%s: input must have at least 1 dimension", op);
+    if (!fm_dtype_is_float(x->dtype))
+        return fm_set_error(FM_ERR_INVALID, "%s: needs a floating-point input, got %s", op, fm_dtype_name(x->dtype));
+    return FM_OK;
+}
+
+/* saved = {x, b}: the GELU derivative is taken at x + b, recomputed backward */
+static fm_status bias_gelu_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    fm_tensor *x = n->saved[0], *b = n->saved[1];
+    bool need_x = fm_node_needs_grad(n, 0), need_b = fm_node_needs_grad(n, 1);
+    fm_tensor *dx = fm_tensor_empty(x->ndim, x->shape, x->dtype, fm_tensor_device(x));
+    fm_tensor *db = need_b ? fm_tensor_empty(1, b->shape, b->dtype, fm_tensor_device(b)) : NULL;
+    if (!dx || (need_b && !db)) { fm_tensor_release_n(2, dx, db); return fm_last_status(); }
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_BIAS_GELU_TANH_BACKWARD;
+    call.n_in = 3;
+    call.in[0] = grad_out[0];
+    call.in[1] = x;
+    call.in[2] = b;
+    call.n_out = 2;
+    call.out[0] = dx;
+    call.out[1] = db;
+    fm_status st = fm_dispatch(&call);
+    if (st) { fm_tensor_release_n(2, dx, db); return st; }
+    if (need_x) grad_in[0] = dx;
+    else fm_tensor_release(dx);
+    grad_in[1] = db;
+    return FM_OK;
+}
+
+fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b) {
+    const char *op = "bias_gelu_tanh";
+    if (!x || !b) { fm_set_error(FM_ERR_INVALID, "%s: %s is NULL", op, x ? "bias" : "input"); return NULL; }
+    if (float_input(op, x) || vec_ok(op, "bias", b, x)) return NULL;
+    fm_tensor *y = fm_tensor_empty(x->ndim, x->shape, x->dtype, fm_tensor_device(x));
+    if (!y) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_BIAS_GELU_TANH;
+    call.n_in = 2;
+    call.in[0] = x;
+    call.in[1] = b;
+    call.n_out = 1;
+    call.out[0] = y;
+    if (fm_dispatch(&call)) { fm_tensor_release(y); return NULL; }
+    fm_node *n = fm_node_begin(FM_OP_BIAS_GELU_TANH, 2, (fm_tensor *[]){x, b}, bias_gelu_backward);
+    if (n) {
+        fm_node_save(n, 0, x);
+        fm_node_save(n, 1, b);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}
+
+/* ---------------- residual add + layer norm ---------------- */
+
+/* Node attrs: the kernel's, and whether the node's first output is the sum
+ * (h given) or the sum is x itself and y is the only output (h NULL). */
+typedef struct { fm_norm_attrs na; int has_h; } add_ln_saved;
+
+/* saved = {sum (x when h is NULL), weight|NULL, mean, rstd, bias|NULL} */
+static fm_status add_ln_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    const add_ln_saved *sv = FM_NODE_ATTRS(n, add_ln_saved);
+    fm_tensor *s = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3], *b = n->saved[4];
+    fm_device dev = fm_tensor_device(s);
+    bool need_w = w && fm_node_needs_grad(n, 2), need_b = b && fm_node_needs_grad(n, 3);
+    fm_tensor *g = fm_tensor_empty(s->ndim, s->shape, s->dtype, dev);
+    fm_tensor *dw = need_w ? fm_tensor_empty(1, w->shape, w->dtype, dev) : NULL;
+    fm_tensor *db = need_b ? fm_tensor_empty(1, b->shape, b->dtype, dev) : NULL;
+    if (!g || (need_w && !dw) || (need_b && !db)) { fm_tensor_release_n(3, g, dw, db); return fm_last_status(); }
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_ADD_LAYER_NORM_BACKWARD;
+    call.n_in = 6;
+    call.in[0] = sv->has_h ? grad_out[1] : grad_out[0]; /* dy */
+    call.in[1] = sv->has_h ? grad_out[0] : NULL;        /* dsum */
+    call.in[2] = s;
+    call.in[3] = w;
+    call.in[4] = mean;
+    call.in[5] = rstd;
+    call.n_out = 3;
+    call.out[0] = g;
+    call.out[1] = dw;
+    call.out[2] = db;
+    call.attrs = &sv->na;
+    fm_status st = fm_dispatch(&call);
+    if (st) { fm_tensor_release_n(3, g, dw, db); return st; }
+    /* x and h get the same gradient: the engine only ever adds gradients into new
+     * tensors, so one tensor can serve both */
+    if (sv->has_h && fm_node_needs_grad(n, 1)) grad_in[1] = fm_tensor_retain(g);
+    if (fm_node_needs_grad(n, 0)) grad_in[0] = fm_tensor_retain(g);
+    fm_tensor_release(g);
+    grad_in[2] = dw;
+    grad_in[3] = db;
+    return FM_OK;
+}
+
+fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_tensor *bias, double eps,
+                            fm_tensor **sum, fm_tensor **y) {
+    const char *op = "add_layer_norm";
+    char a[128], b[128];
+    if (!sum || !y) return fm_set_error(FM_ERR_INVALID, "%s: output pointers must not be NULL", op);
+    *sum = *y = NULL;
+    if (!x) return fm_set_error(FM_ERR_INVALID, "%s: x is NULL", op);
+    fm_status st = float_input(op, x);
+    if (st) return st;
+    if (h && (h->ndim != x->ndim || memcmp(h->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)))
+        return fm_set_error(FM_ERR_INVALID, "%s: h %s must have the shape of x %s (no broadcasting)", op,
+                            fm_shape_str(h->ndim, h->shape, a, sizeof a), fm_shape_str(x->ndim, x->shape, b, sizeof b));
+    if (h && (st = same_float(op, "h", h, x))) return st;
+    if (weight && (st = vec_ok(op, "weight", weight, x))) return st;
+    if (bias && (st = vec_ok(op, "bias", bias, x))) return st;
+    if (!(eps >= 0)) return fm_set_error(FM_ERR_INVALID, "%s: eps %g must be >= 0", op, eps);
+    const int64_t N = x->shape[x->ndim - 1], M = N ? fm_tensor_numel(x) / N : 0;
+    const fm_dtype sdt = x->dtype == FM_F64 ? FM_F64 : FM_F32; /* statistics as layer_norm keeps them */
+    fm_device dev = fm_tensor_device(x);
+    fm_tensor *o[4];
+    o[0] = h ? fm_tensor_empty(x->ndim, x->shape, x->dtype, dev) : fm_tensor_retain(x);
+    o[1] = fm_tensor_empty(x->ndim, x->shape, x->dtype, dev);
+    o[2] = fm_tensor_empty(1, &M, sdt, dev);
+    o[3] = fm_tensor_empty(1, &M, sdt, dev);
+    add_ln_saved sv = {{eps}, h != NULL};
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_ADD_LAYER_NORM;
+    call.n_in = 4;
+    call.in[0] = x;
+    call.in[1] = h;
+    call.in[2] = weight;
+    call.in[3] = bias;
+    call.n_out = 4;
+    for (int i = 0; i < 4; i++) call.out[i] = o[i];
+    if (!h) call.out[0] = NULL; /* the sum is x: nothing to write */
+    call.attrs = &sv.na;
+    st = o[0] && o[1] && o[2] && o[3] ? fm_dispatch(&call) : fm_last_status();
+    if (st) {
+        fm_tensor_release_n(4, o[0], o[1], o[2], o[3]);
+        return st;
+    }
+    fm_node *n = fm_node_begin(FM_OP_ADD_LAYER_NORM, 4, (fm_tensor *[]){x, h, weight, bias}, add_ln_backward);
+    if (n) {
+        fm_node_save(n, 0, o[0]);
+        fm_node_save(n, 1, weight);
+        fm_node_save(n, 2, o[2]);
+        fm_node_save(n, 3, o[3]);
+        fm_node_save(n, 4, bias);
+        memcpy(n->attrs, &sv, sizeof sv);
+        if (h) fm_node_finish(n, 2, o);
+        else fm_node_finish(n, 1, &o[1]);
+    }
+    fm_tensor_release_n(2, o[2], o[3]);
+    *sum = o[0];
+    *y = o[1];
     return FM_OK;
 }

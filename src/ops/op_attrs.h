@@ -56,4 +56,10 @@ typedef struct fm_sdpa_attrs { int causal; double scale; } fm_sdpa_attrs;
 /* QKV_SPLIT_HEADS: in = {qkv [B,T,(H+2KV)*D]}; out = {q [B,H,T,D], k, v [B,KV,T,D]}.
  * QKV_SPLIT_HEADS_BACKWARD: in = {dq, dk, dv} (each may be NULL: zero); out = {dqkv}. */
 typedef struct fm_qkv_split_attrs { int64_t n_head, n_kv_head, head_dim; } fm_qkv_split_attrs;
+/* BIAS_GELU_TANH: in = {x [M, N] contiguous, b [N]}; out = {y}. No attrs.
+ * BIAS_GELU_TANH_BACKWARD: in = {dy, x, b}; out = {dx, db|NULL} (db summed over the M rows).
+ * ADD_LAYER_NORM: in = {x, h (same shape, contiguous), weight [N]|NULL, bias [N]|NULL};
+ * out = {sum = x + h, y = layer_norm(sum), mean [M], rstd [M]} (statistics as LAYER_NORM's), attrs
+ * fm_norm_attrs. ADD_LAYER_NORM_BACKWARD: in = {dy|NULL, dsum|NULL, sum, weight|NULL, mean, rstd};
+ * out = {dsum_total = dsum + d layer_norm/d sum, dweight|NULL, dbias|NULL} (NULL dy or dsum: zero). */
 #endif

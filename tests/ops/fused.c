@@ -1,7 +1,10 @@
 /* Tests of the fused transformer helpers: qkv_split_heads against the unfused
  * narrow + transpose + contiguous route (f32, f64, a non-contiguous input, grouped
  * kv heads), its gradient by finite differences in f64 (with some outputs unused,
- * so NULL incoming gradients are covered), and bad input. */
+ * so NULL incoming gradients are covered), and bad input. bias_gelu_tanh and
+ * add_layer_norm against add + gelu_tanh and add + layer_norm (values and, in f32,
+ * every gradient), by finite differences in f64 on non-contiguous inputs, with
+ * each output used alone (NULL incoming gradients), and bad input. */
 #include "test_util.h"
 #include "op_test.h"
 #include "gradcheck.h"
@@ -99,3 +102,245 @@ static int qkv_split_grad(void) {
 }
 
 OP_TEST("qkv_split_heads", qkv_split_forward, qkv_split_grad)
+
+/* ---------------- bias + GELU (tanh) ---------------- */
+
+/* gelu_tanh(x + b) the unfused way */
+static fm_tensor *bg_ref(fm_tensor *x, fm_tensor *b) {
+    fm_tensor *s = fm_add(x, b), *y = s ? fm_gelu_tanh(s) : NULL;
+    fm_tensor_release(s);
+    return y;
+}
+
+static int bias_gelu_forward(void) {
+    OP_BEGIN;
+    const fm_dtype dts[2] = {FM_F32, FM_F64};
+    /* N 37: the vector loop and its masked tail; N 8: no tail; M 70 over 3 gradient chunks */
+    const int64_t Ns[2] = {37, 8};
+    for (int di = 0; di < 2; di++)
+        for (int ni = 0; ni < 2; ni++) {
+            const int64_t N = Ns[ni];
+            fm_tensor *base = op_randn(3, (int64_t[]){N, 7, 10}, dts[di], 21 + (uint64_t)ni);
+            fm_tensor *xs = fm_mul_scalar(base, 3.0); /* reach the tails of the curve */
+            fm_tensor *x = fm_permute(xs, (int[]){1, 2, 0}); /* [7, 10, N], non-contiguous */
+            fm_tensor *b = op_randn(1, (int64_t[]){N}, dts[di], 22);
+            fm_tensor *y = fm_bias_gelu_tanh(x, b), *r = bg_ref(x, b);
+            CHECK(y && y->ndim == 3 && y->shape[2] == N && y->dtype == dts[di]);
+            double *rh = r ? op_host(r) : NULL;
+            double e = y && rh ? op_max_rel_err(y, rh) : INFINITY;
+            CHECK_MSG(e < (dts[di] == FM_F32 ? 2e-6 : 1e-14), "bias_gelu_tanh %s N %lld: rel err %g",
+                      fm_dtype_name(dts[di]), (long long)N, e);
+            free(rh);
+            fm_tensor_release_n(6, base, xs, x, b, y, r);
+        }
+    /* far tails: exact 0 on the left (no NaN from e^{-2u} = inf), identity on the right */
+    fm_tensor *x = fm_tensor_from_data((float[]){-200, -30, 30, 200, -200, -30, 30, 200, 0}, 1, (int64_t[]){9}, FM_F32);
+    fm_tensor *b = fm_tensor_zeros(1, (int64_t[]){9}, FM_F32, FM_CPU);
+    fm_tensor *y = fm_bias_gelu_tanh(x, b);
+    CHECK(y && fm_tensor_get(y, 0) == 0 && fabs(fm_tensor_get(y, 1)) < 1e-30 && fm_tensor_get(y, 2) == 30 &&
+          fm_tensor_get(y, 3) == 200 && fm_tensor_get(y, 4) == 0 && fm_tensor_get(y, 8) == 0);
+    fm_tensor_release_n(3, x, b, y);
+    /* bad input */
+    fm_tensor *x2 = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F32, FM_CPU);
+    fm_tensor *b5 = fm_tensor_zeros(1, (int64_t[]){5}, FM_F32, FM_CPU);
+    fm_tensor *b4d = fm_tensor_zeros(1, (int64_t[]){4}, FM_F64, FM_CPU);
+    fm_tensor *xi = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_I32, FM_CPU);
+    fm_tensor *b4 = fm_tensor_zeros(1, (int64_t[]){4}, FM_F32, FM_CPU);
+    CHECK(fm_bias_gelu_tanh(x2, b5) == NULL);
+    CHECK_ERR_CONTAINS("bias [5] does not match the last dim of input [3, 4] (expected [4])");
+    CHECK(fm_bias_gelu_tanh(x2, b4d) == NULL);
+    CHECK_ERR_CONTAINS("bias dtype f64 does not match input dtype f32");
+    CHECK(fm_bias_gelu_tanh(xi, b4) == NULL);
+    CHECK_ERR_CONTAINS("needs a floating-point input");
+    CHECK(fm_bias_gelu_tanh(x2, NULL) == NULL);
+    CHECK_ERR_CONTAINS("bias is NULL");
+    fm_tensor_release_n(5, x2, b5, b4d, xi, b4);
+    OP_END;
+}
+
+/* in[0] is [N, M] and is transposed here, so the op sees a non-contiguous input */
+static fm_tensor *bg_fn(fm_tensor **in, void *ctx) {
+    (void)ctx;
+    fm_tensor *x = fm_transpose(in[0], 0, 1), *y = x ? fm_bias_gelu_tanh(x, in[1]) : NULL;
+    fm_tensor_release(x);
+    return y;
+}
+
+/* loss = sum(f(x, b) * w) in f32 both ways: the fused gradients match autograd's of the composition */
+static void bg_grad_vs_unfused(void) {
+    const int64_t M = 70, N = 37;
+    fm_tensor *x = op_randn(2, (int64_t[]){M, N}, FM_F32, 31), *b = op_randn(1, (int64_t[]){N}, FM_F32, 32);
+    fm_tensor *w = op_randn(2, (int64_t[]){M, N}, FM_F32, 33);
+    fm_tensor *g[2][2] = {{NULL}};
+    for (int fused = 0; fused < 2; fused++) {
+        fm_tensor_requires_grad_(x, true);
+        fm_tensor_requires_grad_(b, true);
+        fm_tensor *y = fused ? fm_bias_gelu_tanh(x, b) : bg_ref(x, b), *yw = y ? fm_mul(y, w) : NULL;
+        fm_tensor *L = yw ? fm_sum(yw, 0, NULL, false) : NULL;
+        CHECK(L && fm_backward(L, NULL, false) == FM_OK);
+        g[fused][0] = fm_tensor_retain(x->grad);
+        g[fused][1] = fm_tensor_retain(b->grad);
+        fm_tensor_zero_grad(x);
+        fm_tensor_zero_grad(b);
+        fm_tensor_release_n(3, y, yw, L);
+    }
+    for (int k = 0; k < 2; k++) {
+        double *rh = g[0][k] ? op_host(g[0][k]) : NULL;
+        double e = rh && g[1][k] ? op_max_rel_err(g[1][k], rh) : INFINITY;
+        CHECK_MSG(e < 1e-5, "bias_gelu_tanh f32 gradient %d vs unfused: rel err %g", k, e);
+        free(rh);
+    }
+    fm_tensor_release_n(7, x, b, w, g[0][0], g[0][1], g[1][0], g[1][1]);
+}
+
+static int bias_gelu_grad(void) {
+    OP_BEGIN;
+    fm_tensor *x = op_randn(2, (int64_t[]){11, 6}, FM_F64, 41); /* x^T: [6, 11] */
+    fm_tensor *xs = fm_mul_scalar(x, 2.0), *b = op_randn(1, (int64_t[]){11}, FM_F64, 42);
+    fm_tensor_requires_grad_(xs, true);
+    fm_tensor_requires_grad_(b, true);
+    CHECK(gradcheck("bias_gelu_tanh", bg_fn, 2, (fm_tensor *[]){xs, b}, NULL, 1e-6, 1e-6));
+    /* only the bias wants a gradient */
+    fm_tensor_requires_grad_(xs, false);
+    fm_tensor_zero_grad(b);
+    CHECK(gradcheck("bias_gelu_tanh (bias only)", bg_fn, 2, (fm_tensor *[]){xs, b}, NULL, 1e-6, 1e-6));
+    fm_tensor_release_n(3, x, xs, b);
+    bg_grad_vs_unfused();
+    OP_END;
+}
+
+OP_TEST("bias_gelu_tanh", bias_gelu_forward, bias_gelu_grad)
+
+/* ---------------- residual add + layer norm ---------------- */
+
+static int add_ln_forward(void) {
+    OP_BEGIN;
+    const fm_dtype dts[2] = {FM_F32, FM_F64};
+    const int64_t Ns[3] = {37, 64, 5};
+    for (int di = 0; di < 2; di++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int affine = 0; affine < 3; affine++) { /* weight and bias, neither, weight only */
+                const int64_t N = Ns[ni];
+                fm_tensor *xb = op_randn(3, (int64_t[]){N, 5, 14}, dts[di], 51 + (uint64_t)ni);
+                fm_tensor *x = fm_permute(xb, (int[]){1, 2, 0}); /* [5, 14, N], non-contiguous */
+                fm_tensor *h0 = op_randn(3, (int64_t[]){5, 14, N}, dts[di], 52), *h = fm_add_scalar(h0, 4.0);
+                fm_tensor *w = affine != 1 ? op_randn(1, (int64_t[]){N}, dts[di], 53) : NULL;
+                fm_tensor *b = affine == 0 ? op_randn(1, (int64_t[]){N}, dts[di], 54) : NULL;
+                fm_tensor *s = NULL, *y = NULL;
+                CHECK(fm_add_layer_norm(x, h, w, b, 1e-5, &s, &y) == FM_OK);
+                fm_tensor *rs = fm_add(x, h), *ry = rs ? fm_layer_norm(rs, 1, w, b, 1e-5) : NULL;
+                CHECK(s && y && fm_tensor_is_contiguous(s) && s->dtype == dts[di] && y->shape[2] == N);
+                CHECK_MSG(op_bitwise_equal(s, rs), "add_layer_norm %s: the sum is not x + h", fm_dtype_name(dts[di]));
+                double *rh = ry ? op_host(ry) : NULL;
+                double e = y && rh ? op_max_rel_err(y, rh) : INFINITY;
+                CHECK_MSG(e < (dts[di] == FM_F32 ? 2e-6 : 1e-13), "add_layer_norm %s N %lld affine %d: rel err %g",
+                          fm_dtype_name(dts[di]), (long long)N, affine, e);
+                free(rh);
+                /* h NULL: the norm of x alone, bitwise the fused result for a sum equal to x */
+                fm_tensor *s2 = NULL, *y2 = NULL;
+                CHECK(s && fm_add_layer_norm(s, NULL, w, b, 1e-5, &s2, &y2) == FM_OK);
+                CHECK(s2 == s);
+                CHECK_MSG(op_bitwise_equal(y2, y), "add_layer_norm %s: h = NULL is not bitwise the fused norm",
+                          fm_dtype_name(dts[di]));
+                fm_tensor_release_n(12, xb, x, h0, h, w, b, s, y, rs, ry, s2, y2);
+            }
+    /* bad input */
+    fm_tensor *x = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F32, FM_CPU), *s, *y;
+    fm_tensor *h5 = fm_tensor_zeros(2, (int64_t[]){3, 5}, FM_F32, FM_CPU);
+    fm_tensor *hd = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F64, FM_CPU);
+    fm_tensor *w3 = fm_tensor_zeros(1, (int64_t[]){3}, FM_F32, FM_CPU);
+    fm_tensor *xi = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_I64, FM_CPU);
+    CHECK(fm_add_layer_norm(x, h5, NULL, NULL, 1e-5, &s, &y) != FM_OK && !s && !y);
+    CHECK_ERR_CONTAINS("h [3, 5] must have the shape of x [3, 4]");
+    CHECK(fm_add_layer_norm(x, hd, NULL, NULL, 1e-5, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("h dtype f64 does not match input dtype f32");
+    CHECK(fm_add_layer_norm(x, x, w3, NULL, 1e-5, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("weight [3] does not match the last dim of input [3, 4]");
+    CHECK(fm_add_layer_norm(x, x, NULL, w3, 1e-5, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("bias [3] does not match");
+    CHECK(fm_add_layer_norm(x, x, NULL, NULL, -1, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("eps -1 must be >= 0");
+    CHECK(fm_add_layer_norm(xi, xi, NULL, NULL, 1e-5, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("needs a floating-point input, got i64");
+    CHECK(fm_add_layer_norm(NULL, x, NULL, NULL, 1e-5, &s, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("x is NULL");
+    CHECK(fm_add_layer_norm(x, x, NULL, NULL, 1e-5, NULL, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("output pointers must not be NULL");
+    fm_tensor_release_n(5, x, h5, hd, w3, xi);
+    OP_END;
+}
+
+/* Which outputs feed the checked result: bit 0 the sum, bit 1 the norm. h_null:
+ * the norm of x alone. in = {x [N, M] (transposed here: non-contiguous), h, w, b}. */
+typedef struct { int use, h_null; } aln_ctx;
+
+static fm_tensor *aln_fn(fm_tensor **in, void *vctx) {
+    const aln_ctx *c = vctx;
+    fm_tensor *x = fm_transpose(in[0], 0, 1), *s = NULL, *y = NULL, *out = NULL;
+    if (!x || fm_add_layer_norm(x, c->h_null ? NULL : in[1], in[2], in[3], 1e-5, &s, &y)) goto done;
+    if (c->use == 1) out = fm_mul_scalar(s, 1.0);
+    else if (c->use == 2) out = fm_tensor_retain(y);
+    else {
+        fm_tensor *s2 = fm_mul(s, s); /* the sum feeds the loss nonlinearly, as the next block would */
+        out = s2 ? fm_cat(2, (fm_tensor *[]){s2, y}, 0) : NULL;
+        fm_tensor_release(s2);
+    }
+done:
+    fm_tensor_release_n(3, x, s, y);
+    return out;
+}
+
+static int add_ln_grad(void) {
+    OP_BEGIN;
+    const int64_t M = 6, N = 9;
+    const aln_ctx cases[4] = {{3, 0}, {2, 0}, {1, 0}, {2, 1}};
+    for (int ci = 0; ci < 4; ci++)
+        for (int affine = 0; affine < 2; affine++) {
+            fm_tensor *x = op_randn(2, (int64_t[]){N, M}, FM_F64, 61);
+            fm_tensor *h = op_randn(2, (int64_t[]){M, N}, FM_F64, 62);
+            fm_tensor *w = affine ? op_randn(1, (int64_t[]){N}, FM_F64, 63) : NULL;
+            fm_tensor *b = affine ? op_randn(1, (int64_t[]){N}, FM_F64, 64) : NULL;
+            fm_tensor *in[4] = {x, h, w, b};
+            for (int i = 0; i < 4; i++)
+                if (in[i] && !(i == 1 && cases[ci].h_null)) fm_tensor_requires_grad_(in[i], true);
+            char name[96];
+            snprintf(name, sizeof name, "add_layer_norm (use %d, h %s, affine %d)", cases[ci].use,
+                     cases[ci].h_null ? "NULL" : "given", affine);
+            CHECK_MSG(gradcheck(name, aln_fn, 4, in, (void *)&cases[ci], 1e-6, 1e-6), "%s", name);
+            fm_tensor_release_n(4, x, h, w, b);
+        }
+    /* f32: gradients of every input equal, to rounding, those of add + layer_norm under autograd */
+    const int64_t M2 = 70, N2 = 37;
+    fm_tensor *x = op_randn(2, (int64_t[]){M2, N2}, FM_F32, 71), *h = op_randn(2, (int64_t[]){M2, N2}, FM_F32, 72);
+    fm_tensor *w = op_randn(1, (int64_t[]){N2}, FM_F32, 73), *b = op_randn(1, (int64_t[]){N2}, FM_F32, 74);
+    fm_tensor *c1 = op_randn(2, (int64_t[]){M2, N2}, FM_F32, 75), *c2 = op_randn(2, (int64_t[]){M2, N2}, FM_F32, 76);
+    fm_tensor *in[4] = {x, h, w, b}, *g[2][4] = {{NULL}};
+    for (int fused = 0; fused < 2; fused++) {
+        for (int i = 0; i < 4; i++) fm_tensor_requires_grad_(in[i], true);
+        fm_tensor *s = NULL, *y = NULL;
+        if (fused) CHECK(fm_add_layer_norm(x, h, w, b, 1e-5, &s, &y) == FM_OK);
+        else {
+            s = fm_add(x, h);
+            y = s ? fm_layer_norm(s, 1, w, b, 1e-5) : NULL;
+        }
+        fm_tensor *a = s ? fm_mul(s, c1) : NULL, *bb = y ? fm_mul(y, c2) : NULL, *t = a && bb ? fm_add(a, bb) : NULL;
+        fm_tensor *L = t ? fm_sum(t, 0, NULL, false) : NULL;
+        CHECK(L && fm_backward(L, NULL, false) == FM_OK);
+        for (int i = 0; i < 4; i++) {
+            g[fused][i] = fm_tensor_retain(in[i]->grad);
+            fm_tensor_zero_grad(in[i]);
+        }
+        fm_tensor_release_n(6, s, y, a, bb, t, L);
+    }
+    for (int i = 0; i < 4; i++) {
+        double *rh = g[0][i] ? op_host(g[0][i]) : NULL;
+        double e = rh && g[1][i] ? op_max_rel_err(g[1][i], rh) : INFINITY;
+        CHECK_MSG(e < 2e-5, "add_layer_norm f32 gradient of input %d vs unfused: rel err %g", i, e);
+        free(rh);
+        fm_tensor_release_n(2, g[0][i], g[1][i]);
+    }
+    fm_tensor_release_n(6, x, h, w, b, c1, c2);
+    OP_END;
+}
+
+OP_TEST("add_layer_norm", add_ln_forward, add_ln_grad)

@@ -2,11 +2,30 @@
  *
  * qkv_split_heads is pure data movement, so one byte-copy kernel serves every
  * dtype; rows (b, t) are independent, so threads split them with no effect on
- * the result. */
+ * the result.
+ *
+ * bias_gelu_tanh and add_layer_norm work on rows of a contiguous [M, N] view.
+ * f32 rows use fused_avx2.c when the CPU has AVX2/FMA; the scalar templates
+ * below serve f64 (gradient checks) and other CPUs, with statistics in double.
+ * Gradients of the [N] vectors (bias, norm weight and bias) are summed per
+ * fixed-size chunk of rows, and the chunks are then added in order, so results
+ * do not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "cpu_kernels.h"
+
+/* fused_avx2.c */
+void fm_bias_gelu_row_f32_avx2(const float *x, const float *b, float *y, int64_t n);
+void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
+                                   int64_t n);
+void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                            int64_t n, float eps, float *mean_out, float *rstd_out);
+void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float *s, const float *w, float mean,
+                                float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
 
 typedef struct {
     const fm_op_call *c;
@@ -71,7 +90,318 @@ static fm_status qkv_split(const fm_op_call *c, bool bwd) {
 static fm_status qkv_split_kernel(const fm_op_call *c) { return qkv_split(c, false); }
 static fm_status qkv_split_bwd_kernel(const fm_op_call *c) { return qkv_split(c, true); }
 
+/* ---------------- scalar rows ---------------- */
+
+static const double k_2sqrt2_pi = 1.5957691216057308, k_cubic = 0.044715;
+
+/* gelu_tanh(v) = v / (1 + e^{-2u}) and its derivative s (1 + q 2u'), s = 1/(1+e), q = e s */
+static inline double gelu_d(double v) { return v / (1.0 + exp(-k_2sqrt2_pi * v * (1.0 + k_cubic * v * v))); }
+static inline double dgelu_d(double v) {
+    double e = exp(-k_2sqrt2_pi * v * (1.0 + k_cubic * v * v)), s = 1.0 / (1.0 + e), q = e * s;
+    if (q != q) q = 1; /* e = inf: s = 0 */
+    return s * (1.0 + q * k_2sqrt2_pi * v * (1.0 + 3.0 * k_cubic * v * v));
+}
+
+#define DEFINE_FUSED_ROWS(T, SFX)                                                                      \
+    static void bg_row_##SFX(const T *x, const T *b, T *y, int64_t n) {                                \
+        for (int64_t i = 0; i < n; i++) y[i] = (T)gelu_d((double)(T)(x[i] + b[i]));                    \
+    }                                                                                                  \
+    static void bg_bwd_row_##SFX(const T *dy, const T *x, const T *b, T *dx, T *dba, int64_t n) {      \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T d = (T)(dy[i] * (T)dgelu_d((double)(T)(x[i] + b[i])));                                   \
+            dx[i] = d;                                                                                 \
+            if (dba) dba[i] += d;                                                                      \
+        }                                                                                              \
+    }                                                                                                  \
+    static void aln_row_##SFX(const T *x, const T *h, const T *w, const T *b, T *s, T *y, int64_t n,   \
+                              double eps, T *mo, T *ro) {                                              \
+        double sum = 0, var = 0;                                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T v = h ? (T)(x[i] + h[i]) : x[i];                                                         \
+            if (h) s[i] = v;                                                                           \
+            sum += v;                                                                                  \
+        }                                                                                              \
+        const T *src = h ? s : x;                                                                      \
+        double mean = sum / (double)n;                                                                 \
+        for (int64_t i = 0; i < n; i++) { double d = src[i] - mean; var += d * d; }                     \
+        double rstd = 1.0 / sqrt(var / (double)n + eps);                                               \
+        *mo = (T)mean;                                                                                 \
+        *ro = (T)rstd;                                                                                 \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T t = (T)((src[i] - mean) * rstd);                                                         \
+            if (w) t *= w[i];                                                                          \
+            if (b) t += b[i];                                                                          \
+            y[i] = t;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+    static void aln_bwd_row_##SFX(const T *dy, const T *ds, const T *s, const T *w, T mean, T rstd,    \
+                                  T *g, T *dwa, T *dba, int64_t n) {                                   \
+        if (!dy) {                                                                                     \
+            for (int64_t i = 0; i < n; i++) g[i] = ds ? ds[i] : (T)0;                                  \
+            return;                                                                                    \
+        }                                                                                              \
+        double sg = 0, sgx = 0;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T xh = (s[i] - mean) * rstd, gw = w ? dy[i] * w[i] : dy[i];                                \
+            sg += gw;                                                                                  \
+            sgx += (double)gw * xh;                                                                    \
+            if (dwa) dwa[i] += dy[i] * xh;                                                             \
+            if (dba) dba[i] += dy[i];                                                                  \
+        }                                                                                              \
+        T a = (T)(sg / (double)n), c = (T)(sgx / (double)n);                                           \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            T xh = (s[i] - mean) * rstd, gw = w ? dy[i] * w[i] : dy[i];                                \
+            T dx = rstd * (gw - a - xh * c);                                                           \
+            g[i] = ds ? (T)(dx + ds[i]) : dx;                                                          \
+        }                                                                                              \
+    }
+DEFINE_FUSED_ROWS(float, f32)
+DEFINE_FUSED_ROWS(double, f64)
+
+/* ---------------- shared row plumbing ---------------- */
+
+typedef struct rows_ctx {
+    const fm_op_call *c;
+    int64_t M, N, rows_per_chunk;
+    fm_dtype dt;
+    bool simd;
+    double eps;
+    void *part_a, *part_b; /* [n_chunks, N] gradient partials (backward) */
+} rows_ctx;
+
+static const void *dp(const fm_tensor *t) { return t ? fm_tensor_data(t) : NULL; }
+static void *dpo(fm_tensor *t) { return t ? fm_tensor_data(t) : NULL; }
+static int64_t grain_for(int64_t n) { return n >= 8192 ? 1 : 8192 / (n ? n : 1); }
+
+/* the chunk size depends only on M, so partial sums do not depend on the thread count */
+static int64_t chunk_rows(int64_t M) {
+    int64_t r = (M + 63) / 64;
+    return r < 32 ? 32 : r;
+}
+
+static fm_status check_dt(const fm_op_call *c, const fm_tensor *t, fm_dtype dt) {
+    return t && t->dtype != dt ? fm_cpu_unsupported_dtype(c, t->dtype) : FM_OK;
+}
+
+/* Column sums of the partials, chunks in order. */
+typedef struct { const void *part; void *out; int64_t n_chunks, N; fm_dtype dt; } csum_ctx;
+static void csum_range(void *vc, int64_t j0, int64_t j1, int tid) {
+    (void)tid;
+    const csum_ctx *c = vc;
+    for (int64_t j = j0; j < j1; j++) {
+        double t = 0;
+        if (c->dt == FM_F64)
+            for (int64_t k = 0; k < c->n_chunks; k++) t += ((const double *)c->part)[k * c->N + j];
+        else
+            for (int64_t k = 0; k < c->n_chunks; k++) t += ((const float *)c->part)[k * c->N + j];
+        if (c->dt == FM_F64) ((double *)c->out)[j] = t;
+        else ((float *)c->out)[j] = (float)t;
+    }
+}
+static void finish_partials(const void *part, fm_tensor *out, int64_t n_chunks, int64_t N, fm_dtype dt) {
+    if (!out) return;
+    csum_ctx cs = {part, fm_tensor_data(out), n_chunks, N, dt};
+    fm_parallel_for(N, N < 256 ? (N ? N : 1) : 256, csum_range, &cs);
+}
+
+/* Allocates zeroed partials for the wanted gradients; the caller frees both. */
+static fm_status alloc_partials(const fm_op_call *c, rows_ctx *r, bool want_a, bool want_b, int64_t *n_chunks) {
+    size_t es = r->dt == FM_F64 ? 8 : 4;
+    r->rows_per_chunk = chunk_rows(r->M);
+    *n_chunks = (r->M + r->rows_per_chunk - 1) / r->rows_per_chunk;
+    r->part_a = want_a ? calloc((size_t)(*n_chunks * r->N), es) : NULL;
+    r->part_b = want_b ? calloc((size_t)(*n_chunks * r->N), es) : NULL;
+    if ((want_a && !r->part_a) || (want_b && !r->part_b)) {
+        free(r->part_a);
+        free(r->part_b);
+        r->part_a = r->part_b = NULL;
+        return fm_set_error(FM_ERR_OOM, "%s: out of host memory for gradient partials", fm_op_get_info(c->op)->name);
+    }
+    return FM_OK;
+}
+
+/* ---------------- bias + GELU(tanh) ---------------- */
+
+static void bg_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const rows_ctx *r = vc;
+    const int64_t N = r->N;
+    for (int64_t i = r0; i < r1; i++) {
+        if (r->dt == FM_F64) {
+            bg_row_f64((const double *)dp(r->c->in[0]) + i * N, dp(r->c->in[1]), (double *)dpo(r->c->out[0]) + i * N, N);
+        } else {
+            const float *x = (const float *)dp(r->c->in[0]) + i * N;
+            float *y = (float *)dpo(r->c->out[0]) + i * N;
+            if (r->simd) fm_bias_gelu_row_f32_avx2(x, dp(r->c->in[1]), y, N);
+            else bg_row_f32(x, dp(r->c->in[1]), y, N);
+        }
+    }
+}
+
+static void bg_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const rows_ctx *r = vc;
+    const int64_t N = r->N;
+    const fm_op_call *c = r->c;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t i0 = k * r->rows_per_chunk, i1 = i0 + r->rows_per_chunk < r->M ? i0 + r->rows_per_chunk : r->M;
+        for (int64_t i = i0; i < i1; i++) {
+            if (r->dt == FM_F64) {
+                double *dba = r->part_a ? (double *)r->part_a + k * N : NULL;
+                bg_bwd_row_f64((const double *)dp(c->in[0]) + i * N, (const double *)dp(c->in[1]) + i * N, dp(c->in[2]),
+                               (double *)dpo(c->out[0]) + i * N, dba, N);
+            } else {
+                float *dba = r->part_a ? (float *)r->part_a + k * N : NULL;
+                const float *dy = (const float *)dp(c->in[0]) + i * N, *x = (const float *)dp(c->in[1]) + i * N;
+                float *dx = (float *)dpo(c->out[0]) + i * N;
+                if (r->simd) fm_bias_gelu_bwd_row_f32_avx2(dy, x, dp(c->in[2]), dx, dba, N);
+                else bg_bwd_row_f32(dy, x, dp(c->in[2]), dx, dba, N);
+            }
+        }
+    }
+}
+
+static fm_status rows_setup(const fm_op_call *c, const fm_tensor *x, int64_t N, rows_ctx *r) {
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->dt = x->dtype;
+    if (r->dt != FM_F32 && r->dt != FM_F64) return fm_cpu_unsupported_dtype(c, r->dt);
+    r->N = N;
+    r->M = N ? fm_tensor_numel(x) / N : 0;
+    r->simd = r->dt == FM_F32 && fm_cpu_use_avx2();
+    return FM_OK;
+}
+
+/* BIAS_GELU_TANH: in = {x, b}, out = {y} */
+static fm_status bias_gelu_kernel(const fm_op_call *c) {
+    rows_ctx r;
+    const fm_tensor *x = c->in[0];
+    fm_status st = rows_setup(c, x, x->shape[x->ndim - 1], &r);
+    if (st || check_dt(c, c->in[1], r.dt)) return st ? st : fm_last_status();
+    if (r.M && r.N) fm_parallel_for(r.M, grain_for(r.N), bg_fwd_rows, &r);
+    return FM_OK;
+}
+
+/* BIAS_GELU_TANH_BACKWARD: in = {dy, x, b}, out = {dx, db|NULL} */
+static fm_status bias_gelu_bwd_kernel(const fm_op_call *c) {
+    rows_ctx r;
+    const fm_tensor *x = c->in[1];
+    fm_tensor *db = c->n_out > 1 ? c->out[1] : NULL;
+    fm_status st = rows_setup(c, x, x->shape[x->ndim - 1], &r);
+    if (st || check_dt(c, c->in[0], r.dt) || check_dt(c, c->in[2], r.dt)) return st ? st : fm_last_status();
+    if (!c->in[0]) return fm_set_error(FM_ERR_INTERNAL, "bias_gelu_tanh_backward: no incoming gradient");
+    if (r.M == 0 || r.N == 0) {
+        if (db) memset(fm_tensor_data(db), 0, (size_t)fm_tensor_numel(db) * fm_dtype_size(r.dt));
+        return FM_OK;
+    }
+    int64_t n_chunks;
+    if ((st = alloc_partials(c, &r, db != NULL, false, &n_chunks))) return st;
+    fm_parallel_for(n_chunks, 1, bg_bwd_chunks, &r);
+    finish_partials(r.part_a, db, n_chunks, r.N, r.dt);
+    free(r.part_a);
+    return FM_OK;
+}
+
+/* ---------------- residual add + layer norm ---------------- */
+
+static void aln_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const rows_ctx *r = vc;
+    const fm_op_call *c = r->c;
+    const int64_t N = r->N;
+    const bool has_h = c->in[1] != NULL;
+    for (int64_t i = r0; i < r1; i++) {
+        if (r->dt == FM_F64) {
+            aln_row_f64((const double *)dp(c->in[0]) + i * N, has_h ? (const double *)dp(c->in[1]) + i * N : NULL,
+                        dp(c->in[2]), dp(c->in[3]), has_h ? (double *)dpo(c->out[0]) + i * N : NULL,
+                        (double *)dpo(c->out[1]) + i * N, N, r->eps, (double *)dpo(c->out[2]) + i,
+                        (double *)dpo(c->out[3]) + i);
+        } else {
+            const float *x = (const float *)dp(c->in[0]) + i * N, *h = has_h ? (const float *)dp(c->in[1]) + i * N : NULL;
+            float *s = has_h ? (float *)dpo(c->out[0]) + i * N : NULL, *y = (float *)dpo(c->out[1]) + i * N;
+            float *mo = (float *)dpo(c->out[2]) + i, *ro = (float *)dpo(c->out[3]) + i;
+            if (r->simd) fm_add_ln_row_f32_avx2(x, h, dp(c->in[2]), dp(c->in[3]), s, y, N, (float)r->eps, mo, ro);
+            else aln_row_f32(x, h, dp(c->in[2]), dp(c->in[3]), s, y, N, r->eps, mo, ro);
+        }
+    }
+}
+
+static void aln_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const rows_ctx *r = vc;
+    const fm_op_call *c = r->c;
+    const int64_t N = r->N;
+    const fm_tensor *dy = c->in[0], *ds = c->in[1];
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t i0 = k * r->rows_per_chunk, i1 = i0 + r->rows_per_chunk < r->M ? i0 + r->rows_per_chunk : r->M;
+        for (int64_t i = i0; i < i1; i++) {
+            if (r->dt == FM_F64) {
+                double mu = ((const double *)dp(c->in[4]))[i], rs = ((const double *)dp(c->in[5]))[i];
+                aln_bwd_row_f64(dy ? (const double *)dp(dy) + i * N : NULL, ds ? (const double *)dp(ds) + i * N : NULL,
+                                (const double *)dp(c->in[2]) + i * N, dp(c->in[3]), mu, rs,
+                                (double *)dpo(c->out[0]) + i * N, r->part_a ? (double *)r->part_a + k * N : NULL,
+                                r->part_b ? (double *)r->part_b + k * N : NULL, N);
+            } else {
+                float mu = ((const float *)dp(c->in[4]))[i], rs = ((const float *)dp(c->in[5]))[i];
+                const float *pdy = dy ? (const float *)dp(dy) + i * N : NULL, *pds = ds ? (const float *)dp(ds) + i * N : NULL;
+                const float *s = (const float *)dp(c->in[2]) + i * N;
+                float *g = (float *)dpo(c->out[0]) + i * N;
+                float *dwa = r->part_a ? (float *)r->part_a + k * N : NULL, *dba = r->part_b ? (float *)r->part_b + k * N : NULL;
+                if (r->simd) fm_add_ln_bwd_row_f32_avx2(pdy, pds, s, dp(c->in[3]), mu, rs, g, dwa, dba, N);
+                else aln_bwd_row_f32(pdy, pds, s, dp(c->in[3]), mu, rs, g, dwa, dba, N);
+            }
+        }
+    }
+}
+
+/* ADD_LAYER_NORM: in = {x, h|NULL, w|NULL, b|NULL}, out = {sum (NULL when h is), y, mean, rstd} */
+static fm_status add_ln_kernel(const fm_op_call *c) {
+    rows_ctx r;
+    const fm_tensor *x = c->in[0];
+    fm_status st = rows_setup(c, x, x->shape[x->ndim - 1], &r);
+    if (st) return st;
+    for (int i = 1; i < 4; i++)
+        if ((st = check_dt(c, c->in[i], r.dt))) return st;
+    if ((st = check_dt(c, c->out[2], r.dt))) return st;
+    r.eps = ((const fm_norm_attrs *)c->attrs)->eps;
+    if (r.M && r.N) fm_parallel_for(r.M, grain_for(r.N), aln_fwd_rows, &r);
+    return FM_OK;
+}
+
+/* ADD_LAYER_NORM_BACKWARD: in = {dy|NULL, dsum|NULL, sum, w|NULL, mean, rstd}, out = {g, dw|NULL, db|NULL} */
+static fm_status add_ln_bwd_kernel(const fm_op_call *c) {
+    rows_ctx r;
+    const fm_tensor *s = c->in[2];
+    fm_tensor *dw = c->n_out > 1 ? c->out[1] : NULL, *db = c->n_out > 2 ? c->out[2] : NULL;
+    fm_status st = rows_setup(c, s, s->shape[s->ndim - 1], &r);
+    if (st) return st;
+    for (int i = 0; i < 6; i++)
+        if (i != 2 && (st = check_dt(c, c->in[i], r.dt))) return st;
+    if (dw && !c->in[3]) return fm_set_error(FM_ERR_INTERNAL, "add_layer_norm_backward: dweight requested without weight");
+    const size_t es = fm_dtype_size(r.dt);
+    const bool lnpart = c->in[0] != NULL; /* no dy: the norm contributes nothing */
+    if (r.M == 0 || r.N == 0 || !lnpart) {
+        if (dw) memset(fm_tensor_data(dw), 0, (size_t)fm_tensor_numel(dw) * es);
+        if (db) memset(fm_tensor_data(db), 0, (size_t)fm_tensor_numel(db) * es);
+        if (r.M == 0 || r.N == 0) return FM_OK;
+    }
+    int64_t n_chunks;
+    if ((st = alloc_partials(c, &r, lnpart && dw, lnpart && db, &n_chunks))) return st;
+    fm_parallel_for(n_chunks, 1, aln_bwd_chunks, &r);
+    if (lnpart) {
+        finish_partials(r.part_a, dw, n_chunks, r.N, r.dt);
+        finish_partials(r.part_b, db, n_chunks, r.N, r.dt);
+    }
+    free(r.part_a);
+    free(r.part_b);
+    return FM_OK;
+}
+
 void fm_cpu_kernels_fused(fm_backend *b) {
     b->kernels[FM_OP_QKV_SPLIT_HEADS] = qkv_split_kernel;
     b->kernels[FM_OP_QKV_SPLIT_HEADS_BACKWARD] = qkv_split_bwd_kernel;
+    b->kernels[FM_OP_BIAS_GELU_TANH] = bias_gelu_kernel;
+    b->kernels[FM_OP_BIAS_GELU_TANH_BACKWARD] = bias_gelu_bwd_kernel;
+    b->kernels[FM_OP_ADD_LAYER_NORM] = add_ln_kernel;
+    b->kernels[FM_OP_ADD_LAYER_NORM_BACKWARD] = add_ln_bwd_kernel;
 }
