@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs bench_core (fathom) and the same work in PyTorch, same threads, one invocation.
 
-usage: .venv/bin/python bench/bench_core.py BUILD_DIR/bench_core
+usage: .venv/bin/python bench/bench_core.py BUILD_DIR/bench_core [all|matmul|elementwise]
 Prints one JSON line per row and a table. Ratios: for GEMM, fathom GFLOP/s as a
 fraction of OpenBLAS's own sgemm; for elementwise, PyTorch time / fathom time
 (higher is better: fathom's throughput relative to PyTorch's)."""
@@ -18,7 +18,10 @@ def torch_elementwise(name, n, reps=25):
     tf, tb = [], []
     for r in range(reps + 2):
         t0 = time.perf_counter()
-        y = a + b if name == "add" else torch.nn.functional.gelu(a)
+        if name == "add":
+            y = a + b
+        else:
+            y = torch.nn.functional.gelu(a, approximate="tanh" if name == "gelu_tanh" else "none")
         t1 = time.perf_counter()
         y.backward(g)
         t2 = time.perf_counter()
@@ -29,12 +32,12 @@ def torch_elementwise(name, n, reps=25):
 
 def main():
     exe = sys.argv[1]
-    out = subprocess.run([exe], capture_output=True, text=True, check=True,
+    out = subprocess.run([exe] + sys.argv[2:3], capture_output=True, text=True, check=True,
                          env=dict(os.environ, FATHOM_NUM_THREADS=str(threads))).stdout
     rows = []
     for line in out.splitlines():
         r = json.loads(line)
-        if r["bench"] in ("add", "gelu"):
+        if r["bench"] in ("add", "gelu", "gelu_tanh"):
             pf, pb = torch_elementwise(r["bench"], r["n"])
             r.update(torch_fwd_ms=round(pf, 3), torch_bwd_ms=round(pb, 3),
                      fwd_ratio=round(pf / r["fathom_fwd_ms"], 2), bwd_ratio=round(pb / r["fathom_bwd_ms"], 2),

@@ -43,6 +43,90 @@ static int find_unary(const char *name) {
     return -1;
 }
 
+/* Outputs of 8 MiB and more take the non-temporal store path (elementwise_cpu.c):
+ * over 2M + 5 elements (a masked tail after the streamed part, split over the
+ * threads), each result must equal the same op on the same values in a small
+ * tensor, bit for bit. */
+static void large_output_check(const char *name, fm_tensor *(*un)(fm_tensor *), fm_tensor *(*bin)(fm_tensor *, fm_tensor *)) {
+    const int64_t n = (2 << 20) + 5, n_small = 19;
+    fm_tensor *a = op_randn(1, &n, FM_F32, 91), *b = op_randn(1, &n, FM_F32, 92);
+    fm_tensor *y = un ? un(a) : bin(a, b);
+    CHECK_MSG(y != NULL, "%s large: %s", name, fm_last_error());
+    const float *pa = fm_tensor_data(a), *pb = fm_tensor_data(b), *py = y ? fm_tensor_data(y) : NULL;
+    float va[19], vb[19];
+    int64_t idx[19];
+    for (int k = 0; k < n_small; k++) {
+        idx[k] = k < 6 ? n - 1 - k : (int64_t)k * 110359 % n; /* the tail and spread-out elements */
+        va[k] = pa[idx[k]];
+        vb[k] = pb[idx[k]];
+    }
+    fm_tensor *sa = fm_tensor_from_data(va, 1, &n_small, FM_F32), *sb = fm_tensor_from_data(vb, 1, &n_small, FM_F32);
+    fm_tensor *sy = un ? un(sa) : bin(sa, sb);
+    for (int k = 0; py && sy && k < n_small; k++)
+        CHECK_MSG(py[idx[k]] == fm_tensor_get(sy, k), "%s large [%lld]: %.9g vs %.9g", name, (long long)idx[k],
+                  py[idx[k]], fm_tensor_get(sy, k));
+    fm_tensor_release_n(6, a, b, y, sa, sb, sy);
+}
+
+/* ---- GELU in f32: the SIMD kernels against double, densely ----
+ * The f32 kernels evaluate Phi with their own polynomial (simd_avx2.h), so the
+ * 37-point check above is not enough: sweep [-10, 10] (20001 points, not a
+ * multiple of 8) plus the far tails and specials, forward and backward, with
+ * bounds a few ulp wide. Relative bounds hold down to the smallest normal
+ * results, so the left tail is checked too (no 1 + erf cancellation). */
+static double phi_pdf(double x) { return exp(-0.5 * x * x) / sqrt(2 * M_PI); }
+static double dref_gelu(double x) { return 0.5 * erfc(-x / sqrt(2)) + x * phi_pdf(x); }
+/* |Phi(x)| + |x phi(x)|: the size of the derivative's two terms */
+static double dscale_gelu(double x) { return 0.5 * erfc(-x / sqrt(2)) + fabs(x) * phi_pdf(x); }
+static const double k_c = 0.044715, k_s2pi = 0.79788456080286536;
+/* d/dx x s(2u) = s + 2 x s (1 - s) u', s the logistic function of 2u */
+static double sig2u(double x) { return 1 / (1 + exp(-2 * k_s2pi * (x + k_c * x * x * x))); }
+static double dterm2_gelu_tanh(double x) {
+    double s = sig2u(x);
+    return 2 * x * s * (1 - s) * k_s2pi * (1 + 3 * k_c * x * x);
+}
+static double dref_gelu_tanh(double x) { return sig2u(x) + dterm2_gelu_tanh(x); }
+static double dscale_gelu_tanh(double x) { return sig2u(x) + fabs(dterm2_gelu_tanh(x)); }
+
+static void gelu_f32_sweep(const char *name) {
+    bool tanh_form = !strcmp(name, "gelu_tanh");
+    unary_fn fn = tanh_form ? fm_gelu_tanh : fm_gelu;
+    double (*ref)(double) = tanh_form ? ref_gelu_tanh : ref_gelu, (*dref)(double) = tanh_form ? dref_gelu_tanh : dref_gelu;
+    double (*dscale)(double) = tanh_form ? dscale_gelu_tanh : dscale_gelu;
+    const int64_t n_sweep = 20001, n_extra = 13, n = n_sweep + n_extra;
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n_sweep; i++) v[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n_sweep - 1));
+    const float extra[13] = {12.5f, -12.5f, 13.5f, -13.5f, -30.0f, 30.0f, 1e-30f, -1e-30f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+    memcpy(v + n_sweep, extra, sizeof extra);
+    fm_tensor *x = fm_tensor_from_data(v, 1, &n, FM_F32);
+    fm_tensor_requires_grad_(x, true);
+    fm_tensor *y = fn(x);
+    fm_tensor *ones = fm_tensor_ones(1, &n, FM_F32, FM_CPU);
+    CHECK_MSG(y && fm_backward(y, ones, false) == FM_OK && x->grad, "%s f32 sweep: %s", name, fm_last_error());
+    double worst_f = 0, worst_b = 0;
+    for (int64_t i = 0; y && x->grad && i < n; i++) {
+        double xi = v[i], got = fm_tensor_get(y, i), dgot = fm_tensor_get(x->grad, i);
+        if (isnan(xi) || isinf(xi)) {
+            /* as x Phi(x) in double: inf at +inf, NaN (-inf * 0) at -inf */
+            CHECK_MSG(xi == INFINITY ? got == INFINITY : isnan(got), "%s(%g) = %g", name, xi, got);
+            continue;
+        }
+        double want = ref(xi), dwant = dref(xi);
+        /* the tanh form rounds its exp argument 2u in f32 (a few ulp): relative error grows as |2u| ulp */
+        double u = k_s2pi * (xi + k_c * xi * xi * xi), tol = tanh_form ? 1e-6 + 2e-7 * fabs(2 * u) : 1e-6;
+        /* backward: relative to the size of the derivative's two terms (their sum crosses 0 near x = -0.75) */
+        double scale = dscale(xi), ef = fabs(got - want), eb = fabs(dgot - dwant);
+        /* relative, with an absolute slack of about FLT_MIN where the result underflows */
+        CHECK_MSG(ef <= tol * fabs(want) + 2e-38, "%s f32 x=%.9g: got %.9g want %.9g", name, xi, got, want);
+        CHECK_MSG(eb <= tol * scale + 2e-38, "%s' f32 x=%.9g: got %.9g want %.9g", name, xi, dgot, dwant);
+        if (fabs(want) > 1e-37 && ef / fabs(want) > worst_f) worst_f = ef / fabs(want);
+        if (scale > 1e-37 && eb / scale > worst_b) worst_b = eb / scale;
+    }
+    if (getenv("FATHOM_TEST_VERBOSE")) fprintf(stderr, "%s f32 sweep: max rel err fwd %.3g bwd %.3g\n", name, worst_f, worst_b);
+    fm_tensor_release_n(3, x, y, ones);
+    free(v);
+}
+
 /* Values over a wide range, including the SIMD tails (n = 37 is not a multiple of 8). */
 static int unary_forward_named(const char *name) {
     OP_BEGIN;
@@ -86,6 +170,14 @@ static int unary_forward_named(const char *name) {
     }
     fm_tensor_release_n(4, m, ma, mt, y);
     CHECK(k_unary[u].fn(NULL) == NULL);
+    /* NaN propagates through every f32 path: in the SIMD body (index 3) and the masked tail (index 10) */
+    const int64_t n_nan = 11;
+    float vn[11] = {0.5f, -1.5f, 2.0f, NAN, 3.0f, -0.25f, 1.0f, 4.0f, 0.75f, 2.5f, NAN};
+    fm_tensor *xn = fm_tensor_from_data(vn, 1, &n_nan, FM_F32), *yn = k_unary[u].fn(xn);
+    CHECK_MSG(yn && isnan(fm_tensor_get(yn, 3)) && isnan(fm_tensor_get(yn, 10)), "%s(NaN) is not NaN", name);
+    fm_tensor_release_n(2, xn, yn);
+    if (!strcmp(name, "gelu") || !strcmp(name, "gelu_tanh")) gelu_f32_sweep(name);
+    if (!k_unary[u].positive) large_output_check(name, k_unary[u].fn, NULL);
     OP_END;
 }
 
@@ -217,6 +309,7 @@ static int binary_forward_named(const char *name) {
     CHECK(k_bin[b].fn(p1, p3) == NULL);
     CHECK_ERR_CONTAINS("dtype mismatch");
     fm_tensor_release_n(3, p1, p2, p3);
+    if (!k_bin[b].cmp && !k_bin[b].positive) large_output_check(name, NULL, k_bin[b].fn);
     OP_END;
 }
 

@@ -19,6 +19,10 @@
 #include "core/parallel.h"
 
 #define CHUNK 2048
+/* Outputs at least this big are written with non-temporal stores (direct f32
+ * path): they would not stay in cache for their consumer anyway, and streaming
+ * skips the read-for-ownership of each output line. Same threshold as softmax. */
+#define STREAM_MIN_BYTES ((int64_t)8 << 20)
 
 /* ---- scalar math (the reference for every dtype) ---- */
 
@@ -68,11 +72,11 @@ double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x,
         double pdf = exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
         return cdf + x * pdf;
     }
-    case FM_OP_GELU_TANH: {
+    case FM_OP_GELU_TANH: { /* with s = sigmoid(2u): s + 2x s(1-s) u', 1 - s = e s; no 1 - tanh^2 cancellation */
         double k = sqrt(2.0 / M_PI);
-        double u = k * (x + 0.044715 * x * x * x);
-        double t = tanh(u);
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+        double e = exp(-2.0 * k * (x + 0.044715 * x * x * x)), s = 1.0 / (1.0 + e), q = e * s;
+        if (q != q) q = 1; /* e = inf: s = 0 */
+        return s + 2 * x * s * q * k * (1 + 3 * 0.044715 * x * x);
     }
     case FM_OP_SILU: {
         double s = 1.0 / (1.0 + exp(-x));
@@ -110,6 +114,7 @@ typedef struct ew_job {
     int kind;         /* 0 unary, 1 unary backward, 2 binary, 3 where */
     fm_unary_attrs at;
     int n_args;       /* inputs used by the loop */
+    bool stream;      /* f32 SIMD loops write the (direct, aligned, large) output non-temporally */
 } ew_job;
 
 static void loop_f64(const ew_job *j, const double *const *in, double *out, int64_t n) {
@@ -141,9 +146,9 @@ static void loop_f64(const ew_job *j, const double *const *in, double *out, int6
 static void loop_f32(const ew_job *j, const float *const *in, float *out, int64_t n) {
     if (fm_cpu_use_avx2()) {
         switch (j->kind) {
-        case 0: if (fm_ew_unary_f32_avx2(j->op, &j->at, in[0], out, n)) return; break;
-        case 1: if (fm_ew_unary_bwd_f32_avx2(j->op, &j->at, in[0], in[1], in[2], out, n)) return; break;
-        case 2: if (fm_ew_binary_f32_avx2(j->op, in[0], in[1], out, n)) return; break;
+        case 0: if (fm_ew_unary_f32_avx2(j->op, &j->at, in[0], out, n, j->stream)) return; break;
+        case 1: if (fm_ew_unary_bwd_f32_avx2(j->op, &j->at, in[0], in[1], in[2], out, n, j->stream)) return; break;
+        case 2: if (fm_ew_binary_f32_avx2(j->op, in[0], in[1], out, n, j->stream)) return; break;
         case 3: if (fm_ew_where_f32_avx2(in[0], in[1], in[2], out, n)) return; break;
         }
     }
@@ -247,7 +252,8 @@ static void gather(const ew_exec *e, const operand *o, int64_t start, int64_t n,
             float *b = (float *)buf + k;
             if (o->dt == FM_F32) {
                 const float *s = (const float *)o->base + off;
-                for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
+                if (inner_st == 1) memcpy(b, s, (size_t)run * sizeof *b); /* a broadcast bias row */
+                else for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
             } else {
                 for (int64_t r = 0; r < run; r++) b[r] = (float)fm_load_f64(o->base + (off + r * inner_st) * (int64_t)es, o->dt);
             }
@@ -255,7 +261,8 @@ static void gather(const ew_exec *e, const operand *o, int64_t start, int64_t n,
             double *b = (double *)buf + k;
             if (o->dt == FM_F64) {
                 const double *s = (const double *)o->base + off;
-                for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
+                if (inner_st == 1) memcpy(b, s, (size_t)run * sizeof *b);
+                else for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
             } else {
                 for (int64_t r = 0; r < run; r++) b[r] = fm_load_f64(o->base + (off + r * inner_st) * (int64_t)es, o->dt);
             }
@@ -371,6 +378,8 @@ static fm_status ew_run(const ew_job *job, fm_tensor *out, int n_in, fm_tensor *
     }
     make_operand(&e.out, out, e.ndim, e.shape);
     if (!e.out.contig) e.direct = false;
+    /* chunks start at multiples of CHUNK floats, so an aligned base keeps every chunk aligned */
+    e.job.stream = e.direct && ct == FM_F32 && e.n * 4 >= STREAM_MIN_BYTES && ((uintptr_t)e.out.base & 31) == 0;
     int64_t chunks = (e.n + CHUNK - 1) / CHUNK;
     /* ~32K elements per thread before splitting pays for the wake-up */
     fm_parallel_for(chunks, 16, run_range, &e);
