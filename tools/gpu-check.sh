@@ -3,7 +3,9 @@
 # for sm_90 (+PTX), runs the GPU tests (CPU-vs-CUDA conformance of every kernel
 # and dtype - conv/pool/batch norm/cat/gather/scatter_add/index_add included -,
 # allocator and pinned-copy tests, training-step equivalence of a CNN and a tiny
-# transformer over 10 steps), then the GPU benchmarks (matmul, attention,
+# transformer over 10 steps), the profiler's CUDA-event device track (test_profile:
+# kernel and copy spans on the `cuda:0 kernels` track inside their host spans, GPU
+# idle % from them), then the GPU benchmarks (matmul, attention,
 # elementwise, cross-entropy, conv2d fwd/bwd, batch norm, max pool, pinned vs
 # pageable uploads) side by side with
 # PyTorch on the same GPU, and prints a short table last. Full logs go to $OUT
@@ -40,7 +42,7 @@ status=0
 # ---- build (Release, sm_90 + PTX) ----
 t0=$SECONDS
 if cmake -S "$ROOT" -B "$BUILD" -DFATHOM_CUDA=ON -DFATHOM_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target fathom_cli test_cuda bench_gpu >"$OUT/build.log" 2>&1; then
+   cmake --build "$BUILD" -j"$JOBS" --target fathom_cli test_cuda test_profile bench_gpu >"$OUT/build.log" 2>&1; then
   log "build ok ($((SECONDS - t0)) s)"
 else
   log "BUILD FAILED (see $OUT/build.log):"; tail -30 "$OUT/build.log"; exit 1
@@ -52,9 +54,16 @@ t0=$SECONDS
 if timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1; then conf="pass"; else conf="FAIL (rc $?)"; status=1; fi
 log "test_cuda: $conf ($((SECONDS - t0)) s)"
 grep -E "conformance|train-step|pinned|without a cuda kernel|SKIPPED|CHECK failed" "$OUT/test_cuda.log" | head -60 | tee -a "$OUT/gpu-check.log"
+# the profiler's device track (docs/PROFILING.md): test_profile skips its CUDA part when it finds no
+# device, so on this machine a skip is a failure, not a pass
+t0=$SECONDS
+if timeout 60 "$BUILD/test_profile" >"$OUT/test_profile.log" 2>&1; then prof="pass"; else prof="FAIL (rc $?)"; status=1; fi
+if grep -q "device-track checks skipped" "$OUT/test_profile.log"; then prof="FAIL (device-track checks skipped: no device seen)"; status=1; fi
+log "test_profile: $prof ($((SECONDS - t0)) s)"
+grep -E "CHECK failed|skipped|checks," "$OUT/test_profile.log" | head -20 | tee -a "$OUT/gpu-check.log"
 # the rest of the CPU-side suite, while the GPU is here (cheap; its own log)
 if [[ ${RUN_CPU_TESTS:-0} == 1 ]]; then
-  (cd "$BUILD" && timeout 120 ctest -j4 --output-on-failure -E test_cuda >"$OUT/ctest.log" 2>&1) || log "ctest: failures (see ctest.log)"
+  (cd "$BUILD" && timeout 120 ctest -j4 --output-on-failure -E 'test_cuda|test_profile' >"$OUT/ctest.log" 2>&1) || log "ctest: failures (see ctest.log)"
 fi
 
 # ---- benchmarks, side by side ----
@@ -67,9 +76,9 @@ else
 fi
 
 # ---- the table ----
-$PY - "$OUT" "$conf" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf = sys.argv[1], sys.argv[2]
+out, conf, prof = sys.argv[1], sys.argv[2], sys.argv[3]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -83,6 +92,7 @@ def load(p):
 f, t = load(os.path.join(out, "bench_fathom.jsonl")), load(os.path.join(out, "bench_torch.jsonl"))
 print("\n=== gpu-check summary ===")
 print(f"conformance (test_cuda): {conf}")
+print(f"profiler device track (test_profile): {prof}")
 print(f"{'benchmark':44s} {'metric':8s} {'fathom':>10s} {'torch':>10s} {'fathom/torch':>12s}")
 for name, r in f.items():
     if "fathom" not in r:
