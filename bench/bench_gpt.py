@@ -4,10 +4,17 @@
 Measures, for the kjv-gpt config and a 6-layer/384-wide/6-head/block-256 model:
   - training tokens/s (fathom `train` vs PyTorch eager, and torch.compile when it works offline),
   - MFU against a measured OpenBLAS-class sgemm peak (torch.mm on 2 threads, n=2048),
-  - convergence: validation loss after the same number of steps on the same token file,
+  - convergence: validation loss after the same number of steps, PyTorch starting from fathom's
+    exact initial weights and training on exactly fathom's windows (see below),
   - batch-1 generation tokens/s with a KV cache (fathom `generate` vs a simple PyTorch KV-cache loop)
     and against the memory-bandwidth bound (weights + KV bytes per token / measured copy bandwidth).
 Each result is one JSON line; ratio = fathom / peer for throughputs (higher is better for fathom).
+
+Same start, same data: a first `fathom train` of one step at learning rate 0 (AdamW then leaves
+every weight exactly as initialized) writes the initial weights under Hugging Face GPT-2 names;
+PyTorch loads them. Training windows are fathom's: Philox4x32-10 of (seed, step, row), as
+fm_gpt_batch_random draws them, re-implemented here; the step-1 losses of the two (same weights,
+same batch) are reported side by side as the check that both really match.
 
   .venv/bin/python bench/bench_gpt.py --fathom build/fathom [--steps 200] [--quick]
 `fathom train` must route GPT recipes (data/recipes/*.ini with [model] type = gpt) to the GPT trainer.
@@ -17,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,45 +106,118 @@ def load_tokens(path):
     return torch.from_numpy(ids), vocab
 
 
-def torch_train(model, ids, c, steps, lr, compiled=False):
-    split = int(len(ids) * 0.9)
+SEED = 1337  # fathom's default training seed (the recipes below do not set one)
+WARMUP, LR, MIN_LR = 100, 2e-3, 2e-4
+
+
+def philox4x32(key, ctr_hi, ctr_lo):
+    """Philox4x32-10 as src/core/rng.c computes it (fm_philox4x32)."""
+    m32 = 0xFFFFFFFF
+    c0, c1, c2, c3 = ctr_lo & m32, ctr_lo >> 32, ctr_hi & m32, ctr_hi >> 32
+    k0, k1 = key & m32, key >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        n0, n2 = (p1 >> 32) ^ c1 ^ k0, (p0 >> 32) ^ c3 ^ k1
+        c1, c3, c0, c2 = p1 & m32, p0 & m32, n0, n2
+        k0, k1 = (k0 + 0x9E3779B9) & m32, (k1 + 0xBB67AE85) & m32
+    return c0, c1, c2, c3
+
+
+def fathom_window_starts(split, T, B, step, seed=SEED):
+    """The window starts fm_gpt_batch_random(d, 0, split, B, T, seed, step) takes."""
+    span = split - T
+    out = []
+    for b in range(B):
+        r = philox4x32(seed, step, b)
+        out.append(((r[0] << 32) | r[1]) % span)
+    return out
+
+
+def fathom_split(n_tokens):
+    return int(n_tokens * (1.0 - 0.1))  # as gpt_train.c: (int64_t)((double)n * (1.0 - val_fraction))
+
+
+def fathom_lr(s, steps):
+    """fm_lr_at for the cosine schedule with warmup."""
+    if s < WARMUP:
+        return LR * (s + 1) / WARMUP
+    span = steps - WARMUP
+    if span <= 0:
+        return MIN_LR
+    t = min(1.0, (s - WARMUP) / span)
+    return MIN_LR + 0.5 * (LR - MIN_LR) * (1 + math.cos(math.pi * t))
+
+
+def batch_at(ids, split, c, step):
+    T = c["block"]
+    st = fathom_window_starts(split, T, c["batch"], step)
+    return torch.stack([ids[i:i + T] for i in st]), torch.stack([ids[i + 1:i + T + 1] for i in st])
+
+
+def load_fathom_init(model, path):
+    """Loads fathom's Hugging Face GPT-2 safetensors into the bench model (Conv1D weights are [in, out])."""
+    from safetensors.torch import load_file
+    sd = load_file(path)
+    names = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
+             "ln_f.weight": "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias"}
+    conv1d = set()
+    for i in range(model.c["n_layer"]):
+        for mine, hf in (("ln_1", "ln_1"), ("ln_2", "ln_2"), ("c_attn", "attn.c_attn"), ("c_proj", "attn.c_proj"),
+                         ("fc", "mlp.c_fc"), ("proj", "mlp.c_proj")):
+            for p in ("weight", "bias"):
+                names[f"h.{i}.{mine}.{p}"] = f"transformer.h.{i}.{hf}.{p}"
+                if p == "weight" and mine not in ("ln_1", "ln_2"):
+                    conv1d.add(f"h.{i}.{mine}.weight")
+    own = dict(model.named_parameters())
+    assert set(own) == set(names), sorted(set(own) ^ set(names))
+    assert set(sd) == set(names.values()), sorted(set(sd) ^ set(names.values()))
+    with torch.no_grad():
+        for k, p in own.items():
+            t = sd[names[k]]
+            t = t.t() if k in conv1d else t
+            assert t.shape == p.shape, (k, tuple(t.shape), tuple(p.shape))
+            p.copy_(t)
+
+
+def torch_train(model, ids, c, steps, compiled=False, log_at=()):
+    """AdamW on fathom's windows with fathom's schedule. Returns tokens/s (steps 3.. timed), the
+    validation loss, and {step: training loss} for the steps in log_at (1-based, as fathom logs)."""
+    split = fathom_split(len(ids))
     B, T = c["batch"], c["block"]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
+                            lr=LR, betas=(0.9, 0.95))
     fwd = torch.compile(model) if compiled else model
-    g = torch.Generator().manual_seed(1337)
+    losses = {}
     t_warm, t0 = None, time.perf_counter()
     for s in range(steps):
         if s == 2:
             t_warm = time.perf_counter()
-        ix = torch.randint(0, split - T - 1, (B,), generator=g)
-        x = torch.stack([ids[i:i + T] for i in ix])
-        y = torch.stack([ids[i + 1:i + T + 1] for i in ix])
-        for pg in opt.param_groups:  # warmup + cosine, as fathom's recipe
-            w = 100
-            pg["lr"] = lr * (s + 1) / w if s < w else lr * 0.1 + 0.5 * (lr - lr * 0.1) * (
-                1 + math.cos(math.pi * min(1.0, (s - w) / max(1, steps - w))))
+        x, y = batch_at(ids, split, c, s)
+        for pg in opt.param_groups:
+            pg["lr"] = fathom_lr(s, steps)
         loss = fwd(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if s + 1 in log_at:
+            losses[s + 1] = loss.item()
     dt = time.perf_counter() - (t_warm or t0)
     tok_s = B * T * (steps - (2 if t_warm else 0)) / dt
     # validation: the same deterministic walk of the held-out split as fathom (16 batches)
     model.eval()
     with torch.no_grad():
-        losses = []
+        vl = []
         n_win = (len(ids) - split - 1) // T
         for i in range(16):
             st = [split + ((i * B + b) % n_win) * T for b in range(B)]
             x = torch.stack([ids[s:s + T] for s in st])
             y = torch.stack([ids[s + 1:s + T + 1] for s in st])
-            losses.append(model(x, y).item())
+            vl.append(model(x, y).item())
     model.train()
-    return tok_s, sum(losses) / len(losses)
+    return tok_s, sum(vl) / len(vl), losses
 
 
 def sgemm_peak():
@@ -166,8 +247,9 @@ def train_flops_per_token(c, V):
     return 6 * n + 6 * L * T * C  # PaLM: 6N + 12*L*T*C/2 (causal halves attention)
 
 
-def write_recipe(d, name, c, steps, token_dir):
+def write_recipe(d, name, c, steps, lr=LR, min_lr=MIN_LR, log_every=None):
     p = os.path.join(d, name + ".ini")
+    log_every = log_every or max(1, steps // 4)
     with open(p, "w") as f:
         f.write(f"""[model]
 type = gpt
@@ -185,13 +267,13 @@ corpus = kjv
 [train]
 batch_size = {c['batch']}
 steps = {steps}
-warmup = 100
-lr = 2e-3
-min_lr = 2e-4
+warmup = {WARMUP}
+lr = {lr}
+min_lr = {min_lr}
 eval_every = {steps}
 eval_batches = 16
 ckpt_every = {steps}
-log_every = {max(1, steps // 4)}
+log_every = {log_every}
 """)
     return p
 
@@ -203,9 +285,12 @@ def fathom_train(fathom, recipe, out, steps):
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     rates = [float(m) for m in re.findall(r"(\d+) tok/s", r.stderr)]
-    val = [float(m) for m in re.findall(r"val loss ([\d.]+)", r.stderr)]
+    losses = {int(a): float(b) for a, b in re.findall(r"step (\d+)/\d+  loss ([\d.]+)", r.stderr)}
+    # stdout's result object has the last step's loss in full precision
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    losses[steps] = res["train_loss"]
     # the first log interval includes start-up; use the later ones
-    return (sum(rates[1:]) / len(rates[1:]) if len(rates) > 1 else rates[-1]), val[-1]
+    return (sum(rates[1:]) / len(rates[1:]) if len(rates) > 1 else rates[-1]), res["val_loss"], losses
 
 
 def fathom_generate(fathom, out, n):
@@ -243,6 +328,7 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=100)
     ap.add_argument("--configs", default="kjv-gpt,gpt-6x384")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-steps", type=int, default=50, help="steps of the torch.compile run (3.. are timed)")
     a = ap.parse_args()
     peak = sgemm_peak()
     bw = copy_bandwidth()
@@ -252,26 +338,37 @@ def main():
         for name in a.configs.split(","):
             c = CONFIGS[name]
             out = os.path.join(d, name)
-            recipe = write_recipe(d, name, c, a.steps, out)
-            f_tok, f_val = fathom_train(a.fathom, recipe, out, a.steps)
+            # step 1 at lr 0: the initial weights, exported; the real run then reuses the token file
+            _, _, f_first = fathom_train(a.fathom, write_recipe(d, name + "-init", c, 1, 0.0, 0.0, 1), out, 1)
+            init = os.path.join(d, name + "-init.safetensors")
+            shutil.copyfile(os.path.join(out, "model.safetensors"), init)
+            recipe = write_recipe(d, name, c, a.steps)
+            f_tok, f_val, f_losses = fathom_train(a.fathom, recipe, out, a.steps)
             ids, V = load_tokens(os.path.join(out, "tokens.bin"))
-            torch.manual_seed(0)
             model = GPT(c, V)
-            t_tok, t_val = torch_train(model, ids, c, a.steps, 2e-3)
+            load_fathom_init(model, init)
+            with torch.no_grad():
+                t_first = model(*batch_at(ids, fathom_split(len(ids)), c, 0)).item()
+            t_tok, t_val, t_losses = torch_train(model, ids, c, a.steps, log_at=set(f_losses))
             fpt = train_flops_per_token(c, V)
             emit(bench="gpt_train", config=name, metric="tokens/s", fathom=round(f_tok), peer="torch eager",
                  peer_value=round(t_tok), ratio=round(f_tok / t_tok, 3), threads=THREADS,
                  fathom_mfu=round(f_tok * fpt / peak, 3), torch_mfu=round(t_tok * fpt / peak, 3))
             emit(bench="gpt_convergence", config=name, steps=a.steps, fathom_val_loss=round(f_val, 4),
-                 torch_val_loss=round(t_val, 4), diff=round(f_val - t_val, 4))
+                 torch_val_loss=round(t_val, 4), diff=round(f_val - t_val, 4),
+                 step1_loss=[round(f_first[1], 6), round(t_first, 6)],
+                 train_loss={k: [round(f_losses[k], 4), round(t_losses[k], 4)] for k in sorted(f_losses)})
             if not a.no_compile:
                 try:
-                    torch.manual_seed(0)
-                    c_tok, _ = torch_train(GPT(c, V), ids, c, min(a.steps, 50), 2e-3, compiled=True)
+                    cm = GPT(c, V)
+                    load_fathom_init(cm, init)
+                    t0 = time.perf_counter()
+                    c_tok, _, _ = torch_train(cm, ids, c, min(a.steps, a.compile_steps), compiled=True)
                     emit(bench="gpt_train", config=name, metric="tokens/s", fathom=round(f_tok),
-                         peer="torch.compile", peer_value=round(c_tok), ratio=round(f_tok / c_tok, 3), threads=THREADS)
+                         peer="torch.compile", peer_value=round(c_tok), ratio=round(f_tok / c_tok, 3), threads=THREADS,
+                         compile_steps=min(a.steps, a.compile_steps), wall_s=round(time.perf_counter() - t0, 1))
                 except Exception as e:  # no compiler toolchain offline, etc.
-                    emit(bench="gpt_train", config=name, peer="torch.compile", error=str(e).splitlines()[0][:200])
+                    emit(bench="gpt_train", config=name, peer="torch.compile", error=f"{type(e).__name__}: {e}"[:2000])
             n_gen = min(a.gen_tokens, c["block"] - 2)
             f_gen = fathom_generate(a.fathom, out, n_gen)
             t_gen = torch_generate(model, c, n_gen)
