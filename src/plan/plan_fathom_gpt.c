@@ -125,7 +125,7 @@ typedef struct gt {
 static const gt GT_NONE = {-1, 0, 0, -1, 0, -1, 0, 1};
 
 enum nk { N_EMB, N_SLICE, N_ADD, N_COPY, N_VIEW, N_PERMUTE, N_LN, N_LINEAR, N_MATMUL, N_SPLIT, N_SDPA, N_UNARY,
-          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS };
+          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN };
 
 #define G_MAX_IN 4
 typedef struct gnode {
@@ -441,9 +441,46 @@ static gt op_mul_scalar(gsim *g, gt x) {
     return y;
 }
 
-/* ---------------- the model's forward (src/gpt/gpt_model.c) ---------------- */
+/* fm_bias_gelu_tanh (src/ops/fused.c): y = GELU(x + b); the node keeps x and b */
+static gt op_bias_gelu(gsim *g, gt x, gt b) {
+    gt y = t_new(g, x.n, x.es, PF_ACT, "bias+gelu");
+    gt ins[2] = {x, b};
+    int id = node_begin(g, N_BGELU, 2, ins);
+    node_save(g, id, 0, x);
+    node_save(g, id, 1, b);
+    node_finish(g, id, 1, &y);
+    return y;
+}
 
-static gt norm_f(gsim *g, gt x, gt w, gt b) { return op_layer_norm(g, x, w, b); }
+/* fm_add_layer_norm (src/ops/fused.c): sum = x + h (x itself without h), y = its
+ * norm; the node keeps the sum, mean and rstd */
+static void op_add_ln(gsim *g, gt x, gt h, gt w, gt b, gt *sum, gt *y) {
+    double rows = x.n / (double)g->C;
+    gt s = h.buf >= 0 ? t_new(g, x.n, x.es, PF_ACT, "residual sum") : t_ref(g, x);
+    gt yy = t_new(g, x.n, x.es, PF_ACT, "layernorm");
+    gt mean = t_new(g, rows, 4, PF_ACT, "ln mean"), rstd = t_new(g, rows, 4, PF_ACT, "ln rstd");
+    gt ins[4] = {x, h, w, b};
+    if (h.buf < 0) ins[1].rg = 0;
+    int id = node_begin(g, N_ADDLN, 4, ins);
+    node_save(g, id, 0, s);
+    node_save(g, id, 1, mean);
+    node_save(g, id, 2, rstd);
+    if (id >= 0) g->nodes[id].a[0] = h.buf >= 0;
+    if (h.buf >= 0) {
+        gt o[2] = {s, yy};
+        node_finish(g, id, 2, o);
+        s = o[0];
+        yy = o[1];
+    } else {
+        node_finish(g, id, 1, &yy);
+    }
+    t_rel(g, &mean);
+    t_rel(g, &rstd);
+    *sum = s;
+    *y = yy;
+}
+
+/* ---------------- the model's forward (src/gpt/gpt_model.c) ---------------- */
 
 static gt merge_f(gsim *g, gt h) {
     gt y = op_view(g, h, N_PERMUTE, h.n, 0);
@@ -452,63 +489,121 @@ static gt merge_f(gsim *g, gt h) {
     return r;
 }
 
-enum fkind { F_NORM, F_MERGE, F_GELU };
+/* The cheap functions in front of a linear (gpt_model.c's norm_fn/fnorm_fn,
+ * merge_fn, act_fn, bias_gelu_fn). fnorm (fm_add_layer_norm without the add)
+ * allocates and saves what layer_norm does. */
+enum fkind { F_NORM, F_MERGE, F_GELU, F_BIAS_GELU };
 
-static gt apply_f(gsim *g, enum fkind f, gt x, gt w, gt b) {
-    if (f == F_NORM) return norm_f(g, x, w, b);
-    if (f == F_MERGE) return merge_f(g, x);
-    return op_gelu(g, x);
+static gt apply_f(gsim *g, enum fkind f, const gt *xs, gt fw, gt fb) {
+    if (f == F_NORM) return op_layer_norm(g, xs[0], fw, fb);
+    if (f == F_MERGE) return merge_f(g, xs[0]);
+    if (f == F_BIAS_GELU) return op_bias_gelu(g, xs[0], xs[1]);
+    return op_gelu(g, xs[0]);
 }
 
 /* fm_efficiency_linear: f then linear, or (selective) a recompute node that
- * keeps only f's input */
-static gt lin(gsim *g, enum fkind f, gt x, gt fw, gt fb, gt w, gt b, double out) {
+ * keeps only f's inputs */
+static gt lin(gsim *g, enum fkind f, int n_in, const gt *xs, gt fw, gt fb, gt w, gt b, double out) {
     if (g->ckpt == 2 && g->grad_on) {
         g->grad_on = 0;
-        gt h = apply_f(g, f, x, fw, fb);
+        gt h = apply_f(g, f, xs, fw, fb);
         gt y = op_linear(g, h, w, b, out);
         g->grad_on = 1;
         t_rel(g, &h);
-        gt ins[4] = {x, w, b, GT_NONE};
-        int id = node_begin(g, N_RC, b.buf >= 0 ? 3 : 2, ins);
+        gt ins[G_MAX_IN];
+        for (int i = 0; i < n_in; i++) ins[i] = xs[i];
+        ins[n_in] = w;
+        ins[n_in + 1] = b;
+        int id = node_begin(g, N_RC, n_in + 2, ins);
         if (id >= 0) {
-            node_save(g, id, 0, x);
+            for (int i = 0; i < n_in; i++) node_save(g, id, i, xs[i]);
             gnode *n = &g->nodes[id];
             n->a[0] = f;
             n->a[1] = out;
+            n->a[2] = n_in;
             n->fw = fw;
             n->fb = fb;
         }
         node_finish(g, id, 1, &y);
         return y;
     }
-    gt h = apply_f(g, f, x, fw, fb);
+    gt h = apply_f(g, f, xs, fw, fb);
     gt y = op_linear(g, h, w, b, out);
     t_rel(g, &h);
     return y;
 }
 
-static gt block(gsim *g, gt x, int i) {
-    gt h = lin(g, F_NORM, x, LW(g, i, P_LN1W), LW(g, i, P_LN1B), LW(g, i, P_QKVW), LW(g, i, P_QKVB), 3.0 * (double)g->C);
+static gt lin1(gsim *g, enum fkind f, gt x, gt fw, gt fb, gt w, gt b, double out) {
+    return lin(g, f, 1, &x, fw, fb, w, b, out);
+}
+
+/* attention and the projection back to the residual width */
+static gt attn(gsim *g, gt h, int i) {
     gt q, k, v;
     op_split(g, h, &q, &k, &v);
-    t_rel(g, &h);
-    h = op_sdpa(g, q, k, v);
+    gt a = op_sdpa(g, q, k, v);
     t_rel(g, &q); t_rel(g, &k); t_rel(g, &v);
-    gt p = lin(g, F_MERGE, h, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
-    t_rel(g, &h);
+    gt p = lin1(g, F_MERGE, a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
+    t_rel(g, &a);
     gt d = op_dropout(g, p);
     t_rel(g, &p);
+    return d;
+}
+
+/* block(): the unfused block, which autocast (bf16/fp16) runs */
+static gt block(gsim *g, gt x, int i) {
+    gt h = lin1(g, F_NORM, x, LW(g, i, P_LN1W), LW(g, i, P_LN1B), LW(g, i, P_QKVW), LW(g, i, P_QKVB), 3.0 * (double)g->C);
+    gt d = attn(g, h, i);
+    t_rel(g, &h);
     gt r = op_add(g, x, d);
     t_rel(g, &d);
-    h = lin(g, F_NORM, r, LW(g, i, P_LN2W), LW(g, i, P_LN2B), LW(g, i, P_FCW), LW(g, i, P_FCB), (double)g->F);
-    gt h2 = lin(g, F_GELU, h, GT_NONE, GT_NONE, LW(g, i, P_FC2W), LW(g, i, P_FC2B), (double)g->C);
+    h = lin1(g, F_NORM, r, LW(g, i, P_LN2W), LW(g, i, P_LN2B), LW(g, i, P_FCW), LW(g, i, P_FCB), (double)g->F);
+    gt h2 = lin1(g, F_GELU, h, GT_NONE, GT_NONE, LW(g, i, P_FC2W), LW(g, i, P_FC2B), (double)g->C);
     t_rel(g, &h);
     d = op_dropout(g, h2);
     t_rel(g, &h2);
     gt o = op_add(g, r, d);
     t_rel(g, &r);
     t_rel(g, &d);
+    return o;
+}
+
+/* block_fused(): fp32 GPT-2. y = ln_1(x) when the previous block made it; with
+ * next (the norm after this block) and no selective recomputation, the closing
+ * residual add is fused with that norm and *y_next gets its output. */
+static gt block_fused(gsim *g, gt x, gt y, int i, const gt *next_w, const gt *next_b, gt *y_next) {
+    const int sel = g->ckpt == 2 && g->grad_on;
+    gt h = y.buf >= 0 ? op_linear(g, y, LW(g, i, P_QKVW), LW(g, i, P_QKVB), 3.0 * (double)g->C)
+                      : lin1(g, F_NORM, x, LW(g, i, P_LN1W), LW(g, i, P_LN1B), LW(g, i, P_QKVW), LW(g, i, P_QKVB),
+                             3.0 * (double)g->C);
+    if (y_next) *y_next = GT_NONE;
+    gt d = attn(g, h, i);
+    t_rel(g, &h);
+    gt r = GT_NONE, y2 = GT_NONE;
+    if (sel) {
+        r = op_add(g, x, d);
+        h = lin1(g, F_NORM, r, LW(g, i, P_LN2W), LW(g, i, P_LN2B), LW(g, i, P_FCW), GT_NONE, (double)g->F);
+    } else {
+        op_add_ln(g, x, d, LW(g, i, P_LN2W), LW(g, i, P_LN2B), &r, &y2);
+        h = op_linear(g, y2, LW(g, i, P_FCW), GT_NONE, (double)g->F);
+    }
+    t_rel(g, &d);
+    gt h2;
+    if (g->bias) {
+        gt act_in[2] = {h, LW(g, i, P_FCB)};
+        h2 = lin(g, F_BIAS_GELU, 2, act_in, GT_NONE, GT_NONE, LW(g, i, P_FC2W), LW(g, i, P_FC2B), (double)g->C);
+    } else {
+        h2 = lin1(g, F_GELU, h, GT_NONE, GT_NONE, LW(g, i, P_FC2W), GT_NONE, (double)g->C);
+    }
+    t_rel(g, &h);
+    d = op_dropout(g, h2);
+    t_rel(g, &h2);
+    gt o;
+    if (next_w && !sel) op_add_ln(g, r, d, *next_w, *next_b, &o, y_next);
+    else o = op_add(g, r, d);
+    t_rel(g, &d);
+    t_rel(g, &r);
+    t_rel(g, &y2);
     return o;
 }
 
@@ -533,10 +628,13 @@ static gt embed(gsim *g, gt idx) {
 
 static void walk(gsim *g, int lo, int hi, int n_roots, const gt *roots, const gt *seeds);
 
+/* gpt_model.c fused_path(): GPT-2 without autocast */
+static int fused(const gsim *g) { return g->ac == 4; }
+
 /* fm_checkpoint around a block: no tape inside; the node keeps the input */
 static gt ckpt_block(gsim *g, gt x, int i) {
     g->grad_on = 0;
-    gt y = block(g, x, i);
+    gt y = fused(g) ? block_fused(g, x, GT_NONE, i, NULL, NULL, NULL) : block(g, x, i);
     g->grad_on = 1;
     int id = node_begin(g, N_CKPT, 1, &x);
     if (id >= 0) { node_save(g, id, 0, x); g->nodes[id].a[0] = i; }
@@ -546,13 +644,28 @@ static gt ckpt_block(gsim *g, gt x, int i) {
 
 /* logits [N, V] and the loss (trainer holds both until after backward) */
 static void forward(gsim *g, gt idx, gt tgt, gt *logits, gt *loss) {
-    gt x = embed(g, idx);
+    gt x = embed(g, idx), yn = GT_NONE;
+    const int fu = fused(g);
     for (int i = 0; i < g->L; i++) {
-        gt y = g->ckpt == 1 && g->grad_on && i < g->L - 1 ? ckpt_block(g, x, i) : block(g, x, i);
+        gt y;
+        if (g->ckpt == 1 && g->grad_on && i < g->L - 1) {
+            y = ckpt_block(g, x, i);
+        } else if (fu) {
+            const gt *nw = i + 1 < g->L ? &LW(g, i + 1, P_LN1W) : &g->lnf_w;
+            const gt *nb = i + 1 < g->L ? &LW(g, i + 1, P_LN1B) : &g->lnf_b;
+            gt ny;
+            y = block_fused(g, x, yn, i, nw, nb, &ny);
+            t_rel(g, &yn);
+            yn = ny;
+        } else {
+            y = block(g, x, i);
+        }
         t_rel(g, &x);
         x = y;
     }
-    gt lg = lin(g, F_NORM, x, g->lnf_w, g->lnf_b, g->wte, GT_NONE, (double)g->V);
+    gt lg = yn.buf >= 0 ? op_linear(g, yn, g->wte, GT_NONE, (double)g->V)
+                        : lin1(g, F_NORM, x, g->lnf_w, g->lnf_b, g->wte, GT_NONE, (double)g->V);
+    t_rel(g, &yn);
     t_rel(g, &x);
     gt l2 = op_view(g, lg, N_VIEW, lg.n, 1);
     gt l32 = op_to(g, l2, 4, PF_ACT, "logits f32"); /* autocast: the loss in f32 */
@@ -651,7 +764,7 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         int lo = g->nn, ac = g->ac, on = g->grad_on;
         g->ac = n->ac;
         g->grad_on = 1;
-        gt y = block(g, leaf, (int)n->a[0]);
+        gt y = fused(g) ? block_fused(g, leaf, GT_NONE, (int)n->a[0], NULL, NULL, NULL) : block(g, leaf, (int)n->a[0]);
         g->ac = ac;
         g->grad_on = on;
         int hi = g->nn;
@@ -666,6 +779,22 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
     }
     case N_RC: recompute_grad(g, n, gout, gin); break;
     case N_MULS: gin[0] = g_new(g, gr.n, gr.es, "d loss"); break;
+    case N_BGELU: {
+        gt dx = g_new(g, n->in[0].n, n->in[0].es, "d bias+gelu");
+        if (needs(n, 1)) gin[1] = g_new(g, n->in[1].n, 4, "d fc bias");
+        if (needs(n, 0)) gin[0] = dx;
+        else t_rel(g, &dx);
+        break;
+    }
+    case N_ADDLN: { /* one gradient buffer serves both x and h */
+        gt d = g_new(g, n->in[0].n, n->in[0].es, "d residual");
+        if (needs(n, 2)) gin[2] = g_new(g, (double)g->C, 4, "d ln w");
+        if (needs(n, 3)) gin[3] = g_new(g, (double)g->C, 4, "d ln b");
+        if (n->a[0] && needs(n, 1)) gin[1] = t_ref(g, d);
+        if (needs(n, 0)) gin[0] = t_ref(g, d);
+        t_rel(g, &d);
+        break;
+    }
     }
 }
 
@@ -676,34 +805,38 @@ static void recompute_grad(gsim *g, gnode *n0, gt *gout, gt *gin) {
     gnode n = *n0; /* the node array may move while f's graph is built */
     enum fkind f = (enum fkind)(int)n.a[0];
     double out = n.a[1];
-    gt x = n.in[0], b = n.n_in > 2 ? n.in[2] : GT_NONE;
-    gt leaf = t_ref(g, x);
-    leaf.node = -1;
-    leaf.leaf = leaf_new(g, x.n, x.es);
-    leaf.rg = needs(&n, 0);
+    int k = (int)n.a[2]; /* f's inputs; the weight and bias follow them */
+    gt b = n.in[k + 1];
+    gt leaf[2];
+    for (int i = 0; i < k; i++) {
+        leaf[i] = t_ref(g, n.in[i]);
+        leaf[i].node = -1;
+        leaf[i].leaf = leaf_new(g, n.in[i].n, n.in[i].es);
+        leaf[i].rg = needs(&n, i);
+    }
     int lo = g->nn, ac = g->ac, on = g->grad_on;
     g->ac = n.ac; /* f, and the linear's gradient matmuls, run under the forward's autocast */
     g->grad_on = 1;
     gt h = apply_f(g, f, leaf, n.fw, n.fb);
     g->grad_on = 0;
     int hi = g->nn;
-    double in = f == F_GELU ? (double)g->F : (double)g->C, rows = h.n / in;
+    double in = f == F_GELU || f == F_BIAS_GELU ? (double)g->F : (double)g->C, rows = h.n / in;
     gt go = gout[0];
-    if (needs(&n, 1)) { /* gw = matmul(go^T, h), then in the weight's dtype */
+    if (needs(&n, k)) { /* gw = matmul(go^T, h), then in the weight's dtype */
         if (g->ac != 4) {
             gt hc = h.es != g->ac ? g_new(g, h.n, g->ac, "cast") : GT_NONE;
             gt gw = g_new(g, out * in, g->ac, "d weight");
             t_rel(g, &hc);
             gt g32 = g_new(g, out * in, 4, "d weight f32");
             t_rel(g, &gw);
-            gin[1] = g32;
+            gin[k] = g32;
         } else {
-            gin[1] = g_new(g, out * in, 4, "d weight");
+            gin[k] = g_new(g, out * in, 4, "d weight");
         }
     }
-    if (b.rg && needs(&n, 2)) { /* the bias's gradient, reduced in f32 */
+    if (b.rg && needs(&n, k + 1)) { /* the bias's gradient, reduced in f32 */
         gt g32 = go.es != 4 ? g_new(g, go.n, 4, "grad f32") : GT_NONE;
-        gin[2] = g_new(g, out, 4, "d bias");
+        gin[k + 1] = g_new(g, out, 4, "d bias");
         t_rel(g, &g32);
     }
     gt dg; /* matmul(go, w), in f's output dtype */
@@ -718,12 +851,14 @@ static void recompute_grad(gsim *g, gnode *n0, gt *gout, gt *gin) {
     g->ac = ac;
     walk(g, lo, hi, 1, &h, &dg);
     g->grad_on = on;
-    if (needs(&n, 0)) {
-        gleaf *lf = &g->leaves[leaf.leaf];
-        gin[0] = lf->grad;
-        lf->grad = GT_NONE;
+    for (int i = 0; i < k; i++) {
+        if (needs(&n, i)) {
+            gleaf *lf = &g->leaves[leaf[i].leaf];
+            gin[i] = lf->grad;
+            lf->grad = GT_NONE;
+        }
+        t_rel(g, &leaf[i]);
     }
-    t_rel(g, &leaf);
     t_rel(g, &h);
     t_rel(g, &dg);
 }
@@ -758,7 +893,7 @@ static void walk(gsim *g, int lo, int hi, int n_roots, const gt *roots, const gt
         for (int i = 0; i < n->n_out; i++) { gout[i] = n->acc[i]; n->acc[i] = GT_NONE; any |= gout[i].buf >= 0; }
         pf_phase(g->s, "  backward %s", (const char *[]){"embedding", "slice", "add", "cast/copy", "view", "transpose",
                  "layernorm", "linear", "matmul", "qkv split", "attention", "gelu", "dropout", "cross-entropy",
-                 "checkpointed block", "selective linear", "scale"}[n->kind]);
+                 "checkpointed block", "selective linear", "scale", "bias+gelu", "add+layernorm"}[n->kind]);
         if (any) backward_node(g, k, gout, gin);
         n = &g->nodes[k];
         for (int j = 0; j < n->n_in; j++) {
