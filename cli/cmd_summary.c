@@ -11,10 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ini.h>
-
 #include "commands.h"       /* fm_cli_error, fm_cli_parse_int */
-#include "fathom/gpt.h"     /* fm_gpt_new, fm_gpt_load_dir */
+#include "fathom/gpt.h"     /* fm_gpt_new, fm_gpt_load_dir, fm_gpt_recipe_load */
 #include "fathom/observe.h" /* fm_model_summarize, fm_gpt_summarize */
 #include "fathom/recipe.h"  /* fm_recipe_load, fm_recipe_resolve, fm_model_load */
 
@@ -30,59 +28,6 @@ static void usage(FILE *f) {
           "  --seq N       GPT models: sequence length (default: the model's block_size)\n"
           "  --json        the same as one JSON object\n",
           f);
-}
-
-/* ---- GPT recipes: the [model] section, the tokenizer's size and the batch ---- */
-
-typedef struct gpt_recipe {
-    fm_gpt_config cfg;
-    fm_tokenizer_kind tok;
-    int vocab;
-    long long batch;
-    bool is_gpt;
-    char err[256];
-} gpt_recipe;
-
-static int type_key(void *user, const char *sec, const char *key, const char *val) {
-    if (!strcmp(sec, "model") && !strcmp(key, "type") && !strcmp(val, "gpt")) *(bool *)user = true;
-    return 1;
-}
-
-static int gpt_key(void *user, const char *sec, const char *key, const char *val) {
-    gpt_recipe *g = user;
-    fm_gpt_config *m = &g->cfg;
-    char *end = NULL;
-    double d = strtod(val, &end);
-    bool num = end && end != val && *end == 0;
-#define IS(s, k) (!strcmp(sec, s) && !strcmp(key, k))
-#define NUM(dst)                                                                                               \
-    do {                                                                                                       \
-        if (!num) { snprintf(g->err, sizeof g->err, "[%s] %s = '%s' is not a number", sec, key, val); return 0; } \
-        dst = d;                                                                                               \
-    } while (0)
-    if (IS("model", "type")) {
-    } else if (IS("model", "arch")) {
-        if (fm_gpt_arch_parse(val, &m->arch)) { snprintf(g->err, sizeof g->err, "%s", fm_last_error()); return 0; }
-        if (m->arch == FM_GPT_LLAMA) m->bias = false;
-    } else if (IS("model", "n_layer")) NUM(m->n_layer);
-    else if (IS("model", "n_head")) NUM(m->n_head);
-    else if (IS("model", "n_kv_head")) NUM(m->n_kv_head);
-    else if (IS("model", "n_embd")) NUM(m->n_embd);
-    else if (IS("model", "block_size")) NUM(m->block_size);
-    else if (IS("model", "ffn_hidden")) NUM(m->ffn_hidden);
-    else if (IS("model", "dropout")) NUM(m->dropout);
-    else if (IS("model", "bias")) m->bias = !strcmp(val, "true") || !strcmp(val, "1");
-    else if (IS("tokenizer", "kind")) {
-        if (fm_tokenizer_kind_parse(val, &g->tok)) { snprintf(g->err, sizeof g->err, "%s", fm_last_error()); return 0; }
-    } else if (IS("tokenizer", "vocab_size")) NUM(g->vocab);
-    else if (IS("train", "batch_size")) NUM(g->batch);
-    else if (!strcmp(sec, "model")) {
-        snprintf(g->err, sizeof g->err, "unknown recipe key [model] %s", key);
-        return 0;
-    } /* everything else is the trainer's business */
-#undef IS
-#undef NUM
-    return 1;
 }
 
 static int summarize_gpt(fm_gpt *m, const char *title, long long batch, long long seq, bool json) {
@@ -120,34 +65,27 @@ static int gpt_from_dir(const char *dir, long long batch, long long seq, bool js
 }
 
 static int gpt_from_recipe(const char *path, long long batch, long long seq, bool json) {
-    gpt_recipe g;
-    memset(&g, 0, sizeof g);
-    fm_gpt_train_opts def = fm_gpt_train_defaults(); /* what the trainer assumes for keys a recipe leaves out */
-    g.cfg = def.model;
-    g.tok = def.tokenizer;
-    g.vocab = def.tokenizer_vocab;
-    g.batch = def.batch_size;
-    int rc = ini_parse(path, gpt_key, &g);
-    if (rc != 0) {
-        if (rc < 0) fm_cli_error("%s: cannot read the recipe", path);
-        else fm_cli_error("%s: line %d: %s", path, rc, g.err[0] ? g.err : "syntax error");
-        return 1;
-    }
+    fm_gpt_recipe r; /* the trainer's own parser and defaults (src/gpt/gpt_recipe.c) */
+    if (fm_gpt_recipe_load(path, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fm_gpt_config cfg = r.opts.model;
+    fm_tokenizer_kind tok = r.opts.tokenizer;
+    int vocab = r.opts.tokenizer_vocab, rbatch = r.opts.batch_size;
+    fm_gpt_recipe_free(&r);
     /* the vocabulary is the tokenizer's: known up front for byte and bpe (a corpus too
      * small for all the merges gives fewer), only after training for char */
-    if (g.tok == FM_TOK_CHAR) {
+    if (tok == FM_TOK_CHAR) {
         fm_cli_error("%s: a char tokenizer's vocabulary depends on the corpus; train the model and summarize its "
                      "directory (fathom summary runs/<name>)", path);
         return 1;
     }
-    g.cfg.vocab_size = g.tok == FM_TOK_BYTE ? 256 : g.vocab;
+    cfg.vocab_size = tok == FM_TOK_BYTE ? 256 : vocab;
     fm_rng rng;
     fm_rng_init(&rng, 0);
-    fm_gpt *m = fm_gpt_new(&g.cfg, &rng);
+    fm_gpt *m = fm_gpt_new(&cfg, &rng);
     if (!m) { fm_cli_error("%s: %s", path, fm_last_error()); return 1; }
     char title[PATH_MAX + 32];
     snprintf(title, sizeof title, "%s (GPT recipe)", path);
-    rc = summarize_gpt(m, title, batch ? batch : (g.batch > 0 ? g.batch : 1), seq, json);
+    int rc = summarize_gpt(m, title, batch ? batch : (rbatch > 0 ? rbatch : 1), seq, json);
     fm_gpt_free(m);
     return rc;
 }
@@ -185,9 +123,7 @@ int fm_cmd_summary(int argc, char **argv) {
     if (!is_dir) {
         char path[PATH_MAX];
         fm_recipe_resolve(src, path, sizeof path);
-        bool gpt = false;
-        if (access(path, R_OK) == 0) ini_parse(path, type_key, &gpt); /* a bad file is reported by the recipe loader */
-        if (gpt) return gpt_from_recipe(path, batch, seq, json);
+        if (fm_gpt_recipe_is_gpt(path)) return gpt_from_recipe(path, batch, seq, json);
     }
     if (seq) { fm_cli_error("--seq applies to GPT models only"); return 2; }
 

@@ -115,6 +115,13 @@ printf '[model]\ntype = gpt\nn_head = 3\nn_embd = 16\n' >"$TMP/badgpt.ini"
 expect 1 "not divisible by n_head" summary "$TMP/badgpt.ini"
 printf '[model]\ntype = gpt\nn_lyer = 3\n' >"$TMP/typo.ini"
 expect 1 "unknown recipe key [model] n_lyer" summary "$TMP/typo.ini"
+# one parser for GPT recipes (fm_gpt_recipe_load): summary and train reject the same keys with the same file:line
+printf '[model]\ntype = gpt\n[train]\nsteps = many\n' >"$TMP/nonnum.ini"
+expect 1 "$TMP/nonnum.ini: line 4: [train] steps = 'many' is not a number" summary "$TMP/nonnum.ini"
+expect 2 "$TMP/nonnum.ini: line 4: [train] steps = 'many' is not a number" train "$TMP/nonnum.ini"
+printf '[model]\ntype = gpt\n[train]\nstepz = 3\n' >"$TMP/typo2.ini"
+expect 1 "$TMP/typo2.ini: line 4: unknown recipe key [train] stepz" summary "$TMP/typo2.ini"
+expect 2 "$TMP/typo2.ini: line 4: unknown recipe key [train] stepz" train "$TMP/typo2.ini"
 printf '[model]\ntype = gpt\n[tokenizer]\nkind = char\n' >"$TMP/char.ini"
 expect 1 "depends on the corpus" summary "$TMP/char.ini"
 

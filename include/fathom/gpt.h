@@ -196,6 +196,25 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res);
 /* Loads out_dir's config.json + model.safetensors (+ tokenizer.txt when tok != NULL). */
 fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
 
+/* ---- GPT recipes: .ini files with [model] type = gpt ----
+ * [model] type, arch, n_layer, n_head, n_kv_head, n_embd, block_size, ffn_hidden,
+ * dropout, bias; [tokenizer] kind, vocab_size; [data] corpus, val_fraction;
+ * [train] batch_size, steps, warmup, lr, min_lr, weight_decay, beta1, beta2,
+ * grad_clip, eval_every, eval_batches, ckpt_every, log_every, sample_tokens, seed;
+ * [recipe] name, description (informational). */
+typedef struct fm_gpt_recipe {
+    fm_gpt_train_opts opts; /* fm_gpt_train_defaults() with the recipe's keys applied */
+    char *corpus;           /* [data] corpus when the recipe names one (opts.corpus points here) */
+} fm_gpt_recipe;
+/* Reads a recipe. An unknown key, a value that is not a number where one is
+ * expected, an unknown arch or tokenizer kind, or a type other than gpt is
+ * FM_ERR_INVALID "PATH: line N: what"; an unreadable file FM_ERR_IO. Nothing to
+ * free on failure. */
+fm_status fm_gpt_recipe_load(const char *path, fm_gpt_recipe *out);
+void fm_gpt_recipe_free(fm_gpt_recipe *r);
+/* Whether path is a readable .ini whose [model] type is gpt. */
+bool fm_gpt_recipe_is_gpt(const char *path);
+
 #ifdef __cplusplus
 }
 #endif
