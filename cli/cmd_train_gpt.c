@@ -5,6 +5,7 @@
  *                        [--stop-after N] [--sample N] [--seed S] [--batch N] [--json] [--quiet]
  *                        [--precision P] [--checkpointing C] [--grad-accum N]
  *                        [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]
+ *                        [--profile FILE] [--logdir DIR] [--hist-every N]
  * The efficiency flags are parsed with the library's own parsers into one
  * fm_efficiency_opts and checked by fm_efficiency_validate (fathom/efficiency.h). */
 #include <errno.h>
@@ -31,6 +32,7 @@ static void usage(FILE *f) {
                "                          [--precision fp32|bf16|fp16] [--checkpointing none|blocks|selective]\n"
                "                          [--grad-accum N] [--memory-limit SIZE] [--memory-mode grow|preallocate]\n"
                "                          [--memory-preallocate SIZE|FRACTION] [--profile FILE] [--logdir DIR]\n"
+               "                          [--hist-every N]\n"
                "  RECIPE: a GPT recipe name (kjv-gpt) or an .ini path with [model] type = gpt\n"
                "  --batch N            override the recipe's batch_size (windows per optimizer step)\n"
                "  --precision P        autocast matmuls/attention to bf16 or fp16 (fp16 adds dynamic loss scaling);\n"
@@ -42,9 +44,10 @@ static void usage(FILE *f) {
                "  --memory-mode M      grow (default) or preallocate (reserve an arena up front)\n"
                "  --memory-preallocate X  with preallocate: a size (1G) or a fraction of the limit (0.5)\n"
                "  --json               stdout gets one JSON object with the results and the memory report\n"
-               "  --quiet              no progress output\n"
+               "  --quiet              no progress output (otherwise a redrawn line on a terminal, plain lines elsewhere)\n"
                "  --profile FILE       write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
-               "  --logdir DIR         write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n");
+               "  --logdir DIR         write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
+               "  --hist-every N       with --logdir: weight and gradient histograms every N steps\n");
 }
 
 /* the efficiency flags, each through the library's parser; 0 ok, 2 usage error */
@@ -87,7 +90,7 @@ static int efficiency_flag(const char *a, const char *v, fm_efficiency_opts *eo)
 
 int fm_cmd_train_gpt(int argc, char **argv) {
     const char *recipe = NULL, *out = NULL, *corpus = NULL, *profile = NULL, *logdir = NULL;
-    long long steps = -1, stop_after = -1, sample = -1, seed = -1, batch = -1;
+    long long steps = -1, stop_after = -1, sample = -1, seed = -1, batch = -1, hist_every = 0;
     bool resume = false, json = false, quiet = false;
     fm_efficiency_opts eo = fm_efficiency_defaults();
     for (int i = 1; i < argc; i++) {
@@ -110,11 +113,13 @@ int fm_cmd_train_gpt(int argc, char **argv) {
         else if (!strcmp(a, "--corpus") && has) corpus = argv[++i];
         else if (!strcmp(a, "--profile") && has) profile = argv[++i];
         else if (!strcmp(a, "--logdir") && has) logdir = argv[++i];
+        else if (!strcmp(a, "--hist-every") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &hist_every)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--resume")) resume = true;
         else if (a[0] != '-' && !recipe) recipe = a;
         else { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); return 2; }
     }
     if (!recipe) { usage(stderr); return 2; }
+    if (hist_every > 0 && !logdir) { fm_cli_error("train: --hist-every writes to the TensorBoard logs: give --logdir DIR too"); usage(stderr); return 2; }
     /* bad flag combinations are usage errors, reported before the recipe or corpus is read */
     if (fm_efficiency_validate(&eo, true, batch > 0 ? (int)batch : 0)) {
         fm_cli_error("train: %s", fm_last_error());
@@ -149,6 +154,7 @@ int fm_cmd_train_gpt(int argc, char **argv) {
     o.eff = eo;
     o.profile_path = profile;
     o.logdir = logdir;
+    o.hist_every = hist_every;
     /* the recipe's batch size is known only now */
     if (fm_efficiency_validate(&eo, true, o.batch_size)) {
         fm_cli_error("train: %s (%d is the recipe's batch_size; set another with --batch)", fm_last_error(), o.batch_size);

@@ -51,7 +51,7 @@ fi
 printf '[model]\ntype = gpt\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 64\nblock_size = 16\n[tokenizer]\nkind = byte\n[train]\nbatch_size = 2\nsteps = 4\neval_every = 2\neval_batches = 1\nckpt_every = 4\nlog_every = 1\n' > "$dir/gpt.ini"
 for i in $(seq 60); do printf 'in the beginning was the word, and the word was with god. '; done > "$dir/corpus.txt"
 "$bin" train "$dir/gpt.ini" --corpus "$dir/corpus.txt" --out "$dir/gpt" --precision fp16 --profile "$dir/gpt.json" \
-      --logdir "$dir/gpt-logs" > /dev/null 2> "$dir/gpt.err"
+      --logdir "$dir/gpt-logs" --hist-every 2 > /dev/null 2> "$dir/gpt.err"
 grep -q "^trace: $dir/gpt.json" "$dir/gpt.err" || { echo "the GPT trainer does not say where the trace went"; cat "$dir/gpt.err"; exit 1; }
 "$bin" profile "$dir/gpt.json" > "$dir/gpt-summary.txt"
 grep -q "^step time: 4 steps" "$dir/gpt-summary.txt" || { echo "GPT trace: not 4 steps"; cat "$dir/gpt-summary.txt"; exit 1; }
@@ -61,6 +61,66 @@ for tag in train/loss train/lr train/throughput train/grad_norm train/loss_scale
   grep -q "^$tag .* 4 points, last step 4:" "$dir/gpt-scalars.txt" || { echo "GPT scalar $tag missing:"; cat "$dir/gpt-scalars.txt"; exit 1; }
 done
 grep -q "^val/loss .* 2 points, last step 4:" "$dir/gpt-scalars.txt" || { echo "GPT val/loss missing:"; cat "$dir/gpt-scalars.txt"; exit 1; }
+# --hist-every 2: weight and (unscaled) gradient histograms at steps 2 and 4, one per parameter
+for tag in "weights/wte.weight .* last step 4: 4096 values" "grads/h.0.mlp.fc.weight .* last step 4: 1024 values" \
+           "weights/ln_f.bias .* last step 4: 16 values"; do
+  grep -q "^$tag" "$dir/gpt-scalars.txt" || { echo "GPT histogram missing: $tag"; cat "$dir/gpt-scalars.txt"; exit 1; }
+done
+[ "$(grep -c "^weights/.* 2 histograms, last step 4" "$dir/gpt-scalars.txt")" = 16 ] ||
+  { echo "GPT: not 16 weight histograms at steps 2 and 4:"; cat "$dir/gpt-scalars.txt"; exit 1; }
+[ "$(grep -c "^grads/.* 2 histograms, last step 4" "$dir/gpt-scalars.txt")" = 16 ] ||
+  { echo "GPT: not 16 gradient histograms at steps 2 and 4:"; cat "$dir/gpt-scalars.txt"; exit 1; }
+# TensorBoard's reader (tbparse), when installed: the step-4 weight histograms span exactly the saved
+# weights (the checkpoint of step 4), and the fp16 run's gradients are unscaled (not x65536)
+PY=""
+for p in "${FATHOM_PYTHON:-}" .venv/bin/python "$(dirname "$0")/../.venv/bin/python" python3; do
+  if [ -n "$p" ] && command -v "$p" > /dev/null && "$p" -c "import tbparse, safetensors.numpy" 2> /dev/null; then PY=$p; break; fi
+done
+if [ -n "$PY" ]; then
+  "$PY" - "$dir/gpt-logs" "$dir/gpt/model.safetensors" <<'PYEOF' || exit 1
+import sys
+from safetensors.numpy import load_file
+from tbparse import SummaryReader
+h = SummaryReader(sys.argv[1], pivot=False).histograms
+w = load_file(sys.argv[2])
+names = {"weights/wte.weight": "transformer.wte.weight", "weights/h.0.mlp.fc.weight": "transformer.h.0.mlp.c_fc.weight",
+         "weights/h.0.attn.qkv.bias": "transformer.h.0.attn.c_attn.bias"}
+for tag, hf in names.items():
+    row = h[(h.tag == tag) & (h.step == 4)]
+    assert len(row) == 1, f"{tag}: {len(row)} histograms at step 4"
+    counts, limits = list(row.counts.iloc[0]), list(row.limits.iloc[0])
+    assert sum(counts) == w[hf].size, f"{tag}: {sum(counts)} values, the tensor has {w[hf].size}"
+    assert abs(limits[-1] - float(w[hf].max())) <= 1e-6 * max(1.0, abs(limits[-1])), f"{tag}: max {limits[-1]} vs {w[hf].max()}"
+g = h[h.tag.str.startswith("grads/")]
+assert len(g) == 32, f"{len(g)} gradient histograms"
+top = max(max(abs(x) for x in lim) for lim in g.limits)
+assert 0 < top < 100, f"gradient histograms reach {top}: still scaled by the fp16 loss scale?"
+print("tbparse: GPT histograms ok")
+PYEOF
+else
+  echo "note: tbparse or safetensors not importable; GPT histograms checked with fathom's reader only"
+fi
+# progress: plain lines when stderr is a file, a redrawn line on a terminal, nothing with --quiet
+if grep -q $'\r' "$dir/gpt.err"; then echo "GPT: carriage returns in non-terminal output"; exit 1; fi
+grep -q "^train: 1/4 (25%), ETA .* tokens/s, loss " "$dir/gpt.err" || { echo "GPT: no plain progress line:"; cat "$dir/gpt.err"; exit 1; }
+grep -q "^train: done 4/4 (100%) in " "$dir/gpt.err" || { echo "GPT: no final progress line:"; cat "$dir/gpt.err"; exit 1; }
+grep -q "^step 4/4  loss " "$dir/gpt.err" || { echo "GPT: the log_every lines are gone:"; cat "$dir/gpt.err"; exit 1; }
+"$bin" train "$dir/gpt.ini" --corpus "$dir/corpus.txt" --out "$dir/gpt-q" --quiet > /dev/null 2> "$dir/gpt-q.err"
+[ ! -s "$dir/gpt-q.err" ] || { echo "GPT: --quiet printed:"; cat "$dir/gpt-q.err"; exit 1; }
+if command -v script > /dev/null; then
+  script -qc "'$bin' train '$dir/gpt.ini' --corpus '$dir/corpus.txt' --out '$dir/gpt-tty'" /dev/null > "$dir/gpt.tty" 2>&1 || true
+  grep -q $'\r\033\[Ktrain \[' "$dir/gpt.tty" || { echo "GPT: no redrawn progress line on a terminal:"; cat -v "$dir/gpt.tty"; exit 1; }
+  grep -q "train done 4/4 (100%)" "$dir/gpt.tty" || { echo "GPT: no final line on a terminal:"; cat -v "$dir/gpt.tty"; exit 1; }
+  if grep -q "^train: 1/4" "$dir/gpt.tty"; then echo "GPT: plain progress lines on a terminal"; exit 1; fi
+  script -qc "'$bin' train '$dir/gpt.ini' --corpus '$dir/corpus.txt' --out '$dir/gpt-ttyq' --quiet" /dev/null > "$dir/gpt-q.tty" 2>&1 || true
+  if grep -q $'\033\[K\|^train' "$dir/gpt-q.tty"; then echo "GPT: --quiet drew progress on a terminal:"; cat -v "$dir/gpt-q.tty"; exit 1; fi
+  grep -q '"steps":4' "$dir/gpt-q.tty" || { echo "GPT: the quiet terminal run did not finish:"; cat -v "$dir/gpt-q.tty"; exit 1; }
+fi
+# --hist-every writes into the logs: without --logdir it is a usage error
+rc=0
+"$bin" train "$dir/gpt.ini" --corpus "$dir/corpus.txt" --out "$dir/gpt-h" --hist-every 2 > /dev/null 2> "$dir/err" || rc=$?
+[ "$rc" = 2 ] || { echo "GPT: --hist-every without --logdir: exit $rc, expected 2"; exit 1; }
+grep -q "give --logdir" "$dir/err" || { echo "GPT: unclear --hist-every error:"; cat "$dir/err"; exit 1; }
 # an unwritable trace path is a clear error, exit 1
 if "$bin" train fashion-mlp --max-steps 1 --no-eval --profile /nonexistent/t.json --quiet 2> "$dir/err"; then
   echo "expected failure for an unwritable trace path"; exit 1

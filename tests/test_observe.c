@@ -251,6 +251,72 @@ static void test_progress(void) {
     fm_progress_end(NULL);
 }
 
+/* A resumed loop (fm_progress_set_start): the ETA divides by the steps this run
+ * made, not by all of them; decile lines start after the resumed point. And
+ * fm_progress_clear / fm_progress_cancel on a terminal. */
+static void read_pty(int master, char *buf, size_t cap) {
+    size_t got = 0;
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        ssize_t k = read(master, buf + got, cap - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    buf[got] = 0;
+}
+
+static void test_progress_resume_clear(void) {
+    FILE *f = tmpfile();
+    fm_progress *p = fm_progress_begin("train", 100000, "tokens", FM_PROGRESS_PLAIN, f);
+    fm_progress_set_start(p, 99990);
+    usleep(60 * 1000);
+    fm_progress_set_interval(p, 1e-9); /* a line at the next update */
+    fm_progress_update(p, 99991, 64, 1.5);
+    fm_progress_end(p);
+    long n = ftell(f);
+    rewind(f);
+    char out[1024] = "";
+    CHECK(fread(out, 1, n < (long)sizeof out - 1 ? (size_t)n : sizeof out - 1, f) > 0);
+    fclose(f);
+    /* one step in >= 60 ms with 9 left: ETA >= 0.5 s; counted over all 99991 steps it would be 0:00 */
+    CHECK_MSG(strstr(out, "train: 99991/100000 (99%), ETA ") && !strstr(out, "ETA 0:00"), "resumed progress: %s", out);
+    CHECK(strstr(out, "train: done 99991/100000 (99%)") != NULL);
+
+    /* deciles: resumed at 55 of 100, the first decile line is at 60, not at the first update */
+    f = tmpfile();
+    p = fm_progress_begin("train", 100, NULL, FM_PROGRESS_PLAIN, f);
+    fm_progress_set_start(p, 55);
+    for (int i = 56; i <= 100; i++) fm_progress_update(p, i, 0, NAN);
+    fm_progress_end(p);
+    n = ftell(f);
+    rewind(f);
+    memset(out, 0, sizeof out);
+    CHECK(fread(out, 1, n < (long)sizeof out - 1 ? (size_t)n : sizeof out - 1, f) > 0);
+    fclose(f);
+    CHECK_MSG(count(out, "\n") == 5 && !strstr(out, "train: 56/100") && strstr(out, "train: 60/100 (60%)"),
+              "resumed deciles: %s", out); /* 60, 70, 80, 90, done */
+
+    int master, slave;
+    CHECK(openpty(&master, &slave, NULL, NULL, NULL) == 0);
+    FILE *t = fdopen(slave, "w");
+    p = fm_progress_begin("train", 10, "tokens", FM_PROGRESS_TTY, t);
+    fm_progress_update(p, 1, 8, 2.0);
+    fm_progress_clear(p);
+    fputs("SAMPLE\n", t);
+    fm_progress_update(p, 2, 16, 2.0); /* within 0.1 s of the last draw, but the line was cleared: drawn again */
+    fm_progress_cancel(p);
+    fputs("ERR\n", t);
+    fclose(t);
+    char tty[4096];
+    read_pty(master, tty, sizeof tty);
+    close(master);
+    const char *s1 = strstr(tty, "] 1/10 (10%)"), *c = strstr(tty, "\r\033[KSAMPLE"), *s2 = strstr(tty, "] 2/10 (20%)");
+    CHECK_MSG(s1 && c && s2 && s1 < c && c < s2, "clear, then redraw: %s", tty);
+    CHECK_MSG(strstr(tty, "\r\033[KERR") && !strstr(tty, "done"), "cancel: %s", tty);
+    fm_progress_cancel(NULL);
+    fm_progress_clear(NULL);
+}
+
 /* ---- trace summaries ---- */
 /* One 1000 us step: data 100, matmul 300 (compute), add 100 (memory), the
  * autograd engine 300 holding a 200 us backward matmul, an optimizer span of
@@ -709,6 +775,7 @@ int main(int argc, char **argv) {
     test_crc();
     test_tensorboard();
     test_progress();
+    test_progress_resume_clear();
     test_trace();
     test_trace_gpu();
     test_plot();

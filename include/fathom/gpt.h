@@ -175,6 +175,11 @@ typedef struct fm_gpt_train_opts {
      * memory) and at each evaluation (val/loss); NULL: none */
     const char *profile_path;
     const char *logdir;
+    /* with logdir: histograms of the weights ("weights/<name>", after the optimizer
+     * step) and of their gradients ("grads/<name>", unscaled, before clipping) every
+     * hist_every steps; 0: none. Progress goes to stderr through fm_progress (a
+     * redrawn line on a terminal, plain lines otherwise; quiet: nothing). */
+    int64_t hist_every;
 } fm_gpt_train_opts;
 fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */

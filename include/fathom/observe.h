@@ -104,6 +104,9 @@ fm_progress *fm_progress_begin(const char *label, int64_t total, const char *uni
 /* done: steps finished so far; items: cumulative units processed (throughput);
  * loss: current loss, NAN to leave it out. Cheap enough to call every step. */
 void fm_progress_update(fm_progress *p, int64_t done, int64_t items, double loss);
+/* A loop that resumes part-way: done starts at this value, and the ETA and
+ * throughput count only what this run does (the line still shows done/total). */
+void fm_progress_set_start(fm_progress *p, int64_t done);
 /* Seconds between plain lines (default 30). */
 void fm_progress_set_interval(fm_progress *p, double seconds);
 /* A message that must not be garbled by the progress line (epoch results).
@@ -112,6 +115,12 @@ void fm_progress_log(fm_progress *p, const char *fmt, ...) __attribute__((format
 fm_progress_mode fm_progress_get_mode(const fm_progress *p);
 /* Final line (with a newline on a terminal) and free. NULL is fine. */
 void fm_progress_end(fm_progress *p);
+/* Erases the redrawn line (terminal mode) so that other output can stream to
+ * the stream; the next update draws it again. NULL is fine. */
+void fm_progress_clear(fm_progress *p);
+/* Erases the line and frees without a final line: a loop that failed, whose
+ * error should not follow a "done". NULL is fine. */
+void fm_progress_cancel(fm_progress *p);
 /* The mode AUTO resolves to for a stream. */
 fm_progress_mode fm_progress_detect(FILE *out);
 

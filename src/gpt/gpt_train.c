@@ -17,7 +17,7 @@
 #include "fathom/efficiency.h" /* precision, checkpointing, accumulation, memory limits */
 #include "fathom/io.h"    /* checkpoints, fm_mkdir_p */
 #include "fathom/optim.h" /* AdamW, clipping, schedules */
-#include "fathom/observe.h" /* --logdir: TensorBoard scalars */
+#include "fathom/observe.h" /* --logdir: TensorBoard scalars and histograms; the progress line */
 #include "fathom/profile.h" /* --profile: step, data and optimizer spans */
 #include "gpt/gpt_internal.h"
 
@@ -307,6 +307,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     fm_optim *opt = NULL;
     fm_tensor **params = NULL;
     fm_tb_writer *tb = NULL;
+    fm_progress *prog = NULL;
     bool profiling = false, in_step = false;
     fm_status st;
     const fm_efficiency_opts *eo = &o->eff;
@@ -384,6 +385,11 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
     profiling = o->profile_path != NULL;
     if (o->logdir && !(tb = fm_tb_writer_open(o->logdir))) { st = fm_last_status(); goto done; }
+    if (!(prog = fm_progress_begin("train", o->steps, "tokens", o->quiet ? FM_PROGRESS_QUIET : FM_PROGRESS_AUTO, stderr))) {
+        st = fm_last_status();
+        goto done;
+    }
+    fm_progress_set_start(prog, step);
     fm_memory_reset_peak(FM_CPU);
     double t_start = now_s(), t_log = t_start, last = NAN, val = NAN, t_tb = t_start;
     int64_t tok_log = 0, tok_all = 0, skipped0 = gs.n_skipped, tok_tb = 0;
@@ -433,6 +439,8 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         }
         double po = fm_profiler_now_us();
         if ((st = fm_grad_scaler_unscale(&gs, m->params.n, params))) goto done;
+        if (tb && o->hist_every > 0 && (step + 1) % o->hist_every == 0) /* unscaled, before clipping scales them */
+            fm_tb_add_histograms(tb, "grads", &m->params, true, step + 1);
         double norm = 0;
         bool do_step = fm_grad_scaler_should_step(&gs);
         mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
@@ -448,12 +456,16 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         tok_log += (int64_t)o->batch_size * T;
         tok_all += (int64_t)o->batch_size * T;
         int64_t done_steps = step + 1;
+        fm_progress_update(prog, done_steps, tok_all, last);
         if (!o->quiet && o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps)) {
             double t = now_s();
-            fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s", (long long)done_steps,
-                    (long long)o->steps, last, fm_lr_at(&sched, step), norm, tok_log / (t - t_log), t - t_start);
-            if (gs.enabled) fprintf(stderr, "  loss scale %g  skipped %lld", gs.scale, (long long)gs.n_skipped);
-            fprintf(stderr, "\n");
+            char line[256];
+            int k = snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s",
+                             (long long)done_steps, (long long)o->steps, last, fm_lr_at(&sched, step), norm,
+                             tok_log / (t - t_log), t - t_start);
+            if (gs.enabled && k > 0 && k < (int)sizeof line)
+                snprintf(line + k, sizeof line - (size_t)k, "  loss scale %g  skipped %lld", gs.scale, (long long)gs.n_skipped);
+            fm_progress_log(prog, "%s", line); /* above a terminal's redrawn line, not through it */
             t_log = t;
             tok_log = 0;
         }
@@ -469,11 +481,13 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
             t_tb = t;
             tok_tb = tok_all;
         }
+        if (tb && o->hist_every > 0 && done_steps % o->hist_every == 0)
+            fm_tb_add_histograms(tb, "weights", &m->params, false, done_steps);
         bool stop = o->stop_after > 0 && done_steps >= o->stop_after;
         if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == o->steps) {
             if ((st = evaluate(m, &d, split, d.n, o, &val))) goto done;
             if (tb) fm_tb_add_scalar(tb, "val/loss", done_steps, val);
-            if (!o->quiet) fprintf(stderr, "step %lld  val loss %.4f\n", (long long)done_steps, val);
+            fm_progress_log(prog, "step %lld  val loss %.4f", (long long)done_steps, val);
             if (o->sample_tokens > 0 && !o->quiet) {
                 int32_t nl[1];
                 int32_t *pi = NULL;
@@ -482,6 +496,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
                 if (fm_tokenizer_encode(tok, "\n", 1, &pi, &pn) == FM_OK && pn > 0) nl[0] = pi[0];
                 else nl[0] = 0;
                 free(pi);
+                fm_progress_clear(prog); /* the sample streams out token by token */
                 fprintf(stderr, "--- sample ---\n");
                 fm_gpt_generate(m, nl, 1, o->sample_tokens, &spar, true, NULL, NULL, NULL, print_tok, tok);
                 fprintf(stderr, "\n--------------\n");
@@ -492,6 +507,8 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         }
         if (stop) { step++; break; }
     }
+    fm_progress_end(prog);
+    prog = NULL;
     res->train_loss = last;
     res->val_loss = val;
     res->steps = step;
@@ -507,6 +524,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
 done:
+    fm_progress_cancel(prog); /* failed: the error follows, not a "done" line */
     if (in_step) fm_profile_pop();
     if (tb) {
         fm_status cst = fm_tb_writer_close(tb);

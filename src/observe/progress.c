@@ -20,6 +20,7 @@ struct fm_progress {
     fm_progress_mode mode;
     char label[128], unit[32];
     int64_t total, done, items;
+    int64_t start; /* done at begin (a resumed run): ETA counts only the steps this run has made */
     double loss;
     double t0, last_draw, last_plain, interval;
     int last_decile;
@@ -56,6 +57,12 @@ fm_progress *fm_progress_begin(const char *label, int64_t total, const char *uni
     return p;
 }
 
+void fm_progress_set_start(fm_progress *p, int64_t done) {
+    if (!p || done < 0) return;
+    p->start = p->done = done;
+    if (p->total) p->last_decile = (int)(10 * done / p->total);
+}
+
 void fm_progress_set_interval(fm_progress *p, double seconds) {
     if (p && seconds > 0) p->interval = seconds;
 }
@@ -80,8 +87,8 @@ static void fmt_rate(double r, const char *unit, char *buf, size_t n) {
 static void fmt_fields(const fm_progress *p, double now, bool eta, char *buf, size_t n) {
     double el = now - p->t0;
     char rate[48] = "", dur[32] = "", lossb[48] = "";
-    double per = el > 0 ? (p->items > 0 ? p->items : p->done) / el : 0;
-    if (el > 0 && p->done > 0) fmt_rate(per, p->unit, rate, sizeof rate);
+    double per = el > 0 ? (p->items > 0 ? p->items : p->done - p->start) / el : 0;
+    if (el > 0 && p->done > p->start) fmt_rate(per, p->unit, rate, sizeof rate);
     if (isfinite(p->loss)) snprintf(lossb, sizeof lossb, "loss %.4f", p->loss);
     size_t k = 0;
     if (p->total) k += (size_t)snprintf(buf + k, n - k, "%lld/%lld (%d%%)", (long long)p->done, (long long)p->total,
@@ -89,7 +96,7 @@ static void fmt_fields(const fm_progress *p, double now, bool eta, char *buf, si
     else k += (size_t)snprintf(buf + k, n - k, "%lld", (long long)p->done);
     if (k >= n) return;
     if (eta && p->total) {
-        if (p->done > 0) fmt_duration(el * (double)(p->total - p->done) / (double)p->done, dur, sizeof dur);
+        if (p->done > p->start) fmt_duration(el * (double)(p->total - p->done) / (double)(p->done - p->start), dur, sizeof dur);
         else snprintf(dur, sizeof dur, "?");
         k += (size_t)snprintf(buf + k, n - k, ", ETA %s", dur);
     } else if (!eta) {
@@ -170,6 +177,19 @@ void fm_progress_log(fm_progress *p, const char *fmt, ...) {
     if (!n || fmt[n - 1] != '\n') fputc('\n', f);
     if (p && p->drawn) draw_tty(p, now_s());
     fflush(f);
+}
+
+void fm_progress_clear(fm_progress *p) {
+    if (!p || !p->drawn) return;
+    fputs("\r\033[K", p->out);
+    fflush(p->out);
+    p->drawn = false;
+    p->last_draw = -1; /* the next update draws again at once */
+}
+
+void fm_progress_cancel(fm_progress *p) {
+    fm_progress_clear(p);
+    free(p);
 }
 
 void fm_progress_end(fm_progress *p) {
