@@ -144,6 +144,17 @@ static fm_status linear_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
     return st;
 }
 
+/* y [rows, out] back to x's leading dims [..., out]; consumes y. */
+static fm_tensor *unflatten_rows(fm_tensor *y, const fm_tensor *x, int64_t out) {
+    if (!y || x->ndim == 2) return y;
+    int64_t sh[FM_MAX_DIMS];
+    for (int i = 0; i < x->ndim - 1; i++) sh[i] = x->shape[i];
+    sh[x->ndim - 1] = out;
+    fm_tensor *r = fm_reshape(y, x->ndim, sh);
+    fm_tensor_release(y);
+    return r;
+}
+
 /* Full-precision linear with a single node; the caller has validated shapes. */
 static fm_tensor *linear_node(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     int64_t in = w->shape[1], rows = fm_tensor_numel(x) / (in ? in : 1);
@@ -157,14 +168,7 @@ static fm_tensor *linear_node(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
         fm_tensor_release(y);
         y = yb;
     }
-    if (y && x->ndim != 2) {
-        int64_t sh[FM_MAX_DIMS];
-        for (int i = 0; i < x->ndim - 1; i++) sh[i] = x->shape[i];
-        sh[x->ndim - 1] = w->shape[0];
-        fm_tensor *r = fm_reshape(y, x->ndim, sh);
-        fm_tensor_release(y);
-        y = r;
-    }
+    y = unflatten_rows(y, x, w->shape[0]);
     fm_set_grad_enabled(prev);
     if (!y) { fm_tensor_release(x2); return NULL; }
     fm_tensor *ins[3] = {x, w, b};
@@ -217,13 +221,6 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
         fm_tensor_release_n(2, y, bc);
         y = yb;
     }
-    if (y && x->ndim != 2) {
-        int64_t sh[FM_MAX_DIMS];
-        for (int i = 0; i < x->ndim - 1; i++) sh[i] = x->shape[i];
-        sh[x->ndim - 1] = w->shape[0];
-        fm_tensor *r = fm_reshape(y, x->ndim, sh);
-        fm_tensor_release(y);
-        y = r;
-    }
+    y = unflatten_rows(y, x, w->shape[0]);
     return y;
 }
