@@ -1156,6 +1156,55 @@ static void conformance(fm_dtype dt) {
         case_free(&b);
         case_free(&c);
     }
+    {   /* bias_gelu_tanh and add_layer_norm (+ backward): 150 rows span several gradient chunks */
+        int64_t M = 150, xs[2] = {150, 130}, vs[1] = {130};
+        const fm_dtype sdt = dt == FM_F64 ? FM_F64 : FM_F32; /* statistics: f32, f64 for f64 */
+        conf_case g = {.label = "bias_gelu_tanh", .op = FM_OP_BIAS_GELU_TANH, .n_in = 2, .n_out = 1};
+        g.in[0] = rand_tensor(2, xs, dt, -4, 4, 1500);
+        g.in[1] = rand_tensor(1, vs, dt, -1, 1, 1501);
+        g.out[0] = spec(2, xs, dt);
+        run_case(&g, dt);
+        conf_case gb = {.label = "bias_gelu_tanh_backward", .op = FM_OP_BIAS_GELU_TANH_BACKWARD, .n_in = 3, .n_out = 2};
+        gb.in[0] = rand_tensor(2, xs, dt, -1, 1, 1502);
+        gb.in[1] = fm_tensor_retain(g.in[0]);
+        gb.in[2] = fm_tensor_retain(g.in[1]);
+        gb.out[0] = spec(2, xs, dt);
+        gb.out[1] = spec(1, vs, dt);
+        run_case(&gb, dt);
+        case_free(&gb);
+        case_free(&g);
+        fm_norm_attrs na = {1e-5};
+        for (int h_null = 0; h_null < 2; h_null++) {
+            conf_case a = {.label = h_null ? "add_layer_norm (x alone, no affine)" : "add_layer_norm", .op = FM_OP_ADD_LAYER_NORM,
+                           .n_in = 4, .n_out = 4, .attrs = &na};
+            a.in[0] = rand_tensor(2, xs, dt, -2, 2, 1510);
+            if (!h_null) {
+                a.in[1] = rand_tensor(2, xs, dt, 1, 3, 1511);
+                a.in[2] = rand_tensor(1, vs, dt, 0.5, 1.5, 1512);
+                a.in[3] = rand_tensor(1, vs, dt, -1, 1, 1513);
+            }
+            a.out[0] = spec(2, xs, dt);
+            if (h_null) a.out[0].nd = -1; /* the sum is x itself */
+            a.out[1] = spec(2, xs, dt);
+            a.out[2] = spec(1, &M, sdt);
+            a.out[3] = spec(1, &M, sdt);
+            run_case(&a, dt);
+            case_free(&a);
+            conf_case ab = {.label = h_null ? "add_layer_norm_backward (no dsum)" : "add_layer_norm_backward",
+                            .op = FM_OP_ADD_LAYER_NORM_BACKWARD, .n_in = 6, .n_out = 3, .attrs = &na};
+            ab.in[0] = rand_tensor(2, xs, dt, -1, 1, 1520);
+            if (!h_null) ab.in[1] = rand_tensor(2, xs, dt, -1, 1, 1521);
+            ab.in[2] = rand_tensor(2, xs, dt, -2, 2, 1522);
+            ab.in[3] = rand_tensor(1, vs, dt, 0.5, 1.5, 1523);
+            ab.in[4] = rand_tensor(1, &M, sdt, -0.2, 0.2, 1524);
+            ab.in[5] = rand_tensor(1, &M, sdt, 0.5, 1.5, 1525);
+            ab.out[0] = spec(2, xs, dt);
+            ab.out[1] = spec(1, vs, dt);
+            ab.out[2] = spec(1, vs, dt);
+            run_case(&ab, dt);
+            case_free(&ab);
+        }
+    }
     conv_cases(dt);
     pool_cases(dt);
     bn_cases(dt);
