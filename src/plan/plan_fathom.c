@@ -462,6 +462,14 @@ static int64_t split_samples(const fm_recipe *r, int test, char *note, size_t no
     return -1;
 }
 
+/* Batch buffers the data loader allocates up front (fm_dataloader_create in
+ * src/data/loader.c): one slot without workers, else a ring of 2 per worker,
+ * at least 2 (the recipe sets no prefetch depth). */
+static int loader_slots(int workers) {
+    if (workers <= 0) return 1;
+    return 2 * workers < 2 ? 2 : 2 * workers;
+}
+
 static fm_status plan_sequential(const char *path, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
     seq_model *m = calloc(1, sizeof *m);
     if (!m) return fm_set_error(FM_ERR_OOM, "out of host memory");
@@ -526,8 +534,7 @@ static fm_status plan_sequential(const char *path, const fm_plan_run_opts *o, in
         }
     }
     pf_phase(s, "data loader");
-    int nslots = r->workers == 0 ? 1 : 2 * r->workers;
-    if (nslots < 1) nslots = 1;
+    int nslots = loader_slots(r->workers);
     int bx = -1, by = -1;
     for (int k = 0; k < nslots; k++) {
         bx = pf_alloc(s, PF_DATA, (double)B * (double)sample, 4, "batch x");
