@@ -5,6 +5,7 @@
  * worker thread against preloaded batches.
  *
  *   bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]
+ *                    [--data-kinds 102]
  *
  * The weights come from fm_gpt_new (include/fathom/gpt.h); the forward is the
  * same sequence of ops as fm_gpt_forward (checked: equal loss), written out here
@@ -459,8 +460,18 @@ static void run_converge(int steps, bool json) {
     free(d.ids);
 }
 
-/* ---- data loading: a worker thread preparing batch n+1 vs all batches preloaded ---- */
-static void run_data(int rounds, bool json) {
+/* ---- data loading: a worker thread preparing batch n+1 vs all batches preloaded ----
+ * One epoch (64 steps) per loader kind per round, the kinds alternating within a
+ * round, so each round gives its own ratio against the preloaded epoch next to
+ * it. Reported: the ratio of the best epochs (as before), and the median and
+ * range of the per-round ratios, which show how much the shared machine moved
+ * the result. data_kinds selects kinds (a string of 'p', '1', '0', '2'). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void run_data(int rounds, bool json, const char *data_kinds) {
     fm_dataset *d = fm_dataset_fashion_mnist(NULL, FM_SPLIT_TRAIN);
     if (!d) { printf("\ndata loading: skipped (%s)\n", fm_last_error()); return; }
     fm_dataset *ds = fm_dataset_slice(d, 0, 8192);
@@ -486,11 +497,19 @@ static void run_data(int rounds, bool json) {
     lo.transforms.std[0] = 0.353f;
     lo.transforms.crop_padding = 2;
     lo.transforms.hflip = true;
-    double best[3] = {1e9, 1e9, 1e9}, wait[3] = {0};
+    enum { NK = 4 };
+    const char *names[NK] = {"preloaded", "1 worker", "0 workers", "2 workers"};
+    const char codes[NK] = {'p', '1', '0', '2'};
+    bool on[NK];
+    for (int k = 0; k < NK; k++) on[k] = k == 0 || strchr(data_kinds, codes[k]) != NULL;
+    double *times[NK], wait[NK] = {0};
+    int64_t reallocs[NK] = {0};
+    for (int k = 0; k < NK; k++) times[k] = calloc((size_t)rounds, sizeof(double));
     int64_t nb = 0;
-    for (int round = 0; round < rounds; round++) {
-        for (int kind = 0; kind < 3; kind++) { /* 0: preloaded, 1: 1 worker, 2: synchronous (0 workers) */
-            lo.workers = kind == 1 ? 1 : 0;
+    for (int round = -1; round < rounds; round++) { /* round -1 warms caches and the allocator */
+        for (int kind = 0; kind < NK; kind++) {
+            if (!on[kind]) continue;
+            lo.workers = kind == 1 ? 1 : kind == 3 ? 2 : 0;
             fm_dataloader *l = fm_dataloader_create(ds, &lo);
             if (!l) die("loader");
             nb = fm_dataloader_num_batches(l);
@@ -505,7 +524,7 @@ static void run_data(int rounds, bool json) {
                     py[i] = fm_clone(b.y);
                 }
             }
-            double t0 = now_s();
+            double w0 = fm_dataloader_wait_seconds(l), t0 = now_s();
             for (int64_t i = 0; i < nb; i++) {
                 fm_tensor *bx, *by;
                 if (kind == 0) { bx = px[i]; by = py[i]; }
@@ -522,29 +541,45 @@ static void run_data(int rounds, bool json) {
                 fm_tensor_release_n(2, o, loss);
             }
             double dt = (now_s() - t0) / (double)nb;
-            if (dt < best[kind]) best[kind] = dt;
-            wait[kind] = kind ? fm_dataloader_wait_seconds(l) / (double)nb : 0;
+            if (round >= 0) {
+                times[kind][round] = dt;
+                if (kind) wait[kind] += (fm_dataloader_wait_seconds(l) - w0) / (double)nb / rounds;
+                reallocs[kind] += fm_dataloader_realloc_count(l);
+            }
             if (px) for (int64_t i = 0; i < nb; i++) fm_tensor_release_n(2, px[i], py[i]);
             free(px);
             free(py);
             fm_dataloader_free(l);
         }
     }
-    printf("\ndata loading (Fashion-MNIST, 8192 samples, batch 128, crop+flip+normalize, MLP 784-512-10 AdamW), best of %d epochs:\n", rounds);
-    const char *names[3] = {"preloaded", "1 worker", "0 workers"};
-    for (int k = 0; k < 3; k++) {
-        printf("%-10s step %.3f ms  ratio %.3f  waiting for data %.3f ms/step\n", names[k], 1e3 * best[k], best[k] / best[0], 1e3 * wait[k]);
+    printf("\ndata loading (Fashion-MNIST, 8192 samples, batch 128, crop+flip+normalize, MLP 784-512-10 AdamW), %d rounds "
+           "of one epoch (%lld steps) per loader, %d threads:\n", rounds, (long long)nb, fm_num_threads());
+    double best0 = times[0][0];
+    for (int i = 1; i < rounds; i++) best0 = times[0][i] < best0 ? times[0][i] : best0;
+    for (int k = 0; k < NK; k++) {
+        if (!on[k]) continue;
+        double ratio[64], bk = times[k][0];
+        int n = rounds < 64 ? rounds : 64;
+        for (int i = 0; i < rounds; i++) bk = times[k][i] < bk ? times[k][i] : bk;
+        for (int i = 0; i < n; i++) ratio[i] = times[k][i] / times[0][i];
+        qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
+        double med = n % 2 ? ratio[n / 2] : 0.5 * (ratio[n / 2 - 1] + ratio[n / 2]);
+        printf("%-10s step %.3f ms (best)  ratio of bests %.3f  per-round ratio median %.3f [%.3f .. %.3f]  waiting %.3f ms/step"
+               "  buffer reallocations %lld\n",
+               names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], (long long)reallocs[k]);
         if (json)
-            printf("{\"config\": \"data\", \"mode\": \"%s\", \"step_ms\": %.4f, \"time_ratio\": %.4f, \"wait_ms\": %.4f}\n", names[k],
-                   1e3 * best[k], best[k] / best[0], 1e3 * wait[k]);
+            printf("{\"config\": \"data\", \"mode\": \"%s\", \"step_ms\": %.4f, \"time_ratio\": %.4f, \"ratio_median\": %.4f, "
+                   "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"wait_ms\": %.4f, \"reallocs\": %lld}\n",
+                   names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], (long long)reallocs[k]);
     }
+    for (int k = 0; k < NK; k++) free(times[k]);
     fm_optim_free(opt);
     fm_module_free(net);
     fm_dataset_release(ds);
 }
 
 int main(int argc, char **argv) {
-    const char *which = "all";
+    const char *which = "all", *data_kinds = "10";
     int batch = 0, rounds = 5, steps = 400;
     bool json = false;
     for (int i = 1; i < argc; i++) {
@@ -553,8 +588,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--data-kinds") && i + 1 < argc) data_kinds = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]\n");
+            fprintf(stderr, "usage: bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]\n"
+                            "                        [--data-kinds p102]  (data: loaders besides preloaded: 1 worker, 0, 2 workers)\n");
             return 2;
         }
     }
@@ -571,7 +608,7 @@ int main(int argc, char **argv) {
         c.n_layer = 6; c.n_embd = 384; c.n_head = 6; c.block_size = 256; c.vocab_size = 256;
         run_config("gpt-6l-384", c, batch ? batch : 8, rounds, json);
     }
-    if (!strcmp(which, "data") || !strcmp(which, "all")) run_data(rounds, json);
+    if (!strcmp(which, "data") || !strcmp(which, "all")) run_data(rounds, json, data_kinds);
     if (!strcmp(which, "converge") || !strcmp(which, "all")) run_converge(steps, json);
     fm_parallel_shutdown();
     return 0;

@@ -13,6 +13,7 @@
 
 #include "fathom/autograd.h" /* a training-like step in the buffer-reuse test */
 #include "fathom/data.h"
+#include "fathom/memory.h" /* no allocations per batch */
 #include "fathom/ops.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
@@ -758,6 +759,82 @@ static void test_transforms(void) {
     fm_dataset_release(d);
 }
 
+/* crop + flip + normalize together (one pass per row in the loader) against the
+ * definition: normalize(flip(crop(x))), the padding normalized like a zero pixel. */
+static void test_transforms_combined(void) {
+    fm_dataset *d = loader_dataset();
+    const float *src = fm_tensor_data(fm_dataset_x(d));
+    const int S = LC * LH * LW;
+    fm_loader_options o;
+    aug_options(&o, 0);
+    o.batch_size = LN;
+    o.shuffle = false;
+    for (int pass = 0; pass < 2; pass++) {
+        o.transforms.crop_padding = pass == 0 ? 2 : 7; /* 7 > W: some crops are all padding */
+        fm_dataloader *l = fm_dataloader_create(d, &o);
+        fm_batch b;
+        CHECK(l && fm_dataloader_next(l, &b) == FM_OK && b.x);
+        int n_flip = 0, n_found = 0, P = o.transforms.crop_padding;
+        for (int nidx = 0; l && b.x && nidx < LN; nidx++) {
+            const float *s = src + nidx * S, *g = (const float *)fm_tensor_data(b.x) + nidx * S;
+            int found = 0;
+            for (int fl = 0; fl < 2 && !found; fl++)
+                for (int dy = -P; dy <= P && !found; dy++)
+                    for (int dx = -P; dx <= P && !found; dx++) {
+                        bool ok = true;
+                        for (int c = 0; c < LC && ok; c++)
+                            for (int i = 0; i < LH && ok; i++)
+                                for (int j = 0; j < LW && ok; j++) {
+                                    int jj = fl ? LW - 1 - j : j, si = i + dy, sj = jj + dx;
+                                    float v = si >= 0 && si < LH && sj >= 0 && sj < LW ? s[c * LH * LW + si * LW + sj] : 0.0f;
+                                    float want = (v - o.transforms.mean[c]) / o.transforms.std[c];
+                                    ok = g[c * LH * LW + i * LW + j] == want;
+                                }
+                        if (ok) { found = 1; n_flip += fl; }
+                    }
+            n_found += found;
+        }
+        CHECK_MSG(n_found == LN, "padding %d: %d of %d samples are normalize(flip(crop(x)))", P, n_found, LN);
+        CHECK(n_flip > 3 && n_flip < LN - 3);
+        fm_dataloader_free(l);
+    }
+    fm_dataset_release(d);
+}
+
+/* Workers sleep when the ring is full (no spinning), and after warm-up batches
+ * are prepared without a single allocation. */
+static void test_loader_idle(void) {
+    fm_dataset *d = loader_dataset();
+    fm_loader_options o;
+    aug_options(&o, 2);
+    fm_dataloader *l = fm_dataloader_create(d, &o);
+    fm_batch b;
+    CHECK(l && fm_dataloader_next(l, &b) == FM_OK && b.x);
+    for (int k = 0; l && k < 12; k++) fm_dataloader_next(l, &b); /* warm: every slot has been used */
+    /* the consumer holds a batch and does something else: the workers fill the
+     * ring, then block; they must not burn CPU while waiting for a slot */
+    struct timespec c0, c1, w0, w1, nap = {0, 200 * 1000 * 1000};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+    double wall = (double)(w1.tv_sec - w0.tv_sec) + 1e-9 * (double)(w1.tv_nsec - w0.tv_nsec);
+    CHECK_MSG(cpu < 0.25 * wall, "loader used %.3f s of CPU in %.3f s while nothing was asked of it", cpu, wall);
+    fm_memory_stats m0, m1;
+    fm_memory_stats_get(FM_CPU, &m0);
+    int got = 0;
+    for (int k = 0; l && k < 30; k++) got += fm_dataloader_next(l, &b) == FM_OK && b.x;
+    fm_memory_stats_get(FM_CPU, &m1);
+    CHECK(got > 20);
+    CHECK_MSG(m1.n_system_allocs == m0.n_system_allocs && m1.n_cache_hits == m0.n_cache_hits,
+              "batches allocated: %llu system allocations, %llu from the cache",
+              (unsigned long long)(m1.n_system_allocs - m0.n_system_allocs), (unsigned long long)(m1.n_cache_hits - m0.n_cache_hits));
+    fm_dataloader_free(l);
+    fm_dataset_release(d);
+}
+
 static void test_loader_buffers(void) {
     fm_dataset *d = loader_dataset();
     fm_loader_options o;
@@ -961,6 +1038,8 @@ int main(int argc, char **argv) {
     RUN(test_loader_order);
     RUN(test_loader_determinism);
     RUN(test_transforms);
+    RUN(test_transforms_combined);
+    RUN(test_loader_idle);
     RUN(test_loader_buffers);
     RUN(test_fuzz);
     char cmd[300];

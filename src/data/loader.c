@@ -2,12 +2,26 @@
  * threads into a ring of preallocated batch buffers.
  *
  * Batch b of an epoch always goes to ring slot b % nslots, and a worker may
- * claim batch b only once the consumer has handed back the slot's previous
+ * start batch b only once the consumer has handed back the slot's previous
  * batch (b - nslots). So the ring bounds the prefetch, batches come out in
  * order whichever worker finishes first, and after warm-up no step allocates.
  * Everything random (the permutation, crop offsets, flips) is a pure function
  * of (seed, epoch, sample index) through Philox, so batches are bitwise
- * identical for any worker count and for a loader restored from a saved state. */
+ * identical for any worker count and for a loader restored from a saved state.
+ *
+ * Workers must not slow the training step they overlap with. On a machine
+ * whose cores the step already uses (the common case on a CPU), a worker that
+ * preempts a compute thread stalls the whole parallel region, which costs far
+ * more than the worker's own work (docs/EFFICIENCY.md measures it). So:
+ *  - workers run at the lowest priority (SCHED_IDLE on Linux): they take only
+ *    cycles no compute thread wants, the gaps between and inside steps, and the
+ *    ring lets them bank those gaps several batches ahead;
+ *  - a batch is cut into chunks of samples that anyone may claim, so a consumer
+ *    that arrives at a batch the starved workers have not finished fills the
+ *    rest itself at its own priority, and waits at most for the chunks a worker
+ *    is in the middle of;
+ *  - per sample, crop, flip and normalize are one pass from the source to the
+ *    batch buffer (no staging copy). */
 #include "data/data_internal.h"
 #include "fathom/profile.h" /* data spans on per-worker tracks */
 
@@ -15,6 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* Philox counter high words: separate streams for the permutation and for the
  * per-sample transforms, away from the global generator's (which uses 0). */
@@ -27,6 +47,8 @@ typedef struct slot {
     fm_tensor *x, *y; /* full-batch buffers; shape[0] is set to the batch's size */
     int64_t batch;
     int state;
+    /* SLOT_FILLING: chunks [0, next_chunk) are claimed, done of them finished */
+    int nchunks, next_chunk, done;
 } slot;
 
 struct fm_dataloader {
@@ -50,7 +72,10 @@ struct fm_dataloader {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
     bool stop;
-    int inflight;
+    bool frozen; /* no new claims (quiesce) */
+    int inflight; /* chunks being filled outside the lock */
+    int64_t chunk; /* samples per chunk */
+    int priority; /* of the workers: LOADER_PRIO_* */
     double wait_s;
     int64_t reallocs;
 };
@@ -80,71 +105,97 @@ void fm_data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm)
     }
 }
 
-/* Copies sample `idx` into `dst` applying crop, flip and normalize. */
+/* out[j] = (in[j] - m) / sd for j in [0, n): the division, not a multiply by 1/sd,
+ * so the values are the ones a straightforward reading of "normalize" gives */
+static void norm_copy(float *restrict out, const float *restrict in, int64_t n, float m, float sd) {
+    for (int64_t j = 0; j < n; j++) out[j] = (in[j] - m) / sd;
+}
+
+/* out[j] = (in[-j] - m) / sd: the mirrored row (in points at its last element) */
+static void norm_copy_rev(float *restrict out, const float *restrict in, int64_t n, float m, float sd) {
+    for (int64_t j = 0; j < n; j++) out[j] = (in[-j] - m) / sd;
+}
+
+static void fill_value(float *out, int64_t n, float v) {
+    for (int64_t j = 0; j < n; j++) out[j] = v;
+}
+
+/* Writes sample `idx` (src) to dst with crop, flip and normalize applied, in one
+ * pass per output row. Output (i, j) is the padded source at (i + oy, j' + ox)
+ * where j' = W-1-j when flipped (flip after crop), normalized per channel; the
+ * padding normalizes like a zero pixel. */
 static void transform_sample(const fm_dataloader *l, const float *src, float *dst, int64_t idx) {
     const fm_transforms *tf = &l->opt.transforms;
     uint32_t r[4] = {0, 0, 0, 0};
     if (tf->crop_padding > 0 || tf->hflip)
         fm_philox4x32(l->opt.seed, STREAM_AUG << 32 | ((uint64_t)l->epoch & 0xffffffffu), (uint64_t)idx, r);
+    int64_t oy = 0, ox = 0;
     if (tf->crop_padding > 0) {
         int64_t p = tf->crop_padding, span = 2 * p + 1;
-        int64_t oy = (int64_t)(((uint64_t)r[0] * (uint64_t)span) >> 32) - p;
-        int64_t ox = (int64_t)(((uint64_t)r[1] * (uint64_t)span) >> 32) - p;
-        /* output (i, j) reads input (i + oy, j + ox); outside the image is the zero padding */
-        for (int64_t c = 0; c < l->C; c++) {
-            const float *s = src + c * l->plane;
-            float *d = dst + c * l->plane;
-            for (int64_t i = 0; i < l->H; i++) {
-                int64_t si = i + oy;
-                float *drow = d + i * l->W;
-                if (si < 0 || si >= l->H) {
-                    memset(drow, 0, (size_t)l->W * sizeof(float));
-                    continue;
-                }
-                int64_t j0 = ox < 0 ? -ox : 0, j1 = ox > 0 ? l->W - ox : l->W;
-                if (j1 < j0) j1 = j0;
-                memset(drow, 0, (size_t)j0 * sizeof(float));
-                if (j1 > j0) memcpy(drow + j0, s + si * l->W + j0 + ox, (size_t)(j1 - j0) * sizeof(float));
-                memset(drow + j1, 0, (size_t)(l->W - j1) * sizeof(float));
-            }
-        }
-    } else {
-        memcpy(dst, src, (size_t)l->sample_numel * sizeof(float));
+        oy = (int64_t)(((uint64_t)r[0] * (uint64_t)span) >> 32) - p;
+        ox = (int64_t)(((uint64_t)r[1] * (uint64_t)span) >> 32) - p;
     }
-    if (tf->hflip && (r[2] & 1)) {
-        for (int64_t row = 0; row < l->C * l->H; row++) {
-            float *d = dst + row * l->W;
-            for (int64_t a = 0, b = l->W - 1; a < b; a++, b--) {
-                float t = d[a];
-                d[a] = d[b];
-                d[b] = t;
-            }
+    const bool flip = tf->hflip && (r[2] & 1), spatial = tf->crop_padding > 0 || flip;
+    const int64_t H = l->H, W = l->W, plane = l->plane, nplanes = l->sample_numel / plane;
+    /* columns of a cropped row that come from the image: [j0, j1) reads source j + ox */
+    int64_t j0 = ox < 0 ? -ox : 0, j1 = ox > 0 ? W - ox : W;
+    if (j1 < j0) j1 = j0;
+    for (int64_t c = 0; c < nplanes; c++) {
+        const float *s = src + c * plane;
+        float *d = dst + c * plane;
+        int k = tf->normalize_channels == 1 ? 0 : (int)c;
+        float m = tf->normalize_channels > 0 ? tf->mean[k] : 0.0f, sd = tf->normalize_channels > 0 ? tf->std[k] : 1.0f;
+        if (!spatial) {
+            norm_copy(d, s, plane, m, sd);
+            continue;
         }
-    }
-    if (tf->normalize_channels > 0) {
-        int64_t nc = l->sample_numel / l->plane;
-        for (int64_t c = 0; c < nc; c++) {
-            int k = tf->normalize_channels == 1 ? 0 : (int)c;
-            float m = tf->mean[k], sd = tf->std[k];
-            float *d = dst + c * l->plane;
-            for (int64_t e = 0; e < l->plane; e++) d[e] = (d[e] - m) / sd;
+        const float pad = (0.0f - m) / sd;
+        for (int64_t i = 0; i < H; i++) {
+            float *drow = d + i * W;
+            int64_t si = i + oy;
+            if (si < 0 || si >= H) {
+                fill_value(drow, W, pad);
+                continue;
+            }
+            const float *srow = s + si * W + ox;
+            if (!flip) {
+                fill_value(drow, j0, pad);
+                norm_copy(drow + j0, srow + j0, j1 - j0, m, sd);
+                fill_value(drow + j1, W - j1, pad);
+            } else { /* output j shows cropped column W-1-j: image columns land in [W - j1, W - j0) */
+                fill_value(drow, W - j1, pad);
+                if (j1 > j0) norm_copy_rev(drow + (W - j1), srow + j1 - 1, j1 - j0, m, sd);
+                fill_value(drow + (W - j0), j0, pad);
+            }
         }
     }
 }
 
-/* Fills slot s with batch b of the current epoch. Reads only state that is
- * frozen while any batch is in flight. */
-static void fill(fm_dataloader *l, slot *s, int64_t b) {
+/* Sets slot s up for batch b of the current epoch: its size and chunk count.
+ * Caller holds the lock. */
+static void begin_batch(fm_dataloader *l, slot *s, int64_t b) {
     int64_t start = b * l->bs;
     int64_t size = l->n - start < l->bs ? l->n - start : l->bs;
     s->x->shape[0] = size;
     if (s->y) s->y->shape[0] = size;
+    s->batch = b;
+    s->nchunks = (int)((size + l->chunk - 1) / l->chunk);
+    s->next_chunk = 0;
+    s->done = 0;
+    s->state = SLOT_FILLING;
+}
+
+/* Fills chunk k of the batch in slot s. Reads only state that is frozen while
+ * any chunk is in flight. */
+static void fill_chunk(fm_dataloader *l, slot *s, int k) {
+    int64_t start = s->batch * l->bs, size = s->x->shape[0];
+    int64_t j0 = (int64_t)k * l->chunk, j1 = j0 + l->chunk < size ? j0 + l->chunk : size;
     const char *xs = fm_tensor_data(fm_dataset_x(l->ds));
     const char *ys = l->y_es ? fm_tensor_data(fm_dataset_y(l->ds)) : NULL;
     char *xd = fm_tensor_data(s->x);
     char *yd = s->y ? fm_tensor_data(s->y) : NULL;
     size_t row = (size_t)l->sample_numel * l->x_es;
-    for (int64_t j = 0; j < size; j++) {
+    for (int64_t j = j0; j < j1; j++) {
         int64_t idx = l->perm ? l->perm[start + j] : start + j;
         if (l->any_transform)
             transform_sample(l, (const float *)(xs + (size_t)idx * row), (float *)(xd + (size_t)j * row), idx);
@@ -152,40 +203,77 @@ static void fill(fm_dataloader *l, slot *s, int64_t b) {
             memcpy(xd + (size_t)j * row, xs + (size_t)idx * row, row);
         if (yd) memcpy(yd + (size_t)j * l->y_es, ys + (size_t)idx * l->y_es, l->y_es);
     }
-    s->batch = b;
+}
+
+/* Claims the next chunk of slot s, fills it without the lock and marks it done.
+ * Caller holds the lock; it is held again on return. */
+static void run_chunk(fm_dataloader *l, slot *s, bool traced) {
+    int k = s->next_chunk++;
+    l->inflight++;
+    pthread_mutex_unlock(&l->mu);
+    if (traced) fm_profile_push("load batch", "data");
+    fill_chunk(l, s, k);
+    if (traced) fm_profile_pop();
+    pthread_mutex_lock(&l->mu);
+    l->inflight--;
+    if (++s->done == s->nchunks) s->state = SLOT_READY;
+    if (s->state == SLOT_READY || (l->frozen && l->inflight == 0)) pthread_cond_broadcast(&l->cv_ready);
+}
+
+/* A worker's next piece of work: a chunk of the earliest batch being filled, or
+ * the next batch if its slot is free. NULL: nothing to do. Caller holds the lock. */
+static slot *find_work(fm_dataloader *l) {
+    if (l->frozen) return NULL;
+    slot *best = NULL;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if (s->state == SLOT_FILLING && s->next_chunk < s->nchunks && (!best || s->batch < best->batch)) best = s;
+    }
+    if (best) return best;
+    int64_t b = l->next_claim;
+    slot *s = b < l->nb ? &l->slots[b % l->nslots] : NULL;
+    if (!s || s->state != SLOT_FREE) return NULL;
+    begin_batch(l, s, b);
+    l->next_claim++;
+    return s;
+}
+
+enum { LOADER_PRIO_IDLE, LOADER_PRIO_LOW, LOADER_PRIO_NORMAL };
+
+/* Lowers the calling worker's priority (see the top of the file). Only ever
+ * lowers, which needs no privilege; failure just leaves the default. */
+static void lower_priority(int prio) {
+#ifdef __linux__
+    if (prio == LOADER_PRIO_IDLE) {
+        struct sched_param sp;
+        memset(&sp, 0, sizeof sp);
+        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0) return;
+    }
+    if (prio != LOADER_PRIO_NORMAL) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#else
+    (void)prio;
+#endif
 }
 
 static void *worker_main(void *arg) {
     fm_dataloader *l = arg;
     bool named = false; /* the trace gets one track per worker, named once profiling is on */
+    lower_priority(l->priority);
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
-        int64_t b = l->next_claim;
-        slot *s = b < l->nb ? &l->slots[b % l->nslots] : NULL;
-        if (s && s->state == SLOT_FREE) {
-            s->state = SLOT_FILLING;
-            l->next_claim++;
-            l->inflight++;
-            pthread_mutex_unlock(&l->mu);
-            if (fm_profiler_enabled()) {
-                if (!named) {
-                    static int seq = 0;
-                    char nm[48];
-                    snprintf(nm, sizeof nm, "loader worker %d", __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-                    fm_profile_thread_name(nm);
-                    named = true;
-                }
-                fm_profile_push("load batch", "data");
-            }
-            fill(l, s, b);
-            if (named) fm_profile_pop();
-            pthread_mutex_lock(&l->mu);
-            s->state = SLOT_READY;
-            l->inflight--;
-            pthread_cond_broadcast(&l->cv_ready);
+        slot *s = find_work(l);
+        if (!s) {
+            pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
         }
-        pthread_cond_wait(&l->cv_work, &l->mu);
+        if (!named && fm_profiler_enabled()) {
+            static int seq = 0;
+            char nm[48];
+            snprintf(nm, sizeof nm, "loader worker %d", __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+            fm_profile_thread_name(nm);
+            named = true;
+        }
+        run_chunk(l, s, named);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -219,12 +307,13 @@ static void restart(fm_dataloader *l, int64_t epoch, int64_t b) {
     for (int i = 0; i < l->nslots; i++) l->slots[i].state = SLOT_FREE;
     l->next_deliver = b;
     l->next_claim = b;
+    l->frozen = false;
     pthread_cond_broadcast(&l->cv_work);
 }
 
-/* Stops claims and waits until no batch is in flight. Caller holds the lock. */
+/* Stops claims and waits until no chunk is in flight. Caller holds the lock. */
 static void quiesce(fm_dataloader *l) {
-    l->next_claim = l->nb;
+    l->frozen = true;
     while (l->inflight > 0) pthread_cond_wait(&l->cv_ready, &l->mu);
 }
 
@@ -319,8 +408,17 @@ fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt)
     l->x_es = fm_dtype_size(x->dtype);
     l->y_es = y ? fm_dtype_size(y->dtype) : 0;
     l->held = -1;
+    /* low-priority workers get their cycles in bursts: a deeper ring banks them */
     l->nslots = opt->workers == 0 ? 1 : (opt->prefetch > 0 ? opt->prefetch : 2 * opt->workers);
+    if (opt->workers > 0 && opt->prefetch == 0 && l->nslots < 4) l->nslots = 4;
     if (opt->workers > 0 && l->nslots < 2) l->nslots = 2;
+    /* about 8 chunks a batch: small enough that a consumer finishing a batch
+     * itself never waits long for a worker's chunk, large enough to be cheap */
+    l->chunk = (l->bs + 7) / 8;
+    l->priority = LOADER_PRIO_IDLE;
+    const char *pe = getenv("FATHOM_LOADER_PRIORITY");
+    if (pe && !strcmp(pe, "normal")) l->priority = LOADER_PRIO_NORMAL;
+    else if (pe && !strcmp(pe, "low")) l->priority = LOADER_PRIO_LOW;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
@@ -425,27 +523,17 @@ fm_status fm_dataloader_next(fm_dataloader *l, fm_batch *out) {
     int64_t b = l->next_deliver;
     int si = (int)(b % l->nslots);
     slot *s = &l->slots[si];
-    if (l->nthreads == 0) {
-        fill(l, s, b);
-        s->state = SLOT_READY;
-    } else {
-        while (!(s->state == SLOT_READY && s->batch == b)) {
-            if (s->state == SLOT_FREE && l->next_claim == b) {
-                /* no worker has started the batch we need (they are busy or not
-                 * scheduled): prepare it here rather than wait. The content is
-                 * the same whoever fills it. */
-                s->state = SLOT_FILLING;
-                l->next_claim++;
-                l->inflight++;
-                pthread_mutex_unlock(&l->mu);
-                fill(l, s, b);
-                pthread_mutex_lock(&l->mu);
-                s->state = SLOT_READY;
-                l->inflight--;
-                break;
-            }
-            pthread_cond_wait(&l->cv_ready, &l->mu);
+    /* Whatever of batch b no worker has claimed yet (they are busy, or starved by
+     * the compute threads) is prepared here rather than waited for; the content
+     * is the same whoever fills it. Only chunks a worker is in the middle of are
+     * waited for. */
+    while (!(s->state == SLOT_READY && s->batch == b)) {
+        if (s->state == SLOT_FREE && l->next_claim == b) {
+            begin_batch(l, s, b);
+            l->next_claim++;
         }
+        if (s->state == SLOT_FILLING && s->batch == b && s->next_chunk < s->nchunks) run_chunk(l, s, false);
+        else pthread_cond_wait(&l->cv_ready, &l->mu);
     }
     s->state = SLOT_HELD;
     l->held = si;
