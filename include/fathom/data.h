@@ -151,8 +151,12 @@ typedef struct fm_loader_options {
     bool shuffle;           /* default false */
     uint64_t seed;          /* shuffling and transform randomness */
     bool drop_last;         /* drop a final partial batch */
-    int workers;            /* threads preparing batches; 0: prepared synchronously in next() */
-    int prefetch;           /* batches prepared ahead (ring size); 0: 2 * workers (at least 2) */
+    /* threads preparing batches; 0: prepared synchronously in next(). Workers run at
+     * the lowest priority (Linux: SCHED_IDLE; FATHOM_LOADER_PRIORITY=low|normal for
+     * nice 19 or the default): they use cycles the training step leaves idle, and
+     * next() fills whatever part of a batch they have not reached itself. */
+    int workers;
+    int prefetch;           /* batches prepared ahead (ring size); 0: 2 * workers, at least 4 */
     fm_transforms transforms;
 } fm_loader_options;
 void fm_loader_options_init(fm_loader_options *o);
