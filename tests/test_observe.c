@@ -195,6 +195,28 @@ static int count(const char *s, const char *needle) {
     return n;
 }
 
+/* What a progress test wrote to a tmpfile (closed), or to a pseudo-terminal's master end. */
+static void read_tmpfile(FILE *f, char *buf, size_t cap) {
+    long n = ftell(f);
+    rewind(f);
+    size_t got = fread(buf, 1, n < (long)cap - 1 ? (size_t)n : cap - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    CHECK(got > 0);
+}
+
+static void read_pty(int master, char *buf, size_t cap) {
+    size_t got = 0;
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        ssize_t k = read(master, buf + got, cap - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    buf[got] = 0;
+    close(master);
+}
+
 static void drive(fm_progress *p) {
     for (int i = 1; i <= 100; i++) fm_progress_update(p, i, i * 32, 2.0 / i);
     fm_progress_log(p, "epoch 1: val loss %.3f", 0.5);
@@ -207,11 +229,8 @@ static void test_progress(void) {
     fm_progress *p = fm_progress_begin("epoch 1/3", 100, "samples", FM_PROGRESS_AUTO, f);
     CHECK(fm_progress_get_mode(p) == FM_PROGRESS_PLAIN);
     drive(p);
-    long n = ftell(f);
-    rewind(f);
-    char plain[8192] = "";
-    CHECK(fread(plain, 1, n < (long)sizeof plain - 1 ? (size_t)n : sizeof plain - 1, f) > 0);
-    fclose(f);
+    char plain[8192];
+    read_tmpfile(f, plain, sizeof plain);
     CHECK(!strchr(plain, '\r') && !strchr(plain, '\033'));
     CHECK_MSG(count(plain, "\n") == 11, "plain output:\n%s", plain); /* 10%..90%, the log line, the final line */
     CHECK(strstr(plain, "epoch 1/3: 10/100 (10%), ETA") != NULL);
@@ -227,15 +246,7 @@ static void test_progress(void) {
     drive(p);
     fclose(t);
     char tty[8192];
-    size_t got = 0;
-    fcntl(master, F_SETFL, O_NONBLOCK);
-    for (;;) {
-        ssize_t k = read(master, tty + got, sizeof tty - 1 - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    tty[got] = 0;
-    close(master);
+    read_pty(master, tty, sizeof tty);
     CHECK_MSG(count(tty, "\r\033[K") >= 3, "tty output: %s", tty); /* first draw, final draw, end, log */
     CHECK(strstr(tty, "[========================] 100/100 (100%)") != NULL);
     CHECK(strstr(tty, "epoch 1: val loss 0.500") != NULL);
@@ -254,17 +265,6 @@ static void test_progress(void) {
 /* A resumed loop (fm_progress_set_start): the ETA divides by the steps this run
  * made, not by all of them; decile lines start after the resumed point. And
  * fm_progress_clear / fm_progress_cancel on a terminal. */
-static void read_pty(int master, char *buf, size_t cap) {
-    size_t got = 0;
-    fcntl(master, F_SETFL, O_NONBLOCK);
-    for (;;) {
-        ssize_t k = read(master, buf + got, cap - 1 - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    buf[got] = 0;
-}
-
 static void test_progress_resume_clear(void) {
     FILE *f = tmpfile();
     fm_progress *p = fm_progress_begin("train", 100000, "tokens", FM_PROGRESS_PLAIN, f);
@@ -273,11 +273,8 @@ static void test_progress_resume_clear(void) {
     fm_progress_set_interval(p, 1e-9); /* a line at the next update */
     fm_progress_update(p, 99991, 64, 1.5);
     fm_progress_end(p);
-    long n = ftell(f);
-    rewind(f);
-    char out[1024] = "";
-    CHECK(fread(out, 1, n < (long)sizeof out - 1 ? (size_t)n : sizeof out - 1, f) > 0);
-    fclose(f);
+    char out[1024];
+    read_tmpfile(f, out, sizeof out);
     /* one step in >= 60 ms with 9 left: ETA >= 0.5 s; counted over all 99991 steps it would be 0:00 */
     CHECK_MSG(strstr(out, "train: 99991/100000 (99%), ETA ") && !strstr(out, "ETA 0:00"), "resumed progress: %s", out);
     CHECK(strstr(out, "train: done 99991/100000 (99%)") != NULL);
@@ -288,11 +285,7 @@ static void test_progress_resume_clear(void) {
     fm_progress_set_start(p, 55);
     for (int i = 56; i <= 100; i++) fm_progress_update(p, i, 0, NAN);
     fm_progress_end(p);
-    n = ftell(f);
-    rewind(f);
-    memset(out, 0, sizeof out);
-    CHECK(fread(out, 1, n < (long)sizeof out - 1 ? (size_t)n : sizeof out - 1, f) > 0);
-    fclose(f);
+    read_tmpfile(f, out, sizeof out);
     CHECK_MSG(count(out, "\n") == 5 && !strstr(out, "train: 56/100") && strstr(out, "train: 60/100 (60%)"),
               "resumed deciles: %s", out); /* 60, 70, 80, 90, done */
 
@@ -309,7 +302,6 @@ static void test_progress_resume_clear(void) {
     fclose(t);
     char tty[4096];
     read_pty(master, tty, sizeof tty);
-    close(master);
     const char *s1 = strstr(tty, "] 1/10 (10%)"), *c = strstr(tty, "\r\033[KSAMPLE"), *s2 = strstr(tty, "] 2/10 (20%)");
     CHECK_MSG(s1 && c && s2 && s1 < c && c < s2, "clear, then redraw: %s", tty);
     CHECK_MSG(strstr(tty, "\r\033[KERR") && !strstr(tty, "done"), "cancel: %s", tty);
