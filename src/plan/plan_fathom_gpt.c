@@ -1112,15 +1112,17 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     }
     pf_phase(&sim, "checkpoint (Hugging Face layout: Conv1D weights transposed into copies)");
     {
-        int ids[4 * 1024], k = 0;
+        int *ids = malloc(sizeof(int) * 4 * (size_t)g.L), k = 0;
         double C = (double)g.C, F = (double)g.F;
-        for (int i = 0; i < g.L && k + 4 <= (int)(sizeof ids / sizeof ids[0]); i++) {
+        if (!ids) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
+        for (int i = 0; i < g.L; i++) {
             ids[k++] = pf_alloc(&sim, PF_WORK, 3 * C * C, 4, "c_attn copy");
             ids[k++] = pf_alloc(&sim, PF_WORK, C * C, 4, "c_proj copy");
             ids[k++] = pf_alloc(&sim, PF_WORK, F * C, 4, "c_fc copy");
             ids[k++] = pf_alloc(&sim, PF_WORK, C * F, 4, "mlp c_proj copy");
         }
         for (int i = 0; i < k; i++) pf_unref(&sim, ids[i]);
+        free(ids);
     }
     pf_end(&sim);
     if (sim.failed) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
