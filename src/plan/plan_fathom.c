@@ -464,10 +464,10 @@ static int64_t split_samples(const fm_recipe *r, int test, char *note, size_t no
 
 /* Batch buffers the data loader allocates up front (fm_dataloader_create in
  * src/data/loader.c): one slot without workers, else a ring of 2 per worker,
- * at least 2 (the recipe sets no prefetch depth). */
+ * at least 4 (the recipe sets no prefetch depth). */
 static int loader_slots(int workers) {
     if (workers <= 0) return 1;
-    return 2 * workers < 2 ? 2 : 2 * workers;
+    return 2 * workers < 4 ? 4 : 2 * workers;
 }
 
 static fm_status plan_sequential(const char *path, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
