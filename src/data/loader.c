@@ -240,17 +240,20 @@ static slot *find_work(fm_dataloader *l) {
 
 enum { LOADER_PRIO_IDLE, LOADER_PRIO_LOW, LOADER_PRIO_NORMAL };
 
-/* Lowers the calling worker's priority (see the top of the file). Only ever
- * lowers, which needs no privilege; failure just leaves the default. */
-static void lower_priority(int prio) {
+/* Names a new worker and lowers its priority (see the top of the file), from
+ * the creating thread, so both hold before the worker first runs. Only ever
+ * lowers, which needs no privilege; a failure just leaves the default. */
+static void setup_worker(pthread_t th, int prio) {
 #ifdef __linux__
+    pthread_setname_np(th, "fm-loader"); /* for top, perf sched and debuggers */
     if (prio == LOADER_PRIO_IDLE) {
         struct sched_param sp;
         memset(&sp, 0, sizeof sp);
-        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0) return;
+        pthread_setschedparam(th, SCHED_IDLE, &sp);
     }
-    if (prio != LOADER_PRIO_NORMAL) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    /* LOADER_PRIO_LOW: nice is per thread on Linux but set by the thread itself (worker_main) */
 #else
+    (void)th;
     (void)prio;
 #endif
 }
@@ -258,7 +261,9 @@ static void lower_priority(int prio) {
 static void *worker_main(void *arg) {
     fm_dataloader *l = arg;
     bool named = false; /* the trace gets one track per worker, named once profiling is on */
-    lower_priority(l->priority);
+#ifdef __linux__
+    if (l->priority == LOADER_PRIO_LOW) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#endif
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         slot *s = find_work(l);
@@ -444,7 +449,11 @@ fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt)
             return NULL;
         }
         for (int i = 0; i < opt->workers; i++) {
-            if (pthread_create(&l->threads[i], NULL, worker_main, l) != 0) {
+            pthread_mutex_lock(&l->mu); /* the worker waits for its name and priority */
+            int rc = pthread_create(&l->threads[i], NULL, worker_main, l);
+            if (rc == 0) setup_worker(l->threads[i], l->priority);
+            pthread_mutex_unlock(&l->mu);
+            if (rc != 0) {
                 fm_set_error(FM_ERR_OOM, "data loader: cannot start worker thread %d of %d", i + 1, opt->workers);
                 fm_dataloader_free(l);
                 return NULL;
