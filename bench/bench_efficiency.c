@@ -503,7 +503,7 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
     bool on[NK];
     for (int k = 0; k < NK; k++) on[k] = k == 0 || strchr(data_kinds, codes[k]) != NULL;
     double *times[NK], wait[NK] = {0};
-    int64_t reallocs[NK] = {0};
+    int64_t reallocs[NK] = {0}, by_workers[NK] = {0}, in_next[NK] = {0};
     for (int k = 0; k < NK; k++) times[k] = calloc((size_t)rounds, sizeof(double));
     int64_t nb = 0;
     for (int round = -1; round < rounds; round++) { /* round -1 warms caches and the allocator */
@@ -545,6 +545,10 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
                 times[kind][round] = dt;
                 if (kind) wait[kind] += (fm_dataloader_wait_seconds(l) - w0) / (double)nb / rounds;
                 reallocs[kind] += fm_dataloader_realloc_count(l);
+                int64_t bw = 0, bn = 0;
+                fm_dataloader_fill_counts(l, &bw, &bn);
+                by_workers[kind] += bw;
+                in_next[kind] += bn;
             }
             if (px) for (int64_t i = 0; i < nb; i++) fm_tensor_release_n(2, px[i], py[i]);
             free(px);
@@ -564,13 +568,14 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
         for (int i = 0; i < n; i++) ratio[i] = times[k][i] / times[0][i];
         qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
         double med = n % 2 ? ratio[n / 2] : 0.5 * (ratio[n / 2 - 1] + ratio[n / 2]);
+        double share = by_workers[k] + in_next[k] ? (double)by_workers[k] / (double)(by_workers[k] + in_next[k]) : 0;
         printf("%-10s step %.3f ms (best)  ratio of bests %.3f  per-round ratio median %.3f [%.3f .. %.3f]  waiting %.3f ms/step"
-               "  buffer reallocations %lld\n",
-               names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], (long long)reallocs[k]);
+               "  filled by workers %.0f%%  buffer reallocations %lld\n",
+               names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], 100 * share, (long long)reallocs[k]);
         if (json)
             printf("{\"config\": \"data\", \"mode\": \"%s\", \"step_ms\": %.4f, \"time_ratio\": %.4f, \"ratio_median\": %.4f, "
-                   "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"wait_ms\": %.4f, \"reallocs\": %lld}\n",
-                   names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], (long long)reallocs[k]);
+                   "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"wait_ms\": %.4f, \"worker_share\": %.4f, \"reallocs\": %lld}\n",
+                   names[k], 1e3 * bk, bk / best0, med, ratio[0], ratio[n - 1], 1e3 * wait[k], share, (long long)reallocs[k]);
     }
     for (int k = 0; k < NK; k++) free(times[k]);
     fm_optim_free(opt);

@@ -841,6 +841,15 @@ static void test_loader_idle(void) {
     fm_batch b;
     CHECK(l && fm_dataloader_next(l, &b) == FM_OK && b.x);
     for (int k = 0; l && k < 12; k++) fm_dataloader_next(l, &b); /* warm: every slot has been used */
+    /* the workers prepare batches while the consumer sleeps (at SCHED_IDLE they run
+     * on an idle core, which a loaded machine can delay: wait up to 5 s) */
+    int64_t bw = 0, bn = 0;
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    for (int t = 0; l && t < 250 && bw == 0; t++) {
+        nanosleep(&tick, NULL);
+        fm_dataloader_fill_counts(l, &bw, &bn);
+    }
+    CHECK_MSG(bw > 0 && bn >= 0, "filled by workers %lld, in next %lld", (long long)bw, (long long)bn);
 #ifdef __linux__
     /* the consumer holds a batch and does something else: the workers fill the
      * ring, then block; they must not burn CPU while waiting for a slot */
@@ -861,6 +870,16 @@ static void test_loader_idle(void) {
     CHECK_MSG(m1.n_system_allocs == m0.n_system_allocs && m1.n_cache_hits == m0.n_cache_hits,
               "batches allocated: %llu system allocations, %llu from the cache",
               (unsigned long long)(m1.n_system_allocs - m0.n_system_allocs), (unsigned long long)(m1.n_cache_hits - m0.n_cache_hits));
+    fm_dataloader_free(l);
+    /* without workers next() prepares exactly what it delivers */
+    aug_options(&o, 0);
+    l = fm_dataloader_create(d, &o);
+    int64_t delivered = 0;
+    for (int k = 0; l && k < 9; k++)
+        if (fm_dataloader_next(l, &b) == FM_OK && b.x) delivered += b.size;
+    fm_dataloader_fill_counts(l, &bw, &bn);
+    CHECK_MSG(bw == 0 && bn == delivered && delivered == LN + 3 * LBS, "0 workers: %lld / %lld for %lld delivered",
+              (long long)bw, (long long)bn, (long long)delivered);
     fm_dataloader_free(l);
     fm_dataset_release(d);
 }

@@ -206,6 +206,9 @@ double fm_dataloader_wait_seconds(const fm_dataloader *l);
  * had to be replaced by a fresh allocation (0 in a loop that releases its
  * tensors and graph before the next call). */
 int64_t fm_dataloader_realloc_count(const fm_dataloader *l);
+/* Samples prepared so far by the worker threads and by fm_dataloader_next itself
+ * (which takes over whatever the workers have not reached when a batch is due). */
+void fm_dataloader_fill_counts(fm_dataloader *l, int64_t *by_workers, int64_t *in_next);
 
 /* The permutation of epoch `epoch` under `seed` (what the loader uses when
  * shuffling): perm[i] is the sample at position i. Exposed for tests and tools. */

@@ -78,6 +78,7 @@ struct fm_dataloader {
     int priority; /* of the workers: LOADER_PRIO_* */
     double wait_s;
     int64_t reallocs;
+    int64_t filled_by_workers, filled_in_next; /* samples */
 };
 
 static double now_s(void) {
@@ -197,6 +198,12 @@ static void fill_chunk(fm_dataloader *l, slot *s, int k) {
     size_t row = (size_t)l->sample_numel * l->x_es;
     for (int64_t j = j0; j < j1; j++) {
         int64_t idx = l->perm ? l->perm[start + j] : start + j;
+        if (j + 1 < j1 && row <= 16384) {
+            /* shuffled samples sit at random places in a data set far larger than the
+             * cache: start fetching the next one while this one is transformed */
+            const char *nx = xs + (size_t)(l->perm ? l->perm[start + j + 1] : start + j + 1) * row;
+            for (size_t o = 0; o < row; o += 64) __builtin_prefetch(nx + o, 0, 0);
+        }
         if (l->any_transform)
             transform_sample(l, (const float *)(xs + (size_t)idx * row), (float *)(xd + (size_t)j * row), idx);
         else
@@ -207,7 +214,7 @@ static void fill_chunk(fm_dataloader *l, slot *s, int k) {
 
 /* Claims the next chunk of slot s, fills it without the lock and marks it done.
  * Caller holds the lock; it is held again on return. */
-static void run_chunk(fm_dataloader *l, slot *s, bool traced) {
+static void run_chunk(fm_dataloader *l, slot *s, bool by_worker, bool traced) {
     int k = s->next_chunk++;
     l->inflight++;
     pthread_mutex_unlock(&l->mu);
@@ -216,6 +223,8 @@ static void run_chunk(fm_dataloader *l, slot *s, bool traced) {
     if (traced) fm_profile_pop();
     pthread_mutex_lock(&l->mu);
     l->inflight--;
+    int64_t size = s->x->shape[0], j0 = (int64_t)k * l->chunk, got = j0 + l->chunk < size ? l->chunk : size - j0;
+    *(by_worker ? &l->filled_by_workers : &l->filled_in_next) += got;
     if (++s->done == s->nchunks) s->state = SLOT_READY;
     if (s->state == SLOT_READY || (l->frozen && l->inflight == 0)) pthread_cond_broadcast(&l->cv_ready);
 }
@@ -278,7 +287,7 @@ static void *worker_main(void *arg) {
             fm_profile_thread_name(nm);
             named = true;
         }
-        run_chunk(l, s, named);
+        run_chunk(l, s, true, named);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -541,7 +550,7 @@ fm_status fm_dataloader_next(fm_dataloader *l, fm_batch *out) {
             begin_batch(l, s, b);
             l->next_claim++;
         }
-        if (s->state == SLOT_FILLING && s->batch == b && s->next_chunk < s->nchunks) run_chunk(l, s, false);
+        if (s->state == SLOT_FILLING && s->batch == b && s->next_chunk < s->nchunks) run_chunk(l, s, false, false);
         else pthread_cond_wait(&l->cv_ready, &l->mu);
     }
     s->state = SLOT_HELD;
@@ -600,3 +609,15 @@ fm_status fm_dataloader_set_epoch(fm_dataloader *l, int64_t epoch) {
 
 double fm_dataloader_wait_seconds(const fm_dataloader *l) { return l ? l->wait_s : 0.0; }
 int64_t fm_dataloader_realloc_count(const fm_dataloader *l) { return l ? l->reallocs : 0; }
+
+void fm_dataloader_fill_counts(fm_dataloader *l, int64_t *by_workers, int64_t *in_next) {
+    int64_t w = 0, c = 0;
+    if (l) {
+        pthread_mutex_lock(&l->mu);
+        w = l->filled_by_workers;
+        c = l->filled_in_next;
+        pthread_mutex_unlock(&l->mu);
+    }
+    if (by_workers) *by_workers = w;
+    if (in_next) *in_next = c;
+}
