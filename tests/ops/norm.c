@@ -47,6 +47,27 @@ static void check_norm(int rms, fm_tensor *x, int k, fm_tensor *w, fm_tensor *b,
     fm_tensor_release(y);
 }
 
+/* Outputs of 8 MiB and more take the non-temporal-store path, and rows with a
+ * next row of the same thread prefetch it; rows of output and input gradient
+ * must match the same rows computed through the ordinary path (a small copy),
+ * bitwise. */
+static void check_stream_path(int rms) {
+    int64_t R = 2048, N = 1024, r = 8;
+    fm_tensor *big = op_randn(2, (int64_t[]){R, N}, FM_F32, 61), *g = op_randn(2, (int64_t[]){R, N}, FM_F32, 62);
+    fm_tensor *w = op_randn(1, &N, FM_F32, 63), *b = rms ? NULL : op_randn(1, &N, FM_F32, 64);
+    fm_tensor *nb = fm_narrow(big, 0, 0, r), *ng = fm_narrow(g, 0, 0, r);
+    fm_tensor *small = fm_clone(nb), *gs = fm_clone(ng);
+    fm_tensor_requires_grad_(big, true);
+    fm_tensor_requires_grad_(small, true);
+    fm_tensor *yb = rms ? fm_rms_norm(big, w, 1e-6) : fm_layer_norm(big, 1, w, b, 1e-5);
+    fm_tensor *ys = rms ? fm_rms_norm(small, w, 1e-6) : fm_layer_norm(small, 1, w, b, 1e-5);
+    CHECK(yb && ys && fm_backward(yb, g, false) == FM_OK && fm_backward(ys, gs, false) == FM_OK);
+    fm_tensor *yb8 = yb ? fm_narrow(yb, 0, 0, r) : NULL, *db8 = big->grad ? fm_narrow(big->grad, 0, 0, r) : NULL;
+    CHECK_MSG(op_bitwise_equal(yb8, ys), "%s: streamed rows differ from the ordinary path", rms ? "rms_norm" : "layer_norm");
+    CHECK_MSG(op_bitwise_equal(db8, small->grad), "%s backward: streamed rows differ", rms ? "rms_norm" : "layer_norm");
+    fm_tensor_release_n(12, big, g, w, b, nb, ng, small, gs, yb, ys, yb8, db8);
+}
+
 static int norm_forward(int rms) {
     OP_BEGIN;
     for (int d = 0; d < 2; d++) {
@@ -82,6 +103,7 @@ static int norm_forward(int rms) {
         CHECK(op_bitwise_equal(y1, y2));
         fm_tensor_release_n(10, x, w, b, base, xt, off, big, wb, y1, y2);
     }
+    check_stream_path(rms);
     /* bad input */
     const char *op = rms ? "rms_norm" : "layer_norm";
     fm_tensor *x = op_randn(2, (int64_t[]){2, 4}, FM_F32, 10), *w5 = op_randn(1, (int64_t[]){5}, FM_F32, 11);

@@ -3,22 +3,32 @@
  * Compiled with -mavx2 -mfma and entered from norm_cpu.c only when
  * fm_cpu_use_avx2() is true. One call handles one contiguous row; a row of
  * normal width stays in L1, so the statistics pass and the output pass cost a
- * single trip to memory. The variance is computed around the mean (two passes
- * over the cached row) rather than as E[x^2] - mean^2, which cancels badly for
- * rows with a large offset. Backward rows also add this row's contribution to
- * per-chunk weight/bias gradient accumulators owned by the caller. */
+ * single trip to memory. With `stream` set (large outputs, 32-byte aligned rows
+ * of a multiple of 8 floats) the output row goes out with non-temporal stores,
+ * which skip the read-for-ownership of each output line: these kernels are
+ * memory-bound and that is a quarter to a third of their traffic. The variance
+ * is computed around the mean (two passes over the cached row) rather than as
+ * E[x^2] - mean^2, which cancels badly for rows with a large offset. Backward
+ * rows also add this row's contribution to per-chunk weight/bias gradient
+ * accumulators owned by the caller. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 
 /* Entry points; norm_cpu.c declares the same prototypes. */
 void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
-                               float *mean_out, float *rstd_out);
+                               float *mean_out, float *rstd_out, int stream);
 void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float mean, float rstd,
-                                   float *dx, float *dw_acc, float *db_acc, int64_t n);
-void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out);
+                                   float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
+void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
+                             int stream);
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
-                                 float *dw_acc, int64_t n);
+                                 float *dw_acc, int64_t n, int stream);
+
+static inline void store8(float *p, __m256 v, int stream) {
+    if (stream) _mm256_stream_ps(p, v);
+    else _mm256_storeu_ps(p, v);
+}
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -62,7 +72,7 @@ static float row_sqdev(const float *x, int64_t n, float c) {
 }
 
 void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
-                               float *mean_out, float *rstd_out) {
+                               float *mean_out, float *rstd_out, int stream) {
     float mean = row_sum(x, n) / (float)n;
     float rstd = 1.0f / sqrtf(row_sqdev(x, n, mean) / (float)n + eps);
     *mean_out = mean;
@@ -73,20 +83,20 @@ void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, f
     if (w && b) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(h, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+            store8(y + i, _mm256_fmadd_ps(h, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)), stream);
         }
     } else if (w) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            _mm256_storeu_ps(y + i, _mm256_mul_ps(h, _mm256_loadu_ps(w + i)));
+            store8(y + i, _mm256_mul_ps(h, _mm256_loadu_ps(w + i)), stream);
         }
     } else if (b) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            _mm256_storeu_ps(y + i, _mm256_add_ps(h, _mm256_loadu_ps(b + i)));
+            store8(y + i, _mm256_add_ps(h, _mm256_loadu_ps(b + i)), stream);
         }
     } else {
-        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo));
+        for (; i + 8 <= n; i += 8) store8(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo), stream);
     }
     for (; i < n; i++) {
         float h = (x[i] - mean) * rstd;
@@ -94,11 +104,12 @@ void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, f
         if (b) h += b[i];
         y[i] = h;
     }
+    if (stream) _mm_sfence();
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd */
 void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float mean, float rstd,
-                                   float *dx, float *dw_acc, float *db_acc, int64_t n) {
+                                   float *dx, float *dw_acc, float *db_acc, int64_t n, int stream) {
     __m256 vr = _mm256_set1_ps(rstd), vo = _mm256_set1_ps(-mean * rstd);
     __m256 sg = _mm256_setzero_ps(), sgx = sg;
     int64_t i = 0;
@@ -126,15 +137,17 @@ void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float 
         __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
         __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
         __m256 t = _mm256_fnmadd_ps(h, vc, _mm256_sub_ps(g, va));
-        _mm256_storeu_ps(dx + i, _mm256_mul_ps(t, vr));
+        store8(dx + i, _mm256_mul_ps(t, vr), stream);
     }
     for (; i < n; i++) {
         float h = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
         dx[i] = rstd * (g - a - h * c);
     }
+    if (stream) _mm_sfence();
 }
 
-void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out) {
+void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
+                             int stream) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -154,14 +167,15 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
         if (w) h = _mm256_mul_ps(h, _mm256_loadu_ps(w + i));
-        _mm256_storeu_ps(y + i, h);
+        store8(y + i, h, stream);
     }
     for (; i < n; i++) y[i] = x[i] * rstd * (w ? w[i] : 1.0f);
+    if (stream) _mm_sfence();
 }
 
 /* dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * rstd */
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
-                                 float *dw_acc, int64_t n) {
+                                 float *dw_acc, int64_t n, int stream) {
     __m256 vr = _mm256_set1_ps(rstd), sgx = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -183,10 +197,11 @@ void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w
         __m256 d = _mm256_loadu_ps(dy + i);
         __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
         __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
-        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(h, vc, g), vr));
+        store8(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(h, vc, g), vr), stream);
     }
     for (; i < n; i++) {
         float h = x[i] * rstd, g = w ? dy[i] * w[i] : dy[i];
         dx[i] = rstd * (g - h * c);
     }
+    if (stream) _mm_sfence();
 }

@@ -20,12 +20,20 @@
 
 /* norm_avx2.c */
 void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
-                               float *mean_out, float *rstd_out);
+                               float *mean_out, float *rstd_out, int stream);
 void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float mean, float rstd,
-                                   float *dx, float *dw_acc, float *db_acc, int64_t n);
-void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out);
+                                   float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
+void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
+                             int stream);
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
-                                 float *dw_acc, int64_t n);
+                                 float *dw_acc, int64_t n, int stream);
+
+/* Non-temporal output stores pay off only when the output is too big to stay in
+ * cache for its consumer anyway; they need 32-byte aligned rows. */
+#define STREAM_MIN_BYTES ((int64_t)8 << 20)
+static int use_stream(const void *out, int64_t n, int64_t numel) {
+    return numel * 4 >= STREAM_MIN_BYTES && n % 8 == 0 && ((uintptr_t)out & 31) == 0;
+}
 
 /* ---- scalar row templates; statistics accumulate in double ---- */
 #define DEFINE_NORM_ROWS(T, SFX)                                                                    \
@@ -92,7 +100,7 @@ typedef struct norm_ctx {
     void *dw_part, *db_part; /* [n_chunks, N] accumulators (backward) */
     int64_t M, N, rows_per_chunk;
     double eps;
-    int rms, simd;
+    int rms, simd, stream;
     fm_dtype dt;
 } norm_ctx;
 
@@ -110,8 +118,8 @@ static void norm_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             const float *x = (const float *)c->x + r * N;
             float *y = (float *)c->y + r * N, *rs = (float *)c->rstd + r;
             if (c->simd) {
-                if (c->rms) fm_rmsnorm_row_f32_avx2(x, c->w, y, N, (float)c->eps, rs);
-                else fm_layernorm_row_f32_avx2(x, c->w, c->b, y, N, (float)c->eps, (float *)c->mean + r, rs);
+                if (c->rms) fm_rmsnorm_row_f32_avx2(x, c->w, y, N, (float)c->eps, rs, c->stream);
+                else fm_layernorm_row_f32_avx2(x, c->w, c->b, y, N, (float)c->eps, (float *)c->mean + r, rs, c->stream);
             } else {
                 if (c->rms) rms_row_f32(x, c->w, y, N, c->eps, rs);
                 else ln_row_f32(x, c->w, c->b, y, N, c->eps, (float *)c->mean + r, rs);
@@ -143,6 +151,7 @@ static fm_status norm_fwd(const fm_op_call *call, int rms) {
     c.rstd = fm_tensor_data(rstd_t);
     c.eps = ((const fm_norm_attrs *)call->attrs)->eps;
     c.rms = rms; c.dt = dt; c.simd = dt == FM_F32 && fm_cpu_use_avx2();
+    c.stream = c.simd && use_stream(c.y, c.N, c.M * c.N);
     fm_parallel_for(c.M, row_grain(c.N), norm_fwd_rows, &c);
     return FM_OK;
 }
@@ -167,8 +176,8 @@ static void norm_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
                 float *dx = (float *)c->dx + r * N, rs = ((const float *)c->rstd)[r];
                 float mu = c->rms ? 0 : ((const float *)c->mean)[r];
                 if (c->simd) {
-                    if (c->rms) fm_rmsnorm_bwd_row_f32_avx2(dy, x, c->w, rs, dx, dwa, N);
-                    else fm_layernorm_bwd_row_f32_avx2(dy, x, c->w, mu, rs, dx, dwa, dba, N);
+                    if (c->rms) fm_rmsnorm_bwd_row_f32_avx2(dy, x, c->w, rs, dx, dwa, N, c->stream);
+                    else fm_layernorm_bwd_row_f32_avx2(dy, x, c->w, mu, rs, dx, dwa, dba, N, c->stream);
                 } else {
                     if (c->rms) rms_bwd_row_f32(dy, x, c->w, rs, dx, dwa, N);
                     else ln_bwd_row_f32(dy, x, c->w, mu, rs, dx, dwa, dba, N);
@@ -229,16 +238,21 @@ static fm_status norm_bwd(const fm_op_call *call, int rms) {
     c.rows_per_chunk = (c.M + 63) / 64;
     if (c.rows_per_chunk < 32) c.rows_per_chunk = 32;
     int64_t n_chunks = (c.M + c.rows_per_chunk - 1) / c.rows_per_chunk;
-    if (dw) c.dw_part = calloc((size_t)(n_chunks * c.N), es);
-    if (db) c.db_part = calloc((size_t)(n_chunks * c.N), es);
-    if ((dw && !c.dw_part) || (db && !c.db_part)) {
-        free(c.dw_part); free(c.db_part);
-        return fm_set_error(FM_ERR_OOM, "%s: out of host memory for gradient partials", fm_op_get_info(call->op)->name);
+    /* partials from the caching allocator: calloc would mmap (and page-fault) them afresh on every call */
+    int64_t part_n = n_chunks * c.N;
+    fm_tensor *dw_t = dw ? fm_tensor_empty(1, &part_n, dt, FM_CPU) : NULL;
+    fm_tensor *db_t = db ? fm_tensor_empty(1, &part_n, dt, FM_CPU) : NULL;
+    if ((dw && !dw_t) || (db && !db_t)) {
+        fm_tensor_release_n(2, dw_t, db_t);
+        return fm_set_error(FM_ERR_OOM, "%s: out of memory for gradient partials", fm_op_get_info(call->op)->name);
     }
+    if (dw_t) c.dw_part = memset(fm_tensor_data(dw_t), 0, (size_t)part_n * es);
+    if (db_t) c.db_part = memset(fm_tensor_data(db_t), 0, (size_t)part_n * es);
     c.dy = fm_tensor_data(dy); c.x = fm_tensor_data(x); c.w = data_or_null(w);
     c.mean = mean ? fm_tensor_data(mean) : NULL;
     c.rstd = fm_tensor_data(rstd); c.dx = fm_tensor_data(dx);
     c.rms = rms; c.dt = dt; c.simd = dt == FM_F32 && fm_cpu_use_avx2();
+    c.stream = c.simd && use_stream(c.dx, c.N, c.M * c.N);
     fm_parallel_for(n_chunks, 1, norm_bwd_chunks, &c);
     int64_t cgrain = c.N < 256 ? c.N : 256;
     if (dw) {
@@ -249,7 +263,7 @@ static fm_status norm_bwd(const fm_op_call *call, int rms) {
         colsum_ctx cs = {c.db_part, fm_tensor_data(db), n_chunks, c.N, dt};
         fm_parallel_for(c.N, cgrain, colsum_range, &cs);
     }
-    free(c.dw_part); free(c.db_part);
+    fm_tensor_release_n(2, dw_t, db_t);
     return FM_OK;
 }
 
