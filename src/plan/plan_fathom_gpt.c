@@ -14,73 +14,15 @@
  * Each op below allocates what its front end and CPU kernel in src/ops and
  * src/backend/cpu allocate, in the same order. GPT-2 style models only; the
  * Llama variant (rotary embeddings, SwiGLU) is refused. */
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <ini.h>
 
+#include "fathom/gpt.h"
 #include "plan/plan_fathom.h"
-
-/* ---------------- the recipe ---------------- */
-
-typedef struct gpt_recipe {
-    int llama;
-    int n_layer, n_head, n_embd, block_size, ffn, bias;
-    double dropout;
-    int tok_kind; /* 0 bpe, 1 char, 2 byte */
-    int vocab_req;
-    char corpus[1024];
-    int batch;
-    char err[256];
-} gpt_recipe;
-
-static int gpt_recipe_key(void *user, const char *sec, const char *key, const char *val) {
-    gpt_recipe *r = user;
-    char *end = NULL;
-    double d = strtod(val, &end);
-    int num = end && end != val && *end == 0;
-#define IS(s, k) (!strcmp(sec, s) && !strcmp(key, k))
-#define NUM(dst) do { if (!num) { snprintf(r->err, sizeof r->err, "[%s] %s = '%s' is not a number", sec, key, val); return 0; } dst = d; } while (0)
-    if (IS("model", "arch")) {
-        if (strcmp(val, "gpt2") && strcmp(val, "llama")) { snprintf(r->err, sizeof r->err, "unknown architecture '%s' (expected gpt2 or llama)", val); return 0; }
-        r->llama = !strcmp(val, "llama");
-    } else if (IS("model", "n_layer")) NUM(r->n_layer);
-    else if (IS("model", "n_head")) NUM(r->n_head);
-    else if (IS("model", "n_embd")) NUM(r->n_embd);
-    else if (IS("model", "block_size")) NUM(r->block_size);
-    else if (IS("model", "ffn_hidden")) NUM(r->ffn);
-    else if (IS("model", "dropout")) NUM(r->dropout);
-    else if (IS("model", "bias")) r->bias = !strcmp(val, "true") || !strcmp(val, "1");
-    else if (IS("tokenizer", "kind")) {
-        if (!strcmp(val, "bpe")) r->tok_kind = 0;
-        else if (!strcmp(val, "char")) r->tok_kind = 1;
-        else if (!strcmp(val, "byte")) r->tok_kind = 2;
-        else { snprintf(r->err, sizeof r->err, "unknown tokenizer '%s' (expected bpe, char or byte)", val); return 0; }
-    } else if (IS("tokenizer", "vocab_size")) NUM(r->vocab_req);
-    else if (IS("data", "corpus")) snprintf(r->corpus, sizeof r->corpus, "%s", val);
-    else if (IS("train", "batch_size")) NUM(r->batch);
-    else if (!strcmp(sec, "recipe") || IS("model", "type")) { /* informational / already known */
-    } else {
-        /* the other keys the trainer takes (steps, schedule, clipping, evaluation count, seeds,
-         * logging) do not change the peak: clipping works in place, every validation batch is
-         * the same size. They are still checked, as cli/cmd_train_gpt.c checks them. */
-        static const char *const train_keys[] = {"steps", "warmup", "lr", "min_lr", "weight_decay", "beta1", "beta2",
-                                                  "grad_clip", "eval_every", "eval_batches", "ckpt_every", "log_every",
-                                                  "sample_tokens", "seed"};
-        int known = IS("model", "n_kv_head") || IS("data", "val_fraction");
-        for (size_t i = 0; !known && !strcmp(sec, "train") && i < sizeof train_keys / sizeof train_keys[0]; i++)
-            known = !strcmp(key, train_keys[i]);
-        if (!known) { snprintf(r->err, sizeof r->err, "unknown recipe key [%s] %s", sec, key); return 0; }
-        if (!num) { snprintf(r->err, sizeof r->err, "[%s] %s = '%s' is not a number", sec, key, val); return 0; }
-    }
-#undef IS
-#undef NUM
-    return 1;
-}
 
 /* Distinct UTF-8 code points of a file (a char tokenizer's vocabulary is
  * those plus 256 byte fallbacks); -1 if it cannot be read. */
@@ -981,16 +923,26 @@ static void zero_grads(gsim *g) {
 }
 
 fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
-    gpt_recipe r;
-    memset(&r, 0, sizeof r);
-    r.n_layer = 4; r.n_head = 4; r.n_embd = 128; r.block_size = 128; r.ffn = 512; r.bias = 1; /* fm_gpt_train_defaults */
-    r.vocab_req = 512; r.batch = 16;
-    snprintf(r.corpus, sizeof r.corpus, "kjv");
-    FILE *f = fopen(path, "rb");
-    if (!f) return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));
-    int rc = ini_parse_file(f, gpt_recipe_key, &r);
-    fclose(f);
-    if (rc != 0) return fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", path, rc, r.err[0] ? r.err : "syntax error");
+    /* the trainer's own parser: the same keys, defaults and file:line errors */
+    fm_gpt_recipe rec;
+    if (fm_gpt_recipe_load(path, &rec) != FM_OK) { /* a bad recipe is a bad file here, not bad usage */
+        if (fm_last_status() != FM_ERR_INVALID) return fm_last_status();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", fm_last_error());
+        return fm_set_error(FM_ERR_FORMAT, "%s", msg);
+    }
+    const fm_gpt_config *mc = &rec.opts.model;
+    struct {
+        int llama, n_layer, n_head, n_embd, block_size, ffn, bias;
+        double dropout;
+        int tok_kind; /* 0 bpe, 1 char, 2 byte */
+        int vocab_req, batch;
+        char corpus[1024];
+    } r = {mc->arch == FM_GPT_LLAMA, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->ffn_hidden, mc->bias,
+           mc->dropout, rec.opts.tokenizer == FM_TOK_BPE ? 0 : rec.opts.tokenizer == FM_TOK_CHAR ? 1 : 2,
+           rec.opts.tokenizer_vocab, rec.opts.batch_size, ""};
+    snprintf(r.corpus, sizeof r.corpus, "%s", rec.opts.corpus ? rec.opts.corpus : "kjv");
+    fm_gpt_recipe_free(&rec);
     if (r.llama)
         return fm_set_error(FM_ERR_UNSUPPORTED, "%s: the planner replays GPT-2 style recipes only (arch = llama: rotary "
                             "embeddings and SwiGLU are not modelled)", path);
