@@ -87,7 +87,7 @@ expect 1 "badlayer.ini:6: layer 'linear ten'" --model "$TMP/badlayer.ini"
 printf '[model]\ninput = 1 28 28\nlayer = linear 10\n[train]\nbatch = lots\n' >"$TMP/badkey.ini"
 expect 1 "badkey.ini:5: train.batch" --model "$TMP/badkey.ini"
 printf '[model]\ntype = gpt\nn_layer = four\n' >"$TMP/badgpt.ini"
-expect 1 "badgpt.ini:3:" --model "$TMP/badgpt.ini"
+expect 1 "badgpt.ini: line 3:" --model "$TMP/badgpt.ini"
 expect 2 "GPT recipes only" --model fashion-cnn --precision bf16
 expect 2 "does not apply to a recipe" --model fashion-mlp --gpu 4090
 expect 2 "not divisible by --grad-accum" --model kjv-gpt --batch 6 --grad-accum 4
