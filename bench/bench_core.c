@@ -24,17 +24,31 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
     fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
     double t_fm[64], t_blas[64];
     float *c = malloc((size_t)(M * N) * sizeof(float));
-    for (int r = -1; r < reps; r++) {
-        double t0 = now_ms();
-        fm_tensor *y = fm_matmul(a, b);
-        double t1 = now_ms();
-        fm_tensor_release(y);
-        double t2 = now_ms();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
-                    fm_tensor_data(b), (int)N, 0.0f, c, (int)N);
-        double t3 = now_ms();
-        if (r >= 0) { t_fm[r] = t1 - t0; t_blas[r] = t3 - t2; }
+    /* fathom runs OpenBLAS single-threaded under its own pool (docs/ARCHITECTURE.md);
+     * the reference is OpenBLAS driving the same number of threads itself. Blocks of
+     * repetitions rather than alternating calls, so that neither side runs while the
+     * other's idle threads are still spinning; two rounds of each against drift. */
+    int half = reps / 2 > 0 ? reps / 2 : 1, nf = 0, nb = 0;
+    for (int round = 0; round < 2; round++) {
+        openblas_set_num_threads(1);
+        for (int r = -1; r < half && nf < 64; r++) {
+            double t0 = now_ms();
+            fm_tensor *y = fm_matmul(a, b);
+            double t1 = now_ms();
+            fm_tensor_release(y);
+            if (r >= 0) t_fm[nf++] = t1 - t0;
+        }
+        openblas_set_num_threads(fm_num_threads());
+        for (int r = -1; r < half && nb < 64; r++) {
+            double t2 = now_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
+                        fm_tensor_data(b), (int)N, 0.0f, c, (int)N);
+            double t3 = now_ms();
+            if (r >= 0) t_blas[nb++] = t3 - t2;
+        }
+        openblas_set_num_threads(1);
     }
+    reps = nf < nb ? nf : nb;
     double flops = 2.0 * M * N * K, mf = median(t_fm, reps), mb = median(t_blas, reps);
     printf("{\"bench\":\"matmul_f32\",\"shape\":[%lld,%lld,%lld],\"fathom_ms\":%.3f,\"openblas_ms\":%.3f,"
            "\"fathom_gflops\":%.1f,\"openblas_gflops\":%.1f,\"fraction_of_openblas\":%.3f,\"threads\":%d}\n",
