@@ -107,6 +107,21 @@ grep -q "loss scale 65536  skipped 0" "$tmp/text.err" || fail "fp16 log lines la
 grep -q "memory: peak" "$tmp/text.err" || fail "no memory report at the end: $(cat "$tmp/text.err")"
 grep -q "activations" "$tmp/text.err" || fail "memory report without activations: $(cat "$tmp/text.err")"
 
+# fp16 resumed from a checkpoint continues exactly, loss scaler included (its state is in the checkpoint)
+"$bin" train "$tmp/tiny.ini" --out "$tmp/res" --precision fp16 --stop-after 6 --quiet > /dev/null 2>&1 || fail "fp16 --stop-after"
+python3 - "$tmp/res/train_state.safetensors" <<'PY' || fail "fp16 checkpoint lacks the loss scaler's state"
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+assert meta["loss_scale"] == "65536" and meta["loss_scale_growth_tracker"] == "6", meta
+PY
+"$bin" train "$tmp/tiny.ini" --out "$tmp/res" --precision fp16 --resume --json --quiet > "$tmp/res.json" 2> "$tmp/res.err" || fail "fp16 --resume: $(cat "$tmp/res.err")"
+python3 - "$tmp/res.json" "$tmp/fp16.json" <<'PY' || fail "fp16 resume differs from the uninterrupted run"
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"], (a, b)
+PY
+
 # a limit below the weights: a clear error before training, no checkpoint
 "$bin" train "$tmp/tiny.ini" --out "$tmp/small" --memory-limit 16K > /dev/null 2> "$tmp/small.err"
 rc=$?
