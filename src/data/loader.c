@@ -158,14 +158,14 @@ static void transform_sample(const fm_dataloader *l, const float *src, float *ds
                 fill_value(drow, W, pad);
                 continue;
             }
-            const float *srow = s + si * W + ox;
+            const float *srow = s + si * W; /* cropped column j reads srow[j + ox] */
             if (!flip) {
                 fill_value(drow, j0, pad);
-                norm_copy(drow + j0, srow + j0, j1 - j0, m, sd);
+                norm_copy(drow + j0, srow + j0 + ox, j1 - j0, m, sd);
                 fill_value(drow + j1, W - j1, pad);
             } else { /* output j shows cropped column W-1-j: image columns land in [W - j1, W - j0) */
                 fill_value(drow, W - j1, pad);
-                if (j1 > j0) norm_copy_rev(drow + (W - j1), srow + j1 - 1, j1 - j0, m, sd);
+                if (j1 > j0) norm_copy_rev(drow + (W - j1), srow + j1 - 1 + ox, j1 - j0, m, sd);
                 fill_value(drow + (W - j0), j0, pad);
             }
         }
