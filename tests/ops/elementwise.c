@@ -93,10 +93,11 @@ static void gelu_f32_sweep(const char *name) {
     unary_fn fn = tanh_form ? fm_gelu_tanh : fm_gelu;
     double (*ref)(double) = tanh_form ? ref_gelu_tanh : ref_gelu, (*dref)(double) = tanh_form ? dref_gelu_tanh : dref_gelu;
     double (*dscale)(double) = tanh_form ? dscale_gelu_tanh : dscale_gelu;
-    const int64_t n_sweep = 20001, n_extra = 13, n = n_sweep + n_extra;
+    const int64_t n_sweep = 20001, n_extra = 15, n = n_sweep + n_extra;
     float *v = malloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n_sweep; i++) v[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n_sweep - 1));
-    const float extra[13] = {12.5f, -12.5f, 13.5f, -13.5f, -30.0f, 30.0f, 1e-30f, -1e-30f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+    const float extra[15] = {12.5f, -12.5f, 13.5f, -13.5f, -30.0f, 30.0f, 1e30f, -1e30f, 1e-30f, -1e-30f,
+                             0.0f, -0.0f, INFINITY, -INFINITY, NAN};
     memcpy(v + n_sweep, extra, sizeof extra);
     fm_tensor *x = fm_tensor_from_data(v, 1, &n, FM_F32);
     fm_tensor_requires_grad_(x, true);

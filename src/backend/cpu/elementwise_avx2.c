@@ -40,7 +40,10 @@ static inline __m256 gelu_tanh_v(__m256 x) {
  * without the cancellation of 1 - tanh^2 in either tail. */
 static inline __m256 dgelu_tanh_v(__m256 x) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 x2 = _mm256_mul_ps(x, x), xk = _mm256_mul_ps(x, _mm256_set1_ps(2.0f * k_sqrt2_pi));
+    /* x^2 capped at 400 (|x| = 20, where s is already 0 or 1): past it x^2 = inf would
+     * make the u' term inf * 0; written min(400, x^2) so NaN still passes */
+    __m256 x2 = _mm256_min_ps(_mm256_set1_ps(400.0f), _mm256_mul_ps(x, x));
+    __m256 xk = _mm256_mul_ps(x, _mm256_set1_ps(2.0f * k_sqrt2_pi));
     __m256 two_u = _mm256_mul_ps(xk, _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x2, one));
     __m256 e = fm_exp256(_mm256_xor_ps(two_u, _mm256_set1_ps(-0.0f)));
     __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
