@@ -70,12 +70,16 @@ void fm_bias_gelu_row_f32_avx2(const float *x, const float *b, float *y, int64_t
 void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                    int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(b + i));
-        __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dy + i), dgelu8(v));
-        _mm256_storeu_ps(dx + i, d);
-        if (db_acc) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(_mm256_loadu_ps(db_acc + i), d));
+#define BG_BWD8(ACC)                                                                            \
+    for (; i + 8 <= n; i += 8) {                                                                \
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(b + i));               \
+        __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dy + i), dgelu8(v));                           \
+        _mm256_storeu_ps(dx + i, d);                                                            \
+        if (ACC) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(_mm256_loadu_ps(db_acc + i), d));   \
     }
+    if (db_acc) BG_BWD8(1)
+    else BG_BWD8(0)
+#undef BG_BWD8
     if (i < n) {
         __m256i m = lanes_below(n - i);
         __m256 v = _mm256_add_ps(_mm256_maskload_ps(x + i, m), _mm256_maskload_ps(b + i, m));
@@ -86,30 +90,40 @@ void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float 
 }
 
 /* Sum of the row x (+ h, stored to s when h is given). The accumulators see the
- * same values in the same order either way. */
+ * same values in the same order either way; the two loops differ only in where
+ * the values come from. */
 static float sum_row(const float *x, const float *h, float *s, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-#define LOAD_SUM(k) (h ? _mm256_add_ps(_mm256_loadu_ps(x + (k)), _mm256_loadu_ps(h + (k))) : _mm256_loadu_ps(x + (k)))
-    for (; i + 32 <= n; i += 32) {
-        __m256 v0 = LOAD_SUM(i), v1 = LOAD_SUM(i + 8), v2 = LOAD_SUM(i + 16), v3 = LOAD_SUM(i + 24);
-        if (h) {
+    if (h) {
+        for (; i + 32 <= n; i += 32) {
+            __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
+            __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(h + i + 8));
+            __m256 v2 = _mm256_add_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(h + i + 16));
+            __m256 v3 = _mm256_add_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(h + i + 24));
             _mm256_storeu_ps(s + i, v0);
             _mm256_storeu_ps(s + i + 8, v1);
             _mm256_storeu_ps(s + i + 16, v2);
             _mm256_storeu_ps(s + i + 24, v3);
+            a0 = _mm256_add_ps(a0, v0);
+            a1 = _mm256_add_ps(a1, v1);
+            a2 = _mm256_add_ps(a2, v2);
+            a3 = _mm256_add_ps(a3, v3);
         }
-        a0 = _mm256_add_ps(a0, v0);
-        a1 = _mm256_add_ps(a1, v1);
-        a2 = _mm256_add_ps(a2, v2);
-        a3 = _mm256_add_ps(a3, v3);
+        for (; i + 8 <= n; i += 8) {
+            __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
+            _mm256_storeu_ps(s + i, v0);
+            a0 = _mm256_add_ps(a0, v0);
+        }
+    } else {
+        for (; i + 32 <= n; i += 32) {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+            a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+            a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+        }
+        for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 v0 = LOAD_SUM(i);
-        if (h) _mm256_storeu_ps(s + i, v0);
-        a0 = _mm256_add_ps(a0, v0);
-    }
-#undef LOAD_SUM
     float t = fm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) {
         float v = h ? x[i] + h[i] : x[i];
@@ -121,18 +135,21 @@ static float sum_row(const float *x, const float *h, float *s, int64_t n) {
 
 /* sum((s - c)^2) */
 static float sqdev_row(const float *s, int64_t n, float c) {
-    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 32 <= n; i += 32) {
         __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(s + i), vc), d1 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 8), vc);
+        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 16), vc), d3 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 24), vc);
         a0 = _mm256_fmadd_ps(d0, d0, a0);
         a1 = _mm256_fmadd_ps(d1, d1, a1);
+        a2 = _mm256_fmadd_ps(d2, d2, a2);
+        a3 = _mm256_fmadd_ps(d3, d3, a3);
     }
     for (; i + 8 <= n; i += 8) {
         __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(s + i), vc);
         a0 = _mm256_fmadd_ps(d0, d0, a0);
     }
-    float t = fm_hsum256(_mm256_add_ps(a0, a1));
+    float t = fm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) {
         float d = s[i] - c;
         t += d * d;
@@ -147,15 +164,24 @@ void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, cons
     float rstd = 1.0f / sqrtf(sqdev_row(src, n, mean) / (float)n + eps);
     *mean_out = mean;
     *rstd_out = rstd;
-    /* xhat = s rstd - mean rstd: one fma */
+    /* xhat = s rstd - mean rstd: one fma; the affine variants get loops of their own */
     const __m256 vr = _mm256_set1_ps(rstd), vo = _mm256_set1_ps(-mean * rstd);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(src + i), vr, vo);
-        if (w) t = b ? _mm256_fmadd_ps(t, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)) : _mm256_mul_ps(t, _mm256_loadu_ps(w + i));
-        else if (b) t = _mm256_add_ps(t, _mm256_loadu_ps(b + i));
-        _mm256_storeu_ps(y + i, t);
+#define XH(k) _mm256_fmadd_ps(_mm256_loadu_ps(src + (k)), vr, vo)
+    if (w && b) {
+        for (; i + 16 <= n; i += 16) {
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(XH(i), _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+            _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(XH(i + 8), _mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(b + i + 8)));
+        }
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(XH(i), _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+    } else if (w) {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(XH(i), _mm256_loadu_ps(w + i)));
+    } else if (b) {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(XH(i), _mm256_loadu_ps(b + i)));
+    } else {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, XH(i));
     }
+#undef XH
     for (; i < n; i++) {
         float t = fmaf(src[i], rstd, -mean * rstd);
         if (w) t = b ? fmaf(t, w[i], b[i]) : t * w[i];
@@ -164,7 +190,27 @@ void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, cons
     }
 }
 
-/* g = dsum + rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy w; dy == NULL: g = dsum */
+/* g = dsum + rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy w; dy == NULL: g = dsum.
+ * The weight/accumulator/dsum cases get loops of their own (ACC_*: compile-time flags), with the
+ * same arithmetic in each, so which pointers are present never changes a value. */
+#define ALN_PASS1(W, DW, DB)                                                                       \
+    for (; i + 8 <= n; i += 8) {                                                                   \
+        __m256 d = _mm256_loadu_ps(dy + i), xh = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vr, vo);  \
+        __m256 gw = (W) ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;                            \
+        sg = _mm256_add_ps(sg, gw);                                                                \
+        sgx = _mm256_fmadd_ps(gw, xh, sgx);                                                        \
+        if (DW) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(dw_acc + i))); \
+        if (DB) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(_mm256_loadu_ps(db_acc + i), d));       \
+    }
+#define ALN_PASS2(W, DS)                                                                           \
+    for (i = 0; i + 8 <= n; i += 8) {                                                              \
+        __m256 d = _mm256_loadu_ps(dy + i), xh = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vr, vo);  \
+        __m256 gw = (W) ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;                            \
+        __m256 dx = _mm256_mul_ps(_mm256_fnmadd_ps(xh, vc, _mm256_sub_ps(gw, va)), vr);            \
+        if (DS) dx = _mm256_add_ps(dx, _mm256_loadu_ps(dsum + i));                                 \
+        _mm256_storeu_ps(g + i, dx);                                                               \
+    }
+
 void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float *s, const float *w, float mean,
                                 float rstd, float *g, float *dw_acc, float *db_acc, int64_t n) {
     int64_t i = 0;
@@ -174,14 +220,9 @@ void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float 
     }
     const __m256 vr = _mm256_set1_ps(rstd), vo = _mm256_set1_ps(-mean * rstd);
     __m256 sg = _mm256_setzero_ps(), sgx = sg;
-    for (; i + 8 <= n; i += 8) {
-        __m256 d = _mm256_loadu_ps(dy + i), xh = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vr, vo);
-        __m256 gw = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
-        sg = _mm256_add_ps(sg, gw);
-        sgx = _mm256_fmadd_ps(gw, xh, sgx);
-        if (dw_acc) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(dw_acc + i)));
-        if (db_acc) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(_mm256_loadu_ps(db_acc + i), d));
-    }
+    if (w && dw_acc && db_acc) ALN_PASS1(1, 1, 1)
+    else if (w) ALN_PASS1(1, dw_acc != NULL, db_acc != NULL)
+    else ALN_PASS1(0, 0, db_acc != NULL)
     float t_g = fm_hsum256(sg), t_gx = fm_hsum256(sgx);
     for (; i < n; i++) {
         float xh = fmaf(s[i], rstd, -mean * rstd), gw = w ? dy[i] * w[i] : dy[i];
@@ -192,16 +233,15 @@ void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float 
     }
     const float a = t_g / (float)n, c = t_gx / (float)n;
     const __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 d = _mm256_loadu_ps(dy + i), xh = _mm256_fmadd_ps(_mm256_loadu_ps(s + i), vr, vo);
-        __m256 gw = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
-        __m256 dx = _mm256_mul_ps(_mm256_fnmadd_ps(xh, vc, _mm256_sub_ps(gw, va)), vr);
-        if (dsum) dx = _mm256_add_ps(dx, _mm256_loadu_ps(dsum + i));
-        _mm256_storeu_ps(g + i, dx);
-    }
+    if (w && dsum) ALN_PASS2(1, 1)
+    else if (w) ALN_PASS2(1, 0)
+    else if (dsum) ALN_PASS2(0, 1)
+    else ALN_PASS2(0, 0)
     for (; i < n; i++) {
         float xh = fmaf(s[i], rstd, -mean * rstd), gw = w ? dy[i] * w[i] : dy[i];
         float dx = fmaf(-xh, c, gw - a) * rstd;
         g[i] = dsum ? dx + dsum[i] : dx;
     }
 }
+#undef ALN_PASS1
+#undef ALN_PASS2

@@ -162,6 +162,8 @@ DEFINE_FUSED_ROWS(double, f64)
 
 typedef struct rows_ctx {
     const fm_op_call *c;
+    const void *in[6]; /* data pointers of the call's tensors (NULL where absent), looked up once */
+    void *out[4];
     int64_t M, N, rows_per_chunk;
     fm_dtype dt;
     bool simd;
@@ -228,12 +230,12 @@ static void bg_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
     const int64_t N = r->N;
     for (int64_t i = r0; i < r1; i++) {
         if (r->dt == FM_F64) {
-            bg_row_f64((const double *)dp(r->c->in[0]) + i * N, dp(r->c->in[1]), (double *)dpo(r->c->out[0]) + i * N, N);
+            bg_row_f64((const double *)r->in[0] + i * N, r->in[1], (double *)r->out[0] + i * N, N);
         } else {
-            const float *x = (const float *)dp(r->c->in[0]) + i * N;
-            float *y = (float *)dpo(r->c->out[0]) + i * N;
-            if (r->simd) fm_bias_gelu_row_f32_avx2(x, dp(r->c->in[1]), y, N);
-            else bg_row_f32(x, dp(r->c->in[1]), y, N);
+            const float *x = (const float *)r->in[0] + i * N;
+            float *y = (float *)r->out[0] + i * N;
+            if (r->simd) fm_bias_gelu_row_f32_avx2(x, r->in[1], y, N);
+            else bg_row_f32(x, r->in[1], y, N);
         }
     }
 }
@@ -242,20 +244,19 @@ static void bg_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
     (void)tid;
     const rows_ctx *r = vc;
     const int64_t N = r->N;
-    const fm_op_call *c = r->c;
     for (int64_t k = k0; k < k1; k++) {
         int64_t i0 = k * r->rows_per_chunk, i1 = i0 + r->rows_per_chunk < r->M ? i0 + r->rows_per_chunk : r->M;
         for (int64_t i = i0; i < i1; i++) {
             if (r->dt == FM_F64) {
                 double *dba = r->part_a ? (double *)r->part_a + k * N : NULL;
-                bg_bwd_row_f64((const double *)dp(c->in[0]) + i * N, (const double *)dp(c->in[1]) + i * N, dp(c->in[2]),
-                               (double *)dpo(c->out[0]) + i * N, dba, N);
+                bg_bwd_row_f64((const double *)r->in[0] + i * N, (const double *)r->in[1] + i * N, r->in[2],
+                               (double *)r->out[0] + i * N, dba, N);
             } else {
                 float *dba = r->part_a ? (float *)r->part_a + k * N : NULL;
-                const float *dy = (const float *)dp(c->in[0]) + i * N, *x = (const float *)dp(c->in[1]) + i * N;
-                float *dx = (float *)dpo(c->out[0]) + i * N;
-                if (r->simd) fm_bias_gelu_bwd_row_f32_avx2(dy, x, dp(c->in[2]), dx, dba, N);
-                else bg_bwd_row_f32(dy, x, dp(c->in[2]), dx, dba, N);
+                const float *dy = (const float *)r->in[0] + i * N, *x = (const float *)r->in[1] + i * N;
+                float *dx = (float *)r->out[0] + i * N;
+                if (r->simd) fm_bias_gelu_bwd_row_f32_avx2(dy, x, r->in[2], dx, dba, N);
+                else bg_bwd_row_f32(dy, x, r->in[2], dx, dba, N);
             }
         }
     }
@@ -269,6 +270,8 @@ static fm_status rows_setup(const fm_op_call *c, const fm_tensor *x, int64_t N, 
     r->N = N;
     r->M = N ? fm_tensor_numel(x) / N : 0;
     r->simd = r->dt == FM_F32 && fm_cpu_use_avx2();
+    for (int i = 0; i < c->n_in && i < 6; i++) r->in[i] = dp(c->in[i]);
+    for (int i = 0; i < c->n_out && i < 4; i++) r->out[i] = dpo(c->out[i]);
     return FM_OK;
 }
 
@@ -312,16 +315,16 @@ static void aln_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
     const bool has_h = c->in[1] != NULL;
     for (int64_t i = r0; i < r1; i++) {
         if (r->dt == FM_F64) {
-            aln_row_f64((const double *)dp(c->in[0]) + i * N, has_h ? (const double *)dp(c->in[1]) + i * N : NULL,
-                        dp(c->in[2]), dp(c->in[3]), has_h ? (double *)dpo(c->out[0]) + i * N : NULL,
-                        (double *)dpo(c->out[1]) + i * N, N, r->eps, (double *)dpo(c->out[2]) + i,
-                        (double *)dpo(c->out[3]) + i);
+            aln_row_f64((const double *)r->in[0] + i * N, has_h ? (const double *)r->in[1] + i * N : NULL,
+                        r->in[2], r->in[3], has_h ? (double *)r->out[0] + i * N : NULL,
+                        (double *)r->out[1] + i * N, N, r->eps, (double *)r->out[2] + i,
+                        (double *)r->out[3] + i);
         } else {
-            const float *x = (const float *)dp(c->in[0]) + i * N, *h = has_h ? (const float *)dp(c->in[1]) + i * N : NULL;
-            float *s = has_h ? (float *)dpo(c->out[0]) + i * N : NULL, *y = (float *)dpo(c->out[1]) + i * N;
-            float *mo = (float *)dpo(c->out[2]) + i, *ro = (float *)dpo(c->out[3]) + i;
-            if (r->simd) fm_add_ln_row_f32_avx2(x, h, dp(c->in[2]), dp(c->in[3]), s, y, N, (float)r->eps, mo, ro);
-            else aln_row_f32(x, h, dp(c->in[2]), dp(c->in[3]), s, y, N, r->eps, mo, ro);
+            const float *x = (const float *)r->in[0] + i * N, *h = has_h ? (const float *)r->in[1] + i * N : NULL;
+            float *s = has_h ? (float *)r->out[0] + i * N : NULL, *y = (float *)r->out[1] + i * N;
+            float *mo = (float *)r->out[2] + i, *ro = (float *)r->out[3] + i;
+            if (r->simd) fm_add_ln_row_f32_avx2(x, h, r->in[2], r->in[3], s, y, N, (float)r->eps, mo, ro);
+            else aln_row_f32(x, h, r->in[2], r->in[3], s, y, N, r->eps, mo, ro);
         }
     }
 }
@@ -336,19 +339,19 @@ static void aln_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
         int64_t i0 = k * r->rows_per_chunk, i1 = i0 + r->rows_per_chunk < r->M ? i0 + r->rows_per_chunk : r->M;
         for (int64_t i = i0; i < i1; i++) {
             if (r->dt == FM_F64) {
-                double mu = ((const double *)dp(c->in[4]))[i], rs = ((const double *)dp(c->in[5]))[i];
-                aln_bwd_row_f64(dy ? (const double *)dp(dy) + i * N : NULL, ds ? (const double *)dp(ds) + i * N : NULL,
-                                (const double *)dp(c->in[2]) + i * N, dp(c->in[3]), mu, rs,
-                                (double *)dpo(c->out[0]) + i * N, r->part_a ? (double *)r->part_a + k * N : NULL,
+                double mu = ((const double *)r->in[4])[i], rs = ((const double *)r->in[5])[i];
+                aln_bwd_row_f64(dy ? (const double *)r->in[0] + i * N : NULL, ds ? (const double *)r->in[1] + i * N : NULL,
+                                (const double *)r->in[2] + i * N, r->in[3], mu, rs,
+                                (double *)r->out[0] + i * N, r->part_a ? (double *)r->part_a + k * N : NULL,
                                 r->part_b ? (double *)r->part_b + k * N : NULL, N);
             } else {
-                float mu = ((const float *)dp(c->in[4]))[i], rs = ((const float *)dp(c->in[5]))[i];
-                const float *pdy = dy ? (const float *)dp(dy) + i * N : NULL, *pds = ds ? (const float *)dp(ds) + i * N : NULL;
-                const float *s = (const float *)dp(c->in[2]) + i * N;
-                float *g = (float *)dpo(c->out[0]) + i * N;
+                float mu = ((const float *)r->in[4])[i], rs = ((const float *)r->in[5])[i];
+                const float *pdy = dy ? (const float *)r->in[0] + i * N : NULL, *pds = ds ? (const float *)r->in[1] + i * N : NULL;
+                const float *s = (const float *)r->in[2] + i * N;
+                float *g = (float *)r->out[0] + i * N;
                 float *dwa = r->part_a ? (float *)r->part_a + k * N : NULL, *dba = r->part_b ? (float *)r->part_b + k * N : NULL;
-                if (r->simd) fm_add_ln_bwd_row_f32_avx2(pdy, pds, s, dp(c->in[3]), mu, rs, g, dwa, dba, N);
-                else aln_bwd_row_f32(pdy, pds, s, dp(c->in[3]), mu, rs, g, dwa, dba, N);
+                if (r->simd) fm_add_ln_bwd_row_f32_avx2(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
+                else aln_bwd_row_f32(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
             }
         }
     }
