@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/conv_avx2.h"
+#include "backend/cpu/simd_avx2.h"
 
 static inline double hsum_pd(__m256 v) {
     __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
@@ -22,36 +23,15 @@ static inline double hsum_pd(__m256 v) {
 }
 
 double fm_avx2_sum_f32(const float *x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-    double s = hsum_pd(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    int64_t i;
+    double s = hsum_pd(fm_sum_lanes256(x, n, &i));
     for (; i < n; i++) s += (double)x[i];
     return s;
 }
 
 double fm_avx2_sqdev_f32(const float *x, int64_t n, float mean) {
-    __m256 m = _mm256_set1_ps(mean), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), m), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m);
-        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 16), m), d3 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 24), m);
-        a0 = _mm256_fmadd_ps(d0, d0, a0);
-        a1 = _mm256_fmadd_ps(d1, d1, a1);
-        a2 = _mm256_fmadd_ps(d2, d2, a2);
-        a3 = _mm256_fmadd_ps(d3, d3, a3);
-    }
-    for (; i + 8 <= n; i += 8) {
-        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        a0 = _mm256_fmadd_ps(d, d, a0);
-    }
-    double s = hsum_pd(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    int64_t i;
+    double s = hsum_pd(fm_sqdev_lanes256(x, n, mean, &i));
     for (; i < n; i++) { double d = (double)x[i] - (double)mean; s += d * d; }
     return s;
 }

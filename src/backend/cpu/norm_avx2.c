@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cpu/simd_avx2.h"
+
 /* Entry points; norm_cpu.c declares the same prototypes. */
 void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
                                float *mean_out, float *rstd_out, int stream);
@@ -30,43 +32,18 @@ static inline void store8(float *p, __m256 v, int stream) {
     else _mm256_storeu_ps(p, v);
 }
 
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static float row_sum(const float *x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    int64_t i;
+    float s = fm_hsum256(fm_sum_lanes256(x, n, &i));
     for (; i < n; i++) s += x[i];
     return s;
 }
 
 /* sum((x - c)^2) */
 static float row_sqdev(const float *x, int64_t n, float c) {
-    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vc);
-        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 16), vc), d3 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 24), vc);
-        a0 = _mm256_fmadd_ps(d0, d0, a0); a1 = _mm256_fmadd_ps(d1, d1, a1);
-        a2 = _mm256_fmadd_ps(d2, d2, a2); a3 = _mm256_fmadd_ps(d3, d3, a3);
-    }
-    for (; i + 8 <= n; i += 8) {
-        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc);
-        a0 = _mm256_fmadd_ps(d0, d0, a0);
-    }
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    int64_t i;
+    float s = fm_hsum256(fm_sqdev_lanes256(x, n, c, &i));
     for (; i < n; i++) { float d = x[i] - c; s += d * d; }
     return s;
 }
@@ -122,7 +99,7 @@ void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float 
         if (dw_acc) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, h, _mm256_loadu_ps(dw_acc + i)));
         if (db_acc) _mm256_storeu_ps(db_acc + i, _mm256_add_ps(d, _mm256_loadu_ps(db_acc + i)));
     }
-    float s_g = hsum(sg), s_gx = hsum(sgx);
+    float s_g = fm_hsum256(sg), s_gx = fm_hsum256(sgx);
     for (; i < n; i++) {
         float h = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
         s_g += g;
@@ -159,7 +136,7 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
         __m256 v0 = _mm256_loadu_ps(x + i);
         a0 = _mm256_fmadd_ps(v0, v0, a0);
     }
-    float ss = hsum(_mm256_add_ps(a0, a1));
+    float ss = fm_hsum256(_mm256_add_ps(a0, a1));
     for (; i < n; i++) ss += x[i] * x[i];
     float rstd = 1.0f / sqrtf(ss / (float)n + eps);
     *rstd_out = rstd;
@@ -185,7 +162,7 @@ void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w
         sgx = _mm256_fmadd_ps(g, h, sgx);
         if (dw_acc) _mm256_storeu_ps(dw_acc + i, _mm256_fmadd_ps(d, h, _mm256_loadu_ps(dw_acc + i)));
     }
-    float s_gx = hsum(sgx);
+    float s_gx = fm_hsum256(sgx);
     for (; i < n; i++) {
         float h = x[i] * rstd, g = w ? dy[i] * w[i] : dy[i];
         s_gx += g * h;

@@ -6,6 +6,7 @@
 #ifndef FATHOM_SIMD_AVX2_H
 #define FATHOM_SIMD_AVX2_H
 #include <immintrin.h>
+#include <stdint.h>
 
 /* e^x: n = round(x / ln2) read from the low mantissa bits of x log2e + 1.5*2^23,
  * r = x - n ln2 in two pieces, a degree-6 minimax polynomial for 2 e^r (5e-9
@@ -125,5 +126,42 @@ static inline float fm_hmax256(__m256 v) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+/* Lane sums of x[0..*done) with four independent accumulators (the adds of one
+ * accumulator depend on each other; four keep the FP adder busy). *done is the
+ * multiple of 8 covered; the caller reduces the lanes (float or double) and adds
+ * the tail. Shared by the norm and batch-norm/conv-bias sums. */
+static inline __m256 fm_sum_lanes256(const float *x, int64_t n, int64_t *done) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    *done = i;
+    return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+}
+
+/* Lane sums of (x - c)^2, as fm_sum_lanes256. */
+static inline __m256 fm_sqdev_lanes256(const float *x, int64_t n, float c, int64_t *done) {
+    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vc);
+        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 16), vc), d3 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 24), vc);
+        a0 = _mm256_fmadd_ps(d0, d0, a0);
+        a1 = _mm256_fmadd_ps(d1, d1, a1);
+        a2 = _mm256_fmadd_ps(d2, d2, a2);
+        a3 = _mm256_fmadd_ps(d3, d3, a3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc);
+        a0 = _mm256_fmadd_ps(d, d, a0);
+    }
+    *done = i;
+    return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 }
 #endif
