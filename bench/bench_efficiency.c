@@ -7,9 +7,9 @@
  *   bench_efficiency [--config kjv|6l|data|converge|all] [--batch B] [--rounds R] [--steps N] [--json]
  *                    [--data-kinds 102]
  *
- * The weights come from fm_gpt_new (include/fathom/gpt.h); the forward is the
- * same sequence of ops as fm_gpt_forward (checked: equal loss), written out here
- * because checkpointing needs a per-block entry point that gpt.h does not expose.
+ * Every mode trains the GPT model of include/fathom/gpt.h (fm_gpt_forward with
+ * fm_gpt_set_checkpointing), the one `fathom train` runs. fp32_again repeats fp32
+ * as the noise floor of the time ratios.
  * Memory comes from the caching allocator's exact counters:
  *   act  = peak allocated during the step - allocated at its start - gradient
  *          bytes (the activations plus backward temporaries: what the options cut)
@@ -46,34 +46,11 @@ static void die(const char *what) {
     exit(1);
 }
 
-typedef struct ln_ctx { fm_tensor *w, *b; } ln_ctx;
-
-typedef struct layer {
-    ln_ctx ln1, ln2; /* contexts for recomputation: they must outlive backward */
-    fm_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
-    int H;
-} layer;
-
-typedef struct block_ctx { layer *L; bool selective; } block_ctx;
-
 typedef struct model {
     fm_gpt_config cfg;
-    block_ctx bc[MAXL]; /* segment contexts must outlive the forward: checkpointing re-runs them in backward */
     fm_gpt *g;
-    fm_tensor *wte, *wpe, *lnf_w, *lnf_b;
-    ln_ctx lnf;
-    layer L[MAXL];
     size_t param_bytes;
 } model;
-
-static fm_tensor *P(model *m, const char *fmt, int i) {
-    char nm[96];
-    snprintf(nm, sizeof nm, fmt, i);
-    const fm_named_list *ps = fm_gpt_parameters(m->g);
-    int k = fm_named_list_find(ps, nm);
-    if (k < 0) { fprintf(stderr, "bench_efficiency: no parameter %s\n", nm); exit(1); }
-    return ps->items[k].tensor;
-}
 
 static void model_init(model *m, const fm_gpt_config *cfg) {
     memset(m, 0, sizeof *m);
@@ -85,112 +62,20 @@ static void model_init(model *m, const fm_gpt_config *cfg) {
     fm_memory_tag_pop(prev);
     if (!m->g) die("gpt_new");
     fm_gpt_train_mode(m->g, true);
-    m->wte = P(m, "wte.weight", 0);
-    m->wpe = P(m, "wpe.weight", 0);
-    m->lnf_w = P(m, "ln_f.weight", 0);
-    m->lnf_b = P(m, "ln_f.bias", 0);
-    for (int i = 0; i < cfg->n_layer; i++) {
-        layer *L = &m->L[i];
-        L->ln1_w = P(m, "h.%d.ln_1.weight", i); L->ln1_b = P(m, "h.%d.ln_1.bias", i);
-        L->qkv_w = P(m, "h.%d.attn.qkv.weight", i); L->qkv_b = P(m, "h.%d.attn.qkv.bias", i);
-        L->proj_w = P(m, "h.%d.attn.proj.weight", i); L->proj_b = P(m, "h.%d.attn.proj.bias", i);
-        L->ln2_w = P(m, "h.%d.ln_2.weight", i); L->ln2_b = P(m, "h.%d.ln_2.bias", i);
-        L->fc_w = P(m, "h.%d.mlp.fc.weight", i); L->fc_b = P(m, "h.%d.mlp.fc.bias", i);
-        L->fc2_w = P(m, "h.%d.mlp.proj.weight", i); L->fc2_b = P(m, "h.%d.mlp.proj.bias", i);
-        L->H = cfg->n_head;
-        L->ln1 = (ln_ctx){L->ln1_w, L->ln1_b};
-        L->ln2 = (ln_ctx){L->ln2_w, L->ln2_b};
-    }
-    m->lnf = (ln_ctx){m->lnf_w, m->lnf_b};
     const fm_named_list *ps = fm_gpt_parameters(m->g);
     for (int i = 0; i < ps->n; i++) m->param_bytes += fm_tensor_nbytes(ps->items[i].tensor);
 }
 
-/* ---- the pieces (segment functions: new references into out[0]) ---- */
-static fm_status ln_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
-    ln_ctx *c = ctx;
-    out[0] = fm_layer_norm(in[0], 1, c->w, c->b, 1e-5);
-    return out[0] ? FM_OK : fm_last_status();
-}
-static fm_status gelu_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
-    (void)ctx;
-    out[0] = fm_gelu_tanh(in[0]);
-    return out[0] ? FM_OK : fm_last_status();
-}
-/* Attention as gpt_model.c's attention(): qkv [B, T, 3C] -> fused head split ->
- * causal sdpa [B, H, T, D] (attn_heads) -> heads merged back to [B, T, C]
- * (merge_fn: a transposing copy, what selective recomputation regenerates). */
-static fm_tensor *attn_heads(const layer *L, fm_tensor *qkv) {
-    fm_tensor *q = NULL, *k = NULL, *v = NULL;
-    if (fm_qkv_split_heads(qkv, L->H, L->H, &q, &k, &v)) return NULL;
-    fm_tensor *y = fm_scaled_dot_product_attention(q, k, v, true, 0.0);
-    fm_tensor_release_n(3, q, k, v);
-    return y;
-}
-static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
-    (void)ctx;
-    fm_tensor *y = in[0];
-    const int64_t B = y->shape[0], H = y->shape[1], T = y->shape[2], D = y->shape[3];
-    fm_tensor *yt = fm_transpose(y, 1, 2);
-    out[0] = yt ? fm_reshape(yt, 3, (int64_t[]){B, T, H * D}) : NULL;
-    fm_tensor_release(yt);
-    return out[0] ? FM_OK : fm_last_status();
-}
+typedef enum mode { M_FP32 = 0, M_BF16, M_FP16, M_BLOCKS, M_SELECTIVE, M_ACCUM4, M_FP32B, M_COUNT } mode;
+static const char *mode_name[M_COUNT] = {"fp32", "bf16", "fp16", "ckpt_blocks", "ckpt_selective", "grad_accum4", "fp32_again"};
 
-static fm_tensor *lin_after(bool selective, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
-    fm_efficiency_opts o = fm_efficiency_defaults();
-    o.checkpointing = selective ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
-    return fm_efficiency_linear(&o, f, ctx, 1, &x, w, b);
-}
-
-static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
-    block_ctx *bc = ctx;
-    layer *L = bc->L;
-    fm_tensor *x = in[0];
-    fm_tensor *qkv = lin_after(bc->selective, ln_fn, &L->ln1, x, L->qkv_w, L->qkv_b);
-    fm_tensor *hd = qkv ? attn_heads(L, qkv) : NULL;
-    fm_tensor *a = hd ? lin_after(bc->selective, merge_fn, NULL, hd, L->proj_w, L->proj_b) : NULL;
-    fm_tensor *r = a ? fm_add(x, a) : NULL;
-    fm_tensor *h = r ? lin_after(bc->selective, ln_fn, &L->ln2, r, L->fc_w, L->fc_b) : NULL;
-    fm_tensor *mo = h ? lin_after(bc->selective, gelu_fn, NULL, h, L->fc2_w, L->fc2_b) : NULL;
-    out[0] = mo ? fm_add(r, mo) : NULL;
-    fm_tensor_release_n(6, qkv, hd, a, r, h, mo);
-    return out[0] ? FM_OK : fm_last_status();
-}
-
-typedef enum mode { M_FP32 = 0, M_BF16, M_FP16, M_BLOCKS, M_SELECTIVE, M_ACCUM4, M_GPT, M_COUNT } mode;
-static const char *mode_name[M_COUNT] = {"fp32", "bf16", "fp16", "ckpt_blocks", "ckpt_selective", "grad_accum4", "gpt_h_fp32"};
-
+/* Every mode runs the trainer's own model (fm_gpt_forward, fm_gpt_set_checkpointing),
+ * so the figures are those of `fathom train` with the same flags. */
 static fm_tensor *forward_loss(model *m, mode md, fm_tensor *idx, fm_tensor *tgt) {
-    if (md == M_GPT) {
-        fm_tensor *loss = NULL, *logits = fm_gpt_forward(m->g, idx, tgt, &loss);
-        fm_tensor_release(logits);
-        return loss;
-    }
-    const int64_t B = idx->shape[0], T = idx->shape[1];
-    fm_efficiency_opts o = fm_efficiency_defaults();
-    o.checkpointing = md == M_BLOCKS ? FM_CKPT_BLOCKS : md == M_SELECTIVE ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
-    fm_tensor *x = fm_embedding(m->wte, idx);
-    fm_tensor *pe = fm_narrow(m->wpe, 0, 0, T);
-    fm_tensor *h = x && pe ? fm_add(x, pe) : NULL;
-    fm_tensor_release_n(2, x, pe);
-    for (int i = 0; h && i < m->cfg.n_layer; i++) {
-        m->bc[i] = (block_ctx){&m->L[i], md == M_SELECTIVE};
-        fm_tensor *nx = NULL;
-        /* the last block is not checkpointed: backward needs its activations first, so
-         * recomputing them would buy no memory (the usual practice) */
-        const fm_efficiency_opts *oi = i == m->cfg.n_layer - 1 ? NULL : &o;
-        if (fm_efficiency_segment(oi, FM_CKPT_BLOCKS, block_fn, &m->bc[i], 1, &h, 1, &nx) != FM_OK) nx = NULL;
-        fm_tensor_release(h);
-        h = nx;
-    }
-    fm_tensor *logits = h ? lin_after(md == M_SELECTIVE, ln_fn, &m->lnf, h, m->wte, NULL) : NULL;
-    fm_tensor_release(h);
-    const int64_t N = B * T;
-    fm_tensor *l2 = logits ? fm_reshape(logits, 2, (int64_t[]){N, m->cfg.vocab_size}) : NULL;
-    fm_tensor *t1 = fm_reshape(tgt, 1, (int64_t[]){N});
-    fm_tensor *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
-    fm_tensor_release_n(3, logits, l2, t1);
+    fm_checkpointing ck = md == M_BLOCKS ? FM_CKPT_BLOCKS : md == M_SELECTIVE ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
+    if (fm_gpt_set_checkpointing(m->g, ck)) die("checkpointing");
+    fm_tensor *loss = NULL, *logits = fm_gpt_forward(m->g, idx, tgt, &loss);
+    fm_tensor_release(logits);
     return loss;
 }
 
@@ -355,16 +240,6 @@ static void run_config(const char *name, fm_gpt_config cfg, int B, int rounds, b
     if (fm_gpt_config_validate(&cfg) != FM_OK) die("config");
     trainer t;
     trainer_init(&t, &cfg, B);
-    /* the bench forward is the gpt.h forward: same loss, bitwise */
-    {
-        bool pg = fm_set_grad_enabled(false);
-        fm_tensor *a = forward_loss(&t.m, M_FP32, t.x, t.y), *b = forward_loss(&t.m, M_GPT, t.x, t.y);
-        fm_set_grad_enabled(pg);
-        if (!a || !b) die("check forward");
-        fprintf(stderr, "%s: loss bench forward %.9g, fm_gpt_forward %.9g (%s)\n", name, fm_tensor_item(a), fm_tensor_item(b),
-                fm_tensor_item(a) == fm_tensor_item(b) ? "equal" : "DIFFERENT");
-        fm_tensor_release_n(2, a, b);
-    }
     result res[M_COUNT];
     memset(res, 0, sizeof res);
     for (int md = 0; md < M_COUNT; md++) train_step(&t, (mode)md, NULL); /* warm-up: caches, optimizer state */

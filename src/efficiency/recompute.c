@@ -70,10 +70,25 @@ static fm_status rc_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
         if (!gin[a->n_in]) { st = fm_last_status(); goto restore; }
     }
     if (b && fm_node_needs_grad(n, a->n_in + 1)) {
-        fm_tensor *g32 = fm_to_dtype(go2, b->dtype); /* reduce in the bias's precision */
-        gin[a->n_in + 1] = g32 ? fm_sum(g32, 1, (int[]){0}, false) : NULL;
-        fm_tensor_release(g32);
+        /* summed in the output's dtype, then widened: what the plain linear's bias
+         * add does under autocast (its broadcast backward, then the cast's), so the
+         * bias gradients are the same bits with and without recomputation */
+        fm_tensor *s = fm_sum(go2, 1, (int[]){0}, true);
+        fm_tensor *s1 = s ? fm_reshape(s, 1, b->shape) : NULL;
+        fm_tensor_release(s);
+        gin[a->n_in + 1] = as_dtype(s1, b->dtype);
         if (!gin[a->n_in + 1]) { st = fm_last_status(); goto restore; }
+    }
+    /* f's output was needed only for the weight gradient: its data goes now, before
+     * dg and f's input gradients are allocated. g stays the root of the backward
+     * below, which reads only its grad_fn, shape and dtype. A node inside f that
+     * saved g holds its own storage reference, so the data lives on exactly when
+     * that node needs it. */
+    fm_tensor_release(g2);
+    g2 = NULL;
+    if (g->refcount == 1) {
+        fm_storage_release(g->storage);
+        g->storage = NULL;
     }
     if (g->requires_grad) {
         fm_tensor *dg2 = fm_matmul(go2, w);

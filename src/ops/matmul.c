@@ -161,13 +161,23 @@ static fm_tensor *linear_node(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     bool prev = fm_set_grad_enabled(false);
     fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
     fm_tensor *wt = x2 ? fm_transpose(w, 0, 1) : NULL;
-    fm_tensor *y = wt ? fm_matmul(x2, wt) : NULL;
-    fm_tensor_release(wt);
-    if (y && b) {
-        fm_tensor *yb = fm_add(y, b);
-        fm_tensor_release(y);
-        y = yb;
+    fm_tensor *y = NULL;
+    if (wt && b && in > 0) {
+        /* y = x w^T + b as one GEMM call: the kernel writes b into each row and
+         * accumulates the product onto it (as addmm does), which saves a pass
+         * over y for the bias add */
+        y = fm_tensor_empty(2, (int64_t[]){rows, w->shape[0]}, x->dtype, x->storage->device);
+        fm_op_call c = {.op = FM_OP_MATMUL, .n_in = 3, .n_out = 1, .in = {x2, wt, b}, .out = {y}};
+        if (y && fm_dispatch(&c) != FM_OK) { fm_tensor_release(y); y = NULL; }
+    } else if (wt) {
+        y = fm_matmul(x2, wt);
+        if (y && b) {
+            fm_tensor *yb = fm_add(y, b);
+            fm_tensor_release(y);
+            y = yb;
+        }
     }
+    fm_tensor_release(wt);
     y = unflatten_rows(y, x, w->shape[0]);
     fm_set_grad_enabled(prev);
     if (!y) { fm_tensor_release(x2); return NULL; }

@@ -432,13 +432,22 @@ static gt merge_f(gsim *g, gt h) {
 }
 
 /* The cheap functions in front of a linear (gpt_model.c's norm_fn/fnorm_fn,
- * merge_fn, act_fn, bias_gelu_fn). fnorm (fm_add_layer_norm without the add)
- * allocates and saves what layer_norm does. */
-enum fkind { F_NORM, F_MERGE, F_GELU, F_BIAS_GELU };
+ * merge_fn, attn_fn, act_fn, bias_gelu_fn). fnorm (fm_add_layer_norm without the
+ * add) allocates and saves what layer_norm does. */
+enum fkind { F_NORM, F_MERGE, F_GELU, F_BIAS_GELU, F_ATTN };
 
 static gt apply_f(gsim *g, enum fkind f, const gt *xs, gt fw, gt fb) {
     if (f == F_NORM) return op_layer_norm(g, xs[0], fw, fb);
     if (f == F_MERGE) return merge_f(g, xs[0]);
+    if (f == F_ATTN) { /* head split, attention, head merge */
+        gt q, k, v;
+        op_split(g, xs[0], &q, &k, &v);
+        gt a = op_sdpa(g, q, k, v);
+        t_rel(g, &q); t_rel(g, &k); t_rel(g, &v);
+        gt y = merge_f(g, a);
+        t_rel(g, &a);
+        return y;
+    }
     if (f == F_BIAS_GELU) return op_bias_gelu(g, xs[0], xs[1]);
     return op_gelu(g, xs[0]);
 }
@@ -479,14 +488,20 @@ static gt lin1(gsim *g, enum fkind f, gt x, gt fw, gt fb, gt w, gt b, double out
     return lin(g, f, 1, &x, fw, fb, w, b, out);
 }
 
-/* attention and the projection back to the residual width */
+/* attention and the projection back to the residual width (gpt_model.c's
+ * attn_proj): selective recomputes the whole attention core, keeping only qkv */
 static gt attn(gsim *g, gt h, int i) {
-    gt q, k, v;
-    op_split(g, h, &q, &k, &v);
-    gt a = op_sdpa(g, q, k, v);
-    t_rel(g, &q); t_rel(g, &k); t_rel(g, &v);
-    gt p = lin1(g, F_MERGE, a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
-    t_rel(g, &a);
+    gt p;
+    if (g->ckpt == 2 && g->grad_on) {
+        p = lin1(g, F_ATTN, h, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
+    } else {
+        gt q, k, v;
+        op_split(g, h, &q, &k, &v);
+        gt a = op_sdpa(g, q, k, v);
+        t_rel(g, &q); t_rel(g, &k); t_rel(g, &v);
+        p = lin1(g, F_MERGE, a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
+        t_rel(g, &a);
+    }
     gt d = op_dropout(g, p);
     t_rel(g, &p);
     return d;
@@ -776,22 +791,25 @@ static void recompute_grad(gsim *g, gnode *n0, gt *gout, gt *gin) {
             gin[k] = g_new(g, out * in, 4, "d weight");
         }
     }
-    if (b.rg && needs(&n, k + 1)) { /* the bias's gradient, reduced in f32 */
-        gt g32 = go.es != 4 ? g_new(g, go.n, 4, "grad f32") : GT_NONE;
-        gin[k + 1] = g_new(g, out, 4, "d bias");
-        t_rel(g, &g32);
+    if (b.rg && needs(&n, k + 1)) { /* the bias's gradient: summed in go's dtype, then widened */
+        gt sb = g_new(g, out, go.es, "d bias");
+        if (go.es != 4) { gin[k + 1] = g_new(g, out, 4, "d bias f32"); t_rel(g, &sb); }
+        else gin[k + 1] = sb;
     }
+    /* f's output is released before dg: the walk below reads only its producer */
+    gt root = h;
+    t_rel(g, &h);
     gt dg; /* matmul(go, w), in f's output dtype */
     if (g->ac != 4) {
         gt wc = g_new(g, out * in, g->ac, "weight cast");
         dg = g_new(g, rows * in, g->ac, "d f-out");
         t_rel(g, &wc);
-        if (h.es != dg.es) { gt d2 = g_new(g, rows * in, h.es, "d f-out cast"); t_rel(g, &dg); dg = d2; }
+        if (root.es != dg.es) { gt d2 = g_new(g, rows * in, root.es, "d f-out cast"); t_rel(g, &dg); dg = d2; }
     } else {
         dg = g_new(g, rows * in, 4, "d f-out");
     }
     g->ac = ac;
-    walk(g, lo, hi, 1, &h, &dg);
+    walk(g, lo, hi, 1, &root, &dg);
     g->grad_on = on;
     for (int i = 0; i < k; i++) {
         if (needs(&n, i)) {
@@ -801,7 +819,6 @@ static void recompute_grad(gsim *g, gnode *n0, gt *gout, gt *gin) {
         }
         t_rel(g, &leaf[i]);
     }
-    t_rel(g, &h);
     t_rel(g, &dg);
 }
 

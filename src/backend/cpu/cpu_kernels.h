@@ -35,6 +35,8 @@ typedef struct fm_cpu_gemm_args {
     void *C; int64_t ldc;
 } fm_cpu_gemm_args;
 void fm_cpu_gemm(const fm_cpu_gemm_args *g);
+/* C = op(A) op(B) + bias, bias [N] (dtype dt) added to every row; beta is not used. */
+void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias);
 /* Picks who drives GEMM threads (once; the backend calls it at start-up). */
 void fm_cpu_gemm_init(void);
 

@@ -33,16 +33,28 @@ static void choose_driver(void) {
 
 void fm_cpu_gemm_init(void) { pthread_once(&g_once, choose_driver); }
 
-static void gemm_block(const fm_cpu_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+/* C[i0:i1, j0:j1] = bias[j0:j1] in every row, so that a beta = 1 GEMM adds the
+ * product to it: linear's y = x w^T + b in one pass over C. OpenBLAS clears C
+ * in a pass of its own when beta = 0, so the fill replaces that pass and the
+ * separate bias add (a read and a write of all of C) disappears. */
+static void fill_bias(const fm_cpu_gemm_args *g, const void *bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    size_t es = g->dt == FM_F32 ? sizeof(float) : sizeof(double);
+    for (int64_t i = i0; i < i1; i++)
+        memcpy((char *)g->C + (size_t)(i * g->ldc + j0) * es, (const char *)bias + (size_t)j0 * es, (size_t)(j1 - j0) * es);
+}
+
+static void gemm_block(const fm_cpu_gemm_args *g, const void *bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     int64_t aoff = g->ta ? i0 : i0 * g->lda, boff = g->tb ? j0 * g->ldb : j0, coff = i0 * g->ldc + j0;
+    double beta = g->beta;
+    if (bias) { fill_bias(g, bias, i0, i1, j0, j1); beta = 1.0; }
     if (g->dt == FM_F32)
         cblas_sgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0f, (const float *)g->A + aoff,
-                    (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)g->beta, (float *)g->C + coff,
+                    (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)beta, (float *)g->C + coff,
                     (int)g->ldc);
     else
         cblas_dgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0, (const double *)g->A + aoff,
-                    (int)g->lda, (const double *)g->B + boff, (int)g->ldb, g->beta, (double *)g->C + coff,
+                    (int)g->lda, (const double *)g->B + boff, (int)g->ldb, beta, (double *)g->C + coff,
                     (int)g->ldc);
 }
 
@@ -73,6 +85,7 @@ static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
 
 typedef struct split_ctx {
     const fm_cpu_gemm_args *g;
+    const void *bias;
     bool by_cols;
 } split_ctx;
 
@@ -80,12 +93,13 @@ static void split_task(void *vctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const split_ctx *s = vctx;
     const fm_cpu_gemm_args *g = s->g;
-    if (s->by_cols) gemm_block(g, 0, g->M, b * COL_PANEL, e * COL_PANEL < g->N ? e * COL_PANEL : g->N);
-    else gemm_block(g, b * ROW_BLOCK, e * ROW_BLOCK < g->M ? e * ROW_BLOCK : g->M, 0, g->N);
+    if (s->by_cols) gemm_block(g, s->bias, 0, g->M, b * COL_PANEL, e * COL_PANEL < g->N ? e * COL_PANEL : g->N);
+    else gemm_block(g, s->bias, b * ROW_BLOCK, e * ROW_BLOCK < g->M ? e * ROW_BLOCK : g->M, 0, g->N);
 }
 
-void fm_cpu_gemm(const fm_cpu_gemm_args *g) {
+void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias) {
     if (g->M <= 0 || g->N <= 0) return;
+    if (g->K <= 0 && bias) { fill_bias(g, bias, 0, g->M, 0, g->N); return; }
     if (g->K <= 0) { /* C = beta * C: nothing to multiply */
         for (int64_t i = 0; i < g->M; i++)
             for (int64_t j = 0; j < g->N; j++) {
@@ -97,6 +111,8 @@ void fm_cpu_gemm(const fm_cpu_gemm_args *g) {
     fm_cpu_gemm_init();
     int nt = fm_num_threads();
     if (g->M == 1 && !g_blas_threads) {
+        fm_cpu_gemm_args gb = *g;
+        if (bias) { fill_bias(g, bias, 0, 1, 0, g->N); gb.beta = 1.0; g = &gb; }
         int64_t panels = (g->N + 63) / 64;
         if (nt <= 1 || panels < 2 || g->N * g->K < ((int64_t)1 << 16)) gemv_cols(g, 0, g->N);
         else fm_parallel_for(panels, (panels + nt - 1) / nt, gemv_task, (void *)g);
@@ -106,9 +122,11 @@ void fm_cpu_gemm(const fm_cpu_gemm_args *g) {
     int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;
     /* below ~2^18 multiply-adds a call costs about as much as waking a thread */
     if (g_blas_threads || nt <= 1 || units < 2 || g->M * g->N * g->K < ((int64_t)1 << 18)) {
-        gemm_block(g, 0, g->M, 0, g->N);
+        gemm_block(g, bias, 0, g->M, 0, g->N);
         return;
     }
-    split_ctx s = {g, by_cols};
+    split_ctx s = {g, bias, by_cols};
     fm_parallel_for(units, (units + nt - 1) / nt, split_task, &s);
 }
+
+void fm_cpu_gemm(const fm_cpu_gemm_args *g) { fm_cpu_gemm_bias(g, NULL); }

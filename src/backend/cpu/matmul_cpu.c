@@ -45,8 +45,20 @@ static fm_status k_matmul(const fm_op_call *c) {
     int64_t batch = 1;
     for (int i = 0; i < nd - 2; i++) batch *= y->shape[i];
     bool narrow = dt != ct;
-    void *ta = NULL, *tb = NULL, *tc = NULL;
+    void *ta = NULL, *tb = NULL, *tc = NULL, *tbias = NULL;
     fm_status st = FM_OK;
+    /* optional third input: a bias [N] added to every row (linear) */
+    const void *bias = NULL;
+    if (c->n_in > 2) {
+        fm_tensor *bt = c->in[2];
+        if (bt->dtype != ct || bt->strides[0] != 1) {
+            if (!(tbias = malloc((size_t)(N > 0 ? N : 1) * cs))) return fm_set_error(FM_ERR_OOM, "matmul: out of memory");
+            pack(bt->storage->data, bt->dtype, bt->offset, 1, N, 0, bt->strides[0], tbias, ct);
+            bias = tbias;
+        } else {
+            bias = (const char *)bt->storage->data + bt->offset * (int64_t)cs;
+        }
+    }
     for (int64_t bi = 0; bi < batch; bi++) {
         int64_t rem = bi, oa = a->offset, ob = b->offset;
         for (int i = nd - 3; i >= 0; i--) {
@@ -73,7 +85,7 @@ static fm_status k_matmul(const fm_op_call *c) {
             if (!tc && !(tc = malloc((size_t)(M * N > 0 ? M * N : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
             out = tc;
         }
-        fm_cpu_gemm(&(fm_cpu_gemm_args){ct, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, out, N});
+        fm_cpu_gemm_bias(&(fm_cpu_gemm_args){ct, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, out, N}, bias);
         if (narrow) {
             char *dst = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)es;
             if (dt == FM_F16) fm_convert_f32_to_f16(tc, (uint16_t *)dst, (size_t)(M * N));
@@ -83,6 +95,7 @@ static fm_status k_matmul(const fm_op_call *c) {
     free(ta);
     free(tb);
     free(tc);
+    free(tbias);
     return st;
 }
 

@@ -270,7 +270,14 @@ static fm_status k_matmul(const fm_op_call *c) {
     if (needs_pack(b)) pb = fm_contiguous(b);
     fm_set_grad_enabled(prev);
     if ((needs_pack(a) && !pa) || (needs_pack(b) && !pb)) { fm_tensor_release(pa); fm_tensor_release(pb); return fm_last_status(); }
-    fm_status st = fm_cuda_gemm_rowmajor(pa ? pa : a, pb ? pb : b, y, NULL, 0, "matmul");
+    /* optional third input: a contiguous bias [N] of the same dtype (linear), cuBLASLt's bias epilogue */
+    const void *bias = c->n_in > 2 ? fm_tensor_data(c->in[2]) : NULL;
+    if (bias && (c->in[2]->dtype != dt || c->in[2]->strides[0] != 1)) {
+        fm_tensor_release(pa);
+        fm_tensor_release(pb);
+        return fm_cuda_unsupported_dtype(c, c->in[2]->dtype);
+    }
+    fm_status st = fm_cuda_gemm_rowmajor(pa ? pa : a, pb ? pb : b, y, bias, bias ? 1 : 0, "matmul");
     fm_tensor_release(pa);
     fm_tensor_release(pb);
     return st;
