@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemv_avx2.h"
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -66,6 +68,11 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
     enum CBLAS_TRANSPOSE t = g->tb ? CblasNoTrans : CblasTrans;
     int rows = (int)(g->tb ? j1 - j0 : g->K), cols = (int)(g->tb ? g->K : j1 - j0);
     int64_t boff = g->tb ? j0 * g->ldb : j0;
+    if (g->dt == FM_F32 && g->tb && incx == 1 && fm_cpu_use_avx2()) { /* a linear's [out, in] weight */
+        fm_gemv_rows_f32_avx2(j1 - j0, g->K, (const float *)g->B + boff, g->ldb, (const float *)g->A, (float)g->beta,
+                              (float *)g->C + j0);
+        return;
+    }
     if (g->dt == FM_F32)
         cblas_sgemv(CblasRowMajor, t, rows, cols, 1.0f, (const float *)g->B + boff, (int)g->ldb, (const float *)g->A,
                     incx, (float)g->beta, (float *)g->C + j0, 1);
