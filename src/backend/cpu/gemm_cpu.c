@@ -16,6 +16,7 @@
  * OpenBLAS's K blocking, so the result does not depend on the thread count. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,10 +82,26 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
                     incx, g->beta, (double *)g->C + j0, 1);
 }
 
+/* GEMV row blocks are handed out one at a time from a shared counter rather than
+ * as one fixed half per thread: a GEMV is memory-bound and short (tens of us),
+ * and when another process holds one of the cores, a fixed split makes every
+ * decoded token wait for the descheduled thread's half; here the running
+ * thread takes the remaining blocks. Block boundaries are fixed (multiples of
+ * GEMV_BLOCK rows), and the kernel gives each row the same result whoever
+ * computes it, so results do not depend on the scheduling. */
+#define GEMV_BLOCK 128
+
+typedef struct gemv_ctx {
+    const fm_cpu_gemm_args *g;
+    _Atomic int64_t next;
+} gemv_ctx;
+
 static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const fm_cpu_gemm_args *g = vctx;
-    gemv_cols(g, b * 64, e * 64 < g->N ? e * 64 : g->N);
+    (void)b; (void)e; (void)tid;
+    gemv_ctx *c = vctx;
+    const int64_t N = c->g->N;
+    for (int64_t j0; (j0 = atomic_fetch_add_explicit(&c->next, GEMV_BLOCK, memory_order_relaxed)) < N;)
+        gemv_cols(c->g, j0, j0 + GEMV_BLOCK < N ? j0 + GEMV_BLOCK : N);
 }
 
 #define COL_PANEL 64
@@ -120,9 +137,13 @@ void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias) {
     if (g->M == 1 && !g_blas_threads) {
         fm_cpu_gemm_args gb = *g;
         if (bias) { fill_bias(g, bias, 0, 1, 0, g->N); gb.beta = 1.0; g = &gb; }
-        int64_t panels = (g->N + 63) / 64;
-        if (nt <= 1 || panels < 2 || g->N * g->K < ((int64_t)1 << 16)) gemv_cols(g, 0, g->N);
-        else fm_parallel_for(panels, (panels + nt - 1) / nt, gemv_task, (void *)g);
+        int64_t blocks = (g->N + GEMV_BLOCK - 1) / GEMV_BLOCK;
+        if (nt <= 1 || blocks < 2 || g->N * g->K < ((int64_t)1 << 16)) {
+            gemv_cols(g, 0, g->N);
+        } else {
+            gemv_ctx c = {g, 0};
+            fm_parallel_for(blocks < nt ? blocks : nt, 1, gemv_task, &c);
+        }
         return;
     }
     bool by_cols = g->M <= g->N;
