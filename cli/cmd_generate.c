@@ -2,6 +2,9 @@
  *  [--top-k K] [--top-p P] [--seed S] [--no-cache]`: streams sampled text from a
  * model directory written by `fathom train` (config.json, model.safetensors,
  * tokenizer.txt). Thin: parsing, then fm_gpt_generate with a printing callback. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,33 +26,51 @@ static void usage(FILE *f) {
                "                      [--top-p P] [--seed S] [--no-cache] [--quiet]\n");
 }
 
+/* a real number from the whole of v (no trailing text, not NaN or infinite) */
+static bool parse_real(const char *opt, const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x)) {
+        fm_cli_error("generate: %s needs a number, got '%s'", opt, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
 int fm_cmd_generate(int argc, char **argv) {
     const char *dir = NULL, *prompt = NULL;
-    long tokens = 100;
+    long long tokens = 100, top_k = 0, seed = 0;
     fm_gpt_sample_params sp = {0.8, 0, 1.0, 0};
     bool cache = true, quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        bool has = i + 1 < argc;
-        char *end = NULL;
+        bool has = i + 1 < argc, ok = true;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
-        else if (!strcmp(a, "--tokens") && has) tokens = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "--temperature") && has) sp.temperature = strtod(argv[++i], &end);
-        else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "--top-p") && has) sp.top_p = strtod(argv[++i], &end);
-        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], &end, 10);
+        else if (!strcmp(a, "--tokens") && has) ok = fm_cli_parse_int("generate", a, argv[++i], 0, &tokens);
+        else if (!strcmp(a, "--temperature") && has) ok = parse_real(a, argv[++i], &sp.temperature);
+        else if (!strcmp(a, "--top-k") && has) ok = fm_cli_parse_int("generate", a, argv[++i], 0, &top_k);
+        else if (!strcmp(a, "--top-p") && has) ok = parse_real(a, argv[++i], &sp.top_p);
+        else if (!strcmp(a, "--seed") && has) ok = fm_cli_parse_int("generate", a, argv[++i], 0, &seed);
         else if (!strcmp(a, "--no-cache")) cache = false;
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (a[0] != '-' && !dir) dir = a;
         else { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); return 2; }
-        if (end && *end) { fm_cli_error("option %s: '%s' is not a number", a, argv[i]); return 2; }
+        if (!ok) return 2;
     }
     if (!dir || !prompt) { usage(stderr); return 2; }
-    if (tokens < 0 || sp.temperature < 0 || sp.top_k < 0 || !(sp.top_p > 0 && sp.top_p <= 1)) {
-        fm_cli_error("--tokens, --temperature and --top-k must be >= 0 and --top-p in (0, 1]");
+    if (tokens > INT_MAX || top_k > INT_MAX) {
+        fm_cli_error("generate: --tokens and --top-k must be at most %d", INT_MAX);
         return 2;
     }
+    if (sp.temperature < 0 || !(sp.top_p > 0 && sp.top_p <= 1)) {
+        fm_cli_error("generate: --temperature must be >= 0 and --top-p in (0, 1]");
+        return 2;
+    }
+    sp.top_k = (int)top_k;
+    sp.seed = (uint64_t)seed;
     fm_tokenizer *tok = NULL;
     fm_gpt *m = fm_gpt_load_dir(dir, &tok);
     if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
