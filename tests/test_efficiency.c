@@ -5,6 +5,7 @@
  * attention, stochastic rounding, the checkpointing switch, and clear errors for
  * bad option combinations and limits too small for the weights. */
 #include "core/parallel.h"
+#include "efficiency/efficiency_internal.h"
 #include "fathom/efficiency.h"
 #include "fathom/fathom.h"
 #include "fathom/optim.h"
@@ -325,6 +326,10 @@ static fm_status ln_drop(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     return out[0] ? FM_OK : fm_last_status();
 }
 
+/* fm_efficiency_linear against fm_linear(f(x)): without checkpointing under
+ * autocast it is linear_lowp (the weight's low-precision copy is not kept), with
+ * selective it recomputes f; both must give the plain linear's loss and
+ * gradients bit for bit, in f32 and bf16, with dropout inside f replayed. */
 static void test_linear_recompute(void) {
     fm_rng r;
     fm_rng_init(&r, 17);
@@ -334,15 +339,27 @@ static void test_linear_recompute(void) {
     fm_tensor *ts[5] = {c.w, c.b, w, b, x};
     fm_dtype precs[2] = {FM_F32, FM_BF16};
     for (int pi = 0; pi < 2; pi++) {
-        fm_tensor *grads[2][5];
-        double loss[2];
-        for (int k = 0; k < 2; k++) { /* 0: plain, 1: recompute */
+        fm_tensor *grads[3][5];
+        double loss[3];
+        size_t wcopy[3];
+        for (int k = 0; k < 3; k++) { /* 0: plain fm_linear, 1: efficiency_linear, 2: selective */
             fm_efficiency_opts o = fm_efficiency_defaults();
-            o.checkpointing = k ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
+            o.checkpointing = k == 2 ? FM_CKPT_SELECTIVE : FM_CKPT_NONE;
             fm_manual_seed(5);
+            fm_memory_stats m0, m1;
+            fm_memory_stats_get(FM_CPU, &m0);
             fm_dtype prev = fm_autocast_set(precs[pi]);
-            fm_tensor *y = fm_efficiency_linear(&o, ln_drop, &c, 1, &x, w, b);
+            fm_tensor *y = NULL;
+            if (k == 0) {
+                fm_tensor *h = NULL;
+                if (ln_drop(&x, &c, &h) == FM_OK) y = fm_linear(h, w, b);
+                fm_tensor_release(h);
+            } else {
+                y = fm_efficiency_linear(&o, ln_drop, &c, 1, &x, w, b);
+            }
             fm_autocast_set(prev);
+            fm_memory_stats_get(FM_CPU, &m1);
+            wcopy[k] = m1.by_category[FM_MEM_WEIGHTS] - m0.by_category[FM_MEM_WEIGHTS];
             CHECK_MSG(y != NULL, "%s", fm_last_error());
             if (!y) return;
             CHECK(y->dtype == precs[pi]);
@@ -356,14 +373,75 @@ static void test_linear_recompute(void) {
             }
             fm_tensor_release_n(3, y, sq, s);
         }
-        CHECK(loss[0] == loss[1]);
-        for (int i = 0; i < 5; i++) {
-            double e = grads[0][i] && grads[1][i] ? rel_err(grads[1][i], grads[0][i]) : 1;
-            CHECK_MSG(e < (pi ? 2e-2 : 1e-5), "%s tensor %d: recompute differs by %g", fm_precision_name(precs[pi]), i, e);
-            fm_tensor_release_n(2, grads[0][i], grads[1][i]);
-        }
+        CHECK_MSG(loss[1] == loss[0] && loss[2] == loss[0], "%s: losses %.9g %.9g %.9g", fm_precision_name(precs[pi]),
+                  loss[0], loss[1], loss[2]);
+        /* the plain linear keeps the bf16 weight copy (40x24x2 B, rounded up) until backward; the others none */
+        if (pi) CHECK_MSG(wcopy[0] >= 40 * 24 * 2 && wcopy[1] == 0 && wcopy[2] == 0, "weight copies alive after forward: %zu %zu %zu",
+                          wcopy[0], wcopy[1], wcopy[2]);
+        for (int k = 1; k < 3; k++)
+            for (int i = 0; i < 5; i++) {
+                double e = grads[0][i] && grads[k][i] ? rel_err(grads[k][i], grads[0][i]) : 1;
+                CHECK_MSG(e == 0, "%s %s tensor %d: differs from the plain linear by %g", fm_precision_name(precs[pi]),
+                          k == 1 ? "efficiency_linear" : "selective", i, e);
+            }
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 5; i++) fm_tensor_release(grads[k][i]);
     }
     fm_tensor_release_n(5, c.w, c.b, w, b, x);
+}
+
+/* fm_cross_entropy_lowp against the autocast cross-entropy (f32 copy of the
+ * logits): the same loss; the same gradient bits when the mean's 1/count is a
+ * power of two, else within one bf16 rounding; several row blocks; and no f32
+ * copy of the logits alive after forward. */
+static void test_cross_entropy_lowp(void) {
+    fm_rng r;
+    fm_rng_init(&r, 23);
+    const int64_t V = 4096; /* 16 rows a block */
+    CHECK(fm_cross_entropy_lowp_rows(V) == 16 && fm_cross_entropy_lowp_rows(512) == 128 && fm_cross_entropy_lowp_rows(50257) == 8);
+    const int64_t Ns[2] = {64, 40};
+    for (int ci = 0; ci < 2; ci++) {
+        const int64_t N = Ns[ci];
+        fm_tensor *x32 = fm_tensor_randn(2, (int64_t[]){N, V}, FM_F32, &r), *tg = fm_tensor_zeros(1, &N, FM_I64, FM_CPU);
+        for (int64_t i = 0; i < N; i++) fm_tensor_set(tg, i, ci && i % 7 == 3 ? -1.0 : (double)((i * 131) % V)); /* some ignored */
+        fm_tensor *x = fm_to_dtype(x32, FM_BF16);
+        fm_tensor_requires_grad_(x, true);
+        double loss[2];
+        fm_tensor *g[2];
+        size_t kept[2];
+        for (int k = 0; k < 2; k++) {
+            fm_memory_stats m0, m1;
+            fm_memory_stats_get(FM_CPU, &m0);
+            fm_dtype prev = fm_autocast_set(FM_BF16);
+            fm_tensor *l = k ? fm_cross_entropy_lowp(x, tg, -1, 0.1) : fm_cross_entropy(x, tg, -1, 0.1, FM_REDUCE_MEAN);
+            fm_autocast_set(prev);
+            fm_memory_stats_get(FM_CPU, &m1);
+            kept[k] = m1.allocated - m0.allocated;
+            CHECK_MSG(l && l->dtype == FM_F32, "%s", fm_last_error());
+            if (!l) return;
+            loss[k] = fm_tensor_item(l);
+            fm_tensor *l3 = fm_mul_scalar(l, 3.0); /* a gradient other than 1 reaches the loss */
+            CHECK_MSG(fm_backward(l3, NULL, false) == FM_OK, "%s", fm_last_error());
+            CHECK(x->grad && x->grad->dtype == FM_BF16);
+            g[k] = x->grad ? fm_clone(x->grad) : NULL;
+            fm_tensor_zero_grad(x);
+            fm_tensor_release_n(2, l, l3);
+        }
+        CHECK_MSG(loss[0] == loss[1], "N %lld: loss %.9g vs %.9g", (long long)N, loss[0], loss[1]);
+        CHECK_MSG(kept[0] >= (size_t)(N * V * 4) && kept[1] < 4096, "N %lld: bytes kept by forward %zu (f32 copy) vs %zu",
+                  (long long)N, kept[0], kept[1]);
+        int64_t diff = 0;
+        double worst = 0;
+        for (int64_t i = 0; g[0] && g[1] && i < N * V; i++) {
+            double a = fm_tensor_get(g[0], i), b = fm_tensor_get(g[1], i);
+            diff += a != b;
+            double e = fabs(a - b) / (fabs(a) > 1e-30 ? fabs(a) : 1e-30);
+            if (e > worst) worst = e;
+        }
+        if (ci == 0) CHECK_MSG(diff == 0, "N 64 (1/count = 2^-6): %lld gradient values differ", (long long)diff);
+        else CHECK_MSG(worst <= 1.0 / 128, "N 40: worst relative difference %g (one bf16 rounding is 2^-8)", worst);
+        fm_tensor_release_n(5, x32, tg, x, g[0], g[1]);
+    }
 }
 
 /* checkpointing under bf16 autocast recomputes in bf16: the same gradients bitwise */
@@ -470,6 +548,7 @@ int main(void) {
     test_segment_switch();
     test_linear_recompute();
     test_checkpoint_autocast();
+    test_cross_entropy_lowp();
     fm_parallel_shutdown();
     TEST_DONE();
 }

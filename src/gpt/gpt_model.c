@@ -22,6 +22,7 @@
 #include "fathom/gpt.h"
 #include "fathom/io.h"       /* fm_atomic_write for config.json */
 #include "fathom/ops.h"
+#include "efficiency/efficiency_internal.h" /* fm_cross_entropy_lowp */
 #include "gpt/gpt_internal.h"
 
 /* ---------------- configuration ---------------- */
@@ -433,9 +434,16 @@ static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     return out[0] ? FM_OK : fm_last_status();
 }
 
-/* the attention core on the QKV projection: head split, causal SDPA, head merge */
+static bool fused_path(const fm_gpt *m);
+
+/* the attention core on the QKV projection: head split, causal SDPA, head merge
+ * (one op on the fused path: attention straight out of qkv into merged heads) */
 static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     gpt_block_ctx *c = ctx;
+    if (fused_path(c->m)) {
+        out[0] = fm_sdpa_qkv(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0);
+        return out[0] ? FM_OK : fm_last_status();
+    }
     fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL);
     if (!y) return fm_last_status();
     fm_status st = merge_fn(&y, NULL, out);
@@ -465,7 +473,7 @@ static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
  * fp32's, for one more SDPA forward per block (~3% of the step). */
 static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
-    if (!cache && m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())
+    if (!cache && (fused_path(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
         return fm_efficiency_linear(&m->eff, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
     fm_tensor *h = attention(m, qkv, i, pos0, cache);
     if (!upd(&h, h ? fm_efficiency_linear(&m->eff, merge_fn, NULL, 1, &h, L->proj_w, L->proj_b) : NULL)) return NULL;
@@ -659,7 +667,11 @@ fm_tensor *fm_gpt_forward(fm_gpt *m, fm_tensor *idx, fm_tensor *targets, fm_tens
     const int64_t N = idx->shape[0] * idx->shape[1];
     fm_tensor *l2 = fm_reshape(logits, 2, (int64_t[]){N, m->cfg.vocab_size});
     fm_tensor *t1 = fm_reshape(targets, 1, (int64_t[]){N});
-    *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
+    /* under autocast with a tape, the loss keeps the bf16/fp16 logits instead of an f32 copy */
+    if (l2 && t1 && fm_autocast_get() != FM_F32 && fm_grad_enabled() && (l2->dtype == FM_BF16 || l2->dtype == FM_F16))
+        *loss = fm_cross_entropy_lowp(l2, t1, -1, 0.0);
+    else
+        *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
     fm_tensor_release_n(2, l2, t1);
     if (!*loss) {
         fm_tensor_release(logits);

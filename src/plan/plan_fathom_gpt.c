@@ -21,6 +21,7 @@
 #include <string.h>
 
 
+#include "efficiency/efficiency_internal.h" /* fm_cross_entropy_lowp_rows */
 #include "fathom/gpt.h"
 #include "plan/plan_fathom.h"
 
@@ -67,7 +68,7 @@ typedef struct gt {
 static const gt GT_NONE = {-1, 0, 0, -1, 0, -1, 0, 1};
 
 enum nk { N_EMB, N_SLICE, N_ADD, N_COPY, N_VIEW, N_PERMUTE, N_LN, N_LINEAR, N_MATMUL, N_SPLIT, N_SDPA, N_UNARY,
-          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN };
+          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP };
 
 #define G_MAX_IN 4
 typedef struct gnode {
@@ -314,6 +315,24 @@ static gt op_linear(gsim *g, gt x, gt w, gt b, double out) {
     return r;
 }
 
+/* fm_efficiency_linear under autocast with grad (src/efficiency/recompute.c's
+ * linear_lowp): the input cast first, then fm_linear without a tape, whose weight
+ * copy is freed at once; the node keeps the cast input (the weight is the master) */
+static gt op_linear_lowp(gsim *g, gt x, gt w, gt b, double out) {
+    double inf = w.n / out, rows = x.n / inf;
+    int on = g->grad_on;
+    g->grad_on = 0;
+    gt xc = op_to(g, x, g->ac, PF_ACT, "input cast");
+    gt y = op_linear(g, xc, w, b, out);
+    g->grad_on = on;
+    gt ins[3] = {x, w, b};
+    int id = node_begin(g, N_LINLP, b.buf >= 0 ? 3 : 2, ins);
+    if (id >= 0) { node_save(g, id, 0, xc); g->nodes[id].a[0] = rows; g->nodes[id].a[1] = inf; g->nodes[id].a[2] = out; }
+    node_finish(g, id, 1, &y);
+    t_rel(g, &xc);
+    return y;
+}
+
 static gt op_gelu(gsim *g, gt x) {
     gt y = t_new(g, x.n, x.es, PF_ACT, "gelu");
     int id = node_begin(g, N_UNARY, 1, &x);
@@ -479,7 +498,7 @@ static gt lin(gsim *g, enum fkind f, int n_in, const gt *xs, gt fw, gt fb, gt w,
         return y;
     }
     gt h = apply_f(g, f, xs, fw, fb);
-    gt y = op_linear(g, h, w, b, out);
+    gt y = g->ac != 4 && g->grad_on ? op_linear_lowp(g, h, w, b, out) : op_linear(g, h, w, b, out);
     t_rel(g, &h);
     return y;
 }
@@ -625,6 +644,22 @@ static void forward(gsim *g, gt idx, gt tgt, gt *logits, gt *loss) {
     t_rel(g, &yn);
     t_rel(g, &x);
     gt l2 = op_view(g, lg, N_VIEW, lg.n, 1);
+    if (g->ac != 4 && g->grad_on) { /* fm_cross_entropy_lowp: an f32 copy for the forward only */
+        g->grad_on = 0;
+        gt w32 = op_to(g, l2, 4, PF_ACT, "logits f32");
+        gt lw = t_new(g, 1, 4, PF_ACT, "loss");
+        t_rel(g, &w32);
+        g->grad_on = 1;
+        int cid = node_begin(g, N_CELP, 1, &l2);
+        node_save(g, cid, 0, l2);
+        node_save(g, cid, 1, tgt);
+        if (cid >= 0) { g->nodes[cid].a[0] = l2.n / (double)g->V; g->nodes[cid].a[1] = (double)g->V; }
+        node_finish(g, cid, 1, &lw);
+        t_rel(g, &l2);
+        *logits = lg;
+        *loss = lw;
+        return;
+    }
     gt l32 = op_to(g, l2, 4, PF_ACT, "logits f32"); /* autocast: the loss in f32 */
     gt ls = t_new(g, 1, 4, PF_ACT, "loss");
     int id = node_begin(g, N_CE, 1, &l32);
@@ -735,6 +770,44 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         break;
     }
     case N_RC: recompute_grad(g, n, gout, gin); break;
+    case N_CELP: { /* cel_backward: the mean's scale, the low-precision gradient, then blocks of rows in f32 */
+        double rows = n->a[0], V = n->a[1], step = (double)fm_cross_entropy_lowp_rows((int64_t)V);
+        gt gs = g_new(g, 1, 4, "mean scale");
+        gt dx = g_new(g, rows * V, n->in[0].es, "d logits");
+        for (double r0 = 0; r0 < rows; r0 += step) {
+            double k = rows - r0 < step ? rows - r0 : step;
+            gt xb = g_new(g, k * V, 4, "logits block f32");
+            gt lb = g_new(g, 1, 4, "block loss");
+            gt db = g_new(g, k * V, 4, "d logits block");
+            t_rel(g, &xb);
+            t_rel(g, &db);
+            t_rel(g, &lb);
+        }
+        t_rel(g, &gs);
+        gin[0] = dx;
+        break;
+    }
+    case N_LINLP: { /* ll_backward: the linear's gradients under the forward's autocast */
+        double rows = n->a[0], in = n->a[1], out = n->a[2];
+        if (needs(n, 1)) {
+            gt gw = g_new(g, out * in, n->ac, "d weight");
+            gin[1] = g_new(g, out * in, 4, "d weight f32");
+            t_rel(g, &gw);
+        }
+        if (n->n_in > 2 && needs(n, 2)) {
+            gt sb = g_new(g, out, gr.es, "d bias");
+            if (gr.es != 4) { gin[2] = g_new(g, out, 4, "d bias f32"); t_rel(g, &sb); }
+            else gin[2] = sb;
+        }
+        if (needs(n, 0)) {
+            gt wc = g_new(g, out * in, n->ac, "weight cast");
+            gt d = g_new(g, rows * in, n->ac, "d input");
+            t_rel(g, &wc);
+            if (n->in[0].es != n->ac) { gin[0] = g_new(g, rows * in, n->in[0].es, "d input f32"); t_rel(g, &d); }
+            else gin[0] = d;
+        }
+        break;
+    }
     case N_MULS: gin[0] = g_new(g, gr.n, gr.es, "d loss"); break;
     case N_BGELU: {
         gt dx = g_new(g, n->in[0].n, n->in[0].es, "d bias+gelu");
@@ -852,7 +925,7 @@ static void walk(gsim *g, int lo, int hi, int n_roots, const gt *roots, const gt
         for (int i = 0; i < n->n_out; i++) { gout[i] = n->acc[i]; n->acc[i] = GT_NONE; any |= gout[i].buf >= 0; }
         pf_phase(g->s, "  backward %s", (const char *[]){"embedding", "slice", "add", "cast/copy", "view", "transpose",
                  "layernorm", "linear", "matmul", "qkv split", "attention", "gelu", "dropout", "cross-entropy",
-                 "checkpointed block", "selective linear", "scale", "bias+gelu", "add+layernorm"}[n->kind]);
+                 "checkpointed block", "selective linear", "scale", "bias+gelu", "add+layernorm", "linear (low precision)", "cross-entropy (low precision)"}[n->kind]);
         if (any) backward_node(g, k, gout, gin);
         n = &g->nodes[k];
         for (int j = 0; j < n->n_in; j++) {
