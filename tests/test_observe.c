@@ -648,7 +648,7 @@ static void traced_forward_flops(fm_gpt *m, int64_t B, int64_t T, double *matmul
         if (!name || !cat || strcmp(cat, "forward")) continue;
         double f = json_number_value(json_object_get(json_object_get(e, "args"), "flops"));
         if (!strcmp(name, "matmul")) *matmul += f;
-        if (!strcmp(name, "scaled_dot_product_attention")) *sdpa += f;
+        if (!strcmp(name, "scaled_dot_product_attention") || !strcmp(name, "sdpa_qkv")) *sdpa += f; /* unfused / fused */
     }
     json_decref(root);
 }

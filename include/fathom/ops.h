@@ -154,6 +154,13 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
  * q [B, n_head, T, D], k and v [B, n_kv_head, T, D] in one pass; the gradient is
  * written back into the fused layout in one pass too (no zero-padded slices). */
 fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v);
+/* Self-attention straight on a fused QKV projection: qkv [B, T, (n_head + 2*n_kv_head) * D]
+ * -> the merged heads [B, T, n_head * D] (what the output projection reads). The
+ * values are those of fm_qkv_split_heads + fm_scaled_dot_product_attention + merging
+ * the heads, but no split or merged copy is made, and the gradient is written into
+ * the fused layout directly. scale <= 0 means 1/sqrt(D). Where the device's backend
+ * has no fused kernel (or for f16/bf16), it runs as those three steps. */
+fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale);
 /* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
  * in front, added in the same pass; the backward writes dx and sums db in one pass. */
 fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);

@@ -434,9 +434,16 @@ static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     return out[0] ? FM_OK : fm_last_status();
 }
 
-/* the attention core on the QKV projection: head split, causal SDPA, head merge */
+static bool fused_path(const fm_gpt *m);
+
+/* the attention core on the QKV projection: head split, causal SDPA, head merge
+ * (one op on the fused path: attention straight out of qkv into merged heads) */
 static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     gpt_block_ctx *c = ctx;
+    if (fused_path(c->m)) {
+        out[0] = fm_sdpa_qkv(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0);
+        return out[0] ? FM_OK : fm_last_status();
+    }
     fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL);
     if (!y) return fm_last_status();
     fm_status st = merge_fn(&y, NULL, out);
@@ -466,7 +473,7 @@ static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
  * fp32's, for one more SDPA forward per block (~3% of the step). */
 static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
-    if (!cache && m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())
+    if (!cache && (fused_path(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
         return fm_efficiency_linear(&m->eff, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
     fm_tensor *h = attention(m, qkv, i, pos0, cache);
     if (!upd(&h, h ? fm_efficiency_linear(&m->eff, merge_fn, NULL, 1, &h, L->proj_w, L->proj_b) : NULL)) return NULL;

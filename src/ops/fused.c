@@ -10,10 +10,12 @@
  * the unfused route makes: the linear's separate bias add (and, backward, a
  * second read of the GELU gradient for the bias sum), and the residual add
  * (and, backward, the add of the norm's input gradient to the residual's). */
+#include <math.h>
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
 #include "core/backend.h"  /* fm_dispatch */
+#include "fathom/amp.h"     /* autocast: the composed path casts */
 #include "ops/op_attrs.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
 
 /* Only the geometry is needed backward: no tensor is saved. */
@@ -39,11 +41,9 @@ static fm_status qkv_split_backward(fm_node *n, fm_tensor *const *grad_out, fm_t
     return FM_OK;
 }
 
-fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v) {
-    const char *op = "qkv_split_heads";
+/* qkv [B, T, (n_head + 2*n_kv_head) * D] with D >= 1 */
+static fm_status qkv_geometry(const char *op, const fm_tensor *qkv, int n_head, int n_kv_head, fm_qkv_split_attrs *a) {
     char s[128];
-    if (!q || !k || !v) return fm_set_error(FM_ERR_INVALID, "%s: output pointers must not be NULL", op);
-    *q = *k = *v = NULL;
     if (!qkv) return fm_set_error(FM_ERR_INVALID, "%s: qkv is NULL", op);
     if (qkv->ndim != 3)
         return fm_set_error(FM_ERR_INVALID, "%s: qkv must be 3-D [B, T, (H + 2*KV)*D], got %s", op,
@@ -54,7 +54,16 @@ fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tenso
     if (W % parts || W == 0)
         return fm_set_error(FM_ERR_INVALID, "%s: last dim %lld of qkv %s is not a positive multiple of n_head + 2*n_kv_head = %lld",
                             op, (long long)W, fm_shape_str(qkv->ndim, qkv->shape, s, sizeof s), (long long)parts);
-    fm_qkv_split_attrs attrs = {n_head, n_kv_head, W / parts};
+    *a = (fm_qkv_split_attrs){n_head, n_kv_head, W / parts};
+    return FM_OK;
+}
+
+fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v) {
+    const char *op = "qkv_split_heads";
+    if (!q || !k || !v) return fm_set_error(FM_ERR_INVALID, "%s: output pointers must not be NULL", op);
+    *q = *k = *v = NULL;
+    fm_qkv_split_attrs attrs;
+    if (qkv_geometry(op, qkv, n_head, n_kv_head, &attrs)) return fm_last_status();
     const int64_t B = qkv->shape[0], T = qkv->shape[1], D = attrs.head_dim;
     fm_device dev = fm_tensor_device(qkv);
     fm_tensor *o[3];
@@ -84,6 +93,93 @@ fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tenso
     *k = o[1];
     *v = o[2];
     return FM_OK;
+}
+
+/* ---------------- attention on the fused projection ---------------- */
+
+/* saved = {qkv, y, lse}; the probabilities are recomputed tile by tile backward */
+static fm_status sdpa_qkv_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    if (!fm_node_needs_grad(n, 0)) return FM_OK;
+    fm_tensor *qkv = n->saved[0], *y = n->saved[1], *lse = n->saved[2];
+    fm_device dev = fm_tensor_device(qkv);
+    if (!grad_out[0]) { /* nothing reached the output */
+        grad_in[0] = fm_tensor_zeros(3, qkv->shape, qkv->dtype, dev);
+        return grad_in[0] ? FM_OK : fm_last_status();
+    }
+    fm_tensor *dqkv = fm_tensor_empty(3, qkv->shape, qkv->dtype, dev);
+    if (!dqkv) return fm_last_status();
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_SDPA_QKV_BACKWARD;
+    call.n_in = 4;
+    call.n_out = 1;
+    call.in[0] = grad_out[0]; call.in[1] = qkv; call.in[2] = y; call.in[3] = lse;
+    call.out[0] = dqkv;
+    call.attrs = FM_NODE_ATTRS(n, fm_sdpa_qkv_attrs);
+    fm_status st = fm_dispatch(&call);
+    if (st) { fm_tensor_release(dqkv); return st; }
+    grad_in[0] = dqkv;
+    return FM_OK;
+}
+
+/* split, attend, merge: for devices without the fused kernel and for f16/bf16 */
+static fm_tensor *sdpa_qkv_composed(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale) {
+    fm_tensor *q, *k, *v;
+    if (fm_qkv_split_heads(qkv, n_head, n_kv_head, &q, &k, &v)) return NULL;
+    fm_tensor *h = fm_scaled_dot_product_attention(q, k, v, causal, scale);
+    fm_tensor_release_n(3, q, k, v);
+    fm_tensor *t = h ? fm_transpose(h, 1, 2) : NULL;
+    fm_tensor *y = t ? fm_reshape(t, 3, (int64_t[]){qkv->shape[0], qkv->shape[1], (int64_t)n_head * (qkv->shape[2] / (n_head + 2LL * n_kv_head))}) : NULL;
+    fm_tensor_release_n(2, h, t);
+    return y;
+}
+
+fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale) {
+    const char *op = "sdpa_qkv";
+    fm_qkv_split_attrs g;
+    if (qkv_geometry(op, qkv, n_head, n_kv_head, &g)) return NULL;
+    if (!fm_dtype_is_float(qkv->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "%s: needs a floating-point qkv, got %s", op, fm_dtype_name(qkv->dtype));
+        return NULL;
+    }
+    if (qkv->shape[1] == 0) {
+        fm_set_error(FM_ERR_INVALID, "%s: sequence length must be positive (qkv has T = 0)", op);
+        return NULL;
+    }
+    fm_device dev = fm_tensor_device(qkv);
+    const fm_backend *be = fm_backend_get(dev.type);
+    if ((qkv->dtype != FM_F32 && qkv->dtype != FM_F64) || fm_autocast_would_cast(qkv) || !be ||
+        !be->kernels[FM_OP_SDPA_QKV] || !be->kernels[FM_OP_SDPA_QKV_BACKWARD])
+        return sdpa_qkv_composed(qkv, n_head, n_kv_head, causal, scale);
+    if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)g.head_dim);
+    fm_sdpa_qkv_attrs attrs = {g.n_head, g.n_kv_head, g.head_dim, causal ? 1 : 0, scale};
+    fm_tensor *src = fm_tensor_is_contiguous(qkv) ? fm_tensor_retain(qkv) : fm_contiguous(qkv);
+    if (!src) return NULL;
+    const int64_t B = qkv->shape[0], T = qkv->shape[1];
+    fm_tensor *y = fm_tensor_empty(3, (int64_t[]){B, T, g.n_head * g.head_dim}, qkv->dtype, dev);
+    fm_tensor *lse = fm_tensor_empty(3, (int64_t[]){B, g.n_head, T}, FM_F32, dev);
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_SDPA_QKV;
+    call.n_in = 1;
+    call.n_out = 2;
+    call.in[0] = src;
+    call.out[0] = y; call.out[1] = lse;
+    call.attrs = &attrs;
+    if (!y || !lse || fm_dispatch(&call) != FM_OK) {
+        fm_tensor_release_n(3, src, y, lse);
+        return NULL;
+    }
+    fm_node *n = fm_node_begin(FM_OP_SDPA_QKV, 1, &qkv, sdpa_qkv_backward);
+    if (n) {
+        fm_node_save(n, 0, src);
+        fm_node_save(n, 1, y);
+        fm_node_save(n, 2, lse);
+        memcpy(n->attrs, &attrs, sizeof attrs);
+        fm_node_finish(n, 1, &y);
+    }
+    fm_tensor_release_n(2, src, lse);
+    return y;
 }
 
 /* ---------------- bias + GELU (tanh) ---------------- */

@@ -68,7 +68,7 @@ typedef struct gt {
 static const gt GT_NONE = {-1, 0, 0, -1, 0, -1, 0, 1};
 
 enum nk { N_EMB, N_SLICE, N_ADD, N_COPY, N_VIEW, N_PERMUTE, N_LN, N_LINEAR, N_MATMUL, N_SPLIT, N_SDPA, N_UNARY,
-          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP };
+          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP, N_SDPAQKV };
 
 #define G_MAX_IN 4
 typedef struct gnode {
@@ -389,6 +389,20 @@ static gt op_sdpa(gsim *g, gt q, gt k, gt v) {
     return out;
 }
 
+/* fm_sdpa_qkv (src/ops/fused.c): attention straight on qkv into merged heads;
+ * the node keeps qkv, the output and the logsumexp */
+static gt op_sdpa_qkv(gsim *g, gt qkv) {
+    gt out = t_new(g, qkv.n / 3, qkv.es, PF_ACT, "attention");
+    gt lse = t_new(g, (double)(qkv.n / 3 / (double)(g->C / g->H)), 4, PF_ACT, "logsumexp");
+    int id = node_begin(g, N_SDPAQKV, 1, &qkv);
+    node_save(g, id, 0, qkv);
+    node_save(g, id, 1, out);
+    node_save(g, id, 2, lse);
+    node_finish(g, id, 1, &out);
+    t_rel(g, &lse);
+    return out;
+}
+
 /* fm_mul_scalar on the loss (1/grad_accum, the fp16 loss scale): a scalar
  * operand, and a mul node that keeps both operands */
 static gt op_mul_scalar(gsim *g, gt x) {
@@ -443,6 +457,8 @@ static void op_add_ln(gsim *g, gt x, gt h, gt w, gt b, gt *sum, gt *y) {
 
 /* ---------------- the model's forward (src/gpt/gpt_model.c) ---------------- */
 
+static int fused(const gsim *g);
+
 static gt merge_f(gsim *g, gt h) {
     gt y = op_view(g, h, N_PERMUTE, h.n, 0);
     gt r = op_reshape(g, y);
@@ -458,6 +474,7 @@ enum fkind { F_NORM, F_MERGE, F_GELU, F_BIAS_GELU, F_ATTN };
 static gt apply_f(gsim *g, enum fkind f, const gt *xs, gt fw, gt fb) {
     if (f == F_NORM) return op_layer_norm(g, xs[0], fw, fb);
     if (f == F_MERGE) return merge_f(g, xs[0]);
+    if (f == F_ATTN && fused(g)) return op_sdpa_qkv(g, xs[0]); /* one op on the fused path */
     if (f == F_ATTN) { /* head split, attention, head merge */
         gt q, k, v;
         op_split(g, xs[0], &q, &k, &v);
@@ -511,7 +528,7 @@ static gt lin1(gsim *g, enum fkind f, gt x, gt fw, gt fb, gt w, gt b, double out
  * attn_proj): selective recomputes the whole attention core, keeping only qkv */
 static gt attn(gsim *g, gt h, int i) {
     gt p;
-    if (g->ckpt == 2 && g->grad_on) {
+    if (fused(g) || (g->ckpt == 2 && g->grad_on)) {
         p = lin1(g, F_ATTN, h, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
     } else {
         gt q, k, v;
@@ -724,6 +741,7 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         break;
     }
     case N_SPLIT: gin[0] = g_new(g, 3 * n->outs[0].n, n->outs[0].es, "d qkv"); break;
+    case N_SDPAQKV: gin[0] = g_new(g, 3 * n->outs[0].n, n->outs[0].es, "d qkv"); break;
     case N_SDPA: {
         double m = n->outs[0].n;
         int es = n->outs[0].es;

@@ -39,6 +39,15 @@ double fm_op_flops(const fm_op_call *c) {
         const fm_sdpa_attrs *a = c->attrs;
         return a && a->causal ? f / 2 : f; /* recompute QK^T, dV, dP, dQ, dK: about 2.5x forward; counted as 2x */
     }
+    case FM_OP_SDPA_QKV: case FM_OP_SDPA_QKV_BACKWARD: {
+        /* forward as SDPA's, backward as SDPA_BACKWARD's (qkv is in[0] forward, in[1] backward) */
+        const fm_tensor *x = c->in[c->op == FM_OP_SDPA_QKV ? 0 : 1];
+        const fm_sdpa_qkv_attrs *a = c->attrs;
+        if (!a) return 0;
+        double f = (c->op == FM_OP_SDPA_QKV ? 4.0 : 8.0) * (double)x->shape[0] * (double)a->n_head *
+                   (double)x->shape[1] * (double)x->shape[1] * (double)a->head_dim;
+        return a->causal ? f / 2 : f;
+    }
     case FM_OP_COPY: case FM_OP_CAT: case FM_OP_GATHER: case FM_OP_INDEX_SELECT: case FM_OP_EMBEDDING:
     case FM_OP_ONE_HOT:
         return 0;

@@ -103,6 +103,110 @@ static int qkv_split_grad(void) {
 
 OP_TEST("qkv_split_heads", qkv_split_forward, qkv_split_grad)
 
+/* ---- sdpa_qkv: attention straight on the fused projection ---- */
+
+/* the composition it replaces: split, attend, merge the heads */
+static fm_tensor *sq_ref(fm_tensor *qkv, int H, int KV, bool causal) {
+    fm_tensor *q, *k, *v;
+    if (fm_qkv_split_heads(qkv, H, KV, &q, &k, &v)) return NULL;
+    fm_tensor *h = fm_scaled_dot_product_attention(q, k, v, causal, 0.0);
+    fm_tensor *t = h ? fm_transpose(h, 1, 2) : NULL;
+    fm_tensor *y = t ? fm_contiguous(t) : NULL;
+    fm_tensor *r = y ? fm_reshape(y, 3, (int64_t[]){qkv->shape[0], qkv->shape[1], -1}) : NULL;
+    fm_tensor_release_n(6, q, k, v, h, t, y);
+    return r;
+}
+
+static int sdpa_qkv_forward(void) {
+    OP_BEGIN;
+    const fm_dtype dts[2] = {FM_F32, FM_F64};
+    /* T 70 and 130 cross the 64-row tiles of the f32 kernel; B*KV < 16 and >= 16 take its two
+     * backward modes */
+    const struct { int64_t B, T, H, KV, D; } shapes[] = {{2, 5, 4, 4, 3}, {2, 70, 4, 2, 8}, {3, 130, 2, 1, 32}, {8, 33, 4, 2, 16}};
+    for (int di = 0; di < 2; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int causal = 0; causal < 2; causal++) {
+                const int64_t B = shapes[si].B, T = shapes[si].T, H = shapes[si].H, KV = shapes[si].KV, D = shapes[si].D;
+                const int64_t W = (H + 2 * KV) * D;
+                fm_rng r;
+                fm_rng_init(&r, 40 + si);
+                fm_tensor *x = fm_tensor_randn(3, (int64_t[]){B, T, W}, dts[di], &r);
+                fm_tensor_requires_grad_(x, true);
+                fm_tensor *xr = fm_detach(x);
+                fm_tensor_requires_grad_(xr, true);
+                fm_tensor *y = fm_sdpa_qkv(x, (int)H, (int)KV, causal, 0.0);
+                fm_tensor *yr = sq_ref(xr, (int)H, (int)KV, causal);
+                CHECK_MSG(y && y->ndim == 3 && y->shape[0] == B && y->shape[1] == T && y->shape[2] == H * D &&
+                          y->dtype == dts[di], "shape %d", (int)si);
+                /* the same arithmetic in the same order: bitwise equal values and gradients */
+                CHECK_MSG(fz_maxdiff(y, yr) == 0, "values, shape %d causal %d dtype %d: %g", (int)si, causal, di,
+                          fz_maxdiff(y, yr));
+                fm_tensor *w = fm_tensor_randn(3, y->shape, dts[di], &r);
+                fm_tensor *m1 = fm_mul(y, w), *m2 = fm_mul(yr, w);
+                fm_tensor *l1 = fm_sum(m1, 0, NULL, false), *l2 = fm_sum(m2, 0, NULL, false);
+                CHECK(l1 && l2 && fm_backward(l1, NULL, false) == FM_OK && fm_backward(l2, NULL, false) == FM_OK);
+                CHECK_MSG(fz_maxdiff(x->grad, xr->grad) == 0, "gradients, shape %d causal %d: %g", (int)si, causal,
+                          fz_maxdiff(x->grad, xr->grad));
+                fm_tensor_release_n(9, x, xr, y, yr, w, m1, m2, l1, l2);
+            }
+    /* f16 and a non-contiguous input take the composed route / a copy; values still match */
+    {
+        fm_rng r;
+        fm_rng_init(&r, 3);
+        fm_tensor *base = fm_tensor_randn(3, (int64_t[]){6, 2, 24}, FM_F32, &r); /* [T, B, W], H 2, KV 1, D 6 */
+        fm_tensor *x = fm_transpose(base, 0, 1);
+        fm_tensor *y = fm_sdpa_qkv(x, 2, 1, true, 0.0), *yr = sq_ref(x, 2, 1, true);
+        CHECK(fz_maxdiff(y, yr) == 0);
+        fm_tensor *h = fm_to_dtype(x, FM_F16);
+        fm_tensor *yh = h ? fm_sdpa_qkv(h, 2, 1, true, 0.0) : NULL;
+        CHECK(yh && yh->dtype == FM_F16 && fz_maxdiff(yh, yr) < 5e-3);
+        fm_tensor_release_n(6, base, x, y, yr, h, yh);
+    }
+    /* bad input */
+    fm_tensor *x = fm_tensor_zeros(3, (int64_t[]){2, 3, 10}, FM_F32, FM_CPU);
+    CHECK(fm_sdpa_qkv(x, 4, 2, true, 0.0) == NULL);
+    CHECK_ERR_CONTAINS("sdpa_qkv: last dim 10 of qkv [2, 3, 10] is not a positive multiple of n_head + 2*n_kv_head = 8");
+    CHECK(fm_sdpa_qkv(x, 4, 3, true, 0.0) == NULL);
+    CHECK_ERR_CONTAINS("n_kv_head 3 must be >= 1 and divide n_head 4");
+    fm_tensor *xi = fm_tensor_zeros(3, (int64_t[]){2, 3, 12}, FM_I32, FM_CPU);
+    CHECK(fm_sdpa_qkv(xi, 2, 1, true, 0.0) == NULL);
+    CHECK_ERR_CONTAINS("needs a floating-point qkv");
+    fm_tensor *x0 = fm_tensor_zeros(3, (int64_t[]){2, 0, 12}, FM_F32, FM_CPU);
+    CHECK(fm_sdpa_qkv(x0, 2, 1, true, 0.0) == NULL);
+    CHECK_ERR_CONTAINS("sequence length must be positive");
+    CHECK(fm_sdpa_qkv(NULL, 2, 1, true, 0.0) == NULL);
+    CHECK_ERR_CONTAINS("qkv is NULL");
+    fm_tensor_release_n(3, x, xi, x0);
+    OP_END;
+}
+
+typedef struct { int causal; } sq_ctx;
+
+/* in[0] is [T, B, W]: the op sees a non-contiguous input */
+static fm_tensor *sq_fn(fm_tensor **in, void *vctx) {
+    const sq_ctx *c = vctx;
+    fm_tensor *x = fm_transpose(in[0], 0, 1);
+    fm_tensor *y = x ? fm_sdpa_qkv(x, 4, 2, c->causal, 0.0) : NULL;
+    fm_tensor_release(x);
+    return y;
+}
+
+static int sdpa_qkv_grad(void) {
+    OP_BEGIN;
+    for (int causal = 0; causal < 2; causal++) {
+        fm_rng r;
+        fm_rng_init(&r, 11);
+        fm_tensor *x = fm_tensor_randn(3, (int64_t[]){5, 2, 24}, FM_F64, &r); /* T 5, B 2, H 4, KV 2, D 3 */
+        fm_tensor_requires_grad_(x, true);
+        sq_ctx c = {causal};
+        CHECK_MSG(gradcheck("sdpa_qkv", sq_fn, 1, (fm_tensor *[]){x}, &c, 1e-6, 1e-6), "causal %d", causal);
+        fm_tensor_release(x);
+    }
+    OP_END;
+}
+
+OP_TEST("sdpa_qkv", sdpa_qkv_forward, sdpa_qkv_grad)
+
 /* ---------------- bias + GELU (tanh) ---------------- */
 
 /* gelu_tanh(x + b) the unfused way */

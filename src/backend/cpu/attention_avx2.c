@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h" /* fm_parallel_for */
+#include "backend/cpu/attention_cpu.h" /* fm_sdpa_io */
+#include "core/parallel.h"            /* fm_parallel_for */
 
 /* 64x64 f32 tiles are 16 KiB: the score tile, the packed queries and one K or V
  * block together stay in L1/L2. */
@@ -151,39 +152,32 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * writes only its own rows, so the order never changes the results. */
 static inline int64_t zigzag(int64_t i, int64_t n) { return (i & 1) ? n - 1 - i / 2 : i / 2; }
 
-typedef struct sdpa_geom {
-    int64_t B, H, Hkv, Tq, Tk, D;
-    int causal;
-    float scale;
-} sdpa_geom;
-
 /* ---------------------------------------------------------------- forward ---- */
 typedef struct fwd_ctx {
-    sdpa_geom g;
-    const float *q, *k, *v;
-    float *o, *lse;
+    const fm_sdpa_io *io;
     int64_t nqb;
     int oom;
 } fwd_ctx;
 
 static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     fwd_ctx *c = vctx;
-    const sdpa_geom *g = &c->g;
+    const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, Dp = (D + 7) & ~(int64_t)7;
+    const int64_t qst = g->lq.st, kst = g->lk.st, vst = g->lv.st, ost = g->lo.st;
     float *buf = NULL;
     size_t nflt = (size_t)(D * BQ + BK * BQ + BQ * Dp + 2 * BQ);
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
     float *QT = buf, *S = QT + D * BQ, *O = S + BK * BQ, *mrow = O + BQ * Dp, *lrow = mrow + BQ;
-    const float sc2 = g->scale * 1.4426950408889634f; /* scale * log2(e) */
+    const float sc2 = (float)g->scale * 1.4426950408889634f; /* scale * log2(e) */
     const int64_t group = g->H / g->Hkv;
     for (int64_t t = t0; t < t1; t++) {
         int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
         int64_t i0 = qb * BQ, bq = min64(BQ, g->Tq - i0);
-        const float *Q = c->q + (bh * g->Tq + i0) * D;
-        const float *K = c->k + (b * g->Hkv + hk) * g->Tk * D;
-        const float *V = c->v + (b * g->Hkv + hk) * g->Tk * D;
+        const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
         for (int64_t d = 0; d < D; d++) {
-            for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * D + d] * sc2;
+            for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * qst + d] * sc2;
             for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;
         }
         for (int i = 0; i < BQ; i++) { mrow[i] = -INFINITY; lrow[i] = 0.0f; }
@@ -192,7 +186,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         int64_t kend = g->causal ? min64(g->Tk, i0 + bq) : g->Tk;
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
             int bk = (int)min64(BK, kend - j0);
-            tile_gemm(bk, BQ, (int)D, K + j0 * D, D, 1, QT, BQ, S, BQ, 0);
+            tile_gemm(bk, BQ, (int)D, K + j0 * kst, kst, 1, QT, BQ, S, BQ, 0);
             if (g->causal && j0 + bk - 1 > i0) {
                 for (int r = 0; r < bk; r++) {
                     int64_t first = j0 + r - i0; /* columns i < j are masked */
@@ -224,53 +218,53 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     }
                 }
             }
-            tile_gemm((int)bq, (int)D, bk, S, 1, BQ, V + j0 * D, D, O, Dp, 1);
+            tile_gemm((int)bq, (int)D, bk, S, 1, BQ, V + j0 * vst, vst, O, Dp, 1);
         }
-        float *out = c->o + (bh * g->Tq + i0) * D;
-        float *lse = c->lse + bh * g->Tq + i0;
+        float *out = (float *)g->o + fm_sdpa_row(g->lo, b, h, i0);
+        float *lse = g->lse + bh * g->Tq + i0;
         for (int64_t i = 0; i < bq; i++) {
             float inv = 1.0f / lrow[i];
-            for (int64_t d = 0; d < D; d++) out[i * D + d] = O[i * Dp + d] * inv;
+            for (int64_t d = 0; d < D; d++) out[i * ost + d] = O[i * Dp + d] * inv;
             lse[i] = (mrow[i] + log2f(lrow[i])) * 0.6931471805599453f;
         }
     }
     free(buf);
 }
 
-int fm_sdpa_f32_avx2_forward(const float *q, const float *k, const float *v, float *o, float *lse, int64_t B,
-                             int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, int causal, float scale) {
-    fwd_ctx c = {{B, H, Hkv, Tq, Tk, D, causal, scale}, q, k, v, o, lse, (Tq + BQ - 1) / BQ, 0};
-    fm_parallel_for(B * H * c.nqb, 1, fwd_range, &c);
+int fm_sdpa_f32_avx2_forward(const fm_sdpa_io *io) {
+    fwd_ctx c = {io, (io->Tq + BQ - 1) / BQ, 0};
+    fm_parallel_for(io->B * io->H * c.nqb, 1, fwd_range, &c);
     return c.oom ? -1 : 0;
 }
 
 /* --------------------------------------------------------------- backward ---- */
 typedef struct bwd_ctx {
-    sdpa_geom g;
-    const float *dout, *q, *k, *v, *o, *lse;
-    float *dq, *dk, *dv;
+    const fm_sdpa_io *io;
     int64_t nqb, nkb;
     int oom;
 } bwd_ctx;
 
 /* Per query block: Q^T (times scale*log2 e) and dO^T packed [D][BQ], delta =
  * rowsum(dO * O) and lse in base 2; padded columns get P = 0 (lse2 = +inf). */
-static void pack_qblock(const bwd_ctx *c, int64_t bh, int64_t i0, float *qt, float *dot, float *delta, float *lse2) {
-    const int64_t D = c->g.D, bq = min64(BQ, c->g.Tq - i0);
-    const float sc2 = c->g.scale * 1.4426950408889634f;
-    const float *Q = c->q + (bh * c->g.Tq + i0) * D, *dO = c->dout + (bh * c->g.Tq + i0) * D;
-    const float *O = c->o + (bh * c->g.Tq + i0) * D, *L = c->lse + bh * c->g.Tq + i0;
+static void pack_qblock(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, float *qt, float *dot, float *delta,
+                        float *lse2) {
+    const fm_sdpa_io *g = c->io;
+    const int64_t D = g->D, bq = min64(BQ, g->Tq - i0), qst = g->lq.st, dst = g->ldo.st, ost = g->lo.st;
+    const float sc2 = (float)g->scale * 1.4426950408889634f;
+    const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
+    const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, i0);
+    const float *O = (const float *)g->o + fm_sdpa_row(g->lo, b, h, i0), *L = g->lse + (b * g->H + h) * g->Tq + i0;
     for (int64_t d = 0; d < D; d++) {
         for (int64_t i = 0; i < bq; i++) {
-            qt[d * BQ + i] = Q[i * D + d] * sc2;
-            dot[d * BQ + i] = dO[i * D + d];
+            qt[d * BQ + i] = Q[i * qst + d] * sc2;
+            dot[d * BQ + i] = dO[i * dst + d];
         }
         for (int64_t i = bq; i < BQ; i++) qt[d * BQ + i] = dot[d * BQ + i] = 0.0f;
     }
     for (int64_t i = 0; i < BQ; i++) {
         if (i < bq) {
             float s = 0.0f;
-            for (int64_t d = 0; d < D; d++) s += dO[i * D + d] * O[i * D + d];
+            for (int64_t d = 0; d < D; d++) s += dO[i * dst + d] * O[i * ost + d];
             delta[i] = s;
             lse2[i] = L[i] * 1.4426950408889634f;
         } else {
@@ -284,18 +278,19 @@ static void pack_qblock(const bwd_ctx *c, int64_t bh, int64_t i0, float *qt, flo
  * both [bk][BQ], recomputed from K, V and the packed query block. */
 static void bwd_tile(const bwd_ctx *c, const float *K, const float *V, int bk, int64_t j0, int64_t i0,
                      const float *qt, const float *dot, const float *delta, const float *lse2, float *P, float *dS) {
-    const int D = (int)c->g.D;
-    tile_gemm(bk, BQ, D, K, D, 1, qt, BQ, P, BQ, 0);
+    const fm_sdpa_io *g = c->io;
+    const int D = (int)g->D;
+    tile_gemm(bk, BQ, D, K, g->lk.st, 1, qt, BQ, P, BQ, 0);
     for (int r = 0; r < bk; r++) {
         float *pr = P + r * BQ;
         for (int cb = 0; cb < BQ; cb += 8)
             _mm256_storeu_ps(pr + cb, exp2_neg(_mm256_sub_ps(_mm256_loadu_ps(pr + cb), _mm256_loadu_ps(lse2 + cb))));
-        if (c->g.causal) {
+        if (g->causal) {
             int64_t first = j0 + r - i0; /* queries i < j do not see key j */
             for (int64_t i = 0; i < first && i < BQ; i++) pr[i] = 0.0f;
         }
     }
-    tile_gemm(bk, BQ, D, V, D, 1, dot, BQ, dS, BQ, 0);
+    tile_gemm(bk, BQ, D, V, g->lv.st, 1, dot, BQ, dS, BQ, 0);
     for (int r = 0; r < bk; r++)
         for (int cb = 0; cb < BQ; cb += 8) {
             __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(dS + r * BQ + cb), _mm256_loadu_ps(delta + cb));
@@ -303,16 +298,23 @@ static void bwd_tile(const bwd_ctx *c, const float *K, const float *V, int bk, i
         }
 }
 
-static void scale_rows(float *x, int64_t n, float s) {
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+/* n rows of D elements, row stride st */
+static void zero_rows(float *x, int64_t n, int64_t D, int64_t st) {
+    for (int64_t i = 0; i < n; i++) memset(x + i * st, 0, sizeof(float) * (size_t)D);
+}
+static void scale_rows(float *x, int64_t n, int64_t D, int64_t st, float s) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < D; d++) x[i * st + d] *= s;
 }
 
 /* Owner mode: one task per (batch, kv head) computes dK, dV of that kv head and dQ
  * of its query heads in one sweep (five tile GEMMs per tile, nothing recomputed). */
 static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     bwd_ctx *c = vctx;
-    const sdpa_geom *g = &c->g;
+    const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, nqb = c->nqb, Tqp = nqb * BQ;
+    const int64_t kst = g->lk.st, vst = g->lv.st, qst = g->lq.st, dost = g->ldo.st;
+    const int64_t dqst = g->ldq.st, dkst = g->ldk.st, dvst = g->ldv.st;
     float *buf = NULL;
     size_t nflt = (size_t)(2 * Tqp * D + 2 * Tqp + 2 * BK * BQ);
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
@@ -321,32 +323,33 @@ static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const int64_t group = g->H / g->Hkv;
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = t / g->Hkv, hk = t % g->Hkv;
-        const float *K = c->k + t * Tk * D, *V = c->v + t * Tk * D;
-        float *dK = c->dk + t * Tk * D, *dV = c->dv + t * Tk * D;
-        memset(dK, 0, sizeof(float) * Tk * D);
-        memset(dV, 0, sizeof(float) * Tk * D);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
+        float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, 0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, 0);
+        zero_rows(dK, Tk, D, dkst);
+        zero_rows(dV, Tk, D, dvst);
         for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-            int64_t bh = b * g->H + h;
-            const float *Q = c->q + bh * Tq * D, *dO = c->dout + bh * Tq * D;
-            float *dQ = c->dq + bh * Tq * D;
-            memset(dQ, 0, sizeof(float) * Tq * D);
+            const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, 0);
+            const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, 0);
+            float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, 0);
+            zero_rows(dQ, Tq, D, dqst);
             for (int64_t qb = 0; qb < nqb; qb++)
-                pack_qblock(c, bh, qb * BQ, QT + qb * D * BQ, dOT + qb * D * BQ, delta + qb * BQ, lse2 + qb * BQ);
+                pack_qblock(c, b, h, qb * BQ, QT + qb * D * BQ, dOT + qb * D * BQ, delta + qb * BQ, lse2 + qb * BQ);
             for (int64_t j0 = 0; j0 < Tk; j0 += BK) {
                 int bk = (int)min64(BK, Tk - j0);
                 for (int64_t qb = g->causal ? j0 / BQ : 0; qb < nqb; qb++) {
                     int64_t i0 = qb * BQ;
                     int bq = (int)min64(BQ, Tq - i0);
-                    bwd_tile(c, K + j0 * D, V + j0 * D, bk, j0, i0, QT + qb * D * BQ, dOT + qb * D * BQ,
+                    bwd_tile(c, K + j0 * kst, V + j0 * vst, bk, j0, i0, QT + qb * D * BQ, dOT + qb * D * BQ,
                              delta + i0, lse2 + i0, P, dS);
-                    tile_gemm(bk, (int)D, bq, P, BQ, 1, dO + i0 * D, D, dV + j0 * D, D, 1);  /* dV += P^T dO */
-                    tile_gemm(bk, (int)D, bq, dS, BQ, 1, Q + i0 * D, D, dK + j0 * D, D, 1);  /* dK += dS^T Q */
-                    tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * D, D, dQ + i0 * D, D, 1);  /* dQ += dS K */
+                    tile_gemm(bk, (int)D, bq, P, BQ, 1, dO + i0 * dost, dost, dV + j0 * dvst, dvst, 1); /* dV += P^T dO */
+                    tile_gemm(bk, (int)D, bq, dS, BQ, 1, Q + i0 * qst, qst, dK + j0 * dkst, dkst, 1);  /* dK += dS^T Q */
+                    tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * kst, kst, dQ + i0 * dqst, dqst, 1);  /* dQ += dS K */
                 }
             }
-            scale_rows(dQ, Tq * D, g->scale);
+            scale_rows(dQ, Tq, D, dqst, (float)g->scale);
         }
-        scale_rows(dK, Tk * D, g->scale);
+        scale_rows(dK, Tk, D, dkst, (float)g->scale);
     }
     free(buf);
 }
@@ -356,8 +359,9 @@ static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
  * rows. P and dS are recomputed in pass 2, the price of using every thread. */
 static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     bwd_ctx *c = vctx;
-    const sdpa_geom *g = &c->g;
+    const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, group = g->H / g->Hkv;
+    const int64_t dkst = g->ldk.st, dvst = g->ldv.st;
     float *buf = NULL;
     size_t nflt = (size_t)(2 * BQ * D + 2 * BQ + 2 * BK * BQ);
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
@@ -366,49 +370,53 @@ static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         int64_t kb = zigzag(t % c->nkb, c->nkb), bhk = t / c->nkb, b = bhk / g->Hkv, hk = bhk % g->Hkv;
         int64_t j0 = kb * BK;
         int bk = (int)min64(BK, Tk - j0);
-        const float *K = c->k + (bhk * Tk + j0) * D, *V = c->v + (bhk * Tk + j0) * D;
-        float *dK = c->dk + (bhk * Tk + j0) * D, *dV = c->dv + (bhk * Tk + j0) * D;
-        memset(dK, 0, sizeof(float) * bk * D);
-        memset(dV, 0, sizeof(float) * bk * D);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, j0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, j0);
+        float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, j0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, j0);
+        zero_rows(dK, bk, D, dkst);
+        zero_rows(dV, bk, D, dvst);
         for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-            int64_t bh = b * g->H + h;
             for (int64_t qb = g->causal ? j0 / BQ : 0; qb < c->nqb; qb++) {
                 int64_t i0 = qb * BQ;
                 int bq = (int)min64(BQ, Tq - i0);
-                pack_qblock(c, bh, i0, qt, dot, delta, lse2);
+                pack_qblock(c, b, h, i0, qt, dot, delta, lse2);
                 bwd_tile(c, K, V, bk, j0, i0, qt, dot, delta, lse2, P, dS);
-                tile_gemm(bk, (int)D, bq, P, BQ, 1, c->dout + (bh * Tq + i0) * D, D, dV, D, 1);
-                tile_gemm(bk, (int)D, bq, dS, BQ, 1, c->q + (bh * Tq + i0) * D, D, dK, D, 1);
+                tile_gemm(bk, (int)D, bq, P, BQ, 1, (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, i0), g->ldo.st,
+                          dV, dvst, 1);
+                tile_gemm(bk, (int)D, bq, dS, BQ, 1, (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0), g->lq.st, dK,
+                          dkst, 1);
             }
         }
-        scale_rows(dK, bk * D, g->scale);
+        scale_rows(dK, bk, D, dkst, (float)g->scale);
     }
     free(buf);
 }
 
 static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     bwd_ctx *c = vctx;
-    const sdpa_geom *g = &c->g;
+    const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, Tq = g->Tq, Tk = g->Tk, group = g->H / g->Hkv;
+    const int64_t kst = g->lk.st, vst = g->lv.st, dqst = g->ldq.st;
     float *buf = NULL;
     size_t nflt = (size_t)(2 * BQ * D + 2 * BQ + 2 * BK * BQ);
     if (posix_memalign((void **)&buf, 64, nflt * sizeof(float)) != 0) { c->oom = 1; return; }
     float *qt = buf, *dot = qt + BQ * D, *delta = dot + BQ * D, *lse2 = delta + BQ, *P = lse2 + BQ, *dS = P + BK * BQ;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, hk = (bh % g->H) / group;
+        int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
         int64_t i0 = qb * BQ;
         int bq = (int)min64(BQ, Tq - i0);
-        const float *K = c->k + (b * g->Hkv + hk) * Tk * D, *V = c->v + (b * g->Hkv + hk) * Tk * D;
-        float *dQ = c->dq + (bh * Tq + i0) * D;
-        memset(dQ, 0, sizeof(float) * bq * D);
-        pack_qblock(c, bh, i0, qt, dot, delta, lse2);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
+        float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, i0);
+        zero_rows(dQ, bq, D, dqst);
+        pack_qblock(c, b, h, i0, qt, dot, delta, lse2);
         int64_t kend = g->causal ? min64(Tk, i0 + bq) : Tk;
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
             int bk = (int)min64(BK, kend - j0);
-            bwd_tile(c, K + j0 * D, V + j0 * D, bk, j0, i0, qt, dot, delta, lse2, P, dS);
-            tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * D, D, dQ, D, 1);
+            bwd_tile(c, K + j0 * kst, V + j0 * vst, bk, j0, i0, qt, dot, delta, lse2, P, dS);
+            tile_gemm(bq, (int)D, bk, dS, 1, BQ, K + j0 * kst, kst, dQ, dqst, 1);
         }
-        scale_rows(dQ, bq * D, g->scale);
+        scale_rows(dQ, bq, D, dqst, (float)g->scale);
     }
     free(buf);
 }
@@ -418,16 +426,13 @@ static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
  * the same bits for any FATHOM_NUM_THREADS. */
 #define SDPA_OWNER_MIN_TASKS 16
 
-int fm_sdpa_f32_avx2_backward(const float *dout, const float *q, const float *k, const float *v, const float *o,
-                              const float *lse, float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t Hkv,
-                              int64_t Tq, int64_t Tk, int64_t D, int causal, float scale) {
-    bwd_ctx c = {{B, H, Hkv, Tq, Tk, D, causal, scale}, dout, q, k, v, o, lse, dq, dk, dv,
-                 (Tq + BQ - 1) / BQ, (Tk + BK - 1) / BK, 0};
-    if (B * Hkv >= SDPA_OWNER_MIN_TASKS) {
-        fm_parallel_for(B * Hkv, 1, bwd_owner_range, &c);
+int fm_sdpa_f32_avx2_backward(const fm_sdpa_io *io) {
+    bwd_ctx c = {io, (io->Tq + BQ - 1) / BQ, (io->Tk + BK - 1) / BK, 0};
+    if (io->B * io->Hkv >= SDPA_OWNER_MIN_TASKS) {
+        fm_parallel_for(io->B * io->Hkv, 1, bwd_owner_range, &c);
     } else {
-        fm_parallel_for(B * Hkv * c.nkb, 1, bwd_kv_range, &c);
-        fm_parallel_for(B * H * c.nqb, 1, bwd_q_range, &c);
+        fm_parallel_for(io->B * io->Hkv * c.nkb, 1, bwd_kv_range, &c);
+        fm_parallel_for(io->B * io->H * c.nqb, 1, bwd_q_range, &c);
     }
     return c.oom ? -1 : 0;
 }

@@ -7,33 +7,25 @@
  * double instead of trusting the f32 one the forward saved, so f64 gradient
  * checks keep full precision.
  *
- * Inputs arrive contiguous (SDPA is not FM_OPF_STRIDED): q [B,H,Tq,D],
+ * SDPA's inputs arrive contiguous (it is not FM_OPF_STRIDED): q [B,H,Tq,D],
  * k/v [B,Hkv,Tk,D], H a multiple of Hkv; query head h reads kv head h/(H/Hkv).
+ * SDPA_QKV reads the heads straight out of a fused projection [B,T,(H+2KV)*D]
+ * and writes the merged output [B,T,H*D]; both kernels describe their operands
+ * as row layouts (attention_cpu.h), so the arithmetic is the same bits either way.
  * Causal masking is top-left aligned (key j visible to query i iff j <= i), as
  * PyTorch's is_causal. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_kernels.h" /* kernel contract, fm_sdpa_attrs */
+#include "backend/cpu/attention_cpu.h" /* fm_sdpa_io, the AVX2 kernels */
+#include "backend/cpu/cpu_kernels.h"   /* kernel contract, fm_sdpa_attrs */
 #include "core/cpu_features.h"       /* fm_cpu_use_avx2 */
 #include "core/parallel.h"           /* fm_parallel_for */
 
-/* attention_avx2.c (f32 only); they return -1 when scratch memory ran out. */
-int fm_sdpa_f32_avx2_forward(const float *q, const float *k, const float *v, float *o, float *lse, int64_t B,
-                             int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, int causal, float scale);
-int fm_sdpa_f32_avx2_backward(const float *dout, const float *q, const float *k, const float *v, const float *o,
-                              const float *lse, float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t Hkv,
-                              int64_t Tq, int64_t Tk, int64_t D, int causal, float scale);
-
 typedef struct ref_ctx {
-    int64_t B, H, Hkv, Tq, Tk, D;
-    int causal;
-    double scale;
+    const fm_sdpa_io *io;
     fm_dtype dt;
-    const void *q, *k, *v, *o, *dout;
-    void *out, *dq, *dk, *dv;
-    float *lse;
     int oom;
 } ref_ctx;
 
@@ -45,14 +37,15 @@ static inline void st(void *p, fm_dtype dt, int64_t i, double v) {
     else ((float *)p)[i] = (float)v;
 }
 
-/* Scores of query row (q at flat offset qoff) against keys [0, n) of kv offset koff;
- * returns the max and fills s[] (already scaled). */
+/* Scores of query row (q at offset qoff) against keys [0, n) of the kv head whose
+ * row 0 is at koff; returns the max and fills s[] (already scaled). */
 static double row_scores(const ref_ctx *c, int64_t qoff, int64_t koff, int64_t n, double *s) {
+    const fm_sdpa_io *g = c->io;
     double mx = -INFINITY;
     for (int64_t j = 0; j < n; j++) {
         double acc = 0;
-        for (int64_t d = 0; d < c->D; d++) acc += ld(c->q, c->dt, qoff + d) * ld(c->k, c->dt, koff + j * c->D + d);
-        s[j] = acc * c->scale;
+        for (int64_t d = 0; d < g->D; d++) acc += ld(g->q, c->dt, qoff + d) * ld(g->k, c->dt, koff + j * g->lk.st + d);
+        s[j] = acc * g->scale;
         if (s[j] > mx) mx = s[j];
     }
     return mx;
@@ -60,23 +53,25 @@ static double row_scores(const ref_ctx *c, int64_t qoff, int64_t koff, int64_t n
 
 static void ref_fwd_range(void *vctx, int64_t r0, int64_t r1, int tid) {
     ref_ctx *c = vctx;
-    const int64_t D = c->D, group = c->H / c->Hkv;
-    double *s = malloc(sizeof(double) * (size_t)(c->Tk + D));
+    const fm_sdpa_io *g = c->io;
+    const int64_t D = g->D, group = g->H / g->Hkv;
+    double *s = malloc(sizeof(double) * (size_t)(g->Tk + D));
     if (!s) { c->oom = 1; return; }
-    double *acc = s + c->Tk;
+    double *acc = s + g->Tk;
     for (int64_t r = r0; r < r1; r++) { /* r = flat (b, h, i) */
-        int64_t i = r % c->Tq, bh = r / c->Tq, b = bh / c->H, h = bh % c->H;
-        int64_t koff = (b * c->Hkv + h / group) * c->Tk * D;
-        int64_t n = c->causal ? (i + 1 < c->Tk ? i + 1 : c->Tk) : c->Tk;
-        double mx = row_scores(c, r * D, koff, n, s), l = 0;
+        int64_t i = r % g->Tq, bh = r / g->Tq, b = bh / g->H, h = bh % g->H;
+        int64_t koff = fm_sdpa_row(g->lk, b, h / group, 0), voff = fm_sdpa_row(g->lv, b, h / group, 0);
+        int64_t n = g->causal ? (i + 1 < g->Tk ? i + 1 : g->Tk) : g->Tk;
+        double mx = row_scores(c, fm_sdpa_row(g->lq, b, h, i), koff, n, s), l = 0;
         for (int64_t d = 0; d < D; d++) acc[d] = 0;
         for (int64_t j = 0; j < n; j++) {
             double p = exp(s[j] - mx);
             l += p;
-            for (int64_t d = 0; d < D; d++) acc[d] += p * ld(c->v, c->dt, koff + j * D + d);
+            for (int64_t d = 0; d < D; d++) acc[d] += p * ld(g->v, c->dt, voff + j * g->lv.st + d);
         }
-        for (int64_t d = 0; d < D; d++) st(c->out, c->dt, r * D + d, acc[d] / l);
-        c->lse[r] = (float)(mx + log(l));
+        int64_t ooff = fm_sdpa_row(g->lo, b, h, i);
+        for (int64_t d = 0; d < D; d++) st(g->o, c->dt, ooff + d, acc[d] / l);
+        g->lse[r] = (float)(mx + log(l));
     }
     free(s);
 }
@@ -84,103 +79,155 @@ static void ref_fwd_range(void *vctx, int64_t r0, int64_t r1, int tid) {
 /* One task per (b, kv head): it owns dK/dV of that head and dQ of its query heads. */
 static void ref_bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     ref_ctx *c = vctx;
-    const int64_t D = c->D, Tk = c->Tk, group = c->H / c->Hkv;
+    const fm_sdpa_io *g = c->io;
+    const int64_t D = g->D, Tk = g->Tk, group = g->H / g->Hkv;
     double *buf = malloc(sizeof(double) * (size_t)(2 * Tk * D + Tk + D));
     if (!buf) { c->oom = 1; return; }
     double *dK = buf, *dV = dK + Tk * D, *s = dV + Tk * D, *dQ = s + Tk;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t b = t / c->Hkv, koff = t * Tk * D;
+        int64_t b = t / g->Hkv, hk = t % g->Hkv;
+        int64_t koff = fm_sdpa_row(g->lk, b, hk, 0), voff = fm_sdpa_row(g->lv, b, hk, 0);
         memset(buf, 0, sizeof(double) * (size_t)(2 * Tk * D));
-        for (int64_t h = (t % c->Hkv) * group; h < (t % c->Hkv + 1) * group; h++) {
-            for (int64_t i = 0; i < c->Tq; i++) {
-                int64_t r = (b * c->H + h) * c->Tq + i, qoff = r * D;
-                int64_t n = c->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+        for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+            for (int64_t i = 0; i < g->Tq; i++) {
+                int64_t qoff = fm_sdpa_row(g->lq, b, h, i), dooff = fm_sdpa_row(g->ldo, b, h, i);
+                int64_t ooff = fm_sdpa_row(g->lo, b, h, i);
+                int64_t n = g->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
                 double mx = row_scores(c, qoff, koff, n, s), l = 0, delta = 0;
                 for (int64_t j = 0; j < n; j++) l += exp(s[j] - mx);
                 double lse = mx + log(l);
                 for (int64_t d = 0; d < D; d++) {
-                    delta += ld(c->dout, c->dt, qoff + d) * ld(c->o, c->dt, qoff + d);
+                    delta += ld(g->dout, c->dt, dooff + d) * ld(g->o, c->dt, ooff + d);
                     dQ[d] = 0;
                 }
                 for (int64_t j = 0; j < n; j++) {
                     double p = exp(s[j] - lse), dp = 0;
-                    for (int64_t d = 0; d < D; d++) dp += ld(c->dout, c->dt, qoff + d) * ld(c->v, c->dt, koff + j * D + d);
+                    for (int64_t d = 0; d < D; d++) dp += ld(g->dout, c->dt, dooff + d) * ld(g->v, c->dt, voff + j * g->lv.st + d);
                     double ds = p * (dp - delta);
                     for (int64_t d = 0; d < D; d++) {
-                        dV[j * D + d] += p * ld(c->dout, c->dt, qoff + d);
-                        dK[j * D + d] += ds * c->scale * ld(c->q, c->dt, qoff + d);
-                        dQ[d] += ds * c->scale * ld(c->k, c->dt, koff + j * D + d);
+                        dV[j * D + d] += p * ld(g->dout, c->dt, dooff + d);
+                        dK[j * D + d] += ds * g->scale * ld(g->q, c->dt, qoff + d);
+                        dQ[d] += ds * g->scale * ld(g->k, c->dt, koff + j * g->lk.st + d);
                     }
                 }
-                for (int64_t d = 0; d < D; d++) st(c->dq, c->dt, qoff + d, dQ[d]);
+                int64_t dqoff = fm_sdpa_row(g->ldq, b, h, i);
+                for (int64_t d = 0; d < D; d++) st(g->dq, c->dt, dqoff + d, dQ[d]);
             }
         }
-        for (int64_t e = 0; e < Tk * D; e++) {
-            st(c->dk, c->dt, koff + e, dK[e]);
-            st(c->dv, c->dt, koff + e, dV[e]);
+        for (int64_t j = 0; j < Tk; j++) {
+            int64_t dkoff = fm_sdpa_row(g->ldk, b, hk, j), dvoff = fm_sdpa_row(g->ldv, b, hk, j);
+            for (int64_t d = 0; d < D; d++) {
+                st(g->dk, c->dt, dkoff + d, dK[j * D + d]);
+                st(g->dv, c->dt, dvoff + d, dV[j * D + d]);
+            }
         }
     }
     free(buf);
 }
 
-static void geom(const fm_op_call *call, ref_ctx *c) {
-    const fm_tensor *q = call->in[call->op == FM_OP_SDPA ? 0 : 1], *k = call->in[call->op == FM_OP_SDPA ? 1 : 2];
-    const fm_sdpa_attrs *a = call->attrs;
-    c->B = q->shape[0]; c->H = q->shape[1]; c->Tq = q->shape[2]; c->D = q->shape[3];
-    c->Hkv = k->shape[1]; c->Tk = k->shape[2];
-    c->causal = a->causal;
-    c->scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)c->D);
-    c->dt = q->dtype;
+static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
+    if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
+    int rc;
+    if (dt == FM_F32 && fm_cpu_use_avx2()) {
+        rc = fm_sdpa_f32_avx2_forward(io);
+    } else {
+        ref_ctx c = {io, dt, 0};
+        fm_parallel_for(io->B * io->H * io->Tq, 16, ref_fwd_range, &c);
+        rc = c.oom ? -1 : 0;
+    }
+    if (rc) return fm_set_error(FM_ERR_OOM, "%s: out of memory for tile scratch", fm_op_get_info(call->op)->name);
+    return FM_OK;
+}
+
+static fm_status run_backward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
+    if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
+    int rc;
+    if (dt == FM_F32 && fm_cpu_use_avx2()) {
+        rc = fm_sdpa_f32_avx2_backward(io);
+    } else {
+        ref_ctx c = {io, dt, 0};
+        fm_parallel_for(io->B * io->Hkv, 1, ref_bwd_range, &c);
+        rc = c.oom ? -1 : 0;
+    }
+    if (rc) return fm_set_error(FM_ERR_OOM, "%s: out of memory for tile scratch", fm_op_get_info(call->op)->name);
+    return FM_OK;
+}
+
+/* q [B,H,Tq,D], k/v [B,Hkv,Tk,D], all contiguous */
+static void plain_io(const fm_tensor *q, const fm_tensor *k, const fm_sdpa_attrs *a, fm_sdpa_io *io) {
+    memset(io, 0, sizeof *io);
+    io->B = q->shape[0]; io->H = q->shape[1]; io->Tq = q->shape[2]; io->D = q->shape[3];
+    io->Hkv = k->shape[1]; io->Tk = k->shape[2];
+    io->causal = a->causal;
+    io->scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)io->D);
+    io->lq = io->lo = io->ldo = io->ldq = fm_sdpa_lay_plain(io->H, io->Tq, io->D);
+    io->lk = io->lv = io->ldk = io->ldv = fm_sdpa_lay_plain(io->Hkv, io->Tk, io->D);
 }
 
 static fm_status sdpa_kernel(const fm_op_call *call) {
-    ref_ctx c;
-    memset(&c, 0, sizeof c);
-    geom(call, &c);
-    if (c.dt != FM_F32 && c.dt != FM_F64) return fm_cpu_unsupported_dtype(call, c.dt);
-    float *lse = fm_tensor_data(call->out[1]);
-    int rc = 0;
-    if (c.dt == FM_F32 && fm_cpu_use_avx2()) {
-        rc = fm_sdpa_f32_avx2_forward(fm_tensor_data(call->in[0]), fm_tensor_data(call->in[1]),
-                                      fm_tensor_data(call->in[2]), fm_tensor_data(call->out[0]), lse, c.B, c.H,
-                                      c.Hkv, c.Tq, c.Tk, c.D, c.causal, (float)c.scale);
-    } else {
-        c.q = fm_tensor_data(call->in[0]); c.k = fm_tensor_data(call->in[1]); c.v = fm_tensor_data(call->in[2]);
-        c.out = fm_tensor_data(call->out[0]);
-        c.lse = lse;
-        fm_parallel_for(c.B * c.H * c.Tq, 16, ref_fwd_range, &c);
-        rc = c.oom ? -1 : 0;
-    }
-    if (rc) return fm_set_error(FM_ERR_OOM, "scaled_dot_product_attention: out of memory for tile scratch");
-    return FM_OK;
+    fm_sdpa_io io;
+    plain_io(call->in[0], call->in[1], call->attrs, &io);
+    io.q = fm_tensor_data(call->in[0]); io.k = fm_tensor_data(call->in[1]); io.v = fm_tensor_data(call->in[2]);
+    io.o = fm_tensor_data(call->out[0]);
+    io.lse = fm_tensor_data(call->out[1]);
+    return run_forward(call, &io, call->in[0]->dtype);
 }
 
 static fm_status sdpa_backward_kernel(const fm_op_call *call) {
-    ref_ctx c;
-    memset(&c, 0, sizeof c);
-    geom(call, &c);
-    if (c.dt != FM_F32 && c.dt != FM_F64) return fm_cpu_unsupported_dtype(call, c.dt);
-    int rc = 0;
-    if (c.dt == FM_F32 && fm_cpu_use_avx2()) {
-        rc = fm_sdpa_f32_avx2_backward(fm_tensor_data(call->in[0]), fm_tensor_data(call->in[1]),
-                                       fm_tensor_data(call->in[2]), fm_tensor_data(call->in[3]),
-                                       fm_tensor_data(call->in[4]), fm_tensor_data(call->in[5]),
-                                       fm_tensor_data(call->out[0]), fm_tensor_data(call->out[1]),
-                                       fm_tensor_data(call->out[2]), c.B, c.H, c.Hkv, c.Tq, c.Tk, c.D, c.causal,
-                                       (float)c.scale);
-    } else {
-        c.dout = fm_tensor_data(call->in[0]);
-        c.q = fm_tensor_data(call->in[1]); c.k = fm_tensor_data(call->in[2]); c.v = fm_tensor_data(call->in[3]);
-        c.o = fm_tensor_data(call->in[4]);
-        c.dq = fm_tensor_data(call->out[0]); c.dk = fm_tensor_data(call->out[1]); c.dv = fm_tensor_data(call->out[2]);
-        fm_parallel_for(c.B * c.Hkv, 1, ref_bwd_range, &c);
-        rc = c.oom ? -1 : 0;
-    }
-    if (rc) return fm_set_error(FM_ERR_OOM, "sdpa_backward: out of memory for tile scratch");
-    return FM_OK;
+    fm_sdpa_io io;
+    plain_io(call->in[1], call->in[2], call->attrs, &io);
+    io.dout = fm_tensor_data(call->in[0]);
+    io.q = fm_tensor_data(call->in[1]); io.k = fm_tensor_data(call->in[2]); io.v = fm_tensor_data(call->in[3]);
+    io.o = fm_tensor_data(call->in[4]);
+    io.lse = fm_tensor_data(call->in[5]);
+    io.dq = fm_tensor_data(call->out[0]); io.dk = fm_tensor_data(call->out[1]); io.dv = fm_tensor_data(call->out[2]);
+    return run_backward(call, &io, call->in[1]->dtype);
+}
+
+/* qkv [B,T,(H+2KV)*D] (and dqkv alike): q heads, then k heads, then v heads in
+ * each row; the output (and its gradient) [B,T,H*D]. */
+static void qkv_io(const fm_tensor *qkv, const fm_sdpa_qkv_attrs *a, fm_sdpa_io *io) {
+    memset(io, 0, sizeof *io);
+    const int64_t T = qkv->shape[1], H = a->n_head, KV = a->n_kv_head, D = a->head_dim, W = (H + 2 * KV) * D;
+    io->B = qkv->shape[0]; io->H = H; io->Hkv = KV; io->Tq = io->Tk = T; io->D = D;
+    io->causal = a->causal;
+    io->scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)D);
+    io->lq = io->lk = io->lv = io->ldq = io->ldk = io->ldv = (fm_sdpa_lay){T * W, D, W};
+    io->lo = io->ldo = (fm_sdpa_lay){T * H * D, D, H * D};
+}
+
+static fm_status sdpa_qkv_kernel(const fm_op_call *call) {
+    fm_sdpa_io io;
+    const fm_sdpa_qkv_attrs *a = call->attrs;
+    qkv_io(call->in[0], a, &io);
+    size_t es = fm_dtype_size(call->in[0]->dtype);
+    const char *base = fm_tensor_data(call->in[0]);
+    io.q = base; io.k = base + (size_t)(a->n_head * a->head_dim) * es;
+    io.v = base + (size_t)((a->n_head + a->n_kv_head) * a->head_dim) * es;
+    io.o = fm_tensor_data(call->out[0]);
+    io.lse = fm_tensor_data(call->out[1]);
+    return run_forward(call, &io, call->in[0]->dtype);
+}
+
+static fm_status sdpa_qkv_backward_kernel(const fm_op_call *call) {
+    fm_sdpa_io io;
+    const fm_sdpa_qkv_attrs *a = call->attrs;
+    qkv_io(call->in[1], a, &io);
+    size_t es = fm_dtype_size(call->in[1]->dtype), ko = (size_t)(a->n_head * a->head_dim) * es,
+           vo = (size_t)((a->n_head + a->n_kv_head) * a->head_dim) * es;
+    const char *base = fm_tensor_data(call->in[1]);
+    char *dbase = fm_tensor_data(call->out[0]);
+    io.dout = fm_tensor_data(call->in[0]);
+    io.q = base; io.k = base + ko; io.v = base + vo;
+    io.o = fm_tensor_data(call->in[2]);
+    io.lse = fm_tensor_data(call->in[3]);
+    io.dq = dbase; io.dk = dbase + ko; io.dv = dbase + vo;
+    return run_backward(call, &io, call->in[1]->dtype);
 }
 
 void fm_cpu_kernels_attention(fm_backend *b) {
     b->kernels[FM_OP_SDPA] = sdpa_kernel;
     b->kernels[FM_OP_SDPA_BACKWARD] = sdpa_backward_kernel;
+    b->kernels[FM_OP_SDPA_QKV] = sdpa_qkv_kernel;
+    b->kernels[FM_OP_SDPA_QKV_BACKWARD] = sdpa_qkv_backward_kernel;
 }

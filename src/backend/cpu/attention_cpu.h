@@ -1,0 +1,43 @@
+/* Shared by the CPU attention kernels (attention_cpu.c, attention_avx2.c).
+ *
+ * Every operand is a set of rows of D contiguous elements, one row per (batch,
+ * head, position); where row (b, h, t) starts is base + b*sb + h*sh + t*st
+ * (elements). The plain layout [B, heads, T, D] is one such set; so are the
+ * heads inside a fused QKV projection [B, T, (H+2KV)*D] and the merged output
+ * [B, T, H*D] that the output projection reads, which lets sdpa_qkv attend
+ * straight out of the projection and into the merged heads without copies. */
+#ifndef FATHOM_ATTENTION_CPU_H
+#define FATHOM_ATTENTION_CPU_H
+#include <stdint.h>
+
+typedef struct fm_sdpa_lay {
+    int64_t sb, sh, st;
+} fm_sdpa_lay;
+
+static inline int64_t fm_sdpa_row(fm_sdpa_lay l, int64_t b, int64_t h, int64_t t) { return b * l.sb + h * l.sh + t * l.st; }
+
+/* [B, heads, T, D] contiguous */
+static inline fm_sdpa_lay fm_sdpa_lay_plain(int64_t heads, int64_t T, int64_t D) {
+    return (fm_sdpa_lay){heads * T * D, T * D, D};
+}
+
+/* Operands of one attention call. lse is always [B, H, Tq] contiguous (f32). */
+typedef struct fm_sdpa_io {
+    int64_t B, H, Hkv, Tq, Tk, D;
+    int causal;
+    double scale;
+    const void *q, *k, *v;
+    fm_sdpa_lay lq, lk, lv;
+    void *o;                /* forward output; backward: the saved output (read) */
+    fm_sdpa_lay lo;
+    const void *dout;       /* backward */
+    fm_sdpa_lay ldo;
+    void *dq, *dk, *dv;     /* backward outputs */
+    fm_sdpa_lay ldq, ldk, ldv;
+    float *lse;
+} fm_sdpa_io;
+
+/* attention_avx2.c (f32 only); they return -1 when scratch memory ran out. */
+int fm_sdpa_f32_avx2_forward(const fm_sdpa_io *io);
+int fm_sdpa_f32_avx2_backward(const fm_sdpa_io *io);
+#endif
