@@ -391,7 +391,7 @@ static void test_linear_recompute(void) {
 }
 
 /* fm_cross_entropy_lowp against the autocast cross-entropy (f32 copy of the
- * logits): the same loss; the same gradient bits when the mean's 1/count is a
+ * logits): the loss within one f32 rounding (it sums blocks of rows); the same gradient bits when the mean's 1/count is a
  * power of two, else within one bf16 rounding; several row blocks; and no f32
  * copy of the logits alive after forward. */
 static void test_cross_entropy_lowp(void) {
@@ -427,7 +427,7 @@ static void test_cross_entropy_lowp(void) {
             fm_tensor_zero_grad(x);
             fm_tensor_release_n(2, l, l3);
         }
-        CHECK_MSG(loss[0] == loss[1], "N %lld: loss %.9g vs %.9g", (long long)N, loss[0], loss[1]);
+        CHECK_MSG(fabs(loss[1] - loss[0]) <= 0x1p-23 * fabs(loss[0]), "N %lld: loss %.9g vs %.9g", (long long)N, loss[0], loss[1]);
         CHECK_MSG(kept[0] >= (size_t)(N * V * 4) && kept[1] < 4096, "N %lld: bytes kept by forward %zu (f32 copy) vs %zu",
                   (long long)N, kept[0], kept[1]);
         int64_t diff = 0;

@@ -10,7 +10,9 @@
  * f32 cross-entropy backward on it and narrows its gradient into the bf16 result.
  * Row by row the arithmetic is the f32 one; the mean's 1/count reaches each block
  * as an f32 scale (exact when count is a power of two, else within one f32
- * rounding of the unblocked scale). */
+ * rounding of the unblocked scale). The forward goes by the same blocks, so an
+ * f32 copy of all the logits never exists; its loss is the sum of the blocks' f32
+ * sums, within one f32 rounding of the unblocked one. */
 #include <string.h>
 
 #include "autograd/node.h"
@@ -66,11 +68,23 @@ fm_tensor *fm_cross_entropy_lowp(fm_tensor *logits, fm_tensor *target, int64_t i
     int64_t count = 0, n = target->shape[0];
     for (int64_t i = 0; i < n; i++) count += (int64_t)fm_tensor_get(target, i) != ignore_index;
     if (count == 0) return fm_cross_entropy(logits, target, ignore_index, label_smoothing, FM_REDUCE_MEAN); /* NaN, as it gives */
+    /* the forward in the same blocks of rows, so no f32 copy of all the logits exists
+     * even for a moment: each block's sum (f32, from f64 row losses) is added in f64 */
     bool prev = fm_set_grad_enabled(false);
-    fm_tensor *x32 = fm_to_dtype(logits, FM_F32);
-    fm_tensor *loss = x32 ? fm_cross_entropy(x32, target, ignore_index, label_smoothing, FM_REDUCE_MEAN) : NULL;
-    fm_tensor_release(x32);
+    const int64_t V = logits->shape[1], step = fm_cross_entropy_lowp_rows(V);
+    double total = 0;
+    fm_status st = FM_OK;
+    for (int64_t r0 = 0; st == FM_OK && r0 < n; r0 += step) {
+        const int64_t k = n - r0 < step ? n - r0 : step;
+        fm_tensor *xs = fm_narrow(logits, 0, r0, k), *ts = fm_narrow(target, 0, r0, k);
+        fm_tensor *x32 = xs ? fm_to_dtype(xs, FM_F32) : NULL;
+        fm_tensor *l = x32 && ts ? fm_cross_entropy(x32, ts, ignore_index, label_smoothing, FM_REDUCE_SUM) : NULL;
+        if (l) total += fm_tensor_item(l);
+        else st = fm_last_status();
+        fm_tensor_release_n(4, xs, ts, x32, l);
+    }
     fm_set_grad_enabled(prev);
+    fm_tensor *loss = st == FM_OK ? fm_tensor_scalar(total / (double)count, FM_F32) : NULL;
     if (!loss) return NULL;
     fm_node *nd = fm_node_begin(FM_OP_CROSS_ENTROPY, 2, (fm_tensor *[]){logits, target}, cel_backward);
     if (nd) {

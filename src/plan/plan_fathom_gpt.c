@@ -488,32 +488,35 @@ static gt apply_f(gsim *g, enum fkind f, const gt *xs, gt fw, gt fb) {
     return op_gelu(g, xs[0]);
 }
 
-/* fm_efficiency_linear: f then linear, or (selective) a recompute node that
- * keeps only f's inputs */
-static gt lin(gsim *g, enum fkind f, int n_in, const gt *xs, gt fw, gt fb, gt w, gt b, double out) {
-    if (g->ckpt == 2 && g->grad_on) {
-        g->grad_on = 0;
-        gt h = apply_f(g, f, xs, fw, fb);
-        gt y = op_linear(g, h, w, b, out);
-        g->grad_on = 1;
-        t_rel(g, &h);
-        gt ins[G_MAX_IN];
-        for (int i = 0; i < n_in; i++) ins[i] = xs[i];
-        ins[n_in] = w;
-        ins[n_in + 1] = b;
-        int id = node_begin(g, N_RC, n_in + 2, ins);
-        if (id >= 0) {
-            for (int i = 0; i < n_in; i++) node_save(g, id, i, xs[i]);
-            gnode *n = &g->nodes[id];
-            n->a[0] = f;
-            n->a[1] = out;
-            n->a[2] = n_in;
-            n->fw = fw;
-            n->fb = fb;
-        }
-        node_finish(g, id, 1, &y);
-        return y;
+/* fm_linear_recompute: f and the linear without a tape, and a node that keeps
+ * only f's inputs */
+static gt lin_rc(gsim *g, enum fkind f, int n_in, const gt *xs, gt fw, gt fb, gt w, gt b, double out) {
+    g->grad_on = 0;
+    gt h = apply_f(g, f, xs, fw, fb);
+    gt y = op_linear(g, h, w, b, out);
+    g->grad_on = 1;
+    t_rel(g, &h);
+    gt ins[G_MAX_IN];
+    for (int i = 0; i < n_in; i++) ins[i] = xs[i];
+    ins[n_in] = w;
+    ins[n_in + 1] = b;
+    int id = node_begin(g, N_RC, n_in + 2, ins);
+    if (id >= 0) {
+        for (int i = 0; i < n_in; i++) node_save(g, id, i, xs[i]);
+        gnode *n = &g->nodes[id];
+        n->a[0] = f;
+        n->a[1] = out;
+        n->a[2] = n_in;
+        n->fw = fw;
+        n->fb = fb;
     }
+    node_finish(g, id, 1, &y);
+    return y;
+}
+
+/* fm_efficiency_linear: a recompute node (selective), or f then the linear */
+static gt lin(gsim *g, enum fkind f, int n_in, const gt *xs, gt fw, gt fb, gt w, gt b, double out) {
+    if (g->ckpt == 2 && g->grad_on) return lin_rc(g, f, n_in, xs, fw, fb, w, b, out);
     gt h = apply_f(g, f, xs, fw, fb);
     gt y = g->ac != 4 && g->grad_on ? op_linear_lowp(g, h, w, b, out) : op_linear(g, h, w, b, out);
     t_rel(g, &h);
@@ -535,7 +538,9 @@ static gt attn(gsim *g, gt h, int i) {
         op_split(g, h, &q, &k, &v);
         gt a = op_sdpa(g, q, k, v);
         t_rel(g, &q); t_rel(g, &k); t_rel(g, &v);
-        p = lin1(g, F_MERGE, a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
+        /* with a tape the head merge is recomputed in backward, not kept (gpt_model.c attn_proj) */
+        p = g->grad_on ? lin_rc(g, F_MERGE, 1, &a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C)
+                       : lin1(g, F_MERGE, a, GT_NONE, GT_NONE, LW(g, i, P_PROJW), LW(g, i, P_PROJB), (double)g->C);
         t_rel(g, &a);
     }
     gt d = op_dropout(g, p);
@@ -661,12 +666,16 @@ static void forward(gsim *g, gt idx, gt tgt, gt *logits, gt *loss) {
     t_rel(g, &yn);
     t_rel(g, &x);
     gt l2 = op_view(g, lg, N_VIEW, lg.n, 1);
-    if (g->ac != 4 && g->grad_on) { /* fm_cross_entropy_lowp: an f32 copy for the forward only */
-        g->grad_on = 0;
-        gt w32 = op_to(g, l2, 4, PF_ACT, "logits f32");
+    if (g->ac != 4 && g->grad_on) { /* fm_cross_entropy_lowp: f32 only a block of rows at a time */
+        double rows = l2.n / (double)g->V, step = (double)fm_cross_entropy_lowp_rows(g->V);
+        for (double r0 = 0; r0 < rows; r0 += step) { /* the loss by blocks of rows */
+            double k = rows - r0 < step ? rows - r0 : step;
+            gt xb = t_new(g, k * (double)g->V, 4, PF_ACT, "logits block f32");
+            gt lb = t_new(g, 1, 4, PF_ACT, "block loss");
+            t_rel(g, &xb);
+            t_rel(g, &lb);
+        }
         gt lw = t_new(g, 1, 4, PF_ACT, "loss");
-        t_rel(g, &w32);
-        g->grad_on = 1;
         int cid = node_begin(g, N_CELP, 1, &l2);
         node_save(g, cid, 0, l2);
         node_save(g, cid, 1, tgt);
