@@ -1,15 +1,20 @@
 /* A persistent thread pool for fm_parallel_for.
  *
  * Workers sleep on a condition variable between jobs; a job is split into one
- * contiguous chunk per thread (static partitioning, so which element lands on
- * which thread is a pure function of n and the thread count, and reductions
- * written per chunk stay deterministic). The caller runs chunk 0 itself.
+ * contiguous chunk per thread (static partitioning, so which element lands in
+ * which chunk is a pure function of n and the thread count, and reductions
+ * written per chunk stay deterministic). The caller runs chunk 0 itself, then
+ * any chunk no worker has claimed yet: each chunk is claimed exactly once (a
+ * compare-and-swap), and its fn call gets the chunk's index as tid whichever
+ * thread runs it. So a worker that the OS has descheduled (another process on
+ * a shared machine) no longer stalls the whole job: the caller takes its chunk.
  * Spinning briefly (SPIN_ITERS) before sleeping keeps the wake-up latency of back-to-back
  * small ops low on a 2-core machine. */
 #include "core/parallel.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -38,7 +43,8 @@ typedef struct pool {
     int64_t n, chunk;
     int n_chunks;
     atomic_ulong generation;
-    atomic_int remaining;
+    atomic_int claimed[MAX_THREADS]; /* per chunk of the current job: 0 free, 1 taken (1 past n_chunks) */
+    atomic_int done;                 /* chunks of the current job finished */
     int shutdown;
 } pool;
 
@@ -71,6 +77,26 @@ static void run_chunk(pool *p, int k) {
     if (b < e) p->fn(p->ctx, b, e, k);
 }
 
+/* Claims chunk k of the current job; the acquire pairs with the release that
+ * reset it when the job was published, so fn/ctx/n/chunk are those of the job. */
+static bool claim(pool *p, int k) {
+    int expect = 0;
+    return atomic_compare_exchange_strong_explicit(&p->claimed[k], &expect, 1, memory_order_acq_rel,
+                                                   memory_order_relaxed);
+}
+
+/* Runs chunk k (claimed) and counts it; the thread that finishes the job's last
+ * chunk wakes the caller. n_chunks cannot change before that count is reached. */
+static void finish_chunk(pool *p, int k) {
+    run_chunk(p, k);
+    int nch = p->n_chunks;
+    if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == nch) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->cv_done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void *worker(void *arg) {
     pool *p = &g_pool;
     int id = (int)(intptr_t)arg;
@@ -85,13 +111,12 @@ static void *worker(void *arg) {
             pthread_cond_wait(&p->cv_work, &p->mu);
         if (p->shutdown) { pthread_mutex_unlock(&p->mu); break; }
         seen = atomic_load_explicit(&p->generation, memory_order_relaxed);
-        int run = id < p->n_chunks;
+        int nch = p->n_chunks;
         pthread_mutex_unlock(&p->mu);
-        if (run) run_chunk(p, id);
-        if (atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->cv_done);
-            pthread_mutex_unlock(&p->mu);
+        /* own chunk first, then any other still unclaimed (another worker descheduled) */
+        for (int j = 0; j < nch; j++) {
+            int k = (id + j) % nch;
+            if (k != 0 && claim(p, k)) finish_chunk(p, k);
         }
     }
     return NULL;
@@ -148,16 +173,21 @@ void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
     p->n = n;
     p->chunk = (n + chunks - 1) / chunks;
     p->n_chunks = chunks;
-    atomic_store_explicit(&p->remaining, workers - 1, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* chunk 0 is the caller's; the rest are published free (release: after the job's fields) */
+    atomic_store_explicit(&p->claimed[0], 1, memory_order_relaxed);
+    for (int k = 1; k < workers; k++) atomic_store_explicit(&p->claimed[k], k < chunks ? 0 : 1, memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     t_in_parallel = 1;
-    run_chunk(p, 0);
+    finish_chunk(p, 0);
+    for (int k = 1; k < chunks; k++)
+        if (claim(p, k)) finish_chunk(p, k);
     t_in_parallel = 0;
-    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&p->remaining, memory_order_acquire) > 0; i++) CPU_RELAX();
+    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&p->done, memory_order_acquire) < chunks; i++) CPU_RELAX();
     pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->remaining, memory_order_acquire) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&job_mu);
 }

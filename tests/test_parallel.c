@@ -1,0 +1,79 @@
+/* The thread pool (src/core/parallel.c): every element of a job runs exactly
+ * once, in the chunk that static partitioning gives it (the tid argument is the
+ * chunk index whichever thread ran it), jobs back to back never mix, and nested
+ * calls run inline. More threads than cores (8 on this 2-core machine) keep the
+ * OS descheduling workers, so the caller regularly takes a chunk whose worker
+ * has not claimed it yet: the path that must keep all of the above true. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+#include "core/parallel.h"
+
+typedef struct job {
+    int64_t n, chunk;
+    atomic_int *hits;
+    atomic_int bad_tid;
+    atomic_long sum;
+} job;
+
+static atomic_long g_taken; /* chunks other than 0 run by the calling thread */
+
+static void mark(void *vctx, int64_t b, int64_t e, int tid) {
+    job *j = vctx;
+    if (b / j->chunk != tid || (e < j->n && e - b != j->chunk)) atomic_fetch_add(&j->bad_tid, 1);
+    if (tid != 0 && fm_thread_id() == 0) atomic_fetch_add(&g_taken, 1);
+    long s = 0;
+    for (int64_t i = b; i < e; i++) {
+        atomic_fetch_add_explicit(&j->hits[i], 1, memory_order_relaxed);
+        s += (long)i;
+    }
+    atomic_fetch_add(&j->sum, s);
+}
+
+static void nested(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    job *j = vctx;
+    for (int64_t i = b; i < e; i++) { /* an inner parallel_for runs on this thread, as one chunk */
+        job in = {4, 4, j->hits + i * 4, 0, 0};
+        fm_parallel_for(4, 1, mark, &in);
+        if (in.bad_tid) atomic_fetch_add(&j->bad_tid, 1);
+    }
+}
+
+int main(void) {
+    fm_set_num_threads(8);
+    const int nt = fm_num_threads();
+    CHECK(nt == 8);
+    enum { MAXN = 5000 };
+    atomic_int *hits = calloc(MAXN * 4, sizeof *hits);
+    CHECK(hits != NULL);
+    int bad = 0;
+    for (int it = 0; it < 20000 && hits; it++) {
+        int64_t n = 1 + (it * 7919) % MAXN;
+        int chunks = n < nt ? (int)n : nt;
+        job j = {n, (n + chunks - 1) / chunks, hits, 0, 0};
+        for (int64_t i = 0; i < n; i++) atomic_store_explicit(&hits[i], 0, memory_order_relaxed);
+        fm_parallel_for(n, 1, mark, &j);
+        int ok = j.bad_tid == 0 && j.sum == (long)(n * (n - 1) / 2);
+        for (int64_t i = 0; i < n && ok; i++) ok = atomic_load(&hits[i]) == 1;
+        if (!ok) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d of 20000 jobs ran an element not exactly once or in the wrong chunk", bad);
+    fprintf(stderr, "chunks the caller took over from a worker: %ld\n", (long)atomic_load(&g_taken));
+    /* nested: 100 outer elements, each an inner job of 4 */
+    if (hits) {
+        for (int i = 0; i < 400; i++) atomic_store(&hits[i], 0);
+        job outer = {100, 0, hits, 0, 0};
+        fm_parallel_for(100, 1, nested, &outer);
+        int ok = outer.bad_tid == 0;
+        for (int i = 0; i < 400; i++) ok = ok && atomic_load(&hits[i]) == 1;
+        CHECK(ok);
+    }
+    free(hits);
+    fm_set_num_threads(2);
+    CHECK(fm_num_threads() == 2);
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
