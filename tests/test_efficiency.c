@@ -444,6 +444,78 @@ static void test_cross_entropy_lowp(void) {
     }
 }
 
+/* bf16 attention: the lowp wrapper widens a slice of the batch at a time (an
+ * eighth). The batch of 10 (slices of 2) must give, bit for bit, what each batch
+ * element alone gives (one slice, the whole tensor widened), forward and backward,
+ * and the forward must be the f32 kernel's output narrowed. */
+static fm_tensor *detached_leaf(fm_tensor *t) {
+    fm_tensor *c = fm_clone(t);
+    fm_tensor_requires_grad_(c, true);
+    return c;
+}
+
+static void test_attention_lowp_slices(void) {
+    fm_rng r;
+    fm_rng_init(&r, 29);
+    const int64_t B = 10, sh[4] = {B, 2, 12, 8};
+    fm_tensor *lp[4];
+    for (int i = 0; i < 4; i++) { /* q, k, v and the output's weights c */
+        fm_tensor *t = fm_tensor_randn(4, sh, FM_F32, &r);
+        lp[i] = fm_to_dtype(t, FM_BF16);
+        fm_tensor_release(t);
+        if (i < 3) fm_tensor_requires_grad_(lp[i], true);
+    }
+    fm_dtype prev = fm_autocast_set(FM_BF16);
+    fm_tensor *y = fm_scaled_dot_product_attention(lp[0], lp[1], lp[2], true, 0.0);
+    fm_tensor *p = y ? fm_mul(y, lp[3]) : NULL, *s = p ? fm_sum(p, 0, NULL, false) : NULL;
+    fm_memory_stats m0, m1;
+    fm_memory_reset_peak(FM_CPU);
+    fm_memory_stats_get(FM_CPU, &m0);
+    CHECK_MSG(s && fm_backward(s, NULL, false) == FM_OK, "%s", fm_last_error());
+    fm_memory_stats_get(FM_CPU, &m1);
+    fm_autocast_set(prev);
+    fm_tensor_release_n(2, p, s);
+    if (!y) return;
+    /* the whole batch widened at once would be 8 f32 copies of 1920 values (8 KiB each
+     * once rounded) for the scratch alone; by slices the whole backward stays below */
+    CHECK_MSG(m1.allocated_peak - m0.allocated < 8 * 8192, "backward peak %zu B above its start",
+              (size_t)(m1.allocated_peak - m0.allocated));
+    /* forward against the f32 kernel */
+    fm_tensor *q32 = fm_to_dtype(lp[0], FM_F32), *k32 = fm_to_dtype(lp[1], FM_F32), *v32 = fm_to_dtype(lp[2], FM_F32);
+    bool pg = fm_set_grad_enabled(false);
+    fm_tensor *y32 = fm_scaled_dot_product_attention(q32, k32, v32, true, 0.0), *yn = y32 ? fm_to_dtype(y32, FM_BF16) : NULL;
+    fm_set_grad_enabled(pg);
+    int64_t dy = 0, dg = 0, n1 = fm_tensor_numel(y) / B;
+    for (int64_t i = 0; yn && i < B * n1; i++) dy += fm_tensor_get(yn, i) != fm_tensor_get(y, i);
+    fm_tensor_release_n(5, q32, k32, v32, y32, yn);
+    /* each batch element alone */
+    for (int64_t b = 0; b < B; b++) {
+        fm_tensor *e[4];
+        for (int i = 0; i < 4; i++) {
+            fm_tensor *v = fm_narrow(lp[i], 0, b, 1);
+            pg = fm_set_grad_enabled(false);
+            e[i] = i < 3 ? detached_leaf(v) : fm_clone(v);
+            fm_set_grad_enabled(pg);
+            fm_tensor_release(v);
+        }
+        prev = fm_autocast_set(FM_BF16);
+        fm_tensor *ye = fm_scaled_dot_product_attention(e[0], e[1], e[2], true, 0.0);
+        fm_tensor *pe = ye ? fm_mul(ye, e[3]) : NULL, *se = pe ? fm_sum(pe, 0, NULL, false) : NULL;
+        CHECK_MSG(se && fm_backward(se, NULL, false) == FM_OK, "%s", fm_last_error());
+        fm_autocast_set(prev);
+        for (int64_t i = 0; ye && i < n1; i++) {
+            dy += fm_tensor_get(ye, i) != fm_tensor_get(y, b * n1 + i);
+            for (int j = 0; j < 3; j++)
+                dg += e[j]->grad && lp[j]->grad ? fm_tensor_get(e[j]->grad, i) != fm_tensor_get(lp[j]->grad, b * n1 + i) : 1;
+        }
+        fm_tensor_release_n(7, ye, pe, se, e[0], e[1], e[2], e[3]);
+    }
+    CHECK_MSG(dy == 0 && dg == 0, "bf16 attention by batch slices: %lld output and %lld gradient values differ", (long long)dy,
+              (long long)dg);
+    fm_tensor_release(y);
+    for (int i = 0; i < 4; i++) fm_tensor_release(lp[i]);
+}
+
 /* checkpointing under bf16 autocast recomputes in bf16: the same gradients bitwise */
 static void test_checkpoint_autocast(void) {
     fm_rng r;
@@ -549,6 +621,7 @@ int main(void) {
     test_linear_recompute();
     test_checkpoint_autocast();
     test_cross_entropy_lowp();
+    test_attention_lowp_slices();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -350,6 +350,18 @@ static void lowp_scratch(gsim *g, const double *ins, int nin, const double *outs
     for (int i = 0; i < k; i++) pf_unref(g->s, ids[i]);
 }
 
+/* for SDPA and its backward the wrapper widens an eighth of the batch at a time */
+static void lowp_scratch_batched(gsim *g, const double *ins, int nin, const double *outs, int nout) {
+    const int64_t B = g->B, step = (B + 7) / 8;
+    if (B <= 1) { lowp_scratch(g, ins, nin, outs, nout); return; }
+    for (int64_t b0 = 0; b0 < B; b0 += step) {
+        double f = (double)(B - b0 < step ? B - b0 : step) / (double)B, a[6], o[6];
+        for (int i = 0; i < nin; i++) a[i] = ins[i] * f;
+        for (int i = 0; i < nout; i++) o[i] = outs[i] * f;
+        lowp_scratch(g, a, nin, o, nout);
+    }
+}
+
 static gt op_dropout(gsim *g, gt x) {
     if (!(g->training && g->dropout > 0)) return t_ref(g, x);
     gt y = t_new(g, x.n, x.es, PF_ACT, "dropout");
@@ -376,7 +388,7 @@ static void op_split(gsim *g, gt qkv, gt *q, gt *k, gt *v) {
 static gt op_sdpa(gsim *g, gt q, gt k, gt v) {
     gt out = t_new(g, q.n, q.es, PF_ACT, "attention");
     gt lse = t_new(g, (double)(q.n / (double)(g->C / g->H)), 4, PF_ACT, "logsumexp");
-    if (q.es != 4) { double in[3] = {q.n, k.n, v.n}; lowp_scratch(g, in, 3, &q.n, 1); }
+    if (q.es != 4) { double in[3] = {q.n, k.n, v.n}; lowp_scratch_batched(g, in, 3, &q.n, 1); }
     gt ins[3] = {q, k, v};
     int id = node_begin(g, N_SDPA, 3, ins);
     node_save(g, id, 0, q);
@@ -757,7 +769,7 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         for (int i = 0; i < 3; i++) gin[i] = g_new(g, m, es, "d qkv head");
         /* the kernel takes contiguous inputs: the head-merge's gradient arrives transposed */
         gt c = gr.contig ? GT_NONE : g_new(g, m, es, "contiguous");
-        if (es != 4) { double ins[5] = {m, m, m, m, m}, outs[3] = {m, m, m}; lowp_scratch(g, ins, 5, outs, 3); }
+        if (es != 4) { double ins[5] = {m, m, m, m, m}, outs[3] = {m, m, m}; lowp_scratch_batched(g, ins, 5, outs, 3); }
         t_rel(g, &c);
         break;
     }

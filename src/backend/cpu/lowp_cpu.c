@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "core/tensor_internal.h" /* fm_view_raw: batch slices without autograd */
 #include "fathom/tensor.h"
 
 static fm_kernel_fn g_f32_kernel[FM_OP_COUNT];
@@ -30,12 +31,7 @@ static void narrow(const fm_tensor *src, fm_tensor *dst) {
     else fm_convert_f32_to_f16(fm_tensor_data(src), fm_tensor_data(dst), n);
 }
 
-static fm_status lowp_kernel(const fm_op_call *c) {
-    fm_kernel_fn k = g_f32_kernel[c->op];
-    bool any = false;
-    for (int i = 0; i < c->n_in; i++) any |= lowp(c->in[i]);
-    for (int i = 0; i < c->n_out; i++) any |= lowp(c->out[i]);
-    if (!any || c->var_in) return k(c);
+static fm_status lowp_call(const fm_op_call *c, fm_kernel_fn k) {
     fm_op_call w = *c;
     fm_tensor *tmp_in[FM_CALL_MAX_IN] = {0}, *tmp_out[FM_CALL_MAX_OUT] = {0};
     fm_status st = FM_OK;
@@ -56,6 +52,56 @@ static fm_status lowp_kernel(const fm_op_call *c) {
         if (tmp_out[i]) narrow(tmp_out[i], c->out[i]);
     for (int i = 0; i < FM_CALL_MAX_IN; i++) fm_tensor_release(tmp_in[i]);
     for (int i = 0; i < FM_CALL_MAX_OUT; i++) fm_tensor_release(tmp_out[i]);
+    return st;
+}
+
+/* SDPA and its backward treat each batch element on its own, and every tensor of
+ * the call leads with the batch: such a call is widened and run an eighth of the
+ * batch at a time, so the f32 scratch is an eighth too. The backward's scratch was
+ * eight f32 copies of an activation at once (24 MiB, the bf16 step's peak, on the
+ * 6-layer 384-wide GPT). Each (batch, head) row is computed the same way whatever
+ * the batch around it, so the results are the same bits. */
+static bool batch_slices(const fm_op_call *c, int64_t *batch) {
+    if (c->op != FM_OP_SDPA && c->op != FM_OP_SDPA_BACKWARD) return false;
+    int64_t B = -1;
+    for (int i = 0; i < c->n_in + c->n_out; i++) {
+        const fm_tensor *t = i < c->n_in ? c->in[i] : c->out[i - c->n_in];
+        if (!t || t->ndim < 2 || !fm_tensor_is_contiguous(t)) return false;
+        if (B < 0) B = t->shape[0];
+        else if (t->shape[0] != B) return false;
+    }
+    *batch = B;
+    return B > 1;
+}
+
+static fm_tensor *batch_view(const fm_tensor *t, int64_t b0, int64_t n) {
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[0] = n;
+    return fm_view_raw(t, t->ndim, shape, t->strides, t->offset + b0 * t->strides[0]);
+}
+
+static fm_status lowp_kernel(const fm_op_call *c) {
+    fm_kernel_fn k = g_f32_kernel[c->op];
+    bool any = false;
+    for (int i = 0; i < c->n_in; i++) any |= lowp(c->in[i]);
+    for (int i = 0; i < c->n_out; i++) any |= lowp(c->out[i]);
+    if (!any || c->var_in) return k(c);
+    int64_t B;
+    if (!batch_slices(c, &B)) return lowp_call(c, k);
+    const int64_t step = (B + 7) / 8;
+    fm_status st = FM_OK;
+    for (int64_t b0 = 0; b0 < B && st == FM_OK; b0 += step) {
+        const int64_t n = B - b0 < step ? B - b0 : step;
+        fm_op_call s = *c;
+        for (int i = 0; i < c->n_in && st == FM_OK; i++)
+            if (!(s.in[i] = batch_view(c->in[i], b0, n))) st = fm_last_status();
+        for (int i = 0; i < c->n_out && st == FM_OK; i++)
+            if (!(s.out[i] = batch_view(c->out[i], b0, n))) st = fm_last_status();
+        if (st == FM_OK) st = lowp_call(&s, k);
+        for (int i = 0; i < c->n_in; i++) if (s.in[i] != c->in[i]) fm_tensor_release(s.in[i]);
+        for (int i = 0; i < c->n_out; i++) if (s.out[i] != c->out[i]) fm_tensor_release(s.out[i]);
+    }
     return st;
 }
 
