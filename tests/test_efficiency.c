@@ -516,6 +516,30 @@ static void test_attention_lowp_slices(void) {
     for (int i = 0; i < 4; i++) fm_tensor_release(lp[i]);
 }
 
+/* The bias gradient of a bf16/fp16 linear: a sum over rows of a low-precision
+ * matrix, now by the kernel's unit-stride column loop. Each column must be the
+ * f64 sum in row order, rounded through f32, as the strided loop gave. */
+static void test_lowp_column_sum(void) {
+    fm_rng r;
+    fm_rng_init(&r, 31);
+    fm_dtype dts[2] = {FM_BF16, FM_F16};
+    for (int di = 0; di < 2; di++) {
+        fm_tensor *a32 = fm_tensor_randn(2, (int64_t[]){300, 70}, FM_F32, &r), *a = fm_to_dtype(a32, dts[di]);
+        fm_tensor *s = fm_sum(a, 1, (int[]){0}, true);
+        CHECK_MSG(s && s->dtype == dts[di], "%s", fm_last_error());
+        int64_t bad = 0;
+        for (int64_t c = 0; s && c < 70; c++) {
+            double acc = 0;
+            for (int64_t k = 0; k < 300; k++) acc += fm_tensor_get(a, k * 70 + c);
+            fm_tensor *one = fm_tensor_scalar((float)acc, FM_F32), *lo = one ? fm_to_dtype(one, dts[di]) : NULL;
+            bad += !lo || fm_tensor_get(lo, 0) != fm_tensor_get(s, c);
+            fm_tensor_release_n(2, one, lo);
+        }
+        CHECK_MSG(bad == 0, "%s column sums: %lld of 70 differ from the row-order f64 sum", fm_dtype_name(dts[di]), (long long)bad);
+        fm_tensor_release_n(3, a32, a, s);
+    }
+}
+
 /* checkpointing under bf16 autocast recomputes in bf16: the same gradients bitwise */
 static void test_checkpoint_autocast(void) {
     fm_rng r;
@@ -622,6 +646,7 @@ int main(void) {
     test_checkpoint_autocast();
     test_cross_entropy_lowp();
     test_attention_lowp_slices();
+    test_lowp_column_sum();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -142,6 +142,10 @@ static void col_range(void *vctx, int64_t b, int64_t e, int tid) {
             if (r->dt == FM_F32) {
                 const float *p = (const float *)r->x + row;
                 for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+            } else if (r->dt == FM_BF16 || r->dt == FM_F16) { /* exact widening: the strided loop's sums */
+                const uint16_t *p = (const uint16_t *)r->x + row;
+                if (r->dt == FM_BF16) for (int64_t c = 0; c < nc; c++) acc[c] += fm_bf16_to_f32(p[c]);
+                else for (int64_t c = 0; c < nc; c++) acc[c] += fm_f16_to_f32(p[c]);
             } else {
                 const double *p = (const double *)r->x + row;
                 for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
@@ -185,7 +189,8 @@ static fm_status k_reduce(const fm_op_call *c) {
         store(r.out, 0, c->op == FM_OP_MEAN ? s / (double)r.R : s);
         return FM_OK;
     }
-    if ((c->op == FM_OP_SUM || c->op == FM_OP_MEAN) && r.inner > 1 && (x->dtype == FM_F32 || x->dtype == FM_F64)) {
+    if ((c->op == FM_OP_SUM || c->op == FM_OP_MEAN) && r.inner > 1 &&
+        (x->dtype == FM_F32 || x->dtype == FM_F64 || x->dtype == FM_BF16 || x->dtype == FM_F16)) {
         int64_t units = r.outer * ((r.inner + COLS - 1) / COLS), per = r.R * COLS;
         fm_parallel_for(units, per >= 32768 ? 1 : 32768 / per + 1, col_range, &r);
         return FM_OK;
