@@ -201,8 +201,47 @@ static void test_schedules(void) {
     CHECK_ERR_CONTAINS("unknown schedule 'linear'");
 }
 
+/* The global norm over many blocks (two parameters, 3 * 8192 + 5 and 7 elements):
+ * against a long-double reference, the same bits with 1 and 2 threads, and the
+ * clipped gradients scaled by max_norm / norm. */
+static void test_clip_large(void) {
+    fm_rng rng;
+    fm_rng_init(&rng, 4);
+    const int64_t n0 = 3 * 8192 + 5, n1 = 7;
+    fm_tensor *a = fm_tensor_zeros(1, &n0, FM_F32, FM_CPU), *b = fm_tensor_zeros(1, &n1, FM_F64, FM_CPU);
+    fm_tensor_requires_grad_(a, true);
+    fm_tensor_requires_grad_(b, true);
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_SGD);
+    fm_optim *o = fm_optim_new(&c);
+    int grp = fm_optim_add_group(o, 0.0);
+    CHECK(fm_optim_add_param(o, grp, "a", a) == FM_OK && fm_optim_add_param(o, grp, "b", b) == FM_OK);
+    double norms[2];
+    long double ref = 0;
+    for (int run = 0; run < 2; run++) {
+        fm_set_num_threads(run == 0 ? 2 : 1);
+        fm_tensor_release(a->grad);
+        fm_tensor_release(b->grad);
+        fm_rng_init(&rng, 4);
+        a->grad = fm_tensor_randn(1, &n0, FM_F32, &rng);
+        b->grad = fm_tensor_randn(1, &n1, FM_F64, &rng);
+        if (run == 0) {
+            for (int64_t i = 0; i < n0; i++) ref += (long double)fm_tensor_get(a->grad, i) * fm_tensor_get(a->grad, i);
+            for (int64_t i = 0; i < n1; i++) ref += (long double)fm_tensor_get(b->grad, i) * fm_tensor_get(b->grad, i);
+        }
+        double g0 = fm_tensor_get(a->grad, 9000);
+        CHECK(fm_optim_clip_grad_norm(o, 1.0, &norms[run]) == FM_OK);
+        CHECK_NEAR(fm_tensor_get(a->grad, 9000), g0 / (norms[run] + 1e-6), 1e-7);
+    }
+    CHECK(norms[0] == norms[1]);
+    CHECK_NEAR(norms[0], sqrtl(ref), 1e-12 * norms[0]);
+    fm_set_num_threads(2);
+    fm_optim_free(o);
+    fm_tensor_release_n(2, a, b);
+}
+
 int main(void) {
     test_sgd();
+    test_clip_large();
     test_adam();
     test_groups_and_clip();
     test_schedules();

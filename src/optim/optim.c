@@ -293,25 +293,84 @@ void fm_optim_set_step(fm_optim *o, int64_t step) {
     for (int i = 0; i < o->n; i++) o->params[i].initialized = step > 0;
 }
 
+/* Sum of squares by fixed blocks of NORM_BLOCK elements, four accumulators per
+ * block, the block sums then added in order: the blocks depend only on the
+ * tensor's size, never on the thread count, so the norm is the same bits for any
+ * FATHOM_NUM_THREADS. (One serial double chain over every gradient element was
+ * 14 ms of a 6-layer/384 GPT step: 4 cycles per element.) */
+#define NORM_BLOCK 8192
+
+typedef struct sq_ctx {
+    const void *d;
+    int64_t n;
+    bool f64;
+    double *out; /* one per block */
+} sq_ctx;
+
+static void sq_blocks(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const sq_ctx *c = vctx;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t i = b * NORM_BLOCK, e = i + NORM_BLOCK < c->n ? i + NORM_BLOCK : c->n;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        if (c->f64) {
+            const double *x = c->d;
+            for (; i + 4 <= e; i += 4) { a0 += x[i] * x[i]; a1 += x[i + 1] * x[i + 1]; a2 += x[i + 2] * x[i + 2]; a3 += x[i + 3] * x[i + 3]; }
+            for (; i < e; i++) a0 += x[i] * x[i];
+        } else {
+            const float *x = c->d;
+            for (; i + 4 <= e; i += 4) {
+                a0 += (double)x[i] * x[i]; a1 += (double)x[i + 1] * x[i + 1];
+                a2 += (double)x[i + 2] * x[i + 2]; a3 += (double)x[i + 3] * x[i + 3];
+            }
+            for (; i < e; i++) a0 += (double)x[i] * x[i];
+        }
+        c->out[b] = (a0 + a1) + (a2 + a3);
+    }
+}
+
+typedef struct scale_ctx {
+    void *d;
+    bool f64;
+    double s;
+} scale_ctx;
+
+static void scale_range(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const scale_ctx *c = vctx;
+    if (c->f64) {
+        double *d = c->d;
+        for (int64_t k = b; k < e; k++) d[k] *= c->s;
+    } else {
+        float *d = c->d, s = (float)c->s;
+        for (int64_t k = b; k < e; k++) d[k] *= s;
+    }
+}
+
 fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm) {
     if (!(max_norm > 0)) return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: max_norm %g must be > 0", max_norm);
-    /* serial, fixed order: the norm must not depend on the thread count */
-    double ss = 0;
+    int64_t most = 0;
     for (int i = 0; i < o->n; i++) {
         fm_tensor *g = o->params[i].p->grad;
         if (!g) continue;
         if (!fm_tensor_is_contiguous(g) || (g->dtype != FM_F32 && g->dtype != FM_F64))
             return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: gradient of '%s' is not a contiguous float tensor",
                                 o->params[i].name);
-        int64_t n = fm_tensor_numel(g);
-        if (g->dtype == FM_F32) {
-            const float *d = fm_tensor_data(g);
-            for (int64_t k = 0; k < n; k++) ss += (double)d[k] * d[k];
-        } else {
-            const double *d = fm_tensor_data(g);
-            for (int64_t k = 0; k < n; k++) ss += d[k] * d[k];
-        }
+        int64_t nb = (fm_tensor_numel(g) + NORM_BLOCK - 1) / NORM_BLOCK;
+        if (nb > most) most = nb;
     }
+    double *blk = malloc(sizeof(double) * (size_t)(most > 0 ? most : 1));
+    if (!blk) return fm_set_error(FM_ERR_OOM, "clip_grad_norm: out of memory for %lld block sums", (long long)most);
+    double ss = 0;
+    for (int i = 0; i < o->n; i++) {
+        fm_tensor *g = o->params[i].p->grad;
+        if (!g) continue;
+        int64_t n = fm_tensor_numel(g), nb = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+        sq_ctx c = {fm_tensor_data(g), n, g->dtype == FM_F64, blk};
+        fm_parallel_for(nb, 4, sq_blocks, &c);
+        for (int64_t b = 0; b < nb; b++) ss += blk[b];
+    }
+    free(blk);
     double norm = sqrt(ss);
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm) || norm <= max_norm) return FM_OK;
@@ -319,14 +378,8 @@ fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_no
     for (int i = 0; i < o->n; i++) {
         fm_tensor *g = o->params[i].p->grad;
         if (!g) continue;
-        int64_t n = fm_tensor_numel(g);
-        if (g->dtype == FM_F32) {
-            float *d = fm_tensor_data(g), s = (float)scale;
-            for (int64_t k = 0; k < n; k++) d[k] *= s;
-        } else {
-            double *d = fm_tensor_data(g);
-            for (int64_t k = 0; k < n; k++) d[k] *= scale;
-        }
+        scale_ctx c = {fm_tensor_data(g), g->dtype == FM_F64, scale};
+        fm_parallel_for(fm_tensor_numel(g), 1 << 15, scale_range, &c);
     }
     return FM_OK;
 }
