@@ -16,25 +16,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/autograd.h"
 #include "fathom/gpt.h"
 #include "fathom/ops.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void release_grad(fm_tensor *t) {
     if (t) { fm_tensor_release(t->grad); t->grad = NULL; }
@@ -48,7 +35,7 @@ typedef struct {
 
 /* one forward + backward; returns seconds, negative on error */
 static double op_once(int which, int fused, op_in *in) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     fm_tensor *y = NULL, *s = NULL;
     if (which == 0) {
         if (fused) y = fm_bias_gelu_tanh(in->x, in->b);
@@ -69,7 +56,7 @@ static double op_once(int which, int fused, op_in *in) {
     fm_status st = L ? fm_backward(L, NULL, false) : FM_ERR_INVALID;
     fm_tensor_release_n(6, y, s, a, b2, t, L);
     release_grad(in->x); release_grad(in->h); release_grad(in->b); release_grad(in->w); release_grad(in->lb);
-    return st == FM_OK ? now_s() - t0 : -1;
+    return st == FM_OK ? bench_now_s() - t0 : -1;
 }
 
 static int bench_op(int which, int64_t M, int64_t N, int rounds, int reps, int threads) {
@@ -98,7 +85,7 @@ static int bench_op(int which, int64_t M, int64_t N, int rounds, int reps, int t
             (fused ? tf : tu)[i] = best / reps;
         }
     if (!rc) {
-        double f = median(tf, rounds), u = median(tu, rounds);
+        double f = bench_median(tf, rounds), u = bench_median(tu, rounds);
         printf("{\"bench\":\"gpt_fused_op\",\"op\":\"%s\",\"shape\":[%lld,%lld],\"fused_us\":%.1f,\"unfused_us\":%.1f,"
                "\"speedup\":%.3f,\"rounds\":%d,\"threads\":%d}\n",
                which == 0 ? "bias_gelu_tanh" : "add_layer_norm", (long long)M, (long long)N, 1e6 * f, 1e6 * u, u / f,
@@ -118,11 +105,11 @@ typedef struct { const char *name; int L, H, C, F, T, B; } cfg_t;
 static double step_once(fm_gpt *m, fm_tensor *x, fm_tensor *y) {
     const fm_named_list *ps = fm_gpt_parameters(m);
     for (int i = 0; i < ps->n; i++) release_grad(ps->items[i].tensor);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     fm_tensor *loss = NULL, *lg = fm_gpt_forward(m, x, y, &loss);
     fm_status st = lg ? fm_backward(loss, NULL, false) : FM_ERR_INVALID;
     fm_tensor_release_n(2, lg, loss);
-    return st == FM_OK ? now_s() - t0 : -1;
+    return st == FM_OK ? bench_now_s() - t0 : -1;
 }
 
 static int bench_model(const cfg_t *k, int rounds, int threads) {
@@ -159,7 +146,7 @@ static int bench_model(const cfg_t *k, int rounds, int threads) {
             (fused ? tf : tu)[i] = t;
         }
     if (!rc) {
-        double f = median(tf, rounds), u = median(tu, rounds);
+        double f = bench_median(tf, rounds), u = bench_median(tu, rounds);
         printf("{\"bench\":\"gpt_fused_step\",\"config\":\"%s\",\"what\":\"forward+backward\",\"fused_ms\":%.2f,"
                "\"unfused_ms\":%.2f,\"speedup\":%.3f,\"fused_tok_s\":%.0f,\"unfused_tok_s\":%.0f,\"rounds\":%d,"
                "\"threads\":%d}\n",

@@ -19,26 +19,12 @@
 #include <time.h>
 
 #include "backend/cpu/cpu_kernels.h" /* fm_cpu_gemm */
+#include "bench_util.h"
 #include "core/parallel.h"           /* fm_set_num_threads */
 #include "fathom/gpt.h"
 #include "fathom/ops.h"
 #include "fathom/profile.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct { char *dst; const char *src; } copy_ctx;
 static void copy_part(void *vctx, int64_t b, int64_t e, int tid) {
@@ -57,9 +43,9 @@ static double copy_bandwidth(void) {
     memset(b, 2, n);
     double best = 1e9;
     for (int r = 0; r < 7; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         fm_parallel_for(64, 1, copy_part, &(copy_ctx){b, a});
-        double t = now_s() - t0;
+        double t = bench_now_s() - t0;
         if (t < best) best = t;
         a[r] = b[n - 1 - (size_t)r]; /* keeps the copies observable */
     }
@@ -88,12 +74,12 @@ static double gemv_gbps(int64_t N, int64_t K, int rounds) {
         memcpy(ws[c], w, sizeof(float) * (size_t)(N * K));
     }
     for (int rr = 0; rr < rounds; rr++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (int c = 0; c < copies; c++)
             fm_cpu_gemm(&(fm_cpu_gemm_args){FM_F32, false, true, 1, N, K, x, K, ws[c], K, 0.0, y, N});
-        t[rr] = (now_s() - t0) / copies;
+        t[rr] = (bench_now_s() - t0) / copies;
     }
-    r = (double)(N * K * 4) / median(t, rounds) / 1e9;
+    r = (double)(N * K * 4) / bench_median(t, rounds) / 1e9;
 done:
     for (int c = 0; ws && c < copies; c++) free(ws[c]);
     free(ws);
@@ -161,17 +147,17 @@ int main(int argc, char **argv) {
         if (!lg) { rc = 1; break; }
         fm_tensor_release(lg);
         if (profile && r == rounds - 1 && fm_profiler_start(profile)) { rc = 1; break; }
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (int t = 0; t < tokens; t++) {
             lg = fm_gpt_forward_cached(m, idx, kv);
             if (!lg) { rc = 1; break; }
             fm_tensor_release(lg);
         }
-        per[r] = (now_s() - t0) / tokens;
+        per[r] = (bench_now_s() - t0) / tokens;
         if (profile && r == rounds - 1) fm_profiler_stop();
         if (rc) break;
     }
-    if (!rc && per) ms = 1e3 * median(per, rounds);
+    if (!rc && per) ms = 1e3 * bench_median(per, rounds);
     /* the whole loop as `fathom generate` runs it (sampling at temperature 0.8,
      * as bench_gpt.py's fathom_generate): the gap to "decode" is the loop's own cost */
     double gen_ms = 0;
@@ -179,14 +165,14 @@ int main(int argc, char **argv) {
     fm_gpt_sample_params sp = {0.8, 0, 1.0, 1};
     for (int r = 0; r < rounds && !rc && per; r++) {
         int made = 0;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (fm_gpt_generate(m, &prompt, 1, tokens, &sp, true, NULL, &made, NULL, NULL, NULL) || made != tokens) {
             rc = 1;
             break;
         }
-        per[r] = (now_s() - t0) / tokens;
+        per[r] = (bench_now_s() - t0) / tokens;
     }
-    if (!rc && per) gen_ms = 1e3 * median(per, rounds);
+    if (!rc && per) gen_ms = 1e3 * bench_median(per, rounds);
     if (rc || !idx || !per) {
         fprintf(stderr, "bench_gpt_generate: %s\n", fm_last_error());
         rc = 1;

@@ -133,23 +133,10 @@ static float sum_row(const float *x, const float *h, float *s, int64_t n) {
     return t;
 }
 
-/* sum((s - c)^2) */
+/* sum((s - c)^2), as the layer norm kernel computes it (simd_avx2.h) */
 static float sqdev_row(const float *s, int64_t n, float c) {
-    __m256 vc = _mm256_set1_ps(c), a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(s + i), vc), d1 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 8), vc);
-        __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 16), vc), d3 = _mm256_sub_ps(_mm256_loadu_ps(s + i + 24), vc);
-        a0 = _mm256_fmadd_ps(d0, d0, a0);
-        a1 = _mm256_fmadd_ps(d1, d1, a1);
-        a2 = _mm256_fmadd_ps(d2, d2, a2);
-        a3 = _mm256_fmadd_ps(d3, d3, a3);
-    }
-    for (; i + 8 <= n; i += 8) {
-        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(s + i), vc);
-        a0 = _mm256_fmadd_ps(d0, d0, a0);
-    }
-    float t = fm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    int64_t i;
+    float t = fm_hsum256(fm_sqdev_lanes256(s, n, c, &i));
     for (; i < n; i++) {
         float d = s[i] - c;
         t += d * d;

@@ -1,0 +1,24 @@
+/* Timing helpers shared by the C benchmarks: a monotonic clock and the median
+ * of a set of timings (the benches report medians of repeated rounds). */
+#ifndef FATHOM_BENCH_UTIL_H
+#define FATHOM_BENCH_UTIL_H
+#include <stdlib.h>
+#include <time.h>
+
+static inline double bench_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* sorts v */
+static inline double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+#endif
