@@ -69,6 +69,14 @@ static const gt GT_NONE = {-1, 0, 0, -1, 0, -1, 0, 1};
 
 enum nk { N_EMB, N_SLICE, N_ADD, N_COPY, N_VIEW, N_PERMUTE, N_LN, N_LINEAR, N_MATMUL, N_SPLIT, N_SDPA, N_UNARY,
           N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP, N_SDPAQKV };
+#define N_KINDS (N_SDPAQKV + 1)
+
+/* the backward phase names of the replay's report, one per kind */
+static const char *const node_kind_name[] = {
+    "embedding", "slice", "add", "cast/copy", "view", "transpose", "layernorm", "linear", "matmul", "qkv split",
+    "attention", "gelu", "dropout", "cross-entropy", "checkpointed block", "selective linear", "scale", "bias+gelu",
+    "add+layernorm", "linear (low precision)", "cross-entropy (low precision)", "attention on qkv"};
+_Static_assert(sizeof node_kind_name / sizeof node_kind_name[0] == N_KINDS, "a name for every node kind");
 
 #define G_MAX_IN 4
 typedef struct gnode {
@@ -962,9 +970,7 @@ static void walk(gsim *g, int lo, int hi, int n_roots, const gt *roots, const gt
         gt gout[3] = {GT_NONE, GT_NONE, GT_NONE}, gin[G_MAX_IN] = {GT_NONE, GT_NONE, GT_NONE, GT_NONE};
         int any = 0;
         for (int i = 0; i < n->n_out; i++) { gout[i] = n->acc[i]; n->acc[i] = GT_NONE; any |= gout[i].buf >= 0; }
-        pf_phase(g->s, "  backward %s", (const char *[]){"embedding", "slice", "add", "cast/copy", "view", "transpose",
-                 "layernorm", "linear", "matmul", "qkv split", "attention", "gelu", "dropout", "cross-entropy",
-                 "checkpointed block", "selective linear", "scale", "bias+gelu", "add+layernorm", "linear (low precision)", "cross-entropy (low precision)"}[n->kind]);
+        pf_phase(g->s, "  backward %s", node_kind_name[n->kind]);
         if (any) backward_node(g, k, gout, gin);
         n = &g->nodes[k];
         for (int j = 0; j < n->n_in; j++) {
