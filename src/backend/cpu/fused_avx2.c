@@ -95,7 +95,12 @@ void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float 
 static float sum_row(const float *x, const float *h, float *s, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    if (h) {
+    if (!h) { /* the plain row sum, exactly as layer_norm's kernel takes it */
+        float t = fm_hsum256(fm_sum_lanes256(x, n, &i));
+        for (; i < n; i++) t += x[i];
+        return t;
+    }
+    {
         for (; i + 32 <= n; i += 32) {
             __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
             __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(h + i + 8));
@@ -115,19 +120,11 @@ static float sum_row(const float *x, const float *h, float *s, int64_t n) {
             _mm256_storeu_ps(s + i, v0);
             a0 = _mm256_add_ps(a0, v0);
         }
-    } else {
-        for (; i + 32 <= n; i += 32) {
-            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
-            a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
-            a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
-        }
-        for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
     }
     float t = fm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) {
-        float v = h ? x[i] + h[i] : x[i];
-        if (h) s[i] = v;
+        float v = x[i] + h[i];
+        s[i] = v;
         t += v;
     }
     return t;
