@@ -123,13 +123,13 @@ static fm_status sdpa_qkv_backward(fm_node *n, fm_tensor *const *grad_out, fm_te
 }
 
 /* split, attend, merge: for devices without the fused kernel and for f16/bf16 */
-static fm_tensor *sdpa_qkv_composed(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale) {
+static fm_tensor *sdpa_qkv_composed(fm_tensor *qkv, const fm_qkv_split_attrs *g, bool causal, double scale) {
     fm_tensor *q, *k, *v;
-    if (fm_qkv_split_heads(qkv, n_head, n_kv_head, &q, &k, &v)) return NULL;
+    if (fm_qkv_split_heads(qkv, (int)g->n_head, (int)g->n_kv_head, &q, &k, &v)) return NULL;
     fm_tensor *h = fm_scaled_dot_product_attention(q, k, v, causal, scale);
     fm_tensor_release_n(3, q, k, v);
     fm_tensor *t = h ? fm_transpose(h, 1, 2) : NULL;
-    fm_tensor *y = t ? fm_reshape(t, 3, (int64_t[]){qkv->shape[0], qkv->shape[1], (int64_t)n_head * (qkv->shape[2] / (n_head + 2LL * n_kv_head))}) : NULL;
+    fm_tensor *y = t ? fm_reshape(t, 3, (int64_t[]){qkv->shape[0], qkv->shape[1], g->n_head * g->head_dim}) : NULL;
     fm_tensor_release_n(2, h, t);
     return y;
 }
@@ -150,7 +150,7 @@ fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, d
     const fm_backend *be = fm_backend_get(dev.type);
     if ((qkv->dtype != FM_F32 && qkv->dtype != FM_F64) || fm_autocast_would_cast(qkv) || !be ||
         !be->kernels[FM_OP_SDPA_QKV] || !be->kernels[FM_OP_SDPA_QKV_BACKWARD])
-        return sdpa_qkv_composed(qkv, n_head, n_kv_head, causal, scale);
+        return sdpa_qkv_composed(qkv, &g, causal, scale);
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)g.head_dim);
     fm_sdpa_qkv_attrs attrs = {g.n_head, g.n_kv_head, g.head_dim, causal ? 1 : 0, scale};
     fm_tensor *src = fm_tensor_is_contiguous(qkv) ? fm_tensor_retain(qkv) : fm_contiguous(qkv);

@@ -9,6 +9,8 @@
  * threads and fm_cpu_use_avx2() to pick SIMD paths (*_avx2.c files). */
 #ifndef FATHOM_CPU_KERNELS_H
 #define FATHOM_CPU_KERNELS_H
+#include <stdint.h>
+
 #include "core/backend.h"
 #include "ops/op_attrs.h"
 
@@ -22,6 +24,15 @@ void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, ind
 void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
 void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */
 void fm_cpu_kernels_fused(fm_backend *b);       /* qkv_split_heads (+backward) */
+
+/* Non-temporal output stores (the *_avx2 kernels' `stream` flag) pay off only
+ * when an f32 output is too big to stay in cache for its consumer anyway:
+ * FM_CPU_STREAM_MIN_BYTES and up. fm_cpu_stream_rows: whether rows of n floats
+ * starting at out can be streamed (32-byte aligned rows, n a multiple of 8). */
+#define FM_CPU_STREAM_MIN_BYTES ((int64_t)8 << 20)
+static inline int fm_cpu_stream_rows(const void *out, int64_t n, int64_t numel) {
+    return numel * 4 >= FM_CPU_STREAM_MIN_BYTES && n % 8 == 0 && ((uintptr_t)out & 31) == 0;
+}
 
 /* Row-major C[M,N] = op(A)[M,K] * op(B)[K,N] + beta * C in f32 or f64
  * (gemm_cpu.c): OpenBLAS per block, blocks split over fathom's pool. */

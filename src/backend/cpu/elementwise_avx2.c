@@ -16,10 +16,6 @@ static inline __m256i tail_mask(int64_t r) {
 /* Non-temporal stores for outputs too big to stay in cache (the caller decides,
  * and passes 32-byte aligned arrays): they skip the read-for-ownership of each
  * output line, a quarter of the traffic of a two-input op. */
-static inline void store8(float *p, __m256 v, bool stream) {
-    if (stream) _mm256_stream_ps(p, v);
-    else _mm256_storeu_ps(p, v);
-}
 
 static const float k_sqrt2_pi = 0.79788456080286536f, k_inv_sqrt_2pi = 0.3989422804014327f;
 
@@ -65,7 +61,7 @@ static inline __m256 min_nan(__m256 a, __m256 b) { return _mm256_or_ps(_mm256_mi
         int64_t i = 0;                                                                \
         for (; i + 8 <= n; i += 8) {                                                  \
             __m256 v = _mm256_loadu_ps(x + i);                                        \
-            store8(y + i, (EXPR), stream);                                            \
+            fm_store8(y + i, (EXPR), stream);                                            \
         }                                                                             \
         if (i < n) {                                                                  \
             __m256i m_ = tail_mask(n - i);                                            \
@@ -111,7 +107,7 @@ bool fm_ew_unary_f32_avx2(fm_op_id op, const fm_unary_attrs *at, const float *x,
             __m256 v = USE_X ? _mm256_loadu_ps(x + i) : zero;                         \
             __m256 t = USE_Y ? _mm256_loadu_ps(y + i) : zero;                         \
             (void)v; (void)t;                                                         \
-            store8(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), (DERIV)), stream);   \
+            fm_store8(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), (DERIV)), stream);   \
         }                                                                             \
         if (i < n) {                                                                  \
             __m256i m_ = tail_mask(n - i);                                            \
@@ -155,7 +151,7 @@ bool fm_ew_unary_bwd_f32_avx2(fm_op_id fwd, const fm_unary_attrs *at, const floa
         int64_t i = 0;                                                                \
         for (; i + 8 <= n; i += 8) {                                                  \
             __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);          \
-            store8(y + i, (EXPR), stream);                                            \
+            fm_store8(y + i, (EXPR), stream);                                            \
         }                                                                             \
         if (i < n) {                                                                  \
             __m256i m_ = tail_mask(n - i);                                            \

@@ -22,11 +22,11 @@
 /* Outputs at least this big are written with non-temporal stores (direct f32
  * path): they would not stay in cache for their consumer anyway, and streaming
  * skips the read-for-ownership of each output line (add over 4M floats: 64 ->
- * 48 MB). Same threshold as softmax. Measured on the 4M-element rows of
- * bench_core (quiet machine, huge pages): add, GELU and tanh-GELU forward and
- * backward are 0-10% faster streamed (GELU is bound by memory as much as by
- * arithmetic at two threads). */
-#define STREAM_MIN_BYTES ((int64_t)8 << 20)
+ * 48 MB). The threshold is FM_CPU_STREAM_MIN_BYTES (cpu_kernels.h), as for
+ * softmax and the norms. Measured on the 4M-element rows of bench_core (quiet
+ * machine, huge pages): add, GELU and tanh-GELU forward and backward are 0-10%
+ * faster streamed (GELU is bound by memory as much as by arithmetic at two
+ * threads). */
 
 /* ---- scalar math (the reference for every dtype) ---- */
 
@@ -383,7 +383,7 @@ static fm_status ew_run(const ew_job *job, fm_tensor *out, int n_in, fm_tensor *
     make_operand(&e.out, out, e.ndim, e.shape);
     if (!e.out.contig) e.direct = false;
     /* chunks start at multiples of CHUNK floats, so an aligned base keeps every chunk aligned */
-    e.job.stream = e.direct && ct == FM_F32 && e.n * 4 >= STREAM_MIN_BYTES && ((uintptr_t)e.out.base & 31) == 0;
+    e.job.stream = e.direct && ct == FM_F32 && e.n * 4 >= FM_CPU_STREAM_MIN_BYTES && ((uintptr_t)e.out.base & 31) == 0;
     int64_t chunks = (e.n + CHUNK - 1) / CHUNK;
     /* ~32K elements per thread before splitting pays for the wake-up */
     fm_parallel_for(chunks, 16, run_range, &e);

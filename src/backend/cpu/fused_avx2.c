@@ -89,37 +89,36 @@ void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float 
     }
 }
 
-/* Sum of the row x (+ h, stored to s when h is given). The accumulators see the
- * same values in the same order either way; the two loops differ only in where
- * the values come from. */
+/* Sum of the row x (+ h, stored to s when h is given). Without h it is the
+ * layer norm kernel's row sum (fm_sum_lanes256); with h the accumulators see the
+ * sums x + h in that same order, so a recomputed norm (h = NULL over the stored
+ * sum) is bitwise the fused one. */
 static float sum_row(const float *x, const float *h, float *s, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    if (!h) { /* the plain row sum, exactly as layer_norm's kernel takes it */
+    if (!h) {
         float t = fm_hsum256(fm_sum_lanes256(x, n, &i));
         for (; i < n; i++) t += x[i];
         return t;
     }
-    {
-        for (; i + 32 <= n; i += 32) {
-            __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
-            __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(h + i + 8));
-            __m256 v2 = _mm256_add_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(h + i + 16));
-            __m256 v3 = _mm256_add_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(h + i + 24));
-            _mm256_storeu_ps(s + i, v0);
-            _mm256_storeu_ps(s + i + 8, v1);
-            _mm256_storeu_ps(s + i + 16, v2);
-            _mm256_storeu_ps(s + i + 24, v3);
-            a0 = _mm256_add_ps(a0, v0);
-            a1 = _mm256_add_ps(a1, v1);
-            a2 = _mm256_add_ps(a2, v2);
-            a3 = _mm256_add_ps(a3, v3);
-        }
-        for (; i + 8 <= n; i += 8) {
-            __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
-            _mm256_storeu_ps(s + i, v0);
-            a0 = _mm256_add_ps(a0, v0);
-        }
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
+        __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(h + i + 8));
+        __m256 v2 = _mm256_add_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(h + i + 16));
+        __m256 v3 = _mm256_add_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(h + i + 24));
+        _mm256_storeu_ps(s + i, v0);
+        _mm256_storeu_ps(s + i + 8, v1);
+        _mm256_storeu_ps(s + i + 16, v2);
+        _mm256_storeu_ps(s + i + 24, v3);
+        a0 = _mm256_add_ps(a0, v0);
+        a1 = _mm256_add_ps(a1, v1);
+        a2 = _mm256_add_ps(a2, v2);
+        a3 = _mm256_add_ps(a3, v3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(h + i));
+        _mm256_storeu_ps(s + i, v0);
+        a0 = _mm256_add_ps(a0, v0);
     }
     float t = fm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) {

@@ -17,17 +17,11 @@
 #include <immintrin.h>
 
 #include "backend/cpu/gemv_avx2.h"
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "backend/cpu/simd_avx2.h"
 
 /* acc0 holds the even 8-wide chunks, acc1 the odd ones; k8 = K rounded down to 8 */
 static inline float row_finish(__m256 acc0, __m256 acc1, const float *w, const float *x, int64_t k8, int64_t K) {
-    float s = hsum(_mm256_add_ps(acc0, acc1));
+    float s = fm_hsum256(_mm256_add_ps(acc0, acc1));
     for (int64_t k = k8; k < K; k++) s = __builtin_fmaf(w[k], x[k], s);
     return s;
 }

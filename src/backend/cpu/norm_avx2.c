@@ -27,11 +27,6 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
                                  float *dw_acc, int64_t n, int stream);
 
-static inline void store8(float *p, __m256 v, int stream) {
-    if (stream) _mm256_stream_ps(p, v);
-    else _mm256_storeu_ps(p, v);
-}
-
 
 static float row_sum(const float *x, int64_t n) {
     int64_t i;
@@ -60,20 +55,20 @@ void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, f
     if (w && b) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            store8(y + i, _mm256_fmadd_ps(h, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)), stream);
+            fm_store8(y + i, _mm256_fmadd_ps(h, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)), stream);
         }
     } else if (w) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            store8(y + i, _mm256_mul_ps(h, _mm256_loadu_ps(w + i)), stream);
+            fm_store8(y + i, _mm256_mul_ps(h, _mm256_loadu_ps(w + i)), stream);
         }
     } else if (b) {
         for (; i + 8 <= n; i += 8) {
             __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
-            store8(y + i, _mm256_add_ps(h, _mm256_loadu_ps(b + i)), stream);
+            fm_store8(y + i, _mm256_add_ps(h, _mm256_loadu_ps(b + i)), stream);
         }
     } else {
-        for (; i + 8 <= n; i += 8) store8(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo), stream);
+        for (; i + 8 <= n; i += 8) fm_store8(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo), stream);
     }
     for (; i < n; i++) {
         float h = (x[i] - mean) * rstd;
@@ -114,7 +109,7 @@ void fm_layernorm_bwd_row_f32_avx2(const float *dy, const float *x, const float 
         __m256 h = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo);
         __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
         __m256 t = _mm256_fnmadd_ps(h, vc, _mm256_sub_ps(g, va));
-        store8(dx + i, _mm256_mul_ps(t, vr), stream);
+        fm_store8(dx + i, _mm256_mul_ps(t, vr), stream);
     }
     for (; i < n; i++) {
         float h = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
@@ -144,7 +139,7 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
         if (w) h = _mm256_mul_ps(h, _mm256_loadu_ps(w + i));
-        store8(y + i, h, stream);
+        fm_store8(y + i, h, stream);
     }
     for (; i < n; i++) y[i] = x[i] * rstd * (w ? w[i] : 1.0f);
     if (stream) _mm_sfence();
@@ -174,7 +169,7 @@ void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w
         __m256 d = _mm256_loadu_ps(dy + i);
         __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
         __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
-        store8(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(h, vc, g), vr), stream);
+        fm_store8(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(h, vc, g), vr), stream);
     }
     for (; i < n; i++) {
         float h = x[i] * rstd, g = w ? dy[i] * w[i] : dy[i];

@@ -28,13 +28,6 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
                                  float *dw_acc, int64_t n, int stream);
 
-/* Non-temporal output stores pay off only when the output is too big to stay in
- * cache for its consumer anyway; they need 32-byte aligned rows. */
-#define STREAM_MIN_BYTES ((int64_t)8 << 20)
-static int use_stream(const void *out, int64_t n, int64_t numel) {
-    return numel * 4 >= STREAM_MIN_BYTES && n % 8 == 0 && ((uintptr_t)out & 31) == 0;
-}
-
 /* ---- scalar row templates; statistics accumulate in double ---- */
 #define DEFINE_NORM_ROWS(T, SFX)                                                                    \
     static void ln_row_##SFX(const T *x, const T *w, const T *b, T *y, int64_t n, double eps, T *mo, \
@@ -151,7 +144,7 @@ static fm_status norm_fwd(const fm_op_call *call, int rms) {
     c.rstd = fm_tensor_data(rstd_t);
     c.eps = ((const fm_norm_attrs *)call->attrs)->eps;
     c.rms = rms; c.dt = dt; c.simd = dt == FM_F32 && fm_cpu_use_avx2();
-    c.stream = c.simd && use_stream(c.y, c.N, c.M * c.N);
+    c.stream = c.simd && fm_cpu_stream_rows(c.y, c.N, c.M * c.N);
     fm_parallel_for(c.M, row_grain(c.N), norm_fwd_rows, &c);
     return FM_OK;
 }
@@ -252,7 +245,7 @@ static fm_status norm_bwd(const fm_op_call *call, int rms) {
     c.mean = mean ? fm_tensor_data(mean) : NULL;
     c.rstd = fm_tensor_data(rstd); c.dx = fm_tensor_data(dx);
     c.rms = rms; c.dt = dt; c.simd = dt == FM_F32 && fm_cpu_use_avx2();
-    c.stream = c.simd && use_stream(c.dx, c.N, c.M * c.N);
+    c.stream = c.simd && fm_cpu_stream_rows(c.dx, c.N, c.M * c.N);
     fm_parallel_for(n_chunks, 1, norm_bwd_chunks, &c);
     int64_t cgrain = c.N < 256 ? c.N : 256;
     if (dw) {

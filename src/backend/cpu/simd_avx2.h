@@ -127,6 +127,14 @@ static inline float fm_hmax256(__m256 v) {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* 8 floats to p, non-temporal when stream (p 32-byte aligned then): large
+ * outputs skip the read-for-ownership of each line. A streaming kernel ends
+ * with _mm_sfence(). */
+static inline void fm_store8(float *p, __m256 v, int stream) {
+    if (stream) _mm256_stream_ps(p, v);
+    else _mm256_storeu_ps(p, v);
+}
+
 /* Lane sums of x[0..*done) with four independent accumulators (the adds of one
  * accumulator depend on each other; four keep the FP adder busy). *done is the
  * multiple of 8 covered; the caller reduces the lanes (float or double) and adds

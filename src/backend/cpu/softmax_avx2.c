@@ -18,10 +18,6 @@ void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float
 
 #define STAGE_MAX 4096 /* widest row softmax stages on the stack when streaming */
 
-static inline void store8(float *p, __m256 v, int stream) {
-    if (stream) _mm256_stream_ps(p, v);
-    else _mm256_storeu_ps(p, v);
-}
 
 /* Four independent max chains: one chain is bound by max_ps latency, not loads. */
 static float row_max(const float *x, int64_t n) {
@@ -65,7 +61,7 @@ void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, 
         __m256 vm = _mm256_set1_ps(m), vl = _mm256_set1_ps(ls);
         int64_t i = 0;
         for (; i + 8 <= n; i += 8)
-            store8(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl), stream);
+            fm_store8(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl), stream);
         for (; i < n; i++) y[i] = (x[i] - m) - ls;
         if (stream) _mm_sfence();
         return;
@@ -95,7 +91,7 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
         for (; i < n; i++) s += dy[i];
         __m256 vs = _mm256_set1_ps(s);
         for (i = 0; i + 8 <= n; i += 8)
-            store8(dx + i, _mm256_fnmadd_ps(fm_exp256(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)), stream);
+            fm_store8(dx + i, _mm256_fnmadd_ps(fm_exp256(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)), stream);
         for (; i < n; i++) dx[i] = dy[i] - expf(y[i]) * s;
         if (stream) _mm_sfence();
         return;
@@ -105,7 +101,7 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
     for (; i < n; i++) s += dy[i] * y[i];
     __m256 vs = _mm256_set1_ps(s);
     for (i = 0; i + 8 <= n; i += 8)
-        store8(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)), stream);
+        fm_store8(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)), stream);
     for (; i < n; i++) dx[i] = y[i] * (dy[i] - s);
     if (stream) _mm_sfence();
 }
@@ -130,7 +126,7 @@ void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float
     __m256 vm = _mm256_set1_ps(m), vsc = _mm256_set1_ps(scale), vsh = _mm256_set1_ps(shift);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        store8(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh), stream);
+        fm_store8(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh), stream);
     for (; i < n; i++) dx[i] = expf(x[i] - m) * scale - shift;
     if (stream) _mm_sfence();
 }

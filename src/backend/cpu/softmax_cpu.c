@@ -22,13 +22,6 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
 
-/* Non-temporal output stores pay off only when the output is too big to stay
- * in cache for its consumer anyway; they need 32-byte aligned rows. */
-#define STREAM_MIN_BYTES ((int64_t)8 << 20)
-static int use_stream(const void *out, int64_t n, int64_t numel) {
-    return numel * 4 >= STREAM_MIN_BYTES && n % 8 == 0 && ((uintptr_t)out & 31) == 0;
-}
-
 /* ---- scalar row templates (T = float or double; sums in double) ---- */
 #define DEFINE_ROWS(T, SFX, EXPF, LOGF)                                                            \
     static void softmax_row_##SFX(const T *x, T *y, int64_t n, int log_mode) {                     \
@@ -134,7 +127,7 @@ static fm_status softmax_common(const fm_op_call *call, int log_mode, int backwa
         c.x = fm_tensor_data(x);
     }
     c.y = fm_tensor_data(call->out[0]);
-    c.stream = c.simd && use_stream(c.y, n, numel);
+    c.stream = c.simd && fm_cpu_stream_rows(c.y, n, numel);
     fm_parallel_for(numel / n, row_grain(n), backward ? softmax_bwd_rows : softmax_rows, &c);
     return FM_OK;
 }
@@ -288,7 +281,7 @@ static fm_status ce_bwd_kernel(const fm_op_call *call) {
     if (st != FM_OK) return st;
     ce_ctx c = {fm_tensor_data(x), fm_tensor_data(tg), fm_tensor_data(g), fm_tensor_data(call->out[0]), NULL, tg, C, a,
                 dt == FM_F32 && fm_cpu_use_avx2(), a->reduction == FM_REDUCE_NONE, 0, 1.0, dt};
-    c.stream = c.simd && use_stream(c.dx, C, fm_tensor_numel(x));
+    c.stream = c.simd && fm_cpu_stream_rows(c.dx, C, fm_tensor_numel(x));
     if (a->reduction == FM_REDUCE_MEAN) c.g_scale = 1.0 / (double)count;
     fm_parallel_for(rows, row_grain(C), ce_bwd_rows, &c);
     return FM_OK;
