@@ -38,6 +38,36 @@ static fm_tensor *as_dtype(fm_tensor *t, fm_dtype dt) {
     return c;
 }
 
+/* The gradients of a linear y = x2 w^T + b from go2 [rows, out], op for op as the
+ * plain linear computes them under autocast, so that the nodes below give the
+ * same bits as fm_linear: the weight's from one matmul, widened to w's dtype; the
+ * bias's summed in the output's dtype, then widened (the bias add's broadcast
+ * backward, then the cast's). A NULL result pointer: that gradient is not wanted. */
+static fm_status param_grads(fm_tensor *go2, fm_tensor *x2, fm_tensor *w, fm_tensor *b, fm_tensor **gw, fm_tensor **gb) {
+    if (gw) {
+        fm_tensor *got = fm_transpose(go2, 0, 1);
+        *gw = got ? as_dtype(fm_matmul(got, x2), w->dtype) : NULL;
+        fm_tensor_release(got);
+        if (!*gw) return fm_last_status();
+    }
+    if (gb) {
+        fm_tensor *s = fm_sum(go2, 1, (int[]){0}, true);
+        fm_tensor *s1 = s ? fm_reshape(s, 1, b->shape) : NULL;
+        fm_tensor_release(s);
+        *gb = as_dtype(s1, b->dtype);
+        if (!*gb) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+/* go2 w, as a tensor of `like`'s shape in dtype dt (the input's gradient) */
+static fm_tensor *input_grad(fm_tensor *go2, fm_tensor *w, const fm_tensor *like, fm_dtype dt) {
+    fm_tensor *d2 = fm_matmul(go2, w);
+    fm_tensor *d = d2 ? as_dtype(fm_reshape(d2, like->ndim, like->shape), dt) : NULL;
+    fm_tensor_release(d2);
+    return d;
+}
+
 static fm_status rc_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     const rc_attrs *a = FM_NODE_ATTRS(n, rc_attrs);
     fm_tensor *w = n->saved[a->n_in], *b = n->saved[a->n_in + 1];
@@ -63,22 +93,9 @@ static fm_status rc_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
     g2 = go2 ? rows2(g) : NULL;
     if (!g2) { st = fm_last_status(); goto restore; }
     /* linear backward; matmul applies the forward's autocast to f32 operands */
-    if (fm_node_needs_grad(n, a->n_in)) {
-        fm_tensor *got = fm_transpose(go2, 0, 1);
-        gin[a->n_in] = got ? as_dtype(fm_matmul(got, g2), w->dtype) : NULL;
-        fm_tensor_release(got);
-        if (!gin[a->n_in]) { st = fm_last_status(); goto restore; }
-    }
-    if (b && fm_node_needs_grad(n, a->n_in + 1)) {
-        /* summed in the output's dtype, then widened: what the plain linear's bias
-         * add does under autocast (its broadcast backward, then the cast's), so the
-         * bias gradients are the same bits with and without recomputation */
-        fm_tensor *s = fm_sum(go2, 1, (int[]){0}, true);
-        fm_tensor *s1 = s ? fm_reshape(s, 1, b->shape) : NULL;
-        fm_tensor_release(s);
-        gin[a->n_in + 1] = as_dtype(s1, b->dtype);
-        if (!gin[a->n_in + 1]) { st = fm_last_status(); goto restore; }
-    }
+    st = param_grads(go2, g2, w, b, fm_node_needs_grad(n, a->n_in) ? &gin[a->n_in] : NULL,
+                     b && fm_node_needs_grad(n, a->n_in + 1) ? &gin[a->n_in + 1] : NULL);
+    if (st != FM_OK) goto restore;
     /* f's output was needed only for the weight gradient: its data goes now, before
      * dg and f's input gradients are allocated. g stays the root of the backward
      * below, which reads only its grad_fn, shape and dtype. A node inside f that
@@ -90,12 +107,7 @@ static fm_status rc_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
         fm_storage_release(g->storage);
         g->storage = NULL;
     }
-    if (g->requires_grad) {
-        fm_tensor *dg2 = fm_matmul(go2, w);
-        dg = dg2 ? as_dtype(fm_reshape(dg2, g->ndim, g->shape), g->dtype) : NULL;
-        fm_tensor_release(dg2);
-        if (!dg) { st = fm_last_status(); goto restore; }
-    }
+    if (g->requires_grad && !(dg = input_grad(go2, w, g, g->dtype))) { st = fm_last_status(); goto restore; }
 restore:
     fm_autocast_set(prev_ac);
     *rg = keep;
@@ -165,25 +177,9 @@ static fm_status ll_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
     go2 = rows2(gout[0]);
     x2 = go2 ? rows2(x) : NULL;
     if (!x2) { st = fm_last_status(); goto done; }
-    if (fm_node_needs_grad(n, 1)) {
-        fm_tensor *got = fm_transpose(go2, 0, 1);
-        gin[1] = got ? as_dtype(fm_matmul(got, x2), w->dtype) : NULL;
-        fm_tensor_release(got);
-        if (!gin[1]) { st = fm_last_status(); goto done; }
-    }
-    if (b && fm_node_needs_grad(n, 2)) {
-        fm_tensor *s = fm_sum(go2, 1, (int[]){0}, true);
-        fm_tensor *s1 = s ? fm_reshape(s, 1, b->shape) : NULL;
-        fm_tensor_release(s);
-        gin[2] = as_dtype(s1, b->dtype);
-        if (!gin[2]) { st = fm_last_status(); goto done; }
-    }
-    if (fm_node_needs_grad(n, 0)) {
-        fm_tensor *dx2 = fm_matmul(go2, w);
-        gin[0] = dx2 ? as_dtype(fm_reshape(dx2, x->ndim, x->shape), a->in_dtype) : NULL;
-        fm_tensor_release(dx2);
-        if (!gin[0]) st = fm_last_status();
-    }
+    st = param_grads(go2, x2, w, b, fm_node_needs_grad(n, 1) ? &gin[1] : NULL,
+                     b && fm_node_needs_grad(n, 2) ? &gin[2] : NULL);
+    if (st == FM_OK && fm_node_needs_grad(n, 0) && !(gin[0] = input_grad(go2, w, x, a->in_dtype))) st = fm_last_status();
 done:
     fm_autocast_set(prev_ac);
     fm_tensor_release_n(2, go2, x2);
