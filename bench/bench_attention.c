@@ -10,25 +10,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/parallel.h" /* fm_num_threads, fm_parallel_shutdown */
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(int argc, char **argv) {
     int64_t B = 8, H = 8, T = 512, D = 64;
@@ -55,9 +40,9 @@ int main(int argc, char **argv) {
         /* forward, no grad */
         bool prev = fm_set_grad_enabled(false);
         for (int i = -1; i < reps; i++) {
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             fm_tensor *o = fm_scaled_dot_product_attention(q, k, v, causal, 0);
-            double dt = now_ms() - t0;
+            double dt = bench_now_ms() - t0;
             if (!o) { fprintf(stderr, "bench_attention: %s\n", fm_last_error()); return 1; }
             fm_tensor_release(o);
             if (i >= 0) t[i] = dt;
@@ -66,7 +51,7 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"sdpa_fwd\",\"causal\":%s,\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"dtype\":\"f32\","
                "\"threads\":%d,\"metric\":\"ms\",\"fathom\":%.3f}\n",
                causal ? "true" : "false", (long long)B, (long long)H, (long long)T, (long long)D, fm_num_threads(),
-               median(t, reps));
+               bench_median(t, reps));
         fflush(stdout);
         /* backward: the forward runs untimed each rep */
         fm_tensor *in[3] = {q, k, v};
@@ -75,9 +60,9 @@ int main(int argc, char **argv) {
             for (int j = 0; j < 3; j++) fm_tensor_zero_grad(in[j]);
             fm_tensor *o = fm_scaled_dot_product_attention(q, k, v, causal, 0);
             if (!o) { fprintf(stderr, "bench_attention: %s\n", fm_last_error()); return 1; }
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             fm_status st = fm_backward(o, dO, false);
-            double dt = now_ms() - t0;
+            double dt = bench_now_ms() - t0;
             fm_tensor_release(o);
             if (st != FM_OK) { fprintf(stderr, "bench_attention: %s\n", fm_last_error()); return 1; }
             if (i >= 0) t[i] = dt;
@@ -89,7 +74,7 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"sdpa_bwd\",\"causal\":%s,\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"dtype\":\"f32\","
                "\"threads\":%d,\"metric\":\"ms\",\"fathom\":%.3f}\n",
                causal ? "true" : "false", (long long)B, (long long)H, (long long)T, (long long)D, fm_num_threads(),
-               median(t, reps));
+               bench_median(t, reps));
         fflush(stdout);
     }
     free(t);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_num_threads, for the report */
@@ -26,17 +27,6 @@ static const shape_case k_cases[] = {
     {1, 32, 28, false}, {32, 64, 28, true}, {1, 32, 14, false}, {32, 64, 14, true},
 };
 enum { N_CASES = sizeof k_cases / sizeof k_cases[0], BATCH = 64 };
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* One timed step; returns 0 on success. */
 static int run_step(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, bool backward, fm_tensor *g) {
@@ -78,11 +68,11 @@ static double time_case(const shape_case *c, fm_layout layout, bool backward, in
     for (int i = 0; i < 2; i++)
         if (run_step(x, w, b, &p, backward, g)) goto out;
     for (int i = 0; i < iters; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (run_step(x, w, b, &p, backward, g)) goto out;
-        t[i] = now_ms() - t0;
+        t[i] = bench_now_ms() - t0;
     }
-    qsort(t, (size_t)iters, sizeof(double), cmp_double);
+    qsort(t, (size_t)iters, sizeof(double), bench_cmp_d);
     med = t[iters / 2];
 out:
     if (med < 0) fprintf(stderr, "bench_conv: %s\n", fm_last_error());

@@ -8,16 +8,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/parallel.h"
 #include "fathom/fathom.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
-static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+/* the upper median (v[n/2] for even n), which the published bench_core rows used */
+static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, bench_cmp_d); return v[n / 2]; }
 
 static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
     int64_t sa[2] = {M, K}, sb[2] = {K, N};
@@ -32,18 +28,18 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
     for (int round = 0; round < 2; round++) {
         openblas_set_num_threads(1);
         for (int r = -1; r < half && nf < 64; r++) {
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             fm_tensor *y = fm_matmul(a, b);
-            double t1 = now_ms();
+            double t1 = bench_now_ms();
             fm_tensor_release(y);
             if (r >= 0) t_fm[nf++] = t1 - t0;
         }
         openblas_set_num_threads(fm_num_threads());
         for (int r = -1; r < half && nb < 64; r++) {
-            double t2 = now_ms();
+            double t2 = bench_now_ms();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
                         fm_tensor_data(b), (int)N, 0.0f, c, (int)N);
-            double t3 = now_ms();
+            double t3 = bench_now_ms();
             if (r >= 0) t_blas[nb++] = t3 - t2;
         }
         openblas_set_num_threads(1);
@@ -67,11 +63,11 @@ static void bench_elementwise(const char *name, int64_t n, int reps) {
     fm_tensor_requires_grad_(b, true);
     double tf[64], tb[64];
     for (int r = -2; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         fm_tensor *y = !strcmp(name, "add") ? fm_add(a, b) : !strcmp(name, "gelu") ? fm_gelu(a) : fm_gelu_tanh(a);
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         fm_backward(y, g, false);
-        double t2 = now_ms();
+        double t2 = bench_now_ms();
         fm_tensor_release(y);
         fm_tensor_zero_grad(a);
         fm_tensor_zero_grad(b);

@@ -15,18 +15,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "fathom/data.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* keeps the CPU busy (like a training step would) for `ms` */
 static double busy(double ms) {
-    double t0 = now_s(), acc = 0;
-    while ((now_s() - t0) * 1e3 < ms)
+    double t0 = bench_now_s(), acc = 0;
+    while ((bench_now_s() - t0) * 1e3 < ms)
         for (int i = 0; i < 1000; i++) acc += (double)i * 1e-9;
     return acc;
 }
@@ -59,12 +54,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     fm_dataset *d = fm_dataset_fashion_mnist(dir, FM_SPLIT_TRAIN);
     const char *source = "fashion-mnist";
     if (d) {
         printf("{\"bench\":\"fashion_mnist_load\",\"metric\":\"ms\",\"fathom\":%.1f,\"samples\":%lld}\n",
-               (now_s() - t0) * 1e3, (long long)fm_dataset_size(d));
+               (bench_now_s() - t0) * 1e3, (long long)fm_dataset_size(d));
     } else {
         fprintf(stderr, "bench_data: %s; using synthetic data of the same size\n", fm_last_error());
         source = "synthetic";
@@ -92,20 +87,20 @@ int main(int argc, char **argv) {
         /* throughput: consume as fast as possible */
         fm_batch b;
         int64_t nb = 0;
-        double ts = now_s();
+        double ts = bench_now_s();
         for (int e = 0; e < epochs; e++)
             while (fm_dataloader_next(l, &b) == FM_OK && b.x) {
                 sink += ((const float *)fm_tensor_data(b.x))[0];
                 nb++;
             }
-        double dt = now_s() - ts;
+        double dt = bench_now_s() - ts;
         printf("{\"bench\":\"loader_epoch\",\"data\":\"%s\",\"workers\":%d,\"batch\":%lld,\"transforms\":\"crop2+hflip+normalize\","
                "\"metric\":\"batches_per_s\",\"fathom\":%.1f,\"samples_per_s\":%.0f,\"batches\":%lld}\n",
                source, w, (long long)batch, (double)nb / dt, (double)nb * (double)batch / dt, (long long)nb);
         /* overlap: a consumer that works on each batch */
         double w0 = fm_dataloader_wait_seconds(l);
         int64_t steps = 300;
-        ts = now_s();
+        ts = bench_now_s();
         for (int64_t k = 0; k < steps;) {
             if (fm_dataloader_next(l, &b) != FM_OK) return 1;
             if (!b.x) continue;
@@ -115,7 +110,7 @@ int main(int argc, char **argv) {
         double waited = fm_dataloader_wait_seconds(l) - w0;
         printf("{\"bench\":\"loader_overlap\",\"data\":\"%s\",\"workers\":%d,\"batch\":%lld,\"work_ms\":%.1f,"
                "\"metric\":\"wait_ms_per_batch\",\"fathom\":%.3f,\"step_ms\":%.3f}\n",
-               source, w, (long long)batch, work_ms, waited * 1e3 / (double)steps, (now_s() - ts) * 1e3 / (double)steps);
+               source, w, (long long)batch, work_ms, waited * 1e3 / (double)steps, (bench_now_s() - ts) * 1e3 / (double)steps);
         fm_dataloader_free(l);
     }
     fm_dataset_release(d);

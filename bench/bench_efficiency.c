@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/parallel.h"
 #include "fathom/data.h"
 #include "fathom/efficiency.h"
@@ -39,12 +40,6 @@
 #include "fathom/optim.h"
 
 #define MAXL 16
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what) {
     fprintf(stderr, "bench_efficiency: %s: %s\n", what, fm_last_error());
@@ -149,7 +144,7 @@ static double train_step(trainer *t, mode md, result *res) {
     size_t g0 = grad_bytes_alive(t);
     fm_memory_reset_peak(FM_CPU);
     fm_memory_stats_get(FM_CPU, &s0);
-    double t0 = now_s(), loss_sum = 0;
+    double t0 = bench_now_s(), loss_sum = 0;
     for (int k = 0; k < accum; k++) {
         int mb = t->B / accum;
         fm_tensor *xs = fm_narrow(t->x, 0, (int64_t)k * mb, mb), *ys = fm_narrow(t->y, 0, (int64_t)k * mb, mb);
@@ -186,7 +181,7 @@ static double train_step(trainer *t, mode md, result *res) {
     if (do_step && fm_optim_step(t->opt) != FM_OK) die("optim step");
     if (gs) fm_grad_scaler_update(gs);
     fm_optim_zero_grad(t->opt);
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     size_t grads = 0;
     const fm_named_list *ps = fm_gpt_parameters(t->m.g);
     for (int i = 0; i < ps->n; i++) grads += fm_tensor_nbytes(ps->items[i].tensor);
@@ -346,11 +341,6 @@ static void run_converge(int steps, bool json) {
  * it. Reported: the ratio of the best epochs (as before), and the median and
  * range of the per-round ratios, which show how much the shared machine moved
  * the result. data_kinds selects kinds (a string of 'p', '1', '0', '2'). */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void run_data(int rounds, bool json, const char *data_kinds) {
     fm_dataset *d = fm_dataset_fashion_mnist(NULL, FM_SPLIT_TRAIN);
     if (!d) { printf("\ndata loading: skipped (%s)\n", fm_last_error()); return; }
@@ -408,10 +398,10 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
                     py[i] = fm_clone(b.y);
                 }
             }
-            double w0 = fm_dataloader_wait_seconds(l), t0 = now_s();
+            double w0 = fm_dataloader_wait_seconds(l), t0 = bench_now_s();
             for (int64_t i = 0; i < nb; i++) {
                 fm_tensor *bx, *by;
-                double ts = now_s();
+                double ts = bench_now_s();
                 if (kind == 0) { bx = px[i]; by = py[i]; }
                 else {
                     fm_batch b;
@@ -424,9 +414,9 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
                 fm_optim_step(opt);
                 fm_optim_zero_grad(opt);
                 fm_tensor_release_n(2, o, loss);
-                if (round >= 0 && nsteps[kind] < cap_steps) steps[kind][nsteps[kind]++] = now_s() - ts;
+                if (round >= 0 && nsteps[kind] < cap_steps) steps[kind][nsteps[kind]++] = bench_now_s() - ts;
             }
-            double dt = (now_s() - t0) / (double)nb;
+            double dt = (bench_now_s() - t0) / (double)nb;
             if (round >= 0) {
                 times[kind][round] = dt;
                 if (kind) wait[kind] += (fm_dataloader_wait_seconds(l) - w0) / (double)nb / rounds;
@@ -449,7 +439,7 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
     double med_step[NK] = {0}, trim_step[NK] = {0};
     for (int k = 0; k < NK; k++) {
         if (!on[k] || !nsteps[k]) continue;
-        qsort(steps[k], (size_t)nsteps[k], sizeof(double), cmp_double);
+        qsort(steps[k], (size_t)nsteps[k], sizeof(double), bench_cmp_d);
         med_step[k] = steps[k][nsteps[k] / 2];
         int64_t keep = nsteps[k] * 9 / 10;
         for (int64_t i = 0; i < keep; i++) trim_step[k] += steps[k][i] / (double)keep;
@@ -462,7 +452,7 @@ static void run_data(int rounds, bool json, const char *data_kinds) {
         int n = rounds < 64 ? rounds : 64;
         for (int i = 0; i < rounds; i++) bk = times[k][i] < bk ? times[k][i] : bk;
         for (int i = 0; i < n; i++) ratio[i] = times[k][i] / times[0][i];
-        qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
+        qsort(ratio, (size_t)n, sizeof *ratio, bench_cmp_d);
         double med = n % 2 ? ratio[n / 2] : 0.5 * (ratio[n / 2 - 1] + ratio[n / 2]);
         double share = by_workers[k] + in_next[k] ? (double)by_workers[k] / (double)(by_workers[k] + in_next[k]) : 0;
         printf("%-10s epoch: best %.3f ms/step, ratio of bests %.3f, per-round ratio median %.3f [%.3f .. %.3f] | step: median %.3f ms "

@@ -11,22 +11,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/backend.h"  /* fm_dispatch for the backward kernels */
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "ops/op_attrs.h" /* attrs of the backward kernels */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef struct bench_env {
     fm_tensor *x, *dy, *w, *b, *y_sm, *y_lsm, *mean, *rstd, *rstd_rms, *target, *g_scalar;
@@ -145,12 +135,12 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof names / sizeof names[0] && !rc; k++) {
         for (int i = 0; i < 3 && !rc; i++) rc = run_once(names[k], &e);
         for (int i = 0; i < reps && !rc; i++) {
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             rc = run_once(names[k], &e);
-            t[i] = now_ms() - t0;
+            t[i] = bench_now_ms() - t0;
         }
         if (rc) break;
-        qsort(t, (size_t)reps, sizeof(double), cmp_d);
+        qsort(t, (size_t)reps, sizeof(double), bench_cmp_d);
         /* min beside the median: on a shared machine the fastest run is the steadier A/B figure */
         printf("{\"bench\":\"%s\",\"shape\":[%lld,%lld],\"dtype\":\"f32\",\"threads\":%d,\"reps\":%d,\"fathom_ms\":%.4f,"
                "\"fathom_min_ms\":%.4f}\n",

@@ -8,16 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/autograd.h"
 #include "fathom/memory.h"
 #include "fathom/optim.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static fm_module *build(const char *which, fm_rng *rng) {
     fm_module *m = fm_nn_sequential();
@@ -64,7 +59,7 @@ static int run(const char *which, int steps, int warmup, int threads) {
     double best = 1e30, total = 0;
     double loss_v = 0;
     for (int s = 0; s < warmup + steps; s++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         fm_tensor *logits = fm_module_forward(m, x);
         fm_tensor *loss = fm_cross_entropy(logits, y, -100, 0.0, FM_REDUCE_MEAN);
         if (!loss || fm_backward(loss, NULL, false) != FM_OK || fm_optim_step(o) != FM_OK) {
@@ -74,7 +69,7 @@ static int run(const char *which, int steps, int warmup, int threads) {
         fm_optim_zero_grad(o);
         loss_v = fm_tensor_item(loss);
         fm_tensor_release_n(2, logits, loss);
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         if (s >= warmup) { total += dt; if (dt < best) best = dt; }
     }
     fm_memory_stats ms;

@@ -11,6 +11,9 @@ static inline double bench_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static inline double bench_now_ms(void) { return 1e3 * bench_now_s(); }
+
+/* ascending order for qsort over doubles */
 static inline int bench_cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
