@@ -329,14 +329,16 @@ int fm_cmd_plan(int argc, char **argv) {
     fm_plan_db *db = fm_plan_db_load(db_path);
     if (!db) { fm_cli_error("%s", fm_last_error()); return 1; }
     if (list_g) {
-        printf("%-18s %6s %7s %8s %8s  %s\n", "GPU", "GiB", "GB/s", "bf16 TF", "$/h od", "link");
+        printf("%-18s %6s %7s %8s %8s %9s  %s\n", "GPU", "GiB", "GB/s", "bf16 TF", "fp8 TF", "$/h od", "link");
         for (int i = 0; i < db->count; i++) {
             const fm_plan_gpu *g = &db->gpus[i];
-            char price[32];
+            char price[32], fp8[32];
             if (g->price[0].usd_per_hour >= 0) snprintf(price, sizeof price, "%.2f", g->price[0].usd_per_hour);
-            else snprintf(price, sizeof price, "-");
-            printf("%-18s %6.0f %7.0f %8.4g %8s  %s\n", g->name, g->memory_gib, g->bandwidth_gbs, g->bf16_tflops, price,
-                   g->link);
+            else snprintf(price, sizeof price, "unpriced");
+            if (g->fp8_tflops >= 0) snprintf(fp8, sizeof fp8, "%.4g", g->fp8_tflops);
+            else snprintf(fp8, sizeof fp8, "-");
+            printf("%-18s %6.1f %7.0f %8.4g %8s %9s  %s\n", g->name, g->memory_gib, g->bandwidth_gbs, g->bf16_tflops, fp8,
+                   price, g->link);
         }
         printf("(%s)\n", db->path);
         fm_plan_db_free(db);

@@ -67,6 +67,18 @@ printf '{\n  "gpus": [\n    {"name": "X",,}\n  ]\n}\n' >"$TMP/bad.json"
 expect 1 "bad.json:3:" --preset gpt2-124m --gpu-db "$TMP/bad.json"
 printf '{\n  "gpus": [\n    {\n      "name": "RTX 4090",\n      "memory_gb": 24\n    }\n  ]\n}\n' >"$TMP/incomplete.json"
 expect 1 'incomplete.json:4: entry "RTX 4090": missing field' --preset gpt2-124m --gpu-db "$TMP/incomplete.json"
+# an inconsistent price is refused with the file, the entry's line and the field
+python3 - "$TMP/spot.json" <<'PY' 2>/dev/null || sed 's/"usd_per_hour": 1.4,/"usd_per_hour": 9.9,/' data/gpus.json >"$TMP/spot.json"
+import json, sys
+d = json.load(open("data/gpus.json"))
+g = next(g for g in d["gpus"] if g["name"] == "H100 SXM")
+g["prices"]["spot"]["usd_per_hour"] = 9.9
+open(sys.argv[1], "w").write(json.dumps(d, indent=2) + "\n")
+PY
+line=$(grep -n '"name": "H100 SXM"' "$TMP/spot.json" | cut -d: -f1)
+expect 1 "spot.json:$line: entry \"H100 SXM\": prices.spot.usd_per_hour 9.9 is above" --preset gpt2-124m --gpu-db "$TMP/spot.json"
+expect 0 "unpriced in the database (no on-demand price): H20" --preset llama-3-8b --gpu h20,h100sxm
+expect 0 "unpriced" --list-gpus
 FATHOM_GPU_DB="$TMP/nope.json" "$FATHOM" plan --preset gpt2-124m >/dev/null 2>"$TMP/err"
 [ $? = 1 ] && grep -q "nope.json" "$TMP/err" || { echo "FAIL: FATHOM_GPU_DB not honoured"; fails=$((fails + 1)); }
 

@@ -114,18 +114,39 @@ static void test_presets(void) {
 static void test_db(void) {
     CHECK(db != NULL);
     if (!db) return;
-    CHECK(db->count >= 16);
+    CHECK(db->count >= 26);
     static const char *const want[] = {"RTX 3060 12GB", "RTX 4060 Ti 16GB", "RTX 4080 16GB", "RTX 4090 24GB",
                                        "RTX 6000 Ada 48GB", "L4", "T4", "A10G", "A100 40GB SXM", "A100 80GB SXM",
-                                       "H100 SXM", "H100 PCIe", "H200 SXM", "B200", "MI300X", "Ascend 910B"};
+                                       "H100 SXM", "H100 PCIe", "H200 SXM", "B200", "MI300X", "Ascend 910B",
+                                       "L40S", "RTX 3090 24GB", "RTX A6000 48GB", "RTX 5090 32GB", "V100 SXM2 32GB",
+                                       "H20", "GB200", "MI325X", "MI355X", "Gaudi 3"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_MSG(fm_plan_db_find(db, want[i]), "%s", want[i]);
     const fm_plan_gpu *g = fm_plan_db_find(db, "4090");
     CHECK(g && !strcmp(g->name, "RTX 4090 24GB"));
     CHECK(g && g->bf16_tflops == 165.2 && !g->nvlink); /* dense fp32-accumulate, not the 330 fp16-accumulate figure */
     g = fm_plan_db_find(db, "h100 sxm");
     CHECK(g && g->bf16_tflops == 989); /* not the 1979 sparse headline */
+    CHECK(g && g->fp8_tflops == 1979); /* fp8 dense: twice the 16-bit rate on Hopper */
     g = fm_plan_db_find(db, "T4");
-    CHECK(g && !g->bf16);
+    CHECK(g && !g->bf16 && g->fp8_tflops < 0);
+    /* ECC on GDDR6 takes 1/16: nvidia-smi shows 15360 MiB = 15 GiB, not 16 */
+    CHECK(g && g->memory_gib == 15360.0 / 1024);
+    g = fm_plan_db_find(db, "A10G");
+    CHECK(g && g->memory_gib < 23); /* 23028 MiB with ECC, not the 24 GB of the box */
+    g = fm_plan_db_find(db, "V100");
+    CHECK(g && !g->bf16 && g->fp8_tflops < 0);
+    g = fm_plan_db_find(db, "GB200");
+    CHECK(g && g->gpus_per_node == 72);
+    /* Prices are consistent: spot and reserved never above on-demand (the
+     * H100's spot once sat above its reserved price). */
+    for (int i = 0; i < db->count; i++) {
+        const fm_plan_price *p = db->gpus[i].price;
+        if (p[0].usd_per_hour < 0) continue;
+        CHECK_MSG(p[1].usd_per_hour <= p[0].usd_per_hour && p[2].usd_per_hour <= p[0].usd_per_hour, "%s",
+                  db->gpus[i].name);
+    }
+    g = fm_plan_db_find(db, "h100 sxm");
+    CHECK(g && g->price[FM_PLAN_SPOT].usd_per_hour <= g->price[FM_PLAN_RESERVED].usd_per_hour);
     g = fm_plan_db_find(db, "4060");
     CHECK(g && g->pcie_lanes == 8);
     CHECK(fm_plan_db_find(db, "RTX 4009") == NULL);
@@ -146,20 +167,59 @@ static void test_db(void) {
     f = fopen(bad, "w");
     fputs("{\n  \"gpus\": [\n"
           "    {\"name\": \"Good\", \"kind\": \"datacenter\", \"memory_gb\": 16, \"bandwidth_gbs\": 300,\n"
-          "     \"fp32_tflops\": 8, \"bf16_tflops\": 65, \"int8_tops\": null, \"tdp_w\": 70, \"bf16\": true,\n"
-          "     \"interconnect\": {\"name\": \"PCIe\", \"nvlink\": false, \"pcie_lanes\": 16, \"link_gbs\": 16},\n"
+          "     \"fp32_tflops\": 8, \"bf16_tflops\": 65, \"fp8_tflops\": null, \"int8_tops\": null, \"tdp_w\": 70,\n"
+          "     \"bf16\": true, \"interconnect\": {\"name\": \"PCIe\", \"nvlink\": false, \"pcie_lanes\": 16,\n"
+          "     \"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5},\n"
           "     \"prices\": {\"on_demand\": {\"usd_per_hour\": 1, \"date\": \"d\", \"source\": \"s\"},\n"
           "                \"spot\": {\"usd_per_hour\": null, \"date\": \"d\", \"source\": \"s\"},\n"
           "                \"reserved\": {\"usd_per_hour\": 0.5, \"date\": \"d\", \"source\": \"s\"}}},\n"
           "    {\n      \"name\": \"RTX 4090\", \"kind\": \"consumer\", \"memory_gb\": 24\n    }\n  ]\n}\n", f);
     fclose(f);
     CHECK(fm_plan_db_load(bad) == NULL);
-    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json:10: entry \"RTX 4090\": missing field \"bandwidth_gbs\"");
+    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json:11: entry \"RTX 4090\": missing field \"bandwidth_gbs\"");
     f = fopen(bad, "w");
     fputs("{\"gpus\": [{\"name\": \"Y\", \"kind\": \"consumer\", \"memory_gb\": -4}]}\n", f);
     fclose(f);
     CHECK(fm_plan_db_load(bad) == NULL);
     CHECK_ERR_CONTAINS("memory_gb");
+    /* A spot price above on-demand, a reserved one above it, a memory size in
+     * MiB instead of GiB, a missing interconnect field: refused, naming it. */
+    static const char *const wrong[][3] = {
+        {"\"spot\": {\"usd_per_hour\": 2", "\"spot\": {\"usd_per_hour\": null",
+         "prices.spot.usd_per_hour 2 is above prices.on_demand.usd_per_hour 1"},
+        {"\"usd_per_hour\": 1.5", "\"usd_per_hour\": 0.5", "prices.reserved.usd_per_hour 1.5 is above"},
+        {"\"memory_gb\": 16384", "\"memory_gb\": 16", "field \"memory_gb\" is 16384, beyond any real GPU"},
+        {"\"link_gbs\": 16}", "\"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5}",
+         "missing field \"interconnect.gpus_per_node\""},
+    };
+    const char *good =
+        "{\n  \"gpus\": [\n"
+        "    {\"name\": \"Good\", \"kind\": \"datacenter\", \"memory_gb\": 16, \"bandwidth_gbs\": 300,\n"
+        "     \"fp32_tflops\": 8, \"bf16_tflops\": 65, \"fp8_tflops\": null, \"int8_tops\": null, \"tdp_w\": 70,\n"
+        "     \"bf16\": true, \"interconnect\": {\"name\": \"PCIe\", \"nvlink\": false, \"pcie_lanes\": 16,\n"
+        "     \"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5},\n"
+        "     \"prices\": {\"on_demand\": {\"usd_per_hour\": 1, \"date\": \"d\", \"source\": \"s\"},\n"
+        "                \"spot\": {\"usd_per_hour\": null, \"date\": \"d\", \"source\": \"s\"},\n"
+        "                \"reserved\": {\"usd_per_hour\": 0.5, \"date\": \"d\", \"source\": \"s\"}}}\n  ]\n}\n";
+    f = fopen(bad, "w");
+    fputs(good, f);
+    fclose(f);
+    fm_plan_db *ok = fm_plan_db_load(bad);
+    CHECK(ok && ok->count == 1 && ok->gpus[0].gpus_per_node == 8 && ok->gpus[0].fp8_tflops < 0);
+    fm_plan_db_free(ok);
+    for (size_t w = 0; w < sizeof wrong / sizeof wrong[0]; w++) {
+        char text[2048];
+        const char *at = strstr(good, wrong[w][1]);
+        CHECK(at != NULL);
+        if (!at) continue;
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, wrong[w][0], at + strlen(wrong[w][1]));
+        f = fopen(bad, "w");
+        fputs(text, f);
+        fclose(f);
+        CHECK(fm_plan_db_load(bad) == NULL);
+        CHECK_ERR_CONTAINS("fathom_test_plan_bad.json:3: entry \"Good\"");
+        CHECK_ERR_CONTAINS(wrong[w][2]);
+    }
     f = fopen(bad, "w");
     fputs("{\"cards\": []}\n", f);
     fclose(f);
@@ -291,7 +351,7 @@ static void test_train_memory(void) {
         CHECK_NEAR(last->flops_per_token, fpt, 1e-12);
         CHECK_NEAR(row->run_s, 10e9 * fpt / (989e12 * 0.40), 1e-9);
         CHECK_NEAR(row->cost[FM_PLAN_ON_DEMAND], row->run_s / 3600 * 3.50, 1e-9);
-        CHECK_NEAR(row->cost[FM_PLAN_SPOT], row->run_s / 3600 * 2.25, 1e-9);
+        CHECK_NEAR(row->cost[FM_PLAN_SPOT], row->run_s / 3600 * 1.40, 1e-9);
     }
     /* train without --tokens assumes Chinchilla's 20 tokens per parameter */
     j.tokens = 0;

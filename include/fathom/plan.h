@@ -42,13 +42,16 @@ typedef struct fm_plan_gpu {
     double bandwidth_gbs;  /* memory bandwidth, GB/s (1e9) */
     double fp32_tflops;    /* dense, non-tensor; < 0 unknown */
     double bf16_tflops;    /* dense tensor rate, fp32 accumulate, never sparse */
+    double fp8_tflops;     /* dense fp8 tensor rate; < 0: no fp8 tensor cores */
     double int8_tops;      /* dense; < 0 unknown */
     double tdp_w;
     int bf16;              /* 1 if the card computes in bf16 (T4 does not) */
     char link[64];         /* interconnect name */
     int nvlink;
     int pcie_lanes;
-    double link_gbs;       /* per-GPU bandwidth for collective traffic, GB/s */
+    double link_gbs;       /* per-GPU bandwidth for collective traffic inside a node, GB/s */
+    int gpus_per_node;     /* GPUs sharing link_gbs (8 in an HGX server, 72 in an NVL72 rack) */
+    double inter_node_gbs; /* per-GPU share of the network between nodes (InfiniBand/RoCE), GB/s */
     fm_plan_price price[FM_PLAN_PRICING_COUNT];
     int line;              /* line of the entry in the database file */
 } fm_plan_gpu;

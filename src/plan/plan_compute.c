@@ -255,6 +255,18 @@ static void add_warnings(const fm_plan_model *m, const fm_plan_job *job, fm_plan
                            "fits; --zero 3 would need %d x %s (see the table for other GPUs)",
                         job->zero, row->min_gpus_zero3, g->name);
     }
+    /* Unpriced cards are planned but cannot be ranked on cost: say which. */
+    plan_sb unp = {0};
+    int n_unp = 0;
+    for (int i = 0; i < r->nrows; i++)
+        if (r->rows[i].gpu->price[job->pricing].usd_per_hour < 0)
+            plan_sb_printf(&unp, "%s%s", n_unp++ ? ", " : "", r->rows[i].gpu->name);
+    char *ulist = plan_sb_take(&unp);
+    if (ulist && n_unp)
+        add_warning(r, "unpriced in the database (no %s price): %s; they are planned but not ranked on cost "
+                       "(the entries' prices.*.source says why; add a price to compare them)",
+                    fm_plan_pricing_name(job->pricing), ulist);
+    free(ulist);
     char *list = plan_sb_take(&nol);
     if (list && n_nol)
         add_warning(r, "consumer/workstation cards lack NVLink (%s): multi-GPU traffic crosses PCIe at 16-32 GB/s instead "

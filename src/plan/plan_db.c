@@ -7,6 +7,7 @@
  * errors with a line; for missing fields we find the entry's line ourselves by
  * scanning the raw text, since jansson keeps no positions for values. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,12 +108,12 @@ static int get_str(json_t *obj, const char *key, char *out, size_t cap, const ch
 /* Parse one entry; on failure fill `field` with the dotted name of what is wrong. */
 static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, const char **bad) {
     static const char *const nums[] = {"memory_gb", "bandwidth_gbs", "fp32_tflops", "bf16_tflops",
-                                       "int8_tops", "tdp_w"};
+                                       "fp8_tflops", "int8_tops", "tdp_w"};
     double *dst[] = {&g->memory_gib, &g->bandwidth_gbs, &g->fp32_tflops, &g->bf16_tflops,
-                     &g->int8_tops, &g->tdp_w};
+                     &g->fp8_tflops, &g->int8_tops, &g->tdp_w};
     /* Memory, bandwidth and the 16-bit rate drive every estimate: they must be real. */
-    const int nullable[] = {0, 0, 1, 0, 1, 1};
-    for (int i = 0; i < 6; i++) {
+    const int nullable[] = {0, 0, 1, 0, 1, 1, 1};
+    for (int i = 0; i < 7; i++) {
         if (!get_num(e, nums[i], nullable[i], !nullable[i], dst[i], bad)) {
             snprintf(field, fcap, "%s", nums[i]);
             return 0;
@@ -142,6 +143,18 @@ static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, cons
     if (!get_num(ic, "pcie_lanes", 0, 1, &lanes, bad)) { snprintf(field, fcap, "interconnect.pcie_lanes"); return 0; }
     g->pcie_lanes = (int)lanes;
     if (!get_num(ic, "link_gbs", 0, 1, &g->link_gbs, bad)) { snprintf(field, fcap, "interconnect.link_gbs"); return 0; }
+    double node = 0;
+    if (!get_num(ic, "gpus_per_node", 0, 1, &node, bad)) { snprintf(field, fcap, "interconnect.gpus_per_node"); return 0; }
+    if (node > 4096 || node != floor(node)) {
+        *bad = "not a whole number of GPUs (1..4096) in";
+        snprintf(field, fcap, "interconnect.gpus_per_node");
+        return 0;
+    }
+    g->gpus_per_node = (int)node;
+    if (!get_num(ic, "inter_node_gbs", 0, 1, &g->inter_node_gbs, bad)) {
+        snprintf(field, fcap, "interconnect.inter_node_gbs");
+        return 0;
+    }
 
     json_t *pr = json_object_get(e, "prices");
     if (!pr || !json_is_object(pr)) {
@@ -167,6 +180,35 @@ static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, cons
         }
         if (!get_str(p, "source", g->price[k].source, sizeof g->price[k].source, bad)) {
             snprintf(field, fcap, "prices.%s.source", kinds[k]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Figures no real card has (a typo such as MiB for GiB) and prices that
+ * contradict each other: spot and reserved are discounts on on-demand. Writes
+ * the message's tail into `msg`; returns 0 when the entry is refused. */
+static int check_entry(const fm_plan_gpu *g, char *msg, size_t cap) {
+    struct { const char *name; double v, max; } lim[] = {
+        {"memory_gb", g->memory_gib, 4096}, {"bandwidth_gbs", g->bandwidth_gbs, 100000},
+        {"bf16_tflops", g->bf16_tflops, 100000}, {"fp8_tflops", g->fp8_tflops, 200000},
+        {"fp32_tflops", g->fp32_tflops, 100000}, {"tdp_w", g->tdp_w, 10000},
+        {"interconnect.link_gbs", g->link_gbs, 100000}, {"interconnect.inter_node_gbs", g->inter_node_gbs, 100000},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v > lim[i].max) {
+            snprintf(msg, cap, "field \"%s\" is %g, beyond any real GPU (at most %g); check the unit", lim[i].name,
+                     lim[i].v, lim[i].max);
+            return 0;
+        }
+    double od = g->price[FM_PLAN_ON_DEMAND].usd_per_hour;
+    for (int k = FM_PLAN_SPOT; k <= FM_PLAN_RESERVED; k++) {
+        double p = g->price[k].usd_per_hour;
+        if (od >= 0 && p > od) {
+            snprintf(msg, cap, "prices.%s.usd_per_hour %g is above prices.on_demand.usd_per_hour %g; %s prices are "
+                     "discounts on on-demand: fix one of them", k == FM_PLAN_SPOT ? "spot" : "reserved", p, od,
+                     fm_plan_pricing_name((fm_plan_pricing)k));
             return 0;
         }
     }
@@ -246,6 +288,11 @@ fm_plan_db *fm_plan_db_load(const char *path) {
             else
                 fm_set_error(FM_ERR_FORMAT, "%s:%d: entry \"%s\": field \"%s\" is %s", path, g->line, g->name, field,
                              !strcmp(bad, "negative") ? "negative" : bad);
+            goto fail;
+        }
+        char why[256];
+        if (!check_entry(g, why, sizeof why)) {
+            fm_set_error(FM_ERR_FORMAT, "%s:%d: entry \"%s\": %s", path, g->line, g->name, why);
             goto fail;
         }
         for (size_t j = 0; j < i; j++)
