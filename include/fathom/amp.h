@@ -9,6 +9,7 @@
  * through the casts as f32. Outside autocast, mixed dtypes remain an error. */
 #ifndef FATHOM_AMP_H
 #define FATHOM_AMP_H
+#include "fathom/export.h"
 #include "fathom/tensor.h"
 
 #ifdef __cplusplus
@@ -16,22 +17,22 @@ extern "C" {
 #endif
 
 /* FM_F32 turns autocast off. Returns the previous setting (for nesting). */
-fm_dtype fm_autocast_set(fm_dtype dt);
-fm_dtype fm_autocast_get(void);
+FM_API fm_dtype fm_autocast_set(fm_dtype dt);
+FM_API fm_dtype fm_autocast_get(void);
 /* a cast to the autocast dtype if autocast is on and t is f32; else a new ref to t */
-fm_tensor *fm_autocast_input(fm_tensor *t);
+FM_API fm_tensor *fm_autocast_input(fm_tensor *t);
 /* Any float tensor but f64 in the autocast dtype (f32, bf16 and f16 inputs alike),
  * for the ops that run in low precision with several inputs (attention); and
  * whether that would cast t. */
-fm_tensor *fm_autocast_lowp(fm_tensor *t);
-bool fm_autocast_would_cast(const fm_tensor *t);
+FM_API fm_tensor *fm_autocast_lowp(fm_tensor *t);
+FM_API bool fm_autocast_would_cast(const fm_tensor *t);
 /* For the ops the policy keeps in f32 (norms, softmax, losses, and attention on
  * the CPU, whose kernels compute in f32/f64): a cast to f32 if autocast is on and
  * t is bf16/f16; else a new ref to t. */
-fm_tensor *fm_autocast_f32(fm_tensor *t);
+FM_API fm_tensor *fm_autocast_f32(fm_tensor *t);
 /* Parses "fp32" | "bf16" | "fp16" (also "f32", "float32", "bfloat16", "f16", "float16"). */
-fm_status fm_precision_parse(const char *s, fm_dtype *out);
-const char *fm_precision_name(fm_dtype dt); /* "fp32" | "bf16" | "fp16" */
+FM_API fm_status fm_precision_parse(const char *s, fm_dtype *out);
+FM_API const char *fm_precision_name(fm_dtype dt); /* "fp32" | "bf16" | "fp16" */
 
 /* ---- dynamic loss scaling for fp16 (PyTorch GradScaler semantics) ----
  * Usage per step, with any optimizer:
@@ -56,18 +57,18 @@ typedef struct fm_grad_scaler {
     int64_t n_steps, n_skipped, n_consecutive_skipped;
     bool warned;
 } fm_grad_scaler;
-void fm_grad_scaler_init(fm_grad_scaler *s, bool enabled);
+FM_API void fm_grad_scaler_init(fm_grad_scaler *s, bool enabled);
 /* loss * scale (a new reference; a new ref to loss when disabled). */
-fm_tensor *fm_grad_scaler_scale(fm_grad_scaler *s, fm_tensor *loss);
+FM_API fm_tensor *fm_grad_scaler_scale(fm_grad_scaler *s, fm_tensor *loss);
 /* Divides every .grad in place by the scale (inverse computed in f64) and records
  * whether any is inf/NaN. Parameters without .grad are skipped. */
-fm_status fm_grad_scaler_unscale(fm_grad_scaler *s, int n, fm_tensor *const *params);
-bool fm_grad_scaler_should_step(const fm_grad_scaler *s);
+FM_API fm_status fm_grad_scaler_unscale(fm_grad_scaler *s, int n, fm_tensor *const *params);
+FM_API bool fm_grad_scaler_should_step(const fm_grad_scaler *s);
 /* Ends the step: inf/NaN -> skipped, scale *= backoff, tracker reset; else after
  * growth_interval clean steps scale *= growth (if finite). */
-void fm_grad_scaler_update(fm_grad_scaler *s);
+FM_API void fm_grad_scaler_update(fm_grad_scaler *s);
 /* true if any element of t is inf or NaN (float tensors; any device with ops). */
-bool fm_tensor_has_inf_nan(fm_tensor *t);
+FM_API bool fm_tensor_has_inf_nan(fm_tensor *t);
 
 /* ---- low-precision weight copies ----
  * Writes src (f32) into dst (bf16 or f16, same shape, contiguous). With
@@ -75,9 +76,9 @@ bool fm_tensor_has_inf_nan(fm_tensor *t);
  * to its distance from the lower bf16 neighbour, from Philox draws at rng's
  * offset (advanced by the element count), so repeated small updates are not
  * lost to round-to-nearest. rng NULL: the global generator. */
-fm_status fm_amp_copy_lowp_(fm_tensor *dst, fm_tensor *src, bool stochastic, fm_rng *rng);
+FM_API fm_status fm_amp_copy_lowp_(fm_tensor *dst, fm_tensor *src, bool stochastic, fm_rng *rng);
 /* The scalar rule used above: r is a uniform 32-bit draw (its low 16 bits are used). */
-uint16_t fm_f32_to_bf16_stochastic(float f, uint32_t r);
+FM_API uint16_t fm_f32_to_bf16_stochastic(float f, uint32_t r);
 
 #ifdef __cplusplus
 }

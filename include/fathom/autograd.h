@@ -7,6 +7,7 @@
  * same nodes is then an error (FM_ERR_STATE), not a crash. */
 #ifndef FATHOM_AUTOGRAD_H
 #define FATHOM_AUTOGRAD_H
+#include "fathom/export.h"
 #include "fathom/tensor.h"
 
 #ifdef __cplusplus
@@ -14,10 +15,10 @@ extern "C" {
 #endif
 
 /* root must be a single element unless grad is given (same shape as root). */
-fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph);
+FM_API fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph);
 
 /* Several roots at once (grads may be NULL for single-element roots). */
-fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph);
+FM_API fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph);
 
 /* Activation checkpointing. fn(inputs, ctx, outputs) computes n_out outputs (new
  * references) from n_in inputs. fm_checkpoint runs it without recording its
@@ -25,25 +26,25 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
  * so dropout masks repeat) and backpropagates through the recomputed graph.
  * Parameters used inside fn receive their gradients during that inner backward. */
 typedef fm_status (*fm_segment_fn)(fm_tensor *const *inputs, void *ctx, fm_tensor **outputs);
-fm_status fm_checkpoint(fm_segment_fn fn, void *ctx, int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs);
+FM_API fm_status fm_checkpoint(fm_segment_fn fn, void *ctx, int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs);
 
-bool fm_grad_enabled(void);
+FM_API bool fm_grad_enabled(void);
 /* Returns the previous state, so scopes nest: bool prev = fm_set_grad_enabled(false); ...; fm_set_grad_enabled(prev); */
-bool fm_set_grad_enabled(bool enabled);
+FM_API bool fm_set_grad_enabled(bool enabled);
 
-fm_status fm_tensor_requires_grad_(fm_tensor *t, bool requires_grad);
+FM_API fm_status fm_tensor_requires_grad_(fm_tensor *t, bool requires_grad);
 /* A non-leaf keeps its .grad after backward. */
-fm_status fm_tensor_retain_grad(fm_tensor *t);
+FM_API fm_status fm_tensor_retain_grad(fm_tensor *t);
 /* New tensor sharing storage, cut from the tape. */
-fm_tensor *fm_detach(fm_tensor *t);
+FM_API fm_tensor *fm_detach(fm_tensor *t);
 /* Drop t->grad (set_to_none semantics). */
-void fm_tensor_zero_grad(fm_tensor *t);
-bool fm_tensor_is_leaf(const fm_tensor *t);
+FM_API void fm_tensor_zero_grad(fm_tensor *t);
+FM_API bool fm_tensor_is_leaf(const fm_tensor *t);
 /* Hook called with the gradient w.r.t. t during backward (before it is accumulated
  * into a leaf's .grad). Hooks run in registration order. */
-fm_status fm_tensor_register_hook(fm_tensor *t, fm_tensor *(*fn)(fm_tensor *grad, void *ctx), void *ctx);
+FM_API fm_status fm_tensor_register_hook(fm_tensor *t, fm_tensor *(*fn)(fm_tensor *grad, void *ctx), void *ctx);
 /* Hook called after a leaf's .grad has been updated (data parallelism uses it). */
-fm_status fm_tensor_register_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *t, void *ctx), void *ctx);
+FM_API fm_status fm_tensor_register_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *t, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

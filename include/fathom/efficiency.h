@@ -22,6 +22,7 @@
  *       fm_memory_report_format() and put fm_memory_report_json() in --json. */
 #ifndef FATHOM_EFFICIENCY_H
 #define FATHOM_EFFICIENCY_H
+#include "fathom/export.h"
 #include "fathom/amp.h"
 #include "fathom/autograd.h"
 #include "fathom/memory.h"
@@ -31,8 +32,8 @@ extern "C" {
 #endif
 
 typedef enum fm_checkpointing { FM_CKPT_NONE = 0, FM_CKPT_BLOCKS = 1, FM_CKPT_SELECTIVE = 2 } fm_checkpointing;
-fm_status fm_checkpointing_parse(const char *s, fm_checkpointing *out); /* none | blocks | selective */
-const char *fm_checkpointing_name(fm_checkpointing c);
+FM_API fm_status fm_checkpointing_parse(const char *s, fm_checkpointing *out); /* none | blocks | selective */
+FM_API const char *fm_checkpointing_name(fm_checkpointing c);
 
 typedef struct fm_efficiency_opts {
     fm_dtype precision;           /* FM_F32 | FM_BF16 | FM_F16 */
@@ -46,22 +47,22 @@ typedef struct fm_efficiency_opts {
     double prealloc_fraction;     /* fraction of the limit (or of physical memory) */
     int data_workers;             /* >= 0 */
 } fm_efficiency_opts;
-fm_efficiency_opts fm_efficiency_defaults(void);
+FM_API fm_efficiency_opts fm_efficiency_defaults(void);
 /* Clear FM_ERR_INVALID errors for bad values and combinations: unknown precision,
  * grad_accum < 1 or not dividing the batch, checkpointing on a model that is not
  * a transformer, loss scaling with fp32 or bf16, stochastic rounding without
  * bf16, preallocation options in grow mode or larger than the limit. batch <= 0:
  * not checked. Call after the options are final (fp16 turns loss_scaling on). */
-fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transformer, int batch);
+FM_API fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transformer, int batch);
 /* Configures the allocator (mode, reserve, limit). */
-fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o);
+FM_API fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o);
 /* Before training starts: fails with FM_ERR_OOM and the numbers when the memory
  * limit cannot hold weights + gradients + optimizer state (optimizer_slots f32
  * tensors per parameter: SGD 0-1, Adam/AdamW 2). */
-fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots);
+FM_API fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots);
 /* Runs fn through fm_checkpoint when o->checkpointing == level, else directly
  * (with the tape as usual). o may be NULL (direct). */
-fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,
+FM_API fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,
                                 int n_in, fm_tensor *const *inputs, int n_out, fm_tensor **outputs);
 
 /* Selective recomputation: y = fm_linear(f(inputs), w, b) where f (one output:
@@ -71,10 +72,10 @@ fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing le
  * their gradients during that backward. At most 5 inputs; b may be NULL.
  * As with fm_checkpoint, ctx is used again during backward: it must outlive it
  * (keep it in the model, not on the forward's stack). */
-fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
+FM_API fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
 /* fm_linear_recompute when o->checkpointing is selective (and grad mode is on),
  * else f then fm_linear with the tape as usual. */
-fm_tensor *fm_efficiency_linear(const fm_efficiency_opts *o, fm_segment_fn f, void *ctx, int n_in,
+FM_API fm_tensor *fm_efficiency_linear(const fm_efficiency_opts *o, fm_segment_fn f, void *ctx, int n_in,
                                 fm_tensor *const *inputs, fm_tensor *w, fm_tensor *b);
 
 #ifdef __cplusplus

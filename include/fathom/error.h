@@ -5,6 +5,7 @@
  * The library never aborts or exits on user input. */
 #ifndef FATHOM_ERROR_H
 #define FATHOM_ERROR_H
+#include "fathom/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,24 +23,24 @@ typedef enum fm_status {
 } fm_status;
 
 /* Message of the most recent failure on this thread ("" if none). */
-const char *fm_last_error(void);
+FM_API const char *fm_last_error(void);
 /* Status of the most recent failure on this thread (FM_OK if none). */
-fm_status fm_last_status(void);
+FM_API fm_status fm_last_status(void);
 /* Clear the thread's error. */
-void fm_clear_error(void);
+FM_API void fm_clear_error(void);
 /* Record a failure; returns `st` so callers can `return fm_set_error(...)`. */
-fm_status fm_set_error(fm_status st, const char *fmt, ...)
+FM_API fm_status fm_set_error(fm_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 /* Prefix the current message with context ("loading ckpt.safetensors: ..."). */
-void fm_error_prefix(const char *fmt, ...)
+FM_API void fm_error_prefix(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
-const char *fm_status_name(fm_status st);
+FM_API const char *fm_status_name(fm_status st);
 
 #ifdef __cplusplus
 }

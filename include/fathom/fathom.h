@@ -2,6 +2,7 @@
  * device information. */
 #ifndef FATHOM_FATHOM_H
 #define FATHOM_FATHOM_H
+#include "fathom/export.h"
 #include "fathom/autograd.h"
 #include "fathom/error.h"
 #include "fathom/memory.h"
@@ -16,7 +17,7 @@ typedef struct fm_build_info {
     const char *version, *build_type;
     bool sanitized, cuda_built;
 } fm_build_info;
-void fm_get_build_info(fm_build_info *out);
+FM_API void fm_get_build_info(fm_build_info *out);
 
 #define FM_MAX_CUDA_DEVICES 16
 typedef struct fm_cuda_device_info {
@@ -33,7 +34,7 @@ typedef struct fm_cuda_info {
 } fm_cuda_info;
 /* Never fails: with no GPU, n_devices = 0 and reason says why (not built with
  * CUDA, no driver, no device). */
-void fm_cuda_query(fm_cuda_info *out);
+FM_API void fm_cuda_query(fm_cuda_info *out);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
  * split the fused QKV / gate-up projections of the Llama variant. */
 #ifndef FATHOM_GPT_H
 #define FATHOM_GPT_H
+#include "fathom/export.h"
 
 #include "fathom/efficiency.h" /* fm_efficiency_opts: precision, checkpointing, accumulation, memory */
 #include "fathom/nn.h"     /* fm_named_list: parameters with names */
@@ -35,58 +36,58 @@ typedef struct fm_gpt_config {
 } fm_gpt_config;
 
 /* Defaults for an architecture (sizes of GPT-2 small / a small Llama). */
-fm_gpt_config fm_gpt_config_default(fm_gpt_arch arch);
-fm_status fm_gpt_config_validate(const fm_gpt_config *c);
+FM_API fm_gpt_config fm_gpt_config_default(fm_gpt_arch arch);
+FM_API fm_status fm_gpt_config_validate(const fm_gpt_config *c);
 /* "gpt2" | "llama" */
-fm_status fm_gpt_arch_parse(const char *s, fm_gpt_arch *out);
-const char *fm_gpt_arch_name(fm_gpt_arch a);
+FM_API fm_status fm_gpt_arch_parse(const char *s, fm_gpt_arch *out);
+FM_API const char *fm_gpt_arch_name(fm_gpt_arch a);
 /* JSON (config.json beside the weights). */
-fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path);
-fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c);
+FM_API fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path);
+FM_API fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c);
 
 typedef struct fm_gpt fm_gpt;
 
 /* A new model with GPT-2 style initialization (N(0, 0.02), residual projections
  * scaled by 1/sqrt(2 n_layer), zero biases, unit norms) drawn from rng (NULL:
  * global). Parameters are f32 leaves that require grad. */
-fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng);
-void fm_gpt_free(fm_gpt *m);
-const fm_gpt_config *fm_gpt_get_config(const fm_gpt *m);
+FM_API fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng);
+FM_API void fm_gpt_free(fm_gpt *m);
+FM_API const fm_gpt_config *fm_gpt_get_config(const fm_gpt *m);
 /* Trainable parameters under fathom's own names ("h.0.attn.qkv.weight"); no_decay
  * is set on 1-D tensors (biases and norm weights). Borrowed tensors. */
-const fm_named_list *fm_gpt_parameters(const fm_gpt *m);
-int64_t fm_gpt_num_params(const fm_gpt *m);
-void fm_gpt_train_mode(fm_gpt *m, bool training);
+FM_API const fm_named_list *fm_gpt_parameters(const fm_gpt *m);
+FM_API int64_t fm_gpt_num_params(const fm_gpt *m);
+FM_API void fm_gpt_train_mode(fm_gpt *m, bool training);
 /* Activation checkpointing in the training forward (fathom/efficiency.h):
  * FM_CKPT_BLOCKS recomputes every block but the last during backward;
  * FM_CKPT_SELECTIVE keeps the matmul outputs and recomputes only the norms, the
  * GELU/SwiGLU and the merge of attention heads. Losses and gradients are bitwise
  * those of FM_CKPT_NONE (the default), dropout masks included. */
-fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c);
+FM_API fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c);
 /* GPT-2 in f32 runs fused bias + GELU and residual + LayerNorm ops (the default);
  * off: the separate ops, for measuring what the fusion buys. The two agree to
  * rounding, not bitwise. */
-void fm_gpt_set_fusion(fm_gpt *m, bool on);
+FM_API void fm_gpt_set_fusion(fm_gpt *m, bool on);
 /* Parameters a config would have, without building the model (for memory checks). */
-int64_t fm_gpt_config_num_params(const fm_gpt_config *c);
+FM_API int64_t fm_gpt_config_num_params(const fm_gpt_config *c);
 /* Generator the dropout masks come from (borrowed; NULL: the model's own). */
-void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng);
-fm_rng *fm_gpt_rng(fm_gpt *m);
+FM_API void fm_gpt_set_rng(fm_gpt *m, fm_rng *rng);
+FM_API fm_rng *fm_gpt_rng(fm_gpt *m);
 
 /* idx [B, T] (i64 or i32 token ids, T <= block_size). Returns logits [B, T, V].
  * With targets ([B, T], ids or -1 to ignore) *loss receives the mean
  * cross-entropy (a new scalar reference). Records the tape when grad mode is on. */
-fm_tensor *fm_gpt_forward(fm_gpt *m, fm_tensor *idx, fm_tensor *targets, fm_tensor **loss);
+FM_API fm_tensor *fm_gpt_forward(fm_gpt *m, fm_tensor *idx, fm_tensor *targets, fm_tensor **loss);
 
 /* ---- KV cache: incremental decoding without recomputing the prefix ---- */
 typedef struct fm_gpt_kv_cache fm_gpt_kv_cache;
-fm_gpt_kv_cache *fm_gpt_kv_cache_new(const fm_gpt *m, int batch);
-void fm_gpt_kv_cache_free(fm_gpt_kv_cache *c);
-void fm_gpt_kv_cache_reset(fm_gpt_kv_cache *c);
-int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c);
+FM_API fm_gpt_kv_cache *fm_gpt_kv_cache_new(const fm_gpt *m, int batch);
+FM_API void fm_gpt_kv_cache_free(fm_gpt_kv_cache *c);
+FM_API void fm_gpt_kv_cache_reset(fm_gpt_kv_cache *c);
+FM_API int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c);
 /* Appends idx [B, T] (positions len .. len+T-1) and returns their logits [B, T, V].
  * No tape. Fails with a clear message when the cache would pass block_size. */
-fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c);
+FM_API fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c);
 
 /* ---- sampling ---- */
 typedef struct fm_gpt_sample_params {
@@ -97,30 +98,30 @@ typedef struct fm_gpt_sample_params {
 } fm_gpt_sample_params;
 /* Draws a token from logits[V] (f32). draw counts the draws made so far, so a
  * sequence of samples is reproducible from the seed alone. */
-int fm_gpt_sample(const float *logits, int V, const fm_gpt_sample_params *p, uint64_t draw);
+FM_API int fm_gpt_sample(const float *logits, int V, const fm_gpt_sample_params *p, uint64_t draw);
 /* Called with each new token as it is produced (streaming); non-zero stops. */
 typedef int (*fm_gpt_token_fn)(int token, void *ctx);
 /* Generates up to n_new tokens after prompt (batch 1). use_cache false re-runs the
  * whole sequence each step (the reference the cache is tested against). Stops at
  * the context limit: *out_n then holds how many were made, and *hit_limit is set.
  * out (may be NULL) receives the new tokens. */
-fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_new,
+FM_API fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_new,
                           const fm_gpt_sample_params *p, bool use_cache, int32_t *out, int *out_n,
                           bool *hit_limit, fm_gpt_token_fn cb, void *ctx);
 
 /* ---- weights in Hugging Face names (safetensors) ---- */
 /* GPT-2: transformer.wte.weight, transformer.h.0.attn.c_attn.weight ([in, out]), ...
  * Llama: model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ... */
-fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path);
+FM_API fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path);
 /* Loads every tensor the architecture needs; a missing or extra name, or a shape
  * that differs, is an error naming the tensor and both shapes. Nothing changes
  * unless all checks pass. */
-fm_status fm_gpt_load_hf(fm_gpt *m, const char *path);
+FM_API fm_status fm_gpt_load_hf(fm_gpt *m, const char *path);
 
 /* ---- token files: a versioned header then little-endian ids ----
  * offset 0: "FMTOKENS" | u32 version (1) | u32 vocab_size | u32 token bytes (2|4) |
  * u32 reserved (0) | u64 count | count ids. */
-fm_status fm_token_file_write(const char *path, const int32_t *ids, int64_t n, int vocab_size);
+FM_API fm_status fm_token_file_write(const char *path, const int32_t *ids, int64_t n, int vocab_size);
 typedef struct fm_token_data {
     int32_t *ids;
     int64_t n;
@@ -128,15 +129,15 @@ typedef struct fm_token_data {
 } fm_token_data;
 /* Validates magic, version, width, count against the file size, and every id
  * against the vocabulary; expect_vocab > 0 must equal the header's. */
-fm_status fm_token_file_read(const char *path, int expect_vocab, fm_token_data *out);
-void fm_token_data_free(fm_token_data *d);
+FM_API fm_status fm_token_file_read(const char *path, int expect_vocab, fm_token_data *out);
+FM_API void fm_token_data_free(fm_token_data *d);
 
 /* Training windows: x and y [B, T] (i64) drawn from ids[lo, hi). Random windows
  * are a pure function of (seed, step), so resuming needs only the step; eval
  * windows walk [lo, hi) in order (window i starts at lo + i*T). */
-fm_status fm_gpt_batch_random(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
+FM_API fm_status fm_gpt_batch_random(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
                               int64_t step, fm_tensor **x, fm_tensor **y);
-fm_status fm_gpt_batch_eval(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, int64_t index,
+FM_API fm_status fm_gpt_batch_eval(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, int64_t index,
                             fm_tensor **x, fm_tensor **y);
 
 /* ---- training (the `fathom train` flow for GPT recipes) ----
@@ -181,9 +182,9 @@ typedef struct fm_gpt_train_opts {
      * redrawn line on a terminal, plain lines otherwise; quiet: nothing). */
     int64_t hist_every;
 } fm_gpt_train_opts;
-fm_gpt_train_opts fm_gpt_train_defaults(void);
+FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */
-fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss);
+FM_API fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss);
 typedef struct fm_gpt_train_result {
     double train_loss, val_loss;  /* last training loss, last validation loss (NAN: none yet) */
     int64_t steps;                /* optimizer steps done in total (a resumed run counts from 0) */
@@ -197,9 +198,9 @@ typedef struct fm_gpt_train_result {
     char memory_report_text[1024];
 } fm_gpt_train_result;
 /* fm_gpt_train with the whole result (res may be NULL). */
-fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res);
+FM_API fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res);
 /* Loads out_dir's config.json + model.safetensors (+ tokenizer.txt when tok != NULL). */
-fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
+FM_API fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
 
 /* ---- GPT recipes: .ini files with [model] type = gpt ----
  * [model] type, arch, n_layer, n_head, n_kv_head, n_embd, block_size, ffn_hidden,
@@ -215,10 +216,10 @@ typedef struct fm_gpt_recipe {
  * expected, an unknown arch or tokenizer kind, or a type other than gpt is
  * FM_ERR_INVALID "PATH: line N: what"; an unreadable file FM_ERR_IO. Nothing to
  * free on failure. */
-fm_status fm_gpt_recipe_load(const char *path, fm_gpt_recipe *out);
-void fm_gpt_recipe_free(fm_gpt_recipe *r);
+FM_API fm_status fm_gpt_recipe_load(const char *path, fm_gpt_recipe *out);
+FM_API void fm_gpt_recipe_free(fm_gpt_recipe *r);
 /* Whether path is a readable .ini whose [model] type is gpt. */
-bool fm_gpt_recipe_is_gpt(const char *path);
+FM_API bool fm_gpt_recipe_is_gpt(const char *path);
 
 #ifdef __cplusplus
 }

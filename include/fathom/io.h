@@ -10,6 +10,7 @@
  * disk leaves either the old file or the new one, never a mix. */
 #ifndef FATHOM_IO_H
 #define FATHOM_IO_H
+#include "fathom/export.h"
 #include "fathom/nn.h"
 #include "fathom/tensor.h"
 
@@ -22,25 +23,25 @@ typedef struct fm_io_chunk { const void *data; size_t n; } fm_io_chunk;
 /* Writes the chunks to `path` atomically. For tests, the environment variable
  * FATHOM_TEST_FAIL_WRITE_AFTER=N makes the write fail (as a full disk would)
  * once N bytes have been written; the target is then left untouched. */
-fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks);
+FM_API fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks);
 /* Creates a directory (and its parents) if missing. */
-fm_status fm_mkdir_p(const char *path);
+FM_API fm_status fm_mkdir_p(const char *path);
 
 /* Metadata: string key/value pairs stored in the header's "__metadata__". */
 typedef struct fm_kv { char *key, *value; } fm_kv;
 typedef struct fm_kv_list { int n, cap; fm_kv *items; } fm_kv_list;
-fm_status fm_kv_set(fm_kv_list *l, const char *key, const char *value);
-const char *fm_kv_get(const fm_kv_list *l, const char *key);
-void fm_kv_free(fm_kv_list *l);
+FM_API fm_status fm_kv_set(fm_kv_list *l, const char *key, const char *value);
+FM_API const char *fm_kv_get(const fm_kv_list *l, const char *key);
+FM_API void fm_kv_free(fm_kv_list *l);
 
 /* Writes the tensors (any dtype, CPU, any strides) with optional metadata. */
-fm_status fm_safetensors_save(const char *path, const fm_named_list *tensors, const fm_kv_list *meta);
+FM_API fm_status fm_safetensors_save(const char *path, const fm_named_list *tensors, const fm_kv_list *meta);
 /* Reads every tensor into new tensors (out->owns_tensors); meta may be NULL. */
-fm_status fm_safetensors_load(const char *path, fm_named_list *out, fm_kv_list *meta);
+FM_API fm_status fm_safetensors_load(const char *path, fm_named_list *out, fm_kv_list *meta);
 /* Loads into existing tensors (a module's state): every name in `into` must be
  * in the file with the same shape, and the file must hold no other tensors.
  * Dtypes are converted. Nothing is modified unless all checks pass. */
-fm_status fm_safetensors_load_into(const char *path, const fm_named_list *into, fm_kv_list *meta);
+FM_API fm_status fm_safetensors_load_into(const char *path, const fm_named_list *into, fm_kv_list *meta);
 
 #ifdef __cplusplus
 }

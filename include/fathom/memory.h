@@ -5,6 +5,7 @@
  * reused, so a steady-state training step makes no system allocations. */
 #ifndef FATHOM_MEMORY_H
 #define FATHOM_MEMORY_H
+#include "fathom/export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "fathom/tensor.h"
@@ -38,13 +39,13 @@ typedef enum fm_mem_category {
 } fm_mem_category;
 /* Sets the calling thread's category; returns the previous one (restore it with
  * fm_memory_tag_pop). Allocations on worker threads count as FM_MEM_OTHER. */
-fm_mem_category fm_memory_tag_push(fm_mem_category c);
-void fm_memory_tag_pop(fm_mem_category previous);
-const char *fm_mem_category_name(fm_mem_category c);
+FM_API fm_mem_category fm_memory_tag_push(fm_mem_category c);
+FM_API void fm_memory_tag_pop(fm_mem_category previous);
+FM_API const char *fm_mem_category_name(fm_mem_category c);
 /* Moves a storage's bytes to another category (autograd hands a freshly computed
  * gradient to a parameter without copying it). A no-op for other allocators. */
 struct fm_storage;
-void fm_memory_retag(struct fm_storage *s, fm_mem_category c);
+FM_API void fm_memory_retag(struct fm_storage *s, fm_mem_category c);
 
 /* Allocator configuration, as TensorFlow's memory options:
  *   grow (default): obtain memory as needed and cache freed blocks by size class;
@@ -64,9 +65,9 @@ typedef struct fm_memory_config {
 } fm_memory_config;
 /* Fails (FM_ERR_STATE) if switching modes while arena blocks are in use, and
  * (FM_ERR_OOM) if the reserve cannot be obtained or exceeds the limit. */
-fm_status fm_memory_configure(fm_device dev, const fm_memory_config *cfg);
+FM_API fm_status fm_memory_configure(fm_device dev, const fm_memory_config *cfg);
 /* "grow" | "preallocate" */
-fm_status fm_memory_mode_parse(const char *s, fm_memory_mode *out);
+FM_API fm_status fm_memory_mode_parse(const char *s, fm_memory_mode *out);
 
 /* Peak memory by category for the end-of-run report (fathom train prints it and
  * adds it to --json). Categories the caller never tagged are 0. */
@@ -75,11 +76,11 @@ typedef struct fm_memory_report {
     size_t peak[FM_MEM_CAT_COUNT];
     uint64_t n_system_allocs, n_ooms;
 } fm_memory_report;
-fm_status fm_memory_report_get(fm_device dev, fm_memory_report *out);
+FM_API fm_status fm_memory_report_get(fm_device dev, fm_memory_report *out);
 /* One line per category into buf ("memory: peak 12.0 MiB allocated ..."). */
-const char *fm_memory_report_format(const fm_memory_report *r, char *buf, size_t len);
+FM_API const char *fm_memory_report_format(const fm_memory_report *r, char *buf, size_t len);
 /* A JSON object {"peak_allocated": ..., "weights": ..., ...} into buf. */
-const char *fm_memory_report_json(const fm_memory_report *r, char *buf, size_t len);
+FM_API const char *fm_memory_report_json(const fm_memory_report *r, char *buf, size_t len);
 
 typedef struct fm_allocator {
     const char *name;
@@ -92,17 +93,17 @@ typedef struct fm_allocator {
     void *impl;
 } fm_allocator;
 
-fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out);
-void fm_memory_reset_peak(fm_device dev);
-void fm_memory_empty_cache(fm_device dev);
+FM_API fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out);
+FM_API void fm_memory_reset_peak(fm_device dev);
+FM_API void fm_memory_empty_cache(fm_device dev);
 /* 0 removes the limit. Exceeding it fails the allocation with FM_ERR_OOM and a
  * message showing requested, allocated, reserved and the limit. */
-fm_status fm_memory_set_limit(fm_device dev, size_t limit_bytes);
+FM_API fm_status fm_memory_set_limit(fm_device dev, size_t limit_bytes);
 /* Parses "2G", "512M", "1.5GiB", "1073741824". */
-fm_status fm_parse_size(const char *s, size_t *out);
+FM_API fm_status fm_parse_size(const char *s, size_t *out);
 /* Human-readable size into buf ("1.50 GiB"). */
-const char *fm_format_bytes(size_t n, char *buf, size_t len);
-fm_allocator *fm_cpu_allocator(void);
+FM_API const char *fm_format_bytes(size_t n, char *buf, size_t len);
+FM_API fm_allocator *fm_cpu_allocator(void);
 
 #ifdef __cplusplus
 }

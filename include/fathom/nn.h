@@ -11,6 +11,7 @@
  * take what the previous one produces. */
 #ifndef FATHOM_NN_H
 #define FATHOM_NN_H
+#include "fathom/export.h"
 #include "fathom/ops.h"
 #include "fathom/tensor.h"
 
@@ -47,76 +48,76 @@ typedef struct fm_named_list {
     fm_named_tensor *items;
     bool owns_tensors; /* release the tensors too in fm_named_list_free */
 } fm_named_list;
-void fm_named_list_free(fm_named_list *l);
+FM_API void fm_named_list_free(fm_named_list *l);
 /* Appends (copies the name; retains the tensor when the list owns tensors). */
-fm_status fm_named_list_push(fm_named_list *l, const char *name, fm_tensor *t, bool no_decay, bool is_buffer);
+FM_API fm_status fm_named_list_push(fm_named_list *l, const char *name, fm_tensor *t, bool no_decay, bool is_buffer);
 /* Index of `name`, or -1. */
-int fm_named_list_find(const fm_named_list *l, const char *name);
+FM_API int fm_named_list_find(const fm_named_list *l, const char *name);
 
 /* ---- construction: every constructor returns NULL with fm_last_error() on bad sizes.
  * rng (may be NULL: the global generator) seeds the initial weights. ---- */
-fm_module *fm_nn_linear(int64_t in_features, int64_t out_features, bool bias, fm_rng *rng);
-fm_module *fm_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding, bool bias, fm_rng *rng);
-fm_module *fm_nn_batchnorm2d(int64_t channels, double eps, double momentum);
-fm_module *fm_nn_layernorm(int64_t dim, double eps);
-fm_module *fm_nn_rmsnorm(int64_t dim, double eps);
-fm_module *fm_nn_embedding(int64_t num, int64_t dim, fm_rng *rng);
+FM_API fm_module *fm_nn_linear(int64_t in_features, int64_t out_features, bool bias, fm_rng *rng);
+FM_API fm_module *fm_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding, bool bias, fm_rng *rng);
+FM_API fm_module *fm_nn_batchnorm2d(int64_t channels, double eps, double momentum);
+FM_API fm_module *fm_nn_layernorm(int64_t dim, double eps);
+FM_API fm_module *fm_nn_rmsnorm(int64_t dim, double eps);
+FM_API fm_module *fm_nn_embedding(int64_t num, int64_t dim, fm_rng *rng);
 /* rng: the generator masks are drawn from (NULL: the global one); borrowed. */
-fm_module *fm_nn_dropout(double p, fm_rng *rng);
+FM_API fm_module *fm_nn_dropout(double p, fm_rng *rng);
 /* FM_MOD_RELU, GELU, SILU, TANH, SIGMOID, FLATTEN */
-fm_module *fm_nn_simple(fm_module_kind kind);
-fm_module *fm_nn_maxpool2d(int kernel, int stride, int padding);
-fm_module *fm_nn_avgpool2d(int kernel, int stride, int padding);
-fm_module *fm_nn_sequential(void);
+FM_API fm_module *fm_nn_simple(fm_module_kind kind);
+FM_API fm_module *fm_nn_maxpool2d(int kernel, int stride, int padding);
+FM_API fm_module *fm_nn_avgpool2d(int kernel, int stride, int padding);
+FM_API fm_module *fm_nn_sequential(void);
 /* Takes ownership of child (also on failure). */
-fm_status fm_sequential_add(fm_module *seq, fm_module *child);
+FM_API fm_status fm_sequential_add(fm_module *seq, fm_module *child);
 /* A named child instead of an index ("features"), for nested models. */
-fm_status fm_sequential_add_named(fm_module *seq, const char *name, fm_module *child);
+FM_API fm_status fm_sequential_add_named(fm_module *seq, const char *name, fm_module *child);
 
-void fm_module_free(fm_module *m);
+FM_API void fm_module_free(fm_module *m);
 
 /* Short forms for small programs (the global generator seeds the weights):
  * fm_sequential(3, fm_linear_new(4, 16, true), fm_relu_new(), fm_linear_new(16, 2, true)).
  * fm_sequential takes ownership of its n children, also when it fails. */
-fm_module *fm_sequential(int n, ...);
-fm_module *fm_linear_new(int64_t in_features, int64_t out_features, bool bias);
-fm_module *fm_relu_new(void);
+FM_API fm_module *fm_sequential(int n, ...);
+FM_API fm_module *fm_linear_new(int64_t in_features, int64_t out_features, bool bias);
+FM_API fm_module *fm_relu_new(void);
 
 /* ---- use ---- */
 /* New reference to the output, or NULL. Records the tape when grad mode is on. */
-fm_tensor *fm_module_forward(fm_module *m, fm_tensor *x);
+FM_API fm_tensor *fm_module_forward(fm_module *m, fm_tensor *x);
 /* Training mode (batch statistics, dropout active) or evaluation mode; recursive. */
-void fm_module_train(fm_module *m, bool training);
-bool fm_module_is_training(const fm_module *m);
+FM_API void fm_module_train(fm_module *m, bool training);
+FM_API bool fm_module_is_training(const fm_module *m);
 /* Drop every parameter's .grad. */
-void fm_module_zero_grad(fm_module *m);
+FM_API void fm_module_zero_grad(fm_module *m);
 /* Parameters (requires_grad leaves) with dotted names, in registration order. */
-fm_status fm_module_parameters(fm_module *m, fm_named_list *out);
+FM_API fm_status fm_module_parameters(fm_module *m, fm_named_list *out);
 /* Parameters and buffers: what a checkpoint holds (PyTorch's state_dict). */
-fm_status fm_module_state(fm_module *m, fm_named_list *out);
-int64_t fm_module_num_params(fm_module *m);
+FM_API fm_status fm_module_state(fm_module *m, fm_named_list *out);
+FM_API int64_t fm_module_num_params(fm_module *m);
 /* Re-initialize every weight with `kind` from rng (NULL: global). */
-fm_status fm_module_init(fm_module *m, fm_init_kind kind, fm_rng *rng);
+FM_API fm_status fm_module_init(fm_module *m, fm_init_kind kind, fm_rng *rng);
 /* Point every Dropout in the tree at rng (borrowed). */
-void fm_module_set_rng(fm_module *m, fm_rng *rng);
+FM_API void fm_module_set_rng(fm_module *m, fm_rng *rng);
 
 /* Shape inference: the output shape for an input of shape in (batch dim included).
  * On a mismatch the error names the layer ("layer 3 (linear 784->10)") and the
  * shapes, so a bad stack is reported when it is built, not mid-training. */
-fm_status fm_module_infer_shape(const fm_module *m, int ndim, const int64_t *in, int *out_ndim, int64_t *out);
+FM_API fm_status fm_module_infer_shape(const fm_module *m, int ndim, const int64_t *in, int *out_ndim, int64_t *out);
 
-fm_module_kind fm_module_get_kind(const fm_module *m);
+FM_API fm_module_kind fm_module_get_kind(const fm_module *m);
 /* "linear 784->10", "conv2d 1->32 k3 s1 p1", ... */
-const char *fm_module_describe(const fm_module *m, char *buf, size_t n);
-int fm_module_num_children(const fm_module *m);
-fm_module *fm_module_child(const fm_module *m, int i);
+FM_API const char *fm_module_describe(const fm_module *m, char *buf, size_t n);
+FM_API int fm_module_num_children(const fm_module *m);
+FM_API fm_module *fm_module_child(const fm_module *m, int i);
 
 /* Initializers (in place, no tape). fan_in/fan_out are computed from the shape
  * ([out, in, ...] layout); gain as in torch.nn.init. */
-fm_status fm_init_kaiming_normal_(fm_tensor *w, double gain, fm_rng *rng);
-fm_status fm_init_kaiming_uniform_(fm_tensor *w, double gain, fm_rng *rng);
-fm_status fm_init_xavier_uniform_(fm_tensor *w, double gain, fm_rng *rng);
-fm_status fm_init_normal_(fm_tensor *w, double mean, double std, fm_rng *rng);
+FM_API fm_status fm_init_kaiming_normal_(fm_tensor *w, double gain, fm_rng *rng);
+FM_API fm_status fm_init_kaiming_uniform_(fm_tensor *w, double gain, fm_rng *rng);
+FM_API fm_status fm_init_xavier_uniform_(fm_tensor *w, double gain, fm_rng *rng);
+FM_API fm_status fm_init_normal_(fm_tensor *w, double mean, double std, fm_rng *rng);
 
 #ifdef __cplusplus
 }

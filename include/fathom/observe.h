@@ -14,6 +14,7 @@
  *   train/grad_norm, train/loss_scale, memory/allocated_bytes. */
 #ifndef FATHOM_OBSERVE_H
 #define FATHOM_OBSERVE_H
+#include "fathom/export.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,29 +30,29 @@ extern "C" {
 /* ---------------- TensorBoard ---------------- */
 
 /* CRC-32C (Castagnoli), and TFRecord's masked form of it. */
-uint32_t fm_crc32c(const void *data, size_t n);
-uint32_t fm_crc32c_extend(uint32_t crc, const void *data, size_t n);
-uint32_t fm_tfrecord_mask_crc(uint32_t crc);
+FM_API uint32_t fm_crc32c(const void *data, size_t n);
+FM_API uint32_t fm_crc32c_extend(uint32_t crc, const void *data, size_t n);
+FM_API uint32_t fm_tfrecord_mask_crc(uint32_t crc);
 
 typedef struct fm_tb_writer fm_tb_writer;
 /* Creates logdir (and parents) and a new events.out.tfevents.<time>.<host>.<pid>.0
  * file in it. NULL with a clear FM_ERR_IO message when it cannot be written. */
-fm_tb_writer *fm_tb_writer_open(const char *logdir);
+FM_API fm_tb_writer *fm_tb_writer_open(const char *logdir);
 /* Each record is flushed to the file as it is written, so TensorBoard sees it
  * live and a crash loses nothing already logged. */
-fm_status fm_tb_add_scalar(fm_tb_writer *w, const char *tag, int64_t step, double value);
+FM_API fm_status fm_tb_add_scalar(fm_tb_writer *w, const char *tag, int64_t step, double value);
 /* Histogram of n values (30 equal-width buckets between min and max). */
-fm_status fm_tb_add_histogram(fm_tb_writer *w, const char *tag, int64_t step, const double *values, size_t n);
+FM_API fm_status fm_tb_add_histogram(fm_tb_writer *w, const char *tag, int64_t step, const double *values, size_t n);
 /* Same, of a tensor of any float dtype and layout (host or device). */
-fm_status fm_tb_add_histogram_tensor(fm_tb_writer *w, const char *tag, int64_t step, const fm_tensor *t);
+FM_API fm_status fm_tb_add_histogram_tensor(fm_tb_writer *w, const char *tag, int64_t step, const fm_tensor *t);
 typedef struct fm_named_list fm_named_list; /* fathom/nn.h */
 /* One histogram per tensor of a named list, tagged "<prefix>/<name>" (prefix NULL:
  * "weights", or "grads" when grads is true); with grads, of each tensor's .grad,
  * skipping tensors that have none. Buffers are skipped. */
-fm_status fm_tb_add_histograms(fm_tb_writer *w, const char *prefix, const fm_named_list *l, bool grads, int64_t step);
-const char *fm_tb_writer_path(const fm_tb_writer *w);
+FM_API fm_status fm_tb_add_histograms(fm_tb_writer *w, const char *prefix, const fm_named_list *l, bool grads, int64_t step);
+FM_API const char *fm_tb_writer_path(const fm_tb_writer *w);
 /* Closes the file; returns the first write error seen, if any. NULL is fine. */
-fm_status fm_tb_writer_close(fm_tb_writer *w);
+FM_API fm_status fm_tb_writer_close(fm_tb_writer *w);
 
 /* Reading back (fathom's own files and TensorBoard's). */
 typedef struct fm_tb_histo {
@@ -65,7 +66,7 @@ typedef void (*fm_tb_value_fn)(void *ctx, const char *tag, int64_t step, double 
 /* Reads one event file. A torn last record (a writer that crashed) ends the
  * file quietly; a CRC mismatch is FM_ERR_FORMAT. n_records (may be NULL) gets
  * the number of records read. */
-fm_status fm_tb_read_file(const char *path, fm_tb_value_fn fn, void *ctx, int64_t *n_records);
+FM_API fm_status fm_tb_read_file(const char *path, fm_tb_value_fn fn, void *ctx, int64_t *n_records);
 
 typedef struct fm_tb_series {
     char *tag; /* "train/loss"; files in a run subdirectory get "<subdir>/" in front */
@@ -83,9 +84,9 @@ typedef struct fm_tb_scalars {
 /* Every scalar (and which histograms there are) in a log directory (event files
  * in it and in its subdirectories, oldest file first) or in one event file.
  * Series are sorted by step. */
-fm_status fm_tb_read_scalars(const char *path, fm_tb_scalars *out);
-const fm_tb_series *fm_tb_scalars_find(const fm_tb_scalars *s, const char *tag);
-void fm_tb_scalars_free(fm_tb_scalars *s);
+FM_API fm_status fm_tb_read_scalars(const char *path, fm_tb_scalars *out);
+FM_API const fm_tb_series *fm_tb_scalars_find(const fm_tb_scalars *s, const char *tag);
+FM_API void fm_tb_scalars_free(fm_tb_scalars *s);
 
 /* ---------------- progress ---------------- */
 
@@ -100,29 +101,29 @@ typedef struct fm_progress fm_progress;
 /* label: "epoch 1/10", "eval", "calibrate"; total: steps (0 when unknown);
  * unit: what throughput counts ("samples", "tokens"; NULL: "steps");
  * out: the stream (NULL: stderr, so that --json output on stdout stays clean). */
-fm_progress *fm_progress_begin(const char *label, int64_t total, const char *unit, fm_progress_mode mode, FILE *out);
+FM_API fm_progress *fm_progress_begin(const char *label, int64_t total, const char *unit, fm_progress_mode mode, FILE *out);
 /* done: steps finished so far; items: cumulative units processed (throughput);
  * loss: current loss, NAN to leave it out. Cheap enough to call every step. */
-void fm_progress_update(fm_progress *p, int64_t done, int64_t items, double loss);
+FM_API void fm_progress_update(fm_progress *p, int64_t done, int64_t items, double loss);
 /* A loop that resumes part-way: done starts at this value, and the ETA and
  * throughput count only what this run does (the line still shows done/total). */
-void fm_progress_set_start(fm_progress *p, int64_t done);
+FM_API void fm_progress_set_start(fm_progress *p, int64_t done);
 /* Seconds between plain lines (default 30). */
-void fm_progress_set_interval(fm_progress *p, double seconds);
+FM_API void fm_progress_set_interval(fm_progress *p, double seconds);
 /* A message that must not be garbled by the progress line (epoch results).
  * Quiet mode drops it too. */
-void fm_progress_log(fm_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-fm_progress_mode fm_progress_get_mode(const fm_progress *p);
+FM_API void fm_progress_log(fm_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FM_API fm_progress_mode fm_progress_get_mode(const fm_progress *p);
 /* Final line (with a newline on a terminal) and free. NULL is fine. */
-void fm_progress_end(fm_progress *p);
+FM_API void fm_progress_end(fm_progress *p);
 /* Erases the redrawn line (terminal mode) so that other output can stream to
  * the stream; the next update draws it again. NULL is fine. */
-void fm_progress_clear(fm_progress *p);
+FM_API void fm_progress_clear(fm_progress *p);
 /* Erases the line and frees without a final line: a loop that failed, whose
  * error should not follow a "done". NULL is fine. */
-void fm_progress_cancel(fm_progress *p);
+FM_API void fm_progress_cancel(fm_progress *p);
 /* The mode AUTO resolves to for a stream. */
-fm_progress_mode fm_progress_detect(FILE *out);
+FM_API fm_progress_mode fm_progress_detect(FILE *out);
 
 /* ---------------- trace summary (`fathom profile`) ---------------- */
 
@@ -161,19 +162,19 @@ typedef struct fm_trace_summary {
  * closing bracket and with a half-written last event, or {"traceEvents": [...]})
  * and summarizes it. peak_gflops <= 0: no MFU. Unreadable or not a trace:
  * FM_ERR_IO / FM_ERR_FORMAT with a message naming the file. */
-fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summary *out);
+FM_API fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summary *out);
 /* Sets the peak and recomputes MFU and the verdict (the peak may be measured
  * after the trace has been found readable). */
-void fm_trace_summary_set_peak(fm_trace_summary *s, double peak_gflops);
-void fm_trace_summary_free(fm_trace_summary *s);
+FM_API void fm_trace_summary_set_peak(fm_trace_summary *s, double peak_gflops);
+FM_API void fm_trace_summary_free(fm_trace_summary *s);
 /* The human-readable report: op table (top max_rows ops; <= 0: all), the
  * step-time split, MFU and the verdict. */
-void fm_trace_summary_print(const fm_trace_summary *s, FILE *f, int max_rows);
+FM_API void fm_trace_summary_print(const fm_trace_summary *s, FILE *f, int max_rows);
 /* The same as one JSON object (malloc'd text; NULL on OOM). */
-char *fm_trace_summary_json(const fm_trace_summary *s);
+FM_API char *fm_trace_summary_json(const fm_trace_summary *s);
 /* Single-precision GEMM rate of this machine through CBLAS (GFLOP/s), measured
  * on 1024x1024 matrices for about a quarter of a second. */
-double fm_measure_peak_gflops(void);
+FM_API double fm_measure_peak_gflops(void);
 
 /* ---------------- model summary (`fathom summary`) ---------------- */
 
@@ -207,10 +208,10 @@ typedef struct fm_model_summary {
 
 /* Walks the model with an input shape (batch dim first), layer by layer.
  * A shape mismatch is the error fm_module_infer_shape gives. */
-fm_status fm_model_summarize(fm_module *m, int ndim, const int64_t *in_shape, fm_model_summary *out);
-void fm_model_summary_print(const fm_model_summary *s, FILE *f);
-char *fm_model_summary_json(const fm_model_summary *s);
-void fm_model_summary_free(fm_model_summary *s);
+FM_API fm_status fm_model_summarize(fm_module *m, int ndim, const int64_t *in_shape, fm_model_summary *out);
+FM_API void fm_model_summary_print(const fm_model_summary *s, FILE *f);
+FM_API char *fm_model_summary_json(const fm_model_summary *s);
+FM_API void fm_model_summary_free(fm_model_summary *s);
 
 typedef struct fm_gpt fm_gpt; /* fathom/gpt.h */
 /* The same table for a GPT model and an input of [batch, seq] token ids
@@ -218,15 +219,15 @@ typedef struct fm_gpt fm_gpt; /* fathom/gpt.h */
  * attention, output projection) and MLP rows, the final norm and the tied LM
  * head. Parameters come from the model's tensors; the tied head weight is shown
  * on its row and counted once in the totals. */
-fm_status fm_gpt_summarize(const fm_gpt *m, int64_t batch, int64_t seq, fm_model_summary *out);
+FM_API fm_status fm_gpt_summarize(const fm_gpt *m, int64_t batch, int64_t seq, fm_model_summary *out);
 
 /* ---------------- plots (`fathom plot`) ---------------- */
 
 /* Loss (train + validation), accuracy (when logged), learning rate and
  * throughput panels from the scalars in a log directory. The format follows
  * the file name: .svg, or .png where FATHOM_HAVE_PNG was built in. */
-fm_status fm_plot_curves(const fm_tb_scalars *s, const char *out_path, const char *title);
-bool fm_plot_png_supported(void);
+FM_API fm_status fm_plot_curves(const fm_tb_scalars *s, const char *out_path, const char *title);
+FM_API bool fm_plot_png_supported(void);
 
 #ifdef __cplusplus
 }

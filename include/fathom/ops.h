@@ -7,6 +7,7 @@
  * The op list itself is fathom/ops.def. */
 #ifndef FATHOM_OPS_H
 #define FATHOM_OPS_H
+#include "fathom/export.h"
 
 #include "fathom/tensor.h"
 
@@ -28,90 +29,90 @@ typedef struct fm_op_info {
     int n_in, n_out;
     unsigned flags;
 } fm_op_info;
-const fm_op_info *fm_op_get_info(fm_op_id op);
+FM_API const fm_op_info *fm_op_get_info(fm_op_id op);
 /* FM_OP_COUNT if unknown. */
-fm_op_id fm_op_find(const char *name);
+FM_API fm_op_id fm_op_find(const char *name);
 
 typedef enum fm_reduction { FM_REDUCE_MEAN = 0, FM_REDUCE_SUM = 1, FM_REDUCE_NONE = 2 } fm_reduction;
 typedef enum fm_layout { FM_NCHW = 0, FM_NHWC = 1 } fm_layout;
 
 /* ---- elementwise unary ---- */
-fm_tensor *fm_neg(fm_tensor *a);
-fm_tensor *fm_abs(fm_tensor *a);
-fm_tensor *fm_exp(fm_tensor *a);
-fm_tensor *fm_log(fm_tensor *a);
-fm_tensor *fm_sqrt(fm_tensor *a);
-fm_tensor *fm_rsqrt(fm_tensor *a);
-fm_tensor *fm_sin(fm_tensor *a);
-fm_tensor *fm_cos(fm_tensor *a);
-fm_tensor *fm_tanh(fm_tensor *a);
-fm_tensor *fm_sigmoid(fm_tensor *a);
-fm_tensor *fm_relu(fm_tensor *a);
-fm_tensor *fm_leaky_relu(fm_tensor *a, double negative_slope);
-fm_tensor *fm_gelu(fm_tensor *a);      /* exact: x * Phi(x), with erf */
-fm_tensor *fm_gelu_tanh(fm_tensor *a); /* tanh approximation */
-fm_tensor *fm_silu(fm_tensor *a);
-fm_tensor *fm_clamp(fm_tensor *a, double lo, double hi); /* use -INFINITY/INFINITY for one side */
+FM_API fm_tensor *fm_neg(fm_tensor *a);
+FM_API fm_tensor *fm_abs(fm_tensor *a);
+FM_API fm_tensor *fm_exp(fm_tensor *a);
+FM_API fm_tensor *fm_log(fm_tensor *a);
+FM_API fm_tensor *fm_sqrt(fm_tensor *a);
+FM_API fm_tensor *fm_rsqrt(fm_tensor *a);
+FM_API fm_tensor *fm_sin(fm_tensor *a);
+FM_API fm_tensor *fm_cos(fm_tensor *a);
+FM_API fm_tensor *fm_tanh(fm_tensor *a);
+FM_API fm_tensor *fm_sigmoid(fm_tensor *a);
+FM_API fm_tensor *fm_relu(fm_tensor *a);
+FM_API fm_tensor *fm_leaky_relu(fm_tensor *a, double negative_slope);
+FM_API fm_tensor *fm_gelu(fm_tensor *a);      /* exact: x * Phi(x), with erf */
+FM_API fm_tensor *fm_gelu_tanh(fm_tensor *a); /* tanh approximation */
+FM_API fm_tensor *fm_silu(fm_tensor *a);
+FM_API fm_tensor *fm_clamp(fm_tensor *a, double lo, double hi); /* use -INFINITY/INFINITY for one side */
 
 /* ---- elementwise binary (numpy broadcasting; both operands same dtype) ---- */
-fm_tensor *fm_add(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_sub(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_mul(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_div(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_pow(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_maximum(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_minimum(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_add(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_sub(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_mul(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_div(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_pow(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_maximum(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_minimum(fm_tensor *a, fm_tensor *b);
 /* scalar conveniences (scalar takes a's dtype) */
-fm_tensor *fm_add_scalar(fm_tensor *a, double s);
-fm_tensor *fm_mul_scalar(fm_tensor *a, double s);
-fm_tensor *fm_pow_scalar(fm_tensor *a, double s);
+FM_API fm_tensor *fm_add_scalar(fm_tensor *a, double s);
+FM_API fm_tensor *fm_mul_scalar(fm_tensor *a, double s);
+FM_API fm_tensor *fm_pow_scalar(fm_tensor *a, double s);
 /* comparisons give FM_BOOL */
-fm_tensor *fm_eq(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_ne(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_lt(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_le(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_gt(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_ge(fm_tensor *a, fm_tensor *b);
-fm_tensor *fm_where(fm_tensor *cond, fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_eq(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_ne(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_lt(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_le(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_gt(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_ge(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_where(fm_tensor *cond, fm_tensor *a, fm_tensor *b);
 
 /* ---- reductions: n_axes == 0 means all axes; negative axes count from the end ---- */
-fm_tensor *fm_sum(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
-fm_tensor *fm_mean(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
-fm_tensor *fm_amax(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
-fm_tensor *fm_amin(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+FM_API fm_tensor *fm_sum(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+FM_API fm_tensor *fm_mean(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+FM_API fm_tensor *fm_amax(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+FM_API fm_tensor *fm_amin(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
 /* max/min along one axis with indices (FM_I64); *indices may be NULL if unwanted */
-fm_tensor *fm_max_dim(fm_tensor *a, int axis, bool keepdim, fm_tensor **indices);
-fm_tensor *fm_min_dim(fm_tensor *a, int axis, bool keepdim, fm_tensor **indices);
-fm_tensor *fm_argmax(fm_tensor *a, int axis, bool keepdim);
+FM_API fm_tensor *fm_max_dim(fm_tensor *a, int axis, bool keepdim, fm_tensor **indices);
+FM_API fm_tensor *fm_min_dim(fm_tensor *a, int axis, bool keepdim, fm_tensor **indices);
+FM_API fm_tensor *fm_argmax(fm_tensor *a, int axis, bool keepdim);
 /* correction: 1 = unbiased (PyTorch default), 0 = population */
-fm_tensor *fm_var(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
-fm_tensor *fm_std(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
-fm_tensor *fm_logsumexp(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+FM_API fm_tensor *fm_var(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
+FM_API fm_tensor *fm_std(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
+FM_API fm_tensor *fm_logsumexp(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
 /* Sum `a` down to `shape` (the inverse of broadcasting). */
-fm_tensor *fm_sum_to(fm_tensor *a, int ndim, const int64_t *shape);
+FM_API fm_tensor *fm_sum_to(fm_tensor *a, int ndim, const int64_t *shape);
 
 /* ---- linear algebra ---- */
 /* numpy matmul semantics: 1-D operands are promoted; batch dims broadcast */
-fm_tensor *fm_matmul(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_matmul(fm_tensor *a, fm_tensor *b);
 /* y = x @ w^T + b, w: [out, in] (PyTorch Linear layout); b may be NULL */
-fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b);
+FM_API fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b);
 
 /* ---- softmax family and losses ---- */
-fm_tensor *fm_softmax(fm_tensor *a, int axis);
-fm_tensor *fm_log_softmax(fm_tensor *a, int axis);
+FM_API fm_tensor *fm_softmax(fm_tensor *a, int axis);
+FM_API fm_tensor *fm_log_softmax(fm_tensor *a, int axis);
 /* logits [N, C] (or [C]); target FM_I64/FM_I32 [N] class indices. Fused: the
  * probabilities are never materialized. */
-fm_tensor *fm_cross_entropy(fm_tensor *logits, fm_tensor *target, int64_t ignore_index,
+FM_API fm_tensor *fm_cross_entropy(fm_tensor *logits, fm_tensor *target, int64_t ignore_index,
                             double label_smoothing, fm_reduction reduction);
-fm_tensor *fm_mse_loss(fm_tensor *input, fm_tensor *target, fm_reduction reduction);
+FM_API fm_tensor *fm_mse_loss(fm_tensor *input, fm_tensor *target, fm_reduction reduction);
 
 /* ---- normalization, embedding, dropout ---- */
 /* normalizes over the last `n_norm_dims` dims; weight/bias (may be NULL) have that shape */
-fm_tensor *fm_layer_norm(fm_tensor *x, int n_norm_dims, fm_tensor *weight, fm_tensor *bias, double eps);
-fm_tensor *fm_rms_norm(fm_tensor *x, fm_tensor *weight, double eps); /* over the last dim */
-fm_tensor *fm_embedding(fm_tensor *weight, fm_tensor *indices);   /* weight [V, D] */
+FM_API fm_tensor *fm_layer_norm(fm_tensor *x, int n_norm_dims, fm_tensor *weight, fm_tensor *bias, double eps);
+FM_API fm_tensor *fm_rms_norm(fm_tensor *x, fm_tensor *weight, double eps); /* over the last dim */
+FM_API fm_tensor *fm_embedding(fm_tensor *weight, fm_tensor *indices);   /* weight [V, D] */
 /* Inverted dropout. Not training or p == 0: returns a new ref to x. rng NULL: global. */
-fm_tensor *fm_dropout(fm_tensor *x, double p, bool training, fm_rng *rng);
+FM_API fm_tensor *fm_dropout(fm_tensor *x, double p, bool training, fm_rng *rng);
 
 /* ---- convolution and pooling ---- */
 typedef struct fm_conv2d_params {
@@ -119,58 +120,58 @@ typedef struct fm_conv2d_params {
     int groups;
     fm_layout layout; /* x and y layout; weight is always [Cout, Cin/groups, kH, kW] */
 } fm_conv2d_params;
-fm_conv2d_params fm_conv2d_default_params(void); /* stride 1, pad 0, dil 1, groups 1, NCHW */
-fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p);
+FM_API fm_conv2d_params fm_conv2d_default_params(void); /* stride 1, pad 0, dil 1, groups 1, NCHW */
+FM_API fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p);
 typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad; /* avg pool; PyTorch default true */
     fm_layout layout;
 } fm_pool2d_params;
-fm_tensor *fm_max_pool2d(fm_tensor *x, const fm_pool2d_params *p);
-fm_tensor *fm_avg_pool2d(fm_tensor *x, const fm_pool2d_params *p);
+FM_API fm_tensor *fm_max_pool2d(fm_tensor *x, const fm_pool2d_params *p);
+FM_API fm_tensor *fm_avg_pool2d(fm_tensor *x, const fm_pool2d_params *p);
 /* x [N, C, ...] (NCHW) or [N, H, W, C] (NHWC); running stats (may be NULL) are
  * updated in place in training mode with `momentum` (PyTorch convention). */
-fm_tensor *fm_batch_norm(fm_tensor *x, fm_tensor *weight, fm_tensor *bias, fm_tensor *running_mean,
+FM_API fm_tensor *fm_batch_norm(fm_tensor *x, fm_tensor *weight, fm_tensor *bias, fm_tensor *running_mean,
                          fm_tensor *running_var, bool training, double momentum, double eps,
                          fm_layout layout);
 
 /* ---- shape and indexing ---- */
-fm_tensor *fm_cat(int n, fm_tensor *const *ts, int axis);
-fm_tensor *fm_stack(int n, fm_tensor *const *ts, int axis);
+FM_API fm_tensor *fm_cat(int n, fm_tensor *const *ts, int axis);
+FM_API fm_tensor *fm_stack(int n, fm_tensor *const *ts, int axis);
 /* Splits into n pieces of the given sizes (views); out[] receives new references. */
-fm_status fm_split(fm_tensor *t, int axis, int n, const int64_t *sizes, fm_tensor **out);
-fm_tensor *fm_gather(fm_tensor *t, int axis, fm_tensor *index);       /* torch.gather */
-fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index); /* index 1-D */
-fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 result */
+FM_API fm_status fm_split(fm_tensor *t, int axis, int n, const int64_t *sizes, fm_tensor **out);
+FM_API fm_tensor *fm_gather(fm_tensor *t, int axis, fm_tensor *index);       /* torch.gather */
+FM_API fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index); /* index 1-D */
+FM_API fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 result */
 
 /* ---- attention ---- */
 /* q [B,H,Tq,D], k/v [B,Hkv,Tk,D] (Hkv divides H: grouped-query attention);
  * scale <= 0 means 1/sqrt(D). Tiled (flash-style): no Tq x Tk matrix is stored. */
-fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal,
+FM_API fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal,
                                            double scale);
 
 /* ---- fused transformer helpers ---- */
 /* qkv [B, T, (n_head + 2*n_kv_head) * D] (a fused QKV projection) -> new contiguous
  * q [B, n_head, T, D], k and v [B, n_kv_head, T, D] in one pass; the gradient is
  * written back into the fused layout in one pass too (no zero-padded slices). */
-fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v);
+FM_API fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tensor **q, fm_tensor **k, fm_tensor **v);
 /* Self-attention straight on a fused QKV projection: qkv [B, T, (n_head + 2*n_kv_head) * D]
  * -> the merged heads [B, T, n_head * D] (what the output projection reads). The
  * values are those of fm_qkv_split_heads + fm_scaled_dot_product_attention + merging
  * the heads, but no split or merged copy is made, and the gradient is written into
  * the fused layout directly. scale <= 0 means 1/sqrt(D). Where the device's backend
  * has no fused kernel (or for f16/bf16), it runs as those three steps. */
-fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale);
+FM_API fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale);
 /* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
  * in front, added in the same pass; the backward writes dx and sums db in one pass. */
-fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);
+FM_API fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);
 /* *sum = x + h and *y = layer_norm(*sum) over the last dim (weight/bias [N] or NULL),
  * in one pass over the rows; x and h have one shape and float dtype. *sum is the next
  * residual. Backward: the gradient reaching *sum is added to the norm's input gradient
  * in the same pass. h may be NULL: *sum is then x itself and *y is bitwise the *y of a
  * fused call whose sum equals x (what recomputation needs). Outputs are new references
  * (both NULL on error). */
-fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_tensor *bias, double eps,
+FM_API fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_tensor *bias, double eps,
                             fm_tensor **sum, fm_tensor **y);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
  * A schedule is a pure function of the step, so resuming needs only the step. */
 #ifndef FATHOM_OPTIM_H
 #define FATHOM_OPTIM_H
+#include "fathom/export.h"
 #include "fathom/nn.h"
 #include "fathom/tensor.h"
 
@@ -28,41 +29,41 @@ typedef struct fm_optim_config {
 
 /* Sensible defaults for a kind (PyTorch's: lr 1e-3, betas 0.9/0.999, eps 1e-8,
  * AdamW weight decay 0.01, SGD momentum 0). */
-fm_optim_config fm_optim_default_config(fm_optim_kind kind);
-fm_status fm_optim_kind_parse(const char *name, fm_optim_kind *out);
-const char *fm_optim_kind_name(fm_optim_kind kind);
+FM_API fm_optim_config fm_optim_default_config(fm_optim_kind kind);
+FM_API fm_status fm_optim_kind_parse(const char *name, fm_optim_kind *out);
+FM_API const char *fm_optim_kind_name(fm_optim_kind kind);
 
 typedef struct fm_optim fm_optim;
 typedef fm_optim fm_optimizer;
-fm_optim *fm_optim_new(const fm_optim_config *cfg);
+FM_API fm_optim *fm_optim_new(const fm_optim_config *cfg);
 /* Short forms: an optimizer over all of m's parameters (no decay on biases/norms). */
-fm_optim *fm_optim_sgd(fm_module *m, double lr, double momentum, double weight_decay);
-fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double beta2, double eps, double weight_decay);
-void fm_optim_free(fm_optim *o);
+FM_API fm_optim *fm_optim_sgd(fm_module *m, double lr, double momentum, double weight_decay);
+FM_API fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double beta2, double eps, double weight_decay);
+FM_API void fm_optim_free(fm_optim *o);
 /* A group with its own weight decay; returns its index or -1. */
-int fm_optim_add_group(fm_optim *o, double weight_decay);
+FM_API int fm_optim_add_group(fm_optim *o, double weight_decay);
 /* Adds one parameter (f32 or f64, contiguous, requires grad) to a group. The
  * name keys its state in checkpoints. The optimizer keeps a reference. */
-fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p);
+FM_API fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p);
 /* All of a module's parameters: group 0 gets the config's weight decay, group 1
  * (biases, norm weights: fm_named_tensor.no_decay) gets none. */
-fm_status fm_optim_add_params(fm_optim *o, fm_module *m);
+FM_API fm_status fm_optim_add_params(fm_optim *o, fm_module *m);
 
 /* One update with the current learning rate. Parameters without .grad are skipped. */
-fm_status fm_optim_step(fm_optim *o);
-void fm_optim_zero_grad(fm_optim *o);
-void fm_optim_set_lr(fm_optim *o, double lr);
-double fm_optim_get_lr(const fm_optim *o);
-int64_t fm_optim_get_step(const fm_optim *o);
-void fm_optim_set_step(fm_optim *o, int64_t step);
+FM_API fm_status fm_optim_step(fm_optim *o);
+FM_API void fm_optim_zero_grad(fm_optim *o);
+FM_API void fm_optim_set_lr(fm_optim *o, double lr);
+FM_API double fm_optim_get_lr(const fm_optim *o);
+FM_API int64_t fm_optim_get_step(const fm_optim *o);
+FM_API void fm_optim_set_step(fm_optim *o, int64_t step);
 /* Scales all gradients so their global L2 norm is at most max_norm; *total_norm
  * (may be NULL) receives the norm before clipping (inf/nan when a grad is). */
-fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm);
+FM_API fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm);
 /* State tensors, named "<param>.<slot>" (slot: momentum_buffer, exp_avg, exp_avg_sq).
  * Borrowed: they stay the optimizer's. Buffers are created on first use, so
  * call after one step or fm_optim_init_state(). */
-fm_status fm_optim_init_state(fm_optim *o);
-fm_status fm_optim_state(fm_optim *o, fm_named_list *out);
+FM_API fm_status fm_optim_init_state(fm_optim *o);
+FM_API fm_status fm_optim_state(fm_optim *o, fm_named_list *out);
 
 /* ---- learning-rate schedules ---- */
 typedef enum fm_sched_kind { FM_SCHED_CONSTANT = 0, FM_SCHED_STEP, FM_SCHED_WARMUP, FM_SCHED_COSINE } fm_sched_kind;
@@ -75,10 +76,10 @@ typedef struct fm_lr_schedule {
     double gamma;
     double min_lr;        /* cosine floor */
 } fm_lr_schedule;
-fm_status fm_sched_kind_parse(const char *name, fm_sched_kind *out);
-const char *fm_sched_kind_name(fm_sched_kind kind);
+FM_API fm_status fm_sched_kind_parse(const char *name, fm_sched_kind *out);
+FM_API const char *fm_sched_kind_name(fm_sched_kind kind);
 /* Learning rate for the update at `step` (0-based). */
-double fm_lr_at(const fm_lr_schedule *s, int64_t step);
+FM_API double fm_lr_at(const fm_lr_schedule *s, int64_t step);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
  * the cards actually have (a "24 GB" RTX 4090 reports 24564 MiB). */
 #ifndef FATHOM_PLAN_H
 #define FATHOM_PLAN_H
+#include "fathom/export.h"
 
 #include <stdint.h>
 
@@ -64,14 +65,14 @@ typedef struct fm_plan_db {
 
 /* The database path used when none is given: $FATHOM_GPU_DB, else the source
  * tree's data/gpus.json if it exists, else the installed copy. */
-const char *fm_plan_db_default_path(void);
+FM_API const char *fm_plan_db_default_path(void);
 /* Load and validate a database (path NULL: the default). A malformed or
  * incomplete file is refused with "file:line: ..." naming the missing field. */
-fm_plan_db *fm_plan_db_load(const char *path);
-void fm_plan_db_free(fm_plan_db *db);
+FM_API fm_plan_db *fm_plan_db_load(const char *path);
+FM_API void fm_plan_db_free(fm_plan_db *db);
 /* Find a GPU by name: case, spaces and dashes are ignored, and a unique part of
  * a name is enough ("4090"). Unknown or ambiguous names fail with suggestions. */
-const fm_plan_gpu *fm_plan_db_find(const fm_plan_db *db, const char *name);
+FM_API const fm_plan_gpu *fm_plan_db_find(const fm_plan_db *db, const char *name);
 
 /* ---- the model ---- */
 
@@ -100,25 +101,25 @@ typedef struct fm_plan_model {
 
 /* Parse a count such as "7B", "124M", "1.5e9", "350K", "2T" (K/M/B/T = 1e3..1e12).
  * Rejects negative, zero, non-numeric and overflowing input. */
-fm_status fm_plan_parse_count(const char *text, double *out);
+FM_API fm_status fm_plan_parse_count(const char *text, double *out);
 
-int fm_plan_preset_count(void);
-const char *fm_plan_preset_name(int i);
+FM_API int fm_plan_preset_count(void);
+FM_API const char *fm_plan_preset_name(int i);
 /* Fill `out` from a named preset (real published dimensions; parameters counted
  * from them). Unknown names fail with the closest names suggested. */
-fm_status fm_plan_model_preset(const char *name, fm_plan_model *out);
+FM_API fm_status fm_plan_model_preset(const char *name, fm_plan_model *out);
 /* Fill from dimensions: set arch, layers, hidden, heads, vocab (kv_heads, ffn and
  * max_seq may be 0 for their defaults) in `m`, then call this to validate and count. */
-fm_status fm_plan_model_from_dims(fm_plan_model *m);
+FM_API fm_status fm_plan_model_from_dims(fm_plan_model *m);
 /* Only a parameter count: dimensions are estimated from a Llama-like shape. */
-fm_status fm_plan_model_from_params(double params, fm_plan_model *out);
+FM_API fm_status fm_plan_model_from_params(double params, fm_plan_model *out);
 /* A safetensors file, or a directory holding model.safetensors. Only the header
  * is read: parameters are counted from the tensor shapes. Dimensions come from a
  * config.json beside the weights if present, else from tensor names and shapes,
  * else they are estimated from the count. */
-fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out);
+FM_API fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out);
 /* Read a safetensors header only and count its elements. */
-fm_status fm_plan_safetensors_count(const char *path, int64_t *params, int *tensors);
+FM_API fm_status fm_plan_safetensors_count(const char *path, int64_t *params, int *tensors);
 
 /* ---- the job ---- */
 
@@ -161,22 +162,22 @@ typedef struct fm_plan_job {
 /* Defaults: inference, bf16, batch 1, seq auto, adamw, no checkpointing, zero 0,
  * tp 1, gpus auto, on-demand, rank 16, flash attention on, master weights on,
  * decode efficiency 0.8, context 1 GiB, headroom 10%. */
-void fm_plan_job_defaults(fm_plan_job *job);
+FM_API void fm_plan_job_defaults(fm_plan_job *job);
 /* Reject impossible combinations (qlora with fp32, tensor parallel not dividing
  * the heads, ...) and absurd numbers. */
-fm_status fm_plan_job_check(const fm_plan_model *model, const fm_plan_job *job);
+FM_API fm_status fm_plan_job_check(const fm_plan_model *model, const fm_plan_job *job);
 
-const char *fm_plan_task_name(fm_plan_task t);
-const char *fm_plan_precision_name(fm_plan_precision p);
-const char *fm_plan_optimizer_name(fm_plan_optimizer o);
-const char *fm_plan_ckpt_name(fm_plan_ckpt c);
-const char *fm_plan_pricing_name(fm_plan_pricing p);
+FM_API const char *fm_plan_task_name(fm_plan_task t);
+FM_API const char *fm_plan_precision_name(fm_plan_precision p);
+FM_API const char *fm_plan_optimizer_name(fm_plan_optimizer o);
+FM_API const char *fm_plan_ckpt_name(fm_plan_ckpt c);
+FM_API const char *fm_plan_pricing_name(fm_plan_pricing p);
 /* Parse the names above (-1 if unknown). */
-int fm_plan_task_parse(const char *s);
-int fm_plan_precision_parse(const char *s);
-int fm_plan_optimizer_parse(const char *s);
-int fm_plan_ckpt_parse(const char *s);
-int fm_plan_pricing_parse(const char *s);
+FM_API int fm_plan_task_parse(const char *s);
+FM_API int fm_plan_precision_parse(const char *s);
+FM_API int fm_plan_optimizer_parse(const char *s);
+FM_API int fm_plan_ckpt_parse(const char *s);
+FM_API int fm_plan_pricing_parse(const char *s);
 
 /* ---- results ---- */
 
@@ -227,20 +228,20 @@ typedef struct fm_plan_result {
 
 /* Per-GPU memory for `gpus` GPUs; `explain` (may be NULL) receives the formulas
  * with numbers filled in (malloc'd; free it). */
-fm_status fm_plan_memory_at(const fm_plan_model *model, const fm_plan_job *job, int gpus,
+FM_API fm_status fm_plan_memory_at(const fm_plan_model *model, const fm_plan_job *job, int gpus,
                             fm_plan_memory *out, char **explain);
 /* Plan the job on every GPU of `db` (or only `only`, a comma-separated list of
  * names, when not NULL). */
-fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *job,
+FM_API fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *job,
                                 const fm_plan_db *db, const char *only);
-void fm_plan_result_free(fm_plan_result *r);
+FM_API void fm_plan_result_free(fm_plan_result *r);
 /* A row by GPU name (exact, case-insensitive), NULL if absent. */
-const fm_plan_row *fm_plan_result_row(const fm_plan_result *r, const char *gpu_name);
+FM_API const fm_plan_row *fm_plan_result_row(const fm_plan_result *r, const char *gpu_name);
 
 /* Renderers return malloc'd text (free it), NULL on failure. */
-char *fm_plan_render_text(const fm_plan_result *r);
-char *fm_plan_render_json(const fm_plan_result *r);
-char *fm_plan_render_explain(const fm_plan_result *r);
+FM_API char *fm_plan_render_text(const fm_plan_result *r);
+FM_API char *fm_plan_render_json(const fm_plan_result *r);
+FM_API char *fm_plan_render_explain(const fm_plan_result *r);
 
 /* ---- fathom's own CPU training runs: `fathom plan --model <recipe>` ----
  *
@@ -260,7 +261,7 @@ typedef struct fm_plan_run_opts {
     int eval;                     /* sequential recipes: 1 (default) the test split is loaded, as `fathom train`
                                      does; 0: as with --no-eval */
 } fm_plan_run_opts;
-void fm_plan_run_defaults(fm_plan_run_opts *o);
+FM_API void fm_plan_run_defaults(fm_plan_run_opts *o);
 
 typedef struct fm_plan_run {
     char path[512];
@@ -280,15 +281,15 @@ typedef struct fm_plan_run {
 
 /* True when `model` names a recipe: an .ini file, or a built-in recipe name
  * (fm_recipe_resolve) that is not an existing model file or directory. */
-int fm_plan_is_recipe(const char *model);
+FM_API int fm_plan_is_recipe(const char *model);
 /* Plan a recipe (a path or a built-in name). A missing recipe or one that does
  * not parse fails with the recipe loader's file:line message; options the
  * recipe's trainer does not take (bf16 for a CNN, ...) fail with FM_ERR_INVALID. */
-fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int explain, fm_plan_run *out);
-void fm_plan_run_free(fm_plan_run *r);
-char *fm_plan_run_render_text(const fm_plan_run *r);
-char *fm_plan_run_render_json(const fm_plan_run *r);
-char *fm_plan_run_render_explain(const fm_plan_run *r);
+FM_API fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int explain, fm_plan_run *out);
+FM_API void fm_plan_run_free(fm_plan_run *r);
+FM_API char *fm_plan_run_render_text(const fm_plan_run *r);
+FM_API char *fm_plan_run_render_json(const fm_plan_run *r);
+FM_API char *fm_plan_run_render_explain(const fm_plan_run *r);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
  * copy of the recipe as recipe.ini. */
 #ifndef FATHOM_RECIPE_H
 #define FATHOM_RECIPE_H
+#include "fathom/export.h"
 #include <stdio.h>
 
 #include "fathom/data.h"
@@ -60,20 +61,20 @@ typedef struct fm_recipe {
 } fm_recipe;
 
 /* `name_or_path`: a built-in name ("fashion-cnn") or a path to an .ini file. */
-fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out);
-fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *out);
-void fm_recipe_free(fm_recipe *r);
+FM_API fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out);
+FM_API fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *out);
+FM_API void fm_recipe_free(fm_recipe *r);
 /* Directory of the built-in recipes: $FATHOM_DATA/recipes, else the source
  * tree's data/recipes, else the installed share/fathom/recipes. */
-const char *fm_recipe_dir(char *buf, size_t n);
+FM_API const char *fm_recipe_dir(char *buf, size_t n);
 /* The file a recipe argument names: a path as given (it contains '/' or ends in
  * .ini), else <fm_recipe_dir>/<name>.ini. Returns true when the argument is a
  * built-in name rather than a path. Every command resolves recipes this way. */
-bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n);
+FM_API bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n);
 
 /* Builds the model, checking every layer's shape against the input shape: an
  * incompatible stack fails here, naming the recipe line and the shapes. */
-fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng);
+FM_API fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng);
 
 typedef struct fm_train_options {
     int epochs;          /* > 0 overrides the recipe */
@@ -90,7 +91,7 @@ typedef struct fm_train_options {
     const char *logdir;  /* TensorBoard event files (NULL: none) */
     int hist_every;      /* histograms of weights and gradients every N epochs (0: never) */
 } fm_train_options;
-void fm_train_options_init(fm_train_options *o);
+FM_API void fm_train_options_init(fm_train_options *o);
 
 typedef struct fm_train_result {
     double test_accuracy; /* -1 when not evaluated */
@@ -110,22 +111,22 @@ typedef struct fm_train_result {
     char memory_report_json[1024]; /* peak memory by category (JSON object text) */
     char memory_report_text[1024];
 } fm_train_result;
-void fm_train_result_free(fm_train_result *r);
+FM_API void fm_train_result_free(fm_train_result *r);
 
-fm_status fm_train(const fm_recipe *r, const fm_train_options *opt, fm_train_result *res);
+FM_API fm_status fm_train(const fm_recipe *r, const fm_train_options *opt, fm_train_result *res);
 
 /* A saved model: the recipe embedded in model.safetensors and the weights. */
-fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module **model_out);
+FM_API fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module **model_out);
 /* Accuracy and mean loss of a model on a labeled data set (eval mode, no grad);
  * `tf` (may be NULL) is applied to the inputs; only its normalization is used. */
-fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
+FM_API fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size, double *accuracy,
                       double *loss);
 /* The same with a progress line on `log` (a terminal: one redrawn line; otherwise plain
  * periodic lines; NULL: none), as fm_progress shows training. */
-fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size,
+FM_API fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size,
                                double *accuracy, double *loss, FILE *log);
 /* The test split named by the recipe (data_dir overrides its directory when not NULL). */
-fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir);
+FM_API fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir);
 
 #ifdef __cplusplus
 }

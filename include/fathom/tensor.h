@@ -6,6 +6,7 @@
  * an fm_tensor* returns a NEW reference (or NULL with fm_last_error() set). */
 #ifndef FATHOM_TENSOR_H
 #define FATHOM_TENSOR_H
+#include "fathom/export.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,106 +72,106 @@ typedef struct fm_tensor {
 } fm_tensor;
 
 /* ---- dtypes ---- */
-size_t fm_dtype_size(fm_dtype dt);
-const char *fm_dtype_name(fm_dtype dt);
-bool fm_dtype_is_float(fm_dtype dt);
-fm_status fm_dtype_from_name(const char *name, fm_dtype *out);
+FM_API size_t fm_dtype_size(fm_dtype dt);
+FM_API const char *fm_dtype_name(fm_dtype dt);
+FM_API bool fm_dtype_is_float(fm_dtype dt);
+FM_API fm_status fm_dtype_from_name(const char *name, fm_dtype *out);
 /* Scalar conversions, round to nearest even. */
-uint16_t fm_f32_to_f16(float f);
-float fm_f16_to_f32(uint16_t h);
-uint16_t fm_f32_to_bf16(float f);
-float fm_bf16_to_f32(uint16_t h);
+FM_API uint16_t fm_f32_to_f16(float f);
+FM_API float fm_f16_to_f32(uint16_t h);
+FM_API uint16_t fm_f32_to_bf16(float f);
+FM_API float fm_bf16_to_f32(uint16_t h);
 /* Bulk conversions (F16C/AVX2 when the CPU has them). */
-void fm_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n);
-void fm_convert_f16_to_f32(const uint16_t *src, float *dst, size_t n);
-void fm_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
-void fm_convert_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
+FM_API void fm_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+FM_API void fm_convert_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+FM_API void fm_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
+FM_API void fm_convert_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
 
 /* ---- devices ---- */
-const char *fm_device_name(fm_device d, char *buf, size_t n);
-fm_status fm_device_parse(const char *s, fm_device *out);
-bool fm_device_eq(fm_device a, fm_device b);
+FM_API const char *fm_device_name(fm_device d, char *buf, size_t n);
+FM_API fm_status fm_device_parse(const char *s, fm_device *out);
+FM_API bool fm_device_eq(fm_device a, fm_device b);
 
 /* ---- lifetime ---- */
-fm_tensor *fm_tensor_retain(fm_tensor *t);
-void fm_tensor_release(fm_tensor *t);
+FM_API fm_tensor *fm_tensor_retain(fm_tensor *t);
+FM_API void fm_tensor_release(fm_tensor *t);
 /* Release several (NULLs allowed). */
-void fm_tensor_release_n(int n, ...);
+FM_API void fm_tensor_release_n(int n, ...);
 
 /* ---- creation ---- */
-fm_tensor *fm_tensor_empty(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
-fm_tensor *fm_tensor_zeros(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
-fm_tensor *fm_tensor_ones(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
-fm_tensor *fm_tensor_full(int ndim, const int64_t *shape, double value, fm_dtype dt, fm_device dev);
-fm_tensor *fm_tensor_scalar(double value, fm_dtype dt);
-fm_tensor *fm_tensor_arange(double start, double end, double step, fm_dtype dt);
+FM_API fm_tensor *fm_tensor_empty(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
+FM_API fm_tensor *fm_tensor_zeros(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
+FM_API fm_tensor *fm_tensor_ones(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev);
+FM_API fm_tensor *fm_tensor_full(int ndim, const int64_t *shape, double value, fm_dtype dt, fm_device dev);
+FM_API fm_tensor *fm_tensor_scalar(double value, fm_dtype dt);
+FM_API fm_tensor *fm_tensor_arange(double start, double end, double step, fm_dtype dt);
 /* Copies `data` (host memory, row-major, of dtype dt). */
-fm_tensor *fm_tensor_from_data(const void *data, int ndim, const int64_t *shape, fm_dtype dt);
+FM_API fm_tensor *fm_tensor_from_data(const void *data, int ndim, const int64_t *shape, fm_dtype dt);
 /* Wraps an existing host buffer without copying; `deleter` (may be NULL) runs when
  * the last view is released. The caller keeps the buffer alive until then. */
-fm_tensor *fm_tensor_from_buffer(void *data, int ndim, const int64_t *shape, fm_dtype dt,
+FM_API fm_tensor *fm_tensor_from_buffer(void *data, int ndim, const int64_t *shape, fm_dtype dt,
                                  void (*deleter)(void *ctx, void *data), void *ctx);
-fm_tensor *fm_tensor_empty_like(const fm_tensor *t);
-fm_tensor *fm_tensor_zeros_like(const fm_tensor *t);
+FM_API fm_tensor *fm_tensor_empty_like(const fm_tensor *t);
+FM_API fm_tensor *fm_tensor_zeros_like(const fm_tensor *t);
 
 /* ---- random numbers: counter-based (Philox4x32-10), so the value at element i
  * depends only on (seed, offset, i): identical for any thread count. ---- */
 typedef struct fm_rng { uint64_t seed; uint64_t offset; } fm_rng;
-void fm_rng_init(fm_rng *r, uint64_t seed);
+FM_API void fm_rng_init(fm_rng *r, uint64_t seed);
 /* Global generator used when an op is given rng == NULL. */
-fm_rng *fm_rng_global(void);
-void fm_manual_seed(uint64_t seed);
-fm_tensor *fm_tensor_rand(int ndim, const int64_t *shape, fm_dtype dt, fm_rng *rng);  /* U[0,1) */
-fm_tensor *fm_tensor_randn(int ndim, const int64_t *shape, fm_dtype dt, fm_rng *rng); /* N(0,1) */
-fm_status fm_tensor_uniform_(fm_tensor *t, double lo, double hi, fm_rng *rng);
-fm_status fm_tensor_normal_(fm_tensor *t, double mean, double std, fm_rng *rng);
+FM_API fm_rng *fm_rng_global(void);
+FM_API void fm_manual_seed(uint64_t seed);
+FM_API fm_tensor *fm_tensor_rand(int ndim, const int64_t *shape, fm_dtype dt, fm_rng *rng);  /* U[0,1) */
+FM_API fm_tensor *fm_tensor_randn(int ndim, const int64_t *shape, fm_dtype dt, fm_rng *rng); /* N(0,1) */
+FM_API fm_status fm_tensor_uniform_(fm_tensor *t, double lo, double hi, fm_rng *rng);
+FM_API fm_status fm_tensor_normal_(fm_tensor *t, double mean, double std, fm_rng *rng);
 /* Raw Philox block: 4 uint32 for counter `ctr` under `key`. */
-void fm_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
+FM_API void fm_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
 
 /* ---- inspection ---- */
-int64_t fm_tensor_numel(const fm_tensor *t);
-size_t fm_tensor_nbytes(const fm_tensor *t);
-bool fm_tensor_is_contiguous(const fm_tensor *t);
-fm_device fm_tensor_device(const fm_tensor *t);
+FM_API int64_t fm_tensor_numel(const fm_tensor *t);
+FM_API size_t fm_tensor_nbytes(const fm_tensor *t);
+FM_API bool fm_tensor_is_contiguous(const fm_tensor *t);
+FM_API fm_device fm_tensor_device(const fm_tensor *t);
 /* Pointer to element 0 of the view (host tensors). */
-void *fm_tensor_data(const fm_tensor *t);
+FM_API void *fm_tensor_data(const fm_tensor *t);
 /* Element access by flat row-major logical index, converted to/from double. */
-double fm_tensor_get(const fm_tensor *t, int64_t flat_index);
-fm_status fm_tensor_set(fm_tensor *t, int64_t flat_index, double v);
+FM_API double fm_tensor_get(const fm_tensor *t, int64_t flat_index);
+FM_API fm_status fm_tensor_set(fm_tensor *t, int64_t flat_index, double v);
 /* Single-element tensors. */
-double fm_tensor_item(const fm_tensor *t);
+FM_API double fm_tensor_item(const fm_tensor *t);
 /* Copy the view, row-major, into host memory of dtype dt (conversion allowed). */
-fm_status fm_tensor_copy_to_host(const fm_tensor *t, void *dst, fm_dtype dt);
+FM_API fm_status fm_tensor_copy_to_host(const fm_tensor *t, void *dst, fm_dtype dt);
 /* "[2, 3]" */
-const char *fm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
-fm_status fm_tensor_print(const fm_tensor *t, FILE *f);
-void fm_tensor_set_name(fm_tensor *t, const char *name);
+FM_API const char *fm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+FM_API fm_status fm_tensor_print(const fm_tensor *t, FILE *f);
+FM_API void fm_tensor_set_name(fm_tensor *t, const char *name);
 
 /* ---- views (share storage; differentiable) ---- */
-fm_tensor *fm_reshape(fm_tensor *t, int ndim, const int64_t *shape); /* -1 allowed once; copies only if needed */
-fm_tensor *fm_view(fm_tensor *t, int ndim, const int64_t *shape);    /* never copies; error if impossible */
-fm_tensor *fm_permute(fm_tensor *t, const int *perm);
-fm_tensor *fm_transpose(fm_tensor *t, int d0, int d1);
-fm_tensor *fm_narrow(fm_tensor *t, int dim, int64_t start, int64_t length);
-fm_tensor *fm_slice(fm_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
-fm_tensor *fm_select(fm_tensor *t, int dim, int64_t index); /* drops dim */
-fm_tensor *fm_expand(fm_tensor *t, int ndim, const int64_t *shape);
-fm_tensor *fm_squeeze(fm_tensor *t, int dim); /* dim = -100: all size-1 dims */
-fm_tensor *fm_unsqueeze(fm_tensor *t, int dim);
-fm_tensor *fm_flatten(fm_tensor *t, int start_dim, int end_dim);
-fm_tensor *fm_contiguous(fm_tensor *t); /* new ref to t itself if already contiguous */
+FM_API fm_tensor *fm_reshape(fm_tensor *t, int ndim, const int64_t *shape); /* -1 allowed once; copies only if needed */
+FM_API fm_tensor *fm_view(fm_tensor *t, int ndim, const int64_t *shape);    /* never copies; error if impossible */
+FM_API fm_tensor *fm_permute(fm_tensor *t, const int *perm);
+FM_API fm_tensor *fm_transpose(fm_tensor *t, int d0, int d1);
+FM_API fm_tensor *fm_narrow(fm_tensor *t, int dim, int64_t start, int64_t length);
+FM_API fm_tensor *fm_slice(fm_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+FM_API fm_tensor *fm_select(fm_tensor *t, int dim, int64_t index); /* drops dim */
+FM_API fm_tensor *fm_expand(fm_tensor *t, int ndim, const int64_t *shape);
+FM_API fm_tensor *fm_squeeze(fm_tensor *t, int dim); /* dim = -100: all size-1 dims */
+FM_API fm_tensor *fm_unsqueeze(fm_tensor *t, int dim);
+FM_API fm_tensor *fm_flatten(fm_tensor *t, int start_dim, int end_dim);
+FM_API fm_tensor *fm_contiguous(fm_tensor *t); /* new ref to t itself if already contiguous */
 /* A view with explicit geometry; checked against the storage bounds. */
-fm_tensor *fm_as_strided(fm_tensor *t, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset);
-fm_tensor *fm_clone(fm_tensor *t);
-fm_tensor *fm_to_dtype(fm_tensor *t, fm_dtype dt);
-fm_tensor *fm_tensor_to(fm_tensor *t, fm_device dev);
+FM_API fm_tensor *fm_as_strided(fm_tensor *t, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset);
+FM_API fm_tensor *fm_clone(fm_tensor *t);
+FM_API fm_tensor *fm_to_dtype(fm_tensor *t, fm_dtype dt);
+FM_API fm_tensor *fm_tensor_to(fm_tensor *t, fm_device dev);
 /* In-place copy of src into dst (broadcast, dtype conversion). Not recorded. */
-fm_status fm_copy_(fm_tensor *dst, const fm_tensor *src);
-fm_status fm_fill_(fm_tensor *t, double v);
-fm_status fm_zero_(fm_tensor *t);
+FM_API fm_status fm_copy_(fm_tensor *dst, const fm_tensor *src);
+FM_API fm_status fm_fill_(fm_tensor *t, double v);
+FM_API fm_status fm_zero_(fm_tensor *t);
 
 /* Normalize a possibly negative axis; error names the op. */
-fm_status fm_norm_axis(const char *op, int axis, int ndim, int *out);
+FM_API fm_status fm_norm_axis(const char *op, int axis, int ndim, int *out);
 
 #ifdef __cplusplus
 }
