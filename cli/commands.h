@@ -18,7 +18,7 @@ int fm_cmd_summary(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_profile(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_plot(int argc, char **argv) FM_CLI_WEAK;
 
-/* Shared helpers (cli/cli_util.c). */
+/* Shared helpers (cli/main.c). */
 void fm_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A whole-number option value >= min; otherwise prints "<cmd>: <opt> needs a whole
  * number >= min, got '<v>'" and returns false (the caller prints usage, exits 2). */

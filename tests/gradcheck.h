@@ -5,7 +5,9 @@
  * output element matters, gets analytic gradients by backward, and compares them
  * with central differences (L(x+eps) - L(x-eps)) / 2eps for every element of
  * every input that requires grad. Inputs should be f64 (and may be non-contiguous
- * views or broadcast-expanded tensors: the perturbation goes through the view). */
+ * views or broadcast-expanded tensors: the perturbation goes through the view).
+ * A NaN or infinite gradient, analytic or numeric, fails the check (gc_error); the
+ * self-test in tests/test_autograd.c feeds it such gradients and expects failure. */
 #ifndef FATHOM_GRADCHECK_H
 #define FATHOM_GRADCHECK_H
 #include <math.h>
@@ -17,10 +19,19 @@
 typedef fm_tensor *(*gc_fn)(fm_tensor **inputs, void *ctx);
 
 static double gc_loss(fm_tensor *y, fm_tensor *w) {
+    if (!y) return NAN; /* the perturbed forward failed: fails the check below */
     double s = 0;
     int64_t n = fm_tensor_numel(y);
     for (int64_t i = 0; i < n; i++) s += fm_tensor_get(y, i) * fm_tensor_get(w, i);
     return s;
+}
+
+/* The error of one element, relative to the numeric gradient's size; infinite when
+ * either gradient is NaN or infinite, so that such an element is always the worst
+ * and always fails (a plain `err > worst` comparison is false for NaN). */
+static double gc_error(double numeric, double analytic) {
+    if (!isfinite(numeric) || !isfinite(analytic)) return INFINITY;
+    return fabs(numeric - analytic) / (1.0 + fabs(numeric));
 }
 
 /* Returns 1 on pass, 0 on failure (and prints the worst element). */
@@ -62,10 +73,10 @@ static int gradcheck(const char *name, gc_fn fn, int n, fm_tensor **inputs, void
             fm_tensor_release(yp); fm_tensor_release(ym);
             double num = (lp - lm) / (2 * eps);
             double ana = fm_tensor_get(x->grad, e);
-            double err = fabs(num - ana) / (1.0 + fabs(num));
-            if (err > worst) { worst = err; worst_i = e; wa = ana; wn = num; }
+            double err = gc_error(num, ana);
+            if (worst_i < 0 || err > worst) { worst = err; worst_i = e; wa = ana; wn = num; }
         }
-        if (worst > tol) {
+        if (!(worst <= tol)) {
             fprintf(stderr, "gradcheck %s: input %d element %lld analytic %.10g numeric %.10g (err %.3g > %.3g)\n",
                     name, i, (long long)worst_i, wa, wn, worst, tol);
             ok = 0;

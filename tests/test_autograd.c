@@ -1,12 +1,46 @@
 /* The tape: accumulation, retain_graph and the freed-graph error, no-grad
- * scopes, detach, hooks, non-leaf retain_grad, a deep chain. */
+ * scopes, detach, hooks, non-leaf retain_grad, a deep chain. And the gradient
+ * check itself (tests/gradcheck.h): NaN and infinite gradients must fail it. */
 #include "core/parallel.h"
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "test_util.h"
+#include "gradcheck.h"
 
 static fm_tensor *double_it(fm_tensor *g, void *ctx) { (*(int *)ctx)++; return fm_mul_scalar(g, 2.0); }
 static void post(fm_tensor *t, void *ctx) { (void)t; (*(int *)ctx)++; }
+
+static fm_tensor *gc_sqrt(fm_tensor **in, void *ctx) { (void)ctx; return fm_sqrt(in[0]); }
+/* sqrt(x * x) = |x|: at 0 the forward and the numeric gradient are finite (0),
+ * but the analytic one is 0 * inf = NaN (d sqrt/du is infinite at u = 0). */
+static fm_tensor *gc_sqrt_sq(fm_tensor **in, void *ctx) {
+    (void)ctx;
+    fm_tensor *sq = fm_mul(in[0], in[0]), *y = sq ? fm_sqrt(sq) : NULL;
+    fm_tensor_release(sq);
+    return y;
+}
+
+/* gradcheck on x = {x0, 4}: the second element is always well behaved, so a
+ * check that skipped non-finite elements would pass. */
+static int gradcheck_sqrt_at(gc_fn fn, double x0, const char *name) {
+    int64_t s[1] = {2};
+    fm_tensor *x = fm_tensor_from_data((double[]){x0, 4}, 1, s, FM_F64);
+    fm_tensor_requires_grad_(x, true);
+    int ok = gradcheck(name, fn, 1, &x, NULL, 1e-6, 1e-6);
+    fm_tensor_release(x);
+    return ok;
+}
+
+static void test_gradcheck_can_fail(void) {
+    CHECK(gc_error(1.0, 1.0) == 0);
+    CHECK(isinf(gc_error(NAN, 1.0)) && isinf(gc_error(1.0, NAN)));
+    CHECK(isinf(gc_error(INFINITY, 1.0)) && isinf(gc_error(1.0, -INFINITY)));
+    fprintf(stderr, "test_autograd: the next three gradcheck failures are expected\n");
+    CHECK(gradcheck_sqrt_at(gc_sqrt, 1.0, "sqrt at 1 (finite: must pass)"));
+    CHECK(!gradcheck_sqrt_at(gc_sqrt, -1.0, "sqrt at -1 (NaN forward and gradients: must fail)"));
+    CHECK(!gradcheck_sqrt_at(gc_sqrt, 0.0, "sqrt at 0 (infinite analytic gradient: must fail)"));
+    CHECK(!gradcheck_sqrt_at(gc_sqrt_sq, 0.0, "sqrt(x*x) at 0 (NaN analytic, finite numeric: must fail)"));
+}
 
 int main(void) {
     int64_t s[1] = {3};
@@ -72,6 +106,7 @@ int main(void) {
     CHECK(w->grad && fm_tensor_get(w->grad, 0) == 1);
     fm_tensor_release_n(3, cur, tot, w);
     fm_tensor_release(x);
+    test_gradcheck_can_fail();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -492,7 +492,8 @@ static void test_dataset(void) {
             fm_dataset_release(fm);
         }
     } else {
-        fprintf(stderr, "test_data: %s not installed, skipping the real data set check\n", FM_FASHION_MNIST_DIR);
+        TEST_SKIP("test_data: %s is not installed (tools/setup-deps.sh installs it): the real data set check "
+                  "did not run", FM_FASHION_MNIST_DIR);
     }
 }
 

@@ -159,10 +159,12 @@ static fm_status fixture_load(const char *name, fixture *f) {
     return st;
 }
 
+/* Every tensor the test asks for must be in the file: a missing one (a reference
+ * output or gradient included) is a failed check, never a comparison left out. */
 static fm_tensor *fx_get(const fixture *f, const char *name) {
     for (int i = 0; i < f->n; i++)
         if (strcmp(f->names[i], name) == 0) return f->t[i];
-    fprintf(stderr, "fixture has no tensor '%s'\n", name);
+    CHECK_MSG(0, "the fixture has no tensor '%s' (regenerate it with tools/make_fixtures.py)", name);
     return NULL;
 }
 
@@ -170,6 +172,7 @@ static fm_tensor *fx_get(const fixture *f, const char *name) {
  * entries of a large gradient are not held to an impossible standard. */
 static void check_close(const char *what, const fm_tensor *a, const fm_tensor *ref, double tol) {
     CHECK_MSG(a != NULL, "%s: missing (%s)", what, fm_last_error());
+    CHECK_MSG(ref != NULL, "%s: no reference tensor", what);
     if (!a || !ref) return;
     int64_t n = fm_tensor_numel(ref);
     CHECK_MSG(fm_tensor_numel(a) == n && a->ndim == ref->ndim, "%s: shape differs", what);
@@ -314,6 +317,12 @@ static void test_reader_validation(void) {
     free(copy);
     /* and the intact file parses */
     CHECK(fixture_parse(buf, len, "intact", &f) == FM_OK);
+    /* a reference tensor missing from the file fails the comparison */
+    fm_tensor *x = fx_get(&f, "x");
+    CHECK(x != NULL);
+    EXPECT_CHECK_FAILS(fx_get(&f, "no-such-tensor"));
+    EXPECT_CHECK_FAILS(check_close("x vs a missing reference", x, NULL, 1e-4));
+    EXPECT_CHECK_FAILS(check_close("x vs a missing reference", x, fx_get(&f, "grad.no-such-tensor"), 1e-4));
     fixture_free(&f);
     free(buf);
 }

@@ -8,8 +8,8 @@
  *
  * Needs the `fathom` binary (FATHOM_BIN, set by ctest). The GPT runs use the
  * kjv-gpt recipe with a generated corpus (--corpus), so the bible-kjv package
- * is not needed; the Fashion-MNIST runs are skipped, with a message, when the
- * data set is not installed. Also checks the planner's bad-input errors. */
+ * is not needed; the Fashion-MNIST runs are skipped (exit 77, see test_util.h)
+ * when the data set is not installed. Also checks the planner's bad-input errors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,8 +142,8 @@ static void test_runs(void) {
         c.o.eval = 1;
         check_config(&c, "fashion-cnn fp32 batch 16 (test set loaded)");
     } else {
-        fprintf(stderr, "SKIP: Fashion-MNIST is not installed in %s (tools/setup-deps.sh installs it): the two "
-                "sequential-recipe configurations are not run\n", FM_FASHION_MNIST_DIR);
+        TEST_SKIP("Fashion-MNIST is not installed in %s (tools/setup-deps.sh installs it): the two "
+                  "sequential-recipe configurations are not run", FM_FASHION_MNIST_DIR);
     }
 
     /* kjv-gpt on the generated corpus: precision x checkpointing x batch, and accumulation */
@@ -260,7 +260,7 @@ int main(void) {
     test_bad_input();
     test_explain();
     if (!g_bin || access(g_bin, X_OK) != 0) {
-        fprintf(stderr, "SKIP: FATHOM_BIN is not set to the fathom binary (ctest sets it): no training runs\n");
+        TEST_SKIP("FATHOM_BIN is not set to the fathom binary (ctest sets it): no training runs");
     } else {
         test_runs();
     }

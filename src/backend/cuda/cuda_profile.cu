@@ -1,5 +1,5 @@
 /* Device-side times for the profiler: every kernel (and host/device copy) run
- * while fm_profiler is on is bracketed by two CUDA events, and its span goes on
+ * while the profiler is on (fm_profiler_start) is bracketed by two CUDA events, and its span goes on
  * the device's own track at the time the GPU started it.
  *
  * Event times are relative, so each device keeps an anchor: an event recorded on

@@ -1,5 +1,5 @@
 /* CUDA-event timing behind the profiler's device tracks (src/backend/cuda/cuda_profile.cu).
- * While fm_profiler is on, the kernel trampoline and the copy functions bracket
+ * While the profiler is on (fm_profiler_start), the kernel trampoline and the copy functions bracket
  * their work with begin/end; each pair becomes one span on the device's track
  * ("cuda:0 kernels") at the device-side start time. Only .cu files include this. */
 #ifndef FATHOM_CUDA_PROFILE_H

@@ -1,5 +1,5 @@
 /* CUDA matmul through cuBLASLt, with its bias and GELU epilogues available to
- * fused callers (fm_cuda_gemm).
+ * fused callers (fm_cuda_gemm_rowmajor, fm_cuda_gemm_raw).
  *
  * fathom is row-major and cuBLASLt column-major: a row-major [R, C] matrix is
  * a column-major [C, R] one, so Y = A B is computed as Y^T = B^T A^T with the
@@ -64,7 +64,7 @@ static cudaDataType_t data_type(int dt) {
     }
 }
 
-/* Epilogue codes for fm_cuda_gemm: 0 none, 1 bias, 2 gelu(tanh) + bias, 3 gelu (tanh). */
+/* Epilogue codes for fm_cuda_gemm_rowmajor: 0 none, 1 bias, 2 gelu(tanh) + bias, 3 gelu (tanh). */
 static cublasLtEpilogue_t epilogue(int e) {
     switch (e) {
     case 1: return CUBLASLT_EPILOGUE_BIAS;
