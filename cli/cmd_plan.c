@@ -10,6 +10,8 @@
 #include "commands.h"    /* fm_cli_error */
 #include "fathom/plan.h" /* the planner */
 
+#define PRECISION_CHOICES "fp32, bf16, fp16, int8, int4"
+
 static void usage(FILE *f) {
     fputs("usage: fathom plan MODEL [job options] [output options]\n"
           "\n"
@@ -17,7 +19,9 @@ static void usage(FILE *f) {
           "  --preset NAME          a known model (see --list-presets): gpt2-124m, llama-2-7b, llama-3-70b, ...\n"
           "  --params N             a parameter count: 7B, 124M, 1.5e9 (shape estimated)\n"
           "  --arch gpt|llama|bert --layers N --hidden N --heads N [--kv-heads N] [--ffn N] --vocab N [--max-seq N]\n"
-          "  --model PATH           a safetensors file or a fathom model directory (header only is read)\n"
+          "  --model PATH           a safetensors file, a Hugging Face config.json (llama, mistral, mixtral,\n"
+          "                         qwen2, gemma, gpt2, bert; no weights needed) or a directory holding\n"
+          "                         either; a fathom model directory (headers only are read)\n"
           "  --model RECIPE         a fathom recipe (.ini or a built-in name): the peak memory of its\n"
           "                         `fathom train` run on this CPU; takes --batch (default: the recipe's),\n"
           "                         --precision fp32|bf16|fp16, --checkpointing none|blocks|selective\n"
@@ -176,17 +180,92 @@ static int takes_value(const char *opt) {
     return 1;
 }
 
-int fm_cmd_plan(int argc, char **argv) {
+/* Everything the command line said. */
+typedef struct plan_args {
     fm_plan_job job;
-    fm_plan_job_defaults(&job);
-    const char *preset = NULL, *params = NULL, *arch = NULL, *model_path = NULL, *gpu = NULL, *db_path = NULL;
-    long long layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, max_seq = 0;
-    int json = 0, explain = 0, list_p = 0, list_g = 0, dims_given = 0;
+    const char *preset, *params, *arch, *model_path, *gpu, *db_path;
+    long long layers, hidden, heads, kv_heads, ffn, vocab, max_seq;
+    int json, explain, list_p, list_g, dims_given, help;
     /* recipe plans: what was given explicitly (their defaults differ from GPU plans') */
-    int batch_given = 0, precision_given = 0, no_eval = 0;
-    long long grad_accum = 1;
-    const char *ckpt_text = NULL, *foreign = NULL;
+    int batch_given, precision_given, no_eval;
+    long long grad_accum;
+    const char *ckpt_text, *foreign;
+} plan_args;
 
+/* One option with its value (NULL for flags). Returns 0 to go on, else the exit code. */
+static int apply_option(plan_args *a, const char *opt, const char *val) {
+    fm_plan_job *job = &a->job;
+    long long v = 0;
+    double d = 0;
+#define INT_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_int(opt, val, lo, hi, &v)) return 2; dst = v; }
+#define REAL_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_real(opt, val, lo, hi, &d)) return 2; dst = d; }
+#define ENUM_OPT(name, parse, choices, dst, type) \
+    else if (!strcmp(opt, name)) { int e = parse_enum(opt, val, parse(val), choices); if (e < 0) return 2; dst = (type)e; }
+    if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) a->help = 1;
+    else if (!strcmp(opt, "--preset")) a->preset = val;
+    else if (!strcmp(opt, "--params")) a->params = val;
+    else if (!strcmp(opt, "--arch")) a->arch = val;
+    else if (!strcmp(opt, "--model")) a->model_path = val;
+    else if (!strcmp(opt, "--gpu")) a->gpu = val;
+    else if (!strcmp(opt, "--gpu-db")) a->db_path = val;
+    else if (!strcmp(opt, "--json")) a->json = 1;
+    else if (!strcmp(opt, "--explain")) a->explain = 1;
+    else if (!strcmp(opt, "--list-presets")) a->list_p = 1;
+    else if (!strcmp(opt, "--list-gpus")) a->list_g = 1;
+    else if (!strcmp(opt, "--no-master-weights")) job->master_weights = 0;
+    else if (!strcmp(opt, "--optimizer-in-backward")) job->optimizer_in_backward = 1;
+    else if (!strcmp(opt, "--offload-optimizer")) job->offload_optimizer = 1;
+    else if (!strcmp(opt, "--chunked-loss")) job->chunked_loss = 1;
+    else if (!strcmp(opt, "--no-eval")) a->no_eval = 1;
+    INT_OPT("--grad-accum", 1, 1000000, a->grad_accum)
+    INT_OPT("--layers", 1, 10000, a->layers)
+    INT_OPT("--hidden", 1, 1000000, a->hidden)
+    INT_OPT("--heads", 1, 100000, a->heads)
+    INT_OPT("--kv-heads", 1, 100000, a->kv_heads)
+    INT_OPT("--ffn", 1, 10000000, a->ffn)
+    INT_OPT("--vocab", 1, 100000000, a->vocab)
+    INT_OPT("--max-seq", 1, 100000000, a->max_seq)
+    INT_OPT("--batch", 1, 1000000, job->batch)
+    INT_OPT("--seq", 1, 10000000, job->seq)
+    INT_OPT("--zero", 0, 3, job->zero)
+    INT_OPT("--tensor-parallel", 1, 1024, job->tensor_parallel)
+    INT_OPT("--gpus", 1, 65536, job->gpus)
+    INT_OPT("--output-tokens", 1, 10000000, job->output_tokens)
+    INT_OPT("--lora-rank", 1, 1000000, job->lora_rank)
+    REAL_OPT("--requests-per-second", 1e-9, 1e9, job->requests_per_second)
+    REAL_OPT("--mfu", 1e-6, 1, job->mfu)
+    REAL_OPT("--decode-efficiency", 1e-6, 1, job->decode_efficiency)
+    REAL_OPT("--context-gib", 0, 1024, job->context_gib)
+    REAL_OPT("--headroom", 0, 10, job->headroom)
+    REAL_OPT("--budget", 1e-9, 1e12, job->budget_usd)
+    ENUM_OPT("--task", fm_plan_task_parse, "inference, finetune, train, lora, qlora", job->task, fm_plan_task)
+    ENUM_OPT("--precision", fm_plan_precision_parse, PRECISION_CHOICES, job->precision, fm_plan_precision)
+    ENUM_OPT("--optimizer", fm_plan_optimizer_parse, "adamw, sgd, adam8bit", job->optimizer, fm_plan_optimizer)
+    ENUM_OPT("--pricing", fm_plan_pricing_parse, "on-demand, spot, reserved", job->pricing, fm_plan_pricing)
+    else if (!strcmp(opt, "--tokens")) {
+        if (fm_plan_parse_count(val, &job->tokens)) { fm_cli_error("--tokens: %s", fm_last_error()); return 2; }
+    } else if (!strcmp(opt, "--checkpointing")) {
+        if (!strcmp(val, "blocks")) job->checkpointing = FM_PLAN_CKPT_FULL;
+        else {
+            int e = parse_enum(opt, val, fm_plan_ckpt_parse(val), "none, selective, full");
+            if (e < 0) return 2;
+            job->checkpointing = (fm_plan_ckpt)e;
+        }
+    } else if (!strcmp(opt, "--attention")) {
+        if (!strcmp(val, "flash")) job->flash_attention = 1;
+        else if (!strcmp(val, "eager")) job->flash_attention = 0;
+        else { fm_cli_error("--attention \"%s\": expected flash or eager", val); return 2; }
+    }
+#undef INT_OPT
+#undef REAL_OPT
+#undef ENUM_OPT
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, plan_args *a) {
+    memset(a, 0, sizeof *a);
+    fm_plan_job_defaults(&a->job);
+    a->grad_accum = 1;
     for (int i = 1; i < argc; i++) {
         char *opt = argv[i], *val = NULL;
         char buf[64];
@@ -208,202 +287,154 @@ int fm_cmd_plan(int argc, char **argv) {
             if (i + 1 >= argc) { fm_cli_error("%s needs a value", opt); return 2; }
             val = argv[++i];
         }
-        long long v = 0;
-        double d = 0;
-        if (!recipe_option(opt) && !foreign) foreign = argv[i][1] == '-' ? opt : argv[i];
-        if (!strcmp(opt, "--task") && strcmp(val, "train") && !foreign) foreign = "--task";
-        if (!strcmp(opt, "--batch")) batch_given = 1;
-        if (!strcmp(opt, "--precision")) precision_given = 1;
-        if (!strcmp(opt, "--checkpointing")) ckpt_text = val;
-#define INT_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_int(opt, val, lo, hi, &v)) return 2; dst = v; }
-#define REAL_OPT(name, lo, hi, dst) else if (!strcmp(opt, name)) { if (!parse_real(opt, val, lo, hi, &d)) return 2; dst = d; }
-        if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(opt, "--preset")) preset = val;
-        else if (!strcmp(opt, "--params")) params = val;
-        else if (!strcmp(opt, "--arch")) arch = val;
-        else if (!strcmp(opt, "--model")) model_path = val;
-        else if (!strcmp(opt, "--gpu")) gpu = val;
-        else if (!strcmp(opt, "--gpu-db")) db_path = val;
-        else if (!strcmp(opt, "--json")) json = 1;
-        else if (!strcmp(opt, "--explain")) explain = 1;
-        else if (!strcmp(opt, "--list-presets")) list_p = 1;
-        else if (!strcmp(opt, "--list-gpus")) list_g = 1;
-        else if (!strcmp(opt, "--no-master-weights")) job.master_weights = 0;
-        else if (!strcmp(opt, "--optimizer-in-backward")) job.optimizer_in_backward = 1;
-        else if (!strcmp(opt, "--offload-optimizer")) job.offload_optimizer = 1;
-        else if (!strcmp(opt, "--chunked-loss")) job.chunked_loss = 1;
-        else if (!strcmp(opt, "--no-eval")) no_eval = 1;
-        INT_OPT("--grad-accum", 1, 1000000, grad_accum)
-        INT_OPT("--layers", 1, 10000, layers)
-        INT_OPT("--hidden", 1, 1000000, hidden)
-        INT_OPT("--heads", 1, 100000, heads)
-        INT_OPT("--kv-heads", 1, 100000, kv_heads)
-        INT_OPT("--ffn", 1, 10000000, ffn)
-        INT_OPT("--vocab", 1, 100000000, vocab)
-        INT_OPT("--max-seq", 1, 100000000, max_seq)
-        INT_OPT("--batch", 1, 1000000, job.batch)
-        INT_OPT("--seq", 1, 10000000, job.seq)
-        INT_OPT("--zero", 0, 3, job.zero)
-        INT_OPT("--tensor-parallel", 1, 1024, job.tensor_parallel)
-        INT_OPT("--gpus", 1, 65536, job.gpus)
-        INT_OPT("--output-tokens", 1, 10000000, job.output_tokens)
-        INT_OPT("--lora-rank", 1, 1000000, job.lora_rank)
-        REAL_OPT("--requests-per-second", 1e-9, 1e9, job.requests_per_second)
-        REAL_OPT("--mfu", 1e-6, 1, job.mfu)
-        REAL_OPT("--decode-efficiency", 1e-6, 1, job.decode_efficiency)
-        REAL_OPT("--context-gib", 0, 1024, job.context_gib)
-        REAL_OPT("--headroom", 0, 10, job.headroom)
-        REAL_OPT("--budget", 1e-9, 1e12, job.budget_usd)
-        else if (!strcmp(opt, "--tokens")) {
-            if (fm_plan_parse_count(val, &job.tokens)) { fm_cli_error("--tokens: %s", fm_last_error()); return 2; }
-        } else if (!strcmp(opt, "--task")) {
-            int e = parse_enum(opt, val, fm_plan_task_parse(val), "inference, finetune, train, lora, qlora");
-            if (e < 0) return 2;
-            job.task = (fm_plan_task)e;
-        } else if (!strcmp(opt, "--precision")) {
-            int e = parse_enum(opt, val, fm_plan_precision_parse(val), "fp32, bf16, fp16, int8, int4");
-            if (e < 0) return 2;
-            job.precision = (fm_plan_precision)e;
-        } else if (!strcmp(opt, "--optimizer")) {
-            int e = parse_enum(opt, val, fm_plan_optimizer_parse(val), "adamw, sgd, adam8bit");
-            if (e < 0) return 2;
-            job.optimizer = (fm_plan_optimizer)e;
-        } else if (!strcmp(opt, "--checkpointing")) {
-            if (!strcmp(val, "blocks")) { job.checkpointing = FM_PLAN_CKPT_FULL; continue; }
-            int e = parse_enum(opt, val, fm_plan_ckpt_parse(val), "none, selective, full");
-            if (e < 0) return 2;
-            job.checkpointing = (fm_plan_ckpt)e;
-        } else if (!strcmp(opt, "--pricing")) {
-            int e = parse_enum(opt, val, fm_plan_pricing_parse(val), "on-demand, spot, reserved");
-            if (e < 0) return 2;
-            job.pricing = (fm_plan_pricing)e;
-        } else if (!strcmp(opt, "--attention")) {
-            if (!strcmp(val, "flash")) job.flash_attention = 1;
-            else if (!strcmp(val, "eager")) job.flash_attention = 0;
-            else { fm_cli_error("--attention \"%s\": expected flash or eager", val); return 2; }
-        }
-#undef INT_OPT
-#undef REAL_OPT
+        if (!recipe_option(opt) && !a->foreign) a->foreign = argv[i][1] == '-' ? opt : argv[i];
+        if (!strcmp(opt, "--task") && strcmp(val, "train") && !a->foreign) a->foreign = "--task";
+        if (!strcmp(opt, "--batch")) a->batch_given = 1;
+        if (!strcmp(opt, "--precision")) a->precision_given = 1;
+        if (!strcmp(opt, "--checkpointing")) a->ckpt_text = val;
+        int rc = apply_option(a, opt, val);
+        if (rc) return rc;
+        if (a->help) return 0;
         if (!strcmp(opt, "--layers") || !strcmp(opt, "--hidden") || !strcmp(opt, "--heads") ||
             !strcmp(opt, "--kv-heads") || !strcmp(opt, "--ffn") || !strcmp(opt, "--vocab") || !strcmp(opt, "--max-seq"))
-            dims_given = 1;
+            a->dims_given = 1;
     }
-    if (list_p) { list_presets(); return 0; }
-    if (json && explain) {
-        fm_cli_error("--json and --explain both take over the output; choose one");
-        return 2;
-    }
-    if (model_path && fm_plan_is_recipe(model_path)) {
-        if (foreign) {
-            fm_cli_error("%s does not apply to a recipe: `fathom plan --model RECIPE` plans fathom's own CPU training run "
-                         "and takes --batch, --precision, --checkpointing, --grad-accum, --no-eval, --json, --explain",
-                         foreign);
-            return 2;
-        }
-        fm_plan_run_opts ro;
-        fm_plan_run_defaults(&ro);
-        if (batch_given) ro.batch = job.batch;
-        if (precision_given) ro.precision = job.precision;
-        if (ckpt_text) ro.checkpointing = !strcmp(ckpt_text, "none") ? 0 : !strcmp(ckpt_text, "selective") ? 2 : 1;
-        ro.grad_accum = (int)grad_accum;
-        ro.eval = !no_eval;
-        fm_plan_run run;
-        fm_status st = fm_plan_run_recipe(model_path, &ro, explain, &run);
-        if (st) {
-            fm_cli_error("%s", fm_last_error());
-            return st == FM_ERR_INVALID ? 2 : 1;
-        }
-        char *text = json ? fm_plan_run_render_json(&run) : explain ? fm_plan_run_render_explain(&run) : fm_plan_run_render_text(&run);
-        fm_plan_run_free(&run);
-        if (!text) { fm_cli_error("%s", fm_last_error()); return 1; }
-        fputs(text, stdout);
-        if (json) fputc('\n', stdout);
-        free(text);
-        return 0;
-    }
-    if (no_eval || grad_accum != 1) {
-        fm_cli_error("%s applies to recipe plans only (--model RECIPE)", no_eval ? "--no-eval" : "--grad-accum");
-        return 2;
-    }
+    return 0;
+}
 
-    fm_plan_db *db = fm_plan_db_load(db_path);
-    if (!db) { fm_cli_error("%s", fm_last_error()); return 1; }
-    if (list_g) {
-        printf("%-18s %6s %7s %8s %8s %9s  %s\n", "GPU", "GiB", "GB/s", "bf16 TF", "fp8 TF", "$/h od", "link");
-        for (int i = 0; i < db->count; i++) {
-            const fm_plan_gpu *g = &db->gpus[i];
-            char price[32], fp8[32];
-            if (g->price[0].usd_per_hour >= 0) snprintf(price, sizeof price, "%.2f", g->price[0].usd_per_hour);
-            else snprintf(price, sizeof price, "unpriced");
-            if (g->fp8_tflops >= 0) snprintf(fp8, sizeof fp8, "%.4g", g->fp8_tflops);
-            else snprintf(fp8, sizeof fp8, "-");
-            printf("%-18s %6.1f %7.0f %8.4g %8s %9s  %s\n", g->name, g->memory_gib, g->bandwidth_gbs, g->bf16_tflops, fp8,
-                   price, g->link);
-        }
-        printf("(%s)\n", db->path);
-        fm_plan_db_free(db);
-        return 0;
+/* `--model RECIPE`: fathom's own CPU training run. */
+static int plan_recipe(const plan_args *a) {
+    if (a->foreign) {
+        fm_cli_error("%s does not apply to a recipe: `fathom plan --model RECIPE` plans fathom's own CPU training run "
+                     "and takes --batch, --precision, --checkpointing, --grad-accum, --no-eval, --json, --explain",
+                     a->foreign);
+        return 2;
     }
-    int forms = (preset != NULL) + (params != NULL) + (arch != NULL) + (model_path != NULL);
-    int rc = 2;
-    fm_plan_model model;
-    fm_plan_result *res = NULL;
-    if (dims_given && !arch) {
+    fm_plan_run_opts ro;
+    fm_plan_run_defaults(&ro);
+    if (a->batch_given) ro.batch = a->job.batch;
+    if (a->precision_given) ro.precision = a->job.precision;
+    if (a->ckpt_text) ro.checkpointing = !strcmp(a->ckpt_text, "none") ? 0 : !strcmp(a->ckpt_text, "selective") ? 2 : 1;
+    ro.grad_accum = (int)a->grad_accum;
+    ro.eval = !a->no_eval;
+    fm_plan_run run;
+    fm_status st = fm_plan_run_recipe(a->model_path, &ro, a->explain, &run);
+    if (st) {
+        fm_cli_error("%s", fm_last_error());
+        return st == FM_ERR_INVALID ? 2 : 1;
+    }
+    char *text = a->json ? fm_plan_run_render_json(&run) : a->explain ? fm_plan_run_render_explain(&run)
+                                                                      : fm_plan_run_render_text(&run);
+    fm_plan_run_free(&run);
+    if (!text) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fputs(text, stdout);
+    if (a->json) fputc('\n', stdout);
+    free(text);
+    return 0;
+}
+
+static void list_gpus(const fm_plan_db *db) {
+    printf("%-18s %6s %7s %8s %8s %9s  %s\n", "GPU", "GiB", "GB/s", "bf16 TF", "fp8 TF", "$/h od", "link");
+    for (int i = 0; i < db->count; i++) {
+        const fm_plan_gpu *g = &db->gpus[i];
+        char price[32], fp8[32];
+        if (g->price[0].usd_per_hour >= 0) snprintf(price, sizeof price, "%.2f", g->price[0].usd_per_hour);
+        else snprintf(price, sizeof price, "unpriced");
+        if (g->fp8_tflops >= 0) snprintf(fp8, sizeof fp8, "%.4g", g->fp8_tflops);
+        else snprintf(fp8, sizeof fp8, "-");
+        printf("%-18s %6.1f %7.0f %8.4g %8s %9s  %s\n", g->name, g->memory_gib, g->bandwidth_gbs, g->bf16_tflops, fp8,
+               price, g->link);
+    }
+    printf("(%s)\n", db->path);
+}
+
+/* The model from --preset, --params, --arch + dimensions or --model. Returns
+ * 0, or the exit code (2 bad usage, 1 a file that cannot be used). */
+static int build_model(const plan_args *a, fm_plan_model *model) {
+    int forms = (a->preset != NULL) + (a->params != NULL) + (a->arch != NULL) + (a->model_path != NULL);
+    if (a->dims_given && !a->arch) {
         fm_cli_error("--layers/--hidden/--heads/--kv-heads/--ffn/--vocab/--max-seq describe an architecture: add --arch gpt|llama|bert");
-        goto out;
+        return 2;
     }
     if (forms != 1) {
         fm_cli_error(forms ? "give only one model: --preset, --params, --arch or --model"
                            : "no model given: use --preset NAME, --params N, --arch ... or --model PATH (see --help)");
         usage(stderr);
-        goto out;
+        return 2;
     }
-    if (preset) {
-        if (fm_plan_model_preset(preset, &model)) { fm_cli_error("%s", fm_last_error()); goto out; }
-    } else if (params) {
+    if (a->preset) {
+        if (fm_plan_model_preset(a->preset, model)) { fm_cli_error("%s", fm_last_error()); return 2; }
+    } else if (a->params) {
         double n = 0;
-        if (fm_plan_parse_count(params, &n) || fm_plan_model_from_params(n, &model)) {
+        if (fm_plan_parse_count(a->params, &n) || fm_plan_model_from_params(n, model)) {
             fm_cli_error("--params: %s", fm_last_error());
-            goto out;
+            return 2;
         }
-    } else if (arch) {
-        memset(&model, 0, sizeof model);
-        if (!strcasecmp(arch, "gpt")) model.arch = FM_PLAN_ARCH_GPT;
-        else if (!strcasecmp(arch, "llama")) model.arch = FM_PLAN_ARCH_LLAMA;
-        else if (!strcasecmp(arch, "bert")) model.arch = FM_PLAN_ARCH_BERT;
-        else { fm_cli_error("--arch \"%s\": expected gpt, llama or bert", arch); goto out; }
-        if (!layers || !hidden || !heads || !vocab) {
-            fm_cli_error("--arch %s needs --layers, --hidden, --heads and --vocab", arch);
-            goto out;
+    } else if (a->arch) {
+        memset(model, 0, sizeof *model);
+        if (!strcasecmp(a->arch, "gpt")) model->arch = FM_PLAN_ARCH_GPT;
+        else if (!strcasecmp(a->arch, "llama")) model->arch = FM_PLAN_ARCH_LLAMA;
+        else if (!strcasecmp(a->arch, "bert")) model->arch = FM_PLAN_ARCH_BERT;
+        else { fm_cli_error("--arch \"%s\": expected gpt, llama or bert", a->arch); return 2; }
+        if (!a->layers || !a->hidden || !a->heads || !a->vocab) {
+            fm_cli_error("--arch %s needs --layers, --hidden, --heads and --vocab", a->arch);
+            return 2;
         }
-        model.layers = layers;
-        model.hidden = hidden;
-        model.heads = heads;
-        model.kv_heads = kv_heads;
-        model.ffn = ffn;
-        model.vocab = vocab;
-        model.max_seq = max_seq;
-        model.tied_embeddings = model.arch == FM_PLAN_ARCH_GPT;
-        if (fm_plan_model_from_dims(&model)) { fm_cli_error("%s", fm_last_error()); goto out; }
-    } else {
-        if (fm_plan_model_from_file(model_path, &model)) {
-            if (!strchr(model_path, '/') && !strchr(model_path, '.'))
-                fm_cli_error("%s; nor is it a built-in recipe (`fathom recipes` lists them)", fm_last_error());
-            else
-                fm_cli_error("%s", fm_last_error());
-            rc = 1; /* a missing or malformed file is a runtime failure, not bad usage */
-            goto out;
-        }
+        model->layers = a->layers;
+        model->hidden = a->hidden;
+        model->heads = a->heads;
+        model->kv_heads = a->kv_heads;
+        model->ffn = a->ffn;
+        model->vocab = a->vocab;
+        model->max_seq = a->max_seq;
+        model->tied_embeddings = model->arch == FM_PLAN_ARCH_GPT;
+        if (fm_plan_model_from_dims(model)) { fm_cli_error("%s", fm_last_error()); return 2; }
+    } else if (fm_plan_model_from_file(a->model_path, model)) {
+        if (!strchr(a->model_path, '/') && !strchr(a->model_path, '.'))
+            fm_cli_error("%s; nor is it a built-in recipe (`fathom recipes` lists them)", fm_last_error());
+        else
+            fm_cli_error("%s", fm_last_error());
+        return 1; /* a missing or malformed file is a runtime failure, not bad usage */
     }
-    if (fm_plan_job_check(&model, &job)) { fm_cli_error("%s", fm_last_error()); goto out; }
-    res = fm_plan_compute(&model, &job, db, gpu);
+    return 0;
+}
+
+int fm_cmd_plan(int argc, char **argv) {
+    plan_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
+    if (a.help) { usage(stdout); return 0; }
+    if (a.list_p) { list_presets(); return 0; }
+    if (a.json && a.explain) {
+        fm_cli_error("--json and --explain both take over the output; choose one");
+        return 2;
+    }
+    if (a.model_path && fm_plan_is_recipe(a.model_path)) return plan_recipe(&a);
+    if (a.no_eval || a.grad_accum != 1) {
+        fm_cli_error("%s applies to recipe plans only (--model RECIPE)", a.no_eval ? "--no-eval" : "--grad-accum");
+        return 2;
+    }
+    fm_plan_db *db = fm_plan_db_load(a.db_path);
+    if (!db) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if (a.list_g) {
+        list_gpus(db);
+        fm_plan_db_free(db);
+        return 0;
+    }
+    fm_plan_model model;
+    fm_plan_result *res = NULL;
+    rc = build_model(&a, &model);
+    if (rc) goto out;
+    rc = 2;
+    if (fm_plan_job_check(&model, &a.job)) { fm_cli_error("%s", fm_last_error()); goto out; }
+    res = fm_plan_compute(&model, &a.job, db, a.gpu);
     if (!res) { fm_cli_error("%s", fm_last_error()); goto out; }
-    char *text = json ? fm_plan_render_json(res) : explain ? fm_plan_render_explain(res) : fm_plan_render_text(res);
+    char *text = a.json ? fm_plan_render_json(res) : a.explain ? fm_plan_render_explain(res) : fm_plan_render_text(res);
     if (!text) { fm_cli_error("%s", fm_last_error()); rc = 1; goto out; }
     fputs(text, stdout);
-    if (json) fputc('\n', stdout);
+    if (a.json) fputc('\n', stdout);
     free(text);
-    if (explain) {
+    if (a.explain) {
         char *plan = fm_plan_render_text(res);
         if (plan) printf("\n%s", plan);
         free(plan);

@@ -33,6 +33,17 @@ expect 0 "Korthikanti" --preset gpt2-124m --task train --batch 8 --seq 1024 --to
 expect 0 "fits" --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --vocab 32000 --task qlora --checkpointing full
 expect 0 "replica" --preset mistral-7b --requests-per-second 5 --output-tokens 200 --gpu l4 --explain
 
+# Hugging Face configs, without weights: a directory or the file itself
+expect 0 "46.7 B parameters" --model tests/data/plan_configs/mixtral-8x7b --gpu h100sxm
+expect 0 "dims: config.json (qwen2)" --model tests/data/plan_configs/qwen2-7b/config.json --gpu h100sxm
+printf '{\n  "model_type": "rwkv",\n  "hidden_size": 4096\n}\n' >"$TMP/config.json"
+expect 1 "config.json:2: unknown architecture: field \"model_type\" is \"rwkv\"" --model "$TMP/config.json"
+mkdir -p "$TMP/empty"
+expect 1 "without model.safetensors or config.json" --model "$TMP/empty"
+# --budget never drops a line silently: the ranking stays, marked, and the miss is said
+expect 0 "fastest within budget: none; all" --preset llama-2-7b --budget 0.01
+expect 0 "[over budget]" --preset llama-2-7b --budget 0.01
+
 # --json is one valid JSON object
 "$FATHOM" plan --preset llama-3-8b --task lora --checkpointing full --json >"$TMP/plan.json" 2>"$TMP/err"
 if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gpus"] and "recommendation" in d' "$TMP/plan.json" 2>/dev/null; then

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fathom/plan.h"
+#include "plan/plan_internal.h" /* plan_active_params */
 #include "test_util.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -608,6 +609,112 @@ static void test_safetensors(void) {
     CHECK(fm_last_status() == FM_ERR_IO);
 }
 
+/* Hugging Face configs (tests/data/plan_configs): the parameter counts the
+ * model cards publish, which the planner derives from the dimensions alone. */
+static void test_hf_configs(void) {
+    static const struct { const char *dir; int64_t params; fm_plan_arch arch; } want[] = {
+        {"llama-2-7b", 6738415616, FM_PLAN_ARCH_LLAMA},  {"mistral-7b", 7241732096, FM_PLAN_ARCH_LLAMA},
+        {"mixtral-8x7b", 46702792704, FM_PLAN_ARCH_LLAMA}, {"qwen2-7b", 7615616512, FM_PLAN_ARCH_LLAMA},
+        {"gemma-7b", 8537680896, FM_PLAN_ARCH_LLAMA},    {"gpt2", 124439808, FM_PLAN_ARCH_GPT},
+        {"bert-base-uncased", 109482240, FM_PLAN_ARCH_BERT},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/plan_configs/%s", want[i].dir);
+        fm_plan_model m;
+        fm_status st = fm_plan_model_from_file(path, &m);
+        CHECK_MSG(st == FM_OK, "%s: %s", path, fm_last_error());
+        CHECK_MSG(st == FM_OK && m.params == want[i].params && m.arch == want[i].arch, "%s: %lld params", path,
+                  (long long)m.params);
+    }
+    /* Mixtral runs 2 of its 8 experts: 12.9 B active parameters (Mistral's
+     * announcement): 46702792704 - 32 layers x 6 idle experts x 3 x 4096 x 14336. */
+    fm_plan_model mx;
+    CHECK(fm_plan_model_from_file("tests/data/plan_configs/mixtral-8x7b/config.json", &mx) == FM_OK);
+    CHECK(mx.experts == 8 && mx.experts_active == 2);
+    CHECK_NEAR(plan_active_params(&mx), 12879925248.0, 1e-12);
+    /* Gemma-7B's heads are 256 wide (16 x 256 = 4096 != hidden 3072): KV cache
+     * 2 x 28 layers x 16 heads x 256 x 2 B = 448 KiB per token. */
+    fm_plan_model gm;
+    CHECK(fm_plan_model_from_file("tests/data/plan_configs/gemma-7b", &gm) == FM_OK);
+    fm_plan_job j;
+    fm_plan_job_defaults(&j);
+    j.seq = 1000;
+    fm_plan_memory mem;
+    CHECK(fm_plan_memory_at(&gm, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.kv_cache, 448.0 * 1024 * 1000, 1e-12);
+
+    /* Bad configs name the file, the line and the field. */
+    static const char *const bad[][2] = {
+        {"{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 4096,,\n}\n", "plan_cfg.json:3: malformed JSON"},
+        {"{\n  \"model_type\": \"mamba\",\n  \"hidden_size\": 4096\n}\n",
+         "plan_cfg.json:2: unknown architecture: field \"model_type\" is \"mamba\""},
+        {"{\n  \"model_type\": \"llama\",\n  \"num_hidden_layers\": 2,\n  \"hidden_size\": -4096\n}\n",
+         "plan_cfg.json:4: field \"hidden_size\" is -4096; expected 1..1000000"},
+        {"{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 4096,\n  \"num_hidden_layers\": 2\n}\n",
+         "missing field \"num_attention_heads\""},
+        {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_hidden_layers\": 2,\n"
+         " \"vocab_size\": 100, \"intermediate_size\": 1.5}\n", "plan_cfg.json:2: field \"intermediate_size\" is not a whole number"},
+        {"{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_hidden_layers\": 2,\n"
+         " \"vocab_size\": 100, \"intermediate_size\": 128, \"num_local_experts\": 2,\n \"num_experts_per_tok\": 4}\n",
+         "plan_cfg.json:3: field \"num_experts_per_tok\" is 4, more than the 2 experts"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_hidden_layers\": 2,\n"
+         " \"vocab_size\": 100, \"intermediate_size\": 128,\n \"num_key_value_heads\": 3}\n",
+         "plan_cfg.json:3: field \"num_key_value_heads\" (3) does not divide the 4 heads"},
+        {"[1, 2]\n", "plan_cfg.json:1: not a JSON object"},
+    };
+    const char *cp = "/tmp/fathom_test_plan_cfg.json";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(cp, "w");
+        fputs(bad[i][0], f);
+        fclose(f);
+        fm_plan_model m;
+        CHECK(fm_plan_model_from_file(cp, &m) != FM_OK);
+        CHECK_ERR_CONTAINS(bad[i][1]);
+    }
+    unlink(cp);
+}
+
+/* A directory `fathom train` wrote for a layer-list recipe is a CNN or an MLP,
+ * never mistaken for a Llama. Hand count for a 1x28x28 input: conv 8x1x3x3
+ * (72 weights, 784 output positions each) then a linear 6272 -> 10. */
+static void test_fathom_dirs(void) {
+    const char *dir = "/tmp/fathom_test_plan_cnn";
+    char ini[256], st[256];
+    mkdir(dir, 0755);
+    snprintf(ini, sizeof ini, "%s/recipe.ini", dir);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    FILE *f = fopen(ini, "w");
+    fputs("[model]\ninput = 1 28 28\nlayer = conv 8 3 pad 1\nlayer = relu\nlayer = flatten\nlayer = linear 10\n", f);
+    fclose(f);
+    write_st(st,
+             "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[8,1,3,3],\"data_offsets\":[0,288]},"
+             "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[288,320]},"
+             "\"3.weight\":{\"dtype\":\"F32\",\"shape\":[10,6272],\"data_offsets\":[320,251200]},"
+             "\"3.bias\":{\"dtype\":\"F32\",\"shape\":[10],\"data_offsets\":[251200,251240]}}",
+             251240, 0);
+    fm_plan_model m;
+    CHECK(fm_plan_model_from_file(dir, &m) == FM_OK);
+    CHECK(m.arch == FM_PLAN_ARCH_CNN && m.params == 72 + 8 + 62720 + 10);
+    CHECK(strstr(m.dims_source, "CNN") != NULL);
+    /* 2 x 72 x 784 (conv at 28x28) + 2 x 62720 (linear) = 112896 + 125440 */
+    CHECK_NEAR(m.cnn_flops_per_sample, 238336.0, 1e-12);
+    /* An MLP: 784 -> 128 -> 10, exact: 2 x (100352 + 1280) FLOPs per sample. */
+    f = fopen(ini, "w");
+    fputs("[model]\ninput = 784\nlayer = linear 128\nlayer = relu\nlayer = linear 10\n", f);
+    fclose(f);
+    write_st(st,
+             "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[128,784],\"data_offsets\":[0,401408]},"
+             "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[10,128],\"data_offsets\":[401408,406528]}}",
+             406528, 0);
+    CHECK(fm_plan_model_from_file(dir, &m) == FM_OK);
+    CHECK(m.arch == FM_PLAN_ARCH_CNN && strstr(m.dims_source, "MLP") != NULL);
+    CHECK_NEAR(m.cnn_flops_per_sample, 203264.0, 1e-12);
+    unlink(ini);
+    unlink(st);
+    rmdir(dir);
+}
+
 static void test_render(void) {
     fm_plan_model m = preset("llama-2-7b");
     fm_plan_job j;
@@ -680,6 +787,8 @@ int main(void) {
         test_render();
     }
     test_safetensors();
+    test_hf_configs();
+    test_fathom_dirs();
     fm_plan_result_free(last);
     fm_plan_db_free(db);
     TEST_DONE();

@@ -87,11 +87,15 @@ typedef struct fm_plan_model {
     char name[128];
     fm_plan_arch arch;
     int64_t layers, hidden, heads, kv_heads, ffn, vocab, max_seq;
+    int64_t head_dim;      /* 0: hidden / heads (Gemma sets its own) */
+    int64_t experts;       /* mixture of experts: MLPs per layer (0 or 1: dense) */
+    int64_t experts_active;/* experts each token runs through */
+    int qkv_bias;          /* Qwen2: biases on q, k and v */
     int tied_embeddings;
     int64_t params;        /* total parameter count */
     int64_t embed_params;  /* embeddings + untied output head (stay 16-bit when quantized) */
     int64_t largest_layer; /* parameters of the largest single block or embedding */
-    char dims_source[64];  /* "preset", "given", "config.json", "tensor names", "estimated" */
+    char dims_source[96];  /* "preset", "given", "config.json", "tensor names", "estimated", ... */
     /* CNN only: forward FLOPs, saved activation elements, and the inference
      * working set (elements) per sample. */
     double cnn_flops_per_sample;
@@ -113,10 +117,15 @@ FM_API fm_status fm_plan_model_preset(const char *name, fm_plan_model *out);
 FM_API fm_status fm_plan_model_from_dims(fm_plan_model *m);
 /* Only a parameter count: dimensions are estimated from a Llama-like shape. */
 FM_API fm_status fm_plan_model_from_params(double params, fm_plan_model *out);
-/* A safetensors file, or a directory holding model.safetensors. Only the header
- * is read: parameters are counted from the tensor shapes. Dimensions come from a
- * config.json beside the weights if present, else from tensor names and shapes,
- * else they are estimated from the count. */
+/* A safetensors file, a Hugging Face config.json (no weights needed), or a
+ * directory holding either. Only headers are read: parameters are counted from
+ * the tensor shapes when there are weights, else from the config. Dimensions
+ * come from config.json (llama, mistral, mixtral, qwen2, gemma, gpt2 and bert
+ * families, or fathom's own GPT config), else from tensor names and shapes,
+ * else they are estimated from the count. A directory written by `fathom train`
+ * for a layer-list recipe (recipe.ini beside the weights) is planned as the CNN
+ * or MLP it is. A malformed config, an unknown model_type or a missing or
+ * absurd field fails with "file:line: field ...". */
 FM_API fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out);
 /* Read a safetensors header only and count its elements. */
 FM_API fm_status fm_plan_safetensors_count(const char *path, int64_t *params, int *tensors);
@@ -221,7 +230,8 @@ typedef struct fm_plan_result {
     int nrows;
     int *ranked;           /* indices of fitting, priced rows, cheapest first */
     int nranked;
-    int cheapest, fastest; /* row indices, -1 if none */
+    int cheapest, fastest; /* row indices, -1 if none (fastest: within the budget, if any) */
+    int nfit;              /* rows that fit, priced or not */
     char **warnings;
     int nwarnings;
 } fm_plan_result;

@@ -354,6 +354,7 @@ fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *j
     for (int i = 0; i < r->nrows; i++) {
         const fm_plan_row *row = &r->rows[i];
         if (row->gpus <= 0 || row->tokens_per_s <= 0) continue;
+        r->nfit++;
         if (r->job.budget_usd > 0 && !(rank_key(row, pr) >= 0 && rank_key(row, pr) <= r->job.budget_usd)) continue;
         if (r->fastest < 0 || row->tokens_per_s > best) { best = row->tokens_per_s; r->fastest = i; }
     }

@@ -39,5 +39,15 @@ double plan_resolved_mfu(const fm_plan_job *job);
 /* LoRA trainable parameters at the job's rank (adapters on every block linear). */
 double plan_lora_params(const fm_plan_model *m, int rank);
 int plan_is_training(fm_plan_task t);
+/* Width of one attention head, and the parameters one token runs through
+ * (a mixture of experts runs experts_active of its experts' MLPs). */
+double plan_head_dim(const fm_plan_model *m);
+double plan_active_params(const fm_plan_model *m);
+/* A Hugging Face (or fathom GPT) config.json: dimensions, validated with
+ * file:line messages (plan_hf.c). */
+fm_status plan_model_from_config(const char *path, fm_plan_model *out);
+/* A directory `fathom train` wrote for a layer-list recipe: a CNN or an MLP
+ * (plan_hf.c). Returns 1 and fills `out` if `dir` is one, 0 if not, -1 on error. */
+int plan_model_from_fathom_dir(const char *dir, fm_plan_model *out);
 
 #endif

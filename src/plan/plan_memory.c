@@ -61,7 +61,7 @@ double plan_resolved_mfu(const fm_plan_job *job) {
 double plan_lora_params(const fm_plan_model *m, int rank) {
     if (m->arch == FM_PLAN_ARCH_CNN || m->heads <= 0) return 0;
     double h = (double)m->hidden, f = (double)m->ffn;
-    double kv = (double)m->kv_heads * h / (double)m->heads;
+    double kv = (double)m->kv_heads * plan_head_dim(m);
     /* Adapters A (r x in) and B (out x r) on every linear of a block. */
     double per = (h + h) + 2 * (h + kv) + (h + h);          /* q, k, v, o */
     if (m->arch == FM_PLAN_ARCH_LLAMA) per += 2 * (h + f) + (f + h); /* gate, up, down */
@@ -178,7 +178,7 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
     double P = (double)m->params;
     double ab = plan_act_bytes(job->precision);
     int cnn = m->arch == FM_PLAN_ARCH_CNN, decoder = m->arch == FM_PLAN_ARCH_GPT || m->arch == FM_PLAN_ARCH_LLAMA;
-    double hd = cnn ? 0 : h / a;
+    double hd = cnn ? 0 : plan_head_dim(m);
     double kv_heads_gpu = cnn ? 0 : (m->kv_heads >= t ? (double)m->kv_heads / t : 1);
 
     if (ex) plan_sb_printf(ex, "Memory per GPU with %d GPU%s (tensor-parallel %d, data-parallel %.0f), batch %.0f, seq %.0f:\n",

@@ -61,9 +61,23 @@ fm_status fm_plan_parse_count(const char *text, double *out) {
 /* Parameters of one transformer block, of the embeddings + untied head (kept
  * 16-bit when the blocks are quantized), and in total. Doubles: inputs are
  * bounded so the products stay exact below 2^53. */
+double plan_head_dim(const fm_plan_model *m) {
+    if (m->head_dim > 0) return (double)m->head_dim;
+    return m->heads > 0 ? (double)m->hidden / (double)m->heads : 0;
+}
+
+/* Parameters of the experts a token skips: (experts - active) SwiGLU MLPs per layer. */
+static double idle_expert_params(const fm_plan_model *m) {
+    if (m->experts <= 1 || m->arch != FM_PLAN_ARCH_LLAMA) return 0;
+    return (double)m->layers * (double)(m->experts - m->experts_active) * 3 * (double)m->hidden * (double)m->ffn;
+}
+
+double plan_active_params(const fm_plan_model *m) { return (double)m->params - idle_expert_params(m); }
+
 static void count_from_dims(fm_plan_model *m) {
     double L = (double)m->layers, h = (double)m->hidden, f = (double)m->ffn, V = (double)m->vocab;
-    double kv = (double)m->kv_heads * (h / (double)m->heads), P = (double)m->max_seq;
+    double hd = plan_head_dim(m), q = (double)m->heads * hd, kv = (double)m->kv_heads * hd, P = (double)m->max_seq;
+    double E = m->experts > 1 ? (double)m->experts : 1;
     double layer = 0, embed = 0, other = 0;
     switch (m->arch) {
     case FM_PLAN_ARCH_GPT:
@@ -74,7 +88,9 @@ static void count_from_dims(fm_plan_model *m) {
         break;
     case FM_PLAN_ARCH_LLAMA:
         /* q, k, v, o without bias; SwiGLU gate, up, down; two RMSNorm weights */
-        layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h;
+        layer = 2 * h * q + 2 * h * kv + 3 * h * f * E + 2 * h;
+        if (E > 1) layer += h * E;                  /* the router */
+        if (m->qkv_bias) layer += q + 2 * kv;       /* Qwen2 */
         embed = V * h;
         other = h;
         break;
@@ -106,7 +122,7 @@ fm_status fm_plan_model_from_dims(fm_plan_model *m) {
         if (lim[i].v < lim[i].lo || lim[i].v > lim[i].hi)
             return fm_set_error(FM_ERR_INVALID, "%s %lld is out of range (%lld..%lld) for --arch %s", lim[i].name,
                                 (long long)lim[i].v, (long long)lim[i].lo, (long long)lim[i].hi, an);
-    if (m->hidden % m->heads)
+    if (m->head_dim == 0 && m->hidden % m->heads)
         return fm_set_error(FM_ERR_INVALID, "--heads %lld does not divide --hidden %lld", (long long)m->heads,
                             (long long)m->hidden);
     if (m->kv_heads == 0) m->kv_heads = m->heads;
@@ -119,6 +135,9 @@ fm_status fm_plan_model_from_dims(fm_plan_model *m) {
         else
             m->ffn = 4 * m->hidden;
     }
+    if (m->experts > 1 && (m->arch != FM_PLAN_ARCH_LLAMA || m->experts_active < 1 || m->experts_active > m->experts))
+        return fm_set_error(FM_ERR_INVALID, "%lld experts with %lld active per token: a mixture of experts needs a llama-style "
+                            "block and 1..experts active", (long long)m->experts, (long long)m->experts_active);
     if (m->ffn < 1 || m->ffn > 10000000)
         return fm_set_error(FM_ERR_INVALID, "--ffn %lld is out of range (1..10000000)", (long long)m->ffn);
     if (m->max_seq == 0) m->max_seq = m->arch == FM_PLAN_ARCH_BERT ? 512 : m->arch == FM_PLAN_ARCH_GPT ? 2048 : 4096;
@@ -442,63 +461,109 @@ static int dims_from_names(json_t *root, fm_plan_model *m) {
     return 1;
 }
 
-static int64_t cfg_int(json_t *cfg, const char *a, const char *b) {
-    json_t *v = json_object_get(cfg, a);
-    if (!v && b) v = json_object_get(cfg, b);
-    return json_is_integer(v) ? json_integer_value(v) : 0;
+/* The [model] input line of a recipe.ini ("input = 1 28 28"): H x W, or 0. */
+static double recipe_input_area(const char *dir) {
+    char path[4096 + 16], line[512];
+    snprintf(path, sizeof path, "%s/recipe.ini", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    double area = 0;
+    while (fgets(line, sizeof line, f)) {
+        long long c = 0, hh = 0, ww = 0;
+        if (sscanf(line, " input = %lld %lld %lld", &c, &hh, &ww) == 3 && c > 0 && hh > 0 && ww > 0) area = (double)(hh * ww);
+        else if (sscanf(line, " input = %lld", &c) == 1 && c > 0 && area == 0) area = 1;
+    }
+    fclose(f);
+    return area;
 }
 
-/* A Hugging Face style config.json next to the weights gives exact dimensions. */
-static int dims_from_config(const char *dir, fm_plan_model *m) {
-    char path[4096 + 16];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t jerr;
-    json_t *cfg = json_load_file(path, 0, &jerr);
-    if (!cfg) return 0;
-    int ok = 0;
-    if (json_is_object(cfg)) {
-        const char *type = json_string_value(json_object_get(cfg, "model_type"));
-        fm_plan_model c = *m;
-        c.layers = cfg_int(cfg, "num_hidden_layers", "n_layer");
-        c.hidden = cfg_int(cfg, "hidden_size", "n_embd");
-        c.heads = cfg_int(cfg, "num_attention_heads", "n_head");
-        c.kv_heads = cfg_int(cfg, "num_key_value_heads", NULL);
-        c.ffn = cfg_int(cfg, "intermediate_size", "n_inner");
-        c.vocab = cfg_int(cfg, "vocab_size", NULL);
-        c.max_seq = cfg_int(cfg, "max_position_embeddings", "n_positions");
-        c.arch = !type ? FM_PLAN_ARCH_LLAMA : !strcmp(type, "gpt2") ? FM_PLAN_ARCH_GPT
-               : !strcmp(type, "bert") ? FM_PLAN_ARCH_BERT : FM_PLAN_ARCH_LLAMA;
-        json_t *tie = json_object_get(cfg, "tie_word_embeddings");
-        c.tied_embeddings = tie ? json_is_true(tie) : c.arch != FM_PLAN_ARCH_LLAMA;
-        snprintf(c.dims_source, sizeof c.dims_source, "config.json");
-        if (c.layers > 0 && c.hidden > 0 && c.heads > 0 && c.vocab > 0 && fm_plan_model_from_dims(&c) == FM_OK) {
-            *m = c;
-            ok = 1;
-        }
-        fm_clear_error();
+int plan_model_from_fathom_dir(const char *dir, fm_plan_model *out) {
+    char ini[4096 + 16], file[4096 + 32];
+    struct stat st;
+    snprintf(ini, sizeof ini, "%s/recipe.ini", dir);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    if (stat(ini, &st) != 0 || stat(file, &st) != 0) return 0;
+    int64_t params = 0;
+    int tensors = 0;
+    json_t *root = read_safetensors_header(file, &params, &tensors);
+    if (!root) return -1;
+    /* Forward FLOPs per sample: 2 x weights for a linear layer, 2 x weights x
+     * output positions for a convolution. Positions are taken at the input's
+     * resolution (pooling and strides shrink them later), so a CNN's figure is
+     * an upper bound; an MLP's is exact. Saved activations: each layer's output,
+     * twice (the layer and its activation function). */
+    double area = recipe_input_area(dir), flops = 0, act = 0, largest = 0, biggest_layer = 0;
+    int convs = 0;
+    if (area <= 0) area = 1;
+    const char *key;
+    json_t *t;
+    json_object_foreach(root, key, t) {
+        json_t *shape = json_object_get(t, "shape");
+        size_t nd = json_array_size(shape);
+        if (nd != 2 && nd != 4) continue;
+        double w = 1;
+        for (size_t i = 0; i < nd; i++) w *= (double)json_integer_value(json_array_get(shape, i));
+        double out_elems = (double)json_integer_value(json_array_get(shape, 0)) * (nd == 4 ? area : 1);
+        convs += nd == 4;
+        flops += 2 * w * (nd == 4 ? area : 1);
+        act += 2 * out_elems;
+        if (out_elems > largest) largest = out_elems;
+        if (w > biggest_layer) biggest_layer = w;
     }
-    json_decref(cfg);
-    return ok;
+    json_decref(root);
+    memset(out, 0, sizeof *out);
+    out->arch = FM_PLAN_ARCH_CNN;
+    out->params = params;
+    out->largest_layer = (int64_t)biggest_layer;
+    out->cnn_flops_per_sample = flops;
+    out->cnn_act_elems = act;
+    out->cnn_infer_elems = 3 * largest;
+    out->max_seq = 1;
+    out->layers = convs;
+    snprintf(out->dims_source, sizeof out->dims_source, "%s",
+             convs ? "fathom recipe directory: a CNN (conv FLOPs at input resolution, an upper bound)"
+                   : "fathom recipe directory: an MLP (exact FLOPs)");
+    return 1;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void name_after(fm_plan_model *m, const char *path) {
+    const char *base = strrchr(path, '/');
+    snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : path);
 }
 
 fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out) {
     memset(out, 0, sizeof *out);
-    char file[4096 + 32], dir[4096];
+    char file[4096 + 32], dir[4096], config[4096 + 16];
     struct stat st;
     if (stat(path, &st) != 0)
         return fm_set_error(FM_ERR_IO, "cannot open model %s (%s)", path, strerror(errno));
+    size_t plen = strlen(path);
+    if (!S_ISDIR(st.st_mode) && plen >= 5 && !strcmp(path + plen - 5, ".json"))
+        return plan_model_from_config(path, out);
     if (S_ISDIR(st.st_mode)) {
+        int fd = plan_model_from_fathom_dir(path, out);
+        if (fd < 0) return fm_last_status() ? fm_last_status() : FM_ERR_FORMAT;
+        if (fd > 0) { name_after(out, path); return FM_OK; }
         snprintf(file, sizeof file, "%s/model.safetensors", path);
         snprintf(dir, sizeof dir, "%s", path);
-        if (stat(file, &st) != 0)
-            return fm_set_error(FM_ERR_IO, "%s is a directory without model.safetensors (a fathom model directory holds one)",
-                                path);
+        snprintf(config, sizeof config, "%s/config.json", dir);
+        if (!is_file(file)) {
+            if (is_file(config)) return plan_model_from_config(config, out);
+            return fm_set_error(FM_ERR_IO, "%s is a directory without model.safetensors or config.json (a fathom model "
+                                "directory holds the first, a Hugging Face model directory the second)", path);
+        }
     } else {
         snprintf(file, sizeof file, "%s", path);
         snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
         if (slash) *slash = 0;
         else snprintf(dir, sizeof dir, ".");
+        snprintf(config, sizeof config, "%s/config.json", dir);
     }
     int64_t params = 0;
     int tensors = 0;
@@ -509,7 +574,12 @@ fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out) {
         return fm_set_error(FM_ERR_FORMAT, "%s: the tensors hold no parameters", file);
     }
     fm_plan_model m = {0};
-    int have = dims_from_config(dir, &m);
+    int have = 0;
+    if (is_file(config)) {
+        /* A config beside the weights is read strictly: a broken one is an error, not a guess. */
+        if (plan_model_from_config(config, &m)) { json_decref(root); return fm_last_status(); }
+        have = 1;
+    }
     if (!have && dims_from_names(root, &m)) {
         have = fm_plan_model_from_dims(&m) == FM_OK;
         if (!have) fm_clear_error();
@@ -519,8 +589,7 @@ fm_status fm_plan_model_from_file(const char *path, fm_plan_model *out) {
     /* The file's count is the truth; the dimensions only size activations. */
     m.params = params;
     if (m.embed_params > params / 2) m.embed_params = params / 2;
-    const char *base = strrchr(path, '/');
-    snprintf(m.name, sizeof m.name, "%s", base && base[1] ? base + 1 : path);
+    name_after(&m, path);
     *out = m;
     return FM_OK;
 }

@@ -173,18 +173,31 @@ char *fm_plan_render_text(const fm_plan_result *r) {
         plan_sb_printf(&sb, "  cheapest that fits: ");
         reason(&sb, r, &r->rows[r->cheapest]);
     }
+    double budget = r->job.budget_usd;
     if (r->fastest >= 0) {
-        plan_sb_printf(&sb, "  fastest%s: ", r->job.budget_usd > 0 ? " within budget" : "");
+        plan_sb_printf(&sb, "  fastest%s: ", budget > 0 ? " within budget" : "");
         reason(&sb, r, &r->rows[r->fastest]);
+    } else if (budget > 0 && r->nranked > 0) {
+        /* Say so rather than leave the line out: the budget excluded every option. */
+        char b[32];
+        fmt_money(budget, b, sizeof b);
+        plan_sb_printf(&sb, "  fastest within budget: none; all %d priced option%s that fit cost more than %s %s\n",
+                       r->nranked, r->nranked > 1 ? "s" : "", b,
+                       r->rows[r->ranked[0]].cost[pr] >= 0 ? "for the run" : "per 1M tokens");
     }
-    if (r->cheapest < 0 && r->fastest < 0)
-        plan_sb_printf(&sb, "  nothing fits: reduce batch or seq, quantize, checkpoint activations, or shard "
-                            "(--zero 3, --tensor-parallel)\n");
+    if (r->cheapest < 0 && r->fastest < 0 && r->nranked == 0)
+        plan_sb_printf(&sb, "  nothing %s: reduce batch or seq, quantize, checkpoint activations, or shard "
+                            "(--zero 3, --tensor-parallel)%s\n", r->nfit ? "priced fits" : "fits",
+                       r->nfit ? "; or price the unpriced cards that fit in the database" : "");
     if (r->nranked > 1) {
-        plan_sb_printf(&sb, "  ranked by cost:\n");
-        for (int i = 0; i < r->nranked && i < 8; i++) {
-            plan_sb_printf(&sb, "    %d. ", i + 1);
-            reason(&sb, r, &r->rows[r->ranked[i]]);
+        /* Every option is listed: a ranking that stops at some count hides the rest. */
+        plan_sb_printf(&sb, "  ranked by cost (all %d that fit and have %s prices):\n", r->nranked,
+                       fm_plan_pricing_name(pr));
+        for (int i = 0; i < r->nranked; i++) {
+            const fm_plan_row *row = &r->rows[r->ranked[i]];
+            double key = row->cost[pr] >= 0 ? row->cost[pr] : row->cost_per_mtok[pr];
+            plan_sb_printf(&sb, "    %d. %s", i + 1, budget > 0 && key > budget ? "[over budget] " : "");
+            reason(&sb, r, row);
         }
     }
     if (r->nwarnings) {
