@@ -18,6 +18,17 @@
 
 static fm_plan_db *db;
 
+/* Scratch files go in a directory of this process's own: several checkouts'
+ * suites may run this test at the same time on one machine. */
+static char scratch[64] = "/tmp/fathom_test_plan_XXXXXX";
+static const char *tmp_path(const char *name) {
+    static char bufs[4][256];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, 256, "%s/%s", scratch, name);
+    return b;
+}
+
 static fm_plan_model preset(const char *name) {
     fm_plan_model m;
     if (fm_plan_model_preset(name, &m) != FM_OK) {
@@ -159,7 +170,7 @@ static void test_db(void) {
             CHECK(db->gpus[i].price[k].date[0] && db->gpus[i].price[k].source[0]);
 
     /* Malformed and incomplete files name file:line and the field. */
-    const char *bad = "/tmp/fathom_test_plan_bad.json";
+    const char *bad = tmp_path("fathom_test_plan_bad.json");
     FILE *f = fopen(bad, "w");
     fputs("{\n  \"gpus\": [\n    {\"name\": \"X\",,}\n  ]\n}\n", f);
     fclose(f);
@@ -552,7 +563,7 @@ static void write_st(const char *path, const char *hdr, size_t data, uint64_t li
 }
 
 static void test_safetensors(void) {
-    const char *p = "/tmp/fathom_test_plan.safetensors";
+    const char *p = tmp_path("fathom_test_plan.safetensors");
     /* A tiny GPT-2-shaped model: vocab 64, hidden 16, 2 layers. */
     char hdr[2048];
     snprintf(hdr, sizeof hdr,
@@ -572,7 +583,7 @@ static void test_safetensors(void) {
     CHECK(m.ffn == 64 && m.max_seq == 32);
 
     /* A fathom model directory holding model.safetensors. */
-    const char *dir = "/tmp/fathom_test_plan_dir";
+    const char *dir = tmp_path("fathom_test_plan_dir");
     mkdir(dir, 0755);
     char inner[256];
     snprintf(inner, sizeof inner, "%s/model.safetensors", dir);
@@ -663,7 +674,7 @@ static void test_hf_configs(void) {
          "plan_cfg.json:3: field \"num_key_value_heads\" (3) does not divide the 4 heads"},
         {"[1, 2]\n", "plan_cfg.json:1: not a JSON object"},
     };
-    const char *cp = "/tmp/fathom_test_plan_cfg.json";
+    const char *cp = tmp_path("plan_cfg.json");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         FILE *f = fopen(cp, "w");
         fputs(bad[i][0], f);
@@ -679,7 +690,7 @@ static void test_hf_configs(void) {
  * never mistaken for a Llama. Hand count for a 1x28x28 input: conv 8x1x3x3
  * (72 weights, 784 output positions each) then a linear 6272 -> 10. */
 static void test_fathom_dirs(void) {
-    const char *dir = "/tmp/fathom_test_plan_cnn";
+    const char *dir = tmp_path("fathom_test_plan_cnn");
     char ini[256], st[256];
     mkdir(dir, 0755);
     snprintf(ini, sizeof ini, "%s/recipe.ini", dir);
@@ -772,6 +783,10 @@ static void test_render(void) {
 }
 
 int main(void) {
+    if (!mkdtemp(scratch)) {
+        perror("mkdtemp");
+        return 1;
+    }
     db = fm_plan_db_load("data/gpus.json");
     if (!db) fprintf(stderr, "loading data/gpus.json: %s\n", fm_last_error());
     test_parse_count();
@@ -791,5 +806,6 @@ int main(void) {
     test_fathom_dirs();
     fm_plan_result_free(last);
     fm_plan_db_free(db);
+    rmdir(scratch);
     TEST_DONE();
 }
