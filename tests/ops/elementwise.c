@@ -2,6 +2,7 @@
  * broadcasting, non-contiguous views; f64 gradient checks; bad input. */
 #include <math.h>
 
+#include "backend/scalar_math.h"
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "gradcheck.h"
@@ -132,6 +133,29 @@ static void gelu_f32_sweep(const char *name) {
     free(v);
 }
 
+/* backend/scalar_math.h in float (the CUDA f32/f16/bf16 math, compiled here for the
+ * host) against its double instantiation (the CPU's reference): each function and
+ * derivative within a few float ulp of the double value over [-12, 12] (relative to
+ * the size of a derivative's terms, since silu' and gelu' cross 0), so the two
+ * backends evaluate one formula. */
+static void scalar_math_float_check(void) {
+    static const struct { const char *name; float (*f)(float); double (*d)(double); } fns[] = {
+        {"sigmoid", fm_sigmoid_f, fm_sigmoid_d}, {"silu", fm_silu_f, fm_silu_d}, {"silu'", fm_silu_deriv_f, fm_silu_deriv_d},
+        {"gelu", fm_gelu_f, fm_gelu_d}, {"gelu'", fm_gelu_deriv_f, fm_gelu_deriv_d},
+        {"gelu_tanh", fm_gelu_tanh_f, fm_gelu_tanh_d}, {"gelu_tanh'", fm_gelu_tanh_deriv_f, fm_gelu_tanh_deriv_d},
+    };
+    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        for (int i = 0; i <= 4800; i++) {
+            float x = (float)(-12.0 + 24.0 * i / 4800.0);
+            double want = fns[k].d((double)x), got = fns[k].f(x);
+            /* exp's argument is rounded to float: error grows with |x| (and |x|^3 for tanh GELU) */
+            double tol = 4e-7 * (1 + fabs((double)x) * (1 + 0.044715 * 3 * (double)x * (double)x)) * (fabs(want) + (strchr(fns[k].name, '\'') ? 0.1 : 1e-3));
+            double e = fabs(got - want);
+            CHECK_MSG(e <= tol, "scalar_math %s: float %.9g vs double %.9g at x=%.9g", fns[k].name, got, want, (double)x);
+        }
+    }
+}
+
 /* Values over a wide range, including the SIMD tails (n = 37 is not a multiple of 8). */
 static int unary_forward_named(const char *name) {
     OP_BEGIN;
@@ -182,6 +206,7 @@ static int unary_forward_named(const char *name) {
     CHECK_MSG(yn && isnan(fm_tensor_get(yn, 3)) && isnan(fm_tensor_get(yn, 10)), "%s(NaN) is not NaN", name);
     fm_tensor_release_n(2, xn, yn);
     if (!strcmp(name, "gelu") || !strcmp(name, "gelu_tanh")) gelu_f32_sweep(name);
+    if (!strcmp(name, "gelu_tanh")) scalar_math_float_check();
     if (!k_unary[u].positive) large_output_check(name, k_unary[u].fn, NULL);
     OP_END;
 }

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/elementwise_math.h"
+#include "backend/scalar_math.h"
 #include "core/cpu_features.h"
 #include "core/dtype_internal.h"
 #include "core/parallel.h"
@@ -28,7 +29,7 @@
  * faster streamed (GELU is bound by memory as much as by arithmetic at two
  * threads). */
 
-/* ---- scalar math (the reference for every dtype) ---- */
+/* ---- scalar math (the reference for every dtype; activations from backend/scalar_math.h) ---- */
 
 double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x) {
     switch (op) {
@@ -41,15 +42,12 @@ double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x) {
     case FM_OP_SIN: return sin(x);
     case FM_OP_COS: return cos(x);
     case FM_OP_TANH: return tanh(x);
-    case FM_OP_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+    case FM_OP_SIGMOID: return fm_sigmoid_d(x);
     case FM_OP_RELU: return x > 0 ? x : 0.0 * x; /* keeps NaN */
     case FM_OP_LEAKY_RELU: return x > 0 ? x : x * at->a;
-    case FM_OP_GELU: return 0.5 * x * erfc(-x * M_SQRT1_2); /* erfc keeps the left tail accurate */
-    case FM_OP_GELU_TANH: { /* 0.5 x (1 + tanh u) = x sigmoid(2u) */
-        double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
-        return x / (1.0 + exp(-2.0 * u));
-    }
-    case FM_OP_SILU: return x / (1.0 + exp(-x));
+    case FM_OP_GELU: return fm_gelu_d(x);
+    case FM_OP_GELU_TANH: return fm_gelu_tanh_d(x);
+    case FM_OP_SILU: return fm_silu_d(x);
     case FM_OP_CLAMP: return x != x ? x : (x < at->a ? at->a : (x > at->b ? at->b : x));
     case FM_OP_COPY: return x;
     default: return NAN;
@@ -71,21 +69,9 @@ double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x,
     case FM_OP_SIGMOID: return y * (1 - y);
     case FM_OP_RELU: return x > 0 ? 1 : 0;
     case FM_OP_LEAKY_RELU: return x > 0 ? 1 : at->a;
-    case FM_OP_GELU: {
-        double cdf = 0.5 * erfc(-x * M_SQRT1_2);
-        double pdf = exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
-        return cdf + x * pdf;
-    }
-    case FM_OP_GELU_TANH: { /* with s = sigmoid(2u): s + 2x s(1-s) u', 1 - s = e s; no 1 - tanh^2 cancellation */
-        double k = sqrt(2.0 / M_PI);
-        double e = exp(-2.0 * k * (x + 0.044715 * x * x * x)), s = 1.0 / (1.0 + e), q = e * s;
-        if (q != q) q = 1; /* e = inf: s = 0 */
-        return s + 2 * x * s * q * k * (1 + 3 * 0.044715 * x * x);
-    }
-    case FM_OP_SILU: {
-        double s = 1.0 / (1.0 + exp(-x));
-        return s * (1 + x * (1 - s));
-    }
+    case FM_OP_GELU: return fm_gelu_deriv_d(x);
+    case FM_OP_GELU_TANH: return fm_gelu_tanh_deriv_d(x);
+    case FM_OP_SILU: return fm_silu_deriv_d(x);
     case FM_OP_CLAMP: return (x >= at->a && x <= at->b) ? 1 : 0;
     case FM_OP_COPY: return 1;
     default: return NAN;

@@ -16,6 +16,7 @@
 
 #include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "backend/scalar_math.h"
 #include "cpu_kernels.h"
 
 /* fused_avx2.c */
@@ -90,25 +91,15 @@ static fm_status qkv_split(const fm_op_call *c, bool bwd) {
 static fm_status qkv_split_kernel(const fm_op_call *c) { return qkv_split(c, false); }
 static fm_status qkv_split_bwd_kernel(const fm_op_call *c) { return qkv_split(c, true); }
 
-/* ---------------- scalar rows ---------------- */
-
-static const double k_2sqrt2_pi = 1.5957691216057308, k_cubic = 0.044715;
-
-/* gelu_tanh(v) = v / (1 + e^{-2u}) and its derivative s (1 + q 2u'), s = 1/(1+e), q = e s */
-static inline double gelu_d(double v) { return v / (1.0 + exp(-k_2sqrt2_pi * v * (1.0 + k_cubic * v * v))); }
-static inline double dgelu_d(double v) {
-    double e = exp(-k_2sqrt2_pi * v * (1.0 + k_cubic * v * v)), s = 1.0 / (1.0 + e), q = e * s;
-    if (q != q) q = 1; /* e = inf: s = 0 */
-    return s * (1.0 + q * k_2sqrt2_pi * v * (1.0 + 3.0 * k_cubic * v * v));
-}
+/* ---------------- scalar rows (tanh GELU from backend/scalar_math.h) ---------------- */
 
 #define DEFINE_FUSED_ROWS(T, SFX)                                                                      \
     static void bg_row_##SFX(const T *x, const T *b, T *y, int64_t n) {                                \
-        for (int64_t i = 0; i < n; i++) y[i] = (T)gelu_d((double)(T)(x[i] + b[i]));                    \
+        for (int64_t i = 0; i < n; i++) y[i] = (T)fm_gelu_tanh_d((double)(T)(x[i] + b[i]));             \
     }                                                                                                  \
     static void bg_bwd_row_##SFX(const T *dy, const T *x, const T *b, T *dx, T *dba, int64_t n) {      \
         for (int64_t i = 0; i < n; i++) {                                                              \
-            T d = (T)(dy[i] * (T)dgelu_d((double)(T)(x[i] + b[i])));                                   \
+            T d = (T)(dy[i] * (T)fm_gelu_tanh_deriv_d((double)(T)(x[i] + b[i])));                      \
             dx[i] = d;                                                                                 \
             if (dba) dba[i] += d;                                                                      \
         }                                                                                              \

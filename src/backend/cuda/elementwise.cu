@@ -12,6 +12,10 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/scalar_math.h"
+
+/* A scalar_math.h function in T's precision: _f for float, _d for double. */
+#define SM(fn, x) (sizeof(T) == sizeof(float) ? (T)fn##_f((float)(x)) : (T)fn##_d((double)(x)))
 
 enum { K_UNARY = 0, K_UNARY_BWD = 1, K_BINARY = 2, K_WHERE = 3 };
 
@@ -38,15 +42,12 @@ __device__ __forceinline__ T unary_f(int op, T a, T b, T x) {
     case FM_OP_SIN: return sin(x);
     case FM_OP_COS: return cos(x);
     case FM_OP_TANH: return tanh(x);
-    case FM_OP_SIGMOID: return x >= (T)0 ? (T)1 / ((T)1 + exp(-x)) : exp(x) / ((T)1 + exp(x));
+    case FM_OP_SIGMOID: return SM(fm_sigmoid, x);
     case FM_OP_RELU: return x > (T)0 ? x : (T)0 * x;
     case FM_OP_LEAKY_RELU: return x > (T)0 ? x : x * a;
-    case FM_OP_GELU: return (T)0.5 * x * erfc(-x * (T)M_SQRT1_2);
-    case FM_OP_GELU_TANH: {
-        T u = (T)0.7978845608028654 * (x + (T)0.044715 * x * x * x);
-        return x / ((T)1 + exp((T)-2 * u));
-    }
-    case FM_OP_SILU: return x / ((T)1 + exp(-x));
+    case FM_OP_GELU: return SM(fm_gelu, x);
+    case FM_OP_GELU_TANH: return SM(fm_gelu_tanh, x);
+    case FM_OP_SILU: return SM(fm_silu, x);
     case FM_OP_CLAMP: return x != x ? x : (x < a ? a : (x > b ? b : x));
     case FM_OP_COPY: return x;
     default: return (T)NAN;
@@ -68,20 +69,9 @@ __device__ __forceinline__ T unary_deriv(int op, T a, T b, T x, T y) {
     case FM_OP_SIGMOID: return y * ((T)1 - y);
     case FM_OP_RELU: return x > (T)0 ? (T)1 : (T)0;
     case FM_OP_LEAKY_RELU: return x > (T)0 ? (T)1 : a;
-    case FM_OP_GELU: {
-        T cdf = (T)0.5 * erfc(-x * (T)M_SQRT1_2);
-        T pdf = exp((T)-0.5 * x * x) * (T)0.3989422804014327;
-        return cdf + x * pdf;
-    }
-    case FM_OP_GELU_TANH: {
-        T k = (T)0.7978845608028654;
-        T u = k * (x + (T)0.044715 * x * x * x), t = tanh(u);
-        return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * k * ((T)1 + (T)3 * (T)0.044715 * x * x);
-    }
-    case FM_OP_SILU: {
-        T s = (T)1 / ((T)1 + exp(-x));
-        return s * ((T)1 + x * ((T)1 - s));
-    }
+    case FM_OP_GELU: return SM(fm_gelu_deriv, x);
+    case FM_OP_GELU_TANH: return SM(fm_gelu_tanh_deriv, x); /* the CPU's formula (was 1 - tanh^2) */
+    case FM_OP_SILU: return SM(fm_silu_deriv, x);
     case FM_OP_CLAMP: return (x >= a && x <= b) ? (T)1 : (T)0;
     case FM_OP_COPY: return (T)1;
     default: return (T)NAN;

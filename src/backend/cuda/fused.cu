@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/scalar_math.h"
 
 typedef struct qkv_geom { int64_t T, H, KV, D, W, n; } qkv_geom;
 
@@ -88,18 +89,14 @@ static fm_status k_qkv_split_bwd(const fm_op_call *c) { return qkv(c, true); }
 
 static int fz_float_ok(fm_dtype dt) { return dt == FM_F32 || dt == FM_F64 || dt == FM_F16 || dt == FM_BF16; }
 
-/* gelu_tanh(v) = v / (1 + e^{-2u}) and d/dv = s (1 + q 2u'), s = 1/(1+e), q = e s */
+/* tanh GELU and its derivative from backend/scalar_math.h, in T's precision */
 template <typename T>
 __device__ __forceinline__ T fz_gelu(T v) {
-    const T k = (T)1.5957691216057308, c = (T)0.044715;
-    return v / ((T)1 + exp(-k * v * ((T)1 + c * v * v)));
+    return sizeof(T) == sizeof(float) ? (T)fm_gelu_tanh_f((float)v) : (T)fm_gelu_tanh_d((double)v);
 }
 template <typename T>
 __device__ __forceinline__ T fz_dgelu(T v) {
-    const T k = (T)1.5957691216057308, c = (T)0.044715;
-    T e = exp(-k * v * ((T)1 + c * v * v)), s = (T)1 / ((T)1 + e), q = e * s;
-    if (q != q) q = (T)1; /* e = inf: s = 0 */
-    return s * ((T)1 + q * k * v * ((T)1 + (T)3 * c * v * v));
+    return sizeof(T) == sizeof(float) ? (T)fm_gelu_tanh_deriv_f((float)v) : (T)fm_gelu_tanh_deriv_d((double)v);
 }
 
 template <typename T>

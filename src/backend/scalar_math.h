@@ -1,0 +1,57 @@
+/* Scalar activation math shared by the CPU and CUDA backends: each function is
+ * written once here and compiled for the host (C) and, under nvcc, the device.
+ *
+ * Each is defined for double (suffix _d: the CPU's scalar reference, and f64 on
+ * CUDA) and float (suffix _f: the CUDA f32/f16/bf16 path) from one body, so the
+ * two backends evaluate the same formula. The AVX2 loops (elementwise_avx2.c,
+ * fused_avx2.c) keep their own vector forms; tests/ops/elementwise.c checks
+ * them against the _d functions. Derivatives take x (and, where cheaper, y). */
+#ifndef FATHOM_SCALAR_MATH_H
+#define FATHOM_SCALAR_MATH_H
+#include <math.h>
+
+#ifdef __CUDACC__
+#define FM_HD __host__ __device__
+#else
+#define FM_HD
+#endif
+
+/* 2 sqrt(2/pi) and the cubic coefficient of the tanh form of GELU */
+#define FM_GELU_TANH_K2 1.5957691216057308
+#define FM_GELU_TANH_C 0.044715
+#define FM_INV_SQRT_2PI 0.3989422804014327
+
+/* One body per function, instantiated for (T, suffix, exp, erfc, log1p) below. */
+#define FM_SCALAR_MATH(T, S, EXP, ERFC, LOG1P)                                                          \
+    /* logistic; the split keeps exp's argument non-positive, so nothing overflows */                  \
+    FM_HD static inline T fm_sigmoid##S(T x) {                                                        \
+        return x >= (T)0 ? (T)1 / ((T)1 + EXP(-x)) : EXP(x) / ((T)1 + EXP(x));                        \
+    }                                                                                                  \
+    FM_HD static inline T fm_silu##S(T x) { return x / ((T)1 + EXP(-x)); }                             \
+    FM_HD static inline T fm_silu_deriv##S(T x) {                                                     \
+        T s = (T)1 / ((T)1 + EXP(-x));                                                                 \
+        return s * ((T)1 + x * ((T)1 - s));                                                            \
+    }                                                                                                  \
+    /* exact GELU x Phi(x); erfc keeps the left tail accurate (no 1 + erf cancellation) */             \
+    FM_HD static inline T fm_gelu##S(T x) { return (T)0.5 * x * ERFC(-x * (T)M_SQRT1_2); }              \
+    FM_HD static inline T fm_gelu_deriv##S(T x) {                                                     \
+        return (T)0.5 * ERFC(-x * (T)M_SQRT1_2) + x * (EXP((T)-0.5 * x * x) * (T)FM_INV_SQRT_2PI);      \
+    }                                                                                                  \
+    /* tanh GELU: 0.5 x (1 + tanh u) = x s, s = 1/(1 + e), e = exp(-2u),                              \
+     * u = sqrt(2/pi) (x + 0.044715 x^3) */                                                            \
+    FM_HD static inline T fm_gelu_tanh##S(T x) {                                                      \
+        return x / ((T)1 + EXP((T)-FM_GELU_TANH_K2 * x * ((T)1 + (T)FM_GELU_TANH_C * x * x)));          \
+    }                                                                                                  \
+    /* d/dx = s (1 + q 2u'), q = e s = 1 - s: no 1 - tanh^2 cancellation */                          \
+    FM_HD static inline T fm_gelu_tanh_deriv##S(T x) {                                                \
+        T e = EXP((T)-FM_GELU_TANH_K2 * x * ((T)1 + (T)FM_GELU_TANH_C * x * x));                        \
+        T s = (T)1 / ((T)1 + e), q = e * s;                                                            \
+        if (q != q) q = (T)1; /* e = inf: s = 0 */                                                     \
+        return s * ((T)1 + q * (T)FM_GELU_TANH_K2 * x * ((T)1 + (T)3 * (T)FM_GELU_TANH_C * x * x));   \
+    }
+
+FM_SCALAR_MATH(double, _d, exp, erfc, log1p)
+FM_SCALAR_MATH(float, _f, expf, erfcf, log1pf)
+#undef FM_SCALAR_MATH
+
+#endif
