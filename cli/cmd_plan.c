@@ -10,7 +10,7 @@
 #include "commands.h"    /* fm_cli_error */
 #include "fathom/plan.h" /* the planner */
 
-#define PRECISION_CHOICES "fp32, bf16, fp16, int8, int4"
+#define PRECISION_CHOICES "fp32, bf16, fp16, int8, int4, fp8"
 
 static void usage(FILE *f) {
     fputs("usage: fathom plan MODEL [job options] [output options]\n"
@@ -29,13 +29,17 @@ static void usage(FILE *f) {
           "\n"
           "Job:\n"
           "  --task inference|finetune|train|lora|qlora      (default inference)\n"
-          "  --precision fp32|bf16|fp16|int8|int4            (default bf16)\n"
+          "  --precision fp32|bf16|fp16|int8|int4|fp8        (default bf16; fp8 on GPUs with fp8 tensor cores)\n"
           "  --batch N              micro-batch per GPU (default 1)\n"
           "  --seq N                sequence length (default min(2048, model context))\n"
           "  --optimizer adamw|sgd|adam8bit                  (default adamw)\n"
           "  --checkpointing none|selective|full             (default none)\n"
           "  --zero 0|1|2|3         ZeRO stage (default 0)\n"
           "  --tensor-parallel N    (default 1; must divide the attention heads)\n"
+          "  --pipeline-parallel N  pipeline stages for training (default 1)\n"
+          "  --micro-batches N      micro-batches per step (default 1; 4 x stages with a pipeline)\n"
+          "  --sequence-parallel    split norm/dropout activations across the tensor-parallel group\n"
+          "  --expert-parallel N    spread a mixture of experts' experts over N GPUs (all-to-all)\n"
           "  --gpus N               GPUs to use (default: as many as needed)\n"
           "  --tokens D             training tokens (train defaults to 20 x params); for inference, output tokens\n"
           "  --requests-per-second R --output-tokens N       plan serving for R requests/s\n"
@@ -45,7 +49,8 @@ static void usage(FILE *f) {
           "  --optimizer-in-backward  free each gradient right after its update\n"
           "  --offload-optimizer    keep optimizer state in CPU memory (paged/offloaded optimizers)\n"
           "  --chunked-loss         compute the loss over vocabulary chunks (no full fp32 logits)\n"
-          "  --mfu F                assumed model FLOPs utilization (default 0.40; qlora 0.30)\n"
+          "  --mfu F                model FLOPs utilization (default: the GPU's figure in the database,\n"
+          "                         per precision; qlora 3/4 of it)\n"
           "  --decode-efficiency F  fraction of bandwidth decoding reaches (default 0.80)\n"
           "  --context-gib F        CUDA context + framework per GPU (default 1.0)\n"
           "  --headroom F           caching-allocator reserve over allocated (default 0.10)\n"
@@ -128,7 +133,7 @@ static void list_presets(void) {
 static const char *const known_opts[] = {
     "--preset", "--params", "--arch", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--max-seq",
     "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
-    "--tensor-parallel", "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
+    "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel", "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
     "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval",
@@ -172,7 +177,7 @@ static void unknown_option(const char *opt) {
 }
 
 static int takes_value(const char *opt) {
-    static const char *const flags[] = {"--no-master-weights", "--optimizer-in-backward", "--offload-optimizer",
+    static const char *const flags[] = {"--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--sequence-parallel",
                                         "--chunked-loss", "--no-eval", "--json", "--explain", "--list-presets", "--list-gpus",
                                         "--help", "-h"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -216,6 +221,7 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     else if (!strcmp(opt, "--optimizer-in-backward")) job->optimizer_in_backward = 1;
     else if (!strcmp(opt, "--offload-optimizer")) job->offload_optimizer = 1;
     else if (!strcmp(opt, "--chunked-loss")) job->chunked_loss = 1;
+    else if (!strcmp(opt, "--sequence-parallel")) job->sequence_parallel = 1;
     else if (!strcmp(opt, "--no-eval")) a->no_eval = 1;
     INT_OPT("--grad-accum", 1, 1000000, a->grad_accum)
     INT_OPT("--layers", 1, 10000, a->layers)
@@ -229,6 +235,9 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     INT_OPT("--seq", 1, 10000000, job->seq)
     INT_OPT("--zero", 0, 3, job->zero)
     INT_OPT("--tensor-parallel", 1, 1024, job->tensor_parallel)
+    INT_OPT("--pipeline-parallel", 1, 1024, job->pipeline_parallel)
+    INT_OPT("--micro-batches", 1, 100000, job->micro_batches)
+    INT_OPT("--expert-parallel", 1, 4096, job->expert_parallel)
     INT_OPT("--gpus", 1, 65536, job->gpus)
     INT_OPT("--output-tokens", 1, 10000000, job->output_tokens)
     INT_OPT("--lora-rank", 1, 1000000, job->lora_rank)

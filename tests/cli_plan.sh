@@ -44,6 +44,18 @@ expect 1 "without model.safetensors or config.json" --model "$TMP/empty"
 expect 0 "fastest within budget: none; all" --preset llama-2-7b --budget 0.01
 expect 0 "[over budget]" --preset llama-2-7b --budget 0.01
 
+# the time model's terms and the serving solver
+expect 0 "pipeline bubble (1F1B)" --preset llama-2-7b --task train --pipeline-parallel 4 --gpus 8 --tokens 1B --gpu h100sxm --explain
+expect 0 "tensor-parallel all-reduces" --preset llama-2-7b --task train --tensor-parallel 8 --gpus 8 --tokens 1B --gpu h100sxm --explain
+expect 0 "data-parallel all-reduce, hierarchical" --preset gpt2-124m --task train --gpus 16 --tokens 1B --gpu h100sxm --explain
+expect 0 "Llama 3 paper" --preset gpt2-124m --task train --tokens 1B --gpu h100sxm --explain
+expect 0 "time to first token" --preset mistral-7b --requests-per-second 5 --output-tokens 200 --gpu l4 --explain
+expect 0 "KV capacity per GPU" --preset mistral-7b --requests-per-second 5 --output-tokens 200 --gpu l4 --explain
+expect 0 "no fp8 tensor cores on A100 80GB SXM" --preset llama-3-8b --precision fp8 --gpu a100-80,h100sxm
+expect 2 "more than exist" --preset llama-2-7b --requests-per-second 1e9 --output-tokens 200
+expect 2 "longer than llama-2-7b's context" --preset llama-2-7b --requests-per-second 1 --output-tokens 5000
+expect 2 "must divide the experts" --preset llama-2-7b --task train --expert-parallel 2
+
 # --json is one valid JSON object
 "$FATHOM" plan --preset llama-3-8b --task lora --checkpointing full --json >"$TMP/plan.json" 2>"$TMP/err"
 if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gpus"] and "recommendation" in d' "$TMP/plan.json" 2>/dev/null; then

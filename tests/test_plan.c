@@ -3,6 +3,7 @@
  * the rules of thumb that must come out of the formulas (not be coded in),
  * the GPU database's validation, safetensors headers, and bad input. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static fm_plan_db *db;
+static fm_plan_db *tdb; /* tests/data/plan_gpus_test.json: round numbers for hand-computed times */
 
 /* Scratch files go in a directory of this process's own: several checkouts'
  * suites may run this test at the same time on one machine. */
@@ -48,6 +50,15 @@ static const fm_plan_row *plan_on(const fm_plan_model *m, const fm_plan_job *job
         return NULL;
     }
     return &last->rows[0];
+}
+
+/* The same on the test database. */
+static const fm_plan_row *plan_on_test(const fm_plan_model *m, const fm_plan_job *job, const char *gpu) {
+    fm_plan_db *keep = db;
+    db = tdb;
+    const fm_plan_row *row = plan_on(m, job, gpu);
+    db = keep;
+    return row;
 }
 
 static void test_parse_count(void) {
@@ -182,13 +193,14 @@ static void test_db(void) {
           "     \"fp32_tflops\": 8, \"bf16_tflops\": 65, \"fp8_tflops\": null, \"int8_tops\": null, \"tdp_w\": 70,\n"
           "     \"bf16\": true, \"interconnect\": {\"name\": \"PCIe\", \"nvlink\": false, \"pcie_lanes\": 16,\n"
           "     \"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5},\n"
+          "     \"mfu\": {\"fp32\": null, \"bf16\": 0.4, \"fp8\": null, \"source\": \"s\"},\n"
           "     \"prices\": {\"on_demand\": {\"usd_per_hour\": 1, \"date\": \"d\", \"source\": \"s\"},\n"
           "                \"spot\": {\"usd_per_hour\": null, \"date\": \"d\", \"source\": \"s\"},\n"
           "                \"reserved\": {\"usd_per_hour\": 0.5, \"date\": \"d\", \"source\": \"s\"}}},\n"
           "    {\n      \"name\": \"RTX 4090\", \"kind\": \"consumer\", \"memory_gb\": 24\n    }\n  ]\n}\n", f);
     fclose(f);
     CHECK(fm_plan_db_load(bad) == NULL);
-    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json:11: entry \"RTX 4090\": missing field \"bandwidth_gbs\"");
+    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json:12: entry \"RTX 4090\": missing field \"bandwidth_gbs\"");
     f = fopen(bad, "w");
     fputs("{\"gpus\": [{\"name\": \"Y\", \"kind\": \"consumer\", \"memory_gb\": -4}]}\n", f);
     fclose(f);
@@ -210,6 +222,7 @@ static void test_db(void) {
         "     \"fp32_tflops\": 8, \"bf16_tflops\": 65, \"fp8_tflops\": null, \"int8_tops\": null, \"tdp_w\": 70,\n"
         "     \"bf16\": true, \"interconnect\": {\"name\": \"PCIe\", \"nvlink\": false, \"pcie_lanes\": 16,\n"
         "     \"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5},\n"
+        "     \"mfu\": {\"fp32\": null, \"bf16\": 0.4, \"fp8\": null, \"source\": \"s\"},\n"
         "     \"prices\": {\"on_demand\": {\"usd_per_hour\": 1, \"date\": \"d\", \"source\": \"s\"},\n"
         "                \"spot\": {\"usd_per_hour\": null, \"date\": \"d\", \"source\": \"s\"},\n"
         "                \"reserved\": {\"usd_per_hour\": 0.5, \"date\": \"d\", \"source\": \"s\"}}}\n  ]\n}\n";
@@ -298,6 +311,85 @@ static void test_inference_memory(void) {
     CHECK(row && row->cost[FM_PLAN_ON_DEMAND] > 0 && row->run_s == 3600);
 }
 
+/* The serving solver on the test database, worked by hand for Llama-2-7B
+ * (bf16 weights 13476831232 B, KV 524288 B per token). */
+static void test_serving(void) {
+    fm_plan_model m = preset("llama-2-7b");
+    fm_plan_job j;
+    fm_plan_job_defaults(&j);
+    j.seq = 2048;
+    /* Tensor parallel 2 over PCIe (32 GB/s, 20 us a hop): 2 all-reduces per layer
+     * of 1 x 4096 x 2 = 8192 B, ring 8192 / 32e9 + 2 x 20 us = 4.0256e-5 s each,
+     * x 64 = 0.002576384 s per token on top of reading half the weights and cache:
+     * (6738415616 + 536870912 = 7275286528 B) / (0.8 x 1000 GB/s) = 0.00909410816 s. */
+    j.tensor_parallel = 2;
+    j.gpus = 2;
+    const fm_plan_row *row = plan_on_test(&m, &j, "Test PCIe 24");
+    CHECK(row && row->gpus == 2);
+    if (row) CHECK_NEAR(row->step_s, 0.00909410816 + 0.002576384, 1e-12);
+    /* So 64 PCIe cards in tensor parallel are bounded by their all-reduces (and
+     * cross the network beyond a node of 8): nowhere near 64x one card's speed. */
+    fm_plan_model l70 = preset("llama-2-70b");
+    j.tensor_parallel = 64;
+    j.gpus = 64;
+    row = plan_on_test(&l70, &j, "Test PCIe 24");
+    const fm_plan_row *one = NULL;
+    if (row) {
+        double tp64 = row->tokens_per_s;
+        fm_plan_job j8 = j;
+        j8.tensor_parallel = 8;
+        j8.gpus = 8;
+        one = plan_on_test(&l70, &j8, "Test PCIe 24");
+        CHECK(one && tp64 < one->tokens_per_s); /* 64 GPUs decode slower than 8 */
+        row = plan_on_test(&l70, &j, "Test PCIe 24");
+        int wide = 0;
+        for (int i = 0; last && i < last->nwarnings; i++) wide |= strstr(last->warnings[i], "inside a node") != NULL;
+        CHECK(wide);
+    }
+    /* Serving 10 req/s of 256 output tokens at seq 2048 (1792-token prompts) on
+     * "Test NVL 80": KV capacity = (80 GiB - (weights + workspace + logits) x 1.1 - 1 GiB) /
+     * (16 x 524288 B x 1.1) blocks, / 128 blocks per sequence; decode runs at most 256. */
+    j.tensor_parallel = 1;
+    j.gpus = 0;
+    j.requests_per_second = 10;
+    j.output_tokens = 256;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    CHECK(row && row->replicas >= 1);
+    if (row) {
+        fm_plan_memory mem;
+        fm_plan_job j1 = j;
+        j1.requests_per_second = 0;
+        fm_plan_memory_at(&m, &j1, 1, &mem, NULL);
+        double fixed = (mem.weights + mem.activations + mem.logits) * 1.1 + GIB;
+        double blocks = floor((80 * GIB - fixed) / (16 * 524288.0 * 1.1));
+        CHECK(row->kv_capacity_seqs == (int64_t)floor(blocks / 128));
+        CHECK(row->decode_batch == (row->kv_capacity_seqs < 256 ? row->kv_capacity_seqs : 256));
+        /* prefill = 1792 x (2N + 2 x 32 x 4096 x 1792) / (1000e12 x 0.5) */
+        CHECK_NEAR(row->prefill_s, 1792 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 1792) / 5e14, 1e-12);
+        CHECK(row->ttft_s == row->prefill_s);
+        double per_req = row->prefill_s + 256 * row->step_s / (double)row->decode_batch;
+        CHECK(row->replicas == (int)ceil(10 * per_req));
+    }
+    /* Absurd rates are refused; an output as long as the context too. */
+    j.requests_per_second = 1e9;
+    fm_plan_result *r = fm_plan_compute(&m, &j, tdb, NULL);
+    CHECK(r == NULL);
+    CHECK_ERR_CONTAINS("more than exist");
+    fm_plan_result_free(r);
+    j.requests_per_second = 1;
+    j.output_tokens = 4096;
+    CHECK(fm_plan_job_check(&m, &j) != FM_OK);
+    CHECK_ERR_CONTAINS("longer than llama-2-7b's context of 4096 tokens");
+    /* No fp8 on a card without it: the row is not planned, and a warning says why. */
+    fm_plan_job_defaults(&j);
+    j.precision = FM_PLAN_FP8;
+    row = plan_on(&m, &j, "A100 80GB SXM");
+    CHECK(row && row->tokens_per_s < 0);
+    int said = 0;
+    for (int i = 0; last && i < last->nwarnings; i++) said |= strstr(last->warnings[i], "no fp8 tensor cores") != NULL;
+    CHECK(said);
+}
+
 /* Hand-worked: GPT-2 124M trained in fp32 with AdamW, batch 8, seq 1024,
  * no flash attention, so Korthikanti's 34 + 5as/h applies in full. */
 static void test_train_memory(void) {
@@ -351,20 +443,78 @@ static void test_train_memory(void) {
     CHECK(fm_plan_memory_at(&m, &j, 4, &mem, NULL) == FM_OK);
     CHECK_NEAR(mem.weights, 2 * P / 4 + 2 * (double)m.largest_layer * 2, 1e-12);
 
-    /* Run time = 6N + 12Lsh per token x tokens / (peak x MFU) on one GPU. */
+    /* Time on the test database's "Test NVL 80" (1000 TF bf16, MFU 0.5,
+     * 2000 GB/s, NVLink 400 GB/s, 8 per node, 50 GB/s between nodes, $4/h),
+     * worked by hand:
+     *   FLOPs/token = 6 x 124439808 + 12 x 12 x 1024 x 768 = 746638848 + 113246208 = 859885056
+     *   compute     = 859885056 x 8192 tokens / (1e15 x 0.5) = 7044178378752 / 5e14 = 0.014088356757504 s
+     *   overhead    = 0.005 s + optimizer update (2 + 2 + 12 B read, 2 + 12 B written per param:
+     *                 30 x 124439808 = 3733194240 B) / 2000 GB/s = 0.005 + 0.00186659712 s
+     *   step        = 0.020954953877504 s; 1e9 tokens = 122070.3125 steps = 2557.98 s; $4/h -> $2.8422 */
     j.zero = 0;
     j.checkpointing = FM_PLAN_CKPT_NONE;
     j.flash_attention = 1;
-    j.tokens = 10e9;
-    const fm_plan_row *row = plan_on(&m, &j, "H100 SXM");
+    j.tokens = 1e9;
+    const fm_plan_row *row = plan_on_test(&m, &j, "Test NVL 80");
     CHECK(row && row->gpus == 1);
     if (row) {
-        double fpt = 6 * P + 12 * L * s * h;
-        CHECK_NEAR(last->flops_per_token, fpt, 1e-12);
-        CHECK_NEAR(row->run_s, 10e9 * fpt / (989e12 * 0.40), 1e-9);
-        CHECK_NEAR(row->cost[FM_PLAN_ON_DEMAND], row->run_s / 3600 * 3.50, 1e-9);
-        CHECK_NEAR(row->cost[FM_PLAN_SPOT], row->run_s / 3600 * 1.40, 1e-9);
+        CHECK_NEAR(last->flops_per_token, 859885056.0, 1e-12);
+        CHECK_NEAR(row->compute_s, 0.014088356757504, 1e-12);
+        CHECK_NEAR(row->overhead_s, 0.00686659712, 1e-12);
+        CHECK_NEAR(row->step_s, 0.020954953877504, 1e-12);
+        CHECK_NEAR(row->run_s, 1e9 / 8192 * 0.020954953877504, 1e-12);
+        CHECK_NEAR(row->cost[FM_PLAN_ON_DEMAND], 2557.9777682500 / 3600 * 4, 1e-9);
+        CHECK_NEAR(row->cost[FM_PLAN_SPOT], 2557.9777682500 / 3600 * 2, 1e-9);
     }
+    /* 8 GPUs in one node: ring all-reduce of the 2-byte gradients,
+     * 2 x 7/8 x 248879616 B / 400e9 + 2 x 7 x 10 us = 0.00108884832 + 0.00014 = 0.00122884832 s
+     * (the tree's 2 x 248879616 / 400e9 + 2 x 3 x 10 us = 0.00130439808 s is slower); it hides
+     * under the backward pass (2/3 x 0.0140884 s), so nothing is exposed. */
+    j.gpus = 8;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    CHECK(row && row->gpus == 8);
+    if (row) {
+        CHECK_NEAR(row->dp_comm_s, 0.00122884832, 1e-12);
+        CHECK(row->comm_s == 0);
+        CHECK_NEAR(row->step_s, 0.020954953877504, 1e-12);
+    }
+    /* 16 GPUs span two nodes: the same in each node, then 1/8 of the bytes
+     * (31109952 B) between the 2 nodes: ring 2 x 1/2 x 31109952 / 50e9 + 2 x 1 x 25 us
+     * = 0.00062219904 + 0.00005 s; total 0.00190104736 s. */
+    j.gpus = 16;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) CHECK_NEAR(row->dp_comm_s, 0.00190104736, 1e-12);
+    /* Tensor parallel 2 on the PCIe card (32 GB/s, 20 us a hop): 4 all-reduces per layer of
+     * b x s x h x 2 = 12582912 B: ring 12582912 / 32e9 + 2 x 20 us = 0.000433216 s each,
+     * x 12 layers x 4 = 0.020794368 s, exposed. */
+    j.gpus = 2;
+    j.tensor_parallel = 2;
+    row = plan_on_test(&m, &j, "Test PCIe 24");
+    if (row) {
+        CHECK_NEAR(row->tp_comm_s, 0.020794368, 1e-12);
+        CHECK_NEAR(row->comm_s, row->tp_comm_s, 1e-12);
+    }
+    /* A 4-stage pipeline with the default 16 micro-batches: bubble = compute x 3/16. */
+    j.tensor_parallel = 1;
+    j.gpus = 4;
+    j.pipeline_parallel = 4;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) {
+        CHECK_NEAR(row->compute_s, 859885056.0 * 8192 * 16 / (4 * 1e15 * 0.5), 1e-12);
+        CHECK_NEAR(row->pp_bubble_s, row->compute_s * 3 / 16, 1e-12);
+    }
+    /* Full recompute is counted as FLOPs: one more forward, 2N + 4Lsh. */
+    j.pipeline_parallel = 1;
+    j.gpus = 1;
+    j.checkpointing = FM_PLAN_CKPT_FULL;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) CHECK_NEAR(row->compute_s, (859885056.0 + 2 * P + 4 * L * s * h) * 8192 / 5e14, 1e-12);
+    /* fp8 runs at the fp8 peak (2000 TF) and its MFU (0.25): the same rate as bf16 here. */
+    j.checkpointing = FM_PLAN_CKPT_NONE;
+    j.precision = FM_PLAN_FP8;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) CHECK(row->peak_tflops == 2000 && row->mfu == 0.25 && fabs(row->compute_s - 0.014088356757504) < 1e-12);
+    j.precision = FM_PLAN_BF16;
     /* train without --tokens assumes Chinchilla's 20 tokens per parameter */
     j.tokens = 0;
     row = plan_on(&m, &j, "H100 SXM");
@@ -417,9 +567,12 @@ static void test_cnn(void) {
     CHECK_NEAR(mem.activations, 32 * 24e6 * 4, 1e-12);
     CHECK_NEAR(mem.weights + mem.gradients + mem.optimizer, 12 * 25557032.0, 1e-12);
     CHECK(mem.kv_cache == 0 && mem.logits == 0);
-    const fm_plan_row *row = plan_on(&m, &j, "A100 80GB SXM");
+    /* On "Test NVL 80" in fp32 (50 TF; no fp32 MFU given, so the bf16 0.5):
+     * step = 3 x 8.2e9 x 32 / (50e12 x 0.5) + 0.005 + SGD fp32 update (4 + 4 + 4 read, 4 + 4
+     * written = 20 B x 25557032 = 511140640 B / 2000e9) = 0.031488 + 0.005 + 0.00025557032 s */
+    const fm_plan_row *row = plan_on_test(&m, &j, "Test NVL 80");
     CHECK(row && row->gpus == 1);
-    if (row) CHECK_NEAR(row->run_s, 1.28e6 * 90 * 3 * 8.2e9 / (19.5e12 * 0.4), 1e-9);
+    if (row) CHECK_NEAR(row->run_s, 1.28e6 * 90 / 32 * (0.031488 + 0.005 + 0.00025557032), 1e-9);
     j.tensor_parallel = 2;
     CHECK(fm_plan_job_check(&m, &j) != FM_OK);
     CHECK_ERR_CONTAINS("splits attention heads");
@@ -755,7 +908,7 @@ static void test_render(void) {
     CHECK(o && json_is_array(json_object_get(o, "gpus")));
     CHECK(o && (int)json_array_size(json_object_get(o, "gpus")) == db->count);
     CHECK(o && json_is_string(json_object_get(json_object_get(o, "recommendation"), "cheapest")));
-    CHECK(o && json_is_number(json_object_get(json_object_get(o, "assumptions"), "mfu")));
+    CHECK(o && json_object_get(json_object_get(o, "assumptions"), "mfu"));
     json_decref(o);
     free(js);
     char *ex = fm_plan_render_explain(r);
@@ -788,12 +941,16 @@ int main(void) {
         return 1;
     }
     db = fm_plan_db_load("data/gpus.json");
+    tdb = fm_plan_db_load("tests/data/plan_gpus_test.json");
+    if (!tdb) fprintf(stderr, "loading tests/data/plan_gpus_test.json: %s\n", fm_last_error());
+    CHECK(tdb != NULL);
     if (!db) fprintf(stderr, "loading data/gpus.json: %s\n", fm_last_error());
     test_parse_count();
     test_presets();
     test_db();
-    if (db) {
+    if (db && tdb) {
         test_inference_memory();
+        test_serving();
         test_train_memory();
         test_lora_memory();
         test_cnn();
@@ -806,6 +963,7 @@ int main(void) {
     test_fathom_dirs();
     fm_plan_result_free(last);
     fm_plan_db_free(db);
+    fm_plan_db_free(tdb);
     rmdir(scratch);
     TEST_DONE();
 }

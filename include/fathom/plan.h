@@ -46,6 +46,10 @@ typedef struct fm_plan_gpu {
     double fp8_tflops;     /* dense fp8 tensor rate; < 0: no fp8 tensor cores */
     double int8_tops;      /* dense; < 0 unknown */
     double tdp_w;
+    /* Achievable model FLOPs utilization of a large, well-tuned training step,
+     * per precision (< 0: unknown), with where the figure comes from. */
+    double mfu_fp32, mfu_bf16, mfu_fp8;
+    char mfu_source[256];
     int bf16;              /* 1 if the card computes in bf16 (T4 does not) */
     char link[64];         /* interconnect name */
     int nvlink;
@@ -136,7 +140,8 @@ typedef enum fm_plan_task {
     FM_PLAN_INFERENCE = 0, FM_PLAN_FINETUNE, FM_PLAN_TRAIN, FM_PLAN_LORA, FM_PLAN_QLORA
 } fm_plan_task;
 typedef enum fm_plan_precision {
-    FM_PLAN_FP32 = 0, FM_PLAN_BF16, FM_PLAN_FP16, FM_PLAN_INT8, FM_PLAN_INT4
+    FM_PLAN_FP32 = 0, FM_PLAN_BF16, FM_PLAN_FP16, FM_PLAN_INT8, FM_PLAN_INT4,
+    FM_PLAN_FP8 /* fp8 matmuls (Transformer Engine style): training keeps bf16 weights, inference stores fp8 */
 } fm_plan_precision;
 typedef enum fm_plan_optimizer { FM_PLAN_ADAMW = 0, FM_PLAN_SGD, FM_PLAN_ADAM8BIT } fm_plan_optimizer;
 typedef enum fm_plan_ckpt { FM_PLAN_CKPT_NONE = 0, FM_PLAN_CKPT_SELECTIVE, FM_PLAN_CKPT_FULL } fm_plan_ckpt;
@@ -150,6 +155,10 @@ typedef struct fm_plan_job {
     fm_plan_ckpt checkpointing;
     int zero;                 /* ZeRO stage 0..3 */
     int tensor_parallel;
+    int pipeline_parallel;    /* stages (1: none); weights and training state split across them */
+    int micro_batches;        /* per step and pipeline (gradient accumulation); 0: 1, or 4 x stages with a pipeline */
+    int sequence_parallel;    /* 1: the norm/dropout activations are split across the tensor-parallel group too */
+    int expert_parallel;      /* mixture of experts: GPUs the experts are spread over (1: none, no all-to-all) */
     int gpus;                 /* 0: as many as needed */
     double tokens;            /* training tokens (inference: output tokens); 0: default */
     double requests_per_second;
@@ -162,7 +171,7 @@ typedef struct fm_plan_job {
     int optimizer_in_backward;/* 1: each gradient is freed right after its update */
     int offload_optimizer;    /* 1: optimizer state lives in CPU memory (paged/offloaded) */
     int chunked_loss;         /* 1: logits kept 16-bit, fp32 loss computed chunk by chunk */
-    double mfu;               /* 0: the default for the task */
+    double mfu;               /* 0: the GPU's achievable MFU from the database (per precision) */
     double decode_efficiency; /* fraction of memory bandwidth decoding reaches */
     double context_gib;       /* CUDA context + framework overhead per GPU */
     double headroom;          /* caching-allocator reserve over allocated, fraction */
@@ -209,10 +218,21 @@ typedef struct fm_plan_row {
     fm_plan_memory mem;  /* per GPU at `gpus` */
     double peak_tflops;  /* the dense rate used */
     double mfu;
-    double step_s, compute_s, comm_s;
+    double step_s, compute_s, comm_s; /* comm_s: the exposed communication (sum of the terms below, as they add to the step) */
+    double dp_comm_s;    /* data-parallel gradient all-reduce, total (overlaps the backward pass) */
+    double tp_comm_s;    /* tensor-parallel all-reduces per step (exposed), or per decode step when serving */
+    double pp_bubble_s;  /* pipeline fill and drain */
+    double moe_comm_s;   /* expert-parallel all-to-all */
+    double overhead_s;   /* fixed per-step overhead and the optimizer update */
+    /* serving */
+    int64_t kv_capacity_seqs; /* concurrent sequences whose KV cache fits (paged, 16-token blocks), per replica */
+    int64_t decode_batch;     /* sequences decoded together per replica */
+    double prefill_s;         /* one request's prompt */
+    double ttft_s;            /* time to first token (prefill at this load; queueing not modelled) */
     double run_s;        /* < 0: unknown */
     double tokens_per_s; /* training throughput, decode tokens/s, or samples/s */
     int replicas;        /* serving: replicas needed for the requested load */
+    int too_many;        /* serving: the rate needs more GPUs than exist (gpus is then 0) */
     double usd_per_hour; /* all GPUs of the row at the ranked pricing; < 0 unknown */
     double cost[FM_PLAN_PRICING_COUNT];         /* for the run; < 0 unknown */
     double cost_per_mtok[FM_PLAN_PRICING_COUNT];/* per million tokens; < 0 unknown */

@@ -29,7 +29,7 @@ static int fits_at(const fm_plan_model *m, const fm_plan_job *job, const fm_plan
 /* Smallest multiple of the tensor-parallel degree that fits. Memory per GPU
  * never grows with more GPUs, so a binary search over the multiples works. */
 static int min_gpus(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_gpu *g) {
-    int t = job->tensor_parallel, hi = 65536 / t, lo = 1;
+    int t = job->tensor_parallel * job->pipeline_parallel, hi = 65536 / t, lo = 1;
     if (!fits_at(m, job, g, hi * t, NULL)) return 0;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
@@ -37,51 +37,6 @@ static int min_gpus(const fm_plan_model *m, const fm_plan_job *job, const fm_pla
         else lo = mid + 1;
     }
     return lo * t;
-}
-
-/* Model FLOPs per token (per sample for a CNN), including recomputation. */
-static double flops_per_token(const fm_plan_model *m, const fm_plan_job *job, plan_sb *ex) {
-    double P = (double)m->params, L = (double)m->layers, h = (double)m->hidden;
-    double s = (double)plan_resolved_seq(m, job);
-    if (m->arch == FM_PLAN_ARCH_CNN) {
-        double f = m->cnn_flops_per_sample;
-        if (job->task == FM_PLAN_INFERENCE) {
-            if (ex) plan_sb_printf(ex, "  FLOPs per image (forward) = %.3g\n", f);
-            return f;
-        }
-        double mul = 3 + (job->checkpointing == FM_PLAN_CKPT_FULL ? 1 : 0);
-        if (ex) plan_sb_printf(ex, "  FLOPs per image = %.0f x forward %.3g (forward + 2x backward%s) = %.4g\n", mul, f,
-                               mul > 3 ? " + recompute" : "", mul * f);
-        return mul * f;
-    }
-    double attn = 4 * L * h * s; /* QK^T and attention x V, forward (PaLM) */
-    if (job->task == FM_PLAN_INFERENCE) {
-        double v = 2 * P + attn;
-        if (ex) plan_sb_printf(ex, "  FLOPs per token (forward) = 2N + 4*L*s*h = 2 x %.4g + 4 x %.0f x %.0f x %.0f = %.4g\n",
-                               P, L, s, h, v);
-        return v;
-    }
-    int lora = job->task == FM_PLAN_LORA || job->task == FM_PLAN_QLORA;
-    /* LoRA skips the weight-gradient GEMMs of the frozen base: 2N forward +
-     * 2N for the input gradients, instead of 6N. */
-    double v = lora ? 4 * P + 2 * attn : 6 * P + 3 * attn;
-    if (ex) {
-        if (lora) plan_sb_printf(ex, "  FLOPs per token (LoRA: no weight gradients for the base) = 4N + 8*L*s*h = %.4g\n", v);
-        else plan_sb_printf(ex, "  FLOPs per token = 6N + 12*L*s*h = 6 x %.4g + 12 x %.0f x %.0f x %.0f = %.4g\n", P, L, s, h, v);
-    }
-    if (job->checkpointing == FM_PLAN_CKPT_FULL) {
-        v += 2 * P + attn;
-        if (ex) plan_sb_printf(ex, "    + full recompute (one more forward) 2N + 4*L*s*h -> %.4g\n", v);
-    } else if (job->checkpointing == FM_PLAN_CKPT_SELECTIVE) {
-        v += attn;
-        if (ex) plan_sb_printf(ex, "    + selective recompute (attention core) 4*L*s*h -> %.4g\n", v);
-    }
-    return v;
-}
-
-static double peak_tflops(const fm_plan_gpu *g, fm_plan_precision p) {
-    /* Weight-only int8/int4 dequantize to 16 bits before the matmul. */
-    return p == FM_PLAN_FP32 ? g->fp32_tflops : g->bf16_tflops;
 }
 
 static void add_warning(fm_plan_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -125,69 +80,38 @@ static void plan_row(const fm_plan_model *m, const fm_plan_job *job, fm_plan_res
         row->fits = row->min_gpus > 0;
     }
     fm_plan_memory_at(m, job, row->gpus > 0 ? row->gpus : (job->gpus > 0 ? job->gpus : t), &row->mem, NULL);
-    row->peak_tflops = peak_tflops(g, job->precision);
-    row->mfu = plan_resolved_mfu(job);
+    row->peak_tflops = plan_peak_tflops(g, job->precision);
+    row->mfu = plan_gpu_mfu(g, job);
     row->run_s = row->step_s = row->compute_s = row->comm_s = -1;
     row->tokens_per_s = -1;
     row->usd_per_hour = -1;
     for (int k = 0; k < FM_PLAN_PRICING_COUNT; k++) row->cost[k] = row->cost_per_mtok[k] = -1;
     if (row->gpus <= 0 || row->peak_tflops <= 0) return;
 
-    double n = row->gpus, dp = (double)(row->gpus / t);
-    double rate = row->peak_tflops * 1e12 * row->mfu; /* useful FLOP/s per GPU */
-    double s = (double)plan_resolved_seq(m, job), b = (double)job->batch;
+    double n = row->gpus, s = (double)plan_resolved_seq(m, job), b = (double)job->batch;
     double fpt = r->flops_per_token;
     int decoder = m->arch == FM_PLAN_ARCH_GPT || m->arch == FM_PLAN_ARCH_LLAMA;
 
     if (plan_is_training(job->task)) {
-        double step_items = b * dp * (m->arch == FM_PLAN_ARCH_CNN ? 1 : s);
-        row->compute_s = fpt * step_items / (n * rate);
-        row->comm_s = 0;
-        if (dp > 1) {
-            /* Ring all-reduce of the gradients: 2(dp-1)/dp of their bytes cross
-             * each GPU's link; ZeRO-3 adds the weight all-gathers (1.5x). */
-            int lora = job->task == FM_PLAN_LORA || job->task == FM_PLAN_QLORA;
-            double T = lora ? plan_lora_params(m, job->lora_rank) : (double)m->params;
-            double bytes = T * (job->precision == FM_PLAN_FP32 ? 4 : 2) / t;
-            double vol = 2 * (dp - 1) / dp * bytes * (job->zero >= 3 ? 1.5 : 1);
-            row->comm_s = vol / (g->link_gbs * 1e9);
-        }
-        /* Gradient communication overlaps the backward pass, so the slower of
-         * the two sets the pace. */
-        row->step_s = row->compute_s > row->comm_s ? row->compute_s : row->comm_s;
-        row->tokens_per_s = step_items / row->step_s;
+        plan_time_training(m, job, fpt, row, NULL);
         if (r->job.tokens > 0) row->run_s = r->job.tokens / row->tokens_per_s;
     } else if (decoder) {
-        /* Per replica of t GPUs: each decode step reads all weights once and
-         * the KV cache of every sequence in the batch. */
-        double bytes = (row->mem.weights + row->mem.kv_cache) * t;
-        double bw_tps = job->decode_efficiency * t * g->bandwidth_gbs * 1e9 * b / bytes;
-        double P = (double)m->params;
-        double dec_flops = 2 * P + 4 * (double)m->layers * (double)m->hidden * s;
-        double cmp_tps = t * rate / dec_flops;
-        double tps = bw_tps < cmp_tps ? bw_tps : cmp_tps;
-        int replicas = row->gpus / t;
-        if (job->requests_per_second > 0) {
-            double out = (double)job->output_tokens;
-            double prompt = s > out ? s - out : 0;
-            double prefill_s = prompt * 2 * P / (t * rate);
-            double busy = job->requests_per_second * (out / tps + prefill_s);
-            int need = (int)ceil(busy);
-            if (need < 1) need = 1;
-            if (need > replicas) replicas = need;
-            row->gpus = replicas * t;
-            n = row->gpus;
-            row->run_s = 3600; /* a serving plan is priced per hour */
+        int ok = plan_time_serving(m, job, row, NULL);
+        if (ok <= 0) {
+            /* Nothing fits beside the weights, or the rate needs more GPUs than exist. */
+            row->too_many = ok < 0;
+            row->gpus = 0;
+            row->tokens_per_s = -1;
+            return;
         }
-        row->replicas = replicas;
-        row->tokens_per_s = tps * replicas;
-        row->step_s = b / tps; /* one decode step of the whole batch */
+        n = row->gpus;
         if (job->requests_per_second <= 0 && r->job.tokens > 0) row->run_s = r->job.tokens / row->tokens_per_s;
     } else {
         /* Encoders and CNNs: throughput is compute-bound, in samples/s. */
+        double rate = row->peak_tflops * 1e12 * row->mfu;
         double per_sample = m->arch == FM_PLAN_ARCH_CNN ? fpt : fpt * s;
         row->tokens_per_s = n * rate / per_sample;
-        row->step_s = b / (row->tokens_per_s / (n / t));
+        row->step_s = b / (row->tokens_per_s / (n / job->tensor_parallel));
         if (r->job.tokens > 0) row->run_s = r->job.tokens / row->tokens_per_s;
     }
     for (int k = 0; k < FM_PLAN_PRICING_COUNT; k++) {
@@ -220,6 +144,27 @@ static void add_warnings(const fm_plan_model *m, const fm_plan_job *job, fm_plan
     if (m->arch != FM_PLAN_ARCH_CNN && m->max_seq > 0 && plan_resolved_seq(m, job) > m->max_seq)
         add_warning(r, "--seq %lld exceeds %s's context of %lld tokens", (long long)plan_resolved_seq(m, job), m->name,
                     (long long)m->max_seq);
+    if (job->requests_per_second > 0 && job->output_tokens >= plan_resolved_seq(m, job))
+        add_warning(r, "--output-tokens %lld is not shorter than --seq %lld (the context per request): no prompt is "
+                       "planned; raise --seq to prompt + output", (long long)job->output_tokens,
+                    (long long)plan_resolved_seq(m, job));
+    plan_sb nofp8 = {0}, wide = {0}, toomany = {0};
+    int n8 = 0, nw = 0, ntm = 0;
+    for (int i = 0; i < r->nrows; i++) {
+        const fm_plan_gpu *g = r->rows[i].gpu;
+        if (job->precision == FM_PLAN_FP8 && g->fp8_tflops < 0) plan_sb_printf(&nofp8, "%s%s", n8++ ? ", " : "", g->name);
+        if (job->tensor_parallel > g->gpus_per_node) plan_sb_printf(&wide, "%s%s", nw++ ? ", " : "", g->name);
+        if (r->rows[i].too_many) plan_sb_printf(&toomany, "%s%s", ntm++ ? ", " : "", g->name);
+    }
+    char *l8 = plan_sb_take(&nofp8), *lw = plan_sb_take(&wide), *ltm = plan_sb_take(&toomany);
+    if (l8 && n8) add_warning(r, "no fp8 tensor cores on %s: not planned in fp8 (use bf16 there)", l8);
+    if (lw && nw)
+        add_warning(r, "--tensor-parallel %d spans more GPUs than one node holds on %s: its all-reduces cross the network "
+                       "between nodes, which the time includes; keep tensor parallelism inside a node", job->tensor_parallel, lw);
+    if (ltm && ntm) add_warning(r, "the rate would need more than 1e7 GPUs of %s: not planned on them", ltm);
+    free(l8);
+    free(lw);
+    free(ltm);
     if (m->arch == FM_PLAN_ARCH_CNN)
         add_warning(r, "%s: --seq does not apply; --tokens counts images and throughput is in images/s", m->name);
     if (job->precision == FM_PLAN_INT8 || job->precision == FM_PLAN_INT4 || job->task == FM_PLAN_QLORA)
@@ -305,7 +250,7 @@ fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *j
     r->model = *model;
     r->job = *job_in;
     r->job.seq = plan_resolved_seq(model, job_in);
-    r->job.mfu = plan_resolved_mfu(job_in);
+    /* job.mfu stays 0 unless given: each row takes its GPU's own figure. */
     if (r->job.task == FM_PLAN_TRAIN && r->job.tokens <= 0) {
         /* Chinchilla: about 20 tokens per parameter for a compute-optimal run. */
         r->job.tokens = 20.0 * (double)model->params;
@@ -314,7 +259,7 @@ fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *j
     r->cheapest = r->fastest = -1;
     r->requested_gpus = job_in->gpus > 0 ? job_in->gpus : job_in->tensor_parallel;
     fm_plan_memory_at(model, &r->job, r->requested_gpus, &r->mem, NULL);
-    r->flops_per_token = flops_per_token(model, &r->job, NULL);
+    r->flops_per_token = plan_flops_per_token(model, &r->job, NULL);
     r->total_flops = r->job.tokens > 0 ? r->flops_per_token * r->job.tokens : 0;
 
     r->rows = calloc((size_t)db->count, sizeof *r->rows);
@@ -366,6 +311,18 @@ fm_plan_result *fm_plan_compute(const fm_plan_model *model, const fm_plan_job *j
         r->requested_gpus = r->rows[rec].gpus;
         fm_plan_memory_at(model, &r->job, r->requested_gpus, &r->mem, NULL);
     }
+    /* A rate that needs more GPUs than exist on every card is a typo, not a plan. */
+    int too_many = 0, served = 0;
+    for (int i = 0; i < r->nrows; i++) {
+        too_many += r->rows[i].too_many;
+        served += r->rows[i].gpus > 0;
+    }
+    if (too_many && !served) {
+        fm_set_error(FM_ERR_INVALID, "--requests-per-second %g would need more than %.0e GPUs on every GPU it fits, more "
+                     "than exist; check the rate (requests per second, not per day)", r->job.requests_per_second, 1e7);
+        fm_plan_result_free(r);
+        return NULL;
+    }
     add_warnings(model, &r->job, r);
     return r;
 }
@@ -385,61 +342,39 @@ const fm_plan_row *fm_plan_result_row(const fm_plan_result *r, const char *gpu_n
     return NULL;
 }
 
-/* The time and cost formulas with numbers, for one row (plan_render.c). */
+/* The time and cost formulas with numbers, for one row (plan_render.c): the
+ * same functions that computed the row, asked to write out their terms. */
 char *plan_explain_time(const fm_plan_result *r, const fm_plan_row *row);
 char *plan_explain_time(const fm_plan_result *r, const fm_plan_row *row) {
     plan_sb sb = {0};
     const fm_plan_model *m = &r->model;
     const fm_plan_job *job = &r->job;
     plan_sb_printf(&sb, "Compute:\n");
-    flops_per_token(m, job, &sb);
+    plan_flops_per_token(m, job, &sb);
     if (row && row->gpus > 0 && row->peak_tflops > 0) {
         const fm_plan_gpu *g = row->gpu;
-        int t = job->tensor_parallel;
-        double s = (double)job->seq, b = (double)job->batch, dp = (double)(row->gpus / t);
-        plan_sb_printf(&sb, "Time on %d x %s (dense %s peak %.4g TFLOP/s, assumed MFU %.0f%%):\n", row->gpus, g->name,
-                       job->precision == FM_PLAN_FP32 ? "fp32" : "16-bit tensor", row->peak_tflops, row->mfu * 100);
+        fm_plan_row tmp = *row;
+        plan_sb_printf(&sb, "Time on %d x %s (dense %s peak %.4g TFLOP/s, MFU %.0f%%: %s):\n", row->gpus, g->name,
+                       fm_plan_precision_name(job->precision), row->peak_tflops, row->mfu * 100,
+                       job->mfu > 0 ? "given with --mfu" : g->mfu_source);
         if (plan_is_training(job->task)) {
-            int cnn = m->arch == FM_PLAN_ARCH_CNN;
-            if (cnn)
-                plan_sb_printf(&sb, "  step compute = FLOPs/image x batch x dp / (GPUs x peak x MFU)\n"
-                                    "        = %.4g x %.0f x %.0f / (%d x %.4g x %.2f) = %.4g s\n",
-                               r->flops_per_token, b, dp, row->gpus, row->peak_tflops * 1e12, row->mfu, row->compute_s);
-            else
-                plan_sb_printf(&sb, "  step compute = FLOPs/token x batch x seq x dp / (GPUs x peak x MFU)\n"
-                                    "        = %.4g x %.0f x %.0f x %.0f / (%d x %.4g x %.2f) = %.4g s\n",
-                               r->flops_per_token, b, s, dp, row->gpus, row->peak_tflops * 1e12, row->mfu, row->compute_s);
-            if (row->comm_s > 0)
-                plan_sb_printf(&sb, "  gradient all-reduce = 2(dp-1)/dp x gradient bytes / link %.0f GB/s = %.4g s; step = max(compute, all-reduce) = %.4g s\n",
-                               g->link_gbs, row->comm_s, row->step_s);
-            plan_sb_printf(&sb, "  throughput = %.4g %s/s\n", row->tokens_per_s, cnn ? "images" : "tokens");
+            plan_time_training(m, job, r->flops_per_token, &tmp, &sb);
             if (row->run_s >= 0)
                 plan_sb_printf(&sb, "  run = %s%.4g %s / %.4g per s = %.4g s = %.2f h\n",
                                r->tokens_defaulted ? "20 x params (Chinchilla, assumed) = " : "", job->tokens,
-                               cnn ? "images" : "tokens", row->tokens_per_s, row->run_s, row->run_s / 3600);
+                               m->arch == FM_PLAN_ARCH_CNN ? "images" : "tokens", row->tokens_per_s, row->run_s,
+                               row->run_s / 3600);
         } else if (m->arch == FM_PLAN_ARCH_GPT || m->arch == FM_PLAN_ARCH_LLAMA) {
-            double bytes = (row->mem.weights + row->mem.kv_cache) * t;
-            double bw = job->decode_efficiency * t * g->bandwidth_gbs * 1e9 * b / bytes;
-            double cmp = t * row->peak_tflops * 1e12 * row->mfu / (2 * (double)m->params + 4 * (double)m->layers * (double)m->hidden * s);
-            plan_sb_printf(&sb, "  decode tokens/s (memory-bound) = efficiency x bandwidth x batch / (weights + KV bytes per step)\n"
-                                "        = %.2f x %d x %.0f GB/s x %.0f / %.4g GB = %.4g tok/s\n",
-                           job->decode_efficiency, t, g->bandwidth_gbs, b, bytes / 1e9, bw);
-            plan_sb_printf(&sb, "  compute bound = tp x peak x MFU / (2N + 4*L*s*h) = %.4g tok/s; per replica = min = %.4g tok/s\n",
-                           cmp, bw < cmp ? bw : cmp);
-            if (job->requests_per_second > 0)
-                plan_sb_printf(&sb, "  serving %.4g req/s x %lld output tokens (+ prefill of %.0f prompt tokens each) needs %d replica%s = %d GPUs\n",
-                               job->requests_per_second, (long long)job->output_tokens,
-                               s > (double)job->output_tokens ? s - (double)job->output_tokens : 0, row->replicas,
-                               row->replicas > 1 ? "s" : "", row->gpus);
-            if (row->run_s >= 0)
-                plan_sb_printf(&sb, "  run = %.4g s = %.2f h\n", row->run_s, row->run_s / 3600);
+            tmp.gpus = row->gpus;
+            plan_time_serving(m, job, &tmp, &sb);
+            if (row->run_s >= 0) plan_sb_printf(&sb, "  run = %.4g s = %.2f h\n", row->run_s, row->run_s / 3600);
         } else {
             plan_sb_printf(&sb, "  throughput (compute-bound) = GPUs x peak x MFU / FLOPs per sample = %.4g samples/s\n",
                            row->tokens_per_s);
         }
         for (int k = 0; k < FM_PLAN_PRICING_COUNT; k++) {
             if (g->price[k].usd_per_hour < 0) {
-                plan_sb_printf(&sb, "  cost %s: no price in the database\n", fm_plan_pricing_name(k));
+                plan_sb_printf(&sb, "  cost %s: unpriced in the database (%s)\n", fm_plan_pricing_name(k), g->price[k].source);
                 continue;
             }
             if (row->cost[k] >= 0)

@@ -156,6 +156,21 @@ static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, cons
         return 0;
     }
 
+    json_t *mf = json_object_get(e, "mfu");
+    if (!mf || !json_is_object(mf)) {
+        *bad = mf ? "not an object in" : "missing";
+        snprintf(field, fcap, "mfu");
+        return 0;
+    }
+    static const char *const mk[] = {"fp32", "bf16", "fp8"};
+    double *md[] = {&g->mfu_fp32, &g->mfu_bf16, &g->mfu_fp8};
+    for (int i = 0; i < 3; i++) {
+        /* The 16-bit figure drives every default estimate: it must be real. */
+        if (!get_num(mf, mk[i], i != 1, i == 1, md[i], bad)) { snprintf(field, fcap, "mfu.%s", mk[i]); return 0; }
+        if (*md[i] > 1) { *bad = "above 1 (a fraction of the peak) in"; snprintf(field, fcap, "mfu.%s", mk[i]); return 0; }
+    }
+    if (!get_str(mf, "source", g->mfu_source, sizeof g->mfu_source, bad)) { snprintf(field, fcap, "mfu.source"); return 0; }
+
     json_t *pr = json_object_get(e, "prices");
     if (!pr || !json_is_object(pr)) {
         *bad = pr ? "not an object in" : "missing";

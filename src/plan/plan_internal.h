@@ -36,6 +36,10 @@ double plan_act_bytes(fm_plan_precision p);
 /* The effective defaults the job resolves to (seq, mfu). */
 int64_t plan_resolved_seq(const fm_plan_model *m, const fm_plan_job *job);
 double plan_resolved_mfu(const fm_plan_job *job);
+/* The MFU a row assumes: --mfu, else the GPU's figure for the precision. */
+double plan_gpu_mfu(const fm_plan_gpu *g, const fm_plan_job *job);
+/* Micro-batches per step: --micro-batches, else 1 (4 x stages with a pipeline). */
+int plan_micro_batches(const fm_plan_job *job);
 /* LoRA trainable parameters at the job's rank (adapters on every block linear). */
 double plan_lora_params(const fm_plan_model *m, int rank);
 int plan_is_training(fm_plan_task t);
@@ -43,6 +47,15 @@ int plan_is_training(fm_plan_task t);
  * (a mixture of experts runs experts_active of its experts' MLPs). */
 double plan_head_dim(const fm_plan_model *m);
 double plan_active_params(const fm_plan_model *m);
+/* Time (plan_time.c): the dense peak a precision runs at (< 0: none), FLOPs
+ * per token with recompute, the training step and the serving solver; each
+ * writes its terms with numbers into `ex` when given. plan_time_serving
+ * returns 1, 0 when nothing fits beside the weights, -1 when the rate needs
+ * more GPUs than exist. */
+double plan_peak_tflops(const fm_plan_gpu *g, fm_plan_precision p);
+double plan_flops_per_token(const fm_plan_model *m, const fm_plan_job *job, plan_sb *ex);
+void plan_time_training(const fm_plan_model *m, const fm_plan_job *job, double fpt, fm_plan_row *row, plan_sb *ex);
+int plan_time_serving(const fm_plan_model *m, const fm_plan_job *job, fm_plan_row *row, plan_sb *ex);
 /* A Hugging Face (or fathom GPT) config.json: dimensions, validated with
  * file:line messages (plan_hf.c). */
 fm_status plan_model_from_config(const char *path, fm_plan_model *out);

@@ -21,6 +21,8 @@ void fm_plan_job_defaults(fm_plan_job *job) {
     job->optimizer = FM_PLAN_ADAMW;
     job->checkpointing = FM_PLAN_CKPT_NONE;
     job->tensor_parallel = 1;
+    job->pipeline_parallel = 1;
+    job->expert_parallel = 1;
     job->pricing = FM_PLAN_ON_DEMAND;
     job->lora_rank = 16;
     job->flash_attention = 1;
@@ -38,6 +40,7 @@ double plan_weight_bytes(fm_plan_precision p) {
     case FM_PLAN_BF16: case FM_PLAN_FP16: return 2;
     case FM_PLAN_INT8: return 34.0 / 32.0; /* Q8_0: fp16 scale per 32 int8 weights */
     case FM_PLAN_INT4: return 18.0 / 32.0; /* Q4_0: fp16 scale per 32 4-bit weights */
+    case FM_PLAN_FP8: return 1;             /* per-tensor scales: negligible */
     }
     return 2;
 }
@@ -52,10 +55,25 @@ int64_t plan_resolved_seq(const fm_plan_model *m, const fm_plan_job *job) {
 
 double plan_resolved_mfu(const fm_plan_job *job) {
     if (job->mfu > 0) return job->mfu;
-    /* FACTS: 30-50% for large multi-GPU runs. QLoRA pays for dequantizing the
-     * base weights on every matmul, so it is assumed lower. */
+    /* Without a GPU (the summary line): FACTS' 30-50% for large multi-GPU runs.
+     * Rows use the GPU's own figure (plan_gpu_mfu). */
     if (job->task == FM_PLAN_QLORA) return 0.30;
     return 0.40;
+}
+
+double plan_gpu_mfu(const fm_plan_gpu *g, const fm_plan_job *job) {
+    if (job->mfu > 0) return job->mfu;
+    double v = job->precision == FM_PLAN_FP32 ? g->mfu_fp32 : job->precision == FM_PLAN_FP8 ? g->mfu_fp8 : g->mfu_bf16;
+    if (!(v > 0)) v = g->mfu_bf16;
+    /* QLoRA dequantizes its 4-bit base for every matmul: three quarters of the
+     * 16-bit figure (the old flat 0.30 against 0.40). */
+    if (job->task == FM_PLAN_QLORA) v *= 0.75;
+    return v;
+}
+
+int plan_micro_batches(const fm_plan_job *job) {
+    if (job->micro_batches > 0) return job->micro_batches;
+    return job->pipeline_parallel > 1 ? 4 * job->pipeline_parallel : 1;
 }
 
 double plan_lora_params(const fm_plan_model *m, int rank) {
@@ -71,7 +89,25 @@ double plan_lora_params(const fm_plan_model *m, int rank) {
 
 fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
     if ((unsigned)job->task > FM_PLAN_QLORA) return fm_set_error(FM_ERR_INVALID, "unknown task");
-    if ((unsigned)job->precision > FM_PLAN_INT4) return fm_set_error(FM_ERR_INVALID, "unknown precision");
+    if ((unsigned)job->precision > FM_PLAN_FP8) return fm_set_error(FM_ERR_INVALID, "unknown precision");
+    if (job->pipeline_parallel < 1 || job->pipeline_parallel > 1024)
+        return fm_set_error(FM_ERR_INVALID, "--pipeline-parallel %d is out of range (1..1024)", job->pipeline_parallel);
+    if (job->micro_batches < 0 || job->micro_batches > 100000)
+        return fm_set_error(FM_ERR_INVALID, "--micro-batches %d is out of range (1..100000)", job->micro_batches);
+    if (job->expert_parallel < 1 || job->expert_parallel > 4096)
+        return fm_set_error(FM_ERR_INVALID, "--expert-parallel %d is out of range (1..4096)", job->expert_parallel);
+    if (job->pipeline_parallel > 1 && (!plan_is_training(job->task) || m->layers < job->pipeline_parallel ||
+                                       m->arch == FM_PLAN_ARCH_CNN))
+        return fm_set_error(FM_ERR_INVALID, "--pipeline-parallel %d needs a training task and at least as many layers "
+                            "(%s has %lld)", job->pipeline_parallel, m->name, (long long)m->layers);
+    if (job->expert_parallel > 1 && (m->experts <= 1 || m->experts % job->expert_parallel))
+        return fm_set_error(FM_ERR_INVALID, "--expert-parallel %d must divide the experts of a mixture-of-experts model "
+                            "(%s has %lld)", job->expert_parallel, m->name, (long long)(m->experts > 1 ? m->experts : 0));
+    if (job->sequence_parallel && job->tensor_parallel < 2)
+        return fm_set_error(FM_ERR_INVALID, "--sequence-parallel splits activations across the tensor-parallel group: "
+                            "add --tensor-parallel N (N >= 2)");
+    if (job->precision == FM_PLAN_FP8 && (job->task == FM_PLAN_QLORA))
+        return fm_set_error(FM_ERR_INVALID, "qlora keeps a 4-bit base; fp8 does not apply (use --precision bf16)");
     if (job->batch < 1 || job->batch > 1000000)
         return fm_set_error(FM_ERR_INVALID, "--batch %lld is out of range (1..1000000)", (long long)job->batch);
     if (job->seq < 0 || job->seq > 10000000)
@@ -99,6 +135,12 @@ fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
     int t = job->tensor_parallel;
     if (job->gpus > 0 && job->gpus % t)
         return fm_set_error(FM_ERR_INVALID, "--gpus %d is not a multiple of --tensor-parallel %d", job->gpus, t);
+    if (job->gpus > 0 && job->gpus % (t * job->pipeline_parallel))
+        return fm_set_error(FM_ERR_INVALID, "--gpus %d is not a multiple of --tensor-parallel %d x --pipeline-parallel %d",
+                            job->gpus, t, job->pipeline_parallel);
+    if (job->output_tokens > 0 && m->max_seq > 0 && m->arch != FM_PLAN_ARCH_CNN && job->output_tokens >= m->max_seq)
+        return fm_set_error(FM_ERR_INVALID, "--output-tokens %lld is longer than %s's context of %lld tokens: no prompt "
+                            "would fit", (long long)job->output_tokens, m->name, (long long)m->max_seq);
     if (t > 1) {
         if (m->arch == FM_PLAN_ARCH_CNN)
             return fm_set_error(FM_ERR_INVALID, "tensor parallelism splits attention heads; %s has none", m->name);
@@ -145,12 +187,12 @@ static double gib(double bytes) { return bytes / FM_GIB; }
  * bitsandbytes, torchtune and llama.cpp's defaults. */
 static double stored_weights(const fm_plan_model *m, fm_plan_precision p, plan_sb *ex, const char *what) {
     double P = (double)m->params, E = (double)m->embed_params, B = P - E;
-    if (p == FM_PLAN_INT8 || p == FM_PLAN_INT4) {
+    if (p == FM_PLAN_INT8 || p == FM_PLAN_INT4 || p == FM_PLAN_FP8) {
         double wb = plan_weight_bytes(p), v = B * wb + E * 2;
         if (ex)
             plan_sb_printf(ex, "  %s = block params x %s bytes + embedding/head params x 2 B\n"
                                "        = %.4g x %.4f + %.4g x 2 = %.3f GiB\n",
-                           what, p == FM_PLAN_INT8 ? "1.0625 (Q8_0: 34 B per 32)" : "0.5625 (Q4_0: 18 B per 32)", B, wb,
+                           what, p == FM_PLAN_INT8 ? "1.0625 (Q8_0: 34 B per 32)" : p == FM_PLAN_FP8 ? "1 (fp8)" : "0.5625 (Q4_0: 18 B per 32)", B, wb,
                            E, gib(v));
         return v;
     }
@@ -163,8 +205,9 @@ static double stored_weights(const fm_plan_model *m, fm_plan_precision p, plan_s
 /* Korthikanti et al. 2022: activation bytes of one transformer layer at 16 bits,
  * s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tensor-parallel degree t (34 + 5as/h at
  * t = 1). Flash attention or selective recompute drops the s^2 term. */
-static double korthikanti_layer(double s, double b, double h, double a, double t, int drop_scores) {
-    double coef = 10 + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t));
+static double korthikanti_layer(double s, double b, double h, double a, double t, int drop_scores, int sp) {
+    /* Sequence parallelism splits the 10sbh of norms and dropouts t ways too. */
+    double coef = (sp ? 10 / t : 10) + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t));
     return s * b * h * coef;
 }
 
@@ -172,7 +215,9 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
     memset(o, 0, sizeof *o);
     int t = job->tensor_parallel;
     if (gpus < t) gpus = t;
-    double dp = (double)(gpus / t);
+    int pp = job->pipeline_parallel > 0 ? job->pipeline_parallel : 1;
+    double dp = (double)(gpus / (t * pp));
+    if (dp < 1) dp = 1;
     double s = (double)plan_resolved_seq(m, job), b = (double)job->batch;
     double L = (double)m->layers, h = (double)m->hidden, a = (double)m->heads, V = (double)m->vocab;
     double P = (double)m->params;
@@ -255,9 +300,12 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
             plan_sb_printf(ex, "  optimizer = %.4g x (%s%.0f B %s) = %.3f GiB\n", T, master ? "4 B fp32 master + " : "", state,
                            sname, gib(opt));
         }
-        /* Tensor parallelism splits every weight matrix t ways. */
-        w /= t; g /= t; opt /= t;
-        if (ex && t > 1) plan_sb_printf(ex, "  all three / tensor-parallel %d\n", t);
+        /* Tensor parallelism splits every weight matrix t ways, a pipeline the
+         * layers pp ways. With 1F1B the first stage holds pp micro-batches of
+         * its L/pp layers: the activations of all L layers for one micro-batch,
+         * as without a pipeline (Korthikanti et al.), so they are not divided. */
+        w /= t * pp; g /= t * pp; opt /= t * pp;
+        if (ex && t * pp > 1) plan_sb_printf(ex, "  all three / (tensor-parallel %d x pipeline stages %d)\n", t, pp);
         if (job->optimizer_in_backward) {
             /* Each gradient is applied and freed as soon as it is produced, so
              * only the largest layer's gradient is ever alive. */
@@ -304,7 +352,7 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
             o->activations = act;
         } else {
             int drop = job->flash_attention || job->checkpointing != FM_PLAN_CKPT_NONE;
-            double layer = korthikanti_layer(s, b, h, a, t, drop) * ab / 2;
+            double layer = korthikanti_layer(s, b, h, a, t, drop, job->sequence_parallel) * ab / 2;
             double act;
             if (job->checkpointing == FM_PLAN_CKPT_FULL) {
                 /* Each layer's input (2sbh at 16 bits) is kept; one layer is

@@ -107,8 +107,10 @@ static void memory_block(plan_sb *sb, const fm_plan_result *r) {
 
 static void assumptions(plan_sb *sb, const fm_plan_result *r) {
     const fm_plan_job *j = &r->job;
-    plan_sb_printf(sb, "Assumptions: MFU %.0f%% of the dense %s peak (printed per GPU below)", j->mfu * 100,
-                   j->precision == FM_PLAN_FP32 ? "fp32" : "16-bit tensor");
+    const char *peak = j->precision == FM_PLAN_FP32 ? "fp32" : j->precision == FM_PLAN_FP8 ? "fp8 tensor" : "16-bit tensor";
+    if (j->mfu > 0) plan_sb_printf(sb, "Assumptions: MFU %.0f%% of the dense %s peak (--mfu)", j->mfu * 100, peak);
+    else plan_sb_printf(sb, "Assumptions: each GPU's achievable MFU of the dense %s peak from the database (its source: "
+                            "--explain)", peak);
     if (j->task == FM_PLAN_INFERENCE && (r->model.arch == FM_PLAN_ARCH_GPT || r->model.arch == FM_PLAN_ARCH_LLAMA))
         plan_sb_printf(sb, "; decoding reaches %.0f%% of memory bandwidth", j->decode_efficiency * 100);
     plan_sb_printf(sb, "; flash attention %s; prices dated %s.\n", j->flash_attention ? "on" : "off",
@@ -270,7 +272,7 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(root, "job", job);
 
     json_t *as = json_object();
-    json_object_set_new(as, "mfu", json_real(j->mfu));
+    json_object_set_new(as, "mfu", j->mfu > 0 ? json_real(j->mfu) : json_string("per GPU (gpus[].mfu)"));
     json_object_set_new(as, "decode_efficiency", json_real(j->decode_efficiency));
     json_object_set_new(as, "context_gib", json_real(j->context_gib));
     json_object_set_new(as, "allocator_headroom", json_real(j->headroom));

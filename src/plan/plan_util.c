@@ -110,7 +110,7 @@ void plan_suggest(plan_sb *sb, const char *wanted, const char *const *names, int
 }
 
 static const char *const task_names[] = {"inference", "finetune", "train", "lora", "qlora"};
-static const char *const prec_names[] = {"fp32", "bf16", "fp16", "int8", "int4"};
+static const char *const prec_names[] = {"fp32", "bf16", "fp16", "int8", "int4", "fp8"};
 static const char *const opt_names[] = {"adamw", "sgd", "adam8bit"};
 static const char *const ckpt_names[] = {"none", "selective", "full"};
 static const char *const pricing_names[] = {"on-demand", "spot", "reserved"};
@@ -123,12 +123,12 @@ static int parse_in(const char *s, const char *const *names, int n) {
 }
 
 const char *fm_plan_task_name(fm_plan_task t) { return (unsigned)t < 5 ? task_names[t] : "?"; }
-const char *fm_plan_precision_name(fm_plan_precision p) { return (unsigned)p < 5 ? prec_names[p] : "?"; }
+const char *fm_plan_precision_name(fm_plan_precision p) { return (unsigned)p < 6 ? prec_names[p] : "?"; }
 const char *fm_plan_optimizer_name(fm_plan_optimizer o) { return (unsigned)o < 3 ? opt_names[o] : "?"; }
 const char *fm_plan_ckpt_name(fm_plan_ckpt c) { return (unsigned)c < 3 ? ckpt_names[c] : "?"; }
 const char *fm_plan_pricing_name(fm_plan_pricing p) { return (unsigned)p < 3 ? pricing_names[p] : "?"; }
 int fm_plan_task_parse(const char *s) { return parse_in(s, task_names, 5); }
-int fm_plan_precision_parse(const char *s) { return parse_in(s, prec_names, 5); }
+int fm_plan_precision_parse(const char *s) { return parse_in(s, prec_names, 6); }
 int fm_plan_optimizer_parse(const char *s) { return parse_in(s, opt_names, 3); }
 int fm_plan_ckpt_parse(const char *s) { return parse_in(s, ckpt_names, 3); }
 int fm_plan_pricing_parse(const char *s) {
