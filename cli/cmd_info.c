@@ -1,27 +1,82 @@
-/* `fathom info`: version, build options, CPU features, BLAS and its threads,
- * CUDA toolkit/driver/devices (or exactly why there are none). */
-#include <cblas.h>
+/* `fathom info`: version, build options, the CPU (model, features, the ISA each
+ * kernel family uses), the GEMM provider with its kernels and threads, CUDA
+ * toolkit/driver/devices (or exactly why there are none). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/kernel_isa.h"
+#include "backend/cpu/openblas_load.h"
 #include "commands.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "fathom/fathom.h"
 
-/* OpenBLAS extensions (declared in its cblas.h on Debian; repeated for other CBLAS headers) */
-extern char *openblas_get_config(void);
-extern int openblas_get_num_threads(void);
+/* the features worth naming, in order */
+#define FEATURES(X)                                                                                        \
+    X(avx) X(avx2) X(fma) X(f16c) X(avx512f) X(avx512dq) X(avx512cd) X(avx512bw) X(avx512vl) X(avx512vbmi) \
+    X(avx512ifma) X(avx512_vnni) X(avx512_bf16) X(avx512_fp16) X(avx_vnni) X(amx_tile) X(amx_bf16) X(amx_int8)
+
+static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp) {
+    printf("cpu:   %s\n       ", f->model[0] ? f->model : "(no model name)");
+#define PRINT_FEATURE(x) if (f->x) printf("%s ", #x);
+    FEATURES(PRINT_FEATURE)
+#undef PRINT_FEATURE
+    if (f->amx_tile) printf("(amx tile data %s)", f->amx_usable ? "granted by the OS" : "NOT granted by the OS");
+    printf("\n       kernels at %s (highest here: %s; FATHOM_ISA), %d threads (FATHOM_NUM_THREADS)\n",
+           fm_isa_name(fm_cpu_isa()), fm_isa_name(fm_isa_max_for(f)), fm_num_threads());
+    int nfam;
+    const fm_kernel_family *fam = fm_kernel_families(&nfam);
+    for (int i = 0; i < nfam; i++) printf("       %-36s %s\n", fam[i].name, fm_isa_name(fm_kernel_family_isa(&fam[i])));
+    if (gp->loaded)
+        printf("gemm:  OpenBLAS (%s), %s kernels, %d OpenBLAS thread%s (%s; FATHOM_GEMM_THREADS)\n       %s\n",
+               gp->library, gp->core, gp->threads, gp->threads == 1 ? "" : "s",
+               gp->threads == 1 ? "fathom's pool splits each GEMM" : "OpenBLAS's own threads", gp->config);
+    else
+        printf("gemm:  fathom's portable loops (no OpenBLAS)\n");
+    if (gp->note[0]) printf("       note: %s\n", gp->note);
+}
+
+static json_t *cpu_json(const fm_cpu_features *f) {
+    json_t *cpu = json_object();
+    json_object_set_new(cpu, "model", json_string(f->model));
+#define JSON_FEATURE(x) json_object_set_new(cpu, #x, json_boolean(f->x));
+    FEATURES(JSON_FEATURE)
+#undef JSON_FEATURE
+    json_object_set_new(cpu, "amx_usable", json_boolean(f->amx_usable));
+    json_object_set_new(cpu, "isa", json_string(fm_isa_name(fm_cpu_isa())));
+    json_object_set_new(cpu, "isa_max", json_string(fm_isa_name(fm_isa_max_for(f))));
+    json_object_set_new(cpu, "simd_kernels", json_string(fm_isa_name(fm_cpu_isa())));
+    json_t *kern = json_object();
+    int nfam;
+    const fm_kernel_family *fam = fm_kernel_families(&nfam);
+    for (int i = 0; i < nfam; i++) json_object_set_new(kern, fam[i].name, json_string(fm_isa_name(fm_kernel_family_isa(&fam[i]))));
+    json_object_set_new(cpu, "kernels", kern);
+    json_object_set_new(cpu, "threads", json_integer(fm_num_threads()));
+    return cpu;
+}
+
+static json_t *gemm_json(const fm_gemm_provider_info *gp) {
+    json_t *b = json_object();
+    json_object_set_new(b, "provider", json_string(gp->loaded ? "openblas" : "portable"));
+    json_object_set_new(b, "library", json_string(gp->library));
+    json_object_set_new(b, "core", json_string(gp->core));
+    json_object_set_new(b, "config", json_string(gp->config));
+    json_object_set_new(b, "threads", json_integer(gp->threads));
+    json_object_set_new(b, "note", json_string(gp->note));
+    return b;
+}
 
 int fm_cmd_info(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fathom info [--json]\n\nPrints the version, build options, detected CPU features, the BLAS\n"
-                   "library and its thread count, and the CUDA toolkit, driver and devices (or why none).\n");
+            printf("usage: fathom info [--json]\n\nPrints the version, build options, the CPU model and features, the\n"
+                   "instruction set each kernel family uses, the GEMM provider with its kernels and threads, and\n"
+                   "the CUDA toolkit, driver and devices (or why none).\n");
             return 0;
         } else {
             fm_cli_error("info: unknown option '%s' (try --help)", argv[i]);
@@ -33,28 +88,17 @@ int fm_cmd_info(int argc, char **argv) {
     fm_get_build_info(&bi);
     fm_cuda_info ci;
     fm_cuda_query(&ci);
-    const char *blas = openblas_get_config();
-    int blas_threads = openblas_get_num_threads();
+    fm_cpu_gemm_init(); /* the thread setting GEMMs run with */
+    fm_gemm_provider_info gp;
+    fm_gemm_provider_info_get(&gp);
     if (json) {
         json_t *o = json_object();
         json_object_set_new(o, "version", json_string(bi.version));
         json_object_set_new(o, "build_type", json_string(bi.build_type));
         json_object_set_new(o, "sanitized", json_boolean(bi.sanitized));
         json_object_set_new(o, "cuda_built", json_boolean(bi.cuda_built));
-        json_t *cpu = json_object();
-        json_object_set_new(cpu, "avx", json_boolean(f->avx));
-        json_object_set_new(cpu, "avx2", json_boolean(f->avx2));
-        json_object_set_new(cpu, "fma", json_boolean(f->fma));
-        json_object_set_new(cpu, "f16c", json_boolean(f->f16c));
-        json_object_set_new(cpu, "avx512f", json_boolean(f->avx512f));
-        json_object_set_new(cpu, "avx_vnni", json_boolean(f->avx_vnni));
-        json_object_set_new(cpu, "simd_kernels", json_string(fm_cpu_use_avx2() ? "avx2" : "scalar"));
-        json_object_set_new(cpu, "threads", json_integer(fm_num_threads()));
-        json_object_set_new(o, "cpu", cpu);
-        json_t *b = json_object();
-        json_object_set_new(b, "library", json_string(blas ? blas : "unknown"));
-        json_object_set_new(b, "threads", json_integer(blas_threads));
-        json_object_set_new(o, "blas", b);
+        json_object_set_new(o, "cpu", cpu_json(f));
+        json_object_set_new(o, "gemm", gemm_json(&gp));
         json_t *cu = json_object();
         json_object_set_new(cu, "available", json_boolean(ci.n_devices > 0));
         json_object_set_new(cu, "reason", json_string(ci.reason));
@@ -79,10 +123,7 @@ int fm_cmd_info(int argc, char **argv) {
         json_decref(o);
     } else {
         printf("fathom %s (%s build%s)\n", bi.version, bi.build_type, bi.sanitized ? ", sanitizers" : "");
-        printf("cpu:   %s%s%s%s%s%s -> %s kernels, %d threads (FATHOM_NUM_THREADS)\n", f->avx ? "avx " : "",
-               f->avx2 ? "avx2 " : "", f->fma ? "fma " : "", f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "",
-               f->avx_vnni ? "avx-vnni " : "", fm_cpu_use_avx2() ? "avx2" : "scalar", fm_num_threads());
-        printf("blas:  %s, %d threads\n", blas ? blas : "unknown", blas_threads);
+        print_text(f, &gp);
         printf("cuda:  %s\n", bi.cuda_built ? "built in" : "not built (no CUDA toolkit at build time)");
         if (ci.n_devices == 0) printf("       no usable device: %s\n", ci.reason);
         if (ci.runtime_version) printf("       runtime %d, driver %d\n", ci.runtime_version, ci.driver_version);

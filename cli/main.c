@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "core/cpu_features.h"
 
 typedef int (*cmd_fn)(int, char **);
 struct command { const char *name; cmd_fn fn; const char *help; };
@@ -59,6 +60,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) { printf("fathom %s\n", "0.1.0"); return 0; }
+    char isa_msg[256];
+    if (!fm_isa_check(isa_msg, sizeof isa_msg)) { /* before any work: a forced level the CPU lacks */
+        fm_cli_error("%s", isa_msg);
+        return 2;
+    }
     for (int i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
         if (!cmds[i].fn) {

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 flags=""
 grep -q "FATHOM_SANITIZE:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null && flags="-fsanitize=address,undefined"
 cc -std=c11 $flags -I"$src/include" -o "$tmp/tiny" "$src/examples/tiny.c" "$build/libfathom.a" \
-   $(pkg-config --libs openblas jansson inih zlib) $(pkg-config --libs libpng 2>/dev/null || true) -lpthread -lm
+   $(pkg-config --libs jansson inih zlib) $(pkg-config --libs libpng 2>/dev/null || true) -lpthread -lm -ldl
 "$tmp/tiny" | tee "$tmp/out"
 first=$(awk '/^step/ {print $4; exit}' "$tmp/out")
 last=$(awk '/^step/ {v=$4} END {print v}' "$tmp/out")

@@ -1,10 +1,40 @@
-/* Run-time CPU feature detection: AVX2/FMA/F16C kernels are entered only when
- * the CPU reports them (and FATHOM_DISABLE_SIMD is unset). */
+/* Run-time CPU feature detection (cpuid + xgetbv; other architectures report
+ * none) and the ISA level the CPU kernels use: the highest level the CPU has,
+ * or a lower one forced with FATHOM_ISA=scalar|avx2|avx512 (so that tests can
+ * run every path the machine supports). */
 #ifndef FATHOM_CPU_FEATURES_H
 #define FATHOM_CPU_FEATURES_H
 #include <stdbool.h>
-typedef struct fm_cpu_features { bool avx, avx2, fma, f16c, avx512f, avx512bw, avx_vnni; } fm_cpu_features;
+#include <stddef.h>
+
+typedef struct fm_cpu_features {
+    char model[64]; /* cpuid brand string, "" where the CPU has none */
+    bool avx, avx2, fma, f16c;
+    bool avx512f, avx512dq, avx512cd, avx512bw, avx512vl, avx512vbmi, avx512ifma;
+    bool avx512_vnni, avx512_bf16, avx512_fp16, avx_vnni;
+    bool amx_tile, amx_bf16, amx_int8;
+    bool amx_usable; /* the OS enables tile state and granted this process the tile data (Linux arch_prctl) */
+} fm_cpu_features;
+
+/* Levels of the CPU kernels, lowest first. Each needs all features of the one below. */
+typedef enum fm_isa { FM_ISA_SCALAR, FM_ISA_AVX2, FM_ISA_AVX512, FM_ISA_COUNT } fm_isa;
+
 const fm_cpu_features *fm_cpu_get_features(void);
-/* AVX2 + FMA + F16C all present and SIMD not disabled. */
+/* "scalar", "avx2", "avx512" */
+const char *fm_isa_name(fm_isa isa);
+/* The highest level a feature set allows: avx2 = AVX2+FMA+F16C; avx512 = that +
+ * AVX-512 F/DQ/BW/VL. Pure: the tests feed it made-up feature sets. */
+fm_isa fm_isa_max_for(const fm_cpu_features *f);
+/* Picks the level for a FATHOM_ISA value (NULL or "" = the highest, max). Returns
+ * false if the value names no level or one above max; then msg (if non-NULL)
+ * says why and lists the levels this CPU has. Pure, for the tests. */
+bool fm_isa_choose(const char *env, fm_isa max, fm_isa *out, char *msg, size_t msg_len);
+/* The level in use: FATHOM_ISA if valid, else the highest (a bad FATHOM_ISA is
+ * announced once on stderr; the CLI refuses it before any work, fm_isa_check). */
+fm_isa fm_cpu_isa(void);
+/* False with the message in msg if FATHOM_ISA is set to something unusable here. */
+bool fm_isa_check(char *msg, size_t msg_len);
+/* Shorthands for the kernels: level >= avx2 / avx512. */
 bool fm_cpu_use_avx2(void);
+bool fm_cpu_use_avx512(void);
 #endif

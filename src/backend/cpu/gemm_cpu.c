@@ -14,7 +14,6 @@
  * full, so the split goes along N when A (M x K) is the smaller operand and
  * along M otherwise. Each element of C is still one dot product over K in
  * OpenBLAS's K blocking, so the result does not depend on the thread count. */
-#include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -22,16 +21,19 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemv_avx2.h"
+#include "backend/cpu/openblas_load.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_blas_threads;
+static const fm_openblas_fns *g_blas; /* NULL: the portable loops */
 
 static void choose_driver(void) {
+    g_blas = fm_openblas();
     const char *e = getenv("FATHOM_GEMM_THREADS");
-    g_blas_threads = e && !strcmp(e, "openblas");
-    if (!g_blas_threads) openblas_set_num_threads(1);
+    g_blas_threads = g_blas && e && !strcmp(e, "openblas");
+    if (g_blas && !g_blas_threads) g_blas->set_num_threads(1);
 }
 
 void fm_cpu_gemm_init(void) { pthread_once(&g_once, choose_driver); }
@@ -47,16 +49,24 @@ static void fill_bias(const fm_cpu_gemm_args *g, const void *bias, int64_t i0, i
 }
 
 static void gemm_block(const fm_cpu_gemm_args *g, const void *bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    int ta = g->ta ? FM_CBLAS_TRANS : FM_CBLAS_NO_TRANS, tb = g->tb ? FM_CBLAS_TRANS : FM_CBLAS_NO_TRANS;
     int64_t aoff = g->ta ? i0 : i0 * g->lda, boff = g->tb ? j0 * g->ldb : j0, coff = i0 * g->ldc + j0;
     double beta = g->beta;
     if (bias) { fill_bias(g, bias, i0, i1, j0, j1); beta = 1.0; }
-    if (g->dt == FM_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0f, (const float *)g->A + aoff,
+    if (!g_blas && g->dt == FM_F32)
+        fm_gemm_portable_f32(g->ta, g->tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, (const float *)g->A + aoff,
+                             (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)beta, (float *)g->C + coff,
+                             (int)g->ldc);
+    else if (!g_blas)
+        fm_gemm_portable_f64(g->ta, g->tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, (const double *)g->A + aoff,
+                             (int)g->lda, (const double *)g->B + boff, (int)g->ldb, beta, (double *)g->C + coff,
+                             (int)g->ldc);
+    else if (g->dt == FM_F32)
+        g_blas->sgemm(FM_CBLAS_ROW_MAJOR, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0f, (const float *)g->A + aoff,
                     (int)g->lda, (const float *)g->B + boff, (int)g->ldb, (float)beta, (float *)g->C + coff,
                     (int)g->ldc);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0, (const double *)g->A + aoff,
+        g_blas->dgemm(FM_CBLAS_ROW_MAJOR, ta, tb, (int)(i1 - i0), (int)(j1 - j0), (int)g->K, 1.0, (const double *)g->A + aoff,
                     (int)g->lda, (const double *)g->B + boff, (int)g->ldb, beta, (double *)g->C + coff,
                     (int)g->ldc);
 }
@@ -66,7 +76,7 @@ static void gemm_block(const fm_cpu_gemm_args *g, const void *bias, int64_t i0, 
 static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
     int incx = (int)(g->ta ? g->lda : 1);
     /* op(B) = B^T: B is [N, K], rows j0..j1 give those outputs; else B is [K, N], columns j0..j1 */
-    enum CBLAS_TRANSPOSE t = g->tb ? CblasNoTrans : CblasTrans;
+    int t = g->tb ? FM_CBLAS_NO_TRANS : FM_CBLAS_TRANS;
     int rows = (int)(g->tb ? j1 - j0 : g->K), cols = (int)(g->tb ? g->K : j1 - j0);
     int64_t boff = g->tb ? j0 * g->ldb : j0;
     if (g->dt == FM_F32 && g->tb && incx == 1 && fm_cpu_use_avx2()) { /* a linear's [out, in] weight */
@@ -74,11 +84,15 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
                               (float *)g->C + j0);
         return;
     }
+    if (!g_blas) {
+        gemm_block(g, NULL, 0, 1, j0, j1);
+        return;
+    }
     if (g->dt == FM_F32)
-        cblas_sgemv(CblasRowMajor, t, rows, cols, 1.0f, (const float *)g->B + boff, (int)g->ldb, (const float *)g->A,
+        g_blas->sgemv(FM_CBLAS_ROW_MAJOR, t, rows, cols, 1.0f, (const float *)g->B + boff, (int)g->ldb, (const float *)g->A,
                     incx, (float)g->beta, (float *)g->C + j0, 1);
     else
-        cblas_dgemv(CblasRowMajor, t, rows, cols, 1.0, (const double *)g->B + boff, (int)g->ldb, (const double *)g->A,
+        g_blas->dgemv(FM_CBLAS_ROW_MAJOR, t, rows, cols, 1.0, (const double *)g->B + boff, (int)g->ldb, (const double *)g->A,
                     incx, g->beta, (double *)g->C + j0, 1);
 }
 

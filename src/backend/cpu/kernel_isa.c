@@ -1,0 +1,26 @@
+/* The ISA table of the CPU kernel families (kernel_isa.h). */
+#include "backend/cpu/kernel_isa.h"
+
+static const fm_kernel_family families[] = {
+    {"elementwise+gelu", FM_ISA_AVX2},
+    {"softmax/log-softmax/cross-entropy", FM_ISA_AVX2},
+    {"layer/rms norm", FM_ISA_AVX2},
+    {"fused bias+gelu, add+norm", FM_ISA_AVX2},
+    {"attention", FM_ISA_AVX2},
+    {"conv", FM_ISA_AVX2},
+    {"gemv (one-row linear)", FM_ISA_AVX2},
+    {"dtype conversion", FM_ISA_AVX2},
+    {"reductions", FM_ISA_SCALAR},
+    {"embedding/index", FM_ISA_SCALAR},
+    {"optimizers (adamw)", FM_ISA_SCALAR},
+};
+
+const fm_kernel_family *fm_kernel_families(int *count) {
+    *count = (int)(sizeof families / sizeof families[0]);
+    return families;
+}
+
+fm_isa fm_kernel_family_isa(const fm_kernel_family *f) {
+    fm_isa now = fm_cpu_isa();
+    return now < f->top ? now : f->top;
+}

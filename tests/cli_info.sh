@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `fathom info`: the CPU, the kernel levels and the GEMM provider are named;
+# FATHOM_ISA that names no level is refused (exit 2, the levels listed);
+# a forced lower level shows in the kernel table; a missing OpenBLAS is
+# announced and falls back; the user's OPENBLAS_CORETYPE is respected.
+# Usage: bash tests/cli_info.sh <path-to-fathom-binary>
+set -euo pipefail
+bin=${1:?usage: cli_info.sh FATHOM_BIN}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "cli_info: FAIL: $*"; exit 1; }
+
+"$bin" info >"$tmp/out" 2>"$tmp/err" || fail "fathom info exited $?"
+grep -q '^cpu:' "$tmp/out" || fail "no cpu line"
+grep -q 'kernels at ' "$tmp/out" || fail "no kernel level"
+grep -q '^gemm:' "$tmp/out" || fail "no gemm line"
+
+set +e
+FATHOM_ISA=sse9 "$bin" info >"$tmp/out" 2>"$tmp/err"; rc=$?
+set -e
+[ "$rc" = 2 ] || fail "FATHOM_ISA=sse9 exited $rc, expected 2"
+grep -q "FATHOM_ISA=sse9 names no level" "$tmp/err" || fail "no clear error: $(cat "$tmp/err")"
+grep -q "levels this CPU has are: scalar" "$tmp/err" || fail "levels not listed: $(cat "$tmp/err")"
+
+FATHOM_ISA=scalar "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "FATHOM_ISA=scalar refused"
+grep -q "kernels at scalar" "$tmp/out" || fail "FATHOM_ISA=scalar not applied"
+grep -Eq "elementwise\+gelu +scalar" "$tmp/out" || fail "kernel table not at scalar"
+
+FATHOM_OPENBLAS=/nonexistent/libopenblas.so.0 "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "missing OpenBLAS crashed info"
+grep -q "portable loops" "$tmp/out" || fail "fallback not shown"
+grep -q "warning: OpenBLAS could not be loaded" "$tmp/err" || fail "fallback not announced"
+
+OPENBLAS_CORETYPE=Prescott "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
+grep -q '"core": "Prescott"' "$tmp/out" || fail "user's OPENBLAS_CORETYPE not respected"
+echo "cli_info: ok"

@@ -1,0 +1,165 @@
+/* The GEMM provider (src/backend/cpu/openblas_load.c, gemm_portable.c):
+ * - the decision about OpenBLAS's core, fed made-up cores and CPUs;
+ * - FATHOM_ISA parsing (fm_isa_choose), fed made-up levels;
+ * - fm_cpu_gemm against a double reference (every transpose, beta, bias, and
+ *   sizes that go through the thread split), whichever provider is loaded.
+ * Run modes (ctest entries): no argument: the installed OpenBLAS as loaded;
+ * "reload": OpenBLAS is first loaded with the generic Prescott core, as an old
+ * OpenBLAS does on a CPU it does not know, and fathom must replace it;
+ * "missing": FATHOM_OPENBLAS names no library, and GEMM must fall back to the
+ * portable loops. */
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/openblas_load.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+#include "test_util.h"
+
+static void test_decide(void) {
+    fm_cpu_features none = {0}, avx = {.avx = true}, avx2 = {.avx = true, .avx2 = true, .fma = true, .f16c = true};
+    fm_cpu_features skx = avx2, cpx;
+    skx.avx512f = skx.avx512dq = skx.avx512cd = skx.avx512bw = skx.avx512vl = true;
+    cpx = skx;
+    cpx.avx512_bf16 = true;
+    const char *want;
+    CHECK(fm_openblas_decide("Prescott", &skx, NULL, false, &want) == FM_OPENBLAS_RELOAD && !strcmp(want, "SkylakeX"));
+    CHECK(fm_openblas_decide("Prescott", &cpx, NULL, false, &want) == FM_OPENBLAS_RELOAD && !strcmp(want, "Cooperlake"));
+    CHECK(fm_openblas_decide("prescott", &avx2, "", false, &want) == FM_OPENBLAS_RELOAD && !strcmp(want, "Haswell"));
+    CHECK(fm_openblas_decide("Nehalem", &avx, NULL, false, &want) == FM_OPENBLAS_RELOAD && !strcmp(want, "Sandybridge"));
+    CHECK(fm_openblas_decide("Haswell", &skx, NULL, false, &want) == FM_OPENBLAS_RELOAD); /* AVX2 core, AVX-512 CPU */
+    CHECK(fm_openblas_decide("Sandybridge", &avx2, NULL, false, &want) == FM_OPENBLAS_RELOAD);
+    /* right already, or nothing better to ask for */
+    CHECK(fm_openblas_decide("SkylakeX", &skx, NULL, false, &want) == FM_OPENBLAS_KEEP);
+    CHECK(fm_openblas_decide("Cooperlake", &cpx, NULL, false, &want) == FM_OPENBLAS_KEEP);
+    CHECK(fm_openblas_decide("SkylakeX", &cpx, NULL, false, &want) == FM_OPENBLAS_KEEP); /* same vector width */
+    CHECK(fm_openblas_decide("Zen", &avx2, NULL, false, &want) == FM_OPENBLAS_KEEP);
+    CHECK(fm_openblas_decide("Prescott", &none, NULL, false, &want) == FM_OPENBLAS_KEEP && !want);
+    CHECK(fm_openblas_decide("SapphireRapids", &cpx, NULL, false, &want) == FM_OPENBLAS_KEEP);
+    CHECK(fm_openblas_decide("GraniteRapidsX", &cpx, NULL, false, &want) == FM_OPENBLAS_KEEP); /* unknown: newer */
+    CHECK(fm_openblas_decide(NULL, &cpx, NULL, false, &want) == FM_OPENBLAS_KEEP);
+    /* cannot fix: the user's own setting, or loaded before fathom */
+    CHECK(fm_openblas_decide("Prescott", &skx, "Prescott", false, &want) == FM_OPENBLAS_WARN_USER_SET);
+    CHECK(fm_openblas_decide("Prescott", &skx, NULL, true, &want) == FM_OPENBLAS_WARN_PRELOADED);
+    CHECK(fm_openblas_decide("SkylakeX", &skx, NULL, true, &want) == FM_OPENBLAS_KEEP);
+    /* the level table */
+    CHECK(fm_openblas_core_level("Prescott") == 0 && fm_openblas_core_level("Bulldozer") == 1);
+    CHECK(fm_openblas_core_level("Zen") == 2 && fm_openblas_core_level("SKYLAKEX") == 3);
+    CHECK(fm_openblas_core_level("neoversen1") == -1);
+}
+
+static void test_isa_choose(void) {
+    fm_isa isa;
+    char msg[256];
+    fm_cpu_features none = {0}, avx2 = {.avx = true, .avx2 = true, .fma = true, .f16c = true}, skx = avx2;
+    skx.avx512f = skx.avx512dq = skx.avx512bw = skx.avx512vl = true;
+    CHECK(fm_isa_max_for(&none) == FM_ISA_SCALAR && fm_isa_max_for(&avx2) == FM_ISA_AVX2);
+    CHECK(fm_isa_max_for(&skx) == FM_ISA_AVX512);
+    fm_cpu_features no_f16c = avx2;
+    no_f16c.f16c = false;
+    CHECK(fm_isa_max_for(&no_f16c) == FM_ISA_SCALAR);
+    fm_cpu_features no_vl = skx;
+    no_vl.avx512vl = false; /* Knights Landing: AVX-512 F without VL/BW/DQ */
+    CHECK(fm_isa_max_for(&no_vl) == FM_ISA_AVX2);
+    CHECK(fm_isa_choose(NULL, FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
+    CHECK(fm_isa_choose("", FM_ISA_AVX2, &isa, msg, sizeof msg) && isa == FM_ISA_AVX2);
+    CHECK(fm_isa_choose("scalar", FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_SCALAR);
+    CHECK(fm_isa_choose("avx2", FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_AVX2);
+    CHECK(fm_isa_choose("avx512", FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
+    CHECK(!fm_isa_choose("avx512", FM_ISA_AVX2, &isa, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "lacks") && strstr(msg, "scalar, avx2") && !strstr(msg, "avx2, avx512"), "%s", msg);
+    CHECK(!fm_isa_choose("sse9", FM_ISA_AVX512, &isa, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "names no level") && strstr(msg, "scalar, avx2, avx512"), "%s", msg);
+}
+
+static double frand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 40) / (double)(1ull << 24) - 0.5;
+}
+
+/* one fm_cpu_gemm(_bias) call in f32 or f64 against a double reference */
+static void check_gemm(fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double beta, bool bias) {
+    uint64_t s = (uint64_t)(M * 131 + N * 17 + K) * 2 + ta + 4 * tb;
+    size_t es = dt == FM_F32 ? 4 : 8;
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+    double *ra = malloc(sizeof(double) * (size_t)na), *rb = malloc(sizeof(double) * (size_t)nb);
+    double *rc = malloc(sizeof(double) * (size_t)nc), *rbias = malloc(sizeof(double) * (size_t)N);
+    char *a = malloc(es * (size_t)na), *b = malloc(es * (size_t)nb), *c = malloc(es * (size_t)nc);
+    char *bv = malloc(es * (size_t)N);
+#define SET(p, i, v) (dt == FM_F32 ? (void)(((float *)(p))[i] = (float)(v)) : (void)(((double *)(p))[i] = (v)))
+#define GET(p, i) (dt == FM_F32 ? (double)((float *)(p))[i] : ((double *)(p))[i])
+    for (int64_t i = 0; i < na; i++) { SET(a, i, frand(&s)); ra[i] = GET(a, i); }
+    for (int64_t i = 0; i < nb; i++) { SET(b, i, frand(&s)); rb[i] = GET(b, i); }
+    for (int64_t i = 0; i < nc; i++) { SET(c, i, frand(&s)); rc[i] = GET(c, i); }
+    for (int64_t i = 0; i < N; i++) { SET(bv, i, frand(&s)); rbias[i] = GET(bv, i); }
+    fm_cpu_gemm_args g = {dt, ta, tb, M, N, K, a, lda, b, ldb, beta, c, ldc};
+    if (bias) fm_cpu_gemm_bias(&g, bv);
+    else fm_cpu_gemm(&g);
+    double worst = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double ref = bias ? rbias[j] : beta * rc[i * ldc + j], mag = fabs(ref);
+            for (int64_t k = 0; k < K; k++) {
+                double p = (ta ? ra[k * lda + i] : ra[i * lda + k]) * (tb ? rb[j * ldb + k] : rb[k * ldb + j]);
+                ref += p;
+                mag += fabs(p);
+            }
+            double e = fabs(GET(c, i * ldc + j) - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    for (int64_t i = 0; i < M; i++) /* the padding beyond N is untouched */
+        for (int64_t j = N; j < ldc; j++) CHECK(GET(c, i * ldc + j) == rc[i * ldc + j]);
+    CHECK_MSG(worst < (dt == FM_F32 ? 1e-5 : 1e-13), "%s ta %d tb %d %lldx%lldx%lld beta %g bias %d: error %g",
+              dt == FM_F32 ? "f32" : "f64", ta, tb, (long long)M, (long long)N, (long long)K, beta, bias, worst);
+#undef SET
+#undef GET
+    free(ra); free(rb); free(rc); free(rbias); free(a); free(b); free(c); free(bv);
+}
+
+static void test_gemm(void) {
+    static const int64_t shapes[][3] = {{1, 70, 33}, {5, 3, 7}, {64, 200, 48}, {130, 70, 40}, {3, 4, 0}};
+    for (int d = 0; d < 2; d++)
+        for (int t = 0; t < 4; t++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                fm_dtype dt = d ? FM_F64 : FM_F32;
+                const int64_t *sh = shapes[s];
+                check_gemm(dt, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.0, false);
+                check_gemm(dt, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.5, false);
+                check_gemm(dt, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.0, true);
+            }
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "", *env0 = getenv("OPENBLAS_CORETYPE");
+    char before[64];
+    snprintf(before, sizeof before, "%s", env0 ? env0 : "(unset)");
+    if (!strcmp(mode, "reload")) fm_openblas_test_first_core("Prescott");
+    test_decide();
+    test_isa_choose();
+    fm_gemm_provider_info gp;
+    fm_gemm_provider_info_get(&gp);
+    fprintf(stderr, "provider: %s core '%s' note '%s'\n", gp.loaded ? gp.library : "portable", gp.core, gp.note);
+    if (!strcmp(mode, "missing")) {
+        CHECK(!gp.loaded && fm_openblas() == NULL);
+        CHECK_MSG(strstr(gp.note, "could not be loaded") && strstr(gp.note, "portable"), "%s", gp.note);
+    } else if (!strcmp(mode, "reload")) {
+        const char *want = fm_openblas_core_for(fm_cpu_get_features());
+        if (!want) {
+            fprintf(stderr, "skipped: this CPU has no core above Prescott to ask for\n");
+            return 77;
+        }
+        CHECK_MSG(gp.loaded && !strcmp(gp.core, want), "core %s, wanted %s", gp.core, want);
+        CHECK_MSG(strstr(gp.note, "Prescott") && strstr(gp.note, want), "%s", gp.note);
+        const char *env1 = getenv("OPENBLAS_CORETYPE"); /* the environment is as it was */
+        CHECK_MSG(!strcmp(before, env1 ? env1 : "(unset)"), "OPENBLAS_CORETYPE was %s, now %s", before, env1);
+    } else {
+        CHECK_MSG(gp.loaded, "%s", gp.note);
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        fm_set_num_threads(threads);
+        test_gemm();
+    }
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
