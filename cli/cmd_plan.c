@@ -133,7 +133,8 @@ static void list_presets(void) {
 static const char *const known_opts[] = {
     "--preset", "--params", "--arch", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--max-seq",
     "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
-    "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel", "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
+    "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel",
+    "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
     "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval",

@@ -300,7 +300,16 @@ static void test_inference_memory(void) {
         CHECK_NEAR(row->tokens_per_s, 0.8 * 1008e9 / (mem.weights + mem.kv_cache), 1e-9);
         /* llama.cpp measured 61 tok/s for F16 on a 4090 at 82% of the ideal */
         CHECK(row->tokens_per_s > 50 && row->tokens_per_s < 70);
-        CHECK_NEAR(row->cost_per_mtok[FM_PLAN_ON_DEMAND], 0.54 / (row->tokens_per_s * 3600) * 1e6, 1e-9);
+    }
+    /* On "Test PCIe 24" (1000 GB/s, $1/h), by hand: (13476831232 B weights + 2048 x
+     * 524288 B KV = 14550573056 B) per token at 0.8 x 1000 GB/s = 54.9806524 tok/s;
+     * $1/h / (54.98 x 3600 tok/h) x 1e6 = $5.0522823 per million tokens. */
+    row = plan_on_test(&m, &j, "Test PCIe 24");
+    CHECK(row && row->gpus == 1);
+    if (row) {
+        CHECK_NEAR(row->tokens_per_s, 54.980652440359805, 1e-12);
+        CHECK_NEAR(row->cost_per_mtok[FM_PLAN_ON_DEMAND], 5.052282311111111, 1e-12);
+        CHECK_NEAR(row->cost_per_mtok[FM_PLAN_SPOT], 5.052282311111111 * 0.4, 1e-12);
     }
     /* Serving: replicas scale with the load. */
     j.requests_per_second = 20;
@@ -443,7 +452,18 @@ static void test_train_memory(void) {
     CHECK(fm_plan_memory_at(&m, &j, 4, &mem, NULL) == FM_OK);
     CHECK_NEAR(mem.weights, 2 * P / 4 + 2 * (double)m.largest_layer * 2, 1e-12);
 
-    /* Time on the test database's "Test NVL 80" (1000 TF bf16, MFU 0.5,
+}
+
+/* Training time on the test database, worked by hand. */
+static void test_train_time(void) {
+    fm_plan_model m = preset("gpt2-124m");
+    fm_plan_job j;
+    fm_plan_job_defaults(&j);
+    j.task = FM_PLAN_TRAIN;
+    j.batch = 8;
+    j.seq = 1024;
+    double P = 124439808.0, s = 1024, h = 768, L = 12;
+    /* Time on "Test NVL 80" (1000 TF bf16, MFU 0.5,
      * 2000 GB/s, NVLink 400 GB/s, 8 per node, 50 GB/s between nodes, $4/h),
      * worked by hand:
      *   FLOPs/token = 6 x 124439808 + 12 x 12 x 1024 x 768 = 746638848 + 113246208 = 859885056
@@ -952,6 +972,7 @@ int main(void) {
         test_inference_memory();
         test_serving();
         test_train_memory();
+        test_train_time();
         test_lora_memory();
         test_cnn();
         test_rules_of_thumb();

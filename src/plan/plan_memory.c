@@ -211,6 +211,201 @@ static double korthikanti_layer(double s, double b, double h, double a, double t
     return s * b * h * coef;
 }
 
+/* What every memory term needs, computed once by memory_at. */
+typedef struct mem_ctx {
+    const fm_plan_model *m;
+    const fm_plan_job *job;
+    int t, pp, cnn, decoder;
+    double dp, s, b, L, h, a, V, P, ab, hd, kv_heads_gpu;
+} mem_ctx;
+
+/* Unpack a mem_ctx into the names the formulas use. */
+#define MEM_UNPACK(c)                                                                                        \
+    const fm_plan_model *m = (c)->m;                                                                         \
+    const fm_plan_job *job = (c)->job;                                                                       \
+    __attribute__((unused)) int t = (c)->t, pp = (c)->pp, cnn = (c)->cnn, decoder = (c)->decoder;            \
+    __attribute__((unused)) double dp = (c)->dp, s = (c)->s, b = (c)->b, L = (c)->L, h = (c)->h, a = (c)->a; \
+    __attribute__((unused)) double V = (c)->V, P = (c)->P, ab = (c)->ab, hd = (c)->hd;                       \
+    __attribute__((unused)) double kv_heads_gpu = (c)->kv_heads_gpu
+
+/* Inference: weights, KV cache, last-position logits, one layer's prefill activations. */
+static void memory_inference(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) {
+    MEM_UNPACK(c);
+    o->weights = stored_weights(m, job->precision, ex, "weights") / t;
+    if (ex && t > 1) plan_sb_printf(ex, "        / tensor-parallel %d = %.3f GiB\n", t, gib(o->weights));
+    if (decoder) {
+        double kvb = 2 * L * kv_heads_gpu * hd * s * b * ab;
+        o->kv_cache = kvb;
+        if (ex)
+            plan_sb_printf(ex, "  KV cache = 2 x layers x kv_heads/GPU x head_dim x seq x batch x %.0f B\n"
+                               "        = 2 x %.0f x %.4g x %.0f x %.0f x %.0f x %.0f = %.3f GiB (%.0f KiB per token)\n",
+                           ab, L, kv_heads_gpu, hd, s, b, ab, gib(kvb), 2 * L * kv_heads_gpu * hd * ab / 1024);
+        o->logits = b * V * 4;
+        if (ex) plan_sb_printf(ex, "  logits = batch x vocab x 4 B (last position, fp32) = %.0f x %.0f x 4 = %.3f GiB\n",
+                               b, V, gib(o->logits));
+    }
+    if (cnn) {
+        o->activations = b * m->cnn_infer_elems * ab;
+        if (ex) plan_sb_printf(ex, "  activations = batch x %.3g live elements (three largest feature maps) x %.0f B = %.3f GiB\n",
+                               m->cnn_infer_elems, ab, gib(o->activations));
+    } else {
+        /* One layer at a time is live while prefilling: residual, norm output,
+         * q/k/v, attention output and the MLP's hidden activations. */
+        double kvd = (double)m->kv_heads * hd, f = (double)m->ffn;
+        double per_tok = 2 * h + (h + 2 * kvd) + h + 2 * f;
+        double act = s * b * per_tok * ab / t;
+        double scores = job->flash_attention ? 0 : 2 * a * s * s * b * ab / t;
+        o->activations = act + scores;
+        if (ex) {
+            plan_sb_printf(ex, "  activations (prefill, one layer live) = seq x batch x (2h + h + 2kv_dim + h + 2ffn) x %.0f B / tp\n"
+                               "        = %.0f x %.0f x %.0f x %.0f / %d = %.3f GiB\n",
+                           ab, s, b, per_tok, ab, t, gib(act));
+            if (scores > 0)
+                plan_sb_printf(ex, "    + attention scores (no flash attention) 2 x heads x seq^2 x batch x %.0f B / tp = %.3f GiB\n",
+                               ab, gib(scores));
+        }
+    }
+}
+
+/* Training state: weights, gradients, optimizer state (LoRA, QLoRA, ZeRO, offload). */
+static void memory_train_state(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) {
+    MEM_UNPACK(c);
+    int lora = job->task == FM_PLAN_LORA || job->task == FM_PLAN_QLORA;
+    int fp32 = job->precision == FM_PLAN_FP32;
+    double wt = fp32 ? 4 : 2; /* trainable weights and their gradients */
+    int master = !fp32 && job->master_weights;
+    double state;
+    const char *sname;
+    switch (job->optimizer) {
+    case FM_PLAN_SGD: state = (fp32 || master) ? 4 : 2; sname = "SGD momentum"; break;
+    case FM_PLAN_ADAM8BIT: state = 2; sname = "8-bit Adam m + v"; break;
+    default: state = (fp32 || master) ? 8 : 4; sname = (fp32 || master) ? "fp32 Adam m + v" : "16-bit Adam m + v"; break;
+    }
+    double opt_b = (master ? 4 : 0) + state;
+    double T = lora ? plan_lora_params(m, job->lora_rank) : P;
+    double base = 0;
+    if (job->task == FM_PLAN_QLORA) {
+        /* QLoRA's NF4 with double quantization: 4 bits + 0.127 bits of
+         * quantized block scales per weight (Dettmers et al. 2023). */
+        double E = (double)m->embed_params, B = P - E, nf4 = 4.127 / 8;
+        base = B * nf4 + E * 2;
+        if (ex)
+            plan_sb_printf(ex, "  frozen base weights (NF4, double-quantized: 4.127 bits) = block params x 0.5159 B + "
+                               "embedding/head params x 2 B\n        = %.4g x %.4f + %.4g x 2 = %.3f GiB\n",
+                           B, nf4, E, gib(base));
+    } else if (lora) {
+        base = stored_weights(m, job->precision, ex, "frozen base weights");
+        if (ex) plan_sb_printf(ex, "  LoRA adapters (rank %d on every block linear) = %.4g trainable params\n",
+                               job->lora_rank, T);
+    }
+    double w = base + T * wt, g = T * wt, opt = T * opt_b;
+    if (ex) {
+        plan_sb_printf(ex, "  weights = %s%.4g trainable x %.0f B = %.3f GiB\n", lora ? "base + " : "", T, wt, gib(w));
+        plan_sb_printf(ex, "  gradients = %.4g x %.0f B = %.3f GiB\n", T, wt, gib(g));
+        plan_sb_printf(ex, "  optimizer = %.4g x (%s%.0f B %s) = %.3f GiB\n", T, master ? "4 B fp32 master + " : "", state,
+                       sname, gib(opt));
+    }
+    /* Tensor parallelism splits every weight matrix t ways, a pipeline the
+     * layers pp ways. With 1F1B the first stage holds pp micro-batches of
+     * its L/pp layers: the activations of all L layers for one micro-batch,
+     * as without a pipeline (Korthikanti et al.), so they are not divided. */
+    w /= t * pp; g /= t * pp; opt /= t * pp;
+    if (ex && t * pp > 1) plan_sb_printf(ex, "  all three / (tensor-parallel %d x pipeline stages %d)\n", t, pp);
+    if (job->optimizer_in_backward) {
+        /* Each gradient is applied and freed as soon as it is produced, so
+         * only the largest layer's gradient is ever alive. */
+        double lg = (lora ? T / (L > 0 ? L : 1) : (double)m->largest_layer) * wt / t;
+        if (ex) plan_sb_printf(ex, "  optimizer in backward: gradients = largest layer only = %.3f GiB\n", gib(lg));
+        g = lg;
+    }
+    if (job->zero >= 1 && dp > 1) {
+        opt /= dp;
+        if (job->zero >= 2 && !job->optimizer_in_backward) g /= dp;
+        if (job->zero >= 3) {
+            /* Shards are gathered layer by layer; two layers in flight
+             * (current + prefetch) stay resident. */
+            double gather = 2 * (double)m->largest_layer * wt / t;
+            w = w / dp + gather;
+            if (ex) plan_sb_printf(ex, "  ZeRO-3: weights / %.0f + 2 gathered layers (%.3f GiB)\n", dp, gib(gather));
+        }
+        if (ex) plan_sb_printf(ex, "  ZeRO-%d over %.0f data-parallel GPUs: optimizer%s%s / %.0f\n", job->zero, dp,
+                               job->zero >= 2 ? ", gradients" : "", job->zero >= 3 ? ", weights" : "", dp);
+    }
+    if (job->offload_optimizer) {
+        o->cpu_offload = opt;
+        if (ex) plan_sb_printf(ex, "  optimizer offloaded to CPU memory: %.3f GiB leave the GPU\n", gib(opt));
+        opt = 0;
+    }
+    o->weights = w;
+    o->gradients = g;
+    o->optimizer = opt;
+
+}
+
+/* Training activations kept for backward (by checkpointing mode) and the loss's logits. */
+static void memory_train_acts(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) {
+    MEM_UNPACK(c);
+    /* Activations kept for the backward pass. */
+    if (cnn) {
+        double act = b * m->cnn_act_elems * ab;
+        if (job->checkpointing == FM_PLAN_CKPT_FULL) {
+            /* Chen et al. 2016: checkpoints every sqrt(n) layers keep about
+             * 2/sqrt(n) of the activations. */
+            double frac = 2 / sqrt(L);
+            if (ex) plan_sb_printf(ex, "  activations = batch x %.3g saved elements x %.0f B x 2/sqrt(%.0f layers) (Chen) = %.3f GiB\n",
+                                   m->cnn_act_elems, ab, L, gib(act * frac));
+            act *= frac;
+        } else if (ex) {
+            plan_sb_printf(ex, "  activations = batch x %.3g saved elements x %.0f B = %.0f x %.3g x %.0f = %.3f GiB\n",
+                           m->cnn_act_elems, ab, b, m->cnn_act_elems, ab, gib(act));
+        }
+        o->activations = act;
+    } else {
+        int drop = job->flash_attention || job->checkpointing != FM_PLAN_CKPT_NONE;
+        double layer = korthikanti_layer(s, b, h, a, t, drop, job->sequence_parallel) * ab / 2;
+        double act;
+        if (job->checkpointing == FM_PLAN_CKPT_FULL) {
+            /* Each layer's input (2sbh at 16 bits) is kept; one layer is
+             * recomputed at a time and its full activations live briefly. */
+            double kept = L * 2 * s * b * h * ab / 2;
+            act = kept + layer;
+            if (ex)
+                plan_sb_printf(ex, "  activations (full recompute) = layers x 2sbh + one layer recomputed s*b*h*(%s)\n"
+                                   "        = %.0f x 2 x %.0f x %.0f x %.0f%s + %.3f GiB = %.3f GiB\n",
+                               t > 1 ? "10 + 24/t" : "34", L, s, b, h, ab == 4 ? " x 2 (fp32)" : "", gib(layer), gib(act));
+        } else {
+            act = L * layer;
+            if (ex) {
+                if (drop)
+                    plan_sb_printf(ex, "  activations (Korthikanti, %s: no s^2 scores) = layers x s*b*h*(10 + 24/t)%s\n"
+                                       "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
+                                   job->checkpointing == FM_PLAN_CKPT_SELECTIVE ? "selective recompute" : "flash attention",
+                                   ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, (10 + 24.0 / t) * ab / 2, gib(act));
+                else
+                    plan_sb_printf(ex, "  activations (Korthikanti, no recompute) = layers x s*b*h*(10 + 24/t + 5*a*s/(h*t))%s\n"
+                                       "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
+                                   ab == 4 ? " x 2 (fp32)" : "", L, s, b, h,
+                                   (10 + 24.0 / t + 5 * a * s / (h * t)) * ab / 2, gib(act));
+            }
+        }
+        o->activations = act;
+    }
+    /* Logits for the loss. */
+    if (decoder || (m->arch == FM_PLAN_ARCH_BERT && job->task == FM_PLAN_TRAIN)) {
+        double frac = decoder ? 1 : 0.15; /* BERT pretraining scores the 15% masked positions */
+        double n = b * s * V * frac / t;
+        if (job->chunked_loss) {
+            o->logits = n * ab + n * 4 / 8;
+            if (ex) plan_sb_printf(ex, "  logits (chunked loss) = b*s*V x %.0f B + one of 8 fp32 chunks = %.4g x %.0f + %.4g x 0.5 = %.3f GiB\n",
+                                   ab, n, ab, n, gib(o->logits));
+        } else {
+            o->logits = n * 4 * 2;
+            if (ex) plan_sb_printf(ex, "  logits = b*s*V%s x 4 B x 2 (fp32 logits + softmax for the loss) = %.4g x 8 = %.3f GiB\n",
+                                   t > 1 ? "/tp" : "", n, gib(o->logits));
+        }
+    }
+}
+
 static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int gpus, fm_plan_memory *o, plan_sb *ex) {
     memset(o, 0, sizeof *o);
     int t = job->tensor_parallel;
@@ -229,171 +424,12 @@ static fm_status memory_at(const fm_plan_model *m, const fm_plan_job *job, int g
     if (ex) plan_sb_printf(ex, "Memory per GPU with %d GPU%s (tensor-parallel %d, data-parallel %.0f), batch %.0f, seq %.0f:\n",
                            gpus, gpus > 1 ? "s" : "", t, dp, b, s);
 
+    mem_ctx c = {m, job, t, pp, cnn, decoder, dp, s, b, L, h, a, V, P, ab, hd, kv_heads_gpu};
     if (job->task == FM_PLAN_INFERENCE) {
-        o->weights = stored_weights(m, job->precision, ex, "weights") / t;
-        if (ex && t > 1) plan_sb_printf(ex, "        / tensor-parallel %d = %.3f GiB\n", t, gib(o->weights));
-        if (decoder) {
-            double kvb = 2 * L * kv_heads_gpu * hd * s * b * ab;
-            o->kv_cache = kvb;
-            if (ex)
-                plan_sb_printf(ex, "  KV cache = 2 x layers x kv_heads/GPU x head_dim x seq x batch x %.0f B\n"
-                                   "        = 2 x %.0f x %.4g x %.0f x %.0f x %.0f x %.0f = %.3f GiB (%.0f KiB per token)\n",
-                               ab, L, kv_heads_gpu, hd, s, b, ab, gib(kvb), 2 * L * kv_heads_gpu * hd * ab / 1024);
-            o->logits = b * V * 4;
-            if (ex) plan_sb_printf(ex, "  logits = batch x vocab x 4 B (last position, fp32) = %.0f x %.0f x 4 = %.3f GiB\n",
-                                   b, V, gib(o->logits));
-        }
-        if (cnn) {
-            o->activations = b * m->cnn_infer_elems * ab;
-            if (ex) plan_sb_printf(ex, "  activations = batch x %.3g live elements (three largest feature maps) x %.0f B = %.3f GiB\n",
-                                   m->cnn_infer_elems, ab, gib(o->activations));
-        } else {
-            /* One layer at a time is live while prefilling: residual, norm output,
-             * q/k/v, attention output and the MLP's hidden activations. */
-            double kvd = (double)m->kv_heads * hd, f = (double)m->ffn;
-            double per_tok = 2 * h + (h + 2 * kvd) + h + 2 * f;
-            double act = s * b * per_tok * ab / t;
-            double scores = job->flash_attention ? 0 : 2 * a * s * s * b * ab / t;
-            o->activations = act + scores;
-            if (ex) {
-                plan_sb_printf(ex, "  activations (prefill, one layer live) = seq x batch x (2h + h + 2kv_dim + h + 2ffn) x %.0f B / tp\n"
-                                   "        = %.0f x %.0f x %.0f x %.0f / %d = %.3f GiB\n",
-                               ab, s, b, per_tok, ab, t, gib(act));
-                if (scores > 0)
-                    plan_sb_printf(ex, "    + attention scores (no flash attention) 2 x heads x seq^2 x batch x %.0f B / tp = %.3f GiB\n",
-                                   ab, gib(scores));
-            }
-        }
+        memory_inference(&c, o, ex);
     } else {
-        int lora = job->task == FM_PLAN_LORA || job->task == FM_PLAN_QLORA;
-        int fp32 = job->precision == FM_PLAN_FP32;
-        double wt = fp32 ? 4 : 2; /* trainable weights and their gradients */
-        int master = !fp32 && job->master_weights;
-        double state;
-        const char *sname;
-        switch (job->optimizer) {
-        case FM_PLAN_SGD: state = (fp32 || master) ? 4 : 2; sname = "SGD momentum"; break;
-        case FM_PLAN_ADAM8BIT: state = 2; sname = "8-bit Adam m + v"; break;
-        default: state = (fp32 || master) ? 8 : 4; sname = (fp32 || master) ? "fp32 Adam m + v" : "16-bit Adam m + v"; break;
-        }
-        double opt_b = (master ? 4 : 0) + state;
-        double T = lora ? plan_lora_params(m, job->lora_rank) : P;
-        double base = 0;
-        if (job->task == FM_PLAN_QLORA) {
-            /* QLoRA's NF4 with double quantization: 4 bits + 0.127 bits of
-             * quantized block scales per weight (Dettmers et al. 2023). */
-            double E = (double)m->embed_params, B = P - E, nf4 = 4.127 / 8;
-            base = B * nf4 + E * 2;
-            if (ex)
-                plan_sb_printf(ex, "  frozen base weights (NF4, double-quantized: 4.127 bits) = block params x 0.5159 B + "
-                                   "embedding/head params x 2 B\n        = %.4g x %.4f + %.4g x 2 = %.3f GiB\n",
-                               B, nf4, E, gib(base));
-        } else if (lora) {
-            base = stored_weights(m, job->precision, ex, "frozen base weights");
-            if (ex) plan_sb_printf(ex, "  LoRA adapters (rank %d on every block linear) = %.4g trainable params\n",
-                                   job->lora_rank, T);
-        }
-        double w = base + T * wt, g = T * wt, opt = T * opt_b;
-        if (ex) {
-            plan_sb_printf(ex, "  weights = %s%.4g trainable x %.0f B = %.3f GiB\n", lora ? "base + " : "", T, wt, gib(w));
-            plan_sb_printf(ex, "  gradients = %.4g x %.0f B = %.3f GiB\n", T, wt, gib(g));
-            plan_sb_printf(ex, "  optimizer = %.4g x (%s%.0f B %s) = %.3f GiB\n", T, master ? "4 B fp32 master + " : "", state,
-                           sname, gib(opt));
-        }
-        /* Tensor parallelism splits every weight matrix t ways, a pipeline the
-         * layers pp ways. With 1F1B the first stage holds pp micro-batches of
-         * its L/pp layers: the activations of all L layers for one micro-batch,
-         * as without a pipeline (Korthikanti et al.), so they are not divided. */
-        w /= t * pp; g /= t * pp; opt /= t * pp;
-        if (ex && t * pp > 1) plan_sb_printf(ex, "  all three / (tensor-parallel %d x pipeline stages %d)\n", t, pp);
-        if (job->optimizer_in_backward) {
-            /* Each gradient is applied and freed as soon as it is produced, so
-             * only the largest layer's gradient is ever alive. */
-            double lg = (lora ? T / (L > 0 ? L : 1) : (double)m->largest_layer) * wt / t;
-            if (ex) plan_sb_printf(ex, "  optimizer in backward: gradients = largest layer only = %.3f GiB\n", gib(lg));
-            g = lg;
-        }
-        if (job->zero >= 1 && dp > 1) {
-            opt /= dp;
-            if (job->zero >= 2 && !job->optimizer_in_backward) g /= dp;
-            if (job->zero >= 3) {
-                /* Shards are gathered layer by layer; two layers in flight
-                 * (current + prefetch) stay resident. */
-                double gather = 2 * (double)m->largest_layer * wt / t;
-                w = w / dp + gather;
-                if (ex) plan_sb_printf(ex, "  ZeRO-3: weights / %.0f + 2 gathered layers (%.3f GiB)\n", dp, gib(gather));
-            }
-            if (ex) plan_sb_printf(ex, "  ZeRO-%d over %.0f data-parallel GPUs: optimizer%s%s / %.0f\n", job->zero, dp,
-                                   job->zero >= 2 ? ", gradients" : "", job->zero >= 3 ? ", weights" : "", dp);
-        }
-        if (job->offload_optimizer) {
-            o->cpu_offload = opt;
-            if (ex) plan_sb_printf(ex, "  optimizer offloaded to CPU memory: %.3f GiB leave the GPU\n", gib(opt));
-            opt = 0;
-        }
-        o->weights = w;
-        o->gradients = g;
-        o->optimizer = opt;
-
-        /* Activations kept for the backward pass. */
-        if (cnn) {
-            double act = b * m->cnn_act_elems * ab;
-            if (job->checkpointing == FM_PLAN_CKPT_FULL) {
-                /* Chen et al. 2016: checkpoints every sqrt(n) layers keep about
-                 * 2/sqrt(n) of the activations. */
-                double frac = 2 / sqrt(L);
-                if (ex) plan_sb_printf(ex, "  activations = batch x %.3g saved elements x %.0f B x 2/sqrt(%.0f layers) (Chen) = %.3f GiB\n",
-                                       m->cnn_act_elems, ab, L, gib(act * frac));
-                act *= frac;
-            } else if (ex) {
-                plan_sb_printf(ex, "  activations = batch x %.3g saved elements x %.0f B = %.0f x %.3g x %.0f = %.3f GiB\n",
-                               m->cnn_act_elems, ab, b, m->cnn_act_elems, ab, gib(act));
-            }
-            o->activations = act;
-        } else {
-            int drop = job->flash_attention || job->checkpointing != FM_PLAN_CKPT_NONE;
-            double layer = korthikanti_layer(s, b, h, a, t, drop, job->sequence_parallel) * ab / 2;
-            double act;
-            if (job->checkpointing == FM_PLAN_CKPT_FULL) {
-                /* Each layer's input (2sbh at 16 bits) is kept; one layer is
-                 * recomputed at a time and its full activations live briefly. */
-                double kept = L * 2 * s * b * h * ab / 2;
-                act = kept + layer;
-                if (ex)
-                    plan_sb_printf(ex, "  activations (full recompute) = layers x 2sbh + one layer recomputed s*b*h*(%s)\n"
-                                       "        = %.0f x 2 x %.0f x %.0f x %.0f%s + %.3f GiB = %.3f GiB\n",
-                                   t > 1 ? "10 + 24/t" : "34", L, s, b, h, ab == 4 ? " x 2 (fp32)" : "", gib(layer), gib(act));
-            } else {
-                act = L * layer;
-                if (ex) {
-                    if (drop)
-                        plan_sb_printf(ex, "  activations (Korthikanti, %s: no s^2 scores) = layers x s*b*h*(10 + 24/t)%s\n"
-                                           "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
-                                       job->checkpointing == FM_PLAN_CKPT_SELECTIVE ? "selective recompute" : "flash attention",
-                                       ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, (10 + 24.0 / t) * ab / 2, gib(act));
-                    else
-                        plan_sb_printf(ex, "  activations (Korthikanti, no recompute) = layers x s*b*h*(10 + 24/t + 5*a*s/(h*t))%s\n"
-                                           "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
-                                       ab == 4 ? " x 2 (fp32)" : "", L, s, b, h,
-                                       (10 + 24.0 / t + 5 * a * s / (h * t)) * ab / 2, gib(act));
-                }
-            }
-            o->activations = act;
-        }
-        /* Logits for the loss. */
-        if (decoder || (m->arch == FM_PLAN_ARCH_BERT && job->task == FM_PLAN_TRAIN)) {
-            double frac = decoder ? 1 : 0.15; /* BERT pretraining scores the 15% masked positions */
-            double n = b * s * V * frac / t;
-            if (job->chunked_loss) {
-                o->logits = n * ab + n * 4 / 8;
-                if (ex) plan_sb_printf(ex, "  logits (chunked loss) = b*s*V x %.0f B + one of 8 fp32 chunks = %.4g x %.0f + %.4g x 0.5 = %.3f GiB\n",
-                                       ab, n, ab, n, gib(o->logits));
-            } else {
-                o->logits = n * 4 * 2;
-                if (ex) plan_sb_printf(ex, "  logits = b*s*V%s x 4 B x 2 (fp32 logits + softmax for the loss) = %.4g x 8 = %.3f GiB\n",
-                                       t > 1 ? "/tp" : "", n, gib(o->logits));
-            }
-        }
+        memory_train_state(&c, o, ex);
+        memory_train_acts(&c, o, ex);
     }
     o->allocated = o->weights + o->gradients + o->optimizer + o->activations + o->kv_cache + o->logits;
     o->headroom = o->allocated * job->headroom;
