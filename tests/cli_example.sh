@@ -10,8 +10,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 flags=""
 grep -q "FATHOM_SANITIZE:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null && flags="-fsanitize=address,undefined"
+# the build's own fathom.pc names what a static link needs (CUDA libraries in a CUDA build)
 cc -std=c11 $flags -I"$src/include" -o "$tmp/tiny" "$src/examples/tiny.c" "$build/libfathom.a" \
-   $(pkg-config --libs jansson inih zlib) $(pkg-config --libs libpng 2>/dev/null || true) -lpthread -lm -ldl
+   $(PKG_CONFIG_PATH="$build" pkg-config --define-variable=libdir="$build" --libs --static fathom | sed 's/-lfathom\b//')
 "$tmp/tiny" | tee "$tmp/out"
 first=$(awk '/^step/ {print $4; exit}' "$tmp/out")
 last=$(awk '/^step/ {v=$4} END {print v}' "$tmp/out")

@@ -2,8 +2,9 @@
 # The README's test command: installs dependencies, builds (warnings are errors),
 # and runs the whole test suite with ctest, including the unit tests under
 # valgrind. The build is CPU-only unless FATHOM_CUDA=ON|AUTO is set: the CPU build
-# is complete, and the CUDA path is checked by .ci/run (every .cu compiled,
-# test_cuda linked and run) and on a GPU by tools/gpu-check.sh.
+# is complete; .ci/run also runs this with FATHOM_CUDA=AUTO (the default
+# configuration: CUDA on where the toolkit is installed), and tools/gpu-check.sh
+# runs the CUDA path on a GPU.
 # BUILD_DIR, BUILD_TYPE, CMAKE_ARGS and CTEST_ARGS may be set by the caller.
 set -euo pipefail
 cd "$(dirname "$0")/.."
