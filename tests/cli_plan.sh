@@ -63,6 +63,12 @@ if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gpus
     grep -q '"recommendation"' "$TMP/plan.json" || { echo "FAIL: --json output"; fails=$((fails + 1)); }
 fi
 
+# serving figures in --json
+"$FATHOM" plan --preset mistral-7b --requests-per-second 5 --output-tokens 200 --gpu h100sxm --json >"$TMP/serve.json" 2>"$TMP/err"
+if ! python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["gpus"][0]["serving"]; assert s["kv_capacity_sequences"] > 0 and s["time_to_first_token_seconds"] > 0' "$TMP/serve.json" 2>/dev/null; then
+    grep -q '"time_to_first_token_seconds"' "$TMP/serve.json" || { echo "FAIL: serving --json output"; fails=$((fails + 1)); }
+fi
+
 # bad usage: exit 2 with a clear message
 expect 2 "no model given"
 expect 2 "give only one model" --preset gpt2-124m --params 7B

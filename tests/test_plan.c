@@ -929,6 +929,10 @@ static void test_render(void) {
     CHECK(o && (int)json_array_size(json_object_get(o, "gpus")) == db->count);
     CHECK(o && json_is_string(json_object_get(json_object_get(o, "recommendation"), "cheapest")));
     CHECK(o && json_object_get(json_object_get(o, "assumptions"), "mfu"));
+    /* Every row says whether it is priced, and training rows carry each time term. */
+    json_t *g0 = o ? json_array_get(json_object_get(o, "gpus"), 0) : NULL;
+    CHECK(g0 && json_is_boolean(json_object_get(g0, "priced")) && json_is_string(json_object_get(g0, "mfu_source")));
+    CHECK(g0 && json_is_object(json_object_get(g0, "step_terms_seconds")));
     json_decref(o);
     free(js);
     char *ex = fm_plan_render_explain(r);

@@ -133,7 +133,14 @@ static void reason(plan_sb *sb, const fm_plan_result *r, const fm_plan_row *row)
                        r->model.arch == FM_PLAN_ARCH_CNN ? "images"
                        : r->job.task == FM_PLAN_INFERENCE && r->model.arch == FM_PLAN_ARCH_BERT ? "sequences" : "tokens");
     fmt_rate(row->tokens_per_s, a, sizeof a);
-    plan_sb_printf(sb, ", %s %s, %.1f of %.0f GiB used\n", a, rate_unit(r), row->mem.total / FM_GIB, row->gpu->memory_gib);
+    plan_sb_printf(sb, ", %s %s", a, rate_unit(r));
+    if (r->job.requests_per_second > 0 && row->decode_batch > 0) {
+        fmt_time(row->ttft_s, b, sizeof b);
+        plan_sb_printf(sb, ", %d replica%s decoding %lld sequences each (KV room for %lld), first token in %s",
+                       row->replicas, row->replicas > 1 ? "s" : "", (long long)row->decode_batch,
+                       (long long)row->kv_capacity_seqs, b);
+    }
+    plan_sb_printf(sb, ", %.1f of %.1f GiB used\n", row->mem.total / FM_GIB, row->gpu->memory_gib);
 }
 
 char *fm_plan_render_text(const fm_plan_result *r) {
@@ -229,6 +236,59 @@ static json_t *memory_json(const fm_plan_memory *m) {
     return o;
 }
 
+static const char *const pk[] = {"on_demand", "spot", "reserved"};
+
+/* One GPU's row: fit, memory, every time term, serving figures, prices and costs. */
+static json_t *row_json(const fm_plan_result *r, const fm_plan_row *row) {
+    json_t *o = json_object();
+    json_object_set_new(o, "gpu", json_string(row->gpu->name));
+    json_object_set_new(o, "memory_gib", json_real(row->gpu->memory_gib));
+    json_object_set_new(o, "fits", json_boolean(r->job.gpus > 0 ? row->fits : row->min_gpus > 0));
+    json_object_set_new(o, "min_gpus", row->min_gpus ? json_integer(row->min_gpus) : json_null());
+    json_object_set_new(o, "min_gpus_with_zero3", row->min_gpus_zero3 ? json_integer(row->min_gpus_zero3) : json_null());
+    json_object_set_new(o, "gpus", row->gpus ? json_integer(row->gpus) : json_null());
+    json_object_set_new(o, "memory_per_gpu", memory_json(&row->mem));
+    json_object_set_new(o, "peak_tflops", num_or_null(row->peak_tflops));
+    json_object_set_new(o, "mfu", json_real(row->mfu));
+    json_object_set_new(o, "mfu_source", json_string(r->job.mfu > 0 ? "--mfu" : row->gpu->mfu_source));
+    json_object_set_new(o, "step_seconds", num_or_null(row->step_s));
+    json_object_set_new(o, "compute_seconds", num_or_null(row->compute_s));
+    json_object_set_new(o, "comm_seconds", num_or_null(row->comm_s));
+    if (plan_is_training(r->job.task) && row->step_s >= 0) {
+        json_t *terms = json_object();
+        json_object_set_new(terms, "pipeline_bubble", json_real(row->pp_bubble_s));
+        json_object_set_new(terms, "overhead", json_real(row->overhead_s));
+        json_object_set_new(terms, "tensor_parallel_comm", json_real(row->tp_comm_s));
+        json_object_set_new(terms, "expert_all_to_all", json_real(row->moe_comm_s));
+        json_object_set_new(terms, "data_parallel_all_reduce", json_real(row->dp_comm_s));
+        json_object_set_new(o, "step_terms_seconds", terms);
+    }
+    if (r->job.task == FM_PLAN_INFERENCE && row->decode_batch > 0) {
+        json_t *sv = json_object();
+        json_object_set_new(sv, "kv_capacity_sequences", json_integer(row->kv_capacity_seqs));
+        json_object_set_new(sv, "decode_batch", json_integer(row->decode_batch));
+        json_object_set_new(sv, "prefill_seconds", json_real(row->prefill_s));
+        json_object_set_new(sv, "time_to_first_token_seconds", json_real(row->ttft_s));
+        json_object_set_new(o, "serving", sv);
+    }
+    json_object_set_new(o, "run_seconds", num_or_null(row->run_s));
+    json_object_set_new(o, "throughput", num_or_null(row->tokens_per_s));
+    json_object_set_new(o, "throughput_unit", json_string(rate_unit(r)));
+    if (row->replicas) json_object_set_new(o, "replicas", json_integer(row->replicas));
+    if (row->too_many) json_object_set_new(o, "more_gpus_than_exist", json_true());
+    json_t *cost = json_object(), *cpm = json_object(), *price = json_object();
+    for (int k = 0; k < 3; k++) {
+        json_object_set_new(cost, pk[k], num_or_null(row->cost[k]));
+        json_object_set_new(cpm, pk[k], num_or_null(row->cost_per_mtok[k]));
+        json_object_set_new(price, pk[k], num_or_null(row->gpu->price[k].usd_per_hour));
+    }
+    json_object_set_new(o, "priced", json_boolean(row->gpu->price[r->job.pricing].usd_per_hour >= 0));
+    json_object_set_new(o, "usd_per_gpu_hour", price);
+    json_object_set_new(o, "cost_usd", cost);
+    json_object_set_new(o, "cost_per_million_tokens_usd", cpm);
+    return o;
+}
+
 char *fm_plan_render_json(const fm_plan_result *r) {
     const fm_plan_model *m = &r->model;
     const fm_plan_job *j = &r->job;
@@ -284,38 +344,8 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(mem, "gpus", json_integer(r->requested_gpus));
     json_object_set_new(root, "memory_per_gpu", mem);
 
-    static const char *const pk[] = {"on_demand", "spot", "reserved"};
     json_t *rows = json_array();
-    for (int i = 0; i < r->nrows; i++) {
-        const fm_plan_row *row = &r->rows[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "gpu", json_string(row->gpu->name));
-        json_object_set_new(o, "memory_gib", json_real(row->gpu->memory_gib));
-        json_object_set_new(o, "fits", json_boolean(r->job.gpus > 0 ? row->fits : row->min_gpus > 0));
-        json_object_set_new(o, "min_gpus", row->min_gpus ? json_integer(row->min_gpus) : json_null());
-        json_object_set_new(o, "min_gpus_with_zero3", row->min_gpus_zero3 ? json_integer(row->min_gpus_zero3) : json_null());
-        json_object_set_new(o, "gpus", row->gpus ? json_integer(row->gpus) : json_null());
-        json_object_set_new(o, "memory_per_gpu", memory_json(&row->mem));
-        json_object_set_new(o, "peak_tflops", num_or_null(row->peak_tflops));
-        json_object_set_new(o, "mfu", json_real(row->mfu));
-        json_object_set_new(o, "step_seconds", num_or_null(row->step_s));
-        json_object_set_new(o, "compute_seconds", num_or_null(row->compute_s));
-        json_object_set_new(o, "comm_seconds", num_or_null(row->comm_s));
-        json_object_set_new(o, "run_seconds", num_or_null(row->run_s));
-        json_object_set_new(o, "throughput", num_or_null(row->tokens_per_s));
-        json_object_set_new(o, "throughput_unit", json_string(rate_unit(r)));
-        if (row->replicas) json_object_set_new(o, "replicas", json_integer(row->replicas));
-        json_t *cost = json_object(), *cpm = json_object(), *price = json_object();
-        for (int k = 0; k < 3; k++) {
-            json_object_set_new(cost, pk[k], num_or_null(row->cost[k]));
-            json_object_set_new(cpm, pk[k], num_or_null(row->cost_per_mtok[k]));
-            json_object_set_new(price, pk[k], num_or_null(row->gpu->price[k].usd_per_hour));
-        }
-        json_object_set_new(o, "usd_per_gpu_hour", price);
-        json_object_set_new(o, "cost_usd", cost);
-        json_object_set_new(o, "cost_per_million_tokens_usd", cpm);
-        json_array_append_new(rows, o);
-    }
+    for (int i = 0; i < r->nrows; i++) json_array_append_new(rows, row_json(r, &r->rows[i]));
     json_object_set_new(root, "gpus", rows);
 
     json_t *rec = json_object();
