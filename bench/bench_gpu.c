@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "fathom/fathom.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 
 static double now(void) {
     struct timespec ts;

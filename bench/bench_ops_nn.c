@@ -12,11 +12,11 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "core/backend.h"  /* fm_dispatch for the backward kernels */
+#include "dispatch/dispatch.h"  /* fm_dispatch for the backward kernels */
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
-#include "ops/op_attrs.h" /* attrs of the backward kernels */
+#include "backend/kernel.h" /* attrs of the backward kernels */
 
 typedef struct bench_env {
     fm_tensor *x, *dy, *w, *b, *y_sm, *y_lsm, *mean, *rstd, *rstd_rms, *target, *g_scalar;

@@ -11,7 +11,8 @@
  *    resolve between two identical configurations, and so the resolution of any
  *    empirical "off vs not compiled in" comparison.
  * 2. What "off" actually costs, measured directly: when not started, each op's
- *    fm_dispatch does one relaxed load of a global flag and a not-taken branch,
+ *    fm_dispatch does one load of a global (its hook pointer, NULL while no
+ *    profiler is attached) and a not-taken branch,
  *    and each fm_profile_push/pop (the training loop makes a few per step, the
  *    backward pass one) is a call that does the same. The bench times a loop of
  *    that load + branch against the same loop without it, and a loop of
@@ -36,7 +37,9 @@
 #include "fathom/observe.h"
 #include "fathom/profile.h"
 
-extern int fm_profiler_on; /* src/profile/profiler.c: the flag fm_dispatch tests */
+/* src/profile/profiler.c: the flag fm_profile_push/pop test; loaded here as a
+ * stand-in for fm_dispatch's hook pointer (one global load, same branch). */
+extern int fm_profiler_on;
 
 static double cpu_ms(void) {
     struct timespec ts;
@@ -127,8 +130,8 @@ static double round_ms(mlp *m, int steps, bool on, const char *trace, double *wa
 
 /* ---- the cost of the disabled hooks, directly ---- */
 
-/* ns per iteration of a loop doing `with` (1: the dispatcher's flag load and
- * not-taken branch; 0: nothing) around an opaque increment. */
+/* ns per iteration of a loop doing `with` (1: a global load and not-taken
+ * branch, as the dispatcher's hook check; 0: nothing) around an opaque increment. */
 static double __attribute__((noinline)) flag_loop_ns(long iters, int with) {
     volatile long sink = 0;
     double t0 = wall_ms();

@@ -20,10 +20,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_pool.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
 #include "fathom/fathom.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 #include "test_util.h"
 
 #define MiB ((size_t)1 << 20)

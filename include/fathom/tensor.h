@@ -26,7 +26,7 @@ typedef enum fm_dtype {
     FM_DTYPE_COUNT
 } fm_dtype;
 
-typedef enum fm_device_type { FM_DEV_CPU = 0, FM_DEV_CUDA = 1 } fm_device_type;
+typedef enum fm_device_type { FM_DEV_CPU = 0, FM_DEV_CUDA = 1, FM_DEV_COUNT /* not a device: the number of types */ } fm_device_type;
 typedef struct fm_device { fm_device_type type; int index; } fm_device;
 #define FM_CPU ((fm_device){FM_DEV_CPU, 0})
 

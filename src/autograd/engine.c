@@ -12,10 +12,9 @@
 
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
+#include "dispatch/dispatch.h" /* fm_in_backward */
 #include "fathom/memory.h"
 #include "fathom/profile.h"
-
-extern _Thread_local int fm_in_backward;
 
 typedef struct leaf_acc { fm_tensor *leaf; fm_tensor *sum; } leaf_acc;
 

@@ -118,8 +118,21 @@ bool fm_node_needs_grad(const fm_node *n, int i) {
     return i >= 0 && i < n->n_in && (n->next[i].node || n->next[i].leaf);
 }
 
+/* Core calls this when it frees a tensor that has a grad_fn. */
+static void release_grad_fn(fm_tensor *t) {
+    for (int i = 0; i < FM_NODE_MAX_OUT; i++)
+        if (t->grad_fn->retain[i] == t) t->grad_fn->retain[i] = NULL;
+    fm_node_release(t->grad_fn);
+}
+
 void fm_node_finish(fm_node *n, int n_out, fm_tensor *const *outs) {
     if (!n) return;
+    /* Before any tensor gets a grad_fn, so core's release can always reach it. */
+    static int registered;
+    if (__builtin_expect(!__atomic_load_n(&registered, __ATOMIC_ACQUIRE), 0)) {
+        fm_tensor_set_grad_fn_release(release_grad_fn);
+        __atomic_store_n(&registered, 1, __ATOMIC_RELEASE);
+    }
     n->n_out = n_out;
     for (int i = 0; i < n_out && i < FM_NODE_MAX_OUT; i++) {
         fm_tensor *o = outs[i];

@@ -1,13 +1,14 @@
-/* Tensors and storage: creation, lifetime, geometry, element access, printing.
+/* Tensors and storage: creation, lifetime, geometry, host element access.
  * The differentiable view functions (fm_reshape, fm_permute, ...) are in
- * src/ops/views.c; this file provides the raw geometry they build on. */
+ * src/ops/views.c; this file provides the raw geometry they build on. What
+ * needs a kernel (filled tensors, reading a device tensor, printing) is in
+ * src/ops/fill.c and src/ops/to_host.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/node.h"
 #include "core/backend.h"
 #include "core/dtype_internal.h"
 #include "core/tensor_internal.h"
@@ -130,15 +131,6 @@ fm_tensor *fm_tensor_empty(int ndim, const int64_t *shape, fm_dtype dt, fm_devic
 
 fm_tensor *fm_tensor_empty_like(const fm_tensor *t) { return fm_tensor_empty(t->ndim, t->shape, t->dtype, t->storage->device); }
 
-fm_tensor *fm_tensor_full(int ndim, const int64_t *shape, double value, fm_dtype dt, fm_device dev) {
-    fm_tensor *t = fm_tensor_empty(ndim, shape, dt, dev);
-    if (t && fm_fill_(t, value) != FM_OK) { fm_tensor_release(t); return NULL; }
-    return t;
-}
-fm_tensor *fm_tensor_zeros(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev) { return fm_tensor_full(ndim, shape, 0, dt, dev); }
-fm_tensor *fm_tensor_ones(int ndim, const int64_t *shape, fm_dtype dt, fm_device dev) { return fm_tensor_full(ndim, shape, 1, dt, dev); }
-fm_tensor *fm_tensor_zeros_like(const fm_tensor *t) { return fm_tensor_zeros(t->ndim, t->shape, t->dtype, t->storage->device); }
-fm_tensor *fm_tensor_scalar(double value, fm_dtype dt) { return fm_tensor_full(0, NULL, value, dt, FM_CPU); }
 
 fm_tensor *fm_tensor_arange(double start, double end, double step, fm_dtype dt) {
     if (step == 0 || step != step || start != start || end != end) {
@@ -184,6 +176,10 @@ fm_tensor *fm_tensor_from_buffer(void *data, int ndim, const int64_t *shape, fm_
     return t;
 }
 
+/* Autograd's part of a release (src/autograd/node.c registers it). */
+static void (*g_grad_fn_release)(fm_tensor *t);
+void fm_tensor_set_grad_fn_release(void (*fn)(fm_tensor *t)) { __atomic_store_n(&g_grad_fn_release, fn, __ATOMIC_RELEASE); }
+
 fm_tensor *fm_tensor_retain(fm_tensor *t) {
     if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
     return t;
@@ -194,11 +190,7 @@ void fm_tensor_release(fm_tensor *t) {
     if (!t) return;
     if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     fm_tensor_release(t->grad);
-    if (t->grad_fn) {
-        for (int i = 0; i < FM_NODE_MAX_OUT; i++)
-            if (t->grad_fn->retain[i] == t) t->grad_fn->retain[i] = NULL;
-        fm_node_release(t->grad_fn);
-    }
+    if (t->grad_fn) __atomic_load_n(&g_grad_fn_release, __ATOMIC_ACQUIRE)(t); /* set: only autograd gives a tensor a grad_fn */
     for (fm_hook *h = t->hooks; h;) { fm_hook *n = h->next; free(h); h = n; }
     for (fm_post_hook *h = t->post_hooks; h;) { fm_post_hook *n = h->next; free(h); h = n; }
     free(t->name);
@@ -294,44 +286,7 @@ fm_status fm_tensor_set(fm_tensor *t, int64_t flat, double v) {
     return FM_OK;
 }
 
-double fm_tensor_item(const fm_tensor *t) {
-    if (!t) { fm_set_error(FM_ERR_INVALID, "item: tensor is NULL"); return NAN; }
-    if (fm_tensor_numel(t) != 1) {
-        char sb[128];
-        fm_set_error(FM_ERR_INVALID, "item: tensor of shape %s has %" PRId64 " elements, expected 1",
-                     fm_shape_str(t->ndim, t->shape, sb, sizeof sb), fm_tensor_numel(t));
-        return NAN;
-    }
-    if (t->storage->device.type != FM_DEV_CPU) {
-        double v = NAN;
-        if (fm_tensor_copy_to_host(t, &v, FM_F64) != FM_OK) return NAN;
-        return v;
-    }
-    return fm_tensor_get(t, 0);
-}
-
-fm_status fm_tensor_copy_to_host(const fm_tensor *t, void *dst, fm_dtype dt) {
-    if (!t || !dst) return fm_set_error(FM_ERR_INVALID, "copy_to_host: NULL argument");
-    if (t->storage->device.type != FM_DEV_CPU) {
-        fm_tensor *h = fm_tensor_to((fm_tensor *)t, FM_CPU);
-        if (!h) return fm_last_status();
-        fm_status st = fm_tensor_copy_to_host(h, dst, dt);
-        fm_tensor_release(h);
-        return st;
-    }
-    int64_t n = fm_tensor_numel(t);
-    if (t->dtype == dt && fm_tensor_is_contiguous(t)) {
-        memcpy(dst, fm_tensor_data(t), (size_t)n * fm_dtype_size(dt));
-        return FM_OK;
-    }
-    size_t es = fm_dtype_size(t->dtype), ds = fm_dtype_size(dt);
-    for (int64_t i = 0; i < n; i++)
-        fm_store_f64((char *)dst + i * (int64_t)ds, dt,
-                     fm_load_f64((char *)t->storage->data + fm_tensor_elem_offset(t, i) * (int64_t)es, t->dtype));
-    return FM_OK;
-}
-
-/* ---------------- printing ---------------- */
+/* ---------------- shape strings ---------------- */
 
 const char *fm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
     size_t pos = 0;
@@ -340,54 +295,4 @@ const char *fm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
         pos += (size_t)snprintf(buf + pos, n - pos, "%s%" PRId64, i ? ", " : "", shape[i]);
     if (pos < n) snprintf(buf + pos, n - pos, "]");
     return buf;
-}
-
-static void print_rec(const fm_tensor *t, FILE *f, int dim, int64_t off, int indent, bool is_float) {
-    const int64_t edge = 3, limit = 8;
-    size_t es = fm_dtype_size(t->dtype);
-    if (t->ndim == 0) {
-        double v = fm_load_f64((char *)t->storage->data + off * (int64_t)es, t->dtype);
-        if (is_float) fprintf(f, "%.6g", v); else fprintf(f, "%.0f", v);
-        return;
-    }
-    fputc('[', f);
-    int64_t n = t->shape[dim];
-    for (int64_t i = 0; i < n; i++) {
-        if (n > limit && i == edge) {
-            fprintf(f, dim == t->ndim - 1 ? "..., " : "...,\n%*s", dim == t->ndim - 1 ? 0 : indent + 1, "");
-            i = n - edge;
-        }
-        int64_t o = off + i * t->strides[dim];
-        if (dim == t->ndim - 1) {
-            double v = fm_load_f64((char *)t->storage->data + o * (int64_t)es, t->dtype);
-            if (t->dtype == FM_BOOL) fprintf(f, "%s", v != 0 ? "true" : "false");
-            else if (is_float) fprintf(f, "%10.4g", v);
-            else fprintf(f, "%.0f", v);
-        } else {
-            print_rec(t, f, dim + 1, o, indent + 1, is_float);
-        }
-        if (i + 1 < n) {
-            if (dim == t->ndim - 1) fputs(", ", f);
-            else fprintf(f, ",\n%*s", indent + 1, "");
-        }
-    }
-    fputc(']', f);
-}
-
-fm_status fm_tensor_print(const fm_tensor *t, FILE *f) {
-    if (!t) return fm_set_error(FM_ERR_INVALID, "print: tensor is NULL");
-    fm_tensor *h = NULL;
-    if (t->storage->device.type != FM_DEV_CPU) {
-        h = fm_tensor_to((fm_tensor *)t, FM_CPU);
-        if (!h) return fm_last_status();
-        t = h;
-    }
-    char sb[128], dn[32];
-    fprintf(f, "tensor(");
-    print_rec(t, f, 0, t->offset, 7, fm_dtype_is_float(t->dtype));
-    fprintf(f, ", shape=%s, dtype=%s, device=%s%s)\n", fm_shape_str(t->ndim, t->shape, sb, sizeof sb),
-            fm_dtype_name(t->dtype), fm_device_name(t->storage->device, dn, sizeof dn),
-            t->requires_grad ? ", requires_grad" : "");
-    fm_tensor_release(h);
-    return FM_OK;
 }

@@ -21,4 +21,7 @@ fm_status fm_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, 
 /* An error "op: expected same device, got cpu and cuda:0" if not. */
 fm_status fm_check_same_device(const char *op, const fm_tensor *a, const fm_tensor *b);
 fm_status fm_check_same_dtype(const char *op, const fm_tensor *a, const fm_tensor *b);
+/* Autograd registers what releasing a tensor that has a grad_fn must do (core
+ * holds the pointer and never names autograd). */
+void fm_tensor_set_grad_fn_release(void (*fn)(fm_tensor *t));
 #endif

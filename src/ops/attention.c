@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_sdpa_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_sdpa_attrs */
 #include "fathom/amp.h"     /* autocast: promote low-precision inputs */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }

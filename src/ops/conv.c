@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_conv2d_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_conv2d_attrs */
 
 fm_conv2d_params fm_conv2d_default_params(void) {
     fm_conv2d_params p;

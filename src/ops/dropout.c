@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_dropout_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_dropout_attrs */
 
 static fm_status dropout_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
     fm_tensor *mask = n->saved[0];

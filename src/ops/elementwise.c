@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "autograd/node.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
 #include "fathom/amp.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 #include "ops/ops_internal.h"
 
 static const char *opname(fm_op_id op) { return fm_op_get_info(op)->name; }

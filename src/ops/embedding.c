@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
 
 static fm_status embedding_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
     fm_tensor *w = n->saved[0], *idx = n->saved[1];

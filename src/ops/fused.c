@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "fathom/amp.h"     /* autocast: the composed path casts */
-#include "ops/op_attrs.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
+#include "backend/kernel.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
 
 /* Only the geometry is needed backward: no tensor is saved. */
 typedef struct { fm_qkv_split_attrs a; int64_t B, T; } split_saved;

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_axis_attrs, fm_one_hot_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_axis_attrs, fm_one_hot_attrs */
 
 /* A cat node keeps every input's size along the axis in its attributes, which
  * bounds the inputs per node; longer lists are concatenated in groups. */

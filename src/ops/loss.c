@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_ce_attrs, fm_mse_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_ce_attrs, fm_mse_attrs */
 #include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
 #include "fathom/amp.h"
 #include "fathom/memory.h"

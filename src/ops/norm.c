@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_norm_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_norm_attrs */
 #include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
 
 static const char *shp(int nd, const int64_t *s, char *buf, size_t n) { return fm_shape_str(nd, s, buf, n); }

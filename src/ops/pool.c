@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_pool2d_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_pool2d_attrs */
 
 typedef struct pool_node_attrs {
     fm_pool2d_attrs a;

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "autograd/node.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 
 typedef struct red_attrs {
     unsigned mask;       /* reduced axes of the ORIGINAL input */

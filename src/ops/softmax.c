@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
-#include "core/backend.h"  /* fm_dispatch */
-#include "ops/op_attrs.h"  /* fm_softmax_attrs */
+#include "dispatch/dispatch.h"  /* fm_dispatch */
+#include "backend/kernel.h"  /* fm_softmax_attrs */
 #include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
 
 /* t with `axis` moved to the end, contiguous (a new reference). */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
-#include "core/backend.h"
+#include "dispatch/dispatch.h"
 #include "core/dtype_internal.h"
 #include "core/tensor_internal.h"
 #include "ops/ops_internal.h"

@@ -2,7 +2,7 @@
  * (achieved GFLOP/s and GB/s). FLOPs count a multiply-add as 2; elementwise ops
  * count one FLOP per output element; data movement ops count zero FLOPs. */
 #include "profile/op_cost.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 
 static int64_t numel(const fm_tensor *t) { return t ? fm_tensor_numel(t) : 0; }
 

@@ -16,7 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dispatch/dispatch.h"
+#include "fathom/memory.h"
 #include "fathom/profile.h"
+#include "profile/op_cost.h"
 
 #define FLUSH_AT (64 * 1024)
 #define FLUSH_EVERY_S 0.5
@@ -121,6 +124,32 @@ static const char *esc(const char *s, char *out, size_t n) {
     return out;
 }
 
+/* The dispatcher's hook while profiling: one span per kernel run, with its cost
+ * model and the device's memory counters. A device kernel is synchronized so the
+ * span covers its run, not only its launch. */
+static void op_before(fm_dispatch_event *ev, void *user) {
+    (void)user;
+    ev->stamp = fm_profiler_now_us();
+}
+
+static void op_after(fm_dispatch_event *ev, void *user) {
+    (void)user;
+    const fm_op_call *c = ev->call;
+    const fm_backend *b = ev->backend;
+    if (b->synchronize && ev->device.type != FM_DEV_CPU) b->synchronize(ev->device.index);
+    double t1 = fm_profiler_now_us();
+    char args[256], sh[128];
+    fm_tensor *o = c->n_out ? c->out[0] : NULL;
+    snprintf(args, sizeof args, "{\"flops\":%.0f,\"bytes\":%.0f,\"out\":\"%s\",\"device\":\"%s\"}", fm_op_flops(c),
+             fm_op_bytes(c), o ? fm_shape_str(o->ndim, o->shape, sh, sizeof sh) : "", b->name);
+    fm_profile_span(fm_op_get_info(c->op)->name, fm_in_backward ? "backward" : "forward", ev->stamp, t1 - ev->stamp, args);
+    fm_memory_stats ms;
+    if (fm_memory_stats_get(ev->device, &ms) == FM_OK) {
+        fm_profile_counter("memory", "allocated", (double)ms.allocated);
+        fm_profile_counter("memory reserved", "reserved", (double)ms.reserved);
+    }
+}
+
 fm_status fm_profiler_start(const char *path) {
     if (!path || !*path) return fm_set_error(FM_ERR_INVALID, "profiler: no trace path given");
     pthread_once(&g_atfork_once, install_atfork);
@@ -142,10 +171,12 @@ fm_status fm_profiler_start(const char *path) {
     pthread_mutex_unlock(&g.mu);
     emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", pid());
     __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);
+    fm_dispatch_set_hook(op_before, op_after, NULL);
     return FM_OK;
 }
 
 fm_status fm_profiler_stop(void) {
+    fm_dispatch_set_hook(NULL, NULL, NULL);
     __atomic_store_n(&fm_profiler_on, 0, __ATOMIC_RELEASE);
     pthread_mutex_lock(&g.mu);
     fm_status st = FM_OK;

@@ -1,5 +1,6 @@
 /* The CPU backend: its allocator, copies, and the kernel table filled by the
- * kernel groups (cpu_kernels.h). Built once, on first use. */
+ * kernel groups (cpu_kernels.h). Registered at load (fm_backend_cpu_reg, from
+ * the generated list src/dispatch/backends.c.in); built once, on first use. */
 #include <pthread.h>
 #include <string.h>
 
@@ -34,7 +35,9 @@ static void build(void) {
     fm_cpu_kernels_lowp(&g_cpu); /* wraps kernels registered above: keep last */
 }
 
-const fm_backend *fm_cpu_backend(void) {
+static const fm_backend *cpu_backend(void) {
     pthread_once(&g_once, build);
     return &g_cpu;
 }
+
+void fm_backend_cpu_reg(void) { fm_backend_register(FM_DEV_CPU, cpu_backend); }

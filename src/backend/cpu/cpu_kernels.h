@@ -2,7 +2,7 @@
  * fm_cpu_kernels_<group>() that stores its kernels into the backend's table;
  * cpu_backend.c calls every group (explicit calls, so a static link keeps them).
  *
- * Kernel contract (see src/core/backend.h): outputs are preallocated and
+ * Kernel contract (see src/backend/kernel.h): outputs are preallocated and
  * contiguous; inputs are contiguous unless the op has FM_OPF_STRIDED; kernels
  * support at least FM_F32 and FM_F64 (gradient checks run in f64) and return
  * FM_ERR_UNSUPPORTED naming the op and dtype otherwise. Use fm_parallel_for for
@@ -11,8 +11,10 @@
 #define FATHOM_CPU_KERNELS_H
 #include <stdint.h>
 
-#include "core/backend.h"
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
+
+/* Registers the CPU backend (cpu_backend.c); the generated backend list calls it. */
+void fm_backend_cpu_reg(void);
 
 void fm_cpu_kernels_elementwise(fm_backend *b); /* unary, binary, compare, where, copy, clamp */
 void fm_cpu_kernels_reduce(fm_backend *b);      /* sum mean amax amin max/min_dim argmax var std logsumexp */

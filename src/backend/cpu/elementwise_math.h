@@ -3,7 +3,7 @@
 #define FATHOM_ELEMENTWISE_MATH_H
 #include <stdbool.h>
 #include <stdint.h>
-#include "ops/op_attrs.h"
+#include "backend/kernel.h"
 
 double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x);
 double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x, double y);

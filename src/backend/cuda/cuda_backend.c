@@ -3,13 +3,11 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "core/backend.h"
 #include "fathom/fathom.h"
 
 #if !FATHOM_HAVE_CUDA
 #define NO_CUDA "this build has no CUDA backend (the CUDA toolkit was not found when fathom was built)"
 
-const fm_backend *fm_cuda_backend(void) { return NULL; }
 int fm_cuda_device_count(const char **reason) {
     if (reason) *reason = NO_CUDA;
     return 0;

@@ -7,11 +7,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* core/backend.h has no C++ guard of its own: its functions are C. */
+/* backend/kernel.h and core/backend.h have no C++ guard of their own: their functions are C. */
 extern "C" {
-#include "core/backend.h"
+#include "backend/kernel.h"
 }
-#include "ops/op_attrs.h"
 
 /* Kernel groups (one per .cu file). */
 extern "C" void fm_cuda_kernels_elementwise(fm_backend *b); /* unary, binary, compare, where, copy */

@@ -476,14 +476,18 @@ static void build(void) {
     }
 }
 
-extern "C" const fm_backend *fm_cuda_backend(void) {
+/* The backend's constructor, asked by the core registry on first use: probes for
+ * a device (NULL without one, and the registry asks again next time). */
+static const fm_backend *cuda_backend(void) {
     if (!fm_cuda_device_count(NULL)) return NULL;
     pthread_mutex_lock(&g_mu);
     if (!g_built) {
         build();
         g_built = 1;
-        fm_backend_register(&g_cuda);
     }
     pthread_mutex_unlock(&g_mu);
     return &g_cuda;
 }
+
+/* Registers the constructor only: nothing touches the GPU until a CUDA tensor or op needs it. */
+extern "C" void fm_backend_cuda_reg(void) { fm_backend_register(FM_DEV_CUDA, cuda_backend); }

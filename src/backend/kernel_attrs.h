@@ -1,7 +1,8 @@
 /* Attribute structs passed from an op's front end (src/ops/ *.c) to the
- * backends' kernels through fm_op_call.attrs. One struct per op family. */
-#ifndef FATHOM_OP_ATTRS_H
-#define FATHOM_OP_ATTRS_H
+ * backends' kernels through fm_op_call.attrs. One struct per op family.
+ * Part of the kernel interface (backend/kernel.h includes it). */
+#ifndef FATHOM_KERNEL_ATTRS_H
+#define FATHOM_KERNEL_ATTRS_H
 #include <stdint.h>
 #include "fathom/ops.h"
 
