@@ -147,7 +147,8 @@ FM_API fm_status fm_gpt_batch_eval(const fm_token_data *d, int64_t lo, int64_t h
  * 2-D weights only), warmup + cosine, clipping, periodic validation on the last
  * val_fraction of the tokens, and checkpoints that resume exactly. out_dir then
  * holds config.json, tokenizer.txt, model.safetensors (Hugging Face names) and
- * train_state.safetensors (optimizer moments, step, RNG). */
+ * train_state.safetensors (optimizer moments, step, RNG), the newest checkpoint's
+ * files, and ckpt/step-N/ with the complete checkpoints that resume reads. */
 typedef struct fm_gpt_train_opts {
     fm_gpt_config model;
     const char *out_dir;
@@ -181,6 +182,12 @@ typedef struct fm_gpt_train_opts {
      * hist_every steps; 0: none. Progress goes to stderr through fm_progress (a
      * redrawn line on a terminal, plain lines otherwise; quiet: nothing). */
     int64_t hist_every;
+    /* durability: each checkpoint is out_dir/ckpt/step-N, committed whole (a MANIFEST
+     * with checksums, one rename) and linked to out_dir/; the newest keep_checkpoints
+     * (>= 1, default 2) are kept. A loss over divergence_factor x its running minimum
+     * (at least 0.01) stops the run (0: off; default 1e3), as a non-finite one does. */
+    int keep_checkpoints;
+    double divergence_factor;
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */
@@ -206,7 +213,9 @@ FM_API fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok);
  * [model] type, arch, n_layer, n_head, n_kv_head, n_embd, block_size, ffn_hidden,
  * dropout, bias; [tokenizer] kind, vocab_size; [data] corpus, val_fraction;
  * [train] batch_size, steps, warmup, lr, min_lr, weight_decay, beta1, beta2,
- * grad_clip, eval_every, eval_batches, ckpt_every, log_every, sample_tokens, seed;
+ * grad_clip, eval_every, eval_batches, ckpt_every, log_every, sample_tokens, seed,
+ * keep_checkpoints, divergence_factor (each range-checked: a bad value names the
+ * key, the value and the range);
  * [recipe] name, description (informational). */
 typedef struct fm_gpt_recipe {
     fm_gpt_train_opts opts; /* fm_gpt_train_defaults() with the recipe's keys applied */

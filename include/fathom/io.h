@@ -7,7 +7,8 @@
  *
  * Every file is written atomically: a temporary file in the same directory,
  * fsync, rename over the target, fsync of the directory. A crash or a full
- * disk leaves either the old file or the new one, never a mix. */
+ * disk leaves either the old file or the new one, never a mix. The trainers
+ * commit a checkpoint's files together (src/io/io_internal.h, docs/RELIABILITY.md). */
 #ifndef FATHOM_IO_H
 #define FATHOM_IO_H
 #include "fathom/export.h"

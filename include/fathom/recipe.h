@@ -55,6 +55,9 @@ typedef struct fm_recipe {
     double clip_grad_norm; /* 0: off */
     int64_t checkpoint_every; /* steps; 0: at the end of every epoch */
     int threads;       /* 0: the library default */
+    int keep_checkpoints;     /* newest complete checkpoints kept in out_dir/ckpt (default 2) */
+    double divergence_factor; /* stop when a loss exceeds this x its running minimum (at least
+                               * 0.01); 0: off; default 1e3 */
     /* [optimizer] [schedule] */
     fm_optim_config optim;
     fm_lr_schedule sched;  /* total_steps is filled in by the trainer when 0 */

@@ -3,6 +3,7 @@
  * that grammar (strings, True/False, tuples of integers) and refuse anything
  * else, then check the declared shape against the bytes present. */
 #include "data/data_internal.h"
+#include "fathom/io.h" /* fm_atomic_write */
 
 #include <errno.h>
 #include <stdio.h>
@@ -312,29 +313,9 @@ fm_status fm_npy_write(const char *path, const fm_tensor *t) {
         }
         data = tmpbuf;
     }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) {
-        free(tmpbuf);
-        return fm_set_error(FM_ERR_OOM, "npy_write: out of memory");
-    }
-    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    fm_status st = FM_OK;
-    if (!f) {
-        st = fm_set_error(FM_ERR_IO, "npy_write: %s: cannot create (%s)", tmp, strerror(errno));
-    } else {
-        bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len &&
-                  fwrite(data, 1, nbytes, f) == nbytes;
-        ok = (fflush(f) == 0) && ok;
-        ok = (fsync(fileno(f)) == 0) && ok;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            st = fm_set_error(FM_ERR_IO, "npy_write: %s: write failed (%s)", path, strerror(errno));
-            remove(tmp);
-        }
-    }
-    free(tmp);
+    /* the library's one atomic write: temporary name, fsync, rename, directory fsync */
+    fm_io_chunk ch[3] = {{pre, 10}, {hdr, (size_t)len}, {data, nbytes}};
+    fm_status st = fm_atomic_write(path, 3, ch);
     free(tmpbuf);
     return st;
 }

@@ -6,6 +6,8 @@
  * (fm_lr_at), and the checkpoint stores the weights, the Adam moments, the step
  * and the dropout RNG counter. */
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,9 @@
 #include "fathom/optim.h" /* AdamW, clipping, schedules */
 #include "fathom/observe.h" /* --logdir: TensorBoard scalars and histograms; the progress line */
 #include "fathom/profile.h" /* --profile: step, data and optimizer spans */
+#include "fathom/amp.h" /* fm_tensor_has_inf_nan */
 #include "gpt/gpt_internal.h"
+#include "io/io_internal.h" /* checkpoint units */
 
 fm_gpt_train_opts fm_gpt_train_defaults(void) {
     fm_gpt_train_opts o;
@@ -50,6 +54,8 @@ fm_gpt_train_opts fm_gpt_train_defaults(void) {
     o.eval_batches = 8;
     o.seed = 1337;
     o.eff = fm_efficiency_defaults();
+    o.keep_checkpoints = 2;
+    o.divergence_factor = 1e3;
     return o;
 }
 
@@ -202,18 +208,31 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     return st;
 }
 
-static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs) {
-    char *mp = path_join(o->out_dir, "model.safetensors"), *sp = path_join(o->out_dir, "train_state.safetensors");
-    char *cp = path_join(o->out_dir, "config.json");
-    fm_status st = mp && sp && cp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+/* One checkpoint unit (io/io_internal.h): config, weights, and the optimizer
+ * moments with the step, RNG counter and loss scaler, committed together as
+ * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
+ * never committed. */
+static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs,
+                           bool *poisoned) {
+    static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
+    char path[PATH_MAX + 32], buf[64];
     fm_named_list state;
     memset(&state, 0, sizeof state);
     fm_kv_list meta;
     memset(&meta, 0, sizeof meta);
-    char buf[64];
-    if (!st) st = fm_gpt_config_save(&m->cfg, cp);
-    if (!st) st = fm_gpt_save_hf(m, mp);
-    if (!st) st = fm_optim_state(opt, &state);
+    fm_ckpt_tx tx;
+    memset(&tx, 0, sizeof tx);
+    fm_status st = fm_optim_state(opt, &state);
+    for (int i = 0; i < m->params.n && !st; i++)
+        if (fm_tensor_has_inf_nan(m->params.items[i].tensor)) {
+            st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
+            *poisoned = true;
+        }
+    for (int i = 0; i < state.n && !st; i++)
+        if (fm_tensor_has_inf_nan(state.items[i].tensor)) {
+            st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' became non-finite (NaN or inf)", state.items[i].name);
+            *poisoned = true;
+        }
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     if (!st) st = fm_kv_set(&meta, "step", buf);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)m->rng->offset);
@@ -227,39 +246,70 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
         snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
         if (!st) st = fm_kv_set(&meta, "loss_scale_growth_tracker", buf);
     }
-    if (!st) st = fm_safetensors_save(sp, &state, &meta);
+    if (!st && !(st = fm_ckpt_begin(&tx, o->out_dir, step))) {
+        if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names[0], path, sizeof path))) ||
+            (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names[1], path, sizeof path))) ||
+            (st = fm_safetensors_save(fm_ckpt_path(&tx, names[2], path, sizeof path), &state, &meta))) {
+            fm_ckpt_abort(&tx);
+            fm_error_prefix("checkpoint of step %lld not written; the previous checkpoints in %s/ckpt are unchanged",
+                            (long long)step, o->out_dir);
+        } else {
+            st = fm_ckpt_commit(&tx, 3, names, o->keep_checkpoints, o->quiet ? NULL : stderr);
+        }
+    }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
-    free(mp);
-    free(sp);
-    free(cp);
     return st;
 }
 
-static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t *step, fm_grad_scaler *gs) {
-    char *mp = path_join(o->out_dir, "model.safetensors"), *sp = path_join(o->out_dir, "train_state.safetensors");
+/* A decimal metadata value, whole and in range, or an error naming it. */
+static fm_status meta_num(const fm_kv_list *meta, const char *key, const char *file, bool is_unsigned, void *out) {
+    const char *s = fm_kv_get(meta, key);
+    char *end = NULL;
+    errno = 0;
+    if (s && is_unsigned && *s != '-') *(uint64_t *)out = strtoull(s, &end, 10);
+    else if (s && !is_unsigned) *(int64_t *)out = strtoll(s, &end, 10);
+    if (!s || !end || end == s || *end || errno)
+        return fm_set_error(FM_ERR_FORMAT, "%s: checkpoint metadata '%s' is %s%s%s (expected a whole number)", file, key,
+                            s ? "'" : "missing", s ? s : "", s ? "'" : "");
+    return FM_OK;
+}
+
+static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, const fm_ckpt_found *f, int64_t *step,
+                           fm_grad_scaler *gs) {
+    char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
     fm_status st = mp && sp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     fm_named_list state;
     memset(&state, 0, sizeof state);
     fm_kv_list meta;
     memset(&meta, 0, sizeof meta);
+    int64_t s = 0;
+    uint64_t off = 0, seed = 0;
     if (!st) st = fm_gpt_load_hf(m, mp);
     if (!st) st = fm_optim_init_state(opt);
     if (!st) st = fm_optim_state(opt, &state);
     if (!st) st = fm_safetensors_load_into(sp, &state, &meta);
-    const char *s = fm_kv_get(&meta, "step"), *r = fm_kv_get(&meta, "dropout_rng_offset"), *sd = fm_kv_get(&meta, "seed");
-    if (!st && (!s || !r || !sd)) st = fm_set_error(FM_ERR_FORMAT, "%s: checkpoint lacks step/RNG metadata", sp);
-    if (!st && strtoull(sd, NULL, 10) != o->seed)
-        st = fm_set_error(FM_ERR_INVALID, "%s: checkpoint was trained with seed %s, this run uses %llu", sp, sd,
-                          (unsigned long long)o->seed);
+    if (!st) st = meta_num(&meta, "step", sp, false, &s);
+    if (!st) st = meta_num(&meta, "dropout_rng_offset", sp, true, &off);
+    if (!st) st = meta_num(&meta, "seed", sp, true, &seed);
+    if (!st && seed != o->seed)
+        st = fm_set_error(FM_ERR_INVALID, "%s: checkpoint was trained with seed %llu, this run uses %llu", sp,
+                          (unsigned long long)seed, (unsigned long long)o->seed);
+    if (!st && (s < 0 || (!f->legacy && s != f->step)))
+        st = fm_set_error(FM_ERR_FORMAT, "%s: the state is at step %lld but the MANIFEST says %lld", sp, (long long)s,
+                          (long long)f->step);
     if (!st) {
-        *step = strtoll(s, NULL, 10);
-        m->rng->offset = strtoull(r, NULL, 10);
-        fm_optim_set_step(opt, *step);
+        *step = s;
+        m->rng->offset = off;
+        fm_optim_set_step(opt, s);
         const char *ls = fm_kv_get(&meta, "loss_scale"), *lt = fm_kv_get(&meta, "loss_scale_growth_tracker");
-        if (gs->enabled && ls && lt && strtod(ls, NULL) > 0) {
-            gs->scale = strtod(ls, NULL);
-            gs->growth_tracker = (int)strtol(lt, NULL, 10);
+        char *e1 = NULL, *e2 = NULL;
+        double scale = ls ? strtod(ls, &e1) : 0;
+        long tracker = lt ? strtol(lt, &e2, 10) : 0;
+        if (gs->enabled && ls && lt && *e1 == 0 && *e2 == 0 && scale > 0 && isfinite(scale) && tracker >= 0 &&
+            tracker <= INT32_MAX) {
+            gs->scale = scale;
+            gs->growth_tracker = (int)tracker;
         }
     }
     fm_named_list_free(&state);
@@ -293,229 +343,298 @@ fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, dou
     return st;
 }
 
-fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {
-    fm_gpt_train_result scratch;
-    if (!res) res = &scratch;
-    memset(res, 0, sizeof *res);
-    res->train_loss = res->val_loss = NAN;
-    res->loss_scale = 1;
-    fm_gpt_config cfg = o->model;
-    fm_tokenizer *tok = NULL;
+/* The run's state, shared by the pieces of fm_gpt_train_ex. */
+typedef struct gpt_run {
+    const fm_gpt_train_opts *o;
+    fm_gpt_train_result *res;
+    fm_gpt_config cfg;
+    fm_tokenizer *tok;
     fm_token_data d;
-    memset(&d, 0, sizeof d);
-    fm_gpt *m = NULL;
-    fm_optim *opt = NULL;
-    fm_tensor **params = NULL;
-    fm_tb_writer *tb = NULL;
-    fm_progress *prog = NULL;
-    bool profiling = false, in_step = false;
-    fm_status st;
+    fm_gpt *m;
+    fm_optim *opt;
+    fm_tensor **params;
+    fm_tb_writer *tb;
+    fm_progress *prog;
+    fm_grad_scaler gs;
+    fm_lr_schedule sched;
+    bool profiling, in_step, do_step;
+    int64_t split, step, last_good, tok_log, tok_all, tok_tb, skipped0;
+    double t_start, t_log, t_tb, last, val, norm, min_loss;
+} gpt_run;
+
+/* The run cannot go on: why, and where the last good checkpoint is. */
+static fm_status gpt_stopped(gpt_run *u, const char *why) {
+    char w[600];
+    snprintf(w, sizeof w, "%s", why);
+    if (u->last_good >= 0)
+        return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped. The last good checkpoint (step %lld) "
+                            "in %s/ckpt is untouched; lower the lr", w, (long long)u->step, (long long)u->last_good,
+                            u->o->out_dir);
+    return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped before any checkpoint was written; lower "
+                        "the lr", w, (long long)u->step);
+}
+
+/* Data, split, memory checks, model, optimizer and scaler. */
+static fm_status gpt_setup(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
     const fm_efficiency_opts *eo = &o->eff;
-    if (o->batch_size < 1 || o->steps < 1 || o->eval_batches < 1 || !(o->val_fraction > 0 && o->val_fraction < 1))
-        return fm_set_error(FM_ERR_INVALID, "train: batch_size, steps and eval_batches must be >= 1 and val_fraction in (0, 1)");
-    if ((st = fm_efficiency_validate(eo, true, o->batch_size))) return st;
+    fm_status st;
     if ((st = fm_mkdir_p(o->out_dir))) return st;
-    if ((st = prepare_data(o, &tok, &d))) return st;
-    cfg.vocab_size = fm_tokenizer_vocab_size(tok);
+    fm_ckpt_clean_stale(o->out_dir, o->quiet ? NULL : stderr);
+    if ((st = prepare_data(o, &u->tok, &u->d))) return st;
+    u->cfg.vocab_size = fm_tokenizer_vocab_size(u->tok);
     /* the last val_fraction of the tokens is held out */
-    int64_t split = (int64_t)((double)d.n * (1.0 - o->val_fraction));
-    const int T = cfg.block_size;
-    if (split < T + 1 || d.n - split < T + 1) {
-        st = fm_set_error(FM_ERR_INVALID,
-                          "%s: the corpus is too short: %lld tokens; with block_size %d both the training split and the "
-                          "held-out %.0f%% need at least %d tokens (use more text or a smaller block_size)",
-                          o->corpus, (long long)d.n, T, 100 * o->val_fraction, T + 1);
-        goto done;
-    }
+    u->split = (int64_t)((double)u->d.n * (1.0 - o->val_fraction));
+    const int T = u->cfg.block_size;
+    if (u->split < T + 1 || u->d.n - u->split < T + 1)
+        return fm_set_error(FM_ERR_INVALID,
+                            "%s: the corpus is too short: %lld tokens; with block_size %d both the training split and the "
+                            "held-out %.0f%% need at least %d tokens (use more text or a smaller block_size)",
+                            o->corpus, (long long)u->d.n, T, 100 * o->val_fraction, T + 1);
     /* the memory options, and whether the model fits, before any weight exists */
-    if ((st = fm_efficiency_apply_memory(eo))) goto done;
-    if ((st = fm_efficiency_check_fits(eo, fm_gpt_config_num_params(&cfg), 2 /* AdamW moments */))) goto done;
+    if ((st = fm_efficiency_apply_memory(eo))) return st;
+    if ((st = fm_efficiency_check_fits(eo, fm_gpt_config_num_params(&u->cfg), 2 /* AdamW moments */))) return st;
     fm_rng init;
     fm_rng_init(&init, o->seed);
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
-    m = fm_gpt_new(&cfg, &init);
+    u->m = fm_gpt_new(&u->cfg, &init);
     fm_memory_tag_pop(mc);
-    if (!m) { st = fm_last_status(); goto done; }
-    fm_rng_init(&m->own_rng, o->seed ^ 0xd50u);
-    if ((st = fm_gpt_set_checkpointing(m, eo->checkpointing))) goto done;
+    if (!u->m) return fm_last_status();
+    fm_rng_init(&u->m->own_rng, o->seed ^ 0xd50u);
+    if ((st = fm_gpt_set_checkpointing(u->m, eo->checkpointing))) return st;
     fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
     oc.lr = o->lr;
     oc.beta1 = o->beta1;
     oc.beta2 = o->beta2;
     oc.weight_decay = o->weight_decay;
-    if (!(opt = fm_optim_new(&oc))) { st = fm_last_status(); goto done; }
-    int gd = fm_optim_add_group(opt, o->weight_decay), gn = fm_optim_add_group(opt, 0.0);
-    if (!(params = calloc((size_t)m->params.n + 1, sizeof *params))) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
-    for (int i = 0; i < m->params.n; i++) {
-        fm_tensor *p = m->params.items[i].tensor;
-        params[i] = p;
-        if ((st = fm_optim_add_param(opt, p->ndim >= 2 ? gd : gn, m->params.items[i].name, p))) goto done;
+    if (!(u->opt = fm_optim_new(&oc))) return fm_last_status();
+    int gd = fm_optim_add_group(u->opt, o->weight_decay), gn = fm_optim_add_group(u->opt, 0.0);
+    if (!(u->params = calloc((size_t)u->m->params.n + 1, sizeof *u->params))) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int i = 0; i < u->m->params.n; i++) {
+        fm_tensor *p = u->m->params.items[i].tensor;
+        u->params[i] = p;
+        if ((st = fm_optim_add_param(u->opt, p->ndim >= 2 ? gd : gn, u->m->params.items[i].name, p))) return st;
     }
     mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    st = fm_optim_init_state(opt);
+    st = fm_optim_init_state(u->opt);
     fm_memory_tag_pop(mc);
-    if (st) goto done;
-    fm_grad_scaler gs;
-    fm_grad_scaler_init(&gs, eo->loss_scaling);
-    gs.quiet = o->quiet;
-    int64_t step = 0;
-    char *sp = path_join(o->out_dir, "train_state.safetensors");
-    bool have = sp && exists(sp);
-    free(sp);
-    if (o->resume && have) {
-        if ((st = load_ckpt(m, opt, o, &step, &gs))) goto done;
-        if (!o->quiet) fprintf(stderr, "resumed from %s at step %lld\n", o->out_dir, (long long)step);
+    if (st) return st;
+    fm_grad_scaler_init(&u->gs, eo->loss_scaling);
+    u->gs.quiet = o->quiet;
+    u->sched.kind = FM_SCHED_COSINE;
+    u->sched.base_lr = o->lr;
+    u->sched.warmup_steps = o->warmup;
+    u->sched.total_steps = o->steps;
+    u->sched.min_lr = o->min_lr;
+    return FM_OK;
+}
+
+/* --resume: the newest complete checkpoint; none (or only incomplete ones): step 0. */
+static fm_status gpt_resume(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
+    fm_ckpt_found f;
+    fm_ckpt_find(o->out_dir, &f, stderr);
+    if (!f.dir[0]) {
+        if (!o->quiet) fprintf(stderr, "no complete checkpoint in %s: training from step 0\n", o->out_dir);
+        return FM_OK;
     }
-    fm_lr_schedule sched;
-    memset(&sched, 0, sizeof sched);
-    sched.kind = FM_SCHED_COSINE;
-    sched.base_lr = o->lr;
-    sched.warmup_steps = o->warmup;
-    sched.total_steps = o->steps;
-    sched.min_lr = o->min_lr;
+    fm_status st = load_ckpt(u->m, u->opt, o, &f, &u->step, &u->gs);
+    if (!st) st = fm_ckpt_relink(o->out_dir, &f);
+    if (st) {
+        fm_error_prefix("resuming from %s", f.dir);
+        return st;
+    }
+    u->last_good = u->step;
+    if (!o->quiet)
+        fprintf(stderr, "resumed from %s at step %lld%s\n", f.dir, (long long)u->step,
+                f.legacy ? " (a checkpoint without a MANIFEST, written by an older fathom: its files' steps are not "
+                           "cross-checked)" : "");
+    return FM_OK;
+}
+
+/* Forward and backward over the step's micro-batches; u->last gets the mean loss. */
+static fm_status gpt_forward_backward(gpt_run *u, fm_tensor *x, fm_tensor *y) {
+    const fm_efficiency_opts *eo = &u->o->eff;
     const int accum = eo->grad_accum;
-    if (!o->quiet) {
-        fprintf(stderr, "model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %lld parameters; %lld train / %lld val tokens\n",
-                fm_gpt_arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
-                (long long)fm_gpt_num_params(m), (long long)split, (long long)(d.n - split));
-        if (eo->precision != FM_F32 || eo->checkpointing != FM_CKPT_NONE || accum > 1)
-            fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
-                    fm_checkpointing_name(eo->checkpointing), accum, accum > 1 ? "es" : "", o->batch_size / accum);
+    fm_status st = FM_OK;
+    u->last = 0;
+    /* micro-batches of the same windows: each loss is scaled by 1/accum and the
+     * gradients add up in .grad, so the step sees the mean over the whole batch */
+    for (int k = 0; k < accum && st == FM_OK; k++) {
+        fm_tensor *xs = micro(x, k, accum), *ys = micro(y, k, accum), *loss = NULL, *lg = NULL, *sl = NULL;
+        if (!xs || !ys) st = fm_last_status();
+        if (!st) {
+            fm_dtype ac = fm_autocast_set(eo->precision);
+            fm_mem_category mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+            lg = fm_gpt_forward(u->m, xs, ys, &loss);
+            fm_memory_tag_pop(mc);
+            fm_autocast_set(ac);
+            if (!lg) st = fm_last_status();
+        }
+        if (!st) {
+            u->last += fm_tensor_item(loss) / accum;
+            fm_tensor *l = accum > 1 ? fm_mul_scalar(loss, 1.0 / accum) : fm_tensor_retain(loss);
+            sl = l ? fm_grad_scaler_scale(&u->gs, l) : NULL;
+            fm_tensor_release(l);
+            /* backward's temporaries; the engine tags the leaves' gradients itself */
+            fm_mem_category mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+            st = sl ? fm_backward(sl, NULL, false) : fm_last_status();
+            fm_memory_tag_pop(mc);
+        }
+        fm_tensor_release_n(5, xs, ys, lg, loss, sl);
     }
-    if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
-    profiling = o->profile_path != NULL;
-    if (o->logdir && !(tb = fm_tb_writer_open(o->logdir))) { st = fm_last_status(); goto done; }
-    if (!(prog = fm_progress_begin("train", o->steps, "tokens", o->quiet ? FM_PROGRESS_QUIET : FM_PROGRESS_AUTO, stderr))) {
-        st = fm_last_status();
-        goto done;
+    return st;
+}
+
+/* A non-finite loss (without the fp16 scaler, which skips such steps) or one
+ * that exploded over its running minimum ends the run. */
+static fm_status gpt_check_loss(gpt_run *u) {
+    char why[200];
+    double lv = u->last, f = u->o->divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
+    if (!isfinite(lv)) {
+        if (u->gs.enabled) return FM_OK;
+        snprintf(why, sizeof why, "loss became %g", lv);
+        return gpt_stopped(u, why);
     }
-    fm_progress_set_start(prog, step);
-    fm_memory_reset_peak(FM_CPU);
-    double t_start = now_s(), t_log = t_start, last = NAN, val = NAN, t_tb = t_start;
-    int64_t tok_log = 0, tok_all = 0, skipped0 = gs.n_skipped, tok_tb = 0;
-    for (; step < o->steps; step++) {
+    if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
+        snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
+                 u->min_loss);
+        return gpt_stopped(u, why);
+    }
+    if (!(lv >= u->min_loss)) u->min_loss = lv;
+    return FM_OK;
+}
+
+/* One optimizer step: batch, forward/backward, unscale, clip, AdamW. */
+static fm_status gpt_step(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
+    fm_optim_set_lr(u->opt, fm_lr_at(&u->sched, u->step));
+    fm_tensor *x, *y;
+    double td = now_s(), pd = fm_profiler_now_us();
+    fm_status st = fm_gpt_batch_random(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, u->step, &x, &y);
+    u->res->data_seconds += now_s() - td;
+    fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
+    if (st) return st;
+    fm_optim_zero_grad(u->opt);
+    st = gpt_forward_backward(u, x, y);
+    fm_tensor_release_n(2, x, y);
+    if (st || (st = gpt_check_loss(u))) return st;
+    double po = fm_profiler_now_us();
+    if ((st = fm_grad_scaler_unscale(&u->gs, u->m->params.n, u->params))) return st;
+    if (u->tb && o->hist_every > 0 && (u->step + 1) % o->hist_every == 0) /* unscaled, before clipping scales them */
+        fm_tb_add_histograms(u->tb, "grads", &u->m->params, true, u->step + 1);
+    u->norm = 0;
+    u->do_step = fm_grad_scaler_should_step(&u->gs);
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    if (u->do_step && o->grad_clip > 0) st = fm_optim_clip_grad_norm(u->opt, o->grad_clip, &u->norm);
+    else if (u->do_step && u->tb) st = fm_optim_clip_grad_norm(u->opt, INFINITY, &u->norm); /* the norm for the logs; never scales */
+    if (!st && u->do_step) st = fm_optim_step(u->opt);
+    fm_memory_tag_pop(mc);
+    if (st) return st;
+    fm_grad_scaler_update(&u->gs);
+    fm_profile_span("optimizer", "optimizer", po, fm_profiler_now_us() - po, NULL);
+    return FM_OK;
+}
+
+/* The log line and the TensorBoard scalars of a finished step. */
+static void gpt_log_step(gpt_run *u, int64_t done_steps) {
+    const fm_gpt_train_opts *o = u->o;
+    bool due = o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps);
+    if (!o->quiet && due) {
+        double t = now_s();
+        char line[256];
+        int k = snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s",
+                         (long long)done_steps, (long long)o->steps, u->last, fm_lr_at(&u->sched, u->step), u->norm,
+                         u->tok_log / (t - u->t_log), t - u->t_start);
+        if (u->gs.enabled && k > 0 && k < (int)sizeof line)
+            snprintf(line + k, sizeof line - (size_t)k, "  loss scale %g  skipped %lld", u->gs.scale, (long long)u->gs.n_skipped);
+        fm_progress_log(u->prog, "%s", line); /* above a terminal's redrawn line, not through it */
+        u->t_log = t;
+        u->tok_log = 0;
+    }
+    if (u->tb && due) {
+        double t = now_s();
+        fm_memory_stats mst;
+        fm_tb_add_scalar(u->tb, "train/loss", done_steps, u->last);
+        fm_tb_add_scalar(u->tb, "train/lr", done_steps, fm_lr_at(&u->sched, u->step));
+        if (t > u->t_tb) fm_tb_add_scalar(u->tb, "train/throughput", done_steps, (double)(u->tok_all - u->tok_tb) / (t - u->t_tb));
+        if (u->do_step) fm_tb_add_scalar(u->tb, "train/grad_norm", done_steps, u->norm);
+        if (u->gs.enabled) fm_tb_add_scalar(u->tb, "train/loss_scale", done_steps, u->gs.scale);
+        if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(u->tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
+        u->t_tb = t;
+        u->tok_tb = u->tok_all;
+    }
+    if (u->tb && o->hist_every > 0 && done_steps % o->hist_every == 0)
+        fm_tb_add_histograms(u->tb, "weights", &u->m->params, false, done_steps);
+}
+
+/* Validation (a non-finite loss stops the run before anything is saved) and a sample. */
+static fm_status gpt_validate(gpt_run *u, int64_t done_steps) {
+    const fm_gpt_train_opts *o = u->o;
+    fm_status st = evaluate(u->m, &u->d, u->split, u->d.n, o, &u->val);
+    if (st) return st;
+    if (u->tb) fm_tb_add_scalar(u->tb, "val/loss", done_steps, u->val);
+    fm_progress_log(u->prog, "step %lld  val loss %.4f", (long long)done_steps, u->val);
+    if (!isfinite(u->val)) {
+        char why[100];
+        snprintf(why, sizeof why, "the validation loss became %g", u->val);
+        return gpt_stopped(u, why);
+    }
+    if (o->sample_tokens > 0 && !o->quiet) {
+        int32_t nl[1];
+        int32_t *pi = NULL;
+        int64_t pn = 0;
+        fm_gpt_sample_params spar = {0.8, 0, 1.0, (uint64_t)done_steps};
+        if (fm_tokenizer_encode(u->tok, "\n", 1, &pi, &pn) == FM_OK && pn > 0) nl[0] = pi[0];
+        else nl[0] = 0;
+        free(pi);
+        fm_progress_clear(u->prog); /* the sample streams out token by token */
+        fprintf(stderr, "--- sample ---\n");
+        fm_gpt_generate(u->m, nl, 1, o->sample_tokens, &spar, true, NULL, NULL, NULL, print_tok, u->tok);
+        fprintf(stderr, "\n--------------\n");
+    }
+    return FM_OK;
+}
+
+static fm_status gpt_loop(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
+    const int64_t step_tokens = (int64_t)o->batch_size * u->cfg.block_size;
+    for (; u->step < o->steps; u->step++) {
         fm_profile_push("step", "step");
-        in_step = true;
-        fm_optim_set_lr(opt, fm_lr_at(&sched, step));
-        fm_tensor *x, *y;
-        double td = now_s(), pd = fm_profiler_now_us();
-        st = fm_gpt_batch_random(&d, 0, split, o->batch_size, T, o->seed, step, &x, &y);
-        res->data_seconds += now_s() - td;
-        fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
-        if (st) goto done;
-        fm_optim_zero_grad(opt);
-        last = 0;
-        /* micro-batches of the same windows: each loss is scaled by 1/accum and the
-         * gradients add up in .grad, so the step sees the mean over the whole batch */
-        for (int k = 0; k < accum && st == FM_OK; k++) {
-            fm_tensor *xs = micro(x, k, accum), *ys = micro(y, k, accum), *loss = NULL, *lg = NULL, *sl = NULL;
-            if (!xs || !ys) st = fm_last_status();
-            if (!st) {
-                fm_dtype ac = fm_autocast_set(eo->precision);
-                mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-                lg = fm_gpt_forward(m, xs, ys, &loss);
-                fm_memory_tag_pop(mc);
-                fm_autocast_set(ac);
-                if (!lg) st = fm_last_status();
-            }
-            if (!st) {
-                last += fm_tensor_item(loss) / accum;
-                fm_tensor *l = accum > 1 ? fm_mul_scalar(loss, 1.0 / accum) : fm_tensor_retain(loss);
-                sl = l ? fm_grad_scaler_scale(&gs, l) : NULL;
-                fm_tensor_release(l);
-                /* backward's temporaries; the engine tags the leaves' gradients itself */
-                mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-                st = sl ? fm_backward(sl, NULL, false) : fm_last_status();
-                fm_memory_tag_pop(mc);
-            }
-            fm_tensor_release_n(5, xs, ys, lg, loss, sl);
-        }
-        fm_tensor_release_n(2, x, y);
-        if (st) goto done;
-        /* with the fp16 scaler a non-finite loss is an overflow: the scaler skips the step */
-        if (!isfinite(last) && !gs.enabled) {
-            st = fm_set_error(FM_ERR_STATE, "train: loss became %g at step %lld (lower the lr)", last, (long long)step);
-            goto done;
-        }
-        double po = fm_profiler_now_us();
-        if ((st = fm_grad_scaler_unscale(&gs, m->params.n, params))) goto done;
-        if (tb && o->hist_every > 0 && (step + 1) % o->hist_every == 0) /* unscaled, before clipping scales them */
-            fm_tb_add_histograms(tb, "grads", &m->params, true, step + 1);
-        double norm = 0;
-        bool do_step = fm_grad_scaler_should_step(&gs);
-        mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-        if (do_step && o->grad_clip > 0) st = fm_optim_clip_grad_norm(opt, o->grad_clip, &norm);
-        else if (do_step && tb) st = fm_optim_clip_grad_norm(opt, INFINITY, &norm); /* the norm for the logs; never scales */
-        if (!st && do_step) st = fm_optim_step(opt);
-        fm_memory_tag_pop(mc);
-        if (st) goto done;
-        fm_grad_scaler_update(&gs);
-        fm_profile_span("optimizer", "optimizer", po, fm_profiler_now_us() - po, NULL);
+        u->in_step = true;
+        fm_status st = gpt_step(u);
+        if (st) return st;
         fm_profile_pop(); /* step */
-        in_step = false;
-        tok_log += (int64_t)o->batch_size * T;
-        tok_all += (int64_t)o->batch_size * T;
-        int64_t done_steps = step + 1;
-        fm_progress_update(prog, done_steps, tok_all, last);
-        if (!o->quiet && o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps)) {
-            double t = now_s();
-            char line[256];
-            int k = snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s",
-                             (long long)done_steps, (long long)o->steps, last, fm_lr_at(&sched, step), norm,
-                             tok_log / (t - t_log), t - t_start);
-            if (gs.enabled && k > 0 && k < (int)sizeof line)
-                snprintf(line + k, sizeof line - (size_t)k, "  loss scale %g  skipped %lld", gs.scale, (long long)gs.n_skipped);
-            fm_progress_log(prog, "%s", line); /* above a terminal's redrawn line, not through it */
-            t_log = t;
-            tok_log = 0;
-        }
-        if (tb && o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps)) {
-            double t = now_s();
-            fm_memory_stats mst;
-            fm_tb_add_scalar(tb, "train/loss", done_steps, last);
-            fm_tb_add_scalar(tb, "train/lr", done_steps, fm_lr_at(&sched, step));
-            if (t > t_tb) fm_tb_add_scalar(tb, "train/throughput", done_steps, (double)(tok_all - tok_tb) / (t - t_tb));
-            if (do_step) fm_tb_add_scalar(tb, "train/grad_norm", done_steps, norm);
-            if (gs.enabled) fm_tb_add_scalar(tb, "train/loss_scale", done_steps, gs.scale);
-            if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
-            t_tb = t;
-            tok_tb = tok_all;
-        }
-        if (tb && o->hist_every > 0 && done_steps % o->hist_every == 0)
-            fm_tb_add_histograms(tb, "weights", &m->params, false, done_steps);
+        u->in_step = false;
+        u->tok_log += step_tokens;
+        u->tok_all += step_tokens;
+        int64_t done_steps = u->step + 1;
+        fm_progress_update(u->prog, done_steps, u->tok_all, u->last);
+        gpt_log_step(u, done_steps);
         bool stop = o->stop_after > 0 && done_steps >= o->stop_after;
-        if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == o->steps) {
-            if ((st = evaluate(m, &d, split, d.n, o, &val))) goto done;
-            if (tb) fm_tb_add_scalar(tb, "val/loss", done_steps, val);
-            fm_progress_log(prog, "step %lld  val loss %.4f", (long long)done_steps, val);
-            if (o->sample_tokens > 0 && !o->quiet) {
-                int32_t nl[1];
-                int32_t *pi = NULL;
-                int64_t pn = 0;
-                fm_gpt_sample_params spar = {0.8, 0, 1.0, (uint64_t)done_steps};
-                if (fm_tokenizer_encode(tok, "\n", 1, &pi, &pn) == FM_OK && pn > 0) nl[0] = pi[0];
-                else nl[0] = 0;
-                free(pi);
-                fm_progress_clear(prog); /* the sample streams out token by token */
-                fprintf(stderr, "--- sample ---\n");
-                fm_gpt_generate(m, nl, 1, o->sample_tokens, &spar, true, NULL, NULL, NULL, print_tok, tok);
-                fprintf(stderr, "\n--------------\n");
-            }
-        }
+        if (((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == o->steps) &&
+            (st = gpt_validate(u, done_steps)))
+            return st;
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == o->steps || stop) {
-            if ((st = save_ckpt(m, opt, o, done_steps, &gs))) goto done;
+            bool poisoned = false;
+            if ((st = save_ckpt(u->m, u->opt, o, done_steps, &u->gs, &poisoned)))
+                return poisoned ? gpt_stopped(u, fm_last_error()) : st;
+            u->last_good = done_steps;
         }
-        if (stop) { step++; break; }
+        if (stop) { u->step++; break; }
     }
-    fm_progress_end(prog);
-    prog = NULL;
-    res->train_loss = last;
-    res->val_loss = val;
-    res->steps = step;
-    res->train_seconds = now_s() - t_start;
-    res->tokens_per_second = res->train_seconds > 0 ? (double)tok_all / res->train_seconds : 0;
-    res->loss_scale = gs.scale;
-    res->skipped_steps = gs.n_skipped - skipped0;
+    return FM_OK;
+}
+
+static void gpt_results(gpt_run *u) {
+    fm_gpt_train_result *res = u->res;
+    res->train_loss = u->last;
+    res->val_loss = u->val;
+    res->steps = u->step;
+    res->train_seconds = now_s() - u->t_start;
+    res->tokens_per_second = res->train_seconds > 0 ? (double)u->tok_all / res->train_seconds : 0;
+    res->loss_scale = u->gs.scale;
+    res->skipped_steps = u->gs.n_skipped - u->skipped0;
     fm_memory_stats ms;
     if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     fm_memory_report mrep;
@@ -523,22 +642,72 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
+}
+
+static void gpt_banner(const gpt_run *u) {
+    const fm_gpt_config *c = &u->cfg;
+    const fm_efficiency_opts *eo = &u->o->eff;
+    fprintf(stderr, "model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %lld parameters; %lld train / %lld val tokens\n",
+            fm_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+            (long long)fm_gpt_num_params(u->m), (long long)u->split, (long long)(u->d.n - u->split));
+    if (eo->precision != FM_F32 || eo->checkpointing != FM_CKPT_NONE || eo->grad_accum > 1)
+        fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
+                fm_checkpointing_name(eo->checkpointing), eo->grad_accum, eo->grad_accum > 1 ? "es" : "",
+                u->o->batch_size / eo->grad_accum);
+}
+
+fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {
+    fm_gpt_train_result scratch;
+    if (!res) res = &scratch;
+    memset(res, 0, sizeof *res);
+    res->train_loss = res->val_loss = NAN;
+    res->loss_scale = 1;
+    if (o->batch_size < 1 || o->steps < 1 || o->eval_batches < 1 || !(o->val_fraction > 0 && o->val_fraction < 1))
+        return fm_set_error(FM_ERR_INVALID, "train: batch_size, steps and eval_batches must be >= 1 and val_fraction in (0, 1)");
+    fm_status st = fm_efficiency_validate(&o->eff, true, o->batch_size);
+    if (st) return st;
+    gpt_run *u = calloc(1, sizeof *u);
+    if (!u) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    u->o = o;
+    u->res = res;
+    u->cfg = o->model;
+    u->last = u->val = u->min_loss = NAN;
+    u->last_good = -1;
+    if ((st = gpt_setup(u))) goto done;
+    if (o->resume && (st = gpt_resume(u))) goto done;
+    if (!o->quiet) gpt_banner(u);
+    if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
+    u->profiling = o->profile_path != NULL;
+    if (o->logdir && !(u->tb = fm_tb_writer_open(o->logdir))) { st = fm_last_status(); goto done; }
+    if (!(u->prog = fm_progress_begin("train", o->steps, "tokens", o->quiet ? FM_PROGRESS_QUIET : FM_PROGRESS_AUTO, stderr))) {
+        st = fm_last_status();
+        goto done;
+    }
+    fm_progress_set_start(u->prog, u->step);
+    fm_memory_reset_peak(FM_CPU);
+    u->t_start = u->t_log = u->t_tb = now_s();
+    u->skipped0 = u->gs.n_skipped;
+    if ((st = gpt_loop(u))) goto done;
+    fm_progress_end(u->prog);
+    u->prog = NULL;
+    gpt_results(u);
 done:
-    fm_progress_cancel(prog); /* failed: the error follows, not a "done" line */
-    if (in_step) fm_profile_pop();
-    if (tb) {
-        fm_status cst = fm_tb_writer_close(tb);
+    fm_progress_cancel(u->prog); /* failed: the error follows, not a "done" line */
+    if (u->in_step) fm_profile_pop();
+    if (u->tb) {
+        fm_status cst = fm_tb_writer_close(u->tb);
         if (!st) st = cst;
     }
-    if (profiling) {
+    if (u->profiling) {
         fm_status pst = fm_profiler_stop();
         if (!st) st = pst;
     }
-    free(params);
-    fm_optim_free(opt);
-    fm_gpt_free(m);
-    fm_tokenizer_free(tok);
-    fm_token_data_free(&d);
+    free(u->params);
+    fm_optim_free(u->opt);
+    fm_gpt_free(u->m);
+    fm_tokenizer_free(u->tok);
+    fm_token_data_free(&u->d);
+    free(u);
     return st;
 }
 
@@ -552,6 +721,14 @@ fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok) {
     if (fm_gpt_config_load(cp, &c)) goto done;
     if (!(m = fm_gpt_new(&c, NULL))) goto done;
     if (fm_gpt_load_hf(m, mp)) { fm_gpt_free(m); m = NULL; goto done; }
+    for (int i = 0; i < m->params.n; i++)
+        if (fm_tensor_has_inf_nan(m->params.items[i].tensor)) { /* garbage out, without a word, otherwise */
+            fm_set_error(FM_ERR_FORMAT, "%s: weight '%s' holds NaN or inf values (from a diverged run?); refusing to "
+                         "use it", mp, m->params.items[i].name);
+            fm_gpt_free(m);
+            m = NULL;
+            goto done;
+        }
     if (tok) {
         *tok = fm_tokenizer_load(tp);
         if (!*tok) { fm_gpt_free(m); m = NULL; goto done; }

@@ -4,7 +4,10 @@
  * one. The directory fsync makes the rename itself durable.
  *
  * FATHOM_TEST_FAIL_WRITE_AFTER=N simulates a full disk after N bytes so the
- * tests can check that a failed checkpoint leaves the previous one intact. */
+ * tests can check that a failed checkpoint leaves the previous one intact, and
+ * each write is a FATHOM_FAULT point (fault.c), struck with half the data
+ * written. Temporary names end in .tmp.<pid> so fm_ckpt_clean_stale can tell
+ * a dead process's leftovers from a live one's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include "fathom/io.h"
+#include "io/io_internal.h"
 
 static fm_status write_all(int fd, const char *path, const void *data, size_t n, size_t *written, long long limit) {
     const char *p = data;
@@ -49,12 +53,28 @@ fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks) {
     if (env && *env) limit = atoll(env);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return fm_set_error(FM_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    size_t written = 0;
+    size_t written = 0, total = 0, half;
+    for (int i = 0; i < n; i++) total += chunks[i].n;
+    half = total / 2;
     fm_status st = FM_OK;
-    for (int i = 0; i < n && st == FM_OK; i++) st = write_all(fd, tmp, chunks[i].data, chunks[i].n, &written, limit);
+    for (int i = 0; i < n && st == FM_OK; i++) {
+        const char *p = chunks[i].data;
+        size_t left = chunks[i].n;
+        if (written <= half && written + left > half) { /* the fault point sits in the middle of the data */
+            size_t first = half - written;
+            st = write_all(fd, tmp, p, first, &written, limit);
+            if (st == FM_OK && fm_fault_point(FM_FAULT_WRITE, path) != 0)
+                st = fm_set_error(FM_ERR_IO, "writing %s: %s (injected by FATHOM_FAULT)", tmp, strerror(EIO));
+            p += first;
+            left -= first;
+        }
+        if (st == FM_OK) st = write_all(fd, tmp, p, left, &written, limit);
+    }
+    if (st == FM_OK && total == 0 && fm_fault_point(FM_FAULT_WRITE, path) != 0)
+        st = fm_set_error(FM_ERR_IO, "writing %s: %s (injected by FATHOM_FAULT)", tmp, strerror(EIO));
     if (st == FM_OK && fsync(fd) != 0) st = fm_set_error(FM_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && st == FM_OK) st = fm_set_error(FM_ERR_IO, "closing %s: %s", tmp, strerror(errno));
-    if (st == FM_OK && rename(tmp, path) != 0)
+    if (st == FM_OK && fm_io_rename(tmp, path) != 0)
         st = fm_set_error(FM_ERR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));
     if (st != FM_OK) {
         unlink(tmp);
@@ -68,11 +88,7 @@ fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks) {
     if (slash == dir) dir[1] = 0;
     else if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    fm_fsync_dir(dir);
     return FM_OK;
 }
 

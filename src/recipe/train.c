@@ -5,14 +5,16 @@
  * saved: weights and BatchNorm buffers (model.safetensors), optimizer moments
  * and step (train_state.safetensors), the data loader's position and seed, and
  * the dropout generator's (seed, offset). The schedule is a function of the
- * step alone. Both files carry the step, so a directory whose two files come
- * from different moments (a crash between the two renames) is refused. */
+ * step alone. The files of a step are committed as one unit, out_dir/ckpt/step-N
+ * with a MANIFEST of checksums (io/io_internal.h); both files also carry the
+ * step, so even an old-layout pair from different moments is refused. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "fathom/autograd.h"
@@ -22,6 +24,8 @@
 #include "fathom/profile.h" /* --profile spans */
 #include "fathom/recipe.h"
 #include "core/parallel.h" /* fm_set_num_threads */
+#include "fathom/amp.h"    /* fm_tensor_has_inf_nan */
+#include "io/io_internal.h" /* checkpoint units */
 
 void fm_train_options_init(fm_train_options *o) {
     memset(o, 0, sizeof *o);
@@ -139,6 +143,9 @@ typedef struct trainer {
     fm_dataloader *loader;
     fm_rng drop_rng;
     int64_t step;
+    int64_t last_good; /* step of the newest committed checkpoint; -1: none */
+    bool poisoned;     /* a checkpoint was refused: non-finite weights or moments */
+    FILE *log;
 } trainer;
 
 static fm_status meta_i64(fm_kv_list *m, const char *k, int64_t v) {
@@ -153,40 +160,66 @@ static fm_status meta_u64(fm_kv_list *m, const char *k, uint64_t v) {
     return fm_kv_set(m, k, b);
 }
 
-static fm_status save_checkpoint(trainer *t, const char *dir) {
-    char path[PATH_MAX];
-    fm_status st = fm_mkdir_p(dir);
-    if (st) return st;
+/* Non-finite weights, buffers or optimizer moments are never committed. */
+static fm_status check_finite(const fm_named_list *l, const char *what, int64_t step) {
+    for (int i = 0; i < l->n; i++)
+        if (fm_tensor_has_inf_nan(l->items[i].tensor))
+            return fm_set_error(FM_ERR_STATE, "%s '%s' became non-finite (NaN or inf) by step %" PRId64, what,
+                                l->items[i].name, step);
+    return FM_OK;
+}
+
+static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) {
     fm_dataloader_state ls;
-    if ((st = fm_dataloader_state_get(t->loader, &ls)) != FM_OK) return st;
+    fm_status st = fm_dataloader_state_get(t->loader, &ls);
+    if (st) return st;
     if (ls.batch >= fm_dataloader_num_batches(t->loader)) { ls.epoch++; ls.batch = 0; }
+    if ((st = fm_kv_set(meta, "format", "fathom-model-1")) || (st = fm_kv_set(meta, "fathom.recipe", t->r->text)) ||
+        (st = meta_i64(meta, "fathom.step", t->step)))
+        return st;
+    if ((st = fm_kv_set(smeta, "format", "fathom-train-state-1")) || (st = meta_i64(smeta, "step", t->step)) ||
+        (st = meta_i64(smeta, "optimizer_step", fm_optim_get_step(t->opt))) ||
+        (st = fm_kv_set(smeta, "optimizer", fm_optim_kind_name(t->r->optim.kind))) ||
+        (st = meta_u64(smeta, "loader_seed", ls.seed)) || (st = meta_i64(smeta, "loader_epoch", ls.epoch)) ||
+        (st = meta_i64(smeta, "loader_batch", ls.batch)) || (st = meta_i64(smeta, "loader_samples", ls.num_samples)) ||
+        (st = meta_i64(smeta, "loader_batch_size", ls.batch_size)) ||
+        (st = meta_u64(smeta, "dropout_rng_seed", t->drop_rng.seed)) ||
+        (st = meta_u64(smeta, "dropout_rng_offset", t->drop_rng.offset)) ||
+        (st = meta_u64(smeta, "global_rng_seed", fm_rng_global()->seed)))
+        return st;
+    return meta_u64(smeta, "global_rng_offset", fm_rng_global()->offset);
+}
+
+/* One checkpoint unit (io/io_internal.h): model, optimizer state with the data
+ * position and RNGs, and the recipe, committed together as out_dir/ckpt/step-N
+ * and linked to out_dir/{model.safetensors,train_state.safetensors,recipe.ini}. */
+static fm_status save_checkpoint(trainer *t, const char *out_dir) {
+    char path[PATH_MAX];
     fm_kv_list meta = {0}, smeta = {0};
     fm_named_list state = {0}, ostate = {0};
+    fm_ckpt_tx tx;
+    memset(&tx, 0, sizeof tx);
+    fm_status st;
     if ((st = fm_module_state(t->model, &state)) != FM_OK) goto done;
     if ((st = fm_optim_init_state(t->opt)) != FM_OK || (st = fm_optim_state(t->opt, &ostate)) != FM_OK) goto done;
-    if ((st = fm_kv_set(&meta, "format", "fathom-model-1")) || (st = fm_kv_set(&meta, "fathom.recipe", t->r->text)) ||
-        (st = meta_i64(&meta, "fathom.step", t->step)))
+    if ((st = check_finite(&state, "weight", t->step)) || (st = check_finite(&ostate, "optimizer state", t->step))) {
+        t->poisoned = true;
         goto done;
-    if ((st = fm_kv_set(&smeta, "format", "fathom-train-state-1")) || (st = meta_i64(&smeta, "step", t->step)) ||
-        (st = meta_i64(&smeta, "optimizer_step", fm_optim_get_step(t->opt))) ||
-        (st = fm_kv_set(&smeta, "optimizer", fm_optim_kind_name(t->r->optim.kind))) ||
-        (st = meta_u64(&smeta, "loader_seed", ls.seed)) || (st = meta_i64(&smeta, "loader_epoch", ls.epoch)) ||
-        (st = meta_i64(&smeta, "loader_batch", ls.batch)) || (st = meta_i64(&smeta, "loader_samples", ls.num_samples)) ||
-        (st = meta_i64(&smeta, "loader_batch_size", ls.batch_size)) ||
-        (st = meta_u64(&smeta, "dropout_rng_seed", t->drop_rng.seed)) ||
-        (st = meta_u64(&smeta, "dropout_rng_offset", t->drop_rng.offset)) ||
-        (st = meta_u64(&smeta, "global_rng_seed", fm_rng_global()->seed)) ||
-        (st = meta_u64(&smeta, "global_rng_offset", fm_rng_global()->offset)))
-        goto done;
-    /* state first, model second: the model file is what eval/predict read, and a
-     * failure on either leaves the previous model file in place */
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    if ((st = fm_safetensors_save(path, &ostate, &smeta)) != FM_OK) goto done;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((st = fm_safetensors_save(path, &state, &meta)) != FM_OK) goto done;
-    snprintf(path, sizeof path, "%s/recipe.ini", dir);
+    }
+    if ((st = save_metadata(t, &meta, &smeta))) goto done;
+    if ((st = fm_ckpt_begin(&tx, out_dir, t->step))) goto done;
+    static const char *const names[] = {"train_state.safetensors", "model.safetensors", "recipe.ini"};
     fm_io_chunk c = {t->r->text, strlen(t->r->text)};
-    st = fm_atomic_write(path, 1, &c);
+    if ((st = fm_safetensors_save(fm_ckpt_path(&tx, names[0], path, sizeof path), &ostate, &smeta)) ||
+        (st = fm_safetensors_save(fm_ckpt_path(&tx, names[1], path, sizeof path), &state, &meta)) ||
+        (st = fm_atomic_write(fm_ckpt_path(&tx, names[2], path, sizeof path), 1, &c))) {
+        fm_ckpt_abort(&tx);
+        fm_error_prefix("checkpoint of step %" PRId64 " not written; the previous checkpoints in %s/ckpt are unchanged",
+                        t->step, out_dir);
+        goto done;
+    }
+    st = fm_ckpt_commit(&tx, 3, names, t->r->keep_checkpoints, t->log);
+    if (st == FM_OK) t->last_good = t->step;
 done:
     fm_kv_free(&meta);
     fm_kv_free(&smeta);
@@ -217,8 +250,8 @@ static bool meta_get_u64(const fm_kv_list *m, const char *k, uint64_t *v) {
     return true;
 }
 
-static fm_status load_checkpoint(trainer *t, const char *dir) {
-    char path[PATH_MAX];
+static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_step) {
+    char path[PATH_MAX + 32];
     fm_kv_list meta = {0}, smeta = {0};
     fm_named_list state = {0}, ostate = {0}, saved = {0};
     fm_status st;
@@ -242,6 +275,11 @@ static fm_status load_checkpoint(trainer *t, const char *dir) {
     if (mstep != sstep) {
         st = fm_set_error(FM_ERR_FORMAT, "%s: model.safetensors is at step %" PRId64 " but train_state.safetensors at "
                           "step %" PRId64 " (an interrupted checkpoint); cannot resume exactly", dir, mstep, sstep);
+        goto done;
+    }
+    if (manifest_step >= 0 && sstep != manifest_step) {
+        st = fm_set_error(FM_ERR_FORMAT, "%s: the files are at step %" PRId64 " but the MANIFEST says %" PRId64, dir, sstep,
+                          manifest_step);
         goto done;
     }
     const char *okind = fm_kv_get(&smeta, "optimizer");
@@ -306,239 +344,346 @@ static fm_status push_loss(fm_train_result *res, double v) {
     return FM_OK;
 }
 
-fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_result *res) {
-    fm_train_options defo;
-    if (!opt) { fm_train_options_init(&defo); opt = &defo; }
-    memset(res, 0, sizeof *res);
-    res->test_accuracy = -1;
-    fm_recipe r = *rin; /* a shallow copy with the overrides applied; text stays rin's */
-    if (opt->epochs > 0) r.epochs = opt->epochs;
-    if (opt->batch_size > 0) r.batch_size = opt->batch_size;
-    if (opt->lr > 0) r.optim.lr = r.sched.base_lr = opt->lr;
-    if (opt->seed >= 0) r.seed = (uint64_t)opt->seed;
-    if (opt->threads > 0) r.threads = opt->threads;
-    if (r.threads > 0) fm_set_num_threads(r.threads);
-    FILE *log = opt->log;
-
+/* The loop's state, shared by the pieces of fm_train. */
+typedef struct train_run {
     trainer t;
-    memset(&t, 0, sizeof t);
-    fm_tb_writer *tb = NULL;
-    fm_progress *prog = NULL;
-    int64_t prog_done = 0, prog_items = 0;
-    t.r = &r;
-    fm_dataset *train = NULL, *test = NULL;
-    fm_status st = FM_OK;
-    fm_rng init_rng;
-    fm_rng_init(&init_rng, r.seed);
-    fm_rng_init(&t.drop_rng, r.seed ^ 0x9e3779b97f4a7c15ull);
-    fm_manual_seed(r.seed + 1);
+    fm_recipe r; /* a shallow copy with the overrides applied; text stays the caller's */
+    const fm_train_options *opt;
+    fm_train_result *res;
+    FILE *log;
+    const char *out_dir;
+    fm_dataset *train, *test;
+    fm_tb_writer *tb;
+    fm_progress *prog;
+    int64_t nb, epoch, epoch_steps, prog_done, prog_items;
+    double t0, t_epoch, epoch_loss, last_epoch_loss, min_loss;
+} train_run;
 
-    train = fm_recipe_dataset(&r, FM_SPLIT_TRAIN, NULL);
-    if (!train || (st = check_input_shape(&r, train)) != FM_OK) { st = fm_last_status(); goto done; }
-    if (!opt->skip_eval) {
-        test = fm_recipe_dataset(&r, FM_SPLIT_TEST, NULL);
-        if (!test) { st = fm_last_status(); goto done; }
-    }
+/* The run cannot go on: says why, and where the last good checkpoint is. */
+static fm_status stopped(train_run *u, const char *why) {
+    char w[600];
+    snprintf(w, sizeof w, "%s", why);
+    int64_t good = u->t.last_good;
+    if (good >= 0 && u->out_dir)
+        return fm_set_error(FM_ERR_STATE, "%s at step %" PRId64 " (epoch %" PRId64 "); training stopped. The last good "
+                            "checkpoint (step %" PRId64 ") in %s/ckpt is untouched; try a lower learning rate or "
+                            "clip_grad_norm", w, u->t.step, u->epoch + 1, good, u->out_dir);
+    return fm_set_error(FM_ERR_STATE, "%s at step %" PRId64 " (epoch %" PRId64 "); training stopped before any checkpoint "
+                        "was written; try a lower learning rate or clip_grad_norm", w, u->t.step, u->epoch + 1);
+}
+
+static fm_status save(train_run *u) {
+    fm_status st = save_checkpoint(&u->t, u->out_dir);
+    if (st && u->t.poisoned) return stopped(u, fm_last_error());
+    return st;
+}
+
+/* Data, model, optimizer and loader. */
+static fm_status train_setup(train_run *u) {
+    fm_recipe *r = &u->r;
+    fm_rng init_rng;
+    fm_rng_init(&init_rng, r->seed);
+    fm_rng_init(&u->t.drop_rng, r->seed ^ 0x9e3779b97f4a7c15ull);
+    fm_manual_seed(r->seed + 1);
+    fm_status st;
+    u->train = fm_recipe_dataset(r, FM_SPLIT_TRAIN, NULL);
+    if (!u->train || (st = check_input_shape(r, u->train)) != FM_OK) return fm_last_status();
+    if (!u->opt->skip_eval && !(u->test = fm_recipe_dataset(r, FM_SPLIT_TEST, NULL))) return fm_last_status();
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
-    t.model = fm_recipe_build_model(&r, &init_rng);
+    u->t.model = fm_recipe_build_model(r, &init_rng);
     fm_memory_tag_pop(mc);
-    if (!t.model) { st = fm_last_status(); goto done; }
-    fm_module_set_rng(t.model, &t.drop_rng);
-    res->num_params = fm_module_num_params(t.model);
-    t.opt = fm_optim_new(&r.optim);
-    if (!t.opt || (st = fm_optim_add_params(t.opt, t.model)) != FM_OK) { st = fm_last_status(); goto done; }
+    if (!u->t.model) return fm_last_status();
+    fm_module_set_rng(u->t.model, &u->t.drop_rng);
+    u->res->num_params = fm_module_num_params(u->t.model);
+    u->t.opt = fm_optim_new(&r->optim);
+    if (!u->t.opt || fm_optim_add_params(u->t.opt, u->t.model) != FM_OK) return fm_last_status();
     fm_loader_options lo;
     fm_loader_options_init(&lo);
-    lo.batch_size = r.batch_size;
+    lo.batch_size = r->batch_size;
     lo.shuffle = true;
-    lo.seed = r.seed;
+    lo.seed = r->seed;
     lo.drop_last = false;
-    lo.workers = r.workers;
-    lo.transforms = r.transforms;
-    t.loader = fm_dataloader_create(train, &lo);
-    if (!t.loader) { st = fm_last_status(); goto done; }
-    int64_t nb = fm_dataloader_num_batches(t.loader);
-    if (r.sched.total_steps <= 0) r.sched.total_steps = nb * r.epochs;
-    if (opt->resume_dir && (st = load_checkpoint(&t, opt->resume_dir)) != FM_OK) goto done;
-    const char *out_dir = opt->out_dir ? opt->out_dir : opt->resume_dir;
-    res->first_step = t.step;
-    if (log)
-        fprintf(log, "fathom: training %s: %" PRId64 " parameters, %" PRId64 " samples, %d epochs of %" PRId64
-                     " batches of %" PRId64 ", %s lr %g%s\n",
-                r.name, res->num_params, fm_dataset_size(train), r.epochs, nb, r.batch_size,
-                fm_optim_kind_name(r.optim.kind), r.optim.lr, opt->resume_dir ? " (resumed)" : "");
+    lo.workers = r->workers;
+    lo.transforms = r->transforms;
+    if (!(u->t.loader = fm_dataloader_create(u->train, &lo))) return fm_last_status();
+    u->nb = fm_dataloader_num_batches(u->t.loader);
+    if (r->sched.total_steps <= 0) r->sched.total_steps = u->nb * r->epochs;
+    return FM_OK;
+}
 
-    if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
-    if (opt->logdir && !(tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
-    fm_memory_reset_peak(FM_CPU);
-    double t0 = now_s(), epoch_loss = 0, last_epoch_loss = NAN, t_epoch = t0;
-    int64_t epoch_steps = 0, last_good = -1;
-    fm_module_train(t.model, true);
-    fm_dataloader_state ls0;
-    fm_dataloader_state_get(t.loader, &ls0);
-    int64_t epoch = ls0.epoch;
-    bool stop = epoch >= r.epochs || (opt->max_steps > 0 && t.step >= opt->max_steps);
-    while (!stop) {
-        fm_batch b;
-        if (!prog) {
-            char label[64];
-            snprintf(label, sizeof label, "epoch %" PRId64 "/%d", epoch + 1, r.epochs);
-            prog = fm_progress_begin(label, nb, "samples", log ? FM_PROGRESS_AUTO : FM_PROGRESS_QUIET, log);
-            prog_done = prog_items = 0;
+/* --resume: the newest complete checkpoint of the directory. */
+static fm_status train_resume(train_run *u) {
+    const char *dir = u->opt->resume_dir;
+    FILE *msg = u->log ? u->log : stderr;
+    fm_ckpt_clean_stale(dir, msg);
+    fm_ckpt_found f;
+    fm_ckpt_find(dir, &f, msg);
+    if (!f.dir[0]) {
+        char ck[PATH_MAX];
+        snprintf(ck, sizeof ck, "%s/ckpt", dir);
+        struct stat sb;
+        if (stat(ck, &sb) != 0)
+            return fm_set_error(FM_ERR_IO, "%s: nothing to resume (no ckpt/ and no model.safetensors with "
+                                "train_state.safetensors); train without --resume to start", dir);
+        fprintf(msg, "no complete checkpoint in %s: training from step 0\n", ck);
+        return FM_OK;
+    }
+    if (f.legacy) fprintf(msg, "resuming from %s (a checkpoint without a MANIFEST, written by an older fathom)\n", f.dir);
+    else fprintf(msg, "resuming from %s (step %" PRId64 ")\n", f.dir, f.step);
+    fm_status st = load_checkpoint(&u->t, f.dir, f.step);
+    /* out_dir/ gets this checkpoint's files when the run writes there (a crash may
+     * have come between a commit and its links) */
+    if (st == FM_OK && !strcmp(u->out_dir, dir)) st = fm_ckpt_relink(dir, &f);
+    if (st == FM_OK) u->t.last_good = u->t.step;
+    return st;
+}
+
+static void log_histograms(train_run *u) {
+    fm_named_list ps = {0};
+    if (fm_module_parameters(u->t.model, &ps) == FM_OK)
+        for (int k = 0; k < ps.n; k++) {
+            char tag[300];
+            snprintf(tag, sizeof tag, "weights/%s", ps.items[k].name);
+            fm_tb_add_histogram_tensor(u->tb, tag, u->t.step, ps.items[k].tensor);
         }
+    fm_named_list_free(&ps);
+}
+
+/* The loader ran out: the epoch's line, its logs, and (checkpoint_every 0) its checkpoint. */
+static fm_status end_of_epoch(train_run *u, bool *stop) {
+    const fm_recipe *r = &u->r;
+    fm_progress_end(u->prog);
+    u->prog = NULL;
+    u->last_epoch_loss = u->epoch_steps ? u->epoch_loss / (double)u->epoch_steps : u->last_epoch_loss;
+    u->epoch++;
+    double tn = now_s();
+    if (u->log)
+        fprintf(u->log, "epoch %" PRId64 "/%d  loss %.4f  lr %.3g  %.0f samples/s  (%.1f s)\n", u->epoch, r->epochs,
+                u->last_epoch_loss, fm_optim_get_lr(u->t.opt),
+                (double)u->epoch_steps * (double)r->batch_size / (tn - u->t_epoch), tn - u->t0);
+    if (u->tb) {
+        fm_tb_add_scalar(u->tb, "train/epoch_loss", u->t.step, u->last_epoch_loss);
+        if (u->opt->hist_every > 0 && u->epoch % u->opt->hist_every == 0) log_histograms(u);
+    }
+    u->t_epoch = tn;
+    u->epoch_loss = 0;
+    u->epoch_steps = 0;
+    if (u->epoch >= r->epochs) { *stop = true; return FM_OK; }
+    if (u->out_dir && r->checkpoint_every == 0) return save(u);
+    return FM_OK;
+}
+
+/* Backward, clipping and the optimizer step for the loss of one batch. */
+static fm_status backward_and_step(train_run *u, fm_tensor *loss, double *gnorm) {
+    const fm_recipe *r = &u->r;
+    fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS); /* temporaries; leaf gradients are tagged by the engine */
+    fm_status st = fm_backward(loss, NULL, false);
+    fm_memory_tag_pop(mprev);
+    if (st) return st;
+    if (u->tb && u->opt->hist_every > 0 && (u->epoch + 1) % u->opt->hist_every == 0) {
+        /* gradients live only between backward and zero_grad: log them on the step that ends an
+         * epoch whose weights get histograms, before clipping, at the step number the weights get */
+        fm_dataloader_state ls;
+        fm_named_list ps = {0};
+        if (fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch == u->nb &&
+            fm_module_parameters(u->t.model, &ps) == FM_OK)
+            fm_tb_add_histograms(u->tb, "grads", &ps, true, u->t.step + 1);
+        fm_named_list_free(&ps);
+    }
+    fm_profile_push("optimizer", "optimizer");
+    mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    if (r->clip_grad_norm > 0) st = fm_optim_clip_grad_norm(u->t.opt, r->clip_grad_norm, gnorm);
+    else if (u->tb && (u->t.step + 1) % 10 == 0) st = fm_optim_clip_grad_norm(u->t.opt, INFINITY, gnorm); /* the norm for the logs; never scales */
+    if (st == FM_OK) st = fm_optim_step(u->t.opt);
+    fm_optim_zero_grad(u->t.opt);
+    fm_memory_tag_pop(mprev);
+    fm_profile_pop();
+    return st;
+}
+
+/* A loss that is not finite, or that exploded over its running minimum, ends the run. */
+static fm_status check_loss(train_run *u, double lv) {
+    char why[200];
+    if (!isfinite(lv)) {
+        snprintf(why, sizeof why, "the loss became %g", lv);
+        return stopped(u, why);
+    }
+    double f = u->r.divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
+    if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
+        snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
+                 u->min_loss);
+        return stopped(u, why);
+    }
+    if (!(lv >= u->min_loss)) u->min_loss = lv;
+    return FM_OK;
+}
+
+/* One training step on batch b, its logs and (checkpoint_every) its checkpoint. */
+static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
+    const fm_recipe *r = &u->r;
+    fm_optim_set_lr(u->t.opt, fm_lr_at(&r->sched, u->t.step));
+    double t_step0 = now_s(), gnorm = NAN;
+    fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+    fm_tensor *logits = fm_module_forward(u->t.model, b->x);
+    fm_tensor *loss = logits ? fm_cross_entropy(logits, b->y, -100, r->label_smoothing, FM_REDUCE_MEAN) : NULL;
+    fm_memory_tag_pop(mprev);
+    if (!loss) { fm_tensor_release(logits); return fm_last_status(); }
+    double lv = fm_tensor_item(loss);
+    fm_status st = check_loss(u, lv);
+    if (st == FM_OK) st = backward_and_step(u, loss, &gnorm);
+    fm_tensor_release_n(2, logits, loss);
+    if (st) return st;
+    u->t.step++;
+    u->prog_done++;
+    u->prog_items += b->size;
+    fm_progress_update(u->prog, u->prog_done, u->prog_items, lv);
+    if (u->tb && u->t.step % 10 == 0) {
+        double dt = now_s() - t_step0;
+        fm_memory_stats mst;
+        fm_tb_add_scalar(u->tb, "train/loss", u->t.step, lv);
+        fm_tb_add_scalar(u->tb, "train/lr", u->t.step, fm_optim_get_lr(u->t.opt));
+        if (dt > 0) fm_tb_add_scalar(u->tb, "train/throughput", u->t.step, (double)b->size / dt);
+        if (gnorm == gnorm) fm_tb_add_scalar(u->tb, "train/grad_norm", u->t.step, gnorm);
+        if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK)
+            fm_tb_add_scalar(u->tb, "memory/allocated_bytes", u->t.step, (double)mst.allocated);
+    }
+    u->res->samples += b->size;
+    u->epoch_loss += lv;
+    u->epoch_steps++;
+    if ((st = push_loss(u->res, lv)) != FM_OK) return st;
+    if (u->out_dir && r->checkpoint_every > 0 && u->t.step % r->checkpoint_every == 0 && (st = save(u))) return st;
+    if (u->opt->max_steps > 0 && u->t.step >= u->opt->max_steps) *stop = true;
+    return FM_OK;
+}
+
+static fm_status train_loop(train_run *u) {
+    const fm_recipe *r = &u->r;
+    fm_dataloader_state ls0;
+    fm_dataloader_state_get(u->t.loader, &ls0);
+    u->epoch = ls0.epoch;
+    bool stop = u->epoch >= r->epochs || (u->opt->max_steps > 0 && u->t.step >= u->opt->max_steps);
+    fm_status st = FM_OK;
+    while (!stop && st == FM_OK) {
+        if (!u->prog) {
+            char label[64];
+            snprintf(label, sizeof label, "epoch %" PRId64 "/%d", u->epoch + 1, r->epochs);
+            u->prog = fm_progress_begin(label, u->nb, "samples", u->log ? FM_PROGRESS_AUTO : FM_PROGRESS_QUIET, u->log);
+            u->prog_done = u->prog_items = 0;
+        }
+        fm_batch b;
         fm_profile_push("step", "step");
         fm_profile_push("next batch", "data");
-        st = fm_dataloader_next(t.loader, &b);
+        st = fm_dataloader_next(u->t.loader, &b);
         fm_profile_pop();
-        if (st != FM_OK) { fm_profile_pop(); goto done; }
-        if (!b.x) { /* end of an epoch */
-            fm_profile_pop();
-            fm_progress_end(prog);
-            prog = NULL;
-            last_epoch_loss = epoch_steps ? epoch_loss / (double)epoch_steps : last_epoch_loss;
-            epoch++;
-            double tn = now_s();
-            if (log)
-                fprintf(log, "epoch %" PRId64 "/%d  loss %.4f  lr %.3g  %.0f samples/s  (%.1f s)\n", epoch, r.epochs,
-                        last_epoch_loss, fm_optim_get_lr(t.opt),
-                        (double)epoch_steps * (double)r.batch_size / (tn - t_epoch), tn - t0);
-            if (tb) {
-                fm_tb_add_scalar(tb, "train/epoch_loss", t.step, last_epoch_loss);
-                if (opt->hist_every > 0 && epoch % opt->hist_every == 0) {
-                    fm_named_list ps = {0};
-                    if (fm_module_parameters(t.model, &ps) == FM_OK)
-                        for (int k = 0; k < ps.n; k++) {
-                            char tag[300];
-                            snprintf(tag, sizeof tag, "weights/%s", ps.items[k].name);
-                            fm_tb_add_histogram_tensor(tb, tag, t.step, ps.items[k].tensor);
-                        }
-                    fm_named_list_free(&ps);
-                }
-            }
-            t_epoch = tn;
-            epoch_loss = 0;
-            epoch_steps = 0;
-            if (epoch >= r.epochs) break;
-            if (out_dir && r.checkpoint_every == 0) {
-                if ((st = save_checkpoint(&t, out_dir)) != FM_OK) goto done;
-                last_good = t.step;
-            }
-            continue;
-        }
-        fm_optim_set_lr(t.opt, fm_lr_at(&r.sched, t.step));
-        double t_step0 = now_s();
-        fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-        fm_tensor *logits = fm_module_forward(t.model, b.x);
-        fm_tensor *loss = logits ? fm_cross_entropy(logits, b.y, -100, r.label_smoothing, FM_REDUCE_MEAN) : NULL;
-        fm_memory_tag_pop(mprev);
-        if (!loss) { fm_tensor_release(logits); fm_profile_pop(); st = fm_last_status(); goto done; }
-        double lv = fm_tensor_item(loss);
-        if (!isfinite(lv)) {
-            fm_tensor_release_n(2, logits, loss);
-            fm_profile_pop();
-            if (last_good >= 0 || opt->resume_dir)
-                st = fm_set_error(FM_ERR_STATE, "the loss became %g at step %" PRId64 " (epoch %" PRId64 "); training "
-                                  "stopped. The last good checkpoint (step %" PRId64 ") is in %s; try a lower learning "
-                                  "rate or clip_grad_norm", lv, t.step, epoch + 1,
-                                  last_good >= 0 ? last_good : res->first_step, out_dir);
-            else
-                st = fm_set_error(FM_ERR_STATE, "the loss became %g at step %" PRId64 " (epoch %" PRId64 "); training "
-                                  "stopped before any checkpoint was written; try a lower learning rate or "
-                                  "clip_grad_norm", lv, t.step, epoch + 1);
-            goto done;
-        }
-        mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS); /* temporaries; leaf gradients are tagged by the engine */
-        st = fm_backward(loss, NULL, false);
-        fm_memory_tag_pop(mprev);
-        fm_tensor_release_n(2, logits, loss);
-        if (st) { fm_profile_pop(); goto done; }
-        if (tb && opt->hist_every > 0 && (epoch + 1) % opt->hist_every == 0) {
-            /* gradients live only between backward and zero_grad: log them on the step that ends an
-             * epoch whose weights get histograms, before clipping, at the step number the weights get */
-            fm_dataloader_state ls;
-            fm_named_list ps = {0};
-            if (fm_dataloader_state_get(t.loader, &ls) == FM_OK && ls.batch == nb && fm_module_parameters(t.model, &ps) == FM_OK)
-                fm_tb_add_histograms(tb, "grads", &ps, true, t.step + 1);
-            fm_named_list_free(&ps);
-        }
-        fm_profile_push("optimizer", "optimizer");
-        mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-        double gnorm = NAN;
-        if (r.clip_grad_norm > 0) st = fm_optim_clip_grad_norm(t.opt, r.clip_grad_norm, &gnorm);
-        else if (tb && (t.step + 1) % 10 == 0) st = fm_optim_clip_grad_norm(t.opt, INFINITY, &gnorm); /* the norm for the logs; never scales */
-        if (st == FM_OK) st = fm_optim_step(t.opt);
-        fm_optim_zero_grad(t.opt);
-        fm_memory_tag_pop(mprev);
-        fm_profile_pop();
+        if (st == FM_OK && b.x) st = train_step(u, &b, &stop);
         fm_profile_pop(); /* step */
-        if (st) goto done;
-        t.step++;
-        prog_done++;
-        prog_items += b.size;
-        fm_progress_update(prog, prog_done, prog_items, lv);
-        if (tb && t.step % 10 == 0) {
-            double dt = now_s() - t_step0;
-            fm_memory_stats mst;
-            fm_tb_add_scalar(tb, "train/loss", t.step, lv);
-            fm_tb_add_scalar(tb, "train/lr", t.step, fm_optim_get_lr(t.opt));
-            if (dt > 0) fm_tb_add_scalar(tb, "train/throughput", t.step, (double)b.size / dt);
-            if (gnorm == gnorm) fm_tb_add_scalar(tb, "train/grad_norm", t.step, gnorm);
-            if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(tb, "memory/allocated_bytes", t.step, (double)mst.allocated);
-        }
-        res->samples += b.size;
-        epoch_loss += lv;
-        epoch_steps++;
-        if ((st = push_loss(res, lv)) != FM_OK) goto done;
-        if (out_dir && r.checkpoint_every > 0 && t.step % r.checkpoint_every == 0) {
-            if ((st = save_checkpoint(&t, out_dir)) != FM_OK) goto done;
-            last_good = t.step;
-        }
-        if (opt->max_steps > 0 && t.step >= opt->max_steps) break;
+        if (st == FM_OK && !b.x) st = end_of_epoch(u, &stop);
     }
-    res->train_seconds = now_s() - t0;
-    if (epoch_steps) last_epoch_loss = epoch_loss / (double)epoch_steps;
-    res->final_loss = last_epoch_loss;
-    res->epochs = (int)epoch;
-    res->steps = t.step;
+    return st;
+}
+
+/* Results, the final checkpoint and the test-set evaluation. */
+static fm_status train_finish(train_run *u) {
+    fm_train_result *res = u->res;
+    res->train_seconds = now_s() - u->t0;
+    if (u->epoch_steps) u->last_epoch_loss = u->epoch_loss / (double)u->epoch_steps;
+    res->final_loss = u->last_epoch_loss;
+    res->epochs = (int)u->epoch;
+    res->steps = u->t.step;
     res->samples_per_second = res->train_seconds > 0 ? (double)res->samples / res->train_seconds : 0;
     fm_memory_stats ms;
     if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
-    res->data_wait_seconds = fm_dataloader_wait_seconds(t.loader);
+    res->data_wait_seconds = fm_dataloader_wait_seconds(u->t.loader);
     fm_memory_report mrep;
     if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
-    if (out_dir) {
-        if ((st = save_checkpoint(&t, out_dir)) != FM_OK) goto done;
-        snprintf(res->model_path, sizeof res->model_path, "%s/model.safetensors", out_dir);
+    fm_status st;
+    if (u->out_dir) {
+        if ((st = save(u)) != FM_OK) return st;
+        snprintf(res->model_path, sizeof res->model_path, "%s/model.safetensors", u->out_dir);
     }
-    if (test) {
-        if ((st = check_input_shape(&r, test)) != FM_OK) goto done;
-        st = fm_evaluate_progress(t.model, test, &r.transforms, 1000, &res->test_accuracy, &res->test_loss, log);
-        if (st == FM_OK && tb) {
-            fm_tb_add_scalar(tb, "val/accuracy", t.step, res->test_accuracy);
-            fm_tb_add_scalar(tb, "val/loss", t.step, res->test_loss);
-        }
-        if (st == FM_OK && log)
-            fprintf(log, "test accuracy %.2f%%  test loss %.4f  (%" PRId64 " samples)\n", 100 * res->test_accuracy,
-                    res->test_loss, fm_dataset_size(test));
+    if (!u->test) return FM_OK;
+    if ((st = check_input_shape(&u->r, u->test)) != FM_OK) return st;
+    st = fm_evaluate_progress(u->t.model, u->test, &u->r.transforms, 1000, &res->test_accuracy, &res->test_loss, u->log);
+    if (st == FM_OK && u->tb) {
+        fm_tb_add_scalar(u->tb, "val/accuracy", u->t.step, res->test_accuracy);
+        fm_tb_add_scalar(u->tb, "val/loss", u->t.step, res->test_loss);
     }
+    if (st == FM_OK && u->log)
+        fprintf(u->log, "test accuracy %.2f%%  test loss %.4f  (%" PRId64 " samples)\n", 100 * res->test_accuracy,
+                res->test_loss, fm_dataset_size(u->test));
+    return st;
+}
+
+/* The allocator's out-of-memory advice names the GPT trainer's flags; this
+ * trainer takes none of them, so it gets advice it can follow. */
+static void plain_oom_advice(void) {
+    const char *m = fm_last_error(), *p = strstr(m, " (try a smaller --batch");
+    if (!p) return;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%.*s (try a smaller --batch, or a larger FATHOM_MEMORY_LIMIT)", (int)(p - m), m);
+    fm_set_error(FM_ERR_OOM, "%s", buf);
+}
+
+fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_result *res) {
+    fm_train_options defo;
+    if (!opt) { fm_train_options_init(&defo); opt = &defo; }
+    memset(res, 0, sizeof *res);
+    res->test_accuracy = -1;
+    train_run *u = calloc(1, sizeof *u);
+    if (!u) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    u->r = *rin;
+    fm_recipe *r = &u->r;
+    if (opt->epochs > 0) r->epochs = opt->epochs;
+    if (opt->batch_size > 0) r->batch_size = opt->batch_size;
+    if (opt->lr > 0) r->optim.lr = r->sched.base_lr = opt->lr;
+    if (opt->seed >= 0) r->seed = (uint64_t)opt->seed;
+    if (opt->threads > 0) r->threads = opt->threads;
+    if (r->threads > 0) fm_set_num_threads(r->threads);
+    u->opt = opt;
+    u->res = res;
+    u->log = u->t.log = opt->log;
+    u->t.r = r;
+    u->t.last_good = -1;
+    u->min_loss = NAN;
+    u->last_epoch_loss = NAN;
+    u->out_dir = opt->out_dir ? opt->out_dir : opt->resume_dir;
+    fm_status st = train_setup(u);
+    if (st == FM_OK && opt->resume_dir) st = train_resume(u);
+    if (st == FM_OK && u->out_dir && (!opt->resume_dir || strcmp(u->out_dir, opt->resume_dir)))
+        fm_ckpt_clean_stale(u->out_dir, u->log ? u->log : stderr);
+    if (st) goto done;
+    res->first_step = u->t.step;
+    if (u->log)
+        fprintf(u->log, "fathom: training %s: %" PRId64 " parameters, %" PRId64 " samples, %d epochs of %" PRId64
+                        " batches of %" PRId64 ", %s lr %g%s\n",
+                r->name, res->num_params, fm_dataset_size(u->train), r->epochs, u->nb, r->batch_size,
+                fm_optim_kind_name(r->optim.kind), r->optim.lr, opt->resume_dir ? " (resumed)" : "");
+    if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
+    if (opt->logdir && !(u->tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
+    fm_memory_reset_peak(FM_CPU);
+    u->t0 = u->t_epoch = now_s();
+    fm_module_train(u->t.model, true);
+    if ((st = train_loop(u)) == FM_OK) st = train_finish(u);
 done:
-    fm_progress_end(prog);
-    if (tb) {
-        fm_status cst = fm_tb_writer_close(tb);
+    fm_progress_end(u->prog);
+    if (u->tb) {
+        fm_status cst = fm_tb_writer_close(u->tb);
         if (st == FM_OK) st = cst;
     }
     if (opt->profile_path) {
         fm_status pst = fm_profiler_stop();
         if (st == FM_OK) st = pst;
     }
-    fm_dataloader_free(t.loader);
-    fm_optim_free(t.opt);
-    fm_module_free(t.model);
-    fm_dataset_release(train);
-    fm_dataset_release(test);
+    fm_dataloader_free(u->t.loader);
+    fm_optim_free(u->t.opt);
+    fm_module_free(u->t.model);
+    fm_dataset_release(u->train);
+    fm_dataset_release(u->test);
+    free(u);
+    if (st == FM_ERR_OOM) plain_oom_advice();
     return st;
 }
 
@@ -552,7 +697,7 @@ fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module 
     *model_out = NULL;
     fm_named_list all;
     fm_kv_list meta = {0};
-    if (fm_safetensors_load(path, &all, &meta) != FM_OK) return fm_last_status();
+    if (fm_safetensors_load(path, &all, &meta) != FM_OK) { fm_kv_free(&meta); return fm_last_status(); }
     fm_named_list_free(&all);
     const char *text = fm_kv_get(&meta, "fathom.recipe");
     if (!text) {
@@ -572,6 +717,12 @@ fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module 
         return fm_last_status();
     }
     st = fm_safetensors_load_into(path, &state, NULL);
+    /* a model with NaN or inf weights (saved by something other than fathom's
+     * trainer, which refuses to) would print garbage without a word */
+    for (int i = 0; i < state.n && st == FM_OK; i++)
+        if (fm_tensor_has_inf_nan(state.items[i].tensor))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%s' holds NaN or inf values (from a diverged run?); refusing "
+                              "to use it", path, state.items[i].name);
     fm_named_list_free(&state);
     if (st) { fm_module_free(m); fm_recipe_free(recipe_out); return st; }
     fm_module_train(m, false);

@@ -1,0 +1,80 @@
+/* io_internal.h: the library's crash-safe file machinery, shared by the trainers.
+ *
+ * Checkpoint directories (ckpt_dir.c). A checkpoint is one unit: every file of a
+ * step (weights, optimizer state, scaler, RNG, data position, config) is written
+ * into OUT/ckpt/step-<N>.tmp.<pid>/, a MANIFEST naming each file with its size
+ * and CRC-32 is written last, and one rename makes the directory
+ * OUT/ckpt/step-<N>. A crash at any instant leaves either the previous complete
+ * checkpoints or the new one too; a directory without a valid MANIFEST never
+ * has a step-<N> name. After the commit the files are also hard-linked to
+ * OUT/<name> (what eval, predict and generate read), and all but the newest
+ * `keep` checkpoints are removed.
+ *
+ * Fault injection (fault.c): FATHOM_FAULT=KIND:N[:ACTION] with KIND write or
+ * rename and ACTION eio (default: the operation fails with an I/O error) or
+ * kill (SIGKILL, as a power cut would). The N-th write (a file's data is half
+ * written when it strikes) or rename of this process strikes; every file fathom
+ * writes goes through fm_atomic_write, so every write point can be reached. */
+#ifndef FATHOM_IO_INTERNAL_H
+#define FATHOM_IO_INTERNAL_H
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fathom/io.h"
+
+/* ---- fault injection ---- */
+typedef enum { FM_FAULT_WRITE, FM_FAULT_RENAME } fm_fault_kind;
+/* Counts one operation of `kind` on `path`; returns 0, or -1 with errno = EIO
+ * when FATHOM_FAULT selects it (or does not return: the kill action). */
+int fm_fault_point(fm_fault_kind kind, const char *path);
+/* rename() behind a fault point. */
+int fm_io_rename(const char *from, const char *to);
+/* fsync of a directory (the names in it become durable); errors ignored, as
+ * some file systems refuse it. */
+void fm_fsync_dir(const char *dir);
+
+/* ---- checkpoint directories ---- */
+#define FM_CKPT_KEEP_DEFAULT 2
+#define FM_CKPT_MAX_FILES 8
+
+typedef struct fm_ckpt_tx {
+    char out_dir[PATH_MAX - 64];
+    char tmp[PATH_MAX];   /* OUT/ckpt/step-N.tmp.PID: written into */
+    char final[PATH_MAX]; /* OUT/ckpt/step-N */
+    int64_t step;
+} fm_ckpt_tx;
+
+/* Starts the checkpoint of `step` in out_dir (creates the temporary directory). */
+fm_status fm_ckpt_begin(fm_ckpt_tx *tx, const char *out_dir, int64_t step);
+/* The path of file `name` inside the checkpoint being written. */
+const char *fm_ckpt_path(const fm_ckpt_tx *tx, const char *name, char *buf, size_t n);
+/* Commits the written files (names relative to the checkpoint): MANIFEST, one
+ * directory rename, links to OUT/<name>, then keeps the newest `keep` (>= 1)
+ * checkpoints. On failure the temporary directory is removed and the previous
+ * checkpoints are untouched. */
+fm_status fm_ckpt_commit(fm_ckpt_tx *tx, int n, const char *const *names, int keep, FILE *log);
+/* Removes the temporary directory of a checkpoint that will not be committed. */
+void fm_ckpt_abort(fm_ckpt_tx *tx);
+
+typedef struct fm_ckpt_found {
+    char dir[PATH_MAX]; /* where the files are; "" when nothing was found */
+    int64_t step;       /* -1 for the old layout (files directly in OUT, no manifest) */
+    bool legacy;
+} fm_ckpt_found;
+/* Finds the newest complete checkpoint in out_dir: OUT/ckpt/step-N whose
+ * MANIFEST names N and whose files match their sizes and checksums. Incomplete
+ * or damaged ones are skipped with a line on `log` each. Without OUT/ckpt, a
+ * pre-manifest out_dir (model.safetensors + train_state.safetensors) is
+ * returned as legacy. Nothing at all: f->dir is "". */
+fm_status fm_ckpt_find(const char *out_dir, fm_ckpt_found *f, FILE *log);
+/* Links the found checkpoint's files to OUT/NAME again: a crash after a commit
+ * but before its links leaves OUT/ with an older checkpoint's files. */
+fm_status fm_ckpt_relink(const char *out_dir, const fm_ckpt_found *f);
+/* Removes OUT/NAME.tmp.PID and OUT/ckpt/NAME.tmp.PID left by processes that are gone
+ * (each named on `log`). */
+void fm_ckpt_clean_stale(const char *out_dir, FILE *log);
+/* CRC-32 and size of a file. */
+fm_status fm_file_crc32(const char *path, uint32_t *crc, int64_t *size);
+
+#endif

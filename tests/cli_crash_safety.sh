@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Crash safety of checkpoints, for the plain (fashion-style) trainer and the GPT
+# trainer: FATHOM_FAULT makes the N-th write or rename of a run kill the process
+# (SIGKILL, as a power cut would) or fail with EIO, for every N the run reaches.
+# After each fault, `--resume` must finish the run with a model.safetensors that
+# is bitwise equal to an uninterrupted run's, and leave no temporary file. Also:
+# a damaged newest checkpoint is skipped with a message, keep_checkpoints prunes,
+# and an old-layout directory (no ckpt/) still resumes.
+# Usage: bash tests/cli_crash_safety.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_crash_safety.sh FATHOM_BIN}
+tmp=$(mktemp -d /tmp/fathom_crash.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# ---- fixtures: 4 classes of 8x8 images; a small text corpus ----
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+r = random.Random(1); imgs = bytearray(); labs = bytearray()
+for i in range(96):
+    c = i % 4; labs.append(c)
+    for p in range(64):
+        y, x = divmod(p, 8)
+        imgs.append(r.randrange(100) + (120 if (y >= 4) * 2 + (x >= 4) == c else 0))
+open(f"{d}/train-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 96, 8, 8) + imgs)
+open(f"{d}/train-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 96) + labs)
+words = "in the beginning god created the heaven and the earth and the earth was without form".split()
+s = 7; lines = []
+for _ in range(120):
+    row = []
+    for _ in range(10):
+        s = (s * 1103515245 + 12345) % 2**31
+        row.append(words[s % len(words)])
+    lines.append(" ".join(row))
+open(f"{d}/corpus.txt", "w").write("\n".join(lines) + "\n")
+PY
+cat > "$tmp/plain.ini" <<EOF
+[data]
+dataset = idx
+train_images = $tmp/train-images
+train_labels = $tmp/train-labels
+[model]
+input = 1 8 8
+layer = flatten
+layer = linear 8
+layer = dropout 0.2
+layer = linear 4
+[train]
+epochs = 2
+batch = 32
+seed = 5
+[optimizer]
+name = adam
+lr = 0.01
+EOF
+cat > "$tmp/gpt.ini" <<EOF
+[model]
+type = gpt
+arch = gpt2
+n_layer = 1
+n_head = 2
+n_embd = 16
+ffn_hidden = 32
+block_size = 16
+dropout = 0.1
+[tokenizer]
+kind = char
+[data]
+corpus = $tmp/corpus.txt
+val_fraction = 0.1
+[train]
+batch_size = 4
+steps = 4
+warmup = 1
+eval_every = 2
+eval_batches = 1
+ckpt_every = 2
+log_every = 2
+seed = 3
+EOF
+plain_train() { "$bin" train "$tmp/plain.ini" --out "$1" --no-eval; }
+plain_resume() { "$bin" train "$tmp/plain.ini" --resume "$1" --no-eval; }
+gpt_train() { "$bin" train "$tmp/gpt.ini" --out "$1" --quiet; }
+gpt_resume() { "$bin" train "$tmp/gpt.ini" --out "$1" --resume --quiet; }
+
+# crash_every RECIPE KIND ACTION: fault every point of a run; prints the count
+total=0
+crash_every() {
+  local rec=$1 kind=$2 action=$3 n=1 rc d
+  while :; do
+    d=$tmp/$rec-$kind-$action-$n
+    FATHOM_FAULT=$kind:$n:$action "${rec}_train" "$d" > "$d.log" 2>&1
+    rc=$?
+    if [[ $rc -eq 0 ]]; then break; fi # the run has fewer points than n: all covered
+    if ! grep -q "FATHOM_FAULT: $kind $n" "$d.log"; then bad "$rec $kind:$n:$action: exit $rc without the fault: $(tail -3 "$d.log")"; break; fi
+    if [[ $action == kill && $rc -ne 137 ]]; then bad "$rec $kind:$n:kill: exit $rc, expected 137"; fi
+    if [[ $action == eio ]] && ! grep -q "injected by FATHOM_FAULT\|Input/output error" "$d.log"; then
+      bad "$rec $kind:$n:eio: the error does not say what failed: $(tail -2 "$d.log")"
+    fi
+    if ! "${rec}_resume" "$d" > "$d.resume.log" 2>&1; then bad "$rec $kind:$n:$action: resume failed: $(tail -3 "$d.resume.log")"
+    elif ! cmp -s "$tmp/$rec-ref/model.safetensors" "$d/model.safetensors"; then bad "$rec $kind:$n:$action: final model differs from the uninterrupted run"
+    elif find "$d" -name '*.tmp.*' | grep -q .; then bad "$rec $kind:$n:$action: temporary files left: $(find "$d" -name '*.tmp.*')"
+    fi
+    rm -rf "$d" "$d.log" "$d.resume.log"
+    n=$((n + 1))
+    ((n > 200)) && { bad "$rec $kind: more than 200 points?"; break; }
+  done
+  echo "$rec: $kind:N:$action covered $((n - 1)) points"
+  total=$((total + n - 1))
+}
+
+for rec in plain gpt; do
+  "${rec}_train" "$tmp/$rec-ref" > "$tmp/$rec-ref.log" 2>&1 || { bad "$rec reference run failed: $(tail -3 "$tmp/$rec-ref.log")"; continue; }
+  for kind in write rename; do
+    for action in kill eio; do crash_every "$rec" "$kind" "$action"; done
+  done
+done
+echo "crash points covered: $total (each resumed to a bitwise-equal final model)"
+
+# ---- a damaged newest checkpoint is skipped, with a message, never fatal ----
+d=$tmp/damaged
+"$bin" train "$tmp/plain.ini" --out "$d" --no-eval > /dev/null 2>&1 || bad "damaged: first run failed"
+newest=$(ls -d "$d"/ckpt/step-* | sort | tail -1)
+printf 'x' | dd of="$newest/model.safetensors" bs=1 seek=200 conv=notrunc status=none
+out=$("$bin" train "$tmp/plain.ini" --resume "$d" --no-eval 2>&1) || bad "damaged: resume failed: $out"
+[[ $out == *"ignoring the incomplete checkpoint $newest: model.safetensors fails its checksum"* && $out == *"resuming from $d/ckpt/step-00000003 (step 3)"* ]] \
+  && echo "ok: damaged checkpoint skipped" || bad "damaged: messages: $out"
+cmp -s "$tmp/plain-ref/model.safetensors" "$d/model.safetensors" || bad "damaged: final model differs"
+# keep_checkpoints (default 2): four epochs leave two, the newest
+d=$tmp/keep
+"$bin" train "$tmp/plain.ini" --out "$d" --no-eval --epochs 4 > /dev/null 2>&1 || bad "keep: run failed"
+[[ "$(cd "$d/ckpt" && echo step-*)" == "step-00000009 step-00000012" ]] && echo "ok: the newest 2 checkpoints kept" \
+  || bad "keep: $(ls "$d/ckpt")"
+
+# ---- the old layout (files directly in the directory, no ckpt/) still resumes ----
+d=$tmp/legacy
+"$bin" train "$tmp/plain.ini" --out "$d" --no-eval --epochs 1 > /dev/null 2>&1 || bad "legacy: first run failed"
+for f in model.safetensors train_state.safetensors; do cp "$d/ckpt/step-00000003/$f" "$d/$f.copy" && mv "$d/$f.copy" "$d/$f"; done
+rm -rf "$d/ckpt"
+out=$("$bin" train "$tmp/plain.ini" --resume "$d" --no-eval 2>&1) || bad "legacy: resume failed: $out"
+[[ $out == *"written by an older fathom"* ]] && echo "ok: old layout resumes" || bad "legacy: message: $out"
+cmp -s "$tmp/plain-ref/model.safetensors" "$d/model.safetensors" || bad "legacy: final model differs"
+
+# ---- stale temporary files of a dead process are removed at start-up ----
+d=$tmp/stale
+mkdir -p "$d/ckpt/step-00000009.tmp.999999" && touch "$d/model.safetensors.tmp.999999" "$d/ckpt/step-00000009.tmp.999999/x"
+out=$("$bin" train "$tmp/plain.ini" --out "$d" --no-eval --epochs 1 2>&1) || bad "stale: run failed: $out"
+[[ ! -e $d/model.safetensors.tmp.999999 && ! -e $d/ckpt/step-00000009.tmp.999999 && $out == *"left by an interrupted write"* ]] \
+  && echo "ok: stale temporary files removed" || bad "stale: $out; $(ls -R "$d")"
+
+if ((fails)); then echo "cli_crash_safety: $fails failure(s)"; exit 1; fi
+echo "cli_crash_safety: all passed"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A real full disk while checkpointing: training writes into a 640 KiB tmpfs
+# (mounted in a private mount namespace) where the third checkpoint does not
+# fit. The run must fail saying so, the two complete checkpoints must survive
+# untouched with no temporary file left, eval must read the newest, and after
+# the disk grows, --resume must end bitwise equal to an uninterrupted run.
+# Exits 77 (skipped) where no tmpfs can be mounted (no root, no unshare).
+# Usage: bash tests/cli_disk_full.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=$(realpath "${1:?usage: cli_disk_full.sh FATHOM_BIN}")
+if [[ ${FATHOM_IN_NS:-} != 1 ]]; then
+  command -v unshare > /dev/null || { echo "skipped: no unshare"; exit 77; }
+  unshare -m --propagation private true 2> /dev/null || { echo "skipped: cannot make a mount namespace (needs root)"; exit 77; }
+  FATHOM_IN_NS=1 exec unshare -m --propagation private bash "$0" "$bin"
+fi
+tmp=$(mktemp -d /tmp/fathom_full.XXXXXX)
+trap 'umount "$tmp/disk" 2> /dev/null; rm -rf "$tmp"' EXIT
+mkdir "$tmp/disk"
+mount -t tmpfs -o size=640k tmpfs "$tmp/disk" 2> /dev/null || { echo "skipped: cannot mount a tmpfs"; exit 77; }
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+r = random.Random(1); imgs = bytearray(); labs = bytearray()
+for i in range(64):
+    c = i % 4; labs.append(c)
+    for p in range(64):
+        y, x = divmod(p, 8)
+        imgs.append(r.randrange(100) + (120 if (y >= 4) * 2 + (x >= 4) == c else 0))
+for name in ("train", "test"):
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 64, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 64) + labs)
+PY
+# 64*400 + 400*4 weights: a checkpoint is about 3 x 108 KB (weights + two Adam moments)
+cat > "$tmp/r.ini" <<EOF
+[data]
+dataset = idx
+train_images = $tmp/train-images
+train_labels = $tmp/train-labels
+test_images = $tmp/test-images
+test_labels = $tmp/test-labels
+[model]
+input = 1 8 8
+layer = flatten
+layer = linear 400
+layer = relu
+layer = linear 4
+[train]
+epochs = 4
+batch = 16
+seed = 2
+checkpoint_every = 2
+[optimizer]
+name = adam
+lr = 0.003
+EOF
+"$bin" train "$tmp/r.ini" --out "$tmp/ref" --no-eval > /dev/null 2>&1 || bad "reference run failed"
+out=$("$bin" train "$tmp/r.ini" --out "$tmp/disk/run" --no-eval 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"No space left on device"* && $out == *"previous checkpoints"*"are unchanged"* ]] \
+  && echo "ok: the full disk stops the run and says so" || bad "full disk: exit $rc: $out"
+n=$(ls -d "$tmp"/disk/run/ckpt/step-* 2> /dev/null | grep -vc '\.tmp\.')
+[[ $n -ge 1 ]] && echo "ok: $n complete checkpoint(s) survive" || bad "no complete checkpoint survived: $(ls -R "$tmp/disk/run")"
+find "$tmp/disk/run" -name '*.tmp.*' | grep -q . && bad "temporary files left: $(find "$tmp/disk/run" -name '*.tmp.*')" \
+  || echo "ok: no temporary files left"
+"$bin" eval "$tmp/disk/run" > /dev/null 2>&1 && echo "ok: eval reads the newest complete checkpoint" || bad "eval failed"
+mount -o remount,size=8m "$tmp/disk" || bad "remount failed"
+out=$("$bin" train "$tmp/r.ini" --resume "$tmp/disk/run" --no-eval 2>&1) || bad "resume failed: $out"
+[[ $out == *"resuming from $tmp/disk/run/ckpt/step-"* ]] || bad "resume does not say which checkpoint: $out"
+cmp -s "$tmp/ref/model.safetensors" "$tmp/disk/run/model.safetensors" && echo "ok: resumed run is bitwise equal" \
+  || bad "the resumed run's model differs from the uninterrupted run's"
+if ((fails)); then echo "cli_disk_full: $fails failure(s)"; exit 1; fi
+echo "cli_disk_full: all passed"
