@@ -3,6 +3,7 @@
  * and stdout gets exactly one JSON object at the end. */
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ static void train_usage(FILE *f) {
             "  --seed N       override the seed (weights, shuffling, dropout)\n"
             "  --threads N    compute threads (default: all cores)\n"
             "  --out DIR      where to save the model (default: runs/<recipe>; with --resume: DIR of --resume)\n"
-            "  --resume DIR   continue a run from its last checkpoint, bit for bit\n"
+            "  --resume DIR   continue a run from its newest complete checkpoint (DIR/ckpt/step-N), bit for bit\n"
             "  --max-steps N  stop after N optimizer steps in total (a checkpoint is saved)\n"
             "  --no-eval      skip the test-set evaluation\n"
             "  --json         print one JSON object with the results on stdout\n"
@@ -49,8 +50,8 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
 static int parse_num(const char *opt, const char *v, double lo, double *out) {
     char *end;
     double x = v ? strtod(v, &end) : 0;
-    if (!v || end == v || *end || !(x >= lo)) {
-        fm_cli_error("train: %s needs a number >= %g, got '%s'", opt, lo, v ? v : "nothing");
+    if (!v || end == v || *end || !(x >= lo) || !isfinite(x)) {
+        fm_cli_error("train: %s needs a finite number >= %g, got '%s'", opt, lo, v ? v : "nothing");
         return 0;
     }
     *out = x;
@@ -110,13 +111,21 @@ int fm_cmd_train(int argc, char **argv) {
             v = opt_value(argc, argv, &i, name); \
             if (!parse_num(name, v, lo, &x)) { train_usage(stderr); return 2; } \
             o.field = (type)x; continue; }
-        NUM_OPT("--epochs", 1, epochs, int)
-        NUM_OPT("--batch", 1, batch_size, int64_t)
+/* whole numbers, within the range of the field they are stored in */
+#define INT_OPT(name, lo, hi, field, type) \
+        if (!strncmp(a, name, strlen(name)) && (a[strlen(name)] == 0 || a[strlen(name)] == '=')) { \
+            long long n_; \
+            v = opt_value(argc, argv, &i, name); \
+            if (!fm_cli_parse_int_range("train", name, v, lo, hi, &n_)) { train_usage(stderr); return 2; } \
+            o.field = (type)n_; continue; }
+        INT_OPT("--epochs", 1, INT_MAX, epochs, int)
+        INT_OPT("--batch", 1, INT64_MAX, batch_size, int64_t)
         NUM_OPT("--lr", 1e-300, lr, double)
-        NUM_OPT("--seed", 0, seed, int64_t)
-        NUM_OPT("--threads", 1, threads, int)
-        NUM_OPT("--max-steps", 1, max_steps, int64_t)
-        NUM_OPT("--hist-every", 1, hist_every, int)
+        INT_OPT("--seed", 0, INT64_MAX, seed, int64_t)
+        INT_OPT("--threads", 1, 256, threads, int)
+        INT_OPT("--max-steps", 1, INT64_MAX, max_steps, int64_t)
+        INT_OPT("--hist-every", 1, INT_MAX, hist_every, int)
+#undef INT_OPT
 #undef NUM_OPT
         if (!strncmp(a, "--out", 5) && (a[5] == 0 || a[5] == '=')) {
             if (!(out = opt_value(argc, argv, &i, "--out"))) { fm_cli_error("train: --out needs a directory"); train_usage(stderr); return 2; }

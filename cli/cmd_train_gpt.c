@@ -104,11 +104,11 @@ int fm_cmd_train_gpt(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--quiet")) quiet = true;
-        else if (!strcmp(a, "--batch") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &batch)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--batch") && has) { if (!fm_cli_parse_int_range("train", a, argv[++i], 1, INT_MAX, &batch)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--out") && has) out = argv[++i];
         else if (!strcmp(a, "--steps") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &steps)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--stop-after") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 1, &stop_after)) { usage(stderr); return 2; } }
-        else if (!strcmp(a, "--sample") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &sample)) { usage(stderr); return 2; } }
+        else if (!strcmp(a, "--sample") && has) { if (!fm_cli_parse_int_range("train", a, argv[++i], 0, INT_MAX, &sample)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--seed") && has) { if (!fm_cli_parse_int("train", a, argv[++i], 0, &seed)) { usage(stderr); return 2; } }
         else if (!strcmp(a, "--corpus") && has) corpus = argv[++i];
         else if (!strcmp(a, "--profile") && has) profile = argv[++i];

@@ -24,4 +24,7 @@ void fm_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * number >= min, got '<v>'" and returns false (the caller prints usage, exits 2). */
 #include <stdbool.h>
 bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out);
+/* The same with an upper bound (the range of the field the value goes into). */
+bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, long long min, long long max,
+                            long long *out);
 #endif

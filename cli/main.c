@@ -1,5 +1,6 @@
 /* fathom: the command. Thin: it picks the subcommand and hands over argv. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "commands.h"
 #include "core/cpu_features.h"
+#include "fathom/memory.h" /* fm_parse_size, fm_memory_mode_parse: the environment check */
 
 typedef int (*cmd_fn)(int, char **);
 struct command { const char *name; cmd_fn fn; const char *help; };
@@ -27,15 +29,49 @@ void fm_cli_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out) {
+bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, long long min, long long max,
+                            long long *out) {
     char *end;
     errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < min) {
-        fm_cli_error("%s: %s needs a whole number >= %lld, got '%s'", cmd, opt, min, v);
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < min || x > max) {
+        if (max == LLONG_MAX) fm_cli_error("%s: %s needs a whole number >= %lld, got '%s'", cmd, opt, min, v ? v : "nothing");
+        else fm_cli_error("%s: %s needs a whole number in [%lld, %lld], got '%s'", cmd, opt, min, max, v ? v : "nothing");
         return false;
     }
     *out = x;
+    return true;
+}
+
+bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out) {
+    return fm_cli_parse_int_range(cmd, opt, v, min, LLONG_MAX, out);
+}
+
+/* The environment variables the library reads are checked here, once: a value
+ * the library cannot use would otherwise be ignored without a word. */
+static bool env_ok(void) {
+    const char *v;
+    size_t sz;
+    fm_memory_mode mode;
+    if ((v = getenv("FATHOM_MEMORY_LIMIT")) && *v && fm_parse_size(v, &sz) != FM_OK) {
+        fm_cli_error("FATHOM_MEMORY_LIMIT='%s' is not a size (expected bytes such as 512M, 2G or 1073741824)", v);
+        return false;
+    }
+    if ((v = getenv("FATHOM_MEMORY_MODE")) && *v && fm_memory_mode_parse(v, &mode) != FM_OK) {
+        fm_cli_error("FATHOM_MEMORY_MODE='%s': expected grow or preallocate", v);
+        return false;
+    }
+    if ((v = getenv("FATHOM_MEMORY_PREALLOCATE")) && *v) {
+        char *end;
+        double f = strtod(v, &end);
+        if (!(*end == 0 && f > 0 && f <= 1) && fm_parse_size(v, &sz) != FM_OK) {
+            fm_cli_error("FATHOM_MEMORY_PREALLOCATE='%s': expected a fraction in (0, 1] or a size such as 2G", v);
+            return false;
+        }
+    }
+    long long n;
+    if ((v = getenv("FATHOM_NUM_THREADS")) && *v && !fm_cli_parse_int_range("fathom", "FATHOM_NUM_THREADS", v, 1, 256, &n)) /* the pool's MAX_THREADS */
+        return false;
     return true;
 }
 
@@ -65,6 +101,7 @@ int main(int argc, char **argv) {
         fm_cli_error("%s", isa_msg);
         return 2;
     }
+    if (!env_ok()) return 2;
     for (int i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
         if (!cmds[i].fn) {

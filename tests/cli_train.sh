@@ -24,7 +24,7 @@ expect() {
 # ---- usage ----
 for c in train eval predict recipes; do expect 0 "usage: fathom $c" "$bin" $c --help; done
 expect 2 "no recipe given" "$bin" train
-expect 2 "--epochs needs a number" "$bin" train fashion-cnn --epochs many
+expect 2 "--epochs needs a whole number" "$bin" train fashion-cnn --epochs many
 expect 2 "unknown option '--bogus'" "$bin" train fashion-cnn --bogus
 expect 2 "more than one recipe" "$bin" train a.ini b.ini
 expect 2 "no model directory" "$bin" eval
@@ -148,7 +148,7 @@ printf '[data]\ndataset = fashion-mnist\npath = %s/none\n[model]\ninput = 1 28 2
 expect 1 "apt-get install dataset-fashion-mnist" "$bin" train "$tmp/nodata.ini"
 recipe "$tmp/nan.ini" "name = sgd
 lr = 1e30"
-expect 1 "the loss became" "$bin" train "$tmp/nan.ini" --out "$tmp/nan"
+expect 1 "training stopped" "$bin" train "$tmp/nan.ini" --out "$tmp/nan"
 
 # ---- a full disk while checkpointing: the command fails, the old checkpoint survives ----
 cp "$tmp/model/model.safetensors" "$tmp/model.bak"

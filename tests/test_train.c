@@ -185,7 +185,7 @@ static void expect_build_error(const char *layers, const char *needle) {
 
 static void test_bad_recipes(void) {
     expect_parse_error("[model]\ninput = 1 8 8\nlayer = linear 4\n[train]\nepochs = many\n",
-                       "bad.ini:5: train.epochs: expected a number of epochs >= 1, got 'many'");
+                       "bad.ini:5: train.epochs: expected a number of epochs >= 1, at most 2147483647, got 'many'");
     expect_parse_error("[model]\ninput = 1 8 8\nthis line has no equals sign\n", "bad.ini:3: expected 'key = value'");
     expect_parse_error("[modle]\ninput = 1\n", "bad.ini:2: unknown section [modle]");
     expect_parse_error("[train]\nbatchsize = 3\n", "bad.ini:2: unknown key 'batchsize' in [train]");

@@ -394,7 +394,7 @@ fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt)
     int64_t C = 0, H = 0, W = 0, plane = 1;
     if (validate(d, opt, &C, &H, &W, &plane) != FM_OK) return NULL;
     int64_t n = fm_dataset_size(d);
-    int64_t nb = opt->drop_last ? n / opt->batch_size : (n + opt->batch_size - 1) / opt->batch_size;
+    int64_t nb = n / opt->batch_size + (!opt->drop_last && n % opt->batch_size != 0); /* no n + bs - 1: it overflows */
     if (nb == 0) {
         fm_set_error(FM_ERR_INVALID, "data loader: %lld samples make no batch of %lld%s", (long long)n,
                      (long long)opt->batch_size, opt->drop_last ? " with drop_last" : "");

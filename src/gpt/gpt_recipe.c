@@ -2,6 +2,10 @@
  * `fathom summary` read. One parser, so that every command takes the same keys,
  * fills in the trainer's defaults for the ones a recipe leaves out, and rejects
  * an unknown key or a malformed value with the same "file: line N: what" error. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +30,36 @@ static int on_key(void *user, const char *sec, const char *key, const char *val)
     fm_gpt_config *m = &o->model;
     char msg[256];
     char *end = NULL;
+    errno = 0;
     double d = strtod(val, &end);
-    bool num = end && end != val && *end == 0;
+    bool looks_num = end && end != val && *end == 0; /* "many" is not a number; "inf" and "1e999" are, out of range */
+    bool num = looks_num && errno == 0 && isfinite(d);
+    /* whole numbers: exact in a double below 2^53, then range-checked against the field */
+    long long iv = 0;
+    errno = 0;
+    long long li = strtoll(val, &end, 10);
+    bool is_int = end && end != val && *end == 0 && errno == 0;
+    if (is_int) iv = li;
+    else if (num && d == floor(d) && fabs(d) < 9007199254740992.0) { is_int = true; iv = (long long)d; }
 #define IS(s, k) (!strcmp(sec, s) && !strcmp(key, k))
-#define NUM(dst)                                                                        \
-    do {                                                                                \
-        if (!num) {                                                                     \
-            snprintf(msg, sizeof msg, "[%s] %s = '%s' is not a number", sec, key, val); \
-            return fail(c, msg);                                                        \
-        }                                                                               \
-        dst = d;                                                                        \
+#define INT(dst, lo, hi)                                                                                           \
+    do {                                                                                                           \
+        if (!is_int || iv < (long long)(lo) || iv > (long long)(hi)) {                                             \
+            if (!looks_num) snprintf(msg, sizeof msg, "[%s] %s = '%s' is not a number", sec, key, val);            \
+            else snprintf(msg, sizeof msg, "[%s] %s = '%s': expected a whole number in [%lld, %lld]", sec, key,    \
+                          val, (long long)(lo), (long long)(hi));                                                  \
+            return fail(c, msg);                                                                                   \
+        }                                                                                                          \
+        dst = iv;                                                                                                  \
+    } while (0)
+#define FLT(dst, lo, hi, what)                                                                                     \
+    do {                                                                                                           \
+        if (!num || !(d >= (lo) && d <= (hi))) {                                                                   \
+            if (!looks_num) snprintf(msg, sizeof msg, "[%s] %s = '%s' is not a number", sec, key, val);            \
+            else snprintf(msg, sizeof msg, "[%s] %s = '%s': expected %s", sec, key, val, what);                    \
+            return fail(c, msg);                                                                                   \
+        }                                                                                                          \
+        dst = d;                                                                                                   \
     } while (0)
     if (IS("model", "type")) {
         if (strcmp(val, "gpt")) {
@@ -45,45 +69,54 @@ static int on_key(void *user, const char *sec, const char *key, const char *val)
     } else if (IS("model", "arch")) {
         if (fm_gpt_arch_parse(val, &m->arch)) return fail(c, fm_last_error());
         if (m->arch == FM_GPT_LLAMA) m->bias = false;
-    } else if (IS("model", "n_layer")) NUM(m->n_layer);
-    else if (IS("model", "n_head")) NUM(m->n_head);
-    else if (IS("model", "n_kv_head")) NUM(m->n_kv_head);
-    else if (IS("model", "n_embd")) NUM(m->n_embd);
-    else if (IS("model", "block_size")) NUM(m->block_size);
-    else if (IS("model", "ffn_hidden")) NUM(m->ffn_hidden);
-    else if (IS("model", "dropout")) NUM(m->dropout);
-    else if (IS("model", "bias")) m->bias = !strcmp(val, "true") || !strcmp(val, "1");
+    } else if (IS("model", "n_layer")) INT(m->n_layer, 1, 1 << 20);
+    else if (IS("model", "n_head")) INT(m->n_head, 1, 1 << 20);
+    else if (IS("model", "n_kv_head")) INT(m->n_kv_head, 0, 1 << 20);
+    else if (IS("model", "n_embd")) INT(m->n_embd, 1, 1 << 24);
+    else if (IS("model", "block_size")) INT(m->block_size, 1, 1 << 24);
+    else if (IS("model", "ffn_hidden")) INT(m->ffn_hidden, 1, 1 << 26);
+    else if (IS("model", "dropout")) FLT(m->dropout, 0, 0.999999, "a probability in [0, 1)");
+    else if (IS("model", "bias")) {
+        if (strcmp(val, "true") && strcmp(val, "false") && strcmp(val, "1") && strcmp(val, "0")) {
+            snprintf(msg, sizeof msg, "[model] bias = '%s': expected true or false", val);
+            return fail(c, msg);
+        }
+        m->bias = !strcmp(val, "true") || !strcmp(val, "1");
+    }
     else if (IS("tokenizer", "kind")) {
         if (fm_tokenizer_kind_parse(val, &o->tokenizer)) return fail(c, fm_last_error());
-    } else if (IS("tokenizer", "vocab_size")) NUM(o->tokenizer_vocab);
+    } else if (IS("tokenizer", "vocab_size")) INT(o->tokenizer_vocab, 1, 1 << 30);
     else if (IS("data", "corpus")) {
         char *s = strdup(val);
         if (!s) return fail(c, "out of host memory");
         free(c->r->corpus);
         o->corpus = c->r->corpus = s;
-    } else if (IS("data", "val_fraction")) NUM(o->val_fraction);
-    else if (IS("train", "batch_size")) NUM(o->batch_size);
-    else if (IS("train", "steps")) NUM(o->steps);
-    else if (IS("train", "warmup")) NUM(o->warmup);
-    else if (IS("train", "lr")) NUM(o->lr);
-    else if (IS("train", "min_lr")) NUM(o->min_lr);
-    else if (IS("train", "weight_decay")) NUM(o->weight_decay);
-    else if (IS("train", "beta1")) NUM(o->beta1);
-    else if (IS("train", "beta2")) NUM(o->beta2);
-    else if (IS("train", "grad_clip")) NUM(o->grad_clip);
-    else if (IS("train", "eval_every")) NUM(o->eval_every);
-    else if (IS("train", "eval_batches")) NUM(o->eval_batches);
-    else if (IS("train", "ckpt_every")) NUM(o->ckpt_every);
-    else if (IS("train", "log_every")) NUM(o->log_every);
-    else if (IS("train", "sample_tokens")) NUM(o->sample_tokens);
-    else if (IS("train", "seed")) NUM(o->seed);
+    } else if (IS("data", "val_fraction")) FLT(o->val_fraction, 1e-9, 0.999999, "a fraction in (0, 1)");
+    else if (IS("train", "batch_size")) INT(o->batch_size, 1, INT_MAX);
+    else if (IS("train", "steps")) INT(o->steps, 1, INT64_MAX);
+    else if (IS("train", "warmup")) INT(o->warmup, 0, INT64_MAX);
+    else if (IS("train", "lr")) FLT(o->lr, 0, 1e30, "a learning rate in [0, 1e30]");
+    else if (IS("train", "min_lr")) FLT(o->min_lr, 0, 1e30, "a learning rate in [0, 1e30]");
+    else if (IS("train", "weight_decay")) FLT(o->weight_decay, 0, 1e30, "a weight decay >= 0");
+    else if (IS("train", "beta1")) FLT(o->beta1, 0, 0.999999999, "a beta in [0, 1)");
+    else if (IS("train", "beta2")) FLT(o->beta2, 0, 0.999999999, "a beta in [0, 1)");
+    else if (IS("train", "grad_clip")) FLT(o->grad_clip, 0, 1e30, "a norm >= 0 (0: off)");
+    else if (IS("train", "eval_every")) INT(o->eval_every, 0, INT64_MAX);
+    else if (IS("train", "eval_batches")) INT(o->eval_batches, 1, INT_MAX);
+    else if (IS("train", "ckpt_every")) INT(o->ckpt_every, 0, INT64_MAX);
+    else if (IS("train", "log_every")) INT(o->log_every, 0, INT64_MAX);
+    else if (IS("train", "sample_tokens")) INT(o->sample_tokens, 0, INT_MAX);
+    else if (IS("train", "seed")) INT(o->seed, 0, INT64_MAX);
+    else if (IS("train", "keep_checkpoints")) INT(o->keep_checkpoints, 1, INT_MAX);
+    else if (IS("train", "divergence_factor")) FLT(o->divergence_factor, 0, 1e300, "a factor >= 0 (0: off)");
     else if (!strcmp(sec, "recipe")) { /* name, description: informational */
     } else {
         snprintf(msg, sizeof msg, "unknown recipe key [%s] %s", sec, key);
         return fail(c, msg);
     }
 #undef IS
-#undef NUM
+#undef INT
+#undef FLT
     return 1;
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -188,6 +189,11 @@ static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
     memset(f, 0, sizeof *f);
     FILE *fp = fopen(path, "rb");
     if (!fp) return fm_set_error(FM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(fp);
+        return fm_set_error(FM_ERR_IO, "%s is not a regular file (a directory?): expected a .safetensors file", path);
+    }
     if (fseek(fp, 0, SEEK_END) != 0) { fclose(fp); return fm_set_error(FM_ERR_IO, "cannot seek %s", path); }
     long sz = ftell(fp);
     rewind(fp);
@@ -318,7 +324,10 @@ static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
             free(sorted);
         }
     }
-    if (st) st_close(f);
+    if (st) {
+        st_close(f);
+        if (meta) fm_kv_free(meta); /* nothing half-read reaches the caller */
+    }
     return st;
 }
 
@@ -367,6 +376,13 @@ fm_status fm_safetensors_load_into(const char *path, const fm_named_list *into, 
             st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%s' has shape %s in the file but %s in the model", path,
                               it->name, fm_shape_str(e->ndim, e->shape, s1, sizeof s1),
                               fm_shape_str(it->tensor->ndim, it->tensor->shape, s2, sizeof s2));
+        /* floats convert (F16/BF16/F64 files into F32 weights); integer data is
+         * never reinterpreted as weights, nor weights as integers */
+        else if (fm_dtype_is_float(e->dtype) != fm_dtype_is_float(it->tensor->dtype))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%s' is %s in the file but the model expects %s (%s data): "
+                              "wrong file, or a header whose dtype does not match its data", path, it->name,
+                              fm_dtype_name(e->dtype), fm_dtype_name(it->tensor->dtype),
+                              fm_dtype_is_float(it->tensor->dtype) ? "floating-point" : "integer");
     }
     for (int k = 0; k < f.n && st == FM_OK; k++)
         if (fm_named_list_find(into, f.e[k].name) < 0)

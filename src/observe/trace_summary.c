@@ -349,7 +349,7 @@ fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summ
         v->name = -1;
     }
 
-    qsort(ps.sp, (size_t)ps.n, sizeof *ps.sp, cmp_span);
+    if (ps.n > 1) qsort(ps.sp, (size_t)ps.n, sizeof *ps.sp, cmp_span); /* ps.sp is NULL when there are no spans */
     analyze(ps.sp, ps.n, &ps.nm);
 
     /* Threads that run steps: a top-level "data" span there is the loop waiting for its next batch. */

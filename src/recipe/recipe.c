@@ -8,6 +8,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,11 +100,12 @@ static bool parse_i64(const char *s, int64_t *out) {
     return true;
 }
 
+/* A finite number (inf and nan are refused: no recipe value means them). */
 static bool parse_f64(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s) return false;
+    if (errno || end == s || !isfinite(v)) return false;
     while (isspace((unsigned char)*end)) end++;
     if (*end) return false;
     *out = v;
@@ -127,8 +130,11 @@ static int parse_list(const char *s, double *out, int max) {
     return n;
 }
 
-#define WANT_INT(field, lo, what) do { int64_t _v; if (!parse_i64(value, &_v) || _v < (lo)) \
-    { return fail(c, "%s.%s: expected %s, got '%s'", section, name, what, value); } \
+/* Integers are range-checked against the field they are stored in (an int
+ * field refuses 4294967296 instead of wrapping it to 0). */
+#define FIELD_MAX(field) (sizeof(field) < sizeof(int64_t) ? (int64_t)INT_MAX : INT64_MAX)
+#define WANT_INT(field, lo, what) do { int64_t _v; if (!parse_i64(value, &_v) || _v < (lo) || _v > FIELD_MAX(field)) \
+    { return fail(c, "%s.%s: expected %s, at most %" PRId64 ", got '%s'", section, name, what, FIELD_MAX(field), value); } \
     field = _v; } while (0)
 #define WANT_NUM(field, lo, what) do { double _v; if (!parse_f64(value, &_v) || !(_v >= (lo))) \
     { return fail(c, "%s.%s: expected %s, got '%s'", section, name, what, value); } \
@@ -155,13 +161,16 @@ static int handler(void *user, const char *section, const char *name, const char
         else if (!strcmp(name, "test_labels")) WANT_STR(r->test_labels);
         else if (!strcmp(name, "limit")) WANT_INT(r->limit, 0, "a sample count >= 0");
         else if (!strcmp(name, "test_limit")) WANT_INT(r->test_limit, 0, "a sample count >= 0");
-        else if (!strcmp(name, "workers")) WANT_INT(r->workers, 0, "a thread count >= 0");
+        else if (!strcmp(name, "workers")) {
+            WANT_INT(r->workers, 0, "a thread count >= 0");
+            if (r->workers > 256) return fail(c, "data.workers: expected a thread count in [0, 256], got '%s'", value);
+        }
         else if (!strcmp(name, "crop_padding")) WANT_INT(r->transforms.crop_padding, 0, "padding >= 0");
         else if (!strcmp(name, "hflip")) WANT_BOOL(r->transforms.hflip);
         else if (!strcmp(name, "normalize")) {
             double v[2];
-            if (parse_list(value, v, 2) != 2 || !(v[1] > 0))
-                return fail(c, "data.normalize: expected 'MEAN STD' with STD > 0, got '%s'", value);
+            if (parse_list(value, v, 2) != 2 || !(v[1] > 0) || !(fabs(v[0]) < 1e30 && v[1] < 1e30))
+                return fail(c, "data.normalize: expected 'MEAN STD' with 0 < STD < 1e30 and |MEAN| < 1e30, got '%s'", value);
             r->transforms.normalize_channels = 1;
             r->transforms.mean[0] = (float)v[0];
             r->transforms.std[0] = (float)v[1];
@@ -173,7 +182,7 @@ static int handler(void *user, const char *section, const char *name, const char
             int n = parse_list(value, v, FM_MAX_DIMS - 1);
             if (n < 1) return fail(c, "model.input: expected the sample shape, e.g. '1 28 28', got '%s'", value);
             for (int i = 0; i < n; i++) {
-                if (!(v[i] >= 1) || v[i] != (double)(int64_t)v[i])
+                if (!(v[i] >= 1 && v[i] <= (double)(1ll << 40)) || v[i] != (double)(int64_t)v[i])
                     return fail(c, "model.input: sizes must be positive integers, got '%s'", value);
                 r->input_shape[i] = (int64_t)v[i];
             }
@@ -196,12 +205,20 @@ static int handler(void *user, const char *section, const char *name, const char
         if (!strcmp(name, "epochs")) WANT_INT(r->epochs, 1, "a number of epochs >= 1");
         else if (!strcmp(name, "batch")) WANT_INT(r->batch_size, 1, "a batch size >= 1");
         else if (!strcmp(name, "seed")) { int64_t s; WANT_INT(s, 0, "a seed >= 0"); r->seed = (uint64_t)s; }
-        else if (!strcmp(name, "label_smoothing")) WANT_NUM(r->label_smoothing, 0, "a number in [0, 1)");
+        else if (!strcmp(name, "label_smoothing")) {
+            WANT_NUM(r->label_smoothing, 0, "a number in [0, 1)");
+            if (!(r->label_smoothing < 1)) return fail(c, "train.label_smoothing: expected a number in [0, 1), got '%s'", value);
+        }
         else if (!strcmp(name, "clip_grad_norm")) WANT_NUM(r->clip_grad_norm, 0, "a norm >= 0 (0: off)");
         else if (!strcmp(name, "checkpoint_every")) WANT_INT(r->checkpoint_every, 0, "a step count >= 0");
-        else if (!strcmp(name, "threads")) WANT_INT(r->threads, 0, "a thread count >= 0");
+        else if (!strcmp(name, "threads")) {
+            WANT_INT(r->threads, 0, "a thread count >= 0");
+            if (r->threads > 256) return fail(c, "train.threads: expected a thread count in [0, 256], got '%s'", value);
+        }
+        else if (!strcmp(name, "keep_checkpoints")) WANT_INT(r->keep_checkpoints, 1, "a count >= 1");
+        else if (!strcmp(name, "divergence_factor")) WANT_NUM(r->divergence_factor, 0, "a factor >= 0 (0: off)");
         else return fail(c, "unknown key '%s' in [train] (expected epochs, batch, seed, label_smoothing, "
-                            "clip_grad_norm, checkpoint_every, threads)", name);
+                            "clip_grad_norm, checkpoint_every, keep_checkpoints, divergence_factor, threads)", name);
     } else if (!strcmp(section, "optimizer")) {
         if (!strcmp(name, "name")) {
             fm_optim_kind k;
@@ -265,6 +282,8 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
     r->sched.kind = FM_SCHED_CONSTANT;
     r->sched.gamma = 0.1;
     r->workers = 1;
+    r->keep_checkpoints = 2;
+    r->divergence_factor = 1e3;
     r->text = strdup(text);
     if (!r->text) return fm_set_error(FM_ERR_OOM, "out of host memory");
     parse_ctx c;

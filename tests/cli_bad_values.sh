@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# No silent acceptance: a table of bad values from recipes (plain and GPT), the
+# command line, the environment and file headers. Each must be refused with a
+# non-zero exit and a message that names the key (or flag, variable, tensor) and
+# the value, before any training happens.
+# Usage: bash tests/cli_bad_values.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_bad_values.sh FATHOM_BIN}
+tmp=$(mktemp -d /tmp/fathom_badv.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 cases=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# refuse NEEDLE... -- CMD...: non-zero exit, no crash, every needle in the output
+refuse() {
+  local needles=() out rc
+  while [[ $1 != -- ]]; do needles+=("$1"); shift; done
+  shift
+  cases=$((cases + 1))
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -eq 0 || $rc -gt 2 ]]; then bad "$* -> exit $rc (expected 1 or 2): $out"; return; fi
+  for n in "${needles[@]}"; do
+    [[ $out == *"$n"* ]] || { bad "$* -> the message lacks '$n': $out"; return; }
+  done
+}
+
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+r = random.Random(1); imgs = bytearray(); labs = bytearray()
+for i in range(64):
+    c = i % 4; labs.append(c)
+    for p in range(64):
+        y, x = divmod(p, 8)
+        imgs.append(r.randrange(100) + (120 if (y >= 4) * 2 + (x >= 4) == c else 0))
+for name in ("train", "test"):
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 64, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 64) + labs)
+open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 40)
+PY
+# plain RECIPE-FILE [SECTION KEY VALUE]: a valid recipe, then the bad line in its section
+plain() {
+  {
+    printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\n' "$tmp" "$tmp"
+    printf 'test_images = %s/test-images\ntest_labels = %s/test-labels\n' "$tmp" "$tmp"
+    printf '[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 4\n'
+    printf '[train]\nepochs = 1\nbatch = 16\nseed = 1\n[optimizer]\nname = adam\nlr = 0.01\n'
+    if [[ $# -gt 1 ]]; then printf '[%s]\n%s = %s\n' "$2" "$3" "$4"; fi
+  } > "$1"
+}
+gpt() {
+  {
+    printf '[model]\ntype = gpt\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\nblock_size = 16\n'
+    printf '[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 4\nsteps = 2\n' "$tmp"
+    if [[ $# -gt 1 ]]; then printf '[%s]\n%s = %s\n' "$2" "$3" "$4"; fi
+  } > "$1"
+}
+
+# ---- plain recipes: every integer against its field's range, every float finite ----
+while IFS='|' read -r sec key val; do
+  plain "$tmp/p.ini" "$sec" "$key" "$val"
+  refuse "$sec.$key" "'$val'" -- "$bin" train "$tmp/p.ini" --out "$tmp/p-out" --no-eval
+done <<'EOF'
+train|epochs|4294967296
+train|epochs|0
+train|epochs|-1
+train|epochs|1.5
+train|epochs|lots
+train|threads|4294967297
+train|threads|1000
+train|batch|0
+train|batch|9223372036854775808
+train|seed|-1
+train|label_smoothing|1
+train|label_smoothing|-0.1
+train|clip_grad_norm|inf
+train|checkpoint_every|-1
+train|keep_checkpoints|0
+train|divergence_factor|-1
+data|workers|2147483648
+data|workers|-1
+data|limit|-3
+data|crop_padding|4294967296
+data|normalize|0 inf
+data|normalize|0 0
+data|normalize|nan 1
+data|normalize|0 1e300
+model|input|1 1e300 8
+optimizer|lr|nan
+optimizer|lr|-1
+optimizer|betas|0.9 1.5
+optimizer|eps|inf
+schedule|warmup_steps|-5
+schedule|step_size|0
+schedule|gamma|-1
+EOF
+
+# ---- the plain trainer's flags: whole numbers within their fields' ranges ----
+plain "$tmp/ok.ini"
+for args in "--epochs 1e10" "--batch 1e300" "--threads 1e10" "--max-steps 1e30" "--epochs 4294967296" \
+            "--threads 0" "--threads 257" "--lr inf" "--lr nan" "--seed -1" "--hist-every 0"; do
+  set -- $args
+  refuse "$1" "'$2'" -- "$bin" train "$tmp/ok.ini" --out "$tmp/p-out" --no-eval $args
+done
+
+# ---- GPT recipes ----
+while IFS='|' read -r sec key val; do
+  gpt "$tmp/g.ini" "$sec" "$key" "$val"
+  refuse "[$sec] $key" "'$val'" -- "$bin" train "$tmp/g.ini" --out "$tmp/g-out"
+done <<'EOF'
+train|steps|1e30
+train|batch_size|4294967297
+train|lr|inf
+train|beta2|1
+train|keep_checkpoints|0
+train|eval_batches|2.5
+train|divergence_factor|nan
+model|n_layer|0
+model|dropout|1.5
+model|bias|maybe
+data|val_fraction|0
+tokenizer|vocab_size|1e12
+EOF
+gpt "$tmp/gok.ini"
+refuse "--batch" "'4294967297'" -- "$bin" train "$tmp/gok.ini" --out "$tmp/g-out" --batch 4294967297
+refuse "--sample" "'99999999999'" -- "$bin" train "$tmp/gok.ini" --out "$tmp/g-out" --sample 99999999999
+
+# ---- the environment ----
+refuse FATHOM_MEMORY_LIMIT "'lots'" -- env FATHOM_MEMORY_LIMIT=lots "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+refuse FATHOM_MEMORY_MODE "'huge'" -- env FATHOM_MEMORY_MODE=huge "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+refuse FATHOM_MEMORY_PREALLOCATE "'lots'" -- env FATHOM_MEMORY_PREALLOCATE=lots "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+refuse FATHOM_NUM_THREADS "'0'" -- env FATHOM_NUM_THREADS=0 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+refuse FATHOM_NUM_THREADS "'1e10'" -- env FATHOM_NUM_THREADS=1e10 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+
+# ---- file headers: a dtype that disagrees with the model or the data, a directory, a truncated file ----
+"$bin" train "$tmp/ok.ini" --out "$tmp/m" --no-eval > /dev/null 2>&1 || bad "training the header fixture failed"
+python3 - "$tmp/m/model.safetensors" "$tmp" <<'PY'
+import json, struct, sys, os
+src, d = sys.argv[1], sys.argv[2]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n]); data = b[8 + n:]
+def write(name, h, payload):
+    os.makedirs(f"{d}/{name}", exist_ok=True)
+    t = json.dumps(h).encode(); t += b" " * (-len(t) % 8)
+    open(f"{d}/{name}/model.safetensors", "wb").write(struct.pack("<Q", len(t)) + t + payload)
+k = next(x for x in hdr if x != "__metadata__")
+h = json.loads(json.dumps(hdr)); h[k]["dtype"] = "I32"          # same bytes, integer dtype
+write("i32", h, data)
+h = json.loads(json.dumps(hdr)); h[k]["dtype"] = "F16"          # half the bytes the offsets span
+write("f16", h, data)
+write("trunc", hdr, data[:-4])                                   # the data ends early
+os.makedirs(f"{d}/dir/model.safetensors", exist_ok=True)          # a directory where the file should be
+PY
+refuse "is i32 in the file but the model expects f32" -- "$bin" eval "$tmp/i32" --data "$tmp"
+refuse "dtype F16" "needs" -- "$bin" eval "$tmp/f16"
+refuse "truncated" -- "$bin" eval "$tmp/trunc"
+refuse "not a regular file" -- "$bin" eval "$tmp/dir"
+
+echo "bad values refused: $((cases - fails)) of $cases"
+((cases >= 50)) || bad "the table has only $cases cases"
+if ((fails)); then echo "cli_bad_values: $fails failure(s)"; exit 1; fi
+echo "cli_bad_values: all passed"
