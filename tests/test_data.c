@@ -150,6 +150,12 @@ static void test_idx(void) {
     uint32_t huge[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
     n = make_idx(buf, 0x0E, 4, huge, "", 0);
     CHECK(fm_idx_read_mem(buf, n, "huge.idx") == NULL && fm_last_status() == FM_ERR_FORMAT);
+    /* a zero size with the others' product past int64 (found by tests/fuzz/fuzz_idx): the
+     * data is empty, but the strides would overflow */
+    uint32_t zero_huge[5] = {0x123500u, 0, 0x1bu, 0xfb020000u, 0x1b040506u};
+    n = make_idx(buf, 0x08, 5, zero_huge, "", 0);
+    CHECK(fm_idx_read_mem(buf, n, "zero_huge.idx") == NULL);
+    CHECK_ERR_CONTAINS("idx dimensions overflow");
     uint32_t big[2] = {60000, 0xffffffu};
     n = make_idx(buf, 0x08, 2, big, "abc", 3);
     CHECK(fm_idx_read_mem(buf, n, "big.idx") == NULL);

@@ -44,11 +44,11 @@ static fm_tensor *idx_parse(const unsigned char *p, size_t n, const char *name) 
         return NULL;
     }
     int64_t shape[FM_MAX_DIMS];
-    size_t count = 1;
+    size_t count = 1, strides = 1; /* strides: the product of the nonzero sizes (a 0 makes count 0, not them) */
     for (int i = 0; i < ndim; i++) {
         uint32_t d = fm_rd_be32(p + 4 + 4 * i);
         shape[i] = d;
-        if (!fm_mul_ok(count, d, &count)) {
+        if (!fm_mul_ok(count, d, &count) || (d && (!fm_mul_ok(strides, d, &strides) || strides > ((size_t)1 << 48)))) {
             fm_set_error(FM_ERR_FORMAT, "%s: idx dimensions overflow (dimension %d is %u)", name, i, d);
             return NULL;
         }

@@ -1,0 +1,10 @@
+/* .npy headers (src/data/npy.c). */
+#include "fathom/data.h"
+#include "fuzz_util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fm_tensor *t = fm_npy_read_mem(data, size, "fuzz.npy");
+    fm_tensor_release(t);
+    fm_clear_error();
+    return 0;
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang + ASan + UBSan
+# and runs each for SECONDS (default 10) on a seed corpus made from the test
+# fixtures and from a tiny run of the fuzz build's own `fathom` (its tokenizer,
+# token file, config, MANIFEST, trace and TensorBoard file). A crash, leak or
+# UB report fails the script; the input that caused it is left in BUILD_DIR.
+# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   (CC=clang-14, BUILD_DIR=build-fuzz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+shift || true
+cc=${CC:-clang-14}
+command -v "$cc" > /dev/null || { echo "fuzz: $cc not found (apt-get install -y clang-14 libclang-rt-14-dev)"; exit 1; }
+b=${BUILD_DIR:-build-fuzz}
+targets=${*:-$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//' | tr '\n' ' ')}
+CC=$cc cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Debug -DFATHOM_FUZZ=ON -DFATHOM_WERROR=OFF -DFATHOM_CUDA=OFF > /dev/null
+# shellcheck disable=SC2086
+cmake --build "$b" -j"$(nproc)" --target fathom_cli $targets 2>&1 | grep -E "error|warning: unused" || true
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+# ---- seeds ----
+seeds=$b/seeds
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest}
+cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
+cp tests/data/*.npy "$seeds/npy/"
+cp tests/data/*.npz "$seeds/npz/"
+cp data/recipes/*.ini "$seeds/recipe/"
+printf 'a,b,label\n1,2,0\n3.5,-4e2,1\n' > "$seeds/csv/small.csv"
+python3 - "$seeds" <<'PY'
+import struct, sys
+d = sys.argv[1]
+open(f"{d}/idx/images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 2, 2, 2) + bytes(range(8)))
+open(f"{d}/idx/labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 3) + bytes([0, 1, 2]))
+open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 30)
+PY
+run=$b/seedrun
+rm -rf "$run"
+cat > "$seeds/gpt.ini" <<EOF
+[model]
+type = gpt
+n_layer = 1
+n_head = 2
+n_embd = 16
+ffn_hidden = 32
+block_size = 16
+[tokenizer]
+kind = bpe
+vocab_size = 280
+[data]
+corpus = $seeds/corpus.txt
+[train]
+batch_size = 2
+steps = 2
+eval_every = 2
+eval_batches = 1
+ckpt_every = 2
+EOF
+"$b/fathom" train "$seeds/gpt.ini" --out "$run" --quiet --profile "$run.trace.json" --logdir "$run.logs" > /dev/null
+cp "$seeds/gpt.ini" "$seeds/recipe/"
+cp "$run/tokenizer.txt" "$seeds/tokenizer/"
+cp "$run/tokens.bin" "$seeds/token_file/"
+cp "$run/config.json" "$seeds/gpt_config/"
+cp "$run"/ckpt/step-*/MANIFEST "$seeds/manifest/"
+cp "$run.trace.json" "$seeds/trace/"
+cp "$run.logs"/* "$seeds/tensorboard/"
+cp "$run/model.safetensors" "$seeds/safetensors/run.safetensors"
+
+# ---- runs ----
+scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/fathom_fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+export FATHOM_FUZZ_DIR=$scratch
+fails=0
+for t in $targets; do
+  corpus=$b/corpus/$t
+  mkdir -p "$corpus"
+  cp -n "$seeds/${t#fuzz_}"/* "$corpus/" 2> /dev/null || true
+  log=$b/$t.log
+  if (cd "$b" && "./$t" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "corpus/$t") > "$log" 2>&1; then
+    echo "$t: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') executions in ${secs} s, no crash"
+  else
+    echo "$t: FAILED (log: $log)"; tail -30 "$log"; fails=$((fails + 1))
+  fi
+done
+((fails == 0)) || { echo "fuzz: $fails target(s) failed"; exit 1; }
