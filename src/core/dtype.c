@@ -67,25 +67,33 @@ uint16_t fm_f32_to_bf16(float f) {
 
 float fm_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
 
-/* SIMD versions live in dtype_avx2.c */
+/* SIMD versions live in dtype_avx2.c and dtype_avx512.c */
 void fm_convert_f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
 void fm_convert_f16_to_f32_avx2(const uint16_t *src, float *dst, size_t n);
 void fm_convert_f32_to_bf16_avx2(const float *src, uint16_t *dst, size_t n);
 void fm_convert_bf16_to_f32_avx2(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n);
+void fm_convert_f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n);
+void fm_convert_bf16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
 
 void fm_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
+    if (fm_cpu_use_avx512()) { fm_convert_f32_to_f16_avx512(src, dst, n); return; }
     if (fm_cpu_use_avx2()) { fm_convert_f32_to_f16_avx2(src, dst, n); return; }
     for (size_t i = 0; i < n; i++) dst[i] = fm_f32_to_f16(src[i]);
 }
 void fm_convert_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
+    if (fm_cpu_use_avx512()) { fm_convert_f16_to_f32_avx512(src, dst, n); return; }
     if (fm_cpu_use_avx2()) { fm_convert_f16_to_f32_avx2(src, dst, n); return; }
     for (size_t i = 0; i < n; i++) dst[i] = fm_f16_to_f32(src[i]);
 }
 void fm_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    if (fm_cpu_use_avx512()) { fm_convert_f32_to_bf16_avx512(src, dst, n); return; }
     if (fm_cpu_use_avx2()) { fm_convert_f32_to_bf16_avx2(src, dst, n); return; }
     for (size_t i = 0; i < n; i++) dst[i] = fm_f32_to_bf16(src[i]);
 }
 void fm_convert_bf16_to_f32(const uint16_t *src, float *dst, size_t n) {
+    if (fm_cpu_use_avx512()) { fm_convert_bf16_to_f32_avx512(src, dst, n); return; }
     if (fm_cpu_use_avx2()) { fm_convert_bf16_to_f32_avx2(src, dst, n); return; }
     for (size_t i = 0; i < n; i++) dst[i] = fm_bf16_to_f32(src[i]);
 }

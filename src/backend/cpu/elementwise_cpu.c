@@ -134,6 +134,14 @@ static void loop_f64(const ew_job *j, const double *const *in, double *out, int6
 }
 
 static void loop_f32(const ew_job *j, const float *const *in, float *out, int64_t n) {
+    if (fm_cpu_use_avx512()) {
+        switch (j->kind) {
+        case 0: if (fm_ew_unary_f32_avx512(j->op, &j->at, in[0], out, n, j->stream)) return; break;
+        case 1: if (fm_ew_unary_bwd_f32_avx512(j->op, &j->at, in[0], in[1], in[2], out, n, j->stream)) return; break;
+        case 2: if (fm_ew_binary_f32_avx512(j->op, in[0], in[1], out, n, j->stream)) return; break;
+        case 3: if (fm_ew_where_f32_avx512(in[0], in[1], in[2], out, n)) return; break;
+        }
+    }
     if (fm_cpu_use_avx2()) {
         switch (j->kind) {
         case 0: if (fm_ew_unary_f32_avx2(j->op, &j->at, in[0], out, n, j->stream)) return; break;

@@ -2,14 +2,14 @@
 #include "backend/cpu/kernel_isa.h"
 
 static const fm_kernel_family families[] = {
-    {"elementwise+gelu", FM_ISA_AVX2},
-    {"softmax/log-softmax/cross-entropy", FM_ISA_AVX2},
-    {"layer/rms norm", FM_ISA_AVX2},
+    {"elementwise+gelu", FM_ISA_AVX512},
+    {"softmax/log-softmax/cross-entropy", FM_ISA_AVX512},
+    {"layer/rms norm", FM_ISA_AVX512},
     {"fused bias+gelu, add+norm", FM_ISA_AVX2},
     {"attention", FM_ISA_AVX2},
     {"conv", FM_ISA_AVX2},
     {"gemv (one-row linear)", FM_ISA_AVX2},
-    {"dtype conversion", FM_ISA_AVX2},
+    {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},
     {"embedding/index", FM_ISA_SCALAR},
     {"optimizers (adamw)", FM_ISA_SCALAR},

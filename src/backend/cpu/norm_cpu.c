@@ -27,6 +27,28 @@ void fm_rmsnorm_row_f32_avx2(const float *x, const float *w, float *y, int64_t n
                              int stream);
 void fm_rmsnorm_bwd_row_f32_avx2(const float *dy, const float *x, const float *w, float rstd, float *dx,
                                  float *dw_acc, int64_t n, int stream);
+/* norm_avx512.c: the same rows at 16 lanes */
+void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
+                                 float *mean_out, float *rstd_out, int stream);
+void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                     float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
+void fm_rmsnorm_row_f32_avx512(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
+                               int stream);
+void fm_rmsnorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float rstd, float *dx,
+                                   float *dw_acc, int64_t n, int stream);
+
+/* The SIMD row kernels of the level in use (called where `simd` is set). */
+typedef struct simd_rows {
+    void (*ln)(const float *, const float *, const float *, float *, int64_t, float, float *, float *, int);
+    void (*ln_bwd)(const float *, const float *, const float *, float, float, float *, float *, float *, int64_t, int);
+    void (*rms)(const float *, const float *, float *, int64_t, float, float *, int);
+    void (*rms_bwd)(const float *, const float *, const float *, float, float *, float *, int64_t, int);
+} simd_rows;
+static const simd_rows rows_avx2 = {fm_layernorm_row_f32_avx2, fm_layernorm_bwd_row_f32_avx2, fm_rmsnorm_row_f32_avx2,
+                                    fm_rmsnorm_bwd_row_f32_avx2};
+static const simd_rows rows_avx512 = {fm_layernorm_row_f32_avx512, fm_layernorm_bwd_row_f32_avx512,
+                                      fm_rmsnorm_row_f32_avx512, fm_rmsnorm_bwd_row_f32_avx512};
+static const simd_rows *simd(void) { return fm_cpu_use_avx512() ? &rows_avx512 : &rows_avx2; }
 
 /* ---- scalar row templates; statistics accumulate in double ---- */
 #define DEFINE_NORM_ROWS(T, SFX)                                                                    \
@@ -111,8 +133,8 @@ static void norm_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             const float *x = (const float *)c->x + r * N;
             float *y = (float *)c->y + r * N, *rs = (float *)c->rstd + r;
             if (c->simd) {
-                if (c->rms) fm_rmsnorm_row_f32_avx2(x, c->w, y, N, (float)c->eps, rs, c->stream);
-                else fm_layernorm_row_f32_avx2(x, c->w, c->b, y, N, (float)c->eps, (float *)c->mean + r, rs, c->stream);
+                if (c->rms) simd()->rms(x, c->w, y, N, (float)c->eps, rs, c->stream);
+                else simd()->ln(x, c->w, c->b, y, N, (float)c->eps, (float *)c->mean + r, rs, c->stream);
             } else {
                 if (c->rms) rms_row_f32(x, c->w, y, N, c->eps, rs);
                 else ln_row_f32(x, c->w, c->b, y, N, c->eps, (float *)c->mean + r, rs);
@@ -169,8 +191,8 @@ static void norm_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
                 float *dx = (float *)c->dx + r * N, rs = ((const float *)c->rstd)[r];
                 float mu = c->rms ? 0 : ((const float *)c->mean)[r];
                 if (c->simd) {
-                    if (c->rms) fm_rmsnorm_bwd_row_f32_avx2(dy, x, c->w, rs, dx, dwa, N, c->stream);
-                    else fm_layernorm_bwd_row_f32_avx2(dy, x, c->w, mu, rs, dx, dwa, dba, N, c->stream);
+                    if (c->rms) simd()->rms_bwd(dy, x, c->w, rs, dx, dwa, N, c->stream);
+                    else simd()->ln_bwd(dy, x, c->w, mu, rs, dx, dwa, dba, N, c->stream);
                 } else {
                     if (c->rms) rms_bwd_row_f32(dy, x, c->w, rs, dx, dwa, N);
                     else ln_bwd_row_f32(dy, x, c->w, mu, rs, dx, dwa, dba, N);

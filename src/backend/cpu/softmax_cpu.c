@@ -21,6 +21,24 @@ void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, 
 void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+/* softmax_avx512.c: the same rows at 16 lanes */
+void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode, int stream);
+void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
+void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
+void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+
+/* The SIMD row kernels of the level in use (called where `simd` is set). */
+typedef struct simd_rows {
+    void (*row)(const float *x, float *y, int64_t n, int log_mode, int stream);
+    void (*bwd)(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
+    void (*ce_stats)(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
+    void (*ce_bwd)(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+} simd_rows;
+static const simd_rows rows_avx2 = {fm_softmax_row_f32_avx2, fm_softmax_bwd_row_f32_avx2, fm_ce_row_stats_f32_avx2,
+                                    fm_ce_bwd_row_f32_avx2};
+static const simd_rows rows_avx512 = {fm_softmax_row_f32_avx512, fm_softmax_bwd_row_f32_avx512,
+                                      fm_ce_row_stats_f32_avx512, fm_ce_bwd_row_f32_avx512};
+static const simd_rows *simd(void) { return fm_cpu_use_avx512() ? &rows_avx512 : &rows_avx2; }
 
 /* ---- scalar row templates (T = float or double; sums in double) ---- */
 #define DEFINE_ROWS(T, SFX, EXPF, LOGF)                                                            \
@@ -83,7 +101,7 @@ static void softmax_rows(void *vc, int64_t r0, int64_t r1, int tid) {
         if (c->dt == FM_F64) {
             softmax_row_f64((const double *)c->x + r * c->n, (double *)c->y + r * c->n, c->n, c->log_mode);
         } else if (c->simd) {
-            fm_softmax_row_f32_avx2((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode,
+            simd()->row((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode,
                                     c->stream);
         } else {
             softmax_row_f32((const float *)c->x + r * c->n, (float *)c->y + r * c->n, c->n, c->log_mode);
@@ -100,7 +118,7 @@ static void softmax_bwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             softmax_bwd_row_f64((const double *)c->dy + r * n, (const double *)c->x + r * n, (double *)c->y + r * n,
                                 n, c->log_mode);
         } else if (c->simd) {
-            fm_softmax_bwd_row_f32_avx2((const float *)c->dy + r * n, (const float *)c->x + r * n,
+            simd()->bwd((const float *)c->dy + r * n, (const float *)c->x + r * n,
                                         (float *)c->y + r * n, n, c->log_mode, c->stream);
         } else {
             softmax_bwd_row_f32((const float *)c->dy + r * n, (const float *)c->x + r * n, (float *)c->y + r * n,
@@ -190,7 +208,7 @@ static void ce_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             const float *x = (const float *)c->x + r * c->C;
             if (c->simd) {
                 float fm, fs, fx;
-                fm_ce_row_stats_f32_avx2(x, c->C, &fm, &fs, &fx);
+                simd()->ce_stats(x, c->C, &fm, &fs, &fx);
                 m = fm; se = fs; sx = fx;
             } else {
                 ce_row_stats_f32(x, c->C, &m, &se, &sx);
@@ -258,8 +276,8 @@ static void ce_bwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             float *dx = (float *)c->dx + r * C;
             if (c->simd) {
                 float fm, fs, fx;
-                fm_ce_row_stats_f32_avx2(x, C, &fm, &fs, &fx);
-                fm_ce_bwd_row_f32_avx2(x, dx, C, fm, (float)(g / fs), (float)shift, c->stream);
+                simd()->ce_stats(x, C, &fm, &fs, &fx);
+                simd()->ce_bwd(x, dx, C, fm, (float)(g / fs), (float)shift, c->stream);
             } else {
                 double m, se, sx;
                 ce_row_stats_f32(x, C, &m, &se, &sx);

@@ -1,0 +1,100 @@
+/* AVX-512 building blocks for float math: the 16-lane twins of simd_avx2.h's
+ * exp, sigmoid, tanh and normal CDF. Same constants, same operations in the
+ * same order, so each lane gives bitwise the result of the AVX2 version (the
+ * tests compare them); see simd_avx2.h for the derivations and accuracy.
+ * Include only from *_avx512.c files (compiled with -mavx512f/dq/bw/vl). */
+#ifndef FATHOM_SIMD_AVX512_H
+#define FATHOM_SIMD_AVX512_H
+#include <immintrin.h>
+#include <stdint.h>
+
+static inline __m512 fm_exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-87.336544f), _mm512_min_ps(_mm512_set1_ps(88.75f), x));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 kf = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    __m512 n = _mm512_sub_ps(kf, magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(2.773471875e-03f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.673751138e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.333498985e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(3.333304226e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.999999404e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(kf), _mm512_set1_epi32(126)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+static inline __m512 fm_sigmoid512(__m512 x) {
+    __m512 e = fm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+static inline __m512 fm_tanh512(__m512 x) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 ax = _mm512_andnot_ps(sign, x);
+    __m512 e = fm_exp512(_mm512_add_ps(ax, ax));
+    __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+    big = _mm512_or_ps(big, _mm512_and_ps(x, sign));
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(62.0f / 2835.0f);
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-17.0f / 315.0f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.0f / 15.0f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.0f / 3.0f));
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, x2), x, x);
+    __mmask16 use_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.3f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(use_small, big, small);
+}
+
+static inline __m512 fm_normcdf_gauss512(__m512 x, __m512 *gauss) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
+    __m512 hi = _mm512_mul_ps(a, a);
+    __m512 lo = _mm512_fmsub_ps(a, a, hi);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 kf = _mm512_fmadd_ps(hi, _mm512_set1_ps(-0.72134752044448170f), magic);
+    __m512 n = _mm512_sub_ps(kf, magic);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(1.38671875f), hi);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-4.2438888e-4f), r);
+    r = _mm512_add_ps(r, lo);
+    __m512 p = _mm512_set1_ps(2.166774902e-05f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(-2.615236153e-04f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.604218433e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(-2.083315141e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.249999925e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(-0.5f));
+    p = _mm512_fmadd_ps(p, r, one);
+    __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(kf), _mm512_set1_epi32(127)), 23);
+    __mmask16 keep = _mm512_cmp_ps_mask(a, _mm512_set1_ps(13.0f), _CMP_LT_OQ);
+    __m512 g = _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(scale)));
+    __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3f), a, one));
+    __m512 q = _mm512_set1_ps(3.582004830e-02f);
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.577464640e-01f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(2.071839124e-01f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-5.434970558e-02f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.288613081e-01f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(9.983868897e-02f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.207634434e-01f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.196288392e-01f));
+    __m512 lower = _mm512_mul_ps(_mm512_mul_ps(t, q), g);
+    *gauss = g;
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    return _mm512_mask_blend_ps(pos, lower, _mm512_sub_ps(one, lower));
+}
+
+static inline __m512 fm_normcdf512(__m512 x) {
+    __m512 g;
+    return fm_normcdf_gauss512(x, &g);
+}
+
+/* 16 floats to p, non-temporal when stream (p 64-byte aligned then); a
+ * streaming kernel ends with _mm_sfence(). */
+static inline void fm_store16(float *p, __m512 v, int stream) {
+    if (stream) _mm512_stream_ps(p, v);
+    else _mm512_storeu_ps(p, v);
+}
+
+/* the first r (< 16) lanes */
+static inline __mmask16 fm_tail16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+#endif

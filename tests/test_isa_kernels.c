@@ -1,0 +1,217 @@
+/* The AVX-512 kernels against the AVX2 ones and the scalar reference, called
+ * directly (not through FATHOM_ISA), on inputs that hit every tail length and
+ * the special values (NaN, +-inf, -0, denormals, the exp/GELU cut-offs):
+ * - elementwise (forward, backward, binary, where): AVX-512 is bitwise the
+ *   AVX2 result (same arithmetic per element), and both are within tolerance
+ *   of the double scalar reference;
+ * - dtype conversions: bitwise the scalar conversion at every level (NaN:
+ *   still NaN);
+ * - softmax/log-softmax/cross-entropy rows: 16-lane sums, so within
+ *   tolerance of a double reference (as the AVX2 rows).
+ * Skipped (exit 77) on a CPU without the AVX-512 level. */
+#include <stdlib.h>
+
+#include "backend/cpu/elementwise_math.h"
+#include "core/cpu_features.h"
+#include "fathom/tensor.h"
+#include "test_util.h"
+
+void fm_convert_f32_to_f16_avx2(const float *src, uint16_t *dst, size_t n);
+void fm_convert_f16_to_f32_avx2(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx2(const float *src, uint16_t *dst, size_t n);
+void fm_convert_bf16_to_f32_avx2(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n);
+void fm_convert_f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n);
+void fm_convert_bf16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+
+void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, int stream);
+void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode, int stream);
+void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
+void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
+void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
+void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+
+#define N 1037 /* 64 * 16 + 13: full vectors of both widths and a tail */
+
+static float frand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*s >> 40) / (double)(1ull << 24) - 0.5);
+}
+
+static void fill(float *x, uint64_t seed, float scale) {
+    static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, INFINITY, -INFINITY, NAN, 88.7f, -87.4f,
+                                    -100.0f, 100.0f, 13.0f, -13.0f, 0.3f, -0.3f, 20.0f, -20.0f, 3e38f, -3e38f};
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * scale;
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i * 37 % N] = special[i];
+}
+
+static bool same_bits(const float *a, const float *b, int n, int *where) {
+    for (int i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) { *where = i; return false; }
+    return true;
+}
+
+/* |got - ref| within tol relative (NaN where the reference is NaN) */
+static bool near_ref(float got, double ref, double tol) {
+    if (ref != ref) return got != got;
+    ref = (float)ref; /* beyond FLT_MAX: inf */
+    if (isinf(ref)) return got == ref;
+    return fabs(got - ref) <= tol * (1.0 + fabs(ref));
+}
+
+static void test_unary(void) {
+    static const fm_op_id ops[] = {FM_OP_NEG, FM_OP_ABS, FM_OP_EXP, FM_OP_SQRT, FM_OP_RSQRT, FM_OP_TANH, FM_OP_SIGMOID,
+                                   FM_OP_RELU, FM_OP_LEAKY_RELU, FM_OP_GELU, FM_OP_GELU_TANH, FM_OP_SILU, FM_OP_CLAMP,
+                                   FM_OP_COPY};
+    static float x[N], dy[N], y2[N], y5[N], d2[N], d5[N];
+    fm_unary_attrs at = {.a = -0.25, .b = 0.5};
+    for (int s = 0; s < 2; s++) {
+        fill(x, 11 + (uint64_t)s, s ? 30.0f : 6.0f);
+        fill(dy, 99, 2.0f);
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            fm_op_id op = ops[o];
+            if (op == FM_OP_LEAKY_RELU) at.a = 0.01;
+            else at.a = -0.25;
+            for (int n = 1; n <= N; n += n < 40 ? 1 : 331) { /* every tail of both widths, then long runs */
+                memset(y2, 0x55, sizeof y2);
+                memset(y5, 0x55, sizeof y5);
+                CHECK(fm_ew_unary_f32_avx2(op, &at, x, y2, n, false) && fm_ew_unary_f32_avx512(op, &at, x, y5, n, false));
+                int w = -1;
+                CHECK_MSG(same_bits(y2, y5, N, &w), "unary op %d n %d: x %g avx2 %g avx512 %g at %d", (int)op, n,
+                          w >= 0 ? x[w] : 0, w >= 0 ? y2[w] : 0, w >= 0 ? y5[w] : 0, w);
+            }
+            fm_ew_unary_f32_avx512(op, &at, x, y5, N, false);
+            fm_ew_unary_f32_avx2(op, &at, x, y2, N, false);
+            int bad = -1;
+            for (int i = 0; i < N && bad < 0; i++) /* large inputs: only the ops defined for them */
+                if (!near_ref(y5[i], fm_ew_unary_scalar(op, &at, x[i]), 2e-6) && fabsf(x[i]) < 1e30f) bad = i;
+            CHECK_MSG(bad < 0, "unary op %d vs scalar: x %g got %g ref %g", (int)op, bad >= 0 ? x[bad] : 0,
+                      bad >= 0 ? y5[bad] : 0, bad >= 0 ? fm_ew_unary_scalar(op, &at, x[bad]) : 0);
+            if (op == FM_OP_ABS || op == FM_OP_SQRT || op == FM_OP_RSQRT || op == FM_OP_CLAMP || op == FM_OP_COPY) continue;
+            bool b2 = fm_ew_unary_bwd_f32_avx2(op, &at, dy, x, y2, d2, N, false);
+            bool b5 = fm_ew_unary_bwd_f32_avx512(op, &at, dy, x, y5, d5, N, false);
+            CHECK(b2 == b5);
+            int w = -1;
+            if (b2) CHECK_MSG(same_bits(d2, d5, N, &w), "backward op %d: x %g at %d", (int)op, w >= 0 ? x[w] : 0, w);
+        }
+    }
+}
+
+static void test_binary(void) {
+    static const fm_op_id ops[] = {FM_OP_ADD, FM_OP_SUB, FM_OP_MUL, FM_OP_DIV, FM_OP_MAXIMUM, FM_OP_MINIMUM};
+    static float a[N], b[N], y2[N], y5[N];
+    fill(a, 5, 10.0f);
+    fill(b, 6, 10.0f);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int n = 1; n <= N; n += n < 40 ? 1 : 331) {
+            memset(y2, 0, sizeof y2);
+            memset(y5, 0, sizeof y5);
+            CHECK(fm_ew_binary_f32_avx2(ops[o], a, b, y2, n, false) && fm_ew_binary_f32_avx512(ops[o], a, b, y5, n, false));
+            int w = -1;
+            CHECK_MSG(same_bits(y2, y5, N, &w), "binary op %d n %d at %d", (int)ops[o], n, w);
+        }
+    for (int i = 0; i < N; i++) a[i] = (float)(i % 3 == 0) * (i % 7 == 0 ? NAN : 1.0f); /* NaN condition counts as true */
+    fm_ew_where_f32_avx2(a, b, b + 1, y2, N - 1);
+    fm_ew_where_f32_avx512(a, b, b + 1, y5, N - 1);
+    int w = -1;
+    CHECK_MSG(same_bits(y2, y5, N - 1, &w), "where at %d", w);
+}
+
+static void test_convert(void) {
+    static float x[N], r[N], r2[N], r5[N];
+    static uint16_t h[N], h2[N], h5[N];
+    fill(x, 7, 1000.0f);
+    for (int i = 0; i < N; i += 5) x[i] *= 1e-5f; /* f16 subnormals */
+    for (int n = 1; n <= N; n += n < 40 ? 1 : 331) {
+        for (int i = 0; i < n; i++) h[i] = fm_f32_to_bf16(x[i]);
+        fm_convert_f32_to_bf16_avx2(x, h2, (size_t)n);
+        fm_convert_f32_to_bf16_avx512(x, h5, (size_t)n);
+        CHECK_MSG(!memcmp(h, h2, (size_t)n * 2) && !memcmp(h, h5, (size_t)n * 2), "f32->bf16 n %d", n);
+        for (int i = 0; i < n; i++) r[i] = fm_bf16_to_f32(h[i]);
+        fm_convert_bf16_to_f32_avx2(h, r2, (size_t)n);
+        fm_convert_bf16_to_f32_avx512(h, r5, (size_t)n);
+        CHECK_MSG(!memcmp(r, r2, (size_t)n * 4) && !memcmp(r, r5, (size_t)n * 4), "bf16->f32 n %d", n);
+        fm_convert_f32_to_f16_avx2(x, h2, (size_t)n);
+        fm_convert_f32_to_f16_avx512(x, h5, (size_t)n);
+        int bad = -1;
+        for (int i = 0; i < n && bad < 0; i++) {
+            uint16_t ref = fm_f32_to_f16(x[i]);
+            bool nan = x[i] != x[i];
+            if (nan ? !((h2[i] & 0x7c00) == 0x7c00 && (h2[i] & 0x3ff) && h2[i] == h5[i]) : (h2[i] != ref || h5[i] != ref))
+                bad = i;
+        }
+        CHECK_MSG(bad < 0, "f32->f16 n %d: x %g ref %04x avx2 %04x avx512 %04x", n, bad >= 0 ? x[bad] : 0,
+                  bad >= 0 ? fm_f32_to_f16(x[bad]) : 0, bad >= 0 ? h2[bad] : 0, bad >= 0 ? h5[bad] : 0);
+        for (int i = 0; i < n; i++) h[i] = fm_f32_to_f16(x[i]);
+        fm_convert_f16_to_f32_avx2(h, r2, (size_t)n);
+        fm_convert_f16_to_f32_avx512(h, r5, (size_t)n);
+        bad = -1;
+        for (int i = 0; i < n && bad < 0; i++) {
+            float ref = fm_f16_to_f32(h[i]);
+            if (ref != ref ? !(r2[i] != r2[i] && r5[i] != r5[i]) : (memcmp(&ref, &r2[i], 4) || memcmp(&ref, &r5[i], 4)))
+                bad = i;
+        }
+        CHECK_MSG(bad < 0, "f16->f32 n %d at %d", n, bad);
+    }
+}
+
+/* softmax rows (sums in 16 lanes: tolerance against a double reference),
+ * every row length up to 40 and long ones, streamed and not */
+static void test_softmax(void) {
+    static _Alignas(64) float x[N], dy[N], y5[N + 16], d5[N + 16], y2[N], d2[N];
+    static double ref[N];
+    uint64_t s = 3;
+    for (int i = 0; i < N; i++) { x[i] = frand(&s) * 20.0f; dy[i] = frand(&s); }
+    for (int n = 1; n <= N; n += n < 40 ? 1 : 333) {
+        for (int lm = 0; lm < 2; lm++)
+            for (int stream = 0; stream < 2; stream++) {
+                float *out = stream ? y5 + 8 : y5; /* streamed rows only 32-byte aligned: stored normally */
+                double m = -INFINITY, sum = 0;
+                for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+                for (int i = 0; i < n; i++) sum += exp((double)x[i] - m);
+                for (int i = 0; i < n; i++) ref[i] = lm ? (double)x[i] - m - log(sum) : exp((double)x[i] - m) / sum;
+                fm_softmax_row_f32_avx512(x, out, n, lm, stream && n % 8 == 0);
+                fm_softmax_row_f32_avx2(x, y2, n, lm, 0);
+                int bad = -1;
+                for (int i = 0; i < n && bad < 0; i++)
+                    if (!near_ref(out[i], ref[i], 2e-6) || !near_ref(y2[i], ref[i], 2e-6)) bad = i;
+                CHECK_MSG(bad < 0, "softmax n %d log %d stream %d at %d: %g vs %g", n, lm, stream, bad,
+                          bad >= 0 ? out[bad] : 0, bad >= 0 ? ref[bad] : 0);
+                /* backward: dx = y (dy - sum dy y) or dy - exp(y) sum dy */
+                double sd = 0;
+                for (int i = 0; i < n; i++) sd += lm ? dy[i] : (double)dy[i] * out[i];
+                fm_softmax_bwd_row_f32_avx512(dy, out, d5, n, lm, 0);
+                fm_softmax_bwd_row_f32_avx2(dy, out, d2, n, lm, 0);
+                bad = -1;
+                for (int i = 0; i < n && bad < 0; i++) {
+                    double r = lm ? dy[i] - exp((double)out[i]) * sd : out[i] * (dy[i] - sd);
+                    if (fabs(d5[i] - r) > 1e-5 * (1 + fabs(sd)) || fabs(d2[i] - r) > 1e-5 * (1 + fabs(sd))) bad = i;
+                }
+                CHECK_MSG(bad < 0, "softmax backward n %d log %d at %d", n, lm, bad);
+            }
+        float m, se, sx;
+        fm_ce_row_stats_f32_avx512(x, n, &m, &se, &sx);
+        double rm = -INFINITY, rse = 0, rsx = 0;
+        for (int i = 0; i < n; i++) rm = x[i] > rm ? x[i] : rm;
+        for (int i = 0; i < n; i++) { rse += exp((double)x[i] - rm); rsx += x[i]; }
+        CHECK_MSG(m == (float)rm && near_ref(se, rse, 1e-6) && fabs(sx - rsx) < 1e-5 * n * 10, "ce stats n %d", n);
+        fm_ce_bwd_row_f32_avx512(x, d5, n, m, 0.5f, 0.25f, 0);
+        int bad = -1;
+        for (int i = 0; i < n && bad < 0; i++)
+            if (!near_ref(d5[i], exp((double)x[i] - m) * 0.5 - 0.25, 2e-6)) bad = i;
+        CHECK_MSG(bad < 0, "ce backward n %d at %d", n, bad);
+    }
+}
+
+int main(void) {
+    if (fm_isa_max_for(fm_cpu_get_features()) < FM_ISA_AVX512) {
+        fprintf(stderr, "skipped: this CPU has no AVX-512 level (F/DQ/BW/VL)\n");
+        return 77;
+    }
+    test_unary();
+    test_binary();
+    test_convert();
+    test_softmax();
+    TEST_DONE();
+}
