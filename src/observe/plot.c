@@ -15,6 +15,7 @@
 #include <png.h>
 #endif
 
+#include "fathom/io.h" /* fm_atomic_write */
 #include "fathom/observe.h"
 
 /* ---- 5x7 font, printable ASCII; each row's 5 low bits, the high one leftmost.
@@ -453,17 +454,30 @@ fm_status fm_plot_curves(const fm_tb_scalars *sc, const char *out_path, const ch
 
     fm_status st = FM_OK;
     if (c.oom) st = fm_set_error(FM_ERR_OOM, "plot: out of memory");
-    FILE *f = st == FM_OK ? fopen(out_path, "wb") : NULL;
-    if (st == FM_OK && !f) st = fm_set_error(FM_ERR_IO, "plot: cannot write '%s' (%s)", out_path, strerror(errno));
-    if (f) {
-        if (svg) {
-            if (fwrite(c.s, 1, c.n, f) != c.n) st = fm_set_error(FM_ERR_IO, "plot: writing '%s' failed (%s)", out_path, strerror(errno));
-        }
-#ifdef FATHOM_HAVE_PNG
-        else st = write_png(&c, f, out_path);
-#endif
-        if (fclose(f) != 0 && st == FM_OK) st = fm_set_error(FM_ERR_IO, "plot: writing '%s' failed (%s)", out_path, strerror(errno));
+    /* the image is made in memory and written with the library's atomic write:
+     * an interrupted plot leaves the previous file, never half a picture */
+    char *img = NULL;
+    size_t img_n = 0;
+    if (st == FM_OK && svg) {
+        fm_io_chunk ch = {c.s, c.n};
+        st = fm_atomic_write(out_path, 1, &ch);
     }
+#ifdef FATHOM_HAVE_PNG
+    else if (st == FM_OK) {
+        FILE *f = open_memstream(&img, &img_n);
+        if (!f) st = fm_set_error(FM_ERR_OOM, "plot: out of memory");
+        else {
+            st = write_png(&c, f, out_path);
+            if (fclose(f) != 0 && st == FM_OK) st = fm_set_error(FM_ERR_OOM, "plot: out of memory");
+        }
+        if (st == FM_OK) {
+            fm_io_chunk ch = {img, img_n};
+            st = fm_atomic_write(out_path, 1, &ch);
+        }
+    }
+#endif
+    free(img);
+    if (st != FM_OK && !c.oom) fm_error_prefix("plot: cannot write '%s'", out_path);
     free(c.s);
     free(c.px);
     return st;
