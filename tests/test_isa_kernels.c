@@ -6,6 +6,7 @@
  *   of the double scalar reference;
  * - dtype conversions: bitwise the scalar conversion at every level (NaN:
  *   still NaN);
+ * - AdamW (f32): bitwise the scalar update;
  * - softmax/log-softmax/cross-entropy rows: 16-lane sums, so within
  *   tolerance of a double reference (as the AVX2 rows).
  * Skipped (exit 77) on a CPU without the AVX-512 level. */
@@ -13,6 +14,7 @@
 
 #include "backend/cpu/elementwise_math.h"
 #include "core/cpu_features.h"
+#include "optim/adamw_simd.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
 
@@ -204,6 +206,37 @@ static void test_softmax(void) {
     }
 }
 
+/* AdamW f32: bitwise the scalar loop of optim.c (same formula, no FMA), over every tail */
+static void test_adamw(void) {
+    static float p[N], g[N], m1[N], m2[N], rp[N], rm1[N], rm2[N];
+    uint64_t s = 17;
+    for (int i = 0; i < N; i++) {
+        rp[i] = p[i] = frand(&s);
+        g[i] = frand(&s) * (i % 5 ? 1.0f : 1e-6f);
+        rm1[i] = m1[i] = frand(&s) * 0.1f;
+        rm2[i] = m2[i] = fabsf(frand(&s)) * 0.01f * (i % 7 != 0);
+    }
+    fm_adamw_args a = {p, m1, m2, g, 0.9f, 0.999f, (float)(1.0 - 0.9), (float)(1.0 - 0.999), 1e-8f,
+                       (float)(3e-4 / (1.0 - pow(0.9, 3))), (float)(1.0 / sqrt(1.0 - pow(0.999, 3))),
+                       (float)(1.0 - 3e-4 * 0.1)};
+    for (int b = 0, e; b < N; b = e) { /* ranges of varied lengths (1 to 40), then the rest */
+        e = b + (b < 820 ? b % 40 + 1 : N - b);
+        if (e > N) e = N;
+        fm_adamw_f32_avx512(&a, b, e);
+        for (int i = b; i < e; i++) {
+            float gi = g[i];
+            float m = a.b1 * rm1[i] + a.ob1 * gi;
+            float v = a.b2 * rm2[i] + a.ob2 * gi * gi;
+            rm1[i] = m;
+            rm2[i] = v;
+            rp[i] = rp[i] * a.decay - a.step_size * m / (sqrtf(v) * a.rbc2 + a.eps);
+        }
+    }
+    int w = -1;
+    CHECK_MSG(same_bits(p, rp, N, &w) && same_bits(m1, rm1, N, &w) && same_bits(m2, rm2, N, &w),
+              "adamw differs from the scalar loop at %d", w);
+}
+
 int main(void) {
     if (fm_isa_max_for(fm_cpu_get_features()) < FM_ISA_AVX512) {
         fprintf(stderr, "skipped: this CPU has no AVX-512 level (F/DQ/BW/VL)\n");
@@ -213,5 +246,6 @@ int main(void) {
     test_binary();
     test_convert();
     test_softmax();
+    test_adamw();
     TEST_DONE();
 }

@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu_features.h" /* fm_cpu_use_avx512 */
 #include "core/parallel.h" /* fm_parallel_for over element ranges */
 #include "fathom/autograd.h"
 #include "fathom/optim.h"
+#include "optim/adamw_simd.h"
 
 typedef struct opt_param {
     char *name;
@@ -181,6 +183,22 @@ typedef struct upd_ctx {
     void *b1, *b2;
 } upd_ctx;
 
+/* AdamW f32 through the AVX-512 kernel (bitwise the loop below); false: use the loop */
+static bool adamw_simd_f32(float *p, const float *g, float *m1, float *m2, float b1, float b2, float ob1, float ob2,
+                           float eps, float step_size, float rbc2, float decay, int64_t begin, int64_t end) {
+    if (!fm_cpu_use_avx512()) return false;
+    fm_adamw_args a = {p, m1, m2, g, b1, b2, ob1, ob2, eps, step_size, rbc2, decay};
+    fm_adamw_f32_avx512(&a, begin, end);
+    return true;
+}
+static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, double b1, double b2, double ob1,
+                           double ob2, double eps, double step_size, double rbc2, double decay, int64_t begin,
+                           int64_t end) {
+    (void)p; (void)g; (void)m1; (void)m2; (void)b1; (void)b2; (void)ob1; (void)ob2; (void)eps; (void)step_size;
+    (void)rbc2; (void)decay; (void)begin; (void)end;
+    return false;
+}
+
 #define DEFINE_UPDATE(T, SQRT, SUFFIX)                                                             \
     static void update_##SUFFIX(void *vctx, int64_t begin, int64_t end, int tid) {               \
         (void)tid;                                                                                 \
@@ -222,6 +240,8 @@ typedef struct upd_ctx {
         const T step_size = (T)(u->lr / u->bc1), rbc2 = (T)(1.0 / sqrt(u->bc2));                  \
         if (c->kind == FM_OPTIM_ADAMW) {                                                           \
             const T decay = (T)(1.0 - u->lr * u->wd);                                              \
+            if (adamw_simd_##SUFFIX(p, g, m1, m2, b1, b2, ob1, ob2, eps, step_size, rbc2, decay, begin, end)) \
+                return;                                                                            \
             for (int64_t i = begin; i < end; i++) {                                                \
                 T gi = g[i];                                                                       \
                 T m = b1 * m1[i] + ob1 * gi;                                                       \

@@ -12,7 +12,8 @@ static const fm_kernel_family families[] = {
     {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},
     {"embedding/index", FM_ISA_SCALAR},
-    {"optimizers (adamw)", FM_ISA_SCALAR},
+    {"adamw (f32)", FM_ISA_AVX512},
+    {"sgd, adam", FM_ISA_SCALAR},
 };
 
 const fm_kernel_family *fm_kernel_families(int *count) {
