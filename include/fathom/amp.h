@@ -1,12 +1,14 @@
 /* fathom/amp.h: automatic mixed precision (autocast), as in torch.autocast.
  *
  * While a low-precision dtype (FM_BF16 or FM_F16) is set on the calling thread,
- * matmul and linear (and the ops that opt in: conv2d, attention) cast f32 inputs
- * to it, compute with f32 accumulation, and return low-precision results, so the
- * activations they save for backward take half the memory. Binary elementwise ops
- * then accept mixed float dtypes and promote to the wider one; reductions, softmax,
- * norms and losses compute in f32. Master weights stay f32: gradients flow back
- * through the casts as f32. Outside autocast, mixed dtypes remain an error. */
+ * each op treats its float inputs as the prec column of fathom/ops.def says:
+ * matmul and linear, conv2d and attention cast them to that dtype and compute
+ * with f32 accumulation, returning low-precision results, so the activations
+ * they save for backward take half the memory; binary elementwise ops accept
+ * mixed float dtypes and promote to the wider one; softmax, norms and losses
+ * compute in f32; the rest run in their inputs' dtypes. Master weights stay f32:
+ * gradients flow back through the casts as f32. Outside autocast, mixed dtypes
+ * remain an error. (The policy is applied in src/amp/autocast.c.) */
 #ifndef FATHOM_AMP_H
 #define FATHOM_AMP_H
 #include "fathom/export.h"
@@ -19,17 +21,6 @@ extern "C" {
 /* FM_F32 turns autocast off. Returns the previous setting (for nesting). */
 FM_API fm_dtype fm_autocast_set(fm_dtype dt);
 FM_API fm_dtype fm_autocast_get(void);
-/* a cast to the autocast dtype if autocast is on and t is f32; else a new ref to t */
-FM_API fm_tensor *fm_autocast_input(fm_tensor *t);
-/* Any float tensor but f64 in the autocast dtype (f32, bf16 and f16 inputs alike),
- * for the ops that run in low precision with several inputs (attention); and
- * whether that would cast t. */
-FM_API fm_tensor *fm_autocast_lowp(fm_tensor *t);
-FM_API bool fm_autocast_would_cast(const fm_tensor *t);
-/* For the ops the policy keeps in f32 (norms, softmax, losses, and attention on
- * the CPU, whose kernels compute in f32/f64): a cast to f32 if autocast is on and
- * t is bf16/f16; else a new ref to t. */
-FM_API fm_tensor *fm_autocast_f32(fm_tensor *t);
 /* Parses "fp32" | "bf16" | "fp16" (also "f32", "float32", "bfloat16", "f16", "float16"). */
 FM_API fm_status fm_precision_parse(const char *s, fm_dtype *out);
 FM_API const char *fm_precision_name(fm_dtype dt); /* "fp32" | "bf16" | "fp16" */

@@ -16,18 +16,25 @@ extern "C" {
 #endif
 
 typedef enum fm_op_id {
-#define X(id, name, nin, nout, flags) FM_OP_##id,
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_##id,
 #include "fathom/ops.def"
 #undef X
     FM_OP_COUNT
 } fm_op_id;
 
-enum { FM_OPF_DIFF = 1, FM_OPF_INTERNAL = 2, FM_OPF_STRIDED = 4 };
+enum { FM_OPF_DIFF = 1, FM_OPF_INTERNAL = 2, FM_OPF_STRIDED = 4, FM_OPF_F32_ONLY = 8 };
+/* The prec and group columns of ops.def (what each means is said there). */
+typedef enum fm_prec { FM_PREC_ANY = 0, FM_PREC_LOWP, FM_PREC_F32, FM_PREC_PROMOTE } fm_prec;
+typedef enum fm_op_group {
+    FM_GROUP_OTHER = 0, FM_GROUP_UNARY, FM_GROUP_ACT, FM_GROUP_BINARY, FM_GROUP_COMPARE, FM_GROUP_REDUCE
+} fm_op_group;
 
 typedef struct fm_op_info {
     const char *name;
     int n_in, n_out;
     unsigned flags;
+    fm_prec prec;
+    fm_op_group group;
 } fm_op_info;
 FM_API const fm_op_info *fm_op_get_info(fm_op_id op);
 /* FM_OP_COUNT if unknown. */

@@ -1,11 +1,11 @@
-/* The op-info table (name, arity, flags), built from ops.def: the names that
+/* The op-info table (name, arity, flags, autocast policy, kernel group), built from ops.def: the names that
  * errors, the profiler and the kernels' own messages use. */
 #include <string.h>
 
 #include "backend/kernel.h"
 
 static const fm_op_info k_ops[FM_OP_COUNT] = {
-#define X(id, name, nin, nout, flags) [FM_OP_##id] = {name, nin, nout, flags},
+#define X(id, name, nin, nout, flags, prec, group) [FM_OP_##id] = {#name, nin, nout, flags, FM_PREC_##prec, FM_GROUP_##group},
 #include "fathom/ops.def"
 #undef X
 };

@@ -11,6 +11,7 @@
  * Korthikanti et al.'s selective recomputation. */
 #include <string.h>
 
+#include "amp/autocast.h"
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
 #include "fathom/efficiency.h"
@@ -188,7 +189,7 @@ done:
 
 static fm_tensor *linear_lowp(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     bool prev = fm_set_grad_enabled(false);
-    fm_tensor *xc = fm_autocast_input(x);
+    fm_tensor *xc = fm_autocast_cast(FM_OP_MATMUL, x); /* as the matmul would cast it */
     fm_tensor *y = xc ? fm_linear(xc, w, b) : NULL;
     fm_set_grad_enabled(prev);
     fm_tensor *ins[3] = {x, w, b};

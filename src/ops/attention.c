@@ -13,7 +13,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_sdpa_attrs */
-#include "fathom/amp.h"     /* autocast: promote low-precision inputs */
+#include "amp/autocast.h"   /* the precision policy (ops.def: attention in low precision) */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }
 
@@ -90,11 +90,11 @@ static fm_status sdpa_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor
 }
 
 fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale) {
-    if (fm_autocast_would_cast(q) || fm_autocast_would_cast(k) || fm_autocast_would_cast(v)) {
-        /* autocast (amp.h): attention runs in the low-precision type (f32 math in the kernels) */
-        fm_tensor *q2 = fm_autocast_lowp(q), *k2 = fm_autocast_lowp(k), *v2 = fm_autocast_lowp(v);
-        fm_tensor *y = q2 && k2 && v2 ? fm_scaled_dot_product_attention(q2, k2, v2, causal, scale) : NULL;
-        fm_tensor_release_n(3, q2, k2, v2);
+    fm_tensor *c[3];
+    int ac = fm_autocast_inputs(FM_OP_SDPA, 3, (fm_tensor *[]){q, k, v}, c);
+    if (ac) { /* low-precision storage, f32 math in the kernels */
+        fm_tensor *y = ac > 0 ? fm_scaled_dot_product_attention(c[0], c[1], c[2], causal, scale) : NULL;
+        fm_tensor_release_n(3, c[0], c[1], c[2]);
         return y;
     }
     if (sdpa_check(q, k, v) != FM_OK) return NULL;

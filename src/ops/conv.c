@@ -6,6 +6,7 @@
  * asked for (dx, dw, db), since the first layer of a CNN never needs dx. */
 #include <string.h>
 
+#include "amp/autocast.h"   /* the precision policy (ops.def: conv in low precision) */
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_conv2d_attrs */
@@ -78,6 +79,13 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
     char s1[96], s2[96];
     fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d: %s is NULL", x ? "weight" : "input"); return NULL; }
+    fm_tensor *c[3];
+    int ac = fm_autocast_inputs(FM_OP_CONV2D, 3, (fm_tensor *[]){x, w, b}, c);
+    if (ac) { /* autocast: low-precision storage (the CPU kernels widen to f32: FM_OPF_F32_ONLY) */
+        fm_tensor *y = ac > 0 ? fm_conv2d(c[0], c[1], c[2], pp) : NULL;
+        fm_tensor_release_n(3, c[0], c[1], c[2]);
+        return y;
+    }
     if (p.layout != FM_NCHW && p.layout != FM_NHWC) {
         fm_set_error(FM_ERR_INVALID, "conv2d: unknown layout %d (use FM_NCHW or FM_NHWC)", (int)p.layout);
         return NULL;

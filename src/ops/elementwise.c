@@ -8,7 +8,7 @@
 #include "autograd/node.h"
 #include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
-#include "fathom/amp.h"
+#include "amp/autocast.h"
 #include "backend/kernel.h"
 #include "ops/ops_internal.h"
 
@@ -165,18 +165,14 @@ static fm_status binary_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
 
 static fm_tensor *binary_impl(fm_op_id op, fm_tensor *a, fm_tensor *b);
 
-/* Under autocast, mixed float dtypes promote to the wider one (f32 > bf16/f16). */
+/* Under autocast, mixed float dtypes promote (ops.def's PROMOTE: to the wider one). */
 static fm_tensor *binary(fm_op_id op, fm_tensor *a, fm_tensor *b) {
-    if (a && b && a->dtype != b->dtype && fm_autocast_get() != FM_F32 && fm_dtype_is_float(a->dtype) &&
-        fm_dtype_is_float(b->dtype)) {
-        fm_dtype wide = fm_dtype_size(a->dtype) >= fm_dtype_size(b->dtype) ? a->dtype : b->dtype;
-        if (fm_dtype_size(a->dtype) == fm_dtype_size(b->dtype)) wide = FM_F32; /* bf16 with f16 */
-        fm_tensor *pa = fm_to_dtype(a, wide), *pb = pa ? fm_to_dtype(b, wide) : NULL;
-        fm_tensor *y = pb ? binary_impl(op, pa, pb) : NULL;
-        fm_tensor_release_n(2, pa, pb);
-        return y;
-    }
-    return binary_impl(op, a, b);
+    fm_tensor *c[2];
+    int ac = fm_autocast_inputs(op, 2, (fm_tensor *[]){a, b}, c);
+    if (!ac) return binary_impl(op, a, b);
+    fm_tensor *y = ac > 0 ? binary_impl(op, c[0], c[1]) : NULL;
+    fm_tensor_release_n(2, c[0], c[1]);
+    return y;
 }
 
 static fm_tensor *binary_impl(fm_op_id op, fm_tensor *a, fm_tensor *b) {

@@ -15,7 +15,7 @@
 
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
-#include "fathom/amp.h"     /* autocast: the composed path casts */
+#include "amp/autocast.h"   /* the composed path casts as attention does */
 #include "backend/kernel.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
 
 /* Only the geometry is needed backward: no tensor is saved. */
@@ -148,7 +148,7 @@ fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, d
     }
     fm_device dev = fm_tensor_device(qkv);
     const fm_backend *be = fm_backend_get(dev.type);
-    if ((qkv->dtype != FM_F32 && qkv->dtype != FM_F64) || fm_autocast_would_cast(qkv) || !be ||
+    if ((qkv->dtype != FM_F32 && qkv->dtype != FM_F64) || fm_autocast_changes(FM_OP_SDPA, 1, &qkv) || !be ||
         !be->kernels[FM_OP_SDPA_QKV] || !be->kernels[FM_OP_SDPA_QKV_BACKWARD])
         return sdpa_qkv_composed(qkv, &g, causal, scale);
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)g.head_dim);

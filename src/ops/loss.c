@@ -13,7 +13,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_ce_attrs, fm_mse_attrs */
-#include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
+#include "amp/autocast.h"   /* the precision policy (ops.def: losses in f32) */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }
 
@@ -52,10 +52,11 @@ static fm_status ce_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor *
 fm_tensor *fm_cross_entropy(fm_tensor *logits, fm_tensor *target, int64_t ignore_index, double label_smoothing,
                             fm_reduction reduction) {
     const char *op = "cross_entropy";
-    if (logits && fm_autocast_get() != FM_F32 && (logits->dtype == FM_BF16 || logits->dtype == FM_F16)) { /* autocast policy: losses in f32 */
-        fm_tensor *l32 = fm_autocast_f32(logits);
-        fm_tensor *y = l32 ? fm_cross_entropy(l32, target, ignore_index, label_smoothing, reduction) : NULL;
-        fm_tensor_release(l32);
+    fm_tensor *c[2];
+    int ac = fm_autocast_inputs(FM_OP_CROSS_ENTROPY, 2, (fm_tensor *[]){logits, target}, c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? fm_cross_entropy(c[0], c[1], ignore_index, label_smoothing, reduction) : NULL;
+        fm_tensor_release_n(2, c[0], c[1]);
         return y;
     }
     char a[128], b[128];
@@ -175,10 +176,11 @@ static bool broadcast_shape(const char *op, const fm_tensor *a, const fm_tensor 
 
 fm_tensor *fm_mse_loss(fm_tensor *input, fm_tensor *target, fm_reduction reduction) {
     const char *op = "mse_loss";
-    if (input && target && fm_autocast_get() != FM_F32 && ((input->dtype == FM_BF16 || input->dtype == FM_F16) || (target->dtype == FM_BF16 || target->dtype == FM_F16))) { /* autocast policy: losses in f32 */
-        fm_tensor *i32 = fm_autocast_f32(input), *t32 = i32 ? fm_autocast_f32(target) : NULL;
-        fm_tensor *y = t32 ? fm_mse_loss(i32, t32, reduction) : NULL;
-        fm_tensor_release_n(2, i32, t32);
+    fm_tensor *c[2];
+    int ac = fm_autocast_inputs(FM_OP_MSE_LOSS, 2, (fm_tensor *[]){input, target}, c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? fm_mse_loss(c[0], c[1], reduction) : NULL;
+        fm_tensor_release_n(2, c[0], c[1]);
         return y;
     }
     if (!input || !target) { fm_set_error(FM_ERR_INVALID, "%s: input and target must not be NULL", op); return NULL; }

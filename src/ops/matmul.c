@@ -6,7 +6,7 @@
 #include "autograd/node.h"
 #include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
-#include "fathom/amp.h"
+#include "amp/autocast.h"
 #include "fathom/memory.h"
 
 static fm_status matmul_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
@@ -79,10 +79,11 @@ static fm_tensor *matmul_impl(fm_tensor *a, fm_tensor *b);
 
 fm_tensor *fm_matmul(fm_tensor *a, fm_tensor *b) {
     if (!a || !b) { fm_set_error(FM_ERR_INVALID, "matmul: input is NULL"); return NULL; }
-    if (fm_autocast_get() == FM_F32) return matmul_impl(a, b);
-    fm_tensor *ca = fm_autocast_input(a), *cb = ca ? fm_autocast_input(b) : NULL;
-    fm_tensor *y = cb ? matmul_impl(ca, cb) : NULL;
-    fm_tensor_release_n(2, ca, cb);
+    fm_tensor *c[2];
+    int ac = fm_autocast_inputs(FM_OP_MATMUL, 2, (fm_tensor *[]){a, b}, c);
+    if (!ac) return matmul_impl(a, b);
+    fm_tensor *y = ac > 0 ? matmul_impl(c[0], c[1]) : NULL;
+    fm_tensor_release_n(2, c[0], c[1]);
     return y;
 }
 
@@ -211,7 +212,8 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
                      (long long)w->shape[0]);
         return NULL;
     }
-    if (fm_autocast_get() == FM_F32 && !fm_check_same_dtype("linear", x, w) && !fm_check_same_device("linear", x, w) &&
+    /* one fused node unless autocast casts an operand (then matmul + add, as torch.autocast) */
+    if (!fm_autocast_changes(FM_OP_MATMUL, 3, (fm_tensor *[]){x, w, b}) && !fm_check_same_dtype("linear", x, w) && !fm_check_same_device("linear", x, w) &&
         (!b || (!fm_check_same_dtype("linear", x, b) && !fm_check_same_device("linear", x, b))) &&
         fm_dtype_is_float(x->dtype))
         return linear_node(x, w, b);
@@ -220,13 +222,13 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
     /* autocast: the low-precision weight copy is attributed to weights, not activations */
     fm_mem_category prev_cat = fm_memory_tag_push(FM_MEM_WEIGHTS);
-    fm_tensor *wc = x2 ? fm_autocast_input(w) : NULL;
+    fm_tensor *wc = x2 ? fm_autocast_cast(FM_OP_MATMUL, w) : NULL;
     fm_memory_tag_pop(prev_cat);
     fm_tensor *wt = wc ? fm_transpose(wc, 0, 1) : NULL;
     fm_tensor *y = wt ? fm_matmul(x2, wt) : NULL;
     fm_tensor_release_n(3, x2, wc, wt);
     if (y && b) {
-        fm_tensor *bc = fm_autocast_input(b); /* autocast: the bias joins the low-precision output */
+        fm_tensor *bc = fm_autocast_cast(FM_OP_MATMUL, b); /* autocast: the bias joins the matmul's output dtype */
         fm_tensor *yb = bc ? fm_add(y, bc) : NULL;
         fm_tensor_release_n(2, y, bc);
         y = yb;

@@ -11,7 +11,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_norm_attrs */
-#include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
+#include "amp/autocast.h"   /* the precision policy (ops.def: norms in f32) */
 
 static const char *shp(int nd, const int64_t *s, char *buf, size_t n) { return fm_shape_str(nd, s, buf, n); }
 
@@ -139,18 +139,22 @@ fail:
 }
 
 fm_tensor *fm_layer_norm(fm_tensor *x, int n_norm_dims, fm_tensor *weight, fm_tensor *bias, double eps) {
-    if (x && fm_autocast_get() != FM_F32 && (x->dtype == FM_BF16 || x->dtype == FM_F16)) { /* autocast policy: norms in f32 */
-        fm_tensor *x32 = fm_autocast_f32(x), *y = x32 ? fm_layer_norm(x32, n_norm_dims, weight, bias, eps) : NULL;
-        fm_tensor_release(x32);
+    fm_tensor *c[3];
+    int ac = fm_autocast_inputs(FM_OP_LAYER_NORM, 3, (fm_tensor *[]){x, weight, bias}, c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? fm_layer_norm(c[0], n_norm_dims, c[1], c[2], eps) : NULL;
+        fm_tensor_release_n(3, c[0], c[1], c[2]);
         return y;
     }
     return norm_impl(false, x, n_norm_dims, weight, bias, eps);
 }
 
 fm_tensor *fm_rms_norm(fm_tensor *x, fm_tensor *weight, double eps) {
-    if (x && fm_autocast_get() != FM_F32 && (x->dtype == FM_BF16 || x->dtype == FM_F16)) { /* autocast policy: norms in f32 */
-        fm_tensor *x32 = fm_autocast_f32(x), *y = x32 ? fm_rms_norm(x32, weight, eps) : NULL;
-        fm_tensor_release(x32);
+    fm_tensor *c[2];
+    int ac = fm_autocast_inputs(FM_OP_RMS_NORM, 2, (fm_tensor *[]){x, weight}, c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? fm_rms_norm(c[0], c[1], eps) : NULL;
+        fm_tensor_release_n(2, c[0], c[1]);
         return y;
     }
     return norm_impl(true, x, 1, weight, NULL, eps);

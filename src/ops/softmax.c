@@ -11,7 +11,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_softmax_attrs */
-#include "fathom/amp.h"     /* autocast: norms, softmax and losses compute in f32 */
+#include "amp/autocast.h"   /* the precision policy (ops.def: softmax in f32) */
 
 /* t with `axis` moved to the end, contiguous (a new reference). */
 static fm_tensor *axis_last(fm_tensor *t, int axis) {
@@ -72,9 +72,11 @@ static fm_status softmax_backward(fm_node *n, fm_tensor *const *grad_out, fm_ten
 
 static fm_tensor *softmax_impl(fm_op_id op, fm_tensor *a, int axis) {
     const char *name = fm_op_get_info(op)->name;
-    if (a && fm_autocast_get() != FM_F32 && (a->dtype == FM_BF16 || a->dtype == FM_F16)) { /* autocast policy: softmax in f32 */
-        fm_tensor *a32 = fm_autocast_f32(a), *y = a32 ? softmax_impl(op, a32, axis) : NULL;
-        fm_tensor_release(a32);
+    fm_tensor *c;
+    int ac = fm_autocast_inputs(op, 1, &a, &c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? softmax_impl(op, c, axis) : NULL;
+        fm_tensor_release(c);
         return y;
     }
     if (!a) { fm_set_error(FM_ERR_INVALID, "%s: input is NULL", name); return NULL; }

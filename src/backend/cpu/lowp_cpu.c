@@ -1,8 +1,9 @@
 /* Low-precision (bf16/fp16) storage for CPU kernels that compute in f32 only.
  *
  * Why: under autocast the activations an op saves for backward should stay in
- * bf16/fp16 (half the memory), but the attention and dropout kernels are written
- * for f32/f64. This group wraps those kernels: low-precision inputs are widened
+ * bf16/fp16 (half the memory), but some kernels (attention, dropout, conv2d: the
+ * ops flagged FM_OPF_F32_ONLY in ops.def) are written for f32/f64. This group
+ * wraps those kernels: low-precision inputs are widened
  * to f32 scratch (F16C/AVX2 bulk conversions), the f32 kernel runs, and
  * low-precision outputs are narrowed back (round to nearest even). Math and
  * accumulation are f32; only storage is low precision. The scratch is transient:
@@ -105,12 +106,13 @@ static fm_status lowp_kernel(const fm_op_call *c) {
     return st;
 }
 
-/* Call after every other group has registered its kernels. */
+/* Wraps the kernel of every op flagged FM_OPF_F32_ONLY in fathom/ops.def. It
+ * reads the kernel table, so the backend calls it after the groups have filled it. */
 void fm_cpu_kernels_lowp(fm_backend *b) {
-    static const fm_op_id ops[] = {FM_OP_SDPA, FM_OP_SDPA_BACKWARD, FM_OP_DROPOUT};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        if (!b->kernels[ops[i]] || b->kernels[ops[i]] == lowp_kernel) continue;
-        g_f32_kernel[ops[i]] = b->kernels[ops[i]];
-        b->kernels[ops[i]] = lowp_kernel;
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        if (!(fm_op_get_info((fm_op_id)op)->flags & FM_OPF_F32_ONLY)) continue;
+        if (!b->kernels[op] || b->kernels[op] == lowp_kernel) continue;
+        g_f32_kernel[op] = b->kernels[op];
+        b->kernels[op] = lowp_kernel;
     }
 }
