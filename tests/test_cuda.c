@@ -6,13 +6,16 @@
  * limits and fractions, OOM retry and messages, empty_cache, preallocate mode,
  * and a randomized stress run checking that live blocks never overlap.
  *
- * Part 2 (needs a CUDA build and a device; otherwise prints "SKIPPED: <reason>"
- * and checks that asking for cuda fails with a clear error): conformance of
+ * Part 2 (needs a CUDA build and a device; otherwise it is reported skipped with
+ * the reason - exit 77, ctest's SKIP_RETURN_CODE - after checking that asking for
+ * cuda fails with a clear error and running every case's CPU side): conformance of
  * every CUDA kernel against the CPU backend, op by op and dtype by dtype, by
  * normalized squared error (1e-6 f32, 1e-2 bf16/f16), with NaN/inf checks,
  * guard regions around every output (out-of-bounds writes) and poisoned outputs
  * (unwritten elements). Kernels are called through fm_dispatch with the same
- * fm_op_call on both devices, so front-end logic cannot mask a kernel bug. */
+ * fm_op_call on both devices, so front-end logic cannot mask a kernel bug. The
+ * elementwise and reduction cases iterate over ops.def's groups, and an op the
+ * CUDA backend claims without a case fails the test (coverage_check). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -396,6 +399,7 @@ static void test_pinned_cache(void) {
 /* ------------------------------------------------------------------ part 2 */
 
 static int g_skipped_cases, g_gpu_cases;
+static bool g_has_case[FM_OP_COUNT]; /* ops the conformance list ran (coverage_check) */
 /* No device: run_case checks only that the cpu reference of every case runs (so the case
  * list itself - shapes, attrs - is tested on every machine). */
 static int g_cpu_only, g_cpu_cases;
@@ -508,6 +512,7 @@ static void run_case(conf_case *c, fm_dtype dt) {
     fm_tensor *gout[FM_CALL_MAX_OUT] = {0}, *gbig[FM_CALL_MAX_OUT] = {0};
     char label[160];
     snprintf(label, sizeof label, "%s [%s]", c->label, fm_dtype_name(dt));
+    g_has_case[c->op] = true;
     if (g_cpu_only) {
         fm_op_call cc = hc;
         for (int i = 0; i < c->n_in; i++) {
@@ -874,15 +879,24 @@ static void index_cases(fm_dtype dt) {
     }
 }
 
+/* The ops of the given ops.def groups, in table order; returns the count. */
+static int ops_in_groups(fm_op_group g1, fm_op_group g2, fm_op_id *out) {
+    int n = 0;
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        fm_op_group g = fm_op_get_info((fm_op_id)op)->group;
+        if (g == g1 || g == g2) out[n++] = (fm_op_id)op;
+    }
+    return n;
+}
+
 static void conformance(fm_dtype dt) {
-    static const fm_op_id unary[] = {FM_OP_NEG, FM_OP_ABS, FM_OP_EXP, FM_OP_LOG, FM_OP_SQRT, FM_OP_RSQRT, FM_OP_SIN,
-                                     FM_OP_COS, FM_OP_TANH, FM_OP_SIGMOID, FM_OP_RELU, FM_OP_LEAKY_RELU, FM_OP_GELU,
-                                     FM_OP_GELU_TANH, FM_OP_SILU, FM_OP_CLAMP, FM_OP_COPY};
-    static const fm_op_id binary[] = {FM_OP_ADD, FM_OP_SUB, FM_OP_MUL, FM_OP_DIV, FM_OP_POW, FM_OP_MAXIMUM,
-                                      FM_OP_MINIMUM, FM_OP_EQ, FM_OP_NE, FM_OP_LT, FM_OP_LE, FM_OP_GT, FM_OP_GE};
+    /* the elementwise lists come from ops.def's groups, as the CUDA backend registers them */
+    fm_op_id unary[FM_OP_COUNT], binary[FM_OP_COUNT];
+    int n_unary = ops_in_groups(FM_GROUP_UNARY, FM_GROUP_ACT, unary), n_binary = ops_in_groups(FM_GROUP_BINARY, FM_GROUP_COMPARE, binary);
+    unary[n_unary++] = FM_OP_COPY;
     fm_unary_attrs ua = {0.1, 0.5};
     int64_t s23[] = {37, 129}, s1[] = {129}, s3[] = {4, 37, 129};
-    for (size_t k = 0; k < sizeof unary / sizeof unary[0]; k++) {
+    for (int k = 0; k < n_unary; k++) {
         conf_case c = {.label = fm_op_get_info(unary[k])->name, .op = unary[k], .n_in = 1, .n_out = 1, .attrs = &ua};
         bool pos = unary[k] == FM_OP_LOG || unary[k] == FM_OP_SQRT || unary[k] == FM_OP_RSQRT;
         fm_tensor *base = rand_tensor(2, (int64_t[]){129, 37}, dt, pos ? 0.1 : -3, 3, 11 + k);
@@ -900,11 +914,11 @@ static void conformance(fm_dtype dt) {
         case_free(&b);
         case_free(&c);
     }
-    for (size_t k = 0; k < sizeof binary / sizeof binary[0]; k++) {
+    for (int k = 0; k < n_binary; k++) {
         conf_case c = {.label = fm_op_get_info(binary[k])->name, .op = binary[k], .n_in = 2, .n_out = 1};
         c.in[0] = rand_tensor(3, s3, dt, binary[k] == FM_OP_POW ? 0.1 : -2, 2, 200 + k);
         c.in[1] = rand_tensor(1, s1, dt, 0.5, 2, 300 + k); /* broadcast */
-        bool cmp = binary[k] >= FM_OP_EQ;
+        bool cmp = fm_op_get_info(binary[k])->group == FM_GROUP_COMPARE;
         c.out[0] = spec(3, s3, cmp ? FM_BOOL : dt);
         run_case(&c, dt);
         case_free(&c);
@@ -921,11 +935,14 @@ static void conformance(fm_dtype dt) {
         run_case(&c, dt);
         case_free(&c);
     }
-    {   /* reductions over the middle axis, the last axis, and everything */
-        static const fm_op_id red[] = {FM_OP_SUM, FM_OP_MEAN, FM_OP_AMAX, FM_OP_AMIN, FM_OP_VAR, FM_OP_STD, FM_OP_LOGSUMEXP};
+    {   /* the REDUCE group: over the middle axis, the last axis, and everything; the ones
+         * along one dim (max_dim, min_dim, argmax) along each of the last two */
+        fm_op_id red[FM_OP_COUNT];
+        int n_red = ops_in_groups(FM_GROUP_REDUCE, FM_GROUP_REDUCE, red);
         unsigned masks[] = {2u, 4u, 7u};
-        for (size_t k = 0; k < sizeof red / sizeof red[0]; k++)
+        for (int k = 0; k < n_red; k++)
             for (int m = 0; m < 3; m++) {
+                if (red[k] == FM_OP_MAX_DIM || red[k] == FM_OP_MIN_DIM || red[k] == FM_OP_ARGMAX) break;
                 fm_reduce_attrs ra = {masks[m], 1};
                 conf_case c = {.label = fm_op_get_info(red[k])->name, .op = red[k], .n_in = 1, .n_out = 1, .attrs = &ra};
                 c.in[0] = rand_tensor(3, s3, dt, -2, 2, 500 + k);
@@ -937,17 +954,19 @@ static void conformance(fm_dtype dt) {
         for (int ax = 1; ax < 3; ax++) {
             fm_dim_attrs da = {ax};
             int64_t os[3] = {4, ax == 1 ? 1 : 37, ax == 2 ? 1 : 129};
-            conf_case c = {.label = "max_dim", .op = FM_OP_MAX_DIM, .n_in = 1, .n_out = 2, .attrs = &da};
-            c.in[0] = rand_tensor(3, s3, dt, -2, 2, 600 + ax);
-            c.out[0] = spec(3, os, dt);
-            c.out[1] = spec(3, os, FM_I64);
-            run_case(&c, dt);
+            for (int mn = 0; mn < 2; mn++) {
+                conf_case c = {.label = mn ? "min_dim" : "max_dim", .op = mn ? FM_OP_MIN_DIM : FM_OP_MAX_DIM, .n_in = 1, .n_out = 2, .attrs = &da};
+                c.in[0] = rand_tensor(3, s3, dt, -2, 2, 600 + ax + 10 * mn);
+                c.out[0] = spec(3, os, dt);
+                c.out[1] = spec(3, os, FM_I64);
+                run_case(&c, dt);
+                case_free(&c);
+            }
             conf_case a = {.label = "argmax", .op = FM_OP_ARGMAX, .n_in = 1, .n_out = 1, .attrs = &da};
-            a.in[0] = fm_tensor_retain(c.in[0]);
+            a.in[0] = rand_tensor(3, s3, dt, -2, 2, 600 + ax);
             a.out[0] = spec(3, os, FM_I64);
             run_case(&a, dt);
             case_free(&a);
-            case_free(&c);
         }
     }
     {   /* matmul: plain, transposed operand, batch broadcast */
@@ -1212,6 +1231,24 @@ static void conformance(fm_dtype dt) {
 }
 
 /* Errors the GPU path must report like the CPU: bad targets, missing kernels. */
+/* Every op the CUDA backend claims must have had a conformance case: with a device,
+ * the ops its kernel table fills; without one, the ops it claims by ops.def group
+ * (fm_cuda_kernels_elementwise and _reduce register every UNARY, ACT, BINARY, COMPARE
+ * and REDUCE op), so a new op of those groups cannot go untested. Returns the count
+ * of claimed ops without a case. */
+static int coverage_check(const fm_backend *cuda) {
+    int missing = 0;
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        const fm_op_info *info = fm_op_get_info((fm_op_id)op);
+        bool claimed = cuda ? cuda->kernels[op] != NULL
+                            : info->group != FM_GROUP_OTHER;
+        if (!claimed || g_has_case[op]) continue;
+        missing++;
+        CHECK_MSG(false, "%s has a CUDA kernel but no conformance case in tests/test_cuda.c", info->name);
+    }
+    return missing;
+}
+
 static void gpu_errors(void) {
     fm_device cu = {FM_DEV_CUDA, 0};
     int64_t N = 4, C = 5;
@@ -1504,7 +1541,7 @@ int main(void) {
     fm_cuda_info ci;
     fm_cuda_query(&ci);
     if (!bi.cuda_built || ci.n_devices == 0) {
-        printf("SKIPPED: GPU conformance, GPU allocator and GPU error tests: %s\n", ci.reason);
+        TEST_SKIP("GPU conformance, GPU allocator and GPU error tests: %s", ci.reason);
         /* asking for cuda must fail clearly, never fall back to the cpu */
         CHECK(ci.reason[0] != 0);
         fm_tensor *t = fm_tensor_empty(1, (int64_t[]){4}, FM_F32, (fm_device){FM_DEV_CUDA, 0});
@@ -1520,8 +1557,7 @@ int main(void) {
         CHECK(pin == NULL);
         CHECK(fm_last_status() == FM_ERR_UNSUPPORTED);
         fm_tensor_release(pin);
-        printf("SKIPPED: train-step equivalence (cnn, tiny transformer; 10 steps cuda vs cpu) and pinned copies: %s\n",
-               ci.reason);
+        TEST_SKIP("train-step equivalence (cnn, tiny transformer; 10 steps cuda vs cpu) and pinned copies: %s", ci.reason);
         /* what runs without a device: every conformance case's cpu reference, and the
          * training-step networks on the cpu (their losses must go down) */
         g_cpu_only = 1;
@@ -1529,6 +1565,12 @@ int main(void) {
         fm_dtype cdts[] = {FM_F32, FM_BF16};
         for (int i = 0; i < 2; i++) conformance(cdts[i]);
         printf("conformance cases, cpu side only: %d run, %d failures\n", g_cpu_cases, t_failures - f0);
+        int missing = coverage_check(NULL);
+        printf("conformance coverage of the ops.def groups the CUDA backend claims: %d without a case\n", missing);
+        bool had = g_has_case[FM_OP_GELU]; /* the check fails on a claimed op without a case */
+        g_has_case[FM_OP_GELU] = false;
+        EXPECT_CHECK_FAILS(coverage_check(NULL));
+        g_has_case[FM_OP_GELU] = had;
         for (int which = 0; which < 2; which++) {
             double l[10];
             run_steps(which, FM_CPU, l);
@@ -1547,6 +1589,8 @@ int main(void) {
         conformance(dts[i]);
         printf("conformance %s: %s\n", fm_dtype_name(dts[i]), t_failures == before ? "pass" : "FAIL");
     }
+    int missing = coverage_check(fm_backend_get(FM_DEV_CUDA));
+    printf("conformance coverage: %d CUDA kernels without a case\n", missing);
     gpu_errors();
     gpu_pinned();
     train_step_equivalence();

@@ -12,7 +12,8 @@ The check fails (exit 1, naming each symbol) when
     or the defining file does not include the header, so the symbol stays hidden).
 The headers are read as text: comments and preprocessor lines are blanked, and the
 top-level declarations (outside struct/enum bodies and inline function bodies) are
-the ones that must carry FM_API.
+the ones that must carry FM_API. The unary activations (group ACT in ops.def), whose
+prototypes ops.h generates from ops.def, are read from ops.def.
 """
 import re
 import subprocess
@@ -123,6 +124,14 @@ def mark(paths):
             print(f"{p}: FM_API added to {len(todo)} declarations")
 
 
+def generated(include_dir):
+    """fm_<name> for each ops.def line of group ACT: ops.h declares them (FM_API) through
+    an X-macro over ops.def, which the text scan above does not expand."""
+    d = Path(include_dir) / "ops.def"
+    text = blank(d.read_text()) if d.exists() else ""
+    return ["fm_" + m.group(1) for m in re.finditer(r"\bX\(\s*\w+\s*,\s*(\w+)\s*,[^)]*,\s*ACT\s*\)", text)]
+
+
 def check(lib, include_dir):
     declared, errors = {}, []
     for h in sorted(Path(include_dir).glob("*.h")):
@@ -132,6 +141,8 @@ def check(lib, include_dir):
                 errors.append(f"{h.name}: {name} is declared without FM_API (it would not be exported)")
             elif name:
                 declared[name] = h.name
+    for name in generated(include_dir):
+        declared[name] = "ops.h (generated from ops.def)"
     nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
     if nm.returncode != 0:
         sys.exit(f"check-exports: nm -D failed on {lib}: {nm.stderr.strip()}")

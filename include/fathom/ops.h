@@ -29,6 +29,17 @@ typedef enum fm_op_group {
     FM_GROUP_OTHER = 0, FM_GROUP_UNARY, FM_GROUP_ACT, FM_GROUP_BINARY, FM_GROUP_COMPARE, FM_GROUP_REDUCE
 } fm_op_group;
 
+/* FM_OP_IF_ACT_##group(...) keeps its arguments for the ACT group only: an X-macro
+ * over ops.def generates, for each unary activation, its prototype (below), its
+ * front end (src/ops/elementwise.c) and its CPU and CUDA kernel cases, from the
+ * functions fm_<name>_{d,f} and fm_<name>_deriv_{d,f} in src/backend/scalar_math.h. */
+#define FM_OP_IF_ACT_ACT(...) __VA_ARGS__
+#define FM_OP_IF_ACT_UNARY(...)
+#define FM_OP_IF_ACT_BINARY(...)
+#define FM_OP_IF_ACT_COMPARE(...)
+#define FM_OP_IF_ACT_REDUCE(...)
+#define FM_OP_IF_ACT_OTHER(...)
+
 typedef struct fm_op_info {
     const char *name;
     int n_in, n_out;
@@ -56,9 +67,13 @@ FM_API fm_tensor *fm_tanh(fm_tensor *a);
 FM_API fm_tensor *fm_sigmoid(fm_tensor *a);
 FM_API fm_tensor *fm_relu(fm_tensor *a);
 FM_API fm_tensor *fm_leaky_relu(fm_tensor *a, double negative_slope);
-FM_API fm_tensor *fm_gelu(fm_tensor *a);      /* exact: x * Phi(x), with erf */
-FM_API fm_tensor *fm_gelu_tanh(fm_tensor *a); /* tanh approximation */
-FM_API fm_tensor *fm_silu(fm_tensor *a);
+/* The unary activations: each ACT line of ops.def declares
+ *   FM_API fm_tensor *fm_<name>(fm_tensor *a);
+ * (fm_gelu: exact, x Phi(x) with erf; fm_gelu_tanh: the tanh approximation; fm_silu;
+ * each one's formula is beside its math in src/backend/scalar_math.h). */
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(FM_API fm_tensor *fm_##name(fm_tensor *a);)
+#include "fathom/ops.def"
+#undef X
 FM_API fm_tensor *fm_clamp(fm_tensor *a, double lo, double hi); /* use -INFINITY/INFINITY for one side */
 
 /* ---- elementwise binary (numpy broadcasting; both operands same dtype) ---- */

@@ -63,9 +63,11 @@ fm_tensor *fm_tanh(fm_tensor *a) { return unary(FM_OP_TANH, a, 0, 0); }
 fm_tensor *fm_sigmoid(fm_tensor *a) { return unary(FM_OP_SIGMOID, a, 0, 0); }
 fm_tensor *fm_relu(fm_tensor *a) { return unary(FM_OP_RELU, a, 0, 0); }
 fm_tensor *fm_leaky_relu(fm_tensor *a, double s) { return unary(FM_OP_LEAKY_RELU, a, s, 0); }
-fm_tensor *fm_gelu(fm_tensor *a) { return unary(FM_OP_GELU, a, 0, 0); }
-fm_tensor *fm_gelu_tanh(fm_tensor *a) { return unary(FM_OP_GELU_TANH, a, 0, 0); }
-fm_tensor *fm_silu(fm_tensor *a) { return unary(FM_OP_SILU, a, 0, 0); }
+/* the unary activations (group ACT in ops.def): fm_<name> for each */
+#define X(id, name, nin, nout, flags, prec, group) \
+    FM_OP_IF_ACT_##group(fm_tensor *fm_##name(fm_tensor *a) { return unary(FM_OP_##id, a, 0, 0); })
+#include "fathom/ops.def"
+#undef X
 fm_tensor *fm_clamp(fm_tensor *a, double lo, double hi) {
     if (lo != lo || hi != hi || lo > hi) {
         fm_set_error(FM_ERR_INVALID, "clamp: need lo <= hi (got lo=%g, hi=%g)", lo, hi);

@@ -45,9 +45,9 @@ double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x) {
     case FM_OP_SIGMOID: return fm_sigmoid_d(x);
     case FM_OP_RELU: return x > 0 ? x : 0.0 * x; /* keeps NaN */
     case FM_OP_LEAKY_RELU: return x > 0 ? x : x * at->a;
-    case FM_OP_GELU: return fm_gelu_d(x);
-    case FM_OP_GELU_TANH: return fm_gelu_tanh_d(x);
-    case FM_OP_SILU: return fm_silu_d(x);
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return fm_##name##_d(x);)
+#include "fathom/ops.def" /* the activations: scalar_math.h */
+#undef X
     case FM_OP_CLAMP: return x != x ? x : (x < at->a ? at->a : (x > at->b ? at->b : x));
     case FM_OP_COPY: return x;
     default: return NAN;
@@ -69,9 +69,9 @@ double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x,
     case FM_OP_SIGMOID: return y * (1 - y);
     case FM_OP_RELU: return x > 0 ? 1 : 0;
     case FM_OP_LEAKY_RELU: return x > 0 ? 1 : at->a;
-    case FM_OP_GELU: return fm_gelu_deriv_d(x);
-    case FM_OP_GELU_TANH: return fm_gelu_tanh_deriv_d(x);
-    case FM_OP_SILU: return fm_silu_deriv_d(x);
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return fm_##name##_deriv_d(x);)
+#include "fathom/ops.def"
+#undef X
     case FM_OP_CLAMP: return (x >= at->a && x <= at->b) ? 1 : 0;
     case FM_OP_COPY: return 1;
     default: return NAN;
@@ -423,15 +423,14 @@ fm_status fm_cpu_unsupported_dtype(const fm_op_call *c, fm_dtype dt) {
     return fm_set_error(FM_ERR_UNSUPPORTED, "%s: dtype %s is not supported on cpu", info ? info->name : "op", fm_dtype_name(dt));
 }
 
+/* Every op of the UNARY/ACT and BINARY/COMPARE groups of ops.def, as the CUDA backend. */
 void fm_cpu_kernels_elementwise(fm_backend *b) {
-    static const fm_op_id unary[] = {FM_OP_NEG, FM_OP_ABS, FM_OP_EXP, FM_OP_LOG, FM_OP_SQRT, FM_OP_RSQRT,
-                                     FM_OP_SIN, FM_OP_COS, FM_OP_TANH, FM_OP_SIGMOID, FM_OP_RELU,
-                                     FM_OP_LEAKY_RELU, FM_OP_GELU, FM_OP_GELU_TANH, FM_OP_SILU, FM_OP_CLAMP,
-                                     FM_OP_COPY};
-    for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) b->kernels[unary[i]] = k_unary;
-    static const fm_op_id binary[] = {FM_OP_ADD, FM_OP_SUB, FM_OP_MUL, FM_OP_DIV, FM_OP_POW, FM_OP_MAXIMUM,
-                                      FM_OP_MINIMUM, FM_OP_EQ, FM_OP_NE, FM_OP_LT, FM_OP_LE, FM_OP_GT, FM_OP_GE};
-    for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) b->kernels[binary[i]] = k_binary;
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        fm_op_group g = fm_op_get_info((fm_op_id)op)->group;
+        if (g == FM_GROUP_UNARY || g == FM_GROUP_ACT) b->kernels[op] = k_unary;
+        if (g == FM_GROUP_BINARY || g == FM_GROUP_COMPARE) b->kernels[op] = k_binary;
+    }
+    b->kernels[FM_OP_COPY] = k_unary;
     b->kernels[FM_OP_UNARY_BACKWARD] = k_unary_bwd;
     b->kernels[FM_OP_WHERE] = k_where;
 }

@@ -200,8 +200,8 @@ static fm_status k_reduce(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* Every op of the REDUCE group of ops.def. */
 void fm_cpu_kernels_reduce(fm_backend *b) {
-    static const fm_op_id ops[] = {FM_OP_SUM, FM_OP_MEAN, FM_OP_AMAX, FM_OP_AMIN, FM_OP_MAX_DIM, FM_OP_MIN_DIM,
-                                   FM_OP_ARGMAX, FM_OP_VAR, FM_OP_STD, FM_OP_LOGSUMEXP};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) b->kernels[ops[i]] = k_reduce;
+    for (int op = 0; op < FM_OP_COUNT; op++)
+        if (fm_op_get_info((fm_op_id)op)->group == FM_GROUP_REDUCE) b->kernels[op] = k_reduce;
 }

@@ -45,9 +45,9 @@ __device__ __forceinline__ T unary_f(int op, T a, T b, T x) {
     case FM_OP_SIGMOID: return SM(fm_sigmoid, x);
     case FM_OP_RELU: return x > (T)0 ? x : (T)0 * x;
     case FM_OP_LEAKY_RELU: return x > (T)0 ? x : x * a;
-    case FM_OP_GELU: return SM(fm_gelu, x);
-    case FM_OP_GELU_TANH: return SM(fm_gelu_tanh, x);
-    case FM_OP_SILU: return SM(fm_silu, x);
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return SM(fm_##name, x);)
+#include "fathom/ops.def" /* the activations: scalar_math.h */
+#undef X
     case FM_OP_CLAMP: return x != x ? x : (x < a ? a : (x > b ? b : x));
     case FM_OP_COPY: return x;
     default: return (T)NAN;
@@ -69,9 +69,9 @@ __device__ __forceinline__ T unary_deriv(int op, T a, T b, T x, T y) {
     case FM_OP_SIGMOID: return y * ((T)1 - y);
     case FM_OP_RELU: return x > (T)0 ? (T)1 : (T)0;
     case FM_OP_LEAKY_RELU: return x > (T)0 ? (T)1 : a;
-    case FM_OP_GELU: return SM(fm_gelu_deriv, x);
-    case FM_OP_GELU_TANH: return SM(fm_gelu_tanh_deriv, x); /* the CPU's formula (was 1 - tanh^2) */
-    case FM_OP_SILU: return SM(fm_silu_deriv, x);
+#define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return SM(fm_##name##_deriv, x);)
+#include "fathom/ops.def"
+#undef X
     case FM_OP_CLAMP: return (x >= a && x <= b) ? (T)1 : (T)0;
     case FM_OP_COPY: return (T)1;
     default: return (T)NAN;
@@ -224,15 +224,15 @@ static fm_status k_where(const fm_op_call *c) {
     return ew_run(c, K_WHERE, FM_OP_WHERE, 0, 0, 3, compute_type(c->out[0]->dtype));
 }
 
+/* Every op of the UNARY/ACT and BINARY/COMPARE groups of ops.def (tests/test_cuda.c
+ * runs a conformance case for each, by the same groups). */
 extern "C" void fm_cuda_kernels_elementwise(fm_backend *b) {
-    static const fm_op_id unary[] = {FM_OP_NEG, FM_OP_ABS, FM_OP_EXP, FM_OP_LOG, FM_OP_SQRT, FM_OP_RSQRT,
-                                     FM_OP_SIN, FM_OP_COS, FM_OP_TANH, FM_OP_SIGMOID, FM_OP_RELU,
-                                     FM_OP_LEAKY_RELU, FM_OP_GELU, FM_OP_GELU_TANH, FM_OP_SILU, FM_OP_CLAMP,
-                                     FM_OP_COPY};
-    for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) b->kernels[unary[i]] = k_unary;
-    static const fm_op_id binary[] = {FM_OP_ADD, FM_OP_SUB, FM_OP_MUL, FM_OP_DIV, FM_OP_POW, FM_OP_MAXIMUM,
-                                      FM_OP_MINIMUM, FM_OP_EQ, FM_OP_NE, FM_OP_LT, FM_OP_LE, FM_OP_GT, FM_OP_GE};
-    for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) b->kernels[binary[i]] = k_binary;
+    for (int op = 0; op < FM_OP_COUNT; op++) {
+        fm_op_group g = fm_op_get_info((fm_op_id)op)->group;
+        if (g == FM_GROUP_UNARY || g == FM_GROUP_ACT) b->kernels[op] = k_unary;
+        if (g == FM_GROUP_BINARY || g == FM_GROUP_COMPARE) b->kernels[op] = k_binary;
+    }
+    b->kernels[FM_OP_COPY] = k_unary;
     b->kernels[FM_OP_UNARY_BACKWARD] = k_unary_bwd;
     b->kernels[FM_OP_WHERE] = k_where;
 }
