@@ -48,7 +48,13 @@
         T s = (T)1 / ((T)1 + e), q = e * s;                                                            \
         if (q != q) q = (T)1; /* e = inf: s = 0 */                                                     \
         return s * ((T)1 + q * (T)FM_GELU_TANH_K2 * x * ((T)1 + (T)3 * (T)FM_GELU_TANH_C * x * x));   \
-    }
+    }                                                                                                  \
+    /* softplus log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow, and no cancellation            \
+     * in the left tail; its derivative is the logistic */                                             \
+    FM_HD static inline T fm_softplus##S(T x) {                                                       \
+        return (x > (T)0 ? x : (T)0) + LOG1P(EXP(x > (T)0 ? -x : x));                                  \
+    }                                                                                                  \
+    FM_HD static inline T fm_softplus_deriv##S(T x) { return fm_sigmoid##S(x); }
 
 FM_SCALAR_MATH(double, _d, exp, erfc, log1p)
 FM_SCALAR_MATH(float, _f, expf, erfcf, log1pf)

@@ -23,6 +23,7 @@ static double ref_gelu_tanh(double x) { return x / (1 + exp(-2 * sqrt(2 / M_PI) 
 static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
 static double ref_relu(double x) { return x > 0 ? x : 0; }
 static double ref_silu(double x) { return x / (1 + exp(-x)); }
+static double ref_softplus(double x) { return log1p(exp(x)); } /* log(1 + e^x) */
 static double ref_neg(double x) { return -x; }
 static double ref_rsqrt(double x) { return 1 / sqrt(x); }
 static double ref_leaky(double x) { return x > 0 ? x : 0.1 * x; }
@@ -35,7 +36,7 @@ static const struct { const char *name; unary_fn fn; double (*ref)(double); int 
     {"sqrt", fm_sqrt, sqrt, 1}, {"rsqrt", fm_rsqrt, ref_rsqrt, 1}, {"sin", fm_sin, sin, 0}, {"cos", fm_cos, cos, 0},
     {"tanh", fm_tanh, tanh, 0}, {"sigmoid", fm_sigmoid, ref_sigmoid, 0}, {"relu", fm_relu, ref_relu, 0},
     {"leaky_relu", leaky01, ref_leaky, 0}, {"gelu", fm_gelu, ref_gelu, 0}, {"gelu_tanh", fm_gelu_tanh, ref_gelu_tanh, 0},
-    {"silu", fm_silu, ref_silu, 0}, {"clamp", clamp_ab, ref_clamp, 0},
+    {"silu", fm_silu, ref_silu, 0}, {"clamp", clamp_ab, ref_clamp, 0}, {"softplus", fm_softplus, ref_softplus, 0},
 };
 enum { N_UNARY = sizeof k_unary / sizeof k_unary[0] };
 
@@ -143,6 +144,7 @@ static void scalar_math_float_check(void) {
         {"sigmoid", fm_sigmoid_f, fm_sigmoid_d}, {"silu", fm_silu_f, fm_silu_d}, {"silu'", fm_silu_deriv_f, fm_silu_deriv_d},
         {"gelu", fm_gelu_f, fm_gelu_d}, {"gelu'", fm_gelu_deriv_f, fm_gelu_deriv_d},
         {"gelu_tanh", fm_gelu_tanh_f, fm_gelu_tanh_d}, {"gelu_tanh'", fm_gelu_tanh_deriv_f, fm_gelu_tanh_deriv_d},
+        {"softplus", fm_softplus_f, fm_softplus_d}, {"softplus'", fm_softplus_deriv_f, fm_softplus_deriv_d},
     };
     for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
         for (int i = 0; i <= 4800; i++) {
@@ -259,6 +261,7 @@ UNARY_TESTS("gelu", gelu)
 UNARY_TESTS("gelu_tanh", gelu_tanh)
 UNARY_TESTS("silu", silu)
 UNARY_TESTS("clamp", clamp)
+UNARY_TESTS("softplus", softplus)
 
 /* ---- binary ---- */
 typedef fm_tensor *(*binary_fn)(fm_tensor *, fm_tensor *);
