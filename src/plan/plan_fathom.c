@@ -236,7 +236,7 @@ typedef struct seq_ctx {
 
 #define SAVED(i, k) c->saved[(i) * 4 + (k)]
 
-/* conv2d's CPU kernel (src/backend/cpu/conv_cpu.c): im2col columns for a chunk
+/* conv2d's CPU kernel (src/backend/cpu/conv2d_cpu.c): im2col columns for a chunk
  * of samples bounded by 1 MiB, plus a [Og, chunk*P] staging buffer when the
  * per-sample GEMM is not used (conv_direct). Forward and backward alike. */
 static void conv_scratch(pf_sim *s, const seq_layer *l, int64_t B) {

@@ -1,4 +1,5 @@
-/* AVX2 helpers for the batch-norm and max-pool kernels of conv_cpu.c (f32).
+/* AVX2 helpers for the batch-norm, max-pool and conv bias-gradient kernels
+ * (batchnorm_cpu.c, pool_cpu.c, conv2d_cpu.c; f32).
  *
  * The portable loops there accumulate in one double per channel, which is a
  * serial chain of dependent adds (about 4 cycles per element), and the 2x2 max

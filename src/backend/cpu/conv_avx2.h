@@ -1,4 +1,5 @@
-/* AVX2 helpers for conv_cpu.c's batch-norm and max-pool kernels (conv_avx2.c).
+/* AVX2 helpers for the batch-norm (batchnorm_cpu.c), max-pool (pool_cpu.c) and conv
+ * bias-gradient (conv2d_cpu.c) kernels; defined in conv_avx2.c.
  * Call only when fm_cpu_use_avx2() is true. */
 #ifndef FATHOM_CONV_AVX2_H
 #define FATHOM_CONV_AVX2_H

@@ -21,7 +21,9 @@ void fm_cpu_kernels_reduce(fm_backend *b);      /* sum mean amax amin max/min_di
 void fm_cpu_kernels_matmul(fm_backend *b);
 void fm_cpu_kernels_softmax(fm_backend *b);     /* softmax, log_softmax, cross_entropy, mse (+backward) */
 void fm_cpu_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout (+backward) */
-void fm_cpu_kernels_conv(fm_backend *b);        /* conv2d, pools, batch_norm (+backward) */
+void fm_cpu_kernels_conv(fm_backend *b);        /* conv2d (+backward) */
+void fm_cpu_kernels_pool(fm_backend *b);        /* max_pool2d, avg_pool2d (+backward) */
+void fm_cpu_kernels_batch_norm(fm_backend *b);  /* batch_norm (+backward) */
 void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
 void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
 void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */

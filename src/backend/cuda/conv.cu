@@ -1,5 +1,5 @@
 /* CUDA kernels for conv2d, max/avg pool2d and batch norm (and their backwards),
- * with the CPU kernels' semantics (src/backend/cpu/conv_cpu.c); f32, f64, f16
+ * with the CPU kernels' semantics (src/backend/cpu/conv2d_cpu.c, pool_cpu.c, batchnorm_cpu.c); f32, f64, f16
  * and bf16 (halves computed in f32, as everywhere in this backend).
  *
  * conv2d is im2col + cuBLASLt. Both layouts are lowered to one "rows" form,

@@ -1,0 +1,392 @@
+/* CPU kernels for conv2d and its backward.
+ *
+ * conv2d lowers to GEMM (OpenBLAS): NCHW builds im2col columns [K, n*P] for a
+ * chunk of samples (K = Cin/g*kH*kW, P = Ho*Wo), then runs per group either one
+ * GEMM per sample straight into y (P >= 256) or one GEMM over the chunk plus a
+ * scatter into y (small images, where per-sample GEMMs get too narrow);
+ * NHWC builds rows [n*P, K] (each (kh, kw) tap copies a contiguous Cin/g run)
+ * and writes the output [n*P, Cout] in place through ldc. Unpadded 1x1 stride-1
+ * convs use the input itself as the GEMM operand. Chunks of samples are sized
+ * by a fixed scratch budget (see conv_chunk), never by the thread count, so the
+ * results do not depend on it. The per-element-type loops (im2col, col2im, ...)
+ * are in conv2d_loops.h; pools are in pool_cpu.c, batch norm in batchnorm_cpu.c.
+ *
+ * GEMMs go through fm_cpu_gemm (gemm_cpu.c), which splits them over the pool. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/conv_avx2.h"
+#include "backend/cpu/conv_shared.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+
+/* -------------------------------------------------------------- geometry */
+
+typedef struct conv_geom {
+    int64_t N, C, H, W;           /* input */
+    int64_t O, Ho, Wo;            /* output channels and size */
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t G, Cg, Og;            /* groups, input/output channels per group */
+    int64_t K, P;                 /* GEMM inner size per group, output pixels per sample */
+    bool nhwc, pointwise;         /* pointwise: 1x1, stride 1, no padding */
+} conv_geom;
+
+static conv_geom conv_geometry(const fm_conv2d_params *p, const fm_tensor *x, const fm_tensor *w,
+                               const fm_tensor *y) {
+    conv_geom g;
+    g.nhwc = p->layout == FM_NHWC;
+    g.N = x->shape[0];
+    g.C = g.nhwc ? x->shape[3] : x->shape[1];
+    g.H = g.nhwc ? x->shape[1] : x->shape[2];
+    g.W = g.nhwc ? x->shape[2] : x->shape[3];
+    g.O = w->shape[0];
+    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
+    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
+    g.kh = w->shape[2]; g.kw = w->shape[3];
+    g.sh = p->stride[0]; g.sw = p->stride[1];
+    g.ph = p->padding[0]; g.pw = p->padding[1];
+    g.dh = p->dilation[0]; g.dw = p->dilation[1];
+    g.G = p->groups; g.Cg = g.C / g.G; g.Og = g.O / g.G;
+    g.K = g.Cg * g.kh * g.kw;
+    g.P = g.Ho * g.Wo;
+    g.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+    return g;
+}
+
+/* Samples per chunk: the im2col scratch is bounded by about 1 MiB, so it is
+ * still in L2 when the GEMM reads it. Measured single-threaded (CPU ms, f32,
+ * N=64 3x3 pad 1, fwd+bwd), budgets of 1 sample / 1 MiB / 16 MiB:
+ *   NCHW 32->64 @28x28: 118 / 122 / 171; @14x14: 41 / 40 / 42
+ *   NHWC 32->64 @28x28: 145 / 109 / 181; @14x14: 34 / 33 / 52
+ * With one sample per chunk (NCHW) the GEMM writes y and reads dy in place. */
+static int64_t conv_chunk(const conv_geom *g, size_t es) {
+    int64_t per = g->K * g->P > 0 ? g->K * g->P : 1;
+    int64_t nc = (int64_t)((1u << 20) / es) / per;
+    if (nc < 1) nc = 1;
+    if (nc > g->N) nc = g->N;
+    return nc;
+}
+
+/* NCHW: per-sample GEMMs reading/writing y and dy in place beat one GEMM over
+ * the chunk plus a scatter/gather copy unless images are small (P < 256), where
+ * the per-sample GEMMs get too narrow (fashion-cnn step, single thread: the copy
+ * was 8% of the step). */
+static bool conv_direct(const conv_geom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
+
+/* Work shared by the parallel helpers below. `n0` is the first sample of the
+ * chunk, `c0`/`o0` the group's first input/output channel. */
+typedef struct conv_job {
+    const conv_geom *g;
+    int64_t n0, nb, c0, o0;
+    const void *x; void *cols; int64_t ldc; /* NCHW cols: [K, nb*P] with ld = nb*P */
+    void *dx;
+    const void *tmp; void *y; const void *bias;
+    const void *dy; void *dyt;
+} conv_job;
+
+/* The loops, once per element type (conv2d_loops.h). */
+#define T float
+#define SFX(name) name##_f32
+#include "backend/cpu/conv2d_loops.h"
+#undef T
+#undef SFX
+#define T double
+#define SFX(name) name##_f64
+#include "backend/cpu/conv2d_loops.h"
+#undef T
+#undef SFX
+
+typedef struct conv_fns {
+    fm_range_fn im2col_nchw, col2im_nchw, scatter_out_nchw, gather_dy_nchw, db_nchw;
+    fm_range_fn im2col_nhwc, col2im_nhwc, db_rows;
+    void (*reorder_w)(const conv_geom *, const void *, void *, int);
+} conv_fns;
+
+static void reorder_w_f32_v(const conv_geom *g, const void *s, void *d, int dir) { reorder_w_f32(g, s, d, dir); }
+static void reorder_w_f64_v(const conv_geom *g, const void *s, void *d, int dir) { reorder_w_f64(g, s, d, dir); }
+
+static const conv_fns conv_fns_f32 = {im2col_nchw_f32, col2im_nchw_f32, scatter_out_nchw_f32, gather_dy_nchw_f32,
+                                      db_nchw_f32, im2col_nhwc_f32, col2im_nhwc_f32,
+                                      db_rows_f32, reorder_w_f32_v};
+static const conv_fns conv_fns_f64 = {im2col_nchw_f64, col2im_nchw_f64, scatter_out_nchw_f64, gather_dy_nchw_f64,
+                                      db_nchw_f64, im2col_nhwc_f64, col2im_nhwc_f64,
+                                      db_rows_f64, reorder_w_f64_v};
+
+static inline const char *cp(const void *p, int64_t elems, size_t es) { return (const char *)p + elems * (int64_t)es; }
+static inline char *mp(void *p, int64_t elems, size_t es) { return (char *)p + elems * (int64_t)es; }
+
+/* Prefills a GEMM output block with the bias so the GEMM runs with beta = 1:
+ * that replaces OpenBLAS's zeroing pass and a later pass over y. Row r, column c
+ * of the [rows, cols] block (leading dim ld) gets bias[r] (per_row) or bias[c]. */
+static void fill_bias(fm_dtype dt, void *dst, int64_t rows, int64_t cols, int64_t ld, const void *bias, bool per_row) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (dt == FM_F32) {
+            float *d = (float *)dst + r * ld;
+            const float *bv = bias;
+            if (per_row) for (int64_t c = 0; c < cols; c++) d[c] = bv[r];
+            else memcpy(d, bv, (size_t)cols * sizeof(float));
+        } else {
+            double *d = (double *)dst + r * ld;
+            const double *bv = bias;
+            if (per_row) for (int64_t c = 0; c < cols; c++) d[c] = bv[r];
+            else memcpy(d, bv, (size_t)cols * sizeof(double));
+        }
+    }
+}
+
+/* ---------------------------------------------------------- conv forward */
+
+typedef struct direct_fwd {
+    const conv_geom *g;
+    fm_dtype dt;
+    int64_t gi, o0, n0, nb;
+    const void *w, *cols, *bias;
+    void *y;
+} direct_fwd;
+
+static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const direct_fwd *d = ctx;
+    const conv_geom *g = d->g;
+    size_t es = fm_dtype_size(d->dt);
+    for (int64_t nn = b; nn < e; nn++) {
+        void *yb = mp(d->y, ((d->n0 + nn) * g->O + d->o0) * g->P, es);
+        if (d->bias) fill_bias(d->dt, yb, g->Og, g->P, g->P, cp(d->bias, d->o0, es), true);
+        fm_cpu_gemm(&(fm_cpu_gemm_args){d->dt, false, false, g->Og, g->P, g->K, cp(d->w, d->gi * g->Og * g->K, es), g->K,
+                                        cp(d->cols, nn * g->P, es), d->nb * g->P, d->bias ? 1.0 : 0.0, yb, g->P});
+    }
+}
+
+static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
+                                 const void *w, const void *bias, void *y) {
+    size_t es = fm_dtype_size(dt);
+    if (g->pointwise) {
+        for (int64_t n = 0; n < g->N; n++) {
+            if (bias) fill_bias(dt, mp(y, n * g->O * g->P, es), g->O, g->P, g->P, bias, true);
+            for (int64_t gi = 0; gi < g->G; gi++)
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->Cg, cp(w, gi * g->Og * g->K, es), g->K,
+                                      cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, bias ? 1.0 : 0.0,
+                                      mp(y, (n * g->O + gi * g->Og) * g->P, es), g->P});
+        }
+        return FM_OK;
+    }
+    int64_t nc = conv_chunk(g, es);
+    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *tmp = conv_direct(g, nc) ? NULL : scratch(g->Og * nc * g->P, dt);
+    if (!cols || (!tmp && !conv_direct(g, nc))) { fm_tensor_release_n(2, cols, tmp); return fm_last_status(); }
+    for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
+        int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
+                          .cols = fm_tensor_data(cols), .ldc = nb * g->P, .tmp = tmp ? fm_tensor_data(tmp) : NULL,
+                          .y = y, .bias = bias};
+            fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
+            if (conv_direct(g, nb)) { /* one GEMM per sample, straight into y: no scatter */
+                direct_fwd df = {g, dt, gi, j.o0, n0, nb, w, j.cols, bias, y};
+                /* samples in parallel: a first layer's per-sample GEMM (e.g. 32x784x9) is too
+                 * small for fm_cpu_gemm to split, so a serial loop would leave a core idle */
+                fm_parallel_for(nb, 1, direct_fwd_task, &df);
+                continue;
+            }
+            fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
+                                  j.cols, nb * g->P, 0.0, fm_tensor_data(tmp), nb * g->P});
+            fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->scatter_out_nchw, &j);
+        }
+    }
+    fm_tensor_release_n(2, cols, tmp);
+    return FM_OK;
+}
+
+static fm_status conv2d_fwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
+                                 const void *w, const void *bias, void *y) {
+    size_t es = fm_dtype_size(dt);
+    fm_tensor *wr = scratch(g->O * g->K, dt), *cols = NULL;
+    if (!wr) return fm_last_status();
+    f->reorder_w(g, w, fm_tensor_data(wr), 0);
+    const void *wrp = fm_tensor_data(wr);
+    if (g->pointwise) {
+        if (bias) fill_bias(dt, y, g->N * g->P, g->O, g->O, bias, false);
+        for (int64_t gi = 0; gi < g->G; gi++)
+            fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->N * g->P, g->Og, g->Cg, cp(x, gi * g->Cg, es), g->C,
+                                  cp(wrp, gi * g->Og * g->K, es), g->K, bias ? 1.0 : 0.0, mp(y, gi * g->Og, es), g->O});
+    } else {
+        int64_t nc = conv_chunk(g, es);
+        cols = scratch(nc * g->P * g->K, dt);
+        if (!cols) { fm_tensor_release(wr); return fm_last_status(); }
+        for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
+            int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
+            if (bias) fill_bias(dt, mp(y, n0 * g->P * g->O, es), nb * g->P, g->O, g->O, bias, false);
+            for (int64_t gi = 0; gi < g->G; gi++) {
+                conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .x = x, .cols = fm_tensor_data(cols)};
+                fm_parallel_for(nb * g->Ho, grain_for(nb * g->Ho, g->Wo * g->K), f->im2col_nhwc, &j);
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, nb * g->P, g->Og, g->K, j.cols, g->K,
+                                      cp(wrp, gi * g->Og * g->K, es), g->K, bias ? 1.0 : 0.0,
+                                      mp(y, n0 * g->P * g->O + gi * g->Og, es), g->O});
+            }
+        }
+    }
+    fm_tensor_release_n(2, wr, cols);
+    return FM_OK;
+}
+
+static fm_status conv2d_kernel(const fm_op_call *c) {
+    const fm_conv2d_attrs *a = c->attrs;
+    fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    conv_geom g = conv_geometry(&a->p, x, w, y);
+    const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
+    if (fm_tensor_numel(y) == 0) return FM_OK;
+    const void *bias = b ? fm_tensor_data(b) : NULL;
+    if (g.nhwc) return conv2d_fwd_nhwc(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
+    return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
+}
+
+/* --------------------------------------------------------- conv backward */
+
+static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
+                                 const void *x, const void *w, void *dx, void *dw) {
+    size_t es = fm_dtype_size(dt);
+    if (g->pointwise) {
+        for (int64_t n = 0; n < g->N; n++)
+            for (int64_t gi = 0; gi < g->G; gi++) {
+                const void *dyg = cp(dy, (n * g->O + gi * g->Og) * g->P, es);
+                if (dw) /* dW_g += dY_g [Og, P] . X_g^T [P, Cg] */
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->Cg, g->P, dyg, g->P,
+                                          cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, n ? 1.0 : 0.0,
+                                          mp(dw, gi * g->Og * g->K, es), g->K});
+                if (dx) /* dX_g = W_g^T [Cg, Og] . dY_g */
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Cg, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                                          dyg, g->P, 0.0, mp(dx, (n * g->C + gi * g->Cg) * g->P, es), g->P});
+            }
+        return FM_OK;
+    }
+    int64_t nc = conv_chunk(g, es);
+    fm_tensor *cols = scratch(g->K * nc * g->P, dt), *dyt = conv_direct(g, nc) ? NULL : scratch(g->Og * nc * g->P, dt);
+    if (!cols || (!dyt && !conv_direct(g, nc))) { fm_tensor_release_n(2, cols, dyt); return fm_last_status(); }
+    for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
+        int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
+                          .cols = fm_tensor_data(cols), .ldc = nb * g->P, .dx = dx, .dy = dy,
+                          .dyt = dyt ? fm_tensor_data(dyt) : NULL};
+            bool direct = conv_direct(g, nb);
+            if (!direct) fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->gather_dy_nchw, &j);
+            if (dw) { /* dW_g [Og, K] (+)= dY [Og, nb*P] . cols^T [nb*P, K], per sample when direct */
+                fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
+                if (direct)
+                    for (int64_t nn = 0; nn < nb; nn++)
+                        fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->K, g->P, cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es),
+                                              g->P, cp(j.cols, nn * g->P, es), nb * g->P, (n0 || nn) ? 1.0 : 0.0,
+                                              mp(dw, gi * g->Og * g->K, es), g->K});
+                else
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, true, g->Og, g->K, nb * g->P, j.dyt, nb * g->P, j.cols, nb * g->P,
+                                          n0 ? 1.0 : 0.0, mp(dw, gi * g->Og * g->K, es), g->K});
+            }
+            if (dx) { /* dcols [K, nb*P] = W_g^T [K, Og] . dY, then col2im */
+                if (direct)
+                    for (int64_t nn = 0; nn < nb; nn++)
+                        fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->K, g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                                              cp(dy, ((n0 + nn) * g->O + j.o0) * g->P, es), g->P, 0.0,
+                                              mp(j.cols, nn * g->P, es), nb * g->P});
+                else
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->K, nb * g->P, g->Og, cp(w, gi * g->Og * g->K, es), g->K,
+                                          j.dyt, nb * g->P, 0.0, j.cols, nb * g->P});
+                fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->col2im_nchw, &j);
+            }
+        }
+    }
+    fm_tensor_release_n(2, cols, dyt);
+    return FM_OK;
+}
+
+static fm_status conv2d_bwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
+                                 const void *x, const void *w, void *dx, void *dw) {
+    size_t es = fm_dtype_size(dt);
+    fm_tensor *wr = scratch(g->O * g->K, dt), *dwr = scratch(g->O * g->K, dt), *cols = NULL;
+    if (!wr || !dwr) { fm_tensor_release_n(2, wr, dwr); return fm_last_status(); }
+    f->reorder_w(g, w, fm_tensor_data(wr), 0);
+    const void *wrp = fm_tensor_data(wr);
+    void *dwrp = fm_tensor_data(dwr);
+    if (g->pointwise) {
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            if (dw) /* dW_g [Og, Cg] = dY_g^T [Og, R] . X_g [R, Cg] */
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Og, g->Cg, g->N * g->P, cp(dy, gi * g->Og, es), g->O,
+                                      cp(x, gi * g->Cg, es), g->C, 0.0, mp(dwrp, gi * g->Og * g->K, es), g->K});
+            if (dx) /* dX_g [R, Cg] = dY_g [R, Og] . W_g [Og, Cg] */
+                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->N * g->P, g->Cg, g->Og, cp(dy, gi * g->Og, es), g->O,
+                                      cp(wrp, gi * g->Og * g->K, es), g->K, 0.0, mp(dx, gi * g->Cg, es), g->C});
+        }
+    } else {
+        int64_t nc = conv_chunk(g, es);
+        cols = scratch(nc * g->P * g->K, dt);
+        if (!cols) { fm_tensor_release_n(2, wr, dwr); return fm_last_status(); }
+        if (dx) memset(dx, 0, (size_t)(g->N * g->H * g->W * g->C) * es);
+        for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
+            int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
+            for (int64_t gi = 0; gi < g->G; gi++) {
+                conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .x = x, .cols = fm_tensor_data(cols),
+                              .dx = dx};
+                const void *dyg = cp(dy, n0 * g->P * g->O + gi * g->Og, es);
+                if (dw) { /* dWr_g [Og, K] (+)= dY_g^T [Og, nb*P] . cols [nb*P, K] */
+                    fm_parallel_for(nb * g->Ho, grain_for(nb * g->Ho, g->Wo * g->K), f->im2col_nhwc, &j);
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, true, false, g->Og, g->K, nb * g->P, dyg, g->O, j.cols, g->K,
+                                          n0 ? 1.0 : 0.0, mp(dwrp, gi * g->Og * g->K, es), g->K});
+                }
+                if (dx) { /* dcols [nb*P, K] = dY_g [nb*P, Og] . Wr_g [Og, K], then col2im */
+                    fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, nb * g->P, g->K, g->Og, dyg, g->O,
+                                          cp(wrp, gi * g->Og * g->K, es), g->K, 0.0, j.cols, g->K});
+                    fm_parallel_for(nb, 1, f->col2im_nhwc, &j);
+                }
+            }
+        }
+    }
+    if (dw) f->reorder_w(g, dwrp, dw, 1);
+    fm_tensor_release_n(3, wr, dwr, cols);
+    return FM_OK;
+}
+
+static fm_status conv2d_backward_kernel(const fm_op_call *c) {
+    const fm_conv2d_attrs *a = c->attrs;
+    fm_tensor *dy = c->in[0], *x = c->in[1], *w = c->in[2];
+    fm_tensor *dx = c->out[0], *dw = c->out[1], *db = c->out[2];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    conv_geom g = conv_geometry(&a->p, x, w, dy);
+    const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
+    size_t es = fm_dtype_size(x->dtype);
+    if (fm_tensor_numel(dy) == 0) { /* nothing flows back */
+        if (dx) memset(fm_tensor_data(dx), 0, fm_tensor_numel(dx) * es);
+        if (dw) memset(fm_tensor_data(dw), 0, fm_tensor_numel(dw) * es);
+        if (db) memset(fm_tensor_data(db), 0, fm_tensor_numel(db) * es);
+        return FM_OK;
+    }
+    if (db) {
+        if (g.nhwc) {
+            int64_t R = g.N * g.P, nblk = (R + 255) / 256;
+            fm_tensor *acc = scratch(nblk * g.O, FM_F64);
+            if (!acc) return fm_last_status();
+            conv_job j = {.g = &g, .dy = fm_tensor_data(dy), .cols = fm_tensor_data(acc)};
+            fm_parallel_for(nblk, 1, f->db_rows, &j);
+            const double *ap = fm_tensor_data(acc);
+            for (int64_t o = 0; o < g.O; o++) {
+                double s = 0;
+                for (int64_t blk = 0; blk < nblk; blk++) s += ap[blk * g.O + o];
+                if (x->dtype == FM_F32) ((float *)fm_tensor_data(db))[o] = (float)s;
+                else ((double *)fm_tensor_data(db))[o] = s;
+            }
+            fm_tensor_release(acc);
+        } else {
+            conv_job j = {.g = &g, .dy = fm_tensor_data(dy), .y = fm_tensor_data(db)};
+            fm_parallel_for(g.O, grain_for(g.O, g.N * g.P), f->db_nchw, &j);
+        }
+    }
+    if (!dx && !dw) return FM_OK;
+    void *dxp = dx ? fm_tensor_data(dx) : NULL, *dwp = dw ? fm_tensor_data(dw) : NULL;
+    if (g.nhwc)
+        return conv2d_bwd_nhwc(&g, f, x->dtype, fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(w), dxp, dwp);
+    return conv2d_bwd_nchw(&g, f, x->dtype, fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(w), dxp, dwp);
+}
+
+void fm_cpu_kernels_conv(fm_backend *b) {
+    b->kernels[FM_OP_CONV2D] = conv2d_kernel;
+    b->kernels[FM_OP_CONV2D_BACKWARD] = conv2d_backward_kernel;
+}

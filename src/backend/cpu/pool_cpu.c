@@ -1,0 +1,131 @@
+/* CPU kernels for max and average 2-D pooling and their backwards: direct loops
+ * over planes (NCHW) or rows with channels innermost (NHWC), in pool_loops.h.
+ * Max pooling records the input position of each maximum (ih * W + iw within
+ * the plane) for the backward, and lets NaN win, as PyTorch does. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/conv_avx2.h"
+#include "backend/cpu/conv_shared.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+
+typedef struct pool_geom {
+    int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
+    bool nhwc, include_pad;
+} pool_geom;
+
+static pool_geom pool_geometry(const fm_pool2d_params *p, const fm_tensor *x, const fm_tensor *y) {
+    pool_geom g;
+    g.nhwc = p->layout == FM_NHWC;
+    g.N = x->shape[0];
+    g.C = g.nhwc ? x->shape[3] : x->shape[1];
+    g.H = g.nhwc ? x->shape[1] : x->shape[2];
+    g.W = g.nhwc ? x->shape[2] : x->shape[3];
+    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
+    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
+    g.kh = p->kernel[0]; g.kw = p->kernel[1];
+    g.sh = p->stride[0] > 0 ? p->stride[0] : p->kernel[0];
+    g.sw = p->stride[1] > 0 ? p->stride[1] : p->kernel[1];
+    g.ph = p->padding[0]; g.pw = p->padding[1];
+    g.include_pad = p->count_include_pad;
+    return g;
+}
+
+typedef struct pool_job {
+    const pool_geom *g;
+    const void *x; void *y; int64_t *idx; const int64_t *cidx;
+    const void *dy; void *dx;
+} pool_job;
+
+/* One output position's window, clipped to the input: rows [hs, he), columns
+ * [ws, we); cnt is the averaging divisor (the whole window with count_include_pad). */
+typedef struct pool_win { int64_t hs, he, ws, we, cnt; } pool_win;
+
+static inline pool_win pool_window(const pool_geom *g, int64_t oh, int64_t ow) {
+    int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
+    int64_t h1 = h0 + g->kh, w1 = w0 + g->kw;
+    pool_win r;
+    r.hs = h0 < 0 ? 0 : h0;
+    r.ws = w0 < 0 ? 0 : w0;
+    r.he = h1 > g->H ? g->H : h1;
+    r.we = w1 > g->W ? g->W : w1;
+    r.cnt = g->include_pad ? g->kh * g->kw : (r.he - r.hs) * (r.we - r.ws);
+    return r;
+}
+
+/* The loops, once per element type (pool_loops.h). */
+#define T float
+#define SFX(name) name##_f32
+#include "backend/cpu/pool_loops.h"
+#undef T
+#undef SFX
+#define T double
+#define SFX(name) name##_f64
+#include "backend/cpu/pool_loops.h"
+#undef T
+#undef SFX
+
+static fm_status max_pool2d_kernel(const fm_op_call *c) {
+    const fm_pool2d_attrs *a = c->attrs;
+    fm_tensor *x = c->in[0], *y = c->out[0], *idx = c->out[1];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    pool_geom g = pool_geometry(&a->p, x, y);
+    pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y), .idx = fm_tensor_data(idx)};
+    bool f32 = x->dtype == FM_F32;
+    if (g.nhwc)
+        fm_parallel_for(g.N * g.Ho, grain_for(0, g.Wo * g.C * g.kh * g.kw), f32 ? maxpool_nhwc_f32 : maxpool_nhwc_f64, &j);
+    else
+        fm_parallel_for(g.N * g.C, grain_for(0, g.Ho * g.Wo * g.kh * g.kw), f32 ? maxpool_nchw_f32 : maxpool_nchw_f64, &j);
+    return FM_OK;
+}
+
+static fm_status max_pool2d_backward_kernel(const fm_op_call *c) {
+    const fm_pool2d_attrs *a = c->attrs;
+    fm_tensor *dy = c->in[0], *x = c->in[1], *idx = c->in[2], *dx = c->out[0];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    pool_geom g = pool_geometry(&a->p, x, dy);
+    pool_job j = {.g = &g, .dy = fm_tensor_data(dy), .dx = fm_tensor_data(dx), .cidx = fm_tensor_data(idx)};
+    bool f32 = x->dtype == FM_F32;
+    if (g.nhwc)
+        fm_parallel_for(g.N, 1, f32 ? maxpool_bwd_nhwc_f32 : maxpool_bwd_nhwc_f64, &j);
+    else
+        fm_parallel_for(g.N * g.C, grain_for(0, g.H * g.W), f32 ? maxpool_bwd_nchw_f32 : maxpool_bwd_nchw_f64, &j);
+    return FM_OK;
+}
+
+static fm_status avg_pool2d_kernel(const fm_op_call *c) {
+    const fm_pool2d_attrs *a = c->attrs;
+    fm_tensor *x = c->in[0], *y = c->out[0];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    pool_geom g = pool_geometry(&a->p, x, y);
+    pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y)};
+    bool f32 = x->dtype == FM_F32;
+    if (g.nhwc)
+        fm_parallel_for(g.N * g.Ho, grain_for(0, g.Wo * g.C * g.kh * g.kw), f32 ? avgpool_nhwc_f32 : avgpool_nhwc_f64, &j);
+    else
+        fm_parallel_for(g.N * g.C, grain_for(0, g.Ho * g.Wo * g.kh * g.kw), f32 ? avgpool_nchw_f32 : avgpool_nchw_f64, &j);
+    return FM_OK;
+}
+
+static fm_status avg_pool2d_backward_kernel(const fm_op_call *c) {
+    const fm_pool2d_attrs *a = c->attrs;
+    fm_tensor *dy = c->in[0], *dx = c->out[0];
+    if (dy->dtype != FM_F32 && dy->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, dy->dtype);
+    pool_geom g = pool_geometry(&a->p, dx, dy);
+    pool_job j = {.g = &g, .dy = fm_tensor_data(dy), .dx = fm_tensor_data(dx)};
+    bool f32 = dy->dtype == FM_F32;
+    if (g.nhwc)
+        fm_parallel_for(g.N, 1, f32 ? avgpool_bwd_nhwc_f32 : avgpool_bwd_nhwc_f64, &j);
+    else
+        fm_parallel_for(g.N * g.C, grain_for(0, g.H * g.W), f32 ? avgpool_bwd_nchw_f32 : avgpool_bwd_nchw_f64, &j);
+    return FM_OK;
+}
+
+void fm_cpu_kernels_pool(fm_backend *b) {
+    b->kernels[FM_OP_MAX_POOL2D] = max_pool2d_kernel;
+    b->kernels[FM_OP_MAX_POOL2D_BACKWARD] = max_pool2d_backward_kernel;
+    b->kernels[FM_OP_AVG_POOL2D] = avg_pool2d_kernel;
+    b->kernels[FM_OP_AVG_POOL2D_BACKWARD] = avg_pool2d_backward_kernel;
+}
