@@ -156,26 +156,12 @@ fm_status fm_backward(fm_tensor *root, fm_tensor *grad, bool retain_graph) {
     return fm_backward_multi(1, &root, grad ? &grad : NULL, retain_graph);
 }
 
-fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph) {
-    if (n_roots < 1 || !roots) return fm_set_error(FM_ERR_INVALID, "backward: no tensors given");
-    fm_tensor *seeds[64];
-    if (n_roots > 64) return fm_set_error(FM_ERR_INVALID, "backward: at most 64 roots");
-    for (int r = 0; r < n_roots; r++) {
-        seeds[r] = seed_grad(roots[r], grads ? grads[r] : NULL);
-        if (!seeds[r]) {
-            for (int q = 0; q < r; q++) fm_tensor_release(seeds[q]);
-            return fm_last_status();
-        }
-    }
-    bool prev = fm_set_grad_enabled(false);
-    fm_status st = FM_OK;
-    walk w = {0};
-    int prev_bw = fm_in_backward;
-    fm_in_backward = 1;
-    fm_profile_push("backward", "autograd");
-    /* Collect reachable nodes (iterative DFS with a visit mark). */
+/* Collects the nodes reachable from the roots into w (iterative DFS with a visit
+ * mark); a root without a grad_fn is a leaf whose gradient is its seed. */
+static fm_status collect_nodes(walk *w, int n_roots, fm_tensor *const *roots, fm_tensor *const *seeds) {
     static _Thread_local int visit_mark = 0;
     int mark = ++visit_mark;
+    fm_status st = FM_OK;
     fm_node **stack = NULL;
     size_t sp = 0, scap = 0;
 #define PUSH(x)                                                                           \
@@ -191,7 +177,7 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
     } while (0)
     for (int r = 0; r < n_roots && st == FM_OK; r++) {
         fm_node *rn = roots[r]->grad_fn;
-        if (!rn) { st = add_leaf(&w, roots[r], seeds[r]); continue; } /* a leaf root: its gradient is the seed */
+        if (!rn) { st = add_leaf(w, roots[r], seeds[r]); continue; } /* a leaf root: its gradient is the seed */
         if (rn->visit != mark) { rn->visit = mark; PUSH(rn); }
     }
     while (st == FM_OK && sp) {
@@ -202,7 +188,7 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
                               "to the first call if you need to backward twice)", n->name);
             break;
         }
-        if ((st = push_node(&w, n)) != FM_OK) break;
+        if ((st = push_node(w, n)) != FM_OK) break;
         for (int i = 0; i < n->n_in; i++) {
             fm_node *m = n->next[i].node;
             if (m && m->visit != mark) { m->visit = mark; PUSH(m); }
@@ -210,69 +196,98 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
     }
 #undef PUSH
     free(stack);
-    if (st != FM_OK) goto finish;
-    qsort(w.nodes, w.n, sizeof *w.nodes, by_seq_desc);
-    for (int r = 0; r < n_roots && st == FM_OK; r++) {
-        fm_node *rn = roots[r]->grad_fn;
-        if (!rn) continue;
-        fm_tensor *sum = acc(rn->grad_acc[roots[r]->output_nr], seeds[r]);
-        if (!sum) { st = fm_last_status(); break; }
-        fm_tensor_release(rn->grad_acc[roots[r]->output_nr]);
-        rn->grad_acc[roots[r]->output_nr] = sum;
-    }
+    return st;
+}
 
-    for (size_t k = 0; k < w.n && st == FM_OK; k++) {
-        fm_node *n = w.nodes[k];
-        fm_tensor *gout[FM_NODE_MAX_OUT] = {0};
-        bool any = false;
-        for (int i = 0; i < n->n_out && i < FM_NODE_MAX_OUT; i++) {
-            gout[i] = n->grad_acc[i];
-            n->grad_acc[i] = NULL;
-            if (gout[i] && n->out_hooks[i]) gout[i] = run_hooks(n->out_hooks[i], gout[i]);
-            if (gout[i] && n->retain[i]) {
-                fm_tensor *t = n->retain[i];
-                fm_tensor *s = t->grad ? fm_add(t->grad, gout[i]) : fm_clone(gout[i]);
-                if (s) { fm_tensor_release(t->grad); t->grad = s; }
+/* Runs one node's backward: takes its accumulated output gradients (through the
+ * output hooks, into retained non-leaf grads), and accumulates the input
+ * gradients into the next nodes or the leaves. Frees the saved values unless
+ * retain_graph. */
+static fm_status run_node(walk *w, fm_node *n, bool retain_graph) {
+    fm_status st = FM_OK;
+    fm_tensor *gout[FM_NODE_MAX_OUT] = {0};
+    bool any = false;
+    for (int i = 0; i < n->n_out && i < FM_NODE_MAX_OUT; i++) {
+        gout[i] = n->grad_acc[i];
+        n->grad_acc[i] = NULL;
+        if (gout[i] && n->out_hooks[i]) gout[i] = run_hooks(n->out_hooks[i], gout[i]);
+        if (gout[i] && n->retain[i]) {
+            fm_tensor *t = n->retain[i];
+            fm_tensor *s = t->grad ? fm_add(t->grad, gout[i]) : fm_clone(gout[i]);
+            if (s) { fm_tensor_release(t->grad); t->grad = s; }
+        }
+        if (gout[i]) any = true;
+    }
+    fm_tensor *gin[64] = {0};
+    fm_tensor **gi = n->n_in <= 64 ? gin : calloc((size_t)n->n_in, sizeof *gi);
+    if (!gi) st = fm_set_error(FM_ERR_OOM, "backward: out of memory");
+    if (st == FM_OK && any && n->backward) {
+        st = n->backward(n, gout, gi);
+        if (st != FM_OK) fm_error_prefix("backward of %s", n->name);
+    }
+    for (int j = 0; st == FM_OK && j < n->n_in; j++) {
+        if (!gi[j] || !fm_node_needs_grad(n, j)) continue;
+        fm_edge *e = &n->next[j];
+        if (e->node) {
+            fm_node *m = e->node;
+            int o = e->output_nr;
+            st = check_grad_shape(n->name, gi[j], m->out_ndim[o], m->out_shape[o], m->out_dtype[o]);
+            if (st == FM_OK) {
+                fm_tensor *s = acc(m->grad_acc[o], gi[j]);
+                if (!s) st = fm_last_status();
+                else { fm_tensor_release(m->grad_acc[o]); m->grad_acc[o] = s; }
             }
-            if (gout[i]) any = true;
+        } else if (e->leaf) {
+            st = check_grad_shape(n->name, gi[j], e->leaf->ndim, e->leaf->shape, e->leaf->dtype);
+            if (st == FM_OK) st = add_leaf(w, e->leaf, gi[j]);
         }
-        fm_tensor *gin[64] = {0};
-        fm_tensor **gi = n->n_in <= 64 ? gin : calloc((size_t)n->n_in, sizeof *gi);
-        if (!gi) st = fm_set_error(FM_ERR_OOM, "backward: out of memory");
-        if (st == FM_OK && any && n->backward) {
-            st = n->backward(n, gout, gi);
-            if (st != FM_OK) fm_error_prefix("backward of %s", n->name);
-        }
-        for (int j = 0; st == FM_OK && j < n->n_in; j++) {
-            if (!gi[j] || !fm_node_needs_grad(n, j)) continue;
-            fm_edge *e = &n->next[j];
-            if (e->node) {
-                fm_node *m = e->node;
-                int o = e->output_nr;
-                st = check_grad_shape(n->name, gi[j], m->out_ndim[o], m->out_shape[o], m->out_dtype[o]);
-                if (st == FM_OK) {
-                    fm_tensor *s = acc(m->grad_acc[o], gi[j]);
-                    if (!s) st = fm_last_status();
-                    else { fm_tensor_release(m->grad_acc[o]); m->grad_acc[o] = s; }
-                }
-            } else if (e->leaf) {
-                st = check_grad_shape(n->name, gi[j], e->leaf->ndim, e->leaf->shape, e->leaf->dtype);
-                if (st == FM_OK) st = add_leaf(&w, e->leaf, gi[j]);
-            }
-        }
+    }
+    if (gi)
         for (int j = 0; j < n->n_in; j++) fm_tensor_release(gi[j]);
-        if (gi != gin) free(gi);
-        for (int i = 0; i < FM_NODE_MAX_OUT; i++) fm_tensor_release(gout[i]);
-        if (!retain_graph) {
-            fm_node_free_saved(n);
-            n->released = true;
+    if (gi != gin) free(gi);
+    for (int i = 0; i < FM_NODE_MAX_OUT; i++) fm_tensor_release(gout[i]);
+    if (!retain_graph) {
+        fm_node_free_saved(n);
+        n->released = true;
+    }
+    return st;
+}
+
+fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *const *grads, bool retain_graph) {
+    if (n_roots < 1 || !roots) return fm_set_error(FM_ERR_INVALID, "backward: no tensors given");
+    fm_tensor *seeds[64];
+    if (n_roots > 64) return fm_set_error(FM_ERR_INVALID, "backward: at most 64 roots");
+    for (int r = 0; r < n_roots; r++) {
+        seeds[r] = seed_grad(roots[r], grads ? grads[r] : NULL);
+        if (!seeds[r]) {
+            for (int q = 0; q < r; q++) fm_tensor_release(seeds[q]);
+            return fm_last_status();
         }
     }
-    /* On failure, drop partial gradients held by nodes. */
-    for (size_t k = 0; k < w.n; k++)
-        for (int i = 0; i < FM_NODE_MAX_OUT; i++) { fm_tensor_release(w.nodes[k]->grad_acc[i]); w.nodes[k]->grad_acc[i] = NULL; }
-
-finish:
+    bool prev = fm_set_grad_enabled(false);
+    walk w = {0};
+    int prev_bw = fm_in_backward;
+    fm_in_backward = 1;
+    fm_profile_push("backward", "autograd");
+    fm_status st = collect_nodes(&w, n_roots, roots, seeds);
+    if (st == FM_OK) {
+        qsort(w.nodes, w.n, sizeof *w.nodes, by_seq_desc);
+        for (int r = 0; r < n_roots && st == FM_OK; r++) {
+            fm_node *rn = roots[r]->grad_fn;
+            if (!rn) continue;
+            fm_tensor *sum = acc(rn->grad_acc[roots[r]->output_nr], seeds[r]);
+            if (!sum) { st = fm_last_status(); break; }
+            fm_tensor_release(rn->grad_acc[roots[r]->output_nr]);
+            rn->grad_acc[roots[r]->output_nr] = sum;
+        }
+        for (size_t k = 0; k < w.n && st == FM_OK; k++) st = run_node(&w, w.nodes[k], retain_graph);
+        /* On failure, drop partial gradients held by nodes. */
+        for (size_t k = 0; k < w.n; k++)
+            for (int i = 0; i < FM_NODE_MAX_OUT; i++) {
+                fm_tensor_release(w.nodes[k]->grad_acc[i]);
+                w.nodes[k]->grad_acc[i] = NULL;
+            }
+    }
     for (size_t i = 0; i < w.nl; i++) {
         if (st == FM_OK) st = finish_leaf(w.leaves[i].leaf, w.leaves[i].sum);
         else fm_tensor_release(w.leaves[i].sum);

@@ -104,6 +104,154 @@ static fm_status place_params(fm_model_summary *s, const fm_named_list *ps) {
     return FM_OK;
 }
 
+/* The configuration's sizes for an input of [B, T] token ids. */
+typedef struct gdims {
+    const fm_gpt_config *c;
+    bool llama, bias;
+    int64_t B, T, C, H, D, V, F, KV, NQKV, NFC;
+    double BT, BTC, dflops; /* dflops: dropout's 1 per element where the model has dropout */
+    const char *norm;
+} gdims;
+
+static gdims gpt_dims(const fm_gpt_config *c, int64_t batch, int64_t seq) {
+    gdims g = {.c = c, .llama = c->arch == FM_GPT_LLAMA, .B = batch, .T = seq, .C = c->n_embd, .H = c->n_head,
+               .V = c->vocab_size, .F = c->ffn_hidden};
+    g.bias = c->bias && !g.llama;
+    g.D = g.C / g.H;
+    g.KV = g.llama ? c->n_kv_head : g.H;
+    g.NQKV = (g.H + 2 * g.KV) * g.D;
+    g.NFC = (g.llama ? 2 : 1) * g.F;
+    g.BT = (double)(g.B * g.T);
+    g.BTC = g.BT * (double)g.C;
+    g.dflops = c->dropout > 0 ? g.BTC : 0;
+    g.norm = g.llama ? "rmsnorm" : "layernorm";
+    return g;
+}
+
+/* Row helpers for the functions below, which hold `w`, `nm` and `d` and return
+ * false when out of memory. */
+#define ROW(depth, flops, nd, ...)                                            \
+    do {                                                                       \
+        if (!row(w, depth, nm, d, nd, (const int64_t[]){__VA_ARGS__}, flops)) \
+            return false;                                                      \
+    } while (0)
+#define NAME(...) snprintf(nm, sizeof nm, __VA_ARGS__)
+#define DESC(...) snprintf(d, sizeof d, __VA_ARGS__)
+
+/* wte (and GPT-2's learned positions wpe); *wte_row gets the token embedding's row. */
+static bool embedding_rows(gwalk *w, const gdims *g, int *wte_row) {
+    char nm[64], d[96];
+    const int64_t B = g->B, T = g->T, C = g->C;
+    NAME("wte");
+    DESC("token embedding %lld x %lld", (long long)g->V, (long long)C);
+    /* a gather: no arithmetic; Llama's embedding dropout lands here */
+    ROW(0, g->llama ? g->dflops : 0, 3, B, T, C);
+    *wte_row = w->s->n - 1;
+    if (!g->llama) {
+        NAME("wpe");
+        DESC("position embedding %d x %lld (+ add)", g->c->block_size, (long long)C);
+        ROW(0, g->BTC + g->dflops, 3, B, T, C);
+    }
+    return true;
+}
+
+/* Block i: its norms, attention (qkv, rope, sdpa, proj) and MLP (fc, act, proj). */
+static bool block_rows(gwalk *w, const gdims *g, int i) {
+    char nm[64], d[96];
+    const int64_t B = g->B, T = g->T, C = g->C, H = g->H, D = g->D, F = g->F, KV = g->KV, NQKV = g->NQKV;
+    const double BT = g->BT, BTC = g->BTC, dflops = g->dflops;
+    const bool llama = g->llama, bias = g->bias;
+    fm_model_summary *out = w->s;
+    NAME("h.%d", i);
+    DESC("block %d", i);
+    ROW(0, 0, 3, B, T, C);
+    int blk = out->n - 1;
+    NAME("h.%d.ln_1", i);
+    DESC("%s %lld", g->norm, (long long)C);
+    ROW(1, 5 * BTC, 3, B, T, C);
+    NAME("h.%d.attn", i);
+    if (KV != H) DESC("causal self-attention %lldx%lld, %lld kv heads", (long long)H, (long long)D, (long long)KV);
+    else DESC("causal self-attention %lldx%lld", (long long)H, (long long)D);
+    ROW(1, 0, 3, B, T, C);
+    int att = out->n - 1;
+    NAME("h.%d.attn.qkv", i);
+    DESC("linear %lld->%lld (q, k, v)", (long long)C, (long long)NQKV);
+    ROW(2, 2 * BT * (double)C * (double)NQKV + (bias ? BT * (double)NQKV : 0), 3, B, T, NQKV);
+    if (llama) {
+        NAME("h.%d.attn.rope", i);
+        DESC("rotary embedding (q, k)");
+        /* q [B, H, T, D] and k [B, KV, T, D]; the shape shown is q's */
+        if (!row(w, 2, nm, d, 4, (const int64_t[]){B, H, T, D}, 4 * BT * (double)((H + KV) * D))) return false;
+        out->layers[out->n - 1].act_bytes = BT * (double)((H + KV) * D) * (double)w->elt;
+    }
+    NAME("h.%d.attn.sdpa", i);
+    DESC("scaled dot-product attention");
+    ROW(2, 4.0 * (double)B * (double)H * (double)T * (double)T * (double)D / 2, 3, B, T, H * D);
+    NAME("h.%d.attn.proj", i);
+    DESC("linear %lld->%lld (+ residual)", (long long)(H * D), (long long)C);
+    ROW(2, 2 * BT * (double)(H * D) * (double)C + (bias ? BTC : 0) + BTC + dflops, 3, B, T, C);
+    close_container(out, att);
+    NAME("h.%d.ln_2", i);
+    DESC("%s %lld", g->norm, (long long)C);
+    ROW(1, 5 * BTC, 3, B, T, C);
+    NAME("h.%d.mlp", i);
+    DESC(llama ? "mlp %lld->%lld->%lld (swiglu)" : "mlp %lld->%lld->%lld (gelu)", (long long)C, (long long)F, (long long)C);
+    ROW(1, 0, 3, B, T, C);
+    int mlp = out->n - 1;
+    NAME("h.%d.mlp.fc", i);
+    if (llama) DESC("linear %lld->2x%lld (gate, up)", (long long)C, (long long)F);
+    else DESC("linear %lld->%lld", (long long)C, (long long)F);
+    ROW(2, 2 * BT * (double)C * (double)g->NFC + (bias ? BT * (double)g->NFC : 0), 3, B, T, g->NFC);
+    NAME("h.%d.mlp.act", i);
+    DESC(llama ? "silu(gate) * up" : "gelu (tanh)");
+    ROW(2, (llama ? 2 : 1) * BT * (double)F, 3, B, T, F);
+    NAME("h.%d.mlp.proj", i);
+    DESC("linear %lld->%lld (+ residual)", (long long)F, (long long)C);
+    ROW(2, 2 * BT * (double)F * (double)C + (bias ? BTC : 0) + BTC + dflops, 3, B, T, C);
+    close_container(out, mlp);
+    close_container(out, blk);
+    return true;
+}
+
+/* ln_f and the LM head. */
+static bool head_rows(gwalk *w, const gdims *g) {
+    char nm[64], d[96];
+    NAME("ln_f");
+    DESC("%s %lld", g->norm, (long long)g->C);
+    ROW(0, 5 * g->BTC, 3, g->B, g->T, g->C);
+    NAME("lm_head");
+    DESC("linear %lld->%lld (tied to wte)", (long long)g->C, (long long)g->V);
+    ROW(0, 2 * g->BT * (double)g->C * (double)g->V, 3, g->B, g->T, g->V);
+    return true;
+}
+#undef ROW
+#undef NAME
+#undef DESC
+
+/* Weight tying, the input, and the totals over the top-level rows. */
+static void add_totals(fm_model_summary *out, const fm_named_list *ps, const gdims *g, int wte_row) {
+    /* weight tying: the head's weight is the embedding's tensor, already counted there */
+    fm_layer_summary *head = &out->layers[out->n - 1];
+    snprintf(head->tied_to, sizeof head->tied_to, "wte.weight");
+    head->tied_params = out->layers[wte_row].params;
+    out->tied_params = head->tied_params;
+    snprintf(out->input_desc, sizeof out->input_desc, "token ids");
+    out->in_ndim = 2;
+    out->in_shape[0] = g->B;
+    out->in_shape[1] = g->T;
+    for (int i = 0; i < out->n; i++) {
+        const fm_layer_summary *r = &out->layers[i];
+        if (r->depth != 0) continue;
+        out->total_params += r->params;
+        out->trainable += r->trainable;
+        out->frozen += r->frozen;
+        out->total_flops += r->flops;
+        out->act_bytes += r->act_bytes;
+    }
+    for (int i = 0; i < ps->n; i++) out->param_bytes += (double)fm_tensor_nbytes(ps->items[i].tensor);
+    out->input_bytes = g->BT * 8; /* i64 ids */
+}
+
 fm_status fm_gpt_summarize(const fm_gpt *m, int64_t batch, int64_t seq, fm_model_summary *out) {
     memset(out, 0, sizeof *out);
     if (!m) return fm_set_error(FM_ERR_INVALID, "summary: no GPT model given");
@@ -115,115 +263,17 @@ fm_status fm_gpt_summarize(const fm_gpt *m, int64_t batch, int64_t seq, fm_model
                             (long long)batch, (long long)seq, c->block_size);
     const fm_named_list *ps = fm_gpt_parameters(m);
     gwalk w = {out, 0, ps->n ? fm_dtype_size(ps->items[0].tensor->dtype) : 4};
-    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama, drop = c->dropout > 0;
-    const int64_t B = batch, T = seq, C = c->n_embd, H = c->n_head, D = C / H, V = c->vocab_size, F = c->ffn_hidden;
-    const int64_t KV = llama ? c->n_kv_head : H, NQKV = (H + 2 * KV) * D, NFC = (llama ? 2 : 1) * F;
-    const double BT = (double)(B * T), BTC = BT * (double)C, dflops = drop ? BTC : 0;
-    const char *norm = llama ? "rmsnorm" : "layernorm";
-    char nm[64], d[96];
-    int wte_row;
-#define ROW(depth, flops, nd, ...)                                             \
-    do {                                                                        \
-        if (!row(&w, depth, nm, d, nd, (const int64_t[]){__VA_ARGS__}, flops)) \
-            goto oom;                                                           \
-    } while (0)
-#define NAME(...) snprintf(nm, sizeof nm, __VA_ARGS__)
-#define DESC(...) snprintf(d, sizeof d, __VA_ARGS__)
-
-    NAME("wte");
-    DESC("token embedding %lld x %lld", (long long)V, (long long)C);
-    /* a gather: no arithmetic; Llama's embedding dropout lands here */
-    ROW(0, llama ? dflops : 0, 3, B, T, C);
-    wte_row = out->n - 1;
-    if (!llama) {
-        NAME("wpe");
-        DESC("position embedding %d x %lld (+ add)", c->block_size, (long long)C);
-        ROW(0, BTC + dflops, 3, B, T, C);
+    const gdims g = gpt_dims(c, batch, seq);
+    int wte_row = -1;
+    bool ok = embedding_rows(&w, &g, &wte_row);
+    for (int i = 0; ok && i < c->n_layer; i++) ok = block_rows(&w, &g, i);
+    if (ok) ok = head_rows(&w, &g);
+    if (!ok) {
+        fm_model_summary_free(out);
+        return fm_set_error(FM_ERR_OOM, "summary: out of memory");
     }
-    for (int i = 0; i < c->n_layer; i++) {
-        NAME("h.%d", i);
-        DESC("block %d", i);
-        ROW(0, 0, 3, B, T, C);
-        int blk = out->n - 1;
-        NAME("h.%d.ln_1", i);
-        DESC("%s %lld", norm, (long long)C);
-        ROW(1, 5 * BTC, 3, B, T, C);
-        NAME("h.%d.attn", i);
-        if (KV != H) DESC("causal self-attention %lldx%lld, %lld kv heads", (long long)H, (long long)D, (long long)KV);
-        else DESC("causal self-attention %lldx%lld", (long long)H, (long long)D);
-        ROW(1, 0, 3, B, T, C);
-        int att = out->n - 1;
-        NAME("h.%d.attn.qkv", i);
-        DESC("linear %lld->%lld (q, k, v)", (long long)C, (long long)NQKV);
-        ROW(2, 2 * BT * (double)C * (double)NQKV + (bias ? BT * (double)NQKV : 0), 3, B, T, NQKV);
-        if (llama) {
-            NAME("h.%d.attn.rope", i);
-            DESC("rotary embedding (q, k)");
-            /* q [B, H, T, D] and k [B, KV, T, D]; the shape shown is q's */
-            if (!row(&w, 2, nm, d, 4, (const int64_t[]){B, H, T, D}, 4 * BT * (double)((H + KV) * D))) goto oom;
-            out->layers[out->n - 1].act_bytes = BT * (double)((H + KV) * D) * (double)w.elt;
-        }
-        NAME("h.%d.attn.sdpa", i);
-        DESC("scaled dot-product attention");
-        ROW(2, 4.0 * (double)B * (double)H * (double)T * (double)T * (double)D / 2, 3, B, T, H * D);
-        NAME("h.%d.attn.proj", i);
-        DESC("linear %lld->%lld (+ residual)", (long long)(H * D), (long long)C);
-        ROW(2, 2 * BT * (double)(H * D) * (double)C + (bias ? BTC : 0) + BTC + dflops, 3, B, T, C);
-        close_container(out, att);
-        NAME("h.%d.ln_2", i);
-        DESC("%s %lld", norm, (long long)C);
-        ROW(1, 5 * BTC, 3, B, T, C);
-        NAME("h.%d.mlp", i);
-        DESC(llama ? "mlp %lld->%lld->%lld (swiglu)" : "mlp %lld->%lld->%lld (gelu)", (long long)C, (long long)F, (long long)C);
-        ROW(1, 0, 3, B, T, C);
-        int mlp = out->n - 1;
-        NAME("h.%d.mlp.fc", i);
-        if (llama) DESC("linear %lld->2x%lld (gate, up)", (long long)C, (long long)F);
-        else DESC("linear %lld->%lld", (long long)C, (long long)F);
-        ROW(2, 2 * BT * (double)C * (double)NFC + (bias ? BT * (double)NFC : 0), 3, B, T, NFC);
-        NAME("h.%d.mlp.act", i);
-        DESC(llama ? "silu(gate) * up" : "gelu (tanh)");
-        ROW(2, (llama ? 2 : 1) * BT * (double)F, 3, B, T, F);
-        NAME("h.%d.mlp.proj", i);
-        DESC("linear %lld->%lld (+ residual)", (long long)F, (long long)C);
-        ROW(2, 2 * BT * (double)F * (double)C + (bias ? BTC : 0) + BTC + dflops, 3, B, T, C);
-        close_container(out, mlp);
-        close_container(out, blk);
-    }
-    NAME("ln_f");
-    DESC("%s %lld", norm, (long long)C);
-    ROW(0, 5 * BTC, 3, B, T, C);
-    NAME("lm_head");
-    DESC("linear %lld->%lld (tied to wte)", (long long)C, (long long)V);
-    ROW(0, 2 * BT * (double)C * (double)V, 3, B, T, V);
-#undef ROW
-#undef NAME
-#undef DESC
-
     fm_status st = place_params(out, ps);
     if (st != FM_OK) { fm_model_summary_free(out); return st; }
-    /* weight tying: the head's weight is the embedding's tensor, already counted there */
-    fm_layer_summary *head = &out->layers[out->n - 1];
-    snprintf(head->tied_to, sizeof head->tied_to, "wte.weight");
-    head->tied_params = out->layers[wte_row].params;
-    out->tied_params = head->tied_params;
-    snprintf(out->input_desc, sizeof out->input_desc, "token ids");
-    out->in_ndim = 2;
-    out->in_shape[0] = B;
-    out->in_shape[1] = T;
-    for (int i = 0; i < out->n; i++) {
-        const fm_layer_summary *r = &out->layers[i];
-        if (r->depth != 0) continue;
-        out->total_params += r->params;
-        out->trainable += r->trainable;
-        out->frozen += r->frozen;
-        out->total_flops += r->flops;
-        out->act_bytes += r->act_bytes;
-    }
-    for (int i = 0; i < ps->n; i++) out->param_bytes += (double)fm_tensor_nbytes(ps->items[i].tensor);
-    out->input_bytes = BT * 8; /* i64 ids */
+    add_totals(out, ps, &g, wte_row);
     return FM_OK;
-oom:
-    fm_model_summary_free(out);
-    return fm_set_error(FM_ERR_OOM, "summary: out of memory");
 }
