@@ -17,4 +17,12 @@ cc -std=c11 $flags -I"$src/include" -o "$tmp/tiny" "$src/examples/tiny.c" "$buil
 first=$(awk '/^step/ {print $4; exit}' "$tmp/out")
 last=$(awk '/^step/ {v=$4} END {print v}' "$tmp/out")
 awk -v a="$first" -v b="$last" 'BEGIN { if (!(b < a / 2)) { print "loss did not fall: " a " -> " b; exit 1 } }'
+# a library user with a malformed memory variable is told so on stderr (the library
+# has no caller to return an error to when it reads the environment), and still runs
+FATHOM_MEMORY_LIMIT=lots FATHOM_MEMORY_MODE=huge "$tmp/tiny" > /dev/null 2> "$tmp/err" ||
+  { echo "tiny failed with a malformed FATHOM_MEMORY_LIMIT"; cat "$tmp/err"; exit 1; }
+grep -q "FATHOM_MEMORY_LIMIT='lots' is not a size" "$tmp/err" ||
+  { echo "no warning for FATHOM_MEMORY_LIMIT=lots:"; cat "$tmp/err"; exit 1; }
+grep -q "FATHOM_MEMORY_MODE='huge' is not grow or preallocate" "$tmp/err" ||
+  { echo "no warning for FATHOM_MEMORY_MODE=huge:"; cat "$tmp/err"; exit 1; }
 echo "cli_example: ok (loss $first -> $last)"

@@ -275,17 +275,32 @@ static fm_status configure_locked(cpu_cache *c, const fm_memory_config *cfg) {
     return arena_create_locked(c, bytes);
 }
 
+/* The environment is read at the first allocation, where the library has no
+ * caller to return an error to (the fathom command refuses bad values before
+ * that, in cli/main.c): a value that does not parse is named on stderr with what
+ * is used instead, never ignored silently. */
+static void env_warn(const char *var, const char *val, const char *expected, const char *used) {
+    fprintf(stderr, "fathom: warning: %s='%s' is not %s; using %s\n", var, val, expected, used);
+}
+
 static void init_locked(cpu_cache *c) {
     if (c->initialized) return;
     c->initialized = 1;
     fm_memory_config cfg = {FM_MEMORY_GROW, 0, 0, 0};
     const char *env = getenv("FATHOM_MEMORY_LIMIT");
     size_t v;
-    if (env && *env && fm_parse_size(env, &v) == FM_OK) cfg.limit = v;
+    if (env && *env) {
+        if (fm_parse_size(env, &v) == FM_OK) cfg.limit = v;
+        else env_warn("FATHOM_MEMORY_LIMIT", env, "a size (bytes, or 512M, 2G)", "no limit");
+    }
     c->st.limit = cfg.limit;
     const char *mode = getenv("FATHOM_MEMORY_MODE");
-    fm_memory_mode m;
-    if (!mode || !*mode || fm_memory_mode_parse(mode, &m) != FM_OK || m != FM_MEMORY_PREALLOCATE) return;
+    fm_memory_mode m = FM_MEMORY_GROW;
+    if (mode && *mode && fm_memory_mode_parse(mode, &m) != FM_OK) {
+        env_warn("FATHOM_MEMORY_MODE", mode, "grow or preallocate", "grow");
+        return;
+    }
+    if (!mode || !*mode || m != FM_MEMORY_PREALLOCATE) return;
     cfg.mode = FM_MEMORY_PREALLOCATE;
     cfg.prealloc_fraction = 0.9; /* TensorFlow maps nearly everything by default */
     const char *pre = getenv("FATHOM_MEMORY_PREALLOCATE");
@@ -294,6 +309,7 @@ static void init_locked(cpu_cache *c) {
         double f = strtod(pre, &end);
         if (*end == 0 && f > 0 && f <= 1) cfg.prealloc_fraction = f;
         else if (fm_parse_size(pre, &v) == FM_OK) cfg.prealloc_bytes = v;
+        else env_warn("FATHOM_MEMORY_PREALLOCATE", pre, "a fraction in (0, 1] or a size", "the default fraction");
     }
     if (!cfg.limit && !cfg.prealloc_bytes && cfg.prealloc_fraction > 0.5) cfg.prealloc_fraction = 0.5;
     if (configure_locked(c, &cfg) != FM_OK) fprintf(stderr, "fathom: %s (continuing in grow mode)\n", fm_last_error());
