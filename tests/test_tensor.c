@@ -26,6 +26,14 @@ static void test_create(void) {
     CHECK_ERR_CONTAINS("supports 0 to 8");
     CHECK(fm_tensor_zeros(1, neg, FM_F32, FM_CPU) == NULL);
     CHECK_ERR_CONTAINS("negative size");
+    /* no elements, but the first contiguous stride (2^80) would overflow: refused */
+    int64_t zero_huge[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+    CHECK(fm_tensor_empty(3, zero_huge, FM_F32, FM_CPU) == NULL);
+    CHECK_ERR_CONTAINS("too large");
+    int64_t zero_ok[3] = {0, 1 << 20, 1 << 20}; /* strides 2^40 and 2^20: fine */
+    fm_tensor *zt = fm_tensor_empty(3, zero_ok, FM_F32, FM_CPU);
+    CHECK(zt && fm_tensor_numel(zt) == 0 && zt->strides[0] == (int64_t)1 << 40);
+    fm_tensor_release(zt);
     fm_tensor_release_n(5, z, o, f, a, w);
 }
 

@@ -98,12 +98,16 @@ void fm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
 fm_status fm_check_shape(const char *op, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > FM_MAX_DIMS)
         return fm_set_error(FM_ERR_INVALID, "%s: %d dimensions requested; fathom supports 0 to %d", op, ndim, FM_MAX_DIMS);
-    int64_t n = 1;
+    /* The product of the non-zero sizes bounds both the element count and every
+     * contiguous stride: with a zero size in front, [0, 2^40, 2^40] has no elements
+     * but its first stride is 2^80, so the zero must not end the check. */
+    int64_t m = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) return fm_set_error(FM_ERR_INVALID, "%s: negative size %" PRId64 " in dimension %d", op, shape[i], i);
-        if (shape[i] && n > INT64_MAX / 16 / shape[i])
-            return fm_set_error(FM_ERR_INVALID, "%s: shape too large (element count overflows)", op);
-        n *= shape[i];
+        int64_t d = shape[i] ? shape[i] : 1;
+        if (m > INT64_MAX / 16 / d)
+            return fm_set_error(FM_ERR_INVALID, "%s: shape too large (the element count or a stride overflows)", op);
+        m *= d;
     }
     return FM_OK;
 }
