@@ -37,7 +37,7 @@ LAYERS = [
     ("core", ["src/core"]),
     ("public", ["include/fathom"]),
     ("kernel-interface", ["src/backend"]),
-    ("backends", ["src/backend/cpu", "src/backend/cuda"]),
+    ("backends", ["src/backend/cpu", "src/backend/cuda", "src/backend/check"]),
     ("dispatch", ["src/dispatch"]),
     ("profile", ["src/profile"]),
     ("autograd", ["src/autograd"]),
@@ -45,8 +45,12 @@ LAYERS = [
     ("ops", ["src/ops"]),
     ("modules", ["src/data", "src/nn"]),
     ("module users", ["src/efficiency", "src/io", "src/optim"]),
+    ("distributed", ["src/dist"]),  # collectives and gradient buckets: the trainers call them
     ("tokenizer", ["src/tokenizer"]),
     ("applications", ["src/gpt", "src/observe", "src/recipe"]),
+    ("deploy", ["src/graph"]),  # the inference graph: traces the applications' models, runs them compiled
+    ("interchange", ["src/onnx", "src/hf"]),  # other runtimes' formats, mapped to the graph and the models
+    ("serve", ["src/serve"]),
     ("planner", ["src/plan"]),
     ("cli", ["cli"]),
 ]
