@@ -27,10 +27,20 @@ cp tests/data/*.npz "$seeds/npz/"
 cp data/recipes/*.ini "$seeds/recipe/"
 printf 'a,b,label\n1,2,0\n3.5,-4e2,1\n' > "$seeds/csv/small.csv"
 python3 - "$seeds" <<'PY'
-import struct, sys
+import os, struct, sys, zlib
 d = sys.argv[1]
 open(f"{d}/idx/images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 2, 2, 2) + bytes(range(8)))
 open(f"{d}/idx/labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 3) + bytes([0, 1, 2]))
+def png(w, h, ctype, depth, rows):  # a minimal PNG: IHDR, one IDAT, IEND
+    def chunk(t, b):
+        return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    raw = b"".join(b"\0" + r for r in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+os.makedirs(f"{d}/png", exist_ok=True)
+open(f"{d}/png/grey.png", "wb").write(png(4, 3, 0, 8, [bytes(range(i * 4, i * 4 + 4)) for i in range(3)]))
+open(f"{d}/png/rgb.png", "wb").write(png(2, 2, 2, 8, [bytes(range(6)), bytes(range(6, 12))]))
+open(f"{d}/png/grey16.png", "wb").write(png(2, 1, 0, 16, [bytes(4)]))
 open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 30)
 PY
 run=$b/seedrun
