@@ -291,80 +291,62 @@ static void analyze(span *sp, int64_t n, const names *nm) {
     free(stack);
 }
 
-fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summary *out) {
-    memset(out, 0, sizeof *out);
-    if (!path) return fm_set_error(FM_ERR_INVALID, "profile: no trace file given");
-    parse_state ps = {0};
-    bool truncated = false;
-    fm_status st = parse_trace(path, &ps, &truncated);
-    if (st != FM_OK) {
-        free(ps.sp);
-        names_free(&ps.nm);
-        return st;
+/* Without step spans, the busiest thread's whole traced interval stands in for one step. */
+static bool add_whole_trace_step(parse_state *p) {
+    /* ops per thread (few threads: a small table) */
+    int64_t best_tid = p->sp[0].tid, best = -1, tids[64], cnt[64];
+    int nt = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        if (p->sp[i].cat != CAT_OP) continue;
+        int k = 0;
+        while (k < nt && tids[k] != p->sp[i].tid) k++;
+        if (k == nt) {
+            if (nt == 64) continue;
+            tids[nt] = p->sp[i].tid;
+            cnt[nt++] = 0;
+        }
+        cnt[k]++;
     }
-    out->n_events = ps.n_events;
-    out->truncated = truncated;
-    out->path = strdup(path);
-
-    /* Without step spans the busiest thread's whole traced interval stands in for one step. */
-    bool any_step = false;
-    for (int64_t i = 0; i < ps.n; i++) any_step |= ps.sp[i].cat == CAT_STEP;
-    if (!any_step && ps.n > 0) {
-        /* ops per thread (few threads: a small table) */
-        int64_t best_tid = ps.sp[0].tid, best = -1, tids[64], cnt[64];
-        int nt = 0;
-        for (int64_t i = 0; i < ps.n; i++) {
-            if (ps.sp[i].cat != CAT_OP) continue;
-            int k = 0;
-            while (k < nt && tids[k] != ps.sp[i].tid) k++;
-            if (k == nt) {
-                if (nt == 64) continue;
-                tids[nt] = ps.sp[i].tid;
-                cnt[nt++] = 0;
-            }
-            cnt[k]++;
-        }
-        for (int k = 0; k < nt; k++)
-            if (cnt[k] > best) { best = cnt[k]; best_tid = tids[k]; }
-        double lo = INFINITY, hi = -INFINITY;
-        for (int64_t i = 0; i < ps.n; i++) {
-            if (ps.sp[i].tid != best_tid) continue;
-            lo = fmin(lo, ps.sp[i].ts);
-            hi = fmax(hi, ps.sp[i].ts + ps.sp[i].dur);
-        }
-        parse_state *p = &ps;
-        if (p->n == p->cap) {
-            span *ns = realloc(p->sp, (size_t)(p->cap + 1) * sizeof *ns);
-            if (!ns) { free(ps.sp); names_free(&ps.nm); fm_trace_summary_free(out); return fm_set_error(FM_ERR_OOM, "profile: out of memory"); }
-            p->sp = ns;
-            p->cap++;
-        }
-        span *v = &p->sp[p->n++];
-        memset(v, 0, sizeof *v);
-        v->ts = lo;
-        v->dur = hi - lo;
-        v->tid = best_tid;
-        v->cat = CAT_STEP;
-        v->parent = -1;
-        v->name = -1;
+    for (int k = 0; k < nt; k++)
+        if (cnt[k] > best) { best = cnt[k]; best_tid = tids[k]; }
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < p->n; i++) {
+        if (p->sp[i].tid != best_tid) continue;
+        lo = fmin(lo, p->sp[i].ts);
+        hi = fmax(hi, p->sp[i].ts + p->sp[i].dur);
     }
+    if (p->n == p->cap) {
+        span *ns = realloc(p->sp, (size_t)(p->cap + 1) * sizeof *ns);
+        if (!ns) return false;
+        p->sp = ns;
+        p->cap++;
+    }
+    span *v = &p->sp[p->n++];
+    memset(v, 0, sizeof *v);
+    v->ts = lo;
+    v->dur = hi - lo;
+    v->tid = best_tid;
+    v->cat = CAT_STEP;
+    v->parent = -1;
+    v->name = -1;
+    return true;
+}
 
-    if (ps.n > 1) qsort(ps.sp, (size_t)ps.n, sizeof *ps.sp, cmp_span); /* ps.sp is NULL when there are no spans */
-    analyze(ps.sp, ps.n, &ps.nm);
-
+/* Step time, its split into classes, and the host-side GPU busy time (returned). */
+static double split_step_time(parse_state *ps, bool any_step, fm_trace_summary *out) {
     /* Threads that run steps: a top-level "data" span there is the loop waiting for its next batch. */
     int64_t step_tids[64];
     int n_step_tids = 0;
-    for (int64_t i = 0; i < ps.n; i++) {
-        if (ps.sp[i].cat != CAT_STEP) continue;
+    for (int64_t i = 0; i < ps->n; i++) {
+        if (ps->sp[i].cat != CAT_STEP) continue;
         int k = 0;
-        while (k < n_step_tids && step_tids[k] != ps.sp[i].tid) k++;
-        if (k == n_step_tids && n_step_tids < 64) step_tids[n_step_tids++] = ps.sp[i].tid;
+        while (k < n_step_tids && step_tids[k] != ps->sp[i].tid) k++;
+        if (k == n_step_tids && n_step_tids < 64) step_tids[n_step_tids++] = ps->sp[i].tid;
     }
     double split[CL_COUNT] = {0}, gpu_busy = 0;
-    for (int64_t i = 0; i < ps.n; i++) {
-        span *s = &ps.sp[i];
-        const span *par = s->parent >= 0 ? &ps.sp[s->parent] : NULL;
+    for (int64_t i = 0; i < ps->n; i++) {
+        span *s = &ps->sp[i];
+        const span *par = s->parent >= 0 ? &ps->sp[s->parent] : NULL;
         bool on_step_thread = false;
         for (int k = 0; k < n_step_tids; k++) on_step_thread |= step_tids[k] == s->tid;
         s->counted = s->in_step || (par && par->counted) || (!par && s->cat == CAT_DATA && on_step_thread);
@@ -383,57 +365,62 @@ fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summ
             if (s->gpu) out->has_gpu = true;
         }
     }
-    /* With CUDA-event spans the GPU's busy time is theirs, clipped to the steps; otherwise the
-     * host spans of ops that ran on a GPU stand in (the profiler synchronizes after each op). */
-    int64_t n_gpu = 0, n_iv = 0;
-    for (int64_t i = 0; i < ps.n; i++) n_gpu += ps.sp[i].cat == CAT_GPU;
-    if (n_gpu) {
-        double *iv = malloc(sizeof(double) * 2 * (size_t)(ps.n > 0 ? ps.n : 1));
-        if (!iv) { free(ps.sp); names_free(&ps.nm); fm_trace_summary_free(out); return fm_set_error(FM_ERR_OOM, "profile: out of memory"); }
-        for (int64_t i = 0; i < ps.n; i++) {
-            const span *st_ = &ps.sp[i];
-            const span *par = st_->parent >= 0 ? &ps.sp[st_->parent] : NULL;
-            if (st_->cat == CAT_STEP && !(par && par->in_step)) { iv[2 * n_iv] = st_->ts; iv[2 * n_iv + 1] = st_->ts + st_->dur; n_iv++; }
-        }
-        qsort(iv, (size_t)n_iv, 2 * sizeof(double), cmp_interval);
-        gpu_busy = 0;
-        for (int64_t i = 0; i < ps.n; i++) {
-            const span *g = &ps.sp[i];
-            if (g->cat != CAT_GPU) continue;
-            /* first step that ends after the span starts, then every step it overlaps */
-            int64_t lo = 0, hi = n_iv;
-            while (lo < hi) {
-                int64_t mid = (lo + hi) / 2;
-                if (iv[2 * mid + 1] <= g->ts) lo = mid + 1;
-                else hi = mid;
-            }
-            for (int64_t k = lo; k < n_iv && iv[2 * k] < g->ts + g->dur; k++)
-                gpu_busy += fmax(0, fmin(iv[2 * k + 1], g->ts + g->dur) - fmax(iv[2 * k], g->ts));
-        }
-        free(iv);
-        out->has_gpu = out->gpu_event_timed = true;
-    }
     out->compute_us = split[CL_COMPUTE];
     out->memory_us = split[CL_MEMORY];
     out->data_us = split[CL_DATA];
     out->optimizer_us = split[CL_OPT];
     out->overhead_us = split[CL_OVERHEAD];
+    return gpu_busy;
+}
 
-    /* op table */
-    int nn = ps.nm.n;
+/* With CUDA-event spans the GPU's busy time is theirs, clipped to the steps; otherwise the
+ * host spans of ops that ran on a GPU stand in (the profiler synchronizes after each op).
+ * Returns false when out of memory; leaves *gpu_busy alone without GPU spans. */
+static bool gpu_busy_from_events(const parse_state *ps, fm_trace_summary *out, double *gpu_busy) {
+    int64_t n_gpu = 0, n_iv = 0;
+    for (int64_t i = 0; i < ps->n; i++) n_gpu += ps->sp[i].cat == CAT_GPU;
+    if (!n_gpu) return true;
+    double *iv = malloc(sizeof(double) * 2 * (size_t)(ps->n > 0 ? ps->n : 1));
+    if (!iv) return false;
+    for (int64_t i = 0; i < ps->n; i++) {
+        const span *st_ = &ps->sp[i];
+        const span *par = st_->parent >= 0 ? &ps->sp[st_->parent] : NULL;
+        if (st_->cat == CAT_STEP && !(par && par->in_step)) { iv[2 * n_iv] = st_->ts; iv[2 * n_iv + 1] = st_->ts + st_->dur; n_iv++; }
+    }
+    qsort(iv, (size_t)n_iv, 2 * sizeof(double), cmp_interval);
+    double busy = 0;
+    for (int64_t i = 0; i < ps->n; i++) {
+        const span *g = &ps->sp[i];
+        if (g->cat != CAT_GPU) continue;
+        /* first step that ends after the span starts, then every step it overlaps */
+        int64_t lo = 0, hi = n_iv;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (iv[2 * mid + 1] <= g->ts) lo = mid + 1;
+            else hi = mid;
+        }
+        for (int64_t k = lo; k < n_iv && iv[2 * k] < g->ts + g->dur; k++)
+            busy += fmax(0, fmin(iv[2 * k + 1], g->ts + g->dur) - fmax(iv[2 * k], g->ts));
+    }
+    free(iv);
+    *gpu_busy = busy;
+    out->has_gpu = out->gpu_event_timed = true;
+    return true;
+}
+
+/* The per-op table, by self time; also the GEMM rate of the counted compute ops. */
+static bool build_op_table(const parse_state *ps, fm_trace_summary *out) {
+    int nn = ps->nm.n;
     fm_trace_op_stat *ops = calloc((size_t)(nn > 0 ? nn : 1), sizeof *ops);
     bool *used = calloc((size_t)(nn > 0 ? nn : 1), sizeof *used);
     if (!ops || !used) {
         free(ops);
         free(used);
-        free(ps.sp);
-        names_free(&ps.nm);
-        fm_trace_summary_free(out);
-        return fm_set_error(FM_ERR_OOM, "profile: out of memory");
+        return false;
     }
     double gemm_flops = 0, gemm_us = 0;
-    for (int64_t i = 0; i < ps.n; i++) {
-        const span *s = &ps.sp[i];
+    for (int64_t i = 0; i < ps->n; i++) {
+        const span *s = &ps->sp[i];
         if (s->cat != CAT_OP || s->name < 0) continue;
         fm_trace_op_stat *o = &ops[s->name];
         double self = fmax(0, s->dur - s->child);
@@ -450,19 +437,50 @@ fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summ
     for (int i = 0; i < nn; i++) {
         if (!used[i]) continue;
         ops[k] = ops[i];
-        snprintf(ops[k].name, sizeof ops[k].name, "%s", ps.nm.s[i]);
-        ops[k].compute = is_compute_op(ps.nm.s[i]);
+        snprintf(ops[k].name, sizeof ops[k].name, "%s", ps->nm.s[i]);
+        ops[k].compute = is_compute_op(ps->nm.s[i]);
         k++;
     }
     free(used);
     qsort(ops, (size_t)k, sizeof *ops, cmp_op);
     out->ops = ops;
     out->n_ops = k;
+    if (gemm_us > 0) out->gemm_gflops = gemm_flops / gemm_us / 1e3;
+    return true;
+}
+
+fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summary *out) {
+    memset(out, 0, sizeof *out);
+    if (!path) return fm_set_error(FM_ERR_INVALID, "profile: no trace file given");
+    parse_state ps = {0};
+    bool truncated = false;
+    fm_status st = parse_trace(path, &ps, &truncated);
+    if (st != FM_OK) {
+        free(ps.sp);
+        names_free(&ps.nm);
+        return st;
+    }
+    out->n_events = ps.n_events;
+    out->truncated = truncated;
+    out->path = strdup(path);
+
+    bool any_step = false, ok = true;
+    for (int64_t i = 0; i < ps.n; i++) any_step |= ps.sp[i].cat == CAT_STEP;
+    if (!any_step && ps.n > 0) ok = add_whole_trace_step(&ps);
+    double gpu_busy = 0;
+    if (ok) {
+        if (ps.n > 1) qsort(ps.sp, (size_t)ps.n, sizeof *ps.sp, cmp_span); /* ps.sp is NULL when there are no spans */
+        analyze(ps.sp, ps.n, &ps.nm);
+        gpu_busy = split_step_time(&ps, any_step, out);
+        ok = gpu_busy_from_events(&ps, out, &gpu_busy) && build_op_table(&ps, out);
+    }
     free(ps.sp);
     names_free(&ps.nm);
-
+    if (!ok) {
+        fm_trace_summary_free(out);
+        return fm_set_error(FM_ERR_OOM, "profile: out of memory");
+    }
     if (out->step_us > 0) out->achieved_gflops = out->step_flops / out->step_us / 1e3;
-    if (gemm_us > 0) out->gemm_gflops = gemm_flops / gemm_us / 1e3;
     if (out->has_gpu && out->step_us > 0) out->gpu_idle_pct = 100.0 * fmax(0, 1 - gpu_busy / out->step_us);
     fm_trace_summary_set_peak(out, peak_gflops);
     return FM_OK;
