@@ -185,8 +185,8 @@ static fm_status bad(const char *path, const char *fmt, const char *what) {
     return fm_set_error(FM_ERR_FORMAT, "%s: not a valid safetensors file: %s", path, msg);
 }
 
-static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
-    memset(f, 0, sizeof *f);
+/* Reads the whole file into f->bytes. */
+static fm_status st_read_file(const char *path, st_file *f) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return fm_set_error(FM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
@@ -203,11 +203,15 @@ static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
     if (!f->bytes) { fclose(fp); return fm_set_error(FM_ERR_OOM, "out of host memory reading %s", path); }
     size_t got = fread(f->bytes, 1, f->size, fp);
     fclose(fp);
-    if (got != f->size) { st_close(f); return fm_set_error(FM_ERR_IO, "cannot read %s", path); }
+    if (got != f->size) return fm_set_error(FM_ERR_IO, "cannot read %s", path);
+    return FM_OK;
+}
+
+/* The 8-byte length and the JSON header; sets f->hdr and f->data, and *dlen (data bytes). */
+static fm_status st_parse_header(const char *path, st_file *f, uint64_t *dlen) {
     char tmp[256];
     if (f->size < 8) {
         snprintf(tmp, sizeof tmp, "%zu bytes, shorter than the 8-byte header length (truncated?)", f->size);
-        st_close(f);
         return bad(path, "%s", tmp);
     }
     uint64_t hlen = 0;
@@ -215,115 +219,123 @@ static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
     if (hlen > f->size - 8) {
         snprintf(tmp, sizeof tmp, "header length %llu exceeds the file size %zu (truncated?)", (unsigned long long)hlen,
                  f->size);
-        st_close(f);
         return bad(path, "%s", tmp);
     }
     json_error_t jerr;
     f->hdr = json_loadb((const char *)f->bytes + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!f->hdr || !json_is_object(f->hdr)) {
         snprintf(tmp, sizeof tmp, "header is not a JSON object (%s)", f->hdr ? "wrong type" : jerr.text);
-        st_close(f);
         return bad(path, "%s", tmp);
     }
     f->data = f->bytes + 8 + hlen;
-    uint64_t dlen = f->size - 8 - hlen;
-    size_t nk = json_object_size(f->hdr);
-    f->e = calloc(nk + 1, sizeof *f->e);
-    if (!f->e) { st_close(f); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
-    const char *key;
-    json_t *val;
+    *dlen = f->size - 8 - hlen;
+    return FM_OK;
+}
+
+static fm_status st_parse_metadata(const char *path, json_t *val, fm_kv_list *meta) {
+    if (!json_is_object(val)) return bad(path, "%s", "__metadata__ is not an object");
+    const char *mk;
+    json_t *mv;
+    json_object_foreach(val, mk, mv) {
+        if (!json_is_string(mv)) return bad(path, "metadata value of '%s' is not a string", mk);
+        fm_status st;
+        if (meta && (st = fm_kv_set(meta, mk, json_string_value(mv))) != FM_OK) return st;
+    }
+    return FM_OK;
+}
+
+/* One tensor's header entry: dtype, shape, and offsets inside the dlen data bytes. */
+static fm_status st_parse_entry(const char *path, const char *key, json_t *val, uint64_t dlen, st_entry *e) {
+    char tmp[256];
+    e->name = key;
+    if (!key[0]) return bad(path, "%s", "a tensor has an empty name");
+    json_t *dt = json_object_get(val, "dtype"), *sh = json_object_get(val, "shape"),
+           *of = json_object_get(val, "data_offsets");
+    if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(of) ||
+        json_array_size(of) != 2)
+        return bad(path, "tensor '%s' needs dtype, shape and data_offsets [begin, end]", key);
+    if (!st_dtype_parse(json_string_value(dt), &e->dtype)) {
+        snprintf(tmp, sizeof tmp, "tensor '%s' has unsupported dtype '%s'", key, json_string_value(dt));
+        return bad(path, "%s", tmp);
+    }
+    if (json_array_size(sh) > FM_MAX_DIMS) return bad(path, "tensor '%s' has too many dims", key);
+    e->ndim = (int)json_array_size(sh);
+    uint64_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+        json_t *x = json_array_get(sh, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > ((json_int_t)1 << 40))
+            return bad(path, "tensor '%s' has an invalid shape", key);
+        e->shape[d] = json_integer_value(x);
+        numel *= (uint64_t)e->shape[d];
+        if (numel > ((uint64_t)1 << 48)) return bad(path, "tensor '%s' has an invalid shape", key);
+    }
+    json_t *b = json_array_get(of, 0), *en = json_array_get(of, 1);
+    if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
+        json_integer_value(en) < json_integer_value(b))
+        return bad(path, "tensor '%s' has invalid data_offsets", key);
+    e->begin = (uint64_t)json_integer_value(b);
+    e->end = (uint64_t)json_integer_value(en);
+    if (e->end > dlen) {
+        snprintf(tmp, sizeof tmp, "tensor '%s' data_offsets [%llu, %llu] run past the %llu data bytes (truncated?)",
+                 key, (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)dlen);
+        return bad(path, "%s", tmp);
+    }
+    if (e->end - e->begin != numel * fm_dtype_size(e->dtype)) {
+        char s1[96];
+        snprintf(tmp, sizeof tmp, "tensor '%s' of dtype %s and shape %s needs %llu bytes but its offsets span %llu",
+                 key, json_string_value(dt), fm_shape_str(e->ndim, e->shape, s1, sizeof s1),
+                 (unsigned long long)(numel * fm_dtype_size(e->dtype)), (unsigned long long)(e->end - e->begin));
+        return bad(path, "%s", tmp);
+    }
+    return FM_OK;
+}
+
+/* The data buffer must be covered exactly once: sorted spans abut. */
+static fm_status st_check_coverage(const char *path, const st_file *f, uint64_t dlen) {
+    char tmp[256];
+    st_entry *sorted = malloc(((size_t)f->n + 1) * sizeof *sorted);
+    if (!sorted) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    memcpy(sorted, f->e, (size_t)f->n * sizeof *sorted);
+    qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+    uint64_t pos = 0;
     fm_status st = FM_OK;
-    json_object_foreach(f->hdr, key, val) {
-        if (!strcmp(key, "__metadata__")) {
-            if (!json_is_object(val)) { st = bad(path, "%s", "__metadata__ is not an object"); break; }
-            const char *mk;
-            json_t *mv;
-            json_object_foreach(val, mk, mv) {
-                if (!json_is_string(mv)) { st = bad(path, "metadata value of '%s' is not a string", mk); break; }
-                if (meta && (st = fm_kv_set(meta, mk, json_string_value(mv))) != FM_OK) break;
-            }
-            if (st) break;
-            continue;
-        }
-        st_entry *e = &f->e[f->n];
-        e->name = key;
-        if (!key[0]) { st = bad(path, "%s", "a tensor has an empty name"); break; }
-        json_t *dt = json_object_get(val, "dtype"), *sh = json_object_get(val, "shape"),
-               *of = json_object_get(val, "data_offsets");
-        if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) || !json_is_array(of) ||
-            json_array_size(of) != 2) {
-            st = bad(path, "tensor '%s' needs dtype, shape and data_offsets [begin, end]", key);
-            break;
-        }
-        if (!st_dtype_parse(json_string_value(dt), &e->dtype)) {
-            snprintf(tmp, sizeof tmp, "tensor '%s' has unsupported dtype '%s'", key, json_string_value(dt));
+    for (int i = 0; i < f->n && st == FM_OK; i++) {
+        if (sorted[i].begin < pos) {
+            snprintf(tmp, sizeof tmp, "tensors '%s' and '%s' overlap", sorted[i - 1].name, sorted[i].name);
             st = bad(path, "%s", tmp);
-            break;
+        } else if (sorted[i].begin > pos) {
+            st = bad(path, "there is a hole in the data before tensor '%s'", sorted[i].name);
         }
-        if (json_array_size(sh) > FM_MAX_DIMS) { st = bad(path, "tensor '%s' has too many dims", key); break; }
-        e->ndim = (int)json_array_size(sh);
-        uint64_t numel = 1;
-        bool ok = true;
-        for (int d = 0; d < e->ndim; d++) {
-            json_t *x = json_array_get(sh, (size_t)d);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > ((json_int_t)1 << 40)) {
-                ok = false;
-                break;
-            }
-            e->shape[d] = json_integer_value(x);
-            numel *= (uint64_t)e->shape[d];
-            if (numel > ((uint64_t)1 << 48)) { ok = false; break; }
-        }
-        if (!ok) { st = bad(path, "tensor '%s' has an invalid shape", key); break; }
-        json_t *b = json_array_get(of, 0), *en = json_array_get(of, 1);
-        if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
-            json_integer_value(en) < json_integer_value(b)) {
-            st = bad(path, "tensor '%s' has invalid data_offsets", key);
-            break;
-        }
-        e->begin = (uint64_t)json_integer_value(b);
-        e->end = (uint64_t)json_integer_value(en);
-        if (e->end > dlen) {
-            snprintf(tmp, sizeof tmp, "tensor '%s' data_offsets [%llu, %llu] run past the %llu data bytes (truncated?)",
-                     key, (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)dlen);
-            st = bad(path, "%s", tmp);
-            break;
-        }
-        if (e->end - e->begin != numel * fm_dtype_size(e->dtype)) {
-            char s1[96];
-            snprintf(tmp, sizeof tmp, "tensor '%s' of dtype %s and shape %s needs %llu bytes but its offsets span %llu",
-                     key, json_string_value(dt), fm_shape_str(e->ndim, e->shape, s1, sizeof s1),
-                     (unsigned long long)(numel * fm_dtype_size(e->dtype)), (unsigned long long)(e->end - e->begin));
-            st = bad(path, "%s", tmp);
-            break;
-        }
-        f->n++;
+        pos = sorted[i].end;
+    }
+    if (st == FM_OK && pos != dlen) {
+        snprintf(tmp, sizeof tmp, "%llu data bytes but the tensors cover %llu", (unsigned long long)dlen,
+                 (unsigned long long)pos);
+        st = bad(path, "%s", tmp);
+    }
+    free(sorted);
+    return st;
+}
+
+static fm_status st_open(const char *path, st_file *f, fm_kv_list *meta) {
+    memset(f, 0, sizeof *f);
+    uint64_t dlen = 0;
+    fm_status st = st_read_file(path, f);
+    if (st == FM_OK) st = st_parse_header(path, f, &dlen);
+    if (st == FM_OK) {
+        f->e = calloc(json_object_size(f->hdr) + 1, sizeof *f->e);
+        if (!f->e) st = fm_set_error(FM_ERR_OOM, "out of host memory");
     }
     if (st == FM_OK) {
-        /* the buffer must be covered exactly once: sorted spans abut */
-        st_entry *sorted = malloc(((size_t)f->n + 1) * sizeof *sorted);
-        if (!sorted) st = fm_set_error(FM_ERR_OOM, "out of host memory");
-        else {
-            memcpy(sorted, f->e, (size_t)f->n * sizeof *sorted);
-            qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
-            uint64_t pos = 0;
-            for (int i = 0; i < f->n && st == FM_OK; i++) {
-                if (sorted[i].begin < pos) {
-                    snprintf(tmp, sizeof tmp, "tensors '%s' and '%s' overlap", sorted[i - 1].name, sorted[i].name);
-                    st = bad(path, "%s", tmp);
-                } else if (sorted[i].begin > pos) {
-                    st = bad(path, "there is a hole in the data before tensor '%s'", sorted[i].name);
-                }
-                pos = sorted[i].end;
-            }
-            if (st == FM_OK && pos != dlen) {
-                snprintf(tmp, sizeof tmp, "%llu data bytes but the tensors cover %llu", (unsigned long long)dlen,
-                         (unsigned long long)pos);
-                st = bad(path, "%s", tmp);
-            }
-            free(sorted);
+        const char *key;
+        json_t *val;
+        json_object_foreach(f->hdr, key, val) {
+            if (!strcmp(key, "__metadata__")) st = st_parse_metadata(path, val, meta);
+            else if ((st = st_parse_entry(path, key, val, dlen, &f->e[f->n])) == FM_OK) f->n++;
+            if (st) break;
         }
     }
+    if (st == FM_OK) st = st_check_coverage(path, f, dlen);
     if (st) {
         st_close(f);
         if (meta) fm_kv_free(meta); /* nothing half-read reaches the caller */
