@@ -214,6 +214,24 @@ static int matmul_fwd(void) {
         for (int k = 0; k < 5; k++) s += fm_tensor_get(bs, i * 5 + k) * fm_tensor_get(a, j * 5 + k);
         CHECK_NEAR(fm_tensor_get(y, i * 7 + j), s, 1e-5);
     }
+    /* f16/bf16 operands are widened to f32 before the GEMM: row-contiguous, column-contiguous
+     * (transposed view) and strided (sliced) operands each take their own path */
+    for (int d = 2; d < 4; d++) {
+        fm_tensor *al = fm_to_dtype(a, dts[d]), *bl = fm_to_dtype(b, dts[d]);
+        fm_tensor *alt = fm_transpose(al, 0, 1);                           /* [5,7], columns contiguous */
+        fm_tensor *bls = fm_slice(bl, 1, 0, 10, 2);                        /* [6,5], strided */
+        fm_tensor *blst = fm_transpose(bls, 0, 1);                         /* [5,6] */
+        fm_tensor *y1 = fm_matmul(bls, alt), *y2 = fm_matmul(al, blst);    /* [6,7], [7,6] */
+        CHECK_MSG(y1 && y2 && y1->shape[0] == 6 && y1->shape[1] == 7 && y2->shape[0] == 7 && y2->shape[1] == 6,
+                  "%s: %s", fm_dtype_name(dts[d]), fm_last_error());
+        for (int i = 0; y1 && y2 && i < 6; i++) for (int j = 0; j < 7; j++) {
+            double q = 0;
+            for (int k = 0; k < 5; k++) q += fm_tensor_get(bls, i * 5 + k) * fm_tensor_get(al, j * 5 + k);
+            CHECK_NEAR(fm_tensor_get(y1, i * 7 + j), q, tols[d] * 5);
+            CHECK_NEAR(fm_tensor_get(y2, j * 6 + i), q, tols[d] * 5);
+        }
+        fm_tensor_release_n(7, al, bl, alt, bls, blst, y1, y2);
+    }
     /* one row (batch-1 decoding) takes the GEMV path, split over threads when large:
      * x [1,300] against a weight used transposed ([500,300]^T) and a plain [300,500] */
     {

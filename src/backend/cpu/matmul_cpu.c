@@ -34,6 +34,24 @@ static void pack(const char *base, fm_dtype dt, int64_t off, int64_t R, int64_t 
         }
 }
 
+/* f16/bf16 -> f32 with the SIMD converters, a contiguous run at a time: rows when
+ * the rows are contiguous, else columns (the packed matrix is then the transpose).
+ * False when neither is contiguous (pack() then converts element by element). */
+static bool widen_lowp(const char *base, fm_dtype dt, int64_t off, int64_t R, int64_t C, int64_t sr, int64_t sc,
+                       float *dst, mat *m) {
+    if (dt != FM_F16 && dt != FM_BF16) return false;
+    bool rows = sc == 1 || C == 1, cols = !rows && (sr == 1 || R == 1);
+    if (!rows && !cols) return false;
+    int64_t runs = rows ? R : C, len = rows ? C : R, step = rows ? sr : sc;
+    for (int64_t i = 0; i < runs; i++) {
+        const uint16_t *src = (const uint16_t *)base + off + i * step;
+        if (dt == FM_BF16) fm_convert_bf16_to_f32(src, dst + i * len, (size_t)len);
+        else fm_convert_f16_to_f32(src, dst + i * len, (size_t)len);
+    }
+    *m = (mat){(const char *)dst, len > 0 ? len : 1, cols};
+    return true;
+}
+
 static fm_status k_matmul(const fm_op_call *c) {
     fm_tensor *a = c->in[0], *b = c->in[1], *y = c->out[0];
     int nd = y->ndim;
@@ -72,13 +90,17 @@ static fm_status k_matmul(const fm_op_call *c) {
         bool okB = !narrow && as_blas(b->storage->data, es, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb);
         if (!okA) {
             if (!ta && !(ta = malloc((size_t)(M * K > 0 ? M * K : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
-            pack(a->storage->data, dt, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], ta, ct);
-            ma = (mat){ta, K > 0 ? K : 1, false};
+            if (!widen_lowp(a->storage->data, dt, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], ta, &ma)) {
+                pack(a->storage->data, dt, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], ta, ct);
+                ma = (mat){ta, K > 0 ? K : 1, false};
+            }
         }
         if (!okB) {
             if (!tb && !(tb = malloc((size_t)(K * N > 0 ? K * N : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
-            pack(b->storage->data, dt, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], tb, ct);
-            mb = (mat){tb, N > 0 ? N : 1, false};
+            if (!widen_lowp(b->storage->data, dt, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], tb, &mb)) {
+                pack(b->storage->data, dt, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], tb, ct);
+                mb = (mat){tb, N > 0 ? N : 1, false};
+            }
         }
         void *out = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)fm_dtype_size(y->dtype);
         if (narrow) {
