@@ -20,11 +20,12 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
 cp data/recipes/*.ini "$seeds/recipe/"
+cp tests/data/graph/*.json "$seeds/graph/"
 printf 'a,b,label\n1,2,0\n3.5,-4e2,1\n' > "$seeds/csv/small.csv"
 python3 - "$seeds" <<'PY'
 import os, struct, sys, zlib

@@ -1,0 +1,143 @@
+/* fathom/graph.h: the inference graph, the one form that deploy (compile),
+ * interchange (ONNX import/export) and serve (KServe v2) share.
+ *
+ * A graph is a static list of nodes in execution order. Each node is an op
+ * (the forward ops of fathom/ops.def by their ops.def names, plus graph-only
+ * ops such as reshape, permute and cast: docs/GRAPH.md lists them with their
+ * inputs and attributes), reading named values and writing named values.
+ * A value is a graph input, a constant (a weight) or a node output; each has a
+ * dtype and a shape. Names are unique across the whole graph.
+ *
+ * Dynamic dimensions. A dimension of an input may be symbolic: a name such as
+ * "batch" or "seq" (an identifier), bound at run time from the inputs given.
+ * Attributes that hold sizes (reshape's target shape, expand, slice bounds)
+ * may use dim expressions over those names: "batch", "batch*seq", "past+seq",
+ * "2*seq" (sums of products of names and integers). Loading runs shape
+ * inference with the names bound to probe values (fm_graph_set_dim_hint, else
+ * 2) and again with each one plus one, so every node is checked before
+ * anything runs, and output dimensions that follow a name are reported as
+ * dynamic (-1).
+ *
+ * On disk a graph is a directory: graph.json (human-readable: inputs, outputs,
+ * nodes with their attributes, the dtype and shape of every value) and
+ * weights.safetensors (the constants by name). It is written atomically: into
+ * a temporary directory renamed into place, so a crash leaves the old
+ * directory or the new one, never a mix.
+ *
+ * Quantized weights: constants may be of any fathom dtype (FM_I8, FM_U8 with
+ * scales as separate constants); ops that read them are graph ops to come.
+ *
+ * Running: fm_graph_run does not modify the graph, so several threads may run
+ * one graph at the same time (the server's instances). */
+#ifndef FATHOM_GRAPH_H
+#define FATHOM_GRAPH_H
+#include "fathom/export.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fm_graph fm_graph;
+
+/* The most inputs/outputs one node may have (cat takes up to this many). */
+#define FM_GRAPH_MAX_NODE_IO 64
+/* A dynamic dimension in shapes reported by the getters. */
+#define FM_DIM_DYNAMIC (-1)
+
+typedef enum fm_graph_attr_type {
+    FM_ATTR_INT = 0, FM_ATTR_FLOAT, FM_ATTR_INTS, FM_ATTR_FLOATS, FM_ATTR_STRING
+} fm_graph_attr_type;
+
+/* One node attribute, as the builder takes it (everything is copied). For
+ * FM_ATTR_INTS, `dims` may be NULL; where dims[k] is not NULL, element k is that
+ * dim expression ("batch*seq") instead of ints[k]. */
+typedef struct fm_graph_attr {
+    const char *name;
+    fm_graph_attr_type type;
+    int64_t i;
+    double f;
+    const char *s;
+    int n;
+    const int64_t *ints;
+    const double *floats;
+    const char *const *dims;
+} fm_graph_attr;
+FM_API fm_graph_attr fm_graph_attr_int(const char *name, int64_t v);
+FM_API fm_graph_attr fm_graph_attr_float(const char *name, double v);
+FM_API fm_graph_attr fm_graph_attr_ints(const char *name, int n, const int64_t *v);
+FM_API fm_graph_attr fm_graph_attr_floats(const char *name, int n, const double *v);
+FM_API fm_graph_attr fm_graph_attr_string(const char *name, const char *s);
+
+/* ---- building ---- */
+FM_API fm_graph *fm_graph_new(void);
+FM_API void fm_graph_free(fm_graph *g);
+/* A graph input. dims[k] >= 0 is fixed; dims[k] < 0 is dynamic, named
+ * dim_names[k] (an identifier; the same name in two places is the same size).
+ * dim_names may be NULL when no dim is dynamic. */
+FM_API fm_status fm_graph_add_input(fm_graph *g, const char *name, fm_dtype dt, int ndim, const int64_t *dims,
+                                    const char *const *dim_names);
+/* A constant: t (any device, any strides) is copied to host memory now. */
+FM_API fm_status fm_graph_add_const(fm_graph *g, const char *name, const fm_tensor *t);
+/* A node. inputs name values defined earlier ("" for an absent optional
+ * input); outputs are new value names. `name` may be NULL (one is made up). */
+FM_API fm_status fm_graph_add_node(fm_graph *g, const char *op, const char *name, int n_in, const char *const *inputs,
+                                   int n_out, const char *const *outputs, int n_attrs, const fm_graph_attr *attrs);
+/* Marks a value as a graph output (in call order). */
+FM_API fm_status fm_graph_add_output(fm_graph *g, const char *value);
+/* The probe size used for dynamic dim `name` while checking shapes (default 2;
+ * give a typical size when small ones are invalid, e.g. an image side). */
+FM_API fm_status fm_graph_set_dim_hint(fm_graph *g, const char *name, int64_t size);
+/* Free-form string metadata kept in graph.json ("model_kind", ...). */
+FM_API fm_status fm_graph_set_meta(fm_graph *g, const char *key, const char *value);
+FM_API const char *fm_graph_get_meta(const fm_graph *g, const char *key);
+/* Checks every node (op known, inputs defined, attributes, dtypes, shapes) and
+ * infers each value's dtype and shape. fm_graph_run and fm_graph_save call it
+ * when needed; errors name the node, its op and what is wrong. */
+FM_API fm_status fm_graph_validate(fm_graph *g);
+
+/* ---- files ---- */
+/* Writes DIR/graph.json and DIR/weights.safetensors atomically (DIR is
+ * replaced as a whole if it exists and holds a graph). */
+FM_API fm_status fm_graph_save(fm_graph *g, const char *dir);
+/* Reads and validates a graph directory; NULL with the reason on error. */
+FM_API fm_graph *fm_graph_load(const char *dir);
+/* True when DIR holds a graph.json (what the commands test to tell a graph
+ * directory from a trained model's). */
+FM_API bool fm_graph_dir_is_graph(const char *dir);
+
+/* ---- metadata (for servers and tools) ---- */
+typedef struct fm_graph_io {
+    const char *name;
+    fm_dtype dtype;
+    int ndim;
+    int64_t shape[FM_MAX_DIMS];          /* FM_DIM_DYNAMIC where dynamic */
+    const char *dim_names[FM_MAX_DIMS]; /* the dynamic dims' names (NULL for fixed ones, and for
+                                         * output dims that depend on several names) */
+} fm_graph_io;
+FM_API int fm_graph_num_inputs(const fm_graph *g);
+FM_API int fm_graph_num_outputs(const fm_graph *g);
+FM_API int fm_graph_num_nodes(const fm_graph *g);
+FM_API int fm_graph_num_consts(const fm_graph *g);
+/* Valid after fm_graph_validate (fm_graph_load validates). */
+FM_API fm_status fm_graph_input_info(const fm_graph *g, int i, fm_graph_io *out);
+FM_API fm_status fm_graph_output_info(const fm_graph *g, int i, fm_graph_io *out);
+
+/* ---- running ---- */
+/* Moves the constants to `dev` (once; runs then happen there). */
+FM_API fm_status fm_graph_to_device(fm_graph *g, fm_device dev);
+FM_API fm_device fm_graph_device(const fm_graph *g);
+/* Runs the graph: inputs[i] for the i-th declared input (moved to the graph's
+ * device when elsewhere; shapes must match the declared ones, dynamic dims
+ * consistently); outputs[j] receives a new reference to the j-th output, on the
+ * graph's device. On error no output is set and the message names the input or
+ * the node. */
+FM_API fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs);
+/* The same by name: any order of inputs, and only the outputs asked for. */
+FM_API fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_names, fm_tensor *const *inputs,
+                                    int n_out, const char *const *out_names, fm_tensor **outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* graph_internal.h: the inference graph's data model (fathom/graph.h is the
+ * public face), shared by the builder (graph.c), the op table (graph_ops*.c),
+ * shape inference (graph_check.c), the files (graph_io.c) and the runner
+ * (graph_run.c). */
+#ifndef FATHOM_GRAPH_INTERNAL_H
+#define FATHOM_GRAPH_INTERNAL_H
+#include <stdint.h>
+
+#include "fathom/graph.h"
+#include "fathom/io.h"
+
+#define G_MAX_SYMS 16
+
+/* One element of an INTS attribute: a number, or a dim expression over the
+ * graph's dynamic dims ("batch*seq"). */
+typedef struct gdim { int64_t v; char *expr; } gdim;
+
+typedef struct gattr {
+    char *name;
+    fm_graph_attr_type type;
+    int64_t i;
+    double f;
+    char *s;
+    int n;
+    gdim *ints;
+    double *floats;
+} gattr;
+
+typedef enum { GV_INPUT = 0, GV_CONST, GV_NODE } gv_kind;
+
+/* A dtype and shape as shape inference sees them (ndim < 0: an absent input). */
+typedef struct gtype { fm_dtype dt; int ndim; int64_t d[FM_MAX_DIMS]; } gtype;
+
+typedef struct gvalue {
+    char *name;
+    gv_kind kind;
+    int producer;             /* node index (GV_NODE) */
+    gtype t;                  /* with the dynamic dims at their probe sizes */
+    int64_t probe2[FM_MAX_DIMS]; /* the same with every probe plus one: dims that differ are dynamic */
+    int sym[FM_MAX_DIMS];     /* inputs: the dynamic dims' symbol ids (-1: fixed) */
+    bool typed;               /* t is known (inputs, constants, inferred outputs) */
+    fm_tensor *tensor;        /* GV_CONST: the weight (on the graph's device) */
+    int last_use;             /* index of the last node reading it (-1: none) */
+    bool is_output;
+    char *decl_shape;         /* from graph.json: the shape the file declares, checked after inference */
+} gvalue;
+
+typedef struct gnode {
+    char *op, *name;
+    int spec;                 /* index in the op table (graph_ops.c) */
+    int n_in, n_out;
+    int *in, *out;            /* value indices; in[i] < 0: absent optional input */
+    int n_attrs;
+    gattr *attrs;
+} gnode;
+
+typedef struct gsym { char *name; int64_t hint; } gsym;
+
+struct fm_graph {
+    int n_values, cap_values;
+    gvalue *values;
+    int n_nodes, cap_nodes;
+    gnode *nodes;
+    int n_inputs, n_outputs, cap_inputs, cap_outputs;
+    int *inputs, *outputs;    /* value indices */
+    int n_syms;
+    gsym syms[G_MAX_SYMS];
+    fm_kv_list meta;
+    fm_device device;
+    bool validated;
+    /* name -> value index, open addressing (cap_hash a power of two, -1 empty) */
+    int *hash;
+    int cap_hash;
+};
+
+/* ---- graph.c ---- */
+int g_find_value(const fm_graph *g, const char *name);
+int g_find_sym(const fm_graph *g, const char *name);
+/* Adds a symbol (dynamic dim name) if new; returns its id or -1 (error set). */
+int g_add_sym(fm_graph *g, const char *name);
+/* A new value named `name` (unique); returns its index or -1 (error set). */
+int g_new_value(fm_graph *g, const char *name, gv_kind kind);
+bool g_is_ident(const char *s);
+const gattr *g_node_attr(const gnode *n, const char *name);
+
+/* ---- dim expressions (graph_expr.c) ---- */
+/* Checks syntax and that every name is a symbol of g. */
+fm_status g_expr_check(const fm_graph *g, const char *expr);
+/* Evaluates with symbol values vals[sym id]. */
+fm_status g_expr_eval(const fm_graph *g, const char *expr, const int64_t *vals, int64_t *out);
+
+/* ---- the op table (graph_ops.c) ---- */
+/* What an op's rules see: the node, the graph (for expressions) and the
+ * current symbol values. */
+typedef struct gctx { const fm_graph *g; const gnode *n; const int64_t *syms; } gctx;
+typedef fm_status (*g_infer_fn)(const gctx *c, const gtype *in, gtype *out);
+typedef fm_status (*g_run_fn)(const gctx *c, fm_tensor *const *in, fm_tensor **out);
+typedef struct g_op_spec {
+    const char *name;
+    int min_in, max_in, n_out;
+    const char *attrs;        /* the attribute names it accepts, comma-separated */
+    g_infer_fn infer;
+    g_run_fn run;
+    void (*fn)(void);         /* the front end, for the rules shared by a family */
+} g_op_spec;
+/* The families' rules (graph_ops.c, graph_ops_nn.c, graph_ops_shape.c). */
+extern const g_op_spec g_ops_core[], g_ops_nn[], g_ops_shape[];
+extern const int g_n_ops_core, g_n_ops_nn, g_n_ops_shape;
+/* Sets an error naming the shape: "got [2, 3]" helpers. */
+const char *g_tshape(const gtype *t, char *buf, size_t n);
+fm_status g_norm_axis(int64_t axis, int ndim, int *out);
+/* Index of op `name`, or -1. */
+int g_op_find(const char *name);
+const g_op_spec *g_op_spec_at(int i);
+int g_op_count(void);
+
+/* Attribute readers for the rules: a missing attribute gives `def`; a wrong
+ * type is an error naming the node. */
+fm_status ga_int(const gctx *c, const char *name, int64_t def, int64_t *out);
+fm_status ga_float(const gctx *c, const char *name, double def, double *out);
+/* INTS with expressions evaluated; *n = -1 when absent. max: capacity of out. */
+fm_status ga_ints(const gctx *c, const char *name, int64_t *out, int *n, int max);
+const char *ga_string(const gctx *c, const char *name, const char *def);
+
+/* ---- checking (graph_check.c) ---- */
+/* Shape inference over all nodes with symbols at vals; fills value types (and
+ * probe2 when `second`). */
+fm_status g_infer_all(fm_graph *g, const int64_t *vals, bool second);
+/* Node context for errors: "node 'fc1' (linear)". */
+const char *g_node_label(const gnode *n, char *buf, size_t size);
+/* Writes a value's shape as JSON-style text ("[\"batch\", 10]") into buf. */
+const char *g_shape_text(const fm_graph *g, const gvalue *v, char *buf, size_t size);
+#endif

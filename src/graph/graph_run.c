@@ -1,0 +1,152 @@
+/* Running a graph: bind the dynamic dims from the inputs, run the nodes in
+ * order through the ops' front ends (which dispatch to the device's kernels),
+ * and drop each intermediate after its last reader, so the eager peak is what
+ * is live, not everything. The graph itself is only read: concurrent runs of
+ * one graph are safe. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "graph/graph_internal.h"
+
+fm_status fm_graph_to_device(fm_graph *g, fm_device dev) {
+    if (!g) return fm_set_error(FM_ERR_INVALID, "graph: NULL graph");
+    for (int v = 0; v < g->n_values; v++) {
+        gvalue *val = &g->values[v];
+        if (val->kind != GV_CONST || fm_device_eq(fm_tensor_device(val->tensor), dev)) continue;
+        fm_tensor *t = fm_tensor_to(val->tensor, dev);
+        if (!t) { fm_error_prefix("graph: moving constant '%s'", val->name); return fm_last_status(); }
+        fm_tensor_release(val->tensor);
+        val->tensor = t;
+    }
+    g->device = dev;
+    return FM_OK;
+}
+
+/* Checks one input against its declaration and binds its dynamic dims. */
+static fm_status bind_input(const fm_graph *g, const gvalue *val, const fm_tensor *t, int64_t *syms) {
+    char s1[96], s2[512];
+    if (!t) return fm_set_error(FM_ERR_INVALID, "graph input '%s' is missing", val->name);
+    if (t->dtype != val->t.dt)
+        return fm_set_error(FM_ERR_INVALID, "graph input '%s' must be %s, got %s", val->name, fm_dtype_name(val->t.dt), fm_dtype_name(t->dtype));
+    bool ok = t->ndim == val->t.ndim;
+    for (int d = 0; ok && d < t->ndim; d++) {
+        int s = val->sym[d];
+        if (s < 0) ok = t->shape[d] == val->t.d[d];
+        else if (syms[s] < 0) syms[s] = t->shape[d];
+        else ok = syms[s] == t->shape[d];
+    }
+    if (!ok)
+        return fm_set_error(FM_ERR_INVALID, "graph input '%s' has shape %s, expected %s (named dims must agree across inputs)", val->name,
+                            fm_shape_str(t->ndim, t->shape, s1, sizeof s1), g_shape_text(g, val, s2, sizeof s2));
+    return FM_OK;
+}
+
+static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, const int64_t *syms) {
+    char lb[160];
+    fm_tensor *in[FM_GRAPH_MAX_NODE_IO] = {0}, *out[FM_GRAPH_MAX_NODE_IO] = {0};
+    for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? env[n->in[k]] : NULL;
+    const g_op_spec *sp = g_op_spec_at(n->spec);
+    gctx c = {g, n, syms};
+    fm_status st = sp->run(&c, in, out);
+    for (int k = 0; st == FM_OK && k < n->n_out; k++) {
+        const gvalue *ov = &g->values[n->out[k]];
+        if (!out[k]) st = fm_set_error(FM_ERR_INTERNAL, "output %d was not produced", k);
+        else if (out[k]->dtype != ov->t.dt)
+            st = fm_set_error(FM_ERR_INTERNAL, "output %d is %s but shape inference said %s", k, fm_dtype_name(out[k]->dtype), fm_dtype_name(ov->t.dt));
+    }
+    if (st != FM_OK) {
+        for (int k = 0; k < n->n_out; k++) fm_tensor_release(out[k]);
+        fm_error_prefix("%s", g_node_label(n, lb, sizeof lb));
+        return st;
+    }
+    for (int k = 0; k < n->n_out; k++) env[n->out[k]] = out[k];
+    return FM_OK;
+}
+
+/* A graph output that shares storage with a constant is copied, so the caller
+ * can never write into the weights through it. */
+static fm_tensor *detach_output(const fm_graph *g, fm_tensor *t) {
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == GV_CONST && g->values[v].tensor->storage == t->storage) return fm_clone(t);
+    return fm_tensor_retain(t);
+}
+
+static fm_status run_all(const fm_graph *g, fm_tensor **env, const int64_t *syms, int n_out, const int *out_v, fm_tensor **outputs) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gnode *n = &g->nodes[i];
+        if (run_node(g, n, env, syms)) return fm_last_status();
+        for (int k = 0; k < n->n_in; k++) { /* intermediates die after their last reader */
+            int v = n->in[k];
+            if (v >= 0 && g->values[v].last_use == i && !g->values[v].is_output && g->values[v].kind == GV_NODE && env[v]) {
+                fm_tensor_release(env[v]);
+                env[v] = NULL;
+            }
+        }
+        for (int k = 0; k < n->n_out; k++) { /* and outputs nobody reads at once */
+            int v = n->out[k];
+            if (g->values[v].last_use < 0 && !g->values[v].is_output) { fm_tensor_release(env[v]); env[v] = NULL; }
+        }
+    }
+    for (int j = 0; j < n_out; j++) {
+        outputs[j] = detach_output(g, env[out_v[j]]);
+        if (!outputs[j]) {
+            for (int k = 0; k < j; k++) { fm_tensor_release(outputs[k]); outputs[k] = NULL; }
+            return fm_last_status();
+        }
+    }
+    return FM_OK;
+}
+
+static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_out, const int *out_v, fm_tensor **outputs) {
+    if (!g->validated) return fm_set_error(FM_ERR_STATE, "graph: not validated (fm_graph_validate, or build it with fm_graph_load)");
+    int64_t syms[G_MAX_SYMS];
+    for (int s = 0; s < G_MAX_SYMS; s++) syms[s] = -1;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (bind_input(g, &g->values[g->inputs[i]], by_input[i], syms)) return fm_last_status();
+    fm_tensor **env = calloc((size_t)g->n_values + 1, sizeof *env);
+    if (!env) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    fm_status st = FM_OK;
+    for (int i = 0; i < g->n_inputs && st == FM_OK; i++) {
+        env[g->inputs[i]] = fm_tensor_to(by_input[i], g->device);
+        if (!env[g->inputs[i]]) st = fm_last_status();
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == GV_CONST) env[v] = fm_tensor_retain(g->values[v].tensor);
+    bool prev = fm_set_grad_enabled(false);
+    if (st == FM_OK) st = run_all(g, env, syms, n_out, out_v, outputs);
+    fm_set_grad_enabled(prev);
+    for (int v = 0; v < g->n_values; v++) fm_tensor_release(env[v]);
+    free(env);
+    return st;
+}
+
+fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs) {
+    if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
+    return run_impl(g, inputs, g->n_outputs, g->outputs, outputs);
+}
+
+fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_names, fm_tensor *const *inputs, int n_out,
+                             const char *const *out_names, fm_tensor **outputs) {
+    if (!g || n_in < 0 || n_out < 1 || (n_in && (!in_names || !inputs)) || !out_names || !outputs)
+        return fm_set_error(FM_ERR_INVALID, "graph run: NULL or empty arguments");
+    fm_tensor **by_input = calloc((size_t)g->n_inputs + 1, sizeof *by_input);
+    int *out_v = calloc((size_t)n_out, sizeof *out_v);
+    fm_status st = by_input && out_v ? FM_OK : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    for (int i = 0; st == FM_OK && i < n_in; i++) {
+        int v = g_find_value(g, in_names[i]), k = 0;
+        while (k < g->n_inputs && g->inputs[k] != v) k++;
+        if (v < 0 || k == g->n_inputs) st = fm_set_error(FM_ERR_INVALID, "graph has no input named '%s'", in_names[i] ? in_names[i] : "(null)");
+        else if (by_input[k]) st = fm_set_error(FM_ERR_INVALID, "graph input '%s' is given twice", in_names[i]);
+        else by_input[k] = inputs[i];
+    }
+    for (int j = 0; st == FM_OK && j < n_out; j++) {
+        out_v[j] = g_find_value(g, out_names[j]);
+        if (out_v[j] < 0 || !g->values[out_v[j]].is_output)
+            st = fm_set_error(FM_ERR_INVALID, "graph has no output named '%s'", out_names[j] ? out_names[j] : "(null)");
+    }
+    if (st == FM_OK) st = run_impl(g, by_input, n_out, out_v, outputs);
+    free(by_input);
+    free(out_v);
+    return st;
+}

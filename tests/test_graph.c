@@ -1,0 +1,344 @@
+/* The inference graph (fathom/graph.h): building, checking, running against
+ * the same ops called directly, saving and loading, dynamic dims, and the
+ * refusals (bad graphs, bad files, bad inputs) with their messages. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fathom/fathom.h"
+#include "fathom/graph.h"
+#include "fathom/io.h"
+#include "test_util.h"
+
+static char g_tmp[256];
+
+static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    return fm_tensor_randn(ndim, shape, FM_F32, &r);
+}
+
+static double max_abs_diff(const fm_tensor *a, const fm_tensor *b) {
+    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return 1e30;
+    double m = 0;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
+        double d = fabs(fm_tensor_get(a, i) - fm_tensor_get(b, i));
+        if (d > m || d != d) m = d != d ? 1e30 : d;
+    }
+    return m;
+}
+
+/* x [batch, 8] -> linear(8->16) -> gelu -> linear(16->4) -> softmax */
+static fm_graph *mlp_graph(fm_tensor **w1, fm_tensor **b1, fm_tensor **w2) {
+    *w1 = randn(2, (int64_t[]){16, 8}, 1);
+    *b1 = randn(1, (int64_t[]){16}, 2);
+    *w2 = randn(2, (int64_t[]){4, 16}, 3);
+    fm_graph *g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 8}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "fc1.weight", *w1) == FM_OK);
+    CHECK(fm_graph_add_const(g, "fc1.bias", *b1) == FM_OK);
+    CHECK(fm_graph_add_const(g, "fc2.weight", *w2) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "fc1", 3, (const char *[]){"x", "fc1.weight", "fc1.bias"}, 1, (const char *[]){"h"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "gelu", NULL, 1, (const char *[]){"h"}, 1, (const char *[]){"a"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "fc2", 3, (const char *[]){"a", "fc2.weight", ""}, 1, (const char *[]){"logits"}, 0, NULL) == FM_OK);
+    fm_graph_attr ax = fm_graph_attr_int("axis", -1);
+    CHECK(fm_graph_add_node(g, "softmax", NULL, 1, (const char *[]){"logits"}, 1, (const char *[]){"probs"}, 1, &ax) == FM_OK);
+    CHECK(fm_graph_add_output(g, "probs") == FM_OK);
+    CHECK(fm_graph_add_output(g, "logits") == FM_OK);
+    return g;
+}
+
+static fm_tensor *mlp_eager(fm_tensor *x, fm_tensor *w1, fm_tensor *b1, fm_tensor *w2) {
+    fm_tensor *h = fm_linear(x, w1, b1), *a = fm_gelu(h), *l = fm_linear(a, w2, NULL), *p = fm_softmax(l, -1);
+    fm_tensor_release_n(3, h, a, l);
+    return p;
+}
+
+static void test_mlp_build_run_save_load(void) {
+    fm_tensor *w1, *b1, *w2;
+    fm_graph *g = mlp_graph(&w1, &b1, &w2);
+    CHECK(fm_graph_validate(g) == FM_OK);
+    fm_graph_io io;
+    CHECK(fm_graph_input_info(g, 0, &io) == FM_OK && io.shape[0] == FM_DIM_DYNAMIC && io.shape[1] == 8 && !strcmp(io.dim_names[0], "batch"));
+    CHECK(fm_graph_output_info(g, 0, &io) == FM_OK && io.ndim == 2 && io.shape[0] == FM_DIM_DYNAMIC && io.shape[1] == 4);
+    CHECK(io.dim_names[0] && !strcmp(io.dim_names[0], "batch"));
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/mlp", g_tmp);
+    CHECK(fm_graph_save(g, dir) == FM_OK);
+    fm_graph *g2 = fm_graph_load(dir);
+    CHECK_MSG(g2 != NULL, "%s", fm_last_error());
+    for (int64_t batch = 1; batch <= 5 && g2; batch += 4) { /* the batch size is dynamic */
+        fm_tensor *x = randn(2, (int64_t[]){batch, 8}, 10 + (uint64_t)batch), *out[2] = {0}, *out2[2] = {0};
+        fm_tensor *ref = mlp_eager(x, w1, b1, w2);
+        CHECK(fm_graph_run(g, &x, out) == FM_OK);
+        CHECK(fm_graph_run(g2, &x, out2) == FM_OK);
+        CHECK(max_abs_diff(out[0], ref) == 0); /* the same ops in the same order: bitwise */
+        CHECK(max_abs_diff(out2[0], ref) == 0);
+        CHECK(out[1] && out[1]->shape[0] == batch && out[1]->shape[1] == 4);
+        fm_tensor *only = NULL;
+        CHECK(fm_graph_run_named(g2, 1, (const char *[]){"x"}, &x, 1, (const char *[]){"logits"}, &only) == FM_OK);
+        CHECK(max_abs_diff(only, out2[1]) == 0);
+        fm_tensor_release_n(7, x, ref, out[0], out[1], out2[0], out2[1], only);
+    }
+    /* saving over an existing graph directory replaces it; over anything else is refused */
+    CHECK(fm_graph_save(g2, dir) == FM_OK);
+    char other[300];
+    snprintf(other, sizeof other, "%s/notgraph", g_tmp);
+    mkdir(other, 0755);
+    char f[340];
+    snprintf(f, sizeof f, "%s/model.safetensors", other);
+    FILE *fp = fopen(f, "w");
+    if (fp) { fputs("x", fp); fclose(fp); }
+    CHECK(fm_graph_save(g2, other) != FM_OK);
+    CHECK_ERR_CONTAINS("not a graph directory");
+    CHECK(fm_graph_load(other) == NULL);
+    CHECK_ERR_CONTAINS("trained model");
+    fm_graph_free(g);
+    fm_graph_free(g2);
+    fm_tensor_release_n(3, w1, b1, w2);
+}
+
+static void test_bad_inputs_at_run(void) {
+    fm_tensor *w1, *b1, *w2;
+    fm_graph *g = mlp_graph(&w1, &b1, &w2);
+    CHECK(fm_graph_validate(g) == FM_OK);
+    fm_tensor *x = randn(2, (int64_t[]){3, 7}, 4), *out[2] = {0};
+    CHECK(fm_graph_run(g, &x, out) != FM_OK && !out[0]);
+    CHECK_ERR_CONTAINS("input 'x' has shape [3, 7]");
+    fm_tensor *xi = fm_tensor_zeros(2, (int64_t[]){3, 8}, FM_I64, FM_CPU);
+    CHECK(fm_graph_run(g, &xi, out) != FM_OK);
+    CHECK_ERR_CONTAINS("must be f32, got i64");
+    fm_tensor *y = NULL;
+    CHECK(fm_graph_run_named(g, 1, (const char *[]){"nope"}, &x, 1, (const char *[]){"probs"}, &y) != FM_OK);
+    CHECK_ERR_CONTAINS("no input named 'nope'");
+    fm_tensor_release_n(5, x, xi, w1, b1, w2);
+    fm_graph_free(g);
+}
+
+static void test_bad_graphs(void) {
+    fm_graph *g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 8}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_node(g, "frobnicate", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"y"}, 0, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("unknown op 'frobnicate'");
+    CHECK(fm_graph_add_node(g, "relu", NULL, 1, (const char *[]){"q"}, 1, (const char *[]){"y"}, 0, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("reads 'q'");
+    CHECK(fm_graph_add_node(g, "relu", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"x"}, 0, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("defined twice");
+    fm_graph_free(g);
+
+    /* a shape error is found at validation and names the node */
+    g = fm_graph_new();
+    fm_tensor *w = randn(2, (int64_t[]){4, 9}, 1);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 8}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "fc", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"y"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    CHECK(fm_graph_validate(g) != FM_OK);
+    CHECK_ERR_CONTAINS("node 'fc' (linear): input [2, 8] does not match weight [4, 9]");
+    fm_tensor *x = randn(2, (int64_t[]){2, 8}, 2), *y = NULL;
+    CHECK(fm_graph_run(g, &x, &y) != FM_OK); /* never runs unchecked */
+    fm_graph_free(g);
+
+    /* an unknown attribute, and a reshape that only works at one batch size */
+    g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 8}, (const char *[]){"batch", NULL}) == FM_OK);
+    fm_graph_attr bad = fm_graph_attr_int("axes", 1);
+    CHECK(fm_graph_add_node(g, "softmax", "sm", 1, (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, &bad) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    CHECK(fm_graph_validate(g) != FM_OK);
+    CHECK_ERR_CONTAINS("unknown attribute 'axes'");
+    fm_graph_free(g);
+    g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 8}, (const char *[]){"batch", NULL}) == FM_OK);
+    fm_graph_attr fixed = fm_graph_attr_ints("shape", 2, (int64_t[]){4, 4});
+    CHECK(fm_graph_add_node(g, "reshape", "r", 1, (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, &fixed) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    CHECK(fm_graph_validate(g) != FM_OK); /* fits batch 2 (the probe) but not batch 3 */
+    CHECK_ERR_CONTAINS("node 'r' (reshape)");
+    fm_graph_free(g);
+    fm_tensor_release_n(2, w, x);
+}
+
+/* x [batch, seq, 6] -> reshape to [batch*seq, 6] (a dim expression) -> layer_norm
+ * -> reshape back to [batch, seq, 2, 3] -> permute -> sum over the last axis. */
+static void test_dim_expressions(void) {
+    fm_graph *g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 3, (int64_t[]){-1, -1, 6}, (const char *[]){"batch", "seq", NULL}) == FM_OK);
+    fm_graph_attr a1 = {.name = "shape", .type = FM_ATTR_INTS, .n = 2, .ints = (int64_t[]){0, 6}, .dims = (const char *[]){"batch*seq", NULL}};
+    CHECK(fm_graph_add_node(g, "reshape", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"x2"}, 1, &a1) == FM_OK);
+    CHECK(fm_graph_add_node(g, "layer_norm", NULL, 1, (const char *[]){"x2"}, 1, (const char *[]){"n"}, 0, NULL) == FM_OK);
+    fm_graph_attr a2 = {.name = "shape", .type = FM_ATTR_INTS, .n = 4, .ints = (int64_t[]){0, 0, 2, 3}, .dims = (const char *[]){"batch", "seq", NULL, NULL}};
+    CHECK(fm_graph_add_node(g, "reshape", NULL, 1, (const char *[]){"n"}, 1, (const char *[]){"n4"}, 1, &a2) == FM_OK);
+    fm_graph_attr p = fm_graph_attr_ints("perm", 4, (int64_t[]){0, 2, 1, 3});
+    CHECK(fm_graph_add_node(g, "permute", NULL, 1, (const char *[]){"n4"}, 1, (const char *[]){"t"}, 1, &p) == FM_OK);
+    fm_graph_attr s[2] = {fm_graph_attr_ints("axes", 1, (int64_t[]){-1}), fm_graph_attr_int("keepdim", 0)};
+    CHECK(fm_graph_add_node(g, "sum", NULL, 1, (const char *[]){"t"}, 1, (const char *[]){"y"}, 2, s) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "seq", 4) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    fm_graph_io io;
+    CHECK(fm_graph_output_info(g, 0, &io) == FM_OK && io.ndim == 3 && io.shape[0] == -1 && io.shape[1] == 2 && io.shape[2] == -1);
+    CHECK(io.dim_names[2] && !strcmp(io.dim_names[2], "seq"));
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/expr", g_tmp);
+    CHECK(fm_graph_save(g, dir) == FM_OK);
+    fm_graph *g2 = fm_graph_load(dir);
+    CHECK_MSG(g2 != NULL, "%s", fm_last_error());
+    fm_tensor *x = randn(3, (int64_t[]){3, 5, 6}, 7), *y = NULL;
+    CHECK(g2 && fm_graph_run(g2, &x, &y) == FM_OK);
+    fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){15, 6}), *n = fm_layer_norm(x2, 1, NULL, NULL, 1e-5);
+    fm_tensor *n4 = fm_reshape(n, 4, (int64_t[]){3, 5, 2, 3}), *t = fm_permute(n4, (int[]){0, 2, 1, 3});
+    fm_tensor *ref = fm_sum(t, 1, (int[]){-1}, false);
+    CHECK(max_abs_diff(y, ref) == 0);
+    fm_tensor_release_n(7, x, y, x2, n, n4, t, ref);
+    /* an expression over a name no input declares is refused */
+    fm_graph *g3 = fm_graph_new();
+    CHECK(fm_graph_add_input(g3, "x", FM_F32, 2, (int64_t[]){-1, 6}, (const char *[]){"batch", NULL}) == FM_OK);
+    fm_graph_attr a3 = {.name = "shape", .type = FM_ATTR_INTS, .n = 1, .ints = (int64_t[]){0}, .dims = (const char *[]){"batch*tokens"}};
+    CHECK(fm_graph_add_node(g3, "reshape", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, &a3) == FM_OK);
+    CHECK(fm_graph_add_output(g3, "y") == FM_OK);
+    CHECK(fm_graph_validate(g3) != FM_OK);
+    CHECK_ERR_CONTAINS("'tokens' is not a dynamic dim");
+    fm_graph_free(g);
+    fm_graph_free(g2);
+    fm_graph_free(g3);
+}
+
+/* conv2d -> batch_norm -> relu -> max_pool2d -> flatten -> linear, batch dynamic */
+static void test_cnn(void) {
+    fm_tensor *cw = randn(4, (int64_t[]){4, 1, 3, 3}, 1), *cb = randn(1, (int64_t[]){4}, 2);
+    fm_tensor *g1 = randn(1, (int64_t[]){4}, 3), *b1 = randn(1, (int64_t[]){4}, 4), *m = randn(1, (int64_t[]){4}, 5);
+    fm_tensor *v = fm_tensor_full(1, (int64_t[]){4}, 0.7, FM_F32, FM_CPU), *lw = randn(2, (int64_t[]){3, 4 * 4 * 4}, 6);
+    fm_graph *g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "img", FM_F32, 4, (int64_t[]){-1, 1, 8, 8}, (const char *[]){"batch", NULL, NULL, NULL}) == FM_OK);
+    const char *names[] = {"cw", "cb", "g", "b", "m", "v", "lw"};
+    fm_tensor *ts[] = {cw, cb, g1, b1, m, v, lw};
+    for (int i = 0; i < 7; i++) CHECK(fm_graph_add_const(g, names[i], ts[i]) == FM_OK);
+    fm_graph_attr ca = fm_graph_attr_ints("padding", 2, (int64_t[]){1, 1});
+    CHECK(fm_graph_add_node(g, "conv2d", NULL, 3, (const char *[]){"img", "cw", "cb"}, 1, (const char *[]){"c"}, 1, &ca) == FM_OK);
+    fm_graph_attr be = fm_graph_attr_float("eps", 1e-5);
+    CHECK(fm_graph_add_node(g, "batch_norm", NULL, 5, (const char *[]){"c", "g", "b", "m", "v"}, 1, (const char *[]){"bn"}, 1, &be) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", NULL, 1, (const char *[]){"bn"}, 1, (const char *[]){"r"}, 0, NULL) == FM_OK);
+    fm_graph_attr pk = fm_graph_attr_ints("kernel", 1, (int64_t[]){2});
+    CHECK(fm_graph_add_node(g, "max_pool2d", NULL, 1, (const char *[]){"r"}, 1, (const char *[]){"p"}, 1, &pk) == FM_OK);
+    fm_graph_attr fs = fm_graph_attr_int("start", 1);
+    CHECK(fm_graph_add_node(g, "flatten", NULL, 1, (const char *[]){"p"}, 1, (const char *[]){"f"}, 1, &fs) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", NULL, 2, (const char *[]){"f", "lw"}, 1, (const char *[]){"y"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    fm_tensor *x = randn(4, (int64_t[]){3, 1, 8, 8}, 9), *y = NULL;
+    CHECK(fm_graph_run(g, &x, &y) == FM_OK);
+    fm_conv2d_params cp = fm_conv2d_default_params();
+    cp.padding[0] = cp.padding[1] = 1;
+    fm_pool2d_params pp = {{2, 2}, {2, 2}, {0, 0}, true, FM_NCHW};
+    fm_tensor *c = fm_conv2d(x, cw, cb, &cp), *bn = fm_batch_norm(c, g1, b1, m, v, false, 0.1, 1e-5, FM_NCHW), *r = fm_relu(bn);
+    fm_tensor *p = fm_max_pool2d(r, &pp), *f = fm_flatten(p, 1, -1), *ref = fm_linear(f, lw, NULL);
+    CHECK(max_abs_diff(y, ref) == 0);
+    fm_tensor_release_n(8, x, y, c, bn, r, p, f, ref);
+    for (int i = 0; i < 7; i++) fm_tensor_release(ts[i]);
+    fm_graph_free(g);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+/* A saved graph.json edited by hand: each corruption is refused with its reason. */
+static void test_corrupt_files(void) {
+    fm_tensor *w1, *b1, *w2;
+    fm_graph *g = mlp_graph(&w1, &b1, &w2);
+    char dir[300], path[340];
+    snprintf(dir, sizeof dir, "%s/corrupt", g_tmp);
+    CHECK(fm_graph_save(g, dir) == FM_OK);
+    snprintf(path, sizeof path, "%s/graph.json", dir);
+    FILE *f = fopen(path, "r");
+    static char orig[1 << 16];
+    size_t n = f ? fread(orig, 1, sizeof orig - 1, f) : 0;
+    if (f) fclose(f);
+    orig[n] = 0;
+    struct { const char *from, *to, *needle; } cases[] = {
+        {"\"op\": \"gelu\"", "\"op\": \"gelu2\"", "unknown op 'gelu2'"},
+        {"\"fathom-graph\"", "\"other\"", "expected 'fathom-graph'"},
+        {"\"a\"", "\"zz\"", "reads 'a'"},
+        {"\"axis\": -1", "\"axis\": 7", "axis 7 is out of range"},
+        {"\"axis\": -1", "\"axis\": \"x\"", "'axis' must be an integer"},
+        {"\"fc2.weight\", \"dtype\": \"f32\"", "\"fc2.weight\", \"dtype\": \"f16\"", "declares f16"},
+        {"\"shape\": [\"batch\", 16]", "\"shape\": [\"batch\", 17]", "declares f32 [\"batch\", 17]"},
+        {"\"nodes\"", "\"nodez\"", "'nodes' must be an array"},
+        {"{", "[", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = strstr(orig, cases[i].from);
+        CHECK_MSG(p != NULL, "case %zu: '%s' not in graph.json", i, cases[i].from);
+        if (!p) continue;
+        static char mod[1 << 16];
+        snprintf(mod, sizeof mod, "%.*s%s%s", (int)(p - orig), orig, cases[i].to, p + strlen(cases[i].from));
+        write_text(path, mod);
+        fm_graph *bad = fm_graph_load(dir);
+        CHECK_MSG(bad == NULL, "case %zu loaded", i);
+        CHECK_ERR_CONTAINS(cases[i].needle);
+        fm_graph_free(bad);
+    }
+    write_text(path, orig);
+    fm_graph *ok = fm_graph_load(dir);
+    CHECK_MSG(ok != NULL, "%s", fm_last_error());
+    fm_graph_free(ok);
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    unlink(path);
+    CHECK(fm_graph_load(dir) == NULL);
+    CHECK_ERR_CONTAINS("weights.safetensors");
+    fm_graph_free(g);
+    fm_tensor_release_n(3, w1, b1, w2);
+}
+
+/* The fuzzer's seed graphs (tests/data/graph) load and run with its fixed weights. */
+static void test_seed_files(void) {
+    const char *seeds[] = {"mlp.json", "seq.json"};
+    char dir[300], path[400], cmd[800];
+    snprintf(dir, sizeof dir, "%s/seed", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    fm_tensor *w = fm_tensor_full(2, (int64_t[]){8, 8}, 0.5, FM_F32, FM_CPU), *b = fm_tensor_full(1, (int64_t[]){8}, 0.25, FM_F32, FM_CPU);
+    fm_named_list l = {0};
+    fm_named_list_push(&l, "w", w, false, false);
+    fm_named_list_push(&l, "b", b, false, false);
+    CHECK(fm_safetensors_save(path, &l, NULL) == FM_OK);
+    fm_named_list_free(&l);
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cp tests/data/graph/%s %s/graph.json", seeds[i], dir);
+        CHECK(system(cmd) == 0);
+        fm_graph *g = fm_graph_load(dir);
+        CHECK_MSG(g != NULL, "%s: %s", seeds[i], fm_last_error());
+        if (!g) continue;
+        fm_tensor *in[2] = {0}, *out[2] = {0};
+        for (int k = 0; k < fm_graph_num_inputs(g); k++) {
+            fm_graph_io io;
+            int64_t sh[FM_MAX_DIMS];
+            CHECK(fm_graph_input_info(g, k, &io) == FM_OK);
+            for (int d = 0; d < io.ndim; d++) sh[d] = io.shape[d] < 0 ? 3 + d : io.shape[d];
+            in[k] = randn(io.ndim, sh, 5 + (uint64_t)k);
+        }
+        CHECK_MSG(fm_graph_run(g, in, out) == FM_OK, "%s: %s", seeds[i], fm_last_error());
+        fm_tensor_release_n(4, in[0], in[1], out[0], out[1]);
+        fm_graph_free(g);
+    }
+    fm_tensor_release_n(2, w, b);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/fathom_test_graph_%ld", (long)getpid());
+    mkdir(g_tmp, 0755);
+    test_mlp_build_run_save_load();
+    test_bad_inputs_at_run();
+    test_bad_graphs();
+    test_dim_expressions();
+    test_cnn();
+    test_corrupt_files();
+    test_seed_files();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (!getenv("FATHOM_TEST_KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    TEST_DONE();
+}
