@@ -37,6 +37,13 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
     else
         printf("gemm:  fathom's portable loops (no OpenBLAS)\n");
     if (gp->note[0]) printf("       note: %s\n", gp->note);
+    fm_bf16_gemm_info bi;
+    fm_bf16_gemm_info_get(&bi);
+    if (bi.loaded)
+        printf("bf16:  oneDNN %s (%s), %s kernels%s (FATHOM_DNNL=off widens to f32 instead)\n", bi.version, bi.library, bi.kernel,
+               fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
+    else
+        printf("bf16:  %s\n", bi.note);
 }
 
 static json_t *cpu_json(const fm_cpu_features *f) {
@@ -66,6 +73,16 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     json_object_set_new(b, "config", json_string(gp->config));
     json_object_set_new(b, "threads", json_integer(gp->threads));
     json_object_set_new(b, "note", json_string(gp->note));
+    fm_bf16_gemm_info bi;
+    fm_bf16_gemm_info_get(&bi);
+    json_t *bf = json_object();
+    json_object_set_new(bf, "provider", json_string(bi.loaded ? "onednn" : "widen-f32"));
+    json_object_set_new(bf, "library", json_string(bi.library));
+    json_object_set_new(bf, "version", json_string(bi.version));
+    json_object_set_new(bf, "kernel", json_string(bi.kernel));
+    json_object_set_new(bf, "used", json_boolean(bi.loaded && fm_cpu_use_avx512()));
+    json_object_set_new(bf, "note", json_string(bi.note));
+    json_object_set_new(b, "bf16", bf);
     return b;
 }
 

@@ -9,6 +9,7 @@
  * "missing": FATHOM_OPENBLAS names no library, and GEMM must fall back to the
  * portable loops. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/openblas_load.h"
@@ -130,6 +131,102 @@ static void test_gemm(void) {
             }
 }
 
+static uint16_t to_bf16(float x) { /* round to nearest even (the inputs are finite) */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static double from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* one fm_cpu_gemm_bf16 call against a double reference on the same bf16 values;
+ * returns whether the bf16 hardware path took it */
+static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias) {
+    uint64_t s = (uint64_t)(M * 7 + N * 3 + K) * 2 + ta + 4 * tb;
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+    uint16_t *a = malloc(2 * (size_t)na), *b = malloc(2 * (size_t)nb);
+    float *c = malloc(4 * (size_t)nc), *bv = malloc(4 * (size_t)N);
+    for (int64_t i = 0; i < na; i++) a[i] = to_bf16((float)frand(&s));
+    for (int64_t i = 0; i < nb; i++) b[i] = to_bf16((float)frand(&s));
+    for (int64_t i = 0; i < nc; i++) c[i] = -7.0f;
+    for (int64_t i = 0; i < N; i++) bv[i] = (float)frand(&s);
+    fm_cpu_gemm_args g = {FM_BF16, ta, tb, M, N, K, a, lda, b, ldb, 0.0, c, ldc};
+    bool took = fm_cpu_gemm_bf16(&g, bias ? bv : NULL);
+    double worst = 0;
+    for (int64_t i = 0; took && i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double ref = bias ? bv[j] : 0, mag = fabs(ref);
+            for (int64_t k = 0; k < K; k++) {
+                double p = from_bf16(ta ? a[k * lda + i] : a[i * lda + k]) * from_bf16(tb ? b[j * ldb + k] : b[k * ldb + j]);
+                ref += p;
+                mag += fabs(p);
+            }
+            double e = fabs(c[i * ldc + j] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+            if (j == N - 1) CHECK(c[i * ldc + N] == -7.0f && c[i * ldc + N + 1] == -7.0f); /* padding untouched */
+        }
+    CHECK_MSG(worst < 1e-5, "bf16 ta %d tb %d %lldx%lldx%lld bias %d: error %g", ta, tb, (long long)M, (long long)N,
+              (long long)K, bias, worst);
+    free(a); free(b); free(c); free(bv);
+    return took;
+}
+
+/* bf16 GEMM on the bf16 hardware (oneDNN) where the CPU and the library allow it;
+ * otherwise the reason is printed, and it must be a real one */
+static void test_gemm_bf16(void) {
+    fm_bf16_gemm_info bi;
+    fm_bf16_gemm_info_get(&bi);
+    const fm_cpu_features *f = fm_cpu_get_features();
+    const char *env = getenv("FATHOM_DNNL");
+    fprintf(stderr, "bf16 gemm: %s%s%s %s %s\n", bi.loaded ? "oneDNN " : "widened to f32: ", bi.version, bi.loaded ? "," : "",
+            bi.kernel, bi.note);
+    if (env && !strcmp(env, "off")) CHECK_MSG(!bi.loaded && strstr(bi.note, "FATHOM_DNNL=off"), "%s", bi.note);
+    if (!f->avx512_bf16 && !f->amx_bf16) CHECK_MSG(!bi.loaded && strstr(bi.note, "neither"), "%s", bi.note);
+    CHECK_MSG(bi.loaded || bi.note[0], "bf16 GEMM is neither loaded nor explained");
+    static const int64_t shapes[][3] = {{130, 140, 128}, {300, 64, 160}, {64, 520, 96}, {2, 4096, 300}};
+    int took = 0, calls = 0;
+    bool want = bi.loaded && fm_cpu_use_avx512();
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int bias = 0; bias < 2; bias++, calls++)
+                took += check_gemm_bf16(t & 1, t >> 1, shapes[i][0], shapes[i][1], shapes[i][2], bias);
+    /* the parts run at the same time in the pool: the same product again gives the same bits
+     * (with oneDNN's global scratchpad, two parts packing B at once corrupted each other) */
+    if (want) {
+        static const int64_t gs[][3] = {{2048, 384, 128}, {2048, 128, 512}, {128, 512, 2048}, {512, 384, 256}};
+        int same = 1;
+        for (size_t si = 0; si < sizeof gs / sizeof gs[0]; si++)
+            for (int t = 0; t < 4; t++) {
+                int64_t M = gs[si][0], N = gs[si][1], K = gs[si][2];
+                bool ta = t & 1, tb = t >> 1;
+                uint64_t sd = 99 + si;
+                uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));
+                float *c1 = malloc(4 * (size_t)(M * N)), *c2 = malloc(4 * (size_t)(M * N));
+                for (int64_t i = 0; i < M * K; i++) a[i] = to_bf16((float)frand(&sd));
+                for (int64_t i = 0; i < K * N; i++) b[i] = to_bf16((float)frand(&sd));
+                fm_cpu_gemm_args g1 = {FM_BF16, ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, 0.0, c1, N};
+                fm_cpu_gemm_args g2 = g1;
+                g2.C = c2;
+                CHECK(fm_cpu_gemm_bf16(&g1, NULL));
+                for (int rep = 0; rep < 3; rep++) {
+                    CHECK(fm_cpu_gemm_bf16(&g2, NULL));
+                    same &= !memcmp(c1, c2, 4 * (size_t)(M * N));
+                }
+                free(a); free(b); free(c1); free(c2);
+            }
+        CHECK_MSG(same, "the same bf16 product gave different results when run again");
+    }
+    /* small products stay on the widening path */
+    CHECK(!check_gemm_bf16(false, false, 8, 8, 8, false));
+    CHECK_MSG(took == (want ? calls : 0), "the bf16 path took %d of %d products (expected %s)", took, calls,
+              want ? "all" : "none");
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "", *env0 = getenv("OPENBLAS_CORETYPE");
     char before[64];
@@ -159,6 +256,7 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         fm_set_num_threads(threads);
         test_gemm();
+        test_gemm_bf16();
     }
     fm_parallel_shutdown();
     TEST_DONE();

@@ -52,6 +52,17 @@ typedef struct fm_cpu_gemm_args {
 void fm_cpu_gemm(const fm_cpu_gemm_args *g);
 /* C = op(A) op(B) + bias, bias [N] (dtype dt) added to every row; beta is not used. */
 void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias);
+/* bf16 GEMM on the CPU's bf16 hardware (oneDNN, gemm_bf16.c): A and B bf16
+ * (g->dt == FM_BF16), C f32, beta 0, bias [N] f32 or NULL. False when that path
+ * is not available or not worth it for the shape (the caller then widens to f32). */
+bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias);
+typedef struct fm_bf16_gemm_info {
+    bool loaded;
+    char library[256], version[32];
+    char kernel[64]; /* oneDNN's implementation for a 256^3 product, e.g. "brg:avx512_core_bf16" */
+    char note[256];  /* why bf16 is widened instead; "" when loaded */
+} fm_bf16_gemm_info;
+void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out);
 /* Picks who drives GEMM threads (once; the backend calls it at start-up). */
 void fm_cpu_gemm_init(void);
 

@@ -52,6 +52,25 @@ static bool widen_lowp(const char *base, fm_dtype dt, int64_t off, int64_t R, in
     return true;
 }
 
+/* One bf16 product on the bf16 hardware (fm_cpu_gemm_bf16: oneDNN), when both
+ * operands can be described without a copy: the f32 result goes to *tc (made
+ * here on first use) and is narrowed into y. False: take the widening path. */
+static bool bf16_hw(const fm_op_call *c, fm_tensor *y, int64_t oa, int64_t ob, int64_t bi, int64_t M, int64_t N,
+                    int64_t K, const float *bias, void **tc) {
+    const fm_tensor *a = c->in[0], *b = c->in[1];
+    int nd = y->ndim;
+    mat ma, mb;
+    if (!as_blas(a->storage->data, 2, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma) ||
+        !as_blas(b->storage->data, 2, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb))
+        return false;
+    if (!*tc && !(*tc = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float)))) return false;
+    fm_cpu_gemm_args g = {FM_BF16, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, *tc, N};
+    if (!fm_cpu_gemm_bf16(&g, bias)) return false;
+    uint16_t *dst = (uint16_t *)y->storage->data + y->offset + bi * M * N;
+    fm_convert_f32_to_bf16(*tc, dst, (size_t)(M * N));
+    return true;
+}
+
 static fm_status k_matmul(const fm_op_call *c) {
     fm_tensor *a = c->in[0], *b = c->in[1], *y = c->out[0];
     int nd = y->ndim;
@@ -86,6 +105,7 @@ static fm_status k_matmul(const fm_op_call *c) {
             ob += ix * b->strides[i];
         }
         mat ma, mb;
+        if (dt == FM_BF16 && bf16_hw(c, y, oa, ob, bi, M, N, K, (const float *)bias, &tc)) continue;
         bool okA = !narrow && as_blas(a->storage->data, es, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma);
         bool okB = !narrow && as_blas(b->storage->data, es, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb);
         if (!okA) {
