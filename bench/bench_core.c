@@ -1,6 +1,6 @@
 /* Core benchmarks: f32 GEMM through fm_matmul against OpenBLAS's own sgemm in
  * the same process, and elementwise ops (add, GELU erf and tanh forms) forward and backward over 4M
- * elements. Prints one JSON line per measurement (median of the repetitions);
+ * elements, and bf16 GEMM through fm_matmul against f32 fm_matmul. Prints one JSON line per measurement (median of the repetitions);
  * bench/bench_core.py runs the PyTorch side and forms the ratios. */
 #include <cblas.h>
 #include <stdio.h>
@@ -54,6 +54,35 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
     fm_tensor_release_n(2, a, b);
 }
 
+/* bf16 GEMM through fm_matmul (the CPU's bf16 hardware via oneDNN where there is
+ * one, else widened to f32) against fm_matmul in f32 on the same values, blocks of
+ * repetitions in two rounds as above. */
+static void bench_gemm_bf16(int64_t M, int64_t N, int64_t K, int reps) {
+    int64_t sa[2] = {M, K}, sb[2] = {K, N};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
+    fm_tensor *ab = fm_to_dtype(a, FM_BF16), *bb = fm_to_dtype(b, FM_BF16);
+    double t16[64], t32[64];
+    int half = reps / 2 > 0 ? reps / 2 : 1, n16 = 0, n32 = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int r = -1; r < half && n16 < 64; r++) {
+            double t0 = bench_now_ms();
+            fm_tensor_release(fm_matmul(ab, bb));
+            if (r >= 0) t16[n16++] = bench_now_ms() - t0;
+        }
+        for (int r = -1; r < half && n32 < 64; r++) {
+            double t0 = bench_now_ms();
+            fm_tensor_release(fm_matmul(a, b));
+            if (r >= 0) t32[n32++] = bench_now_ms() - t0;
+        }
+    }
+    double flops = 2.0 * M * N * K, m16 = median(t16, n16), m32 = median(t32, n32);
+    printf("{\"bench\":\"matmul_bf16\",\"shape\":[%lld,%lld,%lld],\"fathom_bf16_gflops\":%.1f,\"fathom_f32_gflops\":%.1f,"
+           "\"bf16_over_f32\":%.2f,\"threads\":%d}\n",
+           (long long)M, (long long)N, (long long)K, flops / m16 / 1e6, flops / m32 / 1e6, m32 / m16, fm_num_threads());
+    fflush(stdout);
+    fm_tensor_release_n(4, a, b, ab, bb);
+}
+
 typedef fm_tensor *(*unary_fn)(fm_tensor *);
 
 static void bench_elementwise(const char *name, int64_t n, int reps) {
@@ -86,6 +115,8 @@ int main(int argc, char **argv) {
     if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
         bench_gemm(1024, 1024, 1024, 15);
         bench_gemm(4096, 1024, 1024, 7);
+        bench_gemm_bf16(1024, 1024, 1024, 15);
+        bench_gemm_bf16(2048, 2048, 2048, 5);
     }
     if (!strcmp(only, "all") || !strcmp(only, "elementwise")) {
         bench_elementwise("add", 4 << 20, 25);

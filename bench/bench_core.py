@@ -62,6 +62,13 @@ def peer_gemm(M, N, K, reps):
     t_numpy = time_gemm(lambda: np.matmul(na, nb, out=nc), M, N, K, reps)
     return flop / t_torch / 1e6, flop / t_numpy / 1e6
 
+def peer_gemm_bf16(M, N, K, reps):
+    """GFLOP/s of torch.mm in bf16 (oneDNN inside PyTorch) and in f32"""
+    ta, tb = torch.randn(M, K).bfloat16(), torch.randn(K, N).bfloat16()
+    tc = torch.empty(M, N, dtype=torch.bfloat16)
+    flop = 2.0 * M * N * K
+    return flop / time_gemm(lambda: torch.mm(ta, tb, out=tc), M, N, K, reps) / 1e6
+
 def torch_elementwise(name, n, reps=25):
     a = torch.randn(n, requires_grad=True)
     b = torch.randn(n, requires_grad=True)
@@ -109,6 +116,16 @@ def main():
                 if len(g["rounds"]) == 1:
                     rows.append(g)
                 continue
+            if r["bench"] == "matmul_bf16":
+                M, N, K = r["shape"]
+                tb16 = peer_gemm_bf16(M, N, K, 5 if M * N * K > 2 ** 31 else 15)
+                key = ("bf16", M, N, K)
+                if key not in gemm:
+                    gemm[key] = dict(r, rounds=[])
+                    rows.append(gemm[key])
+                gemm[key]["rounds"].append({"fathom_bf16": r["fathom_bf16_gflops"], "fathom_f32": r["fathom_f32_gflops"],
+                                            "torch_bf16": round(tb16, 1)})
+                continue
             if r["bench"] not in ("add", "gelu", "gelu_tanh"):
                 rows.append(r)
                 continue
@@ -137,6 +154,17 @@ def main():
                      numpy_openblas_core=npblas[0] if npblas else "?", peer="torch " + torch.__version__)
             for k in ("fathom_ms", "openblas_ms", "fathom_gflops", "openblas_gflops", "fraction_of_openblas"):
                 r.pop(k, None)
+        if r["bench"] == "matmul_bf16":
+            rs = r["rounds"]
+            for side in ("fathom_bf16", "fathom_f32", "torch_bf16"):
+                r[side + "_gflops_best"] = max(x[side] for x in rs)
+            r.update(vs_torch_bf16=round(r["fathom_bf16_gflops_best"] / r["torch_bf16_gflops_best"], 2),
+                     bf16_over_own_f32=round(r["fathom_bf16_gflops_best"] / r["fathom_f32_gflops_best"], 2),
+                     cpu=cpu.get("model", "?"), isa=cpu.get("isa", "?"),
+                     fathom_bf16=info.get("gemm", {}).get("bf16", {}).get("kernel", "?") or "widened to f32",
+                     peer="torch " + torch.__version__)
+            for k in ("fathom_bf16_gflops", "fathom_f32_gflops", "bf16_over_f32"):
+                r.pop(k, None)
         if r["bench"] in best:
             r.update(torch_fwd_ms=round(r["torch_fwd_ms"], 3), torch_bwd_ms=round(r["torch_bwd_ms"], 3),
                      fwd_ratio=round(r["torch_fwd_ms"] / r["fathom_fwd_ms"], 2),
@@ -154,6 +182,11 @@ def main():
                   r["numpy_openblas_gflops_best"], r["fathom_gemm"], r["fathom_openblas_gflops_best"]))
             print("%-22s rounds (fathom/torch/numpy GFLOP/s): %s" % ("", "  ".join(
                   "%.0f/%.0f/%.0f" % (x["fathom"], x["torch"], x["numpy_openblas"]) for x in r["rounds"])))
+        elif r["bench"] == "matmul_bf16":
+            print("%-22s %-28s %.2fx torch.mm bf16 (%.1f); %.2fx fathom's own f32 (%.1f); %s" % (
+                  "matmul bf16 %s" % "x".join(map(str, r["shape"])), "%.1f GFLOP/s" % r["fathom_bf16_gflops_best"],
+                  r["vs_torch_bf16"], r["torch_bf16_gflops_best"], r["bf16_over_own_f32"], r["fathom_f32_gflops_best"],
+                  r["fathom_bf16"]))
         else:
             print("%-22s fwd %.2f ms, bwd %.2f ms      fwd %.2fx, bwd %.2fx torch throughput" % (
                 r["bench"], r["fathom_fwd_ms"], r["fathom_bwd_ms"], r["fwd_ratio"], r["bwd_ratio"]))
