@@ -88,6 +88,7 @@ int main(int argc, char **argv) {
         {"summary", fm_cmd_summary, "layer table: shapes, parameters, FLOPs, memory"},
         {"profile", fm_cmd_profile, "summarize a profiler trace"},
         {"plot", fm_cmd_plot, "plot training curves from a log directory"},
+        {"serve", fm_cmd_serve, "serve models over HTTP (KServe v2 / Triton protocol, metrics)"},
     };
     int n = (int)(sizeof cmds / sizeof cmds[0]);
     if (argc < 2) { usage(stderr, cmds, n); return 2; }

@@ -20,7 +20,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -42,6 +42,14 @@ os.makedirs(f"{d}/png", exist_ok=True)
 open(f"{d}/png/grey.png", "wb").write(png(4, 3, 0, 8, [bytes(range(i * 4, i * 4 + 4)) for i in range(3)]))
 open(f"{d}/png/rgb.png", "wb").write(png(2, 2, 2, 8, [bytes(range(6)), bytes(range(6, 12))]))
 open(f"{d}/png/grey16.png", "wb").write(png(2, 1, 0, 16, [bytes(4)]))
+# inference requests: 4 bytes of Inference-Header-Content-Length (ff: absent), then the body
+js = b'{"id":"a","inputs":[{"name":"x","datatype":"FP32","shape":[1,2,2],"data":[[1,2],[3,4]]},' \
+     b'{"name":"ids","datatype":"INT64","shape":[1,3],"data":[1,2,3]}],"outputs":[{"name":"x"}]}'
+open(f"{d}/infer_request/json", "wb").write(b"\xff" * 4 + js)
+jb = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2,1],"parameters":{"binary_data_size":8}},' \
+     b'{"name":"ids","datatype":"INT64","shape":[1,3],"parameters":{"binary_data_size":24}}],' \
+     b'"parameters":{"binary_data_output":true}}'
+open(f"{d}/infer_request/binary", "wb").write(struct.pack("<I", len(jb)) + jb + struct.pack("<2f3q", 1, 2, 7, 8, 9))
 open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 30)
 PY
 run=$b/seedrun

@@ -1,0 +1,38 @@
+/* Internals shared by server.c (the daemon) and http_routes.c (the endpoints). */
+#ifndef FATHOM_SERVE_HTTP_H
+#define FATHOM_SERVE_HTTP_H
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "serve/repository.h"
+#include "serve/server.h"
+
+struct fm_server {
+    fm_server_options opt;
+    fm_repo *repo;
+    struct MHD_Daemon *http, *metrics;
+    int port, mport;
+    atomic_bool draining, ready;
+    atomic_int in_flight;
+    atomic_ullong http_requests[6]; /* by status class: 1xx..5xx, [0] unused */
+    pthread_t poll_th;
+    bool poll_started, poll_stop;
+    pthread_mutex_t poll_mu;
+    pthread_cond_t poll_cv;
+};
+
+typedef struct fm_http_req {
+    char *body;
+    size_t len, cap;
+    bool too_big, counted;
+    int64_t t0_ns;
+} fm_http_req;
+
+/* Queues {"error": msg} with `status`. */
+enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg);
+enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r);
+/* The metrics daemon's handler: GET /metrics. */
+enum MHD_Result fm_http_metrics(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *up, size_t *up_size, void **con_cls);
+#endif

@@ -1,0 +1,252 @@
+/* The KServe v2 / Triton HTTP endpoints (docs/SERVING.md lists them) and the
+ * Prometheus endpoint of the metrics port. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fathom/memory.h"
+#include "serve/http.h"
+#include "serve/infer_codec.h"
+
+#define MAX_SEGS 8
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, char *buf, size_t len, const char *type,
+                                  size_t header_len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!resp) { free(buf); return MHD_NO; }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (header_len) {
+        char h[32];
+        snprintf(h, sizeof h, "%zu", header_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", h);
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) return MHD_NO;
+    return send_bytes(c, status, s, strlen(s), "application/json", 0);
+}
+
+enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg) {
+    return send_json(c, status, json_pack("{s:s}", "error", msg));
+}
+
+static enum MHD_Result error_fmt(struct MHD_Connection *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static enum MHD_Result error_fmt(struct MHD_Connection *c, int status, const char *fmt, ...) {
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return fm_http_error(c, status, m);
+}
+
+static json_t *ios_json(const fm_serve_io *ios, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array();
+        json_array_append_new(shape, json_integer(-1));
+        for (int d = 0; d < ios[i].ndim; d++) json_array_append_new(shape, json_integer(ios[i].dims[d]));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "datatype",
+                                           fm_serve_dtype_name(ios[i].dtype), "shape", shape));
+    }
+    return a;
+}
+
+static enum MHD_Result model_metadata(fm_server *s, struct MHD_Connection *c, fm_serve_version *v) {
+    json_t *vs = fm_repo_versions_json(s->repo, v->model);
+    json_t *j = json_pack("{s:s,s:o,s:s,s:o,s:o}", "name", v->model, "versions", vs ? vs : json_array(), "platform", v->platform,
+                          "inputs", ios_json(v->cfg.inputs, v->cfg.n_inputs), "outputs",
+                          ios_json(v->cfg.outputs, v->cfg.n_outputs));
+    return send_json(c, 200, j);
+}
+
+/* POST .../infer: parse, queue on the version's batcher, answer. */
+static enum MHD_Result infer(fm_server *s, struct MHD_Connection *c, fm_serve_version *v, fm_http_req *hr) {
+    char err[512] = "";
+    const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    long long header_len = -1;
+    int status = 0;
+    if (enc && strcmp(enc, "identity")) {
+        snprintf(err, sizeof err, "Content-Encoding '%s' is not supported; send the body uncompressed", enc);
+        status = 400;
+    } else if (hl) {
+        char *end;
+        header_len = strtoll(hl, &end, 10);
+        if (end == hl || *end || header_len < 0) {
+            snprintf(err, sizeof err, "Inference-Header-Content-Length '%.40s' is not a byte count", hl);
+            status = 400;
+        }
+    }
+    fm_infer_request req;
+    fm_serve_req q;
+    memset(&q, 0, sizeof q);
+    memset(&req, 0, sizeof req);
+    if (!status) status = fm_infer_parse(hr->body ? hr->body : "", hr->len, header_len, &req, err, sizeof err);
+    if (!status) status = fm_infer_check_outputs(&req, &v->cfg, err, sizeof err);
+    if (!status) status = fm_infer_make_inputs(&req, &v->cfg, q.in, &q.rows, err, sizeof err);
+    if (!status) {
+        int64_t t_us = req.timeout_us ? req.timeout_us : v->cfg.default_timeout_us;
+        q.deadline_ns = t_us ? hr->t0_ns + t_us * 1000 : 0;
+        status = fm_batcher_submit(v->batcher, &q);
+        if (status != 200) snprintf(err, sizeof err, "%s", q.err);
+        else status = 0;
+    }
+    char *body = NULL;
+    size_t len = 0, jlen = 0;
+    if (!status) status = fm_infer_make_response(&req, &v->cfg, v->model, v->version, q.out, &body, &len, &jlen, err, sizeof err);
+    fm_infer_request_free(&req);
+    for (int i = 0; i < FM_SERVE_MAX_IO; i++) fm_tensor_release_n(2, q.in[i], q.out[i]);
+    int64_t now = fm_now_ns();
+    uint64_t queue_us = q.t_start_ns > q.t_enqueue_ns ? (uint64_t)(q.t_start_ns - q.t_enqueue_ns) / 1000 : 0;
+    fm_serve_stats_request(&v->stats, status == 0, (uint64_t)(now - hr->t0_ns) / 1000, queue_us);
+    if (status) return fm_http_error(c, status, err);
+    return send_bytes(c, 200, body, len, jlen ? "application/octet-stream" : "application/json", jlen);
+}
+
+/* /v2/models/{m}[/versions/{v}][/ready|/config|/infer] */
+static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
+                              fm_http_req *r) {
+    const char *name = seg[2], *action = "";
+    int64_t ver = 0;
+    int i = 3;
+    if (!fm_serve_valid_name(name)) return error_fmt(c, 400, "invalid model name '%.80s'", name);
+    if (i < n && !strcmp(seg[i], "versions")) {
+        if (i + 1 >= n || !fm_serve_parse_version(seg[i + 1], &ver))
+            return error_fmt(c, 400, "invalid model version '%.40s': use a whole number >= 1", i + 1 < n ? seg[i + 1] : "");
+        i += 2;
+    }
+    if (i < n) action = seg[i++];
+    if (i < n) return fm_http_error(c, 404, "unknown endpoint");
+    bool post = !strcmp(action, "infer");
+    if (strcmp(action, "") && strcmp(action, "ready") && strcmp(action, "config") && !post)
+        return error_fmt(c, 404, "unknown endpoint '%.40s' (use ready, config or infer)", action);
+    if (strcmp(method, post ? "POST" : "GET"))
+        return error_fmt(c, 405, "use %s for this endpoint", post ? "POST" : "GET");
+    int status;
+    char err[256];
+    fm_serve_version *v = fm_repo_acquire(s->repo, name, ver, &status, err, sizeof err);
+    if (!v) return fm_http_error(c, status, err);
+    enum MHD_Result ret;
+    if (post) ret = infer(s, c, v, r);
+    else if (!strcmp(action, "ready")) ret = send_json(c, 200, json_pack("{s:s,s:b}", "name", name, "ready", 1));
+    else if (!strcmp(action, "config")) ret = send_json(c, 200, fm_model_config_json(&v->cfg, v->platform));
+    else ret = model_metadata(s, c, v);
+    fm_repo_release(v);
+    return ret;
+}
+
+static bool authorized(fm_server *s, struct MHD_Connection *c) {
+    if (!s->opt.api_key) return true;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+    const char *given = k ? k : (a && !strncmp(a, "Bearer ", 7)) ? a + 7 : NULL;
+    if (!given) return false;
+    size_t n = strlen(s->opt.api_key), m = strlen(given);
+    unsigned char diff = n != m; /* compared in constant time for the key's length */
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(s->opt.api_key[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+/* /v2/repository/index and /v2/repository/models/{m}/load|unload */
+static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
+                                  fm_http_req *r) {
+    if (strcmp(method, "POST")) return fm_http_error(c, 405, "use POST for the repository endpoints");
+    if (!authorized(s, c))
+        return fm_http_error(c, 401, "repository control needs the server's API key (header Authorization: Bearer KEY "
+                                     "or X-API-Key: KEY)");
+    if (n == 3 && !strcmp(seg[2], "index")) {
+        bool ready = false;
+        if (r->len) {
+            json_error_t e;
+            json_t *j = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &e);
+            if (!json_is_object(j)) {
+                json_decref(j);
+                return error_fmt(c, 400, "index: the body must be a JSON object (%s)", j ? "got another JSON value" : e.text);
+            }
+            ready = json_is_true(json_object_get(j, "ready"));
+            json_decref(j);
+        }
+        return send_json(c, 200, fm_repo_index(s->repo, ready));
+    }
+    if (n != 5 || strcmp(seg[2], "models") || (strcmp(seg[4], "load") && strcmp(seg[4], "unload")))
+        return fm_http_error(c, 404, "unknown repository endpoint (use index, models/{m}/load or models/{m}/unload)");
+    if (!fm_serve_valid_name(seg[3])) return error_fmt(c, 400, "invalid model name '%.80s'", seg[3]);
+    if (!s->opt.explicit_control)
+        return fm_http_error(c, 400, "load and unload need --model-control explicit (this server polls the repository)");
+    bool load = !strcmp(seg[4], "load");
+    fm_status st = load ? fm_repo_load(s->repo, seg[3]) : fm_repo_unload(s->repo, seg[3]);
+    if (st) return fm_http_error(c, st == FM_ERR_IO ? 404 : 400, fm_last_error());
+    return send_json(c, 200, json_object());
+}
+
+static enum MHD_Result server_metadata(struct MHD_Connection *c) {
+    return send_json(c, 200, json_pack("{s:s,s:s,s:[s,s,s]}", "name", "fathom", "version", FATHOM_VERSION, "extensions",
+                                       "binary_tensor_data", "model_repository", "model_configuration"));
+}
+
+enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r) {
+    char path[1024], *seg[MAX_SEGS];
+    int n = 0;
+    if (strlen(url) >= sizeof path) return fm_http_error(c, 414, "URL too long");
+    strcpy(path, url);
+    for (char *save = NULL, *t = strtok_r(path, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (n == MAX_SEGS) return fm_http_error(c, 404, "unknown endpoint");
+        seg[n++] = t;
+    }
+    if (n == 0 || strcmp(seg[0], "v2")) return fm_http_error(c, 404, "unknown endpoint (the API is under /v2)");
+    if (n >= 3 && !strcmp(seg[1], "models")) return models(s, c, seg, n, method, r);
+    if (n >= 2 && !strcmp(seg[1], "repository")) return repository(s, c, seg, n, method, r);
+    if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for this endpoint");
+    if (n == 1) return server_metadata(c);
+    if (n == 3 && !strcmp(seg[1], "health") && !strcmp(seg[2], "live")) return send_json(c, 200, json_object());
+    if (n == 3 && !strcmp(seg[1], "health") && !strcmp(seg[2], "ready")) {
+        bool ok = atomic_load(&s->ready) && !atomic_load(&s->draining);
+        return ok ? send_json(c, 200, json_object()) : fm_http_error(c, 503, "not ready");
+    }
+    return fm_http_error(c, 404, "unknown endpoint");
+}
+
+static void write_process_metrics(FILE *f, fm_server *s) {
+    fm_memory_stats ms;
+    fprintf(f, "# HELP fathom_memory_used_bytes Bytes held by tensors, per device\n# TYPE fathom_memory_used_bytes gauge\n");
+    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) fprintf(f, "fathom_memory_used_bytes{device=\"cpu\"} %zu\n", ms.allocated);
+    fprintf(f, "# HELP fathom_memory_reserved_bytes Bytes the allocator holds (in use plus cached), per device\n"
+               "# TYPE fathom_memory_reserved_bytes gauge\n");
+    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) fprintf(f, "fathom_memory_reserved_bytes{device=\"cpu\"} %zu\n", ms.reserved);
+    long pages = 0, rss = 0;
+    FILE *sf = fopen("/proc/self/statm", "r");
+    if (sf) {
+        if (fscanf(sf, "%ld %ld", &pages, &rss) != 2) rss = 0;
+        fclose(sf);
+    }
+    fprintf(f, "# HELP fathom_process_resident_memory_bytes Resident set size of the server process\n"
+               "# TYPE fathom_process_resident_memory_bytes gauge\nfathom_process_resident_memory_bytes %lld\n",
+            (long long)rss * sysconf(_SC_PAGESIZE));
+    fprintf(f, "# HELP fathom_server_in_flight_requests HTTP requests being handled\n"
+               "# TYPE fathom_server_in_flight_requests gauge\nfathom_server_in_flight_requests %d\n",
+            atomic_load(&s->in_flight));
+}
+
+enum MHD_Result fm_http_metrics(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *up, size_t *up_size, void **con_cls) {
+    fm_server *s = cls;
+    if (strcmp(url, "/metrics")) return fm_http_error(c, 404, "the metrics port serves GET /metrics only");
+    if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET /metrics");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return MHD_NO;
+    fm_repo_write_metrics(s->repo, f);
+    write_process_metrics(f, s);
+    fclose(f);
+    return send_bytes(c, 200, buf, len, "text/plain; version=0.0.4; charset=utf-8", 0);
+}

@@ -1,0 +1,50 @@
+/* The KServe v2 inference request and response bodies: JSON tensors and the
+ * binary tensor data extension (the JSON part's length in the header
+ * Inference-Header-Content-Length, raw little-endian tensor bytes after it).
+ * Every function here only parses and checks: it never trusts a size from the
+ * request before comparing it with what arrived. tests/fuzz/fuzz_infer_request.c
+ * drives them. Errors come back as an HTTP status (400) and a message. */
+#ifndef FATHOM_SERVE_INFER_CODEC_H
+#define FATHOM_SERVE_INFER_CODEC_H
+#include <jansson.h>
+
+#include "serve/model_config.h"
+
+typedef struct fm_infer_input {
+    char name[FM_SERVE_NAME_MAX];
+    fm_dtype dtype;
+    int ndim;
+    int64_t shape[FM_MAX_DIMS];
+    int64_t numel;
+    const json_t *data;       /* JSON data (borrowed from root), or NULL */
+    const unsigned char *bin; /* binary data (borrowed from the body), or NULL */
+    size_t bin_len;
+} fm_infer_input;
+
+typedef struct fm_infer_request {
+    json_t *root;
+    const char *id;           /* borrowed from root; NULL when absent */
+    int n_inputs;
+    fm_infer_input inputs[FM_SERVE_MAX_IO];
+    int n_outputs;            /* requested outputs (0: all) */
+    char outputs[FM_SERVE_MAX_IO][FM_SERVE_NAME_MAX];
+    bool output_binary[FM_SERVE_MAX_IO];
+    bool binary_output;       /* parameters.binary_data_output */
+    int64_t timeout_us;       /* parameters.timeout; 0: none */
+} fm_infer_request;
+
+/* header_len: Inference-Header-Content-Length, or -1 when absent. Returns 0 or
+ * an HTTP status with `err` set; free with fm_infer_request_free either way. */
+int fm_infer_parse(const void *body, size_t len, long long header_len, fm_infer_request *out, char *err, size_t errn);
+void fm_infer_request_free(fm_infer_request *r);
+/* Checks the inputs against the model (names, datatypes, shapes, batch size) and
+ * makes one [rows, ...] tensor per model input, in the config's order. */
+int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm_tensor **in, int64_t *rows, char *err,
+                         size_t errn);
+/* Checks the requested output names (before running). */
+int fm_infer_check_outputs(const fm_infer_request *r, const fm_model_config *c, char *err, size_t errn);
+/* The response body (malloc'd): JSON, then binary outputs when any were asked for
+ * (*json_len is then the JSON part's length, else 0). */
+int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, const char *model, int64_t version,
+                           fm_tensor *const *out, char **body, size_t *len, size_t *json_len, char *err, size_t errn);
+#endif

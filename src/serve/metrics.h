@@ -1,0 +1,43 @@
+/* Per model-version counters and latency histograms, and their Prometheus text
+ * form (Triton's metric names with a fathom_ prefix; docs/SERVING.md lists them). */
+#ifndef FATHOM_SERVE_METRICS_H
+#define FATHOM_SERVE_METRICS_H
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define FM_HIST_BUCKETS 18
+
+typedef struct fm_hist {
+    uint64_t count[FM_HIST_BUCKETS + 1]; /* last: above the largest bound (+Inf) */
+    uint64_t n;
+    double sum_us;
+} fm_hist;
+
+typedef struct fm_serve_stats {
+    pthread_mutex_t mu;
+    uint64_t success, failure;
+    uint64_t inference_count; /* samples (rows) inferred */
+    uint64_t exec_count;      /* model executions (batches) */
+    uint64_t request_us, queue_us, compute_input_us, compute_infer_us, compute_output_us;
+    int64_t pending;          /* requests queued, not yet taken by an instance */
+    fm_hist request_hist, queue_hist, compute_hist;
+} fm_serve_stats;
+
+void fm_serve_stats_init(fm_serve_stats *s);
+void fm_serve_stats_destroy(fm_serve_stats *s);
+/* One finished request: ok or not, its total, queue and compute (infer) times. */
+void fm_serve_stats_request(fm_serve_stats *s, int ok, uint64_t total_us, uint64_t queue_us);
+/* One execution of `rows` samples. */
+void fm_serve_stats_exec(fm_serve_stats *s, uint64_t rows, uint64_t input_us, uint64_t infer_us, uint64_t output_us);
+void fm_hist_add(fm_hist *h, double us);
+/* A consistent copy (its mutex is not to be used). */
+void fm_serve_stats_snapshot(fm_serve_stats *s, fm_serve_stats *out);
+/* Writes every per-version family once, each with its # HELP / # TYPE lines and
+ * one series per version labelled {model="m",version="v"} (Prometheus wants a
+ * family's lines together). */
+void fm_serve_stats_write(FILE *f, int n, const fm_serve_stats *snaps, const char *const *models, const long long *versions);
+/* A histogram family's bucket series, labelled. */
+void fm_hist_write(FILE *f, const char *family, const char *labels, const fm_hist *h);
+extern const double fm_hist_bounds_us[FM_HIST_BUCKETS];
+#endif

@@ -1,0 +1,264 @@
+/* Reading config.json (Triton's ModelConfig fields) and writing it back. */
+#include "serve/model_config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fathom/error.h"
+
+void fm_model_config_init(fm_model_config *c, const char *name) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->max_batch_size = 32;
+    c->instance_count = 1;
+    c->device = FM_CPU;
+    c->policy = FM_VP_LATEST;
+    c->latest_n = 1;
+}
+
+/* An integer field in [lo, hi]: numbers or decimal strings (protobuf's JSON form
+ * writes int64 as strings). */
+static fm_status get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, const char *where) {
+    const json_t *v = json_object_get(o, key);
+    if (!v) return FM_OK;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_string(v)) {
+        char *end;
+        errno = 0;
+        x = strtoll(json_string_value(v), &end, 10);
+        if (errno || end == json_string_value(v) || *end)
+            return fm_set_error(FM_ERR_FORMAT, "%s: '%s' must be a whole number, got \"%s\"", where, key, json_string_value(v));
+    } else {
+        return fm_set_error(FM_ERR_FORMAT, "%s: '%s' must be a whole number", where, key);
+    }
+    if (x < lo || x > hi)
+        return fm_set_error(FM_ERR_FORMAT, "%s: '%s' is %lld; it must be in [%lld, %lld]", where, key, x, (long long)lo, (long long)hi);
+    *out = x;
+    return FM_OK;
+}
+
+static fm_status parse_io(fm_serve_io *io, const json_t *j, const char *where, const char *what) {
+    if (!json_is_object(j)) return fm_set_error(FM_ERR_FORMAT, "%s: each %s must be an object", where, what);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    if (!name || !*name || strlen(name) >= FM_SERVE_NAME_MAX)
+        return fm_set_error(FM_ERR_FORMAT, "%s: each %s needs a \"name\" (1-%d characters)", where, what, FM_SERVE_NAME_MAX - 1);
+    strcpy(io->name, name);
+    const char *dt = json_string_value(json_object_get(j, "data_type"));
+    if (!dt || !fm_serve_dtype_parse(dt, &io->dtype))
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': \"data_type\" must be one of TYPE_FP32, TYPE_FP64, TYPE_FP16, "
+                            "TYPE_BF16, TYPE_INT8, TYPE_UINT8, TYPE_INT32, TYPE_INT64, TYPE_BOOL", where, what, name);
+    const json_t *dims = json_object_get(j, "dims");
+    if (!json_is_array(dims) || json_array_size(dims) > FM_MAX_DIMS - 1)
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': \"dims\" must be an array of at most %d sizes", where, what,
+                            name, FM_MAX_DIMS - 1);
+    io->ndim = (int)json_array_size(dims);
+    for (int i = 0; i < io->ndim; i++) {
+        const json_t *d = json_array_get(dims, (size_t)i);
+        json_int_t v = json_is_integer(d) ? json_integer_value(d) : -2;
+        if (v < -1 || v == 0 || v > (1LL << 31))
+            return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims[%d] must be a size >= 1 or -1 (any)", where, what, name, i);
+        io->dims[i] = v;
+    }
+    return FM_OK;
+}
+
+static fm_status parse_ios(fm_serve_io *ios, int *n, const json_t *arr, const char *where, const char *what) {
+    if (!arr) return FM_OK;
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > FM_SERVE_MAX_IO)
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"%s\" must be an array of 1 to %d objects", where, what, FM_SERVE_MAX_IO);
+    *n = (int)json_array_size(arr);
+    for (int i = 0; i < *n; i++)
+        if (parse_io(&ios[i], json_array_get(arr, (size_t)i), where, what)) return fm_last_status();
+    return FM_OK;
+}
+
+static fm_status parse_batcher(fm_model_config *c, const json_t *db, const char *where) {
+    if (!db) return FM_OK;
+    if (!json_is_object(db)) return fm_set_error(FM_ERR_FORMAT, "%s: \"dynamic_batching\" must be an object", where);
+    c->dynamic_batching = true;
+    const json_t *pref = json_object_get(db, "preferred_batch_size");
+    if (pref) {
+        if (!json_is_array(pref) || json_array_size(pref) > FM_SERVE_MAX_PREFERRED)
+            return fm_set_error(FM_ERR_FORMAT, "%s: \"preferred_batch_size\" must be an array of at most %d sizes", where,
+                                FM_SERVE_MAX_PREFERRED);
+        c->n_preferred = (int)json_array_size(pref);
+        for (int i = 0; i < c->n_preferred; i++) {
+            const json_t *v = json_array_get(pref, (size_t)i);
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > c->max_batch_size)
+                return fm_set_error(FM_ERR_FORMAT, "%s: preferred_batch_size[%d] must be in [1, max_batch_size = %lld]", where,
+                                    i, (long long)c->max_batch_size);
+            c->preferred[i] = json_integer_value(v);
+        }
+    }
+    if (get_int(db, "max_queue_delay_microseconds", 0, 60000000, &c->max_queue_delay_us, where)) return fm_last_status();
+    const json_t *qp = json_object_get(db, "default_queue_policy");
+    if (qp) {
+        if (!json_is_object(qp)) return fm_set_error(FM_ERR_FORMAT, "%s: \"default_queue_policy\" must be an object", where);
+        if (get_int(qp, "max_queue_size", 0, 1 << 20, &c->max_queue_size, where) ||
+            get_int(qp, "default_timeout_microseconds", 0, INT64_MAX / 1000, &c->default_timeout_us, where))
+            return fm_last_status();
+    }
+    return FM_OK;
+}
+
+static fm_status parse_instances(fm_model_config *c, const json_t *ig, const char *where) {
+    if (!ig) return FM_OK;
+    if (!json_is_array(ig) || json_array_size(ig) != 1)
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"instance_group\" must be an array of one group", where);
+    const json_t *g = json_array_get(ig, 0);
+    int64_t n = 1;
+    if (!json_is_object(g) || get_int(g, "count", 1, 64, &n, where)) {
+        return json_is_object(g) ? fm_last_status()
+                                 : fm_set_error(FM_ERR_FORMAT, "%s: instance_group[0] must be an object", where);
+    }
+    c->instance_count = (int)n;
+    const char *kind = json_string_value(json_object_get(g, "kind"));
+    if (kind) {
+        if (!strcmp(kind, "KIND_CPU")) c->device = FM_CPU;
+        else if (!strcmp(kind, "KIND_GPU")) c->device = (fm_device){FM_DEV_CUDA, 0};
+        else return fm_set_error(FM_ERR_FORMAT, "%s: instance_group kind '%s': use KIND_CPU or KIND_GPU", where, kind);
+        c->device_set = true;
+    }
+    return FM_OK;
+}
+
+static fm_status parse_policy(fm_model_config *c, const json_t *vp, const char *where) {
+    if (!vp) return FM_OK;
+    const json_t *x;
+    int64_t n = 1;
+    if (!json_is_object(vp) || json_object_size(vp) != 1)
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"version_policy\" must be one of {\"latest\": {\"num_versions\": N}}, "
+                            "{\"all\": {}}, {\"specific\": {\"versions\": [...]}}", where);
+    if ((x = json_object_get(vp, "latest"))) {
+        if (!json_is_object(x) || get_int(x, "num_versions", 1, 1 << 20, &n, where))
+            return json_is_object(x) ? fm_last_status() : fm_set_error(FM_ERR_FORMAT, "%s: \"latest\" must be an object", where);
+        c->policy = FM_VP_LATEST;
+        c->latest_n = (int)n;
+    } else if ((x = json_object_get(vp, "all"))) {
+        c->policy = FM_VP_ALL;
+    } else if ((x = json_object_get(vp, "specific"))) {
+        const json_t *vs = json_object_get(x, "versions");
+        if (!json_is_array(vs) || json_array_size(vs) == 0 || json_array_size(vs) > FM_SERVE_MAX_SPECIFIC)
+            return fm_set_error(FM_ERR_FORMAT, "%s: \"specific\" needs \"versions\": an array of 1 to %d versions", where,
+                                FM_SERVE_MAX_SPECIFIC);
+        c->policy = FM_VP_SPECIFIC;
+        c->n_specific = (int)json_array_size(vs);
+        for (int i = 0; i < c->n_specific; i++) {
+            const json_t *v = json_array_get(vs, (size_t)i);
+            if (!json_is_integer(v) || json_integer_value(v) < 1)
+                return fm_set_error(FM_ERR_FORMAT, "%s: specific versions must be whole numbers >= 1", where);
+            c->specific[i] = json_integer_value(v);
+        }
+    } else {
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"version_policy\": unknown policy (use latest, all or specific)", where);
+    }
+    return FM_OK;
+}
+
+fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char *where) {
+    if (!json_is_object(j)) return fm_set_error(FM_ERR_FORMAT, "%s: must hold a JSON object", where);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    if (name && strcmp(name, c->name))
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"name\" is '%s' but the model's directory is '%s'", where, name, c->name);
+    if (get_int(j, "max_batch_size", 1, 1 << 16, &c->max_batch_size, where) ||
+        parse_ios(c->inputs, &c->n_inputs, json_object_get(j, "input"), where, "input") ||
+        parse_ios(c->outputs, &c->n_outputs, json_object_get(j, "output"), where, "output") ||
+        parse_batcher(c, json_object_get(j, "dynamic_batching"), where) ||
+        parse_instances(c, json_object_get(j, "instance_group"), where) ||
+        parse_policy(c, json_object_get(j, "version_policy"), where))
+        return fm_last_status();
+    return FM_OK;
+}
+
+fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const char *name) {
+    fm_model_config_init(c, name);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/config.json", model_dir);
+    struct stat st;
+    if (stat(p, &st) != 0) return FM_OK;
+    if (st.st_size > (1 << 20)) return fm_set_error(FM_ERR_FORMAT, "%s: over 1 MiB; a model config is small", p);
+    json_error_t e;
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &e);
+    if (!j) return fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", p, e.line, e.text);
+    fm_status s = fm_model_config_parse(c, j, p);
+    json_decref(j);
+    return s;
+}
+
+static bool io_equal(const fm_serve_io *a, const fm_serve_io *b) {
+    if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dims[i] != b->dims[i] && a->dims[i] != -1 && b->dims[i] != -1) return false;
+    return true;
+}
+
+static fm_status complete_ios(fm_serve_io *decl, int *n_decl, const fm_serve_io *have, int n_have, const char *where,
+                              const char *what) {
+    if (*n_decl == 0) {
+        memcpy(decl, have, sizeof *have * (size_t)n_have);
+        *n_decl = n_have;
+        return FM_OK;
+    }
+    if (*n_decl != n_have)
+        return fm_set_error(FM_ERR_FORMAT, "%s: declares %d %ss; the model has %d", where, *n_decl, what, n_have);
+    for (int i = 0; i < n_have; i++)
+        if (!io_equal(&decl[i], &have[i]))
+            return fm_set_error(FM_ERR_FORMAT, "%s: %s %d is declared as '%s' %s with %d dims; the model's is '%s' %s with %d "
+                                "dims", where, what, i, decl[i].name, fm_serve_config_dtype_name(decl[i].dtype), decl[i].ndim,
+                                have[i].name, fm_serve_config_dtype_name(have[i].dtype), have[i].ndim);
+    /* the model's exact sizes win over -1 */
+    memcpy(decl, have, sizeof *have * (size_t)n_have);
+    return FM_OK;
+}
+
+fm_status fm_model_config_complete(fm_model_config *c, const fm_servable *s, const char *where) {
+    if (complete_ios(c->inputs, &c->n_inputs, s->inputs, s->n_inputs, where, "input") ||
+        complete_ios(c->outputs, &c->n_outputs, s->outputs, s->n_outputs, where, "output"))
+        return fm_last_status();
+    return FM_OK;
+}
+
+static json_t *ios_json(const fm_serve_io *ios, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *dims = json_array();
+        for (int d = 0; d < ios[i].ndim; d++) json_array_append_new(dims, json_integer(ios[i].dims[d]));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "data_type",
+                                           fm_serve_config_dtype_name(ios[i].dtype), "dims", dims));
+    }
+    return a;
+}
+
+json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
+    json_t *j = json_pack("{s:s,s:s,s:I,s:o,s:o}", "name", c->name, "platform", platform, "max_batch_size",
+                          (json_int_t)c->max_batch_size, "input", ios_json(c->inputs, c->n_inputs), "output",
+                          ios_json(c->outputs, c->n_outputs));
+    if (c->dynamic_batching) {
+        json_t *pref = json_array();
+        for (int i = 0; i < c->n_preferred; i++) json_array_append_new(pref, json_integer(c->preferred[i]));
+        json_object_set_new(j, "dynamic_batching",
+                            json_pack("{s:o,s:I,s:{s:I,s:I}}", "preferred_batch_size", pref, "max_queue_delay_microseconds",
+                                      (json_int_t)c->max_queue_delay_us, "default_queue_policy", "max_queue_size",
+                                      (json_int_t)c->max_queue_size, "default_timeout_microseconds",
+                                      (json_int_t)c->default_timeout_us));
+    }
+    json_object_set_new(j, "instance_group", json_pack("[{s:i,s:s}]", "count", c->instance_count, "kind",
+                                                       c->device.type == FM_DEV_CPU ? "KIND_CPU" : "KIND_GPU"));
+    json_t *vp;
+    if (c->policy == FM_VP_ALL) {
+        vp = json_pack("{s:{}}", "all");
+    } else if (c->policy == FM_VP_SPECIFIC) {
+        json_t *vs = json_array();
+        for (int i = 0; i < c->n_specific; i++) json_array_append_new(vs, json_integer(c->specific[i]));
+        vp = json_pack("{s:{s:o}}", "specific", "versions", vs);
+    } else {
+        vp = json_pack("{s:{s:i}}", "latest", "num_versions", c->latest_n);
+    }
+    json_object_set_new(j, "version_policy", vp);
+    return j;
+}

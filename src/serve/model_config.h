@@ -1,0 +1,48 @@
+/* A model's configuration: DIR/<model>/config.json, in the JSON form of Triton's
+ * ModelConfig (the same fields GET /v2/models/{m}/config returns). Every field is
+ * optional; what is missing comes from the model itself (inputs, outputs) or the
+ * defaults below. docs/SERVING.md lists the fields. */
+#ifndef FATHOM_SERVE_MODEL_CONFIG_H
+#define FATHOM_SERVE_MODEL_CONFIG_H
+#include <jansson.h>
+
+#include "serve/servable.h"
+
+#define FM_SERVE_MAX_PREFERRED 16
+#define FM_SERVE_MAX_SPECIFIC 64
+
+typedef enum { FM_VP_LATEST = 0, FM_VP_ALL, FM_VP_SPECIFIC } fm_version_policy_kind;
+
+typedef struct fm_model_config {
+    char name[FM_SERVE_NAME_MAX];
+    int64_t max_batch_size;            /* rows one execution may hold (default 32) */
+    bool dynamic_batching;             /* "dynamic_batching" present */
+    int n_preferred;
+    int64_t preferred[FM_SERVE_MAX_PREFERRED];
+    int64_t max_queue_delay_us;        /* default 0 */
+    int64_t max_queue_size;            /* queued requests; 0: unbounded (default 0) */
+    int64_t default_timeout_us;        /* 0: none */
+    int instance_count;                /* default 1 */
+    fm_device device;                  /* instance_group kind: KIND_CPU / KIND_GPU */
+    bool device_set;                   /* kind given: else the server's --device */
+    fm_version_policy_kind policy;
+    int latest_n;                      /* default 1 */
+    int n_specific;
+    int64_t specific[FM_SERVE_MAX_SPECIFIC];
+    /* declared inputs/outputs (n = 0: taken from the model) */
+    int n_inputs, n_outputs;
+    fm_serve_io inputs[FM_SERVE_MAX_IO], outputs[FM_SERVE_MAX_IO];
+} fm_model_config;
+
+/* Defaults for `name`. */
+void fm_model_config_init(fm_model_config *c, const char *name);
+/* Reads DIR/<name>/config.json when it exists (defaults otherwise). Errors name the
+ * file and field: FM_ERR_FORMAT. */
+fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const char *name);
+fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char *where);
+/* Checks the declared inputs/outputs against what the model has (or adopts the
+ * model's when none are declared). */
+fm_status fm_model_config_complete(fm_model_config *c, const fm_servable *s, const char *where);
+/* Triton's JSON form, for GET .../config. New reference. */
+json_t *fm_model_config_json(const fm_model_config *c, const char *platform);
+#endif

@@ -1,0 +1,403 @@
+/* The model repository: see repository.h. `mu` guards the model table and is
+ * held only briefly; `load_mu` serialises loads and unloads, which take long
+ * (reading weights) and must not block lookups. */
+#include "serve/repository.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_MODELS 256
+#define PBUF (PATH_MAX + 512) /* a path under the repository root (itself < PATH_MAX) */
+#define MAX_VERSIONS 256
+
+typedef struct repo_model {
+    char name[FM_SERVE_NAME_MAX];
+    fm_serve_version *versions; /* highest first */
+    bool ready;
+    char reason[512];
+    struct timespec cfg_mtime;
+    off_t cfg_size;
+} repo_model;
+
+struct fm_repo {
+    char root[PATH_MAX];
+    fm_device device;
+    pthread_mutex_t mu, load_mu;
+    int n;
+    repo_model *models[MAX_MODELS];
+};
+
+bool fm_serve_valid_name(const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n >= FM_SERVE_NAME_MAX || s[0] == '.') return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.') return false;
+    return true;
+}
+
+bool fm_serve_parse_version(const char *s, int64_t *out) {
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 18) return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v <= 0) return false;
+    *out = v;
+    return true;
+}
+
+fm_repo *fm_repo_open(const char *root, fm_device device) {
+    struct stat st;
+    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fm_set_error(FM_ERR_IO, "model repository '%s' is not a directory", root);
+        return NULL;
+    }
+    fm_repo *r = calloc(1, sizeof *r);
+    if (!r || !realpath(root, r->root)) {
+        free(r);
+        fm_set_error(FM_ERR_IO, "model repository '%s': cannot resolve its path", root);
+        return NULL;
+    }
+    r->device = device;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->load_mu, NULL);
+    return r;
+}
+
+static void version_free(fm_serve_version *v) {
+    fm_batcher_stop(v->batcher);
+    fm_serve_stats_destroy(&v->stats);
+    free(v);
+}
+
+void fm_repo_release(fm_serve_version *v) {
+    if (v && atomic_fetch_sub(&v->refs, 1) == 1) version_free(v);
+}
+
+static void release_list(fm_serve_version *v) {
+    while (v) {
+        fm_serve_version *nx = v->next;
+        fm_repo_release(v);
+        v = nx;
+    }
+}
+
+/* Under mu. */
+static repo_model *find_model(fm_repo *r, const char *name) {
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->models[i]->name, name)) return r->models[i];
+    return NULL;
+}
+
+static repo_model *get_model(fm_repo *r, const char *name) {
+    pthread_mutex_lock(&r->mu);
+    repo_model *m = find_model(r, name);
+    if (!m && r->n < MAX_MODELS && (m = calloc(1, sizeof *m))) {
+        snprintf(m->name, sizeof m->name, "%s", name);
+        r->models[r->n++] = m;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return m;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Version folders of a model, highest first. */
+static int list_versions(const char *dir, int64_t *vs, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        int64_t v;
+        char p[PBUF];
+        struct stat st;
+        if (!fm_serve_parse_version(e->d_name, &v)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) vs[n++] = v;
+    }
+    closedir(d);
+    qsort(vs, (size_t)n, sizeof *vs, cmp_desc);
+    return n;
+}
+
+static int apply_policy(const fm_model_config *c, const int64_t *have, int n, int64_t *want) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        bool take = c->policy == FM_VP_ALL || (c->policy == FM_VP_LATEST && i < c->latest_n);
+        for (int j = 0; c->policy == FM_VP_SPECIFIC && j < c->n_specific; j++)
+            if (c->specific[j] == have[i]) take = true;
+        if (take) want[k++] = have[i];
+    }
+    return k;
+}
+
+static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const fm_model_config *cfg, int64_t ver) {
+    char vdir[PBUF], where[PBUF];
+    snprintf(vdir, sizeof vdir, "%s/%lld", model_dir, (long long)ver);
+    snprintf(where, sizeof where, "%s/config.json", model_dir);
+    fm_serve_version *v = calloc(1, sizeof *v);
+    fm_servable *inst[64] = {0};
+    if (!v) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
+    v->cfg = *cfg;
+    if (!cfg->device_set) v->cfg.device = r->device;
+    int n = cfg->instance_count;
+    for (int i = 0; i < n; i++) {
+        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device))) goto fail;
+        if (i == 0 && fm_model_config_complete(&v->cfg, inst[0], where)) goto fail;
+    }
+    snprintf(v->model, sizeof v->model, "%s", cfg->name);
+    v->version = ver;
+    v->platform = inst[0]->platform;
+    atomic_init(&v->refs, 1);
+    fm_serve_stats_init(&v->stats);
+    v->batcher = fm_batcher_start(&v->cfg, inst, n, &v->stats);
+    if (!v->batcher) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }
+    return v;
+fail:
+    for (int i = 0; i < n; i++) fm_servable_free(inst[i]);
+    free(v);
+    return NULL;
+}
+
+static bool cfg_changed(repo_model *m, const char *model_dir, struct stat *out) {
+    char p[PBUF];
+    snprintf(p, sizeof p, "%s/config.json", model_dir);
+    if (stat(p, out) != 0) memset(out, 0, sizeof *out);
+    return out->st_mtim.tv_sec != m->cfg_mtime.tv_sec || out->st_mtim.tv_nsec != m->cfg_mtime.tv_nsec ||
+           out->st_size != m->cfg_size;
+}
+
+static void set_reason(repo_model *m, fm_repo *r, bool ready, const char *reason) {
+    pthread_mutex_lock(&r->mu);
+    m->ready = ready;
+    snprintf(m->reason, sizeof m->reason, "%s", reason);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Under load_mu. */
+static fm_status load_locked(fm_repo *r, const char *name) {
+    if (!fm_serve_valid_name(name))
+        return fm_set_error(FM_ERR_INVALID, "invalid model name '%s': use 1-63 of A-Z a-z 0-9 _ . - , not starting with '.'", name);
+    char dir[PATH_MAX + FM_SERVE_NAME_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", r->root, name);
+    struct stat st, cst;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return fm_set_error(FM_ERR_IO, "model '%s' is not in the repository (no folder %s)", name, dir);
+    repo_model *m = get_model(r, name);
+    if (!m) return fm_set_error(FM_ERR_OOM, "serve: too many models (at most %d)", MAX_MODELS);
+    fm_model_config cfg;
+    if (fm_model_config_load(&cfg, dir, name)) { set_reason(m, r, m->versions != NULL, fm_last_error()); return fm_last_status(); }
+    bool reload_all = cfg_changed(m, dir, &cst);
+    int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
+    int n_want = apply_policy(&cfg, have, list_versions(dir, have, MAX_VERSIONS), want);
+    if (n_want == 0) {
+        set_reason(m, r, m->versions != NULL, "no version folder matches the version policy");
+        return fm_set_error(FM_ERR_IO, "model '%s': no version folder (%s/<n>/) matches its version policy", name, dir);
+    }
+    fm_serve_version *nv[MAX_VERSIONS], *old[MAX_VERSIONS];
+    int n_new = 0, n_old = 0;
+    fm_status st_all = FM_OK;
+    char reason[512] = "";
+    for (int i = 0; i < n_want; i++) {
+        fm_serve_version *v = NULL;
+        pthread_mutex_lock(&r->mu);
+        for (fm_serve_version *o = m->versions; o && !reload_all; o = o->next)
+            if (o->version == want[i]) { v = o; atomic_fetch_add(&v->refs, 1); }
+        pthread_mutex_unlock(&r->mu);
+        if (!v && !(v = version_load(r, dir, &cfg, want[i]))) {
+            st_all = fm_last_status();
+            snprintf(reason, sizeof reason, "version %lld: %s", (long long)want[i], fm_last_error());
+            continue;
+        }
+        nv[n_new++] = v;
+    }
+    if (n_new == 0) {
+        set_reason(m, r, m->versions != NULL, reason);
+        return fm_set_error(st_all, "model '%s': %s", name, reason);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (fm_serve_version *o = m->versions; o; o = o->next) old[n_old++] = o;
+    for (int i = 0; i < n_new; i++) nv[i]->next = i + 1 < n_new ? nv[i + 1] : NULL;
+    m->versions = nv[0];
+    m->ready = true;
+    snprintf(m->reason, sizeof m->reason, "%s", reason);
+    m->cfg_mtime = cst.st_mtim;
+    m->cfg_size = cst.st_size;
+    pthread_mutex_unlock(&r->mu);
+    /* kept versions were referenced again above: only removed ones drain */
+    for (int i = 0; i < n_old; i++) fm_repo_release(old[i]);
+    if (st_all) return fm_set_error(st_all, "model '%s': %s", name, reason);
+    return FM_OK;
+}
+
+fm_status fm_repo_load(fm_repo *r, const char *name) {
+    pthread_mutex_lock(&r->load_mu);
+    fm_status s = load_locked(r, name);
+    pthread_mutex_unlock(&r->load_mu);
+    return s;
+}
+
+static fm_status unload_locked(fm_repo *r, const char *name, const char *why) {
+    pthread_mutex_lock(&r->mu);
+    repo_model *m = find_model(r, name);
+    fm_serve_version *old = m ? m->versions : NULL;
+    if (m) {
+        m->versions = NULL;
+        m->ready = false;
+        snprintf(m->reason, sizeof m->reason, "%s", why);
+        memset(&m->cfg_mtime, 0, sizeof m->cfg_mtime);
+        m->cfg_size = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    release_list(old);
+    if (!m) return fm_set_error(FM_ERR_IO, "model '%s' is not loaded", name);
+    return FM_OK;
+}
+
+fm_status fm_repo_unload(fm_repo *r, const char *name) {
+    pthread_mutex_lock(&r->load_mu);
+    fm_status s = unload_locked(r, name, "unloaded");
+    pthread_mutex_unlock(&r->load_mu);
+    return s;
+}
+
+void fm_repo_poll(fm_repo *r, FILE *log) {
+    pthread_mutex_lock(&r->load_mu);
+    DIR *d = opendir(r->root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[PATH_MAX + 256], before[512];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", r->root, e->d_name);
+        if (!fm_serve_valid_name(e->d_name) || stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        pthread_mutex_lock(&r->mu);
+        repo_model *m = find_model(r, e->d_name);
+        snprintf(before, sizeof before, "%s", m ? m->reason : "");
+        pthread_mutex_unlock(&r->mu);
+        /* a failure is logged once, not at every poll */
+        if (load_locked(r, e->d_name) != FM_OK && log && strcmp(before, m ? m->reason : "~"))
+            fprintf(log, "fathom serve: %s\n", fm_last_error());
+    }
+    if (d) closedir(d);
+    /* models whose folder is gone drain and unload */
+    char gone[MAX_MODELS][FM_SERVE_NAME_MAX];
+    int n_gone = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        char p[PATH_MAX + FM_SERVE_NAME_MAX];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", r->root, r->models[i]->name);
+        if (r->models[i]->versions && stat(p, &st) != 0) snprintf(gone[n_gone++], FM_SERVE_NAME_MAX, "%s", r->models[i]->name);
+    }
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < n_gone; i++) unload_locked(r, gone[i], "removed from the repository");
+    pthread_mutex_unlock(&r->load_mu);
+}
+
+fm_serve_version *fm_repo_acquire(fm_repo *r, const char *name, int64_t version, int *status, char *err, size_t errn) {
+    pthread_mutex_lock(&r->mu);
+    repo_model *m = find_model(r, name);
+    fm_serve_version *v = m ? m->versions : NULL;
+    while (v && version && v->version != version) v = v->next;
+    if (v) atomic_fetch_add(&v->refs, 1);
+    else if (!m || !m->versions) snprintf(err, errn, "unknown model '%s' (not loaded)", name);
+    else snprintf(err, errn, "model '%s' has no version %lld loaded", name, (long long)version);
+    pthread_mutex_unlock(&r->mu);
+    *status = v ? 200 : 404;
+    return v;
+}
+
+json_t *fm_repo_versions_json(fm_repo *r, const char *name) {
+    pthread_mutex_lock(&r->mu);
+    repo_model *m = find_model(r, name);
+    json_t *a = m && m->versions ? json_array() : NULL;
+    for (fm_serve_version *v = m ? m->versions : NULL; v; v = v->next) {
+        char s[24];
+        snprintf(s, sizeof s, "%lld", (long long)v->version);
+        json_array_append_new(a, json_string(s));
+    }
+    pthread_mutex_unlock(&r->mu);
+    return a;
+}
+
+static void index_add(json_t *a, const char *name, const char *version, const char *state, const char *reason) {
+    json_t *o = json_pack("{s:s,s:s}", "name", name, "state", state);
+    if (version) json_object_set_new(o, "version", json_string(version));
+    if (reason && *reason) json_object_set_new(o, "reason", json_string(reason));
+    json_array_append_new(a, o);
+}
+
+json_t *fm_repo_index(fm_repo *r, bool ready_only) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        repo_model *m = r->models[i];
+        for (fm_serve_version *v = m->versions; v; v = v->next) {
+            char s[24];
+            snprintf(s, sizeof s, "%lld", (long long)v->version);
+            index_add(a, m->name, s, "READY", NULL);
+        }
+        if (!m->versions && !ready_only) index_add(a, m->name, NULL, "UNAVAILABLE", m->reason);
+    }
+    pthread_mutex_unlock(&r->mu);
+    DIR *d = ready_only ? NULL : opendir(r->root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!fm_serve_valid_name(e->d_name)) continue;
+        pthread_mutex_lock(&r->mu);
+        bool known = find_model(r, e->d_name) != NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (!known) index_add(a, e->d_name, NULL, "UNAVAILABLE", "not loaded");
+    }
+    if (d) closedir(d);
+    return a;
+}
+
+int fm_repo_count_ready(fm_repo *r) {
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) n += r->models[i]->versions != NULL;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void fm_repo_write_metrics(fm_repo *r, FILE *f) {
+    static fm_serve_stats snaps[MAX_MODELS];
+    const char *names[MAX_MODELS];
+    long long vers[MAX_MODELS];
+    static pthread_mutex_t write_mu = PTHREAD_MUTEX_INITIALIZER; /* snaps is shared */
+    pthread_mutex_lock(&write_mu);
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++)
+        for (fm_serve_version *v = r->models[i]->versions; v && n < MAX_MODELS; v = v->next) {
+            fm_serve_stats_snapshot(&v->stats, &snaps[n]);
+            names[n] = r->models[i]->name; /* models are never freed before fm_repo_close */
+            vers[n++] = (long long)v->version;
+        }
+    pthread_mutex_unlock(&r->mu);
+    fm_serve_stats_write(f, n, snaps, names, vers);
+    pthread_mutex_unlock(&write_mu);
+}
+
+void fm_repo_close(fm_repo *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) {
+        release_list(r->models[i]->versions);
+        free(r->models[i]);
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->load_mu);
+    free(r);
+}

@@ -1,0 +1,43 @@
+/* A servable: one loaded copy of a model that the server can run batches on.
+ * The server needs only its metadata (named inputs and outputs, each with a
+ * dtype and per-sample dims after a dynamic batch dim) and `run`. Each batcher
+ * instance owns its own servable, so `run` is never called concurrently on one.
+ * Loaders: a model directory written by `fathom train` (servable_recipe.c). */
+#ifndef FATHOM_SERVE_SERVABLE_H
+#define FATHOM_SERVE_SERVABLE_H
+#include "fathom/tensor.h"
+
+#define FM_SERVE_MAX_IO 8
+#define FM_SERVE_NAME_MAX 64
+
+typedef struct fm_serve_io {
+    char name[FM_SERVE_NAME_MAX];
+    fm_dtype dtype;
+    int ndim;                       /* per sample: without the batch dim */
+    int64_t dims[FM_MAX_DIMS - 1];  /* -1: any size */
+} fm_serve_io;
+
+typedef struct fm_servable fm_servable;
+struct fm_servable {
+    const char *platform; /* reported as the model's platform, e.g. "fathom_recipe" */
+    int n_inputs, n_outputs;
+    fm_serve_io inputs[FM_SERVE_MAX_IO], outputs[FM_SERVE_MAX_IO];
+    /* inputs[i]: [B, dims...] contiguous host tensors in declaration order; sets
+     * outputs[j] to new [B, ...] host tensors. Returns FM_OK or an error (fm_last_error). */
+    fm_status (*run)(fm_servable *s, fm_tensor *const *inputs, fm_tensor **outputs);
+    void (*free)(fm_servable *s);
+    void *impl;
+};
+
+/* Opens the model in a version directory (DIR/<model>/<version>/) on `dev`.
+ * NULL with fm_last_error() set when no loader recognises it or loading fails. */
+fm_servable *fm_servable_open(const char *version_dir, fm_device dev);
+void fm_servable_free(fm_servable *s);
+
+/* KServe v2 datatype names ("FP32", ...) for fathom dtypes, and back. */
+const char *fm_serve_dtype_name(fm_dtype dt);
+/* Returns false for names fathom has no dtype for (UINT16, BYTES, ...) and unknown ones. */
+bool fm_serve_dtype_parse(const char *name, fm_dtype *out);
+/* Triton's model-config spelling: "TYPE_FP32". */
+const char *fm_serve_config_dtype_name(fm_dtype dt);
+#endif

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `fathom serve` end to end: trains a tiny model on synthetic 8x8 images, lays out
+# a model repository and runs tests/serve/serve_test.py against the real server on
+# free loopback ports (KServe v2 endpoints with plain HTTP and, where installed,
+# tritonclient; batching, queue limits, timeouts, metrics, hot reload, explicit
+# control and the API key, malformed requests, SIGTERM drain).
+# Usage: bash tests/cli_serve.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_serve.sh FATHOM_BIN}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+command -v python3 > /dev/null || { echo "SKIP: python3 not found (the serve test client is Python)"; exit 77; }
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+def split(name, n, seed):
+    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
+    for i in range(n):
+        c = i % 4; labs.append(c)
+        for p in range(64):
+            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
+            imgs.append(r.randrange(100) + (120 if q == c else 0))
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
+split("train", 128, 1)
+split("test", 32, 2)
+PY
+cat > "$tmp/syn.ini" <<INI
+[data]
+dataset = idx
+train_images = $tmp/train-images
+train_labels = $tmp/train-labels
+test_images = $tmp/test-images
+test_labels = $tmp/test-labels
+normalize = 0.3 0.25
+[model]
+input = 1 8 8
+layer = conv2d 4 3 padding=1
+layer = relu
+layer = maxpool2d 2
+layer = flatten
+layer = linear 4
+[train]
+epochs = 1
+batch = 32
+seed = 3
+[optimizer]
+name = adam
+lr = 0.01
+INI
+if ! "$bin" train "$tmp/syn.ini" --out "$tmp/model" --no-eval > "$tmp/train.log" 2>&1; then
+  echo "FAIL: could not train the test model: $(cat "$tmp/train.log")"; exit 1
+fi
+exec python3 "$(dirname "$0")/serve/serve_test.py" "$bin" "$tmp/model" "$tmp"

@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `fathom serve` (run by tests/cli_serve.sh, which trains the
+tiny model). Starts the real server on free loopback ports and drives it with
+plain HTTP (http.client, raw sockets) and, where installed, tritonclient.
+Prints ok/FAIL per check; exits 1 on any failure, else 77 if a part was
+skipped (tritonclient or numpy missing), else 0."""
+import http.client, json, os, shutil, signal, socket, struct, subprocess, sys, threading, time
+
+BIN, MODEL, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
+fails, skips = 0, []
+
+
+def ok(msg):
+    print("ok:", msg)
+
+
+def bad(msg):
+    global fails
+    fails += 1
+    print("FAIL:", msg)
+
+
+def check(cond, msg):
+    ok(msg) if cond else bad(msg)
+
+
+class Server:
+    def __init__(self, repo, *args):
+        self.log = os.path.join(TMP, "serve-%d.log" % time.time_ns())
+        self.proc = subprocess.Popen([BIN, "serve", "--model-repository", repo, "--port", "0", "--metrics-port", "0", *args],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        self.port = self.mport = None
+        deadline = time.time() + 30
+        while time.time() < deadline and self.proc.poll() is None:
+            text = open(self.log).read()
+            if "listening on" in text:
+                line = text.split("listening on", 1)[1].split("\n")[0]
+                self.port = int(line.split("http://127.0.0.1:")[1].split()[0])
+                if "metrics:" in line:
+                    self.mport = int(line.split("metrics: http://127.0.0.1:")[1].split("/")[0])
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server did not start: " + open(self.log).read())
+
+    def request(self, method, path, body=None, headers=None, port=None, timeout=30, chunked=False):
+        c = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        c.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, dict(r.getheaders()), data
+
+    def json(self, method, path, body=None, headers=None):
+        st, h, data = self.request(method, path, body, headers)
+        try:
+            return st, json.loads(data) if data else None
+        except ValueError:
+            return st, data
+
+    def metrics(self):
+        st, _, data = self.request("GET", "/metrics", port=self.mport)
+        out = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -999
+
+
+def raw(port, data, timeout=5.0, close_write=False):
+    """Sends bytes on a fresh connection and returns what comes back ('' on timeout)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if close_write:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                break
+            if not b:
+                break
+            out += b
+            if b"\r\n\r\n" in out:
+                head, _, rest = out.partition(b"\r\n\r\n")
+                cl = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                if cl and len(rest) >= int(cl[0].split(b":")[1]):
+                    break
+        return out
+    finally:
+        s.close()
+
+
+def status_of(resp):
+    try:
+        return int(resp.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def make_repo(name, configs):
+    repo = os.path.join(TMP, name)
+    for model, (versions, cfg) in configs.items():
+        for v in versions:
+            os.makedirs(os.path.join(repo, model, str(v)), exist_ok=True)
+            shutil.copy(os.path.join(MODEL, "model.safetensors"), os.path.join(repo, model, str(v)))
+        if cfg is not None:
+            json.dump(cfg, open(os.path.join(repo, model, "config.json"), "w"))
+    return repo
+
+
+def sample(n, seed=1):
+    import random
+    r = random.Random(seed)
+    return [[[[r.random() for _ in range(8)] for _ in range(8)]] for _ in range(n)]
+
+
+def infer_body(x, name="input", dt="FP32", shape=None):
+    flat = [v for s in x for c in s for row in c for v in row]
+    return {"inputs": [{"name": name, "datatype": dt, "shape": shape or [len(x), 1, 8, 8], "data": flat}]}
+
+
+def usage_checks():
+    def run(*args):
+        p = subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=30)
+        return p.returncode, p.stdout + p.stderr
+    rc, out = run("--help")
+    check(rc == 0 and "usage: fathom serve" in out, "serve --help -> 0")
+    rc, out = run()
+    check(rc == 2 and "--model-repository DIR is required" in out, "serve without a repository -> 2")
+    rc, out = run("--model-repository", TMP, "--model-control", "sometimes")
+    check(rc == 2 and "poll or explicit" in out, "bad --model-control -> 2")
+    rc, out = run("--model-repository", TMP, "--port", "70000")
+    check(rc == 2 and "--port" in out, "--port 70000 -> 2")
+    rc, out = run("--model-repository", TMP, "--host", "0.0.0.0", "--model-control", "explicit")
+    check(rc == 2 and "without --api-key" in out, "non-loopback control without a key refused -> 2: " + out.strip())
+    rc, out = run("--model-repository", os.path.join(TMP, "nope"))
+    check(rc == 1 and "not a directory" in out, "missing repository -> 1")
+
+
+def predict_reference(x):
+    """Logits' argmax and top probability from `fathom predict --json` on the same samples."""
+    n = len(x)
+    flat = [v for s in x for c in s for row in c for v in row]
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 1, 8, 8), }" % n
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    path = os.path.join(TMP, "x.npy")
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + struct.pack("<%df" % len(flat), *flat))
+    p = subprocess.run([BIN, "predict", MODEL, path, "--json"], capture_output=True, text=True, timeout=60)
+    return [(r["class"], r["probability"]) for r in json.loads(p.stdout)["predictions"]]
+
+
+def softmax_top(row):
+    import math
+    m = max(row)
+    e = [math.exp(v - m) for v in row]
+    i = max(range(len(row)), key=lambda k: row[k])
+    return i, e[i] / sum(e)
+
+
+def protocol_checks(s):
+    st, j = s.json("GET", "/v2/health/live")
+    check(st == 200, "GET /v2/health/live -> 200")
+    st, j = s.json("GET", "/v2/health/ready")
+    check(st == 200, "GET /v2/health/ready -> 200")
+    st, j = s.json("GET", "/v2")
+    check(st == 200 and j["name"] == "fathom" and "binary_tensor_data" in j["extensions"], "server metadata")
+    st, j = s.json("GET", "/v2/models/tiny")
+    check(st == 200 and j["versions"] == ["1"] and j["inputs"][0] == {"name": "input", "datatype": "FP32", "shape": [-1, 1, 8, 8]}
+          and j["outputs"][0]["shape"] == [-1, 4], "model metadata: %s" % j)
+    st, j = s.json("GET", "/v2/models/tiny/versions/1")
+    check(st == 200 and j["name"] == "tiny", "model metadata of version 1")
+    st, j = s.json("GET", "/v2/models/tiny/versions/7")
+    check(st == 404 and "no version 7" in j["error"], "unknown version -> 404 with a message")
+    st, _ = s.json("GET", "/v2/models/tiny/ready")
+    check(st == 200, "model ready")
+    st, _ = s.json("GET", "/v2/models/tiny/versions/1/ready")
+    check(st == 200, "model version ready")
+    st, j = s.json("GET", "/v2/models/tiny/config")
+    check(st == 200 and j["max_batch_size"] == 16 and j["dynamic_batching"]["max_queue_delay_microseconds"] == 20000,
+          "model config: %s" % j)
+    st, j = s.json("GET", "/v2/models/ghost")
+    check(st == 404 and "unknown model 'ghost'" in j["error"], "unknown model -> 404")
+    st, j = s.json("POST", "/v2/repository/index", {})
+    check(st == 200 and {"name": "tiny", "state": "READY", "version": "1"} in j, "repository index: %s" % j)
+    x = sample(3)
+    st, j = s.json("POST", "/v2/models/tiny/infer", dict(infer_body(x), id="req-7"))
+    ref = predict_reference(x)
+    got = [softmax_top(j["outputs"][0]["data"][4 * i:4 * i + 4]) for i in range(3)] if st == 200 else []
+    check(st == 200 and j["id"] == "req-7" and j["model_version"] == "1" and j["outputs"][0]["shape"] == [3, 4] and
+          all(g[0] == r[0] and abs(g[1] - r[1]) < 1e-4 for g, r in zip(got, ref)) and len(got) == 3,
+          "JSON infer matches `fathom predict` (%s vs %s)" % (got, ref))
+    # binary extension: input as raw FP32 bytes, output asked for as binary
+    flat = [v for smp in x for c in smp for row in c for v in row]
+    hdr = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 1, 8, 8],
+                                  "parameters": {"binary_data_size": 4 * len(flat)}}],
+                      "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+    st, h, data = s.request("POST", "/v2/models/tiny/infer", hdr + struct.pack("<%df" % len(flat), *flat),
+                            {"Inference-Header-Content-Length": str(len(hdr))})
+    hl = int(h.get("Inference-Header-Content-Length", "-1"))
+    ok_bin = st == 200 and hl > 0 and len(data) == hl + 48
+    if ok_bin:
+        vals = struct.unpack("<12f", data[hl:])
+        ok_bin = all(abs(a - b) < 1e-5 for a, b in zip(vals, j["outputs"][0]["data"]))
+    check(ok_bin, "binary tensor data in and out match the JSON result")
+    # nested JSON data is accepted as well as flat
+    st, j2 = s.json("POST", "/v2/models/tiny/infer", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 1, 8, 8], "data": x}]})
+    check(st == 200 and j2["outputs"][0]["data"] == j["outputs"][0]["data"], "nested JSON data")
+
+
+def tritonclient_checks(s):
+    try:
+        import numpy as np
+        import tritonclient.http as th
+    except ImportError as e:
+        skips.append("tritonclient checks (pip install 'tritonclient[http]' numpy): %s" % e)
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    check(c.is_server_live() and c.is_server_ready() and c.is_model_ready("tiny"), "tritonclient: live, ready, model ready")
+    md = c.get_model_metadata("tiny")
+    check(md["inputs"][0]["name"] == "input", "tritonclient: model metadata")
+    cfg = c.get_model_config("tiny")
+    check(cfg["max_batch_size"] == 16, "tritonclient: model config")
+    x = np.asarray(sample(5, seed=9), dtype=np.float32)
+    res = {}
+    for binary in (False, True):
+        i = th.InferInput("input", list(x.shape), "FP32")
+        i.set_data_from_numpy(x, binary_data=binary)
+        o = th.InferRequestedOutput("logits", binary_data=binary)
+        r = c.infer("tiny", [i], outputs=[o], request_id="t%d" % binary)
+        res[binary] = r.as_numpy("logits")
+    check(res[False].shape == (5, 4) and np.allclose(res[False], res[True], atol=1e-6),
+          "tritonclient: JSON and binary modes agree")
+    try:
+        c.infer("tiny", [th.InferInput("wrong", [1, 1, 8, 8], "FP32").set_data_from_numpy(x[:1])])
+        bad("tritonclient: an unknown input should fail")
+    except Exception as e:
+        check("unknown input 'wrong'" in str(e), "tritonclient: unknown input raises with the server's message")
+    idx = c.get_model_repository_index()
+    check(any(m["name"] == "tiny" for m in idx), "tritonclient: repository index")
+
+
+def batching_checks(s):
+    before = s.metrics()
+    results = []
+
+    def worker(k):
+        st, j = s.json("POST", "/v2/models/tiny/infer", infer_body(sample(1, seed=k)))
+        results.append(st)
+    th = [threading.Thread(target=worker, args=(k,)) for k in range(12)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    m = s.metrics()
+    lab = '{model="tiny",version="1"}'
+    n = m["fathom_inference_count" + lab] - before.get("fathom_inference_count" + lab, 0)
+    e = m["fathom_inference_exec_count" + lab] - before.get("fathom_inference_exec_count" + lab, 0)
+    check(results.count(200) == 12 and n == 12 and 0 < e < 12,
+          "12 concurrent requests ran in %d executions (dynamic batching; average batch %.1f)" % (e, n / max(e, 1)))
+    check(m["fathom_inference_request_success" + lab] >= 12 and 'fathom_inference_request_latency_us_bucket{model="tiny",version="1",le="+Inf"}' in m,
+          "metrics: success count and latency histogram")
+    check(m.get('fathom_memory_used_bytes{device="cpu"}', 0) > 0 and m.get("fathom_process_resident_memory_bytes", 0) > 0,
+          "metrics: memory per device and RSS")
+
+
+def queue_checks(s):
+    """Model 'slow' waits 400 ms for company and holds at most 2 queued requests."""
+    out = {}
+
+    def worker(k):
+        out[k] = s.json("POST", "/v2/models/slow/infer", infer_body(sample(1)))
+    th = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in th:
+        t.start()
+    time.sleep(0.15)
+    t0 = time.time()
+    st, j = s.json("POST", "/v2/models/slow/infer", infer_body(sample(1)))
+    dt = time.time() - t0
+    check(st == 503 and "Exceeds maximum queue size" in j["error"] and dt < 0.3,
+          "full queue -> 503 at once (%.0f ms): %s" % (dt * 1000, j))
+    for t in th:
+        t.join()
+    check(all(v[0] == 200 for v in out.values()), "the queued requests still succeed")
+    body = infer_body(sample(1))
+    body["parameters"] = {"timeout": 50000}
+    t0 = time.time()
+    st, j = s.json("POST", "/v2/models/slow/infer", body)
+    dt = time.time() - t0
+    check(st == 503 and "timeout" in j["error"] and dt < 0.35, "per-request timeout 50 ms honoured (%.0f ms): %s" % (dt * 1000, j))
+
+
+def main():
+    usage_checks()
+    repo = make_repo("repo", {
+        "tiny": ([1], {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}),
+        "slow": ([1], {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 400000,
+                                                                 "default_queue_policy": {"max_queue_size": 2}}}),
+    })
+    s = Server(repo, "--connection-timeout", "2")
+    try:
+        protocol_checks(s)
+        tritonclient_checks(s)
+        batching_checks(s)
+        queue_checks(s)
+        import serve_malformed
+        serve_malformed.run(s, raw, status_of, infer_body, sample, ok, bad)
+    finally:
+        rc = s.stop()
+    check(rc == 0, "SIGTERM on an idle server -> exit 0 (got %s)" % rc)
+    import serve_lifecycle
+    serve_lifecycle.run(Server, make_repo, infer_body, sample, ok, bad, check)
+    if fails:
+        print("%d check(s) failed" % fails)
+        sys.exit(1)
+    if skips:
+        for s_ in skips:
+            print("SKIP:", s_)
+        sys.exit(77)
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+main()
