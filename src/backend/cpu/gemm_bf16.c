@@ -10,7 +10,8 @@
  * builds and runs without it, and says in `fathom info` which path bf16 takes.
  * Only oneDNN 2.x (libdnnl.so.2, the C API compiled against here) is loaded.
  * FATHOM_DNNL=off keeps bf16 on the widen-to-f32 path; FATHOM_DNNL=/path names
- * the library.
+ * the library (FATHOM_DNNL=on: the default one, also in an AddressSanitizer
+ * build, which otherwise does not load it: see load()).
  *
  * Threads: fathom's pool splits C into one part per thread and each part is
  * one single-threaded oneDNN call (its OpenMP team is set to one thread in each
@@ -149,6 +150,14 @@ static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl
     return ok;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define FM_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FM_ASAN_BUILD 1
+#endif
+#endif
+
 static void load(void) {
     const fm_cpu_features *f = fm_cpu_get_features();
     const char *env = getenv("FATHOM_DNNL");
@@ -156,11 +165,21 @@ static void load(void) {
         snprintf(g_info.note, sizeof g_info.note, "FATHOM_DNNL=%s: bf16 is widened to f32", env);
         return;
     }
+#ifdef FM_ASAN_BUILD
+    /* LeakSanitizer's exit scan crashes on the dynamic TLS that oneDNN and its
+     * OpenMP runtime bring in ("Tracer caught signal 11", DTLS with a bogus
+     * range). Checked by hand instead: FATHOM_DNNL=on ASAN_OPTIONS=detect_leaks=0. */
+    if (!env || strcmp(env, "on")) {
+        snprintf(g_info.note, sizeof g_info.note,
+                 "AddressSanitizer build: oneDNN not loaded (FATHOM_DNNL=on to load it, with detect_leaks=0); bf16 is widened to f32");
+        return;
+    }
+#endif
     if (!f->avx512_bf16 && !(f->amx_bf16 && f->amx_usable)) {
         snprintf(g_info.note, sizeof g_info.note, "the CPU has neither AVX512-BF16 nor AMX-BF16: bf16 is widened to f32");
         return;
     }
-    snprintf(g_info.library, sizeof g_info.library, "%s", env && *env ? env : "libdnnl.so.2");
+    snprintf(g_info.library, sizeof g_info.library, "%s", env && *env && strcmp(env, "on") ? env : "libdnnl.so.2");
     D.lib = dlopen(g_info.library, RTLD_NOW | RTLD_LOCAL);
     if (!D.lib) {
         snprintf(g_info.note, sizeof g_info.note,
