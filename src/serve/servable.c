@@ -8,15 +8,19 @@
 #include <sys/stat.h>
 
 #include "fathom/error.h"
+#include "fathom/graph.h"
 
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev); /* servable_recipe.c */
+fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);  /* servable_graph.c */
 
 fm_servable *fm_servable_open(const char *version_dir, fm_device dev) {
     char p[PATH_MAX];
     struct stat st;
+    if (fm_graph_dir_is_graph(version_dir)) return fm_servable_open_graph(version_dir, dev);
     snprintf(p, sizeof p, "%s/model.safetensors", version_dir);
     if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) return fm_servable_open_recipe(version_dir, dev);
-    fm_set_error(FM_ERR_IO, "%s: no model found (expected model.safetensors written by `fathom train`)",
+    fm_set_error(FM_ERR_IO, "%s: no model found (expected graph.json + weights.safetensors of an inference graph, or "
+                 "model.safetensors written by `fathom train`)",
                  version_dir);
     return NULL;
 }

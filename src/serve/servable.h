@@ -2,7 +2,8 @@
  * The server needs only its metadata (named inputs and outputs, each with a
  * dtype and per-sample dims after a dynamic batch dim) and `run`. Each batcher
  * instance owns its own servable, so `run` is never called concurrently on one.
- * Loaders: a model directory written by `fathom train` (servable_recipe.c). */
+ * Loaders: an inference graph directory (servable_graph.c) and a model directory
+ * written by `fathom train` (servable_recipe.c). */
 #ifndef FATHOM_SERVE_SERVABLE_H
 #define FATHOM_SERVE_SERVABLE_H
 #include "fathom/tensor.h"

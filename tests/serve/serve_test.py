@@ -133,6 +133,50 @@ def infer_body(x, name="input", dt="FP32", shape=None):
     return {"inputs": [{"name": name, "datatype": dt, "shape": shape or [len(x), 1, 8, 8], "data": flat}]}
 
 
+def write_graph(dirpath):
+    """A graph directory (docs/GRAPH.md): probs = softmax(x @ W^T + b), x of [batch, 4]."""
+    W = [[0.1 * (i + 1) * (1 if j % 2 else -1) for j in range(4)] for i in range(3)]
+    b = [0.5, -0.25, 0.0]
+    os.makedirs(dirpath, exist_ok=True)
+    g = {"format": "fathom-graph", "version": 1, "meta": {}, "dim_hints": {"batch": 2},
+         "inputs": [{"name": "x", "dtype": "f32", "shape": ["batch", 4]}], "outputs": ["probs"],
+         "constants": [{"name": "w", "dtype": "f32", "shape": [3, 4]}, {"name": "b", "dtype": "f32", "shape": [3]}],
+         "nodes": [{"name": "fc", "op": "linear", "inputs": ["x", "w", "b"],
+                    "outputs": [{"name": "h", "dtype": "f32", "shape": ["batch", 3]}], "attrs": {}},
+                   {"name": "sm", "op": "softmax", "inputs": ["h"],
+                    "outputs": [{"name": "probs", "dtype": "f32", "shape": ["batch", 3]}], "attrs": {"axis": -1}}]}
+    json.dump(g, open(os.path.join(dirpath, "graph.json"), "w"))
+    hdr = json.dumps({"w": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]},
+                      "b": {"dtype": "F32", "shape": [3], "data_offsets": [48, 60]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    data = struct.pack("<12f", *[v for row in W for v in row]) + struct.pack("<3f", *b)
+    open(os.path.join(dirpath, "weights.safetensors"), "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
+
+    def ref(x):
+        import math
+        out = []
+        for row in x:
+            h = [sum(W[i][j] * row[j] for j in range(4)) + b[i] for i in range(3)]
+            m = max(h)
+            e = [math.exp(v - m) for v in h]
+            out.append([v / sum(e) for v in e])
+        return out
+    return ref
+
+
+def graph_checks(s, ref):
+    st, j = s.json("GET", "/v2/models/g")
+    check(st == 200 and j["platform"] == "fathom_graph" and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+          and j["outputs"] == [{"name": "probs", "datatype": "FP32", "shape": [-1, 3]}], "graph model metadata: %s" % j)
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]]
+    st, j = s.json("POST", "/v2/models/g/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [v for r in x for v in r]}]})
+    want = [v for r in ref(x) for v in r]
+    check(st == 200 and all(abs(a - b_) < 1e-6 for a, b_ in zip(j["outputs"][0]["data"], want)),
+          "graph model infers softmax(x W^T + b) (%s)" % (j if st != 200 else "max error %.1e" % max(
+              abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], want))))
+
+
 def usage_checks():
     def run(*args):
         p = subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=30)
@@ -310,9 +354,11 @@ def main():
         "slow": ([1], {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 400000,
                                                                  "default_queue_policy": {"max_queue_size": 2}}}),
     })
+    graph_ref = write_graph(os.path.join(repo, "g", "1"))
     s = Server(repo, "--connection-timeout", "2")
     try:
         protocol_checks(s)
+        graph_checks(s, graph_ref)
         tritonclient_checks(s)
         batching_checks(s)
         queue_checks(s)

@@ -1,0 +1,72 @@
+/* The servable for an inference graph directory (graph.json + weights.safetensors,
+ * include/fathom/graph.h): what the ONNX importer and `fathom compile` write.
+ * Every input and output must have a dynamic first dimension (the batch); the
+ * other dims are reported as declared (-1 where dynamic). On a GPU the graph's
+ * outputs are copied back to the host for the response. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/graph.h"
+#include "serve/servable.h"
+
+static fm_status graph_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
+    fm_graph *g = s->impl;
+    if (fm_graph_run(g, in, out) != FM_OK) return fm_last_status();
+    if (fm_graph_device(g).type == FM_DEV_CPU) return FM_OK;
+    fm_status st = FM_OK;
+    for (int j = 0; j < s->n_outputs; j++) {
+        fm_tensor *h = st == FM_OK ? fm_tensor_to(out[j], FM_CPU) : NULL;
+        if (!h) st = fm_last_status();
+        fm_tensor_release(out[j]);
+        out[j] = h;
+    }
+    if (st)
+        for (int j = 0; j < s->n_outputs; j++) { fm_tensor_release(out[j]); out[j] = NULL; }
+    return st;
+}
+
+static void graph_free(fm_servable *s) {
+    fm_graph_free(s->impl);
+    free(s);
+}
+
+/* One input or output's metadata; the first dim must be the (dynamic) batch. */
+static fm_status describe(fm_serve_io *io, const fm_graph_io *gi, const char *dir, const char *what) {
+    if (strlen(gi->name) >= FM_SERVE_NAME_MAX)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s name '%.80s...' is over %d characters", dir, what, gi->name,
+                            FM_SERVE_NAME_MAX - 1);
+    if (gi->ndim < 1 || gi->shape[0] != FM_DIM_DYNAMIC)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' has no dynamic first dimension; the server batches on the "
+                            "first dimension, so the graph must declare it dynamic (e.g. \"batch\")", dir, what, gi->name);
+    strcpy(io->name, gi->name);
+    io->dtype = gi->dtype;
+    io->ndim = gi->ndim - 1;
+    for (int d = 1; d < gi->ndim; d++) io->dims[d - 1] = gi->shape[d] == FM_DIM_DYNAMIC ? -1 : gi->shape[d];
+    return FM_OK;
+}
+
+fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);
+fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
+    fm_graph *g = fm_graph_load(dir);
+    if (!g) return NULL;
+    fm_servable *s = calloc(1, sizeof *s);
+    if (!s) { fm_graph_free(g); fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
+    s->impl = g;
+    s->platform = "fathom_graph";
+    s->run = graph_run;
+    s->free = graph_free;
+    s->n_inputs = fm_graph_num_inputs(g);
+    s->n_outputs = fm_graph_num_outputs(g);
+    fm_status st = FM_OK;
+    if (s->n_inputs > FM_SERVE_MAX_IO || s->n_outputs > FM_SERVE_MAX_IO)
+        st = fm_set_error(FM_ERR_UNSUPPORTED, "%s: the graph has %d inputs and %d outputs; the server takes at most %d of each",
+                          dir, s->n_inputs, s->n_outputs, FM_SERVE_MAX_IO);
+    fm_graph_io gi;
+    for (int i = 0; i < s->n_inputs && !st; i++)
+        if (!(st = fm_graph_input_info(g, i, &gi))) st = describe(&s->inputs[i], &gi, dir, "input");
+    for (int j = 0; j < s->n_outputs && !st; j++)
+        if (!(st = fm_graph_output_info(g, j, &gi))) st = describe(&s->outputs[j], &gi, dir, "output");
+    if (!st && dev.type != FM_DEV_CPU) st = fm_graph_to_device(g, dev);
+    if (st) { graph_free(s); return NULL; }
+    return s;
+}
