@@ -14,7 +14,7 @@
 
 #include "backend/cpu/elementwise_math.h"
 #include "core/cpu_features.h"
-#include "optim/adamw_simd.h"
+#include "backend/cpu/adamw_simd.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
 

@@ -53,6 +53,11 @@ typedef struct fm_gpt fm_gpt;
 FM_API fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng);
 FM_API void fm_gpt_free(fm_gpt *m);
 FM_API const fm_gpt_config *fm_gpt_get_config(const fm_gpt *m);
+/* Moves the parameters (with their gradients) and the RoPE tables to dev in place
+ * (fm_module_to's contract: before making the optimizer); the KV caches made
+ * afterwards, and generation, run there. */
+FM_API fm_status fm_gpt_to(fm_gpt *m, fm_device dev);
+FM_API fm_device fm_gpt_device(const fm_gpt *m);
 /* Trainable parameters under fathom's own names ("h.0.attn.qkv.weight"); no_decay
  * is set on 1-D tensors (biases and norm weights). Borrowed tensors. */
 FM_API const fm_named_list *fm_gpt_parameters(const fm_gpt *m);

@@ -91,6 +91,8 @@ typedef struct fm_allocator {
     void (*empty_cache)(struct fm_allocator *a);
     fm_status (*set_limit)(struct fm_allocator *a, size_t limit_bytes);
     void *impl;
+    /* optional: moves a live block to another category (fm_memory_retag) */
+    void (*retag)(struct fm_allocator *a, void *p, fm_mem_category c);
 } fm_allocator;
 
 FM_API fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out);

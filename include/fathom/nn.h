@@ -89,6 +89,11 @@ FM_API fm_tensor *fm_module_forward(fm_module *m, fm_tensor *x);
 /* Training mode (batch statistics, dropout active) or evaluation mode; recursive. */
 FM_API void fm_module_train(fm_module *m, bool training);
 FM_API bool fm_module_is_training(const fm_module *m);
+/* Moves every parameter (with its .grad) and buffer to dev, in place, as PyTorch's
+ * module.to(device): tensors keep their identity, so move the model before making
+ * its optimizer (whose state is made on the parameters' device). Fails before
+ * moving anything when dev does not exist here (fm_device_validate says why). */
+FM_API fm_status fm_module_to(fm_module *m, fm_device dev);
 /* Drop every parameter's .grad. */
 FM_API void fm_module_zero_grad(fm_module *m);
 /* Parameters (requires_grad leaves) with dotted names, in registration order. */

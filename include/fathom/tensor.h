@@ -26,7 +26,12 @@ typedef enum fm_dtype {
     FM_DTYPE_COUNT
 } fm_dtype;
 
-typedef enum fm_device_type { FM_DEV_CPU = 0, FM_DEV_CUDA = 1, FM_DEV_COUNT /* not a device: the number of types */ } fm_device_type;
+/* FM_DEV_CHECK, "check": the checked test device (src/backend/check): the CPU's
+ * kernels on memory the host cannot touch, so that CI runs the device path
+ * without a GPU and any host access to device memory fails loudly. */
+typedef enum fm_device_type {
+    FM_DEV_CPU = 0, FM_DEV_CUDA = 1, FM_DEV_CHECK = 2, FM_DEV_COUNT /* not a device: the number of types */
+} fm_device_type;
 typedef struct fm_device { fm_device_type type; int index; } fm_device;
 #define FM_CPU ((fm_device){FM_DEV_CPU, 0})
 
@@ -91,6 +96,12 @@ FM_API void fm_convert_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
 FM_API const char *fm_device_name(fm_device d, char *buf, size_t n);
 FM_API fm_status fm_device_parse(const char *s, fm_device *out);
 FM_API bool fm_device_eq(fm_device a, fm_device b);
+/* How many devices of a type this build and machine have (0 when none; *reason,
+ * which may be NULL, then says why: built without it, no driver, no device). */
+FM_API int fm_device_count(fm_device_type type, const char **reason);
+/* FM_OK when d exists here; otherwise an error saying why (this build has no such
+ * backend, no driver, no device, or the index is out of range). Never falls back. */
+FM_API fm_status fm_device_validate(fm_device d);
 
 /* ---- lifetime ---- */
 FM_API fm_tensor *fm_tensor_retain(fm_tensor *t);
@@ -165,6 +176,11 @@ FM_API fm_tensor *fm_as_strided(fm_tensor *t, int ndim, const int64_t *shape, co
 FM_API fm_tensor *fm_clone(fm_tensor *t);
 FM_API fm_tensor *fm_to_dtype(fm_tensor *t, fm_dtype dt);
 FM_API fm_tensor *fm_tensor_to(fm_tensor *t, fm_device dev);
+/* Moves a leaf tensor to dev in place, as PyTorch's module.to() moves param.data:
+ * the same fm_tensor (so pointers held elsewhere stay valid) gets a contiguous
+ * copy of its values on dev, and its .grad moves with it. Other views of the old
+ * storage keep the old storage. Not recorded; FM_ERR_INVALID for a non-leaf. */
+FM_API fm_status fm_tensor_move_(fm_tensor *t, fm_device dev);
 /* In-place copy of src into dst (broadcast, dtype conversion). Not recorded. */
 FM_API fm_status fm_copy_(fm_tensor *dst, const fm_tensor *src);
 FM_API fm_status fm_fill_(fm_tensor *t, double v);

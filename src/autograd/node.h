@@ -17,7 +17,10 @@
 
 #define FM_NODE_MAX_SAVED 8
 #define FM_NODE_MAX_OUT 4
-#define FM_NODE_ATTR_BYTES 256
+/* Room for the largest attribute struct an op records (views.c's view_attrs, 288
+ * bytes, checked there at compile time; it overflowed into grad_acc at 256 and the
+ * engine then released its device word, never visible while that word was cpu's 0). */
+#define FM_NODE_ATTR_BYTES 320
 
 struct fm_node;
 typedef fm_status (*fm_backward_fn)(struct fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in);

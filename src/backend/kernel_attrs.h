@@ -66,4 +66,18 @@ typedef struct fm_sdpa_qkv_attrs { int64_t n_head, n_kv_head, head_dim; int caus
  * out = {sum = x + h, y = layer_norm(sum), mean [M], rstd [M]} (statistics as LAYER_NORM's), attrs
  * fm_norm_attrs. ADD_LAYER_NORM_BACKWARD: in = {dy|NULL, dsum|NULL, sum, weight|NULL, mean, rstd};
  * out = {dsum_total = dsum + d layer_norm/d sum, dweight|NULL, dbias|NULL} (NULL dy or dsum: zero). */
+/* OPTIM_STEP: in = {param, grad, state1|NULL, state2|NULL}, contiguous, one dtype (f32/f64); no
+ * outputs: param and state are updated in place. kind: fm_optim_kind (0 SGD: state1 = momentum
+ * buffer, NULL without momentum; 1 Adam, 2 AdamW: state1/2 = exp_avg/exp_avg_sq). wd is the
+ * parameter's group decay; bc1/bc2 = 1 - beta^step; first: SGD's first momentum step copies. */
+typedef struct fm_optim_step_attrs {
+    int kind;
+    int nesterov, first;
+    double lr, wd, momentum, dampening, beta1, beta2, eps, bc1, bc2;
+} fm_optim_step_attrs;
+/* SUM_SQ_BLOCKS: in = {x contiguous f32/f64}; out = {f64 [ceil(n / FM_SUM_SQ_BLOCK)]}: the sum of
+ * squares of each block (four interleaved accumulators), so a norm is the same bits for any thread
+ * count. SCALE_INPLACE: in = {x contiguous f32/f64}, no outputs: x *= s, s rounded to x's dtype. */
+#define FM_SUM_SQ_BLOCK 8192
+typedef struct fm_scale_attrs { double s; } fm_scale_attrs;
 #endif

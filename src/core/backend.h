@@ -43,4 +43,10 @@ typedef const fm_backend *(*fm_backend_get_fn)(void);
 void fm_backend_register(fm_device_type type, fm_backend_get_fn get);
 /* The backend for a device type, or NULL (not built, not registered, or no device). */
 const fm_backend *fm_backend_get(fm_device_type type);
+
+/* How many devices of the type exist (0 when none, and then *reason says why:
+ * no driver, no device). Registered beside the constructor; it may probe, but
+ * builds nothing. fm_device_count / fm_device_validate (tensor.h) answer with it. */
+typedef int (*fm_backend_count_fn)(const char **reason);
+void fm_backend_register_count(fm_device_type type, fm_backend_count_fn count);
 #endif

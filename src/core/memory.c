@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "fathom/memory.h"
 
 #define N_CLASSES 512
@@ -471,12 +472,16 @@ static fm_status cpu_set_limit(fm_allocator *a, size_t limit) {
 }
 
 static fm_allocator g_cpu_alloc = {"cpu-caching", cpu_alloc, cpu_free, cpu_stats, cpu_reset_peak,
-                                   cpu_empty_cache, cpu_set_limit, &g_cpu};
+                                   cpu_empty_cache, cpu_set_limit, &g_cpu, NULL};
 
 fm_allocator *fm_cpu_allocator(void) { return &g_cpu_alloc; }
 
 void fm_memory_retag(fm_storage *s, fm_mem_category cat) {
-    if (!s || s->alloc != &g_cpu_alloc || !s->data || (unsigned)cat >= FM_MEM_CAT_COUNT) return;
+    if (!s || !s->alloc || !s->data || (unsigned)cat >= FM_MEM_CAT_COUNT) return;
+    if (s->alloc != &g_cpu_alloc) {
+        if (s->alloc->retag) s->alloc->retag(s->alloc, s->data, cat);
+        return;
+    }
     cpu_cache *c = &g_cpu;
     hdr *h = (hdr *)((char *)s->data - HDR);
     pthread_mutex_lock(&c->mu);
@@ -497,15 +502,40 @@ __attribute__((destructor)) static void cpu_cache_at_exit(void) {
     pthread_mutex_unlock(&g_cpu.mu);
 }
 
-fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out) {
-    if (dev.type == FM_DEV_CPU) return cpu_stats(&g_cpu_alloc, out);
-    return fm_set_error(FM_ERR_UNSUPPORTED, "memory stats: device has no allocator in this build");
+/* The allocator of any device: the CPU's here, another's from its backend
+ * (NULL with the error set when the build or machine has no such device). */
+static fm_allocator *device_allocator(fm_device dev, const char *what) {
+    if (dev.type == FM_DEV_CPU) return &g_cpu_alloc;
+    const fm_backend *b = fm_backend_get(dev.type);
+    fm_allocator *a = b && b->allocator ? b->allocator(dev.index) : NULL;
+    if (!a) {
+        char dn[32];
+        if (!b) fm_set_error(FM_ERR_UNSUPPORTED, "%s: device %s is not available in this build or on this machine",
+                             what, fm_device_name(dev, dn, sizeof dn));
+        /* else the backend set the error (index out of range, ...) */
+    }
+    return a;
 }
-void fm_memory_reset_peak(fm_device dev) { if (dev.type == FM_DEV_CPU) cpu_reset_peak(&g_cpu_alloc); }
-void fm_memory_empty_cache(fm_device dev) { if (dev.type == FM_DEV_CPU) cpu_empty_cache(&g_cpu_alloc); }
+
+fm_status fm_memory_stats_get(fm_device dev, fm_memory_stats *out) {
+    fm_allocator *a = device_allocator(dev, "memory stats");
+    if (!a) return fm_last_status();
+    if (!a->get_stats) return fm_set_error(FM_ERR_UNSUPPORTED, "memory stats: allocator %s keeps none", a->name);
+    return a->get_stats(a, out);
+}
+void fm_memory_reset_peak(fm_device dev) {
+    fm_allocator *a = device_allocator(dev, "memory reset_peak");
+    if (a && a->reset_peak) a->reset_peak(a);
+}
+void fm_memory_empty_cache(fm_device dev) {
+    fm_allocator *a = device_allocator(dev, "memory empty_cache");
+    if (a && a->empty_cache) a->empty_cache(a);
+}
 fm_status fm_memory_set_limit(fm_device dev, size_t limit) {
-    if (dev.type == FM_DEV_CPU) return cpu_set_limit(&g_cpu_alloc, limit);
-    return fm_set_error(FM_ERR_UNSUPPORTED, "memory limit: device has no allocator in this build");
+    fm_allocator *a = device_allocator(dev, "memory limit");
+    if (!a) return fm_last_status();
+    if (!a->set_limit) return fm_set_error(FM_ERR_UNSUPPORTED, "memory limit: allocator %s has none", a->name);
+    return a->set_limit(a, limit);
 }
 
 fm_status fm_memory_configure(fm_device dev, const fm_memory_config *cfg) {

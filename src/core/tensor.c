@@ -16,23 +16,33 @@
 
 /* ---------------- devices ---------------- */
 
+static const char *const k_dev_names[FM_DEV_COUNT] = {"cpu", "cuda", "check"};
+
 const char *fm_device_name(fm_device d, char *buf, size_t n) {
     if (d.type == FM_DEV_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", d.index);
+    else if ((unsigned)d.type < FM_DEV_COUNT) snprintf(buf, n, "%s:%d", k_dev_names[d.type], d.index);
+    else snprintf(buf, n, "device-type-%d:%d", (int)d.type, d.index);
     return buf;
 }
 
 bool fm_device_eq(fm_device a, fm_device b) { return a.type == b.type && (a.type == FM_DEV_CPU || a.index == b.index); }
 
+/* "cpu", "cuda", "cuda:N", "check", "check:N" (N a decimal index below 64).
+ * Whether the device exists is not asked here (see fm_device_validate). */
 fm_status fm_device_parse(const char *s, fm_device *out) {
+    if (!s || !out) return fm_set_error(FM_ERR_INVALID, "device: NULL argument");
     if (!strcmp(s, "cpu")) { *out = FM_CPU; return FM_OK; }
-    if (!strcmp(s, "cuda")) { *out = (fm_device){FM_DEV_CUDA, 0}; return FM_OK; }
-    if (!strncmp(s, "cuda:", 5)) {
+    for (int t = FM_DEV_CPU + 1; t < FM_DEV_COUNT; t++) {
+        size_t n = strlen(k_dev_names[t]);
+        if (strncmp(s, k_dev_names[t], n)) continue;
+        if (s[n] == 0) { *out = (fm_device){(fm_device_type)t, 0}; return FM_OK; }
+        if (s[n] != ':' || s[n + 1] < '0' || s[n + 1] > '9') break;
         char *end;
-        long idx = strtol(s + 5, &end, 10);
-        if (*end == 0 && end != s + 5 && idx >= 0 && idx < 64) { *out = (fm_device){FM_DEV_CUDA, (int)idx}; return FM_OK; }
+        long idx = strtol(s + n + 1, &end, 10);
+        if (*end == 0 && idx >= 0 && idx < 64) { *out = (fm_device){(fm_device_type)t, (int)idx}; return FM_OK; }
+        break;
     }
-    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda or cuda:N)", s);
+    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda, cuda:N, check or check:N)", s);
 }
 
 /* ---------------- storage ---------------- */
@@ -47,8 +57,9 @@ fm_storage *fm_storage_new(size_t nbytes, fm_device dev) {
     fm_allocator *a = allocator_for(dev);
     if (!a) {
         char dn[32];
-        fm_set_error(FM_ERR_UNSUPPORTED, "no allocator for device %s (this build or machine has no such device)",
-                     fm_device_name(dev, dn, sizeof dn));
+        if (fm_device_validate(dev) == FM_OK) /* else it said why: not built, no device, index out of range */
+            fm_set_error(FM_ERR_UNSUPPORTED, "no allocator for device %s (this build or machine has no such device)",
+                         fm_device_name(dev, dn, sizeof dn));
         return NULL;
     }
     fm_storage *s = calloc(1, sizeof *s);

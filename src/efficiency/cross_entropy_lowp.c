@@ -13,6 +13,7 @@
  * rounding of the unblocked scale). The forward goes by the same blocks, so an
  * f32 copy of all the logits never exists; its loss is the sum of the blocks' f32
  * sums, within one f32 rounding of the unblocked one. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "autograd/node.h"
@@ -37,7 +38,7 @@ static fm_status cel_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gi
     if (!gout[0] || !fm_node_needs_grad(n, 0)) return FM_OK;
     const int64_t N = x->shape[0], V = x->shape[1], step = fm_cross_entropy_lowp_rows(V);
     /* the mean's scale, as one f32 number for the blocks' sum-reduced backward */
-    fm_tensor *gs = fm_tensor_scalar(fm_tensor_item(gout[0]) / (double)a->count, FM_F32);
+    fm_tensor *gs = fm_tensor_full(0, NULL, fm_tensor_item(gout[0]) / (double)a->count, FM_F32, fm_tensor_device(x));
     fm_tensor *dx = gs ? fm_tensor_empty(2, x->shape, x->dtype, fm_tensor_device(x)) : NULL;
     fm_status st = dx ? FM_OK : fm_last_status();
     for (int64_t r0 = 0; st == FM_OK && r0 < N; r0 += step) {
@@ -66,7 +67,12 @@ fm_tensor *fm_cross_entropy_lowp(fm_tensor *logits, fm_tensor *target, int64_t i
         target->ndim != 1 || target->shape[0] != logits->shape[0] || (target->dtype != FM_I64 && target->dtype != FM_I32))
         return fm_cross_entropy(logits, target, ignore_index, label_smoothing, FM_REDUCE_MEAN);
     int64_t count = 0, n = target->shape[0];
-    for (int64_t i = 0; i < n; i++) count += (int64_t)fm_tensor_get(target, i) != ignore_index;
+    /* the targets are counted from a host copy: they may live on a device */
+    int64_t *tg = malloc(sizeof(int64_t) * (size_t)n);
+    if (!tg) { fm_set_error(FM_ERR_OOM, "cross_entropy_lowp: no host memory for %lld targets", (long long)n); return NULL; }
+    if (fm_tensor_copy_to_host(target, tg, FM_I64) != FM_OK) { free(tg); return NULL; }
+    for (int64_t i = 0; i < n; i++) count += tg[i] != ignore_index;
+    free(tg);
     if (count == 0) return fm_cross_entropy(logits, target, ignore_index, label_smoothing, FM_REDUCE_MEAN); /* NaN, as it gives */
     /* the forward in the same blocks of rows, so no f32 copy of all the logits exists
      * even for a moment: each block's sum (f32, from f64 row losses) is added in f64 */
@@ -84,7 +90,7 @@ fm_tensor *fm_cross_entropy_lowp(fm_tensor *logits, fm_tensor *target, int64_t i
         fm_tensor_release_n(4, xs, ts, x32, l);
     }
     fm_set_grad_enabled(prev);
-    fm_tensor *loss = st == FM_OK ? fm_tensor_scalar(total / (double)count, FM_F32) : NULL;
+    fm_tensor *loss = st == FM_OK ? fm_tensor_full(0, NULL, total / (double)count, FM_F32, fm_tensor_device(logits)) : NULL;
     if (!loss) return NULL;
     fm_node *nd = fm_node_begin(FM_OP_CROSS_ENTROPY, 2, (fm_tensor *[]){logits, target}, cel_backward);
     if (nd) {

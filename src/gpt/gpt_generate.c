@@ -140,6 +140,11 @@ fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_
         for (int i = start; i < len; i++) buf[i - start] = seq[i];
         idx = fm_tensor_from_data(buf, 2, shape, FM_I64);
         free(buf);
+        if (idx && !fm_device_eq(fm_tensor_device(idx), fm_gpt_device(m))) { /* the ids go to the model's device */
+            fm_tensor *d = fm_tensor_to(idx, fm_gpt_device(m));
+            fm_tensor_release(idx);
+            idx = d;
+        }
         if (idx) logits = use_cache ? fm_gpt_forward_cached(m, idx, cache) : fm_gpt_forward(m, idx, NULL, NULL);
         fm_tensor_release(idx);
         if (!logits) { st = fm_last_status(); break; }

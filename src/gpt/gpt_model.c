@@ -21,6 +21,7 @@
 #include "fathom/autograd.h" /* grad mode for cached decoding */
 #include "fathom/gpt.h"
 #include "fathom/io.h"       /* fm_atomic_write for config.json */
+#include "fathom/memory.h"   /* moved weights are tagged as weights */
 #include "fathom/ops.h"
 #include "efficiency/efficiency_internal.h" /* fm_cross_entropy_lowp */
 #include "gpt/gpt_internal.h"
@@ -599,14 +600,19 @@ static fm_status check_idx(const fm_gpt *m, fm_tensor *idx, const char *what) {
     if (idx->shape[0] < 1 || idx->shape[1] < 1)
         return fm_set_error(FM_ERR_INVALID, "gpt: %s %s is empty", what, fm_shape_str(idx->ndim, idx->shape, s, sizeof s));
     int64_t n = fm_tensor_numel(idx);
-    for (int64_t i = 0; i < n; i++) {
-        double v = fm_tensor_get(idx, i);
+    /* ids on a device are checked from a host copy (the host may not read device memory) */
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+    if (!ids) return fm_set_error(FM_ERR_OOM, "gpt: no host memory to check %lld token ids", (long long)n);
+    fm_status st = fm_tensor_copy_to_host(idx, ids, FM_I64);
+    for (int64_t i = 0; i < n && st == FM_OK; i++) {
+        double v = (double)ids[i];
         bool ok = v >= 0 && v < m->cfg.vocab_size;
         if (!ok && !(v == -1 && !strcmp(what, "targets")))
-            return fm_set_error(FM_ERR_INVALID, "gpt: unknown token id %.0f in %s at position %lld (vocab size %d)", v,
-                                what, (long long)i, m->cfg.vocab_size);
+            st = fm_set_error(FM_ERR_INVALID, "gpt: unknown token id %.0f in %s at position %lld (vocab size %d)", v,
+                              what, (long long)i, m->cfg.vocab_size);
     }
-    return FM_OK;
+    free(ids);
+    return st;
 }
 
 /* Shared by the training forward and cached decoding. */
@@ -699,9 +705,10 @@ fm_gpt_kv_cache *fm_gpt_kv_cache_new(const fm_gpt *m, int batch) {
     c->v = calloc((size_t)c->n_layer, sizeof *c->v);
     if (!c->k || !c->v) { fm_set_error(FM_ERR_OOM, "out of host memory"); fm_gpt_kv_cache_free(c); return NULL; }
     int64_t shape[4] = {batch, m->n_kv, c->cap, m->cfg.n_embd / m->cfg.n_head};
+    fm_device dev = fm_tensor_device(m->wte); /* the cache lives with the model */
     for (int i = 0; i < c->n_layer; i++) {
-        c->k[i] = fm_tensor_zeros(4, shape, FM_F32, FM_CPU);
-        c->v[i] = fm_tensor_zeros(4, shape, FM_F32, FM_CPU);
+        c->k[i] = fm_tensor_zeros(4, shape, FM_F32, dev);
+        c->v[i] = fm_tensor_zeros(4, shape, FM_F32, dev);
         if (!c->k[i] || !c->v[i]) { fm_gpt_kv_cache_free(c); return NULL; }
     }
     return c;
@@ -761,3 +768,17 @@ fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c) 
     fm_set_grad_enabled(prev);
     return out;
 }
+
+fm_status fm_gpt_to(fm_gpt *m, fm_device dev) {
+    if (!m) return fm_set_error(FM_ERR_INVALID, "gpt_to: model is NULL");
+    fm_status st = fm_device_validate(dev);
+    if (st != FM_OK) return st;
+    fm_mem_category prev = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    for (int i = 0; i < m->params.n && st == FM_OK; i++) st = fm_tensor_move_(m->params.items[i].tensor, dev);
+    if (st == FM_OK && m->rope_cos) st = fm_tensor_move_(m->rope_cos, dev);
+    if (st == FM_OK && m->rope_sin) st = fm_tensor_move_(m->rope_sin, dev);
+    fm_memory_tag_pop(prev);
+    return st;
+}
+
+fm_device fm_gpt_device(const fm_gpt *m) { return fm_tensor_device(m->wte); }

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "fathom/autograd.h" /* device tensors are copied to the host untracked */
 #include "fathom/io.h"
 
 /* ---------------- metadata lists ---------------- */
@@ -95,9 +96,9 @@ fm_status fm_safetensors_save(const char *path, const fm_named_list *tensors, co
     for (int i = 0; i < n; i++) {
         fm_tensor *t = tensors->items[i].tensor;
         const char *dn = st_dtype_name(t->dtype);
-        if (!dn || fm_tensor_device(t).type != FM_DEV_CPU) {
-            st = fm_set_error(FM_ERR_INVALID, "safetensors: tensor '%s' must be a CPU tensor of a safetensors dtype",
-                              tensors->items[i].name);
+        if (!dn) {
+            st = fm_set_error(FM_ERR_INVALID, "safetensors: tensor '%s' has dtype %s, which safetensors cannot hold",
+                              tensors->items[i].name, fm_dtype_name(t->dtype));
             goto done;
         }
         if (json_object_get(hdr, tensors->items[i].name) || !strcmp(tensors->items[i].name, "__metadata__") ||
@@ -106,7 +107,13 @@ fm_status fm_safetensors_save(const char *path, const fm_named_list *tensors, co
                               tensors->items[i].name);
             goto done;
         }
-        contig[i] = fm_contiguous(t);
+        /* a host copy of a device tensor (the file does not depend on the device) */
+        bool prev = fm_set_grad_enabled(false);
+        contig[i] = fm_tensor_to(t, FM_CPU);
+        fm_tensor *c = contig[i] ? fm_contiguous(contig[i]) : NULL;
+        fm_set_grad_enabled(prev);
+        fm_tensor_release(contig[i]);
+        contig[i] = c;
         if (!contig[i]) { st = fm_last_status(); goto done; }
         size_t nb = fm_tensor_nbytes(contig[i]);
         json_t *e = json_object(), *shape = json_array(), *offs = json_array();

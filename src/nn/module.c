@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fathom/autograd.h" /* requires_grad, zero_grad */
+#include "fathom/memory.h"   /* the moved weights are tagged as weights */
 #include "fathom/nn.h"
 
 struct fm_module {
@@ -593,4 +594,31 @@ fm_status fm_module_init(fm_module *m, fm_init_kind kind, fm_rng *rng) {
     fm_status st = init_layer(m, kind, rng);
     for (int i = 0; i < m->n_children && st == FM_OK; i++) st = fm_module_init(m->children[i], kind, rng);
     return st;
+}
+
+/* Moves the layer's own tensors (parameters with their gradients, running
+ * statistics) in place, so pointers the caller holds stay valid. */
+static fm_status move_layer(fm_module *m, fm_device dev) {
+    fm_tensor *ts[] = {m->weight, m->bias, m->running_mean, m->running_var, m->num_batches};
+    fm_status st = FM_OK;
+    for (size_t i = 0; i < sizeof ts / sizeof *ts && st == FM_OK; i++)
+        if (ts[i]) st = fm_tensor_move_(ts[i], dev);
+    for (int i = 0; i < m->n_children && st == FM_OK; i++) st = move_layer(m->children[i], dev);
+    return st;
+}
+
+fm_status fm_module_to(fm_module *m, fm_device dev) {
+    if (!m) return fm_set_error(FM_ERR_INVALID, "module_to: module is NULL");
+    fm_status st = fm_device_validate(dev);
+    if (st != FM_OK) return st;
+    fm_mem_category prev = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    st = move_layer(m, dev);
+    fm_memory_tag_pop(prev);
+    if (st != FM_OK) {
+        char dn[32], msg[512];
+        snprintf(msg, sizeof msg, "%s", fm_last_error());
+        return fm_set_error(st, "module_to %s: %s (the module may be partly moved: move it again or free it)",
+                            fm_device_name(dev, dn, sizeof dn), msg);
+    }
+    return FM_OK;
 }

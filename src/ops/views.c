@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
+#include "fathom/autograd.h"
 #include "dispatch/dispatch.h"
 #include "core/dtype_internal.h"
 #include "core/tensor_internal.h"
@@ -26,6 +27,7 @@ typedef struct view_attrs {
     int64_t out_shape[FM_MAX_DIMS], out_strides[FM_MAX_DIMS];
     fm_device in_device;
 } view_attrs;
+_Static_assert(sizeof(view_attrs) <= FM_NODE_ATTR_BYTES, "view_attrs must fit in a node's attrs");
 
 static fm_status view_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     const view_attrs *a = FM_NODE_ATTRS(n, view_attrs);
@@ -374,15 +376,30 @@ fm_tensor *fm_as_strided(fm_tensor *x, int ndim, const int64_t *shape, const int
 
 /* ---- device moves ---- */
 
+/* Between two devices (two GPUs, a GPU and the check device): through a host
+ * buffer, since backends are peers and know only their own memory. */
+static fm_status copy_through_host(const fm_backend *bs, int si, const fm_backend *bd, int di, void *dst, const void *src,
+                                   size_t nb) {
+    void *h = malloc(nb ? nb : 1);
+    if (!h) return fm_set_error(FM_ERR_OOM, "to: no host memory for a %zu-byte staging copy between devices", nb);
+    fm_status st = bs->copy_d2h(si, h, src, nb);
+    if (st == FM_OK) st = bs->synchronize ? bs->synchronize(si) : FM_OK;
+    if (st == FM_OK) st = bd->copy_h2d(di, dst, h, nb);
+    if (st == FM_OK) st = bd->synchronize ? bd->synchronize(di) : FM_OK; /* h is freed next */
+    free(h);
+    return st;
+}
+
 fm_tensor *fm_tensor_to(fm_tensor *x, fm_device dev) {
     if (!x) { fm_set_error(FM_ERR_INVALID, "to: tensor is NULL"); return NULL; }
     fm_device src = x->storage->device;
     if (fm_device_eq(src, dev)) return fm_tensor_retain(x);
     const fm_backend *bs = fm_backend_get(src.type), *bd = fm_backend_get(dev.type);
     char dn[32];
-    if (!bd) {
-        fm_set_error(FM_ERR_UNSUPPORTED, "to: device %s is not available: %s", fm_device_name(dev, dn, sizeof dn),
-                     FATHOM_HAVE_CUDA ? "no CUDA device was found (see `fathom info`)" : "this build has no CUDA backend (rebuild with the CUDA toolkit)");
+    if (!bd || fm_device_validate(dev) != FM_OK) {
+        /* fm_device_validate says why: not built, no driver, no device, index out of range */
+        if (!bd && fm_device_validate(dev) == FM_OK)
+            fm_set_error(FM_ERR_UNSUPPORTED, "to: device %s is not available (see `fathom info`)", fm_device_name(dev, dn, sizeof dn));
         return NULL;
     }
     fm_tensor *c = fm_contiguous(x);
@@ -393,11 +410,35 @@ fm_tensor *fm_tensor_to(fm_tensor *x, fm_device dev) {
     fm_status st;
     if (src.type == FM_DEV_CPU) st = bd->copy_h2d(dev.index, y->storage->data, fm_tensor_data(c), nb);
     else if (dev.type == FM_DEV_CPU) st = bs->copy_d2h(src.index, y->storage->data, fm_tensor_data(c), nb);
-    else st = fm_set_error(FM_ERR_UNSUPPORTED, "to: copies between two devices go through the cpu");
+    else st = copy_through_host(bs, src.index, bd, dev.index, y->storage->data, fm_tensor_data(c), nb);
     fm_tensor_release(c);
     if (st) { fm_tensor_release(y); return NULL; }
     view_attrs a = base_attrs(x, V_TO);
     return record(x, y, &a, "to");
+}
+
+fm_status fm_tensor_move_(fm_tensor *t, fm_device dev) {
+    if (!t) return fm_set_error(FM_ERR_INVALID, "move_: tensor is NULL");
+    if (t->grad_fn)
+        return fm_set_error(FM_ERR_INVALID, "move_: the tensor is computed (it has a gradient function); move the leaves "
+                                            "it comes from, or use fm_tensor_to for a copy");
+    fm_status st = fm_device_validate(dev);
+    if (st != FM_OK) return st;
+    if (t->grad && (st = fm_tensor_move_(t->grad, dev)) != FM_OK) return st;
+    if (fm_device_eq(t->storage->device, dev)) return FM_OK;
+    bool prev = fm_set_grad_enabled(false); /* a copy, not an op to record */
+    fm_tensor *y = fm_tensor_to(t, dev);
+    fm_set_grad_enabled(prev);
+    if (!y) return fm_last_status();
+    /* t takes y's storage and its contiguous geometry; y goes */
+    fm_storage *old = t->storage;
+    t->storage = y->storage;
+    __atomic_add_fetch(&t->storage->refcount, 1, __ATOMIC_RELAXED);
+    t->offset = y->offset;
+    memcpy(t->strides, y->strides, sizeof t->strides);
+    fm_storage_release(old);
+    fm_tensor_release(y);
+    return FM_OK;
 }
 
 /* ---- fill ---- */

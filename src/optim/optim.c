@@ -1,20 +1,18 @@
 /* Optimizers: SGD (momentum, Nesterov, L2), Adam and AdamW (decoupled decay).
  *
- * Each update is one fused loop per parameter over contiguous data (parameter,
- * gradient and state read once, written once), split across the thread pool by
- * element ranges; since every element is independent the result does not depend
- * on the thread count. This is in effect the CPU kernel: the loops touch host
- * memory directly. A CUDA backend will supply its own fused AdamW kernel and
- * this file will dispatch to it for device tensors. */
+ * This file keeps the parameter list, the state and the step's scalars (bias
+ * corrections, group decay); the update itself is a kernel (ops.def OPTIM_STEP,
+ * the CPU's in src/backend/cpu/optim_cpu.c), dispatched per parameter to the
+ * device the parameter lives on, with its state made on that device too. The
+ * gradient norm is per-block sums of squares (SUM_SQ_BLOCKS) added here in a
+ * fixed order, so it is the same bits for any thread count and device. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cpu_features.h" /* fm_cpu_use_avx512 */
-#include "core/parallel.h" /* fm_parallel_for over element ranges */
+#include "dispatch/dispatch.h" /* fm_dispatch of the optimizer kernels */
 #include "fathom/autograd.h"
 #include "fathom/optim.h"
-#include "optim/adamw_simd.h"
 
 typedef struct opt_param {
     char *name;
@@ -95,9 +93,8 @@ int fm_optim_add_group(fm_optim *o, double weight_decay) {
 fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p) {
     if (group < 0 || group >= o->n_groups)
         return fm_set_error(FM_ERR_INVALID, "optim: group %d does not exist (add it with fm_optim_add_group)", group);
-    if (!p || (p->dtype != FM_F32 && p->dtype != FM_F64) || !fm_tensor_is_contiguous(p) ||
-        fm_tensor_device(p).type != FM_DEV_CPU)
-        return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' must be a contiguous f32/f64 CPU tensor", name);
+    if (!p || (p->dtype != FM_F32 && p->dtype != FM_F64) || !fm_tensor_is_contiguous(p))
+        return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' must be a contiguous f32/f64 tensor", name);
     for (int i = 0; i < o->n; i++)
         if (!strcmp(o->params[i].name, name))
             return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' added twice", name);
@@ -172,98 +169,17 @@ fm_status fm_optim_init_state(fm_optim *o) {
     return FM_OK;
 }
 
-/* ---- the fused update loops ---- */
-
-typedef struct upd_ctx {
-    const fm_optim_config *c;
-    double lr, wd, bc1, bc2;
-    bool first; /* SGD momentum first step */
-    void *p;
-    const void *g;
-    void *b1, *b2;
-} upd_ctx;
-
-/* AdamW f32 through the AVX-512 kernel (bitwise the loop below); false: use the loop */
-static bool adamw_simd_f32(float *p, const float *g, float *m1, float *m2, float b1, float b2, float ob1, float ob2,
-                           float eps, float step_size, float rbc2, float decay, int64_t begin, int64_t end) {
-    if (!fm_cpu_use_avx512()) return false;
-    fm_adamw_args a = {p, m1, m2, g, b1, b2, ob1, ob2, eps, step_size, rbc2, decay};
-    fm_adamw_f32_avx512(&a, begin, end);
-    return true;
+/* One parameter's update, on its device: the state was made there (ensure_state). */
+static fm_status step_param(fm_optim *o, opt_param *q, fm_tensor *g, int64_t t) {
+    fm_optim_step_attrs a = {
+        .kind = (int)o->cfg.kind, .nesterov = o->cfg.nesterov, .first = !q->initialized,
+        .lr = o->cfg.lr, .wd = o->group_wd[q->group], .momentum = o->cfg.momentum, .dampening = o->cfg.dampening,
+        .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+        .bc1 = 1.0 - pow(o->cfg.beta1, (double)t), .bc2 = 1.0 - pow(o->cfg.beta2, (double)t),
+    };
+    fm_op_call c = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .n_out = 0, .in = {q->p, g, q->buf1, q->buf2}, .attrs = &a};
+    return fm_dispatch(&c);
 }
-static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, double b1, double b2, double ob1,
-                           double ob2, double eps, double step_size, double rbc2, double decay, int64_t begin,
-                           int64_t end) {
-    (void)p; (void)g; (void)m1; (void)m2; (void)b1; (void)b2; (void)ob1; (void)ob2; (void)eps; (void)step_size;
-    (void)rbc2; (void)decay; (void)begin; (void)end;
-    return false;
-}
-
-#define DEFINE_UPDATE(T, SQRT, SUFFIX)                                                             \
-    static void update_##SUFFIX(void *vctx, int64_t begin, int64_t end, int tid) {               \
-        (void)tid;                                                                                 \
-        const upd_ctx *u = vctx;                                                                   \
-        const fm_optim_config *c = u->c;                                                           \
-        T *restrict p = u->p;                                                                      \
-        const T *restrict g = u->g;                                                                \
-        T *restrict m1 = u->b1, *restrict m2 = u->b2;                                              \
-        const T lr = (T)u->lr, wd = (T)u->wd;                                                      \
-        if (c->kind == FM_OPTIM_SGD) {                                                             \
-            const T mom = (T)c->momentum, damp = (T)(1.0 - c->dampening);                          \
-            if (!m1) {                                                                             \
-                for (int64_t i = begin; i < end; i++) p[i] -= lr * (g[i] + wd * p[i]);             \
-            } else if (u->first) {                                                                 \
-                for (int64_t i = begin; i < end; i++) {                                            \
-                    T d = g[i] + wd * p[i];                                                        \
-                    m1[i] = d;                                                                     \
-                    p[i] -= lr * (c->nesterov ? d + mom * d : d);                                  \
-                }                                                                                  \
-            } else if (c->nesterov) {                                                              \
-                for (int64_t i = begin; i < end; i++) {                                            \
-                    T d = g[i] + wd * p[i];                                                        \
-                    T b = mom * m1[i] + damp * d;                                                  \
-                    m1[i] = b;                                                                     \
-                    p[i] -= lr * (d + mom * b);                                                    \
-                }                                                                                  \
-            } else {                                                                               \
-                for (int64_t i = begin; i < end; i++) {                                            \
-                    T d = g[i] + wd * p[i];                                                        \
-                    T b = mom * m1[i] + damp * d;                                                  \
-                    m1[i] = b;                                                                     \
-                    p[i] -= lr * b;                                                                \
-                }                                                                                  \
-            }                                                                                      \
-            return;                                                                                \
-        }                                                                                          \
-        const T b1 = (T)c->beta1, b2 = (T)c->beta2, ob1 = (T)(1.0 - c->beta1),                    \
-                ob2 = (T)(1.0 - c->beta2), eps = (T)c->eps;                                        \
-        const T step_size = (T)(u->lr / u->bc1), rbc2 = (T)(1.0 / sqrt(u->bc2));                  \
-        if (c->kind == FM_OPTIM_ADAMW) {                                                           \
-            const T decay = (T)(1.0 - u->lr * u->wd);                                              \
-            if (adamw_simd_##SUFFIX(p, g, m1, m2, b1, b2, ob1, ob2, eps, step_size, rbc2, decay, begin, end)) \
-                return;                                                                            \
-            for (int64_t i = begin; i < end; i++) {                                                \
-                T gi = g[i];                                                                       \
-                T m = b1 * m1[i] + ob1 * gi;                                                       \
-                T v = b2 * m2[i] + ob2 * gi * gi;                                                  \
-                m1[i] = m;                                                                         \
-                m2[i] = v;                                                                         \
-                p[i] = p[i] * decay - step_size * m / (SQRT(v) * rbc2 + eps);                      \
-            }                                                                                      \
-        } else {                                                                                   \
-            for (int64_t i = begin; i < end; i++) {                                                \
-                T gi = g[i] + wd * p[i];                                                           \
-                T m = b1 * m1[i] + ob1 * gi;                                                       \
-                T v = b2 * m2[i] + ob2 * gi * gi;                                                  \
-                m1[i] = m;                                                                         \
-                m2[i] = v;                                                                         \
-                p[i] -= step_size * m / (SQRT(v) * rbc2 + eps);                                    \
-            }                                                                                      \
-        }                                                                                          \
-    }
-
-DEFINE_UPDATE(float, sqrtf, f32)
-DEFINE_UPDATE(double, sqrt, f64)
 
 fm_status fm_optim_step(fm_optim *o) {
     int64_t t = o->step + 1;
@@ -279,19 +195,8 @@ fm_status fm_optim_step(fm_optim *o) {
         }
         fm_tensor *g = fm_contiguous(gr);
         if (!g || (st = ensure_state(o, q)) != FM_OK) { fm_tensor_release(g); st = fm_last_status(); break; }
-        upd_ctx u;
-        u.c = &o->cfg;
-        u.lr = o->cfg.lr;
-        u.wd = o->group_wd[q->group];
-        u.bc1 = 1.0 - pow(o->cfg.beta1, (double)t);
-        u.bc2 = 1.0 - pow(o->cfg.beta2, (double)t);
-        u.first = !q->initialized;
-        u.p = fm_tensor_data(q->p);
-        u.g = fm_tensor_data(g);
-        u.b1 = q->buf1 ? fm_tensor_data(q->buf1) : NULL;
-        u.b2 = q->buf2 ? fm_tensor_data(q->buf2) : NULL;
-        fm_parallel_for(fm_tensor_numel(q->p), 1 << 15, q->p->dtype == FM_F32 ? update_f32 : update_f64, &u);
-        q->initialized = true;
+        st = step_param(o, q, g, t);
+        if (st == FM_OK) q->initialized = true;
         fm_tensor_release(g);
     }
     fm_set_grad_enabled(prev);
@@ -313,95 +218,54 @@ void fm_optim_set_step(fm_optim *o, int64_t step) {
     for (int i = 0; i < o->n; i++) o->params[i].initialized = step > 0;
 }
 
-/* Sum of squares by fixed blocks of NORM_BLOCK elements, four accumulators per
- * block, the block sums then added in order: the blocks depend only on the
- * tensor's size, never on the thread count, so the norm is the same bits for any
- * FATHOM_NUM_THREADS. (One serial double chain over every gradient element was
- * 14 ms of a 6-layer/384 GPT step: 4 cycles per element.) */
-#define NORM_BLOCK 8192
-
-typedef struct sq_ctx {
-    const void *d;
-    int64_t n;
-    bool f64;
-    double *out; /* one per block */
-} sq_ctx;
-
-static void sq_blocks(void *vctx, int64_t b0, int64_t b1, int tid) {
-    (void)tid;
-    const sq_ctx *c = vctx;
-    for (int64_t b = b0; b < b1; b++) {
-        int64_t i = b * NORM_BLOCK, e = i + NORM_BLOCK < c->n ? i + NORM_BLOCK : c->n;
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        if (c->f64) {
-            const double *x = c->d;
-            for (; i + 4 <= e; i += 4) { a0 += x[i] * x[i]; a1 += x[i + 1] * x[i + 1]; a2 += x[i + 2] * x[i + 2]; a3 += x[i + 3] * x[i + 3]; }
-            for (; i < e; i++) a0 += x[i] * x[i];
-        } else {
-            const float *x = c->d;
-            for (; i + 4 <= e; i += 4) {
-                a0 += (double)x[i] * x[i]; a1 += (double)x[i + 1] * x[i + 1];
-                a2 += (double)x[i + 2] * x[i + 2]; a3 += (double)x[i + 3] * x[i + 3];
-            }
-            for (; i < e; i++) a0 += (double)x[i] * x[i];
-        }
-        c->out[b] = (a0 + a1) + (a2 + a3);
+/* The sum of squares of one gradient: its blocks' sums (SUM_SQ_BLOCKS, on its
+ * device) added in order on the host. (One serial double chain over every
+ * gradient element was 14 ms of a 6-layer/384 GPT step: 4 cycles per element.) */
+static fm_status grad_sum_sq(fm_tensor *g, double **blk, int64_t *cap, double *ss) {
+    int64_t n = fm_tensor_numel(g), nb = (n + FM_SUM_SQ_BLOCK - 1) / FM_SUM_SQ_BLOCK;
+    if (nb == 0) return FM_OK;
+    if (nb > *cap) {
+        double *nbuf = realloc(*blk, sizeof(double) * (size_t)nb);
+        if (!nbuf) return fm_set_error(FM_ERR_OOM, "clip_grad_norm: out of memory for %lld block sums", (long long)nb);
+        *blk = nbuf;
+        *cap = nb;
     }
-}
-
-typedef struct scale_ctx {
-    void *d;
-    bool f64;
-    double s;
-} scale_ctx;
-
-static void scale_range(void *vctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const scale_ctx *c = vctx;
-    if (c->f64) {
-        double *d = c->d;
-        for (int64_t k = b; k < e; k++) d[k] *= c->s;
-    } else {
-        float *d = c->d, s = (float)c->s;
-        for (int64_t k = b; k < e; k++) d[k] *= s;
-    }
+    fm_tensor *sums = fm_tensor_empty(1, &nb, FM_F64, fm_tensor_device(g));
+    if (!sums) return fm_last_status();
+    fm_op_call c = {.op = FM_OP_SUM_SQ_BLOCKS, .n_in = 1, .n_out = 1, .in = {g}, .out = {sums}};
+    fm_status st = fm_dispatch(&c);
+    if (st == FM_OK) st = fm_tensor_copy_to_host(sums, *blk, FM_F64);
+    fm_tensor_release(sums);
+    for (int64_t b = 0; st == FM_OK && b < nb; b++) *ss += (*blk)[b];
+    return st;
 }
 
 fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm) {
     if (!(max_norm > 0)) return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: max_norm %g must be > 0", max_norm);
-    int64_t most = 0;
     for (int i = 0; i < o->n; i++) {
         fm_tensor *g = o->params[i].p->grad;
-        if (!g) continue;
-        if (!fm_tensor_is_contiguous(g) || (g->dtype != FM_F32 && g->dtype != FM_F64))
+        if (g && (!fm_tensor_is_contiguous(g) || (g->dtype != FM_F32 && g->dtype != FM_F64)))
             return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: gradient of '%s' is not a contiguous float tensor",
                                 o->params[i].name);
-        int64_t nb = (fm_tensor_numel(g) + NORM_BLOCK - 1) / NORM_BLOCK;
-        if (nb > most) most = nb;
     }
-    double *blk = malloc(sizeof(double) * (size_t)(most > 0 ? most : 1));
-    if (!blk) return fm_set_error(FM_ERR_OOM, "clip_grad_norm: out of memory for %lld block sums", (long long)most);
-    double ss = 0;
-    for (int i = 0; i < o->n; i++) {
-        fm_tensor *g = o->params[i].p->grad;
-        if (!g) continue;
-        int64_t n = fm_tensor_numel(g), nb = (n + NORM_BLOCK - 1) / NORM_BLOCK;
-        sq_ctx c = {fm_tensor_data(g), n, g->dtype == FM_F64, blk};
-        fm_parallel_for(nb, 4, sq_blocks, &c);
-        for (int64_t b = 0; b < nb; b++) ss += blk[b];
-    }
+    double ss = 0, *blk = NULL;
+    int64_t cap = 0;
+    fm_status st = FM_OK;
+    for (int i = 0; i < o->n && st == FM_OK; i++)
+        if (o->params[i].p->grad) st = grad_sum_sq(o->params[i].p->grad, &blk, &cap, &ss);
     free(blk);
+    if (st != FM_OK) return st;
     double norm = sqrt(ss);
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm) || norm <= max_norm) return FM_OK;
-    double scale = max_norm / (norm + 1e-6);
-    for (int i = 0; i < o->n; i++) {
+    fm_scale_attrs a = {max_norm / (norm + 1e-6)};
+    for (int i = 0; i < o->n && st == FM_OK; i++) {
         fm_tensor *g = o->params[i].p->grad;
         if (!g) continue;
-        scale_ctx c = {fm_tensor_data(g), g->dtype == FM_F64, scale};
-        fm_parallel_for(fm_tensor_numel(g), 1 << 15, scale_range, &c);
+        fm_op_call c = {.op = FM_OP_SCALE_INPLACE, .n_in = 1, .n_out = 0, .in = {g}, .attrs = &a};
+        st = fm_dispatch(&c);
     }
-    return FM_OK;
+    return st;
 }
 
 fm_status fm_optim_state(fm_optim *o, fm_named_list *out) {

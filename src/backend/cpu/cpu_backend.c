@@ -34,6 +34,7 @@ static void build(void) {
     fm_cpu_kernels_index(&g_cpu);
     fm_cpu_kernels_attention(&g_cpu);
     fm_cpu_kernels_fused(&g_cpu);
+    fm_cpu_kernels_optim(&g_cpu);
     fm_cpu_kernels_lowp(&g_cpu); /* wraps kernels registered above: keep last */
 }
 
@@ -42,4 +43,9 @@ static const fm_backend *cpu_backend(void) {
     return &g_cpu;
 }
 
-void fm_backend_cpu_reg(void) { fm_backend_register(FM_DEV_CPU, cpu_backend); }
+static int cpu_count(const char **reason) { (void)reason; return 1; }
+
+void fm_backend_cpu_reg(void) {
+    fm_backend_register(FM_DEV_CPU, cpu_backend);
+    fm_backend_register_count(FM_DEV_CPU, cpu_count);
+}

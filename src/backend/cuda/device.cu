@@ -253,7 +253,7 @@ extern "C" fm_allocator *fm_cuda_allocator(int idx) {
     dev_ctx *d = &g_dev[idx];
     pthread_mutex_lock(&g_mu);
     if (!d->alloc.alloc)
-        d->alloc = (fm_allocator){"cuda-caching", a_alloc, a_free, a_stats, a_reset_peak, a_empty, a_limit, d};
+        d->alloc = (fm_allocator){"cuda-caching", a_alloc, a_free, a_stats, a_reset_peak, a_empty, a_limit, d, NULL};
     pthread_mutex_unlock(&g_mu);
     return &d->alloc;
 }
@@ -490,4 +490,7 @@ static const fm_backend *cuda_backend(void) {
 }
 
 /* Registers the constructor only: nothing touches the GPU until a CUDA tensor or op needs it. */
-extern "C" void fm_backend_cuda_reg(void) { fm_backend_register(FM_DEV_CUDA, cuda_backend); }
+extern "C" void fm_backend_cuda_reg(void) {
+    fm_backend_register(FM_DEV_CUDA, cuda_backend);
+    fm_backend_register_count(FM_DEV_CUDA, fm_cuda_device_count);
+}

@@ -1,11 +1,11 @@
-/* The AdamW update (f32) in 16 lanes, for optim.c when fm_cpu_use_avx512():
- * the same operations in the same order as optim.c's scalar loop, which is
+/* The AdamW update (f32) in 16 lanes, for optim_cpu.c when fm_cpu_use_avx512():
+ * the same operations in the same order as optim_cpu.c's scalar loop, which is
  * compiled as ISO C (no contraction into FMAs), so each element is bitwise the
  * scalar result (tests/test_isa_kernels.c). Tails are masked. */
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "optim/adamw_simd.h"
+#include "backend/cpu/adamw_simd.h"
 
 void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end) {
     const __m512 b1 = _mm512_set1_ps(a->b1), b2 = _mm512_set1_ps(a->b2), ob1 = _mm512_set1_ps(a->ob1);

@@ -1,4 +1,4 @@
-/* The AdamW f32 update of optim.c as a SIMD kernel (adamw_avx512.c). */
+/* The AdamW f32 update of optim_cpu.c as a SIMD kernel (adamw_avx512.c). */
 #ifndef FATHOM_ADAMW_SIMD_H
 #define FATHOM_ADAMW_SIMD_H
 #include <stdint.h>
