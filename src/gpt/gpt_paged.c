@@ -1,0 +1,258 @@
+/* Batched decoding over a paged KV cache: see gpt_paged.h. The linear layers run
+ * on all n tokens at once through the op front ends (one GEMM per weight per
+ * step, shared by every sequence); attention is per sequence over its own
+ * blocks, written here as loops over host floats since each sequence has its own
+ * length. The math follows the unfused block in gpt_model.c (norm, QKV, RoPE for
+ * Llama, attention, projection, residual, norm, MLP, residual); tests/test_gpt_paged.c
+ * checks the logits against fm_gpt_forward. */
+#include "gpt/gpt_paged.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "fathom/ops.h"
+#include "gpt/gpt_internal.h"
+
+struct fm_gpt_paged {
+    int n_layer, H, KV, D, BT, n_blocks, max_seqs, max_blocks_per_seq, block_size;
+    float **k, **v;      /* per layer: [n_blocks][KV][BT][D] */
+    int *free_list, n_free;
+    int **table;         /* per sequence: its blocks */
+    int *n_alloc;        /* per sequence: blocks in its table */
+    int64_t *len;        /* per sequence: cached positions; -1: slot free */
+};
+
+fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs) {
+    if (m->wte->dtype != FM_F32 || fm_tensor_device(m->wte).type != FM_DEV_CPU) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding needs an f32 model on the CPU");
+        return NULL;
+    }
+    if (m->cfg.n_embd / m->cfg.n_head > 1024 ||
+        (m->cfg.arch == FM_GPT_LLAMA && (m->rope_cos->dtype != FM_F32 || !fm_tensor_is_contiguous(m->rope_cos) ||
+                                         !fm_tensor_is_contiguous(m->rope_sin)))) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding: head size over 1024 or non-f32 RoPE tables");
+        return NULL;
+    }
+    if (n_blocks < 1 || block_tokens < 1 || max_seqs < 1) {
+        fm_set_error(FM_ERR_INVALID, "paged cache: blocks, block size and sequences must be >= 1");
+        return NULL;
+    }
+    fm_gpt_paged *p = calloc(1, sizeof *p);
+    if (!p) goto oom;
+    p->n_layer = m->cfg.n_layer;
+    p->H = m->cfg.n_head;
+    p->KV = m->n_kv;
+    p->D = m->cfg.n_embd / m->cfg.n_head;
+    p->BT = block_tokens;
+    p->n_blocks = n_blocks;
+    p->max_seqs = max_seqs;
+    p->block_size = m->cfg.block_size;
+    p->max_blocks_per_seq = (m->cfg.block_size + block_tokens - 1) / block_tokens;
+    size_t per_layer = (size_t)n_blocks * (size_t)p->KV * (size_t)block_tokens * (size_t)p->D;
+    p->k = calloc((size_t)p->n_layer, sizeof *p->k);
+    p->v = calloc((size_t)p->n_layer, sizeof *p->v);
+    p->free_list = malloc(sizeof(int) * (size_t)n_blocks);
+    p->table = calloc((size_t)max_seqs, sizeof *p->table);
+    p->len = malloc(sizeof(int64_t) * (size_t)max_seqs);
+    p->n_alloc = calloc((size_t)max_seqs, sizeof(int));
+    if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc) goto oom;
+    for (int l = 0; l < p->n_layer; l++)
+        if (!(p->k[l] = malloc(per_layer * sizeof(float))) || !(p->v[l] = malloc(per_layer * sizeof(float)))) goto oom;
+    for (int s = 0; s < max_seqs; s++) {
+        if (!(p->table[s] = malloc(sizeof(int) * (size_t)p->max_blocks_per_seq))) goto oom;
+        p->len[s] = -1;
+    }
+    for (int b = 0; b < n_blocks; b++) p->free_list[b] = n_blocks - 1 - b;
+    p->n_free = n_blocks;
+    return p;
+oom:
+    fm_gpt_paged_free(p);
+    fm_set_error(FM_ERR_OOM, "paged cache: out of host memory for %d blocks of %d tokens", n_blocks, block_tokens);
+    return NULL;
+}
+
+void fm_gpt_paged_free(fm_gpt_paged *p) {
+    if (!p) return;
+    for (int l = 0; l < p->n_layer; l++) {
+        if (p->k) free(p->k[l]);
+        if (p->v) free(p->v[l]);
+    }
+    for (int s = 0; p->table && s < p->max_seqs; s++) free(p->table[s]);
+    free(p->k);
+    free(p->v);
+    free(p->free_list);
+    free(p->table);
+    free(p->len);
+    free(p->n_alloc);
+    free(p);
+}
+
+int fm_gpt_paged_free_blocks(const fm_gpt_paged *p) { return p->n_free; }
+int fm_gpt_paged_total_blocks(const fm_gpt_paged *p) { return p->n_blocks; }
+int fm_gpt_paged_block_tokens(const fm_gpt_paged *p) { return p->BT; }
+int64_t fm_gpt_paged_len(const fm_gpt_paged *p, int seq) { return p->len[seq]; }
+
+int fm_gpt_paged_open(fm_gpt_paged *p) {
+    for (int s = 0; s < p->max_seqs; s++)
+        if (p->len[s] < 0) { p->len[s] = 0; return s; }
+    return -1;
+}
+
+void fm_gpt_paged_close(fm_gpt_paged *p, int seq) {
+    if (seq < 0 || seq >= p->max_seqs || p->len[seq] < 0) return;
+    for (int b = 0; b < p->n_alloc[seq]; b++) p->free_list[p->n_free++] = p->table[seq][b];
+    p->n_alloc[seq] = 0;
+    p->len[seq] = -1;
+}
+
+int fm_gpt_paged_need(const fm_gpt_paged *p, int seq) { return p->len[seq] / p->BT >= p->n_alloc[seq] ? 1 : 0; }
+
+/* Position t of sequence s, layer l, kv head g: the cached key (or value). */
+static float *slot(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g) {
+    int blk = p->table[s][t / p->BT];
+    return pool + (((size_t)blk * (size_t)p->KV + (size_t)g) * (size_t)p->BT + (size_t)(t % p->BT)) * (size_t)p->D;
+}
+
+/* Rotate-half RoPE of one head vector at position pos (as gpt_model.c's rope). */
+static void rope_vec(const fm_gpt *m, float *x, int D, int64_t pos) {
+    const float *cs = (const float *)fm_tensor_data(m->rope_cos) + pos * D;
+    const float *sn = (const float *)fm_tensor_data(m->rope_sin) + pos * D;
+    float tmp[1024];
+    for (int i = 0; i < D; i++) tmp[i] = x[i];
+    for (int i = 0; i < D; i++) {
+        float rot = i < D / 2 ? -tmp[i + D / 2] : tmp[i - D / 2];
+        x[i] = tmp[i] * cs[i] + rot * sn[i];
+    }
+}
+
+/* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: caches k/v at each sequence's position
+ * and attends over its positions 0..pos. */
+static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, float *qkv, float *att, float *scores) {
+    const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < n; i++) {
+        int s = seqs[i];
+        int64_t pos = p->len[s];
+        float *q = qkv + (size_t)i * W, *k = q + H * D, *v = k + KV * D;
+        if (m->cfg.arch == FM_GPT_LLAMA) {
+            for (int h = 0; h < H; h++) rope_vec(m, q + h * D, D, pos);
+            for (int g = 0; g < KV; g++) rope_vec(m, k + g * D, D, pos);
+        }
+        for (int g = 0; g < KV; g++) {
+            memcpy(slot(p, p->k[l], s, pos, g), k + g * D, sizeof(float) * (size_t)D);
+            memcpy(slot(p, p->v[l], s, pos, g), v + g * D, sizeof(float) * (size_t)D);
+        }
+        for (int h = 0; h < H; h++) {
+            int g = h / G;
+            const float *qh = q + h * D;
+            float mx = -INFINITY, sum = 0;
+            for (int64_t t = 0; t <= pos; t++) {
+                const float *kt = slot(p, p->k[l], s, t, g);
+                float d = 0;
+                for (int e = 0; e < D; e++) d += qh[e] * kt[e];
+                scores[t] = d * scale;
+                if (scores[t] > mx) mx = scores[t];
+            }
+            for (int64_t t = 0; t <= pos; t++) sum += scores[t] = expf(scores[t] - mx);
+            float *o = att + (size_t)i * H * D + h * D;
+            memset(o, 0, sizeof(float) * (size_t)D);
+            for (int64_t t = 0; t <= pos; t++) {
+                const float *vt = slot(p, p->v[l], s, t, g);
+                float w = scores[t] / sum;
+                for (int e = 0; e < D; e++) o[e] += w * vt[e];
+            }
+        }
+    }
+}
+
+static bool upd(fm_tensor **acc, fm_tensor *next) {
+    fm_tensor_release(*acc);
+    *acc = next;
+    return next != NULL;
+}
+
+static fm_tensor *norm(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    if (m->cfg.arch == FM_GPT_LLAMA) return fm_rms_norm(x, w, m->cfg.norm_eps);
+    return fm_layer_norm(x, 1, w, b, m->cfg.norm_eps);
+}
+
+static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
+    if (m->cfg.arch != FM_GPT_LLAMA) return fm_gelu_tanh(h);
+    const int64_t F = m->cfg.ffn_hidden;
+    fm_tensor *g = fm_narrow(h, 1, 0, F), *u = fm_narrow(h, 1, F, F);
+    fm_tensor *sg = g ? fm_silu(g) : NULL;
+    fm_tensor *y = sg && u ? fm_mul(sg, u) : NULL;
+    fm_tensor_release_n(3, g, u, sg);
+    return y;
+}
+
+/* One block on x [n, C]; returns the new residual stream. */
+static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, int n, const int *seqs, float *scores) {
+    gpt_layer *L = &m->layers[l];
+    const int H = p->H, D = p->D;
+    fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *att = NULL, *r = NULL;
+    if (!h || !upd(&h, fm_linear(h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
+    att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, FM_CPU);
+    if (!att) goto fail;
+    attend(m, p, l, n, seqs, fm_tensor_data(h), fm_tensor_data(att), scores);
+    if (!upd(&att, fm_linear(att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
+    if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, fm_linear(h, L->fc_w, L->fc_b)) ||
+        !upd(&h, mlp_act(m, h)) || !upd(&h, fm_linear(h, L->fc2_w, L->fc2_b)))
+        goto fail;
+    fm_tensor *out = fm_add(r, h);
+    fm_tensor_release_n(3, h, att, r);
+    return out;
+fail:
+    fm_tensor_release_n(3, h, att, r);
+    return NULL;
+}
+
+fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits) {
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        if (seqs[i] < 0 || seqs[i] >= p->max_seqs || p->len[seqs[i]] < 0)
+            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is not open", seqs[i]);
+        if (p->len[seqs[i]] >= p->block_size)
+            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is at the context size %d", seqs[i], p->block_size);
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return fm_set_error(FM_ERR_INVALID, "paged step: token id %d outside the vocabulary", tokens[i]);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d given twice", seqs[i]);
+        need += fm_gpt_paged_need(p, seqs[i]);
+    }
+    if (need > p->n_free) return fm_set_error(FM_ERR_OOM, "paged cache: %d blocks needed, %d free", need, p->n_free);
+    for (int i = 0; i < n; i++)
+        if (fm_gpt_paged_need(p, seqs[i])) p->table[seqs[i]][p->n_alloc[seqs[i]]++] = p->free_list[--p->n_free];
+    bool prev = fm_set_grad_enabled(false);
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n * 2);
+    float *scores = malloc(sizeof(float) * (size_t)p->block_size);
+    fm_tensor *x = NULL, *t = NULL, *pe = NULL;
+    fm_status st = FM_OK;
+    if (!ids || !scores) { st = fm_set_error(FM_ERR_OOM, "paged step: out of host memory"); goto done; }
+    for (int i = 0; i < n; i++) { ids[i] = tokens[i]; ids[n + i] = p->len[seqs[i]]; }
+    t = fm_tensor_from_data(ids, 1, (int64_t[]){n}, FM_I64);
+    x = t ? fm_embedding(m->wte, t) : NULL;
+    if (x && m->cfg.arch == FM_GPT_GPT2) {
+        fm_tensor *pt = fm_tensor_from_data(ids + n, 1, (int64_t[]){n}, FM_I64);
+        pe = pt ? fm_embedding(m->wpe, pt) : NULL;
+        fm_tensor_release(pt);
+        upd(&x, pe ? fm_add(x, pe) : NULL);
+    }
+    for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, n, seqs, scores));
+    if (x && upd(&x, norm(m, x, m->lnf_w, m->lnf_b)) && upd(&x, fm_linear(x, m->wte, NULL)))
+        st = fm_tensor_copy_to_host(x, logits, FM_F32);
+    else
+        st = fm_last_status();
+    if (st == FM_OK)
+        for (int i = 0; i < n; i++) p->len[seqs[i]]++;
+done:
+    /* on failure a block taken above stays in its sequence's table (len unchanged), so
+     * fm_gpt_paged_need is 0 for it next time: nothing leaks */
+    fm_tensor_release_n(3, x, t, pe);
+    free(ids);
+    free(scores);
+    fm_set_grad_enabled(prev);
+    return st;
+}

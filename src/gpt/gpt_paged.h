@@ -1,0 +1,31 @@
+/* Batched decoding over a block-allocated (paged) KV cache, for continuous
+ * batching (src/serve/textgen.c). Not a public interface.
+ *
+ * The cache is a pool of blocks of `block_tokens` positions per layer; each
+ * sequence holds a table of the blocks it uses, so memory follows the tokens
+ * actually cached, not block_size per sequence. One step feeds one token to
+ * each of n sequences (each at its own position) and returns their logits:
+ * sequences join and leave between steps. */
+#ifndef FATHOM_GPT_PAGED_H
+#define FATHOM_GPT_PAGED_H
+#include "fathom/gpt.h"
+
+typedef struct fm_gpt_paged fm_gpt_paged;
+
+/* n_blocks blocks of block_tokens positions. The model must be f32 and on the CPU. */
+fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs);
+void fm_gpt_paged_free(fm_gpt_paged *p);
+int fm_gpt_paged_free_blocks(const fm_gpt_paged *p);
+int fm_gpt_paged_total_blocks(const fm_gpt_paged *p);
+int fm_gpt_paged_block_tokens(const fm_gpt_paged *p);
+/* A sequence slot (-1 when all max_seqs are taken); closing frees its blocks. */
+int fm_gpt_paged_open(fm_gpt_paged *p);
+void fm_gpt_paged_close(fm_gpt_paged *p, int seq);
+int64_t fm_gpt_paged_len(const fm_gpt_paged *p, int seq);
+/* Blocks a sequence still needs before it can cache one more token (0 or 1). */
+int fm_gpt_paged_need(const fm_gpt_paged *p, int seq);
+/* One step: token[i] appended to seqs[i] at its next position; logits [n, V] (f32)
+ * written. Needs one free block per sequence whose last block is full (check
+ * fm_gpt_paged_need first); FM_ERR_OOM otherwise, with nothing changed. */
+fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits);
+#endif

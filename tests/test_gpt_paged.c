@@ -1,0 +1,124 @@
+/* Batched decoding over the paged KV cache (src/gpt/gpt_paged.c): sequences that
+ * join and leave between steps, each at its own position, get the logits the
+ * full forward gives for their whole prefix (GPT-2 and Llama with GQA), blocks
+ * are shared out and returned, and a step that lacks blocks fails changing nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "fathom/gpt.h"
+#include "fathom/ops.h"
+#include "gpt/gpt_paged.h"
+#include "test_util.h"
+
+static fm_gpt_config tiny(fm_gpt_arch arch) {
+    fm_gpt_config c = fm_gpt_config_default(arch);
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.vocab_size = 64;
+    c.ffn_hidden = arch == FM_GPT_LLAMA ? 96 : 128;
+    c.n_kv_head = arch == FM_GPT_LLAMA ? 2 : 4;
+    c.dropout = 0;
+    return c;
+}
+
+/* max |paged - full| over the last position's logits of seq[0..len) */
+static double diff_vs_full(fm_gpt *m, const int32_t *seq, int len, const float *paged) {
+    int64_t ids[16];
+    for (int i = 0; i < len; i++) ids[i] = seq[i];
+    fm_tensor *idx = fm_tensor_from_data(ids, 2, (int64_t[]){1, len}, FM_I64);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *lg = fm_gpt_forward(m, idx, NULL, NULL);
+    fm_set_grad_enabled(prev);
+    double worst = 1e9;
+    if (lg) {
+        int V = (int)lg->shape[2];
+        worst = 0;
+        for (int v = 0; v < V; v++) {
+            double d = fabs(fm_tensor_get(lg, (int64_t)(len - 1) * V + v) - paged[v]);
+            if (d > worst) worst = d;
+        }
+    }
+    fm_tensor_release_n(2, idx, lg);
+    return worst;
+}
+
+static void check_arch(fm_gpt_arch arch) {
+    fm_gpt_config c = tiny(arch);
+    fm_rng r;
+    fm_rng_init(&r, 7);
+    fm_gpt *m = fm_gpt_new(&c, &r);
+    fm_gpt_train_mode(m, false);
+    /* 3 sequences of different lengths; B joins at step 2, C at step 5; A leaves after 9 */
+    const int32_t toks[3][12] = {{1, 5, 9, 2, 33, 7, 7, 60, 4, 0, 0, 0}, {8, 8, 3, 21, 5, 6, 44, 1, 2, 3, 0, 0},
+                                 {63, 0, 12, 13, 14, 15, 16, 0, 0, 0, 0, 0}};
+    const int start[3] = {0, 2, 5}, stop[3] = {9, 12, 12};
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 12, 4, 3);
+    CHECK(p != NULL);
+    int slot[3] = {-1, -1, -1};
+    float *lg = malloc(sizeof(float) * 3 * 64);
+    double worst = 0;
+    int steps = 0, shared = 0;
+    for (int step = 0; p && step < 12; step++) {
+        int seqs[3], n = 0, who[3];
+        int32_t tk[3];
+        for (int s = 0; s < 3; s++) {
+            if (step == start[s]) slot[s] = fm_gpt_paged_open(p);
+            if (step == stop[s]) { fm_gpt_paged_close(p, slot[s]); slot[s] = -1; }
+            if (slot[s] < 0) continue;
+            seqs[n] = slot[s];
+            tk[n] = toks[s][step - start[s]];
+            who[n++] = s;
+        }
+        if (!n) continue;
+        CHECK(fm_gpt_paged_step(m, p, n, seqs, tk, lg) == FM_OK);
+        steps++;
+        shared += n > 1;
+        for (int i = 0; i < n; i++) {
+            double d = diff_vs_full(m, toks[who[i]], step - start[who[i]] + 1, lg + (size_t)i * 64);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECK_MSG(worst < 1e-4, "%s: paged logits differ from the full forward by %g", fm_gpt_arch_name(arch), worst);
+    CHECK(shared >= 6 && steps == 12);
+    /* blocks: B and C are still open (12 and 7 tokens: 3 + 2 blocks of 4) */
+    CHECK_MSG(p && fm_gpt_paged_free_blocks(p) == 12 - 5, "free blocks %d", p ? fm_gpt_paged_free_blocks(p) : -1);
+    if (p) {
+        fm_gpt_paged_close(p, slot[1]);
+        fm_gpt_paged_close(p, slot[2]);
+        CHECK(fm_gpt_paged_free_blocks(p) == 12);
+    }
+    fm_gpt_paged_free(p);
+    free(lg);
+    fm_gpt_free(m);
+}
+
+/* Two blocks only: a third sequence's first token cannot be cached. */
+static void check_exhaustion(void) {
+    fm_gpt_config c = tiny(FM_GPT_GPT2);
+    fm_gpt *m = fm_gpt_new(&c, NULL);
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 2, 4, 3);
+    float lg[3 * 64];
+    int s[3] = {fm_gpt_paged_open(p), fm_gpt_paged_open(p), fm_gpt_paged_open(p)};
+    CHECK(fm_gpt_paged_open(p) == -1);
+    CHECK(fm_gpt_paged_step(m, p, 2, s, (int32_t[]){1, 2}, lg) == FM_OK);
+    CHECK(fm_gpt_paged_step(m, p, 3, s, (int32_t[]){1, 2, 3}, lg) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("1 blocks needed, 0 free");
+    CHECK(fm_gpt_paged_len(p, s[0]) == 1 && fm_gpt_paged_len(p, s[2]) == 0);
+    CHECK(fm_gpt_paged_step(m, p, 2, s, (int32_t[]){1, 99}, lg) == FM_ERR_INVALID);
+    CHECK(fm_gpt_paged_step(m, p, 2, (int[]){s[0], s[0]}, (int32_t[]){1, 2}, lg) == FM_ERR_INVALID);
+    fm_gpt_paged_close(p, s[0]);
+    CHECK(fm_gpt_paged_step(m, p, 1, &s[2], (int32_t[]){3}, lg) == FM_OK);
+    fm_gpt_paged_free(p);
+    fm_gpt_free(m);
+}
+
+int main(void) {
+    check_arch(FM_GPT_GPT2);
+    check_arch(FM_GPT_LLAMA);
+    check_exhaustion();
+    TEST_DONE();
+}
