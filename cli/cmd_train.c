@@ -1,198 +1,451 @@
-/* `fathom train RECIPE`: parse options, run the library's trainer, report.
- * Human-readable progress by default; with --json the progress goes to stderr
- * and stdout gets exactly one JSON object at the end. */
-#include <jansson.h>
+/* `fathom train RECIPE`: one set of flags and one output contract for every recipe.
+ * A classifier recipe (src/recipe) and a GPT recipe ([model] type = gpt, src/gpt) each
+ * name a model, its data and its loss; both trainers run the same optimizer step
+ * (fathom/train_step.h). Here: parse the flags once, hand them to the recipe's trainer,
+ * and report the same way for both: human text on stderr (nothing with --quiet),
+ * JSON on stdout only with --json (the same keys for every kind of model, null where
+ * one does not apply), and a last line that says where the model is. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include <ini.h>
+#include <dirent.h>
+#include <jansson.h>
 
 #include "commands.h"
+#include "core/parallel.h" /* fm_set_num_threads for --threads */
+#include "fathom/gpt.h"
 #include "fathom/recipe.h"
 
 static void train_usage(FILE *f) {
     fprintf(f,
-            "usage: fathom train RECIPE [--epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
-            "                    [--out DIR] [--resume DIR] [--max-steps N] [--no-eval] [--json]\n"
-            "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--quiet]\n\n"
-            "Trains the model a recipe describes and evaluates it on the test set.\n"
-            "RECIPE is a built-in name (see `fathom recipes`) or a path to an .ini file.\n\n"
-            "  --epochs N     override the recipe's epochs\n"
-            "  --batch N      override the batch size\n"
-            "  --lr X         override the learning rate\n"
-            "  --seed N       override the seed (weights, shuffling, dropout)\n"
-            "  --threads N    compute threads (default: all cores)\n"
-            "  --out DIR      where to save the model (default: runs/<recipe>; with --resume: DIR of --resume)\n"
-            "  --resume DIR   continue a run from its newest complete checkpoint (DIR/ckpt/step-N), bit for bit\n"
-            "  --max-steps N  stop after N optimizer steps in total (a checkpoint is saved)\n"
-            "  --no-eval      skip the test-set evaluation\n"
-            "  --json         print one JSON object with the results on stdout\n"
-            "  --profile FILE write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
-            "  --logdir DIR   write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
-            "  --hist-every N weight and gradient histograms every N epochs in the TensorBoard logs\n"
-            "  --quiet        no progress output\n"
-            "Transformer recipes ([model] type = gpt, e.g. kjv-gpt) take their own options:\n"
-            "  fathom train kjv-gpt --help\n");
+            "usage: fathom train RECIPE [--steps N | --epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
+            "                    [--device cpu|cuda|cuda:N] [--precision fp32|bf16|fp16]\n"
+            "                    [--checkpointing none|blocks|selective] [--grad-accum N]\n"
+            "                    [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]\n"
+            "                    [--out DIR] [--resume [DIR]] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
+            "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--corpus FILE] [--sample N]\n\n"
+            "Trains the model a recipe describes: a classifier (fashion-mlp, fashion-cnn) or a GPT (kjv-gpt).\n"
+            "RECIPE is a built-in name (see `fathom recipes`) or a path to an .ini file. Every flag applies\n"
+            "to every recipe unless marked.\n\n"
+            "  --steps N          train N optimizer steps in all (the schedule spans them)\n"
+            "  --epochs N         train N passes over the training data (GPT: over its tokens)\n"
+            "  --batch N          samples per optimizer step (GPT: token windows)\n"
+            "  --lr X             peak learning rate (GPT: min_lr keeps its ratio to it)\n"
+            "  --seed N           seed of the weights, the data order and dropout\n"
+            "  --threads N        compute threads (default: all cores)\n"
+            "  --device D         where to train: cpu (default), cuda, cuda:N\n"
+            "  --precision P      autocast the forward pass to bf16 or fp16 (fp16 adds dynamic loss scaling);\n"
+            "                     master weights and the optimizer stay fp32 (default fp32)\n"
+            "  --checkpointing C  recompute activations in backward (GPT recipes): blocks or selective\n"
+            "  --grad-accum N     cut each batch into N micro-batches, one optimizer step\n"
+            "  --memory-limit SIZE  fail allocations past SIZE (2G, 512M; also FATHOM_MEMORY_LIMIT);\n"
+            "                     refused before training when weights + gradients + optimizer state do not fit\n"
+            "  --memory-mode M    grow (default) or preallocate (reserve an arena up front)\n"
+            "  --memory-preallocate X  with preallocate: a size (1G) or a fraction of the limit (0.5)\n"
+            "  --out DIR          where the model goes (default runs/<recipe>; with --resume DIR: DIR)\n"
+            "  --resume [DIR]     continue from the newest complete checkpoint in DIR (default: --out), bit for bit\n"
+            "  --stop-after N     stop after step N with a checkpoint, as an interruption would (also --max-steps)\n"
+            "  --no-eval          no evaluation (classifier: the test set at the end; GPT: validation)\n"
+            "  --json             print one JSON object with the results on stdout\n"
+            "  --quiet            no progress output\n"
+            "  --profile FILE     write a Chrome trace (open in ui.perfetto.dev, or: fathom profile FILE)\n"
+            "  --logdir DIR       write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
+            "  --hist-every N     with --logdir: weight and gradient histograms every N epochs (GPT: steps)\n"
+            "  --corpus FILE      GPT recipes: train on this text file instead of the recipe's corpus\n"
+            "  --sample N         GPT recipes: print N sampled tokens at each validation\n");
 }
 
-/* "--opt VALUE" or "--opt=VALUE"; returns the value or NULL (and advances *i). */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n)) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] || *i + 1 >= argc) return NULL;
-    return argv[++*i];
+typedef struct train_args {
+    const char *recipe, *out, *resume_dir, *profile, *logdir, *corpus, *device_str;
+    bool resume, json, quiet, no_eval;
+    long long epochs, steps, batch, seed, threads, stop_after, hist_every, sample;
+    double lr;
+    fm_efficiency_opts eo;
+    fm_device device;
+} train_args;
+
+/* Every flag, for parsing and for "did you mean". */
+static const char *const k_flags[] = {
+    "--steps", "--epochs", "--batch", "--lr", "--seed", "--threads", "--device", "--precision", "--checkpointing",
+    "--grad-accum", "--memory-limit", "--memory-mode", "--memory-preallocate", "--out", "--resume", "--stop-after",
+    "--max-steps", "--no-eval", "--json", "--quiet", "--profile", "--logdir", "--hist-every", "--corpus", "--sample",
+    "--help"};
+#define N_FLAGS (int)(sizeof k_flags / sizeof k_flags[0])
+static bool takes_value(const char *f) {
+    return strcmp(f, "--no-eval") && strcmp(f, "--json") && strcmp(f, "--quiet") && strcmp(f, "--help") &&
+           strcmp(f, "--resume");
 }
 
-static int parse_num(const char *opt, const char *v, double lo, double *out) {
+/* A positive finite number; says which of "not a number" or "out of range" it is. */
+static bool parse_lr(const char *v, double *out) {
     char *end;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || end == v || *end || !(x >= lo) || !isfinite(x)) {
-        fm_cli_error("train: %s needs a finite number >= %g, got '%s'", opt, lo, v ? v : "nothing");
-        return 0;
-    }
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end) { fm_cli_error("train: --lr needs a number, got '%s' (not a number)", v); return false; }
+    if (!isfinite(x) || !(x > 0)) { fm_cli_error("train: --lr needs a positive finite number, got '%s'", v); return false; }
     *out = x;
-    return 1;
+    return true;
 }
 
-static int gpt_key(void *user, const char *section, const char *key, const char *value) {
-    if (!strcmp(section, "model") && !strcmp(key, "type") && !strcmp(value, "gpt")) *(bool *)user = true;
-    return 1;
-}
-
-/* Is the recipe named on the command line a transformer recipe ([model] type = gpt)?
- * Those go to the GPT trainer (cli/cmd_train_gpt.c), which takes its own options. */
-static bool is_gpt_recipe(int argc, char **argv) {
-    static const char *valued[] = {"--epochs", "--batch", "--lr", "--seed", "--threads", "--out", "--resume",
-                                   "--max-steps", "--profile", "--logdir", "--hist-every", "--steps", "--corpus",
-                                   "--stop-after", "--sample", "--precision", "--checkpointing", "--grad-accum",
-                                   "--memory-limit", "--memory-mode", "--memory-preallocate", NULL};
-    const char *name = NULL;
-    for (int i = 1; i < argc && !name; i++) {
-        if (argv[i][0] != '-') { name = argv[i]; break; }
-        if (strchr(argv[i], '=')) continue;
-        for (int k = 0; valued[k]; k++)
-            if (!strcmp(argv[i], valued[k])) { i++; break; }
+/* the efficiency flags, each through the library's parser; 0 ok, 2 usage error, 1 not one of them */
+static int efficiency_flag(const char *a, const char *v, fm_efficiency_opts *eo) {
+    if (!strcmp(a, "--precision")) {
+        if (fm_precision_parse(v, &eo->precision)) { fm_cli_error("train: --precision %s: expected fp32, bf16 or fp16", v); return 2; }
+        eo->loss_scaling = eo->precision == FM_F16;
+    } else if (!strcmp(a, "--checkpointing")) {
+        if (fm_checkpointing_parse(v, &eo->checkpointing)) { fm_cli_error("train: --checkpointing: %s", fm_last_error()); return 2; }
+    } else if (!strcmp(a, "--grad-accum")) {
+        long long n;
+        if (!fm_cli_parse_int_range("train", a, v, 1, 1 << 20, &n)) return 2;
+        eo->grad_accum = (int)n;
+    } else if (!strcmp(a, "--memory-limit")) {
+        if (fm_parse_size(v, &eo->memory_limit) || eo->memory_limit == 0) {
+            fm_cli_error("train: --memory-limit needs a size such as 2G or 512M, got '%s'", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--memory-mode")) {
+        if (fm_memory_mode_parse(v, &eo->memory_mode)) { fm_cli_error("train: --memory-mode: %s", fm_last_error()); return 2; }
+    } else if (!strcmp(a, "--memory-preallocate")) {
+        char *end = NULL;
+        double f = strtod(v, &end);
+        if (end != v && *end == 0) { /* a bare number is a fraction; sizes carry a unit */
+            if (!(f > 0 && f <= 1)) {
+                fm_cli_error("train: --memory-preallocate %s: a fraction must be in (0, 1]; give a size with a unit (1G, 512M)", v);
+                return 2;
+            }
+            eo->prealloc_fraction = f;
+        } else if (fm_parse_size(v, &eo->prealloc_bytes) || eo->prealloc_bytes == 0) {
+            fm_cli_error("train: --memory-preallocate needs a size (1G) or a fraction in (0, 1], got '%s'", v);
+            return 2;
+        }
+    } else {
+        return 1;
     }
-    if (!name) return false;
-    char path[PATH_MAX];
-    fm_recipe_resolve(name, path, sizeof path);
-    bool gpt = false; /* a missing or unreadable recipe is reported properly by the recipe loader */
-    ini_parse(path, gpt_key, &gpt);
-    return gpt;
+    return 0;
+}
+
+/* One valued flag; false: a usage error was printed. */
+static bool value_flag(train_args *a, const char *f, const char *v) {
+    int e = efficiency_flag(f, v, &a->eo);
+    if (e != 1) return e == 0;
+#define INT_FLAG(name, lo, hi, dst) if (!strcmp(f, name)) return fm_cli_parse_int_range("train", f, v, lo, hi, &a->dst);
+    INT_FLAG("--steps", 1, INT64_MAX, steps)
+    INT_FLAG("--epochs", 1, INT_MAX, epochs)
+    INT_FLAG("--batch", 1, INT_MAX, batch)
+    INT_FLAG("--seed", 0, INT64_MAX, seed)
+    INT_FLAG("--threads", 1, 256, threads) /* the pool's MAX_THREADS */
+    INT_FLAG("--stop-after", 1, INT64_MAX, stop_after)
+    INT_FLAG("--max-steps", 1, INT64_MAX, stop_after)
+    INT_FLAG("--hist-every", 1, INT_MAX, hist_every)
+    INT_FLAG("--sample", 0, INT_MAX, sample)
+#undef INT_FLAG
+    if (!strcmp(f, "--lr")) return parse_lr(v, &a->lr);
+    if (!strcmp(f, "--device")) {
+        a->device_str = v;
+        if (fm_device_parse(v, &a->device)) { fm_cli_error("train: --device: %s", fm_last_error()); return false; }
+        return true;
+    }
+    const char **dst = !strcmp(f, "--out") ? &a->out : !strcmp(f, "--profile") ? &a->profile
+                     : !strcmp(f, "--logdir") ? &a->logdir : !strcmp(f, "--corpus") ? &a->corpus : NULL;
+    if (!dst || !*v) { fm_cli_error("train: %s needs a value", f); return false; }
+    *dst = v;
+    return true;
+}
+
+/* 0: parsed; 2: usage error (printed); -1: --help was printed. */
+static int parse_args(int argc, char **argv, train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->epochs = a->steps = a->batch = a->seed = a->threads = a->stop_after = a->sample = -1;
+    a->lr = -1;
+    a->eo = fm_efficiency_defaults();
+    a->device = FM_CPU;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { train_usage(stdout); return -1; }
+        if (arg[0] != '-' || !arg[1]) {
+            if (a->recipe) { fm_cli_error("train: more than one recipe given ('%s' and '%s')", a->recipe, arg); return 2; }
+            a->recipe = arg;
+            continue;
+        }
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - arg : (long)strlen(arg)), arg);
+        int k = 0;
+        while (k < N_FLAGS && strcmp(name, k_flags[k])) k++;
+        if (k == N_FLAGS) { fm_cli_unknown_option("train", arg, k_flags, N_FLAGS); return 2; }
+        if (!strcmp(name, "--resume")) { /* --resume [DIR]: a value unless the next word is an option */
+            a->resume = true;
+            if (eq) a->resume_dir = eq + 1;
+            else if (i + 1 < argc && argv[i + 1][0] != '-') a->resume_dir = argv[++i];
+            continue;
+        }
+        if (!takes_value(name)) {
+            if (eq) { fm_cli_error("train: %s takes no value", name); return 2; }
+            if (!strcmp(name, "--json")) a->json = true;
+            else if (!strcmp(name, "--quiet")) a->quiet = true;
+            else a->no_eval = true;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) { fm_cli_error("train: %s needs a value", name); return 2; }
+        if (!value_flag(a, name, v)) return 2;
+    }
+    if (!a->recipe) { fm_cli_error("train: no recipe given"); return 2; }
+    if (a->steps > 0 && a->epochs > 0) { fm_cli_error("train: give --steps or --epochs, not both"); return 2; }
+    if (a->hist_every > 0 && !a->logdir) {
+        fm_cli_error("train: --hist-every writes to the TensorBoard logs: give --logdir DIR too");
+        return 2;
+    }
+    return 0;
+}
+
+/* What every trainer reports; NAN / -1 where it does not apply. */
+typedef struct train_report {
+    const char *recipe, *kind, *out;
+    char model_path[PATH_MAX + 32];
+    double train_loss, val_loss, test_loss, test_accuracy;
+    int64_t steps, epochs, batch, num_params, skipped_steps;
+    double train_seconds, samples_per_second, tokens_per_second, data_wait_seconds, loss_scale;
+    size_t peak_memory_bytes;
+    const char *memory_json, *memory_text;
+} train_report;
+
+static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+static json_t *int_or_null(int64_t v) { return v >= 0 ? json_integer(v) : json_null(); }
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+static void print_json(const train_args *a, const train_report *r) {
+    char dev[32];
+    json_t *j = json_object();
+    json_object_set_new(j, "recipe", json_string(r->recipe));
+    json_object_set_new(j, "kind", json_string(r->kind));
+    json_object_set_new(j, "device", json_string(fm_device_name(a->device, dev, sizeof dev)));
+    json_object_set_new(j, "precision", json_string(fm_precision_name(a->eo.precision)));
+    json_object_set_new(j, "checkpointing", json_string(fm_checkpointing_name(a->eo.checkpointing)));
+    json_object_set_new(j, "grad_accum", json_integer(a->eo.grad_accum));
+    json_object_set_new(j, "batch", int_or_null(r->batch));
+    json_object_set_new(j, "epochs", int_or_null(r->epochs));
+    json_object_set_new(j, "steps", int_or_null(r->steps));
+    json_object_set_new(j, "num_params", int_or_null(r->num_params));
+    json_object_set_new(j, "train_loss", num_or_null(r->train_loss));
+    json_object_set_new(j, "val_loss", num_or_null(r->val_loss));
+    json_object_set_new(j, "test_loss", num_or_null(r->test_loss));
+    json_object_set_new(j, "test_accuracy", num_or_null(r->test_accuracy));
+    json_object_set_new(j, "train_seconds", num_or_null(r->train_seconds));
+    json_object_set_new(j, "samples_per_second", num_or_null(r->samples_per_second));
+    json_object_set_new(j, "tokens_per_second", num_or_null(r->tokens_per_second));
+    json_object_set_new(j, "data_wait_seconds", num_or_null(r->data_wait_seconds));
+    json_object_set_new(j, "loss_scale", num_or_null(r->loss_scale));
+    json_object_set_new(j, "skipped_steps", int_or_null(r->skipped_steps));
+    json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)r->peak_memory_bytes));
+    json_t *mem = r->memory_json && r->memory_json[0] ? json_loads(r->memory_json, 0, NULL) : NULL;
+    json_object_set_new(j, "memory", mem ? mem : json_null());
+    json_object_set_new(j, "out", str_or_null(r->out));
+    json_object_set_new(j, "model_path", r->model_path[0] ? json_string(r->model_path) : json_null());
+    json_object_set_new(j, "trace", str_or_null(a->profile));
+    json_object_set_new(j, "logdir", str_or_null(a->logdir));
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+static void print_text(const train_args *a, const train_report *r) {
+    if (a->quiet) return;
+    fprintf(stderr, "done: %lld steps", (long long)r->steps);
+    if (r->epochs >= 0) fprintf(stderr, " (%lld epochs)", (long long)r->epochs);
+    fprintf(stderr, " in %.1f s, %.0f samples/s", r->train_seconds, r->samples_per_second);
+    if (isfinite(r->tokens_per_second)) fprintf(stderr, ", %.0f tokens/s", r->tokens_per_second);
+    if (a->eo.loss_scaling) fprintf(stderr, ", loss scale %g, %lld steps skipped", r->loss_scale, (long long)r->skipped_steps);
+    if (isfinite(r->test_accuracy)) fprintf(stderr, ", test accuracy %.2f%%", 100 * r->test_accuracy);
+    if (isfinite(r->val_loss)) fprintf(stderr, ", val loss %.4f", r->val_loss);
+    fprintf(stderr, "\n");
+    if (!a->json && r->memory_text && r->memory_text[0]) fprintf(stderr, "%s\n", r->memory_text);
+    if (a->profile) fprintf(stderr, "trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", a->profile, a->profile);
+    if (a->logdir) fprintf(stderr, "logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", a->logdir, a->logdir);
+    if (r->model_path[0])
+        fprintf(stderr, "model saved to %s (%s %s)\n", r->model_path,
+                !strcmp(r->kind, "gpt") ? "fathom generate" : "fathom eval / fathom predict", r->out);
+}
+
+static int run_classifier(const train_args *a, const char *path, train_report *rep) {
+    if (a->corpus || a->sample >= 0) {
+        fm_cli_error("train: %s applies to GPT recipes only; %s is a classifier recipe", a->corpus ? "--corpus" : "--sample",
+                     a->recipe);
+        return 2;
+    }
+    fm_train_options o;
+    fm_train_options_init(&o);
+    o.epochs = a->epochs > 0 ? (int)a->epochs : 0;
+    o.steps = a->steps > 0 ? a->steps : 0;
+    o.batch_size = a->batch > 0 ? a->batch : 0;
+    o.lr = a->lr > 0 ? a->lr : 0;
+    o.seed = a->seed;
+    o.threads = a->threads > 0 ? (int)a->threads : 0;
+    o.max_steps = a->stop_after > 0 ? a->stop_after : 0;
+    o.skip_eval = a->no_eval;
+    o.hist_every = (int)a->hist_every;
+    o.profile_path = a->profile;
+    o.logdir = a->logdir;
+    o.eff = a->eo;
+    o.log = a->quiet ? NULL : stderr;
+    fm_recipe r;
+    if (fm_recipe_load(path, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    /* bad flag combinations are usage errors, before any data is read */
+    if (fm_efficiency_validate(&o.eff, false, (int)(o.batch_size > 0 ? o.batch_size : r.batch_size))) {
+        fm_cli_error("train: %s%s", fm_last_error(), o.batch_size > 0 ? "" : " (the recipe's batch; set another with --batch)");
+        fm_recipe_free(&r);
+        return 2;
+    }
+    static char outbuf[PATH_MAX];
+    const char *out = a->out ? a->out : a->resume_dir;
+    if (!out) { snprintf(outbuf, sizeof outbuf, "runs/%s", r.name); out = outbuf; }
+    if (a->resume && !a->resume_dir) o.resume_dir = out; /* bare --resume: the --out directory */
+    else o.resume_dir = a->resume_dir;
+    o.out_dir = out;
+    fm_train_result res;
+    fm_status st = fm_train(&r, &o, &res);
+    rep->batch = o.batch_size > 0 ? o.batch_size : r.batch_size;
+    fm_recipe_free(&r);
+    if (st != FM_OK) { fm_cli_error("%s", fm_last_error()); fm_train_result_free(&res); return 1; }
+    rep->kind = "classifier";
+    rep->out = out;
+    snprintf(rep->model_path, sizeof rep->model_path, "%s", res.model_path);
+    rep->train_loss = res.final_loss;
+    rep->test_loss = res.test_accuracy >= 0 ? res.test_loss : NAN;
+    rep->test_accuracy = res.test_accuracy >= 0 ? res.test_accuracy : NAN;
+    rep->steps = res.steps;
+    rep->epochs = res.epochs;
+    rep->num_params = res.num_params;
+    rep->train_seconds = res.train_seconds;
+    rep->samples_per_second = res.samples_per_second;
+    rep->data_wait_seconds = res.data_wait_seconds;
+    rep->loss_scale = res.loss_scale;
+    rep->skipped_steps = res.skipped_steps;
+    rep->peak_memory_bytes = res.peak_memory_bytes;
+    static char mj[1024], mt[1024];
+    memcpy(mj, res.memory_report_json, sizeof mj);
+    memcpy(mt, res.memory_report_text, sizeof mt);
+    rep->memory_json = mj;
+    rep->memory_text = mt;
+    fm_train_result_free(&res);
+    return 0;
+}
+
+/* The GPT trainer resumes in place: --resume DIR is its --out. */
+static int gpt_options(const train_args *a, const char *out, fm_gpt_train_opts *o) {
+    if (a->resume_dir && a->out && strcmp(a->resume_dir, a->out)) {
+        fm_cli_error("train: GPT recipes resume in place: --resume %s and --out %s must name the same directory", a->resume_dir,
+                     a->out);
+        return 2;
+    }
+    o->out_dir = out;
+    if (a->corpus) o->corpus = a->corpus;
+    if (a->steps > 0) o->steps = a->steps;
+    if (a->epochs > 0) o->epochs = (int)a->epochs;
+    if (a->stop_after > 0) o->stop_after = a->stop_after;
+    if (a->sample >= 0) o->sample_tokens = (int)a->sample;
+    if (a->seed >= 0) o->seed = (uint64_t)a->seed;
+    if (a->batch > 0) o->batch_size = (int)a->batch;
+    if (a->lr > 0) { o->min_lr *= a->lr / o->lr; o->lr = a->lr; }
+    o->resume = a->resume;
+    o->no_eval = a->no_eval;
+    o->quiet = a->quiet;
+    o->eff = a->eo;
+    o->profile_path = a->profile;
+    o->logdir = a->logdir;
+    o->hist_every = a->hist_every > 0 ? a->hist_every : 0;
+    /* the recipe's batch size is known only now */
+    if (fm_efficiency_validate(&o->eff, true, o->batch_size)) {
+        fm_cli_error("train: %s (%d is the recipe's batch_size; set another with --batch)", fm_last_error(), o->batch_size);
+        return 2;
+    }
+    return 0;
+}
+
+static int run_gpt(const train_args *a, const char *path, train_report *rep) {
+    fm_gpt_recipe rec; /* src/gpt/gpt_recipe.c: the parser `fathom summary` uses too */
+    if (fm_gpt_recipe_load(path, &rec)) { fm_cli_error("%s", fm_last_error()); return 2; }
+    fm_gpt_train_opts o = rec.opts;
+    static char def_out[PATH_MAX];
+    const char *base = strrchr(a->recipe, '/') ? strrchr(a->recipe, '/') + 1 : a->recipe;
+    snprintf(def_out, sizeof def_out, "runs/%.*s", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
+    const char *out = a->out ? a->out : a->resume_dir ? a->resume_dir : def_out;
+    int rc = gpt_options(a, out, &o);
+    if (rc) { fm_gpt_recipe_free(&rec); return rc; }
+    if (a->threads > 0) fm_set_num_threads((int)a->threads);
+    fm_gpt_train_result r;
+    fm_status st = fm_gpt_train_ex(&o, &r);
+    fm_gpt_recipe_free(&rec);
+    if (st) { fm_cli_error("%s", fm_last_error()); return 1; }
+    rep->kind = "gpt";
+    rep->out = out;
+    snprintf(rep->model_path, sizeof rep->model_path, "%s/model.safetensors", out);
+    rep->train_loss = r.train_loss;
+    rep->val_loss = r.val_loss;
+    rep->steps = r.steps;
+    rep->batch = o.batch_size;
+    rep->num_params = r.num_params;
+    rep->train_seconds = r.train_seconds;
+    rep->tokens_per_second = r.tokens_per_second;
+    rep->samples_per_second = r.tokens_per_second / o.model.block_size;
+    rep->data_wait_seconds = r.data_seconds;
+    rep->loss_scale = r.loss_scale;
+    rep->skipped_steps = r.skipped_steps;
+    rep->peak_memory_bytes = r.peak_memory_bytes;
+    static char mj[1024], mt[1024];
+    memcpy(mj, r.memory_report_json, sizeof mj);
+    memcpy(mt, r.memory_report_text, sizeof mt);
+    rep->memory_json = mj;
+    rep->memory_text = mt;
+    return 0;
+}
+
+/* A recipe that is not there: a usage error, with the nearest built-in name. */
+static int missing_recipe(const char *name, const char *path, bool builtin) {
+    if (!builtin) { fm_cli_error("cannot open recipe %s: %s", path, strerror(errno)); return 2; }
+    char dir[PATH_MAX], names[64][64];
+    const char *ptrs[64];
+    int n = 0;
+    DIR *d = opendir(fm_recipe_dir(dir, sizeof dir));
+    for (struct dirent *e; d && n < 64 && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && l < 64 && !strcmp(e->d_name + l - 4, ".ini")) {
+            snprintf(names[n], sizeof names[n], "%.*s", (int)(l - 4), e->d_name);
+            ptrs[n] = names[n];
+            n++;
+        }
+    }
+    if (d) closedir(d);
+    const char *near = fm_cli_suggest(name, ptrs, n);
+    if (near) fm_cli_error("no built-in recipe named '%s' (did you mean '%s'? `fathom recipes` lists them)", name, near);
+    else fm_cli_error("no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)", name, path);
+    return 2;
 }
 
 int fm_cmd_train(int argc, char **argv) {
-    if (fm_cmd_train_gpt && is_gpt_recipe(argc, argv)) return fm_cmd_train_gpt(argc, argv);
-    fm_train_options o;
-    fm_train_options_init(&o);
-    const char *recipe = NULL, *out = NULL;
-    bool json = false, quiet = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        double x;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { train_usage(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--no-eval")) { o.skip_eval = true; continue; }
-        if (!strcmp(a, "--quiet")) { quiet = true; continue; }
-        if (!strncmp(a, "--profile", 9) && (a[9] == 0 || a[9] == '=')) {
-            if (!(o.profile_path = opt_value(argc, argv, &i, "--profile"))) { fm_cli_error("train: --profile needs a file name"); train_usage(stderr); return 2; }
-            continue;
-        }
-        if (!strncmp(a, "--logdir", 8) && (a[8] == 0 || a[8] == '=')) {
-            if (!(o.logdir = opt_value(argc, argv, &i, "--logdir"))) { fm_cli_error("train: --logdir needs a directory"); train_usage(stderr); return 2; }
-            continue;
-        }
-#define NUM_OPT(name, lo, field, type) \
-        if (!strncmp(a, name, strlen(name)) && (a[strlen(name)] == 0 || a[strlen(name)] == '=')) { \
-            v = opt_value(argc, argv, &i, name); \
-            if (!parse_num(name, v, lo, &x)) { train_usage(stderr); return 2; } \
-            o.field = (type)x; continue; }
-/* whole numbers, within the range of the field they are stored in */
-#define INT_OPT(name, lo, hi, field, type) \
-        if (!strncmp(a, name, strlen(name)) && (a[strlen(name)] == 0 || a[strlen(name)] == '=')) { \
-            long long n_; \
-            v = opt_value(argc, argv, &i, name); \
-            if (!fm_cli_parse_int_range("train", name, v, lo, hi, &n_)) { train_usage(stderr); return 2; } \
-            o.field = (type)n_; continue; }
-        INT_OPT("--epochs", 1, INT_MAX, epochs, int)
-        INT_OPT("--batch", 1, INT64_MAX, batch_size, int64_t)
-        NUM_OPT("--lr", 1e-300, lr, double)
-        INT_OPT("--seed", 0, INT64_MAX, seed, int64_t)
-        INT_OPT("--threads", 1, 256, threads, int)
-        INT_OPT("--max-steps", 1, INT64_MAX, max_steps, int64_t)
-        INT_OPT("--hist-every", 1, INT_MAX, hist_every, int)
-#undef INT_OPT
-#undef NUM_OPT
-        if (!strncmp(a, "--out", 5) && (a[5] == 0 || a[5] == '=')) {
-            if (!(out = opt_value(argc, argv, &i, "--out"))) { fm_cli_error("train: --out needs a directory"); train_usage(stderr); return 2; }
-            continue;
-        }
-        if (!strncmp(a, "--resume", 8) && (a[8] == 0 || a[8] == '=')) {
-            if (!(o.resume_dir = opt_value(argc, argv, &i, "--resume"))) { fm_cli_error("train: --resume needs a directory"); train_usage(stderr); return 2; }
-            continue;
-        }
-        if (a[0] == '-') { fm_cli_error("train: unknown option '%s'", a); train_usage(stderr); return 2; }
-        if (recipe) { fm_cli_error("train: more than one recipe given ('%s' and '%s')", recipe, a); train_usage(stderr); return 2; }
-        recipe = a;
-    }
-    if (!recipe) { fm_cli_error("train: no recipe given"); train_usage(stderr); return 2; }
-    fm_recipe r;
-    if (fm_recipe_load(recipe, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
-    char outbuf[600];
-    if (!out && !o.resume_dir) {
-        snprintf(outbuf, sizeof outbuf, "runs/%s", r.name);
-        out = outbuf;
-    }
-    o.out_dir = out;
-    o.log = quiet ? NULL : (json ? stderr : stdout);
-    fm_train_result res;
-    fm_status st = fm_train(&r, &o, &res);
-    if (st != FM_OK) {
-        fm_cli_error("%s", fm_last_error());
-        fm_train_result_free(&res);
-        fm_recipe_free(&r);
+    train_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc < 0) return 0;
+    if (rc) { train_usage(stderr); return rc; }
+    if (a.device.type != FM_DEV_CPU) { /* no silent fallback: training elsewhere is not wired up yet */
+        fm_cli_error("train: --device %s: training on a device other than the CPU is not in this build yet "
+                     "(models cannot be moved to a device); use --device cpu", a.device_str);
         return 1;
     }
-    if (json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "recipe", json_string(r.name));
-        if (res.test_accuracy >= 0) {
-            json_object_set_new(j, "test_accuracy", json_real(res.test_accuracy));
-            json_object_set_new(j, "test_loss", json_real(res.test_loss));
-        } else {
-            json_object_set_new(j, "test_accuracy", json_null());
-        }
-        json_object_set_new(j, "final_loss", json_real(res.final_loss));
-        json_object_set_new(j, "epochs", json_integer(res.epochs));
-        json_object_set_new(j, "steps", json_integer(res.steps));
-        json_object_set_new(j, "train_seconds", json_real(res.train_seconds));
-        json_object_set_new(j, "samples_per_second", json_real(res.samples_per_second));
-        json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)res.peak_memory_bytes));
-        json_object_set_new(j, "num_params", json_integer(res.num_params));
-        json_object_set_new(j, "model_path", res.model_path[0] ? json_string(res.model_path) : json_null());
-        json_object_set_new(j, "data_wait_seconds", json_real(res.data_wait_seconds));
-        json_t *mem = res.memory_report_json[0] ? json_loads(res.memory_report_json, 0, NULL) : NULL;
-        if (mem) json_object_set_new(j, "memory", mem);
-        if (o.profile_path) json_object_set_new(j, "trace", json_string(o.profile_path));
-        if (o.logdir) json_object_set_new(j, "logdir", json_string(o.logdir));
-        char *s = json_dumps(j, JSON_COMPACT);
-        printf("%s\n", s);
-        free(s);
-        json_decref(j);
-    } else {
-        printf("done: %d epochs in %.1f s (%.0f samples/s)", res.epochs, res.train_seconds, res.samples_per_second);
-        if (res.test_accuracy >= 0) printf(", test accuracy %.2f%%", 100 * res.test_accuracy);
-        printf("\n");
-        if (res.model_path[0]) printf("model saved to %s\n", res.model_path);
-        if (res.memory_report_text[0] && !quiet) printf("%s\n", res.memory_report_text);
-        if (o.profile_path) printf("trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", o.profile_path, o.profile_path);
-        if (o.logdir) printf("logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", o.logdir, o.logdir);
-    }
-    fm_train_result_free(&res);
-    fm_recipe_free(&r);
+    char path[PATH_MAX];
+    bool builtin = fm_recipe_resolve(a.recipe, path, sizeof path);
+    if (access(path, R_OK) != 0) return missing_recipe(a.recipe, path, builtin);
+    train_report rep = {.recipe = a.recipe, .train_loss = NAN, .val_loss = NAN, .test_loss = NAN, .test_accuracy = NAN,
+                        .tokens_per_second = NAN, .epochs = -1};
+    rc = fm_gpt_recipe_is_gpt(path) ? run_gpt(&a, path, &rep) : run_classifier(&a, path, &rep);
+    if (rc) return rc;
+    if (a.json) print_json(&a, &rep);
+    print_text(&a, &rep);
     return 0;
 }

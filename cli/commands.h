@@ -7,7 +7,6 @@
  * 0 success, 1 runtime failure, 2 bad usage. */
 int fm_cmd_info(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_train(int argc, char **argv) FM_CLI_WEAK;
-int fm_cmd_train_gpt(int argc, char **argv) FM_CLI_WEAK; /* transformer recipes, routed from fm_cmd_train */
 int fm_cmd_eval(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_predict(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_recipes(int argc, char **argv) FM_CLI_WEAK;
@@ -28,4 +27,9 @@ bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long
 /* The same with an upper bound (the range of the field the value goes into). */
 bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, long long min, long long max,
                             long long *out);
+/* The name of names[0..n) closest to `given` by edit distance, when it is close enough
+ * to be a likely typo (at most a third of its length, and at most 3); else NULL. */
+const char *fm_cli_suggest(const char *given, const char *const *names, int n);
+/* "unknown option '--x'" with " (did you mean '--y'?)" when one is close; prints fm_cli_error. */
+void fm_cli_unknown_option(const char *cmd, const char *given, const char *const *names, int n);
 #endif

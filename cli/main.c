@@ -43,6 +43,44 @@ bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, lon
     return true;
 }
 
+/* Edit distance with adjacent swaps (optimal string alignment): "trian" is one edit
+ * from "train". Names are short. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < d[i][j])
+                d[i][j] = d[i - 2][j - 2] + 1;
+        }
+    return d[la][lb];
+}
+
+const char *fm_cli_suggest(const char *given, const char *const *names, int n) {
+    char g[64];
+    snprintf(g, sizeof g, "%.*s", (int)strcspn(given, "="), given); /* --lrr=3: the name only */
+    int len = (int)strlen(g), lim = len / 3 < 3 ? len / 3 : 3, best = 99;
+    if (lim < 1) lim = 1;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int dist = edit_distance(g, names[i]);
+        if (dist < best) { best = dist; pick = names[i]; }
+    }
+    return best <= lim ? pick : NULL;
+}
+
+void fm_cli_unknown_option(const char *cmd, const char *given, const char *const *names, int n) {
+    const char *s = fm_cli_suggest(given, names, n);
+    if (s) fm_cli_error("%s: unknown option '%s' (did you mean '%s'?)", cmd, given, s);
+    else fm_cli_error("%s: unknown option '%s'", cmd, given);
+}
+
 bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long min, long long *out) {
     return fm_cli_parse_int_range(cmd, opt, v, min, LLONG_MAX, out);
 }
@@ -111,7 +149,11 @@ int main(int argc, char **argv) {
         }
         return cmds[i].fn(argc - 1, argv + 1);
     }
-    fm_cli_error("unknown command '%s'", argv[1]);
+    const char *names[sizeof cmds / sizeof cmds[0]];
+    for (int i = 0; i < n; i++) names[i] = cmds[i].name;
+    const char *near = fm_cli_suggest(argv[1], names, n);
+    if (near) fm_cli_error("unknown command '%s' (did you mean '%s'?)", argv[1], near);
+    else fm_cli_error("unknown command '%s'", argv[1]);
     usage(stderr, cmds, n);
     return 2;
 }

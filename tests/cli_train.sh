@@ -102,7 +102,7 @@ if "$bin" train "$tmp/syn.ini" --out "$tmp/model" --json > "$tmp/train.json" 2> 
   python3 - "$tmp/train.json" <<'PY' && ok "train --json" || bad "train --json: $(cat "$tmp/train.json") $(cat "$tmp/train.err")"
 import json, sys
 d = json.loads(open(sys.argv[1]).read())  # the whole of stdout is one object
-for k in ("test_accuracy", "final_loss", "epochs", "train_seconds", "samples_per_second", "peak_memory_bytes", "model_path"):
+for k in ("test_accuracy", "train_loss", "epochs", "train_seconds", "samples_per_second", "peak_memory_bytes", "model_path"):
     assert k in d, k
 assert d["epochs"] == 3 and d["test_accuracy"] > 0.9 and d["peak_memory_bytes"] > 0, d
 assert d["model_path"].endswith("model.safetensors")

@@ -34,7 +34,7 @@ check_flag "unknown memory mode 'huge'" --memory-mode huge
 check_flag "needs --memory-mode preallocate" --memory-preallocate 1G
 check_flag "a fraction must be in (0, 1]" --memory-mode preallocate --memory-preallocate 1.5
 check_flag "larger than --memory-limit" --memory-mode preallocate --memory-preallocate 2G --memory-limit 1G
-check_flag "unknown or incomplete option '--precision'" --precision
+check_flag "--precision needs a value" --precision
 # the router passes the flags' values over when it looks for the recipe name
 "$bin" train --memory-mode grow kjv-gpt --precision fp8 > /dev/null 2> "$tmp/err"
 grep -q "expected fp32, bf16 or fp16" "$tmp/err" || { echo "router: --memory-mode value taken as the recipe"; cat "$tmp/err"; exit 1; }

@@ -119,7 +119,7 @@ if command -v script > /dev/null; then
   grep -q $'\r\033\[Ktrain \[' "$dir/gpt.tty" || { echo "GPT: no redrawn progress line on a terminal:"; cat -v "$dir/gpt.tty"; exit 1; }
   grep -q "train done 4/4 (100%)" "$dir/gpt.tty" || { echo "GPT: no final line on a terminal:"; cat -v "$dir/gpt.tty"; exit 1; }
   if grep -q "^train: 1/4" "$dir/gpt.tty"; then echo "GPT: plain progress lines on a terminal"; exit 1; fi
-  script -qc "'$bin' train '$dir/gpt.ini' --corpus '$dir/corpus.txt' --out '$dir/gpt-ttyq' --quiet" /dev/null > "$dir/gpt-q.tty" 2>&1 || true
+  script -qc "'$bin' train '$dir/gpt.ini' --corpus '$dir/corpus.txt' --out '$dir/gpt-ttyq' --quiet --json" /dev/null > "$dir/gpt-q.tty" 2>&1 || true
   if grep -q $'\033\[K\|^train' "$dir/gpt-q.tty"; then echo "GPT: --quiet drew progress on a terminal:"; cat -v "$dir/gpt-q.tty"; exit 1; fi
   grep -q '"steps":4' "$dir/gpt-q.tty" || { echo "GPT: the quiet terminal run did not finish:"; cat -v "$dir/gpt-q.tty"; exit 1; }
 else

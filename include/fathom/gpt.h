@@ -193,6 +193,10 @@ typedef struct fm_gpt_train_opts {
      * (at least 0.01) stops the run (0: off; default 1e3), as a non-finite one does. */
     int keep_checkpoints;
     double divergence_factor;
+    /* > 0: train this many passes over the training tokens instead of `steps`
+     * (steps = ceil(epochs * train tokens / (batch_size * block_size))) */
+    int epochs;
+    bool no_eval; /* no validation (periodic or final) */
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */
@@ -206,6 +210,8 @@ typedef struct fm_gpt_train_result {
     double loss_scale;            /* fp16: the scaler's scale at the end; else 1 */
     int64_t skipped_steps;        /* fp16: steps skipped for inf/NaN gradients (this invocation) */
     size_t peak_memory_bytes;     /* allocator peak during training */
+    int64_t num_params;
+    int64_t total_steps;          /* the run's length (steps, or what epochs made of it) */
     char memory_report_json[1024];/* peak by category (fm_memory_report_json) */
     char memory_report_text[1024];
 } fm_gpt_train_result;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "fathom/data.h"
+#include "fathom/efficiency.h" /* precision, gradient accumulation, memory options */
 #include "fathom/nn.h"
 #include "fathom/optim.h"
 
@@ -93,6 +94,13 @@ typedef struct fm_train_options {
     const char *profile_path; /* Chrome trace of the run (NULL: no profiling) */
     const char *logdir;  /* TensorBoard event files (NULL: none) */
     int hist_every;      /* histograms of weights and gradients every N epochs (0: never) */
+    int64_t steps;       /* > 0: train this many optimizer steps in all (the schedule spans them and
+                          * the epochs follow: ceil(steps / batches per epoch)); overrides epochs */
+    /* precision (autocast of the forward; fp16 adds the dynamic loss scaler, saved in
+     * checkpoints), gradient accumulation (each batch cut into grad_accum micro-batches) and
+     * the allocator's limit and mode, checked before anything is read: the weights, gradients
+     * and optimizer state must fit the limit. Checkpointing must be none for these models. */
+    fm_efficiency_opts eff;
 } fm_train_options;
 FM_API void fm_train_options_init(fm_train_options *o);
 
@@ -113,6 +121,8 @@ typedef struct fm_train_result {
     double data_wait_seconds; /* time the training loop waited for batches */
     char memory_report_json[1024]; /* peak memory by category (JSON object text) */
     char memory_report_text[1024];
+    double loss_scale;    /* fp16: the scaler's scale at the end; else 1 */
+    int64_t skipped_steps; /* fp16: steps skipped for inf/NaN gradients (this invocation) */
 } fm_train_result;
 FM_API void fm_train_result_free(fm_train_result *r);
 

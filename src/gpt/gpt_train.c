@@ -22,6 +22,7 @@
 #include "fathom/observe.h" /* --logdir: TensorBoard scalars and histograms; the progress line */
 #include "fathom/profile.h" /* --profile: step, data and optimizer spans */
 #include "fathom/amp.h" /* fm_tensor_has_inf_nan */
+#include "fathom/train_step.h" /* the step every trainer runs */
 #include "gpt/gpt_internal.h"
 #include "io/io_internal.h" /* checkpoint units */
 
@@ -326,13 +327,6 @@ static int print_tok(int tok, void *ctx) {
     return 0;
 }
 
-/* A cut of [B, T] windows along the batch: micro-batch k of n (a new reference). */
-static fm_tensor *micro(fm_tensor *t, int k, int n) {
-    if (n == 1) return fm_tensor_retain(t);
-    int64_t mb = t->shape[0] / n;
-    return fm_narrow(t, 0, (int64_t)k * mb, mb);
-}
-
 fm_status fm_gpt_train(const fm_gpt_train_opts *o, double *final_train_loss, double *final_val_loss) {
     fm_gpt_train_result r;
     fm_status st = fm_gpt_train_ex(o, &r);
@@ -355,12 +349,28 @@ typedef struct gpt_run {
     fm_tensor **params;
     fm_tb_writer *tb;
     fm_progress *prog;
-    fm_grad_scaler gs;
+    fm_train_step ts; /* micro-batches, autocast, loss scaler, clip, AdamW */
     fm_lr_schedule sched;
     bool profiling, in_step, do_step;
-    int64_t split, step, last_good, tok_log, tok_all, tok_tb, skipped0;
+    int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
     double t_start, t_log, t_tb, last, val, norm, min_loss;
 } gpt_run;
+
+/* The loss of one micro-batch (fm_train_loss_fn). */
+static fm_tensor *gpt_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
+    gpt_run *u = ctx;
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(u->m, x, y, &loss);
+    fm_tensor_release(lg);
+    return lg ? loss : NULL;
+}
+
+/* Gradient histograms: unscaled, before clipping scales them. */
+static fm_status gpt_grad_histograms(void *ctx) {
+    gpt_run *u = ctx;
+    if (u->tb && u->o->hist_every > 0 && (u->step + 1) % u->o->hist_every == 0)
+        fm_tb_add_histograms(u->tb, "grads", &u->m->params, true, u->step + 1);
+    return FM_OK;
+}
 
 /* The run cannot go on: why, and where the last good checkpoint is. */
 static fm_status gpt_stopped(gpt_run *u, const char *why) {
@@ -391,6 +401,11 @@ static fm_status gpt_setup(gpt_run *u) {
                             "%s: the corpus is too short: %lld tokens; with block_size %d both the training split and the "
                             "held-out %.0f%% need at least %d tokens (use more text or a smaller block_size)",
                             o->corpus, (long long)u->d.n, T, 100 * o->val_fraction, T + 1);
+    u->steps = o->steps;
+    if (o->epochs > 0) {
+        int64_t per = (int64_t)o->batch_size * T;
+        u->steps = ((int64_t)o->epochs * u->split + per - 1) / per;
+    }
     /* the memory options, and whether the model fits, before any weight exists */
     if ((st = fm_efficiency_apply_memory(eo))) return st;
     if ((st = fm_efficiency_check_fits(eo, fm_gpt_config_num_params(&u->cfg), 2 /* AdamW moments */))) return st;
@@ -419,12 +434,14 @@ static fm_status gpt_setup(gpt_run *u) {
     st = fm_optim_init_state(u->opt);
     fm_memory_tag_pop(mc);
     if (st) return st;
-    fm_grad_scaler_init(&u->gs, eo->loss_scaling);
-    u->gs.quiet = o->quiet;
+    fm_train_step_init(&u->ts, eo, u->opt, u->m->params.n, u->params, gpt_loss, u);
+    u->ts.scaler.quiet = o->quiet;
+    u->ts.clip = o->grad_clip;
+    u->ts.inspect_grads = gpt_grad_histograms;
     u->sched.kind = FM_SCHED_COSINE;
     u->sched.base_lr = o->lr;
     u->sched.warmup_steps = o->warmup;
-    u->sched.total_steps = o->steps;
+    u->sched.total_steps = u->steps;
     u->sched.min_lr = o->min_lr;
     return FM_OK;
 }
@@ -438,7 +455,7 @@ static fm_status gpt_resume(gpt_run *u) {
         if (!o->quiet) fprintf(stderr, "no complete checkpoint in %s: training from step 0\n", o->out_dir);
         return FM_OK;
     }
-    fm_status st = load_ckpt(u->m, u->opt, o, &f, &u->step, &u->gs);
+    fm_status st = load_ckpt(u->m, u->opt, o, &f, &u->step, &u->ts.scaler);
     if (!st) st = fm_ckpt_relink(o->out_dir, &f);
     if (st) {
         fm_error_prefix("resuming from %s", f.dir);
@@ -452,47 +469,13 @@ static fm_status gpt_resume(gpt_run *u) {
     return FM_OK;
 }
 
-/* Forward and backward over the step's micro-batches; u->last gets the mean loss. */
-static fm_status gpt_forward_backward(gpt_run *u, fm_tensor *x, fm_tensor *y) {
-    const fm_efficiency_opts *eo = &u->o->eff;
-    const int accum = eo->grad_accum;
-    fm_status st = FM_OK;
-    u->last = 0;
-    /* micro-batches of the same windows: each loss is scaled by 1/accum and the
-     * gradients add up in .grad, so the step sees the mean over the whole batch */
-    for (int k = 0; k < accum && st == FM_OK; k++) {
-        fm_tensor *xs = micro(x, k, accum), *ys = micro(y, k, accum), *loss = NULL, *lg = NULL, *sl = NULL;
-        if (!xs || !ys) st = fm_last_status();
-        if (!st) {
-            fm_dtype ac = fm_autocast_set(eo->precision);
-            fm_mem_category mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-            lg = fm_gpt_forward(u->m, xs, ys, &loss);
-            fm_memory_tag_pop(mc);
-            fm_autocast_set(ac);
-            if (!lg) st = fm_last_status();
-        }
-        if (!st) {
-            u->last += fm_tensor_item(loss) / accum;
-            fm_tensor *l = accum > 1 ? fm_mul_scalar(loss, 1.0 / accum) : fm_tensor_retain(loss);
-            sl = l ? fm_grad_scaler_scale(&u->gs, l) : NULL;
-            fm_tensor_release(l);
-            /* backward's temporaries; the engine tags the leaves' gradients itself */
-            fm_mem_category mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-            st = sl ? fm_backward(sl, NULL, false) : fm_last_status();
-            fm_memory_tag_pop(mc);
-        }
-        fm_tensor_release_n(5, xs, ys, lg, loss, sl);
-    }
-    return st;
-}
-
 /* A non-finite loss (without the fp16 scaler, which skips such steps) or one
  * that exploded over its running minimum ends the run. */
 static fm_status gpt_check_loss(gpt_run *u) {
     char why[200];
     double lv = u->last, f = u->o->divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
     if (!isfinite(lv)) {
-        if (u->gs.enabled) return FM_OK;
+        if (u->ts.scaler.enabled) return FM_OK;
         snprintf(why, sizeof why, "loss became %g", lv);
         return gpt_stopped(u, why);
     }
@@ -505,7 +488,7 @@ static fm_status gpt_check_loss(gpt_run *u) {
     return FM_OK;
 }
 
-/* One optimizer step: batch, forward/backward, unscale, clip, AdamW. */
+/* One optimizer step: the batch, then the step every trainer runs (fathom/train_step.h). */
 static fm_status gpt_step(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     fm_optim_set_lr(u->opt, fm_lr_at(&u->sched, u->step));
@@ -515,39 +498,28 @@ static fm_status gpt_step(gpt_run *u) {
     u->res->data_seconds += now_s() - td;
     fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
     if (st) return st;
-    fm_optim_zero_grad(u->opt);
-    st = gpt_forward_backward(u, x, y);
+    st = fm_train_step_backward(&u->ts, x, y, &u->last);
     fm_tensor_release_n(2, x, y);
     if (st || (st = gpt_check_loss(u))) return st;
-    double po = fm_profiler_now_us();
-    if ((st = fm_grad_scaler_unscale(&u->gs, u->m->params.n, u->params))) return st;
-    if (u->tb && o->hist_every > 0 && (u->step + 1) % o->hist_every == 0) /* unscaled, before clipping scales them */
-        fm_tb_add_histograms(u->tb, "grads", &u->m->params, true, u->step + 1);
-    u->norm = 0;
-    u->do_step = fm_grad_scaler_should_step(&u->gs);
-    fm_mem_category mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    if (u->do_step && o->grad_clip > 0) st = fm_optim_clip_grad_norm(u->opt, o->grad_clip, &u->norm);
-    else if (u->do_step && u->tb) st = fm_optim_clip_grad_norm(u->opt, INFINITY, &u->norm); /* the norm for the logs; never scales */
-    if (!st && u->do_step) st = fm_optim_step(u->opt);
-    fm_memory_tag_pop(mc);
-    if (st) return st;
-    fm_grad_scaler_update(&u->gs);
-    fm_profile_span("optimizer", "optimizer", po, fm_profiler_now_us() - po, NULL);
+    u->ts.want_norm = u->tb != NULL; /* the norm for the logs */
+    if ((st = fm_train_step_update(&u->ts))) return st;
+    u->norm = u->ts.stepped && u->ts.grad_norm == u->ts.grad_norm ? u->ts.grad_norm : 0;
+    u->do_step = u->ts.stepped;
     return FM_OK;
 }
 
 /* The log line and the TensorBoard scalars of a finished step. */
 static void gpt_log_step(gpt_run *u, int64_t done_steps) {
     const fm_gpt_train_opts *o = u->o;
-    bool due = o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == o->steps);
+    bool due = o->log_every > 0 && (done_steps % o->log_every == 0 || done_steps == u->steps);
     if (!o->quiet && due) {
         double t = now_s();
         char line[256];
         int k = snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  norm %.3f  %.0f tok/s  %.0f s",
-                         (long long)done_steps, (long long)o->steps, u->last, fm_lr_at(&u->sched, u->step), u->norm,
+                         (long long)done_steps, (long long)u->steps, u->last, fm_lr_at(&u->sched, u->step), u->norm,
                          u->tok_log / (t - u->t_log), t - u->t_start);
-        if (u->gs.enabled && k > 0 && k < (int)sizeof line)
-            snprintf(line + k, sizeof line - (size_t)k, "  loss scale %g  skipped %lld", u->gs.scale, (long long)u->gs.n_skipped);
+        if (u->ts.scaler.enabled && k > 0 && k < (int)sizeof line)
+            snprintf(line + k, sizeof line - (size_t)k, "  loss scale %g  skipped %lld", u->ts.scaler.scale, (long long)u->ts.scaler.n_skipped);
         fm_progress_log(u->prog, "%s", line); /* above a terminal's redrawn line, not through it */
         u->t_log = t;
         u->tok_log = 0;
@@ -559,7 +531,7 @@ static void gpt_log_step(gpt_run *u, int64_t done_steps) {
         fm_tb_add_scalar(u->tb, "train/lr", done_steps, fm_lr_at(&u->sched, u->step));
         if (t > u->t_tb) fm_tb_add_scalar(u->tb, "train/throughput", done_steps, (double)(u->tok_all - u->tok_tb) / (t - u->t_tb));
         if (u->do_step) fm_tb_add_scalar(u->tb, "train/grad_norm", done_steps, u->norm);
-        if (u->gs.enabled) fm_tb_add_scalar(u->tb, "train/loss_scale", done_steps, u->gs.scale);
+        if (u->ts.scaler.enabled) fm_tb_add_scalar(u->tb, "train/loss_scale", done_steps, u->ts.scaler.scale);
         if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(u->tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
         u->t_tb = t;
         u->tok_tb = u->tok_all;
@@ -599,7 +571,7 @@ static fm_status gpt_validate(gpt_run *u, int64_t done_steps) {
 static fm_status gpt_loop(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     const int64_t step_tokens = (int64_t)o->batch_size * u->cfg.block_size;
-    for (; u->step < o->steps; u->step++) {
+    for (; u->step < u->steps; u->step++) {
         fm_profile_push("step", "step");
         u->in_step = true;
         fm_status st = gpt_step(u);
@@ -612,12 +584,12 @@ static fm_status gpt_loop(gpt_run *u) {
         fm_progress_update(u->prog, done_steps, u->tok_all, u->last);
         gpt_log_step(u, done_steps);
         bool stop = o->stop_after > 0 && done_steps >= o->stop_after;
-        if (((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == o->steps) &&
+        if (!o->no_eval && ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == u->steps) &&
             (st = gpt_validate(u, done_steps)))
             return st;
-        if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == o->steps || stop) {
+        if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == u->steps || stop) {
             bool poisoned = false;
-            if ((st = save_ckpt(u->m, u->opt, o, done_steps, &u->gs, &poisoned)))
+            if ((st = save_ckpt(u->m, u->opt, o, done_steps, &u->ts.scaler, &poisoned)))
                 return poisoned ? gpt_stopped(u, fm_last_error()) : st;
             u->last_good = done_steps;
         }
@@ -631,10 +603,12 @@ static void gpt_results(gpt_run *u) {
     res->train_loss = u->last;
     res->val_loss = u->val;
     res->steps = u->step;
+    res->total_steps = u->steps;
+    res->num_params = fm_gpt_num_params(u->m);
     res->train_seconds = now_s() - u->t_start;
     res->tokens_per_second = res->train_seconds > 0 ? (double)u->tok_all / res->train_seconds : 0;
-    res->loss_scale = u->gs.scale;
-    res->skipped_steps = u->gs.n_skipped - u->skipped0;
+    res->loss_scale = u->ts.scaler.scale;
+    res->skipped_steps = u->ts.scaler.n_skipped - u->skipped0;
     fm_memory_stats ms;
     if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     fm_memory_report mrep;
@@ -679,14 +653,14 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
     u->profiling = o->profile_path != NULL;
     if (o->logdir && !(u->tb = fm_tb_writer_open(o->logdir))) { st = fm_last_status(); goto done; }
-    if (!(u->prog = fm_progress_begin("train", o->steps, "tokens", o->quiet ? FM_PROGRESS_QUIET : FM_PROGRESS_AUTO, stderr))) {
+    if (!(u->prog = fm_progress_begin("train", u->steps, "tokens", o->quiet ? FM_PROGRESS_QUIET : FM_PROGRESS_AUTO, stderr))) {
         st = fm_last_status();
         goto done;
     }
     fm_progress_set_start(u->prog, u->step);
     fm_memory_reset_peak(FM_CPU);
     u->t_start = u->t_log = u->t_tb = now_s();
-    u->skipped0 = u->gs.n_skipped;
+    u->skipped0 = u->ts.scaler.n_skipped;
     if ((st = gpt_loop(u))) goto done;
     fm_progress_end(u->prog);
     u->prog = NULL;

@@ -26,10 +26,12 @@
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/amp.h"    /* fm_tensor_has_inf_nan */
 #include "io/io_internal.h" /* checkpoint units */
+#include "fathom/train_step.h" /* the step every trainer runs */
 
 void fm_train_options_init(fm_train_options *o) {
     memset(o, 0, sizeof *o);
     o->seed = -1;
+    o->eff = fm_efficiency_defaults();
 }
 
 void fm_train_result_free(fm_train_result *r) {
@@ -142,6 +144,9 @@ typedef struct trainer {
     fm_optim *opt;
     fm_dataloader *loader;
     fm_rng drop_rng;
+    fm_train_step ts;  /* accumulation, autocast, loss scaler, clip, optimizer */
+    fm_tensor **params; /* what the scaler unscales */
+    int n_params;
     int64_t step;
     int64_t last_good; /* step of the newest committed checkpoint; -1: none */
     bool poisoned;     /* a checkpoint was refused: non-finite weights or moments */
@@ -187,6 +192,13 @@ static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) 
         (st = meta_u64(smeta, "dropout_rng_offset", t->drop_rng.offset)) ||
         (st = meta_u64(smeta, "global_rng_seed", fm_rng_global()->seed)))
         return st;
+    const fm_grad_scaler *gs = &t->ts.scaler;
+    if (gs->enabled) { /* fp16: a resumed run scales exactly as an uninterrupted one */
+        char b[40];
+        snprintf(b, sizeof b, "%.17g", gs->scale);
+        if ((st = fm_kv_set(smeta, "loss_scale", b)) || (st = meta_i64(smeta, "loss_scale_growth_tracker", gs->growth_tracker)))
+            return st;
+    }
     return meta_u64(smeta, "global_rng_offset", fm_rng_global()->offset);
 }
 
@@ -317,6 +329,15 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
         goto done;
     }
     fm_optim_set_step(t->opt, ostep);
+    const char *lsv = fm_kv_get(&smeta, "loss_scale");
+    int64_t tracker;
+    char *e1 = NULL;
+    double scale = lsv ? strtod(lsv, &e1) : 0;
+    if (t->ts.scaler.enabled && lsv && *e1 == 0 && scale > 0 && isfinite(scale) &&
+        meta_get_i64(&smeta, "loss_scale_growth_tracker", &tracker) && tracker >= 0 && tracker <= INT32_MAX) {
+        t->ts.scaler.scale = scale;
+        t->ts.scaler.growth_tracker = (int)tracker;
+    }
     t->step = sstep;
     t->drop_rng = dr;
     *fm_rng_global() = gr;
@@ -356,6 +377,7 @@ typedef struct train_run {
     fm_tb_writer *tb;
     fm_progress *prog;
     int64_t nb, epoch, epoch_steps, prog_done, prog_items;
+    int64_t skipped0; /* the scaler's skip count when this invocation started */
     double t0, t_epoch, epoch_loss, last_epoch_loss, min_loss;
 } train_run;
 
@@ -378,7 +400,9 @@ static fm_status save(train_run *u) {
     return st;
 }
 
-/* Data, model, optimizer and loader. */
+static fm_status step_init(train_run *u);
+
+/* Data, model, memory check, optimizer and loader. */
 static fm_status train_setup(train_run *u) {
     fm_recipe *r = &u->r;
     fm_rng init_rng;
@@ -395,8 +419,14 @@ static fm_status train_setup(train_run *u) {
     if (!u->t.model) return fm_last_status();
     fm_module_set_rng(u->t.model, &u->t.drop_rng);
     u->res->num_params = fm_module_num_params(u->t.model);
+    /* the memory options, and whether weights + gradients + optimizer state fit the limit,
+     * before the optimizer or anything else is made */
+    const fm_efficiency_opts *eo = &u->opt->eff;
+    int slots = r->optim.kind == FM_OPTIM_SGD ? (r->optim.momentum > 0) : 2;
+    if ((st = fm_efficiency_apply_memory(eo)) || (st = fm_efficiency_check_fits(eo, u->res->num_params, slots))) return st;
     u->t.opt = fm_optim_new(&r->optim);
     if (!u->t.opt || fm_optim_add_params(u->t.opt, u->t.model) != FM_OK) return fm_last_status();
+    if ((st = step_init(u))) return st;
     fm_loader_options lo;
     fm_loader_options_init(&lo);
     lo.batch_size = r->batch_size;
@@ -407,6 +437,10 @@ static fm_status train_setup(train_run *u) {
     lo.transforms = r->transforms;
     if (!(u->t.loader = fm_dataloader_create(u->train, &lo))) return fm_last_status();
     u->nb = fm_dataloader_num_batches(u->t.loader);
+    if (u->opt->steps > 0) { /* a step count: the schedule spans it, the epochs follow */
+        r->epochs = (int)((u->opt->steps + u->nb - 1) / u->nb);
+        r->sched.total_steps = u->opt->steps;
+    }
     if (r->sched.total_steps <= 0) r->sched.total_steps = u->nb * r->epochs;
     return FM_OK;
 }
@@ -473,37 +507,51 @@ static fm_status end_of_epoch(train_run *u, bool *stop) {
     return FM_OK;
 }
 
-/* Backward, clipping and the optimizer step for the loss of one batch. */
-static fm_status backward_and_step(train_run *u, fm_tensor *loss, double *gnorm) {
-    const fm_recipe *r = &u->r;
-    fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS); /* temporaries; leaf gradients are tagged by the engine */
-    fm_status st = fm_backward(loss, NULL, false);
-    fm_memory_tag_pop(mprev);
+/* The loss of one micro-batch (fm_train_loss_fn). */
+static fm_tensor *recipe_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
+    train_run *u = ctx;
+    fm_tensor *logits = fm_module_forward(u->t.model, x);
+    fm_tensor *loss = logits ? fm_cross_entropy(logits, y, -100, u->r.label_smoothing, FM_REDUCE_MEAN) : NULL;
+    fm_tensor_release(logits);
+    return loss;
+}
+
+/* Gradients live only between backward and the next step: they are logged on the step
+ * that ends an epoch whose weights get histograms, unscaled and before clipping, at the
+ * step number the weights get. */
+static fm_status grad_histograms(void *ctx) {
+    train_run *u = ctx;
+    if (!u->tb || u->opt->hist_every <= 0 || (u->epoch + 1) % u->opt->hist_every) return FM_OK;
+    fm_dataloader_state ls;
+    fm_named_list ps = {0};
+    if (fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch == u->nb &&
+        fm_module_parameters(u->t.model, &ps) == FM_OK)
+        fm_tb_add_histograms(u->tb, "grads", &ps, true, u->t.step + 1);
+    fm_named_list_free(&ps);
+    return FM_OK;
+}
+
+/* The step every trainer runs (fathom/train_step.h), over this model's parameters. */
+static fm_status step_init(train_run *u) {
+    fm_named_list ps = {0};
+    fm_status st = fm_module_parameters(u->t.model, &ps);
     if (st) return st;
-    if (u->tb && u->opt->hist_every > 0 && (u->epoch + 1) % u->opt->hist_every == 0) {
-        /* gradients live only between backward and zero_grad: log them on the step that ends an
-         * epoch whose weights get histograms, before clipping, at the step number the weights get */
-        fm_dataloader_state ls;
-        fm_named_list ps = {0};
-        if (fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch == u->nb &&
-            fm_module_parameters(u->t.model, &ps) == FM_OK)
-            fm_tb_add_histograms(u->tb, "grads", &ps, true, u->t.step + 1);
-        fm_named_list_free(&ps);
-    }
-    fm_profile_push("optimizer", "optimizer");
-    mprev = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    if (r->clip_grad_norm > 0) st = fm_optim_clip_grad_norm(u->t.opt, r->clip_grad_norm, gnorm);
-    else if (u->tb && (u->t.step + 1) % 10 == 0) st = fm_optim_clip_grad_norm(u->t.opt, INFINITY, gnorm); /* the norm for the logs; never scales */
-    if (st == FM_OK) st = fm_optim_step(u->t.opt);
-    fm_optim_zero_grad(u->t.opt);
-    fm_memory_tag_pop(mprev);
-    fm_profile_pop();
-    return st;
+    u->t.params = calloc((size_t)ps.n + 1, sizeof *u->t.params);
+    if (!u->t.params) { fm_named_list_free(&ps); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
+    for (int i = 0; i < ps.n; i++) u->t.params[i] = ps.items[i].tensor; /* borrowed: the model holds them */
+    u->t.n_params = ps.n;
+    fm_named_list_free(&ps);
+    fm_train_step_init(&u->t.ts, &u->opt->eff, u->t.opt, u->t.n_params, u->t.params, recipe_loss, u);
+    u->t.ts.scaler.quiet = u->log == NULL;
+    u->t.ts.clip = u->r.clip_grad_norm;
+    u->t.ts.inspect_grads = grad_histograms;
+    return FM_OK;
 }
 
 /* A loss that is not finite, or that exploded over its running minimum, ends the run. */
 static fm_status check_loss(train_run *u, double lv) {
     char why[200];
+    if (!isfinite(lv) && u->t.ts.scaler.enabled) return FM_OK; /* fp16: the scaler skips the step */
     if (!isfinite(lv)) {
         snprintf(why, sizeof why, "the loss became %g", lv);
         return stopped(u, why);
@@ -522,17 +570,13 @@ static fm_status check_loss(train_run *u, double lv) {
 static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
     const fm_recipe *r = &u->r;
     fm_optim_set_lr(u->t.opt, fm_lr_at(&r->sched, u->t.step));
-    double t_step0 = now_s(), gnorm = NAN;
-    fm_mem_category mprev = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
-    fm_tensor *logits = fm_module_forward(u->t.model, b->x);
-    fm_tensor *loss = logits ? fm_cross_entropy(logits, b->y, -100, r->label_smoothing, FM_REDUCE_MEAN) : NULL;
-    fm_memory_tag_pop(mprev);
-    if (!loss) { fm_tensor_release(logits); return fm_last_status(); }
-    double lv = fm_tensor_item(loss);
-    fm_status st = check_loss(u, lv);
-    if (st == FM_OK) st = backward_and_step(u, loss, &gnorm);
-    fm_tensor_release_n(2, logits, loss);
+    double t_step0 = now_s(), lv = NAN;
+    fm_status st = fm_train_step_backward(&u->t.ts, b->x, b->y, &lv);
+    if (st == FM_OK) st = check_loss(u, lv);
+    u->t.ts.want_norm = u->tb && (u->t.step + 1) % 10 == 0; /* the norm for the logs */
+    if (st == FM_OK) st = fm_train_step_update(&u->t.ts);
     if (st) return st;
+    double gnorm = u->t.ts.grad_norm;
     u->t.step++;
     u->prog_done++;
     u->prog_items += b->size;
@@ -553,6 +597,7 @@ static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
     if ((st = push_loss(u->res, lv)) != FM_OK) return st;
     if (u->out_dir && r->checkpoint_every > 0 && u->t.step % r->checkpoint_every == 0 && (st = save(u))) return st;
     if (u->opt->max_steps > 0 && u->t.step >= u->opt->max_steps) *stop = true;
+    if (u->opt->steps > 0 && u->t.step >= u->opt->steps) *stop = true;
     return FM_OK;
 }
 
@@ -561,7 +606,8 @@ static fm_status train_loop(train_run *u) {
     fm_dataloader_state ls0;
     fm_dataloader_state_get(u->t.loader, &ls0);
     u->epoch = ls0.epoch;
-    bool stop = u->epoch >= r->epochs || (u->opt->max_steps > 0 && u->t.step >= u->opt->max_steps);
+    bool stop = u->epoch >= r->epochs || (u->opt->max_steps > 0 && u->t.step >= u->opt->max_steps) ||
+                (u->opt->steps > 0 && u->t.step >= u->opt->steps);
     fm_status st = FM_OK;
     while (!stop && st == FM_OK) {
         if (!u->prog) {
@@ -594,6 +640,8 @@ static fm_status train_finish(train_run *u) {
     fm_memory_stats ms;
     if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     res->data_wait_seconds = fm_dataloader_wait_seconds(u->t.loader);
+    res->loss_scale = u->t.ts.scaler.scale;
+    res->skipped_steps = u->t.ts.scaler.n_skipped - u->skipped0;
     fm_memory_report mrep;
     if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
@@ -632,6 +680,9 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     if (!opt) { fm_train_options_init(&defo); opt = &defo; }
     memset(res, 0, sizeof *res);
     res->test_accuracy = -1;
+    res->loss_scale = 1;
+    fm_status vst = fm_efficiency_validate(&opt->eff, false, (int)(opt->batch_size > 0 ? opt->batch_size : rin->batch_size));
+    if (vst) return vst;
     train_run *u = calloc(1, sizeof *u);
     if (!u) return fm_set_error(FM_ERR_OOM, "out of host memory");
     u->r = *rin;
@@ -664,6 +715,7 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
     if (opt->logdir && !(u->tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
     fm_memory_reset_peak(FM_CPU);
+    u->skipped0 = u->t.ts.scaler.n_skipped;
     u->t0 = u->t_epoch = now_s();
     fm_module_train(u->t.model, true);
     if ((st = train_loop(u)) == FM_OK) st = train_finish(u);
@@ -679,6 +731,7 @@ done:
     }
     fm_dataloader_free(u->t.loader);
     fm_optim_free(u->t.opt);
+    free(u->t.params);
     fm_module_free(u->t.model);
     fm_dataset_release(u->train);
     fm_dataset_release(u->test);

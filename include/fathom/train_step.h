@@ -1,0 +1,74 @@
+/* fathom/train_step.h: the optimizer step every trainer runs (`fathom train` for
+ * classifier recipes, src/recipe, and for GPT recipes, src/gpt): micro-batches for
+ * gradient accumulation, autocast, the fp16 loss scaler, backward, unscaling,
+ * clipping and the optimizer, in one place, with the points a device or a
+ * distributed-communication layer plugs into.
+ *
+ *   fm_train_step s;  fm_train_step_init(&s, &eo, opt, n, params, loss_fn, ctx);
+ *   s.clip = 1.0;  s.hooks = &my_hooks;            (optional)
+ *   per step:  fm_train_step_backward(&s, x, y, &loss)  -- forward + backward of every micro-batch
+ *              (the trainer checks the loss here: a non-finite one stops before any update)
+ *              fm_train_step_update(&s, &norm)          -- unscale, clip, optimizer, scaler update
+ *
+ * The hooks run in this order within a step:
+ *   to_device(x, y) per micro-batch -> forward/backward -> after_backward (all micro-batches done,
+ *   gradients still scaled: where a data-parallel all-reduce goes) -> unscale -> grads_ready
+ *   (unscaled, before clipping: histograms) -> clip -> optimizer -> gradients freed -> after_update. */
+#ifndef FATHOM_TRAIN_STEP_H
+#define FATHOM_TRAIN_STEP_H
+#include "fathom/export.h"
+#include "fathom/amp.h"        /* fm_grad_scaler */
+#include "fathom/efficiency.h" /* fm_efficiency_opts */
+#include "fathom/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The model's forward and loss on one micro-batch (x, y as given to the step, cut
+ * along dim 0): returns the mean loss over its samples as a new scalar reference,
+ * with the tape recorded, or NULL with the error set. */
+typedef fm_tensor *(*fm_train_loss_fn)(void *ctx, fm_tensor *x, fm_tensor *y);
+
+typedef struct fm_train_hooks {
+    void *user;
+    /* Replaces *x and *y (new references; release the old ones) by copies on the
+     * training device. NULL: the batch stays where the loader made it. */
+    fm_status (*to_device)(void *user, fm_tensor **x, fm_tensor **y);
+    fm_status (*after_backward)(void *user, fm_optim *opt);
+    fm_status (*grads_ready)(void *user, fm_optim *opt);
+    fm_status (*after_update)(void *user, fm_optim *opt, bool stepped);
+} fm_train_hooks;
+
+typedef struct fm_train_step {
+    const fm_efficiency_opts *eo;  /* precision, grad_accum, loss_scaling (borrowed) */
+    fm_optim *opt;
+    int n_params;
+    fm_tensor *const *params;      /* what the scaler unscales (borrowed) */
+    fm_train_loss_fn loss_fn;
+    void *loss_ctx;
+    double clip;                   /* > 0: clip the global norm to this; 0: off */
+    bool want_norm;                /* compute the norm even without clipping (for logs) */
+    const fm_train_hooks *hooks;   /* a device's or a data-parallel layer's (may be NULL) */
+    /* the trainer's own look at the unscaled gradients before clipping (histograms);
+     * called with loss_ctx after hooks->grads_ready; may be NULL */
+    fm_status (*inspect_grads)(void *loss_ctx);
+    fm_grad_scaler scaler;         /* on when eo->loss_scaling; its state is the caller's to save */
+    /* the last step */
+    double grad_norm;              /* NAN when not computed */
+    bool stepped;                  /* false when fp16 found inf/NaN gradients and skipped */
+} fm_train_step;
+
+FM_API void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, fm_optim *opt, int n_params,
+                               fm_tensor *const *params, fm_train_loss_fn loss_fn, void *loss_ctx);
+/* Zeroes the gradients, then forward and backward over eo->grad_accum micro-batches of x
+ * and y (dim 0 cut in near-equal parts; each loss weighted by its share of the samples,
+ * so the gradients are those of the mean over the whole batch). *loss gets that mean. */
+FM_API fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, double *loss);
+/* Unscale, clip, the optimizer step (skipped for fp16 inf/NaN) and the scaler's update. */
+FM_API fm_status fm_train_step_update(fm_train_step *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,94 @@
+/* The optimizer step shared by every trainer (fathom/train_step.h). */
+#include <math.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "fathom/ops.h"
+#include "fathom/profile.h" /* the "optimizer" span */
+#include "fathom/train_step.h"
+
+void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, fm_optim *opt, int n_params,
+                        fm_tensor *const *params, fm_train_loss_fn loss_fn, void *loss_ctx) {
+    memset(s, 0, sizeof *s);
+    s->eo = eo;
+    s->opt = opt;
+    s->n_params = n_params;
+    s->params = params;
+    s->loss_fn = loss_fn;
+    s->loss_ctx = loss_ctx;
+    s->grad_norm = NAN;
+    s->stepped = true;
+    fm_grad_scaler_init(&s->scaler, eo->loss_scaling);
+}
+
+/* Micro-batch k of n along dim 0 (near-equal parts, the first ones one larger). */
+static fm_tensor *micro(fm_tensor *t, int k, int n, int64_t *rows) {
+    int64_t N = t->shape[0], base = N / n, extra = N % n;
+    int64_t start = k * base + (k < extra ? k : extra);
+    *rows = base + (k < extra);
+    if (n == 1) return fm_tensor_retain(t);
+    return fm_narrow(t, 0, start, *rows);
+}
+
+/* Forward and backward of one micro-batch; takes over x and y. */
+static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double weight, double *loss_sum) {
+    fm_status st = FM_OK;
+    if (s->hooks && s->hooks->to_device && (st = s->hooks->to_device(s->hooks->user, &x, &y))) {
+        fm_tensor_release_n(2, x, y);
+        return st;
+    }
+    fm_dtype ac = fm_autocast_set(s->eo->precision);
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+    fm_tensor *loss = s->loss_fn(s->loss_ctx, x, y);
+    fm_memory_tag_pop(mc);
+    fm_autocast_set(ac);
+    fm_tensor_release_n(2, x, y);
+    if (!loss) return fm_last_status();
+    *loss_sum += fm_tensor_item(loss) * weight;
+    fm_tensor *l = weight != 1.0 ? fm_mul_scalar(loss, weight) : fm_tensor_retain(loss);
+    fm_tensor *sl = l ? fm_grad_scaler_scale(&s->scaler, l) : NULL;
+    /* backward's temporaries; the engine tags the leaves' gradients itself */
+    mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
+    st = sl ? fm_backward(sl, NULL, false) : fm_last_status();
+    fm_memory_tag_pop(mc);
+    fm_tensor_release_n(3, loss, l, sl);
+    return st;
+}
+
+fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, double *loss) {
+    const int n = s->eo->grad_accum > 1 ? s->eo->grad_accum : 1;
+    const int64_t N = x->shape[0];
+    double sum = 0;
+    fm_status st = FM_OK;
+    fm_optim_zero_grad(s->opt);
+    for (int k = 0; k < n && st == FM_OK; k++) {
+        int64_t rows = 0;
+        fm_tensor *xs = micro(x, k, n, &rows), *ys = micro(y, k, n, &rows);
+        if (rows == 0) { fm_tensor_release_n(2, xs, ys); continue; } /* a last batch smaller than grad_accum */
+        if (!xs || !ys) { fm_tensor_release_n(2, xs, ys); st = fm_last_status(); break; }
+        st = micro_step(s, xs, ys, n == 1 ? 1.0 : (double)rows / (double)N, &sum);
+    }
+    *loss = sum;
+    if (st == FM_OK && s->hooks && s->hooks->after_backward) st = s->hooks->after_backward(s->hooks->user, s->opt);
+    return st;
+}
+
+fm_status fm_train_step_update(fm_train_step *s) {
+    const fm_train_hooks *h = s->hooks;
+    fm_profile_push("optimizer", "optimizer");
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    fm_status st = fm_grad_scaler_unscale(&s->scaler, s->n_params, s->params);
+    if (st == FM_OK && h && h->grads_ready) st = h->grads_ready(h->user, s->opt);
+    if (st == FM_OK && s->inspect_grads) st = s->inspect_grads(s->loss_ctx);
+    s->grad_norm = NAN;
+    s->stepped = fm_grad_scaler_should_step(&s->scaler);
+    if (st == FM_OK && s->stepped && s->clip > 0) st = fm_optim_clip_grad_norm(s->opt, s->clip, &s->grad_norm);
+    else if (st == FM_OK && s->stepped && s->want_norm) st = fm_optim_clip_grad_norm(s->opt, INFINITY, &s->grad_norm); /* never scales */
+    if (st == FM_OK && s->stepped) st = fm_optim_step(s->opt);
+    fm_optim_zero_grad(s->opt); /* the gradients are not kept through the next forward */
+    fm_memory_tag_pop(mc);
+    if (st == FM_OK) fm_grad_scaler_update(&s->scaler);
+    if (st == FM_OK && h && h->after_update) st = h->after_update(h->user, s->opt, s->stepped);
+    fm_profile_pop();
+    return st;
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# One `fathom train` for every recipe: the same flags and the same output contract
+# for a classifier recipe and a GPT recipe (human text on stderr, JSON on stdout only
+# with --json, the same keys for both, a last line saying where the model is), the
+# efficiency flags on a classifier (bf16, fp16 with its loss scaler, gradient
+# accumulation), --steps/--epochs, and the flag errors: --device, --lr, typos, a
+# memory limit below what the weights, gradients and optimizer state need.
+set -uo pipefail
+bin=${1:?usage: cli_train_unified.sh FATHOM_BIN}
+tmp=$(mktemp -d /tmp/fathom_unified.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect() { # CODE NEEDLE CMD...: exit code and a substring of stderr+stdout
+  local code=$1 needle=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
+  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
+  ok "$* -> $code"
+}
+
+python3 - "$tmp" <<'PY'
+import random, struct, sys
+d = sys.argv[1]
+def split(name, n, seed):
+    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
+    for i in range(n):
+        c = i % 4; labs.append(c)
+        for p in range(64):
+            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
+            imgs.append(r.randrange(100) + (120 if q == c else 0))
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
+split("train", 192, 1); split("test", 64, 2)
+r = random.Random(1); w = "in the beginning god created the heaven and the earth".split()
+open(f"{d}/corpus.txt", "w").write("\n".join(" ".join(r.choice(w) for _ in range(12)) for _ in range(120)))
+PY
+printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\ntest_images = %s/test-images\ntest_labels = %s/test-labels\nnormalize = 0.3 0.25\n' "$tmp" "$tmp" "$tmp" "$tmp" > "$tmp/mlp.ini"
+printf '[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = linear 4\n[train]\nepochs = 2\nbatch = 32\nseed = 3\n[optimizer]\nname = adam\nlr = 0.01\n' >> "$tmp/mlp.ini"
+printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\nblock_size = 16\n[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 4\nsteps = 4\neval_every = 2\neval_batches = 1\nckpt_every = 2\nlog_every = 2\n' "$tmp" > "$tmp/gpt.ini"
+
+run() { # NAME RECIPE ARGS...: a --json run, stdout and stderr kept
+  local name=$1 recipe=$2; shift 2
+  "$bin" train "$recipe" --out "$tmp/$name" --json "$@" > "$tmp/$name.json" 2> "$tmp/$name.err" \
+    || { bad "$name: exit $?: $(tail -3 "$tmp/$name.err")"; return; }
+  [[ $(wc -l < "$tmp/$name.json") -eq 1 ]] || bad "$name: stdout is not one JSON line: $(cat "$tmp/$name.json")"
+}
+run mlp "$tmp/mlp.ini"
+run mlp_bf16 "$tmp/mlp.ini" --precision bf16
+run mlp_fp16 "$tmp/mlp.ini" --precision fp16
+run mlp_accum "$tmp/mlp.ini" --grad-accum 4
+run mlp_steps "$tmp/mlp.ini" --steps 9 --no-eval
+run gpt "$tmp/gpt.ini"
+run gpt_epochs "$tmp/gpt.ini" --epochs 1 --lr 0.002 --no-eval
+python3 - "$tmp" <<'PY' && ok "JSON contract" || bad "JSON contract"
+import json, sys
+d = sys.argv[1]
+r = {k: json.load(open(f"{d}/{k}.json")) for k in ["mlp", "mlp_bf16", "mlp_fp16", "mlp_accum", "mlp_steps", "gpt", "gpt_epochs"]}
+# the same keys for every kind of model
+assert set(r["mlp"]) == set(r["gpt"]), set(r["mlp"]) ^ set(r["gpt"])
+assert r["mlp"]["kind"] == "classifier" and r["gpt"]["kind"] == "gpt"
+for k, v in r.items():
+    assert v["device"] == "cpu" and v["model_path"].endswith("/model.safetensors"), (k, v)
+    assert v["memory"]["weights"] > 0 and v["peak_memory_bytes"] > 0, (k, v)
+m = r["mlp"]
+assert m["test_accuracy"] > 0.9 and m["steps"] == 12 and m["epochs"] == 2 and m["val_loss"] is None, m
+assert r["gpt"]["test_accuracy"] is None and r["gpt"]["val_loss"] > 0 and r["gpt"]["steps"] == 4, r["gpt"]
+# low precision on a classifier: close to fp32, not identical; fp16 carries the loss scaler
+for k in ["mlp_bf16", "mlp_fp16"]:
+    assert r[k]["precision"] == k[4:] and r[k]["test_accuracy"] > 0.9, r[k]
+    assert r[k]["train_loss"] != m["train_loss"] and abs(r[k]["train_loss"] - m["train_loss"]) < 0.05, (k, r[k], m)
+assert r["mlp_fp16"]["loss_scale"] == 65536 and r["mlp_fp16"]["skipped_steps"] == 0 and m["loss_scale"] == 1
+# accumulation: the mean over the same batch, to rounding, with fewer activation bytes
+a = r["mlp_accum"]
+assert a["grad_accum"] == 4 and abs(a["train_loss"] - m["train_loss"]) < 1e-5, (a, m)
+assert a["memory"]["activations"] < m["memory"]["activations"], (a["memory"], m["memory"])
+# --steps: exactly that many steps; --epochs on a GPT: a pass over its training tokens
+assert r["mlp_steps"]["steps"] == 9 and r["mlp_steps"]["test_accuracy"] is None, r["mlp_steps"]
+g = r["gpt_epochs"]
+assert g["steps"] > 4 and g["val_loss"] is None, g
+PY
+# human text on stderr, the model's place on the last line; nothing on stdout without --json
+for k in mlp gpt; do
+  "$bin" train "$tmp/$k.ini" --out "$tmp/$k-text" > "$tmp/$k-text.out" 2> "$tmp/$k-text.err" || bad "$k text run failed"
+  [[ ! -s $tmp/$k-text.out ]] && ok "$k: stdout empty without --json" || bad "$k: stdout without --json: $(cat "$tmp/$k-text.out")"
+  last=$(tail -n 1 "$tmp/$k-text.err")
+  [[ $last == "model saved to $tmp/$k-text/model.safetensors"* ]] && ok "$k: last line names the model" || bad "$k: last line: $last"
+  "$bin" train "$tmp/$k.ini" --out "$tmp/$k-quiet" --quiet > "$tmp/q.out" 2> "$tmp/q.err"
+  [[ ! -s $tmp/q.out && ! -s $tmp/q.err ]] && ok "$k: --quiet is quiet" || bad "$k: --quiet printed: $(cat "$tmp/q.out" "$tmp/q.err")"
+done
+# resume: --resume DIR for both kinds
+expect 0 "resum" "$bin" train "$tmp/mlp.ini" --resume "$tmp/mlp" --epochs 3 --no-eval
+expect 0 "resumed" "$bin" train "$tmp/gpt.ini" --resume "$tmp/gpt" --steps 6
+
+# ---- flag errors: usage errors (2) before any work; an unavailable device (1) says why ----
+expect 2 "unknown device 'gpu'" "$bin" train "$tmp/mlp.ini" --device gpu
+expect 2 "unknown device 'cuda:x'" "$bin" train "$tmp/gpt.ini" --device cuda:x
+expect 1 "--device cuda: training on a device other than the CPU" "$bin" train "$tmp/mlp.ini" --device cuda
+expect 2 "--lr needs a number, got 'abc' (not a number)" "$bin" train "$tmp/mlp.ini" --lr abc
+expect 2 "--lr needs a positive finite number" "$bin" train "$tmp/gpt.ini" --lr -1
+expect 2 "unknown option '--epoch' (did you mean '--epochs'?)" "$bin" train "$tmp/mlp.ini" --epoch 3
+expect 2 "unknown option '--gradaccum' (did you mean '--grad-accum'?)" "$bin" train "$tmp/gpt.ini" --gradaccum 2
+expect 2 "unknown option '--zzzzzz'" "$bin" train "$tmp/mlp.ini" --zzzzzz
+expect 2 "unknown command 'trian' (did you mean 'train'?)" "$bin" trian
+expect 2 "give --steps or --epochs, not both" "$bin" train "$tmp/mlp.ini" --steps 3 --epochs 2
+expect 2 "batch 32 is not divisible by --grad-accum 5" "$bin" train "$tmp/mlp.ini" --grad-accum 5
+expect 2 "--checkpointing blocks applies to" "$bin" train "$tmp/mlp.ini" --checkpointing blocks
+expect 2 "--corpus applies to GPT recipes only" "$bin" train "$tmp/mlp.ini" --corpus x.txt
+expect 2 "did you mean 'fashion-cnn'?" "$bin" train fashion-cnnn
+expect 2 "no built-in recipe named 'zzzzzzzz'" "$bin" train zzzzzzzz
+# a memory limit below weights + gradients + optimizer state: refused before training, nothing written
+expect 1 "cannot hold the model before training starts" "$bin" train "$tmp/mlp.ini" --out "$tmp/small" --memory-limit 4K
+[[ ! -e $tmp/small/model.safetensors ]] && ok "no model after the refused limit" || bad "a refused limit wrote a model"
+
+if ((fails)); then echo "cli_train_unified: $fails failure(s)"; exit 1; fi
+echo "cli_train_unified: all passed"
