@@ -1,0 +1,48 @@
+/* fathom/onnx.h: ONNX models (.onnx files) loaded and run.
+ *
+ * fm_onnx_load decodes the protobuf (protobuf-c, with the onnx.proto Debian ships),
+ * reads the initializers (inline or from external data files next to the model),
+ * and checks every node's op and attributes against what fathom implements; an
+ * unsupported op, opset or attribute fails the load with the node named. The
+ * model then runs on fathom tensors (fm_onnx_run), node by node, on the device of
+ * its inputs. docs/ONNX.md lists the ops and the conformance counts. */
+#ifndef FATHOM_ONNX_H
+#define FATHOM_ONNX_H
+#include "fathom/export.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fm_onnx_model fm_onnx_model;
+
+/* Loads `path` (a ModelProto). External data paths are relative to the model's
+ * directory and may not leave it. NULL on error, with the file, node or tensor
+ * and the reason in fm_last_error(). */
+FM_API fm_onnx_model *fm_onnx_load(const char *path);
+FM_API void fm_onnx_free(fm_onnx_model *m);
+
+/* The graph's inputs that the caller feeds (graph inputs without an initializer)
+ * and its outputs, in declaration order. */
+FM_API int fm_onnx_input_count(const fm_onnx_model *m);
+FM_API const char *fm_onnx_input_name(const fm_onnx_model *m, int i);
+FM_API int fm_onnx_output_count(const fm_onnx_model *m);
+FM_API const char *fm_onnx_output_name(const fm_onnx_model *m, int i);
+/* The opset of the default ("ai.onnx") domain the model imports. */
+FM_API int fm_onnx_opset(const fm_onnx_model *m);
+
+/* Runs the model. inputs[i] feeds the input named names[i] (names NULL: the
+ * inputs in declaration order, n_inputs == fm_onnx_input_count). Every input
+ * must be given, with the declared dtype, rank and fixed dims. outputs receives
+ * fm_onnx_output_count new references (all NULL on error). */
+FM_API fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                             fm_tensor **outputs);
+
+/* Reads one serialized TensorProto (the .pb files of ONNX's test data). */
+FM_API fm_tensor *fm_onnx_read_tensor(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

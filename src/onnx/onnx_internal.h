@@ -1,0 +1,116 @@
+/* onnx_internal.h: the ONNX importer's pieces.
+ *
+ *   onnx_file.c    file -> protobuf-c message (nesting depth bounded first, since
+ *                  protobuf-c recurses once per nested message)
+ *   onnx_tensor.c  TensorProto -> fm_tensor (typed fields, raw_data, external data)
+ *   onnx_model.c   ModelProto -> fm_onnx_model: value slots, initializers, the
+ *                  declared-shape checks, every node checked against the op table
+ *   onnx_run.c     runs the nodes in order on fm tensors, freeing each value after
+ *                  its last use
+ *   onnx_ops_*.c   the ops: each a function on an onnx_op_ctx, listed in
+ *                  onnx_op_table (onnx_ops.c) with its opset range and attributes */
+#ifndef FATHOM_ONNX_INTERNAL_H
+#define FATHOM_ONNX_INTERNAL_H
+#include <onnx.pb-c.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fathom/onnx.h"
+#include "fathom/ops.h"
+
+/* Deepest message nesting accepted (subgraphs in attributes nest; real models stay
+ * far below this). */
+#define ONNX_MAX_DEPTH 64
+
+/* ---- decoding (onnx_file.c) ---- */
+/* Unpacks `data` as message `desc`; errors name `what` (the file). */
+ProtobufCMessage *onnx_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t n,
+                              const char *what);
+/* FM_OK when the wire data nests messages at most ONNX_MAX_DEPTH deep. */
+fm_status onnx_check_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t n,
+                           const char *what);
+
+/* ---- tensors (onnx_tensor.c) ---- */
+/* ONNX TensorProto.DataType -> fm dtype; false for types fathom lacks. */
+bool onnx_dtype_to_fm(int32_t onnx_type, fm_dtype *out);
+int32_t onnx_dtype_from_fm(fm_dtype dt);
+const char *onnx_dtype_name(int32_t onnx_type);
+/* A new CPU tensor holding `tp`. `dir` is the model's directory (external data
+ * is looked up there; NULL refuses external data); `what` names the tensor in
+ * errors. */
+fm_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, const char *what);
+
+/* ---- the model (onnx_model.c) ---- */
+typedef struct onnx_node {
+    const Onnx__NodeProto *proto;
+    const struct onnx_op *op;
+    int *in, *out; /* value slots; -1: an omitted optional input/output */
+    int n_in, n_out;
+} onnx_node;
+
+typedef struct onnx_input {
+    int slot;
+    int32_t elem_type; /* 0: not declared */
+    int ndim;          /* -1: rank not declared */
+    int64_t dims[FM_MAX_DIMS]; /* -1: symbolic or unknown */
+} onnx_input;
+
+struct fm_onnx_model {
+    char *path;  /* as given, for errors */
+    char *dir;   /* its directory: external data is read from here */
+    Onnx__ModelProto *proto;
+    int opset;
+    int n_values;
+    char **value_names;      /* borrowed from proto */
+    fm_tensor **constants;   /* per slot: initializer, or NULL */
+    int *last_use;           /* per slot: index of the last node reading it (-1: none; n_nodes: an output) */
+    onnx_node *nodes;
+    int n_nodes;
+    onnx_input *inputs;
+    int n_inputs;
+    int *outputs;
+    int n_outputs;
+};
+
+/* ---- ops (onnx_ops*.c) ---- */
+typedef struct onnx_op_ctx {
+    const fm_onnx_model *model;
+    const Onnx__NodeProto *node;
+    int opset;
+    int n_in, n_out;
+    fm_tensor **in;  /* NULL where an optional input is omitted */
+    fm_tensor **out; /* the op sets each one it produces (new references) */
+} onnx_op_ctx;
+
+typedef fm_status (*onnx_op_fn)(onnx_op_ctx *c);
+
+typedef struct onnx_op {
+    const char *name;
+    int min_opset;      /* the earliest opset whose semantics the function implements */
+    int min_in, max_in; /* max_in -1: variadic */
+    int max_out;
+    const char *attrs;  /* the attributes it reads, comma-separated */
+    onnx_op_fn fn;
+} onnx_op;
+
+const onnx_op *onnx_find_op(const char *name);
+/* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
+extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[];
+
+/* attributes (onnx_attrs.c) */
+const Onnx__AttributeProto *onnx_attr(const onnx_op_ctx *c, const char *name);
+int64_t onnx_attr_int(const onnx_op_ctx *c, const char *name, int64_t dflt);
+float onnx_attr_float(const onnx_op_ctx *c, const char *name, float dflt);
+/* The ints of an INTS attribute (NULL and *n = 0 when absent). */
+const int64_t *onnx_attr_ints(const onnx_op_ctx *c, const char *name, int *n);
+/* The string of a STRING attribute, NUL-terminated into buf (dflt when absent). */
+const char *onnx_attr_string(const onnx_op_ctx *c, const char *name, const char *dflt, char *buf, size_t n);
+/* An integer tensor input's values (at most max); FM_ERR_INVALID naming the input. */
+fm_status onnx_tensor_ints(const onnx_op_ctx *c, int input, int64_t *vals, int max, int *n);
+/* Records an error naming the node; returns `st`. */
+fm_status onnx_node_error(const onnx_op_ctx *c, fm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* out[0] = t, or the last error when t is NULL. */
+fm_status onnx_set_out(onnx_op_ctx *c, int i, fm_tensor *t);
+
+#endif

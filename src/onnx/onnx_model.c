@@ -1,0 +1,309 @@
+/* ModelProto -> fm_onnx_model: every value name gets a slot, initializers become
+ * tensors, declared types are checked against them, and every node is checked
+ * against the op table (op, opset, inputs, attributes) so that an unsupported
+ * model fails at load with the node named, never half-way through a run. */
+#include "onnx/onnx_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+typedef struct {
+    char **keys;
+    int *vals;
+    size_t cap;
+} name_map;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of `name`, or -1; with add, creates it as slot m->n_values. */
+static int slot_of(fm_onnx_model *m, name_map *nm, char *name, bool add) {
+    size_t i = hash_str(name) & (nm->cap - 1);
+    for (; nm->keys[i]; i = (i + 1) & (nm->cap - 1))
+        if (!strcmp(nm->keys[i], name)) return nm->vals[i];
+    if (!add) return -1;
+    nm->keys[i] = name;
+    nm->vals[i] = m->n_values;
+    m->value_names[m->n_values] = name;
+    return m->n_values++;
+}
+
+static fm_status model_error(const fm_onnx_model *m, fm_status st, const char *fmt, const char *a, const char *b) {
+    char msg[768];
+    snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
+    return fm_set_error(st, "%s: %s", m->path, msg);
+}
+
+static int find_opset(const Onnx__ModelProto *p) {
+    for (size_t i = 0; i < p->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = p->opset_import[i];
+        if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version)
+            return o->version > 1000 ? 1000 : (int)o->version;
+    }
+    return -1;
+}
+
+/* A declared tensor type -> elem type, rank, dims (-1 where symbolic). */
+static fm_status declared_type(const fm_onnx_model *m, const Onnx__ValueInfoProto *vi, onnx_input *in) {
+    const Onnx__TypeProto *tp = vi->type;
+    in->elem_type = 0;
+    in->ndim = -1;
+    if (!tp) return FM_OK;
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+        return model_error(m, FM_ERR_UNSUPPORTED, "'%s' is a sequence, map, optional or sparse value; fathom runs dense tensors only",
+                           vi->name, NULL);
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (tt->has_elem_type) in->elem_type = tt->elem_type;
+    if (!tt->shape) return FM_OK;
+    if (tt->shape->n_dim > FM_MAX_DIMS)
+        return model_error(m, FM_ERR_UNSUPPORTED, "'%s' has more dimensions than fathom's 8", vi->name, NULL);
+    in->ndim = (int)tt->shape->n_dim;
+    for (int d = 0; d < in->ndim; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        in->dims[d] = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? dim->dim_value : -1;
+    }
+    return FM_OK;
+}
+
+/* A graph input or value_info that names an initializer must agree with it. */
+static fm_status check_against_initializer(const fm_onnx_model *m, const Onnx__ValueInfoProto *vi, const fm_tensor *t) {
+    onnx_input d;
+    if (declared_type(m, vi, &d)) return fm_last_status();
+    char why[256] = "";
+    if (d.elem_type && d.elem_type != onnx_dtype_from_fm(t->dtype))
+        snprintf(why, sizeof why, "declared element type %s but the initializer holds %s", onnx_dtype_name(d.elem_type),
+                 fm_dtype_name(t->dtype));
+    else if (d.ndim >= 0 && d.ndim != t->ndim)
+        snprintf(why, sizeof why, "declared with %d dimensions but the initializer has %d", d.ndim, t->ndim);
+    else
+        for (int i = 0; i < d.ndim && !*why; i++)
+            if (d.dims[i] >= 0 && d.dims[i] != t->shape[i])
+                snprintf(why, sizeof why, "declared dimension %d is %" PRId64 " but the initializer's is %" PRId64, i, d.dims[i],
+                         t->shape[i]);
+    return *why ? model_error(m, FM_ERR_FORMAT, "tensor '%s': %s (the declared shape contradicts the initializer)", vi->name, why)
+                : FM_OK;
+}
+
+static fm_status load_initializers(fm_onnx_model *m, name_map *nm) {
+    const Onnx__GraphProto *g = m->proto->graph;
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        Onnx__TensorProto *tp = g->initializer[i];
+        if (!tp->name || !*tp->name) return model_error(m, FM_ERR_FORMAT, "initializer %s has no name", "", NULL);
+        int s = slot_of(m, nm, tp->name, true);
+        if (m->constants[s]) return model_error(m, FM_ERR_FORMAT, "initializer '%s' is defined twice", tp->name, NULL);
+        char what[512];
+        snprintf(what, sizeof what, "%s: initializer '%s'", m->path, tp->name);
+        if (!(m->constants[s] = onnx_tensor_from_proto(tp, m->dir, what))) return fm_last_status();
+    }
+    if (g->n_sparse_initializer) return model_error(m, FM_ERR_UNSUPPORTED, "sparse initializers are not supported%s", "", NULL);
+    return FM_OK;
+}
+
+static fm_status load_inputs(fm_onnx_model *m, name_map *nm) {
+    const Onnx__GraphProto *g = m->proto->graph;
+    m->inputs = calloc(g->n_input + 1, sizeof *m->inputs);
+    if (!m->inputs) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    for (size_t i = 0; i < g->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = g->input[i];
+        if (!vi->name || !*vi->name) return model_error(m, FM_ERR_FORMAT, "graph input %s has no name", "", NULL);
+        int s = slot_of(m, nm, vi->name, true);
+        if (m->constants[s]) { /* an initializer listed as an input (IR < 4): a constant here */
+            if (check_against_initializer(m, vi, m->constants[s])) return fm_last_status();
+            continue;
+        }
+        onnx_input *in = &m->inputs[m->n_inputs];
+        if (declared_type(m, vi, in)) return fm_last_status();
+        fm_dtype dt;
+        if (in->elem_type && !onnx_dtype_to_fm(in->elem_type, &dt))
+            return model_error(m, FM_ERR_UNSUPPORTED, "input '%s' has element type %s, which fathom does not support", vi->name,
+                               onnx_dtype_name(in->elem_type));
+        in->slot = s;
+        m->n_inputs++;
+    }
+    for (size_t i = 0; i < g->n_value_info; i++) {
+        int s = g->value_info[i]->name ? slot_of(m, nm, g->value_info[i]->name, false) : -1;
+        if (s >= 0 && m->constants[s] && check_against_initializer(m, g->value_info[i], m->constants[s])) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+/* Whether attribute `name` is in the comma-separated list. */
+static bool attr_known(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && !strncmp(s, name, n)) return true;
+        s += len + (e != NULL);
+    }
+    return false;
+}
+
+static fm_status node_error(const fm_onnx_model *m, int i, const Onnx__NodeProto *np, const char *fmt, const char *a) {
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, a ? a : "");
+    return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): %s", m->path, i, np->name ? np->name : "",
+                        np->op_type ? np->op_type : "?", msg);
+}
+
+static fm_status check_node(fm_onnx_model *m, int i, const Onnx__NodeProto *np, const onnx_op **op) {
+    if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx"))
+        return node_error(m, i, np, "op domain '%s' is not supported (only the default ONNX domain is)", np->domain);
+    if (!np->op_type || !(*op = onnx_find_op(np->op_type)))
+        return node_error(m, i, np, "op %s is not supported by fathom (docs/ONNX.md lists the supported ops)",
+                          np->op_type ? np->op_type : "(none)");
+    if (m->opset < (*op)->min_opset) {
+        char v[64];
+        snprintf(v, sizeof v, "%d (fathom implements it from opset %d)", m->opset, (*op)->min_opset);
+        return node_error(m, i, np, "opset %s", v);
+    }
+    if ((int)np->n_input < (*op)->min_in || ((*op)->max_in >= 0 && (int)np->n_input > (*op)->max_in))
+        return node_error(m, i, np, "wrong number of inputs%s", "");
+    if ((int)np->n_output > (*op)->max_out || np->n_output == 0)
+        return node_error(m, i, np, "wrong number of outputs (or an output fathom does not compute)%s", "");
+    for (size_t a = 0; a < np->n_attribute; a++) {
+        const Onnx__AttributeProto *at = np->attribute[a];
+        if (!at->name || !attr_known((*op)->attrs, at->name))
+            return node_error(m, i, np, "attribute '%s' is not supported", at->name ? at->name : "(unnamed)");
+        if (at->ref_attr_name && *at->ref_attr_name)
+            return node_error(m, i, np, "attribute '%s' refers to a function attribute (not supported)", at->name);
+    }
+    return FM_OK;
+}
+
+static fm_status load_nodes(fm_onnx_model *m, name_map *nm) {
+    const Onnx__GraphProto *g = m->proto->graph;
+    m->nodes = calloc(g->n_node + 1, sizeof *m->nodes);
+    if (!m->nodes) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *np = g->node[i];
+        onnx_node *n = &m->nodes[m->n_nodes++];
+        n->proto = np;
+        if (check_node(m, (int)i, np, &n->op)) return fm_last_status();
+        n->n_in = (int)np->n_input;
+        n->n_out = (int)np->n_output;
+        n->in = malloc((np->n_input + np->n_output + 1) * sizeof(int));
+        if (!n->in) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+        n->out = n->in + np->n_input;
+        for (int k = 0; k < n->n_in; k++) {
+            n->in[k] = *np->input[k] ? slot_of(m, nm, np->input[k], false) : -1;
+            if (*np->input[k] && n->in[k] < 0)
+                return node_error(m, (int)i, np, "input '%s' is not produced by an earlier node, an initializer or a graph input "
+                                  "(nodes must be in topological order)", np->input[k]);
+        }
+        for (int k = 0; k < n->n_out; k++) {
+            if (!*np->output[k]) { n->out[k] = -1; continue; }
+            if (slot_of(m, nm, np->output[k], false) >= 0)
+                return node_error(m, (int)i, np, "output '%s' is already defined (ONNX values are assigned once)", np->output[k]);
+            n->out[k] = slot_of(m, nm, np->output[k], true);
+        }
+    }
+    return FM_OK;
+}
+
+static fm_status load_outputs(fm_onnx_model *m, name_map *nm) {
+    const Onnx__GraphProto *g = m->proto->graph;
+    m->outputs = calloc(g->n_output + 1, sizeof(int));
+    if (!m->outputs) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    for (size_t i = 0; i < g->n_output; i++) {
+        const char *name = g->output[i]->name ? g->output[i]->name : "";
+        int s = slot_of(m, nm, g->output[i]->name ? g->output[i]->name : "", false);
+        if (s < 0) return model_error(m, FM_ERR_FORMAT, "graph output '%s' is produced by no node, initializer or input", name, NULL);
+        onnx_input d;
+        if (declared_type(m, g->output[i], &d)) return fm_last_status();
+        m->outputs[m->n_outputs++] = s;
+    }
+    for (int s = 0; s < m->n_values; s++) m->last_use[s] = -1;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) m->last_use[m->nodes[i].in[k]] = i;
+    for (int i = 0; i < m->n_outputs; i++) m->last_use[m->outputs[i]] = m->n_nodes;
+    return FM_OK;
+}
+
+/* Slots are allocated for every name the graph can define. */
+static fm_status alloc_slots(fm_onnx_model *m, name_map *nm) {
+    const Onnx__GraphProto *g = m->proto->graph;
+    size_t n = g->n_initializer + g->n_input + 1;
+    for (size_t i = 0; i < g->n_node; i++) n += g->node[i]->n_output;
+    nm->cap = 16;
+    while (nm->cap < 2 * n) nm->cap *= 2;
+    nm->keys = calloc(nm->cap, sizeof *nm->keys);
+    nm->vals = calloc(nm->cap, sizeof *nm->vals);
+    m->value_names = calloc(n, sizeof *m->value_names);
+    m->constants = calloc(n, sizeof *m->constants);
+    m->last_use = calloc(n, sizeof *m->last_use);
+    if (!nm->keys || !nm->vals || !m->value_names || !m->constants || !m->last_use)
+        return fm_set_error(FM_ERR_OOM, "%s: out of memory for %zu values", m->path, n);
+    return FM_OK;
+}
+
+static fm_status build(fm_onnx_model *m) {
+    if (!m->proto->graph) return model_error(m, FM_ERR_FORMAT, "the model has no graph (not an ONNX model?)%s", "", NULL);
+    if ((m->opset = find_opset(m->proto)) < 0)
+        return model_error(m, FM_ERR_FORMAT, "the model imports no opset of the default ONNX domain%s", "", NULL);
+    name_map nm = {0};
+    fm_status s = alloc_slots(m, &nm);
+    if (!s) s = load_initializers(m, &nm);
+    if (!s) s = load_inputs(m, &nm);
+    if (!s) s = load_nodes(m, &nm);
+    if (!s) s = load_outputs(m, &nm);
+    free(nm.keys);
+    free(nm.vals);
+    return s;
+}
+
+fm_onnx_model *fm_onnx_load(const char *path) {
+    if (!path) { fm_set_error(FM_ERR_INVALID, "fm_onnx_load: path is NULL"); return NULL; }
+    fm_onnx_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path)) || !(m->dir = strdup(path))) {
+        fm_onnx_free(m);
+        fm_set_error(FM_ERR_OOM, "%s: out of memory", path);
+        return NULL;
+    }
+    char *slash = strrchr(m->dir, '/');
+    if (slash) *(slash == m->dir ? slash + 1 : slash) = 0;
+    else strcpy(m->dir, ".");
+    unsigned char *buf;
+    size_t n;
+    if (fm_data_read_file(path, &buf, &n)) { fm_onnx_free(m); return NULL; }
+    m->proto = (Onnx__ModelProto *)onnx_unpack(&onnx__model_proto__descriptor, buf, n, path);
+    free(buf);
+    if (!m->proto || build(m)) {
+        fm_onnx_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void fm_onnx_free(fm_onnx_model *m) {
+    if (!m) return;
+    for (int s = 0; s < m->n_values; s++) fm_tensor_release(m->constants[s]);
+    for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].in);
+    free(m->nodes);
+    free(m->inputs);
+    free(m->outputs);
+    free(m->constants);
+    free(m->last_use);
+    free(m->value_names);
+    if (m->proto) protobuf_c_message_free_unpacked(&m->proto->base, NULL);
+    free(m->path);
+    free(m->dir);
+    free(m);
+}
+
+int fm_onnx_input_count(const fm_onnx_model *m) { return m ? m->n_inputs : 0; }
+const char *fm_onnx_input_name(const fm_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->n_inputs ? m->value_names[m->inputs[i].slot] : NULL;
+}
+int fm_onnx_output_count(const fm_onnx_model *m) { return m ? m->n_outputs : 0; }
+const char *fm_onnx_output_name(const fm_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->n_outputs ? m->value_names[m->outputs[i]] : NULL;
+}
+int fm_onnx_opset(const fm_onnx_model *m) { return m ? m->opset : 0; }

@@ -1,0 +1,353 @@
+/* ONNX neural-network ops: MatMul, Gemm, Conv, pooling, normalizations, softmax,
+ * Dropout (inference). 1-D convolutions and pools run as 2-D ones over a height of
+ * 1; asymmetric padding (SAME_* auto_pad, uneven pads, ceil_mode) becomes explicit
+ * padding of the input in front of fathom's symmetric-padding kernels. */
+#include "onnx/onnx_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define REL(...) fm_tensor_release_n((int)(sizeof((fm_tensor *[]){__VA_ARGS__}) / sizeof(fm_tensor *)), __VA_ARGS__)
+
+static fm_status op_matmul(onnx_op_ctx *c) { return onnx_set_out(c, 0, fm_matmul(c->in[0], c->in[1])); }
+
+static fm_status op_gemm(onnx_op_ctx *c) {
+    fm_tensor *a = c->in[0], *b = c->in[1];
+    if (a->ndim != 2 || b->ndim != 2) return onnx_node_error(c, FM_ERR_INVALID, "A and B must be 2-D");
+    fm_tensor *at = onnx_attr_int(c, "transA", 0) ? fm_transpose(a, 0, 1) : fm_tensor_retain(a);
+    fm_tensor *bt = onnx_attr_int(c, "transB", 0) ? fm_transpose(b, 0, 1) : fm_tensor_retain(b);
+    fm_tensor *y = at && bt ? fm_matmul(at, bt) : NULL;
+    REL(at, bt);
+    double alpha = onnx_attr_float(c, "alpha", 1.0f), beta = onnx_attr_float(c, "beta", 1.0f);
+    if (y && alpha != 1.0) { fm_tensor *t = fm_mul_scalar(y, alpha); fm_tensor_release(y); y = t; }
+    if (y && c->n_in > 2 && c->in[2] && beta != 0.0) {
+        fm_tensor *cb = beta == 1.0 ? fm_tensor_retain(c->in[2]) : fm_mul_scalar(c->in[2], beta);
+        fm_tensor *t = cb ? fm_add(y, cb) : NULL;
+        REL(cb, y);
+        y = t;
+    }
+    return onnx_set_out(c, 0, y);
+}
+
+/* Pads dim d of x by (before, after) elements of value v (negative: crops). */
+static fm_tensor *pad_dim(fm_tensor *x, int d, int64_t before, int64_t after, double v) {
+    fm_tensor *t = fm_tensor_retain(x);
+    if (before < 0 || after < 0) {
+        int64_t s = before < 0 ? -before : 0, e = x->shape[d] - (after < 0 ? -after : 0);
+        fm_tensor *u = fm_slice(t, d, s, e > s ? e : s, 1);
+        fm_tensor_release(t);
+        t = u;
+        before = before > 0 ? before : 0;
+        after = after > 0 ? after : 0;
+    }
+    if (!t || (before == 0 && after == 0)) return t;
+    int64_t sh[FM_MAX_DIMS];
+    memcpy(sh, t->shape, sizeof sh);
+    sh[d] += before + after;
+    fm_tensor *y = fm_tensor_full(t->ndim, sh, v, t->dtype, t->storage->device);
+    fm_tensor *dst = y ? fm_narrow(y, d, before, t->shape[d]) : NULL;
+    if (!dst || fm_copy_(dst, t)) {
+        REL(dst, y, t);
+        return NULL;
+    }
+    REL(dst, t);
+    return y;
+}
+
+/* The spatial geometry of a conv/pool node: kernel, strides, dilations and
+ * (begin, end) pads per spatial dim, from the attributes and auto_pad. */
+#define MAX_SP 3
+typedef struct {
+    int nsp;
+    int64_t k[MAX_SP], s[MAX_SP], d[MAX_SP], pb[MAX_SP], pe[MAX_SP];
+} window;
+
+static fm_status window_of(const onnx_op_ctx *c, const fm_tensor *x, const int64_t *kshape, window *w) {
+    w->nsp = x->ndim - 2;
+    if (w->nsp < 1 || w->nsp > MAX_SP)
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "%d spatial dimensions; fathom supports 1 to 3", w->nsp);
+    int n;
+    const int64_t *ks = onnx_attr_ints(c, "kernel_shape", &n), *st, *dl, *pads;
+    for (int i = 0; i < w->nsp; i++) w->k[i] = ks && n == w->nsp ? ks[i] : kshape ? kshape[i] : 0;
+    st = onnx_attr_ints(c, "strides", &n);
+    for (int i = 0; i < w->nsp; i++) w->s[i] = st && n == w->nsp ? st[i] : 1;
+    dl = onnx_attr_ints(c, "dilations", &n);
+    for (int i = 0; i < w->nsp; i++) w->d[i] = dl && n == w->nsp ? dl[i] : 1;
+    pads = onnx_attr_ints(c, "pads", &n);
+    if (pads && n != 2 * w->nsp) return onnx_node_error(c, FM_ERR_INVALID, "pads must have %d values", 2 * w->nsp);
+    for (int i = 0; i < w->nsp; i++) {
+        w->pb[i] = pads ? pads[i] : 0;
+        w->pe[i] = pads ? pads[i + w->nsp] : 0;
+        if (w->k[i] <= 0 || w->s[i] <= 0 || w->d[i] <= 0 || w->pb[i] < 0 || w->pe[i] < 0 || w->k[i] > 1 << 20 ||
+            w->s[i] > 1 << 20 || w->d[i] > 1 << 20 || w->pb[i] > 1 << 20 || w->pe[i] > 1 << 20)
+            return onnx_node_error(c, FM_ERR_INVALID, "kernel, strides, dilations must be positive and pads non-negative");
+    }
+    char buf[32];
+    const char *ap = onnx_attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+        for (int i = 0; i < w->nsp; i++) {
+            int64_t in = x->shape[2 + i], out = (in + w->s[i] - 1) / w->s[i];
+            int64_t total = (out - 1) * w->s[i] + (w->k[i] - 1) * w->d[i] + 1 - in;
+            if (total < 0) total = 0;
+            w->pb[i] = !strcmp(ap, "SAME_UPPER") ? total / 2 : total - total / 2;
+            w->pe[i] = total - w->pb[i];
+        }
+    } else if (!strcmp(ap, "VALID")) {
+        for (int i = 0; i < w->nsp; i++) w->pb[i] = w->pe[i] = 0;
+    } else if (strcmp(ap, "NOTSET"))
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "auto_pad='%s' is not supported", ap);
+    return FM_OK;
+}
+
+/* x with every spatial dim padded by (pb, pe + extra[i]) elements of value v. */
+static fm_tensor *pad_spatial(fm_tensor *x, const window *w, const int64_t *extra, double v) {
+    fm_tensor *t = fm_tensor_retain(x);
+    for (int i = 0; t && i < w->nsp; i++) {
+        int64_t e = w->pe[i] + (extra ? extra[i] : 0);
+        if (!w->pb[i] && !e) continue;
+        fm_tensor *u = pad_dim(t, 2 + i, w->pb[i], e, v);
+        fm_tensor_release(t);
+        t = u;
+    }
+    return t;
+}
+
+/* 1-D as 2-D (height 1): the window gets a leading unit dim. */
+static void window_to_2d(window *w) {
+    w->k[1] = w->k[0], w->s[1] = w->s[0], w->d[1] = w->d[0], w->pb[1] = w->pb[0], w->pe[1] = w->pe[0];
+    w->k[0] = w->s[0] = w->d[0] = 1;
+    w->pb[0] = w->pe[0] = 0;
+    w->nsp = 2;
+}
+
+/* Conv over 3 spatial dims as a sum of 2-D convs, one per kernel depth offset:
+ * the input frames that offset reads (strided along depth) are folded into the
+ * batch. x is padded already; p holds the (H, W) stride and dilation. */
+static fm_tensor *conv3d(fm_tensor *x, fm_tensor *wt, const window *w, fm_conv2d_params *p) {
+    int64_t N = x->shape[0], C = x->shape[1], Dp = x->shape[2], M = wt->shape[0];
+    int64_t span = (w->k[0] - 1) * w->d[0] + 1, Do = Dp >= span ? (Dp - span) / w->s[0] + 1 : 0;
+    fm_tensor *acc = NULL;
+    static const int to_frames[5] = {0, 2, 1, 3, 4};
+    for (int64_t kz = 0; kz < w->k[0]; kz++) {
+        int64_t st = kz * w->d[0], sh4[4] = {N * Do, C, x->shape[3], x->shape[4]};
+        fm_tensor *xs = fm_slice(x, 2, st, st + (Do - 1) * w->s[0] + 1, w->s[0]), *xt = xs ? fm_permute(xs, to_frames) : NULL;
+        fm_tensor *xr = xt ? fm_reshape(xt, 4, sh4) : NULL, *wk = xr ? fm_select(wt, 2, kz) : NULL;
+        fm_tensor *wc = wk ? fm_contiguous(wk) : NULL, *y = wc ? fm_conv2d(xr, wc, NULL, p) : NULL;
+        fm_tensor *sum = y && acc ? fm_add(acc, y) : y ? fm_tensor_retain(y) : NULL;
+        REL(xs, xt, xr, wk, wc, y, acc);
+        if (!(acc = sum)) return NULL;
+    }
+    int64_t sh5[5] = {N, Do, M, acc->shape[2], acc->shape[3]};
+    fm_tensor *r = fm_reshape(acc, 5, sh5), *y = r ? fm_permute(r, to_frames) : NULL, *yc = y ? fm_contiguous(y) : NULL;
+    REL(acc, r, y);
+    return yc;
+}
+
+static fm_status op_conv(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0], *wt = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    if (wt->ndim != x->ndim) return onnx_node_error(c, FM_ERR_INVALID, "weight rank %d does not match input rank %d", wt->ndim, x->ndim);
+    window w;
+    if (window_of(c, x, wt->shape + 2, &w)) return fm_last_status();
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.groups = (int)onnx_attr_int(c, "group", 1);
+    bool sym = true;
+    for (int i = 0; i < w.nsp; i++) sym &= w.pb[i] == w.pe[i] && w.pb[i] <= 1 << 16;
+    fm_tensor *xp = sym && w.nsp < 3 ? fm_tensor_retain(x) : pad_spatial(x, &w, NULL, 0.0), *y = NULL;
+    int f = w.nsp == 3; /* the (H, W) dims of the window */
+    for (int i = 0; i < 2 && i + f < w.nsp; i++)
+        p.stride[i] = (int)w.s[i + f], p.dilation[i] = (int)w.d[i + f], p.padding[i] = sym && w.nsp < 3 ? (int)w.pb[i + f] : 0;
+    if (w.nsp == 1) {
+        p.stride[1] = p.stride[0], p.dilation[1] = p.dilation[0], p.padding[1] = p.padding[0];
+        p.stride[0] = p.dilation[0] = 1, p.padding[0] = 0;
+        fm_tensor *x4 = xp ? fm_unsqueeze(xp, 2) : NULL, *w4 = x4 ? fm_unsqueeze(wt, 2) : NULL;
+        fm_tensor *y4 = w4 ? fm_conv2d(x4, w4, b, &p) : NULL;
+        y = y4 ? fm_squeeze(y4, 2) : NULL;
+        REL(x4, w4, y4);
+    } else if (w.nsp == 2) {
+        y = xp ? fm_conv2d(xp, wt, b, &p) : NULL;
+    } else if (xp) {
+        fm_tensor *y3 = conv3d(xp, wt, &w, &p);
+        int64_t bs[4] = {wt->shape[0], 1, 1, 1};
+        fm_tensor *br = y3 && b ? fm_reshape(b, 4, bs) : NULL;
+        y = !y3 ? NULL : b ? (br ? fm_add(y3, br) : NULL) : fm_tensor_retain(y3);
+        REL(y3, br);
+    }
+    fm_tensor_release(xp);
+    return onnx_set_out(c, 0, y);
+}
+
+/* The fill value that never wins a max: -inf, or the integer type's minimum. */
+static double max_identity(fm_dtype dt) {
+    switch (dt) {
+    case FM_U8: case FM_BOOL: return 0;
+    case FM_I8: return -128;
+    case FM_I32: return -2147483648.0;
+    case FM_I64: return -9223372036854775808.0;
+    default: return -INFINITY;
+    }
+}
+
+/* Any pooling as a max or sum over the kernel offsets, each a strided slice of
+ * the padded input: for what fathom's kernels do not cover (3-D, dilation,
+ * ceil_mode, uneven or large pads, integer types). An average divides by the
+ * number of counted elements under each window (a pooled mask). */
+static fm_tensor *pool_generic(fm_tensor *x, const window *w, bool is_max, bool include_pad, bool ceil_mode) {
+    int64_t out[MAX_SP], extra[MAX_SP];
+    for (int i = 0; i < w->nsp; i++) {
+        int64_t in = x->shape[2 + i], span = (w->k[i] - 1) * w->d[i] + 1, full = in + w->pb[i] + w->pe[i] - span;
+        if (full < 0) { fm_set_error(FM_ERR_INVALID, "pooling window larger than the padded input"); return NULL; }
+        out[i] = (ceil_mode ? (full + w->s[i] - 1) / w->s[i] : full / w->s[i]) + 1;
+        if (ceil_mode && (out[i] - 1) * w->s[i] >= in + w->pb[i]) out[i]--; /* windows start inside */
+        extra[i] = (out[i] - 1) * w->s[i] + span - (in + w->pb[i] + w->pe[i]);
+    }
+    fm_tensor *xp = pad_spatial(x, w, extra, is_max ? max_identity(x->dtype) : 0.0), *mask = NULL;
+    if (!is_max) { /* 1 where an element counts toward the divisor */
+        int64_t ones_sh[FM_MAX_DIMS] = {1, 1};
+        for (int i = 0; i < w->nsp; i++) ones_sh[2 + i] = x->shape[2 + i];
+        fm_tensor *ones = fm_tensor_ones(x->ndim, ones_sh, x->dtype, x->storage->device), *m = NULL;
+        window wz = *w;
+        if (include_pad && ones) {
+            m = pad_spatial(ones, w, NULL, 1.0);
+            for (int i = 0; i < w->nsp; i++) wz.pb[i] = 0, wz.pe[i] = 0;
+        } else m = ones ? fm_tensor_retain(ones) : NULL;
+        if (!include_pad) wz = *w;
+        mask = m ? pad_spatial(m, &wz, extra, 0.0) : NULL;
+        REL(ones, m);
+    }
+    fm_tensor *acc = NULL, *cnt = NULL;
+    int64_t total = 1, off[MAX_SP];
+    for (int i = 0; i < w->nsp; i++) total *= w->k[i];
+    for (int64_t o = 0; xp && (is_max || mask) && o < total; o++) {
+        int64_t r = o;
+        for (int i = w->nsp - 1; i >= 0; i--) off[i] = r % w->k[i], r /= w->k[i];
+        fm_tensor *v = fm_tensor_retain(xp), *mv = mask ? fm_tensor_retain(mask) : NULL;
+        for (int i = 0; i < w->nsp && v; i++) {
+            int64_t st = off[i] * w->d[i], en = st + (out[i] - 1) * w->s[i] + 1;
+            fm_tensor *t = fm_slice(v, 2 + i, st, en, w->s[i]), *tm = mv ? fm_slice(mv, 2 + i, st, en, w->s[i]) : NULL;
+            REL(v, mv);
+            v = t, mv = tm;
+        }
+        fm_tensor *na = !v ? NULL : !acc ? fm_contiguous(v) : is_max ? fm_maximum(acc, v) : fm_add(acc, v);
+        fm_tensor *nc = !mv ? NULL : !cnt ? fm_contiguous(mv) : fm_add(cnt, mv);
+        REL(v, mv, acc, cnt);
+        acc = na, cnt = nc;
+        if (!acc || (mask && !cnt)) break;
+    }
+    fm_tensor *y = !acc ? NULL : is_max ? fm_tensor_retain(acc) : cnt ? fm_div(acc, cnt) : NULL;
+    REL(xp, mask, acc, cnt);
+    return y;
+}
+
+static fm_status pool(onnx_op_ctx *c, bool is_max) {
+    fm_tensor *x = c->in[0];
+    window w;
+    if (window_of(c, x, NULL, &w)) return fm_last_status();
+    if (onnx_attr_int(c, "storage_order", 0)) return onnx_node_error(c, FM_ERR_UNSUPPORTED, "storage_order=1 is not supported");
+    bool include_pad = onnx_attr_int(c, "count_include_pad", 0) != 0, ceil_mode = onnx_attr_int(c, "ceil_mode", 0) != 0;
+    bool fast = w.nsp <= 2 && fm_dtype_is_float(x->dtype) && !ceil_mode;
+    for (int i = 0; i < w.nsp; i++) fast &= w.d[i] == 1 && w.pb[i] == w.pe[i] && 2 * w.pb[i] <= w.k[i];
+    if (!fast) return onnx_set_out(c, 0, pool_generic(x, &w, is_max, include_pad, ceil_mode));
+    fm_tensor *x4 = w.nsp == 1 ? fm_unsqueeze(x, 2) : fm_tensor_retain(x);
+    if (w.nsp == 1) window_to_2d(&w);
+    fm_pool2d_params p = {.count_include_pad = include_pad, .layout = FM_NCHW};
+    for (int i = 0; i < 2; i++) p.kernel[i] = (int)w.k[i], p.stride[i] = (int)w.s[i], p.padding[i] = (int)w.pb[i];
+    fm_tensor *y = x4 ? (is_max ? fm_max_pool2d(x4, &p) : fm_avg_pool2d(x4, &p)) : NULL;
+    fm_tensor *yo = y && x->ndim == 3 ? fm_squeeze(y, 2) : y ? fm_tensor_retain(y) : NULL;
+    REL(x4, y);
+    return onnx_set_out(c, 0, yo);
+}
+static fm_status op_max_pool(onnx_op_ctx *c) { return pool(c, true); }
+static fm_status op_avg_pool(onnx_op_ctx *c) { return pool(c, false); }
+
+static fm_status global_pool(onnx_op_ctx *c, bool is_max) {
+    fm_tensor *x = c->in[0];
+    if (x->ndim < 3) return onnx_node_error(c, FM_ERR_INVALID, "input must be [N, C, spatial...]");
+    int axes[FM_MAX_DIMS], n = 0;
+    for (int d = 2; d < x->ndim; d++) axes[n++] = d;
+    return onnx_set_out(c, 0, is_max ? fm_amax(x, n, axes, true) : fm_mean(x, n, axes, true));
+}
+static fm_status op_global_avg_pool(onnx_op_ctx *c) { return global_pool(c, false); }
+static fm_status op_global_max_pool(onnx_op_ctx *c) { return global_pool(c, true); }
+
+static fm_status op_batch_norm(onnx_op_ctx *c) {
+    if (onnx_attr_int(c, "training_mode", 0) || c->n_out > 1)
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "training mode (running statistics outputs) is not supported");
+    if (c->opset < 9 && !onnx_attr_int(c, "spatial", 1))
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "spatial=0 is not supported");
+    double eps = onnx_attr_float(c, "epsilon", 1e-5f);
+    return onnx_set_out(c, 0, fm_batch_norm(c->in[0], c->in[1], c->in[2], c->in[3], c->in[4], false, 0.1, eps, FM_NCHW));
+}
+
+/* Softmax before opset 13 works on x flattened to 2-D at `axis`. */
+static fm_status softmax(onnx_op_ctx *c, bool log) {
+    fm_tensor *x = c->in[0];
+    int axis = (int)onnx_attr_int(c, "axis", c->opset >= 13 ? -1 : 1), a;
+    if (fm_norm_axis("softmax", axis, x->ndim ? x->ndim : 1, &a)) return fm_last_status();
+    if (c->opset >= 13 || x->ndim == 0) return onnx_set_out(c, 0, log ? fm_log_softmax(x, a) : fm_softmax(x, a));
+    int64_t rows = 1, cols = 1;
+    for (int d = 0; d < x->ndim; d++) *(d < a ? &rows : &cols) *= x->shape[d];
+    int64_t sh[2] = {rows, cols};
+    fm_tensor *x2 = fm_reshape(x, 2, sh), *y2 = x2 ? (log ? fm_log_softmax(x2, 1) : fm_softmax(x2, 1)) : NULL;
+    fm_tensor *y = y2 ? fm_reshape(y2, x->ndim, x->shape) : NULL;
+    REL(x2, y2);
+    return onnx_set_out(c, 0, y);
+}
+static fm_status op_softmax(onnx_op_ctx *c) { return softmax(c, false); }
+static fm_status op_log_softmax(onnx_op_ctx *c) { return softmax(c, true); }
+
+/* Scale/B broadcast to the normalized shape when given smaller. */
+static fm_tensor *norm_param(fm_tensor *p, int n, const int64_t *shape) {
+    if (!p) return NULL;
+    fm_tensor *e = fm_expand(p, n, shape), *y = e ? fm_contiguous(e) : NULL;
+    fm_tensor_release(e);
+    return y;
+}
+
+static fm_status op_layer_norm(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0];
+    int a;
+    if (fm_norm_axis("LayerNormalization", (int)onnx_attr_int(c, "axis", -1), x->ndim, &a)) return fm_last_status();
+    double eps = onnx_attr_float(c, "epsilon", 1e-5f);
+    int nn = x->ndim - a;
+    fm_tensor *w = norm_param(c->in[1], nn, x->shape + a), *b = c->n_in > 2 ? norm_param(c->in[2], nn, x->shape + a) : NULL;
+    fm_tensor *y = w && (b || c->n_in < 3 || !c->in[2]) ? fm_layer_norm(x, nn, w, b, eps) : NULL;
+    REL(w, b);
+    if (onnx_set_out(c, 0, y)) return fm_last_status();
+    if (c->n_out > 1) { /* Mean and InvStdDev, over the normalized axes, kept as size-1 dims */
+        int axes[FM_MAX_DIMS];
+        for (int i = 0; i < nn; i++) axes[i] = a + i;
+        fm_tensor *m = fm_mean(x, nn, axes, true), *d = m ? fm_sub(x, m) : NULL, *d2 = d ? fm_mul(d, d) : NULL;
+        fm_tensor *v = d2 ? fm_mean(d2, nn, axes, true) : NULL, *ve = v ? fm_add_scalar(v, eps) : NULL;
+        fm_tensor *r = ve ? fm_rsqrt(ve) : NULL;
+        REL(d, d2, v, ve);
+        if (onnx_set_out(c, 1, m)) { fm_tensor_release(r); return fm_last_status(); }
+        if (onnx_set_out(c, 2, r)) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+static fm_status op_dropout(onnx_op_ctx *c) {
+    if (onnx_attr_int(c, "training_mode", 0) || (c->n_in > 2 && c->in[2] && fm_tensor_item(c->in[2]) != 0))
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "training-mode dropout is not supported (random)");
+    if (onnx_set_out(c, 0, fm_tensor_retain(c->in[0]))) return fm_last_status();
+    if (c->n_out > 1)
+        return onnx_set_out(c, 1, fm_tensor_full(c->in[0]->ndim, c->in[0]->shape, 1, FM_BOOL, c->in[0]->storage->device));
+    return FM_OK;
+}
+
+#define WIN_ATTRS "auto_pad,kernel_shape,pads,strides,dilations"
+const onnx_op onnx_ops_nn[] = {
+    {"MatMul", 1, 2, 2, 1, "", op_matmul},
+    {"Gemm", 1, 2, 3, 1, "alpha,beta,transA,transB,broadcast", op_gemm},
+    {"Conv", 1, 2, 3, 1, WIN_ATTRS ",group", op_conv},
+    {"MaxPool", 1, 1, 1, 1, WIN_ATTRS ",ceil_mode,storage_order", op_max_pool},
+    {"AveragePool", 1, 1, 1, 1, WIN_ATTRS ",ceil_mode,count_include_pad", op_avg_pool},
+    {"GlobalAveragePool", 1, 1, 1, 1, "", op_global_avg_pool},
+    {"GlobalMaxPool", 1, 1, 1, 1, "", op_global_max_pool},
+    {"BatchNormalization", 1, 5, 5, 5, "epsilon,momentum,spatial,training_mode,is_test", op_batch_norm},
+    {"Softmax", 1, 1, 1, 1, "axis", op_softmax},
+    {"LogSoftmax", 1, 1, 1, 1, "axis", op_log_softmax},
+    {"LayerNormalization", 17, 2, 3, 3, "axis,epsilon,stash_type", op_layer_norm},
+    {"Dropout", 7, 1, 3, 2, "ratio,seed,training_mode,is_test", op_dropout},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};

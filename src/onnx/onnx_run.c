@@ -1,0 +1,120 @@
+/* Runs a loaded model: the nodes in file order (ONNX requires a topological
+ * order, checked at load), each value released after its last reader. */
+#include "onnx/onnx_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+
+static fm_status check_input(const fm_onnx_model *m, const onnx_input *in, const fm_tensor *t) {
+    const char *name = m->value_names[in->slot];
+    if (!t) return fm_set_error(FM_ERR_INVALID, "%s: input '%s' is NULL", m->path, name);
+    fm_dtype want;
+    if (in->elem_type && onnx_dtype_to_fm(in->elem_type, &want) && want != t->dtype)
+        return fm_set_error(FM_ERR_INVALID, "%s: input '%s' must be %s; got %s", m->path, name, fm_dtype_name(want),
+                            fm_dtype_name(t->dtype));
+    if (in->ndim >= 0 && in->ndim != t->ndim)
+        return fm_set_error(FM_ERR_INVALID, "%s: input '%s' must have %d dimensions; got %d", m->path, name, in->ndim, t->ndim);
+    for (int d = 0; d < in->ndim; d++)
+        if (in->dims[d] >= 0 && in->dims[d] != t->shape[d])
+            return fm_set_error(FM_ERR_INVALID, "%s: input '%s' dimension %d must be %" PRId64 "; got %" PRId64, m->path, name, d,
+                                in->dims[d], t->shape[d]);
+    return FM_OK;
+}
+
+static fm_status bind_inputs(const fm_onnx_model *m, int n, const char *const *names, fm_tensor *const *inputs,
+                             fm_tensor **vals) {
+    if (!names && n != m->n_inputs)
+        return fm_set_error(FM_ERR_INVALID, "%s: the model takes %d inputs; %d given", m->path, m->n_inputs, n);
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        if (names) {
+            for (k = 0; k < m->n_inputs; k++)
+                if (names[i] && !strcmp(names[i], m->value_names[m->inputs[k].slot])) break;
+            if (k == m->n_inputs) {
+                char list[512] = "";
+                for (int j = 0; j < m->n_inputs; j++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", j ? ", " : "",
+                             m->value_names[m->inputs[j].slot]);
+                return fm_set_error(FM_ERR_INVALID, "%s: the model has no input '%s' (its inputs: %s)", m->path,
+                                    names[i] ? names[i] : "(null)", list);
+            }
+        }
+        if (check_input(m, &m->inputs[k], inputs[i])) return fm_last_status();
+        int s = m->inputs[k].slot;
+        if (vals[s]) return fm_set_error(FM_ERR_INVALID, "%s: input '%s' given twice", m->path, m->value_names[s]);
+        vals[s] = fm_tensor_retain(inputs[i]);
+    }
+    for (int k = 0; k < m->n_inputs; k++)
+        if (!vals[m->inputs[k].slot])
+            return fm_set_error(FM_ERR_INVALID, "%s: input '%s' is not given", m->path, m->value_names[m->inputs[k].slot]);
+    return FM_OK;
+}
+
+static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals) {
+    const onnx_node *n = &m->nodes[i];
+    fm_tensor *in[64] = {0}, *out[16] = {0};
+    if (n->n_in > 64 || n->n_out > 16)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d has too many inputs or outputs", m->path, i);
+    for (int k = 0; k < n->n_in; k++) {
+        if (n->in[k] < 0) continue;
+        in[k] = vals[n->in[k]];
+        if (!in[k])
+            return fm_set_error(FM_ERR_INVALID, "%s: node %d '%s' (%s): input '%s' was not computed (an optional output that "
+                                "its producer does not give)", m->path, i, n->proto->name ? n->proto->name : "",
+                                n->proto->op_type, m->value_names[n->in[k]]);
+    }
+    onnx_op_ctx c = {.model = m, .node = n->proto, .opset = m->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in, .out = out};
+    fm_clear_error();
+    fm_status s = n->op->fn(&c);
+    if (s) {
+        for (int k = 0; k < n->n_out; k++) fm_tensor_release(out[k]);
+        if (!strstr(fm_last_error(), m->path))
+            fm_error_prefix("%s: node %d '%s' (%s)", m->path, i, n->proto->name ? n->proto->name : "", n->proto->op_type);
+        return s;
+    }
+    for (int k = 0; k < n->n_out; k++) {
+        if (n->out[k] >= 0) vals[n->out[k]] = out[k];
+        else fm_tensor_release(out[k]);
+    }
+    return FM_OK;
+}
+
+fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                      fm_tensor **outputs) {
+    if (!m || !outputs || (n_inputs && !inputs) || n_inputs < 0)
+        return fm_set_error(FM_ERR_INVALID, "fm_onnx_run: NULL model, inputs or outputs");
+    for (int i = 0; i < m->n_outputs; i++) outputs[i] = NULL;
+    fm_tensor **vals = calloc((size_t)m->n_values + 1, sizeof *vals);
+    if (!vals) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    for (int s = 0; s < m->n_values; s++)
+        if (m->constants[s]) vals[s] = fm_tensor_retain(m->constants[s]);
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = bind_inputs(m, n_inputs, names, inputs, vals);
+    for (int i = 0; !st && i < m->n_nodes; i++) {
+        st = run_node(m, i, vals);
+        for (int k = 0; !st && k < m->nodes[i].n_in; k++) {
+            int s = m->nodes[i].in[k];
+            if (s >= 0 && m->last_use[s] == i) {
+                fm_tensor_release(vals[s]);
+                vals[s] = NULL;
+            }
+        }
+    }
+    for (int i = 0; !st && i < m->n_outputs; i++) {
+        if (!vals[m->outputs[i]])
+            st = fm_set_error(FM_ERR_INVALID, "%s: output '%s' was not computed", m->path, m->value_names[m->outputs[i]]);
+        else outputs[i] = fm_tensor_retain(vals[m->outputs[i]]);
+    }
+    if (st)
+        for (int i = 0; i < m->n_outputs; i++) {
+            fm_tensor_release(outputs[i]);
+            outputs[i] = NULL;
+        }
+    for (int s = 0; s < m->n_values; s++) fm_tensor_release(vals[s]);
+    free(vals);
+    fm_set_grad_enabled(prev);
+    return st;
+}

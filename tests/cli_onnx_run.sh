@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `fathom run MODEL.onnx`: ONNX's conv_with_strides_padding case (Debian's
+# libonnx-testdata) gives the output documented by ONNX, printed, as JSON and as
+# a .npy written to --output; bad usage exits 2, a bad model or input exits 1 with
+# the file named, and no output file is left half-written.
+set -uo pipefail
+bin=$1
+case_dir=/usr/share/libonnx-testdata/data/node/test_conv_with_strides_padding
+if [ ! -d "$case_dir" ]; then echo "SKIP: $case_dir missing (apt-get install libonnx-testdata)"; exit 77; fi
+d=$(mktemp -d /tmp/fathom_cli_onnx.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+x="x=$case_dir/test_data_set_0/input_0.pb" w="W=$case_dir/test_data_set_0/input_1.pb"
+
+out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --json); rc=$?
+check "json run exits 0" '[ $rc = 0 ]'
+check "json values are ONNX's documented output" \
+  '[[ "$out" == *"\"shape\":[1,1,4,3],\"data\":[12.0,27.0,24.0,63.0,108.0,81.0,123.0,198.0,141.0,112.0,177.0,124.0]"* ]]'
+out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w"); rc=$?
+check "plain run prints the output" '[ $rc = 0 ] && [[ "$out" == "y: f32 [1, 1, 4, 3] [12, 27, 24, 63, 108, 81, 123, 198, ...]" ]]'
+"$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --output "$d/out" >/dev/null; rc=$?
+check "--output writes y.npy" '[ $rc = 0 ] && [ -s "$d/out/y.npy" ] && [ "$(ls "$d/out")" = y.npy ]'
+check "the .npy holds 12 f32 values" '[ $(stat -c %s "$d/out/y.npy") = $((128 + 48)) ]'
+
+err=$("$bin" run 2>&1); rc=$?
+check "no model: usage, exit 2" '[ $rc = 2 ] && [[ "$err" == *"no model given"* ]]'
+err=$("$bin" run "$case_dir/model.onnx" --json --output "$d/o2" 2>&1); rc=$?
+check "--json with --output: exit 2" '[ $rc = 2 ]'
+err=$("$bin" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" 2>&1); rc=$?
+check "unnamed input to a 2-input model: exit 2" '[ $rc = 2 ] && [[ "$err" == *"give them as NAME=FILE"* ]]'
+err=$("$bin" run "$case_dir/model.onnx" --input "$x" 2>&1); rc=$?
+check "missing input named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"input '"'"'W'"'"' is not given"* ]]'
+err=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "W=$d/none.npy" 2>&1); rc=$?
+check "unreadable input file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"none.npy"* ]]'
+head -c 100 "$case_dir/model.onnx" > "$d/cut.onnx"
+err=$("$bin" run "$d/cut.onnx" --input "$x" 2>&1); rc=$?
+check "truncated model: file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"cut.onnx"* ]]'
+exit $fail

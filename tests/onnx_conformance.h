@@ -1,0 +1,212 @@
+/* The ONNX backend-test runner shared by tests/test_onnx_conformance.c: runs the
+ * cases of one suite directory (<case>/model.onnx + test_data_set_0/{input,output}_N.pb)
+ * and sorts each into pass, fail or skip. A case is skipped only for a reason read
+ * from the model itself (an op fathom does not list, a training-domain op, a
+ * sequence/map/optional value, an element type fathom lacks); every other case is
+ * "claimed" and must pass: its outputs match within rtol 1e-3, atol 1e-7 (the
+ * tolerances of ONNX's own backend tests), with equal dtypes and shapes. */
+#ifndef FATHOM_TESTS_ONNX_CONFORMANCE_H
+#define FATHOM_TESTS_ONNX_CONFORMANCE_H
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+#include "onnx/onnx_internal.h"
+
+typedef enum { C_PASS, C_FAIL, C_SKIP_OP, C_SKIP_TRAINING, C_SKIP_TYPE, C_SKIP_DTYPE, C_KINDS } case_kind;
+static const char *const kind_names[C_KINDS] = {"pass", "FAIL", "skip: op not supported", "skip: training op",
+                                                "skip: sequence/map/optional type", "skip: dtype not supported"};
+
+typedef struct {
+    int count[C_KINDS];
+    FILE *list; /* each non-passing case, one line */
+} suite_result;
+
+static bool type_is_tensor(const Onnx__ValueInfoProto *vi, int32_t *elem) {
+    *elem = 0;
+    if (!vi->type) return true;
+    if (vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) return false;
+    if (vi->type->tensor_type->has_elem_type) *elem = vi->type->tensor_type->elem_type;
+    return true;
+}
+
+static bool graph_uses_attr_tensor_dtype(const Onnx__NodeProto *n, char *why, size_t wn) {
+    fm_dtype dt;
+    for (size_t a = 0; a < n->n_attribute; a++) {
+        const Onnx__AttributeProto *at = n->attribute[a];
+        if (at->t && at->t->has_data_type && !onnx_dtype_to_fm(at->t->data_type, &dt)) {
+            snprintf(why, wn, "%s attribute '%s' is %s", n->op_type, at->name, onnx_dtype_name(at->t->data_type));
+            return true;
+        }
+        if (!strcmp(n->op_type, "Cast") && at->name && !strcmp(at->name, "to") && !onnx_dtype_to_fm((int32_t)at->i, &dt)) {
+            snprintf(why, wn, "Cast to %s", onnx_dtype_name((int32_t)at->i));
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Why a case is outside what fathom claims (C_PASS: it is claimed). */
+static case_kind classify(const Onnx__ModelProto *m, char *why, size_t wn) {
+    const Onnx__GraphProto *g = m->graph;
+    fm_dtype dt;
+    int32_t el;
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        if (n->domain && strstr(n->domain, "training")) { snprintf(why, wn, "%s (%s)", n->op_type, n->domain); return C_SKIP_TRAINING; }
+        /* training-mode BatchNormalization (batch statistics, running-stat outputs) and
+         * Dropout (random): training ops, not inference */
+        bool train = !strcmp(n->op_type, "Dropout") && n->n_input > 2 && *n->input[2];
+        for (size_t a = 0; a < n->n_attribute; a++)
+            train |= n->attribute[a]->name && !strcmp(n->attribute[a]->name, "training_mode") && n->attribute[a]->i;
+        if (train) { snprintf(why, wn, "%s in training mode", n->op_type); return C_SKIP_TRAINING; }
+        if ((n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) || !onnx_find_op(n->op_type)) {
+            snprintf(why, wn, "%s%s%s", n->op_type, n->domain && *n->domain ? " in domain " : "", n->domain ? n->domain : "");
+            return C_SKIP_OP;
+        }
+    }
+    const Onnx__ValueInfoProto *const *lists[2] = {(const Onnx__ValueInfoProto *const *)g->input,
+                                                   (const Onnx__ValueInfoProto *const *)g->output};
+    size_t counts[2] = {g->n_input, g->n_output};
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < counts[l]; i++) {
+            if (!type_is_tensor(lists[l][i], &el)) { snprintf(why, wn, "'%s' is not a tensor", lists[l][i]->name); return C_SKIP_TYPE; }
+            if (el && !onnx_dtype_to_fm(el, &dt)) { snprintf(why, wn, "'%s' is %s", lists[l][i]->name, onnx_dtype_name(el)); return C_SKIP_DTYPE; }
+        }
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (!onnx_dtype_to_fm(g->initializer[i]->data_type, &dt)) {
+            snprintf(why, wn, "initializer '%s' is %s", g->initializer[i]->name, onnx_dtype_name(g->initializer[i]->data_type));
+            return C_SKIP_DTYPE;
+        }
+    for (size_t i = 0; i < g->n_node; i++)
+        if (graph_uses_attr_tensor_dtype(g->node[i], why, wn)) return C_SKIP_DTYPE;
+    return C_PASS;
+}
+
+/* Compares one output; a mismatch is described in why. */
+static bool outputs_match(const fm_tensor *got, const fm_tensor *want, char *why, size_t wn) {
+    if (got->dtype != want->dtype) { snprintf(why, wn, "dtype %s, expected %s", fm_dtype_name(got->dtype), fm_dtype_name(want->dtype)); return false; }
+    char a[96], b[96];
+    if (got->ndim != want->ndim || memcmp(got->shape, want->shape, (size_t)got->ndim * sizeof(int64_t))) {
+        snprintf(why, wn, "shape %s, expected %s", fm_shape_str(got->ndim, got->shape, a, sizeof a),
+                 fm_shape_str(want->ndim, want->shape, b, sizeof b));
+        return false;
+    }
+    int64_t n = fm_tensor_numel(want);
+    bool fl = fm_dtype_is_float(want->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double x = fm_tensor_get(got, i), y = fm_tensor_get(want, i);
+        bool ok = fl ? ((isnan(x) && isnan(y)) || x == y || fabs(x - y) <= 1e-7 + 1e-3 * fabs(y)) : x == y;
+        if (!ok) { snprintf(why, wn, "element %lld is %.9g, expected %.9g", (long long)i, x, y); return false; }
+    }
+    return true;
+}
+
+static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
+    unsigned char *buf;
+    size_t n;
+    if (fm_data_read_file(path, &buf, &n)) return NULL;
+    Onnx__TensorProto *tp = (Onnx__TensorProto *)onnx_unpack(&onnx__tensor_proto__descriptor, buf, n, path);
+    free(buf);
+    if (!tp) return NULL;
+    snprintf(name, nn, "%s", tp->name ? tp->name : "");
+    /* ONNX 1.12's test data stores bfloat16 tensors as uint16 (numpy had no bfloat16);
+     * fathom has no uint16, so a uint16 .pb in a claimed case is the bfloat16 bits */
+    if (tp->has_data_type && tp->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__UINT16)
+        tp->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+    fm_tensor *t = onnx_tensor_from_proto(tp, NULL, path);
+    protobuf_c_message_free_unpacked(&tp->base, NULL);
+    return t;
+}
+
+/* Runs one case: C_PASS or C_FAIL (why says what failed). */
+static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t wn) {
+    fm_tensor *in[64] = {0}, *out[64] = {0};
+    char names_buf[64][128], path[4200];
+    const char *names[64];
+    int nin = 0, nout = fm_onnx_output_count(m);
+    bool by_name = true;
+    for (; nin < 64; nin++) {
+        snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, nin);
+        FILE *f = fopen(path, "rb");
+        if (!f) break;
+        fclose(f);
+        if (!(in[nin] = read_pb(path, names_buf[nin], sizeof names_buf[nin]))) {
+            snprintf(why, wn, "input %d: %s", nin, fm_last_error());
+            goto fail;
+        }
+        names[nin] = names_buf[nin];
+        by_name &= names_buf[nin][0] != 0;
+    }
+    if (nout > 64) { snprintf(why, wn, "too many outputs"); goto fail; }
+    if (fm_onnx_run(m, nin, by_name ? names : NULL, in, out)) { snprintf(why, wn, "%s", fm_last_error()); goto fail; }
+    for (int i = 0; i < nout; i++) {
+        char nm[128];
+        snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i);
+        fm_tensor *want = read_pb(path, nm, sizeof nm);
+        char w[256];
+        bool ok = want && outputs_match(out[i], want, w, sizeof w);
+        if (!ok) snprintf(why, wn, "output %d '%s': %s", i, fm_onnx_output_name(m, i), want ? w : fm_last_error());
+        fm_tensor_release(want);
+        if (!ok) goto fail;
+    }
+    for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
+    return C_PASS;
+fail:
+    for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
+    return C_FAIL;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static case_kind one_case(const char *dir, char *why, size_t wn) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    unsigned char *buf;
+    size_t n;
+    if (fm_data_read_file(path, &buf, &n)) { snprintf(why, wn, "%s", fm_last_error()); return C_FAIL; }
+    Onnx__ModelProto *mp = (Onnx__ModelProto *)onnx_unpack(&onnx__model_proto__descriptor, buf, n, path);
+    free(buf);
+    if (!mp || !mp->graph) {
+        snprintf(why, wn, "%s", mp ? "no graph" : fm_last_error());
+        if (mp) protobuf_c_message_free_unpacked(&mp->base, NULL);
+        return C_FAIL;
+    }
+    case_kind k = classify(mp, why, wn);
+    protobuf_c_message_free_unpacked(&mp->base, NULL);
+    if (k != C_PASS) return k;
+    fm_onnx_model *m = fm_onnx_load(path);
+    if (!m) { snprintf(why, wn, "%s", fm_last_error()); return C_FAIL; }
+    k = run_case(dir, m, why, wn);
+    fm_onnx_free(m);
+    return k;
+}
+
+/* Runs every case directory under root; false when root cannot be read. */
+static bool run_suite(const char *root, suite_result *r) {
+    DIR *d = opendir(root);
+    if (!d) return false;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap && !(names = realloc(names, (cap = cap ? 2 * cap : 256) * sizeof *names))) break;
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char dir[4096], why[1024] = "";
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        case_kind k = one_case(dir, why, sizeof why);
+        r->count[k]++;
+        if (k != C_PASS && r->list) fprintf(r->list, "%s\t%s\t%s\n", names[i], kind_names[k], why);
+        free(names[i]);
+    }
+    free(names);
+    return true;
+}
+#endif
