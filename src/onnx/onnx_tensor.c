@@ -116,7 +116,8 @@ static fm_status read_external(const Onnx__TensorProto *tp, const char *dir, con
     return s;
 }
 
-/* Copies the typed repeated field matching `tp`'s type into dst (n elements). */
+/* Copies the typed repeated field matching `tp`'s type into dst (n elements);
+ * dst NULL: only checks the count. */
 static fm_status read_typed(const Onnx__TensorProto *tp, fm_dtype dt, int64_t n, void *dst, const char *what) {
     size_t have;
     switch (tp->data_type) {
@@ -127,6 +128,7 @@ static fm_status read_typed(const Onnx__TensorProto *tp, fm_dtype dt, int64_t n,
     }
     if ((int64_t)have != n)
         return fm_set_error(FM_ERR_FORMAT, "%s: holds %zu values; its shape needs %" PRId64, what, have, n);
+    if (!dst) return FM_OK; /* the count check only */
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
         case FM_F32: ((float *)dst)[i] = tp->float_data[i]; break;
@@ -163,16 +165,25 @@ fm_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, 
         }
         n *= shape[i];
     }
+    size_t nbytes = (size_t)n * fm_dtype_size(dt);
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    /* sizes are checked before anything is allocated (a small file may claim huge dims) */
+    if (!external && tp->has_raw_data && tp->raw_data.len != nbytes) {
+        fm_set_error(FM_ERR_FORMAT, "%s: raw_data holds %zu bytes; shape and type need %zu", what, tp->raw_data.len, nbytes);
+        return NULL;
+    }
+    if (external && !dir) {
+        fm_set_error(FM_ERR_FORMAT, "%s: external data is only read for tensors of a model file", what);
+        return NULL;
+    }
+    if (!external && !tp->has_raw_data && read_typed(tp, dt, n, NULL, what)) return NULL;
     fm_tensor *t = fm_tensor_empty((int)tp->n_dims, shape, dt, FM_CPU);
     if (!t) { fm_error_prefix("%s", what); return NULL; }
-    size_t nbytes = (size_t)n * fm_dtype_size(dt);
     fm_status s;
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+    if (external)
         s = read_external(tp, dir, what, fm_tensor_data(t), nbytes);
     else if (tp->has_raw_data) {
-        if (tp->raw_data.len != nbytes)
-            s = fm_set_error(FM_ERR_FORMAT, "%s: raw_data holds %zu bytes; shape and type need %zu", what, tp->raw_data.len, nbytes);
-        else {
+        {
             if (nbytes) memcpy(fm_tensor_data(t), tp->raw_data.data, nbytes);
             s = FM_OK;
             if (dt == FM_BOOL) /* any non-zero byte is true; fathom's bool is 0 or 1 */
