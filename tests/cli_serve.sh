@@ -51,4 +51,30 @@ INI
 if ! "$bin" train "$tmp/syn.ini" --out "$tmp/model" --no-eval > "$tmp/train.log" 2>&1; then
   echo "FAIL: could not train the test model: $(cat "$tmp/train.log")"; exit 1
 fi
+# a tiny GPT for the text-generation endpoints
+python3 -c "import sys; open(sys.argv[1], 'w').write('in the beginning god created the heaven and the earth\n' * 30)" "$tmp/corpus.txt"
+cat > "$tmp/gpt.ini" <<INI
+[model]
+type = gpt
+n_layer = 1
+n_head = 2
+n_embd = 16
+ffn_hidden = 32
+block_size = 32
+[tokenizer]
+kind = bpe
+vocab_size = 280
+[data]
+corpus = $tmp/corpus.txt
+[train]
+batch_size = 2
+steps = 20
+eval_every = 20
+eval_batches = 1
+ckpt_every = 20
+INI
+if ! "$bin" train "$tmp/gpt.ini" --out "$tmp/gpt" --quiet > "$tmp/train_gpt.log" 2>&1; then
+  echo "FAIL: could not train the test GPT: $(cat "$tmp/train_gpt.log")"; exit 1
+fi
+rm -rf "$tmp/gpt/ckpt"
 exec python3 "$(dirname "$0")/serve/serve_test.py" "$bin" "$tmp/model" "$tmp"

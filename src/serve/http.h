@@ -32,6 +32,11 @@ typedef struct fm_http_req {
 /* Queues {"error": msg} with `status`. */
 enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg);
 enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r);
+/* /v1/completions (OpenAI style text generation; http_openai.c). */
+enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r);
+/* {"error": msg} with a printf-style message. */
+enum MHD_Result fm_http_errorf(struct MHD_Connection *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum MHD_Result fm_http_send(struct MHD_Connection *c, int status, char *buf, size_t len, const char *type);
 /* The metrics daemon's handler: GET /metrics. */
 enum MHD_Result fm_http_metrics(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *up, size_t *up_size, void **con_cls);

@@ -48,6 +48,19 @@ static enum MHD_Result error_fmt(struct MHD_Connection *c, int status, const cha
     return fm_http_error(c, status, m);
 }
 
+enum MHD_Result fm_http_errorf(struct MHD_Connection *c, int status, const char *fmt, ...) {
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return fm_http_error(c, status, m);
+}
+
+enum MHD_Result fm_http_send(struct MHD_Connection *c, int status, char *buf, size_t len, const char *type) {
+    return send_bytes(c, status, buf, len, type, 0);
+}
+
 static json_t *ios_json(const fm_serve_io *ios, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) {
@@ -136,7 +149,9 @@ static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg
     fm_serve_version *v = fm_repo_acquire(s->repo, name, ver, &status, err, sizeof err);
     if (!v) return fm_http_error(c, status, err);
     enum MHD_Result ret;
-    if (post) ret = infer(s, c, v, r);
+    if (post && !v->batcher)
+        ret = error_fmt(c, 400, "model '%s' is a text-generation model: use POST /v1/completions", name);
+    else if (post) ret = infer(s, c, v, r);
     else if (!strcmp(action, "ready")) ret = send_json(c, 200, json_pack("{s:s,s:b}", "name", name, "ready", 1));
     else if (!strcmp(action, "config")) ret = send_json(c, 200, fm_model_config_json(&v->cfg, v->platform));
     else ret = model_metadata(s, c, v);
@@ -202,7 +217,8 @@ enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char
         if (n == MAX_SEGS) return fm_http_error(c, 404, "unknown endpoint");
         seg[n++] = t;
     }
-    if (n == 0 || strcmp(seg[0], "v2")) return fm_http_error(c, 404, "unknown endpoint (the API is under /v2)");
+    if (n >= 2 && !strcmp(seg[0], "v1")) return fm_http_openai(s, c, seg, n, method, r);
+    if (n == 0 || strcmp(seg[0], "v2")) return fm_http_error(c, 404, "unknown endpoint (the API is under /v2 and /v1)");
     if (n >= 3 && !strcmp(seg[1], "models")) return models(s, c, seg, n, method, r);
     if (n >= 2 && !strcmp(seg[1], "repository")) return repository(s, c, seg, n, method, r);
     if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for this endpoint");

@@ -74,6 +74,15 @@ static const char *const k_help[][3] = {
     {"fathom_inference_request_latency_us", "histogram", "End-to-end latency of successful requests (us)"},
     {"fathom_inference_queue_latency_us", "histogram", "Queue time of successful requests (us)"},
     {"fathom_inference_compute_latency_us", "histogram", "Model execution time per batch (us)"},
+    {"fathom_inference_prompt_tokens", "counter", "Text generation: prompt tokens received"},
+    {"fathom_inference_generated_tokens", "counter", "Text generation: tokens generated"},
+    {"fathom_generation_step_count", "counter", "Text generation: decode steps (one batched model execution each)"},
+    {"fathom_generation_step_sequences", "counter",
+     "Text generation: sequences summed over decode steps; / step_count = sequences sharing a step"},
+    {"fathom_generation_preemptions", "counter", "Text generation: requests preempted for KV blocks (recomputed later)"},
+    {"fathom_kv_cache_blocks_used", "gauge", "Text generation: KV cache blocks in use"},
+    {"fathom_kv_cache_blocks_total", "gauge", "Text generation: KV cache blocks in the pool"},
+    {"fathom_time_to_first_token_us", "histogram", "Text generation: time from arrival to the first generated token (us)"},
 };
 
 void fm_serve_stats_snapshot(fm_serve_stats *s, fm_serve_stats *out) {
@@ -86,7 +95,11 @@ static unsigned long long counter(const fm_serve_stats *s, size_t i) {
     const uint64_t v[] = {s->success,          s->failure,         s->inference_count,
                           s->exec_count,       s->request_us,      s->queue_us,
                           s->compute_input_us, s->compute_infer_us, s->compute_output_us};
-    return i < sizeof v / sizeof *v ? v[i] : (unsigned long long)(s->pending > 0 ? s->pending : 0);
+    if (i < sizeof v / sizeof *v) return v[i];
+    if (i == 9) return (unsigned long long)(s->pending > 0 ? s->pending : 0);
+    const uint64_t g[] = {s->prompt_tokens, s->generated_tokens, s->gen_steps, s->gen_step_seqs, s->gen_preemptions,
+                          (uint64_t)s->kv_blocks_used, (uint64_t)s->kv_blocks_total};
+    return g[i - 13];
 }
 
 void fm_serve_stats_write(FILE *f, int n, const fm_serve_stats *snaps, const char *const *models, const long long *versions) {
@@ -95,10 +108,11 @@ void fm_serve_stats_write(FILE *f, int n, const fm_serve_stats *snaps, const cha
         for (int i = 0; i < n; i++) {
             char l[160];
             snprintf(l, sizeof l, "model=\"%s\",version=\"%lld\"", models[i], versions[i]);
-            if (k < 10) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
+            if (k < 10 || (k >= 13 && k < 20)) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
             else if (k == 10) fm_hist_write(f, k_help[k][0], l, &snaps[i].request_hist);
             else if (k == 11) fm_hist_write(f, k_help[k][0], l, &snaps[i].queue_hist);
-            else fm_hist_write(f, k_help[k][0], l, &snaps[i].compute_hist);
+            else if (k == 12) fm_hist_write(f, k_help[k][0], l, &snaps[i].compute_hist);
+            else fm_hist_write(f, k_help[k][0], l, &snaps[i].ttft_hist);
         }
     }
 }

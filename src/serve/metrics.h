@@ -22,6 +22,10 @@ typedef struct fm_serve_stats {
     uint64_t request_us, queue_us, compute_input_us, compute_infer_us, compute_output_us;
     int64_t pending;          /* requests queued, not yet taken by an instance */
     fm_hist request_hist, queue_hist, compute_hist;
+    /* text generation (textgen.c) */
+    uint64_t prompt_tokens, generated_tokens, gen_steps, gen_step_seqs, gen_preemptions;
+    int64_t kv_blocks_used, kv_blocks_total;
+    fm_hist ttft_hist;
 } fm_serve_stats;
 
 void fm_serve_stats_init(fm_serve_stats *s);

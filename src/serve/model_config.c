@@ -160,6 +160,17 @@ static fm_status parse_policy(fm_model_config *c, const json_t *vp, const char *
     return FM_OK;
 }
 
+static fm_status parse_textgen(fm_model_config *c, const json_t *tg, const char *where) {
+    if (!tg) return FM_OK;
+    if (!json_is_object(tg)) return fm_set_error(FM_ERR_FORMAT, "%s: \"text_generation\" must be an object", where);
+    int64_t nb = 0, bt = 0;
+    if (get_int(tg, "kv_cache_blocks", 1, 1 << 20, &nb, where) || get_int(tg, "kv_block_tokens", 1, 4096, &bt, where))
+        return fm_last_status();
+    c->kv_cache_blocks = (int)nb;
+    c->kv_block_tokens = (int)bt;
+    return FM_OK;
+}
+
 fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char *where) {
     if (!json_is_object(j)) return fm_set_error(FM_ERR_FORMAT, "%s: must hold a JSON object", where);
     const char *name = json_string_value(json_object_get(j, "name"));
@@ -170,7 +181,8 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
         parse_ios(c->outputs, &c->n_outputs, json_object_get(j, "output"), where, "output") ||
         parse_batcher(c, json_object_get(j, "dynamic_batching"), where) ||
         parse_instances(c, json_object_get(j, "instance_group"), where) ||
-        parse_policy(c, json_object_get(j, "version_policy"), where))
+        parse_policy(c, json_object_get(j, "version_policy"), where) ||
+        parse_textgen(c, json_object_get(j, "text_generation"), where))
         return fm_last_status();
     return FM_OK;
 }
@@ -260,5 +272,8 @@ json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
         vp = json_pack("{s:{s:i}}", "latest", "num_versions", c->latest_n);
     }
     json_object_set_new(j, "version_policy", vp);
+    if (c->kv_cache_blocks || c->kv_block_tokens)
+        json_object_set_new(j, "text_generation", json_pack("{s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks,
+                                                            "kv_block_tokens", c->kv_block_tokens));
     return j;
 }

@@ -29,6 +29,8 @@ typedef struct fm_model_config {
     int latest_n;                      /* default 1 */
     int n_specific;
     int64_t specific[FM_SERVE_MAX_SPECIFIC];
+    /* text generation: KV cache blocks (0: half of max_batch_size full contexts) and tokens per block (0: 16) */
+    int kv_cache_blocks, kv_block_tokens;
     /* declared inputs/outputs (n = 0: taken from the model) */
     int n_inputs, n_outputs;
     fm_serve_io inputs[FM_SERVE_MAX_IO], outputs[FM_SERVE_MAX_IO];

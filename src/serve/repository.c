@@ -73,6 +73,7 @@ fm_repo *fm_repo_open(const char *root, fm_device device) {
 
 static void version_free(fm_serve_version *v) {
     fm_batcher_stop(v->batcher);
+    fm_textgen_stop(v->textgen);
     fm_serve_stats_destroy(&v->stats);
     free(v);
 }
@@ -151,15 +152,21 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     if (!v) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     v->cfg = *cfg;
     if (!cfg->device_set) v->cfg.device = r->device;
+    snprintf(v->model, sizeof v->model, "%s", cfg->name);
+    v->version = ver;
+    atomic_init(&v->refs, 1);
+    if (fm_textgen_dir_is_gpt(vdir)) {
+        fm_serve_stats_init(&v->stats);
+        v->platform = "fathom_gpt";
+        if (!(v->textgen = fm_textgen_open(vdir, &v->cfg, &v->stats))) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }
+        return v;
+    }
     int n = cfg->instance_count;
     for (int i = 0; i < n; i++) {
         if (!(inst[i] = fm_servable_open(vdir, v->cfg.device))) goto fail;
         if (i == 0 && fm_model_config_complete(&v->cfg, inst[0], where)) goto fail;
     }
-    snprintf(v->model, sizeof v->model, "%s", cfg->name);
-    v->version = ver;
     v->platform = inst[0]->platform;
-    atomic_init(&v->refs, 1);
     fm_serve_stats_init(&v->stats);
     v->batcher = fm_batcher_start(&v->cfg, inst, n, &v->stats);
     if (!v->batcher) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }

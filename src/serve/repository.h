@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "serve/batcher.h"
+#include "serve/textgen.h"
 
 typedef struct fm_serve_version {
     atomic_int refs;
@@ -16,7 +17,8 @@ typedef struct fm_serve_version {
     int64_t version;
     fm_model_config cfg;
     const char *platform;
-    fm_batcher *batcher;
+    fm_batcher *batcher;    /* KServe models */
+    fm_textgen *textgen;    /* text-generation models (/v1/completions) */
     fm_serve_stats stats;
     struct fm_serve_version *next; /* the model's loaded versions, highest first */
 } fm_serve_version;

@@ -369,6 +369,8 @@ def main():
     check(rc == 0, "SIGTERM on an idle server -> exit 0 (got %s)" % rc)
     import serve_lifecycle
     serve_lifecycle.run(Server, make_repo, infer_body, sample, ok, bad, check)
+    import serve_textgen
+    serve_textgen.run(Server, os.path.join(TMP, "gpt"), MODEL, TMP, check)
     if fails:
         print("%d check(s) failed" % fails)
         sys.exit(1)

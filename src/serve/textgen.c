@@ -1,0 +1,404 @@
+/* Continuous batching for text generation: see textgen.h. One mutex per engine
+ * guards the queues and every request's fields; the scheduler releases it only
+ * around the decode step itself. */
+#include "serve/textgen.h"
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fathom/tokenizer.h"
+#include "gpt/gpt_paged.h"
+#include "serve/batcher.h"
+
+#define MAX_SEQS 64
+
+struct fm_tg_req {
+    atomic_int refs; /* the engine's and the caller's */
+    fm_textgen *t;
+    int32_t *toks;   /* prompt, then generated tokens */
+    int n_prompt, n_toks, n_gen, seq;
+    int64_t fed;     /* tokens in the KV cache */
+    fm_tg_params p;
+    char *text;      /* the completion so far (valid UTF-8; cut at a stop string) */
+    size_t text_len, taken;
+    bool done, cancelled;
+    const char *finish;
+    int64_t t_arrival;
+    pthread_cond_t cv;
+    fm_tg_req *next;
+};
+
+struct fm_textgen {
+    fm_gpt *m;
+    fm_tokenizer *tok;
+    fm_gpt_paged *p;
+    int max_seqs, V, block;
+    int64_t max_queue, n_waiting;
+    fm_serve_stats *stats;
+    float *logits;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool stop, started;
+    fm_tg_req *wait_head, *wait_tail;
+    fm_tg_req *active[MAX_SEQS];
+    int n_active;
+};
+
+bool fm_textgen_dir_is_gpt(const char *dir) {
+    const char *need[] = {"config.json", "model.safetensors", "tokenizer.txt"};
+    for (int i = 0; i < 3; i++) {
+        char p[PATH_MAX + 32];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, need[i]);
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    }
+    return true;
+}
+
+int fm_textgen_block_size(const fm_textgen *t) { return t->block; }
+
+/* Length of the UTF-8 sequence starting at s[0..n), 0 if invalid, -1 if cut short. */
+static int utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len <= 1) return len;
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    for (int k = 1; k < len; k++) {
+        if ((size_t)k >= n) return -1;
+        unsigned b = s[k];
+        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
+    }
+    return len;
+}
+
+/* Valid UTF-8 of raw bytes (bad bytes become U+FFFD); without `final`, a sequence
+ * cut short at the end is left out (more bytes may complete it). */
+static char *sanitize(const char *in, size_t n, bool final, size_t *out_n) {
+    char *o = malloc(n * 3 + 1);
+    size_t k = 0;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        int l = utf8_len((const unsigned char *)in + i, n - i);
+        if (l < 0 && !final) break;
+        if (l <= 0) {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        } else {
+            memcpy(o + k, in + i, (size_t)l);
+            k += (size_t)l;
+            i += (size_t)l;
+        }
+    }
+    o[k] = 0;
+    *out_n = k;
+    return o;
+}
+
+static void req_release_locked_free(fm_tg_req *r) {
+    free(r->toks);
+    free(r->text);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void fm_tg_req_release(fm_tg_req *r) {
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) req_release_locked_free(r);
+}
+
+/* Under t->mu: decodes the completion, applies stop strings and the limits. */
+static void update_text(fm_textgen *t, fm_tg_req *r) {
+    char *raw = NULL;
+    size_t raw_n = 0;
+    if (fm_tokenizer_decode(t->tok, r->toks + r->n_prompt, r->n_gen, &raw, &raw_n) != FM_OK) {
+        r->finish = "error";
+        r->done = true;
+        return;
+    }
+    for (int i = 0; i < r->p.n_stop; i++) {
+        char *hit = memmem(raw, raw_n, r->p.stop[i], strlen(r->p.stop[i]));
+        if (hit) { raw_n = (size_t)(hit - raw); r->finish = "stop"; r->done = true; }
+    }
+    if (!r->done && (r->n_gen >= r->p.max_tokens || r->n_toks >= t->block)) { r->finish = "length"; r->done = true; }
+    size_t n;
+    char *s = sanitize(raw, raw_n, r->done, &n);
+    free(raw);
+    if (!s) { r->finish = "error"; r->done = true; return; }
+    free(r->text);
+    r->text = s;
+    r->text_len = n < r->taken ? r->taken : n; /* never shrinks below what was handed out */
+}
+
+/* Under t->mu: takes the request off the active list and lets go of it. */
+static void retire(fm_textgen *t, int i) {
+    fm_tg_req *r = t->active[i];
+    fm_gpt_paged_close(t->p, r->seq);
+    r->seq = -1;
+    memmove(t->active + i, t->active + i + 1, sizeof *t->active * (size_t)(t->n_active - i - 1));
+    t->n_active--;
+    if (!r->done) { r->done = true; r->finish = r->cancelled ? "cancelled" : "error"; }
+    pthread_cond_broadcast(&r->cv);
+    fm_tg_req_release(r);
+}
+
+static void admit(fm_textgen *t) {
+    while (t->wait_head && t->n_active < t->max_seqs && fm_gpt_paged_free_blocks(t->p) > 0) {
+        fm_tg_req *r = t->wait_head;
+        t->wait_head = r->next;
+        if (!t->wait_head) t->wait_tail = NULL;
+        t->n_waiting--;
+        if (r->cancelled) { r->done = true; r->finish = "cancelled"; pthread_cond_broadcast(&r->cv); fm_tg_req_release(r); continue; }
+        r->seq = fm_gpt_paged_open(t->p);
+        r->fed = 0;
+        r->next = NULL;
+        t->active[t->n_active++] = r;
+    }
+}
+
+/* Under t->mu: frees KV blocks for this step by preempting the newest requests. */
+static void make_room(fm_textgen *t) {
+    for (;;) {
+        int need = 0;
+        for (int i = 0; i < t->n_active; i++) need += fm_gpt_paged_need(t->p, t->active[i]->seq);
+        if (need <= fm_gpt_paged_free_blocks(t->p) || t->n_active == 0) return;
+        fm_tg_req *r = t->active[t->n_active - 1];
+        if (t->n_active == 1) { r->finish = "length"; r->done = true; retire(t, 0); return; } /* the pool holds less than one context */
+        t->n_active--;
+        fm_gpt_paged_close(t->p, r->seq);
+        r->seq = -1;
+        r->fed = 0; /* recomputed when readmitted */
+        r->next = t->wait_head;
+        t->wait_head = r;
+        if (!t->wait_tail) t->wait_tail = r;
+        t->n_waiting++;
+        pthread_mutex_lock(&t->stats->mu);
+        t->stats->gen_preemptions++;
+        pthread_mutex_unlock(&t->stats->mu);
+    }
+}
+
+/* Under t->mu, after a step: each request that consumed its last known token samples the next. */
+static void after_step(fm_textgen *t, int n, fm_tg_req **batch, uint64_t *new_tokens) {
+    for (int i = 0; i < n; i++) {
+        fm_tg_req *r = batch[i];
+        r->fed++;
+        if (r->fed < r->n_toks) continue;
+        int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V, &r->p.sample, (uint64_t)r->n_gen);
+        if (tok < 0) { r->finish = "error"; r->done = true; continue; }
+        r->toks[r->n_toks++] = tok;
+        r->n_gen++;
+        (*new_tokens)++;
+        if (r->n_gen == 1) {
+            pthread_mutex_lock(&t->stats->mu);
+            fm_hist_add(&t->stats->ttft_hist, (double)(fm_now_ns() - r->t_arrival) / 1000.0);
+            pthread_mutex_unlock(&t->stats->mu);
+        }
+        update_text(t, r);
+        pthread_cond_broadcast(&r->cv);
+    }
+}
+
+static void run_step(fm_textgen *t) {
+    int n = t->n_active, seqs[MAX_SEQS];
+    int32_t toks[MAX_SEQS];
+    fm_tg_req *batch[MAX_SEQS];
+    for (int i = 0; i < n; i++) {
+        batch[i] = t->active[i];
+        seqs[i] = batch[i]->seq;
+        toks[i] = batch[i]->toks[batch[i]->fed];
+    }
+    pthread_mutex_unlock(&t->mu);
+    int64_t t0 = fm_now_ns();
+    fm_status st = fm_gpt_paged_step(t->m, t->p, n, seqs, toks, t->logits);
+    int64_t t1 = fm_now_ns();
+    pthread_mutex_lock(&t->mu);
+    uint64_t new_tokens = 0;
+    if (st == FM_OK) after_step(t, n, batch, &new_tokens);
+    else
+        for (int i = 0; i < n; i++) { batch[i]->finish = "error"; batch[i]->done = true; }
+    pthread_mutex_lock(&t->stats->mu);
+    t->stats->gen_steps++;
+    t->stats->gen_step_seqs += (uint64_t)n;
+    t->stats->generated_tokens += new_tokens;
+    t->stats->compute_infer_us += (uint64_t)(t1 - t0) / 1000;
+    pthread_mutex_unlock(&t->stats->mu);
+    for (int i = t->n_active - 1; i >= 0; i--)
+        if (t->active[i]->done || t->active[i]->cancelled) retire(t, i);
+    pthread_mutex_lock(&t->stats->mu);
+    t->stats->kv_blocks_used = fm_gpt_paged_total_blocks(t->p) - fm_gpt_paged_free_blocks(t->p);
+    pthread_mutex_unlock(&t->stats->mu);
+}
+
+static void *tg_main(void *arg) {
+    fm_textgen *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        for (int i = t->n_active - 1; i >= 0; i--)
+            if (t->active[i]->cancelled) retire(t, i);
+        admit(t);
+        if (t->n_active == 0) {
+            if (t->stop && !t->wait_head) break;
+            pthread_cond_wait(&t->cv, &t->mu);
+            continue;
+        }
+        make_room(t);
+        if (t->n_active) run_step(t);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_stats *stats) {
+    if (c->device.type != FM_DEV_CPU) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: text generation runs on the CPU only (paged KV cache)", dir);
+        return NULL;
+    }
+    fm_textgen *t = calloc(1, sizeof *t);
+    if (!t) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->stats = stats;
+    t->m = fm_gpt_load_dir(dir, &t->tok);
+    if (!t->m || !t->tok) { fm_textgen_stop(t); return NULL; }
+    fm_gpt_train_mode(t->m, false);
+    const fm_gpt_config *g = fm_gpt_get_config(t->m);
+    t->V = g->vocab_size;
+    t->block = g->block_size;
+    t->max_seqs = (int)(c->max_batch_size < MAX_SEQS ? c->max_batch_size : MAX_SEQS);
+    t->max_queue = c->max_queue_size;
+    int bt = c->kv_block_tokens > 0 ? c->kv_block_tokens : 16;
+    int per_seq = (t->block + bt - 1) / bt;
+    /* default: half of what every sequence at full length would take */
+    int nb = c->kv_cache_blocks > 0 ? c->kv_cache_blocks : (t->max_seqs * per_seq + 1) / 2;
+    t->p = fm_gpt_paged_new(t->m, nb, bt, t->max_seqs);
+    t->logits = malloc(sizeof(float) * (size_t)t->V * (size_t)t->max_seqs);
+    if (!t->p || !t->logits) { if (t->p) fm_set_error(FM_ERR_OOM, "serve: out of memory"); fm_textgen_stop(t); return NULL; }
+    pthread_mutex_lock(&stats->mu);
+    stats->kv_blocks_total = nb;
+    pthread_mutex_unlock(&stats->mu);
+    t->started = pthread_create(&t->th, NULL, tg_main, t) == 0;
+    if (!t->started) { fm_set_error(FM_ERR_INTERNAL, "serve: could not start the generation thread"); fm_textgen_stop(t); return NULL; }
+    return t;
+}
+
+void fm_textgen_stop(fm_textgen *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (t->started) pthread_join(t->th, NULL);
+    fm_gpt_paged_free(t->p);
+    fm_gpt_free(t->m);
+    fm_tokenizer_free(t->tok);
+    free(t->logits);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const fm_tg_params *p, int *status, char *err,
+                             size_t errn) {
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    *status = 400;
+    if (fm_tokenizer_encode(t->tok, prompt, n, &ids, &n_ids) != FM_OK) {
+        snprintf(err, errn, "could not tokenize the prompt: %s", fm_last_error());
+        return NULL;
+    }
+    if (n_ids < 1 || n_ids >= t->block) {
+        snprintf(err, errn, "the prompt is %lld tokens; this model takes 1 to %d (its context is %d)", (long long)n_ids,
+                 t->block - 1, t->block);
+        free(ids);
+        return NULL;
+    }
+    fm_tg_req *r = calloc(1, sizeof *r);
+    int32_t *toks = r ? malloc(sizeof(int32_t) * (size_t)t->block) : NULL;
+    if (!toks) { free(r); free(ids); *status = 500; snprintf(err, errn, "out of memory"); return NULL; }
+    memcpy(toks, ids, sizeof(int32_t) * (size_t)n_ids);
+    free(ids);
+    atomic_init(&r->refs, 2);
+    r->t = t;
+    r->toks = toks;
+    r->n_prompt = r->n_toks = (int)n_ids;
+    r->seq = -1;
+    r->p = *p;
+    r->t_arrival = fm_now_ns();
+    pthread_cond_init(&r->cv, NULL);
+    pthread_mutex_lock(&t->mu);
+    if (t->stop || (t->max_queue > 0 && t->n_waiting >= t->max_queue)) {
+        pthread_mutex_unlock(&t->mu);
+        *status = 503;
+        snprintf(err, errn, t->stop ? "the model is unloading" : "Exceeds maximum queue size (%lld)", (long long)t->max_queue);
+        req_release_locked_free(r);
+        return NULL;
+    }
+    if (t->wait_tail) t->wait_tail->next = r;
+    else t->wait_head = r;
+    t->wait_tail = r;
+    t->n_waiting++;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_lock(&t->stats->mu);
+    t->stats->prompt_tokens += (uint64_t)n_ids;
+    pthread_mutex_unlock(&t->stats->mu);
+    *status = 200;
+    return r;
+}
+
+/* Under mu: how much of the text may go out now (a possible stop string's start is held back). */
+static size_t available(const fm_tg_req *r) {
+    if (r->done) return r->text_len;
+    size_t hold = 0;
+    for (int i = 0; i < r->p.n_stop; i++)
+        if (strlen(r->p.stop[i]) > hold + 1) hold = strlen(r->p.stop[i]) - 1;
+    size_t a = r->text_len > hold ? r->text_len - hold : 0;
+    while (a > r->taken && a < r->text_len && ((unsigned char)r->text[a] & 0xC0) == 0x80) a--; /* a char boundary */
+    return a < r->taken ? r->taken : a;
+}
+
+size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms) {
+    fm_textgen *t = r->t;
+    pthread_mutex_lock(&t->mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    while (!r->done && available(r) <= r->taken) {
+        if (timeout_ms < 0) pthread_cond_wait(&r->cv, &t->mu);
+        else if (pthread_cond_timedwait(&r->cv, &t->mu, &ts)) break;
+    }
+    size_t a = available(r), n = a - r->taken;
+    *buf = malloc(n + 1);
+    if (*buf) {
+        if (n) memcpy(*buf, r->text + r->taken, n);
+        (*buf)[n] = 0;
+        r->taken = a;
+    } else {
+        n = 0;
+    }
+    *done = r->done && r->taken == r->text_len;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+const char *fm_tg_req_finish_reason(fm_tg_req *r) { return r->finish ? r->finish : "length"; }
+
+void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens) {
+    *prompt_tokens = r->n_prompt;
+    *completion_tokens = r->n_gen;
+}
+
+void fm_tg_req_cancel(fm_tg_req *r) {
+    pthread_mutex_lock(&r->t->mu);
+    r->cancelled = true;
+    pthread_cond_signal(&r->t->cv);
+    pthread_mutex_unlock(&r->t->mu);
+}

@@ -1,0 +1,48 @@
+/* Text generation for GPT/Llama models (a version folder written by
+ * `fathom train` for a GPT recipe: config.json, model.safetensors, tokenizer.txt)
+ * with continuous batching: one scheduler thread per loaded version runs decode
+ * steps over every active request (src/gpt/gpt_paged.c); a request joins at the
+ * next step once a sequence slot and a KV block are free, and leaves at the step
+ * that finishes it. Prompts are fed one token per step alongside the others'
+ * decoding. When a step needs more KV blocks than are free, the most recently
+ * admitted request is preempted: its blocks are freed and it is queued again at
+ * the front, to recompute its tokens when readmitted. */
+#ifndef FATHOM_SERVE_TEXTGEN_H
+#define FATHOM_SERVE_TEXTGEN_H
+#include "fathom/gpt.h"
+#include "serve/metrics.h"
+#include "serve/model_config.h"
+
+#define FM_TG_MAX_STOP 4
+
+typedef struct fm_textgen fm_textgen;
+
+typedef struct fm_tg_params {
+    int max_tokens;
+    fm_gpt_sample_params sample;
+    int n_stop;
+    char stop[FM_TG_MAX_STOP][64];
+} fm_tg_params;
+
+typedef struct fm_tg_req fm_tg_req;
+
+bool fm_textgen_dir_is_gpt(const char *dir);
+fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_stats *stats);
+void fm_textgen_stop(fm_textgen *t);
+int fm_textgen_block_size(const fm_textgen *t);
+
+/* Queues a completion of `prompt`; NULL with an HTTP status and message (400 for
+ * a prompt that does not fit, 503 for a full queue). The request is shared with
+ * the caller until fm_tg_req_release. */
+fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const fm_tg_params *p, int *status, char *err,
+                             size_t errn);
+/* Waits until new text is ready or the request finished (timeout_ms < 0: no limit).
+ * Copies the text not yet taken into *buf (malloc'd, valid UTF-8) and returns
+ * its length; *done is set once everything is out. */
+size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms);
+const char *fm_tg_req_finish_reason(fm_tg_req *r);
+void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens);
+/* The caller is gone (client disconnected): the engine drops the request. */
+void fm_tg_req_cancel(fm_tg_req *r);
+void fm_tg_req_release(fm_tg_req *r);
+#endif

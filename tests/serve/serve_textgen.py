@@ -1,0 +1,165 @@
+"""Text generation in `fathom serve` (tests/serve/serve_test.py): /v1/completions
+whole and streamed, sampling parameters and stop strings, errors, continuous
+batching (concurrent requests share decode steps, seen in /metrics, and get the
+text they get alone), preemption when the KV cache is short, client disconnects."""
+import http.client, json, os, shutil, socket, threading, time
+
+
+def run(Server, gpt_dir, kserve_model, tmp, check):
+    repo = os.path.join(tmp, "textrepo")
+    os.makedirs(repo, exist_ok=True)
+    shutil.copytree(gpt_dir, os.path.join(repo, "tiny-gpt", "1"))
+    shutil.copytree(gpt_dir, os.path.join(repo, "short-kv", "1"))
+    json.dump({"max_batch_size": 8}, open(os.path.join(repo, "tiny-gpt", "config.json"), "w"))
+    # 9 blocks of 4 tokens for 4 sequences that each reach 32 tokens (32 blocks): preemption is certain
+    json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4}},
+              open(os.path.join(repo, "short-kv", "config.json"), "w"))
+    os.makedirs(os.path.join(repo, "cls", "1"))
+    shutil.copy(os.path.join(kserve_model, "model.safetensors"), os.path.join(repo, "cls", "1"))
+    s = Server(repo)
+    try:
+        checks(s, check)
+    finally:
+        check(s.stop() == 0, "text server stops with 0")
+
+
+def complete(s, body):
+    return s.json("POST", "/v1/completions", body)
+
+
+def stream(s, body, read_chunks=None):
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)))
+    r = c.getresponse()
+    chunks, done = [], False
+    buf = b""
+    while True:
+        line = r.fp.readline()
+        if not line:
+            break
+        line = line.strip()
+        if line.startswith(b"data: "):
+            d = line[6:]
+            if d == b"[DONE]":
+                done = True
+                break
+            chunks.append(json.loads(d))
+            if read_chunks and len(chunks) >= read_chunks:
+                break
+    c.close()
+    return r.status, r.getheader("Content-Type"), chunks, done
+
+
+def checks(s, check):
+    st, j = s.json("GET", "/v2/models/tiny-gpt")
+    check(st == 200 and j["platform"] == "fathom_gpt", "text model metadata: platform fathom_gpt")
+    base = {"model": "tiny-gpt", "prompt": "in the", "max_tokens": 12, "seed": 5, "temperature": 0.9, "top_k": 20}
+    st, a = complete(s, base)
+    check(st == 200 and a["object"] == "text_completion" and a["usage"]["completion_tokens"] == 12 and
+          a["choices"][0]["finish_reason"] == "length", "completion: 12 tokens, finish_reason length: %s" % (a,))
+    text = a["choices"][0]["text"] if st == 200 else ""
+    st, b = complete(s, base)
+    check(st == 200 and b["choices"][0]["text"] == text, "same seed, same text")
+    st, ctype, chunks, done = stream(s, base)
+    joined = "".join(ch["choices"][0]["text"] for ch in chunks)
+    check(st == 200 and ctype == "text/event-stream" and done and joined == text and
+          chunks[-1]["choices"][0]["finish_reason"] == "length", "streamed (SSE, %d chunks, [DONE]) equals the whole text"
+          % len(chunks))
+    cut = [i for i, ch in enumerate(text) if i >= 1 and 32 < ord(ch) < 127]
+    if cut:
+        stop = text[cut[0]]
+        st, c = complete(s, dict(base, stop=[stop]))
+        got = c["choices"][0]["text"] if st == 200 else None
+        check(st == 200 and c["choices"][0]["finish_reason"] == "stop" and got == text[:text.index(stop)],
+              "stop string %r cuts the text (%r)" % (stop, got))
+    else:
+        check(False, "the test model's text has an ASCII character to stop at: %r" % text)
+    st, g = complete(s, dict(base, temperature=0))
+    st2, g2 = complete(s, dict(base, temperature=0, seed=99))
+    check(st == 200 and st2 == 200 and g["choices"][0]["text"] == g2["choices"][0]["text"], "temperature 0 is greedy (seed-independent)")
+    for name, body, status, needle in [
+        ("no model", {"prompt": "x"}, 400, '"model"'),
+        ("unknown model", {"model": "nope", "prompt": "x"}, 404, "unknown model"),
+        ("not a text model", {"model": "cls", "prompt": "x"}, 400, "not a text-generation model"),
+        ("prompt not a string", {"model": "tiny-gpt", "prompt": ["a", "b"]}, 400, '"prompt"'),
+        ("max_tokens 0", dict(base, max_tokens=0), 400, "max_tokens"),
+        ("top_p 0", dict(base, top_p=0), 400, "top_p"),
+        ("negative temperature", dict(base, temperature=-1), 400, "temperature"),
+        ("n = 2", dict(base, n=2), 400, '"n"'),
+        ("five stop strings", dict(base, stop=["a", "b", "c", "d", "e"]), 400, "stop"),
+        ("prompt over the context", dict(base, prompt="in the beginning " * 40), 400, "context"),
+        ("empty prompt", dict(base, prompt=""), 400, "prompt"),
+    ]:
+        st, j = complete(s, body)
+        check(st == status and needle in j.get("error", ""), "completions, %s -> %d: %s" % (name, st, j))
+    st, j = s.json("POST", "/v1/completions", b"{not json")
+    check(st == 400 and "JSON" in j["error"], "completions, malformed JSON -> 400")
+    st, j = s.json("POST", "/v1/chat/completions", {"model": "tiny-gpt", "messages": []})
+    check(st == 404 and "chat template" in j["error"], "chat completions without a template -> 404 saying so")
+    st, j = s.json("POST", "/v2/models/tiny-gpt/infer", {"inputs": []})
+    check(st == 400 and "/v1/completions" in j["error"], "KServe infer on a text model -> 400 pointing to /v1/completions")
+    continuous_batching(s, check)
+    preemption(s, check)
+    # a client that leaves mid-stream: the server stops its generation and keeps serving
+    st, _, chunks, done = stream(s, dict(base, max_tokens=30, prompt="in"), read_chunks=1)
+    st2, j = complete(s, base)
+    check(st == 200 and not done and st2 == 200 and j["choices"][0]["text"] == text, "a client leaving mid-stream does no harm")
+
+
+def metrics(s, model):
+    st, _, data = s.request("GET", "/metrics", port=s.mport)
+    lab = '{model="%s",version="1"}' % model
+    out = {}
+    for line in data.decode().splitlines():
+        if lab in line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k.replace(lab, "")] = float(v)
+    return out
+
+
+def continuous_batching(s, check):
+    bodies = [{"model": "tiny-gpt", "prompt": p, "max_tokens": 20, "seed": k, "temperature": 0.8}
+              for k, p in enumerate(["in the", "god", "the earth", "heaven", "in", "created", "the", "and the"])]
+    alone = [complete(s, b)[1]["choices"][0]["text"] for b in bodies]
+    m0 = metrics(s, "tiny-gpt")
+    res = [None] * len(bodies)
+
+    def go(i):
+        res[i] = complete(s, bodies[i])
+    th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    m1 = metrics(s, "tiny-gpt")
+    steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
+    seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
+    same = all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone))
+    check(same, "8 concurrent completions give the texts they give alone")
+    check(steps > 0 and seqs / steps > 1.5,
+          "concurrent requests share decode steps: %d steps, %.2f sequences per step (from /metrics)" % (steps, seqs / max(steps, 1)))
+    check(m1.get('fathom_time_to_first_token_us_count', 0) >= m0.get('fathom_time_to_first_token_us_count', 0) + 8,
+          "time to first token recorded per request")
+    check(m1["fathom_inference_generated_tokens"] - m0["fathom_inference_generated_tokens"] == 160,
+          "generated tokens counted (160)")
+
+
+def preemption(s, check):
+    bodies = [{"model": "short-kv", "prompt": "in the", "max_tokens": 40, "seed": k, "temperature": 0.8} for k in range(4)]
+    alone = [complete(s, b)[1] for b in bodies]
+    res = [None] * 4
+
+    def go(i):
+        res[i] = complete(s, bodies[i])
+    th = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    m = metrics(s, "short-kv")
+    check(m.get("fathom_generation_preemptions", 0) > 0 and all(r[0] == 200 for r in res),
+          "a short KV cache preempts (%d preemptions) and every request still completes" % m.get("fathom_generation_preemptions", 0))
+    check(all(r[1]["choices"][0]["text"] == a["choices"][0]["text"] for r, a in zip(res, alone)),
+          "preempted requests recompute to the same text")
+    check(m.get("fathom_kv_cache_blocks_total") == 9 and m.get("fathom_kv_cache_blocks_used", -1) == 0,
+          "KV blocks all returned after the requests (9 total, %s used)" % m.get("fathom_kv_cache_blocks_used"))
