@@ -127,6 +127,19 @@ static void rope_vec(const fm_gpt *m, float *x, int D, int64_t pos) {
     }
 }
 
+/* q . k in 8 partial sums, which the compiler turns into vector lanes (a single
+ * running sum is a dependency chain it may not reorder): the score loop is the
+ * step's per-sequence cost. */
+static float dot(const float *a, const float *b, int D) {
+    float acc[8] = {0};
+    int e = 0;
+    for (; e + 8 <= D; e += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[e + k] * b[e + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; e < D; e++) s += a[e] * b[e];
+    return s;
+}
+
 /* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: caches k/v at each sequence's position
  * and attends over its positions 0..pos. */
 static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, float *qkv, float *att, float *scores) {
@@ -149,10 +162,7 @@ static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *se
             const float *qh = q + h * D;
             float mx = -INFINITY, sum = 0;
             for (int64_t t = 0; t <= pos; t++) {
-                const float *kt = slot(p, p->k[l], s, t, g);
-                float d = 0;
-                for (int e = 0; e < D; e++) d += qh[e] * kt[e];
-                scores[t] = d * scale;
+                scores[t] = dot(qh, slot(p, p->k[l], s, t, g), D) * scale;
                 if (scores[t] > mx) mx = scores[t];
             }
             for (int64_t t = 0; t <= pos; t++) sum += scores[t] = expf(scores[t] - mx);
