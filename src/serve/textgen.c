@@ -39,6 +39,7 @@ struct fm_textgen {
     fm_gpt_paged *p;
     int max_seqs, V, block;
     int64_t max_queue, n_waiting;
+    int64_t delay_ns; /* dynamic_batching.max_queue_delay_microseconds: an idle engine waits this long for company */
     fm_serve_stats *stats;
     float *logits;
     pthread_mutex_t mu;
@@ -241,6 +242,18 @@ static void *tg_main(void *arg) {
     for (;;) {
         for (int i = t->n_active - 1; i >= 0; i--)
             if (t->active[i]->cancelled) retire(t, i);
+        if (t->n_active == 0 && t->wait_head && t->delay_ns > 0 && t->n_waiting < t->max_seqs && !t->stop) {
+            int64_t left = t->wait_head->t_arrival + t->delay_ns - fm_now_ns();
+            if (left > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                int64_t ns = ts.tv_nsec + left;
+                ts.tv_sec += ns / 1000000000LL;
+                ts.tv_nsec = ns % 1000000000LL;
+                pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+                continue;
+            }
+        }
         admit(t);
         if (t->n_active == 0) {
             if (t->stop && !t->wait_head) break;
@@ -272,6 +285,7 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     t->block = g->block_size;
     t->max_seqs = (int)(c->max_batch_size < MAX_SEQS ? c->max_batch_size : MAX_SEQS);
     t->max_queue = c->max_queue_size;
+    t->delay_ns = c->dynamic_batching ? c->max_queue_delay_us * 1000 : 0;
     int bt = c->kv_block_tokens > 0 ? c->kv_block_tokens : 16;
     int per_seq = (t->block + bt - 1) / bt;
     /* default: half of what every sequence at full length would take */

@@ -10,9 +10,13 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     os.makedirs(repo, exist_ok=True)
     shutil.copytree(gpt_dir, os.path.join(repo, "tiny-gpt", "1"))
     shutil.copytree(gpt_dir, os.path.join(repo, "short-kv", "1"))
-    json.dump({"max_batch_size": 8}, open(os.path.join(repo, "tiny-gpt", "config.json"), "w"))
+    # an idle engine waits up to 300 ms for company, so requests sent together share steps
+    # deterministically even though this tiny model finishes one in about a millisecond
+    json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
+              open(os.path.join(repo, "tiny-gpt", "config.json"), "w"))
     # 9 blocks of 4 tokens for 4 sequences that each reach 32 tokens (32 blocks): preemption is certain
-    json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4}},
+    json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4},
+               "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
               open(os.path.join(repo, "short-kv", "config.json"), "w"))
     os.makedirs(os.path.join(repo, "cls", "1"))
     shutil.copy(os.path.join(kserve_model, "model.safetensors"), os.path.join(repo, "cls", "1"))
@@ -136,7 +140,7 @@ def continuous_batching(s, check):
     seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
     same = all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone))
     check(same, "8 concurrent completions give the texts they give alone")
-    check(steps > 0 and seqs / steps > 1.5,
+    check(steps > 0 and seqs / steps > 4,
           "concurrent requests share decode steps: %d steps, %.2f sequences per step (from /metrics)" % (steps, seqs / max(steps, 1)))
     check(m1.get('fathom_time_to_first_token_us_count', 0) >= m0.get('fathom_time_to_first_token_us_count', 0) + 8,
           "time to first token recorded per request")
