@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `fathom run MODEL.onnx`: ONNX's conv_with_strides_padding case (Debian's
+# `fathom run MODEL.onnx` and `fathom import`: ONNX's conv_with_strides_padding case (Debian's
 # libonnx-testdata) gives the output documented by ONNX, printed, as JSON and as
 # a .npy written to --output; bad usage exits 2, a bad model or input exits 1 with
 # the file named, and no output file is left half-written.
@@ -36,4 +36,14 @@ check "unreadable input file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"none.
 head -c 100 "$case_dir/model.onnx" > "$d/cut.onnx"
 err=$("$bin" run "$d/cut.onnx" --input "$x" 2>&1); rc=$?
 check "truncated model: file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"cut.onnx"* ]]'
+# fathom import: the graph directory, and a refusal naming the node
+out=$("$bin" import "$case_dir/model.onnx" -o "$d/g"); rc=$?
+check "import exits 0 and writes the graph" '[ $rc = 0 ] && [ -s "$d/g/graph.json" ] && [ -s "$d/g/weights.safetensors" ]'
+check "import names the inputs" '[[ "$out" == *"inputs: x f32 [1, 1, 7, 5] W f32 [1, 1, 3, 3]"* ]]'
+err=$("$bin" import "$case_dir/model.onnx" 2>&1); rc=$?
+check "import without -o: exit 2" '[ $rc = 2 ]'
+gelu=/usr/share/libonnx-testdata/data/node/test_softsign
+err=$("$bin" import "$gelu/model.onnx" -o "$d/g2" 2>&1); rc=$?
+check "import of an op with no graph form: node named, exit 1, nothing written" \
+  '[ $rc = 1 ] && [[ "$err" == *"(Softsign): has no graph form"* ]] && [ ! -e "$d/g2" ]'
 exit $fail

@@ -23,6 +23,10 @@ static const char *const kind_names[C_KINDS] = {"pass", "FAIL", "skip: op not su
 typedef struct {
     int count[C_KINDS];
     FILE *list; /* each non-passing case, one line */
+    /* graph mode: every case that passes is also converted with fm_onnx_to_graph and
+     * run with fm_graph_run on the same data */
+    bool graph;
+    int graph_pass, graph_fail, graph_refused;
 } suite_result;
 
 static bool type_is_tensor(const Onnx__ValueInfoProto *vi, int32_t *elem) {
@@ -122,8 +126,41 @@ static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
     return t;
 }
 
+/* The graph form of a passing case on the same inputs (model order): 1 pass,
+ * 0 fail, -1 refused by the converter; why says what happened. */
+static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, const char *const *names, int nin,
+                      char *why, size_t wn) {
+    fm_graph *g = fm_onnx_to_graph(m);
+    if (!g) { snprintf(why, wn, "%s", fm_last_error()); return -1; }
+    int nout = fm_graph_num_outputs(g), ok = 1;
+    fm_tensor *out[64] = {0};
+    if (nout > 64 || nout != fm_onnx_output_count(m)) {
+        snprintf(why, wn, "graph has %d outputs; the model %d", nout, fm_onnx_output_count(m));
+        ok = 0;
+    }
+    const char *onames[64];
+    for (int i = 0; i < nout && i < 64; i++) onames[i] = fm_onnx_output_name(m, i);
+    if (ok && fm_graph_run_named(g, nin, names, in, nout, onames, out) != FM_OK) {
+        snprintf(why, wn, "%s", fm_last_error());
+        ok = 0;
+    }
+    char path[4200], nm[128], w[256];
+    for (int i = 0; ok && i < nout; i++) {
+        snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i);
+        fm_tensor *want = read_pb(path, nm, sizeof nm);
+        if (!want || !outputs_match(out[i], want, w, sizeof w)) {
+            snprintf(why, wn, "graph output %d: %s", i, want ? w : fm_last_error());
+            ok = 0;
+        }
+        fm_tensor_release(want);
+    }
+    for (int i = 0; i < 64; i++) fm_tensor_release(out[i]);
+    fm_graph_free(g);
+    return ok;
+}
+
 /* Runs one case: C_PASS or C_FAIL (why says what failed). */
-static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t wn) {
+static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t wn, suite_result *r) {
     fm_tensor *in[64] = {0}, *out[64] = {0};
     char names_buf[64][128], path[4200];
     const char *names[64];
@@ -153,6 +190,16 @@ static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t w
         fm_tensor_release(want);
         if (!ok) goto fail;
     }
+    if (r->graph) {
+        const char *model_names[64];
+        for (int i = 0; i < nin; i++) model_names[i] = by_name ? names[i] : fm_onnx_input_name(m, i);
+        char gw[1024];
+        int g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw);
+        if (g > 0) r->graph_pass++;
+        else if (g == 0) r->graph_fail++;
+        else r->graph_refused++;
+        if (g <= 0 && r->list) fprintf(r->list, "%s\tgraph %s\t%s\n", dir, g ? "refused" : "FAIL", gw);
+    }
     for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
     return C_PASS;
 fail:
@@ -162,7 +209,7 @@ fail:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static case_kind one_case(const char *dir, char *why, size_t wn) {
+static case_kind one_case(const char *dir, char *why, size_t wn, suite_result *r) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     unsigned char *buf;
@@ -180,7 +227,7 @@ static case_kind one_case(const char *dir, char *why, size_t wn) {
     if (k != C_PASS) return k;
     fm_onnx_model *m = fm_onnx_load(path);
     if (!m) { snprintf(why, wn, "%s", fm_last_error()); return C_FAIL; }
-    k = run_case(dir, m, why, wn);
+    k = run_case(dir, m, why, wn, r);
     fm_onnx_free(m);
     return k;
 }
@@ -201,7 +248,7 @@ static bool run_suite(const char *root, suite_result *r) {
     for (size_t i = 0; i < n; i++) {
         char dir[4096], why[1024] = "";
         snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
-        case_kind k = one_case(dir, why, sizeof why);
+        case_kind k = one_case(dir, why, sizeof why, r);
         r->count[k]++;
         if (k != C_PASS && r->list) fprintf(r->list, "%s\t%s\t%s\n", names[i], kind_names[k], why);
         free(names[i]);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fathom/graph.h"
 #include "onnx/onnx_internal.h"
 #include "test_util.h"
 
@@ -246,11 +247,44 @@ static void check_refusals(void) {
     CHECK_ERR_CONTAINS("no_such.onnx: cannot open");
 }
 
+/* The graph form: dynamic N stays dynamic through save and load; the graph gives
+ * the eager run's values at two batch sizes. */
+static void check_graph(const char *path) {
+    fm_onnx_model *m = fm_onnx_load(path);
+    fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
+    CHECK_MSG(g != NULL, "%s", fm_last_error());
+    if (!g) { fm_onnx_free(m); return; }
+    CHECK(fm_graph_save(g, tmp("graph")) == FM_OK);
+    fm_graph_free(g);
+    g = fm_graph_load(tmp("graph"));
+    CHECK_MSG(g != NULL, "%s", fm_last_error());
+    fm_graph_io io;
+    CHECK(g && fm_graph_input_info(g, 0, &io) == FM_OK && io.shape[0] == FM_DIM_DYNAMIC && io.shape[1] == 2 &&
+          io.dim_names[0] && !strcmp(io.dim_names[0], "N"));
+    for (int64_t n = 2; g && n <= 5; n += 3) {
+        int64_t sh[2] = {n, 2};
+        fm_tensor *x = fm_tensor_randn(2, sh, FM_F32, NULL), *ye = NULL, *yg = NULL;
+        CHECK(fm_onnx_run(m, 1, NULL, &x, &ye) == FM_OK);
+        CHECK_MSG(fm_graph_run(g, &x, &yg) == FM_OK, "%s", fm_last_error());
+        for (int64_t i = 0; ye && yg && i < n * 3; i++) CHECK_NEAR(fm_tensor_get(yg, i), fm_tensor_get(ye, i), 1e-6);
+        fm_tensor_release_n(3, x, ye, yg);
+    }
+    fm_graph_free(g);
+    /* a model with an op that has no graph form is refused with the node named */
+    fm_onnx_free(m);
+    save_model(tmp("softsign.onnx"), &(model_opts){.op = "Softsign"});
+    m = fm_onnx_load(tmp("softsign.onnx"));
+    CHECK(m && fm_onnx_to_graph(m) == NULL);
+    CHECK_ERR_CONTAINS("node 2 'act' (Softsign): has no graph form");
+    fm_onnx_free(m);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/fathom_onnx_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 2; }
     save_model(tmp("inline.onnx"), &(model_opts){0});
     check_runs(tmp("inline.onnx"));
+    check_graph(tmp("inline.onnx"));
     check_truncated();
     check_external();
     check_refusals();

@@ -3,7 +3,9 @@
  * 90% of the cases it claims (tests/onnx_conformance.h says what "claims" means);
  * every other case is listed with its reason.
  *
- *   test_onnx_conformance [SUITE_DIR ...] [--list FILE] [--min PERCENT]
+ *   test_onnx_conformance [SUITE_DIR ...] [--list FILE] [--min PERCENT] [--no-graph]
+ * Every passing case is also converted to the inference graph (fm_onnx_to_graph)
+ * and run there (unless --no-graph); a conversion that runs but differs fails.
  * Without directories: the three suites under /usr/share/libonnx-testdata/data
  * (skipped, exit 77, when the package is not installed). */
 #include "onnx_conformance.h"
@@ -16,6 +18,10 @@ static void report(const char *root, const suite_result *r, double min_pct) {
     printf("%s: %d cases: %d claimed, %d passed (%.1f%%), %d failed; skipped: %d op not supported, %d training, "
            "%d sequence/map/optional, %d dtype\n", root, total, claimed, r->count[C_PASS], pct, r->count[C_FAIL],
            r->count[C_SKIP_OP], r->count[C_SKIP_TRAINING], r->count[C_SKIP_TYPE], r->count[C_SKIP_DTYPE]);
+    if (r->graph)
+        printf("%s: graph form of the %d passing cases: %d converted and match, %d converted and differ, %d refused\n", root,
+               r->count[C_PASS], r->graph_pass, r->graph_fail, r->graph_refused);
+    CHECK_MSG(r->graph_fail == 0, "%s: %d graph conversions give different outputs", root, r->graph_fail);
     CHECK_MSG(claimed > 0 && pct >= min_pct, "%s: %.1f%% of %d claimed cases pass; at least %.0f%% required", root, pct,
               claimed, min_pct);
 }
@@ -24,11 +30,13 @@ int main(int argc, char **argv) {
     const char *dirs[16];
     int nd = 0;
     double min_pct = 90;
+    bool graph = true;
     FILE *list = stdout;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list") && i + 1 < argc) {
             if (!(list = fopen(argv[++i], "w"))) { fprintf(stderr, "cannot write %s\n", argv[i]); return 2; }
         } else if (!strcmp(argv[i], "--min") && i + 1 < argc) min_pct = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--no-graph")) graph = false;
         else if (nd < 16) dirs[nd++] = argv[i];
     }
     const char *base = "/usr/share/libonnx-testdata/data";
@@ -38,7 +46,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) snprintf(def[i], sizeof def[i], "%s/%s", base, suites[i]), dirs[nd++] = def[i];
     }
     for (int i = 0; i < nd; i++) {
-        suite_result r = {.list = list};
+        suite_result r = {.list = list, .graph = graph};
         if (!run_suite(dirs[i], &r)) {
             TEST_SKIP("%s not found (apt-get install libonnx-testdata)", dirs[i]);
             continue;

@@ -9,6 +9,7 @@
 #ifndef FATHOM_ONNX_H
 #define FATHOM_ONNX_H
 #include "fathom/export.h"
+#include "fathom/graph.h"
 #include "fathom/tensor.h"
 
 #ifdef __cplusplus
@@ -38,6 +39,12 @@ FM_API int fm_onnx_opset(const fm_onnx_model *m);
  * fm_onnx_output_count new references (all NULL on error). */
 FM_API fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
                              fm_tensor **outputs);
+
+/* The model as an inference graph (fathom/graph.h; save it with fm_graph_save).
+ * Values computed from constants and shapes are folded into constants; dynamic
+ * dims stay dynamic. A node with no graph form is refused with its name and op
+ * (fm_onnx_run still runs such a model). docs/ONNX.md lists what converts. */
+FM_API fm_graph *fm_onnx_to_graph(fm_onnx_model *m);
 
 /* Reads one serialized TensorProto (the .pb files of ONNX's test data). */
 FM_API fm_tensor *fm_onnx_read_tensor(const char *path);

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fathom/graph.h"
 #include "fathom/onnx.h"
 #include "fathom/ops.h"
 
@@ -71,6 +72,28 @@ struct fm_onnx_model {
     int *outputs;
     int n_outputs;
 };
+
+/* ---- running (onnx_run.c) ---- */
+/* fm_onnx_run; with keep non-NULL, keep[slot] also receives a reference to every
+ * value computed (constants and inputs included), for the graph import. */
+fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                       fm_tensor **outputs, fm_tensor **keep);
+
+/* ---- the graph form (onnx_graph.c, onnx_graph_ops.c) ---- */
+#define ONNX_GRAPH_MAX_SYMS 16
+typedef struct onnx_graph_ctx {
+    fm_onnx_model *m;
+    fm_graph *g;
+    fm_tensor **va, **vb;     /* every value, with the dynamic dims at probe a and b */
+    bool *folded;             /* computed from constants: a graph constant */
+    bool *shape_like;         /* computed from shapes only, but follows a dynamic dim */
+    bool *emitted;            /* already a graph input or constant */
+    char syms[ONNX_GRAPH_MAX_SYMS][64];
+    int n_syms, tmp;
+} onnx_graph_ctx;
+fm_status onnx_graph_translate(onnx_graph_ctx *x, int node);
+bool onnx_graph_shape_input_ok(const char *op, int input);
+fm_status onnx_graph_const(onnx_graph_ctx *x, int slot);
 
 /* ---- ops (onnx_ops*.c) ---- */
 typedef struct onnx_op_ctx {

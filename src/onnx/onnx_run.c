@@ -84,6 +84,11 @@ static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals) {
 
 fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
                       fm_tensor **outputs) {
+    return onnx_execute(m, n_inputs, names, inputs, outputs, NULL);
+}
+
+fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                       fm_tensor **outputs, fm_tensor **keep) {
     if (!m || !outputs || (n_inputs && !inputs) || n_inputs < 0)
         return fm_set_error(FM_ERR_INVALID, "fm_onnx_run: NULL model, inputs or outputs");
     for (int i = 0; i < m->n_outputs; i++) outputs[i] = NULL;
@@ -93,8 +98,12 @@ fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, 
         if (m->constants[s]) vals[s] = fm_tensor_retain(m->constants[s]);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = bind_inputs(m, n_inputs, names, inputs, vals);
+    if (keep && !st)
+        for (int s = 0; s < m->n_values; s++) keep[s] = vals[s] ? fm_tensor_retain(vals[s]) : NULL;
     for (int i = 0; !st && i < m->n_nodes; i++) {
         st = run_node(m, i, vals);
+        for (int k = 0; keep && !st && k < m->nodes[i].n_out; k++)
+            if (m->nodes[i].out[k] >= 0) keep[m->nodes[i].out[k]] = fm_tensor_retain(vals[m->nodes[i].out[k]]);
         for (int k = 0; !st && k < m->nodes[i].n_in; k++) {
             int s = m->nodes[i].in[k];
             if (s >= 0 && m->last_use[s] == i) {

@@ -1,0 +1,171 @@
+/* ONNX model -> fm_graph (fathom/graph.h), the one inference graph.
+ *
+ * The model is run twice by the eager interpreter (onnx_run.c) on zero inputs,
+ * with its dynamic dims at two different probe sizes, keeping every value. A
+ * value computed from no graph input (initializers, Constant, and Shape/Size of
+ * shapes that do not change between the probes) is folded into a graph
+ * constant; the shape arithmetic of exported models (Shape -> Gather -> Concat ->
+ * Reshape) disappears that way. A shape that does follow a dynamic dim is
+ * written with the graph's "0" (the input's size there) and "-1" (inferred)
+ * where that is exact. Every other node becomes graph ops (onnx_graph_ops.c);
+ * a node with no graph form is refused with its name and op, and `fathom run`
+ * still runs such a model directly. */
+#include "onnx/onnx_internal.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An ONNX dim name as a graph identifier. */
+static void sym_name(const char *param, const char *input, int d, char *out, size_t n) {
+    if (param && *param) snprintf(out, n, "%s", param);
+    else snprintf(out, n, "%s_d%d", input, d);
+    for (char *p = out; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
+    if (isdigit((unsigned char)out[0])) out[0] = '_';
+}
+
+/* Declares the graph inputs; fills the probe inputs (zeros, dynamic dims at
+ * probe a or b) for the two runs. */
+static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **pb) {
+    const fm_onnx_model *m = x->m;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const onnx_input *in = &m->inputs[i];
+        const char *name = m->value_names[in->slot];
+        fm_dtype dt;
+        if (in->ndim < 0 || !in->elem_type || !onnx_dtype_to_fm(in->elem_type, &dt))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: input '%s' has no declared type and shape; the graph needs both", m->path, name);
+        char names[FM_MAX_DIMS][64];
+        const char *dn[FM_MAX_DIMS];
+        int64_t sa[FM_MAX_DIMS], sb[FM_MAX_DIMS];
+        const Onnx__ValueInfoProto *vi = NULL;
+        for (size_t k = 0; k < m->proto->graph->n_input; k++)
+            if (!strcmp(m->proto->graph->input[k]->name, name)) vi = m->proto->graph->input[k];
+        for (int d = 0; d < in->ndim; d++) {
+            dn[d] = NULL;
+            sa[d] = sb[d] = in->dims[d];
+            if (in->dims[d] >= 0) continue;
+            const Onnx__TensorShapeProto__Dimension *dim = vi->type->tensor_type->shape->dim[d];
+            sym_name(dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dim->dim_param : NULL, name, d,
+                     names[d], sizeof names[d]);
+            dn[d] = names[d];
+            int s = x->n_syms;
+            for (int k = 0; k < x->n_syms; k++)
+                if (!strcmp(x->syms[k], names[d])) s = k;
+            if (s == x->n_syms) {
+                if (x->n_syms == ONNX_GRAPH_MAX_SYMS) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many dynamic dims", m->path);
+                snprintf(x->syms[x->n_syms++], sizeof x->syms[0], "%.63s", names[d]);
+            }
+            sa[d] = 3 + 2 * s; /* two probes that no fixed size is likely to equal */
+            sb[d] = 4 + 3 * s;
+        }
+        if (fm_graph_add_input(x->g, name, dt, in->ndim, in->dims, dn)) return fm_last_status();
+        pa[i] = fm_tensor_zeros(in->ndim, sa, dt, FM_CPU);
+        pb[i] = fm_tensor_zeros(in->ndim, sb, dt, FM_CPU);
+        if (!pa[i] || !pb[i]) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+static bool same_values(const fm_tensor *a, const fm_tensor *b) {
+    if (!a || !b || a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)))
+        return false;
+    int64_t n = fm_tensor_numel(a);
+    for (int64_t i = 0; i < n; i++)
+        if (fm_tensor_get(a, i) != fm_tensor_get(b, i)) return false;
+    return true;
+}
+
+/* Which values are folded: computed from constants only (Shape and Size read
+ * only their input's shape), with the same result under both probes. */
+static void mark_folded(onnx_graph_ctx *x) {
+    const fm_onnx_model *m = x->m;
+    for (int s = 0; s < m->n_values; s++) x->folded[s] = m->constants[s] != NULL;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const onnx_node *n = &m->nodes[i];
+        bool shape_only = !strcmp(n->op->name, "Shape") || !strcmp(n->op->name, "Size");
+        bool all = true;
+        for (int k = 0; k < n->n_in && !shape_only; k++) all &= n->in[k] < 0 || x->folded[n->in[k]];
+        for (int k = 0; k < n->n_out; k++) {
+            int s = n->out[k];
+            if (s < 0) continue;
+            x->folded[s] = all && same_values(x->va[s], x->vb[s]);
+            x->shape_like[s] = all && !x->folded[s]; /* follows a dynamic dim through shapes only */
+        }
+    }
+}
+
+/* Adds folded value s as a graph constant once. */
+fm_status onnx_graph_const(onnx_graph_ctx *x, int s) {
+    if (x->emitted[s]) return FM_OK;
+    x->emitted[s] = true;
+    return fm_graph_add_const(x->g, x->m->value_names[s], x->va[s]);
+}
+
+static fm_status emit_node(onnx_graph_ctx *x, int i) {
+    const onnx_node *n = &x->m->nodes[i];
+    for (int k = 0; k < n->n_in; k++) {
+        int s = n->in[k];
+        if (s >= 0 && x->shape_like[s] && !onnx_graph_shape_input_ok(n->op->name, k))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): input '%s' is a shape computed from a dynamic dim, "
+                                "which the graph cannot hold here; `fathom run` runs this model directly",
+                                x->m->path, i, n->proto->name ? n->proto->name : "", n->op->name, x->m->value_names[s]);
+    }
+    fm_status st = onnx_graph_translate(x, i);
+    if (st && !strstr(fm_last_error(), x->m->path))
+        fm_error_prefix("%s: node %d '%s' (%s)", x->m->path, i, n->proto->name ? n->proto->name : "", n->op->name);
+    return st;
+}
+
+static fm_status build_graph(onnx_graph_ctx *x) {
+    const fm_onnx_model *m = x->m;
+    fm_tensor *pa[64] = {0}, *pb[64] = {0}, *oa[256] = {0}, *ob[256] = {0};
+    fm_status st = m->n_inputs > 64 || m->n_outputs > 256
+                       ? fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many inputs or outputs", m->path)
+                       : declare_inputs(x, pa, pb);
+    if (!st) st = onnx_execute((fm_onnx_model *)m, m->n_inputs, NULL, pa, oa, x->va);
+    if (!st) st = onnx_execute((fm_onnx_model *)m, m->n_inputs, NULL, pb, ob, x->vb);
+    if (st) fm_error_prefix("%s: probing the shapes (zero inputs, dynamic dims at two sizes)", m->path);
+    for (int i = 0; i < 64; i++) fm_tensor_release_n(2, pa[i], pb[i]);
+    for (int i = 0; i < 256; i++) fm_tensor_release_n(2, oa[i], ob[i]);
+    if (st) return st;
+    mark_folded(x);
+    for (int i = 0; i < m->n_inputs; i++) x->emitted[m->inputs[i].slot] = true;
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        bool all_folded = true;
+        for (int k = 0; k < m->nodes[i].n_out; k++) all_folded &= m->nodes[i].out[k] < 0 || x->folded[m->nodes[i].out[k]];
+        if (!all_folded) st = emit_node(x, i);
+    }
+    for (int i = 0; i < m->n_outputs && !st; i++) {
+        int s = m->outputs[i];
+        if (x->shape_like[s])
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "%s: output '%s' is a shape of a dynamic dim; the graph cannot hold it", m->path,
+                              m->value_names[s]);
+        else if (!(st = x->folded[s] ? onnx_graph_const(x, s) : FM_OK))
+            st = fm_graph_add_output(x->g, m->value_names[s]);
+    }
+    for (int k = 0; k < x->n_syms && !st; k++) st = fm_graph_set_dim_hint(x->g, x->syms[k], 3 + 2 * k);
+    if (!st) st = fm_graph_set_meta(x->g, "source", "onnx");
+    if (!st) st = fm_graph_validate(x->g);
+    return st;
+}
+
+fm_graph *fm_onnx_to_graph(fm_onnx_model *m) {
+    if (!m) { fm_set_error(FM_ERR_INVALID, "fm_onnx_to_graph: model is NULL"); return NULL; }
+    onnx_graph_ctx x = {.m = m, .g = fm_graph_new()};
+    size_t n = (size_t)m->n_values + 1;
+    x.va = calloc(n, sizeof *x.va), x.vb = calloc(n, sizeof *x.vb);
+    x.folded = calloc(n, 1), x.shape_like = calloc(n, 1), x.emitted = calloc(n, 1);
+    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted
+                       ? fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path)
+                       : build_graph(&x);
+    for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(2, x.va[s], x.vb[s]);
+    free(x.va), free(x.vb), free(x.folded), free(x.shape_like), free(x.emitted);
+    if (st) {
+        fm_graph_free(x.g);
+        return NULL;
+    }
+    return x.g;
+}

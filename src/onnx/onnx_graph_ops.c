@@ -1,0 +1,425 @@
+/* ONNX nodes as graph ops (docs/GRAPH.md lists the graph's ops): one function per
+ * ONNX op family, reading the node's attributes and, for shape and index inputs,
+ * the folded values (onnx_graph.c). Shapes that follow a dynamic dim are written
+ * with the graph's 0 (the input's size there) or -1 (inferred / kept). */
+#include "onnx/onnx_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    onnx_graph_ctx *x;
+    const onnx_node *n;
+    onnx_op_ctx c; /* attribute access; in[] are the probe-a values */
+    fm_tensor *in[64];
+} tctx;
+
+static const char *vname(const tctx *t, int s) { return t->x->m->value_names[s]; }
+
+/* The name of input k (a folded one becomes a graph constant first); "" if absent. */
+static const char *in_name(tctx *t, int k) {
+    int s = k < t->n->n_in ? t->n->in[k] : -1;
+    if (s < 0) return "";
+    if (t->x->folded[s] && onnx_graph_const(t->x, s)) return NULL;
+    return vname(t, s);
+}
+
+static const char *out_name(const tctx *t, int k) { return t->n->out[k] >= 0 ? vname(t, t->n->out[k]) : ""; }
+
+/* A fresh intermediate value name. */
+static const char *tmp_name(tctx *t, char *buf, size_t n) {
+    snprintf(buf, n, "%s/onnx_%d", out_name(t, 0), t->x->tmp++);
+    return buf;
+}
+
+static fm_status node(tctx *t, const char *op, int n_in, const char *const *ins, const char *out, int na, const fm_graph_attr *a) {
+    for (int i = 0; i < n_in; i++)
+        if (!ins[i]) return fm_last_status();
+    return fm_graph_add_node(t->x->g, op, NULL, n_in, ins, 1, &out, na, a);
+}
+
+static fm_status need_folded(tctx *t, int k, const char *what) {
+    int s = k < t->n->n_in ? t->n->in[k] : -1;
+    if (s >= 0 && !t->x->folded[s])
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s (input %d) must be a constant for the graph form", what, k);
+    return FM_OK;
+}
+
+static fm_status only_first_output(tctx *t) {
+    for (int k = 1; k < t->n->n_out; k++)
+        if (t->n->out[k] >= 0 && t->x->m->last_use[t->n->out[k]] >= 0)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "output %d has no graph form (only the first output is)", k);
+    return FM_OK;
+}
+
+static const struct { const char *onnx, *graph; } k_simple[] = {
+    {"Abs", "abs"}, {"Neg", "neg"}, {"Exp", "exp"}, {"Log", "log"}, {"Sqrt", "sqrt"}, {"Sin", "sin"}, {"Cos", "cos"},
+    {"Tanh", "tanh"}, {"Sigmoid", "sigmoid"}, {"Relu", "relu"}, {"Softplus", "softplus"}, {"Identity", "identity"},
+    {"Dropout", "identity"}, {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"},
+    {"Equal", "eq"}, {"Less", "lt"}, {"LessOrEqual", "le"}, {"Greater", "gt"}, {"GreaterOrEqual", "ge"},
+    {"Where", "where"}, {"Max", "maximum"}, {"Min", "minimum"}, {"MatMul", "matmul"},
+};
+
+static fm_status t_simple(tctx *t, const char *op) {
+    if (only_first_output(t)) return fm_last_status();
+    if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
+    int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
+    if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Max/Min of %d inputs has no graph form (2 only)", n_in);
+    if (!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "integer Div has no graph form");
+    if (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype)))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Pow of integers or with an exponent of another dtype has no graph form");
+    const char *ins[3] = {in_name(t, 0), n_in > 1 ? in_name(t, 1) : "", n_in > 2 ? in_name(t, 2) : ""};
+    return node(t, op, n_in, ins, out_name(t, 0), 0, NULL);
+}
+
+static fm_status t_activation(tctx *t) {
+    const char *op = t->n->op->name, *x[1] = {in_name(t, 0)};
+    fm_graph_attr a[2];
+    if (!strcmp(op, "LeakyRelu")) {
+        a[0] = fm_graph_attr_float("negative_slope", onnx_attr_float(&t->c, "alpha", 0.01f));
+        return node(t, "leaky_relu", 1, x, out_name(t, 0), 1, a);
+    }
+    if (!strcmp(op, "Gelu")) {
+        char buf[16];
+        const char *ap = onnx_attr_string(&t->c, "approximate", "none", buf, sizeof buf);
+        return node(t, strcmp(ap, "tanh") ? "gelu" : "gelu_tanh", 1, x, out_name(t, 0), 0, NULL);
+    }
+    /* Clip */
+    double lo = -INFINITY, hi = INFINITY;
+    if (t->c.opset < 11) lo = onnx_attr_float(&t->c, "min", -INFINITY), hi = onnx_attr_float(&t->c, "max", INFINITY);
+    else {
+        if (need_folded(t, 1, "min") || need_folded(t, 2, "max")) return fm_last_status();
+        if (t->n->n_in > 1 && t->in[1]) lo = fm_tensor_item(t->in[1]);
+        if (t->n->n_in > 2 && t->in[2]) hi = fm_tensor_item(t->in[2]);
+    }
+    a[0] = fm_graph_attr_float("min", lo), a[1] = fm_graph_attr_float("max", hi);
+    return node(t, "clamp", 1, x, out_name(t, 0), 2, a);
+}
+
+static fm_status t_gemm(tctx *t) {
+    double alpha = onnx_attr_float(&t->c, "alpha", 1.0f), beta = onnx_attr_float(&t->c, "beta", 1.0f);
+    bool ta = onnx_attr_int(&t->c, "transA", 0), tb = onnx_attr_int(&t->c, "transB", 0);
+    bool bias = t->n->n_in > 2 && t->n->in[2] >= 0 && beta != 0;
+    if (ta || alpha != 1.0 || (bias && beta != 1.0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Gemm with transA, alpha != 1 or beta != 1 has no graph form");
+    char t1[256];
+    const char *out = out_name(t, 0);
+    if (tb) { /* B [N, K]: the linear layer's layout */
+        const char *ins[3] = {in_name(t, 0), in_name(t, 1), bias ? in_name(t, 2) : ""};
+        if (bias && t->in[2]->ndim != 1) return fm_set_error(FM_ERR_UNSUPPORTED, "Gemm bias must be 1-D for the graph form");
+        return node(t, "linear", bias ? 3 : 2, ins, out, 0, NULL);
+    }
+    const char *mm_out = bias ? tmp_name(t, t1, sizeof t1) : out, *ins[2] = {in_name(t, 0), in_name(t, 1)};
+    if (node(t, "matmul", 2, ins, mm_out, 0, NULL)) return fm_last_status();
+    if (!bias) return FM_OK;
+    const char *ins2[2] = {mm_out, in_name(t, 2)};
+    return node(t, "add", 2, ins2, out, 0, NULL);
+}
+
+static fm_status t_softmax(tctx *t) {
+    int64_t axis = onnx_attr_int(&t->c, "axis", t->c.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += t->in[0]->ndim;
+    if (t->c.opset < 13 && axis != t->in[0]->ndim - 1)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Softmax before opset 13 over more than the last axis has no graph form");
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, strcmp(t->n->op->name, "Softmax") ? "log_softmax" : "softmax", 1, x, out_name(t, 0), 1, &a);
+}
+
+static fm_status t_norm(tctx *t) {
+    if (only_first_output(t)) return fm_last_status();
+    double eps = onnx_attr_float(&t->c, "epsilon", 1e-5f);
+    fm_graph_attr a[2] = {fm_graph_attr_float("eps", eps)};
+    if (!strcmp(t->n->op->name, "BatchNormalization")) {
+        if (onnx_attr_int(&t->c, "training_mode", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "training mode has no graph form");
+        const char *ins[5] = {in_name(t, 0), in_name(t, 1), in_name(t, 2), in_name(t, 3), in_name(t, 4)};
+        return node(t, "batch_norm", 5, ins, out_name(t, 0), 1, a);
+    }
+    int64_t axis = onnx_attr_int(&t->c, "axis", -1);
+    if (axis < 0) axis += t->in[0]->ndim;
+    int nn = t->in[0]->ndim - (int)axis;
+    for (int k = 1; k < 3 && k < t->n->n_in; k++)
+        if (t->in[k] && t->in[k]->ndim != nn)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "LayerNormalization scale/bias must have the normalized shape for the graph form");
+    a[1] = fm_graph_attr_int("n_norm_dims", nn);
+    const char *ins[3] = {in_name(t, 0), in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
+    return node(t, "layer_norm", 3, ins, out_name(t, 0), 2, a);
+}
+
+/* Conv and pools over 2 spatial dims with symmetric pads; auto_pad from the
+ * probe shapes. */
+static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t s[2], int64_t d[2], int64_t p[2]) {
+    if (t->in[0]->ndim != 4) return fm_set_error(FM_ERR_UNSUPPORTED, "only 2 spatial dims have a graph form");
+    int n;
+    const int64_t *v = onnx_attr_ints(&t->c, "kernel_shape", &n);
+    for (int i = 0; i < 2; i++) k[i] = v && n == 2 ? v[i] : kshape ? kshape[i] : 0;
+    v = onnx_attr_ints(&t->c, "strides", &n);
+    for (int i = 0; i < 2; i++) s[i] = v && n == 2 ? v[i] : 1;
+    v = onnx_attr_ints(&t->c, "dilations", &n);
+    for (int i = 0; i < 2; i++) d[i] = v && n == 2 ? v[i] : 1;
+    v = onnx_attr_ints(&t->c, "pads", &n);
+    char buf[32];
+    const char *ap = onnx_attr_string(&t->c, "auto_pad", "NOTSET", buf, sizeof buf);
+    for (int i = 0; i < 2; i++) {
+        int64_t pb = v && n == 4 ? v[i] : 0, pe = v && n == 4 ? v[i + 2] : 0;
+        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+            int64_t in = t->in[0]->shape[2 + i], out = (in + s[i] - 1) / s[i];
+            int64_t total = (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in;
+            pb = pe = (total > 0 ? total : 0) / 2;
+            if (total > 0 && total % 2) return fm_set_error(FM_ERR_UNSUPPORTED, "uneven SAME padding has no graph form");
+        } else if (!strcmp(ap, "VALID")) pb = pe = 0;
+        if (pb != pe) return fm_set_error(FM_ERR_UNSUPPORTED, "uneven pads have no graph form");
+        p[i] = pb;
+    }
+    return FM_OK;
+}
+
+static fm_status t_conv_pool(tctx *t) {
+    const char *op = t->n->op->name;
+    bool conv = !strcmp(op, "Conv"), is_max = !strcmp(op, "MaxPool");
+    int64_t k[2], s[2], d[2], p[2];
+    if (only_first_output(t) || window2d(t, conv ? t->in[1]->shape + 2 : NULL, k, s, d, p)) return fm_last_status();
+    fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, p)};
+    if (conv) {
+        a[2] = fm_graph_attr_ints("dilation", 2, d), a[3] = fm_graph_attr_int("groups", onnx_attr_int(&t->c, "group", 1));
+        const char *ins[3] = {in_name(t, 0), in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
+        return node(t, "conv2d", 3, ins, out_name(t, 0), 4, a);
+    }
+    if (d[0] != 1 || d[1] != 1 || onnx_attr_int(&t->c, "ceil_mode", 0) || 2 * p[0] > k[0] || 2 * p[1] > k[1])
+        return fm_set_error(FM_ERR_UNSUPPORTED, "dilation, ceil_mode or pads over half the kernel have no graph form");
+    a[2] = fm_graph_attr_ints("kernel", 2, k);
+    a[3] = fm_graph_attr_int("count_include_pad", onnx_attr_int(&t->c, "count_include_pad", 0));
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), is_max ? 3 : 4, a);
+}
+
+/* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
+static fm_status t_reduce(tctx *t) {
+    const char *op = t->n->op->name, *gop;
+    int64_t ax[FM_MAX_DIMS];
+    int n = 0, nd = t->in[0]->ndim;
+    int64_t keep = onnx_attr_int(&t->c, "keepdims", 1);
+    const char *x[1] = {in_name(t, 0)};
+    if (!strcmp(op, "ArgMax")) {
+        if (onnx_attr_int(&t->c, "select_last_index", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "select_last_index has no graph form");
+        fm_graph_attr a[2] = {fm_graph_attr_int("axis", onnx_attr_int(&t->c, "axis", 0)), fm_graph_attr_int("keepdim", keep)};
+        return node(t, "argmax", 1, x, out_name(t, 0), 2, a);
+    }
+    if (!strncmp(op, "Global", 6)) {
+        for (int i = 2; i < nd; i++) ax[n++] = i;
+        keep = 1;
+        gop = strstr(op, "Max") ? "amax" : "mean";
+    } else {
+        gop = !strcmp(op, "ReduceSum") ? "sum" : !strcmp(op, "ReduceMean") ? "mean" : !strcmp(op, "ReduceMax") ? "amax"
+            : !strcmp(op, "ReduceMin") ? "amin" : !strcmp(op, "ReduceLogSumExp") ? "logsumexp" : NULL;
+        if (!gop) return fm_set_error(FM_ERR_UNSUPPORTED, "no graph form");
+        bool as_input = t->c.opset >= (!strcmp(op, "ReduceSum") ? 13 : 18); /* axes became an input */
+        if (as_input && t->n->n_in > 1 && t->n->in[1] >= 0) {
+            if (need_folded(t, 1, "axes") || onnx_tensor_ints(&t->c, 1, ax, FM_MAX_DIMS, &n)) return fm_last_status();
+        } else if (!as_input) {
+            const int64_t *a = onnx_attr_ints(&t->c, "axes", &n);
+            for (int i = 0; i < n && i < FM_MAX_DIMS; i++) ax[i] = a[i];
+        }
+        if (n == 0 && onnx_attr_int(&t->c, "noop_with_empty_axes", 0)) return node(t, "identity", 1, x, out_name(t, 0), 0, NULL);
+        if (n == 0)
+            for (int i = 0; i < nd; i++) ax[n++] = i;
+    }
+    fm_graph_attr a[2] = {fm_graph_attr_ints("axes", n, ax), fm_graph_attr_int("keepdim", keep)};
+    return node(t, gop, 1, x, out_name(t, 0), 2, a);
+}
+
+/* Reshape-like nodes: the graph's reshape with each output dim fixed where it is
+ * the same under both probes, 0 where it is the input's dim at that index, and
+ * -1 (once) otherwise. */
+/* A shape input must be a constant or follow the dynamic dims through shapes
+ * only: the probes then tell its every element. */
+static fm_status need_shape_input(tctx *t) {
+    int s = t->n->n_in > 1 ? t->n->in[1] : -1;
+    if (s >= 0 && !t->x->folded[s] && !t->x->shape_like[s])
+        return fm_set_error(FM_ERR_UNSUPPORTED, "the target shape is computed from input data; the graph needs it from shapes");
+    return FM_OK;
+}
+
+static fm_status t_reshape(tctx *t) {
+    if (need_shape_input(t)) return fm_last_status();
+    int so = t->n->out[0], si = t->n->in[0];
+    const fm_tensor *oa = t->x->va[so], *ob = t->x->vb[so], *ia = t->x->va[si], *ib = t->x->vb[si];
+    int64_t sh[FM_MAX_DIMS];
+    int infer = 0;
+    for (int i = 0; i < oa->ndim; i++) {
+        if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
+        else if (i < ia->ndim && oa->shape[i] == ia->shape[i] && ob->shape[i] == ib->shape[i]) sh[i] = 0;
+        else sh[i] = -1, infer++;
+    }
+    if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "a target shape with two dims that follow dynamic dims has no graph form");
+    fm_graph_attr a = fm_graph_attr_ints("shape", oa->ndim, sh);
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, "reshape", 1, x, out_name(t, 0), 1, &a);
+}
+
+static fm_status t_squeeze_unsqueeze(tctx *t) {
+    bool un = !strcmp(t->n->op->name, "Unsqueeze");
+    int64_t ax[FM_MAX_DIMS];
+    int n = 0;
+    if (t->c.opset >= 13) {
+        if (t->n->n_in > 1 && t->n->in[1] >= 0 && (need_folded(t, 1, "axes") || onnx_tensor_ints(&t->c, 1, ax, FM_MAX_DIMS, &n)))
+            return fm_last_status();
+    } else {
+        const int64_t *a = onnx_attr_ints(&t->c, "axes", &n);
+        for (int i = 0; i < n && i < FM_MAX_DIMS; i++) ax[i] = a[i];
+    }
+    if (n == 0 && !un) { /* every size-1 dim, as seen in the probes */
+        for (int d = t->in[0]->ndim - 1; d >= 0; d--)
+            if (t->x->va[t->n->in[0]]->shape[d] == 1 && t->x->vb[t->n->in[0]]->shape[d] == 1) ax[n++] = d;
+    }
+    int out_nd = t->x->va[t->n->out[0]]->ndim, in_nd = t->in[0]->ndim;
+    for (int i = 0; i < n; i++) ax[i] = ax[i] < 0 ? ax[i] + (un ? out_nd : in_nd) : ax[i];
+    /* unsqueeze in increasing axis order, squeeze in decreasing, so each axis means what ONNX says */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (un ? ax[j] < ax[i] : ax[j] > ax[i]) { int64_t tmp = ax[i]; ax[i] = ax[j], ax[j] = tmp; }
+    const char *cur = in_name(t, 0);
+    char bufs[2][256];
+    for (int i = 0; i < n; i++) {
+        const char *out = i == n - 1 ? out_name(t, 0) : tmp_name(t, bufs[i % 2], sizeof bufs[0]);
+        fm_graph_attr a = fm_graph_attr_int("axis", ax[i]);
+        const char *x[1] = {cur};
+        if (node(t, un ? "unsqueeze" : "squeeze", 1, x, out, 1, &a)) return fm_last_status();
+        cur = out;
+    }
+    if (n == 0) return node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
+    return FM_OK;
+}
+
+static fm_status t_transpose_concat(tctx *t) {
+    const char *op = t->n->op->name;
+    if (!strcmp(op, "Transpose")) {
+        int n, nd = t->in[0]->ndim;
+        int64_t perm[FM_MAX_DIMS];
+        const int64_t *p = onnx_attr_ints(&t->c, "perm", &n);
+        for (int i = 0; i < nd; i++) perm[i] = p && n == nd ? p[i] : nd - 1 - i;
+        fm_graph_attr a = fm_graph_attr_ints("perm", nd, perm);
+        const char *x[1] = {in_name(t, 0)};
+        return node(t, "permute", 1, x, out_name(t, 0), 1, &a);
+    }
+    if (!strcmp(op, "Cast")) {
+        fm_dtype dt;
+        if (!onnx_dtype_to_fm((int32_t)onnx_attr_int(&t->c, "to", 0), &dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "cast type");
+        fm_graph_attr a = fm_graph_attr_string("dtype", fm_dtype_name(dt));
+        const char *x[1] = {in_name(t, 0)};
+        return node(t, "cast", 1, x, out_name(t, 0), 1, &a);
+    }
+    const char *ins[64];
+    if (t->n->n_in > 64) return fm_set_error(FM_ERR_UNSUPPORTED, "too many inputs");
+    for (int k = 0; k < t->n->n_in; k++) ins[k] = in_name(t, k);
+    fm_graph_attr a = fm_graph_attr_int("axis", onnx_attr_int(&t->c, "axis", 0));
+    return node(t, "cat", t->n->n_in, ins, out_name(t, 0), 1, &a);
+}
+
+/* Gather: an embedding lookup (constant 2-D table, axis 0), or constant indices
+ * as index_select (1-D) / slice + squeeze (a scalar). */
+static fm_status t_gather(tctx *t) {
+    int64_t axis = onnx_attr_int(&t->c, "axis", 0);
+    if (axis < 0) axis += t->in[0]->ndim;
+    int sx = t->n->in[0], si = t->n->in[1];
+    if (axis == 0 && t->x->folded[sx] && t->in[0]->ndim == 2 && !t->x->folded[si]) {
+        const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
+        return node(t, "embedding", 2, ins, out_name(t, 0), 0, NULL);
+    }
+    if (need_folded(t, 1, "indices")) return fm_last_status();
+    const fm_tensor *idx = t->in[1];
+    int64_t dim = t->x->va[sx]->shape[axis];
+    if (t->x->vb[sx]->shape[axis] != dim) return fm_set_error(FM_ERR_UNSUPPORTED, "gathering along a dynamic dim has no graph form");
+    if (idx->ndim == 0) {
+        int64_t i = (int64_t)fm_tensor_item(idx);
+        if (i < 0) i += dim;
+        char buf[256];
+        const char *mid = tmp_name(t, buf, sizeof buf), *x[1] = {in_name(t, 0)};
+        int64_t st[1] = {i}, en[1] = {i + 1};
+        fm_graph_attr a[3] = {fm_graph_attr_int("axis", axis), fm_graph_attr_ints("start", 1, st), fm_graph_attr_ints("end", 1, en)};
+        if (node(t, "slice", 1, x, mid, 3, a)) return fm_last_status();
+        fm_graph_attr s = fm_graph_attr_int("axis", axis);
+        return node(t, "squeeze", 1, &mid, out_name(t, 0), 1, &s);
+    }
+    if (idx->ndim != 1) return fm_set_error(FM_ERR_UNSUPPORTED, "indices of more than 1 dimension have no graph form");
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
+    return node(t, "index_select", 2, ins, out_name(t, 0), 1, &a);
+}
+
+static fm_status t_slice(tctx *t) {
+    int64_t st[FM_MAX_DIMS], en[FM_MAX_DIMS], ax[FM_MAX_DIMS], sp[FM_MAX_DIMS];
+    int ns = 0, ne = 0, na = 0, np = 0;
+    if (t->c.opset < 10) return fm_set_error(FM_ERR_UNSUPPORTED, "Slice before opset 10 has no graph form");
+    for (int k = 1; k < t->n->n_in; k++)
+        if (need_folded(t, k, "starts/ends/axes/steps")) return fm_last_status();
+    if (onnx_tensor_ints(&t->c, 1, st, FM_MAX_DIMS, &ns) || onnx_tensor_ints(&t->c, 2, en, FM_MAX_DIMS, &ne) ||
+        (t->n->n_in > 3 && t->n->in[3] >= 0 && onnx_tensor_ints(&t->c, 3, ax, FM_MAX_DIMS, &na)) ||
+        (t->n->n_in > 4 && t->n->in[4] >= 0 && onnx_tensor_ints(&t->c, 4, sp, FM_MAX_DIMS, &np)))
+        return fm_last_status();
+    const char *cur = in_name(t, 0);
+    char bufs[2][256];
+    for (int i = 0; i < ns; i++) {
+        int64_t step = np ? sp[i] : 1;
+        if (step < 1) return fm_set_error(FM_ERR_UNSUPPORTED, "negative slice steps have no graph form");
+        const char *out = i == ns - 1 ? out_name(t, 0) : tmp_name(t, bufs[i % 2], sizeof bufs[0]);
+        fm_graph_attr a[4] = {fm_graph_attr_int("axis", na ? ax[i] : i), fm_graph_attr_ints("start", 1, &st[i]),
+                              fm_graph_attr_ints("end", 1, &en[i]), fm_graph_attr_int("step", step)};
+        if (node(t, "slice", 1, &cur, out, 4, a)) return fm_last_status();
+        cur = out;
+    }
+    return ns ? FM_OK : node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
+}
+
+/* Expand: the target shape, with -1 where a dynamic dim of the input is kept. */
+static fm_status t_expand(tctx *t) {
+    if (need_shape_input(t)) return fm_last_status();
+    int so = t->n->out[0], si = t->n->in[0];
+    const fm_tensor *oa = t->x->va[so], *ob = t->x->vb[so], *ia = t->x->va[si], *ib = t->x->vb[si];
+    int64_t sh[FM_MAX_DIMS];
+    for (int i = 0; i < oa->ndim; i++) {
+        int j = i - (oa->ndim - ia->ndim);
+        if (oa->shape[i] == ob->shape[i] && (j < 0 || ia->shape[j] == ib->shape[j])) sh[i] = oa->shape[i];
+        else if (j >= 0 && oa->shape[i] == ia->shape[j] && ob->shape[i] == ib->shape[j]) sh[i] = -1;
+        else return fm_set_error(FM_ERR_UNSUPPORTED, "an expanded dim that follows another input's dynamic dim has no graph form");
+    }
+    fm_graph_attr a = fm_graph_attr_ints("shape", oa->ndim, sh);
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, "expand", 1, x, out_name(t, 0), 1, &a);
+}
+
+bool onnx_graph_shape_input_ok(const char *op, int input) {
+    return input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand"));
+}
+
+fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
+    tctx t = {.x = x, .n = &x->m->nodes[i]};
+    for (int k = 0; k < t.n->n_in && k < 64; k++) t.in[k] = t.n->in[k] >= 0 ? x->va[t.n->in[k]] : NULL;
+    t.c = (onnx_op_ctx){.model = x->m, .node = t.n->proto, .opset = x->m->opset, .n_in = t.n->n_in, .in = t.in};
+    const char *op = t.n->op->name;
+    for (size_t k = 0; k < sizeof k_simple / sizeof *k_simple; k++)
+        if (!strcmp(op, k_simple[k].onnx)) return t_simple(&t, k_simple[k].graph);
+    static const struct { const char *names; fm_status (*fn)(tctx *); } fams[] = {
+        {",LeakyRelu,Gelu,Clip,", t_activation},
+        {",Gemm,", t_gemm},
+        {",Softmax,LogSoftmax,", t_softmax},
+        {",LayerNormalization,BatchNormalization,", t_norm},
+        {",Conv,MaxPool,AveragePool,", t_conv_pool},
+        {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ArgMax,", t_reduce},
+        {",Reshape,Flatten,", t_reshape},
+        {",Squeeze,Unsqueeze,", t_squeeze_unsqueeze},
+        {",Transpose,Concat,Cast,", t_transpose_concat},
+        {",Gather,", t_gather},
+        {",Slice,", t_slice},
+        {",Expand,", t_expand},
+    };
+    char key[64];
+    snprintf(key, sizeof key, ",%s,", op);
+    for (size_t k = 0; k < sizeof fams / sizeof *fams; k++)
+        if (strstr(fams[k].names, key)) return fams[k].fn(&t);
+    return fm_set_error(FM_ERR_UNSUPPORTED, "has no graph form yet (fathom run runs the model directly)");
+}
