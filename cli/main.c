@@ -121,6 +121,7 @@ int main(int argc, char **argv) {
         {"predict", fm_cmd_predict, "run a saved model on inputs"},
         {"run", fm_cmd_run, "run an ONNX model on arrays"},
         {"import", fm_cmd_import, "convert an ONNX model to an inference graph directory"},
+        {"export", fm_cmd_export, "write a model as an ONNX file"},
         {"recipes", fm_cmd_recipes, "list the built-in recipes"},
         {"plan", fm_cmd_plan, "memory, time and cost of a job on every GPU"},
         {"tokenizer", fm_cmd_tokenizer, "train or apply a BPE tokenizer"},

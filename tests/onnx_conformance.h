@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data_internal.h"
 #include "onnx/onnx_internal.h"
@@ -27,6 +28,9 @@ typedef struct {
      * run with fm_graph_run on the same data */
     bool graph;
     int graph_pass, graph_fail, graph_refused;
+    /* each graph that matches is exported back to ONNX (fm_graph_export_onnx),
+     * reloaded and run by the interpreter */
+    int export_pass, export_fail, export_refused;
 } suite_result;
 
 static bool type_is_tensor(const Onnx__ValueInfoProto *vi, int32_t *elem) {
@@ -126,10 +130,37 @@ static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
     return t;
 }
 
+/* The graph exported to ONNX, reloaded and run on the same inputs: 1 pass, 0
+ * fail, -1 refused by the exporter. */
+static int export_case(const char *dir, fm_graph *g, fm_tensor *const *in, const char *const *names, int nin, int nout,
+                       char *why, size_t wn) {
+    char path[512];
+    snprintf(path, sizeof path, "/tmp/fathom_onnx_export_%d.onnx", (int)getpid());
+    if (fm_graph_export_onnx(g, path)) { snprintf(why, wn, "export: %s", fm_last_error()); return -1; }
+    fm_onnx_model *m = fm_onnx_load(path);
+    fm_tensor *out[64] = {0};
+    int ok = m && nout <= 64 && fm_onnx_run(m, nin, names, in, out) == FM_OK;
+    if (!ok) snprintf(why, wn, "exported model: %s", fm_last_error());
+    char pb[4200], nm[128], w[256];
+    for (int i = 0; ok && i < nout; i++) {
+        snprintf(pb, sizeof pb, "%s/test_data_set_0/output_%d.pb", dir, i);
+        fm_tensor *want = read_pb(pb, nm, sizeof nm);
+        if (!want || !outputs_match(out[i], want, w, sizeof w)) {
+            snprintf(why, wn, "exported output %d: %s", i, want ? w : fm_last_error());
+            ok = 0;
+        }
+        fm_tensor_release(want);
+    }
+    for (int i = 0; i < 64; i++) fm_tensor_release(out[i]);
+    fm_onnx_free(m);
+    unlink(path);
+    return ok;
+}
+
 /* The graph form of a passing case on the same inputs (model order): 1 pass,
  * 0 fail, -1 refused by the converter; why says what happened. */
 static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, const char *const *names, int nin,
-                      char *why, size_t wn) {
+                      char *why, size_t wn, int *exported) {
     fm_graph *g = fm_onnx_to_graph(m);
     if (!g) { snprintf(why, wn, "%s", fm_last_error()); return -1; }
     int nout = fm_graph_num_outputs(g), ok = 1;
@@ -155,6 +186,7 @@ static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, c
         fm_tensor_release(want);
     }
     for (int i = 0; i < 64; i++) fm_tensor_release(out[i]);
+    if (ok) *exported = export_case(dir, g, in, names, nin, fm_onnx_output_count(m), why, wn);
     fm_graph_free(g);
     return ok;
 }
@@ -193,12 +225,16 @@ static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t w
     if (r->graph) {
         const char *model_names[64];
         for (int i = 0; i < nin; i++) model_names[i] = by_name ? names[i] : fm_onnx_input_name(m, i);
-        char gw[1024];
-        int g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw);
+        char gw[1024] = "";
+        int ex = -2, g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw, &ex);
         if (g > 0) r->graph_pass++;
         else if (g == 0) r->graph_fail++;
         else r->graph_refused++;
         if (g <= 0 && r->list) fprintf(r->list, "%s\tgraph %s\t%s\n", dir, g ? "refused" : "FAIL", gw);
+        if (ex > 0) r->export_pass++;
+        else if (ex == 0) r->export_fail++;
+        else if (ex == -1) r->export_refused++;
+        if (ex >= -1 && ex <= 0 && r->list) fprintf(r->list, "%s\texport %s\t%s\n", dir, ex ? "refused" : "FAIL", gw);
     }
     for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
     return C_PASS;

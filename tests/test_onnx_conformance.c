@@ -21,6 +21,10 @@ static void report(const char *root, const suite_result *r, double min_pct) {
     if (r->graph)
         printf("%s: graph form of the %d passing cases: %d converted and match, %d converted and differ, %d refused\n", root,
                r->count[C_PASS], r->graph_pass, r->graph_fail, r->graph_refused);
+    if (r->graph)
+        printf("%s: ONNX export of those %d graphs, reloaded and run: %d match, %d differ, %d refused\n", root, r->graph_pass,
+               r->export_pass, r->export_fail, r->export_refused);
+    CHECK_MSG(r->export_fail == 0, "%s: %d exported graphs give different outputs", root, r->export_fail);
     CHECK_MSG(r->graph_fail == 0, "%s: %d graph conversions give different outputs", root, r->graph_fail);
     CHECK_MSG(claimed > 0 && pct >= min_pct, "%s: %.1f%% of %d claimed cases pass; at least %.0f%% required", root, pct,
               claimed, min_pct);

@@ -46,6 +46,12 @@ FM_API fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *
  * (fm_onnx_run still runs such a model). docs/ONNX.md lists what converts. */
 FM_API fm_graph *fm_onnx_to_graph(fm_onnx_model *m);
 
+/* Writes the graph as an ONNX model (opset 17) to `path`, atomically: constants
+ * become initializers, dynamic input dims dim_params, and each graph op one or a
+ * few ONNX ops (gelu through Erf, rms_norm through ReduceMean, ...). An op with no
+ * ONNX form yet is refused with the node named, and nothing is written. */
+FM_API fm_status fm_graph_export_onnx(fm_graph *g, const char *path);
+
 /* Reads one serialized TensorProto (the .pb files of ONNX's test data). */
 FM_API fm_tensor *fm_onnx_read_tensor(const char *path);
 

@@ -64,6 +64,9 @@ static const struct { const char *onnx, *graph; } k_simple[] = {
 
 static fm_status t_simple(tctx *t, const char *op) {
     if (only_first_output(t)) return fm_last_status();
+    if (!strcmp(t->n->op->name, "Dropout") && t->n->n_in > 2 && t->n->in[2] >= 0 &&
+        (!t->x->folded[t->n->in[2]] || fm_tensor_item(t->in[2]) != 0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "a training_mode that is not a constant false has no graph form");
     if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
     int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
     if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2)

@@ -1,0 +1,499 @@
+/* fm_graph -> .onnx (opset 17): each graph op as one or a few ONNX nodes, the
+ * constants as initializers (raw little-endian data), dynamic input dims as
+ * dim_params. The message is built with protobuf-c's structs (memory from one
+ * arena, freed at the end), packed and written atomically. */
+#include "onnx/onnx_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph_internal.h"
+
+#define EXPORT_OPSET 17
+
+typedef struct {
+    void **ptrs;
+    int n, cap;
+    const fm_graph *g;
+    Onnx__NodeProto **nodes;
+    int n_nodes, cap_nodes;
+    Onnx__TensorProto **inits;
+    int n_inits, cap_inits;
+    int tmp;
+    bool oom;
+} exporter;
+
+static void *ex_alloc(exporter *e, size_t n) {
+    if (e->n == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 256;
+        void **p = realloc(e->ptrs, (size_t)cap * sizeof *p);
+        if (!p) { e->oom = true; return NULL; }
+        e->ptrs = p, e->cap = cap;
+    }
+    void *q = calloc(1, n ? n : 1);
+    if (!q) { e->oom = true; return NULL; }
+    return e->ptrs[e->n++] = q;
+}
+
+static char *ex_str(exporter *e, const char *s) {
+    char *d = ex_alloc(e, strlen(s) + 1);
+    if (d) strcpy(d, s);
+    return d;
+}
+
+static bool push(exporter *e, void ***arr, int *n, int *cap, void *item) {
+    if (!item) return false;
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        void **p = realloc(*arr, (size_t)c * sizeof *p);
+        if (!p) { e->oom = true; return false; }
+        *arr = p, *cap = c;
+    }
+    (*arr)[(*n)++] = item;
+    return true;
+}
+
+static const char *tmp_name(exporter *e) {
+    char b[64];
+    snprintf(b, sizeof b, "onnx_export_%d", e->tmp++);
+    return ex_str(e, b);
+}
+
+/* ---- attributes ---- */
+static Onnx__AttributeProto *a_int(exporter *e, const char *name, int64_t v) {
+    Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
+    if (!a) return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = ex_str(e, name), a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, a->has_i = 1, a->i = v;
+    return a;
+}
+static Onnx__AttributeProto *a_float(exporter *e, const char *name, double v) {
+    Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
+    if (!a) return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = ex_str(e, name), a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, a->has_f = 1, a->f = (float)v;
+    return a;
+}
+static Onnx__AttributeProto *a_ints(exporter *e, const char *name, int n, const int64_t *v) {
+    Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
+    int64_t *c = ex_alloc(e, (size_t)n * sizeof *c);
+    if (!a || !c) return NULL;
+    onnx__attribute_proto__init(a);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    a->name = ex_str(e, name), a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, a->n_ints = (size_t)n, a->ints = c;
+    return a;
+}
+
+/* One node: op, inputs, outputs (NULL-terminated lists), attributes. */
+static fm_status emit(exporter *e, const char *op, const char *const *ins, const char *const *outs, int n_attr, ...) {
+    Onnx__NodeProto *n = ex_alloc(e, sizeof *n);
+    if (!n) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    onnx__node_proto__init(n);
+    n->op_type = ex_str(e, op);
+    while (ins[n->n_input]) n->n_input++;
+    while (outs[n->n_output]) n->n_output++;
+    n->input = ex_alloc(e, (n->n_input + 1) * sizeof(char *));
+    n->output = ex_alloc(e, (n->n_output + 1) * sizeof(char *));
+    n->attribute = ex_alloc(e, ((size_t)n_attr + 1) * sizeof(Onnx__AttributeProto *));
+    if (!n->input || !n->output || !n->attribute) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    for (size_t i = 0; i < n->n_input; i++) n->input[i] = ex_str(e, ins[i]);
+    for (size_t i = 0; i < n->n_output; i++) n->output[i] = ex_str(e, outs[i]);
+    va_list ap;
+    va_start(ap, n_attr);
+    for (int i = 0; i < n_attr; i++) n->attribute[n->n_attribute++] = va_arg(ap, Onnx__AttributeProto *);
+    va_end(ap);
+    if (!push(e, (void ***)&e->nodes, &e->n_nodes, &e->cap_nodes, n) || e->oom)
+        return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    return FM_OK;
+}
+
+/* An initializer holding t (host copy, raw data); returns its name. */
+static const char *add_init(exporter *e, const char *name, const fm_tensor *t) {
+    Onnx__TensorProto *tp = ex_alloc(e, sizeof *tp);
+    size_t nbytes = fm_tensor_nbytes(t);
+    uint8_t *raw = ex_alloc(e, nbytes);
+    int64_t *dims = ex_alloc(e, (size_t)(t->ndim + 1) * sizeof *dims);
+    if (!tp || !raw || !dims) return NULL;
+    onnx__tensor_proto__init(tp);
+    if (nbytes && fm_tensor_copy_to_host(t, raw, t->dtype)) return NULL;
+    tp->name = ex_str(e, name ? name : tmp_name(e));
+    for (int d = 0; d < t->ndim; d++) dims[d] = t->shape[d];
+    tp->n_dims = (size_t)t->ndim, tp->dims = dims;
+    tp->has_data_type = 1, tp->data_type = onnx_dtype_from_fm(t->dtype);
+    tp->has_raw_data = 1, tp->raw_data.len = nbytes, tp->raw_data.data = raw;
+    return push(e, (void ***)&e->inits, &e->n_inits, &e->cap_inits, tp) ? tp->name : NULL;
+}
+
+static const char *const_i64(exporter *e, int n, const int64_t *v) {
+    int64_t sh[1] = {n};
+    fm_tensor *t = fm_tensor_from_data(v, 1, sh, FM_I64);
+    const char *r = t ? add_init(e, NULL, t) : NULL;
+    fm_tensor_release(t);
+    return r;
+}
+
+static const char *const_scalar(exporter *e, double v, fm_dtype dt) {
+    fm_tensor *t = fm_tensor_full(0, NULL, v, dt, FM_CPU);
+    const char *r = t ? add_init(e, NULL, t) : NULL;
+    fm_tensor_release(t);
+    return r;
+}
+
+/* ---- graph attributes ---- */
+static int64_t at_int(const gnode *n, const char *name, int64_t def) {
+    const gattr *a = g_node_attr(n, name);
+    return a && a->type == FM_ATTR_INT ? a->i : def;
+}
+static double at_float(const gnode *n, const char *name, double def) {
+    const gattr *a = g_node_attr(n, name);
+    return a && a->type == FM_ATTR_FLOAT ? a->f : a && a->type == FM_ATTR_INT ? (double)a->i : def;
+}
+/* Numeric INTS (-1 when absent); a dim expression is refused. */
+static int at_ints(const gnode *n, const char *name, int64_t *out, int max) {
+    const gattr *a = g_node_attr(n, name);
+    if (!a) return -1;
+    if (a->type == FM_ATTR_INT) { out[0] = a->i; return 1; }
+    if (a->type != FM_ATTR_INTS || a->n > max) return -2;
+    for (int i = 0; i < a->n; i++) {
+        if (a->ints[i].expr) return -2;
+        out[i] = a->ints[i].v;
+    }
+    return a->n;
+}
+
+typedef struct {
+    exporter *e;
+    const gnode *n;
+    const char *in[FM_GRAPH_MAX_NODE_IO + 1], *out[4];
+    const gtype *t0; /* the first input's type */
+} xnode;
+
+#define EMIT(op, NA, ...) emit(x->e, op, (const char *[]){__VA_ARGS__}, NA)
+#define INS(...) (const char *[]){__VA_ARGS__, NULL}
+#define OUTS(...) (const char *[]){__VA_ARGS__, NULL}
+
+static fm_status x_gelu(xnode *x, bool tanh_form, const char *in, const char *out) {
+    exporter *e = x->e;
+    fm_dtype dt = x->t0->dt;
+    const char *a = tmp_name(e), *b = tmp_name(e), *c = tmp_name(e), *d = tmp_name(e);
+    fm_status s;
+    if (!tanh_form) { /* 0.5 x (1 + erf(x / sqrt 2)) */
+        s = emit(e, "Div", INS(in, const_scalar(e, sqrt(2.0), dt)), OUTS(a), 0);
+        if (!s) s = emit(e, "Erf", INS(a), OUTS(b), 0);
+    } else { /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        const char *x2 = tmp_name(e), *x3 = tmp_name(e), *k = tmp_name(e), *sum = tmp_name(e);
+        s = emit(e, "Mul", INS(in, in), OUTS(x2), 0);
+        if (!s) s = emit(e, "Mul", INS(x2, in), OUTS(x3), 0);
+        if (!s) s = emit(e, "Mul", INS(x3, const_scalar(e, 0.044715, dt)), OUTS(k), 0);
+        if (!s) s = emit(e, "Add", INS(in, k), OUTS(sum), 0);
+        if (!s) s = emit(e, "Mul", INS(sum, const_scalar(e, sqrt(2.0 / M_PI), dt)), OUTS(a), 0);
+        if (!s) s = emit(e, "Tanh", INS(a), OUTS(b), 0);
+    }
+    if (!s) s = emit(e, "Add", INS(b, const_scalar(e, 1.0, dt)), OUTS(c), 0);
+    if (!s) s = emit(e, "Mul", INS(in, c), OUTS(d), 0);
+    if (!s) s = emit(e, "Mul", INS(d, const_scalar(e, 0.5, dt)), OUTS(out), 0);
+    return s;
+}
+
+/* Constant ones or zeros of shape [n] (absent norm weights). */
+static const char *const_fill(exporter *e, int64_t n, double v, fm_dtype dt) {
+    fm_tensor *t = fm_tensor_full(1, &n, v, dt, FM_CPU);
+    const char *r = t ? add_init(e, NULL, t) : NULL;
+    fm_tensor_release(t);
+    return r;
+}
+
+static fm_status x_norm(xnode *x, const char *op) {
+    exporter *e = x->e;
+    double eps = at_float(x->n, "eps", 1e-5);
+    if (!strcmp(op, "batch_norm")) {
+        if (strcmp(g_node_attr(x->n, "layout") && g_node_attr(x->n, "layout")->s ? g_node_attr(x->n, "layout")->s : "NCHW", "NCHW"))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "NHWC batch_norm has no ONNX form");
+        int64_t c = x->t0->d[1];
+        const char *w = *x->in[1] ? x->in[1] : const_fill(e, c, 1, x->t0->dt), *b = *x->in[2] ? x->in[2] : const_fill(e, c, 0, x->t0->dt);
+        return emit(e, "BatchNormalization", INS(x->in[0], w, b, x->in[3], x->in[4]), OUTS(x->out[0]), 1, a_float(e, "epsilon", eps));
+    }
+    if (!strcmp(op, "rms_norm")) { /* x / sqrt(mean(x^2) + eps) * w */
+        const char *sq = tmp_name(e), *ms = tmp_name(e), *ad = tmp_name(e), *rt = tmp_name(e), *rc = tmp_name(e);
+        const char *nx = *x->in[1] ? tmp_name(e) : x->out[0];
+        int64_t last = -1;
+        fm_status s = emit(e, "Mul", INS(x->in[0], x->in[0]), OUTS(sq), 0);
+        if (!s) s = emit(e, "ReduceMean", INS(sq), OUTS(ms), 2, a_ints(e, "axes", 1, &last), a_int(e, "keepdims", 1));
+        if (!s) s = emit(e, "Add", INS(ms, const_scalar(e, eps, x->t0->dt)), OUTS(ad), 0);
+        if (!s) s = emit(e, "Sqrt", INS(ad), OUTS(rt), 0);
+        if (!s) s = emit(e, "Reciprocal", INS(rt), OUTS(rc), 0);
+        if (!s) s = emit(e, "Mul", INS(x->in[0], rc), OUTS(nx), 0);
+        if (!s && *x->in[1]) s = emit(e, "Mul", INS(nx, x->in[1]), OUTS(x->out[0]), 0);
+        return s;
+    }
+    /* layer_norm, add_layer_norm (sum = x + h first) */
+    bool add = !strcmp(op, "add_layer_norm");
+    int64_t nn = add ? 1 : at_int(x->n, "n_norm_dims", 1), size = 1;
+    for (int d = x->t0->ndim - (int)nn; d < x->t0->ndim; d++) size *= x->t0->d[d];
+    const char *src = x->in[0];
+    fm_status s = FM_OK;
+    if (add) {
+        src = x->out[0];
+        s = emit(e, "Add", INS(x->in[0], *x->in[1] ? x->in[1] : x->in[0]), OUTS(src), 0);
+        if (!*x->in[1]) return fm_set_error(FM_ERR_UNSUPPORTED, "add_layer_norm without h has no ONNX form");
+    }
+    const char *w = x->in[add ? 2 : 1], *b = x->in[add ? 3 : 2];
+    if (nn != 1 && (!*w || !*b)) return fm_set_error(FM_ERR_UNSUPPORTED, "layer_norm over several dims needs its weight and bias");
+    if (!*w) w = const_fill(e, size, 1, x->t0->dt);
+    const char *y = add ? x->out[1] : x->out[0];
+    if (!s) s = *b ? emit(e, "LayerNormalization", INS(src, w, b), OUTS(y), 2, a_int(e, "axis", -nn), a_float(e, "epsilon", eps))
+                   : emit(e, "LayerNormalization", INS(src, w), OUTS(y), 2, a_int(e, "axis", -nn), a_float(e, "epsilon", eps));
+    return s;
+}
+
+static fm_status x_conv_pool(xnode *x, const char *op) {
+    exporter *e = x->e;
+    const gattr *lay = g_node_attr(x->n, "layout");
+    if (lay && lay->s && strcmp(lay->s, "NCHW")) return fm_set_error(FM_ERR_UNSUPPORTED, "NHWC has no ONNX form here");
+    int64_t st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1}, k[2] = {0, 0}, pads[4];
+    int n;
+    if ((n = at_ints(x->n, "stride", st, 2)) == 1) st[1] = st[0];
+    if ((n = at_ints(x->n, "padding", pd, 2)) == 1) pd[1] = pd[0];
+    if ((n = at_ints(x->n, "dilation", dl, 2)) == 1) dl[1] = dl[0];
+    pads[0] = pads[2] = pd[0], pads[1] = pads[3] = pd[1];
+    if (!strcmp(op, "conv2d")) {
+        const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
+        return emit(e, "Conv", ins, OUTS(x->out[0]), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
+                    a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
+    }
+    if ((n = at_ints(x->n, "kernel", k, 2)) == 1) k[1] = k[0];
+    if (at_ints(x->n, "stride", st, 2) < 0) st[0] = k[0], st[1] = k[1];
+    if (!strcmp(op, "max_pool2d"))
+        return emit(e, "MaxPool", INS(x->in[0]), OUTS(x->out[0]), 3, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
+                    a_ints(e, "pads", 4, pads));
+    return emit(e, "AveragePool", INS(x->in[0]), OUTS(x->out[0]), 4, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
+                a_ints(e, "pads", 4, pads), a_int(e, "count_include_pad", at_int(x->n, "count_include_pad", 1)));
+}
+
+static fm_status x_reduce(xnode *x, const char *op) {
+    exporter *e = x->e;
+    int64_t ax[FM_MAX_DIMS];
+    int n = at_ints(x->n, "axes", ax, FM_MAX_DIMS);
+    if (n == -2) return fm_set_error(FM_ERR_UNSUPPORTED, "bad axes");
+    int64_t keep = at_int(x->n, "keepdim", 0);
+    if (!strcmp(op, "argmax"))
+        return emit(e, "ArgMax", INS(x->in[0]), OUTS(x->out[0]), 2, a_int(e, "axis", at_int(x->n, "axis", -1)), a_int(e, "keepdims", keep));
+    if (!strcmp(op, "sum")) {
+        if (n <= 0) return emit(e, "ReduceSum", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "keepdims", keep));
+        return emit(e, "ReduceSum", INS(x->in[0], const_i64(e, n, ax)), OUTS(x->out[0]), 1, a_int(e, "keepdims", keep));
+    }
+    const char *o = !strcmp(op, "mean") ? "ReduceMean" : !strcmp(op, "amax") ? "ReduceMax" : !strcmp(op, "amin") ? "ReduceMin"
+                                                                                                : "ReduceLogSumExp";
+    if (n <= 0) return emit(e, o, INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "keepdims", keep));
+    return emit(e, o, INS(x->in[0]), OUTS(x->out[0]), 2, a_ints(e, "axes", n, ax), a_int(e, "keepdims", keep));
+}
+
+static fm_status x_shape(xnode *x, const char *op) {
+    exporter *e = x->e;
+    int64_t v[FM_MAX_DIMS];
+    int nd = x->t0->ndim, n;
+    if (!strcmp(op, "reshape") || !strcmp(op, "expand")) {
+        if ((n = at_ints(x->n, "shape", v, FM_MAX_DIMS)) < 0)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "a shape with dim expressions has no ONNX form here");
+        if (op[0] == 'e')
+            for (int i = 0; i < n; i++) v[i] = v[i] < 0 ? 1 : v[i]; /* Expand broadcasts both ways: 1 keeps the size */
+        return emit(e, op[0] == 'r' ? "Reshape" : "Expand", INS(x->in[0], const_i64(e, n, v)), OUTS(x->out[0]), 0);
+    }
+    if (!strcmp(op, "permute") || !strcmp(op, "transpose")) {
+        if (op[0] == 't') {
+            int64_t a = at_int(x->n, "dim0", 0), b = at_int(x->n, "dim1", 1);
+            a = a < 0 ? a + nd : a, b = b < 0 ? b + nd : b;
+            for (int i = 0; i < nd; i++) v[i] = i == a ? b : i == b ? a : i;
+        } else if (at_ints(x->n, "perm", v, FM_MAX_DIMS) != nd) return fm_set_error(FM_ERR_INVALID, "bad perm");
+        return emit(e, "Transpose", INS(x->in[0]), OUTS(x->out[0]), 1, a_ints(e, "perm", nd, v));
+    }
+    if (!strcmp(op, "slice")) {
+        int64_t st = 0, en = INT64_MAX, ax = at_int(x->n, "axis", 0), sp = at_int(x->n, "step", 1);
+        if (at_ints(x->n, "start", &st, 1) == -2 || at_ints(x->n, "end", &en, 1) == -2)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "slice bounds with dim expressions have no ONNX form here");
+        return emit(e, "Slice", INS(x->in[0], const_i64(e, 1, &st), const_i64(e, 1, &en), const_i64(e, 1, &ax), const_i64(e, 1, &sp)),
+                    OUTS(x->out[0]), 0);
+    }
+    if (!strcmp(op, "unsqueeze") || !strcmp(op, "squeeze")) {
+        v[0] = at_int(x->n, "axis", 0);
+        return emit(e, op[0] == 'u' ? "Unsqueeze" : "Squeeze", INS(x->in[0], const_i64(e, 1, v)), OUTS(x->out[0]), 0);
+    }
+    if (!strcmp(op, "flatten")) {
+        int64_t s = at_int(x->n, "start", 0), en = at_int(x->n, "end", -1);
+        s = s < 0 ? s + nd : s, en = en < 0 ? en + nd : en;
+        if (en != nd - 1) return fm_set_error(FM_ERR_UNSUPPORTED, "flatten short of the last dim has no ONNX form here");
+        for (int i = 0; i < s; i++) v[i] = 0;
+        v[s] = -1;
+        return emit(e, "Reshape", INS(x->in[0], const_i64(e, (int)s + 1, v)), OUTS(x->out[0]), 0);
+    }
+    if (!strcmp(op, "cat")) return emit(e, "Concat", x->in, OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", 0)));
+    if (!strcmp(op, "cast")) {
+        const gattr *a = g_node_attr(x->n, "dtype");
+        fm_dtype dt;
+        if (!a || !a->s || fm_dtype_from_name(a->s, &dt)) return fm_set_error(FM_ERR_INVALID, "cast without a dtype");
+        return emit(e, "Cast", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "to", onnx_dtype_from_fm(dt)));
+    }
+    if (!strcmp(op, "embedding")) return emit(e, "Gather", INS(x->in[0], x->in[1]), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "index_select") || !strcmp(op, "gather"))
+        return emit(e, op[0] == 'i' ? "Gather" : "GatherElements", INS(x->in[0], x->in[1]), OUTS(x->out[0]), 1,
+                    a_int(e, "axis", at_int(x->n, "axis", 0)));
+    return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
+}
+
+static fm_status x_misc(xnode *x, const char *op) {
+    exporter *e = x->e;
+    const char *t = NULL;
+    fm_dtype dt = x->t0->dt;
+    if (!strcmp(op, "rsqrt"))
+        return emit(e, "Sqrt", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Reciprocal", INS(t), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "ne"))
+        return emit(e, "Equal", INS(x->in[0], x->in[1]), OUTS(t = tmp_name(e)), 0) || emit(e, "Not", INS(t), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "silu"))
+        return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "leaky_relu"))
+        return emit(e, "LeakyRelu", INS(x->in[0]), OUTS(x->out[0]), 1, a_float(e, "alpha", at_float(x->n, "negative_slope", 0.01)));
+    if (!strcmp(op, "clamp"))
+        return emit(e, "Clip", INS(x->in[0], const_scalar(e, at_float(x->n, "min", -INFINITY), dt),
+                                   const_scalar(e, at_float(x->n, "max", INFINITY), dt)), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "gelu") || !strcmp(op, "gelu_tanh")) return x_gelu(x, op[4] == '_', x->in[0], x->out[0]);
+    if (!strcmp(op, "bias_gelu_tanh"))
+        return emit(e, "Add", INS(x->in[0], x->in[1]), OUTS(t = tmp_name(e)), 0) || x_gelu(x, true, t, x->out[0]);
+    if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
+        return emit(e, op[0] == 's' ? "Softmax" : "LogSoftmax", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", -1)));
+    if (!strcmp(op, "linear")) {
+        const char *b = *x->in[2] ? x->in[2] : NULL;
+        if (x->t0->ndim == 2) {
+            const char *ins[4] = {x->in[0], x->in[1], b, NULL};
+            return emit(e, "Gemm", ins, OUTS(x->out[0]), 1, a_int(e, "transB", 1));
+        }
+        const char *wt = tmp_name(e), *mm = b ? tmp_name(e) : x->out[0];
+        int64_t perm[2] = {1, 0};
+        fm_status s = emit(e, "Transpose", INS(x->in[1]), OUTS(wt), 1, a_ints(e, "perm", 2, perm));
+        if (!s) s = emit(e, "MatMul", INS(x->in[0], wt), OUTS(mm), 0);
+        if (!s && b) s = emit(e, "Add", INS(mm, b), OUTS(x->out[0]), 0);
+        return s;
+    }
+    return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
+}
+
+static const struct { const char *g, *onnx; } k_direct[] = {
+    {"neg", "Neg"}, {"abs", "Abs"}, {"exp", "Exp"}, {"log", "Log"}, {"sqrt", "Sqrt"}, {"sin", "Sin"}, {"cos", "Cos"},
+    {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"}, {"softplus", "Softplus"}, {"identity", "Identity"},
+    {"dropout", "Identity"}, {"contiguous", "Identity"}, {"add", "Add"}, {"sub", "Sub"}, {"mul", "Mul"}, {"div", "Div"},
+    {"pow", "Pow"}, {"maximum", "Max"}, {"minimum", "Min"}, {"eq", "Equal"}, {"lt", "Less"}, {"le", "LessOrEqual"},
+    {"gt", "Greater"}, {"ge", "GreaterOrEqual"}, {"where", "Where"}, {"matmul", "MatMul"},
+};
+
+static fm_status x_node(exporter *e, int i) {
+    const fm_graph *g = e->g;
+    const gnode *n = &g->nodes[i];
+    xnode x = {.e = e, .n = n};
+    for (int k = 0; k < n->n_in && k < FM_GRAPH_MAX_NODE_IO; k++) x.in[k] = n->in[k] >= 0 ? g->values[n->in[k]].name : "";
+    for (int k = 0; k < n->n_out && k < 3; k++) x.out[k] = g->values[n->out[k]].name;
+    if (n->n_in < 1 || n->in[0] < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
+    x.t0 = &g->values[n->in[0]].t;
+    for (size_t k = 0; k < sizeof k_direct / sizeof *k_direct; k++)
+        if (!strcmp(n->op, k_direct[k].g)) return emit(e, k_direct[k].onnx, x.in, OUTS(x.out[0]), 0);
+    const char *op = n->op;
+    static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
+    static const char *const pools = ",conv2d,max_pool2d,avg_pool2d,";
+    static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
+    static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,";
+    char key[64];
+    snprintf(key, sizeof key, ",%s,", op);
+    if (strstr(norms, key)) return x_norm(&x, op);
+    if (strstr(pools, key)) return x_conv_pool(&x, op);
+    if (strstr(reds, key)) return x_reduce(&x, op);
+    if (strstr(shapes, key)) return x_shape(&x, op);
+    return x_misc(&x, op);
+}
+
+static Onnx__ValueInfoProto *value_info(exporter *e, const gvalue *v, bool with_dims) {
+    Onnx__ValueInfoProto *vi = ex_alloc(e, sizeof *vi);
+    Onnx__TypeProto *tp = ex_alloc(e, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = ex_alloc(e, sizeof *tt);
+    Onnx__TensorShapeProto *sh = ex_alloc(e, sizeof *sh);
+    Onnx__TensorShapeProto__Dimension **dims = ex_alloc(e, (size_t)(v->t.ndim + 1) * sizeof *dims);
+    if (!vi || !tp || !tt || !sh || !dims) return NULL;
+    onnx__value_info_proto__init(vi), onnx__type_proto__init(tp), onnx__type_proto__tensor__init(tt);
+    onnx__tensor_shape_proto__init(sh);
+    vi->name = ex_str(e, v->name), vi->type = tp;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE, tp->tensor_type = tt;
+    tt->has_elem_type = 1, tt->elem_type = onnx_dtype_from_fm(v->t.dt), tt->shape = sh;
+    sh->n_dim = (size_t)v->t.ndim, sh->dim = dims;
+    for (int d = 0; d < v->t.ndim; d++) {
+        Onnx__TensorShapeProto__Dimension *dm = ex_alloc(e, sizeof *dm);
+        if (!dm) return NULL;
+        onnx__tensor_shape_proto__dimension__init(dm);
+        if (with_dims && v->kind == GV_INPUT && v->sym[d] >= 0)
+            dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM, dm->dim_param = ex_str(e, e->g->syms[v->sym[d]].name);
+        else if (with_dims && v->probe2[d] == v->t.d[d])
+            dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE, dm->dim_value = v->t.d[d];
+        dims[d] = dm;
+    }
+    return vi;
+}
+
+static fm_status build_model(exporter *e, Onnx__ModelProto *m, Onnx__GraphProto *gp, Onnx__OperatorSetIdProto *ops) {
+    const fm_graph *g = e->g;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].kind == GV_CONST) {
+            fm_tensor *h = fm_tensor_to(g->values[i].tensor, FM_CPU);
+            const char *r = h ? add_init(e, g->values[i].name, h) : NULL;
+            fm_tensor_release(h);
+            if (!r) return fm_last_status() ? fm_last_status() : fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+        }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (x_node(e, i)) {
+            char lbl[160];
+            fm_error_prefix("%s", g_node_label(&g->nodes[i], lbl, sizeof lbl));
+            return fm_last_status();
+        }
+    Onnx__ValueInfoProto **in = ex_alloc(e, (size_t)(g->n_inputs + 1) * sizeof *in), **out = ex_alloc(e, (size_t)(g->n_outputs + 1) * sizeof *out);
+    if (!in || !out) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!(in[i] = value_info(e, &g->values[g->inputs[i]], true))) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    for (int i = 0; i < g->n_outputs; i++)
+        if (!(out[i] = value_info(e, &g->values[g->outputs[i]], true))) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    onnx__model_proto__init(m), onnx__graph_proto__init(gp), onnx__operator_set_id_proto__init(ops);
+    ops->domain = "", ops->has_version = 1, ops->version = EXPORT_OPSET;
+    m->has_ir_version = 1, m->ir_version = 8, m->producer_name = "fathom", m->producer_version = "0.1.0";
+    m->n_opset_import = 1;
+    m->opset_import = ex_alloc(e, sizeof *m->opset_import);
+    if (!m->opset_import) return fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+    m->opset_import[0] = ops;
+    m->graph = gp;
+    gp->name = "fathom";
+    gp->n_node = (size_t)e->n_nodes, gp->node = e->nodes;
+    gp->n_initializer = (size_t)e->n_inits, gp->initializer = e->inits;
+    gp->n_input = (size_t)g->n_inputs, gp->input = in;
+    gp->n_output = (size_t)g->n_outputs, gp->output = out;
+    return FM_OK;
+}
+
+fm_status fm_graph_export_onnx(fm_graph *g, const char *path) {
+    if (!g || !path) return fm_set_error(FM_ERR_INVALID, "fm_graph_export_onnx: NULL graph or path");
+    if (fm_graph_validate(g)) return fm_last_status();
+    exporter e = {.g = g};
+    Onnx__ModelProto m;
+    Onnx__GraphProto gp;
+    Onnx__OperatorSetIdProto ops;
+    fm_status s = build_model(&e, &m, &gp, &ops);
+    if (!s) {
+        size_t n = protobuf_c_message_get_packed_size(&m.base);
+        uint8_t *buf = malloc(n ? n : 1);
+        if (!buf) s = fm_set_error(FM_ERR_OOM, "%s: out of memory for %zu bytes", path, n);
+        else {
+            protobuf_c_message_pack(&m.base, buf);
+            fm_io_chunk ch = {buf, n};
+            s = fm_atomic_write(path, 1, &ch);
+            free(buf);
+        }
+    } else fm_error_prefix("exporting to %s", path);
+    for (int i = 0; i < e.n; i++) free(e.ptrs[i]);
+    free(e.ptrs), free(e.nodes), free(e.inits);
+    return s;
+}
