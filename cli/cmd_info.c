@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "fathom/dist.h"
 #include "fathom/fathom.h"
 
 /* the features worth naming, in order */
@@ -114,6 +115,7 @@ int fm_cmd_info(int argc, char **argv) {
         json_object_set_new(o, "build_type", json_string(bi.build_type));
         json_object_set_new(o, "sanitized", json_boolean(bi.sanitized));
         json_object_set_new(o, "cuda_built", json_boolean(bi.cuda_built));
+        json_object_set_new(o, "mpi_built", json_boolean(fm_dist_mpi_built()));
         json_object_set_new(o, "cpu", cpu_json(f));
         json_object_set_new(o, "gemm", gemm_json(&gp));
         json_t *cu = json_object();
@@ -141,6 +143,8 @@ int fm_cmd_info(int argc, char **argv) {
     } else {
         printf("fathom %s (%s build%s)\n", bi.version, bi.build_type, bi.sanitized ? ", sanitizers" : "");
         print_text(f, &gp);
+        printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (mpirun -np N fathom train ...: docs/DISTRIBUTED.md)"
+                                                 : "not built (no MPI at build time)");
         printf("cuda:  %s\n", bi.cuda_built ? "built in" : "not built (no CUDA toolkit at build time)");
         if (ci.n_devices == 0) printf("       no usable device: %s\n", ci.reason);
         if (ci.runtime_version) printf("       runtime %d, driver %d\n", ci.runtime_version, ci.driver_version);

@@ -3,7 +3,8 @@
 # Idempotent: packages already present are skipped quickly. Runs as root (CI, fresh machines).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libjansson-dev libinih-dev libmicrohttpd-dev zlib1g-dev libpng-dev
-      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata dataset-fashion-mnist valgrind)
+      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata dataset-fashion-mnist valgrind
+      openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -43,8 +43,11 @@ FM_API bool fm_tensor_is_leaf(const fm_tensor *t);
 /* Hook called with the gradient w.r.t. t during backward (before it is accumulated
  * into a leaf's .grad). Hooks run in registration order. */
 FM_API fm_status fm_tensor_register_hook(fm_tensor *t, fm_tensor *(*fn)(fm_tensor *grad, void *ctx), void *ctx);
-/* Hook called after a leaf's .grad has been updated (data parallelism uses it). */
+/* Hook called after a leaf's .grad has been updated, as soon as backward has produced
+ * all of this leaf's gradient (data parallelism starts its all-reduces there). */
 FM_API fm_status fm_tensor_register_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *t, void *ctx), void *ctx);
+/* Removes the hook registered with the same fn and ctx (FM_ERR_INVALID if none). */
+FM_API fm_status fm_tensor_remove_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *t, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

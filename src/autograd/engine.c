@@ -5,7 +5,9 @@
  * decreasing sequence order visits every consumer before its producer: each
  * node's incoming gradient is complete when it runs. Contributions to a leaf are
  * summed during the walk and handed to the leaf (hooks, then .grad, then
- * post-accumulate hooks) once, at the end, as PyTorch's AccumulateGrad does. */
+ * post-accumulate hooks) once, as PyTorch's AccumulateGrad does: as soon as the
+ * last node with an edge to it has run (the walk counts the edges first), so that
+ * data-parallel training can all-reduce early gradients while backward goes on. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,11 @@
 #include "fathom/memory.h"
 #include "fathom/profile.h"
 
-typedef struct leaf_acc { fm_tensor *leaf; fm_tensor *sum; } leaf_acc;
+typedef struct leaf_acc {
+    fm_tensor *leaf;
+    fm_tensor *sum;
+    int pending; /* edges from collected nodes not yet run */
+} leaf_acc;
 
 typedef struct walk {
     fm_node **nodes;
@@ -67,29 +73,30 @@ static fm_tensor *run_hooks(fm_hook *h, fm_tensor *g) {
     return g;
 }
 
-static fm_status add_leaf(walk *w, fm_tensor *leaf, fm_tensor *g) {
-    for (size_t i = 0; i < w->nl; i++) {
-        if (w->leaves[i].leaf == leaf) {
-            fm_tensor *s = acc(w->leaves[i].sum, g);
-            if (!s) return fm_last_status();
-            fm_tensor_release(w->leaves[i].sum);
-            w->leaves[i].sum = s;
-            return FM_OK;
-        }
-    }
+/* The leaf's entry, added (empty) if new; NULL when out of memory. */
+static leaf_acc *leaf_entry(walk *w, fm_tensor *leaf) {
+    for (size_t i = 0; i < w->nl; i++)
+        if (w->leaves[i].leaf == leaf) return &w->leaves[i];
     if (w->nl == w->capl) {
         size_t nc = w->capl ? w->capl * 2 : 64;
         leaf_acc *nl = realloc(w->leaves, nc * sizeof *nl);
-        if (!nl) return fm_set_error(FM_ERR_OOM, "backward: out of memory");
+        if (!nl) { fm_set_error(FM_ERR_OOM, "backward: out of memory"); return NULL; }
         w->leaves = nl;
         w->capl = nc;
     }
-    w->leaves[w->nl].leaf = leaf;
-    w->leaves[w->nl].sum = fm_tensor_retain(g);
-    w->nl++;
-    return FM_OK;
+    w->leaves[w->nl] = (leaf_acc){leaf, NULL, 0};
+    return &w->leaves[w->nl++];
 }
 
+static fm_status add_leaf(walk *w, fm_tensor *leaf, fm_tensor *g) {
+    leaf_acc *e = leaf_entry(w, leaf);
+    if (!e) return fm_last_status();
+    fm_tensor *s = acc(e->sum, g);
+    if (!s) return fm_last_status();
+    fm_tensor_release(e->sum);
+    e->sum = s;
+    return FM_OK;
+}
 
 static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g);
 
@@ -120,6 +127,36 @@ static fm_status finish_leaf_tagged(fm_tensor *leaf, fm_tensor *g) {
     fm_tensor_release(leaf->grad);
     leaf->grad = ng;
     for (fm_post_hook *h = leaf->post_hooks; h; h = h->next) h->fn(leaf, h->ctx);
+    return FM_OK;
+}
+
+/* One edge into a leaf has run (g: its contribution, or NULL): add it. */
+static fm_status leaf_edge_done(walk *w, fm_tensor *leaf, fm_tensor *g, const char *node_name) {
+    leaf_acc *e = leaf_entry(w, leaf);
+    if (!e) return fm_last_status();
+    fm_status st = FM_OK;
+    if (g) st = check_grad_shape(node_name, g, leaf->ndim, leaf->shape, leaf->dtype);
+    if (st == FM_OK && g) st = add_leaf(w, leaf, g);
+    e = leaf_entry(w, leaf);
+    if (e) e->pending--;
+    return st;
+}
+
+/* After node n has run and dropped its references: hands each leaf it feeds whose
+ * last edge this was its summed gradient (then usually the only reference, so
+ * finish_leaf takes it without a copy). */
+static fm_status hand_over_leaves(walk *w, fm_node *n) {
+    for (int j = 0; j < n->n_in; j++) {
+        fm_tensor *leaf = n->next[j].leaf;
+        if (!leaf || !fm_node_needs_grad(n, j)) continue;
+        leaf_acc *e = leaf_entry(w, leaf);
+        if (!e) return fm_last_status();
+        if (e->pending > 0 || !e->sum) continue;
+        fm_tensor *sum = e->sum;
+        e->sum = NULL;
+        fm_status st = finish_leaf(leaf, sum);
+        if (st != FM_OK) return st;
+    }
     return FM_OK;
 }
 
@@ -192,6 +229,11 @@ static fm_status collect_nodes(walk *w, int n_roots, fm_tensor *const *roots, fm
         for (int i = 0; i < n->n_in; i++) {
             fm_node *m = n->next[i].node;
             if (m && m->visit != mark) { m->visit = mark; PUSH(m); }
+            if (n->next[i].leaf && fm_node_needs_grad(n, i)) {
+                leaf_acc *e = leaf_entry(w, n->next[i].leaf);
+                if (!e) { st = fm_last_status(); break; }
+                e->pending++;
+            }
         }
     }
 #undef PUSH
@@ -226,8 +268,10 @@ static fm_status run_node(walk *w, fm_node *n, bool retain_graph) {
         if (st != FM_OK) fm_error_prefix("backward of %s", n->name);
     }
     for (int j = 0; st == FM_OK && j < n->n_in; j++) {
-        if (!gi[j] || !fm_node_needs_grad(n, j)) continue;
+        if (!fm_node_needs_grad(n, j)) continue;
         fm_edge *e = &n->next[j];
+        if (e->leaf) st = leaf_edge_done(w, e->leaf, gi[j], n->name);
+        if (!gi[j]) continue;
         if (e->node) {
             fm_node *m = e->node;
             int o = e->output_nr;
@@ -237,9 +281,6 @@ static fm_status run_node(walk *w, fm_node *n, bool retain_graph) {
                 if (!s) st = fm_last_status();
                 else { fm_tensor_release(m->grad_acc[o]); m->grad_acc[o] = s; }
             }
-        } else if (e->leaf) {
-            st = check_grad_shape(n->name, gi[j], e->leaf->ndim, e->leaf->shape, e->leaf->dtype);
-            if (st == FM_OK) st = add_leaf(w, e->leaf, gi[j]);
         }
     }
     if (gi)
@@ -250,6 +291,7 @@ static fm_status run_node(walk *w, fm_node *n, bool retain_graph) {
         fm_node_free_saved(n);
         n->released = true;
     }
+    if (st == FM_OK) st = hand_over_leaves(w, n);
     return st;
 }
 
@@ -288,7 +330,8 @@ fm_status fm_backward_multi(int n_roots, fm_tensor *const *roots, fm_tensor *con
                 w.nodes[k]->grad_acc[i] = NULL;
             }
     }
-    for (size_t i = 0; i < w.nl; i++) {
+    for (size_t i = 0; i < w.nl; i++) { /* leaf roots, and whatever an error left */
+        if (!w.leaves[i].sum) continue;
         if (st == FM_OK) st = finish_leaf(w.leaves[i].leaf, w.leaves[i].sum);
         else fm_tensor_release(w.leaves[i].sum);
     }

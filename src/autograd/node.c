@@ -76,6 +76,18 @@ fm_status fm_tensor_register_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_te
     return FM_OK;
 }
 
+fm_status fm_tensor_remove_post_accumulate_hook(fm_tensor *t, void (*fn)(fm_tensor *, void *), void *ctx) {
+    if (!t || !fn) return fm_set_error(FM_ERR_INVALID, "remove_post_accumulate_hook: NULL argument");
+    for (fm_post_hook **h = &t->post_hooks; *h; h = &(*h)->next)
+        if ((*h)->fn == fn && (*h)->ctx == ctx) {
+            fm_post_hook *dead = *h;
+            *h = dead->next;
+            free(dead);
+            return FM_OK;
+        }
+    return fm_set_error(FM_ERR_INVALID, "remove_post_accumulate_hook: no such hook on this tensor");
+}
+
 fm_node *fm_node_begin(fm_op_id op, int n_in, fm_tensor *const *inputs, fm_backward_fn fn) {
     if (t_grad_disabled) return NULL;
     bool any = false;

@@ -1,0 +1,108 @@
+/* fathom/dist.h: training over many processes (data parallel over MPI, ZeRO-1).
+ *
+ * The processes are started and wired by MPI (`mpirun -np N prog`, a hostfile for
+ * several machines). fm_dist_init joins the MPI world when the program was started
+ * by an MPI launcher, and otherwise makes a world of one process without touching
+ * MPI, so a program written for N ranks runs unchanged on one.
+ *
+ * Collectives are non-blocking MPI point-to-point exchanges polled against a
+ * deadline (fm_dist_set_timeout): a rank that died or hangs makes the others fail
+ * with an error naming the rank they got nothing from, instead of waiting forever.
+ * Averages sum the ranks' values in rank order (in double), so the result does not
+ * depend on timing or on how a buffer is split into buckets or shards. */
+#ifndef FATHOM_DIST_H
+#define FATHOM_DIST_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fathom/export.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fm_dist fm_dist;
+
+/* Joins the MPI world when launched by mpirun/mpiexec/srun (or FATHOM_DIST=mpi),
+ * else a world of one. Fails (FM_ERR_UNSUPPORTED) when launched by MPI but this
+ * build has no MPI. Timeout: FATHOM_DIST_TIMEOUT seconds if set, else 300. */
+FM_API fm_status fm_dist_init(fm_dist **out);
+/* Ends MPI (if fm_dist_init started it) and frees d. */
+FM_API void fm_dist_finalize(fm_dist *d);
+/* Ends every process of the job (MPI_Abort) with exit code `code`: for a rank that
+ * cannot go on while others wait in a collective. Exits this process without MPI. */
+FM_API void fm_dist_abort(fm_dist *d, int code);
+
+FM_API int fm_dist_rank(const fm_dist *d);
+FM_API int fm_dist_size(const fm_dist *d);
+/* Rank among the processes on this machine (picks the GPU of a rank). */
+FM_API int fm_dist_local_rank(const fm_dist *d);
+/* Whether collectives go through MPI (false for a world of one without MPI). */
+FM_API bool fm_dist_uses_mpi(const fm_dist *d);
+/* Whether this build has MPI. */
+FM_API bool fm_dist_mpi_built(void);
+FM_API fm_status fm_dist_set_timeout(fm_dist *d, double seconds);
+FM_API double fm_dist_timeout(const fm_dist *d);
+
+/* Blocking collectives (each waits against the timeout). Every rank calls the
+ * same collectives in the same order with the same sizes. */
+/* buf[0..n) = average over ranks of buf[0..n). */
+FM_API fm_status fm_dist_allreduce_avg_f32(fm_dist *d, float *buf, int64_t n);
+/* buf[0..n) = sum over ranks, in double (losses, norms, token counts). */
+FM_API fm_status fm_dist_allreduce_sum_f64(fm_dist *d, double *buf, int64_t n);
+/* in: size*shard values on every rank; out: this rank's shard of their average
+ * (average = false: the sum). */
+FM_API fm_status fm_dist_reduce_scatter_f32(fm_dist *d, const float *in, float *out, int64_t shard, bool average);
+/* shard values from every rank -> out[size*shard] in rank order. */
+FM_API fm_status fm_dist_allgather_f32(fm_dist *d, const float *in, float *out, int64_t shard);
+FM_API fm_status fm_dist_broadcast(fm_dist *d, void *buf, size_t bytes, int root);
+/* Checks that every rank passes the same value (a hash of the configuration);
+ * the error names `what` and the ranks that differ from rank 0. */
+FM_API fm_status fm_dist_check_same(fm_dist *d, uint64_t value, const char *what);
+/* FNV-1a over bytes, chained from h (start with 0). */
+FM_API uint64_t fm_dist_hash(uint64_t h, const void *data, size_t n);
+
+/* Totals since fm_dist_init (or the last reset). */
+typedef struct fm_dist_stats {
+    int64_t collectives;  /* collectives completed */
+    int64_t bytes_sent;   /* payload bytes this rank sent */
+    double wait_seconds;  /* time blocked waiting for collectives to finish */
+} fm_dist_stats;
+FM_API void fm_dist_stats_get(const fm_dist *d, fm_dist_stats *out);
+FM_API void fm_dist_stats_reset(fm_dist *d);
+
+/* ---- data parallel: gradient buckets all-reduced during backward ----
+ * The parameters (f32, contiguous) are grouped into buckets of about bucket_bytes
+ * (0: 25 MiB), last parameters first (their gradients come first in backward).
+ * A post-accumulate hook on each parameter copies its gradient into its bucket;
+ * the bucket's all-reduce starts once all its gradients are in, while backward
+ * goes on. fm_ddp_sync waits for the rest and writes the averaged gradients back
+ * into every parameter's .grad. */
+typedef struct fm_ddp fm_ddp;
+FM_API fm_ddp *fm_ddp_new(fm_dist *d, int n_params, fm_tensor *const *params, size_t bucket_bytes);
+FM_API void fm_ddp_free(fm_ddp *p);
+/* Copies rank 0's parameter values to every rank. */
+FM_API fm_status fm_ddp_broadcast_params(fm_ddp *p);
+/* After backward: finishes the all-reduces; every parameter then has the average
+ * gradient (zeros where no rank produced one). */
+FM_API fm_status fm_ddp_sync(fm_ddp *p);
+/* false: backward passes leave gradients local (accumulation micro-steps); the
+ * next fm_ddp_sync then reduces all of them. Default true. */
+FM_API void fm_ddp_set_overlap(fm_ddp *p, bool on);
+FM_API int fm_ddp_bucket_count(const fm_ddp *p);
+
+typedef struct fm_ddp_stats {
+    int64_t steps;            /* fm_ddp_sync calls */
+    int64_t bytes_reduced;    /* gradient bytes all-reduced (sum over steps) */
+    int64_t bytes_sent;       /* bytes this rank sent for them */
+    double comm_seconds;      /* sum over buckets of start -> observed completion */
+    double exposed_seconds;   /* time fm_ddp_sync spent waiting after backward */
+    double overlapped_fraction; /* 1 - exposed / comm, clamped to [0, 1] */
+} fm_ddp_stats;
+FM_API void fm_ddp_stats_get(const fm_ddp *p, fm_ddp_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
