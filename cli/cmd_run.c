@@ -3,6 +3,7 @@
  * returns as JSON every output. */
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static void run_usage(FILE *f) {
                "output's name, dtype, shape and first values.\n\n"
                "  --input NAME=FILE  feed the model input NAME from FILE (every input is needed)\n"
                "  --output DIR       write each output to DIR/<name>.npy\n"
-               "  --json             print the outputs (name, dtype, shape, values) as one JSON object\n");
+               "  --json             print the outputs (name, dtype, shape, values) as one JSON object\n"
+               "                     (NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n");
 }
 
 static fm_tensor *read_array(const char *path) {
@@ -49,7 +51,10 @@ static json_t *tensor_json(const char *name, const fm_tensor *t) {
     bool fl = fm_dtype_is_float(t->dtype);
     for (int64_t i = 0; i < n; i++) {
         double v = fm_tensor_get(t, i);
-        json_array_append_new(vals, fl ? json_real(v) : json_integer((json_int_t)v));
+        /* JSON has no NaN or infinity: those are the strings "nan", "inf", "-inf" */
+        json_t *j = !fl ? json_integer((json_int_t)v) : isnan(v) ? json_string("nan") : isinf(v) ? json_string(v > 0 ? "inf" : "-inf")
+                                                                                       : json_real(v);
+        json_array_append_new(vals, j);
     }
     json_object_set_new(o, "data", vals);
     return o;

@@ -36,6 +36,16 @@ check "unreadable input file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"none.
 head -c 100 "$case_dir/model.onnx" > "$d/cut.onnx"
 err=$("$bin" run "$d/cut.onnx" --input "$x" 2>&1); rc=$?
 check "truncated model: file named, exit 1" '[ $rc = 1 ] && [[ "$err" == *"cut.onnx"* ]]'
+# --json: NaN and infinities (log of 0 and -1) as strings; JSON has no such numbers
+python3 -c "
+import struct, sys
+h = \"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\"
+h += ' ' * (64 - 10 - len(h) - 1) + '\\n'
+sys.stdout.buffer.write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h.encode() + struct.pack('<2f', 0.0, -1.0))
+" > "$d/zero_neg.npy"
+out=$("$bin" run /usr/share/libonnx-testdata/data/node/test_log_example/model.onnx --input "$d/zero_neg.npy" --json); rc=$?
+check "json: log(0), log(-1) as \"-inf\", \"nan\"" '[ $rc = 0 ] && [[ "$out" == *"\"data\":[\"-inf\",\"nan\"]"* ]]'
+
 # fathom import: the graph directory, and a refusal naming the node
 out=$("$bin" import "$case_dir/model.onnx" -o "$d/g"); rc=$?
 check "import exits 0 and writes the graph" '[ $rc = 0 ] && [ -s "$d/g/graph.json" ] && [ -s "$d/g/weights.safetensors" ]'
