@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "fathom/graph.h"
 #include "fathom/recipe.h"
 
 static void eval_usage(FILE *f) {
@@ -45,12 +46,17 @@ int fm_cmd_eval(int argc, char **argv) {
     }
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
     fm_recipe r;
-    fm_module *m;
-    if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fm_module *m = NULL;
+    fm_graph *g = NULL; /* a graph directory runs as the model it was made from */
+    if (fm_graph_dir_is_graph(dir)) {
+        g = fm_graph_load(dir);
+        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
+    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     int rc = 1;
     fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
     double acc = 0, loss = 0;
-    if (!d || fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr) != FM_OK) {
+    if (!d || (g ? fm_graph_evaluate(g, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)
+                 : fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)) != FM_OK) {
         fm_cli_error("%s", fm_last_error());
     } else {
         rc = 0;
@@ -71,6 +77,7 @@ int fm_cmd_eval(int argc, char **argv) {
     }
     fm_dataset_release(d);
     fm_module_free(m);
+    fm_graph_free(g);
     fm_recipe_free(&r);
     return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "fathom/gpt.h"
+#include "fathom/graph.h"
 
 static int emit(int tok, void *ctx) {
     const char *b;
@@ -72,24 +73,42 @@ int fm_cmd_generate(int argc, char **argv) {
     sp.top_k = (int)top_k;
     sp.seed = (uint64_t)seed;
     fm_tokenizer *tok = NULL;
-    fm_gpt *m = fm_gpt_load_dir(dir, &tok);
-    if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fm_gpt *m = NULL;
+    fm_graph *g = NULL; /* a graph directory (`fathom compile`) runs its KV-cache graph */
+    int ctx_len = 0;
+    if (fm_graph_dir_is_graph(dir)) {
+        char tp[4096];
+        snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
+        const char *bs = (g = fm_graph_load(dir)) ? fm_graph_get_meta(g, "block_size") : NULL;
+        if (g && !bs) fm_set_error(FM_ERR_INVALID, "%s: this graph is not a GPT graph (no block_size in its meta)", dir);
+        if (bs) tok = fm_tokenizer_load(tp);
+        if (tok && fm_tokenizer_vocab_size(tok) != atoi(fm_graph_get_meta(g, "vocab_size") ? fm_graph_get_meta(g, "vocab_size") : "0")) {
+            fm_set_error(FM_ERR_FORMAT, "%s: tokenizer.txt's vocabulary (%d) does not match the graph's", dir, fm_tokenizer_vocab_size(tok));
+            fm_tokenizer_free(tok);
+            tok = NULL;
+        }
+        if (!tok) { fm_cli_error("%s", fm_last_error()); fm_graph_free(g); return 1; }
+        ctx_len = atoi(bs);
+    } else {
+        if (!(m = fm_gpt_load_dir(dir, &tok))) { fm_cli_error("%s", fm_last_error()); return 1; }
+        ctx_len = fm_gpt_get_config(m)->block_size;
+    }
     int32_t *ids = NULL;
     int64_t n = 0;
     int rc = 0;
     if (fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) { fm_cli_error("%s", fm_last_error()); rc = 1; goto done; }
     int made = 0;
     bool limit = false;
-    if (n > fm_gpt_get_config(m)->block_size) { /* before echoing anything */
-        fm_cli_error("the prompt is %lld tokens but the model's context is %d (shorten the prompt)", (long long)n,
-                     fm_gpt_get_config(m)->block_size);
+    if (n > ctx_len) { /* before echoing anything */
+        fm_cli_error("the prompt is %lld tokens but the model's context is %d (shorten the prompt)", (long long)n, ctx_len);
         rc = 1;
         goto done;
     }
     fputs(prompt, stdout);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, tok)) {
+    if (g ? fm_graph_generate(g, ids, (int)n, (int)tokens, &sp, NULL, &made, &limit, emit, tok)
+          : fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, tok)) {
         fputc('\n', stdout);
         fm_cli_error("%s", fm_last_error());
         rc = 1;
@@ -99,12 +118,15 @@ int fm_cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     if (limit)
         fprintf(stderr, "fathom: stopped after %d tokens: the context limit of %d tokens (prompt %lld + generated) "
-                        "was reached\n", made, fm_gpt_get_config(m)->block_size, (long long)n);
+                        "was reached\n", made, ctx_len, (long long)n);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (!quiet) fprintf(stderr, "fathom: %d tokens in %.2f s (%.1f tokens/s, %s)\n", made, s, made / (s > 0 ? s : 1), cache ? "KV cache" : "no cache");
+    if (!quiet)
+        fprintf(stderr, "fathom: %d tokens in %.2f s (%.1f tokens/s, %s)\n", made, s, made / (s > 0 ? s : 1),
+                g ? "graph, KV cache" : cache ? "KV cache" : "no cache");
 done:
     free(ids);
     fm_tokenizer_free(tok);
     fm_gpt_free(m);
+    fm_graph_free(g);
     return rc;
 }

@@ -9,13 +9,15 @@
 #include "commands.h"
 #include "fathom/recipe.h"
 #include "fathom/autograd.h"
+#include "fathom/graph.h"
 
 static const char *fashion_classes[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 static void predict_usage(FILE *f) {
     fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--json]\n\n"
-               "Runs a model saved by `fathom train` on inputs: idx files (raw or .gz),\n"
+               "Runs a model saved by `fathom train` (or a graph of one made by `fathom compile`)\n"
+               "on inputs: idx files (raw or .gz),\n"
                ".npy arrays or PNG images whose size matches the model's input. An input\n"
                "holding several samples ([N, ...]) gives one prediction per sample.\n\n"
                "  --json   print one JSON object on stdout\n");
@@ -64,8 +66,12 @@ int fm_cmd_predict(int argc, char **argv) {
         return 2;
     }
     fm_recipe r;
-    fm_module *m;
-    if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fm_module *m = NULL;
+    fm_graph *g = NULL; /* a graph directory runs as the model it was made from */
+    if (fm_graph_dir_is_graph(dir)) {
+        g = fm_graph_load(dir);
+        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
+    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     bool fashion = !strcmp(r.dataset, "fashion-mnist");
     json_t *arr = json_array();
     int rc = 0;
@@ -77,7 +83,7 @@ int fm_cmd_predict(int argc, char **argv) {
         const char *path = argv[i];
         fm_tensor *x = fm_data_read(path);
         fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
-        fm_tensor *logits = b ? fm_module_forward(m, b) : NULL;
+        fm_tensor *logits = b ? (g ? fm_graph_run1(g, b) : fm_module_forward(m, b)) : NULL;
         fm_tensor *prob = logits ? fm_softmax(logits, 1) : NULL;
         if (!prob) {
             fm_cli_error("%s", fm_last_error());
@@ -124,6 +130,7 @@ int fm_cmd_predict(int argc, char **argv) {
         json_decref(arr);
     }
     fm_module_free(m);
+    fm_graph_free(g);
     fm_recipe_free(&r);
     return rc;
 }

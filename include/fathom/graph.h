@@ -119,6 +119,8 @@ FM_API int fm_graph_num_inputs(const fm_graph *g);
 FM_API int fm_graph_num_outputs(const fm_graph *g);
 FM_API int fm_graph_num_nodes(const fm_graph *g);
 FM_API int fm_graph_num_consts(const fm_graph *g);
+/* Node i's op name (NULL when out of range). */
+FM_API const char *fm_graph_node_op(const fm_graph *g, int i);
 /* Valid after fm_graph_validate (fm_graph_load validates). */
 FM_API fm_status fm_graph_input_info(const fm_graph *g, int i, fm_graph_io *out);
 FM_API fm_status fm_graph_output_info(const fm_graph *g, int i, fm_graph_io *out);
@@ -136,6 +138,79 @@ FM_API fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_te
 /* The same by name: any order of inputs, and only the outputs asked for. */
 FM_API fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_names, fm_tensor *const *inputs,
                                     int n_out, const char *const *out_names, fm_tensor **outputs);
+
+/* ---- producing graphs from models ---- */
+struct fm_module;
+struct fm_gpt;
+/* Traces a module tree (a recipe model) on `example` ([batch, ...]): each layer
+ * runs in evaluation mode and is recorded as its op, weights as constants named
+ * as in the model's state; dim 0 becomes the dynamic dim "batch". The graph's
+ * output on the example must equal the model's exactly. */
+FM_API fm_graph *fm_graph_trace_module(struct fm_module *m, const fm_tensor *example);
+/* The GPT with its KV cache as inputs and outputs (docs/GRAPH.md): tokens
+ * [batch, seq] and past_key.<i>/past_value.<i> [batch, kv_heads, past, head_dim]
+ * -> logits [batch, seq, vocab] and present_key.<i>/present_value.<i>. Checked
+ * against the model's own forward on a prompt and a decode step (relative 1e-4). */
+FM_API fm_graph *fm_graph_from_gpt(struct fm_gpt *m);
+/* A graph from any model directory: a graph directory is loaded; a trained
+ * recipe model is traced (batch dynamic); a trained GPT gives its KV-cache graph
+ * (its tokenizer.txt goes with it). Anything else is refused, saying what was
+ * expected. */
+FM_API fm_graph *fm_graph_from_model_dir(const char *dir);
+/* A file saved into the graph directory with the graph (copied from `path` at
+ * fm_graph_save; name: a plain file name). fm_graph_load attaches tokenizer.txt. */
+FM_API fm_status fm_graph_attach_file(fm_graph *g, const char *name, const char *path);
+
+/* ---- compiling ---- */
+/* Memory of one run at the planning sizes (dim hints; batch > 0 overrides the
+ * dim "batch"): all intermediates summed (no reuse), the peak of live bytes
+ * (freed after the last reader), and the arena a greedy offset plan needs. */
+typedef struct fm_memory_plan {
+    int64_t batch;
+    int n_values;
+    size_t naive_bytes, live_peak_bytes, planned_bytes;
+} fm_memory_plan;
+FM_API fm_status fm_graph_plan_memory(const fm_graph *g, int64_t batch, fm_memory_plan *out);
+typedef struct fm_compile_pass_report {
+    char name[32];
+    int nodes_before, nodes_after, consts_before, consts_after;
+    double seconds;
+    char note[256]; /* what the pass did, in words */
+} fm_compile_pass_report;
+typedef struct fm_compile_report {
+    int n_passes;
+    fm_compile_pass_report passes[16];
+    double max_rel_diff; /* compiled vs input graph on random inputs (max |diff| / max |output|) */
+    fm_memory_plan plan_before, plan_after;
+} fm_compile_report;
+/* One pass by name ("dce", "fold", "cse", "fuse-conv-bn", "fuse-add-layer-norm",
+ * "fuse-bias-gelu"): a new graph, g unchanged; note (may be NULL) says what it did. */
+FM_API fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t n);
+/* All passes in order; the result must match g within 1e-4 relative on random
+ * inputs at the dim hints (else NULL and an error); rep says what each did. */
+FM_API fm_graph *fm_graph_compile(const fm_graph *g, fm_compile_report *rep);
+/* Runs both graphs (same inputs and outputs) on one set of random inputs at the
+ * dim hints; *max_rel = max |a - b| / max |a| over the outputs. */
+FM_API fm_status fm_graph_compare(const fm_graph *a, const fm_graph *b, double *max_rel);
+
+/* ---- running graphs as the commands run models ---- */
+struct fm_recipe;
+struct fm_dataset;
+struct fm_transforms;
+struct fm_gpt_sample_params;
+/* The recipe a classifier graph was traced from (its input shape, data set,
+ * normalization); an error for other graphs. Free with fm_recipe_free. */
+FM_API fm_status fm_graph_classifier_recipe(const fm_graph *g, struct fm_recipe *r);
+/* One input in, the first output back (new reference), or NULL. */
+FM_API fm_tensor *fm_graph_run1(const fm_graph *g, fm_tensor *x);
+/* fm_evaluate for a classifier graph: accuracy and mean cross-entropy. */
+FM_API fm_status fm_graph_evaluate(const fm_graph *g, struct fm_dataset *d, const struct fm_transforms *tf, int64_t batch_size,
+                                   double *accuracy, double *loss, FILE *log);
+/* fm_gpt_generate for a GPT graph: the prompt runs once (past = 0), then one
+ * token per step with the presents fed back as the pasts. */
+FM_API fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new,
+                                   const struct fm_gpt_sample_params *p, int32_t *out, int *out_n, bool *hit_limit,
+                                   int (*cb)(int token, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

@@ -112,10 +112,20 @@ FM_API void fm_module_set_rng(fm_module *m, fm_rng *rng);
 FM_API fm_status fm_module_infer_shape(const fm_module *m, int ndim, const int64_t *in, int *out_ndim, int64_t *out);
 
 FM_API fm_module_kind fm_module_get_kind(const fm_module *m);
+/* A layer's hyperparameters (what fm_module_describe prints, plus eps): for
+ * graph export. Fields a kind does not use are 0. */
+typedef struct fm_module_hparams {
+    int64_t a, b;          /* in/out features, channels, num/dim */
+    int kernel, stride, padding;
+    double eps, momentum, p;
+} fm_module_hparams;
+FM_API fm_module_hparams fm_module_get_hparams(const fm_module *m);
 /* "linear 784->10", "conv2d 1->32 k3 s1 p1", ... */
 FM_API const char *fm_module_describe(const fm_module *m, char *buf, size_t n);
 FM_API int fm_module_num_children(const fm_module *m);
 FM_API fm_module *fm_module_child(const fm_module *m, int i);
+/* The name child i has in parameter names ("0", "features"); NULL if no such child. */
+FM_API const char *fm_module_child_name(const fm_module *m, int i);
 
 /* Initializers (in place, no tape). fan_in/fan_out are computed from the shape
  * ([out, in, ...] layout); gain as in torch.nn.init. */

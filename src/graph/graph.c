@@ -65,6 +65,7 @@ void fm_graph_free(fm_graph *g) {
         free(n->attrs);
     }
     for (int i = 0; i < g->n_syms; i++) free(g->syms[i].name);
+    for (int i = 0; i < g->n_files; i++) { free(g->file_name[i]); free(g->file_path[i]); }
     free(g->values);
     free(g->nodes);
     free(g->inputs);
@@ -323,6 +324,24 @@ fm_status fm_graph_set_meta(fm_graph *g, const char *key, const char *value) {
 
 const char *fm_graph_get_meta(const fm_graph *g, const char *key) { return g && key ? fm_kv_get(&g->meta, key) : NULL; }
 
+fm_status fm_graph_attach_file(fm_graph *g, const char *name, const char *path) {
+    if (!g || !name || !path) return fm_set_error(FM_ERR_INVALID, "graph: NULL argument to attach_file");
+    bool plain = *name && strlen(name) < 64 && name[0] != '.';
+    for (const char *p = name; *p && plain; p++) plain = isalnum((unsigned char)*p) || *p == '.' || *p == '_' || *p == '-';
+    if (!plain || !strcmp(name, "graph.json") || !strcmp(name, "weights.safetensors"))
+        return fm_set_error(FM_ERR_INVALID, "graph: cannot attach a file named '%s' (a plain name other than graph.json and weights.safetensors)", name);
+    int i = 0;
+    while (i < g->n_files && strcmp(g->file_name[i], name)) i++;
+    if (i == 4) return fm_set_error(FM_ERR_INVALID, "graph: at most 4 attached files");
+    char *n = strdup(name), *p = strdup(path);
+    if (!n || !p) { free(n); free(p); return fm_set_error(FM_ERR_OOM, "graph: out of host memory"); }
+    if (i < g->n_files) { free(g->file_name[i]); free(g->file_path[i]); }
+    else g->n_files++;
+    g->file_name[i] = n;
+    g->file_path[i] = p;
+    return FM_OK;
+}
+
 const gattr *g_node_attr(const gnode *n, const char *name) {
     for (int k = 0; k < n->n_attrs; k++)
         if (!strcmp(n->attrs[k].name, name)) return &n->attrs[k];
@@ -346,6 +365,8 @@ fm_graph_attr fm_graph_attr_string(const char *name, const char *s) { return (fm
 int fm_graph_num_inputs(const fm_graph *g) { return g ? g->n_inputs : 0; }
 int fm_graph_num_outputs(const fm_graph *g) { return g ? g->n_outputs : 0; }
 int fm_graph_num_nodes(const fm_graph *g) { return g ? g->n_nodes : 0; }
+const char *fm_graph_node_op(const fm_graph *g, int i) { return g && i >= 0 && i < g->n_nodes ? g->nodes[i].op : NULL; }
+
 int fm_graph_num_consts(const fm_graph *g) {
     int n = 0;
     for (int i = 0; g && i < g->n_values; i++) n += g->values[i].kind == GV_CONST;

@@ -104,17 +104,21 @@ static fm_status infer_pass(const fm_graph *g, gtype *types, const int64_t *vals
     return FM_OK;
 }
 
-fm_status g_infer_all(fm_graph *g, const int64_t *vals, bool second) {
-    gtype *types = calloc((size_t)g->n_values + 1, sizeof *types);
-    if (!types) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+fm_status g_infer_types(const fm_graph *g, const int64_t *vals, gtype *types) {
     for (int v = 0; v < g->n_values; v++) {
-        gvalue *val = &g->values[v];
+        const gvalue *val = &g->values[v];
         types[v] = val->t;
         if (val->kind == GV_INPUT)
             for (int d = 0; d < val->t.ndim; d++)
                 if (val->sym[d] >= 0) types[v].d[d] = vals[val->sym[d]];
     }
-    fm_status st = infer_pass(g, types, vals);
+    return infer_pass(g, types, vals);
+}
+
+fm_status g_infer_all(fm_graph *g, const int64_t *vals, bool second) {
+    gtype *types = calloc((size_t)g->n_values + 1, sizeof *types);
+    if (!types) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    fm_status st = g_infer_types(g, vals, types);
     for (int v = 0; st == FM_OK && v < g->n_values; v++) {
         gvalue *val = &g->values[v];
         if (!second) { val->t = types[v]; val->typed = true; continue; }

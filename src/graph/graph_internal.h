@@ -68,6 +68,9 @@ struct fm_graph {
     fm_kv_list meta;
     fm_device device;
     bool validated;
+    /* files saved with the graph (fm_graph_attach_file): names and source paths */
+    int n_files;
+    char *file_name[4], *file_path[4];
     /* name -> value index, open addressing (cap_hash a power of two, -1 empty) */
     int *hash;
     int cap_hash;
@@ -126,6 +129,8 @@ const char *ga_string(const gctx *c, const char *name, const char *def);
 /* Shape inference over all nodes with symbols at vals; fills value types (and
  * probe2 when `second`). */
 fm_status g_infer_all(fm_graph *g, const int64_t *vals, bool second);
+/* The same into types[] (one per value), leaving the graph as it is. */
+fm_status g_infer_types(const fm_graph *g, const int64_t *vals, gtype *types);
 /* Node context for errors: "node 'fc1' (linear)". */
 const char *g_node_label(const gnode *n, char *buf, size_t size);
 /* Writes a value's shape as JSON-style text ("[\"batch\", 10]") into buf. */

@@ -172,6 +172,30 @@ static bool dir_is_empty(const char *dir) {
     return n == 0;
 }
 
+/* An attached file, copied into the directory being written. */
+static fm_status copy_file(const char *src, const char *dir, const char *name) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return fm_set_error(FM_ERR_IO, "graph save: cannot read %s (attached as %s): %s", src, name, strerror(errno));
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2) : NULL;
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf) return fm_set_error(FM_ERR_OOM, "graph save: cannot hold %s in memory", src);
+    char path[PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fm_status st = fm_atomic_write(path, 1, (fm_io_chunk[]){{buf, n}});
+    free(buf);
+    return st;
+}
+
 static fm_status write_files(const fm_graph *g, const char *tmp) {
     char path[PATH_MAX + 32];
     char *text = graph_json_text(g);
@@ -188,6 +212,7 @@ static fm_status write_files(const fm_graph *g, const char *tmp) {
         st = h ? fm_named_list_push(&list, val->name, h, false, false) : fm_last_status();
         fm_tensor_release(h); /* the list borrows; the graph keeps the host copy alive (or h was the same tensor) */
     }
+    for (int i = 0; st == FM_OK && i < g->n_files; i++) st = copy_file(g->file_path[i], tmp, g->file_name[i]);
     fm_kv_list meta = {0};
     if (st == FM_OK) st = fm_kv_set(&meta, "format", GRAPH_FORMAT);
     snprintf(path, sizeof path, "%s/weights.safetensors", tmp);

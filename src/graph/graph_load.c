@@ -274,5 +274,7 @@ fm_graph *fm_graph_load(const char *dir) {
     fm_graph *g = g_load_text(buf, n, dir);
     free(buf);
     if (!g) fm_error_prefix("%s", path);
+    snprintf(path, sizeof path, "%s/tokenizer.txt", dir);
+    if (g && stat(path, &sb) == 0 && fm_graph_attach_file(g, "tokenizer.txt", path)) { fm_graph_free(g); g = NULL; }
     return g;
 }

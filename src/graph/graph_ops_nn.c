@@ -1,6 +1,8 @@
 /* The graph's op table, part 2: layers (normalizations, embedding, convolution,
  * pooling, batch norm in inference form, attention and the fused transformer
  * helpers). Rules as in graph_ops.c: infer checks like the front end; run calls it. */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fathom/ops.h"
@@ -66,6 +68,8 @@ static fm_status inf_add_layer_norm(const gctx *c, const gtype *in, gtype *out) 
     if (in[0].ndim != in[1].ndim || memcmp(in[0].d, in[1].d, (size_t)in[0].ndim * sizeof(int64_t)) || in[0].dt != in[1].dt)
         return fm_set_error(FM_ERR_INVALID, "x %s and h %s must have one shape and dtype", g_tshape(&in[0], s1, sizeof s1), g_tshape(&in[1], s2, sizeof s2));
     gtype ln_in[3] = {in[0], in[2], in[3]};
+    int64_t nd = 1;
+    if (ga_int(c, "n_norm_dims", 1, &nd) || nd != 1) return fm_set_error(FM_ERR_INVALID, "normalizes over the last dim only (n_norm_dims 1)");
     if (inf_layer_norm(c, ln_in, &out[1])) return fm_last_status();
     out[0] = in[0]; /* outputs: {sum = x + h, y = layer_norm(sum)}, as the front end */
     return FM_OK;
@@ -305,6 +309,58 @@ static fm_status run_sdpa(const gctx *c, fm_tensor *const *in, fm_tensor **out) 
     RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], causal, scale));
 }
 
+/* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D] with L >= T, the
+ * queries being the last T positions (a KV cache's layout): query i sees keys
+ * j <= L - T + i. One graph serves a prompt (L == T) and each decode step. */
+static fm_status inf_causal_attention(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    if (inf_sdpa(c, in, out)) return fm_last_status();
+    if (in[1].d[2] < in[0].d[2])
+        return fm_set_error(FM_ERR_INVALID, "keys %s are fewer than the queries (%lld)", g_tshape(&in[1], s1, sizeof s1), (long long)in[0].d[2]);
+    return FM_OK;
+}
+
+/* The general case (L > T > 1): scores with an additive mask, softmax, values;
+ * kv heads repeated for grouped-query attention. */
+static fm_tensor *masked_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) {
+    const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], KV = k->shape[1], L = k->shape[2];
+    fm_tensor *ke = NULL, *ve = NULL, *kt = NULL, *s = NULL, *mask = NULL, *sm = NULL, *p = NULL, *y = NULL;
+    fm_tensor *src[2] = {k, v}, **dst[2] = {&ke, &ve};
+    for (int i = 0; i < 2; i++) {
+        fm_tensor *u = fm_unsqueeze(src[i], 2), *e = u ? fm_expand(u, 5, (int64_t[]){B, KV, H / KV, L, D}) : NULL;
+        *dst[i] = e ? fm_reshape(e, 4, (int64_t[]){B, H, L, D}) : NULL;
+        fm_tensor_release_n(2, u, e);
+    }
+    float *m = malloc(sizeof(float) * (size_t)(T * L));
+    if (m) {
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < L; j++) m[i * L + j] = j <= L - T + i ? 0.0f : -INFINITY;
+        fm_tensor *h = fm_tensor_from_data(m, 2, (int64_t[]){T, L}, FM_F32);
+        mask = h ? fm_tensor_to(h, fm_tensor_device(q)) : NULL;
+        fm_tensor_release(h);
+        free(m);
+    }
+    fm_tensor *mc = mask && mask->dtype != q->dtype ? fm_to_dtype(mask, q->dtype) : fm_tensor_retain(mask);
+    if (ke && ve && mc && (kt = fm_transpose(ke, 2, 3)) && (s = fm_matmul(q, kt)) &&
+        (sm = fm_mul_scalar(s, scale > 0 ? scale : 1.0 / sqrt((double)D)))) {
+        fm_tensor_release(s);
+        s = fm_add(sm, mc);
+        p = s ? fm_softmax(s, 3) : NULL;
+        y = p ? fm_matmul(p, ve) : NULL;
+    }
+    fm_tensor_release_n(8, ke, ve, kt, s, mask, mc, sm, p);
+    return y;
+}
+
+static fm_status run_causal_attention(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
+    int64_t T = in[0]->shape[2], L = in[1]->shape[2];
+    if (T == L || T == 1) RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], T == L && T > 1, scale));
+    RUN_DONE(masked_attention(in[0], in[1], in[2], scale));
+}
+
 static fm_status qkv_heads(const gctx *c, const gtype *x, int64_t *H, int64_t *KV, int64_t *D) {
     char s1[96];
     if (ga_int(c, "n_head", 0, H) || ga_int(c, "n_kv_head", *H, KV) || need_float(x, "qkv")) return fm_last_status();
@@ -364,7 +420,7 @@ static fm_status run_bias_gelu(const gctx *c, fm_tensor *const *in, fm_tensor **
 const g_op_spec g_ops_nn[] = {
     {"layer_norm", 1, 3, 1, "n_norm_dims,eps", inf_layer_norm, run_layer_norm, NULL},
     {"rms_norm", 1, 2, 1, "eps", inf_rms_norm, run_rms_norm, NULL},
-    {"add_layer_norm", 4, 4, 2, "eps", inf_add_layer_norm, run_add_layer_norm, NULL},
+    {"add_layer_norm", 4, 4, 2, "n_norm_dims,eps", inf_add_layer_norm, run_add_layer_norm, NULL},
     {"embedding", 2, 2, 1, "", inf_embedding, run_embedding, NULL},
     {"index_select", 2, 2, 1, "axis", inf_index_select, run_index_select, NULL},
     {"gather", 2, 2, 1, "axis", inf_gather, run_gather, NULL},
@@ -374,6 +430,7 @@ const g_op_spec g_ops_nn[] = {
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},
     {"scaled_dot_product_attention", 3, 3, 1, "causal,scale", inf_sdpa, run_sdpa, NULL},
+    {"causal_attention", 3, 3, 1, "scale", inf_causal_attention, run_causal_attention, NULL},
     {"sdpa_qkv", 1, 1, 1, "n_head,n_kv_head,causal,scale", inf_sdpa_qkv, run_sdpa_qkv, NULL},
     {"qkv_split_heads", 1, 1, 3, "n_head,n_kv_head", inf_qkv_split, run_qkv_split, NULL},
     {"bias_gelu_tanh", 2, 2, 1, "", inf_bias_gelu, run_bias_gelu, NULL},

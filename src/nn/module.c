@@ -368,8 +368,12 @@ const char *fm_module_describe(const fm_module *m, char *buf, size_t n) {
 }
 
 fm_module_kind fm_module_get_kind(const fm_module *m) { return m->kind; }
+fm_module_hparams fm_module_get_hparams(const fm_module *m) {
+    return (fm_module_hparams){m->a, m->b, m->k, m->stride, m->pad, m->eps, m->momentum, m->p};
+}
 int fm_module_num_children(const fm_module *m) { return m->n_children; }
 fm_module *fm_module_child(const fm_module *m, int i) { return i >= 0 && i < m->n_children ? m->children[i] : NULL; }
+const char *fm_module_child_name(const fm_module *m, int i) { return i >= 0 && i < m->n_children ? m->child_names[i] : NULL; }
 
 static fm_status shape_err(const fm_module *m, const char *expect, int ndim, const int64_t *in) {
     char d[96], s[96];

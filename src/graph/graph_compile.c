@@ -1,0 +1,172 @@
+/* `fathom compile`'s library side: the passes in order, each one's effect, the
+ * memory plan, and a final check that the compiled graph computes what the
+ * input graph computes.
+ *
+ * Memory planning. At the planning sizes (the dim hints, or the batch asked
+ * for) every intermediate value gets its byte size and lifetime (from the node
+ * that makes it to its last reader; graph outputs live to the end). Offsets in
+ * one arena are assigned greedily, largest first, each at the lowest offset
+ * that overlaps no placed value alive at the same time. Reported: the sum of
+ * all intermediates (no reuse: a graph that keeps everything), the peak of
+ * live bytes (what freeing after the last reader reaches, as fm_graph_run
+ * does, before allocator rounding), and the planned arena (>= the live peak;
+ * the gap is fragmentation). The runner does not use the arena yet. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graph/graph_rewrite.h"
+
+typedef fm_graph *(*pass_fn)(const fm_graph *g, char *note, size_t n);
+static const struct { const char *name; pass_fn fn; } k_passes[] = {
+    {"dce", g_pass_dce},
+    {"fold", g_pass_fold},
+    {"cse", g_pass_cse},
+    {"fuse-conv-bn", g_pass_fuse_conv_bn},
+    {"fuse-add-layer-norm", g_pass_fuse_add_layer_norm},
+    {"fuse-bias-gelu", g_pass_fuse_bias_gelu},
+    {"dce", g_pass_dce},
+};
+#define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))
+
+fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t n) {
+    if (!g || !name) { fm_set_error(FM_ERR_INVALID, "graph pass: NULL graph or name"); return NULL; }
+    if (!g->validated) { fm_set_error(FM_ERR_STATE, "graph pass: the graph is not validated"); return NULL; }
+    char dummy[8];
+    if (!note) { note = dummy; n = sizeof dummy; }
+    for (int i = 0; i < N_PASSES; i++)
+        if (!strcmp(k_passes[i].name, name)) return k_passes[i].fn(g, note, n);
+    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (dce, fold, cse, fuse-conv-bn, fuse-add-layer-norm, fuse-bias-gelu)", name);
+    return NULL;
+}
+
+typedef struct span { int64_t size, off; int first, last; } span;
+
+static int by_size(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->size < y->size ? 1 : x->size > y->size ? -1 : x->first - y->first;
+}
+
+fm_status fm_graph_plan_memory(const fm_graph *g, int64_t batch, fm_memory_plan *out) {
+    if (!g || !out || !g->validated) return fm_set_error(FM_ERR_INVALID, "memory plan: needs a validated graph");
+    memset(out, 0, sizeof *out);
+    int64_t vals[G_MAX_SYMS];
+    for (int s = 0; s < g->n_syms; s++) vals[s] = batch > 0 && !strcmp(g->syms[s].name, "batch") ? batch : g->syms[s].hint;
+    gtype *t = calloc((size_t)g->n_values + 1, sizeof *t);
+    span *sp = calloc((size_t)g->n_values + 1, sizeof *sp);
+    fm_status st = t && sp ? g_infer_types(g, vals, t) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int n = 0;
+    for (int v = 0; st == FM_OK && v < g->n_values; v++) {
+        const gvalue *val = &g->values[v];
+        if (val->kind != GV_NODE) continue;
+        int64_t bytes = (int64_t)fm_dtype_size(t[v].dt);
+        for (int d = 0; d < t[v].ndim; d++) bytes *= t[v].d[d];
+        bytes = (bytes + 63) / 64 * 64;
+        sp[n++] = (span){bytes, 0, val->producer, val->is_output ? g->n_nodes : val->last_use < 0 ? val->producer : val->last_use};
+        out->naive_bytes += (size_t)bytes;
+    }
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) { /* live bytes while node i runs */
+        size_t live = 0;
+        for (int k = 0; k < n; k++) live += sp[k].first <= i && i <= sp[k].last ? (size_t)sp[k].size : 0;
+        if (live > out->live_peak_bytes) out->live_peak_bytes = live;
+    }
+    qsort(sp, (size_t)n, sizeof *sp, by_size);
+    for (int k = 0; st == FM_OK && k < n; k++) {
+        int64_t off = 0;
+        for (bool moved = true; moved;) { /* the lowest offset clear of every placed, overlapping-in-time value */
+            moved = false;
+            for (int j = 0; j < k; j++)
+                if (sp[j].first <= sp[k].last && sp[k].first <= sp[j].last && off < sp[j].off + sp[j].size && sp[j].off < off + sp[k].size) {
+                    off = sp[j].off + sp[j].size;
+                    moved = true;
+                }
+        }
+        sp[k].off = off;
+        if ((size_t)(off + sp[k].size) > out->planned_bytes) out->planned_bytes = (size_t)(off + sp[k].size);
+    }
+    out->n_values = n;
+    int sb = g_find_sym(g, "batch");
+    out->batch = sb >= 0 ? vals[sb] : 0;
+    free(t);
+    free(sp);
+    return st;
+}
+
+/* Random inputs at the dim hints: floats from N(0, 1), integers 0. */
+static fm_status sample_inputs(const fm_graph *g, fm_tensor **in) {
+    fm_rng r;
+    fm_rng_init(&r, 12345);
+    for (int i = 0; i < g->n_inputs; i++) {
+        const gvalue *v = &g->values[g->inputs[i]];
+        int64_t sh[FM_MAX_DIMS];
+        for (int d = 0; d < v->t.ndim; d++) sh[d] = v->sym[d] >= 0 ? g->syms[v->sym[d]].hint : v->t.d[d];
+        fm_tensor *x = fm_tensor_randn(v->t.ndim, sh, FM_F32, &r);
+        in[i] = !x ? NULL : fm_dtype_is_float(v->t.dt) ? fm_to_dtype(x, v->t.dt) : fm_tensor_zeros(v->t.ndim, sh, v->t.dt, FM_CPU);
+        fm_tensor_release(x);
+        if (!in[i]) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+fm_status fm_graph_compare(const fm_graph *a, const fm_graph *b, double *max_rel) {
+    int n_in = a->n_inputs, n_out = a->n_outputs;
+    if (n_in != b->n_inputs || n_out != b->n_outputs) return fm_set_error(FM_ERR_INVALID, "compare: the graphs' inputs or outputs differ");
+    fm_tensor **in = calloc((size_t)n_in + 1, sizeof *in), **oa = calloc((size_t)n_out, sizeof *oa), **ob = calloc((size_t)n_out, sizeof *ob);
+    fm_status st = in && oa && ob ? sample_inputs(a, in) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    if (st == FM_OK) st = fm_graph_run(a, in, oa);
+    if (st == FM_OK) st = fm_graph_run(b, in, ob);
+    double worst = 0;
+    for (int j = 0; st == FM_OK && j < n_out; j++) {
+        fm_tensor *x = oa[j], *y = ob[j];
+        if (x->ndim != y->ndim || memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim)) { worst = 1e300; break; }
+        double scale = 1e-30, diff = 0;
+        for (int64_t i = 0; i < fm_tensor_numel(x); i++) {
+            double p = fm_tensor_get(x, i), q = fm_tensor_get(y, i), d = p - q;
+            scale = fmax(scale, fabs(p));
+            if (d < 0) d = -d;
+            if (!(d <= diff)) diff = d; /* NaN counts as the worst */
+        }
+        worst = fmax(worst, diff / scale);
+    }
+    for (int i = 0; in && i < n_in; i++) fm_tensor_release(in[i]);
+    for (int j = 0; oa && ob && j < n_out; j++) fm_tensor_release_n(2, oa[j], ob[j]);
+    free(in);
+    free(oa);
+    free(ob);
+    if (max_rel) *max_rel = worst;
+    return st;
+}
+
+fm_graph *fm_graph_compile(const fm_graph *g, fm_compile_report *rep) {
+    if (!g || !rep || !g->validated) { fm_set_error(FM_ERR_INVALID, "compile: needs a validated graph and a report"); return NULL; }
+    memset(rep, 0, sizeof *rep);
+    fm_graph *cur = NULL;
+    for (int i = 0; i < N_PASSES; i++) {
+        const fm_graph *in = cur ? cur : g;
+        fm_compile_pass_report *p = &rep->passes[rep->n_passes++];
+        snprintf(p->name, sizeof p->name, "%s", k_passes[i].name);
+        p->nodes_before = fm_graph_num_nodes(in);
+        p->consts_before = fm_graph_num_consts(in);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fm_graph *next = k_passes[i].fn(in, p->note, sizeof p->note);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!next) { fm_error_prefix("compile pass %s", k_passes[i].name); fm_graph_free(cur); return NULL; }
+        p->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        p->nodes_after = fm_graph_num_nodes(next);
+        p->consts_after = fm_graph_num_consts(next);
+        fm_graph_free(cur);
+        cur = next;
+    }
+    if (fm_graph_compare(g, cur, &rep->max_rel_diff) != FM_OK) { fm_graph_free(cur); return NULL; }
+    if (!(rep->max_rel_diff <= 1e-4)) {
+        fm_set_error(FM_ERR_INTERNAL, "compile: the compiled graph's outputs differ from the input graph's by %.3g (relative); not writing it",
+                     rep->max_rel_diff);
+        fm_graph_free(cur);
+        return NULL;
+    }
+    if (fm_graph_plan_memory(g, 0, &rep->plan_before) || fm_graph_plan_memory(cur, 0, &rep->plan_after)) { fm_graph_free(cur); return NULL; }
+    fm_graph_set_meta(cur, "compiled", "dce,fold,cse,fuse-conv-bn,fuse-add-layer-norm,fuse-bias-gelu,dce");
+    return cur;
+}

@@ -1,0 +1,175 @@
+/* The fusion passes:
+ *   conv2d -> batch_norm (inference)  =>  one conv2d whose weights and bias hold the
+ *       normalization (w' = w * g / sqrt(var + eps) per output channel,
+ *       b' = (b - mean) * g / sqrt(var + eps) + beta): the normalization pass is gone;
+ *   add -> layer_norm                 =>  add_layer_norm (the residual sum and its norm
+ *       in one pass over the rows; the sum stays available to its other readers);
+ *   linear (with bias) -> gelu_tanh   =>  linear without bias -> bias_gelu_tanh (the
+ *       bias add and the activation in one pass instead of two).
+ * A pattern is fused only when its first node's output has no other reader (the
+ * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph_rewrite.h"
+
+/* The single node reading value v right after, or -1. */
+static int sole_reader(const fm_graph *g, const int *uses, int v) {
+    if (uses[v] != 1 || g->values[v].is_output) return -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == v) return i;
+    return -1;
+}
+
+static const fm_tensor *cst(const fm_graph *g, int v) {
+    return v >= 0 && g->values[v].kind == GV_CONST && g->values[v].tensor->dtype == FM_F32 ? g->values[v].tensor : NULL;
+}
+
+static const char *str_attr(const gnode *n, const char *name, const char *def) {
+    const gattr *a = g_node_attr(n, name);
+    return a && a->type == FM_ATTR_STRING ? a->s : def;
+}
+
+static double num_attr(const gnode *n, const char *name, double def) {
+    const gattr *a = g_node_attr(n, name);
+    return !a ? def : a->type == FM_ATTR_INT ? (double)a->i : a->type == FM_ATTR_FLOAT ? a->f : def;
+}
+
+/* Folds bn (node b) into conv (node c): new constants, one conv2d node. */
+static fm_status fold_bn(rw *r, const gnode *c, const gnode *b) {
+    const fm_graph *g = r->src;
+    const fm_tensor *w = cst(g, c->in[1]), *cb = c->n_in > 2 ? cst(g, c->in[2]) : NULL;
+    const fm_tensor *gm = cst(g, b->in[1]), *bt = cst(g, b->in[2]), *mu = cst(g, b->in[3]), *var = cst(g, b->in[4]);
+    const int64_t O = w->shape[0], per = fm_tensor_numel(w) / O;
+    const double eps = num_attr(b, "eps", 1e-5);
+    fm_tensor *nw = fm_tensor_empty(w->ndim, w->shape, FM_F32, FM_CPU), *nb = fm_tensor_empty(1, &O, FM_F32, FM_CPU);
+    if (!nw || !nb) { fm_tensor_release_n(2, nw, nb); return fm_last_status(); }
+    const float *pw = fm_tensor_data(w), *pb = cb ? fm_tensor_data(cb) : NULL, *pg = gm ? fm_tensor_data(gm) : NULL;
+    const float *pt = bt ? fm_tensor_data(bt) : NULL, *pm = fm_tensor_data(mu), *pv = fm_tensor_data(var);
+    float *qw = fm_tensor_data(nw), *qb = fm_tensor_data(nb);
+    for (int64_t o = 0; o < O; o++) {
+        double s = (pg ? pg[o] : 1.0) / sqrt((double)pv[o] + eps);
+        for (int64_t i = 0; i < per; i++) qw[o * per + i] = (float)(pw[o * per + i] * s);
+        qb[o] = (float)(((pb ? pb[o] : 0.0) - pm[o]) * s + (pt ? pt[o] : 0.0));
+    }
+    char wn[300], bn[300];
+    snprintf(wn, sizeof wn, "%s.weight_bn", c->name);
+    snprintf(bn, sizeof bn, "%s.bias_bn", c->name);
+    fm_status st = rw_const(r, wn, nw);
+    if (st == FM_OK) st = rw_const(r, bn, nb);
+    fm_tensor_release_n(2, nw, nb);
+    if (st != FM_OK) return st;
+    const char *ins[3] = {rw_name(r, c->in[0]), wn, bn}, *outs[1] = {g->values[b->out[0]].name};
+    return rw_node_as(r, c, "conv2d", 3, ins, 1, outs);
+}
+
+static bool conv_bn_match(const fm_graph *g, const int *uses, int i, int *bn) {
+    const gnode *c = &g->nodes[i];
+    if (strcmp(c->op, "conv2d") || !cst(g, c->in[1]) || (c->n_in > 2 && c->in[2] >= 0 && !cst(g, c->in[2]))) return false;
+    int j = sole_reader(g, uses, c->out[0]);
+    if (j < 0 || strcmp(g->nodes[j].op, "batch_norm") || g->nodes[j].in[0] != c->out[0]) return false;
+    const gnode *b = &g->nodes[j];
+    for (int k = 1; k < 5; k++)
+        if (b->in[k] >= 0 && !cst(g, b->in[k])) return false;
+    if (b->in[3] < 0 || b->in[4] < 0 || strcmp(str_attr(c, "layout", "NCHW"), str_attr(b, "layout", "NCHW"))) return false;
+    *bn = j;
+    return true;
+}
+
+fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        int j;
+        if (skip[i]) continue;
+        if (conv_bn_match(g, uses, i, &j)) {
+            st = fold_bn(&r, &g->nodes[i], &g->nodes[j]);
+            skip[j] = true;
+            fused++;
+        } else {
+            st = rw_copy_node(&r, &g->nodes[i]);
+        }
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d batch norms folded into the convolution before them", fused);
+    return out;
+}
+
+/* add(x, h) read by layer_norm(., w, b) over the last dim, both operands of one shape. */
+static int add_ln_match(const fm_graph *g, int i) {
+    const gnode *a = &g->nodes[i];
+    if (strcmp(a->op, "add")) return -1;
+    const gtype *x = &g->values[a->in[0]].t, *h = &g->values[a->in[1]].t;
+    if (x->ndim != h->ndim || memcmp(x->d, h->d, sizeof(int64_t) * (size_t)x->ndim) || x->dt != FM_F32 || x->ndim < 1 || h->dt != FM_F32 ||
+        memcmp(g->values[a->in[0]].probe2, g->values[a->in[1]].probe2, sizeof(int64_t) * (size_t)x->ndim))
+        return -1; /* no broadcasting, at either probe size */
+    for (int j = i + 1; j < g->n_nodes; j++) {
+        const gnode *n = &g->nodes[j];
+        if (strcmp(n->op, "layer_norm") || n->in[0] != a->out[0] || num_attr(n, "n_norm_dims", 1) != 1) continue;
+        bool consts = true; /* weight and bias must exist where the add is */
+        for (int k = 1; k < n->n_in; k++) consts &= n->in[k] < 0 || g->values[n->in[k]].kind == GV_CONST;
+        if (consts) return j;
+    }
+    return -1;
+}
+
+fm_graph *g_pass_fuse_add_layer_norm(const fm_graph *g, char *note, size_t nn) {
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        int j = add_ln_match(g, i);
+        if (j < 0) { st = rw_copy_node(&r, &g->nodes[i]); continue; }
+        const gnode *a = &g->nodes[i], *n = &g->nodes[j];
+        const char *ins[4] = {rw_name(&r, a->in[0]), rw_name(&r, a->in[1]), n->n_in > 1 ? rw_name(&r, n->in[1]) : "",
+                              n->n_in > 2 ? rw_name(&r, n->in[2]) : ""};
+        const char *outs[2] = {g->values[a->out[0]].name, g->values[n->out[0]].name};
+        st = rw_node_as(&r, n, "add_layer_norm", 4, ins, 2, outs);
+        skip[j] = true;
+        fused++;
+    }
+    free(skip);
+    if (!skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d residual adds fused with the layer norm after them", fused);
+    return out;
+}
+
+fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        const gnode *l = &g->nodes[i];
+        int j = !strcmp(l->op, "linear") && l->n_in > 2 && l->in[2] >= 0 && g->values[l->out[0]].t.dt == FM_F32
+                    ? sole_reader(g, uses, l->out[0]) : -1;
+        if (j < 0 || strcmp(g->nodes[j].op, "gelu_tanh")) { st = rw_copy_node(&r, l); continue; }
+        char mid[300];
+        snprintf(mid, sizeof mid, "%s.nobias", g->values[l->out[0]].name);
+        const char *ins[3] = {rw_name(&r, l->in[0]), rw_name(&r, l->in[1]), ""}, *bg[2] = {mid, rw_name(&r, l->in[2])};
+        const char *o1[1] = {mid}, *o2[1] = {g->values[g->nodes[j].out[0]].name};
+        st = rw_node_as(&r, l, "linear", 3, ins, 1, o1);
+        if (st == FM_OK) st = rw_node_as(&r, &g->nodes[j], "bias_gelu_tanh", 2, bg, 1, o2);
+        skip[j] = true;
+        fused++;
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d linear biases fused into the tanh-GELU after them", fused);
+    return out;
+}

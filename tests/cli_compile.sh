@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# `fathom compile` and graph directories through predict, eval and generate: a
+# tiny CNN trained here on synthetic images and a tiny GPT on a small corpus are
+# compiled (the report names each pass and the memory plan); the graph gives the
+# trained model's predictions, accuracy and greedy text; bad input (no -o, a
+# directory that is no model, a corrupt graph.json, a graph of the wrong kind,
+# an output path holding something else) is refused with its reason and leaves
+# nothing behind.
+# Usage: bash tests/cli_compile.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_compile.sh FATHOM_BIN}
+tmp=$(mktemp -d /tmp/fathom_cli_compile.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect() { # expect CODE NEEDLE CMD...
+  local code=$1 needle=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
+  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
+  ok "$* -> $code"
+}
+
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+def split(name, n, seed):
+    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
+    for i in range(n):
+        c = i % 4; labs.append(c)
+        for p in range(64):
+            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
+            imgs.append(r.randrange(100) + (120 if q == c else 0))
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
+split("train", 128, 1)
+split("test", 64, 2)
+PY
+cat > "$tmp/syn.ini" <<INI
+[data]
+dataset = idx
+train_images = $tmp/train-images
+train_labels = $tmp/train-labels
+test_images = $tmp/test-images
+test_labels = $tmp/test-labels
+normalize = 0.3 0.25
+[model]
+input = 1 8 8
+layer = conv2d 4 3 padding=1
+layer = batchnorm2d
+layer = relu
+layer = maxpool2d 2
+layer = flatten
+layer = linear 4
+[train]
+epochs = 2
+batch = 32
+seed = 3
+[optimizer]
+name = adam
+lr = 0.01
+INI
+"$bin" train "$tmp/syn.ini" --out "$tmp/cnn" > /dev/null 2> "$tmp/train.err" || { echo "training the CNN failed"; cat "$tmp/train.err"; exit 1; }
+
+# ---- usage ----
+expect 0 "usage: fathom compile" "$bin" compile --help
+expect 2 "no output directory" "$bin" compile "$tmp/cnn"
+expect 2 "no model directory" "$bin" compile -o "$tmp/x"
+expect 2 "unknown or incomplete option" "$bin" compile "$tmp/cnn" -o "$tmp/x" --bogus
+
+# ---- the CNN: compile with a report, then eval and predict run the graph ----
+expect 0 "fuse-conv-bn" "$bin" compile "$tmp/cnn" -o "$tmp/cnn.graph" --report
+out=$("$bin" compile "$tmp/cnn" -o "$tmp/cnn.graph2" --report 2>&1)
+[[ $out == *"1 batch norms folded"* && $out == *"planned arena"* && $out == *"max relative difference"* ]] && ok "report" || bad "report: $out"
+[[ -f $tmp/cnn.graph/graph.json && -f $tmp/cnn.graph/weights.safetensors ]] && ok "graph directory written" || bad "no graph files"
+python3 -c "import json,sys; g=json.load(open(sys.argv[1])); assert g['format']=='fathom-graph' and g['inputs'][0]['shape'][0]=='batch'; assert not any(n['op']=='batch_norm' for n in g['nodes'])" \
+  "$tmp/cnn.graph/graph.json" && ok "graph.json readable, batch dynamic, batch norm folded" || bad "graph.json content"
+e1=$("$bin" eval "$tmp/cnn" --json --quiet 2>&1) && e2=$("$bin" eval "$tmp/cnn.graph" --json --quiet 2>&1) || bad "eval failed: $e1 $e2"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['test_accuracy']==b['test_accuracy'] and abs(a['test_loss']-b['test_loss'])<1e-4*(1+a['test_loss']), (a,b)" "$e1" "$e2" \
+  && ok "eval: the graph gives the model's accuracy and loss" || bad "eval differs: $e1 / $e2"
+p1=$("$bin" predict "$tmp/cnn" "$tmp/test-images" --json 2>&1) && p2=$("$bin" predict "$tmp/cnn.graph" "$tmp/test-images" --json 2>&1) || bad "predict failed: $p2"
+python3 -c "import json,sys; a=json.loads(sys.argv[1])['predictions']; b=json.loads(sys.argv[2])['predictions']; assert len(a)==64 and [x['class'] for x in a]==[x['class'] for x in b]" "$p1" "$p2" \
+  && ok "predict: the graph gives the model's classes" || bad "predict differs"
+expect 0 "" "$bin" compile "$tmp/cnn.graph" -o "$tmp/cnn.graph" # a graph recompiles, in place
+
+# ---- the GPT: compile, then generate from the graph (greedy: the same text) ----
+for i in $(seq 1 40); do echo "And the LORD spake unto Moses, saying, Speak unto the children of Israel $i."; done > "$tmp/corpus.txt"
+cat > "$tmp/tiny.ini" <<'INI'
+[model]
+type = gpt
+arch = gpt2
+n_layer = 2
+n_head = 2
+n_embd = 32
+ffn_hidden = 64
+block_size = 32
+[tokenizer]
+kind = byte
+[train]
+batch_size = 4
+steps = 3
+warmup = 1
+lr = 1e-3
+eval_every = 3
+eval_batches = 1
+ckpt_every = 3
+log_every = 3
+INI
+"$bin" train "$tmp/tiny.ini" --corpus "$tmp/corpus.txt" --out "$tmp/gpt" --quiet > /dev/null 2> "$tmp/gtrain.err" || { echo "training the GPT failed"; cat "$tmp/gtrain.err"; exit 1; }
+expect 0 "fuse-add-layer-norm" "$bin" compile "$tmp/gpt" -o "$tmp/gpt.graph" --report
+a=$("$bin" generate "$tmp/gpt" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
+b=$("$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
+[[ -n $a && $a == "$b" ]] && ok "generate: the graph gives the model's greedy text" || bad "generate differs: '$a' vs '$b'"
+expect 1 "not a GPT graph" "$bin" generate "$tmp/cnn.graph" --prompt "x" --tokens 2
+expect 1 "not a classifier" "$bin" eval "$tmp/gpt.graph"
+
+# ---- bad input ----
+mkdir -p "$tmp/empty"
+expect 1 "not a model directory" "$bin" compile "$tmp/empty" -o "$tmp/y"
+[[ ! -e $tmp/y ]] && ok "nothing written for a bad model" || bad "$tmp/y written"
+expect 1 "not a graph directory" "$bin" compile "$tmp/cnn" -o "$tmp/gpt"
+[[ -f $tmp/gpt/model.safetensors && ! -e $tmp/gpt/graph.json ]] && ok "a model directory is not overwritten" || bad "model directory changed"
+cp -r "$tmp/cnn.graph" "$tmp/broken"
+sed -i 's/"relu"/"relu6"/' "$tmp/broken/graph.json"
+expect 1 "unknown op 'relu6'" "$bin" eval "$tmp/broken"
+expect 1 "unknown op 'relu6'" "$bin" compile "$tmp/broken" -o "$tmp/z"
+ls "$tmp" | grep -q '\.tmp\.' && bad "temporary directories left behind" || ok "no temporary directories left"
+
+[[ $fails -eq 0 ]] || { echo "$fails failure(s)"; exit 1; }
+echo "all cli_compile checks passed"
