@@ -181,6 +181,97 @@ static void test_ddp(fm_dist *d, size_t bucket_bytes, bool overlap) {
     for (int i = 0; i < 4; i++) fm_tensor_release_n(2, ref.p[i], dp.p[i]);
 }
 
+/* ---- ZeRO-1 equals plain data parallel ---- */
+
+static double max_rel_diff(mlp *a, mlp *b, bool *same_bits) {
+    double worst = 0;
+    *same_bits = true;
+    for (int i = 0; i < 4; i++) {
+        const float *x = fm_tensor_data(a->p[i]), *y = fm_tensor_data(b->p[i]);
+        int64_t n = fm_tensor_numel(a->p[i]);
+        if (memcmp(x, y, sizeof(float) * (size_t)n)) *same_bits = false;
+        for (int64_t k = 0; k < n; k++) worst = fmax(worst, fabs((double)x[k] - y[k]) / fmax(fabs((double)x[k]), 1e-3));
+    }
+    return worst;
+}
+
+static void test_zero(fm_dist *d, double clip) {
+    mlp dp = mlp_new(), zm = mlp_new();
+    fm_optim *odp = optim_for(&dp), *ofull = optim_for(&zm);
+    fm_ddp *ddp = fm_ddp_new(d, 4, dp.p, 64);
+    fm_zero *z = fm_zero_new(d, ofull);
+    if (N == 1) { /* refused: nothing to shard across */
+        CHECK(z == NULL);
+        CHECK_ERR_CONTAINS("--zero 1 shards the optimizer state across MPI ranks");
+        fm_ddp_free(ddp);
+        fm_optim_free(odp);
+        fm_optim_free(ofull);
+        for (int i = 0; i < 4; i++) fm_tensor_release_n(2, dp.p[i], zm.p[i]);
+        return;
+    }
+    CHECK(z != NULL && ddp != NULL);
+    if (!z || !ddp) return;
+    double ndp = 0, nz = 0;
+    for (int s = 0; s < STEPS; s++) {
+        int first = s * N * PER_RANK + R * PER_RANK;
+        step_loss(&dp, first, PER_RANK);
+        CHECK(fm_ddp_sync(ddp) == FM_OK);
+        if (clip > 0) CHECK(fm_optim_clip_grad_norm(odp, clip, &ndp) == FM_OK);
+        CHECK(fm_optim_step(odp) == FM_OK);
+        fm_optim_zero_grad(odp);
+        step_loss(&zm, first, PER_RANK);
+        CHECK(fm_zero_step(z, clip, &nz) == FM_OK);
+    }
+    bool same;
+    double rel = max_rel_diff(&dp, &zm, &same);
+    if (clip > 0) {
+        CHECK_MSG(rel <= 1e-7 * 10, "ZeRO-1 with clipping: parameters differ by %g relative", rel); /* 1e-7 + a few ulp of the norm */
+        CHECK_NEAR(nz, ndp, 1e-12);
+        CHECK_MSG(nz > clip, "the last norm %g is not above the clip %g: clipping was not exercised", nz, clip);
+    } else {
+        CHECK_MSG(same, "ZeRO-1 parameters are not the bits of plain data parallel (max rel %g)", rel);
+    }
+    /* the gathered state is the full optimizer's, and loads back on a new sharding */
+    fm_named_list full, ref;
+    CHECK(fm_zero_full_state(z, &full) == FM_OK);
+    CHECK(fm_optim_state(odp, &ref) == FM_OK);
+    CHECK(full.n == ref.n && full.n == 8);
+    int differ = 0;
+    for (int j = 0; j < ref.n; j++) {
+        int f = fm_named_list_find(&full, ref.items[j].name);
+        if (f < 0) { differ++; continue; }
+        if (clip == 0 && memcmp(fm_tensor_data(full.items[f].tensor), fm_tensor_data(ref.items[j].tensor),
+                                (size_t)fm_tensor_numel(ref.items[j].tensor) * 4)) differ++;
+    }
+    CHECK_MSG(differ == 0, "%d state tensors missing or not equal to plain data parallel's", differ);
+    int64_t full_bytes = 2 * (int64_t)(HID * IN + HID + OUT * HID + OUT) * 4, mine = fm_zero_state_bytes(z);
+    CHECK_MSG(mine <= full_bytes / N + 2 * 4 * 4 + 512 && mine >= full_bytes / N / 2,
+              "rank %d holds %lld bytes of optimizer state (full: %lld, N %d)", R, (long long)mine, (long long)full_bytes, N);
+    if (R == 0)
+        fprintf(stderr, "ZeRO-1 at %d ranks (clip %g): state %lld of %lld bytes on rank 0, max rel diff vs DP %.3g%s\n", N,
+                clip, (long long)mine, (long long)full_bytes, rel, same ? " (same bits)" : "");
+    fm_optim *o2 = optim_for(&zm);
+    fm_zero *z2 = fm_zero_new(d, o2);
+    CHECK(z2 && fm_zero_load_full_state(z2, &ref) == FM_OK);
+    fm_named_list back;
+    CHECK(z2 && fm_zero_full_state(z2, &back) == FM_OK);
+    for (int j = 0; z2 && j < ref.n; j++) {
+        int f = fm_named_list_find(&back, ref.items[j].name);
+        CHECK(f >= 0 && !memcmp(fm_tensor_data(back.items[f].tensor), fm_tensor_data(ref.items[j].tensor),
+                                (size_t)fm_tensor_numel(ref.items[j].tensor) * 4));
+    }
+    if (z2) fm_named_list_free(&back);
+    fm_named_list_free(&full);
+    fm_named_list_free(&ref);
+    fm_zero_free(z2);
+    fm_optim_free(o2);
+    fm_zero_free(z);
+    fm_ddp_free(ddp);
+    fm_optim_free(odp);
+    fm_optim_free(ofull);
+    for (int i = 0; i < 4; i++) fm_tensor_release_n(2, dp.p[i], zm.p[i]);
+}
+
 /* early hand-over: a leaf's gradient (and its post-accumulate hooks) comes as soon
  * as the last node using it has run, not at the end of the walk */
 static int order[8], n_order;
@@ -231,6 +322,8 @@ int main(int argc, char **argv) {
     test_ddp(d, 0, true);    /* one bucket (25 MiB default) */
     test_ddp(d, 64, true);   /* 16 values: three buckets */
     test_ddp(d, 64, false);  /* all started in fm_ddp_sync */
+    test_zero(d, 0);
+    test_zero(d, 0.05);
     test_early_delivery();
     CHECK(fm_dist_set_timeout(d, 0) != FM_OK);
     fm_dist_finalize(d);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "fathom/export.h"
+#include "fathom/optim.h"
 #include "fathom/tensor.h"
 
 #ifdef __cplusplus
@@ -101,6 +102,31 @@ typedef struct fm_ddp_stats {
     double overlapped_fraction; /* 1 - exposed / comm, clamped to [0, 1] */
 } fm_ddp_stats;
 FM_API void fm_ddp_stats_get(const fm_ddp *p, fm_ddp_stats *out);
+
+/* ---- ZeRO stage 1: optimizer state sharded across ranks ----
+ * Built from a full optimizer (its parameters, names, groups and settings; the
+ * full optimizer then allocates no state if it is not stepped). Rank r owns a
+ * contiguous 1/N of the parameters laid end to end; its optimizer
+ * (fm_zero_optim: set its learning rate, read its step) holds state for that
+ * part only. Needs an MPI world of 2 or more ranks; f32 CPU parameters. */
+typedef struct fm_zero fm_zero;
+FM_API fm_zero *fm_zero_new(fm_dist *d, fm_optim *full);
+FM_API void fm_zero_free(fm_zero *z);
+FM_API fm_optim *fm_zero_optim(fm_zero *z);
+/* Reduce-scatters (averages) the parameters' gradients: this rank's part becomes
+ * the sharded optimizer's gradients; the full .grad are dropped. */
+FM_API fm_status fm_zero_reduce_grads(fm_zero *z);
+/* All-gathers the updated parts into every rank's full parameters. */
+FM_API fm_status fm_zero_gather_params(fm_zero *z);
+/* reduce_grads, clip to `clip` (> 0; global norm into *norm), update, gather. */
+FM_API fm_status fm_zero_step(fm_zero *z, double clip, double *norm);
+/* Bytes of optimizer state this rank holds. */
+FM_API int64_t fm_zero_state_bytes(fm_zero *z);
+/* The full optimizer state, named as the full optimizer's fm_optim_state names it
+ * (every rank gets it: what rank 0 writes to a checkpoint, independent of N). */
+FM_API fm_status fm_zero_full_state(fm_zero *z, fm_named_list *out);
+/* Takes this rank's part of a full state (from a checkpoint written at any N). */
+FM_API fm_status fm_zero_load_full_state(fm_zero *z, const fm_named_list *full);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,17 @@ FM_API fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *t
 FM_API fm_status fm_optim_init_state(fm_optim *o);
 FM_API fm_status fm_optim_state(fm_optim *o, fm_named_list *out);
 
+/* Inspection, for a layer that builds another optimizer from this one's setup
+ * (ZeRO-1 in src/dist shards the parameters of a full optimizer). */
+FM_API const fm_optim_config *fm_optim_get_config(const fm_optim *o);
+FM_API int fm_optim_param_count(const fm_optim *o);
+/* Parameter i (in the order added): its name and tensor (borrowed) and its group's weight decay. */
+FM_API fm_status fm_optim_param_at(const fm_optim *o, int i, const char **name, fm_tensor **p, double *weight_decay);
+/* An optimizer that holds a part of the gradients (a shard) needs the global norm
+ * for clipping: fn replaces *sum_sq, the local sum of squared gradient elements,
+ * with the sum over every part. NULL: local (the default). */
+FM_API void fm_optim_set_norm_reduce(fm_optim *o, fm_status (*fn)(double *sum_sq, void *ctx), void *ctx);
+
 /* ---- learning-rate schedules ---- */
 typedef enum fm_sched_kind { FM_SCHED_CONSTANT = 0, FM_SCHED_STEP, FM_SCHED_WARMUP, FM_SCHED_COSINE } fm_sched_kind;
 typedef struct fm_lr_schedule {

@@ -29,6 +29,8 @@ struct fm_optim {
     double group_wd[16];
     int n, cap;
     opt_param *params;
+    fm_status (*norm_reduce)(double *sum_sq, void *ctx); /* sharded gradients: the global sum */
+    void *norm_ctx;
 };
 
 fm_optim_config fm_optim_default_config(fm_optim_kind kind) {
@@ -209,6 +211,23 @@ void fm_optim_zero_grad(fm_optim *o) {
 }
 
 void fm_optim_set_lr(fm_optim *o, double lr) { o->cfg.lr = lr; }
+
+const fm_optim_config *fm_optim_get_config(const fm_optim *o) { return o ? &o->cfg : NULL; }
+int fm_optim_param_count(const fm_optim *o) { return o ? o->n : 0; }
+
+fm_status fm_optim_param_at(const fm_optim *o, int i, const char **name, fm_tensor **p, double *weight_decay) {
+    if (!o || i < 0 || i >= o->n) return fm_set_error(FM_ERR_INVALID, "optim: no parameter %d", i);
+    if (name) *name = o->params[i].name;
+    if (p) *p = o->params[i].p;
+    if (weight_decay) *weight_decay = o->group_wd[o->params[i].group];
+    return FM_OK;
+}
+
+void fm_optim_set_norm_reduce(fm_optim *o, fm_status (*fn)(double *sum_sq, void *ctx), void *ctx) {
+    if (!o) return;
+    o->norm_reduce = fn;
+    o->norm_ctx = ctx;
+}
 double fm_optim_get_lr(const fm_optim *o) { return o->cfg.lr; }
 int64_t fm_optim_get_step(const fm_optim *o) { return o->step; }
 
@@ -254,6 +273,7 @@ fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_no
     for (int i = 0; i < o->n && st == FM_OK; i++)
         if (o->params[i].p->grad) st = grad_sum_sq(o->params[i].p->grad, &blk, &cap, &ss);
     free(blk);
+    if (st == FM_OK && o->norm_reduce) st = o->norm_reduce(&ss, o->norm_ctx);
     if (st != FM_OK) return st;
     double norm = sqrt(ss);
     if (total_norm) *total_norm = norm;
