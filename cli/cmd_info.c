@@ -143,7 +143,7 @@ int fm_cmd_info(int argc, char **argv) {
     } else {
         printf("fathom %s (%s build%s)\n", bi.version, bi.build_type, bi.sanitized ? ", sanitizers" : "");
         print_text(f, &gp);
-        printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (mpirun -np N fathom train ...: docs/DISTRIBUTED.md)"
+        printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (library: include/fathom/dist.h, docs/DISTRIBUTED.md)"
                                                  : "not built (no MPI at build time)");
         printf("cuda:  %s\n", bi.cuda_built ? "built in" : "not built (no CUDA toolkit at build time)");
         if (ci.n_devices == 0) printf("       no usable device: %s\n", ci.reason);

@@ -285,7 +285,7 @@ fm_status dist_work_wait(dist_work *w) {
 #endif
             w->d->stats.wait_seconds += dist_now() - t0;
             return fm_set_error(FM_ERR_STATE, "rank %d of %d: %s timed out after %g s waiting for rank %s, which died "
-                                "or hangs (limit: --dist-timeout or FATHOM_DIST_TIMEOUT)", w->d->rank, w->d->size,
+                                "or hangs (the limit is FATHOM_DIST_TIMEOUT seconds)", w->d->rank, w->d->size,
                                 w->what, w->d->timeout_s, peers);
         }
         /* ranks may share cores (mpirun --oversubscribe): give the CPU away */
