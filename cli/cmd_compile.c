@@ -1,4 +1,4 @@
-/* `fathom compile MODEL_DIR -o OUT_DIR [--report] [--batch N] [--no-passes]`:
+/* `fathom compile MODEL_DIR|MODEL.onnx -o OUT_DIR [--report] [--batch N] [--no-passes]`:
  * the model's inference graph (traced from a recipe model, or the GPT's
  * KV-cache graph), optimized by the passes (docs/GRAPH.md), checked against the
  * uncompiled graph, and written as a graph directory that predict, eval and
@@ -9,10 +9,11 @@
 #include "commands.h"
 #include "fathom/graph.h"
 #include "fathom/memory.h"
+#include "fathom/onnx.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom compile MODEL_DIR -o OUT_DIR [--report] [--batch N] [--no-passes]\n\n"
-               "Makes an inference graph of a trained model (or recompiles a graph directory),\n"
+    fprintf(f, "usage: fathom compile MODEL_DIR|MODEL.onnx -o OUT_DIR [--report] [--batch N] [--no-passes]\n\n"
+               "Makes an inference graph of a trained model or an ONNX file (or recompiles a graph directory),\n"
                "runs the optimization passes, and writes OUT_DIR (graph.json + weights.safetensors).\n\n"
                "  --report      print each pass's effect and the memory plan\n"
                "  --batch N     batch size the memory plan is made for (default: the graph's hint)\n"
@@ -58,7 +59,10 @@ int fm_cmd_compile(int argc, char **argv) {
         else { fm_cli_error("compile: unknown or incomplete option '%s'", a); usage(stderr); return 2; }
     }
     if (!in || !out) { fm_cli_error("compile: %s", in ? "no output directory (-o OUT_DIR)" : "no model directory given"); usage(stderr); return 2; }
-    fm_graph *g = fm_graph_from_model_dir(in);
+    size_t len = strlen(in);
+    fm_onnx_model *om = len > 5 && !strcmp(in + len - 5, ".onnx") ? fm_onnx_load(in) : NULL; /* an ONNX file (docs/ONNX.md) */
+    fm_graph *g = om ? fm_onnx_to_graph(om) : len > 5 && !strcmp(in + len - 5, ".onnx") ? NULL : fm_graph_from_model_dir(in);
+    fm_onnx_free(om);
     if (!g) { fm_cli_error("%s", fm_last_error()); return 1; }
     fm_compile_report rep;
     memset(&rep, 0, sizeof rep);

@@ -56,4 +56,7 @@ gelu=/usr/share/libonnx-testdata/data/node/test_softsign
 err=$("$bin" import "$gelu/model.onnx" -o "$d/g2" 2>&1); rc=$?
 check "import of an op with no graph form: node named, exit 1, nothing written" \
   '[ $rc = 1 ] && [[ "$err" == *"(Softsign): has no graph form"* ]] && [ ! -e "$d/g2" ]'
+# fathom compile takes an .onnx file too (through the same conversion)
+out=$("$bin" compile "$case_dir/model.onnx" -o "$d/c" 2>&1); rc=$?
+check "compile model.onnx writes a graph" '[ $rc = 0 ] && [ -s "$d/c/graph.json" ]'
 exit $fail
