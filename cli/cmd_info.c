@@ -116,6 +116,7 @@ int fm_cmd_info(int argc, char **argv) {
         json_object_set_new(o, "sanitized", json_boolean(bi.sanitized));
         json_object_set_new(o, "cuda_built", json_boolean(bi.cuda_built));
         json_object_set_new(o, "mpi_built", json_boolean(fm_dist_mpi_built()));
+        json_object_set_new(o, "cuda_switched_off", json_boolean(bi.cuda_switched_off));
         json_object_set_new(o, "cpu", cpu_json(f));
         json_object_set_new(o, "gemm", gemm_json(&gp));
         json_t *cu = json_object();
@@ -145,7 +146,9 @@ int fm_cmd_info(int argc, char **argv) {
         print_text(f, &gp);
         printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (library: include/fathom/dist.h, docs/DISTRIBUTED.md)"
                                                  : "not built (no MPI at build time)");
-        printf("cuda:  %s\n", bi.cuda_built ? "built in" : "not built (no CUDA toolkit at build time)");
+        printf("cuda:  %s\n", bi.cuda_built ? "built in"
+                              : bi.cuda_switched_off ? "not built (switched off at build time: -DFATHOM_CUDA=OFF)"
+                                                     : "not built (no CUDA toolkit at build time)");
         if (ci.n_devices == 0) printf("       no usable device: %s\n", ci.reason);
         if (ci.runtime_version) printf("       runtime %d, driver %d\n", ci.runtime_version, ci.driver_version);
         for (int i = 0; i < ci.n_devices; i++)

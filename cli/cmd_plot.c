@@ -40,6 +40,12 @@ int fm_cmd_plot(int argc, char **argv) {
     }
     if (!logdir) { fm_cli_error("no log directory given"); usage(stderr); return 2; }
     if (!out && !list) { fm_cli_error("no output file given (-o curves.svg)"); usage(stderr); return 2; }
+    const char *dot = out ? strrchr(out, '.') : NULL;
+    if (out && (!dot || (strcasecmp(dot, ".svg") && strcasecmp(dot, ".png")))) {
+        fm_cli_error("plot: output '%s' must end in .svg or .png", out);
+        usage(stderr);
+        return 2;
+    }
     fm_tb_scalars sc;
     if (fm_tb_read_scalars(logdir, &sc) != FM_OK) {
         fm_cli_error("%s", fm_last_error());

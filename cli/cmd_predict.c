@@ -19,8 +19,40 @@ static void predict_usage(FILE *f) {
                "Runs a model saved by `fathom train` (or a graph of one made by `fathom compile`)\n"
                "on inputs: idx files (raw or .gz),\n"
                ".npy arrays or PNG images whose size matches the model's input. An input\n"
-               "holding several samples ([N, ...]) gives one prediction per sample.\n\n"
+               "holding several samples ([N, ...]) gives one prediction per sample. u8 arrays\n"
+               "are scaled to [0, 1] as the training data was; an RGB PNG for a one-channel\n"
+               "model is converted to grey.\n\n"
                "  --json   print one JSON object on stdout\n");
+}
+
+static bool is_png(const char *path) {
+    unsigned char h[8] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(h, 1, sizeof h, f) : 0;
+    if (f) fclose(f);
+    return got == 8 && !memcmp(h, "\x89PNG\r\n\x1a\n", 8);
+}
+
+/* A PNG's channels made the model's: an RGB (or grey+alpha-stripped RGB) image for a
+ * one-channel model becomes grey with ITU-R 601 weights (as PIL's convert("L")); a
+ * grey image for a three-channel model is refused. Takes over x. */
+static fm_tensor *png_channels(fm_tensor *x, const fm_recipe *r, const char *path) {
+    if (x->ndim != 3 || r->input_ndim != 3 || x->shape[0] == r->input_shape[0]) return x;
+    if (x->shape[0] == 3 && r->input_shape[0] == 1) {
+        int64_t hw = x->shape[1] * x->shape[2], shape[3] = {1, x->shape[1], x->shape[2]};
+        fm_tensor *g = fm_tensor_empty(3, shape, FM_F32, FM_CPU), *c = fm_contiguous(x);
+        if (g && c) {
+            const float *s = fm_tensor_data(c);
+            float *d = fm_tensor_data(g);
+            for (int64_t i = 0; i < hw; i++) d[i] = 0.299f * s[i] + 0.587f * s[hw + i] + 0.114f * s[2 * hw + i];
+        }
+        fm_tensor_release_n(2, x, c);
+        return g;
+    }
+    fm_set_error(FM_ERR_INVALID, "%s: a %lld-channel PNG, but the model takes %lld channels (convert the image first)", path,
+                 (long long)x->shape[0], (long long)r->input_shape[0]);
+    fm_tensor_release(x);
+    return NULL;
 }
 
 /* Reshapes a read input to [N, input...] for the model, or fails naming both shapes. */
@@ -82,6 +114,7 @@ int fm_cmd_predict(int argc, char **argv) {
         if (!seen_dir) { seen_dir = true; continue; }
         const char *path = argv[i];
         fm_tensor *x = fm_data_read(path);
+        if (x && is_png(path)) x = png_channels(x, &r, path);
         fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
         fm_tensor *logits = b ? (g ? fm_graph_run1(g, b) : fm_module_forward(m, b)) : NULL;
         fm_tensor *prob = logits ? fm_softmax(logits, 1) : NULL;

@@ -11,6 +11,28 @@
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* The header comment's first paragraph (comment lines up to an empty one), joined
+ * into one line, without the leading "name:". */
+static void describe(const char *path, const char *name, char *desc, size_t n) {
+    desc[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[512];
+    size_t len = 0;
+    while (fgets(line, sizeof line, f) && (line[0] == '#' || line[0] == ';')) {
+        char *p = line;
+        while (*p == '#' || *p == ';' || *p == ' ') p++;
+        p[strcspn(p, "\r\n")] = 0;
+        if (!*p) break; /* the end of the paragraph */
+        char *colon = strchr(p, ':'); /* "fashion-cnn: a small CNN ..." -> the part after the name */
+        if (len == 0 && colon && !strncmp(p, name, (size_t)(colon - p))) for (p = colon + 1; *p == ' '; p++) {}
+        int k = snprintf(desc + len, n - len, "%s%s", len ? " " : "", p);
+        if (k < 0 || (size_t)k >= n - len) break;
+        len += (size_t)k;
+    }
+    fclose(f);
+}
+
 int fm_cmd_recipes(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
@@ -38,22 +60,9 @@ int fm_cmd_recipes(int argc, char **argv) {
     json_t *arr = json_array();
     if (!json) printf("built-in recipes (%s):\n", dir);
     for (int i = 0; i < n; i++) {
-        char path[1024], line[256] = "", desc[256] = "";
+        char path[1024], desc[2048];
         snprintf(path, sizeof path, "%s/%s.ini", dir, names[i]);
-        FILE *f = fopen(path, "r");
-        if (f) {
-            if (fgets(line, sizeof line, f)) {
-                char *p = line;
-                while (*p == '#' || *p == ';' || *p == ' ') p++;
-                /* "fashion-cnn: a small CNN ..." -> the part after the name */
-                char *colon = strchr(p, ':');
-                if (colon && !strncmp(p, names[i], (size_t)(colon - p))) p = colon + 1;
-                while (*p == ' ') p++;
-                snprintf(desc, sizeof desc, "%s", p);
-                desc[strcspn(desc, "\n")] = 0;
-            }
-            fclose(f);
-        }
+        describe(path, names[i], desc, sizeof desc);
         if (json) {
             json_t *o = json_object();
             json_object_set_new(o, "name", json_string(names[i]));

@@ -24,7 +24,7 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: fathom train RECIPE [--steps N | --epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
-            "                    [--device cpu|cuda|cuda:N] [--precision fp32|bf16|fp16]\n"
+            "                    [--device cpu|cuda|cuda:N|check] [--precision fp32|bf16|fp16]\n"
             "                    [--checkpointing none|blocks|selective] [--grad-accum N]\n"
             "                    [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]\n"
             "                    [--out DIR] [--resume [DIR]] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
@@ -38,7 +38,8 @@ static void train_usage(FILE *f) {
             "  --lr X             peak learning rate (GPT: min_lr keeps its ratio to it)\n"
             "  --seed N           seed of the weights, the data order and dropout\n"
             "  --threads N        compute threads (default: all cores)\n"
-            "  --device D         where to train: cpu (default), cuda, cuda:N\n"
+            "  --device D         where to train: cpu (default), cuda, cuda:N, or check (the checked test\n"
+            "                     device, docs/DEVICES.md); checkpoints are device-independent\n"
             "  --precision P      autocast the forward pass to bf16 or fp16 (fp16 adds dynamic loss scaling);\n"
             "                     master weights and the optimizer stay fp32 (default fp32)\n"
             "  --checkpointing C  recompute activations in backward (GPT recipes): blocks or selective\n"
@@ -433,11 +434,11 @@ int fm_cmd_train(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc < 0) return 0;
     if (rc) { train_usage(stderr); return rc; }
-    if (a.device.type != FM_DEV_CPU) { /* no silent fallback: training elsewhere is not wired up yet */
-        fm_cli_error("train: --device %s: training on a device other than the CPU is not in this build yet "
-                     "(models cannot be moved to a device); use --device cpu", a.device_str);
+    if (fm_device_validate(a.device)) { /* no silent fallback: why the device is not usable, before any work */
+        fm_cli_error("train: --device %s: %s", a.device_str, fm_last_error());
         return 1;
     }
+    a.eo.device = a.device;
     char path[PATH_MAX];
     bool builtin = fm_recipe_resolve(a.recipe, path, sizeof path);
     if (access(path, R_OK) != 0) return missing_recipe(a.recipe, path, builtin);

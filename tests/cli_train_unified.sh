@@ -90,6 +90,26 @@ for k in mlp gpt; do
   "$bin" train "$tmp/$k.ini" --out "$tmp/$k-quiet" --quiet > "$tmp/q.out" 2> "$tmp/q.err"
   [[ ! -s $tmp/q.out && ! -s $tmp/q.err ]] && ok "$k: --quiet is quiet" || bad "$k: --quiet printed: $(cat "$tmp/q.out" "$tmp/q.err")"
 done
+# the checked test device (docs/DEVICES.md): the same training through the same path, fp32 losses bitwise
+# those of the CPU; a CPU checkpoint resumes there (checkpoints are device-independent)
+run mlp_check "$tmp/mlp.ini" --device check
+run gpt_check "$tmp/gpt.ini" --device check
+run mlp_check_accum "$tmp/mlp.ini" --device check:1 --grad-accum 4
+python3 - "$tmp" <<'PY' && ok "check device equals the CPU" || bad "check device differs from the CPU"
+import json, sys
+d = sys.argv[1]
+r = {k: json.load(open(f"{d}/{k}.json")) for k in ["mlp", "mlp_check", "gpt", "gpt_check", "mlp_accum", "mlp_check_accum"]}
+for cpu, dev in [("mlp", "mlp_check"), ("gpt", "gpt_check"), ("mlp_accum", "mlp_check_accum")]:
+    a, b = r[cpu], r[dev]
+    assert b["device"].startswith("check"), b
+    for k in ["train_loss", "val_loss", "test_loss", "test_accuracy", "steps"]:
+        assert a[k] == b[k], (cpu, k, a[k], b[k])
+    assert b["memory"]["weights"] > 0 and b["memory"]["optimizer_state"] > 0, b["memory"]
+PY
+cmp -s "$tmp/mlp/model.safetensors" "$tmp/mlp_check/model.safetensors" && ok "check-device model file equals the CPU's" \
+  || bad "check-device model file differs from the CPU's"
+cp -r "$tmp/mlp" "$tmp/mlp_move"
+expect 0 "resum" "$bin" train "$tmp/mlp.ini" --resume "$tmp/mlp_move" --epochs 3 --no-eval --device check
 # resume: --resume DIR for both kinds
 expect 0 "resum" "$bin" train "$tmp/mlp.ini" --resume "$tmp/mlp" --epochs 3 --no-eval
 expect 0 "resumed" "$bin" train "$tmp/gpt.ini" --resume "$tmp/gpt" --steps 6
@@ -97,7 +117,8 @@ expect 0 "resumed" "$bin" train "$tmp/gpt.ini" --resume "$tmp/gpt" --steps 6
 # ---- flag errors: usage errors (2) before any work; an unavailable device (1) says why ----
 expect 2 "unknown device 'gpu'" "$bin" train "$tmp/mlp.ini" --device gpu
 expect 2 "unknown device 'cuda:x'" "$bin" train "$tmp/gpt.ini" --device cuda:x
-expect 1 "--device cuda: training on a device other than the CPU" "$bin" train "$tmp/mlp.ini" --device cuda
+expect 1 "--device cuda:7: " "$bin" train "$tmp/mlp.ini" --device cuda:7
+expect 1 "--device check:9: device check:9 does not exist" "$bin" train "$tmp/gpt.ini" --device check:9
 expect 2 "--lr needs a number, got 'abc' (not a number)" "$bin" train "$tmp/mlp.ini" --lr abc
 expect 2 "--lr needs a positive finite number" "$bin" train "$tmp/gpt.ini" --lr -1
 expect 2 "unknown option '--epoch' (did you mean '--epochs'?)" "$bin" train "$tmp/mlp.ini" --epoch 3
@@ -113,6 +134,17 @@ expect 2 "no built-in recipe named 'zzzzzzzz'" "$bin" train zzzzzzzz
 # a memory limit below weights + gradients + optimizer state: refused before training, nothing written
 expect 1 "cannot hold the model before training starts" "$bin" train "$tmp/mlp.ini" --out "$tmp/small" --memory-limit 4K
 [[ ! -e $tmp/small/model.safetensors ]] && ok "no model after the refused limit" || bad "a refused limit wrote a model"
+expect 1 "memory limit 4.00 KiB on check:0 cannot hold the model" "$bin" train "$tmp/gpt.ini" --out "$tmp/small-gpt" --memory-limit 4K --device check
+[[ ! -e $tmp/small-gpt/model.safetensors ]] && ok "no GPT model after the refused limit" || bad "a refused limit wrote a GPT model"
+
+# resuming with a model of another shape: refused before any step, the checkpoints untouched
+sed 's/linear 16/linear 24/' "$tmp/mlp.ini" > "$tmp/mlp24.ini"
+sed 's/n_embd = 16/n_embd = 32/' "$tmp/gpt.ini" > "$tmp/gpt32.ini"
+(cd "$tmp" && find mlp gpt -type f | sort | xargs md5sum) > "$tmp/before.md5"
+expect 1 "tensor '1.weight' has shape [16, 64] in the file but [24, 64] in the model" "$bin" train "$tmp/mlp24.ini" --resume "$tmp/mlp"
+expect 1 "has shape [271, 16] but the model expects [271, 32]" "$bin" train "$tmp/gpt32.ini" --resume "$tmp/gpt"
+(cd "$tmp" && find mlp gpt -type f | sort | xargs md5sum) > "$tmp/after.md5"
+cmp -s "$tmp/before.md5" "$tmp/after.md5" && ok "refused resumes changed nothing" || bad "a refused resume changed files: $(diff "$tmp/before.md5" "$tmp/after.md5")"
 
 if ((fails)); then echo "cli_train_unified: $fails failure(s)"; exit 1; fi
 echo "cli_train_unified: all passed"

@@ -96,8 +96,8 @@ FM_API fm_tensor *fm_png_read(const char *path);
 FM_API fm_status fm_png_write(const char *path, const fm_tensor *t);
 FM_API bool fm_png_available(void);
 
-/* Any single input for prediction, by content: idx (raw or gzip; u8 images are
- * scaled to [0, 1] F32), .npy, or PNG. */
+/* Any single input for prediction, by content: idx (raw or gzip) or .npy (u8
+ * arrays of either are scaled to [0, 1] F32, as the data sets are), or PNG. */
 FM_API fm_tensor *fm_data_read(const char *path);
 
 /* ======================================================================

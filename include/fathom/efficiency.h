@@ -46,6 +46,8 @@ typedef struct fm_efficiency_opts {
     size_t prealloc_bytes;        /* preallocate: size, or */
     double prealloc_fraction;     /* fraction of the limit (or of physical memory) */
     int data_workers;             /* >= 0 */
+    fm_device device;             /* where the model trains: the memory limit, mode and the fit check
+                                   * apply to its allocator, and fm_train_step moves batches there */
 } fm_efficiency_opts;
 FM_API fm_efficiency_opts fm_efficiency_defaults(void);
 /* Clear FM_ERR_INVALID errors for bad values and combinations: unknown precision,
@@ -54,9 +56,9 @@ FM_API fm_efficiency_opts fm_efficiency_defaults(void);
  * bf16, preallocation options in grow mode or larger than the limit. batch <= 0:
  * not checked. Call after the options are final (fp16 turns loss_scaling on). */
 FM_API fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transformer, int batch);
-/* Configures the allocator (mode, reserve, limit). */
+/* Configures o->device's allocator (mode, reserve, limit). */
 FM_API fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o);
-/* Before training starts: fails with FM_ERR_OOM and the numbers when the memory
+/* Before training starts: fails with FM_ERR_OOM and the numbers when o->device's memory
  * limit cannot hold weights + gradients + optimizer state (optimizer_slots f32
  * tensors per parameter: SGD 0-1, Adam/AdamW 2). */
 FM_API fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots);

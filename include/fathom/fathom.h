@@ -16,6 +16,7 @@ extern "C" {
 typedef struct fm_build_info {
     const char *version, *build_type;
     bool sanitized, cuda_built;
+    bool cuda_switched_off; /* -DFATHOM_CUDA=OFF: not built on purpose (else: no toolkit was found) */
 } fm_build_info;
 FM_API void fm_get_build_info(fm_build_info *out);
 

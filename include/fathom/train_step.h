@@ -10,6 +10,8 @@
  *              (the trainer checks the loss here: a non-finite one stops before any update)
  *              fm_train_step_update(&s, &norm)          -- unscale, clip, optimizer, scaler update
  *
+ * Each micro-batch is copied to eo->device when it is elsewhere (the model is moved
+ * there by its trainer with fm_module_to / fm_gpt_to before the optimizer is made).
  * The hooks run in this order within a step:
  *   to_device(x, y) per micro-batch -> forward/backward -> after_backward (all micro-batches done,
  *   gradients still scaled: where a data-parallel all-reduce goes) -> unscale -> grads_ready
@@ -32,8 +34,8 @@ typedef fm_tensor *(*fm_train_loss_fn)(void *ctx, fm_tensor *x, fm_tensor *y);
 
 typedef struct fm_train_hooks {
     void *user;
-    /* Replaces *x and *y (new references; release the old ones) by copies on the
-     * training device. NULL: the batch stays where the loader made it. */
+    /* Replaces *x and *y (new references; release the old ones), after the step has
+     * moved them to eo->device: e.g. a staged or asynchronous copy. NULL: none. */
     fm_status (*to_device)(void *user, fm_tensor **x, fm_tensor **y);
     fm_status (*after_backward)(void *user, fm_optim *opt);
     fm_status (*grads_ready)(void *user, fm_optim *opt);

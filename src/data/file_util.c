@@ -141,6 +141,19 @@ fm_tensor *fm_text_read(const char *path, fm_dtype dt) {
     return t;
 }
 
+/* u8 images to F32 in [0, 1]: the scaling the data set readers use. Takes over t. */
+static fm_tensor *u8_to_unit(fm_tensor *t) {
+    fm_tensor *out = fm_tensor_empty(t->ndim, t->shape, FM_F32, FM_CPU);
+    if (out) {
+        const uint8_t *s = fm_tensor_data(t);
+        float *d = fm_tensor_data(out);
+        int64_t cnt = fm_tensor_numel(t);
+        for (int64_t i = 0; i < cnt; i++) d[i] = (float)s[i] / 255.0f;
+    }
+    fm_tensor_release(t);
+    return out;
+}
+
 fm_tensor *fm_data_read(const char *path) {
     unsigned char head[8] = {0};
     FILE *f = path ? fopen(path, "rb") : NULL;
@@ -153,20 +166,14 @@ fm_tensor *fm_data_read(const char *path) {
     fclose(f);
     static const unsigned char png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (got == 8 && memcmp(head, png_magic, 8) == 0) return fm_png_read(path);
-    if (got >= 6 && memcmp(head, "\x93NUMPY", 6) == 0) return fm_npy_read(path);
+    if (got >= 6 && memcmp(head, "\x93NUMPY", 6) == 0) {
+        fm_tensor *t = fm_npy_read(path);
+        return t && t->dtype == FM_U8 ? u8_to_unit(t) : t; /* u8 pixels, as idx images */
+    }
     if (got >= 4 && (fm_data_is_gzip(head, got) || (head[0] == 0 && head[1] == 0))) {
         fm_tensor *t = fm_idx_read(path);
         if (!t || t->dtype != FM_U8 || t->ndim < 2) return t;
-        /* u8 images: the same [0, 1] scaling the data set readers use */
-        fm_tensor *out = fm_tensor_empty(t->ndim, t->shape, FM_F32, FM_CPU);
-        if (out) {
-            const uint8_t *s = fm_tensor_data(t);
-            float *d = fm_tensor_data(out);
-            int64_t cnt = fm_tensor_numel(t);
-            for (int64_t i = 0; i < cnt; i++) d[i] = (float)s[i] / 255.0f;
-        }
-        fm_tensor_release(t);
-        return out;
+        return u8_to_unit(t);
     }
     fm_set_error(FM_ERR_FORMAT, "%s: unrecognized input format (expected idx, gzip'd idx, .npy or PNG)", path);
     return NULL;

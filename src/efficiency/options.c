@@ -61,27 +61,30 @@ fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transforme
 
 fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o) {
     fm_memory_stats s;
-    fm_status st = fm_memory_stats_get(FM_CPU, &s); /* reads FATHOM_MEMORY_LIMIT etc. first */
+    fm_status st = fm_memory_stats_get(o->device, &s); /* reads FATHOM_MEMORY_LIMIT etc. first */
     if (st != FM_OK) return st;
     fm_memory_config c = {o->memory_mode, o->prealloc_bytes, o->prealloc_fraction, o->memory_limit ? o->memory_limit : s.limit};
     if (c.mode == FM_MEMORY_PREALLOCATE && !c.prealloc_bytes && !c.prealloc_fraction) c.prealloc_fraction = 0.9;
-    return fm_memory_configure(FM_CPU, &c);
+    /* a device allocator other than the CPU's may not take a mode: growing with a limit is a limit */
+    if (o->device.type != FM_DEV_CPU && c.mode == FM_MEMORY_GROW) return fm_memory_set_limit(o->device, c.limit);
+    return fm_memory_configure(o->device, &c);
 }
 
 fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots) {
     fm_memory_stats s;
-    fm_status st = fm_memory_stats_get(FM_CPU, &s);
+    fm_status st = fm_memory_stats_get(o ? o->device : FM_CPU, &s);
     if (st != FM_OK) return st;
     size_t limit = o && o->memory_limit ? o->memory_limit : s.limit;
     if (!limit || n_params <= 0) return FM_OK;
     size_t per = (size_t)(2 + (optimizer_slots > 0 ? optimizer_slots : 0)) * 4; /* f32 weights + grads + state */
     size_t need = (size_t)n_params * per;
     if (need <= limit) return FM_OK;
-    char a[32], b[32], w[32];
+    char a[32], b[32], w[32], dn[32] = "cpu";
+    if (o) fm_device_name(o->device, dn, sizeof dn);
     return fm_set_error(FM_ERR_OOM,
-                        "memory limit %s cannot hold the model before training starts: %lld parameters need %s "
+                        "memory limit %s on %s cannot hold the model before training starts: %lld parameters need %s "
                         "for weights alone and %s with gradients and optimizer state (raise --memory-limit or use a smaller model)",
-                        fm_format_bytes(limit, a, sizeof a), (long long)n_params, fm_format_bytes((size_t)n_params * 4, w, sizeof w),
+                        fm_format_bytes(limit, a, sizeof a), dn, (long long)n_params, fm_format_bytes((size_t)n_params * 4, w, sizeof w),
                         fm_format_bytes(need, b, sizeof b));
 }
 

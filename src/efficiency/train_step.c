@@ -33,6 +33,15 @@ static fm_tensor *micro(fm_tensor *t, int k, int n, int64_t *rows) {
 /* Forward and backward of one micro-batch; takes over x and y. */
 static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double weight, double *loss_sum) {
     fm_status st = FM_OK;
+    const fm_device dev = s->eo->device;
+    if (!fm_device_eq(x->storage->device, dev) || !fm_device_eq(y->storage->device, dev)) {
+        /* the loader's batch, on the host, goes where the model is */
+        fm_tensor *xd = fm_tensor_to(x, dev), *yd = xd ? fm_tensor_to(y, dev) : NULL;
+        fm_tensor_release_n(2, x, y);
+        if (!yd) { fm_tensor_release(xd); return fm_last_status(); }
+        x = xd;
+        y = yd;
+    }
     if (s->hooks && s->hooks->to_device && (st = s->hooks->to_device(s->hooks->user, &x, &y))) {
         fm_tensor_release_n(2, x, y);
         return st;

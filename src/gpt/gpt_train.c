@@ -195,6 +195,13 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
         fm_tensor *x, *y, *loss = NULL;
         st = fm_gpt_batch_eval(d, lo, hi, o->batch_size, o->model.block_size, i, &x, &y);
         if (st) break;
+        if (o->eff.device.type != FM_DEV_CPU) { /* to the model's device */
+            fm_tensor *xd = fm_tensor_to(x, o->eff.device), *yd = xd ? fm_tensor_to(y, o->eff.device) : NULL;
+            fm_tensor_release_n(2, x, y);
+            if (!yd) { fm_tensor_release(xd); st = fm_last_status(); break; }
+            x = xd;
+            y = yd;
+        }
         /* validation runs in the training precision: the model as it is used */
         fm_dtype ac = fm_autocast_set(o->eff.precision);
         fm_tensor *lg = fm_gpt_forward(m, x, y, &loss);
@@ -415,6 +422,8 @@ static fm_status gpt_setup(gpt_run *u) {
     u->m = fm_gpt_new(&u->cfg, &init);
     fm_memory_tag_pop(mc);
     if (!u->m) return fm_last_status();
+    /* the model goes to its device before the optimizer makes its state there */
+    if (eo->device.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, eo->device))) return st;
     fm_rng_init(&u->m->own_rng, o->seed ^ 0xd50u);
     if ((st = fm_gpt_set_checkpointing(u->m, eo->checkpointing))) return st;
     fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
@@ -532,7 +541,7 @@ static void gpt_log_step(gpt_run *u, int64_t done_steps) {
         if (t > u->t_tb) fm_tb_add_scalar(u->tb, "train/throughput", done_steps, (double)(u->tok_all - u->tok_tb) / (t - u->t_tb));
         if (u->do_step) fm_tb_add_scalar(u->tb, "train/grad_norm", done_steps, u->norm);
         if (u->ts.scaler.enabled) fm_tb_add_scalar(u->tb, "train/loss_scale", done_steps, u->ts.scaler.scale);
-        if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK) fm_tb_add_scalar(u->tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
+        if (fm_memory_stats_get(o->eff.device, &mst) == FM_OK) fm_tb_add_scalar(u->tb, "memory/allocated_bytes", done_steps, (double)mst.allocated);
         u->t_tb = t;
         u->tok_tb = u->tok_all;
     }
@@ -610,9 +619,9 @@ static void gpt_results(gpt_run *u) {
     res->loss_scale = u->ts.scaler.scale;
     res->skipped_steps = u->ts.scaler.n_skipped - u->skipped0;
     fm_memory_stats ms;
-    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
+    if (fm_memory_stats_get(u->o->eff.device, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     fm_memory_report mrep;
-    if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
+    if (fm_memory_report_get(u->o->eff.device, &mrep) == FM_OK) {
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
@@ -658,7 +667,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
         goto done;
     }
     fm_progress_set_start(u->prog, u->step);
-    fm_memory_reset_peak(FM_CPU);
+    fm_memory_reset_peak(o->eff.device);
     u->t_start = u->t_log = u->t_tb = now_s();
     u->skipped0 = u->ts.scaler.n_skipped;
     if ((st = gpt_loop(u))) goto done;
@@ -691,7 +700,18 @@ fm_gpt *fm_gpt_load_dir(const char *dir, fm_tokenizer **tok) {
     fm_gpt *m = NULL;
     fm_gpt_config c;
     if (!cp || !mp || !tp) { fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
-    if (!exists(cp)) { fm_set_error(FM_ERR_IO, "%s: no config.json here: not a model directory written by `fathom train`", dir); goto done; }
+    if (!exists(dir)) {
+        fm_set_error(FM_ERR_IO, "%s: no such model directory; `fathom train kjv-gpt --out %s` makes one", dir, dir);
+        goto done;
+    }
+    if (!exists(cp)) {
+        char *rp = path_join(dir, "recipe.ini");
+        if (rp && exists(rp)) fm_set_error(FM_ERR_INVALID, "%s holds a classifier model (recipe.ini), not a GPT: use `fathom "
+                                           "eval %s` or `fathom predict %s INPUT`", dir, dir, dir);
+        else fm_set_error(FM_ERR_IO, "%s: no config.json here: not a GPT model directory written by `fathom train`", dir);
+        free(rp);
+        goto done;
+    }
     if (fm_gpt_config_load(cp, &c)) goto done;
     if (!(m = fm_gpt_new(&c, NULL))) goto done;
     if (fm_gpt_load_hf(m, mp)) { fm_gpt_free(m); m = NULL; goto done; }

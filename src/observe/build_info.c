@@ -9,6 +9,7 @@ void fm_get_build_info(fm_build_info *out) {
     out->build_type = FATHOM_BUILD_TYPE;
     out->sanitized = FATHOM_SANITIZED;
     out->cuda_built = FATHOM_HAVE_CUDA;
+    out->cuda_switched_off = FATHOM_CUDA_SWITCHED_OFF;
 }
 
 #if !FATHOM_HAVE_CUDA

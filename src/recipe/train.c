@@ -104,6 +104,10 @@ fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transfo
     fm_dataloader *l = fm_dataloader_create(d, &lo);
     if (!l) return fm_last_status();
     bool was_training = fm_module_is_training(model);
+    fm_named_list ps = {0};
+    fm_device dev = FM_CPU; /* where the model's parameters are */
+    if (fm_module_parameters(model, &ps) == FM_OK && ps.n > 0) dev = ps.items[0].tensor->storage->device;
+    fm_named_list_free(&ps);
     fm_module_train(model, false);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
@@ -114,15 +118,17 @@ fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transfo
     for (;;) {
         fm_batch b;
         if ((st = fm_dataloader_next(l, &b)) != FM_OK || !b.x) break;
-        fm_tensor *logits = fm_module_forward(model, b.x);
-        fm_tensor *ls = logits ? fm_cross_entropy(logits, b.y, -100, 0.0, FM_REDUCE_SUM) : NULL;
-        fm_tensor *pred = logits ? fm_argmax(logits, 1, false) : NULL;
-        if (!ls || !pred) { fm_tensor_release_n(3, logits, ls, pred); st = fm_last_status(); break; }
+        /* the batch goes to the model's device; the predictions come back to the host */
+        fm_tensor *x = fm_tensor_to(b.x, dev), *y = x ? fm_tensor_to(b.y, dev) : NULL;
+        fm_tensor *logits = y ? fm_module_forward(model, x) : NULL;
+        fm_tensor *ls = logits ? fm_cross_entropy(logits, y, -100, 0.0, FM_REDUCE_SUM) : NULL;
+        fm_tensor *pd = logits ? fm_argmax(logits, 1, false) : NULL, *pred = pd ? fm_tensor_to(pd, FM_CPU) : NULL;
+        if (!ls || !pred) { fm_tensor_release_n(6, x, y, logits, ls, pd, pred); st = fm_last_status(); break; }
         loss_sum += fm_tensor_item(ls);
         const int64_t *p = fm_tensor_data(pred);
         for (int64_t i = 0; i < b.size; i++) correct += p[i] == (int64_t)fm_tensor_get(b.y, i);
         total += b.size;
-        fm_tensor_release_n(3, logits, ls, pred);
+        fm_tensor_release_n(6, x, y, logits, ls, pd, pred);
         fm_progress_update(prog, ++done, total, loss_sum / (double)total);
     }
     fm_progress_end(prog);
@@ -419,6 +425,8 @@ static fm_status train_setup(train_run *u) {
     if (!u->t.model) return fm_last_status();
     fm_module_set_rng(u->t.model, &u->t.drop_rng);
     u->res->num_params = fm_module_num_params(u->t.model);
+    /* the model goes to its device before the optimizer makes its state there */
+    if (u->opt->eff.device.type != FM_DEV_CPU && (st = fm_module_to(u->t.model, u->opt->eff.device))) return st;
     /* the memory options, and whether weights + gradients + optimizer state fit the limit,
      * before the optimizer or anything else is made */
     const fm_efficiency_opts *eo = &u->opt->eff;
@@ -588,7 +596,7 @@ static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
         fm_tb_add_scalar(u->tb, "train/lr", u->t.step, fm_optim_get_lr(u->t.opt));
         if (dt > 0) fm_tb_add_scalar(u->tb, "train/throughput", u->t.step, (double)b->size / dt);
         if (gnorm == gnorm) fm_tb_add_scalar(u->tb, "train/grad_norm", u->t.step, gnorm);
-        if (fm_memory_stats_get(FM_CPU, &mst) == FM_OK)
+        if (fm_memory_stats_get(u->opt->eff.device, &mst) == FM_OK)
             fm_tb_add_scalar(u->tb, "memory/allocated_bytes", u->t.step, (double)mst.allocated);
     }
     u->res->samples += b->size;
@@ -638,12 +646,12 @@ static fm_status train_finish(train_run *u) {
     res->steps = u->t.step;
     res->samples_per_second = res->train_seconds > 0 ? (double)res->samples / res->train_seconds : 0;
     fm_memory_stats ms;
-    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
+    if (fm_memory_stats_get(u->opt->eff.device, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     res->data_wait_seconds = fm_dataloader_wait_seconds(u->t.loader);
     res->loss_scale = u->t.ts.scaler.scale;
     res->skipped_steps = u->t.ts.scaler.n_skipped - u->skipped0;
     fm_memory_report mrep;
-    if (fm_memory_report_get(FM_CPU, &mrep) == FM_OK) {
+    if (fm_memory_report_get(u->opt->eff.device, &mrep) == FM_OK) {
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
         fm_memory_report_format(&mrep, res->memory_report_text, sizeof res->memory_report_text);
     }
@@ -714,7 +722,7 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                 fm_optim_kind_name(r->optim.kind), r->optim.lr, opt->resume_dir ? " (resumed)" : "");
     if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
     if (opt->logdir && !(u->tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
-    fm_memory_reset_peak(FM_CPU);
+    fm_memory_reset_peak(u->opt->eff.device);
     u->skipped0 = u->t.ts.scaler.n_skipped;
     u->t0 = u->t_epoch = now_s();
     fm_module_train(u->t.model, true);
@@ -747,6 +755,16 @@ fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module 
     size_t ln = strlen(model_dir);
     if (ln > 12 && !strcmp(model_dir + ln - 12, ".safetensors")) snprintf(path, sizeof path, "%s", model_dir);
     else snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
+    struct stat sb;
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
+    *model_out = NULL;
+    if (stat(model_dir, &sb) != 0)
+        return fm_set_error(FM_ERR_IO, "%s: no such model directory (%s); `fathom train RECIPE --out %s` makes one",
+                            model_dir, strerror(errno), model_dir);
+    if (S_ISDIR(sb.st_mode) && stat(cfg, &sb) == 0)
+        return fm_set_error(FM_ERR_INVALID, "%s holds a GPT model (config.json), not a classifier: use `fathom generate "
+                            "%s --prompt TEXT`", model_dir, model_dir);
     *model_out = NULL;
     fm_named_list all;
     fm_kv_list meta = {0};
