@@ -40,7 +40,12 @@ int fm_cmd_eval(int argc, char **argv) {
             if (!v || *end || batch < 1) { fm_cli_error("eval: --batch needs a number >= 1"); eval_usage(stderr); return 2; }
             continue;
         }
-        if (a[0] == '-') { fm_cli_error("eval: unknown option '%s'", a); eval_usage(stderr); return 2; }
+        if (a[0] == '-') {
+            static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch"};
+            fm_cli_unknown_option("eval", a, flags, 5);
+            eval_usage(stderr);
+            return 2;
+        }
         if (dir) { fm_cli_error("eval: more than one model directory given"); eval_usage(stderr); return 2; }
         dir = a;
     }

@@ -58,7 +58,16 @@ int fm_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--no-cache")) cache = false;
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (a[0] != '-' && !dir) dir = a;
-        else { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); return 2; }
+        else {
+            static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p",
+                                                "--seed", "--no-cache", "--quiet"};
+            int known = 0;
+            for (int k = 0; k < 9; k++) known |= !strcmp(a, flags[k]);
+            if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
+            else fm_cli_unknown_option("generate", a, flags, 9);
+            usage(stderr);
+            return 2;
+        }
         if (!ok) return 2;
     }
     if (!dir || !prompt) { usage(stderr); return 2; }

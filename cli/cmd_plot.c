@@ -34,7 +34,12 @@ int fm_cmd_plot(int argc, char **argv) {
             else out = argv[++i];
             continue;
         }
-        if (a[0] == '-' && a[1]) { fm_cli_error("unknown option '%s'", a); usage(stderr); return 2; }
+        if (a[0] == '-' && a[1]) {
+            static const char *const flags[] = {"--help", "--list", "--output", "--title"};
+            fm_cli_unknown_option("plot", a, flags, 4);
+            usage(stderr);
+            return 2;
+        }
         if (logdir) { fm_cli_error("one log directory at a time (got '%s' and '%s')", logdir, a); return 2; }
         logdir = a;
     }

@@ -88,7 +88,12 @@ int fm_cmd_predict(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { predict_usage(stdout); return 0; }
         if (!strcmp(argv[i], "--json")) { json = true; continue; }
-        if (argv[i][0] == '-') { fm_cli_error("predict: unknown option '%s'", argv[i]); predict_usage(stderr); return 2; }
+        if (argv[i][0] == '-') {
+            static const char *const flags[] = {"--help", "--json"};
+            fm_cli_unknown_option("predict", argv[i], flags, 2);
+            predict_usage(stderr);
+            return 2;
+        }
         if (!dir) dir = argv[i];
         else n_inputs++;
     }

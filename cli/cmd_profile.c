@@ -45,7 +45,12 @@ int fm_cmd_profile(int argc, char **argv) {
             else peak = v;
             continue;
         }
-        if (a[0] == '-' && a[1]) { fm_cli_error("unknown option '%s'", a); usage(stderr); return 2; }
+        if (a[0] == '-' && a[1]) {
+            static const char *const flags[] = {"--help", "--json", "--top", "--peak-gflops"};
+            fm_cli_unknown_option("profile", a, flags, 4);
+            usage(stderr);
+            return 2;
+        }
         if (path) { fm_cli_error("one trace file at a time (got '%s' and '%s')", path, a); return 2; }
         path = a;
     }

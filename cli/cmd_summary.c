@@ -111,7 +111,12 @@ int fm_cmd_summary(int argc, char **argv) {
             if (*dst > (1LL << 40)) { fm_cli_error("summary: %s %s is too large", a, argv[i]); return 2; }
             continue;
         }
-        if (a[0] == '-' && a[1]) { fm_cli_error("unknown option '%s'", a); usage(stderr); return 2; }
+        if (a[0] == '-' && a[1]) {
+            static const char *const flags[] = {"--help", "--json", "--batch", "--seq"};
+            fm_cli_unknown_option("summary", a, flags, 4);
+            usage(stderr);
+            return 2;
+        }
         if (src) { fm_cli_error("one recipe or model at a time (got '%s' and '%s')", src, a); return 2; }
         src = a;
     }

@@ -83,6 +83,12 @@ expect 1 "holds a GPT model (config.json), not a classifier: use \`fathom genera
 expect 1 "holds a GPT model" "$bin" predict "$tmp/gpt" "$tmp/u8.npy"
 expect 1 "no such model directory" "$bin" generate "$tmp/nothing" --prompt in --tokens 2
 expect 1 "holds a classifier model (recipe.ini), not a GPT: use \`fathom eval" "$bin" generate "$tmp/cnn" --prompt in --tokens 2
+# typo suggestions for the other commands' flags too
+expect 2 "eval: unknown option '--jsn' (did you mean '--json'?)" "$bin" eval "$tmp/cnn" --jsn
+expect 2 "predict: unknown option '--jsno' (did you mean '--json'?)" "$bin" predict "$tmp/cnn" "$tmp/u8.npy" --jsno
+expect 2 "generate: unknown option '--temprature' (did you mean '--temperature'?)" "$bin" generate "$tmp/gpt" --temprature 1
+expect 2 "plot: unknown option '--tilte' (did you mean '--title'?)" "$bin" plot "$tmp/logs" --tilte x
+expect 2 "summary: unknown option '--bach' (did you mean '--batch'?)" "$bin" summary "$tmp/cnn" --bach 3
 # `fathom recipes`: a description is the whole first paragraph of the recipe's header
 expect 0 "15 minutes on 2 CPU cores" "$bin" recipes
 "$bin" recipes --json | python3 -c 'import json,sys; d={r["name"]: r["description"] for r in json.load(sys.stdin)["recipes"]}; assert "15 minutes" in d["kjv-gpt"], d' \
