@@ -63,7 +63,7 @@ expect 2 "--seed needs a whole number" --prompt x --seed -3
 expect 2 "--temperature needs a number" --prompt x --temperature nan
 expect 2 "--temperature must be >= 0" --prompt x --temperature -1
 expect 2 "--top-p in (0, 1]" --prompt x --top-p 0
-expect 2 "unknown or incomplete option '--frobnicate'" --prompt x --frobnicate
+expect 2 "unknown option '--frobnicate'" --prompt x --frobnicate
 long=$(printf 'a%.0s' $(seq 1 40))
 expect 1 "the prompt is 40 tokens but the model's context is 32" --prompt "$long" --tokens 1
 [ ! -s "$d/e.out" ] || { echo "a too-long prompt was echoed before the error"; cat "$d/e.out"; exit 1; }

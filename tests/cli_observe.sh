@@ -74,7 +74,7 @@ if [ -x "$BIN/test_observe" ]; then
     expect 0 "wrote $TMP/c.svg" plot "$TMP/logs" -o "$TMP/c.svg"
     grep -q "</svg>" "$TMP/c.svg" || { echo "FAIL: c.svg is not a complete SVG"; fails=$((fails + 1)); }
     expect 0 "train/loss" plot "$TMP/logs" --list
-    expect 1 "must end in .svg or .png" plot "$TMP/logs" -o "$TMP/c.gif"
+    expect 2 "must end in .svg or .png" plot "$TMP/logs" -o "$TMP/c.gif"
     if "$FATHOM" plot --help | grep -q "(available"; then
         expect 0 "wrote" plot "$TMP/logs" -o "$TMP/c.png"
         head -c 8 "$TMP/c.png" | od -An -c | grep -q "P   N   G" || { echo "FAIL: c.png is not a PNG"; fails=$((fails + 1)); }

@@ -128,7 +128,7 @@ assert [x["class"] for x in p[64:66]] == [0, 1] and p[66]["class"] == 1, p[64:]
 PY
 expect 0 "class" "$bin" predict "$tmp/model" "$tmp/one.png"
 expect 1 "does not fit the model's input [1, 8, 8]" "$bin" predict "$tmp/model" "$tmp/five.npy"
-expect 1 "model.safetensors" "$bin" eval "$tmp/nonexistent"
+expect 1 "no such model directory" "$bin" eval "$tmp/nonexistent"
 
 # ---- resume through the command ----
 expect 0 "" "$bin" train "$tmp/syn.ini" --out "$tmp/r" --max-steps 4 --no-eval
