@@ -889,6 +889,8 @@ static int ops_in_groups(fm_op_group g1, fm_op_group g2, fm_op_id *out) {
     return n;
 }
 
+static void optim_cases(fm_dtype dt);
+
 static void conformance(fm_dtype dt) {
     /* the elementwise lists come from ops.def's groups, as the CUDA backend registers them */
     fm_op_id unary[FM_OP_COUNT], binary[FM_OP_COUNT];
@@ -1228,6 +1230,74 @@ static void conformance(fm_dtype dt) {
     pool_cases(dt);
     bn_cases(dt);
     index_cases(dt);
+    optim_cases(dt);
+}
+
+/* The optimizer's in-place kernels (OPTIM_STEP, SCALE_INPLACE): the same call
+ * on cpu copies and cuda copies of a parameter, its gradient and state, then the
+ * updated parameter and state compared (two steps, so SGD's non-first momentum
+ * branch runs too). Without a device only the cpu side runs. f32 parameters only
+ * (what the optimizer takes besides f64); SUM_SQ_BLOCKS goes through run_case. */
+static void optim_cases(fm_dtype dt) {
+    if (dt != FM_F32) return;
+    fm_device cu = {FM_DEV_CUDA, 0};
+    int64_t n = 20000; /* three SUM_SQ blocks, the last partial */
+    const char *names[] = {"optim_step sgd", "optim_step sgd nesterov", "optim_step adam", "optim_step adamw"};
+    for (int k = 0; k < 4; k++) {
+        fm_optim_step_attrs a = {.kind = k < 2 ? 0 : k - 1, .nesterov = k == 1, .lr = 0.01, .wd = 0.02, .momentum = 0.9,
+                                 .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+        fm_tensor *h[4] = {rand_tensor(1, &n, dt, -1, 1, 1600 + k), rand_tensor(1, &n, dt, -1, 1, 1610 + k),
+                           rand_tensor(1, &n, dt, -0.1, 0.1, 1620 + k), rand_tensor(1, &n, dt, 0, 0.01, 1630 + k)};
+        if (a.kind == 0) { fm_tensor_release(h[3]); h[3] = NULL; }
+        fm_tensor *d[4] = {0};
+        for (int i = 0; i < 4 && !g_cpu_only; i++) d[i] = h[i] ? fm_tensor_to(h[i], cu) : NULL;
+        g_has_case[FM_OP_OPTIM_STEP] = true;
+        for (int step = 1; step <= 2; step++) {
+            a.first = step == 1;
+            a.bc1 = 1 - pow(a.beta1, step);
+            a.bc2 = 1 - pow(a.beta2, step);
+            fm_op_call hc = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .in = {h[0], h[1], h[2], h[3]}, .attrs = &a};
+            CHECK_MSG(fm_dispatch(&hc) == FM_OK, "%s: cpu: %s", names[k], fm_last_error());
+            if (g_cpu_only) continue;
+            fm_op_call gc = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .in = {d[0], d[1], d[2], d[3]}, .attrs = &a};
+            CHECK_MSG(fm_dispatch(&gc) == FM_OK, "%s: cuda: %s", names[k], fm_last_error());
+        }
+        if (g_cpu_only) g_cpu_cases++;
+        else g_gpu_cases++;
+        for (int i = 0; i < 4 && !g_cpu_only; i++) {
+            if (!h[i] || i == 1) continue;
+            fm_tensor *back = d[i] ? fm_tensor_to(d[i], FM_CPU) : NULL;
+            int nonfinite = 0, nanmis = 0;
+            double e = back ? nse(back, h[i], &nonfinite, &nanmis) : INFINITY;
+            CHECK_MSG(e <= 1e-10 && nonfinite == 0 && nanmis == 0, "%s: tensor %d: normalized squared error %.3g", names[k], i, e);
+            fm_tensor_release(back);
+        }
+        for (int i = 0; i < 4; i++) fm_tensor_release_n(2, h[i], d[i]);
+    }
+    conf_case q = {.label = "sum_sq_blocks", .op = FM_OP_SUM_SQ_BLOCKS, .n_in = 1, .n_out = 1};
+    int64_t nb = (n + FM_SUM_SQ_BLOCK - 1) / FM_SUM_SQ_BLOCK;
+    q.in[0] = rand_tensor(1, &n, dt, -3, 3, 1640);
+    q.out[0] = spec(1, &nb, FM_F64);
+    run_case(&q, dt);
+    case_free(&q);
+    fm_scale_attrs sa = {0.37};
+    fm_tensor *hx = rand_tensor(1, &n, dt, -3, 3, 1650), *dx = g_cpu_only ? NULL : fm_tensor_to(hx, cu);
+    g_has_case[FM_OP_SCALE_INPLACE] = true;
+    fm_op_call hs = {.op = FM_OP_SCALE_INPLACE, .n_in = 1, .in = {hx}, .attrs = &sa};
+    CHECK_MSG(fm_dispatch(&hs) == FM_OK, "scale_inplace: cpu: %s", fm_last_error());
+    if (!g_cpu_only) {
+        fm_op_call gs = {.op = FM_OP_SCALE_INPLACE, .n_in = 1, .in = {dx}, .attrs = &sa};
+        CHECK_MSG(fm_dispatch(&gs) == FM_OK, "scale_inplace: cuda: %s", fm_last_error());
+        fm_tensor *back = fm_tensor_to(dx, FM_CPU);
+        int nonfinite = 0, nanmis = 0;
+        double e = back ? nse(back, hx, &nonfinite, &nanmis) : INFINITY;
+        CHECK_MSG(e == 0 && nonfinite == 0, "scale_inplace: normalized squared error %.3g (one f32 multiply: exact)", e);
+        fm_tensor_release(back);
+        g_gpu_cases++;
+    } else {
+        g_cpu_cases++;
+    }
+    fm_tensor_release_n(2, hx, dx);
 }
 
 /* Errors the GPU path must report like the CPU: bad targets, missing kernels. */

@@ -470,6 +470,7 @@ static void build(void) {
     fm_cuda_kernels_index(&g_cuda);
     fm_cuda_kernels_conv(&g_cuda);
     fm_cuda_kernels_fused(&g_cuda);
+    fm_cuda_kernels_optim(&g_cuda);
     for (int i = 0; i < FM_OP_COUNT; i++) {
         g_real[i] = g_cuda.kernels[i];
         if (g_real[i]) g_cuda.kernels[i] = trampoline;

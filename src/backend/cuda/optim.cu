@@ -85,3 +85,111 @@ extern "C" fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tens
     free(tab);
     return st;
 }
+
+/* ---------------- the optimizer ops (ops.def OPTIM_STEP, SUM_SQ_BLOCKS, SCALE_INPLACE) ----------------
+ * One parameter per call, the same formulas in the same order as the CPU's
+ * loops (src/backend/cpu/optim_cpu.c), in the parameter's dtype (f32/f64), so
+ * src/optim runs unchanged on CUDA parameters. Unverified on a GPU. */
+
+template <typename T> __device__ __forceinline__ T dsqrt(T x);
+template <> __device__ __forceinline__ float dsqrt<float>(float x) { return sqrtf(x); }
+template <> __device__ __forceinline__ double dsqrt<double>(double x) { return sqrt(x); }
+
+template <typename T>
+__global__ void optim_step_kernel(fm_optim_step_attrs a, T *p, const T *g, T *m1, T *m2, int64_t n) {
+    const T lr = (T)a.lr, wd = (T)a.wd;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        if (a.kind == 0) { /* SGD */
+            const T mom = (T)a.momentum, damp = (T)(1.0 - a.dampening);
+            T d = g[i] + wd * p[i];
+            if (!m1) { p[i] -= lr * d; continue; }
+            T b = a.first ? d : mom * m1[i] + damp * d;
+            m1[i] = b;
+            p[i] -= lr * (a.nesterov ? d + mom * b : b);
+            continue;
+        }
+        const T b1 = (T)a.beta1, b2 = (T)a.beta2, ob1 = (T)(1.0 - a.beta1), ob2 = (T)(1.0 - a.beta2), eps = (T)a.eps;
+        const T step_size = (T)(a.lr / a.bc1), rbc2 = (T)(1.0 / sqrt(a.bc2));
+        T gi = a.kind == 2 ? g[i] : g[i] + wd * p[i];
+        T m = b1 * m1[i] + ob1 * gi;
+        T v = b2 * m2[i] + ob2 * gi * gi;
+        m1[i] = m;
+        m2[i] = v;
+        if (a.kind == 2) p[i] = p[i] * (T)(1.0 - a.lr * a.wd) - step_size * m / (dsqrt(v) * rbc2 + eps);
+        else p[i] -= step_size * m / (dsqrt(v) * rbc2 + eps);
+    }
+}
+
+static fm_status k_optim_step(const fm_op_call *c) {
+    const fm_optim_step_attrs *a = (const fm_optim_step_attrs *)c->attrs;
+    fm_tensor *p = c->in[0], *g = c->in[1], *s1 = c->in[2], *s2 = c->in[3];
+    if (a->kind != 0 && (!s1 || !s2)) return fm_set_error(FM_ERR_INTERNAL, "optim_step: Adam needs both moments");
+    int64_t n = fm_tensor_numel(p);
+    if (n == 0) return FM_OK;
+    cudaStream_t s = fm_cuda_stream();
+    if (p->dtype == FM_F32)
+        optim_step_kernel<float><<<fm_cuda_blocks(n, 256), 256, 0, s>>>(*a, (float *)fm_tensor_data(p), (const float *)fm_tensor_data(g),
+            s1 ? (float *)fm_tensor_data(s1) : NULL, s2 ? (float *)fm_tensor_data(s2) : NULL, n);
+    else if (p->dtype == FM_F64)
+        optim_step_kernel<double><<<fm_cuda_blocks(n, 256), 256, 0, s>>>(*a, (double *)fm_tensor_data(p), (const double *)fm_tensor_data(g),
+            s1 ? (double *)fm_tensor_data(s1) : NULL, s2 ? (double *)fm_tensor_data(s2) : NULL, n);
+    else
+        return fm_set_error(FM_ERR_UNSUPPORTED, "optim_step: parameters of dtype %s are not supported on cuda "
+                            "(use fm_cuda_adamw_step, which keeps f32 moments)", fm_dtype_name(p->dtype));
+    return FM_OK;
+}
+
+/* One block of 256 threads per FM_SUM_SQ_BLOCK elements: each thread keeps four
+ * f64 partial sums, then a shared-memory tree adds them. The grouping differs from
+ * the CPU's four interleaved accumulators, so the norm agrees to rounding, not bits. */
+template <typename T>
+__global__ void sum_sq_kernel(const T *x, int64_t n, double *out) {
+    __shared__ double part[256];
+    const int64_t b0 = (int64_t)blockIdx.x * FM_SUM_SQ_BLOCK;
+    const int64_t e = b0 + FM_SUM_SQ_BLOCK < n ? b0 + FM_SUM_SQ_BLOCK : n;
+    double acc = 0;
+    for (int64_t i = b0 + threadIdx.x; i < e; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+static fm_status k_sum_sq_blocks(const fm_op_call *c) {
+    const fm_tensor *x = c->in[0];
+    int64_t n = fm_tensor_numel(x), nb = (n + FM_SUM_SQ_BLOCK - 1) / FM_SUM_SQ_BLOCK;
+    if (nb == 0) return FM_OK;
+    if (nb > 0x7fffffff) return fm_set_error(FM_ERR_UNSUPPORTED, "sum_sq_blocks: %lld blocks exceed the grid", (long long)nb);
+    cudaStream_t s = fm_cuda_stream();
+    double *out = (double *)fm_tensor_data(c->out[0]);
+    if (x->dtype == FM_F32) sum_sq_kernel<float><<<(unsigned)nb, 256, 0, s>>>((const float *)fm_tensor_data(x), n, out);
+    else if (x->dtype == FM_F64) sum_sq_kernel<double><<<(unsigned)nb, 256, 0, s>>>((const double *)fm_tensor_data(x), n, out);
+    else return fm_set_error(FM_ERR_UNSUPPORTED, "sum_sq_blocks: dtype %s is not supported", fm_dtype_name(x->dtype));
+    return FM_OK;
+}
+
+template <typename T>
+__global__ void scale_kernel(T *x, int64_t n, T s) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+
+static fm_status k_scale_inplace(const fm_op_call *c) {
+    fm_tensor *x = c->in[0];
+    double sc = ((const fm_scale_attrs *)c->attrs)->s;
+    int64_t n = fm_tensor_numel(x);
+    if (n == 0) return FM_OK;
+    cudaStream_t s = fm_cuda_stream();
+    if (x->dtype == FM_F32) scale_kernel<float><<<fm_cuda_blocks(n, 256), 256, 0, s>>>((float *)fm_tensor_data(x), n, (float)sc);
+    else if (x->dtype == FM_F64) scale_kernel<double><<<fm_cuda_blocks(n, 256), 256, 0, s>>>((double *)fm_tensor_data(x), n, sc);
+    else return fm_set_error(FM_ERR_UNSUPPORTED, "scale_inplace: dtype %s is not supported", fm_dtype_name(x->dtype));
+    return FM_OK;
+}
+
+extern "C" void fm_cuda_kernels_optim(fm_backend *b) {
+    b->kernels[FM_OP_OPTIM_STEP] = k_optim_step;
+    b->kernels[FM_OP_SUM_SQ_BLOCKS] = k_sum_sq_blocks;
+    b->kernels[FM_OP_SCALE_INPLACE] = k_scale_inplace;
+}
