@@ -26,6 +26,9 @@ extern "C" void fm_cuda_kernels_fused(fm_backend *b);       /* qkv_split_heads (
 
 /* The stream every kernel of the current device is queued on. */
 cudaStream_t fm_cuda_stream(void);
+/* FM_ERR_INTERNAL (naming op) when an fm_cuda_stream call since the last check could
+ * not give the device's stream (it returned the default stream); FM_OK otherwise. */
+fm_status fm_cuda_stream_check(const char *op);
 int fm_cuda_current_device(void);
 /* cuBLASLt handle and a workspace for the current device (created on first use). */
 void *fm_cuda_lt_handle(void);

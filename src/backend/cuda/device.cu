@@ -117,7 +117,7 @@ fm_status fm_cuda_unsupported_dtype(const fm_op_call *c, fm_dtype dt) {
 
 int fm_cuda_current_device(void) {
     int d = 0;
-    cudaGetDevice(&d);
+    if (cudaGetDevice(&d) != cudaSuccess) { cudaGetLastError(); d = 0; } /* checked; callers index with it: 0 */
     return d;
 }
 
@@ -184,12 +184,26 @@ static fm_status use_device(int idx) {
     return fm_cuda_check(cudaSetDevice(idx), "cuda");
 }
 
+/* Set when fm_cuda_stream could not give the current device's stream; the
+ * trampoline (and fm_cuda_stream_check) turn it into the op's error, so work that
+ * went to the default stream instead is never silent (was: stream 0, quietly). */
+static __thread bool t_stream_failed;
+
 cudaStream_t fm_cuda_stream(void) {
     int d = fm_cuda_current_device();
-    if (d < 0 || d >= FM_MAX_CUDA_DEVICES || !g_dev[d].ready) {
-        if (use_device(d < 0 ? 0 : d)) return 0;
+    if (d >= 0 && d < FM_MAX_CUDA_DEVICES && g_dev[d].ready) return g_dev[d].stream;
+    if (d < 0 || d >= FM_MAX_CUDA_DEVICES || use_device(d) != FM_OK) {
+        t_stream_failed = true;
+        return 0;
     }
     return g_dev[d].stream;
+}
+
+fm_status fm_cuda_stream_check(const char *op) {
+    if (!t_stream_failed) return FM_OK;
+    t_stream_failed = false;
+    return fm_set_error(FM_ERR_INTERNAL, "%s: the current device's CUDA stream could not be made (%s); the work was "
+                        "not queued where it belongs", op, fm_last_error());
 }
 
 void *fm_cuda_lt_handle(void) {
@@ -443,9 +457,11 @@ static fm_status trampoline(const fm_op_call *c) {
     fm_status st = use_device(dev);
     if (st) return st;
     cudaGetLastError(); /* a stale launch error must not be blamed on this op */
+    t_stream_failed = false;
     int prof = fm_cuda_prof_begin(dev, fm_cuda_stream()); /* 0 unless profiling */
     st = g_real[c->op](c);
     if (st == FM_OK) st = fm_cuda_check_launch(fm_cuda_op_name(c));
+    if (st == FM_OK) st = fm_cuda_stream_check(fm_cuda_op_name(c));
     if (prof) fm_cuda_prof_end(dev, fm_cuda_stream(), fm_cuda_op_name(c), "gpu kernel", 0);
     if (st) return st;
     if (st == FM_OK && getenv("FATHOM_CUDA_SYNC")) /* debugging: report faults at the op that caused them */
