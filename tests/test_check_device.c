@@ -351,6 +351,23 @@ static void test_gpt_on_device(void) {
     }
 }
 
+/* BatchNorm2d as a module on the device: its num_batches_tracked counter is
+ * counted there (it was incremented through a host pointer: a host access). */
+static void test_batchnorm_module(void) {
+    fm_module *m = fm_nn_batchnorm2d(3, 1e-5, 0.1);
+    CHECK(m && fm_module_to(m, CHK) == FM_OK);
+    fm_tensor *hx = randn(4, (int64_t[]){2, 3, 4, 4}, 9), *x = fm_tensor_to(hx, CHK);
+    fm_tensor *y1 = m ? fm_module_forward(m, x) : NULL, *y2 = y1 ? fm_module_forward(m, x) : NULL;
+    CHECK_MSG(y2 != NULL, "%s", fm_last_error());
+    fm_named_list st = {0};
+    CHECK(m && fm_module_state(m, &st) == FM_OK);
+    int i = fm_named_list_find(&st, "num_batches_tracked");
+    CHECK(i >= 0 && fm_device_eq(fm_tensor_device(st.items[i].tensor), CHK) && fm_tensor_item(st.items[i].tensor) == 2);
+    fm_named_list_free(&st);
+    fm_tensor_release_n(4, hx, x, y1, y2);
+    fm_module_free(m);
+}
+
 /* Runs fn in a child; returns its stderr (static buffer) and how it ended. */
 static const char *in_child(void (*fn)(void), int *status) {
     static char buf[4096];
@@ -424,6 +441,7 @@ int main(void) {
     test_memory();
     test_train_on_device();
     test_gpt_on_device();
+    test_batchnorm_module();
     test_host_access_faults();
     TEST_DONE();
 }

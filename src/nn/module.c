@@ -99,6 +99,20 @@ fm_status fm_init_normal_(fm_tensor *w, double mean, double std, fm_rng *rng) {
 
 /* ---------------- construction ---------------- */
 
+/* num_batches_tracked += 1, where the counter lives (a device's memory is not the host's) */
+static fm_status bn_count(fm_tensor *nb) {
+    if (fm_tensor_device(nb).type == FM_DEV_CPU) {
+        (*(int64_t *)fm_tensor_data(nb))++;
+        return FM_OK;
+    }
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *n1 = fm_add_scalar(nb, 1.0);
+    fm_status st = n1 ? fm_copy_(nb, n1) : fm_last_status();
+    fm_set_grad_enabled(prev);
+    fm_tensor_release(n1);
+    return st;
+}
+
 static fm_module *mod_new(fm_module_kind kind) {
     fm_module *m = calloc(1, sizeof *m);
     if (!m) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
@@ -481,9 +495,9 @@ static fm_tensor *forward_one(fm_module *m, fm_tensor *x) {
     case FM_MOD_BATCHNORM2D: {
         fm_tensor *y = fm_batch_norm(x, m->weight, m->bias, m->running_mean, m->running_var, m->training, m->momentum,
                                      m->eps, FM_NCHW);
-        if (y && m->training) {
-            int64_t *nb = fm_tensor_data(m->num_batches);
-            (*nb)++;
+        if (y && m->training && bn_count(m->num_batches) != FM_OK) {
+            fm_tensor_release(y);
+            return NULL;
         }
         return y;
     }
