@@ -1,7 +1,9 @@
 /* `fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T]
  *  [--top-k K] [--top-p P] [--seed S] [--no-cache]`: streams sampled text from a
  * model directory written by `fathom train` (config.json, model.safetensors,
- * tokenizer.txt). Thin: parsing, then fm_gpt_generate with a printing callback. */
+ * tokenizer.txt), or a GPT-2 / Llama checkpoint in Hugging Face layout (config.json
+ * with model_type, model.safetensors or shards, vocab.json + merges.txt; fathom/hf.h).
+ * Thin: parsing, then fm_gpt_generate with a printing callback. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,6 +15,7 @@
 #include "commands.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
+#include "fathom/hf.h"
 
 static int emit(int tok, void *ctx) {
     const char *b;
@@ -99,7 +102,8 @@ int fm_cmd_generate(int argc, char **argv) {
         if (!tok) { fm_cli_error("%s", fm_last_error()); fm_graph_free(g); return 1; }
         ctx_len = atoi(bs);
     } else {
-        if (!(m = fm_gpt_load_dir(dir, &tok))) { fm_cli_error("%s", fm_last_error()); return 1; }
+        m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &tok) : fm_gpt_load_dir(dir, &tok);
+        if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
         ctx_len = fm_gpt_get_config(m)->block_size;
     }
     int32_t *ids = NULL;

@@ -20,7 +20,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -55,6 +55,17 @@ jb = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2,1],"parameters":{"b
      b'{"name":"ids","datatype":"INT64","shape":[1,3],"parameters":{"binary_data_size":24}}],' \
      b'"parameters":{"binary_data_output":true}}'
 open(f"{d}/infer_request/binary", "wb").write(struct.pack("<I", len(jb)) + jb + struct.pack("<2f3q", 1, 2, 7, 8, 9))
+# Hugging Face tokenizer files (fuzz_hf_tokenizer: 'w' + vocab.txt, or 'g' + vocab.json NUL merges.txt)
+alpha = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+cps = {b: b for b in alpha}
+cps.update({b: 256 + i for i, b in enumerate(b for b in range(256) if b not in alpha)})
+import json
+vocab = {chr(cps[b]): b for b in range(256)}
+for w in ["in", "th", "the", "\u0120the", "\u0120", "be"]:
+    vocab.setdefault(w, len(vocab))
+merges = "#version: 0.2\ni n\nt h\nth e\n\u0120 the\nb e\n"
+open(f"{d}/hf_tokenizer/gpt2", "wb").write(b"g" + json.dumps(vocab).encode() + b"\0" + merges.encode())
+open(f"{d}/hf_tokenizer/wordpiece", "wb").write(b"w[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n##s\n,\n!\nnaive\n")
 open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 30)
 PY
 run=$b/seedrun

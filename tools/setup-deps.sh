@@ -2,7 +2,7 @@
 # Installs the Debian packages fathom needs to build, test and run its quickstart.
 # Idempotent: packages already present are skipped quickly. Runs as root (CI, fresh machines).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libjansson-dev libinih-dev libmicrohttpd-dev zlib1g-dev libpng-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libjansson-dev libinih-dev libmicrohttpd-dev libicu-dev zlib1g-dev libpng-dev
       libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata dataset-fashion-mnist valgrind
       openmpi-bin libopenmpi-dev)
 missing=()

@@ -23,6 +23,10 @@ extern "C" {
 #endif
 
 typedef enum fm_gpt_arch { FM_GPT_GPT2 = 0, FM_GPT_LLAMA = 1 } fm_gpt_arch;
+/* RoPE scaling as Hugging Face's rope_type: none; linear (positions divided by
+ * factor); llama3 (low frequencies divided by factor, high ones kept, a smooth
+ * blend between, set by the band factors and the original context length). */
+typedef enum fm_rope_scaling { FM_ROPE_NONE = 0, FM_ROPE_LINEAR = 1, FM_ROPE_LLAMA3 = 2 } fm_rope_scaling;
 
 typedef struct fm_gpt_config {
     fm_gpt_arch arch;
@@ -33,6 +37,12 @@ typedef struct fm_gpt_config {
     bool bias;         /* GPT-2 only: biases in Linear and LayerNorm */
     double norm_eps;   /* 1e-5 */
     double rope_theta; /* Llama: 10000 */
+    /* A separate output projection (Hugging Face's untied lm_head.weight); false:
+     * the output reuses the token embedding (fathom's own models, GPT-2). */
+    bool untied_head;
+    fm_rope_scaling rope_scaling; /* Llama */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
 } fm_gpt_config;
 
 /* Defaults for an architecture (sizes of GPT-2 small / a small Llama). */
@@ -122,6 +132,9 @@ FM_API fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path);
  * that differs, is an error naming the tensor and both shapes. Nothing changes
  * unless all checks pass. */
 FM_API fm_status fm_gpt_load_hf(fm_gpt *m, const char *path);
+/* The same from tensors already read (sharded checkpoints); what names the source
+ * in errors. */
+FM_API fm_status fm_gpt_load_hf_tensors(fm_gpt *m, const fm_named_list *l, const char *what);
 
 /* ---- token files: a versioned header then little-endian ids ----
  * offset 0: "FMTOKENS" | u32 version (1) | u32 vocab_size | u32 token bytes (2|4) |

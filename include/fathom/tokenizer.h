@@ -20,7 +20,9 @@
 extern "C" {
 #endif
 
-typedef enum fm_tokenizer_kind { FM_TOK_BYTE = 0, FM_TOK_CHAR = 1, FM_TOK_BPE = 2 } fm_tokenizer_kind;
+/* FM_TOK_GPT2: a byte-level BPE read from Hugging Face's vocab.json + merges.txt
+ * (fm_tokenizer_load_gpt2); it is loaded, never trained or saved by fathom. */
+typedef enum fm_tokenizer_kind { FM_TOK_BYTE = 0, FM_TOK_CHAR = 1, FM_TOK_BPE = 2, FM_TOK_GPT2 = 3 } fm_tokenizer_kind;
 typedef struct fm_tokenizer fm_tokenizer;
 
 FM_API fm_tokenizer *fm_tokenizer_byte(void);
@@ -50,6 +52,47 @@ FM_API fm_status fm_tokenizer_token_bytes(const fm_tokenizer *t, int32_t id, con
 
 FM_API fm_status fm_tokenizer_save(const fm_tokenizer *t, const char *path);
 FM_API fm_tokenizer *fm_tokenizer_load(const char *path);
+
+/* ---- Hugging Face tokenizer files ---- */
+/* GPT-2's byte-level BPE: vocab.json (token -> id, tokens written in GPT-2's
+ * byte-to-unicode alphabet, ids dense from 0) and merges.txt (one "A B" pair per
+ * line, by rank; an optional "#version" first line). Text is split with GPT-2's
+ * pre-tokenization pattern ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
+ * ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, Unicode classes from ICU); no special-token
+ * splitting ("<|endoftext|>" in text is encoded as ordinary text). A merge or
+ * byte with no token, a duplicate or missing id, or malformed JSON is an error
+ * naming the file, the line or token. Decoding is exact on any id sequence. */
+FM_API fm_tokenizer *fm_tokenizer_load_gpt2(const char *vocab_json, const char *merges_txt);
+/* The same from memory; vocab_name and merges_name label the errors. */
+FM_API fm_tokenizer *fm_tokenizer_gpt2_from_memory(const char *vocab_json, size_t vocab_len, const char *merges,
+                                                   size_t merges_len, const char *vocab_name,
+                                                   const char *merges_name);
+
+/* BERT's WordPiece (vocab.txt, one token per line, id = line number) with BERT's
+ * normalization: control characters dropped, whitespace to spaces, CJK
+ * ideographs split apart, optional lower-casing and accent stripping (NFD, marks
+ * dropped), then whitespace and punctuation splitting and greedy longest-match
+ * WordPiece with "##" continuations; a word with no cover (or over 100
+ * characters) becomes [UNK]. */
+typedef struct fm_wordpiece fm_wordpiece;
+typedef struct fm_wordpiece_opts {
+    int lowercase;     /* 1 (BERT uncased) or 0 */
+    int strip_accents; /* 1, 0, or -1: follow lowercase (Hugging Face's default) */
+    int chinese_chars; /* 1: put spaces around CJK ideographs */
+} fm_wordpiece_opts;
+FM_API fm_wordpiece_opts fm_wordpiece_defaults(void); /* uncased BERT: 1, -1, 1 */
+/* [UNK], [CLS], [SEP] and [PAD] must be in the vocabulary. */
+FM_API fm_wordpiece *fm_wordpiece_load(const char *vocab_txt, const fm_wordpiece_opts *o);
+FM_API fm_wordpiece *fm_wordpiece_from_memory(const char *vocab, size_t len, const fm_wordpiece_opts *o,
+                                              const char *name);
+FM_API void fm_wordpiece_free(fm_wordpiece *w);
+FM_API int fm_wordpiece_vocab_size(const fm_wordpiece *w);
+/* [CLS] tokens [SEP], the tokens cut so the whole is at most max_length (>= 2)
+ * ids, as Hugging Face's truncation does. *ids is malloc'd. */
+FM_API fm_status fm_wordpiece_encode(const fm_wordpiece *w, const char *text, size_t n, int max_length, int32_t **ids,
+                                     int64_t *n_ids);
+/* Token text of an id (borrowed), NULL when out of range. */
+FM_API const char *fm_wordpiece_token(const fm_wordpiece *w, int32_t id);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@ struct fm_gpt {
     int n_kv;
     fm_named_list params; /* owns the parameter tensors */
     fm_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    fm_tensor *lm_head; /* untied_head only; else the output uses wte */
     gpt_layer *layers;
     gpt_hf_entry *hf;
     int n_hf, cap_hf;

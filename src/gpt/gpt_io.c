@@ -60,7 +60,14 @@ fm_status fm_gpt_load_hf(fm_gpt *m, const char *path) {
     fm_named_list l;
     memset(&l, 0, sizeof l);
     fm_status st = fm_safetensors_load(path, &l, NULL);
-    if (st) return st;
+    if (st == FM_OK) st = fm_gpt_load_hf_tensors(m, &l, path);
+    fm_named_list_free(&l);
+    return st;
+}
+
+fm_status fm_gpt_load_hf_tensors(fm_gpt *m, const fm_named_list *lp, const char *path) {
+    const fm_named_list l = *lp;
+    fm_status st = FM_OK;
     fm_tensor **views = calloc((size_t)m->n_hf, sizeof *views);
     int *src = calloc((size_t)m->n_hf, sizeof *src);
     char a[96], b[96];
@@ -107,7 +114,6 @@ done:
     for (int i = 0; views && i < m->n_hf; i++) fm_tensor_release(views[i]);
     free(views);
     free(src);
-    fm_named_list_free(&l);
     return st;
 }
 

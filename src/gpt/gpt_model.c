@@ -78,6 +78,17 @@ fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
     if (!(c->norm_eps > 0)) return fm_set_error(FM_ERR_INVALID, "gpt config: norm_eps %g must be > 0", c->norm_eps);
     if (c->arch == FM_GPT_LLAMA && !(c->rope_theta > 0))
         return fm_set_error(FM_ERR_INVALID, "gpt config: rope_theta %g must be > 0", c->rope_theta);
+    if ((unsigned)c->rope_scaling > FM_ROPE_LLAMA3 || (c->rope_scaling && c->arch != FM_GPT_LLAMA))
+        return fm_set_error(FM_ERR_INVALID, "gpt config: rope scaling %d needs a llama model with rope scaling 0-2",
+                            (int)c->rope_scaling);
+    if (c->rope_scaling && !(c->rope_factor > 0))
+        return fm_set_error(FM_ERR_INVALID, "gpt config: rope scaling factor %g must be > 0", c->rope_factor);
+    if (c->rope_scaling == FM_ROPE_LLAMA3 && !(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor >
+                                                c->rope_low_freq_factor && c->rope_original_max_pos > 0))
+        return fm_set_error(FM_ERR_INVALID,
+                            "gpt config: llama3 rope scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g) "
+                            "and original_max_position_embeddings (%d) > 0",
+                            c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
     return FM_OK;
 }
 
@@ -88,6 +99,17 @@ fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
                           c->ffn_hidden, "dropout", c->dropout, "bias", (int)c->bias, "norm_eps", c->norm_eps,
                           "rope_theta", c->rope_theta);
     if (!j) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    /* written only when set, so the files of tied, unscaled models stay as they were */
+    if (c->untied_head) json_object_set_new(j, "untied_head", json_true());
+    if (c->rope_scaling) {
+        json_object_set_new(j, "rope_scaling", json_string(c->rope_scaling == FM_ROPE_LINEAR ? "linear" : "llama3"));
+        json_object_set_new(j, "rope_factor", json_real(c->rope_factor));
+        if (c->rope_scaling == FM_ROPE_LLAMA3) {
+            json_object_set_new(j, "rope_low_freq_factor", json_real(c->rope_low_freq_factor));
+            json_object_set_new(j, "rope_high_freq_factor", json_real(c->rope_high_freq_factor));
+            json_object_set_new(j, "rope_original_max_pos", json_integer(c->rope_original_max_pos));
+        }
+    }
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     if (!s) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
@@ -116,6 +138,21 @@ fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
         return FM_ERR_FORMAT;
     }
     fm_status st = fm_gpt_arch_parse(arch, &c->arch);
+    int untied = 0, orig = 0;
+    const char *scaling = NULL;
+    double factor = 0, lo = 0, hi = 0;
+    if (!st && json_unpack_ex(j, &err, 0, "{s?b,s?s,s?F,s?F,s?F,s?i}", "untied_head", &untied, "rope_scaling", &scaling,
+                              "rope_factor", &factor, "rope_low_freq_factor", &lo, "rope_high_freq_factor", &hi,
+                              "rope_original_max_pos", &orig))
+        st = fm_set_error(FM_ERR_FORMAT, "%s: bad model config: %s", path, err.text);
+    if (!st && scaling && strcmp(scaling, "linear") && strcmp(scaling, "llama3"))
+        st = fm_set_error(FM_ERR_FORMAT, "%s: rope_scaling '%s' is not linear or llama3", path, scaling);
+    c->untied_head = untied != 0;
+    c->rope_scaling = !scaling ? FM_ROPE_NONE : !strcmp(scaling, "linear") ? FM_ROPE_LINEAR : FM_ROPE_LLAMA3;
+    c->rope_factor = factor;
+    c->rope_low_freq_factor = lo;
+    c->rope_high_freq_factor = hi;
+    c->rope_original_max_pos = orig;
     json_decref(j);
     if (st) return st;
     c->n_kv_head = kv > 0 ? kv : c->n_head;
@@ -221,6 +258,10 @@ static fm_status build_params(fm_gpt *m) {
             HF(L->fc2_b, 0, -1, false, "%s.%d.mlp.c_proj.bias", hp, i);
         }
     }
+    if (c->untied_head) {
+        P(m->lm_head, 2, V, C, "lm_head.weight");
+        HF(m->lm_head, 0, -1, false, "lm_head.weight");
+    }
     P(m->lnf_w, 1, C, 0, "ln_f.weight");
     HF(m->lnf_w, 0, -1, false, llama ? "model.norm.weight" : "transformer.ln_f.weight");
     if (bias) {
@@ -250,6 +291,21 @@ static fm_status init_params(fm_gpt *m, fm_rng *rng) {
     return FM_OK;
 }
 
+/* An inverse frequency after RoPE scaling, as Hugging Face's rope_type linear and
+ * llama3 compute it. */
+static double rope_inv_freq(const fm_gpt_config *c, double inv) {
+    if (c->rope_scaling == FM_ROPE_LINEAR) return inv / c->rope_factor;
+    if (c->rope_scaling != FM_ROPE_LLAMA3) return inv;
+    const double pi = 3.14159265358979323846, wavelen = 2 * pi / inv;
+    const double low_wavelen = c->rope_original_max_pos / c->rope_low_freq_factor;
+    const double high_wavelen = c->rope_original_max_pos / c->rope_high_freq_factor;
+    if (wavelen < high_wavelen) return inv;
+    if (wavelen > low_wavelen) return inv / c->rope_factor;
+    double smooth = (c->rope_original_max_pos / wavelen - c->rope_low_freq_factor) /
+                    (c->rope_high_freq_factor - c->rope_low_freq_factor);
+    return (1 - smooth) * inv / c->rope_factor + smooth * inv;
+}
+
 /* cos/sin tables [block, D] in the rotate-half layout (both halves repeat the
  * D/2 frequencies), as Hugging Face's Llama uses. */
 static fm_status build_rope(fm_gpt *m) {
@@ -260,7 +316,7 @@ static fm_status build_rope(fm_gpt *m) {
         for (int i = 0; i < D / 2; i++) {
             /* the same float rounding of the inverse frequency as PyTorch's f32 tables is
              * not needed: computing in double and rounding once is closer to exact */
-            double inv = 1.0 / pow(m->cfg.rope_theta, (2.0 * i) / D);
+            double inv = rope_inv_freq(&m->cfg, 1.0 / pow(m->cfg.rope_theta, (2.0 * i) / D));
             double a = t * inv;
             cs[t * D + i] = cs[t * D + i + D / 2] = (float)cos(a);
             sn[t * D + i] = sn[t * D + i + D / 2] = (float)sin(a);
@@ -648,9 +704,10 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
             return NULL;
         }
     }
-    /* tied output embedding */
-    if (yn) upd(&x, fm_linear(yn, m->wte, NULL));
-    else upd(&x, lin(m, fused ? fnorm_fn : norm_fn, &m->lnfc, x, m->wte, NULL));
+    /* the output projection: the token embedding (tied) or lm_head */
+    fm_tensor *head = m->lm_head ? m->lm_head : m->wte;
+    if (yn) upd(&x, fm_linear(yn, head, NULL));
+    else upd(&x, lin(m, fused ? fnorm_fn : norm_fn, &m->lnfc, x, head, NULL));
     fm_tensor_release(yn);
     return x;
 }

@@ -11,22 +11,8 @@
 
 #include "fathom/io.h" /* fm_atomic_write */
 #include "fathom/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
 
-struct fm_tokenizer {
-    fm_tokenizer_kind kind;
-    int vocab;
-    char **tok; /* bytes of each token */
-    int *tok_len;
-    /* char */
-    int n_chars;
-    uint32_t *cps; /* sorted code points; id = index; byte fallback = n_chars + byte */
-    /* bpe */
-    int n_merges;
-    int32_t (*merges)[2];
-    int64_t *rank_keys; /* open-addressing table: pair -> merge index */
-    int32_t *rank_vals;
-    size_t rank_cap;
-};
 
 /* ---------------- small hash table: u64 key -> slot ---------------- */
 
@@ -40,7 +26,7 @@ static uint64_t mix64(uint64_t x) {
 
 static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
 
-static int rank_of(const fm_tokenizer *t, int32_t a, int32_t b) {
+int tokz_rank_of(const fm_tokenizer *t, int32_t a, int32_t b) {
     if (!t->rank_cap) return -1;
     uint64_t k = pair_key(a, b);
     size_t mask = t->rank_cap - 1;
@@ -50,7 +36,7 @@ static int rank_of(const fm_tokenizer *t, int32_t a, int32_t b) {
     }
 }
 
-static fm_status build_ranks(fm_tokenizer *t) {
+fm_status tokz_build_ranks(fm_tokenizer *t) {
     size_t cap = 16;
     while (cap < (size_t)t->n_merges * 2 + 2) cap *= 2;
     t->rank_keys = malloc(sizeof(int64_t) * cap);
@@ -69,7 +55,7 @@ static fm_status build_ranks(fm_tokenizer *t) {
 
 /* ---------------- construction ---------------- */
 
-static fm_tokenizer *tok_alloc(fm_tokenizer_kind kind, int vocab) {
+fm_tokenizer *tokz_tok_alloc(fm_tokenizer_kind kind, int vocab) {
     fm_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { fm_set_error(FM_ERR_OOM, "tokenizer: out of memory"); return NULL; }
     t->kind = kind;
@@ -84,7 +70,7 @@ static fm_tokenizer *tok_alloc(fm_tokenizer_kind kind, int vocab) {
     return t;
 }
 
-static fm_status set_tok(fm_tokenizer *t, int id, const char *b, int n) {
+fm_status tokz_set_tok(fm_tokenizer *t, int id, const char *b, int n) {
     t->tok[id] = malloc((size_t)n + 1);
     if (!t->tok[id]) return fm_set_error(FM_ERR_OOM, "tokenizer: out of memory");
     memcpy(t->tok[id], b, (size_t)n);
@@ -100,23 +86,24 @@ void fm_tokenizer_free(fm_tokenizer *t) {
     free(t->tok_len);
     free(t->cps);
     free(t->merges);
+    free(t->merge_out);
     free(t->rank_keys);
     free(t->rank_vals);
     free(t);
 }
 
 fm_tokenizer *fm_tokenizer_byte(void) {
-    fm_tokenizer *t = tok_alloc(FM_TOK_BYTE, 256);
+    fm_tokenizer *t = tokz_tok_alloc(FM_TOK_BYTE, 256);
     for (int i = 0; t && i < 256; i++) {
         char c = (char)i;
-        if (set_tok(t, i, &c, 1)) { fm_tokenizer_free(t); return NULL; }
+        if (tokz_set_tok(t, i, &c, 1)) { fm_tokenizer_free(t); return NULL; }
     }
     return t;
 }
 
 /* Length (1-4) of the valid UTF-8 sequence at p with its code point, or 0 if
  * the bytes there are not valid UTF-8 (overlong forms and surrogates included). */
-static int utf8_next(const unsigned char *p, size_t n, uint32_t *cp) {
+int tokz_utf8_next(const unsigned char *p, size_t n, uint32_t *cp) {
     if (!n) return 0;
     unsigned c = p[0];
     if (c < 0x80) { *cp = c; return 1; }
@@ -136,7 +123,7 @@ static int utf8_next(const unsigned char *p, size_t n, uint32_t *cp) {
     return len;
 }
 
-static int utf8_put(uint32_t cp, char *out) {
+int tokz_utf8_put(uint32_t cp, char *out) {
     if (cp < 0x80) { out[0] = (char)cp; return 1; }
     if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
     if (cp < 0x10000) {
@@ -153,16 +140,16 @@ static int utf8_put(uint32_t cp, char *out) {
 }
 
 static fm_tokenizer *char_from_cps(uint32_t *cps, int n) {
-    fm_tokenizer *t = tok_alloc(FM_TOK_CHAR, n + 256);
+    fm_tokenizer *t = tokz_tok_alloc(FM_TOK_CHAR, n + 256);
     if (!t) { free(cps); return NULL; }
     t->cps = cps;
     t->n_chars = n;
     char buf[4];
     for (int i = 0; i < n; i++)
-        if (set_tok(t, i, buf, utf8_put(cps[i], buf))) { fm_tokenizer_free(t); return NULL; }
+        if (tokz_set_tok(t, i, buf, tokz_utf8_put(cps[i], buf))) { fm_tokenizer_free(t); return NULL; }
     for (int i = 0; i < 256; i++) {
         buf[0] = (char)i;
-        if (set_tok(t, n + i, buf, 1)) { fm_tokenizer_free(t); return NULL; }
+        if (tokz_set_tok(t, n + i, buf, 1)) { fm_tokenizer_free(t); return NULL; }
     }
     return t;
 }
@@ -179,7 +166,7 @@ fm_tokenizer *fm_tokenizer_char_from_corpus(const char *text, size_t n) {
     int count = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int l = utf8_next(p + i, n - i, &cp);
+        int l = tokz_utf8_next(p + i, n - i, &cp);
         if (!l) { i++; continue; } /* invalid bytes go to the byte fallback */
         if (!(seen[cp >> 3] & (1u << (cp & 7)))) { seen[cp >> 3] |= (uint8_t)(1u << (cp & 7)); count++; }
         i += (size_t)l;
@@ -194,13 +181,13 @@ fm_tokenizer *fm_tokenizer_char_from_corpus(const char *text, size_t n) {
 }
 
 static fm_tokenizer *bpe_from_merges(int32_t (*merges)[2], int n_merges) {
-    fm_tokenizer *t = tok_alloc(FM_TOK_BPE, 256 + n_merges);
+    fm_tokenizer *t = tokz_tok_alloc(FM_TOK_BPE, 256 + n_merges);
     if (!t) { free(merges); return NULL; }
     t->merges = merges;
     t->n_merges = n_merges;
     for (int i = 0; i < 256; i++) {
         char c = (char)i;
-        if (set_tok(t, i, &c, 1)) goto fail;
+        if (tokz_set_tok(t, i, &c, 1)) goto fail;
     }
     for (int r = 0; r < n_merges; r++) {
         int32_t a = merges[r][0], b = merges[r][1];
@@ -218,7 +205,7 @@ static fm_tokenizer *bpe_from_merges(int32_t (*merges)[2], int n_merges) {
         t->tok[256 + r] = s;
         t->tok_len[256 + r] = la + lb;
     }
-    if (build_ranks(t)) goto fail;
+    if (tokz_build_ranks(t)) goto fail;
     return t;
 fail:
     fm_tokenizer_free(t);
@@ -428,18 +415,18 @@ static int char_id(const fm_tokenizer *t, uint32_t cp) {
 
 static int bpe_word_encode(const fm_tokenizer *t, const unsigned char *p, size_t l, ivec *out, int32_t *tmp) {
     int n = (int)l;
-    for (int i = 0; i < n; i++) tmp[i] = p[i];
+    for (int i = 0; i < n; i++) tmp[i] = t->merge_out ? t->byte_id[p[i]] : p[i];
     for (;;) { /* merge the lowest-ranked pair present, everywhere, until none applies */
         int best = -1;
         for (int i = 0; i + 1 < n; i++) {
-            int r = rank_of(t, tmp[i], tmp[i + 1]);
+            int r = tokz_rank_of(t, tmp[i], tmp[i + 1]);
             if (r >= 0 && (best < 0 || r < best)) best = r;
         }
         if (best < 0) break;
         int32_t a = t->merges[best][0], b = t->merges[best][1];
         int o = 0;
         for (int i = 0; i < n; i++) {
-            if (i + 1 < n && tmp[i] == a && tmp[i + 1] == b) { tmp[o++] = 256 + best; i++; }
+            if (i + 1 < n && tmp[i] == a && tmp[i + 1] == b) { tmp[o++] = t->merge_out ? t->merge_out[best] : 256 + best; i++; }
             else tmp[o++] = tmp[i];
         }
         n = o;
@@ -463,7 +450,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t n,
             bad = push(&v, p[i++]);
         } else if (t->kind == FM_TOK_CHAR) {
             uint32_t cp;
-            int l = utf8_next(p + i, n - i, &cp);
+            int l = tokz_utf8_next(p + i, n - i, &cp);
             int id = l ? char_id(t, cp) : -1;
             if (id >= 0) { bad = push(&v, id); i += (size_t)l; }
             else {
@@ -471,7 +458,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t n,
                 i += (size_t)(l ? l : 1);
             }
         } else {
-            size_t l = word_len(p + i, n - i);
+            size_t l = t->kind == FM_TOK_GPT2 ? tokz_gpt2_word_len(p + i, n - i) : word_len(p + i, n - i);
             if (l > tmp_cap) {
                 free(tmp);
                 tmp_cap = l * 2;
@@ -527,8 +514,8 @@ fm_status fm_tokenizer_decode(const fm_tokenizer *t, const int32_t *ids, int64_t
 
 fm_tokenizer_kind fm_tokenizer_get_kind(const fm_tokenizer *t) { return t->kind; }
 int fm_tokenizer_vocab_size(const fm_tokenizer *t) { return t ? t->vocab : 0; }
-static const char *kind_names[] = {"byte", "char", "bpe"};
-const char *fm_tokenizer_kind_name(fm_tokenizer_kind k) { return (unsigned)k < 3 ? kind_names[k] : "?"; }
+static const char *kind_names[] = {"byte", "char", "bpe", "gpt2"};
+const char *fm_tokenizer_kind_name(fm_tokenizer_kind k) { return (unsigned)k < 4 ? kind_names[k] : "?"; }
 fm_status fm_tokenizer_kind_parse(const char *s, fm_tokenizer_kind *out) {
     for (int i = 0; s && i < 3; i++)
         if (!strcmp(s, kind_names[i])) { *out = (fm_tokenizer_kind)i; return FM_OK; }
@@ -536,6 +523,9 @@ fm_status fm_tokenizer_kind_parse(const char *s, fm_tokenizer_kind *out) {
 }
 
 fm_status fm_tokenizer_save(const fm_tokenizer *t, const char *path) {
+    if (t->kind == FM_TOK_GPT2)
+        return fm_set_error(FM_ERR_INVALID, "%s: a GPT-2 tokenizer is kept as vocab.json + merges.txt, not saved in "
+                            "fathom's tokenizer format", path);
     int items = t->kind == FM_TOK_CHAR ? t->n_chars : t->kind == FM_TOK_BPE ? t->n_merges : 0;
     size_t cap = 128 + (size_t)items * 24, o = 0;
     char *s = malloc(cap);

@@ -1,0 +1,45 @@
+/* fathom/hf.h: models in Hugging Face layout.
+ *
+ * A directory holding config.json (with "model_type"), model.safetensors (or
+ * sharded model-*.safetensors with model.safetensors.index.json) and tokenizer
+ * files:
+ *   gpt2   GPT2LMHeadModel: vocab.json + merges.txt (byte-level BPE)
+ *   llama  LlamaForCausalLM: the same tokenizer files
+ * config.json keys are checked against what each model type reads: a missing
+ * required key, a key fathom does not know, or a value it cannot express (an
+ * activation other than the model's, attention biases in Llama, an unsupported
+ * rope_type) is refused, naming the file and the key. */
+#ifndef FATHOM_HF_H
+#define FATHOM_HF_H
+#include "fathom/export.h"
+
+#include "fathom/gpt.h"
+#include "fathom/tensor.h"
+#include "fathom/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether dir/config.json exists and names a "model_type" (a Hugging Face model
+ * rather than one `fathom train` wrote). */
+FM_API bool fm_hf_is_model_dir(const char *dir);
+
+/* A GPT-2 or Llama config.json (from memory; name labels errors) as fathom's GPT
+ * config. */
+FM_API fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char *name, fm_gpt_config *out);
+
+/* Loads a GPT-2 or Llama directory. tok (may be NULL) receives the tokenizer from
+ * vocab.json + merges.txt; a tokenizer with ids beyond the model's vocab_size is
+ * refused. Weights may be f32, f16 or bf16 (converted to f32). */
+FM_API fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok);
+
+/* Writes m as a Hugging Face directory (config.json + model.safetensors) that
+ * transformers' GPT2LMHeadModel / LlamaForCausalLM load with the same logits.
+ * GPT-2 models without biases are written with zero biases (HF's GPT-2 has them). */
+FM_API fm_status fm_hf_gpt_save(const fm_gpt *m, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

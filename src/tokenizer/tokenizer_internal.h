@@ -1,0 +1,43 @@
+/* Internals shared by the tokenizer files: the fm_tokenizer struct and the
+ * helpers that tokenizer.c (fathom's own kinds) and gpt2_bpe.c (GPT-2 files)
+ * both use. Not a public interface. */
+#ifndef FATHOM_TOKENIZER_INTERNAL_H
+#define FATHOM_TOKENIZER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fathom/tokenizer.h"
+
+struct fm_tokenizer {
+    fm_tokenizer_kind kind;
+    int vocab;
+    char **tok; /* bytes of each token */
+    int *tok_len;
+    /* char */
+    int n_chars;
+    uint32_t *cps; /* sorted code points; id = index; byte fallback = n_chars + byte */
+    /* bpe and gpt2 */
+    int n_merges;
+    int32_t (*merges)[2];
+    int64_t *rank_keys; /* open-addressing table: pair -> merge index */
+    int32_t *rank_vals;
+    size_t rank_cap;
+    /* gpt2 only: the id each merge produces and the id of each single byte (fathom's
+     * bpe has neither: merge r makes id 256 + r and byte b is id b) */
+    int32_t *merge_out;
+    int32_t byte_id[256];
+};
+
+fm_tokenizer *tokz_tok_alloc(fm_tokenizer_kind kind, int vocab);
+fm_status tokz_set_tok(fm_tokenizer *t, int id, const char *b, int n);
+fm_status tokz_build_ranks(fm_tokenizer *t);
+int tokz_rank_of(const fm_tokenizer *t, int32_t a, int32_t b);
+/* Length (1-4) of the valid UTF-8 sequence at p with its code point, or 0 if the
+ * bytes there are not valid UTF-8 (overlong forms and surrogates included). */
+int tokz_utf8_next(const unsigned char *p, size_t n, uint32_t *cp);
+int tokz_utf8_put(uint32_t cp, char *out);
+/* Length of the next GPT-2 pre-token at p (n > 0 bytes): gpt2_bpe.c. */
+size_t tokz_gpt2_word_len(const unsigned char *p, size_t n);
+
+#endif

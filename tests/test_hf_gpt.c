@@ -1,0 +1,216 @@
+/* GPT-2 and Llama in Hugging Face layout (fathom/hf.h):
+ *  - config.json refusals (missing and unknown keys, values fathom cannot express);
+ *  - checkpoints that transformers saves from seeded random weights
+ *    (tests/hf/fixtures.py models: tied and untied heads, GQA, rope_theta, llama3
+ *    and linear rope scaling, one sharded): fathom's logits within 1e-4 of
+ *    GPT2LMHeadModel's / LlamaForCausalLM's, the KV-cache decode too;
+ *  - fathom models exported with fm_hf_gpt_save: transformers loads them and gives
+ *    the same logits (within 1e-4). */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "fathom/autograd.h"
+#include "fathom/hf.h"
+#include "fathom/ops.h"
+#include "hf_util.h"
+#include "test_util.h"
+
+#define TOL 1e-4
+
+static void config_refusals(void) {
+    fm_gpt_config c;
+#define REFUSED(json, needle)                                                        \
+    do {                                                                             \
+        const char *_j = json;                                                       \
+        CHECK(fm_hf_gpt_config_parse(_j, strlen(_j), "cfg.json", &c) != FM_OK);      \
+        CHECK_ERR_CONTAINS(needle);                                                  \
+    } while (0)
+    const char *ok = "{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, \"n_embd\": 8, "
+                     "\"n_layer\": 1, \"n_head\": 2, \"resid_pdrop\": 0.1, \"n_inner\": null}";
+    CHECK_MSG(fm_hf_gpt_config_parse(ok, strlen(ok), NULL, &c) == FM_OK, "%s", fm_last_error());
+    CHECK(c.arch == FM_GPT_GPT2 && c.ffn_hidden == 32 && c.bias && !c.untied_head && c.block_size == 16);
+    REFUSED("{\"model_type\": \"gpt2\", \"n_positions\": 16, \"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2}",
+            "cfg.json: required key 'vocab_size' is missing");
+    REFUSED("{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, \"n_embd\": 8, \"n_layer\": 1, "
+            "\"n_head\": 2, \"sparse_attention\": true}",
+            "unknown key 'sparse_attention' for a gpt2 model");
+    REFUSED("{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, \"n_embd\": 8, \"n_layer\": 1, "
+            "\"n_head\": 2, \"activation_function\": \"relu\"}",
+            "'activation_function'");
+    REFUSED("{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, \"n_embd\": 9, \"n_layer\": 1, "
+            "\"n_head\": 2}",
+            "not divisible");
+    REFUSED("{\"model_type\": \"gpt2\", \"vocab_size\": \"50\"}", "'vocab_size' must be an integer");
+    REFUSED("{\"vocab_size\": 50}", "required key 'model_type' is missing");
+    REFUSED("{\"model_type\": \"t5\"}", "model_type 't5' is not a causal LM");
+    REFUSED("{\"model_type\": \"gpt2\",", "cfg.json: line 1");
+    const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": "
+                        "24, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                        "\"max_position_embeddings\": 32, \"rope_theta\": 500000.0, \"rope_scaling\": {\"type\": "
+                        "\"linear\", \"factor\": 4.0}}";
+    CHECK_MSG(fm_hf_gpt_config_parse(llama, strlen(llama), NULL, &c) == FM_OK, "%s", fm_last_error());
+    CHECK(c.arch == FM_GPT_LLAMA && c.n_kv_head == 2 && c.rope_theta == 500000.0 && c.untied_head &&
+          c.rope_scaling == FM_ROPE_LINEAR && c.rope_factor == 4.0 && c.norm_eps == 1e-6);
+    REFUSED("{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
+            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}",
+            "rope_type must be default, linear or llama3");
+    REFUSED("{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
+            "\"attention_bias\": true}",
+            "'attention_bias'");
+    REFUSED("{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
+            "\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+            "required key 'low_freq_factor' is missing");
+    REFUSED("{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
+            "\"head_dim\": 8}",
+            "'head_dim'");
+#undef REFUSED
+}
+
+static fm_tensor *ids_tensor(json_t *ids) {
+    int64_t T = (int64_t)json_array_size(ids), shape[2] = {1, T};
+    fm_tensor *x = fm_tensor_empty(2, shape, FM_I64, FM_CPU);
+    for (int64_t i = 0; x && i < T; i++) ((int64_t *)fm_tensor_data(x))[i] = json_integer_value(json_array_get(ids, (size_t)i));
+    return x;
+}
+
+/* Max |fathom - reference| over rows [r0, r0 + rows) of logits [1, T, V]. */
+static double max_diff(fm_tensor *got, json_t *ref, int64_t r0, int64_t rows, int64_t got_row0) {
+    const float *g = fm_tensor_data(got);
+    int64_t V = got->shape[2];
+    double worst = 0;
+    for (int64_t t = 0; t < rows; t++) {
+        json_t *row = json_array_get(ref, (size_t)(r0 + t));
+        if ((int64_t)json_array_size(row) != V) return INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            double d = fabs(g[(got_row0 + t) * V + v] - json_number_value(json_array_get(row, (size_t)v)));
+            if (!(d <= worst)) worst = d;
+        }
+    }
+    return worst;
+}
+
+/* The KV-cache path: the prefix, then the remaining ids one at a time. */
+static double cached_diff(fm_gpt *m, json_t *ids, json_t *ref) {
+    fm_gpt_kv_cache *kv = fm_gpt_kv_cache_new(m, 1);
+    int64_t T = (int64_t)json_array_size(ids), P = T / 2;
+    fm_tensor *x = ids_tensor(ids), *pre = fm_narrow(x, 1, 0, P);
+    fm_tensor *lp = fm_gpt_forward_cached(m, pre, kv);
+    double worst = lp ? max_diff(lp, ref, 0, P, 0) : INFINITY;
+    for (int64_t t = P; t < T && lp; t++) {
+        fm_tensor *one = fm_narrow(x, 1, t, 1), *l1 = fm_gpt_forward_cached(m, one, kv);
+        double d = l1 ? max_diff(l1, ref, t, 1, 0) : INFINITY;
+        if (!(d <= worst)) worst = d;
+        fm_tensor_release_n(2, one, l1);
+    }
+    fm_tensor_release_n(3, x, pre, lp);
+    fm_gpt_kv_cache_free(kv);
+    return worst;
+}
+
+static void check_model(const char *dir) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/expected.json", dir);
+    json_t *exp = json_load_file(p, 0, NULL);
+    fm_tokenizer *tok = NULL;
+    fm_gpt *m = fm_hf_gpt_load(dir, &tok);
+    CHECK_MSG(m && tok && exp, "%s: %s", dir, fm_last_error());
+    if (m && tok && exp) {
+        fm_tensor *x = ids_tensor(json_object_get(exp, "ids"));
+        fm_tensor *l = fm_gpt_forward(m, x, NULL, NULL);
+        json_t *ref = json_object_get(exp, "logits");
+        double d = l ? max_diff(l, ref, 0, x->shape[1], 0) : INFINITY, dc = cached_diff(m, json_object_get(exp, "ids"), ref);
+        fprintf(stderr, "%s: %s, %d layers, %d heads (%d kv): max |logit - transformers| %.2e, KV-cache decode %.2e\n",
+                strrchr(dir, '/') + 1, fm_gpt_arch_name(fm_gpt_get_config(m)->arch), fm_gpt_get_config(m)->n_layer,
+                fm_gpt_get_config(m)->n_head, fm_gpt_get_config(m)->n_kv_head, d, dc);
+        CHECK_MSG(d <= TOL, "%s: logits differ by %g", dir, d);
+        CHECK_MSG(dc <= TOL, "%s: cached logits differ by %g", dir, dc);
+        fm_tensor_release_n(2, x, l);
+    }
+    json_decref(exp);
+    fm_tokenizer_free(tok);
+    fm_gpt_free(m);
+}
+
+static bool same(fm_tensor *a, fm_tensor *b) {
+    return fm_tensor_numel(a) == fm_tensor_numel(b) &&
+           !memcmp(fm_tensor_data(a), fm_tensor_data(b), sizeof(float) * (size_t)fm_tensor_numel(a));
+}
+
+/* fathom-made models written in HF layout; transformers' logits come back as JSON
+ * (one Python run for both). */
+static void check_export(const char *tmp) {
+    fm_gpt_config cg = fm_gpt_config_default(FM_GPT_GPT2), cl = fm_gpt_config_default(FM_GPT_LLAMA);
+    cg.n_layer = 2, cg.n_head = 4, cg.n_embd = 32, cg.block_size = 32, cg.vocab_size = 97, cg.ffn_hidden = 64;
+    cg.bias = false; /* written with zero biases */
+    cl.n_layer = 2, cl.n_head = 4, cl.n_kv_head = 2, cl.n_embd = 32, cl.block_size = 32, cl.vocab_size = 97;
+    cl.ffn_hidden = 48, cl.rope_theta = 1000.0;
+    fm_gpt_config cfgs[2] = {cg, cl};
+    int64_t idv[10] = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38}, shape[2] = {1, 10};
+    fm_tensor *x = fm_tensor_from_data(idv, 2, shape, FM_I64), *l[2] = {NULL, NULL};
+    char dirs[2][1100], args[3600], out[1200], why[8192];
+    for (int k = 0; k < 2; k++) {
+        fm_rng rng;
+        fm_rng_init(&rng, 7 + (uint64_t)k);
+        fm_gpt *m = fm_gpt_new(&cfgs[k], &rng);
+        for (int i = 0; m && i < fm_gpt_parameters(m)->n; i++) /* non-trivial norms and biases too */
+            fm_tensor_normal_(fm_gpt_parameters(m)->items[i].tensor, 0.2, 0.3, &rng);
+        if (m) fm_gpt_train_mode(m, false);
+        snprintf(dirs[k], sizeof dirs[k], "%s/export_%s", tmp, fm_gpt_arch_name(cfgs[k].arch));
+        CHECK_MSG(m && fm_hf_gpt_save(m, dirs[k]) == FM_OK, "%s", fm_last_error());
+        l[k] = m ? fm_gpt_forward(m, x, NULL, NULL) : NULL;
+        fm_gpt *back = fm_hf_gpt_load(dirs[k], NULL);
+        CHECK_MSG(back != NULL, "%s", fm_last_error());
+        fm_tensor *lb = back ? fm_gpt_forward(back, x, NULL, NULL) : NULL;
+        CHECK(l[k] && lb && same(l[k], lb)); /* fathom reads back exactly what it wrote */
+        fm_tensor_release(lb);
+        fm_gpt_free(back);
+        fm_gpt_free(m);
+    }
+    snprintf(out, sizeof out, "%s/logits.json", tmp);
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", out, dirs[0], dirs[1]);
+    int rc = hf_fixtures("logits", "3,14,15,92,65,35,89,79,32,38", args, why, sizeof why);
+    if (rc == 77) TEST_SKIP("transformers not available: the exports were not loaded by it");
+    else if (rc) CHECK_MSG(0, "transformers could not load the exports: %s", why);
+    json_t *r = rc ? NULL : json_load_file(out, 0, NULL);
+    for (int k = 0; r && k < 2; k++) {
+        json_t *e = json_object_get(r, dirs[k]);
+        double d = l[k] && e ? max_diff(l[k], json_object_get(e, "logits"), 0, 10, 0) : INFINITY;
+        fprintf(stderr, "export %s -> transformers %s: max |logit difference| %.2e\n", fm_gpt_arch_name(cfgs[k].arch),
+                json_string_value(json_object_get(e, "class")), d);
+        CHECK_MSG(d <= TOL, "exported %s: transformers' logits differ by %g", dirs[k], d);
+    }
+    if (!rc && !r) CHECK_MSG(0, "%s: no logits from transformers", out);
+    json_decref(r);
+    fm_tensor_release_n(3, x, l[0], l[1]);
+}
+
+int main(void) {
+    fm_set_grad_enabled(false);
+    config_refusals();
+    char tmp[] = "/tmp/fathom-hf-gpt-XXXXXX", why[8192];
+    if (!mkdtemp(tmp)) { CHECK(0); TEST_DONE(); }
+    int rc = hf_fixtures("models", tmp, NULL, why, sizeof why);
+    if (rc == 77) {
+        TEST_SKIP("transformers/torch not available (%s): logits not compared", why);
+    } else if (rc) {
+        CHECK_MSG(0, "fixtures.py models failed: %s", why);
+    } else {
+        const char *names[] = {"m_gpt2", "m_gpt2_untied", "m_llama", "m_llama_tied_llama3", "m_llama_linear"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char d[1100];
+            snprintf(d, sizeof d, "%s/%s", tmp, names[i]);
+            check_model(d);
+        }
+        check_export(tmp);
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+    TEST_DONE();
+}
