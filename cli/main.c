@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
         {"plan", fm_cmd_plan, "memory, time and cost of a job on every GPU"},
         {"tokenizer", fm_cmd_tokenizer, "train or apply a BPE tokenizer"},
         {"generate", fm_cmd_generate, "generate text with a language model"},
+        {"embed", fm_cmd_embed, "sentence embeddings with a BERT encoder (Hugging Face layout)"},
         {"summary", fm_cmd_summary, "layer table: shapes, parameters, FLOPs, memory"},
         {"profile", fm_cmd_profile, "summarize a profiler trace"},
         {"plot", fm_cmd_plot, "plot training curves from a log directory"},

@@ -5,6 +5,9 @@
  * files:
  *   gpt2   GPT2LMHeadModel: vocab.json + merges.txt (byte-level BPE)
  *   llama  LlamaForCausalLM: the same tokenizer files
+ *   bert   BertModel as sentence-transformers uses it (all-MiniLM-L6-v2): vocab.txt,
+ *          tokenizer_config.json, sentence_bert_config.json, modules.json and the
+ *          pooling folder's config.json
  * config.json keys are checked against what each model type reads: a missing
  * required key, a key fathom does not know, or a value it cannot express (an
  * activation other than the model's, attention biases in Llama, an unsupported
@@ -38,6 +41,20 @@ FM_API fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok);
  * transformers' GPT2LMHeadModel / LlamaForCausalLM load with the same logits.
  * GPT-2 models without biases are written with zero biases (HF's GPT-2 has them). */
 FM_API fm_status fm_hf_gpt_save(const fm_gpt *m, const char *dir);
+
+/* ---- BERT sentence encoders (sentence-transformers layout) ---- */
+typedef struct fm_hf_encoder fm_hf_encoder;
+/* config.json (model_type bert), model.safetensors, vocab.txt; modules.json may
+ * list Transformer, Pooling and Normalize (anything else is refused). */
+FM_API fm_hf_encoder *fm_hf_encoder_load(const char *dir);
+FM_API void fm_hf_encoder_free(fm_hf_encoder *e);
+/* Embedding width: hidden size x the number of pooling modes on. */
+FM_API int fm_hf_encoder_dim(const fm_hf_encoder *e);
+/* Token ids of one text: [CLS] ... [SEP], cut at max_seq_length. *ids is malloc'd. */
+FM_API fm_status fm_hf_encoder_tokenize(const fm_hf_encoder *e, const char *text, int32_t **ids, int64_t *n);
+/* Embeddings of n texts: [n, dim] f32, pooled as the pooling config says (cls,
+ * max, mean, mean_sqrt_len) and L2-normalized when modules.json has Normalize. */
+FM_API fm_tensor *fm_hf_encoder_embed(fm_hf_encoder *e, const char *const *texts, int n);
 
 #ifdef __cplusplus
 }

