@@ -66,6 +66,25 @@ for w in ["in", "th", "the", "\u0120the", "\u0120", "be"]:
 merges = "#version: 0.2\ni n\nt h\nth e\n\u0120 the\nb e\n"
 open(f"{d}/hf_tokenizer/gpt2", "wb").write(b"g" + json.dumps(vocab).encode() + b"\0" + merges.encode())
 open(f"{d}/hf_tokenizer/wordpiece", "wb").write(b"w[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n##s\n,\n!\nnaive\n")
+# Hugging Face config.json (fuzz_hf_config)
+cfgs = {
+    "gpt2": {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2,
+             "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": False, "resid_pdrop": 0.1},
+    "llama": {"model_type": "llama", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 24,
+              "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 32, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3",
+              "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 16}, "head_dim": 4},
+    "llama4": {"model_type": "llama", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 24,
+               "num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 32,
+               "rope_theta": 1e4, "rope_scaling": {"type": "linear", "factor": 2.0}},
+    "bert": {"model_type": "bert", "vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 16,
+             "hidden_act": "gelu", "layer_norm_eps": 1e-12, "type_vocab_size": 2},
+}
+for k, v in cfgs.items():
+    open(f"{d}/hf_config/{k}.json", "w").write(json.dumps(v))
 open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 30)
 PY
 run=$b/seedrun

@@ -177,8 +177,8 @@ static fm_status read_merges(fm_tokenizer *t, json_t *vocab, const char *m, size
         const char *sp = memchr(s, ' ', len);
         size_t la = sp ? (size_t)(sp - s) : 0, lb = sp ? len - la - 1 : 0;
         if (!sp || !la || !lb || memchr(sp + 1, ' ', lb) || la > 4096 || lb > 4096) {
-            st = fm_set_error(FM_ERR_FORMAT, "%s: line %zu is not two tokens separated by one space: \"%.60s\"", mname,
-                              line + 1, len ? s : "");
+            st = fm_set_error(FM_ERR_FORMAT, "%s: line %zu is not two tokens separated by one space: \"%.*s\"", mname,
+                              line + 1, (int)(len < 60 ? len : 60), s); /* s is not NUL-terminated */
             break;
         }
         memcpy(both, s, la);
