@@ -128,10 +128,26 @@ static void refusals(const char *tmp) {
     CHECK_ERR_CONTAINS("bad/model.safetensors");
 }
 
+/* Usage errors exit 2, a model that does not load exits 1. */
+static void cli_errors(const char *tmp) {
+    const char *bin = getenv("FATHOM_BIN") ? getenv("FATHOM_BIN") : "build/fathom";
+    const char *cases[][2] = {{"", "2"}, {"'%s'", "2"}, {"'%s' text --bogus", "2"}, {"'%s' text --out", "2"},
+                              {"'%s' text", "1"}, {"'%s' --file /nonexistent/texts.txt", "1"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1300], cmd[2600];
+        snprintf(args, sizeof args, cases[i][0], tmp);
+        snprintf(cmd, sizeof cmd, "\"%s\" embed %s > /dev/null 2>&1", bin, args);
+        int rc = system(cmd);
+        CHECK_MSG(WIFEXITED(rc) && WEXITSTATUS(rc) == atoi(cases[i][1]), "fathom embed %s: exit %d, expected %s", args,
+                  WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, cases[i][1]);
+    }
+}
+
 int main(void) {
     char tmp[] = "/tmp/fathom-hf-embed-XXXXXX", why[8192];
     if (!mkdtemp(tmp)) { CHECK(0); TEST_DONE(); }
     refusals(tmp);
+    cli_errors(tmp);
     int rc = hf_fixtures("embed", tmp, NULL, why, sizeof why);
     if (rc == 77) {
         TEST_SKIP("sentence-transformers or all-MiniLM-L6-v2 not available (%s): embeddings not compared", why);
