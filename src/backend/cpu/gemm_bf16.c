@@ -122,15 +122,19 @@ static bool load_syms(void) {
  * mode): oneDNN's own is one global buffer unless the library was built for
  * concurrent execution, and the parts run at the same time in fathom's pool
  * (with the library's scratchpad, bf16 training losses changed run to run). */
-static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl_len) {
-    dnnl_memory_desc_t a, b, c, bias;
+/* The layouts of one part's operands: md[0] A, md[1] B (bf16), md[2] C, md[3] bias (f32). */
+static bool part_descs(const prim_key *k, dnnl_memory_desc_t md[4]) {
     dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N}, dbias = {1, k->N};
     dnnl_dims_t sa = {k->sa[0], k->sa[1]}, sb = {k->sb[0], k->sb[1]}, sc = {k->ldc, 1}, sbias = {k->N, 1};
-    if (D.md_init_by_strides(&a, 2, da, dnnl_bf16, sa) || D.md_init_by_strides(&b, 2, db, dnnl_bf16, sb) ||
-        D.md_init_by_strides(&c, 2, dc, dnnl_f32, sc) || D.md_init_by_strides(&bias, 2, dbias, dnnl_f32, sbias))
-        return false;
+    return !D.md_init_by_strides(&md[0], 2, da, dnnl_bf16, sa) && !D.md_init_by_strides(&md[1], 2, db, dnnl_bf16, sb) &&
+           !D.md_init_by_strides(&md[2], 2, dc, dnnl_f32, sc) && !D.md_init_by_strides(&md[3], 2, dbias, dnnl_f32, sbias);
+}
+
+static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl_len) {
+    dnnl_memory_desc_t d[4];
+    if (!part_descs(k, d)) return false;
     dnnl_matmul_desc_t md;
-    if (D.matmul_desc_init(&md, &a, &b, k->bias ? &bias : NULL, &c)) return false;
+    if (D.matmul_desc_init(&md, &d[0], &d[1], k->bias ? &d[3] : NULL, &d[2])) return false;
     dnnl_primitive_attr_t attr;
     if (D.attr_create(&attr)) return false;
     dnnl_primitive_desc_t pd;
@@ -250,19 +254,15 @@ static bool run_part(const fm_cpu_gemm_args *g, const float *bias, int64_t i0, i
     bool owned;
     cache_entry e;
     if (!get_prim(&k, &e, &owned)) return false;
-    dnnl_memory_desc_t ma, mb, mc, mbias;
-    dnnl_dims_t da = {k.M, k.K}, db = {k.K, k.N}, dc = {k.M, k.N}, dbias = {1, k.N};
-    dnnl_dims_t sa = {k.sa[0], k.sa[1]}, sb = {k.sb[0], k.sb[1]}, sc = {k.ldc, 1}, sbias = {k.N, 1};
+    dnnl_memory_desc_t d[4];
     dnnl_memory_t mem[5] = {0};
     dnnl_stream_t s = NULL;
     size_t scratch_bytes = D.md_get_size(&e.scratch);
     void *scratch = scratch_bytes ? malloc(scratch_bytes) : NULL;
-    bool ok = (!scratch_bytes || scratch) &&
-              !D.md_init_by_strides(&ma, 2, da, dnnl_bf16, sa) && !D.md_init_by_strides(&mb, 2, db, dnnl_bf16, sb) &&
-              !D.md_init_by_strides(&mc, 2, dc, dnnl_f32, sc) && !D.md_init_by_strides(&mbias, 2, dbias, dnnl_f32, sbias) &&
-              !D.mem_create(&mem[0], &ma, D.engine, (void *)A) && !D.mem_create(&mem[1], &mb, D.engine, (void *)B) &&
-              !D.mem_create(&mem[2], &mc, D.engine, C) && !D.mem_create(&mem[3], &e.scratch, D.engine, scratch) &&
-              (!bias || !D.mem_create(&mem[4], &mbias, D.engine, (void *)(bias + j0))) &&
+    bool ok = (!scratch_bytes || scratch) && part_descs(&k, d) &&
+              !D.mem_create(&mem[0], &d[0], D.engine, (void *)A) && !D.mem_create(&mem[1], &d[1], D.engine, (void *)B) &&
+              !D.mem_create(&mem[2], &d[2], D.engine, C) && !D.mem_create(&mem[3], &e.scratch, D.engine, scratch) &&
+              (!bias || !D.mem_create(&mem[4], &d[3], D.engine, (void *)(bias + j0))) &&
               !D.stream_create(&s, D.engine, dnnl_stream_default_flags);
     if (ok) {
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]},
