@@ -9,43 +9,12 @@
 # Usage: bash tests/cli_compile.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_compile.sh FATHOM_BIN}
-tmp=$(mktemp -d /tmp/fathom_cli_compile.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() { # expect CODE NEEDLE CMD...
-  local code=$1 needle=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
-  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
-  ok "$* -> $code"
-}
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_compile
 
-python3 - "$tmp" <<'PY'
-import struct, sys, random
-d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-split("train", 128, 1)
-split("test", 64, 2)
-PY
-cat > "$tmp/syn.ini" <<INI
-[data]
-dataset = idx
-train_images = $tmp/train-images
-train_labels = $tmp/train-labels
-test_images = $tmp/test-images
-test_labels = $tmp/test-labels
-normalize = 0.3 0.25
+cli_images "$tmp" 128 64
+cli_idx_data "$tmp" > "$tmp/syn.ini"
+cat >> "$tmp/syn.ini" <<INI
 [model]
 input = 1 8 8
 layer = conv2d 4 3 padding=1
@@ -128,5 +97,4 @@ expect 1 "unknown op 'relu6'" "$bin" eval "$tmp/broken"
 expect 1 "unknown op 'relu6'" "$bin" compile "$tmp/broken" -o "$tmp/z"
 ls "$tmp" | grep -q '\.tmp\.' && bad "temporary directories left behind" || ok "no temporary directories left"
 
-[[ $fails -eq 0 ]] || { echo "$fails failure(s)"; exit 1; }
-echo "all cli_compile checks passed"
+cli_end cli_compile

@@ -5,6 +5,7 @@
 # relative. Skipped (77), with the reason, without onnx/onnxruntime; also the
 # command's usage errors (exit 2) and refusals (exit 1).
 set -uo pipefail
+. "$(dirname "$0")/cli_lib.sh"
 bin=$1
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
@@ -19,29 +20,9 @@ err=$("$bin" export "$d" -o "$d/m.onnx" 2>&1); rc=$?
 # a CNN trained here (synthetic 8x8 images; conv, batch norm, relu, max pool, flatten,
 # linear) exported from its model directory: onnx.checker accepts it and ONNX
 # Runtime's logits match `fathom run` on the file within 1e-5 relative
-python3 - "$d" <<'PY'
-import struct, sys, random
-d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-split("train", 128, 1)
-split("test", 64, 2)
-PY
-cat > "$d/syn.ini" <<INI
-[data]
-dataset = idx
-train_images = $d/train-images
-train_labels = $d/train-labels
-test_images = $d/test-images
-test_labels = $d/test-labels
-normalize = 0.3 0.25
+cli_images "$d" 128 64
+cli_idx_data "$d" > "$d/syn.ini"
+cat >> "$d/syn.ini" <<INI
 [model]
 input = 1 8 8
 layer = conv2d 4 3 padding=1

@@ -7,35 +7,14 @@
 # why CUDA is absent.
 set -uo pipefail
 bin=${1:?usage: cli_rough_edges.sh FATHOM_BIN}
-tmp=$(mktemp -d /tmp/fathom_rough.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() { # CODE NEEDLE CMD...: exit code and a substring of stderr+stdout
-  local code=$1 needle=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
-  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
-  ok "$* -> $code"
-}
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_rough
 
+cli_images "$tmp" 192 64
 python3 - "$tmp" <<'PY'
 import random, struct, sys, zlib
 d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-    return imgs
-split("train", 192, 1)
-test = split("test", 64, 2)
+test = open(f"{d}/test-images", "rb").read()[16:]  # the pixels after the idx header
 def npy(path, descr, shape, payload):
     hdr = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
     hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
@@ -54,7 +33,7 @@ png(f"{d}/rgb.png", 2, [bytes(v for v in r for _ in range(3)) for r in grey])
 r = random.Random(1); w = "in the beginning god created the heaven and the earth".split()
 open(f"{d}/corpus.txt", "w").write("\n".join(" ".join(r.choice(w) for _ in range(12)) for _ in range(80)))
 PY
-printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\ntest_images = %s/test-images\ntest_labels = %s/test-labels\nnormalize = 0.3 0.25\n' "$tmp" "$tmp" "$tmp" "$tmp" > "$tmp/cnn.ini"
+cli_idx_data "$tmp" > "$tmp/cnn.ini"
 printf '[model]\ninput = 1 8 8\nlayer = conv2d 4 3 padding=1\nlayer = batchnorm2d\nlayer = relu\nlayer = maxpool2d 2\nlayer = flatten\nlayer = linear 4\n[train]\nepochs = 3\nbatch = 32\nseed = 3\n[optimizer]\nname = adam\nlr = 0.01\n' >> "$tmp/cnn.ini"
 printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\nblock_size = 16\n[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 4\nsteps = 2\neval_every = 2\neval_batches = 1\nckpt_every = 2\nlog_every = 2\n' "$tmp" > "$tmp/gpt.ini"
 "$bin" train "$tmp/cnn.ini" --out "$tmp/cnn" --quiet || bad "the CNN did not train"
@@ -109,5 +88,4 @@ elif j["cuda_switched_off"]: assert "switched off at build time" in t and "no CU
 else: assert "no CUDA toolkit at build time" in t, t
 PY
 
-if ((fails)); then echo "cli_rough_edges: $fails failure(s)"; exit 1; fi
-echo "cli_rough_edges: all passed"
+cli_end cli_rough_edges

@@ -7,32 +7,12 @@
 # Usage: bash tests/cli_serve.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_serve.sh FATHOM_BIN}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_serve
 command -v python3 > /dev/null || { echo "SKIP: python3 not found (the serve test client is Python)"; exit 77; }
-python3 - "$tmp" <<'PY'
-import struct, sys, random
-d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-split("train", 128, 1)
-split("test", 32, 2)
-PY
-cat > "$tmp/syn.ini" <<INI
-[data]
-dataset = idx
-train_images = $tmp/train-images
-train_labels = $tmp/train-labels
-test_images = $tmp/test-images
-test_labels = $tmp/test-labels
-normalize = 0.3 0.25
+cli_images "$tmp" 128 32
+cli_idx_data "$tmp" > "$tmp/syn.ini"
+cat >> "$tmp/syn.ini" <<INI
 [model]
 input = 1 8 8
 layer = conv2d 4 3 padding=1

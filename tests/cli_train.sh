@@ -6,20 +6,8 @@
 # Usage: bash tests/cli_train.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_train.sh FATHOM_BIN}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect CODE NEEDLE CMD...: exit code and a substring of stderr+stdout
-expect() {
-  local code=$1 needle=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
-  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
-  ok "$* -> $code"
-}
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_train
 
 # ---- usage ----
 for c in train eval predict recipes; do expect 0 "usage: fathom $c" "$bin" $c --help; done
@@ -36,21 +24,11 @@ expect 0 "fashion-mlp" "$bin" recipes
   && ok "recipes --json" || bad "recipes --json"
 
 # ---- synthetic data: 4 classes of 8x8 images (a bright quadrant), idx + npy + png ----
+cli_images "$tmp" 192 64
 python3 - "$tmp" <<'PY'
 import struct, sys, random, zlib
 d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-    return imgs
-split("train", 192, 1)
-test = split("test", 64, 2)
+test = open(f"{d}/test-images", "rb").read()[16:]  # the pixels after the idx header
 # two samples as a float32 .npy [2, 1, 8, 8]
 hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 1, 8, 8), }"
 hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
@@ -159,5 +137,4 @@ cmp -s "$tmp/model.bak" "$tmp/model/model.safetensors" && cmp -s "$tmp/state.bak
 ls "$tmp/model" | grep -q '\.tmp\.' && bad "temporary file left behind" || ok "no temporary files left"
 expect 0 "test accuracy" "$bin" eval "$tmp/model"
 
-if ((fails)); then echo "cli_train: $fails failure(s)"; exit 1; fi
-echo "cli_train: all passed"
+cli_end cli_train

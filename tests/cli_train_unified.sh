@@ -7,37 +7,17 @@
 # memory limit below what the weights, gradients and optimizer state need.
 set -uo pipefail
 bin=${1:?usage: cli_train_unified.sh FATHOM_BIN}
-tmp=$(mktemp -d /tmp/fathom_unified.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() { # CODE NEEDLE CMD...: exit code and a substring of stderr+stdout
-  local code=$1 needle=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
-  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
-  ok "$* -> $code"
-}
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_unified
 
+cli_images "$tmp" 192 64
 python3 - "$tmp" <<'PY'
 import random, struct, sys
 d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-split("train", 192, 1); split("test", 64, 2)
 r = random.Random(1); w = "in the beginning god created the heaven and the earth".split()
 open(f"{d}/corpus.txt", "w").write("\n".join(" ".join(r.choice(w) for _ in range(12)) for _ in range(120)))
 PY
-printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\ntest_images = %s/test-images\ntest_labels = %s/test-labels\nnormalize = 0.3 0.25\n' "$tmp" "$tmp" "$tmp" "$tmp" > "$tmp/mlp.ini"
+cli_idx_data "$tmp" > "$tmp/mlp.ini"
 printf '[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = linear 4\n[train]\nepochs = 2\nbatch = 32\nseed = 3\n[optimizer]\nname = adam\nlr = 0.01\n' >> "$tmp/mlp.ini"
 printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\nblock_size = 16\n[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 4\nsteps = 4\neval_every = 2\neval_batches = 1\nckpt_every = 2\nlog_every = 2\n' "$tmp" > "$tmp/gpt.ini"
 
@@ -146,5 +126,4 @@ expect 1 "has shape [271, 16] but the model expects [271, 32]" "$bin" train "$tm
 (cd "$tmp" && find mlp gpt -type f | sort | xargs md5sum) > "$tmp/after.md5"
 cmp -s "$tmp/before.md5" "$tmp/after.md5" && ok "refused resumes changed nothing" || bad "a refused resume changed files: $(diff "$tmp/before.md5" "$tmp/after.md5")"
 
-if ((fails)); then echo "cli_train_unified: $fails failure(s)"; exit 1; fi
-echo "cli_train_unified: all passed"
+cli_end cli_train_unified
