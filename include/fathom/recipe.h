@@ -101,6 +101,15 @@ typedef struct fm_train_options {
      * the allocator's limit and mode, checked before anything is read: the weights, gradients
      * and optimizer state must fit the limit. Checkpointing must be none for these models. */
     fm_efficiency_opts eff;
+    /* fine-tuning (fathom prune --finetune): the model starts from these tensors (named as
+     * fm_module_state names them; every one must be given, with the model's shapes) instead
+     * of its random initialization. NULL: none. Borrowed. */
+    const fm_named_list *init_state;
+    /* 0/1 masks, named as the parameters they multiply: applied once before training and
+     * after every optimizer step (the step's after_update hook), so pruned weights stay zero,
+     * and saved in every checkpoint (prune_masks.safetensors) so that a --resume keeps them;
+     * a resumed directory's own masks are used when this is NULL. Borrowed. */
+    const fm_named_list *masks;
 } fm_train_options;
 FM_API void fm_train_options_init(fm_train_options *o);
 
@@ -127,6 +136,16 @@ typedef struct fm_train_result {
 FM_API void fm_train_result_free(fm_train_result *r);
 
 FM_API fm_status fm_train(const fm_recipe *r, const fm_train_options *opt, fm_train_result *res);
+
+/* The file of a model directory that holds pruning masks (fathom/prune.h). */
+#define FM_PRUNE_MASKS_FILE "prune_masks.safetensors"
+/* Multiplies each parameter named in `masks` by its mask, in place and off the tape
+ * (a mask on another device or dtype is converted for the call). An unknown name or a
+ * shape that differs is an error, and nothing after it is changed. */
+FM_API fm_status fm_module_apply_masks(fm_module *m, const fm_named_list *masks);
+/* Reads DIR/prune_masks.safetensors into `out` (a list that owns its tensors); *found
+ * tells whether the file exists (a missing one is no error, and leaves `out` empty). */
+FM_API fm_status fm_masks_load(const char *dir, fm_named_list *out, bool *found);
 
 /* A saved model: the recipe embedded in model.safetensors and the weights. */
 FM_API fm_status fm_model_load(const char *model_dir, fm_recipe *recipe_out, fm_module **model_out);

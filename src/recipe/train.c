@@ -157,6 +157,8 @@ typedef struct trainer {
     int64_t last_good; /* step of the newest committed checkpoint; -1: none */
     bool poisoned;     /* a checkpoint was refused: non-finite weights or moments */
     FILE *log;
+    fm_named_list masks;   /* pruning masks (host, owned): after every step, saved with every checkpoint */
+    fm_train_hooks hooks;  /* the step's hooks: after_update applies the masks */
 } trainer;
 
 static fm_status meta_i64(fm_kv_list *m, const char *k, int64_t v) {
@@ -226,17 +228,18 @@ static fm_status save_checkpoint(trainer *t, const char *out_dir) {
     }
     if ((st = save_metadata(t, &meta, &smeta))) goto done;
     if ((st = fm_ckpt_begin(&tx, out_dir, t->step))) goto done;
-    static const char *const names[] = {"train_state.safetensors", "model.safetensors", "recipe.ini"};
+    static const char *const names[] = {"train_state.safetensors", "model.safetensors", "recipe.ini", FM_PRUNE_MASKS_FILE};
     fm_io_chunk c = {t->r->text, strlen(t->r->text)};
     if ((st = fm_safetensors_save(fm_ckpt_path(&tx, names[0], path, sizeof path), &ostate, &smeta)) ||
         (st = fm_safetensors_save(fm_ckpt_path(&tx, names[1], path, sizeof path), &state, &meta)) ||
-        (st = fm_atomic_write(fm_ckpt_path(&tx, names[2], path, sizeof path), 1, &c))) {
+        (st = fm_atomic_write(fm_ckpt_path(&tx, names[2], path, sizeof path), 1, &c)) ||
+        (t->masks.n && (st = fm_safetensors_save(fm_ckpt_path(&tx, names[3], path, sizeof path), &t->masks, NULL)))) {
         fm_ckpt_abort(&tx);
         fm_error_prefix("checkpoint of step %" PRId64 " not written; the previous checkpoints in %s/ckpt are unchanged",
                         t->step, out_dir);
         goto done;
     }
-    st = fm_ckpt_commit(&tx, 3, names, t->r->keep_checkpoints, t->log);
+    st = fm_ckpt_commit(&tx, t->masks.n ? 4 : 3, names, t->r->keep_checkpoints, t->log);
     if (st == FM_OK) t->last_good = t->step;
 done:
     fm_kv_free(&meta);
@@ -408,6 +411,49 @@ static fm_status save(train_run *u) {
 
 static fm_status step_init(train_run *u);
 
+/* fine-tuning: the model starts from the given tensors, every one of them */
+static fm_status load_init_state(fm_module *m, const fm_named_list *init) {
+    fm_named_list state = {0};
+    fm_status st = fm_module_state(m, &state);
+    char s1[96], s2[96];
+    for (int i = 0; st == FM_OK && i < state.n; i++) {
+        fm_tensor *dst = state.items[i].tensor;
+        int k = fm_named_list_find(init, state.items[i].name);
+        fm_tensor *src = k >= 0 ? init->items[k].tensor : NULL;
+        if (!src)
+            st = fm_set_error(FM_ERR_INVALID, "the starting weights lack '%s'", state.items[i].name);
+        else if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, (size_t)dst->ndim * sizeof *dst->shape))
+            st = fm_set_error(FM_ERR_INVALID, "the starting weight '%s' has shape %s but the recipe's model needs %s",
+                              state.items[i].name, fm_shape_str(src->ndim, src->shape, s1, sizeof s1),
+                              fm_shape_str(dst->ndim, dst->shape, s2, sizeof s2));
+        else
+            st = fm_copy_(dst, src);
+    }
+    fm_named_list_free(&state);
+    return st;
+}
+
+/* The pruning masks (host copies, owned) go on for the whole run; applied once now. */
+static fm_status set_masks(trainer *t, const fm_named_list *masks) {
+    fm_named_list_free(&t->masks);
+    memset(&t->masks, 0, sizeof t->masks);
+    t->masks.owns_tensors = true;
+    fm_status st = FM_OK;
+    for (int i = 0; st == FM_OK && i < masks->n; i++) {
+        fm_tensor *h = fm_tensor_to(masks->items[i].tensor, FM_CPU);
+        st = h ? fm_named_list_push(&t->masks, masks->items[i].name, h, false, false) : fm_last_status();
+        fm_tensor_release(h);
+    }
+    return st ? st : fm_module_apply_masks(t->model, &t->masks);
+}
+
+/* after_update: pruned weights stay zero */
+static fm_status masks_after_update(void *user, fm_optim *opt, bool stepped) {
+    (void)opt;
+    trainer *t = user;
+    return stepped ? fm_module_apply_masks(t->model, &t->masks) : FM_OK;
+}
+
 /* Data, model, memory check, optimizer and loader. */
 static fm_status train_setup(train_run *u) {
     fm_recipe *r = &u->r;
@@ -425,6 +471,8 @@ static fm_status train_setup(train_run *u) {
     if (!u->t.model) return fm_last_status();
     fm_module_set_rng(u->t.model, &u->t.drop_rng);
     u->res->num_params = fm_module_num_params(u->t.model);
+    if (u->opt->init_state && (st = load_init_state(u->t.model, u->opt->init_state))) return st;
+    if (u->opt->masks && (st = set_masks(&u->t, u->opt->masks))) return st;
     /* the model goes to its device before the optimizer makes its state there */
     if (u->opt->eff.device.type != FM_DEV_CPU && (st = fm_module_to(u->t.model, u->opt->eff.device))) return st;
     /* the memory options, and whether weights + gradients + optimizer state fit the limit,
@@ -473,6 +521,12 @@ static fm_status train_resume(train_run *u) {
     if (f.legacy) fprintf(msg, "resuming from %s (a checkpoint without a MANIFEST, written by an older fathom)\n", f.dir);
     else fprintf(msg, "resuming from %s (step %" PRId64 ")\n", f.dir, f.step);
     fm_status st = load_checkpoint(&u->t, f.dir, f.step);
+    if (st == FM_OK && !u->opt->masks) { /* a pruned model's masks go on */
+        fm_named_list mk;
+        bool found;
+        if ((st = fm_masks_load(f.dir, &mk, &found)) == FM_OK && found) st = set_masks(&u->t, &mk);
+        fm_named_list_free(&mk);
+    }
     /* out_dir/ gets this checkpoint's files when the run writes there (a crash may
      * have come between a commit and its links) */
     if (st == FM_OK && !strcmp(u->out_dir, dir)) st = fm_ckpt_relink(dir, &f);
@@ -553,6 +607,9 @@ static fm_status step_init(train_run *u) {
     u->t.ts.scaler.quiet = u->log == NULL;
     u->t.ts.clip = u->r.clip_grad_norm;
     u->t.ts.inspect_grads = grad_histograms;
+    u->t.hooks.user = &u->t;
+    u->t.hooks.after_update = masks_after_update;
+    u->t.ts.hooks = &u->t.hooks;
     return FM_OK;
 }
 
@@ -740,6 +797,7 @@ done:
     fm_dataloader_free(u->t.loader);
     fm_optim_free(u->t.opt);
     free(u->t.params);
+    fm_named_list_free(&u->t.masks);
     fm_module_free(u->t.model);
     fm_dataset_release(u->train);
     fm_dataset_release(u->test);

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# `fathom prune`: a small CNN trained here on synthetic images is pruned
+# unstructured (masks written, exact zero count) and by channels (a smaller
+# model whose recipe names the new sizes); the results run through eval,
+# predict and compile (the compiled graph gives the pruned model's accuracy),
+# fine-tuning keeps the masks and a later `train --resume` too; bad input
+# (sparsity outside [0, 1), -o over the input or over files, a GPT directory,
+# heads, no -o) is refused with its reason, exit 2 for usage, and nothing is
+# written.
+# Usage: bash tests/cli_prune.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_prune.sh FATHOM_BIN}
+tmp=$(mktemp -d /tmp/fathom_cli_prune.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect() { # expect CODE NEEDLE CMD...
+  local code=$1 needle=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
+  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
+  ok "$* -> $code"
+}
+
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+def split(name, n, seed):
+    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
+    for i in range(n):
+        c = i % 4; labs.append(c)
+        for p in range(64):
+            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
+            imgs.append(r.randrange(100) + (120 if q == c else 0))
+    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
+    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
+split("train", 128, 1)
+split("test", 64, 2)
+PY
+cat > "$tmp/syn.ini" <<INI
+[data]
+dataset = idx
+train_images = $tmp/train-images
+train_labels = $tmp/train-labels
+test_images = $tmp/test-images
+test_labels = $tmp/test-labels
+normalize = 0.3 0.25
+[model]
+input = 1 8 8
+layer = conv2d 8 3 padding=1
+layer = batchnorm2d
+layer = relu
+layer = maxpool2d 2
+layer = conv2d 8 3 padding=1    ; a second conv: its inputs shrink with the first
+layer = batchnorm2d
+layer = relu
+layer = flatten
+layer = linear 16
+layer = relu
+layer = linear 4
+[train]
+epochs = 2
+batch = 32
+seed = 3
+[optimizer]
+name = adam
+lr = 0.01
+INI
+"$bin" train "$tmp/syn.ini" --out "$tmp/cnn" > /dev/null 2> "$tmp/train.err" || { echo "training the CNN failed"; cat "$tmp/train.err"; exit 1; }
+
+# ---- usage and bad input: nothing written ----
+expect 0 "usage: fathom prune" "$bin" prune --help
+expect 2 "no output directory" "$bin" prune "$tmp/cnn" --sparsity 0.5
+expect 2 "--sparsity S is required" "$bin" prune "$tmp/cnn" -o "$tmp/x"
+for s in 1 1.0 -0.1 nan abc 2; do
+  expect 2 "fraction in [0, 1)" "$bin" prune "$tmp/cnn" --sparsity "$s" -o "$tmp/x"
+done
+expect 2 "not built yet" "$bin" prune "$tmp/cnn" --sparsity 0.5 --structured heads -o "$tmp/x"
+expect 2 "takes 'channels'" "$bin" prune "$tmp/cnn" --sparsity 0.5 --structured rows -o "$tmp/x"
+expect 2 "unknown option" "$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/x" --sparsty 3
+expect 1 "is the input model" "$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/cnn"
+expect 1 "not an empty directory" "$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/cnn/ckpt"
+expect 1 "no such model directory" "$bin" prune "$tmp/nothing" --sparsity 0.5 -o "$tmp/x"
+mkdir -p "$tmp/gpt" && echo '{}' > "$tmp/gpt/config.json"
+expect 1 "GPT model" "$bin" prune "$tmp/gpt" --sparsity 0.5 -o "$tmp/x"
+[[ ! -e $tmp/x ]] && ok "nothing written by the refused runs" || bad "$tmp/x was written"
+ls "$tmp" | grep -q '\.tmp\.' && bad "a temporary directory was left: $(ls "$tmp")" || ok "no temporary directory left"
+
+# ---- unstructured: masks and exact zeros ----
+out=$("$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/sparse" 2>&1) && ok "unstructured prune" || bad "unstructured: $out"
+[[ -f $tmp/sparse/model.safetensors && -f $tmp/sparse/prune_masks.safetensors && -f $tmp/sparse/recipe.ini ]] \
+  && ok "sparse directory: model, masks, recipe" || bad "sparse files: $(ls "$tmp/sparse")"
+$py - "$tmp/sparse" <<'PY' 2>/dev/null; rc=$?
+import sys
+from safetensors.numpy import load_file
+d = sys.argv[1]
+w = load_file(f"{d}/model.safetensors"); m = load_file(f"{d}/prune_masks.safetensors")
+assert sorted(m) == ["0.weight", "10.weight", "4.weight", "8.weight"], sorted(m)
+n = sum(m[k].size for k in m); z = sum(int((m[k] == 0).sum()) for k in m)
+assert z == round(0.5 * n), (z, n)
+for k in m: assert ((w[k] == 0) | (m[k] == 1)).all()
+PY
+case $rc in 0) ok "masks: half of all weights, each masked weight zero";; *) if $py -c "import safetensors" 2>/dev/null; then bad "mask check"; else echo "skip: no safetensors module"; fi;; esac
+
+# ---- channels: a smaller model; eval, predict and compile take it ----
+out=$("$bin" prune "$tmp/cnn" --sparsity 0.5 --structured channels -o "$tmp/small" 2>&1) && ok "channel prune" || bad "channels: $out"
+[[ $out == *"parameters: "* && $out == *"channels"* ]] && ok "report printed" || bad "report: $out"
+grep -q "layer = conv2d 4 3 padding=1.*pruned: was conv2d 8 3 padding=1" "$tmp/small/recipe.ini" && ok "recipe names the new sizes" \
+  || bad "recipe: $(cat "$tmp/small/recipe.ini")"
+[[ ! -e $tmp/small/prune_masks.safetensors ]] && ok "no masks for channels" || bad "channels wrote masks"
+e1=$("$bin" eval "$tmp/small" --json --quiet 2>&1) || bad "eval of the pruned model: $e1"
+expect 0 "" "$bin" compile "$tmp/small" -o "$tmp/small.graph"
+e2=$("$bin" eval "$tmp/small.graph" --json --quiet 2>&1) || bad "eval of the compiled pruned model: $e2"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['test_accuracy']==b['test_accuracy'] and abs(a['test_loss']-b['test_loss'])<1e-4*(1+a['test_loss']), (a,b)" "$e1" "$e2" \
+  && ok "the compiled pruned model gives its accuracy and loss" || bad "eval differs: $e1 / $e2"
+expect 0 "class" "$bin" predict "$tmp/small" "$tmp/test-images" --json
+expect 1 "unstructured masks" "$bin" prune "$tmp/sparse" --sparsity 0.5 --structured channels -o "$tmp/y"
+
+# ---- fine-tuning keeps the masks, and so does a later resume ----
+out=$("$bin" prune "$tmp/cnn" --sparsity 0.7 --finetune 6 --quiet -o "$tmp/ft" 2>&1) && ok "prune --finetune" || bad "finetune: $out"
+[[ $out == *"fine-tuned 6 steps: test accuracy"* ]] && ok "fine-tuning reports accuracy" || bad "finetune output: $out"
+expect 0 "" "$bin" train "$tmp/ft/recipe.ini" --resume "$tmp/ft" --steps 10 --quiet
+$py - "$tmp/ft" "$tmp/cnn" <<'PY' 2>/dev/null; rc=$?
+import sys
+from safetensors.numpy import load_file
+ft, base = sys.argv[1:]
+w = load_file(f"{ft}/model.safetensors"); m = load_file(f"{ft}/prune_masks.safetensors"); w0 = load_file(f"{base}/model.safetensors")
+for k in m:
+    assert (w[k][m[k] == 0] == 0).all(), k
+    assert (w[k][m[k] == 1] != w0[k][m[k] == 1]).mean() > 0.5, k
+PY
+case $rc in 0) ok "after fine-tuning and resume: masked weights zero, the rest trained";; *) if $py -c "import safetensors" 2>/dev/null; then bad "masks after resume"; else echo "skip: no safetensors module"; fi;; esac
+
+if [[ $fails -ne 0 ]]; then echo "$fails failure(s)"; exit 1; fi
+echo "all ok"
