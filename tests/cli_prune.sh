@@ -10,45 +10,14 @@
 # Usage: bash tests/cli_prune.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_prune.sh FATHOM_BIN}
-tmp=$(mktemp -d /tmp/fathom_cli_prune.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_prune
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() { # expect CODE NEEDLE CMD...
-  local code=$1 needle=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, expected $code: $out"; return; fi
-  if [[ -n $needle && $out != *"$needle"* ]]; then bad "$* -> output lacks '$needle': $out"; return; fi
-  ok "$* -> $code"
-}
 
-python3 - "$tmp" <<'PY'
-import struct, sys, random
-d = sys.argv[1]
-def split(name, n, seed):
-    r = random.Random(seed); imgs = bytearray(); labs = bytearray()
-    for i in range(n):
-        c = i % 4; labs.append(c)
-        for p in range(64):
-            y, x = divmod(p, 8); q = (y >= 4) * 2 + (x >= 4)
-            imgs.append(r.randrange(100) + (120 if q == c else 0))
-    open(f"{d}/{name}-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + imgs)
-    open(f"{d}/{name}-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labs)
-split("train", 128, 1)
-split("test", 64, 2)
-PY
-cat > "$tmp/syn.ini" <<INI
-[data]
-dataset = idx
-train_images = $tmp/train-images
-train_labels = $tmp/train-labels
-test_images = $tmp/test-images
-test_labels = $tmp/test-labels
-normalize = 0.3 0.25
+cli_images "$tmp" 128 64
+cli_idx_data "$tmp" > "$tmp/syn.ini"
+cat >> "$tmp/syn.ini" <<INI
 [model]
 input = 1 8 8
 layer = conv2d 8 3 padding=1
@@ -135,5 +104,4 @@ for k in m:
 PY
 case $rc in 0) ok "after fine-tuning and resume: masked weights zero, the rest trained";; *) if $py -c "import safetensors" 2>/dev/null; then bad "masks after resume"; else echo "skip: no safetensors module"; fi;; esac
 
-if [[ $fails -ne 0 ]]; then echo "$fails failure(s)"; exit 1; fi
-echo "all ok"
+cli_end cli_prune
