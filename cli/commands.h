@@ -23,6 +23,7 @@ int fm_cmd_export(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_compile(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_embed(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_prune(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_distill(int argc, char **argv) FM_CLI_WEAK;
 
 /* Shared helpers (cli/main.c). */
 void fm_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

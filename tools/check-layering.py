@@ -49,7 +49,7 @@ LAYERS = [
     ("tokenizer", ["src/tokenizer"]),
     ("applications", ["src/gpt", "src/observe", "src/recipe"]),
     ("deploy", ["src/graph"]),  # the inference graph: traces the applications' models, runs them compiled
-    ("compress", ["src/prune"]),  # pruning (and its fine-tuning through the recipe trainer)
+    ("compress", ["src/prune", "src/distill"]),  # pruning and distillation, trained through the recipe trainer
     ("interchange", ["src/onnx", "src/hf"]),  # other runtimes' formats, mapped to the graph and the models
     ("serve", ["src/serve"]),
     ("planner", ["src/plan"]),

@@ -110,6 +110,11 @@ typedef struct fm_train_options {
      * and saved in every checkpoint (prune_masks.safetensors) so that a --resume keeps them;
      * a resumed directory's own masks are used when this is NULL. Borrowed. */
     const fm_named_list *masks;
+    /* the loss of one micro-batch from the model's logits (distillation, fathom/distill.h):
+     * a new scalar reference with the tape recorded, or NULL with the error set. NULL: cross
+     * entropy with the recipe's label smoothing. */
+    fm_tensor *(*loss)(void *ctx, fm_tensor *logits, fm_tensor *x, fm_tensor *y);
+    void *loss_ctx;
 } fm_train_options;
 FM_API void fm_train_options_init(fm_train_options *o);
 

@@ -573,7 +573,9 @@ static fm_status end_of_epoch(train_run *u, bool *stop) {
 static fm_tensor *recipe_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
     train_run *u = ctx;
     fm_tensor *logits = fm_module_forward(u->t.model, x);
-    fm_tensor *loss = logits ? fm_cross_entropy(logits, y, -100, u->r.label_smoothing, FM_REDUCE_MEAN) : NULL;
+    fm_tensor *loss = !logits ? NULL
+                      : u->opt->loss ? u->opt->loss(u->opt->loss_ctx, logits, x, y)
+                                     : fm_cross_entropy(logits, y, -100, u->r.label_smoothing, FM_REDUCE_MEAN);
     fm_tensor_release(logits);
     return loss;
 }

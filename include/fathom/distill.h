@@ -1,0 +1,44 @@
+/* fathom/distill.h: knowledge distillation (`fathom distill`, docs/DEPLOY.md).
+ *
+ * A student classifier (a recipe) is trained by the one trainer (fm_train, hence
+ * fm_train_step) against the soft targets of a trained teacher as well as the
+ * hard labels, with the loss of Hinton et al. (2015):
+ *
+ *   loss = alpha * T^2 * KL(softmax(t / T) || softmax(s / T)) + (1 - alpha) * CE(s, y)
+ *
+ * s and t are the student's and the teacher's logits of the same batch; the KL
+ * divergence is summed over classes and averaged over the batch (PyTorch's
+ * KLDivLoss "batchmean"); T^2 keeps the soft part's gradient on the scale of the
+ * hard part's as T grows. The teacher runs in evaluation mode, without a tape. */
+#ifndef FATHOM_DISTILL_H
+#define FATHOM_DISTILL_H
+#include "fathom/export.h"
+#include "fathom/recipe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The loss above for logits s [N, C] (with its tape), teacher logits t [N, C] (treated as
+ * constants) and labels y [N] (class indices; may be NULL when alpha is 1). T > 0, alpha in
+ * [0, 1]; label_smoothing applies to the hard part. A new scalar reference, or NULL. */
+FM_API fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha,
+                             double label_smoothing);
+
+typedef struct fm_distill_options {
+    double temperature; /* default 4 */
+    double alpha;       /* weight of the soft targets; default 0.9 */
+} fm_distill_options;
+FM_API void fm_distill_options_init(fm_distill_options *d);
+
+/* Trains `student` (a classifier recipe) as fm_train does, with the distillation loss
+ * against the model in teacher_dir (a `fathom train` model directory, or a pruned one).
+ * The teacher must take the student's input shape and normalization and predict the same
+ * number of classes; it runs on the training device (opt->eff.device). */
+FM_API fm_status fm_distill(const char *teacher_dir, const fm_recipe *student, const fm_distill_options *d,
+                            const fm_train_options *opt, fm_train_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

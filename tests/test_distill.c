@@ -1,0 +1,229 @@
+/* Knowledge distillation (fathom/distill.h):
+ *  - fm_kd_loss's value against a direct double-precision evaluation of
+ *    alpha T^2 KL(p_t || p_s) + (1 - alpha) CE, for several T and alpha;
+ *  - its gradient against central finite differences (f64, tests/gradcheck.h);
+ *  - fm_distill runs through the one trainer: with alpha 0 it reproduces
+ *    fm_train's loss curve bit for bit; with alpha 0.9 the curve differs and the
+ *    student learns the synthetic task;
+ *  - bad input: temperature <= 0, alpha outside [0, 1], a missing teacher, a
+ *    teacher of another input shape, class count or normalization. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "gradcheck.h"
+#include "fathom/distill.h"
+
+static char dir[256];
+
+static void write_idx(const char *path, int ndim, const int *dims, const unsigned char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    unsigned char hdr[4] = {0, 0, 0x08, (unsigned char)ndim};
+    fwrite(hdr, 1, 4, f);
+    for (int i = 0; i < ndim; i++) {
+        unsigned char d[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16),
+                              (unsigned char)(dims[i] >> 8), (unsigned char)dims[i]};
+        fwrite(d, 1, 4, f);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* 4 classes of 8x8 images: a bright 4x4 quadrant (the class) on noise. */
+static void make_split(const char *name, int n, uint32_t seed) {
+    unsigned char *img = malloc((size_t)n * 64), *lab = malloc((size_t)n);
+    uint32_t s = seed;
+    for (int i = 0; i < n; i++) {
+        int c = i % 4;
+        lab[i] = (unsigned char)c;
+        for (int p = 0; p < 64; p++) {
+            s = s * 1664525u + 1013904223u;
+            int y = p / 8, x = p % 8, q = (y >= 4) * 2 + (x >= 4);
+            img[i * 64 + p] = (unsigned char)((s >> 24) % 100 + (q == c ? 120 : 0));
+        }
+    }
+    char path[300];
+    int d3[3] = {n, 8, 8}, d1[1] = {n};
+    snprintf(path, sizeof path, "%s/%s-images", dir, name);
+    write_idx(path, 3, d3, img, (size_t)n * 64);
+    snprintf(path, sizeof path, "%s/%s-labels", dir, name);
+    write_idx(path, 1, d1, lab, (size_t)n);
+    free(img);
+    free(lab);
+}
+
+static void recipe(char *buf, size_t n, const char *input, const char *normalize, const char *layers) {
+    snprintf(buf, n,
+             "[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\n"
+             "test_images = %s/test-images\ntest_labels = %s/test-labels\nnormalize = %s\nworkers = 1\n"
+             "[model]\ninput = %s\n%s"
+             "[train]\nepochs = 1\nbatch = 32\nseed = 7\n[optimizer]\nname = adamw\nlr = 0.01\n",
+             dir, dir, dir, dir, normalize, input, layers);
+}
+
+/* ---------------- the loss ---------------- */
+
+static double ref_kd(const double *s, const double *t, const int64_t *y, int n, int c, double T, double alpha) {
+    double kl = 0, ce = 0;
+    for (int i = 0; i < n; i++) {
+        double ms = -INFINITY, mt = -INFINITY, zs = 0, zt = 0, z1 = 0, m1 = -INFINITY;
+        for (int j = 0; j < c; j++) { ms = fmax(ms, s[i * c + j] / T); mt = fmax(mt, t[i * c + j] / T); m1 = fmax(m1, s[i * c + j]); }
+        for (int j = 0; j < c; j++) { zs += exp(s[i * c + j] / T - ms); zt += exp(t[i * c + j] / T - mt); z1 += exp(s[i * c + j] - m1); }
+        for (int j = 0; j < c; j++) {
+            double lpt = t[i * c + j] / T - mt - log(zt), lps = s[i * c + j] / T - ms - log(zs);
+            kl += exp(lpt) * (lpt - lps);
+        }
+        ce += -(s[i * c + y[i]] - m1 - log(z1));
+    }
+    return alpha * T * T * kl / n + (1 - alpha) * ce / n;
+}
+
+typedef struct kd_case { fm_tensor *t, *y; double T, alpha; } kd_case;
+static fm_tensor *kd_fn(fm_tensor **in, void *ctx) {
+    kd_case *k = ctx;
+    return fm_kd_loss(in[0], k->t, k->y, k->T, k->alpha, 0);
+}
+
+static void test_loss(void) {
+    enum { N = 5, C = 6 };
+    fm_rng g;
+    fm_rng_init(&g, 42);
+    int64_t sh[2] = {N, C}, n1 = N;
+    fm_tensor *s = fm_tensor_randn(2, sh, FM_F64, &g), *t = fm_tensor_randn(2, sh, FM_F64, &g);
+    fm_tensor *s3 = fm_mul_scalar(s, 3), *t3 = fm_mul_scalar(t, 3); /* spread out: softmaxes far from uniform */
+    int64_t yv[N] = {0, 5, 2, 2, 4};
+    fm_tensor *y = fm_tensor_from_data(yv, 1, &n1, FM_I64);
+    double sv[N * C], tv[N * C];
+    fm_tensor_copy_to_host(s3, sv, FM_F64);
+    fm_tensor_copy_to_host(t3, tv, FM_F64);
+    const double Ts[] = {1, 2, 4, 10}, As[] = {0, 0.5, 0.9, 1};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            fm_tensor *l = fm_kd_loss(s3, t3, y, Ts[i], As[j], 0);
+            CHECK(l != NULL);
+            if (!l) continue;
+            double ref = ref_kd(sv, tv, yv, N, C, Ts[i], As[j]);
+            CHECK_MSG(fabs(fm_tensor_item(l) - ref) <= 1e-12 * (1 + fabs(ref)), "T %g alpha %g: %.15g vs %.15g", Ts[i], As[j],
+                      fm_tensor_item(l), ref);
+            fm_tensor_release(l);
+        }
+    /* KL of a distribution with itself is 0: alpha 1, t = s */
+    fm_tensor *l = fm_kd_loss(s3, s3, NULL, 3, 1, 0);
+    CHECK(l && fabs(fm_tensor_item(l)) < 1e-12);
+    fm_tensor_release(l);
+    /* gradients by finite differences */
+    fm_tensor_requires_grad_(s3, true);
+    for (int j = 0; j < 4; j++) {
+        kd_case k = {t3, y, j == 3 ? 1 : 2.5, As[j]};
+        char name[64];
+        snprintf(name, sizeof name, "kd_loss alpha %g", As[j]);
+        fm_tensor *in[1] = {s3};
+        CHECK(gradcheck(name, kd_fn, 1, in, &k, 1e-6, 1e-6));
+    }
+    /* bad arguments */
+    CHECK(fm_kd_loss(s3, t3, y, 0, 0.5, 0) == NULL);
+    CHECK_ERR_CONTAINS("temperature");
+    CHECK(fm_kd_loss(s3, t3, y, 2, 1.5, 0) == NULL);
+    CHECK_ERR_CONTAINS("alpha");
+    CHECK(fm_kd_loss(s3, y, y, 2, 0.5, 0) == NULL);
+    CHECK_ERR_CONTAINS("[N, classes]");
+    CHECK(fm_kd_loss(s3, t3, NULL, 2, 0.5, 0) == NULL);
+    CHECK_ERR_CONTAINS("hard labels");
+    fm_tensor_release_n(5, s, t, s3, t3, y);
+}
+
+/* ---------------- through the trainer ---------------- */
+
+static const char *cnn =
+    "layer = conv2d 8 3 padding=1\nlayer = batchnorm2d\nlayer = relu\nlayer = maxpool2d 2\n"
+    "layer = flatten\nlayer = linear 32\nlayer = relu\nlayer = linear 4\n";
+static const char *mlp = "layer = flatten\nlayer = linear 8\nlayer = relu\nlayer = linear 4\n";
+
+static void test_distill(void) {
+    char text[4096], tdir[300];
+    fm_recipe tr, sr;
+    recipe(text, sizeof text, "1 8 8", "0.3 0.25", cnn);
+    CHECK(fm_recipe_parse(text, "teacher.ini", &tr) == FM_OK);
+    snprintf(tdir, sizeof tdir, "%s/teacher", dir);
+    fm_train_options o;
+    fm_train_options_init(&o);
+    o.out_dir = tdir;
+    o.steps = 24;
+    fm_train_result res, plain, d0, d9;
+    CHECK_MSG(fm_train(&tr, &o, &res) == FM_OK, "%s", fm_last_error());
+    CHECK_MSG(res.test_accuracy > 0.9, "teacher accuracy %g", res.test_accuracy);
+    fm_train_result_free(&res);
+
+    recipe(text, sizeof text, "1 8 8", "0.3 0.25", mlp);
+    CHECK(fm_recipe_parse(text, "student.ini", &sr) == FM_OK);
+    fm_train_options_init(&o);
+    o.steps = 12;
+    CHECK(fm_train(&sr, &o, &plain) == FM_OK);
+    fm_distill_options dd = {4, 0};
+    CHECK_MSG(fm_distill(tdir, &sr, &dd, &o, &d0) == FM_OK, "%s", fm_last_error());
+    CHECK(d0.n_losses == plain.n_losses && d0.n_losses == 12);
+    for (int i = 0; i < 12 && i < d0.n_losses; i++)
+        CHECK_MSG(d0.losses[i] == plain.losses[i], "alpha 0, step %d: %.17g vs %.17g", i, d0.losses[i], plain.losses[i]);
+    CHECK(d0.test_accuracy == plain.test_accuracy);
+    dd.alpha = 0.9;
+    o.steps = 40;
+    CHECK_MSG(fm_distill(tdir, &sr, &dd, &o, &d9) == FM_OK, "%s", fm_last_error());
+    CHECK(d9.n_losses == 40 && d9.losses[0] != plain.losses[0]);
+    CHECK_MSG(d9.test_accuracy > 0.9, "distilled student accuracy %g", d9.test_accuracy);
+    CHECK(d9.losses[39] < d9.losses[0]);
+    fm_train_result_free(&plain);
+    fm_train_result_free(&d0);
+    fm_train_result_free(&d9);
+    fm_recipe_free(&sr);
+
+    /* bad input */
+    fm_distill_options bad = {0, 0.5};
+    recipe(text, sizeof text, "1 8 8", "0.3 0.25", mlp);
+    CHECK(fm_recipe_parse(text, "student.ini", &sr) == FM_OK);
+    CHECK(fm_distill(tdir, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("temperature");
+    bad.temperature = 2;
+    bad.alpha = -0.1;
+    CHECK(fm_distill(tdir, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("alpha");
+    bad.alpha = 0.5;
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    CHECK(fm_distill(missing, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("no such model directory");
+    fm_recipe_free(&sr);
+    recipe(text, sizeof text, "1 8 8", "0.5 0.25", mlp);
+    CHECK(fm_recipe_parse(text, "student.ini", &sr) == FM_OK);
+    CHECK(fm_distill(tdir, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("normalize");
+    fm_recipe_free(&sr);
+    recipe(text, sizeof text, "1 8 8", "0.3 0.25", "layer = flatten\nlayer = linear 5\n");
+    CHECK(fm_recipe_parse(text, "student.ini", &sr) == FM_OK);
+    CHECK(fm_distill(tdir, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("predicts 4 classes but the student 5");
+    fm_recipe_free(&sr);
+    recipe(text, sizeof text, "64", "0.3 0.25", "layer = linear 4\n");
+    CHECK(fm_recipe_parse(text, "student.ini", &sr) == FM_OK);
+    CHECK(fm_distill(tdir, &sr, &bad, &o, &res) != FM_OK);
+    CHECK_ERR_CONTAINS("takes inputs");
+    fm_recipe_free(&sr);
+    fm_recipe_free(&tr);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/fathom_test_distill_%ld", (long)getpid());
+    mkdir(dir, 0755);
+    make_split("train", 128, 1);
+    make_split("test", 64, 2);
+    test_loss();
+    test_distill();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    TEST_DONE();
+}
