@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""fathom's compiled inference graph against ONNX Runtime on the same model.
+
+The fashion-cnn architecture (data/recipes/fashion-cnn.ini's layers) is trained
+for two steps on synthetic 28x28 images (speed does not depend on the weights),
+compiled with `fathom compile`, and the compiled graph exported with `fathom
+export`. In one process, alternating rounds so that machine load hits both
+sides alike, it times:
+  fathom   fm_graph_run on the compiled graph (libfathom.so through ctypes);
+  ort      onnxruntime.InferenceSession on the exported file, all graph
+           optimizations on, the same thread count.
+Both sides get the same input and their outputs are checked to agree (1e-4
+relative) before timing. Reports the median per side and the ratio
+ort_ms / fathom_ms (above 1: fathom is faster).
+
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2]
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+FM_F32 = 0
+
+
+def synthetic_idx(d, n):
+    """n 28x28 u8 images in 10 classes (a bright stripe per class), idx format."""
+    rng = np.random.default_rng(1)
+    labels = np.arange(n, dtype=np.uint8) % 10
+    imgs = rng.integers(0, 100, size=(n, 28, 28), dtype=np.uint8)
+    for i, c in enumerate(labels):
+        imgs[i, 2 * c:2 * c + 4, :] += 120
+    with open(f"{d}/train-images", "wb") as f:
+        f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 28, 28) + imgs.tobytes())
+    with open(f"{d}/train-labels", "wb") as f:
+        f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labels.tobytes())
+
+
+def recipe(root, d):
+    """fashion-cnn's [model] section, on the synthetic data, two steps."""
+    text = open(os.path.join(root, "data/recipes/fashion-cnn.ini")).read()
+    model = text[text.index("\n[model]") + 1:text.index("\n[train]") + 1]
+    path = f"{d}/cnn.ini"
+    with open(path, "w") as f:
+        f.write(f"[data]\ndataset = idx\ntrain_images = {d}/train-images\ntrain_labels = {d}/train-labels\n"
+                f"normalize = 0.2860 0.3530\n{model}[train]\nepochs = 1\nbatch = 32\nseed = 1\n")
+    return path
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench_graph_ort: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
+
+
+class Fathom:
+    def __init__(self, lib_path, graph_dir):
+        self.lib = ctypes.CDLL(lib_path)
+        L = self.lib
+        L.fm_graph_load.restype = ctypes.c_void_p
+        L.fm_graph_load.argtypes = [ctypes.c_char_p]
+        L.fm_tensor_from_data.restype = ctypes.c_void_p
+        L.fm_tensor_from_data.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+        L.fm_graph_run.restype = ctypes.c_int
+        L.fm_graph_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        L.fm_tensor_data.restype = ctypes.c_void_p
+        L.fm_tensor_data.argtypes = [ctypes.c_void_p]
+        L.fm_tensor_release.argtypes = [ctypes.c_void_p]
+        L.fm_graph_free.argtypes = [ctypes.c_void_p]
+        L.fm_last_error.restype = ctypes.c_char_p
+        self.g = L.fm_graph_load(graph_dir.encode())
+        if not self.g:
+            sys.exit(f"bench_graph_ort: fm_graph_load: {L.fm_last_error().decode()}")
+        self.x = None
+
+    def set_input(self, x):
+        if self.x:
+            self.lib.fm_tensor_release(self.x)
+        shape = (ctypes.c_int64 * x.ndim)(*x.shape)
+        self.x = self.lib.fm_tensor_from_data(x.ctypes.data, x.ndim, shape, FM_F32)
+
+    def run(self, n_out):
+        ins = (ctypes.c_void_p * 1)(self.x)
+        outs = (ctypes.c_void_p * 1)()
+        if self.lib.fm_graph_run(self.g, ins, outs) != 0:
+            sys.exit(f"bench_graph_ort: fm_graph_run: {self.lib.fm_last_error().decode()}")
+        y = np.ctypeslib.as_array(ctypes.cast(self.lib.fm_tensor_data(outs[0]), ctypes.POINTER(ctypes.c_float)),
+                                  shape=(n_out,)).copy()
+        self.lib.fm_tensor_release(outs[0])
+        return y
+
+    def close(self):
+        if self.x:
+            self.lib.fm_tensor_release(self.x)
+        self.lib.fm_graph_free(self.g)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        sys.exit("bench_graph_ort: onnxruntime is not installed (pip install onnxruntime)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    fathom = os.path.join(a.build, "fathom")
+    lib = os.path.join(a.build, "libfathom.so")
+    os.environ["FATHOM_NUM_THREADS"] = str(a.threads)  # read when the library starts its pool
+    with tempfile.TemporaryDirectory(prefix="bench_graph_ort.") as d:
+        synthetic_idx(d, 256)
+        run([fathom, "train", recipe(root, d), "--out", f"{d}/model", "--max-steps", "2", "--no-eval", "--quiet"])
+        run([fathom, "compile", f"{d}/model", "-o", f"{d}/compiled"])
+        run([fathom, "export", f"{d}/compiled", "-o", f"{d}/model.onnx"])
+        fm = Fathom(lib, f"{d}/compiled")
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = a.threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # ORT's pool spins after each run by default; in one process with alternating
+        # rounds its spinning threads would take the cores fathom's pool needs next
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(f"{d}/model.onnx", so, providers=["CPUExecutionProvider"])
+        iname = sess.get_inputs()[0].name
+        print(f"# fathom compiled graph vs onnxruntime {ort.__version__}, {a.threads} threads, median of {a.rounds} rounds")
+        for batch in (1, 32):
+            x = np.random.default_rng(batch).standard_normal((batch, 1, 28, 28)).astype(np.float32)
+            fm.set_input(x)
+            yf = fm.run(batch * 10)
+            yo = sess.run(None, {iname: x})[0].reshape(-1)
+            err = float(np.max(np.abs(yf - yo)) / max(1e-30, float(np.max(np.abs(yo)))))
+            if err > 1e-4:
+                sys.exit(f"bench_graph_ort: outputs differ at batch {batch}: {err:.3g} relative")
+            inner = max(1, 64 // batch)  # enough calls per sample that the clock's resolution does not matter
+            tf, to = [], []
+            for _ in range(a.rounds):
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fm.run(batch * 10)
+                tf.append((time.perf_counter() - t0) / inner)
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    sess.run(None, {iname: x})
+                to.append((time.perf_counter() - t0) / inner)
+            mf, mo = statistics.median(tf), statistics.median(to)
+            print(f'{{"model": "fashion-cnn", "batch": {batch}, "fathom_compiled_ms": {1e3 * mf:.3f}, '
+                  f'"ort_ms": {1e3 * mo:.3f}, "ort_over_fathom": {mo / mf:.3f}, "max_rel_diff": {err:.2e}}}')
+        fm.close()
+
+
+if __name__ == "__main__":
+    main()
