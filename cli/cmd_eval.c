@@ -6,14 +6,17 @@
 #include <string.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "fathom/graph.h"
 #include "fathom/recipe.h"
 
 static void eval_usage(FILE *f) {
-    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--json] [--quiet]\n\n"
+    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--json] [--quiet]\n\n"
                "Evaluates a model saved by `fathom train` on the test split of its data set.\n\n"
                "  --data DIR   directory with the idx files (default: the recipe's data set)\n"
                "  --batch N    evaluation batch size (default 1000)\n"
+               "  --device D   where to run the model: cpu (default), cuda, cuda:N, check (the checked\n"
+               "               test device: CPU kernels on memory the host may not touch)\n"
                "  --json       print one JSON object on stdout\n"
                "  --quiet      no progress output (otherwise on stderr: a redrawn line on a terminal,\n"
                "               plain periodic lines elsewhere)\n");
@@ -23,6 +26,7 @@ int fm_cmd_eval(int argc, char **argv) {
     const char *dir = NULL, *data = NULL;
     bool json = false, quiet = false;
     long batch = 1000;
+    fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
@@ -40,9 +44,15 @@ int fm_cmd_eval(int argc, char **argv) {
             if (!v || *end || batch < 1) { fm_cli_error("eval: --batch needs a number >= 1"); eval_usage(stderr); return 2; }
             continue;
         }
+        if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
+            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            int drc = fm_cli_device("eval", v, &dev);
+            if (drc) return drc;
+            continue;
+        }
         if (a[0] == '-') {
-            static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch"};
-            fm_cli_unknown_option("eval", a, flags, 5);
+            static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch", "--device"};
+            fm_cli_unknown_option("eval", a, flags, 6);
             eval_usage(stderr);
             return 2;
         }
@@ -57,6 +67,13 @@ int fm_cmd_eval(int argc, char **argv) {
         g = fm_graph_load(dir);
         if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
     } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        fm_module_free(m);
+        fm_graph_free(g);
+        fm_recipe_free(&r);
+        return 1;
+    }
     int rc = 1;
     fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
     double acc = 0, loss = 0;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/hf.h"
@@ -27,7 +28,8 @@ static int emit(int tok, void *ctx) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T] [--top-k K]\n"
-               "                      [--top-p P] [--seed S] [--no-cache] [--quiet]\n");
+               "                      [--top-p P] [--seed S] [--no-cache] [--device D] [--quiet]\n"
+               "  --device D   where the model and its KV cache live: cpu (default), cuda, cuda:N, check\n");
 }
 
 /* a real number from the whole of v (no trailing text, not NaN or infinite) */
@@ -48,6 +50,7 @@ int fm_cmd_generate(int argc, char **argv) {
     long long tokens = 100, top_k = 0, seed = 0;
     fm_gpt_sample_params sp = {0.8, 0, 1.0, 0};
     bool cache = true, quiet = false;
+    fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc, ok = true;
@@ -59,15 +62,19 @@ int fm_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-p") && has) ok = parse_real(a, argv[++i], &sp.top_p);
         else if (!strcmp(a, "--seed") && has) ok = fm_cli_parse_int("generate", a, argv[++i], 0, &seed);
         else if (!strcmp(a, "--no-cache")) cache = false;
+        else if (!strcmp(a, "--device") && has) {
+            int drc = fm_cli_device("generate", argv[++i], &dev);
+            if (drc) return drc;
+        }
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (a[0] != '-' && !dir) dir = a;
         else {
             static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p",
-                                                "--seed", "--no-cache", "--quiet"};
+                                                "--seed", "--no-cache", "--quiet", "--device"};
             int known = 0;
-            for (int k = 0; k < 9; k++) known |= !strcmp(a, flags[k]);
+            for (int k = 0; k < 10; k++) known |= !strcmp(a, flags[k]);
             if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
-            else fm_cli_unknown_option("generate", a, flags, 9);
+            else fm_cli_unknown_option("generate", a, flags, 10);
             usage(stderr);
             return 2;
         }
@@ -107,6 +114,13 @@ int fm_cmd_generate(int argc, char **argv) {
         ctx_len = fm_gpt_get_config(m)->block_size;
     }
     int32_t *ids = NULL;
+    if ((g ? fm_graph_to_device(g, dev) : fm_gpt_to(m, dev)) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        fm_tokenizer_free(tok);
+        fm_gpt_free(m);
+        fm_graph_free(g);
+        return 1;
+    }
     int64_t n = 0;
     int rc = 0;
     if (fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) { fm_cli_error("%s", fm_last_error()); rc = 1; goto done; }

@@ -87,6 +87,30 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     return b;
 }
 
+/* The checked test device (--device check): the CPU's kernels on memory the host may
+ * not touch; listed so a user knows the name exists and what it is for. */
+static json_t *check_json(void) {
+    const char *why = "";
+    int n = fm_device_count(FM_DEV_CHECK, &why);
+    json_t *c = json_object(), *devs = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(devs, json_sprintf("check:%d", i));
+    json_object_set_new(c, "devices", devs);
+    json_object_set_new(c, "note", json_string("the checked test device: CPU kernels on memory the host may not touch "
+                                               "outside the backend's copies (docs/DEVICES.md)"));
+    return c;
+}
+
+static void print_check(void) {
+    const char *why = "";
+    int n = fm_device_count(FM_DEV_CHECK, &why);
+    printf("check: ");
+    if (n <= 0) printf("none: %s\n", why);
+    for (int i = 0; i < n; i++) printf("%scheck:%d", i ? ", " : "", i);
+    if (n > 0)
+        printf(" (the checked test device: CPU kernels on memory the host may not touch outside the\n"
+               "       backend's copies; for tests of the device path, docs/DEVICES.md)\n");
+}
+
 int fm_cmd_info(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
@@ -94,7 +118,7 @@ int fm_cmd_info(int argc, char **argv) {
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: fathom info [--json]\n\nPrints the version, build options, the CPU model and features, the\n"
                    "instruction set each kernel family uses, the GEMM provider with its kernels and threads, and\n"
-                   "the CUDA toolkit, driver and devices (or why none).\n");
+                   "the CUDA toolkit, driver and devices (or why none), and the checked test devices.\n");
             return 0;
         } else {
             fm_cli_error("info: unknown option '%s' (try --help)", argv[i]);
@@ -137,6 +161,7 @@ int fm_cmd_info(int argc, char **argv) {
         }
         json_object_set_new(cu, "devices", devs);
         json_object_set_new(o, "cuda", cu);
+        json_object_set_new(o, "check", check_json());
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(s);
         free(s);
@@ -155,6 +180,7 @@ int fm_cmd_info(int argc, char **argv) {
             printf("       cuda:%d %s, %.1f GiB, sm_%d%d, %d SMs, bf16 %s\n", i, ci.devices[i].name,
                    (double)ci.devices[i].memory_bytes / (1 << 30), ci.devices[i].cc_major, ci.devices[i].cc_minor,
                    ci.devices[i].sm_count, ci.devices[i].bf16 ? "yes" : "no");
+        print_check();
     }
     fm_parallel_shutdown();
     return 0;

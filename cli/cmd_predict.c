@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "fathom/recipe.h"
 #include "fathom/autograd.h"
 #include "fathom/graph.h"
@@ -15,14 +16,15 @@ static const char *fashion_classes[10] = {"T-shirt/top", "Trouser", "Pullover", 
                                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 static void predict_usage(FILE *f) {
-    fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--json]\n\n"
+    fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--device D] [--json]\n\n"
                "Runs a model saved by `fathom train` (or a graph of one made by `fathom compile`)\n"
                "on inputs: idx files (raw or .gz),\n"
                ".npy arrays or PNG images whose size matches the model's input. An input\n"
                "holding several samples ([N, ...]) gives one prediction per sample. u8 arrays\n"
                "are scaled to [0, 1] as the training data was; an RGB PNG for a one-channel\n"
                "model is converted to grey.\n\n"
-               "  --json   print one JSON object on stdout\n");
+               "  --device D  where to run the model: cpu (default), cuda, cuda:N, check\n"
+               "  --json      print one JSON object on stdout\n");
 }
 
 static bool is_png(const char *path) {
@@ -85,12 +87,19 @@ int fm_cmd_predict(int argc, char **argv) {
     const char *dir = NULL;
     bool json = false;
     int n_inputs = 0;
+    fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { predict_usage(stdout); return 0; }
         if (!strcmp(argv[i], "--json")) { json = true; continue; }
+        if (!strcmp(argv[i], "--device") || !strncmp(argv[i], "--device=", 9)) {
+            const char *v = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            int drc = fm_cli_device("predict", v, &dev);
+            if (drc) return drc;
+            continue;
+        }
         if (argv[i][0] == '-') {
-            static const char *const flags[] = {"--help", "--json"};
-            fm_cli_unknown_option("predict", argv[i], flags, 2);
+            static const char *const flags[] = {"--help", "--json", "--device"};
+            fm_cli_unknown_option("predict", argv[i], flags, 3);
             predict_usage(stderr);
             return 2;
         }
@@ -109,20 +118,31 @@ int fm_cmd_predict(int argc, char **argv) {
         g = fm_graph_load(dir);
         if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
     } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        fm_module_free(m);
+        fm_graph_free(g);
+        fm_recipe_free(&r);
+        return 1;
+    }
     bool fashion = !strcmp(r.dataset, "fashion-mnist");
     json_t *arr = json_array();
     int rc = 0;
     bool prev = fm_set_grad_enabled(false);
     bool seen_dir = false;
     for (int i = 1; i < argc && rc == 0; i++) {
+        if (!strcmp(argv[i], "--device")) { i++; continue; } /* and its value */
         if (argv[i][0] == '-') continue;
         if (!seen_dir) { seen_dir = true; continue; }
         const char *path = argv[i];
         fm_tensor *x = fm_data_read(path);
         if (x && is_png(path)) x = png_channels(x, &r, path);
         fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
-        fm_tensor *logits = b ? (g ? fm_graph_run1(g, b) : fm_module_forward(m, b)) : NULL;
-        fm_tensor *prob = logits ? fm_softmax(logits, 1) : NULL;
+        fm_tensor *bd = b ? fm_tensor_to(b, dev) : NULL; /* the batch to the model's device */
+        fm_tensor *logits = bd ? (g ? fm_graph_run1(g, bd) : fm_module_forward(m, bd)) : NULL;
+        fm_tensor *pd = logits ? fm_softmax(logits, 1) : NULL;
+        fm_tensor *prob = pd ? fm_tensor_to(pd, FM_CPU) : NULL; /* read on the host */
+        fm_tensor_release_n(2, bd, pd);
         if (!prob) {
             fm_cli_error("%s", fm_last_error());
             rc = 1;

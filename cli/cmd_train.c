@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "core/parallel.h" /* fm_set_num_threads for --threads */
 #include "fathom/gpt.h"
 #include "fathom/recipe.h"
@@ -434,10 +435,9 @@ int fm_cmd_train(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc < 0) return 0;
     if (rc) { train_usage(stderr); return rc; }
-    if (fm_device_validate(a.device)) { /* no silent fallback: why the device is not usable, before any work */
-        fm_cli_error("train: --device %s: %s", a.device_str, fm_last_error());
-        return 1;
-    }
+    /* no silent fallback: why the device is not usable, before any work (index out of range: 2) */
+    int drc = fm_cli_device_check("train", a.device_str, a.device);
+    if (drc) return drc;
     a.eo.device = a.device;
     char path[PATH_MAX];
     bool builtin = fm_recipe_resolve(a.recipe, path, sizeof path);

@@ -3,6 +3,7 @@
 # FATHOM_ISA that names no level is refused (exit 2, the levels listed);
 # a forced lower level shows in the kernel table; a missing OpenBLAS is
 # announced and falls back; the user's OPENBLAS_CORETYPE is respected.
+# The checked test devices (check:0, check:1) are listed, as text and JSON.
 # Usage: bash tests/cli_info.sh <path-to-fathom-binary>
 set -euo pipefail
 bin=${1:?usage: cli_info.sh FATHOM_BIN}
@@ -32,4 +33,9 @@ grep -q "warning: OpenBLAS could not be loaded" "$tmp/err" || fail "fallback not
 
 OPENBLAS_CORETYPE=Prescott "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
 grep -q '"core": "Prescott"' "$tmp/out" || fail "user's OPENBLAS_CORETYPE not respected"
+"$bin" info >"$tmp/out" 2>"$tmp/err" || fail "fathom info exited $?"
+grep -q '^check: check:0, check:1 (the checked test device' "$tmp/out" || fail "the check devices are not listed: $(grep '^check' "$tmp/out")"
+"$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["check"]["devices"] == ["check:0", "check:1"]' "$tmp/out" \
+  || fail "info --json: check devices"
 echo "cli_info: ok"

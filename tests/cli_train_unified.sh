@@ -98,7 +98,7 @@ expect 0 "resumed" "$bin" train "$tmp/gpt.ini" --resume "$tmp/gpt" --steps 6
 expect 2 "unknown device 'gpu'" "$bin" train "$tmp/mlp.ini" --device gpu
 expect 2 "unknown device 'cuda:x'" "$bin" train "$tmp/gpt.ini" --device cuda:x
 expect 1 "--device cuda:7: " "$bin" train "$tmp/mlp.ini" --device cuda:7
-expect 1 "--device check:9: device check:9 does not exist" "$bin" train "$tmp/gpt.ini" --device check:9
+expect 2 "--device check:9: device check:9 does not exist" "$bin" train "$tmp/gpt.ini" --device check:9
 expect 2 "--lr needs a number, got 'abc' (not a number)" "$bin" train "$tmp/mlp.ini" --lr abc
 expect 2 "--lr needs a positive finite number" "$bin" train "$tmp/gpt.ini" --lr -1
 expect 2 "unknown option '--epoch' (did you mean '--epochs'?)" "$bin" train "$tmp/mlp.ini" --epoch 3

@@ -108,14 +108,16 @@ fm_status fm_graph_evaluate(const fm_graph *g, fm_dataset *d, const fm_transform
     for (;;) {
         fm_batch b;
         if ((st = fm_dataloader_next(l, &b)) != FM_OK || !b.x) break;
-        fm_tensor *logits = fm_graph_run1(g, b.x);
-        fm_tensor *ls = logits ? fm_cross_entropy(logits, b.y, -100, 0.0, FM_REDUCE_SUM) : NULL;
-        fm_tensor *pred = logits ? fm_argmax(logits, 1, false) : NULL;
-        if (!ls || !pred) { fm_tensor_release_n(3, logits, ls, pred); st = fm_last_status(); break; }
+        /* the batch goes to the graph's device; the predictions come back to the host */
+        fm_tensor *x = fm_tensor_to(b.x, g->device), *y = x ? fm_tensor_to(b.y, g->device) : NULL;
+        fm_tensor *logits = y ? fm_graph_run1(g, x) : NULL;
+        fm_tensor *ls = logits ? fm_cross_entropy(logits, y, -100, 0.0, FM_REDUCE_SUM) : NULL;
+        fm_tensor *pd = logits ? fm_argmax(logits, 1, false) : NULL, *pred = pd ? fm_tensor_to(pd, FM_CPU) : NULL;
+        if (!ls || !pred) { fm_tensor_release_n(6, x, y, logits, ls, pd, pred); st = fm_last_status(); break; }
         loss_sum += fm_tensor_item(ls);
         for (int64_t i = 0; i < b.size; i++) correct += (int64_t)fm_tensor_get(pred, i) == (int64_t)fm_tensor_get(b.y, i);
         total += b.size;
-        fm_tensor_release_n(3, logits, ls, pred);
+        fm_tensor_release_n(6, x, y, logits, ls, pd, pred);
     }
     fm_dataloader_free(l);
     if (st == FM_OK) {
