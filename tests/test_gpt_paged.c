@@ -116,9 +116,31 @@ static void check_exhaustion(void) {
     fm_gpt_free(m);
 }
 
+/* A model moved to another device (here the checked test device) after its cache was
+ * made is refused with the reason, not read through host pointers (which would fault
+ * there); moved back, it decodes again. */
+static void check_moved_model(void) {
+    fm_gpt_config c = tiny(FM_GPT_GPT2);
+    fm_gpt *m = fm_gpt_new(&c, NULL);
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 2, 4, 1);
+    float lg[64];
+    int s = fm_gpt_paged_open(p);
+    CHECK(fm_gpt_to(m, (fm_device){FM_DEV_CHECK, 0}) == FM_OK);
+    CHECK(fm_gpt_paged_step(m, p, 1, &s, (int32_t[]){1}, lg) == FM_ERR_UNSUPPORTED);
+    CHECK_ERR_CONTAINS("paged decoding runs on the CPU");
+    CHECK(fm_gpt_paged_len(p, s) == 0);
+    CHECK(fm_gpt_paged_new(m, 2, 4, 1) == NULL); /* and a new cache for it is refused too */
+    CHECK(fm_gpt_to(m, FM_CPU) == FM_OK);
+    CHECK(fm_gpt_paged_step(m, p, 1, &s, (int32_t[]){1}, lg) == FM_OK);
+    CHECK(fm_gpt_paged_len(p, s) == 1);
+    fm_gpt_paged_free(p);
+    fm_gpt_free(m);
+}
+
 int main(void) {
     check_arch(FM_GPT_GPT2);
     check_arch(FM_GPT_LLAMA);
     check_exhaustion();
+    check_moved_model();
     TEST_DONE();
 }

@@ -82,7 +82,7 @@ fm_status fm_checkpoint(fm_segment_fn fn, void *ctx, int n_in, fm_tensor *const 
     fm_node *n = fm_node_begin(FM_OP_COPY, n_in, inputs, ck_backward);
     if (n) {
         n->name = "checkpoint";
-        memcpy(n->attrs, &a, sizeof a);
+        FM_NODE_SET_ATTRS(n, a);
         for (int i = 0; i < n_in; i++) fm_node_save(n, i, inputs[i]);
         fm_node_finish(n, n_out, outputs);
     }

@@ -2,7 +2,7 @@
  *
  * Pattern for an op front end:
  *     fm_node *n = fm_node_begin(FM_OP_X, 2, (fm_tensor*[]){a, b}, x_backward);
- *     if (n) { fm_node_save(n, 0, a); memcpy(n->attrs, &attrs, sizeof attrs); fm_node_finish(n, 1, &out); }
+ *     if (n) { fm_node_save(n, 0, a); FM_NODE_SET_ATTRS(n, attrs); fm_node_finish(n, 1, &out); }
  * fm_node_begin returns NULL when no grad is needed (grad mode off, or no
  * input requires grad); that is not an error.
  *
@@ -12,6 +12,8 @@
  * Gradients must have exactly the input's shape and dtype (the engine checks). */
 #ifndef FATHOM_NODE_H
 #define FATHOM_NODE_H
+#include <string.h>
+
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 
@@ -66,5 +68,14 @@ bool fm_node_needs_grad(const fm_node *n, int input);
 void fm_node_release(fm_node *n);
 /* Drop saved tensors (after a backward without retain_graph). */
 void fm_node_free_saved(fm_node *n);
-#define FM_NODE_ATTRS(n, type) ((type *)(void *)(n)->attrs)
+/* The node's attributes as `type`; a type larger than the room fails to compile
+ * (a negative array size), so no op can read or write past attrs. */
+#define FM_NODE_ATTRS(n, type) \
+    ((type *)(void *)((n)->attrs + 0 * sizeof(char[sizeof(type) <= FM_NODE_ATTR_BYTES ? 1 : -1])))
+/* Stores the attribute struct v (an lvalue) in n; checked for size at compile time. */
+#define FM_NODE_SET_ATTRS(n, v)                                                                \
+    do {                                                                                       \
+        _Static_assert(sizeof(v) <= FM_NODE_ATTR_BYTES, "op attributes larger than fm_node.attrs"); \
+        memcpy((n)->attrs, &(v), sizeof(v));                                                   \
+    } while (0)
 #endif

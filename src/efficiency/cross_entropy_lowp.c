@@ -96,7 +96,7 @@ fm_tensor *fm_cross_entropy_lowp(fm_tensor *logits, fm_tensor *target, int64_t i
     if (nd) {
         nd->name = "cross_entropy_lowp";
         cel_attrs at = {ignore_index, count, label_smoothing};
-        memcpy(nd->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(nd, at);
         fm_node_save(nd, 0, logits);
         fm_node_save(nd, 1, target);
         fm_node_finish(nd, 1, &loss);

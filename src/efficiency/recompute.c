@@ -146,7 +146,7 @@ fm_tensor *fm_linear_recompute(fm_segment_fn f, void *ctx, int n_in, fm_tensor *
     fm_node *n = fm_node_begin(FM_OP_MATMUL, n_in + 2, ins, rc_backward);
     if (n) {
         n->name = "linear_recompute";
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         for (int i = 0; i < n_in + 2; i++) fm_node_save(n, i, ins[i]);
         fm_node_finish(n, 1, &y);
     }
@@ -197,7 +197,7 @@ static fm_tensor *linear_lowp(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     if (n) {
         n->name = "linear_lowp";
         ll_attrs at = {fm_autocast_get(), x->dtype};
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_save(n, 0, xc);
         fm_node_save(n, 1, w);
         if (b) fm_node_save(n, 2, b);

@@ -204,7 +204,7 @@ static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, i
     const int H = p->H, D = p->D;
     fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *att = NULL, *r = NULL;
     if (!h || !upd(&h, fm_linear(h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
-    att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, FM_CPU);
+    att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, fm_tensor_device(h)); /* the host: see the step */
     if (!att) goto fail;
     attend(m, p, l, n, seqs, fm_tensor_data(h), fm_tensor_data(att), scores);
     if (!upd(&att, fm_linear(att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
@@ -220,6 +220,11 @@ fail:
 }
 
 fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits) {
+    /* attention reads the activations through host pointers: a model moved off the CPU
+     * after its cache was made (fm_gpt_to) is refused rather than read wrongly */
+    if (fm_tensor_device(m->wte).type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "paged step: paged decoding runs on the CPU; the model was moved to "
+                                                "another device (fm_gpt_to(m, cpu) first)");
     int need = 0;
     for (int i = 0; i < n; i++) {
         if (seqs[i] < 0 || seqs[i] >= p->max_seqs || p->len[seqs[i]] < 0)

@@ -126,7 +126,7 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
         fm_node_save(n, 2, v);
         fm_node_save(n, 3, out);
         fm_node_save(n, 4, lse);
-        memcpy(n->attrs, &attrs, sizeof attrs);
+        FM_NODE_SET_ATTRS(n, attrs);
         fm_node_finish(n, 1, &out);
     }
     fm_tensor_release(lse);

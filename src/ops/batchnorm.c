@@ -152,7 +152,7 @@ fm_tensor *fm_batch_norm(fm_tensor *x, fm_tensor *weight, fm_tensor *bias, fm_te
         fm_node_save(n, 1, smean);
         fm_node_save(n, 2, srstd);
         if (weight) fm_node_save(n, 3, weight);
-        memcpy(n->attrs, &na, sizeof na);
+        FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
     fm_tensor_release_n(2, smean, srstd);

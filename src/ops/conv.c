@@ -179,7 +179,7 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
     if (n) {
         fm_node_save(n, 0, x);
         fm_node_save(n, 1, w);
-        memcpy(n->attrs, &na, sizeof na);
+        FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
     return y;

@@ -59,7 +59,7 @@ fm_tensor *fm_dropout(fm_tensor *x, double p, bool training, fm_rng *rng) {
     fm_node *n = fm_node_begin(FM_OP_DROPOUT, 1, &x, dropout_backward);
     if (n) {
         fm_node_save(n, 0, mask);
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_finish(n, 1, &y);
     }
     fm_tensor_release(mask);

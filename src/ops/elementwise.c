@@ -43,7 +43,7 @@ static fm_tensor *unary(fm_op_id op, fm_tensor *x, double a, double b) {
     fm_node *n = fm_node_begin(op, 1, &x, unary_backward);
     if (n) {
         fm_unary_bwd_attrs ba = {op, at};
-        memcpy(n->attrs, &ba, sizeof ba);
+        FM_NODE_SET_ATTRS(n, ba);
         fm_node_save(n, 0, x);
         if (bwd_needs_y(op)) fm_node_save(n, 1, y);
         fm_node_finish(n, 1, &y);

@@ -86,7 +86,7 @@ fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, fm_tenso
     fm_node *n = fm_node_begin(FM_OP_QKV_SPLIT_HEADS, 1, &qkv, qkv_split_backward);
     if (n) {
         split_saved sv = {attrs, B, T};
-        memcpy(n->attrs, &sv, sizeof sv);
+        FM_NODE_SET_ATTRS(n, sv);
         fm_node_finish(n, 3, o);
     }
     *q = o[0];
@@ -175,7 +175,7 @@ fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, d
         fm_node_save(n, 0, src);
         fm_node_save(n, 1, y);
         fm_node_save(n, 2, lse);
-        memcpy(n->attrs, &attrs, sizeof attrs);
+        FM_NODE_SET_ATTRS(n, attrs);
         fm_node_finish(n, 1, &y);
     }
     fm_tensor_release_n(2, src, lse);
@@ -352,7 +352,7 @@ fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_te
         fm_node_save(n, 2, o[2]);
         fm_node_save(n, 3, o[3]);
         fm_node_save(n, 4, bias);
-        memcpy(n->attrs, &sv, sizeof sv);
+        FM_NODE_SET_ATTRS(n, sv);
         if (h) fm_node_finish(n, 2, o);
         else fm_node_finish(n, 1, &o[1]);
     }

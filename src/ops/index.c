@@ -120,7 +120,7 @@ fm_tensor *fm_cat(int n, fm_tensor *const *ts, int axis) {
             na.a = at;
             na.n = n;
             for (int i = 0; i < n; i++) na.sizes[i] = ts[i]->shape[ax];
-            memcpy(nd->attrs, &na, sizeof na);
+            FM_NODE_SET_ATTRS(nd, na);
             fm_node_finish(nd, 1, &y);
         }
     }
@@ -252,7 +252,7 @@ static fm_tensor *index_op(fm_op_id op, fm_tensor *t, int ax, fm_tensor *index, 
         na.dtype = t->dtype;
         na.device = fm_tensor_device(t);
         fm_node_save(n, 0, index);
-        memcpy(n->attrs, &na, sizeof na);
+        FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
     return y;

@@ -113,7 +113,7 @@ fm_tensor *fm_cross_entropy(fm_tensor *logits, fm_tensor *target, int64_t ignore
     if (n) {
         fm_node_save(n, 0, logits);
         fm_node_save(n, 1, target);
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_finish(n, 1, &loss);
     }
     return loss;
@@ -217,7 +217,7 @@ fm_tensor *fm_mse_loss(fm_tensor *input, fm_tensor *target, fm_reduction reducti
         fm_node_save(n, 1, target);
         fm_node_save(n, 2, xe);
         fm_node_save(n, 3, te);
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_finish(n, 1, &loss);
     }
     fm_tensor_release(xe);

@@ -127,7 +127,7 @@ static fm_tensor *norm_impl(bool rms, fm_tensor *x, int k, fm_tensor *weight, fm
         fm_node_save(n, 2, mean);
         fm_node_save(n, 3, rstd);
         fm_node_save(n, 4, bias);
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_finish(n, 1, &y);
     }
     fm_tensor_release(mean);

@@ -104,7 +104,7 @@ fm_tensor *fm_max_pool2d(fm_tensor *x, const fm_pool2d_params *pp) {
     if (n) {
         fm_node_save(n, 0, x);
         fm_node_save(n, 1, idx);
-        memcpy(n->attrs, &na, sizeof na);
+        FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
     fm_tensor_release(idx);
@@ -158,7 +158,7 @@ fm_tensor *fm_avg_pool2d(fm_tensor *x, const fm_pool2d_params *pp) {
         memcpy(na.xshape, x->shape, sizeof na.xshape);
         na.dtype = x->dtype;
         na.device = fm_tensor_device(x);
-        memcpy(n->attrs, &na, sizeof na);
+        FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
     return y;

@@ -188,7 +188,7 @@ static fm_tensor *reduce(fm_op_id op, fm_tensor *x, int n_axes, const int *axes,
     for (int i = 0; i < x->ndim; i++) if (mask >> i & 1) ra.count *= x->shape[i];
     fm_node *n = fm_node_begin(op, 1, &x, reduce_backward);
     if (n) {
-        memcpy(n->attrs, &ra, sizeof ra);
+        FM_NODE_SET_ATTRS(n, ra);
         fm_node_save(n, 0, x);
         if (op != FM_OP_SUM && op != FM_OP_MEAN) fm_node_save(n, 1, y);
         fm_node_finish(n, 1, &y);
@@ -246,7 +246,7 @@ static fm_tensor *dim_reduce(fm_op_id op, fm_tensor *x, int axis, bool keepdim, 
         fm_node *n = fm_node_begin(op, 1, &x, dim_backward);
         if (n) {
             red_attrs ra = {mask, a, x->ndim ? x->shape[a] : 1};
-            memcpy(n->attrs, &ra, sizeof ra);
+            FM_NODE_SET_ATTRS(n, ra);
             fm_node_save(n, 0, x);
             fm_node_save(n, 1, idx);
             fm_node_finish(n, 1, &y);

@@ -101,7 +101,7 @@ static fm_tensor *softmax_impl(fm_op_id op, fm_tensor *a, int axis) {
     if (n) {
         fm_node_save(n, 0, y);
         fm_softmax_attrs at = {ax};
-        memcpy(n->attrs, &at, sizeof at);
+        FM_NODE_SET_ATTRS(n, at);
         fm_node_finish(n, 1, &y);
     }
     return y;

@@ -86,7 +86,7 @@ static fm_tensor *record(fm_tensor *x, fm_tensor *y, const view_attrs *a, const 
     fm_node *n = fm_node_begin(FM_OP_COPY, 1, &x, view_backward);
     if (n) {
         n->name = name;
-        memcpy(n->attrs, a, sizeof *a);
+        FM_NODE_SET_ATTRS(n, *a);
         fm_node_finish(n, 1, &y);
     }
     return y;

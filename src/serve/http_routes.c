@@ -231,13 +231,26 @@ enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char
     return fm_http_error(c, 404, "unknown endpoint");
 }
 
+/* The host's figures and, when models default to another device (--device), that one's too
+ * (the devices in use; asking every device would start a CUDA context in a CPU server). */
+static void write_memory_metrics(FILE *f, fm_server *s, bool reserved) {
+    fm_device devs[2] = {{FM_DEV_CPU, 0}, s->opt.device};
+    int n = s->opt.device.type == FM_DEV_CPU ? 1 : 2;
+    for (int i = 0; i < n; i++) {
+        fm_memory_stats ms;
+        char dn[32];
+        if (fm_memory_stats_get(devs[i], &ms) != FM_OK) continue;
+        fprintf(f, "fathom_memory_%s_bytes{device=\"%s\"} %zu\n", reserved ? "reserved" : "used",
+                fm_device_name(devs[i], dn, sizeof dn), reserved ? ms.reserved : ms.allocated);
+    }
+}
+
 static void write_process_metrics(FILE *f, fm_server *s) {
-    fm_memory_stats ms;
     fprintf(f, "# HELP fathom_memory_used_bytes Bytes held by tensors, per device\n# TYPE fathom_memory_used_bytes gauge\n");
-    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) fprintf(f, "fathom_memory_used_bytes{device=\"cpu\"} %zu\n", ms.allocated);
+    write_memory_metrics(f, s, false);
     fprintf(f, "# HELP fathom_memory_reserved_bytes Bytes the allocator holds (in use plus cached), per device\n"
                "# TYPE fathom_memory_reserved_bytes gauge\n");
-    if (fm_memory_stats_get(FM_CPU, &ms) == FM_OK) fprintf(f, "fathom_memory_reserved_bytes{device=\"cpu\"} %zu\n", ms.reserved);
+    write_memory_metrics(f, s, true);
     long pages = 0, rss = 0;
     FILE *sf = fopen("/proc/self/statm", "r");
     if (sf) {
