@@ -1326,10 +1326,24 @@ static void gpu_errors(void) {
     fm_tensor *t = index_tensor(1, &N, C, 2);
     ((int64_t *)t->storage->data)[2] = 9;
     fm_tensor *gx = fm_tensor_to(x, cu), *gt = fm_tensor_to(t, cu);
+    /* the op does not wait for the device: the bad target is reported at the next host
+     * read of that device (the loss, read once per step), in the CPU's words */
     fm_tensor *loss = fm_cross_entropy(gx, gt, -100, 0, FM_REDUCE_MEAN);
-    CHECK(loss == NULL);
-    CHECK_ERR_CONTAINS("target 9 at position 2 is out of range");
-    fm_tensor_release_n(5, x, t, gx, gt, loss);
+    CHECK(loss != NULL);
+    fm_tensor *hl = loss ? fm_tensor_to(loss, FM_CPU) : NULL;
+    CHECK(hl == NULL);
+    CHECK_ERR_CONTAINS("target 9 at position 2 is out of range [0, 5)");
+    fm_tensor *again = loss ? fm_tensor_to(loss, FM_CPU) : NULL; /* reported once: the next read succeeds */
+    CHECK(again != NULL);
+    fm_tensor_release_n(7, x, t, gx, gt, loss, hl, again);
+    /* embedding: the same, for an index outside the table */
+    fm_tensor *w = rand_tensor(2, (int64_t[]){5, 3}, FM_F32, -1, 1, 4), *ix = index_tensor(1, &N, 5, 5);
+    ((int64_t *)ix->storage->data)[1] = 7;
+    fm_tensor *gw = fm_tensor_to(w, cu), *gix = fm_tensor_to(ix, cu);
+    fm_tensor *emb = fm_embedding(gw, gix), *he = emb ? fm_tensor_to(emb, FM_CPU) : NULL;
+    CHECK(emb != NULL && he == NULL);
+    CHECK_ERR_CONTAINS("index 7 at position 1 is out of range [0, 5)");
+    fm_tensor_release_n(6, w, ix, gw, gix, emb, he);
     /* an op without a cuda kernel (if any is left) names itself and the device */
     const fm_backend *cb = fm_backend_get(FM_DEV_CUDA);
     for (int op = 0; op < FM_OP_COUNT; op++) {

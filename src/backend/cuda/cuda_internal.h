@@ -50,6 +50,14 @@ extern "C" fm_status fm_cuda_gemm_raw(int dt, int ta, int tb, int64_t M, int64_t
                                       int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C, int64_t ldc, int64_t sc,
                                       int64_t batch, int accumulate, const char *opname);
 
+/* Deferred index checks (deferred.cu): a device word for op's kernel to atomicMin to
+ * 1 + the first position of idx outside [0, bound) (what: "target", "index"); NULL with
+ * the error set on failure. fm_cuda_deferred_check reads device dev's words (one copy,
+ * one wait on s) and returns the first bad one as the error; the device-to-host copy
+ * and synchronize call it, so a bad index surfaces at the step's next host read. */
+unsigned long long *fm_cuda_defer_index_check(const char *op, const char *what, const fm_tensor *idx, int64_t bound);
+extern "C" fm_status fm_cuda_deferred_check(int dev, cudaStream_t s);
+
 /* Turns a CUDA error into a fathom error naming the op; FM_OK otherwise. */
 fm_status fm_cuda_check(cudaError_t e, const char *op);
 /* Checks the launch that just happened (cudaGetLastError). */
@@ -65,6 +73,15 @@ typedef struct fm_cuda_geom {
     int64_t shape[FM_MAX_DIMS];
     int64_t st[FM_CUDA_MAX_OPS][FM_MAX_DIMS];
 } fm_cuda_geom;
+
+/* Rows per chunk of a [chunks x column-blocks] partial-sum grid (chunks on gridDim.y,
+ * at most 65535): `base` rows, or more when M rows would need more chunks than that,
+ * so the grid stays valid past 65535 * base rows (4.19M for base 64). Below that the
+ * chunks, hence the partial sums and their order, are unchanged. */
+static inline int64_t fm_cuda_chunk_rows(int64_t M, int64_t base) {
+    int64_t need = (M + 65534) / 65535;
+    return need > base ? need : base;
+}
 
 static inline unsigned fm_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

@@ -410,8 +410,10 @@ static fm_status b_d2h_raw(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
     if (st) return st;
     st = fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_dev[idx].stream), "copy from cuda");
-    if (st) return st;
-    return fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "copy from cuda");
+    if (!st) st = fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "copy from cuda");
+    /* the host waits here anyway: the deferred index checks of the ops before this read */
+    fm_status dst_st = fm_cuda_deferred_check(idx, g_dev[idx].stream);
+    return st ? st : dst_st;
 }
 static fm_status b_d2d_raw(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
@@ -443,7 +445,9 @@ static fm_status b_d2d(int idx, void *dst, const void *src, size_t n) { return p
 static fm_status b_sync(int idx) {
     fm_status st = use_device(idx);
     if (st) return st;
-    return fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "cuda synchronize");
+    st = fm_cuda_check(cudaStreamSynchronize(g_dev[idx].stream), "cuda synchronize");
+    fm_status dst_st = fm_cuda_deferred_check(idx, g_dev[idx].stream);
+    return st ? st : dst_st;
 }
 
 /* ---------------- the vtable ---------------- */
@@ -464,8 +468,10 @@ static fm_status trampoline(const fm_op_call *c) {
     if (st == FM_OK) st = fm_cuda_stream_check(fm_cuda_op_name(c));
     if (prof) fm_cuda_prof_end(dev, fm_cuda_stream(), fm_cuda_op_name(c), "gpu kernel", 0);
     if (st) return st;
-    if (st == FM_OK && getenv("FATHOM_CUDA_SYNC")) /* debugging: report faults at the op that caused them */
+    if (st == FM_OK && getenv("FATHOM_CUDA_SYNC")) { /* debugging: report faults (and bad indices) at their op */
         st = fm_cuda_check(cudaStreamSynchronize(fm_cuda_stream()), fm_cuda_op_name(c));
+        if (st == FM_OK) st = fm_cuda_deferred_check(dev, fm_cuda_stream());
+    }
     return st;
 }
 

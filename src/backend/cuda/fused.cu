@@ -109,10 +109,10 @@ __global__ void bias_gelu_fwd(const void *x, const void *b, void *y, int dt, int
 /* one thread per (column, chunk of rows): writes dx and the chunk's bias-gradient partial */
 template <typename T>
 __global__ void bias_gelu_bwd(const void *dy, const void *x, const void *b, void *dx, int dt, int64_t M, int64_t N,
-                              double *part) {
+                              int64_t rc, double *part) {
     int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (col >= N) return;
-    int64_t r0 = chunk * FZ_ROW_CHUNK, r1 = r0 + FZ_ROW_CHUNK < M ? r0 + FZ_ROW_CHUNK : M;
+    int64_t r0 = chunk * rc, r1 = r0 + rc < M ? r0 + rc : M;
     T bc = fm_ld<T>(b, dt, col);
     double acc = 0;
     for (int64_t r = r0; r < r1; r++) {
@@ -154,15 +154,16 @@ static fm_status k_bias_gelu_bwd(const fm_op_call *c) {
     const int64_t N = x->shape[x->ndim - 1], M = N ? fm_tensor_numel(x) / N : 0;
     cudaStream_t s = fm_cuda_stream();
     if (M == 0 || N == 0) {
-        if (db) cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s);
+        fm_status zst = db ? fm_cuda_check(cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s), fm_cuda_op_name(c)) : FM_OK;
+        if (zst) return zst;
         return fm_cuda_check_launch(fm_cuda_op_name(c));
     }
-    const int64_t chunks = (M + FZ_ROW_CHUNK - 1) / FZ_ROW_CHUNK;
+    const int64_t rc = fm_cuda_chunk_rows(M, FZ_ROW_CHUNK), chunks = (M + rc - 1) / rc;
     double *part = db ? (double *)fm_cuda_scratch_alloc((size_t)(chunks * N) * sizeof(double)) : NULL;
     if (db && !part) return fm_last_status();
     dim3 grid((unsigned)((N + 127) / 128), (unsigned)chunks);
-    if (dt == FM_F64) bias_gelu_bwd<double><<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(b), fm_tensor_data(dx), dt, M, N, part);
-    else bias_gelu_bwd<float><<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(b), fm_tensor_data(dx), dt, M, N, part);
+    if (dt == FM_F64) bias_gelu_bwd<double><<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(b), fm_tensor_data(dx), dt, M, N, rc, part);
+    else bias_gelu_bwd<float><<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(b), fm_tensor_data(dx), dt, M, N, rc, part);
     if (db) {
         fz_colsum<<<(unsigned)((N + 255) / 256), 256, 0, s>>>(part, chunks, N, fm_tensor_data(db), db->dtype);
         fm_cuda_scratch_free(part);
@@ -238,10 +239,10 @@ __global__ void add_ln_bwd_rows(const void *dy, const void *ds, const void *s, c
 
 /* partials [chunk, col] of dweight (sum dy xhat) and dbias (sum dy) */
 __global__ void add_ln_bwd_partial(const void *dy, const void *s, const void *mean, const void *rstd, int dt, int sdt,
-                                   int64_t M, int64_t N, double *pw, double *pb) {
+                                   int64_t M, int64_t N, int64_t rc, double *pw, double *pb) {
     int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (col >= N) return;
-    int64_t r0 = chunk * FZ_ROW_CHUNK, r1 = r0 + FZ_ROW_CHUNK < M ? r0 + FZ_ROW_CHUNK : M;
+    int64_t r0 = chunk * rc, r1 = r0 + rc < M ? r0 + rc : M;
     double sw = 0, sb = 0;
     for (int64_t r = r0; r < r1; r++) {
         double d = fm_ld<double>(dy, dt, r * N + col);
@@ -286,8 +287,9 @@ static fm_status k_add_ln_bwd(const fm_op_call *c) {
     const int64_t N = sm->shape[sm->ndim - 1], M = N ? fm_tensor_numel(sm) / N : 0;
     cudaStream_t s = fm_cuda_stream();
     if (M == 0 || N == 0 || !dy) {
-        if (dw) cudaMemsetAsync(fm_tensor_data(dw), 0, fm_tensor_nbytes(dw), s);
-        if (db) cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s);
+        fm_status zst = dw ? fm_cuda_check(cudaMemsetAsync(fm_tensor_data(dw), 0, fm_tensor_nbytes(dw), s), fm_cuda_op_name(c)) : FM_OK;
+        if (!zst && db) zst = fm_cuda_check(cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s), fm_cuda_op_name(c));
+        if (zst) return zst;
         if (M == 0 || N == 0) return fm_cuda_check_launch(fm_cuda_op_name(c));
     }
     const void *dyp = dy ? fm_tensor_data(dy) : NULL, *dsp = ds ? fm_tensor_data(ds) : NULL, *wp = w ? fm_tensor_data(w) : NULL;
@@ -299,13 +301,13 @@ static fm_status k_add_ln_bwd(const fm_op_call *c) {
         add_ln_bwd_rows<float><<<(unsigned)M, th, 0, s>>>(dyp, dsp, fm_tensor_data(sm), wp, fm_tensor_data(mean), fm_tensor_data(rstd),
                                                           fm_tensor_data(g), dt, rstd->dtype, N);
     if (dy && (dw || db)) {
-        const int64_t chunks = (M + FZ_ROW_CHUNK - 1) / FZ_ROW_CHUNK;
+        const int64_t rc = fm_cuda_chunk_rows(M, FZ_ROW_CHUNK), chunks = (M + rc - 1) / rc;
         double *part = (double *)fm_cuda_scratch_alloc((size_t)(2 * chunks * N) * sizeof(double));
         if (!part) return fm_last_status();
         double *pw = dw ? part : NULL, *pb = db ? part + chunks * N : NULL;
         dim3 grid((unsigned)((N + 127) / 128), (unsigned)chunks);
         add_ln_bwd_partial<<<grid, 128, 0, s>>>(dyp, fm_tensor_data(sm), fm_tensor_data(mean), fm_tensor_data(rstd), dt, rstd->dtype, M,
-                                                N, pw, pb);
+                                                N, rc, pw, pb);
         if (dw) fz_colsum<<<(unsigned)((N + 255) / 256), 256, 0, s>>>(pw, chunks, N, fm_tensor_data(dw), dw->dtype);
         if (db) fz_colsum<<<(unsigned)((N + 255) / 256), 256, 0, s>>>(pb, chunks, N, fm_tensor_data(db), db->dtype);
         fm_cuda_scratch_free(part);

@@ -49,18 +49,22 @@ static fm_status first_bad(const fm_op_call *c, const fm_tensor *idx, int64_t S,
     unsigned long long *flag = (unsigned long long *)fm_cuda_scratch_alloc(8), h = 0;
     if (!flag) return fm_last_status();
     cudaStream_t s = fm_cuda_stream();
-    cudaMemsetAsync(flag, 0xff, 8, s);
-    find_bad<<<fm_cuda_blocks(n, 256), 256, 0, s>>>(fm_tensor_data(idx), idx->dtype, n, S, flag);
-    fm_status st = fm_cuda_check(cudaMemcpyAsync(&h, flag, 8, cudaMemcpyDeviceToHost, s), fm_cuda_op_name(c));
+    fm_status st = fm_cuda_check(cudaMemsetAsync(flag, 0xff, 8, s), fm_cuda_op_name(c));
+    if (!st) {
+        find_bad<<<fm_cuda_blocks(n, 256), 256, 0, s>>>(fm_tensor_data(idx), idx->dtype, n, S, flag);
+        st = fm_cuda_check_launch(fm_cuda_op_name(c));
+    }
+    if (!st) st = fm_cuda_check(cudaMemcpyAsync(&h, flag, 8, cudaMemcpyDeviceToHost, s), fm_cuda_op_name(c));
     if (!st) st = fm_cuda_check(cudaStreamSynchronize(s), fm_cuda_op_name(c));
     fm_cuda_scratch_free(flag);
     if (st || h == ~0ULL) return st;
     *pos = (int64_t)h - 1;
     size_t es = fm_dtype_size(idx->dtype);
     int64_t v = 0;
-    cudaMemcpy(&v, (const char *)fm_tensor_data(idx) + *pos * (int64_t)es, es, cudaMemcpyDeviceToHost);
+    st = fm_cuda_check(cudaMemcpy(&v, (const char *)fm_tensor_data(idx) + *pos * (int64_t)es, es, cudaMemcpyDeviceToHost),
+                       fm_cuda_op_name(c));
     *val = es == 4 ? (int64_t)(int32_t)v : v;
-    return FM_OK;
+    return st;
 }
 
 static fm_status index_error(const char *op, int64_t v, int axis, int64_t size) {

@@ -3,11 +3,14 @@
  * Norms: one block per row of the contiguous [M, N] view, statistics in double.
  * Weight/bias gradients sum over rows in two deterministic stages: partial sums
  * over fixed chunks of rows, then the chunks in order (no atomics, so results
- * repeat bit for bit). Embedding backward gives each thread a column of the
- * weight gradient and walks every index, for the same reason. Dropout draws
+ * repeat bit for bit); chunks grow past 65535 * 64 rows so the grid stays valid.
+ * Embedding backward sorts the indices stably (cub) and sums each row's positions
+ * in order, for the same reason, in parallel over rows and columns. Dropout draws
  * from Philox at (seed, offset + i/4, lane i%4), exactly the CPU's stream, so
- * a mask is identical on both devices. Bad indices raise a flag that is read
- * back after the launch and reported like the CPU's error. */
+ * a mask is identical on both devices. Bad indices lower a deferred-check word
+ * (deferred.cu) reported like the CPU's error at the step's next host read. */
+#include <climits>
+#include <cub/cub.cuh>
 #include <math.h>
 
 #include "backend/cuda/cuda_device.h"
@@ -78,10 +81,10 @@ __global__ void norm_bwd_dx(const void *dy, const void *x, const void *w, const 
 
 /* partial[chunk, col] for dweight (k = 0) and dbias (k = 1). */
 __global__ void norm_bwd_partial(const void *dy, const void *x, const void *mean, const void *rstd, int dt, int sdt,
-                                 int64_t M, int64_t N, double *pw, double *pb) {
+                                 int64_t M, int64_t N, int64_t rc, double *pw, double *pb) {
     int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (col >= N) return;
-    int64_t r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < M ? r0 + ROW_CHUNK : M;
+    int64_t r0 = chunk * rc, r1 = r0 + rc < M ? r0 + rc : M;
     double sw = 0, sb = 0;
     for (int64_t r = r0; r < r1; r++) {
         double g = fm_ld<double>(dy, dt, r * N + col);
@@ -133,8 +136,9 @@ static fm_status norm_bwd_k(const fm_op_call *c, int rms) {
     int64_t M = fm_tensor_numel(rstd), N = M ? fm_tensor_numel(x) / M : 0;
     cudaStream_t s = fm_cuda_stream();
     if (M == 0 || N == 0) {
-        if (dw) cudaMemsetAsync(fm_tensor_data(dw), 0, fm_tensor_nbytes(dw), s);
-        if (db) cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s);
+        fm_status zst = dw ? fm_cuda_check(cudaMemsetAsync(fm_tensor_data(dw), 0, fm_tensor_nbytes(dw), s), fm_cuda_op_name(c)) : FM_OK;
+        if (!zst && db) zst = fm_cuda_check(cudaMemsetAsync(fm_tensor_data(db), 0, fm_tensor_nbytes(db), s), fm_cuda_op_name(c));
+        if (zst) return zst;
         return fm_cuda_check_launch(fm_cuda_op_name(c));
     }
     const void *wp = w ? fm_tensor_data(w) : NULL, *mp = mean ? fm_tensor_data(mean) : NULL;
@@ -144,12 +148,12 @@ static fm_status norm_bwd_k(const fm_op_call *c, int rms) {
         else norm_bwd_dx<float><<<(unsigned)M, th, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), wp, mp, fm_tensor_data(rstd), fm_tensor_data(dx), dt, rstd->dtype, N, rms);
     }
     if (dw || db) {
-        int64_t chunks = (M + ROW_CHUNK - 1) / ROW_CHUNK;
+        const int64_t rc = fm_cuda_chunk_rows(M, ROW_CHUNK), chunks = (M + rc - 1) / rc;
         double *part = (double *)fm_cuda_scratch_alloc((size_t)(2 * chunks * N) * sizeof(double));
         if (!part) return fm_last_status();
         double *pw = dw ? part : NULL, *pb = db ? part + chunks * N : NULL;
         dim3 grid((unsigned)((N + 127) / 128), (unsigned)chunks);
-        norm_bwd_partial<<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), mp, fm_tensor_data(rstd), dt, rstd->dtype, M, N, pw, pb);
+        norm_bwd_partial<<<grid, 128, 0, s>>>(fm_tensor_data(dy), fm_tensor_data(x), mp, fm_tensor_data(rstd), dt, rstd->dtype, M, N, rc, pw, pb);
         if (dw) colsum_finish<<<(unsigned)((N + 255) / 256), 256, 0, s>>>(pw, chunks, N, fm_tensor_data(dw), dw->dtype);
         if (db) colsum_finish<<<(unsigned)((N + 255) / 256), 256, 0, s>>>(pb, chunks, N, fm_tensor_data(db), db->dtype);
         fm_cuda_scratch_free(part);
@@ -183,48 +187,49 @@ __global__ void embedding_fwd(const void *w, int dt, const void *idx, int idt, i
     }
 }
 
-/* One thread per column d: walks every index in order (deterministic, no atomics).
- * Rows are accumulated in f32 scratch, then written in the weight dtype. */
-__global__ void embedding_bwd(const void *dy, int dt, const void *idx, int idt, int64_t n, int64_t V, int64_t D, float *acc) {
-    int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (d >= D) return;
-    for (int64_t i = 0; i < n; i++) {
+/* The backward is parallel and deterministic without atomics: the (index, position)
+ * pairs are sorted stably by index (cub's radix sort), each index's run of positions
+ * is found, and one block per vocabulary row sums its positions' rows of dy in
+ * position order (f32 accumulation, as the CPU), threads across D. A row no index
+ * names gets 0. A bad index (its check is deferred) sorts into bucket V, which no
+ * row reads. */
+__global__ void emb_keys(const void *idx, int idt, int64_t n, int64_t V, unsigned long long *keys, int64_t *pos) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t v = index_at(idx, idt, i);
-        if (v >= 0 && v < V) acc[v * D + d] += fm_ld<float>(dy, dt, i * D + d);
+        keys[i] = (unsigned long long)(v >= 0 && v < V ? v : V); /* a bad index (reported later): bucket V, never read */
+        pos[i] = i;
     }
 }
-__global__ void f32_to_dtype(const float *src, void *dst, int dt, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        fm_st<float>(dst, dt, i, src[i]);
+__global__ void emb_runs(const unsigned long long *keys, int64_t n, int64_t *start, int64_t *end) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned long long k = keys[i];
+        if (i == 0 || keys[i - 1] != k) start[k] = i;
+        if (i == n - 1 || keys[i + 1] != k) end[k] = i + 1;
+    }
+}
+__global__ void emb_rows(const void *dy, int dt, const int64_t *pos, const int64_t *start, const int64_t *end, int64_t V,
+                         int64_t D, void *dw, int wdt) {
+    for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
+        const int64_t a = start[v], b = end[v];
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float acc = 0;
+            for (int64_t k = a; k < b; k++) acc += fm_ld<float>(dy, dt, pos[k] * D + d);
+            fm_st<float>(dw, wdt, v * D + d, acc);
+        }
+    }
 }
 
-static fm_status check_flag_idx(const fm_op_call *c, const fm_tensor *idx, int64_t V, unsigned long long *flag) {
-    unsigned long long h = 0;
-    cudaStream_t s = fm_cuda_stream();
-    fm_status st = fm_cuda_check(cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, s), fm_cuda_op_name(c));
-    if (!st) st = fm_cuda_check(cudaStreamSynchronize(s), fm_cuda_op_name(c));
-    if (st || h == ~0ULL) return st;
-    int64_t pos = (int64_t)h - 1, bad = 0;
-    size_t es = fm_dtype_size(idx->dtype);
-    cudaMemcpy(&bad, (const char *)fm_tensor_data(idx) + pos * (int64_t)es, es, cudaMemcpyDeviceToHost);
-    if (es == 4) bad = (int64_t)(int32_t)bad;
-    return fm_set_error(FM_ERR_INVALID, "%s: index %lld at position %lld is out of range [0, %lld)", fm_cuda_op_name(c),
-                        (long long)bad, (long long)pos, (long long)V);
-}
-
+/* Queues the indices' range check (deferred.cu): a bad one is reported at the next host
+ * read; the kernels below skip it meanwhile (forward: a zero row; backward: no row). */
 static fm_status validate_indices(const fm_op_call *c, const fm_tensor *idx, int64_t V) {
     if (idx->dtype != FM_I64 && idx->dtype != FM_I32)
         return fm_set_error(FM_ERR_INVALID, "%s: index dtype %s must be i64 or i32", fm_cuda_op_name(c), fm_dtype_name(idx->dtype));
     int64_t n = fm_tensor_numel(idx);
     if (n == 0) return FM_OK;
-    unsigned long long *flag = (unsigned long long *)fm_cuda_scratch_alloc(sizeof *flag);
+    unsigned long long *flag = fm_cuda_defer_index_check(fm_cuda_op_name(c), "index", idx, V);
     if (!flag) return fm_last_status();
-    cudaStream_t s = fm_cuda_stream();
-    cudaMemsetAsync(flag, 0xff, sizeof *flag, s);
-    check_indices<<<fm_cuda_blocks(n, 256), 256, 0, s>>>(fm_tensor_data(idx), idx->dtype, n, V, flag);
-    fm_status st = check_flag_idx(c, idx, V, flag);
-    fm_cuda_scratch_free(flag);
-    return st;
+    check_indices<<<fm_cuda_blocks(n, 256), 256, 0, fm_cuda_stream()>>>(fm_tensor_data(idx), idx->dtype, n, V, flag);
+    return fm_cuda_check_launch(fm_cuda_op_name(c));
 }
 
 static fm_status k_embedding(const fm_op_call *c) {
@@ -245,14 +250,37 @@ static fm_status k_embedding_bwd(const fm_op_call *c) {
     int64_t V = dw->shape[0], D = dw->shape[1], n = fm_tensor_numel(idx);
     fm_status st = validate_indices(c, idx, V);
     if (st) return st;
+    if (V * D == 0) return FM_OK;
+    if (n > INT_MAX) return fm_set_error(FM_ERR_UNSUPPORTED, "embedding_backward: %lld indices (the sort takes at most %d)", (long long)n, INT_MAX);
     cudaStream_t s = fm_cuda_stream();
-    float *acc = (float *)fm_cuda_scratch_alloc((size_t)(V * D) * sizeof(float));
-    if (!acc) return fm_last_status();
-    cudaMemsetAsync(acc, 0, (size_t)(V * D) * sizeof(float), s);
-    if (n && D) embedding_bwd<<<(unsigned)((D + 127) / 128), 128, 0, s>>>(fm_tensor_data(dy), dy->dtype, fm_tensor_data(idx), idx->dtype, n, V, D, acc);
-    if (V * D) f32_to_dtype<<<fm_cuda_blocks(V * D, 256), 256, 0, s>>>(acc, fm_tensor_data(dw), dw->dtype, V * D);
-    fm_cuda_scratch_free(acc);
-    return fm_cuda_check_launch("embedding_backward");
+    int bits = 1;
+    while (bits < 63 && ((int64_t)1 << bits) <= V) bits++; /* the keys' significant bits (0..V) */
+    const size_t nn = (size_t)(n ? n : 1);
+    char *buf = (char *)fm_cuda_scratch_alloc(4 * nn * 8 + 2 * (size_t)(V + 1) * 8);
+    if (!buf) return fm_last_status();
+    unsigned long long *k_in = (unsigned long long *)buf, *k_out = k_in + nn;
+    int64_t *p_in = (int64_t *)(k_out + nn), *p_out = p_in + nn, *start = p_out + nn, *end = start + V + 1;
+    void *tmp = NULL;
+    size_t tmp_bytes = 0;
+    st = fm_cuda_check(cudaMemsetAsync(start, 0, 2 * (size_t)(V + 1) * 8, s), "embedding_backward");
+    if (!st && n) {
+        emb_keys<<<fm_cuda_blocks(n, 256), 256, 0, s>>>(fm_tensor_data(idx), idx->dtype, n, V, k_in, p_in);
+        st = fm_cuda_check(cub::DeviceRadixSort::SortPairs(NULL, tmp_bytes, k_in, k_out, p_in, p_out, (int)n, 0, bits, s),
+                           "embedding_backward (sort size)");
+        if (!st && !(tmp = fm_cuda_scratch_alloc(tmp_bytes ? tmp_bytes : 1))) st = fm_last_status();
+        if (!st)
+            st = fm_cuda_check(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, k_in, k_out, p_in, p_out, (int)n, 0, bits, s),
+                               "embedding_backward (sort)");
+        if (!st) emb_runs<<<fm_cuda_blocks(n, 256), 256, 0, s>>>(k_out, n, start, end);
+    }
+    if (!st) {
+        unsigned rows = (unsigned)(V < 65535LL * 32 ? V : 65535LL * 32);
+        emb_rows<<<rows, D >= 256 ? 256 : 128, 0, s>>>(fm_tensor_data(dy), dy->dtype, p_out, start, end, V, D, fm_tensor_data(dw), dw->dtype);
+        st = fm_cuda_check_launch("embedding_backward");
+    }
+    if (tmp) fm_cuda_scratch_free(tmp);
+    fm_cuda_scratch_free(buf);
+    return st;
 }
 
 /* ---- dropout ---- */

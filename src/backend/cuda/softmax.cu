@@ -2,9 +2,10 @@
  * (+ backward) and MSE. One block per row of the (contiguous) last axis.
  * Cross-entropy never materializes probabilities: the forward needs max,
  * sum(exp) and sum(x) per row, the backward recomputes exp on the fly.
- * Loss totals are summed by one block in row order, so they are deterministic.
- * Out-of-range targets are an error, as on the CPU: the kernel raises a flag
- * that is read back after the launch (one stream sync per loss call). */
+ * Loss totals are summed by one block (strided rows, then a block reduction: a
+ * fixed order, so they are deterministic). Out-of-range targets are an error, as
+ * on the CPU: the kernel lowers a deferred-check word (deferred.cu) that is read
+ * with the step's next host read, so the loss call itself never waits. */
 #include <math.h>
 
 #include "backend/cuda/cuda_device.h"
@@ -112,14 +113,19 @@ __global__ void ce_finish(const double *row_loss, const void *tg, int tdt, int64
         for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) fm_st<double>(out, out_dt, r, row_loss[r]);
         return;
     }
-    if (threadIdx.x != 0) return;
-    double s = 0;
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; r++) {
+    /* the block's threads take strided rows, then a block reduction: a fixed order for a
+     * fixed launch (256 threads), so the result is deterministic, and no serial loop */
+    __shared__ double sh[32];
+    double s = 0, count = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
         s += row_loss[r];
         count += target_at(tg, tdt, r) != ignore;
     }
-    if (reduction == FM_REDUCE_MEAN) s /= (double)count;
+    s = fm_block_sum<double>(s, sh);
+    __syncthreads(); /* sh is reused */
+    count = fm_block_sum<double>(count, sh);
+    if (threadIdx.x != 0) return;
+    if (reduction == FM_REDUCE_MEAN) s /= count;
     fm_st<double>(out, out_dt, 0, s);
 }
 
@@ -157,24 +163,6 @@ __global__ void ce_bwd_rows(const void *g, int gdt, int g_per_row, const double 
     }
 }
 
-/* Reads the bad-target flag back; the one synchronization of a loss call. */
-static fm_status check_flag(const fm_op_call *c, unsigned long long *dflag, const fm_tensor *tg) {
-    unsigned long long h = 0;
-    cudaStream_t s = fm_cuda_stream();
-    fm_status st = fm_cuda_check(cudaMemcpyAsync(&h, dflag, sizeof h, cudaMemcpyDeviceToHost, s), fm_cuda_op_name(c));
-    if (!st) st = fm_cuda_check(cudaStreamSynchronize(s), fm_cuda_op_name(c));
-    if (st) return st;
-    if (h != ~0ULL) {
-        int64_t row = (int64_t)h - 1, bad = 0;
-        size_t es = fm_dtype_size(tg->dtype);
-        cudaMemcpy(&bad, (const char *)fm_tensor_data(tg) + row * (int64_t)es, es, cudaMemcpyDeviceToHost);
-        if (es == 4) bad = (int64_t)(int32_t)bad;
-        return fm_set_error(FM_ERR_INVALID, "%s: target %lld at position %lld is out of range [0, %lld)", fm_cuda_op_name(c),
-                            (long long)bad, (long long)row, (long long)c->in[c->op == FM_OP_CROSS_ENTROPY ? 0 : 1]->shape[c->in[c->op == FM_OP_CROSS_ENTROPY ? 0 : 1]->ndim - 1]);
-    }
-    return FM_OK;
-}
-
 static fm_status k_ce(const fm_op_call *c) {
     const fm_tensor *x = c->in[0], *tg = c->in[1];
     const fm_ce_attrs *a = (const fm_ce_attrs *)c->attrs;
@@ -184,11 +172,11 @@ static fm_status k_ce(const fm_op_call *c) {
         return fm_set_error(FM_ERR_INVALID, "cross_entropy: target dtype %s must be i64 or i32", fm_dtype_name(tg->dtype));
     int64_t C = x->ndim ? x->shape[x->ndim - 1] : 1, rows = fm_tensor_numel(tg);
     cudaStream_t s = fm_cuda_stream();
-    char *scratch = (char *)fm_cuda_scratch_alloc((size_t)(rows ? rows : 1) * sizeof(double) + 16);
-    if (!scratch) return fm_last_status();
-    unsigned long long *flag = (unsigned long long *)scratch;
-    double *row_loss = (double *)(scratch + 16);
-    cudaMemsetAsync(flag, 0xff, sizeof *flag, s);
+    /* a bad target is reported at the next host read (deferred.cu), not waited for here */
+    unsigned long long *flag = fm_cuda_defer_index_check("cross_entropy", "target", tg, C);
+    if (!flag) return fm_last_status();
+    double *row_loss = (double *)fm_cuda_scratch_alloc((size_t)(rows ? rows : 1) * sizeof(double));
+    if (!row_loss) return fm_last_status();
     int th = row_threads(C);
     if (rows > 0) {
         if (dt == FM_F64) ce_fwd_rows<double><<<(unsigned)rows, th, 0, s>>>(fm_tensor_data(x), dt, fm_tensor_data(tg), tg->dtype, C, a->ignore_index, a->label_smoothing, row_loss, flag);
@@ -196,10 +184,8 @@ static fm_status k_ce(const fm_op_call *c) {
     }
     ce_finish<<<1, 256, 0, s>>>(row_loss, fm_tensor_data(tg), tg->dtype, rows, a->ignore_index, (int)a->reduction,
                                 fm_tensor_data(c->out[0]), c->out[0]->dtype);
-    fm_status st = fm_cuda_check_launch("cross_entropy");
-    if (!st) st = check_flag(c, flag, tg);
-    fm_cuda_scratch_free(scratch);
-    return st;
+    fm_cuda_scratch_free(row_loss);
+    return fm_cuda_check_launch("cross_entropy");
 }
 
 static fm_status k_ce_bwd(const fm_op_call *c) {
@@ -210,20 +196,17 @@ static fm_status k_ce_bwd(const fm_op_call *c) {
     int64_t C = x->ndim ? x->shape[x->ndim - 1] : 1, rows = fm_tensor_numel(tg);
     if (rows == 0) return FM_OK;
     cudaStream_t s = fm_cuda_stream();
-    char *scratch = (char *)fm_cuda_scratch_alloc(32);
-    if (!scratch) return fm_last_status();
-    unsigned long long *flag = (unsigned long long *)scratch;
-    double *scale = (double *)(scratch + 16);
-    cudaMemsetAsync(flag, 0xff, sizeof *flag, s);
+    unsigned long long *flag = fm_cuda_defer_index_check("cross_entropy_backward", "target", tg, C);
+    if (!flag) return fm_last_status();
+    double *scale = (double *)fm_cuda_scratch_alloc(sizeof(double));
+    if (!scale) return fm_last_status();
     if (a->reduction == FM_REDUCE_MEAN) count_targets<<<1, 256, 0, s>>>(fm_tensor_data(tg), tg->dtype, rows, a->ignore_index, scale);
     const double *sp = a->reduction == FM_REDUCE_MEAN ? scale : NULL;
     int per_row = a->reduction == FM_REDUCE_NONE, th = row_threads(C);
     if (dt == FM_F64) ce_bwd_rows<double><<<(unsigned)rows, th, 0, s>>>(fm_tensor_data(g), g->dtype, per_row, sp, fm_tensor_data(x), dt, fm_tensor_data(tg), tg->dtype, C, a->ignore_index, a->label_smoothing, fm_tensor_data(c->out[0]), flag);
     else ce_bwd_rows<float><<<(unsigned)rows, th, 0, s>>>(fm_tensor_data(g), g->dtype, per_row, sp, fm_tensor_data(x), dt, fm_tensor_data(tg), tg->dtype, C, a->ignore_index, a->label_smoothing, fm_tensor_data(c->out[0]), flag);
-    fm_status st = fm_cuda_check_launch("cross_entropy_backward");
-    if (!st) st = check_flag(c, flag, tg);
-    fm_cuda_scratch_free(scratch);
-    return st;
+    fm_cuda_scratch_free(scale);
+    return fm_cuda_check_launch("cross_entropy_backward");
 }
 
 /* ---- MSE: fixed grid of partial sums, then one block in order ---- */
