@@ -120,7 +120,7 @@ def main():
     mfu = tok_s * flop_per_tok / (a.peak_tflops * 1e12)
     print(json.dumps({
         "bench": "gpt2_124m_train", "side": "torch", "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-        "compile": not a.no_compile, "tf32": a.tf32, "batch": a.batch, "seq": a.seq, "params": n_params,
+        "compile": not a.no_compile, "tf32": a.tf32, "batch": a.batch, "seq": a.seq, "vocab": a.vocab, "params": n_params,
         "steps": a.steps, "tokens_per_s": round(tok_s, 1), "mfu": round(mfu, 4),
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3) if dev == "cuda" else None,
         "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),

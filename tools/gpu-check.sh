@@ -8,8 +8,13 @@
 # idle % from them), then the GPU benchmarks (matmul, attention,
 # elementwise, cross-entropy, conv2d fwd/bwd, batch norm, max pool, pinned vs
 # pageable uploads) side by side with
-# PyTorch on the same GPU, and prints a short table last. Full logs go to $OUT
-# (or a temporary folder). Budget: about 8 minutes on an H200.
+# PyTorch on the same GPU; then training through the CLI (tools/gpu-check-train.sh):
+# fashion-mlp, fashion-cnn and a small GPT with `fathom train --device cuda`, their
+# loss curves against the CPU's (NMSE <= 1e-3 each), and GPT-2 124M-shaped bf16
+# training against PyTorch torch.compile (bench/bench_gpt2_gpu.py: tokens/s, MFU, peak
+# memory). Prints one summary last; any failure or mismatch makes the exit status 1
+# and is named there. Full logs go to $OUT (or a temporary folder). Budget: under 10
+# minutes on an H200 (GPU_CHECK_TRAIN=0 skips the training half).
 # On a machine without a GPU it stops at once with "no CUDA device: <reason>".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,10 +80,22 @@ else
   log "no PyTorch here: peer column empty"; : >"$OUT/bench_torch.jsonl"
 fi
 
+# ---- training through the CLI, curves vs the CPU, GPT-2 shape vs PyTorch ----
+train="skipped (GPU_CHECK_TRAIN=0)"
+if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
+  t0=$SECONDS
+  if timeout 420 bash "$ROOT/tools/gpu-check-train.sh" "$BUILD/fathom" cuda "$OUT/train" >"$OUT/train.log" 2>&1; then
+    train="pass"
+  else
+    train="FAIL (rc $?; $OUT/train/train_summary.txt)"; status=1
+  fi
+  log "training check: $train ($((SECONDS - t0)) s)"
+fi
+
 # ---- the table ----
-$PY - "$OUT" "$conf" "$prof" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" "$train" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf, prof = sys.argv[1], sys.argv[2], sys.argv[3]
+out, conf, prof, train = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -105,5 +122,10 @@ for name, r in f.items():
     print(f"{name:44s} {m:8s} {r['fathom']:>10} {p if p is not None else '-':>10} {ratio:>12s}")
 if "allocator" in f:
     print("allocator:", {k: v for k, v in f["allocator"].items() if k != "bench"})
+print(f"training through the CLI (tools/gpu-check-train.sh): {train}")
+ts = os.path.join(out, "train", "train_summary.txt")
+if os.path.exists(ts):
+    print(open(ts).read().rstrip())
 PYEOF
+if ((status)); then echo "gpu-check: FAILED (see the lines marked FAIL above; logs in $OUT)"; else echo "gpu-check: all passed"; fi
 exit $status
