@@ -61,7 +61,8 @@ def run(a, clients):
                 if not jobs:
                     return
                 k = jobs.pop(0)
-            res.append(one(a.port, a.model, PROMPTS[k % len(PROMPTS)], a.max_tokens, k, not a.no_stream))
+            prompt = " ".join([PROMPTS[k % len(PROMPTS)]] * a.prompt_repeat)
+            res.append(one(a.port, a.model, prompt, a.max_tokens, k, not a.no_stream))
     m0 = metrics(a.metrics_port, a.model)
     t0 = time.perf_counter()
     th = [threading.Thread(target=worker) for _ in range(clients)]
@@ -94,11 +95,15 @@ def main():
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--no-stream", action="store_true", help="whole responses (the client does less work per token)")
+    p.add_argument("--prompt-repeat", type=int, default=1, help="each prompt repeated this many times (long prompts: prefill)")
+    p.add_argument("--concurrent-only", action="store_true", help="skip the one-at-a-time run (and the ratio)")
     a = p.parse_args()
     if not 1 <= a.clients <= 64 or not 1 <= a.requests <= 256:
         sys.exit("bench_serve_text: keep --clients in [1, 64] and --requests in [1, 256]")
     conc = run(a, a.clients)
     print(json.dumps(conc), flush=True)
+    if a.concurrent_only:
+        return
     seq = run(a, 1)
     print(json.dumps(seq), flush=True)
     print(json.dumps({"speedup": round(conc["tokens_per_s"] / seq["tokens_per_s"], 2)}))

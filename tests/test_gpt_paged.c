@@ -96,6 +96,52 @@ static void check_arch(fm_gpt_arch arch) {
     fm_gpt_free(m);
 }
 
+/* Prefill: prompts fed in chunks (one forward each) alongside a decoding sequence
+ * give the full forward's logits for each sequence's last token; blocks follow. */
+static void check_prefill(fm_gpt_arch arch) {
+    fm_gpt_config c = tiny(arch);
+    fm_rng r;
+    fm_rng_init(&r, 11);
+    fm_gpt *m = fm_gpt_new(&c, &r);
+    fm_gpt_train_mode(m, false);
+    const int32_t a[14] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7}, b[9] = {2, 7, 1, 8, 2, 8, 1, 8, 28};
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 7, 4, 2);
+    float lg[2 * 64];
+    int sa = fm_gpt_paged_open(p), sb = fm_gpt_paged_open(p);
+    double worst = 0;
+    /* step 1: A's first 7 prompt tokens in one chunk; step 2: A's next 5 with B's first 1;
+     * step 3: A decodes 1 while B prefills 8; step 4: both 1 */
+    const int plan[4][2] = {{7, 0}, {5, 1}, {1, 8}, {1, 0}};
+    int fa = 0, fb = 0;
+    for (int st = 0; st < 4; st++) {
+        int seqs[2], cnt[2], n = 0;
+        int32_t tk[16];
+        int k = 0;
+        if (plan[st][0]) { seqs[n] = sa; cnt[n++] = plan[st][0]; for (int i = 0; i < plan[st][0]; i++) tk[k++] = a[fa + i]; }
+        if (plan[st][1]) { seqs[n] = sb; cnt[n++] = plan[st][1]; for (int i = 0; i < plan[st][1]; i++) tk[k++] = b[fb + i]; }
+        CHECK(fm_gpt_paged_step_n(m, p, n, seqs, cnt, tk, lg) == FM_OK);
+        fa += plan[st][0];
+        fb += plan[st][1];
+        int i = 0;
+        if (plan[st][0]) { double d = diff_vs_full(m, a, fa, lg + (size_t)(i++) * 64); worst = d > worst ? d : worst; }
+        if (plan[st][1]) { double d = diff_vs_full(m, b, fb, lg + (size_t)i * 64); worst = d > worst ? d : worst; }
+    }
+    CHECK_MSG(worst < 1e-4, "%s: chunked prefill logits differ from the full forward by %g", fm_gpt_arch_name(arch), worst);
+    CHECK(fm_gpt_paged_len(p, sa) == 14 && fm_gpt_paged_len(p, sb) == 9);
+    CHECK_MSG(fm_gpt_paged_free_blocks(p) == 7 - 4 - 3, "free blocks %d", fm_gpt_paged_free_blocks(p));
+    /* past the context (16): refused, nothing taken */
+    CHECK(fm_gpt_paged_step_n(m, p, 1, &sa, (int[]){3}, a, lg) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("context size 16");
+    /* a chunk needing a block when none is free: refused, nothing taken */
+    CHECK(fm_gpt_paged_step_n(m, p, 1, &sb, (int[]){7}, a, lg) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("1 blocks needed, 0 free");
+    CHECK(fm_gpt_paged_free_blocks(p) == 0 && fm_gpt_paged_len(p, sb) == 9);
+    CHECK(fm_gpt_paged_step_n(m, p, 1, &sb, (int[]){3}, a, lg) == FM_OK); /* fits in B's last block */
+    CHECK(fm_gpt_paged_step_n(m, p, 1, &sb, (int[]){0}, a, lg) == FM_ERR_INVALID);
+    fm_gpt_paged_free(p);
+    fm_gpt_free(m);
+}
+
 /* Two blocks only: a third sequence's first token cannot be cached. */
 static void check_exhaustion(void) {
     fm_gpt_config c = tiny(FM_GPT_GPT2);
@@ -140,6 +186,8 @@ static void check_moved_model(void) {
 int main(void) {
     check_arch(FM_GPT_GPT2);
     check_arch(FM_GPT_LLAMA);
+    check_prefill(FM_GPT_GPT2);
+    check_prefill(FM_GPT_LLAMA);
     check_exhaustion();
     check_moved_model();
     TEST_DONE();

@@ -107,7 +107,12 @@ void fm_gpt_paged_close(fm_gpt_paged *p, int seq) {
     p->len[seq] = -1;
 }
 
-int fm_gpt_paged_need(const fm_gpt_paged *p, int seq) { return p->len[seq] / p->BT >= p->n_alloc[seq] ? 1 : 0; }
+int fm_gpt_paged_need_n(const fm_gpt_paged *p, int seq, int k) {
+    int64_t blocks = (p->len[seq] + k + p->BT - 1) / p->BT;
+    return blocks > p->n_alloc[seq] ? (int)(blocks - p->n_alloc[seq]) : 0;
+}
+
+int fm_gpt_paged_need(const fm_gpt_paged *p, int seq) { return fm_gpt_paged_need_n(p, seq, 1); }
 
 /* Position t of sequence s, layer l, kv head g: the cached key (or value). */
 static float *slot(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g) {
@@ -140,14 +145,17 @@ static float dot(const float *a, const float *b, int D) {
     return s;
 }
 
-/* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: caches k/v at each sequence's position
- * and attends over its positions 0..pos. */
-static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, float *qkv, float *att, float *scores) {
+/* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: row i is sequence seqs[i] at position
+ * pos[i]; it caches its k/v there and attends over positions 0..pos[i]. A
+ * sequence's rows come in position order, so a prompt chunk's later rows see the
+ * earlier rows' keys (causal attention within the chunk). */
+static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, const int64_t *poss, float *qkv,
+                   float *att, float *scores) {
     const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
     const float scale = 1.0f / sqrtf((float)D);
     for (int i = 0; i < n; i++) {
         int s = seqs[i];
-        int64_t pos = p->len[s];
+        int64_t pos = poss[i];
         float *q = qkv + (size_t)i * W, *k = q + H * D, *v = k + KV * D;
         if (m->cfg.arch == FM_GPT_LLAMA) {
             for (int h = 0; h < H; h++) rope_vec(m, q + h * D, D, pos);
@@ -199,14 +207,15 @@ static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
 }
 
 /* One block on x [n, C]; returns the new residual stream. */
-static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, int n, const int *seqs, float *scores) {
+static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, int n, const int *seqs,
+                              const int64_t *pos, float *scores) {
     gpt_layer *L = &m->layers[l];
     const int H = p->H, D = p->D;
     fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *att = NULL, *r = NULL;
     if (!h || !upd(&h, fm_linear(h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
     att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, fm_tensor_device(h)); /* the host: see the step */
     if (!att) goto fail;
-    attend(m, p, l, n, seqs, fm_tensor_data(h), fm_tensor_data(att), scores);
+    attend(m, p, l, n, seqs, pos, fm_tensor_data(h), fm_tensor_data(att), scores);
     if (!upd(&att, fm_linear(att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
     if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, fm_linear(h, L->fc_w, L->fc_b)) ||
         !upd(&h, mlp_act(m, h)) || !upd(&h, fm_linear(h, L->fc2_w, L->fc2_b)))
@@ -219,54 +228,103 @@ fail:
     return NULL;
 }
 
-fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits) {
+/* Checks a step's arguments and takes the blocks it needs (all or none). */
+static fm_status reserve(const fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int *counts, const int32_t *tokens) {
     /* attention reads the activations through host pointers: a model moved off the CPU
      * after its cache was made (fm_gpt_to) is refused rather than read wrongly */
     if (fm_tensor_device(m->wte).type != FM_DEV_CPU)
         return fm_set_error(FM_ERR_UNSUPPORTED, "paged step: paged decoding runs on the CPU; the model was moved to "
                                                 "another device (fm_gpt_to(m, cpu) first)");
-    int need = 0;
+    int need = 0, r = 0;
     for (int i = 0; i < n; i++) {
-        if (seqs[i] < 0 || seqs[i] >= p->max_seqs || p->len[seqs[i]] < 0)
-            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is not open", seqs[i]);
-        if (p->len[seqs[i]] >= p->block_size)
-            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is at the context size %d", seqs[i], p->block_size);
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
-            return fm_set_error(FM_ERR_INVALID, "paged step: token id %d outside the vocabulary", tokens[i]);
+        int s = seqs[i];
+        if (s < 0 || s >= p->max_seqs || p->len[s] < 0)
+            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is not open", s);
+        if (counts[i] < 1) return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d is given %d tokens", s, counts[i]);
+        if (p->len[s] + counts[i] > p->block_size)
+            return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d at %lld tokens cannot take %d more (context size %d)",
+                                s, (long long)p->len[s], counts[i], p->block_size);
+        for (int k = 0; k < counts[i]; k++, r++)
+            if (tokens[r] < 0 || tokens[r] >= m->cfg.vocab_size)
+                return fm_set_error(FM_ERR_INVALID, "paged step: token id %d outside the vocabulary", tokens[r]);
         for (int j = 0; j < i; j++)
-            if (seqs[j] == seqs[i]) return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d given twice", seqs[i]);
-        need += fm_gpt_paged_need(p, seqs[i]);
+            if (seqs[j] == s) return fm_set_error(FM_ERR_INVALID, "paged step: sequence %d given twice", s);
+        need += fm_gpt_paged_need_n(p, s, counts[i]);
     }
     if (need > p->n_free) return fm_set_error(FM_ERR_OOM, "paged cache: %d blocks needed, %d free", need, p->n_free);
     for (int i = 0; i < n; i++)
-        if (fm_gpt_paged_need(p, seqs[i])) p->table[seqs[i]][p->n_alloc[seqs[i]]++] = p->free_list[--p->n_free];
+        for (int k = fm_gpt_paged_need_n(p, seqs[i], counts[i]); k > 0; k--)
+            p->table[seqs[i]][p->n_alloc[seqs[i]]++] = p->free_list[--p->n_free];
+    return FM_OK;
+}
+
+/* x [R, C] -> [n, C]: the rows at last[0..n) (each sequence's last token). */
+static fm_tensor *gather_rows(fm_tensor *x, int n, const int *last) {
+    fm_tensor *xc = fm_contiguous(x);
+    int64_t C = x->shape[1];
+    fm_tensor *y = xc ? fm_tensor_empty(2, (int64_t[]){n, C}, FM_F32, fm_tensor_device(xc)) : NULL; /* the host: see the step */
+    if (y) {
+        const float *src = fm_tensor_data(xc);
+        float *dst = fm_tensor_data(y);
+        for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * C, src + (size_t)last[i] * C, sizeof(float) * (size_t)C);
+    }
+    fm_tensor_release(xc);
+    return y;
+}
+
+fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits) {
+    int *ones = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!ones) return fm_set_error(FM_ERR_OOM, "paged step: out of host memory");
+    for (int i = 0; i < n; i++) ones[i] = 1;
+    fm_status st = fm_gpt_paged_step_n(m, p, n, seqs, ones, tokens, logits);
+    free(ones);
+    return st;
+}
+
+fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int *counts, const int32_t *tokens,
+                              float *logits) {
+    fm_status st = reserve(m, p, n, seqs, counts, tokens);
+    if (st != FM_OK) return st;
+    int R = 0;
+    for (int i = 0; i < n; i++) R += counts[i];
     bool prev = fm_set_grad_enabled(false);
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n * 2);
+    /* per row: token id, position (as i64 for the embeddings), sequence; per sequence: its last row */
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)R * 2);
+    int *rseq = malloc(sizeof(int) * ((size_t)R + (size_t)n));
     float *scores = malloc(sizeof(float) * (size_t)p->block_size);
     fm_tensor *x = NULL, *t = NULL, *pe = NULL;
-    fm_status st = FM_OK;
-    if (!ids || !scores) { st = fm_set_error(FM_ERR_OOM, "paged step: out of host memory"); goto done; }
-    for (int i = 0; i < n; i++) { ids[i] = tokens[i]; ids[n + i] = p->len[seqs[i]]; }
-    t = fm_tensor_from_data(ids, 1, (int64_t[]){n}, FM_I64);
+    if (!ids || !rseq || !scores) { st = fm_set_error(FM_ERR_OOM, "paged step: out of host memory"); goto done; }
+    int *last = rseq + R;
+    for (int i = 0, r = 0; i < n; i++) {
+        for (int k = 0; k < counts[i]; k++, r++) {
+            ids[r] = tokens[r];
+            ids[R + r] = p->len[seqs[i]] + k;
+            rseq[r] = seqs[i];
+        }
+        last[i] = r - 1;
+    }
+    t = fm_tensor_from_data(ids, 1, (int64_t[]){R}, FM_I64);
     x = t ? fm_embedding(m->wte, t) : NULL;
     if (x && m->cfg.arch == FM_GPT_GPT2) {
-        fm_tensor *pt = fm_tensor_from_data(ids + n, 1, (int64_t[]){n}, FM_I64);
+        fm_tensor *pt = fm_tensor_from_data(ids + R, 1, (int64_t[]){R}, FM_I64);
         pe = pt ? fm_embedding(m->wpe, pt) : NULL;
         fm_tensor_release(pt);
         upd(&x, pe ? fm_add(x, pe) : NULL);
     }
-    for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, n, seqs, scores));
+    for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, R, rseq, ids + R, scores));
+    if (x && R > n) upd(&x, gather_rows(x, n, last)); /* the head only for the tokens that get sampled */
     if (x && upd(&x, norm(m, x, m->lnf_w, m->lnf_b)) && upd(&x, fm_linear(x, m->wte, NULL)))
         st = fm_tensor_copy_to_host(x, logits, FM_F32);
     else
         st = fm_last_status();
     if (st == FM_OK)
-        for (int i = 0; i < n; i++) p->len[seqs[i]]++;
+        for (int i = 0; i < n; i++) p->len[seqs[i]] += counts[i];
 done:
-    /* on failure a block taken above stays in its sequence's table (len unchanged), so
-     * fm_gpt_paged_need is 0 for it next time: nothing leaks */
+    /* on failure the blocks taken stay in their sequences' tables (len unchanged), so
+     * fm_gpt_paged_need_n counts them as held next time: nothing leaks */
     fm_tensor_release_n(3, x, t, pe);
     free(ids);
+    free(rseq);
     free(scores);
     fm_set_grad_enabled(prev);
     return st;

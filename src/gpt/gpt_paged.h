@@ -3,9 +3,11 @@
  *
  * The cache is a pool of blocks of `block_tokens` positions per layer; each
  * sequence holds a table of the blocks it uses, so memory follows the tokens
- * actually cached, not block_size per sequence. One step feeds one token to
- * each of n sequences (each at its own position) and returns their logits:
- * sequences join and leave between steps. */
+ * actually cached, not block_size per sequence. One step feeds one or more
+ * tokens to each of n sequences (each at its own position: a decoding sequence
+ * takes one, a prompt being prefilled a chunk) as one batch through the linear
+ * layers, and returns each sequence's last logits: sequences join and leave
+ * between steps. */
 #ifndef FATHOM_GPT_PAGED_H
 #define FATHOM_GPT_PAGED_H
 #include "fathom/gpt.h"
@@ -22,10 +24,16 @@ int fm_gpt_paged_block_tokens(const fm_gpt_paged *p);
 int fm_gpt_paged_open(fm_gpt_paged *p);
 void fm_gpt_paged_close(fm_gpt_paged *p, int seq);
 int64_t fm_gpt_paged_len(const fm_gpt_paged *p, int seq);
-/* Blocks a sequence still needs before it can cache one more token (0 or 1). */
+/* Blocks a sequence still needs before it can cache one more token (0 or 1), or k more. */
 int fm_gpt_paged_need(const fm_gpt_paged *p, int seq);
+int fm_gpt_paged_need_n(const fm_gpt_paged *p, int seq, int k);
 /* One step: token[i] appended to seqs[i] at its next position; logits [n, V] (f32)
  * written. Needs one free block per sequence whose last block is full (check
  * fm_gpt_paged_need first); FM_ERR_OOM otherwise, with nothing changed. */
 fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int32_t *tokens, float *logits);
+/* The same with counts[i] >= 1 tokens for seqs[i] (tokens: every sequence's in turn,
+ * in position order; the whole step must fit in the context): a prompt chunk in
+ * one forward. logits [n, V]: each sequence's last token. */
+fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int *counts, const int32_t *tokens,
+                              float *logits);
 #endif

@@ -1,6 +1,7 @@
-/* POST /v1/completions: OpenAI-style text completion on a text-generation model
- * (textgen.c), whole or streamed as server-sent events. Chat completions need a
- * chat template, which no model has yet: /v1/chat/completions says so. */
+/* POST /v1/completions and /v1/chat/completions: OpenAI-style text and chat
+ * completion on a text-generation model (textgen.c), whole or streamed as
+ * server-sent events. Chat messages become one prompt through the model's chat
+ * template (chat_template.h: the configured one or the documented default). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@ typedef struct stream_ctx {
     fm_serve_version *v;
     fm_tg_req *req;
     char id[48];
-    bool sent_done, finished;
+    bool sent_done, finished, chat, sent_role;
     int64_t t0_ns;
 } stream_ctx;
 
@@ -23,9 +24,12 @@ static int parse_params(const json_t *j, fm_tg_params *p, char *err, size_t errn
     p->sample.temperature = 1.0;
     p->sample.top_p = 1.0;
     p->sample.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)p;
-    if ((x = json_object_get(j, "max_tokens")) && (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 100000))
-        return snprintf(err, errn, "\"max_tokens\" must be a whole number in [1, 100000]"), 400;
-    if (x) p->max_tokens = (int)json_integer_value(x);
+    for (int k = 0; k < 2; k++) { /* chat's newer name wins when both are given */
+        const char *key = k ? "max_completion_tokens" : "max_tokens";
+        if ((x = json_object_get(j, key)) && (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 100000))
+            return snprintf(err, errn, "\"%s\" must be a whole number in [1, 100000]", key), 400;
+        if (x) p->max_tokens = (int)json_integer_value(x);
+    }
     if ((x = json_object_get(j, "temperature")) && (!json_is_number(x) || json_number_value(x) < 0 || json_number_value(x) > 100))
         return snprintf(err, errn, "\"temperature\" must be a number in [0, 100] (0: greedy)"), 400;
     if (x) p->sample.temperature = json_number_value(x);
@@ -56,10 +60,23 @@ static int parse_params(const json_t *j, fm_tg_params *p, char *err, size_t errn
     return 0;
 }
 
-static json_t *completion_json(const stream_ctx *sc, const char *text, const char *finish, bool chunk) {
-    json_t *choice = json_pack("{s:s,s:i,s:o}", "text", text, "index", 0, "finish_reason", finish ? json_string(finish) : json_null());
-    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", sc->id, "object", "text_completion", "created",
-                          (json_int_t)time(NULL), "model", sc->v->model, "choices", choice);
+/* A chat choice: "message" (whole) or "delta" (a stream chunk; the first names the role). */
+static json_t *chat_choice(stream_ctx *sc, const char *text, const char *finish, bool chunk) {
+    json_t *msg = json_object();
+    if (!chunk || !sc->sent_role) json_object_set_new(msg, "role", json_string("assistant"));
+    if (!chunk || *text) json_object_set_new(msg, "content", json_string(text));
+    sc->sent_role = true;
+    return json_pack("{s:i,s:o,s:o}", "index", 0, chunk ? "delta" : "message", msg, "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+static json_t *completion_json(stream_ctx *sc, const char *text, const char *finish, bool chunk) {
+    json_t *choice = sc->chat ? chat_choice(sc, text, finish, chunk)
+                              : json_pack("{s:s,s:i,s:o}", "text", text, "index", 0, "finish_reason",
+                                          finish ? json_string(finish) : json_null());
+    const char *object = !sc->chat ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", sc->id, "object", object, "created", (json_int_t)time(NULL),
+                          "model", sc->v->model, "choices", choice);
     if (!chunk || finish) {
         int pt, ct;
         fm_tg_req_counts(sc->req, &pt, &ct);
@@ -129,7 +146,29 @@ static enum MHD_Result respond_whole(struct MHD_Connection *c, stream_ctx *sc) {
     return js ? fm_http_send(c, 200, js, strlen(js), "application/json") : MHD_NO;
 }
 
-static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_http_req *r) {
+/* The prompt: "prompt" (one string) or, for chat, "messages" through the model's
+ * template, whose stop string joins the request's when there is room. malloc'd;
+ * NULL with a 400 message. */
+static char *request_prompt(const json_t *j, const fm_serve_version *v, bool chat, fm_tg_params *p, size_t *n, char *err,
+                            size_t errn) {
+    if (!chat) {
+        const json_t *prompt = json_object_get(j, "prompt");
+        if (!json_is_string(prompt)) return snprintf(err, errn, "\"prompt\" must be one string"), NULL;
+        *n = json_string_length(prompt);
+        char *s = malloc(*n + 1);
+        if (s) memcpy(s, json_string_value(prompt), *n + 1);
+        else snprintf(err, errn, "out of memory");
+        return s;
+    }
+    const fm_chat_template *t = &v->cfg.chat;
+    char *s = fm_chat_render(t, json_object_get(j, "messages"), n, err, errn);
+    bool have = !*t->stop;
+    for (int i = 0; i < p->n_stop; i++) have |= !strcmp(p->stop[i], t->stop);
+    if (s && !have && p->n_stop < FM_TG_MAX_STOP) strcpy(p->stop[p->n_stop++], t->stop);
+    return s;
+}
+
+static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_http_req *r, bool chat) {
     char err[512];
     json_error_t je;
     json_t *j = json_loadb(r->body ? r->body : "", r->len, JSON_REJECT_DUPLICATES, &je);
@@ -138,12 +177,10 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
         return fm_http_errorf(c, 400, "the body must be a JSON object (%s)", j ? "got another JSON value" : je.text);
     }
     const char *model = json_string_value(json_object_get(j, "model"));
-    const json_t *prompt = json_object_get(j, "prompt");
     const json_t *stream = json_object_get(j, "stream");
     fm_tg_params p;
     int st = 0;
     if (!model || !fm_serve_valid_name(model)) st = 400, snprintf(err, sizeof err, "\"model\" must name a loaded model");
-    else if (!json_is_string(prompt)) st = 400, snprintf(err, sizeof err, "\"prompt\" must be one string");
     else if (stream && !json_is_boolean(stream)) st = 400, snprintf(err, sizeof err, "\"stream\" must be true or false");
     else st = parse_params(j, &p, err, sizeof err);
     fm_serve_version *v = NULL;
@@ -154,7 +191,11 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     }
     fm_tg_req *req = NULL;
     if (!st) {
-        req = fm_textgen_submit(v->textgen, json_string_value(prompt), json_string_length(prompt), &p, &st, err, sizeof err);
+        size_t n = 0;
+        char *prompt = request_prompt(j, v, chat, &p, &n, err, sizeof err);
+        if (prompt) req = fm_textgen_submit(v->textgen, prompt, n, &p, &st, err, sizeof err);
+        else st = 400;
+        free(prompt);
         if (!req) fm_serve_stats_request(&v->stats, 0, 0, 0);
         st = req ? 0 : st;
     }
@@ -164,9 +205,10 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     stream_ctx *sc = calloc(1, sizeof *sc);
     if (!sc) { fm_tg_req_cancel(req); fm_tg_req_release(req); fm_repo_release(v); return fm_http_error(c, 500, "out of memory"); }
     static atomic_ullong next_id;
-    snprintf(sc->id, sizeof sc->id, "cmpl-%llu", (unsigned long long)atomic_fetch_add(&next_id, 1));
+    snprintf(sc->id, sizeof sc->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)atomic_fetch_add(&next_id, 1));
     sc->v = v;
     sc->req = req;
+    sc->chat = chat;
     sc->t0_ns = r->t0_ns;
     if (!streaming) {
         enum MHD_Result ret = respond_whole(c, sc);
@@ -185,10 +227,7 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
 enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r) {
     bool chat = n == 3 && !strcmp(seg[1], "chat") && !strcmp(seg[2], "completions");
     if (!(n == 2 && !strcmp(seg[1], "completions")) && !chat)
-        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions)");
-    if (strcmp(method, "POST")) return fm_http_error(c, 405, "use POST for /v1/completions");
-    if (chat)
-        return fm_http_error(c, 404, "/v1/chat/completions needs a chat template, and no served model has one configured; "
-                                     "use /v1/completions");
-    return completions(s, c, r);
+        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions or /v1/chat/completions)");
+    if (strcmp(method, "POST")) return fm_http_errorf(c, 405, "use POST for /v1/%scompletions", chat ? "chat/" : "");
+    return completions(s, c, r, chat);
 }

@@ -79,6 +79,8 @@ static const char *const k_help[][3] = {
     {"fathom_generation_step_count", "counter", "Text generation: decode steps (one batched model execution each)"},
     {"fathom_generation_step_sequences", "counter",
      "Text generation: sequences summed over decode steps; / step_count = sequences sharing a step"},
+    {"fathom_generation_step_tokens", "counter",
+     "Text generation: tokens fed to the model summed over steps (prompt chunks count each token)"},
     {"fathom_generation_preemptions", "counter", "Text generation: requests preempted for KV blocks (recomputed later)"},
     {"fathom_kv_cache_blocks_used", "gauge", "Text generation: KV cache blocks in use"},
     {"fathom_kv_cache_blocks_total", "gauge", "Text generation: KV cache blocks in the pool"},
@@ -97,7 +99,7 @@ static unsigned long long counter(const fm_serve_stats *s, size_t i) {
                           s->compute_input_us, s->compute_infer_us, s->compute_output_us};
     if (i < sizeof v / sizeof *v) return v[i];
     if (i == 9) return (unsigned long long)(s->pending > 0 ? s->pending : 0);
-    const uint64_t g[] = {s->prompt_tokens, s->generated_tokens, s->gen_steps, s->gen_step_seqs, s->gen_preemptions,
+    const uint64_t g[] = {s->prompt_tokens, s->generated_tokens, s->gen_steps, s->gen_step_seqs, s->gen_step_rows, s->gen_preemptions,
                           (uint64_t)s->kv_blocks_used, (uint64_t)s->kv_blocks_total};
     return g[i - 13];
 }
@@ -108,7 +110,7 @@ void fm_serve_stats_write(FILE *f, int n, const fm_serve_stats *snaps, const cha
         for (int i = 0; i < n; i++) {
             char l[160];
             snprintf(l, sizeof l, "model=\"%s\",version=\"%lld\"", models[i], versions[i]);
-            if (k < 10 || (k >= 13 && k < 20)) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
+            if (k < 10 || (k >= 13 && k < 21)) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
             else if (k == 10) fm_hist_write(f, k_help[k][0], l, &snaps[i].request_hist);
             else if (k == 11) fm_hist_write(f, k_help[k][0], l, &snaps[i].queue_hist);
             else if (k == 12) fm_hist_write(f, k_help[k][0], l, &snaps[i].compute_hist);

@@ -24,6 +24,7 @@ typedef struct fm_serve_stats {
     fm_hist request_hist, queue_hist, compute_hist;
     /* text generation (textgen.c) */
     uint64_t prompt_tokens, generated_tokens, gen_steps, gen_step_seqs, gen_preemptions;
+    uint64_t gen_step_rows; /* tokens fed summed over steps (a prompt chunk counts each) */
     int64_t kv_blocks_used, kv_blocks_total;
     fm_hist ttft_hist;
 } fm_serve_stats;

@@ -17,6 +17,7 @@ void fm_model_config_init(fm_model_config *c, const char *name) {
     c->device = FM_CPU;
     c->policy = FM_VP_LATEST;
     c->latest_n = 1;
+    fm_chat_template_default(&c->chat);
 }
 
 /* An integer field in [lo, hi]: numbers or decimal strings (protobuf's JSON form
@@ -163,11 +164,45 @@ static fm_status parse_policy(fm_model_config *c, const json_t *vp, const char *
 static fm_status parse_textgen(fm_model_config *c, const json_t *tg, const char *where) {
     if (!tg) return FM_OK;
     if (!json_is_object(tg)) return fm_set_error(FM_ERR_FORMAT, "%s: \"text_generation\" must be an object", where);
-    int64_t nb = 0, bt = 0;
-    if (get_int(tg, "kv_cache_blocks", 1, 1 << 20, &nb, where) || get_int(tg, "kv_block_tokens", 1, 4096, &bt, where))
+    int64_t nb = 0, bt = 0, ch = 0;
+    if (get_int(tg, "kv_cache_blocks", 1, 1 << 20, &nb, where) || get_int(tg, "kv_block_tokens", 1, 4096, &bt, where) ||
+        get_int(tg, "prefill_chunk_tokens", 1, 1 << 16, &ch, where) ||
+        fm_chat_template_parse(&c->chat, json_object_get(tg, "chat_template"), where))
         return fm_last_status();
     c->kv_cache_blocks = (int)nb;
     c->kv_block_tokens = (int)bt;
+    c->prefill_chunk_tokens = (int)ch;
+    return FM_OK;
+}
+
+/* "platform" / "backend" (Triton's names for what runs the model) and
+ * "default_model_filename": the version folder must then hold that kind. */
+static fm_status parse_platform(fm_model_config *c, const json_t *j, const char *where) {
+    static const char *const names[][2] = {{"fathom_graph", "fathom_graph"},   {"fathom_onnx", "fathom_onnx"},
+                                           {"onnxruntime_onnx", "fathom_onnx"}, {"fathom_recipe", "fathom_recipe"},
+                                           {"fathom_gpt", "fathom_gpt"}};
+    const json_t *pj = json_object_get(j, "platform"), *bj = json_object_get(j, "backend");
+    const char *plat = json_string_value(pj), *backend = json_string_value(bj);
+    if ((pj && !plat) || (bj && !backend))
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"platform\" and \"backend\" must be strings", where);
+    if (backend && strcmp(backend, "onnxruntime") && strcmp(backend, "fathom"))
+        return fm_set_error(FM_ERR_FORMAT, "%s: backend '%s' is not one fathom serves (onnxruntime: an ONNX model, run by "
+                            "fathom; fathom: any of its own)", where, backend);
+    if (backend && !strcmp(backend, "onnxruntime") && !plat) plat = "fathom_onnx";
+    if (plat) {
+        size_t k = 0;
+        while (k < sizeof names / sizeof *names && strcmp(names[k][0], plat)) k++;
+        if (k == sizeof names / sizeof *names)
+            return fm_set_error(FM_ERR_FORMAT, "%s: platform '%s' is not one fathom serves (fathom_graph, fathom_onnx or "
+                                "onnxruntime_onnx, fathom_recipe, fathom_gpt)", where, plat);
+        snprintf(c->platform, sizeof c->platform, "%s", names[k][1]);
+    }
+    const json_t *fj = json_object_get(j, "default_model_filename");
+    const char *f = json_string_value(fj);
+    if (fj && (!f || !*f || strlen(f) >= sizeof c->model_filename || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")))
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"default_model_filename\" must be a file name in the version folder "
+                            "(1-%zu characters, no '/')", where, sizeof c->model_filename - 1);
+    if (f) snprintf(c->model_filename, sizeof c->model_filename, "%s", f);
     return FM_OK;
 }
 
@@ -182,7 +217,7 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
         parse_batcher(c, json_object_get(j, "dynamic_batching"), where) ||
         parse_instances(c, json_object_get(j, "instance_group"), where) ||
         parse_policy(c, json_object_get(j, "version_policy"), where) ||
-        parse_textgen(c, json_object_get(j, "text_generation"), where))
+        parse_textgen(c, json_object_get(j, "text_generation"), where) || parse_platform(c, j, where))
         return fm_last_status();
     return FM_OK;
 }
@@ -272,8 +307,12 @@ json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
         vp = json_pack("{s:{s:i}}", "latest", "num_versions", c->latest_n);
     }
     json_object_set_new(j, "version_policy", vp);
-    if (c->kv_cache_blocks || c->kv_block_tokens)
-        json_object_set_new(j, "text_generation", json_pack("{s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks,
-                                                            "kv_block_tokens", c->kv_block_tokens));
+    if (*c->model_filename) json_object_set_new(j, "default_model_filename", json_string(c->model_filename));
+    if (c->kv_cache_blocks || c->kv_block_tokens || c->prefill_chunk_tokens || c->chat.set) {
+        json_t *tg = json_pack("{s:i,s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks, "kv_block_tokens", c->kv_block_tokens,
+                               "prefill_chunk_tokens", c->prefill_chunk_tokens);
+        if (c->chat.set) json_object_set_new(tg, "chat_template", fm_chat_template_json(&c->chat));
+        json_object_set_new(j, "text_generation", tg);
+    }
     return j;
 }

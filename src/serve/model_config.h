@@ -6,6 +6,7 @@
 #define FATHOM_SERVE_MODEL_CONFIG_H
 #include <jansson.h>
 
+#include "serve/chat_template.h"
 #include "serve/servable.h"
 
 #define FM_SERVE_MAX_PREFERRED 16
@@ -31,6 +32,10 @@ typedef struct fm_model_config {
     int64_t specific[FM_SERVE_MAX_SPECIFIC];
     /* text generation: KV cache blocks (0: half of max_batch_size full contexts) and tokens per block (0: 16) */
     int kv_cache_blocks, kv_block_tokens;
+    int prefill_chunk_tokens; /* a step's token budget for prompt chunks (0: 256) */
+    fm_chat_template chat;
+    char platform[32];            /* "platform" (or "backend") named in config.json, normalised; "": any */
+    char model_filename[128];     /* "default_model_filename" of an ONNX model; "": model.onnx */    /* /v1/chat/completions: messages -> prompt (the default unless configured) */
     /* declared inputs/outputs (n = 0: taken from the model) */
     int n_inputs, n_outputs;
     fm_serve_io inputs[FM_SERVE_MAX_IO], outputs[FM_SERVE_MAX_IO];

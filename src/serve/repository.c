@@ -155,7 +155,14 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     snprintf(v->model, sizeof v->model, "%s", cfg->name);
     v->version = ver;
     atomic_init(&v->refs, 1);
-    if (fm_textgen_dir_is_gpt(vdir)) {
+    bool gpt = fm_textgen_dir_is_gpt(vdir);
+    if (*cfg->platform && gpt != !strcmp(cfg->platform, "fathom_gpt")) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the config names platform '%s' but this version folder %s", vdir, cfg->platform,
+                     gpt ? "holds a fathom_gpt model" : "has no GPT model (config.json, model.safetensors, tokenizer.txt)");
+        free(v);
+        return NULL;
+    }
+    if (gpt) {
         fm_serve_stats_init(&v->stats);
         v->platform = "fathom_gpt";
         if (!(v->textgen = fm_textgen_open(vdir, &v->cfg, &v->stats))) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }
@@ -163,7 +170,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     }
     int n = cfg->instance_count;
     for (int i = 0; i < n; i++) {
-        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device))) goto fail;
+        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device, cfg->platform, cfg->model_filename))) goto fail;
         if (i == 0 && fm_model_config_complete(&v->cfg, inst[0], where)) goto fail;
     }
     v->platform = inst[0]->platform;

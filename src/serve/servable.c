@@ -13,16 +13,41 @@
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev); /* servable_recipe.c */
 fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);  /* servable_graph.c */
 
-fm_servable *fm_servable_open(const char *version_dir, fm_device dev) {
-    char p[PATH_MAX];
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev);    /* servable_graph.c */
+
+static bool is_file(const char *p) {
     struct stat st;
-    if (fm_graph_dir_is_graph(version_dir)) return fm_servable_open_graph(version_dir, dev);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+const char *fm_serve_platform_find(const char *version_dir, const char *onnx_file) {
+    char p[PATH_MAX];
+    if (fm_graph_dir_is_graph(version_dir)) return "fathom_graph";
+    snprintf(p, sizeof p, "%s/%s", version_dir, onnx_file && *onnx_file ? onnx_file : "model.onnx");
+    if (is_file(p)) return "fathom_onnx";
     snprintf(p, sizeof p, "%s/model.safetensors", version_dir);
-    if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) return fm_servable_open_recipe(version_dir, dev);
-    fm_set_error(FM_ERR_IO, "%s: no model found (expected graph.json + weights.safetensors of an inference graph, or "
-                 "model.safetensors written by `fathom train`)",
-                 version_dir);
+    if (is_file(p)) return "fathom_recipe";
     return NULL;
+}
+
+fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file) {
+    const char *found = fm_serve_platform_find(version_dir, onnx_file);
+    const char *file = onnx_file && *onnx_file ? onnx_file : "model.onnx";
+    if (!found) {
+        fm_set_error(FM_ERR_IO, "%s: no model found (expected graph.json + weights.safetensors of an inference graph, "
+                     "%s, or model.safetensors written by `fathom train`)", version_dir, file);
+        return NULL;
+    }
+    if (platform && *platform && strcmp(platform, found)) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the config names platform '%s' but this version folder holds a %s model", version_dir,
+                     platform, found);
+        return NULL;
+    }
+    if (!strcmp(found, "fathom_graph")) return fm_servable_open_graph(version_dir, dev);
+    if (!strcmp(found, "fathom_recipe")) return fm_servable_open_recipe(version_dir, dev);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", version_dir, file);
+    return fm_servable_open_onnx(p, dev);
 }
 
 void fm_servable_free(fm_servable *s) {

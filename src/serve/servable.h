@@ -2,8 +2,8 @@
  * The server needs only its metadata (named inputs and outputs, each with a
  * dtype and per-sample dims after a dynamic batch dim) and `run`. Each batcher
  * instance owns its own servable, so `run` is never called concurrently on one.
- * Loaders: an inference graph directory (servable_graph.c) and a model directory
- * written by `fathom train` (servable_recipe.c). */
+ * Loaders: an inference graph directory or an ONNX file (servable_graph.c) and a
+ * model directory written by `fathom train` (servable_recipe.c). */
 #ifndef FATHOM_SERVE_SERVABLE_H
 #define FATHOM_SERVE_SERVABLE_H
 #include "fathom/tensor.h"
@@ -30,9 +30,14 @@ struct fm_servable {
     void *impl;
 };
 
-/* Opens the model in a version directory (DIR/<model>/<version>/) on `dev`.
- * NULL with fm_last_error() set when no loader recognises it or loading fails. */
-fm_servable *fm_servable_open(const char *version_dir, fm_device dev);
+/* Opens the model in a version directory (DIR/<model>/<version>/) on `dev`:
+ * an inference graph directory, an ONNX file (onnx_file, default model.onnx) or
+ * a model written by `fathom train`, in that order. With `platform` (from the
+ * config; NULL or "": any) the folder must hold that kind. NULL with
+ * fm_last_error() set when no loader recognises it or loading fails. */
+fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file);
+/* The platform of what the folder holds ("fathom_graph", "fathom_onnx", "fathom_recipe"), NULL if none. */
+const char *fm_serve_platform_find(const char *version_dir, const char *onnx_file);
 void fm_servable_free(fm_servable *s);
 
 /* KServe v2 datatype names ("FP32", ...) for fathom dtypes, and back. */

@@ -1,5 +1,6 @@
 /* The servable for an inference graph directory (graph.json + weights.safetensors,
- * include/fathom/graph.h): what the ONNX importer and `fathom compile` write.
+ * include/fathom/graph.h): what the ONNX importer and `fathom compile` write; and
+ * for an .onnx file, imported into that graph when it loads.
  * Every input and output must have a dynamic first dimension (the batch); the
  * other dims are reported as declared (-1 where dynamic). On a GPU the graph's
  * outputs are copied back to the host for the response. */
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "fathom/graph.h"
+#include "fathom/onnx.h"
 #include "serve/servable.h"
 
 static fm_status graph_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
@@ -45,14 +47,12 @@ static fm_status describe(fm_serve_io *io, const fm_graph_io *gi, const char *di
     return FM_OK;
 }
 
-fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);
-fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
-    fm_graph *g = fm_graph_load(dir);
-    if (!g) return NULL;
+/* Wraps a loaded graph (the servable owns it from here). */
+static fm_servable *from_graph(fm_graph *g, const char *dir, fm_device dev, const char *platform) {
     fm_servable *s = calloc(1, sizeof *s);
     if (!s) { fm_graph_free(g); fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     s->impl = g;
-    s->platform = "fathom_graph";
+    s->platform = platform;
     s->run = graph_run;
     s->free = graph_free;
     s->n_inputs = fm_graph_num_inputs(g);
@@ -69,4 +69,20 @@ fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
     if (!st && dev.type != FM_DEV_CPU) st = fm_graph_to_device(g, dev);
     if (st) { graph_free(s); return NULL; }
     return s;
+}
+
+fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);
+fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
+    fm_graph *g = fm_graph_load(dir);
+    return g ? from_graph(g, dir, dev, "fathom_graph") : NULL;
+}
+
+/* An ONNX file, imported into the inference graph at load (fm_onnx_to_graph), so
+ * it runs as a graph directory would: batched on its dynamic first dimension. */
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev);
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev) {
+    fm_onnx_model *m = fm_onnx_load(path);
+    fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
+    fm_onnx_free(m);
+    return g ? from_graph(g, path, dev, "fathom_onnx") : NULL;
 }

@@ -38,6 +38,8 @@ struct fm_textgen {
     fm_tokenizer *tok;
     fm_gpt_paged *p;
     int max_seqs, V, block;
+    int chunk;        /* token budget of one step (text_generation.prefill_chunk_tokens) */
+    int32_t *rows;    /* one step's tokens, [max_seqs + chunk] */
     int64_t max_queue, n_waiting;
     int64_t delay_ns; /* dynamic_batching.max_queue_delay_microseconds: an idle engine waits this long for company */
     fm_serve_stats *stats;
@@ -184,11 +186,36 @@ static void make_room(fm_textgen *t) {
     }
 }
 
+/* Under t->mu: the tokens each active request feeds this step. A decoding request
+ * feeds one; a prompt (or a preempted request recomputing its tokens) feeds a
+ * chunk, from the step's token budget (prefill_chunk_tokens) and the KV blocks
+ * left once every request has the block for its first token (make_room saw to
+ * those), so a whole prompt goes through the model in one forward when it fits. */
+static int plan_step(fm_textgen *t, int *counts) {
+    int free_blocks = fm_gpt_paged_free_blocks(t->p), budget = t->chunk - t->n_active, rows = 0;
+    for (int i = 0; i < t->n_active; i++) {
+        counts[i] = 1;
+        free_blocks -= fm_gpt_paged_need(t->p, t->active[i]->seq);
+    }
+    for (int i = 0; i < t->n_active && budget > 0; i++) {
+        fm_tg_req *r = t->active[i];
+        int64_t left = r->n_toks - r->fed;
+        if (left <= 1) continue;
+        int want = (int)(left < 1 + budget ? left : 1 + budget), base = fm_gpt_paged_need(t->p, r->seq);
+        while (want > 1 && fm_gpt_paged_need_n(t->p, r->seq, want) - base > free_blocks) want--;
+        free_blocks -= fm_gpt_paged_need_n(t->p, r->seq, want) - base;
+        budget -= want - 1;
+        counts[i] = want;
+    }
+    for (int i = 0; i < t->n_active; i++) rows += counts[i];
+    return rows;
+}
+
 /* Under t->mu, after a step: each request that consumed its last known token samples the next. */
-static void after_step(fm_textgen *t, int n, fm_tg_req **batch, uint64_t *new_tokens) {
+static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *counts, uint64_t *new_tokens) {
     for (int i = 0; i < n; i++) {
         fm_tg_req *r = batch[i];
-        r->fed++;
+        r->fed += counts[i];
         if (r->fed < r->n_toks) continue;
         int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V, &r->p.sample, (uint64_t)r->n_gen);
         if (tok < 0) { r->finish = "error"; r->done = true; continue; }
@@ -206,26 +233,28 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, uint64_t *new_to
 }
 
 static void run_step(fm_textgen *t) {
-    int n = t->n_active, seqs[MAX_SEQS];
-    int32_t toks[MAX_SEQS];
+    int n = t->n_active, seqs[MAX_SEQS], counts[MAX_SEQS];
     fm_tg_req *batch[MAX_SEQS];
-    for (int i = 0; i < n; i++) {
+    int rows = plan_step(t, counts);
+    for (int i = 0, k = 0; i < n; i++) {
         batch[i] = t->active[i];
         seqs[i] = batch[i]->seq;
-        toks[i] = batch[i]->toks[batch[i]->fed];
+        memcpy(t->rows + k, batch[i]->toks + batch[i]->fed, sizeof(int32_t) * (size_t)counts[i]);
+        k += counts[i];
     }
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = fm_now_ns();
-    fm_status st = fm_gpt_paged_step(t->m, t->p, n, seqs, toks, t->logits);
+    fm_status st = fm_gpt_paged_step_n(t->m, t->p, n, seqs, counts, t->rows, t->logits);
     int64_t t1 = fm_now_ns();
     pthread_mutex_lock(&t->mu);
     uint64_t new_tokens = 0;
-    if (st == FM_OK) after_step(t, n, batch, &new_tokens);
+    if (st == FM_OK) after_step(t, n, batch, counts, &new_tokens);
     else
         for (int i = 0; i < n; i++) { batch[i]->finish = "error"; batch[i]->done = true; }
     pthread_mutex_lock(&t->stats->mu);
     t->stats->gen_steps++;
     t->stats->gen_step_seqs += (uint64_t)n;
+    t->stats->gen_step_rows += (uint64_t)rows;
     t->stats->generated_tokens += new_tokens;
     t->stats->compute_infer_us += (uint64_t)(t1 - t0) / 1000;
     pthread_mutex_unlock(&t->stats->mu);
@@ -288,11 +317,15 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     t->delay_ns = c->dynamic_batching ? c->max_queue_delay_us * 1000 : 0;
     int bt = c->kv_block_tokens > 0 ? c->kv_block_tokens : 16;
     int per_seq = (t->block + bt - 1) / bt;
-    /* default: half of what every sequence at full length would take */
+    /* default: half of what every sequence at full length would take, and at least one full context */
     int nb = c->kv_cache_blocks > 0 ? c->kv_cache_blocks : (t->max_seqs * per_seq + 1) / 2;
+    if (c->kv_cache_blocks <= 0 && nb < per_seq) nb = per_seq;
     t->p = fm_gpt_paged_new(t->m, nb, bt, t->max_seqs);
+    t->chunk = c->prefill_chunk_tokens > 0 ? c->prefill_chunk_tokens : 256;
+    if (t->chunk < t->max_seqs) t->chunk = t->max_seqs;
     t->logits = malloc(sizeof(float) * (size_t)t->V * (size_t)t->max_seqs);
-    if (!t->p || !t->logits) { if (t->p) fm_set_error(FM_ERR_OOM, "serve: out of memory"); fm_textgen_stop(t); return NULL; }
+    t->rows = malloc(sizeof(int32_t) * ((size_t)t->max_seqs + (size_t)t->chunk));
+    if (!t->p || !t->logits || !t->rows) { if (t->p) fm_set_error(FM_ERR_OOM, "serve: out of memory"); fm_textgen_stop(t); return NULL; }
     pthread_mutex_lock(&stats->mu);
     stats->kv_blocks_total = nb;
     pthread_mutex_unlock(&stats->mu);
@@ -312,6 +345,7 @@ void fm_textgen_stop(fm_textgen *t) {
     fm_gpt_free(t->m);
     fm_tokenizer_free(t->tok);
     free(t->logits);
+    free(t->rows);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);

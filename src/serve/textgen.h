@@ -3,8 +3,9 @@
  * with continuous batching: one scheduler thread per loaded version runs decode
  * steps over every active request (src/gpt/gpt_paged.c); a request joins at the
  * next step once a sequence slot and a KV block are free, and leaves at the step
- * that finishes it. Prompts are fed one token per step alongside the others'
- * decoding. When a step needs more KV blocks than are free, the most recently
+ * that finishes it. A prompt goes through the model in chunks of up to
+ * prefill_chunk_tokens in the same steps as the others' decoding (one forward
+ * per chunk). When a step needs more KV blocks than are free, the most recently
  * admitted request is preempted: its blocks are freed and it is queued again at
  * the front, to recompute its tokens when readmitted. */
 #ifndef FATHOM_SERVE_TEXTGEN_H

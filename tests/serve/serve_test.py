@@ -177,6 +177,39 @@ def graph_checks(s, ref):
               abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], want))))
 
 
+def write_onnx(repo):
+    """The graph model exported as ONNX (fathom export), served from model.onnx and from a named file."""
+    for model, fname, cfg in [("onx", "model.onnx", None),
+                              ("onx-named", "net.onnx", {"platform": "onnxruntime_onnx", "default_model_filename": "net.onnx"}),
+                              ("bad-platform", "model.onnx", {"platform": "tensorrt_plan"}),
+                              ("wrong-platform", "model.onnx", {"platform": "fathom_recipe"})]:
+        os.makedirs(os.path.join(repo, model, "1"), exist_ok=True)
+        p = subprocess.run([BIN, "export", os.path.join(repo, "g", "1"), "-o", os.path.join(repo, model, "1", fname)],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, "fathom export of the graph model to %s/%s: %s" % (model, fname, p.stderr.strip()))
+        if cfg:
+            json.dump(cfg, open(os.path.join(repo, model, "config.json"), "w"))
+
+
+def onnx_checks(s, ref):
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0], [-3.0, 0.0, 0.5, 4.0]]
+    want = [v for r in ref(x) for v in r]
+    for model in ("onx", "onx-named"):
+        st, j = s.json("GET", "/v2/models/" + model)
+        check(st == 200 and j["platform"] == "fathom_onnx" and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+              "ONNX model %s: metadata %s" % (model, j))
+        st, j = s.json("POST", "/v2/models/%s/infer" % model,
+                       {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 4], "data": [v for r in x for v in r]}]})
+        err = max(abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], want)) if st == 200 else None
+        check(st == 200 and len(j["outputs"][0]["data"]) == 9 and err < 1e-6,
+              "ONNX model %s (model.onnx in the version folder) infers the formula, batch 3: %s" % (model, err if st == 200 else j))
+    st, idx = s.json("POST", "/v2/repository/index")
+    reasons = {m["name"]: m.get("reason", "") for m in idx} if st == 200 else {}
+    check("not one fathom serves" in reasons.get("bad-platform", ""), "an unknown platform is refused: %s" % reasons.get("bad-platform"))
+    check("names platform 'fathom_recipe'" in reasons.get("wrong-platform", ""),
+          "a platform the folder does not hold is refused: %s" % reasons.get("wrong-platform"))
+
+
 def usage_checks():
     def run(*args):
         p = subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=30)
@@ -355,10 +388,12 @@ def main():
                                                                  "default_queue_policy": {"max_queue_size": 2}}}),
     })
     graph_ref = write_graph(os.path.join(repo, "g", "1"))
+    write_onnx(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
         protocol_checks(s)
         graph_checks(s, graph_ref)
+        onnx_checks(s, graph_ref)
         tritonclient_checks(s)
         batching_checks(s)
         queue_checks(s)

@@ -18,6 +18,15 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4},
                "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
               open(os.path.join(repo, "short-kv", "config.json"), "w"))
+    # one sequence and a one-token step budget: the prompt goes in one token per step (no prefill)
+    shutil.copytree(gpt_dir, os.path.join(repo, "one-tok", "1"))
+    json.dump({"max_batch_size": 1, "text_generation": {"prefill_chunk_tokens": 1, "kv_cache_blocks": 2}},
+              open(os.path.join(repo, "one-tok", "config.json"), "w"))
+    shutil.copytree(gpt_dir, os.path.join(repo, "plain", "1"))  # no config: defaults, no batching delay
+    shutil.copytree(gpt_dir, os.path.join(repo, "qa-chat", "1"))
+    json.dump({"text_generation": {"chat_template": {"system": "{content}\n", "user": "Q: {content}\n",
+                                                 "assistant": "A: {content}\n", "generation": "A:", "stop": "\nQ:"}}},
+              open(os.path.join(repo, "qa-chat", "config.json"), "w"))
     os.makedirs(os.path.join(repo, "cls", "1"))
     shutil.copy(os.path.join(kserve_model, "model.safetensors"), os.path.join(repo, "cls", "1"))
     s = Server(repo)
@@ -98,16 +107,106 @@ def checks(s, check):
         check(st == status and needle in j.get("error", ""), "completions, %s -> %d: %s" % (name, st, j))
     st, j = s.json("POST", "/v1/completions", b"{not json")
     check(st == 400 and "JSON" in j["error"], "completions, malformed JSON -> 400")
-    st, j = s.json("POST", "/v1/chat/completions", {"model": "tiny-gpt", "messages": []})
-    check(st == 404 and "chat template" in j["error"], "chat completions without a template -> 404 saying so")
     st, j = s.json("POST", "/v2/models/tiny-gpt/infer", {"inputs": []})
     check(st == 400 and "/v1/completions" in j["error"], "KServe infer on a text model -> 400 pointing to /v1/completions")
+    prefill(s, check)
+    chat(s, check)
     continuous_batching(s, check)
     preemption(s, check)
     # a client that leaves mid-stream: the server stops its generation and keeps serving
     st, _, chunks, done = stream(s, dict(base, max_tokens=30, prompt="in"), read_chunks=1)
     st2, j = complete(s, base)
     check(st == 200 and not done and st2 == 200 and j["choices"][0]["text"] == text, "a client leaving mid-stream does no harm")
+
+
+def prefill(s, check):
+    """A whole prompt goes through the model in one step; its text equals feeding it one token per step."""
+    body = {"prompt": "abcdefghijklmnopqrstu", "max_tokens": 4, "seed": 3, "temperature": 0.8}
+    got = {}
+    for model in ("plain", "one-tok"):
+        m0 = metrics(s, model)
+        st, j = complete(s, dict(body, model=model))
+        m1 = metrics(s, model)
+        if st != 200:
+            check(False, "prefill on %s: %s" % (model, j))
+            return
+        got[model] = (j["choices"][0]["text"], j["usage"]["prompt_tokens"],
+                      m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"],
+                      m1["fathom_generation_step_tokens"] - m0["fathom_generation_step_tokens"])
+    (ta, pa, sa, ka), (tb, pb, sb, kb) = got["plain"], got["one-tok"]
+    check(pa >= 10 and sa == 4 and ka == pa + 3,
+          "prefill: a %d-token prompt and 4 tokens in %d steps feeding %d tokens (expected 4 and %d)" % (pa, sa, ka, pa + 3))
+    check(sb == pb + 3, "one token per step without prefill: %d steps for %d prompt tokens" % (sb, pb))
+    check(ta == tb and pa == pb, "prefilled and token-by-token prompts give the same text (%r, %r)" % (ta, tb))
+
+
+def chat_stream(s, body):
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    c.request("POST", "/v1/chat/completions", json.dumps(dict(body, stream=True)))
+    r = c.getresponse()
+    chunks, done = [], False
+    for line in r.read().split(b"\n"):
+        if line.startswith(b"data: "):
+            if line[6:] == b"[DONE]":
+                done = True
+            else:
+                chunks.append(json.loads(line[6:]))
+    c.close()
+    return r.status, chunks, done
+
+
+def chat(s, check):
+    base = {"model": "plain", "max_tokens": 6, "seed": 7, "temperature": 0.9}
+    msgs = [{"role": "user", "content": "in the"}]
+    st, j = s.json("POST", "/v1/chat/completions", dict(base, messages=msgs))
+    ok = st == 200 and j["object"] == "chat.completion" and j["choices"][0]["message"]["role"] == "assistant"
+    check(ok, "chat completion: 200, chat.completion, an assistant message: %s" % (j,))
+    if not ok:
+        return
+    text = j["choices"][0]["message"]["content"]
+    st, c = complete(s, dict(base, prompt="User: in the\nAssistant:", stop=["\nUser:"]))
+    check(st == 200 and c["choices"][0]["text"] == text and c["usage"] == j["usage"],
+          "chat = completion of the default template's prompt, same usage (%s vs %s)" % (j["usage"], c.get("usage")))
+    parts = [{"role": "user", "content": [{"type": "text", "text": "in "}, {"type": "text", "text": "the"}]}]
+    st, k = s.json("POST", "/v1/chat/completions", dict(base, messages=parts))
+    check(st == 200 and k["choices"][0]["message"]["content"] == text, "content as text parts = content as a string")
+    st, chunks, done = chat_stream(s, dict(base, messages=msgs))
+    joined = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks)
+    check(st == 200 and done and chunks and chunks[0]["object"] == "chat.completion.chunk" and
+          chunks[0]["choices"][0]["delta"].get("role") == "assistant" and joined == text and
+          chunks[-1]["choices"][0]["finish_reason"] == j["choices"][0]["finish_reason"] and
+          chunks[-1]["usage"] == j["usage"], "streamed chat (%d chunks): role first, same text, usage at the end" % len(chunks))
+    turns = [{"role": "system", "content": "in"}, {"role": "user", "content": "god"},
+             {"role": "assistant", "content": "the"}, {"role": "user", "content": "and"}]
+    st, q = s.json("POST", "/v1/chat/completions", dict(base, model="qa-chat", messages=turns))
+    st2, c = complete(s, dict(base, model="qa-chat", prompt="in\nQ: god\nA: the\nQ: and\nA:", stop=["\nQ:"]))
+    check(st == 200 and st2 == 200 and q["choices"][0]["message"]["content"] == c["choices"][0]["text"] and
+          q["usage"] == c["usage"], "a configured chat template renders every role (%s)" % (q,))
+    st, cfg = s.json("GET", "/v2/models/qa-chat/config")
+    check(st == 200 and cfg["text_generation"]["chat_template"]["generation"] == "A:", "the config shows the chat template")
+    for name, body, status, needle in [
+        ("no messages", base, 400, '"messages"'),
+        ("empty messages", dict(base, messages=[]), 400, '"messages"'),
+        ("messages not an array", dict(base, messages={"role": "user"}), 400, '"messages"'),
+        ("a message not an object", dict(base, messages=["hi"]), 400, "messages[0]"),
+        ("no role", dict(base, messages=[{"content": "hi"}]), 400, "messages[0]"),
+        ("unknown role", dict(base, messages=[{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]), 400,
+         "messages[1]: unknown role 'tool'"),
+        ("content a number", dict(base, messages=[{"role": "user", "content": 3}]), 400, '"content"'),
+        ("content missing", dict(base, messages=[{"role": "user"}]), 400, '"content"'),
+        ("an image part", dict(base, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), 400,
+         '"content"'),
+        ("too long for the context", dict(base, messages=[{"role": "user", "content": "in the beginning " * 40}]), 400,
+         "context"),
+        ("max_completion_tokens 0", dict(base, messages=msgs, max_completion_tokens=0), 400, "max_completion_tokens"),
+        ("not a text model", dict(base, model="cls", messages=msgs), 400, "not a text-generation model"),
+    ]:
+        st, j = s.json("POST", "/v1/chat/completions", body)
+        check(st == status and needle in j.get("error", ""), "chat completions, %s -> %d: %s" % (name, st, j))
+    st, j = s.json("GET", "/v1/chat/completions")
+    check(st == 405, "GET /v1/chat/completions -> 405")
+    st, j = s.json("POST", "/v1/chat/completions", dict(base, messages=msgs, max_completion_tokens=2))
+    check(st == 200 and j["usage"]["completion_tokens"] <= 2, "max_completion_tokens is honoured")
 
 
 def metrics(s, model):
