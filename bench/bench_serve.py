@@ -25,14 +25,14 @@ def metrics(port):
     return out
 
 
-def body_for(shape, batch, seed):
+def body_for(shape, batch, seed, output="logits"):
     r = random.Random(seed)
     n = batch
     for d in shape:
         n *= d
     hdr = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [batch, *shape],
                                   "parameters": {"binary_data_size": 4 * n}}],
-                      "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+                      "outputs": [{"name": output, "parameters": {"binary_data": True}}]}).encode()
     return hdr + struct.pack("<%df" % n, *[r.random() for _ in range(n)]), len(hdr)
 
 
@@ -60,7 +60,7 @@ def client(port, path, body, hlen, stop, lat, errs):
 
 def run(a, conc):
     path = "/v2/models/%s/infer" % a.model
-    body, hlen = body_for(a.shape, a.batch, 1)
+    body, hlen = body_for(a.shape, a.batch, 1, a.output)
     lab = '{model="%s",version="%s"}' % (a.model, a.version)
     m0 = metrics(a.metrics_port)
     stop, lat, errs = threading.Event(), [], []
@@ -92,6 +92,7 @@ def main():
     p.add_argument("--version", default="1")
     p.add_argument("--shape", default="1,28,28", help="one sample's shape")
     p.add_argument("--batch", type=int, default=1, help="samples per request")
+    p.add_argument("--output", default="logits", help="the output to ask for (binary)")
     p.add_argument("--concurrency", default="32", help="comma-separated client counts")
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--warmup", type=float, default=2, help="seconds of load before the first measurement")

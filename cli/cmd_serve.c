@@ -14,7 +14,7 @@ static void serve_usage(FILE *f) {
             "usage: fathom serve --model-repository DIR [--host 127.0.0.1] [--port 8000] [--metrics-port 8002]\n"
             "                    [--api-key KEY] [--model-control poll|explicit] [--device cpu|cuda]\n"
             "                    [--load-model NAME]... [--poll-secs 5] [--max-body-mb 64]\n"
-            "                    [--connection-timeout 30] [--max-connections 512]\n\n"
+            "                    [--connection-timeout 30] [--max-connections 512] [--release-idle-secs 2]\n\n"
             "Serves the models in DIR (DIR/<model>/<version>/, config in DIR/<model>/config.json) with the\n"
             "KServe v2 / Triton HTTP protocol, and Prometheus metrics on GET /metrics of the metrics port.\n\n"
             "  --host ADDR            address to bind (numeric or localhost; default loopback)\n"
@@ -26,7 +26,9 @@ static void serve_usage(FILE *f) {
             "  --load-model NAME      explicit mode: load NAME at start ('*': every model)\n"
             "  --device cpu|cuda      device for models whose config names none\n"
             "  --max-body-mb N        larger request bodies get 413\n"
-            "  --connection-timeout S close a connection idle or stalled for S seconds\n\n"
+            "  --connection-timeout S close a connection idle or stalled for S seconds\n"
+            "  --release-idle-secs S  after S seconds with no request, return cached tensor memory to the\n"
+            "                         system (0: never)\n\n"
             "docs/SERVING.md describes the endpoints, the config file and the metrics.\n");
 }
 
@@ -38,7 +40,8 @@ static int parse_args(int argc, char **argv, fm_server_options *o, const char **
         bool takes = !strcmp(a, "--model-repository") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
                      !strcmp(a, "--metrics-port") || !strcmp(a, "--api-key") || !strcmp(a, "--model-control") ||
                      !strcmp(a, "--device") || !strcmp(a, "--load-model") || !strcmp(a, "--poll-secs") ||
-                     !strcmp(a, "--max-body-mb") || !strcmp(a, "--connection-timeout") || !strcmp(a, "--max-connections");
+                     !strcmp(a, "--max-body-mb") || !strcmp(a, "--connection-timeout") || !strcmp(a, "--max-connections") ||
+                     !strcmp(a, "--release-idle-secs");
         if (!takes) { fm_cli_error("serve: unknown option '%s'", a); return 2; }
         if (!val) { fm_cli_error("serve: %s needs a value", a); return 2; }
         i++;
@@ -60,6 +63,9 @@ static int parse_args(int argc, char **argv, fm_server_options *o, const char **
         } else if (!strcmp(a, "--load-model")) {
             if (o->n_load == max_load) { fm_cli_error("serve: at most %d --load-model options", max_load); return 2; }
             load[o->n_load++] = val;
+        } else if (!strcmp(a, "--release-idle-secs")) {
+            if (!fm_cli_parse_int_range("serve", a, val, 0, 100000, &v)) return 2;
+            o->release_idle_secs = (int)v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--metrics-port")) {
             if (!fm_cli_parse_int_range("serve", a, val, !strcmp(a, "--port") ? 0 : -1, 65535, &v)) return 2;
             if (!strcmp(a, "--port")) o->port = (int)v;

@@ -15,7 +15,7 @@ struct fm_server {
     int port, mport;
     atomic_bool draining, ready;
     atomic_int in_flight;
-    atomic_ullong http_requests[6]; /* by status class: 1xx..5xx, [0] unused */
+    atomic_ullong accepted; /* requests accepted so far (the idle memory release watches it) */
     pthread_t poll_th;
     bool poll_started, poll_stop;
     pthread_mutex_t poll_mu;

@@ -7,6 +7,9 @@
 #include "serve/server.h"
 
 #include <arpa/inet.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fathom/memory.h"
 #include "serve/http.h"
 
 static int parse_host(const char *host, int port, struct sockaddr_storage *ss, bool *v6) {
@@ -51,6 +55,7 @@ void fm_server_options_init(fm_server_options *o) {
     o->port = 8000;
     o->metrics_port = 8002;
     o->poll_secs = 5;
+    o->release_idle_secs = 2;
     o->device = FM_CPU;
     o->max_body = 64u << 20;
     o->connection_timeout_s = 30;
@@ -71,6 +76,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return fm_http_error(c, 503, "the server is shutting down");
         r->counted = true;
         atomic_fetch_add(&s->in_flight, 1);
+        atomic_fetch_add(&s->accepted, 1);
         if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
             char m[160];
             snprintf(m, sizeof m, "request body of %s bytes is over the limit of %zu bytes", cl, s->opt.max_body);
@@ -135,17 +141,43 @@ static struct MHD_Daemon *start_daemon(fm_server *s, int port, MHD_AccessHandler
     return d;
 }
 
+/* Gives the allocator's cached blocks (tensors freed under load, kept for reuse)
+ * and glibc's free heap back to the system: a server that served batches of many
+ * sizes otherwise keeps the largest footprint it ever had. */
+static void release_memory(void) {
+    fm_memory_empty_cache(FM_CPU);
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+/* The housekeeping thread: rescans the repository every poll_secs (poll mode) and
+ * releases cached memory once the server has been idle (nothing in flight, nothing
+ * accepted) for release_idle_secs after serving something. Wakes once a second. */
 static void *poll_main(void *arg) {
     fm_server *s = arg;
+    int64_t next_poll = fm_now_ns() + (int64_t)s->opt.poll_secs * 1000000000LL, idle_since = fm_now_ns();
+    unsigned long long seen = atomic_load(&s->accepted);
+    bool released = true;
     pthread_mutex_lock(&s->poll_mu);
     while (!s->poll_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += s->opt.poll_secs;
+        ts.tv_sec += 1;
         pthread_cond_timedwait(&s->poll_cv, &s->poll_mu, &ts);
         if (s->poll_stop) break;
         pthread_mutex_unlock(&s->poll_mu);
-        fm_repo_poll(s->repo, s->opt.log);
+        int64_t now = fm_now_ns();
+        unsigned long long n = atomic_load(&s->accepted);
+        if (n != seen || atomic_load(&s->in_flight) > 0) { seen = n; idle_since = now; released = false; }
+        if (!released && s->opt.release_idle_secs > 0 && now - idle_since >= (int64_t)s->opt.release_idle_secs * 1000000000LL) {
+            release_memory();
+            released = true;
+        }
+        if (!s->opt.explicit_control && s->opt.poll_secs > 0 && now >= next_poll) {
+            fm_repo_poll(s->repo, s->opt.log);
+            next_poll = now + (int64_t)s->opt.poll_secs * 1000000000LL;
+        }
         pthread_mutex_lock(&s->poll_mu);
     }
     pthread_mutex_unlock(&s->poll_mu);
@@ -199,7 +231,9 @@ fm_server *fm_server_start(const fm_server_options *o) {
         fm_server_stop(s);
         return NULL;
     }
-    if (!o->explicit_control && o->poll_secs > 0) s->poll_started = pthread_create(&s->poll_th, NULL, poll_main, s) == 0;
+    release_memory(); /* what loading and the warm-up forward passes left cached */
+    if ((!o->explicit_control && o->poll_secs > 0) || o->release_idle_secs > 0)
+        s->poll_started = pthread_create(&s->poll_th, NULL, poll_main, s) == 0;
     atomic_store(&s->ready, true);
     return s;
 }

@@ -14,6 +14,7 @@ typedef struct fm_server_options {
     const char *api_key;       /* guards /v2/repository/... when set */
     bool explicit_control;     /* else poll */
     int poll_secs;             /* poll mode: seconds between repository scans */
+    int release_idle_secs;     /* after this long with no request in flight, cached tensor memory is returned (0: never) */
     const char *const *load;   /* explicit mode: models to load at start ("*": all) */
     int n_load;
     fm_device device;

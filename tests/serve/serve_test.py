@@ -224,6 +224,8 @@ def usage_checks():
     check(rc == 2 and "--port" in out, "--port 70000 -> 2")
     rc, out = run("--model-repository", TMP, "--host", "0.0.0.0", "--model-control", "explicit")
     check(rc == 2 and "without --api-key" in out, "non-loopback control without a key refused -> 2: " + out.strip())
+    rc, out = run("--model-repository", TMP, "--release-idle-secs", "-1")
+    check(rc == 2 and "--release-idle-secs" in out, "--release-idle-secs -1 -> 2")
     rc, out = run("--model-repository", os.path.join(TMP, "nope"))
     check(rc == 1 and "not a directory" in out, "missing repository -> 1")
 
@@ -354,6 +356,22 @@ def batching_checks(s):
           "metrics: memory per device and RSS")
 
 
+def memory_checks(s):
+    """The allocator's cache of freed blocks (kept for reuse under load) goes back to the system
+    once the server has been idle for --release-idle-secs (2 by default)."""
+    for k in range(3):
+        s.json("POST", "/v2/models/tiny/infer", infer_body(sample(16, seed=k)))
+    m = s.metrics()
+    used, res = m.get('fathom_memory_used_bytes{device="cpu"}', 0), m.get('fathom_memory_reserved_bytes{device="cpu"}', 0)
+    time.sleep(3.5)
+    m2 = s.metrics()
+    used2, res2 = m2.get('fathom_memory_used_bytes{device="cpu"}', 0), m2.get('fathom_memory_reserved_bytes{device="cpu"}', 0)
+    # what stays over `used` is the allocator's 64-byte header of each live block
+    check(res - used > 65536 and res2 - used2 < 8192 and used2 > 0,
+          "cached memory released when idle: reserved %.0f kB over used after batches, %.0f kB after 3.5 s idle"
+          % ((res - used) / 1024, (res2 - used2) / 1024))
+
+
 def queue_checks(s):
     """Model 'slow' waits 400 ms for company and holds at most 2 queued requests."""
     out = {}
@@ -396,6 +414,7 @@ def main():
         onnx_checks(s, graph_ref)
         tritonclient_checks(s)
         batching_checks(s)
+        memory_checks(s)
         queue_checks(s)
         import serve_malformed
         serve_malformed.run(s, raw, status_of, infer_body, sample, ok, bad)
