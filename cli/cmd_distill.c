@@ -21,8 +21,8 @@ static void usage(FILE *f) {
                "where the teacher is a model trained by `fathom train` on inputs of the same shape and normalization.\n\n"
                "  --teacher DIR      the teacher model directory\n"
                "  --student RECIPE   a built-in recipe name or an .ini path\n"
-               "  --temperature T    softening of both distributions (default 4)\n"
-               "  --alpha A          weight of the soft targets, in [0, 1] (default 0.9; 0: labels only)\n"
+               "  --temperature T    softening of both distributions (default 2)\n"
+               "  --alpha A          weight of the soft targets, in [0, 1] (default 0.5; 0: labels only)\n"
                "  --out DIR          where the student goes (default runs/<recipe>-distilled)\n"
                "  the other flags are `fathom train`'s\n");
 }

@@ -10,8 +10,8 @@
 #include "fathom/distill.h"
 
 void fm_distill_options_init(fm_distill_options *d) {
-    d->temperature = 4;
-    d->alpha = 0.9;
+    d->temperature = 2;
+    d->alpha = 0.5;
 }
 
 static fm_status check_args(double temperature, double alpha) {

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Pruning and distillation on Fashion-MNIST, end to end, with the fathom binary
+(the figures of docs/DEPLOY.md):
+
+  prune    fashion-cnn trained for --teacher-steps, then `fathom prune --structured
+           channels --sparsity 0.5` with and without --finetune-steps: test accuracy
+           of each, and bench_prune's forward times (eager and compiled, batch 1 and
+           32) of the pruned model against the original
+  distill  a student of half the teacher's width (conv 16/32, linear 64) trained
+           --student-steps with `fathom distill` and alone with `fathom train`, the
+           same steps and seed, for each seed: mean and spread of the test accuracy
+           and loss
+
+Usage: python3 bench/bench_compress.py BUILD_DIR [--work DIR] [--teacher-steps 2000]
+         [--finetune-steps 300] [--student-steps 1000] [--seeds 1 2 3] [--rounds 15]
+         [--threads 2] [--only prune|distill] [--temperature 2] [--alpha 0.5] [--skip-alone]
+One JSON line per result on stdout; the commands run are echoed on stderr.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def sh(cmd, env=None):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, env=env, text=True).stdout
+    return out
+
+
+def last_json(out):
+    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+
+
+def student_recipe(fathom_src, path):
+    """fashion-cnn at half width: conv 32 -> 16, conv 64 -> 32, linear 128 -> 64."""
+    text = open(os.path.join(fathom_src, "data", "recipes", "fashion-cnn.ini")).read()
+    text = text.replace("layer = conv2d 32 3", "layer = conv2d 16 3").replace("layer = conv2d 64 3", "layer = conv2d 32 3")
+    text = text.replace("layer = linear 128", "layer = linear 64")
+    assert text.count("conv2d 16") == 1 and text.count("conv2d 32") == 1 and "linear 64" in text
+    open(path, "w").write(text)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--work", default="runs/bench_compress")
+    ap.add_argument("--teacher-steps", type=int, default=2000)
+    ap.add_argument("--finetune-steps", type=int, default=300)
+    ap.add_argument("--finetune-lr", type=float, default=0.0005)
+    ap.add_argument("--student-steps", type=int, default=1000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--temperature", type=float, default=2)
+    ap.add_argument("--alpha", type=float, default=0.5)
+    ap.add_argument("--skip-alone", action="store_true", help="only the distilled students (the alone runs do not depend on T, alpha)")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", choices=["prune", "distill"])
+    a = ap.parse_args()
+    fathom = os.path.join(a.build, "fathom")
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, FATHOM_NUM_THREADS=str(a.threads))
+    os.makedirs(a.work, exist_ok=True)
+    teacher = os.path.join(a.work, "cnn")
+    trained_now = not os.path.exists(os.path.join(teacher, "model.safetensors"))
+    if trained_now:  # an existing teacher in --work is reused (its steps are what it was trained with)
+        sh([fathom, "train", "fashion-cnn", "--steps", str(a.teacher_steps), "--out", teacher, "--quiet", "--json"], env)
+    base = last_json(sh([fathom, "eval", teacher, "--json", "--quiet"], env))
+    print(json.dumps({"row": "fashion-cnn", "steps": a.teacher_steps if trained_now else "reused", "test_accuracy":
+                      base["test_accuracy"], "test_loss": base["test_loss"]}), flush=True)
+
+    if a.only in (None, "prune"):
+        raw, ft = os.path.join(a.work, "cnn-c50-raw"), os.path.join(a.work, "cnn-c50-ft")
+        for d in (raw, ft):
+            subprocess.run(["rm", "-rf", d], check=True)
+        sh([fathom, "prune", teacher, "--sparsity", "0.5", "--structured", "channels", "-o", raw], env)
+        r0 = last_json(sh([fathom, "eval", raw, "--json", "--quiet"], env))
+        sh([fathom, "prune", teacher, "--sparsity", "0.5", "--structured", "channels", "--finetune",
+            str(a.finetune_steps), "--lr", str(a.finetune_lr), "--quiet", "-o", ft], env)
+        r1 = last_json(sh([fathom, "eval", ft, "--json", "--quiet"], env))
+        print(json.dumps({"row": "prune channels 0.5", "finetune_steps": 0, "test_accuracy": r0["test_accuracy"],
+                          "test_loss": r0["test_loss"]}), flush=True)
+        print(json.dumps({"row": "prune channels 0.5", "finetune_steps": a.finetune_steps, "finetune_lr": a.finetune_lr,
+                          "test_accuracy": r1["test_accuracy"], "test_loss": r1["test_loss"]}), flush=True)
+        out = sh([os.path.join(a.build, "bench_prune"), teacher, ft, "--rounds", str(a.rounds)], env)
+        for l in out.splitlines():
+            if l.startswith("{"):
+                print(json.dumps(dict(json.loads(l), row="prune speed")), flush=True)
+
+    if a.only in (None, "distill"):
+        ini = os.path.join(a.work, "fashion-cnn-half.ini")
+        student_recipe(src, ini)
+        res = {"distilled": [], "alone": []}
+        for s in a.seeds:
+            for kind in ("distilled",) if a.skip_alone else ("distilled", "alone"):
+                tag = f"-T{a.temperature:g}-a{a.alpha:g}" if kind == "distilled" else ""
+                out_dir = os.path.join(a.work, f"student-{kind}{tag}-{s}")
+                subprocess.run(["rm", "-rf", out_dir], check=True)
+                cmd = ([fathom, "distill", "--teacher", teacher, "--student", ini, "--temperature", str(a.temperature),
+                        "--alpha", str(a.alpha)] if kind == "distilled" else [fathom, "train", ini])
+                j = last_json(sh(cmd + ["--steps", str(a.student_steps), "--seed", str(s), "--out", out_dir, "--json",
+                                        "--quiet"], env))
+                res[kind].append(j)
+                print(json.dumps({"row": "student", "kind": kind, "seed": s, "steps": a.student_steps,
+                                  "temperature": a.temperature if kind == "distilled" else None,
+                                  "alpha": a.alpha if kind == "distilled" else None,
+                                  "test_accuracy": j["test_accuracy"], "test_loss": j["test_loss"]}), flush=True)
+        for kind, js in res.items():
+            if not js:
+                continue
+            acc = [j["test_accuracy"] for j in js]
+            loss = [j["test_loss"] for j in js]
+            print(json.dumps({"row": "student summary", "kind": kind, "seeds": a.seeds, "steps": a.student_steps,
+                              "temperature": a.temperature if kind == "distilled" else None,
+                              "alpha": a.alpha if kind == "distilled" else None,
+                              "acc_mean": statistics.mean(acc), "acc_min": min(acc), "acc_max": max(acc),
+                              "loss_mean": statistics.mean(loss), "loss_min": min(loss), "loss_max": max(loss)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
