@@ -169,7 +169,7 @@ int fm_cmd_info(int argc, char **argv) {
     } else {
         printf("fathom %s (%s build%s)\n", bi.version, bi.build_type, bi.sanitized ? ", sanitizers" : "");
         print_text(f, &gp);
-        printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (library: include/fathom/dist.h, docs/DISTRIBUTED.md)"
+        printf("mpi:   %s\n", fm_dist_mpi_built() ? "built in (mpirun -np N fathom train RECIPE: data parallel; docs/DISTRIBUTED.md)"
                                                  : "not built (no MPI at build time)");
         printf("cuda:  %s\n", bi.cuda_built ? "built in"
                               : bi.cuda_switched_off ? "not built (switched off at build time: -DFATHOM_CUDA=OFF)"

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "device_arg.h"
 #include "core/parallel.h" /* fm_set_num_threads for --threads */
+#include "fathom/dist.h" /* mpirun -np N fathom train: data parallel */
 #include "fathom/gpt.h"
 #include "fathom/recipe.h"
 
@@ -29,7 +30,9 @@ static void train_usage(FILE *f) {
             "                    [--checkpointing none|blocks|selective] [--grad-accum N]\n"
             "                    [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]\n"
             "                    [--out DIR] [--resume [DIR]] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
-            "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--corpus FILE] [--sample N]\n\n"
+            "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--corpus FILE] [--sample N]\n"
+            "                    [--zero 0|1] [--bucket-size SIZE] [--dist-timeout SECONDS]\n"
+            "       mpirun -np N fathom train RECIPE [flags]     (data parallel over N processes)\n\n"
             "Trains the model a recipe describes: a classifier (fashion-mlp, fashion-cnn) or a GPT (kjv-gpt).\n"
             "RECIPE is a built-in name (see `fathom recipes`) or a path to an .ini file. Every flag applies\n"
             "to every recipe unless marked.\n\n"
@@ -59,7 +62,12 @@ static void train_usage(FILE *f) {
             "  --logdir DIR       write TensorBoard event files (or: fathom plot DIR -o curves.svg)\n"
             "  --hist-every N     with --logdir: weight and gradient histograms every N epochs (GPT: steps)\n"
             "  --corpus FILE      GPT recipes: train on this text file instead of the recipe's corpus\n"
-            "  --sample N         GPT recipes: print N sampled tokens at each validation\n");
+            "  --sample N         GPT recipes: print N sampled tokens at each validation\n"
+            "Under mpirun (docs/DISTRIBUTED.md): every rank trains on its part of each batch (--batch is the\n"
+            "whole batch; it must split evenly over the ranks); rank 0 logs and saves.\n"
+            "  --zero 1           shard the optimizer state over the ranks (ZeRO-1; needs 2 or more ranks)\n"
+            "  --bucket-size SIZE gradients all-reduced in buckets of SIZE (default 25M)\n"
+            "  --dist-timeout S   a collective that waits more than S seconds for a rank ends the job (default 300)\n");
 }
 
 typedef struct train_args {
@@ -69,6 +77,10 @@ typedef struct train_args {
     double lr;
     fm_efficiency_opts eo;
     fm_device device;
+    long long zero;
+    size_t bucket_bytes;
+    double dist_timeout;
+    fm_dist *dist; /* the MPI world (a world of one without mpirun) */
 } train_args;
 
 /* Every flag, for parsing and for "did you mean". */
@@ -76,7 +88,7 @@ static const char *const k_flags[] = {
     "--steps", "--epochs", "--batch", "--lr", "--seed", "--threads", "--device", "--precision", "--checkpointing",
     "--grad-accum", "--memory-limit", "--memory-mode", "--memory-preallocate", "--out", "--resume", "--stop-after",
     "--max-steps", "--no-eval", "--json", "--quiet", "--profile", "--logdir", "--hist-every", "--corpus", "--sample",
-    "--help"};
+    "--zero", "--bucket-size", "--dist-timeout", "--help"};
 #define N_FLAGS (int)(sizeof k_flags / sizeof k_flags[0])
 static bool takes_value(const char *f) {
     return strcmp(f, "--no-eval") && strcmp(f, "--json") && strcmp(f, "--quiet") && strcmp(f, "--help") &&
@@ -145,8 +157,26 @@ static bool value_flag(train_args *a, const char *f, const char *v) {
     INT_FLAG("--max-steps", 1, INT64_MAX, stop_after)
     INT_FLAG("--hist-every", 1, INT_MAX, hist_every)
     INT_FLAG("--sample", 0, INT_MAX, sample)
+    INT_FLAG("--zero", 0, 1, zero)
 #undef INT_FLAG
     if (!strcmp(f, "--lr")) return parse_lr(v, &a->lr);
+    if (!strcmp(f, "--bucket-size")) {
+        if (fm_parse_size(v, &a->bucket_bytes) || a->bucket_bytes < 4) {
+            fm_cli_error("train: --bucket-size needs a size such as 25M or 1M, got '%s'", v);
+            return false;
+        }
+        return true;
+    }
+    if (!strcmp(f, "--dist-timeout")) {
+        char *end;
+        double x = strtod(v, &end);
+        if (end == v || *end || !isfinite(x) || !(x > 0)) {
+            fm_cli_error("train: --dist-timeout needs a positive number of seconds, got '%s'", v);
+            return false;
+        }
+        a->dist_timeout = x;
+        return true;
+    }
     if (!strcmp(f, "--device")) {
         a->device_str = v;
         if (fm_device_parse(v, &a->device)) { fm_cli_error("train: --device: %s", fm_last_error()); return false; }
@@ -215,11 +245,33 @@ typedef struct train_report {
     double train_seconds, samples_per_second, tokens_per_second, data_wait_seconds, loss_scale;
     size_t peak_memory_bytes;
     const char *memory_json, *memory_text;
+    fm_dist_report dist;
 } train_report;
 
 static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 static json_t *int_or_null(int64_t v) { return v >= 0 ? json_integer(v) : json_null(); }
 static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+/* Data parallel: what the communication cost, per rank (null for one process). */
+static json_t *dist_json(const train_report *r) {
+    const fm_dist_report *d = &r->dist;
+    if (d->world_size < 2) return json_null();
+    json_t *j = json_object();
+    const double n = d->world_size, steps = d->steps > 0 ? (double)d->steps : 1;
+    json_object_set_new(j, "zero", json_integer(d->zero));
+    json_object_set_new(j, "buckets", json_integer(d->buckets));
+    json_object_set_new(j, "steps", json_integer(d->steps));
+    json_object_set_new(j, "comm_seconds", json_real(d->comm_seconds));
+    json_object_set_new(j, "exposed_comm_seconds", json_real(d->exposed_seconds));
+    json_object_set_new(j, "overlapped_fraction", json_real(d->overlapped_fraction));
+    json_object_set_new(j, "comm_fraction_of_training", num_or_null(r->train_seconds > 0 ? d->comm_seconds / r->train_seconds : NAN));
+    json_object_set_new(j, "gradient_bytes", json_integer(d->grad_bytes));
+    json_object_set_new(j, "bytes_sent_per_step", json_real((double)d->bytes_sent / steps));
+    /* a ring all-reduce (or a reduce-scatter + all-gather) moves 2(N-1)/N of the gradients */
+    json_object_set_new(j, "ring_bytes_per_step", json_real(2 * (n - 1) / n * (double)d->grad_bytes));
+    json_object_set_new(j, "optimizer_state_bytes_per_rank", json_integer(d->optimizer_state_bytes));
+    return j;
+}
 
 static void print_json(const train_args *a, const train_report *r) {
     char dev[32];
@@ -249,6 +301,8 @@ static void print_json(const train_args *a, const train_report *r) {
     json_object_set_new(j, "memory", mem ? mem : json_null());
     json_object_set_new(j, "out", str_or_null(r->out));
     json_object_set_new(j, "model_path", r->model_path[0] ? json_string(r->model_path) : json_null());
+    json_object_set_new(j, "world_size", json_integer(r->dist.world_size));
+    json_object_set_new(j, "dist", dist_json(r));
     json_object_set_new(j, "trace", str_or_null(a->profile));
     json_object_set_new(j, "logdir", str_or_null(a->logdir));
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -268,11 +322,32 @@ static void print_text(const train_args *a, const train_report *r) {
     if (isfinite(r->val_loss)) fprintf(stderr, ", val loss %.4f", r->val_loss);
     fprintf(stderr, "\n");
     if (!a->json && r->memory_text && r->memory_text[0]) fprintf(stderr, "%s\n", r->memory_text);
+    const fm_dist_report *d = &r->dist;
+    if (d->world_size > 1) {
+        const double n = d->world_size, steps = d->steps > 0 ? (double)d->steps : 1;
+        fprintf(stderr, "data parallel: %d ranks%s, %d bucket%s; communication %.2f s (%.1f%% of training), %.0f%% of it "
+                "overlapped with backward; %.2f MB sent per rank per step (ring: 2(N-1)/N x %.2f MB of gradients = %.2f MB); "
+                "optimizer state %.2f MB per rank\n",
+                d->world_size, d->zero ? " with ZeRO-1" : "", d->buckets, d->buckets == 1 ? "" : "s", d->comm_seconds,
+                r->train_seconds > 0 ? 100 * d->comm_seconds / r->train_seconds : 0.0, 100 * d->overlapped_fraction,
+                (double)d->bytes_sent / steps / 1e6, (double)d->grad_bytes / 1e6,
+                2 * (n - 1) / n * (double)d->grad_bytes / 1e6, (double)d->optimizer_state_bytes / 1e6);
+    }
     if (a->profile) fprintf(stderr, "trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", a->profile, a->profile);
     if (a->logdir) fprintf(stderr, "logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", a->logdir, a->logdir);
     if (r->model_path[0])
         fprintf(stderr, "model saved to %s (%s %s)\n", r->model_path,
                 !strcmp(r->kind, "gpt") ? "fathom generate" : "fathom eval / fathom predict", r->out);
+}
+
+/* Data parallel: the whole batch must split evenly over the ranks (a usage error on every rank alike). */
+static bool batch_splits(const train_args *a, int64_t batch) {
+    int n = a->dist ? fm_dist_size(a->dist) : 1;
+    if (n < 2 || batch % n == 0) return true;
+    if (fm_dist_rank(a->dist) == 0)
+        fm_cli_error("train: the batch (%lld) does not split evenly over %d ranks: give --batch a multiple of %d (it is the "
+                     "whole batch over all ranks)", (long long)batch, n, n);
+    return false;
 }
 
 static int run_classifier(const train_args *a, const char *path, train_report *rep) {
@@ -296,6 +371,9 @@ static int run_classifier(const train_args *a, const char *path, train_report *r
     o.logdir = a->logdir;
     o.eff = a->eo;
     o.log = a->quiet ? NULL : stderr;
+    o.dist = a->dist;
+    o.zero = (int)a->zero;
+    o.bucket_bytes = a->bucket_bytes;
     fm_recipe r;
     if (fm_recipe_load(path, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     /* bad flag combinations are usage errors, before any data is read */
@@ -304,6 +382,7 @@ static int run_classifier(const train_args *a, const char *path, train_report *r
         fm_recipe_free(&r);
         return 2;
     }
+    if (!batch_splits(a, o.batch_size > 0 ? o.batch_size : r.batch_size)) { fm_recipe_free(&r); return 2; }
     static char outbuf[PATH_MAX];
     const char *out = a->out ? a->out : a->resume_dir;
     if (!out) { snprintf(outbuf, sizeof outbuf, "runs/%s", r.name); out = outbuf; }
@@ -330,6 +409,7 @@ static int run_classifier(const train_args *a, const char *path, train_report *r
     rep->loss_scale = res.loss_scale;
     rep->skipped_steps = res.skipped_steps;
     rep->peak_memory_bytes = res.peak_memory_bytes;
+    rep->dist = res.dist;
     static char mj[1024], mt[1024];
     memcpy(mj, res.memory_report_json, sizeof mj);
     memcpy(mt, res.memory_report_text, sizeof mt);
@@ -362,6 +442,10 @@ static int gpt_options(const train_args *a, const char *out, fm_gpt_train_opts *
     o->profile_path = a->profile;
     o->logdir = a->logdir;
     o->hist_every = a->hist_every > 0 ? a->hist_every : 0;
+    o->dist = a->dist;
+    o->zero = (int)a->zero;
+    o->bucket_bytes = a->bucket_bytes;
+    if (!batch_splits(a, o->batch_size)) return 2;
     /* the recipe's batch size is known only now */
     if (fm_efficiency_validate(&o->eff, true, o->batch_size)) {
         fm_cli_error("train: %s (%d is the recipe's batch_size; set another with --batch)", fm_last_error(), o->batch_size);
@@ -400,6 +484,7 @@ static int run_gpt(const train_args *a, const char *path, train_report *rep) {
     rep->loss_scale = r.loss_scale;
     rep->skipped_steps = r.skipped_steps;
     rep->peak_memory_bytes = r.peak_memory_bytes;
+    rep->dist = r.dist;
     static char mj[1024], mt[1024];
     memcpy(mj, r.memory_report_json, sizeof mj);
     memcpy(mt, r.memory_report_text, sizeof mt);
@@ -430,6 +515,65 @@ static int missing_recipe(const char *name, const char *path, bool builtin) {
     return 2;
 }
 
+static uint64_t hash_str(const char *s) { return s ? fm_dist_hash(1, s, strlen(s)) : 0; }
+
+static uint64_t hash_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint64_t h = 0;
+    char buf[8192];
+    size_t n;
+    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) h = fm_dist_hash(h, buf, n);
+    if (f) fclose(f);
+    return h;
+}
+
+/* Every rank must train the same thing: the recipe's text and each resolved flag are
+ * compared across the ranks before any work, and a difference is named. 0 or 2. */
+static int check_same_config(const train_args *a, const char *path) {
+    const fm_efficiency_opts *e = &a->eo;
+    char dev[32];
+    fm_device_name(a->device, dev, sizeof dev);
+#define NUM(x) fm_dist_hash(0, &(x), sizeof(x))
+    const struct { const char *what; uint64_t h; } f[] = {
+        {"the recipe file's contents", hash_file(path)}, {"the recipe name", hash_str(a->recipe)},
+        {"--steps", NUM(a->steps)}, {"--epochs", NUM(a->epochs)}, {"--batch", NUM(a->batch)}, {"--lr", NUM(a->lr)},
+        {"--seed", NUM(a->seed)}, {"--stop-after", NUM(a->stop_after)}, {"--no-eval", NUM(a->no_eval)},
+        {"--resume", NUM(a->resume) ^ hash_str(a->resume_dir)}, {"--out", hash_str(a->out)},
+        {"--corpus", hash_str(a->corpus)}, {"--device", hash_str(dev)}, {"--precision", NUM(e->precision)},
+        {"--checkpointing", NUM(e->checkpointing)}, {"--grad-accum", NUM(e->grad_accum)},
+        {"--memory-limit", NUM(e->memory_limit)}, {"--zero", NUM(a->zero)}, {"--bucket-size", NUM(a->bucket_bytes)},
+        {"--dist-timeout", NUM(a->dist_timeout)}};
+#undef NUM
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (fm_dist_check_same(a->dist, f[i].h, f[i].what) != FM_OK) { /* every rank finds it: rank 0 says it */
+            if (fm_dist_rank(a->dist) == 0) fm_cli_error("train: %s", fm_last_error());
+            return 2;
+        }
+    return 0;
+}
+
+/* Joins the MPI world (a world of one without mpirun) and checks the ranks agree; the
+ * ranks other than 0 train silently. 0, or the exit code. */
+static int dist_begin(train_args *a, const char *path) {
+    if (fm_dist_init(&a->dist) != FM_OK) { fm_cli_error("train: %s", fm_last_error()); return 1; }
+    if (a->dist_timeout > 0) fm_dist_set_timeout(a->dist, a->dist_timeout);
+    int n = fm_dist_size(a->dist);
+    if (a->zero && n < 2) {
+        fm_cli_error("train: --zero 1 shards the optimizer state across MPI ranks: start the job with mpirun -np N "
+                     "(N >= 2)%s; on one process it would change nothing", fm_dist_mpi_built() ? "" : " in a fathom built with MPI");
+        return 2;
+    }
+    if (n < 2) return 0;
+    int rc = check_same_config(a, path);
+    if (rc == 0 && fm_dist_rank(a->dist) != 0) { /* rank 0 speaks for the job */
+        a->quiet = true;
+        a->json = false;
+        a->logdir = a->profile = NULL;
+        a->hist_every = 0;
+    }
+    return rc;
+}
+
 int fm_cmd_train(int argc, char **argv) {
     train_args a;
     int rc = parse_args(argc, argv, &a);
@@ -443,10 +587,14 @@ int fm_cmd_train(int argc, char **argv) {
     bool builtin = fm_recipe_resolve(a.recipe, path, sizeof path);
     if (access(path, R_OK) != 0) return missing_recipe(a.recipe, path, builtin);
     train_report rep = {.recipe = a.recipe, .train_loss = NAN, .val_loss = NAN, .test_loss = NAN, .test_accuracy = NAN,
-                        .tokens_per_second = NAN, .epochs = -1};
-    rc = fm_gpt_recipe_is_gpt(path) ? run_gpt(&a, path, &rep) : run_classifier(&a, path, &rep);
-    if (rc) return rc;
-    if (a.json) print_json(&a, &rep);
-    print_text(&a, &rep);
-    return 0;
+                        .tokens_per_second = NAN, .epochs = -1, .dist = {.world_size = 1}};
+    if ((rc = dist_begin(&a, path)) == 0)
+        rc = fm_gpt_recipe_is_gpt(path) ? run_gpt(&a, path, &rep) : run_classifier(&a, path, &rep);
+    /* a rank that fails alone (1) would leave the others waiting in a collective: end the
+     * job; usage errors (2) are found alike on every rank before any collective */
+    if (rc == 1 && a.dist && fm_dist_size(a.dist) > 1) fm_dist_abort(a.dist, rc);
+    if (rc == 0 && a.json) print_json(&a, &rep);
+    if (rc == 0) print_text(&a, &rep);
+    fm_dist_finalize(a.dist);
+    return rc;
 }

@@ -2,7 +2,11 @@
 # Distributed training at the process level (docs/DISTRIBUTED.md), under
 # `mpirun --oversubscribe -np N`:
 #  - a rank that arrives late at a collective makes the others fail within the
-#    timeout with an error naming that rank, and the job ends (non-zero exit).
+#    timeout with an error naming that rank, and the job ends (non-zero exit);
+#  - mpirun -np 2 fathom train (a tiny GPT): one JSON line from rank 0 with the
+#    world size and the communication figures, the model saved; --zero 1;
+#  - refused before training: ranks with different flags (naming the flag and the
+#    rank), a batch that does not split over the ranks, --zero 1 on one process.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -33,6 +37,43 @@ else
   bad "late rank: no error naming rank 1: $(head -c 600 "$tmp/late.out")"
 fi
 ((took < 30)) || bad "late rank: the job took ${took} s to end"
+
+# ---- mpirun -np 2 fathom train: a tiny GPT recipe ----
+for i in $(seq 1 40); do echo "And the word was $i, and the light was $((i * 7 % 11))."; done >"$tmp/corpus.txt"
+printf '%s\n' '[model]' 'type = gpt' 'n_layer = 1' 'n_head = 2' 'n_embd = 16' 'ffn_hidden = 32' 'block_size = 8' \
+  '[tokenizer]' 'kind = byte' '[data]' "corpus = $tmp/corpus.txt" '[train]' 'batch_size = 4' 'steps = 3' 'eval_every = 3' \
+  'eval_batches = 2' 'log_every = 1' >"$tmp/tiny.ini"
+flags=(--threads 1 --json)
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/dp" "${flags[@]}" >"$tmp/dp.json" 2>"$tmp/dp.err"; rc=$?
+if [[ $rc -eq 0 ]] && [[ $(wc -l <"$tmp/dp.json") -eq 1 ]] && grep -q '"world_size":2' "$tmp/dp.json" &&
+   grep -q '"overlapped_fraction"' "$tmp/dp.json" && grep -q 'data parallel: 2 ranks' "$tmp/dp.err" &&
+   [[ -f "$tmp/dp/model.safetensors" ]]; then
+  ok "2 ranks: one JSON line (world_size 2, communication figures), the model saved by rank 0"
+else
+  bad "2 ranks (exit $rc): $(head -c 600 "$tmp/dp.json") $(tail -c 600 "$tmp/dp.err")"
+fi
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/dz" --zero 1 "${flags[@]}" >"$tmp/dz.json" 2>"$tmp/dz.err"; rc=$?
+if [[ $rc -eq 0 ]] && grep -q '"zero":1' "$tmp/dz.json"; then ok "--zero 1 at 2 ranks"; else bad "--zero 1 (exit $rc): $(tail -c 600 "$tmp/dz.err")"; fi
+# ranks started with different flags: refused before any work, naming the flag and the rank
+mpi -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.01 : -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.02 \
+  >"$tmp/mm.out" 2>&1; rc=$?
+if [[ $rc -ne 0 ]] && grep -q -- "--lr differs between ranks: rank 1 does not match rank 0" "$tmp/mm.out" && [[ ! -e "$tmp/mm/ckpt" ]]; then
+  ok "mismatched --lr: refused, naming --lr and rank 1 (exit $rc)"
+else
+  bad "mismatched --lr (exit $rc): $(head -c 600 "$tmp/mm.out")"
+fi
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/odd" --batch 5 >"$tmp/odd.out" 2>&1; rc=$?
+if [[ $rc -ne 0 ]] && grep -q "the batch (5) does not split evenly over 2 ranks" "$tmp/odd.out"; then
+  ok "--batch 5 over 2 ranks: refused (exit $rc)"
+else
+  bad "--batch 5 over 2 ranks (exit $rc): $(head -c 600 "$tmp/odd.out")"
+fi
+"$bin" train "$tmp/tiny.ini" --out "$tmp/z1" --zero 1 >"$tmp/z1.out" 2>&1; rc=$?
+if [[ $rc -eq 2 ]] && grep -q "zero 1 shards the optimizer state across MPI ranks" "$tmp/z1.out"; then
+  ok "--zero 1 on one process: usage error"
+else
+  bad "--zero 1 on one process (exit $rc): $(head -c 400 "$tmp/z1.out")"
+fi
 
 ((fails == 0)) || { echo "$fails failure(s)"; exit 1; }
 echo "all ok"

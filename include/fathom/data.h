@@ -159,7 +159,16 @@ typedef struct fm_loader_options {
     int workers;
     int prefetch;           /* batches prepared ahead (ring size); 0: 2 * workers, at least 4 */
     fm_transforms transforms;
+    /* Data parallel: shard_count > 1 makes this loader deliver only part shard_index of
+     * every batch (rows [lo, hi) of the batch of batch_size the loader would otherwise
+     * deliver: near-equal parts, the first ones one larger; fm_data_shard_rows). Every
+     * shard's loader walks the same batches, so the position (fm_dataloader_state) is
+     * the same on every rank and a checkpoint does not depend on the shard count.
+     * 0 or 1: the whole batch. */
+    int shard_index, shard_count;
 } fm_loader_options;
+/* Part `index` of `count` of a batch of `rows` rows: its first row and size. */
+FM_API void fm_data_shard_rows(int64_t rows, int index, int count, int64_t *first, int64_t *size);
 FM_API void fm_loader_options_init(fm_loader_options *o);
 
 typedef struct fm_dataloader fm_dataloader;

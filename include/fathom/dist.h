@@ -18,6 +18,7 @@
 #include "fathom/export.h"
 #include "fathom/optim.h"
 #include "fathom/tensor.h"
+#include "fathom/train_step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,6 +128,46 @@ FM_API int64_t fm_zero_state_bytes(fm_zero *z);
 FM_API fm_status fm_zero_full_state(fm_zero *z, fm_named_list *out);
 /* Takes this rank's part of a full state (from a checkpoint written at any N). */
 FM_API fm_status fm_zero_load_full_state(fm_zero *z, const fm_named_list *full);
+
+/* ---- the trainers' data-parallel layer (`mpirun -np N fathom train`) ----
+ * Put around a trainer's fm_train_step (after fm_train_step_init): copies rank 0's
+ * parameters to every rank, then, through the step's hooks, all-reduces the gradient
+ * buckets during the last micro-batch's backward (zero = 0), or (zero = 1) reduce-
+ * scatters the gradients after backward, steps a sharded optimizer and all-gathers the
+ * parameters; for that it replaces ts->opt with the sharded optimizer (set the learning
+ * rate there: fm_dist_trainer_optim). Hooks already on ts run after its own. The
+ * trainer gives each rank a disjoint part of every batch (fm_data_shard_rows). */
+typedef struct fm_dist_trainer fm_dist_trainer;
+FM_API fm_dist_trainer *fm_dist_trainer_new(fm_dist *d, fm_train_step *ts, int zero, size_t bucket_bytes);
+FM_API void fm_dist_trainer_free(fm_dist_trainer *t);
+/* The optimizer that steps: the sharded one under ZeRO-1, else ts's. */
+FM_API fm_optim *fm_dist_trainer_optim(fm_dist_trainer *t);
+/* Before a step whose batch has global_rows rows, local_rows of them here: weights this
+ * rank's loss so that the average of the ranks' gradients is the whole batch's mean
+ * (1 when the batch splits evenly). */
+FM_API void fm_dist_trainer_begin_step(fm_dist_trainer *t, int64_t local_rows, int64_t global_rows);
+/* *loss (this rank's mean over local_rows) becomes the whole batch's mean, on every rank. */
+FM_API fm_status fm_dist_trainer_reduce_loss(fm_dist_trainer *t, double *loss, int64_t local_rows, int64_t global_rows);
+/* The full optimizer state, named as fm_optim_state names it (a collective under
+ * ZeRO-1: every rank calls it; each gets the whole state). Free with fm_named_list_free. */
+FM_API fm_status fm_dist_trainer_full_state(fm_dist_trainer *t, fm_named_list *out);
+/* Takes this rank's part of a full state (ZeRO-1); without ZeRO, copies it into ts's. */
+FM_API fm_status fm_dist_trainer_load_full_state(fm_dist_trainer *t, const fm_named_list *full);
+
+typedef struct fm_dist_report {
+    int world_size;           /* 1: no data parallelism */
+    int zero;                 /* ZeRO stage (0 or 1) */
+    int buckets;              /* gradient buckets (zero = 0) */
+    int64_t steps;            /* optimizer steps with communication */
+    double comm_seconds;      /* gradient communication: sum over buckets of start -> completion (ZeRO-1: the
+                               * reduce-scatter and all-gather) */
+    double exposed_seconds;   /* of it, the time the step waited after backward */
+    double overlapped_fraction; /* 1 - exposed / comm */
+    int64_t grad_bytes;       /* gradient bytes per step */
+    int64_t bytes_sent;       /* bytes this rank sent, all steps */
+    int64_t optimizer_state_bytes; /* the optimizer state this rank holds */
+} fm_dist_report;
+FM_API void fm_dist_trainer_report(fm_dist_trainer *t, fm_dist_report *out);
 
 #ifdef __cplusplus
 }

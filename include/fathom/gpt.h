@@ -13,6 +13,7 @@
 #define FATHOM_GPT_H
 #include "fathom/export.h"
 
+#include "fathom/dist.h"       /* data parallel: fm_dist, fm_dist_report */
 #include "fathom/efficiency.h" /* fm_efficiency_opts: precision, checkpointing, accumulation, memory */
 #include "fathom/nn.h"     /* fm_named_list: parameters with names */
 #include "fathom/tensor.h"    /* fm_tensor, fm_rng */
@@ -155,6 +156,10 @@ FM_API void fm_token_data_free(fm_token_data *d);
  * windows walk [lo, hi) in order (window i starts at lo + i*T). */
 FM_API fm_status fm_gpt_batch_random(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
                               int64_t step, fm_tensor **x, fm_tensor **y);
+/* Rows [first, first + rows) of that batch of B (a data-parallel rank's part): the same
+ * windows fm_gpt_batch_random puts there. */
+FM_API fm_status fm_gpt_batch_random_rows(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
+                                          int64_t step, int first, int rows, fm_tensor **x, fm_tensor **y);
 FM_API fm_status fm_gpt_batch_eval(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, int64_t index,
                             fm_tensor **x, fm_tensor **y);
 
@@ -210,6 +215,15 @@ typedef struct fm_gpt_train_opts {
      * (steps = ceil(epochs * train tokens / (batch_size * block_size))) */
     int epochs;
     bool no_eval; /* no validation (periodic or final) */
+    /* Data parallel over the ranks of `dist` (NULL or a world of one: this process alone):
+     * batch_size is the whole batch, which must split evenly over the ranks; rank r
+     * trains on windows [r*B/N, (r+1)*B/N) of each step's batch (fm_gpt_batch_random_rows)
+     * and validates on every N-th eval batch; rank 0 writes the data files, checkpoints
+     * and the model (give the other ranks quiet, no logdir, no profile). zero: 1 shards
+     * the AdamW moments (ZeRO-1). bucket_bytes: 0 for 25 MiB. */
+    fm_dist *dist;
+    int zero;
+    size_t bucket_bytes;
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */
@@ -227,6 +241,7 @@ typedef struct fm_gpt_train_result {
     int64_t total_steps;          /* the run's length (steps, or what epochs made of it) */
     char memory_report_json[1024];/* peak by category (fm_memory_report_json) */
     char memory_report_text[1024];
+    fm_dist_report dist;          /* world size, communication time and bytes (world_size 1: none) */
 } fm_gpt_train_result;
 /* fm_gpt_train with the whole result (res may be NULL). */
 FM_API fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "fathom/data.h"
+#include "fathom/dist.h" /* data parallel: fm_dist, fm_dist_report */
 #include "fathom/efficiency.h" /* precision, gradient accumulation, memory options */
 #include "fathom/nn.h"
 #include "fathom/optim.h"
@@ -115,6 +116,14 @@ typedef struct fm_train_options {
      * entropy with the recipe's label smoothing. */
     fm_tensor *(*loss)(void *ctx, fm_tensor *logits, fm_tensor *x, fm_tensor *y);
     void *loss_ctx;
+    /* Data parallel over the ranks of `dist` (NULL or a world of one: this process alone).
+     * batch_size stays the whole batch over all ranks, cut in near-equal parts per rank;
+     * every rank runs fm_train with the same recipe and options; rank 0 alone writes
+     * checkpoints and the model (the caller gives the others no log, logdir or profile).
+     * zero: 1 shards the optimizer state (ZeRO-1). bucket_bytes: 0 for 25 MiB. */
+    fm_dist *dist;
+    int zero;
+    size_t bucket_bytes;
 } fm_train_options;
 FM_API void fm_train_options_init(fm_train_options *o);
 
@@ -137,6 +146,7 @@ typedef struct fm_train_result {
     char memory_report_text[1024];
     double loss_scale;    /* fp16: the scaler's scale at the end; else 1 */
     int64_t skipped_steps; /* fp16: steps skipped for inf/NaN gradients (this invocation) */
+    fm_dist_report dist;  /* world size, communication time and bytes (world_size 1: none) */
 } fm_train_result;
 FM_API void fm_train_result_free(fm_train_result *r);
 

@@ -13,7 +13,7 @@
  * Each micro-batch is copied to eo->device when it is elsewhere (the model is moved
  * there by its trainer with fm_module_to / fm_gpt_to before the optimizer is made).
  * The hooks run in this order within a step:
- *   to_device(x, y) per micro-batch -> forward/backward -> after_backward (all micro-batches done,
+ *   micro_begin(k, n) -> to_device(x, y) per micro-batch -> forward/backward -> after_backward (all micro-batches done,
  *   gradients still scaled: where a data-parallel all-reduce goes) -> unscale -> grads_ready
  *   (unscaled, before clipping: histograms) -> clip -> optimizer -> gradients freed -> after_update. */
 #ifndef FATHOM_TRAIN_STEP_H
@@ -37,6 +37,9 @@ typedef struct fm_train_hooks {
     /* Replaces *x and *y (new references; release the old ones), after the step has
      * moved them to eo->device: e.g. a staged or asynchronous copy. NULL: none. */
     fm_status (*to_device)(void *user, fm_tensor **x, fm_tensor **y);
+    /* Before micro-batch k of n (k = n - 1: the last, whose backward leaves the step's
+     * final gradients; a data-parallel layer reduces only then). NULL: none. */
+    fm_status (*micro_begin)(void *user, int k, int n);
     fm_status (*after_backward)(void *user, fm_optim *opt);
     fm_status (*grads_ready)(void *user, fm_optim *opt);
     fm_status (*after_update)(void *user, fm_optim *opt, bool stepped);
@@ -50,6 +53,8 @@ typedef struct fm_train_step {
     fm_train_loss_fn loss_fn;
     void *loss_ctx;
     double clip;                   /* > 0: clip the global norm to this; 0: off */
+    double loss_weight;            /* multiplies the loss backward sees, not the one reported (1: none;
+                                    * data parallel: this rank's share of an uneven batch) */
     bool want_norm;                /* compute the norm even without clipping (for logs) */
     const fm_train_hooks *hooks;   /* a device's or a data-parallel layer's (may be NULL) */
     /* the trainer's own look at the unscaled gradients before clipping (histograms);

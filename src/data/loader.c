@@ -46,6 +46,7 @@ enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 typedef struct slot {
     fm_tensor *x, *y; /* full-batch buffers; shape[0] is set to the batch's size */
     int64_t batch;
+    int64_t first; /* the batch's row this slot's row 0 is (a shard's part of the batch) */
     int state;
     /* SLOT_FILLING: chunks [0, next_chunk) are claimed, done of them finished */
     int nchunks, next_chunk, done;
@@ -90,6 +91,13 @@ static double now_s(void) {
 void fm_loader_options_init(fm_loader_options *o) {
     memset(o, 0, sizeof *o);
     o->batch_size = 64;
+}
+
+void fm_data_shard_rows(int64_t rows, int index, int count, int64_t *first, int64_t *size) {
+    if (count < 1) count = 1;
+    int64_t base = rows / count, extra = rows % count;
+    *first = (int64_t)index * base + (index < extra ? index : extra);
+    *size = base + (index < extra);
 }
 
 void fm_data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm) {
@@ -177,19 +185,22 @@ static void transform_sample(const fm_dataloader *l, const float *src, float *ds
 static void begin_batch(fm_dataloader *l, slot *s, int64_t b) {
     int64_t start = b * l->bs;
     int64_t size = l->n - start < l->bs ? l->n - start : l->bs;
+    s->first = 0;
+    if (l->opt.shard_count > 1) fm_data_shard_rows(size, l->opt.shard_index, l->opt.shard_count, &s->first, &size);
     s->x->shape[0] = size;
     if (s->y) s->y->shape[0] = size;
     s->batch = b;
     s->nchunks = (int)((size + l->chunk - 1) / l->chunk);
     s->next_chunk = 0;
     s->done = 0;
-    s->state = SLOT_FILLING;
+    s->state = s->nchunks ? SLOT_FILLING : SLOT_READY; /* a shard with no row of a short last batch */
+    if (!s->nchunks) pthread_cond_broadcast(&l->cv_ready);
 }
 
 /* Fills chunk k of the batch in slot s. Reads only state that is frozen while
  * any chunk is in flight. */
 static void fill_chunk(fm_dataloader *l, slot *s, int k) {
-    int64_t start = s->batch * l->bs, size = s->x->shape[0];
+    int64_t start = s->batch * l->bs + s->first, size = s->x->shape[0];
     int64_t j0 = (int64_t)k * l->chunk, j1 = j0 + l->chunk < size ? j0 + l->chunk : size;
     const char *xs = fm_tensor_data(fm_dataset_x(l->ds));
     const char *ys = l->y_es ? fm_tensor_data(fm_dataset_y(l->ds)) : NULL;
@@ -244,7 +255,7 @@ static slot *find_work(fm_dataloader *l) {
     if (!s || s->state != SLOT_FREE) return NULL;
     begin_batch(l, s, b);
     l->next_claim++;
-    return s;
+    return s->nchunks ? s : NULL; /* a shard's empty part of a short last batch is ready as begun */
 }
 
 enum { LOADER_PRIO_IDLE, LOADER_PRIO_LOW, LOADER_PRIO_NORMAL };
@@ -340,6 +351,9 @@ static fm_status validate(const fm_dataset *d, const fm_loader_options *o, int64
         return fm_set_error(FM_ERR_INVALID, "data loader: batch size must be positive, got %lld", (long long)o->batch_size);
     if (o->workers < 0 || o->workers > 256)
         return fm_set_error(FM_ERR_INVALID, "data loader: workers must be 0 to 256, got %d", o->workers);
+    if (o->shard_count < 0 || o->shard_index < 0 || (o->shard_count > 1 && o->shard_index >= o->shard_count))
+        return fm_set_error(FM_ERR_INVALID, "data loader: shard %d of %d is not a shard (0 <= index < count)", o->shard_index,
+                            o->shard_count);
     if (o->prefetch < 0 || o->prefetch > 1024)
         return fm_set_error(FM_ERR_INVALID, "data loader: prefetch must be 0 to 1024, got %d", o->prefetch);
     bool spatial = tf->crop_padding != 0 || tf->hflip;
@@ -549,6 +563,7 @@ fm_status fm_dataloader_next(fm_dataloader *l, fm_batch *out) {
         if (s->state == SLOT_FREE && l->next_claim == b) {
             begin_batch(l, s, b);
             l->next_claim++;
+            continue; /* a shard's empty part is ready as begun */
         }
         if (s->state == SLOT_FILLING && s->batch == b && s->next_chunk < s->nchunks) run_chunk(l, s, false, false);
         else pthread_cond_wait(&l->cv_ready, &l->mu);

@@ -17,6 +17,7 @@ void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, fm_optim
     s->loss_fn = loss_fn;
     s->loss_ctx = loss_ctx;
     s->grad_norm = NAN;
+    s->loss_weight = 1.0;
     s->stepped = true;
     fm_grad_scaler_init(&s->scaler, eo->loss_scaling);
 }
@@ -54,7 +55,8 @@ static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double
     fm_tensor_release_n(2, x, y);
     if (!loss) return fm_last_status();
     *loss_sum += fm_tensor_item(loss) * weight;
-    fm_tensor *l = weight != 1.0 ? fm_mul_scalar(loss, weight) : fm_tensor_retain(loss);
+    const double w = weight * s->loss_weight;
+    fm_tensor *l = w != 1.0 ? fm_mul_scalar(loss, w) : fm_tensor_retain(loss);
     fm_tensor *sl = l ? fm_grad_scaler_scale(&s->scaler, l) : NULL;
     /* backward's temporaries; the engine tags the leaves' gradients itself */
     mc = fm_memory_tag_push(FM_MEM_ACTIVATIONS);
@@ -75,6 +77,10 @@ fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, d
         fm_tensor *xs = micro(x, k, n, &rows), *ys = micro(y, k, n, &rows);
         if (rows == 0) { fm_tensor_release_n(2, xs, ys); continue; } /* a last batch smaller than grad_accum */
         if (!xs || !ys) { fm_tensor_release_n(2, xs, ys); st = fm_last_status(); break; }
+        if (s->hooks && s->hooks->micro_begin && (st = s->hooks->micro_begin(s->hooks->user, k, n))) {
+            fm_tensor_release_n(2, xs, ys);
+            break;
+        }
         st = micro_step(s, xs, ys, n == 1 ? 1.0 : (double)rows / (double)N, &sum);
     }
     *loss = sum;

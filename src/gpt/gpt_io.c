@@ -254,22 +254,29 @@ static fm_status make_xy(const fm_token_data *d, const int64_t *starts, int B, i
 
 fm_status fm_gpt_batch_random(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
                               int64_t step, fm_tensor **x, fm_tensor **y) {
+    return fm_gpt_batch_random_rows(d, lo, hi, B, T, seed, step, 0, B, x, y);
+}
+
+fm_status fm_gpt_batch_random_rows(const fm_token_data *d, int64_t lo, int64_t hi, int B, int T, uint64_t seed,
+                                   int64_t step, int first, int rows, fm_tensor **x, fm_tensor **y) {
     *x = *y = NULL;
+    if (first < 0 || rows < 1 || first + rows > B)
+        return fm_set_error(FM_ERR_INVALID, "batch: rows [%d, %d) are not within a batch of %d", first, first + rows, B);
     if (B < 1 || T < 1) return fm_set_error(FM_ERR_INVALID, "batch: B %d and T %d must be >= 1", B, T);
     if (lo < 0 || hi > d->n || hi - lo < (int64_t)T + 1)
         return fm_set_error(FM_ERR_INVALID,
                             "batch: the split holds %lld tokens, too few for one window of %d (+1 for the target)",
                             (long long)(hi - lo), T);
-    int64_t *starts = malloc(sizeof(int64_t) * (size_t)B);
+    int64_t *starts = malloc(sizeof(int64_t) * (size_t)rows);
     if (!starts) return fm_set_error(FM_ERR_OOM, "out of host memory");
     uint64_t span = (uint64_t)(hi - lo - T); /* start in [lo, hi - T - 1] */
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < rows; b++) { /* window b of the batch depends on (seed, step, b) alone */
         uint32_t r[4];
-        fm_philox4x32(seed, (uint64_t)step, (uint64_t)b, r);
+        fm_philox4x32(seed, (uint64_t)step, (uint64_t)(first + b), r);
         uint64_t u = ((uint64_t)r[0] << 32) | r[1];
         starts[b] = lo + (int64_t)(u % span);
     }
-    fm_status st = make_xy(d, starts, B, T, x, y);
+    fm_status st = make_xy(d, starts, rows, T, x, y);
     free(starts);
     return st;
 }

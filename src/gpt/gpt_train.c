@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "fathom/autograd.h"
+#include "fathom/data.h" /* fm_data_shard_rows: a rank's part of a batch */
 #include "fathom/efficiency.h" /* precision, checkpointing, accumulation, memory limits */
 #include "fathom/io.h"    /* checkpoints, fm_mkdir_p */
 #include "fathom/optim.h" /* AdamW, clipping, schedules */
@@ -192,7 +193,9 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     fm_gpt_train_mode(m, false);
     double sum = 0;
     fm_status st = FM_OK;
-    for (int i = 0; i < o->eval_batches && st == FM_OK; i++) {
+    /* data parallel: rank r takes eval batches r, r + N, ...; the sum is reduced below */
+    const int rank = o->dist ? fm_dist_rank(o->dist) : 0, world = o->dist ? fm_dist_size(o->dist) : 1;
+    for (int i = rank; i < o->eval_batches && st == FM_OK; i += world) {
         fm_tensor *x, *y, *loss = NULL;
         st = fm_gpt_batch_eval(d, lo, hi, o->batch_size, o->model.block_size, i, &x, &y);
         if (st) break;
@@ -213,6 +216,8 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     }
     fm_gpt_train_mode(m, true);
     fm_set_grad_enabled(prev);
+    /* every rank takes part even after an error of its own: the others wait in this sum */
+    if (world > 1 && fm_dist_allreduce_sum_f64(o->dist, &sum, 1) != FM_OK && st == FM_OK) st = fm_last_status();
     *out = sum / o->eval_batches;
     return st;
 }
@@ -221,8 +226,8 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
  * moments with the step, RNG counter and loss scaler, committed together as
  * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
  * never committed. */
-static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs,
-                           bool *poisoned) {
+static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
+                           const fm_grad_scaler *gs, bool *poisoned) {
     static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
     char path[PATH_MAX + 32], buf[64];
     fm_named_list state;
@@ -231,7 +236,12 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
     memset(&meta, 0, sizeof meta);
     fm_ckpt_tx tx;
     memset(&tx, 0, sizeof tx);
-    fm_status st = fm_optim_state(opt, &state);
+    /* data parallel: the whole state (ZeRO-1: gathered by every rank); rank 0 writes it */
+    fm_status st = dt ? fm_dist_trainer_full_state(dt, &state) : fm_optim_state(opt, &state);
+    if (o->dist && fm_dist_rank(o->dist) != 0) {
+        fm_named_list_free(&state);
+        return st;
+    }
     for (int i = 0; i < m->params.n && !st; i++)
         if (fm_tensor_has_inf_nan(m->params.items[i].tensor)) {
             st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
@@ -284,8 +294,8 @@ static fm_status meta_num(const fm_kv_list *meta, const char *key, const char *f
     return FM_OK;
 }
 
-static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o, const fm_ckpt_found *f, int64_t *step,
-                           fm_grad_scaler *gs) {
+static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
+                           const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
     fm_status st = mp && sp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     fm_named_list state;
@@ -295,9 +305,12 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
     int64_t s = 0;
     uint64_t off = 0, seed = 0;
     if (!st) st = fm_gpt_load_hf(m, mp);
-    if (!st) st = fm_optim_init_state(opt);
-    if (!st) st = fm_optim_state(opt, &state);
+    /* data parallel: the whole state (ZeRO-1: full tensors, then this rank's part is kept) */
+    if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
+    if (!st && !dt) st = fm_optim_init_state(opt);
+    if (!st && !dt) st = fm_optim_state(opt, &state);
     if (!st) st = fm_safetensors_load_into(sp, &state, &meta);
+    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
     if (!st) st = meta_num(&meta, "step", sp, false, &s);
     if (!st) st = meta_num(&meta, "dropout_rng_offset", sp, true, &off);
     if (!st) st = meta_num(&meta, "seed", sp, true, &seed);
@@ -310,7 +323,7 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, const fm_gpt_train_opts *o,
     if (!st) {
         *step = s;
         m->rng->offset = off;
-        fm_optim_set_step(opt, s);
+        fm_optim_set_step(dt ? fm_dist_trainer_optim(dt) : opt, s);
         const char *ls = fm_kv_get(&meta, "loss_scale"), *lt = fm_kv_get(&meta, "loss_scale_growth_tracker");
         char *e1 = NULL, *e2 = NULL;
         double scale = ls ? strtod(ls, &e1) : 0;
@@ -359,6 +372,8 @@ typedef struct gpt_run {
     fm_progress *prog;
     fm_train_step ts; /* micro-batches, autocast, loss scaler, clip, AdamW */
     fm_lr_schedule sched;
+    fm_dist_trainer *dt; /* data parallel (NULL: this process alone) */
+    int rank, world;
     bool profiling, in_step, do_step;
     int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
     double t_start, t_log, t_tb, last, val, norm, min_loss;
@@ -392,14 +407,44 @@ static fm_status gpt_stopped(gpt_run *u, const char *why) {
                         "the lr", w, (long long)u->step);
 }
 
+/* The tokenizer and token file: rank 0 makes them in out_dir (once), the other ranks
+ * then read them (a shared directory) or make the same ones (another machine's). */
+static fm_status gpt_prepare_data(gpt_run *u) {
+    fm_status st = u->rank == 0 ? prepare_data(u->o, &u->tok, &u->d) : FM_OK;
+    if (u->world < 2) return st;
+    int32_t rc0 = (int32_t)st; /* the others wait for rank 0's files, and hear whether it failed */
+    if (fm_dist_broadcast(u->o->dist, &rc0, sizeof rc0, 0) != FM_OK) return fm_last_status();
+    if (u->rank == 0) return st;
+    if (rc0 != FM_OK) return fm_set_error((fm_status)rc0, "rank 0 could not prepare the training data (its error says why)");
+    return prepare_data(u->o, &u->tok, &u->d);
+}
+
+/* Data parallel (a world of more than one, or --zero): the batch splits evenly over the
+ * ranks, and the step gets the gradient buckets or the sharded optimizer. */
+static fm_status gpt_dist_init(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
+    if (!o->dist && o->zero)
+        return fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
+                            "mpirun -np N (N >= 2)");
+    if (!o->dist || (u->world < 2 && !o->zero)) return FM_OK;
+    if (o->batch_size % u->world)
+        return fm_set_error(FM_ERR_INVALID, "the batch (%d) does not split evenly over %d ranks: give --batch a multiple of %d",
+                            o->batch_size, u->world, u->world);
+    if (o->eff.grad_accum > o->batch_size / u->world)
+        return fm_set_error(FM_ERR_INVALID, "--grad-accum %d is more than the %d windows each of the %d ranks gets per batch",
+                            o->eff.grad_accum, o->batch_size / u->world, u->world);
+    if (!(u->dt = fm_dist_trainer_new(o->dist, &u->ts, o->zero, o->bucket_bytes))) return fm_last_status();
+    return FM_OK;
+}
+
 /* Data, split, memory checks, model, optimizer and scaler. */
 static fm_status gpt_setup(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     const fm_efficiency_opts *eo = &o->eff;
     fm_status st;
     if ((st = fm_mkdir_p(o->out_dir))) return st;
-    fm_ckpt_clean_stale(o->out_dir, o->quiet ? NULL : stderr);
-    if ((st = prepare_data(o, &u->tok, &u->d))) return st;
+    if (u->rank == 0) fm_ckpt_clean_stale(o->out_dir, o->quiet ? NULL : stderr);
+    if ((st = gpt_prepare_data(u))) return st;
     u->cfg.vocab_size = fm_tokenizer_vocab_size(u->tok);
     /* the last val_fraction of the tokens is held out */
     u->split = (int64_t)((double)u->d.n * (1.0 - o->val_fraction));
@@ -441,13 +486,14 @@ static fm_status gpt_setup(gpt_run *u) {
         if ((st = fm_optim_add_param(u->opt, p->ndim >= 2 ? gd : gn, u->m->params.items[i].name, p))) return st;
     }
     mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    st = fm_optim_init_state(u->opt);
+    st = o->zero ? FM_OK : fm_optim_init_state(u->opt); /* ZeRO-1: only this rank's shard, made by dt */
     fm_memory_tag_pop(mc);
     if (st) return st;
     fm_train_step_init(&u->ts, eo, u->opt, u->m->params.n, u->params, gpt_loss, u);
     u->ts.scaler.quiet = o->quiet;
     u->ts.clip = o->grad_clip;
     u->ts.inspect_grads = gpt_grad_histograms;
+    if ((st = gpt_dist_init(u))) return st;
     u->sched.kind = FM_SCHED_COSINE;
     u->sched.base_lr = o->lr;
     u->sched.warmup_steps = o->warmup;
@@ -460,13 +506,13 @@ static fm_status gpt_setup(gpt_run *u) {
 static fm_status gpt_resume(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     fm_ckpt_found f;
-    fm_ckpt_find(o->out_dir, &f, stderr);
+    fm_ckpt_find(o->out_dir, &f, u->rank == 0 ? stderr : NULL);
     if (!f.dir[0]) {
         if (!o->quiet) fprintf(stderr, "no complete checkpoint in %s: training from step 0\n", o->out_dir);
         return FM_OK;
     }
-    fm_status st = load_ckpt(u->m, u->opt, o, &f, &u->step, &u->ts.scaler);
-    if (!st) st = fm_ckpt_relink(o->out_dir, &f);
+    fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts.scaler);
+    if (!st && u->rank == 0) st = fm_ckpt_relink(o->out_dir, &f);
     if (st) {
         fm_error_prefix("resuming from %s", f.dir);
         return st;
@@ -501,17 +547,21 @@ static fm_status gpt_check_loss(gpt_run *u) {
 /* One optimizer step: the batch, then the step every trainer runs (fathom/train_step.h). */
 static fm_status gpt_step(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
-    fm_optim_set_lr(u->opt, fm_lr_at(&u->sched, u->step));
+    fm_optim_set_lr(u->dt ? fm_dist_trainer_optim(u->dt) : u->opt, fm_lr_at(&u->sched, u->step));
     fm_tensor *x, *y;
     double td = now_s(), pd = fm_profiler_now_us();
-    fm_status st = fm_gpt_batch_random(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, u->step, &x, &y);
+    int64_t first = 0, rows = o->batch_size; /* data parallel: this rank's windows of the batch */
+    fm_data_shard_rows(o->batch_size, u->rank, u->world, &first, &rows);
+    fm_status st = fm_gpt_batch_random_rows(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, u->step,
+                                            (int)first, (int)rows, &x, &y);
     u->res->data_seconds += now_s() - td;
     fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
     if (st) return st;
     st = fm_train_step_backward(&u->ts, x, y, &u->last);
     fm_tensor_release_n(2, x, y);
+    if (!st && u->dt) st = fm_dist_trainer_reduce_loss(u->dt, &u->last, rows, o->batch_size); /* the batch's mean */
     if (st || (st = gpt_check_loss(u))) return st;
-    u->ts.want_norm = u->tb != NULL; /* the norm for the logs */
+    u->ts.want_norm = u->tb != NULL || o->zero; /* the norm for the logs (ZeRO-1: a collective, on every rank) */
     if ((st = fm_train_step_update(&u->ts))) return st;
     u->norm = u->ts.stepped && u->ts.grad_norm == u->ts.grad_norm ? u->ts.grad_norm : 0;
     u->do_step = u->ts.stepped;
@@ -599,7 +649,7 @@ static fm_status gpt_loop(gpt_run *u) {
             return st;
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == u->steps || stop) {
             bool poisoned = false;
-            if ((st = save_ckpt(u->m, u->opt, o, done_steps, &u->ts.scaler, &poisoned)))
+            if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, &u->ts.scaler, &poisoned)))
                 return poisoned ? gpt_stopped(u, fm_last_error()) : st;
             u->last_good = done_steps;
         }
@@ -619,6 +669,7 @@ static void gpt_results(gpt_run *u) {
     res->tokens_per_second = res->train_seconds > 0 ? (double)u->tok_all / res->train_seconds : 0;
     res->loss_scale = u->ts.scaler.scale;
     res->skipped_steps = u->ts.scaler.n_skipped - u->skipped0;
+    fm_dist_trainer_report(u->dt, &res->dist);
     fm_memory_stats ms;
     if (fm_memory_stats_get(u->o->eff.device, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     fm_memory_report mrep;
@@ -638,6 +689,9 @@ static void gpt_banner(const gpt_run *u) {
         fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
                 fm_checkpointing_name(eo->checkpointing), eo->grad_accum, eo->grad_accum > 1 ? "es" : "",
                 u->o->batch_size / eo->grad_accum);
+    if (u->dt)
+        fprintf(stderr, "data parallel over %d ranks: %d windows of each batch per rank%s\n", u->world,
+                u->o->batch_size / u->world, u->o->zero ? ", AdamW moments sharded (ZeRO-1)" : "");
 }
 
 fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {
@@ -657,6 +711,8 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     u->cfg = o->model;
     u->last = u->val = u->min_loss = NAN;
     u->last_good = -1;
+    u->rank = o->dist ? fm_dist_rank(o->dist) : 0;
+    u->world = o->dist ? fm_dist_size(o->dist) : 1;
     if ((st = gpt_setup(u))) goto done;
     if (o->resume && (st = gpt_resume(u))) goto done;
     if (!o->quiet) gpt_banner(u);
@@ -687,6 +743,7 @@ done:
         if (!st) st = pst;
     }
     free(u->params);
+    fm_dist_trainer_free(u->dt);
     fm_optim_free(u->opt);
     fm_gpt_free(u->m);
     fm_tokenizer_free(u->tok);

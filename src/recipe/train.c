@@ -159,7 +159,20 @@ typedef struct trainer {
     FILE *log;
     fm_named_list masks;   /* pruning masks (host, owned): after every step, saved with every checkpoint */
     fm_train_hooks hooks;  /* the step's hooks: after_update applies the masks */
+    fm_dist_trainer *dt; /* data parallel (NULL: this process alone) */
+    int rank, world;     /* rank 0 writes the checkpoints */
+    bool zero;           /* ZeRO-1: dt holds the optimizer state, sharded */
 } trainer;
+
+/* The optimizer that steps (ZeRO-1: this rank's shard of it). */
+static fm_optim *opt_of(trainer *t) { return t->dt ? fm_dist_trainer_optim(t->dt) : t->opt; }
+
+/* The whole optimizer state, as checkpoints name it (ZeRO-1: gathered, on every rank). */
+static fm_status opt_state(trainer *t, fm_named_list *out) {
+    if (t->dt) return fm_dist_trainer_full_state(t->dt, out);
+    fm_status st = fm_optim_init_state(t->opt);
+    return st ? st : fm_optim_state(t->opt, out);
+}
 
 static fm_status meta_i64(fm_kv_list *m, const char *k, int64_t v) {
     char b[32];
@@ -191,7 +204,7 @@ static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) 
         (st = meta_i64(meta, "fathom.step", t->step)))
         return st;
     if ((st = fm_kv_set(smeta, "format", "fathom-train-state-1")) || (st = meta_i64(smeta, "step", t->step)) ||
-        (st = meta_i64(smeta, "optimizer_step", fm_optim_get_step(t->opt))) ||
+        (st = meta_i64(smeta, "optimizer_step", fm_optim_get_step(opt_of(t)))) ||
         (st = fm_kv_set(smeta, "optimizer", fm_optim_kind_name(t->r->optim.kind))) ||
         (st = meta_u64(smeta, "loader_seed", ls.seed)) || (st = meta_i64(smeta, "loader_epoch", ls.epoch)) ||
         (st = meta_i64(smeta, "loader_batch", ls.batch)) || (st = meta_i64(smeta, "loader_samples", ls.num_samples)) ||
@@ -221,7 +234,8 @@ static fm_status save_checkpoint(trainer *t, const char *out_dir) {
     memset(&tx, 0, sizeof tx);
     fm_status st;
     if ((st = fm_module_state(t->model, &state)) != FM_OK) goto done;
-    if ((st = fm_optim_init_state(t->opt)) != FM_OK || (st = fm_optim_state(t->opt, &ostate)) != FM_OK) goto done;
+    if ((st = opt_state(t, &ostate)) != FM_OK) goto done;
+    if (t->rank != 0) goto done; /* rank 0 writes; the others only took part in gathering the state */
     if ((st = check_finite(&state, "weight", t->step)) || (st = check_finite(&ostate, "optimizer state", t->step))) {
         t->poisoned = true;
         goto done;
@@ -309,7 +323,7 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
                           okind ? okind : "?", fm_optim_kind_name(t->r->optim.kind));
         goto done;
     }
-    if ((st = fm_optim_init_state(t->opt)) != FM_OK || (st = fm_optim_state(t->opt, &ostate)) != FM_OK) goto done;
+    if ((st = opt_state(t, &ostate)) != FM_OK) goto done;
     char s1[96], s2[96];
     for (int i = 0; i < ostate.n && st == FM_OK; i++) {
         int k = fm_named_list_find(&saved, ostate.items[i].name);
@@ -328,6 +342,7 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
     }
     if (st == FM_OK && saved.n != ostate.n)
         st = fm_set_error(FM_ERR_FORMAT, "%s: %d optimizer state tensors but the model needs %d", path, saved.n, ostate.n);
+    if (st == FM_OK && t->zero) st = fm_dist_trainer_load_full_state(t->dt, &ostate); /* this rank's part */
     if (st) goto done;
     ls.epoch = ep;
     ls.batch = bt;
@@ -337,7 +352,7 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
         fm_error_prefix("%s: cannot restore the data position (was the batch size or data set changed?)", dir);
         goto done;
     }
-    fm_optim_set_step(t->opt, ostep);
+    fm_optim_set_step(opt_of(t), ostep);
     const char *lsv = fm_kv_get(&smeta, "loss_scale");
     int64_t tracker;
     char *e1 = NULL;
@@ -454,6 +469,25 @@ static fm_status masks_after_update(void *user, fm_optim *opt, bool stepped) {
     return stepped ? fm_module_apply_masks(t->model, &t->masks) : FM_OK;
 }
 
+/* Data parallel (a world of more than one, or --zero): the batch splits evenly over the
+ * ranks, and the step gets the gradient buckets or the sharded optimizer. */
+static fm_status dist_init(train_run *u) {
+    fm_dist *d = u->opt->dist;
+    if (!d && u->opt->zero)
+        return fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
+                            "mpirun -np N (N >= 2)");
+    if (!d || (u->t.world < 2 && !u->opt->zero)) return FM_OK;
+    if (u->r.batch_size % u->t.world)
+        return fm_set_error(FM_ERR_INVALID, "the batch (%lld) does not split evenly over %d ranks: give --batch a multiple "
+                            "of %d", (long long)u->r.batch_size, u->t.world, u->t.world);
+    if (u->opt->eff.grad_accum > u->r.batch_size / u->t.world)
+        return fm_set_error(FM_ERR_INVALID, "--grad-accum %d is more than the %lld samples each of the %d ranks gets per "
+                            "batch", u->opt->eff.grad_accum, (long long)(u->r.batch_size / u->t.world), u->t.world);
+    if (!(u->t.dt = fm_dist_trainer_new(d, &u->t.ts, u->opt->zero, u->opt->bucket_bytes))) return fm_last_status();
+    u->t.zero = u->opt->zero == 1;
+    return FM_OK;
+}
+
 /* Data, model, memory check, optimizer and loader. */
 static fm_status train_setup(train_run *u) {
     fm_recipe *r = &u->r;
@@ -464,7 +498,9 @@ static fm_status train_setup(train_run *u) {
     fm_status st;
     u->train = fm_recipe_dataset(r, FM_SPLIT_TRAIN, NULL);
     if (!u->train || (st = check_input_shape(r, u->train)) != FM_OK) return fm_last_status();
-    if (!u->opt->skip_eval && !(u->test = fm_recipe_dataset(r, FM_SPLIT_TEST, NULL))) return fm_last_status();
+    /* the test set is rank 0's to evaluate */
+    if (!u->opt->skip_eval && u->t.rank == 0 && !(u->test = fm_recipe_dataset(r, FM_SPLIT_TEST, NULL)))
+        return fm_last_status();
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
     u->t.model = fm_recipe_build_model(r, &init_rng);
     fm_memory_tag_pop(mc);
@@ -482,7 +518,7 @@ static fm_status train_setup(train_run *u) {
     if ((st = fm_efficiency_apply_memory(eo)) || (st = fm_efficiency_check_fits(eo, u->res->num_params, slots))) return st;
     u->t.opt = fm_optim_new(&r->optim);
     if (!u->t.opt || fm_optim_add_params(u->t.opt, u->t.model) != FM_OK) return fm_last_status();
-    if ((st = step_init(u))) return st;
+    if ((st = step_init(u)) || (st = dist_init(u))) return st;
     fm_loader_options lo;
     fm_loader_options_init(&lo);
     lo.batch_size = r->batch_size;
@@ -491,6 +527,8 @@ static fm_status train_setup(train_run *u) {
     lo.drop_last = false;
     lo.workers = r->workers;
     lo.transforms = r->transforms;
+    lo.shard_index = u->t.rank; /* every rank walks the same batches and takes its part of each */
+    lo.shard_count = u->t.world;
     if (!(u->t.loader = fm_dataloader_create(u->train, &lo))) return fm_last_status();
     u->nb = fm_dataloader_num_batches(u->t.loader);
     if (u->opt->steps > 0) { /* a step count: the schedule spans it, the epochs follow */
@@ -504,8 +542,8 @@ static fm_status train_setup(train_run *u) {
 /* --resume: the newest complete checkpoint of the directory. */
 static fm_status train_resume(train_run *u) {
     const char *dir = u->opt->resume_dir;
-    FILE *msg = u->log ? u->log : stderr;
-    fm_ckpt_clean_stale(dir, msg);
+    FILE *msg = u->t.rank == 0 ? (u->log ? u->log : stderr) : NULL;
+    if (u->t.rank == 0) fm_ckpt_clean_stale(dir, msg);
     fm_ckpt_found f;
     fm_ckpt_find(dir, &f, msg);
     if (!f.dir[0]) {
@@ -515,10 +553,11 @@ static fm_status train_resume(train_run *u) {
         if (stat(ck, &sb) != 0)
             return fm_set_error(FM_ERR_IO, "%s: nothing to resume (no ckpt/ and no model.safetensors with "
                                 "train_state.safetensors); train without --resume to start", dir);
-        fprintf(msg, "no complete checkpoint in %s: training from step 0\n", ck);
+        if (msg) fprintf(msg, "no complete checkpoint in %s: training from step 0\n", ck);
         return FM_OK;
     }
-    if (f.legacy) fprintf(msg, "resuming from %s (a checkpoint without a MANIFEST, written by an older fathom)\n", f.dir);
+    if (!msg) (void)0;
+    else if (f.legacy) fprintf(msg, "resuming from %s (a checkpoint without a MANIFEST, written by an older fathom)\n", f.dir);
     else fprintf(msg, "resuming from %s (step %" PRId64 ")\n", f.dir, f.step);
     fm_status st = load_checkpoint(&u->t, f.dir, f.step);
     if (st == FM_OK && !u->opt->masks) { /* a pruned model's masks go on */
@@ -529,7 +568,7 @@ static fm_status train_resume(train_run *u) {
     }
     /* out_dir/ gets this checkpoint's files when the run writes there (a crash may
      * have come between a commit and its links) */
-    if (st == FM_OK && !strcmp(u->out_dir, dir)) st = fm_ckpt_relink(dir, &f);
+    if (st == FM_OK && u->t.rank == 0 && !strcmp(u->out_dir, dir)) st = fm_ckpt_relink(dir, &f);
     if (st == FM_OK) u->t.last_good = u->t.step;
     return st;
 }
@@ -555,7 +594,7 @@ static fm_status end_of_epoch(train_run *u, bool *stop) {
     double tn = now_s();
     if (u->log)
         fprintf(u->log, "epoch %" PRId64 "/%d  loss %.4f  lr %.3g  %.0f samples/s  (%.1f s)\n", u->epoch, r->epochs,
-                u->last_epoch_loss, fm_optim_get_lr(u->t.opt),
+                u->last_epoch_loss, fm_optim_get_lr(opt_of(&u->t)),
                 (double)u->epoch_steps * (double)r->batch_size / (tn - u->t_epoch), tn - u->t0);
     if (u->tb) {
         fm_tb_add_scalar(u->tb, "train/epoch_loss", u->t.step, u->last_epoch_loss);
@@ -636,29 +675,36 @@ static fm_status check_loss(train_run *u, double lv) {
 /* One training step on batch b, its logs and (checkpoint_every) its checkpoint. */
 static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
     const fm_recipe *r = &u->r;
-    fm_optim_set_lr(u->t.opt, fm_lr_at(&r->sched, u->t.step));
+    fm_optim *opt = opt_of(&u->t);
+    fm_optim_set_lr(opt, fm_lr_at(&r->sched, u->t.step));
     double t_step0 = now_s(), lv = NAN;
+    /* data parallel: b is this rank's part of the batch the loader walked */
+    int64_t n = fm_dataset_size(u->train), left = n - b->index * r->batch_size;
+    const int64_t rows = u->t.dt ? (left < r->batch_size ? left : r->batch_size) : b->size;
+    if (u->t.dt) fm_dist_trainer_begin_step(u->t.dt, b->size, rows);
     fm_status st = fm_train_step_backward(&u->t.ts, b->x, b->y, &lv);
+    if (st == FM_OK && u->t.dt) st = fm_dist_trainer_reduce_loss(u->t.dt, &lv, b->size, rows); /* the batch's mean */
     if (st == FM_OK) st = check_loss(u, lv);
-    u->t.ts.want_norm = u->tb && (u->t.step + 1) % 10 == 0; /* the norm for the logs */
+    /* the norm for the logs (ZeRO-1: a collective, so on every rank alike) */
+    u->t.ts.want_norm = (u->tb || u->t.zero) && (u->t.step + 1) % 10 == 0;
     if (st == FM_OK) st = fm_train_step_update(&u->t.ts);
     if (st) return st;
     double gnorm = u->t.ts.grad_norm;
     u->t.step++;
     u->prog_done++;
-    u->prog_items += b->size;
+    u->prog_items += rows;
     fm_progress_update(u->prog, u->prog_done, u->prog_items, lv);
     if (u->tb && u->t.step % 10 == 0) {
         double dt = now_s() - t_step0;
         fm_memory_stats mst;
         fm_tb_add_scalar(u->tb, "train/loss", u->t.step, lv);
-        fm_tb_add_scalar(u->tb, "train/lr", u->t.step, fm_optim_get_lr(u->t.opt));
-        if (dt > 0) fm_tb_add_scalar(u->tb, "train/throughput", u->t.step, (double)b->size / dt);
+        fm_tb_add_scalar(u->tb, "train/lr", u->t.step, fm_optim_get_lr(opt));
+        if (dt > 0) fm_tb_add_scalar(u->tb, "train/throughput", u->t.step, (double)rows / dt);
         if (gnorm == gnorm) fm_tb_add_scalar(u->tb, "train/grad_norm", u->t.step, gnorm);
         if (fm_memory_stats_get(u->opt->eff.device, &mst) == FM_OK)
             fm_tb_add_scalar(u->tb, "memory/allocated_bytes", u->t.step, (double)mst.allocated);
     }
-    u->res->samples += b->size;
+    u->res->samples += rows;
     u->epoch_loss += lv;
     u->epoch_steps++;
     if ((st = push_loss(u->res, lv)) != FM_OK) return st;
@@ -709,6 +755,7 @@ static fm_status train_finish(train_run *u) {
     res->data_wait_seconds = fm_dataloader_wait_seconds(u->t.loader);
     res->loss_scale = u->t.ts.scaler.scale;
     res->skipped_steps = u->t.ts.scaler.n_skipped - u->skipped0;
+    fm_dist_trainer_report(u->t.dt, &res->dist);
     fm_memory_report mrep;
     if (fm_memory_report_get(u->opt->eff.device, &mrep) == FM_OK) {
         fm_memory_report_json(&mrep, res->memory_report_json, sizeof res->memory_report_json);
@@ -768,9 +815,11 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     u->min_loss = NAN;
     u->last_epoch_loss = NAN;
     u->out_dir = opt->out_dir ? opt->out_dir : opt->resume_dir;
+    u->t.rank = opt->dist ? fm_dist_rank(opt->dist) : 0;
+    u->t.world = opt->dist ? fm_dist_size(opt->dist) : 1;
     fm_status st = train_setup(u);
     if (st == FM_OK && opt->resume_dir) st = train_resume(u);
-    if (st == FM_OK && u->out_dir && (!opt->resume_dir || strcmp(u->out_dir, opt->resume_dir)))
+    if (st == FM_OK && u->out_dir && u->t.rank == 0 && (!opt->resume_dir || strcmp(u->out_dir, opt->resume_dir)))
         fm_ckpt_clean_stale(u->out_dir, u->log ? u->log : stderr);
     if (st) goto done;
     res->first_step = u->t.step;
@@ -779,6 +828,9 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                         " batches of %" PRId64 ", %s lr %g%s\n",
                 r->name, res->num_params, fm_dataset_size(u->train), r->epochs, u->nb, r->batch_size,
                 fm_optim_kind_name(r->optim.kind), r->optim.lr, opt->resume_dir ? " (resumed)" : "");
+    if (u->log && u->t.dt)
+        fprintf(u->log, "data parallel over %d ranks: %" PRId64 " samples of each batch per rank%s\n", u->t.world,
+                r->batch_size / u->t.world, u->t.zero ? ", optimizer state sharded (ZeRO-1)" : "");
     if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
     if (opt->logdir && !(u->tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
     fm_memory_reset_peak(u->opt->eff.device);
@@ -797,6 +849,7 @@ done:
         if (st == FM_OK) st = pst;
     }
     fm_dataloader_free(u->t.loader);
+    fm_dist_trainer_free(u->t.dt);
     fm_optim_free(u->t.opt);
     free(u->t.params);
     fm_named_list_free(&u->t.masks);

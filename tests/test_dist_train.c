@@ -1,0 +1,266 @@
+/* Data parallel through the trainers (fm_train, fm_gpt_train_ex with a communicator),
+ * run as one process and under `mpirun -np 2` / `-np 4` (test_dist_train_np2/np4):
+ *  - N ranks with the whole batch B equal one process with batch B: the loss of every
+ *    step and the saved parameters within 1e-6 relative (fp32): a classifier (an MLP,
+ *    AdamW, an epoch whose last batch is short, so at 4 ranks two ranks get no sample
+ *    of it; also with --grad-accum 2) and a small GPT (train and validation loss);
+ *  - ZeRO-1 equals plain data parallel within 1e-7;
+ *  - errors: a batch that does not split over the ranks, --zero 1 in a world of one.
+ * The one-process reference runs on rank 0 while the others wait. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "fathom/dist.h"
+#include "fathom/gpt.h"
+#include "fathom/io.h"
+#include "fathom/recipe.h"
+
+static int R, N;
+static char dir[256];
+
+static void barrier(fm_dist *d) {
+    int32_t x = 0;
+    CHECK(fm_dist_broadcast(d, &x, sizeof x, 0) == FM_OK);
+}
+
+static void write_idx(const char *path, int ndim, const int *dims, const unsigned char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    unsigned char hdr[4] = {0, 0, 0x08, (unsigned char)ndim};
+    fwrite(hdr, 1, 4, f);
+    for (int i = 0; i < ndim; i++) {
+        unsigned char b[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16), (unsigned char)(dims[i] >> 8),
+                              (unsigned char)dims[i]};
+        fwrite(b, 1, 4, f);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* 38 samples of 8x8 in 4 classes (a bright quadrant on noise); batches of 12 leave a last one of 2. */
+static void make_data(void) {
+    enum { n = 38 };
+    unsigned char img[n * 64], lab[n];
+    uint32_t s = 7;
+    for (int i = 0; i < n; i++) {
+        lab[i] = (unsigned char)(i % 4);
+        for (int p = 0; p < 64; p++) {
+            s = s * 1664525u + 1013904223u;
+            int q = (p / 8 >= 4) * 2 + (p % 8 >= 4);
+            img[i * 64 + p] = (unsigned char)((s >> 24) % 100 + (q == i % 4 ? 120 : 0));
+        }
+    }
+    char path[400];
+    int d3[3] = {n, 8, 8}, d1[1] = {n};
+    snprintf(path, sizeof path, "%s/images", dir);
+    write_idx(path, 3, d3, img, sizeof img);
+    snprintf(path, sizeof path, "%s/labels", dir);
+    write_idx(path, 1, d1, lab, sizeof lab);
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 60; i++) fprintf(f, "In the beginning %d was the word, and the word was %d.\n", i, i * 7 % 13);
+    fclose(f);
+}
+
+/* Largest |a - b| over the largest |b| across every tensor of two model files; -1 if they differ in kind. */
+static double file_diff(const char *pa, const char *pb) {
+    fm_named_list a, b;
+    if (fm_safetensors_load(pa, &a, NULL) != FM_OK) { fprintf(stderr, "%s\n", fm_last_error()); return -1; }
+    if (fm_safetensors_load(pb, &b, NULL) != FM_OK) { fm_named_list_free(&a); return -1; }
+    double diff = a.n == b.n && a.n > 0 ? 0 : -1, mag = 0;
+    for (int i = 0; i < a.n && diff >= 0; i++) {
+        int k = fm_named_list_find(&b, a.items[i].name);
+        fm_tensor *x = a.items[i].tensor, *y = k >= 0 ? b.items[k].tensor : NULL;
+        if (!y || fm_tensor_numel(x) != fm_tensor_numel(y) || x->dtype != FM_F32 || y->dtype != FM_F32) { diff = -1; break; }
+        const float *px = fm_tensor_data(x), *py = fm_tensor_data(y);
+        for (int64_t j = 0; j < fm_tensor_numel(x); j++) {
+            double e = fabs((double)px[j] - py[j]);
+            if (e > diff) diff = e;
+            if (fabs(py[j]) > mag) mag = fabs(py[j]);
+        }
+    }
+    fm_named_list_free(&a);
+    fm_named_list_free(&b);
+    return diff < 0 ? -1 : diff / (mag > 0 ? mag : 1);
+}
+
+static char recipe_text[2048];
+
+static fm_status classifier_run(fm_dist *d, int zero, int accum, const char *out, fm_train_result *res) {
+    snprintf(recipe_text, sizeof recipe_text,
+             "[data]\ndataset = idx\ntrain_images = %s/images\ntrain_labels = %s/labels\nnormalize = 0.3 0.25\n"
+             "[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = linear 4\n"
+             "[train]\nbatch = 12\nseed = 5\n[optimizer]\nname = adamw\nlr = 0.01\nweight_decay = 0.01\n",
+             dir, dir);
+    fm_recipe r;
+    if (fm_recipe_parse(recipe_text, "dp.ini", &r) != FM_OK) return fm_last_status();
+    fm_train_options o;
+    fm_train_options_init(&o);
+    o.steps = 5; /* the 4th batch is the short one (2 samples) */
+    o.skip_eval = true;
+    o.threads = 1;
+    o.out_dir = out;
+    o.eff.grad_accum = accum;
+    o.dist = d;
+    o.zero = zero;
+    fm_status st = fm_train(&r, &o, res);
+    fm_recipe_free(&r);
+    return st;
+}
+
+static void test_classifier(fm_dist *d, int zero, int accum) {
+    char dp[400], ref[400], pa[500], pb[500];
+    snprintf(dp, sizeof dp, "%s/cls-dp-z%d-a%d", dir, zero, accum);
+    snprintf(ref, sizeof ref, "%s/cls-ref-a%d", dir, accum);
+    fm_train_result a, b;
+    fm_status st = classifier_run(d, zero, accum, dp, &a);
+    CHECK_MSG(st == FM_OK, "data parallel run (zero %d, grad_accum %d): %s", zero, accum, fm_last_error());
+    if (st != FM_OK) return;
+    CHECK(a.dist.world_size == N);
+    CHECK(a.n_losses == 5);
+    if (R == 0 && zero == 0) { /* the reference: one process, the whole batch */
+        CHECK(classifier_run(NULL, 0, accum, ref, &b) == FM_OK);
+        double worst = 0;
+        for (int i = 0; i < 5 && i < a.n_losses && i < b.n_losses; i++) {
+            double e = fabs(a.losses[i] - b.losses[i]) / fabs(b.losses[i]);
+            if (e > worst) worst = e;
+        }
+        CHECK_MSG(worst <= 1e-6, "losses differ by %.3g relative", worst);
+        snprintf(pa, sizeof pa, "%s/model.safetensors", dp);
+        snprintf(pb, sizeof pb, "%s/model.safetensors", ref);
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(pd >= 0 && pd <= 1e-6, "parameters differ by %.3g of their largest magnitude", pd);
+        fprintf(stderr, "classifier, %d ranks, grad_accum %d: losses within %.2g, parameters within %.2g of 1 process\n", N,
+                accum, worst, pd);
+        fm_train_result_free(&b);
+    }
+    if (R == 0 && zero == 1) { /* against plain data parallel */
+        char plain[400];
+        snprintf(plain, sizeof plain, "%s/cls-dp-z0-a%d", dir, accum);
+        snprintf(pa, sizeof pa, "%s/model.safetensors", dp);
+        snprintf(pb, sizeof pb, "%s/model.safetensors", plain);
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(pd >= 0 && pd <= 1e-7, "ZeRO-1 parameters differ from plain data parallel by %.3g", pd);
+        fprintf(stderr, "classifier, %d ranks, ZeRO-1: parameters within %.2g of plain data parallel; optimizer state "
+                "%lld bytes on this rank\n", N, pd, (long long)a.dist.optimizer_state_bytes);
+    }
+    fm_train_result_free(&a);
+    barrier(d);
+}
+
+static fm_status gpt_run(fm_dist *d, int zero, const char *out, fm_gpt_train_result *res) {
+    char corpus[400];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    fm_gpt_train_opts o = fm_gpt_train_defaults();
+    o.model.n_layer = 1;
+    o.model.n_head = 2;
+    o.model.n_embd = 16;
+    o.model.block_size = 8;
+    o.model.ffn_hidden = 32;
+    o.tokenizer = FM_TOK_BYTE;
+    o.corpus = corpus;
+    o.out_dir = out;
+    o.batch_size = 4;
+    o.steps = 5;
+    o.warmup = 1;
+    o.eval_every = 5;
+    o.eval_batches = 4;
+    o.ckpt_every = 0;
+    o.quiet = true;
+    o.dist = d;
+    o.zero = zero;
+    return fm_gpt_train_ex(&o, res);
+}
+
+static void test_gpt(fm_dist *d, int zero) {
+    char dp[400], ref[400], pa[500], pb[500];
+    snprintf(dp, sizeof dp, "%s/gpt-dp-z%d", dir, zero);
+    snprintf(ref, sizeof ref, "%s/gpt-ref", dir);
+    fm_gpt_train_result a, b;
+    fm_status st = gpt_run(d, zero, dp, &a);
+    CHECK_MSG(st == FM_OK, "GPT data parallel run (zero %d): %s", zero, fm_last_error());
+    if (st != FM_OK) return;
+    CHECK(a.dist.world_size == N);
+    if (R == 0) {
+        snprintf(pa, sizeof pa, "%s/model.safetensors", dp);
+        if (zero == 0) {
+            CHECK(gpt_run(NULL, 0, ref, &b) == FM_OK);
+            double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss), ev = fabs(a.val_loss - b.val_loss) / fabs(b.val_loss);
+            CHECK_MSG(et <= 1e-6 && ev <= 1e-6, "GPT losses differ: train %.3g, val %.3g relative", et, ev);
+            snprintf(pb, sizeof pb, "%s/model.safetensors", ref);
+            double pd = file_diff(pa, pb);
+            CHECK_MSG(pd >= 0 && pd <= 1e-6, "GPT parameters differ by %.3g of their largest magnitude", pd);
+            fprintf(stderr, "GPT, %d ranks: train loss within %.2g, val loss within %.2g, parameters within %.2g of 1 process\n",
+                    N, et, ev, pd);
+        } else {
+            snprintf(pb, sizeof pb, "%s/gpt-dp-z0/model.safetensors", dir);
+            double pd = file_diff(pa, pb);
+            CHECK_MSG(pd >= 0 && pd <= 1e-7, "GPT ZeRO-1 parameters differ from plain data parallel by %.3g", pd);
+            fprintf(stderr, "GPT, %d ranks, ZeRO-1: parameters within %.2g of plain data parallel\n", N, pd);
+        }
+    }
+    barrier(d);
+}
+
+static void test_errors(fm_dist *d) {
+    fm_train_result res;
+    if (N == 1) { /* --zero 1 needs ranks to shard over */
+        CHECK(classifier_run(d, 1, 1, NULL, &res) != FM_OK);
+        CHECK_ERR_CONTAINS("mpirun -np N");
+        fm_train_result_free(&res);
+        fm_gpt_train_result g;
+        char out[400];
+        snprintf(out, sizeof out, "%s/gpt-zero1", dir);
+        CHECK(gpt_run(NULL, 1, out, &g) != FM_OK);
+        CHECK_ERR_CONTAINS("mpirun -np N");
+    }
+    if (N == 4 || N == 3) { /* 12 splits over 1, 2, 3 and 4 ranks; 10 does not over 3 or 4 */
+        snprintf(recipe_text, sizeof recipe_text,
+                 "[data]\ndataset = idx\ntrain_images = %s/images\ntrain_labels = %s/labels\n"
+                 "[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 4\n[train]\nbatch = 10\n", dir, dir);
+        fm_recipe r;
+        CHECK(fm_recipe_parse(recipe_text, "bad.ini", &r) == FM_OK);
+        fm_train_options o;
+        fm_train_options_init(&o);
+        o.steps = 1;
+        o.skip_eval = true;
+        o.dist = d;
+        CHECK(fm_train(&r, &o, &res) == FM_ERR_INVALID);
+        CHECK_ERR_CONTAINS("does not split evenly over");
+        fm_train_result_free(&res);
+        fm_recipe_free(&r);
+    }
+}
+
+int main(void) {
+    fm_dist *d = NULL;
+    if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
+    R = fm_dist_rank(d);
+    N = fm_dist_size(d);
+    if (R == 0) {
+        snprintf(dir, sizeof dir, "/tmp/fathom-dist-train-XXXXXX");
+        if (!mkdtemp(dir)) { perror("mkdtemp"); fm_dist_abort(d, 1); }
+        make_data();
+    }
+    CHECK(fm_dist_broadcast(d, dir, sizeof dir, 0) == FM_OK);
+    test_classifier(d, 0, 1);
+    test_classifier(d, 0, 2);
+    test_gpt(d, 0);
+    if (N > 1) {
+        test_classifier(d, 1, 1);
+        test_gpt(d, 1);
+    }
+    test_errors(d);
+    barrier(d);
+    if (R == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+    fm_dist_finalize(d);
+    TEST_DONE();
+}
