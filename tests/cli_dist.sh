@@ -6,7 +6,9 @@
 #  - mpirun -np 2 fathom train (a tiny GPT): one JSON line from rank 0 with the
 #    world size and the communication figures, the model saved; --zero 1;
 #  - refused before training: ranks with different flags (naming the flag and the
-#    rank), a batch that does not split over the ranks, --zero 1 on one process.
+#    rank), a batch that does not split over the ranks, --zero 1 on one process;
+#  - a rank stopped mid-run (SIGSTOP): rank 0 names it within --dist-timeout, the
+#    job ends, and the newest checkpoint resumes in one process.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -73,6 +75,46 @@ if [[ $rc -eq 2 ]] && grep -q "zero 1 shards the optimizer state across MPI rank
   ok "--zero 1 on one process: usage error"
 else
   bad "--zero 1 on one process (exit $rc): $(head -c 400 "$tmp/z1.out")"
+fi
+
+# ---- a rank that hangs mid-run (SIGSTOP): rank 0 names it within --dist-timeout (8 s), the job
+#      ends, and the newest checkpoint resumes in one process ----
+sed -e 's/^steps = 3$/steps = 1000000/' -e 's/^eval_every = 3$/eval_every = 0/' "$tmp/tiny.ini" >"$tmp/long.ini"
+echo 'ckpt_every = 5' >>"$tmp/long.ini"
+descendants() { local c; for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done; }
+mpi -np 2 "$bin" train "$tmp/long.ini" --out "$tmp/kill" --threads 1 --dist-timeout 8 --quiet >"$tmp/kill.out" 2>&1 &
+job=$!
+r1=""
+for _ in $(seq 1 120); do
+  sleep 0.5
+  if [[ -z $r1 ]]; then
+    for p in $(descendants "$job"); do
+      if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+         tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q "$tmp/kill"; then r1=$p; fi
+    done
+  fi
+  [[ -n $r1 ]] && compgen -G "$tmp/kill/ckpt/step-*/MANIFEST" >/dev/null && break
+done
+if [[ -z $r1 ]]; then
+  bad "hung rank: rank 1's process not found"; kill "$job" 2>/dev/null
+else
+  kill -STOP "$r1"; t1=$SECONDS
+  wait "$job"; rc=$?
+  took=$((SECONDS - t1))
+  kill -KILL "$r1" 2>/dev/null
+  if [[ $rc -ne 0 ]] && grep -q "timed out after 8 s waiting for rank 1, which died or hangs" "$tmp/kill.out" && ((took < 40)); then
+    ok "hung rank 1: rank 0 names it, the job ends (exit $rc, ${took} s after the stop)"
+  else
+    bad "hung rank 1 (exit $rc, ${took} s): $(head -c 800 "$tmp/kill.out")"
+  fi
+  last=$(ls -d "$tmp"/kill/ckpt/step-* | sed 's/.*step-//' | sort -n | tail -1)
+  last=$((10#$last))
+  "$bin" train "$tmp/long.ini" --out "$tmp/kill" --resume --stop-after $((last + 1)) --threads 1 >"$tmp/res.out" 2>&1; rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "resumed from .*step-0*$last at step $last" "$tmp/res.out"; then
+    ok "the newest checkpoint (step $last) is intact: one process resumes from it"
+  else
+    bad "resume after the hung rank (exit $rc): $(tail -c 600 "$tmp/res.out")"
+  fi
 fi
 
 ((fails == 0)) || { echo "$fails failure(s)"; exit 1; }

@@ -5,6 +5,9 @@
  *    AdamW, an epoch whose last batch is short, so at 4 ranks two ranks get no sample
  *    of it; also with --grad-accum 2) and a small GPT (train and validation loss);
  *  - ZeRO-1 equals plain data parallel within 1e-7;
+ *  - checkpoints do not depend on the world size: 3 steps on N ranks then 2 on one
+ *    process, and 3 on one then 2 on N (plain and ZeRO-1), continue the one-process
+ *    loss curve (within 1e-6) to the same parameters;
  *  - errors: a batch that does not split over the ranks, --zero 1 in a world of one.
  * The one-process reference runs on rank 0 while the others wait. */
 #include <math.h>
@@ -90,7 +93,9 @@ static double file_diff(const char *pa, const char *pb) {
 
 static char recipe_text[2048];
 
-static fm_status classifier_run(fm_dist *d, int zero, int accum, const char *out, fm_train_result *res) {
+/* stop > 0: stop (with a checkpoint) after that step; resume: continue from out's checkpoint */
+static fm_status classifier_run_ex(fm_dist *d, int zero, int accum, const char *out, int64_t stop, bool resume,
+                                   fm_train_result *res) {
     snprintf(recipe_text, sizeof recipe_text,
              "[data]\ndataset = idx\ntrain_images = %s/images\ntrain_labels = %s/labels\nnormalize = 0.3 0.25\n"
              "[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = linear 4\n"
@@ -104,6 +109,8 @@ static fm_status classifier_run(fm_dist *d, int zero, int accum, const char *out
     o.skip_eval = true;
     o.threads = 1;
     o.out_dir = out;
+    o.resume_dir = resume ? out : NULL;
+    o.max_steps = stop;
     o.eff.grad_accum = accum;
     o.dist = d;
     o.zero = zero;
@@ -111,6 +118,12 @@ static fm_status classifier_run(fm_dist *d, int zero, int accum, const char *out
     fm_recipe_free(&r);
     return st;
 }
+
+static fm_status classifier_run(fm_dist *d, int zero, int accum, const char *out, fm_train_result *res) {
+    return classifier_run_ex(d, zero, accum, out, 0, false, res);
+}
+
+static double ref_losses[5]; /* one process, the whole batch, 5 steps (grad_accum 1) */
 
 static void test_classifier(fm_dist *d, int zero, int accum) {
     char dp[400], ref[400], pa[500], pb[500];
@@ -124,6 +137,7 @@ static void test_classifier(fm_dist *d, int zero, int accum) {
     CHECK(a.n_losses == 5);
     if (R == 0 && zero == 0) { /* the reference: one process, the whole batch */
         CHECK(classifier_run(NULL, 0, accum, ref, &b) == FM_OK);
+        for (int i = 0; accum == 1 && i < 5 && i < b.n_losses; i++) ref_losses[i] = b.losses[i];
         double worst = 0;
         for (int i = 0; i < 5 && i < a.n_losses && i < b.n_losses; i++) {
             double e = fabs(a.losses[i] - b.losses[i]) / fabs(b.losses[i]);
@@ -152,7 +166,7 @@ static void test_classifier(fm_dist *d, int zero, int accum) {
     barrier(d);
 }
 
-static fm_status gpt_run(fm_dist *d, int zero, const char *out, fm_gpt_train_result *res) {
+static fm_status gpt_run_ex(fm_dist *d, int zero, const char *out, int64_t stop, bool resume, fm_gpt_train_result *res) {
     char corpus[400];
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     fm_gpt_train_opts o = fm_gpt_train_defaults();
@@ -173,7 +187,87 @@ static fm_status gpt_run(fm_dist *d, int zero, const char *out, fm_gpt_train_res
     o.quiet = true;
     o.dist = d;
     o.zero = zero;
+    o.stop_after = stop;
+    o.resume = resume;
     return fm_gpt_train_ex(&o, res);
+}
+
+static fm_status gpt_run(fm_dist *d, int zero, const char *out, fm_gpt_train_result *res) {
+    return gpt_run_ex(d, zero, out, 0, false, res);
+}
+
+/* Checkpoints do not depend on the world size: 3 steps on N ranks, the last 2 on one
+ * process (and 3 on one, 2 on N) give the losses and parameters of 5 steps on one. */
+static void test_resume_classifier(fm_dist *d, int zero) {
+    char dir_a[400], dir_b[400], ref[500], pa[500];
+    snprintf(dir_a, sizeof dir_a, "%s/cls-rs-n-to-1-z%d", dir, zero);
+    snprintf(dir_b, sizeof dir_b, "%s/cls-rs-1-to-n-z%d", dir, zero);
+    snprintf(ref, sizeof ref, "%s/cls-ref-a1/model.safetensors", dir);
+    fm_train_result a, b;
+    CHECK(classifier_run_ex(d, zero, 1, dir_a, 3, false, &a) == FM_OK); /* N ranks: steps 1-3 */
+    fm_train_result_free(&a);
+    if (R == 0) {
+        CHECK(classifier_run_ex(NULL, 0, 1, dir_b, 3, false, &a) == FM_OK); /* one process: steps 1-3 */
+        fm_train_result_free(&a);
+        CHECK(classifier_run_ex(NULL, 0, 1, dir_a, 0, true, &b) == FM_OK); /* one process: steps 4-5 */
+        CHECK(b.first_step == 3 && b.n_losses == 2);
+        for (int i = 0; i < b.n_losses && i < 2; i++) CHECK_NEAR(b.losses[i], ref_losses[3 + i], 1e-6);
+        snprintf(pa, sizeof pa, "%s/model.safetensors", dir_a);
+        double pd = file_diff(pa, ref);
+        CHECK_MSG(pd >= 0 && pd <= 1e-6, "%d ranks -> 1: parameters differ by %.3g", N, pd);
+        fprintf(stderr, "classifier resume %d ranks%s -> 1 process: losses %.9g %.9g (one process: %.9g %.9g), parameters "
+                "within %.2g\n", N, zero ? " (ZeRO-1)" : "", b.losses[0], b.losses[1], ref_losses[3], ref_losses[4], pd);
+        fm_train_result_free(&b);
+    }
+    barrier(d);
+    CHECK(classifier_run_ex(d, zero, 1, dir_b, 0, true, &b) == FM_OK); /* N ranks: steps 4-5 */
+    CHECK(b.first_step == 3 && b.n_losses == 2);
+    for (int i = 0; i < b.n_losses && i < 2; i++) CHECK_NEAR(b.losses[i], ref_losses[3 + i], 1e-6);
+    if (R == 0) {
+        snprintf(pa, sizeof pa, "%s/model.safetensors", dir_b);
+        double pd = file_diff(pa, ref);
+        CHECK_MSG(pd >= 0 && pd <= 1e-6, "1 -> %d ranks: parameters differ by %.3g", N, pd);
+        fprintf(stderr, "classifier resume 1 process -> %d ranks%s: losses %.9g %.9g, parameters within %.2g\n", N,
+                zero ? " (ZeRO-1)" : "", b.losses[0], b.losses[1], pd);
+    }
+    fm_train_result_free(&b);
+    barrier(d);
+}
+
+static double ref_gpt_train, ref_gpt_val; /* one process, 5 steps */
+
+static void check_gpt_resumed(const fm_gpt_train_result *r, const char *out, const char *what) {
+    char pa[500], ref[500];
+    snprintf(pa, sizeof pa, "%s/model.safetensors", out);
+    snprintf(ref, sizeof ref, "%s/gpt-ref/model.safetensors", dir);
+    CHECK(r->steps == 5);
+    CHECK_NEAR(r->train_loss, ref_gpt_train, 1e-6);
+    CHECK_NEAR(r->val_loss, ref_gpt_val, 1e-6);
+    double pd = file_diff(pa, ref);
+    CHECK_MSG(pd >= 0 && pd <= 1e-6, "GPT %s: parameters differ by %.3g", what, pd);
+    fprintf(stderr, "GPT resume %s: train loss %.9g (one process %.9g), val %.9g (%.9g), parameters within %.2g\n", what,
+            r->train_loss, ref_gpt_train, r->val_loss, ref_gpt_val, pd);
+}
+
+static void test_resume_gpt(fm_dist *d, int zero) {
+    char dir_a[400], dir_b[400], what[64];
+    snprintf(dir_a, sizeof dir_a, "%s/gpt-rs-n-to-1-z%d", dir, zero);
+    snprintf(dir_b, sizeof dir_b, "%s/gpt-rs-1-to-n-z%d", dir, zero);
+    fm_gpt_train_result a, b;
+    CHECK(gpt_run_ex(d, zero, dir_a, 3, false, &a) == FM_OK); /* N ranks: steps 1-3 */
+    if (R == 0) {
+        CHECK(gpt_run_ex(NULL, 0, dir_b, 3, false, &a) == FM_OK); /* one process: steps 1-3 */
+        CHECK(gpt_run_ex(NULL, 0, dir_a, 0, true, &b) == FM_OK);  /* one process: steps 4-5 */
+        snprintf(what, sizeof what, "%d ranks%s -> 1 process", N, zero ? " (ZeRO-1)" : "");
+        check_gpt_resumed(&b, dir_a, what);
+    }
+    barrier(d);
+    CHECK(gpt_run_ex(d, zero, dir_b, 0, true, &b) == FM_OK); /* N ranks: steps 4-5 */
+    if (R == 0) {
+        snprintf(what, sizeof what, "1 process -> %d ranks%s", N, zero ? " (ZeRO-1)" : "");
+        check_gpt_resumed(&b, dir_b, what);
+    }
+    barrier(d);
 }
 
 static void test_gpt(fm_dist *d, int zero) {
@@ -189,6 +283,8 @@ static void test_gpt(fm_dist *d, int zero) {
         snprintf(pa, sizeof pa, "%s/model.safetensors", dp);
         if (zero == 0) {
             CHECK(gpt_run(NULL, 0, ref, &b) == FM_OK);
+            ref_gpt_train = b.train_loss;
+            ref_gpt_val = b.val_loss;
             double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss), ev = fabs(a.val_loss - b.val_loss) / fabs(b.val_loss);
             CHECK_MSG(et <= 1e-6 && ev <= 1e-6, "GPT losses differ: train %.3g, val %.3g relative", et, ev);
             snprintf(pb, sizeof pb, "%s/model.safetensors", ref);
@@ -253,6 +349,16 @@ int main(void) {
     if (N > 1) {
         test_classifier(d, 1, 1);
         test_gpt(d, 1);
+    }
+    /* the references (rank 0's) go to every rank */
+    CHECK(fm_dist_broadcast(d, ref_losses, sizeof ref_losses, 0) == FM_OK);
+    CHECK(fm_dist_broadcast(d, &ref_gpt_train, sizeof ref_gpt_train, 0) == FM_OK);
+    CHECK(fm_dist_broadcast(d, &ref_gpt_val, sizeof ref_gpt_val, 0) == FM_OK);
+    test_resume_classifier(d, 0);
+    test_resume_gpt(d, 0);
+    if (N > 1) {
+        test_resume_classifier(d, 1);
+        test_resume_gpt(d, 1);
     }
     test_errors(d);
     barrier(d);

@@ -269,6 +269,15 @@ static void silent_peers(dist_work *w, char *buf, size_t cap) {
         MPI_Test(&w->req[k++], &done, MPI_STATUS_IGNORE);
         if (!done && len + 16 < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", j);
     }
+    /* every peer's data is in: the peers that have not taken this rank's (a rank stopped
+     * after sending its part cannot receive, and large messages need the receiver) */
+    bool any_recv = len > 0;
+    for (int j = 0; j < w->d->size && !any_recv; j++) {
+        if (j == w->d->rank) continue;
+        int done = 0;
+        MPI_Test(&w->req[k++], &done, MPI_STATUS_IGNORE);
+        if (!done && len + 16 < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", j);
+    }
     if (!len) snprintf(buf, cap, "(none: its own sends did not complete)");
 }
 #endif
