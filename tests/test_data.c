@@ -621,6 +621,63 @@ static void test_loader_order(void) {
     fm_dataset_release(d);
 }
 
+/* Data-parallel shards: every batch's parts, from one loader per shard (with and without
+ * workers), are the whole loader's batch cut in order; a part may be empty (a last batch
+ * of 1 over 6 shards); the position is the same for every shard. */
+static void test_loader_shards(void) {
+    fm_dataset *d = loader_dataset(); /* 37 samples: batches of 12 leave 1 */
+    for (int workers = 0; workers <= 2; workers += 2) {
+        fm_loader_options o;
+        fm_loader_options_init(&o);
+        o.batch_size = 12;
+        o.shuffle = true;
+        o.seed = 3;
+        o.workers = workers;
+        fm_dataloader *whole = fm_dataloader_create(d, &o), *part[6];
+        for (int r = 0; r < 6; r++) {
+            o.shard_index = r;
+            o.shard_count = 6;
+            part[r] = fm_dataloader_create(d, &o);
+            CHECK(part[r] && fm_dataloader_num_batches(part[r]) == 4);
+        }
+        int empty = 0;
+        for (int step = 0; step < 10 && whole; step++) { /* two epochs and their end markers */
+            fm_batch w, b;
+            CHECK(fm_dataloader_next(whole, &w) == FM_OK);
+            int64_t at = 0;
+            for (int r = 0; r < 6; r++) {
+                if (!part[r] || fm_dataloader_next(part[r], &b) != FM_OK) { CHECK(0); continue; }
+                CHECK((b.x == NULL) == (w.x == NULL) && b.epoch == w.epoch && b.index == w.index);
+                if (!w.x || !b.x) continue;
+                int64_t first, size;
+                fm_data_shard_rows(w.size, r, 6, &first, &size);
+                CHECK(first == at && b.size == size && b.x->shape[0] == size);
+                empty += size == 0;
+                const int64_t *wy = fm_tensor_data(w.y), *by = fm_tensor_data(b.y);
+                for (int64_t j = 0; j < size; j++) CHECK(by[j] == wy[first + j]);
+                int64_t row = LC * LH * LW;
+                if (size) CHECK(memcmp(fm_tensor_data(b.x), (const float *)fm_tensor_data(w.x) + first * row,
+                                       (size_t)(size * row) * sizeof(float)) == 0);
+                at += size;
+            }
+            if (w.x) CHECK(at == w.size);
+        }
+        CHECK(empty == 10); /* the last batch (1 sample) leaves 5 shards empty, in each of 2 epochs */
+        fm_dataloader_state s0, s5;
+        CHECK(fm_dataloader_state_get(part[0], &s0) == FM_OK && fm_dataloader_state_get(part[5], &s5) == FM_OK);
+        CHECK(s0.epoch == s5.epoch && s0.batch == s5.batch && s0.batch_size == 12 && s5.batch_size == 12);
+        fm_dataloader_free(whole);
+        for (int r = 0; r < 6; r++) fm_dataloader_free(part[r]);
+    }
+    fm_loader_options o;
+    fm_loader_options_init(&o);
+    o.shard_index = 2;
+    o.shard_count = 2;
+    CHECK(fm_dataloader_create(d, &o) == NULL);
+    CHECK_ERR_CONTAINS("shard 2 of 2 is not a shard");
+    fm_dataset_release(d);
+}
+
 static void test_loader_determinism(void) {
     fm_dataset *d = loader_dataset();
     size_t cap = (size_t)3 * LN * (LC * LH * LW * 4 + 8) + 64;
@@ -1092,6 +1149,7 @@ int main(int argc, char **argv) {
     RUN(test_data_read);
     RUN(test_dataset);
     RUN(test_loader_order);
+    RUN(test_loader_shards);
     RUN(test_loader_determinism);
     RUN(test_transforms);
     RUN(test_transforms_combined);
