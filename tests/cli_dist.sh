@@ -55,7 +55,13 @@ else
   bad "2 ranks (exit $rc): $(head -c 600 "$tmp/dp.json") $(tail -c 600 "$tmp/dp.err")"
 fi
 mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/dz" --zero 1 "${flags[@]}" >"$tmp/dz.json" 2>"$tmp/dz.err"; rc=$?
-if [[ $rc -eq 0 ]] && grep -q '"zero":1' "$tmp/dz.json"; then ok "--zero 1 at 2 ranks"; else bad "--zero 1 (exit $rc): $(tail -c 600 "$tmp/dz.err")"; fi
+state() { grep -o '"optimizer_state_bytes_per_rank":[0-9]*' "$1" | cut -d: -f2; }
+full=$(state "$tmp/dp.json"); half=$(state "$tmp/dz.json")
+if [[ $rc -eq 0 ]] && grep -q '"zero":1' "$tmp/dz.json" && [[ -n $full && -n $half ]] && ((half * 2 >= full && half * 2 <= full + 64)); then
+  ok "--zero 1 at 2 ranks: optimizer state per rank $half bytes, plain data parallel $full"
+else
+  bad "--zero 1 (exit $rc, state $half vs $full): $(tail -c 600 "$tmp/dz.err")"
+fi
 # ranks started with different flags: refused before any work, naming the flag and the rank
 mpi -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.01 : -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.02 \
   >"$tmp/mm.out" 2>&1; rc=$?
