@@ -46,7 +46,8 @@ static void train_usage(FILE *f) {
             "                     device, docs/DEVICES.md); checkpoints are device-independent\n"
             "  --precision P      autocast the forward pass to bf16 or fp16 (fp16 adds dynamic loss scaling);\n"
             "                     master weights and the optimizer stay fp32 (default fp32)\n"
-            "  --checkpointing C  recompute activations in backward (GPT recipes): blocks or selective\n"
+            "  --checkpointing C  recompute activations in backward: blocks or selective (GPT recipes),\n"
+            "                     blocks (conv nets: each block ends in a pooling layer)\n"
             "  --grad-accum N     cut each batch into N micro-batches, one optimizer step\n"
             "  --memory-limit SIZE  fail allocations past SIZE (2G, 512M; also FATHOM_MEMORY_LIMIT);\n"
             "                     refused before training when weights + gradients + optimizer state do not fit\n"
@@ -377,7 +378,9 @@ static int run_classifier(const train_args *a, const char *path, train_report *r
     fm_recipe r;
     if (fm_recipe_load(path, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     /* bad flag combinations are usage errors, before any data is read */
-    if (fm_efficiency_validate(&o.eff, false, (int)(o.batch_size > 0 ? o.batch_size : r.batch_size))) {
+    fm_efficiency_opts ev = o.eff; /* --checkpointing blocks on a conv net: per block (its pooling layers) */
+    if (ev.checkpointing == FM_CKPT_BLOCKS && fm_recipe_num_blocks(&r) > 0) ev.checkpointing = FM_CKPT_NONE;
+    if (fm_efficiency_validate(&ev, false, (int)(o.batch_size > 0 ? o.batch_size : r.batch_size))) {
         fm_cli_error("train: %s%s", fm_last_error(), o.batch_size > 0 ? "" : " (the recipe's batch; set another with --batch)");
         fm_recipe_free(&r);
         return 2;

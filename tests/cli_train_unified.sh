@@ -90,6 +90,30 @@ cmp -s "$tmp/mlp/model.safetensors" "$tmp/mlp_check/model.safetensors" && ok "ch
   || bad "check-device model file differs from the CPU's"
 cp -r "$tmp/mlp" "$tmp/mlp_move"
 expect 0 "resum" "$bin" train "$tmp/mlp.ini" --resume "$tmp/mlp_move" --epochs 3 --no-eval --device check
+# --checkpointing blocks on a conv net: each block (conv, batch norm, relu, dropout, pool; then
+# conv, batch norm, relu, pool) is recomputed in the backward. Losses, accuracy and the model file
+# (batch norm's running statistics and counters included: the recomputation must not update them
+# again; dropout masks must repeat) equal the plain run's bit for bit, also on the check device,
+# and the activations' peak is lower (only the blocks' inputs are kept); selective is refused.
+cli_idx_data "$tmp" > "$tmp/cnn.ini"
+printf '[model]\ninput = 1 8 8\nlayer = conv2d 8 3 padding=1\nlayer = batchnorm2d\nlayer = relu\nlayer = dropout 0.2\nlayer = maxpool2d 2\nlayer = conv2d 8 3 padding=1\nlayer = batchnorm2d\nlayer = relu\nlayer = avgpool2d 2\nlayer = flatten\nlayer = dropout 0.25\nlayer = linear 4\n[train]\nepochs = 2\nbatch = 32\nseed = 3\n[optimizer]\nname = adamw\nlr = 0.01\n' >> "$tmp/cnn.ini"
+run cnn "$tmp/cnn.ini"
+run cnn_ckpt "$tmp/cnn.ini" --checkpointing blocks
+run cnn_ckpt_check "$tmp/cnn.ini" --checkpointing blocks --device check
+python3 - "$tmp" <<'PY' && ok "cnn --checkpointing blocks equals the plain run" || bad "cnn --checkpointing blocks differs"
+import json, sys
+d = sys.argv[1]
+a, b, c = (json.load(open(f"{d}/{k}.json")) for k in ("cnn", "cnn_ckpt", "cnn_ckpt_check"))
+for k in ("train_loss", "test_loss", "test_accuracy", "steps"):
+    assert a[k] == b[k] == c[k], (k, a[k], b[k], c[k])
+assert b["checkpointing"] == "blocks", b["checkpointing"]
+assert b["memory"]["activations"] < a["memory"]["activations"], (b["memory"], a["memory"])
+PY
+for k in cnn_ckpt cnn_ckpt_check; do
+  cmp -s "$tmp/cnn/model.safetensors" "$tmp/$k/model.safetensors" && ok "$k: model file equals the plain run's" || bad "$k: model file differs"
+done
+expect 2 "--checkpointing selective needs a model with blocks" "$bin" train "$tmp/cnn.ini" --checkpointing selective
+
 # resume: --resume DIR for both kinds
 expect 0 "resum" "$bin" train "$tmp/mlp.ini" --resume "$tmp/mlp" --epochs 3 --no-eval
 expect 0 "resumed" "$bin" train "$tmp/gpt.ini" --resume "$tmp/gpt" --steps 6
@@ -107,7 +131,7 @@ expect 2 "unknown option '--zzzzzz'" "$bin" train "$tmp/mlp.ini" --zzzzzz
 expect 2 "unknown command 'trian' (did you mean 'train'?)" "$bin" trian
 expect 2 "give --steps or --epochs, not both" "$bin" train "$tmp/mlp.ini" --steps 3 --epochs 2
 expect 2 "batch 32 is not divisible by --grad-accum 5" "$bin" train "$tmp/mlp.ini" --grad-accum 5
-expect 2 "--checkpointing blocks applies to" "$bin" train "$tmp/mlp.ini" --checkpointing blocks
+expect 2 "--checkpointing blocks needs a model with blocks" "$bin" train "$tmp/mlp.ini" --checkpointing blocks
 expect 2 "--corpus applies to GPT recipes only" "$bin" train "$tmp/mlp.ini" --corpus x.txt
 expect 2 "did you mean 'fashion-cnn'?" "$bin" train fashion-cnnn
 expect 2 "no built-in recipe named 'zzzzzzzz'" "$bin" train zzzzzzzz

@@ -587,7 +587,7 @@ static void test_options(void) {
     o = fm_efficiency_defaults();
     o.checkpointing = FM_CKPT_BLOCKS;
     CHECK(fm_efficiency_validate(&o, false, 64) == FM_ERR_INVALID);
-    CHECK_ERR_CONTAINS("transformer recipes only");
+    CHECK_ERR_CONTAINS("needs a model with blocks");
     CHECK(fm_efficiency_validate(&o, true, 64) == FM_OK);
     o = fm_efficiency_defaults();
     o.precision = FM_BF16;

@@ -86,6 +86,14 @@ FM_API fm_module *fm_relu_new(void);
 /* ---- use ---- */
 /* New reference to the output, or NULL. Records the tape when grad mode is on. */
 FM_API fm_tensor *fm_module_forward(fm_module *m, fm_tensor *x);
+/* Blocks of a sequential conv net: runs of layers ending in a pooling layer (0 for
+ * anything else). fm_module_forward_blocks computes what fm_module_forward does,
+ * with each block checkpointed when gradients are recorded (`fathom train
+ * --checkpointing blocks`): only the blocks' inputs are kept, the rest is recomputed
+ * in the backward, without a second update of batch norm's running statistics and
+ * with the same dropout masks, so losses and gradients equal the plain forward's. */
+FM_API int fm_module_num_blocks(const fm_module *m);
+FM_API fm_tensor *fm_module_forward_blocks(fm_module *m, fm_tensor *x);
 /* Training mode (batch statistics, dropout active) or evaluation mode; recursive. */
 FM_API void fm_module_train(fm_module *m, bool training);
 FM_API bool fm_module_is_training(const fm_module *m);

@@ -80,6 +80,9 @@ FM_API bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n);
 /* Builds the model, checking every layer's shape against the input shape: an
  * incompatible stack fails here, naming the recipe line and the shapes. */
 FM_API fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng);
+/* The model's checkpointing blocks: its pooling layers (fm_module_num_blocks of the
+ * built model), so `--checkpointing blocks` can be checked before anything is built. */
+FM_API int fm_recipe_num_blocks(const fm_recipe *r);
 
 typedef struct fm_train_options {
     int epochs;          /* > 0 overrides the recipe */

@@ -37,7 +37,8 @@ fm_status fm_efficiency_validate(const fm_efficiency_opts *o, bool is_transforme
     if ((unsigned)o->checkpointing > FM_CKPT_SELECTIVE)
         return fm_set_error(FM_ERR_INVALID, "--checkpointing must be none, blocks or selective");
     if (o->checkpointing != FM_CKPT_NONE && !is_transformer)
-        return fm_set_error(FM_ERR_INVALID, "--checkpointing %s applies to transformer recipes only (this model has no blocks)",
+        return fm_set_error(FM_ERR_INVALID, "--checkpointing %s needs a model with blocks: a transformer, or for blocks "
+                            "a conv net (its blocks end in pooling layers); this model has none",
                             fm_checkpointing_name(o->checkpointing));
     if (o->loss_scaling && o->precision != FM_F16)
         return fm_set_error(FM_ERR_INVALID, "loss scaling is for --precision fp16 (got %s: %s)", fm_precision_name(o->precision),

@@ -24,6 +24,8 @@ struct fm_module {
     int n_children, cap;
     fm_module **children;
     char **child_names;
+    struct block_state *blocks; /* per-block checkpointing state (fm_module_forward_blocks) */
+    int n_blocks;
 };
 
 /* ---------------- named lists ---------------- */
@@ -330,6 +332,7 @@ void fm_module_free(fm_module *m) {
     }
     free(m->children);
     free(m->child_names);
+    free(m->blocks);
     fm_tensor_release_n(5, m->weight, m->bias, m->running_mean, m->running_var, m->num_batches);
     free(m);
 }
@@ -639,4 +642,101 @@ fm_status fm_module_to(fm_module *m, fm_device dev) {
                             fm_device_name(dev, dn, sizeof dn), msg);
     }
     return FM_OK;
+}
+
+/* ---------------- per-block activation checkpointing ---------------- */
+
+/* A block of a sequential conv net: its layers up to and including a pooling layer.
+ * fm_module_forward_blocks runs each block under fm_checkpoint, so only the blocks'
+ * inputs are kept and the rest is recomputed in the backward. The recomputation
+ * must not repeat the forward's side effects or draw other random numbers: batch
+ * norm there uses the batch statistics without touching the running ones or the
+ * counter, and each dropout's generator is put back to where the forward found it
+ * (fm_checkpoint restores only the global one). The state lives in the module until
+ * the next forward, as the recomputation happens during the backward. */
+#define BLOCK_MAX_RNG 16
+struct block_state {
+    fm_module *seq;
+    int lo, hi; /* children [lo, hi] */
+    int n_rng;
+    fm_rng *rng[BLOCK_MAX_RNG];
+    fm_rng before[BLOCK_MAX_RNG];
+};
+
+static bool is_pool(const fm_module *m) { return m->kind == FM_MOD_MAXPOOL2D || m->kind == FM_MOD_AVGPOOL2D; }
+
+int fm_module_num_blocks(const fm_module *m) {
+    int n = 0;
+    if (m && m->kind == FM_MOD_SEQUENTIAL)
+        for (int i = 0; i < m->n_children; i++) n += is_pool(m->children[i]);
+    return n;
+}
+
+/* The forward calls it with grad off (fm_checkpoint), the backward's recomputation with grad on. */
+static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    struct block_state *b = ctx;
+    const bool recompute = fm_grad_enabled();
+    fm_rng now[BLOCK_MAX_RNG];
+    for (int i = 0; i < b->n_rng; i++) now[i] = *b->rng[i];
+    for (int i = b->n_rng - 1; recompute && i >= 0; i--) *b->rng[i] = b->before[i]; /* a shared one: its first state */
+    fm_tensor *cur = fm_tensor_retain(in[0]);
+    for (int i = b->lo; i <= b->hi && cur; i++) {
+        fm_module *c = b->seq->children[i];
+        fm_tensor *next = recompute && c->kind == FM_MOD_BATCHNORM2D && c->training
+                              ? fm_batch_norm(cur, c->weight, c->bias, NULL, NULL, true, c->momentum, c->eps, FM_NCHW)
+                              : fm_module_forward(c, cur);
+        if (!next) {
+            char d[96];
+            fm_error_prefix("layer %s (%s)", b->seq->child_names[i], fm_module_describe(c, d, sizeof d));
+        }
+        fm_tensor_release(cur);
+        cur = next;
+    }
+    if (recompute)
+        for (int i = 0; i < b->n_rng; i++) *b->rng[i] = now[i];
+    out[0] = cur;
+    return cur ? FM_OK : fm_last_status();
+}
+
+fm_tensor *fm_module_forward_blocks(fm_module *m, fm_tensor *x) {
+    int nb = fm_module_num_blocks(m);
+    if (!nb || !fm_grad_enabled() || !x) return fm_module_forward(m, x);
+    if (m->n_blocks < nb) {
+        struct block_state *bs = realloc(m->blocks, (size_t)nb * sizeof *bs);
+        if (!bs) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
+        m->blocks = bs;
+        m->n_blocks = nb;
+    }
+    /* the checkpoint node (and so the blocks' parameter gradients, made in its backward)
+     * exists only for an input that requires grad: the data batch is made one */
+    fm_tensor *cur = x->requires_grad ? fm_tensor_retain(x) : fm_detach(x);
+    if (cur && !cur->requires_grad && fm_tensor_requires_grad_(cur, true) != FM_OK) { fm_tensor_release(cur); return NULL; }
+    int lo = 0, k = 0;
+    for (int i = 0; i < m->n_children && cur; i++) {
+        if (!is_pool(m->children[i])) continue;
+        struct block_state *b = &m->blocks[k++];
+        *b = (struct block_state){.seq = m, .lo = lo, .hi = i};
+        for (int j = lo; j <= i; j++) {
+            fm_module *c = m->children[j];
+            if (c->kind != FM_MOD_DROPOUT || !c->rng || !c->training) continue;
+            if (b->n_rng == BLOCK_MAX_RNG) { fm_set_error(FM_ERR_UNSUPPORTED, "checkpointing: more than %d dropout layers in one block", BLOCK_MAX_RNG); fm_tensor_release(cur); return NULL; }
+            b->rng[b->n_rng] = c->rng;
+            b->before[b->n_rng++] = *c->rng;
+        }
+        fm_tensor *next = NULL;
+        if (fm_checkpoint(block_fn, b, 1, &cur, 1, &next) != FM_OK) next = NULL;
+        fm_tensor_release(cur);
+        cur = next;
+        lo = i + 1;
+    }
+    for (int i = lo; i < m->n_children && cur; i++) { /* the tail after the last block, as usual */
+        fm_tensor *next = fm_module_forward(m->children[i], cur);
+        if (!next) {
+            char d[96];
+            fm_error_prefix("layer %s (%s)", m->child_names[i], fm_module_describe(m->children[i], d, sizeof d));
+        }
+        fm_tensor_release(cur);
+        cur = next;
+    }
+    return cur;
 }

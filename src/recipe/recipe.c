@@ -358,6 +358,13 @@ static const char *kw(const layer_args *a, const char *key) {
     return NULL;
 }
 
+int fm_recipe_num_blocks(const fm_recipe *r) {
+    int n = 0;
+    for (int i = 0; r && i < r->n_layers; i++)
+        n += !strncmp(r->layers[i].spec, "maxpool2d", 9) || !strncmp(r->layers[i].spec, "avgpool2d", 9);
+    return n;
+}
+
 fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng) {
     fm_module *seq = fm_nn_sequential();
     if (!seq) return NULL;

@@ -611,7 +611,8 @@ static fm_status end_of_epoch(train_run *u, bool *stop) {
 /* The loss of one micro-batch (fm_train_loss_fn). */
 static fm_tensor *recipe_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
     train_run *u = ctx;
-    fm_tensor *logits = fm_module_forward(u->t.model, x);
+    fm_tensor *logits = u->opt->eff.checkpointing == FM_CKPT_BLOCKS ? fm_module_forward_blocks(u->t.model, x)
+                                                                    : fm_module_forward(u->t.model, x);
     fm_tensor *loss = !logits ? NULL
                       : u->opt->loss ? u->opt->loss(u->opt->loss_ctx, logits, x, y)
                                      : fm_cross_entropy(logits, y, -100, u->r.label_smoothing, FM_REDUCE_MEAN);
@@ -795,7 +796,9 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     memset(res, 0, sizeof *res);
     res->test_accuracy = -1;
     res->loss_scale = 1;
-    fm_status vst = fm_efficiency_validate(&opt->eff, false, (int)(opt->batch_size > 0 ? opt->batch_size : rin->batch_size));
+    fm_efficiency_opts ev = opt->eff; /* a conv net's blocks are checked here: the rest as for any model */
+    if (ev.checkpointing == FM_CKPT_BLOCKS && fm_recipe_num_blocks(rin) > 0) ev.checkpointing = FM_CKPT_NONE;
+    fm_status vst = fm_efficiency_validate(&ev, false, (int)(opt->batch_size > 0 ? opt->batch_size : rin->batch_size));
     if (vst) return vst;
     train_run *u = calloc(1, sizeof *u);
     if (!u) return fm_set_error(FM_ERR_OOM, "out of host memory");
