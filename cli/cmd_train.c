@@ -567,6 +567,12 @@ static int dist_begin(train_args *a, const char *path) {
         return 2;
     }
     if (n < 2) return 0;
+    /* the ranks on one machine share its cores: each takes its share unless told */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (a->threads <= 0 && !getenv("FATHOM_NUM_THREADS") && cores > 0) {
+        a->threads = cores / fm_dist_local_size(a->dist);
+        if (a->threads < 1) a->threads = 1;
+    }
     int rc = check_same_config(a, path);
     if (rc == 0 && fm_dist_rank(a->dist) != 0) { /* rank 0 speaks for the job */
         a->quiet = true;

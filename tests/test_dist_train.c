@@ -337,6 +337,7 @@ int main(void) {
     if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
     R = fm_dist_rank(d);
     N = fm_dist_size(d);
+    CHECK(fm_dist_local_size(d) == N); /* every rank of these runs is on this machine */
     if (R == 0) {
         snprintf(dir, sizeof dir, "/tmp/fathom-dist-train-XXXXXX");
         if (!mkdtemp(dir)) { perror("mkdtemp"); fm_dist_abort(d, 1); }

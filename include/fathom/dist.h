@@ -40,6 +40,8 @@ FM_API int fm_dist_rank(const fm_dist *d);
 FM_API int fm_dist_size(const fm_dist *d);
 /* Rank among the processes on this machine (picks the GPU of a rank). */
 FM_API int fm_dist_local_rank(const fm_dist *d);
+/* Processes of this job on this machine (they share its cores). */
+FM_API int fm_dist_local_size(const fm_dist *d);
 /* Whether collectives go through MPI (false for a world of one without MPI). */
 FM_API bool fm_dist_uses_mpi(const fm_dist *d);
 /* Whether this build has MPI. */

@@ -75,6 +75,7 @@ static fm_status join_mpi(fm_dist *d) {
     MPI_Comm node;
     if (MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_rank(node, &d->local_rank);
+        MPI_Comm_size(node, &d->local_size);
         MPI_Comm_free(&node);
     }
     d->mpi = true;
@@ -128,6 +129,7 @@ void fm_dist_abort(fm_dist *d, int code) {
 int fm_dist_rank(const fm_dist *d) { return d ? d->rank : 0; }
 int fm_dist_size(const fm_dist *d) { return d ? d->size : 1; }
 int fm_dist_local_rank(const fm_dist *d) { return d ? d->local_rank : 0; }
+int fm_dist_local_size(const fm_dist *d) { return d && d->local_size > 0 ? d->local_size : 1; }
 bool fm_dist_uses_mpi(const fm_dist *d) { return d && d->mpi; }
 double fm_dist_timeout(const fm_dist *d) { return d ? d->timeout_s : 0; }
 

@@ -11,7 +11,7 @@
 #endif
 
 struct fm_dist {
-    int rank, size, local_rank;
+    int rank, size, local_rank, local_size;
     bool mpi;        /* collectives go through MPI */
     bool we_inited;  /* fm_dist_init called MPI_Init_thread */
     bool broken;     /* a collective timed out: its requests are still pending */

@@ -24,6 +24,7 @@
 #include "fathom/profile.h" /* --profile: step, data and optimizer spans */
 #include "fathom/amp.h" /* fm_tensor_has_inf_nan */
 #include "fathom/train_step.h" /* the step every trainer runs */
+#include "core/parallel.h" /* fm_num_threads: the data-parallel banner */
 #include "gpt/gpt_internal.h"
 #include "io/io_internal.h" /* checkpoint units */
 
@@ -690,8 +691,8 @@ static void gpt_banner(const gpt_run *u) {
                 fm_checkpointing_name(eo->checkpointing), eo->grad_accum, eo->grad_accum > 1 ? "es" : "",
                 u->o->batch_size / eo->grad_accum);
     if (u->dt)
-        fprintf(stderr, "data parallel over %d ranks: %d windows of each batch per rank%s\n", u->world,
-                u->o->batch_size / u->world, u->o->zero ? ", AdamW moments sharded (ZeRO-1)" : "");
+        fprintf(stderr, "data parallel over %d ranks: %d windows of each batch per rank, %d thread%s each%s\n", u->world,
+                u->o->batch_size / u->world, fm_num_threads(), fm_num_threads() == 1 ? "" : "s", u->o->zero ? ", AdamW moments sharded (ZeRO-1)" : "");
 }
 
 fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {

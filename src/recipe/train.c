@@ -832,8 +832,8 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
                 r->name, res->num_params, fm_dataset_size(u->train), r->epochs, u->nb, r->batch_size,
                 fm_optim_kind_name(r->optim.kind), r->optim.lr, opt->resume_dir ? " (resumed)" : "");
     if (u->log && u->t.dt)
-        fprintf(u->log, "data parallel over %d ranks: %" PRId64 " samples of each batch per rank%s\n", u->t.world,
-                r->batch_size / u->t.world, u->t.zero ? ", optimizer state sharded (ZeRO-1)" : "");
+        fprintf(u->log, "data parallel over %d ranks: %" PRId64 " samples of each batch per rank, %d thread%s each%s\n",
+                u->t.world, r->batch_size / u->t.world, fm_num_threads(), fm_num_threads() == 1 ? "" : "s", u->t.zero ? ", optimizer state sharded (ZeRO-1)" : "");
     if (opt->profile_path && (st = fm_profiler_start(opt->profile_path)) != FM_OK) goto done;
     if (opt->logdir && !(u->tb = fm_tb_writer_open(opt->logdir))) { st = fm_last_status(); goto done; }
     fm_memory_reset_peak(u->opt->eff.device);
