@@ -20,7 +20,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -118,6 +118,11 @@ cp "$run"/ckpt/step-*/MANIFEST "$seeds/manifest/"
 cp "$run.trace.json" "$seeds/trace/"
 cp "$run.logs"/* "$seeds/tensorboard/"
 cp "$run/model.safetensors" "$seeds/safetensors/run.safetensors"
+
+# chat messages ('m' + a request body) and chat templates (a config's chat_template object) (fuzz_chat)
+printf 'm{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "yo"}]}' > "$seeds/chat/messages"
+printf 'm{"messages": [{"role": "tool", "content": "x"}]}' > "$seeds/chat/badrole"
+printf 't{"system": "<s>{content}\\n", "user": "U: {content}\\n", "assistant": "A: {content}\\n", "generation": "A:", "stop": "U:"}' > "$seeds/chat/template"
 
 # ---- runs ----
 scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/fathom_fuzz.XXXXXX")
