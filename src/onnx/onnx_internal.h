@@ -7,8 +7,9 @@
  *                  declared-shape checks, every node checked against the op table
  *   onnx_run.c     runs the nodes in order on fm tensors, freeing each value after
  *                  its last use
- *   onnx_ops_*.c   the ops: each a function on an onnx_op_ctx, listed in
- *                  onnx_op_table (onnx_ops.c) with its opset range and attributes */
+ *   onnx_ops_*.c   the ops: each a function on an onnx_op_ctx, listed in its
+ *                  family's table with its opset range and attributes; _host.c
+ *                  computes on the host what fathom has no kernel for */
 #ifndef FATHOM_ONNX_INTERNAL_H
 #define FATHOM_ONNX_INTERNAL_H
 #include <onnx.pb-c.h>
@@ -118,7 +119,13 @@ typedef struct onnx_op {
 
 const onnx_op *onnx_find_op(const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
-extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[];
+extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[];
+
+/* host computation (onnx_ops_host.c), for ops with no fathom kernel */
+/* x as a new contiguous CPU tensor of dtype dt. */
+fm_tensor *onnx_host(fm_tensor *x, fm_dtype dt);
+/* y (CPU) converted to dt on dev; takes y's reference (NULL passes through). */
+fm_tensor *onnx_host_back(fm_tensor *y, fm_dtype dt, fm_device dev);
 
 /* attributes (onnx_attrs.c) */
 const Onnx__AttributeProto *onnx_attr(const onnx_op_ctx *c, const char *name);

@@ -329,13 +329,15 @@ static fm_status op_range(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, y);
 }
 
-/* Edge and reflect padding of dim d: a gather with the source index of each
- * output position. */
-static fm_tensor *pad_gather(fm_tensor *x, int d, int64_t b, int64_t e, bool reflect) {
+/* Edge, reflect and wrap padding of dim d: a gather with the source index of
+ * each output position (mode 'e', 'r' or 'w'). Wrap takes any amount (the
+ * source repeats); negative pads crop, as in the other modes. */
+static fm_tensor *pad_gather(fm_tensor *x, int d, int64_t b, int64_t e, char mode) {
     int64_t n = x->shape[d], m = n + b + e;
+    bool reflect = mode == 'r';
     if (n == 0 || m < 0 || (reflect && (b >= n || e >= n))) {
-        fm_set_error(FM_ERR_INVALID, "Pad: %s padding of %lld/%lld elements on a dimension of size %lld", reflect ? "reflect" : "edge",
-                     (long long)b, (long long)e, (long long)n);
+        fm_set_error(FM_ERR_INVALID, "Pad: %s padding of %lld/%lld elements on a dimension of size %lld",
+                     reflect ? "reflect" : mode == 'w' ? "wrap" : "edge", (long long)b, (long long)e, (long long)n);
         return NULL;
     }
     int64_t *idx = malloc((size_t)(m ? m : 1) * sizeof *idx);
@@ -343,6 +345,7 @@ static fm_tensor *pad_gather(fm_tensor *x, int d, int64_t b, int64_t e, bool ref
     for (int64_t i = 0; i < m; i++) {
         int64_t j = i - b;
         if (reflect) j = j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j;
+        else if (mode == 'w') j = ((j % n) + n) % n;
         else j = j < 0 ? 0 : j >= n ? n - 1 : j;
         idx[i] = j;
     }
@@ -356,9 +359,9 @@ static fm_status op_pad(onnx_op_ctx *c) {
     fm_tensor *x = c->in[0];
     char buf[16];
     const char *mode = onnx_attr_string(c, "mode", "constant", buf, sizeof buf);
-    bool gather = !strcmp(mode, "edge") || !strcmp(mode, "reflect");
+    bool gather = !strcmp(mode, "edge") || !strcmp(mode, "reflect") || !strcmp(mode, "wrap");
     if (strcmp(mode, "constant") && !gather)
-        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "mode='%s' is not supported (constant, edge, reflect)", mode);
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "mode='%s' is not supported (constant, edge, reflect, wrap)", mode);
     int64_t pads[2 * FM_MAX_DIMS], ax[FM_MAX_DIMS];
     int n, na = 0;
     double v = 0;
@@ -382,7 +385,7 @@ static fm_status op_pad(onnx_op_ctx *c) {
         fm_tensor *t = fm_tensor_retain(y);
         if (gather && (b || e)) {
             fm_tensor_release(t);
-            t = pad_gather(y, (int)d, b, e, mode[0] == 'r');
+            t = pad_gather(y, (int)d, b, e, mode[0]);
         } else if (b || e) {
             /* crop first, then one filled tensor with y copied into its middle */
             int64_t s0 = b < 0 ? -b : 0, e0 = y->shape[d] - (e < 0 ? -e : 0);
