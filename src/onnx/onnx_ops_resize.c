@@ -261,6 +261,9 @@ static fm_status op_resize(onnx_op_ctx *c) {
                float_input(c, 3, sz, FM_MAX_DIMS, &nsz))
         return fm_last_status();
     if (out_shape(c, x, axes, na, sc, nsc, sz, nsz, out, scale)) return fm_last_status();
+    double total = 1;
+    for (int i = 0; i < nd; i++) total *= (double)out[i];
+    if (total > 4294967296.0) return onnx_node_error(c, FM_ERR_INVALID, "the output would have %.3g elements", total);
     for (int i = 0; i < nd; i++) roi[i] = 0, roi[i + nd] = 1;
     if (p.coord == C_TF_CROP) {
         if (nroi != 2 * na) return onnx_node_error(c, FM_ERR_INVALID, "tf_crop_and_resize needs a roi of %d values", 2 * na);
