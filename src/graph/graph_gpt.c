@@ -178,7 +178,7 @@ static fm_status build(gb *b) {
         cpy(x, y);
     }
     norm(b, nf, x, m->lnf_w, m->lnf_b);
-    if (b->st == FM_OK) b->st = fm_graph_add_node(b->g, "linear", "lm_head", 3, (const char *[]){nf, pname(b, m->wte), ""}, 1, (const char *[]){"logits"}, 0, NULL);
+    if (b->st == FM_OK) b->st = fm_graph_add_node(b->g, "linear", "lm_head", 3, (const char *[]){nf, pname(b, m->lm_head ? m->lm_head : m->wte), ""}, 1, (const char *[]){"logits"}, 0, NULL);
     if (b->st == FM_OK) b->st = fm_graph_add_output(b->g, "logits");
     for (int i = 0; i < m->cfg.n_layer && b->st == FM_OK; i++) {
         char ok[32], ov[32];

@@ -4,6 +4,7 @@
  * arena, freed at the end), packed and written atomically. */
 #include "onnx/onnx_internal.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ typedef struct {
     int n_inits, cap_inits;
     int tmp;
     bool oom;
+    const char *sym_val[G_MAX_SYMS]; /* each dynamic dim as a [1] int64 value, once read from an input's shape */
 } exporter;
 
 static void *ex_alloc(exporter *e, size_t n) {
@@ -291,6 +293,138 @@ static fm_status x_reduce(xnode *x, const char *op) {
     return emit(e, o, INS(x->in[0]), OUTS(x->out[0]), 2, a_ints(e, "axes", n, ax), a_int(e, "keepdims", keep));
 }
 
+/* ---- dynamic dims: a graph dim expression ("past", "past+seq") as ONNX nodes over
+ * the inputs' shapes, each value a [1] int64 tensor ---- */
+static const char *sym_value(exporter *e, const char *name) {
+    const fm_graph *g = e->g;
+    int s = g_find_sym(g, name);
+    if (s < 0) { fm_set_error(FM_ERR_INVALID, "dim '%s' is not a dynamic dim of any graph input", name); return NULL; }
+    if (e->sym_val[s]) return e->sym_val[s];
+    for (int i = 0; i < g->n_inputs; i++) {
+        const gvalue *v = &g->values[g->inputs[i]];
+        for (int d = 0; d < v->t.ndim; d++)
+            if (v->sym[d] == s) {
+                const char *o = tmp_name(e);
+                if (emit(e, "Shape", INS(v->name), OUTS(o), 2, a_int(e, "start", d), a_int(e, "end", d + 1))) return NULL;
+                return e->sym_val[s] = o;
+            }
+    }
+    fm_set_error(FM_ERR_INVALID, "dim '%s' has no graph input to read it from", name);
+    return NULL;
+}
+
+typedef struct { exporter *e; const char *s, *p; } xexpr;
+
+static const char *xe_factor(xexpr *x) {
+    while (*x->p == ' ') x->p++;
+    char name[65];
+    int n = 0;
+    if (isdigit((unsigned char)*x->p)) {
+        int64_t v = 0;
+        while (isdigit((unsigned char)*x->p) && v < (INT64_C(1) << 40)) v = v * 10 + (*x->p++ - '0');
+        return const_i64(x->e, 1, &v);
+    }
+    while ((isalnum((unsigned char)*x->p) || *x->p == '_') && n < 64) name[n++] = *x->p++;
+    name[n] = 0;
+    if (!n) { fm_set_error(FM_ERR_INVALID, "dim expression '%s': expected a number or a name", x->s); return NULL; }
+    return sym_value(x->e, name);
+}
+
+static const char *xe_binary(xexpr *x, const char *op, const char *a, const char *b) {
+    const char *o = a && b ? tmp_name(x->e) : NULL;
+    return o && !emit(x->e, op, INS(a, b), OUTS(o), 0) ? o : NULL;
+}
+
+static const char *xe_term(xexpr *x) {
+    const char *t = xe_factor(x);
+    for (;;) {
+        while (*x->p == ' ') x->p++;
+        if (!t || *x->p != '*') return t;
+        x->p++;
+        t = xe_binary(x, "Mul", t, xe_factor(x));
+    }
+}
+
+/* One INTS attribute element as a [1] int64 value: a constant, or its expression. */
+static const char *dim_value(exporter *e, const gattr *a) {
+    if (a->type == FM_ATTR_INT) return const_i64(e, 1, &a->i);
+    if (a->type != FM_ATTR_INTS || a->n != 1) { fm_set_error(FM_ERR_UNSUPPORTED, "a bound of %d values", a->n); return NULL; }
+    if (!a->ints[0].expr) return const_i64(e, 1, &a->ints[0].v);
+    xexpr x = {e, a->ints[0].expr, a->ints[0].expr};
+    const char *t = xe_term(&x);
+    for (;;) {
+        while (*x.p == ' ') x.p++;
+        if (!t || !*x.p) return t;
+        char op = *x.p++;
+        if (op != '+' && op != '-') { fm_set_error(FM_ERR_INVALID, "dim expression '%s': expected + - or *", x.s); return NULL; }
+        t = xe_binary(&x, op == '+' ? "Add" : "Sub", t, xe_term(&x));
+    }
+}
+
+/* qkv [B, T, (H + 2 KV) D] -> q [B, H, T, D], k, v [B, KV, T, D]: Split, then
+ * Reshape [0, 0, h, D] and Transpose (0, 2, 1, 3) for each. */
+static fm_status x_qkv_split_heads(xnode *x) {
+    exporter *e = x->e;
+    int64_t H = at_int(x->n, "n_head", 0), KV = at_int(x->n, "n_kv_head", H), C = x->t0->d[2];
+    if (H < 1 || KV < 1 || C % (H + 2 * KV)) return fm_set_error(FM_ERR_INVALID, "qkv_split_heads: bad head counts");
+    int64_t D = C / (H + 2 * KV), sizes[3] = {H * D, KV * D, KV * D}, heads[3] = {H, KV, KV}, perm[4] = {0, 2, 1, 3};
+    const char *part[3] = {tmp_name(e), tmp_name(e), tmp_name(e)};
+    fm_status s = emit(e, "Split", INS(x->in[0], const_i64(e, 3, sizes)), OUTS(part[0], part[1], part[2]), 1, a_int(e, "axis", 2));
+    for (int i = 0; i < 3 && !s; i++) {
+        int64_t sh[4] = {0, 0, heads[i], D};
+        const char *r = tmp_name(e);
+        s = emit(e, "Reshape", INS(part[i], const_i64(e, 4, sh)), OUTS(r), 0);
+        if (!s) s = emit(e, "Transpose", INS(r), OUTS(x->out[i]), 1, a_ints(e, "perm", 4, perm));
+    }
+    return s;
+}
+
+/* k or v [B, KV, L, D] with each head repeated H / KV times -> [B, H, L, D] */
+static const char *repeat_kv(exporter *e, const char *t, int64_t H, int64_t KV, int64_t D) {
+    if (H == KV) return t;
+    int64_t ax = 2, ex[5] = {1, 1, H / KV, 1, 1}, sh[4] = {0, H, -1, D};
+    const char *u = tmp_name(e), *x = tmp_name(e), *r = tmp_name(e);
+    if (emit(e, "Unsqueeze", INS(t, const_i64(e, 1, &ax)), OUTS(u), 0) || emit(e, "Expand", INS(u, const_i64(e, 5, ex)), OUTS(x), 0) ||
+        emit(e, "Reshape", INS(x, const_i64(e, 4, sh)), OUTS(r), 0))
+        return NULL;
+    return r;
+}
+
+/* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D], the queries being the
+ * last T positions: query i sees keys j <= L - T + i. Scores, a Where over the mask
+ * (built from Range over T and L, so one file serves the prompt and each decode
+ * step), Softmax, values. */
+static fm_status x_causal_attention(xnode *x) {
+    exporter *e = x->e;
+    const gtype *kt = &e->g->values[x->n->in[1]].t;
+    int64_t H = x->t0->d[1], D = x->t0->d[3], KV = kt->d[1], perm[4] = {0, 1, 3, 2}, one = 1;
+    double scale = at_float(x->n, "scale", 0);
+    if (scale <= 0) scale = 1.0 / sqrt((double)D);
+    const char *k = repeat_kv(e, x->in[1], H, KV, D), *v = k ? repeat_kv(e, x->in[2], H, KV, D) : NULL;
+    if (!v) return fm_last_status();
+    const char *ktr = tmp_name(e), *sc = tmp_name(e), *ss = tmp_name(e), *T = tmp_name(e), *L = tmp_name(e), *Ts = tmp_name(e),
+               *Ls = tmp_name(e), *off = tmp_name(e), *rows = tmp_name(e), *cols = tmp_name(e), *rows2 = tmp_name(e),
+               *lim = tmp_name(e), *cond = tmp_name(e), *msk = tmp_name(e), *p = tmp_name(e);
+    const char *zero = const_scalar(e, 0, FM_I64), *step = const_scalar(e, 1, FM_I64);
+    fm_status s = emit(e, "Transpose", INS(k), OUTS(ktr), 1, a_ints(e, "perm", 4, perm));
+    if (!s) s = emit(e, "MatMul", INS(x->in[0], ktr), OUTS(sc), 0);
+    if (!s) s = emit(e, "Mul", INS(sc, const_scalar(e, scale, x->t0->dt)), OUTS(ss), 0);
+    if (!s) s = emit(e, "Shape", INS(x->in[0]), OUTS(T), 2, a_int(e, "start", 2), a_int(e, "end", 3));
+    if (!s) s = emit(e, "Shape", INS(k), OUTS(L), 2, a_int(e, "start", 2), a_int(e, "end", 3));
+    if (!s) s = emit(e, "Squeeze", INS(T), OUTS(Ts), 0);
+    if (!s) s = emit(e, "Squeeze", INS(L), OUTS(Ls), 0);
+    if (!s) s = emit(e, "Sub", INS(Ls, Ts), OUTS(off), 0);
+    if (!s) s = emit(e, "Range", INS(zero, Ts, step), OUTS(rows), 0);
+    if (!s) s = emit(e, "Range", INS(zero, Ls, step), OUTS(cols), 0);
+    if (!s) s = emit(e, "Unsqueeze", INS(rows, const_i64(e, 1, &one)), OUTS(rows2), 0);
+    if (!s) s = emit(e, "Add", INS(rows2, off), OUTS(lim), 0);
+    if (!s) s = emit(e, "LessOrEqual", INS(cols, lim), OUTS(cond), 0);
+    if (!s) s = emit(e, "Where", INS(cond, ss, const_scalar(e, -INFINITY, x->t0->dt)), OUTS(msk), 0);
+    if (!s) s = emit(e, "Softmax", INS(msk), OUTS(p), 1, a_int(e, "axis", -1));
+    if (!s) s = emit(e, "MatMul", INS(p, v), OUTS(x->out[0]), 0);
+    return s;
+}
+
 static fm_status x_shape(xnode *x, const char *op) {
     exporter *e = x->e;
     int64_t v[FM_MAX_DIMS];
@@ -310,12 +444,12 @@ static fm_status x_shape(xnode *x, const char *op) {
         } else if (at_ints(x->n, "perm", v, FM_MAX_DIMS) != nd) return fm_set_error(FM_ERR_INVALID, "bad perm");
         return emit(e, "Transpose", INS(x->in[0]), OUTS(x->out[0]), 1, a_ints(e, "perm", nd, v));
     }
-    if (!strcmp(op, "slice")) {
+    if (!strcmp(op, "slice")) { /* bounds may be dim expressions (the GPT's positions past .. past+seq) */
         int64_t st = 0, en = INT64_MAX, ax = at_int(x->n, "axis", 0), sp = at_int(x->n, "step", 1);
-        if (at_ints(x->n, "start", &st, 1) == -2 || at_ints(x->n, "end", &en, 1) == -2)
-            return fm_set_error(FM_ERR_UNSUPPORTED, "slice bounds with dim expressions have no ONNX form here");
-        return emit(e, "Slice", INS(x->in[0], const_i64(e, 1, &st), const_i64(e, 1, &en), const_i64(e, 1, &ax), const_i64(e, 1, &sp)),
-                    OUTS(x->out[0]), 0);
+        const gattr *as = g_node_attr(x->n, "start"), *ae = g_node_attr(x->n, "end");
+        const char *sv = as ? dim_value(e, as) : const_i64(e, 1, &st), *ev = ae ? dim_value(e, ae) : const_i64(e, 1, &en);
+        if (!sv || !ev) return fm_last_status() ? fm_last_status() : fm_set_error(FM_ERR_OOM, "ONNX export: out of memory");
+        return emit(e, "Slice", INS(x->in[0], sv, ev, const_i64(e, 1, &ax), const_i64(e, 1, &sp)), OUTS(x->out[0]), 0);
     }
     if (!strcmp(op, "unsqueeze") || !strcmp(op, "squeeze")) {
         v[0] = at_int(x->n, "axis", 0);
@@ -363,6 +497,8 @@ static fm_status x_misc(xnode *x, const char *op) {
         return emit(e, "Add", INS(x->in[0], x->in[1]), OUTS(t = tmp_name(e)), 0) || x_gelu(x, true, t, x->out[0]);
     if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
         return emit(e, op[0] == 's' ? "Softmax" : "LogSoftmax", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", -1)));
+    if (!strcmp(op, "qkv_split_heads")) return x_qkv_split_heads(x);
+    if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
     if (!strcmp(op, "linear")) {
         const char *b = *x->in[2] ? x->in[2] : NULL;
         if (x->t0->ndim == 2) {
