@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `fathom export` of a GPT trained here, both ways: --hf writes config.json +
+# model.safetensors (refused into the model's own or a non-empty directory), and
+# the plain export writes the KV-cache decode graph as ONNX. With transformers
+# installed, GPT2LMHeadModel loaded from the --hf directory gives the logits that
+# `fathom run` gives on the ONNX file (prompt of 6 tokens, empty cache) within
+# 1e-4 relative; without it that part is skipped (77) with the reason.
+set -uo pipefail
+bin=$1
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_export_hf
+for i in $(seq 1 40); do echo "In the beginning God created the heaven and the earth $i."; done > "$tmp/corpus.txt"
+cat > "$tmp/tiny.ini" <<'INI'
+[model]
+type = gpt
+arch = gpt2
+n_layer = 2
+n_head = 2
+n_embd = 32
+ffn_hidden = 64
+block_size = 32
+[tokenizer]
+kind = byte
+[train]
+batch_size = 4
+steps = 3
+warmup = 1
+lr = 1e-3
+eval_every = 3
+eval_batches = 1
+ckpt_every = 3
+log_every = 3
+INI
+"$bin" train "$tmp/tiny.ini" --corpus "$tmp/corpus.txt" --out "$tmp/m" --quiet > /dev/null 2> "$tmp/train.err" ||
+  { echo "FAIL: training the tiny model"; cat "$tmp/train.err"; exit 1; }
+
+expect 2 "no output directory" "$bin" export "$tmp/m" --hf
+expect 2 "model's own directory" "$bin" export "$tmp/m" --hf -o "$tmp/m"
+mkdir -p "$tmp/full" && echo x > "$tmp/full/keep"
+expect 1 "is not empty" "$bin" export "$tmp/m" --hf -o "$tmp/full"
+[[ $(ls "$tmp/full") == keep ]] && ok "the non-empty directory is unchanged" || bad "the non-empty directory changed"
+expect 1 "" "$bin" export "$tmp/nonexistent" --hf -o "$tmp/x"
+expect 0 "GPT2LMHeadModel" "$bin" export "$tmp/m" --hf -o "$tmp/hf"
+[[ -s $tmp/hf/config.json && -s $tmp/hf/model.safetensors ]] && ok "config.json and model.safetensors written" ||
+  bad "the --hf directory lacks its files"
+expect 0 "graph nodes" "$bin" export "$tmp/m" -o "$tmp/m.onnx"
+expect 0 "graph nodes" "$bin" export "$tmp/hf" -o "$tmp/hf.onnx"
+
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+"$py" - "$tmp" <<'PY' > "$tmp/py.out" 2>&1
+import sys
+try:
+    import numpy as np, torch
+    from transformers import AutoModelForCausalLM
+except ImportError as e:
+    print(f"SKIP: needs numpy, torch and transformers ({e.name} missing)"); sys.exit(77)
+d = sys.argv[1]
+m = AutoModelForCausalLM.from_pretrained(f"{d}/hf").eval()
+ids = np.array([[5, 17, 3, 99, 42, 7]], np.int64)
+np.save(f"{d}/tokens.npy", ids)
+c = m.config
+for i in range(c.n_layer):
+    for k in ("key", "value"):
+        np.save(f"{d}/past_{k}.{i}.npy", np.zeros((1, c.n_head, 0, c.n_embd // c.n_head), np.float32))
+with torch.no_grad():
+    np.save(f"{d}/ref.npy", m(torch.from_numpy(ids)).logits.numpy())
+print(type(m).__name__, c.n_layer)
+PY
+rc=$?
+if [[ $rc == 77 ]]; then cat "$tmp/py.out"; cli_end cli_export_hf; exit 77; fi
+if [[ $rc != 0 ]]; then bad "transformers could not load the --hf directory: $(tail -3 "$tmp/py.out")"; cli_end cli_export_hf; fi
+grep -q "GPT2LMHeadModel 2" "$tmp/py.out" && ok "transformers loads it as GPT2LMHeadModel" || bad "loaded as: $(cat "$tmp/py.out")"
+args=(--input "tokens=$tmp/tokens.npy")
+for i in 0 1; do for k in key value; do args+=(--input "past_$k.$i=$tmp/past_$k.$i.npy"); done; done
+for f in m hf; do
+  "$bin" run "$tmp/$f.onnx" "${args[@]}" --output "$tmp/out_$f" > /dev/null 2> "$tmp/run.err" || bad "fathom run $f.onnx: $(cat "$tmp/run.err")"
+done
+"$py" - "$tmp" <<'PY' && ok "transformers' logits match fathom run on both ONNX exports" || bad "logits differ"
+import sys, numpy as np
+d = sys.argv[1]
+ref = np.load(f"{d}/ref.npy")
+for f in ("m", "hf"):
+    got = np.load(f"{d}/out_{f}/logits.npy")
+    rel = float(np.abs(got - ref).max() / np.abs(ref).max())
+    print(f"{f}.onnx: max relative difference {rel:.3g}")
+    if got.shape != ref.shape or not rel <= 1e-4:
+        sys.exit(1)
+PY
+cli_end cli_export_hf
