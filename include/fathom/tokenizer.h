@@ -58,8 +58,9 @@ FM_API fm_tokenizer *fm_tokenizer_load(const char *path);
  * byte-to-unicode alphabet, ids dense from 0) and merges.txt (one "A B" pair per
  * line, by rank; an optional "#version" first line). Text is split with GPT-2's
  * pre-tokenization pattern ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
- * ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, Unicode classes from ICU); no special-token
- * splitting ("<|endoftext|>" in text is encoded as ordinary text). A merge or
+ * ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, Unicode classes from ICU). "<|endoftext|>", if
+ * the vocabulary has it, is a special token: the text is cut at each occurrence,
+ * which encodes as that one id (as transformers' GPT2Tokenizer does). A merge or
  * byte with no token, a duplicate or missing id, or malformed JSON is an error
  * naming the file, the line or token. Decoding is exact on any id sequence. */
 FM_API fm_tokenizer *fm_tokenizer_load_gpt2(const char *vocab_json, const char *merges_txt);

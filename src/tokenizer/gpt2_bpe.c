@@ -149,6 +149,8 @@ static fm_status read_vocab(fm_tokenizer **out, json_t *vocab, const char *vname
     }
     free(buf);
     if (st) { fm_tokenizer_free(t); return st; }
+    json_t *eot = json_object_get(vocab, "<|endoftext|>");
+    if (eot) t->has_special = true, t->special_id = (int32_t)json_integer_value(eot);
     *out = t;
     return FM_OK;
 }

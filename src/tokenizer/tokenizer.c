@@ -445,7 +445,24 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t n,
     int32_t *tmp = NULL;
     size_t tmp_cap = 0;
     int bad = 0;
+    /* GPT-2's special token: the text is cut at each occurrence, which becomes its id */
+    const char *sp = t->kind == FM_TOK_GPT2 && t->has_special ? t->tok[t->special_id] : NULL;
+    size_t sl = sp ? (size_t)t->tok_len[t->special_id] : 0, next_sp = 0;
+    bool sp_known = false;
     for (size_t i = 0; i < n && !bad;) {
+        size_t lim = n - i;
+        if (sl) {
+            if (!sp_known || next_sp < i) {
+                const unsigned char *f = memmem(p + i, n - i, sp, sl);
+                next_sp = f ? (size_t)(f - p) : n, sp_known = true;
+            }
+            if (next_sp == i) {
+                bad = push(&v, t->special_id);
+                i += sl, sp_known = false;
+                continue;
+            }
+            lim = next_sp - i;
+        }
         if (t->kind == FM_TOK_BYTE) {
             bad = push(&v, p[i++]);
         } else if (t->kind == FM_TOK_CHAR) {
@@ -458,7 +475,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t n,
                 i += (size_t)(l ? l : 1);
             }
         } else {
-            size_t l = t->kind == FM_TOK_GPT2 ? tokz_gpt2_word_len(p + i, n - i) : word_len(p + i, n - i);
+            size_t l = t->kind == FM_TOK_GPT2 ? tokz_gpt2_word_len(p + i, lim) : word_len(p + i, n - i);
             if (l > tmp_cap) {
                 free(tmp);
                 tmp_cap = l * 2;

@@ -27,6 +27,10 @@ struct fm_tokenizer {
      * bpe has neither: merge r makes id 256 + r and byte b is id b) */
     int32_t *merge_out;
     int32_t byte_id[256];
+    /* gpt2: <|endoftext|>, when the vocabulary has it, is matched in the text as one
+     * token before pre-tokenization (as transformers' GPT2Tokenizer does) */
+    bool has_special;
+    int32_t special_id;
 };
 
 fm_tokenizer *tokz_tok_alloc(fm_tokenizer_kind kind, int vocab);

@@ -66,6 +66,10 @@ TEXTS = [
     "mixed123abc 123abc abc123 1a2b3c",
     "\u2028line separator\u2029paragraph",
     "A\u030a ring and \u212b angstrom",
+    "first document<|endoftext|>second document",
+    "<|endoftext|>",
+    " <|endoftext|> spaced  <|endoftext|><|endoftext|>x",
+    "partial <|endoftext and <|endoftext|",
 ]
 
 CORPUS_EXTRA = (
@@ -86,6 +90,7 @@ def tokenizers_fixtures(out):
                             special_tokens=["<|endoftext|>"])
     bpe.save_model(f"{out}/gpt2")
     ref = ByteLevelBPETokenizer(f"{out}/gpt2/vocab.json", f"{out}/gpt2/merges.txt")
+    ref.add_special_tokens(["<|endoftext|>"])  # as transformers' GPT2Tokenizer treats it
     gpt2 = [ref.encode(t).ids for t in TEXTS]
 
     minilm = None
