@@ -26,7 +26,7 @@ grep -q "<svg" "$dir/c.svg"
 # weight and gradient histograms every epoch (--hist-every 1): a 600-sample, 2-epoch run of 3 batches each
 src=$(dirname "$0")/../data/recipes/fashion-mlp.ini
 sed -e 's/^workers = 1/workers = 1\nlimit = 600/' -e 's/^epochs = .*/epochs = 2/' "$src" > "$dir/small.ini"
-"$bin" train "$dir/small.ini" --batch 200 --no-eval --quiet --logdir "$dir/hist" --hist-every 1 > /dev/null
+"$bin" train "$dir/small.ini" --batch 200 --no-eval --quiet --out "$dir/hist-model" --logdir "$dir/hist" --hist-every 1 > /dev/null
 "$bin" plot "$dir/hist" --list > "$dir/list.txt"
 grep -q "^grads/1.weight .* 2 histograms, last step 6: 802816 values" "$dir/list.txt" ||
   { echo "no gradient histograms at steps 3 and 6:"; cat "$dir/list.txt"; exit 1; }

@@ -34,10 +34,15 @@ run mlp_accum "$tmp/mlp.ini" --grad-accum 4
 run mlp_steps "$tmp/mlp.ini" --steps 9 --no-eval
 run gpt "$tmp/gpt.ini"
 run gpt_epochs "$tmp/gpt.ini" --epochs 1 --lr 0.002 --no-eval
+# a step count that ends exactly on an epoch's last batch (192 samples, batch 32: 6 per epoch)
+# has finished that epoch: it says so and counts it
+run mlp_steps_whole "$tmp/mlp.ini" --steps 12 --no-eval
+grep -q "^epoch 2/2 " "$tmp/mlp_steps_whole.err" && ok "--steps 12: the second epoch's line" \
+  || bad "--steps 12 ends epoch 2 without its line: $(cat "$tmp/mlp_steps_whole.err")"
 python3 - "$tmp" <<'PY' && ok "JSON contract" || bad "JSON contract"
 import json, sys
 d = sys.argv[1]
-r = {k: json.load(open(f"{d}/{k}.json")) for k in ["mlp", "mlp_bf16", "mlp_fp16", "mlp_accum", "mlp_steps", "gpt", "gpt_epochs"]}
+r = {k: json.load(open(f"{d}/{k}.json")) for k in ["mlp", "mlp_bf16", "mlp_fp16", "mlp_accum", "mlp_steps", "mlp_steps_whole", "gpt", "gpt_epochs"]}
 # the same keys for every kind of model
 assert set(r["mlp"]) == set(r["gpt"]), set(r["mlp"]) ^ set(r["gpt"])
 assert r["mlp"]["kind"] == "classifier" and r["gpt"]["kind"] == "gpt"
@@ -58,6 +63,8 @@ assert a["grad_accum"] == 4 and abs(a["train_loss"] - m["train_loss"]) < 1e-5, (
 assert a["memory"]["activations"] < m["memory"]["activations"], (a["memory"], m["memory"])
 # --steps: exactly that many steps; --epochs on a GPT: a pass over its training tokens
 assert r["mlp_steps"]["steps"] == 9 and r["mlp_steps"]["test_accuracy"] is None, r["mlp_steps"]
+assert r["mlp_steps"]["epochs"] == 1, r["mlp_steps"]  # 9 steps: one whole epoch of 6, then 3 of the next
+assert r["mlp_steps_whole"]["steps"] == 12 and r["mlp_steps_whole"]["epochs"] == 2, r["mlp_steps_whole"]
 g = r["gpt_epochs"]
 assert g["steps"] > 4 and g["val_loss"] is None, g
 PY

@@ -715,6 +715,13 @@ static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
     return FM_OK;
 }
 
+/* Whether the loader has handed out every batch of its epoch: a step count that
+ * ends there has finished that epoch, and it is reported and counted as such. */
+static bool epoch_consumed(const train_run *u) {
+    fm_dataloader_state ls;
+    return fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch >= fm_dataloader_num_batches(u->t.loader);
+}
+
 static fm_status train_loop(train_run *u) {
     const fm_recipe *r = &u->r;
     fm_dataloader_state ls0;
@@ -738,6 +745,7 @@ static fm_status train_loop(train_run *u) {
         if (st == FM_OK && b.x) st = train_step(u, &b, &stop);
         fm_profile_pop(); /* step */
         if (st == FM_OK && !b.x) st = end_of_epoch(u, &stop);
+        else if (st == FM_OK && stop && epoch_consumed(u)) st = end_of_epoch(u, &stop);
     }
     return st;
 }
