@@ -110,13 +110,19 @@ static void bench_elementwise(const char *name, int64_t n, int reps) {
 }
 
 int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul or elementwise */
+    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise or gpt (not in all) */
     fm_manual_seed(1);
     if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
         bench_gemm(1024, 1024, 1024, 15);
         bench_gemm(4096, 1024, 1024, 7);
         bench_gemm_bf16(1024, 1024, 1024, 15);
         bench_gemm_bf16(2048, 2048, 2048, 5);
+    }
+    if (!strcmp(only, "gpt")) { /* the kjv-gpt linears' products (2048 tokens a step) */
+        bench_gemm_bf16(2048, 384, 128, 41);
+        bench_gemm_bf16(2048, 128, 128, 41);
+        bench_gemm_bf16(2048, 512, 128, 41);
+        bench_gemm_bf16(2048, 128, 512, 41);
     }
     if (!strcmp(only, "all") || !strcmp(only, "elementwise")) {
         bench_elementwise("add", 4 << 20, 25);

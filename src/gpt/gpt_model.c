@@ -24,6 +24,7 @@
 #include "fathom/memory.h"   /* moved weights are tagged as weights */
 #include "fathom/ops.h"
 #include "efficiency/efficiency_internal.h" /* fm_cross_entropy_lowp */
+#include "ops/ops_internal.h"                /* fm_linear_mixed */
 #include "gpt/gpt_internal.h"
 
 /* ---------------- configuration ---------------- */
@@ -492,13 +493,20 @@ static fm_status merge_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
 }
 
 static bool fused_path(const fm_gpt *m);
+static bool mixed(const fm_gpt *m);
+static fm_tensor *glin(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b);
+static fm_tensor *lin_n(fm_gpt *m, fm_segment_fn f, void *ctx, int n, fm_tensor **x, fm_tensor *w, fm_tensor *b);
 
 /* the attention core on the QKV projection: head split, causal SDPA, head merge
  * (one op on the fused path: attention straight out of qkv into merged heads) */
 static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     gpt_block_ctx *c = ctx;
     if (fused_path(c->m)) {
+        /* mixed bf16: attention's f32 kernel, as fp32 has it (autocast would take the
+         * composed bf16 path, whose kernel widens to f32 anyway) */
+        fm_dtype ac = mixed(c->m) ? fm_autocast_set(FM_F32) : fm_autocast_get();
         out[0] = fm_sdpa_qkv(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0);
+        fm_autocast_set(ac);
         return out[0] ? FM_OK : fm_last_status();
     }
     fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL);
@@ -531,7 +539,7 @@ static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
 static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
     if (!cache && (fused_path(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
-        return fm_efficiency_linear(&m->eff, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
+        return lin_n(m, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
     fm_tensor *h = attention(m, qkv, i, pos0, cache);
     /* With a tape, the head merge (a transposing copy, no arithmetic) is redone in
      * backward rather than kept: SDPA already keeps its output, so the copy would
@@ -544,11 +552,15 @@ static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_
 }
 
 /* linear(f(x)): with selective checkpointing f's output is not kept for backward */
-static fm_tensor *lin(fm_gpt *m, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
-    return fm_efficiency_linear(&m->eff, f, ctx, 1, &x, w, b);
-}
 static fm_tensor *lin_n(fm_gpt *m, fm_segment_fn f, void *ctx, int n, fm_tensor **x, fm_tensor *w, fm_tensor *b) {
-    return fm_efficiency_linear(&m->eff, f, ctx, n, x, w, b);
+    if (!mixed(m)) return fm_efficiency_linear(&m->eff, f, ctx, n, x, w, b);
+    fm_tensor *g = NULL, *y = NULL;
+    if (f(x, ctx, &g) == FM_OK) y = glin(m, g, w, b);
+    fm_tensor_release(g);
+    return y;
+}
+static fm_tensor *lin(fm_gpt *m, fm_segment_fn f, void *ctx, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    return lin_n(m, f, ctx, 1, &x, w, b);
 }
 
 static fm_tensor *block(fm_gpt *m, fm_tensor *x, int i, int64_t pos0, gpt_kv *cache) {
@@ -572,8 +584,24 @@ fail:
 
 /* ---- the fused GPT-2 path ---- */
 
+/* bf16 autocast on the CPU: the f32 fused path with every linear's GEMMs in bf16
+ * (fm_linear_mixed: f32 accumulation and f32 outputs). The ops between the GEMMs
+ * keep their fused f32 kernels; bf16 elementwise ops and casts around each GEMM
+ * cost more than the bf16 GEMMs saved (docs/PERFORMANCE.md, the kjv-gpt profile).
+ * Selective checkpointing keeps the op-by-op autocast path (it recomputes in bf16). */
+static bool mixed(const fm_gpt *m) {
+    fm_device_type d = m->wte->storage->device.type;
+    return fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK) && m->cfg.arch == FM_GPT_GPT2 &&
+           !m->unfused && m->wte->dtype == FM_F32 && m->eff.checkpointing != FM_CKPT_SELECTIVE;
+}
+
+static fm_tensor *glin(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    return mixed(m) ? fm_linear_mixed(x, w, b, FM_BF16) : fm_linear(x, w, b);
+}
+
 static bool fused_path(const fm_gpt *m) {
-    return m->cfg.arch == FM_GPT_GPT2 && !m->unfused && fm_autocast_get() == FM_F32 && m->wte->dtype == FM_F32;
+    return m->cfg.arch == FM_GPT_GPT2 && !m->unfused && m->wte->dtype == FM_F32 &&
+           (fm_autocast_get() == FM_F32 || mixed(m));
 }
 
 /* LayerNorm by the fused op's kernel: bitwise the norm a fused residual add gives */
@@ -608,7 +636,7 @@ static fm_tensor *block_fused(fm_gpt *m, fm_tensor *x, fm_tensor *y, int i, int6
      * linear, so there the adds stay separate (fm_efficiency_linear decides the same way) */
     const bool sel = m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled();
     const double eps = m->cfg.norm_eps;
-    fm_tensor *h = y ? fm_linear(y, L->qkv_w, L->qkv_b) : lin(m, fnorm_fn, &L->ln1c, x, L->qkv_w, L->qkv_b);
+    fm_tensor *h = y ? glin(m, y, L->qkv_w, L->qkv_b) : lin(m, fnorm_fn, &L->ln1c, x, L->qkv_w, L->qkv_b);
     fm_tensor *r = NULL, *y2 = NULL, *out = NULL, *act_in[2];
     if (y_next) *y_next = NULL;
     if (!h || !upd(&h, attn_proj(m, h, i, pos0, cache)) || !upd(&h, dropout(m, h)))
@@ -618,7 +646,7 @@ static fm_tensor *block_fused(fm_gpt *m, fm_tensor *x, fm_tensor *y, int i, int6
         if (!upd(&h, r ? lin(m, fnorm_fn, &L->ln2c, r, L->fc_w, NULL) : NULL)) goto done;
     } else {
         if (fm_add_layer_norm(x, h, L->ln2_w, L->ln2_b, eps, &r, &y2)) goto done;
-        if (!upd(&h, fm_linear(y2, L->fc_w, NULL))) goto done;
+        if (!upd(&h, glin(m, y2, L->fc_w, NULL))) goto done;
     }
     act_in[0] = h;
     act_in[1] = L->fc_b;
@@ -706,7 +734,7 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
     }
     /* the output projection: the token embedding (tied) or lm_head */
     fm_tensor *head = m->lm_head ? m->lm_head : m->wte;
-    if (yn) upd(&x, fm_linear(yn, head, NULL));
+    if (yn) upd(&x, glin(m, yn, head, NULL));
     else upd(&x, lin(m, fused ? fnorm_fn : norm_fn, &m->lnfc, x, head, NULL));
     fm_tensor_release(yn);
     return x;

@@ -8,6 +8,7 @@
 #include "core/tensor_internal.h"
 #include "amp/autocast.h"
 #include "fathom/memory.h"
+#include "ops/ops_internal.h"
 
 static fm_status matmul_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     fm_tensor *a = n->saved[0], *b = n->saved[1], *g = gout[0];
@@ -234,5 +235,73 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
         y = yb;
     }
     y = unflatten_rows(y, x, w->shape[0]);
+    return y;
+}
+
+/* ---- the mixed linear (ops_internal.h): lowp GEMMs, f32 activations ---- */
+
+/* y = a @ b (+ bias) as one matmul call with an f32 output, no tape */
+static fm_tensor *mm_f32(fm_tensor *a, fm_tensor *b, fm_tensor *bias) {
+    fm_tensor *y = fm_tensor_empty(2, (int64_t[]){a->shape[0], b->shape[1]}, FM_F32, a->storage->device);
+    fm_op_call c = {.op = FM_OP_MATMUL, .n_in = bias ? 3 : 2, .n_out = 1, .in = {a, b, bias}, .out = {y}};
+    if (y && fm_dispatch(&c) != FM_OK) { fm_tensor_release(y); y = NULL; }
+    return y;
+}
+
+static fm_status linear_mixed_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    fm_tensor *xl = n->saved[0], *wl = n->saved[1];
+    const linear_attrs *la = FM_NODE_ATTRS(n, linear_attrs);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *g2 = fm_reshape(gout[0], 2, (int64_t[]){xl->shape[0], wl->shape[0]});
+    fm_tensor *gl = g2 ? fm_to_dtype(g2, xl->dtype) : NULL; /* one lowp copy for both GEMMs */
+    fm_status st = gl ? FM_OK : fm_last_status();
+    if (st == FM_OK && fm_node_needs_grad(n, 0)) {
+        fm_tensor *gx = mm_f32(gl, wl, NULL);
+        gin[0] = gx ? fm_reshape(gx, la->x_ndim, la->x_shape) : NULL;
+        fm_tensor_release(gx);
+        if (!gin[0]) st = fm_last_status();
+    }
+    if (st == FM_OK && fm_node_needs_grad(n, 1)) {
+        fm_tensor *gt = fm_transpose(gl, 0, 1);
+        if (!(gin[1] = gt ? mm_f32(gt, xl, NULL) : NULL)) st = fm_last_status();
+        fm_tensor_release(gt);
+    }
+    if (st == FM_OK && n->n_in > 2 && fm_node_needs_grad(n, 2) && !(gin[2] = fm_sum(g2, 1, (int[]){0}, false)))
+        st = fm_last_status();
+    fm_tensor_release_n(2, g2, gl);
+    fm_set_grad_enabled(prev);
+    return st;
+}
+
+fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp) {
+    if (!x || !w || (lowp != FM_BF16 && lowp != FM_F16) || x->dtype != FM_F32 || w->dtype != FM_F32 ||
+        (b && b->dtype != FM_F32) || w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) || w->shape[1] < 1 ||
+        (x->storage->device.type != FM_DEV_CPU && x->storage->device.type != FM_DEV_CHECK) ||
+        fm_check_same_device("linear", x, w) || (b && fm_check_same_device("linear", x, b)))
+        return fm_linear(x, w, b); /* its errors, or its path */
+    int64_t in = w->shape[1], rows = fm_tensor_numel(x) / in;
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
+    fm_tensor *xl = x2 ? fm_to_dtype(x2, lowp) : NULL;
+    fm_mem_category prev_cat = fm_memory_tag_push(FM_MEM_WEIGHTS); /* the lowp weight copy is a weight */
+    fm_tensor *wl = xl ? fm_to_dtype(w, lowp) : NULL;
+    fm_memory_tag_pop(prev_cat);
+    fm_tensor *wt = wl ? fm_transpose(wl, 0, 1) : NULL;
+    fm_tensor *y = wt ? mm_f32(xl, wt, b) : NULL;
+    fm_set_grad_enabled(prev);
+    y = unflatten_rows(y, x, w->shape[0]);
+    fm_tensor *ins[3] = {x, w, b};
+    fm_node *n = y ? fm_node_begin(FM_OP_MATMUL, b ? 3 : 2, ins, linear_mixed_backward) : NULL;
+    if (n) {
+        n->name = "linear_mixed";
+        linear_attrs *la = FM_NODE_ATTRS(n, linear_attrs);
+        la->x_ndim = x->ndim;
+        memcpy(la->x_shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+        fm_node_save(n, 0, xl);
+        fm_node_save(n, 1, wl);
+        fm_node_finish(n, 1, &y);
+    }
+    fm_tensor_release_n(4, x2, xl, wl, wt);
     return y;
 }

@@ -68,14 +68,15 @@ typedef struct gt {
 static const gt GT_NONE = {-1, 0, 0, -1, 0, -1, 0, 1};
 
 enum nk { N_EMB, N_SLICE, N_ADD, N_COPY, N_VIEW, N_PERMUTE, N_LN, N_LINEAR, N_MATMUL, N_SPLIT, N_SDPA, N_UNARY,
-          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP, N_SDPAQKV };
-#define N_KINDS (N_SDPAQKV + 1)
+          N_DROPOUT, N_CE, N_CKPT, N_RC, N_MULS, N_BGELU, N_ADDLN, N_LINLP, N_CELP, N_SDPAQKV, N_LINMIX };
+#define N_KINDS (N_LINMIX + 1)
 
 /* the backward phase names of the replay's report, one per kind */
 static const char *const node_kind_name[] = {
     "embedding", "slice", "add", "cast/copy", "view", "transpose", "layernorm", "linear", "matmul", "qkv split",
     "attention", "gelu", "dropout", "cross-entropy", "checkpointed block", "selective linear", "scale", "bias+gelu",
-    "add+layernorm", "linear (low precision)", "cross-entropy (low precision)", "attention on qkv"};
+    "add+layernorm", "linear (low precision)", "cross-entropy (low precision)", "attention on qkv",
+    "linear (bf16 GEMMs)"};
 _Static_assert(sizeof node_kind_name / sizeof node_kind_name[0] == N_KINDS, "a name for every node kind");
 
 #define G_MAX_IN 4
@@ -107,6 +108,8 @@ typedef struct gsim {
     int nl, capl;
     int grad_on;
     int ac;        /* autocast element size: 4 off, 2 bf16/fp16 */
+    int mixed;     /* bf16 on the CPU without selective checkpointing: the fused f32 path with
+                    * fm_linear_mixed (bf16 GEMM operands, f32 outputs); ac is then 4 */
     /* model */
     int64_t B, T, C, H, F, V, L, block;
     int bias;
@@ -286,6 +289,24 @@ static gt op_layer_norm(gsim *g, gt x, gt w, gt b) {
  * bias joins through an add */
 static gt op_linear(gsim *g, gt x, gt w, gt b, double out) {
     double inf = w.n / out, rows = x.n / inf;
+    if (g->mixed) { /* fm_linear_mixed: bf16 copies of x and w (kept by the node), an f32 output */
+        gt x2 = op_view(g, x, N_VIEW, x.n, 1);
+        gt xl = t_new(g, x.n, 2, PF_ACT, "input cast");
+        gt wl = t_new(g, w.n, 2, PF_WEIGHTS, "weight cast");
+        gt y = t_new(g, rows * out, 4, PF_ACT, "matmul");
+        gt ins[3] = {x, w, b};
+        int id = node_begin(g, N_LINMIX, b.buf >= 0 ? 3 : 2, ins);
+        if (id >= 0) {
+            node_save(g, id, 0, xl);
+            node_save(g, id, 1, wl);
+            g->nodes[id].a[0] = rows; g->nodes[id].a[1] = inf; g->nodes[id].a[2] = out;
+        }
+        node_finish(g, id, 1, &y);
+        t_rel(g, &x2); t_rel(g, &xl); t_rel(g, &wl);
+        gt r = op_view(g, y, N_VIEW, y.n, 1);
+        t_rel(g, &y);
+        return r;
+    }
     if (g->ac == 4) {
         gt t = t_new(g, rows * out, 4, PF_ACT, "matmul");
         gt y = t;
@@ -646,7 +667,7 @@ static gt embed(gsim *g, gt idx) {
 
 static void walk(gsim *g, int lo, int hi, int n_roots, const gt *roots, const gt *seeds);
 
-/* gpt_model.c fused_path(): GPT-2 without autocast */
+/* gpt_model.c fused_path(): GPT-2 without autocast, or bf16's mixed path */
 static int fused(const gsim *g) { return g->ac == 4; }
 
 /* fm_checkpoint around a block: no tape inside; the node keeps the input */
@@ -832,6 +853,15 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         }
         t_rel(g, &gs);
         gin[0] = dx;
+        break;
+    }
+    case N_LINMIX: { /* linear_mixed_backward: one bf16 copy of the gradient for both GEMMs */
+        double rows = n->a[0], in = n->a[1], out = n->a[2];
+        gt gl = g_new(g, rows * out, 2, "d output bf16");
+        if (needs(n, 0)) gin[0] = g_new(g, rows * in, 4, "d input");
+        if (needs(n, 1)) gin[1] = g_new(g, out * in, 4, "d weight");
+        if (n->n_in > 2 && needs(n, 2)) gin[2] = g_new(g, out, 4, "d bias");
+        t_rel(g, &gl);
         break;
     }
     case N_LINLP: { /* ll_backward: the linear's gradients under the forward's autocast */
@@ -1122,7 +1152,8 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     g.bias = r.bias;
     g.dropout = r.dropout;
     g.ckpt = o->checkpointing;
-    g.ac = o->precision == FM_PLAN_FP32 ? 4 : 2;
+    g.mixed = o->precision == FM_PLAN_BF16 && o->checkpointing != 2;
+    g.ac = o->precision == FM_PLAN_FP32 || g.mixed ? 4 : 2;
     g.training = 1;
     g.lw = calloc((size_t)r.n_layer * 12, sizeof *g.lw);
     fm_status st = FM_OK;
@@ -1167,6 +1198,7 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
             pf_phase(&sim, "step %d forward%s", step, accum > 1 ? " (micro-batch)" : "");
             gt lg, loss;
             forward(&g, xs, ys, &lg, &loss);
+            t_rel(&g, &lg); /* gpt_train.c's gpt_loss keeps only the loss: the logits live on in the nodes that saved them */
             g.ac = 4; /* the trainer restores autocast before backward */
             pf_phase(&sim, "step %d backward", step);
             /* src/gpt/gpt_train.c: loss / grad_accum, then the fp16 scaler's scale */
@@ -1179,7 +1211,7 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
             t_rel(&g, &seed);
             t_rel(&g, &sl);
             pf_phase(&sim, "step %d release logits and loss", step);
-            t_rel(&g, &xs); t_rel(&g, &ys); t_rel(&g, &lg); t_rel(&g, &loss);
+            t_rel(&g, &xs); t_rel(&g, &ys); t_rel(&g, &loss);
             g.nn = lo; /* the tape is gone */
         }
         t_rel(&g, &x);

@@ -2,7 +2,8 @@
  * pool: gemm_cpu.c). Operands may be transposed views: a matrix whose columns
  * are contiguous is passed transposed instead of being copied. Batches run one
  * GEMM after another. f16/bf16 operands are widened to f32 and the result
- * narrowed, with f32 accumulation. */
+ * narrowed, with f32 accumulation (bf16 on the bf16 hardware: bf16_hw); an f32
+ * output for f16/bf16 operands receives the f32 result unrounded. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,9 +64,12 @@ static bool bf16_hw(const fm_op_call *c, fm_tensor *y, int64_t oa, int64_t ob, i
     if (!as_blas(a->storage->data, 2, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma) ||
         !as_blas(b->storage->data, 2, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb))
         return false;
-    if (!*tc && !(*tc = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float)))) return false;
-    fm_cpu_gemm_args g = {FM_BF16, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, *tc, N};
+    /* an f32 output (the mixed linear's) takes the accumulator as it is */
+    float *out = y->dtype == FM_F32 ? (float *)y->storage->data + y->offset + bi * M * N : NULL;
+    if (!out && !*tc && !(*tc = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float)))) return false;
+    fm_cpu_gemm_args g = {FM_BF16, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, out ? out : *tc, N};
     if (!fm_cpu_gemm_bf16(&g, bias)) return false;
+    if (out) return true;
     uint16_t *dst = (uint16_t *)y->storage->data + y->offset + bi * M * N;
     fm_convert_f32_to_bf16(*tc, dst, (size_t)(M * N));
     return true;
@@ -78,10 +82,13 @@ static fm_status k_matmul(const fm_op_call *c) {
     fm_dtype dt = a->dtype;
     if (!fm_dtype_is_float(dt)) return fm_cpu_unsupported_dtype(c, dt);
     fm_dtype ct = dt == FM_F64 ? FM_F64 : FM_F32;
+    /* y is a's dtype, or f32 for f16/bf16 operands (the mixed linear: the f32 accumulator kept) */
+    if (y->dtype != dt && !(y->dtype == FM_F32 && ct == FM_F32))
+        return fm_set_error(FM_ERR_INVALID, "matmul: %s output for %s operands", fm_dtype_name(y->dtype), fm_dtype_name(dt));
     size_t es = fm_dtype_size(dt), cs = fm_dtype_size(ct);
     int64_t batch = 1;
     for (int i = 0; i < nd - 2; i++) batch *= y->shape[i];
-    bool narrow = dt != ct;
+    bool widen = dt != ct, narrow = y->dtype != ct;
     void *ta = NULL, *tb = NULL, *tc = NULL, *tbias = NULL;
     fm_status st = FM_OK;
     /* optional third input: a bias [N] added to every row (linear) */
@@ -106,8 +113,8 @@ static fm_status k_matmul(const fm_op_call *c) {
         }
         mat ma, mb;
         if (dt == FM_BF16 && bf16_hw(c, y, oa, ob, bi, M, N, K, (const float *)bias, &tc)) continue;
-        bool okA = !narrow && as_blas(a->storage->data, es, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma);
-        bool okB = !narrow && as_blas(b->storage->data, es, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb);
+        bool okA = !widen && as_blas(a->storage->data, es, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], &ma);
+        bool okB = !widen && as_blas(b->storage->data, es, ob, K, N, b->strides[nd - 2], b->strides[nd - 1], &mb);
         if (!okA) {
             if (!ta && !(ta = malloc((size_t)(M * K > 0 ? M * K : 1) * cs))) { st = fm_set_error(FM_ERR_OOM, "matmul: out of memory"); break; }
             if (!widen_lowp(a->storage->data, dt, oa, M, K, a->strides[nd - 2], a->strides[nd - 1], ta, &ma)) {
@@ -129,8 +136,8 @@ static fm_status k_matmul(const fm_op_call *c) {
         }
         fm_cpu_gemm_bias(&(fm_cpu_gemm_args){ct, ma.trans, mb.trans, M, N, K, ma.p, ma.ld, mb.p, mb.ld, 0.0, out, N}, bias);
         if (narrow) {
-            char *dst = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)es;
-            if (dt == FM_F16) fm_convert_f32_to_f16(tc, (uint16_t *)dst, (size_t)(M * N));
+            char *dst = (char *)y->storage->data + (y->offset + bi * M * N) * (int64_t)fm_dtype_size(y->dtype);
+            if (y->dtype == FM_F16) fm_convert_f32_to_f16(tc, (uint16_t *)dst, (size_t)(M * N));
             else fm_convert_f32_to_bf16(tc, (uint16_t *)dst, (size_t)(M * N));
         }
     }
