@@ -8,7 +8,8 @@
  *   still NaN);
  * - AdamW (f32): bitwise the scalar update;
  * - softmax/log-softmax/cross-entropy rows: 16-lane sums, so within
- *   tolerance of a double reference (as the AVX2 rows).
+ *   tolerance of a double reference (as the AVX2 rows);
+ * - fused bias + GELU(tanh) rows: bitwise the AVX2 rows.
  * Skipped (exit 77) on a CPU without the AVX-512 level. */
 #include <stdlib.h>
 
@@ -33,6 +34,12 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
 void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+
+void fm_bias_gelu_row_f32_avx2(const float *x, const float *b, float *y, int64_t n);
+void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
+void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float *b, float *dx, float *db_acc, int64_t n);
+void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
+                                     int64_t n);
 
 #define N 1037 /* 64 * 16 + 13: full vectors of both widths and a tail */
 
@@ -237,6 +244,39 @@ static void test_adamw(void) {
               "adamw differs from the scalar loop at %d", w);
 }
 
+/* fused bias + GELU(tanh) rows (fused_avx512.c): bitwise the AVX2 rows, forward,
+ * backward and the bias-gradient accumulation, at every tail length; and within
+ * tolerance of the double formula x/(1+e^{-2u}) (the scalar reference) */
+static void test_bias_gelu(void) {
+    static float x[N], b[N], dy[N], y2[N], y5[N], d2[N], d5[N], a2[N], a5[N];
+    fill(x, 21, 8.0f);
+    fill(b, 22, 2.0f);
+    fill(dy, 23, 2.0f);
+    for (int n = 1; n <= N; n += n < 40 ? 1 : 331) {
+        memset(y2, 0x55, sizeof y2);
+        memset(y5, 0x55, sizeof y5);
+        fm_bias_gelu_row_f32_avx2(x, b, y2, n);
+        fm_bias_gelu_row_f32_avx512(x, b, y5, n);
+        int w = -1;
+        CHECK_MSG(same_bits(y2, y5, N, &w), "bias+gelu n %d at %d", n, w);
+        for (int i = 0; i < N; i++) a2[i] = a5[i] = (float)i;
+        fm_bias_gelu_bwd_row_f32_avx2(dy, x, b, d2, a2, n);
+        fm_bias_gelu_bwd_row_f32_avx512(dy, x, b, d5, a5, n);
+        CHECK_MSG(same_bits(d2, d5, n, &w) && same_bits(a2, a5, N, &w), "bias+gelu backward n %d at %d", n, w);
+        fm_bias_gelu_bwd_row_f32_avx512(dy, x, b, d5, NULL, n);
+        CHECK_MSG(same_bits(d2, d5, n, &w), "bias+gelu backward without db n %d at %d", n, w);
+    }
+    fm_bias_gelu_row_f32_avx512(x, b, y5, N);
+    int bad = -1;
+    for (int i = 0; i < N && bad < 0; i++) {
+        double v = (double)x[i] + (double)b[i];
+        if (!(fabs(v) < 30)) continue; /* finite, away from the clamps */
+        double ref = v / (1.0 + exp(-2.0 * 0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        if (!near_ref(y5[i], ref, 1e-5)) bad = i;
+    }
+    CHECK_MSG(bad < 0, "bias+gelu vs double at %d: got %g", bad, bad >= 0 ? y5[bad] : 0);
+}
+
 int main(void) {
     if (fm_isa_max_for(fm_cpu_get_features()) < FM_ISA_AVX512) {
         fprintf(stderr, "skipped: this CPU has no AVX-512 level (F/DQ/BW/VL)\n");
@@ -247,5 +287,6 @@ int main(void) {
     test_convert();
     test_softmax();
     test_adamw();
+    test_bias_gelu();
     TEST_DONE();
 }

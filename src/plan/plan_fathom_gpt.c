@@ -855,12 +855,12 @@ static void backward_node(gsim *g, int id, gt *gout, gt *gin) {
         gin[0] = dx;
         break;
     }
-    case N_LINMIX: { /* linear_mixed_backward: one bf16 copy of the gradient for both GEMMs */
+    case N_LINMIX: { /* linear_mixed_backward: one bf16 copy of the gradient for both GEMMs, the bias's sum */
         double rows = n->a[0], in = n->a[1], out = n->a[2];
         gt gl = g_new(g, rows * out, 2, "d output bf16");
+        if (n->n_in > 2 && needs(n, 2)) gin[2] = g_new(g, out, 4, "d bias");
         if (needs(n, 0)) gin[0] = g_new(g, rows * in, 4, "d input");
         if (needs(n, 1)) gin[1] = g_new(g, out * in, 4, "d weight");
-        if (n->n_in > 2 && needs(n, 2)) gin[2] = g_new(g, out, 4, "d bias");
         t_rel(g, &gl);
         break;
     }

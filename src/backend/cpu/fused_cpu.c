@@ -28,6 +28,11 @@ void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, cons
 void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float *s, const float *w, float mean,
                                 float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
 
+/* fused_avx512.c: bias + GELU(tanh) rows, bitwise the AVX2 ones */
+void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
+void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
+                                     int64_t n);
+
 typedef struct {
     const fm_op_call *c;
     int64_t T, H, KV, D;
@@ -157,7 +162,7 @@ typedef struct rows_ctx {
     void *out[4];
     int64_t M, N, rows_per_chunk;
     fm_dtype dt;
-    bool simd;
+    int simd; /* 0 scalar, 1 AVX2, 2 AVX-512 (bias+GELU; add+norm stays AVX2) */
     double eps;
     void *part_a, *part_b; /* [n_chunks, N] gradient partials (backward) */
 } rows_ctx;
@@ -225,7 +230,8 @@ static void bg_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
         } else {
             const float *x = (const float *)r->in[0] + i * N;
             float *y = (float *)r->out[0] + i * N;
-            if (r->simd) fm_bias_gelu_row_f32_avx2(x, r->in[1], y, N);
+            if (r->simd > 1) fm_bias_gelu_row_f32_avx512(x, r->in[1], y, N);
+            else if (r->simd) fm_bias_gelu_row_f32_avx2(x, r->in[1], y, N);
             else bg_row_f32(x, r->in[1], y, N);
         }
     }
@@ -246,7 +252,8 @@ static void bg_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
                 float *dba = r->part_a ? (float *)r->part_a + k * N : NULL;
                 const float *dy = (const float *)r->in[0] + i * N, *x = (const float *)r->in[1] + i * N;
                 float *dx = (float *)r->out[0] + i * N;
-                if (r->simd) fm_bias_gelu_bwd_row_f32_avx2(dy, x, r->in[2], dx, dba, N);
+                if (r->simd > 1) fm_bias_gelu_bwd_row_f32_avx512(dy, x, r->in[2], dx, dba, N);
+                else if (r->simd) fm_bias_gelu_bwd_row_f32_avx2(dy, x, r->in[2], dx, dba, N);
                 else bg_bwd_row_f32(dy, x, r->in[2], dx, dba, N);
             }
         }
@@ -260,7 +267,7 @@ static fm_status rows_setup(const fm_op_call *c, const fm_tensor *x, int64_t N, 
     if (r->dt != FM_F32 && r->dt != FM_F64) return fm_cpu_unsupported_dtype(c, r->dt);
     r->N = N;
     r->M = N ? fm_tensor_numel(x) / N : 0;
-    r->simd = r->dt == FM_F32 && fm_cpu_use_avx2();
+    r->simd = r->dt != FM_F32 ? 0 : fm_cpu_use_avx512() ? 2 : fm_cpu_use_avx2() ? 1 : 0;
     for (int i = 0; i < c->n_in && i < 6; i++) r->in[i] = dp(c->in[i]);
     for (int i = 0; i < c->n_out && i < 4; i++) r->out[i] = dpo(c->out[i]);
     return FM_OK;
