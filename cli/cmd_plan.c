@@ -45,6 +45,7 @@ static void usage(FILE *f) {
           "  --requests-per-second R --output-tokens N       plan serving for R requests/s\n"
           "  --lora-rank N          (default 16)\n"
           "  --attention flash|eager                         (default flash: no s^2 scores kept)\n"
+          "  --kv-cache-dtype auto|fp8|int8                 inference KV cache in 8 bits (default auto: 16)\n"
           "  --no-master-weights    16-bit training without an fp32 master copy\n"
           "  --optimizer-in-backward  free each gradient right after its update\n"
           "  --offload-optimizer    keep optimizer state in CPU memory (paged/offloaded optimizers)\n"
@@ -135,7 +136,7 @@ static const char *const known_opts[] = {
     "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
     "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel",
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
-    "--attention", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
+    "--attention", "--kv-cache-dtype", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
     "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval",
 };
@@ -261,6 +262,11 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
             if (e < 0) return 2;
             job->checkpointing = (fm_plan_ckpt)e;
         }
+    } else if (!strcmp(opt, "--kv-cache-dtype")) {
+        /* vLLM's names: auto keeps the activations' 16 bits */
+        if (!strcmp(val, "auto")) job->kv_cache_8bit = 0;
+        else if (!strcmp(val, "fp8") || !strcmp(val, "int8")) job->kv_cache_8bit = val[0] == 'f' ? 1 : 2;
+        else { fm_cli_error("--kv-cache-dtype \"%s\": expected auto, fp8 or int8", val); return 2; }
     } else if (!strcmp(opt, "--attention")) {
         if (!strcmp(val, "flash")) job->flash_attention = 1;
         else if (!strcmp(val, "eager")) job->flash_attention = 0;

@@ -32,6 +32,11 @@ expect 0 "KV cache" --params 7B --gpu 4090
 expect 0 "Korthikanti" --preset gpt2-124m --task train --batch 8 --seq 1024 --tokens 10B --gpu h100sxm --explain
 expect 0 "fits" --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --vocab 32000 --task qlora --checkpointing full
 expect 0 "replica" --preset mistral-7b --requests-per-second 5 --output-tokens 200 --gpu l4 --explain
+expect 0 "KV cache in fp8" --preset llama-2-7b --kv-cache-dtype fp8 --gpu h100sxm
+expect 0 "(8-bit KV cache)" --preset llama-2-7b --kv-cache-dtype int8 --gpu h100sxm --explain
+expect 0 "input embedding table" --preset llama-2-7b --gpu 4090 --explain
+expect 2 "expected auto, fp8 or int8" --preset llama-2-7b --kv-cache-dtype fp4
+expect 2 "is for inference" --preset llama-2-7b --task train --kv-cache-dtype fp8
 
 # Hugging Face configs, without weights: a directory or the file itself
 expect 0 "46.7 B parameters" --model tests/data/plan_configs/mixtral-8x7b --gpu h100sxm

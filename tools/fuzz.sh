@@ -20,12 +20,15 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
 cp data/recipes/*.ini "$seeds/recipe/"
 cp tests/data/graph/*.json "$seeds/graph/"
+# the planner's GPU databases and config.json files (fuzz_plan_db, fuzz_plan_config)
+cp data/gpus.json tests/data/plan_gpus_test.json "$seeds/plan_db/"
+for c in tests/data/plan_configs/*/config.json; do cp "$c" "$seeds/plan_config/$(basename "$(dirname "$c")").json"; done
 # ONNX: the smaller models and tensors of Debian's libonnx-testdata node suite, when installed
 mkdir -p "$seeds/onnx"
 for m in /usr/share/libonnx-testdata/data/node/test_{abs,add_bcast,conv_with_strides_padding,gemm_default_single_elem_vector_bias,maxpool_2d_pads,reshape_negative_dim,slice,softmax_axis_0,layer_normalization_2d_axis0,gather_0,split_equal_parts_1d,transpose_default,batchnorm_example,concat_2d_axis_0,clip,expand_dim_changed,reduce_sum_keepdims_example,where_example,cast_FLOAT_to_DOUBLE,pad}; do
@@ -114,6 +117,7 @@ cp "$seeds/gpt.ini" "$seeds/recipe/"
 cp "$run/tokenizer.txt" "$seeds/tokenizer/"
 cp "$run/tokens.bin" "$seeds/token_file/"
 cp "$run/config.json" "$seeds/gpt_config/"
+cp "$run/config.json" "$seeds/plan_config/fathom-gpt.json"
 cp "$run"/ckpt/step-*/MANIFEST "$seeds/manifest/"
 cp "$run.trace.json" "$seeds/trace/"
 cp "$run.logs"/* "$seeds/tensorboard/"

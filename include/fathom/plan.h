@@ -175,6 +175,8 @@ typedef struct fm_plan_job {
     double decode_efficiency; /* fraction of memory bandwidth decoding reaches */
     double context_gib;       /* CUDA context + framework overhead per GPU */
     double headroom;          /* caching-allocator reserve over allocated, fraction */
+    int kv_cache_8bit;        /* 1 (fp8) or 2 (int8): inference keeps the KV cache in 8 bits, as vLLM's
+                                 --kv-cache-dtype fp8 and TensorRT-LLM's fp8 KV cache do; 0: 16 bits */
 } fm_plan_job;
 
 /* Defaults: inference, bf16, batch 1, seq auto, adamw, no checkpointing, zero 0,

@@ -141,6 +141,11 @@ static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, cons
     g->nvlink = json_is_true(nv);
     double lanes = 0;
     if (!get_num(ic, "pcie_lanes", 0, 1, &lanes, bad)) { snprintf(field, fcap, "interconnect.pcie_lanes"); return 0; }
+    if (lanes > 64 || lanes != floor(lanes)) {
+        *bad = "not a whole number of lanes (1..64) in";
+        snprintf(field, fcap, "interconnect.pcie_lanes");
+        return 0;
+    }
     g->pcie_lanes = (int)lanes;
     if (!get_num(ic, "link_gbs", 0, 1, &g->link_gbs, bad)) { snprintf(field, fcap, "interconnect.link_gbs"); return 0; }
     double node = 0;
@@ -208,7 +213,7 @@ static int check_entry(const fm_plan_gpu *g, char *msg, size_t cap) {
     struct { const char *name; double v, max; } lim[] = {
         {"memory_gb", g->memory_gib, 4096}, {"bandwidth_gbs", g->bandwidth_gbs, 100000},
         {"bf16_tflops", g->bf16_tflops, 100000}, {"fp8_tflops", g->fp8_tflops, 200000},
-        {"fp32_tflops", g->fp32_tflops, 100000}, {"tdp_w", g->tdp_w, 10000},
+        {"fp32_tflops", g->fp32_tflops, 100000}, {"int8_tops", g->int8_tops, 200000}, {"tdp_w", g->tdp_w, 10000},
         {"interconnect.link_gbs", g->link_gbs, 100000}, {"interconnect.inter_node_gbs", g->inter_node_gbs, 100000},
     };
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)

@@ -33,6 +33,8 @@ void plan_suggest(plan_sb *sb, const char *wanted, const char *const *names, int
  * their block scales), and per activation / KV element. */
 double plan_weight_bytes(fm_plan_precision p);
 double plan_act_bytes(fm_plan_precision p);
+/* Bytes per KV-cache element: 1 with an 8-bit (fp8 or int8) KV cache, else the activations'. */
+double plan_kv_bytes(const fm_plan_job *job);
 /* The effective defaults the job resolves to (seq, mfu). */
 int64_t plan_resolved_seq(const fm_plan_model *m, const fm_plan_job *job);
 double plan_resolved_mfu(const fm_plan_job *job);

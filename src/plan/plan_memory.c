@@ -46,6 +46,7 @@ double plan_weight_bytes(fm_plan_precision p) {
 }
 
 double plan_act_bytes(fm_plan_precision p) { return p == FM_PLAN_FP32 ? 4 : 2; }
+double plan_kv_bytes(const fm_plan_job *job) { return job->kv_cache_8bit ? 1 : plan_act_bytes(job->precision); }
 
 int64_t plan_resolved_seq(const fm_plan_model *m, const fm_plan_job *job) {
     if (job->seq > 0) return job->seq;
@@ -108,6 +109,9 @@ fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
                             "add --tensor-parallel N (N >= 2)");
     if (job->precision == FM_PLAN_FP8 && (job->task == FM_PLAN_QLORA))
         return fm_set_error(FM_ERR_INVALID, "qlora keeps a 4-bit base; fp8 does not apply (use --precision bf16)");
+    if (job->kv_cache_8bit && job->task != FM_PLAN_INFERENCE)
+        return fm_set_error(FM_ERR_INVALID, "--kv-cache-dtype %s is for inference: training keeps no KV cache",
+                            job->kv_cache_8bit == 2 ? "int8" : "fp8");
     if (job->batch < 1 || job->batch > 1000000)
         return fm_set_error(FM_ERR_INVALID, "--batch %lld is out of range (1..1000000)", (long long)job->batch);
     if (job->seq < 0 || job->seq > 10000000)
@@ -234,12 +238,13 @@ static void memory_inference(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) {
     o->weights = stored_weights(m, job->precision, ex, "weights") / t;
     if (ex && t > 1) plan_sb_printf(ex, "        / tensor-parallel %d = %.3f GiB\n", t, gib(o->weights));
     if (decoder) {
-        double kvb = 2 * L * kv_heads_gpu * hd * s * b * ab;
+        double kb = plan_kv_bytes(job), kvb = 2 * L * kv_heads_gpu * hd * s * b * kb;
         o->kv_cache = kvb;
         if (ex)
-            plan_sb_printf(ex, "  KV cache = 2 x layers x kv_heads/GPU x head_dim x seq x batch x %.0f B\n"
+            plan_sb_printf(ex, "  KV cache = 2 x layers x kv_heads/GPU x head_dim x seq x batch x %.0f B%s\n"
                                "        = 2 x %.0f x %.4g x %.0f x %.0f x %.0f x %.0f = %.3f GiB (%.0f KiB per token)\n",
-                           ab, L, kv_heads_gpu, hd, s, b, ab, gib(kvb), 2 * L * kv_heads_gpu * hd * ab / 1024);
+                           kb, job->kv_cache_8bit ? " (8-bit KV cache)" : "", L, kv_heads_gpu, hd, s, b, kb, gib(kvb),
+                           2 * L * kv_heads_gpu * hd * kb / 1024);
         o->logits = b * V * 4;
         if (ex) plan_sb_printf(ex, "  logits = batch x vocab x 4 B (last position, fp32) = %.0f x %.0f x 4 = %.3f GiB\n",
                                b, V, gib(o->logits));

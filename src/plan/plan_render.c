@@ -112,7 +112,8 @@ static void assumptions(plan_sb *sb, const fm_plan_result *r) {
     else plan_sb_printf(sb, "Assumptions: each GPU's achievable MFU of the dense %s peak from the database (its source: "
                             "--explain)", peak);
     if (j->task == FM_PLAN_INFERENCE && (r->model.arch == FM_PLAN_ARCH_GPT || r->model.arch == FM_PLAN_ARCH_LLAMA))
-        plan_sb_printf(sb, "; decoding reaches %.0f%% of memory bandwidth", j->decode_efficiency * 100);
+        plan_sb_printf(sb, "; decoding reaches %.0f%% of memory bandwidth; KV cache in %s", j->decode_efficiency * 100,
+                       j->kv_cache_8bit == 1 ? "fp8" : j->kv_cache_8bit == 2 ? "int8" : "16 bits");
     plan_sb_printf(sb, "; flash attention %s; prices dated %s.\n", j->flash_attention ? "on" : "off",
                    r->nrows ? r->rows[0].gpu->price[0].date : "-");
 }
@@ -329,6 +330,7 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(job, "optimizer_in_backward", json_boolean(j->optimizer_in_backward));
     json_object_set_new(job, "offload_optimizer", json_boolean(j->offload_optimizer));
     json_object_set_new(job, "chunked_loss", json_boolean(j->chunked_loss));
+    json_object_set_new(job, "kv_cache_dtype", json_string(j->kv_cache_8bit == 1 ? "fp8" : j->kv_cache_8bit == 2 ? "int8" : "auto"));
     json_object_set_new(root, "job", job);
 
     json_t *as = json_object();

@@ -219,6 +219,19 @@ void plan_time_training(const fm_plan_model *m, const fm_plan_job *job, double f
                        row->step_s, row->tokens_per_s, cnn ? "images" : "tokens");
 }
 
+/* Bytes of the input token table (and a learned position table) per GPU that
+ * a decode step does not stream: it gathers one row per sequence from them.
+ * A tied output head is the token table and is read in full, so only an
+ * untied model's input table is left out. */
+static double unread_table_bytes(const fm_plan_model *m, const fm_plan_job *job) {
+    if (m->arch != FM_PLAN_ARCH_GPT && m->arch != FM_PLAN_ARCH_LLAMA) return 0;
+    double rows = (m->tied_embeddings ? 0 : (double)m->vocab) + (m->arch == FM_PLAN_ARCH_GPT ? (double)m->max_seq : 0);
+    fm_plan_precision p = job->precision;
+    /* quantized formats keep embeddings in 16 bits (plan_memory.c) */
+    double eb = p == FM_PLAN_INT8 || p == FM_PLAN_INT4 || p == FM_PLAN_FP8 ? 2 : plan_weight_bytes(p);
+    return rows * (double)m->hidden * eb / job->tensor_parallel;
+}
+
 /* One decode step of `B` sequences at mean context `ctx` on one replica of t GPUs. */
 static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double B, double ctx,
                             double kv_tok, plan_sb *ex) {
@@ -226,7 +239,8 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
     int t = job->tensor_parallel;
     /* A mixture of experts reads only the experts its batch routes to: of E,
      * about E(1 - (1 - k/E)^B) distinct ones. */
-    double w = row->mem.weights, read = w;
+    double unread = unread_table_bytes(m, job);
+    double w = row->mem.weights - unread, read = w;
     if (m->experts > 1) {
         double E = (double)m->experts, k = (double)m->experts_active;
         double touched = E * (1 - pow(1 - k / E, B)) / E;
@@ -247,6 +261,9 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
                            B * (double)m->hidden * 2 / 1e3, t, k.name, k.gbs, k.lat * 1e6, comm * 1e3);
     }
     double step = (bw_s > cmp_s ? bw_s : cmp_s) + comm;
+    if (ex && unread > 0)
+        plan_sb_printf(ex, "    weights read: all but the input embedding table (%.4g GB per GPU), of which a step "
+                           "gathers one row per sequence\n", unread / 1e9);
     if (ex)
         plan_sb_printf(ex, "    memory-bound: (weights read %.4g GB + %.0f seqs x %.0f tokens x %.4g KB KV) / (%.2f x %.0f GB/s) "
                            "= %.4g ms; compute-bound: %.4g GFLOP / (%.4g TF x %.2f) = %.4g ms; step = %.4g ms\n",
@@ -278,7 +295,7 @@ static int64_t kv_capacity(const fm_plan_model *m, const fm_plan_job *job, const
 int plan_time_serving(const fm_plan_model *m, const fm_plan_job *job, fm_plan_row *row, plan_sb *ex) {
     int t = job->tensor_parallel;
     double s = (double)plan_resolved_seq(m, job), out = (double)job->output_tokens;
-    double hd = plan_head_dim(m), ab = plan_act_bytes(job->precision);
+    double hd = plan_head_dim(m), ab = plan_kv_bytes(job);
     double kvh = m->kv_heads >= t ? (double)m->kv_heads / t : 1;
     double kv_tok = 2 * (double)m->layers * kvh * hd * ab;
     int serving = job->requests_per_second > 0;
