@@ -23,6 +23,9 @@
  * worse. docs/PLANNER.md says so beside the table. */
 #define TRAIN_MEDIAN 0.10
 #define TRAIN_WORST 0.60
+/* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal; see
+ * docs/PLANNER.md for why the plan is optimistic on short prompts. */
+#define TTFT_MEDIAN 0.45
 
 typedef struct point {
     char id[64], kind[32], spec[512], cite[512], conf[160];
@@ -158,6 +161,7 @@ static int predict(const fm_plan_db *db, point *p, char *why, size_t wcap) {
     else if (!strcmp(k, "tok_s_gpu")) p->predicted = row->tokens_per_s / row->gpus;
     else if (!strcmp(k, "tflops_gpu")) p->predicted = r->flops_per_token * row->tokens_per_s / row->gpus / 1e12;
     else if (!strcmp(k, "decode_tok_s")) p->predicted = row->tokens_per_s;
+    else if (!strcmp(k, "ttft_ms")) p->predicted = row->ttft_s * 1e3;
     else { snprintf(why, wcap, "unknown kind \"%s\"", k); ok = 0; }
     fm_plan_result_free(r);
     return ok;
@@ -262,19 +266,24 @@ int main(int argc, char **argv) {
     static const char *const mem[] = {"alloc_gib", "total_gib", "states_gb", NULL};
     static const char *const train[] = {"gpu_hours", "tok_s_gpu", "tflops_gpu", NULL};
     static const char *const infer[] = {"decode_tok_s", "batch_tok_s", NULL};
-    double mm, mw, tm, tw, im, iw;
+    static const char *const first[] = {"ttft_ms", NULL};
+    double mm, mw, tm, tw, im, iw, fm, fw;
     int nm = summarize(pts, n, mem, &mm, &mw), nt = summarize(pts, n, train, &tm, &tw), ni = summarize(pts, n, infer, &im, &iw);
+    int nf = summarize(pts, n, first, &fm, &fw);
     FILE *out = markdown ? stdout : stderr;
     fprintf(out, "\nmemory: %d points, median |error| %.1f%%, worst %.1f%%; fit/no-fit %d of %d agree\n", nm, mm * 100,
             mw * 100, fits_agree, fits_total);
     fprintf(out, "training time: %d points, median |error| %.1f%%, worst %.1f%%\n", nt, tm * 100, tw * 100);
     fprintf(out, "inference: %d points, median |error| %.1f%%, worst %.1f%%\n", ni, im * 100, iw * 100);
+    fprintf(out, "first-token latency: %d points, median |error| %.1f%%, worst %.1f%%\n", nf, fm * 100, fw * 100);
     /* The goals of issue #20; see docs/PLANNER.md for where they are met. */
     CHECK_MSG(mm <= 0.05 && mw <= 0.15, "memory: median %.1f%% (goal <= 5%%), worst %.1f%% (goal <= 15%%)", mm * 100, mw * 100);
     CHECK_MSG(fits_agree == fits_total, "fit/no-fit: %d of %d agree", fits_agree, fits_total);
     CHECK_MSG(tm <= TRAIN_MEDIAN && tw <= TRAIN_WORST, "training time: median %.1f%% (limit %.0f%%), worst %.1f%% (limit %.0f%%)",
               tm * 100, TRAIN_MEDIAN * 100, tw * 100, TRAIN_WORST * 100);
     CHECK_MSG(im <= 0.15, "inference: median %.1f%% (goal <= 15%%)", im * 100);
+    /* No goal in the issue: this only keeps today's figure from getting worse. */
+    CHECK_MSG(fm <= TTFT_MEDIAN, "first-token latency: median %.1f%% (limit %.0f%%)", fm * 100, TTFT_MEDIAN * 100);
     fm_plan_db_free(db);
     TEST_DONE();
 }
