@@ -40,6 +40,7 @@ typedef struct {
     int64_t declared_w_dim1;  /* W's declared dim 1 in value_info (0: not declared) */
     const char *op;           /* the last op (default Relu) */
     const char *extra_attr;   /* an INT attribute on the last node */
+    bool omit_last_input;     /* the last node's (required) input named "" */
 } model_opts;
 
 /* Packs y = op(x @ W + b), x [?, 2] float. Returns a malloc'd buffer. */
@@ -100,6 +101,7 @@ static uint8_t *build_model(const model_opts *o, size_t *n) {
     Onnx__NodeProto n0 = ONNX__NODE_PROTO__INIT, n1 = n0, n2 = n0, *nodes[3] = {&n0, &n1, &n2};
     n0.op_type = "MatMul", n0.name = "mm", n0.n_input = 2, n0.input = in0, n0.n_output = 1, n0.output = out0;
     n1.op_type = "Add", n1.name = "add", n1.n_input = 2, n1.input = in1, n1.n_output = 1, n1.output = out1;
+    if (o->omit_last_input) in2[0] = "";
     n2.op_type = (char *)(o->op ? o->op : "Relu"), n2.name = "act", n2.n_input = 1, n2.input = in2, n2.n_output = 1,
     n2.output = out2;
     Onnx__AttributeProto at = ONNX__ATTRIBUTE_PROTO__INIT, *atp = &at;
@@ -243,6 +245,10 @@ static void check_refusals(void) {
     save_model(tmp("attr.onnx"), &(model_opts){.op = "Softmax", .extra_attr = "temperature"});
     CHECK(fm_onnx_load(tmp("attr.onnx")) == NULL);
     CHECK_ERR_CONTAINS("(Softmax): attribute 'temperature' is not supported");
+    /* a required input left out (found by fuzz_onnx: Transpose ran on a NULL input) */
+    save_model(tmp("omitted.onnx"), &(model_opts){.op = "Transpose", .omit_last_input = true});
+    CHECK(fm_onnx_load(tmp("omitted.onnx")) == NULL);
+    CHECK_ERR_CONTAINS("(Transpose): input 0 is required, but its name is empty");
     CHECK(fm_onnx_load(tmp("no_such.onnx")) == NULL);
     CHECK_ERR_CONTAINS("no_such.onnx: cannot open");
 }

@@ -192,6 +192,13 @@ static fm_status load_nodes(fm_onnx_model *m, name_map *nm) {
         if (!n->in) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
         n->out = n->in + np->n_input;
         for (int k = 0; k < n->n_in; k++) {
+            /* an empty name omits an optional input; the required ones (the first min_in, and
+             * every input of a variadic op) must be named */
+            if (!*np->input[k] && (k < n->op->min_in || n->op->max_in < 0)) {
+                char which[16];
+                snprintf(which, sizeof which, "%d", k);
+                return node_error(m, (int)i, np, "input %s is required, but its name is empty (an omitted input)", which);
+            }
             n->in[k] = *np->input[k] ? slot_of(m, nm, np->input[k], false) : -1;
             if (*np->input[k] && n->in[k] < 0)
                 return node_error(m, (int)i, np, "input '%s' is not produced by an earlier node, an initializer or a graph input "
