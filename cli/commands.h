@@ -21,6 +21,7 @@ int fm_cmd_run(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_import(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_export(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_compile(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_quantize(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_embed(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_prune(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_distill(int argc, char **argv) FM_CLI_WEAK;

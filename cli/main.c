@@ -125,6 +125,7 @@ int main(int argc, char **argv) {
         {"compile", fm_cmd_compile, "make an optimized inference graph of a model"},
         {"prune", fm_cmd_prune, "make a trained model sparse or smaller (weights, channels)"},
         {"distill", fm_cmd_distill, "train a small classifier from a trained teacher's soft targets"},
+        {"quantize", fm_cmd_quantize, "int8 (dynamic or calibrated) and int4 weight quantization of a model"},
         {"recipes", fm_cmd_recipes, "list the built-in recipes"},
         {"plan", fm_cmd_plan, "memory, time and cost of a job on every GPU"},
         {"tokenizer", fm_cmd_tokenizer, "train or apply a BPE tokenizer"},

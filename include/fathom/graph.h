@@ -24,8 +24,9 @@
  * a temporary directory renamed into place, so a crash leaves the old
  * directory or the new one, never a mix.
  *
- * Quantized weights: constants may be of any fathom dtype (FM_I8, FM_U8 with
- * scales as separate constants); ops that read them are graph ops to come.
+ * Quantized weights: constants of any fathom dtype (i8 / packed-u8 weights with
+ * f32 or f16 scales as separate constants), read by the quantized ops
+ * (qlinear_int8, qlinear_int4, qembedding_int4; fathom/quant.h makes them).
  *
  * Running: fm_graph_run does not modify the graph, so several threads may run
  * one graph at the same time (the server's instances). */

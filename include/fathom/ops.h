@@ -196,6 +196,19 @@ FM_API fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);
 FM_API fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_tensor *bias, double eps,
                             fm_tensor **sum, fm_tensor **y);
 
+/* ---- quantized inference (docs/QUANTIZE.md; made by fathom quantize) ---- */
+/* y = x W^T + bias with W int8 [N, K] (w_scale [N] f32: W_f32[n] = w_scale[n] * W[n]);
+ * x f32 [..., K] is quantized to u8 with a_scale/a_zero, or, when a_scale <= 0, with
+ * the range of this x (dynamic). Integer products, f32 out [..., N]. bias may be NULL. */
+FM_API fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_tensor *bias, double a_scale, int a_zero);
+/* y = x W^T + bias with W int4 [N, K] packed (w u8 [N, K/2]), one f16 scale per group
+ * of `group` (32, 64 or 128) along K (scale [N, K/group]) and optionally an f16 offset
+ * (min, same shape; NULL: symmetric, w = (q - 8) * scale). f32 x and out. */
+FM_API fm_tensor *fm_qlinear_int4(fm_tensor *x, fm_tensor *w, fm_tensor *scale, fm_tensor *min, fm_tensor *bias, int group);
+/* The embedding lookup of an int4 table (w u8 [V, D/2], scale/min as fm_qlinear_int4):
+ * indices (i32/i64) [...] -> f32 [..., D]. */
+FM_API fm_tensor *fm_qembedding_int4(fm_tensor *w, fm_tensor *scale, fm_tensor *min, fm_tensor *indices, int group);
+
 #ifdef __cplusplus
 }
 #endif

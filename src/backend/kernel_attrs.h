@@ -78,6 +78,12 @@ typedef struct fm_optim_step_attrs {
 /* SUM_SQ_BLOCKS: in = {x contiguous f32/f64}; out = {f64 [ceil(n / FM_SUM_SQ_BLOCK)]}: the sum of
  * squares of each block (four interleaved accumulators), so a norm is the same bits for any thread
  * count. SCALE_INPLACE: in = {x contiguous f32/f64}, no outputs: x *= s, s rounded to x's dtype. */
+/* QLINEAR_INT8: in = {x [M, K] f32, w [N, K] i8, w_scale [N] f32, bias [N] f32|NULL}; out = {y [M, N] f32}.
+ * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call). */
+typedef struct fm_qlinear8_attrs { double a_scale; int a_zero; } fm_qlinear8_attrs;
+/* QLINEAR_INT4: in = {x [M, K] f32, w [N, K/2] u8, scale [N, K/G] f16, min [N, K/G] f16|NULL, bias [N] f32|NULL}.
+ * QEMBEDDING_INT4: in = {w [V, D/2] u8, scale [V, D/G] f16, min|NULL, indices (i32/i64)}; out = {[..., D] f32}. */
+typedef struct fm_q4_attrs { int64_t group; } fm_q4_attrs;
 #define FM_SUM_SQ_BLOCK 8192
 typedef struct fm_scale_attrs { double s; } fm_scale_attrs;
 #endif

@@ -13,6 +13,7 @@ static const fm_kernel_family families[] = {
     {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},
     {"embedding/index", FM_ISA_SCALAR},
+    {"int8 linear (vnni when present), int4 linear", FM_ISA_AVX512},
     {"adamw (f32)", FM_ISA_AVX512},
     {"sgd, adam", FM_ISA_SCALAR},
 };

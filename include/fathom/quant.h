@@ -1,0 +1,66 @@
+/* fathom/quant.h: quantizing weights and graphs (docs/QUANTIZE.md).
+ *
+ * Weight formats, as the quantized ops of fathom/ops.h read them:
+ *   int8: per output row (channel) symmetric, w ~= scale[n] * q[n, k], q in [-127, 127];
+ *   int4: groups of G (32, 64, 128) along the input dim, each with an f16 scale d (and,
+ *         in the with-min variant, an f16 offset m): w ~= q * d + m with q in 0..15; the
+ *         symmetric variant means m = -8 d. Packed two per byte: each run of 32 weights
+ *         is 16 bytes, byte j holding element j in its low nibble and j + 16 in its high. */
+#ifndef FATHOM_QUANT_H
+#define FATHOM_QUANT_H
+#include "fathom/export.h"
+#include "fathom/graph.h"
+#include "fathom/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* w f32 [N, K] (host) -> *q i8 [N, K] and *scale f32 [N]. */
+FM_API fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor **scale);
+/* w f32 [N, K] (host) -> *packed u8 [N, K/2], *scale f16 [N, K/group] and, when
+ * with_min, *min f16 [N, K/group] (else *min = NULL). group must divide K. */
+FM_API fm_status fm_quantize_weight_int4(const fm_tensor *w, int group, bool with_min, fm_tensor **packed, fm_tensor **scale,
+                                         fm_tensor **min);
+
+/* ---- quantizing a graph (fathom quantize) ---- */
+typedef enum fm_quant_mode {
+    FM_QUANT_INT8_DYNAMIC = 0, /* linear/matmul: int8 weights per row, activations quantized per call */
+    FM_QUANT_INT8_STATIC,      /* the same with activation scales fixed by calibration */
+    FM_QUANT_INT4              /* weight-only int4 for linear/matmul and embedding */
+} fm_quant_mode;
+typedef enum fm_calib_method { FM_CALIB_MINMAX = 0, FM_CALIB_PERCENTILE, FM_CALIB_ENTROPY } fm_calib_method;
+typedef struct fm_quant_options {
+    fm_quant_mode mode;
+    int group;              /* int4: 32, 64 or 128 (0: 32) */
+    bool with_min;          /* int4: an f16 offset per group too */
+    fm_calib_method method; /* static */
+    double percentile;      /* static, percentile method: the share of values kept (0: 99.99) */
+    const fm_tensor *calib; /* static: [S, ...] samples of the graph's one input, as it takes them */
+    int64_t batch;          /* calibration batch (0: 64) */
+} fm_quant_options;
+FM_API void fm_quant_options_init(fm_quant_options *o);
+/* What became of each compute node. */
+typedef struct fm_quant_node {
+    char node[96], op[32];
+    bool quantized;
+    char how[160]; /* "int8 dynamic", "int4 g32 (with min)", or why it stays fp32 */
+} fm_quant_node;
+typedef struct fm_quant_report {
+    int n_nodes;             /* entries below: every node of the input graph */
+    fm_quant_node *nodes;
+    int n_quantized;
+    size_t bytes_before, bytes_after; /* constants */
+} fm_quant_report;
+FM_API void fm_quant_report_free(fm_quant_report *r);
+/* A new graph with the quantized ops in place of linear/matmul/embedding nodes
+ * whose weights are f32 constants (g unchanged). Errors (a group that does not
+ * divide a layer's input features, calibration data that does not fit the
+ * graph's input, a graph that static quantization cannot calibrate) name the
+ * node or the input. rep (may be NULL) says what happened to each node. */
+FM_API fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_quant_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

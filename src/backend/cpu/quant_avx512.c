@@ -1,0 +1,124 @@
+/* AVX-512 quantized kernels (quant_kernels.h): the int8 product with VNNI
+ * (vpdpbusd: four u8 x s8 products summed straight into 32 bits, so no
+ * saturation), activation quantization, and the int4 rows. The VNNI functions
+ * carry their own target attribute; the driver calls them only when cpuid
+ * reports avx512_vnni. */
+#include <immintrin.h>
+
+#include "backend/cpu/quant_kernels.h"
+
+#define VNNI __attribute__((target("avx512vnni")))
+
+static inline __mmask64 kmask(int64_t left) { return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1); }
+
+/* 4 rows x 4 columns: 16 accumulators of 16 lanes, 64 bytes of K a step. */
+VNNI static void tile44(const fm_q8_gemm *g, int64_t m, int64_t n) {
+    __m512i acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_si512();
+    const uint8_t *a0 = g->A + m * g->lda;
+    const int8_t *b0 = g->B + n * g->ldb;
+    for (int64_t k = 0; k < g->K; k += 64) {
+        __mmask64 mk = kmask(g->K - k);
+        __m512i a[4], b[4];
+        for (int i = 0; i < 4; i++) a[i] = _mm512_maskz_loadu_epi8(mk, a0 + i * g->lda + k);
+        for (int j = 0; j < 4; j++) b[j] = _mm512_maskz_loadu_epi8(mk, b0 + j * g->ldb + k);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a[i], b[j]);
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) fm_q8_store(g, m + i, n + j, _mm512_reduce_add_epi32(acc[i][j]));
+}
+
+VNNI static void tile11(const fm_q8_gemm *g, int64_t m, int64_t n) {
+    __m512i acc = _mm512_setzero_si512();
+    const uint8_t *a = g->A + m * g->lda;
+    const int8_t *b = g->B + n * g->ldb;
+    for (int64_t k = 0; k < g->K; k += 64) {
+        __mmask64 mk = kmask(g->K - k);
+        acc = _mm512_dpbusd_epi32(acc, _mm512_maskz_loadu_epi8(mk, a + k), _mm512_maskz_loadu_epi8(mk, b + k));
+    }
+    fm_q8_store(g, m, n, _mm512_reduce_add_epi32(acc));
+}
+
+VNNI void fm_q8_gemm_tile_vnni(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    int64_t me = m0 + (m1 - m0) / 4 * 4, ne = n0 + (n1 - n0) / 4 * 4;
+    for (int64_t n = n0; n < ne; n += 4) {
+        for (int64_t m = m0; m < me; m += 4) tile44(g, m, n);
+        for (int64_t m = me; m < m1; m++)
+            for (int j = 0; j < 4; j++) tile11(g, m, n + j);
+    }
+    for (int64_t n = ne; n < n1; n++)
+        for (int64_t m = m0; m < m1; m++) tile11(g, m, n);
+}
+
+void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx) {
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        lo = _mm512_min_ps(v, lo); /* a NaN lane keeps lo, as the scalar loop does */
+        hi = _mm512_max_ps(v, hi);
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(k, x + i); /* masked lanes read 0: inside the range anyway */
+        lo = _mm512_min_ps(lo, v);
+        hi = _mm512_max_ps(hi, v);
+    }
+    *mn = _mm512_reduce_min_ps(lo);
+    *mx = _mm512_reduce_max_ps(hi);
+}
+
+/* rint(x * inv) + zero, clamped to [0, 255]: the scalar reference's arithmetic
+ * (round to nearest even, then the f32 add) lane by lane. */
+void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t zero, uint8_t *q) {
+    const __m512 inv = _mm512_set1_ps(inv_scale), z = _mm512_set1_ps((float)zero);
+    const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, z), lo), hi);
+        _mm_mask_storeu_epi8(q + i, k, _mm512_cvtusepi32_epi8(_mm512_cvttps_epu32(v)));
+    }
+}
+
+/* ---- int4 ---- */
+
+static inline void unpack32(const uint8_t *p, __m512 *lo, __m512 *hi) {
+    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, m)));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), m)));
+}
+
+void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t ng = g->K / g->G, nr = m1 - m0;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *w = g->w + n * (g->K / 2);
+        const uint16_t *sc = g->scale + n * ng, *mi = g->min ? g->min + n * ng : NULL;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        float off[4] = {0, 0, 0, 0};
+        for (int64_t gi = 0; gi < ng; gi++) {
+            __m512 dot[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int64_t k = gi * g->G; k < (gi + 1) * g->G; k += 32) {
+                __m512 lo, hi;
+                unpack32(w + k / 2, &lo, &hi);
+                for (int64_t r = 0; r < nr; r++) {
+                    const float *x = g->x + (m0 + r) * g->ldx + k;
+                    dot[r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), dot[r]);
+                    dot[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), dot[r]);
+                }
+            }
+            float d = _cvtsh_ss(sc[gi]), mn = mi ? _cvtsh_ss(mi[gi]) : -8.0f * d;
+            __m512 vd = _mm512_set1_ps(d);
+            for (int64_t r = 0; r < nr; r++) {
+                acc[r] = _mm512_fmadd_ps(vd, dot[r], acc[r]);
+                off[r] += mn * g->xsum[(m0 + r) * ng + gi];
+            }
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            float y = _mm512_reduce_add_ps(acc[r]) + off[r];
+            g->y[(m0 + r) * g->ldy + n] = g->bias ? y + g->bias[n] : y;
+        }
+    }
+}

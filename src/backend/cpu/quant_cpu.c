@@ -1,0 +1,99 @@
+/* CPU kernels of the quantized ops (ops.def QLINEAR_INT8, QLINEAR_INT4,
+ * QEMBEDDING_INT4): the glue around quant_kernels.h. qlinear_int8 quantizes
+ * the activations (range, scale, u8 codes), sums each weight row for the zero
+ * point's correction and runs the integer product with the f32 epilogue fused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/quant_kernels.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+
+static fm_status oom(const char *op) { return fm_set_error(FM_ERR_OOM, "%s: out of host memory for the quantized activations", op); }
+
+static void row_sums(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const fm_q8_gemm *g = ctx;
+    int32_t *s = (int32_t *)g->ep->w_sum;
+    for (int64_t n = b; n < e; n++) {
+        int32_t acc = 0;
+        for (int64_t k = 0; k < g->K; k++) acc += g->B[n * g->ldb + k];
+        s[n] = acc;
+    }
+}
+
+/* QLINEAR_INT8: in = {x [M, K] f32, w [N, K] i8, w_scale [N], bias|NULL} */
+static fm_status qlinear8_kernel(const fm_op_call *c) {
+    const fm_qlinear8_attrs *at = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1];
+    const int64_t N = w->shape[0], K = w->shape[1], M = K ? fm_tensor_numel(x) / K : 0;
+    const float *xp = fm_tensor_data(x);
+    uint8_t *q = malloc((size_t)(M * K > 0 ? M * K : 1));
+    int32_t *wsum = malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));
+    if (!q || !wsum) { free(q); free(wsum); return oom("qlinear_int8"); }
+    bool v512 = fm_cpu_use_avx512();
+    float scale = (float)at->a_scale;
+    int32_t zero = at->a_zero;
+    if (!(scale > 0)) { /* dynamic: this batch's range */
+        float mn, mx;
+        if (v512) fm_q8_range_avx512(xp, M * K, &mn, &mx);
+        else fm_q8_range(xp, M * K, &mn, &mx);
+        fm_q8_params(mn, mx, &scale, &zero);
+    }
+    if (v512) fm_q8_quantize_avx512(xp, M * K, 1.0f / scale, zero, q);
+    else fm_q8_quantize(xp, M * K, scale, zero, q);
+    fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), wsum, c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
+                         fm_tensor_data(c->out[0]), N};
+    fm_q8_gemm g = {M, N, K, q, K, fm_tensor_data(w), K, NULL, 0, &ep};
+    fm_parallel_for(N, 256, row_sums, &g);
+    fm_q8_gemm_run(&g, fm_q8_impl_best());
+    free(q);
+    free(wsum);
+    return FM_OK;
+}
+
+/* QLINEAR_INT4: in = {x [M, K] f32, w [N, K/2] u8, scale, min|NULL, bias|NULL} */
+static fm_status qlinear4_kernel(const fm_op_call *c) {
+    const fm_q4_attrs *at = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1];
+    const int64_t N = w->shape[0], K = 2 * w->shape[1], G = at->group, M = K ? fm_tensor_numel(x) / K : 0, ng = K / G;
+    const float *xp = fm_tensor_data(x);
+    float *xs = malloc(sizeof(float) * (size_t)(M * ng > 0 ? M * ng : 1));
+    if (!xs) return oom("qlinear_int4");
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t gi = 0; gi < ng; gi++) {
+            float s = 0.0f;
+            for (int64_t k = gi * G; k < (gi + 1) * G; k++) s += xp[m * K + k];
+            xs[m * ng + gi] = s;
+        }
+    fm_q4_gemm g = {M, N, K, G, xp, K, fm_tensor_data(w), fm_tensor_data(c->in[2]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
+                    c->in[4] ? fm_tensor_data(c->in[4]) : NULL, xs, fm_tensor_data(c->out[0]), N};
+    fm_q4_gemm_run(&g, fm_q4_impl_best());
+    free(xs);
+    return FM_OK;
+}
+
+/* QEMBEDDING_INT4: in = {w [V, D/2] u8, scale, min|NULL, indices} */
+static fm_status qembedding4_kernel(const fm_op_call *c) {
+    const fm_q4_attrs *at = c->attrs;
+    const fm_tensor *w = c->in[0], *idx = c->in[3];
+    const int64_t V = w->shape[0], D = 2 * w->shape[1], ng = D / at->group, n = fm_tensor_numel(idx);
+    const uint8_t *wp = fm_tensor_data(w);
+    const uint16_t *sc = fm_tensor_data(c->in[1]), *mi = c->in[2] ? fm_tensor_data(c->in[2]) : NULL;
+    float *y = fm_tensor_data(c->out[0]);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = idx->dtype == FM_I64 ? ((const int64_t *)fm_tensor_data(idx))[i] : ((const int32_t *)fm_tensor_data(idx))[i];
+        if (r < 0 || r >= V)
+            return fm_set_error(FM_ERR_INVALID, "qembedding_int4: index %lld at position %lld is outside the table's %lld rows",
+                                (long long)r, (long long)i, (long long)V);
+        fm_q4_dequant_row(wp + r * (D / 2), sc + r * ng, mi ? mi + r * ng : NULL, D, at->group, y + i * D);
+    }
+    return FM_OK;
+}
+
+void fm_cpu_kernels_quant(fm_backend *b) {
+    b->kernels[FM_OP_QLINEAR_INT8] = qlinear8_kernel;
+    b->kernels[FM_OP_QLINEAR_INT4] = qlinear4_kernel;
+    b->kernels[FM_OP_QEMBEDDING_INT4] = qembedding4_kernel;
+}

@@ -1,0 +1,100 @@
+/* Integer kernels of the quantized ops (quant_cpu.c drives them; tests call
+ * them directly against the scalar references).
+ *
+ * INT8: C[m, n] = sum_k A[m, k] * B[n, k], A u8 (activations, zero point
+ * folded in later), B s8 (weights, [out, in] as every linear weight), C s32.
+ * Three versions, picked at run time: scalar (the reference), AVX2
+ * (vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd). All three give the
+ * same integers.
+ *
+ * vpmaddubsw saturation. vpmaddubsw adds two u8 x s8 products into a signed
+ * 16-bit lane with saturation: 255 * -128 * 2 = -65280 does not fit, so full
+ * 8-bit activations would silently clip. The AVX2 kernel splits each
+ * activation byte a = lo + 128 * hi (lo = a & 127, hi = a >> 7 in {0, 1}):
+ * |lo0 w0 + lo1 w1| <= 2 * 127 * 128 = 32512 and |hi0 w0 + hi1 w1| <= 256 both
+ * fit, and vpmaddwd widens them to 32 bits (hi with weight 128) before they
+ * are added. Exact for every u8 x s8 input, at twice the vpmaddubsw count
+ * (the price of keeping 8-bit activations; VNNI has no such limit).
+ *
+ * The fused epilogue turns the integer sums into the op's f32 output:
+ *   y[m, n] = a_scale * w_scale[n] * (C[m, n] - a_zero * w_sum[n]) + bias[n]
+ * where w_sum[n] = sum_k B[n, k].
+ *
+ * INT4 (weight-only): W [N, K] in groups of G (32, 64 or 128) along K; each
+ * group has a scale d and an offset m (f16): w = q * d + m, q in 0..15. The
+ * symmetric form stores only d and means m = -8 d. Packing: each run of 32
+ * weights is 16 bytes, byte j holding element j (low nibble) and j + 16
+ * (high nibble). Kernels unpack in registers and accumulate in f32:
+ *   y[m, n] = sum_g d_g * sum_{k in g} q_k x_k + m_g * sum_{k in g} x_k. */
+#ifndef FATHOM_QUANT_KERNELS_H
+#define FATHOM_QUANT_KERNELS_H
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct fm_q8_epilogue {
+    float a_scale;
+    int32_t a_zero;
+    const float *w_scale;  /* [N] */
+    const int32_t *w_sum;  /* [N] */
+    const float *bias;     /* [N] or NULL */
+    float *y;              /* [M, ldy] */
+    int64_t ldy;
+} fm_q8_epilogue;
+
+/* rows [m0, m1) x cols [n0, n1) of A B^T, written as f32 through the epilogue
+ * (ep->y) or, when ep is NULL, as s32 into C (ldc). */
+typedef struct fm_q8_gemm {
+    int64_t M, N, K;
+    const uint8_t *A; int64_t lda;
+    const int8_t *B; int64_t ldb;
+    int32_t *C; int64_t ldc;
+    const fm_q8_epilogue *ep;
+} fm_q8_gemm;
+/* The epilogue of one element (every implementation stores through it, so
+ * they round alike). */
+static inline void fm_q8_store(const fm_q8_gemm *g, int64_t m, int64_t n, int32_t acc) {
+    const fm_q8_epilogue *e = g->ep;
+    if (!e) { g->C[m * g->ldc + n] = acc; return; }
+    int64_t v = (int64_t)acc - (int64_t)e->a_zero * e->w_sum[n];
+    float y = e->a_scale * e->w_scale[n] * (float)v;
+    e->y[m * e->ldy + n] = e->bias ? y + e->bias[n] : y;
+}
+void fm_q8_gemm_tile_ref(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void fm_q8_gemm_tile_avx2(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void fm_q8_gemm_tile_vnni(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+typedef enum { FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI } fm_q8_impl;
+/* The best this CPU has at the ISA level in use (FATHOM_ISA). */
+fm_q8_impl fm_q8_impl_best(void);
+const char *fm_q8_impl_name(fm_q8_impl i);
+/* The whole product over the thread pool with implementation `impl`. */
+void fm_q8_gemm_run(const fm_q8_gemm *g, fm_q8_impl impl);
+
+/* Dynamic activation quantization: the range of x[n] (widened to hold 0),
+ * scale = (max - min) / 255 and zero point z, q = clamp(rint(x / scale) + z, 0, 255). */
+void fm_q8_range(const float *x, int64_t n, float *mn, float *mx);
+void fm_q8_params(float mn, float mx, float *scale, int32_t *zero);
+void fm_q8_quantize(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
+void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t zero, uint8_t *q);
+void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx);
+
+/* INT4: y[m, n] for rows [m0, m1) (at most 4 per call) and cols [n0, n1).
+ * xsum[m * n_groups + g]: the sum of x over group g of row m. */
+typedef struct fm_q4_gemm {
+    int64_t M, N, K, G;
+    const float *x; int64_t ldx;
+    const uint8_t *w;        /* [N, K / 2] */
+    const uint16_t *scale;   /* [N, K / G] f16 */
+    const uint16_t *min;     /* [N, K / G] f16, or NULL: symmetric (m = -8 d) */
+    const float *bias;       /* [N] or NULL */
+    const float *xsum;
+    float *y; int64_t ldy;
+} fm_q4_gemm;
+void fm_q4_rows_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+typedef enum { FM_Q4_REF, FM_Q4_AVX2, FM_Q4_AVX512 } fm_q4_impl;
+fm_q4_impl fm_q4_impl_best(void);
+void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl);
+/* One weight row dequantized (the embedding's lookup), f32 out[K]. */
+void fm_q4_dequant_row(const uint8_t *w, const uint16_t *scale, const uint16_t *min, int64_t K, int64_t G, float *out);
+#endif

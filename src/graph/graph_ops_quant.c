@@ -1,0 +1,114 @@
+/* The graph's op table, part 4: the quantized ops that `fathom quantize`
+ * writes (docs/QUANTIZE.md). The rules check what the front ends check, so a
+ * hand-edited or corrupt graph.json is refused at load with the node named:
+ * dtypes (i8 / u8 weights, f16 group scales), shapes (scales per row or per
+ * group, K divisible by the group), and attribute ranges (group in {32, 64,
+ * 128}, a finite activation scale >= 0, a zero point in [0, 255]). */
+#include <math.h>
+#include <string.h>
+
+#include "fathom/ops.h"
+#include "graph/graph_internal.h"
+
+static fm_status want(const gtype *t, const char *what, fm_dtype dt, int ndim, const int64_t *dims) {
+    char s1[96], s2[96];
+    if (t->ndim < 0) return fm_set_error(FM_ERR_INVALID, "%s is required", what);
+    if (t->dt != dt) return fm_set_error(FM_ERR_INVALID, "%s must be %s, got %s", what, fm_dtype_name(dt), fm_dtype_name(t->dt));
+    gtype w = {dt, ndim, {0}};
+    memcpy(w.d, dims, sizeof(int64_t) * (size_t)ndim);
+    if (t->ndim != ndim || memcmp(t->d, dims, sizeof(int64_t) * (size_t)ndim))
+        return fm_set_error(FM_ERR_INVALID, "%s has shape %s, expected %s", what, g_tshape(t, s1, sizeof s1), g_tshape(&w, s2, sizeof s2));
+    return FM_OK;
+}
+
+/* x f32 [..., K] -> out [..., N] */
+static fm_status rows_out(const gtype *x, int64_t K, int64_t N, gtype *out) {
+    char s1[96];
+    if (x->dt != FM_F32) return fm_set_error(FM_ERR_INVALID, "input must be f32, got %s", fm_dtype_name(x->dt));
+    if (x->ndim < 1 || x->d[x->ndim - 1] != K)
+        return fm_set_error(FM_ERR_INVALID, "input %s must end in the weight's %lld input features", g_tshape(x, s1, sizeof s1), (long long)K);
+    out[0] = *x;
+    out[0].d[x->ndim - 1] = N;
+    return FM_OK;
+}
+
+static fm_status q8_attrs(const gctx *c, double *scale, int64_t *zero) {
+    if (ga_float(c, "a_scale", 0.0, scale) || ga_int(c, "a_zero", 0, zero)) return fm_last_status();
+    if (!(*scale >= 0) || !isfinite(*scale)) return fm_set_error(FM_ERR_INVALID, "a_scale %g must be finite and >= 0 (0: dynamic)", *scale);
+    if (*zero < 0 || *zero > 255) return fm_set_error(FM_ERR_INVALID, "a_zero %lld must be in [0, 255]", (long long)*zero);
+    return FM_OK;
+}
+
+static fm_status inf_qlinear8(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    double scale;
+    int64_t zero;
+    if (q8_attrs(c, &scale, &zero)) return fm_last_status();
+    if (in[1].ndim != 2 || in[1].dt != FM_I8)
+        return fm_set_error(FM_ERR_INVALID, "weight must be a 2-D i8 tensor [out, in], got %s %s", fm_dtype_name(in[1].dt), g_tshape(&in[1], s1, sizeof s1));
+    int64_t N = in[1].d[0];
+    if (want(&in[2], "weight scale", FM_F32, 1, &N) || (in[3].ndim >= 0 && want(&in[3], "bias", FM_F32, 1, &N))) return fm_last_status();
+    return rows_out(&in[0], in[1].d[1], N, out);
+}
+
+static fm_status run_qlinear8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    double scale;
+    int64_t zero;
+    if (q8_attrs(c, &scale, &zero)) return fm_last_status();
+    out[0] = fm_qlinear_int8(in[0], in[1], in[2], in[3], scale, (int)zero);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* packed [R, K/2] u8, scale (and min) [R, K/G] f16 */
+static fm_status q4_tables(const gctx *c, const gtype *w, const gtype *sc, const gtype *mi, int64_t *G, int64_t *R, int64_t *K) {
+    char s1[96];
+    if (ga_int(c, "group", 0, G)) return fm_last_status();
+    if (*G != 32 && *G != 64 && *G != 128) return fm_set_error(FM_ERR_INVALID, "group %lld must be 32, 64 or 128", (long long)*G);
+    if (w->ndim != 2 || w->dt != FM_U8)
+        return fm_set_error(FM_ERR_INVALID, "packed weight must be a 2-D u8 tensor [rows, in/2], got %s %s", fm_dtype_name(w->dt), g_tshape(w, s1, sizeof s1));
+    *R = w->d[0];
+    *K = 2 * w->d[1];
+    if (*K % *G) return fm_set_error(FM_ERR_INVALID, "group %lld does not divide the %lld input features", (long long)*G, (long long)*K);
+    int64_t sd[2] = {*R, *K / *G};
+    if (want(sc, "scale", FM_F16, 2, sd) || (mi->ndim >= 0 && want(mi, "min", FM_F16, 2, sd))) return fm_last_status();
+    return FM_OK;
+}
+
+static fm_status inf_qlinear4(const gctx *c, const gtype *in, gtype *out) {
+    int64_t G = 0, N = 0, K = 0;
+    if (q4_tables(c, &in[1], &in[2], &in[3], &G, &N, &K) || (in[4].ndim >= 0 && want(&in[4], "bias", FM_F32, 1, &N))) return fm_last_status();
+    return rows_out(&in[0], K, N, out);
+}
+
+static fm_status run_qlinear4(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t G = 0;
+    if (ga_int(c, "group", 0, &G)) return fm_last_status();
+    out[0] = fm_qlinear_int4(in[0], in[1], in[2], in[3], in[4], (int)G);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* graph inputs: packed, scale, indices, [min] (the optional one last) */
+static fm_status inf_qembedding4(const gctx *c, const gtype *in, gtype *out) {
+    int64_t G = 0, V = 0, D = 0;
+    if (q4_tables(c, &in[0], &in[1], &in[3], &G, &V, &D)) return fm_last_status();
+    if (in[2].dt != FM_I64 && in[2].dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "indices must be i64 or i32, got %s", fm_dtype_name(in[2].dt));
+    if (in[2].ndim + 1 > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "indices have too many dims");
+    out[0] = in[2];
+    out[0].dt = FM_F32;
+    out[0].d[out[0].ndim++] = D;
+    return FM_OK;
+}
+
+static fm_status run_qembedding4(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t G = 0;
+    if (ga_int(c, "group", 0, &G)) return fm_last_status();
+    out[0] = fm_qembedding_int4(in[0], in[1], in[3], in[2], (int)G);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+const g_op_spec g_ops_quant[] = {
+    {"qlinear_int8", 3, 4, 1, "a_scale,a_zero", inf_qlinear8, run_qlinear8, NULL},
+    {"qlinear_int4", 3, 5, 1, "group", inf_qlinear4, run_qlinear4, NULL},
+    {"qembedding_int4", 3, 4, 1, "group", inf_qembedding4, run_qembedding4, NULL},
+};
+const int g_n_ops_quant = (int)(sizeof g_ops_quant / sizeof g_ops_quant[0]);

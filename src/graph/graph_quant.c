@@ -1,0 +1,234 @@
+/* fm_graph_quantize: a graph-to-graph transform (docs/QUANTIZE.md).
+ *
+ * Candidates are nodes whose weight is an f32 constant:
+ *   linear (x, w [N, K], [b])      -> qlinear_int8 / qlinear_int4 with w quantized per row;
+ *   matmul (a, b [K, N] constant)  -> the same with b transposed to [N, K] first;
+ *   embedding (w [V, D], indices)  -> qembedding_int4 (int4 mode only: int8 keeps it fp32).
+ * Every other node is copied as it is and runs in fp32; the report says which
+ * and why. Quantized constants are named after the weight (`fc1.weight.int8`,
+ * `.int8_scale`, `.int4`, `.int4_scale`, `.int4_min`), so a weight that two
+ * nodes share (a GPT's tied embedding and output head) is stored once. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/ops.h"
+#include "graph/graph_quant.h"
+#include "graph/graph_rewrite.h"
+
+void fm_quant_options_init(fm_quant_options *o) {
+    memset(o, 0, sizeof *o);
+    o->group = 32;
+    o->percentile = 99.99;
+    o->batch = 64;
+}
+
+void fm_quant_report_free(fm_quant_report *r) {
+    if (!r) return;
+    free(r->nodes);
+    memset(r, 0, sizeof *r);
+}
+
+typedef enum { K_NONE, K_LINEAR, K_MATMUL, K_EMBEDDING } qkind;
+
+static const fm_tensor *f32_const2(const fm_graph *g, int v) {
+    return v >= 0 && g->values[v].kind == GV_CONST && g->values[v].tensor->dtype == FM_F32 && g->values[v].tensor->ndim == 2
+               ? g->values[v].tensor : NULL;
+}
+
+/* What the node is to the transform, and why not when it is not. */
+static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, char *why, size_t nw) {
+    snprintf(why, nw, "fp32: no quantized kernel for %s", n->op);
+    if (!strcmp(n->op, "linear") || !strcmp(n->op, "matmul")) {
+        bool lin = !strcmp(n->op, "linear");
+        if (!f32_const2(g, n->in[1])) { snprintf(why, nw, "fp32: the weight is not a 2-D f32 constant"); return K_NONE; }
+        if (g->values[n->in[0]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the input is not f32"); return K_NONE; }
+        if (lin && n->n_in > 2 && n->in[2] >= 0 && g->values[n->in[2]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the bias is not f32"); return K_NONE; }
+        if (!lin && g->values[n->in[0]].t.ndim < 1) { snprintf(why, nw, "fp32: a 0-d operand"); return K_NONE; }
+        return lin ? K_LINEAR : K_MATMUL;
+    }
+    if (!strcmp(n->op, "embedding")) {
+        if (mode != FM_QUANT_INT4) { snprintf(why, nw, "fp32: int8 modes quantize linear and matmul (embedding: use --int4)"); return K_NONE; }
+        if (!f32_const2(g, n->in[0])) { snprintf(why, nw, "fp32: the table is not a 2-D f32 constant"); return K_NONE; }
+        return K_EMBEDDING;
+    }
+    if (!strcmp(n->op, "conv2d")) snprintf(why, nw, "fp32: no int8 convolution kernel yet");
+    return K_NONE;
+}
+
+/* Adds a node with its own attributes, carrying the source constants it reads. */
+static fm_status add_node(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int na, const fm_graph_attr *a) {
+    for (int i = 0; i < n_in; i++) {
+        int v = g_find_value(r->src, ins[i]);
+        if (v >= 0 && r->src->values[v].kind == GV_CONST && rw_const(r, ins[i], r->src->values[v].tensor)) return fm_last_status();
+    }
+    const char *out = r->src->values[n->out[0]].name;
+    return fm_graph_add_node(r->dst, op, n->name, n_in, ins, 1, &out, na, a);
+}
+
+static fm_status add_consts(rw *r, int n, const char *const *names, fm_tensor *const *ts) {
+    for (int i = 0; i < n; i++)
+        if (ts[i] && rw_const(r, names[i], ts[i])) return fm_last_status();
+    return FM_OK;
+}
+
+/* The weight as [N, K] (matmul's [K, N] transposed), a new reference. */
+static fm_tensor *weight_nk(const fm_graph *g, const gnode *n, qkind k) {
+    fm_tensor *w = (fm_tensor *)f32_const2(g, k == K_EMBEDDING ? n->in[0] : n->in[1]);
+    if (k != K_MATMUL) return fm_tensor_retain(w);
+    fm_tensor *t = fm_transpose(w, 0, 1), *c = t ? fm_contiguous(t) : NULL;
+    fm_tensor_release(t);
+    return c;
+}
+
+static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, char *how, size_t nh) {
+    const fm_graph *g = r->src;
+    char qn[300], sn[300];
+    snprintf(qn, sizeof qn, "%s%s.int8", g->values[n->in[1]].name, k == K_MATMUL ? ".T" : "");
+    snprintf(sn, sizeof sn, "%s%s.int8_scale", g->values[n->in[1]].name, k == K_MATMUL ? ".T" : "");
+    if (g_find_value(r->dst, qn) < 0) {
+        fm_tensor *w = weight_nk(g, n, k), *q = NULL, *s = NULL;
+        fm_status st = w ? fm_quantize_weight_int8(w, &q, &s) : fm_last_status();
+        if (st == FM_OK) st = add_consts(r, 2, (const char *[]){qn, sn}, (fm_tensor *[]){q, s});
+        fm_tensor_release_n(3, w, q, s);
+        if (st) return st;
+    }
+    const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
+    const char *ins[4] = {rw_name(r, n->in[0]), qn, sn, bias};
+    if (!range) {
+        snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
+        return add_node(r, n, "qlinear_int8", bias[0] ? 4 : 3, ins, 0, NULL);
+    }
+    /* the scale and zero point the kernel's dynamic path would pick for this range */
+    float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f), s = (hi - lo) / 255.0f;
+    if (!(s > 0) || !isfinite(s)) s = 1.0f;
+    float z = nearbyintf(-lo / s);
+    int zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
+    fm_graph_attr a[2] = {fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
+    snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, s, zero);
+    return add_node(r, n, "qlinear_int8", bias[0] ? 4 : 3, ins, 2, a);
+}
+
+static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_options *o, char *how, size_t nh) {
+    const fm_graph *g = r->src;
+    const int wv = k == K_EMBEDDING ? n->in[0] : n->in[1];
+    const fm_tensor *w0 = f32_const2(g, wv);
+    const int64_t K = k == K_MATMUL ? w0->shape[0] : w0->shape[1];
+    char lb[200];
+    if (K % o->group)
+        return fm_set_error(FM_ERR_INVALID, "quantize: %s: --group %d does not divide its %lld input features (%s); choose a group that does, "
+                            "or keep this model in int8", g_node_label(n, lb, sizeof lb), o->group, (long long)K,
+                            K % 32 ? "no int4 group (32, 64, 128) does" : K % 64 ? "32 does" : "32 and 64 do");
+    char pn[300], sn[300], mn[300];
+    const char *wn = g->values[wv].name, *t = k == K_MATMUL ? ".T" : "";
+    snprintf(pn, sizeof pn, "%s%s.int4", wn, t);
+    snprintf(sn, sizeof sn, "%s%s.int4_scale", wn, t);
+    snprintf(mn, sizeof mn, "%s%s.int4_min", wn, t);
+    if (g_find_value(r->dst, pn) < 0) {
+        fm_tensor *w = weight_nk(g, n, k), *p = NULL, *s = NULL, *m = NULL;
+        fm_status st = w ? fm_quantize_weight_int4(w, o->group, o->with_min, &p, &s, &m) : fm_last_status();
+        if (st == FM_OK) st = add_consts(r, 3, (const char *[]){pn, sn, mn}, (fm_tensor *[]){p, s, m});
+        fm_tensor_release_n(4, w, p, s, m);
+        if (st) return st;
+    }
+    fm_graph_attr a = fm_graph_attr_int("group", o->group);
+    snprintf(how, nh, "int4 g%d%s (weight-only, f32 activations)", o->group, o->with_min ? " with min" : " symmetric");
+    if (k == K_EMBEDDING) {
+        const char *ins[4] = {pn, sn, rw_name(r, n->in[1]), mn};
+        return add_node(r, n, "qembedding_int4", o->with_min ? 4 : 3, ins, 1, &a);
+    }
+    const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
+    const char *ins[5] = {rw_name(r, n->in[0]), pn, sn, o->with_min ? mn : "", bias};
+    return add_node(r, n, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a);
+}
+
+static size_t const_bytes(const fm_graph *g) {
+    size_t b = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == GV_CONST) b += (size_t)fm_tensor_numel(g->values[v].tensor) * fm_dtype_size(g->values[v].tensor->dtype);
+    return b;
+}
+
+static fm_status check_opts(const fm_graph *g, const fm_quant_options *o) {
+    if (!g || !o) return fm_set_error(FM_ERR_INVALID, "quantize: NULL graph or options");
+    if (fm_graph_device(g).type != FM_DEV_CPU) return fm_set_error(FM_ERR_INVALID, "quantize: the graph must be on the CPU (quantize before fm_graph_to_device)");
+    if (o->mode == FM_QUANT_INT4 && o->group != 32 && o->group != 64 && o->group != 128)
+        return fm_set_error(FM_ERR_INVALID, "quantize: --group %d must be 32, 64 or 128", o->group);
+    if (o->mode == FM_QUANT_INT8_STATIC && !o->calib) return fm_set_error(FM_ERR_INVALID, "quantize: static int8 needs calibration data");
+    if (o->method == FM_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
+        return fm_set_error(FM_ERR_INVALID, "quantize: percentile %g must be in (50, 100]", o->percentile);
+    return FM_OK;
+}
+
+/* Static mode: the ranges of every candidate's input, by node (NULL entries elsewhere). */
+static fm_status static_ranges(const fm_graph *g, const fm_quant_options *o, const qkind *kinds, float *ranges) {
+    int *vals = malloc(sizeof(int) * (size_t)(g->n_nodes + 1)), nv = 0;
+    float *lo = malloc(sizeof(float) * (size_t)(g->n_nodes + 1)), *hi = malloc(sizeof(float) * (size_t)(g->n_nodes + 1));
+    fm_status st = vals && lo && hi ? FM_OK : fm_set_error(FM_ERR_OOM, "quantize: out of host memory");
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++)
+        if (kinds[i] != K_NONE) vals[nv++] = g->nodes[i].in[0];
+    if (st == FM_OK) st = g_calibrate(g, o, nv, vals, lo, hi);
+    for (int i = 0, j = 0; st == FM_OK && i < g->n_nodes; i++)
+        if (kinds[i] != K_NONE) { ranges[2 * i] = lo[j]; ranges[2 * i + 1] = hi[j]; j++; }
+    free(vals); free(lo); free(hi);
+    return st;
+}
+
+fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_quant_report *rep) {
+    if (rep) memset(rep, 0, sizeof *rep);
+    if (check_opts(g, o)) return NULL;
+    fm_quant_node *nodes = calloc((size_t)g->n_nodes + 1, sizeof *nodes);
+    qkind *kinds = calloc((size_t)g->n_nodes + 1, sizeof *kinds);
+    float *ranges = calloc(2 * (size_t)g->n_nodes + 2, sizeof *ranges);
+    rw r;
+    fm_status st = nodes && kinds && ranges ? FM_OK : fm_set_error(FM_ERR_OOM, "quantize: out of host memory");
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        const gnode *n = &g->nodes[i];
+        snprintf(nodes[i].node, sizeof nodes[i].node, "%s", n->name);
+        snprintf(nodes[i].op, sizeof nodes[i].op, "%s", n->op);
+        kinds[i] = classify(g, n, o->mode, nodes[i].how, sizeof nodes[i].how);
+    }
+    if (st == FM_OK && o->mode == FM_QUANT_INT8_STATIC) st = static_ranges(g, o, kinds, ranges);
+    bool begun = st == FM_OK && rw_begin(&r, g) == FM_OK;
+    if (st == FM_OK && !begun) st = fm_last_status();
+    int nq = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        const gnode *n = &g->nodes[i];
+        if (kinds[i] == K_NONE) { st = rw_copy_node(&r, n); continue; }
+        st = o->mode == FM_QUANT_INT4 ? quant_int4(&r, n, kinds[i], o, nodes[i].how, sizeof nodes[i].how)
+                                      : quant_int8(&r, n, kinds[i], o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL, nodes[i].how,
+                                                   sizeof nodes[i].how);
+        nodes[i].quantized = true;
+        nq++;
+    }
+    fm_graph *out = NULL;
+    if (begun) {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", st ? fm_last_error() : "");
+        out = rw_end(&r, st);
+        if (st) fm_set_error(st, "%s", keep); /* the first error, not the teardown's */
+    }
+    if (out && nq == 0) { /* nothing to do is an answer, not a silent copy */
+        fm_graph_free(out);
+        out = NULL;
+        fm_set_error(FM_ERR_INVALID, "quantize: no node of this graph can be quantized in this mode (no linear/matmul%s with an f32 constant weight)",
+                     o->mode == FM_QUANT_INT4 ? "/embedding" : "");
+    }
+    if (out && rep) {
+        rep->n_nodes = g->n_nodes;
+        rep->nodes = nodes;
+        rep->n_quantized = nq;
+        rep->bytes_before = const_bytes(g);
+        rep->bytes_after = const_bytes(out);
+        nodes = NULL;
+    }
+    if (out && o->mode != FM_QUANT_INT8_DYNAMIC && fm_graph_set_meta(out, "quantized", o->mode == FM_QUANT_INT4 ? "int4" : "int8-static")) {
+        fm_graph_free(out);
+        out = NULL;
+    }
+    if (out && o->mode == FM_QUANT_INT8_DYNAMIC && fm_graph_set_meta(out, "quantized", "int8-dynamic")) { fm_graph_free(out); out = NULL; }
+    free(nodes);
+    free(kinds);
+    free(ranges);
+    return out;
+}

@@ -1,0 +1,248 @@
+/* fm_graph_quantize (fathom/quant.h): a small MLP graph quantized each way
+ * runs, saves and loads, and stays within a stated distance of the fp32 graph
+ * on its inputs; a GPT graph quantized to int4 and int8 generates; bad input
+ * (a group that does not divide a layer, calibration data of the wrong shape
+ * or type, a graph that cannot be calibrated) is an error naming it; the
+ * loader refuses quantized nodes with bad attributes or tables.
+ *
+ * Error bounds vs fp32 (max |diff| / max |fp32 output| over the outputs):
+ *   int8 dynamic / static 0.03; entropy 0.25: it clips tails by design (here the
+ *   relu output at 15.7 of its 31.9 maximum, so the largest test outputs clip); int4 g32 0.3: random
+ *   N(0,1) weights are int4's worst case (16 levels per group of 32: rounding
+ *   noise ~8% of the weights' spread per layer, three layers, max over outputs;
+ *   0.21 symmetric and 0.16 with min measured). The GPT: int8 0.05, int4 0.15. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fathom/fathom.h"
+#include "fathom/gpt.h"
+#include "fathom/graph.h"
+#include "fathom/quant.h"
+#include "test_util.h"
+
+static char g_tmp[256];
+
+static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    return fm_tensor_randn(ndim, shape, FM_F32, &r);
+}
+
+/* x [batch, 64] -> linear 64->96 -> relu -> matmul by a [96, 32] constant -> linear 32->10 */
+static fm_graph *mlp(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w1 = randn(2, (int64_t[]){96, 64}, 1), *b1 = randn(1, (int64_t[]){96}, 2), *w2 = randn(2, (int64_t[]){96, 32}, 3);
+    fm_tensor *w3 = randn(2, (int64_t[]){10, 32}, 4);
+    fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 64}, (const char *[]){"batch", NULL});
+    fm_graph_add_const(g, "fc1.weight", w1);
+    fm_graph_add_const(g, "fc1.bias", b1);
+    fm_graph_add_const(g, "proj", w2);
+    fm_graph_add_const(g, "fc3.weight", w3);
+    fm_graph_add_node(g, "linear", "fc1", 3, (const char *[]){"x", "fc1.weight", "fc1.bias"}, 1, (const char *[]){"h1"}, 0, NULL);
+    fm_graph_add_node(g, "relu", "act", 1, (const char *[]){"h1"}, 1, (const char *[]){"r1"}, 0, NULL);
+    fm_graph_add_node(g, "matmul", "mm", 2, (const char *[]){"r1", "proj"}, 1, (const char *[]){"h2"}, 0, NULL);
+    fm_graph_add_node(g, "linear", "fc3", 2, (const char *[]){"h2", "fc3.weight"}, 1, (const char *[]){"y"}, 0, NULL);
+    fm_graph_add_output(g, "y");
+    fm_tensor_release_n(4, w1, b1, w2, w3);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    return g;
+}
+
+/* max |a - b| / max |a| on one input */
+static double rel_diff(const fm_graph *a, const fm_graph *b, fm_tensor *x) {
+    fm_tensor *ya = fm_graph_run1(a, x), *yb = fm_graph_run1(b, x);
+    double num = 0, den = 0;
+    for (int64_t i = 0; ya && yb && i < fm_tensor_numel(ya); i++) {
+        num = fmax(num, fabs(fm_tensor_get(ya, i) - fm_tensor_get(yb, i)));
+        den = fmax(den, fabs(fm_tensor_get(ya, i)));
+    }
+    bool ok = ya && yb;
+    fm_tensor_release_n(2, ya, yb);
+    return ok && den > 0 ? num / den : INFINITY;
+}
+
+static int count_op(const fm_graph *g, const char *op) {
+    int n = 0;
+    for (int i = 0; i < fm_graph_num_nodes(g); i++) n += !strcmp(fm_graph_node_op(g, i), op);
+    return n;
+}
+
+static void test_modes(void) {
+    fm_graph *g = mlp();
+    fm_tensor *x = randn(2, (int64_t[]){32, 64}, 9), *calib = randn(2, (int64_t[]){200, 64}, 10);
+    const struct { fm_quant_mode m; fm_calib_method c; int group; bool wm; double tol; const char *op; } cases[] = {
+        {FM_QUANT_INT8_DYNAMIC, 0, 0, false, 0.03, "qlinear_int8"}, {FM_QUANT_INT8_STATIC, FM_CALIB_MINMAX, 0, false, 0.03, "qlinear_int8"},
+        {FM_QUANT_INT8_STATIC, FM_CALIB_PERCENTILE, 0, false, 0.03, "qlinear_int8"},
+        {FM_QUANT_INT8_STATIC, FM_CALIB_ENTROPY, 0, false, 0.25, "qlinear_int8"},
+        {FM_QUANT_INT4, 0, 32, false, 0.3, "qlinear_int4"}, {FM_QUANT_INT4, 0, 32, true, 0.3, "qlinear_int4"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        o.mode = cases[i].m;
+        o.method = cases[i].c;
+        o.group = cases[i].group ? cases[i].group : 32;
+        o.with_min = cases[i].wm;
+        o.calib = calib;
+        fm_quant_report rep;
+        fm_graph *q = fm_graph_quantize(g, &o, &rep);
+        CHECK_MSG(q != NULL, "case %zu: %s", i, fm_last_error());
+        if (!q) continue;
+        CHECK_MSG(rep.n_quantized == 3 && count_op(q, cases[i].op) == 3 && count_op(q, "relu") == 1, "case %zu: %d quantized", i, rep.n_quantized);
+        CHECK(rep.n_nodes == 4 && !rep.nodes[1].quantized && strstr(rep.nodes[1].how, "fp32"));
+        CHECK(rep.bytes_after < rep.bytes_before / (o.mode == FM_QUANT_INT4 ? 4 : 2));
+        double d = rel_diff(g, q, x);
+        for (int k = 0; getenv("QDEBUG") && k < rep.n_nodes; k++) printf("  %s: %s\n", rep.nodes[k].node, rep.nodes[k].how);
+        CHECK_MSG(d < cases[i].tol, "case %zu (mode %d method %d min %d): relative difference %g, bound %g", i, cases[i].m, cases[i].c,
+                  cases[i].wm, d, cases[i].tol);
+        printf("case %zu: mode %d method %d with_min %d: max rel diff vs fp32 %.4g\n", i, cases[i].m, cases[i].c, cases[i].wm, d);
+        /* a saved and loaded quantized graph computes the same bits */
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/q%zu", g_tmp, i);
+        CHECK(fm_graph_save(q, dir) == FM_OK);
+        fm_graph *l = fm_graph_load(dir);
+        CHECK_MSG(l != NULL, "%s", fm_last_error());
+        CHECK(l && rel_diff(q, l, x) == 0);
+        fm_graph_free(l);
+        fm_graph_free(q);
+        fm_quant_report_free(&rep);
+    }
+    fm_tensor_release_n(2, x, calib);
+    fm_graph_free(g);
+}
+
+static void test_bad_input(void) {
+    fm_graph *g = mlp();
+    fm_quant_options o;
+    fm_quant_options_init(&o);
+    o.mode = FM_QUANT_INT4;
+    o.group = 128; /* 64 and 32 input features: 128 divides neither */
+    CHECK(fm_graph_quantize(g, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("node 'fc1' (linear): --group 128 does not divide its 64 input features");
+    o.group = 48;
+    CHECK(fm_graph_quantize(g, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("--group 48 must be 32, 64 or 128");
+    o.mode = FM_QUANT_INT8_STATIC;
+    o.calib = NULL;
+    CHECK(fm_graph_quantize(g, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("static int8 needs calibration data");
+    fm_tensor *wrong = randn(2, (int64_t[]){10, 63}, 1), *ints = fm_tensor_zeros(2, (int64_t[]){10, 64}, FM_I64, FM_CPU);
+    o.calib = wrong;
+    CHECK(fm_graph_quantize(g, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("calibration data [10, 63] does not fit the graph's input 'x' [\"batch\", 64]");
+    o.calib = ints;
+    CHECK(fm_graph_quantize(g, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("calibration data must be f32 samples on the host, got i64");
+    /* nothing to quantize is an error, not a silent copy */
+    fm_graph *r = fm_graph_new();
+    fm_graph_add_input(r, "x", FM_F32, 1, (int64_t[]){4}, NULL);
+    fm_graph_add_node(r, "relu", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"y"}, 0, NULL);
+    fm_graph_add_output(r, "y");
+    o.mode = FM_QUANT_INT8_DYNAMIC;
+    CHECK(fm_graph_quantize(r, &o, NULL) == NULL);
+    CHECK_ERR_CONTAINS("no node of this graph can be quantized");
+    fm_tensor_release_n(2, wrong, ints);
+    fm_graph_free(r);
+    fm_graph_free(g);
+}
+
+/* graph.json edits the loader must refuse, naming the node */
+static void test_loader_checks(void) {
+    fm_graph *g = mlp();
+    fm_quant_options o;
+    fm_quant_options_init(&o);
+    o.mode = FM_QUANT_INT8_STATIC;
+    fm_tensor *calib = randn(2, (int64_t[]){50, 64}, 3);
+    o.calib = calib;
+    fm_graph *q = fm_graph_quantize(g, &o, NULL);
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/edit", g_tmp);
+    CHECK(q && fm_graph_save(q, dir) == FM_OK);
+    snprintf(path, sizeof path, "%s/graph.json", dir);
+    FILE *f = fopen(path, "rb");
+    char *text = calloc(1 << 20, 1);
+    size_t n = f ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(n > 0);
+    const struct { const char *from, *to, *err; } edits[] = {
+        {"\"a_zero\": ", "\"a_zero\": 3000", "a_zero 3000"},
+        {"\"a_scale\": ", "\"a_scale\": -1", "a_scale -1"},
+        {"[\"x\", \"fc1.weight.int8\"", "[\"x\", \"fc1.weight.int8_scale\"", "weight must be a 2-D i8 tensor [out, in], got f32 [96]"},
+        {"\"fc3.weight.int8_scale\"]", "\"fc1.weight.int8_scale\"]", "weight scale has shape [96], expected [10]"},
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        char *at = strstr(text, edits[e].from), *t2 = calloc(1 << 20, 1);
+        CHECK_MSG(at != NULL, "edit %zu: '%s' not in graph.json", e, edits[e].from);
+        if (!at) { free(t2); continue; }
+        /* replace the matched text (and, for numbers, the number after it) */
+        size_t pre = (size_t)(at - text), skip = strlen(edits[e].from);
+        if (edits[e].from[strlen(edits[e].from) - 1] == ' ')
+            while (at[skip] && at[skip] != ',' && at[skip] != '}') skip++;
+        memcpy(t2, text, pre);
+        strcat(t2, edits[e].to);
+        strcat(t2, at + skip);
+        f = fopen(path, "wb");
+        fputs(t2, f);
+        fclose(f);
+        fm_graph *l = fm_graph_load(dir);
+        CHECK_MSG(l == NULL, "edit %zu loaded", e);
+        if (!l) CHECK_ERR_CONTAINS(edits[e].err);
+        fm_graph_free(l);
+        free(t2);
+    }
+    free(text);
+    fm_tensor_release(calib);
+    fm_graph_free(q);
+    fm_graph_free(g);
+}
+
+/* A GPT-2 graph quantized: int4 (embedding and linears, the tied head shares the
+ * table) and int8 dynamic generate 12 tokens; the logits stay near fp32. */
+static void test_gpt(void) {
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+    c.n_layer = 2; c.n_head = 4; c.n_kv_head = 4; c.n_embd = 64; c.ffn_hidden = 256; c.block_size = 24; c.vocab_size = 50; c.dropout = 0;
+    fm_rng r;
+    fm_rng_init(&r, 7);
+    fm_gpt *m = fm_gpt_new(&c, &r);
+    fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;
+    CHECK_MSG(g != NULL, "%s", fm_last_error());
+    for (int mode = 0; g && mode < 2; mode++) {
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        o.mode = mode ? FM_QUANT_INT4 : FM_QUANT_INT8_DYNAMIC;
+        fm_quant_report rep;
+        fm_graph *q = fm_graph_quantize(g, &o, &rep);
+        CHECK_MSG(q != NULL, "%s", fm_last_error());
+        if (!q) continue;
+        CHECK(mode == 0 || count_op(q, "qembedding_int4") == 1);
+        CHECK(count_op(q, mode ? "qlinear_int4" : "qlinear_int8") == 4 * c.n_layer + 1);
+        CHECK(count_op(q, "linear") == 0);
+        int32_t prompt[3] = {1, 5, 9}, out[12];
+        int no = 0;
+        fm_gpt_sample_params sp = {0, 0, 1.0, 0};
+        CHECK_MSG(fm_graph_generate(q, prompt, 3, 12, &sp, out, &no, NULL, NULL, NULL) == FM_OK && no == 12, "%s", fm_last_error());
+        double d = 0;
+        CHECK(fm_graph_compare(g, q, &d) == FM_OK);
+        CHECK_MSG(d < (mode ? 0.15 : 0.05), "gpt mode %d: logits differ by %g relative", mode, d);
+        printf("gpt %s: %d nodes quantized, constants %zu -> %zu bytes, max rel diff %.4g\n", mode ? "int4 g32" : "int8 dynamic",
+               rep.n_quantized, rep.bytes_before, rep.bytes_after, d);
+        fm_quant_report_free(&rep);
+        fm_graph_free(q);
+    }
+    fm_graph_free(g);
+    fm_gpt_free(m);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/fathom_test_quant.%d", (int)getpid());
+    mkdir(g_tmp, 0700);
+    test_modes();
+    test_bad_input();
+    test_loader_checks();
+    test_gpt();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    TEST_DONE();
+}

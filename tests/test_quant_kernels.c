@@ -1,0 +1,164 @@
+/* The quantized kernels against their scalar references (quant_kernels.h):
+ * the int8 product is integer arithmetic, so every implementation must give
+ * the reference's integers exactly, including inputs where vpmaddubsw's 16-bit
+ * pair sums would saturate (255 x -128 twice); activation quantization must
+ * match bit for bit; the int4 rows accumulate in f32 in another order, so they
+ * are held to a relative bound. */
+#include <stdlib.h>
+
+#include "backend/cpu/quant_kernels.h"
+#include "core/cpu_features.h"
+#include "fathom/tensor.h"
+#include "test_util.h"
+
+static uint64_t g_seed = 88172645463325252ull;
+static uint32_t rnd(void) { g_seed ^= g_seed << 13; g_seed ^= g_seed >> 7; g_seed ^= g_seed << 17; return (uint32_t)g_seed; }
+
+typedef enum { FILL_RANDOM, FILL_SATURATE, FILL_EXTREMES } fill_kind;
+
+static void fill8(uint8_t *a, int8_t *b, int64_t na, int64_t nb, fill_kind f) {
+    for (int64_t i = 0; i < na; i++) a[i] = f == FILL_RANDOM ? (uint8_t)rnd() : f == FILL_SATURATE ? 255 : (rnd() & 1 ? 255 : 0);
+    for (int64_t i = 0; i < nb; i++) b[i] = f == FILL_RANDOM ? (int8_t)rnd() : f == FILL_SATURATE ? -128 : (rnd() & 1 ? 127 : -128);
+}
+
+static int64_t q8_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl impl, bool epi) {
+    uint8_t *A = malloc((size_t)(M * K + 1));
+    int8_t *B = malloc((size_t)(N * K + 1));
+    int32_t *C0 = calloc((size_t)(M * N + 1), 4), *C1 = calloc((size_t)(M * N + 1), 4), *ws = malloc(4 * (size_t)N);
+    float *sc = malloc(4 * (size_t)N), *bias = malloc(4 * (size_t)N), *y0 = calloc((size_t)(M * N + 1), 4), *y1 = calloc((size_t)(M * N + 1), 4);
+    fill8(A, B, M * K, N * K, f);
+    for (int64_t n = 0; n < N; n++) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; k++) s += B[n * K + k];
+        ws[n] = s;
+        sc[n] = 0.001f * (float)(1 + n % 7);
+        bias[n] = 0.5f - (float)(n % 3);
+    }
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N}, ep1 = ep0;
+    ep1.y = y1;
+    fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL}, g1 = g0;
+    g1.C = C1;
+    g1.ep = epi ? &ep1 : NULL;
+    fm_q8_gemm_run(&g0, FM_Q8_REF);
+    fm_q8_gemm_run(&g1, impl);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M * N; i++) bad += epi ? y0[i] != y1[i] : C0[i] != C1[i];
+    if (f == FILL_SATURATE && !epi) bad += C0[0] != 255 * -128 * (int32_t)K; /* the reference itself */
+    free(A); free(B); free(C0); free(C1); free(ws); free(sc); free(bias); free(y0); free(y1);
+    return bad;
+}
+
+static void test_q8(void) {
+    const fm_cpu_features *cf = fm_cpu_get_features();
+    fm_q8_impl impls[2] = {FM_Q8_AVX2, FM_Q8_VNNI};
+    bool have[2] = {cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->avx512_vnni};
+    const int64_t shapes[][3] = {{1, 1, 1}, {4, 4, 64}, {5, 7, 63}, {3, 9, 65}, {17, 33, 200}, {128, 40, 784}, {2, 19, 1024}, {9, 5, 31}};
+    for (int i = 0; i < 2; i++) {
+        if (!have[i]) { TEST_SKIP("int8 %s kernel: this CPU lacks it", fm_q8_impl_name(impls[i])); continue; }
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int f = 0; f < 3; f++)
+                for (int epi = 0; epi < 2; epi++) {
+                    int64_t bad = q8_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)f, impls[i], epi);
+                    CHECK_MSG(bad == 0, "%s M %lld N %lld K %lld fill %d epilogue %d: %lld elements differ from the scalar reference",
+                              fm_q8_impl_name(impls[i]), (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], f, epi, (long long)bad);
+                }
+    }
+}
+
+/* The saturating case spelled out: vpmaddubsw alone would clip 255*-128*2 to -32768. */
+static void test_q8_saturation_value(void) {
+    uint8_t A[64];
+    int8_t B[64];
+    for (int i = 0; i < 64; i++) { A[i] = 255; B[i] = -128; }
+    int32_t c[3] = {0, 0, 0};
+    fm_q8_gemm g = {1, 1, 64, A, 64, B, 64, c, 1, NULL};
+    fm_q8_gemm_tile_ref(&g, 0, 1, 0, 1);
+    CHECK(c[0] == -2088960);
+    const fm_cpu_features *cf = fm_cpu_get_features();
+    if (cf->avx2) { g.C = c + 1; fm_q8_gemm_tile_avx2(&g, 0, 1, 0, 1); CHECK(c[1] == -2088960); }
+    if (cf->avx512_vnni && cf->avx512bw) { g.C = c + 2; fm_q8_gemm_tile_vnni(&g, 0, 1, 0, 1); CHECK(c[2] == -2088960); }
+}
+
+static void test_q8_activations(void) {
+    const int64_t n = 1000;
+    float *x = malloc(4 * n);
+    uint8_t *q0 = malloc(n), *q1 = malloc(n);
+    for (int64_t i = 0; i < n; i++) x[i] = ((float)(rnd() % 20001) - 7000.0f) / 1000.0f;
+    x[5] = 0.5f * 0.0f; /* an exact zero must map to the zero point */
+    float mn, mx, s;
+    int32_t z;
+    fm_q8_range(x, n, &mn, &mx);
+    fm_q8_params(mn, mx, &s, &z);
+    fm_q8_quantize(x, n, s, z, q0);
+    CHECK(q0[5] == z);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(((double)q0[i] - z) * s - x[i]));
+    CHECK_MSG(worst <= 0.5001 * s, "round trip error %g > scale/2 %g", worst, 0.5 * s);
+    if (fm_cpu_get_features()->avx512bw && fm_cpu_get_features()->avx512vl) {
+        for (int64_t len = 1; len <= n; len += 37) {
+            float mn2, mx2;
+            fm_q8_range(x, len, &mn, &mx);
+            fm_q8_range_avx512(x, len, &mn2, &mx2);
+            CHECK(mn == mn2 && mx == mx2);
+            fm_q8_quantize(x, len, s, z, q0);
+            fm_q8_quantize_avx512(x, len, 1.0f / s, z, q1);
+            CHECK_MSG(!memcmp(q0, q1, (size_t)len), "avx512 activation codes differ at length %lld", (long long)len);
+        }
+    } else {
+        TEST_SKIP("avx512 activation quantization: this CPU lacks AVX-512");
+    }
+    free(x); free(q0); free(q1);
+}
+
+static void test_q4(void) {
+    const fm_cpu_features *cf = fm_cpu_get_features();
+    const int64_t shapes[][4] = {{1, 5, 32, 32}, {3, 7, 128, 64}, {4, 9, 256, 128}, {6, 3, 384, 32}, {1, 64, 512, 128}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int with_min = 0; with_min < 2; with_min++) {
+            int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], G = shapes[s][3], ng = K / G;
+            float *x = malloc(4 * (size_t)(M * K)), *xs = calloc((size_t)(M * ng), 4), *bias = malloc(4 * (size_t)N);
+            float *y[3] = {malloc(4 * (size_t)(M * N)), malloc(4 * (size_t)(M * N)), malloc(4 * (size_t)(M * N))};
+            uint8_t *w = malloc((size_t)(N * K / 2));
+            uint16_t *sc = malloc(2 * (size_t)(N * ng)), *mi = malloc(2 * (size_t)(N * ng));
+            for (int64_t i = 0; i < M * K; i++) x[i] = ((float)(rnd() % 2001) - 1000.0f) / 1000.0f;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t k = 0; k < K; k++) xs[m * ng + k / G] += x[m * K + k];
+            for (int64_t i = 0; i < N * K / 2; i++) w[i] = (uint8_t)rnd();
+            for (int64_t i = 0; i < N * ng; i++) { sc[i] = fm_f32_to_f16(0.01f + 0.001f * (float)(i % 5)); mi[i] = fm_f32_to_f16(-0.07f); }
+            for (int64_t n = 0; n < N; n++) bias[n] = 0.1f * (float)n;
+            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N};
+            fm_q4_gemm_run(&g, FM_Q4_REF);
+            /* the reference against a dequantized f64 product */
+            float *row = malloc(4 * (size_t)K);
+            double worst = 0;
+            for (int64_t n = 0; n < N; n++) {
+                fm_q4_dequant_row(w + n * K / 2, sc + n * ng, with_min ? mi + n * ng : NULL, K, G, row);
+                for (int64_t m = 0; m < M; m++) {
+                    double acc = bias[n], mag = fabs(bias[n]);
+                    for (int64_t k = 0; k < K; k++) { acc += (double)row[k] * x[m * K + k]; mag += fabs((double)row[k] * x[m * K + k]); }
+                    worst = fmax(worst, fabs(y[0][m * N + n] - acc) / (mag + 1e-30));
+                }
+            }
+            CHECK_MSG(worst < 1e-5, "int4 reference vs dequantized product: %g", worst);
+            fm_q4_impl impls[2] = {FM_Q4_AVX2, FM_Q4_AVX512};
+            bool have[2] = {cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->f16c};
+            for (int i = 0; i < 2; i++) {
+                if (!have[i]) { TEST_SKIP("int4 kernel %d: this CPU lacks it", i); continue; }
+                g.y = y[1 + i];
+                fm_q4_gemm_run(&g, impls[i]);
+                double e = 0;
+                for (int64_t j = 0; j < M * N; j++) e = fmax(e, fabs(y[1 + i][j] - y[0][j]) / (1.0 + fabs(y[0][j])));
+                CHECK_MSG(e < 2e-5, "int4 impl %d M %lld K %lld G %lld min %d: rel err %g vs the reference", i, (long long)M, (long long)K,
+                          (long long)G, with_min, e);
+            }
+            free(x); free(xs); free(bias); free(y[0]); free(y[1]); free(y[2]); free(w); free(sc); free(mi); free(row);
+        }
+}
+
+int main(void) {
+    test_q8_saturation_value();
+    test_q8();
+    test_q8_activations();
+    test_q4();
+    TEST_DONE();
+}
