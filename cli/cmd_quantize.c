@@ -22,9 +22,10 @@ static void usage(FILE *f) {
                "a graph directory that predict, eval, generate, serve and the graph API run.\n\n"
                "modes:\n"
                "  --int8 --dynamic            int8 weights (per output channel), activations quantized per batch\n"
-               "  --int8 --calibrate DATA     int8 with fixed activation scales from calibration; DATA is the\n"
-               "                              recipe's data set directory (training split) or an input file\n"
-               "                              (.npy, idx, PNG) of samples as predict takes them\n"
+               "  --int8 --calibrate DATA     int8 with fixed activation scales from calibration; DATA is\n"
+               "                              `recipe` (the training data the model's recipe names), a data set\n"
+               "                              directory (its training split), or an input file (.npy, idx, PNG)\n"
+               "                              of samples as predict takes them\n"
                "     --method minmax|percentile|entropy   how the ranges are chosen (default minmax)\n"
                "     --percentile P           share of values kept by --method percentile (default 99.99)\n"
                "     --samples N              calibration samples (default 512)\n"
@@ -103,7 +104,8 @@ static fm_tensor *calib_data(const fm_graph *g, const char *data, int64_t sample
                      "Use --int8 --dynamic", fm_last_error());
         return NULL;
     }
-    fm_dataset *d = is_dir(data) ? fm_recipe_dataset(&r, FM_SPLIT_TRAIN, data) : NULL;
+    bool own = !strcmp(data, "recipe"); /* the training data the recipe names */
+    fm_dataset *d = own || is_dir(data) ? fm_recipe_dataset(&r, FM_SPLIT_TRAIN, own ? NULL : data) : NULL;
     fm_tensor *x = NULL;
     if (d) {
         fm_loader_options lo;
@@ -117,7 +119,7 @@ static fm_tensor *calib_data(const fm_graph *g, const char *data, int64_t sample
         if (l && fm_dataloader_next(l, &b) == FM_OK && b.x) x = fm_contiguous(b.x);
         fm_dataloader_free(l);
         fm_dataset_release(d);
-    } else if (!is_dir(data)) {
+    } else if (!own && !is_dir(data)) {
         fm_tensor *raw = fm_data_read(data); /* u8 data comes back scaled to [0, 1] */
         if (raw && (raw->dtype == FM_F32 || raw->dtype == FM_F64)) {
             int64_t per = 1, shape[FM_MAX_DIMS];

@@ -26,6 +26,7 @@
 #include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
 #include "fathom/fathom.h"
+#include "fathom/quant.h"
 #include "backend/kernel.h"
 #include "test_util.h"
 
@@ -890,6 +891,7 @@ static int ops_in_groups(fm_op_group g1, fm_op_group g2, fm_op_id *out) {
 }
 
 static void optim_cases(fm_dtype dt);
+static void quant_cases(fm_dtype dt);
 
 static void conformance(fm_dtype dt) {
     /* the elementwise lists come from ops.def's groups, as the CUDA backend registers them */
@@ -1231,6 +1233,56 @@ static void conformance(fm_dtype dt) {
     bn_cases(dt);
     index_cases(dt);
     optim_cases(dt);
+    quant_cases(dt);
+}
+
+/* The quantized ops (f32 activations only): int8 dynamic and static, through
+ * cuBLASLt (K, N multiples of 4) and the plain kernel (K = 37); int4 with and
+ * without offsets and bias; the int4 embedding. Weights made by the packers. */
+static void quant_cases(fm_dtype dt) {
+    if (dt != FM_F32) return;
+    const int64_t Ks[2] = {64, 37};
+    for (int ki = 0; ki < 2; ki++)
+        for (int stat = 0; stat < 2; stat++) {
+            int64_t M = 19, N = ki ? 10 : 24, K = Ks[ki], xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N};
+            fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1600 + (uint64_t)ki), *q = NULL, *s = NULL;
+            CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK);
+            fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0};
+            conf_case c = {.label = stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)", .op = FM_OP_QLINEAR_INT8, .n_in = 4, .n_out = 1, .attrs = &at};
+            c.in[0] = rand_tensor(2, xs, FM_F32, -2, 2.5, 1610);
+            c.in[1] = q;
+            c.in[2] = s;
+            c.in[3] = ki ? NULL : rand_tensor(1, &N, FM_F32, -1, 1, 1611);
+            c.out[0] = spec(2, ys, FM_F32);
+            run_case(&c, dt);
+            case_free(&c);
+            fm_tensor_release(w);
+        }
+    for (int wm = 0; wm < 2; wm++) {
+        int64_t M = 6, N = 12, K = 128, xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N};
+        fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1620), *p = NULL, *s = NULL, *mi = NULL;
+        CHECK(fm_quantize_weight_int4(w, 64, wm, &p, &s, &mi) == FM_OK);
+        fm_q4_attrs at = {64};
+        conf_case c = {.label = wm ? "qlinear_int4 (with min, bias)" : "qlinear_int4", .op = FM_OP_QLINEAR_INT4, .n_in = 5, .n_out = 1, .attrs = &at};
+        c.in[0] = rand_tensor(2, xs, FM_F32, -1, 1, 1621);
+        c.in[1] = p;
+        c.in[2] = s;
+        c.in[3] = mi;
+        c.in[4] = wm ? rand_tensor(1, &N, FM_F32, -1, 1, 1622) : NULL;
+        c.out[0] = spec(2, ys, FM_F32);
+        run_case(&c, dt);
+        int64_t is[2] = {3, 5}, es[3] = {3, 5, K};
+        conf_case e = {.label = "qembedding_int4", .op = FM_OP_QEMBEDDING_INT4, .n_in = 4, .n_out = 1, .attrs = &at};
+        e.in[0] = fm_tensor_retain(p);
+        e.in[1] = fm_tensor_retain(s);
+        e.in[2] = mi ? fm_tensor_retain(mi) : NULL;
+        e.in[3] = index_tensor(2, is, N, 1623);
+        e.out[0] = spec(3, es, FM_F32);
+        run_case(&e, dt);
+        case_free(&e);
+        case_free(&c);
+        fm_tensor_release(w);
+    }
 }
 
 /* The optimizer's in-place kernels (OPTIM_STEP, SCALE_INPLACE): the same call

@@ -297,17 +297,25 @@ static void test_corrupt_files(void) {
 
 /* The fuzzer's seed graphs (tests/data/graph) load and run with its fixed weights. */
 static void test_seed_files(void) {
-    const char *seeds[] = {"mlp.json", "seq.json"};
+    const char *seeds[] = {"mlp.json", "seq.json", "quant.json"};
     char dir[300], path[400], cmd[800];
     snprintf(dir, sizeof dir, "%s/seed", g_tmp);
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
     fm_tensor *w = fm_tensor_full(2, (int64_t[]){8, 8}, 0.5, FM_F32, FM_CPU), *b = fm_tensor_full(1, (int64_t[]){8}, 0.25, FM_F32, FM_CPU);
+    /* the quantized ops' tables, as tests/fuzz/fuzz_graph.c writes them */
+    fm_tensor *q8 = fm_tensor_full(2, (int64_t[]){8, 8}, 3, FM_I8, FM_CPU), *q4 = fm_tensor_full(2, (int64_t[]){8, 16}, 0x5A, FM_U8, FM_CPU);
+    fm_tensor *s4 = fm_tensor_full(2, (int64_t[]){8, 1}, 0.01, FM_F16, FM_CPU), *m4 = fm_tensor_full(2, (int64_t[]){8, 1}, -0.05, FM_F16, FM_CPU);
     fm_named_list l = {0};
     fm_named_list_push(&l, "w", w, false, false);
     fm_named_list_push(&l, "b", b, false, false);
+    fm_named_list_push(&l, "q8", q8, false, false);
+    fm_named_list_push(&l, "q4", q4, false, false);
+    fm_named_list_push(&l, "s4", s4, false, false);
+    fm_named_list_push(&l, "m4", m4, false, false);
     CHECK(fm_safetensors_save(path, &l, NULL) == FM_OK);
     fm_named_list_free(&l);
+    fm_tensor_release_n(4, q8, q4, s4, m4);
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         snprintf(cmd, sizeof cmd, "cp tests/data/graph/%s %s/graph.json", seeds[i], dir);
         CHECK(system(cmd) == 0);

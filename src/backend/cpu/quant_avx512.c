@@ -91,7 +91,43 @@ static inline void unpack32(const uint8_t *p, __m512 *lo, __m512 *hi) {
     *hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), m)));
 }
 
+/* One row of x (decoding) against 4 weight rows at a time: four independent
+ * accumulator chains keep the FMA units busy while each group's codes are
+ * unpacked once per weight row; the tail rows go one by one. */
+static inline __attribute__((always_inline)) void gemv4(const fm_q4_gemm *g, int64_t m, int64_t n, int nn) {
+    const int64_t ng = g->K / g->G;
+    const float *x = g->x + m * g->ldx, *xs = g->xsum + m * ng;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    for (int64_t gi = 0; gi < ng; gi++) {
+        __m512 dot[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t k = gi * g->G; k < (gi + 1) * g->G; k += 32) {
+            __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+            for (int j = 0; j < nn; j++) {
+                __m512 lo, hi;
+                unpack32(g->w + (n + j) * (g->K / 2) + k / 2, &lo, &hi);
+                dot[j] = _mm512_fmadd_ps(hi, x1, _mm512_fmadd_ps(lo, x0, dot[j]));
+            }
+        }
+        for (int j = 0; j < nn; j++) {
+            float d = _cvtsh_ss(g->scale[(n + j) * ng + gi]), mn = g->min ? _cvtsh_ss(g->min[(n + j) * ng + gi]) : -8.0f * d;
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(d), dot[j], acc[j]);
+            off[j] += mn * xs[gi];
+        }
+    }
+    for (int j = 0; j < nn; j++) {
+        float y = _mm512_reduce_add_ps(acc[j]) + off[j];
+        g->y[m * g->ldy + n + j] = g->bias ? y + g->bias[n + j] : y;
+    }
+}
+
 void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (m1 - m0 == 1) {
+        int64_t n = n0;
+        for (; n + 4 <= n1; n += 4) gemv4(g, m0, n, 4);
+        for (; n < n1; n++) gemv4(g, m0, n, 1);
+        return;
+    }
     const int64_t ng = g->K / g->G, nr = m1 - m0;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *w = g->w + n * (g->K / 2);

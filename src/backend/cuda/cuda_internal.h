@@ -22,6 +22,7 @@ extern "C" void fm_cuda_kernels_attention(fm_backend *b);
 extern "C" void fm_cuda_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
 extern "C" void fm_cuda_kernels_conv(fm_backend *b);
 extern "C" void fm_cuda_kernels_optim(fm_backend *b);       /* optim_step, sum_sq_blocks, scale_inplace */
+extern "C" void fm_cuda_kernels_quant(fm_backend *b);       /* qlinear_int8 (cuBLASLt s8), qlinear_int4, qembedding_int4 */
 extern "C" void fm_cuda_kernels_fused(fm_backend *b);       /* qkv_split_heads (+ backward) */        /* conv2d, max/avg pool2d, batch_norm (+ backwards) */
 
 /* The stream every kernel of the current device is queued on. */

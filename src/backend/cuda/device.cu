@@ -493,6 +493,7 @@ static void build(void) {
     fm_cuda_kernels_conv(&g_cuda);
     fm_cuda_kernels_fused(&g_cuda);
     fm_cuda_kernels_optim(&g_cuda);
+    fm_cuda_kernels_quant(&g_cuda);
     for (int i = 0; i < FM_OP_COUNT; i++) {
         g_real[i] = g_cuda.kernels[i];
         if (g_real[i]) g_cuda.kernels[i] = trampoline;

@@ -1,0 +1,257 @@
+/* fathom quantize, measured (docs/QUANTIZE.md has the table):
+ *   1. fashion-mlp (784-1024-1024-10, ReLU) at batch 128: fp32 graph vs int8
+ *      dynamic vs int8 static (GEMM-bound; goal int8 >= 2x fp32);
+ *   2. the kjv-gpt shape (4 layers x 128, vocab 512): a 64-token prompt at
+ *      batch 8 (prefill), fp32 vs int8 dynamic;
+ *   3. decode steps (batch 1, 64 cached tokens) of the kjv-gpt shape and of a
+ *      GPT-2-small shape (12 x 768, vocab 8192): tokens/s for fp32, int8 and
+ *      int4 g32/64/128, with the bytes of weights each step reads and the bound
+ *      those bytes set at the measured copy bandwidth (goal int4 >= 1.8x fp32
+ *      and >= 80% of the bound);
+ *   4. with --ort PYTHON: ONNX Runtime on the same MLP (fp32, quantize_dynamic,
+ *      quantize_static), bench/bench_quant_ort.py, in this invocation.
+ * Weights are random (speed does not depend on them); the sides run in
+ * alternating rounds so that machine load hits all alike; medians and, for a
+ * loaded machine, the best round of each side ("best_*"). JSON lines.
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "fathom/autograd.h"
+#include "fathom/gpt.h"
+#include "fathom/graph.h"
+#include "fathom/onnx.h"
+#include "fathom/quant.h"
+
+#define MAX_SIDES 6
+typedef struct { const char *name; const fm_graph *g; double t[64]; } side;
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_quant: %s: %s\n", what, fm_last_error());
+    exit(1);
+}
+
+/* Alternating rounds over the sides, each running its graph on the same inputs. */
+static void time_sides(side *s, int n, fm_tensor *const *in, int n_out, int rounds) {
+    fm_tensor *out[64];
+    for (int r = -1; r < rounds; r++) /* round -1: warm-up */
+        for (int i = 0; i < n; i++) {
+            double t0 = bench_now_s();
+            if (fm_graph_run(s[i].g, in, out) != FM_OK) die(s[i].name);
+            if (r >= 0) s[i].t[r] = bench_now_s() - t0;
+            for (int k = 0; k < n_out; k++) fm_tensor_release(out[k]);
+        }
+}
+
+static double best_of(const double *t, int n) {
+    double b = t[0];
+    for (int i = 1; i < n; i++) b = fmin(b, t[i]);
+    return b;
+}
+
+static fm_tensor *randn(int nd, const int64_t *shape, uint64_t seed) {
+    fm_rng r;
+    fm_rng_init(&r, seed);
+    return fm_tensor_randn(nd, shape, FM_F32, &r);
+}
+
+static fm_graph *quantize(const fm_graph *g, fm_quant_mode m, int group, const fm_tensor *calib) {
+    fm_quant_options o;
+    fm_quant_options_init(&o);
+    o.mode = m;
+    o.group = group;
+    o.calib = calib;
+    fm_graph *q = fm_graph_quantize(g, &o, NULL);
+    if (!q) die("quantize");
+    return q;
+}
+
+static size_t weight_bytes(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/weights.safetensors", dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return (size_t)n;
+}
+
+/* ---- 1. fashion-mlp at batch 128 ---- */
+static fm_graph *mlp_graph(void) {
+    fm_graph *g = fm_graph_new();
+    const int64_t dims[4] = {784, 1024, 1024, 10};
+    fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 784}, (const char *[]){"batch", NULL});
+    const char *prev = "x";
+    char names[3][4][32];
+    for (int l = 0; l < 3; l++) {
+        fm_tensor *w = randn(2, (int64_t[]){dims[l + 1], dims[l]}, 10 + (uint64_t)l), *b = randn(1, &dims[l + 1], 20 + (uint64_t)l);
+        fm_tensor *ws = fm_mul_scalar(w, 1.0 / 28.0); /* ~ Kaiming scale: activations stay O(1) */
+        snprintf(names[l][0], 32, "fc%d.weight", l);
+        snprintf(names[l][1], 32, "fc%d.bias", l);
+        snprintf(names[l][2], 32, "h%d", l);
+        snprintf(names[l][3], 32, "r%d", l);
+        fm_graph_add_const(g, names[l][0], ws);
+        fm_graph_add_const(g, names[l][1], b);
+        fm_graph_add_node(g, "linear", NULL, 3, (const char *[]){prev, names[l][0], names[l][1]}, 1, (const char *[]){names[l][2]}, 0, NULL);
+        prev = names[l][2];
+        if (l < 2) {
+            fm_graph_add_node(g, "relu", NULL, 1, (const char *[]){prev}, 1, (const char *[]){names[l][3]}, 0, NULL);
+            prev = names[l][3];
+        }
+        fm_tensor_release_n(3, w, b, ws);
+    }
+    fm_graph_add_output(g, prev);
+    if (fm_graph_validate(g) != FM_OK) die("mlp graph");
+    return g;
+}
+
+static void bench_mlp(int rounds, const char *ort_python) {
+    fm_graph *g = mlp_graph();
+    fm_tensor *calib = randn(2, (int64_t[]){256, 784}, 3), *x = randn(2, (int64_t[]){128, 784}, 4);
+    fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
+    side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
+    time_sides(s, 3, &x, 1, rounds);
+    double m[3], b[3];
+    for (int i = 0; i < 3; i++) { b[i] = best_of(s[i].t, rounds); m[i] = bench_median(s[i].t, rounds); }
+    printf("{\"model\": \"fashion-mlp (784-1024-1024-10)\", \"batch\": 128, \"fp32_ms\": %.3f, \"int8_dynamic_ms\": %.3f, \"int8_static_ms\": %.3f, "
+           "\"int8_dynamic_speedup\": %.2f, \"int8_static_speedup\": %.2f, \"best_fp32_ms\": %.3f, \"best_int8_dynamic_ms\": %.3f, "
+           "\"best_int8_static_ms\": %.3f, \"best_dynamic_speedup\": %.2f, \"best_static_speedup\": %.2f}\n", 1e3 * m[0], 1e3 * m[1], 1e3 * m[2],
+           m[0] / m[1], m[0] / m[2], 1e3 * b[0], 1e3 * b[1], 1e3 * b[2], b[0] / b[1], b[0] / b[2]);
+    fflush(stdout);
+    if (ort_python) { /* the same model through ONNX Runtime: exported here, quantized by ORT there */
+        char dir[256], onnx[300], np[300], cmd[1200];
+        snprintf(dir, sizeof dir, "/tmp/bench_quant_%d", (int)getpid());
+        snprintf(onnx, sizeof onnx, "%s.onnx", dir);
+        snprintf(np, sizeof np, "%s.calib.npy", dir);
+        if (fm_graph_export_onnx(g, onnx) != FM_OK) die("export");
+        FILE *f = fopen(np, "wb"); /* the calibration samples as .npy (f32, C order) */
+        char hdr[128];
+        int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (256, 784), }");
+        while ((10 + n + 1) % 64) hdr[n++] = ' ';
+        hdr[n++] = '\n';
+        unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 255), (unsigned char)(n >> 8)};
+        fwrite(pre, 1, 10, f);
+        fwrite(hdr, 1, (size_t)n, f);
+        fwrite(fm_tensor_data(calib), 4, 256 * 784, f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "%s bench/bench_quant_ort.py %s %s %d", ort_python, onnx, np, rounds);
+        if (system(cmd) != 0) fprintf(stderr, "bench_quant: the ONNX Runtime side failed (%s)\n", cmd);
+        remove(onnx);
+        remove(np);
+    }
+    fm_tensor_release_n(2, calib, x);
+    fm_graph_free(qd);
+    fm_graph_free(qs);
+    fm_graph_free(g);
+}
+
+/* ---- 2 and 3: GPT prefill and decode ---- */
+typedef struct { const char *name; int n_layer, n_embd, vocab; } gpt_shape;
+
+static fm_graph *gpt_graph(const gpt_shape *sh) {
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+    c.n_layer = sh->n_layer, c.n_head = sh->n_embd / 64 > 4 ? sh->n_embd / 64 : 4, c.n_embd = sh->n_embd, c.ffn_hidden = 4 * sh->n_embd;
+    c.n_kv_head = c.n_head, c.block_size = 256, c.vocab_size = sh->vocab, c.dropout = 0;
+    fm_rng rng;
+    fm_rng_init(&rng, 2);
+    fm_gpt *m = fm_gpt_new(&c, &rng);
+    fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;
+    fm_gpt_free(m);
+    if (!g) die("gpt graph");
+    return g;
+}
+
+/* inputs: tokens [B, T] and the 2 L pasts [B, H, past, D] */
+static fm_tensor **gpt_inputs(const fm_graph *g, int64_t B, int64_t T, int64_t past) {
+    int n = fm_graph_num_inputs(g);
+    fm_tensor **in = calloc((size_t)n, sizeof *in);
+    in[0] = fm_tensor_zeros(2, (int64_t[]){B, T}, FM_I64, FM_CPU);
+    for (int i = 1; i < n; i++) {
+        fm_graph_io io;
+        fm_graph_input_info(g, i, &io);
+        in[i] = fm_tensor_zeros(4, (int64_t[]){B, io.shape[1], past, io.shape[3]}, FM_F32, FM_CPU);
+    }
+    return in;
+}
+
+static void free_inputs(fm_tensor **in, int n) {
+    for (int i = 0; i < n; i++) fm_tensor_release(in[i]);
+    free(in);
+}
+
+static double copy_bandwidth(void) { /* bytes read + written per second, a 256 MiB memcpy, best of 5 */
+    const size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = bench_now_s();
+        memcpy(b, a, n);
+        best = fmin(best, bench_now_s() - t0);
+    }
+    free(a);
+    free(b);
+    return 2.0 * (double)n / best;
+}
+
+static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) {
+    fm_graph *g = gpt_graph(sh);
+    fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL};
+    const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
+    int n = 2;
+    if (!prefill)
+        for (int k = 0; k < 3; k++) q[n++] = quantize(g, FM_QUANT_INT4, 32 << k, NULL);
+    side s[5];
+    for (int i = 0; i < n; i++) s[i] = (side){names[i], q[i], {0}};
+    const int n_in = fm_graph_num_inputs(g);
+    fm_tensor **in = prefill ? gpt_inputs(g, 8, 64, 0) : gpt_inputs(g, 1, 1, 64);
+    time_sides(s, n, in, n_in, rounds);
+    double fp32 = bench_median(s[0].t, rounds), fp32b = best_of(s[0].t, rounds);
+    for (int i = 0; i < n; i++) {
+        double t = i ? bench_median(s[i].t, rounds) : fp32, tb = best_of(s[i].t, rounds);
+        char dir[256];
+        snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid()); /* the weights' bytes, as stored */
+        size_t bytes = fm_graph_save((fm_graph *)q[i], dir) == FM_OK ? weight_bytes(dir) : 0;
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
+        if (prefill)
+            printf("{\"model\": \"%s\", \"workload\": \"prefill 8 x 64 tokens\", \"side\": \"%s\", \"ms\": %.3f, \"tokens_per_s\": %.0f, \"vs_fp32\": %.2f, "
+                   "\"best_ms\": %.3f, \"best_vs_fp32\": %.2f}\n", sh->name, names[i], 1e3 * t, 512 / t, fp32 / t, 1e3 * tb, fp32b / tb);
+        else
+            printf("{\"model\": \"%s\", \"workload\": \"decode, 64 cached\", \"side\": \"%s\", \"ms\": %.3f, \"tokens_per_s\": %.1f, \"vs_fp32\": %.2f, "
+                   "\"weight_bytes\": %zu, \"bound_tokens_per_s\": %.1f, \"of_bound\": %.2f, \"best_ms\": %.3f, \"best_vs_fp32\": %.2f}\n",
+                   sh->name, names[i], 1e3 * t, 1 / t, fp32 / t, bytes, bw / (double)bytes, (1 / t) / (bw / (double)bytes), 1e3 * tb, fp32b / tb);
+        fflush(stdout);
+    }
+    free_inputs(in, n_in);
+    for (int i = 1; i < n; i++) fm_graph_free(q[i]);
+    fm_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    int rounds = 9;
+    const char *ort = NULL;
+    bool large = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
+        else if (!strcmp(argv[i], "--skip-large")) large = false;
+    }
+    if (rounds < 1 || rounds > 64) rounds = 9;
+    fm_set_grad_enabled(false);
+    double bw = copy_bandwidth();
+    printf("{\"copy_bandwidth_gb_s\": %.2f, \"note\": \"bytes read + written per second by a 256 MiB memcpy\"}\n", bw / 1e9);
+    bench_mlp(rounds, ort);
+    const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512}, big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
+    bench_gpt(&kjv, rounds, true, bw);
+    bench_gpt(&kjv, rounds, false, bw);
+    if (large) bench_gpt(&big, rounds, false, bw);
+    return 0;
+}

@@ -1,0 +1,57 @@
+"""ONNX Runtime's side of bench_quant: the MLP that bench_quant exported runs
+in fp32, after quantize_dynamic (u8 activations, s8 weights) and after
+quantize_static (QDQ, MinMax calibration on the same samples bench_quant used),
+at batch 128, single session per side, intra-op threads = FATHOM_NUM_THREADS or
+all cores; alternating rounds, medians, JSON lines like bench_quant's.
+Usage: python bench_quant_ort.py MODEL.onnx CALIB.npy ROUNDS"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_dynamic, quantize_static
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, name, x):
+        self.items = iter([{name: x[i:i + 64]} for i in range(0, len(x), 64)])
+
+    def get_next(self):
+        return next(self.items, None)
+
+
+def main():
+    model, calib_path, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    calib = np.load(calib_path).astype(np.float32)
+    opts = ort.SessionOptions()
+    threads = int(os.environ.get("FATHOM_NUM_THREADS", "0"))
+    if threads:
+        opts.intra_op_num_threads = threads
+    tmp = tempfile.mkdtemp()
+    dyn, st = os.path.join(tmp, "dyn.onnx"), os.path.join(tmp, "static.onnx")
+    quantize_dynamic(model, dyn, weight_type=QuantType.QInt8)
+    name = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"]).get_inputs()[0].name
+    quantize_static(model, st, Reader(name, calib), activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+    sides = {k: ort.InferenceSession(p, opts, providers=["CPUExecutionProvider"]) for k, p in
+             (("fp32", model), ("quantize_dynamic", dyn), ("quantize_static", st))}
+    x = np.random.default_rng(4).standard_normal((128, 784)).astype(np.float32)
+    times = {k: [] for k in sides}
+    for r in range(rounds + 1):
+        for k, s in sides.items():
+            t0 = time.perf_counter()
+            s.run(None, {name: x})
+            if r:
+                times[k].append(time.perf_counter() - t0)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(json.dumps({"model": "fashion-mlp (784-1024-1024-10)", "runtime": "onnxruntime " + ort.__version__, "batch": 128,
+                      "fp32_ms": round(1e3 * med["fp32"], 3), "quantize_dynamic_ms": round(1e3 * med["quantize_dynamic"], 3),
+                      "quantize_static_ms": round(1e3 * med["quantize_static"], 3),
+                      "dynamic_speedup": round(med["fp32"] / med["quantize_dynamic"], 2),
+                      "static_speedup": round(med["fp32"] / med["quantize_static"], 2)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
