@@ -13,7 +13,8 @@
  * K, dequantize each weight once (q * d + m, d and m the group's f16 scale and
  * offset, m = -8 d for the symmetric form) and multiply it with up to 4 rows;
  * a block reduction gives the sums. qembedding_int4: one thread per output
- * element. Compiled (tools/compile-cuda.sh), unverified on a GPU. */
+ * element; a bad index is reported by the deferred check (deferred.cu), as
+ * embedding's are, with no host wait here. Compiled (tools/compile-cuda.sh), unverified on a GPU. */
 #include <cublasLt.h>
 #include <cuda_fp16.h>
 
@@ -193,11 +194,11 @@ static fm_status k_qlinear4(const fm_op_call *c) {
 
 template <typename I>
 __global__ void q4_embedding_k(const uint8_t *w, const __half *sc, const __half *mi, const I *idx, int64_t n, int64_t V, int64_t D, int64_t G,
-                               float *y, int *bad) {
+                               float *y, unsigned long long *bad) {
     const int64_t ng = D / G;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n * D; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = e / D, d = e % D, r = (int64_t)idx[i];
-        if (r < 0 || r >= V) { *bad = 1; y[e] = 0.f; continue; }
+        if (r < 0 || r >= V) { atomicMin(bad, (unsigned long long)(i + 1)); y[e] = 0.f; continue; } /* reported by the deferred check */
         y[e] = q4_weight(w + r * (D / 2), sc + r * ng, mi ? mi + r * ng : NULL, d, G);
     }
 }
@@ -207,10 +208,10 @@ static fm_status k_qembedding4(const fm_op_call *c) {
     const fm_tensor *w = c->in[0], *idx = c->in[3];
     const int64_t V = w->shape[0], D = 2 * w->shape[1], n = fm_tensor_numel(idx);
     if (n == 0) return FM_OK;
-    int *bad = (int *)fm_cuda_scratch_alloc(sizeof(int));
-    if (!bad) return fm_set_error(FM_ERR_OOM, "qembedding_int4: out of cuda memory");
+    /* a bad index lowers a deferred-check word (deferred.cu), reported at the next host read as embedding's are */
+    unsigned long long *bad = fm_cuda_defer_index_check("qembedding_int4", "index", idx, V);
+    if (!bad) return fm_last_status();
     cudaStream_t s = fm_cuda_stream();
-    cudaMemsetAsync(bad, 0, sizeof(int), s);
     const __half *sc = (const __half *)fm_tensor_data(c->in[1]), *mi = c->in[2] ? (const __half *)fm_tensor_data(c->in[2]) : NULL;
     unsigned bl = fm_cuda_blocks(n * D, 256);
     if (idx->dtype == FM_I64)
@@ -219,13 +220,7 @@ static fm_status k_qembedding4(const fm_op_call *c) {
     else
         q4_embedding_k<int32_t><<<bl, 256, 0, s>>>((const uint8_t *)fm_tensor_data(w), sc, mi, (const int32_t *)fm_tensor_data(idx), n, V, D, at->group,
                                                    (float *)fm_tensor_data(c->out[0]), bad);
-    fm_status st = fm_cuda_check_launch("qembedding_int4");
-    int h = 0;
-    if (st == FM_OK) st = fm_cuda_check(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s), "qembedding_int4");
-    if (st == FM_OK) st = fm_cuda_check(cudaStreamSynchronize(s), "qembedding_int4");
-    fm_cuda_scratch_free(bad);
-    if (st == FM_OK && h) st = fm_set_error(FM_ERR_INVALID, "qembedding_int4: an index is outside the table's %lld rows", (long long)V);
-    return st;
+    return fm_cuda_check_launch("qembedding_int4");
 }
 
 extern "C" void fm_cuda_kernels_quant(fm_backend *b) {
