@@ -9,11 +9,16 @@
  *      those bytes set at the measured copy bandwidth (goal int4 >= 1.8x fp32
  *      and >= 80% of the bound);
  *   4. with --ort PYTHON: ONNX Runtime on the same MLP (fp32, quantize_dynamic,
- *      quantize_static), bench/bench_quant_ort.py, in this invocation.
+ *      quantize_static), bench/bench_quant_ort.py, in this invocation;
+ *   5. with --ppl MODEL_DIR (a kjv-gpt trained by fathom train, with its
+ *      tokens.bin): the validation perplexity (the last 10% of the tokens, as
+ *      training holds out, in windows of the block size) of its graph in fp32,
+ *      int8 dynamic and int4 g32/64/128 (symmetric and with min), as llama.cpp
+ *      reports its quantization types.
  * Weights are random (speed does not depend on them); the sides run in
  * alternating rounds so that machine load hits all alike; medians and, for a
  * loaded machine, the best round of each side ("best_*"). JSON lines.
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] */
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--ppl MODEL_DIR [--ppl-windows N]] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,17 +240,85 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
     fm_graph_free(g);
 }
 
+/* mean cross-entropy of g over the validation windows (prompt-only runs, past = 0) */
+static double val_loss(const fm_graph *g, const fm_token_data *d, int64_t T, int64_t windows) {
+    const int64_t lo = (int64_t)((double)d->n * 0.9), n_in = fm_graph_num_inputs(g);
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t w = 0; w < windows; w++) {
+        fm_tensor *x = NULL, *y = NULL;
+        if (fm_gpt_batch_eval(d, lo, d->n, 1, (int)T, w, &x, &y) != FM_OK) break; /* past the end of the split */
+        fm_tensor **in = gpt_inputs(g, 1, T, 0), *out[64] = {0};
+        fm_tensor_release(in[0]);
+        in[0] = x;
+        if (fm_graph_run(g, in, out) != FM_OK) die("ppl run");
+        fm_tensor *lg = fm_reshape(out[0], 2, (int64_t[]){T, out[0]->shape[2]}), *yy = fm_reshape(y, 1, &T);
+        fm_tensor *ce = fm_cross_entropy(lg, yy, -100, 0.0, FM_REDUCE_SUM);
+        if (!ce) die("ppl loss");
+        sum += fm_tensor_item(ce);
+        count += T;
+        fm_tensor_release_n(4, lg, yy, ce, y);
+        for (int k = 0; k < n_in; k++) fm_tensor_release(out[k]);
+        in[0] = NULL;
+        free_inputs(in, (int)n_in);
+        fm_tensor_release(x);
+    }
+    return count ? sum / (double)count : NAN;
+}
+
+static void bench_ppl(const char *dir, int64_t windows) {
+    fm_graph *g = fm_graph_from_model_dir(dir);
+    if (!g) die("ppl model");
+    char path[600];
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    fm_token_data d;
+    if (fm_token_file_read(path, 0, &d) != FM_OK) die("tokens.bin");
+    const int64_t T = 128; /* the kjv-gpt block size */
+    struct { const char *name; fm_quant_mode m; int group; bool wm; } sides[] = {
+        {"fp32", FM_QUANT_INT8_DYNAMIC, 0, false}, {"int8 dynamic", FM_QUANT_INT8_DYNAMIC, 0, false},
+        {"int4-g32", FM_QUANT_INT4, 32, false}, {"int4-g64", FM_QUANT_INT4, 64, false}, {"int4-g128", FM_QUANT_INT4, 128, false},
+        {"int4-g32 with min", FM_QUANT_INT4, 32, true}, {"int4-g128 with min", FM_QUANT_INT4, 128, true}};
+    double base = 0;
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        fm_graph *q = g;
+        if (i) {
+            fm_quant_options o;
+            fm_quant_options_init(&o);
+            o.mode = sides[i].m;
+            o.group = sides[i].group ? sides[i].group : 32;
+            o.with_min = sides[i].wm;
+            q = fm_graph_quantize(g, &o, NULL);
+            if (!q) die("ppl quantize");
+        }
+        double l = val_loss(q, &d, T, windows);
+        if (!i) base = l;
+        printf("{\"model\": \"%s\", \"side\": \"%s\", \"val_tokens\": %lld, \"val_loss\": %.5f, \"perplexity\": %.4f, \"ppl_change\": %+.4f}\n",
+               dir, sides[i].name, (long long)(windows * T), l, exp(l), exp(l) - exp(base));
+        fflush(stdout);
+        if (q != g) fm_graph_free(q);
+    }
+    fm_token_data_free(&d);
+    fm_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     int rounds = 9;
-    const char *ort = NULL;
+    const char *ort = NULL, *ppl = NULL;
     bool large = true;
+    long windows = 40;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--ppl-windows") && i + 1 < argc) { windows = atol(argv[++i]); continue; }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
     fm_set_grad_enabled(false);
+    if (ppl) { /* only the perplexity table */
+        bench_ppl(ppl, windows > 0 ? windows : 40);
+        return 0;
+    }
     double bw = copy_bandwidth();
     printf("{\"copy_bandwidth_gb_s\": %.2f, \"note\": \"bytes read + written per second by a 256 MiB memcpy\"}\n", bw / 1e9);
     bench_mlp(rounds, ort);
