@@ -24,43 +24,12 @@
 #include "fathom/io.h"
 #include "fathom/prune.h"
 
+#include "synth_idx.h"
+
 static char dir[256];
 
-static void write_idx(const char *path, int ndim, const int *dims, const unsigned char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    unsigned char hdr[4] = {0, 0, 0x08, (unsigned char)ndim};
-    fwrite(hdr, 1, 4, f);
-    for (int i = 0; i < ndim; i++) {
-        unsigned char d[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16),
-                              (unsigned char)(dims[i] >> 8), (unsigned char)dims[i]};
-        fwrite(d, 1, 4, f);
-    }
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 /* 4 classes of 8x8 images: a bright 4x4 quadrant (the class) on noise. */
-static void make_split(const char *name, int n, uint32_t seed) {
-    unsigned char *img = malloc((size_t)n * 64), *lab = malloc((size_t)n);
-    uint32_t s = seed;
-    for (int i = 0; i < n; i++) {
-        int c = i % 4;
-        lab[i] = (unsigned char)c;
-        for (int p = 0; p < 64; p++) {
-            s = s * 1664525u + 1013904223u;
-            int y = p / 8, x = p % 8, q = (y >= 4) * 2 + (x >= 4);
-            img[i * 64 + p] = (unsigned char)((s >> 24) % 100 + (q == c ? 120 : 0));
-        }
-    }
-    char path[300];
-    int d3[3] = {n, 8, 8}, d1[1] = {n};
-    snprintf(path, sizeof path, "%s/%s-images", dir, name);
-    write_idx(path, 3, d3, img, (size_t)n * 64);
-    snprintf(path, sizeof path, "%s/%s-labels", dir, name);
-    write_idx(path, 1, d1, lab, (size_t)n);
-    free(img);
-    free(lab);
-}
+static void make_split(const char *name, int n, uint32_t seed) { synth_quadrants(dir, name, n, seed); }
 
 static char recipe_text[4096];
 
