@@ -13,24 +13,7 @@ bin=${1:?usage: cli_compile.sh FATHOM_BIN}
 cli_begin fathom_cli_compile
 
 cli_images "$tmp" 128 64
-cli_idx_data "$tmp" > "$tmp/syn.ini"
-cat >> "$tmp/syn.ini" <<INI
-[model]
-input = 1 8 8
-layer = conv2d 4 3 padding=1
-layer = batchnorm2d
-layer = relu
-layer = maxpool2d 2
-layer = flatten
-layer = linear 4
-[train]
-epochs = 2
-batch = 32
-seed = 3
-[optimizer]
-name = adam
-lr = 0.01
-INI
+cli_idx_recipe "$tmp" 2 "conv2d 4 3 padding=1" batchnorm2d relu "maxpool2d 2" flatten "linear 4" > "$tmp/syn.ini"
 "$bin" train "$tmp/syn.ini" --out "$tmp/cnn" > /dev/null 2> "$tmp/train.err" || { echo "training the CNN failed"; cat "$tmp/train.err"; exit 1; }
 
 # ---- usage ----
@@ -55,29 +38,7 @@ python3 -c "import json,sys; a=json.loads(sys.argv[1])['predictions']; b=json.lo
 expect 0 "" "$bin" compile "$tmp/cnn.graph" -o "$tmp/cnn.graph" # a graph recompiles, in place
 
 # ---- the GPT: compile, then generate from the graph (greedy: the same text) ----
-for i in $(seq 1 40); do echo "And the LORD spake unto Moses, saying, Speak unto the children of Israel $i."; done > "$tmp/corpus.txt"
-cat > "$tmp/tiny.ini" <<'INI'
-[model]
-type = gpt
-arch = gpt2
-n_layer = 2
-n_head = 2
-n_embd = 32
-ffn_hidden = 64
-block_size = 32
-[tokenizer]
-kind = byte
-[train]
-batch_size = 4
-steps = 3
-warmup = 1
-lr = 1e-3
-eval_every = 3
-eval_batches = 1
-ckpt_every = 3
-log_every = 3
-INI
-"$bin" train "$tmp/tiny.ini" --corpus "$tmp/corpus.txt" --out "$tmp/gpt" --quiet > /dev/null 2> "$tmp/gtrain.err" || { echo "training the GPT failed"; cat "$tmp/gtrain.err"; exit 1; }
+cli_tiny_gpt "$tmp/gpt" 40 "And the LORD spake unto Moses, saying, Speak unto the children of Israel"
 expect 0 "fuse-add-layer-norm" "$bin" compile "$tmp/gpt" -o "$tmp/gpt.graph" --report
 a=$("$bin" generate "$tmp/gpt" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
 b=$("$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)

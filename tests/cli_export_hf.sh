@@ -9,30 +9,7 @@ set -uo pipefail
 bin=$1
 . "$(dirname "$0")/cli_lib.sh"
 cli_begin fathom_cli_export_hf
-for i in $(seq 1 40); do echo "In the beginning God created the heaven and the earth $i."; done > "$tmp/corpus.txt"
-cat > "$tmp/tiny.ini" <<'INI'
-[model]
-type = gpt
-arch = gpt2
-n_layer = 2
-n_head = 2
-n_embd = 32
-ffn_hidden = 64
-block_size = 32
-[tokenizer]
-kind = byte
-[train]
-batch_size = 4
-steps = 3
-warmup = 1
-lr = 1e-3
-eval_every = 3
-eval_batches = 1
-ckpt_every = 3
-log_every = 3
-INI
-"$bin" train "$tmp/tiny.ini" --corpus "$tmp/corpus.txt" --out "$tmp/m" --quiet > /dev/null 2> "$tmp/train.err" ||
-  { echo "FAIL: training the tiny model"; cat "$tmp/train.err"; exit 1; }
+cli_tiny_gpt "$tmp/m" 40 "In the beginning God created the heaven and the earth"
 
 expect 2 "no output directory" "$bin" export "$tmp/m" --hf
 expect 2 "model's own directory" "$bin" export "$tmp/m" --hf -o "$tmp/m"

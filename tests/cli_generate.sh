@@ -5,32 +5,10 @@
 # (exit 2 for malformed options, 1 for a prompt longer than the context).
 set -uo pipefail
 bin=$1
-d=$(mktemp -d /tmp/fathom_cli_generate.XXXXXX)
-trap 'rm -rf "$d"' EXIT
-for i in $(seq 1 60); do echo "And the LORD spake unto Moses, saying, Speak unto the children of Israel $i."; done > "$d/corpus.txt"
-cat > "$d/tiny.ini" <<'INI'
-[model]
-type = gpt
-arch = gpt2
-n_layer = 2
-n_head = 2
-n_embd = 32
-ffn_hidden = 64
-block_size = 32
-[tokenizer]
-kind = byte
-[train]
-batch_size = 4
-steps = 3
-warmup = 1
-lr = 1e-3
-eval_every = 3
-eval_batches = 1
-ckpt_every = 3
-log_every = 3
-INI
-"$bin" train "$d/tiny.ini" --corpus "$d/corpus.txt" --out "$d/m" --quiet > /dev/null 2> "$d/train.err" ||
-  { echo "training the tiny model failed"; cat "$d/train.err"; exit 1; }
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_generate
+d=$tmp
+cli_tiny_gpt "$d/m" 60 "And the LORD spake unto Moses, saying, Speak unto the children of Israel"
 
 gen() { "$bin" generate "$d/m" "$@"; }
 gen --prompt "And the" --tokens 8 --seed 3 > "$d/a.out" 2> "$d/a.err" || { echo "generate failed"; cat "$d/a.err"; exit 1; }

@@ -11,6 +11,14 @@
 #                       tiny model learns them in a few steps (train seed 1,
 #                       test seed 2: the same bytes in every script)
 #   cli_idx_data DIR    prints the [data] section of a recipe reading them
+#   cli_idx_recipe DIR EPOCHS LAYER...
+#                       prints a whole recipe on those images: [data], a
+#                       [model] of input 1 8 8 and one `layer =` per LAYER,
+#                       EPOCHS epochs of batch 32 (seed 3), Adam at lr 0.01
+#   cli_tiny_gpt OUT NLINES TEXT
+#                       trains a 2-layer, 32-wide byte-level GPT for 3 steps on
+#                       NLINES lines of "TEXT N." into OUT (uses $bin; the
+#                       corpus and recipe go in $tmp); exits 1 if training fails
 #   cli_end NAME        prints the summary; exits 1 if any check failed
 # A script sources it as: . "$(dirname "$0")/cli_lib.sh"
 
@@ -54,6 +62,42 @@ PY
 cli_idx_data() {
   printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\n' "$1" "$1"
   printf 'test_images = %s/test-images\ntest_labels = %s/test-labels\nnormalize = 0.3 0.25\n' "$1" "$1"
+}
+
+cli_idx_recipe() {
+  local dir=$1 epochs=$2 l; shift 2
+  cli_idx_data "$dir"
+  printf '[model]\ninput = 1 8 8\n'
+  for l in "$@"; do printf 'layer = %s\n' "$l"; done
+  printf '[train]\nepochs = %s\nbatch = 32\nseed = 3\n[optimizer]\nname = adam\nlr = 0.01\n' "$epochs"
+}
+
+cli_tiny_gpt() {
+  local out=$1 n=$2 text=$3 i
+  for ((i = 1; i <= n; i++)); do echo "$text $i."; done > "$tmp/corpus.txt"
+  cat > "$tmp/tiny.ini" <<'INI'
+[model]
+type = gpt
+arch = gpt2
+n_layer = 2
+n_head = 2
+n_embd = 32
+ffn_hidden = 64
+block_size = 32
+[tokenizer]
+kind = byte
+[train]
+batch_size = 4
+steps = 3
+warmup = 1
+lr = 1e-3
+eval_every = 3
+eval_batches = 1
+ckpt_every = 3
+log_every = 3
+INI
+  "$bin" train "$tmp/tiny.ini" --corpus "$tmp/corpus.txt" --out "$out" --quiet > /dev/null 2> "$tmp/tiny_train.err" ||
+    { echo "FAIL: training the tiny GPT"; cat "$tmp/tiny_train.err"; exit 1; }
 }
 
 cli_end() {

@@ -21,24 +21,7 @@ err=$("$bin" export "$d" -o "$d/m.onnx" 2>&1); rc=$?
 # linear) exported from its model directory: onnx.checker accepts it and ONNX
 # Runtime's logits match `fathom run` on the file within 1e-5 relative
 cli_images "$d" 128 64
-cli_idx_data "$d" > "$d/syn.ini"
-cat >> "$d/syn.ini" <<INI
-[model]
-input = 1 8 8
-layer = conv2d 4 3 padding=1
-layer = batchnorm2d
-layer = relu
-layer = maxpool2d 2
-layer = flatten
-layer = linear 4
-[train]
-epochs = 1
-batch = 32
-seed = 3
-[optimizer]
-name = adam
-lr = 0.01
-INI
+cli_idx_recipe "$d" 1 "conv2d 4 3 padding=1" batchnorm2d relu "maxpool2d 2" flatten "linear 4" > "$d/syn.ini"
 "$bin" train "$d/syn.ini" --out "$d/cnn" > /dev/null 2> "$d/train.err" || { echo "FAIL: training the CNN"; cat "$d/train.err"; exit 1; }
 "$bin" export "$d/cnn" -o "$d/cnn.onnx" > /dev/null || { echo "FAIL: export of the trained CNN"; fail=1; }
 if "$py" -c "import onnx, onnxruntime, numpy" 2>/dev/null; then

@@ -16,29 +16,8 @@ py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 
 cli_images "$tmp" 128 64
-cli_idx_data "$tmp" > "$tmp/syn.ini"
-cat >> "$tmp/syn.ini" <<INI
-[model]
-input = 1 8 8
-layer = conv2d 8 3 padding=1
-layer = batchnorm2d
-layer = relu
-layer = maxpool2d 2
-layer = conv2d 8 3 padding=1    ; a second conv: its inputs shrink with the first
-layer = batchnorm2d
-layer = relu
-layer = flatten
-layer = linear 16
-layer = relu
-layer = linear 4
-[train]
-epochs = 2
-batch = 32
-seed = 3
-[optimizer]
-name = adam
-lr = 0.01
-INI
+# two convs: the second one's inputs shrink with the first
+cli_idx_recipe "$tmp" 2 "conv2d 8 3 padding=1" batchnorm2d relu "maxpool2d 2" "conv2d 8 3 padding=1" batchnorm2d relu flatten "linear 16" relu "linear 4" > "$tmp/syn.ini"
 "$bin" train "$tmp/syn.ini" --out "$tmp/cnn" > /dev/null 2> "$tmp/train.err" || { echo "training the CNN failed"; cat "$tmp/train.err"; exit 1; }
 
 # ---- usage and bad input: nothing written ----

@@ -14,22 +14,7 @@ bin=${1:?usage: cli_quantize.sh FATHOM_BIN}
 cli_begin fathom_cli_quantize
 
 cli_images "$tmp" 256 400
-cli_idx_data "$tmp" > "$tmp/syn.ini"
-cat >> "$tmp/syn.ini" <<INI
-[model]
-input = 1 8 8
-layer = flatten
-layer = linear 64
-layer = relu
-layer = linear 4
-[train]
-epochs = 2
-batch = 32
-seed = 3
-[optimizer]
-name = adam
-lr = 0.01
-INI
+cli_idx_recipe "$tmp" 2 flatten "linear 64" relu "linear 4" > "$tmp/syn.ini"
 "$bin" train "$tmp/syn.ini" --out "$tmp/m" --quiet >/dev/null 2>&1 || { bad "training the test model"; cli_end cli_quantize; }
 acc() { "$bin" eval "$1" --json --quiet 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])'; }
 base=$(acc "$tmp/m")

@@ -11,23 +11,7 @@ bin=${1:?usage: cli_serve.sh FATHOM_BIN}
 cli_begin fathom_serve
 command -v python3 > /dev/null || { echo "SKIP: python3 not found (the serve test client is Python)"; exit 77; }
 cli_images "$tmp" 128 32
-cli_idx_data "$tmp" > "$tmp/syn.ini"
-cat >> "$tmp/syn.ini" <<INI
-[model]
-input = 1 8 8
-layer = conv2d 4 3 padding=1
-layer = relu
-layer = maxpool2d 2
-layer = flatten
-layer = linear 4
-[train]
-epochs = 1
-batch = 32
-seed = 3
-[optimizer]
-name = adam
-lr = 0.01
-INI
+cli_idx_recipe "$tmp" 1 "conv2d 4 3 padding=1" relu "maxpool2d 2" flatten "linear 4" > "$tmp/syn.ini"
 if ! "$bin" train "$tmp/syn.ini" --out "$tmp/model" --no-eval > "$tmp/train.log" 2>&1; then
   echo "FAIL: could not train the test model: $(cat "$tmp/train.log")"; exit 1
 fi
