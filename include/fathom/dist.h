@@ -171,6 +171,45 @@ typedef struct fm_dist_report {
 } fm_dist_report;
 FM_API void fm_dist_trainer_report(fm_dist_trainer *t, fm_dist_report *out);
 
+/* ---- process groups and tensor parallelism (Megatron style) ----
+ * fm_dist_split: a communicator over the ranks of d that pass the same color (>= 0),
+ * ordered as in d (a collective on d; free with fm_dist_finalize before d). In a world
+ * of one, a world of one. With world = TP x DP, rank r's tensor-parallel group is
+ * color r / TP and its data-parallel group color r % TP. */
+FM_API fm_status fm_dist_split(fm_dist *d, int color, fm_dist **out);
+/* buf[0..n) = sum over ranks (rank order, in double). */
+FM_API fm_status fm_dist_allreduce_sum_f32(fm_dist *d, float *buf, int64_t n);
+/* Identity forward; backward all-reduces (sums) the gradient over tp. Put in front
+ * of a column-parallel linear (each rank's gradient of its input is partial). */
+FM_API fm_tensor *fm_tp_copy(fm_dist *tp, fm_tensor *x);
+/* All-reduce (sum) over tp forward; identity backward. Put after a row-parallel
+ * linear (each rank's output is a partial sum). f32 CPU tensors. */
+FM_API fm_tensor *fm_tp_reduce(fm_dist *tp, fm_tensor *x);
+
+/* Mean cross-entropy of vocabulary-parallel logits: logits [N, V/T] are this rank's
+ * columns (vocabulary rows [vocab_start, vocab_start + V/T) of vocab_size), targets
+ * [N] whole ids (-1: ignored). The row maxima are all-gathered and the sums of exp and
+ * the target's logit all-reduced, so the logits are never gathered; every rank gets
+ * the loss, and backward (softmax - one-hot on this rank's columns) communicates
+ * nothing. As fm_cross_entropy(ignore -1, mean) on the whole logits, to rounding. */
+FM_API fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start,
+                                      int64_t vocab_size);
+
+/* How a parameter is split over the ranks of a tensor-parallel group: along dim, in
+ * n_seg consecutive segments of seg[k] elements (a fused QKV weight: the query, key
+ * and value rows), each cut into equal parts; rank r owns part r of every segment,
+ * laid end to end. */
+#define FM_TP_MAX_SEG 4
+typedef struct fm_tp_split {
+    int dim;
+    int n_seg;
+    int64_t seg[FM_TP_MAX_SEG];
+} fm_tp_split;
+/* Rank `rank`'s shard (a new contiguous tensor) of a full f32 CPU tensor split in parts. */
+FM_API fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *s);
+/* The full tensor from every rank's shard (a collective on tp; every rank gets it). */
+FM_API fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s);
+
 #ifdef __cplusplus
 }
 #endif

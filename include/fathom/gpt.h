@@ -84,6 +84,28 @@ FM_API fm_status fm_gpt_set_checkpointing(fm_gpt *m, fm_checkpointing c);
  * off: the separate ops, for measuring what the fusion buys. The two agree to
  * rounding, not bitwise. */
 FM_API void fm_gpt_set_fusion(fm_gpt *m, bool on);
+/* ---- tensor parallel (Megatron style; fathom/dist.h has the group and the ops) ----
+ * Splits a model built whole (the same seed on every rank) over the ranks of tp, in
+ * place: each rank keeps n_head/T of the heads (QKV rows; the attention output's
+ * columns), ffn_hidden/T of the MLP (first projection's rows, Llama gate and up; the
+ * second's columns) and vocab_size/T rows of the token embedding (and of an untied
+ * lm_head); norms, wpe and the other biases are replicated. The forward then runs two
+ * all-reduces per block (one after attention, one after the MLP), one after the
+ * embedding, and two per block in backward; fm_gpt_forward returns this rank's V/T
+ * columns of the logits (never gathered) and the loss of fm_tp_cross_entropy. Every
+ * rank of tp must call it with the same batch. Before the optimizer is made; f32 CPU
+ * models; no cached decoding (gather the model first). fm_gpt_tp_check: the error for
+ * a T that does not fit the config (larger than n_head; not dividing n_head,
+ * n_kv_head, vocab_size or ffn_hidden). */
+FM_API fm_status fm_gpt_tp_check(const fm_gpt_config *c, int tp);
+FM_API fm_status fm_gpt_set_tensor_parallel(fm_gpt *m, fm_dist *tp);
+/* Whether param (one of fm_gpt_parameters) is split, and how (for fm_tp_gather). */
+FM_API bool fm_gpt_tp_split(const fm_gpt *m, const fm_tensor *param, fm_tp_split *out);
+FM_API fm_dist *fm_gpt_tp_group(const fm_gpt *m);
+/* A new whole model holding the gathered parameters (a collective on the group). */
+FM_API fm_gpt *fm_gpt_tp_gather_model(fm_gpt *m);
+/* Copies this rank's shards of a whole model's parameters into m. */
+FM_API fm_status fm_gpt_tp_load_model(fm_gpt *m, fm_gpt *full);
 /* Parameters a config would have, without building the model (for memory checks). */
 FM_API int64_t fm_gpt_config_num_params(const fm_gpt_config *c);
 /* Generator the dropout masks come from (borrowed; NULL: the model's own). */

@@ -49,6 +49,11 @@ struct fm_gpt {
     fm_efficiency_opts eff; /* only .checkpointing is read (fm_gpt_set_checkpointing) */
     bool unfused;           /* fm_gpt_set_fusion(m, false): the unfused ops (for comparisons) */
     gpt_norm_ctx lnfc;
+    /* tensor parallel (fm_gpt_set_tensor_parallel; tp NULL, tp_size 1: off): this rank
+     * holds n_head/tp_size heads, ffn_hidden/tp_size MLP columns and vocab_size/tp_size
+     * embedding rows; cfg keeps the full sizes */
+    fm_dist *tp;
+    int tp_size, tp_rank;
 };
 
 typedef struct fm_gpt_kv_cache {

@@ -27,6 +27,8 @@ static fm_tensor *hf_view(const gpt_hf_entry *e) {
 }
 
 fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path) {
+    if (m->tp) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: a tensor-parallel model holds shards; save the whole "
+                                   "model from fm_gpt_tp_gather_model", path);
     fm_named_list l;
     memset(&l, 0, sizeof l);
     l.owns_tensors = true;
@@ -66,6 +68,8 @@ fm_status fm_gpt_load_hf(fm_gpt *m, const char *path) {
 }
 
 fm_status fm_gpt_load_hf_tensors(fm_gpt *m, const fm_named_list *lp, const char *path) {
+    if (m->tp) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: a tensor-parallel model holds shards; load a whole model "
+                                   "and split it (fm_gpt_tp_load_model)", path);
     const fm_named_list l = *lp;
     fm_status st = FM_OK;
     fm_tensor **views = calloc((size_t)m->n_hf, sizeof *views);

@@ -337,6 +337,7 @@ fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
     m->cfg = *c;
     m->n_kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
     m->cfg.n_kv_head = m->n_kv;
+    m->tp_size = 1;
     if (c->arch == FM_GPT_LLAMA) m->cfg.bias = false;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     fm_rng_init(&m->own_rng, 0x5eed);
@@ -448,10 +449,10 @@ static fm_tensor *decode_attention(const fm_gpt *m, fm_tensor *q, fm_tensor *k, 
  * are written at pos0 and attention runs over all cached positions; a single new
  * query may see every cached key, so no mask. */
 static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache) {
-    const int64_t T = qkv->shape[1], H = m->cfg.n_head;
+    const int64_t T = qkv->shape[1], H = m->cfg.n_head / m->tp_size; /* tensor parallel: this rank's heads */
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL;
     /* one pass to contiguous [B, h, T, D] heads (and one pass back for the gradient) */
-    if (fm_qkv_split_heads(qkv, (int)H, m->n_kv, &q, &k, &v)) return NULL;
+    if (fm_qkv_split_heads(qkv, (int)H, m->n_kv / m->tp_size, &q, &k, &v)) return NULL;
     if (m->cfg.arch == FM_GPT_LLAMA) {
         if (!upd(&q, rope(m, q, pos0, T)) || !upd(&k, rope(m, k, pos0, T))) goto done;
     }
@@ -519,7 +520,7 @@ static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
 /* GELU(tanh), or SwiGLU on the fused gate/up projection (Llama) */
 static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     const fm_gpt *m = ctx;
-    const int64_t F = m->cfg.ffn_hidden;
+    const int64_t F = m->cfg.ffn_hidden / m->tp_size; /* tensor parallel: this rank's columns */
     if (m->cfg.arch == FM_GPT_LLAMA) {
         fm_tensor *g = fm_narrow(in[0], 2, 0, F), *u = fm_narrow(in[0], 2, F, F);
         fm_tensor *sg = g ? fm_silu(g) : NULL;
@@ -582,6 +583,35 @@ fail:
     return NULL;
 }
 
+/* Tensor parallel (Megatron): norm(x) -> tp_copy -> column-parallel linear (this rank's
+ * heads, or MLP columns) -> attention / activation on them -> row-parallel linear
+ * without bias -> tp_reduce (the one all-reduce) -> + bias. So a block does two
+ * all-reduces forward (attention, MLP) and two backward (at the tp_copy ops). */
+static fm_tensor *tp_half(fm_gpt *m, fm_tensor *x, const gpt_norm_ctx *ln, fm_tensor *w1, fm_tensor *b1,
+                          fm_segment_fn mid, void *ctx, fm_tensor *w2, fm_tensor *b2) {
+    fm_tensor *h = norm(m, x, ln->w, ln->b);
+    if (!h || !upd(&h, fm_tp_copy(m->tp, h)) || !upd(&h, fm_linear(h, w1, b1))) goto fail;
+    fm_tensor *y = NULL;
+    if (mid(&h, ctx, &y) != FM_OK || !upd(&h, y) || !upd(&h, fm_linear(h, w2, NULL)) ||
+        !upd(&h, fm_tp_reduce(m->tp, h)) || (b2 && !upd(&h, fm_add(h, b2))) || !upd(&h, dropout(m, h)))
+        goto fail;
+    return h;
+fail:
+    fm_tensor_release(h);
+    return NULL;
+}
+
+static fm_tensor *block_tp(fm_gpt *m, fm_tensor *x, int i) {
+    gpt_layer *L = &m->layers[i];
+    fm_tensor *h = tp_half(m, x, &L->ln1c, L->qkv_w, L->qkv_b, attn_fn, &L->blk, L->proj_w, L->proj_b);
+    fm_tensor *r = h ? fm_add(x, h) : NULL, *out = NULL;
+    fm_tensor_release(h);
+    h = r ? tp_half(m, r, &L->ln2c, L->fc_w, L->fc_b, act_fn, m, L->fc2_w, L->fc2_b) : NULL;
+    if (h) out = fm_add(r, h);
+    fm_tensor_release_n(2, r, h);
+    return out;
+}
+
 /* ---- the fused GPT-2 path ---- */
 
 /* bf16 autocast on the CPU: the f32 fused path with every linear's GEMMs in bf16
@@ -591,7 +621,7 @@ fail:
  * Selective checkpointing keeps the op-by-op autocast path (it recomputes in bf16). */
 static bool mixed(const fm_gpt *m) {
     fm_device_type d = m->wte->storage->device.type;
-    return fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK) && m->cfg.arch == FM_GPT_GPT2 &&
+    return !m->tp && fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK) && m->cfg.arch == FM_GPT_GPT2 &&
            !m->unfused && m->wte->dtype == FM_F32 && m->eff.checkpointing != FM_CKPT_SELECTIVE;
 }
 
@@ -600,7 +630,7 @@ static fm_tensor *glin(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b
 }
 
 static bool fused_path(const fm_gpt *m) {
-    return m->cfg.arch == FM_GPT_GPT2 && !m->unfused && m->wte->dtype == FM_F32 &&
+    return m->cfg.arch == FM_GPT_GPT2 && !m->unfused && !m->tp && m->wte->dtype == FM_F32 &&
            (fm_autocast_get() == FM_F32 || mixed(m));
 }
 
@@ -670,7 +700,8 @@ static fm_status block_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     fm_rng *r = c->m->rng;
     uint64_t now = r->offset;
     r->offset = c->rng_offset;
-    out[0] = fused_path(c->m) ? block_fused(c->m, in[0], NULL, c->layer, 0, NULL, NULL, NULL)
+    out[0] = c->m->tp        ? block_tp(c->m, in[0], c->layer)
+             : fused_path(c->m) ? block_fused(c->m, in[0], NULL, c->layer, 0, NULL, NULL, NULL)
                               : block(c->m, in[0], c->layer, 0, NULL);
     if (now != c->rng_offset) r->offset = now; /* a recomputation: the forward already moved past */
     return out[0] ? FM_OK : fm_last_status();
@@ -699,10 +730,43 @@ static fm_status check_idx(const fm_gpt *m, fm_tensor *idx, const char *what) {
     return st;
 }
 
+/* Tensor parallel, vocabulary-parallel embedding: this rank's rows [start, start + V/T)
+ * look up the ids they own (the others read row 0, zeroed by a mask), and tp_reduce
+ * sums the ranks' parts, so each position gets exactly its one row. */
+static fm_tensor *embed_tp(fm_gpt *m, fm_tensor *idx) {
+    const int64_t n = fm_tensor_numel(idx), Vl = m->wte->shape[0], start = (int64_t)m->tp_rank * Vl;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+    float *mask = malloc(sizeof(float) * (size_t)n);
+    fm_tensor *li = NULL, *mk = NULL, *e = NULL;
+    if (!ids || !mask) fm_set_error(FM_ERR_OOM, "gpt: out of host memory for %lld token ids", (long long)n);
+    else if (fm_tensor_copy_to_host(idx, ids, FM_I64) == FM_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            bool mine = ids[i] >= start && ids[i] < start + Vl;
+            mask[i] = mine ? 1.0f : 0.0f;
+            ids[i] = mine ? ids[i] - start : 0;
+        }
+        li = fm_tensor_from_data(ids, 2, idx->shape, FM_I64);
+        mk = fm_tensor_from_data(mask, 3, (int64_t[]){idx->shape[0], idx->shape[1], 1}, FM_F32);
+        if (li && mk && (e = fm_embedding(m->wte, li)) && upd(&e, fm_mul(e, mk))) upd(&e, fm_tp_reduce(m->tp, e));
+    }
+    free(ids);
+    free(mask);
+    fm_tensor_release_n(2, li, mk);
+    return e;
+}
+
+/* Tensor parallel output: this rank's vocabulary columns of the logits (never gathered:
+ * the loss is fm_tp_cross_entropy) */
+static fm_tensor *head_tp(fm_gpt *m, fm_tensor *x) {
+    fm_tensor *h = norm(m, x, m->lnf_w, m->lnf_b);
+    if (h && upd(&h, fm_tp_copy(m->tp, h))) upd(&h, fm_linear(h, m->lm_head ? m->lm_head : m->wte, NULL));
+    return h;
+}
+
 /* Shared by the training forward and cached decoding. */
 static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
     const int64_t T = idx->shape[1];
-    fm_tensor *x = fm_embedding(m->wte, idx);
+    fm_tensor *x = m->tp ? embed_tp(m, idx) : fm_embedding(m->wte, idx);
     if (!x) return NULL;
     if (m->cfg.arch == FM_GPT_GPT2) {
         fm_tensor *pe = fm_narrow(m->wpe, 0, pos0, T);
@@ -728,9 +792,13 @@ static fm_tensor *run(fm_gpt *m, fm_tensor *idx, int64_t pos0, gpt_kv *cache) {
             fm_tensor_release(yn);
             yn = ny;
             if (!upd(&x, nx)) { fm_tensor_release(yn); return NULL; }
-        } else if (!upd(&x, block(m, x, i, pos0, cache))) {
+        } else if (!upd(&x, m->tp ? block_tp(m, x, i) : block(m, x, i, pos0, cache))) {
             return NULL;
         }
+    }
+    if (m->tp) {
+        upd(&x, head_tp(m, x));
+        return x;
     }
     /* the output projection: the token embedding (tied) or lm_head */
     fm_tensor *head = m->lm_head ? m->lm_head : m->wte;
@@ -761,11 +829,13 @@ fm_tensor *fm_gpt_forward(fm_gpt *m, fm_tensor *idx, fm_tensor *targets, fm_tens
     }
     fm_tensor *logits = run(m, idx, 0, NULL);
     if (!logits || !targets || !loss) return logits;
-    const int64_t N = idx->shape[0] * idx->shape[1];
-    fm_tensor *l2 = fm_reshape(logits, 2, (int64_t[]){N, m->cfg.vocab_size});
+    const int64_t N = idx->shape[0] * idx->shape[1], Vo = logits->shape[2]; /* tensor parallel: V/T columns */
+    fm_tensor *l2 = fm_reshape(logits, 2, (int64_t[]){N, Vo});
     fm_tensor *t1 = fm_reshape(targets, 1, (int64_t[]){N});
     /* under autocast with a tape, the loss keeps the bf16/fp16 logits instead of an f32 copy */
-    if (l2 && t1 && fm_autocast_get() != FM_F32 && fm_grad_enabled() && (l2->dtype == FM_BF16 || l2->dtype == FM_F16))
+    if (m->tp)
+        *loss = l2 && t1 ? fm_tp_cross_entropy(m->tp, l2, t1, (int64_t)m->tp_rank * Vo, m->cfg.vocab_size) : NULL;
+    else if (l2 && t1 && fm_autocast_get() != FM_F32 && fm_grad_enabled() && (l2->dtype == FM_BF16 || l2->dtype == FM_F16))
         *loss = fm_cross_entropy_lowp(l2, t1, -1, 0.0);
     else
         *loss = l2 && t1 ? fm_cross_entropy(l2, t1, -1, 0.0, FM_REDUCE_MEAN) : NULL;
@@ -815,6 +885,11 @@ int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c) { return c ? (int)c->len : 0; 
 
 fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c) {
     if (!m || !c) { fm_set_error(FM_ERR_INVALID, "gpt: forward_cached needs a model and a cache"); return NULL; }
+    if (m->tp) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "gpt: cached decoding of a tensor-parallel model is not built; gather it "
+                     "(fm_gpt_tp_gather_model) or load the saved model in one process");
+        return NULL;
+    }
     if (check_idx(m, idx, "input")) return NULL;
     if (idx->shape[0] != c->batch) {
         fm_set_error(FM_ERR_INVALID, "gpt: batch %lld does not match the cache's batch %d", (long long)idx->shape[0],

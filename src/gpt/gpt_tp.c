@@ -1,0 +1,161 @@
+/* Tensor parallelism for the GPT and Llama models (Megatron style): which
+ * parameters are split and how, the sharding of a model built whole, and the
+ * gathering back into a whole model (checkpoints hold full, unsplit parameters).
+ *
+ * Per block, split by output rows (column-parallel): the QKV projection (this rank's
+ * query heads and, for GQA, key/value heads; so attention runs locally) and the first
+ * MLP projection (Llama: this rank's gate and up rows); split by input columns
+ * (row-parallel): the attention output and the second MLP projection. Norms, the
+ * row-parallel biases and the position embedding are replicated. The forward pass is
+ * block_tp in gpt_model.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "fathom/memory.h"
+#include "fathom/ops.h"
+#include "gpt/gpt_internal.h"
+
+typedef struct tp_slot {
+    fm_tensor **p;
+    fm_tp_split s;
+} tp_slot;
+
+/* The split parameters of m (its full sizes from cfg); returns how many (<= 6 per layer + 2). */
+static int tp_slots(fm_gpt *m, tp_slot *out) {
+    const fm_gpt_config *c = &m->cfg;
+    const int64_t D = c->n_embd / c->n_head, H = c->n_head, KV = m->n_kv, F = c->ffn_hidden;
+    const bool llama = c->arch == FM_GPT_LLAMA;
+    const fm_tp_split qkv = {0, 3, {H * D, KV * D, KV * D}}, cols_h = {1, 1, {H * D}};
+    const fm_tp_split fc = llama ? (fm_tp_split){0, 2, {F, F}} : (fm_tp_split){0, 1, {F}}, cols_f = {1, 1, {F}};
+    const fm_tp_split vocab = {0, 1, {c->vocab_size}};
+    int n = 0;
+    out[n++] = (tp_slot){&m->wte, vocab}; /* vocabulary-parallel embedding and output */
+    if (m->lm_head) out[n++] = (tp_slot){&m->lm_head, vocab};
+    for (int i = 0; i < c->n_layer; i++) {
+        gpt_layer *L = &m->layers[i];
+        out[n++] = (tp_slot){&L->qkv_w, qkv};
+        if (L->qkv_b) out[n++] = (tp_slot){&L->qkv_b, qkv};
+        out[n++] = (tp_slot){&L->proj_w, cols_h};
+        out[n++] = (tp_slot){&L->fc_w, fc};
+        if (L->fc_b) out[n++] = (tp_slot){&L->fc_b, fc};
+        out[n++] = (tp_slot){&L->fc2_w, cols_f};
+    }
+    return n;
+}
+
+static tp_slot *slots_new(fm_gpt *m, int *n) {
+    tp_slot *s = calloc((size_t)(6 * m->cfg.n_layer + 4), sizeof *s);
+    if (!s) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
+    *n = tp_slots(m, s);
+    return s;
+}
+
+fm_status fm_gpt_tp_check(const fm_gpt_config *c, int tp) {
+    if (!c) return fm_set_error(FM_ERR_INVALID, "tensor parallel: config is NULL");
+    const int kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
+    if (tp < 1) return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d: needs 1 or more ranks", tp);
+    if (tp > c->n_head)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d is larger than the model's %d attention heads "
+                            "(n_head): each rank needs at least one whole head", tp, c->n_head);
+    if (c->n_head % tp)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d does not divide the model's %d attention heads "
+                            "(n_head): each rank holds n_head / %d whole heads; use a divisor of %d", tp, c->n_head, tp,
+                            c->n_head);
+    if (kv % tp)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d does not divide the model's %d key/value heads "
+                            "(n_kv_head, grouped-query attention): use a divisor of %d", tp, kv, kv);
+    if (c->vocab_size % tp)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d does not divide the vocabulary of %d tokens "
+                            "(vocab_size; the embedding is split by vocabulary): use a divisor of %d or a vocabulary "
+                            "size that %d divides", tp, c->vocab_size, c->vocab_size, tp);
+    if (c->ffn_hidden % tp)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d does not divide the MLP width %d (ffn_hidden): use "
+                            "a divisor of %d", tp, c->ffn_hidden, c->ffn_hidden);
+    return FM_OK;
+}
+
+fm_status fm_gpt_set_tensor_parallel(fm_gpt *m, fm_dist *tp) {
+    if (!m || !tp) return fm_set_error(FM_ERR_INVALID, "tensor parallel: needs a model and a communicator");
+    if (m->tp) return fm_set_error(FM_ERR_STATE, "tensor parallel: the model is already split");
+    const int T = fm_dist_size(tp), r = fm_dist_rank(tp);
+    fm_status st = fm_gpt_tp_check(&m->cfg, T);
+    if (st) return st;
+    if (fm_gpt_device(m).type != FM_DEV_CPU || m->wte->dtype != FM_F32)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: f32 models on the CPU only here");
+    int n;
+    tp_slot *s = slots_new(m, &n);
+    if (!s) return fm_last_status();
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    for (int k = 0; k < n && st == FM_OK; k++) {
+        fm_tensor *old = *s[k].p, *sh = fm_tp_shard(T, r, old, &s[k].s);
+        if (!sh) { st = fm_last_status(); break; }
+        fm_tensor_requires_grad_(sh, true);
+        for (int i = 0; i < m->params.n; i++)
+            if (m->params.items[i].tensor == old) m->params.items[i].tensor = sh;
+        for (int i = 0; i < m->n_hf; i++) /* not used on a split model (save/load refuse it): no stale pointers */
+            if (m->hf[i].t == old) m->hf[i].t = sh;
+        *s[k].p = sh;
+        fm_tensor_release(old);
+    }
+    fm_memory_tag_pop(mc);
+    free(s);
+    if (st) return st;
+    m->tp = tp;
+    m->tp_size = T;
+    m->tp_rank = r;
+    return FM_OK;
+}
+
+bool fm_gpt_tp_split(const fm_gpt *m, const fm_tensor *param, fm_tp_split *out) {
+    if (!m || !m->tp || !param) return false;
+    int n;
+    tp_slot *s = slots_new((fm_gpt *)m, &n);
+    bool found = false;
+    for (int k = 0; s && k < n && !found; k++)
+        if (*s[k].p == param) {
+            found = true;
+            if (out) *out = s[k].s;
+        }
+    free(s);
+    return found;
+}
+
+fm_dist *fm_gpt_tp_group(const fm_gpt *m) { return m ? m->tp : NULL; }
+
+fm_gpt *fm_gpt_tp_gather_model(fm_gpt *m) {
+    if (!m) { fm_set_error(FM_ERR_INVALID, "tensor parallel: model is NULL"); return NULL; }
+    fm_gpt *full = fm_gpt_new(&m->cfg, NULL);
+    if (!full) return NULL;
+    fm_status st = FM_OK;
+    bool prev = fm_set_grad_enabled(false);
+    for (int i = 0; i < m->params.n && st == FM_OK; i++) {
+        fm_tensor *p = m->params.items[i].tensor, *g = NULL;
+        fm_tp_split sp;
+        bool split = fm_gpt_tp_split(m, p, &sp);
+        if (split && !(g = fm_tp_gather(m->tp, p, &sp))) { st = fm_last_status(); break; }
+        st = fm_copy_(full->params.items[i].tensor, split ? g : p);
+        fm_tensor_release(g);
+    }
+    fm_set_grad_enabled(prev);
+    if (st) { fm_gpt_free(full); return NULL; }
+    full->rng->offset = m->rng->offset;
+    return full;
+}
+
+fm_status fm_gpt_tp_load_model(fm_gpt *m, fm_gpt *full) {
+    if (!m || !full || full->params.n != m->params.n)
+        return fm_set_error(FM_ERR_INVALID, "tensor parallel: the whole model does not match this one");
+    fm_status st = FM_OK;
+    bool prev = fm_set_grad_enabled(false);
+    for (int i = 0; i < m->params.n && st == FM_OK; i++) {
+        fm_tensor *p = m->params.items[i].tensor, *f = full->params.items[i].tensor, *sh = NULL;
+        fm_tp_split sp;
+        if (fm_gpt_tp_split(m, p, &sp) && !(sh = fm_tp_shard(m->tp_size, m->tp_rank, f, &sp))) st = fm_last_status();
+        else st = fm_copy_(p, sh ? sh : f);
+        fm_tensor_release(sh);
+    }
+    fm_set_grad_enabled(prev);
+    return st;
+}

@@ -1,0 +1,206 @@
+/* Tensor parallelism (fm_gpt_set_tensor_parallel), run as one process and under
+ * `mpirun -np 2` / `-np 4` (test_dist_tp_np2/np4): for every T in {1, 2, 4} that
+ * divides the world, the ranks form world/T groups of T; each group's model, split
+ * over its T ranks, must give what one process gives with the whole model (fp32):
+ * logits (gathered when vocabulary-parallel), loss and every parameter's gradient
+ * (split ones gathered) within 1e-5 of the largest magnitude, for GPT-2 (biases) and
+ * Llama (RoPE, SwiGLU, grouped-query attention). Also: a shard/gather round trip of a
+ * three-segment split, and the errors for a T that does not fit the model. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "fathom/autograd.h"
+#include "fathom/dist.h"
+#include "fathom/gpt.h"
+#include "fathom/ops.h"
+
+static int R, N;
+
+static fm_gpt_config tiny(fm_gpt_arch arch, int kv) {
+    fm_gpt_config c = fm_gpt_config_default(arch);
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = kv;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.vocab_size = 64;
+    c.ffn_hidden = arch == FM_GPT_LLAMA ? 48 : 64;
+    return c;
+}
+
+/* max |a - b| / max |b| over two host arrays */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+static float *host_copy(fm_tensor *t) {
+    float *h = malloc(sizeof(float) * (size_t)fm_tensor_numel(t));
+    if (h && fm_tensor_copy_to_host(t, h, FM_F32) != FM_OK) { free(h); h = NULL; }
+    return h;
+}
+
+typedef struct run_out {
+    float *logits;  /* [B*T*V] */
+    double loss;
+    float **grads;  /* per parameter, whole */
+    int n;
+} run_out;
+
+/* Forward and backward of a model made from seed 42 on a fixed batch; with tp, split first. */
+static bool run_model(const fm_gpt_config *c, fm_dist *tp, run_out *o) {
+    memset(o, 0, sizeof *o);
+    fm_rng init;
+    fm_rng_init(&init, 42);
+    fm_gpt *m = fm_gpt_new(c, &init);
+    if (!m) return false;
+    if (tp && fm_gpt_set_tensor_parallel(m, tp) != FM_OK) {
+        fprintf(stderr, "split: %s\n", fm_last_error());
+        fm_gpt_free(m);
+        return false;
+    }
+    enum { B = 2, T = 16 };
+    int64_t ids[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (i * 7 + 3) % c->vocab_size;
+        tg[i] = i == 5 ? -1 : (i * 11 + 1) % c->vocab_size; /* one ignored target */
+    }
+    fm_tensor *x = fm_tensor_from_data(ids, 2, (int64_t[]){B, T}, FM_I64);
+    fm_tensor *y = fm_tensor_from_data(tg, 2, (int64_t[]){B, T}, FM_I64);
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(m, x, y, &loss);
+    bool ok = lg && loss && fm_backward(loss, NULL, false) == FM_OK;
+    if (!ok) fprintf(stderr, "forward/backward: %s\n", fm_last_error());
+    if (ok) {
+        o->loss = fm_tensor_item(loss);
+        fm_tensor *l2 = fm_reshape(lg, 2, (int64_t[]){B * T, lg->shape[2]}), *full = NULL;
+        fm_tp_split sv = {1, 1, {c->vocab_size}};
+        if (lg->shape[2] != c->vocab_size) full = fm_tp_gather(tp, l2, &sv); /* vocabulary-parallel logits */
+        o->logits = host_copy(full ? full : l2);
+        fm_tensor_release_n(2, l2, full);
+        const fm_named_list *p = fm_gpt_parameters(m);
+        o->n = p->n;
+        o->grads = calloc((size_t)p->n, sizeof *o->grads);
+        for (int i = 0; i < p->n && o->grads; i++) {
+            fm_tensor *g = p->items[i].tensor->grad, *whole = NULL;
+            fm_tp_split sp;
+            if (!g) { fprintf(stderr, "no gradient for %s\n", p->items[i].name); ok = false; continue; }
+            if (fm_gpt_tp_split(m, p->items[i].tensor, &sp)) whole = fm_tp_gather(tp, g, &sp);
+            o->grads[i] = host_copy(whole ? whole : g);
+            fm_tensor_release(whole);
+        }
+    }
+    fm_tensor_release_n(4, x, y, lg, loss);
+    fm_gpt_free(m);
+    return ok && o->logits;
+}
+
+static void free_out(run_out *o) {
+    free(o->logits);
+    for (int i = 0; o->grads && i < o->n; i++) free(o->grads[i]);
+    free(o->grads);
+}
+
+static void test_equal(fm_dist *world, const fm_gpt_config *c, int T, const char *what) {
+    fm_dist *tp = NULL;
+    CHECK(fm_dist_split(world, R / T, &tp) == FM_OK);
+    if (!tp) return;
+    CHECK(fm_dist_size(tp) == T && fm_dist_rank(tp) == R % T);
+    run_out ref, got;
+    bool a = run_model(c, NULL, &ref), b = run_model(c, tp, &got);
+    CHECK_MSG(a && b, "%s TP=%d: runs failed", what, T);
+    if (a && b) {
+        fm_rng init;
+        fm_rng_init(&init, 42);
+        fm_gpt *m = fm_gpt_new(c, &init);
+        const fm_named_list *p = fm_gpt_parameters(m);
+        double dl = rel_diff(got.logits, ref.logits, 2 * 16 * (int64_t)c->vocab_size), dg = 0;
+        const char *worst = "";
+        for (int i = 0; i < p->n && got.n == p->n; i++) {
+            double d = got.grads[i] && ref.grads[i] ? rel_diff(got.grads[i], ref.grads[i], fm_tensor_numel(p->items[i].tensor)) : 1;
+            CHECK_MSG(d <= 1e-5, "%s TP=%d: gradient of %s differs by %.3g of its largest magnitude", what, T,
+                      p->items[i].name, d);
+            if (d > dg) { dg = d; worst = p->items[i].name; }
+        }
+        CHECK_MSG(dl <= 1e-5, "%s TP=%d: logits differ by %.3g of their largest magnitude", what, T, dl);
+        CHECK_MSG(fabs(got.loss - ref.loss) <= 1e-5 * fabs(ref.loss), "%s TP=%d: loss %.9g vs %.9g", what, T, got.loss,
+                  ref.loss);
+        if (R == 0)
+            fprintf(stderr, "%s TP=%d of %d ranks: loss %.9g vs %.9g, logits %.2e, worst gradient %.2e (%s)\n", what, T, N,
+                    got.loss, ref.loss, dl, dg, worst);
+        fm_gpt_free(m);
+    }
+    if (a) free_out(&ref);
+    if (b) free_out(&got);
+    fm_dist_finalize(tp);
+}
+
+/* shard then gather gives back the tensor; each shard holds part r of every segment */
+static void test_shard_gather(fm_dist *world) {
+    fm_dist *tp = NULL;
+    CHECK(fm_dist_split(world, 0, &tp) == FM_OK); /* the whole world as one group */
+    const int T = fm_dist_size(tp), r = fm_dist_rank(tp);
+    const int64_t segs[3] = {8, 4, 4}, cols = 3;
+    fm_tp_split s = {0, 3, {8, 4, 4}};
+    float v[16 * 3];
+    for (int i = 0; i < 16 * 3; i++) v[i] = (float)i;
+    fm_tensor *full = fm_tensor_from_data(v, 2, (int64_t[]){16, cols}, FM_F32);
+    fm_tensor *sh = fm_tp_shard(T, r, full, &s), *back = sh ? fm_tp_gather(tp, sh, &s) : NULL;
+    CHECK(sh && sh->shape[0] == 16 / T && sh->shape[1] == cols);
+    if (sh) { /* the first row of this rank's key part is row 8 + r*4/T of the whole */
+        int64_t row = segs[0] / T;
+        CHECK(fm_tensor_get(sh, row * cols) == (double)((8 + r * (segs[1] / T)) * cols));
+    }
+    CHECK(back && rel_diff(fm_tensor_data(back), v, 16 * 3) == 0);
+    fm_tp_split c1 = {1, 1, {3}}; /* 3 columns do not split in 2 or 4 */
+    fm_tensor *bad = T > 1 ? fm_tp_shard(T, r, full, &c1) : NULL;
+    if (T > 1) {
+        CHECK(!bad);
+        CHECK_ERR_CONTAINS("does not split into");
+    }
+    fm_tensor_release_n(4, full, sh, back, bad);
+    fm_dist_finalize(tp);
+}
+
+static void test_errors(void) {
+    fm_gpt_config g = tiny(FM_GPT_GPT2, 4), l = tiny(FM_GPT_LLAMA, 2);
+    CHECK(fm_gpt_tp_check(&g, 3) != FM_OK);
+    CHECK_ERR_CONTAINS("--tensor-parallel 3 does not divide the model's 4 attention heads");
+    CHECK(fm_gpt_tp_check(&g, 8) != FM_OK);
+    CHECK_ERR_CONTAINS("--tensor-parallel 8 is larger than the model's 4 attention heads");
+    CHECK(fm_gpt_tp_check(&l, 4) != FM_OK);
+    CHECK_ERR_CONTAINS("does not divide the model's 2 key/value heads");
+    fm_gpt_config f = g;
+    f.ffn_hidden = 66;
+    CHECK(fm_gpt_tp_check(&f, 4) != FM_OK);
+    CHECK_ERR_CONTAINS("does not divide the MLP width 66");
+    f = g;
+    f.vocab_size = 66;
+    CHECK(fm_gpt_tp_check(&f, 4) != FM_OK);
+    CHECK_ERR_CONTAINS("does not divide the vocabulary of 66 tokens");
+    CHECK(fm_gpt_tp_check(&g, 4) == FM_OK && fm_gpt_tp_check(&l, 2) == FM_OK);
+}
+
+int main(void) {
+    fm_dist *d = NULL;
+    if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
+    R = fm_dist_rank(d);
+    N = fm_dist_size(d);
+    for (int T = 1; T <= 4 && T <= N; T *= 2) {
+        if (N % T) continue;
+        fm_gpt_config g = tiny(FM_GPT_GPT2, 4), l = tiny(FM_GPT_LLAMA, T <= 2 ? 2 : 4);
+        test_equal(d, &g, T, "gpt2");
+        test_equal(d, &l, T, T <= 2 ? "llama (4 heads, 2 kv)" : "llama (4 heads, 4 kv)");
+    }
+    test_shard_gather(d);
+    test_errors();
+    fm_dist_finalize(d);
+    TEST_DONE();
+}
