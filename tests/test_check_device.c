@@ -433,6 +433,45 @@ static void test_host_access_faults(void) {
     CHECK_MSG(WIFSIGNALED(st) && !strstr(err, "check-device"), "other fault: status %d, %s", st, err);
 }
 
+/* bf16 parameters with f32 master weights (src/optim) on the check device: 4 AdamW
+ * steps with clipping give the cpu run's parameter, master and moments bit for bit,
+ * so the master path (widen, update, round back) never touches device memory from
+ * the host. */
+static void test_master_weights_on_device(void) {
+    fm_device devs[2] = {FM_CPU, CHK};
+    fm_tensor *out[2][3] = {{0}};
+    int64_t n = 3000;
+    for (int d = 0; d < 2; d++) {
+        fm_tensor *f = randn(1, &n, 50), *h = fm_to_dtype(f, FM_BF16);
+        fm_tensor *p = fm_tensor_to(h, devs[d]);
+        fm_tensor_requires_grad_(p, true);
+        fm_optim_config c = fm_optim_default_config(FM_OPTIM_ADAMW);
+        c.lr = 1e-2;
+        fm_optim *o = fm_optim_new(&c);
+        CHECK(fm_optim_add_param(o, fm_optim_add_group(o, 0.1), "w", p) == FM_OK);
+        for (int s = 0; s < 4; s++) {
+            fm_tensor *g = randn(1, &n, 60 + s), *g16 = fm_to_dtype(g, FM_BF16);
+            p->grad = fm_tensor_to(g16, devs[d]);
+            CHECK(fm_optim_clip_grad_norm(o, 20.0, NULL) == FM_OK);
+            CHECK(fm_optim_step(o) == FM_OK);
+            fm_optim_zero_grad(o);
+            fm_tensor_release_n(2, g, g16);
+        }
+        fm_named_list l;
+        CHECK(fm_optim_state(o, &l) == FM_OK && l.n == 3);
+        out[d][0] = fm_tensor_retain(p);
+        for (int i = 0; i < l.n && i < 3; i++)
+            if (strstr(l.items[i].name, "master_weight")) out[d][1] = fm_tensor_retain(l.items[i].tensor);
+            else if (strstr(l.items[i].name, "exp_avg_sq")) out[d][2] = fm_tensor_retain(l.items[i].tensor);
+        fm_named_list_free(&l);
+        CHECK(out[d][1] && out[d][1]->dtype == FM_F32 && fm_device_eq(fm_tensor_device(out[d][1]), devs[d]));
+        fm_optim_free(o);
+        fm_tensor_release_n(3, f, h, p);
+    }
+    for (int k = 0; k < 3; k++) CHECK_MSG(same_bits(out[0][k], out[1][k]), "master weights: tensor %d differs on check", k);
+    for (int d = 0; d < 2; d++) fm_tensor_release_n(3, out[d][0], out[d][1], out[d][2]);
+}
+
 int main(void) {
     test_parse();
     test_copies();
@@ -442,6 +481,7 @@ int main(void) {
     test_train_on_device();
     test_gpt_on_device();
     test_batchnorm_module();
+    test_master_weights_on_device();
     test_host_access_faults();
     TEST_DONE();
 }

@@ -26,6 +26,7 @@
 #include "dispatch/dispatch.h"
 #include "core/tensor_internal.h"
 #include "fathom/fathom.h"
+#include "fathom/optim.h"
 #include "fathom/quant.h"
 #include "backend/kernel.h"
 #include "test_util.h"
@@ -891,6 +892,7 @@ static int ops_in_groups(fm_op_group g1, fm_op_group g2, fm_op_id *out) {
 }
 
 static void optim_cases(fm_dtype dt);
+static void master_weight_cases(void);
 static void quant_cases(fm_dtype dt);
 
 static void conformance(fm_dtype dt) {
@@ -1290,8 +1292,110 @@ static void quant_cases(fm_dtype dt) {
  * updated parameter and state compared (two steps, so SGD's non-first momentum
  * branch runs too). Without a device only the cpu side runs. f32 parameters only
  * (what the optimizer takes besides f64); SUM_SQ_BLOCKS goes through run_case. */
+/* AdamW over one parameter named "w" (decay 0.1, lr 1e-3). */
+static fm_optim *master_opt(fm_tensor *p) {
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_ADAMW);
+    c.weight_decay = 0.1;
+    fm_optim *o = fm_optim_new(&c);
+    int g = o ? fm_optim_add_group(o, c.weight_decay) : -1;
+    if (g < 0 || fm_optim_add_param(o, g, "w", p) != FM_OK) { fm_optim_free(o); return NULL; }
+    return o;
+}
+
+static fm_tensor *opt_slot(fm_optim *o, const char *name) {
+    fm_named_list l;
+    if (!o || fm_optim_state(o, &l) != FM_OK) return NULL;
+    fm_tensor *t = NULL;
+    for (int i = 0; i < l.n; i++)
+        if (!strcmp(l.items[i].name, name)) t = fm_tensor_retain(l.items[i].tensor);
+    fm_named_list_free(&l);
+    return t;
+}
+
+static bool same_bytes(const fm_tensor *a, const fm_tensor *b) {
+    return a && b && a->dtype == b->dtype && fm_tensor_numel(a) == fm_tensor_numel(b) &&
+           !memcmp(fm_tensor_data(a), fm_tensor_data(b), (size_t)fm_tensor_numel(a) * fm_dtype_size(a->dtype));
+}
+
+static void nse_check(const char *what, fm_tensor *dev, const fm_tensor *ref, double tol) {
+    fm_tensor *back = dev ? fm_tensor_to(dev, FM_CPU) : NULL;
+    int nonfinite = 0, nanmis = 0;
+    double e = back ? nse(back, ref, &nonfinite, &nanmis) : INFINITY;
+    CHECK_MSG(e <= tol && nonfinite == 0 && nanmis == 0, "%s: normalized squared error %.3g (bound %g)", what, e, tol);
+    fm_tensor_release(back);
+}
+
+/* bf16/f16 parameters with f32 master weights, 3 AdamW steps. The cpu half checks the
+ * meaning: the optimizer's master ("w.master_weight") is bit for bit the f32 parameter
+ * of an f32 run fed the same (16-bit) gradients, and the parameter is that master
+ * rounded to nearest even. With a device, the same optimizer on cuda parameters and the
+ * fused fm_cuda_adamw_step with masters are compared with the cpu run. */
+static void master_weight_cases(void) {
+    fm_device cu = {FM_DEV_CUDA, 0};
+    int64_t n = 5000;
+    fm_dtype dts[2] = {FM_BF16, FM_F16};
+    for (int k = 0; k < 2; k++) {
+        fm_dtype dt = dts[k];
+        const char *dn = fm_dtype_name(dt);
+        fm_tensor *p16 = rand_tensor(1, &n, dt, -1, 1, 1700 + k), *p32 = fm_to_dtype(p16, FM_F32);
+        fm_tensor *pd = NULL, *pf = NULL, *mf = NULL, *m1 = NULL, *m2 = NULL;
+        if (!g_cpu_only) {
+            pd = fm_tensor_to(p16, cu);
+            pf = fm_tensor_to(p16, cu);
+            mf = fm_tensor_to(p32, cu);
+            m1 = fm_tensor_zeros(1, &n, FM_F32, cu);
+            m2 = fm_tensor_zeros(1, &n, FM_F32, cu);
+        }
+        fm_tensor_requires_grad_(p16, true);
+        fm_tensor_requires_grad_(p32, true);
+        if (pd) fm_tensor_requires_grad_(pd, true);
+        fm_optim *o16 = master_opt(p16), *o32 = master_opt(p32), *od = pd ? master_opt(pd) : NULL;
+        CHECK_MSG(o16 && o32 && (g_cpu_only || od), "master weights %s: optimizer: %s", dn, fm_last_error());
+        for (int step = 1; step <= 3 && o16 && o32; step++) {
+            fm_tensor *g16 = rand_tensor(1, &n, dt, -1, 1, 1710 + 10 * k + step);
+            p16->grad = fm_tensor_retain(g16);
+            p32->grad = fm_to_dtype(g16, FM_F32);
+            CHECK_MSG(fm_optim_step(o16) == FM_OK && fm_optim_step(o32) == FM_OK, "master weights %s: cpu step: %s", dn, fm_last_error());
+            if (od) {
+                pd->grad = fm_tensor_to(g16, cu);
+                CHECK_MSG(fm_optim_step(od) == FM_OK, "master weights %s: cuda step: %s", dn, fm_last_error());
+                fm_tensor *gf = fm_tensor_to(g16, cu);
+                fm_adamw_hparams hp = {1e-3, 0.9, 0.999, 1e-8, 0.1, step, 0};
+                CHECK_MSG(fm_cuda_adamw_step(1, &pf, &gf, &m1, &m2, &mf, &hp) == FM_OK, "master weights %s: fused: %s", dn, fm_last_error());
+                fm_tensor_release(gf);
+                fm_optim_zero_grad(od);
+            }
+            fm_optim_zero_grad(o16);
+            fm_optim_zero_grad(o32);
+            fm_tensor_release(g16);
+        }
+        fm_tensor *master = opt_slot(o16, "w.master_weight"), *mom = opt_slot(o16, "w.exp_avg"), *rounded = fm_to_dtype(p32, dt);
+        CHECK_MSG(master && master->dtype == FM_F32 && mom && mom->dtype == FM_F32, "master weights %s: f32 master and moments in the state", dn);
+        CHECK_MSG(same_bytes(master, p32), "master weights %s: the master is not the f32 run's parameter bit for bit", dn);
+        CHECK_MSG(same_bytes(p16, rounded), "master weights %s: the parameter is not its master rounded", dn);
+        if (g_cpu_only) g_cpu_cases++;
+        else {
+            g_gpu_cases++;
+            int f0 = t_failures;
+            fm_tensor *dmaster = opt_slot(od, "w.master_weight");
+            nse_check("master weights: cuda optimizer's master", dmaster, master, 1e-10);
+            nse_check("master weights: cuda optimizer's parameter", pd, p16, 1e-6);
+            nse_check("master weights: fused adamw's master", mf, master, 1e-10);
+            nse_check("master weights: fused adamw's parameter", pf, p16, 1e-6);
+            fm_tensor_release(dmaster);
+            printf("master weights %s (the optimizer on cuda, fused adamw) vs cpu: %s\n", dn, t_failures == f0 ? "pass" : "FAIL");
+        }
+        fm_optim_free(o16);
+        fm_optim_free(o32);
+        fm_optim_free(od);
+        fm_tensor_release_n(5, master, mom, rounded, p16, p32);
+        fm_tensor_release_n(5, pd, pf, mf, m1, m2);
+    }
+}
+
 static void optim_cases(fm_dtype dt) {
     if (dt != FM_F32) return;
+    master_weight_cases();
     fm_device cu = {FM_DEV_CUDA, 0};
     int64_t n = 20000; /* three SUM_SQ blocks, the last partial */
     const char *names[] = {"optim_step sgd", "optim_step sgd nesterov", "optim_step adam", "optim_step adamw"};
@@ -1422,7 +1526,7 @@ static void gpu_errors(void) {
     fm_tensor *gp = fm_tensor_to(p, cu), *gg = fm_tensor_to(g, cu);
     fm_tensor *m = fm_tensor_zeros(1, (int64_t[]){1000}, FM_F32, cu), *v = fm_tensor_zeros(1, (int64_t[]){1000}, FM_F32, cu);
     fm_adamw_hparams hp = {1e-2, 0.9, 0.999, 1e-8, 0.1, 1, 0};
-    CHECK(fm_cuda_adamw_step(1, &gp, &gg, &m, &v, &hp) == FM_OK);
+    CHECK(fm_cuda_adamw_step(1, &gp, &gg, &m, &v, NULL, &hp) == FM_OK);
     fm_tensor *hp_ = fm_tensor_to(gp, FM_CPU);
     double worst = 0;
     for (int i = 0; i < 1000; i++) {

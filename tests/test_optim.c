@@ -239,12 +239,142 @@ static void test_clip_large(void) {
     fm_tensor_release_n(2, a, b);
 }
 
+/* A one-parameter optimizer (kind, lr 1e-3 as set, decay 0.1, momentum 0.9 for SGD). */
+static fm_optim *one_param_opt(fm_optim_kind kind, double lr, fm_tensor *p) {
+    fm_optim_config c = fm_optim_default_config(kind);
+    c.lr = lr;
+    c.weight_decay = 0.1;
+    c.momentum = kind == FM_OPTIM_SGD ? 0.9 : 0;
+    fm_optim *o = fm_optim_new(&c);
+    int g = fm_optim_add_group(o, c.weight_decay);
+    CHECK(fm_optim_add_param(o, g, "w", p) == FM_OK);
+    return o;
+}
+
+static bool bytes_equal(const fm_tensor *a, const fm_tensor *b) {
+    return a && b && a->dtype == b->dtype && fm_tensor_numel(a) == fm_tensor_numel(b) &&
+           !memcmp(fm_tensor_data(a), fm_tensor_data(b), (size_t)fm_tensor_numel(a) * fm_dtype_size(a->dtype));
+}
+
+static fm_tensor *state_slot(fm_optim *o, const char *name) {
+    fm_named_list l;
+    fm_tensor *t = NULL;
+    if (fm_optim_state(o, &l) != FM_OK) return NULL;
+    for (int i = 0; i < l.n; i++)
+        if (!strcmp(l.items[i].name, name)) t = fm_tensor_retain(l.items[i].tensor);
+    fm_named_list_free(&l);
+    return t;
+}
+
+/* bf16/f16 parameters keep an f32 master in the optimizer state. For SGD with
+ * momentum and AdamW, with clipping: the master is bit for bit the parameter of an f32
+ * run fed the same 16-bit gradients, the parameter is the master rounded (bitwise
+ * fm_to_dtype of it), the moments are f32, the state is named
+ * w.{exp_avg,exp_avg_sq,momentum_buffer,master_weight}, and a new optimizer loaded from
+ * that state continues exactly. Updates smaller than half a bf16 ulp accumulate in the
+ * master until they move the parameter (without a master they would all be lost). */
+static void test_master_weights(void) {
+    const int64_t n = 9000; /* two sum-of-squares blocks */
+    fm_dtype dts[2] = {FM_BF16, FM_F16};
+    fm_optim_kind kinds[2] = {FM_OPTIM_SGD, FM_OPTIM_ADAMW};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 2; k++) {
+            fm_rng r;
+            fm_rng_init(&r, 30 + 2 * d + k);
+            fm_tensor *f = fm_tensor_randn(1, &n, FM_F32, &r);
+            fm_tensor *p16 = fm_to_dtype(f, dts[d]), *p32 = fm_to_dtype(p16, FM_F32);
+            fm_tensor_requires_grad_(p16, true);
+            fm_tensor_requires_grad_(p32, true);
+            fm_optim *o16 = one_param_opt(kinds[k], 1e-2, p16), *o32 = one_param_opt(kinds[k], 1e-2, p32), *o2 = NULL;
+            fm_tensor *p2 = NULL;
+            for (int step = 0; step < 6; step++) {
+                if (step == 3) { /* a checkpoint: a new parameter and optimizer loaded from the state */
+                    bool ge = fm_set_grad_enabled(false);
+                    p2 = fm_clone(p16); /* a separate leaf with the same bits */
+                    fm_set_grad_enabled(ge);
+                    fm_tensor_requires_grad_(p2, true);
+                    o2 = one_param_opt(kinds[k], 1e-2, p2);
+                    fm_named_list a, b;
+                    CHECK(fm_optim_init_state(o2) == FM_OK);
+                    CHECK(fm_optim_state(o16, &a) == FM_OK && fm_optim_state(o2, &b) == FM_OK);
+                    CHECK(a.n == b.n && a.n == (kinds[k] == FM_OPTIM_SGD ? 2 : 3));
+                    for (int i = 0; i < a.n && i < b.n; i++) {
+                        CHECK(!strcmp(a.items[i].name, b.items[i].name));
+                        CHECK(fm_copy_(b.items[i].tensor, a.items[i].tensor) == FM_OK);
+                    }
+                    fm_optim_set_step(o2, fm_optim_get_step(o16));
+                    fm_named_list_free(&a);
+                    fm_named_list_free(&b);
+                }
+                fm_tensor *gf = fm_tensor_randn(1, &n, FM_F32, &r);
+                fm_tensor *g16 = fm_to_dtype(gf, dts[d]);
+                p16->grad = fm_tensor_retain(g16);
+                p32->grad = fm_to_dtype(g16, FM_F32);
+                if (p2) p2->grad = fm_to_dtype(gf, dts[d]); /* its own copy: clipping scales in place */
+                double n16, n32, n2;
+                /* the norm of a 16-bit gradient is that of its exact f32 widening */
+                CHECK(fm_optim_clip_grad_norm(o32, 1e30, &n32) == FM_OK && fm_optim_clip_grad_norm(o16, 50.0, &n16) == FM_OK);
+                CHECK(n16 == n32 && n16 > 50.0); /* 9000 unit normals: norm ~95, so clipping acts */
+                if (o2) CHECK(fm_optim_clip_grad_norm(o2, 50.0, &n2) == FM_OK && n2 == n16);
+                /* the f32 run gets the clipped 16-bit gradient, widened */
+                fm_tensor_release(p32->grad);
+                p32->grad = fm_to_dtype(p16->grad, FM_F32);
+                CHECK(fm_optim_step(o16) == FM_OK && fm_optim_step(o32) == FM_OK);
+                if (o2) CHECK(fm_optim_step(o2) == FM_OK);
+                fm_optim_zero_grad(o16);
+                fm_optim_zero_grad(o32);
+                if (o2) fm_optim_zero_grad(o2);
+                fm_tensor_release_n(2, gf, g16);
+            }
+            fm_tensor *master = state_slot(o16, "w.master_weight"), *m1 = state_slot(o16, kinds[k] == FM_OPTIM_SGD ? "w.momentum_buffer" : "w.exp_avg");
+            CHECK(master && master->dtype == FM_F32 && m1 && m1->dtype == FM_F32);
+            fm_tensor *rounded = master ? fm_to_dtype(master, dts[d]) : NULL;
+            CHECK(bytes_equal(master, p32));
+            CHECK(bytes_equal(p16, rounded));
+            CHECK(p2 && bytes_equal(p2, p16));
+            fm_tensor *master2 = o2 ? state_slot(o2, "w.master_weight") : NULL;
+            CHECK(bytes_equal(master2, master));
+            fm_optim_free(o16);
+            fm_optim_free(o32);
+            fm_optim_free(o2);
+            fm_tensor_release_n(8, f, p16, p32, p2, master, m1, rounded, master2);
+        }
+}
+
+/* bf16 1.0 has an ulp of 2^-7: plain SGD steps of 1e-3 are each below half of it, so an
+ * in-place bf16 update would never move; the master accumulates them (1 - k 1e-3) and
+ * the parameter follows once the master rounds below 1 (bf16 ulp 2^-8 there). */
+static void test_master_small_steps(void) {
+    fm_tensor *p = fm_tensor_full(1, (int64_t[]){1}, 1.0, FM_BF16, FM_CPU);
+    fm_tensor_requires_grad_(p, true);
+    fm_optim_config c = fm_optim_default_config(FM_OPTIM_SGD);
+    c.lr = 1e-3;
+    fm_optim *o = fm_optim_new(&c);
+    CHECK(fm_optim_add_param(o, fm_optim_add_group(o, 0), "w", p) == FM_OK);
+    for (int k = 1; k <= 5; k++) {
+        p->grad = fm_tensor_full(1, (int64_t[]){1}, 1.0, FM_BF16, FM_CPU);
+        CHECK(fm_optim_step(o) == FM_OK);
+        fm_optim_zero_grad(o);
+        fm_tensor *m = state_slot(o, "w.master_weight");
+        double want = 1.0;
+        for (int j = 0; j < k; j++) want = (double)(float)(want - (double)(float)1e-3); /* the f32 chain */
+        CHECK(m && fm_tensor_get(m, 0) == want);
+        /* 1 - k 1e-3 rounds to 1.0 while k < 2 (0.998 is nearer 0.99609 than 1 from k = 2) */
+        CHECK(fm_tensor_get(p, 0) == (k < 2 ? 1.0 : 0.99609375));
+        fm_tensor_release(m);
+    }
+    fm_optim_free(o);
+    fm_tensor_release(p);
+}
+
 int main(void) {
     test_sgd();
     test_clip_large();
     test_adam();
     test_groups_and_clip();
     test_schedules();
+    test_master_weights();
+    test_master_small_steps();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -58,7 +58,7 @@ fi
 t0=$SECONDS
 if timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1; then conf="pass"; else conf="FAIL (rc $?)"; status=1; fi
 log "test_cuda: $conf ($((SECONDS - t0)) s)"
-grep -E "conformance|train-step|pinned|without a cuda kernel|SKIP|CHECK failed" "$OUT/test_cuda.log" | head -60 | tee -a "$OUT/gpu-check.log"
+grep -E "conformance|master weights|train-step|pinned|without a cuda kernel|SKIP|CHECK failed" "$OUT/test_cuda.log" | head -60 | tee -a "$OUT/gpu-check.log"
 # the profiler's device track (docs/PROFILING.md): test_profile skips its CUDA part when it finds no
 # device, so on this machine a skip is a failure, not a pass
 t0=$SECONDS

@@ -42,8 +42,14 @@ FM_API fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double be
 FM_API void fm_optim_free(fm_optim *o);
 /* A group with its own weight decay; returns its index or -1. */
 FM_API int fm_optim_add_group(fm_optim *o, double weight_decay);
-/* Adds one parameter (f32 or f64, contiguous, requires grad) to a group. The
- * name keys its state in checkpoints. The optimizer keeps a reference. */
+/* Adds one parameter (f32, f64, bf16 or f16, contiguous, requires grad) to a
+ * group. The name keys its state in checkpoints. The optimizer keeps a reference.
+ * A bf16/f16 parameter gets an f32 master copy (made from it when the state is
+ * first made) and f32 moments: each step updates the master in f32 from the
+ * widened gradient and writes the parameter as the master rounded to nearest even,
+ * so the master follows the path of an f32 parameter fed the same gradients. The
+ * master is the truth from then on: a parameter changed behind the optimizer's
+ * back is overwritten at the next step (load checkpoints through fm_optim_state). */
 FM_API fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p);
 /* All of a module's parameters: group 0 gets the config's weight decay, group 1
  * (biases, norm weights: fm_named_tensor.no_decay) gets none. */
@@ -59,7 +65,8 @@ FM_API void fm_optim_set_step(fm_optim *o, int64_t step);
 /* Scales all gradients so their global L2 norm is at most max_norm; *total_norm
  * (may be NULL) receives the norm before clipping (inf/nan when a grad is). */
 FM_API fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_norm);
-/* State tensors, named "<param>.<slot>" (slot: momentum_buffer, exp_avg, exp_avg_sq).
+/* State tensors, named "<param>.<slot>" (slot: momentum_buffer, exp_avg, exp_avg_sq,
+ * and master_weight for a bf16/f16 parameter: its f32 master copy).
  * Borrowed: they stay the optimizer's. Buffers are created on first use, so
  * call after one step or fm_optim_init_state(). */
 FM_API fm_status fm_optim_init_state(fm_optim *o);

@@ -18,7 +18,8 @@ typedef struct opt_param {
     char *name;
     fm_tensor *p;
     int group;
-    fm_tensor *buf1, *buf2; /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq */
+    fm_tensor *buf1, *buf2; /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq (f32 for a 16-bit p) */
+    fm_tensor *master;      /* bf16/f16 p: its f32 master copy, which the update runs on */
     bool initialized;       /* SGD momentum: the first step copies the gradient */
 } opt_param;
 
@@ -79,7 +80,7 @@ void fm_optim_free(fm_optim *o) {
     if (!o) return;
     for (int i = 0; i < o->n; i++) {
         free(o->params[i].name);
-        fm_tensor_release_n(3, o->params[i].p, o->params[i].buf1, o->params[i].buf2);
+        fm_tensor_release_n(4, o->params[i].p, o->params[i].buf1, o->params[i].buf2, o->params[i].master);
     }
     free(o->params);
     free(o);
@@ -95,8 +96,10 @@ int fm_optim_add_group(fm_optim *o, double weight_decay) {
 fm_status fm_optim_add_param(fm_optim *o, int group, const char *name, fm_tensor *p) {
     if (group < 0 || group >= o->n_groups)
         return fm_set_error(FM_ERR_INVALID, "optim: group %d does not exist (add it with fm_optim_add_group)", group);
-    if (!p || (p->dtype != FM_F32 && p->dtype != FM_F64) || !fm_tensor_is_contiguous(p))
-        return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' must be a contiguous f32/f64 tensor", name);
+    if (!p || !fm_tensor_is_contiguous(p) ||
+        (p->dtype != FM_F32 && p->dtype != FM_F64 && p->dtype != FM_BF16 && p->dtype != FM_F16))
+        return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' must be a contiguous f32/f64/bf16/f16 tensor%s%s", name,
+                            p ? ", not " : "", p ? fm_dtype_name(p->dtype) : "");
     for (int i = 0; i < o->n; i++)
         if (!strcmp(o->params[i].name, name))
             return fm_set_error(FM_ERR_INVALID, "optim: parameter '%s' added twice", name);
@@ -156,19 +159,26 @@ fm_optim *fm_optim_adamw(fm_module *m, double lr, double beta1, double beta2, do
     return optim_for(m, &c);
 }
 
+static bool low_precision(const fm_tensor *p) { return p->dtype == FM_BF16 || p->dtype == FM_F16; }
+
+/* Called with gradients off (the master is a cast of a leaf that requires grad). */
 static fm_status ensure_state(fm_optim *o, opt_param *q) {
+    if (low_precision(q->p) && !q->master && !(q->master = fm_to_dtype(q->p, FM_F32))) return fm_last_status();
+    fm_tensor *like = q->master ? q->master : q->p; /* moments in f32 for a 16-bit parameter */
     bool adam = o->cfg.kind != FM_OPTIM_SGD;
     if (!adam && o->cfg.momentum == 0) return FM_OK;
-    if (!q->buf1) q->buf1 = fm_tensor_zeros_like(q->p);
-    if (adam && !q->buf2) q->buf2 = fm_tensor_zeros_like(q->p);
+    if (!q->buf1) q->buf1 = fm_tensor_zeros_like(like);
+    if (adam && !q->buf2) q->buf2 = fm_tensor_zeros_like(like);
     if (!q->buf1 || (adam && !q->buf2)) return fm_last_status();
     return FM_OK;
 }
 
 fm_status fm_optim_init_state(fm_optim *o) {
-    for (int i = 0; i < o->n; i++)
-        if (ensure_state(o, &o->params[i]) != FM_OK) return fm_last_status();
-    return FM_OK;
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = FM_OK;
+    for (int i = 0; i < o->n && st == FM_OK; i++) st = ensure_state(o, &o->params[i]);
+    fm_set_grad_enabled(prev);
+    return st;
 }
 
 /* One parameter's update, on its device: the state was made there (ensure_state). */
@@ -179,8 +189,17 @@ static fm_status step_param(fm_optim *o, opt_param *q, fm_tensor *g, int64_t t) 
         .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
         .bc1 = 1.0 - pow(o->cfg.beta1, (double)t), .bc2 = 1.0 - pow(o->cfg.beta2, (double)t),
     };
-    fm_op_call c = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .n_out = 0, .in = {q->p, g, q->buf1, q->buf2}, .attrs = &a};
-    return fm_dispatch(&c);
+    if (!q->master) {
+        fm_op_call c = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .n_out = 0, .in = {q->p, g, q->buf1, q->buf2}, .attrs = &a};
+        return fm_dispatch(&c);
+    }
+    /* 16-bit parameter: the f32 update on the master, then p = round(master) */
+    fm_tensor *g32 = fm_to_dtype(g, FM_F32);
+    if (!g32) return fm_last_status();
+    fm_op_call c = {.op = FM_OP_OPTIM_STEP, .n_in = 4, .n_out = 0, .in = {q->master, g32, q->buf1, q->buf2}, .attrs = &a};
+    fm_status st = fm_dispatch(&c);
+    fm_tensor_release(g32);
+    return st ? st : fm_copy_(q->p, q->master);
 }
 
 fm_status fm_optim_step(fm_optim *o) {
@@ -250,11 +269,12 @@ static fm_status grad_sum_sq(fm_tensor *g, double **blk, int64_t *cap, double *s
         *cap = nb;
     }
     fm_tensor *sums = fm_tensor_empty(1, &nb, FM_F64, fm_tensor_device(g));
-    if (!sums) return fm_last_status();
-    fm_op_call c = {.op = FM_OP_SUM_SQ_BLOCKS, .n_in = 1, .n_out = 1, .in = {g}, .out = {sums}};
+    fm_tensor *x = low_precision(g) ? fm_to_dtype(g, FM_F32) : fm_tensor_retain(g); /* widening is exact */
+    if (!sums || !x) { fm_tensor_release_n(2, sums, x); return fm_last_status(); }
+    fm_op_call c = {.op = FM_OP_SUM_SQ_BLOCKS, .n_in = 1, .n_out = 1, .in = {x}, .out = {sums}};
     fm_status st = fm_dispatch(&c);
     if (st == FM_OK) st = fm_tensor_copy_to_host(sums, *blk, FM_F64);
-    fm_tensor_release(sums);
+    fm_tensor_release_n(2, sums, x);
     for (int64_t b = 0; st == FM_OK && b < nb; b++) *ss += (*blk)[b];
     return st;
 }
@@ -263,7 +283,7 @@ fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_no
     if (!(max_norm > 0)) return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: max_norm %g must be > 0", max_norm);
     for (int i = 0; i < o->n; i++) {
         fm_tensor *g = o->params[i].p->grad;
-        if (g && (!fm_tensor_is_contiguous(g) || (g->dtype != FM_F32 && g->dtype != FM_F64)))
+        if (g && (!fm_tensor_is_contiguous(g) || (g->dtype != FM_F32 && g->dtype != FM_F64 && !low_precision(g))))
             return fm_set_error(FM_ERR_INVALID, "clip_grad_norm: gradient of '%s' is not a contiguous float tensor",
                                 o->params[i].name);
     }
@@ -282,8 +302,13 @@ fm_status fm_optim_clip_grad_norm(fm_optim *o, double max_norm, double *total_no
     for (int i = 0; i < o->n && st == FM_OK; i++) {
         fm_tensor *g = o->params[i].p->grad;
         if (!g) continue;
-        fm_op_call c = {.op = FM_OP_SCALE_INPLACE, .n_in = 1, .n_out = 0, .in = {g}, .attrs = &a};
+        /* a 16-bit gradient is scaled in f32 and rounded once, as PyTorch's mul_ does */
+        fm_tensor *x = low_precision(g) ? fm_to_dtype(g, FM_F32) : fm_tensor_retain(g);
+        if (!x) { st = fm_last_status(); break; }
+        fm_op_call c = {.op = FM_OP_SCALE_INPLACE, .n_in = 1, .n_out = 0, .in = {x}, .attrs = &a};
         st = fm_dispatch(&c);
+        if (st == FM_OK && x != g) st = fm_copy_(g, x);
+        fm_tensor_release(x);
     }
     return st;
 }
@@ -301,6 +326,10 @@ fm_status fm_optim_state(fm_optim *o, fm_named_list *out) {
         if (q->buf2) {
             snprintf(name, sizeof name, "%s.exp_avg_sq", q->name);
             if (fm_named_list_push(out, name, q->buf2, false, true)) goto fail;
+        }
+        if (q->master) {
+            snprintf(name, sizeof name, "%s.master_weight", q->name);
+            if (fm_named_list_push(out, name, q->master, false, true)) goto fail;
         }
     }
     return FM_OK;

@@ -27,8 +27,8 @@ fm_status fm_cuda_allocator_extra_stats(int device, fm_pool_extra_stats *out) {
     return fm_set_error(FM_ERR_UNSUPPORTED, "cuda allocator: %s", NO_CUDA);
 }
 fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *grads, fm_tensor *const *exp_avg,
-                             fm_tensor *const *exp_avg_sq, const fm_adamw_hparams *hp) {
-    (void)n; (void)params; (void)grads; (void)exp_avg; (void)exp_avg_sq; (void)hp;
+                             fm_tensor *const *exp_avg_sq, fm_tensor *const *master, const fm_adamw_hparams *hp) {
+    (void)n; (void)params; (void)grads; (void)exp_avg; (void)exp_avg_sq; (void)master; (void)hp;
     return fm_set_error(FM_ERR_UNSUPPORTED, "adamw (fused, cuda): %s", NO_CUDA);
 }
 fm_tensor *fm_cuda_pinned_empty(int ndim, const int64_t *shape, fm_dtype dt) {

@@ -29,17 +29,21 @@ fm_status fm_cuda_allocator_configure(int device, const fm_pool_config *cfg);
 fm_allocator *fm_cuda_allocator(int device);
 fm_status fm_cuda_allocator_extra_stats(int device, fm_pool_extra_stats *out);
 
-/* Fused AdamW over a list of parameters in one launch per dtype (decoupled
- * weight decay, PyTorch's torch.optim.AdamW formula). params, grads, exp_avg,
- * exp_avg_sq are contiguous CUDA tensors of matching shapes; params f32/bf16/f16
- * with f32 moments, grads in the parameter dtype. `step` counts from 1. */
+/* Fused AdamW over a list of parameters in one launch (decoupled weight decay,
+ * the optimizer's AdamW expressions: src/optim, optim_cpu.c). params, grads,
+ * exp_avg, exp_avg_sq are contiguous CUDA tensors of matching shapes; params
+ * f32/bf16/f16 with f32 moments, grads in the parameter dtype. master (NULL, or
+ * NULL entries, for none) gives a bf16/f16 parameter its f32 master copy: the
+ * update runs on it and the parameter is written as it rounded to nearest even;
+ * without one a 16-bit parameter is updated in place (small steps round away).
+ * `step` counts from 1. */
 typedef struct fm_adamw_hparams {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;
     double grad_scale; /* gradients are multiplied by this first (1/loss_scale); 0 = 1 */
 } fm_adamw_hparams;
 fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *grads, fm_tensor *const *exp_avg,
-                             fm_tensor *const *exp_avg_sq, const fm_adamw_hparams *hp);
+                             fm_tensor *const *exp_avg_sq, fm_tensor *const *master, const fm_adamw_hparams *hp);
 
 /* Batch staging. fm_cuda_pinned_empty makes a CPU tensor in page-locked memory from a
  * caching host allocator (cuda_pinned.h). fm_tensor_to(t, cuda) of such a tensor goes
