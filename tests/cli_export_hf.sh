@@ -23,6 +23,39 @@ expect 0 "GPT2LMHeadModel" "$bin" export "$tmp/m" --hf -o "$tmp/hf"
 expect 0 "graph nodes" "$bin" export "$tmp/m" -o "$tmp/m.onnx"
 expect 0 "graph nodes" "$bin" export "$tmp/hf" -o "$tmp/hf.onnx"
 
+# A Llama exported the same way, given a tokenizer.json (Llama 2's pipeline: <s>
+# template, "▁" spaces, byte fallback): `fathom generate` reads it from the directory
+# and streams text after the prompt; one with more tokens than vocab_size is refused.
+sed -e 's/^arch = gpt2/arch = llama\nn_kv_head = 1/' -e 's/^n_layer = 2/n_layer = 1/' "$tmp/tiny.ini" > "$tmp/llama.ini"
+"$bin" train "$tmp/llama.ini" --corpus "$tmp/corpus.txt" --out "$tmp/ml" --quiet > /dev/null 2> "$tmp/train.err" ||
+  { echo "FAIL: training the tiny Llama"; cat "$tmp/train.err"; exit 1; }
+expect 0 "LlamaForCausalLM" "$bin" export "$tmp/ml" --hf -o "$tmp/hfl"
+tokjson() { # $1: the id of "▁hi" (an id past vocab_size makes the tokenizer too large)
+  printf '%s' '{"added_tokens": [{"id": 0, "content": "<unk>", "normalized": false}, {"id": 1, "content": "<s>",
+ "normalized": false}, {"id": 2, "content": "</s>", "normalized": false}],
+ "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+ {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}, "pre_tokenizer": null,
+ "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+ "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}},
+ "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+ {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+ "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true, "vocab": {"<unk>": 0,
+ "<s>": 1, "</s>": 2, "▁": 3, "h": 4, "i": 5, "▁h": 6, '
+  for b in $(seq 0 247); do printf '"<0x%02X>": %d, ' "$b" $((7 + b)); done
+  printf '"▁hi": %d}, "merges": ["▁ h", "▁h i"]}}' "$1"
+}
+tokjson 255 > "$tmp/hfl/tokenizer.json"
+expect 0 "" "$bin" generate "$tmp/hfl" --prompt "hi hi" --tokens 4 --temperature 0 --quiet
+out=$("$bin" generate "$tmp/hfl" --prompt "hi hi" --tokens 4 --temperature 0 --quiet 2>&1)
+[[ $out == "hi hi"* ]] && ok "generate on a Llama directory with tokenizer.json echoes the prompt and continues" ||
+  bad "generate with tokenizer.json printed: $out"
+cp -r "$tmp/hfl" "$tmp/hfl_big"
+tokjson 255 | sed 's/"▁hi": 255/"▁hi": 255, "x": 256, "y": 257/' > "$tmp/hfl_big/tokenizer.json"
+expect 1 "the tokenizer has 258 tokens but config.json's vocab_size is 256" \
+  "$bin" generate "$tmp/hfl_big" --prompt "hi" --tokens 2
+printf '{"model": {"type": "BPE", ' > "$tmp/hfl_big/tokenizer.json"
+expect 1 "tokenizer.json: line 1" "$bin" generate "$tmp/hfl_big" --prompt "hi" --tokens 2
+
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 "$py" - "$tmp" <<'PY' > "$tmp/py.out" 2>&1

@@ -113,6 +113,32 @@ static double cached_diff(fm_gpt *m, json_t *ids, json_t *ref) {
     return worst;
 }
 
+/* A directory with tokenizer.json (transformers' LlamaTokenizer): the prompt's ids
+ * (with <s>) as transformers' tokenizer gives them, then greedy generation as
+ * transformers' generate() does it (up to its length: it stops at </s>). */
+static void check_prompt(fm_gpt *m, fm_tokenizer *tok, json_t *exp, const char *dir) {
+    const char *prompt = json_string_value(json_object_get(exp, "prompt"));
+    json_t *want = json_object_get(exp, "prompt_ids"), *greedy = json_object_get(exp, "greedy");
+    int32_t *ids = NULL, out[16];
+    int64_t n = 0;
+    CHECK(fm_tokenizer_get_kind(tok) == FM_TOK_LLAMA);
+    CHECK(fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n) == FM_OK);
+    bool same_ids = (size_t)n == json_array_size(want);
+    for (int64_t i = 0; same_ids && i < n; i++) same_ids = ids[i] == json_integer_value(json_array_get(want, (size_t)i));
+    CHECK_MSG(same_ids, "%s: the prompt's ids differ from transformers' LlamaTokenizer", dir);
+    fm_gpt_sample_params sp = {0.0, 0, 1.0, 0};
+    int made = 0, G = (int)json_array_size(greedy);
+    bool limit = false;
+    CHECK(G > 0 && G <= 16);
+    CHECK(fm_gpt_generate(m, ids, (int)n, G, &sp, true, out, &made, &limit, NULL, NULL) == FM_OK && made == G);
+    bool same_gen = made == G;
+    for (int i = 0; same_gen && i < G; i++) same_gen = out[i] == json_integer_value(json_array_get(greedy, (size_t)i));
+    CHECK_MSG(same_gen, "%s: greedy generation differs from transformers'", dir);
+    fprintf(stderr, "%s: tokenizer.json prompt (%lld ids) %s transformers' LlamaTokenizer; greedy %d tokens %s\n",
+            strrchr(dir, '/') + 1, (long long)n, same_ids ? "equal to" : "DIFFERS from", G, same_gen ? "equal" : "DIFFER");
+    free(ids);
+}
+
 static void check_model(const char *dir) {
     char p[1200];
     snprintf(p, sizeof p, "%s/expected.json", dir);
@@ -131,6 +157,7 @@ static void check_model(const char *dir) {
         CHECK_MSG(d <= TOL, "%s: logits differ by %g", dir, d);
         CHECK_MSG(dc <= TOL, "%s: cached logits differ by %g", dir, dc);
         fm_tensor_release_n(2, x, l);
+        if (json_object_get(exp, "prompt")) check_prompt(m, tok, exp, dir);
     }
     json_decref(exp);
     fm_tokenizer_free(tok);

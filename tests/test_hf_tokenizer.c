@@ -1,12 +1,15 @@
-/* The Hugging Face tokenizers (GPT-2 byte-level BPE, BERT WordPiece) against the
- * reference libraries: a byte-level BPE that `tokenizers` trains and saves, and
- * the real all-MiniLM-L6-v2 vocab.txt (or a trained one), on a text suite with
- * Unicode and whitespace edge cases (tests/hf/fixtures.py): the ids must be
- * equal. Then the bad files: each refused with a message naming the problem. */
+/* The Hugging Face tokenizers (GPT-2 byte-level BPE, BERT WordPiece, Llama
+ * tokenizer.json) against the reference libraries: a byte-level BPE that
+ * `tokenizers` trains and saves, the real all-MiniLM-L6-v2 vocab.txt (or a trained
+ * one), and Llama-style tokenizer.json files in three pipeline forms, on a text
+ * suite with Unicode and whitespace edge cases (tests/hf/fixtures.py): the ids (and
+ * Llama's decodes) must be equal. Then the bad files: each refused with a message
+ * naming the problem; and a Llama directory whose only tokenizer is tokenizer.json. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "fathom/hf.h"
 #include "fathom/tokenizer.h"
 #include "hf_util.h"
 #include "test_util.h"
@@ -67,6 +70,50 @@ static void check_gpt2(const char *dir, json_t *exp) {
     free(got);
     CHECK(fm_tokenizer_save(t, "/tmp/never-written") != FM_OK);
     fm_tokenizer_free(t);
+}
+
+/* Llama-style tokenizer.json in each form against tokenizers: ids of encode(text)
+ * (with the template's <s>), and decode(ids, skip_special_tokens=False). */
+static void check_llama(const char *dir, json_t *exp) {
+    json_t *texts = json_object_get(exp, "llama_texts"), *forms = json_object_get(exp, "llama");
+    const char *form;
+    json_t *ref;
+    json_object_foreach(forms, form, ref) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/llama_%s/tokenizer.json", dir, form);
+        fm_tokenizer *t = fm_tokenizer_load_hf_json(p);
+        CHECK_MSG(t != NULL, "%s", fm_last_error());
+        if (!t) continue;
+        CHECK(fm_tokenizer_get_kind(t) == FM_TOK_LLAMA && !strcmp(fm_tokenizer_kind_name(FM_TOK_LLAMA), "llama"));
+        CHECK(fm_tokenizer_vocab_size(t) == json_integer_value(json_object_get(ref, "vocab_size")));
+        json_t *ids = json_object_get(ref, "ids"), *dec = json_object_get(ref, "decoded");
+        int equal = 0, dequal = 0;
+        for (size_t i = 0; i < json_array_size(texts); i++) {
+            const char *s = json_string_value(json_array_get(texts, i));
+            int32_t *got = NULL;
+            int64_t ng = 0;
+            CHECK(fm_tokenizer_encode(t, s, json_string_length(json_array_get(texts, i)), &got, &ng) == FM_OK);
+            bool ok = same_ids(got, ng, json_array_get(ids, i));
+            CHECK_MSG(ok, "llama %s ids differ on text %zu", form, i);
+            if (!ok) show(form, i, s, got, ng, json_array_get(ids, i));
+            equal += ok;
+            char *back = NULL;
+            size_t bl = 0;
+            const char *want = json_string_value(json_array_get(dec, i));
+            size_t wl = json_string_length(json_array_get(dec, i));
+            CHECK(fm_tokenizer_decode(t, got, ng, &back, &bl) == FM_OK);
+            ok = back && bl == wl && !memcmp(back, want, wl);
+            CHECK_MSG(ok, "llama %s decode differs on text %zu: \"%s\" vs \"%s\"", form, i, back ? back : "", want);
+            dequal += ok;
+            free(back);
+            free(got);
+        }
+        fprintf(stderr, "llama tokenizer.json (%s form): ids equal to tokenizers' on %d of %zu texts, decode on %d\n",
+                form, equal, json_array_size(texts), dequal);
+        CHECK(fm_tokenizer_save(t, "/tmp/never-written") != FM_OK);
+        fm_tokenizer_free(t);
+    }
+    CHECK(json_object_size(forms) == 3);
 }
 
 static void check_wordpiece_set(const fm_wordpiece *w, json_t *texts, json_t *ids, int max_len, const char *what) {
@@ -182,8 +229,132 @@ static void bad_files(void) {
     CHECK_ERR_CONTAINS("/nonexistent/vocab.json: cannot open");
 }
 
+/* A small Llama-form tokenizer.json (Llama 2's pipeline) to mutate. */
+static const char LLAMA_JSON[] =
+    "{\"version\": \"1.0\", \"added_tokens\": ["
+    "{\"id\": 0, \"content\": \"<unk>\", \"special\": true, \"normalized\": false, \"lstrip\": false},"
+    "{\"id\": 1, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
+    "{\"id\": 2, \"content\": \"</s>\", \"special\": true, \"normalized\": false}],"
+    "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+    "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]},"
+    "\"pre_tokenizer\": null,"
+    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}},"
+    "{\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1]}}},"
+    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"},"
+    "\"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \","
+    "\"start\": 1, \"stop\": 0}]},"
+    "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": \"<unk>\", \"fuse_unk\": true,"
+    "\"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"<0x41>\": 3, \"\u2581\": 4,"
+    "\"h\": 5, \"i\": 6, \"\u2581h\": 7, \"\u2581hi\": 8}, \"merges\": [\"\u2581 h\", [\"\u2581h\", \"i\"]]}}";
+
+/* LLAMA_JSON with its first `from` replaced by `to` (malloc'd). */
+static char *llama_with(const char *from, const char *to) {
+    const char *at = strstr(LLAMA_JSON, from);
+    size_t fl = strlen(from), tl = strlen(to), n = strlen(LLAMA_JSON);
+    char *s = malloc(n + tl + 1);
+    size_t pre = at ? (size_t)(at - LLAMA_JSON) : n;
+    memcpy(s, LLAMA_JSON, pre);
+    memcpy(s + pre, to, tl);
+    strcpy(s + pre + tl, at ? at + fl : "");
+    CHECK_MSG(at != NULL, "test bug: '%s' not in LLAMA_JSON", from);
+    return s;
+}
+
+#define LLAMA_BAD(from, to, needle)                                                     \
+    do {                                                                                \
+        char *_j = llama_with(from, to);                                                \
+        fm_tokenizer *_t = fm_tokenizer_hf_json_from_memory(_j, strlen(_j), "t.json"); \
+        CHECK_MSG(_t == NULL, "accepted: %s -> %s", from, to);                          \
+        CHECK_ERR_CONTAINS(needle);                                                     \
+        fm_tokenizer_free(_t);                                                          \
+        free(_j);                                                                       \
+    } while (0)
+
+static void llama_small(void) {
+    fm_tokenizer *t = fm_tokenizer_hf_json_from_memory(LLAMA_JSON, strlen(LLAMA_JSON), "t.json");
+    CHECK_MSG(t != NULL, "%s", fm_last_error());
+    if (!t) return;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    /* <s>, then "▁hi▁hiA": two merges each, A by byte fallback; </s> stays one id, and the
+     * piece after it gets its own ▁ (Prepend runs per piece) */
+    CHECK(fm_tokenizer_encode(t, "hi hiA</s>h", 11, &ids, &n) == FM_OK);
+    int32_t want[] = {1, 8, 8, 3, 2, 7};
+    CHECK(n == 6 && !memcmp(ids, want, sizeof want));
+    char *back = NULL;
+    size_t bl = 0;
+    CHECK(fm_tokenizer_decode(t, ids + 1, n - 1, &back, &bl) == FM_OK && !strcmp(back, "hi hiA</s> h"));
+    free(back);
+    CHECK(fm_tokenizer_decode(t, ids, n, &back, &bl) == FM_OK && !strcmp(back, "<s> hi hiA</s> h"));
+    free(back);
+    free(ids);
+    const char *b;
+    size_t bn;
+    CHECK(fm_tokenizer_token_bytes(t, 3, &b, &bn) == FM_OK && bn == 1 && b[0] == 'A'); /* <0x41> is the byte */
+    CHECK(fm_tokenizer_token_bytes(t, 8, &b, &bn) == FM_OK && bn == 3 && !memcmp(b, " hi", 3));
+    /* "x" has neither a token nor a byte token: <unk>, fused over the run */
+    CHECK(fm_tokenizer_encode(t, "xyh", 3, &ids, &n) == FM_OK && n == 4 && ids[1] == 4 && ids[2] == 0 && ids[3] == 5);
+    free(ids);
+    fm_tokenizer_free(t);
+
+    LLAMA_BAD("\"model\": {", "\"model\": {{", "t.json: line 1");
+    LLAMA_BAD("\"\u2581h\", \"i\"", "\"\u2581h\", \"x\"", "model.merges[1] merges");
+    LLAMA_BAD("\"\u2581hi\": 8", "\"\u2581hi\": 9", "no token has id 8");
+    LLAMA_BAD("\"<0x41>\": 3", "\"<0x41>\": 4", "gives id 4 to two tokens");
+    LLAMA_BAD("\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}", "pre_tokenizer \"ByteLevel\" is not supported");
+    LLAMA_BAD("\"lstrip\": false", "\"lstrip\": true", "has lstrip: true");
+    LLAMA_BAD("\"dropout\": null", "\"dropout\": 0.1", "model.dropout is set");
+    LLAMA_BAD("\"unk_token\": \"<unk>\"", "\"unk_token\": \"<oops>\"", "unk_token \"<oops>\" is not in model.vocab");
+    LLAMA_BAD("\"decoder\": {\"type\": \"Sequence\"", "\"decoder\": null, \"x\": {\"type\": \"Sequence\"", "no decoder");
+    LLAMA_BAD("\"id\": 1, \"content\": \"<s>\"", "\"id\": 3, \"content\": \"<s>\"", "which model.vocab gives to");
+    LLAMA_BAD("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model type \"WordPiece\" is not supported");
+    LLAMA_BAD("\"normalized\": false}", "\"normalized\": true}", "is \"normalized\"");
+    LLAMA_BAD("\"ids\": [1]", "\"ids\": [99]", "outside the vocabulary");
+    LLAMA_BAD("{\"String\": \" \"}", "{\"Regex\": \" \"}", "Replace pattern \"Regex\"");
+    CHECK(fm_tokenizer_load_hf_json("/nonexistent/tokenizer.json") == NULL);
+    CHECK_ERR_CONTAINS("/nonexistent/tokenizer.json: cannot open");
+}
+
+/* A Llama directory (written by fathom) with only tokenizer.json: fm_hf_gpt_load reads
+ * it, and refuses it when it has more tokens than config.json's vocab_size. */
+static void llama_dir(const char *tmp) {
+    char d[1100], p[1200];
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_LLAMA);
+    c.n_layer = 1, c.n_head = 2, c.n_kv_head = 1, c.n_embd = 16, c.block_size = 16, c.ffn_hidden = 32;
+    for (int k = 0; k < 2; k++) {
+        c.vocab_size = k ? 8 : 9;
+        snprintf(d, sizeof d, "%s/llama_dir_%d", tmp, k);
+        fm_rng rng;
+        fm_rng_init(&rng, 3);
+        fm_gpt *m = fm_gpt_new(&c, &rng);
+        CHECK_MSG(m && fm_hf_gpt_save(m, d) == FM_OK, "%s", fm_last_error());
+        fm_gpt_free(m);
+        snprintf(p, sizeof p, "%s/tokenizer.json", d);
+        FILE *f = fopen(p, "w");
+        CHECK(f && fputs(LLAMA_JSON, f) >= 0);
+        if (f) fclose(f);
+        fm_tokenizer *tok = NULL;
+        m = fm_hf_gpt_load(d, &tok);
+        if (k == 0) {
+            CHECK_MSG(m && tok && fm_tokenizer_get_kind(tok) == FM_TOK_LLAMA, "%s", fm_last_error());
+        } else {
+            CHECK(m == NULL && tok == NULL);
+            CHECK_ERR_CONTAINS("tokenizer.json: the tokenizer has 9 tokens but config.json's vocab_size is 8");
+        }
+        fm_tokenizer_free(tok);
+        fm_gpt_free(m);
+    }
+    snprintf(p, sizeof p, "%s/llama_dir_0/tokenizer.json", tmp);
+    CHECK(remove(p) == 0);
+    snprintf(d, sizeof d, "%s/llama_dir_0", tmp);
+    fm_tokenizer *tok = NULL;
+    CHECK(fm_hf_gpt_load(d, &tok) == NULL && tok == NULL);
+    CHECK_ERR_CONTAINS("neither vocab.json + merges.txt (byte-level BPE) nor tokenizer.json");
+}
+
 int main(void) {
     bad_files();
+    llama_small();
     char dir[] = "/tmp/fathom-hf-tok-XXXXXX", why[2048];
     if (!mkdtemp(dir)) { CHECK(0); TEST_DONE(); }
     int rc = hf_fixtures("tokenizers", dir, NULL, why, sizeof why);
@@ -200,9 +371,11 @@ int main(void) {
         if (exp) {
             check_gpt2(dir, exp);
             check_wordpiece(exp);
+            check_llama(dir, exp);
         }
         json_decref(exp);
     }
+    llama_dir(dir);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);

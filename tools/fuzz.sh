@@ -58,7 +58,8 @@ jb = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2,1],"parameters":{"b
      b'{"name":"ids","datatype":"INT64","shape":[1,3],"parameters":{"binary_data_size":24}}],' \
      b'"parameters":{"binary_data_output":true}}'
 open(f"{d}/infer_request/binary", "wb").write(struct.pack("<I", len(jb)) + jb + struct.pack("<2f3q", 1, 2, 7, 8, 9))
-# Hugging Face tokenizer files (fuzz_hf_tokenizer: 'w' + vocab.txt, or 'g' + vocab.json NUL merges.txt)
+# Hugging Face tokenizer files (fuzz_hf_tokenizer: 'w' + vocab.txt, 'j' + tokenizer.json, or 'g' + vocab.json
+# NUL merges.txt)
 alpha = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
 cps = {b: b for b in alpha}
 cps.update({b: 256 + i for i, b in enumerate(b for b in range(256) if b not in alpha)})
@@ -69,6 +70,36 @@ for w in ["in", "th", "the", "\u0120the", "\u0120", "be"]:
 merges = "#version: 0.2\ni n\nt h\nth e\n\u0120 the\nb e\n"
 open(f"{d}/hf_tokenizer/gpt2", "wb").write(b"g" + json.dumps(vocab).encode() + b"\0" + merges.encode())
 open(f"{d}/hf_tokenizer/wordpiece", "wb").write(b"w[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n##s\n,\n!\nnaive\n")
+# tokenizer.json ('j'): Llama 2's pipeline (Prepend + Replace, <s> template, Strip) and the
+# Metaspace forms (prepend_scheme first; always + split with ignore_merges)
+sp = "\u2581"
+lv = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for b in range(256):
+    lv[f"<0x{b:02X}>"] = len(lv)
+for w in [sp, "h", "e", "l", "o", "a", "i", "n", sp + "h", sp + "he", "ll", sp + "hell", sp + "hello", "in", sp + "a"]:
+    lv.setdefault(w, len(lv))
+lm = [[sp, "h"], [sp + "h", "e"], ["l", "l"], [sp + "he", "ll"], [sp + "hell", "o"], ["i", "n"], [sp, "a"]]
+added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+          "special": True} for c, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+strip_dec = {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": sp}, "content": " "},
+             {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+bos = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+       {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+         "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False, "vocab": lv}
+forms = {
+    "llama_legacy": dict(normalizer={"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": sp},
+                         {"type": "Replace", "pattern": {"String": " "}, "content": sp}]}, pre_tokenizer=None,
+                         post_processor=bos, decoder=strip_dec, model=dict(model, merges=[" ".join(m) for m in lm])),
+    "llama_first": dict(normalizer=None, pre_tokenizer={"type": "Metaspace", "replacement": sp, "prepend_scheme": "first",
+                        "split": False}, post_processor=bos, decoder=strip_dec, model=dict(model, merges=lm)),
+    "llama_split": dict(normalizer=None, pre_tokenizer={"type": "Metaspace", "replacement": sp, "prepend_scheme": "always",
+                        "split": True}, post_processor=None, decoder={"type": "Metaspace", "replacement": sp,
+                        "prepend_scheme": "always", "split": True}, model=dict(model, merges=lm, ignore_merges=True)),
+}
+for name, f in forms.items():
+    open(f"{d}/hf_tokenizer/{name}", "wb").write(b"j" + json.dumps(dict(version="1.0", truncation=None, padding=None,
+                                                                       added_tokens=added, **f)).encode())
 # Hugging Face config.json (fuzz_hf_config)
 cfgs = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2,

@@ -4,7 +4,8 @@
  * sharded model-*.safetensors with model.safetensors.index.json) and tokenizer
  * files:
  *   gpt2   GPT2LMHeadModel: vocab.json + merges.txt (byte-level BPE)
- *   llama  LlamaForCausalLM: the same tokenizer files
+ *   llama  LlamaForCausalLM: tokenizer.json (SentencePiece-style BPE with byte
+ *          fallback, fm_tokenizer_load_hf_json), or vocab.json + merges.txt
  *   bert   BertModel as sentence-transformers uses it (all-MiniLM-L6-v2): vocab.txt,
  *          tokenizer_config.json, sentence_bert_config.json, modules.json and the
  *          pooling folder's config.json
@@ -33,8 +34,8 @@ FM_API bool fm_hf_is_model_dir(const char *dir);
 FM_API fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char *name, fm_gpt_config *out);
 
 /* Loads a GPT-2 or Llama directory. tok (may be NULL) receives the tokenizer from
- * vocab.json + merges.txt; a tokenizer with ids beyond the model's vocab_size is
- * refused. Weights may be f32, f16 or bf16 (converted to f32). */
+ * vocab.json + merges.txt when both exist, else from tokenizer.json; a tokenizer
+ * with ids beyond the model's vocab_size is refused. Weights may be f32, f16 or bf16 (converted to f32). */
 FM_API fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok);
 
 /* Writes m as a Hugging Face directory (config.json + model.safetensors) that

@@ -6,7 +6,8 @@
  *         ids for anything else (unseen characters, invalid UTF-8).
  *   bpe   byte-level byte-pair encoding: ids 0..255 are bytes, each further id is
  *         a learned merge of two earlier ids (trained with fm_tokenizer_train_bpe).
- * decode(encode(s)) == s for every input. Saved as a small text file. */
+ * decode(encode(s)) == s for every input. Saved as a small text file. The Hugging
+ * Face readers below follow their reference libraries instead. */
 #ifndef FATHOM_TOKENIZER_H
 #define FATHOM_TOKENIZER_H
 #include "fathom/export.h"
@@ -21,8 +22,16 @@ extern "C" {
 #endif
 
 /* FM_TOK_GPT2: a byte-level BPE read from Hugging Face's vocab.json + merges.txt
- * (fm_tokenizer_load_gpt2); it is loaded, never trained or saved by fathom. */
-typedef enum fm_tokenizer_kind { FM_TOK_BYTE = 0, FM_TOK_CHAR = 1, FM_TOK_BPE = 2, FM_TOK_GPT2 = 3 } fm_tokenizer_kind;
+ * (fm_tokenizer_load_gpt2); FM_TOK_LLAMA: a SentencePiece-style BPE read from
+ * tokenizer.json (fm_tokenizer_load_hf_json). Both are loaded, never trained or
+ * saved by fathom. */
+typedef enum fm_tokenizer_kind {
+    FM_TOK_BYTE = 0,
+    FM_TOK_CHAR = 1,
+    FM_TOK_BPE = 2,
+    FM_TOK_GPT2 = 3,
+    FM_TOK_LLAMA = 4
+} fm_tokenizer_kind;
 typedef struct fm_tokenizer fm_tokenizer;
 
 FM_API fm_tokenizer *fm_tokenizer_byte(void);
@@ -68,6 +77,25 @@ FM_API fm_tokenizer *fm_tokenizer_load_gpt2(const char *vocab_json, const char *
 FM_API fm_tokenizer *fm_tokenizer_gpt2_from_memory(const char *vocab_json, size_t vocab_len, const char *merges,
                                                    size_t merges_len, const char *vocab_name,
                                                    const char *merges_name);
+
+/* Llama / Mistral / TinyLlama: Hugging Face's tokenizer.json with a BPE model
+ * over SentencePiece's "▁" (U+2581) spaces: byte_fallback (<0xXX> tokens for
+ * characters outside the vocabulary), unk_token and fuse_unk, ignore_merges,
+ * merges as "a b" or [a, b]; added_tokens (<s>, </s>, ...) matched in the text
+ * first, each one id; normalizer null or Prepend/Replace with string patterns
+ * (Llama 2's form); pre_tokenizer null or Metaspace (replacement, prepend_scheme
+ * always/first/never, split); post_processor null or TemplateProcessing (its
+ * "single" template: the <s> that fm_tokenizer_encode puts first); decoder
+ * Replace/ByteFallback/Fuse/Strip or Metaspace. Any other part, added tokens
+ * with lstrip/rstrip/single_word, and dropout are refused by name. Encoding gives
+ * the ids of tokenizers' Tokenizer.encode(text); decoding its decode(ids,
+ * skip_special_tokens=False), except that bytes are returned as they are (no
+ * U+FFFD for an incomplete UTF-8 sequence). Malformed JSON, a merge naming a
+ * token the vocabulary lacks, duplicate or missing ids are errors naming the
+ * file and the entry. */
+FM_API fm_tokenizer *fm_tokenizer_load_hf_json(const char *tokenizer_json);
+/* The same from memory; name labels the errors. */
+FM_API fm_tokenizer *fm_tokenizer_hf_json_from_memory(const char *json, size_t len, const char *name);
 
 /* BERT's WordPiece (vocab.txt, one token per line, id = line number) with BERT's
  * normalization: control characters dropped, whitespace to spaces, CJK

@@ -109,21 +109,26 @@ static fm_status load_weights(fm_gpt *m, const char *dir) {
     return st;
 }
 
+/* vocab.json + merges.txt (GPT-2's files) when both are here, else tokenizer.json
+ * (Llama's, Mistral's). */
 static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
-    char *v = hf_path(dir, "vocab.json"), *mg = hf_path(dir, "merges.txt");
+    char *v = hf_path(dir, "vocab.json"), *mg = hf_path(dir, "merges.txt"), *tj = hf_path(dir, "tokenizer.json");
     fm_tokenizer *t = NULL;
-    if (v && mg && (!file_exists(v) || !file_exists(mg)))
-        fm_set_error(FM_ERR_IO, "%s: no vocab.json + merges.txt (the byte-level BPE tokenizer files) here", dir);
-    else if (v && mg)
-        t = fm_tokenizer_load_gpt2(v, mg);
+    const char *used = v;
+    if (!v || !mg || !tj) fm_set_error(FM_ERR_OOM, "out of host memory");
+    else if (file_exists(v) && file_exists(mg)) t = fm_tokenizer_load_gpt2(v, mg);
+    else if (file_exists(tj)) t = fm_tokenizer_load_hf_json(used = tj);
+    else fm_set_error(FM_ERR_IO, "%s: no tokenizer here: neither vocab.json + merges.txt (byte-level BPE) nor "
+                      "tokenizer.json", dir);
     if (t && fm_tokenizer_vocab_size(t) > model_vocab) {
         fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json's vocab_size is %d: the tokenizer "
-                     "files do not belong to this model", v, fm_tokenizer_vocab_size(t), model_vocab);
+                     "files do not belong to this model", used, fm_tokenizer_vocab_size(t), model_vocab);
         fm_tokenizer_free(t);
         t = NULL;
     }
     free(v);
     free(mg);
+    free(tj);
     return t;
 }
 

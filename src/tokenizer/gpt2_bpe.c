@@ -224,7 +224,7 @@ fm_tokenizer *fm_tokenizer_gpt2_from_memory(const char *vocab_json, size_t vocab
     return t;
 }
 
-static char *slurp(const char *path, size_t *len) {
+char *tokz_slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open", path); return NULL; }
     char *s = NULL;
@@ -244,7 +244,7 @@ static char *slurp(const char *path, size_t *len) {
 
 fm_tokenizer *fm_tokenizer_load_gpt2(const char *vocab_json, const char *merges_txt) {
     size_t vl = 0, ml = 0;
-    char *v = slurp(vocab_json, &vl), *m = v ? slurp(merges_txt, &ml) : NULL;
+    char *v = tokz_slurp(vocab_json, &vl), *m = v ? tokz_slurp(merges_txt, &ml) : NULL;
     fm_tokenizer *t = m ? fm_tokenizer_gpt2_from_memory(v, vl, m, ml, vocab_json, merges_txt) : NULL;
     free(v);
     free(m);

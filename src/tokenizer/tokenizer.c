@@ -89,6 +89,7 @@ void fm_tokenizer_free(fm_tokenizer *t) {
     free(t->merge_out);
     free(t->rank_keys);
     free(t->rank_vals);
+    tokz_json_free(t->js);
     free(t);
 }
 
@@ -440,6 +441,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t n,
     *ids = NULL;
     *n_ids = 0;
     if (!t || (!text && n)) return fm_set_error(FM_ERR_INVALID, "tokenizer encode: NULL argument");
+    if (t->js) return tokz_json_encode(t, text, n, ids, n_ids);
     const unsigned char *p = (const unsigned char *)text;
     ivec v = {NULL, 0, 0};
     int32_t *tmp = NULL;
@@ -522,6 +524,7 @@ fm_status fm_tokenizer_decode(const fm_tokenizer *t, const int32_t *ids, int64_t
         o += (size_t)t->tok_len[ids[i]];
     }
     s[o] = 0;
+    if (t->js) tokz_json_decode_fix(t, ids, n, s, &o);
     *text = s;
     *len = o;
     return FM_OK;
@@ -531,8 +534,8 @@ fm_status fm_tokenizer_decode(const fm_tokenizer *t, const int32_t *ids, int64_t
 
 fm_tokenizer_kind fm_tokenizer_get_kind(const fm_tokenizer *t) { return t->kind; }
 int fm_tokenizer_vocab_size(const fm_tokenizer *t) { return t ? t->vocab : 0; }
-static const char *kind_names[] = {"byte", "char", "bpe", "gpt2"};
-const char *fm_tokenizer_kind_name(fm_tokenizer_kind k) { return (unsigned)k < 4 ? kind_names[k] : "?"; }
+static const char *kind_names[] = {"byte", "char", "bpe", "gpt2", "llama"};
+const char *fm_tokenizer_kind_name(fm_tokenizer_kind k) { return (unsigned)k < 5 ? kind_names[k] : "?"; }
 fm_status fm_tokenizer_kind_parse(const char *s, fm_tokenizer_kind *out) {
     for (int i = 0; s && i < 3; i++)
         if (!strcmp(s, kind_names[i])) { *out = (fm_tokenizer_kind)i; return FM_OK; }
@@ -540,9 +543,9 @@ fm_status fm_tokenizer_kind_parse(const char *s, fm_tokenizer_kind *out) {
 }
 
 fm_status fm_tokenizer_save(const fm_tokenizer *t, const char *path) {
-    if (t->kind == FM_TOK_GPT2)
-        return fm_set_error(FM_ERR_INVALID, "%s: a GPT-2 tokenizer is kept as vocab.json + merges.txt, not saved in "
-                            "fathom's tokenizer format", path);
+    if (t->kind == FM_TOK_GPT2 || t->kind == FM_TOK_LLAMA)
+        return fm_set_error(FM_ERR_INVALID, "%s: a %s tokenizer is kept as %s, not saved in fathom's tokenizer format",
+                            path, kind_names[t->kind], t->kind == FM_TOK_GPT2 ? "vocab.json + merges.txt" : "tokenizer.json");
     int items = t->kind == FM_TOK_CHAR ? t->n_chars : t->kind == FM_TOK_BPE ? t->n_merges : 0;
     size_t cap = 128 + (size_t)items * 24, o = 0;
     char *s = malloc(cap);

@@ -1,9 +1,10 @@
 /* Internals shared by the tokenizer files: the fm_tokenizer struct and the
  * helpers that tokenizer.c (fathom's own kinds) and gpt2_bpe.c (GPT-2 files)
- * both use. Not a public interface. */
+ * both use (and hf_json_bpe.c, tokenizer.json). Not a public interface. */
 #ifndef FATHOM_TOKENIZER_INTERNAL_H
 #define FATHOM_TOKENIZER_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,8 @@ struct fm_tokenizer {
      * token before pre-tokenization (as transformers' GPT2Tokenizer does) */
     bool has_special;
     int32_t special_id;
+    /* llama (tokenizer.json): the pipeline's settings, hf_json_bpe.c */
+    struct tokz_json *js;
 };
 
 fm_tokenizer *tokz_tok_alloc(fm_tokenizer_kind kind, int vocab);
@@ -41,6 +44,13 @@ int tokz_rank_of(const fm_tokenizer *t, int32_t a, int32_t b);
  * bytes there are not valid UTF-8 (overlong forms and surrogates included). */
 int tokz_utf8_next(const unsigned char *p, size_t n, uint32_t *cp);
 int tokz_utf8_put(uint32_t cp, char *out);
+/* tokenizer.json (hf_json_bpe.c): encode, the decoder's whole-text steps on a
+ * decoded string, and freeing. */
+fm_status tokz_json_encode(const fm_tokenizer *t, const char *text, size_t n, int32_t **ids, int64_t *n_ids);
+void tokz_json_decode_fix(const fm_tokenizer *t, const int32_t *ids, int64_t n, char *s, size_t *len);
+void tokz_json_free(struct tokz_json *js);
+/* A whole file (malloc'd, NUL-terminated), or NULL with the error set. */
+char *tokz_slurp(const char *path, size_t *len);
 /* Length of the next GPT-2 pre-token at p (n > 0 bytes): gpt2_bpe.c. */
 size_t tokz_gpt2_word_len(const unsigned char *p, size_t n);
 

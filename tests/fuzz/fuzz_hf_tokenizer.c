@@ -1,7 +1,8 @@
-/* Hugging Face tokenizer files (src/tokenizer/gpt2_bpe.c, wordpiece.c), then an
- * encode of mixed-script text with what loaded. The first byte picks the reader:
- * 'w' vocab.txt (the rest); anything else GPT-2, the rest being vocab.json, a NUL,
- * then merges.txt. */
+/* Hugging Face tokenizer files (src/tokenizer/gpt2_bpe.c, wordpiece.c,
+ * hf_json_bpe.c), then an encode of mixed-script text with what loaded. The first
+ * byte picks the reader: 'w' vocab.txt (the rest); 'j' tokenizer.json (the rest:
+ * encode, decode, and every id's bytes); anything else GPT-2, the rest being
+ * vocab.json, a NUL, then merges.txt. */
 #include "fathom/tokenizer.h"
 #include "fuzz_util.h"
 
@@ -13,7 +14,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = size - 1;
     int32_t *ids = NULL;
     int64_t n_ids = 0;
-    if (data[0] == 'w') {
+    if (data[0] == 'j') {
+        fm_tokenizer *t = fm_tokenizer_hf_json_from_memory(p, n, "fuzz");
+        if (t && fm_tokenizer_encode(t, text, sizeof text - 1, &ids, &n_ids) == FM_OK) {
+            char *s = NULL;
+            size_t l = 0;
+            if (fm_tokenizer_decode(t, ids, n_ids, &s, &l) == FM_OK) free(s);
+            free(ids);
+        }
+        for (int i = 0; t && i < fm_tokenizer_vocab_size(t); i++) {
+            const char *b;
+            size_t l;
+            if (fm_tokenizer_token_bytes(t, i, &b, &l) != FM_OK || (l && !b)) __builtin_trap();
+        }
+        fm_tokenizer_free(t);
+    } else if (data[0] == 'w') {
         fm_wordpiece *w = fm_wordpiece_from_memory(p, n, NULL, "fuzz");
         if (w && fm_wordpiece_encode(w, text, sizeof text - 1, 64, &ids, &n_ids) == FM_OK) free(ids);
         fm_wordpiece_free(w);

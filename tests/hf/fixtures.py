@@ -3,8 +3,11 @@ libraries (tokenizers, transformers, sentence-transformers), never committed.
 
   fixtures.py tokenizers OUT   a GPT-2-format byte-level BPE trained by `tokenizers`
                                (OUT/gpt2/vocab.json, merges.txt), the MiniLM (or a
-                               trained) WordPiece vocab.txt, and OUT/expected.json: a
-                               text suite with the ids the reference tokenizers give.
+                               trained) WordPiece vocab.txt, Llama-style tokenizer.json
+                               files (OUT/llama_<form>/: BPE with byte_fallback over "▁",
+                               <s> </s> <unk>, in three pipeline forms), and
+                               OUT/expected.json: a text suite with the ids (and Llama
+                               decodes) the reference tokenizers give.
   fixtures.py models OUT       seeded random GPT2LMHeadModel / LlamaForCausalLM checkpoints
                                (save_pretrained: tied and untied heads, GQA, rope scaling,
                                one sharded) under OUT/m_<name>/, with the tokenizer files and
@@ -72,6 +75,16 @@ TEXTS = [
     "partial <|endoftext and <|endoftext|",
 ]
 
+# Llama's special tokens in and around text, on top of the shared suite
+LLAMA_TEXTS = TEXTS + [
+    "<s>Hello</s> world",
+    "a</s></s>b <s>",
+    " </s>x",
+    "<s",
+    "<unk> is a token too",
+    "Hello\u2581world \u2581\u2581 already-metaspaced",
+]
+
 CORPUS_EXTRA = (
     "In the beginning God created the heaven and the earth. And the earth was without form, and void; "
     "and darkness was upon the face of the deep. It's they're we'll I've you'd. 12345 67890 3.14. "
@@ -79,12 +92,16 @@ CORPUS_EXTRA = (
 )
 
 
+def make_corpus():
+    return (CORPUS_EXTRA * 20 + " ".join(TEXTS) * 5).split(". ")
+
+
 def tokenizers_fixtures(out):
     need("tokenizers")
     from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer, Tokenizer
 
     os.makedirs(f"{out}/gpt2", exist_ok=True)
-    corpus = (CORPUS_EXTRA * 20 + " ".join(TEXTS) * 5).split(". ")
+    corpus = make_corpus()
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus, vocab_size=600, min_frequency=1, show_progress=False,
                             special_tokens=["<|endoftext|>"])
@@ -117,9 +134,70 @@ def tokenizers_fixtures(out):
     wordpiece8 = [bert.encode(t).ids for t in TEXTS]
     cased = BertWordPieceTokenizer(vocab, lowercase=False, strip_accents=False)
     wordpiece_cased = [cased.encode(t).ids for t in TEXTS]
+    llama = llama_fixtures(out, corpus)
     json.dump({"texts": TEXTS, "gpt2": gpt2, "wordpiece_vocab": vocab, "minilm": bool(minilm),
-               "wordpiece": wordpiece, "wordpiece8": wordpiece8, "wordpiece_cased": wordpiece_cased},
+               "wordpiece": wordpiece, "wordpiece8": wordpiece8, "wordpiece_cased": wordpiece_cased,
+               "llama_texts": LLAMA_TEXTS, "llama": llama},
               open(f"{out}/expected.json", "w", encoding="utf-8"), ensure_ascii=True)
+
+
+def llama_vocab(corpus):
+    """A Llama-shaped vocabulary: <unk> <s> </s>, the 256 <0xXX> byte tokens, then
+    what tokenizers' BpeTrainer learns over "▁"-joined words (limited alphabet, so
+    rarer characters take the byte fallback)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"],
+                                                       limit_alphabet=90, show_progress=False))
+    j = json.loads(tk.to_str())
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = 3 + b
+    for t, _ in sorted(j["model"]["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(t, len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in j["model"]["merges"]]
+    return vocab, merges
+
+
+def llama_tokenizer(vocab, merges, form):
+    """The three tokenizer.json forms Llama-family checkpoints ship:
+    legacy  Llama 2 / TinyLlama / Mistral: normalizer Prepend("▁") + Replace(" ", "▁"), no
+            pre-tokenizer, decoder Replace + ByteFallback + Fuse + Strip, "<s> $A" template;
+    first   transformers' LlamaTokenizer today: no normalizer, Metaspace(prepend_scheme
+            "first", split False), the same decoder and template;
+    split   older files: Metaspace(always, split) both ways, ignore_merges, no template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True,
+                              ignore_merges=form == "split"))
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ("<unk>", "<s>", "</s>")])
+    seq = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                             decoders.Strip(" ", 1, 0)])
+    bos = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    if form == "legacy":
+        tk.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tk.decoder, tk.post_processor = seq, bos
+    elif form == "first":
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tk.decoder, tk.post_processor = seq, bos
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+        tk.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="always"),
+                                        decoders.ByteFallback(), decoders.Fuse()])
+    return tk
+
+
+def llama_fixtures(out, corpus):
+    vocab, merges = llama_vocab(corpus)
+    res = {}
+    for form in ("legacy", "first", "split"):
+        tk = llama_tokenizer(vocab, merges, form)
+        os.makedirs(f"{out}/llama_{form}", exist_ok=True)
+        tk.save(f"{out}/llama_{form}/tokenizer.json")
+        ids = [tk.encode(t).ids for t in LLAMA_TEXTS]
+        res[form] = {"ids": ids, "decoded": [tk.decode(i, skip_special_tokens=False) for i in ids],
+                     "vocab_size": tk.get_vocab_size()}
+    return res
 
 
 SENTENCES = [
@@ -192,7 +270,7 @@ def model_fixtures(out):
         "gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4), {}),
         "gpt2_untied": (GPT2LMHeadModel, GPT2Config(vocab_size=V, n_positions=32, n_embd=48, n_layer=3, n_head=3,
                                                     n_inner=80, layer_norm_epsilon=1e-6, tie_word_embeddings=False), {}),
-        "llama": (LlamaForCausalLM, LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96,
+        "llama": (LlamaForCausalLM, LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=96,
                                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                                 max_position_embeddings=64, rope_theta=500000.0,
                                                 tie_word_embeddings=False), {}),
@@ -212,11 +290,24 @@ def model_fixtures(out):
         m.eval()
         d = f"{out}/m_{name}"
         m.save_pretrained(d, **kw)
-        for f in ("vocab.json", "merges.txt"):
-            shutil.copy(f"{out}/gpt2/{f}", d)
+        exp = {}
+        if name == "llama":  # tokenizer.json only, as transformers' LlamaTokenizer saves it
+            from transformers import LlamaTokenizer
+            vocab, merges = llama_vocab(make_corpus())
+            tok = LlamaTokenizer(vocab=vocab, merges=merges)
+            tok.save_pretrained(d)
+            prompt = "Hello world, naïve café 北京 <s> end"
+            ids = tok(prompt)["input_ids"]
+            with torch.no_grad():
+                out_ids = m.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0].tolist()
+            exp.update(prompt=prompt, prompt_ids=ids, greedy=out_ids[len(ids):])
+        else:
+            for f in ("vocab.json", "merges.txt"):
+                shutil.copy(f"{out}/gpt2/{f}", d)
         with torch.no_grad():
             logits = m(torch.tensor([IDS])).logits[0]
-        json.dump({"ids": IDS, "logits": logits.tolist()}, open(f"{d}/expected.json", "w"))
+        exp.update(ids=IDS, logits=logits.tolist())
+        json.dump(exp, open(f"{d}/expected.json", "w"))
 
 
 def logits(ids, out, *dirs):
