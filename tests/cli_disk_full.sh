@@ -3,7 +3,9 @@
 # (mounted in a private mount namespace) where the third checkpoint does not
 # fit. The run must fail saying so, the two complete checkpoints must survive
 # untouched with no temporary file left, eval must read the newest, and after
-# the disk grows, --resume must end bitwise equal to an uninterrupted run.
+# the disk grows, --resume must end bitwise equal to an uninterrupted run. Then
+# compile, quantize, prune and export on a tmpfs with room for one output: each
+# fails naming its output, what was there stays byte for byte, no temporary left.
 # Exits 77 (skipped) where no tmpfs can be mounted (no root, no unshare).
 # Usage: bash tests/cli_disk_full.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -70,5 +72,32 @@ out=$("$bin" train "$tmp/r.ini" --resume "$tmp/disk/run" --no-eval 2>&1) || bad 
 [[ $out == *"resuming from $tmp/disk/run/ckpt/step-"* ]] || bad "resume does not say which checkpoint: $out"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/disk/run/model.safetensors" && echo "ok: resumed run is bitwise equal" \
   || bad "the resumed run's model differs from the uninterrupted run's"
+
+# ---- the other writers on a full disk: a 192 KiB tmpfs holds one ~110 KB output, not two ----
+mkdir "$tmp/small" && mount -t tmpfs -o size=192k tmpfs "$tmp/small" || bad "mounting the small tmpfs failed"
+trap 'umount "$tmp/disk" "$tmp/small" 2> /dev/null; rm -rf "$tmp"' EXIT
+full() { # full WHAT PATH CMD...: CMD must fail on the full disk naming PATH, leave PATH as it was, no temporary
+  local what=$1 path=$2 before after out rc; shift 2
+  before=$(cd "$tmp/small" && find . -type f | LC_ALL=C sort | xargs -r sha256sum)
+  out=$("$@" 2>&1); rc=$?
+  after=$(cd "$tmp/small" && find . -type f | LC_ALL=C sort | xargs -r sha256sum)
+  if [[ $rc -ne 1 || $out != *"No space left on device"* || $out != *"$path"* ]]; then bad "$what on a full disk: exit $rc: $out"
+  elif [[ $before != "$after" ]]; then bad "$what on a full disk changed what was there: $before -> $after"
+  elif find "$tmp/small" -name '*.tmp.*' | grep -q .; then bad "$what on a full disk left $(find "$tmp/small" -name '*.tmp.*')"
+  else echo "ok: $what on a full disk fails naming $path; the previous output is unchanged, no temporary left"; fi
+}
+"$bin" compile "$tmp/ref" -o "$tmp/small/g" > /dev/null 2>&1 || bad "compile into the small tmpfs failed"
+full "compile over an earlier graph" "$tmp/small/g" "$bin" compile "$tmp/ref" -o "$tmp/small/g"
+# the int8 graph is only ~30 KB: a filler leaves 16 KiB
+avail=$(df --output=avail -B1 "$tmp/small" | tail -1)
+head -c $((avail - 16384)) /dev/zero > "$tmp/small/filler" 2> /dev/null
+full "quantize" "$tmp/small/q" "$bin" quantize "$tmp/ref" --int8 --dynamic -o "$tmp/small/q"
+rm -f "$tmp/small/filler"
+full "prune" "$tmp/small/p" "$bin" prune "$tmp/ref" --sparsity 0.5 -o "$tmp/small/p"
+full "export (ONNX)" "$tmp/small/m.onnx" "$bin" export "$tmp/ref" -o "$tmp/small/m.onnx"
+"$bin" eval "$tmp/small/g" > /dev/null 2>&1 && echo "ok: the earlier graph still evaluates" || bad "the earlier graph does not evaluate"
+rm -rf "$tmp/small/g"
+"$bin" export "$tmp/ref" -o "$tmp/small/m.onnx" > /dev/null 2>&1 || bad "export into the small tmpfs failed"
+full "export over an earlier ONNX file" "$tmp/small/m.onnx" "$bin" export "$tmp/ref" -o "$tmp/small/m.onnx"
 if ((fails)); then echo "cli_disk_full: $fails failure(s)"; exit 1; fi
 echo "cli_disk_full: all passed"

@@ -1,11 +1,10 @@
 /* Graph directories: DIR/graph.json (the graph, human-readable) and
  * DIR/weights.safetensors (the constants). Saving writes both into
- * DIR.tmp.<pid> and renames it into place (a previous graph directory is moved
- * aside first and removed after), so a crash leaves the old graph or the new
- * one. Loading trusts nothing: the JSON's structure, every name, dtype, shape
+ * DIR.tmp.<pid> and makes it DIR in one step (fm_dir_commit: a rename, or an
+ * atomic exchange with a previous graph directory), so a crash leaves the old
+ * graph or the new one. Loading trusts nothing: the JSON's structure, every name, dtype, shape
  * and attribute, the weights against the declared constants, then the whole
  * graph through fm_graph_validate before it is returned. */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -150,28 +149,6 @@ static char *graph_json_text(const fm_graph *g) {
     return text;
 }
 
-/* Removes the files of a directory, then the directory (graph directories hold no subdirectories). */
-static void remove_dir_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[PATH_MAX];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
-    closedir(d);
-    rmdir(dir);
-}
-
-static bool dir_is_empty(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return false;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n == 0;
-}
-
 /* An attached file, copied into the directory being written. */
 static fm_status copy_file(const char *src, const char *dir, const char *name) {
     FILE *f = fopen(src, "rb");
@@ -227,30 +204,17 @@ fm_status fm_graph_save(fm_graph *g, const char *dir) {
     if (strlen(dir) > PATH_MAX - 64) return fm_set_error(FM_ERR_INVALID, "graph save: directory path too long");
     if (!fm_device_eq(g->device, FM_CPU)) return fm_set_error(FM_ERR_UNSUPPORTED, "graph save: move the graph to the CPU first (fm_graph_to_device)");
     if (fm_graph_validate(g)) return fm_last_status();
+    /* an existing graph directory is replaced whole; anything else that is not empty is refused */
+    fm_stale_sweep(dir, stderr); /* first: it may put back a graph that a dead save had moved aside */
     struct stat sb;
-    bool exists = stat(dir, &sb) == 0;
-    if (exists && (!S_ISDIR(sb.st_mode) || (!fm_graph_dir_is_graph(dir) && !dir_is_empty(dir))))
+    bool is_graph = fm_graph_dir_is_graph(dir);
+    if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || (!is_graph && !fm_dir_is_empty(dir))))
         return fm_set_error(FM_ERR_INVALID, "graph save: %s exists and is not a graph directory; not replacing it (choose a new path)", dir);
-    char tmp[PATH_MAX], old[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
-    snprintf(old, sizeof old, "%s.old.%ld", dir, (long)getpid());
-    remove_dir_files(tmp);
-    if (mkdir(tmp, 0755) != 0) return fm_set_error(FM_ERR_IO, "graph save: cannot create %s: %s", tmp, strerror(errno));
-    fm_status st = write_files(g, tmp);
-    if (st == FM_OK && exists && fm_io_rename(dir, old) != 0) st = fm_set_error(FM_ERR_IO, "graph save: cannot move %s aside: %s", dir, strerror(errno));
-    if (st == FM_OK && fm_io_rename(tmp, dir) != 0) {
-        st = fm_set_error(FM_ERR_IO, "graph save: cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-        if (exists) fm_io_rename(old, dir); /* put the previous graph back */
-    }
-    if (st != FM_OK) { remove_dir_files(tmp); return st; }
-    if (exists) remove_dir_files(old);
-    char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
-    fm_fsync_dir(parent);
-    return FM_OK;
+    fm_dir_tx tx;
+    fm_status st = fm_dir_begin(&tx, dir, is_graph, "graph save");
+    if (st == FM_OK && (st = write_files(g, tx.tmp)) != FM_OK) fm_dir_abort(&tx);
+    if (st == FM_OK) st = fm_dir_commit(&tx);
+    return st;
 }
 
 bool fm_graph_dir_is_graph(const char *dir) {

@@ -10,6 +10,7 @@
 #include "fathom/io.h"
 #include "fathom/ops.h"
 #include "hf/hf_internal.h"
+#include "io/io_internal.h" /* fm_dir_begin, fm_dir_commit */
 
 bool fm_hf_is_model_dir(const char *dir) {
     char *p = hf_path(dir, "config.json");
@@ -209,20 +210,21 @@ static fm_status add_zero_biases(const fm_gpt_config *c, const char *path) {
 
 fm_status fm_hf_gpt_save(const fm_gpt *m, const char *dir) {
     const fm_gpt_config *c = fm_gpt_get_config(m);
-    if (mkdir(dir, 0777) && !file_exists(dir)) {
-        struct stat sb;
-        if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) return fm_set_error(FM_ERR_IO, "%s: cannot create the directory", dir);
-    }
-    char *cp = hf_path(dir, "config.json"), *mp = hf_path(dir, "model.safetensors");
+    fm_dir_tx tx; /* written whole into DIR.tmp.PID, then one rename: never a half directory */
+    fm_status st = fm_dir_begin(&tx, dir, false, "Hugging Face export");
+    if (st) return st;
+    char *cp = hf_path(tx.tmp, "config.json"), *mp = hf_path(tx.tmp, "model.safetensors");
     json_t *j = gpt_config_json(c);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    fm_status st = !cp || !mp || !s ? fm_set_error(FM_ERR_OOM, "out of host memory") : FM_OK;
+    st = !cp || !mp || !s ? fm_set_error(FM_ERR_OOM, "out of host memory") : FM_OK;
     if (st == FM_OK) st = fm_gpt_save_hf(m, mp);
     if (st == FM_OK && c->arch == FM_GPT_GPT2 && !c->bias) st = add_zero_biases(c, mp);
     if (st == FM_OK) {
         fm_io_chunk ch[2] = {{s, strlen(s)}, {"\n", 1}};
         st = fm_atomic_write(cp, 2, ch);
     }
+    if (st == FM_OK) st = fm_dir_commit(&tx);
+    else fm_dir_abort(&tx);
     free(s);
     json_decref(j);
     free(cp);

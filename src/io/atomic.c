@@ -6,8 +6,9 @@
  * FATHOM_TEST_FAIL_WRITE_AFTER=N simulates a full disk after N bytes so the
  * tests can check that a failed checkpoint leaves the previous one intact, and
  * each write is a FATHOM_FAULT point (fault.c), struck with half the data
- * written. Temporary names end in .tmp.<pid> so fm_ckpt_clean_stale can tell
- * a dead process's leftovers from a live one's. */
+ * written. Temporary names end in .tmp.<pid> so that a dead process's leftovers
+ * can be told from a live one's: each write of PATH first sweeps PATH.tmp.<pid>
+ * of processes that are gone (fm_stale_sweep, dir_commit.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -48,6 +49,7 @@ fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chunks) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return fm_set_error(FM_ERR_INVALID, "path too long: %s", path);
+    fm_stale_sweep(path, stderr); /* PATH.tmp.PID of writers that died */
     long long limit = -1;
     const char *env = getenv("FATHOM_TEST_FAIL_WRITE_AFTER");
     if (env && *env) limit = atoll(env);

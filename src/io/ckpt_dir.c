@@ -213,11 +213,22 @@ fm_status fm_ckpt_commit(fm_ckpt_tx *tx, int n, const char *const *names, int ke
     fm_fsync_dir(tx->tmp);
     snprintf(ck, sizeof ck, "%s/ckpt", tx->out_dir);
     if (is_dir(tx->final)) {
-        /* the same step again (a resumed run that ends where it started): the
-         * state is the same, so the old one is set aside and removed */
-        if (snprintf(old, sizeof old, "%s.old.tmp.%ld", tx->final, (long)getpid()) >= (int)sizeof old ||
+        /* the same step again (a resumed run that ends where it started, or a new run
+         * into an earlier run's directory): the two directories swap names in one
+         * step, and the old one, now under the temporary name, is removed */
+        const char *no = getenv("FATHOM_TEST_NO_EXCHANGE");
+        int rc = no && *no == '1' ? (errno = EINVAL, -1) : fm_io_exchange(tx->tmp, tx->final);
+        if (rc == 0) {
+            fm_fsync_dir(ck);
+            remove_tree(tx->tmp, 0);
+            tx->tmp[0] = 0;
+            goto committed;
+        }
+        /* no exchange on this file system: the old one is set aside first */
+        if ((errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) ||
+            snprintf(old, sizeof old, "%s.old.tmp.%ld", tx->final, (long)getpid()) >= (int)sizeof old ||
             fm_io_rename(tx->final, old) != 0) {
-            st = fm_set_error(FM_ERR_IO, "renaming %s: %s", tx->final, strerror(errno));
+            st = fm_set_error(FM_ERR_IO, "replacing %s: %s", tx->final, strerror(errno));
             goto fail;
         }
     } else old[0] = 0;
@@ -229,6 +240,7 @@ fm_status fm_ckpt_commit(fm_ckpt_tx *tx, int n, const char *const *names, int ke
     tx->tmp[0] = 0;
     fm_fsync_dir(ck);
     if (old[0]) remove_tree(old, 0);
+committed:
     for (int i = 0; i < n && st == FM_OK; i++) st = export_file(tx->out_dir, tx->final, names[i]);
     fm_fsync_dir(tx->out_dir);
     if (st) {

@@ -38,6 +38,11 @@ int fm_io_rename(const char *from, const char *to) {
     return rename(from, to);
 }
 
+int fm_io_exchange(const char *a, const char *b) {
+    if (fm_fault_point(FM_FAULT_RENAME, b) != 0) return -1;
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+}
+
 void fm_fsync_dir(const char *dir) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -18,6 +18,7 @@
 #ifndef FATHOM_IO_INTERNAL_H
 #define FATHOM_IO_INTERNAL_H
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -33,6 +34,38 @@ int fm_io_rename(const char *from, const char *to);
 /* fsync of a directory (the names in it become durable); errors ignored, as
  * some file systems refuse it. */
 void fm_fsync_dir(const char *dir);
+/* fsync of the directory holding `path`. */
+void fm_fsync_parent(const char *path);
+/* renameat2(RENAME_EXCHANGE) behind a rename fault point: `a` and `b` (both
+ * existing) swap names in one step. */
+int fm_io_exchange(const char *a, const char *b);
+
+/* ---- whole output directories and stale temporaries (dir_commit.c) ---- */
+/* Removes a file, or a directory and everything under it (symlinks not followed). */
+int fm_remove_tree(const char *path);
+/* true when `dir` is a directory with no entries. */
+bool fm_dir_is_empty(const char *dir);
+/* Cleans what dead processes left while writing `path` (a file or a directory):
+ * PATH.tmp.PID is removed, PATH.old.PID (an output moved aside by a commit that
+ * died) is put back when PATH is missing and removed otherwise. Only those exact
+ * names, only when process PID no longer exists; each is named on `log` (may be
+ * NULL). Returns how many were handled. fm_atomic_write and fm_dir_begin call it. */
+int fm_stale_sweep(const char *path, FILE *log);
+
+typedef struct fm_dir_tx {
+    char dir[PATH_MAX - 64]; /* the output */
+    char tmp[PATH_MAX];      /* DIR.tmp.PID: written into; "" once committed or aborted */
+} fm_dir_tx;
+/* Starts writing directory `dir` whole: sweeps its stale temporaries, checks it
+ * (an existing non-directory is refused; an existing non-empty directory unless
+ * `replace`), creates DIR.tmp.PID. `what` starts the error messages. */
+fm_status fm_dir_begin(fm_dir_tx *tx, const char *dir, bool replace, const char *what);
+/* Makes the written DIR.tmp.PID the output in one atomic step (rename, or an
+ * exchange with the existing DIR whose old tree is removed after). On failure
+ * the temporary is removed and the previous DIR is untouched. */
+fm_status fm_dir_commit(fm_dir_tx *tx);
+/* Removes the temporary of a directory that will not be committed. */
+void fm_dir_abort(fm_dir_tx *tx);
 
 /* ---- checkpoint directories ---- */
 #define FM_CKPT_KEEP_DEFAULT 2

@@ -4,7 +4,6 @@
  * pruning is prune_channels.c. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +14,7 @@
 
 #include "fathom/autograd.h"
 #include "fathom/io.h"
-#include "io/io_internal.h" /* fm_io_rename, fm_fsync_dir */
+#include "io/io_internal.h" /* fm_dir_begin, fm_dir_commit */
 #include "prune/prune_internal.h"
 
 void fm_prune_options_init(fm_prune_options *o) {
@@ -219,12 +218,6 @@ fm_status fm_prune_classifier(const fm_recipe *r, fm_module *m, const fm_prune_o
 
 /* ---------------- writing ---------------- */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-static void remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
 static fm_status write_model_files(const char *dir, const fm_recipe *r, fm_module *m, const fm_named_list *masks) {
     char path[PATH_MAX + 40];
     fm_named_list state = {0};
@@ -257,54 +250,34 @@ static fm_status check_out_dir(const char *in_dir, const char *out_dir) {
     if (in_dir && stat(in_dir, &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         return fm_set_error(FM_ERR_INVALID, "prune: the output directory %s is the input model; choose a new path "
                             "(the input is never overwritten)", out_dir);
-    if (!S_ISDIR(b.st_mode) || rmdir(out_dir) != 0)
+    if (!S_ISDIR(b.st_mode) || !fm_dir_is_empty(out_dir)) /* checked before any work; fm_dir_begin again */
         return fm_set_error(FM_ERR_INVALID, "prune: %s already exists and is not an empty directory; not replacing it "
                             "(choose a new path)", out_dir);
     return FM_OK;
 }
 
-static void tmp_name(const char *dir, char *buf, size_t n) { snprintf(buf, n, "%s.tmp.%ld", dir, (long)getpid()); }
-
-/* tmp (complete) becomes dir */
-static fm_status publish(const char *tmp, const char *dir) {
-    if (fm_io_rename(tmp, dir) != 0) {
-        fm_status st = fm_set_error(FM_ERR_IO, "prune: cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-        remove_tree(tmp);
-        return st;
-    }
-    char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = 0;
-    else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
-    fm_fsync_dir(parent);
-    return FM_OK;
-}
-
 fm_status fm_prune_save(const char *dir, const fm_recipe *r, fm_module *m, const fm_named_list *masks) {
     fm_status st = check_out_dir(NULL, dir);
+    fm_dir_tx tx;
+    if (st == FM_OK) st = fm_dir_begin(&tx, dir, false, "prune");
     if (st) return st;
-    char tmp[PATH_MAX];
-    tmp_name(dir, tmp, sizeof tmp);
-    remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) return fm_set_error(FM_ERR_IO, "prune: cannot create %s: %s", tmp, strerror(errno));
-    if ((st = write_model_files(tmp, r, m, masks))) { remove_tree(tmp); return st; }
-    return publish(tmp, dir);
+    if ((st = write_model_files(tx.tmp, r, m, masks))) { fm_dir_abort(&tx); return st; }
+    return fm_dir_commit(&tx);
 }
 
-/* Fine-tunes the pruned model into tmp, masks on, then publishes it as out_dir. */
+/* Fine-tunes the pruned model into the output's temporary directory, masks on,
+ * then commits it as out_dir. */
 static fm_status finetune(const char *out_dir, const fm_recipe *r, fm_module *m, const fm_named_list *masks, int64_t steps,
                           const fm_train_options *topt, fm_train_result *tres) {
-    char tmp[PATH_MAX];
-    tmp_name(out_dir, tmp, sizeof tmp);
-    remove_tree(tmp);
     fm_train_options to;
     if (topt) to = *topt;
     else fm_train_options_init(&to);
     fm_named_list state = {0};
     fm_status st = fm_module_state(m, &state);
+    fm_dir_tx tx;
+    if (st == FM_OK && (st = fm_dir_begin(&tx, out_dir, false, "prune"))) fm_named_list_free(&state);
     if (st) return st;
-    to.out_dir = tmp;
+    to.out_dir = tx.tmp;
     to.resume_dir = NULL;
     to.steps = steps;
     to.epochs = 0;
@@ -315,10 +288,10 @@ static fm_status finetune(const char *out_dir, const fm_recipe *r, fm_module *m,
     fm_named_list_free(&state);
     if (st) {
         fm_error_prefix("prune: fine-tuning");
-        remove_tree(tmp);
+        fm_dir_abort(&tx);
         return st;
     }
-    return publish(tmp, out_dir);
+    return fm_dir_commit(&tx);
 }
 
 /* ANDs the masks found in the input directory into the new ones (same shapes: unstructured). */
