@@ -21,7 +21,7 @@ static void usage(FILE *f) {
                "where the teacher is a model trained by `fathom train` on inputs of the same shape and normalization.\n\n"
                "  --teacher DIR      the teacher model directory\n"
                "  --student RECIPE   a built-in recipe name or an .ini path\n"
-               "  --temperature T    softening of both distributions (default 2)\n"
+               "  --temperature T    softening of both distributions, in [0.01, 1000] (default 2)\n"
                "  --alpha A          weight of the soft targets, in [0, 1] (default 0.5; 0: labels only)\n"
                "  --out DIR          where the student goes (default runs/<recipe>-distilled)\n"
                "  the other flags are `fathom train`'s\n");
@@ -63,12 +63,22 @@ static int parse_args(int argc, char **argv, distill_args *a) {
         switch (k) {
         case 0: a->teacher = v; break;
         case 1: a->student = v; break;
-        case 2: ok = parse_double(f, v, &a->d.temperature); break;
-        case 3: ok = parse_double(f, v, &a->d.alpha); break;
+        case 2:
+            ok = parse_double(f, v, &a->d.temperature);
+            if (ok && !(a->d.temperature >= FM_DISTILL_TEMPERATURE_MIN && a->d.temperature <= FM_DISTILL_TEMPERATURE_MAX)) {
+                fm_cli_error("distill: --temperature must be positive, in [%g, %g], got '%s'", FM_DISTILL_TEMPERATURE_MIN,
+                             FM_DISTILL_TEMPERATURE_MAX, v);
+                ok = false;
+            }
+            break;
+        case 3:
+            ok = parse_double(f, v, &a->d.alpha);
+            if (ok && !(a->d.alpha >= 0 && a->d.alpha <= 1)) { fm_cli_error("distill: --alpha must be in [0, 1], got '%s'", v); ok = false; }
+            break;
         case 4: ok = fm_cli_parse_int("distill", f, v, 1, &a->steps); break;
         case 5: ok = fm_cli_parse_int_range("distill", f, v, 1, 1000000, &a->epochs); break;
         case 6: ok = fm_cli_parse_int_range("distill", f, v, 1, 1 << 20, &a->batch); break;
-        case 7: ok = parse_double(f, v, &a->lr) && (a->lr > 0 || (fm_cli_error("distill: --lr must be positive"), false)); break;
+        case 7: ok = parse_double(f, v, &a->lr) && (a->lr > 0 || (fm_cli_error("distill: --lr must be positive, got '%s'", v), false)); break;
         case 8: ok = fm_cli_parse_int("distill", f, v, 0, &a->seed); break;
         case 9: ok = fm_cli_parse_int_range("distill", f, v, 1, 256, &a->threads); break;
         case 10: a->out = v; break;
@@ -76,8 +86,6 @@ static int parse_args(int argc, char **argv, distill_args *a) {
         if (!ok) return 2;
     }
     if (!a->teacher || !a->student) { fm_cli_error("distill: %s", a->teacher ? "no --student RECIPE" : "no --teacher MODEL_DIR"); return 2; }
-    if (!(a->d.temperature > 0)) { fm_cli_error("distill: --temperature must be positive, got %g", a->d.temperature); return 2; }
-    if (!(a->d.alpha >= 0 && a->d.alpha <= 1)) { fm_cli_error("distill: --alpha must be in [0, 1], got %g", a->d.alpha); return 2; }
     return -1;
 }
 

@@ -39,9 +39,9 @@ int fm_cmd_eval(int argc, char **argv) {
         }
         if (!strcmp(a, "--batch") || !strncmp(a, "--batch=", 8)) {
             const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
-            char *end;
-            batch = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || batch < 1) { fm_cli_error("eval: --batch needs a number >= 1"); eval_usage(stderr); return 2; }
+            long long b;
+            if (!fm_cli_parse_int_range("eval", "--batch", v, 1, 1 << 20, &b)) { eval_usage(stderr); return 2; }
+            batch = (long)b;
             continue;
         }
         if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {

@@ -1,6 +1,7 @@
 /* `fathom profile TRACE`: summarize a profiler trace (written by
  * `fathom train --profile FILE` or fm_profiler_start). Thin: the analysis is
  * fm_trace_summarize in src/observe/trace_summary.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,21 @@ int fm_cmd_profile(int argc, char **argv) {
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--top") || !strcmp(a, "--peak-gflops")) {
             if (i + 1 >= argc) { fm_cli_error("%s needs a value", a); usage(stderr); return 2; }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--top")) {
+                long long n;
+                if (!fm_cli_parse_int_range("profile", a, v, 0, 1000000, &n)) return 2;
+                top = (int)n;
+                continue;
+            }
             char *end;
-            double v = strtod(argv[++i], &end);
-            if (*end || v < 0 || (!strcmp(a, "--top") && v != (int)v) || (!strcmp(a, "--peak-gflops") && v <= 0)) {
-                fm_cli_error("%s: bad value '%s'", a, argv[i]);
+            errno = 0;
+            peak = strtod(v, &end);
+            /* 1e9 GFLOPS is an exaflop: no one device comes near */
+            if (*end || end == v || errno || !(peak > 0 && peak <= 1e9)) {
+                fm_cli_error("profile: --peak-gflops: bad value '%s' (a number in (0, 1e9] is needed)", v);
                 return 2;
             }
-            if (!strcmp(a, "--top")) top = (int)v;
-            else peak = v;
             continue;
         }
         if (a[0] == '-' && a[1]) {

@@ -65,8 +65,12 @@ static int parse(int argc, char **argv, qargs *a) {
             if (!fm_cli_parse_int_range("quantize", s, argv[++i], 1, 1 << 24, &a->samples)) return 2;
         } else if (!strcmp(s, "--percentile") && more) {
             char *end;
-            a->o.percentile = strtod(argv[++i], &end);
-            if (*end || !(a->o.percentile > 50 && a->o.percentile <= 100)) { fm_cli_error("quantize: --percentile must be in (50, 100]"); return 2; }
+            const char *pv = argv[++i];
+            a->o.percentile = strtod(pv, &end);
+            if (*end || end == pv || !(a->o.percentile > 50 && a->o.percentile <= 100)) {
+                fm_cli_error("quantize: --percentile must be in (50, 100], got '%s'", pv);
+                return 2;
+            }
         } else if (!strcmp(s, "--method") && more) {
             const char *m = argv[++i];
             if (!strcmp(m, "minmax")) a->o.method = FM_CALIB_MINMAX;

@@ -2,7 +2,8 @@
 # No silent acceptance: a table of bad values from recipes (plain and GPT), the
 # command line, the environment and file headers. Each must be refused with a
 # non-zero exit and a message that names the key (or flag, variable, tensor) and
-# the value, before any training happens.
+# the value, before any training happens. The deploy commands (quantize, prune,
+# distill, compile, eval, profile, serve, plan) too, and they write nothing.
 # Usage: bash tests/cli_bad_values.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_bad_values.sh FATHOM_BIN}
@@ -155,6 +156,44 @@ refuse "is i32 in the file but the model expects f32" -- "$bin" eval "$tmp/i32" 
 refuse "dtype F16" "needs" -- "$bin" eval "$tmp/f16"
 refuse "truncated" -- "$bin" eval "$tmp/trunc"
 refuse "not a regular file" -- "$bin" eval "$tmp/dir"
+
+# ---- the deploy commands' numbers: quantize, prune, distill, compile, eval, profile, serve, plan ----
+m=$tmp/m
+for args in "--int4 --group 48" "--int4 --group 1e3" "--int8 --calibrate recipe --samples 0" \
+            "--int8 --calibrate recipe --samples 99999999999" "--int8 --calibrate recipe --method median" \
+            "--int8 --calibrate recipe --method percentile --percentile 101" \
+            "--int8 --calibrate recipe --method percentile --percentile nan"; do
+  set -- $args
+  refuse "${*: -2:1}" "${*: -1}" -- "$bin" quantize "$m" -o "$tmp/q-out" $args
+done
+for args in "--sparsity 1" "--sparsity nan" "--sparsity -0.5" "--sparsity 0.5 --finetune -1" "--sparsity 0.5 --finetune 1e9" \
+            "--sparsity 0.5 --lr inf" "--sparsity 0.5 --batch 0" "--sparsity 0.5 --threads 1000"; do
+  set -- $args
+  refuse "${*: -2:1}" "'${*: -1}'" -- "$bin" prune "$m" -o "$tmp/pr-out" $args
+done
+for args in "--temperature 0" "--temperature 1e6" "--temperature inf" "--temperature 0.001" "--alpha 1.5" "--alpha -0.1" \
+            "--alpha nan" "--steps 0" "--batch 0" "--epochs 1e9" "--lr -1"; do
+  set -- $args
+  refuse "$1" "'$2'" -- "$bin" distill --teacher "$m" --student "$tmp/ok.ini" --out "$tmp/d-out" --quiet $args
+done
+refuse "--batch" "'0'" -- "$bin" compile "$m" -o "$tmp/c-out" --batch 0
+for v in 0 1e3 99999999999; do refuse "--batch" "'$v'" -- "$bin" eval "$m" --batch "$v"; done
+refuse "--top" "'1e10'" -- "$bin" profile --top 1e10 "$tmp/none.json"
+refuse "--peak-gflops" "'nan'" -- "$bin" profile --peak-gflops nan "$tmp/none.json"
+refuse "--peak-gflops" "'inf'" -- "$bin" profile --peak-gflops inf "$tmp/none.json"
+for args in "--port 70000" "--port -1" "--metrics-port 1e5" "--max-body-mb 5000" "--max-body-mb 0" "--poll-secs 0" \
+            "--max-connections 4294967296" "--connection-timeout -1" "--release-idle-secs 1e9"; do
+  set -- $args
+  refuse "$1" "'$2'" -- "$bin" serve --model-repository "$tmp/no-repo" $args
+done
+# plan words its own: `--mfu 2: out of range (1e-06..1)`, `--gpus "1e6": not a whole number`
+for args in "--mfu 2" "--batch 0" "--zero 4" "--headroom inf" "--budget -1" "--requests-per-second 0"; do
+  refuse "$args" -- "$bin" plan --preset gpt2-124m $args
+done
+refuse '--mfu "nan"' -- "$bin" plan --preset gpt2-124m --mfu nan
+refuse '--gpus "1e6"' -- "$bin" plan --preset gpt2-124m --gpus 1e6
+refuse "--tokens" '"lots"' -- "$bin" plan --preset gpt2-124m --tokens lots
+[[ ! -e $tmp/q-out && ! -e $tmp/pr-out && ! -e $tmp/d-out && ! -e $tmp/c-out ]] || bad "a refused command wrote its output"
 
 echo "bad values refused: $((cases - fails)) of $cases"
 ((cases >= 50)) || bad "the table has only $cases cases"

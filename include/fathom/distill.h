@@ -20,10 +20,16 @@ extern "C" {
 #endif
 
 /* The loss above for logits s [N, C] (with its tape), teacher logits t [N, C] (treated as
- * constants) and labels y [N] (class indices; may be NULL when alpha is 1). T > 0, alpha in
+ * constants) and labels y [N] (class indices; may be NULL when alpha is 1). T in
+ * [FM_DISTILL_TEMPERATURE_MIN, FM_DISTILL_TEMPERATURE_MAX], alpha in
  * [0, 1]; label_smoothing applies to the hard part. A new scalar reference, or NULL. */
 FM_API fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha,
                              double label_smoothing);
+
+/* The temperatures fm_kd_loss takes: below 0.01 the scaled logits overflow float, above
+ * 1000 T^2 does (the loss is multiplied by it). */
+#define FM_DISTILL_TEMPERATURE_MIN 0.01
+#define FM_DISTILL_TEMPERATURE_MAX 1000.0
 
 typedef struct fm_distill_options {
     double temperature; /* default 2 */

@@ -15,8 +15,9 @@ void fm_distill_options_init(fm_distill_options *d) {
 }
 
 static fm_status check_args(double temperature, double alpha) {
-    if (!(temperature > 0) || !isfinite(temperature))
-        return fm_set_error(FM_ERR_INVALID, "distill: the temperature must be a positive number, got %g", temperature);
+    if (!(temperature >= FM_DISTILL_TEMPERATURE_MIN && temperature <= FM_DISTILL_TEMPERATURE_MAX))
+        return fm_set_error(FM_ERR_INVALID, "distill: the temperature must be in [%g, %g], got %g", FM_DISTILL_TEMPERATURE_MIN,
+                            FM_DISTILL_TEMPERATURE_MAX, temperature);
     if (!(alpha >= 0 && alpha <= 1))
         return fm_set_error(FM_ERR_INVALID, "distill: alpha (the weight of the soft targets) must be in [0, 1], got %g", alpha);
     return FM_OK;
