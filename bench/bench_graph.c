@@ -7,7 +7,8 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] */
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled]
+ * (--only runs one side alone, for a profiler: its JSON row gives 0 for the others) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,14 @@
 #include "fathom/recipe.h"
 #include "gpt/gpt_internal.h" /* the cache length, rewound between rounds */
 
-typedef struct side { const char *name; double t[64]; size_t peak; } side;
+typedef struct side { const char *name; double t[1024]; size_t peak; } side;
 typedef fm_status (*run_fn)(void *ctx, int which); /* which: 0 eager, 1 graph, 2 compiled */
+static int g_only = -1; /* --only: the one side to run, or -1 for all three */
 
 static void measure(const char *model, int64_t batch, const char *what, run_fn f, void *ctx, int rounds, const fm_graph *cg) {
     side s[3] = {{"eager", {0}, 0}, {"graph", {0}, 0}, {"compiled", {0}, 0}};
     for (int w = 0; w < 3; w++) { /* warm-up, and the peak of one run */
+        if (g_only >= 0 && w != g_only) continue;
         fm_memory_stats a, b;
         fm_memory_stats_get(FM_CPU, &a);
         fm_memory_reset_peak(FM_CPU);
@@ -35,6 +38,7 @@ static void measure(const char *model, int64_t batch, const char *what, run_fn f
     }
     for (int r = 0; r < rounds; r++)
         for (int w = 0; w < 3; w++) {
+            if (g_only >= 0 && w != g_only) continue;
             double t0 = bench_now_s();
             if (f(ctx, w) != FM_OK) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
             s[w].t[r] = bench_now_s() - t0;
@@ -46,7 +50,7 @@ static void measure(const char *model, int64_t batch, const char *what, run_fn f
     printf("{\"model\": \"%s\", \"batch\": %lld, \"workload\": \"%s\", \"eager_ms\": %.3f, \"graph_ms\": %.3f, \"compiled_ms\": %.3f, "
            "\"compiled_vs_eager\": %.3f, \"eager_peak_bytes\": %zu, \"graph_peak_bytes\": %zu, \"compiled_peak_bytes\": %zu, "
            "\"planned_arena_bytes\": %zu, \"planned_live_peak_bytes\": %zu}\n",
-           model, (long long)batch, what, 1e3 * med[0], 1e3 * med[1], 1e3 * med[2], med[0] / med[2], s[0].peak, s[1].peak, s[2].peak,
+           model, (long long)batch, what, 1e3 * med[0], 1e3 * med[1], 1e3 * med[2], med[0] > 0 && med[2] > 0 ? med[0] / med[2] : 0.0, s[0].peak, s[1].peak, s[2].peak,
            p.planned_bytes, p.live_peak_bytes);
     fflush(stdout);
 }
@@ -156,11 +160,22 @@ static void bench_gpt(int rounds) {
 
 int main(int argc, char **argv) {
     int rounds = 15;
-    for (int i = 1; i < argc; i++)
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-    if (rounds < 1 || rounds > 64) rounds = 15;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            const char *o = argv[++i];
+            g_only = !strcmp(o, "eager") ? 0 : !strcmp(o, "graph") ? 1 : !strcmp(o, "compiled") ? 2 : -2;
+        } else g_only = -2;
+    }
+    if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt"))) {
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled]\n");
+        return 2;
+    }
+    if (rounds < 1 || rounds > 1024) rounds = 15;
     fm_set_grad_enabled(false);
-    bench_cnn(rounds);
-    bench_gpt(rounds);
+    if (!model || !strcmp(model, "cnn")) bench_cnn(rounds);
+    if (!model || !strcmp(model, "gpt")) bench_gpt(rounds);
     return 0;
 }
