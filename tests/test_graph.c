@@ -412,6 +412,59 @@ static int count_op(const fm_graph *g, const char *op) {
 /* Each pass on its own: the graph after it computes what the graph before it did
  * (exactly for dce/fold/cse, which run the same ops on the same numbers; 1e-5
  * relative for the fusions, which change the rounding), and it did its job. */
+/* fuse-conv-act on a built graph: pool then relu (either order fuses), and a conv
+ * whose output is also a graph output (not fused); compared before/after at two
+ * batch sizes by fm_graph_compare (random inputs at the dim hints). */
+static void test_fuse_conv_act_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(4, (int64_t[]){8, 3, 3, 3}, 11), *b = randn(1, (int64_t[]){8}, 12);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 4, (int64_t[]){-1, 3, 9, 10}, (const char *[]){"batch", NULL, NULL, NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK && fm_graph_add_const(g, "b", b) == FM_OK);
+    fm_graph_attr pad = fm_graph_attr_int("padding", 1), k2 = fm_graph_attr_ints("kernel", 2, (int64_t[]){2, 2});
+    CHECK(fm_graph_add_node(g, "conv2d", "c1", 3, (const char *[]){"x", "w", "b"}, 1, (const char *[]){"h1"}, 1, &pad) == FM_OK);
+    CHECK(fm_graph_add_node(g, "max_pool2d", "p1", 1, (const char *[]){"h1"}, 1, (const char *[]){"q1"}, 1, &k2) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", "r1", 1, (const char *[]){"q1"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "conv2d", "c2", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", "r2", 1, (const char *[]){"h2"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y1") == FM_OK && fm_graph_add_output(g, "y2") == FM_OK && fm_graph_add_output(g, "h2") == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    char note[256] = "";
+    fm_graph *p = fm_graph_pass(g, "fuse-conv-act", note, sizeof note);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-conv-act by hand: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "conv2d_fused") == 1 && count_op(p, "conv2d") == 1 && count_op(p, "relu") == 1, "fuse-conv-act by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release_n(2, w, b);
+}
+
+/* The fused attention against the unfused graph at a prompt (no past), a decode
+ * step and a chunk after a past (the three paths of attention_kv), every output. */
+static void check_attention_paths(const fm_graph *g, const fm_graph *p, int n_layer, int64_t kv, int64_t D, int64_t vocab) {
+    const int64_t cases[3][2] = {{0, 3}, {2, 1}, {2, 3}}; /* past, seq */
+    const int n_io = 1 + 2 * n_layer;
+    for (int c = 0; c < 3; c++) {
+        fm_tensor *in[16] = {0}, *oa[16] = {0}, *ob[16] = {0};
+        int64_t ids[3] = {1 % vocab, 8 % vocab, 15 % vocab};
+        in[0] = fm_tensor_from_data(ids, 2, (int64_t[]){1, cases[c][1]}, FM_I64);
+        for (int i = 1; i < n_io; i++) in[i] = randn(4, (int64_t[]){1, kv, cases[c][0], D}, 40 + (uint64_t)i);
+        CHECK_MSG(fm_graph_run(g, in, oa) == FM_OK && fm_graph_run(p, in, ob) == FM_OK, "attention paths: %s", fm_last_error());
+        double worst = 0;
+        for (int j = 0; oa[0] && ob[0] && j < n_io; j++) {
+            double scale = 1e-30, diff = 0;
+            CHECK(fm_tensor_numel(oa[j]) == fm_tensor_numel(ob[j]));
+            for (int64_t e = 0; e < fm_tensor_numel(oa[j]); e++) {
+                scale = fmax(scale, fabs(fm_tensor_get(oa[j], e)));
+                diff = fmax(diff, fabs(fm_tensor_get(oa[j], e) - fm_tensor_get(ob[j], e)));
+            }
+            worst = fmax(worst, diff / scale);
+        }
+        CHECK_MSG(worst <= 1e-5, "fuse-attention, past %lld seq %lld: diff %g", (long long)cases[c][0], (long long)cases[c][1], worst);
+        for (int i = 0; i < n_io; i++) fm_tensor_release_n(3, in[i], oa[i], ob[i]);
+    }
+}
+
 static void test_passes(void) {
     fm_graph *g = fm_graph_new();
     fm_tensor *w = randn(2, (int64_t[]){8, 6}, 1);
@@ -462,10 +515,24 @@ static void test_passes(void) {
     fm_graph *p = g ? fm_graph_pass(g, "fuse-conv-bn", NULL, 0) : NULL;
     double d = 1;
     CHECK(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5 && count_op(p, "batch_norm") == 0 && count_op(p, "conv2d") == 1);
+    /* then conv + relu + max pool into conv2d_fused (the model gains a pool) */
     fm_graph_free(p);
+    fm_graph_free(g);
+    fm_sequential_add(m, fm_nn_maxpool2d(2, 2, 0));
+    g = fm_graph_trace_module(m, ex);
+    fm_graph *q = g ? fm_graph_pass(g, "fuse-conv-bn", NULL, 0) : NULL;
+    char note[256] = "";
+    p = q ? fm_graph_pass(q, "fuse-conv-act", note, sizeof note) : NULL;
+    d = 1;
+    CHECK_MSG(p && fm_graph_compare(q, p, &d) == FM_OK && d <= 1e-5, "fuse-conv-act: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "conv2d_fused") == 1 && count_op(p, "relu") + count_op(p, "max_pool2d") + count_op(p, "conv2d") == 0,
+              "fuse-conv-act: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(q);
     fm_graph_free(g);
     fm_tensor_release(ex);
     fm_module_free(m);
+    test_fuse_conv_act_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
@@ -473,12 +540,13 @@ static void test_passes(void) {
     fm_gpt *gm = fm_gpt_new(&c, NULL);
     g = gm ? fm_graph_from_gpt(gm) : NULL;
     CHECK_MSG(g != NULL, "%s", fm_last_error());
-    const char *fusions[2][2] = {{"fuse-add-layer-norm", "add_layer_norm"}, {"fuse-bias-gelu", "bias_gelu_tanh"}};
-    for (int i = 0; g && i < 2; i++) {
+    const char *fusions[3][2] = {{"fuse-add-layer-norm", "add_layer_norm"}, {"fuse-bias-gelu", "bias_gelu_tanh"}, {"fuse-attention", "attention_kv"}};
+    for (int i = 0; g && i < 3; i++) {
         p = fm_graph_pass(g, fusions[i][0], NULL, 0);
         d = 1;
         CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "%s: diff %g %s", fusions[i][0], d, fm_last_error());
         CHECK_MSG(p && count_op(p, fusions[i][1]) >= 2, "%s fused nothing", fusions[i][0]);
+        if (p && i == 2) check_attention_paths(g, p, c.n_layer, c.n_kv_head, c.n_embd / c.n_head, c.vocab_size);
         fm_graph_free(p);
     }
     fm_compile_report rep;

@@ -144,6 +144,10 @@ typedef struct fm_conv2d_params {
 } fm_conv2d_params;
 FM_API fm_conv2d_params fm_conv2d_default_params(void); /* stride 1, pad 0, dil 1, groups 1, NCHW */
 FM_API fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p);
+/* Inference only (no gradient): max_pool2d(relu(conv2d(x, w, b))) in one kernel. ReLU when
+ * `relu`; when pool > 1 a pool x pool max pool at stride pool, no padding; pool 0 or 1: none.
+ * f32 or f64. On the CPU f32 NCHW stride-1 convs store only the pooled output. */
+FM_API fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, bool relu, int pool);
 typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad; /* avg pool; PyTorch default true */

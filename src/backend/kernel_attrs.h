@@ -38,6 +38,9 @@ typedef struct fm_dropout_attrs { double p; uint64_t seed, offset; } fm_dropout_
 
 /* CONV2D: in = {x, w, b|NULL}; CONV2D_BACKWARD: in = {dy, x, w}; out = {dx|NULL, dw|NULL, db|NULL}. */
 typedef struct fm_conv2d_attrs { fm_conv2d_params p; } fm_conv2d_attrs;
+/* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
+ * and a pool x pool window at stride pool, no padding, when pool > 1. */
+typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;
 /* pools: MAX_POOL2D out = {y, argmax indices i64}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
  * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */
 typedef struct fm_pool2d_attrs { fm_pool2d_params p; } fm_pool2d_attrs;

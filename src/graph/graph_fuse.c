@@ -5,7 +5,10 @@
  *   add -> layer_norm                 =>  add_layer_norm (the residual sum and its norm
  *       in one pass over the rows; the sum stays available to its other readers);
  *   linear (with bias) -> gelu_tanh   =>  linear without bias -> bias_gelu_tanh (the
- *       bias add and the activation in one pass instead of two).
+ *       bias add and the activation in one pass instead of two);
+ *   conv2d -> relu and/or max_pool2d (window = stride, no padding), in either order
+ *                                     =>  conv2d_fused (ReLU and pool applied to the
+ *       conv's accumulators: its full-size output is never stored).
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -171,5 +174,63 @@ fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t nn) {
     if (!uses || !skip) return NULL;
     fm_graph *out = rw_end(&r, st);
     if (out) snprintf(note, nn, "%d linear biases fused into the tanh-GELU after them", fused);
+    return out;
+}
+
+/* A square max pool with stride = window and no padding in `layout`: its window, or 0. */
+static int64_t plain_pool(const gnode *n, const char *layout) {
+    int64_t k[2] = {0, 0}, st[2] = {-1, -1}, pd[2] = {0, 0};
+    const char *names[3] = {"kernel", "stride", "padding"};
+    int64_t *dst[3] = {k, st, pd};
+    for (int a = 0; a < 3; a++) {
+        const gattr *at = g_node_attr(n, names[a]);
+        if (!at) continue;
+        if (at->type == FM_ATTR_INT) dst[a][0] = dst[a][1] = at->i;
+        else if (at->type == FM_ATTR_INTS && (at->n == 1 || at->n == 2) && !at->ints[0].expr && !at->ints[at->n - 1].expr)
+            dst[a][0] = at->ints[0].v, dst[a][1] = at->ints[at->n - 1].v;
+        else return 0;
+    }
+    if (st[0] < 0) st[0] = k[0], st[1] = k[1];
+    bool ok = k[0] == k[1] && st[0] == k[0] && st[1] == k[1] && !pd[0] && !pd[1] && k[0] > 1 && k[0] <= 64;
+    return ok && !strcmp(str_attr(n, "layout", "NCHW"), layout) ? k[0] : 0;
+}
+
+fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0, pooled = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        const gnode *c = &g->nodes[i];
+        fm_dtype dt = g->values[c->out[0]].t.dt;
+        if (strcmp(c->op, "conv2d") || (dt != FM_F32 && dt != FM_F64)) { st = rw_copy_node(&r, c); continue; }
+        int64_t relu = 0, pool = 0;
+        int last = i, chain[2], n_chain = 0;
+        for (int step = 0; step < 2; step++) { /* up to one relu and one pool after it, in either order */
+            int j = sole_reader(g, uses, g->nodes[last].out[0]);
+            if (j < 0) break;
+            const gnode *n = &g->nodes[j];
+            int64_t k = !pool && !strcmp(n->op, "max_pool2d") ? plain_pool(n, str_attr(c, "layout", "NCHW")) : 0;
+            if (!relu && !strcmp(n->op, "relu")) relu = 1;
+            else if (k) pool = k;
+            else break;
+            chain[n_chain++] = last = j;
+        }
+        if (!n_chain) { st = rw_copy_node(&r, c); continue; }
+        const char *ins[3] = {rw_name(&r, c->in[0]), rw_name(&r, c->in[1]), c->n_in > 2 ? rw_name(&r, c->in[2]) : ""};
+        const char *outs[1] = {g->values[g->nodes[last].out[0]].name};
+        fm_graph_attr extra[2] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool)};
+        st = rw_node_with(&r, c, "conv2d_fused", 3, ins, 1, outs, 2, extra);
+        for (int k = 0; k < n_chain; k++) skip[chain[k]] = true;
+        fused++;
+        pooled += pool > 1;
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d convolutions fused with the ReLU/max pool after them (%d with the pool)", fused, pooled);
     return out;
 }

@@ -107,8 +107,8 @@ typedef struct g_op_spec {
     void (*fn)(void);         /* the front end, for the rules shared by a family */
 } g_op_spec;
 /* The families' rules (graph_ops.c, graph_ops_nn.c, graph_ops_shape.c, graph_ops_quant.c). */
-extern const g_op_spec g_ops_core[], g_ops_nn[], g_ops_shape[], g_ops_quant[];
-extern const int g_n_ops_core, g_n_ops_nn, g_n_ops_shape, g_n_ops_quant;
+extern const g_op_spec g_ops_core[], g_ops_nn[], g_ops_shape[], g_ops_quant[], g_ops_attn[];
+extern const int g_n_ops_core, g_n_ops_nn, g_n_ops_shape, g_n_ops_quant, g_n_ops_attn;
 /* Sets an error naming the shape: "got [2, 3]" helpers. */
 const char *g_tshape(const gtype *t, char *buf, size_t n);
 fm_status g_norm_axis(int64_t axis, int ndim, int *out);

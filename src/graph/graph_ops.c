@@ -343,9 +343,10 @@ const int g_n_ops_core = (int)(sizeof g_ops_core / sizeof g_ops_core[0]);
 /* ---- lookup over the families ---- */
 
 static const struct { const g_op_spec *t; const int *n; } k_tables[] = {
-    {g_ops_core, &g_n_ops_core}, {g_ops_nn, &g_n_ops_nn}, {g_ops_shape, &g_n_ops_shape}, {g_ops_quant, &g_n_ops_quant}};
+    {g_ops_core, &g_n_ops_core}, {g_ops_nn, &g_n_ops_nn}, {g_ops_shape, &g_n_ops_shape}, {g_ops_quant, &g_n_ops_quant},
+    {g_ops_attn, &g_n_ops_attn}};
 
-int g_op_count(void) { return g_n_ops_core + g_n_ops_nn + g_n_ops_shape + g_n_ops_quant; }
+int g_op_count(void) { return g_n_ops_core + g_n_ops_nn + g_n_ops_shape + g_n_ops_quant + g_n_ops_attn; }
 
 const g_op_spec *g_op_spec_at(int i) {
     for (size_t t = 0; t < sizeof k_tables / sizeof k_tables[0]; t++) {

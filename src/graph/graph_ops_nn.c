@@ -1,6 +1,5 @@
 /* The graph's op table, part 2: layers (normalizations, embedding, convolution,
- * pooling, batch norm in inference form, attention and the fused transformer
- * helpers). Rules as in graph_ops.c: infer checks like the front end; run calls it. */
+ * pooling, batch norm in inference form, bias+GELU; attention is in graph_ops_attn.c). Rules as in graph_ops.c: infer checks like the front end; run calls it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +220,45 @@ static fm_status run_conv2d(const gctx *c, fm_tensor *const *in, fm_tensor **out
     RUN_DONE(fm_conv2d(in[0], in[1], in[2], &p));
 }
 
+/* conv2d_fused (fuse-conv-act): conv2d's attributes, relu (0/1) and pool (0/1: none;
+ * k: a k x k max pool at stride k, no padding) */
+static fm_status fused_params(const gctx *c, int64_t *relu, int64_t *pool) {
+    if (ga_int(c, "relu", 0, relu) || ga_int(c, "pool", 0, pool)) return fm_last_status();
+    if ((*relu != 0 && *relu != 1) || *pool < 0 || *pool > 64)
+        return fm_set_error(FM_ERR_INVALID, "attribute 'relu' must be 0 or 1 and 'pool' in [0, 64], got %lld and %lld", (long long)*relu, (long long)*pool);
+    return FM_OK;
+}
+
+static fm_status inf_conv2d_fused(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    int64_t relu, pool;
+    fm_conv2d_params p;
+    if (fused_params(c, &relu, &pool) || conv_params(c, &p) || inf_conv2d(c, in, out)) return fm_last_status();
+    if (in[0].dt != FM_F32 && in[0].dt != FM_F64) return fm_set_error(FM_ERR_INVALID, "input must be f32 or f64, got %s", fm_dtype_name(in[0].dt));
+    for (int i = 0, ax = p.layout == FM_NHWC ? 1 : 2; pool > 1 && i < 2; i++) {
+        if (out[0].d[ax + i] < pool)
+            return fm_set_error(FM_ERR_INVALID, "pool %lld is larger than the conv output %s", (long long)pool, g_tshape(&out[0], s1, sizeof s1));
+        out[0].d[ax + i] /= pool;
+    }
+    return FM_OK;
+}
+
+/* The fused kernel where the device has it (CPU, check); elsewhere the three ops. */
+static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    fm_conv2d_params p;
+    int64_t relu, pool;
+    if (conv_params(c, &p) || fused_params(c, &relu, &pool)) return fm_last_status();
+    fm_device_type dev = fm_tensor_device(in[0]).type;
+    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) RUN_DONE(fm_conv2d_fused(in[0], in[1], in[2], &p, relu != 0, (int)pool));
+    fm_tensor *y = fm_conv2d(in[0], in[1], in[2], &p), *t = NULL;
+    if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
+    if (y && pool > 1) {
+        fm_pool2d_params q = {{(int)pool, (int)pool}, {(int)pool, (int)pool}, {0, 0}, false, p.layout};
+        t = fm_max_pool2d(y, &q), fm_tensor_release(y), y = t;
+    }
+    RUN_DONE(y);
+}
+
 static fm_status pool_params(const gctx *c, fm_pool2d_params *p) {
     memset(p, 0, sizeof *p);
     int64_t cip = 0;
@@ -277,132 +315,6 @@ static fm_status run_batch_norm(const gctx *c, fm_tensor *const *in, fm_tensor *
     RUN_DONE(fm_batch_norm(in[0], in[1], in[2], in[3], in[4], false, 0.1, eps, l));
 }
 
-/* ---- attention and the fused transformer helpers ---- */
-
-static fm_status sdpa_flags(const gctx *c, bool *causal, double *scale) {
-    int64_t cz = 0;
-    if (ga_int(c, "causal", 0, &cz) || ga_float(c, "scale", 0, scale)) return fm_last_status();
-    *causal = cz != 0;
-    return FM_OK;
-}
-
-static fm_status inf_sdpa(const gctx *c, const gtype *in, gtype *out) {
-    char s1[96], s2[96];
-    bool causal = false;
-    double scale = 0;
-    if (sdpa_flags(c, &causal, &scale) || need_float(&in[0], "q")) return fm_last_status();
-    const gtype *q = &in[0], *k = &in[1], *v = &in[2];
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dt != k->dt || q->dt != v->dt)
-        return fm_set_error(FM_ERR_INVALID, "q, k, v must be 4-D [B, H, T, D] of one dtype");
-    if (memcmp(k->d, v->d, 4 * sizeof(int64_t)) || q->d[0] != k->d[0] || q->d[3] != k->d[3] || k->d[1] <= 0 || q->d[1] % k->d[1] ||
-        k->d[2] <= 0 || q->d[3] <= 0)
-        return fm_set_error(FM_ERR_INVALID, "q %s does not fit k/v %s (batch, head dim, kv heads dividing heads)", g_tshape(q, s1, sizeof s1),
-                            g_tshape(k, s2, sizeof s2));
-    out[0] = *q;
-    return FM_OK;
-}
-
-static fm_status run_sdpa(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    bool causal = false;
-    double scale = 0;
-    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
-    RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], causal, scale));
-}
-
-/* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D] with L >= T, the
- * queries being the last T positions (a KV cache's layout): query i sees keys
- * j <= L - T + i. One graph serves a prompt (L == T) and each decode step. */
-static fm_status inf_causal_attention(const gctx *c, const gtype *in, gtype *out) {
-    char s1[96];
-    if (inf_sdpa(c, in, out)) return fm_last_status();
-    if (in[1].d[2] < in[0].d[2])
-        return fm_set_error(FM_ERR_INVALID, "keys %s are fewer than the queries (%lld)", g_tshape(&in[1], s1, sizeof s1), (long long)in[0].d[2]);
-    return FM_OK;
-}
-
-/* The general case (L > T > 1): scores with an additive mask, softmax, values;
- * kv heads repeated for grouped-query attention. */
-static fm_tensor *masked_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) {
-    const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], KV = k->shape[1], L = k->shape[2];
-    fm_tensor *ke = NULL, *ve = NULL, *kt = NULL, *s = NULL, *mask = NULL, *sm = NULL, *p = NULL, *y = NULL;
-    fm_tensor *src[2] = {k, v}, **dst[2] = {&ke, &ve};
-    for (int i = 0; i < 2; i++) {
-        fm_tensor *u = fm_unsqueeze(src[i], 2), *e = u ? fm_expand(u, 5, (int64_t[]){B, KV, H / KV, L, D}) : NULL;
-        *dst[i] = e ? fm_reshape(e, 4, (int64_t[]){B, H, L, D}) : NULL;
-        fm_tensor_release_n(2, u, e);
-    }
-    float *m = malloc(sizeof(float) * (size_t)(T * L));
-    if (m) {
-        for (int64_t i = 0; i < T; i++)
-            for (int64_t j = 0; j < L; j++) m[i * L + j] = j <= L - T + i ? 0.0f : -INFINITY;
-        fm_tensor *h = fm_tensor_from_data(m, 2, (int64_t[]){T, L}, FM_F32);
-        mask = h ? fm_tensor_to(h, fm_tensor_device(q)) : NULL;
-        fm_tensor_release(h);
-        free(m);
-    }
-    fm_tensor *mc = mask && mask->dtype != q->dtype ? fm_to_dtype(mask, q->dtype) : fm_tensor_retain(mask);
-    if (ke && ve && mc && (kt = fm_transpose(ke, 2, 3)) && (s = fm_matmul(q, kt)) &&
-        (sm = fm_mul_scalar(s, scale > 0 ? scale : 1.0 / sqrt((double)D)))) {
-        fm_tensor_release(s);
-        s = fm_add(sm, mc);
-        p = s ? fm_softmax(s, 3) : NULL;
-        y = p ? fm_matmul(p, ve) : NULL;
-    }
-    fm_tensor_release_n(8, ke, ve, kt, s, mask, mc, sm, p);
-    return y;
-}
-
-static fm_status run_causal_attention(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    bool causal = false;
-    double scale = 0;
-    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
-    int64_t T = in[0]->shape[2], L = in[1]->shape[2];
-    if (T == L || T == 1) RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], T == L && T > 1, scale));
-    RUN_DONE(masked_attention(in[0], in[1], in[2], scale));
-}
-
-static fm_status qkv_heads(const gctx *c, const gtype *x, int64_t *H, int64_t *KV, int64_t *D) {
-    char s1[96];
-    if (ga_int(c, "n_head", 0, H) || ga_int(c, "n_kv_head", *H, KV) || need_float(x, "qkv")) return fm_last_status();
-    if (x->ndim != 3 || *H < 1 || *KV < 1 || *H % *KV || x->d[2] % (*H + 2 * *KV) || x->d[2] == 0 || x->d[1] < 1)
-        return fm_set_error(FM_ERR_INVALID, "qkv %s must be [B, T, (n_head + 2 n_kv_head) D] with n_kv_head dividing n_head",
-                            g_tshape(x, s1, sizeof s1));
-    *D = x->d[2] / (*H + 2 * *KV);
-    return FM_OK;
-}
-
-static fm_status inf_sdpa_qkv(const gctx *c, const gtype *in, gtype *out) {
-    int64_t H = 0, KV = 0, D = 0;
-    bool causal = false;
-    double scale = 0;
-    if (sdpa_flags(c, &causal, &scale) || qkv_heads(c, &in[0], &H, &KV, &D)) return fm_last_status();
-    out[0] = (gtype){in[0].dt, 3, {in[0].d[0], in[0].d[1], H * D}};
-    return FM_OK;
-}
-
-static fm_status run_sdpa_qkv(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    int64_t H = 0, KV = 0;
-    bool causal = false;
-    double scale = 0;
-    if (sdpa_flags(c, &causal, &scale) || ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV)) return fm_last_status();
-    RUN_DONE(fm_sdpa_qkv(in[0], (int)H, (int)KV, causal, scale));
-}
-
-static fm_status inf_qkv_split(const gctx *c, const gtype *in, gtype *out) {
-    int64_t H = 0, KV = 0, D = 0;
-    if (qkv_heads(c, &in[0], &H, &KV, &D)) return fm_last_status();
-    int64_t B = in[0].d[0], T = in[0].d[1];
-    out[0] = (gtype){in[0].dt, 4, {B, H, T, D}};
-    out[1] = out[2] = (gtype){in[0].dt, 4, {B, KV, T, D}};
-    return FM_OK;
-}
-
-static fm_status run_qkv_split(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    int64_t H = 0, KV = 0;
-    if (ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV)) return fm_last_status();
-    return fm_qkv_split_heads(in[0], (int)H, (int)KV, &out[0], &out[1], &out[2]);
-}
-
 static fm_status inf_bias_gelu(const gctx *c, const gtype *in, gtype *out) {
     (void)c;
     if (need_float(&in[0], "input") || in[0].ndim < 1) return fm_set_error(FM_ERR_INVALID, "input must be floating-point with >= 1 dim");
@@ -426,13 +338,10 @@ const g_op_spec g_ops_nn[] = {
     {"gather", 2, 2, 1, "axis", inf_gather, run_gather, NULL},
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
+    {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool", inf_conv2d_fused, run_conv2d_fused, NULL},
     {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout", inf_pool, run_pool, NULL},
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},
-    {"scaled_dot_product_attention", 3, 3, 1, "causal,scale", inf_sdpa, run_sdpa, NULL},
-    {"causal_attention", 3, 3, 1, "scale", inf_causal_attention, run_causal_attention, NULL},
-    {"sdpa_qkv", 1, 1, 1, "n_head,n_kv_head,causal,scale", inf_sdpa_qkv, run_sdpa_qkv, NULL},
-    {"qkv_split_heads", 1, 1, 3, "n_head,n_kv_head", inf_qkv_split, run_qkv_split, NULL},
     {"bias_gelu_tanh", 2, 2, 1, "", inf_bias_gelu, run_bias_gelu, NULL},
 };
 const int g_n_ops_nn = (int)(sizeof g_ops_nn / sizeof g_ops_nn[0]);

@@ -80,10 +80,17 @@ static int attrs_of(const gnode *n, fm_graph_attr *a, const char **dims, int64_t
 }
 
 fm_status rw_node_as(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs) {
+    return rw_node_with(r, n, op, n_in, ins, n_out, outs, 0, NULL);
+}
+
+fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
+                       int n_extra, const fm_graph_attr *extra) {
     fm_graph_attr a[64];
     const char *dims[64 * 64];
     int64_t ints[64 * 64];
     int na = attrs_of(n, a, dims, ints);
+    if (na + n_extra > 64) return fm_set_error(FM_ERR_INVALID, "graph rewrite: node '%s' has too many attributes", n->name);
+    for (int k = 0; k < n_extra; k++) a[na++] = extra[k];
     for (int i = 0; i < n_in; i++) { /* constants are carried over when first read */
         int v = g_find_value(r->src, ins[i]);
         if (v >= 0 && r->src->values[v].kind == GV_CONST && rw_const(r, ins[i], r->src->values[v].tensor)) return fm_last_status();

@@ -21,6 +21,9 @@ fm_status rw_const(rw *r, const char *name, fm_tensor *t);
  * with other inputs and outputs but n's name and attributes. */
 fm_status rw_copy_node(rw *r, const gnode *n);
 fm_status rw_node_as(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs);
+/* rw_node_as with extra attributes after n's. */
+fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
+                       int n_extra, const fm_graph_attr *extra);
 /* Adds the outputs, validates, frees the rewrite state; the new graph or NULL. */
 fm_graph *rw_end(rw *r, fm_status st);
 /* How many nodes (and graph outputs) read each value; free() the array. */
@@ -34,4 +37,6 @@ fm_graph *g_pass_fold(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_add_layer_norm(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t n);
 #endif

@@ -261,10 +261,17 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
     if ((n = at_ints(x->n, "padding", pd, 2)) == 1) pd[1] = pd[0];
     if ((n = at_ints(x->n, "dilation", dl, 2)) == 1) dl[1] = dl[0];
     pads[0] = pads[2] = pd[0], pads[1] = pads[3] = pd[1];
-    if (!strcmp(op, "conv2d")) {
+    if (!strcmp(op, "conv2d") || !strcmp(op, "conv2d_fused")) { /* fused: Conv, then Relu and MaxPool */
+        const int64_t relu = at_int(x->n, "relu", 0), pool = at_int(x->n, "pool", 0), kp[2] = {pool, pool}, p0[4] = {0, 0, 0, 0};
         const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
-        return emit(e, "Conv", ins, OUTS(x->out[0]), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
-                    a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
+        const char *c = relu || pool > 1 ? tmp_name(e) : x->out[0], *r = relu && pool > 1 ? tmp_name(e) : x->out[0];
+        fm_status s = emit(e, "Conv", ins, OUTS(c), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
+                           a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
+        if (!s && relu) s = emit(e, "Relu", INS(c), OUTS(r), 0), c = r;
+        if (!s && pool > 1)
+            s = emit(e, "MaxPool", INS(c), OUTS(x->out[0]), 3, a_ints(e, "kernel_shape", 2, kp), a_ints(e, "strides", 2, kp),
+                     a_ints(e, "pads", 4, p0));
+        return s;
     }
     if ((n = at_ints(x->n, "kernel", k, 2)) == 1) k[1] = k[0];
     if (at_ints(x->n, "stride", st, 2) < 0) st[0] = k[0], st[1] = k[1];
@@ -477,6 +484,28 @@ static fm_status x_shape(xnode *x, const char *op) {
     return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
 }
 
+/* attention_kv (fathom compile's fuse-attention): the split, the two cache Concats,
+ * causal_attention and the head merge it stands for. */
+static fm_status x_attention_kv(xnode *x) {
+    exporter *e = x->e;
+    const gtype *qkv = x->t0;
+    int64_t H = at_int(x->n, "n_head", 0), KV = at_int(x->n, "n_kv_head", H);
+    if (qkv->ndim != 3 || H < 1 || KV < 1 || qkv->d[2] % (H + 2 * KV)) return fm_set_error(FM_ERR_INVALID, "attention_kv: bad head counts");
+    int64_t D = qkv->d[2] / (H + 2 * KV), perm[4] = {0, 2, 1, 3}, sh[3] = {0, 0, H * D};
+    xnode s = *x, a = *x;
+    s.out[0] = tmp_name(e), s.out[1] = tmp_name(e), s.out[2] = tmp_name(e);
+    gtype qt = {qkv->dt, 4, {qkv->d[0], H, qkv->d[1], D}};
+    a.in[0] = s.out[0], a.in[1] = x->out[1], a.in[2] = x->out[2], a.out[0] = tmp_name(e), a.t0 = &qt;
+    const char *t = tmp_name(e);
+    fm_status st = x_qkv_split_heads(&s);
+    if (!st) st = emit(e, "Concat", INS(x->in[1], s.out[1]), OUTS(x->out[1]), 1, a_int(e, "axis", 2));
+    if (!st) st = emit(e, "Concat", INS(x->in[2], s.out[2]), OUTS(x->out[2]), 1, a_int(e, "axis", 2));
+    if (!st) st = x_causal_attention(&a);
+    if (!st) st = emit(e, "Transpose", INS(a.out[0]), OUTS(t), 1, a_ints(e, "perm", 4, perm));
+    if (!st) st = emit(e, "Reshape", INS(t, const_i64(e, 3, sh)), OUTS(x->out[0]), 0);
+    return st;
+}
+
 static fm_status x_misc(xnode *x, const char *op) {
     exporter *e = x->e;
     const char *t = NULL;
@@ -499,6 +528,7 @@ static fm_status x_misc(xnode *x, const char *op) {
         return emit(e, op[0] == 's' ? "Softmax" : "LogSoftmax", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", -1)));
     if (!strcmp(op, "qkv_split_heads")) return x_qkv_split_heads(x);
     if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
+    if (!strcmp(op, "attention_kv")) return x_attention_kv(x);
     if (!strcmp(op, "linear")) {
         const char *b = *x->in[2] ? x->in[2] : NULL;
         if (x->t0->ndim == 2) {
@@ -535,7 +565,7 @@ static fm_status x_node(exporter *e, int i) {
         if (!strcmp(n->op, k_direct[k].g)) return emit(e, k_direct[k].onnx, x.in, OUTS(x.out[0]), 0);
     const char *op = n->op;
     static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
-    static const char *const pools = ",conv2d,max_pool2d,avg_pool2d,";
+    static const char *const pools = ",conv2d,conv2d_fused,max_pool2d,avg_pool2d,";
     static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
     static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,";
     char key[64];

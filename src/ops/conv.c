@@ -75,8 +75,71 @@ static int64_t conv_out_size(int64_t in, int k, int s, int p, int d) {
     return (padded - span) / s + 1;
 }
 
-fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp) {
+/* Checks conv2d's inputs and parameters; yshape gets the output shape. */
+static fm_status conv_check(const char *op, fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, int64_t *yshape) {
     char s1[96], s2[96];
+    if (p->layout != FM_NCHW && p->layout != FM_NHWC) {
+        return fm_set_error(FM_ERR_INVALID, "%s: unknown layout %d (use FM_NCHW or FM_NHWC)", op, (int)p->layout);
+    }
+    const char *lname = p->layout == FM_NHWC ? "NHWC" : "NCHW";
+    if (x->ndim != 4) {
+        return fm_set_error(FM_ERR_INVALID, "%s: input must be 4-D (%s), got %s", op, lname, fm_shape_str(x->ndim, x->shape, s1, sizeof s1));
+    }
+    if (w->ndim != 4) {
+        return fm_set_error(FM_ERR_INVALID, "%s: weight must be 4-D [Cout, Cin/groups, kH, kW], got %s", op,
+                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
+    }
+    if (x->dtype != w->dtype || (b && b->dtype != x->dtype)) {
+        return fm_set_error(FM_ERR_INVALID, "%s: dtype mismatch: input %s, weight %s%s%s", op, fm_dtype_name(x->dtype),
+                     fm_dtype_name(w->dtype), b ? ", bias " : "", b ? fm_dtype_name(b->dtype) : "");
+    }
+    if (!fm_dtype_is_float(x->dtype)) {
+        return fm_set_error(FM_ERR_INVALID, "%s: needs a floating-point input, got %s", op, fm_dtype_name(x->dtype));
+    }
+    for (int i = 0; i < 2; i++) {
+        if (p->stride[i] < 1 || p->dilation[i] < 1 || p->padding[i] < 0) {
+            return fm_set_error(FM_ERR_INVALID, "%s: stride (%d, %d) and dilation (%d, %d) must be >= 1, padding (%d, %d) >= 0", op,
+                         p->stride[0], p->stride[1], p->dilation[0], p->dilation[1], p->padding[0], p->padding[1]);
+        }
+    }
+    int64_t N = x->shape[0];
+    int64_t C = p->layout == FM_NHWC ? x->shape[3] : x->shape[1];
+    int64_t H = p->layout == FM_NHWC ? x->shape[1] : x->shape[2];
+    int64_t W = p->layout == FM_NHWC ? x->shape[2] : x->shape[3];
+    int64_t O = w->shape[0];
+    if (p->groups < 1 || C % p->groups || O % p->groups) {
+        return fm_set_error(FM_ERR_INVALID, "%s: groups %d must be >= 1 and divide input channels %lld and output channels %lld", op,
+                     p->groups, (long long)C, (long long)O);
+    }
+    if (w->shape[1] * p->groups != C) {
+        return fm_set_error(FM_ERR_INVALID, "%s: weight %s expects %lld input channels (%lld x groups %d), input %s (%s) has %lld", op,
+                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1), (long long)(w->shape[1] * p->groups),
+                     (long long)w->shape[1], p->groups, fm_shape_str(x->ndim, x->shape, s2, sizeof s2), lname, (long long)C);
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != O)) {
+        return fm_set_error(FM_ERR_INVALID, "%s: bias shape %s does not match the weight's %lld output channels (weight %s)", op,
+                     fm_shape_str(b->ndim, b->shape, s1, sizeof s1), (long long)O, fm_shape_str(w->ndim, w->shape, s2, sizeof s2));
+    }
+    if (w->shape[2] < 1 || w->shape[3] < 1) {
+        return fm_set_error(FM_ERR_INVALID, "%s: weight %s has an empty kernel", op, fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
+    }
+    if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(w)) || (b && !fm_device_eq(fm_tensor_device(x), fm_tensor_device(b)))) {
+        return fm_set_error(FM_ERR_INVALID, "%s: input, weight and bias must be on the same device", op);
+    }
+    int64_t Ho = conv_out_size(H, (int)w->shape[2], p->stride[0], p->padding[0], p->dilation[0]);
+    int64_t Wo = conv_out_size(W, (int)w->shape[3], p->stride[1], p->padding[1], p->dilation[1]);
+    if (Ho < 1 || Wo < 1) {
+        return fm_set_error(FM_ERR_INVALID, "%s: kernel %lldx%lld (dilation %d, %d) does not fit the padded input %lldx%lld (input %s, padding %d, %d)", op,
+                     (long long)w->shape[2], (long long)w->shape[3], p->dilation[0], p->dilation[1],
+                     (long long)(H + 2 * p->padding[0]), (long long)(W + 2 * p->padding[1]),
+                     fm_shape_str(x->ndim, x->shape, s1, sizeof s1), p->padding[0], p->padding[1]);
+    }
+    if (p->layout == FM_NHWC) { yshape[0] = N; yshape[1] = Ho; yshape[2] = Wo; yshape[3] = O; }
+    else { yshape[0] = N; yshape[1] = O; yshape[2] = Ho; yshape[3] = Wo; }
+    return FM_OK;
+}
+
+fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp) {
     fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d: %s is NULL", x ? "weight" : "input"); return NULL; }
     fm_tensor *c[3];
@@ -86,77 +149,8 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
         fm_tensor_release_n(3, c[0], c[1], c[2]);
         return y;
     }
-    if (p.layout != FM_NCHW && p.layout != FM_NHWC) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: unknown layout %d (use FM_NCHW or FM_NHWC)", (int)p.layout);
-        return NULL;
-    }
-    const char *lname = p.layout == FM_NHWC ? "NHWC" : "NCHW";
-    if (x->ndim != 4) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: input must be 4-D (%s), got %s", lname, fm_shape_str(x->ndim, x->shape, s1, sizeof s1));
-        return NULL;
-    }
-    if (w->ndim != 4) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: weight must be 4-D [Cout, Cin/groups, kH, kW], got %s",
-                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
-        return NULL;
-    }
-    if (x->dtype != w->dtype || (b && b->dtype != x->dtype)) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: dtype mismatch: input %s, weight %s%s%s", fm_dtype_name(x->dtype),
-                     fm_dtype_name(w->dtype), b ? ", bias " : "", b ? fm_dtype_name(b->dtype) : "");
-        return NULL;
-    }
-    if (!fm_dtype_is_float(x->dtype)) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: needs a floating-point input, got %s", fm_dtype_name(x->dtype));
-        return NULL;
-    }
-    for (int i = 0; i < 2; i++) {
-        if (p.stride[i] < 1 || p.dilation[i] < 1 || p.padding[i] < 0) {
-            fm_set_error(FM_ERR_INVALID, "conv2d: stride (%d, %d) and dilation (%d, %d) must be >= 1, padding (%d, %d) >= 0",
-                         p.stride[0], p.stride[1], p.dilation[0], p.dilation[1], p.padding[0], p.padding[1]);
-            return NULL;
-        }
-    }
-    int64_t N = x->shape[0];
-    int64_t C = p.layout == FM_NHWC ? x->shape[3] : x->shape[1];
-    int64_t H = p.layout == FM_NHWC ? x->shape[1] : x->shape[2];
-    int64_t W = p.layout == FM_NHWC ? x->shape[2] : x->shape[3];
-    int64_t O = w->shape[0];
-    if (p.groups < 1 || C % p.groups || O % p.groups) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: groups %d must be >= 1 and divide input channels %lld and output channels %lld",
-                     p.groups, (long long)C, (long long)O);
-        return NULL;
-    }
-    if (w->shape[1] * p.groups != C) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: weight %s expects %lld input channels (%lld x groups %d), input %s (%s) has %lld",
-                     fm_shape_str(w->ndim, w->shape, s1, sizeof s1), (long long)(w->shape[1] * p.groups),
-                     (long long)w->shape[1], p.groups, fm_shape_str(x->ndim, x->shape, s2, sizeof s2), lname, (long long)C);
-        return NULL;
-    }
-    if (b && (b->ndim != 1 || b->shape[0] != O)) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: bias shape %s does not match the weight's %lld output channels (weight %s)",
-                     fm_shape_str(b->ndim, b->shape, s1, sizeof s1), (long long)O, fm_shape_str(w->ndim, w->shape, s2, sizeof s2));
-        return NULL;
-    }
-    if (w->shape[2] < 1 || w->shape[3] < 1) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: weight %s has an empty kernel", fm_shape_str(w->ndim, w->shape, s1, sizeof s1));
-        return NULL;
-    }
-    if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(w)) || (b && !fm_device_eq(fm_tensor_device(x), fm_tensor_device(b)))) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: input, weight and bias must be on the same device");
-        return NULL;
-    }
-    int64_t Ho = conv_out_size(H, (int)w->shape[2], p.stride[0], p.padding[0], p.dilation[0]);
-    int64_t Wo = conv_out_size(W, (int)w->shape[3], p.stride[1], p.padding[1], p.dilation[1]);
-    if (Ho < 1 || Wo < 1) {
-        fm_set_error(FM_ERR_INVALID, "conv2d: kernel %lldx%lld (dilation %d, %d) does not fit the padded input %lldx%lld (input %s, padding %d, %d)",
-                     (long long)w->shape[2], (long long)w->shape[3], p.dilation[0], p.dilation[1],
-                     (long long)(H + 2 * p.padding[0]), (long long)(W + 2 * p.padding[1]),
-                     fm_shape_str(x->ndim, x->shape, s1, sizeof s1), p.padding[0], p.padding[1]);
-        return NULL;
-    }
     int64_t yshape[4];
-    if (p.layout == FM_NHWC) { yshape[0] = N; yshape[1] = Ho; yshape[2] = Wo; yshape[3] = O; }
-    else { yshape[0] = N; yshape[1] = O; yshape[2] = Ho; yshape[3] = Wo; }
+    if (conv_check("conv2d", x, w, b, &p, yshape)) return NULL;
     fm_tensor *y = fm_tensor_empty(4, yshape, x->dtype, fm_tensor_device(x));
     if (!y) return NULL;
     conv_node_attrs na;
@@ -182,5 +176,31 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
         FM_NODE_SET_ATTRS(n, na);
         fm_node_finish(n, 1, &y);
     }
+    return y;
+}
+
+fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, bool relu, int pool) {
+    fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool};
+    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: %s is NULL", x ? "weight" : "input"); return NULL; }
+    int64_t ys[4];
+    if (conv_check("conv2d_fused", x, w, b, &a.p, ys)) return NULL;
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) {
+        fm_set_error(FM_ERR_INVALID, "conv2d_fused: needs f32 or f64, got %s (run conv2d, relu and max_pool2d)", fm_dtype_name(x->dtype));
+        return NULL;
+    }
+    const int hx = a.p.layout == FM_NHWC ? 1 : 2;
+    if (pool < 0 || (pool > 1 && (ys[hx] < pool || ys[hx + 1] < pool))) {
+        fm_set_error(FM_ERR_INVALID, "conv2d_fused: pool %d must be 0, 1 (none) or a window that fits the %lldx%lld conv output", pool,
+                     (long long)ys[hx], (long long)ys[hx + 1]);
+        return NULL;
+    }
+    if (pool > 1) ys[hx] /= pool, ys[hx + 1] /= pool;
+    fm_tensor *y = fm_tensor_empty(4, ys, x->dtype, fm_tensor_device(x));
+    if (!y) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CONV2D_FUSED, call.n_in = 3, call.n_out = 1;
+    call.in[0] = x, call.in[1] = w, call.in[2] = b, call.out[0] = y, call.attrs = &a;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
     return y;
 }

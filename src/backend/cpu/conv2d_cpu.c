@@ -241,6 +241,14 @@ static fm_status conv2d_kernel(const fm_op_call *c) {
     return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
 }
 
+fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y) {
+    fm_conv2d_attrs a = {*p};
+    fm_op_call c;
+    memset(&c, 0, sizeof c);
+    c.op = FM_OP_CONV2D, c.n_in = 3, c.n_out = 1, c.in[0] = x, c.in[1] = w, c.in[2] = b, c.out[0] = y, c.attrs = &a;
+    return conv2d_kernel(&c);
+}
+
 /* --------------------------------------------------------- conv backward */
 
 static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,

@@ -9,6 +9,7 @@ static const fm_kernel_family families[] = {
     {"fused add+norm", FM_ISA_AVX2},
     {"attention", FM_ISA_AVX2},
     {"conv", FM_ISA_AVX2},
+    {"conv direct + ReLU/pool epilogue (conv2d_fused)", FM_ISA_AVX512},
     {"gemv (one-row linear)", FM_ISA_AVX2},
     {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},

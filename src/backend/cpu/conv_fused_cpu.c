@@ -1,0 +1,151 @@
+/* CONV2D_FUSED: conv2d, then ReLU and a max pool (kernel = stride = pool, no
+ * padding), for inference (fathom compile's fuse-conv-act pass writes it).
+ *
+ * f32 NCHW convs with stride 1, dilation 1, one group and output channels a
+ * multiple of the tile's block run the direct kernel (conv_direct.h) at the
+ * AVX-512 or AVX2 level, with bias, ReLU and a 2x2 pool applied before the
+ * store. Everything else (f64, other geometries, NHWC, other pools, and every
+ * case at FATHOM_ISA=scalar: the reference) runs conv2d's own kernel and then
+ * one pass for ReLU and the pool. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/conv_direct.h"
+#include "backend/cpu/conv_shared.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+
+/* ------------------------------------------------------------ the direct path */
+
+typedef struct pad_job { const float *x; float *xp; int64_t C, H, W, Hp, WS, ph, pw; } pad_job;
+
+static void pad_planes(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const pad_job *j = ctx;
+    for (int64_t p = b; p < e; p++) { /* plane p = n*C + c */
+        float *d = j->xp + p * j->Hp * j->WS;
+        memset(d, 0, sizeof(float) * (size_t)(j->Hp * j->WS));
+        for (int64_t h = 0; h < j->H; h++)
+            memcpy(d + (h + j->ph) * j->WS + j->pw, j->x + (p * j->H + h) * j->W, sizeof(float) * (size_t)j->W);
+    }
+}
+
+typedef struct direct_job { fm_conv_direct d; bool avx512; } direct_job;
+
+static void direct_rows(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const direct_job *j = ctx;
+    if (j->avx512) fm_conv_direct_rows_avx512(&j->d, b, e);
+    else fm_conv_direct_rows_avx2(&j->d, b, e);
+}
+
+static bool direct_ok(const fm_conv2d_fused_attrs *a, const fm_tensor *x, const fm_tensor *w, int ob) {
+    const fm_conv2d_params *p = &a->p;
+    return x->dtype == FM_F32 && p->layout == FM_NCHW && p->groups == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+           p->dilation[0] == 1 && p->dilation[1] == 1 && w->shape[0] % ob == 0 && a->pool <= 2;
+}
+
+static fm_status run_direct(const fm_op_call *c, bool avx512) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
+    const int64_t VL = avx512 ? FM_CONV_DIRECT_VL_AVX512 : FM_CONV_DIRECT_VL_AVX2;
+    const int64_t OB = avx512 ? FM_CONV_DIRECT_OB_AVX512 : FM_CONV_DIRECT_OB_AVX2;
+    direct_job j = {{0}, avx512};
+    fm_conv_direct *d = &j.d;
+    d->N = x->shape[0], d->C = x->shape[1], d->O = w->shape[0], d->KH = w->shape[2], d->KW = w->shape[3];
+    const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
+    d->Ho = H + 2 * ph - d->KH + 1, d->Wo = W + 2 * pw - d->KW + 1;
+    d->Hy = y->shape[2], d->Wy = y->shape[3], d->relu = a->relu, d->pool = a->pool > 1 ? 2 : 0;
+    const int64_t cols = d->pool ? 2 * d->Wy : d->Wo, blocks = (cols + VL - 1) / VL;
+    d->WS = (blocks * VL + d->KW - 1 + 15) / 16 * 16; /* rows 64-byte multiples */
+    d->Hp = H + 2 * ph + 1;                           /* + a zero row for the odd last row pair */
+    fm_tensor *xp = scratch(d->N * d->C * d->Hp * d->WS, FM_F32), *wp = scratch(fm_tensor_numel(w), FM_F32);
+    if (!xp || !wp) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), d->C, H, W, d->Hp, d->WS, ph, pw};
+    fm_parallel_for(d->N * d->C, grain_for(d->N * d->C, d->Hp * d->WS), pad_planes, &pj);
+    const float *ws = fm_tensor_data(w);
+    float *wq = fm_tensor_data(wp);
+    const int64_t per = d->C * d->KH * d->KW; /* [O][per] -> [O/OB][per][OB] */
+    for (int64_t o = 0; o < d->O; o++)
+        for (int64_t k = 0; k < per; k++) wq[((o / OB) * per + k) * OB + o % OB] = ws[o * per + k];
+    d->xp = fm_tensor_data(xp), d->wp = wq, d->bias = b ? fm_tensor_data(b) : NULL, d->y = fm_tensor_data(y);
+    const int64_t pairs = d->pool ? d->Hy : (d->Ho + 1) / 2, tasks = d->N * (d->O / OB) * pairs;
+    fm_parallel_for(tasks, grain_for(tasks, per * OB * 2 * blocks * VL / 4), direct_rows, &j);
+    fm_tensor_release_n(2, xp, wp);
+    return FM_OK;
+}
+
+/* --------------------------------------------- the reference: conv, then one pass */
+
+typedef struct epi_job {
+    const fm_tensor *t; fm_tensor *y;
+    int64_t C, H, W, Hy, Wy, k; /* t [N, C, H, W] or [N, H, W, C]; y pooled by k */
+    bool nhwc, relu;
+} epi_job;
+
+/* max over the window with NaN winning (as max_pool2d), then ReLU (NaN stays) */
+#define EPI_LOOP(T)                                                                                                        \
+    for (int64_t p = b; p < e; p++) { /* p = (n, c) */                                                                     \
+        int64_t n = p / j->C, ch = p % j->C;                                                                               \
+        for (int64_t oh = 0; oh < j->Hy; oh++)                                                                             \
+            for (int64_t ow = 0; ow < j->Wy; ow++) {                                                                       \
+                T m = 0;                                                                                                   \
+                for (int64_t i = 0; i < j->k * j->k; i++) {                                                               \
+                    int64_t h = oh * j->k + i / j->k, w = ow * j->k + i % j->k;                                            \
+                    T v = t[j->nhwc ? ((n * j->H + h) * j->W + w) * j->C + ch : ((n * j->C + ch) * j->H + h) * j->W + w]; \
+                    if (i == 0 || isnan(v) || (!isnan(m) && v > m)) m = v;                                                 \
+                }                                                                                                          \
+                if (j->relu && m < 0) m = 0;                                                                               \
+                y[j->nhwc ? ((n * j->Hy + oh) * j->Wy + ow) * j->C + ch : ((n * j->C + ch) * j->Hy + oh) * j->Wy + ow] = m; \
+            }                                                                                                              \
+    }
+
+static void epilogue(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const epi_job *j = ctx;
+    if (j->t->dtype == FM_F32) {
+        const float *t = fm_tensor_data(j->t);
+        float *y = fm_tensor_data(j->y);
+        EPI_LOOP(float)
+    } else {
+        const double *t = fm_tensor_data(j->t);
+        double *y = fm_tensor_data(j->y);
+        EPI_LOOP(double)
+    }
+}
+
+static fm_status run_reference(const fm_op_call *c) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
+    const bool nhwc = a->p.layout == FM_NHWC;
+    const int64_t k = a->pool > 1 ? a->pool : 1;
+    int64_t ts[4];
+    memcpy(ts, y->shape, sizeof ts);
+    const int hx = nhwc ? 1 : 2; /* conv output dims: ((H + 2p - kh) / s) + 1 */
+    for (int i = 0; i < 2; i++) {
+        int64_t span = (int64_t)a->p.dilation[i] * (w->shape[2 + i] - 1) + 1;
+        ts[hx + i] = (x->shape[hx + i] + 2 * (int64_t)a->p.padding[i] - span) / a->p.stride[i] + 1;
+    }
+    fm_tensor *t = k > 1 ? fm_tensor_empty(4, ts, y->dtype, FM_CPU) : fm_tensor_retain(y);
+    if (!t) return fm_last_status();
+    fm_status st = fm_cpu_conv2d_forward(&a->p, x, w, b, t);
+    if (st == FM_OK && (k > 1 || a->relu)) {
+        epi_job j = {t, y, nhwc ? ts[3] : ts[1], ts[hx], ts[hx + 1], y->shape[hx], y->shape[hx + 1], k, nhwc, a->relu != 0};
+        fm_parallel_for(y->shape[0] * j.C, grain_for(0, j.Hy * j.Wy * k * k), epilogue, &j);
+    }
+    fm_tensor_release(t);
+    return st;
+}
+
+static fm_status conv2d_fused_kernel(const fm_op_call *c) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
+    if (fm_cpu_use_avx512() && direct_ok(a, x, w, FM_CONV_DIRECT_OB_AVX512)) return run_direct(c, true);
+    if (fm_cpu_use_avx2() && direct_ok(a, x, w, FM_CONV_DIRECT_OB_AVX2)) return run_direct(c, false);
+    return run_reference(c);
+}
+
+void fm_cpu_kernels_conv_fused(fm_backend *b) { b->kernels[FM_OP_CONV2D_FUSED] = conv2d_fused_kernel; }

@@ -1,0 +1,197 @@
+/* The graph's op table, attention: scaled dot-product attention, the causal
+ * attention of a KV cache, the fused transformer helpers on a QKV projection, and
+ * attention_kv (fuse-attention: head split, cache append, attention and head
+ * merge as one node). Rules as in graph_ops.c: infer checks like the front end;
+ * run calls it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/ops.h"
+#include "graph/graph_internal.h"
+
+static fm_status need_float(const gtype *t, const char *what) {
+    if (!fm_dtype_is_float(t->dt)) return fm_set_error(FM_ERR_INVALID, "%s must be floating-point, got %s", what, fm_dtype_name(t->dt));
+    return FM_OK;
+}
+
+#define RUN_DONE(expr) do { out[0] = (expr); return out[0] ? FM_OK : fm_last_status(); } while (0)
+
+/* ---- attention and the fused transformer helpers ---- */
+
+static fm_status sdpa_flags(const gctx *c, bool *causal, double *scale) {
+    int64_t cz = 0;
+    if (ga_int(c, "causal", 0, &cz) || ga_float(c, "scale", 0, scale)) return fm_last_status();
+    *causal = cz != 0;
+    return FM_OK;
+}
+
+static fm_status inf_sdpa(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96], s2[96];
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale) || need_float(&in[0], "q")) return fm_last_status();
+    const gtype *q = &in[0], *k = &in[1], *v = &in[2];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dt != k->dt || q->dt != v->dt)
+        return fm_set_error(FM_ERR_INVALID, "q, k, v must be 4-D [B, H, T, D] of one dtype");
+    if (memcmp(k->d, v->d, 4 * sizeof(int64_t)) || q->d[0] != k->d[0] || q->d[3] != k->d[3] || k->d[1] <= 0 || q->d[1] % k->d[1] ||
+        k->d[2] <= 0 || q->d[3] <= 0)
+        return fm_set_error(FM_ERR_INVALID, "q %s does not fit k/v %s (batch, head dim, kv heads dividing heads)", g_tshape(q, s1, sizeof s1),
+                            g_tshape(k, s2, sizeof s2));
+    out[0] = *q;
+    return FM_OK;
+}
+
+static fm_status run_sdpa(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
+    RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], causal, scale));
+}
+
+/* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D] with L >= T, the
+ * queries being the last T positions (a KV cache's layout): query i sees keys
+ * j <= L - T + i. One graph serves a prompt (L == T) and each decode step. */
+static fm_status inf_causal_attention(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    if (inf_sdpa(c, in, out)) return fm_last_status();
+    if (in[1].d[2] < in[0].d[2])
+        return fm_set_error(FM_ERR_INVALID, "keys %s are fewer than the queries (%lld)", g_tshape(&in[1], s1, sizeof s1), (long long)in[0].d[2]);
+    return FM_OK;
+}
+
+/* The general case (L > T > 1): scores with an additive mask, softmax, values;
+ * kv heads repeated for grouped-query attention. */
+static fm_tensor *masked_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) {
+    const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], KV = k->shape[1], L = k->shape[2];
+    fm_tensor *ke = NULL, *ve = NULL, *kt = NULL, *s = NULL, *mask = NULL, *sm = NULL, *p = NULL, *y = NULL;
+    fm_tensor *src[2] = {k, v}, **dst[2] = {&ke, &ve};
+    for (int i = 0; i < 2; i++) {
+        fm_tensor *u = fm_unsqueeze(src[i], 2), *e = u ? fm_expand(u, 5, (int64_t[]){B, KV, H / KV, L, D}) : NULL;
+        *dst[i] = e ? fm_reshape(e, 4, (int64_t[]){B, H, L, D}) : NULL;
+        fm_tensor_release_n(2, u, e);
+    }
+    float *m = malloc(sizeof(float) * (size_t)(T * L));
+    if (m) {
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < L; j++) m[i * L + j] = j <= L - T + i ? 0.0f : -INFINITY;
+        fm_tensor *h = fm_tensor_from_data(m, 2, (int64_t[]){T, L}, FM_F32);
+        mask = h ? fm_tensor_to(h, fm_tensor_device(q)) : NULL;
+        fm_tensor_release(h);
+        free(m);
+    }
+    fm_tensor *mc = mask && mask->dtype != q->dtype ? fm_to_dtype(mask, q->dtype) : fm_tensor_retain(mask);
+    if (ke && ve && mc && (kt = fm_transpose(ke, 2, 3)) && (s = fm_matmul(q, kt)) &&
+        (sm = fm_mul_scalar(s, scale > 0 ? scale : 1.0 / sqrt((double)D)))) {
+        fm_tensor_release(s);
+        s = fm_add(sm, mc);
+        p = s ? fm_softmax(s, 3) : NULL;
+        y = p ? fm_matmul(p, ve) : NULL;
+    }
+    fm_tensor_release_n(8, ke, ve, kt, s, mask, mc, sm, p);
+    return y;
+}
+
+static fm_status run_causal_attention(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
+    int64_t T = in[0]->shape[2], L = in[1]->shape[2];
+    if (T == L || T == 1) RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], T == L && T > 1, scale));
+    RUN_DONE(masked_attention(in[0], in[1], in[2], scale));
+}
+
+static fm_status qkv_heads(const gctx *c, const gtype *x, int64_t *H, int64_t *KV, int64_t *D) {
+    char s1[96];
+    if (ga_int(c, "n_head", 0, H) || ga_int(c, "n_kv_head", *H, KV) || need_float(x, "qkv")) return fm_last_status();
+    if (x->ndim != 3 || *H < 1 || *KV < 1 || *H % *KV || x->d[2] % (*H + 2 * *KV) || x->d[2] == 0 || x->d[1] < 1)
+        return fm_set_error(FM_ERR_INVALID, "qkv %s must be [B, T, (n_head + 2 n_kv_head) D] with n_kv_head dividing n_head",
+                            g_tshape(x, s1, sizeof s1));
+    *D = x->d[2] / (*H + 2 * *KV);
+    return FM_OK;
+}
+
+static fm_status inf_sdpa_qkv(const gctx *c, const gtype *in, gtype *out) {
+    int64_t H = 0, KV = 0, D = 0;
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale) || qkv_heads(c, &in[0], &H, &KV, &D)) return fm_last_status();
+    out[0] = (gtype){in[0].dt, 3, {in[0].d[0], in[0].d[1], H * D}};
+    return FM_OK;
+}
+
+static fm_status run_sdpa_qkv(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t H = 0, KV = 0;
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale) || ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV)) return fm_last_status();
+    RUN_DONE(fm_sdpa_qkv(in[0], (int)H, (int)KV, causal, scale));
+}
+
+static fm_status inf_qkv_split(const gctx *c, const gtype *in, gtype *out) {
+    int64_t H = 0, KV = 0, D = 0;
+    if (qkv_heads(c, &in[0], &H, &KV, &D)) return fm_last_status();
+    int64_t B = in[0].d[0], T = in[0].d[1];
+    out[0] = (gtype){in[0].dt, 4, {B, H, T, D}};
+    out[1] = out[2] = (gtype){in[0].dt, 4, {B, KV, T, D}};
+    return FM_OK;
+}
+
+static fm_status run_qkv_split(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t H = 0, KV = 0;
+    if (ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV)) return fm_last_status();
+    return fm_qkv_split_heads(in[0], (int)H, (int)KV, &out[0], &out[1], &out[2]);
+}
+
+/* attention_kv: qkv [B, T, (H + 2 KV) D], past_key, past_value [B, KV, P, D] ->
+ * y [B, T, H D] (heads merged), present_key, present_value [B, KV, P + T, D]:
+ * what qkv_split_heads, two cats on axis 2, causal_attention, transpose(1, 2) and
+ * reshape compute, in one node. With an empty past (a prompt) attention runs
+ * straight on the projection (sdpa_qkv: no head copies, merged output) and the
+ * present cache is the split k and v, with no concatenation copy. */
+static fm_status inf_attention_kv(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96], s2[96];
+    int64_t H = 0, KV = 0, D = 0;
+    double scale = 0;
+    if (ga_float(c, "scale", 0, &scale) || qkv_heads(c, &in[0], &H, &KV, &D)) return fm_last_status();
+    const int64_t B = in[0].d[0], T = in[0].d[1];
+    for (int i = 1; i < 3; i++)
+        if (in[i].dt != in[0].dt || in[i].ndim != 4 || in[i].d[0] != B || in[i].d[1] != KV || in[i].d[3] != D || in[i].d[2] != in[1].d[2])
+            return fm_set_error(FM_ERR_INVALID, "past %s must be [%lld, %lld, past, %lld] of the qkv's dtype (qkv %s)", g_tshape(&in[i], s1, sizeof s1),
+                                (long long)B, (long long)KV, (long long)D, g_tshape(&in[0], s2, sizeof s2));
+    out[0] = (gtype){in[0].dt, 3, {B, T, H * D}};
+    out[1] = out[2] = (gtype){in[0].dt, 4, {B, KV, in[1].d[2] + T, D}};
+    return FM_OK;
+}
+
+static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t H = 0, KV = 0;
+    double scale = 0;
+    if (ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV) || ga_float(c, "scale", 0, &scale)) return fm_last_status();
+    fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL, *t = NULL;
+    if (fm_qkv_split_heads(in[0], (int)H, (int)KV, &q, &k, &v)) return fm_last_status();
+    const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
+    if (L == T) { /* a prompt: no past */
+        out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
+        out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
+    } else {
+        out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
+        if (out[1] && out[2]) y = T == 1 ? fm_scaled_dot_product_attention(q, out[1], out[2], false, scale) : masked_attention(q, out[1], out[2], scale);
+        if (y) t = fm_transpose(y, 1, 2);
+        if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});
+    }
+    fm_tensor_release_n(5, q, k, v, y, t);
+    if (out[0] && out[1] && out[2]) return FM_OK;
+    fm_status st = fm_last_status();
+    for (int i = 0; i < 3; i++) { fm_tensor_release(out[i]); out[i] = NULL; }
+    return st;
+}
+
+const g_op_spec g_ops_attn[] = {
+    {"scaled_dot_product_attention", 3, 3, 1, "causal,scale", inf_sdpa, run_sdpa, NULL},
+    {"causal_attention", 3, 3, 1, "scale", inf_causal_attention, run_causal_attention, NULL},
+    {"sdpa_qkv", 1, 1, 1, "n_head,n_kv_head,causal,scale", inf_sdpa_qkv, run_sdpa_qkv, NULL},
+    {"qkv_split_heads", 1, 1, 3, "n_head,n_kv_head", inf_qkv_split, run_qkv_split, NULL},
+    {"attention_kv", 3, 3, 3, "n_head,n_kv_head,scale", inf_attention_kv, run_attention_kv, NULL},
+};
+const int g_n_ops_attn = (int)(sizeof g_ops_attn / sizeof g_ops_attn[0]);

@@ -1,0 +1,128 @@
+/* conv2d_fused: max_pool(relu(conv2d(x))) against a reference computed here in
+ * double (a loop convolution, then ReLU, then the window max with NaN winning),
+ * over the geometries that take the direct AVX-512/AVX2 kernels (stride 1,
+ * channels a multiple of 8 or 4, odd and even sizes, column tails, pools 0 and 2)
+ * and the ones that take the reference path (stride 2, dilation, groups, NHWC,
+ * pool 3, f64). test_ops runs it at every FATHOM_ISA level, so each kernel is
+ * checked against the same double result. Also: NaN propagation and bad input. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+#include "op_test.h"
+#include "fathom/ops.h"
+
+typedef struct fcase { int64_t N, C, H, W, O, k; int s, p, d, g, relu, pool; fm_layout layout; fm_dtype dt; } fcase;
+
+/* ref [N, O, Hy, Wy] (NCHW) in double */
+static double *reference(const fcase *c, const double *x, const double *w, const double *b, int64_t *Hy, int64_t *Wy) {
+    int64_t Ho = (c->H + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1, Wo = (c->W + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1;
+    int64_t Cg = c->C / c->g, Og = c->O / c->g, q = c->pool > 1 ? c->pool : 1;
+    double *t = malloc(sizeof(double) * (size_t)(c->N * c->O * Ho * Wo));
+    for (int64_t n = 0; n < c->N; n++)
+        for (int64_t o = 0; o < c->O; o++)
+            for (int64_t oh = 0; oh < Ho; oh++)
+                for (int64_t ow = 0; ow < Wo; ow++) {
+                    double s = b ? b[o] : 0;
+                    for (int64_t ci = 0; ci < Cg; ci++)
+                        for (int64_t i = 0; i < c->k; i++)
+                            for (int64_t j = 0; j < c->k; j++) {
+                                int64_t ih = oh * c->s - c->p + i * c->d, iw = ow * c->s - c->p + j * c->d;
+                                if (ih >= 0 && ih < c->H && iw >= 0 && iw < c->W)
+                                    s += x[((n * c->C + (o / Og) * Cg + ci) * c->H + ih) * c->W + iw] * w[((o * Cg + ci) * c->k + i) * c->k + j];
+                            }
+                    t[((n * c->O + o) * Ho + oh) * Wo + ow] = c->relu && s < 0 ? 0 : s;
+                }
+    *Hy = Ho / q, *Wy = Wo / q;
+    double *y = malloc(sizeof(double) * (size_t)(c->N * c->O * *Hy * *Wy));
+    for (int64_t p = 0; p < c->N * c->O; p++)
+        for (int64_t oh = 0; oh < *Hy; oh++)
+            for (int64_t ow = 0; ow < *Wy; ow++) {
+                double m = -INFINITY;
+                for (int64_t i = 0; i < q * q; i++) {
+                    double v = t[(p * Ho + oh * q + i / q) * Wo + ow * q + i % q];
+                    if (isnan(v) || v > m || (i == 0)) m = isnan(m) ? m : v;
+                }
+                y[(p * *Hy + oh) * *Wy + ow] = m;
+            }
+    free(t);
+    return y;
+}
+
+static void check_case(const fcase *c, uint64_t seed, bool with_nan) {
+    fm_tensor *x = op_randn(4, (int64_t[]){c->N, c->C, c->H, c->W}, c->dt, seed);
+    fm_tensor *w = op_randn(4, (int64_t[]){c->O, c->C / c->g, c->k, c->k}, c->dt, seed + 1), *b = op_randn(1, &c->O, c->dt, seed + 2);
+    if (with_nan) fm_tensor_set(x, 5, NAN);
+    double *hx = op_host(x), *hw = op_host(w), *hb = op_host(b);
+    int64_t Hy, Wy;
+    double *ref = reference(c, hx, hw, hb, &Hy, &Wy);
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.stride[0] = p.stride[1] = c->s, p.padding[0] = p.padding[1] = c->p, p.dilation[0] = p.dilation[1] = c->d, p.groups = c->g;
+    p.layout = c->layout;
+    fm_tensor *xin = c->layout == FM_NHWC ? fm_permute(x, (int[]){0, 2, 3, 1}) : fm_tensor_retain(x), *xc = fm_contiguous(xin);
+    fm_tensor *y = fm_conv2d_fused(xc, w, b, &p, c->relu, c->pool);
+    CHECK_MSG(y, "conv2d_fused: %s", fm_last_error());
+    if (y) {
+        fm_tensor *yv = c->layout == FM_NHWC ? fm_permute(y, (int[]){0, 3, 1, 2}) : fm_tensor_retain(y);
+        CHECK(yv->shape[0] == c->N && yv->shape[1] == c->O && yv->shape[2] == Hy && yv->shape[3] == Wy);
+        double *hy = op_host(yv), worst = 0;
+        int nan_ok = 1;
+        for (int64_t i = 0; i < c->N * c->O * Hy * Wy; i++) {
+            if (isnan(ref[i]) || isnan(hy[i])) { nan_ok &= isnan(ref[i]) && isnan(hy[i]); continue; }
+            double e = fabs(hy[i] - ref[i]) / (1 + fabs(ref[i]));
+            if (e > worst) worst = e;
+        }
+        double tol = c->dt == FM_F64 ? 1e-12 : 2e-5;
+        CHECK_MSG(worst <= tol && nan_ok, "conv2d_fused N%lld C%lld %lldx%lld O%lld k%lld s%d p%d d%d g%d relu%d pool%d %s %s%s: err %g, NaN %s",
+                  (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O, (long long)c->k, c->s, c->p, c->d,
+                  c->g, c->relu, c->pool, c->layout == FM_NHWC ? "NHWC" : "NCHW", fm_dtype_name(c->dt), with_nan ? " +NaN" : "", worst,
+                  nan_ok ? "ok" : "wrong");
+        free(hy);
+        fm_tensor_release(yv);
+    }
+    free(hx), free(hw), free(hb), free(ref);
+    fm_tensor_release_n(5, x, w, b, xin, xc);
+    fm_tensor_release(y);
+}
+
+static int conv2d_fused_forward(void) {
+    OP_BEGIN;
+    const fm_layout NC = FM_NCHW;
+    const fcase cases[] = {
+        /* the direct kernels: fashion-cnn's two layers, odd sizes, column tails, pools 0/1/2 */
+        {2, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},
+        {3, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},
+        {2, 3, 7, 21, 16, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
+        {1, 5, 9, 35, 8, 3, 1, 0, 1, 1, 0, 2, NC, FM_F32},
+        {2, 4, 11, 17, 24, 5, 1, 2, 1, 1, 1, 1, NC, FM_F32},
+        {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: AVX2 tiles (4), not AVX-512 (8) */
+        {1, 3, 13, 9, 8, 2, 1, 0, 1, 1, 1, 2, NC, FM_F32},
+        /* the reference path */
+        {2, 3, 10, 12, 6, 3, 2, 1, 1, 1, 1, 2, NC, FM_F32},
+        {1, 4, 12, 12, 8, 3, 1, 2, 2, 1, 1, 2, NC, FM_F32},
+        {2, 4, 9, 9, 8, 3, 1, 1, 1, 2, 1, 2, NC, FM_F32},
+        {2, 3, 10, 10, 8, 3, 1, 1, 1, 1, 1, 3, NC, FM_F32},
+        {2, 3, 10, 11, 8, 3, 1, 1, 1, 1, 1, 2, FM_NHWC, FM_F32},
+        {2, 3, 10, 11, 8, 3, 1, 1, 1, 1, 1, 2, NC, FM_F64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
+    check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
+    check_case(&cases[2], 98, true);
+    check_case(&cases[11], 97, true);
+    /* bad input */
+    fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
+    fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);
+    CHECK(!fm_conv2d_fused(x, w, NULL, NULL, true, 4));
+    CHECK_ERR_CONTAINS("pool 4");
+    CHECK(!fm_conv2d_fused(x, w, NULL, NULL, true, -1));
+    CHECK(!fm_conv2d_fused(xh, wh, NULL, NULL, true, 2));
+    CHECK_ERR_CONTAINS("f32 or f64");
+    CHECK(!fm_conv2d_fused(x, w3, NULL, NULL, false, 0));
+    CHECK_ERR_CONTAINS("conv2d_fused: weight");
+    fm_tensor *ok = fm_conv2d_fused(x, w, NULL, NULL, false, 3);
+    CHECK(ok && ok->shape[2] == 1 && ok->shape[3] == 1);
+    fm_tensor_release_n(6, x, w, xh, wh, w3, ok);
+    OP_END;
+}
+
+OP_TEST("conv2d_fused", conv2d_fused_forward, NULL)
