@@ -7,8 +7,10 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled]
- * (--only runs one side alone, for a profiler: its JSON row gives 0 for the others) */
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--save-gpt DIR]
+ * (--only runs one side alone, for a profiler: its JSON row gives 0 for the others;
+ * --save-gpt writes the kjv-gpt-shaped graph to DIR/graph and compiled to DIR/compiled
+ * and exits, for bench_graph_ort.py) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 typedef struct side { const char *name; double t[1024]; size_t peak; } side;
 typedef fm_status (*run_fn)(void *ctx, int which); /* which: 0 eager, 1 graph, 2 compiled */
 static int g_only = -1; /* --only: the one side to run, or -1 for all three */
+static const char *g_save_gpt; /* --save-gpt DIR */
 
 static void measure(const char *model, int64_t batch, const char *what, run_fn f, void *ctx, int rounds, const fm_graph *cg) {
     side s[3] = {{"eager", {0}, 0}, {"graph", {0}, 0}, {"compiled", {0}, 0}};
@@ -130,6 +133,14 @@ static void bench_gpt(int rounds) {
     fm_compile_report rep;
     k.c = k.g ? fm_graph_compile(k.g, &rep) : NULL;
     if (!k.c) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
+    if (g_save_gpt) {
+        char d1[512], d2[512];
+        snprintf(d1, sizeof d1, "%s/graph", g_save_gpt);
+        snprintf(d2, sizeof d2, "%s/compiled", g_save_gpt);
+        if (fm_graph_save(k.g, d1) || fm_graph_save(k.c, d2)) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
+        fm_graph_free(k.g), fm_graph_free(k.c), fm_gpt_free(k.m);
+        return;
+    }
     fm_gpt_train_mode(k.m, false);
     k.in = calloc((size_t)k.n_in, sizeof *k.in);
     const int64_t D = c.n_embd / c.n_head;
@@ -164,13 +175,14 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--save-gpt") && i + 1 < argc) g_save_gpt = argv[++i], model = "gpt";
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *o = argv[++i];
             g_only = !strcmp(o, "eager") ? 0 : !strcmp(o, "graph") ? 1 : !strcmp(o, "compiled") ? 2 : -2;
         } else g_only = -2;
     }
     if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt"))) {
-        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled]\n");
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--save-gpt DIR]\n");
         return 2;
     }
     if (rounds < 1 || rounds > 1024) rounds = 15;

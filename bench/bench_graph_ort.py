@@ -4,8 +4,11 @@
 The fashion-cnn architecture (data/recipes/fashion-cnn.ini's layers) is trained
 for two steps on synthetic 28x28 images (speed does not depend on the weights),
 compiled with `fathom compile`, and the compiled graph exported with `fathom
-export`. In one process, alternating rounds so that machine load hits both
-sides alike, it times:
+export`. The kjv-gpt shape (4 layers, 4 heads, 128 wide, vocab 512; random
+weights) comes from `bench_graph --save-gpt` (fm_graph_from_gpt, then the compile
+passes), exported the same way, and runs a 64-token prompt at batch 1 and 32 and
+one decode step after 64 cached tokens at batch 1, as bench_graph does. In one
+process, alternating rounds so that machine load hits both sides alike, it times:
   fathom   fm_graph_run on the compiled graph (libfathom.so through ctypes);
   ort      onnxruntime.InferenceSession on the exported file, all graph
            optimizations on, the same thread count.
@@ -13,7 +16,7 @@ Both sides get the same input and their outputs are checked to agree (1e-4
 relative) before timing. Reports the median per side and the ratio
 ort_ms / fathom_ms (above 1: fathom is faster).
 
-Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2]
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|gpt]
 """
 import argparse
 import ctypes
@@ -28,6 +31,7 @@ import time
 import numpy as np
 
 FM_F32 = 0
+FM_I64 = 7
 
 
 def synthetic_idx(d, n):
@@ -96,10 +100,88 @@ class Fathom:
         self.lib.fm_tensor_release(outs[0])
         return y
 
+    def run_many(self, arrays):
+        """fm_graph_run on numpy inputs (in the graph's input order); the outputs as numpy arrays."""
+        L = self.lib
+        ts = []
+        for x in arrays:
+            shape = (ctypes.c_int64 * x.ndim)(*x.shape)
+            ts.append(L.fm_tensor_from_data(x.ctypes.data, x.ndim, shape, FM_I64 if x.dtype == np.int64 else FM_F32))
+        ins = (ctypes.c_void_p * len(ts))(*ts)
+        outs = (ctypes.c_void_p * len(ts))()
+        st = L.fm_graph_run(self.g, ins, outs)
+        for t in ts:
+            L.fm_tensor_release(t)
+        if st != 0:
+            sys.exit(f"bench_graph_ort: fm_graph_run: {L.fm_last_error().decode()}")
+        return outs
+
+    def outputs(self, outs, shapes):
+        ys = []
+        for o, sh in zip(outs, shapes):
+            n = int(np.prod(sh))
+            ptr = ctypes.cast(self.lib.fm_tensor_data(o), ctypes.POINTER(ctypes.c_float))
+            ys.append(np.ctypeslib.as_array(ptr, shape=(max(n, 1),))[:n].reshape(sh).copy())
+        return ys
+
+    def release(self, outs, n):
+        for i in range(n):
+            self.lib.fm_tensor_release(outs[i])
+
     def close(self):
         if self.x:
             self.lib.fm_tensor_release(self.x)
         self.lib.fm_graph_free(self.g)
+
+
+def session(ort, path, threads):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's pool spins after each run by default; in one process with alternating
+    # rounds its spinning threads would take the cores fathom's pool needs next
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def bench_gpt(a, ort, lib, d):
+    """the kjv-gpt shape: a 64-token prompt at batch 1 and 32, one decode step after 64 at batch 1"""
+    os.makedirs(f"{d}/gpt")
+    run([os.path.join(a.build, "bench_graph"), "--save-gpt", f"{d}/gpt"])
+    run([os.path.join(a.build, "fathom"), "export", f"{d}/gpt/compiled", "-o", f"{d}/gpt.onnx"])
+    fm = Fathom(lib, f"{d}/gpt/compiled")
+    sess = session(ort, f"{d}/gpt.onnx", a.threads)
+    names = [i.name for i in sess.get_inputs()]
+    n_layer, kv, hd, vocab = 4, 4, 32, 512
+    rng = np.random.default_rng(3)
+    for batch, seq, past, what in ((1, 64, 0, "prompt of 64 tokens"), (32, 64, 0, "prompt of 64 tokens"),
+                                   (1, 1, 64, "decode step after 64 cached tokens")):
+        feed = [rng.integers(0, vocab, size=(batch, seq), dtype=np.int64)]
+        feed += [rng.standard_normal((batch, kv, past, hd)).astype(np.float32) for _ in range(2 * n_layer)]
+        shapes = [(batch, seq, vocab)] + [(batch, kv, past + seq, hd)] * (2 * n_layer)
+        outs = fm.run_many(feed)
+        yf = fm.outputs(outs, shapes)
+        fm.release(outs, len(shapes))
+        yo = sess.run(None, dict(zip(names, feed)))
+        err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yf, yo))
+        if err > 1e-4:
+            sys.exit(f"bench_graph_ort: gpt outputs differ at batch {batch}: {err:.3g} relative")
+        inner = 1 if batch * seq >= 64 * 8 else 8
+        tf, to = [], []
+        for _ in range(a.rounds):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fm.release(fm.run_many(feed), len(shapes))
+            tf.append((time.perf_counter() - t0) / inner)
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                sess.run(None, dict(zip(names, feed)))
+            to.append((time.perf_counter() - t0) / inner)
+        mf, mo = statistics.median(tf), statistics.median(to)
+        print(f'{{"model": "kjv-gpt", "batch": {batch}, "workload": "{what}", "fathom_compiled_ms": {1e3 * mf:.3f}, '
+              f'"ort_ms": {1e3 * mo:.3f}, "ort_over_fathom": {mo / mf:.3f}, "max_rel_diff": {err:.2e}}}', flush=True)
+    fm.close()
 
 
 def main():
@@ -107,6 +189,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", choices=["cnn", "gpt", "both"], default="both")
     a = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -117,21 +200,18 @@ def main():
     lib = os.path.join(a.build, "libfathom.so")
     os.environ["FATHOM_NUM_THREADS"] = str(a.threads)  # read when the library starts its pool
     with tempfile.TemporaryDirectory(prefix="bench_graph_ort.") as d:
+        print(f"# fathom compiled graph vs onnxruntime {ort.__version__}, {a.threads} threads, median of {a.rounds} rounds", flush=True)
+        if a.model in ("gpt", "both"):
+            bench_gpt(a, ort, lib, d)
+        if a.model == "gpt":
+            return
         synthetic_idx(d, 256)
         run([fathom, "train", recipe(root, d), "--out", f"{d}/model", "--max-steps", "2", "--no-eval", "--quiet"])
         run([fathom, "compile", f"{d}/model", "-o", f"{d}/compiled"])
         run([fathom, "export", f"{d}/compiled", "-o", f"{d}/model.onnx"])
         fm = Fathom(lib, f"{d}/compiled")
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = a.threads
-        so.inter_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # ORT's pool spins after each run by default; in one process with alternating
-        # rounds its spinning threads would take the cores fathom's pool needs next
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(f"{d}/model.onnx", so, providers=["CPUExecutionProvider"])
+        sess = session(ort, f"{d}/model.onnx", a.threads)
         iname = sess.get_inputs()[0].name
-        print(f"# fathom compiled graph vs onnxruntime {ort.__version__}, {a.threads} threads, median of {a.rounds} rounds")
         for batch in (1, 32):
             x = np.random.default_rng(batch).standard_normal((batch, 1, 28, 28)).astype(np.float32)
             fm.set_input(x)
