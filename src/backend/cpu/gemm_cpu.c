@@ -20,13 +20,21 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_smallm.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/openblas_load.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
+/* Products of 2..FM_SMALLM_MAX rows against a linear's [N, K] weight read the
+ * weight in place (gemm_smallm.h) instead of having OpenBLAS pack it per call.
+ * The bound is where OpenBLAS's packed kernel overtakes the unpacked one
+ * (bench_gemm_smallm on kjv-gpt and GPT-2-small shapes). */
+#define FM_SMALLM_MAX 16
+
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_blas_threads;
+static int64_t g_smallm_max; /* largest M for gemm_smallm.h; FATHOM_SMALLM_MAX overrides, 0 = off */
 static const fm_openblas_fns *g_blas; /* NULL: the portable loops */
 
 static void choose_driver(void) {
@@ -34,6 +42,8 @@ static void choose_driver(void) {
     const char *e = getenv("FATHOM_GEMM_THREADS");
     g_blas_threads = g_blas && e && !strcmp(e, "openblas");
     if (g_blas && !g_blas_threads) g_blas->set_num_threads(1);
+    const char *sm = getenv("FATHOM_SMALLM_MAX");
+    g_smallm_max = sm && *sm ? strtol(sm, NULL, 10) : FM_SMALLM_MAX;
 }
 
 void fm_cpu_gemm_init(void) { pthread_once(&g_once, choose_driver); }
@@ -108,6 +118,7 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
 typedef struct gemv_ctx {
     const fm_cpu_gemm_args *g;
     _Atomic int64_t next;
+    void (*cols)(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1);
 } gemv_ctx;
 
 static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
@@ -115,7 +126,40 @@ static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
     gemv_ctx *c = vctx;
     const int64_t N = c->g->N;
     for (int64_t j0; (j0 = atomic_fetch_add_explicit(&c->next, GEMV_BLOCK, memory_order_relaxed)) < N;)
-        gemv_cols(c->g, j0, j0 + GEMV_BLOCK < N ? j0 + GEMV_BLOCK : N);
+        c->cols(c->g, j0, j0 + GEMV_BLOCK < N ? j0 + GEMV_BLOCK : N);
+}
+
+static bool smallm_applies(const fm_cpu_gemm_args *g) {
+    return g->dt == FM_F32 && g->tb && !g->ta && g->M >= 2 && g->M <= g_smallm_max && !g_blas_threads &&
+           fm_cpu_use_avx2();
+}
+
+static void smallm_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
+    const float *W = (const float *)g->B + j0 * g->ldb;
+    float *C = (float *)g->C + j0;
+    if (fm_cpu_use_avx512())
+        fm_gemm_smallm_f32_avx512(g->M, j1 - j0, g->K, g->A, g->lda, W, g->ldb, (float)g->beta, C, g->ldc);
+    else
+        fm_gemm_smallm_f32_avx2(g->M, j1 - j0, g->K, g->A, g->lda, W, g->ldb, (float)g->beta, C, g->ldc);
+}
+
+/* M == 1 (GEMV) and small M: blocks of output columns handed out from a counter.
+ * Below `serial` multiply-adds the call runs on the calling thread: a GEMV
+ * streams 4 bytes of weight per multiply-add (2^16 of them: ~17 us at the
+ * 15 GB/s it reaches), a small-M product reuses each weight M times from L1
+ * (~25 GFLOP/s here), so the same wake-up cost needs 2^19 of its. */
+static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
+                          void (*cols)(const fm_cpu_gemm_args *, int64_t, int64_t), int64_t serial) {
+    fm_cpu_gemm_args gb = *g;
+    if (bias) { fill_bias(g, bias, 0, g->M, 0, g->N); gb.beta = 1.0; g = &gb; }
+    int nt = fm_num_threads();
+    int64_t blocks = (g->N + GEMV_BLOCK - 1) / GEMV_BLOCK;
+    if (nt <= 1 || blocks < 2 || g->M * g->N * g->K < serial) {
+        cols(g, 0, g->N);
+    } else {
+        gemv_ctx c = {g, 0, cols};
+        fm_parallel_for(blocks < nt ? blocks : nt, 1, gemv_task, &c);
+    }
 }
 
 #define COL_PANEL 64
@@ -148,18 +192,8 @@ void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias) {
     }
     fm_cpu_gemm_init();
     int nt = fm_num_threads();
-    if (g->M == 1 && !g_blas_threads) {
-        fm_cpu_gemm_args gb = *g;
-        if (bias) { fill_bias(g, bias, 0, 1, 0, g->N); gb.beta = 1.0; g = &gb; }
-        int64_t blocks = (g->N + GEMV_BLOCK - 1) / GEMV_BLOCK;
-        if (nt <= 1 || blocks < 2 || g->N * g->K < ((int64_t)1 << 16)) {
-            gemv_cols(g, 0, g->N);
-        } else {
-            gemv_ctx c = {g, 0};
-            fm_parallel_for(blocks < nt ? blocks : nt, 1, gemv_task, &c);
-        }
-        return;
-    }
+    if (g->M == 1 && !g_blas_threads) { rows_streamed(g, bias, gemv_cols, (int64_t)1 << 16); return; }
+    if (smallm_applies(g)) { rows_streamed(g, bias, smallm_cols, (int64_t)1 << 19); return; }
     bool by_cols = g->M <= g->N;
     int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;
     /* below ~2^18 multiply-adds a call costs about as much as waking a thread */
