@@ -20,6 +20,7 @@ struct fm_batcher {
     fm_serve_req *head, *tail;
     int64_t queued;
     bool stop;
+    bool lone; /* the last batch that waited out the delay held one request: the next ones do not wait */
     int n;
     fm_servable *inst[64];
     pthread_t th[64];
@@ -77,7 +78,15 @@ static bool is_preferred(const fm_model_config *c, int64_t rows) {
     return false;
 }
 
-/* Under b->mu: how many requests from the head to run now (0: wait until *wake_ns). */
+/* Under b->mu: how many requests from the head to run now (0: wait until *wake_ns).
+ *
+ * The wait for company is adaptive. A lone closed-loop client never has
+ * company, so waiting the full delay only adds it to every request (p50 1.1 ms
+ * against 0.5 ms without batching at a 500 us delay). So once a wait has ended
+ * with one request, later requests run at once (b->lone); the waiting resumes
+ * as soon as a batch of two or more forms, which happens without any wait when
+ * requests queue up behind a running batch: with several clients the batches
+ * come back by themselves, with one the delay is never paid again. */
 static int choose(fm_batcher *b, int64_t now, int64_t *wake_ns) {
     const fm_model_config *c = &b->cfg;
     if (!c->dynamic_batching) return 1;
@@ -94,7 +103,10 @@ static int choose(fm_batcher *b, int64_t now, int64_t *wake_ns) {
     if (full) return take;
     if (best_pref) return best_pref;
     int64_t due = b->head->t_enqueue_ns + c->max_queue_delay_us * 1000;
-    if (b->stop || now >= due) return take;
+    if (b->stop || now >= due || (b->lone && take == 1)) {
+        if (take == 1 && !b->stop && c->max_queue_delay_us > 0) b->lone = true;
+        return take;
+    }
     *wake_ns = due;
     return 0;
 }
@@ -182,6 +194,7 @@ static void *instance_main(void *arg) {
             continue;
         }
         if (n > MAX_TAKE) n = MAX_TAKE;
+        if (n >= 2) b->lone = false;
         for (int k = 0; k < n; k++) {
             rs[k] = b->head;
             b->head = rs[k]->next;

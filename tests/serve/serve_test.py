@@ -356,6 +356,46 @@ def batching_checks(s):
           "metrics: memory per device and RSS")
 
 
+def lone_wait_checks(s):
+    """Adaptive batch wait: model 'lonely' waits 300 ms for company. A lone client pays it once; after
+    that wait ended alone, its requests run at once; requests that queue up together batch again and
+    bring the wait back."""
+    def timed():
+        t0 = time.time()
+        st, _ = s.json("POST", "/v2/models/lonely/infer", infer_body(sample(1)))
+        return st, time.time() - t0
+    st1, dt1 = timed()
+    st2, dt2 = timed()
+    st3, dt3 = timed()
+    check(st1 == st2 == st3 == 200 and dt1 >= 0.28 and dt2 < 0.2 and dt3 < 0.2,
+          "a lone client waits out the batch window once (%.0f ms), then not (%.0f, %.0f ms)"
+          % (dt1 * 1000, dt2 * 1000, dt3 * 1000))
+    lab = '{model="lonely",version="1"}'
+    # bursts of 16 released together: requests that queue behind a running one form a batch
+    # without any wait (the first of a burst may run alone; how many queue depends on timing)
+    rounds, n, e, ok_all = 0, 0, 0, True
+    while rounds < 5 and e >= n:
+        rounds += 1
+        before = s.metrics()
+        res, go = [], threading.Barrier(16)
+
+        def burst():
+            go.wait()
+            res.append(timed())
+        th = [threading.Thread(target=burst) for _ in range(16)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        m = s.metrics()
+        n = m["fathom_inference_count" + lab] - before["fathom_inference_count" + lab]
+        e = m["fathom_inference_exec_count" + lab] - before["fathom_inference_exec_count" + lab]
+        ok_all = ok_all and all(r[0] == 200 for r in res) and n == 16
+    check(ok_all and e < n, "concurrent requests after the lone ones still batch: 16 in %d executions (round %d)" % (e, rounds))
+    st4, dt4 = timed()
+    check(st4 == 200 and dt4 >= 0.28, "after a batch formed, a lone request waits for company again (%.0f ms)" % (dt4 * 1000))
+
+
 def memory_checks(s):
     """The allocator's cache of freed blocks (kept for reuse under load) goes back to the system
     once the server has been idle for --release-idle-secs (2 by default)."""
@@ -402,6 +442,7 @@ def main():
     usage_checks()
     repo = make_repo("repo", {
         "tiny": ([1], {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}),
+        "lonely": ([1], {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}),
         "slow": ([1], {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 400000,
                                                                  "default_queue_policy": {"max_queue_size": 2}}}),
     })
@@ -414,6 +455,7 @@ def main():
         onnx_checks(s, graph_ref)
         tritonclient_checks(s)
         batching_checks(s)
+        lone_wait_checks(s)
         memory_checks(s)
         queue_checks(s)
         import serve_malformed
