@@ -14,8 +14,27 @@ typedef struct stream_ctx {
     fm_tg_req *req;
     char id[48];
     bool sent_done, finished, chat, sent_role;
+    bool include_usage; /* stream_options.include_usage: usage in a chunk of its own, "usage": null before it */
     int64_t t0_ns;
 } stream_ctx;
+
+/* "stream_options" (OpenAI): only with "stream": true; {"include_usage": bool}. 0 or a 400 with the message. */
+static int parse_stream_options(const json_t *j, bool streaming, bool *include_usage, char *err, size_t errn) {
+    const json_t *o = json_object_get(j, "stream_options");
+    *include_usage = false;
+    if (!o || json_is_null(o)) return 0;
+    if (!streaming) return snprintf(err, errn, "\"stream_options\" is only allowed when \"stream\" is true"), 400;
+    if (!json_is_object(o)) return snprintf(err, errn, "\"stream_options\" must be an object"), 400;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        if (strcmp(key, "include_usage"))
+            return snprintf(err, errn, "stream_options: unknown field '%.64s' (fathom knows include_usage)", key), 400;
+        if (!json_is_boolean(v)) return snprintf(err, errn, "stream_options.include_usage must be true or false"), 400;
+        *include_usage = json_is_true(v);
+    }
+    return 0;
+}
 
 static int parse_params(const json_t *j, fm_tg_params *p, char *err, size_t errn) {
     const json_t *x;
@@ -70,6 +89,12 @@ static json_t *chat_choice(stream_ctx *sc, const char *text, const char *finish,
                      finish ? json_string(finish) : json_null());
 }
 
+static json_t *usage_json(stream_ctx *sc) {
+    int pt, ct;
+    fm_tg_req_counts(sc->req, &pt, &ct);
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", pt, "completion_tokens", ct, "total_tokens", pt + ct);
+}
+
 static json_t *completion_json(stream_ctx *sc, const char *text, const char *finish, bool chunk) {
     json_t *choice = sc->chat ? chat_choice(sc, text, finish, chunk)
                               : json_pack("{s:s,s:i,s:o}", "text", text, "index", 0, "finish_reason",
@@ -77,13 +102,16 @@ static json_t *completion_json(stream_ctx *sc, const char *text, const char *fin
     const char *object = !sc->chat ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", sc->id, "object", object, "created", (json_int_t)time(NULL),
                           "model", sc->v->model, "choices", choice);
-    if (!chunk || finish) {
-        int pt, ct;
-        fm_tg_req_counts(sc->req, &pt, &ct);
-        json_object_set_new(j, "usage", json_pack("{s:i,s:i,s:i}", "prompt_tokens", pt, "completion_tokens", ct,
-                                                  "total_tokens", pt + ct));
-    }
+    if (chunk && sc->include_usage) json_object_set_new(j, "usage", json_null());
+    else if (!chunk || finish) json_object_set_new(j, "usage", usage_json(sc));
     return j;
+}
+
+/* stream_options.include_usage's last chunk: no choices, the usage */
+static json_t *usage_chunk(stream_ctx *sc) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", sc->id, "object",
+                     sc->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)time(NULL), "model",
+                     sc->v->model, "choices", "usage", usage_json(sc));
 }
 
 static void finish_stats(stream_ctx *sc) {
@@ -103,14 +131,19 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     fm_tg_req_take(sc->req, &text, &done, -1);
     if (!text) return MHD_CONTENT_READER_END_WITH_ERROR;
     json_t *j = completion_json(sc, text, done ? fm_tg_req_finish_reason(sc->req) : NULL, true);
+    json_t *u = done && sc->include_usage ? usage_chunk(sc) : NULL;
     free(text);
-    char *js = json_dumps(j, JSON_COMPACT);
+    char *js = json_dumps(j, JSON_COMPACT), *us = u ? json_dumps(u, JSON_COMPACT) : NULL;
     json_decref(j);
-    if (!js) return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t need = strlen(js) + 8 + (done ? 14 : 0);
-    if (need > max) { free(js); return MHD_CONTENT_READER_END_WITH_ERROR; } /* max is 64 KiB; a chunk is one step's text */
-    int n = snprintf(buf, max, "data: %s\n\n%s", js, done ? "data: [DONE]\n\n" : "");
+    json_decref(u);
+    if (!js || (u && !us)) { free(js); free(us); return MHD_CONTENT_READER_END_WITH_ERROR; }
+    size_t need = strlen(js) + 8 + (us ? strlen(us) + 8 : 0) + (done ? 14 : 0);
+    /* max is 64 KiB; a chunk is one step's text */
+    if (need > max) { free(js); free(us); return MHD_CONTENT_READER_END_WITH_ERROR; }
+    int n = snprintf(buf, max, "data: %s\n\n%s%s%s%s", js, us ? "data: " : "", us ? us : "", us ? "\n\n" : "",
+                     done ? "data: [DONE]\n\n" : "");
     free(js);
+    free(us);
     if (done) { sc->sent_done = true; finish_stats(sc); }
     return n;
 }
@@ -183,6 +216,8 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     if (!model || !fm_serve_valid_name(model)) st = 400, snprintf(err, sizeof err, "\"model\" must name a loaded model");
     else if (stream && !json_is_boolean(stream)) st = 400, snprintf(err, sizeof err, "\"stream\" must be true or false");
     else st = parse_params(j, &p, err, sizeof err);
+    bool include_usage = false;
+    if (!st) st = parse_stream_options(j, json_is_true(stream), &include_usage, err, sizeof err);
     fm_serve_version *v = NULL;
     if (!st) {
         v = fm_repo_acquire(s->repo, model, 0, &st, err, sizeof err);
@@ -209,6 +244,7 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     sc->v = v;
     sc->req = req;
     sc->chat = chat;
+    sc->include_usage = include_usage;
     sc->t0_ns = r->t0_ns;
     if (!streaming) {
         enum MHD_Result ret = respond_whole(c, sc);

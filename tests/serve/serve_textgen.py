@@ -78,6 +78,20 @@ def checks(s, check):
     check(st == 200 and ctype == "text/event-stream" and done and joined == text and
           chunks[-1]["choices"][0]["finish_reason"] == "length", "streamed (SSE, %d chunks, [DONE]) equals the whole text"
           % len(chunks))
+    st, _, uchunks, done = stream(s, dict(base, stream_options={"include_usage": True}))
+    ujoined = "".join(ch["choices"][0]["text"] for ch in uchunks[:-1])
+    check(st == 200 and done and len(uchunks) >= 2 and ujoined == text and
+          all("usage" in ch and ch["usage"] is None for ch in uchunks[:-1]) and uchunks[-1]["choices"] == [] and
+          uchunks[-1]["usage"] == a["usage"] and uchunks[-2]["choices"][0]["finish_reason"] == "length",
+          "stream_options.include_usage: usage null on every chunk, then a chunk with no choices and the usage (%s)"
+          % (uchunks[-1] if uchunks else None,))
+    for name, body, needle in [
+            ("stream_options without stream", dict(base, stream_options={"include_usage": True}), "only allowed"),
+            ("stream_options not an object", dict(base, stream=True, stream_options=True), "must be an object"),
+            ("include_usage not a boolean", dict(base, stream=True, stream_options={"include_usage": 1}), "true or false"),
+            ("unknown stream option", dict(base, stream=True, stream_options={"include_usag": True}), "include_usag")]:
+        st, j = complete(s, body)
+        check(st == 400 and needle in j.get("error", ""), "completions, %s -> %d: %s" % (name, st, j))
     cut = [i for i, ch in enumerate(text) if i >= 1 and 32 < ord(ch) < 127]
     if cut:
         stop = text[cut[0]]
@@ -176,6 +190,10 @@ def chat(s, check):
           chunks[0]["choices"][0]["delta"].get("role") == "assistant" and joined == text and
           chunks[-1]["choices"][0]["finish_reason"] == j["choices"][0]["finish_reason"] and
           chunks[-1]["usage"] == j["usage"], "streamed chat (%d chunks): role first, same text, usage at the end" % len(chunks))
+    st, uchunks, done = chat_stream(s, dict(base, messages=msgs, stream_options={"include_usage": True}))
+    check(st == 200 and done and uchunks and uchunks[-1]["object"] == "chat.completion.chunk" and
+          uchunks[-1]["choices"] == [] and uchunks[-1]["usage"] == j["usage"] and uchunks[-2]["usage"] is None,
+          "streamed chat with include_usage: a last chunk with the usage and no choices")
     turns = [{"role": "system", "content": "in"}, {"role": "user", "content": "god"},
              {"role": "assistant", "content": "the"}, {"role": "user", "content": "and"}]
     st, q = s.json("POST", "/v1/chat/completions", dict(base, model="qa-chat", messages=turns))
