@@ -24,10 +24,33 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Iterations of the spin before a thread sleeps: on the order of 20-50 us,
- * about the gap between two kernels of a training step. Waking a sleeping
- * worker costs a futex round trip (5-20 us), which small ops cannot amortize. */
+/* Iterations of the spin before a thread sleeps: at most on the order of
+ * 20-50 us, about the gap between two kernels of a training step. Waking a
+ * sleeping worker costs a futex round trip (5-20 us), which small ops cannot
+ * amortize.
+ *
+ * The spin adapts per thread: it doubles (up to SPIN_ITERS) after a wait that
+ * the spin satisfied and halves (down to SPIN_MIN) after one that ended in
+ * sleep. Back-to-back ops (a training or decode step) keep it long; a server
+ * between requests, or a job whose other thread another process has
+ * descheduled, shrinks it, so the pool stops burning CPU the oversubscribed
+ * cores need (a full spin after every job was 8-11% of a busy server's CPU). */
 #define SPIN_ITERS 2000
+#define SPIN_MIN 32
+
+/* Spins up to *budget iterations for cond(p, arg); adapts *budget; returns cond's last value. */
+static inline bool spin_until(bool (*cond)(void *, unsigned long), void *p, unsigned long arg, int *budget) {
+    for (int i = 0; i < *budget; i++) {
+        if (cond(p, arg)) {
+            if (*budget < SPIN_ITERS) *budget = *budget * 2 > SPIN_ITERS ? SPIN_ITERS : *budget * 2;
+            return true;
+        }
+        CPU_RELAX();
+    }
+    if (cond(p, arg)) return true;
+    if (*budget > SPIN_MIN) *budget /= 2;
+    return false;
+}
 
 #define MAX_THREADS 256
 
@@ -52,6 +75,7 @@ static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_I
                       .cv_done = PTHREAD_COND_INITIALIZER};
 static _Thread_local int t_tid = 0;
 static _Thread_local int t_in_parallel = 0;
+static _Thread_local int t_spin = SPIN_ITERS; /* this thread's spin budget (spin_until) */
 static int g_requested = 0;
 
 int fm_thread_id(void) { return t_tid; }
@@ -97,6 +121,14 @@ static void finish_chunk(pool *p, int k) {
     }
 }
 
+static bool new_job(void *vp, unsigned long seen) {
+    return atomic_load_explicit(&((pool *)vp)->generation, memory_order_acquire) != seen;
+}
+
+static bool job_done(void *vp, unsigned long chunks) {
+    return atomic_load_explicit(&((pool *)vp)->done, memory_order_acquire) >= (int)chunks;
+}
+
 static void *worker(void *arg) {
     pool *p = &g_pool;
     int id = (int)(intptr_t)arg;
@@ -104,8 +136,7 @@ static void *worker(void *arg) {
     t_in_parallel = 1;
     unsigned long seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&p->generation, memory_order_acquire) == seen; i++)
-            CPU_RELAX();
+        spin_until(new_job, p, seen, &t_spin);
         pthread_mutex_lock(&p->mu);
         while (!p->shutdown && atomic_load_explicit(&p->generation, memory_order_relaxed) == seen)
             pthread_cond_wait(&p->cv_work, &p->mu);
@@ -185,7 +216,7 @@ void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
     for (int k = 1; k < chunks; k++)
         if (claim(p, k)) finish_chunk(p, k);
     t_in_parallel = 0;
-    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&p->done, memory_order_acquire) < chunks; i++) CPU_RELAX();
+    spin_until(job_done, p, (unsigned long)chunks, &t_spin);
     pthread_mutex_lock(&p->mu);
     while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
