@@ -13,7 +13,9 @@
 
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
+#include "core/cpu_features.h"
 #include "gpt/gpt_internal.h"
+#include "gpt/gpt_paged_attn.h"
 
 struct fm_gpt_paged {
     int n_layer, H, KV, D, BT, n_blocks, max_seqs, max_blocks_per_seq, block_size;
@@ -22,6 +24,7 @@ struct fm_gpt_paged {
     int **table;         /* per sequence: its blocks */
     int *n_alloc;        /* per sequence: blocks in its table */
     int64_t *len;        /* per sequence: cached positions; -1: slot free */
+    const float **kb, **vb; /* a step's scratch: one sequence's blocks for one kv head */
 };
 
 fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs) {
@@ -57,7 +60,9 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
     p->table = calloc((size_t)max_seqs, sizeof *p->table);
     p->len = malloc(sizeof(int64_t) * (size_t)max_seqs);
     p->n_alloc = calloc((size_t)max_seqs, sizeof(int));
-    if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc) goto oom;
+    p->kb = malloc(sizeof *p->kb * (size_t)p->max_blocks_per_seq);
+    p->vb = malloc(sizeof *p->vb * (size_t)p->max_blocks_per_seq);
+    if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc || !p->kb || !p->vb) goto oom;
     for (int l = 0; l < p->n_layer; l++)
         if (!(p->k[l] = malloc(per_layer * sizeof(float))) || !(p->v[l] = malloc(per_layer * sizeof(float)))) goto oom;
     for (int s = 0; s < max_seqs; s++) {
@@ -86,6 +91,8 @@ void fm_gpt_paged_free(fm_gpt_paged *p) {
     free(p->table);
     free(p->len);
     free(p->n_alloc);
+    free(p->kb);
+    free(p->vb);
     free(p);
 }
 
@@ -132,19 +139,6 @@ static void rope_vec(const fm_gpt *m, float *x, int D, int64_t pos) {
     }
 }
 
-/* q . k in 8 partial sums, which the compiler turns into vector lanes (a single
- * running sum is a dependency chain it may not reorder): the score loop is the
- * step's per-sequence cost. */
-static float dot(const float *a, const float *b, int D) {
-    float acc[8] = {0};
-    int e = 0;
-    for (; e + 8 <= D; e += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[e + k] * b[e + k];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; e < D; e++) s += a[e] * b[e];
-    return s;
-}
-
 /* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: row i is sequence seqs[i] at position
  * pos[i]; it caches its k/v there and attends over positions 0..pos[i]. A
  * sequence's rows come in position order, so a prompt chunk's later rows see the
@@ -153,6 +147,7 @@ static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *se
                    float *att, float *scores) {
     const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
     const float scale = 1.0f / sqrtf((float)D);
+    void (*head)(const fm_paged_head *) = fm_cpu_use_avx2() ? fm_paged_head_f32_avx2 : fm_paged_head_f32_scalar;
     for (int i = 0; i < n; i++) {
         int s = seqs[i];
         int64_t pos = poss[i];
@@ -165,21 +160,14 @@ static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *se
             memcpy(slot(p, p->k[l], s, pos, g), k + g * D, sizeof(float) * (size_t)D);
             memcpy(slot(p, p->v[l], s, pos, g), v + g * D, sizeof(float) * (size_t)D);
         }
-        for (int h = 0; h < H; h++) {
-            int g = h / G;
-            const float *qh = q + h * D;
-            float mx = -INFINITY, sum = 0;
-            for (int64_t t = 0; t <= pos; t++) {
-                scores[t] = dot(qh, slot(p, p->k[l], s, t, g), D) * scale;
-                if (scores[t] > mx) mx = scores[t];
+        for (int g = 0; g < KV; g++) {
+            for (int64_t b = 0; b * p->BT <= pos; b++) {
+                p->kb[b] = slot(p, p->k[l], s, b * p->BT, g);
+                p->vb[b] = slot(p, p->v[l], s, b * p->BT, g);
             }
-            for (int64_t t = 0; t <= pos; t++) sum += scores[t] = expf(scores[t] - mx);
-            float *o = att + (size_t)i * H * D + h * D;
-            memset(o, 0, sizeof(float) * (size_t)D);
-            for (int64_t t = 0; t <= pos; t++) {
-                const float *vt = slot(p, p->v[l], s, t, g);
-                float w = scores[t] / sum;
-                for (int e = 0; e < D; e++) o[e] += w * vt[e];
+            for (int h = g * G; h < (g + 1) * G; h++) {
+                fm_paged_head a = {q + h * D, p->kb, p->vb, D, p->BT, pos + 1, scale, scores, att + (size_t)i * H * D + h * D};
+                head(&a);
             }
         }
     }

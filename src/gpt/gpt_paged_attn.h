@@ -1,0 +1,26 @@
+/* One head of one row's attention over a paged KV cache (gpt_paged.c):
+ * out = softmax(scale * q . k_t) . v_t over positions t in [0, n), where the
+ * keys and values of positions [b*BT, (b+1)*BT) are the BT x D rows at k[b] and
+ * v[b]. This is the per-sequence part of a batched decode step (it does not
+ * shrink with batching: every row attends over its own cache), so it has an
+ * AVX2/FMA version, used at FATHOM_ISA avx2 and avx512 (an AVX-512 one measured
+ * no faster at head sizes 32-128 on Zen 4: the scores' reductions dominate); the
+ * scalar one is the loop the step had before. They differ only in summation
+ * order and exp (fm_exp256, about 1 ulp). */
+#ifndef FATHOM_GPT_PAGED_ATTN_H
+#define FATHOM_GPT_PAGED_ATTN_H
+#include <stdint.h>
+
+typedef struct fm_paged_head {
+    const float *q;                /* [D] */
+    const float *const *k, *const *v; /* per block of BT positions: [BT][D] */
+    int D, BT;
+    int64_t n;                     /* positions attended: 0..n-1 */
+    float scale;
+    float *scores;                 /* scratch, n floats */
+    float *out;                    /* [D] */
+} fm_paged_head;
+
+void fm_paged_head_f32_scalar(const fm_paged_head *a);
+void fm_paged_head_f32_avx2(const fm_paged_head *a); /* only when fm_cpu_use_avx2() */
+#endif
