@@ -31,7 +31,7 @@ static void train_usage(FILE *f) {
             "                    [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]\n"
             "                    [--out DIR] [--resume [DIR]] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
             "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--corpus FILE] [--sample N]\n"
-            "                    [--zero 0|1] [--bucket-size SIZE] [--dist-timeout SECONDS]\n"
+            "                    [--zero 0|1] [--bucket-size SIZE] [--dist-timeout SECONDS] [--tensor-parallel T]\n"
             "       mpirun -np N fathom train RECIPE [flags]     (data parallel over N processes)\n\n"
             "Trains the model a recipe describes: a classifier (fashion-mlp, fashion-cnn) or a GPT (kjv-gpt).\n"
             "RECIPE is a built-in name (see `fathom recipes`) or a path to an .ini file. Every flag applies\n"
@@ -68,7 +68,10 @@ static void train_usage(FILE *f) {
             "whole batch; it must split evenly over the ranks); rank 0 logs and saves.\n"
             "  --zero 1           shard the optimizer state over the ranks (ZeRO-1; needs 2 or more ranks)\n"
             "  --bucket-size SIZE gradients all-reduced in buckets of SIZE (default 25M)\n"
-            "  --dist-timeout S   a collective that waits more than S seconds for a rank ends the job (default 300)\n");
+            "  --dist-timeout S   a collective that waits more than S seconds for a rank ends the job (default 300)\n"
+            "  --tensor-parallel T  GPT recipes: split each model over T ranks (Megatron: heads, MLP columns and\n"
+            "                     vocabulary), data parallel across the N/T groups; T divides N and the model's\n"
+            "                     heads, key/value heads, MLP width and vocabulary; fp32 on the CPU\n");
 }
 
 typedef struct train_args {
@@ -78,7 +81,7 @@ typedef struct train_args {
     double lr;
     fm_efficiency_opts eo;
     fm_device device;
-    long long zero;
+    long long zero, tensor_parallel;
     size_t bucket_bytes;
     double dist_timeout;
     fm_dist *dist; /* the MPI world (a world of one without mpirun) */
@@ -89,7 +92,7 @@ static const char *const k_flags[] = {
     "--steps", "--epochs", "--batch", "--lr", "--seed", "--threads", "--device", "--precision", "--checkpointing",
     "--grad-accum", "--memory-limit", "--memory-mode", "--memory-preallocate", "--out", "--resume", "--stop-after",
     "--max-steps", "--no-eval", "--json", "--quiet", "--profile", "--logdir", "--hist-every", "--corpus", "--sample",
-    "--zero", "--bucket-size", "--dist-timeout", "--help"};
+    "--zero", "--bucket-size", "--dist-timeout", "--tensor-parallel", "--help"};
 #define N_FLAGS (int)(sizeof k_flags / sizeof k_flags[0])
 static bool takes_value(const char *f) {
     return strcmp(f, "--no-eval") && strcmp(f, "--json") && strcmp(f, "--quiet") && strcmp(f, "--help") &&
@@ -159,6 +162,7 @@ static bool value_flag(train_args *a, const char *f, const char *v) {
     INT_FLAG("--hist-every", 1, INT_MAX, hist_every)
     INT_FLAG("--sample", 0, INT_MAX, sample)
     INT_FLAG("--zero", 0, 1, zero)
+    INT_FLAG("--tensor-parallel", 1, 4096, tensor_parallel)
 #undef INT_FLAG
     if (!strcmp(f, "--lr")) return parse_lr(v, &a->lr);
     if (!strcmp(f, "--bucket-size")) {
@@ -258,7 +262,8 @@ static json_t *dist_json(const train_report *r) {
     const fm_dist_report *d = &r->dist;
     if (d->world_size < 2) return json_null();
     json_t *j = json_object();
-    const double n = d->world_size, steps = d->steps > 0 ? (double)d->steps : 1;
+    /* n: the ranks a gradient is averaged over (tensor parallel: the data-parallel groups) */
+    const double n = d->world_size / (d->tensor_parallel > 1 ? d->tensor_parallel : 1), steps = d->steps > 0 ? (double)d->steps : 1;
     json_object_set_new(j, "zero", json_integer(d->zero));
     json_object_set_new(j, "buckets", json_integer(d->buckets));
     json_object_set_new(j, "steps", json_integer(d->steps));
@@ -271,6 +276,14 @@ static json_t *dist_json(const train_report *r) {
     /* a ring all-reduce (or a reduce-scatter + all-gather) moves 2(N-1)/N of the gradients */
     json_object_set_new(j, "ring_bytes_per_step", json_real(2 * (n - 1) / n * (double)d->grad_bytes));
     json_object_set_new(j, "optimizer_state_bytes_per_rank", json_integer(d->optimizer_state_bytes));
+    json_object_set_new(j, "tensor_parallel", json_integer(d->tensor_parallel > 1 ? d->tensor_parallel : 1));
+    if (d->tensor_parallel > 1) {
+        const double ts = d->tp_steps > 0 ? (double)d->tp_steps : 1;
+        json_object_set_new(j, "tp_comm_seconds", json_real(d->tp_comm_seconds));
+        json_object_set_new(j, "tp_comm_fraction_of_training", num_or_null(r->train_seconds > 0 ? d->tp_comm_seconds / r->train_seconds : NAN));
+        json_object_set_new(j, "tp_bytes_sent_per_step", json_real((double)d->tp_bytes_sent / ts));
+        json_object_set_new(j, "tp_formula_bytes_per_step", json_real((double)d->tp_formula_bytes));
+    }
     return j;
 }
 
@@ -324,16 +337,22 @@ static void print_text(const train_args *a, const train_report *r) {
     fprintf(stderr, "\n");
     if (!a->json && r->memory_text && r->memory_text[0]) fprintf(stderr, "%s\n", r->memory_text);
     const fm_dist_report *d = &r->dist;
-    if (d->world_size > 1) {
-        const double n = d->world_size, steps = d->steps > 0 ? (double)d->steps : 1;
+    const int n_dp = d->world_size / (d->tensor_parallel > 1 ? d->tensor_parallel : 1);
+    if (n_dp > 1) {
+        const double n = n_dp, steps = d->steps > 0 ? (double)d->steps : 1;
         fprintf(stderr, "data parallel: %d ranks%s, %d bucket%s; communication %.2f s (%.1f%% of training), %.0f%% of it "
                 "overlapped with backward; %.2f MB sent per rank per step (ring: 2(N-1)/N x %.2f MB of gradients = %.2f MB); "
                 "optimizer state %.2f MB per rank\n",
-                d->world_size, d->zero ? " with ZeRO-1" : "", d->buckets, d->buckets == 1 ? "" : "s", d->comm_seconds,
+                n_dp, d->zero ? " with ZeRO-1" : "", d->buckets, d->buckets == 1 ? "" : "s", d->comm_seconds,
                 r->train_seconds > 0 ? 100 * d->comm_seconds / r->train_seconds : 0.0, 100 * d->overlapped_fraction,
                 (double)d->bytes_sent / steps / 1e6, (double)d->grad_bytes / 1e6,
                 2 * (n - 1) / n * (double)d->grad_bytes / 1e6, (double)d->optimizer_state_bytes / 1e6);
     }
+    if (d->tensor_parallel > 1)
+        fprintf(stderr, "tensor parallel: groups of %d ranks; their collectives %.2f s (%.1f%% of training); %.3f MB sent per "
+                "rank per step (formula: %.3f MB)\n", d->tensor_parallel, d->tp_comm_seconds,
+                r->train_seconds > 0 ? 100 * d->tp_comm_seconds / r->train_seconds : 0.0,
+                (double)d->tp_bytes_sent / (d->tp_steps > 0 ? (double)d->tp_steps : 1) / 1e6, (double)d->tp_formula_bytes / 1e6);
     if (a->profile) fprintf(stderr, "trace: %s (open in ui.perfetto.dev, or: fathom profile %s)\n", a->profile, a->profile);
     if (a->logdir) fprintf(stderr, "logs: %s (TensorBoard event files; or: fathom plot %s -o curves.svg)\n", a->logdir, a->logdir);
     if (r->model_path[0])
@@ -343,18 +362,45 @@ static void print_text(const train_args *a, const train_report *r) {
 
 /* Data parallel: the whole batch must split evenly over the ranks (a usage error on every rank alike). */
 static bool batch_splits(const train_args *a, int64_t batch) {
-    int n = a->dist ? fm_dist_size(a->dist) : 1;
+    const int tp = a->tensor_parallel > 1 ? (int)a->tensor_parallel : 1, n = (a->dist ? fm_dist_size(a->dist) : 1) / tp;
     if (n < 2 || batch % n == 0) return true;
     if (fm_dist_rank(a->dist) == 0)
-        fm_cli_error("train: the batch (%lld) does not split evenly over %d ranks: give --batch a multiple of %d (it is the "
-                     "whole batch over all ranks)", (long long)batch, n, n);
+        fm_cli_error("train: the batch (%lld) does not split evenly over %d %s: give --batch a multiple of %d (it is the "
+                     "whole batch over all ranks)", (long long)batch, n, tp > 1 ? "data-parallel groups" : "ranks", n);
     return false;
 }
 
+/* --tensor-parallel T: what must hold before any data is read (usage errors; rank 0 says
+ * them). The vocabulary of a char tokenizer is known only from the corpus: checked then. */
+static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
+    const int T = (int)a->tensor_parallel, world = a->dist ? fm_dist_size(a->dist) : 1;
+    const bool say = !a->dist || fm_dist_rank(a->dist) == 0;
+    if (T <= 1) return true;
+    fm_gpt_config c = o->model;
+    c.vocab_size = o->tokenizer == FM_TOK_BPE ? o->tokenizer_vocab : o->tokenizer == FM_TOK_BYTE ? 256 : T;
+    const char *why = NULL;
+    char msg[512];
+    if (world % T) {
+        snprintf(msg, sizeof msg, "--tensor-parallel %d needs a world of a multiple of %d ranks (world size = tensor "
+                 "parallel x data parallel), got %d: start the job with mpirun -np %d (or %d, ...)", T, T, world, T, 2 * T);
+        why = msg;
+    } else if (fm_gpt_tp_check(&c, T)) {
+        why = fm_last_error();
+    } else if (a->zero) {
+        why = "--zero 1 with --tensor-parallel is not built yet: use one of them";
+    } else if (a->eo.precision != FM_F32 || a->eo.checkpointing != FM_CKPT_NONE || a->device.type != FM_DEV_CPU) {
+        why = "--tensor-parallel runs fp32 on the CPU without activation checkpointing here: drop --precision, "
+              "--checkpointing and --device";
+    }
+    if (why && say) fm_cli_error("train: %s", why);
+    return !why;
+}
+
 static int run_classifier(const train_args *a, const char *path, train_report *rep) {
-    if (a->corpus || a->sample >= 0) {
-        fm_cli_error("train: %s applies to GPT recipes only; %s is a classifier recipe", a->corpus ? "--corpus" : "--sample",
-                     a->recipe);
+    if (a->corpus || a->sample >= 0 || a->tensor_parallel > 1) {
+        fm_cli_error("train: %s applies to GPT recipes only; %s is a classifier recipe",
+                     a->corpus ? "--corpus" : a->sample >= 0 ? "--sample" : "--tensor-parallel (splitting attention heads, "
+                     "MLP columns and the vocabulary over ranks)", a->recipe);
         return 2;
     }
     fm_train_options o;
@@ -448,7 +494,8 @@ static int gpt_options(const train_args *a, const char *out, fm_gpt_train_opts *
     o->dist = a->dist;
     o->zero = (int)a->zero;
     o->bucket_bytes = a->bucket_bytes;
-    if (!batch_splits(a, o->batch_size)) return 2;
+    o->tensor_parallel = (int)a->tensor_parallel;
+    if (!tp_fits(a, o) || !batch_splits(a, o->batch_size)) return 2;
     /* the recipe's batch size is known only now */
     if (fm_efficiency_validate(&o->eff, true, o->batch_size)) {
         fm_cli_error("train: %s (%d is the recipe's batch_size; set another with --batch)", fm_last_error(), o->batch_size);
@@ -545,7 +592,7 @@ static int check_same_config(const train_args *a, const char *path) {
         {"--corpus", hash_str(a->corpus)}, {"--device", hash_str(dev)}, {"--precision", NUM(e->precision)},
         {"--checkpointing", NUM(e->checkpointing)}, {"--grad-accum", NUM(e->grad_accum)},
         {"--memory-limit", NUM(e->memory_limit)}, {"--zero", NUM(a->zero)}, {"--bucket-size", NUM(a->bucket_bytes)},
-        {"--dist-timeout", NUM(a->dist_timeout)}};
+        {"--dist-timeout", NUM(a->dist_timeout)}, {"--tensor-parallel", NUM(a->tensor_parallel)}};
 #undef NUM
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (fm_dist_check_same(a->dist, f[i].h, f[i].what) != FM_OK) { /* every rank finds it: rank 0 says it */

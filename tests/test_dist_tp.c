@@ -5,20 +5,27 @@
  * logits (gathered when vocabulary-parallel), loss and every parameter's gradient
  * (split ones gathered) within 1e-5 of the largest magnitude, for GPT-2 (biases) and
  * Llama (RoPE, SwiGLU, grouped-query attention). Also: a shard/gather round trip of a
- * three-segment split, and the errors for a T that does not fit the model. */
+ * three-segment split, and the errors for a T that does not fit the model.
+ * Training (fm_gpt_train_ex with tensor_parallel T; world = T x DP): 5 AdamW steps with
+ * clipping equal one process (train and validation loss, saved parameters within 1e-5),
+ * and checkpoints hold whole parameters: 3 steps at T then 2 in one process, and 3 in
+ * one then 2 at T, end where one process ends. The one-process runs are rank 0's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_util.h"
 #include "fathom/autograd.h"
 #include "fathom/dist.h"
 #include "fathom/gpt.h"
+#include "fathom/io.h"
 #include "fathom/ops.h"
 
 static int R, N;
+static char dir[256];
 
 static fm_gpt_config tiny(fm_gpt_arch arch, int kv) {
     fm_gpt_config c = fm_gpt_config_default(arch);
@@ -188,6 +195,116 @@ static void test_errors(void) {
     CHECK(fm_gpt_tp_check(&g, 4) == FM_OK && fm_gpt_tp_check(&l, 2) == FM_OK);
 }
 
+static void barrier(fm_dist *d) {
+    int32_t x = 0;
+    CHECK(fm_dist_broadcast(d, &x, sizeof x, 0) == FM_OK);
+}
+
+/* Largest |a - b| over the largest |b| across every tensor of two model files; -1 if they differ in kind. */
+static double file_diff(const char *pa, const char *pb) {
+    fm_named_list a, b;
+    if (fm_safetensors_load(pa, &a, NULL) != FM_OK) return -1;
+    if (fm_safetensors_load(pb, &b, NULL) != FM_OK) { fm_named_list_free(&a); return -1; }
+    double diff = a.n == b.n && a.n > 0 ? 0 : -1, mag = 0;
+    for (int i = 0; i < a.n && diff >= 0; i++) {
+        int k = fm_named_list_find(&b, a.items[i].name);
+        fm_tensor *x = a.items[i].tensor, *y = k >= 0 ? b.items[k].tensor : NULL;
+        if (!y || fm_tensor_numel(x) != fm_tensor_numel(y) || x->dtype != FM_F32) { diff = -1; break; }
+        const float *px = fm_tensor_data(x), *py = fm_tensor_data(y);
+        for (int64_t j = 0; j < fm_tensor_numel(x); j++) {
+            diff = fmax(diff, fabs((double)px[j] - py[j]));
+            mag = fmax(mag, fabs((double)py[j]));
+        }
+    }
+    fm_named_list_free(&a);
+    fm_named_list_free(&b);
+    return diff < 0 ? -1 : diff / (mag > 0 ? mag : 1);
+}
+
+/* A small GPT on dir/corpus.txt: 5 steps (or stop after `stop`, or resume out's checkpoint). */
+static fm_status tp_train(fm_dist *d, int T, fm_gpt_arch arch, const char *out, int64_t stop, bool resume,
+                          fm_gpt_train_result *res) {
+    static char corpus[400];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    fm_gpt_train_opts o = fm_gpt_train_defaults();
+    o.model = tiny(arch, 2);
+    o.model.n_embd = 16;
+    o.model.block_size = 8;
+    o.model.ffn_hidden = 32;
+    o.tokenizer = FM_TOK_BYTE;
+    o.corpus = corpus;
+    o.out_dir = out;
+    o.batch_size = 4;
+    o.steps = 5;
+    o.warmup = 1;
+    o.lr = 3e-3;
+    o.grad_clip = 0.05; /* clips every step: the norm must be the whole model's */
+    o.eval_every = 5;
+    o.eval_batches = 4;
+    o.ckpt_every = 0;
+    o.quiet = true;
+    o.dist = d;
+    o.tensor_parallel = T;
+    o.stop_after = stop;
+    o.resume = resume;
+    return fm_gpt_train_ex(&o, res);
+}
+
+static void path(char *buf, size_t n, const char *run, int T, fm_gpt_arch arch, const char *file) {
+    snprintf(buf, n, "%s/%s-t%d-%s%s%s", dir, run, T, fm_gpt_arch_name(arch), file ? "/" : "", file ? file : "");
+}
+
+static void test_train(fm_dist *d, int T, fm_gpt_arch arch) {
+    char out[400], ref[400], pa[500], pb[500];
+    fm_gpt_train_result a, b;
+    path(out, sizeof out, "tp", T, arch, NULL);
+    path(ref, sizeof ref, "ref", T, arch, NULL);
+    fm_status st = tp_train(d, T, arch, out, 0, false, &a);
+    CHECK_MSG(st == FM_OK, "%s TP=%d training: %s", fm_gpt_arch_name(arch), T, fm_last_error());
+    CHECK(st != FM_OK || (a.dist.tensor_parallel == T && a.dist.world_size == N && a.dist.tp_steps == 5 &&
+                          a.dist.tp_bytes_sent == 5 * a.dist.tp_formula_bytes));
+    if (R == 0 && st == FM_OK) {
+        CHECK(tp_train(NULL, 1, arch, ref, 0, false, &b) == FM_OK);
+        double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss), ev = fabs(a.val_loss - b.val_loss) / fabs(b.val_loss);
+        path(pa, sizeof pa, "tp", T, arch, "model.safetensors");
+        path(pb, sizeof pb, "ref", T, arch, "model.safetensors");
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(et <= 1e-5 && ev <= 1e-5, "%s TP=%d: losses differ: train %.3g, val %.3g", fm_gpt_arch_name(arch), T, et, ev);
+        CHECK_MSG(pd >= 0 && pd <= 1e-5, "%s TP=%d: parameters differ by %.3g", fm_gpt_arch_name(arch), T, pd);
+        fprintf(stderr, "%s trained at TP=%d x DP=%d: train loss %.9g (one process %.9g), val within %.2g, parameters "
+                "within %.2g; %lld bytes sent per step (formula %lld)\n", fm_gpt_arch_name(arch), T, N / T, a.train_loss,
+                b.train_loss, ev, pd, (long long)(a.dist.tp_bytes_sent / 5), (long long)a.dist.tp_formula_bytes);
+    }
+    barrier(d);
+    /* resume T -> 1 */
+    char ra[400], rb[400];
+    path(ra, sizeof ra, "t-to-1", T, arch, NULL);
+    path(rb, sizeof rb, "1-to-t", T, arch, NULL);
+    CHECK(tp_train(d, T, arch, ra, 3, false, &a) == FM_OK);
+    if (R == 0) {
+        CHECK(tp_train(NULL, 1, arch, ra, 0, true, &a) == FM_OK);
+        CHECK(tp_train(NULL, 1, arch, rb, 3, false, &b) == FM_OK);
+        path(pa, sizeof pa, "t-to-1", T, arch, "model.safetensors");
+        path(pb, sizeof pb, "ref", T, arch, "model.safetensors");
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(pd >= 0 && pd <= 1e-5, "%s TP=%d -> 1 resume: parameters differ by %.3g", fm_gpt_arch_name(arch), T, pd);
+        fprintf(stderr, "%s resume TP=%d -> 1 process: final train loss %.9g, parameters within %.2g of one process\n",
+                fm_gpt_arch_name(arch), T, a.train_loss, pd);
+    }
+    barrier(d);
+    /* resume 1 -> T */
+    CHECK(tp_train(d, T, arch, rb, 0, true, &b) == FM_OK);
+    if (R == 0) {
+        path(pa, sizeof pa, "1-to-t", T, arch, "model.safetensors");
+        path(pb, sizeof pb, "ref", T, arch, "model.safetensors");
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(pd >= 0 && pd <= 1e-5, "%s 1 -> TP=%d resume: parameters differ by %.3g", fm_gpt_arch_name(arch), T, pd);
+        fprintf(stderr, "%s resume 1 process -> TP=%d: final train loss %.9g, parameters within %.2g of one process\n",
+                fm_gpt_arch_name(arch), T, b.train_loss, pd);
+    }
+    barrier(d);
+}
+
 int main(void) {
     fm_dist *d = NULL;
     if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
@@ -201,6 +318,27 @@ int main(void) {
     }
     test_shard_gather(d);
     test_errors();
+    if (N > 1) {
+        if (R == 0) {
+            snprintf(dir, sizeof dir, "/tmp/fathom-dist-tp-XXXXXX");
+            if (!mkdtemp(dir)) { perror("mkdtemp"); fm_dist_abort(d, 1); }
+            char p[400];
+            snprintf(p, sizeof p, "%s/corpus.txt", dir);
+            FILE *f = fopen(p, "w");
+            for (int i = 0; f && i < 60; i++) fprintf(f, "In the beginning %d was the word, and the word was %d.\n", i, i * 7 % 13);
+            if (f) fclose(f);
+        }
+        CHECK(fm_dist_broadcast(d, dir, sizeof dir, 0) == FM_OK);
+        test_train(d, 2, FM_GPT_GPT2);
+        test_train(d, 2, FM_GPT_LLAMA);
+        if (N == 4) test_train(d, 4, FM_GPT_GPT2);
+        barrier(d);
+        if (R == 0) {
+            char cmd[300];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+        }
+    }
     fm_dist_finalize(d);
     TEST_DONE();
 }

@@ -157,7 +157,7 @@ FM_API fm_status fm_dist_trainer_full_state(fm_dist_trainer *t, fm_named_list *o
 FM_API fm_status fm_dist_trainer_load_full_state(fm_dist_trainer *t, const fm_named_list *full);
 
 typedef struct fm_dist_report {
-    int world_size;           /* 1: no data parallelism */
+    int world_size;           /* ranks in all (1: one process) */
     int zero;                 /* ZeRO stage (0 or 1) */
     int buckets;              /* gradient buckets (zero = 0) */
     int64_t steps;            /* optimizer steps with communication */
@@ -168,6 +168,16 @@ typedef struct fm_dist_report {
     int64_t grad_bytes;       /* gradient bytes per step */
     int64_t bytes_sent;       /* bytes this rank sent, all steps */
     int64_t optimizer_state_bytes; /* the optimizer state this rank holds */
+    /* tensor parallel (GPT trainer; 0: none): group size, training steps, and this rank's
+     * bytes sent and time in the steps' tensor-parallel collectives */
+    int tensor_parallel;
+    int64_t tp_steps, tp_bytes_sent;
+    double tp_comm_seconds;
+    /* what a step should send: (4 n_layer + 2) all-reduces of the rank's activations
+     * [B/DP, T, n_embd] (2 per block forward and backward, the embedding's forward and the
+     * output's backward) at 2(TP-1)/TP each, plus the cross-entropy's row statistics and
+     * the gradient norm */
+    int64_t tp_formula_bytes;
 } fm_dist_report;
 FM_API void fm_dist_trainer_report(fm_dist_trainer *t, fm_dist_report *out);
 

@@ -62,4 +62,12 @@ typedef struct fm_gpt_kv_cache {
     fm_tensor **k, **v; /* per layer [B, KV, cap, D] */
 } gpt_kv;
 
+/* Tensor parallel training (gpt_tp.c): the whole optimizer state from this rank's
+ * (split tensors gathered: a collective); this rank's parts of a whole state read from
+ * path into local (same names); the clipping norm's reduction (fm_optim_set_norm_reduce,
+ * ctx: the model); the parameters one rank holds. */
+fm_status gpt_tp_full_state(const fm_gpt *m, const fm_named_list *local, fm_named_list *full);
+fm_status gpt_tp_load_state(const fm_gpt *m, const fm_named_list *file, const char *path, fm_named_list *local);
+fm_status gpt_tp_norm_reduce(double *ss, void *ctx);
+int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp);
 #endif

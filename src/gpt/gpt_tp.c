@@ -159,3 +159,86 @@ fm_status fm_gpt_tp_load_model(fm_gpt *m, fm_gpt *full) {
     fm_set_grad_enabled(prev);
     return st;
 }
+
+/* ---- for the trainer: optimizer state and the gradient norm under tensor parallelism ---- */
+
+/* The split of the parameter an optimizer state tensor belongs to ("<param>.exp_avg"). */
+static bool state_split(const fm_gpt *m, const char *state_name, fm_tp_split *out) {
+    const char *dot = strrchr(state_name, '.');
+    if (!dot) return false;
+    char p[256];
+    snprintf(p, sizeof p, "%.*s", (int)(dot - state_name), state_name);
+    int i = fm_named_list_find(&m->params, p);
+    return i >= 0 && fm_gpt_tp_split(m, m->params.items[i].tensor, out);
+}
+
+fm_status gpt_tp_full_state(const fm_gpt *m, const fm_named_list *local, fm_named_list *full) {
+    memset(full, 0, sizeof *full);
+    full->owns_tensors = true;
+    fm_status st = FM_OK;
+    for (int i = 0; i < local->n && st == FM_OK; i++) {
+        fm_tp_split sp;
+        fm_tensor *t = local->items[i].tensor;
+        fm_tensor *g = state_split(m, local->items[i].name, &sp) ? fm_tp_gather(m->tp, t, &sp) : fm_tensor_retain(t);
+        st = g ? fm_named_list_push(full, local->items[i].name, g, false, true) : fm_last_status();
+        fm_tensor_release(g);
+    }
+    if (st) fm_named_list_free(full);
+    return st;
+}
+
+fm_status gpt_tp_load_state(const fm_gpt *m, const fm_named_list *file, const char *path, fm_named_list *local) {
+    fm_status st = FM_OK;
+    char a[96], b[96];
+    bool prev = fm_set_grad_enabled(false);
+    for (int i = 0; i < local->n && st == FM_OK; i++) {
+        fm_tensor *dst = local->items[i].tensor, *sh = NULL;
+        int k = fm_named_list_find(file, local->items[i].name);
+        fm_tp_split sp;
+        if (k < 0) { st = fm_set_error(FM_ERR_FORMAT, "%s: optimizer state '%s' is missing", path, local->items[i].name); break; }
+        fm_tensor *src = file->items[k].tensor;
+        if (state_split(m, local->items[i].name, &sp) && !(sh = fm_tp_shard(m->tp_size, m->tp_rank, src, &sp))) {
+            st = fm_last_status();
+            fm_error_prefix("%s: optimizer state '%s'", path, local->items[i].name);
+            break;
+        }
+        fm_tensor *s = sh ? sh : src;
+        if (s->ndim != dst->ndim || fm_tensor_numel(s) != fm_tensor_numel(dst) || memcmp(s->shape, dst->shape, sizeof(int64_t) * (size_t)s->ndim))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: optimizer state '%s' is %s, this model's part of it %s", path,
+                              local->items[i].name, fm_shape_str(src->ndim, src->shape, a, sizeof a),
+                              fm_shape_str(dst->ndim, dst->shape, b, sizeof b));
+        else st = fm_copy_(dst, s);
+        fm_tensor_release(sh);
+    }
+    fm_set_grad_enabled(prev);
+    return st;
+}
+
+/* The clipping norm's sum of squares over the whole model: the split parameters' parts
+ * are summed over the group, the replicated ones (equal on every rank) counted once. */
+fm_status gpt_tp_norm_reduce(double *ss, void *ctx) {
+    const fm_gpt *m = ctx;
+    double rep = 0;
+    for (int i = 0; i < m->params.n; i++) {
+        fm_tensor *p = m->params.items[i].tensor, *g = p->grad;
+        if (!g || fm_gpt_tp_split(m, p, NULL)) continue;
+        if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 CPU "
+                                "tensor", m->params.items[i].name);
+        const float *v = fm_tensor_data(g);
+        for (int64_t j = 0, n = fm_tensor_numel(g); j < n; j++) rep += (double)v[j] * v[j];
+    }
+    *ss -= rep * (double)(m->tp_size - 1) / m->tp_size;
+    return fm_dist_allreduce_sum_f64(m->tp, ss, 1);
+}
+
+int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp) {
+    int64_t n = fm_gpt_config_num_params(c);
+    if (tp <= 1 || n < 0) return n;
+    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
+    const int64_t C = c->n_embd, F = c->ffn_hidden, H = c->n_head, D = C / H, KV = llama ? c->n_kv_head : H;
+    int64_t split = (c->untied_head ? 2 : 1) * (int64_t)c->vocab_size * C +
+                    c->n_layer * ((H + 2 * KV) * D * C + C * H * D + (llama ? 3 : 2) * F * C +
+                                  (bias ? (H + 2 * KV) * D + F : 0));
+    return n - split + split / tp;
+}

@@ -189,13 +189,14 @@ done:
 }
 
 static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t hi, const fm_gpt_train_opts *o,
-                          double *out) {
+                          fm_dist *dp, double *out) {
     bool prev = fm_set_grad_enabled(false);
     fm_gpt_train_mode(m, false);
     double sum = 0;
     fm_status st = FM_OK;
-    /* data parallel: rank r takes eval batches r, r + N, ...; the sum is reduced below */
-    const int rank = o->dist ? fm_dist_rank(o->dist) : 0, world = o->dist ? fm_dist_size(o->dist) : 1;
+    /* data parallel: rank r takes eval batches r, r + N, ...; the sum is reduced below (dp: the
+     * data-parallel group; the ranks of a tensor-parallel group evaluate the same batches) */
+    const int rank = dp ? fm_dist_rank(dp) : 0, world = dp ? fm_dist_size(dp) : 1;
     for (int i = rank; i < o->eval_batches && st == FM_OK; i += world) {
         fm_tensor *x, *y, *loss = NULL;
         st = fm_gpt_batch_eval(d, lo, hi, o->batch_size, o->model.block_size, i, &x, &y);
@@ -218,7 +219,7 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     fm_gpt_train_mode(m, true);
     fm_set_grad_enabled(prev);
     /* every rank takes part even after an error of its own: the others wait in this sum */
-    if (world > 1 && fm_dist_allreduce_sum_f64(o->dist, &sum, 1) != FM_OK && st == FM_OK) st = fm_last_status();
+    if (world > 1 && fm_dist_allreduce_sum_f64(dp, &sum, 1) != FM_OK && st == FM_OK) st = fm_last_status();
     *out = sum / o->eval_batches;
     return st;
 }
@@ -237,10 +238,21 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     memset(&meta, 0, sizeof meta);
     fm_ckpt_tx tx;
     memset(&tx, 0, sizeof tx);
-    /* data parallel: the whole state (ZeRO-1: gathered by every rank); rank 0 writes it */
+    /* data parallel: the whole state (ZeRO-1: gathered by every rank); rank 0 writes it.
+     * Tensor parallel: the split parameters and their state are gathered whole first, so a
+     * checkpoint does not depend on the split either. */
     fm_status st = dt ? fm_dist_trainer_full_state(dt, &state) : fm_optim_state(opt, &state);
+    fm_gpt *whole = NULL;
+    if (!st && m->tp) {
+        fm_named_list local = state;
+        st = gpt_tp_full_state(m, &local, &state);
+        fm_named_list_free(&local);
+        if (!st && !(whole = fm_gpt_tp_gather_model(m))) st = fm_last_status();
+        if (whole) m = whole;
+    }
     if (o->dist && fm_dist_rank(o->dist) != 0) {
         fm_named_list_free(&state);
+        fm_gpt_free(whole);
         return st;
     }
     for (int i = 0; i < m->params.n && !st; i++)
@@ -279,6 +291,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
+    fm_gpt_free(whole);
     return st;
 }
 
@@ -295,6 +308,25 @@ static fm_status meta_num(const fm_kv_list *meta, const char *key, const char *f
     return FM_OK;
 }
 
+/* Tensor parallel resume: the whole weights into a whole model, then this rank's shards. */
+static fm_status load_whole_split(fm_gpt *m, const char *path) {
+    fm_gpt *whole = fm_gpt_new(&m->cfg, NULL);
+    fm_status st = whole ? fm_gpt_load_hf(whole, path) : fm_last_status();
+    if (!st) st = fm_gpt_tp_load_model(m, whole);
+    fm_gpt_free(whole);
+    return st;
+}
+
+/* ... and this rank's parts of the whole optimizer state into state (its tensors). */
+static fm_status load_state_split(fm_gpt *m, const char *path, fm_named_list *state, fm_kv_list *meta) {
+    fm_named_list file;
+    fm_status st = fm_safetensors_load(path, &file, meta);
+    if (st) return st;
+    st = gpt_tp_load_state(m, &file, path, state);
+    fm_named_list_free(&file);
+    return st;
+}
+
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                            const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
@@ -305,12 +337,12 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     memset(&meta, 0, sizeof meta);
     int64_t s = 0;
     uint64_t off = 0, seed = 0;
-    if (!st) st = fm_gpt_load_hf(m, mp);
+    if (!st) st = m->tp ? load_whole_split(m, mp) : fm_gpt_load_hf(m, mp);
     /* data parallel: the whole state (ZeRO-1: full tensors, then this rank's part is kept) */
     if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
     if (!st && !dt) st = fm_optim_init_state(opt);
     if (!st && !dt) st = fm_optim_state(opt, &state);
-    if (!st) st = fm_safetensors_load_into(sp, &state, &meta);
+    if (!st) st = m->tp ? load_state_split(m, sp, &state, &meta) : fm_safetensors_load_into(sp, &state, &meta);
     if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
     if (!st) st = meta_num(&meta, "step", sp, false, &s);
     if (!st) st = meta_num(&meta, "dropout_rng_offset", sp, true, &off);
@@ -375,6 +407,12 @@ typedef struct gpt_run {
     fm_lr_schedule sched;
     fm_dist_trainer *dt; /* data parallel (NULL: this process alone) */
     int rank, world;
+    /* tensor parallel (--tensor-parallel T > 1): world = T x DP; tp groups ranks r / T, dp
+     * ranks r % T; without it dp is o->dist. dp_rank, dp_size: the data-parallel position */
+    fm_dist *tp, *dp;
+    int tp_size, dp_rank, dp_size;
+    int64_t tp_bytes, step0; /* sent by this rank in the training steps' tensor-parallel collectives; first step */
+    double tp_seconds;  /* time in them */
     bool profiling, in_step, do_step;
     int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
     double t_start, t_log, t_tb, last, val, norm, min_loss;
@@ -420,21 +458,52 @@ static fm_status gpt_prepare_data(gpt_run *u) {
     return prepare_data(u->o, &u->tok, &u->d);
 }
 
+/* Tensor parallel (--tensor-parallel T > 1): what it cannot run with, then the groups:
+ * ranks r / T share a model split T ways, ranks with the same r % T form a data-parallel
+ * group. Before any weight exists; every rank finds the same errors. */
+static fm_status gpt_tp_setup(gpt_run *u) {
+    const fm_gpt_train_opts *o = u->o;
+    const int T = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    u->tp_size = T;
+    u->dp = o->dist;
+    u->dp_rank = u->rank;
+    u->dp_size = u->world;
+    if (T == 1) return FM_OK;
+    if (!o->dist || u->world % T)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d needs a world of a multiple of %d ranks (world size = "
+                            "tensor parallel x data parallel), got %d: start the job with mpirun -np %d (or %d, ...)", T, T,
+                            u->world, T, 2 * T);
+    fm_status st = fm_gpt_tp_check(&u->cfg, T);
+    if (st) return st;
+    if (o->zero)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --tensor-parallel %d is not built yet: use one of them", T);
+    if (o->eff.precision != FM_F32 || o->eff.checkpointing != FM_CKPT_NONE || o->eff.device.type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU without activation "
+                            "checkpointing here: drop --precision, --checkpointing and --device", T);
+    if ((st = fm_dist_split(o->dist, u->rank / T, &u->tp)) || (st = fm_dist_split(o->dist, u->rank % T, &u->dp)))
+        return st;
+    u->dp_rank = fm_dist_rank(u->dp);
+    u->dp_size = fm_dist_size(u->dp);
+    return FM_OK;
+}
+
 /* Data parallel (a world of more than one, or --zero): the batch splits evenly over the
- * ranks, and the step gets the gradient buckets or the sharded optimizer. */
+ * ranks (of the data-parallel group), and the step gets the gradient buckets or the
+ * sharded optimizer. */
 static fm_status gpt_dist_init(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
+    const int n = u->dp_size;
     if (!o->dist && o->zero)
         return fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
                             "mpirun -np N (N >= 2)");
-    if (!o->dist || (u->world < 2 && !o->zero)) return FM_OK;
-    if (o->batch_size % u->world)
+    if (!o->dist || (n < 2 && !o->zero)) return FM_OK;
+    if (o->batch_size % n)
         return fm_set_error(FM_ERR_INVALID, "the batch (%d) does not split evenly over %d ranks: give --batch a multiple of %d",
-                            o->batch_size, u->world, u->world);
-    if (o->eff.grad_accum > o->batch_size / u->world)
+                            o->batch_size, n, n);
+    if (o->eff.grad_accum > o->batch_size / n)
         return fm_set_error(FM_ERR_INVALID, "--grad-accum %d is more than the %d windows each of the %d ranks gets per batch",
-                            o->eff.grad_accum, o->batch_size / u->world, u->world);
-    if (!(u->dt = fm_dist_trainer_new(o->dist, &u->ts, o->zero, o->bucket_bytes))) return fm_last_status();
+                            o->eff.grad_accum, o->batch_size / n, n);
+    if (!(u->dt = fm_dist_trainer_new(u->dp, &u->ts, o->zero, o->bucket_bytes))) return fm_last_status();
     return FM_OK;
 }
 
@@ -462,13 +531,16 @@ static fm_status gpt_setup(gpt_run *u) {
     }
     /* the memory options, and whether the model fits, before any weight exists */
     if ((st = fm_efficiency_apply_memory(eo))) return st;
-    if ((st = fm_efficiency_check_fits(eo, fm_gpt_config_num_params(&u->cfg), 2 /* AdamW moments */))) return st;
+    if ((st = gpt_tp_setup(u))) return st;
+    /* tensor parallel: the parameters one rank holds */
+    if ((st = fm_efficiency_check_fits(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */))) return st;
     fm_rng init;
     fm_rng_init(&init, o->seed);
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
     u->m = fm_gpt_new(&u->cfg, &init);
     fm_memory_tag_pop(mc);
     if (!u->m) return fm_last_status();
+    if (u->tp && (st = fm_gpt_set_tensor_parallel(u->m, u->tp))) return st; /* built whole, then split */
     /* the model goes to its device before the optimizer makes its state there */
     if (eo->device.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, eo->device))) return st;
     fm_rng_init(&u->m->own_rng, o->seed ^ 0xd50u);
@@ -490,6 +562,7 @@ static fm_status gpt_setup(gpt_run *u) {
     st = o->zero ? FM_OK : fm_optim_init_state(u->opt); /* ZeRO-1: only this rank's shard, made by dt */
     fm_memory_tag_pop(mc);
     if (st) return st;
+    if (u->tp) fm_optim_set_norm_reduce(u->opt, gpt_tp_norm_reduce, u->m); /* the whole model's norm */
     fm_train_step_init(&u->ts, eo, u->opt, u->m->params.n, u->params, gpt_loss, u);
     u->ts.scaler.quiet = o->quiet;
     u->ts.clip = o->grad_clip;
@@ -552,18 +625,23 @@ static fm_status gpt_step(gpt_run *u) {
     fm_tensor *x, *y;
     double td = now_s(), pd = fm_profiler_now_us();
     int64_t first = 0, rows = o->batch_size; /* data parallel: this rank's windows of the batch */
-    fm_data_shard_rows(o->batch_size, u->rank, u->world, &first, &rows);
+    fm_data_shard_rows(o->batch_size, u->dp_rank, u->dp_size, &first, &rows);
     fm_status st = fm_gpt_batch_random_rows(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, u->step,
                                             (int)first, (int)rows, &x, &y);
     u->res->data_seconds += now_s() - td;
     fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
     if (st) return st;
+    fm_dist_stats t0, t1;
+    fm_dist_stats_get(u->tp, &t0);
     st = fm_train_step_backward(&u->ts, x, y, &u->last);
     fm_tensor_release_n(2, x, y);
     if (!st && u->dt) st = fm_dist_trainer_reduce_loss(u->dt, &u->last, rows, o->batch_size); /* the batch's mean */
     if (st || (st = gpt_check_loss(u))) return st;
     u->ts.want_norm = u->tb != NULL || o->zero; /* the norm for the logs (ZeRO-1: a collective, on every rank) */
     if ((st = fm_train_step_update(&u->ts))) return st;
+    fm_dist_stats_get(u->tp, &t1); /* tensor parallel: the step's own collectives (not validation's) */
+    u->tp_bytes += t1.bytes_sent - t0.bytes_sent;
+    u->tp_seconds += t1.wait_seconds - t0.wait_seconds;
     u->norm = u->ts.stepped && u->ts.grad_norm == u->ts.grad_norm ? u->ts.grad_norm : 0;
     u->do_step = u->ts.stepped;
     return FM_OK;
@@ -604,7 +682,7 @@ static void gpt_log_step(gpt_run *u, int64_t done_steps) {
 /* Validation (a non-finite loss stops the run before anything is saved) and a sample. */
 static fm_status gpt_validate(gpt_run *u, int64_t done_steps) {
     const fm_gpt_train_opts *o = u->o;
-    fm_status st = evaluate(u->m, &u->d, u->split, u->d.n, o, &u->val);
+    fm_status st = evaluate(u->m, &u->d, u->split, u->d.n, o, u->dp, &u->val);
     if (st) return st;
     if (u->tb) fm_tb_add_scalar(u->tb, "val/loss", done_steps, u->val);
     fm_progress_log(u->prog, "step %lld  val loss %.4f", (long long)done_steps, u->val);
@@ -613,7 +691,7 @@ static fm_status gpt_validate(gpt_run *u, int64_t done_steps) {
         snprintf(why, sizeof why, "the validation loss became %g", u->val);
         return gpt_stopped(u, why);
     }
-    if (o->sample_tokens > 0 && !o->quiet) {
+    if (o->sample_tokens > 0 && !o->quiet && !u->tp) { /* no cached decoding of a split model */
         int32_t nl[1];
         int32_t *pi = NULL;
         int64_t pn = 0;
@@ -665,12 +743,25 @@ static void gpt_results(gpt_run *u) {
     res->val_loss = u->val;
     res->steps = u->step;
     res->total_steps = u->steps;
-    res->num_params = fm_gpt_num_params(u->m);
+    res->num_params = fm_gpt_config_num_params(&u->cfg); /* the whole model's, also when split */
     res->train_seconds = now_s() - u->t_start;
     res->tokens_per_second = res->train_seconds > 0 ? (double)u->tok_all / res->train_seconds : 0;
     res->loss_scale = u->ts.scaler.scale;
     res->skipped_steps = u->ts.scaler.n_skipped - u->skipped0;
     fm_dist_trainer_report(u->dt, &res->dist);
+    if (u->tp) {
+        res->dist.world_size = u->world;
+        res->dist.tensor_parallel = u->tp_size;
+        res->dist.tp_steps = u->step - u->step0;
+        res->dist.tp_bytes_sent = u->tp_bytes;
+        res->dist.tp_comm_seconds = u->tp_seconds;
+        /* per rank: all-reduces send 2(T-1)/T of the buffer (T-1 chunks twice); the loss
+         * all-gathers N row maxima (f32) and 2N sums (f64); the norm one f64 */
+        const int64_t T = u->tp_size, N = (int64_t)(u->o->batch_size / u->dp_size) * u->cfg.block_size;
+        const int64_t act = N * u->cfg.n_embd * (int64_t)sizeof(float);
+        res->dist.tp_formula_bytes = (4 * (int64_t)u->cfg.n_layer + 2) * 2 * (T - 1) * (act / T) +
+                                     (T - 1) * (N * 4 + 2 * N * 8) + (T - 1) * 8;
+    }
     fm_memory_stats ms;
     if (fm_memory_stats_get(u->o->eff.device, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
     fm_memory_report mrep;
@@ -685,14 +776,20 @@ static void gpt_banner(const gpt_run *u) {
     const fm_efficiency_opts *eo = &u->o->eff;
     fprintf(stderr, "model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %lld parameters; %lld train / %lld val tokens\n",
             fm_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
-            (long long)fm_gpt_num_params(u->m), (long long)u->split, (long long)(u->d.n - u->split));
+            (long long)fm_gpt_config_num_params(c), (long long)u->split, (long long)(u->d.n - u->split));
     if (eo->precision != FM_F32 || eo->checkpointing != FM_CKPT_NONE || eo->grad_accum > 1)
         fprintf(stderr, "precision %s, checkpointing %s, %d micro-batch%s of %d per step\n", fm_precision_name(eo->precision),
                 fm_checkpointing_name(eo->checkpointing), eo->grad_accum, eo->grad_accum > 1 ? "es" : "",
                 u->o->batch_size / eo->grad_accum);
+    if (u->tp)
+        fprintf(stderr, "tensor parallel over %d ranks: %d of the %d heads, %d of the %d MLP columns and %d of the %d "
+                "vocabulary rows per rank (%lld parameters); %d such group%s\n", u->tp_size, c->n_head / u->tp_size,
+                c->n_head, c->ffn_hidden / u->tp_size, c->ffn_hidden, c->vocab_size / u->tp_size, c->vocab_size,
+                (long long)fm_gpt_num_params(u->m), u->dp_size,
+                u->dp_size == 1 ? "" : "s (data parallel)");
     if (u->dt)
-        fprintf(stderr, "data parallel over %d ranks: %d windows of each batch per rank, %d thread%s each%s\n", u->world,
-                u->o->batch_size / u->world, fm_num_threads(), fm_num_threads() == 1 ? "" : "s", u->o->zero ? ", AdamW moments sharded (ZeRO-1)" : "");
+        fprintf(stderr, "data parallel over %d ranks: %d windows of each batch per rank, %d thread%s each%s\n", u->dp_size,
+                u->o->batch_size / u->dp_size, fm_num_threads(), fm_num_threads() == 1 ? "" : "s", u->o->zero ? ", AdamW moments sharded (ZeRO-1)" : "");
 }
 
 fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) {
@@ -728,6 +825,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     fm_memory_reset_peak(o->eff.device);
     u->t_start = u->t_log = u->t_tb = now_s();
     u->skipped0 = u->ts.scaler.n_skipped;
+    u->step0 = u->step;
     if ((st = gpt_loop(u))) goto done;
     fm_progress_end(u->prog);
     u->prog = NULL;
@@ -747,6 +845,8 @@ done:
     fm_dist_trainer_free(u->dt);
     fm_optim_free(u->opt);
     fm_gpt_free(u->m);
+    if (u->dp != o->dist) fm_dist_finalize(u->dp); /* the groups, after everything that uses them */
+    fm_dist_finalize(u->tp);
     fm_tokenizer_free(u->tok);
     fm_token_data_free(&u->d);
     free(u);

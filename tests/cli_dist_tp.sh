@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Tensor parallel at the command level (docs/DISTRIBUTED.md), under
+# `mpirun --oversubscribe -np N fathom train RECIPE --tensor-parallel T`:
+#  - -np 2 --tensor-parallel 2 on a tiny GPT: one JSON line with tensor_parallel 2 and
+#    the bytes sent per step equal to the formula, the same losses as one process,
+#    a whole (unsplit) model saved that `fathom generate` runs in one process;
+#  - -np 4 --tensor-parallel 2: two data-parallel groups of 2, the same losses;
+#  - refused before training, exit 2, naming the value and the constraint: T not
+#    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
+#    T larger than the heads; a world not divisible by T (also one process); a
+#    classifier recipe; --zero 1, --precision bf16 with it.
+# Skipped (77) when this fathom has no MPI or mpirun is missing.
+# Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_dist_tp.sh FATHOM_BIN}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
+if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+mpi() { timeout 120 mpirun --oversubscribe "$@"; }
+field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
+
+for i in $(seq 1 40); do echo "And the word was $i, and the light was $((i * 7 % 11))."; done >"$tmp/corpus.txt"
+# 4 heads, 2 key/value heads (llama), MLP 32, byte vocabulary (256)
+tiny() { # arch n_head n_kv ffn
+  printf '%s\n' '[model]' 'type = gpt' "arch = $1" 'n_layer = 2' "n_head = $2" "n_kv_head = $3" 'n_embd = 16' \
+    "ffn_hidden = $4" 'block_size = 8' '[tokenizer]' 'kind = byte' '[data]' "corpus = $tmp/corpus.txt" '[train]' \
+    'batch_size = 4' 'steps = 4' 'eval_every = 4' 'eval_batches = 2' 'log_every = 1' 'grad_clip = 0.1'
+}
+tiny gpt2 4 4 32 >"$tmp/gpt.ini"
+tiny llama 4 2 32 >"$tmp/llama.ini"
+
+# ---- the reference: one process ----
+"$bin" train "$tmp/llama.ini" --out "$tmp/one" --threads 1 --json >"$tmp/one.json" 2>"$tmp/one.err" ||
+  bad "one process: $(tail -c 400 "$tmp/one.err")"
+ref=$(field "$tmp/one.json" train_loss); refv=$(field "$tmp/one.json" val_loss)
+same() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b) > 1e-5*abs(b))" "$1" "$2"; }
+
+# ---- -np 2 --tensor-parallel 2 ----
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tp2" --threads 1 --tensor-parallel 2 --json >"$tmp/tp2.json" 2>"$tmp/tp2.err"; rc=$?
+sent=$(field "$tmp/tp2.json" tp_bytes_sent_per_step); formula=$(field "$tmp/tp2.json" tp_formula_bytes_per_step)
+if [[ $rc -eq 0 && $(wc -l <"$tmp/tp2.json") -eq 1 ]] && grep -q '"tensor_parallel":2' "$tmp/tp2.json" &&
+   [[ -n $sent && $sent == "$formula" ]] && same "$(field "$tmp/tp2.json" train_loss)" "$ref" &&
+   same "$(field "$tmp/tp2.json" val_loss)" "$refv" && grep -q "tensor parallel over 2 ranks: 2 of the 4 heads" "$tmp/tp2.err"; then
+  ok "-np 2 --tensor-parallel 2: losses of one process ($ref), $sent bytes sent per rank per step = the formula"
+else
+  bad "-np 2 --tensor-parallel 2 (exit $rc): $(head -c 800 "$tmp/tp2.json") $(tail -c 600 "$tmp/tp2.err")"
+fi
+# the saved model is whole: generation in one process reads it
+if "$bin" generate "$tmp/tp2" --prompt "And" --tokens 4 --temperature 0 >"$tmp/gen.out" 2>&1; then
+  ok "the TP=2 model (whole parameters) generates in one process"
+else
+  bad "generate from the TP=2 model: $(tail -c 400 "$tmp/gen.out")"
+fi
+
+# ---- -np 4 --tensor-parallel 2: two data-parallel groups ----
+mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tp2dp2" --threads 1 --tensor-parallel 2 --json >"$tmp/tp2dp2.json" 2>"$tmp/tp2dp2.err"; rc=$?
+if [[ $rc -eq 0 ]] && grep -q '"world_size":4' "$tmp/tp2dp2.json" && grep -q '"tensor_parallel":2' "$tmp/tp2dp2.json" &&
+   same "$(field "$tmp/tp2dp2.json" train_loss)" "$ref" && grep -q "data parallel: 2 ranks" "$tmp/tp2dp2.err"; then
+  ok "-np 4 --tensor-parallel 2 (2 x 2): the losses of one process"
+else
+  bad "-np 4 --tensor-parallel 2 (exit $rc): $(head -c 800 "$tmp/tp2dp2.json") $(tail -c 600 "$tmp/tp2dp2.err")"
+fi
+
+# ---- refused before training: exit 2 and the message ----
+refuse() { # what expected-text command...
+  local what=$1 want=$2
+  shift 2
+  "$@" >"$tmp/r.out" 2>&1
+  local rc=$?
+  if [[ $rc -eq 2 ]] && grep -qF -- "$want" "$tmp/r.out" && ! grep -q "^step " "$tmp/r.out"; then
+    ok "$what: exit 2"
+  else
+    bad "$what (exit $rc): $(head -c 600 "$tmp/r.out")"
+  fi
+}
+tiny gpt2 6 6 36 >"$tmp/h6.ini"      # 6 heads: 4 does not divide
+refuse "T not dividing the heads" "--tensor-parallel 4 does not divide the model's 6 attention heads" \
+  mpi -np 4 "$bin" train "$tmp/h6.ini" --out "$tmp/x" --tensor-parallel 4
+refuse "T larger than the heads" "--tensor-parallel 8 is larger than the model's 4 attention heads" \
+  mpi -np 8 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 8
+refuse "T not dividing the key/value heads" "does not divide the model's 2 key/value heads" \
+  mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/x" --tensor-parallel 4
+tiny gpt2 4 4 30 >"$tmp/f30.ini"     # MLP 30: 4 does not divide
+refuse "T not dividing the MLP width" "does not divide the MLP width 30 (ffn_hidden)" \
+  mpi -np 4 "$bin" train "$tmp/f30.ini" --out "$tmp/x" --tensor-parallel 4
+sed -e 's/^kind = byte$/kind = bpe/' -e '/^kind = bpe$/a vocab_size = 302' "$tmp/gpt.ini" >"$tmp/v302.ini"
+refuse "T not dividing the vocabulary" "does not divide the vocabulary of 302 tokens" \
+  mpi -np 4 "$bin" train "$tmp/v302.ini" --out "$tmp/x" --tensor-parallel 4
+refuse "a world not divisible by T" "needs a world of a multiple of 2 ranks (world size = tensor parallel x data parallel), got 3" \
+  mpi -np 3 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2
+refuse "T on one process" "got 1: start the job with mpirun -np 2" \
+  "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2
+refuse "a classifier recipe" "--tensor-parallel (splitting attention heads" \
+  "$bin" train fashion-mlp --out "$tmp/x" --tensor-parallel 2
+refuse "--zero 1 with it" "--zero 1 with --tensor-parallel is not built yet" \
+  mpi -np 4 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --zero 1
+refuse "--precision bf16 with it" "runs fp32 on the CPU" \
+  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --precision bf16
+
+[[ $fails -eq 0 ]] && echo "cli_dist_tp: all passed" || echo "cli_dist_tp: $fails failed"
+exit $((fails > 0))
