@@ -126,7 +126,9 @@ fm_dist *fm_gpt_tp_group(const fm_gpt *m) { return m ? m->tp : NULL; }
 
 fm_gpt *fm_gpt_tp_gather_model(fm_gpt *m) {
     if (!m) { fm_set_error(FM_ERR_INVALID, "tensor parallel: model is NULL"); return NULL; }
-    fm_gpt *full = fm_gpt_new(&m->cfg, NULL);
+    fm_rng scratch; /* its values are overwritten: leave the global generator where it is */
+    fm_rng_init(&scratch, 0);
+    fm_gpt *full = fm_gpt_new(&m->cfg, &scratch);
     if (!full) return NULL;
     fm_status st = FM_OK;
     bool prev = fm_set_grad_enabled(false);

@@ -310,7 +310,9 @@ static fm_status meta_num(const fm_kv_list *meta, const char *key, const char *f
 
 /* Tensor parallel resume: the whole weights into a whole model, then this rank's shards. */
 static fm_status load_whole_split(fm_gpt *m, const char *path) {
-    fm_gpt *whole = fm_gpt_new(&m->cfg, NULL);
+    fm_rng scratch; /* overwritten by the file: leave the global generator where it is */
+    fm_rng_init(&scratch, 0);
+    fm_gpt *whole = fm_gpt_new(&m->cfg, &scratch);
     fm_status st = whole ? fm_gpt_load_hf(whole, path) : fm_last_status();
     if (!st) st = fm_gpt_tp_load_model(m, whole);
     fm_gpt_free(whole);
