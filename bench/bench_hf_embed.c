@@ -2,7 +2,8 @@
  * (fathom/hf.h), the fathom side of bench/bench_hf.py: batches of 1 and 32 texts
  * of exactly SEQ tokens ([CLS] and [SEP] included), tokenization, encoder,
  * pooling and normalization all timed, as sentence-transformers' encode() does.
- *   build/bench_hf_embed MODEL_DIR [SEQ] [ROUNDS]
+ *   build/bench_hf_embed MODEL_DIR [SEQ] [ROUNDS] [int8]
+ * int8: the encoder's linears in dynamic int8 (fm_hf_encoder_quantize_int8).
  * One JSON line per batch size: median and best milliseconds per batch. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,8 @@ int main(int argc, char **argv) {
     int seq = argc > 2 ? atoi(argv[2]) : 128, rounds = argc > 3 ? atoi(argv[3]) : 10;
     if (seq < 3 || seq > 4096 || rounds < 1 || rounds > 10000) { fprintf(stderr, "bench_hf_embed: SEQ must be 3..4096 and ROUNDS 1..10000\n"); return 2; }
     fm_hf_encoder *e = fm_hf_encoder_load(argv[1]);
-    if (!e) { fprintf(stderr, "bench_hf_embed: %s\n", fm_last_error()); return 1; }
+    bool int8 = argc > 4 && !strcmp(argv[4], "int8");
+    if (!e || (int8 && fm_hf_encoder_quantize_int8(e))) { fprintf(stderr, "bench_hf_embed: %s\n", fm_last_error()); return 1; }
     char *text = make_text(e, seq);
     if (!text) { fm_hf_encoder_free(e); return 1; }
     const char *texts[32];
@@ -57,8 +59,8 @@ int main(int argc, char **argv) {
             fm_tensor_release(x);
         }
         double med = bench_median(t, rounds);
-        printf("{\"impl\": \"fathom\", \"batch\": %d, \"seq\": %d, \"ms_median\": %.3f, \"ms_best\": %.3f, "
-               "\"sentences_per_s\": %.2f}\n", sizes[k], seq, med, t[0], sizes[k] * 1e3 / med);
+        printf("{\"impl\": \"%s\", \"batch\": %d, \"seq\": %d, \"ms_median\": %.3f, \"ms_best\": %.3f, "
+               "\"sentences_per_s\": %.2f}\n", int8 ? "fathom_int8" : "fathom", sizes[k], seq, med, t[0], sizes[k] * 1e3 / med);
         fflush(stdout);
     }
     free(t);

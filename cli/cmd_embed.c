@@ -1,8 +1,9 @@
-/* `fathom embed MODEL_DIR TEXT... [--file PATH] [--out FILE.npy] [--tokens]`:
+/* `fathom embed MODEL_DIR TEXT... [--file PATH] [--out FILE.npy] [--tokens] [--int8]`:
  * sentence embeddings from a BERT encoder in sentence-transformers layout
  * (fathom/hf.h). Prints one line per text (dim numbers, pooled and normalized as
  * the model's configuration says), or writes them as one [n, dim] f32 .npy.
- * --tokens prints the token ids instead. Thin: parsing, then fm_hf_encoder_*. */
+ * --tokens prints the token ids instead; --int8 runs the encoder's linears in
+ * dynamic int8. Thin: parsing, then fm_hf_encoder_*. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +13,12 @@
 #include "fathom/hf.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom embed MODEL_DIR TEXT... [--file PATH] [--out FILE.npy] [--tokens]\n"
+    fprintf(f, "usage: fathom embed MODEL_DIR TEXT... [--file PATH] [--out FILE.npy] [--tokens] [--int8]\n"
                "  MODEL_DIR  a sentence-transformers BERT model (config.json, model.safetensors, vocab.txt, ...)\n"
                "  --file     read texts from PATH, one per line (as well as any TEXT arguments)\n"
                "  --out      write the embeddings as an [n, dim] float32 .npy instead of printing them\n"
-               "  --tokens   print each text's token ids instead of embedding it\n");
+               "  --tokens   print each text's token ids instead of embedding it\n"
+               "  --int8     dynamic int8 linears (weights per output row, activations per call)\n");
 }
 
 typedef struct { char **v; int n, cap; } strs;
@@ -88,7 +90,7 @@ static int embed(fm_hf_encoder *e, const strs *t, const char *out) {
 
 int fm_cmd_embed(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *file = NULL;
-    bool tokens = false;
+    bool tokens = false, int8 = false;
     strs texts = {NULL, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -97,6 +99,7 @@ int fm_cmd_embed(int argc, char **argv) {
         if (!strcmp(a, "--out") && has) out = argv[++i];
         else if (!strcmp(a, "--file") && has) file = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens = true;
+        else if (!strcmp(a, "--int8")) int8 = true;
         else if (!strncmp(a, "--", 2)) { fm_cli_error("unknown or incomplete option '%s'", a); usage(stderr); free(texts.v); return 2; }
         else if (!dir) dir = a;
         else if (add(&texts, argv[i])) { fm_cli_error("out of memory"); free(texts.v); return 1; }
@@ -110,7 +113,7 @@ int fm_cmd_embed(int argc, char **argv) {
         rc = 2;
     } else {
         fm_hf_encoder *e = fm_hf_encoder_load(dir);
-        if (!e) { fm_cli_error("%s", fm_last_error()); rc = 1; }
+        if (!e || (int8 && fm_hf_encoder_quantize_int8(e))) { fm_cli_error("%s", fm_last_error()); rc = 1; }
         else rc = tokens ? print_tokens(e, &texts) : embed(e, &texts, out);
         fm_hf_encoder_free(e);
     }

@@ -59,4 +59,12 @@ check "import of an op with no graph form: node named, exit 1, nothing written" 
 # fathom compile takes an .onnx file too (through the same conversion)
 out=$("$bin" compile "$case_dir/model.onnx" -o "$d/c" 2>&1); rc=$?
 check "compile model.onnx writes a graph" '[ $rc = 0 ] && [ -s "$d/c/graph.json" ]'
+# MaxPool's Indices output against ONNX Runtime (storage orders, 1-3-D, ceil_mode, ties); the
+# part needs onnx and onnxruntime and says so when they are missing
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+mkdir -p "$d/mp"
+out=$("$py" "$(dirname "$0")/onnx_maxpool_indices_check.py" "$bin" "$d/mp" 2>&1); rc=$?
+echo "$out" | tail -1
+if [ $rc != 77 ]; then check "MaxPool Indices equal to ONNX Runtime" '[ $rc = 0 ]'; fi
 exit $fail

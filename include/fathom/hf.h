@@ -49,6 +49,11 @@ typedef struct fm_hf_encoder fm_hf_encoder;
  * list Transformer, Pooling and Normalize (anything else is refused). */
 FM_API fm_hf_encoder *fm_hf_encoder_load(const char *dir);
 FM_API void fm_hf_encoder_free(fm_hf_encoder *e);
+/* Dynamic int8 from here on: the weights of every encoder linear (attention
+ * qkv and output, intermediate, output) quantized per output row, activations
+ * per call (fm_qlinear_int8; docs/QUANTIZE.md's --int8 --dynamic). Embeddings,
+ * LayerNorm, attention and pooling stay fp32. */
+FM_API fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e);
 /* Embedding width: hidden size x the number of pooling modes on. */
 FM_API int fm_hf_encoder_dim(const fm_hf_encoder *e);
 /* Token ids of one text: [CLS] ... [SEP], cut at max_seq_length. *ids is malloc'd. */

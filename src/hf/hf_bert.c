@@ -14,12 +14,16 @@
 #include "fathom/io.h"
 #include "fathom/nn.h"
 #include "fathom/ops.h"
+#include "fathom/quant.h"
 #include "hf/hf_internal.h"
 
 #define MAX_BATCH 64
 
 typedef struct bert_layer {
     fm_tensor *qkv_w, *qkv_b, *ao_w, *ao_b, *ln1_w, *ln1_b, *in_w, *in_b, *out_w, *out_b, *ln2_w, *ln2_b;
+    /* after fm_hf_encoder_quantize_int8: int8 weights and per-row scales of the four
+     * linears (qkv, attention output, intermediate, output); NULL: fp32 */
+    fm_tensor *q[4], *qs[4];
 } bert_layer;
 
 enum { POOL_CLS = 1, POOL_MAX = 2, POOL_MEAN = 4, POOL_MEAN_SQRT = 8 };
@@ -41,6 +45,7 @@ void fm_hf_encoder_free(fm_hf_encoder *e) {
         bert_layer *l = &e->L[i];
         fm_tensor_release_n(12, l->qkv_w, l->qkv_b, l->ao_w, l->ao_b, l->ln1_w, l->ln1_b, l->in_w, l->in_b, l->out_w,
                             l->out_b, l->ln2_w, l->ln2_b);
+        for (int k = 0; k < 4; k++) fm_tensor_release_n(2, l->q[k], l->qs[k]);
     }
     free(e->L);
     free(e);
@@ -269,6 +274,26 @@ static bool residual_norm(fm_tensor **x, fm_tensor *f, fm_tensor *w, fm_tensor *
     return !st && upd(x, y);
 }
 
+/* Linear k of layer l: int8 (activations quantized per call) once quantized. */
+static fm_tensor *lin(const bert_layer *l, int k, fm_tensor *x) {
+    fm_tensor *w[4] = {l->qkv_w, l->ao_w, l->in_w, l->out_w}, *b[4] = {l->qkv_b, l->ao_b, l->in_b, l->out_b};
+    return l->q[k] ? fm_qlinear_int8(x, l->q[k], l->qs[k], b[k], 0.0, 0) : fm_linear(x, w[k], b[k]);
+}
+
+fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e) {
+    if (!e) return fm_set_error(FM_ERR_INVALID, "fm_hf_encoder_quantize_int8: NULL encoder");
+    for (int i = 0; i < e->c.layers; i++) {
+        bert_layer *l = &e->L[i];
+        fm_tensor *w[4] = {l->qkv_w, l->ao_w, l->in_w, l->out_w};
+        for (int k = 0; k < 4; k++) {
+            if (l->q[k]) continue;
+            fm_status st = fm_quantize_weight_int8(w[k], &l->q[k], &l->qs[k]);
+            if (st) return st;
+        }
+    }
+    return FM_OK;
+}
+
 /* Hidden states [B, T, H] of ids [B, T] (token type 0, positions 0..T-1). */
 static fm_tensor *encode(fm_hf_encoder *e, fm_tensor *ids) {
     const hf_bert_config *c = &e->c;
@@ -279,11 +304,10 @@ static fm_tensor *encode(fm_hf_encoder *e, fm_tensor *ids) {
     fm_tensor_release_n(2, pe, te);
     for (int i = 0; i < c->layers && ok; i++) {
         const bert_layer *l = &e->L[i];
-        fm_tensor *a = fm_linear(x, l->qkv_w, l->qkv_b), *h = NULL;
+        fm_tensor *a = lin(l, 0, x), *h = NULL;
         ok = a && upd(&a, fm_sdpa_qkv(a, c->heads, c->heads, false, 0.0)) &&
-             residual_norm(&x, fm_linear(a, l->ao_w, l->ao_b), l->ln1_w, l->ln1_b, c->eps);
-        ok = ok && (h = fm_linear(x, l->in_w, l->in_b)) && upd(&h, fm_gelu(h)) &&
-             residual_norm(&x, fm_linear(h, l->out_w, l->out_b), l->ln2_w, l->ln2_b, c->eps);
+             residual_norm(&x, lin(l, 1, a), l->ln1_w, l->ln1_b, c->eps);
+        ok = ok && (h = lin(l, 2, x)) && upd(&h, fm_gelu(h)) && residual_norm(&x, lin(l, 3, h), l->ln2_w, l->ln2_b, c->eps);
         fm_tensor_release_n(2, a, h);
     }
     if (!ok) { fm_tensor_release(x); return NULL; }

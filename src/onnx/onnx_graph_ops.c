@@ -129,8 +129,14 @@ static fm_status t_softmax(tctx *t) {
     if (t->c.opset < 13 && axis != t->in[0]->ndim - 1)
         return fm_set_error(FM_ERR_UNSUPPORTED, "Softmax before opset 13 over more than the last axis has no graph form");
     fm_graph_attr a = fm_graph_attr_int("axis", axis);
-    const char *x[1] = {in_name(t, 0)};
-    return node(t, strcmp(t->n->op->name, "Softmax") ? "log_softmax" : "softmax", 1, x, out_name(t, 0), 1, &a);
+    const char *x[1] = {in_name(t, 0)}, *op = strcmp(t->n->op->name, "Softmax") ? "log_softmax" : "softmax";
+    if (t->in[0]->dtype != FM_F16) return node(t, op, 1, x, out_name(t, 0), 1, &a);
+    /* float16 as the interpreter does it: in float32, rounded back (the CPU has no f16 softmax) */
+    char b1[160], b2[160];
+    const char *up = tmp_name(t, b1, sizeof b1), *y = tmp_name(t, b2, sizeof b2);
+    fm_graph_attr f32 = fm_graph_attr_string("dtype", "f32"), f16 = fm_graph_attr_string("dtype", "f16");
+    if (node(t, "cast", 1, x, up, 1, &f32) || node(t, op, 1, &up, y, 1, &a)) return fm_last_status();
+    return node(t, "cast", 1, &y, out_name(t, 0), 1, &f16);
 }
 
 static fm_status t_norm(tctx *t) {

@@ -297,6 +297,38 @@ static fm_tensor *reduce_as(reduce_kind k, fm_tensor *x, int n, const int *axes,
     return y;
 }
 
+/* Whether the reduction covers no element (a reduced axis of size 0). */
+static bool reduces_empty(const fm_tensor *x, int n, const int *axes) {
+    for (int d = 0; d < x->ndim; d++) {
+        bool red = n == 0;
+        for (int i = 0; i < n; i++) red |= axes[i] == d || axes[i] + x->ndim == d;
+        if (red && x->shape[d] == 0) return true;
+    }
+    return false;
+}
+
+/* ReduceMax/ReduceMin over an empty set: the identity (ONNX: -inf/+inf, or the
+ * integer type's minimum/maximum), in the reduced shape. */
+static fm_tensor *reduce_identity(const fm_tensor *x, int n, const int *axes, bool keep, bool is_max) {
+    int64_t sh[FM_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        bool red = n == 0;
+        for (int i = 0; i < n; i++) red |= axes[i] == d || axes[i] + x->ndim == d;
+        if (!red) sh[nd++] = x->shape[d];
+        else if (keep) sh[nd++] = 1;
+    }
+    bool fl = fm_dtype_is_float(x->dtype);
+    fm_tensor *y = fm_tensor_empty(nd, sh, fl ? FM_F64 : FM_I64, FM_CPU);
+    int64_t lo = x->dtype == FM_U8 || x->dtype == FM_BOOL ? 0 : x->dtype == FM_I8 ? INT8_MIN : x->dtype == FM_I32 ? INT32_MIN : INT64_MIN;
+    int64_t hi = x->dtype == FM_U8 ? UINT8_MAX : x->dtype == FM_BOOL ? 1 : x->dtype == FM_I8 ? INT8_MAX : x->dtype == FM_I32 ? INT32_MAX : INT64_MAX;
+    for (int64_t i = 0; y && i < fm_tensor_numel(y); i++) {
+        if (fl) ((double *)fm_tensor_data(y))[i] = is_max ? -INFINITY : INFINITY;
+        else ((int64_t *)fm_tensor_data(y))[i] = is_max ? lo : hi;
+    }
+    return onnx_host_back(y, x->dtype, x->storage->device);
+}
+
 static fm_status reduce(onnx_op_ctx *c, reduce_kind k, int axes_input_opset) {
     fm_tensor *x = c->in[0];
     int64_t ax[FM_MAX_DIMS];
@@ -313,6 +345,7 @@ static fm_status reduce(onnx_op_ctx *c, reduce_kind k, int axes_input_opset) {
     for (int i = 0; i < n; i++) axes[i] = (int)ax[i];
     bool keep = onnx_attr_int(c, "keepdims", 1) != 0;
     if (x->ndim == 0) return onnx_set_out(c, 0, fm_tensor_retain(x));
+    if ((k == R_MAX || k == R_MIN) && reduces_empty(x, n, axes)) return onnx_set_out(c, 0, reduce_identity(x, n, axes, keep, k == R_MAX));
     if (k != R_SUM && k != R_MAX && k != R_MIN && !need_float(c, x)) return fm_last_status();
     fm_tensor *y = reduce_as(k, x, n, n ? axes : NULL, keep);
     if (y && y->dtype != x->dtype) { /* integer sums come back int64 */

@@ -191,15 +191,21 @@ static double max_identity(fm_dtype dt) {
  * the padded input: for what fathom's kernels do not cover (3-D, dilation,
  * ceil_mode, uneven or large pads, integer types). An average divides by the
  * number of counted elements under each window (a pooled mask). */
-static fm_tensor *pool_generic(fm_tensor *x, const window *w, bool is_max, bool include_pad, bool ceil_mode) {
-    int64_t out[MAX_SP], extra[MAX_SP];
+/* Output size per spatial dim; extra: the end padding ceil_mode adds. */
+static bool pool_out_size(const fm_tensor *x, const window *w, bool ceil_mode, int64_t *out, int64_t *extra) {
     for (int i = 0; i < w->nsp; i++) {
         int64_t in = x->shape[2 + i], span = (w->k[i] - 1) * w->d[i] + 1, full = in + w->pb[i] + w->pe[i] - span;
-        if (full < 0) { fm_set_error(FM_ERR_INVALID, "pooling window larger than the padded input"); return NULL; }
+        if (full < 0) { fm_set_error(FM_ERR_INVALID, "pooling window larger than the padded input"); return false; }
         out[i] = (ceil_mode ? (full + w->s[i] - 1) / w->s[i] : full / w->s[i]) + 1;
         if (ceil_mode && (out[i] - 1) * w->s[i] >= in + w->pb[i]) out[i]--; /* windows start inside */
         extra[i] = (out[i] - 1) * w->s[i] + span - (in + w->pb[i] + w->pe[i]);
     }
+    return true;
+}
+
+static fm_tensor *pool_generic(fm_tensor *x, const window *w, bool is_max, bool include_pad, bool ceil_mode) {
+    int64_t out[MAX_SP], extra[MAX_SP];
+    if (!pool_out_size(x, w, ceil_mode, out, extra)) return NULL;
     fm_tensor *xp = pad_spatial(x, w, extra, is_max ? max_identity(x->dtype) : 0.0), *mask = NULL;
     if (!is_max) { /* 1 where an element counts toward the divisor */
         int64_t ones_sh[FM_MAX_DIMS] = {1, 1};
@@ -238,12 +244,65 @@ static fm_tensor *pool_generic(fm_tensor *x, const window *w, bool is_max, bool 
     return y;
 }
 
+/* The window maximum of one output position (kernel offsets in row-major order,
+ * the first maximum on ties; padding never wins) and its position in the plane. */
+static double window_max(const double *src, const window *w, const int64_t *in, const int64_t *oi, int64_t *at) {
+    int64_t nk = 1, ki[MAX_SP];
+    for (int i = 0; i < w->nsp; i++) nk *= w->k[i];
+    double best = -INFINITY;
+    *at = -1;
+    for (int64_t o = 0; o < nk; o++) {
+        int64_t r = o, flat = 0;
+        for (int i = w->nsp - 1; i >= 0; i--) ki[i] = r % w->k[i], r /= w->k[i];
+        bool inside = true;
+        for (int i = 0; i < w->nsp && inside; i++) {
+            int64_t p = oi[i] * w->s[i] - w->pb[i] + ki[i] * w->d[i];
+            inside = p >= 0 && p < in[i];
+            flat = flat * in[i] + p;
+        }
+        if (inside && (*at < 0 || src[flat] > best)) best = src[flat], *at = flat;
+    }
+    return best;
+}
+
+/* MaxPool with its Indices output, on the host: the flat index into X of each
+ * maximum, row-major (storage_order 0) or with the spatial dims column-major (1). */
+static fm_status max_pool_indices(onnx_op_ctx *c, fm_tensor *x, const window *w, bool ceil_mode, bool col_major) {
+    int64_t out[MAX_SP], extra[MAX_SP], in[MAX_SP], ysh[FM_MAX_DIMS] = {x->shape[0], x->shape[1]};
+    if (!pool_out_size(x, w, ceil_mode, out, extra)) return onnx_node_error(c, FM_ERR_INVALID, "%s", fm_last_error());
+    int64_t plane = 1, oplane = 1, cm[MAX_SP];
+    for (int i = 0; i < w->nsp; i++) in[i] = x->shape[2 + i], ysh[2 + i] = out[i], oplane *= out[i];
+    for (int i = 0; i < w->nsp; i++) cm[i] = plane, plane *= in[i]; /* column-major strides */
+    fm_tensor *h = onnx_host(x, FM_F64), *y = h ? fm_tensor_empty(x->ndim, ysh, FM_F64, FM_CPU) : NULL;
+    fm_tensor *ix = y ? fm_tensor_empty(x->ndim, ysh, FM_I64, FM_CPU) : NULL;
+    for (int64_t nc = 0; ix && nc < x->shape[0] * x->shape[1]; nc++) {
+        const double *src = (const double *)fm_tensor_data(h) + nc * plane;
+        for (int64_t o = 0; o < oplane; o++) {
+            int64_t oi[MAX_SP], r = o, at, pos = 0;
+            for (int i = w->nsp - 1; i >= 0; i--) oi[i] = r % out[i], r /= out[i];
+            double v = window_max(src, w, in, oi, &at);
+            for (int i = w->nsp - 1, rest = (int)at; col_major && i >= 0 && at >= 0; i--) {
+                pos += (rest % in[i]) * cm[i];
+                rest /= (int)in[i];
+            }
+            ((double *)fm_tensor_data(y))[nc * oplane + o] = v;
+            ((int64_t *)fm_tensor_data(ix))[nc * oplane + o] = nc * plane + (col_major ? pos : at);
+        }
+    }
+    fm_device dev = x->storage->device;
+    fm_tensor_release(h);
+    if (!ix) { REL(y); return fm_last_status(); }
+    if (onnx_set_out(c, 0, onnx_host_back(y, x->dtype, dev))) { REL(ix); return fm_last_status(); }
+    return onnx_set_out(c, 1, onnx_host_back(ix, FM_I64, dev));
+}
+
 static fm_status pool(onnx_op_ctx *c, bool is_max) {
     fm_tensor *x = c->in[0];
     window w;
     if (window_of(c, x, NULL, &w)) return fm_last_status();
-    if (onnx_attr_int(c, "storage_order", 0)) return onnx_node_error(c, FM_ERR_UNSUPPORTED, "storage_order=1 is not supported");
     bool include_pad = onnx_attr_int(c, "count_include_pad", 0) != 0, ceil_mode = onnx_attr_int(c, "ceil_mode", 0) != 0;
+    bool col_major = onnx_attr_int(c, "storage_order", 0) != 0;
+    if (is_max && c->n_out > 1 && c->out) return max_pool_indices(c, x, &w, ceil_mode, col_major);
     bool fast = w.nsp <= 2 && fm_dtype_is_float(x->dtype) && !ceil_mode;
     for (int i = 0; i < w.nsp; i++) fast &= w.d[i] == 1 && w.pb[i] == w.pe[i] && 2 * w.pb[i] <= w.k[i];
     if (!fast) return onnx_set_out(c, 0, pool_generic(x, &w, is_max, include_pad, ceil_mode));
@@ -278,9 +337,23 @@ static fm_status op_batch_norm(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, fm_batch_norm(c->in[0], c->in[1], c->in[2], c->in[3], c->in[4], false, 0.1, eps, FM_NCHW));
 }
 
-/* Softmax before opset 13 works on x flattened to 2-D at `axis`. */
+/* Softmax before opset 13 works on x flattened to 2-D at `axis`. float16 on the
+ * CPU (which has no f16 softmax kernel) is computed in float32 and rounded back. */
 static fm_status softmax(onnx_op_ctx *c, bool log) {
     fm_tensor *x = c->in[0];
+    if (x->dtype == FM_F16 && x->storage->device.type == FM_DEV_CPU) {
+        fm_tensor *x32 = fm_to_dtype(x, FM_F32);
+        if (!x32) return fm_last_status();
+        c->in[0] = x32;
+        fm_status st = softmax(c, log);
+        c->in[0] = x;
+        fm_tensor_release(x32);
+        if (st) return st;
+        fm_tensor *y = c->out[0], *y16 = fm_to_dtype(y, FM_F16);
+        c->out[0] = NULL;
+        fm_tensor_release(y);
+        return onnx_set_out(c, 0, y16);
+    }
     int axis = (int)onnx_attr_int(c, "axis", c->opset >= 13 ? -1 : 1), a;
     if (fm_norm_axis("softmax", axis, x->ndim ? x->ndim : 1, &a)) return fm_last_status();
     if (c->opset >= 13 || x->ndim == 0) return onnx_set_out(c, 0, log ? fm_log_softmax(x, a) : fm_softmax(x, a));
@@ -340,7 +413,7 @@ const onnx_op onnx_ops_nn[] = {
     {"MatMul", 1, 2, 2, 1, "", op_matmul},
     {"Gemm", 1, 2, 3, 1, "alpha,beta,transA,transB,broadcast", op_gemm},
     {"Conv", 1, 2, 3, 1, WIN_ATTRS ",group", op_conv},
-    {"MaxPool", 1, 1, 1, 1, WIN_ATTRS ",ceil_mode,storage_order", op_max_pool},
+    {"MaxPool", 1, 1, 1, 2, WIN_ATTRS ",ceil_mode,storage_order", op_max_pool},
     {"AveragePool", 1, 1, 1, 1, WIN_ATTRS ",ceil_mode,count_include_pad", op_avg_pool},
     {"GlobalAveragePool", 1, 1, 1, 1, "", op_global_avg_pool},
     {"GlobalMaxPool", 1, 1, 1, 1, "", op_global_max_pool},
