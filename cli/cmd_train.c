@@ -317,6 +317,7 @@ static void print_json(const train_args *a, const train_report *r) {
     json_object_set_new(j, "model_path", r->model_path[0] ? json_string(r->model_path) : json_null());
     json_object_set_new(j, "world_size", json_integer(r->dist.world_size));
     json_object_set_new(j, "dist", dist_json(r));
+    json_object_set_new(j, "nccl", json_boolean(fm_dist_uses_nccl(a->dist))); /* gradients all-reduced on the GPU */
     json_object_set_new(j, "trace", str_or_null(a->profile));
     json_object_set_new(j, "logdir", str_or_null(a->logdir));
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -337,6 +338,7 @@ static void print_text(const train_args *a, const train_report *r) {
     fprintf(stderr, "\n");
     if (!a->json && r->memory_text && r->memory_text[0]) fprintf(stderr, "%s\n", r->memory_text);
     const fm_dist_report *d = &r->dist;
+    if (fm_dist_uses_nccl(a->dist)) fprintf(stderr, "collectives: NCCL on the GPU of each rank\n");
     const int n_dp = d->world_size / (d->tensor_parallel > 1 ? d->tensor_parallel : 1);
     if (n_dp > 1) {
         const double n = n_dp, steps = d->steps > 0 ? (double)d->steps : 1;
@@ -602,6 +604,25 @@ static int check_same_config(const train_args *a, const char *path) {
     return 0;
 }
 
+/* --device cuda under mpirun: each rank takes the GPU of its local rank (an explicit
+ * cuda:N is kept as given) and the ranks' collectives on it go through NCCL (a world of
+ * one too, where NCCL is built: the smoke test of tools/gpu-check.sh). After the ranks
+ * agreed on the flags; a failure here is one rank's (1: the job ends). 0 or the exit code. */
+static int dist_device(train_args *a) {
+    if (a->device.type != FM_DEV_CUDA || !fm_dist_uses_mpi(a->dist)) return 0;
+    if (fm_dist_size(a->dist) < 2 && !fm_dist_nccl_built()) return 0; /* alone: nothing to reduce */
+    if (!strchr(a->device_str ? a->device_str : "", ':')) a->device.index = fm_dist_local_rank(a->dist);
+    if (fm_cli_device_check("train", a->device_str, a->device)) return 1;
+    a->eo.device = a->device;
+    char dev[32];
+    if (fm_dist_use_device(a->dist, a->device) != FM_OK) {
+        fm_cli_error("train: rank %d: --device %s over MPI: %s", fm_dist_rank(a->dist),
+                     fm_device_name(a->device, dev, sizeof dev), fm_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 /* Joins the MPI world (a world of one without mpirun) and checks the ranks agree; the
  * ranks other than 0 train silently. 0, or the exit code. */
 static int dist_begin(train_args *a, const char *path) {
@@ -613,7 +634,7 @@ static int dist_begin(train_args *a, const char *path) {
                      "(N >= 2)%s; on one process it would change nothing", fm_dist_mpi_built() ? "" : " in a fathom built with MPI");
         return 2;
     }
-    if (n < 2) return 0;
+    if (n < 2) return dist_device(a);
     /* the ranks on one machine share its cores: each takes its share unless told */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (a->threads <= 0 && !getenv("FATHOM_NUM_THREADS") && cores > 0) {
@@ -621,6 +642,7 @@ static int dist_begin(train_args *a, const char *path) {
         if (a->threads < 1) a->threads = 1;
     }
     int rc = check_same_config(a, path);
+    if (rc == 0) rc = dist_device(a);
     if (rc == 0 && fm_dist_rank(a->dist) != 0) { /* rank 0 speaks for the job */
         a->quiet = true;
         a->json = false;

@@ -12,7 +12,9 @@
 # fashion-mlp, fashion-cnn and a small GPT with `fathom train --device cuda`, their
 # loss curves against the CPU's (NMSE <= 1e-3 each), and GPT-2 124M-shaped bf16
 # training against PyTorch torch.compile (bench/bench_gpt2_gpu.py: tokens/s, MFU, peak
-# memory). Prints one summary last; any failure or mismatch makes the exit status 1
+# memory), and the NCCL smoke test (tools/gpu-check-nccl.sh: fashion-mlp under
+# `mpirun -np 1 --device cuda`, its buckets all-reduced through NCCL, equal to the plain
+# run). Prints one summary last; any failure or mismatch makes the exit status 1
 # and is named there. Full logs go to $OUT (or a temporary folder). Budget: under 10
 # minutes on an H200 (GPU_CHECK_TRAIN=0 skips the training half).
 # On a machine without a GPU it stops at once with "no CUDA device: <reason>".
@@ -92,10 +94,21 @@ if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
   log "training check: $train ($((SECONDS - t0)) s)"
 fi
 
+# ---- NCCL: one rank under mpirun, every gradient bucket all-reduced through NCCL, equal to
+# the plain run (tools/gpu-check-nccl.sh; docs/DISTRIBUTED.md) ----
+t0=$SECONDS
+if grep -q "fathom: NCCL 1" "$OUT/cmake.log"; then
+  if nccl=$(timeout 300 bash "$ROOT/tools/gpu-check-nccl.sh" "$BUILD/fathom" cuda "$OUT/nccl" 2>&1 | tail -1) &&
+     [[ $nccl == "nccl smoke: pass"* ]]; then :; else nccl="FAIL: $nccl"; status=1; fi
+else
+  nccl="FAIL (this build has no NCCL: see the 'fathom: NCCL' and 'fathom: MPI' lines of $OUT/cmake.log)"; status=1
+fi
+log "nccl: $nccl ($((SECONDS - t0)) s)"
+
 # ---- the table ----
-$PY - "$OUT" "$conf" "$prof" "$train" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf, prof, train = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+out, conf, prof, train, nccl = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -123,6 +136,7 @@ for name, r in f.items():
 if "allocator" in f:
     print("allocator:", {k: v for k, v in f["allocator"].items() if k != "bench"})
 print(f"training through the CLI (tools/gpu-check-train.sh): {train}")
+print(f"NCCL smoke, mpirun -np 1 vs plain (tools/gpu-check-nccl.sh): {nccl}")
 ts = os.path.join(out, "train", "train_summary.txt")
 if os.path.exists(ts):
     print(open(ts).read().rstrip())

@@ -67,6 +67,27 @@ FM_API fm_status fm_dist_check_same(fm_dist *d, uint64_t value, const char *what
 /* FNV-1a over bytes, chained from h (start with 0). */
 FM_API uint64_t fm_dist_hash(uint64_t h, const void *data, size_t n);
 
+/* ---- collectives on tensors of any device ----
+ * Contiguous f32 tensors (a broadcast takes any dtype), all on the device given to
+ * fm_dist_use_device (or the CPU). CPU tensors go through MPI as above; CUDA tensors
+ * through NCCL on the GPU (sums in NCCL's order: equal to the MPI path to rounding);
+ * tensors of any other device (the check device) through host copies and MPI, the
+ * same bits as on the CPU. */
+/* The device this rank's collectives run on. CUDA: joins NCCL on that GPU (rank 0's
+ * unique id broadcast over MPI); FM_ERR_UNSUPPORTED, saying why, in a build without
+ * NCCL. Other devices need nothing. */
+FM_API fm_status fm_dist_use_device(fm_dist *d, fm_device dev);
+/* Whether this build has NCCL (FATHOM_NCCL: CUDA + MPI + the toolkit's NCCL). */
+FM_API bool fm_dist_nccl_built(void);
+/* Whether d's collectives on CUDA tensors go through NCCL (fm_dist_use_device). */
+FM_API bool fm_dist_uses_nccl(const fm_dist *d);
+FM_API fm_status fm_dist_allreduce_avg_tensor(fm_dist *d, fm_tensor *t);
+/* in: size*shard values; out: shard values (average = false: the sum). */
+FM_API fm_status fm_dist_reduce_scatter_tensor(fm_dist *d, const fm_tensor *in, fm_tensor *out, bool average);
+/* in: shard values; out: size*shard in rank order. */
+FM_API fm_status fm_dist_allgather_tensor(fm_dist *d, const fm_tensor *in, fm_tensor *out);
+FM_API fm_status fm_dist_broadcast_tensor(fm_dist *d, fm_tensor *t, int root);
+
 /* Totals since fm_dist_init (or the last reset). */
 typedef struct fm_dist_stats {
     int64_t collectives;  /* collectives completed */

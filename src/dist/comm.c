@@ -107,6 +107,7 @@ fm_status fm_dist_init(fm_dist **out) {
 
 void fm_dist_finalize(fm_dist *d) {
     if (!d) return;
+    dist_nccl_free(d);
 #if FATHOM_HAVE_MPI
     if (d->mpi && !d->broken) {
         MPI_Comm_free(&d->comm);

@@ -18,6 +18,7 @@ struct fm_dist {
     double timeout_s;
     uint32_t seq;    /* collectives started, for message tags */
     fm_dist_stats stats;
+    struct dist_nccl *nccl; /* collectives on CUDA buffers (nccl.c, fm_dist_use_device), or NULL */
 #if FATHOM_HAVE_MPI
     MPI_Comm comm;
 #endif
@@ -57,4 +58,25 @@ fm_status dist_work_wait(dist_work *w);
 void dist_work_free(dist_work *w);
 
 double dist_now(void);
+
+/* ---- NCCL (nccl.c; without FATHOM_HAVE_NCCL each says why it cannot run) ----
+ * Collectives on buffers of the GPU the communicator was set up on, queued after
+ * the work on fathom's compute stream; their events are what the host polls and
+ * what the compute stream waits for before reading the results. */
+typedef enum { DIST_DEV_ALLREDUCE_AVG, DIST_DEV_REDUCE_SCATTER_AVG, DIST_DEV_REDUCE_SCATTER_SUM, DIST_DEV_ALLGATHER,
+               DIST_DEV_BROADCAST } dist_dev_op;
+fm_status dist_nccl_init(fm_dist *d, int device);
+void dist_nccl_free(fm_dist *d);
+/* Starts an in-place average of n f32 values on the GPU; *done: an event to test/wait. */
+fm_status dist_nccl_allreduce_avg_start(fm_dist *d, float *buf, int64_t n, const char *what, void **done);
+bool dist_nccl_test(fm_dist *d, void *done);
+/* Waits for done against the timeout (aborting the communicator when it passes). */
+fm_status dist_nccl_wait(fm_dist *d, void *done, const char *what);
+void dist_nccl_event_free(void *done);
+/* One collective, waited for. count: f32 values per rank (all-reduce: the whole
+ * buffer; reduce-scatter: the output shard; all-gather: the input shard), bytes for a
+ * broadcast. */
+fm_status dist_nccl_collective(fm_dist *d, dist_dev_op op, const void *in, void *out, int64_t count, int root);
+/* t (contiguous, any device) = its numel values of dtype dt at host address h (dist_device.c). */
+fm_status dist_from_host(fm_tensor *t, const void *h, fm_dtype dt);
 #endif

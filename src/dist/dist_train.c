@@ -85,11 +85,12 @@ static fm_status dt_after_update(void *user, fm_optim *opt, bool stepped) {
 static fm_status broadcast_params(fm_dist_trainer *t) {
     for (int i = 0; i < t->ts->n_params; i++) {
         fm_tensor *p = t->ts->params[i];
-        if (p->dtype != FM_F32 || !fm_tensor_is_contiguous(p) || fm_tensor_device(p).type != FM_DEV_CPU)
-            return fm_set_error(FM_ERR_UNSUPPORTED, "data parallel: parameter %d is not a contiguous f32 CPU tensor "
-                                "(training over MPI runs on the CPU here; NCCL for --device cuda is not built yet)", i);
-        if (fm_dist_broadcast(t->d, fm_tensor_data(p), sizeof(float) * (size_t)fm_tensor_numel(p), 0) != FM_OK)
-            return fm_last_status();
+        if (p->dtype != FM_F32 || !fm_tensor_is_contiguous(p))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "data parallel: parameter %d is not a contiguous f32 tensor", i);
+        if (fm_tensor_device(p).type == FM_DEV_CUDA && !fm_dist_uses_nccl(t->d))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "data parallel: parameter %d is on a GPU but the ranks have no NCCL "
+                                "communicator (fm_dist_use_device)", i);
+        if (fm_dist_broadcast_tensor(t->d, p, 0) != FM_OK) return fm_last_status();
     }
     return FM_OK;
 }

@@ -498,7 +498,7 @@ static fm_status gpt_dist_init(gpt_run *u) {
     if (!o->dist && o->zero)
         return fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
                             "mpirun -np N (N >= 2)");
-    if (!o->dist || (n < 2 && !o->zero)) return FM_OK;
+    if (!o->dist || (n < 2 && !o->zero && !fm_dist_uses_nccl(o->dist))) return FM_OK; /* NCCL: even alone */
     if (o->batch_size % n)
         return fm_set_error(FM_ERR_INVALID, "the batch (%d) does not split evenly over %d ranks: give --batch a multiple of %d",
                             o->batch_size, n, n);

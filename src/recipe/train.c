@@ -476,7 +476,7 @@ static fm_status dist_init(train_run *u) {
     if (!d && u->opt->zero)
         return fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
                             "mpirun -np N (N >= 2)");
-    if (!d || (u->t.world < 2 && !u->opt->zero)) return FM_OK;
+    if (!d || (u->t.world < 2 && !u->opt->zero && !fm_dist_uses_nccl(d))) return FM_OK; /* NCCL: even alone (smoke test) */
     if (u->r.batch_size % u->t.world)
         return fm_set_error(FM_ERR_INVALID, "the batch (%lld) does not split evenly over %d ranks: give --batch a multiple "
                             "of %d", (long long)u->r.batch_size, u->t.world, u->t.world);

@@ -31,6 +31,11 @@ fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *
     (void)n; (void)params; (void)grads; (void)exp_avg; (void)exp_avg_sq; (void)master; (void)hp;
     return fm_set_error(FM_ERR_UNSUPPORTED, "adamw (fused, cuda): %s", NO_CUDA);
 }
+void *fm_cuda_compute_stream(int device) {
+    (void)device;
+    fm_set_error(FM_ERR_UNSUPPORTED, "cuda stream: %s", NO_CUDA);
+    return NULL;
+}
 fm_tensor *fm_cuda_pinned_empty(int ndim, const int64_t *shape, fm_dtype dt) {
     (void)ndim; (void)shape; (void)dt;
     fm_set_error(FM_ERR_UNSUPPORTED, "pinned memory: %s", NO_CUDA);

@@ -45,6 +45,12 @@ typedef struct fm_adamw_hparams {
 fm_status fm_cuda_adamw_step(int n, fm_tensor *const *params, fm_tensor *const *grads, fm_tensor *const *exp_avg,
                              fm_tensor *const *exp_avg_sq, fm_tensor *const *master, const fm_adamw_hparams *hp);
 
+/* The device's compute stream (a cudaStream_t; every kernel and copy of the device is
+ * queued on it), made on first use; NULL with the error set when unavailable. For a
+ * library above the backend that queues its own CUDA work in order with fathom's
+ * (NCCL collectives on gradient buckets: src/dist/nccl.c). */
+void *fm_cuda_compute_stream(int device);
+
 /* Batch staging. fm_cuda_pinned_empty makes a CPU tensor in page-locked memory from a
  * caching host allocator (cuda_pinned.h). fm_tensor_to(t, cuda) of such a tensor goes
  * through fm_cuda_copy_h2d_async: the copy runs on the device's copy stream, after the

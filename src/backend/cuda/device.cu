@@ -199,6 +199,11 @@ cudaStream_t fm_cuda_stream(void) {
     return g_dev[d].stream;
 }
 
+extern "C" void *fm_cuda_compute_stream(int idx) {
+    if (use_device(idx) != FM_OK) return NULL;
+    return (void *)g_dev[idx].stream;
+}
+
 fm_status fm_cuda_stream_check(const char *op) {
     if (!t_stream_failed) return FM_OK;
     t_stream_failed = false;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Data-parallel training with the parameters on a device (docs/DISTRIBUTED.md):
+# `mpirun -np 2 fathom train --device check` against the same job on the CPU: the
+# gradient buckets of the check device's parameters go through the backend's copies
+# (src/dist/ddp.c) around the same MPI exchanges, so every logged loss and the saved
+# model must be the CPU job's bit for bit (a classifier with batch norm, a tiny GPT).
+# Also tools/gpu-check-nccl.sh run on the check device (one rank under mpirun against
+# the plain run), so the script the GPU run uses for its NCCL smoke test works.
+# Skipped (77) when this fathom has no MPI or mpirun is missing.
+# Usage: bash tests/cli_dist_device.sh <path-to-fathom-binary>
+set -uo pipefail
+bin=${1:?usage: cli_dist_device.sh FATHOM_BIN}
+. "$(dirname "$0")/cli_lib.sh"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
+if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
+cli_begin cli_dist_device
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+mpi() { timeout 300 mpirun --oversubscribe "$@"; }
+
+# NAME RECIPE FLAGS...: 2 ranks on cpu and on check; losses (the log lines) and the model bytes
+same_on_check() {
+  local name=$1 recipe=$2 d; shift 2
+  for d in cpu check; do
+    if ! mpi -np 2 "$bin" train "$recipe" "$@" --threads 1 --device "$d" --out "$tmp/$name-$d" \
+         >"$tmp/$name-$d.out" 2>"$tmp/$name-$d.err"; then
+      bad "$name on $d over 2 ranks: $(tail -c 600 "$tmp/$name-$d.err")"; return
+    fi
+  done
+  grep -o 'loss [0-9.e+-]*' "$tmp/$name-cpu.err" >"$tmp/$name-cpu.loss"
+  grep -o 'loss [0-9.e+-]*' "$tmp/$name-check.err" >"$tmp/$name-check.loss"
+  if [[ ! -s $tmp/$name-cpu.loss ]]; then bad "$name: no loss lines: $(tail -c 400 "$tmp/$name-cpu.err")"; return; fi
+  if ! cmp -s "$tmp/$name-cpu.loss" "$tmp/$name-check.loss"; then
+    bad "$name: losses on check differ: $(paste -d' ' "$tmp/$name-cpu.loss" "$tmp/$name-check.loss" | head -5)"; return
+  fi
+  if ! cmp -s "$tmp/$name-cpu/model.safetensors" "$tmp/$name-check/model.safetensors"; then
+    bad "$name: the model saved from check differs from the cpu's"; return
+  fi
+  ok "$name, 2 ranks: $(wc -l <"$tmp/$name-cpu.loss") losses and the model on check equal the cpu's bit for bit"
+}
+
+mkdir -p "$tmp/img"
+cli_images "$tmp/img" 128 32
+cli_idx_recipe "$tmp/img" 1 "conv2d 4 3 padding=1" batchnorm2d relu "maxpool2d 2" flatten "linear 4" >"$tmp/cnn.ini"
+same_on_check cnn "$tmp/cnn.ini" --steps 4
+for i in $(seq 1 40); do echo "And the word was $i, and the light was $((i * 7 % 11))."; done >"$tmp/corpus.txt"
+printf '%s\n' '[model]' 'type = gpt' 'n_layer = 1' 'n_head = 2' 'n_embd = 16' 'ffn_hidden = 32' 'block_size = 8' \
+  '[tokenizer]' 'kind = byte' '[data]' "corpus = $tmp/corpus.txt" '[train]' 'batch_size = 4' 'steps = 3' 'eval_every = 3' \
+  'eval_batches = 2' 'log_every = 1' >"$tmp/tiny.ini"
+same_on_check gpt "$tmp/tiny.ini"
+
+# the GPU run's NCCL smoke script, here on the check device
+if out=$(GPU_CHECK_NCCL_RECIPE="$tmp/tiny.ini" GPU_CHECK_NCCL_FLAGS="--threads 1" \
+         bash "$ROOT/tools/gpu-check-nccl.sh" "$bin" check "$tmp/nccl" 2>&1); then
+  ok "tools/gpu-check-nccl.sh on check: $(echo "$out" | tail -1)"
+else
+  bad "tools/gpu-check-nccl.sh on check: $out"
+fi
+cli_end cli_dist_device
