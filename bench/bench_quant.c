@@ -18,7 +18,8 @@
  * Weights are random (speed does not depend on them); the sides run in
  * alternating rounds so that machine load hits all alike; medians and, for a
  * loaded machine, the best round of each side ("best_*"). JSON lines.
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--ppl MODEL_DIR [--ppl-windows N]] */
+ * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s.
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--ppl MODEL_DIR [--ppl-windows N]] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,37 @@ static size_t weight_bytes(const char *dir) {
     long n = ftell(f);
     fclose(f);
     return (size_t)n;
+}
+
+/* ---- 0. the GEMMs alone: fp32 linear (the GEMM provider) vs int8 on panels ----
+ * GFLOP/s counts 2 M N K per product for both (int8: multiply-adds of bytes),
+ * the int8 side including its activation quantization (static scale). */
+static void bench_kernels(int rounds) {
+    const int64_t shapes[][3] = {{128, 1024, 784}, {128, 1024, 1024}, {512, 512, 128}, {512, 128, 512}, {512, 384, 128}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        fm_tensor *x = randn(2, (int64_t[]){M, K}, 5), *w = randn(2, (int64_t[]){N, K}, 6), *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+        if (fm_quantize_weight_int8(w, &q, &sc) || fm_pack_weight_int8(q, &p, &u)) die("pack");
+        const int reps = (int)(2e8 / (double)(M * N * K)) + 1;
+        double t[2][64];
+        for (int r = -1; r < rounds; r++)
+            for (int side = 0; side < 2; side++) {
+                double t0 = bench_now_s();
+                for (int k = 0; k < reps; k++) {
+                    fm_tensor *y = side ? fm_qlinear_int8_packed(x, p, sc, u, NULL, 0.02, 128, false) : fm_linear(x, w, NULL);
+                    if (!y) die("kernel");
+                    fm_tensor_release(y);
+                }
+                if (r >= 0) t[side][r] = (bench_now_s() - t0) / reps;
+            }
+        double f = 2.0 * (double)(M * N * K), m0 = bench_median(t[0], rounds), m1 = bench_median(t[1], rounds);
+        double b0 = best_of(t[0], rounds), b1 = best_of(t[1], rounds);
+        printf("{\"gemm\": [%lld, %lld, %lld], \"fp32_gflops\": %.1f, \"int8_panels_gops\": %.1f, \"ratio\": %.2f, \"best_fp32_gflops\": %.1f, "
+               "\"best_int8_gops\": %.1f, \"best_ratio\": %.2f}\n", (long long)M, (long long)N, (long long)K, f / m0 / 1e9, f / m1 / 1e9, m0 / m1,
+               f / b0 / 1e9, f / b1 / 1e9, b0 / b1);
+        fflush(stdout);
+        fm_tensor_release_n(6, x, w, q, sc, p, u);
+    }
 }
 
 /* ---- 1. fashion-mlp at batch 128 ---- */
@@ -304,7 +336,7 @@ static void bench_ppl(const char *dir, int64_t windows) {
 int main(int argc, char **argv) {
     int rounds = 9;
     const char *ort = NULL, *ppl = NULL;
-    bool large = true;
+    bool large = true, kernels_only = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
@@ -312,11 +344,16 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
+        else if (!strcmp(argv[i], "--kernels")) kernels_only = true;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
     fm_set_grad_enabled(false);
     if (ppl) { /* only the perplexity table */
         bench_ppl(ppl, windows > 0 ? windows : 40);
+        return 0;
+    }
+    if (kernels_only) {
+        bench_kernels(rounds);
         return 0;
     }
     double bw = copy_bandwidth();

@@ -1239,27 +1239,34 @@ static void conformance(fm_dtype dt) {
 }
 
 /* The quantized ops (f32 activations only): int8 dynamic and static, through
- * cuBLASLt (K, N multiples of 4) and the plain kernel (K = 37); int4 with and
+ * cuBLASLt (K, N multiples of 4) and the plain kernel (K = 37), on weights in
+ * rows and in panels (with stored row sums and a fused ReLU); int4 with and
  * without offsets and bias; the int4 embedding. Weights made by the packers. */
 static void quant_cases(fm_dtype dt) {
     if (dt != FM_F32) return;
     const int64_t Ks[2] = {64, 37};
     for (int ki = 0; ki < 2; ki++)
-        for (int stat = 0; stat < 2; stat++) {
-            int64_t M = 19, N = ki ? 10 : 24, K = Ks[ki], xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N};
-            fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1600 + (uint64_t)ki), *q = NULL, *s = NULL;
-            CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK);
-            fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0};
-            conf_case c = {.label = stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)", .op = FM_OP_QLINEAR_INT8, .n_in = 4, .n_out = 1, .attrs = &at};
-            c.in[0] = rand_tensor(2, xs, FM_F32, -2, 2.5, 1610);
-            c.in[1] = q;
-            c.in[2] = s;
-            c.in[3] = ki ? NULL : rand_tensor(1, &N, FM_F32, -1, 1, 1611);
-            c.out[0] = spec(2, ys, FM_F32);
-            run_case(&c, dt);
-            case_free(&c);
-            fm_tensor_release(w);
-        }
+        for (int stat = 0; stat < 2; stat++)
+            for (int pk = 0; pk < 2; pk++) {
+                int64_t M = 19, N = ki ? 10 : 24, K = Ks[ki], xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N};
+                fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1600 + (uint64_t)ki), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
+                CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK);
+                if (pk) CHECK(fm_pack_weight_int8(q, &p, &u) == FM_OK);
+                fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0, pk};
+                conf_case c = {.label = pk ? (stat ? "qlinear_int8 (static, panels, relu)" : "qlinear_int8 (dynamic, panels, relu)")
+                                           : (stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)"),
+                               .op = FM_OP_QLINEAR_INT8, .n_in = 5, .n_out = 1, .attrs = &at};
+                c.in[0] = rand_tensor(2, xs, FM_F32, -2, 2.5, 1610);
+                c.in[1] = pk ? p : q;
+                c.in[2] = s;
+                c.in[3] = ki ? NULL : rand_tensor(1, &N, FM_F32, -1, 1, 1611);
+                c.in[4] = pk ? u : NULL;
+                c.out[0] = spec(2, ys, FM_F32);
+                run_case(&c, dt);
+                case_free(&c);
+                if (pk) fm_tensor_release(q);
+                fm_tensor_release(w);
+            }
     for (int wm = 0; wm < 2; wm++) {
         int64_t M = 6, N = 12, K = 128, xs[2] = {M, K}, ws[2] = {N, K}, ys[2] = {M, N};
         fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1620), *p = NULL, *s = NULL, *mi = NULL;

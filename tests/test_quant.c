@@ -89,8 +89,12 @@ static void test_modes(void) {
         fm_graph *q = fm_graph_quantize(g, &o, &rep);
         CHECK_MSG(q != NULL, "case %zu: %s", i, fm_last_error());
         if (!q) continue;
-        CHECK_MSG(rep.n_quantized == 3 && count_op(q, cases[i].op) == 3 && count_op(q, "relu") == 1, "case %zu: %d quantized", i, rep.n_quantized);
-        CHECK(rep.n_nodes == 4 && !rep.nodes[1].quantized && strstr(rep.nodes[1].how, "fp32"));
+        /* int8: the relu runs in fc1's epilogue (its node is gone); int4 keeps it in fp32 */
+        const bool i4 = o.mode == FM_QUANT_INT4;
+        CHECK_MSG(rep.n_quantized == 3 && count_op(q, cases[i].op) == 3 && count_op(q, "relu") == (i4 ? 1 : 0), "case %zu: %d quantized", i,
+                  rep.n_quantized);
+        CHECK_MSG(rep.n_nodes == 4 && !rep.nodes[1].quantized && strstr(rep.nodes[1].how, i4 ? "fp32" : "fused into 'fc1'"), "case %zu: %s", i,
+                  rep.nodes[1].how);
         CHECK(rep.bytes_after < rep.bytes_before / (o.mode == FM_QUANT_INT4 ? 4 : 2));
         double d = rel_diff(g, q, x);
         for (int k = 0; getenv("QDEBUG") && k < rep.n_nodes; k++) printf("  %s: %s\n", rep.nodes[k].node, rep.nodes[k].how);
@@ -168,8 +172,13 @@ static void test_loader_checks(void) {
     const struct { const char *from, *to, *err; } edits[] = {
         {"\"a_zero\": ", "\"a_zero\": 3000", "a_zero 3000"},
         {"\"a_scale\": ", "\"a_scale\": -1", "a_scale -1"},
-        {"[\"x\", \"fc1.weight.int8\"", "[\"x\", \"fc1.weight.int8_scale\"", "weight must be a 2-D i8 tensor [out, in], got f32 [96]"},
-        {"\"fc3.weight.int8_scale\"]", "\"fc1.weight.int8_scale\"]", "weight scale has shape [96], expected [10]"},
+        {"[\"x\", \"fc1.weight.int8_panels\"", "[\"x\", \"fc1.weight.int8_scale\"", "weight (layout vnni16x4) must be i8, got f32"},
+        {"\"fc3.weight.int8_scale\", \"\", \"fc3.weight.int8_sum\"]", "\"fc1.weight.int8_scale\", \"\", \"fc3.weight.int8_sum\"]",
+         "weight (layout vnni16x4) has shape [1, 8, 16, 4], expected [6, 8, 16, 4]"},
+        {"\"fc3.weight.int8_sum\"]", "\"fc1.weight.int8_sum\"]", "row sums (layout vnni16x4) has shape [96], expected [10]"},
+        {"\"fc3.weight.int8_scale\", \"\", \"fc3.weight.int8_sum\"]", "\"fc3.weight.int8_scale\"]", "row sums (layout vnni16x4) is required"},
+        {"\"layout\": \"vnni16x4\"", "\"layout\": \"rows\"", "weight must be a 2-D i8 tensor [out, in] (layout rows), got i8 [6, 16, 16, 4]"},
+        {"\"layout\": \"vnni16x4\"", "\"layout\": \"vnni32x4\"", "layout 'vnni32x4' is not one this fathom knows (rows, vnni16x4)"},
     };
     for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
         char *at = strstr(text, edits[e].from), *t2 = calloc(1 << 20, 1);
@@ -194,6 +203,47 @@ static void test_loader_checks(void) {
     free(text);
     fm_tensor_release(calib);
     fm_graph_free(q);
+    fm_graph_free(g);
+}
+
+/* A graph in the layout written before the panels (qlinear_int8 on i8 [N, K]
+ * rows, no layout tag, no row sums) still loads and runs, and gives the same
+ * bits as the panels, whose integers and epilogue are the same. */
+static void test_rows_layout(void) {
+    fm_tensor *w = randn(2, (int64_t[]){40, 70}, 21), *b = randn(1, (int64_t[]){40}, 22), *x = randn(2, (int64_t[]){9, 70}, 23);
+    fm_tensor *q = NULL, *s = NULL, *p = NULL, *u = NULL;
+    CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+    fm_graph *g = fm_graph_new();
+    fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 70}, (const char *[]){"batch", NULL});
+    fm_graph_add_const(g, "w.int8", q);
+    fm_graph_add_const(g, "w.int8_scale", s);
+    fm_graph_add_const(g, "b", b);
+    fm_graph_attr a[2] = {fm_graph_attr_float("a_scale", 0.03), fm_graph_attr_int("a_zero", 100)};
+    fm_graph_add_node(g, "qlinear_int8", "fc", 4, (const char *[]){"x", "w.int8", "w.int8_scale", "b"}, 1, (const char *[]){"y"}, 2, a);
+    fm_graph_add_output(g, "y");
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/rows", g_tmp);
+    CHECK_MSG(fm_graph_save(g, dir) == FM_OK, "%s", fm_last_error());
+    fm_graph *l = fm_graph_load(dir);
+    CHECK_MSG(l != NULL, "a rows-layout graph must still load: %s", fm_last_error());
+    fm_tensor *y0 = l ? fm_graph_run1(l, x) : NULL, *y1 = fm_qlinear_int8_packed(x, p, s, u, b, 0.03, 100, false);
+    CHECK(y0 && y1 && fm_tensor_numel(y0) == 9 * 40);
+    bool same = y0 && y1;
+    for (int64_t i = 0; same && i < 9 * 40; i++) same = ((const float *)fm_tensor_data(y0))[i] == ((const float *)fm_tensor_data(y1))[i];
+    CHECK_MSG(same, "rows and panels differ");
+    /* relu fused on panels == relu after the rows */
+    fm_tensor *r0 = y0 ? fm_relu(y0) : NULL, *r1 = fm_qlinear_int8_packed(x, p, s, u, b, 0.03, 100, true);
+    same = r0 && r1;
+    for (int64_t i = 0; same && i < 9 * 40; i++) same = ((const float *)fm_tensor_data(r0))[i] == ((const float *)fm_tensor_data(r1))[i];
+    CHECK_MSG(same, "fused relu differs from relu after the op");
+    /* the front end names a panel tensor that does not fit */
+    CHECK(fm_qlinear_int8_packed(x, q, s, u, b, 0.03, 100, false) == NULL);
+    CHECK_ERR_CONTAINS("panels must be i8 [3, 18, 16, 4] for 40 outputs and 70 input features");
+    CHECK(fm_pack_weight_int8(w, &p, &u) != FM_OK); /* f32: not quantized */
+    CHECK_ERR_CONTAINS("weight must be a 2-D i8 host tensor, got f32");
+    fm_tensor_release_n(8, w, b, x, q, s, y0, y1, r0);
+    fm_tensor_release(r1);
+    fm_graph_free(l);
     fm_graph_free(g);
 }
 
@@ -240,6 +290,7 @@ int main(void) {
     test_modes();
     test_bad_input();
     test_loader_checks();
+    test_rows_layout();
     test_gpt();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -5,6 +5,7 @@
  * match bit for bit; the int4 rows accumulate in f32 in another order, so they
  * are held to a relative bound. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/quant_kernels.h"
 #include "core/cpu_features.h"
@@ -34,7 +35,7 @@ static int64_t q8_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl 
         sc[n] = 0.001f * (float)(1 + n % 7);
         bias[n] = 0.5f - (float)(n % 3);
     }
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N}, ep1 = ep0;
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N, false}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL}, g1 = g0;
     g1.C = C1;
@@ -61,6 +62,60 @@ static void test_q8(void) {
                     int64_t bad = q8_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)f, impls[i], epi);
                     CHECK_MSG(bad == 0, "%s M %lld N %lld K %lld fill %d epilogue %d: %lld elements differ from the scalar reference",
                               fm_q8_impl_name(impls[i]), (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], f, epi, (long long)bad);
+                }
+    }
+}
+
+/* The panel layout (vnni16x4): B packed as fm_pack_weight_int8 does, A rows
+ * padded to 4 ceil(K/4) bytes with zeros. Every implementation against the
+ * scalar reference on the rows (an independent check of the packing), in
+ * integers and through the epilogue, with and without bias and fused ReLU. */
+static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl impl, int epi) {
+    const int64_t Kq = (K + 3) / 4, lda = 4 * Kq, Np = (N + 15) / 16;
+    uint8_t *A = malloc((size_t)(M * K + 1)), *Ap = calloc((size_t)(M * lda + 1), 1);
+    int8_t *B = malloc((size_t)(N * K + 1)), *P = calloc((size_t)(Np * Kq * 64), 1);
+    int32_t *C0 = calloc((size_t)(M * N + 1), 4), *C1 = calloc((size_t)(M * N + 1), 4), *ws = malloc(4 * (size_t)N);
+    float *sc = malloc(4 * (size_t)N), *bias = malloc(4 * (size_t)N), *y0 = calloc((size_t)(M * N + 1), 4), *y1 = calloc((size_t)(M * N + 1), 4);
+    fill8(A, B, M * K, N * K, f);
+    for (int64_t m = 0; m < M; m++) memcpy(Ap + m * lda, A + m * K, (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; k++) { s += B[n * K + k]; P[fm_q8_panel_index(Kq, n, k)] = B[n * K + k]; }
+        ws[n] = s;
+        sc[n] = 0.001f * (float)(1 + n % 7);
+        bias[n] = 0.5f - (float)(n % 3);
+    }
+    /* epi: 0 integers, 1 epilogue with bias, 2 bias + relu, 3 relu without bias */
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, epi >= 2}, ep1 = ep0;
+    ep1.y = y1;
+    fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL};
+    fm_q8_pgemm g1 = {M, N, K, Ap, lda, P, C1, N, epi ? &ep1 : NULL};
+    fm_q8_gemm_run(&g0, FM_Q8_REF);
+    fm_q8_pgemm_run(&g1, impl);
+    int64_t bad = 0, neg = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        bad += epi ? memcmp(&y0[i], &y1[i], 4) != 0 : C0[i] != C1[i];
+        neg += epi >= 2 && y1[i] < 0;
+    }
+    free(A); free(Ap); free(B); free(P); free(C0); free(C1); free(ws); free(sc); free(bias); free(y0); free(y1);
+    return bad + neg;
+}
+
+static void test_q8_panels(void) {
+    const fm_cpu_features *cf = fm_cpu_get_features();
+    fm_q8_impl impls[3] = {FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI};
+    bool have[3] = {true, cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->avx512_vnni};
+    /* M past the 6-row block and the 96-row task, N past 16-column panels and 4-panel blocks, K tails 1..3 */
+    const int64_t shapes[][3] = {{1, 1, 1}, {6, 64, 64}, {7, 17, 63}, {13, 70, 65}, {1, 129, 130}, {200, 40, 784}, {97, 16, 3}, {5, 33, 1024}};
+    for (int i = 0; i < 3; i++) {
+        if (!have[i]) { TEST_SKIP("int8 panels %s: this CPU lacks it", fm_q8_impl_name(impls[i])); continue; }
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int f = 0; f < 3; f++)
+                for (int epi = 0; epi < 4; epi++) {
+                    int64_t bad = q8p_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)f, impls[i], epi);
+                    CHECK_MSG(bad == 0, "panels %s M %lld N %lld K %lld fill %d epilogue %d: %lld elements differ from the scalar reference",
+                              fm_q8_impl_name(impls[i]), (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], f, epi,
+                              (long long)bad);
                 }
     }
 }
@@ -158,6 +213,7 @@ static void test_q4(void) {
 int main(void) {
     test_q8_saturation_value();
     test_q8();
+    test_q8_panels();
     test_q8_activations();
     test_q4();
     TEST_DONE();

@@ -205,6 +205,12 @@ FM_API fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight
  * x f32 [..., K] is quantized to u8 with a_scale/a_zero, or, when a_scale <= 0, with
  * the range of this x (dynamic). Integer products, f32 out [..., N]. bias may be NULL. */
 FM_API fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_tensor *bias, double a_scale, int a_zero);
+/* The same on weights packed once by fm_pack_weight_int8 (fathom/quant.h): panels i8
+ * [ceil(N/16), ceil(K/4), 16, 4] and their row sums w_sum i32 [N] (N from w_scale), which
+ * the CPU runs as a VNNI (vpdpbusd) microkernel with no per-call weight work; relu: a
+ * fused max(y, 0) after the bias. */
+FM_API fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias,
+                                         double a_scale, int a_zero, bool relu);
 /* y = x W^T + bias with W int4 [N, K] packed (w u8 [N, K/2]), one f16 scale per group
  * of `group` (32, 64 or 128) along K (scale [N, K/group]) and optionally an f16 offset
  * (min, same shape; NULL: symmetric, w = (q - 8) * scale). f32 x and out. */

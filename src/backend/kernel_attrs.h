@@ -81,9 +81,20 @@ typedef struct fm_optim_step_attrs {
 /* SUM_SQ_BLOCKS: in = {x contiguous f32/f64}; out = {f64 [ceil(n / FM_SUM_SQ_BLOCK)]}: the sum of
  * squares of each block (four interleaved accumulators), so a norm is the same bits for any thread
  * count. SCALE_INPLACE: in = {x contiguous f32/f64}, no outputs: x *= s, s rounded to x's dtype. */
-/* QLINEAR_INT8: in = {x [M, K] f32, w [N, K] i8, w_scale [N] f32, bias [N] f32|NULL}; out = {y [M, N] f32}.
- * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call). */
-typedef struct fm_qlinear8_attrs { double a_scale; int a_zero; } fm_qlinear8_attrs;
+/* QLINEAR_INT8: in = {x [M, K] f32, w i8, w_scale [N] f32, bias [N] f32|NULL, w_sum [N] i32|NULL};
+ * out = {y [M, N] f32}. w is [N, K] (rows; w_sum NULL, summed per call) or the panels
+ * [ceil(N/16), ceil(K/4), 16, 4] (backend/cpu/quant_kernels.h; w_sum required).
+ * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call).
+ * relu: a fused max(y, 0) after the bias. */
+typedef struct fm_qlinear8_attrs { double a_scale; int a_zero; int relu; } fm_qlinear8_attrs;
+/* Where weight (n, k) of an int8 [N, K] matrix lies in its panels (Kq = ceil(K/4)):
+ * panel n/16, step k/4, then 16 columns x 4 bytes. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int64_t fm_q8_panel_index(int64_t Kq, int64_t n, int64_t k) {
+    return ((n >> 4) * Kq + (k >> 2)) * 64 + (n & 15) * 4 + (k & 3);
+}
 /* QLINEAR_INT4: in = {x [M, K] f32, w [N, K/2] u8, scale [N, K/G] f16, min [N, K/G] f16|NULL, bias [N] f32|NULL}.
  * QEMBEDDING_INT4: in = {w [V, D/2] u8, scale [V, D/G] f16, min|NULL, indices (i32/i64)}; out = {[..., D] f32}. */
 typedef struct fm_q4_attrs { int64_t group; } fm_q4_attrs;

@@ -2,8 +2,9 @@
  * writes (docs/QUANTIZE.md). The rules check what the front ends check, so a
  * hand-edited or corrupt graph.json is refused at load with the node named:
  * dtypes (i8 / u8 weights, f16 group scales), shapes (scales per row or per
- * group, K divisible by the group), and attribute ranges (group in {32, 64,
- * 128}, a finite activation scale >= 0, a zero point in [0, 255]). */
+ * group, K divisible by the group, int8 panels that fit their layout tag), and
+ * attribute ranges (group in {32, 64, 128}, a finite activation scale >= 0, a
+ * zero point in [0, 255], a known int8 layout). */
 #include <math.h>
 #include <string.h>
 
@@ -32,30 +33,60 @@ static fm_status rows_out(const gtype *x, int64_t K, int64_t N, gtype *out) {
     return FM_OK;
 }
 
-static fm_status q8_attrs(const gctx *c, double *scale, int64_t *zero) {
-    if (ga_float(c, "a_scale", 0.0, scale) || ga_int(c, "a_zero", 0, zero)) return fm_last_status();
-    if (!(*scale >= 0) || !isfinite(*scale)) return fm_set_error(FM_ERR_INVALID, "a_scale %g must be finite and >= 0 (0: dynamic)", *scale);
-    if (*zero < 0 || *zero > 255) return fm_set_error(FM_ERR_INVALID, "a_zero %lld must be in [0, 255]", (long long)*zero);
+/* The int8 weight layouts: "rows" ([N, K], files from before the panels, the
+ * default when the attribute is absent) and "vnni16x4" (panels + stored row sums). */
+typedef struct { double scale; int64_t zero, relu; bool panels; } q8_spec;
+
+static fm_status q8_attrs(const gctx *c, q8_spec *q) {
+    if (ga_float(c, "a_scale", 0.0, &q->scale) || ga_int(c, "a_zero", 0, &q->zero) || ga_int(c, "relu", 0, &q->relu)) return fm_last_status();
+    if (!(q->scale >= 0) || !isfinite(q->scale)) return fm_set_error(FM_ERR_INVALID, "a_scale %g must be finite and >= 0 (0: dynamic)", q->scale);
+    if (q->zero < 0 || q->zero > 255) return fm_set_error(FM_ERR_INVALID, "a_zero %lld must be in [0, 255]", (long long)q->zero);
+    if (q->relu != 0 && q->relu != 1) return fm_set_error(FM_ERR_INVALID, "relu %lld must be 0 or 1", (long long)q->relu);
+    const char *l = ga_string(c, "layout", "rows");
+    if (!l || (strcmp(l, "rows") && strcmp(l, "vnni16x4")))
+        return fm_set_error(FM_ERR_INVALID, "layout '%s' is not one this fathom knows (rows, vnni16x4): a file from a newer version? "
+                            "re-run fathom quantize with this one", l ? l : "(not a string)");
+    q->panels = !strcmp(l, "vnni16x4");
     return FM_OK;
 }
 
+/* in: x, w, w_scale, [bias], [w_sum]: rows w i8 [N, K] with no w_sum; panels w i8
+ * [ceil(N/16), ceil(K/4), 16, 4] with w_sum i32 [N] */
 static fm_status inf_qlinear8(const gctx *c, const gtype *in, gtype *out) {
     char s1[96];
-    double scale;
-    int64_t zero;
-    if (q8_attrs(c, &scale, &zero)) return fm_last_status();
-    if (in[1].ndim != 2 || in[1].dt != FM_I8)
-        return fm_set_error(FM_ERR_INVALID, "weight must be a 2-D i8 tensor [out, in], got %s %s", fm_dtype_name(in[1].dt), g_tshape(&in[1], s1, sizeof s1));
-    int64_t N = in[1].d[0];
-    if (want(&in[2], "weight scale", FM_F32, 1, &N) || (in[3].ndim >= 0 && want(&in[3], "bias", FM_F32, 1, &N))) return fm_last_status();
-    return rows_out(&in[0], in[1].d[1], N, out);
+    q8_spec q;
+    if (q8_attrs(c, &q)) return fm_last_status();
+    if (in[2].ndim != 1) return fm_set_error(FM_ERR_INVALID, "weight scale must be a 1-D f32 tensor [out], got %s", g_tshape(&in[2], s1, sizeof s1));
+    int64_t N = in[2].d[0], K = in[0].ndim >= 1 ? in[0].d[in[0].ndim - 1] : -1;
+    if (!q.panels) {
+        if (in[1].ndim != 2 || in[1].dt != FM_I8)
+            return fm_set_error(FM_ERR_INVALID, "weight must be a 2-D i8 tensor [out, in] (layout rows), got %s %s", fm_dtype_name(in[1].dt),
+                                g_tshape(&in[1], s1, sizeof s1));
+        if (in[4].ndim >= 0) return fm_set_error(FM_ERR_INVALID, "row sums are an input of layout vnni16x4 only (this node's layout is rows)");
+        K = in[1].d[1];
+        if (want(&in[2], "weight scale", FM_F32, 1, &in[1].d[0])) return fm_last_status();
+    } else {
+        if (K < 0) return fm_set_error(FM_ERR_INVALID, "layout vnni16x4 needs the input's last dim (the input features) known");
+        int64_t pd[4] = {(N + 15) / 16, (K + 3) / 4, 16, 4};
+        if (K > 32768) return fm_set_error(FM_ERR_INVALID, "%lld input features exceed layout vnni16x4's 32768", (long long)K);
+        if (want(&in[1], "weight (layout vnni16x4)", FM_I8, 4, pd) || want(&in[2], "weight scale", FM_F32, 1, &N) ||
+            want(&in[4], "row sums (layout vnni16x4)", FM_I32, 1, &N))
+            return fm_last_status();
+    }
+    if (in[3].ndim >= 0 && want(&in[3], "bias", FM_F32, 1, &N)) return fm_last_status();
+    return rows_out(&in[0], K, N, out);
 }
 
 static fm_status run_qlinear8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    double scale;
-    int64_t zero;
-    if (q8_attrs(c, &scale, &zero)) return fm_last_status();
-    out[0] = fm_qlinear_int8(in[0], in[1], in[2], in[3], scale, (int)zero);
+    q8_spec q;
+    if (q8_attrs(c, &q)) return fm_last_status();
+    if (q.panels) {
+        out[0] = fm_qlinear_int8_packed(in[0], in[1], in[2], in[4], in[3], q.scale, (int)q.zero, q.relu != 0);
+        return out[0] ? FM_OK : fm_last_status();
+    }
+    fm_tensor *y = fm_qlinear_int8(in[0], in[1], in[2], in[3], q.scale, (int)q.zero);
+    out[0] = y && q.relu ? fm_relu(y) : y;
+    if (y && q.relu) fm_tensor_release(y);
     return out[0] ? FM_OK : fm_last_status();
 }
 
@@ -107,7 +138,7 @@ static fm_status run_qembedding4(const gctx *c, fm_tensor *const *in, fm_tensor 
 }
 
 const g_op_spec g_ops_quant[] = {
-    {"qlinear_int8", 3, 4, 1, "a_scale,a_zero", inf_qlinear8, run_qlinear8, NULL},
+    {"qlinear_int8", 3, 5, 1, "a_scale,a_zero,relu,layout", inf_qlinear8, run_qlinear8, NULL},
     {"qlinear_int4", 3, 5, 1, "group", inf_qlinear4, run_qlinear4, NULL},
     {"qembedding_int4", 3, 4, 1, "group", inf_qembedding4, run_qembedding4, NULL},
 };

@@ -29,7 +29,7 @@ void fm_quant_report_free(fm_quant_report *r) {
     memset(r, 0, sizeof *r);
 }
 
-typedef enum { K_NONE, K_LINEAR, K_MATMUL, K_EMBEDDING } qkind;
+typedef enum { K_NONE, K_LINEAR, K_MATMUL, K_EMBEDDING, K_FUSED } qkind;
 
 static const fm_tensor *f32_const2(const fm_graph *g, int v) {
     return v >= 0 && g->values[v].kind == GV_CONST && g->values[v].tensor->dtype == FM_F32 && g->values[v].tensor->ndim == 2
@@ -56,14 +56,29 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
     return K_NONE;
 }
 
+/* The relu node that alone reads node i's output (not a graph output), whose
+ * max(y, 0) can run in node i's int8 epilogue; -1 when there is none. */
+static int relu_after(const fm_graph *g, const int *uses, int i) {
+    const int v = g->nodes[i].out[0];
+    if (g->nodes[i].n_out != 1 || uses[v] != 1) return -1;
+    for (int j = i + 1; j < g->n_nodes; j++)
+        if (g->nodes[j].n_in >= 1 && g->nodes[j].in[0] == v)
+            return !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1 && g->nodes[j].n_out == 1 ? j : -1;
+    return -1;
+}
+
 /* Adds a node with its own attributes, carrying the source constants it reads. */
-static fm_status add_node(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int na, const fm_graph_attr *a) {
+static fm_status add_node_to(rw *r, const gnode *n, const char *out, const char *op, int n_in, const char *const *ins, int na,
+                             const fm_graph_attr *a) {
     for (int i = 0; i < n_in; i++) {
         int v = g_find_value(r->src, ins[i]);
         if (v >= 0 && r->src->values[v].kind == GV_CONST && rw_const(r, ins[i], r->src->values[v].tensor)) return fm_last_status();
     }
-    const char *out = r->src->values[n->out[0]].name;
     return fm_graph_add_node(r->dst, op, n->name, n_in, ins, 1, &out, na, a);
+}
+
+static fm_status add_node(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int na, const fm_graph_attr *a) {
+    return add_node_to(r, n, r->src->values[n->out[0]].name, op, n_in, ins, na, a);
 }
 
 static fm_status add_consts(rw *r, int n, const char *const *names, fm_tensor *const *ts) {
@@ -81,32 +96,50 @@ static fm_tensor *weight_nk(const fm_graph *g, const gnode *n, qkind k) {
     return c;
 }
 
-static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, char *how, size_t nh) {
+/* The int8 weight of node n as constants in dst: panels (layout vnni16x4) with
+ * their row sums, or rows [N, K] past the panels' 32768 input features. */
+static fm_status int8_weight(rw *r, const gnode *n, qkind k, const char *qn, const char *sn, const char *un, bool panels) {
+    if (g_find_value(r->dst, qn) >= 0) return FM_OK; /* a weight two nodes share */
+    fm_tensor *w = weight_nk(r->src, n, k), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
+    fm_status st = w ? fm_quantize_weight_int8(w, &q, &s) : fm_last_status();
+    if (st == FM_OK && panels) st = fm_pack_weight_int8(q, &p, &u);
+    if (st == FM_OK) st = add_consts(r, 3, (const char *[]){qn, sn, un}, (fm_tensor *[]){panels ? p : q, s, u});
+    fm_tensor_release_n(5, w, q, s, p, u);
+    return st;
+}
+
+/* relu: the node whose ReLU is fused into this one's epilogue (its output is the new node's), or NULL */
+static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, const gnode *relu, char *how, size_t nh) {
     const fm_graph *g = r->src;
-    char qn[300], sn[300];
-    snprintf(qn, sizeof qn, "%s%s.int8", g->values[n->in[1]].name, k == K_MATMUL ? ".T" : "");
-    snprintf(sn, sizeof sn, "%s%s.int8_scale", g->values[n->in[1]].name, k == K_MATMUL ? ".T" : "");
-    if (g_find_value(r->dst, qn) < 0) {
-        fm_tensor *w = weight_nk(g, n, k), *q = NULL, *s = NULL;
-        fm_status st = w ? fm_quantize_weight_int8(w, &q, &s) : fm_last_status();
-        if (st == FM_OK) st = add_consts(r, 2, (const char *[]){qn, sn}, (fm_tensor *[]){q, s});
-        fm_tensor_release_n(3, w, q, s);
-        if (st) return st;
-    }
+    const char *t = k == K_MATMUL ? ".T" : "", *wn = g->values[n->in[1]].name;
+    const int64_t K = g->values[n->in[1]].tensor->shape[k == K_MATMUL ? 0 : 1];
+    const bool panels = K <= 32768; /* the panels' 32-bit sums */
+    char qn[300], sn[300], un[300];
+    snprintf(qn, sizeof qn, "%s%s.int8%s", wn, t, panels ? "_panels" : "");
+    snprintf(sn, sizeof sn, "%s%s.int8_scale", wn, t);
+    snprintf(un, sizeof un, "%s%s.int8_sum", wn, t);
+    if (int8_weight(r, n, k, qn, sn, un, panels)) return fm_last_status();
     const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
-    const char *ins[4] = {rw_name(r, n->in[0]), qn, sn, bias};
-    if (!range) {
+    const char *ins[5] = {rw_name(r, n->in[0]), qn, sn, bias, panels ? un : ""};
+    const int n_in = panels ? 5 : bias[0] ? 4 : 3;
+    const char *out = g->values[(relu ? relu : n)->out[0]].name;
+    float s = 0.0f;
+    int zero = 0;
+    if (range) { /* the scale and zero point the kernel's dynamic path would pick for this range */
+        float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f);
+        s = (hi - lo) / 255.0f;
+        if (!(s > 0) || !isfinite(s)) s = 1.0f;
+        float z = nearbyintf(-lo / s);
+        zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
+        snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, s, zero);
+    } else {
         snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
-        return add_node(r, n, "qlinear_int8", bias[0] ? 4 : 3, ins, 0, NULL);
     }
-    /* the scale and zero point the kernel's dynamic path would pick for this range */
-    float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f), s = (hi - lo) / 255.0f;
-    if (!(s > 0) || !isfinite(s)) s = 1.0f;
-    float z = nearbyintf(-lo / s);
-    int zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
-    fm_graph_attr a[2] = {fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
-    snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, s, zero);
-    return add_node(r, n, "qlinear_int8", bias[0] ? 4 : 3, ins, 2, a);
+    size_t l = strlen(how);
+    if (relu && l < nh) snprintf(how + l, nh - l, ", + relu '%s' fused", relu->name);
+    fm_graph_attr a[4] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu ? 1 : 0),
+                          fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
+    return add_node_to(r, n, out, "qlinear_int8", n_in, ins, range ? 4 : 2, a);
 }
 
 static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_options *o, char *how, size_t nh) {
@@ -191,16 +224,24 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
     if (st == FM_OK && o->mode == FM_QUANT_INT8_STATIC) st = static_ranges(g, o, kinds, ranges);
     bool begun = st == FM_OK && rw_begin(&r, g) == FM_OK;
     if (st == FM_OK && !begun) st = fm_last_status();
-    int nq = 0;
+    int nq = 0, *uses = st == FM_OK && o->mode != FM_QUANT_INT4 ? rw_use_counts(g) : NULL;
+    if (st == FM_OK && o->mode != FM_QUANT_INT4 && !uses) st = fm_last_status();
     for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
+        if (kinds[i] == K_FUSED) continue;
         if (kinds[i] == K_NONE) { st = rw_copy_node(&r, n); continue; }
+        int j = o->mode == FM_QUANT_INT4 ? -1 : relu_after(g, uses, i);
+        if (j >= 0) {
+            kinds[j] = K_FUSED;
+            snprintf(nodes[j].how, sizeof nodes[j].how, "fused into '%s' (int8 epilogue)", n->name);
+        }
         st = o->mode == FM_QUANT_INT4 ? quant_int4(&r, n, kinds[i], o, nodes[i].how, sizeof nodes[i].how)
-                                      : quant_int8(&r, n, kinds[i], o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL, nodes[i].how,
-                                                   sizeof nodes[i].how);
+                                      : quant_int8(&r, n, kinds[i], o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL,
+                                                   j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
         nodes[i].quantized = true;
         nq++;
     }
+    free(uses);
     fm_graph *out = NULL;
     if (begun) {
         char keep[512];

@@ -68,8 +68,41 @@ fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_te
         fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic) and zero point %d in [0, 255]", op, a_scale, a_zero);
         return NULL;
     }
-    fm_qlinear8_attrs at = {a_scale, a_zero};
-    return run(FM_OP_QLINEAR_INT8, 4, (fm_tensor *[]){x, w, w_scale, bias}, x->ndim, shape, &at);
+    fm_qlinear8_attrs at = {a_scale, a_zero, 0};
+    return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, w, w_scale, bias, NULL}, x->ndim, shape, &at);
+}
+
+fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias, double a_scale,
+                                  int a_zero, bool relu) {
+    const char *op = "qlinear_int8 (panels)";
+    char a[128];
+    if (!w_scale || w_scale->ndim != 1) {
+        fm_set_error(FM_ERR_INVALID, "%s: weight scale must be a 1-D f32 tensor [out]", op);
+        return NULL;
+    }
+    const int64_t N = w_scale->shape[0];
+    int64_t K = x && x->ndim >= 1 ? x->shape[x->ndim - 1] : 0, shape[FM_MAX_DIMS];
+    if (K > 32768) {
+        fm_set_error(FM_ERR_INVALID, "%s: %lld input features exceed the panels' 32768", op, (long long)K);
+        return NULL;
+    }
+    int64_t pd[4] = {(N + 15) / 16, (K + 3) / 4, 16, 4};
+    if (x_rows(op, x, K, N, shape)) return NULL;
+    if (!panels || panels->dtype != FM_I8 || panels->ndim != 4 || memcmp(panels->shape, pd, sizeof pd)) {
+        fm_set_error(FM_ERR_INVALID, "%s: panels must be i8 %s for %lld outputs and %lld input features (fm_pack_weight_int8), got %s %s", op,
+                     fm_shape_str(4, pd, a, sizeof a), (long long)N, (long long)K, panels ? fm_dtype_name(panels->dtype) : "NULL",
+                     panels ? fm_shape_str(panels->ndim, panels->shape, (char[128]){0}, 128) : "");
+        return NULL;
+    }
+    if (need(op, "weight scale", w_scale, FM_F32, 1, &N) || need(op, "row sums", w_sum, FM_I32, 1, &N) ||
+        (bias && need(op, "bias", bias, FM_F32, 1, &N)) || same_device(op, 5, (fm_tensor *[]){x, panels, w_scale, w_sum, bias}))
+        return NULL;
+    if (!(a_scale >= 0) || a_scale > 1e30 || a_zero < 0 || a_zero > 255) {
+        fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic) and zero point %d in [0, 255]", op, a_scale, a_zero);
+        return NULL;
+    }
+    fm_qlinear8_attrs at = {a_scale, a_zero, relu ? 1 : 0};
+    return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, panels, w_scale, bias, w_sum}, x->ndim, shape, &at);
 }
 
 /* w [R, K/2] u8 with scale (and min) [R, K/group] f16; K from the packing */

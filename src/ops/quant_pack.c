@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/kernel_attrs.h" /* fm_q8_panel_index */
 #include "fathom/quant.h"
 
 static fm_status check_w(const char *fn, const fm_tensor *w) {
@@ -39,6 +40,35 @@ fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor *
     fm_tensor_release(wc);
     *q = tq;
     *scale = ts;
+    return FM_OK;
+}
+
+fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor **row_sums) {
+    char a[128];
+    *panels = *row_sums = NULL;
+    if (!q || q->ndim != 2 || q->dtype != FM_I8 || fm_tensor_device(q).type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_INVALID, "pack int8: weight must be a 2-D i8 host tensor, got %s %s", q ? fm_dtype_name(q->dtype) : "NULL",
+                            q ? fm_shape_str(q->ndim, q->shape, a, sizeof a) : "");
+    const int64_t N = q->shape[0], K = q->shape[1], Kq = (K + 3) / 4;
+    if (K > 32768) return fm_set_error(FM_ERR_INVALID, "pack int8: %lld input features exceed the panels' 32768 (32-bit sums)", (long long)K);
+    fm_tensor *qc = fm_contiguous((fm_tensor *)q);
+    int64_t ps[4] = {(N + 15) / 16, Kq, 16, 4};
+    fm_tensor *tp = fm_tensor_zeros(4, ps, FM_I8, FM_CPU), *ts = fm_tensor_empty(1, &N, FM_I32, FM_CPU);
+    if (!qc || !tp || !ts) { fm_tensor_release_n(3, qc, tp, ts); return fm_last_status(); }
+    const int8_t *src = fm_tensor_data(qc);
+    int8_t *dst = fm_tensor_data(tp);
+    int32_t *sums = fm_tensor_data(ts);
+    for (int64_t n = 0; n < N; n++) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; k++) {
+            dst[fm_q8_panel_index(Kq, n, k)] = src[n * K + k];
+            s += src[n * K + k];
+        }
+        sums[n] = s;
+    }
+    fm_tensor_release(qc);
+    *panels = tp;
+    *row_sums = ts;
     return FM_OK;
 }
 

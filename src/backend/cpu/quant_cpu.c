@@ -1,7 +1,9 @@
 /* CPU kernels of the quantized ops (ops.def QLINEAR_INT8, QLINEAR_INT4,
  * QEMBEDDING_INT4): the glue around quant_kernels.h. qlinear_int8 quantizes
- * the activations (range, scale, u8 codes), sums each weight row for the zero
- * point's correction and runs the integer product with the f32 epilogue fused. */
+ * the activations (range, scale, u8 codes) and runs the integer product with
+ * the f32 epilogue fused; on weights in rows (files from before the panels)
+ * it also sums each weight row for the zero point's correction, which the
+ * panel layout stores. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,31 +25,49 @@ static void row_sums(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* QLINEAR_INT8: in = {x [M, K] f32, w [N, K] i8, w_scale [N], bias|NULL} */
-static fm_status qlinear8_kernel(const fm_op_call *c) {
-    const fm_qlinear8_attrs *at = c->attrs;
-    const fm_tensor *x = c->in[0], *w = c->in[1];
-    const int64_t N = w->shape[0], K = w->shape[1], M = K ? fm_tensor_numel(x) / K : 0;
-    const float *xp = fm_tensor_data(x);
-    uint8_t *q = malloc((size_t)(M * K > 0 ? M * K : 1));
-    int32_t *wsum = malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));
-    if (!q || !wsum) { free(q); free(wsum); return oom("qlinear_int8"); }
+/* The activation codes of x [M, K] with (scale, zero), or with the range of
+ * this x when the node is dynamic; rows lda apart (zeros from K to lda). */
+static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, const fm_qlinear8_attrs *at, float *scale, int32_t *zero, uint8_t *q) {
     bool v512 = fm_cpu_use_avx512();
-    float scale = (float)at->a_scale;
-    int32_t zero = at->a_zero;
-    if (!(scale > 0)) { /* dynamic: this batch's range */
+    *scale = (float)at->a_scale;
+    *zero = at->a_zero;
+    if (!(*scale > 0)) { /* dynamic: this batch's range */
         float mn, mx;
         if (v512) fm_q8_range_avx512(xp, M * K, &mn, &mx);
         else fm_q8_range(xp, M * K, &mn, &mx);
-        fm_q8_params(mn, mx, &scale, &zero);
+        fm_q8_params(mn, mx, scale, zero);
     }
-    if (v512) fm_q8_quantize_avx512(xp, M * K, 1.0f / scale, zero, q);
-    else fm_q8_quantize(xp, M * K, scale, zero, q);
-    fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), wsum, c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                         fm_tensor_data(c->out[0]), N};
-    fm_q8_gemm g = {M, N, K, q, K, fm_tensor_data(w), K, NULL, 0, &ep};
-    fm_parallel_for(N, 256, row_sums, &g);
-    fm_q8_gemm_run(&g, fm_q8_impl_best());
+    for (int64_t m = 0; m < M; m += lda == K ? M : 1) { /* one call when the rows are dense */
+        int64_t n = lda == K ? M * K : K;
+        if (v512) fm_q8_quantize_avx512(xp + m * K, n, 1.0f / *scale, *zero, q + m * lda);
+        else fm_q8_quantize(xp + m * K, n, *scale, *zero, q + m * lda);
+        if (lda > K) memset(q + m * lda + K, 0, (size_t)(lda - K));
+    }
+}
+
+/* QLINEAR_INT8: in = {x [M, K] f32, w i8 (rows or panels), w_scale [N], bias|NULL, w_sum|NULL} */
+static fm_status qlinear8_kernel(const fm_op_call *c) {
+    const fm_qlinear8_attrs *at = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1];
+    const bool panels = w->ndim == 4;
+    const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
+    const int64_t lda = panels ? 4 * ((K + 3) / 4) : K;
+    uint8_t *q = malloc((size_t)(M * lda > 0 ? M * lda : 1));
+    int32_t *wsum = panels ? NULL : malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));
+    if (!q || (!panels && !wsum)) { free(q); free(wsum); return oom("qlinear_int8"); }
+    float scale;
+    int32_t zero;
+    quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
+    fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
+                         c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->relu != 0};
+    if (panels) {
+        fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
+        fm_q8_pgemm_run(&g, fm_q8_impl_best());
+    } else {
+        fm_q8_gemm g = {M, N, K, q, K, fm_tensor_data(w), K, NULL, 0, &ep};
+        fm_parallel_for(N, 256, row_sums, &g);
+        fm_q8_gemm_run(&g, fm_q8_impl_best());
+    }
     free(q);
     free(wsum);
     return FM_OK;

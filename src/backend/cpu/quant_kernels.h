@@ -31,6 +31,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/kernel_attrs.h"
+
 typedef struct fm_q8_epilogue {
     float a_scale;
     int32_t a_zero;
@@ -39,6 +41,7 @@ typedef struct fm_q8_epilogue {
     const float *bias;     /* [N] or NULL */
     float *y;              /* [M, ldy] */
     int64_t ldy;
+    bool relu;             /* max(y, 0) after the bias (a fused ReLU) */
 } fm_q8_epilogue;
 
 /* rows [m0, m1) x cols [n0, n1) of A B^T, written as f32 through the epilogue
@@ -57,7 +60,8 @@ static inline void fm_q8_store(const fm_q8_gemm *g, int64_t m, int64_t n, int32_
     if (!e) { g->C[m * g->ldc + n] = acc; return; }
     int64_t v = (int64_t)acc - (int64_t)e->a_zero * e->w_sum[n];
     float y = e->a_scale * e->w_scale[n] * (float)v;
-    e->y[m * e->ldy + n] = e->bias ? y + e->bias[n] : y;
+    if (e->bias) y = y + e->bias[n];
+    e->y[m * e->ldy + n] = e->relu ? (y > 0.0f ? y : 0.0f) : y;
 }
 void fm_q8_gemm_tile_ref(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q8_gemm_tile_avx2(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
@@ -68,6 +72,30 @@ fm_q8_impl fm_q8_impl_best(void);
 const char *fm_q8_impl_name(fm_q8_impl i);
 /* The whole product over the thread pool with implementation `impl`. */
 void fm_q8_gemm_run(const fm_q8_gemm *g, fm_q8_impl impl);
+
+/* Panel layout ("vnni16x4", packed once at quantize time, fm_pack_weight_int8;
+ * fm_q8_panel_index in backend/kernel_attrs.h):
+ * B [N, K] s8 as [Np = ceil(N/16)][Kq = ceil(K/4)][16][4]. Panel p, step s
+ * holds B[16p + j][4s .. 4s + 3] for its 16 columns j (zeros past N and K), so
+ * one 64-byte load feeds vpdpbusd with 16 columns x 4 k against one broadcast
+ * 4-byte group of an activation row: each 32-bit lane is one output's sum, and
+ * no horizontal sums are left. The row sums (the zero point's correction) are
+ * stored with the panels. A's rows must be readable to 4 Kq bytes (lda >=
+ * 4 Kq), zero past K. Sums are 32-bit: K <= FM_Q8_PANEL_MAX_K keeps both the
+ * sum and its zero-point correction in range. */
+#define FM_Q8_PANEL_MAX_K 32768
+typedef struct fm_q8_pgemm {
+    int64_t M, N, K;
+    const uint8_t *A; int64_t lda;
+    const int8_t *P;       /* panels */
+    int32_t *C; int64_t ldc; /* s32 out when ep is NULL */
+    const fm_q8_epilogue *ep;
+} fm_q8_pgemm;
+void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void fm_q8_pgemm_tile_avx2(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void fm_q8_pgemm_tile_vnni(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+/* The whole product over the thread pool (tasks: 64 columns x up to 96 rows). */
+void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl);
 
 /* Dynamic activation quantization: the range of x[n] (widened to hold 0),
  * scale = (max - min) / 255 and zero point z, q = clamp(rint(x / scale) + z, 0, 255). */

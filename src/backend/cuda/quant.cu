@@ -7,7 +7,10 @@
  * layout it requires is exactly row-major x times W^T); then
  *   sum_k q w = C + 128 sum_k w  and  y = a_scale w_scale[n] (C + (128 - zero) w_sum[n]) + bias[n]
  * in an epilogue kernel. Shapes cuBLASLt refuses (K or N not a multiple of 4)
- * go to a plain kernel with the same integers (one thread per output).
+ * go to a plain kernel with the same integers (one thread per output), as do
+ * weights in the CPU's panel layout (vnni16x4, indexed through
+ * fm_q8_panel_index, their row sums stored): a quantized graph made for the
+ * CPU still runs here, without cuBLASLt's speed. A fused ReLU ends the epilogue.
  *
  * qlinear_int4: one block per (output feature, 4 rows of x); the threads walk
  * K, dequantize each weight once (q * d + m, d and m the group's f16 scale and
@@ -68,18 +71,20 @@ __global__ void q8_row_sums_k(const int8_t *w, int64_t N, int64_t K, int32_t *s)
     }
 }
 
-/* C[m, n] = sum_k q[m, k] w[n, k] (q already offset by -128), for shapes cuBLASLt refuses */
-__global__ void q8_gemm_plain_k(const int8_t *q, const int8_t *w, int64_t M, int64_t N, int64_t K, int32_t *C) {
+/* C[m, n] = sum_k q[m, k] w[n, k] (q already offset by -128), for shapes cuBLASLt
+ * refuses and for weights in panels (panels: w read through fm_q8_panel_index) */
+__global__ void q8_gemm_plain_k(const int8_t *q, const int8_t *w, int64_t M, int64_t N, int64_t K, bool panels, int32_t *C) {
+    const int64_t Kq = (K + 3) / 4;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < M * N; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t m = e / N, n = e % N;
         int32_t acc = 0;
-        for (int64_t k = 0; k < K; k++) acc += (int32_t)q[m * K + k] * (int32_t)w[n * K + k];
+        for (int64_t k = 0; k < K; k++) acc += (int32_t)q[m * K + k] * (int32_t)w[panels ? fm_q8_panel_index(Kq, n, k) : n * K + k];
         C[e] = acc;
     }
 }
 
 __global__ void q8_epilogue_k(const int32_t *C, const int32_t *wsum, const float *ws, const float *bias, const float *mm, float st_scale,
-                              int st_zero, int64_t M, int64_t N, float *y) {
+                              int st_zero, int64_t M, int64_t N, bool relu, float *y) {
     float s;
     int z;
     q8_params(mm, st_scale, st_zero, &s, &z);
@@ -87,7 +92,8 @@ __global__ void q8_epilogue_k(const int32_t *C, const int32_t *wsum, const float
         int64_t n = e % N;
         long long v = (long long)C[e] + (long long)(128 - z) * wsum[n];
         float r = s * ws[n] * (float)v;
-        y[e] = bias ? r + bias[n] : r;
+        if (bias) r = r + bias[n];
+        y[e] = relu ? (r > 0.0f ? r : 0.0f) : r;
     }
 }
 
@@ -119,7 +125,8 @@ static cublasStatus_t lt_int8(const int8_t *q, const int8_t *w, int64_t M, int64
 static fm_status k_qlinear8(const fm_op_call *c) {
     const fm_qlinear8_attrs *at = (const fm_qlinear8_attrs *)c->attrs;
     const fm_tensor *x = c->in[0], *w = c->in[1];
-    const int64_t N = w->shape[0], K = w->shape[1], M = K ? fm_tensor_numel(x) / K : 0;
+    const bool panels = w->ndim == 4; /* the CPU's VNNI layout: the plain kernel reads it, the row sums are stored */
+    const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
     if (M == 0 || N == 0) return FM_OK;
     cudaStream_t s = fm_cuda_stream();
     float *mm = (float *)fm_cuda_scratch_alloc(2 * sizeof(float));
@@ -131,12 +138,13 @@ static fm_status k_qlinear8(const fm_op_call *c) {
     if (st == FM_OK) {
         if (!(sts > 0)) q8_range_k<<<1, 256, 0, s>>>(xp, M * K, mm);
         q8_quantize_k<<<fm_cuda_blocks(M * K, 256), 256, 0, s>>>(xp, M * K, mm, sts, at->a_zero, q);
-        q8_row_sums_k<<<fm_cuda_blocks(N, 128), 128, 0, s>>>((const int8_t *)fm_tensor_data(w), N, K, wsum);
-        bool lt = K % 4 == 0 && N % 4 == 0 && lt_int8(q, (const int8_t *)fm_tensor_data(w), M, N, K, C) == CUBLAS_STATUS_SUCCESS;
-        if (!lt) q8_gemm_plain_k<<<fm_cuda_blocks(M * N, 128), 128, 0, s>>>(q, (const int8_t *)fm_tensor_data(w), M, N, K, C);
-        q8_epilogue_k<<<fm_cuda_blocks(M * N, 256), 256, 0, s>>>(C, wsum, (const float *)fm_tensor_data(c->in[2]),
+        if (!panels) q8_row_sums_k<<<fm_cuda_blocks(N, 128), 128, 0, s>>>((const int8_t *)fm_tensor_data(w), N, K, wsum);
+        bool lt = !panels && K % 4 == 0 && N % 4 == 0 && lt_int8(q, (const int8_t *)fm_tensor_data(w), M, N, K, C) == CUBLAS_STATUS_SUCCESS;
+        if (!lt) q8_gemm_plain_k<<<fm_cuda_blocks(M * N, 128), 128, 0, s>>>(q, (const int8_t *)fm_tensor_data(w), M, N, K, panels, C);
+        q8_epilogue_k<<<fm_cuda_blocks(M * N, 256), 256, 0, s>>>(C, panels ? (const int32_t *)fm_tensor_data(c->in[4]) : wsum,
+                                                                 (const float *)fm_tensor_data(c->in[2]),
                                                                  c->in[3] ? (const float *)fm_tensor_data(c->in[3]) : NULL, mm, sts, at->a_zero, M,
-                                                                 N, (float *)fm_tensor_data(c->out[0]));
+                                                                 N, at->relu != 0, (float *)fm_tensor_data(c->out[0]));
         st = fm_cuda_check_launch("qlinear_int8");
     }
     fm_cuda_scratch_free(mm);

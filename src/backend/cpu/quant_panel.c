@@ -1,0 +1,51 @@
+/* The int8 product on weights packed in panels (quant_kernels.h, layout
+ * "vnni16x4"): the scalar reference and the driver that splits the product
+ * over the thread pool. */
+#include "backend/cpu/quant_kernels.h"
+#include "core/parallel.h"
+
+void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+    const int64_t Kq = (g->K + 3) / 4, n1 = 16 * p1 < g->N ? 16 * p1 : g->N;
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t n = 16 * p0; n < n1; n++) {
+            int32_t acc = 0;
+            for (int64_t k = 0; k < g->K; k++) acc += (int32_t)g->A[m * g->lda + k] * (int32_t)g->P[fm_q8_panel_index(Kq, n, k)];
+            if (g->ep) {
+                fm_q8_gemm q = {g->M, g->N, g->K, NULL, 0, NULL, 0, NULL, 0, g->ep};
+                fm_q8_store(&q, m, n, acc);
+            } else {
+                g->C[m * g->ldc + n] = acc;
+            }
+        }
+}
+
+typedef struct { const fm_q8_pgemm *g; fm_q8_impl impl; int64_t n_mb; } pjob;
+
+/* A task is 4 panels (64 columns) x up to Q8_MB rows: the 64 x K weight bytes
+ * stay in L2 while the rows stream past them in register blocks. */
+#define Q8_NP 4
+#define Q8_MB 96
+static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const pjob *j = ctx;
+    const fm_q8_pgemm *g = j->g;
+    const int64_t Np = (g->N + 15) / 16;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t nb = b / j->n_mb, mb = b % j->n_mb;
+        int64_t p0 = nb * Q8_NP, p1 = p0 + Q8_NP < Np ? p0 + Q8_NP : Np;
+        int64_t m0 = mb * Q8_MB, m1 = m0 + Q8_MB < g->M ? m0 + Q8_MB : g->M;
+        if (j->impl == FM_Q8_VNNI) fm_q8_pgemm_tile_vnni(g, m0, m1, p0, p1);
+        else if (j->impl == FM_Q8_AVX2) fm_q8_pgemm_tile_avx2(g, m0, m1, p0, p1);
+        else fm_q8_pgemm_tile_ref(g, m0, m1, p0, p1);
+    }
+}
+
+void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
+    pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
+    /* below ~2^18 multiply-adds a thread hand-off costs more than it saves */
+    int64_t rows = g->M < Q8_MB ? g->M : Q8_MB, work = rows * g->K * 16 * Q8_NP;
+    int64_t grain = work >= (1 << 18) ? 1 : ((1 << 18) + work - 1) / work;
+    fm_parallel_for(n_nb * j.n_mb, grain, ptask, &j);
+}
