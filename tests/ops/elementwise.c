@@ -158,6 +158,23 @@ static void scalar_math_float_check(void) {
     }
 }
 
+/* relu(-inf) is 0 and relu(+inf) is +inf, as in PyTorch (0 * -inf would give NaN), in
+ * the SIMD body (indices 0-2) and the masked tail (index 17), f32 and f64; -1 gives +0 */
+static void relu_infinities(void) {
+    const int64_t n = 18;
+    float v[18] = {-INFINITY, INFINITY, -1.0f, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, -INFINITY};
+    for (int f64 = 0; f64 < 2; f64++) {
+        fm_tensor *x32 = fm_tensor_from_data(v, 1, &n, FM_F32);
+        fm_tensor *x = f64 ? fm_to_dtype(x32, FM_F64) : x32, *y = fm_relu(x);
+        CHECK_MSG(y && fm_tensor_get(y, 0) == 0 && fm_tensor_get(y, 17) == 0 && fm_tensor_get(y, 1) == INFINITY,
+                  "relu(-inf) %g / %g, relu(inf) %g (%s)", y ? fm_tensor_get(y, 0) : -1.0,
+                  y ? fm_tensor_get(y, 17) : -1.0, y ? fm_tensor_get(y, 1) : -1.0, f64 ? "f64" : "f32");
+        CHECK_MSG(y && !signbit(fm_tensor_get(y, 2)), "relu(-1) is -0, not +0 (%s)", f64 ? "f64" : "f32");
+        if (f64) fm_tensor_release(x);
+        fm_tensor_release_n(2, x32, y);
+    }
+}
+
 /* Values over a wide range, including the SIMD tails (n = 37 is not a multiple of 8). */
 static int unary_forward_named(const char *name) {
     OP_BEGIN;
@@ -207,6 +224,7 @@ static int unary_forward_named(const char *name) {
     fm_tensor *xn = fm_tensor_from_data(vn, 1, &n_nan, FM_F32), *yn = k_unary[u].fn(xn);
     CHECK_MSG(yn && isnan(fm_tensor_get(yn, 3)) && isnan(fm_tensor_get(yn, 10)), "%s(NaN) is not NaN", name);
     fm_tensor_release_n(2, xn, yn);
+    if (!strcmp(name, "relu")) relu_infinities();
     if (!strcmp(name, "gelu") || !strcmp(name, "gelu_tanh")) gelu_f32_sweep(name);
     if (!strcmp(name, "gelu_tanh")) scalar_math_float_check();
     if (!k_unary[u].positive) large_output_check(name, k_unary[u].fn, NULL);

@@ -81,8 +81,9 @@ bool fm_ew_unary_f32_avx2(fm_op_id op, const fm_unary_attrs *at, const float *x,
     case FM_OP_RSQRT: UNARY_LOOP(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(v))); break;
     case FM_OP_TANH: UNARY_LOOP(fm_tanh256(v)); break;
     case FM_OP_SIGMOID: UNARY_LOOP(fm_sigmoid256(v)); break;
-    /* relu keeps NaN: max(x, 0) would return 0 for NaN in the second operand order */
-    case FM_OP_RELU: UNARY_LOOP(_mm256_blendv_ps(v, _mm256_mul_ps(v, zero), _mm256_cmp_ps(v, zero, _CMP_LE_OQ))); break;
+    /* relu keeps NaN (an ordered compare is false for it, so v stays) and gives 0,
+     * not 0 * x, for -inf: max(x, 0) would return 0 for NaN in that operand order */
+    case FM_OP_RELU: UNARY_LOOP(_mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LE_OQ))); break;
     case FM_OP_LEAKY_RELU:
         UNARY_LOOP(_mm256_blendv_ps(v, _mm256_mul_ps(v, slope), _mm256_cmp_ps(v, zero, _CMP_LE_OQ)));
         break;

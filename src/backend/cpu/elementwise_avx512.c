@@ -78,7 +78,8 @@ bool fm_ew_unary_f32_avx512(fm_op_id op, const fm_unary_attrs *at, const float *
     case FM_OP_RSQRT: UNARY_LOOP(_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(v))); break;
     case FM_OP_TANH: UNARY_LOOP(fm_tanh512(v)); break;
     case FM_OP_SIGMOID: UNARY_LOOP(fm_sigmoid512(v)); break;
-    case FM_OP_RELU: UNARY_LOOP(below0(v, zero)); break;
+    /* NaN stays (ordered compare false), -inf gives 0 (not 0 * -inf) */
+    case FM_OP_RELU: UNARY_LOOP(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v, zero)); break;
     case FM_OP_LEAKY_RELU: UNARY_LOOP(below0(v, slope)); break;
     case FM_OP_GELU: UNARY_LOOP(gelu_v(v)); break;
     case FM_OP_GELU_TANH: UNARY_LOOP(gelu_tanh_v(v)); break;

@@ -43,7 +43,7 @@ double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x) {
     case FM_OP_COS: return cos(x);
     case FM_OP_TANH: return tanh(x);
     case FM_OP_SIGMOID: return fm_sigmoid_d(x);
-    case FM_OP_RELU: return x > 0 ? x : 0.0 * x; /* keeps NaN */
+    case FM_OP_RELU: return x > 0 || x != x ? x : 0.0; /* NaN stays NaN; -inf gives 0 */
     case FM_OP_LEAKY_RELU: return x > 0 ? x : x * at->a;
 #define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return fm_##name##_d(x);)
 #include "fathom/ops.def" /* the activations: scalar_math.h */

@@ -43,7 +43,7 @@ __device__ __forceinline__ T unary_f(int op, T a, T b, T x) {
     case FM_OP_COS: return cos(x);
     case FM_OP_TANH: return tanh(x);
     case FM_OP_SIGMOID: return SM(fm_sigmoid, x);
-    case FM_OP_RELU: return x > (T)0 ? x : (T)0 * x;
+    case FM_OP_RELU: return x > (T)0 || x != x ? x : (T)0; /* NaN stays NaN; -inf gives 0 */
     case FM_OP_LEAKY_RELU: return x > (T)0 ? x : x * a;
 #define X(id, name, nin, nout, flags, prec, group) FM_OP_IF_ACT_##group(case FM_OP_##id: return SM(fm_##name, x);)
 #include "fathom/ops.def" /* the activations: scalar_math.h */
