@@ -4,6 +4,11 @@
 #include "commands.h"
 
 int fm_cli_device_check(const char *cmd, const char *v, fm_device dev) {
+    if (dev.type == FM_DEV_META) { /* it computes nothing: results would be zeros */
+        fm_cli_error("%s: --device meta: the meta device holds shapes, not values (it is the planner's: `fathom plan "
+                     "--model RECIPE` runs a step on it); use cpu, cuda or check", cmd);
+        return 2;
+    }
     fm_status st = fm_device_validate(dev);
     if (st == FM_OK) return 0;
     char dn[32];

@@ -37,7 +37,7 @@ LAYERS = [
     ("core", ["src/core"]),
     ("public", ["include/fathom"]),
     ("kernel-interface", ["src/backend"]),
-    ("backends", ["src/backend/cpu", "src/backend/cuda", "src/backend/check"]),
+    ("backends", ["src/backend/cpu", "src/backend/cuda", "src/backend/check", "src/backend/meta"]),
     ("dispatch", ["src/dispatch"]),
     ("profile", ["src/profile"]),
     ("autograd", ["src/autograd"]),

@@ -28,9 +28,14 @@ typedef enum fm_dtype {
 
 /* FM_DEV_CHECK, "check": the checked test device (src/backend/check): the CPU's
  * kernels on memory the host cannot touch, so that CI runs the device path
- * without a GPU and any host access to device memory fails loudly. */
+ * without a GPU and any host access to device memory fails loudly.
+ * FM_DEV_META, "meta": the shape-only device (src/backend/meta): tensors have
+ * shapes and dtypes but no data, kernels only account the scratch the CPU's
+ * would take, and its allocator counts what the CPU's would hold (the planner
+ * runs a model's real step on it; docs/DEVICES.md). */
 typedef enum fm_device_type {
-    FM_DEV_CPU = 0, FM_DEV_CUDA = 1, FM_DEV_CHECK = 2, FM_DEV_COUNT /* not a device: the number of types */
+    FM_DEV_CPU = 0, FM_DEV_CUDA = 1, FM_DEV_CHECK = 2, FM_DEV_META = 3,
+    FM_DEV_COUNT /* not a device: the number of types */
 } fm_device_type;
 typedef struct fm_device { fm_device_type type; int index; } fm_device;
 #define FM_CPU ((fm_device){FM_DEV_CPU, 0})

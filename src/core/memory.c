@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/memory_internal.h"
 #include "fathom/memory.h"
 
 #define N_CLASSES 512
@@ -78,7 +79,7 @@ const char *fm_mem_category_name(fm_mem_category c) {
     return (unsigned)c < FM_MEM_CAT_COUNT ? names[c] : "?";
 }
 
-static size_t round_size(size_t n) {
+size_t fm_cpu_block_size(size_t n) {
     if (n == 0) n = 1;
     if (n <= 4096) return (n + 63) & ~(size_t)63;
     size_t p = 1;
@@ -360,7 +361,7 @@ static void *cpu_alloc(fm_allocator *a, size_t n) {
             return (char *)h + HDR;
         }
     }
-    size_t sz = round_size(n);
+    size_t sz = fm_cpu_block_size(n);
     int cls = class_of(c, sz, true);
     if (cls >= 0 && c->lists[cls]) {
         hdr *h = c->lists[cls];

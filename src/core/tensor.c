@@ -16,7 +16,7 @@
 
 /* ---------------- devices ---------------- */
 
-static const char *const k_dev_names[FM_DEV_COUNT] = {"cpu", "cuda", "check"};
+static const char *const k_dev_names[FM_DEV_COUNT] = {"cpu", "cuda", "check", "meta"};
 
 const char *fm_device_name(fm_device d, char *buf, size_t n) {
     if (d.type == FM_DEV_CPU) snprintf(buf, n, "cpu");
@@ -27,7 +27,7 @@ const char *fm_device_name(fm_device d, char *buf, size_t n) {
 
 bool fm_device_eq(fm_device a, fm_device b) { return a.type == b.type && (a.type == FM_DEV_CPU || a.index == b.index); }
 
-/* "cpu", "cuda", "cuda:N", "check", "check:N" (N a decimal index below 64).
+/* "cpu", "cuda", "cuda:N", "check", "check:N", "meta" (N a decimal index below 64).
  * Whether the device exists is not asked here (see fm_device_validate). */
 fm_status fm_device_parse(const char *s, fm_device *out) {
     if (!s || !out) return fm_set_error(FM_ERR_INVALID, "device: NULL argument");
@@ -42,7 +42,7 @@ fm_status fm_device_parse(const char *s, fm_device *out) {
         if (*end == 0 && idx >= 0 && idx < 64) { *out = (fm_device){(fm_device_type)t, (int)idx}; return FM_OK; }
         break;
     }
-    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda, cuda:N, check or check:N)", s);
+    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda, cuda:N, check, check:N or meta)", s);
 }
 
 /* ---------------- storage ---------------- */

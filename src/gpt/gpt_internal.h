@@ -56,6 +56,10 @@ struct fm_gpt {
     int tp_size, tp_rank;
 };
 
+/* The tensors fm_gpt_save_hf writes, in its order: Conv1D weights as transposed
+ * contiguous copies, the rest as views (the planner counts the copies). */
+fm_status fm_gpt_hf_tensors(const fm_gpt *m, fm_named_list *l);
+
 typedef struct fm_gpt_kv_cache {
     int n_layer, batch;
     int64_t len, cap;

@@ -26,20 +26,25 @@ static fm_tensor *hf_view(const gpt_hf_entry *e) {
     return t;
 }
 
-fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path) {
-    if (m->tp) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: a tensor-parallel model holds shards; save the whole "
-                                   "model from fm_gpt_tp_gather_model", path);
-    fm_named_list l;
-    memset(&l, 0, sizeof l);
-    l.owns_tensors = true;
+fm_status fm_gpt_hf_tensors(const fm_gpt *m, fm_named_list *l) {
+    memset(l, 0, sizeof *l);
+    l->owns_tensors = true;
     fm_status st = FM_OK;
     for (int i = 0; i < m->n_hf && st == FM_OK; i++) {
         fm_tensor *v = hf_view(&m->hf[i]);
         fm_tensor *c = v ? fm_contiguous(v) : NULL;
         fm_tensor *d = c ? fm_detach(c) : NULL;
-        st = d ? fm_named_list_push(&l, m->hf[i].name, d, false, false) : fm_last_status();
+        st = d ? fm_named_list_push(l, m->hf[i].name, d, false, false) : fm_last_status();
         fm_tensor_release_n(3, v, c, d);
     }
+    return st;
+}
+
+fm_status fm_gpt_save_hf(const fm_gpt *m, const char *path) {
+    if (m->tp) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: a tensor-parallel model holds shards; save the whole "
+                                   "model from fm_gpt_tp_gather_model", path);
+    fm_named_list l;
+    fm_status st = fm_gpt_hf_tensors(m, &l);
     fm_kv_list meta;
     memset(&meta, 0, sizeof meta);
     if (st == FM_OK) st = fm_kv_set(&meta, "format", "pt");

@@ -621,7 +621,8 @@ static fm_tensor *block_tp(fm_gpt *m, fm_tensor *x, int i) {
  * Selective checkpointing keeps the op-by-op autocast path (it recomputes in bf16). */
 static bool mixed(const fm_gpt *m) {
     fm_device_type d = m->wte->storage->device.type;
-    return !m->tp && fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK) && m->cfg.arch == FM_GPT_GPT2 &&
+    return !m->tp && fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK || d == FM_DEV_META) &&
+           m->cfg.arch == FM_GPT_GPT2 &&
            !m->unfused && m->wte->dtype == FM_F32 && m->eff.checkpointing != FM_CKPT_SELECTIVE;
 }
 

@@ -107,6 +107,7 @@ static fm_status bn_count(fm_tensor *nb) {
         (*(int64_t *)fm_tensor_data(nb))++;
         return FM_OK;
     }
+    if (fm_tensor_device(nb).type == FM_DEV_META) return FM_OK; /* no value to count, and the CPU makes no temporary */
     bool prev = fm_set_grad_enabled(false);
     fm_tensor *n1 = fm_add_scalar(nb, 1.0);
     fm_status st = n1 ? fm_copy_(nb, n1) : fm_last_status();

@@ -355,6 +355,7 @@ fm_status fm_copy_(fm_tensor *dst, const fm_tensor *src) {
 fm_status fm_fill_(fm_tensor *t, double v) {
     if (!t) return fm_set_error(FM_ERR_INVALID, "fill_: tensor is NULL");
     if (t->storage->device.type == FM_DEV_CPU) return fm_cpu_fill(t, v);
+    if (t->storage->device.type == FM_DEV_META) return FM_OK; /* no values to set, and no staging copy to count */
     fm_tensor *s = fm_tensor_empty(0, NULL, t->dtype, FM_CPU);
     if (!s) return fm_last_status();
     fm_status st = fm_cpu_fill(s, v);

@@ -282,7 +282,8 @@ fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lo
     if (!x || !w || (lowp != FM_BF16 && lowp != FM_F16) || x->dtype != FM_F32 || w->dtype != FM_F32 ||
         (b && b->dtype != FM_F32) || w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) || w->shape[1] < 1 ||
-        (x->storage->device.type != FM_DEV_CPU && x->storage->device.type != FM_DEV_CHECK) ||
+        (x->storage->device.type != FM_DEV_CPU && x->storage->device.type != FM_DEV_CHECK &&
+         x->storage->device.type != FM_DEV_META) ||
         fm_check_same_device("linear", x, w) || (b && fm_check_same_device("linear", x, b)))
         return fm_linear(x, w, b); /* its errors, or its path */
     int64_t in = w->shape[1], rows = fm_tensor_numel(x) / in;

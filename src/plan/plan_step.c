@@ -1,0 +1,295 @@
+/* A training run's memory from fathom's own training code, run on a device.
+ *
+ * Why not a formula or a replay: the peak is one moment of the step, and what
+ * is alive then depends on every op's saved tensors, the backward walk's
+ * order, gradient sums, checkpointing and autocast casts. Running the real
+ * code gets all of that right by construction; on the meta device (src/backend/
+ * meta) it allocates nothing and takes about as long as the Python-free graph
+ * bookkeeping, so the planner can run a step of a model it could not hold.
+ *
+ * What is copied here is only the trainers' setup, in the order they do it
+ * (src/recipe/train.c train_setup/step_init/recipe_loss, src/gpt/gpt_train.c
+ * gpt_setup/gpt_step/evaluate/save_ckpt): which model, optimizer and loss,
+ * the memory tags, when optimizer state is made and when the batch is freed.
+ * Everything below that (modules, ops, autograd, optimizer, train step) is the
+ * library's own code. tests/test_plan_fathom.c checks the result against the
+ * real trainers, tests/test_meta_device.c the meta device against the CPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch/dispatch.h"
+#include "fathom/autograd.h"
+#include "fathom/nn.h"
+#include "fathom/optim.h"
+#include "fathom/train_step.h"
+#include "gpt/gpt_internal.h"
+#include "plan/plan_step.h"
+
+void plan_step_defaults(plan_step_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->dev = FM_CPU;
+    o->batch = 1;
+    o->precision = FM_F32;
+    o->grad_accum = 1;
+    o->steps = 2;
+}
+
+/* ---------------- watching the device ---------------- */
+
+typedef struct watch {
+    fm_device dev;
+    size_t base, base_cat[FM_MEM_CAT_COUNT], seen_peak;
+    char *where;
+    size_t where_cap;
+} watch;
+
+static void after_kernel(fm_dispatch_event *ev, void *user) {
+    watch *w = user;
+    fm_memory_stats s;
+    if (fm_memory_stats_get(w->dev, &s) != FM_OK || s.allocated_peak <= w->seen_peak) return;
+    w->seen_peak = s.allocated_peak;
+    snprintf(w->where, w->where_cap, "%s %s", fm_in_backward ? "backward" : "forward",
+             fm_op_get_info(ev->call->op)->name);
+}
+
+static void watch_begin(watch *w, fm_device dev, plan_step_mem *out) {
+    memset(w, 0, sizeof *w);
+    w->dev = dev;
+    w->where = out->peak_at;
+    w->where_cap = sizeof out->peak_at;
+    fm_memory_stats s;
+    if (fm_memory_stats_get(dev, &s) == FM_OK) {
+        w->base = s.allocated;
+        memcpy(w->base_cat, s.by_category, sizeof w->base_cat);
+    }
+}
+
+/* The trainer's fm_memory_reset_peak: from here on the kernels are watched. */
+static void watch_reset(watch *w, plan_step_mem *out) {
+    fm_memory_reset_peak(w->dev);
+    fm_memory_stats s;
+    if (fm_memory_stats_get(w->dev, &s) == FM_OK) {
+        out->resident = s.allocated - w->base;
+        w->seen_peak = s.allocated_peak;
+    }
+    snprintf(out->peak_at, sizeof out->peak_at, "before the first step");
+    fm_dispatch_set_hook(NULL, after_kernel, w);
+}
+
+static void watch_end(watch *w, plan_step_mem *out) {
+    fm_dispatch_set_hook(NULL, NULL, NULL);
+    fm_memory_stats s;
+    if (fm_memory_stats_get(w->dev, &s) != FM_OK) return;
+    out->peak = s.allocated_peak - w->base;
+    for (int i = 0; i < FM_MEM_CAT_COUNT; i++)
+        out->peak_cat[i] = s.by_category_peak[i] > w->base_cat[i] ? s.by_category_peak[i] - w->base_cat[i] : 0;
+}
+
+static void watch_final(watch *w, plan_step_mem *out) {
+    fm_memory_stats s;
+    if (fm_memory_stats_get(w->dev, &s) == FM_OK) out->end = s.allocated > w->base ? s.allocated - w->base : 0;
+}
+
+static size_t bytes_of(const fm_tensor *t) { return t ? (size_t)fm_tensor_numel(t) * fm_dtype_size(t->dtype) : 0; }
+
+static fm_status check_opts(const plan_step_opts *o) {
+    if (o->batch < 1 || o->grad_accum < 1 || o->steps < 1 || o->batch % o->grad_accum)
+        return fm_set_error(FM_ERR_INVALID, "plan step: batch (%lld), grad_accum (%d) and steps (%d) must be >= 1, and "
+                            "grad_accum must divide the batch", (long long)o->batch, o->grad_accum, o->steps);
+    return fm_device_validate(o->dev);
+}
+
+static fm_efficiency_opts eff_of(const plan_step_opts *o) {
+    fm_efficiency_opts eo = fm_efficiency_defaults();
+    eo.device = o->dev;
+    eo.precision = o->precision;
+    eo.grad_accum = o->grad_accum;
+    eo.checkpointing = o->checkpointing;
+    eo.loss_scaling = o->precision == FM_F16;
+    return eo;
+}
+
+/* ---------------- layer-list recipes (src/recipe/train.c) ---------------- */
+
+typedef struct seq_run {
+    const fm_recipe *r;
+    fm_module *model;
+    bool blocks;
+} seq_run;
+
+/* recipe_loss */
+static fm_tensor *seq_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
+    seq_run *u = ctx;
+    fm_tensor *logits = u->blocks ? fm_module_forward_blocks(u->model, x) : fm_module_forward(u->model, x);
+    fm_tensor *loss = logits ? fm_cross_entropy(logits, y, -100, u->r->label_smoothing, FM_REDUCE_MEAN) : NULL;
+    fm_tensor_release(logits);
+    return loss;
+}
+
+/* The steps, with the loader's batch (held throughout, as its slot buffer is). */
+static fm_status seq_steps(seq_run *u, fm_train_step *ts, const plan_step_opts *o, watch *w, plan_step_mem *out) {
+    int64_t xs[FM_MAX_DIMS + 1] = {o->batch};
+    memcpy(xs + 1, u->r->input_shape, sizeof(int64_t) * (size_t)u->r->input_ndim);
+    fm_tensor *x = fm_tensor_zeros(u->r->input_ndim + 1, xs, FM_F32, o->dev);
+    fm_tensor *y = x ? fm_tensor_zeros(1, (int64_t[]){o->batch}, FM_I64, o->dev) : NULL;
+    fm_status st = y ? FM_OK : fm_last_status();
+    out->batch = bytes_of(x) + bytes_of(y);
+    if (st == FM_OK) watch_reset(w, out);
+    for (int k = 0; k < o->steps && st == FM_OK; k++) {
+        double lv;
+        if ((st = fm_train_step_backward(ts, x, y, &lv)) == FM_OK) st = fm_train_step_update(ts);
+    }
+    watch_end(w, out);
+    fm_tensor_release_n(2, x, y);
+    return st;
+}
+
+fm_status plan_step_recipe(const fm_recipe *r, const plan_step_opts *o, plan_step_mem *out) {
+    memset(out, 0, sizeof *out);
+    fm_status st = check_opts(o);
+    if (st) return st;
+    watch w;
+    watch_begin(&w, o->dev, out);
+    fm_efficiency_opts eo = eff_of(o);
+    seq_run u = {r, NULL, o->checkpointing == FM_CKPT_BLOCKS};
+    fm_rng init_rng, drop_rng;
+    fm_rng_init(&init_rng, r->seed);
+    fm_rng_init(&drop_rng, r->seed ^ 0x9e3779b97f4a7c15ull);
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    u.model = fm_recipe_build_model(r, &init_rng);
+    fm_memory_tag_pop(mc);
+    if (!u.model) return fm_last_status();
+    fm_module_set_rng(u.model, &drop_rng);
+    out->params = fm_module_num_params(u.model);
+    fm_optim *opt = NULL;
+    fm_named_list ps = {0};
+    fm_tensor **params = NULL;
+    if (o->dev.type != FM_DEV_CPU && (st = fm_module_to(u.model, o->dev))) goto done;
+    if (!(opt = fm_optim_new(&r->optim)) || fm_optim_add_params(opt, u.model) != FM_OK ||
+        fm_module_parameters(u.model, &ps) != FM_OK) { st = fm_last_status(); goto done; }
+    if (!(params = calloc((size_t)ps.n + 1, sizeof *params))) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
+    for (int i = 0; i < ps.n; i++) params[i] = ps.items[i].tensor;
+    fm_train_step ts;
+    fm_train_step_init(&ts, &eo, opt, ps.n, params, seq_loss, &u);
+    ts.scaler.quiet = true;
+    ts.clip = r->clip_grad_norm;
+    fm_module_train(u.model, true);
+    st = seq_steps(&u, &ts, o, &w, out);
+done:
+    fm_dispatch_set_hook(NULL, NULL, NULL);
+    free(params);
+    fm_named_list_free(&ps);
+    fm_optim_free(opt);
+    fm_module_free(u.model);
+    watch_final(&w, out);
+    return st;
+}
+
+/* ---------------- GPT recipes (src/gpt/gpt_train.c) ---------------- */
+
+typedef struct gpt_run {
+    fm_gpt *m;
+    fm_optim *opt;
+    fm_tensor **params;
+} gpt_run;
+
+/* gpt_loss */
+static fm_tensor *gpt_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
+    gpt_run *u = ctx;
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(u->m, x, y, &loss);
+    fm_tensor_release(lg);
+    return lg ? loss : NULL;
+}
+
+static fm_tensor *tokens(const plan_step_opts *o, int T) {
+    return fm_tensor_zeros(2, (int64_t[]){o->batch, T}, FM_I64, o->dev);
+}
+
+/* gpt_setup from the model on: AdamW with decay on matrices, state made up front */
+static fm_status gpt_build(gpt_run *u, const fm_gpt_train_opts *go, const plan_step_opts *o) {
+    fm_rng init;
+    fm_rng_init(&init, go->seed);
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    u->m = fm_gpt_new(&go->model, &init);
+    fm_memory_tag_pop(mc);
+    fm_status st;
+    if (!u->m) return fm_last_status();
+    if (o->dev.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, o->dev))) return st;
+    fm_rng_init(&u->m->own_rng, go->seed ^ 0xd50u);
+    if ((st = fm_gpt_set_checkpointing(u->m, o->checkpointing))) return st;
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    oc.lr = go->lr;
+    oc.beta1 = go->beta1;
+    oc.beta2 = go->beta2;
+    oc.weight_decay = go->weight_decay;
+    if (!(u->opt = fm_optim_new(&oc))) return fm_last_status();
+    int gd = fm_optim_add_group(u->opt, go->weight_decay), gn = fm_optim_add_group(u->opt, 0.0);
+    if (!(u->params = calloc((size_t)u->m->params.n + 1, sizeof *u->params))) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int i = 0; i < u->m->params.n; i++) {
+        fm_tensor *p = u->m->params.items[i].tensor;
+        u->params[i] = p;
+        if ((st = fm_optim_add_param(u->opt, p->ndim >= 2 ? gd : gn, u->m->params.items[i].name, p))) return st;
+    }
+    mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    st = fm_optim_init_state(u->opt);
+    fm_memory_tag_pop(mc);
+    return st;
+}
+
+/* After the last step: evaluate()'s first batch (no tape, the training
+ * precision, eval mode), then save_ckpt's Hugging Face tensors. */
+static fm_status gpt_finish(gpt_run *u, const plan_step_opts *o) {
+    bool prev = fm_set_grad_enabled(false);
+    fm_gpt_train_mode(u->m, false);
+    fm_tensor *x = tokens(o, u->m->cfg.block_size), *y = x ? tokens(o, u->m->cfg.block_size) : NULL, *loss = NULL;
+    fm_dtype ac = fm_autocast_set(o->precision);
+    fm_tensor *lg = y ? fm_gpt_forward(u->m, x, y, &loss) : NULL;
+    fm_autocast_set(ac);
+    fm_status st = lg ? FM_OK : fm_last_status();
+    fm_tensor_release_n(4, x, y, lg, loss);
+    fm_gpt_train_mode(u->m, true);
+    fm_set_grad_enabled(prev);
+    fm_named_list hf;
+    if (st == FM_OK) {
+        st = fm_gpt_hf_tensors(u->m, &hf);
+        fm_named_list_free(&hf);
+    }
+    return st;
+}
+
+fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, plan_step_mem *out) {
+    memset(out, 0, sizeof *out);
+    fm_status st = check_opts(o);
+    if (st) return st;
+    watch w;
+    watch_begin(&w, o->dev, out);
+    fm_efficiency_opts eo = eff_of(o);
+    gpt_run u = {0};
+    fm_train_step ts;
+    if ((st = gpt_build(&u, go, o))) goto done;
+    out->params = fm_gpt_num_params(u.m);
+    fm_train_step_init(&ts, &eo, u.opt, u.m->params.n, u.params, gpt_loss, &u);
+    ts.scaler.quiet = true;
+    ts.clip = go->grad_clip;
+    watch_reset(&w, out);
+    const int T = u.m->cfg.block_size;
+    for (int k = 0; k < o->steps && st == FM_OK; k++) {
+        /* gpt_step: the batch is made for the step and freed before the update */
+        fm_tensor *x = tokens(o, T), *y = x ? tokens(o, T) : NULL;
+        double lv;
+        out->batch = bytes_of(x) + bytes_of(y);
+        st = y ? fm_train_step_backward(&ts, x, y, &lv) : fm_last_status();
+        fm_tensor_release_n(2, x, y);
+        if (st == FM_OK) st = fm_train_step_update(&ts);
+    }
+    if (st == FM_OK && o->finish) st = gpt_finish(&u, o);
+    watch_end(&w, out);
+done:
+    fm_dispatch_set_hook(NULL, NULL, NULL);
+    free(u.params);
+    fm_optim_free(u.opt);
+    fm_gpt_free(u.m);
+    watch_final(&w, out);
+    return st;
+}

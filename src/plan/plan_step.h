@@ -1,0 +1,39 @@
+/* One training run's memory, measured by running fathom's own training code
+ * (plan_step.c) on a device: the meta device for the planner, the CPU to
+ * check the meta device against it (tests/test_meta_device.c). */
+#ifndef FATHOM_PLAN_STEP_H
+#define FATHOM_PLAN_STEP_H
+#include "fathom/efficiency.h"
+#include "fathom/gpt.h"
+#include "fathom/memory.h"
+#include "fathom/recipe.h"
+
+typedef struct plan_step_opts {
+    fm_device dev;
+    int64_t batch;            /* > 0 */
+    fm_dtype precision;       /* FM_F32, FM_BF16 or FM_F16 (autocast) */
+    fm_checkpointing checkpointing;
+    int grad_accum;           /* >= 1 */
+    int steps;                /* >= 1; two show a steady step (the sequential trainer makes its optimizer state in the first) */
+    bool finish;              /* GPT: the run's end after the last step: a validation batch and the checkpoint's copies */
+} plan_step_opts;
+
+typedef struct plan_step_mem {
+    /* bytes on opts.dev beyond what it held before: */
+    size_t resident;                    /* when the trainer resets its peak (model, optimizer state, batch) */
+    size_t peak;                        /* the peak from there on (what `fathom train --json` reports) */
+    size_t peak_cat[FM_MEM_CAT_COUNT];  /* each category's own peak */
+    size_t at_peak_cat[FM_MEM_CAT_COUNT]; /* each category at the moment of the peak */
+    size_t end;                         /* still held when the run ends (0 unless something leaked) */
+    size_t batch;                       /* the batch tensors this made (the trainer's loader holds its own) */
+    int64_t params;
+    char peak_at[96];                   /* the kernel after which the peak was first seen */
+} plan_step_mem;
+
+void plan_step_defaults(plan_step_opts *o);
+/* A layer-list recipe as `fathom train` (src/recipe/train.c) trains it. */
+fm_status plan_step_recipe(const fm_recipe *r, const plan_step_opts *o, plan_step_mem *out);
+/* A GPT as `fathom train` trains a GPT recipe (src/gpt/gpt_train.c), with go's
+ * model, optimizer settings and seed. */
+fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, plan_step_mem *out);
+#endif
