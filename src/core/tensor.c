@@ -27,7 +27,8 @@ const char *fm_device_name(fm_device d, char *buf, size_t n) {
 
 bool fm_device_eq(fm_device a, fm_device b) { return a.type == b.type && (a.type == FM_DEV_CPU || a.index == b.index); }
 
-/* "cpu", "cuda", "cuda:N", "check", "check:N", "meta" (N a decimal index below 64).
+/* "cpu", "cuda", "cuda:N", "check", "check:N", "meta" (the planner's; not named in the
+ * error, since the commands that take --device refuse it) (N a decimal index below 64).
  * Whether the device exists is not asked here (see fm_device_validate). */
 fm_status fm_device_parse(const char *s, fm_device *out) {
     if (!s || !out) return fm_set_error(FM_ERR_INVALID, "device: NULL argument");
@@ -42,7 +43,7 @@ fm_status fm_device_parse(const char *s, fm_device *out) {
         if (*end == 0 && idx >= 0 && idx < 64) { *out = (fm_device){(fm_device_type)t, (int)idx}; return FM_OK; }
         break;
     }
-    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda, cuda:N, check, check:N or meta)", s);
+    return fm_set_error(FM_ERR_INVALID, "unknown device '%s' (expected cpu, cuda, cuda:N, check or check:N)", s);
 }
 
 /* ---------------- storage ---------------- */
