@@ -120,7 +120,7 @@ FATHOM_GPU_DB="$TMP/nope.json" "$FATHOM" plan --preset gpt2-124m >/dev/null 2>"$
 expect 0 "fathom CPU run: peak" --model fashion-mlp
 expect 0 "fathom CPU run: peak" --model data/recipes/kjv-gpt.ini --precision bf16 --checkpointing full --batch 8
 expect 0 "checkpointing selective, grad-accum 2" --model kjv-gpt --checkpointing selective --grad-accum 2
-expect 0 "Replay of" --model fashion-cnn --batch 16 --explain
+expect 0 "run on the meta device" --model fashion-cnn --batch 16 --explain
 expect 0 "--no-eval" --model fashion-cnn --no-eval
 "$FATHOM" plan --model fashion-cnn --batch 16 --json >"$TMP/run.json" 2>"$TMP/err"
 if ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fathom_cpu_peak_bytes"] == d["memory"]["allocated"] > 0 and d["job"]["batch"] == 16' "$TMP/run.json" 2>/dev/null; then
@@ -134,7 +134,10 @@ printf '[model]\ninput = 1 28 28\nlayer = linear 10\n[train]\nbatch = lots\n' >"
 expect 1 "badkey.ini:5: train.batch" --model "$TMP/badkey.ini"
 printf '[model]\ntype = gpt\nn_layer = four\n' >"$TMP/badgpt.ini"
 expect 1 "badgpt.ini: line 3:" --model "$TMP/badgpt.ini"
-expect 2 "GPT recipes only" --model fashion-cnn --precision bf16
+# what `fathom train` refuses, the plan refuses with its words
+expect 2 "batch_norm: weight dtype f32 does not match input dtype bf16" --model fashion-cnn --precision bf16
+expect 2 "needs a model with blocks" --model fashion-mlp --checkpointing selective
+expect 0 "bf16, batch 128, test set loaded" --model fashion-mlp --precision bf16 --grad-accum 2
 expect 2 "does not apply to a recipe" --model fashion-mlp --gpu 4090
 expect 2 "not divisible by --grad-accum" --model kjv-gpt --batch 6 --grad-accum 4
 expect 2 "applies to recipe plans only" --preset gpt2-124m --no-eval

@@ -1,12 +1,12 @@
 /* `fathom plan --model <recipe>`: the peak memory of fathom's own CPU training
- * run for a recipe, replayed from how the trainer and each op allocate.
+ * run for a recipe, from the trainer's model and steps run on the meta device
+ * (plan_step.c; no data, the CPU allocator's block sizes).
  *
- * This file covers the sequential recipes `fathom train` runs
- * (src/recipe/train.c) and the shared parts (recipe detection, rendering);
- * plan_fathom_gpt.c covers GPT recipes. Every allocation below names the line
- * of fathom it stands for, so a change there is easy to carry over; the
- * validation test (tests/test_plan_fathom.c) runs the real trainer and fails
- * when the two drift apart by more than 10%. */
+ * This file covers the layer-list recipes `fathom train` runs
+ * (src/recipe/train.c): the meta step, plus what lives on the host outside it
+ * (the data sets and the loader's batch buffers, from the idx headers); and the
+ * shared parts (recipe detection, rendering). plan_fathom_gpt.c covers GPT
+ * recipes. tests/test_plan_fathom.c runs the real trainer and compares. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <zlib.h>
 
+#include "core/memory_internal.h"
 #include "fathom/recipe.h"
 #include "plan/plan_fathom.h"
 
@@ -57,26 +58,25 @@ static int gpt_key(void *user, const char *section, const char *key, const char 
     return 1;
 }
 
-/* ---------------- sequential recipes: layers ---------------- */
+/* ---------------- layer-list recipes ---------------- */
 
-enum seq_kind { L_LINEAR, L_CONV, L_BN, L_LN, L_RMS, L_DROPOUT, L_MAXPOOL, L_AVGPOOL, L_FLATTEN, L_UNARY, L_UNARY_Y };
+fm_dtype plan_fathom_dtype(fm_plan_precision p) { return p == FM_PLAN_BF16 ? FM_BF16 : p == FM_PLAN_FP16 ? FM_F16 : FM_F32; }
 
-typedef struct seq_layer {
-    enum seq_kind kind;
-    char name[16];
-    int line;
-    int64_t in_features, out_features; /* linear; conv: channels */
-    int k, stride, pad;
-    double p;
-    int bias;
-    int in_nd, out_nd;
-    int64_t in[FM_MAX_DIMS], out[FM_MAX_DIMS]; /* per sample (no batch dim) */
-} seq_layer;
-
-static int64_t prod(int nd, const int64_t *s) {
-    int64_t p = 1;
-    for (int i = 0; i < nd; i++) p *= s[i];
-    return p;
+void plan_fathom_fill(fm_plan_run *out, const plan_step_mem *m, double data, double batch) {
+    const size_t *at = m->at_peak_cat;
+    out->params = m->params;
+    out->peak = (double)m->peak + data - batch;
+    out->resident = (double)m->resident + data - batch;
+    out->weights = (double)at[FM_MEM_WEIGHTS];
+    out->gradients = (double)at[FM_MEM_GRADIENTS];
+    out->optimizer = (double)at[FM_MEM_OPTIMIZER];
+    out->activations = (double)at[FM_MEM_ACTIVATIONS];
+    /* untagged: the step's batch (data: the loader's buffers stand for it, or
+     * the GPT's batch itself) and the rest (the loss scaler, norms, copies) */
+    double other = (double)at[FM_MEM_OTHER], b = (double)m->batch < other ? (double)m->batch : other;
+    out->data = data > 0 ? data : b;
+    out->workspace = other - b;
+    snprintf(out->peak_at, sizeof out->peak_at, "%s", m->peak_at);
 }
 
 static const char *shape_txt(int nd, const int64_t *s, char *buf, size_t cap) {
@@ -86,330 +86,10 @@ static const char *shape_txt(int nd, const int64_t *s, char *buf, size_t cap) {
     return buf;
 }
 
-static const char *kw_find(int n, char keys[][32], char vals[][32], const char *key) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(keys[i], key)) return vals[i];
-    return NULL;
-}
-
-/* Reads one `layer =` spec the way fm_recipe_build_model does (same defaults:
- * conv stride 1 padding 0, pooling stride = kernel, dropout 0.5, biases on). */
-static fm_status parse_layer(const fm_recipe *r, const fm_recipe_layer *L, int nd, const int64_t *in, seq_layer *o) {
-    memset(o, 0, sizeof *o);
-    o->line = L->line;
-    o->in_nd = nd;
-    memcpy(o->in, in, sizeof(int64_t) * (size_t)nd);
-    char buf[192], kind[32] = "";
-    snprintf(buf, sizeof buf, "%s", L->spec);
-    double pos[4];
-    int npos = 0, tokn = 0;
-    char keys[8][32], vals[8][32];
-    int nkw = 0;
-    for (char *tok = strtok(buf, " \t"); tok; tok = strtok(NULL, " \t"), tokn++) {
-        if (tokn == 0) { snprintf(kind, sizeof kind, "%s", tok); continue; }
-        char *eq = strchr(tok, '=');
-        if (eq) {
-            if (nkw == 8) goto bad_args;
-            *eq = 0;
-            snprintf(keys[nkw], 32, "%s", tok);
-            snprintf(vals[nkw], 32, "%s", eq + 1);
-            nkw++;
-            continue;
-        }
-        char *end;
-        if (npos == 4) goto bad_args;
-        pos[npos++] = strtod(tok, &end);
-        if (end == tok || *end) goto bad_args;
-    }
-    snprintf(o->name, sizeof o->name, "%.15s", kind);
-#define KW(k) kw_find(nkw, keys, vals, k)
-    const char *v = KW("bias");
-    o->bias = !v || strcmp(v, "false");
-    o->out_nd = nd;
-    memcpy(o->out, in, sizeof(int64_t) * (size_t)nd);
-    char s1[96];
-    if (!strcmp(kind, "linear")) {
-        if (npos < 1 || npos > 2) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': expected 'linear OUT' or 'linear IN OUT'", r->path, L->line, L->spec);
-        if (nd != 1)
-            return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' expects input [N, features] but the previous layers give %s "
-                                "(add 'layer = flatten' before it)", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->kind = L_LINEAR;
-        o->in_features = npos == 2 ? (int64_t)pos[0] : in[0];
-        o->out_features = (int64_t)pos[npos - 1];
-        if (o->in_features != in[0] || o->out_features < 1)
-            return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' does not fit input %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->out[0] = o->out_features;
-    } else if (!strcmp(kind, "conv2d")) {
-        if (npos != 2) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': expected 'conv2d OUT_CHANNELS KERNEL [stride=S] [padding=P]'", r->path, L->line, L->spec);
-        if (nd != 3) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' expects input [N, C, H, W] but the previous layers give %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->kind = L_CONV;
-        o->stride = (v = KW("stride")) ? atoi(v) : 1;
-        o->pad = (v = KW("padding")) ? atoi(v) : 0;
-        o->in_features = (v = KW("in")) ? atoll(v) : in[0];
-        o->out_features = (int64_t)pos[0];
-        o->k = (int)pos[1];
-        if (o->in_features != in[0] || o->out_features < 1 || o->k < 1 || o->stride < 1 || o->pad < 0)
-            return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' does not fit input %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->out[0] = o->out_features;
-        for (int i = 1; i < 3; i++) {
-            int64_t padded = in[i] + 2 * (int64_t)o->pad;
-            if (padded < o->k) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': the kernel is larger than the input %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-            o->out[i] = (padded - o->k) / o->stride + 1;
-        }
-    } else if (!strcmp(kind, "batchnorm2d")) {
-        if (nd != 3) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' expects input [N, C, H, W] but the previous layers give %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->kind = L_BN;
-    } else if (!strcmp(kind, "layernorm") || !strcmp(kind, "rmsnorm")) {
-        o->kind = kind[0] == 'l' ? L_LN : L_RMS;
-    } else if (!strcmp(kind, "dropout")) {
-        o->kind = L_DROPOUT;
-        o->p = npos ? pos[0] : 0.5;
-    } else if (!strcmp(kind, "maxpool2d") || !strcmp(kind, "avgpool2d")) {
-        if (npos != 1) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': expected '%s KERNEL [stride=S] [padding=P]'", r->path, L->line, L->spec, kind);
-        if (nd != 3) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s' expects input [N, C, H, W] but the previous layers give %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-        o->kind = kind[0] == 'm' ? L_MAXPOOL : L_AVGPOOL;
-        o->k = (int)pos[0];
-        o->stride = (v = KW("stride")) ? atoi(v) : 0;
-        if (o->stride == 0) o->stride = o->k;
-        o->pad = (v = KW("padding")) ? atoi(v) : 0;
-        if (o->k < 1 || o->stride < 1 || o->pad < 0 || 2 * o->pad > o->k)
-            return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': kernel and stride must be >= 1, padding at most half the kernel", r->path, L->line, L->spec);
-        for (int i = 1; i < 3; i++) {
-            int64_t padded = in[i] + 2 * (int64_t)o->pad;
-            if (padded < o->k) return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': the kernel is larger than the input %s", r->path, L->line, L->spec, shape_txt(nd, in, s1, sizeof s1));
-            o->out[i] = (padded - o->k) / o->stride + 1;
-        }
-    } else if (!strcmp(kind, "flatten")) {
-        o->kind = L_FLATTEN;
-        o->out_nd = 1;
-        o->out[0] = prod(nd, in);
-    } else if (!strcmp(kind, "relu") || !strcmp(kind, "gelu") || !strcmp(kind, "silu")) {
-        o->kind = L_UNARY;
-    } else if (!strcmp(kind, "tanh") || !strcmp(kind, "sigmoid")) {
-        o->kind = L_UNARY_Y; /* their backward reads the output too */
-    } else if (!strcmp(kind, "embedding")) {
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s:%d: layer '%s': the planner does not model embedding layers in "
-                            "sequential recipes (their inputs are images)", r->path, L->line, L->spec);
-    } else {
-        return fm_set_error(FM_ERR_FORMAT, "%s:%d: unknown layer '%s'", r->path, L->line, kind);
-    }
-#undef KW
-    return FM_OK;
-bad_args:
-    return fm_set_error(FM_ERR_FORMAT, "%s:%d: layer '%s': expected numbers and key=value options", r->path, L->line, L->spec);
-}
-
-/* Parameter tensors of a layer in the order the module creates them; buffers
- * (BatchNorm's running stats and batch count) are weights too but get no
- * gradient. Returns the count; sizes in elements, bytes per element in es. */
-static int layer_tensors(const seq_layer *l, double *elems, double *es, int *is_param) {
-    int n = 0;
-#define T(e, b, p) do { elems[n] = (e); es[n] = (b); is_param[n] = (p); n++; } while (0)
-    switch (l->kind) {
-    case L_LINEAR: T((double)l->out_features * (double)l->in_features, 4, 1); if (l->bias) T((double)l->out_features, 4, 1); break;
-    case L_CONV:
-        T((double)l->out_features * (double)l->in_features * l->k * l->k, 4, 1);
-        if (l->bias) T((double)l->out_features, 4, 1);
-        break;
-    case L_BN: T((double)l->in[0], 4, 1); T((double)l->in[0], 4, 1); T((double)l->in[0], 4, 0); T((double)l->in[0], 4, 0); T(1, 8, 0); break;
-    case L_LN: T((double)l->in[l->in_nd - 1], 4, 1); T((double)l->in[l->in_nd - 1], 4, 1); break;
-    case L_RMS: T((double)l->in[l->in_nd - 1], 4, 1); break;
-    default: break;
-    }
-#undef T
-    return n;
-}
-
-/* ---------------- sequential recipes: the replay ---------------- */
-
-typedef struct seq_ctx {
-    pf_sim *s;
-    const seq_layer *L;
-    int n;
-    int64_t B;
-    int *saved;      /* per layer: up to 4 saved buffer ids (-1) */
-    int *has_node;   /* per layer: a tape node exists */
-    int *rg_in;      /* per layer: its input requires grad */
-    int *leaf_ids;   /* gradient sums handed to parameters, in the order the walk meets them */
-    int n_leaf;
-} seq_ctx;
-
-#define SAVED(i, k) c->saved[(i) * 4 + (k)]
-
-/* conv2d's CPU kernel (src/backend/cpu/conv2d_cpu.c): im2col columns for a chunk
- * of samples bounded by 1 MiB, plus a [Og, chunk*P] staging buffer when the
- * per-sample GEMM is not used (conv_direct). Forward and backward alike. */
-static void conv_scratch(pf_sim *s, const seq_layer *l, int64_t B) {
-    int64_t P = l->out[1] * l->out[2], K = l->in_features * l->k * l->k;
-    if (l->k == 1 && l->stride == 1 && l->pad == 0) return; /* pointwise: straight GEMMs */
-    int64_t per = K * P > 0 ? K * P : 1, nc = ((int64_t)1 << 20) / 4 / per;
-    if (nc < 1) nc = 1;
-    if (nc > B) nc = B;
-    int cols = pf_alloc(s, PF_WORK, (double)(K * nc * P), 4, "im2col");
-    int tmp = (nc == 1 || P >= 256) ? -1 : pf_alloc(s, PF_WORK, (double)(l->out_features * nc * P), 4, "conv staging");
-    pf_unref(s, cols);
-    pf_unref(s, tmp);
-}
-
-/* One layer's forward: returns the output buffer (one reference, the caller's). */
-static int seq_forward(seq_ctx *c, int i, int x, int rg) {
-    pf_sim *s = c->s;
-    const seq_layer *l = &c->L[i];
-    double in_n = (double)c->B * (double)prod(l->in_nd, l->in), out_n = (double)c->B * (double)prod(l->out_nd, l->out);
-    int has_params = l->kind == L_LINEAR || l->kind == L_CONV || l->kind == L_BN || l->kind == L_LN || l->kind == L_RMS;
-    int node = rg || has_params;
-    c->rg_in[i] = rg;
-    c->has_node[i] = node;
-    for (int k = 0; k < 4; k++) SAVED(i, k) = -1;
-    pf_phase(s, "forward %d %s", i + 1, l->name);
-    int y = -1;
-    switch (l->kind) {
-    case L_LINEAR: { /* src/ops/matmul.c linear_node: matmul, then the bias add into a new tensor */
-        int t = pf_alloc(s, PF_ACT, out_n, 4, "matmul");
-        if (l->bias) { y = pf_alloc(s, PF_ACT, out_n, 4, "linear out"); pf_unref(s, t); }
-        else y = t;
-        pf_ref(s, x); SAVED(i, 0) = x;
-        break;
-    }
-    case L_CONV:
-        y = pf_alloc(s, PF_ACT, out_n, 4, "conv out");
-        conv_scratch(s, l, c->B);
-        pf_ref(s, x); SAVED(i, 0) = x;
-        break;
-    case L_BN: { /* src/ops/batchnorm.c: y, batch mean and 1/std; the kernel's f64 statistics */
-        y = pf_alloc(s, PF_ACT, out_n, 4, "bn out");
-        int m = pf_alloc(s, PF_ACT, (double)l->in[0], 4, "bn mean"), r = pf_alloc(s, PF_ACT, (double)l->in[0], 4, "bn rstd");
-        pf_unref(s, pf_alloc(s, PF_WORK, 4.0 * (double)l->in[0], 8, "bn stats"));
-        pf_ref(s, x); SAVED(i, 0) = x; SAVED(i, 1) = m; SAVED(i, 2) = r;
-        break;
-    }
-    case L_LN: case L_RMS: { /* src/ops/norm.c: y, f32 mean (layer norm) and rstd per row */
-        double rows = in_n / (double)l->in[l->in_nd - 1];
-        y = pf_alloc(s, PF_ACT, out_n, 4, "norm out");
-        int m = l->kind == L_LN ? pf_alloc(s, PF_ACT, rows, 4, "norm mean") : -1;
-        int r = pf_alloc(s, PF_ACT, rows, 4, "norm rstd");
-        pf_ref(s, x); SAVED(i, 0) = x; SAVED(i, 1) = m; SAVED(i, 2) = r;
-        break;
-    }
-    case L_DROPOUT: /* src/ops/dropout.c: y and a u8 mask; only the mask is saved */
-        if (l->p == 0) { pf_ref(s, x); y = x; break; }
-        y = pf_alloc(s, PF_ACT, out_n, 4, "dropout out");
-        SAVED(i, 0) = pf_alloc(s, PF_ACT, out_n, 1, "dropout mask");
-        if (!node) { pf_unref(s, SAVED(i, 0)); SAVED(i, 0) = -1; }
-        break;
-    case L_MAXPOOL: /* src/ops/pool.c: y and the i64 argmax of every window, both kept */
-        y = pf_alloc(s, PF_ACT, out_n, 4, "maxpool out");
-        SAVED(i, 1) = pf_alloc(s, PF_ACT, out_n, 8, "maxpool argmax");
-        if (node) { pf_ref(s, x); SAVED(i, 0) = x; }
-        else { pf_unref(s, SAVED(i, 1)); SAVED(i, 1) = -1; }
-        break;
-    case L_AVGPOOL:
-        y = pf_alloc(s, PF_ACT, out_n, 4, "avgpool out");
-        break;
-    case L_FLATTEN: /* a view: same storage */
-        pf_ref(s, x);
-        y = x;
-        break;
-    case L_UNARY: case L_UNARY_Y: /* src/ops/elementwise.c unary(): saves x (and y for tanh/sigmoid) */
-        y = pf_alloc(s, PF_ACT, out_n, 4, l->name);
-        if (node) { pf_ref(s, x); SAVED(i, 0) = x; }
-        if (node && l->kind == L_UNARY_Y) { pf_ref(s, y); SAVED(i, 1) = y; }
-        break;
-    }
-    return y;
-}
-
-static void grad_leaf(seq_ctx *c, int id) { c->leaf_ids[c->n_leaf++] = id; }
-
-/* One layer's backward: consumes gout (one reference), returns the input's
- * gradient (or -1 when the input needs none). The order inside follows the
- * engine: the backward function's allocations, then gout is released, then
- * the node's saved tensors. */
-static int seq_backward(seq_ctx *c, int i, int gout) {
-    pf_sim *s = c->s;
-    const seq_layer *l = &c->L[i];
-    double in_n = (double)c->B * (double)prod(l->in_nd, l->in);
-    int rg = c->rg_in[i], gin = -1;
-    pf_phase(s, "backward %d %s", i + 1, l->name);
-    switch (l->kind) {
-    case L_LINEAR: /* linear_backward: dx = g @ w, dw = g^T @ x, db = sum(g) */
-        if (rg) gin = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-        grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->out_features * (double)l->in_features, 4, "dW"));
-        if (l->bias) grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->out_features, 4, "db"));
-        break;
-    case L_CONV: /* conv2d_backward: dx, dw, db buffers, then the kernel's scratch */
-        if (rg) gin = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-        grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->out_features * (double)l->in_features * l->k * l->k, 4, "dW"));
-        if (l->bias) grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->out_features, 4, "db"));
-        conv_scratch(s, l, c->B);
-        break;
-    case L_BN:
-        if (rg) gin = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-        grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->in[0], 4, "dgamma"));
-        grad_leaf(c, pf_alloc(s, PF_GRADS, (double)l->in[0], 4, "dbeta"));
-        pf_unref(s, pf_alloc(s, PF_WORK, 7.0 * (double)l->in[0], 8, "bn stats"));
-        break;
-    case L_LN: case L_RMS: { /* norm_backward always produces dx */
-        int dx = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-        double d = (double)l->in[l->in_nd - 1];
-        grad_leaf(c, pf_alloc(s, PF_GRADS, d, 4, "dgamma"));
-        if (l->kind == L_LN) grad_leaf(c, pf_alloc(s, PF_GRADS, d, 4, "dbeta"));
-        if (rg) gin = dx;
-        else pf_unref(s, dx);
-        break;
-    }
-    case L_DROPOUT:
-        if (l->p == 0) { if (rg) { pf_ref(s, gout); gin = gout; } break; }
-        if (rg) { /* dropout_backward: mask -> f32, scaled, times g */
-            int mf = pf_alloc(s, PF_WORK, in_n, 4, "mask f32"), ms = pf_alloc(s, PF_WORK, in_n, 4, "mask scaled");
-            gin = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-            pf_unref(s, mf);
-            pf_unref(s, ms);
-        }
-        break;
-    case L_MAXPOOL: case L_AVGPOOL: case L_UNARY: case L_UNARY_Y:
-        if (rg) gin = pf_alloc(s, PF_WORK, in_n, 4, "dx");
-        break;
-    case L_FLATTEN:
-        if (rg) { pf_ref(s, gout); gin = gout; } /* the reshape of a contiguous gradient is a view */
-        break;
-    }
-    pf_unref(s, gout);
-    for (int k = 0; k < 4; k++) { pf_unref(s, SAVED(i, k)); SAVED(i, k) = -1; }
-    return gin;
-}
-
-typedef struct seq_model {
-    fm_recipe r;
-    seq_layer L[FM_RECIPE_MAX_LAYERS];
-    int n;
-    int64_t params;
-} seq_model;
-
-static fm_status seq_load(const char *path, seq_model *m) {
-    if (fm_recipe_load(path, &m->r) != FM_OK) return fm_last_status();
-    int nd = m->r.input_ndim;
-    int64_t cur[FM_MAX_DIMS];
-    memcpy(cur, m->r.input_shape, sizeof(int64_t) * (size_t)nd);
-    m->n = m->r.n_layers;
-    m->params = 0;
-    for (int i = 0; i < m->n; i++) {
-        if (parse_layer(&m->r, &m->r.layers[i], nd, cur, &m->L[i]) != FM_OK) { fm_recipe_free(&m->r); return fm_last_status(); }
-        nd = m->L[i].out_nd;
-        memcpy(cur, m->L[i].out, sizeof(int64_t) * (size_t)nd);
-        double e[8] = {0}, es[8] = {0};
-        int isp[8] = {0};
-        int k = layer_tensors(&m->L[i], e, es, isp);
-        for (int j = 0; j < k; j++) if (isp[j]) m->params += (int64_t)e[j];
-    }
-    if (nd != 1) {
-        char s1[96];
-        fm_status st = fm_set_error(FM_ERR_FORMAT, "%s: the model's output is %s but a classifier must produce [N, classes] "
-                                    "(end with 'layer = linear CLASSES')", m->r.path, shape_txt(nd, cur, s1, sizeof s1));
-        fm_recipe_free(&m->r);
-        return st;
-    }
-    return FM_OK;
+static int64_t prod(int nd, const int64_t *s) {
+    int64_t p = 1;
+    for (int i = 0; i < nd; i++) p *= s[i];
+    return p;
 }
 
 /* Samples and image size of an idx file (gz or plain) from its header alone. */
@@ -470,175 +150,91 @@ static int loader_slots(int workers) {
     return 2 * workers < 4 ? 4 : 2 * workers;
 }
 
-static fm_status plan_sequential(const char *path, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
-    seq_model *m = calloc(1, sizeof *m);
-    if (!m) return fm_set_error(FM_ERR_OOM, "out of host memory");
-    fm_status st = seq_load(path, m);
-    if (st) { free(m); return st; }
-    fm_recipe *r = &m->r;
-    if (o->precision != FM_PLAN_FP32 || o->checkpointing != 0 || o->grad_accum > 1) {
-        st = fm_set_error(FM_ERR_INVALID, "%s: `fathom train` runs this recipe in fp32 without checkpointing or gradient "
-                          "accumulation (those options exist for GPT recipes only); drop --precision/--checkpointing/--grad-accum",
-                          r->path);
-        goto done;
-    }
-    snprintf(out->path, sizeof out->path, "%s", r->path);
-    snprintf(out->name, sizeof out->name, "%s", r->name);
-    snprintf(out->trainer, sizeof out->trainer, "sequential");
-    out->opts = *o;
-    out->batch = o->batch > 0 ? o->batch : r->batch_size;
-    out->params = m->params;
-    {
-        size_t k = 0;
-        char s1[96];
-        k += (size_t)snprintf(out->model + k, sizeof out->model - k, "%d layers, input %s, %s",
-                              m->n, shape_txt(r->input_ndim, r->input_shape, s1, sizeof s1),
-                              fm_optim_kind_name(r->optim.kind));
-        if (r->optim.kind == FM_OPTIM_SGD && r->optim.momentum > 0 && k < sizeof out->model)
-            snprintf(out->model + k, sizeof out->model - k, " with momentum");
-    }
+/* Bytes on the host outside the step, before the trainer resets its peak: the
+ * data sets (u8 idx images become f32 [N, C, H, W], labels i64; the test split
+ * too unless --no-eval) and the loader's batch buffers; each an allocator block. */
+static fm_status host_data(const fm_recipe *r, const fm_plan_run_opts *o, int64_t B, fm_plan_run *out, double *data,
+                           double *slot) {
     int64_t n_train = split_samples(r, 0, out->notes, sizeof out->notes);
     int64_t n_test = o->eval ? split_samples(r, 1, out->notes, sizeof out->notes) : 0;
-    if (n_train < 0 || n_test < 0) {
-        st = fm_set_error(FM_ERR_IO, "%s: cannot read the %s images' idx header to count the samples", r->path,
-                          n_train < 0 ? "training" : "test");
-        goto done;
-    }
-    int64_t sample = prod(r->input_ndim, r->input_shape);
-    int64_t B = out->batch;
-    pf_sim sim;
-    memset(&sim, 0, sizeof sim);
+    if (n_train < 0 || n_test < 0)
+        return fm_set_error(FM_ERR_IO, "%s: cannot read the %s images' idx header to count the samples", r->path,
+                            n_train < 0 ? "training" : "test");
+    size_t sample = (size_t)prod(r->input_ndim, r->input_shape);
+    size_t d = fm_cpu_block_size((size_t)n_train * sample * 4) + fm_cpu_block_size((size_t)n_train * 8);
+    if (o->eval) d += fm_cpu_block_size((size_t)n_test * sample * 4) + fm_cpu_block_size((size_t)n_test * 8);
+    *slot = (double)(fm_cpu_block_size((size_t)B * sample * 4) + fm_cpu_block_size((size_t)B * 8));
+    *data = (double)d + loader_slots(r->workers) * *slot;
+    return FM_OK;
+}
+
+/* The trainer's option checks (fm_train): block checkpointing on a net with
+ * convolution blocks, else none; precision and accumulation as for any model. */
+static fm_status seq_options(const fm_recipe *r, const fm_plan_run_opts *o, int64_t B, plan_step_opts *so) {
+    plan_step_defaults(so);
+    so->dev = (fm_device){FM_DEV_META, 0};
+    so->batch = B;
+    so->precision = plan_fathom_dtype(o->precision);
+    so->checkpointing = (fm_checkpointing)o->checkpointing;
+    so->grad_accum = o->grad_accum > 1 ? o->grad_accum : 1;
+    fm_efficiency_opts eo = fm_efficiency_defaults();
+    eo.precision = so->precision;
+    eo.grad_accum = so->grad_accum;
+    eo.loss_scaling = so->precision == FM_F16;
+    eo.checkpointing = so->checkpointing == FM_CKPT_BLOCKS && fm_recipe_num_blocks(r) > 0 ? FM_CKPT_NONE : so->checkpointing;
+    return fm_efficiency_validate(&eo, false, (int)B);
+}
+
+static fm_status plan_sequential(const char *path, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
+    fm_recipe r;
+    if (fm_recipe_load(path, &r) != FM_OK) return fm_last_status();
+    int64_t B = o->batch > 0 ? o->batch : r.batch_size;
+    plan_step_opts so;
     plan_sb log = {0};
-    if (explain) sim.log = &log;
-    pf_sim *s = &sim;
-
-    /* Before fm_memory_reset_peak: the data sets (u8 idx images become f32 [N, C, H, W],
-     * labels i64), the model, and the loader's batch buffers. */
-    pf_phase(s, "data sets (resident)");
-    pf_alloc(s, PF_DATA, (double)n_train * (double)sample, 4, "train images f32");
-    pf_alloc(s, PF_DATA, (double)n_train, 8, "train labels");
-    if (o->eval) {
-        pf_alloc(s, PF_DATA, (double)n_test * (double)sample, 4, "test images f32");
-        pf_alloc(s, PF_DATA, (double)n_test, 8, "test labels");
+    plan_step_mem m;
+    double data = 0, slot = 0;
+    snprintf(out->path, sizeof out->path, "%s", r.path);
+    snprintf(out->name, sizeof out->name, "%s", r.name);
+    snprintf(out->trainer, sizeof out->trainer, "sequential");
+    out->opts = *o;
+    out->batch = B;
+    fm_status st = seq_options(&r, o, B, &so);
+    if (st == FM_OK) st = host_data(&r, o, B, out, &data, &slot);
+    if (explain) so.log = &log;
+    if (st == FM_OK) st = plan_step_recipe(&r, &so, &m);
+    if (st == FM_OK) {
+        char s1[96];
+        size_t k = (size_t)snprintf(out->model, sizeof out->model, "%d layers, input %s, %s", r.n_layers,
+                                    shape_txt(r.input_ndim, r.input_shape, s1, sizeof s1), fm_optim_kind_name(r.optim.kind));
+        if (r.optim.kind == FM_OPTIM_SGD && r.optim.momentum > 0 && k < sizeof out->model)
+            snprintf(out->model + k, sizeof out->model - k, " with momentum");
+        plan_fathom_fill(out, &m, data, slot);
     }
-    pf_phase(s, "model");
-    int n_w = 0;
-    double w_elems[FM_RECIPE_MAX_LAYERS * 5];
-    for (int i = 0; i < m->n; i++) {
-        double e[8] = {0}, es[8] = {0};
-        int isp[8] = {0};
-        int k = layer_tensors(&m->L[i], e, es, isp);
-        for (int j = 0; j < k; j++) {
-            pf_alloc(s, PF_WEIGHTS, e[j], es[j], isp[j] ? "param" : "buffer");
-            if (isp[j]) w_elems[n_w++] = e[j];
-        }
-    }
-    pf_phase(s, "data loader");
-    int nslots = loader_slots(r->workers);
-    int bx = -1, by = -1;
-    for (int k = 0; k < nslots; k++) {
-        bx = pf_alloc(s, PF_DATA, (double)B * (double)sample, 4, "batch x");
-        by = pf_alloc(s, PF_DATA, (double)B, 8, "batch y");
-    }
-    out->resident = s->cur;
-    /* the trainer resets the peak here: everything above is the floor */
-    s->peak = s->cur;
-    memcpy(s->peak_cat, s->cat, sizeof s->cat);
-    snprintf(s->peak_where, sizeof s->peak_where, "before the first step");
-
-    seq_ctx c = {s, m->L, m->n, B, NULL, NULL, NULL, NULL, 0};
-    c.saved = malloc(sizeof(int) * 4 * (size_t)m->n);
-    c.has_node = malloc(sizeof(int) * (size_t)m->n);
-    c.rg_in = malloc(sizeof(int) * (size_t)m->n);
-    c.leaf_ids = malloc(sizeof(int) * (size_t)(n_w + 1));
-    int *grads = malloc(sizeof(int) * (size_t)(n_w + 1));
-    if (!c.saved || !c.has_node || !c.rg_in || !c.leaf_ids || !grads) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto sim_done; }
-    int opt_slots = r->optim.kind == FM_OPTIM_SGD ? (r->optim.momentum > 0 ? 1 : 0) : 2;
-    /* Two steps: the first has no optimizer state until its update; from the
-     * second on every step is the same, with the state alive throughout. */
-    for (int step = 1; step <= 2; step++) {
-        c.n_leaf = 0;
-        int cur = bx;
-        pf_ref(s, cur);
-        int rg = 0;
-        for (int i = 0; i < m->n; i++) {
-            int y = seq_forward(&c, i, cur, rg);
-            pf_unref(s, cur);
-            cur = y;
-            rg = rg || c.has_node[i];
-        }
-        int logits = cur; /* the trainer's reference until after backward */
-        pf_phase(s, "step %d loss", step);
-        int loss = pf_alloc(s, PF_ACT, 1, 4, "loss");
-        pf_ref(s, logits); /* cross-entropy saves the logits (and the targets) */
-        pf_ref(s, by);
-        pf_phase(s, "step %d backward: loss", step);
-        int seed = pf_alloc(s, PF_WORK, 1, 4, "seed");
-        int g = pf_alloc(s, PF_WORK, (double)B * (double)m->L[m->n - 1].out[0], 4, "dlogits");
-        pf_unref(s, logits);
-        pf_unref(s, by);
-        for (int i = m->n - 1; i >= 0; i--) {
-            if (!c.has_node[i]) {
-                pf_unref(s, g);
-                g = -1;
-                continue;
-            }
-            if (g < 0) break;
-            g = seq_backward(&c, i, g);
-        }
-        pf_unref(s, g);
-        /* the walk's gradient sums become .grad (src/autograd/engine.c
-         * finish_leaf): a fresh gradient the walk alone holds is handed over
-         * without a copy, which is the case for every layer here */
-        pf_phase(s, "step %d backward: gradients to parameters", step);
-        for (int k = 0; k < c.n_leaf; k++) grads[k] = c.leaf_ids[k];
-        pf_unref(s, seed);
-        pf_phase(s, "step %d release logits and loss", step);
-        pf_unref(s, logits);
-        pf_unref(s, loss);
-        if (step == 1) {
-            pf_phase(s, "step 1 optimizer state (created at the first update)");
-            for (int k = 0; k < n_w; k++)
-                for (int q = 0; q < opt_slots; q++) pf_alloc(s, PF_OPTIM, w_elems[k], 4, q ? "exp_avg_sq" : "momentum/exp_avg");
-        }
-        pf_phase(s, "step %d zero_grad", step);
-        for (int k = 0; k < c.n_leaf; k++) pf_unref(s, grads[k]);
-    }
-    pf_end(s);
-    if (s->failed) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto sim_done; }
-    out->peak = s->peak;
-    out->data = s->peak_cat[PF_DATA];
-    out->weights = s->peak_cat[PF_WEIGHTS];
-    out->gradients = s->peak_cat[PF_GRADS];
-    out->optimizer = s->peak_cat[PF_OPTIM];
-    out->activations = s->peak_cat[PF_ACT];
-    out->workspace = s->peak_cat[PF_WORK];
-    snprintf(out->peak_at, sizeof out->peak_at, "%s", s->peak_where);
-    if (explain) {
-        char b1[32];
+    if (st == FM_OK && explain) {
+        char b1[32], b2[32];
         plan_sb hdr = {0};
-        plan_sb_printf(&hdr, "Replay of `fathom train %s%s --batch %lld` on the CPU allocator (sizes rounded as it rounds "
-                       "them: 64 B below 4 KiB, eighths of a power of two above; + allocated, - freed):\n",
-                       r->path, o->eval ? "" : " --no-eval", (long long)B);
+        plan_sb_printf(&hdr, "`fathom train %s%s --batch %lld`: on the host %s of data sets and %d loader batch buffers of "
+                       "%s; the model and its steps run on the meta device (no data; the CPU allocator's block sizes), "
+                       "each kernel with the bytes live after it (without the host data) and the peak so far:\n", r.path,
+                       o->eval ? "" : " --no-eval", (long long)B, fm_format_bytes((size_t)(data - loader_slots(r.workers) * slot), b1, sizeof b1),
+                       loader_slots(r.workers), fm_format_bytes((size_t)slot, b2, sizeof b2));
         plan_sb_printf(&hdr, "%s", log.buf ? log.buf : "");
-        plan_sb_printf(&hdr, "peak %s at %s\n", pf_mib(s->peak, b1, sizeof b1), s->peak_where);
         out->explain = plan_sb_take(&hdr);
     }
-sim_done:
     free(log.buf);
-    free(c.saved);
-    free(c.has_node);
-    free(c.rg_in);
-    free(c.leaf_ids);
-    free(grads);
-    pf_free(s);
-done:
-    fm_recipe_free(r);
-    free(m);
+    fm_recipe_free(&r);
     return st;
 }
 
 /* ---------------- entry point and output ---------------- */
+
+/* "1.25 MiB" */
+static const char *mib(double bytes, char *buf, int cap) {
+    if (bytes < 1024) snprintf(buf, (size_t)cap, "%.0f B", bytes);
+    else if (bytes < 1024.0 * 1024) snprintf(buf, (size_t)cap, "%.1f KiB", bytes / 1024);
+    else snprintf(buf, (size_t)cap, "%.2f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
 
 fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int explain, fm_plan_run *out) {
     memset(out, 0, sizeof *out);
@@ -677,18 +273,20 @@ char *fm_plan_run_render_text(const fm_plan_run *r) {
         plan_sb_printf(&sb, ", checkpointing %s, grad-accum %d", ck[r->opts.checkpointing], r->opts.grad_accum > 1 ? r->opts.grad_accum : 1);
     } else {
         plan_sb_printf(&sb, ", %s", r->opts.eval ? "test set loaded for the final evaluation" : "--no-eval");
+        if (r->opts.grad_accum > 1) plan_sb_printf(&sb, ", grad-accum %d", r->opts.grad_accum);
+        if (r->opts.checkpointing == 1) plan_sb_printf(&sb, ", checkpointing blocks");
     }
     plan_sb_printf(&sb, "\nMemory at the peak (fathom's CPU allocator, bytes in use):\n");
     struct { const char *n; double v; } rows[] = {
         {"weights", r->weights}, {"gradients", r->gradients}, {"optimizer state", r->optimizer},
-        {"activations", r->activations}, {"workspace (op temporaries)", r->workspace}, {"data set + batches", r->data},
+        {"activations + backward", r->activations}, {"other (untagged)", r->workspace}, {"data set + batches", r->data},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        plan_sb_printf(&sb, "  %-28s %12s\n", rows[i].n, pf_mib(rows[i].v, b, sizeof b));
-    plan_sb_printf(&sb, "  %-28s %12s\n", "= allocated", pf_mib(r->peak, b, sizeof b));
-    plan_sb_printf(&sb, "  (before the first step: %s)\n", pf_mib(r->resident, b, sizeof b));
+        plan_sb_printf(&sb, "  %-28s %12s\n", rows[i].n, mib(rows[i].v, b, sizeof b));
+    plan_sb_printf(&sb, "  %-28s %12s\n", "= allocated", mib(r->peak, b, sizeof b));
+    plan_sb_printf(&sb, "  (before the first step: %s)\n", mib(r->resident, b, sizeof b));
     plan_sb_printf(&sb, "fathom CPU run: peak %s allocated (%.0f bytes; `fathom train --json` reports it as "
-                   "memory.peak_allocated), reached at %s\n", pf_mib(r->peak, b, sizeof b), r->peak, r->peak_at);
+                   "memory.peak_allocated), reached at %s\n", mib(r->peak, b, sizeof b), r->peak, r->peak_at);
     if (r->notes[0]) plan_sb_printf(&sb, "Note: %s\n", r->notes);
     return plan_sb_take(&sb);
 }

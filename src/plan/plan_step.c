@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/meta/meta_memory.h"
+#include "core/memory_internal.h"
 #include "dispatch/dispatch.h"
 #include "fathom/autograd.h"
 #include "fathom/nn.h"
@@ -42,20 +44,39 @@ typedef struct watch {
     size_t base, base_cat[FM_MEM_CAT_COUNT], seen_peak;
     char *where;
     size_t where_cap;
+    plan_sb *log;
+    int step;
+    const char *stage; /* what the step is in: "forward" (backward kernels are told apart), "optimizer", ... */
 } watch;
+
+static void watch_stage(watch *w, int step, const char *stage) {
+    w->step = step;
+    w->stage = stage;
+}
 
 static void after_kernel(fm_dispatch_event *ev, void *user) {
     watch *w = user;
     fm_memory_stats s;
-    if (fm_memory_stats_get(w->dev, &s) != FM_OK || s.allocated_peak <= w->seen_peak) return;
+    if (fm_memory_stats_get(w->dev, &s) != FM_OK) return;
+    char phase[48];
+    snprintf(phase, sizeof phase, "step %d %s", w->step, fm_in_backward ? "backward" : w->stage ? w->stage : "forward");
+    if (w->step == 0) snprintf(phase, sizeof phase, "%s", w->stage ? w->stage : "");
+    if (w->log) {
+        char b1[32], b2[32];
+        plan_sb_printf(w->log, "  %-19s %-28s live %10s  peak %10s\n", phase, fm_op_get_info(ev->call->op)->name,
+                       fm_format_bytes(s.allocated - w->base, b1, sizeof b1),
+                       fm_format_bytes(s.allocated_peak - w->base, b2, sizeof b2));
+    }
+    if (s.allocated_peak <= w->seen_peak) return;
     w->seen_peak = s.allocated_peak;
-    snprintf(w->where, w->where_cap, "%s %s", fm_in_backward ? "backward" : "forward",
-             fm_op_get_info(ev->call->op)->name);
+    snprintf(w->where, w->where_cap, "%s %s", phase, fm_op_get_info(ev->call->op)->name);
 }
 
-static void watch_begin(watch *w, fm_device dev, plan_step_mem *out) {
+static void watch_begin(watch *w, const plan_step_opts *o, plan_step_mem *out) {
     memset(w, 0, sizeof *w);
-    w->dev = dev;
+    w->dev = o->dev;
+    w->log = o->log;
+    fm_device dev = o->dev;
     w->where = out->peak_at;
     w->where_cap = sizeof out->peak_at;
     fm_memory_stats s;
@@ -74,6 +95,11 @@ static void watch_reset(watch *w, plan_step_mem *out) {
         w->seen_peak = s.allocated_peak;
     }
     snprintf(out->peak_at, sizeof out->peak_at, "before the first step");
+    if (w->log) {
+        char b[32];
+        plan_sb_printf(w->log, "  before the first step (model, optimizer state, batch): live %s\n",
+                       fm_format_bytes(out->resident, b, sizeof b));
+    }
     fm_dispatch_set_hook(NULL, after_kernel, w);
 }
 
@@ -84,6 +110,10 @@ static void watch_end(watch *w, plan_step_mem *out) {
     out->peak = s.allocated_peak - w->base;
     for (int i = 0; i < FM_MEM_CAT_COUNT; i++)
         out->peak_cat[i] = s.by_category_peak[i] > w->base_cat[i] ? s.by_category_peak[i] - w->base_cat[i] : 0;
+    if (w->dev.type != FM_DEV_META) return;
+    size_t at[FM_MEM_CAT_COUNT];
+    fm_meta_peak_breakdown(at);
+    for (int i = 0; i < FM_MEM_CAT_COUNT; i++) out->at_peak_cat[i] = at[i] > w->base_cat[i] ? at[i] - w->base_cat[i] : 0;
 }
 
 static void watch_final(watch *w, plan_step_mem *out) {
@@ -91,7 +121,8 @@ static void watch_final(watch *w, plan_step_mem *out) {
     if (fm_memory_stats_get(w->dev, &s) == FM_OK) out->end = s.allocated > w->base ? s.allocated - w->base : 0;
 }
 
-static size_t bytes_of(const fm_tensor *t) { return t ? (size_t)fm_tensor_numel(t) * fm_dtype_size(t->dtype) : 0; }
+/* as the allocator counts the tensor's block */
+static size_t bytes_of(const fm_tensor *t) { return t ? fm_cpu_block_size((size_t)fm_tensor_numel(t) * fm_dtype_size(t->dtype)) : 0; }
 
 static fm_status check_opts(const plan_step_opts *o) {
     if (o->batch < 1 || o->grad_accum < 1 || o->steps < 1 || o->batch % o->grad_accum)
@@ -138,7 +169,11 @@ static fm_status seq_steps(seq_run *u, fm_train_step *ts, const plan_step_opts *
     if (st == FM_OK) watch_reset(w, out);
     for (int k = 0; k < o->steps && st == FM_OK; k++) {
         double lv;
-        if ((st = fm_train_step_backward(ts, x, y, &lv)) == FM_OK) st = fm_train_step_update(ts);
+        watch_stage(w, k + 1, "forward");
+        if ((st = fm_train_step_backward(ts, x, y, &lv)) == FM_OK) {
+            watch_stage(w, k + 1, "optimizer");
+            st = fm_train_step_update(ts);
+        }
     }
     watch_end(w, out);
     fm_tensor_release_n(2, x, y);
@@ -150,7 +185,7 @@ fm_status plan_step_recipe(const fm_recipe *r, const plan_step_opts *o, plan_ste
     fm_status st = check_opts(o);
     if (st) return st;
     watch w;
-    watch_begin(&w, o->dev, out);
+    watch_begin(&w, o, out);
     fm_efficiency_opts eo = eff_of(o);
     seq_run u = {r, NULL, o->checkpointing == FM_CKPT_BLOCKS};
     fm_rng init_rng, drop_rng;
@@ -263,7 +298,7 @@ fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, pl
     fm_status st = check_opts(o);
     if (st) return st;
     watch w;
-    watch_begin(&w, o->dev, out);
+    watch_begin(&w, o, out);
     fm_efficiency_opts eo = eff_of(o);
     gpt_run u = {0};
     fm_train_step ts;
@@ -279,10 +314,13 @@ fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, pl
         fm_tensor *x = tokens(o, T), *y = x ? tokens(o, T) : NULL;
         double lv;
         out->batch = bytes_of(x) + bytes_of(y);
+        watch_stage(&w, k + 1, "forward");
         st = y ? fm_train_step_backward(&ts, x, y, &lv) : fm_last_status();
         fm_tensor_release_n(2, x, y);
+        watch_stage(&w, k + 1, "optimizer");
         if (st == FM_OK) st = fm_train_step_update(&ts);
     }
+    watch_stage(&w, 0, "validation and checkpoint");
     if (st == FM_OK && o->finish) st = gpt_finish(&u, o);
     watch_end(&w, out);
 done:

@@ -7,6 +7,7 @@
 #include "fathom/gpt.h"
 #include "fathom/memory.h"
 #include "fathom/recipe.h"
+#include "plan/plan_internal.h" /* plan_sb */
 
 typedef struct plan_step_opts {
     fm_device dev;
@@ -16,6 +17,7 @@ typedef struct plan_step_opts {
     int grad_accum;           /* >= 1 */
     int steps;                /* >= 1; two show a steady step (the sequential trainer makes its optimizer state in the first) */
     bool finish;              /* GPT: the run's end after the last step: a validation batch and the checkpoint's copies */
+    plan_sb *log;             /* not NULL: one line per kernel from the first step on (bytes live after it) */
 } plan_step_opts;
 
 typedef struct plan_step_mem {
@@ -23,9 +25,9 @@ typedef struct plan_step_mem {
     size_t resident;                    /* when the trainer resets its peak (model, optimizer state, batch) */
     size_t peak;                        /* the peak from there on (what `fathom train --json` reports) */
     size_t peak_cat[FM_MEM_CAT_COUNT];  /* each category's own peak */
-    size_t at_peak_cat[FM_MEM_CAT_COUNT]; /* each category at the moment of the peak */
+    size_t at_peak_cat[FM_MEM_CAT_COUNT]; /* each category at the moment of the peak (meta only) */
     size_t end;                         /* still held when the run ends (0 unless something leaked) */
-    size_t batch;                       /* the batch tensors this made (the trainer's loader holds its own) */
+    size_t batch;                       /* the batch tensors this made, in allocator blocks (the loader holds its own) */
     int64_t params;
     char peak_at[96];                   /* the kernel after which the peak was first seen */
 } plan_step_mem;

@@ -37,6 +37,7 @@ static struct {
     fm_memory_stats st;
     mblock *bucket[NBUCKET]; /* every block, by address */
     mblock *cache;           /* freed blocks */
+    size_t at_peak[FM_MEM_CAT_COUNT]; /* by_category when allocated last reached its peak */
     bool ready;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -49,7 +50,10 @@ static mblock *find_locked(const void *p) {
 }
 
 static void bump_peaks(fm_memory_stats *s) {
-    if (s->allocated > s->allocated_peak) s->allocated_peak = s->allocated;
+    if (s->allocated > s->allocated_peak) {
+        s->allocated_peak = s->allocated;
+        memcpy(g.at_peak, s->by_category, sizeof g.at_peak);
+    }
     if (s->requested > s->requested_peak) s->requested_peak = s->requested;
     if (s->reserved > s->reserved_peak) s->reserved_peak = s->reserved;
     s->active = s->allocated;
@@ -154,6 +158,13 @@ static void m_reset_peak(fm_allocator *a) {
     s->allocated_peak = s->allocated; s->requested_peak = s->requested;
     s->reserved_peak = s->reserved; s->active_peak = s->active;
     for (int i = 0; i < FM_MEM_CAT_COUNT; i++) s->by_category_peak[i] = s->by_category[i];
+    memcpy(g.at_peak, s->by_category, sizeof g.at_peak);
+    pthread_mutex_unlock(&g.mu);
+}
+
+void fm_meta_peak_breakdown(size_t out[FM_MEM_CAT_COUNT]) {
+    pthread_mutex_lock(&g.mu);
+    memcpy(out, g.at_peak, sizeof g.at_peak);
     pthread_mutex_unlock(&g.mu);
 }
 
