@@ -287,9 +287,9 @@ FM_API char *fm_plan_render_explain(const fm_plan_result *r);
  * recipes ([model] type = gpt) are covered. */
 typedef struct fm_plan_run_opts {
     int64_t batch;                /* 0: the recipe's */
-    fm_plan_precision precision;  /* fp32 (default); bf16 and fp16 for GPT recipes */
-    int checkpointing;            /* 0 none, 1 blocks (the "full"), 2 selective; GPT recipes */
-    int grad_accum;               /* micro-batches per step (GPT recipes); 0 or 1: none */
+    fm_plan_precision precision;  /* fp32 (default), bf16 or fp16 (autocast), as fathom train takes them */
+    int checkpointing;            /* 0 none, 1 blocks (the "full"; GPTs and conv nets), 2 selective (GPTs) */
+    int grad_accum;               /* micro-batches per step; 0 or 1: none */
     int eval;                     /* sequential recipes: 1 (default) the test split is loaded, as `fathom train`
                                      does; 0: as with --no-eval */
 } fm_plan_run_opts;
@@ -308,7 +308,7 @@ typedef struct fm_plan_run {
     double resident;      /* before the first step: data set, batch buffers, weights */
     char peak_at[160];    /* the moment of the step the peak falls on */
     char notes[512];      /* assumptions worth printing */
-    char *explain;        /* the replay, one line per op (NULL unless asked for; fm_plan_run_free) */
+    char *explain;        /* the meta-device run, one line per kernel (NULL unless asked for; fm_plan_run_free) */
 } fm_plan_run;
 
 /* True when `model` names a recipe: an .ini file, or a built-in recipe name
@@ -316,7 +316,10 @@ typedef struct fm_plan_run {
 FM_API int fm_plan_is_recipe(const char *model);
 /* Plan a recipe (a path or a built-in name). A missing recipe or one that does
  * not parse fails with the recipe loader's file:line message; options the
- * recipe's trainer does not take (bf16 for a CNN, ...) fail with FM_ERR_INVALID. */
+ * recipe's trainer refuses (selective checkpointing without transformer blocks,
+ * a batch the accumulation does not divide) fail with its FM_ERR_INVALID message,
+ * and so does what fails in its first step (fashion-cnn's batch norm under bf16).
+ * The figures come from the trainer's model and two steps run on the meta device. */
 FM_API fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int explain, fm_plan_run *out);
 FM_API void fm_plan_run_free(fm_plan_run *r);
 FM_API char *fm_plan_run_render_text(const fm_plan_run *r);
