@@ -32,6 +32,15 @@ run mlp_bf16 "$tmp/mlp.ini" --precision bf16
 run mlp_fp16 "$tmp/mlp.ini" --precision fp16
 run mlp_accum "$tmp/mlp.ini" --grad-accum 4
 run mlp_steps "$tmp/mlp.ini" --steps 9 --no-eval
+# a conv net with batch norm under autocast: batch norm runs in f32 (its first step failed
+# with "weight dtype f32 does not match input dtype bf16" before)
+cli_idx_recipe "$tmp" 2 "conv2d 4 3 padding=1" batchnorm2d relu "maxpool2d 2" flatten "linear 4" > "$tmp/cnn.ini"
+for p in fp32 bf16 fp16; do
+  out=$("$bin" train "$tmp/cnn.ini" --out "$tmp/cnn_$p" --precision $p --json 2> "$tmp/cnn_$p.err") \
+    || { bad "conv + batch norm --precision $p: $(tail -2 "$tmp/cnn_$p.err")"; continue; }
+  python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['precision']=='$p' and d['test_accuracy']>0.9, d" "$out" \
+    && ok "conv + batch norm --precision $p trains" || bad "conv + batch norm --precision $p: $out"
+done
 run gpt "$tmp/gpt.ini"
 run gpt_epochs "$tmp/gpt.ini" --epochs 1 --lr 0.002 --no-eval
 # a step count that ends exactly on an epoch's last batch (192 samples, batch 32: 6 per epoch)

@@ -13,6 +13,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_bn_attrs */
+#include "amp/autocast.h"   /* the precision policy (ops.def: batch norm in f32) */
 
 typedef struct bn_node_attrs {
     fm_bn_attrs a;
@@ -82,6 +83,17 @@ fm_tensor *fm_batch_norm(fm_tensor *x, fm_tensor *weight, fm_tensor *bias, fm_te
                          fm_tensor *running_var, bool training, double momentum, double eps, fm_layout layout) {
     char s1[96];
     if (!x) { fm_set_error(FM_ERR_INVALID, "batch_norm: input is NULL"); return NULL; }
+    /* autocast runs batch norm in f32 (ops.def), as the other norms: a bf16/fp16 conv output
+     * meets f32 parameters here. The running statistics are updated in place, so they are
+     * never cast (they stay the f32 buffers the module owns). */
+    fm_tensor *c[3];
+    int ac = fm_autocast_inputs(FM_OP_BATCH_NORM, 3, (fm_tensor *[]){x, weight, bias}, c);
+    if (ac) {
+        fm_tensor *y = ac > 0 ? fm_batch_norm(c[0], c[1], c[2], running_mean, running_var, training, momentum, eps, layout)
+                              : NULL;
+        fm_tensor_release_n(3, c[0], c[1], c[2]);
+        return y;
+    }
     if (layout != FM_NCHW && layout != FM_NHWC) {
         fm_set_error(FM_ERR_INVALID, "batch_norm: unknown layout %d (use FM_NCHW or FM_NHWC)", (int)layout);
         return NULL;
