@@ -239,6 +239,7 @@ static void test_rows_layout(void) {
     /* the front end names a panel tensor that does not fit */
     CHECK(fm_qlinear_int8_packed(x, q, s, u, b, 0.03, 100, false) == NULL);
     CHECK_ERR_CONTAINS("panels must be i8 [3, 18, 16, 4] for 40 outputs and 70 input features");
+    fm_tensor_release_n(2, p, u); /* the refused call below sets them to NULL */
     CHECK(fm_pack_weight_int8(w, &p, &u) != FM_OK); /* f32: not quantized */
     CHECK_ERR_CONTAINS("weight must be a 2-D i8 host tensor, got f32");
     fm_tensor_release_n(8, w, b, x, q, s, y0, y1, r0);
