@@ -22,6 +22,13 @@ typedef struct fm_op_call {
     const void *attrs;              /* backend/kernel_attrs.h */
 } fm_op_call;
 
+/* Whether a low-precision call may run a slice of its batch at a time (op_info.c):
+ * SDPA and its backward treat each batch element on its own, so a call whose tensors
+ * are all contiguous and lead with the same batch B > 1 gives the same bits sliced.
+ * The CPU backend runs such calls an eighth of the batch at a time (its f32 scratch
+ * an eighth too); the meta device accounts for the same scratch. */
+bool fm_call_batch_slices(const fm_op_call *c, int64_t *batch);
+
 #ifdef __cplusplus
 static_assert((int)FM_BACKEND_OP_SLOTS == (int)FM_OP_COUNT, "core's kernel slots must match ops.def");
 #else

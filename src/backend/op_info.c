@@ -17,3 +17,16 @@ fm_op_id fm_op_find(const char *name) {
         if (!strcmp(k_ops[i].name, name)) return (fm_op_id)i;
     return FM_OP_COUNT;
 }
+
+bool fm_call_batch_slices(const fm_op_call *c, int64_t *batch) {
+    if (c->op != FM_OP_SDPA && c->op != FM_OP_SDPA_BACKWARD) return false;
+    int64_t B = -1;
+    for (int i = 0; i < c->n_in + c->n_out; i++) {
+        const fm_tensor *t = i < c->n_in ? c->in[i] : c->out[i - c->n_in];
+        if (!t || t->ndim < 2 || !fm_tensor_is_contiguous(t)) return false;
+        if (B < 0) B = t->shape[0];
+        else if (t->shape[0] != B) return false;
+    }
+    *batch = B;
+    return B > 1;
+}

@@ -74,4 +74,9 @@ fm_status gpt_tp_full_state(const fm_gpt *m, const fm_named_list *local, fm_name
 fm_status gpt_tp_load_state(const fm_gpt *m, const fm_named_list *file, const char *path, fm_named_list *local);
 fm_status gpt_tp_norm_reduce(double *ss, void *ctx);
 int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp);
+
+/* The trainer's AdamW for m (gpt_train.c; the planner's meta-device step uses it too):
+ * decay on matrices only, *params NULL-terminated (caller frees), state made when
+ * make_state. */
+fm_status gpt_adamw_setup(fm_gpt *m, const fm_gpt_train_opts *o, bool make_state, fm_optim **opt, fm_tensor ***params);
 #endif

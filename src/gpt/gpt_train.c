@@ -510,6 +510,33 @@ static fm_status gpt_dist_init(gpt_run *u) {
 }
 
 /* Data, split, memory checks, model, optimizer and scaler. */
+/* The trainer's optimizer (the planner's meta-device step, src/plan/plan_step.c, builds
+ * the same): AdamW from o's settings, with weight decay on matrices and none on vectors
+ * and norms; *params gets the parameters in the model's order (NULL-terminated; the
+ * caller frees it); the state is made up front, tagged as optimizer memory, unless
+ * make_state is false. */
+fm_status gpt_adamw_setup(fm_gpt *m, const fm_gpt_train_opts *o, bool make_state, fm_optim **opt, fm_tensor ***params) {
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    oc.lr = o->lr;
+    oc.beta1 = o->beta1;
+    oc.beta2 = o->beta2;
+    oc.weight_decay = o->weight_decay;
+    if (!(*opt = fm_optim_new(&oc))) return fm_last_status();
+    int gd = fm_optim_add_group(*opt, o->weight_decay), gn = fm_optim_add_group(*opt, 0.0);
+    if (!(*params = calloc((size_t)m->params.n + 1, sizeof **params))) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    fm_status st;
+    for (int i = 0; i < m->params.n; i++) {
+        fm_tensor *p = m->params.items[i].tensor;
+        (*params)[i] = p;
+        if ((st = fm_optim_add_param(*opt, p->ndim >= 2 ? gd : gn, m->params.items[i].name, p))) return st;
+    }
+    if (!make_state) return FM_OK;
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+    st = fm_optim_init_state(*opt);
+    fm_memory_tag_pop(mc);
+    return st;
+}
+
 static fm_status gpt_setup(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     const fm_efficiency_opts *eo = &o->eff;
@@ -547,23 +574,8 @@ static fm_status gpt_setup(gpt_run *u) {
     if (eo->device.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, eo->device))) return st;
     fm_rng_init(&u->m->own_rng, o->seed ^ 0xd50u);
     if ((st = fm_gpt_set_checkpointing(u->m, eo->checkpointing))) return st;
-    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
-    oc.lr = o->lr;
-    oc.beta1 = o->beta1;
-    oc.beta2 = o->beta2;
-    oc.weight_decay = o->weight_decay;
-    if (!(u->opt = fm_optim_new(&oc))) return fm_last_status();
-    int gd = fm_optim_add_group(u->opt, o->weight_decay), gn = fm_optim_add_group(u->opt, 0.0);
-    if (!(u->params = calloc((size_t)u->m->params.n + 1, sizeof *u->params))) return fm_set_error(FM_ERR_OOM, "out of host memory");
-    for (int i = 0; i < u->m->params.n; i++) {
-        fm_tensor *p = u->m->params.items[i].tensor;
-        u->params[i] = p;
-        if ((st = fm_optim_add_param(u->opt, p->ndim >= 2 ? gd : gn, u->m->params.items[i].name, p))) return st;
-    }
-    mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    st = o->zero ? FM_OK : fm_optim_init_state(u->opt); /* ZeRO-1: only this rank's shard, made by dt */
-    fm_memory_tag_pop(mc);
-    if (st) return st;
+    /* ZeRO-1: only this rank's shard of the state, made by dt */
+    if ((st = gpt_adamw_setup(u->m, o, !o->zero, &u->opt, &u->params))) return st;
     if (u->tp) fm_optim_set_norm_reduce(u->opt, gpt_tp_norm_reduce, u->m); /* the whole model's norm */
     fm_train_step_init(&u->ts, eo, u->opt, u->m->params.n, u->params, gpt_loss, u);
     u->ts.scaler.quiet = o->quiet;

@@ -241,7 +241,7 @@ static fm_tensor *tokens(const plan_step_opts *o, int T) {
     return fm_tensor_zeros(2, (int64_t[]){o->batch, T}, FM_I64, o->dev);
 }
 
-/* gpt_setup from the model on: AdamW with decay on matrices, state made up front */
+/* gpt_setup from the model on: the trainer's own optimizer set-up, state made up front */
 static fm_status gpt_build(gpt_run *u, const fm_gpt_train_opts *go, const plan_step_opts *o) {
     fm_rng init;
     fm_rng_init(&init, go->seed);
@@ -253,23 +253,7 @@ static fm_status gpt_build(gpt_run *u, const fm_gpt_train_opts *go, const plan_s
     if (o->dev.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, o->dev))) return st;
     fm_rng_init(&u->m->own_rng, go->seed ^ 0xd50u);
     if ((st = fm_gpt_set_checkpointing(u->m, o->checkpointing))) return st;
-    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
-    oc.lr = go->lr;
-    oc.beta1 = go->beta1;
-    oc.beta2 = go->beta2;
-    oc.weight_decay = go->weight_decay;
-    if (!(u->opt = fm_optim_new(&oc))) return fm_last_status();
-    int gd = fm_optim_add_group(u->opt, go->weight_decay), gn = fm_optim_add_group(u->opt, 0.0);
-    if (!(u->params = calloc((size_t)u->m->params.n + 1, sizeof *u->params))) return fm_set_error(FM_ERR_OOM, "out of host memory");
-    for (int i = 0; i < u->m->params.n; i++) {
-        fm_tensor *p = u->m->params.items[i].tensor;
-        u->params[i] = p;
-        if ((st = fm_optim_add_param(u->opt, p->ndim >= 2 ? gd : gn, u->m->params.items[i].name, p))) return st;
-    }
-    mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
-    st = fm_optim_init_state(u->opt);
-    fm_memory_tag_pop(mc);
-    return st;
+    return gpt_adamw_setup(u->m, go, true, &u->opt, &u->params);
 }
 
 /* After the last step: evaluate()'s first batch (no tape, the training

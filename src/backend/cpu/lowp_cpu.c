@@ -61,20 +61,7 @@ static fm_status lowp_call(const fm_op_call *c, fm_kernel_fn k) {
  * batch at a time, so the f32 scratch is an eighth too. The backward's scratch was
  * eight f32 copies of an activation at once (24 MiB, the bf16 step's peak, on the
  * 6-layer 384-wide GPT). Each (batch, head) row is computed the same way whatever
- * the batch around it, so the results are the same bits. */
-static bool batch_slices(const fm_op_call *c, int64_t *batch) {
-    if (c->op != FM_OP_SDPA && c->op != FM_OP_SDPA_BACKWARD) return false;
-    int64_t B = -1;
-    for (int i = 0; i < c->n_in + c->n_out; i++) {
-        const fm_tensor *t = i < c->n_in ? c->in[i] : c->out[i - c->n_in];
-        if (!t || t->ndim < 2 || !fm_tensor_is_contiguous(t)) return false;
-        if (B < 0) B = t->shape[0];
-        else if (t->shape[0] != B) return false;
-    }
-    *batch = B;
-    return B > 1;
-}
-
+ * the batch around it, so the results are the same bits (fm_call_batch_slices). */
 static fm_tensor *batch_view(const fm_tensor *t, int64_t b0, int64_t n) {
     int64_t shape[FM_MAX_DIMS];
     memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
@@ -89,7 +76,7 @@ static fm_status lowp_kernel(const fm_op_call *c) {
     for (int i = 0; i < c->n_out; i++) any |= lowp(c->out[i]);
     if (!any || c->var_in) return k(c);
     int64_t B;
-    if (!batch_slices(c, &B)) return lowp_call(c, k);
+    if (!fm_call_batch_slices(c, &B)) return lowp_call(c, k);
     const int64_t step = (B + 7) / 8;
     fm_status st = FM_OK;
     for (int64_t b0 = 0; b0 < B && st == FM_OK; b0 += step) {

@@ -165,19 +165,6 @@ static fm_status lowp_call(const fm_op_call *c, fm_device dev) {
     return st;
 }
 
-static bool batch_slices(const fm_op_call *c, int64_t *batch) {
-    if (c->op != FM_OP_SDPA && c->op != FM_OP_SDPA_BACKWARD) return false;
-    int64_t B = -1;
-    for (int i = 0; i < c->n_in + c->n_out; i++) {
-        const fm_tensor *t = i < c->n_in ? c->in[i] : c->out[i - c->n_in];
-        if (!t || t->ndim < 2 || !fm_tensor_is_contiguous(t)) return false;
-        if (B < 0) B = t->shape[0];
-        else if (t->shape[0] != B) return false;
-    }
-    *batch = B;
-    return B > 1;
-}
-
 static fm_tensor *batch_view(fm_tensor *t, int64_t n) {
     int64_t shape[FM_MAX_DIMS];
     memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
@@ -187,7 +174,7 @@ static fm_tensor *batch_view(fm_tensor *t, int64_t n) {
 
 static fm_status lowp_kernel(const fm_op_call *c, fm_device dev) {
     int64_t B;
-    if (!batch_slices(c, &B)) return lowp_call(c, dev);
+    if (!fm_call_batch_slices(c, &B)) return lowp_call(c, dev);
     /* every slice but the last is the first's size: the first one's scratch is the largest */
     const int64_t step = (B + 7) / 8;
     fm_op_call s = *c;
