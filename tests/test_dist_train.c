@@ -236,6 +236,11 @@ static void test_resume_classifier(fm_dist *d, int zero) {
 
 static double ref_gpt_train, ref_gpt_val; /* one process, 5 steps */
 
+/* N ranks against one process, 5 AdamW steps: the same sums in another order (each rank's
+ * shard, then the average), so the parameters differ by rounding. Measured: under 1e-6 of the
+ * largest magnitude with the AVX-512 kernels (AMD Zen 4), 1.05e-6 with the AVX2 ones (Zen 3). */
+#define GPT_DP_TOL 4e-6
+
 static void check_gpt_resumed(const fm_gpt_train_result *r, const char *out, const char *what) {
     char pa[500], ref[500];
     snprintf(pa, sizeof pa, "%s/model.safetensors", out);
@@ -244,7 +249,7 @@ static void check_gpt_resumed(const fm_gpt_train_result *r, const char *out, con
     CHECK_NEAR(r->train_loss, ref_gpt_train, 1e-6);
     CHECK_NEAR(r->val_loss, ref_gpt_val, 1e-6);
     double pd = file_diff(pa, ref);
-    CHECK_MSG(pd >= 0 && pd <= 1e-6, "GPT %s: parameters differ by %.3g", what, pd);
+    CHECK_MSG(pd >= 0 && pd <= GPT_DP_TOL, "GPT %s: parameters differ by %.3g", what, pd);
     fprintf(stderr, "GPT resume %s: train loss %.9g (one process %.9g), val %.9g (%.9g), parameters within %.2g\n", what,
             r->train_loss, ref_gpt_train, r->val_loss, ref_gpt_val, pd);
 }
@@ -289,7 +294,7 @@ static void test_gpt(fm_dist *d, int zero) {
             CHECK_MSG(et <= 1e-6 && ev <= 1e-6, "GPT losses differ: train %.3g, val %.3g relative", et, ev);
             snprintf(pb, sizeof pb, "%s/model.safetensors", ref);
             double pd = file_diff(pa, pb);
-            CHECK_MSG(pd >= 0 && pd <= 1e-6, "GPT parameters differ by %.3g of their largest magnitude", pd);
+            CHECK_MSG(pd >= 0 && pd <= GPT_DP_TOL, "GPT parameters differ by %.3g of their largest magnitude", pd);
             fprintf(stderr, "GPT, %d ranks: train loss within %.2g, val loss within %.2g, parameters within %.2g of 1 process\n",
                     N, et, ev, pd);
         } else {
