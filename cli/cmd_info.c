@@ -111,6 +111,32 @@ static void print_check(void) {
                "       backend's copies; for tests of the device path, docs/DEVICES.md)\n");
 }
 
+/* The meta (shape-only) device: the planner's; named here so that `fathom info`
+ * lists every device type this build has. */
+#define META_NOTE "the shape-only device: shapes and dtypes, no data; `fathom plan --model RECIPE` runs the trainer " \
+                  "on it (docs/DEVICES.md); train, eval, predict and generate refuse it"
+
+static json_t *meta_json(void) {
+    const char *why = "";
+    int n = fm_device_count(FM_DEV_META, &why);
+    json_t *c = json_object(), *devs = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(devs, json_sprintf("meta:%d", i));
+    json_object_set_new(c, "devices", devs);
+    json_object_set_new(c, "note", json_string(n > 0 ? META_NOTE : why));
+    return c;
+}
+
+static void print_meta(void) {
+    const char *why = "";
+    int n = fm_device_count(FM_DEV_META, &why);
+    printf("meta:  ");
+    if (n <= 0) printf("none: %s\n", why);
+    for (int i = 0; i < n; i++) printf("%smeta:%d", i ? ", " : "", i);
+    if (n > 0)
+        printf(" (the shape-only device: shapes and dtypes, no data; `fathom plan --model RECIPE`\n"
+               "       runs the trainer on it, docs/DEVICES.md; train, eval, predict and generate refuse it)\n");
+}
+
 int fm_cmd_info(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
@@ -118,7 +144,8 @@ int fm_cmd_info(int argc, char **argv) {
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: fathom info [--json]\n\nPrints the version, build options, the CPU model and features, the\n"
                    "instruction set each kernel family uses, the GEMM provider with its kernels and threads, and\n"
-                   "the CUDA toolkit, driver and devices (or why none), and the checked test devices.\n");
+                   "the CUDA toolkit, driver and devices (or why none), the checked test devices and the meta\n"
+                   "(shape-only) device.\n");
             return 0;
         } else {
             fm_cli_error("info: unknown option '%s' (try --help)", argv[i]);
@@ -162,6 +189,7 @@ int fm_cmd_info(int argc, char **argv) {
         json_object_set_new(cu, "devices", devs);
         json_object_set_new(o, "cuda", cu);
         json_object_set_new(o, "check", check_json());
+        json_object_set_new(o, "meta", meta_json());
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(s);
         free(s);
@@ -181,6 +209,7 @@ int fm_cmd_info(int argc, char **argv) {
                    (double)ci.devices[i].memory_bytes / (1 << 30), ci.devices[i].cc_major, ci.devices[i].cc_minor,
                    ci.devices[i].sm_count, ci.devices[i].bf16 ? "yes" : "no");
         print_check();
+        print_meta();
     }
     fm_parallel_shutdown();
     return 0;

@@ -3,7 +3,8 @@
 # FATHOM_ISA that names no level is refused (exit 2, the levels listed);
 # a forced lower level shows in the kernel table; a missing OpenBLAS is
 # announced and falls back; the user's OPENBLAS_CORETYPE is respected.
-# The checked test devices (check:0, check:1) are listed, as text and JSON.
+# The checked test devices (check:0, check:1) and the meta device (meta:0) are
+# listed, as text and JSON.
 # Usage: bash tests/cli_info.sh <path-to-fathom-binary>
 set -euo pipefail
 bin=${1:?usage: cli_info.sh FATHOM_BIN}
@@ -38,4 +39,9 @@ grep -q '^check: check:0, check:1 (the checked test device' "$tmp/out" || fail "
 "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["check"]["devices"] == ["check:0", "check:1"]' "$tmp/out" \
   || fail "info --json: check devices"
+"$bin" info >"$tmp/out" 2>"$tmp/err" || fail "fathom info exited $?"
+grep -q '^meta:  meta:0 (the shape-only device' "$tmp/out" || fail "the meta device is not listed: $(grep '^meta' "$tmp/out")"
+"$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["meta"]["devices"] == ["meta:0"]' "$tmp/out" \
+  || fail "info --json: meta device"
 echo "cli_info: ok"
