@@ -383,6 +383,33 @@ static void test_serving(void) {
         double per_req = row->prefill_s + 256 * row->step_s / (double)row->decode_batch;
         CHECK(row->replicas == (int)ceil(10 * per_req));
     }
+    /* A short prompt is bound by one read of the weights, not by its FLOPs:
+     * 64 tokens x (2N + 2 x 32 x 4096 x 64) / (1000e12 x 0.5) = 1.7 ms against
+     * (weights - the untied input table, 32000 x 4096 x 2 B) / (0.8 x 2000 GB/s)
+     * = 8.3 ms. In tensor parallel over 2 GPUs the prefill also pays 2
+     * all-reduces per layer of 64 x 4096 x 2 B: ring = bytes / 400 GB/s + 2 hops
+     * of 10 us (NVLink). */
+    {
+        fm_plan_job js;
+        fm_plan_job_defaults(&js);
+        js.batch = 1;
+        js.seq = 64;
+        const fm_plan_row *r1 = plan_on_test(&m, &js, "Test NVL 80");
+        CHECK(r1 != NULL);
+        double cmp = 64 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 64) / 5e14;
+        double rd1 = r1 ? (r1->mem.weights - 32000.0 * 4096 * 2) / (0.8 * 2000e9) : 0;
+        CHECK(cmp < rd1);
+        if (r1) CHECK_NEAR(r1->prefill_s, rd1, 1e-12);
+        js.tensor_parallel = 2;
+        const fm_plan_row *r2 = plan_on_test(&m, &js, "Test NVL 80");
+        CHECK(r2 != NULL);
+        if (r2) {
+            double rd2 = (r2->mem.weights - 32000.0 * 4096 * 2 / 2) / (0.8 * 2000e9);
+            double comm = 2 * 32 * (64 * 4096 * 2 / 400e9 + 2 * 10e-6);
+            CHECK_NEAR(r2->prefill_s, (cmp / 2 > rd2 ? cmp / 2 : rd2) + comm, 1e-12);
+            CHECK(r2->ttft_s == r2->prefill_s);
+        }
+    }
     /* Absurd rates are refused; an output as long as the context too. */
     j.requests_per_second = 1e9;
     fm_plan_result *r = fm_plan_compute(&m, &j, tdb, NULL);

@@ -25,7 +25,7 @@
 #define TRAIN_WORST 0.60
 /* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal; see
  * docs/PLANNER.md for why the plan is optimistic on short prompts. */
-#define TTFT_MEDIAN 0.45
+#define TTFT_MEDIAN 0.42
 
 typedef struct point {
     char id[64], kind[32], spec[512], cite[512], conf[160];

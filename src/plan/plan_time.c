@@ -22,6 +22,8 @@
  * Serving (decoder models): a decode step reads the weights a batch touches
  * and every sequence's KV cache at the achievable bandwidth, or is bound by
  * compute, whichever is slower, plus 2 tensor-parallel all-reduces per layer.
+ * A prefill (the time to first token) is likewise the slower of its FLOPs and
+ * one read of the weights, plus its 2 all-reduces per layer.
  * KV capacity counts 16-token pages in the memory the weights leave. */
 #include <math.h>
 #include <stdio.h>
@@ -272,6 +274,39 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
     return step;
 }
 
+/* Prefill of one request's `prompt` tokens on one replica of t GPUs (the time
+ * to first token): compute-bound at the GPU's MFU, or bound by reading the
+ * weights once (a short prompt on a large model), whichever is slower, plus
+ * the 2 tensor-parallel all-reduces per layer of prompt x h activations
+ * (their latency dominates a short prompt). */
+static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double prompt, plan_sb *ex) {
+    const fm_plan_gpu *g = row->gpu;
+    int t = job->tensor_parallel;
+    double rate = row->peak_tflops * 1e12 * row->mfu;
+    double L = (double)m->layers, h = (double)m->hidden;
+    double cmp = prompt * (2 * plan_active_params(m) + 2 * L * h * prompt) / (t * rate);
+    double w = row->mem.weights - unread_table_bytes(m, job);
+    double rd = w / (job->decode_efficiency * g->bandwidth_gbs * 1e9);
+    double comm = 0;
+    net k = {0, 0, ""};
+    if (t > 1) {
+        k = group_net(g, t, 1);
+        comm = 2 * L * allreduce_s(prompt * h * 2, t, k);
+    }
+    double v = (cmp > rd ? cmp : rd) + comm;
+    if (ex) {
+        plan_sb_printf(ex, "  prefill of %.0f prompt tokens: compute-bound %.0f x (2N + 2*L*h*prompt) / (tp x peak x MFU) = "
+                           "%.4g ms; weight-read-bound %.4g GB / (%.2f x %.0f GB/s) = %.4g ms; the slower", prompt, prompt,
+                       cmp * 1e3, w / 1e9, job->decode_efficiency, g->bandwidth_gbs, rd * 1e3);
+        if (t > 1)
+            plan_sb_printf(ex, " + 2 tensor-parallel all-reduces per layer x %.0f layers of %.4g MB over %d GPUs on %s (%.0f GB/s, "
+                               "%.0f us per hop) = %.4g ms", L, prompt * h * 2 / 1e6, t, k.name, k.gbs, k.lat * 1e6,
+                           comm * 1e3);
+        plan_sb_printf(ex, " = %.4g ms (time to first token, before queueing)\n", v * 1e3);
+    }
+    return v;
+}
+
 /* KV capacity: the memory the weights, workspace and allocator reserve leave,
  * in 16-token pages, divided into sequences of `ctx_max` tokens. */
 static int64_t kv_capacity(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double kv_tok,
@@ -301,12 +336,8 @@ int plan_time_serving(const fm_plan_model *m, const fm_plan_job *job, fm_plan_ro
     int serving = job->requests_per_second > 0;
     double prompt = serving ? (s > out ? s - out : 0) : s;
     row->kv_capacity_seqs = kv_capacity(m, job, row, kv_tok, s, ex);
-    double rate = row->peak_tflops * 1e12 * row->mfu;
-    row->prefill_s = prompt * (2 * plan_active_params(m) + 2 * (double)m->layers * (double)m->hidden * prompt) / (t * rate);
+    row->prefill_s = prefill_s(m, job, row, prompt, ex);
     row->ttft_s = row->prefill_s;
-    if (ex)
-        plan_sb_printf(ex, "  prefill of %.0f prompt tokens = tokens x (2N + 2*L*h*prompt) / (tp x peak x MFU) = %.4g ms "
-                           "(time to first token, before queueing)\n", prompt, row->prefill_s * 1e3);
     if (!serving) {
         row->decode_batch = job->batch;
         if (ex) plan_sb_printf(ex, "  decode step at batch %lld, context %.0f:\n", (long long)job->batch, s);
