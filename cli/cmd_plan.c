@@ -25,7 +25,9 @@ static void usage(FILE *f) {
           "  --model RECIPE         a fathom recipe (.ini or a built-in name): the peak memory of its\n"
           "                         `fathom train` run on this CPU; takes --batch (default: the recipe's),\n"
           "                         --precision fp32|bf16|fp16, --checkpointing none|blocks|selective\n"
-          "                         (\"full\" = blocks), --grad-accum N, --no-eval, --json, --explain\n"
+          "                         (\"full\" = blocks), --grad-accum N, --no-eval, --json, --explain; a GPT\n"
+          "                         recipe also --ranks N [--tensor-parallel T] [--zero 1]: one rank of\n"
+          "                         `mpirun -np N fathom train` (its part of the batch, split and state)\n"
           "\n"
           "Job:\n"
           "  --task inference|finetune|train|lora|qlora      (default inference)\n"
@@ -138,13 +140,14 @@ static const char *const known_opts[] = {
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--kv-cache-dtype", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
-    "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval",
+    "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval", "--ranks",
 };
 
 /* Options a recipe plan (fathom's own CPU run) takes; the others describe GPU jobs. */
 static int recipe_option(const char *opt) {
     static const char *const ok[] = {"--model", "--batch", "--precision", "--checkpointing", "--grad-accum",
-                                     "--no-eval", "--json", "--explain", "--task"};
+                                     "--no-eval", "--json", "--explain", "--task", "--ranks", "--tensor-parallel",
+                                     "--zero"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (!strcmp(opt, ok[i])) return 1;
     return 0;
@@ -195,7 +198,7 @@ typedef struct plan_args {
     int json, explain, list_p, list_g, dims_given, help;
     /* recipe plans: what was given explicitly (their defaults differ from GPU plans') */
     int batch_given, precision_given, no_eval;
-    long long grad_accum;
+    long long grad_accum, ranks;
     const char *ckpt_text, *foreign;
 } plan_args;
 
@@ -226,6 +229,7 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     else if (!strcmp(opt, "--sequence-parallel")) job->sequence_parallel = 1;
     else if (!strcmp(opt, "--no-eval")) a->no_eval = 1;
     INT_OPT("--grad-accum", 1, 1000000, a->grad_accum)
+    INT_OPT("--ranks", 1, 65536, a->ranks)
     INT_OPT("--layers", 1, 10000, a->layers)
     INT_OPT("--hidden", 1, 1000000, a->hidden)
     INT_OPT("--heads", 1, 100000, a->heads)
@@ -322,7 +326,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 static int plan_recipe(const plan_args *a) {
     if (a->foreign) {
         fm_cli_error("%s does not apply to a recipe: `fathom plan --model RECIPE` plans fathom's own CPU training run "
-                     "and takes --batch, --precision, --checkpointing, --grad-accum, --no-eval, --json, --explain",
+                     "and takes --batch, --precision, --checkpointing, --grad-accum, --no-eval, --json, --explain (and for a GPT "
+                     "recipe --ranks, --tensor-parallel, --zero)",
                      a->foreign);
         return 2;
     }
@@ -333,6 +338,9 @@ static int plan_recipe(const plan_args *a) {
     if (a->ckpt_text) ro.checkpointing = !strcmp(a->ckpt_text, "none") ? 0 : !strcmp(a->ckpt_text, "selective") ? 2 : 1;
     ro.grad_accum = (int)a->grad_accum;
     ro.eval = !a->no_eval;
+    ro.ranks = (int)a->ranks;
+    ro.tensor_parallel = a->job.tensor_parallel;
+    ro.zero = a->job.zero;
     fm_plan_run run;
     fm_status st = fm_plan_run_recipe(a->model_path, &ro, a->explain, &run);
     if (st) {
@@ -426,8 +434,9 @@ int fm_cmd_plan(int argc, char **argv) {
         return 2;
     }
     if (a.model_path && fm_plan_is_recipe(a.model_path)) return plan_recipe(&a);
-    if (a.no_eval || a.grad_accum != 1) {
-        fm_cli_error("%s applies to recipe plans only (--model RECIPE)", a.no_eval ? "--no-eval" : "--grad-accum");
+    if (a.no_eval || a.grad_accum != 1 || a.ranks) {
+        fm_cli_error("%s applies to recipe plans only (--model RECIPE)", a.no_eval ? "--no-eval" : a.ranks ? "--ranks (GPU "
+                     "plans take --gpus)" : "--grad-accum");
         return 2;
     }
     fm_plan_db *db = fm_plan_db_load(a.db_path);

@@ -40,6 +40,14 @@ else
 fi
 ((took < 30)) || bad "late rank: the job took ${took} s to end"
 
+# ---- a late root: rank 0 sleeps 5 s before a broadcast that rank 1 waits 1 s for ----
+mpi -np 2 "$build/test_dist" timeout-bcast >"$tmp/lateb.out" 2>&1; rc=$?
+if [[ $rc -ne 0 ]] && grep -q "rank 1 of 2: broadcast from rank 0 timed out after 1 s: rank 0, or a rank relaying its data, died or hangs" "$tmp/lateb.out"; then
+  ok "late root: rank 1 names rank 0 (exit $rc)"
+else
+  bad "late root: rc $rc, no error naming rank 0: $(head -c 600 "$tmp/lateb.out")"
+fi
+
 # ---- mpirun -np 2 fathom train: a tiny GPT recipe ----
 for i in $(seq 1 40); do echo "And the word was $i, and the light was $((i * 7 % 11))."; done >"$tmp/corpus.txt"
 printf '%s\n' '[model]' 'type = gpt' 'n_layer = 1' 'n_head = 2' 'n_embd = 16' 'ffn_hidden = 32' 'block_size = 8' \

@@ -8,7 +8,10 @@
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
-#    classifier recipe; --zero 1, --precision bf16 with it.
+#    classifier recipe; --zero 1, --precision bf16 with it;
+#  - `fathom plan --ranks N --tensor-parallel T --zero Z` gives rank 0's measured peak
+#    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2), and refuses what the
+#    trainer refuses.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -66,6 +69,51 @@ if [[ $rc -eq 0 ]] && grep -q '"world_size":4' "$tmp/tp2dp2.json" && grep -q '"t
 else
   bad "-np 4 --tensor-parallel 2 (exit $rc): $(head -c 800 "$tmp/tp2dp2.json") $(tail -c 600 "$tmp/tp2dp2.err")"
 fi
+
+# ---- the planner's per-rank memory (fathom plan --ranks N [--tensor-parallel T] [--zero 1])
+# against rank 0's measured peak (memory.peak_allocated), within 10%: one process, data
+# parallel, ZeRO-1, TP=2, TP=2 x DP=2 (a GPT whose activations and state both count) ----
+printf '%s\n' '[model]' 'type = gpt' 'n_layer = 2' 'n_head = 4' 'n_embd = 64' 'ffn_hidden = 256' 'block_size = 32' \
+  '[tokenizer]' 'kind = byte' '[data]' "corpus = $tmp/corpus.txt" '[train]' 'batch_size = 8' 'steps = 2' >"$tmp/mem.ini"
+plan_vs_run() { # label ranks plan-flags... -- train-flags...
+  local label=$1 n=$2 pf=() tf=()
+  shift 2
+  while [[ $# -gt 0 && $1 != -- ]]; do pf+=("$1"); shift; done
+  shift
+  tf=("$@")
+  "$bin" plan --model "$tmp/mem.ini" --json "${pf[@]}" >"$tmp/plan.json" 2>"$tmp/plan.err"
+  local planned measured
+  planned=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['allocated'])" "$tmp/plan.json" 2>/dev/null)
+  if [[ $n -gt 1 ]]; then
+    mpi -np "$n" "$bin" train "$tmp/mem.ini" --out "$tmp/mem$n" --threads 1 --no-eval --json "${tf[@]}" >"$tmp/mem.json" 2>"$tmp/mem.err"
+  else
+    "$bin" train "$tmp/mem.ini" --out "$tmp/mem$n" --threads 1 --no-eval --json "${tf[@]}" >"$tmp/mem.json" 2>"$tmp/mem.err"
+  fi
+  measured=$(field "$tmp/mem.json" peak_allocated)
+  if [[ -n $planned && -n $measured ]] &&
+     python3 -c "import sys; p,m=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(p-m) > 0.1*m)" "$planned" "$measured"; then
+    ok "$label: planned $planned bytes per rank, measured $measured (rank 0)"
+  else
+    bad "$label: planned '$planned' ($(head -c 300 "$tmp/plan.err")), measured '$measured' ($(tail -c 300 "$tmp/mem.err"))"
+  fi
+  rm -rf "$tmp/mem$n"
+}
+plan_vs_run "one process" 1 --
+plan_vs_run "data parallel, 2 ranks" 2 --ranks 2 --
+plan_vs_run "ZeRO-1, 2 ranks" 2 --ranks 2 --zero 1 -- --zero 1
+plan_vs_run "--tensor-parallel 2" 2 --ranks 2 --tensor-parallel 2 -- --tensor-parallel 2
+plan_vs_run "--tensor-parallel 2 x data parallel 2" 4 --ranks 4 --tensor-parallel 2 -- --tensor-parallel 2
+refuse_plan() { # what expected-text plan-flags...
+  local what=$1 want=$2
+  shift 2
+  "$bin" plan --model "$tmp/mem.ini" "$@" >"$tmp/r.out" 2>&1
+  local rc=$?
+  if [[ $rc -ne 0 ]] && grep -qF -- "$want" "$tmp/r.out"; then ok "plan $what: exit $rc"; else bad "plan $what (exit $rc): $(head -c 400 "$tmp/r.out")"; fi
+}
+refuse_plan "--ranks 3 --tensor-parallel 2" "needs a world of a multiple of 2 ranks" --ranks 3 --tensor-parallel 2
+refuse_plan "--zero 1 alone" "--zero 1 shards the optimizer state across MPI ranks" --zero 1
+refuse_plan "--tensor-parallel 3" "does not divide the model's 4 attention heads" --ranks 3 --tensor-parallel 3
+refuse_plan "--ranks 3 (batch 8)" "does not split evenly over 3 ranks" --ranks 3
 
 # ---- refused before training: exit 2 and the message ----
 refuse() { # what expected-text command...

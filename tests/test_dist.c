@@ -64,6 +64,32 @@ static void test_collectives(fm_dist *d) {
     char want[30];
     snprintf(want, sizeof want, "from rank %d", N - 1);
     CHECK_MSG(!strcmp(msg, want), "broadcast gave '%s'", msg);
+    { /* a larger broadcast (a real MPI broadcast: it counts no bytes, as MPI picks who relays) */
+        fm_dist_stats s0, s1;
+        fm_dist_stats_get(d, &s0);
+        enum { nb = 3000001 };
+        unsigned char *b = malloc(nb);
+        for (int k = 0; k < nb; k++) b[k] = (unsigned char)(R == 0 ? k * 31 + 7 : 0xee);
+        CHECK(fm_dist_broadcast(d, b, nb, 0) == FM_OK);
+        int wrong = 0;
+        for (int k = 0; k < nb; k++) wrong += b[k] != (unsigned char)(k * 31 + 7);
+        CHECK_MSG(wrong == 0, "broadcast of %d bytes: %d differ from the root's", nb, wrong);
+        fm_dist_stats_get(d, &s1);
+        CHECK(s1.bytes_sent == s0.bytes_sent && s1.collectives == s0.collectives + (N > 1));
+        free(b);
+        CHECK(fm_dist_broadcast(d, msg, 4, N) != FM_OK);
+        CHECK_ERR_CONTAINS("is not a rank");
+    }
+    { /* dropout seeds: rank 0 keeps the job's seed, every rank gets its own */
+        CHECK(fm_dist_rank_seed(1234, 0) == 1234);
+        uint64_t s[64];
+        int same = 0;
+        for (int a = 0; a < 64; a++) {
+            s[a] = fm_dist_rank_seed(1234, a);
+            for (int b2 = 0; b2 < a; b2++) same += s[a] == s[b2];
+        }
+        CHECK_MSG(same == 0, "%d pairs of ranks got the same dropout seed", same);
+    }
     double v[2] = {R + 0.5, 1.0};
     CHECK(fm_dist_allreduce_sum_f64(d, v, 2) == FM_OK);
     CHECK(v[0] == N * (N - 1) / 2.0 + 0.5 * N && v[1] == N);
@@ -300,8 +326,18 @@ static void test_early_delivery(void) {
     fm_tensor_release_n(7, a, b, c, ab, x, y, l);
 }
 
-static int timeout_mode(fm_dist *d) {
+static int timeout_mode(fm_dist *d, bool bcast) {
     fm_dist_set_timeout(d, 1.0);
+    if (bcast) { /* the root (rank 0) is late: rank 1 names it */
+        if (R == 0) sleep(5);
+        char b[64] = "";
+        if (fm_dist_broadcast(d, b, sizeof b, 0) != FM_OK) {
+            fprintf(stderr, "fathom: error: %s\n", fm_last_error());
+            fm_dist_abort(d, 3);
+        }
+        fm_dist_finalize(d);
+        return 0;
+    }
     if (R == 1) sleep(5);
     float v[4] = {1, 2, 3, 4};
     if (fm_dist_allreduce_avg_f32(d, v, 4) != FM_OK) {
@@ -317,7 +353,8 @@ int main(int argc, char **argv) {
     if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
     R = fm_dist_rank(d);
     N = fm_dist_size(d);
-    if (argc > 1 && !strcmp(argv[1], "timeout")) return timeout_mode(d);
+    if (argc > 1 && !strcmp(argv[1], "timeout")) return timeout_mode(d, false);
+    if (argc > 1 && !strcmp(argv[1], "timeout-bcast")) return timeout_mode(d, true);
     test_collectives(d);
     test_ddp(d, 0, true);    /* one bucket (25 MiB default) */
     test_ddp(d, 64, true);   /* 16 values: three buckets */

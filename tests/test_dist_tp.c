@@ -149,6 +149,68 @@ static void test_equal(fm_dist *world, const fm_gpt_config *c, int T, const char
     fm_dist_finalize(tp);
 }
 
+/* The loss of a training forward (dropout on) of the model from seed 42, its dropout
+ * generator seeded `seed`; with tp, split first. */
+static double dropout_loss(const fm_gpt_config *c, fm_dist *tp, uint64_t seed) {
+    fm_rng init, drop;
+    fm_rng_init(&init, 42);
+    fm_rng_init(&drop, seed);
+    fm_gpt *m = fm_gpt_new(c, &init);
+    double l = NAN;
+    if (!m || (tp && fm_gpt_set_tensor_parallel(m, tp) != FM_OK)) { fm_gpt_free(m); return l; }
+    fm_gpt_set_rng(m, &drop);
+    fm_gpt_train_mode(m, true);
+    enum { B = 2, T = 16 };
+    int64_t ids[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (i * 5 + 1) % c->vocab_size;
+        tg[i] = (i * 3 + 2) % c->vocab_size;
+    }
+    fm_tensor *x = fm_tensor_from_data(ids, 2, (int64_t[]){B, T}, FM_I64);
+    fm_tensor *y = fm_tensor_from_data(tg, 2, (int64_t[]){B, T}, FM_I64);
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(m, x, y, &loss);
+    if (lg && loss) l = fm_tensor_item(loss);
+    fm_tensor_release_n(4, x, y, lg, loss);
+    fm_gpt_free(m);
+    return l;
+}
+
+/* Dropout seeds (fm_dist_rank_seed of the data-parallel rank, as the trainer seeds them):
+ * the ranks of a tensor-parallel group draw the masks one process draws with their
+ * group's seed (the GPT's dropouts act on the activations the group holds whole: after
+ * the embedding's and the row-parallel layers' all-reduces), and data-parallel ranks,
+ * given the same tokens, draw different masks, so their losses differ. */
+static void test_dropout(fm_dist *world, int T) {
+    fm_dist *tp = NULL;
+    CHECK(fm_dist_split(world, R / T, &tp) == FM_OK);
+    if (!tp) return;
+    fm_gpt_config c = tiny(FM_GPT_GPT2, 4);
+    c.dropout = 0.3;
+    const uint64_t seed = fm_dist_rank_seed(77, R / T);
+    double got = dropout_loss(&c, tp, seed), whole = dropout_loss(&c, NULL, seed);
+    c.dropout = 0;
+    double none = dropout_loss(&c, NULL, seed);
+    CHECK_MSG(fabs(got - whole) <= 1e-5 * fabs(whole), "dropout at TP=%d: loss %.9g, one process with the group's seed %.9g",
+              T, got, whole);
+    CHECK_MSG(fabs(whole - none) > 1e-6 * fabs(none), "dropout 0.3 did not change the loss (%.9g)", none);
+    const int G = N / T; /* data-parallel groups: their losses on the same tokens must differ */
+    double *all = calloc((size_t)N, sizeof *all);
+    all[R] = got;
+    CHECK(fm_dist_allreduce_sum_f64(world, all, N) == FM_OK);
+    for (int a = 0; a < N; a++)
+        for (int b = 0; b < a; b++) {
+            bool same_group = a / T == b / T;
+            CHECK_MSG(same_group ? all[a] == all[b] : fabs(all[a] - all[b]) > 1e-6 * fabs(all[b]),
+                      "dropout at TP=%d: ranks %d and %d (%s data-parallel rank) got losses %.9g and %.9g", T, a, b,
+                      same_group ? "the same" : "another", all[a], all[b]);
+        }
+    if (R == 0)
+        fprintf(stderr, "dropout at TP=%d x DP=%d: loss %.9g (one process with the seed: %.9g, without dropout %.9g)%s\n", T,
+                G, got, whole, none, G > 1 ? "; the data-parallel groups' losses differ" : "");
+    free(all);
+    fm_dist_finalize(tp);
+}
+
 /* shard then gather gives back the tensor; each shard holds part r of every segment */
 static void test_shard_gather(fm_dist *world) {
     fm_dist *tp = NULL;
@@ -195,9 +257,10 @@ static void test_errors(void) {
     CHECK(fm_gpt_tp_check(&g, 4) == FM_OK && fm_gpt_tp_check(&l, 2) == FM_OK);
 }
 
+/* every rank waits for every other (a broadcast is no barrier: its root may run on) */
 static void barrier(fm_dist *d) {
-    int32_t x = 0;
-    CHECK(fm_dist_broadcast(d, &x, sizeof x, 0) == FM_OK);
+    double x = 0;
+    CHECK(fm_dist_allreduce_sum_f64(d, &x, 1) == FM_OK);
 }
 
 /* Largest |a - b| over the largest |b| across every tensor of two model files; -1 if they differ in kind. */
@@ -221,6 +284,8 @@ static double file_diff(const char *pa, const char *pb) {
     return diff < 0 ? -1 : diff / (mag > 0 ? mag : 1);
 }
 
+static double tp_dropout; /* the model's dropout in tp_train */
+
 /* A small GPT on dir/corpus.txt: 5 steps (or stop after `stop`, or resume out's checkpoint). */
 static fm_status tp_train(fm_dist *d, int T, fm_gpt_arch arch, const char *out, int64_t stop, bool resume,
                           fm_gpt_train_result *res) {
@@ -231,6 +296,7 @@ static fm_status tp_train(fm_dist *d, int T, fm_gpt_arch arch, const char *out, 
     o.model.n_embd = 16;
     o.model.block_size = 8;
     o.model.ffn_hidden = 32;
+    o.model.dropout = tp_dropout;
     o.tokenizer = FM_TOK_BYTE;
     o.corpus = corpus;
     o.out_dir = out;
@@ -305,6 +371,30 @@ static void test_train(fm_dist *d, int T, fm_gpt_arch arch) {
     barrier(d);
 }
 
+/* With dropout, a tensor-parallel group (DP = 1) trains as one process does: its ranks
+ * draw the masks one process draws (the seed of data-parallel rank 0 is the job's). */
+static void test_train_dropout(fm_dist *d, int T) {
+    char out[400], ref[400], pa[500], pb[500];
+    fm_gpt_train_result a, b;
+    tp_dropout = 0.2;
+    path(out, sizeof out, "tp-dropout", T, FM_GPT_GPT2, NULL);
+    path(ref, sizeof ref, "ref-dropout", T, FM_GPT_GPT2, NULL);
+    CHECK(tp_train(d, T, FM_GPT_GPT2, out, 0, false, &a) == FM_OK);
+    if (R == 0) {
+        CHECK(tp_train(NULL, 1, FM_GPT_GPT2, ref, 0, false, &b) == FM_OK);
+        double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss);
+        path(pa, sizeof pa, "tp-dropout", T, FM_GPT_GPT2, "model.safetensors");
+        path(pb, sizeof pb, "ref-dropout", T, FM_GPT_GPT2, "model.safetensors");
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(et <= 1e-5 && pd >= 0 && pd <= 1e-5, "dropout 0.2 at TP=%d: train loss differs by %.3g, parameters by %.3g",
+                  T, et, pd);
+        fprintf(stderr, "dropout 0.2 trained at TP=%d: train loss %.9g (one process %.9g), parameters within %.2g\n", T,
+                a.train_loss, b.train_loss, pd);
+    }
+    tp_dropout = 0;
+    barrier(d);
+}
+
 int main(void) {
     fm_dist *d = NULL;
     if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
@@ -315,6 +405,7 @@ int main(void) {
         fm_gpt_config g = tiny(FM_GPT_GPT2, 4), l = tiny(FM_GPT_LLAMA, T <= 2 ? 2 : 4);
         test_equal(d, &g, T, "gpt2");
         test_equal(d, &l, T, T <= 2 ? "llama (4 heads, 2 kv)" : "llama (4 heads, 4 kv)");
+        test_dropout(d, T);
     }
     test_shard_gather(d);
     test_errors();
@@ -332,6 +423,7 @@ int main(void) {
         test_train(d, 2, FM_GPT_GPT2);
         test_train(d, 2, FM_GPT_LLAMA);
         if (N == 4) test_train(d, 4, FM_GPT_GPT2);
+        test_train_dropout(d, N);
         barrier(d);
         if (R == 0) {
             char cmd[300];

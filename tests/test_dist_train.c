@@ -26,9 +26,10 @@
 static int R, N;
 static char dir[256];
 
+/* every rank waits for every other (a broadcast is no barrier: its root may run on) */
 static void barrier(fm_dist *d) {
-    int32_t x = 0;
-    CHECK(fm_dist_broadcast(d, &x, sizeof x, 0) == FM_OK);
+    double x = 0;
+    CHECK(fm_dist_allreduce_sum_f64(d, &x, 1) == FM_OK);
 }
 
 static void write_idx(const char *path, int ndim, const int *dims, const unsigned char *data, size_t n) {
@@ -63,8 +64,20 @@ static void make_data(void) {
     write_idx(path, 3, d3, img, sizeof img);
     snprintf(path, sizeof path, "%s/labels", dir);
     write_idx(path, 1, d1, lab, sizeof lab);
-    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    /* 12 copies of sample 0: every rank's part of a batch holds the same rows (dropout test) */
+    unsigned char same_img[12 * 64], same_lab[12];
+    for (int i = 0; i < 12; i++) { memcpy(same_img + i * 64, img, 64); same_lab[i] = lab[0]; }
+    int s3[3] = {12, 8, 8}, s1[1] = {12};
+    snprintf(path, sizeof path, "%s/same-images", dir);
+    write_idx(path, 3, s3, same_img, sizeof same_img);
+    snprintf(path, sizeof path, "%s/same-labels", dir);
+    write_idx(path, 1, s1, same_lab, sizeof same_lab);
+    snprintf(path, sizeof path, "%s/same.txt", dir); /* every window of a byte GPT the same */
     FILE *f = fopen(path, "w");
+    for (int i = 0; i < 2000; i++) fputc('a', f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    f = fopen(path, "w");
     for (int i = 0; i < 60; i++) fprintf(f, "In the beginning %d was the word, and the word was %d.\n", i, i * 7 % 13);
     fclose(f);
 }
@@ -196,6 +209,101 @@ static fm_status gpt_run(fm_dist *d, int zero, const char *out, fm_gpt_train_res
     return gpt_run_ex(d, zero, out, 0, false, res);
 }
 
+/* ---- dropout under data parallelism ----
+ * Every rank's rows are copies of one sample (window), so ranks that drew the same masks
+ * would compute the same loss, and N ranks would give what one process gives with the
+ * batch of one rank. Each rank draws its own (fm_dist_rank_seed), so they do not; and a
+ * resumed run draws what an unbroken one draws (each rank's generator is made again from
+ * the job's seed and the checkpoint's offset). */
+static fm_status dropout_cls_run(fm_dist *d, int batch, const char *out, int64_t steps, int64_t stop, bool resume,
+                                 fm_train_result *res) {
+    snprintf(recipe_text, sizeof recipe_text,
+             "[data]\ndataset = idx\ntrain_images = %s/same-images\ntrain_labels = %s/same-labels\nnormalize = 0.3 0.25\n"
+             "[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = dropout 0.5\nlayer = linear 4\n"
+             "[train]\nbatch = %d\nseed = 5\n[optimizer]\nname = adamw\nlr = 0.01\n",
+             dir, dir, batch);
+    fm_recipe r;
+    if (fm_recipe_parse(recipe_text, "dropout.ini", &r) != FM_OK) return fm_last_status();
+    fm_train_options o;
+    fm_train_options_init(&o);
+    o.steps = steps;
+    o.skip_eval = true;
+    o.threads = 1;
+    o.out_dir = out;
+    o.resume_dir = resume ? out : NULL;
+    o.max_steps = stop;
+    o.dist = d;
+    fm_status st = fm_train(&r, &o, res);
+    fm_recipe_free(&r);
+    return st;
+}
+
+static fm_status dropout_gpt_run(fm_dist *d, int batch, const char *out, int64_t steps, int64_t stop, bool resume,
+                                 fm_gpt_train_result *res) {
+    char corpus[400];
+    snprintf(corpus, sizeof corpus, "%s/same.txt", dir);
+    fm_gpt_train_opts o = fm_gpt_train_defaults();
+    o.model.n_layer = 1;
+    o.model.n_head = 2;
+    o.model.n_embd = 16;
+    o.model.block_size = 8;
+    o.model.ffn_hidden = 32;
+    o.model.dropout = 0.5;
+    o.tokenizer = FM_TOK_BYTE;
+    o.corpus = corpus;
+    o.out_dir = out;
+    o.batch_size = batch;
+    o.steps = steps;
+    o.warmup = 1;
+    o.eval_every = 0;
+    o.ckpt_every = 0;
+    o.quiet = true;
+    o.dist = d;
+    o.stop_after = stop;
+    o.resume = resume;
+    return fm_gpt_train_ex(&o, res);
+}
+
+static void test_dropout(fm_dist *d) {
+    char p[6][400];
+    for (int i = 0; i < 6; i++) snprintf(p[i], sizeof p[i], "%s/dropout-%d", dir, i);
+    fm_train_result a, b, c;
+    CHECK(dropout_cls_run(d, 12, p[0], 2, 0, false, &a) == FM_OK); /* N ranks, 2 steps */
+    CHECK(dropout_cls_run(d, 12, p[1], 2, 1, false, &c) == FM_OK); /* N ranks, 1 step, checkpoint */
+    fm_train_result_free(&c);
+    CHECK(dropout_cls_run(d, 12, p[1], 2, 0, true, &c) == FM_OK);  /* ... resumed: step 2 */
+    CHECK_MSG(a.n_losses == 2 && c.n_losses == 1 && c.first_step == 1 && c.losses[0] == a.losses[1],
+              "classifier with dropout on %d ranks: resumed step 2 loss %.9g, unbroken %.9g", N, c.n_losses ? c.losses[0] : NAN,
+              a.n_losses == 2 ? a.losses[1] : NAN);
+    if (R == 0 && N > 1) {
+        CHECK(dropout_cls_run(NULL, 12 / N, p[2], 1, 0, false, &b) == FM_OK); /* one rank's part, alone */
+        double e = b.n_losses && a.n_losses ? fabs(a.losses[0] - b.losses[0]) / fabs(b.losses[0]) : 0;
+        CHECK_MSG(e > 1e-6, "classifier with dropout on %d ranks: loss %.9g equals one process's on one rank's rows "
+                  "(%.9g): the ranks drew the same masks", N, a.losses[0], b.losses[0]);
+        fprintf(stderr, "classifier with dropout 0.5 on %d ranks: step-1 loss %.9g (one rank's rows alone: %.9g); resumed "
+                "step 2 %.9g = unbroken %.9g\n", N, a.losses[0], b.losses[0], c.losses[0], a.losses[1]);
+        fm_train_result_free(&b);
+    }
+    fm_train_result_free(&a);
+    fm_train_result_free(&c);
+    barrier(d);
+    fm_gpt_train_result ga, gb, gc;
+    CHECK(dropout_gpt_run(d, 4, p[3], 2, 0, false, &ga) == FM_OK); /* N ranks, 2 steps */
+    CHECK(dropout_gpt_run(d, 4, p[4], 2, 1, false, &gc) == FM_OK); /* N ranks, 1 step, checkpoint */
+    const double first = gc.train_loss;
+    CHECK(dropout_gpt_run(d, 4, p[4], 2, 0, true, &gc) == FM_OK);  /* ... resumed: step 2 */
+    CHECK_MSG(gc.train_loss == ga.train_loss, "GPT with dropout on %d ranks: resumed step 2 loss %.9g, unbroken %.9g", N,
+              gc.train_loss, ga.train_loss);
+    if (R == 0 && N > 1) {
+        CHECK(dropout_gpt_run(NULL, 4 / N, p[5], 1, 0, false, &gb) == FM_OK); /* one rank's windows, alone */
+        CHECK_MSG(fabs(first - gb.train_loss) > 1e-6 * fabs(gb.train_loss), "GPT with dropout on %d ranks: loss %.9g equals "
+                  "one process's on one rank's windows (%.9g): the ranks drew the same masks", N, first, gb.train_loss);
+        fprintf(stderr, "GPT with dropout 0.5 on %d ranks: step-1 loss %.9g (one rank's windows alone: %.9g); resumed step 2 "
+                "%.9g = unbroken %.9g\n", N, first, gb.train_loss, gc.train_loss, ga.train_loss);
+    }
+    barrier(d);
+}
+
 /* Checkpoints do not depend on the world size: 3 steps on N ranks, the last 2 on one
  * process (and 3 on one, 2 on N) give the losses and parameters of 5 steps on one. */
 static void test_resume_classifier(fm_dist *d, int zero) {
@@ -307,6 +415,68 @@ static void test_gpt(fm_dist *d, int zero) {
     barrier(d);
 }
 
+/* --memory-limit under ZeRO-1: the check before training counts this rank's 1/N of the
+ * AdamW state during a step and, at a checkpoint, the whole state it gathers next to the
+ * weights: (12 + 8/N) bytes a parameter against 16 without ZeRO. A GPT whose parameters
+ * dominate (230 K of them, one 8-token window per rank), at 4 ranks with a limit of 15
+ * bytes a parameter: plain data parallel is refused before training; ZeRO-1 trains its two
+ * steps, and its final checkpoint (the whole state gathered, plus the Hugging Face file's
+ * transposed weight copies, which rank 0 makes) fails on rank 0 with the out-of-memory error
+ * naming the checkpoint (the other ranks' gathered state fits).
+ * At 2 ranks both need 16: both are refused before training. */
+static void test_zero_memory_limit(fm_dist *d) {
+    char corpus[400], out[400];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    fm_gpt_train_opts o = fm_gpt_train_defaults();
+    o.model.n_layer = 1;
+    o.model.n_head = 2;
+    o.model.n_embd = 128;
+    o.model.block_size = 8;
+    o.model.ffn_hidden = 512;
+    o.model.vocab_size = 256;
+    o.tokenizer = FM_TOK_BYTE;
+    o.corpus = corpus;
+    o.batch_size = N;
+    o.steps = 2;
+    o.eval_every = 0;
+    o.ckpt_every = 0;
+    o.quiet = true;
+    o.dist = d;
+    const int64_t n = fm_gpt_config_num_params(&o.model);
+    o.eff.memory_limit = (size_t)n * 15;
+    fm_gpt_train_result res;
+    snprintf(out, sizeof out, "%s/zero-limit-0", dir);
+    o.out_dir = out;
+    o.zero = 0;
+    CHECK(fm_gpt_train_ex(&o, &res) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("cannot hold the model before training starts");
+    snprintf(out, sizeof out, "%s/zero-limit-1", dir);
+    o.out_dir = out;
+    o.zero = 1;
+    fm_status st = fm_gpt_train_ex(&o, &res);
+    if (N == 2) {
+        CHECK(st == FM_ERR_OOM);
+        CHECK_ERR_CONTAINS("the whole state a checkpoint gathers");
+    } else if (R == 0) { /* both steps run; the final checkpoint (the whole state and the model file's
+                          * transposed weight copies, which rank 0 alone makes) does not fit, and says so */
+        CHECK_MSG(st != FM_OK && strstr(fm_last_error(), "checkpoint of step 2 not written") &&
+                  strstr(fm_last_error(), "out of memory"),
+                  "ZeRO-1 on %d ranks under a %zu-byte limit (%lld parameters): %s", N, o.eff.memory_limit, (long long)n,
+                  st ? fm_last_error() : "trained and checkpointed");
+    } else { /* the other ranks gather the whole state too, and that fits */
+        CHECK_MSG(st == FM_OK, "ZeRO-1 rank %d of %d under a %zu-byte limit: %s", R, N, o.eff.memory_limit, fm_last_error());
+    }
+    fm_memory_stats ms;
+    CHECK(fm_memory_stats_get(FM_CPU, &ms) == FM_OK);
+    if (R == 0)
+        fprintf(stderr, "--memory-limit %zu bytes (15 a parameter), %lld parameters, %d ranks: refused without ZeRO-1, %s "
+                "with it (peak %zu bytes)\n", o.eff.memory_limit, (long long)n, N,
+                N == 2 ? "refused" : "trains, its checkpoint out of memory",
+                ms.allocated_peak);
+    CHECK(fm_memory_set_limit(FM_CPU, 0) == FM_OK);
+    barrier(d);
+}
+
 static void test_errors(fm_dist *d) {
     fm_train_result res;
     if (N == 1) { /* --zero 1 needs ranks to shard over */
@@ -367,6 +537,8 @@ int main(void) {
         test_resume_gpt(d, 1);
     }
     test_errors(d);
+    test_dropout(d);
+    if (N > 1) test_zero_memory_limit(d);
     barrier(d);
     if (R == 0) {
         char cmd[300];

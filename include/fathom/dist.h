@@ -60,7 +60,14 @@ FM_API fm_status fm_dist_allreduce_sum_f64(fm_dist *d, double *buf, int64_t n);
 FM_API fm_status fm_dist_reduce_scatter_f32(fm_dist *d, const float *in, float *out, int64_t shard, bool average);
 /* shard values from every rank -> out[size*shard] in rank order. */
 FM_API fm_status fm_dist_allgather_f32(fm_dist *d, const float *in, float *out, int64_t shard);
+/* buf[0..bytes) = root's buf[0..bytes), any data (MPI_Ibcast, polled against the timeout).
+ * Not a barrier: the root may return before the others have received. */
 FM_API fm_status fm_dist_broadcast(fm_dist *d, void *buf, size_t bytes, int root);
+/* The seed of rank `rank`'s dropout generator, made from the job's seed: `seed` itself on
+ * rank 0 (so one process draws what it always drew), a different one on every other rank.
+ * The trainers give it the data-parallel rank, so data-parallel ranks draw different
+ * masks and the ranks of a tensor-parallel group (one data-parallel rank) the same. */
+FM_API uint64_t fm_dist_rank_seed(uint64_t seed, int rank);
 /* Checks that every rank passes the same value (a hash of the configuration);
  * the error names `what` and the ranks that differ from rank 0. */
 FM_API fm_status fm_dist_check_same(fm_dist *d, uint64_t value, const char *what);

@@ -62,6 +62,12 @@ FM_API fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o);
  * limit cannot hold weights + gradients + optimizer state (optimizer_slots f32
  * tensors per parameter: SGD 0-1, Adam/AdamW 2). */
 FM_API fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots);
+/* As fm_efficiency_check_fits, with the optimizer state sharded over state_shards ranks
+ * (ZeRO-1: this rank holds 1/state_shards of it, rounded up; 1: all of it). Sharded, the
+ * larger of the step (weights, gradients, this rank's state) and a checkpoint (weights,
+ * this rank's state and the whole state, which a checkpoint gathers on every rank). */
+FM_API fm_status fm_efficiency_check_fits_sharded(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
+                                                  int state_shards);
 /* Runs fn through fm_checkpoint when o->checkpointing == level, else directly
  * (with the tape as usual). o may be NULL (direct). */
 FM_API fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,

@@ -292,6 +292,10 @@ typedef struct fm_plan_run_opts {
     int grad_accum;               /* micro-batches per step; 0 or 1: none */
     int eval;                     /* sequential recipes: 1 (default) the test split is loaded, as `fathom train`
                                      does; 0: as with --no-eval */
+    /* GPT recipes: one rank of `mpirun -np ranks fathom train --tensor-parallel T --zero Z`
+     * (0 or 1: one process): its part of the batch (batch / (ranks / T)), its split of the
+     * model and (zero 1) its shard of the optimizer state; the figures are that rank's */
+    int ranks, tensor_parallel, zero;
 } fm_plan_run_opts;
 FM_API void fm_plan_run_defaults(fm_plan_run_opts *o);
 

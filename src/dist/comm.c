@@ -105,6 +105,22 @@ fm_status fm_dist_init(fm_dist **out) {
     return FM_OK;
 }
 
+fm_dist *dist_plan_group(int size, int rank) {
+    if (size < 1 || rank < 0 || rank >= size) {
+        fm_set_error(FM_ERR_INVALID, "plan group: rank %d of %d", rank, size);
+        return NULL;
+    }
+    fm_dist *d = calloc(1, sizeof *d);
+    if (!d) { fm_set_error(FM_ERR_OOM, "plan group: out of memory"); return NULL; }
+    d->size = size;
+    d->rank = rank;
+    d->local_size = size;
+    d->local_rank = rank;
+    d->timeout_s = 300;
+    d->sim = true;
+    return d;
+}
+
 void fm_dist_finalize(fm_dist *d) {
     if (!d) return;
     dist_nccl_free(d);
@@ -323,6 +339,7 @@ void dist_work_free(dist_work *w) {
 static fm_status run_work(fm_dist *d, dist_kind kind, const char *what, bool average, const float *in, float *out,
                           int64_t n) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "%s: communicator is NULL", what);
+    if (d->sim) return FM_OK;
     dist_work w;
     memset(&w, 0, sizeof w);
     w.kind = kind;
@@ -349,7 +366,7 @@ fm_status fm_dist_allgather_f32(fm_dist *d, const float *in, float *out, int64_t
 /* doubles travel as pairs of floats' bits through the all-gather, then are summed in rank order */
 fm_status fm_dist_allreduce_sum_f64(fm_dist *d, double *buf, int64_t n) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "all-reduce: communicator is NULL");
-    if (d->size == 1) return FM_OK;
+    if (d->size == 1 || d->sim) return FM_OK;
     double *all = malloc(sizeof(double) * (size_t)(n * d->size + 1));
     if (!all) return fm_set_error(FM_ERR_OOM, "all-reduce: out of memory");
     fm_status st = run_work(d, DIST_ALLGATHER, "all-reduce (f64)", false, (const float *)buf, (float *)all, 2 * n);
@@ -363,20 +380,61 @@ fm_status fm_dist_allreduce_sum_f64(fm_dist *d, double *buf, int64_t n) {
     return st;
 }
 
+/* A real broadcast: MPI_Ibcast (MPI picks the tree; the root sends the buffer, not N
+ * copies of it), polled against the deadline as the exchanges are. Buffers over 1 GiB
+ * go as several broadcasts (MPI counts are ints). MPI_Ibcast cannot say which rank it
+ * waits for, so a timeout names the root and says that it or a rank relaying its data
+ * died or hangs. Broadcast bytes are not counted in the statistics' bytes_sent: how
+ * much each rank relays is MPI's choice. */
 fm_status fm_dist_broadcast(fm_dist *d, void *buf, size_t bytes, int root) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "broadcast: communicator is NULL");
     if (root < 0 || root >= d->size) return fm_set_error(FM_ERR_INVALID, "broadcast: root %d is not a rank (0..%d)", root, d->size - 1);
-    if (d->size == 1 || bytes == 0) return FM_OK;
-    /* as an all-gather of float-sized words where only the root's slot is kept */
-    int64_t words = (int64_t)((bytes + 3) / 4);
-    float *all = calloc((size_t)(words * d->size), sizeof(float));
-    float *mine = calloc((size_t)words, sizeof(float));
-    if (!all || !mine) { free(all); free(mine); return fm_set_error(FM_ERR_OOM, "broadcast: out of memory"); }
-    if (d->rank == root) memcpy(mine, buf, bytes);
-    fm_status st = run_work(d, DIST_ALLGATHER, "broadcast", false, mine, all, words);
-    if (st == FM_OK) memcpy(buf, all + (int64_t)root * words, bytes);
-    if (!d->broken) { free(all); free(mine); }
-    return st;
+    if (!buf && bytes) return fm_set_error(FM_ERR_INVALID, "broadcast: buffer is NULL");
+    if (d->size == 1 || bytes == 0 || d->sim) return FM_OK;
+    if (d->broken) return fm_set_error(FM_ERR_STATE, "broadcast: an earlier collective timed out; the job cannot go on");
+    if (!d->mpi) return fm_set_error(FM_ERR_INTERNAL, "broadcast: a world of %d without MPI", d->size);
+#if FATHOM_HAVE_MPI
+    const size_t max_piece = (size_t)1 << 30;
+    double t0 = dist_now(), deadline = t0 + d->timeout_s;
+    for (size_t at = 0; at < bytes; at += max_piece) {
+        size_t piece = bytes - at < max_piece ? bytes - at : max_piece;
+        MPI_Request req;
+        int rc = MPI_Ibcast((char *)buf + at, (int)piece, MPI_BYTE, root, d->comm, &req);
+        if (rc != MPI_SUCCESS) { d->broken = true; return mpi_error(rc, "broadcast"); }
+        long spins = 0;
+        for (;;) {
+            int flag = 0;
+            if ((rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+                d->broken = true;
+                return mpi_error(rc, "broadcast");
+            }
+            if (flag) break;
+            if (dist_now() > deadline) {
+                d->broken = true; /* the request stays pending: the buffer is MPI's until the job ends */
+                d->stats.wait_seconds += dist_now() - t0;
+                return fm_set_error(FM_ERR_STATE, "rank %d of %d: broadcast from rank %d timed out after %g s: rank %d, "
+                                    "or a rank relaying its data, died or hangs (the limit is FATHOM_DIST_TIMEOUT seconds)",
+                                    d->rank, d->size, root, d->timeout_s, root);
+            }
+            if (++spins < 200) sched_yield();
+            else nanosleep(&(struct timespec){0, 50000}, NULL);
+        }
+    }
+    d->stats.wait_seconds += dist_now() - t0;
+    d->stats.collectives++;
+    return FM_OK;
+#else
+    return fm_set_error(FM_ERR_INTERNAL, "broadcast: MPI world without MPI");
+#endif
+}
+
+uint64_t fm_dist_rank_seed(uint64_t seed, int rank) {
+    /* splitmix64's finalizer of rank x the golden ratio: 0 for rank 0, and a
+     * different well-mixed word for every other rank */
+    uint64_t z = (uint64_t)(uint32_t)rank * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return seed ^ (z ^ (z >> 31));
 }
 
 fm_status fm_dist_check_same(fm_dist *d, uint64_t value, const char *what) {

@@ -15,6 +15,7 @@ struct fm_dist {
     bool mpi;        /* collectives go through MPI */
     bool we_inited;  /* fm_dist_init called MPI_Init_thread */
     bool broken;     /* a collective timed out: its requests are still pending */
+    bool sim;        /* a planner's stand-in group (dist_plan_group): collectives move nothing */
     double timeout_s;
     uint32_t seq;    /* collectives started, for message tags */
     fm_dist_stats stats;
@@ -58,6 +59,10 @@ fm_status dist_work_wait(dist_work *w);
 void dist_work_free(dist_work *w);
 
 double dist_now(void);
+/* A stand-in for rank `rank` of a group of `size` (the planner runs a rank's training step
+ * on the meta device, where there is no data to exchange): every collective returns at
+ * once and leaves the buffers as they are. Free with fm_dist_finalize. */
+fm_dist *dist_plan_group(int size, int rank);
 
 /* ---- NCCL (nccl.c; without FATHOM_HAVE_NCCL each says why it cannot run) ----
  * Collectives on buffers of the GPU the communicator was set up on, queued after

@@ -53,7 +53,7 @@ fm_status fm_dist_split(fm_dist *d, int color, fm_dist **out) {
 
 fm_status fm_dist_allreduce_sum_f32(fm_dist *d, float *buf, int64_t n) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "all-reduce: communicator is NULL");
-    if (d->size == 1) return FM_OK;
+    if (d->size == 1 || d->sim) return FM_OK;
     dist_work w;
     memset(&w, 0, sizeof w);
     w.kind = DIST_ALLREDUCE;
@@ -70,7 +70,8 @@ fm_status fm_dist_allreduce_sum_f32(fm_dist *d, float *buf, int64_t n) {
 static fm_status tp_check(const char *op, const fm_dist *tp, const fm_tensor *x) {
     if (!tp || !x) return fm_set_error(FM_ERR_INVALID, "%s: needs a communicator and a tensor", op);
     char dev[32];
-    if (x->dtype != FM_F32 || fm_tensor_device(x).type != FM_DEV_CPU)
+    /* (the meta device: the planner's run of a rank, shapes and memory only) */
+    if (x->dtype != FM_F32 || (fm_tensor_device(x).type != FM_DEV_CPU && fm_tensor_device(x).type != FM_DEV_META))
         return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32 CPU tensors here (got %s on %s); "
                             "train with --precision fp32 on the CPU", op, fm_dtype_name(x->dtype),
                             fm_device_name(fm_tensor_device(x), dev, sizeof dev));
@@ -186,9 +187,10 @@ static void dims2(const fm_tensor *t, int64_t *rows, int64_t *cols) {
 }
 
 fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *s) {
-    int64_t len;
+    int64_t len = 0;
     if (split_check(s, full, parts, &len)) return NULL;
-    if (full->shape[s->dim] != len || full->dtype != FM_F32 || fm_tensor_device(full).type != FM_DEV_CPU ||
+    const bool meta = fm_tensor_device(full).type == FM_DEV_META; /* shapes only */
+    if (full->shape[s->dim] != len || full->dtype != FM_F32 || (fm_tensor_device(full).type != FM_DEV_CPU && !meta) ||
         rank < 0 || rank >= parts) {
         fm_set_error(FM_ERR_INVALID, "tensor parallel: cannot take shard %d of %d of a tensor of %lld along dim %d "
                      "(the split covers %lld; f32 CPU tensors only)", rank, parts, (long long)full->shape[s->dim],
@@ -200,7 +202,7 @@ fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *
     dims2(full, &rows, &cols);
     shape[s->dim] /= parts;
     fm_tensor *out = c ? fm_tensor_empty(full->ndim, shape, FM_F32, fm_tensor_device(full)) : NULL;
-    if (out) shard_copy(s, rows, cols, parts, rank, fm_tensor_data(c), fm_tensor_data(out), true);
+    if (out && !meta) shard_copy(s, rows, cols, parts, rank, fm_tensor_data(c), fm_tensor_data(out), true);
     fm_tensor_release(c);
     return out;
 }
@@ -208,7 +210,7 @@ fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *
 fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s) {
     if (tp_check("tp_gather", tp, local)) return NULL;
     const int T = tp->size;
-    int64_t len, rows, cols;
+    int64_t len = 0, rows, cols;
     if (split_check(s, local, T, &len)) return NULL;
     if (local->shape[s->dim] * T != len) {
         fm_set_error(FM_ERR_INVALID, "tensor parallel: a shard of %lld along dim %d is not 1/%d of %lld",
@@ -222,7 +224,7 @@ fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s) {
     float *all = out ? malloc(sizeof(float) * (size_t)(n * T + 1)) : NULL;
     fm_status st = !out ? fm_last_status() : !all ? fm_set_error(FM_ERR_OOM, "tp_gather: out of memory") : FM_OK;
     if (st == FM_OK) st = fm_dist_allgather_f32(tp, fm_tensor_data(c), all, n);
-    if (st == FM_OK) {
+    if (st == FM_OK && fm_tensor_device(local).type != FM_DEV_META) {
         dims2(out, &rows, &cols);
         for (int r = 0; r < T; r++) shard_copy(s, rows, cols, T, r, fm_tensor_data(out), all + (int64_t)r * n, false);
     }
@@ -253,6 +255,7 @@ static fm_status ce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin
     const float *l = fm_tensor_data(lg);
     const int64_t *t = fm_tensor_data(tg);
     const double *s = fm_tensor_data(lse);
+    if (fm_tensor_device(lg).type == FM_DEV_META) return FM_OK; /* the planner: no values */
     float *o = fm_tensor_data(gin[0]);
     for (int64_t i = 0; i < rows && k != 0; i++) {
         if (t[i] < 0) continue;
@@ -315,16 +318,18 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits, fm_tensor *target
     fm_tensor *tc = tg ? fm_contiguous(tg) : NULL;
     fm_set_grad_enabled(prev);
     fm_tensor *lse = fm_tensor_empty(1, &rows, FM_F64, fm_tensor_device(logits)), *out = NULL;
-    const int64_t *t = tc ? fm_tensor_data(tc) : NULL;
+    const bool meta = fm_tensor_device(logits).type == FM_DEV_META; /* the planner: shapes and memory only */
+    const int64_t *t = tc && !meta ? fm_tensor_data(tc) : NULL;
     fm_status st = lc && tc && lse ? FM_OK : fm_last_status();
-    for (int64_t i = 0; st == FM_OK && i < rows; i++)
+    for (int64_t i = 0; st == FM_OK && !meta && i < rows; i++)
         if (t[i] < -1 || t[i] >= vocab_size)
             st = fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: target %lld at row %lld is outside 0..%lld (or -1 "
                               "to ignore)", (long long)t[i], (long long)i, (long long)vocab_size - 1);
     double loss = 0;
     tp_ce_attrs a = {vocab_start, 0};
     /* every rank joins the collectives, even with a bad target of its own */
-    fm_status cst = lc && tc && lse ? ce_rows(tp, fm_tensor_data(lc), t, rows, V, vocab_start, fm_tensor_data(lse), &loss,
+    if (meta) a.count = rows;
+    fm_status cst = meta ? st : lc && tc && lse ? ce_rows(tp, fm_tensor_data(lc), t, rows, V, vocab_start, fm_tensor_data(lse), &loss,
                                               &a.count)
                                     : st;
     if (st == FM_OK) st = cst;

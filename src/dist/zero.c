@@ -21,6 +21,10 @@
 #include "fathom/nn.h"
 #include "fathom/ops.h"
 
+/* Parameters on the meta device: the planner's run of one rank (a dist_plan_group), where
+ * the state is made and the collectives are called as in a real step, but no value moves. */
+static bool on_meta(const fm_tensor *t) { return fm_tensor_device(t).type == FM_DEV_META; }
+
 typedef struct zero_view {
     int param;       /* index in the full list */
     int64_t lo, hi;  /* owned part of the parameter, in its own flat index */
@@ -78,7 +82,7 @@ static fm_status zero_views(fm_zero *z, const fm_optim *full) {
 
 fm_zero *fm_zero_new(fm_dist *d, fm_optim *full) {
     if (!d || !full) { fm_set_error(FM_ERR_INVALID, "zero: need a communicator and an optimizer"); return NULL; }
-    if (!d->mpi || d->size < 2) {
+    if ((!d->mpi && !d->sim) || d->size < 2) {
         fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: start the job with "
                      "mpirun -np N (N >= 2)%s", fm_dist_mpi_built() ? "" : " in a fathom built with MPI");
         return NULL;
@@ -96,7 +100,7 @@ fm_zero *fm_zero_new(fm_dist *d, fm_optim *full) {
         const char *name;
         fm_optim_param_at(full, i, &name, &z->params[i], NULL);
         if (!(z->names[i] = strdup(name))) st = fm_set_error(FM_ERR_OOM, "zero: out of memory");
-        if (z->params[i]->dtype != FM_F32 || fm_tensor_device(z->params[i]).type != FM_DEV_CPU)
+        if (z->params[i]->dtype != FM_F32 || (fm_tensor_device(z->params[i]).type != FM_DEV_CPU && !on_meta(z->params[i])))
             st = fm_set_error(FM_ERR_UNSUPPORTED, "zero: parameter %d is not an f32 CPU tensor (ZeRO-1 here shards "
                               "f32 CPU parameters)", i);
         fm_tensor_retain(z->params[i]);
@@ -142,7 +146,7 @@ fm_status fm_zero_reduce_grads(fm_zero *z) {
         if (!g) continue;
         fm_tensor *c = fm_tensor_is_contiguous(g) ? fm_tensor_retain(g) : fm_contiguous(g);
         if (!c) return fm_last_status();
-        if (c->dtype == FM_F32) memcpy(z->flat + z->off[i], fm_tensor_data(c), sizeof(float) * (size_t)fm_tensor_numel(c));
+        if (c->dtype == FM_F32 && !on_meta(c)) memcpy(z->flat + z->off[i], fm_tensor_data(c), sizeof(float) * (size_t)fm_tensor_numel(c));
         fm_tensor_release(c);
         fm_tensor_zero_grad(z->params[i]); /* the full gradient is not needed past here */
     }
@@ -151,6 +155,7 @@ fm_status fm_zero_reduce_grads(fm_zero *z) {
     for (int k = 0; k < z->nv; k++) {
         zero_view *v = &z->views[k];
         int64_t len = v->hi - v->lo;
+        if (on_meta(v->view)) continue; /* host buffers cannot be a meta tensor's gradient: no update to plan */
         fm_tensor *g = fm_tensor_from_buffer(z->mine + (z->off[v->param] + v->lo - base), 1, &len, FM_F32, NULL, NULL);
         if (!g) return fm_last_status();
         fm_tensor_release(v->view->grad);
@@ -165,11 +170,12 @@ fm_status fm_zero_gather_params(fm_zero *z) {
     memset(z->mine, 0, sizeof(float) * (size_t)z->shard);
     for (int k = 0; k < z->nv; k++) {
         zero_view *v = &z->views[k];
-        memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(v->view), sizeof(float) * (size_t)(v->hi - v->lo));
+        if (!on_meta(v->view))
+            memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(v->view), sizeof(float) * (size_t)(v->hi - v->lo));
     }
     if (fm_dist_allgather_f32(z->d, z->mine, z->flat, z->shard) != FM_OK) return fm_last_status();
     for (int i = 0; i < z->n; i++)
-        memcpy(fm_tensor_data(z->params[i]), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(z->params[i]));
+        if (!on_meta(z->params[i])) memcpy(fm_tensor_data(z->params[i]), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(z->params[i]));
     return FM_OK;
 }
 
@@ -210,14 +216,15 @@ static fm_status gather_slot(fm_zero *z, const fm_named_list *local, const char 
         int k = view_of(z, local->items[j].name, &sfx);
         if (k < 0 || strcmp(sfx, suffix)) continue;
         zero_view *v = &z->views[k];
-        memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(local->items[j].tensor),
+        if (!on_meta(local->items[j].tensor))
+            memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(local->items[j].tensor),
                sizeof(float) * (size_t)(v->hi - v->lo));
     }
     if (fm_dist_allgather_f32(z->d, z->mine, z->flat, z->shard) != FM_OK) return fm_last_status();
     for (int i = 0; i < z->n; i++) {
         fm_tensor *t = fm_tensor_empty_like(z->params[i]);
         if (!t) return fm_last_status();
-        memcpy(fm_tensor_data(t), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(t));
+        if (!on_meta(t)) memcpy(fm_tensor_data(t), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(t));
         char name[600];
         snprintf(name, sizeof name, "%s.%s", z->names[i], suffix);
         fm_status st = fm_named_list_push(out, name, t, false, true);

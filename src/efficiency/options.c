@@ -72,21 +72,35 @@ fm_status fm_efficiency_apply_memory(const fm_efficiency_opts *o) {
 }
 
 fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots) {
+    return fm_efficiency_check_fits_sharded(o, n_params, optimizer_slots, 1);
+}
+
+fm_status fm_efficiency_check_fits_sharded(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
+                                           int state_shards) {
     fm_memory_stats s;
     fm_status st = fm_memory_stats_get(o ? o->device : FM_CPU, &s);
     if (st != FM_OK) return st;
     size_t limit = o && o->memory_limit ? o->memory_limit : s.limit;
     if (!limit || n_params <= 0) return FM_OK;
-    size_t per = (size_t)(2 + (optimizer_slots > 0 ? optimizer_slots : 0)) * 4; /* f32 weights + grads + state */
-    size_t need = (size_t)n_params * per;
+    const int shards = state_shards > 1 ? state_shards : 1;
+    const size_t slots = (size_t)(optimizer_slots > 0 ? optimizer_slots : 0);
+    /* f32 weights + grads, and this rank's part of the state; sharded, a checkpoint also
+     * gathers the whole state on every rank (the gradients are gone by then) */
+    const size_t n = (size_t)n_params, own = slots * 4 * ((n + (size_t)shards - 1) / (size_t)shards);
+    size_t need = n * 8 + own;
+    if (shards > 1 && n * 4 + slots * 4 * n + own > need) need = n * 4 + slots * 4 * n + own;
     if (need <= limit) return FM_OK;
-    char a[32], b[32], w[32], dn[32] = "cpu";
+    char a[32], b[32], w[32], dn[32] = "cpu", sh[160] = "";
     if (o) fm_device_name(o->device, dn, sizeof dn);
+    if (shards > 1)
+        snprintf(sh, sizeof sh, " (ZeRO-1: this rank's 1/%d of the state, and the whole state a checkpoint gathers "
+                 "next to the weights)", shards);
     return fm_set_error(FM_ERR_OOM,
                         "memory limit %s on %s cannot hold the model before training starts: %lld parameters need %s "
-                        "for weights alone and %s with gradients and optimizer state (raise --memory-limit or use a smaller model)",
+                        "for weights alone and %s with gradients and optimizer state%s (raise --memory-limit or use a "
+                        "smaller model)",
                         fm_format_bytes(limit, a, sizeof a), dn, (long long)n_params, fm_format_bytes((size_t)n_params * 4, w, sizeof w),
-                        fm_format_bytes(need, b, sizeof b));
+                        fm_format_bytes(need, b, sizeof b), sh);
 }
 
 fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,

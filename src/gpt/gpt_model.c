@@ -748,6 +748,13 @@ static fm_tensor *embed_tp(fm_gpt *m, fm_tensor *idx) {
         }
         li = fm_tensor_from_data(ids, 2, idx->shape, FM_I64);
         mk = fm_tensor_from_data(mask, 3, (int64_t[]){idx->shape[0], idx->shape[1], 1}, FM_F32);
+        fm_device dev = fm_tensor_device(m->wte); /* the meta device: the planner's run of a rank */
+        if (li && mk && dev.type != FM_DEV_CPU) {
+            fm_tensor *a = fm_tensor_to(li, dev), *b = fm_tensor_to(mk, dev);
+            fm_tensor_release_n(2, li, mk);
+            li = a;
+            mk = b;
+        }
         if (li && mk && (e = fm_embedding(m->wte, li)) && upd(&e, fm_mul(e, mk))) upd(&e, fm_tp_reduce(m->tp, e));
     }
     free(ids);

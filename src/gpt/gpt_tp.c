@@ -82,7 +82,7 @@ fm_status fm_gpt_set_tensor_parallel(fm_gpt *m, fm_dist *tp) {
     const int T = fm_dist_size(tp), r = fm_dist_rank(tp);
     fm_status st = fm_gpt_tp_check(&m->cfg, T);
     if (st) return st;
-    if (fm_gpt_device(m).type != FM_DEV_CPU || m->wte->dtype != FM_F32)
+    if ((fm_gpt_device(m).type != FM_DEV_CPU && fm_gpt_device(m).type != FM_DEV_META) || m->wte->dtype != FM_F32)
         return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: f32 models on the CPU only here");
     int n;
     tp_slot *s = slots_new(m, &n);
@@ -131,6 +131,8 @@ fm_gpt *fm_gpt_tp_gather_model(fm_gpt *m) {
     fm_gpt *full = fm_gpt_new(&m->cfg, &scratch);
     if (!full) return NULL;
     fm_status st = FM_OK;
+    /* next to m (the planner's run is on the meta device) */
+    if (fm_gpt_device(m).type != FM_DEV_CPU && (st = fm_gpt_to(full, fm_gpt_device(m)))) { fm_gpt_free(full); return NULL; }
     bool prev = fm_set_grad_enabled(false);
     for (int i = 0; i < m->params.n && st == FM_OK; i++) {
         fm_tensor *p = m->params.items[i].tensor, *g = NULL;
@@ -223,7 +225,7 @@ fm_status gpt_tp_norm_reduce(double *ss, void *ctx) {
     double rep = 0;
     for (int i = 0; i < m->params.n; i++) {
         fm_tensor *p = m->params.items[i].tensor, *g = p->grad;
-        if (!g || fm_gpt_tp_split(m, p, NULL)) continue;
+        if (!g || fm_gpt_tp_split(m, p, NULL) || fm_tensor_device(g).type == FM_DEV_META) continue;
         if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
             return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 CPU "
                                 "tensor", m->params.items[i].name);

@@ -562,7 +562,10 @@ static fm_status gpt_setup(gpt_run *u) {
     if ((st = fm_efficiency_apply_memory(eo))) return st;
     if ((st = gpt_tp_setup(u))) return st;
     /* tensor parallel: the parameters one rank holds */
-    if ((st = fm_efficiency_check_fits(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */))) return st;
+    /* (ZeRO-1: this rank's 1/DP of the AdamW moments) */
+    if ((st = fm_efficiency_check_fits_sharded(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */,
+                                               o->zero && o->dist ? u->dp_size : 1)))
+        return st;
     fm_rng init;
     fm_rng_init(&init, o->seed);
     fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
@@ -572,7 +575,9 @@ static fm_status gpt_setup(gpt_run *u) {
     if (u->tp && (st = fm_gpt_set_tensor_parallel(u->m, u->tp))) return st; /* built whole, then split */
     /* the model goes to its device before the optimizer makes its state there */
     if (eo->device.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, eo->device))) return st;
-    fm_rng_init(&u->m->own_rng, o->seed ^ 0xd50u);
+    /* dropout: one generator per data-parallel rank (the ranks of a tensor-parallel group
+     * share it: every dropout of the GPT acts on activations the group holds whole) */
+    fm_rng_init(&u->m->own_rng, fm_dist_rank_seed(o->seed ^ 0xd50u, u->dp_rank));
     if ((st = fm_gpt_set_checkpointing(u->m, eo->checkpointing))) return st;
     /* ZeRO-1: only this rank's shard of the state, made by dt */
     if ((st = gpt_adamw_setup(u->m, o, !o->zero, &u->opt, &u->params))) return st;

@@ -243,6 +243,9 @@ fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int 
     if (!recipe || !*recipe) return fm_set_error(FM_ERR_INVALID, "plan: no recipe given");
     if (o->batch < 0 || o->grad_accum < 0 || o->checkpointing < 0 || o->checkpointing > 2)
         return fm_set_error(FM_ERR_INVALID, "plan: batch, grad_accum and checkpointing out of range");
+    if (o->ranks < 0 || o->ranks > 65536 || o->tensor_parallel < 0 || o->tensor_parallel > 1024 || o->zero < 0 || o->zero > 1)
+        return fm_set_error(FM_ERR_INVALID, "plan: --ranks, --tensor-parallel or --zero out of range (ranks 1..65536, "
+                            "tensor parallel 1..1024, zero 0 or 1 for a recipe)");
     if (o->precision != FM_PLAN_FP32 && o->precision != FM_PLAN_BF16 && o->precision != FM_PLAN_FP16)
         return fm_set_error(FM_ERR_INVALID, "plan: fathom trains in fp32, bf16 or fp16 (not %s)", fm_plan_precision_name(o->precision));
     char path[PATH_MAX];
@@ -257,6 +260,10 @@ fm_status fm_plan_run_recipe(const char *recipe, const fm_plan_run_opts *o, int 
     int rc = ini_parse_file(f, gpt_key, &type);
     fclose(f);
     if (rc > 0) return fm_set_error(FM_ERR_FORMAT, "%s:%d: expected 'key = value', '[section]' or a comment", path, rc);
+    if (type != 1 && (o->ranks > 1 || o->tensor_parallel > 1 || o->zero))
+        return fm_set_error(FM_ERR_INVALID, "plan: --ranks, --tensor-parallel and --zero are planned for GPT recipes "
+                            "([model] type = gpt); a layer-list recipe's rank trains its part of the batch: plan it "
+                            "with --batch (the batch / ranks)");
     fm_status st = type == 1 ? plan_fathom_gpt(path, o, explain, out) : plan_sequential(path, o, explain, out);
     if (st) fm_plan_run_free(out);
     return st;
@@ -271,6 +278,13 @@ char *fm_plan_run_render_text(const fm_plan_run *r) {
     if (!strcmp(r->trainer, "gpt")) {
         static const char *ck[] = {"none", "blocks", "selective"};
         plan_sb_printf(&sb, ", checkpointing %s, grad-accum %d", ck[r->opts.checkpointing], r->opts.grad_accum > 1 ? r->opts.grad_accum : 1);
+        const int T = r->opts.tensor_parallel > 1 ? r->opts.tensor_parallel : 1, N = r->opts.ranks > T ? r->opts.ranks : T;
+        if (N > 1)
+            plan_sb_printf(&sb, "\none rank of %d (tensor parallel %d x data parallel %d%s): its part of the batch, %lld "
+                           "windows (validation: whole batches of %lld)", N, T, N / T, r->opts.zero ? ", ZeRO-1" : "",
+                           (long long)(r->batch / (N / T)), (long long)r->batch);
+        if (N > 1 && T > 1) plan_sb_printf(&sb, ", its 1/%d of the split parameters", T);
+        if (N > 1 && r->opts.zero) plan_sb_printf(&sb, ", its 1/%d of the optimizer state", N / T);
     } else {
         plan_sb_printf(&sb, ", %s", r->opts.eval ? "test set loaded for the final evaluation" : "--no-eval");
         if (r->opts.grad_accum > 1) plan_sb_printf(&sb, ", grad-accum %d", r->opts.grad_accum);
@@ -306,6 +320,13 @@ char *fm_plan_run_render_json(const fm_plan_run *r) {
     json_object_set_new(job, "checkpointing", json_string(ck[r->opts.checkpointing]));
     json_object_set_new(job, "grad_accum", json_integer(r->opts.grad_accum > 1 ? r->opts.grad_accum : 1));
     json_object_set_new(job, "eval", json_boolean(r->opts.eval));
+    if (!strcmp(r->trainer, "gpt")) { /* the figures are one rank's */
+        const int T = r->opts.tensor_parallel > 1 ? r->opts.tensor_parallel : 1, N = r->opts.ranks > T ? r->opts.ranks : T;
+        json_object_set_new(job, "ranks", json_integer(N));
+        json_object_set_new(job, "tensor_parallel", json_integer(T));
+        json_object_set_new(job, "zero", json_integer(r->opts.zero));
+        json_object_set_new(job, "batch_per_rank", json_integer(r->batch / (N / T)));
+    }
     json_object_set_new(j, "job", job);
     json_object_set_new(mem, "weights", json_integer((json_int_t)r->weights));
     json_object_set_new(mem, "gradients", json_integer((json_int_t)r->gradients));

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fathom/dist.h"
 #include "fathom/gpt.h"
 #include "plan/plan_fathom.h"
 
@@ -75,15 +76,41 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     go.model.vocab_size = V;
     int64_t B = o->batch > 0 ? o->batch : go.batch_size;
     int accum = o->grad_accum > 1 ? o->grad_accum : 1;
-    if (st == FM_OK && B % accum)
-        st = fm_set_error(FM_ERR_INVALID, "--batch %lld is not divisible by --grad-accum %d (each micro-batch must have "
-                          "the same size)", (long long)B, accum);
+    /* one rank of mpirun -np N --tensor-parallel T: the trainer's refusals (gpt_tp_setup,
+     * gpt_dist_init), then its part of the batch */
+    const int T = o->tensor_parallel > 1 ? o->tensor_parallel : 1, N = o->ranks > 1 ? o->ranks : T, DP = N / T;
+    if (st == FM_OK && N % T)
+        st = fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d needs a world of a multiple of %d ranks (world size = "
+                          "tensor parallel x data parallel), got --ranks %d", T, T, N);
+    if (st == FM_OK && T > 1 && (st = fm_gpt_tp_check(&go.model, T)) == FM_OK) {
+        if (o->zero) st = fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --tensor-parallel %d is not built yet: use one of them", T);
+        else if (o->precision != FM_PLAN_FP32 || o->checkpointing)
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU without activation "
+                              "checkpointing here: drop --precision and --checkpointing", T);
+    }
+    if (st == FM_OK && o->zero && DP < 2)
+        st = fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: plan it with --ranks N "
+                          "(N >= 2 data-parallel ranks)");
+    if (st == FM_OK && o->zero && o->precision == FM_PLAN_FP16)
+        st = fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --precision fp16: the loss scaler unscales whole gradients, "
+                          "which ZeRO-1 does not keep; use --precision bf16 or fp32 with --zero 1");
+    if (st == FM_OK && B % DP)
+        st = fm_set_error(FM_ERR_INVALID, "the batch (%lld) does not split evenly over %d ranks: give --batch a multiple "
+                          "of %d", (long long)B, DP, DP);
+    const int64_t Bl = st == FM_OK ? B / DP : B; /* this rank's windows per step */
+    if (st == FM_OK && Bl % accum)
+        st = fm_set_error(FM_ERR_INVALID, "--batch %lld%s is not divisible by --grad-accum %d (each micro-batch must "
+                          "have the same size)", (long long)Bl, DP > 1 ? " per rank" : "", accum);
     if (st == FM_OK && (st = fm_gpt_config_validate(&go.model)))
         st = fm_set_error(FM_ERR_FORMAT, "%s: %s", path, fm_last_error());
     plan_step_opts so;
     plan_step_defaults(&so);
     so.dev = (fm_device){FM_DEV_META, 0};
-    so.batch = B;
+    so.batch = Bl;
+    so.eval_batch = B;
+    so.tensor_parallel = T;
+    so.ranks = N;
+    so.zero = o->zero;
     so.precision = plan_fathom_dtype(o->precision);
     so.checkpointing = (fm_checkpointing)o->checkpointing;
     so.grad_accum = accum;
@@ -93,7 +120,7 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     eo.checkpointing = so.checkpointing;
     eo.grad_accum = accum;
     eo.loss_scaling = so.precision == FM_F16;
-    if (st == FM_OK) st = fm_efficiency_validate(&eo, true, (int)B); /* the trainer's own option errors */
+    if (st == FM_OK) st = fm_efficiency_validate(&eo, true, (int)Bl); /* the trainer's own option errors */
     plan_sb log = {0};
     if (explain) so.log = &log;
     plan_step_mem m;

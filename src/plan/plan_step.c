@@ -25,6 +25,7 @@
 #include "fathom/nn.h"
 #include "fathom/optim.h"
 #include "fathom/train_step.h"
+#include "dist/dist_internal.h" /* dist_plan_group: a rank's collectives in a planned run */
 #include "gpt/gpt_internal.h"
 #include "plan/plan_step.h"
 
@@ -227,6 +228,8 @@ typedef struct gpt_run {
     fm_gpt *m;
     fm_optim *opt;
     fm_tensor **params;
+    fm_dist *tp, *dp;      /* stand-in groups (tensor parallel; data parallel under ZeRO-1) */
+    fm_dist_trainer *dt;   /* ZeRO-1 */
 } gpt_run;
 
 /* gpt_loss */
@@ -250,10 +253,17 @@ static fm_status gpt_build(gpt_run *u, const fm_gpt_train_opts *go, const plan_s
     fm_memory_tag_pop(mc);
     fm_status st;
     if (!u->m) return fm_last_status();
+    if (o->tensor_parallel > 1) { /* built whole, then split (this rank: 0) */
+        if (!(u->tp = dist_plan_group(o->tensor_parallel, 0))) return fm_last_status();
+        if ((st = fm_gpt_set_tensor_parallel(u->m, u->tp))) return st;
+    }
     if (o->dev.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, o->dev))) return st;
     fm_rng_init(&u->m->own_rng, go->seed ^ 0xd50u);
     if ((st = fm_gpt_set_checkpointing(u->m, o->checkpointing))) return st;
-    return gpt_adamw_setup(u->m, go, true, &u->opt, &u->params);
+    /* ZeRO-1: the shard's state, made in plan_step_gpt, as gpt_dist_init's trainer makes it */
+    if ((st = gpt_adamw_setup(u->m, go, !o->zero, &u->opt, &u->params))) return st;
+    if (u->tp) fm_optim_set_norm_reduce(u->opt, gpt_tp_norm_reduce, u->m); /* as the trainer */
+    return FM_OK;
 }
 
 /* After the last step: evaluate()'s first batch (no tape, the training
@@ -261,7 +271,9 @@ static fm_status gpt_build(gpt_run *u, const fm_gpt_train_opts *go, const plan_s
 static fm_status gpt_finish(gpt_run *u, const plan_step_opts *o) {
     bool prev = fm_set_grad_enabled(false);
     fm_gpt_train_mode(u->m, false);
-    fm_tensor *x = tokens(o, u->m->cfg.block_size), *y = x ? tokens(o, u->m->cfg.block_size) : NULL, *loss = NULL;
+    plan_step_opts ev = *o;
+    if (o->eval_batch > 0) ev.batch = o->eval_batch;
+    fm_tensor *x = tokens(&ev, u->m->cfg.block_size), *y = x ? tokens(&ev, u->m->cfg.block_size) : NULL, *loss = NULL;
     fm_dtype ac = fm_autocast_set(o->precision);
     fm_tensor *lg = y ? fm_gpt_forward(u->m, x, y, &loss) : NULL;
     fm_autocast_set(ac);
@@ -269,11 +281,26 @@ static fm_status gpt_finish(gpt_run *u, const plan_step_opts *o) {
     fm_tensor_release_n(4, x, y, lg, loss);
     fm_gpt_train_mode(u->m, true);
     fm_set_grad_enabled(prev);
-    fm_named_list hf;
+    /* save_ckpt: the whole optimizer state (ZeRO-1: gathered from the shards on every rank;
+     * tensor parallel: the split parameters' state gathered whole), the whole model
+     * gathered (tensor parallel), then the Hugging Face tensors */
+    fm_named_list hf, state = {0};
+    fm_gpt *whole = NULL, *m = u->m;
+    if (st == FM_OK && (u->dt || u->tp))
+        st = u->dt ? fm_dist_trainer_full_state(u->dt, &state) : fm_optim_state(u->opt, &state);
+    if (st == FM_OK && u->tp) {
+        fm_named_list local = state;
+        st = gpt_tp_full_state(m, &local, &state);
+        fm_named_list_free(&local);
+        if (st == FM_OK && !(whole = fm_gpt_tp_gather_model(m))) st = fm_last_status();
+        if (whole) m = whole;
+    }
     if (st == FM_OK) {
-        st = fm_gpt_hf_tensors(u->m, &hf);
+        st = fm_gpt_hf_tensors(m, &hf);
         fm_named_list_free(&hf);
     }
+    fm_named_list_free(&state);
+    fm_gpt_free(whole);
     return st;
 }
 
@@ -291,6 +318,14 @@ fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, pl
     fm_train_step_init(&ts, &eo, u.opt, u.m->params.n, u.params, gpt_loss, &u);
     ts.scaler.quiet = true;
     ts.clip = go->grad_clip;
+    if (o->zero) { /* gpt_dist_init: the sharded optimizer over the data-parallel ranks, its state up front */
+        const int T = o->tensor_parallel > 1 ? o->tensor_parallel : 1, dp = (o->ranks > T ? o->ranks : T) / T;
+        if (!(u.dp = dist_plan_group(dp, 0)) || !(u.dt = fm_dist_trainer_new(u.dp, &ts, 1, 0))) { st = fm_last_status(); goto done; }
+        fm_mem_category mc = fm_memory_tag_push(FM_MEM_OPTIMIZER);
+        st = fm_optim_init_state(fm_dist_trainer_optim(u.dt));
+        fm_memory_tag_pop(mc);
+        if (st) goto done;
+    }
     watch_reset(&w, out);
     const int T = u.m->cfg.block_size;
     for (int k = 0; k < o->steps && st == FM_OK; k++) {
@@ -309,9 +344,12 @@ fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, pl
     watch_end(&w, out);
 done:
     fm_dispatch_set_hook(NULL, NULL, NULL);
+    fm_dist_trainer_free(u.dt);
     free(u.params);
     fm_optim_free(u.opt);
     fm_gpt_free(u.m);
+    fm_dist_finalize(u.tp);
+    fm_dist_finalize(u.dp);
     watch_final(&w, out);
     return st;
 }

@@ -17,6 +17,12 @@ typedef struct plan_step_opts {
     int grad_accum;           /* >= 1 */
     int steps;                /* >= 1; two show a steady step (the sequential trainer makes its optimizer state in the first) */
     bool finish;              /* GPT: the run's end after the last step: a validation batch and the checkpoint's copies */
+    int64_t eval_batch;       /* GPT: the validation batch (0: batch); each data-parallel rank validates whole batches */
+    /* GPT, one rank of `mpirun -np ranks fathom train --tensor-parallel T [--zero 1]` (0/1: one
+     * process): the model split T ways, and (zero) the optimizer state sharded over the
+     * ranks/T data-parallel ranks; `batch` is then this rank's part. Run through stand-in
+     * groups (collectives that move nothing), so the tensors are the rank's own. */
+    int tensor_parallel, ranks, zero;
     plan_sb *log;             /* not NULL: one line per kernel from the first step on (bytes live after it) */
 } plan_step_opts;
 

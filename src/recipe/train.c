@@ -363,7 +363,8 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
         t->ts.scaler.growth_tracker = (int)tracker;
     }
     t->step = sstep;
-    t->drop_rng = dr;
+    t->drop_rng = dr; /* the file has rank 0's (the job's) seed: this rank's is made from it */
+    t->drop_rng.seed = fm_dist_rank_seed(dr.seed, t->rank);
     *fm_rng_global() = gr;
 done:
     fm_kv_free(&meta);
@@ -493,7 +494,8 @@ static fm_status train_setup(train_run *u) {
     fm_recipe *r = &u->r;
     fm_rng init_rng;
     fm_rng_init(&init_rng, r->seed);
-    fm_rng_init(&u->t.drop_rng, r->seed ^ 0x9e3779b97f4a7c15ull);
+    /* dropout: every rank its own masks (rank 0's generator is one process's) */
+    fm_rng_init(&u->t.drop_rng, fm_dist_rank_seed(r->seed ^ 0x9e3779b97f4a7c15ull, u->t.rank));
     fm_manual_seed(r->seed + 1);
     fm_status st;
     u->train = fm_recipe_dataset(r, FM_SPLIT_TRAIN, NULL);
@@ -515,7 +517,9 @@ static fm_status train_setup(train_run *u) {
      * before the optimizer or anything else is made */
     const fm_efficiency_opts *eo = &u->opt->eff;
     int slots = r->optim.kind == FM_OPTIM_SGD ? (r->optim.momentum > 0) : 2;
-    if ((st = fm_efficiency_apply_memory(eo)) || (st = fm_efficiency_check_fits(eo, u->res->num_params, slots))) return st;
+    if ((st = fm_efficiency_apply_memory(eo)) ||
+        (st = fm_efficiency_check_fits_sharded(eo, u->res->num_params, slots, u->opt->zero ? u->t.world : 1)))
+        return st;
     u->t.opt = fm_optim_new(&r->optim);
     if (!u->t.opt || fm_optim_add_params(u->t.opt, u->t.model) != FM_OK) return fm_last_status();
     if ((st = step_init(u)) || (st = dist_init(u))) return st;
