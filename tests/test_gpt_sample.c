@@ -2,8 +2,11 @@
  * sampler is specified by (descending logit, ties by ascending index, -0 == +0):
  * the same token for every draw, over logits with many ties, signed zeros,
  * infinities, very small and very large vocabularies, and every combination of
- * temperature, top-k and top-p. The sampler's own sort must reproduce that order
- * exactly, or a seed would give different text than before. */
+ * temperature, top-k and top-p. The sampler's own selection must reproduce that
+ * order exactly, or a seed would give different text than before. Then GPT-2's
+ * vocabulary (50257) with GPT-like logits, a flat distribution, masked (-inf)
+ * logits and top_k around V/8, which take each of the sampler's paths (heap
+ * selection, the mass histogram, its fall-back to the full sort, the full sort). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -19,17 +22,9 @@ static int cmp_desc(const void *a, const void *b) {
     return x->i - y->i;
 }
 
-static int ref_sample(const float *logits, int V, const fm_gpt_sample_params *p, uint64_t draw) {
-    if (!(p->temperature > 0)) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
-    scored *s = malloc(sizeof *s * (size_t)V);
+/* s: the logits in the specified order (sorted once, drawn from many times) */
+static int ref_sample_sorted(const scored *s, int V, const fm_gpt_sample_params *p, uint64_t draw) {
     double *pr = malloc(sizeof *pr * (size_t)V);
-    for (int i = 0; i < V; i++) { s[i].v = logits[i]; s[i].i = i; }
-    qsort(s, (size_t)V, sizeof *s, cmp_desc);
     int n = V;
     if (p->top_k > 0 && p->top_k < n) n = p->top_k;
     double mx = s[0].v / p->temperature, z = 0;
@@ -54,8 +49,27 @@ static int ref_sample(const float *logits, int V, const fm_gpt_sample_params *p,
         c += pr[i];
         if (u < c) { tok = s[i].i; break; }
     }
-    free(s);
     free(pr);
+    return tok;
+}
+
+static scored *ref_sort(const float *logits, int V) {
+    scored *s = malloc(sizeof *s * (size_t)V);
+    for (int i = 0; i < V; i++) { s[i].v = logits[i]; s[i].i = i; }
+    qsort(s, (size_t)V, sizeof *s, cmp_desc);
+    return s;
+}
+
+static int ref_sample(const float *logits, int V, const fm_gpt_sample_params *p, uint64_t draw) {
+    if (!(p->temperature > 0)) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    scored *s = ref_sort(logits, V);
+    int tok = ref_sample_sorted(s, V, p, draw);
+    free(s);
     return tok;
 }
 
@@ -78,6 +92,49 @@ static void fill(float *lg, int V, int kind) {
         }
     }
     if (kind == 2 && V > 2) { lg[0] = -0.0f; lg[1] = 0.0f; } /* equal: the lower index must come first */
+}
+
+/* kind 0: Gaussian (sd 2.5) with a few tokens far above; 1: flat (every logit within
+ * 0.01); 2: kind 0 with three quarters masked to -inf; 3: a peaked one (most mass on
+ * a handful, the rest over 30 nats below) */
+static void fill_large(float *lg, int V, int kind) {
+    for (int i = 0; i < V; i++) {
+        double g = sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand());
+        lg[i] = kind == 1 ? (float)(0.01 * urand()) : kind == 3 ? (float)(-40.0 + g) : (float)(2.5 * g);
+        if (kind == 2 && i % 4) lg[i] = -INFINITY;
+    }
+    if (kind != 1)
+        for (int j = 0; j < 6; j++) lg[(int)(urand() * V) & ~3] = (float)(8.0 + 4.0 * urand());
+}
+
+static void large_vocab(void) {
+    const int V = 50257;
+    const struct { double T; int k; double p; } modes[] = {
+        {0.8, 40, 1.0}, {0.8, 40, 0.95}, {0.8, 0, 0.95}, {1.0, 0, 0.5}, {1.0, 0, 1.0}, {1.5, 0, 0.99},
+        {1.0, V / 8, 1.0}, {1.0, V / 8 + 1, 0.9}, {1.0, 6000, 1.0}, {0.7, 1, 1.0}, {1.0, 0, 1e-6},
+    };
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    int mismatches = 0, cases = 0, distinct = 0, last = -1;
+    for (int kind = 0; kind < 4; kind++)
+        for (int rep = 0; rep < 2; rep++) {
+            fill_large(lg, V, kind);
+            scored *s = ref_sort(lg, V);
+            for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
+                for (uint64_t d = 0; d < 12; d++) {
+                    fm_gpt_sample_params sp = {modes[mi].T, modes[mi].k, modes[mi].p, 1000 + d * 7 + (uint64_t)kind};
+                    int a = fm_gpt_sample(lg, V, &sp, d * 31 + mi), b = ref_sample_sorted(s, V, &sp, d * 31 + mi);
+                    cases++;
+                    if (a != b && mismatches++ < 5)
+                        fprintf(stderr, "V %d kind %d T %g k %d p %g draw %llu: %d vs reference %d\n", V, kind,
+                                modes[mi].T, modes[mi].k, modes[mi].p, (unsigned long long)(d * 31 + mi), a, b);
+                    distinct += a != last;
+                    last = a;
+                }
+            free(s);
+        }
+    free(lg);
+    CHECK_MSG(mismatches == 0, "vocab 50257: %d of %d draws differ from the reference", mismatches, cases);
+    CHECK(distinct > cases / 2);
 }
 
 int main(void) {
@@ -112,6 +169,7 @@ int main(void) {
     }
     CHECK_MSG(mismatches == 0, "%d of %d draws differ from the reference", mismatches, cases);
     CHECK(distinct_from_first > cases / 4); /* the draws really spread over tokens */
+    large_vocab();
     /* NaN logits: still a valid id, deterministically */
     float nanl[4] = {1.0f, NAN, 0.5f, NAN};
     fm_gpt_sample_params sp = {1.0, 0, 1.0, 3};

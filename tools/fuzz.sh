@@ -20,7 +20,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -158,6 +158,30 @@ cp "$run/model.safetensors" "$seeds/safetensors/run.safetensors"
 printf 'm{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "yo"}]}' > "$seeds/chat/messages"
 printf 'm{"messages": [{"role": "tool", "content": "x"}]}' > "$seeds/chat/badrole"
 printf 't{"system": "<s>{content}\\n", "user": "U: {content}\\n", "assistant": "A: {content}\\n", "generation": "A:", "stop": "U:"}' > "$seeds/chat/template"
+
+# completion requests (fuzz_completion_request): a flag byte (1: chat, 2: configured template, 4: final
+# text), the body, NUL, then "generated" bytes (also read as float logits for the sampler)
+python3 - "$seeds/completion_request" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def seed(name, flag, body, raw=b""):
+    open(f"{d}/{name}", "wb").write(bytes([flag]) + json.dumps(body).encode() + b"\0" + raw)
+logits = struct.pack("<8f", 1.5, -2.0, 0.25, float("nan"), 3.0, float("-inf"), 3.0, -0.0)
+seed("stream_usage", 0, {"model": "kjv", "prompt": "In the beginning", "max_tokens": 32, "temperature": 0.8,
+                         "top_p": 0.95, "top_k": 40, "stop": ["\n", "Amen"], "seed": 1, "stream": True,
+                         "stream_options": {"include_usage": True}}, "caf\u00e9 \u2603".encode() + b"\xe2\x82")
+seed("whole", 4, {"model": "kjv", "prompt": "x", "stop": "and", "n": 1, "stream": False}, b"ok \xff\xfe bad" + logits)
+seed("sampler", 0, {"model": "m", "prompt": "p", "temperature": 1.0, "top_p": 0.5}, logits * 4)
+seed("sampler_topk", 0, {"model": "m", "prompt": "p", "temperature": 0.7, "top_k": 3}, logits * 2)
+seed("chat", 1, {"model": "kjv", "max_completion_tokens": 8, "max_tokens": 4, "stream": True,
+                 "stream_options": {"include_usage": False},
+                 "messages": [{"role": "system", "content": "be brief"},
+                              {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                              {"role": "assistant", "content": "yo"}]}, "h\u00e9llo".encode())
+seed("chat_template", 3, {"model": "kjv", "messages": [{"role": "user", "content": "who?"}], "stop": ["a", "b", "c"]})
+seed("usage_without_stream", 0, {"model": "kjv", "prompt": "x", "stream_options": {"include_usage": True}})
+seed("bad_option", 0, {"model": "kjv", "prompt": "x", "stream": True, "stream_options": {"include_usag": True}})
+PY
 
 # ---- runs ----
 scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/fathom_fuzz.XXXXXX")

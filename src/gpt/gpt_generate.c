@@ -1,8 +1,7 @@
-/* Sampling and autoregressive generation (batch 1), with or without a KV cache.
- *
- * The random number for draw i is Philox(seed, i): the sequence of samples depends
- * only on the seed and the logits, which is what lets the test show that the
- * cached and uncached paths produce the same tokens. */
+/* Autoregressive generation (batch 1), with or without a KV cache. Sampling is
+ * gpt_sample.c: the sequence of samples depends only on the seed and the logits,
+ * which is what lets the test show that the cached and uncached paths produce the
+ * same tokens. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,84 +10,6 @@
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "gpt/gpt_internal.h"
-
-typedef struct { float v; int i; } scored;
-
-/* A key whose ascending order is the logits' descending order, -0 equal to +0
- * and NaN last. */
-static uint32_t desc_key(float v) {
-    if (v != v) return UINT32_MAX;
-    if (v == 0) v = 0.0f;
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending in v */
-    return ~u;
-}
-
-/* s[0..V) in descending logit order, ties by ascending index (a total order, so
- * sampling is deterministic). A stable LSD radix sort on 32-bit keys, started
- * from index order: four passes over V instead of qsort's V log V comparisons
- * through a function pointer, which were a quarter of kjv-gpt's time per
- * decoded token. key/tmp are scratch of V entries each. */
-static void sort_desc(const float *logits, int V, scored *s, uint32_t *key, scored *tmp, uint32_t *ktmp) {
-    for (int i = 0; i < V; i++) { s[i].v = logits[i]; s[i].i = i; key[i] = desc_key(logits[i]); }
-    for (int shift = 0; shift < 32; shift += 8) {
-        int count[257] = {0};
-        for (int i = 0; i < V; i++) count[((key[i] >> shift) & 255) + 1]++;
-        if (count[((key[0] >> shift) & 255) + 1] == V) continue; /* every key has this byte */
-        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
-        for (int i = 0; i < V; i++) {
-            int d = count[(key[i] >> shift) & 255]++;
-            tmp[d] = s[i];
-            ktmp[d] = key[i];
-        }
-        memcpy(s, tmp, sizeof *s * (size_t)V);
-        memcpy(key, ktmp, sizeof *key * (size_t)V);
-    }
-}
-
-int fm_gpt_sample(const float *logits, int V, const fm_gpt_sample_params *p, uint64_t draw) {
-    if (V < 1) return -1;
-    if (!(p->temperature > 0)) { /* greedy */
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
-    /* one block: scored s[V], scored tmp[V], double pr[V], uint32 key[V], ktmp[V] */
-    char *mem = malloc((sizeof(scored) * 2 + sizeof(double) + sizeof(uint32_t) * 2) * (size_t)V);
-    if (!mem) return -1;
-    scored *s = (scored *)(void *)mem, *tmp = s + V;
-    double *pr = (double *)(void *)(tmp + V);
-    uint32_t *key = (uint32_t *)(void *)(pr + V), *ktmp = key + V;
-    sort_desc(logits, V, s, key, tmp, ktmp);
-    int n = V;
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    double mx = s[0].v / p->temperature, z = 0;
-    for (int i = 0; i < n; i++) { pr[i] = exp(s[i].v / p->temperature - mx); z += pr[i]; }
-    for (int i = 0; i < n; i++) pr[i] /= z;
-    if (p->top_p > 0 && p->top_p < 1) { /* smallest prefix whose mass reaches top_p */
-        double c = 0;
-        int k = 0;
-        while (k < n) { c += pr[k++]; if (c >= p->top_p) break; }
-        n = k;
-        z = 0;
-        for (int i = 0; i < n; i++) z += pr[i];
-        for (int i = 0; i < n; i++) pr[i] /= z;
-    }
-    uint32_t r[4];
-    fm_philox4x32(p->seed, 0x67656e65ull, draw, r);
-    double u = (double)(((uint64_t)r[0] << 21) ^ r[1]) / 9007199254740992.0; /* 53 bits */
-    u = fmod(u, 1.0);
-    int tok = s[n - 1].i;
-    double c = 0;
-    for (int i = 0; i < n; i++) {
-        c += pr[i];
-        if (u < c) { tok = s[i].i; break; }
-    }
-    free(mem);
-    return tok;
-}
 
 /* Last row of logits [1, T, V] as floats. */
 static fm_status last_logits(fm_tensor *logits, float *dst) {

@@ -42,6 +42,7 @@ struct fm_textgen {
     int32_t *rows;    /* one step's tokens, [max_seqs + chunk] */
     int64_t max_queue, n_waiting;
     int64_t delay_ns; /* dynamic_batching.max_queue_delay_microseconds: an idle engine waits this long for company */
+    bool lone;        /* the last wait for company ended with one request: lone ones start at once (tg_main) */
     fm_serve_stats *stats;
     float *logits;
     pthread_mutex_t mu;
@@ -80,9 +81,7 @@ static int utf8_len(const unsigned char *s, size_t n) {
     return len;
 }
 
-/* Valid UTF-8 of raw bytes (bad bytes become U+FFFD); without `final`, a sequence
- * cut short at the end is left out (more bytes may complete it). */
-static char *sanitize(const char *in, size_t n, bool final, size_t *out_n) {
+char *fm_tg_sanitize_utf8(const char *in, size_t n, bool final, size_t *out_n) {
     char *o = malloc(n * 3 + 1);
     size_t k = 0;
     if (!o) return NULL;
@@ -130,7 +129,7 @@ static void update_text(fm_textgen *t, fm_tg_req *r) {
     }
     if (!r->done && (r->n_gen >= r->p.max_tokens || r->n_toks >= t->block)) { r->finish = "length"; r->done = true; }
     size_t n;
-    char *s = sanitize(raw, raw_n, r->done, &n);
+    char *s = fm_tg_sanitize_utf8(raw, raw_n, r->done, &n);
     free(raw);
     if (!s) { r->finish = "error"; r->done = true; return; }
     free(r->text);
@@ -234,6 +233,7 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
 
 static void run_step(fm_textgen *t) {
     int n = t->n_active, seqs[MAX_SEQS], counts[MAX_SEQS];
+    if (n >= 2) t->lone = false; /* company came: an idle engine waits for it again */
     fm_tg_req *batch[MAX_SEQS];
     int rows = plan_step(t, counts);
     for (int i = 0, k = 0; i < n; i++) {
@@ -265,14 +265,26 @@ static void run_step(fm_textgen *t) {
     pthread_mutex_unlock(&t->stats->mu);
 }
 
+/* The scheduler. Idle, it sleeps on t->cv, which a new request (or a cancel, or
+ * stop) signals, so the first step starts as soon as the request is queued.
+ *
+ * With dynamic_batching's delay, an idle engine waits up to that long after a
+ * request arrives for others to start with it. That wait is adaptive, as the
+ * KServe batcher's: a lone closed-loop client never has company, so once a wait
+ * has ended with one request waiting (t->lone), a request that finds the engine
+ * idle and nobody else waiting starts at once; waiting resumes as soon as a step
+ * runs two or more sequences, which requests arriving while the engine is busy
+ * bring about without any wait. */
 static void *tg_main(void *arg) {
     fm_textgen *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
         for (int i = t->n_active - 1; i >= 0; i--)
             if (t->active[i]->cancelled) retire(t, i);
-        if (t->n_active == 0 && t->wait_head && t->delay_ns > 0 && t->n_waiting < t->max_seqs && !t->stop) {
+        if (t->n_active == 0 && t->wait_head && t->delay_ns > 0 && t->n_waiting < t->max_seqs && !t->stop &&
+            !(t->lone && t->n_waiting == 1)) {
             int64_t left = t->wait_head->t_arrival + t->delay_ns - fm_now_ns();
+            if (left <= 0 && t->n_waiting == 1) t->lone = true;
             if (left > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);

@@ -28,6 +28,10 @@ typedef struct fm_tg_params {
 typedef struct fm_tg_req fm_tg_req;
 
 bool fm_textgen_dir_is_gpt(const char *dir);
+/* Valid UTF-8 of raw bytes (a tokenizer's output: bad bytes become U+FFFD); without
+ * `final`, a sequence cut short at the end is left out (more bytes may complete
+ * it). malloc'd, NUL-terminated, its length in *out_n; NULL if out of memory. */
+char *fm_tg_sanitize_utf8(const char *in, size_t n, bool final, size_t *out_n);
 fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_stats *stats);
 void fm_textgen_stop(fm_textgen *t);
 int fm_textgen_block_size(const fm_textgen *t);

@@ -11,13 +11,21 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     shutil.copytree(gpt_dir, os.path.join(repo, "tiny-gpt", "1"))
     shutil.copytree(gpt_dir, os.path.join(repo, "short-kv", "1"))
     # an idle engine waits up to 300 ms for company, so requests sent together share steps
-    # deterministically even though this tiny model finishes one in about a millisecond
-    json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
-              open(os.path.join(repo, "tiny-gpt", "config.json"), "w"))
+    # deterministically even though this tiny model finishes one in about a millisecond.
+    # The wait is adaptive (a lone client pays it once), so the sharing and preemption checks
+    # send their bursts to copies that see nothing else ('burst-gpt', 'short-kv'); the texts
+    # each request gets alone come from copies with the same configuration ('*-ref')
+    cfg = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}
+    for name in ("tiny-gpt", "burst-gpt", "burst-gpt-ref", "lonely-gpt"):
+        if name != "tiny-gpt":
+            shutil.copytree(gpt_dir, os.path.join(repo, name, "1"))
+        json.dump(cfg, open(os.path.join(repo, name, "config.json"), "w"))
     # 9 blocks of 4 tokens for 4 sequences that each reach 32 tokens (32 blocks): preemption is certain
-    json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4},
-               "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
-              open(os.path.join(repo, "short-kv", "config.json"), "w"))
+    shutil.copytree(gpt_dir, os.path.join(repo, "short-kv-ref", "1"))
+    for name in ("short-kv", "short-kv-ref"):
+        json.dump({"max_batch_size": 4, "text_generation": {"kv_cache_blocks": 9, "kv_block_tokens": 4},
+                   "dynamic_batching": {"max_queue_delay_microseconds": 300000}},
+                  open(os.path.join(repo, name, "config.json"), "w"))
     # one sequence and a one-token step budget: the prompt goes in one token per step (no prefill)
     shutil.copytree(gpt_dir, os.path.join(repo, "one-tok", "1"))
     json.dump({"max_batch_size": 1, "text_generation": {"prefill_chunk_tokens": 1, "kv_cache_blocks": 2}},
@@ -127,6 +135,7 @@ def checks(s, check):
     chat(s, check)
     continuous_batching(s, check)
     preemption(s, check)
+    lone_wait(s, check)
     # a client that leaves mid-stream: the server stops its generation and keeps serving
     st, _, chunks, done = stream(s, dict(base, max_tokens=30, prompt="in"), read_chunks=1)
     st2, j = complete(s, base)
@@ -239,10 +248,10 @@ def metrics(s, model):
 
 
 def continuous_batching(s, check):
-    bodies = [{"model": "tiny-gpt", "prompt": p, "max_tokens": 20, "seed": k, "temperature": 0.8}
+    bodies = [{"model": "burst-gpt", "prompt": p, "max_tokens": 20, "seed": k, "temperature": 0.8}
               for k, p in enumerate(["in the", "god", "the earth", "heaven", "in", "created", "the", "and the"])]
-    alone = [complete(s, b)[1]["choices"][0]["text"] for b in bodies]
-    m0 = metrics(s, "tiny-gpt")
+    alone = [complete(s, dict(b, model="burst-gpt-ref"))[1]["choices"][0]["text"] for b in bodies]
+    m0 = metrics(s, "burst-gpt")
     res = [None] * len(bodies)
 
     def go(i):
@@ -252,7 +261,7 @@ def continuous_batching(s, check):
         t.start()
     for t in th:
         t.join()
-    m1 = metrics(s, "tiny-gpt")
+    m1 = metrics(s, "burst-gpt")
     steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
     seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
     same = all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone))
@@ -265,9 +274,47 @@ def continuous_batching(s, check):
           "generated tokens counted (160)")
 
 
+def lone_wait(s, check):
+    """The adaptive wait for company: 'lonely-gpt' waits 300 ms. A lone client pays it once; after that
+    wait ended alone, its requests start at once; requests that arrive together share steps again and
+    bring the wait back."""
+    body = {"model": "lonely-gpt", "prompt": "in the", "max_tokens": 2, "seed": 1, "temperature": 0.8}
+
+    def timed():
+        t0 = time.time()
+        st, _ = complete(s, body)
+        return st, time.time() - t0
+    (st1, dt1), (st2, dt2), (st3, dt3) = timed(), timed(), timed()
+    check(st1 == st2 == st3 == 200 and dt1 >= 0.28 and dt2 < 0.2 and dt3 < 0.2,
+          "a lone text client waits out the 300 ms window once (%.0f ms), then not (%.0f, %.0f ms)"
+          % (dt1 * 1000, dt2 * 1000, dt3 * 1000))
+    # bursts released together: the first may start alone, the others join its steps (2+ per step)
+    rounds, shared = 0, False
+    while rounds < 5 and not shared:
+        rounds += 1
+        m0, go, res = metrics(s, "lonely-gpt"), threading.Barrier(8), []
+
+        def burst():
+            go.wait()
+            res.append(complete(s, dict(body, max_tokens=20))[0])
+        th = [threading.Thread(target=burst) for _ in range(8)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        m1 = metrics(s, "lonely-gpt")
+        steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
+        seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
+        shared = res.count(200) == 8 and seqs > steps
+    check(shared, "a burst after the lone requests shares steps (round %d)" % rounds)
+    st4, dt4 = timed()
+    check(st4 == 200 and dt4 >= 0.28, "after steps were shared, a lone text request waits for company again (%.0f ms)"
+          % (dt4 * 1000))
+
+
 def preemption(s, check):
     bodies = [{"model": "short-kv", "prompt": "in the", "max_tokens": 40, "seed": k, "temperature": 0.8} for k in range(4)]
-    alone = [complete(s, b)[1] for b in bodies]
+    alone = [complete(s, dict(b, model="short-kv-ref"))[1] for b in bodies]
     res = [None] * 4
 
     def go(i):
