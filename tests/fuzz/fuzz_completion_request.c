@@ -106,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fm_chat_template_default(&t);
     if (custom) {
         json_t *cfg = json_pack("{s:s,s:s,s:s,s:s}", "user", "<u>{content}</u>", "generation", "<a>", "stop", "<u>",
-                                "system", "");
+                                "system", "<s>{content}</s>");
         if (!cfg) abort();
         if (fm_chat_template_parse(&t, cfg, "fuzz") != FM_OK) abort();
         json_decref(cfg);
