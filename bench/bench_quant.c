@@ -6,7 +6,8 @@
  *   3. decode steps (batch 1, 64 cached tokens) of the kjv-gpt shape and of a
  *      GPT-2-small shape (12 x 768, vocab 8192): tokens/s for fp32, int8 and
  *      int4 g32/64/128, with the bytes of weights each step reads and the bound
- *      those bytes set at the measured copy bandwidth (goal int4 >= 1.8x fp32
+ *      those bytes set at the measured read bandwidth (read_bandwidth: the
+ *      decode's thread count streaming a 512 MiB array; goal int4 >= 1.8x fp32
  *      and >= 80% of the bound);
  *   4. with --ort PYTHON: ONNX Runtime on the same MLP (fp32, quantize_dynamic,
  *      quantize_static), bench/bench_quant_ort.py, in this invocation;
@@ -18,12 +19,16 @@
  * Weights are random (speed does not depend on them); the sides run in
  * alternating rounds so that machine load hits all alike; medians and, for a
  * loaded machine, the best round of each side ("best_*"). JSON lines.
- * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s.
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--ppl MODEL_DIR [--ppl-windows N]] */
+ * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
+ * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
+ * With --cpu-time: process CPU time instead of the wall clock (see now_s).
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -34,6 +39,19 @@
 #include "fathom/quant.h"
 
 #define MAX_SIDES 6
+
+/* --cpu-time: the process's CPU time instead of the wall clock. On a machine
+ * shared with other jobs a process gets a fraction of the cores at random
+ * moments, which the wall clock counts and CPU time does not; meaningful with
+ * one thread (FATHOM_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1), where CPU time is
+ * the time the work ran. */
+static bool g_cpu_time;
+static double now_s(void) {
+    if (!g_cpu_time) return bench_now_s();
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 typedef struct { const char *name; const fm_graph *g; double t[64]; } side;
 
 static void die(const char *what) {
@@ -46,9 +64,9 @@ static void time_sides(side *s, int n, fm_tensor *const *in, int n_out, int roun
     fm_tensor *out[64];
     for (int r = -1; r < rounds; r++) /* round -1: warm-up */
         for (int i = 0; i < n; i++) {
-            double t0 = bench_now_s();
+            double t0 = now_s();
             if (fm_graph_run(s[i].g, in, out) != FM_OK) die(s[i].name);
-            if (r >= 0) s[i].t[r] = bench_now_s() - t0;
+            if (r >= 0) s[i].t[r] = now_s() - t0;
             for (int k = 0; k < n_out; k++) fm_tensor_release(out[k]);
         }
 }
@@ -100,13 +118,13 @@ static void bench_kernels(int rounds) {
         double t[2][64];
         for (int r = -1; r < rounds; r++)
             for (int side = 0; side < 2; side++) {
-                double t0 = bench_now_s();
+                double t0 = now_s();
                 for (int k = 0; k < reps; k++) {
                     fm_tensor *y = side ? fm_qlinear_int8_packed(x, p, sc, u, NULL, 0.02, 128, false) : fm_linear(x, w, NULL);
                     if (!y) die("kernel");
                     fm_tensor_release(y);
                 }
-                if (r >= 0) t[side][r] = (bench_now_s() - t0) / reps;
+                if (r >= 0) t[side][r] = (now_s() - t0) / reps;
             }
         double f = 2.0 * (double)(M * N * K), m0 = bench_median(t[0], rounds), m1 = bench_median(t[1], rounds);
         double b0 = best_of(t[0], rounds), b1 = best_of(t[1], rounds);
@@ -115,6 +133,41 @@ static void bench_kernels(int rounds) {
                f / b0 / 1e9, f / b1 / 1e9, b0 / b1);
         fflush(stdout);
         fm_tensor_release_n(6, x, w, q, sc, p, u);
+    }
+}
+
+/* One row x [1, K] through an [N, K] weight: fp32 linear (the one-row GEMV
+ * kernel) vs int4 (fm_qlinear_int4, groups of 32/64/128), GB/s of weight bytes
+ * read (f32: 4 N K; int4: N K / 2 + 2 N K / G of f16 scales). */
+static void bench_gemv(int rounds) {
+    const int64_t shapes[][2] = {{768, 768}, {3072, 768}, {768, 3072}, {8192, 768}, {4096, 4096}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t N = shapes[i][0], K = shapes[i][1];
+        fm_tensor *x = randn(2, (int64_t[]){1, K}, 7), *w = randn(2, (int64_t[]){N, K}, 8);
+        for (int G = 32; G <= 128; G *= 2) {
+            fm_tensor *p = NULL, *sc = NULL, *mn = NULL;
+            if (fm_quantize_weight_int4(w, G, false, &p, &sc, &mn)) die("int4");
+            const int reps = (int)(3e7 / (double)(N * K)) + 1;
+            double t[2][64];
+            for (int r = -1; r < rounds; r++)
+                for (int side = 0; side < 2; side++) {
+                    double t0 = now_s();
+                    for (int k = 0; k < reps; k++) {
+                        fm_tensor *y = side ? fm_qlinear_int4(x, p, sc, NULL, NULL, G) : fm_linear(x, w, NULL);
+                        if (!y) die("gemv");
+                        fm_tensor_release(y);
+                    }
+                    if (r >= 0) t[side][r] = (now_s() - t0) / reps;
+                }
+            double b32 = 4.0 * (double)(N * K), b4 = (double)(N * K) / 2 + 2.0 * (double)(N * K / G);
+            double m0 = bench_median(t[0], rounds), m1 = bench_median(t[1], rounds), bb0 = best_of(t[0], rounds), bb1 = best_of(t[1], rounds);
+            printf("{\"gemv\": [1, %lld, %lld], \"group\": %d, \"fp32_us\": %.1f, \"int4_us\": %.1f, \"ratio\": %.2f, \"fp32_gb_s\": %.2f, \"int4_gb_s\": %.2f, "
+                   "\"best_ratio\": %.2f, \"best_fp32_gb_s\": %.2f, \"best_int4_gb_s\": %.2f}\n", (long long)N, (long long)K, G, 1e6 * m0, 1e6 * m1,
+                   m0 / m1, b32 / m0 / 1e9, b4 / m1 / 1e9, bb0 / bb1, b32 / bb0 / 1e9, b4 / bb1 / 1e9);
+            fflush(stdout);
+            fm_tensor_release_n(2, p, sc);
+        }
+        fm_tensor_release_n(2, x, w);
     }
 }
 
@@ -237,6 +290,60 @@ static double copy_bandwidth(void) { /* bytes read + written per second, a 256 M
     return 2.0 * (double)n / best;
 }
 
+/* Stream-like read bandwidth, the bound a decode step's weight reads meet:
+ * `threads` threads (FATHOM_NUM_THREADS, as the decode runs) each sum their
+ * share of a 512 MiB array of u64 (xor, so the loop vectorizes and the loads
+ * are the bound), all started together; bytes read / the slowest thread's
+ * time, best of 7 rounds. */
+typedef struct { const uint64_t *a; size_t n; uint64_t out; double t, cpu; } bw_part;
+
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *bw_read(void *arg) {
+    bw_part *p = arg;
+    double t0 = bench_now_s(), c0 = thread_cpu_s();
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= p->n; i += 4) { s0 ^= p->a[i]; s1 ^= p->a[i + 1]; s2 ^= p->a[i + 2]; s3 ^= p->a[i + 3]; }
+    p->out = s0 ^ s1 ^ s2 ^ s3;
+    p->t = bench_now_s() - t0;
+    p->cpu = thread_cpu_s() - c0;
+    return NULL;
+}
+
+/* *cpu_bw: the same bytes over the slowest thread's CPU time (a loaded
+ * machine's stand-in: what the memory delivered while the threads ran). */
+static double read_bandwidth(int threads, double *cpu_bw) {
+    const size_t n = ((size_t)512 << 20) / 8;
+    uint64_t *a = malloc(n * 8);
+    if (!a) return 0;
+    for (size_t i = 0; i < n; i++) a[i] = i; /* touch every page before timing */
+    double best = 0;
+    *cpu_bw = 0;
+    for (int r = 0; r < 7; r++) {
+        bw_part parts[64];
+        pthread_t th[64];
+        double slowest = 0, slowest_cpu = 0;
+        for (int i = 0; i < threads; i++) {
+            parts[i] = (bw_part){a + n / (size_t)threads * (size_t)i, n / (size_t)threads, 0, 0, 0};
+            if (pthread_create(&th[i], NULL, bw_read, &parts[i]) != 0) { free(a); return 0; }
+        }
+        for (int i = 0; i < threads; i++) {
+            pthread_join(th[i], NULL);
+            slowest = fmax(slowest, parts[i].t);
+            slowest_cpu = fmax(slowest_cpu, parts[i].cpu);
+            if (parts[i].out == 1) fprintf(stderr, "."); /* keeps the sums alive */
+        }
+        best = fmax(best, (double)(n * 8) / slowest);
+        *cpu_bw = fmax(*cpu_bw, (double)(n * 8) / slowest_cpu);
+    }
+    free(a);
+    return best;
+}
+
 static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) {
     fm_graph *g = gpt_graph(sh);
     fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL};
@@ -345,6 +452,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
         else if (!strcmp(argv[i], "--kernels")) kernels_only = true;
+        else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
     fm_set_grad_enabled(false);
@@ -354,10 +462,16 @@ int main(int argc, char **argv) {
     }
     if (kernels_only) {
         bench_kernels(rounds);
+        bench_gemv(rounds);
         return 0;
     }
-    double bw = copy_bandwidth();
-    printf("{\"copy_bandwidth_gb_s\": %.2f, \"note\": \"bytes read + written per second by a 256 MiB memcpy\"}\n", bw / 1e9);
+    const char *nt = getenv("FATHOM_NUM_THREADS");
+    int threads = nt && atoi(nt) > 0 && atoi(nt) <= 64 ? atoi(nt) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    double cbw = copy_bandwidth(), cpu_bw = 0, bw = read_bandwidth(threads > 64 ? 64 : threads, &cpu_bw);
+    printf("{\"copy_bandwidth_gb_s\": %.2f, \"read_bandwidth_gb_s\": %.2f, \"read_bandwidth_cpu_time_gb_s\": %.2f, \"read_threads\": %d, \"note\": "
+           "\"copy: bytes read + written per second by a 256 MiB memcpy; read: bytes per second that %d threads read from a 512 MiB array, "
+           "over the wall clock (the decode bound uses this) and over the slowest thread's CPU time\"}\n",
+           cbw / 1e9, bw / 1e9, cpu_bw / 1e9, threads, threads);
     bench_mlp(rounds, ort);
     const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512}, big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     bench_gpt(&kjv, rounds, true, bw);

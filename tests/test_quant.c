@@ -242,6 +242,9 @@ static void test_rows_layout(void) {
     fm_tensor_release_n(2, p, u); /* the refused call below sets them to NULL */
     CHECK(fm_pack_weight_int8(w, &p, &u) != FM_OK); /* f32: not quantized */
     CHECK_ERR_CONTAINS("weight must be a 2-D i8 host tensor, got f32");
+    ((int8_t *)fm_tensor_data(q))[3 * 70 + 5] = -128; /* outside the panels' [-127, 127] */
+    CHECK(fm_pack_weight_int8(q, &p, &u) != FM_OK && p == NULL && u == NULL);
+    CHECK_ERR_CONTAINS("weight [3, 5] is -128; the panels hold codes in [-127, 127]");
     fm_tensor_release_n(8, w, b, x, q, s, y0, y1, r0);
     fm_tensor_release(r1);
     fm_graph_free(l);

@@ -77,6 +77,7 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
     int32_t *C0 = calloc((size_t)(M * N + 1), 4), *C1 = calloc((size_t)(M * N + 1), 4), *ws = malloc(4 * (size_t)N);
     float *sc = malloc(4 * (size_t)N), *bias = malloc(4 * (size_t)N), *y0 = calloc((size_t)(M * N + 1), 4), *y1 = calloc((size_t)(M * N + 1), 4);
     fill8(A, B, M * K, N * K, f);
+    for (int64_t i = 0; i < N * K; i++) B[i] = B[i] == -128 ? -127 : B[i]; /* the panels' range (fm_pack_weight_int8) */
     for (int64_t m = 0; m < M; m++) memcpy(Ap + m * lda, A + m * K, (size_t)K);
     for (int64_t n = 0; n < N; n++) {
         int32_t s = 0;
@@ -149,6 +150,31 @@ static void test_q8_activations(void) {
     double worst = 0;
     for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(((double)q0[i] - z) * s - x[i]));
     CHECK_MSG(worst <= 0.5001 * s, "round trip error %g > scale/2 %g", worst, 0.5 * s);
+    x[7] = -7.0f; /* the range's ends inside the vector part and the tail */
+    x[n - 1] = 13.5f;
+    if (fm_cpu_get_features()->avx2) {
+        for (int64_t len = 1; len <= n; len += 13) {
+            float mn2, mx2;
+            fm_q8_range(x, len, &mn, &mx);
+            fm_q8_range_avx2(x, len, &mn2, &mx2);
+            CHECK(mn == mn2 && mx == mx2);
+            fm_q8_params(mn, mx, &s, &z);
+            fm_q8_quantize(x, len, s, z, q0);
+            fm_q8_quantize_avx2(x, len, s, z, q1);
+            CHECK_MSG(!memcmp(q0, q1, (size_t)len), "avx2 activation codes differ at length %lld", (long long)len);
+        }
+        float *t = malloc(4 * n); /* ties (x.5 at scale 1) round to even alike; past [0, 255] clamps alike */
+        for (int64_t i = 0; i < n; i++) t[i] = 0.5f * (float)i - 300.0f;
+        fm_q8_quantize(t, n, 1.0f, 128, q0);
+        fm_q8_quantize_avx2(t, n, 1.0f, 128, q1);
+        CHECK_MSG(!memcmp(q0, q1, (size_t)n), "avx2 activation codes differ on ties or clamped values");
+        CHECK(q0[2 * 300 + 1] == 128 && q0[2 * 300 + 3] == 130 && q0[0] == 0 && q0[n - 1] == 255); /* rint(0.5) = 0, rint(1.5) = 2 */
+        free(t);
+        fm_q8_range(x, n, &mn, &mx);
+        fm_q8_params(mn, mx, &s, &z);
+    } else {
+        TEST_SKIP("avx2 activation quantization: this CPU lacks AVX2");
+    }
     if (fm_cpu_get_features()->avx512bw && fm_cpu_get_features()->avx512vl) {
         for (int64_t len = 1; len <= n; len += 37) {
             float mn2, mx2;
@@ -167,7 +193,8 @@ static void test_q8_activations(void) {
 
 static void test_q4(void) {
     const fm_cpu_features *cf = fm_cpu_get_features();
-    const int64_t shapes[][4] = {{1, 5, 32, 32}, {3, 7, 128, 64}, {4, 9, 256, 128}, {6, 3, 384, 32}, {1, 64, 512, 128}};
+    /* odd block counts (K 32, 96), rows past the 4-row block (N 5, 7, 9, 3), G 32/64/128 */
+    const int64_t shapes[][4] = {{1, 5, 32, 32}, {3, 7, 128, 64}, {4, 9, 256, 128}, {6, 3, 384, 32}, {1, 64, 512, 128}, {2, 6, 96, 32}, {1, 13, 768, 64}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int with_min = 0; with_min < 2; with_min++) {
             int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], G = shapes[s][3], ng = K / G;
@@ -181,7 +208,7 @@ static void test_q4(void) {
             for (int64_t i = 0; i < N * K / 2; i++) w[i] = (uint8_t)rnd();
             for (int64_t i = 0; i < N * ng; i++) { sc[i] = fm_f32_to_f16(0.01f + 0.001f * (float)(i % 5)); mi[i] = fm_f32_to_f16(-0.07f); }
             for (int64_t n = 0; n < N; n++) bias[n] = 0.1f * (float)n;
-            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N};
+            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N, NULL, NULL};
             fm_q4_gemm_run(&g, FM_Q4_REF);
             /* the reference against a dequantized f64 product */
             float *row = malloc(4 * (size_t)K);
@@ -195,16 +222,58 @@ static void test_q4(void) {
                 }
             }
             CHECK_MSG(worst < 1e-5, "int4 reference vs dequantized product: %g", worst);
-            fm_q4_impl impls[2] = {FM_Q4_AVX2, FM_Q4_AVX512};
-            bool have[2] = {cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->f16c};
-            for (int i = 0; i < 2; i++) {
-                if (!have[i]) { TEST_SKIP("int4 kernel %d: this CPU lacks it", i); continue; }
-                g.y = y[1 + i];
-                fm_q4_gemm_run(&g, impls[i]);
+            /* AVX-512: f32 x, held to the reference at rounding. AVX2: x as int8
+             * per block of 32, held to the scalar model of that arithmetic at
+             * rounding, and to the f32 reference at the x rounding's bound. */
+            if (cf->avx512f && cf->avx512bw && cf->avx512vl && cf->f16c) {
+                g.y = y[2];
+                fm_q4_gemm_run(&g, FM_Q4_AVX512);
                 double e = 0;
-                for (int64_t j = 0; j < M * N; j++) e = fmax(e, fabs(y[1 + i][j] - y[0][j]) / (1.0 + fabs(y[0][j])));
-                CHECK_MSG(e < 2e-5, "int4 impl %d M %lld K %lld G %lld min %d: rel err %g vs the reference", i, (long long)M, (long long)K,
-                          (long long)G, with_min, e);
+                for (int64_t j = 0; j < M * N; j++) e = fmax(e, fabs(y[2][j] - y[0][j]) / (1.0 + fabs(y[0][j])));
+                CHECK_MSG(e < 2e-5, "int4 avx512 M %lld K %lld G %lld min %d: rel err %g vs the reference", (long long)M, (long long)K, (long long)G,
+                          with_min, e);
+            } else {
+                TEST_SKIP("int4 avx512: this CPU lacks it");
+            }
+            if (cf->avx2 && cf->fma && cf->f16c) {
+                int8_t *qx = malloc((size_t)(M * K)), *qx2 = malloc((size_t)(M * K));
+                float *dxv = malloc(4 * (size_t)(M * K / 8)), *dxv2 = malloc(4 * (size_t)(M * K / 8));
+                for (int64_t m = 0; m < M; m++) {
+                    fm_q4_quantize_x(x + m * K, K, qx + m * K, dxv + m * K / 8);
+                    fm_q4_quantize_x_avx2(x + m * K, K, qx2 + m * K, dxv2 + m * K / 8);
+                }
+                CHECK_MSG(!memcmp(qx, qx2, (size_t)(M * K)) && !memcmp(dxv, dxv2, 4 * (size_t)(M * K / 8)), "int4: avx2 x codes differ from the scalar ones (K %lld)",
+                          (long long)K);
+                fm_q4_gemm gm = g;
+                gm.qx = qx;
+                gm.dxv = dxv;
+                gm.y = y[2];
+                fm_q4_rows_q8_ref(&gm, 0, M, 0, N);
+                g.y = y[1];
+                fm_q4_gemm_run(&g, FM_Q4_AVX2);
+                double e = 0, ex = 0, ymax = 0;
+                for (int64_t j = 0; j < M * N; j++) {
+                    e = fmax(e, fabs(y[1][j] - y[2][j]) / (1.0 + fabs(y[2][j])));
+                    ex = fmax(ex, fabs(y[2][j] - y[0][j]));
+                    ymax = fmax(ymax, fabs(y[0][j]));
+                }
+                CHECK_MSG(e < 2e-5, "int4 avx2 M %lld K %lld G %lld min %d: rel err %g vs the scalar model", (long long)M, (long long)K, (long long)G,
+                          with_min, e);
+                /* x rounding: each code is off by <= amax/254, each weight <= 0.035 here */
+                double bound = 0;
+                for (int64_t m = 0; m < M; m++) {
+                    double b = 0;
+                    for (int64_t k = 0; k < K; k += 32) {
+                        double am = 0;
+                        for (int64_t i = 0; i < 32; i++) am = fmax(am, fabs(x[m * K + k + i]));
+                        b += 32 * 0.035 * am / 254;
+                    }
+                    bound = fmax(bound, b);
+                }
+                CHECK_MSG(ex <= bound, "int4 x rounding M %lld K %lld G %lld: |model - f32| %g > bound %g", (long long)M, (long long)K, (long long)G, ex, bound);
+                free(qx); free(qx2); free(dxv); free(dxv2);
+            } else {
+                TEST_SKIP("int4 avx2: this CPU lacks it");
             }
             free(x); free(xs); free(bias); free(y[0]); free(y[1]); free(y[2]); free(w); free(sc); free(mi); free(row);
         }

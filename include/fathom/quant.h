@@ -21,7 +21,9 @@ FM_API fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_t
 /* q i8 [N, K] (host, as fm_quantize_weight_int8 makes it) -> *panels i8
  * [ceil(N/16), ceil(K/4), 16, 4], the layout fm_qlinear_int8_packed reads (panel
  * n/16, step k/4, then 16 columns x 4 bytes; zeros past N and K), and *row_sums
- * i32 [N] (sum_k q[n, k]). K at most 32768 (the sums stay 32-bit). */
+ * i32 [N] (sum_k q[n, k]). K at most 32768 (the sums stay 32-bit); codes in
+ * [-127, 127] (a -128 is refused: the AVX2 kernel carries activation signs onto
+ * the weights, and -128 has no positive twin). */
 FM_API fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor **row_sums);
 /* w f32 [N, K] (host) -> *packed u8 [N, K/2], *scale f16 [N, K/group] and, when
  * with_min, *min f16 [N, K/group] (else *min = NULL). group must divide K. */

@@ -61,6 +61,11 @@ fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor 
     for (int64_t n = 0; n < N; n++) {
         int32_t s = 0;
         for (int64_t k = 0; k < K; k++) {
+            if (src[n * K + k] == -128) { /* the AVX2 kernel moves signs onto the weights: -128 has no +128 */
+                fm_tensor_release_n(3, qc, tp, ts);
+                return fm_set_error(FM_ERR_INVALID, "pack int8: weight [%lld, %lld] is -128; the panels hold codes in [-127, 127] "
+                                    "(quantize with fm_quantize_weight_int8, which uses that range)", (long long)n, (long long)k);
+            }
             dst[fm_q8_panel_index(Kq, n, k)] = src[n * K + k];
             s += src[n * K + k];
         }

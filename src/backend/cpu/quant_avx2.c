@@ -1,8 +1,12 @@
-/* AVX2 quantized kernels (quant_kernels.h): the int8 product with vpmaddubsw
- * + vpmaddwd, each activation byte split into 7 low bits and the top bit so
- * that no 16-bit sum saturates (the header gives the bounds), and the int4
- * rows. */
+/* AVX2 quantized kernels (quant_kernels.h): the int8 product on rows (the
+ * layout from before the panels) with vpmaddubsw + vpmaddwd, each activation
+ * byte split into 7 low bits and the top bit so that no 16-bit sum saturates
+ * (the header gives the bounds); activation quantization; and the int4 rows,
+ * which round x to int8 per block of 32 and multiply the unpacked nibbles with
+ * vpmaddubsw (u4 x s8 pairs cannot saturate), one f32 scale product per block. */
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #include "backend/cpu/quant_kernels.h"
 
@@ -50,15 +54,94 @@ void fm_q8_gemm_tile_avx2(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n
     if (ne < n1) fm_q8_gemm_tile_ref(g, m0, m1, ne, n1);
 }
 
-/* ---- int4 ---- */
+/* ---- activation quantization (the scalar loops' results, bit for bit) ---- */
 
-static inline void unpack32(const uint8_t *p, __m256 q[4]) {
-    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-    q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-    q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-    q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+static inline float hmin8(__m256 v) {
+    __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_min_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+void fm_q8_range_avx2(const float *x, int64_t n, float *mn, float *mx) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(); /* the range always holds 0 */
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        lo = _mm256_min_ps(v, lo); /* a NaN lane keeps lo, as the scalar loop does */
+        hi = _mm256_max_ps(v, hi);
+    }
+    float l = hmin8(lo), h = hmax8(hi), tl, th;
+    fm_q8_range(x + i, n - i, &tl, &th);
+    *mn = tl < l ? tl : l;
+    *mx = th > h ? th : h;
+}
+
+/* 8 codes: rint(x * inv) + zero clamped to [0, 255] (a NaN lane gives 0) */
+static inline __m256i code8(const float *x, __m256 inv, __m256 z) {
+    const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+    __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), lo), hi));
+}
+
+void fm_q8_quantize_avx2(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q) {
+    const __m256 inv = _mm256_set1_ps(1.0f / scale), z = _mm256_set1_ps((float)zero);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* the packs interleave 128-bit lanes; the permute puts them back */
+        __m256i a = _mm256_packs_epi32(code8(x + i, inv, z), code8(x + i + 8, inv, z));
+        __m256i b = _mm256_packs_epi32(code8(x + i + 16, inv, z), code8(x + i + 24, inv, z));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(_mm256_packus_epi16(a, b), order));
+    }
+    fm_q8_quantize(x + i, n - i, scale, zero, q + i);
+}
+
+/* ---- int4 (quant_kernels.h: x as int8 per block of 32, the pair layout) ---- */
+
+/* 32 codes of x rounded at one block's scale: rint(x * inv) clamped to
+ * [-127, 127] (a NaN lane: -127, as the scalar fm_q4_quantize_x). Back in
+ * order k = 0..31 after the packs (which interleave 128-bit lanes). */
+static inline __m256i xcodes32(const float *x, __m256 inv) {
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i c[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        c[i] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+    }
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void fm_q4_quantize_x_avx2(const float *x, int64_t K, int8_t *qx, float *dxv) {
+    const int64_t nb = K / 32;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        __m256 mx = _mm256_setzero_ps(), un = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + 8 * i), absmask);
+            un = _mm256_or_ps(un, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+            mx = _mm256_max_ps(a, mx); /* a NaN lane keeps mx, as the scalar a > amax */
+        }
+        float amax = _mm256_movemask_ps(un) ? NAN : hmax8(mx);
+        float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+        __m256i q = xcodes32(xb, _mm256_set1_ps(inv));
+        const int64_t p = b / 2;
+        if (b == nb - 1 && nb % 2) { /* an odd last block: in order */
+            _mm256_storeu_si256((__m256i *)(qx + 64 * p), q);
+            _mm_storeu_ps(dxv + 8 * p, _mm_set1_ps(d));
+            continue;
+        }
+        const int64_t h = b % 2;
+        _mm_storeu_si128((__m128i *)(qx + 64 * p + 16 * h), _mm256_castsi256_si128(q));
+        _mm_storeu_si128((__m128i *)(qx + 64 * p + 32 + 16 * h), _mm256_extracti128_si256(q, 1));
+        _mm_storeu_ps(dxv + 8 * p + 4 * h, _mm_set1_ps(d));
+    }
 }
 
 static inline float hsum8f(__m256 v) {
@@ -68,33 +151,103 @@ static inline float hsum8f(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    const int64_t ng = g->K / g->G, nr = m1 - m0;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *w = g->w + n * (g->K / 2);
-        const uint16_t *sc = g->scale + n * ng, *mi = g->min ? g->min + n * ng : NULL;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        float off[4] = {0, 0, 0, 0};
+/* sum_g m_g xsum_g of one weight row (m = -8 d when there is no min table) */
+static float offset_sum(const uint16_t *t, const float *xs, int64_t ng, float mul) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t + g))), _mm256_loadu_ps(xs + g), acc);
+    float s = hsum8f(acc);
+    for (; g < ng; g++) s += _cvtsh_ss(t[g]) * xs[g];
+    return mul * s;
+}
+
+/* The 16-bit pair sums of 64 weights (one 32-byte load: two blocks' nibbles)
+ * against their int8 x codes, widened to 8 int32 lanes: 0-3 the first block,
+ * 4-7 the second. |lo + hi| <= 4 x 15 x 127 fits in 16 bits. */
+static inline __m256i dot64(const uint8_t *w, const int8_t *qx) {
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i W = _mm256_loadu_si256((const __m256i *)w);
+    __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)qx)),
+                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qx + 32))));
+    return _mm256_madd_epi16(s, ones);
+}
+
+/* the same for one block (an odd last one): 4 int32 lanes */
+static inline __m128i dot32(const uint8_t *w, const int8_t *qx) {
+    const __m128i m4 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1);
+    __m128i W = _mm_loadu_si128((const __m128i *)w);
+    __m128i lo = _mm_and_si128(W, m4), hi = _mm_and_si128(_mm_srli_epi16(W, 4), m4);
+    __m128i s = _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)qx)), _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(qx + 16))));
+    return _mm_madd_epi16(s, ones);
+}
+
+/* One x row against nn (<= 4) weight rows from n: independent chains per row.
+ * Group 32: every block has its own scale (pairs get [d0 x4, d1 x4] from two
+ * f16s); groups of 64 and up hold whole pairs, summed at the x scales, then
+ * scaled once by d. */
+static inline __attribute__((always_inline)) void rows4(const fm_q4_gemm *g, int64_t m, int64_t n, const int nn) {
+    const int64_t K = g->K, ng = K / g->G, nb = K / 32, np = nb / 2, ppg = g->G / 64;
+    const int8_t *qx = g->qx + m * K;
+    const float *dx = g->dxv + m * (K / 8);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) acc[r] = _mm256_setzero_ps();
+    if (g->G == 32) {
+        const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+        for (int64_t p = 0; p < np; p++) {
+            __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
+#pragma GCC unroll 4
+            for (int r = 0; r < nn; r++) {
+                int32_t s2;
+                _mm_prefetch((const char *)(g->w + (n + r + 4) * (K / 2) + 32 * p), _MM_HINT_T0); /* the next 4 rows, same place */
+                memcpy(&s2, g->scale + (n + r) * ng + 2 * p, 4);
+                __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(s2))), spread);
+                __m256 f = _mm256_cvtepi32_ps(dot64(g->w + (n + r) * (K / 2) + 32 * p, qx + 64 * p));
+                acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dxp), acc[r]);
+            }
+        }
+        if (nb % 2) { /* the odd last block, in the low half */
+#pragma GCC unroll 4
+            for (int r = 0; r < nn; r++) {
+                __m128 f = _mm_cvtepi32_ps(dot32(g->w + (n + r) * (K / 2) + 32 * np, qx + 64 * np));
+                __m128 d = _mm_set1_ps(_cvtsh_ss(g->scale[(n + r) * ng + nb - 1]));
+                __m128 v = _mm_mul_ps(f, _mm_mul_ps(d, _mm_loadu_ps(dx + 8 * np)));
+                acc[r] = _mm256_add_ps(acc[r], _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
+            }
+        }
+    } else {
         for (int64_t gi = 0; gi < ng; gi++) {
-            __m256 dot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int64_t k = gi * g->G; k < (gi + 1) * g->G; k += 32) {
-                __m256 q[4];
-                unpack32(w + k / 2, q);
-                for (int64_t r = 0; r < nr; r++) {
-                    const float *x = g->x + (m0 + r) * g->ldx + k;
-                    for (int c = 0; c < 4; c++) dot[r] = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(x + 8 * c), dot[r]);
+            __m256 part[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < nn; r++) part[r] = _mm256_setzero_ps();
+            for (int64_t p = gi * ppg; p < (gi + 1) * ppg; p++) {
+                __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
+#pragma GCC unroll 4
+                for (int r = 0; r < nn; r++) {
+                    _mm_prefetch((const char *)(g->w + (n + r + 4) * (K / 2) + 32 * p), _MM_HINT_T0);
+                    part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot64(g->w + (n + r) * (K / 2) + 32 * p, qx + 64 * p)), dxp, part[r]);
                 }
             }
-            float d = _cvtsh_ss(sc[gi]), mn = mi ? _cvtsh_ss(mi[gi]) : -8.0f * d;
-            __m256 vd = _mm256_set1_ps(d);
-            for (int64_t r = 0; r < nr; r++) {
-                acc[r] = _mm256_fmadd_ps(vd, dot[r], acc[r]);
-                off[r] += mn * g->xsum[(m0 + r) * ng + gi];
-            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nn; r++) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(g->scale[(n + r) * ng + gi])), part[r], acc[r]);
         }
-        for (int64_t r = 0; r < nr; r++) {
-            float y = hsum8f(acc[r]) + off[r];
-            g->y[(m0 + r) * g->ldy + n] = g->bias ? y + g->bias[n] : y;
-        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) {
+        const uint16_t *t = g->min ? g->min + (n + r) * ng : g->scale + (n + r) * ng;
+        float y = hsum8f(acc[r]) + offset_sum(t, g->xsum + m * ng, ng, g->min ? 1.0f : -8.0f);
+        g->y[m * g->ldy + n + r] = g->bias ? y + g->bias[n + r] : y;
+    }
+}
+
+static void rows4_4(const fm_q4_gemm *g, int64_t m, int64_t n) { rows4(g, m, n, 4); }
+static void rows4_1(const fm_q4_gemm *g, int64_t m, int64_t n) { rows4(g, m, n, 1); }
+
+void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    for (int64_t m = m0; m < m1; m++) {
+        int64_t n = n0;
+        for (; n + 4 <= n1; n += 4) rows4_4(g, m, n);
+        for (; n < n1; n++) rows4_1(g, m, n);
     }
 }

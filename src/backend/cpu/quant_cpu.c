@@ -28,18 +28,20 @@ static void row_sums(void *ctx, int64_t b, int64_t e, int tid) {
 /* The activation codes of x [M, K] with (scale, zero), or with the range of
  * this x when the node is dynamic; rows lda apart (zeros from K to lda). */
 static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, const fm_qlinear8_attrs *at, float *scale, int32_t *zero, uint8_t *q) {
-    bool v512 = fm_cpu_use_avx512();
+    bool v512 = fm_cpu_use_avx512(), v256 = fm_cpu_use_avx2();
     *scale = (float)at->a_scale;
     *zero = at->a_zero;
     if (!(*scale > 0)) { /* dynamic: this batch's range */
         float mn, mx;
         if (v512) fm_q8_range_avx512(xp, M * K, &mn, &mx);
+        else if (v256) fm_q8_range_avx2(xp, M * K, &mn, &mx);
         else fm_q8_range(xp, M * K, &mn, &mx);
         fm_q8_params(mn, mx, scale, zero);
     }
     for (int64_t m = 0; m < M; m += lda == K ? M : 1) { /* one call when the rows are dense */
         int64_t n = lda == K ? M * K : K;
         if (v512) fm_q8_quantize_avx512(xp + m * K, n, 1.0f / *scale, *zero, q + m * lda);
+        else if (v256) fm_q8_quantize_avx2(xp + m * K, n, *scale, *zero, q + m * lda);
         else fm_q8_quantize(xp + m * K, n, *scale, *zero, q + m * lda);
         if (lda > K) memset(q + m * lda + K, 0, (size_t)(lda - K));
     }
@@ -88,7 +90,7 @@ static fm_status qlinear4_kernel(const fm_op_call *c) {
             xs[m * ng + gi] = s;
         }
     fm_q4_gemm g = {M, N, K, G, xp, K, fm_tensor_data(w), fm_tensor_data(c->in[2]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                    c->in[4] ? fm_tensor_data(c->in[4]) : NULL, xs, fm_tensor_data(c->out[0]), N};
+                    c->in[4] ? fm_tensor_data(c->in[4]) : NULL, xs, fm_tensor_data(c->out[0]), N, NULL, NULL};
     fm_q4_gemm_run(&g, fm_q4_impl_best());
     free(xs);
     return FM_OK;

@@ -24,8 +24,10 @@
  * group has a scale d and an offset m (f16): w = q * d + m, q in 0..15. The
  * symmetric form stores only d and means m = -8 d. Packing: each run of 32
  * weights is 16 bytes, byte j holding element j (low nibble) and j + 16
- * (high nibble). Kernels unpack in registers and accumulate in f32:
- *   y[m, n] = sum_g d_g * sum_{k in g} q_k x_k + m_g * sum_{k in g} x_k. */
+ * (high nibble). Kernels unpack in registers:
+ *   y[m, n] = sum_g d_g * sum_{k in g} q_k x_k + m_g * sum_{k in g} x_k,
+ * the scalar and AVX-512 ones on f32 x, the AVX2 one on x rounded to int8
+ * per block of 32 (fm_q4_rows_avx2 below). */
 #ifndef FATHOM_QUANT_KERNELS_H
 #define FATHOM_QUANT_KERNELS_H
 #include <stdbool.h>
@@ -82,7 +84,9 @@ void fm_q8_gemm_run(const fm_q8_gemm *g, fm_q8_impl impl);
  * no horizontal sums are left. The row sums (the zero point's correction) are
  * stored with the panels. A's rows must be readable to 4 Kq bytes (lda >=
  * 4 Kq), zero past K. Sums are 32-bit: K <= FM_Q8_PANEL_MAX_K keeps both the
- * sum and its zero-point correction in range. */
+ * sum and its zero-point correction in range. Weight codes are in [-127, 127]
+ * (fm_pack_weight_int8 refuses -128): the AVX2 kernel (quant_panel_avx2.c)
+ * multiplies |a - 128| by the weight with a's sign, which -128 would overflow. */
 #define FM_Q8_PANEL_MAX_K 32768
 typedef struct fm_q8_pgemm {
     int64_t M, N, K;
@@ -92,6 +96,7 @@ typedef struct fm_q8_pgemm {
     const fm_q8_epilogue *ep;
 } fm_q8_pgemm;
 void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+/* The AVX2 tile reads A as s8 codes a - 128 (each byte xor 0x80), which fm_q8_pgemm_run prepares. */
 void fm_q8_pgemm_tile_avx2(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void fm_q8_pgemm_tile_vnni(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 /* The whole product over the thread pool (tasks: 64 columns x up to 96 rows). */
@@ -104,6 +109,9 @@ void fm_q8_params(float mn, float mx, float *scale, int32_t *zero);
 void fm_q8_quantize(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t zero, uint8_t *q);
 void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx);
+/* The same with AVX2 (the scalar loops' results bit for bit; the tails run the scalar loops). */
+void fm_q8_range_avx2(const float *x, int64_t n, float *mn, float *mx);
+void fm_q8_quantize_avx2(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 
 /* INT4: y[m, n] for rows [m0, m1) (at most 4 per call) and cols [n0, n1).
  * xsum[m * n_groups + g]: the sum of x over group g of row m. */
@@ -116,8 +124,27 @@ typedef struct fm_q4_gemm {
     const float *bias;       /* [N] or NULL */
     const float *xsum;
     float *y; int64_t ldy;
+    /* AVX2 only (fm_q4_gemm_run fills them): x rounded to s8 per block of 32,
+     * laid out by fm_q4_quantize_x; NULL for the other implementations. */
+    const int8_t *qx;
+    const float *dxv;
 } fm_q4_gemm;
 void fm_q4_rows_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+/* The AVX2 rows take x as int8 (as llama.cpp's Q4_0 x Q8_0): each block of 32
+ * values of a row is rounded to q = rint(x * 127 / amax) in [-127, 127] with
+ * scale dx = amax / 127 (0 for an all-zero block), so a group's sum
+ * sum_k q_k x_k becomes sum_b dx_b * (an exact integer sum of u4 x s8 from
+ * vpmaddubsw). The offset term m_g sum_k x_k keeps the f32 sums of x (xsum).
+ * fm_q4_quantize_x writes a row's codes in pairs of blocks, 64 bytes each:
+ * [b0 0..15, b1 0..15, b0 16..31, b1 16..31] (a last odd block: its 32 codes
+ * in order), the layout the nibbles come out of one 32-byte load in, and
+ * dxv: per pair 8 floats [dx_b0 x4, dx_b1 x4] (an odd last block: 4 x dx).
+ * Row m's codes start at qx + m K, its scales at dxv + m K / 8. */
+void fm_q4_quantize_x(const float *x, int64_t K, int8_t *qx, float *dxv);
+void fm_q4_quantize_x_avx2(const float *x, int64_t K, int8_t *qx, float *dxv);
+/* The scalar model of the AVX2 rows' arithmetic (integer sums exact, f32 sums
+ * in another order): the reference the tests hold them to. */
+void fm_q4_rows_q8_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 typedef enum { FM_Q4_REF, FM_Q4_AVX2, FM_Q4_AVX512 } fm_q4_impl;

@@ -1,6 +1,8 @@
 /* The int8 product on weights packed in panels (quant_kernels.h, layout
  * "vnni16x4"): the scalar reference and the driver that splits the product
  * over the thread pool. */
+#include <stdlib.h>
+
 #include "backend/cpu/quant_kernels.h"
 #include "core/parallel.h"
 
@@ -42,10 +44,24 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
 
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
+    fm_q8_pgemm flipped;
+    uint8_t *as = NULL;
+    if (impl == FM_Q8_AVX2) { /* its tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code, here */
+        const int64_t n = (g->M - 1) * g->lda + 4 * ((g->K + 3) / 4);
+        as = malloc((size_t)n);
+        if (!as) impl = FM_Q8_REF; /* slower, same integers */
+        else {
+            for (int64_t i = 0; i < n; i++) as[i] = g->A[i] ^ 0x80;
+            flipped = *g;
+            flipped.A = as;
+            g = &flipped;
+        }
+    }
     const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
     pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
     /* below ~2^18 multiply-adds a thread hand-off costs more than it saves */
     int64_t rows = g->M < Q8_MB ? g->M : Q8_MB, work = rows * g->K * 16 * Q8_NP;
     int64_t grain = work >= (1 << 18) ? 1 : ((1 << 18) + work - 1) / work;
     fm_parallel_for(n_nb * j.n_mb, grain, ptask, &j);
+    free(as);
 }

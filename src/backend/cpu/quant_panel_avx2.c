@@ -1,19 +1,82 @@
 /* The int8 product on packed panels with AVX2 (quant_kernels.h): a panel's
- * 64-byte slice is two ymm halves of 8 columns x 4 k. vpmaddubsw would
- * saturate on full u8 x s8 pairs, so each broadcast activation group is split
- * into its low 7 bits and its top bit (the header's bounds): the low products
- * are widened by vpmaddwd with 1, the top-bit ones with 128, and both land in
- * the same 32-bit lane, one output each. Register block: 4 rows x 1 panel (8
- * accumulators). The epilogue goes through fm_q8_store, so its floats are the
- * reference's. */
+ * 64-byte slice is two ymm halves of 8 columns x 4 k.
+ *
+ * vpmaddubsw multiplies u8 by s8 and adds pairs into a saturating 16-bit
+ * lane, and 255 x -128 x 2 does not fit. Instead of splitting the activation
+ * byte (twice the multiplies), the codes are moved to s8, a' = a - 128 (an
+ * xor with 0x80), and the sign is carried over to the weight:
+ *   a' w = |a'| (sign(a') w),  |a'| <= 128 (as u8),  |sign(a') w| <= 127,
+ * so a pair sums to at most 2 x 128 x 127 = 32512 and never saturates. That
+ * needs the weights in [-127, 127], which fm_quantize_weight_int8 writes and
+ * fm_pack_weight_int8 checks (a -128 would flip to -128 instead of +128).
+ * The 128 taken off every activation comes back through the row sums:
+ *   sum a w = sum a' w + 128 sum w,  so  acc - zero sum w = acc' + (128 - zero) sum w.
+ * The xor is done once per code by fm_q8_pgemm_run, so the tile reads s8 a'.
+ * Per row and step of 4 k: one broadcast, abs, and per 8-column half
+ * vpsignb, vpmaddubsw, vpmaddwd (by 1, to 32 bits) and an add: 2 multiplies
+ * per 32 multiply-adds where the split needed 4 (measured 1.4-1.9x OpenBLAS
+ * fp32 per core on a Zen 3, docs/QUANTIZE.md). Register block: 4 rows x 1
+ * panel (8 accumulators). The epilogue is on vectors with fm_q8_store's
+ * arithmetic, (a_scale * w_scale) * f32(v), + bias, max(., 0), no FMA, so its
+ * floats are the reference's. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "backend/cpu/quant_kernels.h"
 
+/* sum_k B[n, k] of the panel's 16 columns (the integer output needs them) */
+static void panel_sums(const int8_t *b, int64_t Kq, int32_t s[16]) {
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int64_t k = 0; k < Kq; k++) {
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(b + k * 64))), one16));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(one8, _mm256_loadu_si256((const __m256i *)(b + k * 64 + 32))), one16));
+    }
+    _mm256_storeu_si256((__m256i *)s, s0);
+    _mm256_storeu_si256((__m256i *)(s + 8), s1);
+}
+
+/* The epilogue of a full panel: per 8-column half, the zero-point correction
+ * (128 - zero) w_sum and the scale a_scale * w_scale, shared by the block's rows. */
+typedef struct { __m256i corr[2]; __m256 scale[2], bias[2]; } panel_ep;
+
+static inline void panel_ep_load(const fm_q8_epilogue *e, int64_t n, panel_ep *pe) {
+    for (int h = 0; h < 2; h++) {
+        pe->corr[h] = _mm256_mullo_epi32(_mm256_set1_epi32(128 - e->a_zero), _mm256_loadu_si256((const __m256i *)(e->w_sum + n + 8 * h)));
+        pe->scale[h] = _mm256_mul_ps(_mm256_set1_ps(e->a_scale), _mm256_loadu_ps(e->w_scale + n + 8 * h));
+        pe->bias[h] = e->bias ? _mm256_loadu_ps(e->bias + n + 8 * h) : _mm256_setzero_ps();
+    }
+}
+
+/* 8 outputs of row m from column n (half h of the panel); acc holds sum a' w */
+static inline void store8(const fm_q8_epilogue *e, const panel_ep *pe, int h, int64_t m, int64_t n, __m256i acc) {
+    __m256 y = _mm256_mul_ps(pe->scale[h], _mm256_cvtepi32_ps(_mm256_add_epi32(acc, pe->corr[h])));
+    if (e->bias) y = _mm256_add_ps(y, pe->bias[h]);
+    if (e->relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
+    _mm256_storeu_ps(e->y + m * e->ldy + n, y);
+}
+
+/* Integer output, or a panel cut short by N: element by element. */
+static __attribute__((noinline)) void store_slow(const fm_q8_pgemm *g, int64_t m, int64_t p, int mr, const __m256i *acc) {
+    const int64_t Kq = (g->K + 3) / 4, n0 = 16 * p, left = g->N - n0 < 16 ? g->N - n0 : 16;
+    int32_t sums[16];
+    if (!g->ep) panel_sums(g->P + p * Kq * 64, Kq, sums);
+    for (int i = 0; i < mr; i++) {
+        int32_t s[16];
+        _mm256_storeu_si256((__m256i *)s, acc[2 * i]);
+        _mm256_storeu_si256((__m256i *)(s + 8), acc[2 * i + 1]);
+        if (!g->ep) {
+            for (int64_t j = 0; j < left; j++) g->C[(m + i) * g->ldc + n0 + j] = s[j] + 128 * sums[j];
+            continue;
+        }
+        fm_q8_gemm q = {g->M, g->N, g->K, NULL, 0, NULL, 0, NULL, 0, g->ep};
+        for (int64_t j = 0; j < left; j++) fm_q8_store(&q, m + i, n0 + j, s[j] + 128 * g->ep->w_sum[n0 + j]);
+    }
+}
+
 static inline __attribute__((always_inline)) void micro(const fm_q8_pgemm *g, int64_t m, int64_t p, const int mr) {
     const int64_t Kq = (g->K + 3) / 4;
-    const __m256i ones = _mm256_set1_epi16(1), c128 = _mm256_set1_epi16(128);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[4][2]; /* the loops over i fully unrolled, or GCC keeps acc in memory */
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
@@ -23,28 +86,28 @@ static inline __attribute__((always_inline)) void micro(const fm_q8_pgemm *g, in
         __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + s * 64)), b1 = _mm256_loadu_si256((const __m256i *)(b + s * 64 + 32));
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            uint32_t a4;
+            int32_t a4;
             memcpy(&a4, a + i * g->lda + 4 * s, 4);
-            __m256i lo = _mm256_set1_epi32((int32_t)(a4 & 0x7F7F7F7Fu)), hi = _mm256_set1_epi32((int32_t)((a4 >> 7) & 0x01010101u));
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones),
-                                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), c128)));
-            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones),
-                                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), c128)));
+            __m256i as = _mm256_set1_epi32(a4), aa = _mm256_abs_epi8(as);
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, as)), ones));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, as)), ones));
         }
     }
-    const int64_t n0 = 16 * p, left = g->N - n0 < 16 ? g->N - n0 : 16;
+    const int64_t n0 = 16 * p;
+    if (g->ep && g->N - n0 >= 16) {
+        panel_ep pe;
+        panel_ep_load(g->ep, n0, &pe);
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) {
-        int32_t s[16];
-        _mm256_storeu_si256((__m256i *)s, acc[i][0]);
-        _mm256_storeu_si256((__m256i *)(s + 8), acc[i][1]);
-        if (!g->ep) {
-            memcpy(g->C + (m + i) * g->ldc + n0, s, sizeof(int32_t) * (size_t)left);
-            continue;
+        for (int i = 0; i < mr; i++) {
+            store8(g->ep, &pe, 0, m + i, n0, acc[i][0]);
+            store8(g->ep, &pe, 1, m + i, n0 + 8, acc[i][1]);
         }
-        fm_q8_gemm q = {g->M, g->N, g->K, NULL, 0, NULL, 0, NULL, 0, g->ep};
-        for (int64_t j = 0; j < left; j++) fm_q8_store(&q, m + i, n0 + j, s[j]);
+        return;
     }
+    __m256i out[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) out[2 * i] = acc[i][0], out[2 * i + 1] = acc[i][1];
+    store_slow(g, m, p, mr, out);
 }
 
 static void micro1(const fm_q8_pgemm *g, int64_t m, int64_t p) { micro(g, m, p, 1); }
