@@ -148,6 +148,15 @@ FM_API fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_c
  * `relu`; when pool > 1 a pool x pool max pool at stride pool, no padding; pool 0 or 1: none.
  * f32 or f64. On the CPU f32 NCHW stride-1 convs store only the pooled output. */
 FM_API fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, bool relu, int pool);
+/* The weights w [O, C/groups, kH, kW] in the packed form the device's conv2d_fused
+ * kernel reads (a 1-D tensor that says which form it holds); made once, e.g. at a
+ * graph's load, and passed as `packed` so that no call repacks them. A packed tensor
+ * made for another weight shape or kernel level is ignored (the kernel packs w
+ * itself), so the result never depends on it. Devices without such a kernel: NULL
+ * with an error. */
+FM_API fm_tensor *fm_conv2d_fused_pack(fm_tensor *w);
+FM_API fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *p,
+                                         bool relu, int pool);
 typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad; /* avg pool; PyTorch default true */

@@ -72,6 +72,7 @@ void fm_graph_free(fm_graph *g) {
     free(g->outputs);
     free(g->hash);
     fm_kv_free(&g->meta);
+    g_unprepare(g);
     free(g);
 }
 

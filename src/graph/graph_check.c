@@ -157,7 +157,7 @@ fm_status fm_graph_validate(fm_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         for (int k = 0; k < g->nodes[i].n_in; k++)
             if (g->nodes[i].in[k] >= 0) g->values[g->nodes[i].in[k]].last_use = i;
-    if (check_declared(g)) return fm_last_status();
+    if (check_declared(g) || g_prepare(g)) return fm_last_status();
     g->validated = true;
     return FM_OK;
 }

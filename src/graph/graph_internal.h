@@ -74,7 +74,16 @@ struct fm_graph {
     /* name -> value index, open addressing (cap_hash a power of two, -1 empty) */
     int *hash;
     int cap_hash;
+    /* per node, what a run reuses (g_prepare at validation and fm_graph_to_device):
+     * conv2d_fused's packed constant weights; NULL or n_prep entries */
+    fm_tensor **prep;
+    int n_prep;
 };
+
+/* ---- graph_run.c ---- */
+/* Makes what runs on the graph's device reuse (prep), after validation; frees it. */
+fm_status g_prepare(fm_graph *g);
+void g_unprepare(fm_graph *g);
 
 /* ---- graph.c ---- */
 int g_find_value(const fm_graph *g, const char *name);

@@ -249,7 +249,11 @@ static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor
     int64_t relu, pool;
     if (conv_params(c, &p) || fused_params(c, &relu, &pool)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
-    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) RUN_DONE(fm_conv2d_fused(in[0], in[1], in[2], &p, relu != 0, (int)pool));
+    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) { /* with the weights packed at load (g_prepare), when they are */
+        ptrdiff_t i = c->n - c->g->nodes;
+        fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
+        RUN_DONE(fm_conv2d_fused_packed(in[0], in[1], in[2], packed, &p, relu != 0, (int)pool));
+    }
     fm_tensor *y = fm_conv2d(in[0], in[1], in[2], &p), *t = NULL;
     if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
     if (y && pool > 1) {

@@ -180,6 +180,26 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
 }
 
 fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, bool relu, int pool) {
+    return fm_conv2d_fused_packed(x, w, b, NULL, pp, relu, pool);
+}
+
+fm_tensor *fm_conv2d_fused_pack(fm_tensor *w) {
+    if (!w) { fm_set_error(FM_ERR_INVALID, "conv2d_fused_pack: weight is NULL"); return NULL; }
+    if (w->ndim != 4 || w->dtype != FM_F32) {
+        fm_set_error(FM_ERR_INVALID, "conv2d_fused_pack: weight must be f32 [O, C, kH, kW], got %s with %d dims", fm_dtype_name(w->dtype), w->ndim);
+        return NULL;
+    }
+    int64_t n = 3 + fm_tensor_numel(w); /* a header of 3 (the form, O, C*kH*kW), then the weights */
+    fm_tensor *y = fm_tensor_empty(1, &n, FM_F32, fm_tensor_device(w));
+    if (!y) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CONV2D_FUSED_PACK, call.n_in = 1, call.n_out = 1, call.in[0] = w, call.out[0] = y;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}
+
+fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *pp, bool relu, int pool) {
     fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool};
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: %s is NULL", x ? "weight" : "input"); return NULL; }
     int64_t ys[4];
@@ -199,8 +219,13 @@ fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_co
     if (!y) return NULL;
     fm_op_call call;
     memset(&call, 0, sizeof call);
-    call.op = FM_OP_CONV2D_FUSED, call.n_in = 3, call.n_out = 1;
-    call.in[0] = x, call.in[1] = w, call.in[2] = b, call.out[0] = y, call.attrs = &a;
+    if (packed && (packed->ndim != 1 || packed->dtype != FM_F32)) {
+        fm_tensor_release(y);
+        fm_set_error(FM_ERR_INVALID, "conv2d_fused: packed weights must be fm_conv2d_fused_pack's 1-D f32 tensor");
+        return NULL;
+    }
+    call.op = FM_OP_CONV2D_FUSED, call.n_in = 4, call.n_out = 1;
+    call.in[0] = x, call.in[1] = w, call.in[2] = b, call.in[3] = packed, call.out[0] = y, call.attrs = &a;
     if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
     return y;
 }

@@ -97,6 +97,8 @@ static int conv2d_fused_forward(void) {
         {2, 4, 11, 17, 24, 5, 1, 2, 1, 1, 1, 1, NC, FM_F32},
         {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: AVX2 tiles (4), not AVX-512 (8) */
         {1, 3, 13, 9, 8, 2, 1, 0, 1, 1, 1, 2, NC, FM_F32},
+        {2, 3, 9, 19, 20, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* AVX2: two 6-channel tiles, two 4-channel ones */
+        {1, 2, 8, 10, 4, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},  /* AVX2: one 4-channel tile only */
         /* the reference path */
         {2, 3, 10, 12, 6, 3, 2, 1, 1, 1, 1, 2, NC, FM_F32},
         {1, 4, 12, 12, 8, 3, 1, 2, 2, 1, 1, 2, NC, FM_F32},
@@ -108,7 +110,7 @@ static int conv2d_fused_forward(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
     check_case(&cases[2], 98, true);
-    check_case(&cases[11], 97, true);
+    check_case(&cases[13], 97, true);
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
     fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);
@@ -125,4 +127,44 @@ static int conv2d_fused_forward(void) {
     OP_END;
 }
 
+/* Weights packed once (fm_conv2d_fused_pack, as a graph does at load) give the same
+ * bits as the per-call packing; a packed tensor of another weight shape is ignored;
+ * a packed tensor of the wrong kind is refused. Runs at every ISA level (scalar:
+ * the form that says "not packed"). */
+static int conv2d_fused_prepacked(void) {
+    OP_BEGIN;
+    const int64_t shapes[][5] = {{32, 1, 3, 28, 1}, {64, 32, 3, 14, 2}, {20, 3, 3, 9, 1}, {12, 2, 1, 6, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *s = shapes[i];
+        fm_tensor *x = op_randn(4, (int64_t[]){s[4], s[1], s[3], s[3]}, FM_F32, 40 + i);
+        fm_tensor *w = op_randn(4, (int64_t[]){s[0], s[1], s[2], s[2]}, FM_F32, 50 + i), *b = op_randn(1, &s[0], FM_F32, 60 + i);
+        fm_tensor *other = op_randn(4, (int64_t[]){s[0], s[1] + 1, s[2], s[2]}, FM_F32, 70 + i);
+        fm_conv2d_params p = fm_conv2d_default_params();
+        p.padding[0] = p.padding[1] = (int)(s[2] / 2);
+        fm_tensor *pk = fm_conv2d_fused_pack(w), *pk_other = fm_conv2d_fused_pack(other);
+        CHECK_MSG(pk && pk_other, "conv2d_fused_pack: %s", fm_last_error());
+        fm_tensor *y0 = fm_conv2d_fused(x, w, b, &p, true, 2), *y1 = fm_conv2d_fused_packed(x, w, b, pk, &p, true, 2);
+        fm_tensor *y2 = fm_conv2d_fused_packed(x, w, b, pk_other, &p, true, 2);
+        CHECK_MSG(y0 && y1 && y2, "conv2d_fused_packed: %s", fm_last_error());
+        if (y0 && y1 && y2) {
+            double *h0 = op_host(y0), *h1 = op_host(y1), *h2 = op_host(y2);
+            int same = 1;
+            for (int64_t k = 0; k < fm_tensor_numel(y0); k++) same &= h0[k] == h1[k] && h0[k] == h2[k];
+            CHECK_MSG(same, "conv2d_fused: packed weights changed the result (O%lld C%lld k%lld)", (long long)s[0], (long long)s[1], (long long)s[2]);
+            free(h0), free(h1), free(h2);
+        }
+        fm_tensor_release_n(9, x, w, b, other, pk, pk_other, y0, y1, y2);
+    }
+    fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 6, 6}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
+    fm_tensor *bad = op_randn(2, (int64_t[]){3, 25}, FM_F32, 3), *wd = fm_to_dtype(w, FM_F64);
+    CHECK(!fm_conv2d_fused_packed(x, w, NULL, bad, NULL, true, 2));
+    CHECK_ERR_CONTAINS("packed weights");
+    CHECK(!fm_conv2d_fused_pack(wd));
+    CHECK_ERR_CONTAINS("f32");
+    CHECK(!fm_conv2d_fused_pack(NULL));
+    fm_tensor_release_n(4, x, w, bad, wd);
+    OP_END;
+}
+
 OP_TEST("conv2d_fused", conv2d_fused_forward, NULL)
+OP_TEST("conv2d_fused_pack", conv2d_fused_prepacked, NULL)

@@ -9,8 +9,9 @@
  * (row stride WS >= the column blocks + kW - 1, one extra zero row), so the inner
  * loop has no bounds checks. Bias, ReLU and a 2x2 stride-2 max pool run on the
  * accumulators before anything is stored (the pool pairs the tile's two rows),
- * so the conv output is written once, pooled. Weights are repacked per call to
- * [O/OB][C][kH][kW][OB] (about 5 us for a 64x32x3x3 conv). */
+ * so the conv output is written once, pooled. Weights are packed to
+ * [block][C][kH][kW][block width] once by conv2d_fused_pack (a graph does it at
+ * load) or else per call (about 5% of a fashion-cnn forward at batch 1). */
 #ifndef FATHOM_CONV_DIRECT_H
 #define FATHOM_CONV_DIRECT_H
 #include <stdbool.h>
@@ -23,15 +24,49 @@ typedef struct fm_conv_direct {
     float *y;          /* [N][O][Hy][Wy]: the conv output, or pooled */
     int64_t N, C, O, KH, KW, Hp, WS, Ho, Wo, Hy, Wy;
     int relu, pool;    /* pool: 0/1 none, 2: 2x2 stride 2 */
+    int64_t n_big;     /* channel blocks: n_big of the level's big block, then small ones to O */
 } fm_conv_direct;
 
-/* The tile's channel block and vector width per level (the packing depends on OB). */
+/* The tile's channel blocks and vector width per level (the packing depends on
+ * them). O must be a multiple of the small block; the first blocks are big, the
+ * rest small (fm_conv_direct_split). AVX2 tiles 6 channels x 2 rows (12 of the 16
+ * registers accumulate: 8 accumulators only just cover the FMA latency, and Zen 3
+ * measured 1.3x faster with 12), with 4-channel tiles for the remainder. */
 #define FM_CONV_DIRECT_OB_AVX512 8
+#define FM_CONV_DIRECT_OBS_AVX512 8
 #define FM_CONV_DIRECT_VL_AVX512 16
-#define FM_CONV_DIRECT_OB_AVX2 4
+#define FM_CONV_DIRECT_OB_AVX2 6
+#define FM_CONV_DIRECT_OBS_AVX2 4
 #define FM_CONV_DIRECT_VL_AVX2 8
 
-/* Tasks: (sample, channel block, row pair) in [begin, end); all column blocks each.
+/* The number of big blocks for O channels (O a multiple of obs): as many as leave
+ * a multiple of obs; the number of blocks in all goes to *n_blocks. */
+static inline int64_t fm_conv_direct_split(int64_t O, int64_t ob, int64_t obs, int64_t *n_blocks) {
+    int64_t nb = O / ob;
+    while (nb > 0 && (O - nb * ob) % obs) nb--;
+    *n_blocks = nb + (O - nb * ob) / obs;
+    return nb;
+}
+
+/* Block bi's first channel and width. */
+static inline int64_t fm_conv_direct_block(int64_t bi, int64_t n_big, int64_t ob, int64_t obs, int64_t *width) {
+    *width = bi < n_big ? ob : obs;
+    return bi < n_big ? bi * ob : n_big * ob + (bi - n_big) * obs;
+}
+
+/* Weights [O][C*KH*KW] -> the packed form: block by block, [C*KH*KW][width]
+ * starting at the block's first channel times C*KH*KW. */
+static inline void fm_conv_direct_pack(const float *w, float *wp, int64_t O, int64_t per, int64_t ob, int64_t obs) {
+    int64_t nblk, nb = fm_conv_direct_split(O, ob, obs, &nblk);
+    for (int64_t bi = 0; bi < nblk; bi++) {
+        int64_t width, o0 = fm_conv_direct_block(bi, nb, ob, obs, &width);
+        for (int64_t j = 0; j < width; j++)
+            for (int64_t k = 0; k < per; k++) wp[o0 * per + k * width + j] = w[(o0 + j) * per + k];
+    }
+}
+
+/* Tasks: N x channel blocks x row pairs, in [begin, end); all column blocks each
+ * (AVX-512 orders them (sample, block, pair), AVX2 (sample, pair, block)).
  * Call only when fm_cpu_use_avx512() / fm_cpu_use_avx2() is true. */
 void fm_conv_direct_rows_avx512(const fm_conv_direct *d, int64_t begin, int64_t end);
 void fm_conv_direct_rows_avx2(const fm_conv_direct *d, int64_t begin, int64_t end);

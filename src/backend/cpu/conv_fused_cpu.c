@@ -4,9 +4,10 @@
  * f32 NCHW convs with stride 1, dilation 1, one group and output channels a
  * multiple of the tile's block run the direct kernel (conv_direct.h) at the
  * AVX-512 or AVX2 level, with bias, ReLU and a 2x2 pool applied before the
- * store. Everything else (f64, other geometries, NHWC, other pools, and every
- * case at FATHOM_ISA=scalar: the reference) runs conv2d's own kernel and then
- * one pass for ReLU and the pool. */
+ * store, reading the weights packed by conv2d_fused_pack when they are given
+ * (4th input) and packing them per call otherwise. Everything else (f64, other
+ * geometries, NHWC, other pools, and every case at FATHOM_ISA=scalar: the
+ * reference) runs conv2d's own kernel and then one pass for ReLU and the pool. */
 #include <math.h>
 #include <string.h>
 
@@ -23,11 +24,17 @@ typedef struct pad_job { const float *x; float *xp; int64_t C, H, W, Hp, WS, ph,
 static void pad_planes(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const pad_job *j = ctx;
-    for (int64_t p = b; p < e; p++) { /* plane p = n*C + c */
+    for (int64_t p = b; p < e; p++) { /* plane p = n*C + c; only the border is zeroed */
         float *d = j->xp + p * j->Hp * j->WS;
-        memset(d, 0, sizeof(float) * (size_t)(j->Hp * j->WS));
-        for (int64_t h = 0; h < j->H; h++)
-            memcpy(d + (h + j->ph) * j->WS + j->pw, j->x + (p * j->H + h) * j->W, sizeof(float) * (size_t)j->W);
+        const int64_t right = j->WS - j->pw - j->W;
+        memset(d, 0, sizeof(float) * (size_t)(j->ph * j->WS));
+        for (int64_t h = 0; h < j->H; h++) {
+            float *r = d + (h + j->ph) * j->WS;
+            if (j->pw) memset(r, 0, sizeof(float) * (size_t)j->pw);
+            memcpy(r + j->pw, j->x + (p * j->H + h) * j->W, sizeof(float) * (size_t)j->W);
+            memset(r + j->pw + j->W, 0, sizeof(float) * (size_t)right);
+        }
+        memset(d + (j->H + j->ph) * j->WS, 0, sizeof(float) * (size_t)((j->Hp - j->H - j->ph) * j->WS));
     }
 }
 
@@ -40,10 +47,42 @@ static void direct_rows(void *ctx, int64_t b, int64_t e, int tid) {
     else fm_conv_direct_rows_avx2(&j->d, b, e);
 }
 
-static bool direct_ok(const fm_conv2d_fused_attrs *a, const fm_tensor *x, const fm_tensor *w, int ob) {
+static bool direct_ok(const fm_conv2d_fused_attrs *a, const fm_tensor *x, const fm_tensor *w, int obs) {
     const fm_conv2d_params *p = &a->p;
     return x->dtype == FM_F32 && p->layout == FM_NCHW && p->groups == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
-           p->dilation[0] == 1 && p->dilation[1] == 1 && w->shape[0] % ob == 0 && a->pool <= 2;
+           p->dilation[0] == 1 && p->dilation[1] == 1 && w->shape[0] % obs == 0 && a->pool <= 2;
+}
+
+/* The packed form of the weights (conv2d_fused_pack): a header {form, O, C*kH*kW}
+ * (small integers, exact in f32), then the blocks (fm_conv_direct_pack). Form 1:
+ * the AVX-512 blocks, 2: the AVX2 ones, 0: no direct kernel at this level (the
+ * weights copied as they are; conv2d_fused ignores them). */
+enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_AVX2 = 2 };
+
+static int pack_form(void) { return fm_cpu_use_avx512() ? PACK_AVX512 : fm_cpu_use_avx2() ? PACK_AVX2 : PACK_NONE; }
+
+static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
+    const fm_tensor *w = c->in[0];
+    float *y = fm_tensor_data(c->out[0]);
+    const float *ws = fm_tensor_data(w);
+    const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
+    int form = pack_form();
+    if (form == PACK_AVX512 && O % FM_CONV_DIRECT_OBS_AVX512) form = PACK_NONE;
+    if (form == PACK_AVX2 && O % FM_CONV_DIRECT_OBS_AVX2) form = PACK_NONE;
+    y[0] = (float)form, y[1] = (float)O, y[2] = (float)per;
+    if (form == PACK_AVX512) fm_conv_direct_pack(ws, y + 3, O, per, FM_CONV_DIRECT_OB_AVX512, FM_CONV_DIRECT_OBS_AVX512);
+    else if (form == PACK_AVX2) fm_conv_direct_pack(ws, y + 3, O, per, FM_CONV_DIRECT_OB_AVX2, FM_CONV_DIRECT_OBS_AVX2);
+    else memcpy(y + 3, ws, sizeof(float) * (size_t)(O * per));
+    return FM_OK;
+}
+
+/* The packed weights in c->in[3] when they are this level's form for w, else NULL. */
+static const float *prepacked(const fm_op_call *c, bool avx512) {
+    const fm_tensor *pk = c->in[3], *w = c->in[1];
+    const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
+    if (!pk || pk->dtype != FM_F32 || pk->ndim != 1 || pk->shape[0] != 3 + O * per) return NULL;
+    const float *h = fm_tensor_data(pk);
+    return h[0] == (float)(avx512 ? PACK_AVX512 : PACK_AVX2) && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
 }
 
 static fm_status run_direct(const fm_op_call *c, bool avx512) {
@@ -51,6 +90,7 @@ static fm_status run_direct(const fm_op_call *c, bool avx512) {
     const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
     const int64_t VL = avx512 ? FM_CONV_DIRECT_VL_AVX512 : FM_CONV_DIRECT_VL_AVX2;
     const int64_t OB = avx512 ? FM_CONV_DIRECT_OB_AVX512 : FM_CONV_DIRECT_OB_AVX2;
+    const int64_t OBS = avx512 ? FM_CONV_DIRECT_OBS_AVX512 : FM_CONV_DIRECT_OBS_AVX2;
     direct_job j = {{0}, avx512};
     fm_conv_direct *d = &j.d;
     d->N = x->shape[0], d->C = x->shape[1], d->O = w->shape[0], d->KH = w->shape[2], d->KW = w->shape[3];
@@ -60,17 +100,21 @@ static fm_status run_direct(const fm_op_call *c, bool avx512) {
     const int64_t cols = d->pool ? 2 * d->Wy : d->Wo, blocks = (cols + VL - 1) / VL;
     d->WS = (blocks * VL + d->KW - 1 + 15) / 16 * 16; /* rows 64-byte multiples */
     d->Hp = H + 2 * ph + 1;                           /* + a zero row for the odd last row pair */
-    fm_tensor *xp = scratch(d->N * d->C * d->Hp * d->WS, FM_F32), *wp = scratch(fm_tensor_numel(w), FM_F32);
-    if (!xp || !wp) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    const float *given = prepacked(c, avx512);
+    fm_tensor *xp = scratch(d->N * d->C * d->Hp * d->WS, FM_F32), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
+    if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), d->C, H, W, d->Hp, d->WS, ph, pw};
     fm_parallel_for(d->N * d->C, grain_for(d->N * d->C, d->Hp * d->WS), pad_planes, &pj);
-    const float *ws = fm_tensor_data(w);
-    float *wq = fm_tensor_data(wp);
-    const int64_t per = d->C * d->KH * d->KW; /* [O][per] -> [O/OB][per][OB] */
-    for (int64_t o = 0; o < d->O; o++)
-        for (int64_t k = 0; k < per; k++) wq[((o / OB) * per + k) * OB + o % OB] = ws[o * per + k];
+    const int64_t per = d->C * d->KH * d->KW; /* [O][per] -> per block [per][width] */
+    const float *wq = given;
+    if (!wq) {
+        fm_conv_direct_pack(fm_tensor_data(w), fm_tensor_data(wp), d->O, per, OB, OBS);
+        wq = fm_tensor_data(wp);
+    }
+    int64_t n_blocks;
+    d->n_big = fm_conv_direct_split(d->O, OB, OBS, &n_blocks);
     d->xp = fm_tensor_data(xp), d->wp = wq, d->bias = b ? fm_tensor_data(b) : NULL, d->y = fm_tensor_data(y);
-    const int64_t pairs = d->pool ? d->Hy : (d->Ho + 1) / 2, tasks = d->N * (d->O / OB) * pairs;
+    const int64_t pairs = d->pool ? d->Hy : (d->Ho + 1) / 2, tasks = d->N * n_blocks * pairs;
     fm_parallel_for(tasks, grain_for(tasks, per * OB * 2 * blocks * VL / 4), direct_rows, &j);
     fm_tensor_release_n(2, xp, wp);
     return FM_OK;
@@ -143,9 +187,12 @@ static fm_status conv2d_fused_kernel(const fm_op_call *c) {
     const fm_tensor *x = c->in[0], *w = c->in[1];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
-    if (fm_cpu_use_avx512() && direct_ok(a, x, w, FM_CONV_DIRECT_OB_AVX512)) return run_direct(c, true);
-    if (fm_cpu_use_avx2() && direct_ok(a, x, w, FM_CONV_DIRECT_OB_AVX2)) return run_direct(c, false);
+    if (fm_cpu_use_avx512() && direct_ok(a, x, w, FM_CONV_DIRECT_OBS_AVX512)) return run_direct(c, true);
+    if (fm_cpu_use_avx2() && direct_ok(a, x, w, FM_CONV_DIRECT_OBS_AVX2)) return run_direct(c, false);
     return run_reference(c);
 }
 
-void fm_cpu_kernels_conv_fused(fm_backend *b) { b->kernels[FM_OP_CONV2D_FUSED] = conv2d_fused_kernel; }
+void fm_cpu_kernels_conv_fused(fm_backend *b) {
+    b->kernels[FM_OP_CONV2D_FUSED] = conv2d_fused_kernel;
+    b->kernels[FM_OP_CONV2D_FUSED_PACK] = conv2d_fused_pack_kernel;
+}
