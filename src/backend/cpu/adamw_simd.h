@@ -1,4 +1,4 @@
-/* The AdamW f32 update of optim_cpu.c as a SIMD kernel (adamw_avx512.c). */
+/* The AdamW f32 update of optim_cpu.c as SIMD kernels (adamw_avx512.c, adamw_avx2.c). */
 #ifndef FATHOM_ADAMW_SIMD_H
 #define FATHOM_ADAMW_SIMD_H
 #include <stdint.h>
@@ -9,6 +9,8 @@ typedef struct fm_adamw_args {
     float b1, b2, ob1, ob2, eps, step_size, rbc2, decay;
 } fm_adamw_args;
 /* elements [begin, end): m1 = b1 m1 + ob1 g; m2 = b2 m2 + ob2 g g;
- * p = p decay - step_size m1 / (sqrt(m2) rbc2 + eps). Call only when fm_cpu_use_avx512(). */
+ * p = p decay - step_size m1 / (sqrt(m2) rbc2 + eps). Call only when fm_cpu_use_avx512()
+ * (fm_cpu_use_avx2() for the AVX2 one). Both are bitwise the scalar loop. */
 void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end);
+void fm_adamw_f32_avx2(const fm_adamw_args *a, int64_t begin, int64_t end);
 #endif

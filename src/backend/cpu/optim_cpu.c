@@ -4,8 +4,8 @@
  * Each update is one fused loop per parameter over contiguous data (parameter,
  * gradient and state read once, written once), split across the thread pool by
  * element ranges; every element is independent, so the result does not depend
- * on the thread count. The AdamW f32 loop has an AVX-512 twin (adamw_avx512.c)
- * that gives the same bits. Being kernels, they run wherever the parameters
+ * on the thread count. The AdamW f32 loop has AVX-512 and AVX2 twins (adamw_avx512.c, adamw_avx2.c)
+ * that give the same bits. Being kernels, they run wherever the parameters
  * live: the checked test device runs these same loops on its memory. */
 #include <math.h>
 
@@ -23,12 +23,13 @@ typedef struct upd_ctx {
     void *b1, *b2;
 } upd_ctx;
 
-/* AdamW f32 through the AVX-512 kernel (bitwise the loop below); false: use the loop */
+/* AdamW f32 through the AVX-512 or AVX2 kernel (bitwise the loop below); false: use the loop */
 static bool adamw_simd_f32(float *p, const float *g, float *m1, float *m2, float b1, float b2, float ob1, float ob2,
                            float eps, float step_size, float rbc2, float decay, int64_t begin, int64_t end) {
-    if (!fm_cpu_use_avx512()) return false;
     fm_adamw_args a = {p, m1, m2, g, b1, b2, ob1, ob2, eps, step_size, rbc2, decay};
-    fm_adamw_f32_avx512(&a, begin, end);
+    if (fm_cpu_use_avx512()) fm_adamw_f32_avx512(&a, begin, end);
+    else if (fm_cpu_use_avx2()) fm_adamw_f32_avx2(&a, begin, end);
+    else return false;
     return true;
 }
 static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, double b1, double b2, double ob1,
