@@ -45,6 +45,16 @@ static bool parse_real(const char *opt, const char *v, double *out) {
     return true;
 }
 
+/* a graph meta value that must be a whole number in [1, INT_MAX] */
+static bool meta_whole(const char *v, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > INT_MAX) return false;
+    *out = x;
+    return true;
+}
+
 int fm_cmd_generate(int argc, char **argv) {
     const char *dir = NULL, *prompt = NULL;
     long long tokens = 100, top_k = 0, seed = 0;
@@ -99,15 +109,21 @@ int fm_cmd_generate(int argc, char **argv) {
         char tp[4096];
         snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
         const char *bs = (g = fm_graph_load(dir)) ? fm_graph_get_meta(g, "block_size") : NULL;
+        const char *vs = g ? fm_graph_get_meta(g, "vocab_size") : NULL;
+        long long block = 0, vocab = 0;
         if (g && !bs) fm_set_error(FM_ERR_INVALID, "%s: this graph is not a GPT graph (no block_size in its meta)", dir);
-        if (bs) tok = fm_tokenizer_load(tp);
-        if (tok && fm_tokenizer_vocab_size(tok) != atoi(fm_graph_get_meta(g, "vocab_size") ? fm_graph_get_meta(g, "vocab_size") : "0")) {
+        /* the meta is a file header: whole numbers in range, or the graph is refused (atoi made 'x' a context of 0) */
+        else if (g && (!meta_whole(bs, &block) || !meta_whole(vs ? vs : "", &vocab)))
+            fm_set_error(FM_ERR_FORMAT, "%s/graph.json: meta block_size '%s' and vocab_size '%s' must be whole numbers in [1, %d]",
+                         dir, bs, vs ? vs : "(missing)", INT_MAX);
+        else if (bs) tok = fm_tokenizer_load(tp);
+        if (tok && fm_tokenizer_vocab_size(tok) != vocab) {
             fm_set_error(FM_ERR_FORMAT, "%s: tokenizer.txt's vocabulary (%d) does not match the graph's", dir, fm_tokenizer_vocab_size(tok));
             fm_tokenizer_free(tok);
             tok = NULL;
         }
         if (!tok) { fm_cli_error("%s", fm_last_error()); fm_graph_free(g); return 1; }
-        ctx_len = atoi(bs);
+        ctx_len = (int)block;
     } else {
         m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &tok) : fm_gpt_load_dir(dir, &tok);
         if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }

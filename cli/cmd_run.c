@@ -3,10 +3,13 @@
  * returns as JSON every output. */
 #include <ctype.h>
 #include <jansson.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "fathom/data.h"
@@ -22,7 +25,10 @@ static void run_usage(FILE *f) {
                "input, NAME= may be left out. Without --output or --json, prints each\n"
                "output's name, dtype, shape and first values.\n\n"
                "  --input NAME=FILE  feed the model input NAME from FILE (every input is needed)\n"
-               "  --output DIR       write each output to DIR/<name>.npy\n"
+               "  --output DIR       write each output to DIR/<name>.npy, with DIR/outputs.json naming\n"
+               "                     each output's file, dtype and shape; DIR is written as one unit\n"
+               "                     (a crash leaves the old DIR or the complete new one). An existing\n"
+               "                     DIR must be empty or an earlier `fathom run --output` (replaced whole)\n"
                "  --json             print the outputs (name, dtype, shape, values) as one JSON object\n"
                "                     (NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n");
 }
@@ -33,12 +39,138 @@ static fm_tensor *read_array(const char *path) {
     return fm_npy_read(path);
 }
 
-/* An output name as a file name: anything but [A-Za-z0-9._-] becomes '_'. */
+/* An output name as a file name: anything but [A-Za-z0-9._-] becomes '_', at most
+ * 200 characters (with ".npy", within any file system's name limit). */
 static void file_name(const char *name, char *out, size_t n) {
     size_t k = 0;
+    if (n > 201) n = 201;
     for (; name[k] && k + 1 < n; k++) out[k] = isalnum((unsigned char)name[k]) || strchr("._-", name[k]) ? name[k] : '_';
     out[k] = 0;
     if (!k || out[0] == '.') out[0] = '_', out[k ? k : 1] = 0;
+}
+
+/* The manifest `fathom run --output` writes: it names every file, so a directory
+ * holding it and nothing else is an earlier output that may be replaced whole. */
+#define RUN_MANIFEST "outputs.json"
+
+/* true when `dir` holds RUN_MANIFEST and nothing but regular files that it lists. */
+static bool is_earlier_output(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/" RUN_MANIFEST, dir);
+    json_t *root = json_load_file(p, 0, NULL), *outs = root ? json_object_get(root, "outputs") : NULL;
+    bool ok = json_is_array(outs) && json_is_string(json_object_get(root, "fathom"));
+    DIR *d = ok ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (ok && d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, RUN_MANIFEST)) continue;
+        bool listed = false;
+        size_t i;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) { ok = false; break; }
+        json_t *o;
+        json_array_foreach(outs, i, o) {
+            const char *f = json_string_value(json_object_get(o, "file"));
+            if (f && !strcmp(f, e->d_name)) listed = true;
+        }
+        ok = listed;
+    }
+    if (d) closedir(d);
+    json_decref(root);
+    return ok && d;
+}
+
+/* Checks --output DIR before any work: a new path, an empty directory or an
+ * earlier output (*replace). Creates DIR's parent directories. */
+static int check_out_dir(const char *dir, bool *replace) {
+    struct stat sb;
+    *replace = false;
+    if (!*dir) { fm_cli_error("run: --output needs a directory name"); return 2; }
+    if (lstat(dir, &sb) == 0) {
+        DIR *d = S_ISDIR(sb.st_mode) ? opendir(dir) : NULL;
+        if (!S_ISDIR(sb.st_mode)) {
+            fm_cli_error("run: --output %s exists and is not a directory; not replacing it (choose a new path)", dir);
+            return 1;
+        }
+        if (!d) { fm_cli_error("run: --output %s: %s", dir, strerror(errno)); return 1; }
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+        closedir(d);
+        if (n && !(*replace = is_earlier_output(dir))) {
+            fm_cli_error("run: --output %s is a directory holding files that no earlier `fathom run --output` wrote "
+                         "(no %s lists them); not replacing it (choose a new or empty directory)", dir, RUN_MANIFEST);
+            return 1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) { fm_cli_error("run: --output %s: %s", dir, strerror(errno)); return 1; }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/') parent[--len] = 0;
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        if (fm_mkdir_p(parent)) { fm_cli_error("run: %s", fm_last_error()); return 1; }
+    }
+    return 0;
+}
+
+/* Writes every output to DIR as one unit: DIR.tmp.<pid>/<name>.npy and
+ * outputs.json, then one rename (or exchange with the earlier DIR). */
+static int write_outputs(fm_onnx_model *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace) {
+    int n = fm_onnx_output_count(m);
+    fm_dir_writer *w = fm_dir_writer_begin(out_dir, replace, "run --output");
+    if (!w) { fm_cli_error("run: %s", fm_last_error()); return 1; }
+    char (*fns)[208] = calloc((size_t)(n ? n : 1), sizeof *fns);
+    json_t *root = json_object(), *arr = json_array();
+    json_object_set_new(root, "fathom", json_string("run"));
+    json_object_set_new(root, "model", json_string(model));
+    int rc = fns ? 0 : 1;
+    if (!fns) fm_cli_error("run: out of host memory");
+    for (int i = 0; i < n && !rc; i++) {
+        const char *name = fm_onnx_output_name(m, i);
+        char base[208], fn[208], path[4096];
+        file_name(name, base, sizeof base);
+        snprintf(fn, sizeof fn, "%s", base);
+        /* two names that make the same file name (a/b and a_b): the later one gets a number */
+        for (int j = 0, k = 1; j < i; j++)
+            if (!strcmp(fns[j], fn)) snprintf(fn, sizeof fn, "%.190s_%d", base, k++), j = -1;
+        snprintf(fns[i], sizeof fns[i], "%s", fn);
+        snprintf(path, sizeof path, "%s/%s.npy", fm_dir_writer_path(w), fn);
+        if (fm_npy_write(path, outs[i])) { fm_cli_error("run: output '%s': %s", name, fm_last_error()); rc = 1; break; }
+        json_t *o = json_object(), *shape = json_array();
+        char file[216];
+        snprintf(file, sizeof file, "%s.npy", fn);
+        json_object_set_new(o, "name", json_string(name));
+        json_object_set_new(o, "file", json_string(file));
+        json_object_set_new(o, "dtype", json_string(fm_dtype_name(outs[i]->dtype)));
+        for (int d = 0; d < outs[i]->ndim; d++) json_array_append_new(shape, json_integer(outs[i]->shape[d]));
+        json_object_set_new(o, "shape", shape);
+        json_array_append_new(arr, o);
+    }
+    json_object_set_new(root, "outputs", arr);
+    if (!rc) {
+        char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER), path[4096];
+        snprintf(path, sizeof path, "%s/" RUN_MANIFEST, fm_dir_writer_path(w));
+        fm_io_chunk c[2] = {{text, text ? strlen(text) : 0}, {"\n", 1}};
+        if (!text) { fm_cli_error("run: out of host memory"); rc = 1; }
+        else if (fm_atomic_write(path, 2, c)) { fm_cli_error("run: %s", fm_last_error()); rc = 1; }
+        free(text);
+    }
+    json_decref(root);
+    if (rc) {
+        fm_dir_writer_abort(w);
+        fm_cli_error("run: %s was not written; any previous version is unchanged", out_dir);
+    } else if (fm_dir_writer_commit(w)) {
+        fm_cli_error("run: %s", fm_last_error());
+        rc = 1;
+    } else {
+        for (int i = 0; i < n; i++) printf("%s: wrote %s/%s.npy\n", fm_onnx_output_name(m, i), out_dir, fns[i]);
+    }
+    free(fns);
+    return rc;
 }
 
 static json_t *tensor_json(const char *name, const fm_tensor *t) {
@@ -69,19 +201,13 @@ static void print_tensor(const char *name, const fm_tensor *t) {
     printf("%s]\n", n > show ? ", ..." : "");
 }
 
-static int emit(fm_onnx_model *m, fm_tensor **outs, const char *out_dir, bool json) {
+static int emit(fm_onnx_model *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace, bool json) {
+    if (out_dir) return write_outputs(m, outs, model, out_dir, replace);
     int n = fm_onnx_output_count(m);
-    if (out_dir && fm_mkdir_p(out_dir)) { fm_cli_error("run: %s", fm_last_error()); return 1; }
     json_t *arr = json ? json_array() : NULL;
     for (int i = 0; i < n; i++) {
         const char *name = fm_onnx_output_name(m, i);
-        if (out_dir) {
-            char fn[256], path[4096];
-            file_name(name, fn, sizeof fn);
-            snprintf(path, sizeof path, "%s/%s.npy", out_dir, fn);
-            if (fm_npy_write(path, outs[i])) { fm_cli_error("run: output '%s': %s", name, fm_last_error()); return 1; }
-            printf("%s: wrote %s\n", name, path);
-        } else if (json) json_array_append_new(arr, tensor_json(name, outs[i]));
+        if (json) json_array_append_new(arr, tensor_json(name, outs[i]));
         else print_tensor(name, outs[i]);
     }
     if (json) {
@@ -96,6 +222,9 @@ static int emit(fm_onnx_model *m, fm_tensor **outs, const char *out_dir, bool js
 }
 
 static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json) {
+    bool replace = false;
+    int crc = out_dir ? check_out_dir(out_dir, &replace) : 0;
+    if (crc) return crc;
     fm_onnx_model *m = fm_onnx_load(model);
     if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
     const char *names[MAX_RUN_INPUTS];
@@ -116,7 +245,7 @@ static int run_model(const char *model, int n_in, char **specs, const char *out_
         }
     }
     if (!rc && fm_onnx_run(m, n_in, names, ins, outs)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
-    if (!rc) rc = emit(m, outs, out_dir, json);
+    if (!rc) rc = emit(m, outs, model, out_dir, replace, json);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
     for (int i = 0; i < fm_onnx_output_count(m) && i < 256; i++) fm_tensor_release(outs[i]);
     fm_onnx_free(m);

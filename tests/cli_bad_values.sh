@@ -95,6 +95,36 @@ schedule|step_size|0
 schedule|gamma|-1
 EOF
 
+# ---- plain recipes' layer lines: sizes whole numbers, every option known and in range (an option with a typo,
+# a stray number or 'bias=maybe' was silently ignored before) ----
+while IFS='|' read -r spec needle; do
+  plain "$tmp/p.ini" model layer "$spec"
+  refuse "layer '$spec'" "$needle" -- "$bin" train "$tmp/p.ini" --out "$tmp/p-out" --no-eval
+done <<'EOF'
+linear 8 bias=maybe|bias must be true or false, got 'maybe'
+linear 8 bias=0|got '0'
+linear 8 eps=1|unknown option 'eps'
+linear 8.5|got 8.5
+linear 1e30|got 1e30
+linear 2147483648|got 2147483648
+linear 4 4 4|linear takes 1 to 2 numbers, got 3
+conv2d 4 3 pading=1|unknown option 'pading'
+conv2d 4 3 stride=0|stride must be a whole number in [1,
+conv2d 4 3 stride=two|got 'two'
+conv2d 4 3 padding=-1|got '-1'
+conv2d 4 3 in=1.5|got '1.5'
+conv2d 4 3 padding=1 padding=2|option 'padding' is given twice
+conv2d 4 0|got 0
+batchnorm2d momentum=lots|momentum must be a number in [0, 1], got 'lots'
+batchnorm2d momentum=2|got '2'
+layernorm eps=0|eps must be a number > 0, got '0'
+maxpool2d 2 stride=-1|got '-1'
+embedding 10|embedding takes 2 numbers, got 1
+dropout 0.1 0.2|dropout takes 0 to 1 numbers, got 2
+relu 5|relu takes 0 numbers, got 1
+flatten start=1|unknown option 'start' (flatten takes no options)
+EOF
+
 # ---- the plain trainer's flags: whole numbers within their fields' ranges ----
 plain "$tmp/ok.ini"
 for args in "--epochs 1e10" "--batch 1e300" "--threads 1e10" "--max-steps 1e30" "--epochs 4294967296" \
@@ -132,7 +162,7 @@ refuse FATHOM_MEMORY_PREALLOCATE "'lots'" -- env FATHOM_MEMORY_PREALLOCATE=lots 
 refuse FATHOM_NUM_THREADS "'0'" -- env FATHOM_NUM_THREADS=0 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 refuse FATHOM_NUM_THREADS "'1e10'" -- env FATHOM_NUM_THREADS=1e10 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 
-# ---- file headers: a dtype that disagrees with the model or the data, a directory, a truncated file ----
+# ---- file headers: a dtype that disagrees with the model or the data, a directory, a truncated file, a graph's meta ----
 "$bin" train "$tmp/ok.ini" --out "$tmp/m" --no-eval > /dev/null 2>&1 || bad "training the header fixture failed"
 python3 - "$tmp/m/model.safetensors" "$tmp" <<'PY'
 import json, struct, sys, os
@@ -156,6 +186,13 @@ refuse "is i32 in the file but the model expects f32" -- "$bin" eval "$tmp/i32" 
 refuse "dtype F16" "needs" -- "$bin" eval "$tmp/f16"
 refuse "truncated" -- "$bin" eval "$tmp/trunc"
 refuse "not a regular file" -- "$bin" eval "$tmp/dir"
+# a compiled GPT graph's meta (generate read block_size with atoi: '16x' was 16, '99999999999' undefined)
+"$bin" train "$tmp/gok.ini" --out "$tmp/gm" --quiet > /dev/null 2>&1 && "$bin" compile "$tmp/gm" -o "$tmp/gc" > /dev/null 2>&1 ||
+  bad "training and compiling the GPT graph fixture failed"
+for v in 16x 99999999999; do
+  rm -rf "$tmp/gb" && cp -r "$tmp/gc" "$tmp/gb" && sed -i "s/\"block_size\": \"16\"/\"block_size\": \"$v\"/" "$tmp/gb/graph.json"
+  refuse "meta block_size '$v'" -- "$bin" generate "$tmp/gb" --prompt "in" --tokens 2
+done
 
 # ---- the deploy commands' numbers: quantize, prune, distill, compile, eval, profile, serve, plan ----
 m=$tmp/m

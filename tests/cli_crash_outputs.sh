@@ -2,8 +2,9 @@
 # Crash safety of the outputs fathom writes besides training checkpoints (those:
 # tests/cli_crash_safety.sh): compile and quantize (a graph directory replacing
 # an earlier one), prune (a new directory; with --finetune, trained into it),
-# export (an ONNX file replacing an earlier one; --hf, a new directory) and
-# distill (a student trained into a directory holding an earlier student).
+# export (an ONNX file replacing an earlier one; --hf, a new directory), distill
+# (a student trained into a directory holding an earlier student) and run
+# --output (an ONNX model's two outputs over an earlier run's three).
 # FATHOM_FAULT makes the N-th write or rename kill the process or fail with EIO,
 # for every N the command reaches. After each fault the output must be exactly
 # the earlier one (absent where there was none) or exactly the complete new one,
@@ -41,6 +42,12 @@ printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 1\nn_head = 2\nn_embd = 16\n
 "$bin" train "$tmp/gpt.ini" --corpus "$tmp/corpus.txt" --out "$tmp/gpt" --quiet > /dev/null 2> "$tmp/train.err" ||
   { echo "FAIL: training the GPT"; cat "$tmp/train.err"; exit 1; }
 
+# ONNX runs (`fathom run --output`): Split into two outputs over an earlier run's three, whose third file must go
+# with the rest (Debian's libonnx-testdata)
+onnx_node=/usr/share/libonnx-testdata/data/node
+have_onnx_cases=0
+[[ -f $onnx_node/test_split_equal_parts_1d/model.onnx && -f $onnx_node/test_split_variable_parts_1d/model.onnx ]] && have_onnx_cases=1
+
 # ---- the writers: W_NAME OUT writes the new output; P_NAME OUT the earlier one ----
 W_compile() { "$bin" compile "$tmp/model-b" -o "$1"; }
 P_compile() { "$bin" compile "$tmp/model-a" -o "$1"; }
@@ -57,6 +64,12 @@ P_export_hf() { :; }
 # a student (2 steps, one checkpoint) into a directory holding another one (seed 9)
 W_distill() { "$bin" distill --teacher "$tmp/model-a" --student "$tmp/student.ini" --steps 2 --no-eval --quiet --out "$1"; }
 P_distill() { "$bin" distill --teacher "$tmp/model-a" --student "$tmp/student.ini" --steps 2 --seed 9 --no-eval --quiet --out "$1"; }
+
+W_run() {
+  local c=$onnx_node/test_split_variable_parts_1d
+  "$bin" run "$c/model.onnx" --input "input=$c/test_data_set_0/input_0.pb" --input "split=$c/test_data_set_0/input_1.pb" --output "$1"
+}
+P_run() { "$bin" run "$onnx_node/test_split_equal_parts_1d/model.onnx" --input "$onnx_node/test_split_equal_parts_1d/test_data_set_0/input_0.pb" --output "$1"; }
 
 # Each case starts from a copy of the earlier output (prev-NAME, where the writer has one).
 # digest PATH: the bytes of a file or of every file in a directory ("absent" if none).
@@ -113,7 +126,9 @@ crash_every() {
   total=$((total + n - 1))
 }
 
-for name in compile quantize prune prune_finetune export_onnx export_hf distill; do
+writers="compile quantize prune prune_finetune export_onnx export_hf distill"
+if ((have_onnx_cases)); then writers+=" run"; else echo "SKIP: run --output cases ($onnx_node missing: apt-get install libonnx-testdata)"; fi
+for name in $writers; do
   "W_$name" "$tmp/ref-$name" > "$tmp/ref.log" 2>&1 || { bad "$name: the reference run failed: $(tail -3 "$tmp/ref.log")"; continue; }
   new=$(digest "$tmp/ref-$name")
   "P_$name" "$tmp/prev-$name" > /dev/null 2>&1 || bad "$name: the earlier output failed"

@@ -2,8 +2,12 @@
 # Crash safety of checkpoints, for the plain (fashion-style) trainer and the GPT
 # trainer: FATHOM_FAULT makes the N-th write or rename of a run kill the process
 # (SIGKILL, as a power cut would) or fail with EIO, for every N the run reaches.
-# After each fault, `--resume` must finish the run with a model.safetensors that
-# is bitwise equal to an uninterrupted run's, and leave no temporary file. Also:
+# After each fault, `--resume` must start at the newest committed checkpoint (the
+# log names it and its step, or says "training from step 0" when there is none),
+# take exactly the remaining steps (counted in its --profile trace), finish with
+# a model.safetensors bitwise equal to an uninterrupted run's, and leave no
+# temporary file. (An equal final model alone would not show that: a resume that
+# silently started again from step 0 ends equal too.) Also:
 # a damaged newest checkpoint is skipped with a message, keep_checkpoints prunes,
 # and an old-layout directory (no ckpt/) still resumes.
 # Usage: bash tests/cli_crash_safety.sh <path-to-fathom-binary>
@@ -80,15 +84,43 @@ ckpt_every = 2
 log_every = 2
 seed = 3
 EOF
-plain_train() { "$bin" train "$tmp/plain.ini" --out "$1" --no-eval; }
-plain_resume() { "$bin" train "$tmp/plain.ini" --resume "$1" --no-eval; }
-gpt_train() { "$bin" train "$tmp/gpt.ini" --out "$1" --quiet; }
-gpt_resume() { "$bin" train "$tmp/gpt.ini" --out "$1" --resume --quiet; }
+plain_train() { "$bin" train "$tmp/plain.ini" --out "$1" --no-eval "${@:2}"; }
+# resumes trace their steps (--profile): the number of step spans is the number of steps the run took
+plain_resume() { "$bin" train "$tmp/plain.ini" --resume "$1" --no-eval --profile "$1.trace.json"; }
+gpt_train() { "$bin" train "$tmp/gpt.ini" --out "$1" --quiet "${@:2}"; }
+gpt_resume() { "$bin" train "$tmp/gpt.ini" --out "$1" --resume --profile "$1.trace.json"; }
+# step_spans TRACE: how many optimizer steps a traced run took
+step_spans() {
+  python3 -c 'import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+print(sum(e.get("name") == "step" and e.get("cat") == "step" and e.get("ph") in ("X", "B") for e in ev))' "$1" 2> /dev/null || echo "unreadable"
+}
+# newest_ckpt DIR: the newest committed checkpoint directory ("" when there is none)
+newest_ckpt() { find "$1/ckpt" -maxdepth 1 -name 'step-[0-9]*' 2> /dev/null | grep -E '/step-[0-9]+$' | LC_ALL=C sort | tail -1; }
+# resumed_as_expected RECIPE DIR LOG CKPT: the resume started at CKPT, the newest checkpoint committed before it
+# (the log names it and its step; "training from step 0" when there was none) and took exactly the remaining
+# steps (its trace); prints that step
+resumed_as_expected() {
+  local rec=$1 d=$2 log=$3 ck=$4 step took
+  step=0
+  [[ -n $ck ]] && step=$((10#${ck##*step-}))
+  if [[ -z $ck ]]; then
+    grep -q "no complete checkpoint in .*: training from step 0" "$log" || { echo "the log does not say it starts from step 0: $(grep -i 'resum\|step 0' "$log" | head -2)"; return 1; }
+  elif [[ $rec == plain ]]; then
+    grep -qF "resuming from $ck (step $step)" "$log" || { echo "the log does not name $ck (step $step): $(grep -i resum "$log" | head -2)"; return 1; }
+  else
+    grep -qF "resumed from $ck at step $step" "$log" || { echo "the log does not name $ck at step $step: $(grep -i resum "$log" | head -2)"; return 1; }
+  fi
+  took=$(step_spans "$d.trace.json")
+  [[ $took == $((total_steps - step)) ]] || { echo "resumed at step $step of $total_steps but took $took steps"; return 1; }
+  echo "$step"
+}
 
 # crash_every RECIPE KIND ACTION: fault every point of a run; prints the count
 total=0
 crash_every() {
-  local rec=$1 kind=$2 action=$3 n=1 rc d
+  local rec=$1 kind=$2 action=$3 n=1 rc d ck from
   while :; do
     d=$tmp/$rec-$kind-$action-$n
     FATHOM_FAULT=$kind:$n:$action "${rec}_train" "$d" > "$d.log" 2>&1
@@ -99,11 +131,14 @@ crash_every() {
     if [[ $action == eio ]] && ! grep -q "injected by FATHOM_FAULT\|Input/output error" "$d.log"; then
       bad "$rec $kind:$n:eio: the error does not say what failed: $(tail -2 "$d.log")"
     fi
+    from= ck=$(newest_ckpt "$d")
     if ! "${rec}_resume" "$d" > "$d.resume.log" 2>&1; then bad "$rec $kind:$n:$action: resume failed: $(tail -3 "$d.resume.log")"
+    elif ! from=$(resumed_as_expected "$rec" "$d" "$d.resume.log" "$ck"); then bad "$rec $kind:$n:$action: $from"
     elif ! cmp -s "$tmp/$rec-ref/model.safetensors" "$d/model.safetensors"; then bad "$rec $kind:$n:$action: final model differs from the uninterrupted run"
     elif find "$d" -name '*.tmp.*' | grep -q .; then bad "$rec $kind:$n:$action: temporary files left: $(find "$d" -name '*.tmp.*')"
     fi
-    rm -rf "$d" "$d.log" "$d.resume.log"
+    [[ $from =~ ^[0-9]+$ ]] && resumed_from[$from]=$((${resumed_from[$from]:-0} + 1))
+    rm -rf "$d" "$d.log" "$d.resume.log" "$d.trace.json"
     n=$((n + 1))
     ((n > 200)) && { bad "$rec $kind: more than 200 points?"; break; }
   done
@@ -113,11 +148,24 @@ crash_every() {
 
 for rec in plain gpt; do
   "${rec}_train" "$tmp/$rec-ref" > "$tmp/$rec-ref.log" 2>&1 || { bad "$rec reference run failed: $(tail -3 "$tmp/$rec-ref.log")"; continue; }
+  # the whole run's steps: the reference's last checkpoint; a resume of a finished run must take none
+  ck=$(newest_ckpt "$tmp/$rec-ref")
+  total_steps=$((10#${ck##*step-}))
+  cp -a "$tmp/$rec-ref" "$tmp/$rec-done"
+  "${rec}_resume" "$tmp/$rec-done" > "$tmp/$rec-done.log" 2>&1 || bad "$rec: resuming a finished run failed: $(tail -3 "$tmp/$rec-done.log")"
+  [[ $(step_spans "$tmp/$rec-done.trace.json") == 0 ]] || bad "$rec: resuming a finished run took $(step_spans "$tmp/$rec-done.trace.json") steps"
+  # and the trace counts steps: a fresh traced run takes all of them
+  "${rec}_train" "$tmp/$rec-traced" --profile "$tmp/$rec-traced.trace.json" > /dev/null 2>&1 || bad "$rec: the traced run failed"
+  [[ $(step_spans "$tmp/$rec-traced.trace.json") == "$total_steps" ]] ||
+    bad "$rec: a fresh run traced $(step_spans "$tmp/$rec-traced.trace.json") steps, its checkpoints $total_steps"
+  declare -A resumed_from=()
   for kind in write rename; do
     for action in kill eio; do crash_every "$rec" "$kind" "$action"; done
   done
+  echo "$rec: resumed from step (cases): $(for k in $(printf '%s\n' "${!resumed_from[@]}" | sort -n); do printf '%s (%s) ' "$k" "${resumed_from[$k]}"; done)"
+  unset resumed_from
 done
-echo "crash points covered: $total (each resumed to a bitwise-equal final model)"
+echo "crash points covered: $total (each resumed from its newest committed checkpoint, taking only the remaining steps, to a bitwise-equal final model)"
 
 # ---- a damaged newest checkpoint is skipped, with a message, never fatal ----
 d=$tmp/damaged

@@ -20,8 +20,27 @@ check "json values are ONNX's documented output" \
 out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w"); rc=$?
 check "plain run prints the output" '[ $rc = 0 ] && [[ "$out" == "y: f32 [1, 1, 4, 3] [12, 27, 24, 63, 108, 81, 123, 198, ...]" ]]'
 "$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --output "$d/out" >/dev/null; rc=$?
-check "--output writes y.npy" '[ $rc = 0 ] && [ -s "$d/out/y.npy" ] && [ "$(ls "$d/out")" = y.npy ]'
+check "--output writes y.npy and outputs.json" '[ $rc = 0 ] && [ -s "$d/out/y.npy" ] && [ "$(ls "$d/out" | tr "\n" " ")" = "outputs.json y.npy " ]'
 check "the .npy holds 12 f32 values" '[ $(stat -c %s "$d/out/y.npy") = $((128 + 48)) ]'
+check "outputs.json names y's file, dtype and shape" \
+  'python3 -c "import json, sys; o = json.load(open(sys.argv[1]))[\"outputs\"]; sys.exit(o != [{\"name\": \"y\", \"file\": \"y.npy\", \"dtype\": \"f32\", \"shape\": [1, 1, 4, 3]}])" "$d/out/outputs.json"'
+# --output is one unit: an earlier output is replaced whole (Split's three files by Log's one), any other
+# directory or file is refused before the model runs, and nothing in it changes
+split=/usr/share/libonnx-testdata/data/node/test_split_equal_parts_1d
+"$bin" run "$split/model.onnx" --input "$split/test_data_set_0/input_0.pb" --output "$d/out" >/dev/null; rc=$?
+check "an earlier output replaced whole" '[ $rc = 0 ] && [ "$(ls "$d/out" | tr "\n" " ")" = "output_1.npy output_2.npy output_3.npy outputs.json " ]'
+mkdir -p "$d/mine" && printf "x" > "$d/mine/x.npy"
+err=$("$bin" run "$split/model.onnx" --input "$split/test_data_set_0/input_0.pb" --output "$d/mine" 2>&1); rc=$?
+check "a directory of other files refused, exit 1, unchanged" \
+  '[ $rc = 1 ] && [[ "$err" == *"$d/mine is a directory holding files that no earlier"* ]] && [ "$(ls "$d/mine")" = x.npy ]'
+cp "$d/out/outputs.json" "$d/mine/"
+err=$("$bin" run "$split/model.onnx" --input "$split/test_data_set_0/input_0.pb" --output "$d/mine" 2>&1); rc=$?
+check "an outputs.json beside files it does not list: refused" '[ $rc = 1 ] && [ -e "$d/mine/x.npy" ]'
+printf 'keep' > "$d/afile"
+err=$("$bin" run "$split/model.onnx" --input "$split/test_data_set_0/input_0.pb" --output "$d/afile" 2>&1); rc=$?
+check "a file as --output refused, unchanged" '[ $rc = 1 ] && [[ "$err" == *"exists and is not a directory"* ]] && [ "$(cat "$d/afile")" = keep ]'
+"$bin" run "$split/model.onnx" --input "$split/test_data_set_0/input_0.pb" --output "$d/new/sub/out" >/dev/null; rc=$?
+check "missing parent directories are made" '[ $rc = 0 ] && [ -s "$d/new/sub/out/output_3.npy" ] && ! ls "$d/new/sub" | grep -q tmp'
 
 err=$("$bin" run 2>&1); rc=$?
 check "no model: usage, exit 2" '[ $rc = 2 ] && [[ "$err" == *"no model given"* ]]'

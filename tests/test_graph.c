@@ -297,7 +297,7 @@ static void test_corrupt_files(void) {
 
 /* The fuzzer's seed graphs (tests/data/graph) load and run with its fixed weights. */
 static void test_seed_files(void) {
-    const char *seeds[] = {"mlp.json", "seq.json", "quant.json"};
+    const char *seeds[] = {"mlp.json", "seq.json", "quant.json", "fused.json"};
     char dir[300], path[400], cmd[800];
     snprintf(dir, sizeof dir, "%s/seed", g_tmp);
     mkdir(dir, 0755);
@@ -322,8 +322,9 @@ static void test_seed_files(void) {
         fm_graph *g = fm_graph_load(dir);
         CHECK_MSG(g != NULL, "%s: %s", seeds[i], fm_last_error());
         if (!g) continue;
-        fm_tensor *in[2] = {0}, *out[2] = {0};
-        for (int k = 0; k < fm_graph_num_inputs(g); k++) {
+        fm_tensor *in[8] = {0}, *out[8] = {0};
+        CHECK(fm_graph_num_inputs(g) <= 8 && fm_graph_num_outputs(g) <= 8);
+        for (int k = 0; k < fm_graph_num_inputs(g) && k < 8; k++) {
             fm_graph_io io;
             int64_t sh[FM_MAX_DIMS];
             CHECK(fm_graph_input_info(g, k, &io) == FM_OK);
@@ -331,7 +332,7 @@ static void test_seed_files(void) {
             in[k] = randn(io.ndim, sh, 5 + (uint64_t)k);
         }
         CHECK_MSG(fm_graph_run(g, in, out) == FM_OK, "%s: %s", seeds[i], fm_last_error());
-        fm_tensor_release_n(4, in[0], in[1], out[0], out[1]);
+        for (int k = 0; k < 8; k++) fm_tensor_release_n(2, in[k], out[k]);
         fm_graph_free(g);
     }
     fm_tensor_release_n(2, w, b);

@@ -28,6 +28,24 @@ FM_API fm_status fm_atomic_write(const char *path, int n, const fm_io_chunk *chu
 /* Creates a directory (and its parents) if missing. */
 FM_API fm_status fm_mkdir_p(const char *path);
 
+/* A directory written as one unit (docs/RELIABILITY.md): the files go into a
+ * temporary directory next to DIR (fm_dir_writer_path: DIR.tmp.<pid>), each with
+ * fm_atomic_write, and fm_dir_writer_commit makes it DIR in one step (a rename,
+ * or an atomic exchange with the existing DIR, whose old files are then removed).
+ * A crash or an error at any instant leaves the old DIR or the complete new one.
+ * begin sweeps what dead processes left next to DIR and refuses an existing
+ * non-directory, and an existing non-empty directory unless `replace`; `what`
+ * starts its error messages. NULL on error (fm_last_error). */
+typedef struct fm_dir_writer fm_dir_writer;
+FM_API fm_dir_writer *fm_dir_writer_begin(const char *dir, bool replace, const char *what);
+/* The directory to write the files into (the temporary one). */
+FM_API const char *fm_dir_writer_path(const fm_dir_writer *w);
+/* Commits and frees `w`; on failure the temporary directory is removed and the
+ * previous DIR is untouched. */
+FM_API fm_status fm_dir_writer_commit(fm_dir_writer *w);
+/* Removes the temporary directory and frees `w` (NULL is allowed). */
+FM_API void fm_dir_writer_abort(fm_dir_writer *w);
+
 /* Metadata: string key/value pairs stored in the header's "__metadata__". */
 typedef struct fm_kv { char *key, *value; } fm_kv;
 typedef struct fm_kv_list { int n, cap; fm_kv *items; } fm_kv_list;

@@ -205,3 +205,36 @@ fm_status fm_dir_commit(fm_dir_tx *tx) {
     tx->tmp[0] = 0;
     return FM_OK;
 }
+
+/* ---- the public form (fathom/io.h) ---- */
+struct fm_dir_writer {
+    fm_dir_tx tx;
+};
+
+fm_dir_writer *fm_dir_writer_begin(const char *dir, bool replace, const char *what) {
+    fm_dir_writer *w = malloc(sizeof *w);
+    if (!w) {
+        fm_set_error(FM_ERR_OOM, "%s: out of host memory", what ? what : "directory write");
+        return NULL;
+    }
+    if (fm_dir_begin(&w->tx, dir, replace, what ? what : "directory write") != FM_OK) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+const char *fm_dir_writer_path(const fm_dir_writer *w) { return w ? w->tx.tmp : NULL; }
+
+fm_status fm_dir_writer_commit(fm_dir_writer *w) {
+    if (!w) return fm_set_error(FM_ERR_INVALID, "fm_dir_writer_commit: no writer");
+    fm_status st = fm_dir_commit(&w->tx);
+    free(w);
+    return st;
+}
+
+void fm_dir_writer_abort(fm_dir_writer *w) {
+    if (!w) return;
+    fm_dir_abort(&w->tx);
+    free(w);
+}

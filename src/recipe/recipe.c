@@ -190,6 +190,8 @@ static int handler(void *user, const char *section, const char *name, const char
         } else if (!strcmp(name, "layer")) {
             if (r->n_layers == FM_RECIPE_MAX_LAYERS) return fail(c, "model: more than %d layers", FM_RECIPE_MAX_LAYERS);
             if (!*value) return fail(c, "model.layer: expected a layer, e.g. 'linear 10'");
+            if (strlen(value) >= sizeof r->layers[0].spec)
+                return fail(c, "model.layer: longer than %d characters: '%.40s...'", (int)sizeof r->layers[0].spec - 1, value);
             fm_recipe_layer *l = &r->layers[r->n_layers++];
             snprintf(l->spec, sizeof l->spec, "%s", value);
             l->line = c->line;
@@ -347,6 +349,7 @@ static const char *layer_names =
 typedef struct layer_args {
     int npos;
     double pos[4];
+    char ptxt[4][32]; /* as written (for messages) */
     int nkw;
     char key[8][32];
     char val[8][32];
@@ -355,6 +358,78 @@ typedef struct layer_args {
 static const char *kw(const layer_args *a, const char *key) {
     for (int i = 0; i < a->nkw; i++)
         if (!strcmp(a->key[i], key)) return a->val[i];
+    return NULL;
+}
+
+/* What each layer takes: positional numbers (at least, at most; whole numbers in
+ * [1, INT_MAX] unless `real`) and key=value options. Anything else is refused: an
+ * option with a typo ('pading=1') or a stray number was ignored before. */
+typedef struct layer_form { const char *kind; int min_pos, max_pos; bool real; const char *opts; } layer_form;
+static const layer_form layer_forms[] = {
+    {"linear", 1, 2, false, "bias"},
+    {"conv2d", 2, 2, false, "stride padding bias in"},
+    {"batchnorm2d", 0, 0, false, "eps momentum"},
+    {"layernorm", 0, 0, false, "eps"},
+    {"rmsnorm", 0, 0, false, "eps"},
+    {"embedding", 2, 2, false, ""},
+    {"dropout", 0, 1, true, ""},
+    {"maxpool2d", 1, 1, false, "stride padding"},
+    {"avgpool2d", 1, 1, false, "stride padding"},
+};
+
+static bool word_in(const char *words, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = words; (p = strstr(p, w)) != NULL; p += n)
+        if ((p == words || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return true;
+    return false;
+}
+
+/* Checks a layer's arguments against its form; NULL when they fit, else why not. */
+static const char *layer_args_misfit(const char *kind, const layer_args *a, char *why, size_t n) {
+    const layer_form *f = NULL;
+    for (size_t i = 0; i < sizeof layer_forms / sizeof layer_forms[0]; i++)
+        if (!strcmp(layer_forms[i].kind, kind)) f = &layer_forms[i];
+    static const layer_form simple = {"", 0, 0, false, ""};
+    if (!f) f = &simple; /* relu, gelu, ...; an unknown kind is refused by name later */
+    if (a->npos < f->min_pos || a->npos > f->max_pos) {
+        if (f->min_pos == f->max_pos) snprintf(why, n, "%s takes %d number%s, got %d", kind, f->min_pos, f->min_pos == 1 ? "" : "s", a->npos);
+        else snprintf(why, n, "%s takes %d to %d numbers, got %d", kind, f->min_pos, f->max_pos, a->npos);
+        return why;
+    }
+    for (int i = 0; i < a->npos && !f->real; i++)
+        if (!(a->pos[i] == floor(a->pos[i]) && a->pos[i] >= 1 && a->pos[i] <= INT_MAX)) {
+            snprintf(why, n, "%s's sizes are whole numbers in [1, %d], got %s", kind, INT_MAX, a->ptxt[i]);
+            return why;
+        }
+    for (int i = 0; i < a->nkw; i++) {
+        const char *k = a->key[i], *v = a->val[i];
+        if (!word_in(f->opts, k)) {
+            if (*f->opts) snprintf(why, n, "unknown option '%s' (%s takes %s)", k, kind, f->opts);
+            else snprintf(why, n, "unknown option '%s' (%s takes no options)", k, kind);
+            return why;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a->key[j], k)) { snprintf(why, n, "option '%s' is given twice", k); return why; }
+        char *end;
+        errno = 0;
+        if (!strcmp(k, "bias")) {
+            if (strcmp(v, "true") && strcmp(v, "false")) { snprintf(why, n, "bias must be true or false, got '%s'", v); return why; }
+        } else if (!strcmp(k, "eps") || !strcmp(k, "momentum")) {
+            double x = strtod(v, &end);
+            bool eps = k[0] == 'e';
+            if (errno || end == v || *end || !isfinite(x) || (eps ? !(x > 0) : !(x >= 0 && x <= 1))) {
+                snprintf(why, n, "%s must be %s, got '%s'", k, eps ? "a number > 0" : "a number in [0, 1]", v);
+                return why;
+            }
+        } else { /* stride, padding, in: whole numbers */
+            long long x = strtoll(v, &end, 10);
+            long long lo = !strcmp(k, "padding") ? 0 : 1;
+            if (errno || end == v || *end || x < lo || x > INT_MAX) {
+                snprintf(why, n, "%s must be a whole number in [%lld, %d], got '%s'", k, lo, INT_MAX, v);
+                return why;
+            }
+        }
+    }
     return NULL;
 }
 
@@ -385,18 +460,20 @@ fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng) {
             if (tokn == 0) { snprintf(kind, sizeof kind, "%s", tok); continue; }
             char *eq = strchr(tok, '=');
             if (eq) {
-                if (a.nkw == 8) { bad_arg = true; break; }
+                if (a.nkw == 8 || eq - tok >= 32 || strlen(eq + 1) >= 32) { bad_arg = true; break; } /* never cut short */
                 *eq = 0;
                 snprintf(a.key[a.nkw], 32, "%s", tok);
                 snprintf(a.val[a.nkw], 32, "%s", eq + 1);
                 a.nkw++;
-            } else if (a.npos == 4 || !parse_f64(tok, &a.pos[a.npos++])) {
+            } else if (a.npos == 4 || (snprintf(a.ptxt[a.npos], 32, "%s", tok), !parse_f64(tok, &a.pos[a.npos++]))) {
                 bad_arg = true;
                 break;
             }
         }
 #define LAYER_FAIL(...) do { fm_set_error(FM_ERR_FORMAT, __VA_ARGS__); fm_module_free(seq); return NULL; } while (0)
         if (bad_arg) LAYER_FAIL("%s:%d: layer '%s': expected numbers and key=value options", r->path, L->line, L->spec);
+        char why[256];
+        if (layer_args_misfit(kind, &a, why, sizeof why)) LAYER_FAIL("%s:%d: layer '%s': %s", r->path, L->line, L->spec, why);
         fm_module *m = NULL;
         double eps = 1e-5;
         const char *v;
