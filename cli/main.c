@@ -110,6 +110,20 @@ static bool env_ok(void) {
     long long n;
     if ((v = getenv("FATHOM_NUM_THREADS")) && *v && !fm_cli_parse_int_range("fathom", "FATHOM_NUM_THREADS", v, 1, 256, &n)) /* the pool's MAX_THREADS */
         return false;
+    /* the crash tests' hooks (src/io): a misspelt fault would inject nothing, and the test pass unexercised */
+    if ((v = getenv("FATHOM_FAULT")) && *v) {
+        size_t k = !strncmp(v, "write:", 6) ? 6 : !strncmp(v, "rename:", 7) ? 7 : 0;
+        char *end = NULL;
+        errno = 0;
+        long long at = k ? strtoll(v + k, &end, 10) : 0;
+        if (!k || errno || end == v + k || at < 1 || (*end && strcmp(end, ":eio") && strcmp(end, ":kill"))) {
+            fm_cli_error("FATHOM_FAULT='%s': expected KIND:N[:ACTION] with KIND write or rename, N >= 1, ACTION eio or kill", v);
+            return false;
+        }
+    }
+    if ((v = getenv("FATHOM_TEST_FAIL_WRITE_AFTER")) && *v &&
+        !fm_cli_parse_int_range("fathom", "FATHOM_TEST_FAIL_WRITE_AFTER", v, 0, LLONG_MAX, &n))
+        return false;
     return true;
 }
 

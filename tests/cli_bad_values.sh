@@ -161,6 +161,11 @@ refuse FATHOM_MEMORY_MODE "'huge'" -- env FATHOM_MEMORY_MODE=huge "$bin" train "
 refuse FATHOM_MEMORY_PREALLOCATE "'lots'" -- env FATHOM_MEMORY_PREALLOCATE=lots "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 refuse FATHOM_NUM_THREADS "'0'" -- env FATHOM_NUM_THREADS=0 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 refuse FATHOM_NUM_THREADS "'1e10'" -- env FATHOM_NUM_THREADS=1e10 "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+# the crash tests' hooks: a misspelt fault injected nothing, and a crash test passed unexercised
+for v in wirte:3 write:0 rename:2:explode; do
+  refuse FATHOM_FAULT "'$v'" -- env FATHOM_FAULT="$v" "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+done
+refuse FATHOM_TEST_FAIL_WRITE_AFTER "'lots'" -- env FATHOM_TEST_FAIL_WRITE_AFTER=lots "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 
 # ---- file headers: a dtype that disagrees with the model or the data, a directory, a truncated file, a graph's meta ----
 "$bin" train "$tmp/ok.ini" --out "$tmp/m" --no-eval > /dev/null 2>&1 || bad "training the header fixture failed"

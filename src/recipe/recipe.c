@@ -390,7 +390,9 @@ static const char *layer_args_misfit(const char *kind, const layer_args *a, char
     for (size_t i = 0; i < sizeof layer_forms / sizeof layer_forms[0]; i++)
         if (!strcmp(layer_forms[i].kind, kind)) f = &layer_forms[i];
     static const layer_form simple = {"", 0, 0, false, ""};
-    if (!f) f = &simple; /* relu, gelu, ...; an unknown kind is refused by name later */
+    static const char *const simple_kinds = "relu gelu silu tanh sigmoid flatten";
+    if (!f && !word_in(simple_kinds, kind)) return NULL; /* an unknown kind: refused by name below */
+    if (!f) f = &simple;
     if (a->npos < f->min_pos || a->npos > f->max_pos) {
         if (f->min_pos == f->max_pos) snprintf(why, n, "%s takes %d number%s, got %d", kind, f->min_pos, f->min_pos == 1 ? "" : "s", a->npos);
         else snprintf(why, n, "%s takes %d to %d numbers, got %d", kind, f->min_pos, f->max_pos, a->npos);
