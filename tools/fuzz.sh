@@ -97,9 +97,31 @@ forms = {
                         "split": True}, post_processor=None, decoder={"type": "Metaspace", "replacement": sp,
                         "prepend_scheme": "always", "split": True}, model=dict(model, merges=lm, ignore_merges=True)),
 }
+# byte-level tokenizer.json: Llama 3's (Split on its pattern + ByteLevel, ignore_merges, special
+# tokens after the vocabulary, BOS template in a Sequence) and GPT-2's (ByteLevel both ways)
+bv = {chr(cps[b]): b for b in range(256)}
+for w in ["\u0120h", "\u0120hi", "12", "123", "in", "\u010a\u010a"]:
+    bv.setdefault(w, len(bv))
+bm = [["\u0120", "h"], ["\u0120h", "i"], ["1", "2"], ["12", "3"], ["i", "n"], ["\u010a", "\u010a"]]
+l3 = [{"id": len(bv) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+       "special": True} for i, c in enumerate(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])]
+l3re = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+        r"\s*[\r\n]+|\s+(?!\S)|\s+")
+bl_model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": bv}
+bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+forms["llama3"] = dict(added_tokens=l3, normalizer=None, pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": l3re}, "behavior": "Isolated", "invert": False}, dict(bl, use_regex=False)]},
+    post_processor={"type": "Sequence", "processors": [dict(bl, trim_offsets=False), dict(bos, special_tokens={
+        "<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [len(bv)], "tokens": ["<|begin_of_text|>"]}},
+        single=[{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}])]},
+    decoder=bl, model=dict(bl_model, merges=[" ".join(m) for m in bm], ignore_merges=True))
+forms["bytelevel_gpt2"] = dict(added_tokens=[dict(l3[0], content="<|endoftext|>")], normalizer=None, pre_tokenizer=bl,
+                               post_processor=bl, decoder=bl, model=dict(bl_model, merges=bm, ignore_merges=False))
 for name, f in forms.items():
+    f = dict(dict(added_tokens=added), **f)
     open(f"{d}/hf_tokenizer/{name}", "wb").write(b"j" + json.dumps(dict(version="1.0", truncation=None, padding=None,
-                                                                       added_tokens=added, **f)).encode())
+                                                                       **f)).encode())
 # Hugging Face config.json (fuzz_hf_config)
 cfgs = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2,

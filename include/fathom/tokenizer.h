@@ -22,8 +22,9 @@ extern "C" {
 #endif
 
 /* FM_TOK_GPT2: a byte-level BPE read from Hugging Face's vocab.json + merges.txt
- * (fm_tokenizer_load_gpt2); FM_TOK_LLAMA: a SentencePiece-style BPE read from
- * tokenizer.json (fm_tokenizer_load_hf_json). Both are loaded, never trained or
+ * (fm_tokenizer_load_gpt2); FM_TOK_LLAMA: a BPE read from tokenizer.json
+ * (fm_tokenizer_load_hf_json: Llama 2's SentencePiece-style form or Llama 3's
+ * byte-level one). Both are loaded, never trained or
  * saved by fathom. */
 typedef enum fm_tokenizer_kind {
     FM_TOK_BYTE = 0,
@@ -78,21 +79,28 @@ FM_API fm_tokenizer *fm_tokenizer_gpt2_from_memory(const char *vocab_json, size_
                                                    size_t merges_len, const char *vocab_name,
                                                    const char *merges_name);
 
-/* Llama / Mistral / TinyLlama: Hugging Face's tokenizer.json with a BPE model
- * over SentencePiece's "▁" (U+2581) spaces: byte_fallback (<0xXX> tokens for
- * characters outside the vocabulary), unk_token and fuse_unk, ignore_merges,
- * merges as "a b" or [a, b]; added_tokens (<s>, </s>, ...) matched in the text
- * first, each one id; normalizer null or Prepend/Replace with string patterns
- * (Llama 2's form); pre_tokenizer null or Metaspace (replacement, prepend_scheme
- * always/first/never, split); post_processor null or TemplateProcessing (its
- * "single" template: the <s> that fm_tokenizer_encode puts first); decoder
- * Replace/ByteFallback/Fuse/Strip or Metaspace. Any other part, added tokens
- * with lstrip/rstrip/single_word, and dropout are refused by name. Encoding gives
- * the ids of tokenizers' Tokenizer.encode(text); decoding its decode(ids,
- * skip_special_tokens=False), except that bytes are returned as they are (no
- * U+FFFD for an incomplete UTF-8 sequence). Malformed JSON, a merge naming a
- * token the vocabulary lacks, duplicate or missing ids are errors naming the
- * file and the entry. */
+/* Hugging Face's tokenizer.json with a BPE model, in the two families Llama-style
+ * checkpoints ship:
+ *   SentencePiece-style (Llama 2, Mistral, TinyLlama): "▁" (U+2581) spaces,
+ *     byte_fallback (<0xXX> tokens for characters outside the vocabulary), unk_token
+ *     and fuse_unk; normalizer null or Prepend/Replace with string patterns (Llama 2's
+ *     form); pre_tokenizer null or Metaspace (replacement, prepend_scheme
+ *     always/first/never, split); decoder Replace/ByteFallback/Fuse/Strip or Metaspace.
+ *   byte-level (Llama 3, GPT-2's tokenizer.json): pre_tokenizer ByteLevel (GPT-2's
+ *     pattern, add_prefix_space) or Split on Llama 3's pattern ((?i:'s|'t|'re|'ve|'m|
+ *     'll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *     \s*[\r\n]+|\s+(?!\S)|\s+) or GPT-2's, then ByteLevel without its regex;
+ *     decoder ByteLevel; post_processor ByteLevel (ids unchanged).
+ * Both: ignore_merges; merges as "a b" or [a, b]; added_tokens (<s>, </s>,
+ * <|begin_of_text|>, ...) matched in the text first, each one id; post_processor
+ * TemplateProcessing (its "single" template: the <s> or <|begin_of_text|> that
+ * fm_tokenizer_encode puts first), alone or in a Sequence with ByteLevel. Any other
+ * part or split pattern, added tokens with lstrip/rstrip/single_word, and dropout are
+ * refused by name. Encoding gives the ids of tokenizers' Tokenizer.encode(text);
+ * decoding its decode(ids, skip_special_tokens=False), except that bytes are
+ * returned as they are (no U+FFFD for an incomplete UTF-8 sequence). Malformed
+ * JSON, a merge naming a token the vocabulary lacks, duplicate or missing ids are
+ * errors naming the file and the entry. The kind is FM_TOK_LLAMA for both. */
 FM_API fm_tokenizer *fm_tokenizer_load_hf_json(const char *tokenizer_json);
 /* The same from memory; name labels the errors. */
 FM_API fm_tokenizer *fm_tokenizer_hf_json_from_memory(const char *json, size_t len, const char *name);

@@ -70,11 +70,66 @@ size_t tokz_gpt2_word_len(const unsigned char *p, size_t n) {
     return last;
 }
 
+static bool is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d): ASCII letters in either case, and U+017F (long s),
+ * which Unicode case folding makes an s. */
+static size_t contraction_ci(const unsigned char *p, size_t n) {
+    static const char *const forms[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+    if (n < 2 || p[0] != '\'') return 0;
+    if (n >= 3 && p[1] == 0xC5 && p[2] == 0xBF) return 3;
+    for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
+        size_t l = strlen(forms[k]), i = 0;
+        while (i < l && 1 + i < n && (p[1 + i] | 0x20) == forms[k][i]) i++;
+        if (i == l) return 1 + l;
+    }
+    return 0;
+}
+
+/* One match of Llama 3's pattern (tiktoken's cl100k split as Llama 3's tokenizer.json
+ * writes it; max_digits 3):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * at p: the alternatives in order, as the regex engine tries them. Every character
+ * is in one of the classes, so the matches cover the text. */
+size_t tokz_llama3_word_len(const unsigned char *p, size_t n, int max_digits) {
+    size_t l0, l1, c = contraction_ci(p, n);
+    if (c) return c;
+    int c0 = char_class(p, n, &l0);
+    if (c0 == C_LETTER) return run_of(p, n, C_LETTER);
+    /* one character that is not CR, LF, a letter or a number, then letters */
+    if (c0 != C_NUMBER && !is_crlf(p[0]) && l0 < n && char_class(p + l0, n - l0, &l1) == C_LETTER)
+        return l0 + run_of(p + l0, n - l0, C_LETTER);
+    if (c0 == C_NUMBER) {
+        size_t i = 0, l;
+        for (int d = 0; d < max_digits && i < n && char_class(p + i, n - i, &l) == C_NUMBER; d++) i += l;
+        return i;
+    }
+    /* an optional space, symbols, then any CRs and LFs */
+    size_t sp = p[0] == ' ' && n > 1 && char_class(p + 1, n - 1, &l1) == C_OTHER;
+    if (sp || c0 == C_OTHER) {
+        size_t i = sp + run_of(p + sp, n - sp, C_OTHER);
+        while (i < n && is_crlf(p[i])) i++;
+        return i;
+    }
+    /* whitespace: up to its last CR or LF if it has one; else all of it at the end of
+     * the text, all but its last character before other text, or the one character */
+    size_t i = 0, last = 0, nl_end = 0, l;
+    while (i < n && char_class(p + i, n - i, &l) == C_SPACE) {
+        if (is_crlf(p[i])) nl_end = i + 1;
+        last = i;
+        i += l;
+    }
+    if (nl_end) return nl_end;
+    if (i == n || last == 0) return i;
+    return last;
+}
+
 /* ---------------- files ---------------- */
 
 /* GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves, the
  * other 68 take the code points from 256 up, in byte order. */
-static void byte_alphabet(uint32_t cp_of[256]) {
+void tokz_byte_alphabet(uint32_t cp_of[256]) {
     int extra = 0;
     for (int b = 0; b < 256; b++) {
         bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
@@ -113,7 +168,7 @@ static fm_status read_vocab(fm_tokenizer **out, json_t *vocab, const char *vname
     }
     uint32_t cp_of[256];
     int16_t byte_of[512];
-    byte_alphabet(cp_of);
+    tokz_byte_alphabet(cp_of);
     for (int i = 0; i < 512; i++) byte_of[i] = -1;
     for (int b = 0; b < 256; b++) byte_of[cp_of[b]] = (int16_t)b;
     const char *key;

@@ -1,15 +1,23 @@
-/* SentencePiece-style BPE read from Hugging Face's tokenizer.json (Llama, Mistral,
- * TinyLlama; see fathom/tokenizer.h). The file is a pipeline of named parts; this
- * reads the forms those models use and refuses any other part by name:
+/* BPE read from Hugging Face's tokenizer.json in the two families Llama-style
+ * checkpoints ship (see fathom/tokenizer.h): SentencePiece-style (Llama 2, Mistral,
+ * TinyLlama: "▁" spaces, <0xXX> byte fallback) and byte-level (Llama 3, and GPT-2's
+ * tokenizer.json: a split pattern, then bytes in GPT-2's byte-to-unicode alphabet).
+ * The file is a pipeline of named parts; this reads the forms those models use and
+ * refuses any other part by name:
  *   added_tokens   matched in the raw text first (leftmost, then longest), each
  *                  one id; the text between them is encoded piece by piece
  *   normalizer     null, or Prepend / Replace (string patterns), alone or in a
  *                  Sequence (Llama 2's "prepend ▁, spaces to ▁")
- *   pre_tokenizer  null, or Metaspace (replacement, prepend_scheme, split)
+ *   pre_tokenizer  null; Metaspace (replacement, prepend_scheme, split); ByteLevel
+ *                  (GPT-2's pattern with use_regex, add_prefix_space); or a Sequence
+ *                  of Split (Llama 3's or GPT-2's pattern, Isolated) and ByteLevel
+ *                  without use_regex (Llama 3)
  *   model          BPE with byte_fallback (<0xXX> tokens), unk_token, fuse_unk,
  *                  ignore_merges; merges as "a b" strings or [a, b] pairs
- *   post_processor null, or TemplateProcessing's "single" (<s> $A ...)
- *   decoder        Replace / ByteFallback / Fuse / Strip in a Sequence, or Metaspace
+ *   post_processor null, TemplateProcessing's "single" (<s> $A ...), ByteLevel (ids
+ *                  unchanged), or a Sequence of ByteLevel and the template
+ *   decoder        Replace / ByteFallback / Fuse / Strip in a Sequence, Metaspace,
+ *                  or ByteLevel
  * Encoding is what `tokenizers`' Tokenizer.encode(text) gives, the template's
  * special tokens included. Merging follows tokenizers' order exactly (lowest rank
  * first, then leftmost, through a heap, so a long word costs n log n and not n^2:
@@ -27,6 +35,7 @@
 enum { MAX_STEPS = 8, MAX_TEMPLATE = 8, STR_MAX = 64 };
 enum { STEP_PREPEND, STEP_REPLACE };
 enum { SCHEME_NEVER, SCHEME_FIRST, SCHEME_ALWAYS };
+enum { SPLIT_NONE, SPLIT_GPT2, SPLIT_LLAMA3 };
 
 typedef struct {
     int kind;
@@ -48,6 +57,12 @@ struct tokz_json {
     int meta_scheme;
     char rep[8];
     size_t rep_len;
+    /* byte-level (GPT-2, Llama 3): words by a split pattern, each word's bytes written in
+     * GPT-2's byte-to-unicode alphabet before BPE; prefix: ByteLevel's add_prefix_space */
+    int split;
+    bool byte_level, prefix;
+    char alpha[256][3];
+    unsigned char alpha_len[256];
     int32_t unk, byte_tok[256];
     bool fuse_unk, ignore_merges;
     int32_t pre[MAX_TEMPLATE], post[MAX_TEMPLATE];
@@ -229,6 +244,38 @@ static bool bpe_word(const fm_tokenizer *t, const unsigned char *w, size_t n, in
 
 /* ---------------- encoding ---------------- */
 
+/* Byte-level pipeline on one piece: ByteLevel's add_prefix_space, the split pattern,
+ * then each word's bytes in the byte alphabet (2 bytes of UTF-8 at most per byte)
+ * through BPE. */
+static bool encode_bytelevel(const fm_tokenizer *t, const char *s, size_t n, idvec *out) {
+    const struct tokz_json *js = t->js;
+    char *pre = NULL;
+    if (js->prefix && n && s[0] != ' ') {
+        if (!(pre = prepend(s, n, " ", 1, &n))) return false;
+        s = pre;
+    }
+    const unsigned char *u = (const unsigned char *)s;
+    char *w = malloc(2 * n + 1);
+    int *scratch = malloc(sizeof(int) * (18 * n + 1));
+    bool ok = w && scratch;
+    for (size_t a = 0; ok && a < n;) {
+        size_t l = js->split == SPLIT_GPT2     ? tokz_gpt2_word_len(u + a, n - a)
+                   : js->split == SPLIT_LLAMA3 ? tokz_llama3_word_len(u + a, n - a, 3)
+                                               : n - a;
+        size_t wl = 0;
+        for (size_t i = a; i < a + l; i++) {
+            memcpy(w + wl, js->alpha[u[i]], js->alpha_len[u[i]]);
+            wl += js->alpha_len[u[i]];
+        }
+        ok = bpe_word(t, (const unsigned char *)w, wl, scratch, out);
+        a += l;
+    }
+    free(scratch);
+    free(w);
+    free(pre);
+    return ok;
+}
+
 /* One piece of text between added tokens: normalizer, pre-tokenizer, then BPE
  * per word. first: the piece starts the text (Metaspace's prepend_scheme first). */
 static bool encode_piece(const fm_tokenizer *t, const char *s, size_t n, bool first, idvec *out) {
@@ -254,6 +301,11 @@ static bool encode_piece(const fm_tokenizer *t, const char *s, size_t n, bool fi
             free(cur);
             cur = nx;
         }
+    }
+    if (cur && js->byte_level) {
+        bool ok = encode_bytelevel(t, cur, n, out);
+        free(cur);
+        return ok;
     }
     int *scratch = cur ? malloc(sizeof(int) * (9 * n + 1)) : NULL;
     bool ok = scratch != NULL;
@@ -326,8 +378,8 @@ void tokz_json_decode_fix(const fm_tokenizer *t, const int32_t *ids, int64_t n, 
 /* ---------------- reading tokenizer.json ---------------- */
 
 static fm_status refuse(const char *name, const char *what, const char *type) {
-    return fm_set_error(FM_ERR_FORMAT, "%s: %s \"%.40s\" is not supported (fathom reads the Llama/Mistral form: see "
-                        "docs/HF.md)", name, what, type ? type : "?");
+    return fm_set_error(FM_ERR_FORMAT, "%s: %s \"%.40s\" is not supported (fathom reads the Llama 2/Mistral and "
+                        "Llama 3/GPT-2 forms: see docs/HF.md)", name, what, type ? type : "?");
 }
 
 /* A string field of at most STR_MAX - 1 bytes into dst. */
@@ -610,9 +662,59 @@ static fm_status read_scheme(json_t *m, const char *name, const char *where, int
     return FM_OK;
 }
 
+/* The split patterns fathom has scanners for (gpt2_bpe.c), as tokenizer.json writes them. */
+static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                                     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* Split (Isolated, not inverted) with one of the known patterns, as the first step of a
+ * byte-level Sequence (Llama 3: Split, then ByteLevel without its own regex). */
+static fm_status read_split(struct tokz_json *js, json_t *p, const char *name) {
+    json_t *pat = json_object_get(p, "pattern");
+    const char *re = json_string_value(json_object_get(pat, "Regex"));
+    const char *beh = json_string_value(json_object_get(p, "behavior"));
+    if (!re) return refuse(name, "pre_tokenizer Split pattern (only Regex patterns are)", "String");
+    if (!strcmp(re, LLAMA3_PATTERN)) js->split = SPLIT_LLAMA3;
+    else if (!strcmp(re, GPT2_PATTERN)) js->split = SPLIT_GPT2;
+    else return fm_set_error(FM_ERR_FORMAT, "%s: pre_tokenizer Split pattern \"%.80s\" is not supported (fathom knows "
+                             "Llama 3's and GPT-2's patterns: see docs/HF.md)", name, re);
+    if (!beh || strcmp(beh, "Isolated")) return refuse(name, "pre_tokenizer Split behavior", beh);
+    if (json_is_true(json_object_get(p, "invert"))) return refuse(name, "pre_tokenizer Split invert", "true");
+    return FM_OK;
+}
+
+/* ByteLevel: bytes to the byte alphabet; use_regex (default true) splits with GPT-2's
+ * pattern first; add_prefix_space puts a space before a piece that lacks one. */
+static fm_status read_byte_level(struct tokz_json *js, json_t *p, bool after_split, const char *name) {
+    json_t *ur = json_object_get(p, "use_regex");
+    bool regex = !ur || json_is_true(ur);
+    if (regex && after_split) return refuse(name, "pre_tokenizer ByteLevel use_regex after a Split", "true");
+    if (json_is_true(json_object_get(p, "add_prefix_space"))) {
+        if (after_split) return refuse(name, "pre_tokenizer ByteLevel add_prefix_space after a Split", "true");
+        js->prefix = true;
+    }
+    if (regex) js->split = SPLIT_GPT2;
+    js->byte_level = true;
+    uint32_t cp_of[256];
+    tokz_byte_alphabet(cp_of);
+    for (int b = 0; b < 256; b++) js->alpha_len[b] = (unsigned char)tokz_utf8_put(cp_of[b], js->alpha[b]);
+    return FM_OK;
+}
+
 static fm_status read_pre_tokenizer(struct tokz_json *js, json_t *p, const char *name) {
     if (!p || json_is_null(p)) return FM_OK;
     const char *type = json_string_value(json_object_get(p, "type"));
+    if (type && !strcmp(type, "ByteLevel")) return read_byte_level(js, p, false, name);
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *seq = json_object_get(p, "pretokenizers"), *a = json_array_get(seq, 0), *b = json_array_get(seq, 1);
+        const char *ta = json_string_value(json_object_get(a, "type")), *tb = json_string_value(json_object_get(b, "type"));
+        if (json_array_size(seq) != 2 || !ta || !tb || strcmp(ta, "Split") || strcmp(tb, "ByteLevel"))
+            return fm_set_error(FM_ERR_FORMAT, "%s: pre_tokenizer Sequence of %zu (%.20s, %.20s, ...) is not supported "
+                                "(fathom reads Split then ByteLevel, Llama 3's form: see docs/HF.md)", name,
+                                json_array_size(seq), ta ? ta : "?", tb ? tb : "?");
+        fm_status st = read_split(js, a, name);
+        return st ? st : read_byte_level(js, b, true, name);
+    }
     if (!type || strcmp(type, "Metaspace")) return refuse(name, "pre_tokenizer", type);
     fm_status st = short_str(p, "replacement", name, "pre_tokenizer", js->rep, &js->rep_len);
     if (st == FM_OK && (!js->rep_len || js->rep_len > 4))
@@ -624,11 +726,33 @@ static fm_status read_pre_tokenizer(struct tokz_json *js, json_t *p, const char 
     return st;
 }
 
-/* TemplateProcessing's "single": special tokens around one "$A" sequence. */
+/* TemplateProcessing's "single": special tokens around one "$A" sequence. ByteLevel
+ * (alone, or with the template in a Sequence, as Llama 3 has it) only trims offsets,
+ * which fathom does not report, so it changes no id. */
+static fm_status read_template(struct tokz_json *js, json_t *p, const char *name);
 static fm_status read_post(struct tokz_json *js, json_t *p, const char *name) {
     if (!p || json_is_null(p)) return FM_OK;
     const char *type = json_string_value(json_object_get(p, "type"));
+    if (type && !strcmp(type, "ByteLevel")) return FM_OK;
+    if (type && !strcmp(type, "Sequence")) {
+        size_t i;
+        json_t *q;
+        bool templ = false;
+        json_array_foreach(json_object_get(p, "processors"), i, q) {
+            const char *tq = json_string_value(json_object_get(q, "type"));
+            if (tq && !strcmp(tq, "ByteLevel")) continue;
+            if (!tq || strcmp(tq, "TemplateProcessing") || templ) return refuse(name, "post_processor in a Sequence", tq);
+            templ = true;
+            fm_status st = read_template(js, q, name);
+            if (st) return st;
+        }
+        return FM_OK;
+    }
     if (!type || strcmp(type, "TemplateProcessing")) return refuse(name, "post_processor", type);
+    return read_template(js, p, name);
+}
+
+static fm_status read_template(struct tokz_json *js, json_t *p, const char *name) {
     size_t i;
     json_t *item;
     bool seq = false;
@@ -663,7 +787,7 @@ static fm_status read_post(struct tokz_json *js, json_t *p, const char *name) {
 
 /* ---------------- decoder: each token's text ---------------- */
 
-enum { DEC_REPLACE, DEC_BYTES };
+enum { DEC_REPLACE, DEC_BYTES, DEC_BYTELEVEL };
 typedef struct {
     int kind;
     char from[STR_MAX], to[STR_MAX];
@@ -686,6 +810,8 @@ static fm_status read_dec_step(struct tokz_json *js, json_t *d, dec_step *steps,
         *n += st == FM_OK;
     } else if (type && !strcmp(type, "ByteFallback")) {
         steps[(*n)++].kind = DEC_BYTES;
+    } else if (type && !strcmp(type, "ByteLevel")) {
+        steps[(*n)++].kind = DEC_BYTELEVEL;
     } else if (type && !strcmp(type, "Fuse")) {
         *fused = true;
     } else if (type && !strcmp(type, "Strip")) {
@@ -720,10 +846,34 @@ static int hexval(char c) {
     return -1;
 }
 
+/* ByteLevel's decoder on one token: each character of the byte alphabet back to its
+ * byte; a token with any other character keeps its UTF-8 as it is (as tokenizers
+ * does). In place: a byte is never longer than its character. */
+static void byte_level_token(char *s, size_t *len, const int16_t *byte_of) {
+    size_t o = 0;
+    for (size_t i = 0; i < *len;) {
+        uint32_t cp;
+        int l = tokz_utf8_next((const unsigned char *)s + i, *len - i, &cp);
+        if (!l || cp >= 512 || byte_of[cp] < 0) return;
+        i += (size_t)l;
+    }
+    for (size_t i = 0; i < *len;) {
+        uint32_t cp;
+        i += (size_t)tokz_utf8_next((const unsigned char *)s + i, *len - i, &cp);
+        s[o++] = (char)byte_of[cp];
+    }
+    *len = o;
+}
+
 /* The text of every token: its string through the decoder's per-token steps. */
 static fm_status token_texts(fm_tokenizer *t, const dec_step *steps, int n) {
     struct tokz_json *js = t->js;
     fm_status st = FM_OK;
+    uint32_t cp_of[256];
+    int16_t byte_of[512];
+    tokz_byte_alphabet(cp_of);
+    for (int i = 0; i < 512; i++) byte_of[i] = -1;
+    for (int b = 0; b < 256; b++) byte_of[cp_of[b]] = (int16_t)b;
     for (int id = 0; id < js->n_ids && st == FM_OK; id++) {
         size_t len = (size_t)js->key_len[id];
         char *s = malloc(len + 1), *nx;
@@ -732,6 +882,10 @@ static fm_status token_texts(fm_tokenizer *t, const dec_step *steps, int n) {
             if (steps[k].kind == DEC_BYTES) {
                 if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hexval(s[3]) >= 0 && hexval(s[4]) >= 0)
                     s[0] = (char)(hexval(s[3]) * 16 + hexval(s[4])), len = 1;
+                continue;
+            }
+            if (steps[k].kind == DEC_BYTELEVEL) {
+                byte_level_token(s, &len, byte_of);
                 continue;
             }
             nx = replace_all(s, len, steps[k].from, steps[k].from_len, steps[k].to, steps[k].to_len, &len);

@@ -53,5 +53,9 @@ void tokz_json_free(struct tokz_json *js);
 char *tokz_slurp(const char *path, size_t *len);
 /* Length of the next GPT-2 pre-token at p (n > 0 bytes): gpt2_bpe.c. */
 size_t tokz_gpt2_word_len(const unsigned char *p, size_t n);
+/* Length of the next pre-token of Llama 3's split pattern (max_digits 3): gpt2_bpe.c. */
+size_t tokz_llama3_word_len(const unsigned char *p, size_t n, int max_digits);
+/* GPT-2's byte-to-unicode alphabet: the code point (below 512) that stands for each byte. */
+void tokz_byte_alphabet(uint32_t cp_of[256]);
 
 #endif

@@ -1,7 +1,8 @@
 /* Hugging Face tokenizer files (src/tokenizer/gpt2_bpe.c, wordpiece.c,
  * hf_json_bpe.c), then an encode of mixed-script text with what loaded. The first
  * byte picks the reader: 'w' vocab.txt (the rest); 'j' tokenizer.json (the rest:
- * encode, decode, and every id's bytes); anything else GPT-2, the rest being
+ * encode, decode, every id's bytes, and an encode of the rest as text); anything
+ * else GPT-2, the rest being
  * vocab.json, a NUL, then merges.txt. */
 #include "fathom/tokenizer.h"
 #include "fuzz_util.h"
@@ -22,6 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (fm_tokenizer_decode(t, ids, n_ids, &s, &l) == FM_OK) free(s);
             free(ids);
         }
+        /* the input itself as text too (any bytes, invalid UTF-8 included), so the split
+         * patterns and added-token matching see more than one fixed sentence */
+        if (t && fm_tokenizer_encode(t, p, n < 4096 ? n : 4096, &ids, &n_ids) == FM_OK) free(ids);
         for (int i = 0; t && i < fm_tokenizer_vocab_size(t); i++) {
             const char *b;
             size_t l;

@@ -5,9 +5,12 @@ libraries (tokenizers, transformers, sentence-transformers), never committed.
                                (OUT/gpt2/vocab.json, merges.txt), the MiniLM (or a
                                trained) WordPiece vocab.txt, Llama-style tokenizer.json
                                files (OUT/llama_<form>/: BPE with byte_fallback over "▁",
-                               <s> </s> <unk>, in three pipeline forms), and
-                               OUT/expected.json: a text suite with the ids (and Llama
-                               decodes) the reference tokenizers give.
+                               <s> </s> <unk>, in three pipeline forms), byte-level
+                               tokenizer.json files (OUT/bytelevel_<form>/: Llama 3's
+                               split pattern + ByteLevel, GPT-2's tokenizer.json form,
+                               ByteLevel with add_prefix_space), and OUT/expected.json: a
+                               text suite with the ids (and tokenizer.json decodes) the
+                               reference tokenizers give.
   fixtures.py models OUT       seeded random GPT2LMHeadModel / LlamaForCausalLM checkpoints
                                (save_pretrained: tied and untied heads, GQA, rope scaling,
                                one sharded) under OUT/m_<name>/, with the tokenizer files and
@@ -85,6 +88,48 @@ LLAMA_TEXTS = TEXTS + [
     "Hello\u2581world \u2581\u2581 already-metaspaced",
 ]
 
+# Llama 3's split pattern (tokenizer.json's Split pre-tokenizer) and special tokens
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                  "<|reserved_special_token_1|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+# byte-level edge cases on top of the shared suite: the pattern's digit groups, case-folded
+# contractions, CR/LF runs, symbol runs before newlines, and Llama 3's special tokens; then
+# 400 seeded random strings (random_texts)
+BYTELEVEL_TEXTS = TEXTS + [
+    "digits 1 12 123 1234 1234567 12345678901 3.14159 1,000,000 ٣٤٥٦ ²³¹²",
+    "IT'S it'S it’s it'ſ I'LL We'Re they'VE he'D I'M o'clock 'tis",
+    "\r\n\r\n  \n x \n\n\ny  \r  z\r\r",
+    "symbols!!!\n\n\nnext ...\r\n-- end?!\n",
+    "(parens) [brackets] {braces} <angle> a(b)c \"q\"x",
+    "\tword \t\tword \u00a0word \u3000\u5b57 \u0085x _under_score_",
+    "\u00e9t\u00e9 e\u0301te\u0301 \u0915\u093f\u0924\u093e\u092c 123abc abc123",
+    "<|begin_of_text|>Hello<|eot_id|>",
+    "<|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    " <|eot_id|> spaced  <|reserved_special_token_0|><|reserved_special_token_1|>x",
+    "<|begin_of_text and <|eot_id| cut short",
+    "   trailing spaces   ",
+    "the quickbrown fox and the lazydog, naive naive",
+    "x" * 300 + "\n" + "9" * 50,
+]
+
+
+def random_texts(n, seed=17):
+    """Seeded random strings over the characters the split patterns tell apart: letters
+    (ASCII, accented, Greek, CJK, long s), digits (ASCII, Arabic-Indic, superscript),
+    spaces, tabs, CR, LF, NBSP, U+0085, ideographic space, apostrophes, contraction
+    letters, symbols, combining marks and an emoji."""
+    import random
+    r = random.Random(seed)
+    pool = list("aAsStTrReEvVmMlLdD''''   \t\r\n\r\n0123456789.,!?-()[]\"#$%&*+/:;<=>@_`{|}~") + [
+        "\u00e9", "\u00df", "\u03a3", "\u03c2", "\u5b57", "\u017f", "\u0663", "\u00b2", "\u00a0", "\u0085",
+        "\u3000", "\u0301", "\u2019", "\U0001f44d", "\u2028", "\u00bd", "\u2167"]
+    return ["".join(r.choice(pool) for _ in range(r.randint(1, 40))) for _ in range(n)]
+
+
+BYTELEVEL_TEXTS += random_texts(400)
+
 CORPUS_EXTRA = (
     "In the beginning God created the heaven and the earth. And the earth was without form, and void; "
     "and darkness was upon the face of the deep. It's they're we'll I've you'd. 12345 67890 3.14. "
@@ -135,9 +180,11 @@ def tokenizers_fixtures(out):
     cased = BertWordPieceTokenizer(vocab, lowercase=False, strip_accents=False)
     wordpiece_cased = [cased.encode(t).ids for t in TEXTS]
     llama = llama_fixtures(out, corpus)
+    bytelevel = bytelevel_fixtures(out, corpus)
     json.dump({"texts": TEXTS, "gpt2": gpt2, "wordpiece_vocab": vocab, "minilm": bool(minilm),
                "wordpiece": wordpiece, "wordpiece8": wordpiece8, "wordpiece_cased": wordpiece_cased,
-               "llama_texts": LLAMA_TEXTS, "llama": llama},
+               "llama_texts": LLAMA_TEXTS, "llama": llama, "bytelevel_texts": BYTELEVEL_TEXTS,
+               "bytelevel": bytelevel},
               open(f"{out}/expected.json", "w", encoding="utf-8"), ensure_ascii=True)
 
 
@@ -197,6 +244,58 @@ def llama_fixtures(out, corpus):
         ids = [tk.encode(t).ids for t in LLAMA_TEXTS]
         res[form] = {"ids": ids, "decoded": [tk.decode(i, skip_special_tokens=False) for i in ids],
                      "vocab_size": tk.get_vocab_size()}
+    return res
+
+
+def bytelevel_fixtures(out, corpus):
+    """Byte-level tokenizer.json files over one vocabulary that tokenizers' BpeTrainer learns
+    with Llama 3's pre-tokenizer (Split on its pattern, then ByteLevel without a regex; the
+    256-byte alphabet first), in three forms:
+    llama3   Llama 3's pipeline: that pre-tokenizer, ignore_merges, its special tokens after
+             the vocabulary, post_processor Sequence[ByteLevel, "<|begin_of_text|> $A"],
+             decoder ByteLevel;
+    gpt2     GPT-2's tokenizer.json: ByteLevel (GPT-2's pattern) both ways, <|endoftext|>;
+    prefix   ByteLevel with add_prefix_space, no post-processor."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    split = pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False)
+    llama3_pre = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tr = Tokenizer(models.BPE())
+    tr.pre_tokenizer = llama3_pre
+    tr.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=900, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    j = json.loads(tr.to_str())
+    vocab = j["model"]["vocab"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in j["model"]["merges"]]
+    # whole words no merge makes: with ignore_merges (llama3) each is one token
+    for w in ("\u0120quickbrown", "\u0120lazydog", "naive"):
+        vocab.setdefault(w, len(vocab))
+    res = {}
+    for form in ("llama3", "gpt2", "prefix"):
+        tk = Tokenizer(models.BPE(vocab=dict(vocab), merges=list(merges), ignore_merges=form == "llama3"))
+        tk.decoder = decoders.ByteLevel()
+        if form == "llama3":
+            tk.pre_tokenizer = llama3_pre
+            tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in LLAMA3_SPECIAL])
+            bos = tk.token_to_id("<|begin_of_text|>")
+            tk.post_processor = processors.Sequence([
+                processors.ByteLevel(trim_offsets=False),
+                processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                              pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                              special_tokens=[("<|begin_of_text|>", bos)])])
+        elif form == "gpt2":
+            tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tk.post_processor = processors.ByteLevel(trim_offsets=False)
+            tk.add_special_tokens([AddedToken("<|endoftext|>", normalized=False, special=True)])
+        else:
+            tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        os.makedirs(f"{out}/bytelevel_{form}", exist_ok=True)
+        tk.save(f"{out}/bytelevel_{form}/tokenizer.json")
+        ids = [tk.encode(t).ids for t in BYTELEVEL_TEXTS]
+        res[form] = {"ids": ids, "decoded": [tk.decode(i, skip_special_tokens=False) for i in ids],
+                     "vocab_size": tk.get_vocab_size()}
+        if form == "llama3":  # how many texts ignore_merges changes (0 would leave it untested here)
+            plain = Tokenizer.from_str(tk.to_str().replace('"ignore_merges":true', '"ignore_merges":false'))
+            res[form]["ignore_merges_changes"] = sum(plain.encode(t).ids != i for t, i in zip(BYTELEVEL_TEXTS, ids))
     return res
 
 
