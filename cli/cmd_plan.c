@@ -52,6 +52,8 @@ static void usage(FILE *f) {
           "  --optimizer-in-backward  free each gradient right after its update\n"
           "  --offload-optimizer    keep optimizer state in CPU memory (paged/offloaded optimizers)\n"
           "  --chunked-loss         compute the loss over vocabulary chunks (no full fp32 logits)\n"
+          "  --fused-loss           a fused cross-entropy kernel: 16-bit logits and gradient only\n"
+          "  --no-dropout           the model trains without dropout: no dropout masks kept\n"
           "  --mfu F                model FLOPs utilization (default: the GPU's figure in the database,\n"
           "                         per precision; qlora 3/4 of it)\n"
           "  --decode-efficiency F  fraction of bandwidth decoding reaches (default 0.80)\n"
@@ -139,7 +141,7 @@ static const char *const known_opts[] = {
     "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel",
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--kv-cache-dtype", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
-    "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
+    "--fused-loss", "--no-dropout", "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
     "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval", "--ranks",
 };
 
@@ -183,7 +185,7 @@ static void unknown_option(const char *opt) {
 
 static int takes_value(const char *opt) {
     static const char *const flags[] = {"--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--sequence-parallel",
-                                        "--chunked-loss", "--no-eval", "--json", "--explain", "--list-presets", "--list-gpus",
+                                        "--chunked-loss", "--fused-loss", "--no-dropout", "--no-eval", "--json", "--explain", "--list-presets", "--list-gpus",
                                         "--help", "-h"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(opt, flags[i])) return 0;
@@ -226,6 +228,8 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     else if (!strcmp(opt, "--optimizer-in-backward")) job->optimizer_in_backward = 1;
     else if (!strcmp(opt, "--offload-optimizer")) job->offload_optimizer = 1;
     else if (!strcmp(opt, "--chunked-loss")) job->chunked_loss = 1;
+    else if (!strcmp(opt, "--fused-loss")) job->fused_loss = 1;
+    else if (!strcmp(opt, "--no-dropout")) job->no_dropout = 1;
     else if (!strcmp(opt, "--sequence-parallel")) job->sequence_parallel = 1;
     else if (!strcmp(opt, "--no-eval")) a->no_eval = 1;
     INT_OPT("--grad-accum", 1, 1000000, a->grad_accum)

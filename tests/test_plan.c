@@ -482,6 +482,35 @@ static void test_train_memory(void) {
     CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
     CHECK_NEAR(mem.activations, (L * 2 * s * b * h + s * b * h * 34) * 2, 1e-12);
 
+    /* Without dropout (Llama, MPT) no masks are kept: Korthikanti's 34 less
+     * the two 1-byte masks is 32, and eager attention keeps 2as^2b of scores
+     * (the softmax output) instead of 5. A fused cross-entropy kernel keeps
+     * the logits and their gradient at the compute width. */
+    j.no_dropout = 1;
+    j.checkpointing = FM_PLAN_CKPT_NONE;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.activations, L * s * b * h * (32 + 2 * a * s / h) * 2, 1e-12);
+    j.flash_attention = 1;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.activations, L * s * b * h * 32 * 2, 1e-12);
+    j.checkpointing = FM_PLAN_CKPT_FULL;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.activations, (L * 2 * s * b * h + s * b * h * 32) * 2, 1e-12);
+    j.fused_loss = 1;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.logits, b * s * V * 4 * 2, 1e-12); /* fp32 here: 4 B logits + 4 B gradient */
+    j.precision = FM_PLAN_BF16;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);
+    CHECK_NEAR(mem.logits, b * s * V * 2 * 2, 1e-12);
+    j.chunked_loss = 1;
+    CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) != FM_OK);
+    CHECK(strstr(fm_last_error(), "--fused-loss") != NULL);
+    j.chunked_loss = 0;
+    j.fused_loss = 0;
+    j.no_dropout = 0;
+    j.flash_attention = 0;
+    j.precision = FM_PLAN_FP32;
+
     /* Mixed-precision AdamW: 2 + 2 + 12 = 16 B/param; SGD fp32: 4 + 4 + 4. */
     j.precision = FM_PLAN_BF16;
     CHECK(fm_plan_memory_at(&m, &j, 1, &mem, NULL) == FM_OK);

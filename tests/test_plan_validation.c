@@ -19,11 +19,12 @@
 /* Training-time limits. The issue's goal is median <= 10%, worst <= 30%.
  * Neither is met: the worst is Llama 3's 8B (about twice the GPU-hours its
  * FLOPs need on H100, which one achievable MFU per GPU cannot reproduce), and
- * the median is 11.8% since MosaicML's llm-foundry benchmarks joined the table
+ * the median is 14.0% since MosaicML's llm-foundry benchmarks joined the table
  * (8-64 GPUs run 15-35% faster than the MFUs calibrated on thousand-GPU runs
- * allow). The limits below only guard today's figures against getting worse.
+ * allow; 11.8% before their three rows the memory model used to refuse were
+ * scored). The limits below only guard today's figures against getting worse.
  * docs/PLANNER.md says so beside the table. */
-#define TRAIN_MEDIAN 0.12
+#define TRAIN_MEDIAN 0.145
 #define TRAIN_WORST 0.60
 /* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal; see
  * docs/PLANNER.md for why the plan is optimistic on short prompts. */
@@ -91,6 +92,8 @@ static int apply_spec(const char *spec, fm_plan_model *m, fm_plan_job *j, char *
             else if (!strcmp(k, "oib")) j->optimizer_in_backward = (int)d;
             else if (!strcmp(k, "offload")) j->offload_optimizer = (int)d;
             else if (!strcmp(k, "chunked")) j->chunked_loss = (int)d;
+            else if (!strcmp(k, "fused")) j->fused_loss = (int)d;
+            else if (!strcmp(k, "no_dropout")) j->no_dropout = (int)d;
             else if (!strcmp(k, "kv8")) j->kv_cache_8bit = (int)d;
             else if (!strcmp(k, "in")) io[0] = d;
             else if (!strcmp(k, "out")) io[1] = d;

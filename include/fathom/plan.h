@@ -171,6 +171,10 @@ typedef struct fm_plan_job {
     int optimizer_in_backward;/* 1: each gradient is freed right after its update */
     int offload_optimizer;    /* 1: optimizer state lives in CPU memory (paged/offloaded) */
     int chunked_loss;         /* 1: logits kept 16-bit, fp32 loss computed chunk by chunk */
+    int fused_loss;           /* 1: a fused cross-entropy kernel (flash-attn's, Liger's): the 16-bit logits and
+                                 their 16-bit gradient, no fp32 copies */
+    int no_dropout;           /* 1: the model trains without dropout (p = 0, as Llama and MPT do): no dropout
+                                 masks are kept (Korthikanti's 2sbh per layer, and as^2b with eager attention) */
     double mfu;               /* 0: the GPU's achievable MFU from the database (per precision) */
     double decode_efficiency; /* fraction of memory bandwidth decoding reaches */
     double context_gib;       /* CUDA context + framework overhead per GPU */

@@ -109,6 +109,8 @@ fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
                             "add --tensor-parallel N (N >= 2)");
     if (job->precision == FM_PLAN_FP8 && (job->task == FM_PLAN_QLORA))
         return fm_set_error(FM_ERR_INVALID, "qlora keeps a 4-bit base; fp8 does not apply (use --precision bf16)");
+    if (job->fused_loss && job->chunked_loss)
+        return fm_set_error(FM_ERR_INVALID, "--fused-loss and --chunked-loss are two ways of computing the loss: give one");
     if (job->kv_cache_8bit && job->task != FM_PLAN_INFERENCE)
         return fm_set_error(FM_ERR_INVALID, "--kv-cache-dtype %s is for inference: training keeps no KV cache",
                             job->kv_cache_8bit == 2 ? "int8" : "fp8");
@@ -209,9 +211,15 @@ static double stored_weights(const fm_plan_model *m, fm_plan_precision p, plan_s
 /* Korthikanti et al. 2022: activation bytes of one transformer layer at 16 bits,
  * s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tensor-parallel degree t (34 + 5as/h at
  * t = 1). Flash attention or selective recompute drops the s^2 term. */
-static double korthikanti_layer(double s, double b, double h, double a, double t, int drop_scores, int sp) {
-    /* Sequence parallelism splits the 10sbh of norms and dropouts t ways too. */
-    double coef = (sp ? 10 / t : 10) + 24 / t + (drop_scores ? 0 : 5 * a * s / (h * t));
+static double korthikanti_layer(double s, double b, double h, double a, double t, int drop_scores, int sp, int dropout) {
+    /* The 10sbh not split by tensor parallelism is the two norms' inputs
+     * (4), the QKV and MLP inputs (4) and the two dropout masks (2, one byte
+     * per element); sequence parallelism splits it t ways too. Without
+     * dropout the masks are not kept (8 instead of 10), and eager attention
+     * keeps the softmax output (2as^2b, also the input of scores x V) but no
+     * mask (as^2b) and no dropped copy (2as^2b): 2 instead of 5. */
+    double unsplit = dropout ? 10 : 8, scores = dropout ? 5 : 2;
+    double coef = (sp ? unsplit / t : unsplit) + 24 / t + (drop_scores ? 0 : scores * a * s / (h * t));
     return s * b * h * coef;
 }
 
@@ -367,7 +375,9 @@ static void memory_train_acts(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) 
         o->activations = act;
     } else {
         int drop = job->flash_attention || job->checkpointing != FM_PLAN_CKPT_NONE;
-        double layer = korthikanti_layer(s, b, h, a, t, drop, job->sequence_parallel) * ab / 2;
+        int dropout = !job->no_dropout;
+        double unsplit = dropout ? 10 : 8;
+        double layer = korthikanti_layer(s, b, h, a, t, drop, job->sequence_parallel, dropout) * ab / 2;
         double act;
         if (job->checkpointing == FM_PLAN_CKPT_FULL) {
             /* Each layer's input (2sbh at 16 bits) is kept; one layer is
@@ -375,22 +385,26 @@ static void memory_train_acts(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) 
             double kept = L * 2 * s * b * h * ab / 2;
             act = kept + layer;
             if (ex)
-                plan_sb_printf(ex, "  activations (full recompute) = layers x 2sbh + one layer recomputed s*b*h*(%s)\n"
+                plan_sb_printf(ex, "  activations (full recompute) = layers x 2sbh + one layer recomputed s*b*h*(%s)%s\n"
                                    "        = %.0f x 2 x %.0f x %.0f x %.0f%s + %.3f GiB = %.3f GiB\n",
-                               t > 1 ? "10 + 24/t" : "34", L, s, b, h, ab == 4 ? " x 2 (fp32)" : "", gib(layer), gib(act));
+                               t > 1 ? (dropout ? "10 + 24/t" : "8 + 24/t") : (dropout ? "34" : "32"),
+                               dropout ? "" : " (no dropout masks)", L, s, b, h, ab == 4 ? " x 2 (fp32)" : "", gib(layer),
+                               gib(act));
         } else {
             act = L * layer;
             if (ex) {
                 if (drop)
-                    plan_sb_printf(ex, "  activations (Korthikanti, %s: no s^2 scores) = layers x s*b*h*(10 + 24/t)%s\n"
+                    plan_sb_printf(ex, "  activations (Korthikanti, %s: no s^2 scores%s) = layers x s*b*h*(%.0f%s + 24/t)%s\n"
                                        "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
                                    job->checkpointing == FM_PLAN_CKPT_SELECTIVE ? "selective recompute" : "flash attention",
-                                   ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, (10 + 24.0 / t) * ab / 2, gib(act));
+                                   dropout ? "" : ", no dropout masks", unsplit, job->sequence_parallel ? "/t" : "",
+                                   ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, layer / (s * b * h), gib(act));
                 else
-                    plan_sb_printf(ex, "  activations (Korthikanti, no recompute) = layers x s*b*h*(10 + 24/t + 5*a*s/(h*t))%s\n"
+                    plan_sb_printf(ex, "  activations (Korthikanti, no recompute%s) = layers x s*b*h*(%.0f%s + 24/t + %.0f*a*s/(h*t))%s\n"
                                        "        = %.0f x %.0f x %.0f x %.0f x %.4g = %.3f GiB\n",
-                                   ab == 4 ? " x 2 (fp32)" : "", L, s, b, h,
-                                   (10 + 24.0 / t + 5 * a * s / (h * t)) * ab / 2, gib(act));
+                                   dropout ? "" : ", no dropout masks", unsplit, job->sequence_parallel ? "/t" : "",
+                                   dropout ? 5.0 : 2.0, ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, layer / (s * b * h),
+                                   gib(act));
             }
         }
         o->activations = act;
@@ -399,7 +413,13 @@ static void memory_train_acts(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) 
     if (decoder || (m->arch == FM_PLAN_ARCH_BERT && job->task == FM_PLAN_TRAIN)) {
         double frac = decoder ? 1 : 0.15; /* BERT pretraining scores the 15% masked positions */
         double n = b * s * V * frac / t;
-        if (job->chunked_loss) {
+        if (job->fused_loss) {
+            /* A fused kernel computes the loss from the 16-bit logits and
+             * writes their 16-bit gradient: no fp32 logits or softmax. */
+            o->logits = n * ab * 2;
+            if (ex) plan_sb_printf(ex, "  logits (fused cross-entropy) = b*s*V%s x %.0f B x 2 (logits + their gradient) = %.4g x %.0f = %.3f GiB\n",
+                                   t > 1 ? "/tp" : "", ab, n, ab * 2, gib(o->logits));
+        } else if (job->chunked_loss) {
             o->logits = n * ab + n * 4 / 8;
             if (ex) plan_sb_printf(ex, "  logits (chunked loss) = b*s*V x %.0f B + one of 8 fp32 chunks = %.4g x %.0f + %.4g x 0.5 = %.3f GiB\n",
                                    ab, n, ab, n, gib(o->logits));

@@ -75,6 +75,8 @@ static void describe_job(plan_sb *sb, const fm_plan_result *r) {
         if (j->optimizer_in_backward) plan_sb_printf(sb, ", optimizer in backward");
         if (j->offload_optimizer) plan_sb_printf(sb, ", optimizer offloaded to CPU");
         if (j->chunked_loss) plan_sb_printf(sb, ", chunked loss");
+        if (j->fused_loss) plan_sb_printf(sb, ", fused loss");
+        if (j->no_dropout) plan_sb_printf(sb, ", no dropout");
     }
     plan_sb_printf(sb, ", tensor-parallel %d, GPUs %s", j->tensor_parallel, j->gpus > 0 ? "" : "as needed");
     if (j->gpus > 0) plan_sb_printf(sb, "%d", j->gpus);
@@ -330,6 +332,8 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(job, "optimizer_in_backward", json_boolean(j->optimizer_in_backward));
     json_object_set_new(job, "offload_optimizer", json_boolean(j->offload_optimizer));
     json_object_set_new(job, "chunked_loss", json_boolean(j->chunked_loss));
+    json_object_set_new(job, "fused_loss", json_boolean(j->fused_loss));
+    json_object_set_new(job, "dropout", json_boolean(!j->no_dropout));
     json_object_set_new(job, "kv_cache_dtype", json_string(j->kv_cache_8bit == 1 ? "fp8" : j->kv_cache_8bit == 2 ? "int8" : "auto"));
     json_object_set_new(root, "job", job);
 
