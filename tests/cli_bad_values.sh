@@ -125,6 +125,18 @@ relu 5|relu takes 0 numbers, got 1
 flatten start=1|unknown option 'start' (flatten takes no options)
 EOF
 
+# ---- a line longer than the INI reader's buffer (199 characters): inih cut it there and parsed the rest as the next
+# line (a continuation of the value when it starts with a space), so a long comment could change a value ----
+plain "$tmp/long.ini"
+sed -i "s|^layer = linear 4\$|layer = linear 4$(printf '%*s' 250 '')# a long trailing comment|" "$tmp/long.ini"
+refuse "long.ini:10:" "longer than 199 characters" -- "$bin" train "$tmp/long.ini" --out "$tmp/p-out" --no-eval
+plain "$tmp/long2.ini"
+sed -i "s|^lr = 0.01\$|lr = 0.01$(printf '%*s' 200 '')5|" "$tmp/long2.ini"
+refuse "long2.ini:17:" "longer than 199 characters" -- "$bin" train "$tmp/long2.ini" --out "$tmp/p-out" --no-eval
+gpt "$tmp/glong.ini"
+sed -i "s|^steps = 2\$|steps = 2$(printf '%*s' 250 '')0|" "$tmp/glong.ini"
+refuse "glong.ini: line 14:" "longer than 199 characters" -- "$bin" train "$tmp/glong.ini" --out "$tmp/g-out"
+
 # ---- the plain trainer's flags: whole numbers within their fields' ranges ----
 plain "$tmp/ok.ini"
 for args in "--epochs 1e10" "--batch 1e300" "--threads 1e10" "--max-steps 1e30" "--epochs 4294967296" \

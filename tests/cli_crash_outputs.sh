@@ -161,4 +161,15 @@ expect 0 "" "$bin" export "$tmp/model-b" -o "$tmp/ref-export_onnx"
 expect 0 "" "$bin" compile "$tmp/model-b" -o "$tmp/ref-compile"
 [[ ! -e $tmp/ref-export_onnx.tmp.999999 && ! -e $tmp/ref-compile.tmp.999999 && -e $tmp/ref-export_onnx.tmpx ]] &&
   ok "a dead process's temporaries removed, other names kept" || bad "stale temporaries: $(ls "$tmp")"
+# pids are reused: a temporary named after a live process that started after the temporary was last changed
+# (here this test's shell, for a file dated an hour back) is stale too; one of the same live process changed since
+# it started is kept
+touch -d '1 hour ago' "$tmp/ref-export_onnx.tmp.$$"
+touch "$tmp/ref-compile.tmp.$$"
+expect 0 "" "$bin" export "$tmp/model-b" -o "$tmp/ref-export_onnx"
+expect 0 "" "$bin" compile "$tmp/model-b" -o "$tmp/ref-compile"
+[[ ! -e $tmp/ref-export_onnx.tmp.$$ && -e $tmp/ref-compile.tmp.$$ ]] &&
+  ok "a temporary older than the live process that now has its pid removed, a newer one kept" ||
+  bad "recycled pid: $(ls "$tmp")"
+rm -f "$tmp/ref-compile.tmp.$$"
 cli_end cli_crash_outputs

@@ -13,6 +13,7 @@
 #include <ini.h>
 
 #include "fathom/gpt.h"
+#include "io/io_internal.h" /* fm_ini_text: inih over text, long lines refused */
 
 typedef struct recipe_ctx {
     fm_gpt_recipe *r;
@@ -126,11 +127,24 @@ fm_status fm_gpt_recipe_load(const char *path, fm_gpt_recipe *out) {
     recipe_ctx c;
     memset(&c, 0, sizeof c);
     c.r = out;
-    int rc = ini_parse(path, on_key, &c);
-    if (rc == 0) return FM_OK;
+    fm_status st;
+    const char *why;
+    char *text = fm_read_text_file(path, 1 << 20, &st, &why);
+    if (!text) {
+        if (st == FM_ERR_IO) return fm_set_error(FM_ERR_IO, "%s: cannot read the recipe: %s", path, strerror(errno));
+        if (st == FM_ERR_OOM) return fm_set_error(FM_ERR_OOM, "%s: out of host memory while reading the recipe", path);
+        return fm_set_error(FM_ERR_FORMAT, "%s: not a recipe (%s)", path, why);
+    }
+    fm_ini_text src = {.text = text};
+    int rc = ini_parse_stream(fm_ini_text_reader, &src, on_key, &c);
+    free(text);
+    if (rc == 0 && !src.long_line) return FM_OK;
     fm_gpt_recipe_free(out);
-    if (rc == -1) return fm_set_error(FM_ERR_IO, "%s: cannot read the recipe", path);
     if (rc == -2) return fm_set_error(FM_ERR_OOM, "%s: out of host memory while reading the recipe", path);
+    if (rc <= 0)
+        return fm_set_error(FM_ERR_FORMAT, "%s: line %d: the line is longer than %d characters (the most a recipe line "
+                            "may have): shorten it or move its comment to a line of its own", path, src.long_line,
+                            src.max_len);
     return fm_set_error(FM_ERR_INVALID, "%s: line %d: %s", path, rc, c.err[0] ? c.err : "syntax error");
 }
 

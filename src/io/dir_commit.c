@@ -75,7 +75,45 @@ static long sibling_pid(const char *name, const char *base, bool *old) {
     return *end || errno || v <= 0 ? -1 : v;
 }
 
-static bool process_gone(long pid) { return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+/* When process pid started, in seconds since the epoch (Linux: field 22 of
+ * /proc/PID/stat, clock ticks since boot, plus /proc/stat's btime); -1 when it
+ * cannot be read. */
+static double process_start(long pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *s = strrchr(buf, ')'); /* the command may hold spaces and parentheses; the fields after it do not */
+    if (!s) return -1;
+    int field = 2;
+    unsigned long long ticks = 0;
+    for (char *save = NULL, *t = strtok_r(s + 1, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        if (++field == 22) { ticks = strtoull(t, NULL, 10); break; }
+    if (field != 22) return -1;
+    f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    long long btime = -1;
+    while (fgets(buf, sizeof buf, f))
+        if (!strncmp(buf, "btime ", 6)) btime = atoll(buf + 6);
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return btime > 0 && hz > 0 ? (double)btime + (double)ticks / (double)hz : -1;
+}
+
+/* The writer of a temporary named after pid is gone: no process has that pid,
+ * or (pids are reused, soon in a container) the process that has it now
+ * started after the temporary was last changed, so it cannot be its writer.
+ * Two seconds of slack cover btime's rounding. */
+static bool writer_gone(long pid, const char *tmp_path) {
+    if (pid == (long)getpid()) return false;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return true;
+    struct stat sb;
+    double start = process_start(pid);
+    return start > 0 && lstat(tmp_path, &sb) == 0 && (double)sb.st_mtime < start - 2;
+}
 
 int fm_stale_sweep(const char *path, FILE *log) {
     char dir[PATH_MAX], p[PATH_MAX];
@@ -91,8 +129,7 @@ int fm_stale_sweep(const char *path, FILE *log) {
     while ((e = readdir(d)) != NULL) {
         bool old = false;
         long pid = sibling_pid(e->d_name, base, &old);
-        if (pid < 0 || !process_gone(pid)) continue;
-        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+        if (pid < 0 || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p || !writer_gone(pid, p)) continue;
         if (old && lstat(path, &sb) != 0 && errno == ENOENT) {
             /* the fallback commit died between its two renames: the old output goes back */
             if (rename(p, path) == 0) {

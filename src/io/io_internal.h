@@ -24,6 +24,22 @@
 
 #include "fathom/io.h"
 
+/* ---- INI text (ini_text.c) ---- */
+/* libinih's reader over text in memory, one line per call. A line longer than
+ * inih's buffer stops the parse (NULL) with long_line set to its number and
+ * max_len to the limit, where inih itself would cut it and parse the rest as
+ * another line. Zero-initialize, set text, pass as ini_parse_stream's stream. */
+typedef struct fm_ini_text {
+    const char *text;
+    size_t pos;
+    int line, long_line, max_len;
+} fm_ini_text;
+char *fm_ini_text_reader(char *str, int num, void *stream);
+/* A whole small text file (at most max bytes, no NUL byte), NUL-terminated, for
+ * the caller to free; NULL with *st and *why ("cannot open", "too large", "not a
+ * text file", ...) when it cannot be had (errno holds fopen's reason). */
+char *fm_read_text_file(const char *path, size_t max, fm_status *st, const char **why);
+
 /* ---- fault injection ---- */
 typedef enum { FM_FAULT_WRITE, FM_FAULT_RENAME } fm_fault_kind;
 /* Counts one operation of `kind` on `path`; returns 0, or -1 with errno = EIO

@@ -19,6 +19,7 @@
 #include <ini.h>
 
 #include "fathom/recipe.h"
+#include "io/io_internal.h" /* fm_ini_text: inih over text, long lines refused */
 
 #ifndef FATHOM_DATA_DIR
 #define FATHOM_DATA_DIR "data"
@@ -58,25 +59,14 @@ bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n) {
 
 typedef struct parse_ctx {
     fm_recipe *r;
-    const char *text;
-    size_t pos;
-    int line;
+    fm_ini_text src; /* src.line: the line inih is on (it reports only syntax errors' lines) */
     int err_line;
     char err[400];
 } parse_ctx;
 
 static char *reader(char *str, int num, void *stream) {
     parse_ctx *c = stream;
-    if (!c->text[c->pos]) return NULL;
-    int i = 0;
-    while (i < num - 1 && c->text[c->pos]) {
-        char ch = c->text[c->pos++];
-        str[i++] = ch;
-        if (ch == '\n') break;
-    }
-    str[i] = 0;
-    c->line++;
-    return str;
+    return fm_ini_text_reader(str, num, &c->src);
 }
 
 static int fail(parse_ctx *c, const char *fmt, ...) {
@@ -85,7 +75,7 @@ static int fail(parse_ctx *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(c->err, sizeof c->err, fmt, ap);
     va_end(ap);
-    c->err_line = c->line;
+    c->err_line = c->src.line;
     return 0;
 }
 
@@ -194,7 +184,7 @@ static int handler(void *user, const char *section, const char *name, const char
                 return fail(c, "model.layer: longer than %d characters: '%.40s...'", (int)sizeof r->layers[0].spec - 1, value);
             fm_recipe_layer *l = &r->layers[r->n_layers++];
             snprintf(l->spec, sizeof l->spec, "%s", value);
-            l->line = c->line;
+            l->line = c->src.line;
         } else if (!strcmp(name, "init")) {
             static const char *inits[] = {"default", "kaiming", "xavier", "normal"};
             int k = -1;
@@ -291,8 +281,14 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
     parse_ctx c;
     memset(&c, 0, sizeof c);
     c.r = r;
-    c.text = text;
+    c.src.text = text;
     int line = ini_parse_stream(reader, &c, handler, &c);
+    if (c.src.long_line && !c.err_line) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: the line is longer than %d characters (the most a recipe line may "
+                            "have): shorten it or move its comment to a line of its own", r->path, c.src.long_line,
+                            c.src.max_len);
+    }
     if (c.err_line) {
         fm_recipe_free(r);
         return fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", r->path, c.err_line, c.err);
@@ -300,7 +296,7 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
     if (line != 0) {
         fm_recipe_free(r);
         return fm_set_error(FM_ERR_FORMAT, "%s:%d: expected 'key = value', '[section]' or a comment", r->path,
-                            line < 0 ? c.line : line);
+                            line < 0 ? c.src.line : line);
     }
     if (!r->input_ndim || !r->n_layers) {
         fm_recipe_free(r);
@@ -318,24 +314,18 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
 fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out) {
     char path[PATH_MAX];
     bool builtin = fm_recipe_resolve(name_or_path, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (builtin)
+    fm_status st;
+    const char *why;
+    char *buf = fm_read_text_file(path, 1 << 20, &st, &why);
+    if (!buf) {
+        if (st == FM_ERR_IO && builtin)
             return fm_set_error(FM_ERR_IO, "no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)",
                                 name_or_path, path);
-        return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));
+        if (st == FM_ERR_IO) return fm_set_error(FM_ERR_IO, "cannot open recipe %s: %s", path, strerror(errno));
+        if (st == FM_ERR_OOM) return fm_set_error(FM_ERR_OOM, "out of host memory");
+        return fm_set_error(FM_ERR_FORMAT, "%s: not a recipe (%s)", path, why);
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    if (n < 0 || n > (1 << 20)) { fclose(f); return fm_set_error(FM_ERR_FORMAT, "%s: not a recipe (too large)", path); }
-    char *buf = malloc((size_t)n + 1);
-    if (!buf) { fclose(f); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
-    if (memchr(buf, 0, got)) { free(buf); return fm_set_error(FM_ERR_FORMAT, "%s: not a text file", path); }
-    fm_status st = fm_recipe_parse(buf, path, out);
+    st = fm_recipe_parse(buf, path, out);
     free(buf);
     return st;
 }
