@@ -150,6 +150,8 @@ static void test_db(void) {
     g = fm_plan_db_find(db, "h100 sxm");
     CHECK(g && g->bf16_tflops == 989); /* not the 1979 sparse headline */
     CHECK(g && g->fp8_tflops == 1979); /* fp8 dense: twice the 16-bit rate on Hopper */
+    /* measured matmul ceilings (stas00/ml-engineering's MAMF table), with their source */
+    CHECK(g && g->matmul_bf16 == 0.803 && g->matmul_fp8 == 0.709 && strstr(g->matmul_source, "b9e2972"));
     g = fm_plan_db_find(db, "T4");
     CHECK(g && !g->bf16 && g->fp8_tflops < 0);
     /* ECC on GDDR6 takes 1/16: nvidia-smi shows 15360 MiB = 15 GiB, not 16 */
@@ -215,6 +217,11 @@ static void test_db(void) {
         {"\"memory_gb\": 16384", "\"memory_gb\": 16", "field \"memory_gb\" is 16384, beyond any real GPU"},
         {"\"link_gbs\": 16}", "\"link_gbs\": 16, \"gpus_per_node\": 8, \"inter_node_gbs\": 12.5}",
          "missing field \"interconnect.gpus_per_node\""},
+        /* the optional measured matmul ceiling: a fraction of the peak, with its source */
+        {"\"source\": \"s\", \"matmul\": {\"bf16\": 87, \"fp8\": null, \"source\": \"m\"}},", "\"source\": \"s\"},",
+         "field \"mfu.matmul.bf16\" is outside (0, 1]"},
+        {"\"source\": \"s\", \"matmul\": {\"bf16\": 0.87, \"fp8\": null}},", "\"source\": \"s\"},",
+         "missing field \"mfu.matmul.source\""},
     };
     const char *good =
         "{\n  \"gpus\": [\n"
@@ -231,6 +238,7 @@ static void test_db(void) {
     fclose(f);
     fm_plan_db *ok = fm_plan_db_load(bad);
     CHECK(ok && ok->count == 1 && ok->gpus[0].gpus_per_node == 8 && ok->gpus[0].fp8_tflops < 0);
+    CHECK(ok && ok->gpus[0].matmul_bf16 < 0 && ok->gpus[0].matmul_fp8 < 0); /* optional: not measured */
     fm_plan_db_free(ok);
     for (size_t w = 0; w < sizeof wrong / sizeof wrong[0]; w++) {
         char text[2048];
@@ -377,14 +385,19 @@ static void test_serving(void) {
         double blocks = floor((80 * GIB - fixed) / (16 * 524288.0 * 1.1));
         CHECK(row->kv_capacity_seqs == (int64_t)floor(blocks / 128));
         CHECK(row->decode_batch == (row->kv_capacity_seqs < 256 ? row->kv_capacity_seqs : 256));
-        /* prefill = 1792 x (2N + 2 x 32 x 4096 x 1792) / (1000e12 x 0.5) */
-        CHECK_NEAR(row->prefill_s, 1792 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 1792) / 5e14, 1e-12);
+        /* prefill = 1792 x (2N + 2 x 32 x 4096 x 1792) / (1000e12 x 0.8, the
+         * card's matmul ceiling, not its training MFU of 0.5) + the memory-bound
+         * ops between the GEMMs: 1792 tokens x 32 layers x (12h + 4kv + 3ffn =
+         * 98560 elements) x 2 B / (0.8 x 2000 GB/s) */
+        CHECK_NEAR(row->prefill_s, 1792 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 1792) / 8e14 +
+                                       1792 * 32 * 98560.0 * 2 / 1.6e12, 1e-12);
         CHECK(row->ttft_s == row->prefill_s);
         double per_req = row->prefill_s + 256 * row->step_s / (double)row->decode_batch;
         CHECK(row->replicas == (int)ceil(10 * per_req));
     }
     /* A short prompt is bound by one read of the weights, not by its FLOPs:
-     * 64 tokens x (2N + 2 x 32 x 4096 x 64) / (1000e12 x 0.5) = 1.7 ms against
+     * 64 tokens x (2N + 2 x 32 x 4096 x 64) / (1000e12 x 0.8) = 1.1 ms + 0.25 ms
+     * of memory-bound ops against
      * (weights - the untied input table, 32000 x 4096 x 2 B) / (0.8 x 2000 GB/s)
      * = 8.3 ms. In tensor parallel over 2 GPUs the prefill also pays 2
      * all-reduces per layer of 64 x 4096 x 2 B: ring = bytes / 400 GB/s + 2 hops
@@ -396,7 +409,7 @@ static void test_serving(void) {
         js.seq = 64;
         const fm_plan_row *r1 = plan_on_test(&m, &js, "Test NVL 80");
         CHECK(r1 != NULL);
-        double cmp = 64 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 64) / 5e14;
+        double cmp = 64 * (2 * 6738415616.0 + 2 * 32 * 4096.0 * 64) / 8e14 + 64 * 32 * 98560.0 * 2 / 1.6e12;
         double rd1 = r1 ? (r1->mem.weights - 32000.0 * 4096 * 2) / (0.8 * 2000e9) : 0;
         CHECK(cmp < rd1);
         if (r1) CHECK_NEAR(r1->prefill_s, rd1, 1e-12);

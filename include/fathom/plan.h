@@ -50,6 +50,12 @@ typedef struct fm_plan_gpu {
      * per precision (< 0: unknown), with where the figure comes from. */
     double mfu_fp32, mfu_bf16, mfu_fp8;
     char mfu_source[256];
+    /* Measured maximum achievable matmul efficiency (a large dense GEMM's
+     * fraction of the peak) for 16-bit and fp8 inputs, < 0 where not measured;
+     * forward-only inference (prefill, compute-bound decode) runs its GEMMs at
+     * it. Optional in the database ("mfu": {"matmul": {...}}). */
+    double matmul_bf16, matmul_fp8;
+    char matmul_source[256];
     int bf16;              /* 1 if the card computes in bf16 (T4 does not) */
     char link[64];         /* interconnect name */
     int nvlink;

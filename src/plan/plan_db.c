@@ -175,6 +175,27 @@ static int parse_entry(json_t *e, fm_plan_gpu *g, char *field, size_t fcap, cons
         if (*md[i] > 1) { *bad = "above 1 (a fraction of the peak) in"; snprintf(field, fcap, "mfu.%s", mk[i]); return 0; }
     }
     if (!get_str(mf, "source", g->mfu_source, sizeof g->mfu_source, bad)) { snprintf(field, fcap, "mfu.source"); return 0; }
+    /* Optional: the measured maximum achievable matmul efficiency. */
+    g->matmul_bf16 = g->matmul_fp8 = -1;
+    g->matmul_source[0] = 0;
+    json_t *mm = json_object_get(mf, "matmul");
+    if (mm) {
+        if (!json_is_object(mm)) { *bad = "not an object in"; snprintf(field, fcap, "mfu.matmul"); return 0; }
+        static const char *const mmk[] = {"bf16", "fp8"};
+        double *mmd[] = {&g->matmul_bf16, &g->matmul_fp8};
+        for (int i = 0; i < 2; i++) {
+            if (!get_num(mm, mmk[i], 1, 0, mmd[i], bad)) { snprintf(field, fcap, "mfu.matmul.%s", mmk[i]); return 0; }
+            if (*mmd[i] == 0 || *mmd[i] > 1) {
+                *bad = "outside (0, 1]: a fraction of the peak, in";
+                snprintf(field, fcap, "mfu.matmul.%s", mmk[i]);
+                return 0;
+            }
+        }
+        if (!get_str(mm, "source", g->matmul_source, sizeof g->matmul_source, bad)) {
+            snprintf(field, fcap, "mfu.matmul.source");
+            return 0;
+        }
+    }
 
     json_t *pr = json_object_get(e, "prices");
     if (!pr || !json_is_object(pr)) {

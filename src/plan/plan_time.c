@@ -22,8 +22,10 @@
  * Serving (decoder models): a decode step reads the weights a batch touches
  * and every sequence's KV cache at the achievable bandwidth, or is bound by
  * compute, whichever is slower, plus 2 tensor-parallel all-reduces per layer.
- * A prefill (the time to first token) is likewise the slower of its FLOPs and
- * one read of the weights, plus its 2 all-reduces per layer.
+ * A prefill (the time to first token) is the slower of its compute (GEMMs and
+ * attention, plus the memory-bound ops between them) and one read of the
+ * weights, plus its 2 all-reduces per layer. A prefill computes at the
+ * measured matmul ceiling (MAMF), not the training MFU.
  * KV capacity counts 16-token pages in the memory the weights leave. */
 #include <math.h>
 #include <stdio.h>
@@ -234,6 +236,29 @@ static double unread_table_bytes(const fm_plan_model *m, const fm_plan_job *job)
     return rows * (double)m->hidden * eb / job->tensor_parallel;
 }
 
+/* A prefill (forward only, large GEMMs of prompt x h) runs with no backward
+ * pass, no optimizer and no gradient communication: at the GPU's measured
+ * maximum achievable matmul efficiency (MAMF) for the precision where the
+ * database has one,
+ * else at the H100 SXM's measured fraction (assumed for cards not measured);
+ * fp32 keeps the training MFU. --mfu overrides it, as it does everything. */
+#define MAMF_ASSUMED_BF16 0.803 /* H100 SXM, stas00/ml-engineering @b9e2972 */
+#define MAMF_ASSUMED_FP8 0.709
+static double inference_eff(const fm_plan_job *job, const fm_plan_row *row, const char **src) {
+    const fm_plan_gpu *g = row->gpu;
+    if (job->mfu > 0 || job->precision == FM_PLAN_FP32) {
+        *src = job->mfu > 0 ? "--mfu" : "fp32: the training MFU";
+        return row->mfu;
+    }
+    double v = job->precision == FM_PLAN_FP8 ? g->matmul_fp8 : g->matmul_bf16;
+    if (v > 0) {
+        *src = g->matmul_source;
+        return v;
+    }
+    *src = "not measured on this card: the H100 SXM's measured fraction, assumed";
+    return job->precision == FM_PLAN_FP8 ? MAMF_ASSUMED_FP8 : MAMF_ASSUMED_BF16;
+}
+
 /* One decode step of `B` sequences at mean context `ctx` on one replica of t GPUs. */
 static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double B, double ctx,
                             double kv_tok, plan_sb *ex) {
@@ -252,7 +277,12 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
     double bytes = read + B * ctx * kv_tok;
     double bw_s = bytes / (job->decode_efficiency * g->bandwidth_gbs * 1e9);
     double flops = B * (2 * plan_active_params(m) + 4 * (double)m->layers * (double)m->hidden * ctx) / t;
-    double cmp_s = flops / (row->peak_tflops * 1e12 * row->mfu);
+    /* The compute bound of a decode step keeps the training MFU: TensorRT-LLM's
+     * large-batch decode steps measure far below the matmul ceiling (LLaMA 70B
+     * at batch 480 on 4 H100s: about 10% of the fp8 peak and 15% of the
+     * bandwidth), and the ceiling made those rows 2-2.7x too fast (tried). */
+    double eff = row->mfu;
+    double cmp_s = flops / (row->peak_tflops * 1e12 * eff);
     double comm = 0;
     if (t > 1) {
         net k = group_net(g, t, 1);
@@ -270,39 +300,56 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
         plan_sb_printf(ex, "    memory-bound: (weights read %.4g GB + %.0f seqs x %.0f tokens x %.4g KB KV) / (%.2f x %.0f GB/s) "
                            "= %.4g ms; compute-bound: %.4g GFLOP / (%.4g TF x %.2f) = %.4g ms; step = %.4g ms\n",
                        read / 1e9, B, ctx, kv_tok / 1e3, job->decode_efficiency, g->bandwidth_gbs, bw_s * 1e3,
-                       flops / 1e9, row->peak_tflops, row->mfu, cmp_s * 1e3, step * 1e3);
+                       flops / 1e9, row->peak_tflops, eff, cmp_s * 1e3, step * 1e3);
     return step;
 }
 
 /* Prefill of one request's `prompt` tokens on one replica of t GPUs (the time
- * to first token): compute-bound at the GPU's MFU, or bound by reading the
- * weights once (a short prompt on a large model), whichever is slower, plus
- * the 2 tensor-parallel all-reduces per layer of prompt x h activations
- * (their latency dominates a short prompt). */
+ * to first token): its GEMMs and attention at the forward-only matmul
+ * efficiency, plus the memory-bound work between them (norms, residual adds,
+ * rotary, the MLP's activation, the KV-cache write) at the achievable
+ * bandwidth; or one read of the weights (a short prompt on a large model),
+ * whichever is slower; plus the 2 tensor-parallel all-reduces per layer of
+ * prompt x h activations (their latency dominates a short prompt). */
 static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double prompt, plan_sb *ex) {
     const fm_plan_gpu *g = row->gpu;
     int t = job->tensor_parallel;
-    double rate = row->peak_tflops * 1e12 * row->mfu;
-    double L = (double)m->layers, h = (double)m->hidden;
+    const char *eff_src = "";
+    double eff = inference_eff(job, row, &eff_src);
+    double rate = row->peak_tflops * 1e12 * eff;
+    double L = (double)m->layers, h = (double)m->hidden, f = (double)m->ffn;
+    double kv = (double)m->kv_heads * plan_head_dim(m);
     double cmp = prompt * (2 * plan_active_params(m) + 2 * L * h * prompt) / (t * rate);
+    /* Elements each token reads and writes per layer outside the GEMMs: two
+     * norms (read + write h each), two residual adds (2h read, h written),
+     * rotary on q and k (Llama), the activation (SwiGLU reads gate and up,
+     * writes their product; GeLU reads and writes f) and the K/V write. */
+    int llama = m->arch == FM_PLAN_ARCH_LLAMA;
+    double elems = 4 * h + 6 * h + (llama ? 2 * (h + kv) : 0) + (llama ? 3 * f : 2 * f) + 2 * kv;
+    double ab = plan_act_bytes(job->precision);
+    double bw = job->decode_efficiency * g->bandwidth_gbs * 1e9;
+    double elt = prompt * L * elems * ab / t / bw;
     double w = row->mem.weights - unread_table_bytes(m, job);
-    double rd = w / (job->decode_efficiency * g->bandwidth_gbs * 1e9);
+    double rd = w / bw;
     double comm = 0;
     net k = {0, 0, ""};
     if (t > 1) {
         k = group_net(g, t, 1);
         comm = 2 * L * allreduce_s(prompt * h * 2, t, k);
     }
-    double v = (cmp > rd ? cmp : rd) + comm;
+    double v = (cmp + elt > rd ? cmp + elt : rd) + comm;
     if (ex) {
-        plan_sb_printf(ex, "  prefill of %.0f prompt tokens: compute-bound %.0f x (2N + 2*L*h*prompt) / (tp x peak x MFU) = "
-                           "%.4g ms; weight-read-bound %.4g GB / (%.2f x %.0f GB/s) = %.4g ms; the slower", prompt, prompt,
-                       cmp * 1e3, w / 1e9, job->decode_efficiency, g->bandwidth_gbs, rd * 1e3);
+        plan_sb_printf(ex, "  prefill of %.0f prompt tokens: compute %.0f x (2N + 2*L*h*prompt) / (tp x peak x %.3f, "
+                           "forward-only matmul efficiency: %s) = %.4g ms + memory-bound ops between the GEMMs %.0f "
+                           "tokens x %.0f layers x %.0f elements x %.0f B / tp / (%.2f x %.0f GB/s) = %.4g ms; "
+                           "weight-read-bound %.4g GB / (%.2f x %.0f GB/s) = %.4g ms; the slower", prompt, prompt, eff,
+                       eff_src, cmp * 1e3, prompt, L, elems, ab, job->decode_efficiency, g->bandwidth_gbs, elt * 1e3,
+                       w / 1e9, job->decode_efficiency, g->bandwidth_gbs, rd * 1e3);
         if (t > 1)
             plan_sb_printf(ex, " + 2 tensor-parallel all-reduces per layer x %.0f layers of %.4g MB over %d GPUs on %s (%.0f GB/s, "
                                "%.0f us per hop) = %.4g ms", L, prompt * h * 2 / 1e6, t, k.name, k.gbs, k.lat * 1e6,
                            comm * 1e3);
-        plan_sb_printf(ex, " = %.4g ms (time to first token, before queueing)\n", v * 1e3);
+        plan_sb_printf(ex, " = %.4g ms (time to first token, before queueing; no per-request engine overhead)\n", v * 1e3);
     }
     return v;
 }
