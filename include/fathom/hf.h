@@ -51,7 +51,8 @@ FM_API fm_hf_encoder *fm_hf_encoder_load(const char *dir);
 FM_API void fm_hf_encoder_free(fm_hf_encoder *e);
 /* Dynamic int8 from here on: the weights of every encoder linear (attention
  * qkv and output, intermediate, output) quantized per output row, activations
- * per call (fm_qlinear_int8; docs/QUANTIZE.md's --int8 --dynamic). Embeddings,
+ * per call (fm_qlinear_int8_packed on panels made by fm_pack_weight_int8;
+ * docs/QUANTIZE.md's --int8 --dynamic). Embeddings,
  * LayerNorm, attention and pooling stay fp32. */
 FM_API fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e);
 /* Embedding width: hidden size x the number of pooling modes on. */

@@ -21,9 +21,10 @@
 
 typedef struct bert_layer {
     fm_tensor *qkv_w, *qkv_b, *ao_w, *ao_b, *ln1_w, *ln1_b, *in_w, *in_b, *out_w, *out_b, *ln2_w, *ln2_b;
-    /* after fm_hf_encoder_quantize_int8: int8 weights and per-row scales of the four
-     * linears (qkv, attention output, intermediate, output); NULL: fp32 */
-    fm_tensor *q[4], *qs[4];
+    /* after fm_hf_encoder_quantize_int8: the int8 weights of the four linears (qkv,
+     * attention output, intermediate, output) packed in panels (fm_pack_weight_int8),
+     * their per-row scales and row sums; NULL: fp32 */
+    fm_tensor *q[4], *qs[4], *qsum[4];
 } bert_layer;
 
 enum { POOL_CLS = 1, POOL_MAX = 2, POOL_MEAN = 4, POOL_MEAN_SQRT = 8 };
@@ -45,7 +46,7 @@ void fm_hf_encoder_free(fm_hf_encoder *e) {
         bert_layer *l = &e->L[i];
         fm_tensor_release_n(12, l->qkv_w, l->qkv_b, l->ao_w, l->ao_b, l->ln1_w, l->ln1_b, l->in_w, l->in_b, l->out_w,
                             l->out_b, l->ln2_w, l->ln2_b);
-        for (int k = 0; k < 4; k++) fm_tensor_release_n(2, l->q[k], l->qs[k]);
+        for (int k = 0; k < 4; k++) fm_tensor_release_n(3, l->q[k], l->qs[k], l->qsum[k]);
     }
     free(e->L);
     free(e);
@@ -274,10 +275,12 @@ static bool residual_norm(fm_tensor **x, fm_tensor *f, fm_tensor *w, fm_tensor *
     return !st && upd(x, y);
 }
 
-/* Linear k of layer l: int8 (activations quantized per call) once quantized. */
+/* Linear k of layer l: int8 on the packed panels (activations quantized per call)
+ * once quantized. */
 static fm_tensor *lin(const bert_layer *l, int k, fm_tensor *x) {
     fm_tensor *w[4] = {l->qkv_w, l->ao_w, l->in_w, l->out_w}, *b[4] = {l->qkv_b, l->ao_b, l->in_b, l->out_b};
-    return l->q[k] ? fm_qlinear_int8(x, l->q[k], l->qs[k], b[k], 0.0, 0) : fm_linear(x, w[k], b[k]);
+    return l->q[k] ? fm_qlinear_int8_packed(x, l->q[k], l->qs[k], l->qsum[k], b[k], 0.0, 0, false)
+                   : fm_linear(x, w[k], b[k]);
 }
 
 fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e) {
@@ -287,8 +290,15 @@ fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e) {
         fm_tensor *w[4] = {l->qkv_w, l->ao_w, l->in_w, l->out_w};
         for (int k = 0; k < 4; k++) {
             if (l->q[k]) continue;
-            fm_status st = fm_quantize_weight_int8(w[k], &l->q[k], &l->qs[k]);
-            if (st) return st;
+            fm_tensor *rows = NULL, *scale = NULL, *panels = NULL, *sums = NULL;
+            fm_status st = fm_quantize_weight_int8(w[k], &rows, &scale);
+            if (!st) st = fm_pack_weight_int8(rows, &panels, &sums);
+            fm_tensor_release(rows);
+            if (st) {
+                fm_tensor_release(scale);
+                return st;
+            }
+            l->q[k] = panels, l->qs[k] = scale, l->qsum[k] = sums;
         }
     }
     return FM_OK;
