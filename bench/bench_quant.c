@@ -22,7 +22,9 @@
  * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
  * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
  * With --cpu-time: process CPU time instead of the wall clock (see now_s).
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]] */
+ * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record).
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
+ *        [--profile-prefill fp32|int8] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +381,25 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
     fm_graph_free(g);
 }
 
+/* --profile-prefill SIDE: only SIDE's (fp32 or int8) prefill of the kjv-gpt
+ * shape, 10 x rounds runs, for `perf record` (the profile in docs/QUANTIZE.md) */
+static void profile_prefill(const char *side, int rounds) {
+    const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512};
+    fm_graph *g = gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
+    const int n_in = fm_graph_num_inputs(g);
+    fm_tensor **in = gpt_inputs(g, 8, 64, 0), *out[64];
+    double t0 = now_s();
+    for (int r = 0; r < 10 * rounds; r++) {
+        if (fm_graph_run(q ? q : g, in, out) != FM_OK) die("prefill");
+        for (int k = 0; k < n_in; k++) fm_tensor_release(out[k]);
+    }
+    printf("{\"model\": \"%s\", \"workload\": \"prefill 8 x 64 tokens\", \"side\": \"%s\", \"runs\": %d, \"ms\": %.3f}\n", kjv.name,
+           q ? "int8" : "fp32", 10 * rounds, 1e3 * (now_s() - t0) / (10 * rounds));
+    free_inputs(in, n_in);
+    if (q) fm_graph_free(q);
+    fm_graph_free(g);
+}
+
 /* mean cross-entropy of g over the validation windows (prompt-only runs, past = 0) */
 static double val_loss(const fm_graph *g, const fm_token_data *d, int64_t T, int64_t windows) {
     const int64_t lo = (int64_t)((double)d->n * 0.9), n_in = fm_graph_num_inputs(g);
@@ -442,12 +463,13 @@ static void bench_ppl(const char *dir, int64_t windows) {
 
 int main(int argc, char **argv) {
     int rounds = 9;
-    const char *ort = NULL, *ppl = NULL;
+    const char *ort = NULL, *ppl = NULL, *prof = NULL;
     bool large = true, kernels_only = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
         if (!strcmp(argv[i], "--ppl-windows") && i + 1 < argc) { windows = atol(argv[++i]); continue; }
+        if (!strcmp(argv[i], "--profile-prefill") && i + 1 < argc) { prof = argv[++i]; continue; }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
@@ -458,6 +480,10 @@ int main(int argc, char **argv) {
     fm_set_grad_enabled(false);
     if (ppl) { /* only the perplexity table */
         bench_ppl(ppl, windows > 0 ? windows : 40);
+        return 0;
+    }
+    if (prof) {
+        profile_prefill(prof, rounds);
         return 0;
     }
     if (kernels_only) {
