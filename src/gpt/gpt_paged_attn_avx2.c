@@ -22,17 +22,33 @@ static inline float tail(const float *q, const float *k, int d8, int D, float s)
     return s;
 }
 
+static inline void prefetch_row(const float *p, int D) {
+    for (int e = 0; e < D; e += 16) _mm_prefetch((const char *)(p + e), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + D - 1), _MM_HINT_T0);
+}
+
 void fm_paged_head_f32_avx2(const fm_paged_head *a) {
     const int D = a->D, BT = a->BT, d8 = D & ~7;
     const int64_t n = a->n;
     float *sc = a->scores;
-    const float *const *kb = a->k;
+    const int64_t nb = (n + BT - 1) / BT;
+    int64_t kblk = 0;
     int off = 0;
-#define NEXT_K() (off == BT ? (off = 1, *++kb) : (off++, kb[0] + (off - 1) * D))
+    /* the next key row; meanwhile the value row of the same position (read after
+     * the softmax) and the key row one block on are fetched, so that the cache
+     * misses of a sequence's scattered blocks overlap instead of following one
+     * another (a batched step's cache does not stay in L2 between steps) */
+#define NEXT_K(kp)                                                                          \
+    do {                                                                                    \
+        if (off == BT) off = 0, kblk++;                                                     \
+        prefetch_row(a->v[kblk] + (size_t)off * D, D);                                      \
+        if (kblk + 1 < nb) prefetch_row(a->k[kblk + 1] + (size_t)off * D, D);               \
+        (kp) = a->k[kblk] + (size_t)off++ * D;                                              \
+    } while (0)
     int64_t t = 0;
     for (; t + 4 <= n; t += 4) {
         const float *k[4];
-        for (int j = 0; j < 4; j++) k[j] = NEXT_K();
+        for (int j = 0; j < 4; j++) NEXT_K(k[j]);
         __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(qk(a->q, k[0], d8), qk(a->q, k[1], d8)),
                                   _mm256_hadd_ps(qk(a->q, k[2], d8), qk(a->q, k[3], d8)));
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -41,7 +57,8 @@ void fm_paged_head_f32_avx2(const fm_paged_head *a) {
         for (int j = 0; j < 4; j++) sc[t + j] = tail(a->q, k[j], d8, D, v[j]) * a->scale;
     }
     for (; t < n; t++) {
-        const float *k = NEXT_K();
+        const float *k;
+        NEXT_K(k);
         sc[t] = tail(a->q, k, d8, D, fm_hsum256(qk(a->q, k, d8))) * a->scale;
     }
 #undef NEXT_K
