@@ -390,9 +390,11 @@ static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
         why = fm_last_error();
     } else if (a->zero) {
         why = "--zero 1 with --tensor-parallel is not built yet: use one of them";
-    } else if (a->eo.precision != FM_F32 || a->eo.checkpointing != FM_CKPT_NONE || a->device.type != FM_DEV_CPU) {
-        why = "--tensor-parallel runs fp32 on the CPU without activation checkpointing here: drop --precision, "
-              "--checkpointing and --device";
+    } else if (a->eo.precision != FM_F32 || a->device.type != FM_DEV_CPU) {
+        why = "--tensor-parallel runs fp32 on the CPU here: drop --precision and --device";
+    } else if (a->eo.checkpointing == FM_CKPT_SELECTIVE) {
+        why = "--checkpointing selective with --tensor-parallel is not built (the split block runs op by op): use "
+              "--checkpointing blocks";
     }
     if (why && say) fm_cli_error("train: %s", why);
     return !why;

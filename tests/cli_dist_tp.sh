@@ -4,13 +4,16 @@
 #  - -np 2 --tensor-parallel 2 on a tiny GPT: one JSON line with tensor_parallel 2 and
 #    the bytes sent per step equal to the formula, the same losses as one process,
 #    a whole (unsplit) model saved that `fathom generate` runs in one process;
+#  - -np 2 --tensor-parallel 2 --checkpointing blocks: the losses of TP=2 without it, the
+#    bytes the formula with the recomputed blocks' all-reduces (more than without);
 #  - -np 4 --tensor-parallel 2: two data-parallel groups of 2, the same losses;
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
-#    classifier recipe; --zero 1, --precision bf16 with it;
+#    classifier recipe; --zero 1, --precision bf16, --checkpointing selective with it;
 #  - `fathom plan --ranks N --tensor-parallel T --zero Z` gives rank 0's measured peak
-#    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2), and refuses what the
+#    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2, TP=2 with checkpointing
+#    blocks), and refuses what the
 #    trainer refuses.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
@@ -61,6 +64,24 @@ else
   bad "generate from the TP=2 model: $(tail -c 400 "$tmp/gen.out")"
 fi
 
+# ---- --checkpointing blocks with --tensor-parallel 2: every checkpointed block (all but the
+# last) runs its split forward again in backward, its two all-reduces included; the losses are
+# those of TP=2 without checkpointing (and of one process), the bytes the formula with the
+# 2 (n_layer - 1) recomputed all-reduces ----
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpck" --threads 1 --tensor-parallel 2 --checkpointing blocks --json \
+  >"$tmp/tpck.json" 2>"$tmp/tpck.err"; rc=$?
+sent=$(field "$tmp/tpck.json" tp_bytes_sent_per_step); formula=$(field "$tmp/tpck.json" tp_formula_bytes_per_step)
+sent2=$(field "$tmp/tp2.json" tp_bytes_sent_per_step)
+if [[ $rc -eq 0 && -n $sent && -n $sent2 && $sent == "$formula" ]] && grep -q "checkpointing blocks" "$tmp/tpck.err" &&
+   python3 -c "import sys; sys.exit(float(sys.argv[1]) <= float(sys.argv[2]))" "$sent" "$sent2" &&
+   same "$(field "$tmp/tpck.json" train_loss)" "$(field "$tmp/tp2.json" train_loss)" &&
+   same "$(field "$tmp/tpck.json" val_loss)" "$(field "$tmp/tp2.json" val_loss)" &&
+   same "$(field "$tmp/tpck.json" train_loss)" "$ref"; then
+  ok "--tensor-parallel 2 --checkpointing blocks: the losses of TP=2 without it ($(field "$tmp/tpck.json" train_loss)), $sent bytes per step (without: $sent2) = the formula"
+else
+  bad "--tensor-parallel 2 --checkpointing blocks (exit $rc, sent '$sent', formula '$formula', without '$sent2'): $(head -c 800 "$tmp/tpck.json") $(tail -c 600 "$tmp/tpck.err")"
+fi
+
 # ---- -np 4 --tensor-parallel 2: two data-parallel groups ----
 mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tp2dp2" --threads 1 --tensor-parallel 2 --json >"$tmp/tp2dp2.json" 2>"$tmp/tp2dp2.err"; rc=$?
 if [[ $rc -eq 0 ]] && grep -q '"world_size":4' "$tmp/tp2dp2.json" && grep -q '"tensor_parallel":2' "$tmp/tp2dp2.json" &&
@@ -93,6 +114,7 @@ plan_vs_run() { # label ranks plan-flags... -- train-flags...
   if [[ -n $planned && -n $measured ]] &&
      python3 -c "import sys; p,m=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(p-m) > 0.1*m)" "$planned" "$measured"; then
     ok "$label: planned $planned bytes per rank, measured $measured (rank 0)"
+    last_measured=$measured
   else
     bad "$label: planned '$planned' ($(head -c 300 "$tmp/plan.err")), measured '$measured' ($(tail -c 300 "$tmp/mem.err"))"
   fi
@@ -101,8 +123,19 @@ plan_vs_run() { # label ranks plan-flags... -- train-flags...
 plan_vs_run "one process" 1 --
 plan_vs_run "data parallel, 2 ranks" 2 --ranks 2 --
 plan_vs_run "ZeRO-1, 2 ranks" 2 --ranks 2 --zero 1 -- --zero 1
+last_measured=
 plan_vs_run "--tensor-parallel 2" 2 --ranks 2 --tensor-parallel 2 -- --tensor-parallel 2
+tp2_measured=$last_measured
 plan_vs_run "--tensor-parallel 2 x data parallel 2" 4 --ranks 4 --tensor-parallel 2 -- --tensor-parallel 2
+last_measured=
+plan_vs_run "--tensor-parallel 2 --checkpointing blocks" 2 --ranks 2 --tensor-parallel 2 --checkpointing blocks -- \
+  --tensor-parallel 2 --checkpointing blocks
+# the recomputed block's activations are not kept: the peak is below TP=2's without it
+if [[ -n $last_measured && -n $tp2_measured ]] && (( ${last_measured%.*} < ${tp2_measured%.*} )); then
+  ok "--checkpointing blocks lowers TP=2's peak per rank: $last_measured bytes against $tp2_measured"
+else
+  bad "--checkpointing blocks under TP=2: peak '$last_measured' not below TP=2's '$tp2_measured'"
+fi
 refuse_plan() { # what expected-text plan-flags...
   local what=$1 want=$2
   shift 2
@@ -113,6 +146,8 @@ refuse_plan() { # what expected-text plan-flags...
 refuse_plan "--ranks 3 --tensor-parallel 2" "needs a world of a multiple of 2 ranks" --ranks 3 --tensor-parallel 2
 refuse_plan "--zero 1 alone" "--zero 1 shards the optimizer state across MPI ranks" --zero 1
 refuse_plan "--tensor-parallel 3" "does not divide the model's 4 attention heads" --ranks 3 --tensor-parallel 3
+refuse_plan "--tensor-parallel 2 --checkpointing selective" "--checkpointing selective with --tensor-parallel 2 is not built" \
+  --ranks 2 --tensor-parallel 2 --checkpointing selective
 refuse_plan "--ranks 3 (batch 8)" "does not split evenly over 3 ranks" --ranks 3
 
 # ---- refused before training: exit 2 and the message ----
@@ -148,6 +183,8 @@ refuse "a classifier recipe" "--tensor-parallel (splitting attention heads" \
   "$bin" train fashion-mlp --out "$tmp/x" --tensor-parallel 2
 refuse "--zero 1 with it" "--zero 1 with --tensor-parallel is not built yet" \
   mpi -np 4 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --zero 1
+refuse "--checkpointing selective with it" "--checkpointing selective with --tensor-parallel is not built" \
+  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --checkpointing selective
 refuse "--precision bf16 with it" "runs fp32 on the CPU" \
   mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --precision bf16
 

@@ -479,9 +479,15 @@ static fm_status gpt_tp_setup(gpt_run *u) {
     if (st) return st;
     if (o->zero)
         return fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --tensor-parallel %d is not built yet: use one of them", T);
-    if (o->eff.precision != FM_F32 || o->eff.checkpointing != FM_CKPT_NONE || o->eff.device.type != FM_DEV_CPU)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU without activation "
-                            "checkpointing here: drop --precision, --checkpointing and --device", T);
+    if (o->eff.precision != FM_F32 || o->eff.device.type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU here: drop --precision and "
+                            "--device", T);
+    /* blocks: a checkpointed split block is run again in backward, all-reduces included (every
+     * rank re-runs the same blocks in the same order); selective would change nothing, as the
+     * split block has no fused linear to recompute in front of */
+    if (o->eff.checkpointing == FM_CKPT_SELECTIVE)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--checkpointing selective with --tensor-parallel %d is not built (the "
+                            "split block runs op by op): use --checkpointing blocks", T);
     if ((st = fm_dist_split(o->dist, u->rank / T, &u->tp)) || (st = fm_dist_split(o->dist, u->rank % T, &u->dp)))
         return st;
     u->dp_rank = fm_dist_rank(u->dp);
@@ -778,7 +784,10 @@ static void gpt_results(gpt_run *u) {
          * all-gathers N row maxima (f32) and 2N sums (f64); the norm one f64 */
         const int64_t T = u->tp_size, N = (int64_t)(u->o->batch_size / u->dp_size) * u->cfg.block_size;
         const int64_t act = N * u->cfg.n_embd * (int64_t)sizeof(float);
-        res->dist.tp_formula_bytes = (4 * (int64_t)u->cfg.n_layer + 2) * 2 * (T - 1) * (act / T) +
+        /* --checkpointing blocks: every block but the last is run again in backward, with
+         * its two forward all-reduces */
+        const int64_t L = u->cfg.n_layer, redo = u->o->eff.checkpointing == FM_CKPT_BLOCKS ? 2 * (L - 1) : 0;
+        res->dist.tp_formula_bytes = (4 * L + 2 + redo) * 2 * (T - 1) * (act / T) +
                                      (T - 1) * (N * 4 + 2 * N * 8) + (T - 1) * 8;
     }
     fm_memory_stats ms;

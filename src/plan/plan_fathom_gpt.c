@@ -84,9 +84,11 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
                           "tensor parallel x data parallel), got --ranks %d", T, T, N);
     if (st == FM_OK && T > 1 && (st = fm_gpt_tp_check(&go.model, T)) == FM_OK) {
         if (o->zero) st = fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --tensor-parallel %d is not built yet: use one of them", T);
-        else if (o->precision != FM_PLAN_FP32 || o->checkpointing)
-            st = fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU without activation "
-                              "checkpointing here: drop --precision and --checkpointing", T);
+        else if (o->precision != FM_PLAN_FP32)
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU here: drop --precision", T);
+        else if (o->checkpointing == 2)
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "--checkpointing selective with --tensor-parallel %d is not built (the "
+                              "split block runs op by op): use --checkpointing blocks", T);
     }
     if (st == FM_OK && o->zero && DP < 2)
         st = fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: plan it with --ranks N "
