@@ -71,7 +71,7 @@ static void train_usage(FILE *f) {
             "  --dist-timeout S   a collective that waits more than S seconds for a rank ends the job (default 300)\n"
             "  --tensor-parallel T  GPT recipes: split each model over T ranks (Megatron: heads, MLP columns and\n"
             "                     vocabulary), data parallel across the N/T groups; T divides N and the model's\n"
-            "                     heads, key/value heads, MLP width and vocabulary; fp32 on the CPU\n");
+            "                     heads, key/value heads, MLP width and vocabulary; fp32 or bf16 on the CPU\n");
 }
 
 typedef struct train_args {
@@ -388,10 +388,16 @@ static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
         why = msg;
     } else if (fm_gpt_tp_check(&c, T)) {
         why = fm_last_error();
-    } else if (a->zero) {
-        why = "--zero 1 with --tensor-parallel is not built yet: use one of them";
-    } else if (a->eo.precision != FM_F32 || a->device.type != FM_DEV_CPU) {
-        why = "--tensor-parallel runs fp32 on the CPU here: drop --precision and --device";
+    } else if (a->zero && world / T < 2) {
+        snprintf(msg, sizeof msg, "--zero 1 with --tensor-parallel %d shards the optimizer state over the data-parallel "
+                 "ranks (world / %d = %d here): start the job with mpirun -np %d (or more), or drop --zero", T, T,
+                 world / T, 2 * T);
+        why = msg;
+    } else if (a->eo.precision == FM_F16) {
+        why = "--precision fp16 with --tensor-parallel is not built (its loss scaler would skip steps rank by rank): use "
+              "--precision bf16 or fp32";
+    } else if (a->device.type != FM_DEV_CPU) {
+        why = "--tensor-parallel runs on the CPU here (its collectives take CPU tensors): drop --device";
     } else if (a->eo.checkpointing == FM_CKPT_SELECTIVE) {
         why = "--checkpointing selective with --tensor-parallel is not built (the split block runs op by op): use "
               "--checkpointing blocks";

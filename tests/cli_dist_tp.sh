@@ -7,13 +7,18 @@
 #  - -np 2 --tensor-parallel 2 --checkpointing blocks: the losses of TP=2 without it, the
 #    bytes the formula with the recomputed blocks' all-reduces (more than without);
 #  - -np 4 --tensor-parallel 2: two data-parallel groups of 2, the same losses;
+#  - -np 2 --tensor-parallel 2 --precision bf16: one bf16 process's losses within 1e-4 (and
+#    not fp32's bits);
+#  - -np 4 --tensor-parallel 2 --zero 1: TP=2 x DP=2's losses with half the optimizer state
+#    per rank; 2 steps of it, then 2 more in one process, end on one process's loss;
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
-#    classifier recipe; --zero 1, --precision bf16, --checkpointing selective with it;
+#    classifier recipe; --zero 1 with one data-parallel rank, --precision fp16,
+#    --checkpointing selective with it;
 #  - `fathom plan --ranks N --tensor-parallel T --zero Z` gives rank 0's measured peak
-#    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2, TP=2 with checkpointing
-#    blocks), and refuses what the
+#    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2, TP=2 x ZeRO-1 over DP=2,
+#    TP=2 in bf16, TP=2 with checkpointing blocks), and refuses what the
 #    trainer refuses.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
@@ -91,6 +96,46 @@ else
   bad "-np 4 --tensor-parallel 2 (exit $rc): $(head -c 800 "$tmp/tp2dp2.json") $(tail -c 600 "$tmp/tp2dp2.err")"
 fi
 
+# ---- --precision bf16 with --tensor-parallel 2: autocast's bf16 activations are widened to f32
+# where they cross ranks; the losses are one bf16 process's within bf16 rounding (the row-parallel
+# halves are rounded to bf16 each before their sum, one process rounds the whole sum once) ----
+"$bin" train "$tmp/llama.ini" --out "$tmp/onebf" --threads 1 --precision bf16 --json >"$tmp/onebf.json" 2>"$tmp/onebf.err" ||
+  bad "one process, bf16: $(tail -c 400 "$tmp/onebf.err")"
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpbf" --threads 1 --tensor-parallel 2 --precision bf16 --json \
+  >"$tmp/tpbf.json" 2>"$tmp/tpbf.err"; rc=$?
+near() { python3 -c "import sys; a,b,t=map(float,sys.argv[1:4]); sys.exit(not abs(a-b) <= t*abs(b))" "$1" "$2" "$3"; }
+bl=$(field "$tmp/tpbf.json" train_loss); bl1=$(field "$tmp/onebf.json" train_loss)
+if [[ $rc -eq 0 && -n $bl && -n $bl1 ]] && grep -q "precision bf16" "$tmp/tpbf.err" && near "$bl" "$bl1" 1e-4 &&
+   near "$(field "$tmp/tpbf.json" val_loss)" "$(field "$tmp/onebf.json" val_loss)" 1e-4 && [[ $bl != "$ref" ]]; then
+  ok "--tensor-parallel 2 --precision bf16: loss $bl, one bf16 process $bl1 (within 1e-4), fp32 $ref"
+else
+  bad "--tensor-parallel 2 --precision bf16 (exit $rc): TP $bl, one process $bl1: $(head -c 600 "$tmp/tpbf.json") $(tail -c 600 "$tmp/tpbf.err")"
+fi
+
+# ---- --zero 1 with --tensor-parallel 2 on 4 ranks (2 x 2): each data-parallel pair shards its
+# split model's AdamW moments; the losses are TP=2 x DP=2's, the state per rank half of it ----
+mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tpz" --threads 1 --tensor-parallel 2 --zero 1 --json \
+  >"$tmp/tpz.json" 2>"$tmp/tpz.err"; rc=$?
+zs=$(field "$tmp/tpz.json" optimizer_state_bytes_per_rank); ds=$(field "$tmp/tp2dp2.json" optimizer_state_bytes_per_rank)
+if [[ $rc -eq 0 && -n $zs && -n $ds ]] && grep -q "ZeRO-1" "$tmp/tpz.err" &&
+   near "$(field "$tmp/tpz.json" train_loss)" "$(field "$tmp/tp2dp2.json" train_loss)" 1e-6 &&
+   near "$(field "$tmp/tpz.json" val_loss)" "$(field "$tmp/tp2dp2.json" val_loss)" 1e-6 &&
+   python3 -c "import sys; z,d=int(sys.argv[1]),int(sys.argv[2]); sys.exit(not (2*z >= d and 2*z <= d + 64))" "$zs" "$ds"; then
+  ok "--tensor-parallel 2 --zero 1 (2 x 2): the losses of TP=2 x DP=2, $zs bytes of optimizer state per rank against $ds"
+else
+  bad "--tensor-parallel 2 --zero 1 (exit $rc, state '$zs' vs '$ds'): $(head -c 600 "$tmp/tpz.json") $(tail -c 600 "$tmp/tpz.err")"
+fi
+# its checkpoint is whole: 2 steps at TP=2 x ZeRO-1, then the rest in one process, give one process's loss
+mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tpzr" --threads 1 --tensor-parallel 2 --zero 1 --stop-after 2 \
+  >"$tmp/tpzr.out" 2>&1; rc=$?
+"$bin" train "$tmp/llama.ini" --out "$tmp/tpzr" --threads 1 --resume --json >"$tmp/tpzr.json" 2>"$tmp/tpzr.err"; rc2=$?
+if [[ $rc -eq 0 && $rc2 -eq 0 ]] && grep -q "resumed from .* at step 2" "$tmp/tpzr.err" &&
+   same "$(field "$tmp/tpzr.json" train_loss)" "$ref"; then
+  ok "2 steps at TP=2 x ZeRO-1, 2 more in one process: the one-process loss ($ref)"
+else
+  bad "TP=2 x ZeRO-1 then one process (exits $rc, $rc2): $(tail -c 400 "$tmp/tpzr.out") $(tail -c 600 "$tmp/tpzr.err")"
+fi
+
 # ---- the planner's per-rank memory (fathom plan --ranks N [--tensor-parallel T] [--zero 1])
 # against rank 0's measured peak (memory.peak_allocated), within 10%: one process, data
 # parallel, ZeRO-1, TP=2, TP=2 x DP=2 (a GPT whose activations and state both count) ----
@@ -127,6 +172,10 @@ last_measured=
 plan_vs_run "--tensor-parallel 2" 2 --ranks 2 --tensor-parallel 2 -- --tensor-parallel 2
 tp2_measured=$last_measured
 plan_vs_run "--tensor-parallel 2 x data parallel 2" 4 --ranks 4 --tensor-parallel 2 -- --tensor-parallel 2
+plan_vs_run "--tensor-parallel 2 x ZeRO-1 over data parallel 2" 4 --ranks 4 --tensor-parallel 2 --zero 1 -- \
+  --tensor-parallel 2 --zero 1
+plan_vs_run "--tensor-parallel 2 --precision bf16" 2 --ranks 2 --tensor-parallel 2 --precision bf16 -- \
+  --tensor-parallel 2 --precision bf16
 last_measured=
 plan_vs_run "--tensor-parallel 2 --checkpointing blocks" 2 --ranks 2 --tensor-parallel 2 --checkpointing blocks -- \
   --tensor-parallel 2 --checkpointing blocks
@@ -148,6 +197,9 @@ refuse_plan "--zero 1 alone" "--zero 1 shards the optimizer state across MPI ran
 refuse_plan "--tensor-parallel 3" "does not divide the model's 4 attention heads" --ranks 3 --tensor-parallel 3
 refuse_plan "--tensor-parallel 2 --checkpointing selective" "--checkpointing selective with --tensor-parallel 2 is not built" \
   --ranks 2 --tensor-parallel 2 --checkpointing selective
+refuse_plan "--ranks 2 --tensor-parallel 2 --zero 1" "shards the optimizer state over the data-parallel ranks" \
+  --ranks 2 --tensor-parallel 2 --zero 1
+refuse_plan "--tensor-parallel 2 --precision fp16" "runs fp32 or bf16 on the CPU here" --ranks 2 --tensor-parallel 2 --precision fp16
 refuse_plan "--ranks 3 (batch 8)" "does not split evenly over 3 ranks" --ranks 3
 
 # ---- refused before training: exit 2 and the message ----
@@ -181,12 +233,12 @@ refuse "T on one process" "got 1: start the job with mpirun -np 2" \
   "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2
 refuse "a classifier recipe" "--tensor-parallel (splitting attention heads" \
   "$bin" train fashion-mlp --out "$tmp/x" --tensor-parallel 2
-refuse "--zero 1 with it" "--zero 1 with --tensor-parallel is not built yet" \
-  mpi -np 4 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --zero 1
+refuse "--zero 1 with it and one data-parallel rank" "--zero 1 with --tensor-parallel 2 shards the optimizer state over the data-parallel ranks (world / 2 = 1 here): start the job with mpirun -np 4" \
+  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --zero 1
 refuse "--checkpointing selective with it" "--checkpointing selective with --tensor-parallel is not built" \
   mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --checkpointing selective
-refuse "--precision bf16 with it" "runs fp32 on the CPU" \
-  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --precision bf16
+refuse "--precision fp16 with it" "--precision fp16 with --tensor-parallel is not built (its loss scaler would skip steps rank by rank): use --precision bf16 or fp32" \
+  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --precision fp16
 
 [[ $fails -eq 0 ]] && echo "cli_dist_tp: all passed" || echo "cli_dist_tp: $fails failed"
 exit $((fails > 0))

@@ -250,7 +250,8 @@ typedef struct fm_gpt_train_opts {
      * across the groups (world = tensor_parallel x data parallel; ranks r / T form a group).
      * The model is built whole from the seed and split (fm_gpt_set_tensor_parallel);
      * checkpoints hold the whole, unsplit parameters and optimizer state, so they resume at
-     * any split. fp32 on the CPU, no ZeRO-1; checkpointing blocks (not selective); no samples. */
+     * any split. fp32 or bf16 on the CPU; ZeRO-1 over the data-parallel ranks; checkpointing
+     * blocks (not selective); no samples. */
     int tensor_parallel;
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);

@@ -71,11 +71,20 @@ static fm_status tp_check(const char *op, const fm_dist *tp, const fm_tensor *x)
     if (!tp || !x) return fm_set_error(FM_ERR_INVALID, "%s: needs a communicator and a tensor", op);
     char dev[32];
     /* (the meta device: the planner's run of a rank, shapes and memory only) */
-    if (x->dtype != FM_F32 || (fm_tensor_device(x).type != FM_DEV_CPU && fm_tensor_device(x).type != FM_DEV_META))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32 CPU tensors here (got %s on %s); "
-                            "train with --precision fp32 on the CPU", op, fm_dtype_name(x->dtype),
+    if ((x->dtype != FM_F32 && x->dtype != FM_BF16) ||
+        (fm_tensor_device(x).type != FM_DEV_CPU && fm_tensor_device(x).type != FM_DEV_META))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32 or bf16 CPU tensors here (got %s on "
+                            "%s); train with --precision fp32 or bf16 on the CPU", op, fm_dtype_name(x->dtype),
                             fm_device_name(fm_tensor_device(x), dev, sizeof dev));
     return FM_OK;
+}
+
+/* x as f32, on the tape: a bf16 activation (autocast's linear outputs) is widened
+ * exactly before its values cross ranks, so the sums are those of f32 (in double) and
+ * the gradient flows back through the cast. An f32 x is x itself (retained). */
+static fm_tensor *tp_f32(const char *op, const fm_dist *tp, fm_tensor *x) {
+    if (tp_check(op, tp, x)) return NULL;
+    return fm_to_dtype(x, FM_F32);
 }
 
 typedef struct tp_attrs {
@@ -85,7 +94,7 @@ typedef struct tp_attrs {
 /* A contiguous copy of t (no tape) summed over the group in place. */
 static fm_tensor *summed_copy(fm_dist *tp, fm_tensor *t) {
     bool prev = fm_set_grad_enabled(false);
-    fm_tensor *c = fm_clone(t);
+    fm_tensor *c = t->dtype == FM_F32 ? fm_clone(t) : fm_to_dtype(t, FM_F32); /* (a bf16 gradient: widened) */
     fm_set_grad_enabled(prev);
     if (c && fm_dist_allreduce_sum_f32(tp, fm_tensor_data(c), fm_tensor_numel(c)) != FM_OK) {
         fm_tensor_release(c);
@@ -111,10 +120,9 @@ static fm_status reduce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
     return gin[0] ? FM_OK : fm_last_status();
 }
 
-fm_tensor *fm_tp_copy(fm_dist *tp, fm_tensor *x) {
-    if (tp_check("tp_copy", tp, x)) return NULL;
-    fm_tensor *y = fm_alias(x);
-    if (!y) return NULL;
+fm_tensor *fm_tp_copy(fm_dist *tp, fm_tensor *x0) {
+    fm_tensor *x = tp_f32("tp_copy", tp, x0), *y = x ? fm_alias(x) : NULL;
+    if (!y) { fm_tensor_release(x); return NULL; }
     fm_node *n = fm_node_begin(FM_OP_COPY, 1, &x, copy_backward);
     if (n) {
         tp_attrs a = {tp};
@@ -122,13 +130,13 @@ fm_tensor *fm_tp_copy(fm_dist *tp, fm_tensor *x) {
         FM_NODE_SET_ATTRS(n, a);
         fm_node_finish(n, 1, &y);
     }
+    fm_tensor_release(x);
     return y;
 }
 
-fm_tensor *fm_tp_reduce(fm_dist *tp, fm_tensor *x) {
-    if (tp_check("tp_reduce", tp, x)) return NULL;
-    fm_tensor *y = summed_copy(tp, x);
-    if (!y) return NULL;
+fm_tensor *fm_tp_reduce(fm_dist *tp, fm_tensor *x0) {
+    fm_tensor *x = tp_f32("tp_reduce", tp, x0), *y = x ? summed_copy(tp, x) : NULL;
+    if (!y) { fm_tensor_release(x); return NULL; }
     fm_node *n = fm_node_begin(FM_OP_COPY, 1, &x, reduce_backward);
     if (n) {
         tp_attrs a = {tp};
@@ -136,6 +144,7 @@ fm_tensor *fm_tp_reduce(fm_dist *tp, fm_tensor *x) {
         FM_NODE_SET_ATTRS(n, a);
         fm_node_finish(n, 1, &y);
     }
+    fm_tensor_release(x);
     return y;
 }
 
@@ -303,9 +312,19 @@ static fm_status ce_rows(fm_dist *tp, const float *l, const int64_t *t, int64_t 
     return st;
 }
 
-fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start,
+static fm_tensor *tp_ce(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start, int64_t vocab_size);
+
+fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targets, int64_t vocab_start,
                                int64_t vocab_size) {
-    if (tp_check("tp_cross_entropy", tp, logits)) return NULL;
+    /* the loss in f32 (as autocast runs one process's cross-entropy): bf16 logits widened */
+    fm_tensor *logits = tp_f32("tp_cross_entropy", tp, logits0);
+    if (!logits) return NULL;
+    fm_tensor *out = tp_ce(tp, logits, targets, vocab_start, vocab_size);
+    fm_tensor_release(logits);
+    return out;
+}
+
+static fm_tensor *tp_ce(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start, int64_t vocab_size) {
     if (logits->ndim != 2 || !targets || targets->ndim != 1 || targets->shape[0] != logits->shape[0] ||
         logits->shape[1] * tp->size != vocab_size || vocab_start != (int64_t)tp->rank * logits->shape[1]) {
         fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: needs logits [N, %lld/%d] (this rank's vocabulary rows from "

@@ -73,6 +73,13 @@ typedef struct fm_gpt_kv_cache {
 fm_status gpt_tp_full_state(const fm_gpt *m, const fm_named_list *local, fm_named_list *full);
 fm_status gpt_tp_load_state(const fm_gpt *m, const fm_named_list *file, const char *path, fm_named_list *local);
 fm_status gpt_tp_norm_reduce(double *ss, void *ctx);
+/* ... and with ZeRO-1 (ctx: the model, the sharded optimizer, the data-parallel group) */
+typedef struct gpt_tp_zero_norm {
+    const fm_gpt *m;
+    fm_optim *shard;
+    fm_dist *dp;
+} gpt_tp_zero_norm;
+fm_status gpt_tp_zero_norm_reduce(double *ss, void *ctx);
 int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp);
 
 /* The trainer's AdamW for m (gpt_train.c; the planner's meta-device step uses it too):

@@ -236,6 +236,35 @@ fm_status gpt_tp_norm_reduce(double *ss, void *ctx) {
     return fm_dist_allreduce_sum_f64(m->tp, ss, 1);
 }
 
+/* ZeRO-1 under tensor parallelism: the sharded optimizer's parameters are 1-D views of
+ * parts of this rank's (split or replicated) parameters, and its sum of squares covers
+ * its own parts only. Summed over the data-parallel group (with the replicated
+ * parameters' share alongside), it is this rank's whole sum; then, as
+ * gpt_tp_norm_reduce, the split parameters' sums are added over the tensor-parallel
+ * group and the replicated ones counted once. */
+fm_status gpt_tp_zero_norm_reduce(double *ss, void *ctx) {
+    const gpt_tp_zero_norm *z = ctx;
+    const fm_gpt *m = z->m;
+    double v[2] = {*ss, 0}; /* the sum, its replicated part */
+    for (int i = 0, n = fm_optim_param_count(z->shard); i < n; i++) {
+        const char *name;
+        fm_tensor *view;
+        if (fm_optim_param_at(z->shard, i, &name, &view, NULL) != FM_OK) return fm_last_status();
+        fm_tensor *g = view->grad;
+        int k = fm_named_list_find(&m->params, name);
+        if (k < 0) return fm_set_error(FM_ERR_STATE, "tensor parallel: the sharded optimizer's '%s' is not a parameter", name);
+        if (!g || fm_gpt_tp_split(m, m->params.items[k].tensor, NULL) || fm_tensor_device(g).type == FM_DEV_META) continue;
+        if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 CPU "
+                                "tensor", name);
+        const float *x = fm_tensor_data(g);
+        for (int64_t j = 0, e = fm_tensor_numel(g); j < e; j++) v[1] += (double)x[j] * x[j];
+    }
+    if (fm_dist_allreduce_sum_f64(z->dp, v, 2) != FM_OK) return fm_last_status();
+    *ss = v[0] - v[1] * (double)(m->tp_size - 1) / m->tp_size;
+    return fm_dist_allreduce_sum_f64(m->tp, ss, 1);
+}
+
 int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp) {
     int64_t n = fm_gpt_config_num_params(c);
     if (tp <= 1 || n < 0) return n;

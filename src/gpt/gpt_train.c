@@ -413,6 +413,7 @@ typedef struct gpt_run {
      * ranks r % T; without it dp is o->dist. dp_rank, dp_size: the data-parallel position */
     fm_dist *tp, *dp;
     int tp_size, dp_rank, dp_size;
+    gpt_tp_zero_norm zn; /* ZeRO-1 with it: the clipping norm's reduction */
     int64_t tp_bytes, step0; /* sent by this rank in the training steps' tensor-parallel collectives; first step */
     double tp_seconds;  /* time in them */
     bool profiling, in_step, do_step;
@@ -477,11 +478,19 @@ static fm_status gpt_tp_setup(gpt_run *u) {
                             u->world, T, 2 * T);
     fm_status st = fm_gpt_tp_check(&u->cfg, T);
     if (st) return st;
-    if (o->zero)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --tensor-parallel %d is not built yet: use one of them", T);
-    if (o->eff.precision != FM_F32 || o->eff.device.type != FM_DEV_CPU)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs fp32 on the CPU here: drop --precision and "
-                            "--device", T);
+    /* ZeRO-1: the data-parallel ranks (r % T alike) share out this rank's part's state */
+    if (o->zero && u->world / T < 2)
+        return fm_set_error(FM_ERR_INVALID, "--zero 1 with --tensor-parallel %d shards the optimizer state over the "
+                            "data-parallel ranks (world / %d = %d here): start the job with mpirun -np %d (or more), or "
+                            "drop --zero", T, T, u->world / T, 2 * T);
+    /* bf16: autocast's bf16 activations are widened to f32 where they cross ranks
+     * (src/dist/tensor_parallel.c); fp16's loss scaler would skip steps rank by rank */
+    if (o->eff.precision == FM_F16)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--precision fp16 with --tensor-parallel %d is not built (its loss scaler "
+                            "would skip steps rank by rank): use --precision bf16 or fp32", T);
+    if (o->eff.device.type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs on the CPU here (its collectives take CPU "
+                            "tensors): drop --device", T);
     /* blocks: a checkpointed split block is run again in backward, all-reduces included (every
      * rank re-runs the same blocks in the same order); selective would change nothing, as the
      * split block has no fused linear to recompute in front of */
@@ -593,6 +602,10 @@ static fm_status gpt_setup(gpt_run *u) {
     u->ts.clip = o->grad_clip;
     u->ts.inspect_grads = gpt_grad_histograms;
     if ((st = gpt_dist_init(u))) return st;
+    if (u->tp && u->dt && o->zero) { /* the whole model's norm from the shards */
+        u->zn = (gpt_tp_zero_norm){u->m, fm_dist_trainer_optim(u->dt), u->dp};
+        fm_optim_set_norm_reduce(u->zn.shard, gpt_tp_zero_norm_reduce, &u->zn);
+    }
     u->sched.kind = FM_SCHED_COSINE;
     u->sched.base_lr = o->lr;
     u->sched.warmup_steps = o->warmup;
