@@ -41,6 +41,9 @@ typedef struct fm_conv2d_attrs { fm_conv2d_params p; } fm_conv2d_attrs;
 /* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
 typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;
+/* CONV2D_FUSED_PACK: in = {w [O, C, kH, kW]}; out = {1-D f32 of 3 + this many floats}: a
+ * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). */
+static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) { return (O + 7) / 8 * 8 * per; }
 /* pools: MAX_POOL2D out = {y, argmax indices i64}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
  * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */
 typedef struct fm_pool2d_attrs { fm_pool2d_params p; } fm_pool2d_attrs;

@@ -189,7 +189,8 @@ fm_tensor *fm_conv2d_fused_pack(fm_tensor *w) {
         fm_set_error(FM_ERR_INVALID, "conv2d_fused_pack: weight must be f32 [O, C, kH, kW], got %s with %d dims", fm_dtype_name(w->dtype), w->ndim);
         return NULL;
     }
-    int64_t n = 3 + fm_tensor_numel(w); /* a header of 3 (the form, O, C*kH*kW), then the weights */
+    /* a header of 3 (the form, O, C*kH*kW), then the weights (O padded to 8s in one form) */
+    int64_t n = 3 + fm_conv2d_fused_pack_numel(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]);
     fm_tensor *y = fm_tensor_empty(1, &n, FM_F32, fm_tensor_device(w));
     if (!y) return NULL;
     fm_op_call call;

@@ -1,8 +1,9 @@
 /* conv2d_fused: max_pool(relu(conv2d(x))) against a reference computed here in
  * double (a loop convolution, then ReLU, then the window max with NaN winning),
- * over the geometries that take the direct AVX-512/AVX2 kernels (stride 1,
- * channels a multiple of 8 or 4, odd and even sizes, column tails, pools 0 and 2)
- * and the ones that take the reference path (stride 2, dilation, groups, NHWC,
+ * over the geometries that take the direct kernels (stride 1: AVX-512's pixel
+ * tile for channels a multiple of 8, AVX2's channels-along-lanes kernel for any
+ * channel count; odd and even sizes, column tails, column chunks, several input-
+ * channel passes, pools 0 and 2) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
  * pool 3, f64). test_ops runs it at every FATHOM_ISA level, so each kernel is
  * checked against the same double result. Also: NaN propagation and bad input. */
 #include <math.h>
@@ -95,10 +96,16 @@ static int conv2d_fused_forward(void) {
         {2, 3, 7, 21, 16, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
         {1, 5, 9, 35, 8, 3, 1, 0, 1, 1, 0, 2, NC, FM_F32},
         {2, 4, 11, 17, 24, 5, 1, 2, 1, 1, 1, 1, NC, FM_F32},
-        {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: AVX2 tiles (4), not AVX-512 (8) */
+        {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: AVX2 (2 vectors, 4 lanes unused), not AVX-512 */
         {1, 3, 13, 9, 8, 2, 1, 0, 1, 1, 1, 2, NC, FM_F32},
-        {2, 3, 9, 19, 20, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* AVX2: two 6-channel tiles, two 4-channel ones */
-        {1, 2, 8, 10, 4, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},  /* AVX2: one 4-channel tile only */
+        {2, 3, 9, 19, 20, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* AVX2: a block of 3 vectors */
+        {1, 2, 8, 10, 4, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},  /* AVX2: one half-used vector */
+        /* AVX2's lanes kernel (the rest take the reference path at AVX-512) */
+        {2, 40, 9, 11, 70, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* 3 input-channel passes; blocks of 4, 4, 1 vectors, 70 of 72 lanes */
+        {1, 20, 6, 7, 13, 5, 1, 2, 1, 1, 0, 0, NC, FM_F32},  /* 5x5: 4 passes; 13 channels; odd rows, no pool */
+        {1, 3, 5, 101, 41, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* column chunks of 48, 48, 4, pooled */
+        {1, 2, 3, 101, 9, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},  /* chunks of 48, 48, 5; 3 rows, no pool */
+        {2, 5, 7, 8, 17, 4, 1, 1, 1, 1, 1, 2, NC, FM_F32},   /* even kernel (kW is not 3): 7x8 -> 6x7 -> 3x3 */
         /* the reference path */
         {2, 3, 10, 12, 6, 3, 2, 1, 1, 1, 1, 2, NC, FM_F32},
         {1, 4, 12, 12, 8, 3, 1, 2, 2, 1, 1, 2, NC, FM_F32},
@@ -110,7 +117,8 @@ static int conv2d_fused_forward(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
     check_case(&cases[2], 98, true);
-    check_case(&cases[13], 97, true);
+    check_case(&cases[18], 97, true);
+    check_case(&cases[9], 96, true); /* lanes: NaN through the input-channel passes */
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
     fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);
@@ -133,7 +141,7 @@ static int conv2d_fused_forward(void) {
  * the form that says "not packed"). */
 static int conv2d_fused_prepacked(void) {
     OP_BEGIN;
-    const int64_t shapes[][5] = {{32, 1, 3, 28, 1}, {64, 32, 3, 14, 2}, {20, 3, 3, 9, 1}, {12, 2, 1, 6, 1}};
+    const int64_t shapes[][5] = {{32, 1, 3, 28, 1}, {64, 32, 3, 14, 2}, {20, 3, 3, 9, 1}, {12, 2, 1, 6, 1}, {13, 40, 3, 7, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int64_t *s = shapes[i];
         fm_tensor *x = op_randn(4, (int64_t[]){s[4], s[1], s[3], s[3]}, FM_F32, 40 + i);

@@ -1,6 +1,7 @@
-/* The direct (no im2col) f32 convolution of conv2d_fused (conv_fused_cpu.c), for
- * NCHW, stride 1, dilation 1, one group, output channels a multiple of the tile's
- * channel block: the CNN layers of fashion-cnn and most 3x3 stacks.
+/* The AVX-512 direct (no im2col) f32 convolution of conv2d_fused
+ * (conv_fused_cpu.c), for NCHW, stride 1, dilation 1, one group, output channels
+ * a multiple of the tile's channel block: the CNN layers of fashion-cnn and most
+ * 3x3 stacks. (AVX2 runs conv_lanes.h instead, channels along the lanes.)
  *
  * Output pixels run along the vector lanes (so NCHW needs no layout change):
  * one tile is OB output channels x 2 output rows x one vector of columns, held in
@@ -27,17 +28,12 @@ typedef struct fm_conv_direct {
     int64_t n_big;     /* channel blocks: n_big of the level's big block, then small ones to O */
 } fm_conv_direct;
 
-/* The tile's channel blocks and vector width per level (the packing depends on
- * them). O must be a multiple of the small block; the first blocks are big, the
- * rest small (fm_conv_direct_split). AVX2 tiles 6 channels x 2 rows (12 of the 16
- * registers accumulate: 8 accumulators only just cover the FMA latency, and Zen 3
- * measured 1.3x faster with 12), with 4-channel tiles for the remainder. */
+/* The tile's channel blocks and vector width (the packing depends on them). O
+ * must be a multiple of the small block; the first blocks are big, the rest
+ * small (fm_conv_direct_split; at AVX-512 both are 8). */
 #define FM_CONV_DIRECT_OB_AVX512 8
 #define FM_CONV_DIRECT_OBS_AVX512 8
 #define FM_CONV_DIRECT_VL_AVX512 16
-#define FM_CONV_DIRECT_OB_AVX2 6
-#define FM_CONV_DIRECT_OBS_AVX2 4
-#define FM_CONV_DIRECT_VL_AVX2 8
 
 /* The number of big blocks for O channels (O a multiple of obs): as many as leave
  * a multiple of obs; the number of blocks in all goes to *n_blocks. */
@@ -65,9 +61,7 @@ static inline void fm_conv_direct_pack(const float *w, float *wp, int64_t O, int
     }
 }
 
-/* Tasks: N x channel blocks x row pairs, in [begin, end); all column blocks each
- * (AVX-512 orders them (sample, block, pair), AVX2 (sample, pair, block)).
- * Call only when fm_cpu_use_avx512() / fm_cpu_use_avx2() is true. */
+/* Tasks: N x channel blocks x row pairs, in [begin, end), in the order (sample,
+ * block, pair); all column blocks each. Call only when fm_cpu_use_avx512() is true. */
 void fm_conv_direct_rows_avx512(const fm_conv_direct *d, int64_t begin, int64_t end);
-void fm_conv_direct_rows_avx2(const fm_conv_direct *d, int64_t begin, int64_t end);
 #endif

@@ -1,11 +1,10 @@
-/* The direct conv tile loop (conv_direct.h), written once for both vector
- * widths. The includer defines V, VL, OB, VZERO, VLOAD, VSET1, VFMA, VMAX (x86
+/* The direct conv tile loop (conv_direct.h), written for a vector width VL (the
+ * AVX-512 level includes it). The includer defines V, VL, OB, VZERO, VLOAD, VSET1, VFMA, VMAX (x86
  * max: the second operand when either is NaN), VISNAN_SEL(m, a) (a where a is
  * NaN, else m), VSTORE_N(p, v, n) (the first n lanes), VPAIRMAX(v) (lane i of the
  * result, i < VL/2, is the max of lanes 2i and 2i+1, NaN kept) and FN(name).
- * FN(tile) is an OB-channel tile; FN(fm_conv_direct_rows), for a level whose
- * blocks all have OB channels, unless the includer defines
- * FM_CONV_DIRECT_OWN_ROWS (and its own, over several tile widths). The j loops
+ * FN(tile) is an OB-channel tile; FN(fm_conv_direct_rows) runs tasks whose
+ * blocks all have OB channels. The j loops
  * are unrolled so the accumulators stay in registers through the epilogue (a
  * spill to the stack cost more than the 9 taps of a 1-channel conv). */
 
@@ -54,7 +53,6 @@ static void FN(tile)(const fm_conv_direct *d, int64_t n, int64_t o0, int64_t oh,
         }
 }
 
-#ifndef FM_CONV_DIRECT_OWN_ROWS
 void FN(fm_conv_direct_rows)(const fm_conv_direct *d, int64_t begin, int64_t end) {
     const int64_t pairs = d->pool == 2 ? d->Hy : (d->Ho + 1) / 2, blocks = d->O / OB;
     const int64_t cols = d->pool == 2 ? 2 * d->Wy : d->Wo;
@@ -63,4 +61,3 @@ void FN(fm_conv_direct_rows)(const fm_conv_direct *d, int64_t begin, int64_t end
         for (int64_t c0 = 0; c0 < cols; c0 += VL) FN(tile)(d, n, (r / pairs) * OB, 2 * (r % pairs), c0);
     }
 }
-#endif

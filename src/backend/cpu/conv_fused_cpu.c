@@ -1,17 +1,23 @@
 /* CONV2D_FUSED: conv2d, then ReLU and a max pool (kernel = stride = pool, no
  * padding), for inference (fathom compile's fuse-conv-act pass writes it).
  *
- * f32 NCHW convs with stride 1, dilation 1, one group and output channels a
- * multiple of the tile's block run the direct kernel (conv_direct.h) at the
- * AVX-512 or AVX2 level, with bias, ReLU and a 2x2 pool applied before the
- * store, reading the weights packed by conv2d_fused_pack when they are given
- * (4th input) and packing them per call otherwise. Everything else (f64, other
- * geometries, NHWC, other pools, and every case at FATHOM_ISA=scalar: the
- * reference) runs conv2d's own kernel and then one pass for ReLU and the pool. */
+ * f32 NCHW convs with stride 1, dilation 1 and one group run a direct kernel,
+ * with bias, ReLU and a 2x2 pool applied before the store, reading the weights
+ * packed by conv2d_fused_pack when they are given (4th input) and packing them
+ * per call otherwise:
+ * - AVX-512: conv_direct.h (pixels along the lanes), output channels a multiple of 8;
+ * - AVX2: conv_lanes.h (output channels along the lanes), any channel count. It
+ *   replaced an AVX2 build of conv_direct.h's tile (6 channels x 2 rows), which
+ *   it beat on every fashion-cnn-like shape measured on Zen 3, 1->32 included
+ *   (docs/PERFORMANCE.md).
+ * Everything else (f64, other geometries, NHWC, other pools, and every case at
+ * FATHOM_ISA=scalar: the reference) runs conv2d's own kernel and then one pass
+ * for ReLU and the pool. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/conv_direct.h"
+#include "backend/cpu/conv_lanes.h"
 #include "backend/cpu/conv_shared.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
@@ -38,61 +44,107 @@ static void pad_planes(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-typedef struct direct_job { fm_conv_direct d; bool avx512; } direct_job;
-
 static void direct_rows(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const direct_job *j = ctx;
-    if (j->avx512) fm_conv_direct_rows_avx512(&j->d, b, e);
-    else fm_conv_direct_rows_avx2(&j->d, b, e);
+    fm_conv_direct_rows_avx512(ctx, b, e);
 }
 
-static bool direct_ok(const fm_conv2d_fused_attrs *a, const fm_tensor *x, const fm_tensor *w, int obs) {
+static void lanes_rows(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    fm_conv_lanes_rows_avx2(ctx, b, e);
+}
+
+/* The geometry both direct kernels take (channel counts aside). */
+static bool direct_geometry(const fm_conv2d_fused_attrs *a, const fm_tensor *x) {
     const fm_conv2d_params *p = &a->p;
     return x->dtype == FM_F32 && p->layout == FM_NCHW && p->groups == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
-           p->dilation[0] == 1 && p->dilation[1] == 1 && w->shape[0] % obs == 0 && a->pool <= 2;
+           p->dilation[0] == 1 && p->dilation[1] == 1 && a->pool <= 2;
 }
 
 /* The packed form of the weights (conv2d_fused_pack): a header {form, O, C*kH*kW}
- * (small integers, exact in f32), then the blocks (fm_conv_direct_pack). Form 1:
- * the AVX-512 blocks, 2: the AVX2 ones, 0: no direct kernel at this level (the
- * weights copied as they are; conv2d_fused ignores them). */
-enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_AVX2 = 2 };
+ * (small integers, exact in f32), then the blocks. Form 1: the AVX-512 blocks
+ * (fm_conv_direct_pack), 3: the AVX2 lanes kernel's (fm_conv_lanes_pack; O
+ * rounded up to 8), 0: no direct kernel at this level (the weights copied as
+ * they are; conv2d_fused ignores them). (2 was the AVX2 pixel tile's form.) The
+ * tensor holds 3 + (O rounded up to 8) * C*kH*kW floats, zeros past the form's. */
+enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_LANES = 3 };
 
-static int pack_form(void) { return fm_cpu_use_avx512() ? PACK_AVX512 : fm_cpu_use_avx2() ? PACK_AVX2 : PACK_NONE; }
+/* The form this level runs for weights w (f32 [O, C, kH, kW]). */
+static int pack_form(const fm_tensor *w) {
+    if (fm_cpu_use_avx512()) return w->shape[0] % FM_CONV_DIRECT_OBS_AVX512 ? PACK_NONE : PACK_AVX512;
+    return fm_cpu_use_avx2() ? PACK_LANES : PACK_NONE;
+}
 
 static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
     const fm_tensor *w = c->in[0];
     float *y = fm_tensor_data(c->out[0]);
     const float *ws = fm_tensor_data(w);
     const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
-    int form = pack_form();
-    if (form == PACK_AVX512 && O % FM_CONV_DIRECT_OBS_AVX512) form = PACK_NONE;
-    if (form == PACK_AVX2 && O % FM_CONV_DIRECT_OBS_AVX2) form = PACK_NONE;
+    const int form = pack_form(w);
     y[0] = (float)form, y[1] = (float)O, y[2] = (float)per;
     if (form == PACK_AVX512) fm_conv_direct_pack(ws, y + 3, O, per, FM_CONV_DIRECT_OB_AVX512, FM_CONV_DIRECT_OBS_AVX512);
-    else if (form == PACK_AVX2) fm_conv_direct_pack(ws, y + 3, O, per, FM_CONV_DIRECT_OB_AVX2, FM_CONV_DIRECT_OBS_AVX2);
+    else if (form == PACK_LANES) fm_conv_lanes_pack(ws, y + 3, O, per);
     else memcpy(y + 3, ws, sizeof(float) * (size_t)(O * per));
+    if (form != PACK_LANES) /* the rest of the tensor (O rounded up to 8s) */
+        memset(y + 3 + O * per, 0, sizeof(float) * (size_t)(fm_conv2d_fused_pack_numel(O, per) - O * per));
     return FM_OK;
 }
 
-/* The packed weights in c->in[3] when they are this level's form for w, else NULL. */
-static const float *prepacked(const fm_op_call *c, bool avx512) {
+/* The packed weights in c->in[3] when they are in `form` for w, else NULL. */
+static const float *prepacked(const fm_op_call *c, int form) {
     const fm_tensor *pk = c->in[3], *w = c->in[1];
     const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
-    if (!pk || pk->dtype != FM_F32 || pk->ndim != 1 || pk->shape[0] != 3 + O * per) return NULL;
+    if (!pk || pk->dtype != FM_F32 || pk->ndim != 1 || pk->shape[0] != 3 + fm_conv2d_fused_pack_numel(O, per)) return NULL;
     const float *h = fm_tensor_data(pk);
-    return h[0] == (float)(avx512 ? PACK_AVX512 : PACK_AVX2) && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
+    return h[0] == (float)form && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
 }
 
-static fm_status run_direct(const fm_op_call *c, bool avx512) {
+/* The zero-padded input: [N][C][Hp][WS], only the border zeroed. */
+static fm_tensor *padded_input(const fm_tensor *x, int64_t Hp, int64_t WS, int64_t ph, int64_t pw) {
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    fm_tensor *xp = scratch(N * C * Hp * WS, FM_F32);
+    if (!xp) return NULL;
+    pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), C, H, W, Hp, WS, ph, pw};
+    fm_parallel_for(N * C, grain_for(N * C, Hp * WS), pad_planes, &pj);
+    return xp;
+}
+
+/* The AVX2 lanes kernel (conv_lanes.h). */
+static fm_status run_lanes(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
-    const int64_t VL = avx512 ? FM_CONV_DIRECT_VL_AVX512 : FM_CONV_DIRECT_VL_AVX2;
-    const int64_t OB = avx512 ? FM_CONV_DIRECT_OB_AVX512 : FM_CONV_DIRECT_OB_AVX2;
-    const int64_t OBS = avx512 ? FM_CONV_DIRECT_OBS_AVX512 : FM_CONV_DIRECT_OBS_AVX2;
-    direct_job j = {{0}, avx512};
-    fm_conv_direct *d = &j.d;
+    fm_conv_lanes d;
+    memset(&d, 0, sizeof d);
+    d.N = x->shape[0], d.C = x->shape[1], d.O = w->shape[0], d.KH = w->shape[2], d.KW = w->shape[3];
+    const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
+    d.Ho = H + 2 * ph - d.KH + 1, d.Wo = W + 2 * pw - d.KW + 1, d.Hy = y->shape[2], d.Wy = y->shape[3];
+    d.relu = a->relu, d.pool = a->pool > 1 ? 2 : 0;
+    d.Hp = H + 2 * ph, d.WS = W + 2 * pw; /* the tiles read rows < Ho + kH - 1, columns < Wo + kW - 1 */
+    /* input channels per pass: a pass's weights for a full block (32 channels) in 16 KB, passes balanced */
+    const int64_t per = d.C * d.KH * d.KW, fit = 4096 / (d.KH * d.KW * 8 * FM_CONV_LANES_NV);
+    const int64_t passes = fit < 1 ? d.C : (d.C + fit - 1) / fit;
+    d.cc = (d.C + passes - 1) / passes;
+    const float *given = prepacked(c, PACK_LANES);
+    fm_tensor *xp = padded_input(x, d.Hp, d.WS, ph, pw);
+    fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
+    if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
+    d.xp = fm_tensor_data(xp), d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
+    const int64_t tasks = fm_conv_lanes_tasks(&d), cols = d.pool ? 2 * d.Wy : d.Wo;
+    const int64_t work = 2 * per * 8 * FM_CONV_LANES_NV * (cols < FM_CONV_LANES_COLS ? cols : FM_CONV_LANES_COLS);
+    fm_parallel_for(tasks, grain_for(tasks, work / 4), lanes_rows, &d);
+    fm_tensor_release_n(2, xp, wp);
+    return FM_OK;
+}
+
+/* The AVX-512 pixel tile (conv_direct.h). */
+static fm_status run_direct(const fm_op_call *c) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
+    const int64_t VL = FM_CONV_DIRECT_VL_AVX512, OB = FM_CONV_DIRECT_OB_AVX512, OBS = FM_CONV_DIRECT_OBS_AVX512;
+    fm_conv_direct dd;
+    memset(&dd, 0, sizeof dd);
+    fm_conv_direct *d = &dd;
     d->N = x->shape[0], d->C = x->shape[1], d->O = w->shape[0], d->KH = w->shape[2], d->KW = w->shape[3];
     const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
     d->Ho = H + 2 * ph - d->KH + 1, d->Wo = W + 2 * pw - d->KW + 1;
@@ -100,11 +152,9 @@ static fm_status run_direct(const fm_op_call *c, bool avx512) {
     const int64_t cols = d->pool ? 2 * d->Wy : d->Wo, blocks = (cols + VL - 1) / VL;
     d->WS = (blocks * VL + d->KW - 1 + 15) / 16 * 16; /* rows 64-byte multiples */
     d->Hp = H + 2 * ph + 1;                           /* + a zero row for the odd last row pair */
-    const float *given = prepacked(c, avx512);
-    fm_tensor *xp = scratch(d->N * d->C * d->Hp * d->WS, FM_F32), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
+    const float *given = prepacked(c, PACK_AVX512);
+    fm_tensor *xp = padded_input(x, d->Hp, d->WS, ph, pw), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
     if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
-    pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), d->C, H, W, d->Hp, d->WS, ph, pw};
-    fm_parallel_for(d->N * d->C, grain_for(d->N * d->C, d->Hp * d->WS), pad_planes, &pj);
     const int64_t per = d->C * d->KH * d->KW; /* [O][per] -> per block [per][width] */
     const float *wq = given;
     if (!wq) {
@@ -115,7 +165,7 @@ static fm_status run_direct(const fm_op_call *c, bool avx512) {
     d->n_big = fm_conv_direct_split(d->O, OB, OBS, &n_blocks);
     d->xp = fm_tensor_data(xp), d->wp = wq, d->bias = b ? fm_tensor_data(b) : NULL, d->y = fm_tensor_data(y);
     const int64_t pairs = d->pool ? d->Hy : (d->Ho + 1) / 2, tasks = d->N * n_blocks * pairs;
-    fm_parallel_for(tasks, grain_for(tasks, per * OB * 2 * blocks * VL / 4), direct_rows, &j);
+    fm_parallel_for(tasks, grain_for(tasks, per * OB * 2 * blocks * VL / 4), direct_rows, d);
     fm_tensor_release_n(2, xp, wp);
     return FM_OK;
 }
@@ -187,8 +237,12 @@ static fm_status conv2d_fused_kernel(const fm_op_call *c) {
     const fm_tensor *x = c->in[0], *w = c->in[1];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
-    if (fm_cpu_use_avx512() && direct_ok(a, x, w, FM_CONV_DIRECT_OBS_AVX512)) return run_direct(c, true);
-    if (fm_cpu_use_avx2() && direct_ok(a, x, w, FM_CONV_DIRECT_OBS_AVX2)) return run_direct(c, false);
+    if (direct_geometry(a, x)) {
+        if (fm_cpu_use_avx512()) {
+            if (w->shape[0] % FM_CONV_DIRECT_OBS_AVX512 == 0) return run_direct(c);
+        } else if (fm_cpu_use_avx2())
+            return run_lanes(c);
+    }
     return run_reference(c);
 }
 
