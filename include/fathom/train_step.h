@@ -70,10 +70,27 @@ FM_API void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, f
                                fm_tensor *const *params, fm_train_loss_fn loss_fn, void *loss_ctx);
 /* Zeroes the gradients, then forward and backward over eo->grad_accum micro-batches of x
  * and y (dim 0 cut in near-equal parts; each loss weighted by its share of the samples,
- * so the gradients are those of the mean over the whole batch). *loss gets that mean. */
+ * so the gradients are those of the mean over the whole batch). *loss gets that mean,
+ * summed on eo->device in f64 and read once: the step's only wait for the device. */
 FM_API fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, double *loss);
 /* Unscale, clip, the optimizer step (skipped for fp16 inf/NaN) and the scaler's update. */
 FM_API fm_status fm_train_step_update(fm_train_step *s);
+
+/* Batches uploaded one step ahead (src/efficiency/stage.c), for a device other than the
+ * cpu. A trainer takes batch N (on the device), puts batch N+1, then runs step N: put
+ * copies the host batch into the backend's staging memory (CUDA: page-locked) and queues
+ * its upload (CUDA: on the copy stream, which compute does not wait for yet), so the
+ * upload overlaps step N's compute; take orders the compute queued afterwards after the
+ * upload (an event: the host does not wait) and hands over the device tensors (new
+ * references). put's x and y may be overwritten or released when it returns. The loss
+ * is read once per step (fm_train_step_backward), the only wait in a step. */
+typedef struct fm_batch_stage fm_batch_stage;
+FM_API fm_batch_stage *fm_batch_stage_new(fm_device dev); /* NULL (error set) for the cpu or a bad device */
+FM_API fm_status fm_batch_stage_put(fm_batch_stage *s, const fm_tensor *x, const fm_tensor *y);
+FM_API fm_status fm_batch_stage_take(fm_batch_stage *s, fm_tensor **x, fm_tensor **y); /* oldest first */
+FM_API int fm_batch_stage_count(const fm_batch_stage *s);                             /* staged, not taken */
+FM_API void fm_batch_stage_clear(fm_batch_stage *s);                                  /* drops staged batches */
+FM_API void fm_batch_stage_free(fm_batch_stage *s);
 
 #ifdef __cplusplus
 }

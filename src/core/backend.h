@@ -31,6 +31,19 @@ typedef struct fm_backend {
     fm_status (*copy_d2h)(int device_index, void *dst, const void *src, size_t n);
     fm_status (*copy_d2d)(int device_index, void *dst, const void *src, size_t n);
     fm_status (*synchronize)(int device_index);
+    /* Optional (NULL: the backend has none): batches uploaded one step ahead
+     * (fm_batch_stage, src/efficiency/stage.c). host_alloc/host_free: host memory
+     * that copy_h2d_ahead reads asynchronously (CUDA: page-locked, from a cache that
+     * reuses a freed block only once its copy is done, so it may be freed as soon as
+     * the copy is queued). copy_h2d_ahead: queues the copy on a copy stream, after the
+     * compute work queued before the device's last free (dst may be a reused block),
+     * without making compute wait for it; *ticket names it (NULL: already done).
+     * ticket_wait: compute queued from now on runs after that copy (the host does
+     * not wait); it releases the ticket. */
+    void *(*host_alloc)(int device_index, size_t n);
+    void (*host_free)(void *p);
+    fm_status (*copy_h2d_ahead)(int device_index, void *dst, const void *src, size_t n, void **ticket);
+    fm_status (*ticket_wait)(int device_index, void *ticket);
     fm_kernel_fn kernels[FM_BACKEND_OP_SLOTS];
 } fm_backend;
 

@@ -13,8 +13,6 @@
  * rounding of the unblocked scale). The forward goes by the same blocks, so an
  * f32 copy of all the logits never exists; its loss is the sum of the blocks' f32
  * sums, within one f32 rounding of the unblocked one. */
-#include <stdlib.h>
-#include <string.h>
 
 #include "autograd/node.h"
 #include "core/tensor_internal.h"
@@ -23,7 +21,7 @@
 #include "fathom/ops.h"
 
 typedef struct cel_attrs {
-    int64_t ignore_index, count;
+    int64_t ignore_index;
     double label_smoothing;
 } cel_attrs;
 
@@ -34,11 +32,14 @@ int64_t fm_cross_entropy_lowp_rows(int64_t vocab) {
 
 static fm_status cel_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     const cel_attrs *a = FM_NODE_ATTRS(n, cel_attrs);
-    fm_tensor *x = n->saved[0], *t = n->saved[1];
+    fm_tensor *x = n->saved[0], *t = n->saved[1], *count = n->saved[2];
     if (!gout[0] || !fm_node_needs_grad(n, 0)) return FM_OK;
     const int64_t N = x->shape[0], V = x->shape[1], step = fm_cross_entropy_lowp_rows(V);
-    /* the mean's scale, as one f32 number for the blocks' sum-reduced backward */
-    fm_tensor *gs = fm_tensor_full(0, NULL, fm_tensor_item(gout[0]) / (double)a->count, FM_F32, fm_tensor_device(x));
+    /* the mean's scale, as one f32 number for the blocks' sum-reduced backward: the
+     * gradient / count in f64 rounded to f32, on the device (no host read) */
+    fm_tensor *g64 = fm_to_dtype(gout[0], FM_F64), *q = g64 ? fm_div(g64, count) : NULL;
+    fm_tensor *gs = q ? fm_to_dtype(q, FM_F32) : NULL;
+    fm_tensor_release_n(2, g64, q);
     fm_tensor *dx = gs ? fm_tensor_empty(2, x->shape, x->dtype, fm_tensor_device(x)) : NULL;
     fm_status st = dx ? FM_OK : fm_last_status();
     for (int64_t r0 = 0; st == FM_OK && r0 < N; r0 += step) {
@@ -66,40 +67,48 @@ fm_tensor *fm_cross_entropy_lowp(fm_tensor *logits, fm_tensor *target, int64_t i
     if (!logits || !target || logits->ndim != 2 || (logits->dtype != FM_BF16 && logits->dtype != FM_F16) ||
         target->ndim != 1 || target->shape[0] != logits->shape[0] || (target->dtype != FM_I64 && target->dtype != FM_I32))
         return fm_cross_entropy(logits, target, ignore_index, label_smoothing, FM_REDUCE_MEAN);
-    int64_t count = 0, n = target->shape[0];
-    /* the targets are counted from a host copy: they may live on a device */
-    int64_t *tg = malloc(sizeof(int64_t) * (size_t)n);
-    if (!tg) { fm_set_error(FM_ERR_OOM, "cross_entropy_lowp: no host memory for %lld targets", (long long)n); return NULL; }
-    if (fm_tensor_copy_to_host(target, tg, FM_I64) != FM_OK) { free(tg); return NULL; }
-    for (int64_t i = 0; i < n; i++) count += tg[i] != ignore_index;
-    free(tg);
-    if (count == 0) return fm_cross_entropy(logits, target, ignore_index, label_smoothing, FM_REDUCE_MEAN); /* NaN, as it gives */
-    /* the forward in the same blocks of rows, so no f32 copy of all the logits exists
-     * even for a moment: each block's sum (f32, from f64 row losses) is added in f64 */
+    const int64_t n = target->shape[0], V = logits->shape[1], step = fm_cross_entropy_lowp_rows(V);
+    const fm_device dev = fm_tensor_device(logits);
+    /* Everything stays on the logits' device (no host read, so no wait on a GPU): the
+     * count of targets that are not ignored, and the forward in the same blocks of rows
+     * as the backward, so no f32 copy of all the logits exists even for a moment: each
+     * block's f32 sum (from f64 row losses) is added in f64, and the total / count in
+     * f64 is rounded once to f32. No target counted (all ignored) gives 0 / 0 = NaN, as
+     * the mean does. */
     bool prev = fm_set_grad_enabled(false);
-    const int64_t V = logits->shape[1], step = fm_cross_entropy_lowp_rows(V);
-    double total = 0;
-    fm_status st = FM_OK;
+    fm_tensor *ig = fm_tensor_full(0, NULL, (double)ignore_index, target->dtype, dev);
+    fm_tensor *keep = ig ? fm_ne(target, ig) : NULL, *keep64 = keep ? fm_to_dtype(keep, FM_F64) : NULL;
+    fm_tensor *count = keep64 ? fm_sum(keep64, 0, NULL, false) : NULL;
+    fm_tensor *total = count ? fm_tensor_zeros(0, NULL, FM_F64, dev) : NULL;
+    fm_tensor_release_n(3, ig, keep, keep64);
+    fm_status st = total ? FM_OK : fm_last_status();
     for (int64_t r0 = 0; st == FM_OK && r0 < n; r0 += step) {
         const int64_t k = n - r0 < step ? n - r0 : step;
         fm_tensor *xs = fm_narrow(logits, 0, r0, k), *ts = fm_narrow(target, 0, r0, k);
         fm_tensor *x32 = xs ? fm_to_dtype(xs, FM_F32) : NULL;
         fm_tensor *l = x32 && ts ? fm_cross_entropy(x32, ts, ignore_index, label_smoothing, FM_REDUCE_SUM) : NULL;
-        if (l) total += fm_tensor_item(l);
-        else st = fm_last_status();
-        fm_tensor_release_n(4, xs, ts, x32, l);
+        fm_tensor *l64 = l ? fm_to_dtype(l, FM_F64) : NULL, *sum = l64 ? fm_add(total, l64) : NULL;
+        if (sum) {
+            fm_tensor_release(total);
+            total = sum;
+        } else st = fm_last_status();
+        fm_tensor_release_n(5, xs, ts, x32, l, l64);
     }
+    fm_tensor *mean = st == FM_OK ? fm_div(total, count) : NULL;
+    fm_tensor *loss = mean ? fm_to_dtype(mean, FM_F32) : NULL;
     fm_set_grad_enabled(prev);
-    fm_tensor *loss = st == FM_OK ? fm_tensor_full(0, NULL, total / (double)count, FM_F32, fm_tensor_device(logits)) : NULL;
-    if (!loss) return NULL;
+    fm_tensor_release_n(2, total, mean);
+    if (!loss) { fm_tensor_release(count); return NULL; }
     fm_node *nd = fm_node_begin(FM_OP_CROSS_ENTROPY, 2, (fm_tensor *[]){logits, target}, cel_backward);
     if (nd) {
         nd->name = "cross_entropy_lowp";
-        cel_attrs at = {ignore_index, count, label_smoothing};
+        cel_attrs at = {ignore_index, label_smoothing};
         FM_NODE_SET_ATTRS(nd, at);
         fm_node_save(nd, 0, logits);
         fm_node_save(nd, 1, target);
+        fm_node_save(nd, 2, count);
         fm_node_finish(nd, 1, &loss);
     }
+    fm_tensor_release(count);
     return loss;
 }

@@ -32,7 +32,25 @@ static fm_tensor *micro(fm_tensor *t, int k, int n, int64_t *rows) {
 }
 
 /* Forward and backward of one micro-batch; takes over x and y. */
-static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double weight, double *loss_sum) {
+/* acc += loss * weight, on the loss's device in f64 (no host read: on a GPU a read
+ * waits for the queued work, which would stall the copy of the next batch every
+ * micro-batch). The f64 widening, product and sum are the host's double
+ * arithmetic of `sum += item(loss) * weight`, so the figure read once per step
+ * is the same bits. */
+static fm_status add_loss(fm_tensor **acc, fm_tensor *loss, double weight) {
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *l64 = fm_to_dtype(loss, FM_F64);
+    fm_tensor *term = l64 && weight != 1.0 ? fm_mul_scalar(l64, weight) : fm_tensor_retain(l64);
+    fm_tensor *sum = term ? fm_add(*acc, term) : NULL;
+    fm_set_grad_enabled(prev);
+    fm_tensor_release_n(2, l64, term);
+    if (!sum) return fm_last_status();
+    fm_tensor_release(*acc);
+    *acc = sum;
+    return FM_OK;
+}
+
+static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double weight, fm_tensor **loss_sum) {
     fm_status st = FM_OK;
     const fm_device dev = s->eo->device;
     if (!fm_device_eq(x->storage->device, dev) || !fm_device_eq(y->storage->device, dev)) {
@@ -54,7 +72,7 @@ static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double
     fm_autocast_set(ac);
     fm_tensor_release_n(2, x, y);
     if (!loss) return fm_last_status();
-    *loss_sum += fm_tensor_item(loss) * weight;
+    if ((st = add_loss(loss_sum, loss, weight))) { fm_tensor_release(loss); return st; }
     const double w = weight * s->loss_weight;
     fm_tensor *l = w != 1.0 ? fm_mul_scalar(loss, w) : fm_tensor_retain(loss);
     fm_tensor *sl = l ? fm_grad_scaler_scale(&s->scaler, l) : NULL;
@@ -69,8 +87,9 @@ static fm_status micro_step(fm_train_step *s, fm_tensor *x, fm_tensor *y, double
 fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, double *loss) {
     const int n = s->eo->grad_accum > 1 ? s->eo->grad_accum : 1;
     const int64_t N = x->shape[0];
-    double sum = 0;
-    fm_status st = FM_OK;
+    /* the micro-batches' weighted losses, summed where the model is and read once */
+    fm_tensor *sum = fm_tensor_zeros(0, NULL, FM_F64, s->eo->device);
+    fm_status st = sum ? FM_OK : fm_last_status();
     fm_optim_zero_grad(s->opt);
     for (int k = 0; k < n && st == FM_OK; k++) {
         int64_t rows = 0;
@@ -83,7 +102,8 @@ fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, d
         }
         st = micro_step(s, xs, ys, n == 1 ? 1.0 : (double)rows / (double)N, &sum);
     }
-    *loss = sum;
+    *loss = st == FM_OK ? fm_tensor_item(sum) : NAN; /* the step's one host read of the loss */
+    fm_tensor_release(sum);
     if (st == FM_OK && s->hooks && s->hooks->after_backward) st = s->hooks->after_backward(s->hooks->user, s->opt);
     return st;
 }

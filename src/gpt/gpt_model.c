@@ -715,8 +715,13 @@ static fm_status check_idx(const fm_gpt *m, fm_tensor *idx, const char *what) {
                             idx ? ", got " : "", idx ? fm_shape_str(idx->ndim, idx->shape, s, sizeof s) : "");
     if (idx->shape[0] < 1 || idx->shape[1] < 1)
         return fm_set_error(FM_ERR_INVALID, "gpt: %s %s is empty", what, fm_shape_str(idx->ndim, idx->shape, s, sizeof s));
+    /* Ids on a device are not read back here: that read would make the host wait for the
+     * queued work every micro-batch (on a GPU it stalls the next batch's upload). The
+     * embedding and cross-entropy kernels check them instead ("embedding: index 70 at
+     * position 3 is out of range [0, 64)", "target 70 at position 3 is out of range";
+     * CUDA: deferred to the next host read, the step's loss). */
+    if (fm_tensor_device(idx).type != FM_DEV_CPU) return FM_OK;
     int64_t n = fm_tensor_numel(idx);
-    /* ids on a device are checked from a host copy (the host may not read device memory) */
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
     if (!ids) return fm_set_error(FM_ERR_OOM, "gpt: no host memory to check %lld token ids", (long long)n);
     fm_status st = fm_tensor_copy_to_host(idx, ids, FM_I64);

@@ -419,6 +419,7 @@ typedef struct gpt_run {
     bool profiling, in_step, do_step;
     int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
     double t_start, t_log, t_tb, last, val, norm, min_loss;
+    fm_batch_stage *stage; /* a device other than the cpu: the next step's batch, uploaded one step ahead */
 } gpt_run;
 
 /* The loss of one micro-batch (fm_train_loss_fn). */
@@ -656,16 +657,40 @@ static fm_status gpt_check_loss(gpt_run *u) {
     return FM_OK;
 }
 
+/* Step `step`'s batch (this rank's rows of it), on the host. */
+static fm_status gpt_batch(gpt_run *u, int64_t step, fm_tensor **x, fm_tensor **y) {
+    const fm_gpt_train_opts *o = u->o;
+    int64_t first = 0, rows = o->batch_size; /* data parallel: this rank's windows of the batch */
+    fm_data_shard_rows(o->batch_size, u->dp_rank, u->dp_size, &first, &rows);
+    return fm_gpt_batch_random_rows(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, step, (int)first,
+                                    (int)rows, x, y);
+}
+
+/* Through the stage (a device): this step's batch on the device, and the next step's
+ * upload queued before this step's compute, so that on a GPU the two overlap. */
+static fm_status gpt_stage_put(gpt_run *u, int64_t step) {
+    fm_tensor *hx, *hy;
+    fm_status st = gpt_batch(u, step, &hx, &hy);
+    if (st == FM_OK) st = fm_batch_stage_put(u->stage, hx, hy);
+    fm_tensor_release_n(2, hx, hy);
+    return st;
+}
+static fm_status gpt_staged_batch(gpt_run *u, fm_tensor **x, fm_tensor **y) {
+    fm_status st = fm_batch_stage_count(u->stage) ? FM_OK : gpt_stage_put(u, u->step);
+    if (st == FM_OK) st = fm_batch_stage_take(u->stage, x, y);
+    if (st == FM_OK && u->step + 1 < u->steps && (st = gpt_stage_put(u, u->step + 1))) fm_tensor_release_n(2, *x, *y);
+    return st;
+}
+
 /* One optimizer step: the batch, then the step every trainer runs (fathom/train_step.h). */
 static fm_status gpt_step(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
     fm_optim_set_lr(u->dt ? fm_dist_trainer_optim(u->dt) : u->opt, fm_lr_at(&u->sched, u->step));
-    fm_tensor *x, *y;
+    fm_tensor *x = NULL, *y = NULL;
     double td = now_s(), pd = fm_profiler_now_us();
     int64_t first = 0, rows = o->batch_size; /* data parallel: this rank's windows of the batch */
     fm_data_shard_rows(o->batch_size, u->dp_rank, u->dp_size, &first, &rows);
-    fm_status st = fm_gpt_batch_random_rows(&u->d, 0, u->split, o->batch_size, u->cfg.block_size, o->seed, u->step,
-                                            (int)first, (int)rows, &x, &y);
+    fm_status st = u->stage ? gpt_staged_batch(u, &x, &y) : gpt_batch(u, u->step, &x, &y);
     u->res->data_seconds += now_s() - td;
     fm_profile_span("next batch", "data", pd, fm_profiler_now_us() - pd, NULL);
     if (st) return st;
@@ -854,6 +879,10 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     u->world = o->dist ? fm_dist_size(o->dist) : 1;
     if ((st = gpt_setup(u))) goto done;
     if (o->resume && (st = gpt_resume(u))) goto done;
+    if (o->eff.device.type != FM_DEV_CPU && !(u->stage = fm_batch_stage_new(o->eff.device))) {
+        st = fm_last_status();
+        goto done;
+    }
     if (!o->quiet) gpt_banner(u);
     if (o->profile_path && (st = fm_profiler_start(o->profile_path))) goto done;
     u->profiling = o->profile_path != NULL;
@@ -882,6 +911,7 @@ done:
         fm_status pst = fm_profiler_stop();
         if (!st) st = pst;
     }
+    fm_batch_stage_free(u->stage);
     free(u->params);
     fm_dist_trainer_free(u->dt);
     fm_optim_free(u->opt);

@@ -162,7 +162,17 @@ typedef struct trainer {
     fm_dist_trainer *dt; /* data parallel (NULL: this process alone) */
     int rank, world;     /* rank 0 writes the checkpoints */
     bool zero;           /* ZeRO-1: dt holds the optimizer state, sharded */
+    fm_batch_stage *stage; /* a device other than the cpu: the next batch, uploaded one step ahead */
+    fm_batch staged;       /* the staged batch's index and size (its tensors are in stage) */
 } trainer;
+
+/* The loader's position as the steps see it: a batch staged ahead (never past its
+ * epoch's end) has not been trained on yet, so it is not counted as delivered. */
+static fm_status loader_state(const trainer *t, fm_dataloader_state *ls) {
+    fm_status st = fm_dataloader_state_get(t->loader, ls);
+    if (st == FM_OK) ls->batch -= fm_batch_stage_count(t->stage);
+    return st;
+}
 
 /* The optimizer that steps (ZeRO-1: this rank's shard of it). */
 static fm_optim *opt_of(trainer *t) { return t->dt ? fm_dist_trainer_optim(t->dt) : t->opt; }
@@ -197,7 +207,7 @@ static fm_status check_finite(const fm_named_list *l, const char *what, int64_t 
 
 static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) {
     fm_dataloader_state ls;
-    fm_status st = fm_dataloader_state_get(t->loader, &ls);
+    fm_status st = loader_state(t, &ls);
     if (st) return st;
     if (ls.batch >= fm_dataloader_num_batches(t->loader)) { ls.epoch++; ls.batch = 0; }
     if ((st = fm_kv_set(meta, "format", "fathom-model-1")) || (st = fm_kv_set(meta, "fathom.recipe", t->r->text)) ||
@@ -535,6 +545,7 @@ static fm_status train_setup(train_run *u) {
     lo.shard_count = u->t.world;
     if (!(u->t.loader = fm_dataloader_create(u->train, &lo))) return fm_last_status();
     u->nb = fm_dataloader_num_batches(u->t.loader);
+    if (eo->device.type != FM_DEV_CPU && !(u->t.stage = fm_batch_stage_new(eo->device))) return fm_last_status();
     if (u->opt->steps > 0) { /* a step count: the schedule spans it, the epochs follow */
         r->epochs = (int)((u->opt->steps + u->nb - 1) / u->nb);
         r->sched.total_steps = u->opt->steps;
@@ -632,7 +643,7 @@ static fm_status grad_histograms(void *ctx) {
     if (!u->tb || u->opt->hist_every <= 0 || (u->epoch + 1) % u->opt->hist_every) return FM_OK;
     fm_dataloader_state ls;
     fm_named_list ps = {0};
-    if (fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch == u->nb &&
+    if (loader_state(&u->t, &ls) == FM_OK && ls.batch == u->nb &&
         fm_module_parameters(u->t.model, &ps) == FM_OK)
         fm_tb_add_histograms(u->tb, "grads", &ps, true, u->t.step + 1);
     fm_named_list_free(&ps);
@@ -723,7 +734,37 @@ static fm_status train_step(train_run *u, const fm_batch *b, bool *stop) {
  * ends there has finished that epoch, and it is reported and counted as such. */
 static bool epoch_consumed(const train_run *u) {
     fm_dataloader_state ls;
-    return fm_dataloader_state_get(u->t.loader, &ls) == FM_OK && ls.batch >= fm_dataloader_num_batches(u->t.loader);
+    return loader_state(&u->t, &ls) == FM_OK && ls.batch >= fm_dataloader_num_batches(u->t.loader);
+}
+
+/* The next batch on a device (u->t.stage): batch N, uploaded during step N - 1 (or
+ * now, at the start of an epoch), then batch N + 1 fetched and its upload queued before
+ * step N runs, so on a GPU the copy overlaps step N's compute. Not past the epoch's
+ * end (its evaluation and checkpoint come between) nor past the run's last step.
+ * b gets the device tensors (new references: the caller releases them). */
+static fm_status next_staged(train_run *u, fm_batch *b) {
+    trainer *t = &u->t;
+    fm_status st;
+    if (fm_batch_stage_count(t->stage) == 0) {
+        if ((st = fm_dataloader_next(t->loader, b)) != FM_OK || !b->x) return st;
+        if ((st = fm_batch_stage_put(t->stage, b->x, b->y))) return st;
+    } else {
+        *b = t->staged;
+    }
+    fm_tensor *x, *y;
+    if ((st = fm_batch_stage_take(t->stage, &x, &y))) return st;
+    b->x = x;
+    b->y = y;
+    fm_dataloader_state ls;
+    const int64_t next = t->step + 1;
+    const bool last = (u->opt->max_steps > 0 && next >= u->opt->max_steps) || (u->opt->steps > 0 && next >= u->opt->steps);
+    if (!last && (st = fm_dataloader_state_get(t->loader, &ls)) == FM_OK && ls.batch < u->nb) {
+        fm_batch nb;
+        if ((st = fm_dataloader_next(t->loader, &nb)) == FM_OK && nb.x && (st = fm_batch_stage_put(t->stage, nb.x, nb.y)) == FM_OK)
+            t->staged = nb;
+    }
+    if (st != FM_OK) fm_tensor_release_n(2, x, y);
+    return st;
 }
 
 static fm_status train_loop(train_run *u) {
@@ -746,11 +787,12 @@ static fm_status train_loop(train_run *u) {
          * batch: the fetch that finds the epoch's end is no step (`fathom profile` counts them) */
         double ps = fm_profiler_now_us();
         fm_profile_push("next batch", "data");
-        st = fm_dataloader_next(u->t.loader, &b);
+        st = u->t.stage ? next_staged(u, &b) : fm_dataloader_next(u->t.loader, &b);
         fm_profile_pop();
         if (st == FM_OK && b.x) {
             st = train_step(u, &b, &stop);
             fm_profile_span("step", "step", ps, fm_profiler_now_us() - ps, NULL);
+            if (u->t.stage) fm_tensor_release_n(2, b.x, b.y);
         }
         if (st == FM_OK && !b.x) st = end_of_epoch(u, &stop);
         else if (st == FM_OK && stop && epoch_consumed(u)) st = end_of_epoch(u, &stop);
@@ -867,6 +909,7 @@ done:
         fm_status pst = fm_profiler_stop();
         if (st == FM_OK) st = pst;
     }
+    fm_batch_stage_free(u->t.stage);
     fm_dataloader_free(u->t.loader);
     fm_dist_trainer_free(u->t.dt);
     fm_optim_free(u->t.opt);

@@ -12,12 +12,20 @@
  * It finds the CPU backend through core's registry (the backends stay peers:
  * neither includes the other) and is always built (FATHOM_BACKENDS). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/check/check_memory.h"
 #include "backend/kernel.h"
 
 static fm_backend g_check;
+static fm_check_counts g_counts;
+#define COUNT(field) __atomic_add_fetch(&g_counts.field, 1, __ATOMIC_RELAXED)
+
+void fm_check_counts_get(fm_check_counts *out) {
+    unsigned long long *d = (unsigned long long *)out, *s = (unsigned long long *)&g_counts;
+    for (size_t i = 0; i < sizeof *out / sizeof *d; i++) d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+}
 static const fm_backend *g_cpu;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -34,6 +42,7 @@ static void open_call(const fm_op_call *c, bool open) {
  * open around it. Device tensors the kernel makes for itself (the low-precision
  * wrapper's f32 scratch) are open until it returns (fm_check_kernel_enter). */
 static fm_status check_kernel(const fm_op_call *c) {
+    COUNT(kernels);
     open_call(c, true);
     fm_check_kernel_enter();
     fm_status st = g_cpu->kernels[c->op](c);
@@ -44,6 +53,7 @@ static fm_status check_kernel(const fm_op_call *c) {
 
 static fm_status check_h2d(int idx, void *dst, const void *src, size_t n) {
     (void)idx;
+    COUNT(h2d);
     if (!n) return FM_OK;
     fm_check_open(dst);
     memcpy(dst, src, n);
@@ -53,6 +63,7 @@ static fm_status check_h2d(int idx, void *dst, const void *src, size_t n) {
 
 static fm_status check_d2h(int idx, void *dst, const void *src, size_t n) {
     (void)idx;
+    COUNT(d2h);
     if (!n) return FM_OK;
     fm_check_open(src);
     memcpy(dst, src, n);
@@ -62,6 +73,7 @@ static fm_status check_d2h(int idx, void *dst, const void *src, size_t n) {
 
 static fm_status check_d2d(int idx, void *dst, const void *src, size_t n) {
     (void)idx;
+    COUNT(d2d);
     if (!n) return FM_OK;
     fm_check_open(src);
     fm_check_open(dst);
@@ -73,6 +85,28 @@ static fm_status check_d2d(int idx, void *dst, const void *src, size_t n) {
 
 static fm_status check_sync(int idx) { (void)idx; return FM_OK; }
 
+/* Batches one step ahead (fm_batch_stage): the same calls as on a GPU, made
+ * synchronous here (the copy is done when it returns), and counted, so that a test
+ * sees when each upload was issued relative to the kernels around it. The staging
+ * memory is the host's own. */
+static void *check_host_alloc(int idx, size_t n) { (void)idx; return malloc(n ? n : 1); }
+static void check_host_free(void *p) { free(p); }
+static fm_status check_h2d_ahead(int idx, void *dst, const void *src, size_t n, void **ticket) {
+    (void)idx;
+    COUNT(h2d_ahead);
+    *ticket = &g_counts; /* any non-NULL token: the check device does not need one */
+    if (!n) return FM_OK;
+    fm_check_open(dst);
+    memcpy(dst, src, n);
+    fm_check_close(dst);
+    return FM_OK;
+}
+static fm_status check_ticket_wait(int idx, void *ticket) {
+    (void)idx;
+    if (ticket) COUNT(waits);
+    return FM_OK;
+}
+
 static void build(void) {
     g_cpu = fm_backend_get(FM_DEV_CPU);
     if (!g_cpu) return;
@@ -83,6 +117,10 @@ static void build(void) {
     g_check.copy_d2h = check_d2h;
     g_check.copy_d2d = check_d2d;
     g_check.synchronize = check_sync;
+    g_check.host_alloc = check_host_alloc;
+    g_check.host_free = check_host_free;
+    g_check.copy_h2d_ahead = check_h2d_ahead;
+    g_check.ticket_wait = check_ticket_wait;
     for (int op = 0; op < FM_OP_COUNT; op++)
         g_check.kernels[op] = g_cpu->kernels[op] ? check_kernel : NULL;
 }

@@ -26,4 +26,13 @@ void fm_check_close(const void *p);
  * own device temporaries) starts open, and is closed when the scope ends. */
 void fm_check_kernel_enter(void);
 void fm_check_kernel_leave(void);
+
+/* What the check backend has done since the process started (check_backend.c), all
+ * devices together: kernel calls and copies by direction, the asynchronous batch
+ * uploads (fm_backend.copy_h2d_ahead) and the waits on them. Tests use these to
+ * observe order and count host reads (tests/test_train_stage.c). */
+typedef struct fm_check_counts {
+    unsigned long long kernels, h2d, d2h, d2d, h2d_ahead, waits;
+} fm_check_counts;
+void fm_check_counts_get(fm_check_counts *out);
 #endif

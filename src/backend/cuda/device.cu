@@ -410,6 +410,55 @@ extern "C" fm_status fm_cuda_copy_h2d_async(int idx, void *dst, const void *src,
     return fm_pinned_record(g_pinned, base, done); /* the host may reuse `src` once `done` has completed */
 }
 
+/* Batches one step ahead (fm_batch_stage, src/efficiency/stage.c): the copy is queued as
+ * above but compute is not made to wait for it yet, so the step already queued (and the
+ * next one, until ticket_wait) overlaps it; the ticket is a second event recorded after
+ * the copy (the first belongs to the pinned cache, which may release it before the
+ * ticket is waited on). A source that is not pinned is copied on the compute stream
+ * (ordered already: no ticket). */
+static void *b_host_alloc(int idx, size_t n) {
+    if (use_device(idx)) return NULL;
+    fm_pinned_cache *c = pinned_cache();
+    return c ? fm_pinned_alloc(c, n ? n : 1) : NULL;
+}
+static void b_host_free(void *p) {
+    if (g_pinned && p) fm_pinned_free(g_pinned, p);
+}
+static fm_status b_h2d_ahead(int idx, void *dst, const void *src, size_t n, void **ticket) {
+    *ticket = NULL;
+    fm_status st = use_device(idx);
+    if (st) return st;
+    dev_ctx *d = &g_dev[idx];
+    void *base = g_pinned && n ? fm_pinned_find(g_pinned, src, n) : NULL;
+    if (!base) return fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->stream), "copy to cuda");
+    if ((st = ensure_copy_stream(d))) return st;
+    cudaEvent_t done, tk;
+    if ((st = fm_cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "copy to cuda"))) return st;
+    if ((st = fm_cuda_check(cudaEventCreateWithFlags(&tk, cudaEventDisableTiming), "copy to cuda"))) {
+        cudaEventDestroy(done);
+        return st;
+    }
+    st = fm_cuda_check(cudaStreamWaitEvent(d->copy_stream, d->last_free, 0), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->copy_stream), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaEventRecord(done, d->copy_stream), "copy to cuda");
+    if (!st) st = fm_cuda_check(cudaEventRecord(tk, d->copy_stream), "copy to cuda");
+    if (st) {
+        cudaStreamSynchronize(d->copy_stream);
+        cudaEventDestroy(done);
+        cudaEventDestroy(tk);
+        return st;
+    }
+    *ticket = (void *)tk;
+    return fm_pinned_record(g_pinned, base, done);
+}
+static fm_status b_ticket_wait(int idx, void *ticket) {
+    if (!ticket) return FM_OK;
+    fm_status st = use_device(idx);
+    if (!st) st = fm_cuda_check(cudaStreamWaitEvent(g_dev[idx].stream, (cudaEvent_t)ticket, 0), "batch upload wait");
+    cudaEventDestroy((cudaEvent_t)ticket); /* released once the copy is done, even with a wait still queued */
+    return st;
+}
+
 static fm_status b_h2d_raw(int idx, void *dst, const void *src, size_t n) { return fm_cuda_copy_h2d_async(idx, dst, src, n); }
 static fm_status b_d2h_raw(int idx, void *dst, const void *src, size_t n) {
     fm_status st = use_device(idx);
@@ -488,6 +537,10 @@ static void build(void) {
     g_cuda.copy_d2h = b_d2h;
     g_cuda.copy_d2d = b_d2d;
     g_cuda.synchronize = b_sync;
+    g_cuda.host_alloc = b_host_alloc;
+    g_cuda.host_free = b_host_free;
+    g_cuda.copy_h2d_ahead = b_h2d_ahead;
+    g_cuda.ticket_wait = b_ticket_wait;
     fm_cuda_kernels_elementwise(&g_cuda);
     fm_cuda_kernels_reduce(&g_cuda);
     fm_cuda_kernels_matmul(&g_cuda);
