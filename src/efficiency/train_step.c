@@ -38,6 +38,9 @@ static fm_tensor *micro(fm_tensor *t, int k, int n, int64_t *rows) {
  * arithmetic of `sum += item(loss) * weight`, so the figure read once per step
  * is the same bits. */
 static fm_status add_loss(fm_tensor **acc, fm_tensor *loss, double weight) {
+    /* the sum lives where the loss is (with tensor parallelism planned on `meta`, the model's
+     * device rather than eo->device); it starts at 0.0, as the host's sum did */
+    if (!*acc && !(*acc = fm_tensor_zeros(0, NULL, FM_F64, fm_tensor_device(loss)))) return fm_last_status();
     bool prev = fm_set_grad_enabled(false);
     fm_tensor *l64 = fm_to_dtype(loss, FM_F64);
     fm_tensor *term = l64 && weight != 1.0 ? fm_mul_scalar(l64, weight) : fm_tensor_retain(l64);
@@ -88,8 +91,8 @@ fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, d
     const int n = s->eo->grad_accum > 1 ? s->eo->grad_accum : 1;
     const int64_t N = x->shape[0];
     /* the micro-batches' weighted losses, summed where the model is and read once */
-    fm_tensor *sum = fm_tensor_zeros(0, NULL, FM_F64, s->eo->device);
-    fm_status st = sum ? FM_OK : fm_last_status();
+    fm_tensor *sum = NULL;
+    fm_status st = FM_OK;
     fm_optim_zero_grad(s->opt);
     for (int k = 0; k < n && st == FM_OK; k++) {
         int64_t rows = 0;
@@ -102,7 +105,7 @@ fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, d
         }
         st = micro_step(s, xs, ys, n == 1 ? 1.0 : (double)rows / (double)N, &sum);
     }
-    *loss = st == FM_OK ? fm_tensor_item(sum) : NAN; /* the step's one host read of the loss */
+    *loss = st != FM_OK ? NAN : sum ? fm_tensor_item(sum) : 0.0; /* the step's one host read of the loss */
     fm_tensor_release(sum);
     if (st == FM_OK && s->hooks && s->hooks->after_backward) st = s->hooks->after_backward(s->hooks->user, s->opt);
     return st;
