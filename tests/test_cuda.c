@@ -895,6 +895,99 @@ static void optim_cases(fm_dtype dt);
 static void master_weight_cases(void);
 static void quant_cases(fm_dtype dt);
 
+/* SDPA forward and backward cases at one shape (both causal settings), compared with the
+ * cpu; `tag` goes into the labels. The backward starts from the cpu's forward results. */
+static void sdpa_cases(fm_dtype dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, uint64_t seed,
+                       const char *tag) {
+    for (int causal = 0; causal < 2; causal++) {
+        char lf[96], lb[96];
+        snprintf(lf, sizeof lf, "sdpa%s%s %lldx%lldx%lld/%lld D%lld", tag, causal ? " causal" : "", (long long)H,
+                 (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D);
+        snprintf(lb, sizeof lb, "sdpa_backward%s%s %lldx%lldx%lld/%lld D%lld", tag, causal ? " causal" : "", (long long)H,
+                 (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D);
+        fm_sdpa_attrs sa = {causal, 0};
+        conf_case c = {.label = lf, .op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .attrs = &sa};
+        c.in[0] = rand_tensor(4, (int64_t[]){B, H, Tq, D}, dt, -1, 1, seed + causal);
+        c.in[1] = rand_tensor(4, (int64_t[]){B, Hkv, Tk, D}, dt, -1, 1, seed + 10 + causal);
+        c.in[2] = rand_tensor(4, (int64_t[]){B, Hkv, Tk, D}, dt, -1, 1, seed + 20 + causal);
+        c.out[0] = spec(4, (int64_t[]){B, H, Tq, D}, dt);
+        c.out[1] = spec(3, (int64_t[]){B, H, Tq}, FM_F32);
+        run_case(&c, dt);
+        fm_tensor *q32 = fm_to_dtype(c.in[0], FM_F32), *k32 = fm_to_dtype(c.in[1], FM_F32), *v32 = fm_to_dtype(c.in[2], FM_F32);
+        fm_tensor *o = fm_tensor_empty(4, (int64_t[]){B, H, Tq, D}, FM_F32, FM_CPU);
+        fm_tensor *lse = fm_tensor_empty(3, (int64_t[]){B, H, Tq}, FM_F32, FM_CPU);
+        fm_op_call fc = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {q32, k32, v32}, .out = {o, lse}, .attrs = &sa};
+        if (fm_dispatch(&fc) == FM_OK) {
+            conf_case b = {.label = lb, .op = FM_OP_SDPA_BACKWARD, .n_in = 6, .n_out = 3, .attrs = &sa};
+            b.in[0] = rand_tensor(4, (int64_t[]){B, H, Tq, D}, dt, -1, 1, seed + 30 + causal);
+            b.in[1] = fm_tensor_retain(c.in[0]);
+            b.in[2] = fm_tensor_retain(c.in[1]);
+            b.in[3] = fm_tensor_retain(c.in[2]);
+            b.in[4] = dt == FM_F32 ? fm_tensor_retain(o) : fm_to_dtype(o, dt);
+            b.in[5] = fm_tensor_retain(lse);
+            b.out[0] = spec(4, (int64_t[]){B, H, Tq, D}, dt);
+            b.out[1] = spec(4, (int64_t[]){B, Hkv, Tk, D}, dt);
+            b.out[2] = spec(4, (int64_t[]){B, Hkv, Tk, D}, dt);
+            run_case(&b, dt);
+            case_free(&b);
+        } else {
+            CHECK_MSG(0, "%s: cpu forward for the backward case failed: %s", lf, fm_last_error());
+        }
+        fm_tensor_release_n(5, q32, k32, v32, o, lse);
+        case_free(&c);
+    }
+}
+
+/* The tiled and the reference kernels on the same device inputs: forward outputs (o, lse)
+ * and the three gradients agree within 1e-6 (f32) or 1e-3 (bf16/f16) normalized squared
+ * error. GPU only (the cpu side of both is sdpa_cases'). */
+static void sdpa_tiled_vs_reference(fm_dtype dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D,
+                                    uint64_t seed) {
+    if (g_cpu_only) return;
+    const fm_device cu = {FM_DEV_CUDA, 0};
+    const double tol = dt == FM_F32 ? 1e-6 : 1e-3;
+    const int64_t qs[4] = {B, H, Tq, D}, ks[4] = {B, Hkv, Tk, D}, ls[3] = {B, H, Tq};
+    for (int causal = 0; causal < 2; causal++) {
+        fm_sdpa_attrs sa = {causal, 0};
+        fm_tensor *in[4] = {rand_tensor(4, qs, dt, -1, 1, seed + 40 + causal), rand_tensor(4, ks, dt, -1, 1, seed + 50 + causal),
+                            rand_tensor(4, ks, dt, -1, 1, seed + 60 + causal), rand_tensor(4, qs, dt, -1, 1, seed + 70 + causal)};
+        fm_tensor *gin[4], *out[2][5] = {{0}};
+        for (int i = 0; i < 4; i++) gin[i] = fm_tensor_to(in[i], cu);
+        for (int tiled = 0; tiled < 2; tiled++) {
+            fm_cuda_attention_set_tiled(tiled);
+            fm_tensor **r = out[tiled];
+            r[0] = fm_tensor_empty(4, qs, dt, cu);
+            r[1] = fm_tensor_empty(3, ls, FM_F32, cu);
+            fm_op_call f = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {gin[0], gin[1], gin[2]}, .out = {r[0], r[1]}, .attrs = &sa};
+            CHECK_MSG(fm_dispatch(&f) == FM_OK, "sdpa %s: %s", tiled ? "tiled" : "reference", fm_last_error());
+            /* both backwards from the reference's forward, so only the backward kernels differ */
+            r[2] = fm_tensor_empty(4, qs, dt, cu);
+            r[3] = fm_tensor_empty(4, ks, dt, cu);
+            r[4] = fm_tensor_empty(4, ks, dt, cu);
+            fm_op_call bw = {.op = FM_OP_SDPA_BACKWARD, .n_in = 6, .n_out = 3,
+                             .in = {gin[3], gin[0], gin[1], gin[2], out[0][0], out[0][1]}, .out = {r[2], r[3], r[4]}, .attrs = &sa};
+            CHECK_MSG(fm_dispatch(&bw) == FM_OK, "sdpa_backward %s: %s", tiled ? "tiled" : "reference", fm_last_error());
+        }
+        fm_cuda_attention_set_tiled(1);
+        CHECK(fm_backend_get(FM_DEV_CUDA)->synchronize(0) == FM_OK);
+        static const char *const names[5] = {"out", "lse", "dq", "dk", "dv"};
+        for (int k = 0; k < 5; k++) {
+            fm_tensor *a = out[0][k] ? fm_tensor_to(out[0][k], FM_CPU) : NULL, *b = out[1][k] ? fm_tensor_to(out[1][k], FM_CPU) : NULL;
+            fm_tensor *a32 = a ? fm_to_dtype(a, FM_F32) : NULL, *b32 = b ? fm_to_dtype(b, FM_F32) : NULL;
+            int nonfinite = 0, nanmis = 0;
+            double e = a32 && b32 ? nse(b32, a32, &nonfinite, &nanmis) : INFINITY;
+            CHECK_MSG(e <= tol && nonfinite == 0 && nanmis == 0,
+                      "sdpa tiled vs reference [%s] %lldx%lldx%lld/%lld D%lld%s: %s nse %.3g (tol %g), %d non-finite",
+                      fm_dtype_name(dt), (long long)H, (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D,
+                      causal ? " causal" : "", names[k], e, tol, nonfinite);
+            fm_tensor_release_n(4, a, b, a32, b32);
+        }
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 5; k++) fm_tensor_release(out[t][k]);
+        for (int i = 0; i < 4; i++) fm_tensor_release_n(2, in[i], gin[i]);
+    }
+}
+
 static void conformance(fm_dtype dt) {
     /* the elementwise lists come from ops.def's groups, as the CUDA backend registers them */
     fm_op_id unary[FM_OP_COUNT], binary[FM_OP_COUNT];
@@ -1111,40 +1204,21 @@ static void conformance(fm_dtype dt) {
         case_free(&eb);
         case_free(&e);
     }
-    {   /* attention (+ backward): causal and not, grouped-query */
-        int64_t B = 2, H = 4, Hkv = 2, T = 70, D = 64;
-        for (int causal = 0; causal < 2; causal++) {
-            fm_sdpa_attrs sa = {causal, 0};
-            conf_case c = {.label = causal ? "sdpa causal" : "sdpa", .op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .attrs = &sa};
-            c.in[0] = rand_tensor(4, (int64_t[]){B, H, T, D}, dt, -1, 1, 1200 + causal);
-            c.in[1] = rand_tensor(4, (int64_t[]){B, Hkv, T, D}, dt, -1, 1, 1210 + causal);
-            c.in[2] = rand_tensor(4, (int64_t[]){B, Hkv, T, D}, dt, -1, 1, 1220 + causal);
-            c.out[0] = spec(4, (int64_t[]){B, H, T, D}, dt);
-            c.out[1] = spec(3, (int64_t[]){B, H, T}, FM_F32);
-            run_case(&c, dt);
-            /* backward from the cpu's forward results */
-            fm_tensor *q32 = fm_to_dtype(c.in[0], FM_F32), *k32 = fm_to_dtype(c.in[1], FM_F32), *v32 = fm_to_dtype(c.in[2], FM_F32);
-            fm_tensor *o = fm_tensor_empty(4, (int64_t[]){B, H, T, D}, FM_F32, FM_CPU);
-            fm_tensor *lse = fm_tensor_empty(3, (int64_t[]){B, H, T}, FM_F32, FM_CPU);
-            fm_op_call fc = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {q32, k32, v32}, .out = {o, lse}, .attrs = &sa};
-            if (fm_dispatch(&fc) == FM_OK) {
-                conf_case b = {.label = causal ? "sdpa_backward causal" : "sdpa_backward", .op = FM_OP_SDPA_BACKWARD,
-                               .n_in = 6, .n_out = 3, .attrs = &sa};
-                b.in[0] = rand_tensor(4, (int64_t[]){B, H, T, D}, dt, -1, 1, 1230 + causal);
-                b.in[1] = fm_tensor_retain(c.in[0]);
-                b.in[2] = fm_tensor_retain(c.in[1]);
-                b.in[3] = fm_tensor_retain(c.in[2]);
-                b.in[4] = dt == FM_F32 ? fm_tensor_retain(o) : fm_to_dtype(o, dt);
-                b.in[5] = fm_tensor_retain(lse);
-                b.out[0] = spec(4, (int64_t[]){B, H, T, D}, dt);
-                b.out[1] = spec(4, (int64_t[]){B, Hkv, T, D}, dt);
-                b.out[2] = spec(4, (int64_t[]){B, Hkv, T, D}, dt);
-                run_case(&b, dt);
-                case_free(&b);
-            }
-            fm_tensor_release_n(5, q32, k32, v32, o, lse);
-            case_free(&c);
+    /* attention (+ backward): causal and not, grouped-query, with the default (tiled) kernels */
+    sdpa_cases(dt, 2, 4, 2, 70, 70, 64, 1200, "");
+    /* the tiled kernels against the cpu and against the warp-per-row reference: T not a multiple
+     * of the tile (32) nor of the row blocks (16, 8), grouped-query 4:1 and 3 heads per kv head,
+     * head dims 64 and 128, Tq < Tk and Tq > Tk (top-left causal), and D = 96 (lanes past D idle) */
+    static const int64_t shapes[][6] = {{1, 4, 1, 37, 37, 64}, {2, 2, 2, 70, 70, 128}, {1, 2, 1, 5, 45, 64},
+                                        {1, 6, 2, 129, 129, 128}, {1, 2, 2, 33, 33, 96}, {1, 2, 1, 45, 5, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const int64_t *z = shapes[i];
+        for (int tiled = 0; tiled < 2; tiled++) {
+            fm_cuda_attention_set_tiled(tiled);
+            sdpa_cases(dt, z[0], z[1], z[2], z[3], z[4], z[5], 1300 + 10 * (uint64_t)i, tiled ? " tiled" : " reference");
         }
+        fm_cuda_attention_set_tiled(1);
+        sdpa_tiled_vs_reference(dt, z[0], z[1], z[2], z[3], z[4], z[5], 1300 + 10 * (uint64_t)i);
     }
     {   /* indexing */
         fm_axis_attrs aa = {1};

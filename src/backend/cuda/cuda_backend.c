@@ -52,4 +52,5 @@ fm_status fm_cuda_pinned_stats(fm_pinned_stats *out) {
     return FM_OK;
 }
 size_t fm_cuda_pinned_empty_cache(void) { return 0; }
+void fm_cuda_attention_set_tiled(int tiled) { (void)tiled; }
 #endif

@@ -67,6 +67,11 @@ fm_status fm_cuda_pinned_wait(const fm_tensor *t);
 fm_status fm_cuda_pinned_stats(fm_pinned_stats *out);
 size_t fm_cuda_pinned_empty_cache(void);
 
+/* Attention kernels (attention.cu): 1 the tiled ones (the default; f32/f16/bf16 with
+ * head dimension <= 128), 0 the warp-per-row reference. For tests and comparisons;
+ * FATHOM_CUDA_ATTENTION=reference|tiled sets the default. No-op without CUDA. */
+void fm_cuda_attention_set_tiled(int tiled);
+
 #ifdef __cplusplus
 }
 #endif
