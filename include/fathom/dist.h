@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "fathom/export.h"
+#include "fathom/io.h" /* fm_kv_list: shard metadata */
 #include "fathom/optim.h"
 #include "fathom/tensor.h"
 #include "fathom/train_step.h"
@@ -158,6 +159,20 @@ FM_API int64_t fm_zero_state_bytes(fm_zero *z);
 FM_API fm_status fm_zero_full_state(fm_zero *z, fm_named_list *out);
 /* Takes this rank's part of a full state (from a checkpoint written at any N). */
 FM_API fm_status fm_zero_load_full_state(fm_zero *z, const fm_named_list *full);
+/* Sharded checkpoints: this rank writes its own part of the state as it is (no
+ * collective) to path, a safetensors file with one [shard] tensor per state slot and
+ * metadata naming the world size, the rank and the parameters' layout; *nonfinite (may
+ * be NULL) says whether it holds NaN or inf. fm_zero_load_shard restores it exactly,
+ * refusing a file of another rank, world size or model. fm_zero_state_from_shards
+ * reads the `world` shard files of a checkpoint (paths[r]: rank r's) into the full
+ * state named as `full`'s fm_optim_state names it: a checkpoint of N ranks resumed on
+ * another number (then fm_zero_load_full_state, or into a full optimizer). */
+FM_API fm_status fm_zero_save_shard(fm_zero *z, const char *path, bool *nonfinite);
+/* What fm_zero_save_shard writes: the [shard] tensors (named by slot) and the metadata
+ * (meta may be NULL); on the meta device, the tensors without values (the planner). */
+FM_API fm_status fm_zero_shard_state(fm_zero *z, fm_named_list *out, fm_kv_list *meta, bool *nonfinite);
+FM_API fm_status fm_zero_load_shard(fm_zero *z, const char *path);
+FM_API fm_status fm_zero_state_from_shards(const char *const *paths, int world, const fm_optim *full, fm_named_list *out);
 
 /* ---- the trainers' data-parallel layer (`mpirun -np N fathom train`) ----
  * Put around a trainer's fm_train_step (after fm_train_step_init): copies rank 0's
@@ -183,6 +198,8 @@ FM_API fm_status fm_dist_trainer_reduce_loss(fm_dist_trainer *t, double *loss, i
 FM_API fm_status fm_dist_trainer_full_state(fm_dist_trainer *t, fm_named_list *out);
 /* Takes this rank's part of a full state (ZeRO-1); without ZeRO, copies it into ts's. */
 FM_API fm_status fm_dist_trainer_load_full_state(fm_dist_trainer *t, const fm_named_list *full);
+/* ZeRO-1's sharder (NULL without ZeRO-1): for its sharded checkpoints (fm_zero_save_shard). */
+FM_API fm_zero *fm_dist_trainer_zero(fm_dist_trainer *t);
 
 typedef struct fm_dist_report {
     int world_size;           /* ranks in all (1: one process) */

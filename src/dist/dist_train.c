@@ -141,6 +141,8 @@ void fm_dist_trainer_free(fm_dist_trainer *t) {
     free(t);
 }
 
+fm_zero *fm_dist_trainer_zero(fm_dist_trainer *t) { return t ? t->z : NULL; }
+
 fm_optim *fm_dist_trainer_optim(fm_dist_trainer *t) { return t ? (t->z ? fm_zero_optim(t->z) : t->full) : NULL; }
 
 void fm_dist_trainer_begin_step(fm_dist_trainer *t, int64_t local_rows, int64_t global_rows) {

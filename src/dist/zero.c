@@ -12,12 +12,15 @@
  * all-reduce (src/dist/comm.c) and the updates are element-wise, so without
  * clipping the parameters are the same bits as plain data parallel; clipping sums
  * the squares in another order (rounding differences in the norm only). */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/dist_internal.h"
 #include "fathom/autograd.h"
+#include "fathom/io.h" /* shard files: safetensors */
 #include "fathom/nn.h"
 #include "fathom/ops.h"
 
@@ -272,5 +275,243 @@ fm_status fm_zero_load_full_state(fm_zero *z, const fm_named_list *full) {
                sizeof(float) * (size_t)(v->hi - v->lo));
     }
     fm_named_list_free(&local);
+    return st;
+}
+
+/* ---- sharded checkpoints: each rank's part of the state as it is ----
+ * A shard file holds, per state slot (exp_avg, exp_avg_sq; SGD: momentum_buffer), this
+ * rank's range of the flat index space ([shard] values, zero past the end), and in its
+ * metadata the world size, the rank, the flat size, the shard size and a hash of the
+ * parameters' names and sizes (the layout the index space comes from). */
+
+static int slot_names(const fm_optim *o, const char *const **names) {
+    static const char *const adam[] = {"exp_avg", "exp_avg_sq"}, *const sgd[] = {"momentum_buffer"};
+    const fm_optim_config *c = fm_optim_get_config(o);
+    if (c->kind != FM_OPTIM_SGD) { *names = adam; return 2; }
+    *names = sgd;
+    return c->momentum > 0 ? 1 : 0;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The layout of a full optimizer's parameters (names, sizes), and their total size. */
+static uint64_t layout_of(const fm_optim *full, int64_t *total) {
+    uint64_t h = 14695981039346656037ull;
+    *total = 0;
+    for (int i = 0, n = fm_optim_param_count(full); i < n; i++) {
+        const char *name;
+        fm_tensor *p;
+        if (fm_optim_param_at(full, i, &name, &p, NULL) != FM_OK) continue;
+        int64_t k = fm_tensor_numel(p);
+        h = fnv(fnv(h, name, strlen(name) + 1), &k, sizeof k);
+        *total += k;
+    }
+    return h;
+}
+
+static uint64_t layout_of_zero(const fm_zero *z) {
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < z->n; i++) {
+        int64_t k = fm_tensor_numel(z->params[i]);
+        h = fnv(fnv(h, z->names[i], strlen(z->names[i]) + 1), &k, sizeof k);
+    }
+    return h;
+}
+
+/* This rank's values of one slot, packed into dst [shard] (zero where it owns nothing). */
+static void pack_slot(fm_zero *z, const fm_named_list *local, const char *suffix, float *dst) {
+    int64_t base = (int64_t)z->d->rank * z->shard;
+    memset(dst, 0, sizeof(float) * (size_t)z->shard);
+    for (int j = 0; j < local->n; j++) {
+        const char *sfx;
+        int k = view_of(z, local->items[j].name, &sfx);
+        if (k < 0 || strcmp(sfx, suffix)) continue;
+        zero_view *v = &z->views[k];
+        memcpy(dst + (z->off[v->param] + v->lo - base), fm_tensor_data(local->items[j].tensor),
+               sizeof(float) * (size_t)(v->hi - v->lo));
+    }
+}
+
+static fm_status meta_i64(const fm_kv_list *meta, const char *key, const char *path, int64_t *out) {
+    const char *s = fm_kv_get(meta, key);
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || end == s || *end || v < 0)
+        return fm_set_error(FM_ERR_FORMAT, "%s: not a ZeRO-1 optimizer shard (its metadata '%s' is %s)", path, key,
+                            s ? "not a whole number" : "missing");
+    *out = v;
+    return FM_OK;
+}
+
+/* Reads a shard file's tensors and checks its metadata: written by `rank` of `world`,
+ * for a flat space of `total` values laid out as `layout`. */
+static fm_status read_shard(const char *path, int world, int rank, int64_t total, uint64_t layout, fm_named_list *l,
+                            int64_t *shard) {
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    fm_status st = fm_safetensors_load(path, l, &meta);
+    if (st) return st;
+    int64_t w = 0, r = 0, t = 0;
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)layout);
+    const char *lay = fm_kv_get(&meta, "zero_layout");
+    if ((st = meta_i64(&meta, "zero_world_size", path, &w)) || (st = meta_i64(&meta, "zero_rank", path, &r)) ||
+        (st = meta_i64(&meta, "zero_total", path, &t)) || (st = meta_i64(&meta, "zero_shard", path, shard))) {
+    } else if (w != world || r != rank) {
+        st = fm_set_error(FM_ERR_FORMAT, "%s holds the optimizer shard of rank %lld of %lld, not of rank %d of %d (a "
+                          "shard file renamed or copied from another checkpoint?)", path, (long long)r, (long long)w,
+                          rank, world);
+    } else if (t != total || !lay || strcmp(lay, want)) {
+        st = fm_set_error(FM_ERR_FORMAT, "%s: the optimizer shard is of another model's parameters (%lld values, layout "
+                          "%s; this model: %lld, %s)", path, (long long)t, lay ? lay : "missing", (long long)total, want);
+    } else if (*shard * world < total || (*shard - 1) * world >= total + world) {
+        st = fm_set_error(FM_ERR_FORMAT, "%s: shards of %lld values cannot split %lld over %d ranks", path,
+                          (long long)*shard, (long long)total, world);
+    }
+    fm_kv_free(&meta);
+    if (st) fm_named_list_free(l);
+    return st;
+}
+
+/* One slot's [shard] tensor of a shard file, checked. */
+static const float *shard_slot(const fm_named_list *l, const char *slot, int64_t shard, const char *path) {
+    int k = fm_named_list_find(l, slot);
+    fm_tensor *t = k >= 0 ? l->items[k].tensor : NULL;
+    if (!t || t->dtype != FM_F32 || t->ndim != 1 || t->shape[0] != shard || !fm_tensor_is_contiguous(t)) {
+        fm_set_error(FM_ERR_FORMAT, "%s: optimizer shard '%s' is %s (expected f32 [%lld])", path, slot,
+                     t ? "of another shape or dtype" : "missing", (long long)shard);
+        return NULL;
+    }
+    return fm_tensor_data(t);
+}
+
+fm_status fm_zero_shard_state(fm_zero *z, fm_named_list *out, fm_kv_list *meta, bool *nonfinite) {
+    if (!z || !out) return fm_set_error(FM_ERR_INVALID, "zero shard state: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->owns_tensors = true;
+    if (nonfinite) *nonfinite = false;
+    if (fm_optim_init_state(z->local) != FM_OK) return fm_last_status();
+    fm_named_list local;
+    if (fm_optim_state(z->local, &local) != FM_OK) return fm_last_status();
+    const char *const *slots;
+    int ns = slot_names(z->local, &slots);
+    /* next to the parameters (the meta device: the planner's run of a rank) */
+    const fm_device dev = z->n > 0 && on_meta(z->params[0]) ? fm_tensor_device(z->params[0]) : FM_CPU;
+    fm_status st = FM_OK;
+    for (int s = 0; s < ns && st == FM_OK; s++) {
+        fm_tensor *t = fm_tensor_empty(1, &z->shard, FM_F32, dev);
+        if (!t) { st = fm_last_status(); break; }
+        if (dev.type == FM_DEV_CPU) {
+            float *v = fm_tensor_data(t);
+            pack_slot(z, &local, slots[s], v);
+            for (int64_t i = 0; i < z->shard && nonfinite && !*nonfinite; i++)
+                if (!isfinite(v[i])) *nonfinite = true;
+        }
+        st = fm_named_list_push(out, slots[s], t, false, true);
+        fm_tensor_release(t);
+    }
+    fm_named_list_free(&local);
+    char b[5][32];
+    snprintf(b[0], sizeof b[0], "%d", z->d->size);
+    snprintf(b[1], sizeof b[1], "%d", z->d->rank);
+    snprintf(b[2], sizeof b[2], "%lld", (long long)z->total);
+    snprintf(b[3], sizeof b[3], "%lld", (long long)z->shard);
+    snprintf(b[4], sizeof b[4], "%016llx", (unsigned long long)layout_of_zero(z));
+    static const char *const keys[] = {"zero_world_size", "zero_rank", "zero_total", "zero_shard", "zero_layout"};
+    for (int i = 0; i < 5 && st == FM_OK && meta; i++) st = fm_kv_set(meta, keys[i], b[i]);
+    if (st) fm_named_list_free(out);
+    return st;
+}
+
+fm_status fm_zero_save_shard(fm_zero *z, const char *path, bool *nonfinite) {
+    if (!z || !path) return fm_set_error(FM_ERR_INVALID, "zero save shard: NULL argument");
+    fm_named_list out;
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    fm_status st = fm_zero_shard_state(z, &out, &meta, nonfinite);
+    if (st == FM_OK) st = fm_safetensors_save(path, &out, &meta);
+    fm_kv_free(&meta);
+    fm_named_list_free(&out);
+    return st;
+}
+
+fm_status fm_zero_load_shard(fm_zero *z, const char *path) {
+    if (!z || !path) return fm_set_error(FM_ERR_INVALID, "zero load shard: NULL argument");
+    if (fm_optim_init_state(z->local) != FM_OK) return fm_last_status();
+    fm_named_list file, local;
+    int64_t shard = 0;
+    fm_status st = read_shard(path, z->d->size, z->d->rank, z->total, layout_of_zero(z), &file, &shard);
+    if (st) return st;
+    if (shard != z->shard) {
+        fm_named_list_free(&file);
+        return fm_set_error(FM_ERR_FORMAT, "%s: shards of %lld values, this run's are %lld", path, (long long)shard,
+                            (long long)z->shard);
+    }
+    if ((st = fm_optim_state(z->local, &local))) { fm_named_list_free(&file); return st; }
+    const char *const *slots;
+    int ns = slot_names(z->local, &slots);
+    int64_t base = (int64_t)z->d->rank * z->shard;
+    for (int s = 0; s < ns && st == FM_OK; s++) {
+        const float *src = shard_slot(&file, slots[s], shard, path);
+        if (!src) { st = fm_last_status(); break; }
+        for (int j = 0; j < local.n; j++) {
+            const char *sfx;
+            int k = view_of(z, local.items[j].name, &sfx);
+            if (k < 0 || strcmp(sfx, slots[s])) continue;
+            zero_view *v = &z->views[k];
+            memcpy(fm_tensor_data(local.items[j].tensor), src + (z->off[v->param] + v->lo - base),
+                   sizeof(float) * (size_t)(v->hi - v->lo));
+        }
+    }
+    fm_named_list_free(&local);
+    fm_named_list_free(&file);
+    return st;
+}
+
+fm_status fm_zero_state_from_shards(const char *const *paths, int world, const fm_optim *full, fm_named_list *out) {
+    if (!paths || world < 1 || !full || !out) return fm_set_error(FM_ERR_INVALID, "zero state from shards: bad arguments");
+    memset(out, 0, sizeof *out);
+    out->owns_tensors = true;
+    int64_t total = 0;
+    const uint64_t layout = layout_of(full, &total);
+    const char *const *slots;
+    const int ns = slot_names(full, &slots);
+    float *flat = malloc(sizeof(float) * (size_t)(ns * total + 1));
+    if (!flat) return fm_set_error(FM_ERR_OOM, "zero: out of memory for %lld state values", (long long)(ns * total));
+    fm_status st = FM_OK;
+    for (int r = 0; r < world && st == FM_OK; r++) {
+        fm_named_list l;
+        int64_t shard = 0;
+        if ((st = read_shard(paths[r], world, r, total, layout, &l, &shard))) break;
+        int64_t lo = (int64_t)r * shard, hi = lo + shard < total ? lo + shard : total;
+        for (int s = 0; s < ns && st == FM_OK && hi > lo; s++) {
+            const float *src = shard_slot(&l, slots[s], shard, paths[r]);
+            if (!src) st = fm_last_status();
+            else memcpy(flat + (int64_t)s * total + lo, src, sizeof(float) * (size_t)(hi - lo));
+        }
+        fm_named_list_free(&l);
+    }
+    for (int s = 0; s < ns && st == FM_OK; s++) {
+        int64_t off = 0;
+        for (int i = 0, n = fm_optim_param_count(full); i < n && st == FM_OK; i++) {
+            const char *name;
+            fm_tensor *p;
+            if ((st = fm_optim_param_at(full, i, &name, &p, NULL))) break;
+            fm_tensor *t = fm_tensor_empty(p->ndim, p->shape, FM_F32, FM_CPU);
+            if (!t) { st = fm_last_status(); break; }
+            memcpy(fm_tensor_data(t), flat + (int64_t)s * total + off, sizeof(float) * (size_t)fm_tensor_numel(t));
+            off += fm_tensor_numel(t);
+            char nm[600];
+            snprintf(nm, sizeof nm, "%s.%s", name, slots[s]);
+            st = fm_named_list_push(out, nm, t, false, true);
+            fm_tensor_release(t);
+        }
+    }
+    free(flat);
+    if (st) fm_named_list_free(out);
     return st;
 }

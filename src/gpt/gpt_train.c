@@ -5,6 +5,7 @@
  * step) (fm_gpt_batch_random), the learning rate is a pure function of the step
  * (fm_lr_at), and the checkpoint stores the weights, the Adam moments, the step
  * and the dropout RNG counter. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -224,6 +225,126 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     return st;
 }
 
+/* The checkpoint's metadata: step, dropout generator, seed, loss scaler. */
+static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs,
+                           fm_kv_list *meta) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld", (long long)step);
+    fm_status st = fm_kv_set(meta, "step", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)m->rng->offset);
+    if (!st) st = fm_kv_set(meta, "dropout_rng_offset", buf);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
+    if (!st) st = fm_kv_set(meta, "seed", buf);
+    /* fp16: the loss scaler's state, so a resumed run scales exactly as an uninterrupted one */
+    if (!st && gs->enabled) {
+        snprintf(buf, sizeof buf, "%.17g", gs->scale);
+        st = fm_kv_set(meta, "loss_scale", buf);
+        snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
+        if (!st) st = fm_kv_set(meta, "loss_scale_growth_tracker", buf);
+    }
+    return st;
+}
+
+/* ZeRO-1 shard file names: rank r of n */
+static void shard_name(char *buf, size_t n, int r, int world) {
+    snprintf(buf, n, "zero-shard-%05d-of-%05d.safetensors", r, world);
+}
+
+/* ZeRO-1 (without tensor parallelism): a sharded checkpoint. Rank 0 opens the unit
+ * and tells every rank its temporary directory (a shared file system, as for the
+ * rest of a multi-machine run); each rank writes its own shard of the optimizer state
+ * there, as it is, with no gather; rank 0 writes the config, the weights (the same on
+ * every rank) and train_state.safetensors (metadata only, and zero_world_size); the
+ * ranks then agree (one sum) that every file was written and finite before rank 0
+ * commits the unit, the shards in its MANIFEST. A failure anywhere aborts it on every
+ * rank; the previous checkpoints stay as they were. */
+static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
+                                   const fm_grad_scaler *gs, bool *poisoned) {
+    static const char *const names3[] = {"config.json", "model.safetensors", "train_state.safetensors"};
+    const int rank = fm_dist_rank(o->dist), world = fm_dist_size(o->dist);
+    struct { int32_t st; char tmp[PATH_MAX]; } hdr;
+    memset(&hdr, 0, sizeof hdr);
+    fm_ckpt_tx tx;
+    memset(&tx, 0, sizeof tx);
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    char path[PATH_MAX + 64], name[64];
+    fm_status st = FM_OK;
+    double bad = 0; /* 1: a file not written here; 4096 (more than any count of ranks): non-finite values here */
+    if (rank == 0) {
+        for (int i = 0; i < m->params.n && !st; i++)
+            if (fm_tensor_has_inf_nan(m->params.items[i].tensor))
+                st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
+        if (st) bad = 4096;
+        snprintf(name, sizeof name, "%d", world);
+        if (!st) st = ckpt_meta(m, o, step, gs, &meta);
+        if (!st) st = fm_kv_set(&meta, "zero_world_size", name);
+        if (!st) st = fm_ckpt_begin(&tx, o->out_dir, step);
+        hdr.st = (int32_t)st;
+        snprintf(hdr.tmp, sizeof hdr.tmp, "%s", tx.tmp);
+    }
+    if (fm_dist_broadcast(o->dist, &hdr, sizeof hdr, 0) != FM_OK) {
+        if (rank == 0) fm_ckpt_abort(&tx);
+        fm_kv_free(&meta);
+        return fm_last_status();
+    }
+    if (hdr.st == FM_OK) {
+        bool nonfinite = false;
+        shard_name(name, sizeof name, rank, world);
+        snprintf(path, sizeof path, "%s/%s", hdr.tmp, name);
+        st = fm_zero_save_shard(fm_dist_trainer_zero(dt), path, &nonfinite);
+        if (!st && nonfinite) {
+            st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's shard) became non-finite (NaN or inf)", rank);
+            bad = 4096;
+        }
+        if (st && !bad) bad = 1;
+        if (rank == 0 && !st) {
+            if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names3[0], path, sizeof path))) ||
+                (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names3[1], path, sizeof path)))) {
+                bad = 1;
+            } else {
+                fm_named_list none;
+                memset(&none, 0, sizeof none);
+                if ((st = fm_safetensors_save(fm_ckpt_path(&tx, names3[2], path, sizeof path), &none, &meta))) bad = 1;
+            }
+        }
+    } else if (!bad) {
+        bad = 1;
+    }
+    fm_kv_free(&meta);
+    double all = bad; /* every rank learns whether every file was written */
+    if (fm_dist_allreduce_sum_f64(o->dist, &all, 1) != FM_OK) {
+        if (rank == 0) fm_ckpt_abort(&tx);
+        return fm_last_status();
+    }
+    if (all >= 4096) *poisoned = true;
+    if (all > 0) {
+        if (rank == 0) fm_ckpt_abort(&tx);
+        if (!st) st = fm_set_error(*poisoned ? FM_ERR_STATE : FM_ERR_IO, "%s", *poisoned ? "another rank found NaN or "
+                                   "inf in the weights or its optimizer shard (its error says which)" : "another rank could not "
+                                   "write its part of the checkpoint (its error says why)");
+        fm_error_prefix("checkpoint of step %lld not written; the previous checkpoints in %s/ckpt are unchanged",
+                        (long long)step, o->out_dir);
+        return st;
+    }
+    if (rank != 0) return FM_OK;
+    const char **names = calloc((size_t)world + 3, sizeof *names);
+    char *store = calloc((size_t)world, 64);
+    if (!names || !store) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int i = 0; !st && i < world + 3; i++) {
+        if (i < 3) names[i] = names3[i];
+        else {
+            shard_name(store + (size_t)(i - 3) * 64, 64, i - 3, world);
+            names[i] = store + (size_t)(i - 3) * 64;
+        }
+    }
+    if (!st) st = fm_ckpt_commit(&tx, world + 3, names, o->keep_checkpoints, o->quiet ? NULL : stderr);
+    else fm_ckpt_abort(&tx);
+    free(names);
+    free(store);
+    return st;
+}
+
 /* One checkpoint unit (io/io_internal.h): config, weights, and the optimizer
  * moments with the step, RNG counter and loss scaler, committed together as
  * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
@@ -231,7 +352,10 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
 static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
                            const fm_grad_scaler *gs, bool *poisoned) {
     static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
-    char path[PATH_MAX + 32], buf[64];
+    /* ZeRO-1 over a whole model: each rank writes its own shard (tensor parallel: the
+     * state is gathered whole, below) */
+    if (dt && o->zero && !m->tp && fm_dist_trainer_zero(dt)) return save_ckpt_sharded(m, dt, o, step, gs, poisoned);
+    char path[PATH_MAX + 32];
     fm_named_list state;
     memset(&state, 0, sizeof state);
     fm_kv_list meta;
@@ -265,19 +389,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
             st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' became non-finite (NaN or inf)", state.items[i].name);
             *poisoned = true;
         }
-    snprintf(buf, sizeof buf, "%lld", (long long)step);
-    if (!st) st = fm_kv_set(&meta, "step", buf);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)m->rng->offset);
-    if (!st) st = fm_kv_set(&meta, "dropout_rng_offset", buf);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
-    if (!st) st = fm_kv_set(&meta, "seed", buf);
-    /* fp16: the loss scaler's state, so a resumed run scales exactly as an uninterrupted one */
-    if (!st && gs->enabled) {
-        snprintf(buf, sizeof buf, "%.17g", gs->scale);
-        st = fm_kv_set(&meta, "loss_scale", buf);
-        snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
-        if (!st) st = fm_kv_set(&meta, "loss_scale_growth_tracker", buf);
-    }
+    if (!st) st = ckpt_meta(m, o, step, gs, &meta);
     if (!st && !(st = fm_ckpt_begin(&tx, o->out_dir, step))) {
         if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names[0], path, sizeof path))) ||
             (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names[1], path, sizeof path))) ||
@@ -329,6 +441,68 @@ static fm_status load_state_split(fm_gpt *m, const char *path, fm_named_list *st
     return st;
 }
 
+/* A ZeRO-1 sharded checkpoint: the world size its zero-shard-00000-of-N file names, or 0. */
+static int shard_world(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        int w = 0, k = 0;
+        if (sscanf(e->d_name, "zero-shard-00000-of-%5d%n", &w, &k) == 1 && w > 0 && !strcmp(e->d_name + k, ".safetensors"))
+            n = w;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The optimizer state of a sharded checkpoint written by `world` ranks: this rank's own
+ * shard as it is (ZeRO-1 over the same world), else every shard read into the whole state
+ * (another world size, plain data parallel or one process: resharded) and loaded as a
+ * whole checkpoint's would be. */
+static fm_status load_sharded_state(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
+                                    const char *dir, int world) {
+    const int rank = o->dist ? fm_dist_rank(o->dist) : 0, now = o->dist ? fm_dist_size(o->dist) : 1;
+    fm_zero *z = fm_dist_trainer_zero(dt);
+    char name[64], *path = NULL;
+    if (m->tp)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s is a ZeRO-1 checkpoint sharded over %d ranks; resuming it with "
+                            "--tensor-parallel is not built: resume it without --tensor-parallel (any number of ranks), "
+                            "and that run's checkpoints resume under tensor parallelism", dir, world);
+    if (z && world == now) {
+        shard_name(name, sizeof name, rank, world);
+        if (!(path = path_join(dir, name))) return fm_set_error(FM_ERR_OOM, "out of host memory");
+        fm_status st = fm_zero_load_shard(z, path);
+        free(path);
+        return st;
+    }
+    char **paths = calloc((size_t)world, sizeof *paths);
+    fm_status st = paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int r = 0; r < world && !st; r++) {
+        shard_name(name, sizeof name, r, world);
+        if (!(paths[r] = path_join(dir, name))) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    }
+    fm_named_list full;
+    memset(&full, 0, sizeof full);
+    if (!st) st = fm_zero_state_from_shards((const char *const *)paths, world, opt, &full);
+    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &full);
+    if (!st && !dt) {
+        fm_named_list mine;
+        if (!(st = fm_optim_init_state(opt)) && !(st = fm_optim_state(opt, &mine))) {
+            for (int i = 0; i < mine.n && !st; i++) {
+                int k = fm_named_list_find(&full, mine.items[i].name);
+                st = k < 0 ? fm_set_error(FM_ERR_FORMAT, "%s: optimizer state '%s' is in no shard", dir, mine.items[i].name)
+                           : fm_copy_(mine.items[i].tensor, full.items[k].tensor);
+            }
+            fm_named_list_free(&mine);
+        }
+    }
+    fm_named_list_free(&full);
+    for (int r = 0; paths && r < world; r++) free(paths[r]);
+    free(paths);
+    return st;
+}
+
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                            const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
@@ -340,12 +514,23 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     int64_t s = 0;
     uint64_t off = 0, seed = 0;
     if (!st) st = m->tp ? load_whole_split(m, mp) : fm_gpt_load_hf(m, mp);
-    /* data parallel: the whole state (ZeRO-1: full tensors, then this rank's part is kept) */
-    if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
-    if (!st && !dt) st = fm_optim_init_state(opt);
-    if (!st && !dt) st = fm_optim_state(opt, &state);
-    if (!st) st = m->tp ? load_state_split(m, sp, &state, &meta) : fm_safetensors_load_into(sp, &state, &meta);
-    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
+    const int shards = f->legacy ? 0 : shard_world(f->dir);
+    if (!st && shards > 0) {
+        /* ZeRO-1 shards: train_state.safetensors holds the metadata only */
+        st = fm_safetensors_load_into(sp, &state, &meta);
+        if (!st) st = load_sharded_state(m, opt, dt, o, f->dir, shards);
+        const char *w = fm_kv_get(&meta, "zero_world_size");
+        if (!st && (!w || atoi(w) != shards))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: zero_world_size is %s but the checkpoint holds shards of %d ranks", sp,
+                              w ? w : "missing", shards);
+    } else {
+        /* data parallel: the whole state (ZeRO-1: full tensors, then this rank's part is kept) */
+        if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
+        if (!st && !dt) st = fm_optim_init_state(opt);
+        if (!st && !dt) st = fm_optim_state(opt, &state);
+        if (!st) st = m->tp ? load_state_split(m, sp, &state, &meta) : fm_safetensors_load_into(sp, &state, &meta);
+        if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
+    }
     if (!st) st = meta_num(&meta, "step", sp, false, &s);
     if (!st) st = meta_num(&meta, "dropout_rng_offset", sp, true, &off);
     if (!st) st = meta_num(&meta, "seed", sp, true, &seed);
@@ -626,6 +811,15 @@ static fm_status gpt_resume(gpt_run *u) {
     }
     fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts.scaler);
     if (!st && u->rank == 0) st = fm_ckpt_relink(o->out_dir, &f);
+    if (u->world > 1) { /* every rank resumed, or none trains: the others would wait for it at the first collective */
+        double bad = st ? 1 : 0;
+        /* said now: the job may end (MPI_Abort from another rank) before this rank's error is printed */
+        if (st) fprintf(stderr, "fathom: rank %d of %d: resuming from %s: %s\n", u->rank, u->world, f.dir, fm_last_error());
+        if (fm_dist_allreduce_sum_f64(o->dist, &bad, 1) != FM_OK) st = fm_last_status();
+        else if (bad > 0 && !st)
+            st = fm_set_error(FM_ERR_STATE, "%.0f of the %d ranks could not resume from %s (their errors say why); nothing "
+                              "was trained", bad, u->world, f.dir);
+    }
     if (st) {
         fm_error_prefix("resuming from %s", f.dir);
         return st;

@@ -106,18 +106,23 @@ void fm_ckpt_abort(fm_ckpt_tx *tx) {
 }
 
 static fm_status write_manifest(const fm_ckpt_tx *tx, int n, const char *const *names) {
-    char text[FM_CKPT_MAX_FILES * 320 + 128], path[PATH_MAX + 32];
-    int len = snprintf(text, sizeof text, MANIFEST_MAGIC "\nstep %" PRId64 "\n", tx->step);
+    char path[PATH_MAX + 32];
+    const size_t cap = (size_t)n * 320 + 128; /* a line: "file " NAME (< 256) SIZE CRC */
+    char *text = malloc(cap);
+    if (!text) return fm_set_error(FM_ERR_OOM, "out of host memory for a checkpoint manifest");
+    int len = snprintf(text, cap, MANIFEST_MAGIC "\nstep %" PRId64 "\n", tx->step);
     for (int i = 0; i < n; i++) {
         uint32_t crc;
         int64_t size;
         fm_status st = fm_file_crc32(fm_ckpt_path(tx, names[i], path, sizeof path), &crc, &size);
-        if (st) return st;
-        len += snprintf(text + len, sizeof text - (size_t)len, "file %s %" PRId64 " %08" PRIx32 "\n", names[i], size, crc);
+        if (st) { free(text); return st; }
+        len += snprintf(text + len, cap - (size_t)len, "file %s %" PRId64 " %08" PRIx32 "\n", names[i], size, crc);
     }
-    len += snprintf(text + len, sizeof text - (size_t)len, "end\n");
+    len += snprintf(text + len, cap - (size_t)len, "end\n");
     fm_io_chunk c = {text, (size_t)len};
-    return fm_atomic_write(fm_ckpt_path(tx, "MANIFEST", path, sizeof path), 1, &c);
+    fm_status st = fm_atomic_write(fm_ckpt_path(tx, "MANIFEST", path, sizeof path), 1, &c);
+    free(text);
+    return st;
 }
 
 /* OUT/NAME -> the committed file: a hard link made under a temporary name and

@@ -85,7 +85,7 @@ void fm_dir_abort(fm_dir_tx *tx);
 
 /* ---- checkpoint directories ---- */
 #define FM_CKPT_KEEP_DEFAULT 2
-#define FM_CKPT_MAX_FILES 8
+#define FM_CKPT_MAX_FILES 4104 /* 8 of a trainer + ZeRO-1 shards of up to 4096 ranks */
 
 typedef struct fm_ckpt_tx {
     char out_dir[PATH_MAX - 64];

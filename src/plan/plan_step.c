@@ -286,7 +286,12 @@ static fm_status gpt_finish(gpt_run *u, const plan_step_opts *o) {
      * gathered (tensor parallel), then the Hugging Face tensors */
     fm_named_list hf, state = {0};
     fm_gpt *whole = NULL, *m = u->m;
-    if (st == FM_OK && (u->dt || u->tp))
+    /* (ZeRO-1 over a whole model: each rank writes its own shard, save_ckpt_sharded) */
+    if (st == FM_OK && u->dt && !u->tp && fm_dist_trainer_zero(u->dt)) {
+        st = fm_zero_shard_state(fm_dist_trainer_zero(u->dt), &state, NULL, NULL);
+        fm_named_list_free(&state); /* written and freed before rank 0 writes the model */
+        memset(&state, 0, sizeof state);
+    } else if (st == FM_OK && (u->dt || u->tp))
         st = u->dt ? fm_dist_trainer_full_state(u->dt, &state) : fm_optim_state(u->opt, &state);
     if (st == FM_OK && u->tp) {
         fm_named_list local = state;
