@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs bench_core (fathom) and the same work in PyTorch, same threads, one invocation.
 
-usage: .venv/bin/python bench/bench_core.py BUILD_DIR/bench_core [all|matmul|elementwise] [--rounds N]
+usage: .venv/bin/python bench/bench_core.py BUILD_DIR/bench_core [all|matmul|elementwise] [--rounds N] [--no-bf16-peer]
 Prints one JSON line per row and a table. Ratios: for GEMM, fathom GFLOP/s against
 independent ceilings measured in the same run: PyTorch's torch.mm and numpy's
 bundled (current) OpenBLAS, each with the same threads; the OpenBLAS fathom itself
@@ -11,6 +11,7 @@ relative to PyTorch's). Each side's best median over --rounds alternating rounds
 (default 2, as bench_ops_nn.py); the GEMM rows also list every round's GFLOP/s, so
 the noise of a shared machine shows."""
 import argparse, ctypes, json, os, statistics, subprocess, sys, time
+_clock = time.process_time if os.environ.get("FATHOM_BENCH_CLOCK") == "cpu" else time.perf_counter  # as bench_util.h
 
 threads = int(os.environ.get("FATHOM_NUM_THREADS", os.cpu_count()))
 import numpy as np
@@ -47,9 +48,9 @@ def time_gemm(mm, M, N, K, reps):
     mm()
     t = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = _clock()
         mm()
-        t.append((time.perf_counter() - t0) * 1e3)
+        t.append((_clock() - t0) * 1e3)
     return statistics.median(t)
 
 
@@ -75,14 +76,14 @@ def torch_elementwise(name, n, reps=25):
     g = torch.randn(n)
     tf, tb = [], []
     for r in range(reps + 2):
-        t0 = time.perf_counter()
+        t0 = _clock()
         if name == "add":
             y = a + b
         else:
             y = torch.nn.functional.gelu(a, approximate="tanh" if name == "gelu_tanh" else "none")
-        t1 = time.perf_counter()
+        t1 = _clock()
         y.backward(g)
-        t2 = time.perf_counter()
+        t2 = _clock()
         a.grad = None; b.grad = None
         if r >= 2:
             tf.append((t1 - t0) * 1e3); tb.append((t2 - t1) * 1e3)
@@ -94,6 +95,9 @@ def main():
     ap.add_argument("only", nargs="?", default="all", choices=["all", "matmul", "elementwise"])
     ap.add_argument("--rounds", type=int, default=2,
                     help="elementwise rows: alternate fathom and torch this many times, keep each side's best median")
+    ap.add_argument("--no-bf16-peer", action="store_true",
+                    help="skip torch.mm in bf16 (on a CPU without bf16 hardware it runs at well under 1 GFLOP/s, "
+                         "minutes per row); the bf16 rows then compare fathom's bf16 with its own f32 only")
     a = ap.parse_args()
     env = dict(os.environ, FATHOM_NUM_THREADS=str(threads))
     rows, best, gemm = [], {}, {}
@@ -118,13 +122,13 @@ def main():
                 continue
             if r["bench"] == "matmul_bf16":
                 M, N, K = r["shape"]
-                tb16 = peer_gemm_bf16(M, N, K, 5 if M * N * K > 2 ** 31 else 15)
+                tb16 = None if a.no_bf16_peer else peer_gemm_bf16(M, N, K, 5 if M * N * K > 2 ** 31 else 15)
                 key = ("bf16", M, N, K)
                 if key not in gemm:
                     gemm[key] = dict(r, rounds=[])
                     rows.append(gemm[key])
                 gemm[key]["rounds"].append({"fathom_bf16": r["fathom_bf16_gflops"], "fathom_f32": r["fathom_f32_gflops"],
-                                            "torch_bf16": round(tb16, 1)})
+                                            "torch_bf16": None if tb16 is None else round(tb16, 1)})
                 continue
             if r["bench"] not in ("add", "gelu", "gelu_tanh"):
                 rows.append(r)
@@ -156,9 +160,11 @@ def main():
                 r.pop(k, None)
         if r["bench"] == "matmul_bf16":
             rs = r["rounds"]
-            for side in ("fathom_bf16", "fathom_f32", "torch_bf16"):
+            for side in ("fathom_bf16", "fathom_f32"):
                 r[side + "_gflops_best"] = max(x[side] for x in rs)
-            r.update(vs_torch_bf16=round(r["fathom_bf16_gflops_best"] / r["torch_bf16_gflops_best"], 2),
+            tb = [x["torch_bf16"] for x in rs if x["torch_bf16"] is not None]
+            r["torch_bf16_gflops_best"] = max(tb) if tb else None
+            r.update(vs_torch_bf16=round(r["fathom_bf16_gflops_best"] / max(tb), 2) if tb else None,
                      bf16_over_own_f32=round(r["fathom_bf16_gflops_best"] / r["fathom_f32_gflops_best"], 2),
                      cpu=cpu.get("model", "?"), isa=cpu.get("isa", "?"),
                      fathom_bf16=info.get("gemm", {}).get("bf16", {}).get("kernel", "?") or "widened to f32",
@@ -183,10 +189,11 @@ def main():
             print("%-22s rounds (fathom/torch/numpy GFLOP/s): %s" % ("", "  ".join(
                   "%.0f/%.0f/%.0f" % (x["fathom"], x["torch"], x["numpy_openblas"]) for x in r["rounds"])))
         elif r["bench"] == "matmul_bf16":
-            print("%-22s %-28s %.2fx torch.mm bf16 (%.1f); %.2fx fathom's own f32 (%.1f); %s" % (
+            vs = ("%.2fx torch.mm bf16 (%.1f)" % (r["vs_torch_bf16"], r["torch_bf16_gflops_best"])
+                  if r["vs_torch_bf16"] is not None else "torch.mm bf16 not run")
+            print("%-22s %-28s %s; %.2fx fathom's own f32 (%.1f); %s" % (
                   "matmul bf16 %s" % "x".join(map(str, r["shape"])), "%.1f GFLOP/s" % r["fathom_bf16_gflops_best"],
-                  r["vs_torch_bf16"], r["torch_bf16_gflops_best"], r["bf16_over_own_f32"], r["fathom_f32_gflops_best"],
-                  r["fathom_bf16"]))
+                  vs, r["bf16_over_own_f32"], r["fathom_f32_gflops_best"], r["fathom_bf16"]))
         else:
             print("%-22s fwd %.2f ms, bwd %.2f ms      fwd %.2fx, bwd %.2fx torch throughput" % (
                 r["bench"], r["fathom_fwd_ms"], r["fathom_bwd_ms"], r["fwd_ratio"], r["bwd_ratio"]))

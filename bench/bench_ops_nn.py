@@ -18,10 +18,12 @@ usage: bench_ops_nn.py BUILD/bench_ops_nn [--reps N] [--threads T] [--rows M] [-
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+_clock = time.process_time if os.environ.get("FATHOM_BENCH_CLOCK") == "cpu" else time.perf_counter  # as bench_util.h
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +34,9 @@ def median_ms(fn, reps, warmup=3):
         fn()
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = _clock()
         fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
+        ts.append((_clock() - t0) * 1e3)
     return statistics.median(ts)
 
 
