@@ -8,7 +8,8 @@
  *   still NaN);
  * - AdamW (f32): bitwise the scalar update;
  * - softmax/log-softmax/cross-entropy rows: 16-lane sums, so within
- *   tolerance of a double reference (as the AVX2 rows);
+ *   tolerance of a double reference (as the AVX2 rows); the AVX2 level's fused
+ *   cross-entropy backward row bitwise its stats + backward row calls;
  * - fused bias + GELU(tanh) rows: bitwise the AVX2 rows.
  * On a CPU with AVX2 but not the AVX-512 level, L512() names the AVX2 kernel
  * instead: the cross-level comparisons then compare AVX2 with itself, and the
@@ -38,6 +39,7 @@ void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int
 void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx2(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
 
@@ -232,7 +234,41 @@ static void test_softmax(void) {
         for (int i = 0; i < n && bad < 0; i++)
             if (!near_ref(d5[i], exp((double)x[i] - m) * 0.5 - 0.25, 2e-6)) bad = i;
         CHECK_MSG(bad < 0, "ce backward n %d at %d", n, bad);
+        /* the AVX2 level's whole backward row: bitwise its stats + backward row, streamed and not */
+        for (int st = 0; st < 2; st++) {
+            if (st && n % 8) continue;
+            fm_ce_row_stats_f32_avx2(x, n, &m, &se, &sx);
+            fm_ce_bwd_row_f32_avx2(x, d2, n, m, (float)(0.75 / se), 0.25f, 0);
+            fm_ce_bwd_fused_row_f32_avx2(x, d5, n, 0.75, 0.25f, st);
+            CHECK_MSG(!memcmp(d2, d5, sizeof(float) * (size_t)n), "ce fused backward n %d stream %d", n, st);
+        }
     }
+}
+
+/* The fused cross-entropy backward row on rows wider than its stack stage (4096
+ * floats: streamed rows then take the two-call path) and with -inf and NaN logits:
+ * bitwise the stats + backward row calls. */
+static void test_ce_fused_long(void) {
+    enum { W = 8192 + 16 };
+    static _Alignas(64) float x[W], a[W], b[W];
+    const int ns[] = {4096, 4104, 8192 + 13, 8192 + 16};
+    uint64_t s = 11;
+    for (int i = 0; i < W; i++) x[i] = frand(&s) * 30.0f;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+        for (int special = 0; special < 3; special++)
+            for (int st = 0; st < 2; st++) {
+                int n = ns[k];
+                if (st && n % 8) continue;
+                float keep = x[n / 3];
+                if (special) x[n / 3] = special == 1 ? -INFINITY : NAN;
+                float m, se, sx;
+                fm_ce_row_stats_f32_avx2(x, n, &m, &se, &sx);
+                fm_ce_bwd_row_f32_avx2(x, a, n, m, (float)(1.0 / 3.0 / se), 1e-3f, 0);
+                fm_ce_bwd_fused_row_f32_avx2(x, b, n, 1.0 / 3.0, 1e-3f, st);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "ce fused backward n %d special %d stream %d", n,
+                          special, st);
+                x[n / 3] = keep;
+            }
 }
 
 /* AdamW f32: bitwise the scalar loop of optim.c (same formula, no FMA), over every tail */
@@ -312,6 +348,7 @@ int main(void) {
     test_binary();
     test_convert();
     test_softmax();
+    test_ce_fused_long();
     test_adamw(fm_adamw_f32_avx2, "avx2");
     if (w512) test_adamw(fm_adamw_f32_avx512, "avx512");
     test_bias_gelu();

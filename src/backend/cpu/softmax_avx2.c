@@ -15,6 +15,7 @@ void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, 
 void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx2(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 
 #define STAGE_MAX 4096 /* widest row softmax stages on the stack when streaming */
 
@@ -129,4 +130,34 @@ void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float
         fm_store8(dx + i, _mm256_fmsub_ps(fm_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vsc, vsh), stream);
     for (; i < n; i++) dx[i] = expf(x[i] - m) * scale - shift;
     if (stream) _mm_sfence();
+}
+
+/* The whole backward row of cross-entropy: dx = exp(x - m) * (g / sum exp(x - m)) - shift.
+ * fm_ce_row_stats_f32_avx2 followed by fm_ce_bwd_row_f32_avx2 evaluate each exp twice
+ * (once for the sum, once for dx); here the exponentials of the sum pass are kept (staged
+ * on the stack when dx is streamed, else in dx itself) and scaled in a third pass over
+ * them, which runs from L1. The same max, the same exps summed in the same order and
+ * the same final fmsub: the same bits as the two calls. Rows too wide to stage
+ * while streaming take the two calls, so dx is still written once. */
+void fm_ce_bwd_fused_row_f32_avx2(const float *x, float *dx, int64_t n, double g, float shift, int stream) {
+    if (stream && n > STAGE_MAX) {
+        float m, se, sx;
+        fm_ce_row_stats_f32_avx2(x, n, &m, &se, &sx);
+        fm_ce_bwd_row_f32_avx2(x, dx, n, m, (float)(g / se), shift, stream);
+        return;
+    }
+    _Alignas(32) float stage[STAGE_MAX];
+    float *e = stream ? stage : dx;
+    float m = row_max(x, n);
+    float scale = (float)(g / row_expsum(x, e, n, m));
+    __m256 vsc = _mm256_set1_ps(scale), vsh = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    if (stream) {
+        for (; i + 8 <= n; i += 8) _mm256_stream_ps(dx + i, _mm256_fmsub_ps(_mm256_load_ps(stage + i), vsc, vsh));
+        for (; i < n; i++) dx[i] = stage[i] * scale - shift;
+        _mm_sfence();
+        return;
+    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dx + i, _mm256_fmsub_ps(_mm256_loadu_ps(dx + i), vsc, vsh));
+    for (; i < n; i++) dx[i] = dx[i] * scale - shift;
 }

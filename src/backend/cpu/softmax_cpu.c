@@ -7,7 +7,8 @@
  * AVX2 kernels in softmax_avx2.c when the CPU has them; the scalar templates
  * below serve f64 (gradient checks) and CPUs without AVX2.
  * Cross-entropy never stores probabilities: forward needs only max, sum(exp)
- * and sum(x) per row, and backward recomputes exp on the fly. */
+ * and sum(x) per row, and backward recomputes exp on the fly (once per element on
+ * the AVX2 level, whose row keeps the exps of its sum; twice on AVX-512's). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, 
 void fm_softmax_bwd_row_f32_avx2(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx2(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx2(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 /* softmax_avx512.c: the same rows at 16 lanes */
 void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode, int stream);
 void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
@@ -33,11 +35,13 @@ typedef struct simd_rows {
     void (*bwd)(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
     void (*ce_stats)(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
     void (*ce_bwd)(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+    /* the whole backward row, one exp per element (NULL: ce_stats then ce_bwd) */
+    void (*ce_bwd_fused)(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 } simd_rows;
 static const simd_rows rows_avx2 = {fm_softmax_row_f32_avx2, fm_softmax_bwd_row_f32_avx2, fm_ce_row_stats_f32_avx2,
-                                    fm_ce_bwd_row_f32_avx2};
+                                    fm_ce_bwd_row_f32_avx2, fm_ce_bwd_fused_row_f32_avx2};
 static const simd_rows rows_avx512 = {fm_softmax_row_f32_avx512, fm_softmax_bwd_row_f32_avx512,
-                                      fm_ce_row_stats_f32_avx512, fm_ce_bwd_row_f32_avx512};
+                                      fm_ce_row_stats_f32_avx512, fm_ce_bwd_row_f32_avx512, NULL};
 static const simd_rows *simd(void) { return fm_cpu_use_avx512() ? &rows_avx512 : &rows_avx2; }
 
 /* ---- scalar row templates (T = float or double; sums in double) ---- */
@@ -274,7 +278,9 @@ static void ce_bwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
         } else {
             const float *x = (const float *)c->x + r * C;
             float *dx = (float *)c->dx + r * C;
-            if (c->simd) {
+            if (c->simd && simd()->ce_bwd_fused) {
+                simd()->ce_bwd_fused(x, dx, C, g, (float)shift, c->stream);
+            } else if (c->simd) {
                 float fm, fs, fx;
                 simd()->ce_stats(x, C, &fm, &fs, &fx);
                 simd()->ce_bwd(x, dx, C, fm, (float)(g / fs), (float)shift, c->stream);
