@@ -14,19 +14,9 @@
 set -uo pipefail
 bin=${1:?usage: cli_dist.sh FATHOM_BIN}
 build=$(dirname "$bin")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
-if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
-# CI runs as root; ranks share 2 cores
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# sanitizer build: OpenMPI's own allocations kept to exit cannot be told from ours
-# (CMakeLists.txt, test_dist_np2); leaks are checked in the one-process tests
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-mpi() { timeout 120 mpirun --oversubscribe "$@"; }
+. "$(dirname "$0")/cli_lib.sh" # ok, bad, $tmp (removed on exit), fails
+cli_begin fathom_dist
+. "$(dirname "$0")/mpi_lib.sh" # skips without MPI; OpenMPI settings; mpi()
 
 # ---- a late rank: rank 1 sleeps 5 s before an all-reduce whose timeout is 1 s ----
 t0=$SECONDS

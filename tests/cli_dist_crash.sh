@@ -10,12 +10,9 @@
 set -uo pipefail
 bin=${1:?usage: cli_dist_crash.sh FATHOM_BIN}
 . "$(dirname "$0")/cli_lib.sh"
-if ! command -v mpirun > /dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
-if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
+. "$(dirname "$0")/mpi_lib.sh" # skips without MPI; OpenMPI settings; mpi()
 cli_begin fathom_dist_crash
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 # as cli_dist.sh: OpenMPI's allocations kept to exit
-mpi() { timeout 120 mpirun --oversubscribe -np 2 "$@"; }
+mpi() { timeout 120 mpirun --oversubscribe -np 2 "$@"; } # always 2 ranks here
 
 cli_images "$tmp" 64 32
 cli_idx_data "$tmp" > "$tmp/r.ini"

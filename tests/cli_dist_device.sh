@@ -12,12 +12,9 @@ set -uo pipefail
 bin=${1:?usage: cli_dist_device.sh FATHOM_BIN}
 . "$(dirname "$0")/cli_lib.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
-if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
+. "$(dirname "$0")/mpi_lib.sh" # skips without MPI; OpenMPI settings; mpi()
 cli_begin cli_dist_device
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-mpi() { timeout 300 mpirun --oversubscribe "$@"; }
+MPI_TIMEOUT=300
 
 # NAME RECIPE FLAGS...: 2 ranks on cpu and on check; losses (the log lines) and the model bytes
 same_on_check() {

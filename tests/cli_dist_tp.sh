@@ -24,17 +24,9 @@
 # Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_dist_tp.sh FATHOM_BIN}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
-if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-mpi() { timeout 120 mpirun --oversubscribe "$@"; }
-field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
+. "$(dirname "$0")/cli_lib.sh" # ok, bad, $tmp (removed on exit), fails
+cli_begin fathom_dist_tp
+. "$(dirname "$0")/mpi_lib.sh" # skips without MPI; OpenMPI settings; mpi()
 
 for i in $(seq 1 40); do echo "And the word was $i, and the light was $((i * 7 % 11))."; done >"$tmp/corpus.txt"
 # 4 heads, 2 key/value heads (llama), MLP 32, byte vocabulary (256)

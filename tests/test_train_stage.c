@@ -62,22 +62,28 @@ static fm_gpt *small_gpt(fm_device dev) {
     return m;
 }
 
+/* AdamW (lr 3e-3, weight decay 0.01) over m's parameters, which also go to params[]. */
+static fm_optim *gpt_adamw(fm_gpt *m, fm_tensor *params[64], int *np) {
+    fm_optim_config cfg = fm_optim_default_config(FM_OPTIM_ADAMW);
+    cfg.lr = 3e-3;
+    fm_optim *o = fm_optim_new(&cfg);
+    int g = fm_optim_add_group(o, 0.01);
+    const fm_named_list *ps = m ? fm_gpt_parameters(m) : NULL;
+    for (int i = 0; ps && i < ps->n && *np < 64; i++) {
+        CHECK(fm_optim_add_param(o, g, ps->items[i].name, ps->items[i].tensor) == FM_OK);
+        params[(*np)++] = ps->items[i].tensor;
+    }
+    return o;
+}
+
 /* Three steps of a 5-row batch (grad_accum 3: micro-batches of 2, 2 and 1 rows) on dev
  * at the precision; losses[] per step, and the device-to-host copies per backward. */
 static void run_steps(fm_device dev, fm_dtype prec, int accum, bool record, double losses[3], double host[3],
                       unsigned long long d2h[3]) {
     fm_gpt *m = small_gpt(dev);
-    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
-    oc.lr = 3e-3;
-    fm_optim *o = fm_optim_new(&oc);
-    int g = fm_optim_add_group(o, 0.01);
-    const fm_named_list *ps = m ? fm_gpt_parameters(m) : NULL;
     fm_tensor *params[64];
     int np = 0;
-    for (int i = 0; ps && i < ps->n && np < 64; i++) {
-        CHECK(fm_optim_add_param(o, g, ps->items[i].name, ps->items[i].tensor) == FM_OK);
-        params[np++] = ps->items[i].tensor;
-    }
+    fm_optim *o = gpt_adamw(m, params, &np);
     fm_efficiency_opts eo = fm_efficiency_defaults();
     eo.precision = prec;
     eo.grad_accum = accum;
@@ -169,17 +175,9 @@ static void make_batch(int s, fm_tensor **x, fm_tensor **y) {
  * put N+1, run step N), else the host batch handed to the step. */
 static void staged_run(fm_device dev, bool staged, double losses[4], order_ctx *oc) {
     fm_gpt *m = small_gpt(dev);
-    fm_optim_config cfg = fm_optim_default_config(FM_OPTIM_ADAMW);
-    cfg.lr = 3e-3;
-    fm_optim *o = fm_optim_new(&cfg);
-    int g = fm_optim_add_group(o, 0.01);
-    const fm_named_list *ps = m ? fm_gpt_parameters(m) : NULL;
     fm_tensor *params[64];
     int np = 0;
-    for (int i = 0; ps && i < ps->n && np < 64; i++) {
-        CHECK(fm_optim_add_param(o, g, ps->items[i].name, ps->items[i].tensor) == FM_OK);
-        params[np++] = ps->items[i].tensor;
-    }
+    fm_optim *o = gpt_adamw(m, params, &np);
     fm_efficiency_opts eo = fm_efficiency_defaults();
     eo.device = dev;
     eo.grad_accum = 2;

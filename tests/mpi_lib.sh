@@ -1,0 +1,13 @@
+# Sourced by the multi-process tests (cli_dist*.sh) after they set $bin: skips the test
+# (exit 77) when mpirun is missing or this fathom was built without MPI, lets OpenMPI run
+# as root (CI does) with more ranks than cores, and defines mpi() (MPI_TIMEOUT seconds,
+# default 120) and field() (FILE KEY: the first number after "KEY": in FILE). Under the
+# sanitizer build leaks are not checked here: OpenMPI's own allocations kept to exit
+# cannot be told from ours (CMakeLists.txt, test_dist_np2); the one-process tests check
+# leaks.
+if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; fi
+if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+mpi() { timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@"; }
+field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
