@@ -374,9 +374,11 @@ def lone_wait_checks(s):
           % (dt1 * 1000, dt2 * 1000, dt3 * 1000))
     lab = '{model="lonely",version="1"}'
     # bursts of 16 released together: requests that queue behind a running one form a batch
-    # without any wait (the first of a burst may run alone; how many queue depends on timing)
-    rounds, n, e, ok_all = 0, 0, 0, True
-    while rounds < 5 and e >= n:
+    # without any wait (the first of a burst may run alone; how many queue depends on timing).
+    # After a round that batched, a lone request waits for company again, unless a straggler of
+    # the burst itself waited the window out alone (a slow, loaded machine): then another round.
+    rounds, batched, waited, dt4 = 0, 0, False, 0.0
+    while rounds < 5 and not waited:
         rounds += 1
         before = s.metrics()
         res, go = [], threading.Barrier(16)
@@ -392,10 +394,19 @@ def lone_wait_checks(s):
         m = s.metrics()
         n = m["fathom_inference_count" + lab] - before["fathom_inference_count" + lab]
         e = m["fathom_inference_exec_count" + lab] - before["fathom_inference_exec_count" + lab]
-        ok_all = ok_all and all(r[0] == 200 for r in res) and n == 16
-    check(ok_all and e < n, "concurrent requests after the lone ones still batch: 16 in %d executions (round %d)" % (e, rounds))
-    st4, dt4 = timed()
-    check(st4 == 200 and dt4 >= 0.28, "after a batch formed, a lone request waits for company again (%.0f ms)" % (dt4 * 1000))
+        check(all(r[0] == 200 for r in res) and n == 16, "burst round %d: 16 requests answered 200 (%d counted)" % (rounds, n))
+        if e >= n:
+            continue
+        batched += 1
+        st4, dt4 = timed()
+        check(st4 == 200, "lone request after burst round %d answered (%d)" % (rounds, st4))
+        # a burst member that waited >= 280 ms ran alone after the window: that resets the wait legitimately
+        straggled = any(r[1] >= 0.28 for r in res)
+        waited = dt4 >= 0.28
+        if not waited and not straggled:
+            break
+    check(batched > 0, "concurrent requests after the lone ones still batch (%d of %d rounds)" % (batched, rounds))
+    check(waited, "after a batch formed, a lone request waits for company again (%.0f ms, round %d)" % (dt4 * 1000, rounds))
 
 
 def memory_checks(s):
