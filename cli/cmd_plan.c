@@ -48,6 +48,9 @@ static void usage(FILE *f) {
           "  --lora-rank N          (default 16)\n"
           "  --attention flash|eager                         (default flash: no s^2 scores kept)\n"
           "  --kv-cache-dtype auto|fp8|int8                 inference KV cache in 8 bits (default auto: 16)\n"
+          "  --decode-kv-reads grouped|per-query-head       how often a decode step reads a grouped-query\n"
+          "                         model's KV heads: once (default) or once per query head (engines\n"
+          "                         without a GQA decode kernel, e.g. TensorRT-LLM before 0.8)\n"
           "  --no-master-weights    16-bit training without an fp32 master copy\n"
           "  --optimizer-in-backward  free each gradient right after its update\n"
           "  --offload-optimizer    keep optimizer state in CPU memory (paged/offloaded optimizers)\n"
@@ -140,7 +143,7 @@ static const char *const known_opts[] = {
     "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
     "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel",
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
-    "--attention", "--kv-cache-dtype", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
+    "--attention", "--kv-cache-dtype", "--decode-kv-reads", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--fused-loss", "--no-dropout", "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
     "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval", "--ranks",
 };
@@ -275,6 +278,10 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
         if (!strcmp(val, "auto")) job->kv_cache_8bit = 0;
         else if (!strcmp(val, "fp8") || !strcmp(val, "int8")) job->kv_cache_8bit = val[0] == 'f' ? 1 : 2;
         else { fm_cli_error("--kv-cache-dtype \"%s\": expected auto, fp8 or int8", val); return 2; }
+    } else if (!strcmp(opt, "--decode-kv-reads")) {
+        if (!strcmp(val, "grouped")) job->kv_read_per_query_head = 0;
+        else if (!strcmp(val, "per-query-head")) job->kv_read_per_query_head = 1;
+        else { fm_cli_error("--decode-kv-reads \"%s\": expected grouped or per-query-head", val); return 2; }
     } else if (!strcmp(opt, "--attention")) {
         if (!strcmp(val, "flash")) job->flash_attention = 1;
         else if (!strcmp(val, "eager")) job->flash_attention = 0;

@@ -37,6 +37,9 @@ expect 0 "(8-bit KV cache)" --preset llama-2-7b --kv-cache-dtype int8 --gpu h100
 expect 0 "input embedding table" --preset llama-2-7b --gpu 4090 --explain
 expect 2 "expected auto, fp8 or int8" --preset llama-2-7b --kv-cache-dtype fp4
 expect 2 "is for inference" --preset llama-2-7b --task train --kv-cache-dtype fp8
+expect 0 "KV heads read once per query head" --preset llama-3-8b --decode-kv-reads per-query-head --gpu h100sxm --explain
+expect 2 "expected grouped or per-query-head" --preset llama-3-8b --decode-kv-reads twice
+expect 2 "training has no decode step" --preset llama-3-8b --task train --decode-kv-reads per-query-head
 
 # Hugging Face configs, without weights: a directory or the file itself
 expect 0 "46.7 B parameters" --model tests/data/plan_configs/mixtral-8x7b --gpu h100sxm

@@ -456,6 +456,21 @@ static void test_serving(void) {
     row = plan_on_test(&m, &j, "Test PCIe 24");
     CHECK(row && row->gpus == 1);
     if (row) CHECK_NEAR(row->step_s, (13476831232.0 - 262144000.0 + 2048 * 262144.0) / 0.8e12, 1e-12);
+    /* A decode kernel that reads a KV head once per query head of its group
+     * (TensorRT-LLM's masked MHA before XQA): Llama-3-8B has 32 query heads
+     * over 8 KV heads, so the step reads 4x its KV cache, 3 x 2048 tokens x
+     * 131072 B more at 0.8 x 1000 GB/s; Llama-2-7B (MHA) reads the same. */
+    fm_plan_model g3 = preset("llama-3-8b");
+    fm_plan_job_defaults(&j);
+    j.seq = 2048;
+    row = plan_on_test(&g3, &j, "Test PCIe 24");
+    double grouped = row ? row->step_s : 0;
+    j.kv_read_per_query_head = 1;
+    row = plan_on_test(&g3, &j, "Test PCIe 24");
+    CHECK(row && row->gpus == 1 && grouped > 0);
+    if (row) CHECK_NEAR(row->step_s - grouped, 3 * 2048 * 131072.0 / 0.8e12, 1e-12);
+    row = plan_on_test(&m, &j, "Test PCIe 24");
+    if (row) CHECK_NEAR(row->step_s, (13476831232.0 - 262144000.0 + 2048 * 524288.0) / 0.8e12, 1e-12);
     /* A tied head is the token table and is read in full; only GPT-2's learned
      * position table (1024 x 768 x 2 B) is gathered, not streamed:
      * (248879616 - 1572864 + 1024 x 36864 B KV) / (0.8 x 1000 GB/s). */

@@ -30,6 +30,11 @@
  * since the prefill runs at the measured matmul ceiling (41.4% before); see
  * docs/PLANNER.md for why the plan is optimistic on short prompts. */
 #define TTFT_MEDIAN 0.31
+/* Inference: the issue's goal is the median (<= 15%); the worst has none. 32.9%
+ * (ExLlama's 7B int4 decode) since the TensorRT-LLM v0.6.1 rows read the KV
+ * cache once per query head as its pre-XQA decode kernel does (120.8% before:
+ * LLaMA 70B at TP 2, 2048 in and out). This keeps it from getting worse. */
+#define INFER_WORST 0.35
 
 typedef struct point {
     char id[64], kind[32], spec[512], cite[512], conf[160];
@@ -96,6 +101,7 @@ static int apply_spec(const char *spec, fm_plan_model *m, fm_plan_job *j, char *
             else if (!strcmp(k, "fused")) j->fused_loss = (int)d;
             else if (!strcmp(k, "no_dropout")) j->no_dropout = (int)d;
             else if (!strcmp(k, "kv8")) j->kv_cache_8bit = (int)d;
+            else if (!strcmp(k, "kvq")) j->kv_read_per_query_head = (int)d;
             else if (!strcmp(k, "in")) io[0] = d;
             else if (!strcmp(k, "out")) io[1] = d;
             else { snprintf(why, wcap, "unknown key \"%s\"", k); return 0; }
@@ -288,6 +294,7 @@ int main(int argc, char **argv) {
     CHECK_MSG(tm <= TRAIN_MEDIAN && tw <= TRAIN_WORST, "training time: median %.1f%% (limit %.0f%%), worst %.1f%% (limit %.0f%%)",
               tm * 100, TRAIN_MEDIAN * 100, tw * 100, TRAIN_WORST * 100);
     CHECK_MSG(im <= 0.15, "inference: median %.1f%% (goal <= 15%%)", im * 100);
+    CHECK_MSG(iw <= INFER_WORST, "inference: worst %.1f%% (limit %.0f%%)", iw * 100, INFER_WORST * 100);
     /* No goal in the issue: this only keeps today's figure from getting worse. */
     CHECK_MSG(fm <= TTFT_MEDIAN, "first-token latency: median %.1f%% (limit %.0f%%)", fm * 100, TTFT_MEDIAN * 100);
     fm_plan_db_free(db);

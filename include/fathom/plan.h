@@ -187,6 +187,10 @@ typedef struct fm_plan_job {
     double headroom;          /* caching-allocator reserve over allocated, fraction */
     int kv_cache_8bit;        /* 1 (fp8) or 2 (int8): inference keeps the KV cache in 8 bits, as vLLM's
                                  --kv-cache-dtype fp8 and TensorRT-LLM's fp8 KV cache do; 0: 16 bits */
+    int kv_read_per_query_head; /* 1: the decode attention kernel reads a KV head once for every query head that
+                                 uses it (one thread block per query head and sequence, as TensorRT-LLM's masked
+                                 MHA kernel before its XQA kernel, v0.8): heads/kv_heads times the KV bytes of a
+                                 grouped-query model; 0: once per KV head (FlashAttention/FlashInfer decode, XQA) */
 } fm_plan_job;
 
 /* Defaults: inference, bf16, batch 1, seq auto, adamw, no checkpointing, zero 0,

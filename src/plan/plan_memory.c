@@ -114,6 +114,8 @@ fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
     if (job->kv_cache_8bit && job->task != FM_PLAN_INFERENCE)
         return fm_set_error(FM_ERR_INVALID, "--kv-cache-dtype %s is for inference: training keeps no KV cache",
                             job->kv_cache_8bit == 2 ? "int8" : "fp8");
+    if (job->kv_read_per_query_head && job->task != FM_PLAN_INFERENCE)
+        return fm_set_error(FM_ERR_INVALID, "--decode-kv-reads per-query-head is for inference: training has no decode step");
     if (job->batch < 1 || job->batch > 1000000)
         return fm_set_error(FM_ERR_INVALID, "--batch %lld is out of range (1..1000000)", (long long)job->batch);
     if (job->seq < 0 || job->seq > 10000000)

@@ -116,6 +116,8 @@ static void assumptions(plan_sb *sb, const fm_plan_result *r) {
     if (j->task == FM_PLAN_INFERENCE && (r->model.arch == FM_PLAN_ARCH_GPT || r->model.arch == FM_PLAN_ARCH_LLAMA))
         plan_sb_printf(sb, "; decoding reaches %.0f%% of memory bandwidth; KV cache in %s", j->decode_efficiency * 100,
                        j->kv_cache_8bit == 1 ? "fp8" : j->kv_cache_8bit == 2 ? "int8" : "16 bits");
+    if (j->task == FM_PLAN_INFERENCE && j->kv_read_per_query_head)
+        plan_sb_printf(sb, "; decode reads each KV head once per query head");
     plan_sb_printf(sb, "; flash attention %s; prices dated %s.\n", j->flash_attention ? "on" : "off",
                    r->nrows ? r->rows[0].gpu->price[0].date : "-");
 }
@@ -334,6 +336,7 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(job, "chunked_loss", json_boolean(j->chunked_loss));
     json_object_set_new(job, "fused_loss", json_boolean(j->fused_loss));
     json_object_set_new(job, "dropout", json_boolean(!j->no_dropout));
+    json_object_set_new(job, "decode_kv_reads", json_string(j->kv_read_per_query_head ? "per-query-head" : "grouped"));
     json_object_set_new(job, "kv_cache_dtype", json_string(j->kv_cache_8bit == 1 ? "fp8" : j->kv_cache_8bit == 2 ? "int8" : "auto"));
     json_object_set_new(root, "job", job);
 

@@ -274,7 +274,15 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
         double expert_share = ((double)m->params - plan_active_params(m)) / (double)m->params * E / (E - k);
         read = w * (1 - expert_share) + w * expert_share * touched;
     }
-    double bytes = read + B * ctx * kv_tok;
+    /* A kernel with one thread block per query head and sequence (TensorRT-LLM's
+     * masked MHA before XQA) loads a grouped KV head once for each query head
+     * of its group: heads/kv_heads times the KV bytes, per GPU. */
+    double kv_reads = 1;
+    if (job->kv_read_per_query_head && m->kv_heads > 0 && m->kv_heads < m->heads) {
+        double qh = (double)m->heads / t, kvh = m->kv_heads >= t ? (double)m->kv_heads / t : 1;
+        kv_reads = qh / kvh;
+    }
+    double bytes = read + B * ctx * kv_tok * kv_reads;
     double bw_s = bytes / (job->decode_efficiency * g->bandwidth_gbs * 1e9);
     double flops = B * (2 * plan_active_params(m) + 4 * (double)m->layers * (double)m->hidden * ctx) / t;
     /* The compute bound of a decode step keeps the training MFU: TensorRT-LLM's
@@ -296,10 +304,13 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
     if (ex && unread > 0)
         plan_sb_printf(ex, "    weights read: all but the input embedding table (%.4g GB per GPU), of which a step "
                            "gathers one row per sequence\n", unread / 1e9);
+    if (ex && kv_reads > 1)
+        plan_sb_printf(ex, "    KV heads read once per query head (--decode-kv-reads per-query-head): %.0f query heads "
+                           "per KV head, x%.0f KV bytes\n", kv_reads, kv_reads);
     if (ex)
         plan_sb_printf(ex, "    memory-bound: (weights read %.4g GB + %.0f seqs x %.0f tokens x %.4g KB KV) / (%.2f x %.0f GB/s) "
                            "= %.4g ms; compute-bound: %.4g GFLOP / (%.4g TF x %.2f) = %.4g ms; step = %.4g ms\n",
-                       read / 1e9, B, ctx, kv_tok / 1e3, job->decode_efficiency, g->bandwidth_gbs, bw_s * 1e3,
+                       read / 1e9, B, ctx, kv_tok * kv_reads / 1e3, job->decode_efficiency, g->bandwidth_gbs, bw_s * 1e3,
                        flops / 1e9, row->peak_tflops, eff, cmp_s * 1e3, step * 1e3);
     return step;
 }
