@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fathom/data.h"
 #include "fathom/hf.h"
@@ -121,7 +122,22 @@ static void refusals(const char *tmp) {
     snprintf(d, sizeof d, "%s/bad", tmp);
     CHECK(mkdir(d, 0777) == 0);
     CHECK(fm_hf_encoder_load(d) == NULL);
-    CHECK_ERR_CONTAINS("config.json: cannot open");
+    CHECK_ERR_CONTAINS("config.json: cannot open: No such file or directory");
+    char sub[1200];
+    snprintf(sub, sizeof sub, "%s/config.json", d); /* a directory where config.json should be */
+    CHECK(mkdir(sub, 0777) == 0);
+    CHECK(fm_hf_encoder_load(d) == NULL);
+    CHECK_ERR_CONTAINS("config.json: is a directory, not a JSON file");
+    CHECK(rmdir(sub) == 0);
+    FILE *nul = fopen(sub, "wb");
+    CHECK(nul != NULL);
+    if (nul) {
+        static const char with_nul[] = "{\"model_type\": \"bert\"\0}";
+        fwrite(with_nul, 1, sizeof with_nul - 1, nul);
+        fclose(nul);
+    }
+    CHECK(fm_hf_encoder_load(d) == NULL);
+    CHECK_ERR_CONTAINS("config.json: not a text file: it holds a NUL byte");
     put_file(d, "config.json", "{" BERT_CFG ", \"use_flash\": true}");
     CHECK(fm_hf_encoder_load(d) == NULL);
     CHECK_ERR_CONTAINS("unknown key 'use_flash' for a bert model");

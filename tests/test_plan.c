@@ -260,7 +260,20 @@ static void test_db(void) {
     CHECK_ERR_CONTAINS("missing field \"gpus\"");
     unlink(bad);
     CHECK(fm_plan_db_load("/nonexistent/gpus.json") == NULL);
-    CHECK_ERR_CONTAINS("cannot read GPU database /nonexistent/gpus.json");
+    CHECK_ERR_CONTAINS("cannot read GPU database /nonexistent/gpus.json (No such file or directory");
+    /* a directory, a NUL byte and a file past the 16 MiB limit (sparse: refused by its size, unread) are named */
+    CHECK(fm_plan_db_load("/tmp") == NULL);
+    CHECK_ERR_CONTAINS("cannot read GPU database /tmp (Is a directory; pass --gpu-db FILE");
+    f = fopen(bad, "wb");
+    static const char with_nul[] = "{\"gpus\": []}\0\n";
+    fwrite(with_nul, 1, sizeof with_nul - 1, f);
+    fclose(f);
+    CHECK(fm_plan_db_load(bad) == NULL);
+    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json: not a text file: it holds a NUL byte");
+    CHECK(truncate(bad, (17 << 20)) == 0);
+    CHECK(fm_plan_db_load(bad) == NULL);
+    CHECK_ERR_CONTAINS("fathom_test_plan_bad.json: too large (a database is a JSON file of at most 16 MiB");
+    unlink(bad);
 }
 
 /* Hand-worked: Llama-2-7B served in bf16, batch 1, 2048 tokens. */

@@ -129,7 +129,7 @@ fm_status fm_gpt_recipe_load(const char *path, fm_gpt_recipe *out) {
     c.r = out;
     fm_status st;
     const char *why;
-    char *text = fm_read_text_file(path, 1 << 20, &st, &why);
+    char *text = fm_read_text_file(path, 1 << 20, NULL, &st, &why);
     if (!text) {
         if (st == FM_ERR_IO) return fm_set_error(FM_ERR_IO, "%s: cannot read the recipe: %s", path, strerror(errno));
         if (st == FM_ERR_OOM) return fm_set_error(FM_ERR_OOM, "%s: out of host memory while reading the recipe", path);

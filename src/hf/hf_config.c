@@ -4,12 +4,17 @@
  * cannot express), or it is listed as not changing inference (dropout rates,
  * token ids, metadata). Anything else is refused by name, since an unknown key
  * may change the model in a way fathom would silently get wrong. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hf/hf_internal.h"
+#include "io/io_internal.h" /* fm_read_text_file */
+
+/* The most config.json or model.safetensors.index.json may hold (a 405B model's index: about 100 KB). */
+#define HF_JSON_MAX_BYTES (64 << 20)
 
 /* Keys any transformers config may carry that do not change the forward pass. */
 static const char *const common_ignored[] = {
@@ -250,19 +255,15 @@ char *hf_path(const char *dir, const char *name) {
 }
 
 char *hf_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open", path); return NULL; }
-    char *s = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) == (size_t)n) {
-        s[n] = 0;
-        *len = (size_t)n;
-    } else {
-        free(s);
-        s = NULL;
-        fm_set_error(FM_ERR_IO, "%s: cannot read", path);
-    }
-    fclose(f);
-    return s;
+    fm_status st;
+    const char *why;
+    char *s = fm_read_text_file(path, HF_JSON_MAX_BYTES, len, &st, &why);
+    if (s) return s;
+    if (st == FM_ERR_IO && errno == EISDIR) fm_set_error(st, "%s: is a directory, not a JSON file", path);
+    else if (st == FM_ERR_IO) fm_set_error(st, "%s: %s: %s", path, why, strerror(errno));
+    else if (st == FM_ERR_FORMAT)
+        fm_set_error(st, "%s: %s (a Hugging Face JSON file here is at most %d MiB of text)", path, why,
+                     HF_JSON_MAX_BYTES >> 20);
+    else fm_set_error(st, "%s: out of host memory", path);
+    return NULL;
 }

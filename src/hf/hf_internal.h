@@ -29,8 +29,9 @@ typedef struct hf_bert_config {
 } hf_bert_config;
 fm_status hf_bert_config_parse(hf_cfg *r, hf_bert_config *c);
 
-/* dir/name (malloc'd) and a whole file (malloc'd, NUL-terminated; NULL with the
- * error set when unreadable). */
+/* dir/name (malloc'd) and a whole JSON text file (malloc'd, NUL-terminated, at
+ * most 64 MiB, no NUL byte: fm_read_text_file; NULL with the error set, naming the
+ * path and the reason, when it cannot be had). */
 char *hf_path(const char *dir, const char *name);
 char *hf_read_file(const char *path, size_t *len);
 

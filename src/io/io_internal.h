@@ -35,10 +35,14 @@ typedef struct fm_ini_text {
     int line, long_line, max_len;
 } fm_ini_text;
 char *fm_ini_text_reader(char *str, int num, void *stream);
-/* A whole small text file (at most max bytes, no NUL byte), NUL-terminated, for
- * the caller to free; NULL with *st and *why ("cannot open", "too large", "not a
- * text file", ...) when it cannot be had (errno holds fopen's reason). */
-char *fm_read_text_file(const char *path, size_t max, fm_status *st, const char **why);
+/* A whole text file (at most max bytes, no NUL byte; a pipe or /proc file too),
+ * NUL-terminated, for the caller to free, its length in *len (len may be NULL).
+ * NULL when it cannot be had, with *st and *why: FM_ERR_IO "cannot open",
+ * "is a directory" or "cannot read" (errno holds the reason: ENOENT, EISDIR,
+ * ...), FM_ERR_FORMAT "too large" (more than max bytes) or "not a text file: it
+ * holds a NUL byte", FM_ERR_OOM "out of host memory". Sets no fm error: the
+ * caller words it (recipes, GPU databases and Hugging Face JSON files). */
+char *fm_read_text_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why);
 
 /* ---- fault injection ---- */
 typedef enum { FM_FAULT_WRITE, FM_FAULT_RENAME } fm_fault_kind;

@@ -15,7 +15,11 @@
 
 #include <jansson.h>
 
+#include "io/io_internal.h" /* fm_read_text_file */
 #include "plan/plan_internal.h"
+
+/* The most a GPU database may hold (data/gpus.json: 44 KB). */
+#define PLAN_DB_MAX_BYTES (16 << 20)
 
 const char *fm_plan_db_default_path(void) {
     const char *env = getenv("FATHOM_GPU_DB");
@@ -256,33 +260,20 @@ static int check_entry(const fm_plan_gpu *g, char *msg, size_t cap) {
     return 1;
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap);
-        if (!nb) { free(buf); buf = NULL; }
-        else buf = nb;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 fm_plan_db *fm_plan_db_load(const char *path) {
     if (!path) path = fm_plan_db_default_path();
     size_t len = 0;
-    char *text = read_all(path, &len);
+    fm_status st;
+    const char *unread;
+    char *text = fm_read_text_file(path, PLAN_DB_MAX_BYTES, &len, &st, &unread);
     if (!text) {
-        fm_set_error(FM_ERR_IO, "cannot read GPU database %s (%s; pass --gpu-db FILE or set FATHOM_GPU_DB)",
-                     path, strerror(errno));
+        if (st == FM_ERR_IO)
+            fm_set_error(st, "cannot read GPU database %s (%s; pass --gpu-db FILE or set FATHOM_GPU_DB)", path,
+                         strerror(errno));
+        else if (st == FM_ERR_FORMAT)
+            fm_set_error(st, "GPU database %s: %s (a database is a JSON file of at most %d MiB; pass --gpu-db FILE "
+                         "or set FATHOM_GPU_DB)", path, unread, PLAN_DB_MAX_BYTES >> 20);
+        else fm_set_error(st, "out of host memory reading GPU database %s", path);
         return NULL;
     }
     json_error_t jerr;

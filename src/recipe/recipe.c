@@ -316,7 +316,7 @@ fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out) {
     bool builtin = fm_recipe_resolve(name_or_path, path, sizeof path);
     fm_status st;
     const char *why;
-    char *buf = fm_read_text_file(path, 1 << 20, &st, &why);
+    char *buf = fm_read_text_file(path, 1 << 20, NULL, &st, &why);
     if (!buf) {
         if (st == FM_ERR_IO && builtin)
             return fm_set_error(FM_ERR_IO, "no built-in recipe named '%s' (looked for %s; `fathom recipes` lists them)",
