@@ -26,15 +26,18 @@
  * docs/PLANNER.md says so beside the table. */
 #define TRAIN_MEDIAN 0.145
 #define TRAIN_WORST 0.60
-/* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal. 30.1%
- * since the prefill runs at the measured matmul ceiling (41.4% before); see
- * docs/PLANNER.md for why the plan is optimistic on short prompts. */
-#define TTFT_MEDIAN 0.31
-/* Inference: the issue's goal is the median (<= 15%); the worst has none. 32.9%
- * (ExLlama's 7B int4 decode) since the TensorRT-LLM v0.6.1 rows read the KV
- * cache once per query head as its pre-XQA decode kernel does (120.8% before:
- * LLaMA 70B at TP 2, 2048 in and out). This keeps it from getting worse. */
-#define INFER_WORST 0.35
+/* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal. 13.2%
+ * median, 42.2% worst since a prefill adds one read of the weights to its
+ * compute instead of taking the larger (30.1% and 64.1% before); see
+ * docs/PLANNER.md. The limits keep today's figures from getting worse. */
+#define TTFT_MEDIAN 0.14
+#define TTFT_WORST 0.43
+/* Inference: the issue's goal is the median (<= 15%); the worst has none. 39.1%
+ * (TensorRT-LLM's LLaMA 7B on H100, batch 768 of 128 in / 128 out) since a
+ * static batch is prefilled together (32.9% before, with each prompt paying a
+ * read of the weights; 120.8% before the v0.6.1 rows read the KV cache once per
+ * query head). This keeps it from getting worse. */
+#define INFER_WORST 0.40
 
 typedef struct point {
     char id[64], kind[32], spec[512], cite[512], conf[160];
@@ -129,8 +132,9 @@ static int apply_spec(const char *spec, fm_plan_model *m, fm_plan_job *j, char *
 }
 
 /* A static batch as TensorRT-LLM's gptSessionBenchmark runs it: `batch`
- * prompts of `in` tokens prefilled, then `out` decode steps of the whole batch
- * at a mean context of in + out/2. Output tokens/s per GPU of the replica. */
+ * prompts of `in` tokens prefilled together (the plan's static-batch prefill),
+ * then `out` decode steps of the whole batch at a mean context of in + out/2.
+ * Output tokens/s per GPU of the replica. */
 static int predict_batch(const fm_plan_db *db, const fm_plan_model *m, fm_plan_job *j, const char *gpu, const double io[2],
                          double *out, char *why, size_t wcap) {
     if (!(io[0] > 0 && io[1] > 0)) { snprintf(why, wcap, "batch_tok_s needs in= and out="); return 0; }
@@ -146,7 +150,7 @@ static int predict_batch(const fm_plan_db *db, const fm_plan_model *m, fm_plan_j
         if (!fits) { snprintf(why, wcap, "no time: the batch does not fit %s as given", gpu); return 0; }
     }
     double B = (double)j->batch;
-    *out = B * io[1] / (B * t[0] + io[1] * t[1]) / j->tensor_parallel;
+    *out = B * io[1] / (t[0] + io[1] * t[1]) / j->tensor_parallel;
     return 1;
 }
 
@@ -296,7 +300,8 @@ int main(int argc, char **argv) {
     CHECK_MSG(im <= 0.15, "inference: median %.1f%% (goal <= 15%%)", im * 100);
     CHECK_MSG(iw <= INFER_WORST, "inference: worst %.1f%% (limit %.0f%%)", iw * 100, INFER_WORST * 100);
     /* No goal in the issue: this only keeps today's figure from getting worse. */
-    CHECK_MSG(fm <= TTFT_MEDIAN, "first-token latency: median %.1f%% (limit %.0f%%)", fm * 100, TTFT_MEDIAN * 100);
+    CHECK_MSG(fm <= TTFT_MEDIAN && fw <= TTFT_WORST, "first-token latency: median %.1f%% (limit %.0f%%), worst %.1f%% (limit %.0f%%)",
+              fm * 100, TTFT_MEDIAN * 100, fw * 100, TTFT_WORST * 100);
     fm_plan_db_free(db);
     TEST_DONE();
 }

@@ -22,10 +22,11 @@
  * Serving (decoder models): a decode step reads the weights a batch touches
  * and every sequence's KV cache at the achievable bandwidth, or is bound by
  * compute, whichever is slower, plus 2 tensor-parallel all-reduces per layer.
- * A prefill (the time to first token) is the slower of its compute (GEMMs and
- * attention, plus the memory-bound ops between them) and one read of the
- * weights, plus its 2 all-reduces per layer. A prefill computes at the
- * measured matmul ceiling (MAMF), not the training MFU.
+ * A prefill (the time to first token) is its compute (GEMMs and attention,
+ * plus the memory-bound ops between them) plus one read of the weights, plus
+ * its 2 all-reduces per layer; a static batch prefills its prompts together.
+ * A prefill computes at the measured matmul ceiling (MAMF), not the training
+ * MFU.
  * KV capacity counts 16-token pages in the memory the weights leave. */
 #include <math.h>
 #include <stdio.h>
@@ -315,14 +316,17 @@ static double decode_step_s(const fm_plan_model *m, const fm_plan_job *job, cons
     return step;
 }
 
-/* Prefill of one request's `prompt` tokens on one replica of t GPUs (the time
- * to first token): its GEMMs and attention at the forward-only matmul
+/* Prefill of `nseq` prompts of `prompt` tokens together on one replica of t
+ * GPUs (one request when serving; a static batch's prompts in one context
+ * phase otherwise): its GEMMs and attention at the forward-only matmul
  * efficiency, plus the memory-bound work between them (norms, residual adds,
  * rotary, the MLP's activation, the KV-cache write) at the achievable
- * bandwidth; or one read of the weights (a short prompt on a large model),
- * whichever is slower; plus the 2 tensor-parallel all-reduces per layer of
- * prompt x h activations (their latency dominates a short prompt). */
-static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double prompt, plan_sb *ex) {
+ * bandwidth, plus one read of the weights, added rather than overlapped (a
+ * short prompt's GEMMs sit near the roofline's ridge, where a kernel reaches
+ * neither ceiling); plus the 2 tensor-parallel all-reduces per layer of the
+ * tokens x h activations (their latency dominates a short prompt). */
+static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm_plan_row *row, double prompt, double nseq,
+                        plan_sb *ex) {
     const fm_plan_gpu *g = row->gpu;
     int t = job->tensor_parallel;
     const char *eff_src = "";
@@ -330,7 +334,7 @@ static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm
     double rate = row->peak_tflops * 1e12 * eff;
     double L = (double)m->layers, h = (double)m->hidden, f = (double)m->ffn;
     double kv = (double)m->kv_heads * plan_head_dim(m);
-    double cmp = prompt * (2 * plan_active_params(m) + 2 * L * h * prompt) / (t * rate);
+    double cmp = nseq * prompt * (2 * plan_active_params(m) + 2 * L * h * prompt) / (t * rate);
     /* Elements each token reads and writes per layer outside the GEMMs: two
      * norms (read + write h each), two residual adds (2h read, h written),
      * rotary on q and k (Llama), the activation (SwiGLU reads gate and up,
@@ -339,26 +343,28 @@ static double prefill_s(const fm_plan_model *m, const fm_plan_job *job, const fm
     double elems = 4 * h + 6 * h + (llama ? 2 * (h + kv) : 0) + (llama ? 3 * f : 2 * f) + 2 * kv;
     double ab = plan_act_bytes(job->precision);
     double bw = job->decode_efficiency * g->bandwidth_gbs * 1e9;
-    double elt = prompt * L * elems * ab / t / bw;
+    double elt = nseq * prompt * L * elems * ab / t / bw;
     double w = row->mem.weights - unread_table_bytes(m, job);
     double rd = w / bw;
     double comm = 0;
     net k = {0, 0, ""};
     if (t > 1) {
         k = group_net(g, t, 1);
-        comm = 2 * L * allreduce_s(prompt * h * 2, t, k);
+        comm = 2 * L * allreduce_s(nseq * prompt * h * 2, t, k);
     }
-    double v = (cmp + elt > rd ? cmp + elt : rd) + comm;
+    double v = cmp + elt + rd + comm;
     if (ex) {
+        if (nseq > 1) plan_sb_printf(ex, "  static batch: its %.0f prompts prefilled together in one context phase\n", nseq);
         plan_sb_printf(ex, "  prefill of %.0f prompt tokens: compute %.0f x (2N + 2*L*h*prompt) / (tp x peak x %.3f, "
                            "forward-only matmul efficiency: %s) = %.4g ms + memory-bound ops between the GEMMs %.0f "
-                           "tokens x %.0f layers x %.0f elements x %.0f B / tp / (%.2f x %.0f GB/s) = %.4g ms; "
-                           "weight-read-bound %.4g GB / (%.2f x %.0f GB/s) = %.4g ms; the slower", prompt, prompt, eff,
-                       eff_src, cmp * 1e3, prompt, L, elems, ab, job->decode_efficiency, g->bandwidth_gbs, elt * 1e3,
+                           "tokens x %.0f layers x %.0f elements x %.0f B / tp / (%.2f x %.0f GB/s) = %.4g ms "
+                           "+ one read of the weights %.4g GB / (%.2f x %.0f GB/s) = %.4g ms (not overlapped)", prompt,
+                       nseq * prompt, eff, eff_src, cmp * 1e3, nseq * prompt, L, elems, ab, job->decode_efficiency,
+                       g->bandwidth_gbs, elt * 1e3,
                        w / 1e9, job->decode_efficiency, g->bandwidth_gbs, rd * 1e3);
         if (t > 1)
             plan_sb_printf(ex, " + 2 tensor-parallel all-reduces per layer x %.0f layers of %.4g MB over %d GPUs on %s (%.0f GB/s, "
-                               "%.0f us per hop) = %.4g ms", L, prompt * h * 2 / 1e6, t, k.name, k.gbs, k.lat * 1e6,
+                               "%.0f us per hop) = %.4g ms", L, nseq * prompt * h * 2 / 1e6, t, k.name, k.gbs, k.lat * 1e6,
                            comm * 1e3);
         plan_sb_printf(ex, " = %.4g ms (time to first token, before queueing; no per-request engine overhead)\n", v * 1e3);
     }
@@ -394,7 +400,7 @@ int plan_time_serving(const fm_plan_model *m, const fm_plan_job *job, fm_plan_ro
     int serving = job->requests_per_second > 0;
     double prompt = serving ? (s > out ? s - out : 0) : s;
     row->kv_capacity_seqs = kv_capacity(m, job, row, kv_tok, s, ex);
-    row->prefill_s = prefill_s(m, job, row, prompt, ex);
+    row->prefill_s = prefill_s(m, job, row, prompt, serving ? 1 : (double)job->batch, ex);
     row->ttft_s = row->prefill_s;
     if (!serving) {
         row->decode_batch = job->batch;
