@@ -656,12 +656,24 @@ static void test_train_time(void) {
         CHECK_NEAR(row->compute_s, 859885056.0 * 8192 * 16 / (4 * 1e15 * 0.5), 1e-12);
         CHECK_NEAR(row->pp_bubble_s, row->compute_s * 3 / 16, 1e-12);
     }
-    /* Full recompute is counted as FLOPs: one more forward, 2N + 4Lsh. */
+    /* Full recompute is counted as FLOPs: one more forward, 2N + 4Lsh, which
+     * runs at the card's forward-only matmul efficiency (0.8 of 1000 TF), not
+     * at the training MFU (0.5). Selective recompute (4Lsh, inside the flash
+     * attention backward) stays at the MFU. */
     j.pipeline_parallel = 1;
     j.gpus = 1;
     j.checkpointing = FM_PLAN_CKPT_FULL;
     row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) CHECK_NEAR(row->compute_s, 859885056.0 * 8192 / 5e14 + (2 * P + 4 * L * s * h) * 8192 / 8e14, 1e-12);
+    j.checkpointing = FM_PLAN_CKPT_SELECTIVE;
+    row = plan_on_test(&m, &j, "Test NVL 80");
+    if (row) CHECK_NEAR(row->compute_s, (859885056.0 + 4 * L * s * h) * 8192 / 5e14, 1e-12);
+    /* --mfu sets every efficiency, the recomputed forward's too. */
+    j.checkpointing = FM_PLAN_CKPT_FULL;
+    j.mfu = 0.5;
+    row = plan_on_test(&m, &j, "Test NVL 80");
     if (row) CHECK_NEAR(row->compute_s, (859885056.0 + 2 * P + 4 * L * s * h) * 8192 / 5e14, 1e-12);
+    j.mfu = 0;
     /* fp8 runs at the fp8 peak (2000 TF) and its MFU (0.25): the same rate as bf16 here. */
     j.checkpointing = FM_PLAN_CKPT_NONE;
     j.precision = FM_PLAN_FP8;

@@ -154,6 +154,18 @@ static double trainable(const fm_plan_model *m, const fm_plan_job *job) {
     return lora ? plan_lora_params(m, job->lora_rank) : (double)m->params;
 }
 
+static double inference_eff(const fm_plan_job *job, const fm_plan_row *row, const char **src);
+
+/* FLOPs per token (per image) of the forward pass that full activation
+ * recompute adds (plan_flops_per_token counts them). Selective recompute (the
+ * attention core) is left at the training MFU: with flash attention it runs
+ * inside the attention backward kernel, not as a forward pass. */
+static double recompute_forward_flops(const fm_plan_model *m, const fm_plan_job *job) {
+    if (job->checkpointing != FM_PLAN_CKPT_FULL) return 0;
+    if (m->arch == FM_PLAN_ARCH_CNN) return m->cnn_flops_per_sample;
+    return 2 * plan_active_params(m) + 4 * (double)m->layers * (double)m->hidden * (double)plan_resolved_seq(m, job);
+}
+
 void plan_time_training(const fm_plan_model *m, const fm_plan_job *job, double fpt, fm_plan_row *row, plan_sb *ex) {
     const fm_plan_gpu *g = row->gpu;
     int t = job->tensor_parallel, pp = job->pipeline_parallel, mb = plan_micro_batches(job);
@@ -162,12 +174,23 @@ void plan_time_training(const fm_plan_model *m, const fm_plan_job *job, double f
     double s = (double)plan_resolved_seq(m, job), b = (double)job->batch, h = (double)m->hidden;
     double rate = row->peak_tflops * 1e12 * row->mfu;
     double items = b * (cnn ? 1 : s) * dp * mb; /* tokens (images) per step */
-    row->compute_s = fpt * items / (n * rate);
-    if (ex)
+    /* The forward that full recompute re-runs is a forward pass like a
+     * prefill: at the card's forward-only matmul efficiency, not the training
+     * MFU, which prices the backward pass and the optimizer as well. */
+    double rec = recompute_forward_flops(m, job);
+    const char *fwd_src = "";
+    double fwd_eff = rec > 0 ? inference_eff(job, row, &fwd_src) : row->mfu;
+    double rec_s = rec * items / (n * row->peak_tflops * 1e12 * fwd_eff);
+    row->compute_s = (fpt - rec) * items / (n * rate) + rec_s;
+    if (ex) {
         plan_sb_printf(ex, "  compute = FLOPs/%s x %s per step (batch %.0f x%s dp %d x micro-batches %d) / (GPUs x peak x MFU)\n"
-                           "        = %.4g x %.4g / (%d x %.4g x %.2f) = %.4g s\n",
-                       cnn ? "image" : "token", cnn ? "images" : "tokens", b, cnn ? "" : " seq x", dp, mb, fpt, items, n,
-                       row->peak_tflops * 1e12, row->mfu, row->compute_s);
+                           "        = %.4g x %.4g / (%d x %.4g x %.2f)", cnn ? "image" : "token", cnn ? "images" : "tokens", b,
+                       cnn ? "" : " seq x", dp, mb, fpt - rec, items, n, row->peak_tflops * 1e12, row->mfu);
+        if (rec > 0)
+            plan_sb_printf(ex, " + recomputed forward %.4g x %.4g / (%d x %.4g x %.3f, the forward-only matmul efficiency: %s)", rec,
+                           items, n, row->peak_tflops * 1e12, fwd_eff, fwd_src);
+        plan_sb_printf(ex, " = %.4g s\n", row->compute_s);
+    }
     row->pp_bubble_s = pp > 1 ? row->compute_s * (pp - 1) / mb : 0;
     if (ex && pp > 1)
         plan_sb_printf(ex, "  pipeline bubble (1F1B) = compute x (stages - 1) / micro-batches = %.4g x %d / %d = %.4g s\n",
