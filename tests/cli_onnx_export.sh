@@ -17,27 +17,44 @@ fail=0
 err=$("$bin" export "$d" -o "$d/m.onnx" 2>&1); rc=$?
 [ $rc = 1 ] && [ ! -e "$d/m.onnx" ] ||
   { echo "FAIL: export of a non-graph directory: rc $rc, '$err'"; fail=1; }
-# a CNN trained here (synthetic 8x8 images; conv, batch norm, relu, max pool, flatten,
-# linear) exported from its model directory: onnx.checker accepts it and ONNX
-# Runtime's logits match `fathom run` on the file within 1e-5 relative
+# recipe models trained here (synthetic 8x8 images), exported from their model
+# directories: a CNN (conv, batch norm, relu, max pool, flatten, linear) and one with
+# every other layer kind a classifier recipe can hold but embedding (average pool,
+# layer norm, gelu, flatten, linear, rms norm, silu, tanh, dropout, sigmoid).
+# onnx.checker accepts each, its input keeps the dynamic batch dim, and ONNX Runtime's
+# logits match `fathom run` on the file within 1e-5 relative
 cli_images "$d" 128 64
 cli_idx_recipe "$d" 1 "conv2d 4 3 padding=1" batchnorm2d relu "maxpool2d 2" flatten "linear 4" > "$d/syn.ini"
-"$bin" train "$d/syn.ini" --out "$d/cnn" > /dev/null 2> "$d/train.err" || { echo "FAIL: training the CNN"; cat "$d/train.err"; exit 1; }
-"$bin" export "$d/cnn" -o "$d/cnn.onnx" > /dev/null || { echo "FAIL: export of the trained CNN"; fail=1; }
+cli_idx_recipe "$d" 1 "avgpool2d 2" layernorm gelu flatten "linear 12" rmsnorm silu "linear 8" tanh \
+  "dropout 0.2" sigmoid "linear 4" > "$d/mix.ini"
+for m in cnn mix; do
+  ini=$d/syn.ini
+  [ $m = mix ] && ini=$d/mix.ini
+  "$bin" train "$ini" --out "$d/$m" > /dev/null 2> "$d/train.err" || { echo "FAIL: training $m"; cat "$d/train.err"; exit 1; }
+  "$bin" export "$d/$m" -o "$d/$m.onnx" > /dev/null || { echo "FAIL: export of the trained $m"; fail=1; }
+done
 if "$py" -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
   "$py" - "$bin" "$d" <<'PY' || fail=1
 import subprocess, sys, numpy as np, onnx, onnxruntime as ort
 fathom, d = sys.argv[1], sys.argv[2]
-onnx.checker.check_model(onnx.load(f"{d}/cnn.onnx"), full_check=True)
-s = ort.InferenceSession(f"{d}/cnn.onnx", providers=["CPUExecutionProvider"])
 x = np.random.default_rng(0).standard_normal((5, 1, 8, 8)).astype(np.float32)
 np.save(f"{d}/x.npy", x)
-(ref,) = s.run(None, {s.get_inputs()[0].name: x})
-subprocess.run([fathom, "run", f"{d}/cnn.onnx", "--input", f"{d}/x.npy", "--output", f"{d}/out"], check=True, capture_output=True)
-mine = np.load(f"{d}/out/{s.get_outputs()[0].name}.npy")
-err = np.max(np.abs(ref - mine)) / np.max(np.abs(ref))
-print(f"trained CNN exported: inputs {[(i.name, i.shape) for i in s.get_inputs()]}, onnxruntime vs fathom max rel diff {err:.2e}")
-sys.exit(0 if err <= 1e-5 else 1)
+bad = 0
+for m in ("cnn", "mix"):
+    onnx.checker.check_model(onnx.load(f"{d}/{m}.onnx"), full_check=True)
+    s = ort.InferenceSession(f"{d}/{m}.onnx", providers=["CPUExecutionProvider"])
+    (ref,) = s.run(None, {s.get_inputs()[0].name: x})
+    subprocess.run([fathom, "run", f"{d}/{m}.onnx", "--input", f"{d}/x.npy", "--output", f"{d}/out_{m}"], check=True,
+                   capture_output=True)
+    mine = np.load(f"{d}/out_{m}/{s.get_outputs()[0].name}.npy")
+    err = np.max(np.abs(ref - mine)) / np.max(np.abs(ref))
+    ops = sorted({n.op_type for n in onnx.load(f"{d}/{m}.onnx").graph.node})
+    print(f"trained {m} exported: inputs {[(i.name, i.shape) for i in s.get_inputs()]}, ONNX ops {' '.join(ops)}; "
+          f"onnxruntime vs fathom max rel diff {err:.2e}")
+    if not (err <= 1e-5 and ref.shape == (5, 4) and s.get_inputs()[0].shape[0] == "batch"):
+        print(f"FAIL: {m}: shape {ref.shape}, input {s.get_inputs()[0].shape}, rel diff {err}")
+        bad = 1
+sys.exit(bad)
 PY
 fi
 "$py" tests/onnx_export_check.py "$bin"; rc=$?

@@ -1,5 +1,6 @@
 /* GPT-2 and Llama in Hugging Face layout (fathom/hf.h):
  *  - config.json refusals (missing and unknown keys, values fathom cannot express);
+ *  - sharded weights (an index and two shards) and the index's refusals;
  *  - checkpoints that transformers saves from seeded random weights
  *    (tests/hf/fixtures.py models: tied and untied heads, GQA, rope_theta, llama3
  *    and linear rope scaling, one sharded): fathom's logits within 1e-4 of
@@ -13,6 +14,7 @@
 
 #include "fathom/autograd.h"
 #include "fathom/hf.h"
+#include "fathom/io.h"
 #include "fathom/ops.h"
 #include "hf_util.h"
 #include "test_util.h"
@@ -169,6 +171,87 @@ static bool same(fm_tensor *a, fm_tensor *b) {
            !memcmp(fm_tensor_data(a), fm_tensor_data(b), sizeof(float) * (size_t)fm_tensor_numel(a));
 }
 
+/* Writes model.safetensors.index.json in dir: tensor names[i] -> files[i]. */
+static void write_index(const char *dir, int n, char **names, const char **files) {
+    json_t *map = json_object();
+    for (int i = 0; i < n; i++) json_object_set_new(map, names[i], json_string(files[i]));
+    json_t *j = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0, "weight_map", map);
+    char p[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    CHECK(j && json_dump_file(j, p, JSON_INDENT(1)) == 0);
+    json_decref(j);
+}
+
+/* Sharded weights without Python: a fathom GPT-2's model.safetensors split into two
+ * shards with an index loads and gives the same logits; an index that names a path
+ * outside the directory, a tensor that is in two shards, a tensor its shard lacks, or
+ * that leaves a tensor out is refused with the index or shard and the tensor named. */
+static void shards(const char *tmp) {
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
+    c.n_layer = 1, c.n_head = 2, c.n_embd = 16, c.block_size = 16, c.ffn_hidden = 32, c.vocab_size = 50;
+    char d[1100], p[1200];
+    snprintf(d, sizeof d, "%s/shards", tmp);
+    fm_rng rng;
+    fm_rng_init(&rng, 11);
+    fm_gpt *m = fm_gpt_new(&c, &rng);
+    CHECK_MSG(m && fm_hf_gpt_save(m, d) == FM_OK, "%s", fm_last_error());
+    int64_t idv[4] = {3, 1, 4, 1}, shape[2] = {1, 4};
+    fm_tensor *x = fm_tensor_from_data(idv, 2, shape, FM_I64), *ref = m ? fm_gpt_forward(m, x, NULL, NULL) : NULL;
+    fm_gpt_free(m);
+    fm_named_list all, half[2];
+    memset(&all, 0, sizeof all);
+    memset(half, 0, sizeof half);
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CHECK_MSG(fm_safetensors_load(p, &all, NULL) == FM_OK && all.n >= 4, "%s", fm_last_error());
+    CHECK(remove(p) == 0);
+    const char *shard[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    char **names = malloc(sizeof(char *) * (size_t)(all.n + 1));
+    const char **files = malloc(sizeof(char *) * (size_t)(all.n + 1));
+    for (int i = 0; i < all.n; i++) {
+        int k = i >= all.n / 2;
+        CHECK(fm_named_list_push(&half[k], all.items[i].name, all.items[i].tensor, false, false) == FM_OK);
+        names[i] = all.items[i].name, files[i] = shard[k];
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", d, shard[k]);
+        CHECK(fm_safetensors_save(p, &half[k], NULL) == FM_OK);
+    }
+    write_index(d, all.n, names, files);
+    fm_gpt *back = fm_hf_gpt_load(d, NULL);
+    CHECK_MSG(back != NULL, "%s", fm_last_error());
+    fm_tensor *got = back ? fm_gpt_forward(back, x, NULL, NULL) : NULL;
+    CHECK(ref && got && same(ref, got));
+    fm_tensor_release(got);
+    fm_gpt_free(back);
+#define SHARD_BAD(n, needle)                                  \
+    do {                                                      \
+        write_index(d, n, names, files);                      \
+        CHECK(fm_hf_gpt_load(d, NULL) == NULL);               \
+        CHECK_ERR_CONTAINS(needle);                           \
+        files[0] = shard[0];                                  \
+    } while (0)
+    files[0] = "../model-00001-of-00002.safetensors";
+    SHARD_BAD(all.n, "model.safetensors.index.json: shard '../model-00001-of-00002.safetensors' is not a file name "
+              "in the model directory");
+    files[0] = "/etc/hostname";
+    SHARD_BAD(all.n, "shard '/etc/hostname' is not a file name");
+    snprintf(p, sizeof p, "%s/copy.safetensors", d); /* shard 1's tensors again, in a third file */
+    CHECK(fm_safetensors_save(p, &half[0], NULL) == FM_OK);
+    files[all.n - 1] = "copy.safetensors";
+    SHARD_BAD(all.n, "is also in another shard");
+    files[all.n - 1] = shard[1];
+    names[all.n] = "lm_head.not_there", files[all.n] = shard[1];
+    SHARD_BAD(all.n + 1, "tensor 'lm_head.not_there' is mapped to model-00002-of-00002.safetensors, which does not hold it");
+    SHARD_BAD(all.n / 2, "is missing");
+#undef SHARD_BAD
+    free(names);
+    free(files);
+    fm_named_list_free(&half[0]);
+    fm_named_list_free(&half[1]);
+    fm_named_list_free(&all);
+    fm_tensor_release_n(2, x, ref);
+}
+
 /* fathom-made models written in HF layout; transformers' logits come back as JSON
  * (one Python run for both). */
 static void check_export(const char *tmp) {
@@ -222,6 +305,7 @@ int main(void) {
     config_refusals();
     char tmp[] = "/tmp/fathom-hf-gpt-XXXXXX", why[8192];
     if (!mkdtemp(tmp)) { CHECK(0); TEST_DONE(); }
+    shards(tmp);
     int rc = hf_fixtures("models", tmp, NULL, why, sizeof why);
     if (rc == 77) {
         TEST_SKIP("transformers/torch not available (%s): logits not compared", why);

@@ -2,8 +2,9 @@
  * tokenizer.json) against the reference libraries: a byte-level BPE that
  * `tokenizers` trains and saves, the real all-MiniLM-L6-v2 vocab.txt (or a trained
  * one), Llama-style tokenizer.json files in three pipeline forms, and byte-level
- * tokenizer.json files (Llama 3's form, GPT-2's, ByteLevel with add_prefix_space), on
- * a text suite with Unicode and whitespace edge cases (tests/hf/fixtures.py): the ids
+ * tokenizer.json files (Llama 3's form, GPT-2's, ByteLevel with add_prefix_space,
+ * Qwen2's NFC + single-digit split form), on a text suite with Unicode and whitespace
+ * edge cases (tests/hf/fixtures.py): the ids
  * (and tokenizer.json decodes) must be equal. Then the bad files: each refused with a
  * message naming the problem; and a Llama directory whose only tokenizer is
  * tokenizer.json. */
@@ -83,7 +84,7 @@ static void check_json_forms(const char *dir, json_t *exp, const char *kind) {
     json_t *texts = json_object_get(exp, key), *forms = json_object_get(exp, kind);
     const char *form;
     json_t *ref;
-    CHECK_MSG(json_array_size(texts) > 40 && json_object_size(forms) == 3, "expected.json has no %s fixtures", kind);
+    CHECK_MSG(json_array_size(texts) > 40 && json_object_size(forms) >= 3, "expected.json has no %s fixtures", kind);
     json_object_foreach(forms, form, ref) {
         char p[1100];
         snprintf(p, sizeof p, "%s/%s_%s/tokenizer.json", dir, kind, form);
@@ -119,6 +120,11 @@ static void check_json_forms(const char *dir, json_t *exp, const char *kind) {
         json_t *im = json_object_get(ref, "ignore_merges_changes");
         if (im) fprintf(stderr, "  (ignore_merges changes the reference ids of %lld of these texts)\n",
                         (long long)json_integer_value(im));
+        json_t *nfc = json_object_get(ref, "nfc_changes"); /* Qwen2's form: the normalizer must matter */
+        if (nfc) {
+            fprintf(stderr, "  (NFC changes the reference ids of %lld of these texts)\n", (long long)json_integer_value(nfc));
+            CHECK_MSG(json_integer_value(nfc) > 0, "%s %s: no text where NFC matters", kind, form);
+        }
         CHECK(fm_tokenizer_save(t, "/tmp/never-written") != FM_OK);
         fm_tokenizer_free(t);
     }
@@ -386,6 +392,38 @@ static char *str_with(const char *base, const char *from, const char *to) {
         free(_j);                                                                       \
     } while (0)
 
+/* The same file in Qwen2's form (NFC normalizer, Split with single digits): a combining
+ * accent composes before the split (e + U+0301 is the bytes of U+00E9), digits are
+ * words of one (the merge "1 2" never applies), and a byte that is not UTF-8 stays
+ * where it is: the mark after it does not compose across it. */
+static void qwen2_small(const char *llama3) {
+    char *a = str_with(llama3, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}");
+    char *q = str_with(a, "\\p{N}{1,3}", "\\p{N}");
+    free(a);
+    fm_tokenizer *t = fm_tokenizer_hf_json_from_memory(q, strlen(q), "q.json");
+    CHECK_MSG(t != NULL, "%s", fm_last_error());
+    free(q);
+    if (!t) return;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    char *back = NULL;
+    size_t bl = 0;
+    const char text[] = "e\xcc\x81 123";
+    int32_t want[] = {260, 0xC3, 0xA9, ' ', '1', '2', '3'};
+    CHECK(fm_tokenizer_encode(t, text, sizeof text - 1, &ids, &n) == FM_OK);
+    CHECK_MSG(n == 7 && !memcmp(ids, want, sizeof want), "qwen2 small: %lld ids", (long long)n);
+    free(ids);
+    const char bad[] = "e\xff\xcc\x81 ab\xfe 9";
+    int32_t want_bad[] = {260, 'e', 0xFF, 0xCC, 0x81};
+    CHECK(fm_tokenizer_encode(t, bad, sizeof bad - 1, &ids, &n) == FM_OK);
+    CHECK_MSG(n > 5 && !memcmp(ids, want_bad, sizeof want_bad), "qwen2 small: invalid UTF-8 moved the mark");
+    CHECK(n > 1 && fm_tokenizer_decode(t, ids + 1, n - 1, &back, &bl) == FM_OK && bl == sizeof bad - 1 &&
+          !memcmp(back, bad, bl));
+    free(back);
+    free(ids);
+    fm_tokenizer_free(t);
+}
+
 static void llama3_small(void) {
     char *js = llama3_json();
     if (!js) return;
@@ -431,11 +469,14 @@ static void llama3_small(void) {
     LLAMA3_BAD(js, "\"decoder\":{\"type\":\"ByteLevel\"}", "\"decoder\":{\"type\":\"BPEDecoder\"}",
                "decoder \"BPEDecoder\" is not supported");
     LLAMA3_BAD(js, "\"12 3\"", "\"12 4\"", "model.merges[3] merges");
+    LLAMA3_BAD(js, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFKC\"}", "normalizer \"NFKC\" is not supported");
+    qwen2_small(js);
     free(js);
 }
 
 /* A Llama directory (written by fathom) with only tokenizer.json: fm_hf_gpt_load reads
- * it, and refuses it when it has more tokens than config.json's vocab_size. */
+ * it, and refuses it when it has more tokens than config.json's vocab_size; the same
+ * for a GPT-2 directory's vocab.json + merges.txt. */
 static void llama_dir(const char *tmp) {
     char d[1100], p[1200];
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_LLAMA);
@@ -487,6 +528,38 @@ static void llama_dir(const char *tmp) {
     free(ids3);
     fm_tokenizer_free(tok3);
     fm_gpt_free(m3);
+    /* a GPT-2 directory whose vocab.json + merges.txt (257 tokens) disagree with vocab_size
+     * 256: refused naming vocab.json and both counts; with vocab_size 257 it loads */
+    for (int k = 0; k < 2; k++) {
+        fm_gpt_config cg = fm_gpt_config_default(FM_GPT_GPT2);
+        cg.n_layer = 1, cg.n_head = 2, cg.n_embd = 16, cg.block_size = 16, cg.ffn_hidden = 32;
+        cg.vocab_size = k ? 256 : 257;
+        snprintf(d, sizeof d, "%s/gpt2_dir_%d", tmp, k);
+        fm_rng_init(&rng, 5);
+        fm_gpt *m = fm_gpt_new(&cg, &rng);
+        CHECK_MSG(m && fm_hf_gpt_save(m, d) == FM_OK, "%s", fm_last_error());
+        fm_gpt_free(m);
+        char *v = byte_vocab(", \"ab\": 256");
+        snprintf(p, sizeof p, "%s/vocab.json", d);
+        FILE *f = fopen(p, "w");
+        CHECK(f && fputs(v, f) >= 0);
+        if (f) fclose(f);
+        free(v);
+        snprintf(p, sizeof p, "%s/merges.txt", d);
+        f = fopen(p, "w");
+        CHECK(f && fputs("#version: 0.2\na b\n", f) >= 0);
+        if (f) fclose(f);
+        fm_tokenizer *tg = NULL;
+        m = fm_hf_gpt_load(d, &tg);
+        if (k == 0) {
+            CHECK_MSG(m && tg && fm_tokenizer_get_kind(tg) == FM_TOK_GPT2, "%s", fm_last_error());
+        } else {
+            CHECK(m == NULL && tg == NULL);
+            CHECK_ERR_CONTAINS("gpt2_dir_1/vocab.json: the tokenizer has 257 tokens but config.json's vocab_size is 256");
+        }
+        fm_tokenizer_free(tg);
+        fm_gpt_free(m);
+    }
     snprintf(p, sizeof p, "%s/llama_dir_0/tokenizer.json", tmp);
     CHECK(remove(p) == 0);
     snprintf(d, sizeof d, "%s/llama_dir_0", tmp);

@@ -116,6 +116,10 @@ forms["llama3"] = dict(added_tokens=l3, normalizer=None, pre_tokenizer={"type": 
         "<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [len(bv)], "tokens": ["<|begin_of_text|>"]}},
         single=[{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}])]},
     decoder=bl, model=dict(bl_model, merges=[" ".join(m) for m in bm], ignore_merges=True))
+# Qwen2's: Llama 3's with an NFC normalizer and single digits
+forms["qwen2"] = dict(forms["llama3"], normalizer={"type": "NFC"}, pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": l3re.replace(r"\p{N}{1,3}", r"\p{N}")}, "behavior": "Isolated", "invert": False},
+    dict(bl, use_regex=False)]})
 forms["bytelevel_gpt2"] = dict(added_tokens=[dict(l3[0], content="<|endoftext|>")], normalizer=None, pre_tokenizer=bl,
                                post_processor=bl, decoder=bl, model=dict(bl_model, merges=bm, ignore_merges=False))
 for name, f in forms.items():

@@ -6,12 +6,12 @@
  * refuses any other part by name:
  *   added_tokens   matched in the raw text first (leftmost, then longest), each
  *                  one id; the text between them is encoded piece by piece
- *   normalizer     null, or Prepend / Replace (string patterns), alone or in a
- *                  Sequence (Llama 2's "prepend ▁, spaces to ▁")
+ *   normalizer     null, or Prepend / Replace (string patterns) / NFC, alone or in
+ *                  a Sequence (Llama 2's "prepend ▁, spaces to ▁"; Qwen2's NFC)
  *   pre_tokenizer  null; Metaspace (replacement, prepend_scheme, split); ByteLevel
  *                  (GPT-2's pattern with use_regex, add_prefix_space); or a Sequence
- *                  of Split (Llama 3's or GPT-2's pattern, Isolated) and ByteLevel
- *                  without use_regex (Llama 3)
+ *                  of Split (Llama 3's, Qwen2's or GPT-2's pattern, Isolated) and
+ *                  ByteLevel without use_regex (Llama 3, Qwen2)
  *   model          BPE with byte_fallback (<0xXX> tokens), unk_token, fuse_unk,
  *                  ignore_merges; merges as "a b" strings or [a, b] pairs
  *   post_processor null, TemplateProcessing's "single" (<s> $A ...), ByteLevel (ids
@@ -23,19 +23,22 @@
  * first, then leftmost, through a heap, so a long word costs n log n and not n^2:
  * with no pre-tokenizer a whole sentence is one word). */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+#include <unicode/unorm2.h>
+#include <unicode/utf16.h>
 
 #include "fathom/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
 
 enum { MAX_STEPS = 8, MAX_TEMPLATE = 8, STR_MAX = 64 };
-enum { STEP_PREPEND, STEP_REPLACE };
+enum { STEP_PREPEND, STEP_REPLACE, STEP_NFC };
 enum { SCHEME_NEVER, SCHEME_FIRST, SCHEME_ALWAYS };
-enum { SPLIT_NONE, SPLIT_GPT2, SPLIT_LLAMA3 };
+enum { SPLIT_NONE, SPLIT_GPT2, SPLIT_LLAMA3, SPLIT_QWEN2 };
 
 typedef struct {
     int kind;
@@ -151,6 +154,61 @@ static char *prepend(const char *s, size_t n, const char *p, size_t pl, size_t *
     return r;
 }
 
+/* Unicode NFC (ICU) of s, as tokenizers' NFC normalizer: each run of valid UTF-8 is
+ * normalized; a byte that is not valid UTF-8 stays as it is (tokenizers only ever sees
+ * valid UTF-8, so there is nothing to match there). malloc'd, NULL when out of memory. */
+static char *nfc(const char *s, size_t n, size_t *out) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t a = 0;
+    while (a < n && u[a] < 0x80) a++;
+    if (a == n) return prepend(s, n, "", 0, out); /* ASCII is its own NFC */
+    UErrorCode e = U_ZERO_ERROR;
+    const UNormalizer2 *norm = unorm2_getNFCInstance(&e);
+    if (U_FAILURE(e) || n > INT32_MAX / 4) return NULL;
+    /* UTF-16 needs at most one unit per UTF-8 byte; NFC output is grown when ICU asks */
+    int32_t cap = (int32_t)(2 * n + 16);
+    size_t rcap = 2 * n + 16, o = 0;
+    UChar *src = malloc(sizeof(UChar) * (n + 1)), *dst = malloc(sizeof(UChar) * (size_t)cap);
+    char *r = malloc(rcap);
+    bool ok = src && dst && r;
+    for (size_t i = 0; ok && i < n;) {
+        int32_t m = 0, dl = 0;
+        uint32_t cp;
+        int l;
+        while (i < n && (l = tokz_utf8_next(u + i, n - i, &cp)) > 0) {
+            U16_APPEND_UNSAFE(src, m, (UChar32)cp);
+            i += (size_t)l;
+        }
+        if (m) {
+            e = U_ZERO_ERROR;
+            dl = unorm2_normalize(norm, src, m, dst, cap, &e);
+            if (e == U_BUFFER_OVERFLOW_ERROR) {
+                UChar *d2 = realloc(dst, sizeof(UChar) * ((size_t)dl + 1));
+                ok = d2 != NULL;
+                if (ok) dst = d2, cap = dl + 1, e = U_ZERO_ERROR, dl = unorm2_normalize(norm, src, m, dst, cap, &e);
+            }
+            ok = ok && !U_FAILURE(e);
+        }
+        if (ok && o + 3 * (size_t)dl + 2 > rcap) { /* at most 3 UTF-8 bytes per UTF-16 unit */
+            rcap = o + 3 * (size_t)dl + 2 + rcap / 2;
+            char *r2 = realloc(r, rcap);
+            ok = r2 != NULL;
+            if (ok) r = r2;
+        }
+        for (int32_t k = 0; ok && k < dl;) {
+            UChar32 c;
+            U16_NEXT(dst, k, dl, c);
+            o += (size_t)tokz_utf8_put((uint32_t)c, r + o);
+        }
+        if (ok && i < n) r[o++] = s[i++]; /* the invalid byte that ended the run */
+    }
+    free(src);
+    free(dst);
+    if (!ok) { free(r); return NULL; }
+    *out = o;
+    return r;
+}
+
 /* ---------------- BPE on one word ---------------- */
 
 typedef struct { int rank, pos; } heap_ent;
@@ -261,6 +319,7 @@ static bool encode_bytelevel(const fm_tokenizer *t, const char *s, size_t n, idv
     for (size_t a = 0; ok && a < n;) {
         size_t l = js->split == SPLIT_GPT2     ? tokz_gpt2_word_len(u + a, n - a)
                    : js->split == SPLIT_LLAMA3 ? tokz_llama3_word_len(u + a, n - a, 3)
+                   : js->split == SPLIT_QWEN2  ? tokz_llama3_word_len(u + a, n - a, 1)
                                                : n - a;
         size_t wl = 0;
         for (size_t i = a; i < a + l; i++) {
@@ -287,6 +346,7 @@ static bool encode_piece(const fm_tokenizer *t, const char *s, size_t n, bool fi
         const norm_step *st = &js->norm[i];
         if (st->kind == STEP_PREPEND && !n) continue; /* Prepend leaves an empty text alone */
         nx = st->kind == STEP_PREPEND ? prepend(cur, n, st->to, st->to_len, &n)
+             : st->kind == STEP_NFC   ? nfc(cur, n, &n)
                                       : replace_all(cur, n, st->from, st->from_len, st->to, st->to_len, &n);
         free(cur);
         cur = nx;
@@ -630,6 +690,9 @@ static fm_status read_norm_step(struct tokz_json *js, json_t *n, const char *nam
         if (s == FM_OK) s = short_str(n, "content", name, "normalizer", st->to, &st->to_len);
         if (s == FM_OK && !st->from_len)
             return fm_set_error(FM_ERR_FORMAT, "%s: normalizer Replace has an empty pattern", name);
+    } else if (type && !strcmp(type, "NFC")) {
+        st->kind = STEP_NFC;
+        s = FM_OK;
     } else {
         return refuse(name, "normalizer", type);
     }
@@ -665,6 +728,9 @@ static fm_status read_scheme(json_t *m, const char *name, const char *where, int
 /* The split patterns fathom has scanners for (gpt2_bpe.c), as tokenizer.json writes them. */
 static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2's: Llama 3's with single digits */
+static const char QWEN2_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* Split (Isolated, not inverted) with one of the known patterns, as the first step of a
@@ -675,9 +741,10 @@ static fm_status read_split(struct tokz_json *js, json_t *p, const char *name) {
     const char *beh = json_string_value(json_object_get(p, "behavior"));
     if (!re) return refuse(name, "pre_tokenizer Split pattern (only Regex patterns are)", "String");
     if (!strcmp(re, LLAMA3_PATTERN)) js->split = SPLIT_LLAMA3;
+    else if (!strcmp(re, QWEN2_PATTERN)) js->split = SPLIT_QWEN2;
     else if (!strcmp(re, GPT2_PATTERN)) js->split = SPLIT_GPT2;
     else return fm_set_error(FM_ERR_FORMAT, "%s: pre_tokenizer Split pattern \"%.80s\" is not supported (fathom knows "
-                             "Llama 3's and GPT-2's patterns: see docs/HF.md)", name, re);
+                             "Llama 3's, Qwen2's and GPT-2's patterns: see docs/HF.md)", name, re);
     if (!beh || strcmp(beh, "Isolated")) return refuse(name, "pre_tokenizer Split behavior", beh);
     if (json_is_true(json_object_get(p, "invert"))) return refuse(name, "pre_tokenizer Split invert", "true");
     return FM_OK;

@@ -8,7 +8,8 @@ libraries (tokenizers, transformers, sentence-transformers), never committed.
                                <s> </s> <unk>, in three pipeline forms), byte-level
                                tokenizer.json files (OUT/bytelevel_<form>/: Llama 3's
                                split pattern + ByteLevel, GPT-2's tokenizer.json form,
-                               ByteLevel with add_prefix_space), and OUT/expected.json: a
+                               ByteLevel with add_prefix_space, Qwen2's NFC + split
+                               pattern + ByteLevel), and OUT/expected.json: a
                                text suite with the ids (and tokenizer.json decodes) the
                                reference tokenizers give.
   fixtures.py models OUT       seeded random GPT2LMHeadModel / LlamaForCausalLM checkpoints
@@ -91,6 +92,9 @@ LLAMA_TEXTS = TEXTS + [
 # Llama 3's split pattern (tokenizer.json's Split pre-tokenizer) and special tokens
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                   r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's: Llama 3's with single digits
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN2_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                   "<|reserved_special_token_1|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
@@ -112,6 +116,12 @@ BYTELEVEL_TEXTS = TEXTS + [
     "   trailing spaces   ",
     "the quickbrown fox and the lazydog, naive naive",
     "x" * 300 + "\n" + "9" * 50,
+    # NFC's corners: Hangul jamo that compose, a composition exclusion (U+0958 stays two
+    # characters), canonical reordering of marks, singletons (ohm, angstrom, a CJK
+    # compatibility ideograph), a supplementary-plane decomposition, U+1E9B with a dot
+    "nfc \u1100\u1161\u11a8 \u0958 a\u0307\u0323 q\u0323\u0307 \u2126 \u212b \uf900 \U0001d15e "
+    "\u1e9b\u0323 \u0344 \u00c5\u0301 A\u030a\u0301",
+    "<|im_start|>user\nHi 2024!<|im_end|>\n<|im_start|>assistant\n",
 ]
 
 
@@ -255,8 +265,12 @@ def bytelevel_fixtures(out, corpus):
              the vocabulary, post_processor Sequence[ByteLevel, "<|begin_of_text|> $A"],
              decoder ByteLevel;
     gpt2     GPT-2's tokenizer.json: ByteLevel (GPT-2's pattern) both ways, <|endoftext|>;
-    prefix   ByteLevel with add_prefix_space, no post-processor."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    prefix   ByteLevel with add_prefix_space, no post-processor;
+    qwen2    Qwen2's, as transformers' Qwen2TokenizerFast saves it: normalizer NFC, Split on
+             Qwen2's pattern (single digits) + ByteLevel without a regex, its three special
+             tokens, a template that adds nothing, decoder ByteLevel."""
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors, trainers)
     split = pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False)
     llama3_pre = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tr = Tokenizer(models.BPE())
@@ -270,7 +284,7 @@ def bytelevel_fixtures(out, corpus):
     for w in ("\u0120quickbrown", "\u0120lazydog", "naive"):
         vocab.setdefault(w, len(vocab))
     res = {}
-    for form in ("llama3", "gpt2", "prefix"):
+    for form in ("llama3", "gpt2", "prefix", "qwen2"):
         tk = Tokenizer(models.BPE(vocab=dict(vocab), merges=list(merges), ignore_merges=form == "llama3"))
         tk.decoder = decoders.ByteLevel()
         if form == "llama3":
@@ -286,6 +300,13 @@ def bytelevel_fixtures(out, corpus):
             tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
             tk.post_processor = processors.ByteLevel(trim_offsets=False)
             tk.add_special_tokens([AddedToken("<|endoftext|>", normalized=False, special=True)])
+        elif form == "qwen2":
+            tk.normalizer = normalizers.NFC()
+            tk.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in QWEN2_SPECIAL])
+            tk.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
         else:
             tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
         os.makedirs(f"{out}/bytelevel_{form}", exist_ok=True)
@@ -296,6 +317,10 @@ def bytelevel_fixtures(out, corpus):
         if form == "llama3":  # how many texts ignore_merges changes (0 would leave it untested here)
             plain = Tokenizer.from_str(tk.to_str().replace('"ignore_merges":true', '"ignore_merges":false'))
             res[form]["ignore_merges_changes"] = sum(plain.encode(t).ids != i for t, i in zip(BYTELEVEL_TEXTS, ids))
+        if form == "qwen2":  # how many texts NFC changes (0 would leave the normalizer untested)
+            plain = Tokenizer.from_str(tk.to_str())
+            plain.normalizer = None
+            res[form]["nfc_changes"] = sum(plain.encode(t).ids != i for t, i in zip(BYTELEVEL_TEXTS, ids))
     return res
 
 
