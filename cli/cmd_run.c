@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "fathom/data.h"
 #include "fathom/io.h"
 #include "fathom/onnx.h"
@@ -19,7 +20,8 @@
 #define MAX_RUN_INPUTS 64
 
 static void run_usage(FILE *f) {
-    fprintf(f, "usage: fathom run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [--output DIR | --json]\n\n"
+    fprintf(f, "usage: fathom run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [--output DIR | --json]\n"
+               "                  [--device D]\n\n"
                "Runs an ONNX model (opsets 7 and later; docs/ONNX.md lists the ops) on arrays.\n"
                "FILE is a .npy array or a serialized ONNX TensorProto (.pb). With one model\n"
                "input, NAME= may be left out. Without --output or --json, prints each\n"
@@ -30,7 +32,9 @@ static void run_usage(FILE *f) {
                "                     (a crash leaves the old DIR or the complete new one). An existing\n"
                "                     DIR must be empty or an earlier `fathom run --output` (replaced whole)\n"
                "  --json             print the outputs (name, dtype, shape, values) as one JSON object\n"
-               "                     (NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n");
+               "                     (NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n"
+               "  --device D         run the model on D: cpu (default), cuda, cuda:N, check; the inputs\n"
+               "                     are copied there, the outputs back\n");
 }
 
 static fm_tensor *read_array(const char *path) {
@@ -221,7 +225,7 @@ static int emit(fm_onnx_model *m, fm_tensor **outs, const char *model, const cha
     return 0;
 }
 
-static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json) {
+static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json, fm_device dev) {
     bool replace = false;
     int crc = out_dir ? check_out_dir(out_dir, &replace) : 0;
     if (crc) return crc;
@@ -242,9 +246,18 @@ static int run_model(const char *model, int n_in, char **specs, const char *out_
         } else if (!(ins[i] = read_array(path))) {
             fm_cli_error("run: input '%s': %s", names[i] ? names[i] : "", fm_last_error());
             rc = 1;
+        } else if (dev.type != FM_DEV_CPU) {
+            fm_tensor *d = fm_tensor_to(ins[i], dev);
+            fm_tensor_release(ins[i]);
+            if (!(ins[i] = d)) { fm_cli_error("run: input '%s' to the device: %s", names[i] ? names[i] : "", fm_last_error()); rc = 1; }
         }
     }
     if (!rc && fm_onnx_run(m, n_in, names, ins, outs)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
+    for (int i = 0; !rc && i < fm_onnx_output_count(m); i++) { /* back to the host to print or write */
+        fm_tensor *h = outs[i] && outs[i]->storage->device.type != FM_DEV_CPU ? fm_tensor_to(outs[i], FM_CPU) : NULL;
+        if (outs[i] && outs[i]->storage->device.type != FM_DEV_CPU && !h) { fm_cli_error("run: output %d: %s", i, fm_last_error()); rc = 1; }
+        if (h) fm_tensor_release(outs[i]), outs[i] = h;
+    }
     if (!rc) rc = emit(m, outs, model, out_dir, replace, json);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
     for (int i = 0; i < fm_onnx_output_count(m) && i < 256; i++) fm_tensor_release(outs[i]);
@@ -257,10 +270,17 @@ int fm_cmd_run(int argc, char **argv) {
     char *specs[MAX_RUN_INPUTS];
     int n_in = 0;
     bool json = false;
+    fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
+            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            int drc = fm_cli_device("run", v, &dev);
+            if (drc) return drc;
+            continue;
+        }
         if (!strcmp(a, "--input") || !strcmp(a, "--output")) {
             if (i + 1 >= argc) { fm_cli_error("run: %s needs a value", a); run_usage(stderr); return 2; }
             if (a[2] == 'o') out_dir = argv[++i];
@@ -274,5 +294,5 @@ int fm_cmd_run(int argc, char **argv) {
     }
     if (!model) { fm_cli_error("run: no model given"); run_usage(stderr); return 2; }
     if (json && out_dir) { fm_cli_error("run: --json and --output exclude each other"); run_usage(stderr); return 2; }
-    return run_model(model, n_in, specs, out_dir, json);
+    return run_model(model, n_in, specs, out_dir, json, dev);
 }

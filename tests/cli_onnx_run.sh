@@ -17,6 +17,11 @@ out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --json); rc=$?
 check "json run exits 0" '[ $rc = 0 ]'
 check "json values are ONNX's documented output" \
   '[[ "$out" == *"\"shape\":[1,1,4,3],\"data\":[12.0,27.0,24.0,63.0,108.0,81.0,123.0,198.0,141.0,112.0,177.0,124.0]"* ]]'
+out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --device check --json); rc=$?
+check "--device check: the same values" \
+  '[ $rc = 0 ] && [[ "$out" == *"\"shape\":[1,1,4,3],\"data\":[12.0,27.0,24.0,63.0,108.0,81.0,123.0,198.0,141.0,112.0,177.0,124.0]"* ]]'
+err=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --device nope 2>&1); rc=$?
+check "--device nope: usage, exit 2" '[ $rc = 2 ] && [[ "$err" == *"unknown device '"'"'nope'"'"'"* ]]'
 out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w"); rc=$?
 check "plain run prints the output" '[ $rc = 0 ] && [[ "$out" == "y: f32 [1, 1, 4, 3] [12, 27, 24, 63, 108, 81, 123, 198, ...]" ]]'
 "$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --output "$d/out" >/dev/null; rc=$?

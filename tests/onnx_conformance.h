@@ -31,6 +31,9 @@ typedef struct {
     /* each graph that matches is exported back to ONNX (fm_graph_export_onnx),
      * reloaded and run by the interpreter */
     int export_pass, export_fail, export_refused;
+    /* the device the inputs are given on (fm_onnx_run runs on the inputs' device);
+     * outputs are brought back to the host to compare */
+    fm_device dev;
 } suite_result;
 
 static bool type_is_tensor(const Onnx__ValueInfoProto *vi, int32_t *elem) {
@@ -211,7 +214,21 @@ static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t w
         by_name &= names_buf[nin][0] != 0;
     }
     if (nout > 64) { snprintf(why, wn, "too many outputs"); goto fail; }
+    for (int i = 0; i < nin && r->dev.type != FM_DEV_CPU; i++) {
+        fm_tensor *d = fm_tensor_to(in[i], r->dev);
+        fm_tensor_release(in[i]);
+        if (!(in[i] = d)) { snprintf(why, wn, "input %d to the device: %s", i, fm_last_error()); goto fail; }
+    }
     if (fm_onnx_run(m, nin, by_name ? names : NULL, in, out)) { snprintf(why, wn, "%s", fm_last_error()); goto fail; }
+    for (int i = 0; i < nout && nin && r->dev.type != FM_DEV_CPU; i++) { /* no inputs: it runs on the CPU */
+        if (out[i]->storage->device.type != r->dev.type || out[i]->storage->device.index != r->dev.index) {
+            snprintf(why, wn, "output %d is on another device than the inputs", i);
+            goto fail;
+        }
+        fm_tensor *h = fm_tensor_to(out[i], FM_CPU);
+        fm_tensor_release(out[i]);
+        if (!(out[i] = h)) { snprintf(why, wn, "output %d to the host: %s", i, fm_last_error()); goto fail; }
+    }
     for (int i = 0; i < nout; i++) {
         char nm[128];
         snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i);

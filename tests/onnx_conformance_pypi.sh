@@ -13,4 +13,4 @@ if [ -z "$dir" ] || [ ! -d "$dir" ]; then
   exit 77
 fi
 echo "onnx $("$py" -c 'import onnx; print(onnx.__version__)'): $dir"
-exec "$runner" "$dir"
+exec "$runner" "$dir" "${@:2}"

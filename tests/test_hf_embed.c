@@ -86,6 +86,25 @@ static void check_minilm(json_t *exp, const char *tmp) {
         const float *a = fm_tensor_data(all), *b = fm_tensor_data(npy);
         CHECK(max_diff(b, a, 384) <= 1e-6 && max_diff(b + 384, a + 12 * 384, 384) <= 1e-6);
     }
+    /* and prints them: one line of 384 numbers per text (unit length) */
+    snprintf(cmd, sizeof cmd, "\"%s\" embed '%s' 'A man is eating food.' 'Short one.'",
+             getenv("FATHOM_BIN") ? getenv("FATHOM_BIN") : "build/fathom", dir);
+    FILE *pf = popen(cmd, "r");
+    int lines = 0, vals = 0;
+    double pd = 0;
+    char line[16384];
+    while (pf && all && lines < 3 && fgets(line, sizeof line, pf)) {
+        const float *a = (const float *)fm_tensor_data(all) + (size_t)(lines ? 12 : 0) * 384;
+        char *q = line, *end;
+        for (int j = 0; j < 384 && lines < 2; j++, vals++, q = end) {
+            double v = strtod(q, &end);
+            if (end == q) break;
+            if (!(fabs(v - a[j]) <= pd)) pd = fabs(v - a[j]);
+        }
+        lines++;
+    }
+    CHECK_MSG(pf && pclose(pf) == 0 && lines == 2 && vals == 768 && pd <= 1e-6,
+              "fathom embed printed %d lines, %d numbers, max difference %g", lines, vals, pd);
     /* dynamic int8 (fm_hf_encoder_quantize_int8, `fathom embed --int8`): not the fp32
      * numbers, and close to sentence-transformers' fp32 embeddings */
     CHECK_MSG(fm_hf_encoder_quantize_int8(e) == FM_OK, "%s", fm_last_error());

@@ -319,6 +319,20 @@ int main(void) {
             check_model(d);
         }
         check_export(tmp);
+        /* `fathom generate` on transformers' own GPT-2 directory (vocab.json + merges.txt)
+         * and on its GQA Llama (tokenizer.json): exit 0, the prompt echoed, then text */
+        const char *gen[] = {"m_gpt2", "m_llama"};
+        for (int k = 0; k < 2; k++) {
+            char cmd[2400], out[4096] = "";
+            snprintf(cmd, sizeof cmd, "\"%s\" generate '%s/%s' --prompt 'Hello world' --tokens 5 --temperature 0 "
+                     "--quiet 2>&1", getenv("FATHOM_BIN") ? getenv("FATHOM_BIN") : "build/fathom", tmp, gen[k]);
+            FILE *pf = popen(cmd, "r");
+            size_t got = pf ? fread(out, 1, sizeof out - 1, pf) : 0;
+            out[got] = 0;
+            int st = pf ? pclose(pf) : -1;
+            CHECK_MSG(st == 0 && !strncmp(out, "Hello world", 11) && got > 11,
+                      "fathom generate %s: status %d, printed '%s'", gen[k], st, out);
+        }
     }
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -253,6 +253,43 @@ static void check_refusals(void) {
     CHECK_ERR_CONTAINS("no_such.onnx: cannot open");
 }
 
+/* On a device that is not the CPU (check:0 and check:1, the CPU's kernels on memory the
+ * host may not touch): the output is on the inputs' device with the CPU's values, the
+ * initializers are copied there by the first run and reused, a second device gets its
+ * own copy; inputs on two devices are refused naming both. */
+static void check_devices(const char *path) {
+    fm_onnx_model *m = fm_onnx_load(path);
+    CHECK_MSG(m != NULL, "%s", fm_last_error());
+    if (!m) return;
+    float xv[4] = {1, 2, -1, 0.5f};
+    int64_t sh[2] = {2, 2};
+    fm_tensor *x = fm_tensor_from_data(xv, 2, sh, FM_F32), *ref = NULL;
+    CHECK(fm_onnx_run(m, 1, NULL, &x, &ref) == FM_OK);
+    fm_device devs[3] = {{FM_DEV_CHECK, 0}, {FM_DEV_CHECK, 0}, {FM_DEV_CHECK, 1}};
+    for (int k = 0; k < 3 && ref; k++) {
+        fm_tensor *xd = fm_tensor_to(x, devs[k]), *y = NULL, *yh = NULL;
+        CHECK_MSG(xd && fm_onnx_run(m, 1, NULL, &xd, &y) == FM_OK, "%s", fm_last_error());
+        CHECK(y && y->storage->device.type == FM_DEV_CHECK && y->storage->device.index == devs[k].index);
+        CHECK(m->dev_constants && m->dev_of.index == devs[k].index); /* kept for the next run */
+        yh = y ? fm_tensor_to(y, FM_CPU) : NULL;
+        CHECK(yh && !memcmp(fm_tensor_data(yh), fm_tensor_data(ref), 6 * sizeof(float)));
+        fm_tensor_release_n(3, xd, y, yh);
+    }
+    fm_onnx_free(m);
+    /* two inputs: x on check:0, W (an input here, not an initializer) on the CPU */
+    const char *conv = "/usr/share/libonnx-testdata/data/node/test_conv_with_strides_padding/model.onnx";
+    if ((m = fm_onnx_load(conv)) != NULL) {
+        int64_t xs[4] = {1, 1, 7, 5}, ws[4] = {1, 1, 3, 3};
+        fm_tensor *in[2] = {fm_tensor_zeros(4, xs, FM_F32, (fm_device){FM_DEV_CHECK, 0}), fm_tensor_zeros(4, ws, FM_F32, FM_CPU)};
+        fm_tensor *y = NULL;
+        CHECK(fm_onnx_run(m, 2, NULL, in, &y) != FM_OK && y == NULL);
+        CHECK_ERR_CONTAINS("input 'W' is on cpu but 'x' is on check:0: give every input on one device");
+        fm_tensor_release_n(2, in[0], in[1]);
+        fm_onnx_free(m);
+    }
+    fm_tensor_release_n(2, x, ref);
+}
+
 /* The graph form: dynamic N stays dynamic through save and load; the graph gives
  * the eager run's values at two batch sizes. */
 static void check_graph(const char *path) {
@@ -291,6 +328,7 @@ int main(void) {
     save_model(tmp("inline.onnx"), &(model_opts){0});
     check_runs(tmp("inline.onnx"));
     check_graph(tmp("inline.onnx"));
+    check_devices(tmp("inline.onnx"));
     check_truncated();
     check_external();
     check_refusals();

@@ -3,13 +3,20 @@
  * 90% of the cases it claims (tests/onnx_conformance.h says what "claims" means);
  * every other case is listed with its reason.
  *
- *   test_onnx_conformance [SUITE_DIR ...] [--list FILE] [--min PERCENT] [--no-graph]
+ *   test_onnx_conformance [SUITE_DIR ...] [--list FILE] [--min PERCENT] [--no-graph] [--device DEV]
  * Every passing case is also converted to the inference graph (fm_onnx_to_graph)
  * and run there (unless --no-graph); a conversion that runs but differs fails.
+ * --device DEV (check, cuda, ...) gives every case its inputs on DEV, so the whole
+ * interpreter runs there (the graph part is then left out).
  * Without directories: the three suites under /usr/share/libonnx-testdata/data
  * (skipped, exit 77, when the package is not installed). */
 #include "onnx_conformance.h"
 #include "test_util.h"
+
+static const char *argv_dev_name(fm_device d) {
+    static char b[32];
+    return fm_device_name(d, b, sizeof b);
+}
 
 static void report(const char *root, const suite_result *r, double min_pct) {
     int claimed = r->count[C_PASS] + r->count[C_FAIL], total = 0;
@@ -36,11 +43,18 @@ int main(int argc, char **argv) {
     double min_pct = 90;
     bool graph = true;
     FILE *list = stdout;
+    fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list") && i + 1 < argc) {
             if (!(list = fopen(argv[++i], "w"))) { fprintf(stderr, "cannot write %s\n", argv[i]); return 2; }
         } else if (!strcmp(argv[i], "--min") && i + 1 < argc) min_pct = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-graph")) graph = false;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (fm_device_parse(argv[++i], &dev) || fm_device_validate(dev)) {
+                fprintf(stderr, "--device %s: %s\n", argv[i], fm_last_error());
+                return 2;
+            }
+        }
         else if (nd < 16) dirs[nd++] = argv[i];
     }
     const char *base = "/usr/share/libonnx-testdata/data";
@@ -50,11 +64,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) snprintf(def[i], sizeof def[i], "%s/%s", base, suites[i]), dirs[nd++] = def[i];
     }
     for (int i = 0; i < nd; i++) {
-        suite_result r = {.list = list, .graph = graph};
+        suite_result r = {.list = list, .graph = graph && dev.type == FM_DEV_CPU, .dev = dev};
         if (!run_suite(dirs[i], &r)) {
             TEST_SKIP("%s not found (apt-get install libonnx-testdata)", dirs[i]);
             continue;
         }
+        if (dev.type != FM_DEV_CPU) printf("inputs on %s:\n", argv_dev_name(dev));
         report(dirs[i], &r, min_pct);
     }
     if (list != stdout) fclose(list);

@@ -35,8 +35,11 @@ FM_API int fm_onnx_opset(const fm_onnx_model *m);
 
 /* Runs the model. inputs[i] feeds the input named names[i] (names NULL: the
  * inputs in declaration order, n_inputs == fm_onnx_input_count). Every input
- * must be given, with the declared dtype, rank and fixed dims. outputs receives
- * fm_onnx_output_count new references (all NULL on error). */
+ * must be given, with the declared dtype, rank and fixed dims, all on one device:
+ * the model runs there (on a device other than the CPU the initializers are copied
+ * there by the first run and kept with the model: that run must not overlap another
+ * run of the same model) and the outputs are on it.
+ * outputs receives fm_onnx_output_count new references (all NULL on error). */
 FM_API fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
                              fm_tensor **outputs);
 

@@ -65,6 +65,8 @@ struct fm_onnx_model {
     int n_values;
     char **value_names;      /* borrowed from proto */
     fm_tensor **constants;   /* per slot: initializer, or NULL */
+    fm_tensor **dev_constants; /* the constants on dev_of (made by the first run there), or NULL */
+    fm_device dev_of;
     int *last_use;           /* per slot: index of the last node reading it (-1: none; n_nodes: an output) */
     onnx_node *nodes;
     int n_nodes;

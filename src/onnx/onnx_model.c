@@ -292,6 +292,8 @@ fm_onnx_model *fm_onnx_load(const char *path) {
 void fm_onnx_free(fm_onnx_model *m) {
     if (!m) return;
     for (int s = 0; s < m->n_values; s++) fm_tensor_release(m->constants[s]);
+    for (int s = 0; m->dev_constants && s < m->n_values; s++) fm_tensor_release(m->dev_constants[s]);
+    free(m->dev_constants);
     for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].in);
     free(m->nodes);
     free(m->inputs);

@@ -368,8 +368,9 @@ static fm_status op_reduce_logsum(onnx_op_ctx *c) { return reduce(c, R_LOGSUM, 1
 /* x reversed along dim d (a gather with reversed indices). */
 static fm_tensor *flip(fm_tensor *x, int d) {
     int64_t n = x->shape[d];
-    fm_tensor *r = fm_tensor_arange((double)(n - 1), -1, -1, FM_I64), *y = r ? fm_index_select(x, d, r) : NULL;
-    fm_tensor_release(r);
+    fm_tensor *r = fm_tensor_arange((double)(n - 1), -1, -1, FM_I64), *rd = r ? fm_tensor_to(r, x->storage->device) : NULL;
+    fm_tensor *y = rd ? fm_index_select(x, d, rd) : NULL;
+    fm_tensor_release_n(2, r, rd);
     return y;
 }
 
@@ -380,7 +381,7 @@ static fm_status arg_reduce(onnx_op_ctx *c, bool is_min) {
     if (fm_norm_axis(c->node->op_type, (int)onnx_attr_int(c, "axis", 0), c->in[0]->ndim, &axis)) return fm_last_status();
     bool last = onnx_attr_int(c, "select_last_index", 0) != 0, keep = onnx_attr_int(c, "keepdims", 1) != 0;
     fm_tensor *x = is_min ? fm_neg(c->in[0]) : fm_tensor_retain(c->in[0]), *xf = x && last ? flip(x, axis) : NULL;
-    fm_tensor *y = x ? fm_argmax(last ? xf : x, axis, keep) : NULL;
+    fm_tensor *y = x && (xf || !last) ? fm_argmax(last ? xf : x, axis, keep) : NULL;
     if (y && last) {
         fm_tensor *t = fm_mul_scalar(y, -1.0), *u = t ? fm_add_scalar(t, (double)(c->in[0]->shape[axis] - 1)) : NULL;
         fm_tensor_release_n(2, t, y);

@@ -337,11 +337,12 @@ static fm_status op_batch_norm(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, fm_batch_norm(c->in[0], c->in[1], c->in[2], c->in[3], c->in[4], false, 0.1, eps, FM_NCHW));
 }
 
-/* Softmax before opset 13 works on x flattened to 2-D at `axis`. float16 on the
- * CPU (which has no f16 softmax kernel) is computed in float32 and rounded back. */
+/* Softmax before opset 13 works on x flattened to 2-D at `axis`. float16 is
+ * computed in float32 and rounded back, on every device (the CPU's kernels, which the
+ * check device runs too, have no f16 softmax). */
 static fm_status softmax(onnx_op_ctx *c, bool log) {
     fm_tensor *x = c->in[0];
-    if (x->dtype == FM_F16 && x->storage->device.type == FM_DEV_CPU) {
+    if (x->dtype == FM_F16) {
         fm_tensor *x32 = fm_to_dtype(x, FM_F32);
         if (!x32) return fm_last_status();
         c->in[0] = x32;

@@ -191,7 +191,11 @@ static fm_status float_input(onnx_op_ctx *c, int i, double *v, int max, int *n) 
     if (i >= c->n_in || !c->in[i] || fm_tensor_numel(c->in[i]) == 0) return FM_OK;
     int64_t k = fm_tensor_numel(c->in[i]);
     if (k > max) return onnx_node_error(c, FM_ERR_INVALID, "input %d has %lld values; at most %d expected", i, (long long)k, max);
-    for (int64_t j = 0; j < k; j++) v[j] = fm_tensor_get(c->in[i], j);
+    /* through the host: the input may be on a device */
+    fm_tensor *t = fm_to_dtype(c->in[i], FM_F64), *ct = t ? fm_contiguous(t) : NULL;
+    fm_status st = ct ? fm_tensor_copy_to_host(ct, v, FM_F64) : fm_last_status();
+    fm_tensor_release_n(2, t, ct);
+    if (st) return st;
     *n = (int)k;
     return FM_OK;
 }

@@ -14,6 +14,15 @@ static fm_tensor *i64_tensor(int n, const int64_t *v) {
     return fm_tensor_from_data(v, 1, sh, FM_I64);
 }
 
+/* The index tensor of a gather from x, on x's device. */
+static fm_tensor *index_for(const fm_tensor *x, int n, const int64_t *v) {
+    fm_tensor *h = i64_tensor(n, v);
+    if (!h || x->storage->device.type == FM_DEV_CPU) return h;
+    fm_tensor *d = fm_tensor_to(h, x->storage->device);
+    fm_tensor_release(h);
+    return d;
+}
+
 /* The axes list: an attribute before `input_opset`, input `input` from then on. */
 static fm_status axes_of(const onnx_op_ctx *c, int input_opset, int input, int64_t *ax, int *n) {
     *n = 0;
@@ -153,7 +162,7 @@ static fm_tensor *slice_dim(fm_tensor *x, int d, int64_t start, int64_t end, int
     int64_t *idx = malloc((size_t)(cnt ? cnt : 1) * sizeof *idx);
     if (!idx) { fm_set_error(FM_ERR_OOM, "Slice: out of memory"); return NULL; }
     for (int64_t i = 0; i < cnt; i++) idx[i] = start + i * step;
-    fm_tensor *it = i64_tensor((int)cnt, idx), *y = it ? fm_index_select(x, d, it) : NULL;
+    fm_tensor *it = index_for(x, (int)cnt, idx), *y = it ? fm_index_select(x, d, it) : NULL;
     free(idx);
     fm_tensor_release(it);
     return y;
@@ -349,7 +358,7 @@ static fm_tensor *pad_gather(fm_tensor *x, int d, int64_t b, int64_t e, char mod
         else j = j < 0 ? 0 : j >= n ? n - 1 : j;
         idx[i] = j;
     }
-    fm_tensor *it = i64_tensor((int)m, idx), *y = it ? fm_index_select(x, d, it) : NULL;
+    fm_tensor *it = index_for(x, (int)m, idx), *y = it ? fm_index_select(x, d, it) : NULL;
     free(idx);
     fm_tensor_release(it);
     return y;

@@ -1,5 +1,9 @@
 /* Runs a loaded model: the nodes in file order (ONNX requires a topological
- * order, checked at load), each value released after its last reader. */
+ * order, checked at load), each value released after its last reader. The model
+ * runs on its inputs' device: on one that is not the CPU the initializers are copied
+ * there once (kept with the model for later runs) and every value an op makes on the
+ * host (Shape, Constant, the host-computed ops' results) is moved there, so each op
+ * sees its inputs on one device and the outputs come back on the inputs' device. */
 #include "onnx/onnx_internal.h"
 
 #include <inttypes.h>
@@ -53,7 +57,56 @@ static fm_status bind_inputs(const fm_onnx_model *m, int n, const char *const *n
     return FM_OK;
 }
 
-static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals) {
+static bool same_dev(fm_device a, fm_device b) { return a.type == b.type && a.index == b.index; }
+
+/* The device of the inputs (all on one), the CPU when there are none. */
+static fm_status run_device(const fm_onnx_model *m, int n, const char *const *names, fm_tensor *const *inputs,
+                            fm_device *dev) {
+    *dev = FM_CPU;
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i]) continue; /* bind_inputs names it */
+        fm_device d = inputs[i]->storage->device;
+        if (first < 0) {
+            first = i;
+            *dev = d;
+        } else if (!same_dev(d, *dev)) {
+            char a[32], b[32];
+            const char *ni = names ? names[i] : fm_onnx_input_name(m, i), *nf = names ? names[first] : fm_onnx_input_name(m, first);
+            return fm_set_error(FM_ERR_INVALID, "%s: input '%s' is on %s but '%s' is on %s: give every input on one device",
+                                m->path, ni ? ni : "?", fm_device_name(d, a, sizeof a), nf ? nf : "?",
+                                fm_device_name(*dev, b, sizeof b));
+        }
+    }
+    return FM_OK;
+}
+
+/* The initializers on dev: copied there by the first run on it, then reused. */
+static fm_status constants_on(fm_onnx_model *m, fm_device dev, fm_tensor ***out) {
+    *out = m->constants;
+    if (dev.type == FM_DEV_CPU) return FM_OK;
+    if (m->dev_constants && same_dev(m->dev_of, dev)) {
+        *out = m->dev_constants;
+        return FM_OK;
+    }
+    fm_tensor **c = calloc((size_t)m->n_values + 1, sizeof *c);
+    if (!c) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    for (int s = 0; s < m->n_values; s++)
+        if (m->constants[s] && !(c[s] = fm_tensor_to(m->constants[s], dev))) {
+            fm_error_prefix("%s: initializer '%s' to the inputs' device", m->path, m->value_names[s]);
+            for (int k = 0; k < s; k++) fm_tensor_release(c[k]);
+            free(c);
+            return fm_last_status();
+        }
+    for (int s = 0; m->dev_constants && s < m->n_values; s++) fm_tensor_release(m->dev_constants[s]);
+    free(m->dev_constants);
+    m->dev_constants = c;
+    m->dev_of = dev;
+    *out = c;
+    return FM_OK;
+}
+
+static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals, fm_device dev) {
     const onnx_node *n = &m->nodes[i];
     fm_tensor *in[64] = {0}, *out[16] = {0};
     if (n->n_in > 64 || n->n_out > 16)
@@ -76,6 +129,17 @@ static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals) {
         return s;
     }
     for (int k = 0; k < n->n_out; k++) {
+        if (!out[k] || n->out[k] < 0 || same_dev(out[k]->storage->device, dev)) continue;
+        fm_tensor *d = fm_tensor_to(out[k], dev); /* made on the host */
+        fm_tensor_release(out[k]);
+        if (!(out[k] = d)) {
+            for (int j = 0; j < n->n_out; j++) fm_tensor_release(out[j]);
+            fm_error_prefix("%s: node %d '%s' (%s): output %d to the inputs' device", m->path, i,
+                            n->proto->name ? n->proto->name : "", n->proto->op_type, k);
+            return fm_last_status();
+        }
+    }
+    for (int k = 0; k < n->n_out; k++) {
         if (n->out[k] >= 0) vals[n->out[k]] = out[k];
         else fm_tensor_release(out[k]);
     }
@@ -92,16 +156,19 @@ fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names,
     if (!m || !outputs || (n_inputs && !inputs) || n_inputs < 0)
         return fm_set_error(FM_ERR_INVALID, "fm_onnx_run: NULL model, inputs or outputs");
     for (int i = 0; i < m->n_outputs; i++) outputs[i] = NULL;
+    fm_device dev;
+    fm_tensor **consts = NULL;
+    if (run_device(m, n_inputs, names, inputs, &dev) || constants_on(m, dev, &consts)) return fm_last_status();
     fm_tensor **vals = calloc((size_t)m->n_values + 1, sizeof *vals);
     if (!vals) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (int s = 0; s < m->n_values; s++)
-        if (m->constants[s]) vals[s] = fm_tensor_retain(m->constants[s]);
+        if (consts[s]) vals[s] = fm_tensor_retain(consts[s]);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = bind_inputs(m, n_inputs, names, inputs, vals);
     if (keep && !st)
         for (int s = 0; s < m->n_values; s++) keep[s] = vals[s] ? fm_tensor_retain(vals[s]) : NULL;
     for (int i = 0; !st && i < m->n_nodes; i++) {
-        st = run_node(m, i, vals);
+        st = run_node(m, i, vals, dev);
         for (int k = 0; keep && !st && k < m->nodes[i].n_out; k++)
             if (m->nodes[i].out[k] >= 0) keep[m->nodes[i].out[k]] = fm_tensor_retain(vals[m->nodes[i].out[k]]);
         for (int k = 0; !st && k < m->nodes[i].n_in; k++) {
