@@ -133,6 +133,17 @@ static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
     return t;
 }
 
+/* Outputs on a device brought to the host to compare (false: why says why). */
+static bool outputs_to_host(fm_tensor **out, int n, char *why, size_t wn) {
+    for (int i = 0; i < n; i++) {
+        if (!out[i] || out[i]->storage->device.type == FM_DEV_CPU) continue;
+        fm_tensor *h = fm_tensor_to(out[i], FM_CPU);
+        fm_tensor_release(out[i]);
+        if (!(out[i] = h)) { snprintf(why, wn, "output %d to the host: %s", i, fm_last_error()); return false; }
+    }
+    return true;
+}
+
 /* The graph exported to ONNX, reloaded and run on the same inputs: 1 pass, 0
  * fail, -1 refused by the exporter. */
 static int export_case(const char *dir, fm_graph *g, fm_tensor *const *in, const char *const *names, int nin, int nout,
@@ -144,6 +155,7 @@ static int export_case(const char *dir, fm_graph *g, fm_tensor *const *in, const
     fm_tensor *out[64] = {0};
     int ok = m && nout <= 64 && fm_onnx_run(m, nin, names, in, out) == FM_OK;
     if (!ok) snprintf(why, wn, "exported model: %s", fm_last_error());
+    if (ok && !outputs_to_host(out, nout, why, wn)) ok = 0;
     char pb[4200], nm[128], w[256];
     for (int i = 0; ok && i < nout; i++) {
         snprintf(pb, sizeof pb, "%s/test_data_set_0/output_%d.pb", dir, i);
@@ -163,10 +175,14 @@ static int export_case(const char *dir, fm_graph *g, fm_tensor *const *in, const
 /* The graph form of a passing case on the same inputs (model order): 1 pass,
  * 0 fail, -1 refused by the converter; why says what happened. */
 static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, const char *const *names, int nin,
-                      char *why, size_t wn, int *exported) {
+                      char *why, size_t wn, int *exported, fm_device dev) {
     fm_graph *g = fm_onnx_to_graph(m);
     if (!g) { snprintf(why, wn, "%s", fm_last_error()); return -1; }
     int nout = fm_graph_num_outputs(g), ok = 1;
+    if (dev.type != FM_DEV_CPU && fm_graph_to_device(g, dev) != FM_OK) { /* a graph runs where its constants are */
+        snprintf(why, wn, "graph to the device: %s", fm_last_error());
+        ok = 0;
+    }
     fm_tensor *out[64] = {0};
     if (nout > 64 || nout != fm_onnx_output_count(m)) {
         snprintf(why, wn, "graph has %d outputs; the model %d", nout, fm_onnx_output_count(m));
@@ -176,6 +192,11 @@ static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, c
     for (int i = 0; i < nout && i < 64; i++) onames[i] = fm_onnx_output_name(m, i);
     if (ok && fm_graph_run_named(g, nin, names, in, nout, onames, out) != FM_OK) {
         snprintf(why, wn, "%s", fm_last_error());
+        ok = 0;
+    }
+    if (ok && !outputs_to_host(out, nout, why, wn)) ok = 0;
+    if (ok && dev.type != FM_DEV_CPU && fm_graph_to_device(g, FM_CPU) != FM_OK) { /* the exporter reads host memory */
+        snprintf(why, wn, "graph back to the host: %s", fm_last_error());
         ok = 0;
     }
     char path[4200], nm[128], w[256];
@@ -243,7 +264,7 @@ static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t w
         const char *model_names[64];
         for (int i = 0; i < nin; i++) model_names[i] = by_name ? names[i] : fm_onnx_input_name(m, i);
         char gw[1024] = "";
-        int ex = -2, g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw, &ex);
+        int ex = -2, g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw, &ex, r->dev);
         if (g > 0) r->graph_pass++;
         else if (g == 0) r->graph_fail++;
         else r->graph_refused++;
