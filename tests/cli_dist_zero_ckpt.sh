@@ -10,7 +10,10 @@
 #  - a corrupt shard makes its checkpoint incomplete: resume names the file and takes the
 #    previous checkpoint (and still ends on the same bits);
 #  - a shard of another rank (files swapped, MANIFEST rewritten to match) and a missing
-#    shard are errors on every rank before any step.
+#    shard are errors on every rank before any step;
+#  - --memory-limit: a limit between `fathom plan --ranks 2 --zero 1`'s per-rank figure and
+#    `fathom plan --ranks 2`'s trains with --zero 1 (its check before training counts the
+#    shard, as the planner does) and is refused before training without it.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_zero_ckpt.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -131,6 +134,26 @@ if [[ $rc -ne 0 ]] && grep -q "rank 1 of 2: resuming from .*zero-shard-00001-of-
   ok "a missing shard: exit $rc before any step, rank 1 naming the file"
 else
   bad "missing shard (exit $rc): $(tail -c 800 "$tmp/miss.out")"
+fi
+
+# ---- --memory-limit: the planner's figures and the trainer's check agree ----
+# (a GPT whose parameters dominate: 232,320 of them, one 8-token window per rank)
+printf '%s\n' '[model]' 'type = gpt' 'n_layer = 1' 'n_head = 2' 'n_embd = 128' 'ffn_hidden = 512' 'block_size = 8' \
+  '[tokenizer]' 'kind = byte' '[data]' "corpus = $tmp/corpus.txt" '[train]' 'batch_size = 2' 'steps = 2' >"$tmp/big.ini"
+planned() { "$bin" plan --model "$tmp/big.ini" --ranks 2 --json "$@" |
+  python3 -c "import json,sys; print(json.load(sys.stdin)['memory']['allocated'])"; }
+pz=$(planned --zero 1); p0=$(planned)
+lim=$(( (${pz:-0} + ${p0:-0}) / 2 ))
+mpi -np 2 "$bin" train "$tmp/big.ini" --out "$tmp/lz" --threads 1 --no-eval --zero 1 --memory-limit "$lim" --json \
+  >"$tmp/lz.json" 2>"$tmp/lz.err"; rc=$?
+mpi -np 2 "$bin" train "$tmp/big.ini" --out "$tmp/l0" --threads 1 --no-eval --memory-limit "$lim" >"$tmp/l0.out" 2>&1; rc0=$?
+peak=$(field "$tmp/lz.json" peak_allocated)
+if [[ -n $pz && -n $p0 && $pz -lt $p0 && $rc -eq 0 && -n $peak && ${peak%.*} -le $lim && $rc0 -eq 1 ]] &&
+   grep -q "cannot hold the model before training starts" "$tmp/l0.out" && ! grep -q "^step " "$tmp/l0.out" &&
+   [[ -f $tmp/lz/ckpt/step-00000002/zero-shard-00001-of-00002.safetensors ]]; then
+  ok "--memory-limit $lim (planned per rank: $pz with --zero 1, $p0 without): --zero 1 trains (peak $peak), plain data parallel refused before training"
+else
+  bad "--memory-limit $lim (planned $pz / $p0): --zero 1 exit $rc peak '$peak' ($(tail -c 300 "$tmp/lz.err")); without: exit $rc0 ($(tail -c 300 "$tmp/l0.out"))"
 fi
 
 [[ $fails -eq 0 ]] && echo "cli_dist_zero_ckpt: all passed" || echo "cli_dist_zero_ckpt: $fails failed"

@@ -617,6 +617,24 @@ static void test_options(void) {
     CHECK(fm_efficiency_check_fits(&o, 1000000, 2) == FM_ERR_OOM);
     CHECK_ERR_CONTAINS("cannot hold the model before training starts: 1000000 parameters need 3.81 MiB");
     CHECK(fm_efficiency_check_fits(&o, 10000, 2) == FM_OK);
+    /* ZeRO-1 over 2 ranks, AdamW, 10,000 parameters: 16 bytes a parameter unsharded; 12
+     * sharded with checkpoints that write the shard as it is; 16 when a checkpoint gathers
+     * the whole state next to the weights (4 + 8 + this rank's 4) */
+    o.memory_limit = 10000 * 16;
+    CHECK(fm_efficiency_check_fits(&o, 10000, 2) == FM_OK);
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 2, true) == FM_OK);
+    o.memory_limit = 10000 * 16 - 1;
+    CHECK(fm_efficiency_check_fits(&o, 10000, 2) == FM_ERR_OOM);
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 2, true) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("the whole state a checkpoint gathers");
+    o.memory_limit = 10000 * 12;
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 2, false) == FM_OK);
+    o.memory_limit = 10000 * 12 - 1;
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 2, false) == FM_ERR_OOM);
+    CHECK_ERR_CONTAINS("its checkpoints write that shard as it is");
+    o.memory_limit = 10000 * 10; /* 4 ranks: 8 + 2 */
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 4, false) == FM_OK);
+    CHECK(fm_efficiency_check_fits_zero(&o, 10000, 2, 4, true) == FM_ERR_OOM);
     o.memory_limit = 0;
     CHECK(fm_efficiency_check_fits(&o, 1000000000, 2) == FM_OK); /* no limit */
     /* apply: preallocate through the options, then back to grow */

@@ -68,6 +68,12 @@ FM_API fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n
  * this rank's state and the whole state, which a checkpoint gathers on every rank). */
 FM_API fm_status fm_efficiency_check_fits_sharded(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
                                                   int state_shards);
+/* As fm_efficiency_check_fits_sharded; ckpt_gathers = false for a run whose checkpoints
+ * write each rank's shard as it is (no gather): then only the step counts (weights,
+ * gradients, this rank's state; a checkpoint's copy of the shard is smaller than the
+ * gradients it comes after), (8 + 4 x optimizer_slots / state_shards) bytes a parameter. */
+FM_API fm_status fm_efficiency_check_fits_zero(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
+                                               int state_shards, bool ckpt_gathers);
 /* Runs fn through fm_checkpoint when o->checkpointing == level, else directly
  * (with the tape as usual). o may be NULL (direct). */
 FM_API fm_status fm_efficiency_segment(const fm_efficiency_opts *o, fm_checkpointing level, fm_segment_fn fn, void *ctx,

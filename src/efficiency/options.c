@@ -77,6 +77,11 @@ fm_status fm_efficiency_check_fits(const fm_efficiency_opts *o, int64_t n_params
 
 fm_status fm_efficiency_check_fits_sharded(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
                                            int state_shards) {
+    return fm_efficiency_check_fits_zero(o, n_params, optimizer_slots, state_shards, true);
+}
+
+fm_status fm_efficiency_check_fits_zero(const fm_efficiency_opts *o, int64_t n_params, int optimizer_slots,
+                                        int state_shards, bool ckpt_gathers) {
     fm_memory_stats s;
     fm_status st = fm_memory_stats_get(o ? o->device : FM_CPU, &s);
     if (st != FM_OK) return st;
@@ -84,17 +89,23 @@ fm_status fm_efficiency_check_fits_sharded(const fm_efficiency_opts *o, int64_t 
     if (!limit || n_params <= 0) return FM_OK;
     const int shards = state_shards > 1 ? state_shards : 1;
     const size_t slots = (size_t)(optimizer_slots > 0 ? optimizer_slots : 0);
-    /* f32 weights + grads, and this rank's part of the state; sharded, a checkpoint also
-     * gathers the whole state on every rank (the gradients are gone by then) */
+    /* f32 weights + grads, and this rank's part of the state; sharded, a checkpoint that
+     * gathers holds the whole state on every rank next to it (the gradients are gone by
+     * then); one that writes the shard as it is copies only the shard (at most the
+     * gradients' size from 2 shards on) */
     const size_t n = (size_t)n_params, own = slots * 4 * ((n + (size_t)shards - 1) / (size_t)shards);
     size_t need = n * 8 + own;
-    if (shards > 1 && n * 4 + slots * 4 * n + own > need) need = n * 4 + slots * 4 * n + own;
+    const bool gathers = shards > 1 && ckpt_gathers;
+    if (gathers && n * 4 + slots * 4 * n + own > need) need = n * 4 + slots * 4 * n + own;
     if (need <= limit) return FM_OK;
     char a[32], b[32], w[32], dn[32] = "cpu", sh[160] = "";
     if (o) fm_device_name(o->device, dn, sizeof dn);
-    if (shards > 1)
+    if (gathers)
         snprintf(sh, sizeof sh, " (ZeRO-1: this rank's 1/%d of the state, and the whole state a checkpoint gathers "
                  "next to the weights)", shards);
+    else if (shards > 1)
+        snprintf(sh, sizeof sh, " (ZeRO-1: this rank's 1/%d of the state; its checkpoints write that shard as it is)",
+                 shards);
     return fm_set_error(FM_ERR_OOM,
                         "memory limit %s on %s cannot hold the model before training starts: %lld parameters need %s "
                         "for weights alone and %s with gradients and optimizer state%s (raise --memory-limit or use a "

@@ -672,16 +672,16 @@ static fm_status gpt_tp_setup(gpt_run *u) {
     /* bf16: autocast's bf16 activations are widened to f32 where they cross ranks
      * (src/dist/tensor_parallel.c); fp16's loss scaler would skip steps rank by rank */
     if (o->eff.precision == FM_F16)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--precision fp16 with --tensor-parallel %d is not built (its loss scaler "
+        return fm_set_error(FM_ERR_INVALID, "--precision fp16 with --tensor-parallel %d is not built (its loss scaler "
                             "would skip steps rank by rank): use --precision bf16 or fp32", T);
     if (o->eff.device.type != FM_DEV_CPU)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--tensor-parallel %d runs on the CPU here (its collectives take CPU "
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d runs on the CPU here (its collectives take CPU "
                             "tensors): drop --device", T);
     /* blocks: a checkpointed split block is run again in backward, all-reduces included (every
      * rank re-runs the same blocks in the same order); selective would change nothing, as the
      * split block has no fused linear to recompute in front of */
     if (o->eff.checkpointing == FM_CKPT_SELECTIVE)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "--checkpointing selective with --tensor-parallel %d is not built (the "
+        return fm_set_error(FM_ERR_INVALID, "--checkpointing selective with --tensor-parallel %d is not built (the "
                             "split block runs op by op): use --checkpointing blocks", T);
     if ((st = fm_dist_split(o->dist, u->rank / T, &u->tp)) || (st = fm_dist_split(o->dist, u->rank % T, &u->dp)))
         return st;
@@ -762,10 +762,11 @@ static fm_status gpt_setup(gpt_run *u) {
     /* the memory options, and whether the model fits, before any weight exists */
     if ((st = fm_efficiency_apply_memory(eo))) return st;
     if ((st = gpt_tp_setup(u))) return st;
-    /* tensor parallel: the parameters one rank holds */
-    /* (ZeRO-1: this rank's 1/DP of the AdamW moments) */
-    if ((st = fm_efficiency_check_fits_sharded(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */,
-                                               o->zero && o->dist ? u->dp_size : 1)))
+    /* tensor parallel: the parameters one rank holds (ZeRO-1: this rank's 1/DP of the AdamW
+     * moments; its checkpoints write each rank's shard as it is, save_ckpt_sharded, but under
+     * tensor parallelism gather the whole state, save_ckpt) */
+    if ((st = fm_efficiency_check_fits_zero(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */,
+                                            o->zero && o->dist ? u->dp_size : 1, u->tp_size > 1)))
         return st;
     fm_rng init;
     fm_rng_init(&init, o->seed);
