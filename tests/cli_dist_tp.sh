@@ -10,7 +10,12 @@
 #  - -np 2 --tensor-parallel 2 --precision bf16: one bf16 process's losses within 1e-4 (and
 #    not fp32's bits);
 #  - -np 4 --tensor-parallel 2 --zero 1: TP=2 x DP=2's losses with half the optimizer state
-#    per rank; 2 steps of it, then 2 more in one process, end on one process's loss;
+#    per rank;
+#  - sharded TP checkpoints (each rank its part of the model and state, no gather): -np 2
+#    TP=2 and -np 4 TP=2 --zero 1 stopped after 2 steps and resumed in the same layout give
+#    the uninterrupted run's losses and model file bit for bit; the TP=2 unit resumes in one
+#    process (its parts put together) on one process's loss; the TP x ZeRO-1 one is refused
+#    there, naming the layout that wrote it;
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
@@ -117,15 +122,47 @@ if [[ $rc -eq 0 && -n $zs && -n $ds ]] && grep -q "ZeRO-1" "$tmp/tpz.err" &&
 else
   bad "--tensor-parallel 2 --zero 1 (exit $rc, state '$zs' vs '$ds'): $(head -c 600 "$tmp/tpz.json") $(tail -c 600 "$tmp/tpz.err")"
 fi
-# its checkpoint is whole: 2 steps at TP=2 x ZeRO-1, then the rest in one process, give one process's loss
-mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tpzr" --threads 1 --tensor-parallel 2 --zero 1 --stop-after 2 \
-  >"$tmp/tpzr.out" 2>&1; rc=$?
-"$bin" train "$tmp/llama.ini" --out "$tmp/tpzr" --threads 1 --resume --json >"$tmp/tpzr.json" 2>"$tmp/tpzr.err"; rc2=$?
-if [[ $rc -eq 0 && $rc2 -eq 0 ]] && grep -q "resumed from .* at step 2" "$tmp/tpzr.err" &&
-   same "$(field "$tmp/tpzr.json" train_loss)" "$ref"; then
-  ok "2 steps at TP=2 x ZeRO-1, 2 more in one process: the one-process loss ($ref)"
+# ---- sharded TP checkpoints: each rank writes its part of the model and of the optimizer
+# state (tp-shard-R-of-N; with ZeRO-1 its ZeRO shard, tp-zero-R-of-N), nothing gathered (the
+# run's last unit, here the one --stop-after writes, also holds the whole model). Resumed in the same layout: the uninterrupted
+# run's losses and model file, bit for bit ----
+tp_resume() { # label out ref-dir np flags...
+  local label=$1 out=$2 refd=$3 np=$4
+  shift 4
+  mpi -np "$np" "$bin" train "$tmp/llama.ini" --out "$tmp/$out" --threads 1 "$@" --stop-after 2 >"$tmp/$out.out" 2>&1; local rc=$?
+  local u="$tmp/$out/ckpt/step-00000002" last=$((np - 1))
+  cp -r "$tmp/$out" "$tmp/$out-other"
+  mpi -np "$np" "$bin" train "$tmp/llama.ini" --out "$tmp/$out" --threads 1 "$@" --resume --json >"$tmp/$out.json" \
+    2>"$tmp/$out.err"; local rc2=$?
+  if [[ $rc -eq 0 && $rc2 -eq 0 && -f $u/tp-shard-0000$last-of-0000$np.safetensors ]] &&
+     grep -q "^file tp-shard-0000$last-of-0000$np.safetensors " "$u/MANIFEST" &&
+     grep -q "resumed from .*step-00000002 at step 2" "$tmp/$out.err" &&
+     [[ $(field "$tmp/$out.json" train_loss) == "$(field "$tmp/$refd.json" train_loss)" ]] &&
+     [[ $(field "$tmp/$out.json" val_loss) == "$(field "$tmp/$refd.json" val_loss)" ]] &&
+     cmp -s "$tmp/$out/model.safetensors" "$tmp/$refd/model.safetensors"; then
+    ok "$label: 2 steps, a unit of $np rank files, resumed in the same layout: loss $(field "$tmp/$out.json" train_loss) and the model file bit for bit the uninterrupted run's"
+  else
+    bad "$label, same-layout resume (exits $rc, $rc2): $(ls "$u" 2>&1 | tr '\n' ' ') $(tail -c 400 "$tmp/$out.out") $(tail -c 600 "$tmp/$out.err")"
+  fi
+}
+tp_resume "-np 2 --tensor-parallel 2" tpr tp2 2 --tensor-parallel 2
+tp_resume "-np 4 --tensor-parallel 2 --zero 1" tpzr tpz 4 --tensor-parallel 2 --zero 1
+[[ -f $tmp/tpzr/ckpt/step-00000004/tp-zero-00003-of-00004.safetensors ]] ||
+  bad "TP=2 x ZeRO-1: no tp-zero-00003-of-00004 in the last unit: $(ls "$tmp/tpzr/ckpt/step-00000004" | tr '\n' ' ')"
+# another layout: TP's parts are put together and split again (one process: the one-process loss)
+"$bin" train "$tmp/llama.ini" --out "$tmp/tpr-other" --threads 1 --resume --json >"$tmp/tpro.json" 2>"$tmp/tpro.err"; rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step 2" "$tmp/tpro.err" && same "$(field "$tmp/tpro.json" train_loss)" "$ref"; then
+  ok "the TP=2 unit resumed in one process (parts put together): the one-process loss ($ref)"
 else
-  bad "TP=2 x ZeRO-1 then one process (exits $rc, $rc2): $(tail -c 400 "$tmp/tpzr.out") $(tail -c 600 "$tmp/tpzr.err")"
+  bad "TP=2 then one process (exit $rc): $(tail -c 600 "$tmp/tpro.err")"
+fi
+# ... but a TP x ZeRO-1 unit only in its own layout: refused before any step, saying which
+"$bin" train "$tmp/llama.ini" --out "$tmp/tpzr-other" --threads 1 --resume >"$tmp/tpzo.out" 2>&1; rc=$?
+if [[ $rc -eq 1 ]] && grep -q "resume it in the layout that wrote it, mpirun -np 4 fathom train RECIPE --tensor-parallel 2 --zero 1" "$tmp/tpzo.out" &&
+   ! grep -q "^step " "$tmp/tpzo.out"; then
+  ok "the TP=2 x ZeRO-1 unit in one process: refused (exit 1), naming the layout to resume it in"
+else
+  bad "TP=2 x ZeRO-1 unit in one process (exit $rc): $(tail -c 600 "$tmp/tpzo.out")"
 fi
 
 # ---- the planner's per-rank memory (fathom plan --ranks N [--tensor-parallel T] [--zero 1])

@@ -8,8 +8,9 @@
  * three-segment split, and the errors for a T that does not fit the model.
  * Training (fm_gpt_train_ex with tensor_parallel T; world = T x DP): 5 AdamW steps with
  * clipping equal one process (train and validation loss, saved parameters within 1e-5),
- * and checkpoints hold whole parameters: 3 steps at T then 2 in one process, and 3 in
- * one then 2 at T, end where one process ends. The one-process runs are rank 0's. */
+ * and checkpoints resume across layouts: 3 steps at T (each rank's part in its own file,
+ * put together on resume) then 2 in one process, and 3 in one then 2 at T, end where one
+ * process ends. The one-process runs are rank 0's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -264,6 +264,9 @@ typedef struct fm_tp_split {
 FM_API fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *s);
 /* The full tensor from every rank's shard (a collective on tp; every rank gets it). */
 FM_API fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s);
+/* The full tensor from the `parts` shards held here (shards[r]: rank r's, as fm_tp_shard
+ * makes them; f32 CPU tensors of one shape): no communication (a checkpoint's files). */
+FM_API fm_tensor *fm_tp_unshard(int parts, fm_tensor *const *shards, const fm_tp_split *s);
 
 #ifdef __cplusplus
 }

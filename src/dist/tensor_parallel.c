@@ -243,6 +243,37 @@ fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s) {
     return out;
 }
 
+fm_tensor *fm_tp_unshard(int parts, fm_tensor *const *shards, const fm_tp_split *s) {
+    int64_t len = 0, rows, cols;
+    if (!shards || parts < 1 || !shards[0]) {
+        fm_set_error(FM_ERR_INVALID, "tensor parallel: unshard needs %d shards", parts);
+        return NULL;
+    }
+    if (split_check(s, shards[0], parts, &len)) return NULL;
+    fm_tensor *first = shards[0];
+    for (int r = 0; r < parts; r++) {
+        fm_tensor *t = shards[r];
+        if (!t || t->dtype != FM_F32 || fm_tensor_device(t).type != FM_DEV_CPU || t->ndim != first->ndim ||
+            memcmp(t->shape, first->shape, sizeof(int64_t) * (size_t)t->ndim) || t->shape[s->dim] * parts != len) {
+            fm_set_error(FM_ERR_INVALID, "tensor parallel: shard %d of %d is not an f32 CPU tensor of 1/%d of %lld along "
+                         "dim %d, shaped as shard 0", r, parts, parts, (long long)len, s->dim);
+            return NULL;
+        }
+    }
+    int64_t shape[2] = {first->shape[0], first->ndim == 2 ? first->shape[1] : 1};
+    shape[s->dim] = len;
+    fm_tensor *out = fm_tensor_empty(first->ndim, shape, FM_F32, FM_CPU);
+    if (!out) return NULL;
+    dims2(out, &rows, &cols);
+    for (int r = 0; r < parts; r++) {
+        fm_tensor *c = fm_contiguous(shards[r]);
+        if (!c) { fm_tensor_release(out); return NULL; }
+        shard_copy(s, rows, cols, parts, r, fm_tensor_data(out), fm_tensor_data(c), false);
+        fm_tensor_release(c);
+    }
+    return out;
+}
+
 /* ---- vocabulary-parallel cross-entropy ----
  * Each rank holds logits [N, V/T] for vocabulary rows [start, start + V/T). Per row:
  * the maximum over the whole vocabulary (all-gather of the N local maxima), the sum

@@ -81,6 +81,11 @@ typedef struct gpt_tp_zero_norm {
 } gpt_tp_zero_norm;
 fm_status gpt_tp_zero_norm_reduce(double *ss, void *ctx);
 int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp);
+/* A tensor-parallel checkpoint's parts put together: the whole parameters (into whole, a
+ * model built whole) and the whole optimizer state ("<param>.<slot>", into state) from the
+ * T files of one tensor-parallel group (parts[t]: rank t's tensors, named "model.<param>"
+ * and "optim.<param>.<slot>"). path names the unit in errors. */
+fm_status gpt_tp_assemble(fm_gpt *whole, int T, const fm_named_list *parts, const char *path, fm_named_list *state);
 
 /* The trainer's AdamW for m (gpt_train.c; the planner's meta-device step uses it too):
  * decay on matrices only, *params NULL-terminated (caller frees), state made when

@@ -275,3 +275,68 @@ int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp) {
                                   (bias ? (H + 2 * KV) * D + F : 0));
     return n - split + split / tp;
 }
+
+/* The split of a whole model's parameter p when the model is split T ways (NULL: replicated). */
+static const fm_tp_split *whole_split(const tp_slot *s, int n, const fm_tensor *p) {
+    for (int k = 0; k < n; k++)
+        if (*s[k].p == p) return &s[k].s;
+    return NULL;
+}
+
+/* parts[t]'s tensor `name`, or an error naming the file's rank. */
+static fm_tensor *part_of(const fm_named_list *parts, int t, const char *name, const char *path) {
+    int k = fm_named_list_find(&parts[t], name);
+    if (k < 0) fm_set_error(FM_ERR_FORMAT, "%s: tensor-parallel rank %d's file has no '%s'", path, t, name);
+    return k < 0 ? NULL : parts[t].items[k].tensor;
+}
+
+/* One whole tensor from the T parts' `name` (split as sp, or replicated: part 0's). */
+static fm_tensor *assemble_one(const fm_named_list *parts, int T, const char *name, const fm_tp_split *sp,
+                               const char *path) {
+    fm_tensor *sh[64];
+    if (T > 64) { fm_set_error(FM_ERR_UNSUPPORTED, "%s: more than 64 tensor-parallel parts", path); return NULL; }
+    for (int t = 0; t < (sp ? T : 1); t++)
+        if (!(sh[t] = part_of(parts, t, name, path))) return NULL;
+    if (!sp) return fm_tensor_retain(sh[0]);
+    fm_tensor *w = fm_tp_unshard(T, sh, sp);
+    if (!w) fm_error_prefix("%s: '%s'", path, name);
+    return w;
+}
+
+fm_status gpt_tp_assemble(fm_gpt *whole, int T, const fm_named_list *parts, const char *path, fm_named_list *state) {
+    memset(state, 0, sizeof *state);
+    state->owns_tensors = true;
+    int n;
+    tp_slot *s = slots_new(whole, &n);
+    if (!s) return fm_last_status();
+    fm_status st = FM_OK;
+    char name[600], a[96], b[96];
+    bool prev = fm_set_grad_enabled(false);
+    for (int i = 0; i < whole->params.n && st == FM_OK; i++) {
+        fm_tensor *p = whole->params.items[i].tensor;
+        const fm_tp_split *sp = whole_split(s, n, p);
+        snprintf(name, sizeof name, "model.%s", whole->params.items[i].name);
+        fm_tensor *w = assemble_one(parts, T, name, sp, path);
+        if (!w) { st = fm_last_status(); break; }
+        if (w->ndim != p->ndim || memcmp(w->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: '%s' put together is %s, this model's %s", path, name,
+                              fm_shape_str(w->ndim, w->shape, a, sizeof a), fm_shape_str(p->ndim, p->shape, b, sizeof b));
+        else st = fm_copy_(p, w);
+        fm_tensor_release(w);
+        /* the parameter's optimizer state: every "optim.<param>.<slot>" of part 0 */
+        const size_t pl = strlen(whole->params.items[i].name);
+        for (int k = 0; k < parts[0].n && st == FM_OK; k++) {
+            const char *nm = parts[0].items[k].name;
+            if (strncmp(nm, "optim.", 6) || strncmp(nm + 6, whole->params.items[i].name, pl) || nm[6 + pl] != '.' ||
+                strchr(nm + 7 + pl, '.'))
+                continue;
+            fm_tensor *t = assemble_one(parts, T, nm, sp, path);
+            st = t ? fm_named_list_push(state, nm + 6, t, false, true) : fm_last_status();
+            fm_tensor_release(t);
+        }
+    }
+    fm_set_grad_enabled(prev);
+    free(s);
+    if (st) fm_named_list_free(state);
+    return st;
+}

@@ -245,23 +245,92 @@ static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t 
     return st;
 }
 
-/* ZeRO-1 shard file names: rank r of n */
+/* Sharded checkpoint files of rank r of n: ZeRO-1's optimizer shard (without tensor
+ * parallelism), and under tensor parallelism the rank's part of the model with its optimizer
+ * state (tp-shard; with ZeRO-1 the state is the rank's ZeRO shard of it, tp-zero) */
 static void shard_name(char *buf, size_t n, int r, int world) {
     snprintf(buf, n, "zero-shard-%05d-of-%05d.safetensors", r, world);
 }
+static void tp_file_name(char *buf, size_t n, const char *kind, int r, int world) {
+    snprintf(buf, n, "tp-%s-%05d-of-%05d.safetensors", kind, r, world);
+}
 
-/* ZeRO-1 (without tensor parallelism): a sharded checkpoint. Rank 0 opens the unit
- * and tells every rank its temporary directory (a shared file system, as for the
- * rest of a multi-machine run); each rank writes its own shard of the optimizer state
- * there, as it is, with no gather; rank 0 writes the config, the weights (the same on
- * every rank) and train_state.safetensors (metadata only, and zero_world_size); the
- * ranks then agree (one sum) that every file was written and finite before rank 0
- * commits the unit, the shards in its MANIFEST. A failure anywhere aborts it on every
- * rank; the previous checkpoints stay as they were. */
-static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
-                                   const fm_grad_scaler *gs, bool *poisoned) {
-    static const char *const names3[] = {"config.json", "model.safetensors", "train_state.safetensors"};
+/* Tensor parallel: this rank's part of the model ("model.<param>") and, without ZeRO-1, its
+ * optimizer state ("optim.<param>.<slot>") as they are, no gather; with ZeRO-1 its ZeRO shard
+ * of that state in a second file. Metadata: the rank, the world, the split. */
+static fm_status write_tp_files(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
+                                const char *tmp, int64_t step, bool *nonfinite) {
     const int rank = fm_dist_rank(o->dist), world = fm_dist_size(o->dist);
+    fm_zero *z = o->zero ? fm_dist_trainer_zero(dt) : NULL;
+    fm_named_list l, state;
+    memset(&l, 0, sizeof l);
+    memset(&state, 0, sizeof state);
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    char name[600], fname[64], path[PATH_MAX + 64], v[5][32];
+    fm_status st = FM_OK;
+    for (int i = 0; i < m->params.n && !st; i++) {
+        if (fm_tensor_has_inf_nan(m->params.items[i].tensor)) {
+            *nonfinite = true;
+            st = fm_set_error(FM_ERR_STATE, "weight '%s' (rank %d's part) became non-finite (NaN or inf)",
+                              m->params.items[i].name, rank);
+            break;
+        }
+        snprintf(name, sizeof name, "model.%s", m->params.items[i].name);
+        st = fm_named_list_push(&l, name, m->params.items[i].tensor, false, false);
+    }
+    if (!st && !z && !(st = fm_optim_init_state(opt)) && !(st = fm_optim_state(opt, &state)))
+        for (int i = 0; i < state.n && !st; i++) {
+            if (fm_tensor_has_inf_nan(state.items[i].tensor)) {
+                *nonfinite = true;
+                st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' (rank %d's part) became non-finite (NaN or inf)",
+                                  state.items[i].name, rank);
+                break;
+            }
+            snprintf(name, sizeof name, "optim.%s", state.items[i].name);
+            st = fm_named_list_push(&l, name, state.items[i].tensor, false, false);
+        }
+    snprintf(v[0], sizeof v[0], "%d", rank);
+    snprintf(v[1], sizeof v[1], "%d", world);
+    snprintf(v[2], sizeof v[2], "%d", m->tp_rank);
+    snprintf(v[3], sizeof v[3], "%d", m->tp_size);
+    snprintf(v[4], sizeof v[4], "%lld", (long long)step);
+    static const char *const keys[] = {"rank", "world_size", "tp_rank", "tensor_parallel", "step"};
+    for (int i = 0; i < 5 && !st; i++) st = fm_kv_set(&meta, keys[i], v[i]);
+    if (!st && !(st = fm_kv_set(&meta, "zero", z ? "1" : "0"))) {
+        tp_file_name(fname, sizeof fname, "shard", rank, world);
+        snprintf(path, sizeof path, "%s/%s", tmp, fname);
+        st = fm_safetensors_save(path, &l, &meta);
+    }
+    if (!st && z) {
+        tp_file_name(fname, sizeof fname, "zero", rank, world);
+        snprintf(path, sizeof path, "%s/%s", tmp, fname);
+        st = fm_zero_save_shard(z, path, nonfinite);
+        if (!st && *nonfinite)
+            st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's ZeRO-1 shard) became non-finite (NaN or inf)", rank);
+    }
+    fm_named_list_free(&l);
+    fm_named_list_free(&state);
+    fm_kv_free(&meta);
+    return st;
+}
+
+/* A sharded checkpoint: ZeRO-1 without tensor parallelism, or tensor parallelism (with or
+ * without ZeRO-1). Rank 0 opens the unit and tells every rank its temporary directory (a
+ * shared file system, as for the rest of a multi-machine run); each rank writes its own
+ * files there, as they are, with no gather (ZeRO-1: its shard of the optimizer state; tensor
+ * parallel: its part of the model and of the state); rank 0 writes the config,
+ * train_state.safetensors (metadata only: step, generator, seed, and the layout) and the
+ * weights: without tensor parallelism the model (the same on every rank), with it the whole
+ * model only at the run's last checkpoint (`last`: gathered after the shards are written). The
+ * ranks then agree (one sum) that every file was written and finite before rank 0 commits the
+ * unit, every file in its MANIFEST. A failure anywhere aborts it on every rank; the previous
+ * checkpoints stay as they were. */
+static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, bool last, const fm_gpt_train_opts *o,
+                                   int64_t step, const fm_grad_scaler *gs, bool *poisoned) {
+    static const char *const names3[] = {"config.json", "train_state.safetensors", "model.safetensors"};
+    const int rank = fm_dist_rank(o->dist), world = fm_dist_size(o->dist);
+    const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(dt);
     struct { int32_t st; char tmp[PATH_MAX]; } hdr;
     memset(&hdr, 0, sizeof hdr);
     fm_ckpt_tx tx;
@@ -272,13 +341,16 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_
     fm_status st = FM_OK;
     double bad = 0; /* 1: a file not written here; 4096 (more than any count of ranks): non-finite values here */
     if (rank == 0) {
-        for (int i = 0; i < m->params.n && !st; i++)
+        for (int i = 0; i < m->params.n && !st && !tp; i++)
             if (fm_tensor_has_inf_nan(m->params.items[i].tensor))
                 st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
         if (st) bad = 4096;
         snprintf(name, sizeof name, "%d", world);
         if (!st) st = ckpt_meta(m, o, step, gs, &meta);
-        if (!st) st = fm_kv_set(&meta, "zero_world_size", name);
+        if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
+        snprintf(name, sizeof name, "%d", m->tp_size);
+        if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
+        if (!st && tp) st = fm_kv_set(&meta, "tp_zero", zero ? "1" : "0");
         if (!st) st = fm_ckpt_begin(&tx, o->out_dir, step);
         hdr.st = (int32_t)st;
         snprintf(hdr.tmp, sizeof hdr.tmp, "%s", tx.tmp);
@@ -290,24 +362,31 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_
     }
     if (hdr.st == FM_OK) {
         bool nonfinite = false;
-        shard_name(name, sizeof name, rank, world);
-        snprintf(path, sizeof path, "%s/%s", hdr.tmp, name);
-        st = fm_zero_save_shard(fm_dist_trainer_zero(dt), path, &nonfinite);
-        if (!st && nonfinite) {
-            st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's shard) became non-finite (NaN or inf)", rank);
-            bad = 4096;
+        if (tp) {
+            st = write_tp_files(m, opt, dt, o, hdr.tmp, step, &nonfinite);
+        } else {
+            shard_name(name, sizeof name, rank, world);
+            snprintf(path, sizeof path, "%s/%s", hdr.tmp, name);
+            st = fm_zero_save_shard(fm_dist_trainer_zero(dt), path, &nonfinite);
+            if (!st && nonfinite)
+                st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's shard) became non-finite (NaN or inf)", rank);
         }
+        if (nonfinite) bad = 4096;
         if (st && !bad) bad = 1;
+        /* the whole model (a collective on the tensor-parallel group: every rank, whatever it wrote) */
+        fm_gpt *whole = tp && last ? fm_gpt_tp_gather_model(m) : NULL;
+        if (tp && last && !whole && !bad) { st = fm_last_status(); bad = 1; }
+        if (rank != 0) { fm_gpt_free(whole); whole = NULL; }
         if (rank == 0 && !st) {
+            fm_named_list none;
+            memset(&none, 0, sizeof none);
+            fm_gpt *mm = tp ? whole : m;
             if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names3[0], path, sizeof path))) ||
-                (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names3[1], path, sizeof path)))) {
+                (st = fm_safetensors_save(fm_ckpt_path(&tx, names3[1], path, sizeof path), &none, &meta)) ||
+                (mm && (st = fm_gpt_save_hf(mm, fm_ckpt_path(&tx, names3[2], path, sizeof path)))))
                 bad = 1;
-            } else {
-                fm_named_list none;
-                memset(&none, 0, sizeof none);
-                if ((st = fm_safetensors_save(fm_ckpt_path(&tx, names3[2], path, sizeof path), &none, &meta))) bad = 1;
-            }
         }
+        fm_gpt_free(whole);
     } else if (!bad) {
         bad = 1;
     }
@@ -328,17 +407,19 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_
         return st;
     }
     if (rank != 0) return FM_OK;
-    const char **names = calloc((size_t)world + 3, sizeof *names);
-    char *store = calloc((size_t)world, 64);
+    const int per = tp && zero ? 2 : 1, n3 = tp && !last ? 2 : 3, total = n3 + per * world;
+    const char **names = calloc((size_t)total, sizeof *names);
+    char *store = calloc((size_t)(per * world), 64);
     if (!names || !store) st = fm_set_error(FM_ERR_OOM, "out of host memory");
-    for (int i = 0; !st && i < world + 3; i++) {
-        if (i < 3) names[i] = names3[i];
-        else {
-            shard_name(store + (size_t)(i - 3) * 64, 64, i - 3, world);
-            names[i] = store + (size_t)(i - 3) * 64;
-        }
+    for (int i = 0; !st && i < total; i++) {
+        if (i < n3) { names[i] = names3[i]; continue; }
+        const int k = i - n3, r = k % world;
+        char *b = store + (size_t)k * 64;
+        if (!tp) shard_name(b, 64, r, world);
+        else tp_file_name(b, 64, k < world ? "shard" : "zero", r, world);
+        names[i] = b;
     }
-    if (!st) st = fm_ckpt_commit(&tx, world + 3, names, o->keep_checkpoints, o->quiet ? NULL : stderr);
+    if (!st) st = fm_ckpt_commit(&tx, total, names, o->keep_checkpoints, o->quiet ? NULL : stderr);
     else fm_ckpt_abort(&tx);
     free(names);
     free(store);
@@ -350,11 +431,12 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_dist_trainer *dt, const fm_gpt_
  * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
  * never committed. */
 static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
-                           const fm_grad_scaler *gs, bool *poisoned) {
+                           bool last, const fm_grad_scaler *gs, bool *poisoned) {
     static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
-    /* ZeRO-1 over a whole model: each rank writes its own shard (tensor parallel: the
-     * state is gathered whole, below) */
-    if (dt && o->zero && !m->tp && fm_dist_trainer_zero(dt)) return save_ckpt_sharded(m, dt, o, step, gs, poisoned);
+    /* ZeRO-1 over a whole model: each rank writes its own shard of the state; tensor
+     * parallel: each rank its part of the model and the state, and the run's last
+     * checkpoint the whole model too (gathered: `fathom generate`, eval and export read it) */
+    if (m->tp || (dt && o->zero && fm_dist_trainer_zero(dt))) return save_ckpt_sharded(m, opt, dt, last, o, step, gs, poisoned);
     char path[PATH_MAX + 32];
     fm_named_list state;
     memset(&state, 0, sizeof state);
@@ -362,21 +444,10 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     memset(&meta, 0, sizeof meta);
     fm_ckpt_tx tx;
     memset(&tx, 0, sizeof tx);
-    /* data parallel: the whole state (ZeRO-1: gathered by every rank); rank 0 writes it.
-     * Tensor parallel: the split parameters and their state are gathered whole first, so a
-     * checkpoint does not depend on the split either. */
+    /* data parallel: the whole state (the same on every rank); rank 0 writes it */
     fm_status st = dt ? fm_dist_trainer_full_state(dt, &state) : fm_optim_state(opt, &state);
-    fm_gpt *whole = NULL;
-    if (!st && m->tp) {
-        fm_named_list local = state;
-        st = gpt_tp_full_state(m, &local, &state);
-        fm_named_list_free(&local);
-        if (!st && !(whole = fm_gpt_tp_gather_model(m))) st = fm_last_status();
-        if (whole) m = whole;
-    }
     if (o->dist && fm_dist_rank(o->dist) != 0) {
         fm_named_list_free(&state);
-        fm_gpt_free(whole);
         return st;
     }
     for (int i = 0; i < m->params.n && !st; i++)
@@ -403,7 +474,6 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
-    fm_gpt_free(whole);
     return st;
 }
 
@@ -503,6 +573,140 @@ static fm_status load_sharded_state(fm_gpt *m, fm_optim *opt, fm_dist_trainer *d
     return st;
 }
 
+/* A tensor-parallel sharded checkpoint: the world size its tp-shard-00000-of-N file names, or 0. */
+static int tp_shard_world(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        int w = 0, k = 0;
+        if (sscanf(e->d_name, "tp-shard-00000-of-%5d%n", &w, &k) == 1 && w > 0 && !strcmp(e->d_name + k, ".safetensors"))
+            n = w;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Reads rank r's tp-shard file of a unit written by `world` ranks split T ways, and checks
+ * that its metadata says so. */
+static fm_status read_tp_file(const char *dir, int r, int world, int T, fm_named_list *l) {
+    char name[64];
+    tp_file_name(name, sizeof name, "shard", r, world);
+    char *path = path_join(dir, name);
+    if (!path) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    fm_status st = fm_safetensors_load(path, l, &meta);
+    if (!st) {
+        const char *a = fm_kv_get(&meta, "rank"), *b = fm_kv_get(&meta, "world_size"), *c = fm_kv_get(&meta, "tp_rank"),
+                   *d = fm_kv_get(&meta, "tensor_parallel");
+        if (!a || !b || !c || !d || atoi(a) != r || atoi(b) != world || atoi(c) != r % T || atoi(d) != T)
+            st = fm_set_error(FM_ERR_FORMAT, "%s holds the part of rank %s of %s (tensor-parallel rank %s of %s), not of "
+                              "rank %d of %d (tensor-parallel rank %d of %d): a file renamed or copied from another "
+                              "checkpoint?", path, a ? a : "?", b ? b : "?", c ? c : "?", d ? d : "?", r, world, r % T, T);
+        if (st) fm_named_list_free(l);
+    }
+    fm_kv_free(&meta);
+    free(path);
+    return st;
+}
+
+/* This rank's part of the model and the state, as written in the same layout: bit for bit. */
+static fm_status load_tp_own(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
+                             const char *dir, bool zero) {
+    const int rank = fm_dist_rank(o->dist), world = fm_dist_size(o->dist);
+    fm_named_list file, state;
+    memset(&state, 0, sizeof state);
+    fm_status st = read_tp_file(dir, rank, world, m->tp_size, &file);
+    if (st) return st;
+    char name[600], a[96], b[96];
+    bool prev = fm_set_grad_enabled(false);
+    /* the parameters, then the optimizer state (without ZeRO-1) */
+    if (!zero && !(st = fm_optim_init_state(opt))) st = fm_optim_state(opt, &state);
+    for (int i = 0; i < m->params.n + state.n && !st; i++) {
+        const bool w = i < m->params.n;
+        const fm_named_tensor *it = w ? &m->params.items[i] : &state.items[i - m->params.n];
+        snprintf(name, sizeof name, "%s.%s", w ? "model" : "optim", it->name);
+        int k = fm_named_list_find(&file, name);
+        fm_tensor *src = k >= 0 ? file.items[k].tensor : NULL, *dst = it->tensor;
+        if (!src)
+            st = fm_set_error(FM_ERR_FORMAT, "%s: rank %d's file has no '%s'", dir, rank, name);
+        else if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: rank %d's '%s' is %s, this model's %s", dir, rank, name,
+                              fm_shape_str(src->ndim, src->shape, a, sizeof a), fm_shape_str(dst->ndim, dst->shape, b, sizeof b));
+        else
+            st = fm_copy_(dst, src);
+    }
+    fm_set_grad_enabled(prev);
+    fm_named_list_free(&state);
+    fm_named_list_free(&file);
+    if (!st && zero) {
+        tp_file_name(name, sizeof name, "zero", rank, world);
+        char *path = path_join(dir, name);
+        st = path ? fm_zero_load_shard(fm_dist_trainer_zero(dt), path) : fm_set_error(FM_ERR_OOM, "out of host memory");
+        free(path);
+    }
+    return st;
+}
+
+/* Another layout (or one process): the T parts of tensor-parallel group 0 put together into
+ * the whole model and state, which this run then takes as a whole checkpoint's. */
+static fm_status load_tp_resplit(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const char *dir, int world, int T) {
+    fm_named_list *parts = calloc((size_t)T, sizeof *parts), whole_state, state;
+    memset(&whole_state, 0, sizeof whole_state);
+    memset(&state, 0, sizeof state);
+    fm_status st = parts ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int t = 0; t < T && !st; t++) st = read_tp_file(dir, t, world, T, &parts[t]);
+    fm_rng scratch; /* overwritten by the files: leave the global generator where it is */
+    fm_rng_init(&scratch, 0);
+    fm_gpt *whole = st ? NULL : fm_gpt_new(&m->cfg, &scratch);
+    if (!st && !whole) st = fm_last_status();
+    if (!st) st = gpt_tp_assemble(whole, T, parts, dir, &whole_state);
+    for (int t = 0; parts && t < T; t++) fm_named_list_free(&parts[t]);
+    free(parts);
+    bool prev = fm_set_grad_enabled(false);
+    if (!st && m->tp) st = fm_gpt_tp_load_model(m, whole);
+    for (int i = 0; !st && !m->tp && i < m->params.n; i++) st = fm_copy_(m->params.items[i].tensor, whole->params.items[i].tensor);
+    fm_set_grad_enabled(prev);
+    fm_gpt_free(whole);
+    /* the state to fill: this run's (data parallel, ZeRO-1: its whole state, of which each rank keeps its part) */
+    if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
+    if (!st && !dt && !(st = fm_optim_init_state(opt))) st = fm_optim_state(opt, &state);
+    if (!st && m->tp) st = gpt_tp_load_state(m, &whole_state, dir, &state);
+    prev = fm_set_grad_enabled(false);
+    for (int i = 0; !st && !m->tp && i < state.n; i++) {
+        int k = fm_named_list_find(&whole_state, state.items[i].name);
+        st = k < 0 ? fm_set_error(FM_ERR_FORMAT, "%s: optimizer state '%s' is in no part", dir, state.items[i].name)
+                   : fm_copy_(state.items[i].tensor, whole_state.items[k].tensor);
+    }
+    fm_set_grad_enabled(prev);
+    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
+    fm_named_list_free(&state);
+    fm_named_list_free(&whole_state);
+    return st;
+}
+
+/* A tensor-parallel sharded checkpoint (written by `world` ranks): the same layout (its split,
+ * world size and ZeRO-1) reads each rank's own files exactly; another layout, or one process,
+ * has the parts put together and split again, except a ZeRO-1 one (refused, saying how). */
+static fm_status load_tp_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
+                                 const char *dir, int world, const fm_kv_list *meta, const char *sp) {
+    const char *tv = fm_kv_get(meta, "tensor_parallel"), *zv = fm_kv_get(meta, "tp_zero"), *wv = fm_kv_get(meta, "tp_world_size");
+    const int T = tv ? atoi(tv) : 0, now = o->dist ? fm_dist_size(o->dist) : 1;
+    const bool zero = zv && !strcmp(zv, "1");
+    if (T < 2 || world % T || !wv || atoi(wv) != world)
+        return fm_set_error(FM_ERR_FORMAT, "%s: tensor_parallel %s, tp_world_size %s do not match its %d ranks' files", sp,
+                            tv ? tv : "missing", wv ? wv : "missing", world);
+    if (m->tp && m->tp_size == T && now == world && zero == (o->zero != 0)) return load_tp_own(m, opt, dt, o, dir, zero);
+    if (zero)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s was written by %d ranks with --tensor-parallel %d --zero 1 (each rank "
+                            "its ZeRO-1 shard of its part's optimizer state); resuming it in another layout is not built: "
+                            "resume it in the layout that wrote it, mpirun -np %d fathom train RECIPE --tensor-parallel %d "
+                            "--zero 1, or start again", dir, world, T, world, T);
+    return load_tp_resplit(m, opt, dt, dir, world, T);
+}
+
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                            const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
@@ -513,9 +717,12 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     memset(&meta, 0, sizeof meta);
     int64_t s = 0;
     uint64_t off = 0, seed = 0;
-    if (!st) st = m->tp ? load_whole_split(m, mp) : fm_gpt_load_hf(m, mp);
-    const int shards = f->legacy ? 0 : shard_world(f->dir);
-    if (!st && shards > 0) {
+    const int tpw = f->legacy ? 0 : tp_shard_world(f->dir), shards = f->legacy || tpw ? 0 : shard_world(f->dir);
+    if (!st && tpw > 0) {
+        /* tensor parallel shards: train_state.safetensors holds the metadata only */
+        st = fm_safetensors_load_into(sp, &state, &meta);
+        if (!st) st = load_tp_sharded(m, opt, dt, o, f->dir, tpw, &meta, sp);
+    } else if (!st && !(st = m->tp ? load_whole_split(m, mp) : fm_gpt_load_hf(m, mp)) && shards > 0) {
         /* ZeRO-1 shards: train_state.safetensors holds the metadata only */
         st = fm_safetensors_load_into(sp, &state, &meta);
         if (!st) st = load_sharded_state(m, opt, dt, o, f->dir, shards);
@@ -763,10 +970,9 @@ static fm_status gpt_setup(gpt_run *u) {
     if ((st = fm_efficiency_apply_memory(eo))) return st;
     if ((st = gpt_tp_setup(u))) return st;
     /* tensor parallel: the parameters one rank holds (ZeRO-1: this rank's 1/DP of the AdamW
-     * moments; its checkpoints write each rank's shard as it is, save_ckpt_sharded, but under
-     * tensor parallelism gather the whole state, save_ckpt) */
+     * moments; its checkpoints write each rank's shard as it is, save_ckpt_sharded) */
     if ((st = fm_efficiency_check_fits_zero(eo, gpt_tp_num_params(&u->cfg, u->tp_size), 2 /* AdamW moments */,
-                                            o->zero && o->dist ? u->dp_size : 1, u->tp_size > 1)))
+                                            o->zero && o->dist ? u->dp_size : 1, false)))
         return st;
     fm_rng init;
     fm_rng_init(&init, o->seed);
@@ -986,7 +1192,8 @@ static fm_status gpt_loop(gpt_run *u) {
             return st;
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == u->steps || stop) {
             bool poisoned = false;
-            if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, &u->ts.scaler, &poisoned)))
+            if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, done_steps == u->steps || stop, &u->ts.scaler,
+                                &poisoned)))
                 return poisoned ? gpt_stopped(u, fm_last_error()) : st;
             u->last_good = done_steps;
         }

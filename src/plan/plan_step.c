@@ -281,23 +281,20 @@ static fm_status gpt_finish(gpt_run *u, const plan_step_opts *o) {
     fm_tensor_release_n(4, x, y, lg, loss);
     fm_gpt_train_mode(u->m, true);
     fm_set_grad_enabled(prev);
-    /* save_ckpt: the whole optimizer state (ZeRO-1: gathered from the shards on every rank;
-     * tensor parallel: the split parameters' state gathered whole), the whole model
-     * gathered (tensor parallel), then the Hugging Face tensors */
+    /* save_ckpt: ZeRO-1 and tensor parallel write each rank's shard as it is (save_ckpt_sharded:
+     * ZeRO-1 packs its shard into a new buffer; tensor parallel's part of the model and state
+     * are written from where they are), then the run's last checkpoint gathers the whole model
+     * (tensor parallel) for its Hugging Face tensors; plain data parallel and one process write
+     * the state as it is */
     fm_named_list hf, state = {0};
     fm_gpt *whole = NULL, *m = u->m;
-    /* (ZeRO-1 over a whole model: each rank writes its own shard, save_ckpt_sharded) */
-    if (st == FM_OK && u->dt && !u->tp && fm_dist_trainer_zero(u->dt)) {
+    if (st == FM_OK && u->dt && fm_dist_trainer_zero(u->dt)) {
         st = fm_zero_shard_state(fm_dist_trainer_zero(u->dt), &state, NULL, NULL);
         fm_named_list_free(&state); /* written and freed before rank 0 writes the model */
         memset(&state, 0, sizeof state);
-    } else if (st == FM_OK && (u->dt || u->tp))
-        st = u->dt ? fm_dist_trainer_full_state(u->dt, &state) : fm_optim_state(u->opt, &state);
+    }
     if (st == FM_OK && u->tp) {
-        fm_named_list local = state;
-        st = gpt_tp_full_state(m, &local, &state);
-        fm_named_list_free(&local);
-        if (st == FM_OK && !(whole = fm_gpt_tp_gather_model(m))) st = fm_last_status();
+        if (!(whole = fm_gpt_tp_gather_model(m))) st = fm_last_status();
         if (whole) m = whole;
     }
     if (st == FM_OK) {
