@@ -15,7 +15,8 @@
 #    TP=2 and -np 4 TP=2 --zero 1 stopped after 2 steps and resumed in the same layout give
 #    the uninterrupted run's losses and model file bit for bit; the TP=2 unit resumes in one
 #    process (its parts put together) on one process's loss; the TP x ZeRO-1 one is refused
-#    there, naming the layout that wrote it;
+#    there, naming the layout that wrote it; a unit with two rank files swapped is refused,
+#    naming the file;
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
@@ -149,6 +150,18 @@ tp_resume "-np 2 --tensor-parallel 2" tpr tp2 2 --tensor-parallel 2
 tp_resume "-np 4 --tensor-parallel 2 --zero 1" tpzr tpz 4 --tensor-parallel 2 --zero 1
 [[ -f $tmp/tpzr/ckpt/step-00000004/tp-zero-00003-of-00004.safetensors ]] ||
   bad "TP=2 x ZeRO-1: no tp-zero-00003-of-00004 in the last unit: $(ls "$tmp/tpzr/ckpt/step-00000004" | tr '\n' ' ')"
+# a file of another rank (two swapped, the MANIFEST rewritten to match): refused, naming it
+cp -r "$tmp/tpr-other" "$tmp/tpr-swap"
+u="$tmp/tpr-swap/ckpt/step-00000002"
+mv "$u/tp-shard-00000-of-00002.safetensors" "$u/x" && mv "$u/tp-shard-00001-of-00002.safetensors" "$u/tp-shard-00000-of-00002.safetensors" &&
+  mv "$u/x" "$u/tp-shard-00001-of-00002.safetensors" && remanifest "$u"
+"$bin" train "$tmp/llama.ini" --out "$tmp/tpr-swap" --threads 1 --resume >"$tmp/tprs.out" 2>&1; rc=$?
+if [[ $rc -eq 1 ]] && grep -q "tp-shard-00000-of-00002.safetensors holds the part of rank 1 of 2 (tensor-parallel rank 1 of 2), not of rank 0 of 2" "$tmp/tprs.out" &&
+   ! grep -q "^step " "$tmp/tprs.out"; then
+  ok "a TP unit with two rank files swapped: refused (exit 1) before any step, naming the file and both ranks"
+else
+  bad "swapped TP rank files (exit $rc): $(tail -c 600 "$tmp/tprs.out")"
+fi
 # another layout: TP's parts are put together and split again (one process: the one-process loss)
 "$bin" train "$tmp/llama.ini" --out "$tmp/tpr-other" --threads 1 --resume --json >"$tmp/tpro.json" 2>"$tmp/tpro.err"; rc=$?
 if [[ $rc -eq 0 ]] && grep -q "resumed from .* at step 2" "$tmp/tpro.err" && same "$(field "$tmp/tpro.json" train_loss)" "$ref"; then

@@ -97,23 +97,6 @@ else
 fi
 
 # ---- another rank's shard, the MANIFEST rewritten to match: an error on every rank before any step ----
-remanifest() { # unit dir: MANIFEST's file lines recomputed from the files there
-  python3 - "$1" <<'PY'
-import os, sys, zlib
-d = sys.argv[1]
-lines = open(os.path.join(d, 'MANIFEST')).read().splitlines()
-out = []
-for l in lines:
-    if l.startswith('file '):
-        n = l.split()[1]
-        if not os.path.exists(os.path.join(d, n)):
-            continue
-        b = open(os.path.join(d, n), 'rb').read()
-        l = 'file %s %d %08x' % (n, len(b), zlib.crc32(b) & 0xffffffff)
-    out.append(l)
-open(os.path.join(d, 'MANIFEST'), 'w').write('\n'.join(out) + '\n')
-PY
-}
 s="$tmp/swap/ckpt/step-00000002"
 mv "$s/zero-shard-00000-of-00002.safetensors" "$s/x" && mv "$s/zero-shard-00001-of-00002.safetensors" "$s/zero-shard-00000-of-00002.safetensors" &&
   mv "$s/x" "$s/zero-shard-00001-of-00002.safetensors" && remanifest "$s"

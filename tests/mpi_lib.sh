@@ -1,7 +1,8 @@
 # Sourced by the multi-process tests (cli_dist*.sh) after they set $bin: skips the test
 # (exit 77) when mpirun is missing or this fathom was built without MPI, lets OpenMPI run
 # as root (CI does) with more ranks than cores, and defines mpi() (MPI_TIMEOUT seconds,
-# default 120) and field() (FILE KEY: the first number after "KEY": in FILE). Under the
+# default 120), field() (FILE KEY: the first number after "KEY": in FILE) and remanifest()
+# (DIR: a checkpoint unit's MANIFEST file lines recomputed from the files there). Under the
 # sanitizer build leaks are not checked here: OpenMPI's own allocations kept to exit
 # cannot be told from ours (CMakeLists.txt, test_dist_np2); the one-process tests check
 # leaks.
@@ -11,3 +12,19 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 mpi() { timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@"; }
 field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
+remanifest() {
+  python3 - "$1" <<'PY'
+import os, sys, zlib
+d = sys.argv[1]
+out = []
+for l in open(os.path.join(d, 'MANIFEST')).read().splitlines():
+    if l.startswith('file '):
+        n = l.split()[1]
+        if not os.path.exists(os.path.join(d, n)):
+            continue
+        b = open(os.path.join(d, n), 'rb').read()
+        l = 'file %s %d %08x' % (n, len(b), zlib.crc32(b) & 0xffffffff)
+    out.append(l)
+open(os.path.join(d, 'MANIFEST'), 'w').write('\n'.join(out) + '\n')
+PY
+}
