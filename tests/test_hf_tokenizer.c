@@ -325,6 +325,13 @@ static void llama_small(void) {
     LLAMA_BAD("\"normalized\": false}", "\"normalized\": true}", "is \"normalized\"");
     LLAMA_BAD("\"ids\": [1]", "\"ids\": [99]", "outside the vocabulary");
     LLAMA_BAD("{\"String\": \" \"}", "{\"Regex\": \" \"}", "Replace pattern \"Regex\"");
+    /* a decoder Strip content or a Metaspace replacement longer than the one character
+     * they hold (8..63 bytes once overflowed an 8-byte field) is refused by name */
+    LLAMA_BAD("\"type\": \"Strip\", \"content\": \" \"", "\"type\": \"Strip\", \"content\": \"0123456789abcdef\"",
+              "decoder.content must be a string of at most 7 bytes");
+    LLAMA_BAD("\"pre_tokenizer\": null",
+              "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"0123456789abcdefghijklmnopq\"}",
+              "pre_tokenizer.replacement must be a string of at most 7 bytes");
     CHECK(fm_tokenizer_load_hf_json("/nonexistent/tokenizer.json") == NULL);
     CHECK_ERR_CONTAINS("/nonexistent/tokenizer.json: cannot open");
 }

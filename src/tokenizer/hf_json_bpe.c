@@ -442,13 +442,15 @@ static fm_status refuse(const char *name, const char *what, const char *type) {
                         "Llama 3/GPT-2 forms: see docs/HF.md)", name, what, type ? type : "?");
 }
 
-/* A string field of at most STR_MAX - 1 bytes into dst. */
-static fm_status short_str(json_t *o, const char *key, const char *name, const char *where, char *dst, size_t *len) {
+/* A string field of at most cap - 1 bytes into dst (cap is dst's size: the
+ * Metaspace replacement and the Strip content have room for one character only). */
+static fm_status short_str(json_t *o, const char *key, const char *name, const char *where, char *dst, size_t cap,
+                               size_t *len) {
     json_t *v = json_object_get(o, key);
     size_t l = json_string_length(v);
-    if (!json_is_string(v) || l >= STR_MAX)
-        return fm_set_error(FM_ERR_FORMAT, "%s: %s.%s must be a string of at most %d bytes", name, where, key,
-                            STR_MAX - 1);
+    if (!json_is_string(v) || l >= cap)
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s.%s must be a string of at most %zu bytes", name, where, key,
+                            cap - 1);
     memcpy(dst, json_string_value(v), l);
     dst[l] = 0;
     *len = l;
@@ -681,13 +683,13 @@ static fm_status read_norm_step(struct tokz_json *js, json_t *n, const char *nam
     fm_status s;
     if (type && !strcmp(type, "Prepend")) {
         st->kind = STEP_PREPEND;
-        s = short_str(n, "prepend", name, "normalizer", st->to, &st->to_len);
+        s = short_str(n, "prepend", name, "normalizer", st->to, sizeof st->to, &st->to_len);
     } else if (type && !strcmp(type, "Replace")) {
         st->kind = STEP_REPLACE;
         json_t *pat = json_object_get(n, "pattern");
         if (!json_is_string(json_object_get(pat, "String"))) return refuse(name, "normalizer Replace pattern", "Regex");
-        s = short_str(pat, "String", name, "normalizer.pattern", st->from, &st->from_len);
-        if (s == FM_OK) s = short_str(n, "content", name, "normalizer", st->to, &st->to_len);
+        s = short_str(pat, "String", name, "normalizer.pattern", st->from, sizeof st->from, &st->from_len);
+        if (s == FM_OK) s = short_str(n, "content", name, "normalizer", st->to, sizeof st->to, &st->to_len);
         if (s == FM_OK && !st->from_len)
             return fm_set_error(FM_ERR_FORMAT, "%s: normalizer Replace has an empty pattern", name);
     } else if (type && !strcmp(type, "NFC")) {
@@ -783,7 +785,7 @@ static fm_status read_pre_tokenizer(struct tokz_json *js, json_t *p, const char 
         return st ? st : read_byte_level(js, b, true, name);
     }
     if (!type || strcmp(type, "Metaspace")) return refuse(name, "pre_tokenizer", type);
-    fm_status st = short_str(p, "replacement", name, "pre_tokenizer", js->rep, &js->rep_len);
+    fm_status st = short_str(p, "replacement", name, "pre_tokenizer", js->rep, sizeof js->rep, &js->rep_len);
     if (st == FM_OK && (!js->rep_len || js->rep_len > 4))
         st = fm_set_error(FM_ERR_FORMAT, "%s: pre_tokenizer.replacement must be one character", name);
     if (st == FM_OK) st = read_scheme(p, name, "pre_tokenizer prepend_scheme", &js->meta_scheme);
@@ -871,8 +873,8 @@ static fm_status read_dec_step(struct tokz_json *js, json_t *d, dec_step *steps,
         json_t *pat = json_object_get(d, "pattern");
         if (!json_is_string(json_object_get(pat, "String"))) return refuse(name, "decoder Replace pattern", "Regex");
         s->kind = DEC_REPLACE;
-        st = short_str(pat, "String", name, "decoder.pattern", s->from, &s->from_len);
-        if (st == FM_OK) st = short_str(d, "content", name, "decoder", s->to, &s->to_len);
+        st = short_str(pat, "String", name, "decoder.pattern", s->from, sizeof s->from, &s->from_len);
+        if (st == FM_OK) st = short_str(d, "content", name, "decoder", s->to, sizeof s->to, &s->to_len);
         if (st == FM_OK && !s->from_len) st = fm_set_error(FM_ERR_FORMAT, "%s: decoder Replace has an empty pattern", name);
         *n += st == FM_OK;
     } else if (type && !strcmp(type, "ByteFallback")) {
@@ -883,7 +885,7 @@ static fm_status read_dec_step(struct tokz_json *js, json_t *d, dec_step *steps,
         *fused = true;
     } else if (type && !strcmp(type, "Strip")) {
         if (!*fused) return fm_set_error(FM_ERR_FORMAT, "%s: decoder Strip before Fuse (per token) is not supported", name);
-        st = short_str(d, "content", name, "decoder", js->strip_c, &js->strip_c_len);
+        st = short_str(d, "content", name, "decoder", js->strip_c, sizeof js->strip_c, &js->strip_c_len);
         json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
         if (st == FM_OK && (!json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 ||
                             json_integer_value(b) < 0 || json_integer_value(a) > 64 || json_integer_value(b) > 64 ||
@@ -894,7 +896,7 @@ static fm_status read_dec_step(struct tokz_json *js, json_t *d, dec_step *steps,
     } else if (type && !strcmp(type, "Metaspace")) {
         int scheme;
         s->kind = DEC_REPLACE;
-        st = short_str(d, "replacement", name, "decoder", s->from, &s->from_len);
+        st = short_str(d, "replacement", name, "decoder", s->from, sizeof s->from, &s->from_len);
         if (st == FM_OK && !s->from_len) st = fm_set_error(FM_ERR_FORMAT, "%s: decoder.replacement is empty", name);
         if (st == FM_OK) st = read_scheme(d, name, "decoder prepend_scheme", &scheme);
         if (st == FM_OK) {
