@@ -11,9 +11,15 @@
            same steps and seed, for each seed: mean and spread of the test accuracy
            and loss
 
+  distill-gpt  kjv-gpt trained --gpt-teacher-steps as the teacher, and a student of half
+           its width (n_embd 64, ffn_hidden 256, the same 4 layers and BPE tokenizer)
+           trained --gpt-student-steps with `fathom distill` and alone with `fathom
+           train`, the same steps and seed, for each seed: the final validation loss
+
 Usage: python3 bench/bench_compress.py BUILD_DIR [--work DIR] [--teacher-steps 2000]
          [--finetune-steps 300] [--student-steps 1000] [--seeds 1 2 3] [--rounds 15]
-         [--threads 2] [--only prune|distill] [--temperature 2] [--alpha 0.5] [--skip-alone]
+         [--threads 2] [--only prune|distill|distill-gpt] [--temperature 2] [--alpha 0.5]
+         [--skip-alone] [--gpt-teacher-steps 1000] [--gpt-student-steps 500]
 One JSON line per result on stdout; the commands run are echoed on stderr.
 """
 import argparse
@@ -43,6 +49,47 @@ def student_recipe(fathom_src, path):
     open(path, "w").write(text)
 
 
+def gpt_student_recipe(fathom_src, path):
+    """kjv-gpt at half width: n_embd 128 -> 64, ffn_hidden 512 -> 256 (4 heads of 16)."""
+    text = open(os.path.join(fathom_src, "data", "recipes", "kjv-gpt.ini")).read()
+    text = text.replace("n_embd = 128", "n_embd = 64").replace("ffn_hidden = 512", "ffn_hidden = 256")
+    text = text.replace("name = kjv-gpt", "name = kjv-gpt-half")
+    assert "n_embd = 64" in text and "ffn_hidden = 256" in text
+    open(path, "w").write(text)
+
+
+def distill_gpt(a, fathom, src, env):
+    teacher = os.path.join(a.work, "kjv-teacher")
+    if not os.path.exists(os.path.join(teacher, "model.safetensors")):
+        sh([fathom, "train", "kjv-gpt", "--steps", str(a.gpt_teacher_steps), "--out", teacher, "--quiet", "--json"], env)
+    ini = os.path.join(a.work, "kjv-gpt-half.ini")
+    gpt_student_recipe(src, ini)
+    res = {"distilled": [], "alone": []}
+    for s in a.seeds:
+        for kind in ("distilled",) if a.skip_alone else ("distilled", "alone"):
+            tag = f"-T{a.temperature:g}-a{a.alpha:g}" if kind == "distilled" else ""
+            out_dir = os.path.join(a.work, f"gpt-student-{kind}{tag}-{s}")
+            subprocess.run(["rm", "-rf", out_dir], check=True)
+            cmd = ([fathom, "distill", "--teacher", teacher, "--student", ini, "--temperature", str(a.temperature),
+                    "--alpha", str(a.alpha)] if kind == "distilled" else [fathom, "train", ini])
+            j = last_json(sh(cmd + ["--steps", str(a.gpt_student_steps), "--seed", str(s), "--out", out_dir, "--json",
+                                    "--quiet"], env))
+            # the lone student builds its BPE tokenizer from the same corpus and keys: the same
+            # file as the teacher's, so both validation losses are over the same tokens
+            same = open(os.path.join(out_dir, "tokenizer.txt"), "rb").read() == \
+                open(os.path.join(teacher, "tokenizer.txt"), "rb").read()
+            res[kind].append(j["val_loss"])
+            print(json.dumps({"row": "gpt student", "kind": kind, "seed": s, "steps": a.gpt_student_steps,
+                              "temperature": a.temperature if kind == "distilled" else None,
+                              "alpha": a.alpha if kind == "distilled" else None, "val_loss": j["val_loss"],
+                              "teacher_tokenizer": same}), flush=True)
+    for kind, v in res.items():
+        if v:
+            print(json.dumps({"row": "gpt student summary", "kind": kind, "seeds": a.seeds, "steps": a.gpt_student_steps,
+                              "val_loss_mean": statistics.mean(v), "val_loss_min": min(v), "val_loss_max": max(v)}),
+                  flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -57,12 +104,17 @@ def main():
     ap.add_argument("--skip-alone", action="store_true", help="only the distilled students (the alone runs do not depend on T, alpha)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["prune", "distill"])
+    ap.add_argument("--only", choices=["prune", "distill", "distill-gpt"])
+    ap.add_argument("--gpt-teacher-steps", type=int, default=1000)
+    ap.add_argument("--gpt-student-steps", type=int, default=500)
     a = ap.parse_args()
     fathom = os.path.join(a.build, "fathom")
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, FATHOM_NUM_THREADS=str(a.threads))
     os.makedirs(a.work, exist_ok=True)
+    if a.only == "distill-gpt":
+        distill_gpt(a, fathom, src, env)
+        return
     teacher = os.path.join(a.work, "cnn")
     trained_now = not os.path.exists(os.path.join(teacher, "model.safetensors"))
     if trained_now:  # an existing teacher in --work is reused (its steps are what it was trained with)

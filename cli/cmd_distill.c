@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "commands.h"
+#include "core/parallel.h" /* fm_set_num_threads for --threads (GPT students) */
 #include "fathom/distill.h"
 #include "fathom/gpt.h"
 
@@ -16,9 +17,10 @@ static void usage(FILE *f) {
     fprintf(f, "usage: fathom distill --teacher MODEL_DIR --student RECIPE [--temperature T] [--alpha A]\n"
                "                      [--steps N | --epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
                "                      [--out DIR] [--no-eval] [--json] [--quiet]\n\n"
-               "Trains the student recipe (a classifier) on its data with the loss\n"
+               "Trains the student recipe (a classifier or a GPT) on its data with the loss\n"
                "  alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, labels)\n"
-               "where the teacher is a model trained by `fathom train` on inputs of the same shape and normalization.\n\n"
+               "where the teacher is a model trained by `fathom train`: for a classifier, on inputs of the same shape\n"
+               "and normalization; for a GPT (per token, over the vocabulary), a GPT whose tokenizer the student takes.\n\n"
                "  --teacher DIR      the teacher model directory\n"
                "  --student RECIPE   a built-in recipe name or an .ini path\n"
                "  --temperature T    softening of both distributions, in [0.01, 1000] (default 2)\n"
@@ -108,6 +110,52 @@ static void print_json(const distill_args *a, const fm_train_result *res, const 
     json_decref(j);
 }
 
+/* A GPT student: per-token soft targets, through the GPT trainer (fm_gpt_distill). */
+static int distill_gpt(const distill_args *a, const char *path) {
+    fm_gpt_recipe rec;
+    if (fm_gpt_recipe_load(path, &rec)) { fm_cli_error("%s", fm_last_error()); return 2; }
+    fm_gpt_train_opts o = rec.opts;
+    char out[600];
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (a->out) snprintf(out, sizeof out, "%s", a->out);
+    else snprintf(out, sizeof out, "runs/%.*s-distilled", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
+    o.out_dir = out;
+    if (a->steps > 0) o.steps = a->steps;
+    if (a->epochs > 0) o.epochs = (int)a->epochs;
+    if (a->batch > 0) o.batch_size = (int)a->batch;
+    if (a->lr > 0) { o.min_lr *= a->lr / o.lr; o.lr = a->lr; }
+    if (a->seed >= 0) o.seed = (uint64_t)a->seed;
+    o.no_eval = a->no_eval;
+    o.quiet = a->quiet;
+    if (a->threads > 0) fm_set_num_threads((int)a->threads);
+    fm_gpt_train_result res;
+    memset(&res, 0, sizeof res);
+    fm_status st = fm_gpt_distill(a->teacher, &o, &a->d, &res);
+    fm_gpt_recipe_free(&rec);
+    if (st != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if (a->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "teacher", json_string(a->teacher));
+        json_object_set_new(j, "student", json_string(a->student));
+        json_object_set_new(j, "temperature", json_real(a->d.temperature));
+        json_object_set_new(j, "alpha", json_real(a->d.alpha));
+        json_object_set_new(j, "steps", json_integer(res.steps));
+        json_object_set_new(j, "final_loss", json_real(res.train_loss));
+        json_object_set_new(j, "val_loss", isfinite(res.val_loss) ? json_real(res.val_loss) : json_null());
+        json_object_set_new(j, "num_params", json_integer(res.num_params));
+        json_object_set_new(j, "train_seconds", json_real(res.train_seconds));
+        json_object_set_new(j, "model_dir", json_string(out));
+        char *js = json_dumps(j, JSON_COMPACT);
+        printf("%s\n", js);
+        free(js);
+        json_decref(j);
+    } else {
+        if (isfinite(res.val_loss)) printf("distilled %s: validation loss %.4f\n", base, res.val_loss);
+        printf("model: %s\n", out);
+    }
+    return 0;
+}
+
 int fm_cmd_distill(int argc, char **argv) {
     distill_args a;
     memset(&a, 0, sizeof a);
@@ -120,11 +168,7 @@ int fm_cmd_distill(int argc, char **argv) {
     }
     char path[1024];
     fm_recipe_resolve(a.student, path, sizeof path);
-    if (fm_gpt_recipe_is_gpt(path)) {
-        fm_cli_error("distill: %s is a GPT recipe; distillation takes classifier recipes (per-token soft targets for "
-                     "GPT students are not built yet)", a.student);
-        return 1;
-    }
+    if (fm_gpt_recipe_is_gpt(path)) return distill_gpt(&a, path);
     fm_recipe r;
     if (fm_recipe_load(a.student, &r) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     char out[600];

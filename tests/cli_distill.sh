@@ -32,7 +32,7 @@ expect 2 "needs a number" "$bin" distill --teacher "$tmp/teacher" --student "$tm
 expect 2 "unknown option" "$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --temprature 2
 expect 1 "predicts 4 classes but the student 10" "$bin" distill --teacher "$tmp/teacher" --student "$tmp/wide.ini" --out "$tmp/w" --quiet
 expect 1 "no such model directory" "$bin" distill --teacher "$tmp/nothing" --student "$tmp/student.ini" --out "$tmp/w" --quiet
-expect 1 "is a GPT recipe" "$bin" distill --teacher "$tmp/teacher" --student kjv-gpt --out "$tmp/w" --quiet
+expect 1 "the teacher" "$bin" distill --teacher "$tmp/teacher" --student kjv-gpt --out "$tmp/w" --quiet
 [[ ! -e $tmp/w ]] && ok "nothing written by the refused runs" || bad "$tmp/w was written"
 
 out=$("$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --steps 20 --out "$tmp/s" --json --quiet 2>&1) \
@@ -40,4 +40,35 @@ out=$("$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --ste
 python3 -c "import json,sys; j=json.loads(sys.argv[1]); assert j['steps']==20 and j['test_accuracy']>0.5 and j['alpha']==0.5 and j['temperature']==2, j" "$out" \
   && ok "json: steps, accuracy, temperature, alpha" || bad "json: $out"
 expect 0 "test accuracy" "$bin" eval "$tmp/s" --quiet
+
+# GPT students: per-token soft targets. A 2-layer teacher trained on a small corpus
+# teaches a 1-layer student, which takes the teacher's tokenizer.
+for i in $(seq 1 60); do echo "In the beginning the word was with the light, and the light shone $i times."; done > "$tmp/corpus.txt"
+gpt_ini() { # name layers width block steps
+  printf '[model]\ntype = gpt\narch = gpt2\nn_layer = %s\nn_head = 2\nn_embd = %s\nffn_hidden = %s\nblock_size = %s\n' \
+    "$2" "$3" $(($3 * 4)) "$4"
+  printf '[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 4\nsteps = %s\n' "$tmp" "$5"
+  printf 'lr = 3e-3\nwarmup = 2\neval_every = 10\neval_batches = 2\nckpt_every = 10\nlog_every = 10\nseed = 5\n'
+}
+gpt_ini t 2 32 32 60 > "$tmp/gt.ini"; gpt_ini s 1 16 32 12 > "$tmp/gs.ini"; gpt_ini l 1 16 64 12 > "$tmp/gl.ini"
+"$bin" train "$tmp/gt.ini" --out "$tmp/gteacher" --quiet > /dev/null 2> "$tmp/gtrain.err" || { echo "training the GPT teacher failed"; cat "$tmp/gtrain.err"; exit 1; }
+out=$("$bin" distill --teacher "$tmp/gteacher" --student "$tmp/gs.ini" --out "$tmp/gs" --alpha 0.7 --temperature 2 --json --quiet 2>&1) \
+  && ok "GPT distill ran" || bad "GPT distill: $out"
+python3 -c "import json,sys,math; j=json.loads(sys.argv[1]); assert j['steps']==12 and math.isfinite(j['val_loss']) and j['alpha']==0.7, j" "$out" \
+  && ok "GPT json: steps, val_loss, alpha" || bad "GPT json: $out"
+cmp -s "$tmp/gteacher/tokenizer.txt" "$tmp/gs/tokenizer.txt" && ok "the student took the teacher's tokenizer" || bad "tokenizers differ"
+expect 0 "" "$bin" generate "$tmp/gs" --prompt "In the" --tokens 8 --seed 1
+# alpha 0 is the hard labels alone: the same model, byte for byte, as fathom train
+# (the char tokenizer of the same corpus is the teacher's)
+"$bin" distill --teacher "$tmp/gteacher" --student "$tmp/gs.ini" --out "$tmp/g0" --alpha 0 --quiet > /dev/null 2>&1 &&
+  "$bin" train "$tmp/gs.ini" --out "$tmp/gplain" --quiet > /dev/null 2>&1 &&
+  cmp -s "$tmp/g0/model.safetensors" "$tmp/gplain/model.safetensors" \
+  && ok "alpha 0: bitwise the plain GPT trainer's model" || bad "alpha 0 differs from fathom train"
+# the soft targets change the student (so the teacher is really read)
+cmp -s "$tmp/gs/model.safetensors" "$tmp/gplain/model.safetensors" && bad "alpha 0.7 equals plain training" || ok "alpha 0.7 differs from plain training"
+expect 1 "reads at most 32 tokens (block_size)" "$bin" distill --teacher "$tmp/gteacher" --student "$tmp/gl.ini" --out "$tmp/gw" --quiet
+mkdir -p "$tmp/gother" && cp "$tmp/gplain/tokens.bin" "$tmp/gother/" && echo junk > "$tmp/gother/tokenizer.txt"
+expect 1 "is not the tokenizer" "$bin" distill --teacher "$tmp/gteacher" --student "$tmp/gs.ini" --out "$tmp/gother" --quiet
+expect 1 "the teacher" "$bin" distill --teacher "$tmp/teacher" --student "$tmp/gs.ini" --out "$tmp/gw" --quiet
+[[ ! -e $tmp/gw ]] && ok "nothing written by the refused GPT runs" || bad "$tmp/gw was written"
 cli_end cli_distill

@@ -106,6 +106,52 @@ static void test_loss(void) {
     fm_tensor_release_n(5, s, t, s3, t3, y);
 }
 
+/* Per token ([B, T, V]): the KL over every position, the hard part over the targets not
+ * ignored (-1), against ref_kd on the flattened rows. */
+static fm_tensor *kd_tokens_fn(fm_tensor **in, void *ctx) {
+    kd_case *k = ctx;
+    return fm_kd_loss_tokens(in[0], k->t, k->y, k->T, k->alpha);
+}
+
+static void test_loss_tokens(void) {
+    enum { B = 2, T = 3, V = 5, N = B * T };
+    fm_rng g;
+    fm_rng_init(&g, 7);
+    int64_t sh[3] = {B, T, V}, ysh[2] = {B, T};
+    fm_tensor *s0 = fm_tensor_randn(3, sh, FM_F64, &g), *t0 = fm_tensor_randn(3, sh, FM_F64, &g);
+    fm_tensor *s = fm_mul_scalar(s0, 2), *t = fm_mul_scalar(t0, 2);
+    int64_t yv[N] = {1, 4, -1, 0, 3, 3};
+    fm_tensor *y = fm_tensor_from_data(yv, 2, ysh, FM_I64);
+    double sv[N * V], tv[N * V], sk[N * V];
+    int64_t yk[N];
+    fm_tensor_copy_to_host(s, sv, FM_F64);
+    fm_tensor_copy_to_host(t, tv, FM_F64);
+    int kept = 0;
+    for (int i = 0; i < N; i++)
+        if (yv[i] >= 0) { memcpy(sk + kept * V, sv + i * V, V * sizeof *sk); yk[kept++] = yv[i]; }
+    const double Ts[] = {1, 3}, As[] = {0, 0.4, 1};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            fm_tensor *l = fm_kd_loss_tokens(s, t, y, Ts[i], As[j]);
+            CHECK(l != NULL);
+            if (!l) continue;
+            double ref = ref_kd(sv, tv, yv, N, V, Ts[i], 1) * As[j] + (1 - As[j]) * ref_kd(sk, sk, yk, kept, V, 1, 0);
+            CHECK_MSG(fabs(fm_tensor_item(l) - ref) <= 1e-12 * (1 + fabs(ref)), "tokens T %g alpha %g: %.15g vs %.15g",
+                      Ts[i], As[j], fm_tensor_item(l), ref);
+            fm_tensor_release(l);
+        }
+    fm_tensor_requires_grad_(s, true);
+    kd_case k = {t, y, 2, 0.6};
+    fm_tensor *in[1] = {s};
+    CHECK(gradcheck("kd_loss_tokens", kd_tokens_fn, 1, in, &k, 1e-6, 1e-6));
+    /* another vocabulary is refused, naming both shapes */
+    int64_t sh2[3] = {B, T, V + 1};
+    fm_tensor *w = fm_tensor_randn(3, sh2, FM_F64, &g);
+    CHECK(fm_kd_loss_tokens(s, w, y, 2, 0.5) == NULL);
+    CHECK_ERR_CONTAINS("another vocabulary");
+    fm_tensor_release_n(6, s0, t0, s, t, y, w);
+}
+
 /* ---------------- through the trainer ---------------- */
 
 static const char *cnn =
@@ -190,6 +236,7 @@ int main(void) {
     make_split("train", 128, 1);
     make_split("test", 64, 2);
     test_loss();
+    test_loss_tokens();
     test_distill();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

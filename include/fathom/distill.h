@@ -13,6 +13,7 @@
 #ifndef FATHOM_DISTILL_H
 #define FATHOM_DISTILL_H
 #include "fathom/export.h"
+#include "fathom/gpt.h"
 #include "fathom/recipe.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,13 @@ extern "C" {
  * [0, 1]; label_smoothing applies to the hard part. A new scalar reference, or NULL. */
 FM_API fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha,
                              double label_smoothing);
+
+/* The same per token, for language models: s and t [B, T, V] (s with its tape), y [B, T]
+ * next-token ids (-1: ignored by the hard part; may be NULL when alpha is 1). The KL is
+ * summed over the vocabulary and averaged over the B*T positions; the hard part is the
+ * mean cross entropy over the positions not ignored. bf16/fp16 logits are widened to f32
+ * first. A new scalar reference, or NULL. */
+FM_API fm_tensor *fm_kd_loss_tokens(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha);
 
 /* The temperatures fm_kd_loss takes: below 0.01 the scaled logits overflow float, above
  * 1000 T^2 does (the loss is multiplied by it). */
@@ -43,6 +51,15 @@ FM_API void fm_distill_options_init(fm_distill_options *d);
  * number of classes; it runs on the training device (opt->eff.device). */
 FM_API fm_status fm_distill(const char *teacher_dir, const fm_recipe *student, const fm_distill_options *d,
                             const fm_train_options *opt, fm_train_result *res);
+
+/* A GPT student (student: the options of `fathom train` for a GPT recipe) trained by the
+ * GPT trainer (fm_gpt_train_ex) with fm_kd_loss_tokens against the GPT in teacher_dir (a
+ * `fathom train` GPT directory). The student encodes its corpus with the teacher's
+ * tokenizer.txt, so both predict over one vocabulary; its block_size must not exceed the
+ * teacher's. The teacher runs in evaluation mode on the training device. Not with
+ * tensor parallelism. */
+FM_API fm_status fm_gpt_distill(const char *teacher_dir, const fm_gpt_train_opts *student, const fm_distill_options *d,
+                                fm_gpt_train_result *res);
 
 #ifdef __cplusplus
 }

@@ -253,6 +253,15 @@ typedef struct fm_gpt_train_opts {
      * any split. fp32 or bf16 on the CPU; ZeRO-1 over the data-parallel ranks; checkpointing
      * blocks (not selective); no samples. */
     int tensor_parallel;
+    /* Knowledge distillation (fathom/distill.h, fm_gpt_distill). tokenizer_file: encode the
+     * corpus with this tokenizer.txt (the teacher's) instead of building one from the
+     * recipe's tokenizer keys; a tokenizer already in out_dir must be the same file. loss:
+     * NULL for the model's own cross entropy; else the loss of each micro-batch from the
+     * student's logits [B, T, V] (on the tape), its inputs [B, T] and its targets [B, T].
+     * Not with tensor_parallel > 1 (the logits are split by vocabulary there). */
+    const char *tokenizer_file;
+    fm_tensor *(*loss)(void *ctx, fm_tensor *logits, fm_tensor *x, fm_tensor *y);
+    void *loss_ctx;
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */

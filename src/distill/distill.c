@@ -8,6 +8,7 @@
 
 #include "fathom/autograd.h"
 #include "fathom/distill.h"
+#include "fathom/gpt.h"
 
 void fm_distill_options_init(fm_distill_options *d) {
     d->temperature = 2;
@@ -40,7 +41,9 @@ static fm_tensor *soft_part(fm_tensor *s, fm_tensor *t, double temperature, doub
     return out;
 }
 
-fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha, double label_smoothing) {
+/* fm_kd_loss with the hard part's ignored label (-100 for classifiers, -1 for GPT targets) */
+static fm_tensor *kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha,
+                          double label_smoothing, int64_t ignore) {
     if (check_args(temperature, alpha)) return NULL;
     char s1[96], s2[96];
     if (!s || !t || s->ndim != 2 || t->ndim != 2 || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1]) {
@@ -54,10 +57,36 @@ fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperatu
     fm_tensor *soft = alpha > 0 ? soft_part(s, t, temperature, alpha) : NULL;
     if (alpha > 0 && !soft) return NULL;
     if (alpha == 1) return soft;
-    fm_tensor *ce = fm_cross_entropy(s, y, -100, label_smoothing, FM_REDUCE_MEAN);
+    fm_tensor *ce = fm_cross_entropy(s, y, ignore, label_smoothing, FM_REDUCE_MEAN);
     fm_tensor *hard = ce ? fm_mul_scalar(ce, 1 - alpha) : NULL;
     fm_tensor *out = hard && soft ? fm_add(soft, hard) : fm_tensor_retain(hard);
     fm_tensor_release_n(3, soft, ce, hard);
+    return out;
+}
+
+fm_tensor *fm_kd_loss(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha, double label_smoothing) {
+    return kd_loss(s, t, y, temperature, alpha, label_smoothing, -100);
+}
+
+fm_tensor *fm_kd_loss_tokens(fm_tensor *s, fm_tensor *t, fm_tensor *y, double temperature, double alpha) {
+    char s1[96], s2[96];
+    if (!s || !t || s->ndim != 3 || t->ndim != 3 || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1] ||
+        s->shape[2] != t->shape[2]) {
+        fm_set_error(FM_ERR_INVALID, "distill: the student's logits %s and the teacher's %s must both be [B, T, vocab] (a "
+                     "teacher with another vocabulary cannot teach this student)",
+                     s ? fm_shape_str(s->ndim, s->shape, s1, sizeof s1) : "(none)",
+                     t ? fm_shape_str(t->ndim, t->shape, s2, sizeof s2) : "(none)");
+        return NULL;
+    }
+    const int64_t n = s->shape[0] * s->shape[1], v = s->shape[2];
+    fm_tensor *s2d = fm_reshape(s, 2, (int64_t[]){n, v});
+    /* under autocast the logits may be bf16/fp16: the softmaxes and KL run in f32 */
+    fm_tensor *s32 = s2d && (s2d->dtype == FM_BF16 || s2d->dtype == FM_F16) ? fm_to_dtype(s2d, FM_F32)
+                                                                              : fm_tensor_retain(s2d);
+    fm_tensor *t2d = fm_reshape(t, 2, (int64_t[]){n, v});
+    fm_tensor *y1 = y ? fm_reshape(y, 1, (int64_t[]){n}) : NULL;
+    fm_tensor *out = s32 && t2d && (y1 || !y) ? kd_loss(s32, t2d, y1, temperature, alpha, 0.0, -1) : NULL;
+    fm_tensor_release_n(4, s2d, s32, t2d, y1);
     return out;
 }
 
@@ -142,5 +171,62 @@ fm_status fm_distill(const char *teacher_dir, const fm_recipe *student, const fm
     }
     fm_module_free(tm);
     fm_recipe_free(&tr);
+    return st;
+}
+
+/* ---- GPT students: per-token soft targets through the GPT trainer's loss hook ---- */
+
+typedef struct gpt_kd_ctx {
+    fm_gpt *teacher;
+    double temperature, alpha;
+} gpt_kd_ctx;
+
+static fm_tensor *gpt_kd_loss_fn(void *ctx, fm_tensor *logits, fm_tensor *x, fm_tensor *y) {
+    gpt_kd_ctx *k = ctx;
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *t = fm_gpt_forward(k->teacher, x, NULL, NULL);
+    fm_set_grad_enabled(prev);
+    if (!t) { fm_error_prefix("distill: the teacher's forward"); return NULL; }
+    fm_tensor *loss = fm_kd_loss_tokens(logits, t, y, k->temperature, k->alpha);
+    fm_tensor_release(t);
+    return loss;
+}
+
+fm_status fm_gpt_distill(const char *teacher_dir, const fm_gpt_train_opts *student, const fm_distill_options *d,
+                         fm_gpt_train_result *res) {
+    fm_distill_options dd;
+    if (!d) { fm_distill_options_init(&dd); d = &dd; }
+    fm_status st = check_args(d->temperature, d->alpha);
+    if (st) return st;
+    if (student->tensor_parallel > 1)
+        return fm_set_error(FM_ERR_INVALID, "distill: a GPT student cannot be distilled with --tensor-parallel %d (its logits "
+                            "are split by vocabulary); distill without tensor parallelism", student->tensor_parallel);
+    fm_tokenizer *tok = NULL;
+    fm_gpt *tm = fm_gpt_load_dir(teacher_dir, &tok);
+    if (!tm) { fm_error_prefix("distill: the teacher"); return fm_last_status(); }
+    fm_tokenizer_free(tok); /* loaded to check it fits the model; the trainer reads the file itself */
+    const fm_gpt_config *tc = fm_gpt_get_config(tm);
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.txt", teacher_dir);
+    if (tc->block_size < student->model.block_size)
+        st = fm_set_error(FM_ERR_INVALID, "distill: the teacher %s reads at most %d tokens (block_size) but the student's "
+                          "windows are %d; give the student block_size <= %d", teacher_dir, tc->block_size,
+                          student->model.block_size, tc->block_size);
+    if (st == FM_OK && student->eff.device.type != FM_DEV_CPU) st = fm_gpt_to(tm, student->eff.device);
+    if (st == FM_OK) {
+        fm_gpt_train_mode(tm, false);
+        gpt_kd_ctx k = {tm, d->temperature, d->alpha};
+        fm_gpt_train_opts o = *student;
+        o.tokenizer_file = tok_path;
+        o.loss = gpt_kd_loss_fn;
+        o.loss_ctx = &k;
+        if (!o.quiet)
+            fprintf(stderr, "fathom: distilling %s (%lld parameters, vocab %d) into a %d-layer, %d-wide GPT at temperature "
+                    "%g, alpha %g; the student uses the teacher's tokenizer\n", teacher_dir,
+                    (long long)fm_gpt_num_params(tm), tc->vocab_size, o.model.n_layer, o.model.n_embd, d->temperature,
+                    d->alpha);
+        st = fm_gpt_train_ex(&o, res);
+    }
+    fm_gpt_free(tm);
     return st;
 }

@@ -147,6 +147,20 @@ static bool exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+/* FM_OK when the files at a and b hold the same bytes; else an error saying to start afresh. */
+static fm_status same_file_bytes(const char *a, const char *b) {
+    char *ta = NULL, *tb = NULL;
+    size_t na = 0, nb = 0;
+    fm_status st = read_file(a, &ta, &na);
+    if (st == FM_OK) st = read_file(b, &tb, &nb);
+    if (st == FM_OK && (na != nb || memcmp(ta, tb, na)))
+        st = fm_set_error(FM_ERR_INVALID, "%s is not the tokenizer %s: this directory was made with another tokenizer; "
+                          "give a new output directory", a, b);
+    free(ta);
+    free(tb);
+    return st;
+}
+
 /* Tokenizer + token file, made once per out_dir and reused afterwards. */
 static fm_status prepare_data(const fm_gpt_train_opts *o, fm_tokenizer **tok, fm_token_data *d) {
     char *tp = path_join(o->out_dir, "tokenizer.txt"), *bp = path_join(o->out_dir, "tokens.bin");
@@ -157,6 +171,7 @@ static fm_status prepare_data(const fm_gpt_train_opts *o, fm_tokenizer **tok, fm
     int64_t n_ids = 0;
     if (!tp || !bp) { st = fm_set_error(FM_ERR_OOM, "out of host memory"); goto done; }
     if (exists(tp) && exists(bp)) {
+        if (o->tokenizer_file && (st = same_file_bytes(tp, o->tokenizer_file))) goto done;
         *tok = fm_tokenizer_load(tp);
         if (!*tok) { st = fm_last_status(); goto done; }
         st = fm_token_file_read(bp, fm_tokenizer_vocab_size(*tok), d);
@@ -169,14 +184,17 @@ static fm_status prepare_data(const fm_gpt_train_opts *o, fm_tokenizer **tok, fm
         goto done;
     }
     double t0 = now_s();
-    if (o->tokenizer == FM_TOK_BYTE) *tok = fm_tokenizer_byte();
+    if (o->tokenizer_file) *tok = fm_tokenizer_load(o->tokenizer_file);
+    else if (o->tokenizer == FM_TOK_BYTE) *tok = fm_tokenizer_byte();
     else if (o->tokenizer == FM_TOK_CHAR) *tok = fm_tokenizer_char_from_corpus(text, n);
     else *tok = fm_tokenizer_train_bpe(text, n, o->tokenizer_vocab);
-    if (!*tok) { st = fm_last_status(); fm_error_prefix("%s: ", o->corpus); goto done; }
+    if (!*tok) { st = fm_last_status(); fm_error_prefix("%s: ", o->tokenizer_file ? o->tokenizer_file : o->corpus); goto done; }
     if ((st = fm_tokenizer_encode(*tok, text, n, &ids, &n_ids))) goto done;
     if (!o->quiet)
-        fprintf(stderr, "corpus %s: %zu bytes -> %lld tokens (%s tokenizer, vocab %d) in %.1f s\n", o->corpus, n,
-                (long long)n_ids, fm_tokenizer_kind_name(o->tokenizer), fm_tokenizer_vocab_size(*tok), now_s() - t0);
+        fprintf(stderr, "corpus %s: %zu bytes -> %lld tokens (%s%s tokenizer, vocab %d) in %.1f s\n", o->corpus, n,
+                (long long)n_ids, o->tokenizer_file ? "the given " : "",
+                o->tokenizer_file ? o->tokenizer_file : fm_tokenizer_kind_name(o->tokenizer), fm_tokenizer_vocab_size(*tok),
+                now_s() - t0);
     if ((st = fm_token_file_write(bp, ids, n_ids, fm_tokenizer_vocab_size(*tok)))) goto done;
     if ((st = fm_tokenizer_save(*tok, tp))) goto done;
     st = fm_token_file_read(bp, fm_tokenizer_vocab_size(*tok), d);
@@ -817,7 +835,8 @@ typedef struct gpt_run {
 /* The loss of one micro-batch (fm_train_loss_fn). */
 static fm_tensor *gpt_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
     gpt_run *u = ctx;
-    fm_tensor *loss = NULL, *lg = fm_gpt_forward(u->m, x, y, &loss);
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(u->m, x, u->o->loss ? NULL : y, u->o->loss ? NULL : &loss);
+    if (lg && u->o->loss) loss = u->o->loss(u->o->loss_ctx, lg, x, y);
     fm_tensor_release(lg);
     return lg ? loss : NULL;
 }
@@ -865,6 +884,9 @@ static fm_status gpt_tp_setup(gpt_run *u) {
     u->dp_rank = u->rank;
     u->dp_size = u->world;
     if (T == 1) return FM_OK;
+    if (o->loss)
+        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d cannot run a loss hook (distillation): the logits are "
+                            "split by vocabulary there; distill without tensor parallelism", T);
     if (!o->dist || u->world % T)
         return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d needs a world of a multiple of %d ranks (world size = "
                             "tensor parallel x data parallel), got %d: start the job with mpirun -np %d (or %d, ...)", T, T,
