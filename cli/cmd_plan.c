@@ -40,6 +40,7 @@ static void usage(FILE *f) {
           "  --tensor-parallel N    (default 1; must divide the attention heads)\n"
           "  --pipeline-parallel N  pipeline stages for training (default 1)\n"
           "  --micro-batches N      micro-batches per step (default 1; 4 x stages with a pipeline)\n"
+          "  --virtual-stages V     interleaved pipeline: V model chunks per stage (default 1: plain 1F1B)\n"
           "  --sequence-parallel    split norm/dropout activations across the tensor-parallel group\n"
           "  --expert-parallel N    spread a mixture of experts' experts over N GPUs (all-to-all)\n"
           "  --gpus N               GPUs to use (default: as many as needed)\n"
@@ -141,7 +142,7 @@ static void list_presets(void) {
 static const char *const known_opts[] = {
     "--preset", "--params", "--arch", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--max-seq",
     "--model", "--task", "--precision", "--batch", "--seq", "--optimizer", "--checkpointing", "--zero",
-    "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--expert-parallel", "--sequence-parallel",
+    "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--virtual-stages", "--expert-parallel", "--sequence-parallel",
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--kv-cache-dtype", "--decode-kv-reads", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--fused-loss", "--no-dropout", "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
@@ -250,6 +251,7 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     INT_OPT("--tensor-parallel", 1, 1024, job->tensor_parallel)
     INT_OPT("--pipeline-parallel", 1, 1024, job->pipeline_parallel)
     INT_OPT("--micro-batches", 1, 100000, job->micro_batches)
+    INT_OPT("--virtual-stages", 1, 1024, job->virtual_stages)
     INT_OPT("--expert-parallel", 1, 4096, job->expert_parallel)
     INT_OPT("--gpus", 1, 65536, job->gpus)
     INT_OPT("--output-tokens", 1, 10000000, job->output_tokens)

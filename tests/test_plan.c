@@ -656,6 +656,20 @@ static void test_train_time(void) {
         CHECK_NEAR(row->compute_s, 859885056.0 * 8192 * 16 / (4 * 1e15 * 0.5), 1e-12);
         CHECK_NEAR(row->pp_bubble_s, row->compute_s * 3 / 16, 1e-12);
     }
+    /* Interleaved: 2 model chunks per stage halve the bubble (Narayanan et al.
+     * 2021); the compute does not change. The first stage's stored
+     * activations grow by (pp - 1)/(pp v) = 3/8 (Korthikanti et al. 2022). */
+    if (row) {
+        double c1 = row->compute_s, b1 = row->pp_bubble_s, a1 = row->mem.activations;
+        j.virtual_stages = 2;
+        const fm_plan_row *r2 = plan_on_test(&m, &j, "Test NVL 80");
+        if (r2) {
+            CHECK_NEAR(r2->compute_s, c1, 1e-12);
+            CHECK_NEAR(r2->pp_bubble_s, b1 / 2, 1e-12);
+            CHECK_NEAR(r2->mem.activations, a1 * (1 + 3.0 / 8), 1e-3);
+        }
+        j.virtual_stages = 1;
+    }
     /* Full recompute is counted as FLOPs: one more forward, 2N + 4Lsh, which
      * runs at the card's forward-only matmul efficiency (0.8 of 1000 TF), not
      * at the training MFU (0.5). Selective recompute (4Lsh, inside the flash

@@ -17,14 +17,13 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MAXROWS 128
 /* Training-time limits. The issue's goal is median <= 10%, worst <= 30%.
- * Neither is met: the worst is Llama 3's 8B (about twice the GPU-hours its
- * FLOPs need on H100, which one achievable MFU per GPU cannot reproduce), and
- * the median is 10.1% since full recompute runs at the forward-only matmul
- * efficiency (14.0% before; MosaicML's llm-foundry A100 runs on 8 GPUs are
- * 7-27% faster than the MFU calibrated on thousand-GPU runs allows). The
- * limits below only guard today's figures against getting worse.
- * docs/PLANNER.md says so beside the table. */
-#define TRAIN_MEDIAN 0.105
+ * The median meets it (9.0% since Megatron-LM's 1T run is planned with the
+ * interleaved schedule its paper says it ran), and the limit is the goal.
+ * The worst does not: Llama 3's 8B (about twice the GPU-hours its FLOPs need
+ * on H100, which one achievable MFU per GPU cannot reproduce; its source gives
+ * no layout to correct). The worst limit only guards today's figure from
+ * getting worse; docs/PLANNER.md says so beside the table. */
+#define TRAIN_MEDIAN 0.10
 #define TRAIN_WORST 0.53
 /* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal. 13.2%
  * median, 42.2% worst since a prefill adds one read of the weights to its
@@ -40,7 +39,7 @@
 #define INFER_WORST 0.40
 
 typedef struct point {
-    char id[64], kind[32], spec[512], cite[512], conf[160];
+    char id[64], kind[32], spec[512], cite[1024], conf[1024];
     double published, predicted, err; /* err: (predicted - published) / published */
     int ok;                           /* the planner produced a figure */
 } point;
@@ -97,6 +96,7 @@ static int apply_spec(const char *spec, fm_plan_model *m, fm_plan_job *j, char *
             else if (!strcmp(k, "tp")) j->tensor_parallel = (int)d;
             else if (!strcmp(k, "pp")) j->pipeline_parallel = (int)d;
             else if (!strcmp(k, "mb")) j->micro_batches = (int)d;
+            else if (!strcmp(k, "vs")) j->virtual_stages = (int)d;
             else if (!strcmp(k, "no_master")) j->master_weights = !d;
             else if (!strcmp(k, "oib")) j->optimizer_in_backward = (int)d;
             else if (!strcmp(k, "offload")) j->offload_optimizer = (int)d;

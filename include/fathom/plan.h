@@ -163,6 +163,8 @@ typedef struct fm_plan_job {
     int tensor_parallel;
     int pipeline_parallel;    /* stages (1: none); weights and training state split across them */
     int micro_batches;        /* per step and pipeline (gradient accumulation); 0: 1, or 4 x stages with a pipeline */
+    int virtual_stages;       /* interleaved pipeline schedule (Narayanan et al. 2021): model chunks per pipeline rank;
+                                 1: plain 1F1B. The bubble shrinks to (stages - 1) / (virtual x micro-batches) */
     int sequence_parallel;    /* 1: the norm/dropout activations are split across the tensor-parallel group too */
     int expert_parallel;      /* mixture of experts: GPUs the experts are spread over (1: none, no all-to-all) */
     int gpus;                 /* 0: as many as needed */

@@ -22,6 +22,7 @@ void fm_plan_job_defaults(fm_plan_job *job) {
     job->checkpointing = FM_PLAN_CKPT_NONE;
     job->tensor_parallel = 1;
     job->pipeline_parallel = 1;
+    job->virtual_stages = 1;
     job->expert_parallel = 1;
     job->pricing = FM_PLAN_ON_DEMAND;
     job->lora_rank = 16;
@@ -93,6 +94,12 @@ fm_status fm_plan_job_check(const fm_plan_model *m, const fm_plan_job *job) {
     if ((unsigned)job->precision > FM_PLAN_FP8) return fm_set_error(FM_ERR_INVALID, "unknown precision");
     if (job->pipeline_parallel < 1 || job->pipeline_parallel > 1024)
         return fm_set_error(FM_ERR_INVALID, "--pipeline-parallel %d is out of range (1..1024)", job->pipeline_parallel);
+    if (job->virtual_stages < 1 || job->virtual_stages > 1024)
+        return fm_set_error(FM_ERR_INVALID, "--virtual-stages %d is out of range (1..1024)", job->virtual_stages);
+    if (job->virtual_stages > 1 && (job->pipeline_parallel < 2 || m->layers < (int64_t)job->pipeline_parallel * job->virtual_stages))
+        return fm_set_error(FM_ERR_INVALID, "--virtual-stages %d interleaves a pipeline: it needs --pipeline-parallel N (N >= 2) "
+                            "and at least one layer per virtual stage (%s has %lld layers for %d x %d)", job->virtual_stages,
+                            m->name, (long long)m->layers, job->pipeline_parallel, job->virtual_stages);
     if (job->micro_batches < 0 || job->micro_batches > 100000)
         return fm_set_error(FM_ERR_INVALID, "--micro-batches %d is out of range (1..100000)", job->micro_batches);
     if (job->expert_parallel < 1 || job->expert_parallel > 4096)
@@ -408,6 +415,18 @@ static void memory_train_acts(const mem_ctx *c, fm_plan_memory *o, plan_sb *ex) 
                                    dropout ? 5.0 : 2.0, ab == 4 ? " x 2 (fp32)" : "", L, s, b, h, layer / (s * b * h),
                                    gib(act));
             }
+        }
+        /* An interleaved schedule's first stage runs (v - 1) x pp + 2(pp - 1) + 1
+         * chunk forwards of L/(pp v) layers before its first backward, i.e.
+         * 1 + (pp - 1)/(pp v) times the activations of the 1F1B schedule
+         * (Korthikanti et al. 2022, section 4.2.3; Megatron-LM's warm-up count). */
+        int v = job->virtual_stages > 1 ? job->virtual_stages : 1;
+        if (pp > 1 && v > 1) {
+            double f = 1 + (double)(pp - 1) / ((double)pp * v);
+            double stored = job->checkpointing == FM_PLAN_CKPT_FULL ? act - layer : act;
+            act += stored * (f - 1);
+            if (ex) plan_sb_printf(ex, "    x (1 + (stages - 1)/(stages x virtual stages)) = %.4g for the interleaved schedule's "
+                                       "first stage (its stored part) -> %.3f GiB\n", f, gib(act));
         }
         o->activations = act;
     }

@@ -7,7 +7,8 @@
  *   compute    = FLOPs per token (recompute counted as extra FLOPs) x tokens
  *                per step / (GPUs x dense peak x achievable MFU of this GPU
  *                and precision, from the database);
- *   bubble     = compute x (stages - 1) / micro-batches (1F1B);
+ *   bubble     = compute x (stages - 1) / (virtual stages x micro-batches)
+ *                (1F1B, interleaved when virtual stages > 1);
  *   overhead   = a fixed per-step cost + the optimizer update, which reads and
  *                writes the training state at memory bandwidth;
  *   tensor-parallel all-reduces (4 per layer, 6 with full recompute) and
@@ -191,10 +192,19 @@ void plan_time_training(const fm_plan_model *m, const fm_plan_job *job, double f
                            items, n, row->peak_tflops * 1e12, fwd_eff, fwd_src);
         plan_sb_printf(ex, " = %.4g s\n", row->compute_s);
     }
-    row->pp_bubble_s = pp > 1 ? row->compute_s * (pp - 1) / mb : 0;
-    if (ex && pp > 1)
-        plan_sb_printf(ex, "  pipeline bubble (1F1B) = compute x (stages - 1) / micro-batches = %.4g x %d / %d = %.4g s\n",
-                       row->compute_s, pp - 1, mb, row->pp_bubble_s);
+    /* Interleaving v model chunks per rank cuts the bubble v times (Narayanan
+     * et al. 2021, section 2.2.2); its extra point-to-point traffic, like the
+     * pipeline's own, is not modelled. */
+    int v = job->virtual_stages > 1 ? job->virtual_stages : 1;
+    row->pp_bubble_s = pp > 1 ? row->compute_s * (pp - 1) / ((double)mb * v) : 0;
+    if (ex && pp > 1) {
+        if (v > 1)
+            plan_sb_printf(ex, "  pipeline bubble (interleaved 1F1B) = compute x (stages - 1) / (virtual stages x micro-batches) "
+                               "= %.4g x %d / (%d x %d) = %.4g s\n", row->compute_s, pp - 1, v, mb, row->pp_bubble_s);
+        else
+            plan_sb_printf(ex, "  pipeline bubble (1F1B) = compute x (stages - 1) / micro-batches = %.4g x %d / %d = %.4g s\n",
+                           row->compute_s, pp - 1, mb, row->pp_bubble_s);
+    }
     /* The optimizer reads weights, gradients and state and writes weights and state. */
     double state = row->mem.weights + row->mem.gradients + row->mem.optimizer;
     double update = (state + row->mem.weights + row->mem.optimizer) / (g->bandwidth_gbs * 1e9);
