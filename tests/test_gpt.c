@@ -725,6 +725,122 @@ static void test_fusion(void) {
     fm_tensor_release_n(2, x, y);
 }
 
+/* ---- head_dim: heads that do not tile n_embd ---- */
+
+static fm_tensor *param_named(fm_gpt *m, const char *name) {
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    for (int i = 0; i < ps->n; i++)
+        if (!strcmp(ps->items[i].name, name)) return ps->items[i].tensor;
+    return NULL;
+}
+
+/* b = a with the query heads [q0, q0 + nq) and kv heads [k0, k0 + nk) cut out (rows of the
+ * QKV projection, columns of the output projection); in a, the output projection's
+ * columns of those heads become 0, so both compute the same function. */
+static void cut_heads(fm_gpt *a, fm_gpt *b, int q0, int nq, int k0, int nk) {
+    const fm_gpt_config *ca = fm_gpt_get_config(a);
+    const int64_t H = ca->n_head, KV = ca->arch == FM_GPT_LLAMA ? ca->n_kv_head : H, D = fm_gpt_head_dim(ca);
+    const fm_named_list *ps = fm_gpt_parameters(a);
+    for (int i = 0; i < ps->n; i++) {
+        fm_tensor *ta = ps->items[i].tensor, *tb = param_named(b, ps->items[i].name);
+        CHECK_MSG(tb != NULL, "%s missing in the cut model", ps->items[i].name);
+        if (!tb) continue;
+        int64_t n = fm_tensor_numel(ta), rows = ta->shape[0], cols = ta->ndim == 2 ? ta->shape[1] : 1;
+        float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)fm_tensor_numel(tb));
+        fm_tensor_copy_to_host(ta, x, FM_F32);
+        bool qkv = strstr(ps->items[i].name, "attn.qkv"), proj = strstr(ps->items[i].name, "attn.proj.weight");
+        int64_t k = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t head = r / D; /* qkv rows: H query heads, then KV key heads, then KV value heads */
+            bool cut = qkv && ((head < H && head >= q0 && head < q0 + nq) ||
+                               (head >= H && ((head - H) % KV) >= k0 && ((head - H) % KV) < k0 + nk));
+            for (int64_t c = 0; c < cols; c++) {
+                bool ccut = proj && c / D >= q0 && c / D < q0 + nq;
+                if (ccut) x[r * cols + c] = 0;
+                if (!cut && !ccut) y[k++] = x[r * cols + c];
+            }
+        }
+        CHECK_MSG(k == fm_tensor_numel(tb), "%s: %lld values for %lld", ps->items[i].name, (long long)k,
+                  (long long)fm_tensor_numel(tb));
+        fm_tensor *xa = fm_tensor_from_data(x, ta->ndim, ta->shape, FM_F32), *yb = fm_tensor_from_data(y, tb->ndim, tb->shape, FM_F32);
+        CHECK(fm_copy_(ta, xa) == FM_OK && fm_copy_(tb, yb) == FM_OK);
+        fm_tensor_release_n(2, xa, yb);
+        free(x);
+        free(y);
+    }
+}
+
+static void test_head_dim(fm_gpt_arch arch) {
+    fm_gpt_config c = tiny_config(arch), d = c;
+    const bool llama = arch == FM_GPT_LLAMA;
+    /* GPT-2: 4 heads of 8 -> 3 (head 1 cut); Llama: 4 query heads in 2 kv groups -> 1 group */
+    d.n_head = llama ? 2 : 3;
+    d.n_kv_head = llama ? 1 : 3;
+    d.head_dim = 8;
+    fm_rng r;
+    fm_rng_init(&r, 77);
+    fm_gpt *a = fm_gpt_new(&c, &r), *b = fm_gpt_new(&d, &r);
+    CHECK_MSG(a && b, "%s", fm_last_error());
+    if (!a || !b) { fm_gpt_free(a); fm_gpt_free(b); return; }
+    CHECK(fm_gpt_config_num_params(&d) == fm_gpt_num_params(b));
+    const fm_named_list *ps = fm_gpt_parameters(a);
+    for (int i = 0; i < ps->n; i++)
+        if (ps->items[i].tensor->ndim == 2) fm_tensor_normal_(ps->items[i].tensor, 0, 0.2, &r);
+    if (llama) cut_heads(a, b, 2, 2, 1, 1);
+    else cut_heads(a, b, 1, 1, 1, 1);
+    int64_t ids[2 * 12];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 7 + 3) % c.vocab_size;
+    fm_tensor *x = ids_tensor(ids, 2, 12);
+    bool prev = fm_set_grad_enabled(false);
+    for (int fused = 0; fused < 2; fused++) {
+        fm_gpt_set_fusion(a, fused);
+        fm_gpt_set_fusion(b, fused);
+        fm_tensor *la = fm_gpt_forward(a, x, NULL, NULL), *lb = fm_gpt_forward(b, x, NULL, NULL);
+        CHECK_MSG(la && lb && rel_err(lb, la) < 1e-5, "%s fused %d: %d heads of 8 differ from the 4-head model with "
+                  "the cut heads' output zeroed (%g)", llama ? "llama" : "gpt2", fused, d.n_head,
+                  la && lb ? rel_err(lb, la) : -1.0);
+        fm_tensor_release_n(2, la, lb);
+    }
+    /* the KV cache (heads of head_dim) gives the full forward's logits */
+    fm_tensor *full = fm_gpt_forward(b, x, NULL, NULL);
+    fm_gpt_kv_cache *kc = fm_gpt_kv_cache_new(b, 2);
+    fm_tensor *x1 = fm_narrow(x, 1, 0, 5), *x2 = fm_narrow(x, 1, 5, 1), *x3 = fm_narrow(x, 1, 6, 6);
+    fm_tensor *c1 = fm_gpt_forward_cached(b, x1, kc), *c2 = fm_gpt_forward_cached(b, x2, kc);
+    fm_tensor *c3 = fm_gpt_forward_cached(b, x3, kc), *f3 = fm_narrow(full, 1, 6, 6);
+    CHECK(c1 && c2 && c3 && rel_err(c3, f3) < 1e-5);
+    fm_tensor_release_n(8, full, x1, x2, x3, c1, c2, c3, f3);
+    fm_gpt_kv_cache_free(kc);
+    fm_set_grad_enabled(prev);
+    /* training: the gradient flows (one step's loss is finite and backward succeeds) */
+    fm_tensor *y = NULL, *xx = NULL;
+    random_batch(2, 12, c.vocab_size, 3, &xx, &y);
+    fm_tensor *loss = NULL, *lg = fm_gpt_forward(b, xx, y, &loss);
+    CHECK(lg && loss && isfinite(fm_tensor_item(loss)) && fm_backward(loss, NULL, false) == FM_OK);
+    CHECK(param_named(b, "h.0.attn.qkv.weight") && param_named(b, "h.0.attn.qkv.weight")->grad);
+    fm_tensor_release_n(4, lg, loss, y, xx);
+    /* config.json keeps head_dim; a head_dim of 0 with heads that do not tile is refused */
+    char path[] = "/tmp/fathom_cfgXXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    fm_gpt_config e;
+    CHECK(fm_gpt_config_save(&d, path) == FM_OK && fm_gpt_config_load(path, &e) == FM_OK && e.head_dim == 8 &&
+          e.n_head == d.n_head && fm_gpt_head_dim(&e) == 8);
+    CHECK(fm_gpt_config_save(&c, path) == FM_OK && fm_gpt_config_load(path, &e) == FM_OK && e.head_dim == 0 &&
+          fm_gpt_head_dim(&e) == 8);
+    unlink(path);
+    if (!llama) { /* 3 heads do not tile 32 */
+        d.head_dim = 0;
+        CHECK(fm_gpt_new(&d, NULL) == NULL);
+        CHECK_ERR_CONTAINS("set head_dim");
+    }
+    d.head_dim = -2;
+    CHECK(fm_gpt_new(&d, NULL) == NULL);
+    CHECK_ERR_CONTAINS("head_dim -2");
+    fm_tensor_release(x);
+    fm_gpt_free(a);
+    fm_gpt_free(b);
+}
+
 int main(void) {
     test_vs_pytorch(FM_GPT_GPT2, "gpt2");
     test_vs_pytorch(FM_GPT_LLAMA, "llama");
@@ -734,6 +850,8 @@ int main(void) {
     test_generate(FM_GPT_LLAMA);
     test_token_file();
     test_config();
+    test_head_dim(FM_GPT_GPT2);
+    test_head_dim(FM_GPT_LLAMA);
     test_train_resume();
     test_checkpointing(FM_GPT_GPT2, FM_F32, true);
     test_checkpointing(FM_GPT_LLAMA, FM_F32, true);

@@ -44,7 +44,14 @@ typedef struct fm_gpt_config {
     fm_rope_scaling rope_scaling; /* Llama */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    /* Width of one attention head; 0: n_embd / n_head (which must then divide). Set when
+     * the heads do not tile n_embd: Hugging Face configs with their own head_dim (Mistral
+     * Nemo, Qwen3) and models whose heads were pruned (fathom prune --structured heads).
+     * The attention then works in n_head * head_dim columns and projects back to n_embd. */
+    int head_dim;
 } fm_gpt_config;
+/* The per-head width of a configuration: head_dim, or n_embd / n_head when it is 0. */
+FM_API int fm_gpt_head_dim(const fm_gpt_config *c);
 
 /* Defaults for an architecture (sizes of GPT-2 small / a small Llama). */
 FM_API fm_gpt_config fm_gpt_config_default(fm_gpt_arch arch);

@@ -55,6 +55,8 @@ fm_status fm_gpt_arch_parse(const char *s, fm_gpt_arch *out) {
 
 const char *fm_gpt_arch_name(fm_gpt_arch a) { return a == FM_GPT_LLAMA ? "llama" : "gpt2"; }
 
+int fm_gpt_head_dim(const fm_gpt_config *c) { return c->head_dim > 0 ? c->head_dim : c->n_head > 0 ? c->n_embd / c->n_head : 0; }
+
 fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
     if (!c) return fm_set_error(FM_ERR_INVALID, "gpt config is NULL");
     if (c->arch != FM_GPT_GPT2 && c->arch != FM_GPT_LLAMA)
@@ -65,15 +67,18 @@ fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
                             "gpt config: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d and "
                             "ffn_hidden %d must all be >= 1",
                             c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, c->ffn_hidden);
-    if (c->n_embd % c->n_head)
-        return fm_set_error(FM_ERR_INVALID, "gpt config: n_embd %d is not divisible by n_head %d", c->n_embd,
-                            c->n_head);
+    if (c->head_dim < 0 || c->head_dim > 4096)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: head_dim %d must be in [1, 4096] (or 0: n_embd / n_head)",
+                            c->head_dim);
+    if (!c->head_dim && c->n_embd % c->n_head)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: n_embd %d is not divisible by n_head %d (set head_dim for heads "
+                            "that do not tile n_embd)", c->n_embd, c->n_head);
     int kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
     if (kv < 1 || c->n_head % kv)
         return fm_set_error(FM_ERR_INVALID, "gpt config: n_kv_head %d must divide n_head %d", kv, c->n_head);
-    if (c->arch == FM_GPT_LLAMA && (c->n_embd / c->n_head) % 2)
+    if (c->arch == FM_GPT_LLAMA && fm_gpt_head_dim(c) % 2)
         return fm_set_error(FM_ERR_INVALID, "gpt config: rotary embeddings need an even head size, got %d",
-                            c->n_embd / c->n_head);
+                            fm_gpt_head_dim(c));
     if (!(c->dropout >= 0 && c->dropout < 1))
         return fm_set_error(FM_ERR_INVALID, "gpt config: dropout %g must be in [0, 1)", c->dropout);
     if (!(c->norm_eps > 0)) return fm_set_error(FM_ERR_INVALID, "gpt config: norm_eps %g must be > 0", c->norm_eps);
@@ -102,6 +107,7 @@ fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
     if (!j) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
     /* written only when set, so the files of tied, unscaled models stay as they were */
     if (c->untied_head) json_object_set_new(j, "untied_head", json_true());
+    if (c->head_dim > 0 && c->head_dim * c->n_head != c->n_embd) json_object_set_new(j, "head_dim", json_integer(c->head_dim));
     if (c->rope_scaling) {
         json_object_set_new(j, "rope_scaling", json_string(c->rope_scaling == FM_ROPE_LINEAR ? "linear" : "llama3"));
         json_object_set_new(j, "rope_factor", json_real(c->rope_factor));
@@ -139,12 +145,12 @@ fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
         return FM_ERR_FORMAT;
     }
     fm_status st = fm_gpt_arch_parse(arch, &c->arch);
-    int untied = 0, orig = 0;
+    int untied = 0, orig = 0, head_dim = 0;
     const char *scaling = NULL;
     double factor = 0, lo = 0, hi = 0;
-    if (!st && json_unpack_ex(j, &err, 0, "{s?b,s?s,s?F,s?F,s?F,s?i}", "untied_head", &untied, "rope_scaling", &scaling,
-                              "rope_factor", &factor, "rope_low_freq_factor", &lo, "rope_high_freq_factor", &hi,
-                              "rope_original_max_pos", &orig))
+    if (!st && json_unpack_ex(j, &err, 0, "{s?b,s?s,s?F,s?F,s?F,s?i,s?i}", "untied_head", &untied, "rope_scaling",
+                              &scaling, "rope_factor", &factor, "rope_low_freq_factor", &lo, "rope_high_freq_factor", &hi,
+                              "rope_original_max_pos", &orig, "head_dim", &head_dim))
         st = fm_set_error(FM_ERR_FORMAT, "%s: bad model config: %s", path, err.text);
     if (!st && scaling && strcmp(scaling, "linear") && strcmp(scaling, "llama3"))
         st = fm_set_error(FM_ERR_FORMAT, "%s: rope_scaling '%s' is not linear or llama3", path, scaling);
@@ -154,6 +160,7 @@ fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
     c->rope_low_freq_factor = lo;
     c->rope_high_freq_factor = hi;
     c->rope_original_max_pos = orig;
+    c->head_dim = head_dim;
     json_decref(j);
     if (st) return st;
     c->n_kv_head = kv > 0 ? kv : c->n_head;
@@ -197,7 +204,7 @@ static fm_status add_hf(fm_gpt *m, const char *name, fm_tensor *t, int64_t row0,
 static fm_status build_params(fm_gpt *m) {
     const fm_gpt_config *c = &m->cfg;
     const int C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head;
-    const int D = C / H, KV = m->n_kv;
+    const int D = fm_gpt_head_dim(c), KV = m->n_kv;
     const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
     char nm[128], hf[160];
     m->params.owns_tensors = true;
@@ -310,7 +317,7 @@ static double rope_inv_freq(const fm_gpt_config *c, double inv) {
 /* cos/sin tables [block, D] in the rotate-half layout (both halves repeat the
  * D/2 frequencies), as Hugging Face's Llama uses. */
 static fm_status build_rope(fm_gpt *m) {
-    const int T = m->cfg.block_size, D = m->cfg.n_embd / m->cfg.n_head;
+    const int T = m->cfg.block_size, D = fm_gpt_head_dim(&m->cfg);
     float *cs = malloc(sizeof(float) * (size_t)T * D), *sn = malloc(sizeof(float) * (size_t)T * D);
     if (!cs || !sn) { free(cs); free(sn); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
     for (int t = 0; t < T; t++)
@@ -872,7 +879,7 @@ fm_gpt_kv_cache *fm_gpt_kv_cache_new(const fm_gpt *m, int batch) {
     c->k = calloc((size_t)c->n_layer, sizeof *c->k);
     c->v = calloc((size_t)c->n_layer, sizeof *c->v);
     if (!c->k || !c->v) { fm_set_error(FM_ERR_OOM, "out of host memory"); fm_gpt_kv_cache_free(c); return NULL; }
-    int64_t shape[4] = {batch, m->n_kv, c->cap, m->cfg.n_embd / m->cfg.n_head};
+    int64_t shape[4] = {batch, m->n_kv, c->cap, fm_gpt_head_dim(&m->cfg)};
     fm_device dev = fm_tensor_device(m->wte); /* the cache lives with the model */
     for (int i = 0; i < c->n_layer; i++) {
         c->k[i] = fm_tensor_zeros(4, shape, FM_F32, dev);

@@ -32,7 +32,7 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
         fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding needs an f32 model on the CPU");
         return NULL;
     }
-    if (m->cfg.n_embd / m->cfg.n_head > 1024 ||
+    if (fm_gpt_head_dim(&m->cfg) > 1024 ||
         (m->cfg.arch == FM_GPT_LLAMA && (m->rope_cos->dtype != FM_F32 || !fm_tensor_is_contiguous(m->rope_cos) ||
                                          !fm_tensor_is_contiguous(m->rope_sin)))) {
         fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding: head size over 1024 or non-f32 RoPE tables");
@@ -47,7 +47,7 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
     p->n_layer = m->cfg.n_layer;
     p->H = m->cfg.n_head;
     p->KV = m->n_kv;
-    p->D = m->cfg.n_embd / m->cfg.n_head;
+    p->D = fm_gpt_head_dim(&m->cfg);
     p->BT = block_tokens;
     p->n_blocks = n_blocks;
     p->max_seqs = max_seqs;

@@ -25,7 +25,7 @@ typedef struct tp_slot {
 /* The split parameters of m (its full sizes from cfg); returns how many (<= 6 per layer + 2). */
 static int tp_slots(fm_gpt *m, tp_slot *out) {
     const fm_gpt_config *c = &m->cfg;
-    const int64_t D = c->n_embd / c->n_head, H = c->n_head, KV = m->n_kv, F = c->ffn_hidden;
+    const int64_t D = fm_gpt_head_dim(c), H = c->n_head, KV = m->n_kv, F = c->ffn_hidden;
     const bool llama = c->arch == FM_GPT_LLAMA;
     const fm_tp_split qkv = {0, 3, {H * D, KV * D, KV * D}}, cols_h = {1, 1, {H * D}};
     const fm_tp_split fc = llama ? (fm_tp_split){0, 2, {F, F}} : (fm_tp_split){0, 1, {F}}, cols_f = {1, 1, {F}};
@@ -269,7 +269,7 @@ int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp) {
     int64_t n = fm_gpt_config_num_params(c);
     if (tp <= 1 || n < 0) return n;
     const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
-    const int64_t C = c->n_embd, F = c->ffn_hidden, H = c->n_head, D = C / H, KV = llama ? c->n_kv_head : H;
+    const int64_t C = c->n_embd, F = c->ffn_hidden, H = c->n_head, D = fm_gpt_head_dim(c), KV = llama ? c->n_kv_head : H;
     int64_t split = (c->untied_head ? 2 : 1) * (int64_t)c->vocab_size * C +
                     c->n_layer * ((H + 2 * KV) * D * C + C * H * D + (llama ? 3 : 2) * F * C +
                                   (bias ? (H + 2 * KV) * D + F : 0));

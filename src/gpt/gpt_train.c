@@ -66,7 +66,7 @@ fm_gpt_train_opts fm_gpt_train_defaults(void) {
 int64_t fm_gpt_config_num_params(const fm_gpt_config *c) {
     if (!c || fm_gpt_config_validate(c)) return -1;
     const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
-    const int64_t C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head, D = C / H;
+    const int64_t C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head, D = fm_gpt_head_dim(c);
     const int64_t KV = llama ? c->n_kv_head : H;
     int64_t per = 2 * C                              /* ln_1, ln_2 */
                   + (H + 2 * KV) * D * C + C * H * D /* qkv, proj */

@@ -91,7 +91,7 @@ static const char *rope(gb *b, char *out, const char *x, int64_t D) {
 static const char *block(gb *b, char *out, const char *x, int i) {
     const fm_gpt *m = b->m;
     const gpt_layer *L = &m->layers[i];
-    const int64_t H = m->cfg.n_head, D = m->cfg.n_embd / m->cfg.n_head, F = m->cfg.ffn_hidden;
+    const int64_t H = m->cfg.n_head, D = fm_gpt_head_dim(&m->cfg), F = m->cfg.ffn_hidden;
     char n1[24], qkv[24], q[24], k[24], v[24], y[24], t[24], mg[24], h[24], r[24], n2[24], f[24], act[24], h2[24];
     char pk[32], pv[32], ok[32], ov[32];
     snprintf(pk, sizeof pk, "past_key.%d", i);
@@ -139,7 +139,7 @@ static const char *block(gb *b, char *out, const char *x, int i) {
 
 static fm_status declare(gb *b) {
     const fm_gpt *m = b->m;
-    const int64_t D = m->cfg.n_embd / m->cfg.n_head;
+    const int64_t D = fm_gpt_head_dim(&m->cfg);
     fm_status st = fm_graph_add_input(b->g, "tokens", FM_I64, 2, (int64_t[]){-1, -1}, (const char *[]){"batch", "seq"});
     for (int i = 0; st == FM_OK && i < m->cfg.n_layer; i++) {
         char pk[32], pv[32];
@@ -203,7 +203,7 @@ static double max_rel_diff(const fm_tensor *a, const fm_tensor *ref) {
 
 /* Empty caches [1, KV, 0, D] for every layer, in input order after the tokens. */
 static fm_status empty_past(const fm_gpt *m, fm_tensor **in) {
-    const int64_t D = m->cfg.n_embd / m->cfg.n_head;
+    const int64_t D = fm_gpt_head_dim(&m->cfg);
     for (int i = 0; i < 2 * m->cfg.n_layer; i++)
         if (!(in[1 + i] = fm_tensor_zeros(4, (int64_t[]){1, m->n_kv, 0, D}, FM_F32, FM_CPU))) return fm_last_status();
     return FM_OK;

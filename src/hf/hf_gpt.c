@@ -165,7 +165,7 @@ static json_t *gpt_config_json(const fm_gpt_config *c) {
     json_t *j = json_pack("{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type", "llama",
                           "architectures", "LlamaForCausalLM", "vocab_size", c->vocab_size, "hidden_size", c->n_embd,
                           "intermediate_size", c->ffn_hidden, "num_hidden_layers", c->n_layer, "num_attention_heads",
-                          c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->n_embd / c->n_head,
+                          c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", fm_gpt_head_dim(c),
                           "max_position_embeddings", c->block_size, "hidden_act", "silu", "rms_norm_eps", c->norm_eps,
                           "rope_theta", c->rope_theta, "tie_word_embeddings", !c->untied_head, "attention_bias", 0,
                           "mlp_bias", 0);
@@ -210,6 +210,10 @@ static fm_status add_zero_biases(const fm_gpt_config *c, const char *path) {
 
 fm_status fm_hf_gpt_save(const fm_gpt *m, const char *dir) {
     const fm_gpt_config *c = fm_gpt_get_config(m);
+    if (c->arch == FM_GPT_GPT2 && fm_gpt_head_dim(c) * c->n_head != c->n_embd)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Hugging Face export: this GPT-2 has %d heads of %d (head_dim set, e.g. by "
+                            "head pruning), which GPT2LMHeadModel cannot express (its heads tile n_embd %d)", c->n_head,
+                            fm_gpt_head_dim(c), c->n_embd);
     fm_dir_tx tx; /* written whole into DIR.tmp.PID, then one rename: never a half directory */
     fm_status st = fm_dir_begin(&tx, dir, false, "Hugging Face export");
     if (st) return st;
