@@ -610,6 +610,32 @@ static void test_loader_order(void) {
     o.batch_size = 64;
     CHECK(fm_dataloader_create(d, &o) == NULL);
     CHECK_ERR_CONTAINS("37 samples make no batch of 64 with drop_last");
+    /* a batch larger than the data set without drop_last is the whole set, whatever its size:
+     * n + bs - 1 (the issue's loader.c:397) and bs + 7 overflowed for a batch near 2^63, and
+     * the batch buffers were sized for bs rows, not the 37 there are */
+    for (int w = 0; w < 2; w++) {
+        fm_loader_options_init(&o);
+        o.workers = w;
+        o.shuffle = true;
+        o.batch_size = INT64_MAX;
+        fm_dataloader *big = fm_dataloader_create(d, &o);
+        CHECK(big && fm_dataloader_num_batches(big) == 1);
+        fm_batch bb;
+        int got = 0, rows_seen[LN] = {0};
+        while (big && fm_dataloader_next(big, &bb) == FM_OK && bb.x) {
+            CHECK(bb.size == LN && bb.x->shape[0] == LN);
+            for (int j = 0; j < LN && bb.size == LN; j++) {
+                int64_t v = ((int64_t *)fm_tensor_data(bb.y))[j];
+                if (v >= 0 && v < LN) rows_seen[v]++;
+            }
+            got++;
+        }
+        CHECK(got == 1);
+        for (int i = 0; i < LN; i++) CHECK(rows_seen[i] == 1);
+        fm_dataloader_free(big);
+    }
+    fm_loader_options_init(&o);
+    o.batch_size = LBS;
     aug_options(&o, 0);
     o.transforms.normalize_channels = 3;
     CHECK(fm_dataloader_create(d, &o) == NULL);

@@ -56,6 +56,7 @@ struct fm_dataloader {
     fm_dataset *ds;
     fm_loader_options opt;
     int64_t n, nb, bs;
+    int64_t rows; /* rows a batch buffer holds: bs, or n when the batch is larger than the data set */
     int64_t sample_numel; /* elements of X per sample */
     size_t x_es, y_es;
     /* image geometry for the transforms: C planes of H x W (plane = H * W) */
@@ -308,9 +309,9 @@ static fm_status alloc_slot(fm_dataloader *l, slot *s) {
     fm_tensor *x = fm_dataset_x(l->ds), *y = fm_dataset_y(l->ds);
     int64_t shape[FM_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
-    shape[0] = l->bs;
+    shape[0] = l->rows;
     fm_tensor *nx = fm_tensor_empty(x->ndim, shape, x->dtype, FM_CPU);
-    fm_tensor *ny = y ? fm_tensor_empty(1, &l->bs, y->dtype, FM_CPU) : NULL;
+    fm_tensor *ny = y ? fm_tensor_empty(1, &l->rows, y->dtype, FM_CPU) : NULL;
     if (!nx || (y && !ny)) {
         fm_tensor_release(nx);
         fm_tensor_release(ny);
@@ -424,6 +425,7 @@ fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt)
     l->n = n;
     l->nb = nb;
     l->bs = opt->batch_size;
+    l->rows = l->bs < n ? l->bs : n; /* a batch never holds more than the data set */
     l->C = C;
     l->H = H;
     l->W = W;
@@ -442,7 +444,7 @@ fm_dataloader *fm_dataloader_create(fm_dataset *d, const fm_loader_options *opt)
     if (opt->workers > 0 && l->nslots < 2) l->nslots = 2;
     /* about 8 chunks a batch: small enough that a consumer finishing a batch
      * itself never waits long for a worker's chunk, large enough to be cheap */
-    l->chunk = (l->bs + 7) / 8;
+    l->chunk = (l->rows + 7) / 8;
     l->priority = LOADER_PRIO_IDLE;
     const char *pe = getenv("FATHOM_LOADER_PRIORITY");
     if (pe && !strcmp(pe, "normal")) l->priority = LOADER_PRIO_NORMAL;
@@ -524,8 +526,8 @@ static fm_status release_held(fm_dataloader *l) {
         l->reallocs++;
     } else {
         /* restore the full-batch shape a short last batch may have left */
-        s->x->shape[0] = l->bs;
-        if (s->y) s->y->shape[0] = l->bs;
+        s->x->shape[0] = l->rows;
+        if (s->y) s->y->shape[0] = l->rows;
     }
     s->state = SLOT_FREE;
     l->held = -1;
