@@ -196,6 +196,20 @@ static void test_bad_files(void) {
     expect_bad("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
                " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "duplicate");
     expect_bad("{\"__metadata__\": {\"k\": 1}}", 0, "not a string");
+    /* metadata read, then a tensor refused: the metadata is freed and the list left empty
+     * (it leaked: the issue's train.c:555; the sanitizer build's leak check sees it) */
+    {
+        char mp[300];
+        snprintf(mp, sizeof mp, "%s/meta_bad.safetensors", dir);
+        write_raw(mp, "{\"__metadata__\": {\"format\": \"pt\", \"step\": \"3\"},"
+                      " \"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 8);
+        fm_kv_list meta = {0};
+        fm_named_list ml;
+        CHECK(fm_safetensors_load(mp, &ml, &meta) == FM_ERR_FORMAT);
+        CHECK_ERR_CONTAINS("needs 12 bytes");
+        CHECK(meta.n == 0 && fm_kv_get(&meta, "format") == NULL);
+        fm_kv_free(&meta); /* harmless on the emptied list */
+    }
 
     /* a real file truncated by a few bytes */
     fm_tensor *t = fm_tensor_ones(1, (int64_t[]){16}, FM_F32, FM_CPU);

@@ -92,7 +92,7 @@ static void svg_printf(canvas *c, const char *fmt, ...) {
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int k = vsnprintf(c->s + c->n, c->cap - c->n, fmt, ap);
+        int k = vsnprintf(c->s ? c->s + c->n : NULL, c->cap - c->n, fmt, ap); /* NULL + 0 is undefined */
         va_end(ap);
         if (k < 0) { c->oom = true; return; }
         if (c->n + (size_t)k < c->cap) { c->n += (size_t)k; return; }
