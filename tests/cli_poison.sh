@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Never save poison: a run whose weights become non-finite, whose validation
-# loss becomes NaN, or whose loss explodes (divergence_factor) stops with an
-# error naming the last good checkpoint, and that checkpoint (and every other
-# file in the output directory) is left exactly as it was.
+# Never save poison: a run whose weights or optimizer moments become non-finite,
+# whose validation loss becomes NaN, or whose loss explodes (divergence_factor,
+# configurable, 0 = off) stops with an error naming the last good checkpoint, and
+# that checkpoint (and every other file in the output directory) is left exactly
+# as it was. Each case is checked for both trainers (plain and GPT recipes), the
+# validation loss for GPT only (the plain trainer evaluates after its last
+# checkpoint). eval, predict and generate refuse weights holding NaN.
 # Usage: bash tests/cli_poison.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_poison.sh FATHOM_BIN}
@@ -25,10 +28,42 @@ open(f"{d}/train-images", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 64, 8,
 open(f"{d}/train-labels", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 64) + labs)
 open(f"{d}/corpus.txt", "w").write("in the beginning god created the heaven and the earth\n" * 40)
 PY
-plain() { # FILE EXTRA-TRAIN-LINES
+plain() { # FILE EXTRA-TRAIN-LINES [OPTIMIZER]
   printf '[data]\ndataset = idx\ntrain_images = %s/train-images\ntrain_labels = %s/train-labels\n' "$tmp" "$tmp" > "$1"
   printf '[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 4\n[train]\nepochs = 2\nbatch = 16\nseed = 1\n%s\n' "$2" >> "$1"
-  printf '[optimizer]\nname = sgd\nlr = 0.01\n' >> "$1"
+  printf '[optimizer]\nname = %s\nlr = 0.01\n' "${3:-sgd}" >> "$1"
+}
+# finite OUT: every committed checkpoint's model and optimizer state hold finite values only
+finite() {
+  python3 - "$1" <<'PY'
+import json, struct, sys, glob, math, array
+for f in glob.glob(sys.argv[1] + "/ckpt/step-*/*.safetensors"):
+    b = open(f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
+    for k, v in h.items():
+        if k == "__metadata__" or v["dtype"] != "F32": continue
+        a = array.array("f"); a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
+        assert all(math.isfinite(x) for x in a), (f, k)
+PY
+}
+# poke CKPT TENSOR VALUE: one value of the checkpoint's train_state.safetensors becomes VALUE
+# (a new file, not through the hard links), and the MANIFEST is rewritten to match, so that
+# the checkpoint is complete and resumes: only the finiteness check can stop it.
+poke() {
+  python3 - "$@" <<'PY'
+import json, os, struct, sys, zlib
+d, name, val = sys.argv[1], sys.argv[2], float(sys.argv[3])
+p = os.path.join(d, "train_state.safetensors")
+b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+o = 8 + n + h[name]["data_offsets"][0]; b[o:o + 4] = struct.pack("<f", val)
+os.unlink(p); open(p, "wb").write(b)
+m = []
+for l in open(os.path.join(d, "MANIFEST")).read().splitlines():
+    if l.startswith("file "):
+        f = l.split()[1]; c = open(os.path.join(d, f), "rb").read()
+        l = "file %s %d %08x" % (f, len(c), zlib.crc32(c) & 0xffffffff)
+    m.append(l)
+open(os.path.join(d, "MANIFEST"), "w").write("\n".join(m) + "\n")
+PY
 }
 
 # ---- plain: weights that overflow to inf are refused at the checkpoint (divergence check off) ----
@@ -37,20 +72,51 @@ divergence_factor = 0"
 "$bin" train "$tmp/p.ini" --out "$tmp/p" --no-eval --max-steps 2 > /dev/null 2>&1 || bad "plain: the good run failed"
 before=$(snapshot "$tmp/p")
 out=$("$bin" train "$tmp/p.ini" --resume "$tmp/p" --no-eval --lr 1e300 2>&1); rc=$?
-[[ $rc -eq 1 && $out == *"became non-finite"* && $out == *"The last good checkpoint (step 2) in $tmp/p/ckpt is untouched"* ]] \
+[[ $rc -eq 1 && $out == *"weight '"*"' became non-finite"* && $out == *"The last good checkpoint (step 2) in $tmp/p/ckpt is untouched"* ]] \
   && echo "ok: plain: non-finite weights stop the run" || bad "plain inf weights: exit $rc: $out"
 [[ "$(snapshot "$tmp/p")" == "$before" ]] && echo "ok: plain: the output directory is unchanged" || bad "plain: files changed"
 
 # ---- plain: a loss that explodes over its running minimum (default divergence_factor 1e3) ----
 plain "$tmp/d.ini" "checkpoint_every = 1"
 "$bin" train "$tmp/d.ini" --out "$tmp/d" --no-eval --max-steps 2 > /dev/null 2>&1 || bad "divergence: the good run failed"
+cp -r "$tmp/d" "$tmp/d-good"
 before=$(snapshot "$tmp/d")
 out=$("$bin" train "$tmp/d.ini" --resume "$tmp/d" --no-eval --lr 1e6 2>&1); rc=$?
-[[ $rc -eq 1 && $out == *"training stopped"* && $out == *"last good checkpoint (step "* ]] \
+[[ $rc -eq 1 && $out == *"the loss diverged: "*" is over 1000 x its running minimum"*"(divergence_factor)"* &&
+   $out == *"training stopped"* && $out == *"last good checkpoint (step "* ]] \
   && echo "ok: plain: divergence stops the run" || bad "plain divergence: exit $rc: $out"
 # checkpoints it committed before the loss exploded are finite ones; the one it resumed from is untouched
 [[ "$(snapshot "$tmp/d" | grep ckpt/step-00000002/)" == "$(echo "$before" | grep ckpt/step-00000002/)" ]] \
   || bad "divergence: the checkpoint the run resumed from changed"
+
+# the limit is the recipe's: at lr 10 the loss rises about 10x (1.47 -> 15.7) in one step,
+# which divergence_factor = 10 stops and the default 1e3 lets run to the end; 0 turns it off
+for f in 10 1000 0; do
+  plain "$tmp/d$f.ini" "checkpoint_every = 1
+divergence_factor = $f"
+  rm -rf "$tmp/d$f" && cp -r "$tmp/d-good" "$tmp/d$f"
+  out=$("$bin" train "$tmp/d$f.ini" --resume "$tmp/d$f" --no-eval --lr 10 2>&1); rc=$?
+  if [ "$f" = 10 ]; then
+    [[ $rc -eq 1 && $out == *"is over 10 x its running minimum"*"(divergence_factor)"* ]] \
+      && echo "ok: plain: divergence_factor = 10 stops a 10x rise" || bad "plain divergence_factor 10: exit $rc: $out"
+  else
+    [[ $rc -eq 0 && $out != *diverged* ]] && echo "ok: plain: divergence_factor = $f lets a 10x rise run" \
+      || bad "plain divergence_factor $f: exit $rc: $out"
+  fi
+done
+
+# ---- plain: a non-finite optimizer moment (Adam's exp_avg_sq = inf leaves the weights finite:
+# the update is m / sqrt(inf) = 0) is refused before the next checkpoint is committed ----
+plain "$tmp/a.ini" "checkpoint_every = 1" adam
+"$bin" train "$tmp/a.ini" --out "$tmp/a" --no-eval --max-steps 2 > /dev/null 2>&1 || bad "plain adam: the good run failed"
+poke "$tmp/a/ckpt/step-00000002" 1.weight.exp_avg_sq inf
+before=$(snapshot "$tmp/a/ckpt")  # (OUT/NAME are re-linked to the checkpoint resumed from)
+out=$("$bin" train "$tmp/a.ini" --resume "$tmp/a" --no-eval 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"optimizer state '1.weight.exp_avg_sq' became non-finite"* &&
+   $out == *"The last good checkpoint (step 2) in $tmp/a/ckpt is untouched"* ]] \
+  && echo "ok: plain: a non-finite optimizer moment stops the run" || bad "plain inf moment: exit $rc: $out"
+[[ "$(snapshot "$tmp/a/ckpt")" == "$before" ]] && echo "ok: plain: no checkpoint with the inf moment was written" \
+  || bad "plain inf moment: files changed"
 
 # ---- GPT: AdamW at lr 1e3 explodes (the issue saw a loss of 1e17 pass) ----
 gpt() { # FILE LR
@@ -60,26 +126,73 @@ gpt() { # FILE LR
 }
 gpt "$tmp/g.ini" 1e-3
 "$bin" train "$tmp/g.ini" --out "$tmp/g" --stop-after 2 --quiet > /dev/null 2>&1 || bad "gpt: the good run failed"
+cp -r "$tmp/g" "$tmp/g-good"
 before=$(snapshot "$tmp/g")
 gpt "$tmp/g-big.ini" 1e3
 out=$("$bin" train "$tmp/g-big.ini" --out "$tmp/g" --resume --quiet 2>&1); rc=$?
-[[ $rc -eq 1 && $out == *"training stopped"* && $out == *"last good checkpoint (step "*") in $tmp/g/ckpt is untouched"* ]] \
+[[ $rc -eq 1 && $out == *"the loss diverged: "*" is over 1000 x its running minimum"*"(divergence_factor)"* &&
+   $out == *"training stopped"* && $out == *"last good checkpoint (step "*") in $tmp/g/ckpt is untouched"* ]] \
   && echo "ok: gpt: an exploding loss stops the run" || bad "gpt lr 1e3: exit $rc: $out"
 # checkpoints committed by this run before it stopped are complete and finite; the
 # step-2 one it started from is untouched
 [[ "$(sha256sum < "$tmp/g/ckpt/step-00000002/model.safetensors")" == \
    "$(echo "$before" | grep './ckpt/step-00000002/model.safetensors' | cut -d' ' -f1)  -" ]] \
   || bad "gpt: the checkpoint the run resumed from changed"
-python3 - "$tmp/g" <<'PY' || bad "gpt: a committed checkpoint holds non-finite weights"
-import json, struct, sys, glob, math, array
-for f in glob.glob(sys.argv[1] + "/ckpt/step-*/model.safetensors"):
-    b = open(f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        a = array.array("f"); a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
-        assert all(math.isfinite(x) for x in a), (f, k)
-PY
-echo "$out" | grep -q "became\|diverged" || bad "gpt: the message does not say what went wrong: $out"
+finite "$tmp/g" || bad "gpt: a committed checkpoint holds non-finite weights"
+
+# the same run with the divergence check off: at lr 1e3 the weights become non-finite
+# (eval off), and the checkpoint check refuses them
+gpt "$tmp/g-nf.ini" 1e3
+echo "divergence_factor = 0" >> "$tmp/g-nf.ini"
+rm -rf "$tmp/g-nf" && cp -r "$tmp/g-good" "$tmp/g-nf"
+before=$(snapshot "$tmp/g-nf/ckpt")
+out=$("$bin" train "$tmp/g-nf.ini" --out "$tmp/g-nf" --resume --quiet --no-eval 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"weight '"*"' became non-finite"* && $out == *"last good checkpoint (step "*") in $tmp/g-nf/ckpt is untouched"* ]] \
+  && echo "ok: gpt: non-finite weights stop the run" || bad "gpt inf weights: exit $rc: $out"
+# the checkpoint the message names exists, and every committed one (this run's too) is finite
+good=$(echo "$out" | sed -n 's/.*last good checkpoint (step \([0-9]*\)).*/\1/p')
+[[ -n $good && -f "$tmp/g-nf/ckpt/step-$(printf %08d "$good")/MANIFEST" ]] || bad "gpt inf weights: no checkpoint step $good"
+finite "$tmp/g-nf" || bad "gpt inf weights: a committed checkpoint holds non-finite weights"
+
+# ---- GPT: a non-finite validation loss stops the run before the checkpoint of that step ----
+# (lr 1e30: the first update leaves weights whose validation loss is NaN; validation runs
+# after each step and before its checkpoint)
+gpt "$tmp/g-val.ini" 1e30
+rm -rf "$tmp/g-val" && cp -r "$tmp/g-good" "$tmp/g-val"
+before=$(snapshot "$tmp/g-val")
+out=$("$bin" train "$tmp/g-val.ini" --out "$tmp/g-val" --resume --quiet 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"the validation loss became "*"nan"* && $out == *"training stopped"* &&
+   $out == *"The last good checkpoint (step 2) in $tmp/g-val/ckpt is untouched"* ]] \
+  && echo "ok: gpt: a non-finite validation loss stops the run" || bad "gpt NaN validation loss: exit $rc: $out"
+[[ "$(snapshot "$tmp/g-val")" == "$before" ]] && echo "ok: gpt: after a NaN validation loss every file is unchanged" \
+  || bad "gpt NaN validation loss: files changed"
+
+# ---- GPT: the divergence limit is the recipe's (lr 10: the loss rises about 80x over its
+# minimum within a few steps: stopped by divergence_factor = 10, not by the default 1e3) ----
+for f in 10 1000; do
+  gpt "$tmp/g$f.ini" 10
+  echo "divergence_factor = $f" >> "$tmp/g$f.ini"
+  rm -rf "$tmp/g$f" && cp -r "$tmp/g-good" "$tmp/g$f"
+  out=$("$bin" train "$tmp/g$f.ini" --out "$tmp/g$f" --resume --quiet 2>&1); rc=$?
+  if [ "$f" = 10 ]; then
+    [[ $rc -eq 1 && $out == *"the loss diverged: "*" is over 10 x its running minimum"*"(divergence_factor)"* ]] \
+      && echo "ok: gpt: divergence_factor = 10 stops the run" || bad "gpt divergence_factor 10: exit $rc: $out"
+  else
+    [[ $rc -eq 0 && $out != *diverged* ]] && echo "ok: gpt: divergence_factor = 1000 lets it run" \
+      || bad "gpt divergence_factor 1000: exit $rc: $out"
+  fi
+done
+
+# ---- GPT: a non-finite AdamW moment is refused before the next checkpoint is committed ----
+rm -rf "$tmp/g-m" && cp -r "$tmp/g-good" "$tmp/g-m"
+poke "$tmp/g-m/ckpt/step-00000002" wte.weight.exp_avg_sq inf
+before=$(snapshot "$tmp/g-m/ckpt")
+out=$("$bin" train "$tmp/g.ini" --out "$tmp/g-m" --resume --quiet 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"optimizer state 'wte.weight.exp_avg_sq' became non-finite"* &&
+   $out == *"The last good checkpoint (step 2) in $tmp/g-m/ckpt is untouched"* ]] \
+  && echo "ok: gpt: a non-finite AdamW moment stops the run" || bad "gpt inf moment: exit $rc: $out"
+[[ "$(snapshot "$tmp/g-m/ckpt")" == "$before" ]] && echo "ok: gpt: no checkpoint with the inf moment was written" \
+  || bad "gpt inf moment: files changed"
 
 # ---- a model file with NaN weights (not written by fathom's trainers) is refused by eval and generate ----
 nanify() { # DIR: the first tensor's first value becomes NaN (a new file, not through the hard links)
@@ -94,6 +207,8 @@ PY
 cp -r "$tmp/p" "$tmp/p-nan" && nanify "$tmp/p-nan"
 out=$("$bin" eval "$tmp/p-nan" --data "$tmp" 2>&1); rc=$?
 [[ $rc -ne 0 && $out == *"holds NaN or inf values"* ]] && echo "ok: eval refuses NaN weights" || bad "eval of NaN weights: exit $rc: $out"
+out=$("$bin" predict "$tmp/p-nan" "$tmp/train-images" 2>&1); rc=$?
+[[ $rc -ne 0 && $out == *"holds NaN or inf values"* ]] && echo "ok: predict refuses NaN weights" || bad "predict of NaN weights: exit $rc: $out"
 mkdir "$tmp/g-nan" && cp "$tmp/g"/{config.json,tokenizer.txt,model.safetensors} "$tmp/g-nan/" && nanify "$tmp/g-nan"
 out=$("$bin" generate "$tmp/g-nan" --prompt "in the" --tokens 4 2>&1); rc=$?
 [[ $rc -ne 0 && $out == *"holds NaN or inf values"* ]] && echo "ok: generate refuses NaN weights" || bad "generate of NaN weights: exit $rc: $out"
