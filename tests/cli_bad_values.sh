@@ -178,6 +178,20 @@ for v in wirte:3 write:0 rename:2:explode; do
   refuse FATHOM_FAULT "'$v'" -- env FATHOM_FAULT="$v" "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
 done
 refuse FATHOM_TEST_FAIL_WRITE_AFTER "'lots'" -- env FATHOM_TEST_FAIL_WRITE_AFTER=lots "$bin" train "$tmp/ok.ini" --out "$tmp/p-out"
+# not a bad value, but the same promise: the plain trainer's out-of-memory advice names
+# only what it takes (the allocator's names the GPT trainer's --checkpointing, --precision
+# and --memory-limit, which `fathom train` on a plain recipe refuses). Every limit from
+# 20 to 40 KiB: data loading, the loader's buffers and backward each run out somewhere.
+ooms=0
+for k in $(seq 20 2 40); do
+  out=$(env FATHOM_MEMORY_LIMIT=${k}K "$bin" train "$tmp/ok.ini" --out "$tmp/oom-out" --no-eval 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && continue
+  ooms=$((ooms + 1))
+  [[ $rc -eq 1 && $out == *"out of memory"*"(try a smaller --batch, or a larger FATHOM_MEMORY_LIMIT)"* &&
+     $out != *--checkpointing* && $out != *--precision* && $out != *--memory-limit* ]] ||
+    bad "FATHOM_MEMORY_LIMIT=${k}K: exit $rc, advice not the plain trainer's: $out"
+done
+((ooms > 0)) || bad "no FATHOM_MEMORY_LIMIT from 20 to 40 KiB ran out of memory: the advice was not checked"
 
 # ---- file headers: a dtype that disagrees with the model or the data, a directory, a truncated file, a graph's meta ----
 "$bin" train "$tmp/ok.ini" --out "$tmp/m" --no-eval > /dev/null 2>&1 || bad "training the header fixture failed"

@@ -11,14 +11,23 @@
 set -uo pipefail
 bin=$(realpath "${1:?usage: cli_disk_full.sh FATHOM_BIN}")
 if [[ ${FATHOM_IN_NS:-} != 1 ]]; then
-  command -v unshare > /dev/null || { echo "skipped: no unshare"; exit 77; }
-  unshare -m --propagation private true 2> /dev/null || { echo "skipped: cannot make a mount namespace (needs root)"; exit 77; }
+  # a skip says why: what failed, the tool's own words, and what would make it run
+  command -v unshare > /dev/null ||
+    { echo "SKIP: cli_disk_full: no unshare on PATH (util-linux) to make a private mount namespace for the tmpfs"; exit 77; }
+  if ! why=$(unshare -m --propagation private true 2>&1); then
+    echo "SKIP: cli_disk_full: cannot make a mount namespace for the tmpfs (unshare -m as uid $(id -u): ${why:-no message});" \
+         "it needs root or CAP_SYS_ADMIN (a container started without it cannot)"
+    exit 77
+  fi
   FATHOM_IN_NS=1 exec unshare -m --propagation private bash "$0" "$bin"
 fi
 tmp=$(mktemp -d /tmp/fathom_full.XXXXXX)
 trap 'umount "$tmp/disk" 2> /dev/null; rm -rf "$tmp"' EXIT
 mkdir "$tmp/disk"
-mount -t tmpfs -o size=640k tmpfs "$tmp/disk" 2> /dev/null || { echo "skipped: cannot mount a tmpfs"; exit 77; }
+if ! why=$(mount -t tmpfs -o size=640k tmpfs "$tmp/disk" 2>&1); then
+  echo "SKIP: cli_disk_full: cannot mount a 640 KiB tmpfs in the mount namespace (mount as uid $(id -u): ${why:-no message})"
+  exit 77
+fi
 fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
