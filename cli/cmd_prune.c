@@ -11,7 +11,7 @@
 #include "fathom/prune.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom prune MODEL_DIR --sparsity S -o OUT_DIR [--structured channels] [--global|--per-layer]\n"
+    fprintf(f, "usage: fathom prune MODEL_DIR --sparsity S -o OUT_DIR [--structured channels|heads] [--global|--per-layer]\n"
                "                    [--finetune STEPS] [--lr LR] [--batch N] [--seed N] [--threads N] [--quiet]\n\n"
                "Prunes a model trained by `fathom train` and writes a new model directory.\n\n"
                "  --sparsity S           fraction to remove, in [0, 1)\n"
@@ -19,16 +19,21 @@ static void usage(FILE *f) {
                "                         layer's inputs, and batch norms) shrink, so the model runs faster\n"
                "                         (default: unstructured, the smallest weights set to zero and kept zero\n"
                "                         by masks saved with the model)\n"
+               "                         (a GPT: the MLP neurons of every block)\n"
+               "  --structured heads     a GPT's attention heads (with grouped-query attention, whole kv groups):\n"
+               "                         S of the heads of every block go, the weakest by their value-to-output map\n"
                "  --global               one ranking over all layers (default for unstructured)\n"
                "  --per-layer            S of every layer (default for --structured)\n"
                "  --finetune STEPS       then train STEPS optimizer steps on the recipe's data (masks kept);\n"
                "                         the output directory can be resumed with `fathom train --resume`\n"
+               "                         (a GPT: on its directory's tokens.bin, with the GPT trainer)\n"
                "  --lr, --batch, --seed, --threads   fine-tuning overrides of the recipe\n"
                "  --quiet                no training progress\n");
 }
 
-static void print_report(const fm_prune_report *r, bool structured) {
-    printf("%-34s %12s %12s %8s\n", "layer", structured ? "channels" : "nonzero", "after", "kept");
+static void print_report(const fm_prune_report *r, fm_prune_kind kind) {
+    printf("%-34s %12s %12s %8s\n", "layer", kind == FM_PRUNE_HEADS ? "heads" : kind ? "channels" : "nonzero", "after",
+           "kept");
     for (int i = 0; i < r->n_layers; i++) {
         const fm_prune_layer_report *l = &r->layers[i];
         printf("%-34s %12lld %12lld %7.1f%%\n", l->name, (long long)l->before, (long long)l->after,
@@ -65,8 +70,8 @@ static int parse_args(int argc, char **argv, const char **in, const char **out, 
         } else if (!strcmp(a, "--structured")) {
             i++;
             if (!strcmp(v, "channels")) o->kind = FM_PRUNE_CHANNELS;
-            else if (!strcmp(v, "heads")) { fm_cli_error("prune: --structured heads (GPT attention heads) is not built yet; prune classifiers with --structured channels"); return 2; }
-            else { fm_cli_error("prune: --structured takes 'channels', got '%s'", v); return 2; }
+            else if (!strcmp(v, "heads")) o->kind = FM_PRUNE_HEADS;
+            else { fm_cli_error("prune: --structured takes 'channels' or 'heads', got '%s'", v); return 2; }
         } else if (!strcmp(a, "--finetune")) { if (!fm_cli_parse_int("prune", a, v, 0, steps)) return 2; i++; }
         else if (!strcmp(a, "--batch")) { if (!fm_cli_parse_int_range("prune", a, v, 1, 1 << 20, &n)) return 2; to->batch_size = n; i++; }
         else if (!strcmp(a, "--seed")) { if (!fm_cli_parse_int("prune", a, v, 0, &n)) return 2; to->seed = n; i++; }
@@ -112,9 +117,11 @@ int fm_cmd_prune(int argc, char **argv) {
         fm_train_result_free(&tr);
         return 1;
     }
-    print_report(&rep, o.kind == FM_PRUNE_CHANNELS);
+    print_report(&rep, o.kind);
     if (steps > 0 && tr.test_accuracy >= 0)
         printf("fine-tuned %lld steps: test accuracy %.2f%%, test loss %.4f\n", steps, 100 * tr.test_accuracy, tr.test_loss);
+    else if (steps > 0) /* a GPT: its validation loss */
+        printf("fine-tuned %lld steps: validation loss %.4f\n", steps, tr.test_loss);
     printf("%s -> %s\n", in, out);
     fm_train_result_free(&tr);
     return 0;

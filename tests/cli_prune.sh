@@ -4,9 +4,12 @@
 # model whose recipe names the new sizes); the results run through eval,
 # predict and compile (the compiled graph gives the pruned model's accuracy),
 # fine-tuning keeps the masks and a later `train --resume` too; bad input
-# (sparsity outside [0, 1), -o over the input or over files, a GPT directory,
-# heads, no -o) is refused with its reason, exit 2 for usage, and nothing is
-# written.
+# (sparsity outside [0, 1), -o over the input or over files, a broken GPT
+# directory, heads of a classifier, no -o) is refused with its reason, exit 2 for
+# usage, and nothing is written. GPT directories (GPT-2 and a Llama with grouped-
+# query attention) lose half their heads or MLP neurons: the smaller model
+# generates, compiles to a graph that generates the same greedy text, fine-tunes
+# with the GPT trainer and resumes; what a GPT cannot take is refused.
 # Usage: bash tests/cli_prune.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_prune.sh FATHOM_BIN}
@@ -27,7 +30,7 @@ expect 2 "--sparsity S is required" "$bin" prune "$tmp/cnn" -o "$tmp/x"
 for s in 1 1.0 -0.1 nan abc 2; do
   expect 2 "fraction in [0, 1)" "$bin" prune "$tmp/cnn" --sparsity "$s" -o "$tmp/x"
 done
-expect 2 "not built yet" "$bin" prune "$tmp/cnn" --sparsity 0.5 --structured heads -o "$tmp/x"
+expect 1 "prunes the attention heads of a GPT" "$bin" prune "$tmp/cnn" --sparsity 0.5 --structured heads -o "$tmp/x"
 expect 2 "takes 'channels'" "$bin" prune "$tmp/cnn" --sparsity 0.5 --structured rows -o "$tmp/x"
 expect 2 "unknown option" "$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/x" --sparsty 3
 expect 1 "is the input model" "$bin" prune "$tmp/cnn" --sparsity 0.5 -o "$tmp/cnn"
@@ -82,5 +85,40 @@ for k in m:
     assert (w[k][m[k] == 1] != w0[k][m[k] == 1]).mean() > 0.5, k
 PY
 case $rc in 0) ok "after fine-tuning and resume: masked weights zero, the rest trained";; *) if $py -c "import safetensors" 2>/dev/null; then bad "masks after resume"; else echo "skip: no safetensors module"; fi;; esac
+
+# ---- GPT: heads and MLP neurons ----
+cli_tiny_gpt "$tmp/gpt2" 60 "And the LORD spake unto Moses, saying, Speak unto the children of Israel"
+sed -e 's/n_head = 2/n_head = 4/' -e 's/arch = gpt2/arch = llama\nn_kv_head = 2/' -e "s|^steps = 3|steps = 3|" "$tmp/tiny.ini" > "$tmp/llama.ini"
+"$bin" train "$tmp/llama.ini" --out "$tmp/llama" --quiet > /dev/null 2> "$tmp/ltrain.err" || { echo "training the Llama failed"; cat "$tmp/ltrain.err"; exit 1; }
+for m in gpt2 llama; do
+  out=$("$bin" prune "$tmp/$m" --sparsity 0.5 --structured heads -o "$tmp/$m-h" 2>&1) && ok "$m: heads pruned" || bad "$m heads: $out"
+  [[ $out == *"attention heads"* && $out == *"parameters: "* ]] && ok "$m: head report" || bad "$m head report: $out"
+  want=$([[ $m == gpt2 ]] && echo '1 1 16' || echo '2 1 8')
+  got=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['n_head'], c['n_kv_head'], c['head_dim'])" "$tmp/$m-h/config.json")
+  [[ $got == "$want" ]] && ok "$m: config n_head n_kv_head head_dim = $got" || bad "$m: config $got, want $want"
+  expect 0 "" "$bin" prune "$tmp/$m" --sparsity 0.5 --structured channels -o "$tmp/$m-c"
+  python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['ffn_hidden']==32" "$tmp/$m-c/config.json" \
+    && ok "$m: ffn_hidden 64 -> 32" || bad "$m: ffn_hidden"
+  cmp -s "$tmp/$m/tokenizer.txt" "$tmp/$m-h/tokenizer.txt" && ok "$m: tokenizer kept" || bad "$m: tokenizer"
+  for v in h c; do
+    expect 0 "" "$bin" compile "$tmp/$m-$v" -o "$tmp/$m-$v.graph"
+    a=$("$bin" generate "$tmp/$m-$v" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
+    b=$("$bin" generate "$tmp/$m-$v.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
+    [[ -n $a && $a == "$b" ]] && ok "$m-$v: the compiled pruned GPT gives its greedy text" || bad "$m-$v generate: '$a' vs '$b'"
+  done
+done
+out=$("$bin" prune "$tmp/gpt2" --sparsity 0.5 --structured heads --finetune 4 --batch 2 --seed 3 --quiet -o "$tmp/gpt2-ft" 2>&1) \
+  && ok "GPT prune --finetune" || bad "GPT finetune: $out"
+[[ $out == *"fine-tuned 4 steps: validation loss"* ]] && ok "GPT fine-tuning reports its validation loss" || bad "GPT finetune output: $out"
+! cmp -s "$tmp/gpt2-h/model.safetensors" "$tmp/gpt2-ft/model.safetensors" && ok "fine-tuning changed the pruned weights" || bad "fine-tuning changed nothing"
+# resuming takes a recipe of the pruned shape (head_dim is a recipe key); the original's is refused
+expect 1 "has shape" "$bin" train "$tmp/tiny.ini" --resume "$tmp/gpt2-ft" --steps 6 --quiet
+sed -e 's/n_head = 2/n_head = 1\nhead_dim = 16/' "$tmp/tiny.ini" > "$tmp/tiny-h.ini"
+expect 0 "" "$bin" train "$tmp/tiny-h.ini" --resume "$tmp/gpt2-ft" --steps 6 --seed 3 --batch 2 --quiet
+rm "$tmp/gpt2-h/tokens.bin"
+expect 1 "--finetune needs" "$bin" prune "$tmp/gpt2-h" --sparsity 0.5 --structured heads --finetune 2 -o "$tmp/g"
+expect 1 "unstructured pruning of GPT models is not built" "$bin" prune "$tmp/gpt2" --sparsity 0.5 -o "$tmp/g"
+expect 1 "--global is not possible for a GPT" "$bin" prune "$tmp/gpt2" --sparsity 0.5 --structured heads --global -o "$tmp/g"
+[[ ! -e $tmp/g ]] && ok "nothing written by the refused GPT prunes" || bad "$tmp/g was written"
 
 cli_end cli_prune

@@ -348,6 +348,110 @@ static void test_bad_input(void) {
     CHECK(!exists(p));
 }
 
+/* ---- GPT heads and MLP neurons ---- */
+
+static fm_tensor *gpt_param(fm_gpt *m, const char *name) {
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    int k = fm_named_list_find(ps, name);
+    return k >= 0 ? ps->items[k].tensor : NULL;
+}
+
+/* zero columns [c0, c0 + n) of every block's `what` weight (a [rows, cols] parameter) */
+static void zero_cols(fm_gpt *m, const char *what, int64_t c0, int64_t n) {
+    char name[96];
+    for (int l = 0; l < fm_gpt_get_config(m)->n_layer; l++) {
+        snprintf(name, sizeof name, "h.%d.%s", l, what);
+        fm_tensor *w = gpt_param(m, name);
+        CHECK(w != NULL);
+        if (!w) continue;
+        fm_tensor *cols = fm_narrow(w, 1, c0, n);
+        CHECK(cols && fm_fill_(cols, 0.0) == FM_OK);
+        fm_tensor_release(cols);
+    }
+}
+
+static double logits_rel_err(fm_gpt *a, fm_gpt *b) {
+    int64_t ids[2 * 10], shape[2] = {2, 10};
+    for (int i = 0; i < 20; i++) ids[i] = (i * 5 + 1) % 48;
+    fm_tensor *x = fm_tensor_from_data(ids, 2, shape, FM_I64);
+    bool prev = fm_set_grad_enabled(false);
+    fm_tensor *la = fm_gpt_forward(a, x, NULL, NULL), *lb = fm_gpt_forward(b, x, NULL, NULL);
+    fm_set_grad_enabled(prev);
+    double num = 0, den = 0;
+    int64_t n = la && lb && fm_tensor_numel(la) == fm_tensor_numel(lb) ? fm_tensor_numel(la) : 0;
+    float *pa = malloc(sizeof(float) * (size_t)(n + 1)), *pb = malloc(sizeof(float) * (size_t)(n + 1));
+    if (n) { fm_tensor_copy_to_host(la, pa, FM_F32); fm_tensor_copy_to_host(lb, pb, FM_F32); }
+    for (int64_t i = 0; i < n; i++) { num += (pa[i] - pb[i]) * (double)(pa[i] - pb[i]); den += (double)pa[i] * pa[i]; }
+    free(pa);
+    free(pb);
+    fm_tensor_release_n(3, x, la, lb);
+    return n && den > 0 ? sqrt(num / den) : 1e9;
+}
+
+/* A head (GPT-2) or kv group (Llama) whose output-projection columns are zero scores 0, so
+ * pruning one of four (one of two groups) removes exactly it: the pruned model computes
+ * the same logits. The same for MLP neurons whose output columns are zero. */
+static void test_gpt(fm_gpt_arch arch) {
+    const bool llama = arch == FM_GPT_LLAMA;
+    fm_gpt_config c = fm_gpt_config_default(arch);
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = llama ? 2 : 4;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.vocab_size = 48;
+    c.ffn_hidden = 64;
+    fm_rng r;
+    fm_rng_init(&r, 5);
+    fm_gpt *m = fm_gpt_new(&c, &r);
+    CHECK(m != NULL);
+    if (!m) return;
+    const fm_named_list *ps = fm_gpt_parameters(m);
+    for (int i = 0; i < ps->n; i++) fm_tensor_normal_(ps->items[i].tensor, 0, 0.2, &r); /* biases too */
+    zero_cols(m, "attn.proj.weight", llama ? 16 : 8, llama ? 16 : 8); /* head 1 / kv group 1 (heads 2, 3) */
+    zero_cols(m, "mlp.proj.weight", 16, 16);                            /* neurons 16..31 */
+    fm_prune_options o;
+    fm_prune_options_init(&o);
+    o.kind = FM_PRUNE_HEADS;
+    o.sparsity = llama ? 0.5 : 0.25;
+    fm_gpt *p = NULL;
+    fm_prune_report rep;
+    CHECK_MSG(fm_prune_gpt(m, &o, &p, &rep) == FM_OK, "%s", fm_last_error());
+    if (p) {
+        const fm_gpt_config *pc = fm_gpt_get_config(p);
+        CHECK(pc->n_head == (llama ? 2 : 3) && pc->n_kv_head == (llama ? 1 : 3) && fm_gpt_head_dim(pc) == 8);
+        CHECK(rep.n_layers == 2 && rep.layers[1].before == 4 && rep.layers[1].after == pc->n_head);
+        CHECK(rep.params_after == fm_gpt_num_params(p) && rep.params_after < rep.params_before);
+        double e = logits_rel_err(m, p);
+        CHECK_MSG(e < 1e-5, "%s heads: the pruned model's logits differ by %g", llama ? "llama" : "gpt2", e);
+        fm_gpt_free(p);
+    }
+    o.kind = FM_PRUNE_CHANNELS;
+    o.sparsity = 0.25;
+    CHECK_MSG(fm_prune_gpt(m, &o, &p, &rep) == FM_OK, "%s", fm_last_error());
+    if (p) {
+        CHECK(fm_gpt_get_config(p)->ffn_hidden == 48 && rep.layers[0].after == 48);
+        double e = logits_rel_err(m, p);
+        CHECK_MSG(e < 1e-5, "%s neurons: the pruned model's logits differ by %g", llama ? "llama" : "gpt2", e);
+        fm_gpt_free(p);
+    }
+    /* pruning live units does change the function (the checks above can fail): half the
+     * heads of GPT-2 (one of them live), half the neurons (16 of them live) */
+    o.kind = llama ? FM_PRUNE_CHANNELS : FM_PRUNE_HEADS;
+    o.sparsity = 0.5;
+    CHECK(fm_prune_gpt(m, &o, &p, NULL) == FM_OK && p);
+    if (p) { CHECK(logits_rel_err(m, p) > 1e-3); fm_gpt_free(p); }
+    /* what cannot be done is refused by name */
+    o.kind = FM_PRUNE_UNSTRUCTURED;
+    CHECK(fm_prune_gpt(m, &o, &p, NULL) != FM_OK && !p);
+    CHECK_ERR_CONTAINS("unstructured pruning of GPT models is not built");
+    o.kind = FM_PRUNE_HEADS;
+    o.global = true;
+    CHECK(fm_prune_gpt(m, &o, &p, NULL) != FM_OK);
+    CHECK_ERR_CONTAINS("--global is not possible for a GPT");
+    fm_gpt_free(m);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/fathom_test_prune_%ld", (long)getpid());
     mkdir(dir, 0755);
@@ -361,6 +465,8 @@ int main(void) {
     test_unstructured(true);
     test_finetune_keeps_masks();
     test_bad_input();
+    test_gpt(FM_GPT_GPT2);
+    test_gpt(FM_GPT_LLAMA);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

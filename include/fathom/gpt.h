@@ -269,6 +269,10 @@ typedef struct fm_gpt_train_opts {
     const char *tokenizer_file;
     fm_tensor *(*loss)(void *ctx, fm_tensor *logits, fm_tensor *x, fm_tensor *y);
     void *loss_ctx;
+    /* A model.safetensors (fm_gpt_save_hf's names, the config's shapes) to start from
+     * instead of the seed's initialization: fine-tuning, e.g. of a pruned model. A resumed
+     * run takes its checkpoint's weights instead. */
+    const char *init_weights;
 } fm_gpt_train_opts;
 FM_API fm_gpt_train_opts fm_gpt_train_defaults(void);
 /* final_* (may be NULL) receive the last training and validation losses. */

@@ -22,6 +22,7 @@
 #ifndef FATHOM_PRUNE_H
 #define FATHOM_PRUNE_H
 #include "fathom/export.h"
+#include "fathom/gpt.h"
 #include "fathom/nn.h"
 #include "fathom/recipe.h"
 
@@ -29,7 +30,8 @@
 extern "C" {
 #endif
 
-typedef enum fm_prune_kind { FM_PRUNE_UNSTRUCTURED = 0, FM_PRUNE_CHANNELS } fm_prune_kind;
+/* FM_PRUNE_HEADS: GPT attention heads (fm_prune_gpt); FM_PRUNE_CHANNELS on a GPT: MLP neurons */
+typedef enum fm_prune_kind { FM_PRUNE_UNSTRUCTURED = 0, FM_PRUNE_CHANNELS, FM_PRUNE_HEADS } fm_prune_kind;
 
 typedef struct fm_prune_options {
     double sparsity;    /* the fraction removed, in [0, 1) */
@@ -67,10 +69,24 @@ FM_API fm_status fm_prune_classifier(const fm_recipe *r, fm_module *m, const fm_
  * renamed to `dir`. `dir` must not exist (or be an empty directory). */
 FM_API fm_status fm_prune_save(const char *dir, const fm_recipe *r, fm_module *m, const fm_named_list *masks);
 
+/* Structured pruning of a GPT (src/prune/prune_gpt.c): kind FM_PRUNE_HEADS removes
+ * round(sparsity * n) attention heads of every block (n: heads; with grouped-query
+ * attention, key/value groups with their query heads), scored by the Frobenius norm of
+ * each head's value-to-output map; FM_PRUNE_CHANNELS removes round(sparsity * ffn_hidden)
+ * MLP neurons of every block, scored by the norms of their input rows and output column.
+ * At least one group and one neuron stay. *out is a new, smaller GPT (head_dim set for
+ * heads); `m` is not changed. Per layer only (the config has one width for all blocks):
+ * o->global is refused, as are unstructured pruning and keep_shape. */
+FM_API fm_status fm_prune_gpt(fm_gpt *m, const fm_prune_options *o, fm_gpt **out, fm_prune_report *rep);
+
 /* `fathom prune`: loads in_dir, prunes, fine-tunes for `finetune_steps` optimizer steps
  * when > 0 (the recipe's data, optimizer and schedule; `topt` may set batch, lr, seed,
  * threads and log; masks applied after each step), and writes out_dir atomically
  * (refused when it is in_dir or holds anything). Masks already in in_dir are kept. */
+/* A GPT directory (config.json + model.safetensors + tokenizer.txt + tokens.bin, as
+ * `fathom train` writes it) goes through fm_prune_gpt; the output is a GPT directory with
+ * the same tokenizer and token file, fine-tuned by the GPT trainer from the pruned weights
+ * when finetune_steps > 0 (topt's batch, lr and seed; its log NULL: quiet). */
 FM_API fm_status fm_prune_dir(const char *in_dir, const char *out_dir, const fm_prune_options *o, int64_t finetune_steps,
                               const fm_train_options *topt, fm_prune_report *rep, fm_train_result *tres);
 

@@ -76,6 +76,7 @@ static int on_key(void *user, const char *sec, const char *key, const char *val)
     else if (IS("model", "n_embd")) INT(m->n_embd, 1, 1 << 24);
     else if (IS("model", "block_size")) INT(m->block_size, 1, 1 << 24);
     else if (IS("model", "ffn_hidden")) INT(m->ffn_hidden, 1, 1 << 26);
+    else if (IS("model", "head_dim")) INT(m->head_dim, 0, 4096);
     else if (IS("model", "dropout")) FLT(m->dropout, 0, 0.999999, "a probability in [0, 1)");
     else if (IS("model", "bias")) {
         if (strcmp(val, "true") && strcmp(val, "false") && strcmp(val, "1") && strcmp(val, "0")) {

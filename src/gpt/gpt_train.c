@@ -1002,6 +1002,10 @@ static fm_status gpt_setup(gpt_run *u) {
     u->m = fm_gpt_new(&u->cfg, &init);
     fm_memory_tag_pop(mc);
     if (!u->m) return fm_last_status();
+    if (o->init_weights && (st = fm_gpt_load_hf(u->m, o->init_weights))) {
+        fm_error_prefix("train: the initial weights");
+        return st;
+    }
     if (u->tp && (st = fm_gpt_set_tensor_parallel(u->m, u->tp))) return st; /* built whole, then split */
     /* the model goes to its device before the optimizer makes its state there */
     if (eo->device.type != FM_DEV_CPU && (st = fm_gpt_to(u->m, eo->device))) return st;

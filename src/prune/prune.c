@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "fathom/autograd.h"
+#include "fathom/gpt.h"
 #include "fathom/io.h"
+#include "core/parallel.h" /* fm_set_num_threads: a GPT's fine-tuning threads */
 #include "io/io_internal.h" /* fm_dir_begin, fm_dir_commit */
 #include "prune/prune_internal.h"
 
@@ -311,6 +313,110 @@ static fm_status merge_masks(fm_named_list *masks, const fm_named_list *old, fm_
     return fm_module_apply_masks(m, masks);
 }
 
+/* A binary file copied whole (the token file and tokenizer of a GPT directory). */
+static fm_status copy_file(const char *from, const char *to) {
+    FILE *f = fopen(from, "rb");
+    if (!f) return fm_set_error(FM_ERR_IO, "prune: cannot open %s: %s", from, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    fm_status st = FM_OK;
+    for (;;) {
+        if (n == cap) {
+            char *nb = cap < ((size_t)1 << 34) ? realloc(buf, cap ? 2 * cap : 1 << 16) : NULL;
+            if (!nb) { st = fm_set_error(FM_ERR_OOM, "prune: out of host memory copying %s", from); break; }
+            buf = nb;
+            cap = cap ? 2 * cap : 1 << 16;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0) {
+            if (ferror(f)) st = fm_set_error(FM_ERR_IO, "prune: cannot read %s", from);
+            break;
+        }
+    }
+    fclose(f);
+    if (st == FM_OK) {
+        fm_io_chunk ch[1] = {{buf, n}};
+        st = fm_atomic_write(to, 1, ch);
+    }
+    free(buf);
+    return st;
+}
+
+static bool in_dir_has(const char *dir, const char *name) {
+    char p[PATH_MAX];
+    struct stat sb;
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The GPT trainer from the pruned weights in dir (its config.json, model.safetensors,
+ * tokenizer.txt and tokens.bin), writing into dir. */
+static fm_status finetune_gpt(const char *dir, const fm_gpt_config *c, int64_t steps, const fm_train_options *topt,
+                              fm_train_result *tres) {
+    char w[PATH_MAX + 32], tokens[PATH_MAX + 32];
+    snprintf(w, sizeof w, "%s/model.safetensors", dir);
+    snprintf(tokens, sizeof tokens, "%s/tokens.bin", dir);
+    fm_gpt_train_opts to = fm_gpt_train_defaults();
+    to.model = *c;
+    to.out_dir = dir;
+    to.corpus = tokens; /* named in messages only: the token file in dir is used as it is */
+    to.init_weights = w;
+    to.steps = steps;
+    to.warmup = steps / 10;
+    to.eval_every = to.ckpt_every = steps;
+    to.log_every = steps / 10 > 0 ? steps / 10 : 1;
+    if (topt && topt->batch_size > 0) to.batch_size = topt->batch_size;
+    if (topt && topt->lr > 0) { to.lr = topt->lr; to.min_lr = topt->lr / 10; }
+    else { to.lr = 3e-4; to.min_lr = 3e-5; } /* gentler than training from scratch: the weights are trained */
+    if (topt && topt->seed >= 0) to.seed = (uint64_t)topt->seed;
+    if (topt && topt->threads > 0) fm_set_num_threads(topt->threads);
+    to.quiet = !topt || !topt->log;
+    fm_gpt_train_result r;
+    fm_status st = fm_gpt_train_ex(&to, &r);
+    if (st) { fm_error_prefix("prune: fine-tuning"); return st; }
+    if (tres) {
+        tres->steps = r.steps;
+        tres->final_loss = r.train_loss;
+        tres->test_loss = r.val_loss;
+        tres->test_accuracy = -1;
+        tres->num_params = r.num_params;
+        tres->train_seconds = r.train_seconds;
+    }
+    return FM_OK;
+}
+
+static fm_status prune_gpt_dir(const char *in_dir, const char *out_dir, const fm_prune_options *o, int64_t steps,
+                               const fm_train_options *topt, fm_prune_report *rep, fm_train_result *tres) {
+    fm_gpt *m = fm_gpt_load_dir(in_dir, NULL), *p = NULL;
+    if (!m) return fm_last_status();
+    fm_status st = fm_prune_gpt(m, o, &p, rep);
+    fm_gpt_free(m);
+    if (st) return st;
+    if (steps > 0 && !in_dir_has(in_dir, "tokens.bin"))
+        st = fm_set_error(FM_ERR_INVALID, "prune: --finetune needs %s/tokens.bin (the token file `fathom train` leaves "
+                          "in a GPT directory) to train on; prune without --finetune, or from the training directory",
+                          in_dir);
+    fm_dir_tx tx;
+    if (st == FM_OK) st = fm_dir_begin(&tx, out_dir, false, "prune");
+    if (st) { fm_gpt_free(p); return st; }
+    char a[PATH_MAX + 32], b[PATH_MAX + 32];
+    snprintf(b, sizeof b, "%s/config.json", tx.tmp);
+    st = fm_gpt_config_save(fm_gpt_get_config(p), b);
+    snprintf(b, sizeof b, "%s/model.safetensors", tx.tmp);
+    if (st == FM_OK) st = fm_gpt_save_hf(p, b);
+    static const char *const files[] = {"tokenizer.txt", "tokens.bin"};
+    for (int i = 0; i < 2 && st == FM_OK; i++) {
+        if (i == 1 && !in_dir_has(in_dir, files[i])) continue;
+        snprintf(a, sizeof a, "%s/%s", in_dir, files[i]);
+        snprintf(b, sizeof b, "%s/%s", tx.tmp, files[i]);
+        st = copy_file(a, b);
+    }
+    if (st == FM_OK && steps > 0) st = finetune_gpt(tx.tmp, fm_gpt_get_config(p), steps, topt, tres);
+    fm_gpt_free(p);
+    if (st) { fm_dir_abort(&tx); return st; }
+    return fm_dir_commit(&tx);
+}
+
 fm_status fm_prune_dir(const char *in_dir, const char *out_dir, const fm_prune_options *o, int64_t finetune_steps,
                        const fm_train_options *topt, fm_prune_report *rep, fm_train_result *tres) {
     if (tres) memset(tres, 0, sizeof *tres);
@@ -324,6 +430,12 @@ fm_status fm_prune_dir(const char *in_dir, const char *out_dir, const fm_prune_o
     if (snprintf(p, sizeof p, "%s/graph.json", in_dir) < (int)sizeof p && stat(p, &sb) == 0)
         return fm_set_error(FM_ERR_INVALID, "prune: %s is an inference graph (graph.json), not a trained model; prune the "
                             "model directory it was made from (fathom train --out DIR)", in_dir);
+    if (in_dir_has(in_dir, "config.json") && in_dir_has(in_dir, "model.safetensors"))
+        return prune_gpt_dir(in_dir, out_dir, o, finetune_steps, topt, rep, tres);
+    if (o->kind == FM_PRUNE_HEADS)
+        return fm_set_error(FM_ERR_INVALID, "prune: --structured heads prunes the attention heads of a GPT; %s is not a GPT "
+                            "directory (config.json + model.safetensors); prune a classifier with --structured channels",
+                            in_dir);
     fm_recipe r, pr;
     fm_module *m = NULL, *pm = NULL;
     if ((st = fm_model_load(in_dir, &r, &m))) return st;
