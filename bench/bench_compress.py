@@ -16,6 +16,12 @@
            trained --gpt-student-steps with `fathom distill` and alone with `fathom
            train`, the same steps and seed, for each seed: the final validation loss
 
+  prune-gpt  the kjv-gpt teacher of distill-gpt pruned by heads and by MLP neurons at
+           --gpt-sparsity, each fine-tuned --gpt-finetune-steps, beside the unpruned model
+           fine-tuned the same steps (sparsity 0: the control): validation loss after
+           fine-tuning, parameters, and decode tokens/s of `fathom generate` (KV cache,
+           --gpt-tokens tokens, median of --rounds interleaved runs)
+
 Usage: python3 bench/bench_compress.py BUILD_DIR [--work DIR] [--teacher-steps 2000]
          [--finetune-steps 300] [--student-steps 1000] [--seeds 1 2 3] [--rounds 15]
          [--threads 2] [--only prune|distill|distill-gpt] [--temperature 2] [--alpha 0.5]
@@ -90,6 +96,38 @@ def distill_gpt(a, fathom, src, env):
                   flush=True)
 
 
+def decode_rate(fathom, d, tokens, env):
+    out = subprocess.run([fathom, "generate", d, "--prompt", "And God said", "--tokens", str(tokens), "--seed", "1"],
+                         check=True, capture_output=True, env=env, text=True).stderr
+    line = [l for l in out.splitlines() if "tokens/s" in l][-1]  # "fathom: N tokens in S s (R tokens/s, KV cache)"
+    return float(line.split("(")[1].split()[0])
+
+
+def prune_gpt(a, fathom, env):
+    teacher = os.path.join(a.work, "kjv-teacher")
+    if not os.path.exists(os.path.join(teacher, "model.safetensors")):
+        sh([fathom, "train", "kjv-gpt", "--steps", str(a.gpt_teacher_steps), "--out", teacher, "--quiet", "--json"], env)
+    rows = {}
+    for name, kind, sp in (("control", "heads", 0.0), ("heads", "heads", a.gpt_sparsity), ("neurons", "channels", a.gpt_sparsity)):
+        d = os.path.join(a.work, f"kjv-pruned-{name}")
+        subprocess.run(["rm", "-rf", d], check=True)
+        out = sh([fathom, "prune", teacher, "--structured", kind, "--sparsity", str(sp), "--finetune",
+                  str(a.gpt_finetune_steps), "--seed", "1", "--quiet", "-o", d], env)
+        val = float([l for l in out.splitlines() if "validation loss" in l][-1].split()[-1])
+        params = [l for l in out.splitlines() if l.startswith("parameters:")][-1].split()[3]
+        rows[name] = {"dir": d, "val_loss": val, "params": int(params)}
+    rates = {k: [] for k in rows}
+    for _ in range(a.rounds):
+        for k, r in rows.items():
+            rates[k].append(decode_rate(fathom, r["dir"], a.gpt_tokens, env))
+    base = statistics.median(rates["control"])
+    for k, r in rows.items():
+        med = statistics.median(rates[k])
+        print(json.dumps({"row": "gpt prune", "units": k, "sparsity": 0.0 if k == "control" else a.gpt_sparsity,
+                          "finetune_steps": a.gpt_finetune_steps, "params": r["params"], "val_loss": r["val_loss"],
+                          "decode_tokens_per_s": med, "speedup_vs_control": med / base}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -104,7 +142,10 @@ def main():
     ap.add_argument("--skip-alone", action="store_true", help="only the distilled students (the alone runs do not depend on T, alpha)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["prune", "distill", "distill-gpt"])
+    ap.add_argument("--only", choices=["prune", "distill", "distill-gpt", "prune-gpt"])
+    ap.add_argument("--gpt-sparsity", type=float, default=0.5)
+    ap.add_argument("--gpt-finetune-steps", type=int, default=300)
+    ap.add_argument("--gpt-tokens", type=int, default=120)
     ap.add_argument("--gpt-teacher-steps", type=int, default=1000)
     ap.add_argument("--gpt-student-steps", type=int, default=500)
     a = ap.parse_args()
@@ -114,6 +155,9 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     if a.only == "distill-gpt":
         distill_gpt(a, fathom, src, env)
+        return
+    if a.only == "prune-gpt":
+        prune_gpt(a, fathom, env)
         return
     teacher = os.path.join(a.work, "cnn")
     trained_now = not os.path.exists(os.path.join(teacher, "model.safetensors"))
