@@ -64,10 +64,16 @@ def gpt_student_recipe(fathom_src, path):
     open(path, "w").write(text)
 
 
-def distill_gpt(a, fathom, src, env):
+def kjv_teacher(a, fathom, env):
+    """kjv-gpt trained --gpt-teacher-steps in --work (an existing one is reused)."""
     teacher = os.path.join(a.work, "kjv-teacher")
     if not os.path.exists(os.path.join(teacher, "model.safetensors")):
         sh([fathom, "train", "kjv-gpt", "--steps", str(a.gpt_teacher_steps), "--out", teacher, "--quiet", "--json"], env)
+    return teacher
+
+
+def distill_gpt(a, fathom, src, env):
+    teacher = kjv_teacher(a, fathom, env)
     ini = os.path.join(a.work, "kjv-gpt-half.ini")
     gpt_student_recipe(src, ini)
     res = {"distilled": [], "alone": []}
@@ -104,9 +110,7 @@ def decode_rate(fathom, d, tokens, env):
 
 
 def prune_gpt(a, fathom, env):
-    teacher = os.path.join(a.work, "kjv-teacher")
-    if not os.path.exists(os.path.join(teacher, "model.safetensors")):
-        sh([fathom, "train", "kjv-gpt", "--steps", str(a.gpt_teacher_steps), "--out", teacher, "--quiet", "--json"], env)
+    teacher = kjv_teacher(a, fathom, env)
     rows = {}
     for name, kind, sp in (("control", "heads", 0.0), ("heads", "heads", a.gpt_sparsity), ("neurons", "channels", a.gpt_sparsity)):
         d = os.path.join(a.work, f"kjv-pruned-{name}")
