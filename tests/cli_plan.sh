@@ -54,6 +54,8 @@ expect 0 "[over budget]" --preset llama-2-7b --budget 0.01
 
 # the time model's terms and the serving solver
 expect 0 "pipeline bubble (1F1B)" --preset llama-2-7b --task train --pipeline-parallel 4 --gpus 8 --tokens 1B --gpu h100sxm --explain
+expect 0 "pipeline 4 stages x 16 micro-batches (interleaved, 2 virtual stages)" --preset llama-2-7b --task train --pipeline-parallel 4 --virtual-stages 2 --gpus 8 --tokens 1B --gpu h100sxm
+expect 0 '"virtual_stages": 2' --preset llama-2-7b --task train --pipeline-parallel 4 --virtual-stages 2 --gpus 8 --tokens 1B --gpu h100sxm --json
 expect 0 "pipeline bubble (interleaved 1F1B)" --preset llama-2-7b --task train --pipeline-parallel 4 --virtual-stages 2 --gpus 8 --tokens 1B --gpu h100sxm --explain
 expect 2 "at least one layer per virtual stage" --preset llama-2-7b --task train --pipeline-parallel 4 --virtual-stages 9 --gpus 8 --gpu h100sxm
 expect 2 "needs --pipeline-parallel N" --preset llama-2-7b --task train --virtual-stages 2 --gpus 8 --gpu h100sxm

@@ -78,7 +78,12 @@ static void describe_job(plan_sb *sb, const fm_plan_result *r) {
         if (j->fused_loss) plan_sb_printf(sb, ", fused loss");
         if (j->no_dropout) plan_sb_printf(sb, ", no dropout");
     }
-    plan_sb_printf(sb, ", tensor-parallel %d, GPUs %s", j->tensor_parallel, j->gpus > 0 ? "" : "as needed");
+    plan_sb_printf(sb, ", tensor-parallel %d", j->tensor_parallel);
+    if (j->pipeline_parallel > 1) {
+        plan_sb_printf(sb, ", pipeline %d stages x %d micro-batches", j->pipeline_parallel, plan_micro_batches(j));
+        if (j->virtual_stages > 1) plan_sb_printf(sb, " (interleaved, %d virtual stages)", j->virtual_stages);
+    }
+    plan_sb_printf(sb, ", GPUs %s", j->gpus > 0 ? "" : "as needed");
     if (j->gpus > 0) plan_sb_printf(sb, "%d", j->gpus);
     if (j->requests_per_second > 0)
         plan_sb_printf(sb, ", serving %.4g req/s x %lld output tokens", j->requests_per_second, (long long)j->output_tokens);
@@ -322,6 +327,9 @@ char *fm_plan_render_json(const fm_plan_result *r) {
     json_object_set_new(job, "checkpointing", json_string(fm_plan_ckpt_name(j->checkpointing)));
     json_object_set_new(job, "zero", json_integer(j->zero));
     json_object_set_new(job, "tensor_parallel", json_integer(j->tensor_parallel));
+    json_object_set_new(job, "pipeline_parallel", json_integer(j->pipeline_parallel));
+    json_object_set_new(job, "micro_batches", json_integer(plan_micro_batches(j)));
+    json_object_set_new(job, "virtual_stages", json_integer(j->virtual_stages));
     json_object_set_new(job, "gpus", j->gpus > 0 ? json_integer(j->gpus) : json_null());
     json_object_set_new(job, "tokens", j->tokens > 0 ? json_real(j->tokens) : json_null());
     json_object_set_new(job, "tokens_assumed_chinchilla", json_boolean(r->tokens_defaulted));
