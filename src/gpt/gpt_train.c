@@ -5,7 +5,6 @@
  * step) (fm_gpt_batch_random), the learning rate is a pure function of the step
  * (fm_lr_at), and the checkpoint stores the weights, the Adam moments, the step
  * and the dropout RNG counter. */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -26,6 +25,7 @@
 #include "fathom/amp.h" /* fm_tensor_has_inf_nan */
 #include "fathom/train_step.h" /* the step every trainer runs */
 #include "core/parallel.h" /* fm_num_threads: the data-parallel banner */
+#include "dist/dist_ckpt.h" /* sharded checkpoint units */
 #include "gpt/gpt_internal.h"
 #include "io/io_internal.h" /* checkpoint units */
 
@@ -263,14 +263,14 @@ static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t 
     return st;
 }
 
-/* Sharded checkpoint files of rank r of n: ZeRO-1's optimizer shard (without tensor
- * parallelism), and under tensor parallelism the rank's part of the model with its optimizer
- * state (tp-shard; with ZeRO-1 the state is the rank's ZeRO shard of it, tp-zero) */
-static void shard_name(char *buf, size_t n, int r, int world) {
-    snprintf(buf, n, "zero-shard-%05d-of-%05d.safetensors", r, world);
-}
+/* Sharded checkpoint files of rank r of n (dist_ckpt_file): ZeRO-1's optimizer shard without
+ * tensor parallelism (zero-shard), and under tensor parallelism the rank's part of the model
+ * with its optimizer state (tp-shard; with ZeRO-1 the state is the rank's ZeRO shard of it,
+ * tp-zero) */
 static void tp_file_name(char *buf, size_t n, const char *kind, int r, int world) {
-    snprintf(buf, n, "tp-%s-%05d-of-%05d.safetensors", kind, r, world);
+    char k[16];
+    snprintf(k, sizeof k, "tp-%s", kind);
+    dist_ckpt_file(buf, n, k, r, world);
 }
 
 /* Tensor parallel: this rank's part of the model ("model.<param>") and, without ZeRO-1, its
@@ -333,115 +333,86 @@ static fm_status write_tp_files(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, c
     return st;
 }
 
-/* A sharded checkpoint: ZeRO-1 without tensor parallelism, or tensor parallelism (with or
- * without ZeRO-1). Rank 0 opens the unit and tells every rank its temporary directory (a
- * shared file system, as for the rest of a multi-machine run); each rank writes its own
- * files there, as they are, with no gather (ZeRO-1: its shard of the optimizer state; tensor
- * parallel: its part of the model and of the state); rank 0 writes the config,
- * train_state.safetensors (metadata only: step, generator, seed, and the layout) and the
- * weights: without tensor parallelism the model (the same on every rank), with it the whole
- * model only at the run's last checkpoint (`last`: gathered after the shards are written). The
- * ranks then agree (one sum) that every file was written and finite before rank 0 commits the
- * unit, every file in its MANIFEST. A failure anywhere aborts it on every rank; the previous
- * checkpoints stay as they were. */
-static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, bool last, const fm_gpt_train_opts *o,
-                                   int64_t step, const fm_grad_scaler *gs, bool *poisoned) {
-    static const char *const names3[] = {"config.json", "train_state.safetensors", "model.safetensors"};
+/* A sharded checkpoint (dist_ckpt_save, src/dist/dist_ckpt.h): ZeRO-1 without tensor
+ * parallelism, or tensor parallelism (with or without ZeRO-1). Each rank writes its own files,
+ * as they are, with no gather (ZeRO-1: its shard of the optimizer state; tensor parallel: its
+ * part of the model and the state); rank 0 writes the config, train_state.safetensors
+ * (metadata only: step, generator, seed, and the layout) and the weights: without tensor
+ * parallelism the model (the same on every rank), with it the whole model only at the run's
+ * last checkpoint (`last`: gathered after the shards are written). */
+typedef struct gpt_ckpt_ctx {
+    fm_gpt *m;
+    fm_optim *opt;
+    fm_dist_trainer *dt;
+    const fm_gpt_train_opts *o;
+    int64_t step;
+    bool last;
+    const fm_grad_scaler *gs;
+} gpt_ckpt_ctx;
+
+static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
+    const gpt_ckpt_ctx *c = ctx;
+    fm_gpt *m = c->m;
+    const fm_gpt_train_opts *o = c->o;
     const int rank = fm_dist_rank(o->dist), world = fm_dist_size(o->dist);
-    const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(dt);
-    struct { int32_t st; char tmp[PATH_MAX]; } hdr;
-    memset(&hdr, 0, sizeof hdr);
-    fm_ckpt_tx tx;
-    memset(&tx, 0, sizeof tx);
-    fm_kv_list meta;
-    memset(&meta, 0, sizeof meta);
+    const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(c->dt);
     char path[PATH_MAX + 64], name[64];
     fm_status st = FM_OK;
-    double bad = 0; /* 1: a file not written here; 4096 (more than any count of ranks): non-finite values here */
-    if (rank == 0) {
-        for (int i = 0; i < m->params.n && !st && !tp; i++)
-            if (fm_tensor_has_inf_nan(m->params.items[i].tensor))
-                st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
-        if (st) bad = 4096;
-        snprintf(name, sizeof name, "%d", world);
-        if (!st) st = ckpt_meta(m, o, step, gs, &meta);
-        if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
-        snprintf(name, sizeof name, "%d", m->tp_size);
-        if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
-        if (!st && tp) st = fm_kv_set(&meta, "tp_zero", zero ? "1" : "0");
-        if (!st) st = fm_ckpt_begin(&tx, o->out_dir, step);
-        hdr.st = (int32_t)st;
-        snprintf(hdr.tmp, sizeof hdr.tmp, "%s", tx.tmp);
+    if (tmp && tp) {
+        st = write_tp_files(m, c->opt, c->dt, o, tmp, c->step, nonfinite);
+    } else if (tmp) {
+        dist_ckpt_file(name, sizeof name, "zero-shard", rank, world);
+        snprintf(path, sizeof path, "%s/%s", tmp, name);
+        st = fm_zero_save_shard(fm_dist_trainer_zero(c->dt), path, nonfinite);
+        if (!st && *nonfinite)
+            st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's shard) became non-finite (NaN or inf)", rank);
     }
-    if (fm_dist_broadcast(o->dist, &hdr, sizeof hdr, 0) != FM_OK) {
-        if (rank == 0) fm_ckpt_abort(&tx);
-        fm_kv_free(&meta);
-        return fm_last_status();
-    }
-    if (hdr.st == FM_OK) {
-        bool nonfinite = false;
-        if (tp) {
-            st = write_tp_files(m, opt, dt, o, hdr.tmp, step, &nonfinite);
-        } else {
-            shard_name(name, sizeof name, rank, world);
-            snprintf(path, sizeof path, "%s/%s", hdr.tmp, name);
-            st = fm_zero_save_shard(fm_dist_trainer_zero(dt), path, &nonfinite);
-            if (!st && nonfinite)
-                st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's shard) became non-finite (NaN or inf)", rank);
-        }
-        if (nonfinite) bad = 4096;
-        if (st && !bad) bad = 1;
-        /* the whole model (a collective on the tensor-parallel group: every rank, whatever it wrote) */
-        fm_gpt *whole = tp && last ? fm_gpt_tp_gather_model(m) : NULL;
-        if (tp && last && !whole && !bad) { st = fm_last_status(); bad = 1; }
-        if (rank != 0) { fm_gpt_free(whole); whole = NULL; }
-        if (rank == 0 && !st) {
-            fm_named_list none;
-            memset(&none, 0, sizeof none);
-            fm_gpt *mm = tp ? whole : m;
-            if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names3[0], path, sizeof path))) ||
-                (st = fm_safetensors_save(fm_ckpt_path(&tx, names3[1], path, sizeof path), &none, &meta)) ||
-                (mm && (st = fm_gpt_save_hf(mm, fm_ckpt_path(&tx, names3[2], path, sizeof path)))))
-                bad = 1;
-        }
+    /* the whole model (a collective on the tensor-parallel group: every rank, whatever it wrote) */
+    fm_gpt *whole = tp && c->last ? fm_gpt_tp_gather_model(m) : NULL;
+    if (tp && c->last && !whole && !st) st = fm_last_status();
+    if (rank != 0 || !tmp || st) {
         fm_gpt_free(whole);
-    } else if (!bad) {
-        bad = 1;
-    }
-    fm_kv_free(&meta);
-    double all = bad; /* every rank learns whether every file was written */
-    if (fm_dist_allreduce_sum_f64(o->dist, &all, 1) != FM_OK) {
-        if (rank == 0) fm_ckpt_abort(&tx);
-        return fm_last_status();
-    }
-    if (all >= 4096) *poisoned = true;
-    if (all > 0) {
-        if (rank == 0) fm_ckpt_abort(&tx);
-        if (!st) st = fm_set_error(*poisoned ? FM_ERR_STATE : FM_ERR_IO, "%s", *poisoned ? "another rank found NaN or "
-                                   "inf in the weights or its optimizer shard (its error says which)" : "another rank could not "
-                                   "write its part of the checkpoint (its error says why)");
-        fm_error_prefix("checkpoint of step %lld not written; the previous checkpoints in %s/ckpt are unchanged",
-                        (long long)step, o->out_dir);
         return st;
     }
-    if (rank != 0) return FM_OK;
-    const int per = tp && zero ? 2 : 1, n3 = tp && !last ? 2 : 3, total = n3 + per * world;
-    const char **names = calloc((size_t)total, sizeof *names);
-    char *store = calloc((size_t)(per * world), 64);
-    if (!names || !store) st = fm_set_error(FM_ERR_OOM, "out of host memory");
-    for (int i = 0; !st && i < total; i++) {
-        if (i < n3) { names[i] = names3[i]; continue; }
-        const int k = i - n3, r = k % world;
-        char *b = store + (size_t)k * 64;
-        if (!tp) shard_name(b, 64, r, world);
-        else tp_file_name(b, 64, k < world ? "shard" : "zero", r, world);
-        names[i] = b;
-    }
-    if (!st) st = fm_ckpt_commit(&tx, total, names, o->keep_checkpoints, o->quiet ? NULL : stderr);
-    else fm_ckpt_abort(&tx);
-    free(names);
-    free(store);
+    for (int i = 0; i < m->params.n && !st && !tp; i++)
+        if (fm_tensor_has_inf_nan(m->params.items[i].tensor)) {
+            *nonfinite = true;
+            st = fm_set_error(FM_ERR_STATE, "weight '%s' became non-finite (NaN or inf)", m->params.items[i].name);
+        }
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    fm_named_list none;
+    memset(&none, 0, sizeof none);
+    snprintf(name, sizeof name, "%d", world);
+    if (!st) st = ckpt_meta(m, o, c->step, c->gs, &meta);
+    if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
+    snprintf(name, sizeof name, "%d", m->tp_size);
+    if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
+    if (!st && tp) st = fm_kv_set(&meta, "tp_zero", zero ? "1" : "0");
+    fm_gpt *mm = tp ? whole : m;
+    if (!st) snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (!st) st = fm_gpt_config_save(&m->cfg, path);
+    if (!st) snprintf(path, sizeof path, "%s/train_state.safetensors", tmp);
+    if (!st) st = fm_safetensors_save(path, &none, &meta);
+    if (!st && mm) snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (!st && mm) st = fm_gpt_save_hf(mm, path);
+    fm_kv_free(&meta);
+    fm_gpt_free(whole);
     return st;
+}
+
+static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, bool last, const fm_gpt_train_opts *o,
+                                   int64_t step, const fm_grad_scaler *gs, bool *poisoned) {
+    static const char *const common[] = {"config.json", "train_state.safetensors", "model.safetensors"};
+    static const char *const zero_kinds[] = {"zero-shard"}, *const tp_kinds[] = {"tp-shard", "tp-zero"};
+    const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(dt);
+    gpt_ckpt_ctx c = {m, opt, dt, o, step, last, gs};
+    dist_ckpt_unit u = {
+        .d = o->dist, .out_dir = o->out_dir, .step = step,
+        .n_common = tp && !last ? 2 : 3, .common = common, /* TP: the whole model at the run's last unit only */
+        .n_kinds = tp ? (zero ? 2 : 1) : 1, .kinds = tp ? tp_kinds : zero_kinds,
+        .keep = o->keep_checkpoints, .log = o->quiet ? NULL : stderr, .write = gpt_ckpt_write, .ctx = &c};
+    return dist_ckpt_save(&u, poisoned);
 }
 
 /* One checkpoint unit (io/io_internal.h): config, weights, and the optimizer
@@ -529,81 +500,16 @@ static fm_status load_state_split(fm_gpt *m, const char *path, fm_named_list *st
     return st;
 }
 
-/* A ZeRO-1 sharded checkpoint: the world size its zero-shard-00000-of-N file names, or 0. */
-static int shard_world(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d)) != NULL) {
-        int w = 0, k = 0;
-        if (sscanf(e->d_name, "zero-shard-00000-of-%5d%n", &w, &k) == 1 && w > 0 && !strcmp(e->d_name + k, ".safetensors"))
-            n = w;
-    }
-    closedir(d);
-    return n;
-}
-
-/* The optimizer state of a sharded checkpoint written by `world` ranks: this rank's own
- * shard as it is (ZeRO-1 over the same world), else every shard read into the whole state
- * (another world size, plain data parallel or one process: resharded) and loaded as a
- * whole checkpoint's would be. */
+/* The optimizer state of a ZeRO-1 sharded checkpoint written by `world` ranks
+ * (dist_ckpt_load_zero: the own shard in the same sharding, else resharded). */
 static fm_status load_sharded_state(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                                     const char *dir, int world) {
     const int rank = o->dist ? fm_dist_rank(o->dist) : 0, now = o->dist ? fm_dist_size(o->dist) : 1;
-    fm_zero *z = fm_dist_trainer_zero(dt);
-    char name[64], *path = NULL;
     if (m->tp)
         return fm_set_error(FM_ERR_UNSUPPORTED, "%s is a ZeRO-1 checkpoint sharded over %d ranks; resuming it with "
                             "--tensor-parallel is not built: resume it without --tensor-parallel (any number of ranks), "
                             "and that run's checkpoints resume under tensor parallelism", dir, world);
-    if (z && world == now) {
-        shard_name(name, sizeof name, rank, world);
-        if (!(path = path_join(dir, name))) return fm_set_error(FM_ERR_OOM, "out of host memory");
-        fm_status st = fm_zero_load_shard(z, path);
-        free(path);
-        return st;
-    }
-    char **paths = calloc((size_t)world, sizeof *paths);
-    fm_status st = paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
-    for (int r = 0; r < world && !st; r++) {
-        shard_name(name, sizeof name, r, world);
-        if (!(paths[r] = path_join(dir, name))) st = fm_set_error(FM_ERR_OOM, "out of host memory");
-    }
-    fm_named_list full;
-    memset(&full, 0, sizeof full);
-    if (!st) st = fm_zero_state_from_shards((const char *const *)paths, world, opt, &full);
-    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &full);
-    if (!st && !dt) {
-        fm_named_list mine;
-        if (!(st = fm_optim_init_state(opt)) && !(st = fm_optim_state(opt, &mine))) {
-            for (int i = 0; i < mine.n && !st; i++) {
-                int k = fm_named_list_find(&full, mine.items[i].name);
-                st = k < 0 ? fm_set_error(FM_ERR_FORMAT, "%s: optimizer state '%s' is in no shard", dir, mine.items[i].name)
-                           : fm_copy_(mine.items[i].tensor, full.items[k].tensor);
-            }
-            fm_named_list_free(&mine);
-        }
-    }
-    fm_named_list_free(&full);
-    for (int r = 0; paths && r < world; r++) free(paths[r]);
-    free(paths);
-    return st;
-}
-
-/* A tensor-parallel sharded checkpoint: the world size its tp-shard-00000-of-N file names, or 0. */
-static int tp_shard_world(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d)) != NULL) {
-        int w = 0, k = 0;
-        if (sscanf(e->d_name, "tp-shard-00000-of-%5d%n", &w, &k) == 1 && w > 0 && !strcmp(e->d_name + k, ".safetensors"))
-            n = w;
-    }
-    closedir(d);
-    return n;
+    return dist_ckpt_load_zero(dir, world, rank, now, dt, opt);
 }
 
 /* Reads rank r's tp-shard file of a unit written by `world` ranks split T ways, and checks
@@ -668,9 +574,48 @@ static fm_status load_tp_own(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, cons
     return st;
 }
 
+/* TP x ZeRO-1: tensor-parallel part t's optimizer state from the ZeRO-1 shards of its
+ * data-parallel group (ranks t, t + T, ...: ZeRO ranks 0 .. world/T - 1, each its tp-zero
+ * file), added to part (its tp-shard file's tensors) as "optim.<param>.<slot>", as a TP unit
+ * without ZeRO-1 holds them. The shards' flat index space is the part's parameters in the
+ * model's order (the trainer's optimizer, gpt_adamw_setup), sized as the part's tensors. */
+static fm_status tp_zero_part_state(const fm_gpt *whole, const char *dir, int world, int T, int t, fm_named_list *part) {
+    const int dp = world / T;
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    fm_optim *layout = fm_optim_new(&oc); /* names and sizes only: it never makes state */
+    char **paths = calloc((size_t)dp, sizeof *paths), name[600];
+    fm_named_list full;
+    memset(&full, 0, sizeof full);
+    fm_status st = layout && paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+    const int g = st ? -1 : fm_optim_add_group(layout, 0.0);
+    if (!st && g < 0) st = fm_last_status();
+    for (int i = 0; i < whole->params.n && !st; i++) {
+        snprintf(name, sizeof name, "model.%s", whole->params.items[i].name);
+        int k = fm_named_list_find(part, name);
+        st = k < 0 ? fm_set_error(FM_ERR_FORMAT, "%s: tensor-parallel rank %d's file has no '%s'", dir, t, name)
+                   : fm_optim_add_param(layout, g, whole->params.items[i].name, part->items[k].tensor);
+    }
+    for (int d = 0; d < dp && !st; d++) {
+        tp_file_name(name, sizeof name, "zero", t + d * T, world);
+        if (!(paths[d] = path_join(dir, name))) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    }
+    if (!st) st = fm_zero_state_from_shards((const char *const *)paths, dp, layout, &full);
+    for (int i = 0; i < full.n && !st; i++) {
+        snprintf(name, sizeof name, "optim.%s", full.items[i].name);
+        st = fm_named_list_push(part, name, full.items[i].tensor, false, false);
+    }
+    fm_named_list_free(&full);
+    for (int d = 0; paths && d < dp; d++) free(paths[d]);
+    free(paths);
+    fm_optim_free(layout);
+    return st;
+}
+
 /* Another layout (or one process): the T parts of tensor-parallel group 0 put together into
- * the whole model and state, which this run then takes as a whole checkpoint's. */
-static fm_status load_tp_resplit(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const char *dir, int world, int T) {
+ * the whole model and state, which this run then takes as a whole checkpoint's. A TP x ZeRO-1
+ * unit's parts get their state from the ZeRO-1 shards of their data-parallel group first. */
+static fm_status load_tp_resplit(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const char *dir, int world, int T,
+                                 bool zero) {
     fm_named_list *parts = calloc((size_t)T, sizeof *parts), whole_state, state;
     memset(&whole_state, 0, sizeof whole_state);
     memset(&state, 0, sizeof state);
@@ -680,6 +625,7 @@ static fm_status load_tp_resplit(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, 
     fm_rng_init(&scratch, 0);
     fm_gpt *whole = st ? NULL : fm_gpt_new(&m->cfg, &scratch);
     if (!st && !whole) st = fm_last_status();
+    for (int t = 0; t < T && !st && zero; t++) st = tp_zero_part_state(whole, dir, world, T, t, &parts[t]);
     if (!st) st = gpt_tp_assemble(whole, T, parts, dir, &whole_state);
     for (int t = 0; parts && t < T; t++) fm_named_list_free(&parts[t]);
     free(parts);
@@ -707,7 +653,8 @@ static fm_status load_tp_resplit(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, 
 
 /* A tensor-parallel sharded checkpoint (written by `world` ranks): the same layout (its split,
  * world size and ZeRO-1) reads each rank's own files exactly; another layout, or one process,
- * has the parts put together and split again, except a ZeRO-1 one (refused, saying how). */
+ * has the parts put together (with ZeRO-1: each part's state from its group's shards) and
+ * split again. */
 static fm_status load_tp_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                                  const char *dir, int world, const fm_kv_list *meta, const char *sp) {
     const char *tv = fm_kv_get(meta, "tensor_parallel"), *zv = fm_kv_get(meta, "tp_zero"), *wv = fm_kv_get(meta, "tp_world_size");
@@ -717,12 +664,10 @@ static fm_status load_tp_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, 
         return fm_set_error(FM_ERR_FORMAT, "%s: tensor_parallel %s, tp_world_size %s do not match its %d ranks' files", sp,
                             tv ? tv : "missing", wv ? wv : "missing", world);
     if (m->tp && m->tp_size == T && now == world && zero == (o->zero != 0)) return load_tp_own(m, opt, dt, o, dir, zero);
-    if (zero)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s was written by %d ranks with --tensor-parallel %d --zero 1 (each rank "
-                            "its ZeRO-1 shard of its part's optimizer state); resuming it in another layout is not built: "
-                            "resume it in the layout that wrote it, mpirun -np %d fathom train RECIPE --tensor-parallel %d "
-                            "--zero 1, or start again", dir, world, T, world, T);
-    return load_tp_resplit(m, opt, dt, dir, world, T);
+    if (zero && world / T < 2)
+        return fm_set_error(FM_ERR_FORMAT, "%s: tp_zero is 1 but its %d ranks split %d ways leave no data-parallel ranks "
+                            "to shard over", sp, world, T);
+    return load_tp_resplit(m, opt, dt, dir, world, T, zero);
 }
 
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
@@ -735,7 +680,8 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     memset(&meta, 0, sizeof meta);
     int64_t s = 0;
     uint64_t off = 0, seed = 0;
-    const int tpw = f->legacy ? 0 : tp_shard_world(f->dir), shards = f->legacy || tpw ? 0 : shard_world(f->dir);
+    const int tpw = f->legacy ? 0 : dist_ckpt_world(f->dir, "tp-shard"),
+              shards = f->legacy || tpw ? 0 : dist_ckpt_world(f->dir, "zero-shard");
     if (!st && tpw > 0) {
         /* tensor parallel shards: train_state.safetensors holds the metadata only */
         st = fm_safetensors_load_into(sp, &state, &meta);
