@@ -13,7 +13,10 @@
 #    shard are errors on every rank before any step;
 #  - --memory-limit: a limit between `fathom plan --ranks 2 --zero 1`'s per-rank figure and
 #    `fathom plan --ranks 2`'s trains with --zero 1 (its check before training counts the
-#    shard, as the planner does) and is refused before training without it.
+#    shard, as the planner does) and is refused before training without it;
+#  - the classifier trainer with --zero 1 writes the same units (a shard per rank, train_state
+#    with metadata only): resumed on 2 ranks bit for bit, on one process, on 4 ranks and on 2
+#    without --zero within 1e-6 of the uninterrupted run.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_zero_ckpt.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -138,6 +141,67 @@ if [[ -n $pz && -n $p0 && $pz -lt $p0 && $rc -eq 0 && -n $peak && ${peak%.*} -le
 else
   bad "--memory-limit $lim (planned $pz / $p0): --zero 1 exit $rc peak '$peak' ($(tail -c 300 "$tmp/lz.err")); without: exit $rc0 ($(tail -c 300 "$tmp/l0.out"))"
 fi
+
+# ---- the classifier trainer: the same sharded units (src/dist/dist_ckpt.c) ----
+# an MLP on 128 8x8 images, batches of 32 (4 steps an epoch), 2 epochs, Adam at lr 0.01,
+# a checkpoint every 2 steps; stopped after step 4 and resumed on 2 ranks (bit for bit), on one
+# process, on 4 ranks with --zero 1 and on 2 without it (resharded: within 1e-6)
+mkdir -p "$tmp/img"
+cli_images "$tmp/img" 128 32
+cli_idx_recipe "$tmp/img" 2 flatten "linear 16" relu "linear 4" |
+  sed '/^\[train\]$/a checkpoint_every = 2\nkeep_checkpoints = 3' >"$tmp/c.ini"
+ctrain() { # out np extra...
+  local out=$1 np=$2
+  shift 2
+  if [[ $np -gt 1 ]]; then mpi -np "$np" "$bin" train "$tmp/c.ini" --out "$tmp/$out" --threads 1 "$@"
+  else "$bin" train "$tmp/c.ini" --out "$tmp/$out" --threads 1 "$@"; fi
+}
+ctrain cfull 2 --zero 1 --json >"$tmp/cfull.json" 2>"$tmp/cfull.err" || bad "classifier, uninterrupted: $(tail -c 400 "$tmp/cfull.err")"
+cref=$(field "$tmp/cfull.json" train_loss); ctref=$(field "$tmp/cfull.json" test_loss)
+ctrain cpart 2 --zero 1 --stop-after 4 >"$tmp/cpart.out" 2>&1; rc=$?
+u="$tmp/cpart/ckpt/step-00000004"
+if [[ $rc -eq 0 && -n $cref && -f $u/zero-shard-00000-of-00002.safetensors && -f $u/zero-shard-00001-of-00002.safetensors ]] &&
+   grep -q "^file zero-shard-00001-of-00002.safetensors " "$u/MANIFEST" && grep -q "^file recipe.ini " "$u/MANIFEST" &&
+   python3 - "$u/train_state.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+meta = h.pop('__metadata__', {})
+sys.exit(0 if not h and meta.get('zero_world_size') == '2' and meta.get('step') == '4' else 1)
+PY
+then
+  ok "classifier, 4 steps on 2 ranks with --zero 1: the unit holds zero-shard-0000{0,1}-of-00002 (in its MANIFEST); train_state has metadata only"
+else
+  bad "classifier sharded checkpoint (exit $rc): $(ls "$u" 2>&1 | tr '\n' ' ') $(tail -c 400 "$tmp/cpart.out")"
+fi
+for d in csame cone cfour cdp; do cp -r "$tmp/cpart" "$tmp/$d"; done
+ctrain csame 2 --zero 1 --resume --json >"$tmp/csame.json" 2>"$tmp/csame.err"; rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resuming from .*step-00000004" "$tmp/csame.err" &&
+   [[ $(field "$tmp/csame.json" train_loss) == "$cref" && $(field "$tmp/csame.json" test_loss) == "$ctref" ]] &&
+   cmp -s "$tmp/csame/model.safetensors" "$tmp/cfull/model.safetensors" &&
+   cmp -s "$tmp/csame/ckpt/step-00000008/zero-shard-00001-of-00002.safetensors" \
+     "$tmp/cfull/ckpt/step-00000008/zero-shard-00001-of-00002.safetensors"; then
+  ok "classifier resumed on 2 ranks from its shards: loss $cref, the model and the last shards bit for bit the uninterrupted run's"
+else
+  bad "classifier resume on 2 ranks (exit $rc): $(field "$tmp/csame.json" train_loss) vs $cref: $(tail -c 600 "$tmp/csame.err")"
+fi
+cresharded() { # label out np extra...
+  local label=$1 out=$2 np=$3
+  shift 3
+  ctrain "$out" "$np" "$@" --resume --json >"$tmp/$out.json" 2>"$tmp/$out.err"
+  local rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "resuming from .*step-00000004" "$tmp/$out.err" &&
+     near "$(field "$tmp/$out.json" train_loss)" "$cref" && near "$(field "$tmp/$out.json" test_loss)" "$ctref"; then
+    ok "classifier resumed $label from 2 shards: loss $(field "$tmp/$out.json" train_loss) (uninterrupted: $cref)"
+  else
+    bad "classifier resumed $label (exit $rc): $(field "$tmp/$out.json" train_loss) vs $cref: $(tail -c 600 "$tmp/$out.err")"
+  fi
+}
+cresharded "in one process" cone 1
+cresharded "on 4 ranks with --zero 1" cfour 4 --zero 1
+cresharded "on 2 ranks without --zero" cdp 2
+[[ -f $tmp/cfour/ckpt/step-00000008/zero-shard-00003-of-00004.safetensors ]] ||
+  bad "classifier on 4 ranks: no zero-shard-00003-of-00004 in its last unit: $(ls "$tmp/cfour/ckpt/step-00000008" 2>&1 | tr '\n' ' ')"
 
 [[ $fails -eq 0 ]] && echo "cli_dist_zero_ckpt: all passed" || echo "cli_dist_zero_ckpt: $fails failed"
 exit $((fails > 0))

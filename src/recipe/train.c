@@ -26,6 +26,7 @@
 #include "core/parallel.h" /* fm_set_num_threads */
 #include "fathom/amp.h"    /* fm_tensor_has_inf_nan */
 #include "io/io_internal.h" /* checkpoint units */
+#include "dist/dist_ckpt.h" /* ZeRO-1: each rank writes its shard of the optimizer state */
 #include "fathom/train_step.h" /* the step every trainer runs */
 
 void fm_train_options_init(fm_train_options *o) {
@@ -160,7 +161,8 @@ typedef struct trainer {
     fm_named_list masks;   /* pruning masks (host, owned): after every step, saved with every checkpoint */
     fm_train_hooks hooks;  /* the step's hooks: after_update applies the masks */
     fm_dist_trainer *dt; /* data parallel (NULL: this process alone) */
-    int rank, world;     /* rank 0 writes the checkpoints */
+    fm_dist *dist;       /* its communicator (with dt) */
+    int rank, world;     /* rank 0 writes the checkpoints (ZeRO-1: every rank its shard too) */
     bool zero;           /* ZeRO-1: dt holds the optimizer state, sharded */
     fm_batch_stage *stage; /* a device other than the cpu: the next batch, uploaded one step ahead */
     fm_batch staged;       /* the staged batch's index and size (its tensors are in stage) */
@@ -233,10 +235,66 @@ static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) 
     return meta_u64(smeta, "global_rng_offset", fm_rng_global()->offset);
 }
 
+/* ZeRO-1's unit (dist_ckpt_save, src/dist/dist_ckpt.h): every rank writes its own shard of the
+ * optimizer state as it is (zero-shard-R-of-N, nothing gathered); rank 0 the model, the recipe,
+ * the masks and train_state.safetensors, which holds the metadata only (with zero_world_size). */
+static fm_status write_sharded(void *ctx, const char *tmp, bool *nonfinite) {
+    trainer *t = ctx;
+    if (!tmp) return FM_OK; /* rank 0 could not open the unit */
+    char path[PATH_MAX + 64], name[64];
+    dist_ckpt_file(name, sizeof name, "zero-shard", t->rank, t->world);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    fm_status st = fm_zero_save_shard(fm_dist_trainer_zero(t->dt), path, nonfinite);
+    if (st == FM_OK && *nonfinite)
+        st = fm_set_error(FM_ERR_STATE, "optimizer state (rank %d's ZeRO-1 shard) became non-finite (NaN or inf) by step "
+                          "%" PRId64, t->rank, t->step);
+    if (st || t->rank != 0) return st;
+    fm_kv_list meta = {0}, smeta = {0};
+    fm_named_list state = {0}, none = {0};
+    fm_io_chunk c = {t->r->text, strlen(t->r->text)};
+    if ((st = fm_module_state(t->model, &state)) == FM_OK && (st = check_finite(&state, "weight", t->step)))
+        *nonfinite = true;
+    snprintf(name, sizeof name, "%d", t->world);
+    if (st == FM_OK && (st = save_metadata(t, &meta, &smeta)) == FM_OK) st = fm_kv_set(&smeta, "zero_world_size", name);
+    if (st == FM_OK) {
+        snprintf(path, sizeof path, "%s/train_state.safetensors", tmp);
+        st = fm_safetensors_save(path, &none, &smeta);
+    }
+    if (st == FM_OK) {
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        st = fm_safetensors_save(path, &state, &meta);
+    }
+    if (st == FM_OK) {
+        snprintf(path, sizeof path, "%s/recipe.ini", tmp);
+        st = fm_atomic_write(path, 1, &c);
+    }
+    if (st == FM_OK && t->masks.n) {
+        snprintf(path, sizeof path, "%s/%s", tmp, FM_PRUNE_MASKS_FILE);
+        st = fm_safetensors_save(path, &t->masks, NULL);
+    }
+    fm_kv_free(&meta);
+    fm_kv_free(&smeta);
+    fm_named_list_free(&state);
+    return st;
+}
+
 /* One checkpoint unit (io/io_internal.h): model, optimizer state with the data
  * position and RNGs, and the recipe, committed together as out_dir/ckpt/step-N
- * and linked to out_dir/{model.safetensors,train_state.safetensors,recipe.ini}. */
+ * and linked to out_dir/{model.safetensors,train_state.safetensors,recipe.ini}.
+ * ZeRO-1: each rank's shard of the optimizer state instead (write_sharded). */
 static fm_status save_checkpoint(trainer *t, const char *out_dir) {
+    static const char *const names[] = {"train_state.safetensors", "model.safetensors", "recipe.ini", FM_PRUNE_MASKS_FILE};
+    if (t->zero) {
+        static const char *const kinds[] = {"zero-shard"};
+        dist_ckpt_unit u = {.d = t->dist, .out_dir = out_dir, .step = t->step, .n_common = t->masks.n ? 4 : 3,
+                            .common = names, .n_kinds = 1, .kinds = kinds, .keep = t->r->keep_checkpoints,
+                            .log = t->log, .write = write_sharded, .ctx = t};
+        bool poisoned = false;
+        fm_status st = dist_ckpt_save(&u, &poisoned);
+        if (poisoned) t->poisoned = true;
+        if (st == FM_OK) t->last_good = t->step;
+        return st;
+    }
     char path[PATH_MAX];
     fm_kv_list meta = {0}, smeta = {0};
     fm_named_list state = {0}, ostate = {0};
@@ -252,7 +310,6 @@ static fm_status save_checkpoint(trainer *t, const char *out_dir) {
     }
     if ((st = save_metadata(t, &meta, &smeta))) goto done;
     if ((st = fm_ckpt_begin(&tx, out_dir, t->step))) goto done;
-    static const char *const names[] = {"train_state.safetensors", "model.safetensors", "recipe.ini", FM_PRUNE_MASKS_FILE};
     fm_io_chunk c = {t->r->text, strlen(t->r->text)};
     if ((st = fm_safetensors_save(fm_ckpt_path(&tx, names[0], path, sizeof path), &ostate, &smeta)) ||
         (st = fm_safetensors_save(fm_ckpt_path(&tx, names[1], path, sizeof path), &state, &meta)) ||
@@ -333,7 +390,19 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
                           okind ? okind : "?", fm_optim_kind_name(t->r->optim.kind));
         goto done;
     }
-    if ((st = opt_state(t, &ostate)) != FM_OK) goto done;
+    /* ZeRO-1 shards (zero-shard-R-of-N): this rank's own in the same sharding, else all of them
+     * put together and resharded (dist_ckpt_load_zero); train_state holds the metadata only */
+    const int zw = dist_ckpt_world(dir, "zero-shard");
+    if (zw > 0) {
+        const char *w = fm_kv_get(&smeta, "zero_world_size");
+        if (!w || atoi(w) != zw || saved.n)
+            st = fm_set_error(FM_ERR_FORMAT, "%s: zero_world_size is %s and it holds %d tensors, but the checkpoint holds "
+                              "ZeRO-1 shards of %d ranks (expected their number and no tensors)", path, w ? w : "missing",
+                              saved.n, zw);
+        else st = dist_ckpt_load_zero(dir, zw, t->rank, t->world, t->dt, t->opt);
+        if (st) goto done;
+    }
+    if (zw == 0 && (st = opt_state(t, &ostate)) != FM_OK) goto done;
     char s1[96], s2[96];
     for (int i = 0; i < ostate.n && st == FM_OK; i++) {
         int k = fm_named_list_find(&saved, ostate.items[i].name);
@@ -350,9 +419,9 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
             st = fm_copy_(dst, saved.items[k].tensor);
         }
     }
-    if (st == FM_OK && saved.n != ostate.n)
+    if (st == FM_OK && zw == 0 && saved.n != ostate.n)
         st = fm_set_error(FM_ERR_FORMAT, "%s: %d optimizer state tensors but the model needs %d", path, saved.n, ostate.n);
-    if (st == FM_OK && t->zero) st = fm_dist_trainer_load_full_state(t->dt, &ostate); /* this rank's part */
+    if (st == FM_OK && zw == 0 && t->zero) st = fm_dist_trainer_load_full_state(t->dt, &ostate); /* this rank's part */
     if (st) goto done;
     ls.epoch = ep;
     ls.batch = bt;
@@ -496,6 +565,7 @@ static fm_status dist_init(train_run *u) {
                             "batch", u->opt->eff.grad_accum, (long long)(u->r.batch_size / u->t.world), u->t.world);
     if (!(u->t.dt = fm_dist_trainer_new(d, &u->t.ts, u->opt->zero, u->opt->bucket_bytes))) return fm_last_status();
     u->t.zero = u->opt->zero == 1;
+    u->t.dist = d;
     return FM_OK;
 }
 
@@ -528,7 +598,8 @@ static fm_status train_setup(train_run *u) {
     const fm_efficiency_opts *eo = &u->opt->eff;
     int slots = r->optim.kind == FM_OPTIM_SGD ? (r->optim.momentum > 0) : 2;
     if ((st = fm_efficiency_apply_memory(eo)) ||
-        (st = fm_efficiency_check_fits_sharded(eo, u->res->num_params, slots, u->opt->zero ? u->t.world : 1)))
+        (st = fm_efficiency_check_fits_zero(eo, u->res->num_params, slots, u->opt->zero ? u->t.world : 1,
+                                            false /* ZeRO-1's checkpoints write each rank's shard */)))
         return st;
     u->t.opt = fm_optim_new(&r->optim);
     if (!u->t.opt || fm_optim_add_params(u->t.opt, u->t.model) != FM_OK) return fm_last_status();
@@ -580,6 +651,15 @@ static fm_status train_resume(train_run *u) {
         bool found;
         if ((st = fm_masks_load(f.dir, &mk, &found)) == FM_OK && found) st = set_masks(&u->t, &mk);
         fm_named_list_free(&mk);
+    }
+    if (u->t.world > 1 && u->opt->dist) { /* every rank resumed, or none trains: the others would wait for it */
+        double bad = st ? 1 : 0;
+        /* said now: the job may end (MPI_Abort from another rank) before this rank's error is printed */
+        if (st) fprintf(stderr, "fathom: rank %d of %d: %s\n", u->t.rank, u->t.world, fm_last_error());
+        if (fm_dist_allreduce_sum_f64(u->opt->dist, &bad, 1) != FM_OK) st = fm_last_status();
+        else if (bad > 0 && st == FM_OK)
+            st = fm_set_error(FM_ERR_STATE, "%.0f of the %d ranks could not resume from %s (their errors say why); "
+                              "nothing was trained", bad, u->t.world, f.dir);
     }
     /* out_dir/ gets this checkpoint's files when the run writes there (a crash may
      * have come between a commit and its links) */
