@@ -1,10 +1,11 @@
-/* GPT-2 and Llama in Hugging Face layout (fathom/hf.h):
+/* GPT-2, Llama and Qwen2 in Hugging Face layout (fathom/hf.h):
  *  - config.json refusals (missing and unknown keys, values fathom cannot express);
  *  - sharded weights (an index and two shards) and the index's refusals;
  *  - checkpoints that transformers saves from seeded random weights
  *    (tests/hf/fixtures.py models: tied and untied heads, GQA, rope_theta, llama3
- *    and linear rope scaling, one sharded): fathom's logits within 1e-4 of
- *    GPT2LMHeadModel's / LlamaForCausalLM's, the KV-cache decode too;
+ *    and linear rope scaling, Qwen2's q/k/v biases, two sharded): fathom's logits
+ *    within 1e-4 of GPT2LMHeadModel's / LlamaForCausalLM's / Qwen2ForCausalLM's,
+ *    the KV-cache decode too;
  *  - fathom models exported with fm_hf_gpt_save: transformers loads them and gives
  *    the same logits (within 1e-4). */
 #include <dirent.h>
@@ -71,6 +72,50 @@ static void config_refusals(void) {
             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
             "\"head_dim\": 8}",
             "'head_dim'");
+    /* Qwen2: Llama's keys without attention_bias / mlp_bias, plus its sliding-window keys */
+#define QWEN2 "{\"model_type\": \"qwen2\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, " \
+              "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "              \
+              "\"max_position_embeddings\": 32, \"attention_dropout\": 0.0, \"rope_theta\": 1000000.0"
+    const char *qwen = QWEN2 ", \"use_sliding_window\": false, \"sliding_window\": 8, \"max_window_layers\": 0, "
+                       "\"tie_word_embeddings\": true}";
+    CHECK_MSG(fm_hf_gpt_config_parse(qwen, strlen(qwen), NULL, &c) == FM_OK, "%s", fm_last_error());
+    CHECK(c.arch == FM_GPT_LLAMA && c.qkv_bias && !c.untied_head && c.n_kv_head == 2 && c.rope_theta == 1e6 &&
+          c.norm_eps == 1e-6 && !c.bias);
+    qwen = QWEN2 ", \"use_sliding_window\": true, \"sliding_window\": 32, \"layer_types\": [\"full_attention\", "
+           "\"sliding_attention\"]}"; /* a window as long as the context: full attention */
+    CHECK_MSG(fm_hf_gpt_config_parse(qwen, strlen(qwen), NULL, &c) == FM_OK, "%s", fm_last_error());
+    CHECK(c.qkv_bias && c.untied_head);
+    llama = "{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32}";
+    CHECK(fm_hf_gpt_config_parse(llama, strlen(llama), NULL, &c) == FM_OK && !c.qkv_bias);
+    REFUSED(QWEN2 ", \"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 1}",
+            "cfg.json: 'use_sliding_window': layer 1 attends to a window of 16 tokens (sliding_window), shorter than "
+            "max_position_embeddings 32");
+    REFUSED(QWEN2 ", \"use_sliding_window\": true, \"sliding_window\": 16, \"layer_types\": [\"sliding_attention\", "
+            "\"full_attention\"]}",
+            "layer 0 attends to a window of 16 tokens");
+    REFUSED(QWEN2 ", \"layer_types\": [\"full_attention\"]}", "'layer_types' must be a list of num_hidden_layers (2)");
+    REFUSED(QWEN2 ", \"layer_types\": [\"full_attention\", \"chunked_attention\"]}", "'layer_types'[1] must be");
+    REFUSED(QWEN2 ", \"attention_bias\": true}", "unknown key 'attention_bias' for a qwen2 model");
+    REFUSED(QWEN2 ", \"use_mrope\": true}", "'use_mrope': multimodal RoPE");
+    REFUSED(QWEN2 ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", "rope_type must be default");
+    REFUSED(QWEN2 ", \"hidden_act\": \"gelu\"}", "'hidden_act'");
+    REFUSED("{\"model_type\": \"qwen2\", \"vocab_size\": 50}", "required key 'hidden_size' is missing");
+#undef QWEN2
+    /* qkv_bias is Llama's (GPT-2 has all its biases through bias), and fathom's own
+     * config.json keeps it */
+    fm_gpt_config g = fm_gpt_config_default(FM_GPT_GPT2);
+    g.qkv_bias = true;
+    CHECK(fm_gpt_config_validate(&g) != FM_OK);
+    CHECK_ERR_CONTAINS("qkv_bias (biases on q, k and v only) is for llama models");
+    char tmpl[] = "/tmp/fathom-hf-cfg-XXXXXX";
+    int fd = mkstemp(tmpl);
+    fm_gpt_config l = fm_gpt_config_default(FM_GPT_LLAMA), back;
+    l.qkv_bias = true;
+    CHECK(fd >= 0 && fm_gpt_config_save(&l, tmpl) == FM_OK && fm_gpt_config_load(tmpl, &back) == FM_OK && back.qkv_bias);
+    l.qkv_bias = false;
+    CHECK(fm_gpt_config_save(&l, tmpl) == FM_OK && fm_gpt_config_load(tmpl, &back) == FM_OK && !back.qkv_bias);
+    if (fd >= 0) { close(fd); remove(tmpl); }
 #undef REFUSED
 }
 
@@ -115,9 +160,10 @@ static double cached_diff(fm_gpt *m, json_t *ids, json_t *ref) {
     return worst;
 }
 
-/* A directory with tokenizer.json (transformers' LlamaTokenizer): the prompt's ids
- * (with <s>) as transformers' tokenizer gives them, then greedy generation as
- * transformers' generate() does it (up to its length: it stops at </s>). */
+/* A directory with tokenizer.json (transformers' LlamaTokenizer; Qwen2's byte-level
+ * one): the prompt's ids as the reference tokenizer gives them (Llama's with <s>),
+ * then greedy generation as transformers' generate() does it (up to its length:
+ * Llama's stops at </s>). */
 static void check_prompt(fm_gpt *m, fm_tokenizer *tok, json_t *exp, const char *dir) {
     const char *prompt = json_string_value(json_object_get(exp, "prompt"));
     json_t *want = json_object_get(exp, "prompt_ids"), *greedy = json_object_get(exp, "greedy");
@@ -127,7 +173,7 @@ static void check_prompt(fm_gpt *m, fm_tokenizer *tok, json_t *exp, const char *
     CHECK(fm_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n) == FM_OK);
     bool same_ids = (size_t)n == json_array_size(want);
     for (int64_t i = 0; same_ids && i < n; i++) same_ids = ids[i] == json_integer_value(json_array_get(want, (size_t)i));
-    CHECK_MSG(same_ids, "%s: the prompt's ids differ from transformers' LlamaTokenizer", dir);
+    CHECK_MSG(same_ids, "%s: the prompt's ids differ from the reference tokenizer's", dir);
     fm_gpt_sample_params sp = {0.0, 0, 1.0, 0};
     int made = 0, G = (int)json_array_size(greedy);
     bool limit = false;
@@ -136,7 +182,7 @@ static void check_prompt(fm_gpt *m, fm_tokenizer *tok, json_t *exp, const char *
     bool same_gen = made == G;
     for (int i = 0; same_gen && i < G; i++) same_gen = out[i] == json_integer_value(json_array_get(greedy, (size_t)i));
     CHECK_MSG(same_gen, "%s: greedy generation differs from transformers'", dir);
-    fprintf(stderr, "%s: tokenizer.json prompt (%lld ids) %s transformers' LlamaTokenizer; greedy %d tokens %s\n",
+    fprintf(stderr, "%s: tokenizer.json prompt (%lld ids) %s the reference tokenizer's; greedy %d tokens %s\n",
             strrchr(dir, '/') + 1, (long long)n, same_ids ? "equal to" : "DIFFERS from", G, same_gen ? "equal" : "DIFFER");
     free(ids);
 }
@@ -153,8 +199,9 @@ static void check_model(const char *dir) {
         fm_tensor *l = fm_gpt_forward(m, x, NULL, NULL);
         json_t *ref = json_object_get(exp, "logits");
         double d = l ? max_diff(l, ref, 0, x->shape[1], 0) : INFINITY, dc = cached_diff(m, json_object_get(exp, "ids"), ref);
-        fprintf(stderr, "%s: %s, %d layers, %d heads (%d kv): max |logit - transformers| %.2e, KV-cache decode %.2e\n",
-                strrchr(dir, '/') + 1, fm_gpt_arch_name(fm_gpt_get_config(m)->arch), fm_gpt_get_config(m)->n_layer,
+        fprintf(stderr, "%s: %s%s, %d layers, %d heads (%d kv): max |logit - transformers| %.2e, KV-cache decode %.2e\n",
+                strrchr(dir, '/') + 1, fm_gpt_arch_name(fm_gpt_get_config(m)->arch),
+                fm_gpt_get_config(m)->qkv_bias ? " with q/k/v biases" : "", fm_gpt_get_config(m)->n_layer,
                 fm_gpt_get_config(m)->n_head, fm_gpt_get_config(m)->n_kv_head, d, dc);
         CHECK_MSG(d <= TOL, "%s: logits differ by %g", dir, d);
         CHECK_MSG(dc <= TOL, "%s: cached logits differ by %g", dir, dc);
@@ -253,25 +300,29 @@ static void shards(const char *tmp) {
 }
 
 /* fathom-made models written in HF layout; transformers' logits come back as JSON
- * (one Python run for both). */
+ * (one Python run for all three: GPT-2, Llama, and Llama with q/k/v biases, which
+ * is written as Qwen2). */
 static void check_export(const char *tmp) {
-    fm_gpt_config cg = fm_gpt_config_default(FM_GPT_GPT2), cl = fm_gpt_config_default(FM_GPT_LLAMA);
+    fm_gpt_config cg = fm_gpt_config_default(FM_GPT_GPT2), cl = fm_gpt_config_default(FM_GPT_LLAMA), cq;
     cg.n_layer = 2, cg.n_head = 4, cg.n_embd = 32, cg.block_size = 32, cg.vocab_size = 97, cg.ffn_hidden = 64;
     cg.bias = false; /* written with zero biases */
     cl.n_layer = 2, cl.n_head = 4, cl.n_kv_head = 2, cl.n_embd = 32, cl.block_size = 32, cl.vocab_size = 97;
     cl.ffn_hidden = 48, cl.rope_theta = 1000.0;
-    fm_gpt_config cfgs[2] = {cg, cl};
+    cq = cl;
+    cq.qkv_bias = true, cq.n_kv_head = 1, cq.untied_head = true;
+    fm_gpt_config cfgs[3] = {cg, cl, cq};
     int64_t idv[10] = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38}, shape[2] = {1, 10};
-    fm_tensor *x = fm_tensor_from_data(idv, 2, shape, FM_I64), *l[2] = {NULL, NULL};
-    char dirs[2][1100], args[3600], out[1200], why[8192];
-    for (int k = 0; k < 2; k++) {
+    fm_tensor *x = fm_tensor_from_data(idv, 2, shape, FM_I64), *l[3] = {NULL, NULL, NULL};
+    char dirs[3][1100], args[4800], out[1200], why[8192];
+    for (int k = 0; k < 3; k++) {
         fm_rng rng;
         fm_rng_init(&rng, 7 + (uint64_t)k);
         fm_gpt *m = fm_gpt_new(&cfgs[k], &rng);
         for (int i = 0; m && i < fm_gpt_parameters(m)->n; i++) /* non-trivial norms and biases too */
             fm_tensor_normal_(fm_gpt_parameters(m)->items[i].tensor, 0.2, 0.3, &rng);
         if (m) fm_gpt_train_mode(m, false);
-        snprintf(dirs[k], sizeof dirs[k], "%s/export_%s", tmp, fm_gpt_arch_name(cfgs[k].arch));
+        snprintf(dirs[k], sizeof dirs[k], "%s/export_%s%s", tmp, fm_gpt_arch_name(cfgs[k].arch),
+                 cfgs[k].qkv_bias ? "_qkv_bias" : "");
         CHECK_MSG(m && fm_hf_gpt_save(m, dirs[k]) == FM_OK, "%s", fm_last_error());
         l[k] = m ? fm_gpt_forward(m, x, NULL, NULL) : NULL;
         fm_gpt *back = fm_hf_gpt_load(dirs[k], NULL);
@@ -283,21 +334,24 @@ static void check_export(const char *tmp) {
         fm_gpt_free(m);
     }
     snprintf(out, sizeof out, "%s/logits.json", tmp);
-    snprintf(args, sizeof args, "'%s' '%s' '%s'", out, dirs[0], dirs[1]);
+    snprintf(args, sizeof args, "'%s' '%s' '%s' '%s'", out, dirs[0], dirs[1], dirs[2]);
     int rc = hf_fixtures("logits", "3,14,15,92,65,35,89,79,32,38", args, why, sizeof why);
     if (rc == 77) TEST_SKIP("transformers not available: the exports were not loaded by it");
     else if (rc) CHECK_MSG(0, "transformers could not load the exports: %s", why);
     json_t *r = rc ? NULL : json_load_file(out, 0, NULL);
-    for (int k = 0; r && k < 2; k++) {
+    for (int k = 0; r && k < 3; k++) {
         json_t *e = json_object_get(r, dirs[k]);
         double d = l[k] && e ? max_diff(l[k], json_object_get(e, "logits"), 0, 10, 0) : INFINITY;
-        fprintf(stderr, "export %s -> transformers %s: max |logit difference| %.2e\n", fm_gpt_arch_name(cfgs[k].arch),
-                json_string_value(json_object_get(e, "class")), d);
+        const char *cls = json_string_value(json_object_get(e, "class"));
+        fprintf(stderr, "export %s%s -> transformers %s: max |logit difference| %.2e\n", fm_gpt_arch_name(cfgs[k].arch),
+                cfgs[k].qkv_bias ? " with q/k/v biases" : "", cls ? cls : "(none)", d);
+        CHECK_MSG(cls && !strcmp(cls, k == 0 ? "GPT2LMHeadModel" : k == 1 ? "LlamaForCausalLM" : "Qwen2ForCausalLM"),
+                  "%s: transformers loaded it as %s", dirs[k], cls ? cls : "(none)");
         CHECK_MSG(d <= TOL, "exported %s: transformers' logits differ by %g", dirs[k], d);
     }
     if (!rc && !r) CHECK_MSG(0, "%s: no logits from transformers", out);
     json_decref(r);
-    fm_tensor_release_n(3, x, l[0], l[1]);
+    fm_tensor_release_n(4, x, l[0], l[1], l[2]);
 }
 
 int main(void) {
@@ -312,17 +366,18 @@ int main(void) {
     } else if (rc) {
         CHECK_MSG(0, "fixtures.py models failed: %s", why);
     } else {
-        const char *names[] = {"m_gpt2", "m_gpt2_untied", "m_llama", "m_llama_tied_llama3", "m_llama_linear"};
+        const char *names[] = {"m_gpt2",         "m_gpt2_untied", "m_llama",        "m_llama_tied_llama3",
+                               "m_llama_linear", "m_qwen2",       "m_qwen2_untied"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             char d[1100];
             snprintf(d, sizeof d, "%s/%s", tmp, names[i]);
             check_model(d);
         }
         check_export(tmp);
-        /* `fathom generate` on transformers' own GPT-2 directory (vocab.json + merges.txt)
-         * and on its GQA Llama (tokenizer.json): exit 0, the prompt echoed, then text */
-        const char *gen[] = {"m_gpt2", "m_llama"};
-        for (int k = 0; k < 2; k++) {
+        /* `fathom generate` on transformers' own GPT-2 directory (vocab.json + merges.txt),
+         * its GQA Llama and its Qwen2 (tokenizer.json): exit 0, the prompt echoed, then text */
+        const char *gen[] = {"m_gpt2", "m_llama", "m_qwen2_untied"};
+        for (int k = 0; k < 3; k++) {
             char cmd[2400], out[4096] = "";
             snprintf(cmd, sizeof cmd, "\"%s\" generate '%s/%s' --prompt 'Hello world' --tokens 5 --temperature 0 "
                      "--quiet 2>&1", getenv("FATHOM_BIN") ? getenv("FATHOM_BIN") : "build/fathom", tmp, gen[k]);

@@ -1,7 +1,11 @@
 /* The GPT's KV-cache graph (fm_graph_from_gpt) exported as ONNX: tokens and
  * past_key.<i>/past_value.<i> in, logits and present_key.<i>/present_value.<i> out,
- * with dynamic batch, seq and past. For a GPT-2 (biases, tied head) and a Llama
- * (grouped-query attention, RoPE, SwiGLU, untied head) with random weights:
+ * with dynamic batch, seq and past. For a GPT-2 (biases, tied head), a Llama
+ * (grouped-query attention, RoPE, SwiGLU, untied head) and a Llama with q/k/v
+ * biases (Qwen2's model, tied head) with random weights (the q/k/v biases random
+ * too, not the zeros fm_gpt_new gives them):
+ *   0. the graph's logits over the prompt are the model's own (fm_gpt_forward)
+ *      within 1e-5 relative;
  *   1. the file, reloaded by fathom's ONNX loader, gives the graph's logits and
  *      presents over a 5-token prompt and 3 decode steps (each step fed the
  *      previous step's presents) within 1e-5 relative;
@@ -48,7 +52,8 @@ static const char *const *io_names(const fm_graph *g, bool inputs, int n) {
 /* Runs the prompt and the decode steps on the graph and on the exported file
  * (fathom's loader), comparing; writes each step's tokens and the graph's logits
  * to dir for the ONNX Runtime check. */
-static void run_steps(fm_graph *g, fm_onnx_model *om, const fm_gpt_config *c, const char *dir, const char *tag) {
+static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_config *c, const char *dir,
+                      const char *tag) {
     const int n_io = 1 + 2 * c->n_layer, KV = c->n_kv_head ? c->n_kv_head : c->n_head, D = c->n_embd / c->n_head;
     fm_tensor *gin[64] = {0}, *oin[64] = {0}, *gout[64] = {0}, *oout[64] = {0};
     const char *const *in_names = io_names(g, true, n_io);
@@ -70,6 +75,13 @@ static void run_steps(fm_graph *g, fm_onnx_model *om, const fm_gpt_config *c, co
         CHECK_MSG(gs == FM_OK && os == FM_OK, "%s step %d: %s", tag, s, fm_last_error());
         if (gs || os) break;
         worst_logits = fmax(worst_logits, rel_diff(oout[0], gout[0]));
+        if (s == 0) { /* the graph against the model it was made from */
+            fm_tensor *eager = fm_gpt_forward(m, tok, NULL, NULL);
+            double d = rel_diff(gout[0], eager);
+            printf("%s: the graph vs fm_gpt_forward over the prompt: logits %.3g (relative)\n", tag, d);
+            CHECK_MSG(d <= 1e-5, "%s: the graph's logits differ from the model's by %.3g", tag, d);
+            fm_tensor_release(eager);
+        }
         for (int i = 1; i < n_io; i++) worst_cache = fmax(worst_cache, rel_diff(oout[i], gout[i]));
         char p[600];
         snprintf(p, sizeof p, "%s/%s_tokens_%d.npy", dir, tag, s);
@@ -97,6 +109,9 @@ static void one_model(fm_gpt_config c, const char *dir, const char *tag) {
     fm_rng_init(&r, 42);
     fm_gpt *m = fm_gpt_new(&c, &r);
     CHECK_MSG(m != NULL, "%s: %s", tag, fm_last_error());
+    for (int i = 0; m && i < fm_gpt_parameters(m)->n; i++)
+        if (strstr(fm_gpt_parameters(m)->items[i].name, ".attn.qkv.bias"))
+            CHECK(fm_tensor_normal_(fm_gpt_parameters(m)->items[i].tensor, 0.0, 0.5, &r) == FM_OK);
     fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;
     CHECK_MSG(g != NULL, "%s: %s", tag, fm_last_error());
     char path[600];
@@ -105,7 +120,7 @@ static void one_model(fm_gpt_config c, const char *dir, const char *tag) {
     CHECK_MSG(st == FM_OK, "%s: export: %s", tag, fm_last_error());
     fm_onnx_model *om = st == FM_OK ? fm_onnx_load(path) : NULL;
     CHECK_MSG(om != NULL, "%s: reload: %s", tag, fm_last_error());
-    if (om) run_steps(g, om, &c, dir, tag);
+    if (om) run_steps(m, g, om, &c, dir, tag);
     fm_onnx_free(om);
     fm_graph_free(g);
     fm_gpt_free(m);
@@ -122,8 +137,11 @@ int main(void) {
     b.n_layer = 2, b.n_head = 4, b.n_kv_head = 2, b.n_embd = 32, b.block_size = 32, b.vocab_size = 61, b.ffn_hidden = 96;
     b.dropout = 0, b.untied_head = true, b.rope_theta = 500000;
     one_model(b, dir, "llama");
+    fm_gpt_config q = b;
+    q.qkv_bias = true, q.untied_head = false, q.n_kv_head = 1, q.rope_theta = 1e6;
+    one_model(q, dir, "qwen2");
     char cmd[1024], why[2048];
-    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 llama 2>&1", hf_python(), dir, STEPS);
+    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 llama qwen2 2>&1", hf_python(), dir, STEPS);
     FILE *f = popen(cmd, "r");
     size_t o = 0;
     why[0] = 0;

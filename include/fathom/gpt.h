@@ -4,7 +4,8 @@
  * One model struct covers both architectures; the config picks the parts:
  *   GPT-2: learned position embeddings, LayerNorm, GELU(tanh) MLP, biases optional.
  *   Llama: rotary position embeddings, RMSNorm, SwiGLU MLP, grouped-query
- *          attention (n_kv_head < n_head), no biases.
+ *          attention (n_kv_head < n_head), no biases (qkv_bias: biases on the
+ *          q, k and v projections only, as Qwen2 has them).
  * Both tie the output projection to the token embedding. Weights live in
  * PyTorch Linear layout ([out, in]); the Hugging Face names used for import and
  * export (fm_gpt_save_hf / fm_gpt_load_hf) transpose GPT-2's Conv1D weights and
@@ -49,6 +50,9 @@ typedef struct fm_gpt_config {
      * Nemo, Qwen3) and models whose heads were pruned (fathom prune --structured heads).
      * The attention then works in n_head * head_dim columns and projects back to n_embd. */
     int head_dim;
+    /* Llama only: biases on the q, k and v projections (Qwen2's attention; the output
+     * projection and the MLP stay without). GPT-2 has its biases through bias. */
+    bool qkv_bias;
 } fm_gpt_config;
 /* The per-head width of a configuration: head_dim, or n_embd / n_head when it is 0. */
 FM_API int fm_gpt_head_dim(const fm_gpt_config *c);

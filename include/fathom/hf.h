@@ -6,13 +6,15 @@
  *   gpt2   GPT2LMHeadModel: vocab.json + merges.txt (byte-level BPE)
  *   llama  LlamaForCausalLM: tokenizer.json (SentencePiece-style BPE with byte
  *          fallback, fm_tokenizer_load_hf_json), or vocab.json + merges.txt
+ *   qwen2  Qwen2ForCausalLM: Llama's model with biases on q, k and v
+ *          (fm_gpt_config.qkv_bias); its byte-level tokenizer.json
  *   bert   BertModel as sentence-transformers uses it (all-MiniLM-L6-v2): vocab.txt,
  *          tokenizer_config.json, sentence_bert_config.json, modules.json and the
  *          pooling folder's config.json
  * config.json keys are checked against what each model type reads: a missing
  * required key, a key fathom does not know, or a value it cannot express (an
  * activation other than the model's, attention biases in Llama, an unsupported
- * rope_type) is refused, naming the file and the key. */
+ * rope_type, Qwen2's sliding window shorter than the context) is refused, naming the file and the key. */
 #ifndef FATHOM_HF_H
 #define FATHOM_HF_H
 #include "fathom/export.h"
@@ -29,18 +31,18 @@ extern "C" {
  * rather than one `fathom train` wrote). */
 FM_API bool fm_hf_is_model_dir(const char *dir);
 
-/* A GPT-2 or Llama config.json (from memory; name labels errors) as fathom's GPT
+/* A GPT-2, Llama or Qwen2 config.json (from memory; name labels errors) as fathom's GPT
  * config. */
 FM_API fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char *name, fm_gpt_config *out);
 
-/* Loads a GPT-2 or Llama directory. tok (may be NULL) receives the tokenizer from
+/* Loads a GPT-2, Llama or Qwen2 directory. tok (may be NULL) receives the tokenizer from
  * vocab.json + merges.txt when both exist, else from tokenizer.json; a tokenizer
  * with ids beyond the model's vocab_size is refused. Weights may be f32, f16 or bf16 (converted to f32). */
 FM_API fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok);
 
 /* Writes m as a Hugging Face directory (config.json + model.safetensors) that
- * transformers' GPT2LMHeadModel / LlamaForCausalLM load with the same logits.
- * GPT-2 models without biases are written with zero biases (HF's GPT-2 has them). */
+ * transformers' GPT2LMHeadModel / LlamaForCausalLM (Qwen2ForCausalLM for a Llama
+ * with qkv_bias) load with the same logits. GPT-2 models without biases are written with zero biases (HF's GPT-2 has them). */
 FM_API fm_status fm_hf_gpt_save(const fm_gpt *m, const char *dir);
 
 /* ---- BERT sentence encoders (sentence-transformers layout) ---- */

@@ -87,6 +87,9 @@ fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
     if ((unsigned)c->rope_scaling > FM_ROPE_LLAMA3 || (c->rope_scaling && c->arch != FM_GPT_LLAMA))
         return fm_set_error(FM_ERR_INVALID, "gpt config: rope scaling %d needs a llama model with rope scaling 0-2",
                             (int)c->rope_scaling);
+    if (c->qkv_bias && c->arch != FM_GPT_LLAMA)
+        return fm_set_error(FM_ERR_INVALID, "gpt config: qkv_bias (biases on q, k and v only) is for llama models; "
+                            "gpt2 takes bias for all of its biases");
     if (c->rope_scaling && !(c->rope_factor > 0))
         return fm_set_error(FM_ERR_INVALID, "gpt config: rope scaling factor %g must be > 0", c->rope_factor);
     if (c->rope_scaling == FM_ROPE_LLAMA3 && !(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor >
@@ -108,6 +111,7 @@ fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
     /* written only when set, so the files of tied, unscaled models stay as they were */
     if (c->untied_head) json_object_set_new(j, "untied_head", json_true());
     if (c->head_dim > 0 && c->head_dim * c->n_head != c->n_embd) json_object_set_new(j, "head_dim", json_integer(c->head_dim));
+    if (c->qkv_bias) json_object_set_new(j, "qkv_bias", json_true());
     if (c->rope_scaling) {
         json_object_set_new(j, "rope_scaling", json_string(c->rope_scaling == FM_ROPE_LINEAR ? "linear" : "llama3"));
         json_object_set_new(j, "rope_factor", json_real(c->rope_factor));
@@ -145,16 +149,17 @@ fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
         return FM_ERR_FORMAT;
     }
     fm_status st = fm_gpt_arch_parse(arch, &c->arch);
-    int untied = 0, orig = 0, head_dim = 0;
+    int untied = 0, orig = 0, head_dim = 0, qkv_bias = 0;
     const char *scaling = NULL;
     double factor = 0, lo = 0, hi = 0;
-    if (!st && json_unpack_ex(j, &err, 0, "{s?b,s?s,s?F,s?F,s?F,s?i,s?i}", "untied_head", &untied, "rope_scaling",
+    if (!st && json_unpack_ex(j, &err, 0, "{s?b,s?s,s?F,s?F,s?F,s?i,s?i,s?b}", "untied_head", &untied, "rope_scaling",
                               &scaling, "rope_factor", &factor, "rope_low_freq_factor", &lo, "rope_high_freq_factor", &hi,
-                              "rope_original_max_pos", &orig, "head_dim", &head_dim))
+                              "rope_original_max_pos", &orig, "head_dim", &head_dim, "qkv_bias", &qkv_bias))
         st = fm_set_error(FM_ERR_FORMAT, "%s: bad model config: %s", path, err.text);
     if (!st && scaling && strcmp(scaling, "linear") && strcmp(scaling, "llama3"))
         st = fm_set_error(FM_ERR_FORMAT, "%s: rope_scaling '%s' is not linear or llama3", path, scaling);
     c->untied_head = untied != 0;
+    c->qkv_bias = qkv_bias != 0;
     c->rope_scaling = !scaling ? FM_ROPE_NONE : !strcmp(scaling, "linear") ? FM_ROPE_LINEAR : FM_ROPE_LLAMA3;
     c->rope_factor = factor;
     c->rope_low_freq_factor = lo;
@@ -205,7 +210,7 @@ static fm_status build_params(fm_gpt *m) {
     const fm_gpt_config *c = &m->cfg;
     const int C = c->n_embd, V = c->vocab_size, F = c->ffn_hidden, H = c->n_head;
     const int D = fm_gpt_head_dim(c), KV = m->n_kv;
-    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
+    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama, qkv_bias = llama && c->qkv_bias;
     char nm[128], hf[160];
     m->params.owns_tensors = true;
 #define P(dst, ndim, a, b, ...)                                  \
@@ -241,6 +246,11 @@ static fm_status build_params(fm_gpt *m) {
         if (bias) {
             P(L->qkv_b, 1, (H + 2 * KV) * D, 0, "h.%d.attn.qkv.bias", i);
             HF(L->qkv_b, 0, -1, false, "%s.%d.attn.c_attn.bias", hp, i);
+        } else if (qkv_bias) {
+            P(L->qkv_b, 1, (H + 2 * KV) * D, 0, "h.%d.attn.qkv.bias", i);
+            HF(L->qkv_b, 0, H * D, false, "%s.%d.self_attn.q_proj.bias", hp, i);
+            HF(L->qkv_b, H * D, KV * D, false, "%s.%d.self_attn.k_proj.bias", hp, i);
+            HF(L->qkv_b, (H + KV) * D, KV * D, false, "%s.%d.self_attn.v_proj.bias", hp, i);
         }
         P(L->proj_w, 2, C, H * D, "h.%d.attn.proj.weight", i);
         HF(L->proj_w, 0, -1, !llama, llama ? "%s.%d.self_attn.o_proj.weight" : "%s.%d.attn.c_proj.weight", hp, i);

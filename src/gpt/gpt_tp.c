@@ -272,7 +272,7 @@ int64_t gpt_tp_num_params(const fm_gpt_config *c, int tp) {
     const int64_t C = c->n_embd, F = c->ffn_hidden, H = c->n_head, D = fm_gpt_head_dim(c), KV = llama ? c->n_kv_head : H;
     int64_t split = (c->untied_head ? 2 : 1) * (int64_t)c->vocab_size * C +
                     c->n_layer * ((H + 2 * KV) * D * C + C * H * D + (llama ? 3 : 2) * F * C +
-                                  (bias ? (H + 2 * KV) * D + F : 0));
+                                  (bias ? (H + 2 * KV) * D + F : 0) + (llama && c->qkv_bias ? (H + 2 * KV) * D : 0));
     return n - split + split / tp;
 }
 

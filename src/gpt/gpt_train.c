@@ -72,6 +72,7 @@ int64_t fm_gpt_config_num_params(const fm_gpt_config *c) {
                   + (H + 2 * KV) * D * C + C * H * D /* qkv, proj */
                   + (llama ? 2 : 1) * F * C + C * F; /* fc (gate+up), fc2 */
     if (bias) per += 2 * C + (H + 2 * KV) * D + C + F + C;
+    if (llama && c->qkv_bias) per += (H + 2 * KV) * D;
     return (c->untied_head ? 2 : 1) * V * C + (llama ? 0 : (int64_t)c->block_size * C) + c->n_layer * per + C +
            (bias ? C : 0);
 }

@@ -1,4 +1,4 @@
-/* Hugging Face config.json for GPT-2, Llama and BERT (see fathom/hf.h).
+/* Hugging Face config.json for GPT-2, Llama, Qwen2 and BERT (see fathom/hf.h).
  *
  * Every key is accounted for: either fathom reads it (and refuses values it
  * cannot express), or it is listed as not changing inference (dropout rates,
@@ -174,9 +174,8 @@ static void llama_rope(hf_cfg *r, fm_gpt_config *c) {
     r->st = sub.st;
 }
 
-static void llama_config(hf_cfg *r, fm_gpt_config *c) {
-    *c = fm_gpt_config_default(FM_GPT_LLAMA);
-    hf_check_keys(r, "llama", llama_used, llama_ignored);
+/* The keys Llama and Qwen2 share (Qwen2's model is Llama's with q, k and v biases). */
+static void llama_common(hf_cfg *r, fm_gpt_config *c) {
     c->vocab_size = hf_int(r, "vocab_size", true, 0, 1, BIG);
     c->n_embd = hf_int(r, "hidden_size", true, 0, 1, BIG);
     c->ffn_hidden = hf_int(r, "intermediate_size", true, 0, 1, BIG);
@@ -186,8 +185,6 @@ static void llama_config(hf_cfg *r, fm_gpt_config *c) {
     c->block_size = hf_int(r, "max_position_embeddings", true, 0, 1, 1 << 24);
     c->norm_eps = hf_num(r, "rms_norm_eps", false, 1e-6);
     refuse(r, strcmp(hf_str(r, "hidden_act", "silu"), "silu"), "hidden_act", "fathom's Llama uses SiLU (SwiGLU) only");
-    refuse(r, hf_bool(r, "attention_bias", false), "attention_bias", "Llama attention biases are not supported");
-    refuse(r, hf_bool(r, "mlp_bias", false), "mlp_bias", "Llama MLP biases are not supported");
     int hd = c->n_head > 0 ? c->n_embd / c->n_head : 0;
     refuse(r, c->n_head > 0 && hf_int(r, "head_dim", false, hd, 1, BIG) * c->n_head != c->n_embd, "head_dim",
            "must be hidden_size / num_attention_heads");
@@ -195,6 +192,63 @@ static void llama_config(hf_cfg *r, fm_gpt_config *c) {
     c->untied_head = !hf_bool(r, "tie_word_embeddings", false);
     c->bias = false;
     c->dropout = 0;
+}
+
+static void llama_config(hf_cfg *r, fm_gpt_config *c) {
+    *c = fm_gpt_config_default(FM_GPT_LLAMA);
+    hf_check_keys(r, "llama", llama_used, llama_ignored);
+    llama_common(r, c);
+    refuse(r, hf_bool(r, "attention_bias", false), "attention_bias",
+           "Llama attention biases (q, k, v and the output projection) are not supported");
+    refuse(r, hf_bool(r, "mlp_bias", false), "mlp_bias", "Llama MLP biases are not supported");
+}
+
+static const char *const qwen2_used[] = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "max_position_embeddings", "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "head_dim", "tie_word_embeddings", "use_sliding_window", "sliding_window",
+    "max_window_layers", "layer_types", "use_mrope", NULL};
+static const char *const qwen2_ignored[] = {"attention_dropout", NULL};
+
+/* Qwen2's sliding-window attention, as transformers (5.x) decides it: layer i slides
+ * when layer_types says "sliding_attention" (without layer_types: when i >=
+ * max_window_layers), and only with use_sliding_window and a sliding_window set.
+ * fathom attends to the whole causal context, which is the same thing only when
+ * the window holds every position (sliding_window >= max_position_embeddings). */
+static void qwen2_window(hf_cfg *r, const fm_gpt_config *c) {
+    const bool use = hf_bool(r, "use_sliding_window", false);
+    const int window = hf_int(r, "sliding_window", false, 0, 1, BIG);
+    const int first = hf_int(r, "max_window_layers", false, 28, 0, BIG);
+    json_t *types = get(r, "layer_types", false);
+    if (r->st) return;
+    if (types && (!json_is_array(types) || (int)json_array_size(types) != c->n_layer)) {
+        r->st = fm_set_error(FM_ERR_FORMAT, "%s: 'layer_types' must be a list of num_hidden_layers (%d) strings",
+                             r->name, c->n_layer);
+        return;
+    }
+    int sliding = -1;
+    for (int i = 0; i < c->n_layer && !r->st; i++) {
+        const char *t = types ? json_string_value(json_array_get(types, (size_t)i)) : NULL;
+        if (types && (!t || (strcmp(t, "full_attention") && strcmp(t, "sliding_attention"))))
+            r->st = fm_set_error(FM_ERR_FORMAT, "%s: 'layer_types'[%d] must be \"full_attention\" or "
+                                 "\"sliding_attention\"", r->name, i);
+        else if (sliding < 0 && (types ? !strcmp(t, "sliding_attention") : i >= first)) sliding = i;
+    }
+    if (!r->st && use && window > 0 && sliding >= 0 && window < c->block_size)
+        r->st = fm_set_error(FM_ERR_FORMAT,
+                             "%s: 'use_sliding_window': layer %d attends to a window of %d tokens (sliding_window), "
+                             "shorter than max_position_embeddings %d; fathom's attention sees the whole context, so "
+                             "it would give other results past %d tokens (sliding-window attention is not supported)",
+                             r->name, sliding, window, c->block_size, window);
+}
+
+static void qwen2_config(hf_cfg *r, fm_gpt_config *c) {
+    *c = fm_gpt_config_default(FM_GPT_LLAMA);
+    hf_check_keys(r, "qwen2", qwen2_used, qwen2_ignored);
+    llama_common(r, c);
+    refuse(r, hf_bool(r, "use_mrope", false), "use_mrope", "multimodal RoPE (Qwen2-VL) is not supported");
+    qwen2_window(r, c);
+    c->qkv_bias = true;
 }
 
 fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char *name, fm_gpt_config *out) {
@@ -206,8 +260,10 @@ fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char *name,
     if (!r.st) {
         if (!strcmp(type, "gpt2")) gpt2_config(&r, &c);
         else if (!strcmp(type, "llama")) llama_config(&r, &c);
-        else r.st = fm_set_error(FM_ERR_FORMAT, "%s: model_type '%.40s' is not a causal LM fathom loads (gpt2, llama)",
-                                 r.name, type);
+        else if (!strcmp(type, "qwen2")) qwen2_config(&r, &c);
+        else r.st = fm_set_error(FM_ERR_FORMAT,
+                                 "%s: model_type '%.40s' is not a causal LM fathom loads (gpt2, llama, qwen2)", r.name,
+                                 type);
     }
     json_decref(r.j);
     if (r.st) return r.st;

@@ -1,4 +1,4 @@
-/* GPT-2 and Llama checkpoints in Hugging Face layout (see fathom/hf.h), mapped
+/* GPT-2, Llama and Qwen2 checkpoints in Hugging Face layout (see fathom/hf.h), mapped
  * onto fathom's GPT model: its parameters already carry the Hugging Face names
  * (fm_gpt_load_hf_tensors), so this file reads the directory (config, single or
  * sharded weights, tokenizer) and writes one back. */
@@ -162,13 +162,21 @@ static json_t *gpt_config_json(const fm_gpt_config *c) {
                          c->ffn_hidden, "activation_function", "gelu_new", "layer_norm_epsilon", c->norm_eps,
                          "tie_word_embeddings", !c->untied_head, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop",
                          0.0);
-    json_t *j = json_pack("{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type", "llama",
-                          "architectures", "LlamaForCausalLM", "vocab_size", c->vocab_size, "hidden_size", c->n_embd,
-                          "intermediate_size", c->ffn_hidden, "num_hidden_layers", c->n_layer, "num_attention_heads",
-                          c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", fm_gpt_head_dim(c),
-                          "max_position_embeddings", c->block_size, "hidden_act", "silu", "rms_norm_eps", c->norm_eps,
-                          "rope_theta", c->rope_theta, "tie_word_embeddings", !c->untied_head, "attention_bias", 0,
-                          "mlp_bias", 0);
+    /* a Llama with q, k and v biases is Qwen2's model (Llama's attention_bias would
+     * put one on the output projection too) */
+    const bool qwen2 = c->qkv_bias;
+    json_t *j = json_pack("{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
+                          qwen2 ? "qwen2" : "llama", "architectures", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                          "vocab_size", c->vocab_size, "hidden_size", c->n_embd, "intermediate_size", c->ffn_hidden,
+                          "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads",
+                          c->n_kv_head, "head_dim", fm_gpt_head_dim(c), "max_position_embeddings", c->block_size,
+                          "hidden_act", "silu", "rms_norm_eps", c->norm_eps, "rope_theta", c->rope_theta,
+                          "tie_word_embeddings", !c->untied_head);
+    if (j && qwen2) json_object_set_new(j, "use_sliding_window", json_false());
+    if (j && !qwen2) {
+        json_object_set_new(j, "attention_bias", json_false());
+        json_object_set_new(j, "mlp_bias", json_false());
+    }
     if (j && c->rope_scaling) {
         json_t *r = json_pack("{s:s,s:f}", "rope_type", c->rope_scaling == FM_ROPE_LINEAR ? "linear" : "llama3",
                               "factor", c->rope_factor);

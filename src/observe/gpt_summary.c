@@ -176,7 +176,8 @@ static bool block_rows(gwalk *w, const gdims *g, int i) {
     int att = out->n - 1;
     NAME("h.%d.attn.qkv", i);
     DESC("linear %lld->%lld (q, k, v)", (long long)C, (long long)NQKV);
-    ROW(2, 2 * BT * (double)C * (double)NQKV + (bias ? BT * (double)NQKV : 0), 3, B, T, NQKV);
+    ROW(2, 2 * BT * (double)C * (double)NQKV + (bias || (llama && g->c->qkv_bias) ? BT * (double)NQKV : 0), 3, B, T,
+        NQKV);
     if (llama) {
         NAME("h.%d.attn.rope", i);
         DESC("rotary embedding (q, k)");

