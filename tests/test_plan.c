@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fathom/gpt.h"
 #include "fathom/plan.h"
 #include "plan/plan_internal.h" /* plan_active_params */
 #include "test_util.h"
@@ -1063,6 +1064,61 @@ static void test_fathom_dirs(void) {
     rmdir(dir);
 }
 
+/* fathom's own config.json, written by the trainer's fm_gpt_config_save: the
+ * planner counts exactly the trainer's parameters (fm_gpt_config_num_params),
+ * for GPT-2 with and without biases, a GPT-2 whose pruned heads do not tile
+ * n_embd (head_dim), and Llama tied, untied, grouped and with its own head_dim.
+ * GPT-2 configs carry an n_kv_head the model ignores (every head has its K/V). */
+static void test_fathom_gpt_configs(void) {
+    struct { fm_gpt_arch arch; int H, KV, hd; bool bias, untied; } cs[] = {
+        {FM_GPT_GPT2, 4, 12, 0, true, false}, {FM_GPT_GPT2, 4, 12, 0, false, false},
+        {FM_GPT_GPT2, 3, 12, 16, true, false}, {FM_GPT_GPT2, 4, 12, 0, true, true},
+        {FM_GPT_LLAMA, 4, 2, 0, false, false}, {FM_GPT_LLAMA, 4, 2, 0, false, true},
+        {FM_GPT_LLAMA, 3, 1, 8, false, false},
+    };
+    const char *dir = tmp_path("fathom_test_plan_gpt");
+    char path[256];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        fm_gpt_config c = fm_gpt_config_default(cs[i].arch);
+        c.n_layer = 3;
+        c.n_embd = 64;
+        c.n_head = cs[i].H;
+        c.n_kv_head = cs[i].KV;
+        c.head_dim = cs[i].hd;
+        c.ffn_hidden = cs[i].arch == FM_GPT_LLAMA ? 176 : 256;
+        c.vocab_size = 300;
+        c.block_size = 128;
+        c.bias = cs[i].bias;
+        c.untied_head = cs[i].untied;
+        CHECK_MSG(fm_gpt_config_validate(&c) == FM_OK, "config %zu: %s", i, fm_last_error());
+        CHECK(fm_gpt_config_save(&c, path) == FM_OK);
+        fm_plan_model m;
+        fm_status st = fm_plan_model_from_file(dir, &m);
+        CHECK_MSG(st == FM_OK, "config %zu: %s", i, st ? fm_last_error() : "");
+        if (st) continue;
+        CHECK_MSG(m.params == fm_gpt_config_num_params(&c), "config %zu: planner %lld, trainer %lld", i,
+                  (long long)m.params, (long long)fm_gpt_config_num_params(&c));
+        CHECK(m.arch == (cs[i].arch == FM_GPT_LLAMA ? FM_PLAN_ARCH_LLAMA : FM_PLAN_ARCH_GPT));
+        CHECK(m.kv_heads == (cs[i].arch == FM_GPT_LLAMA ? cs[i].KV : cs[i].H));
+        CHECK(m.tied_embeddings == !cs[i].untied);
+    }
+    /* A head_dim or bias of the wrong type is refused with the file, line and field. */
+    FILE *f = fopen(path, "w");
+    fputs("{\n  \"arch\": \"gpt2\",\n  \"n_layer\": 2,\n  \"n_head\": 3,\n  \"n_embd\": 64,\n  \"block_size\": 64,\n"
+          "  \"vocab_size\": 100,\n  \"ffn_hidden\": 256,\n  \"bias\": 1\n}\n", f);
+    fclose(f);
+    fm_plan_model m;
+    CHECK(fm_plan_model_from_file(dir, &m) != FM_OK && strstr(fm_last_error(), ":9: field \"bias\" is not true/false"));
+    f = fopen(path, "w");
+    fputs("{\"arch\": \"gpt2\", \"n_layer\": 2, \"n_head\": 3, \"n_embd\": 64, \"block_size\": 64, \"vocab_size\": 100}\n", f);
+    fclose(f);
+    CHECK(fm_plan_model_from_file(dir, &m) != FM_OK && strstr(fm_last_error(), "do not divide n_embd 64 (and no head_dim"));
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_render(void) {
     fm_plan_model m = preset("llama-2-7b");
     fm_plan_job j;
@@ -1148,6 +1204,7 @@ int main(void) {
         test_render();
     }
     test_safetensors();
+    test_fathom_gpt_configs();
     test_hf_configs();
     test_fathom_dirs();
     fm_plan_result_free(last);

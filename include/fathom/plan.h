@@ -101,6 +101,7 @@ typedef struct fm_plan_model {
     int64_t experts;       /* mixture of experts: MLPs per layer (0 or 1: dense) */
     int64_t experts_active;/* experts each token runs through */
     int qkv_bias;          /* Qwen2: biases on q, k and v */
+    int no_bias;           /* GPT: Linear and LayerNorm without biases (a fathom GPT-2 config's "bias": false) */
     int tied_embeddings;
     int64_t params;        /* total parameter count */
     int64_t embed_params;  /* embeddings + untied output head (stay 16-bit when quantized) */

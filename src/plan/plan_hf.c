@@ -127,26 +127,47 @@ static fm_status read_dims(const cfg *c, const family *f, fm_plan_model *m) {
     return FM_OK;
 }
 
-/* fathom's own GPT config.json (src/gpt/gpt_model.c writes it). */
+/* An optional true/false field: 0 with *out unchanged when absent. */
+static fm_status get_bool(const cfg *c, const char *key, int *out) {
+    json_t *v = json_object_get(c->root, key);
+    if (!v) return FM_OK;
+    if (!json_is_boolean(v))
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: field \"%s\" is not true/false", c->path, key_line(c, key), key);
+    *out = json_is_true(v);
+    return FM_OK;
+}
+
+/* fathom's own GPT config.json, as fm_gpt_config_save (src/gpt/gpt_model.c)
+ * writes it: "arch" "gpt2" or "llama" ("gpt" is taken for GPT-2 too), the
+ * optional "head_dim" (heads that do not tile n_embd), "untied_head" and, for
+ * GPT-2, "bias". GPT-2 runs every head with its own K and V whatever
+ * n_kv_head says, as the model does. */
 static fm_status read_fathom_gpt(const cfg *c, fm_plan_model *m) {
     const char *arch = json_string_value(json_object_get(c->root, "arch"));
-    if (!arch || (strcmp(arch, "gpt") && strcmp(arch, "llama")))
-        return fm_set_error(FM_ERR_FORMAT, "%s:%d: field \"arch\" must be \"gpt\" or \"llama\" in a fathom GPT config",
+    if (!arch || (strcmp(arch, "gpt2") && strcmp(arch, "gpt") && strcmp(arch, "llama")))
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: field \"arch\" must be \"gpt2\" or \"llama\" in a fathom GPT config",
                             c->path, key_line(c, "arch"));
-    m->arch = !strcmp(arch, "gpt") ? FM_PLAN_ARCH_GPT : FM_PLAN_ARCH_LLAMA;
+    m->arch = strcmp(arch, "llama") ? FM_PLAN_ARCH_GPT : FM_PLAN_ARCH_LLAMA;
     fm_status st;
+    int untied = 0, bias = 1;
     if ((st = get_int(c, "n_layer", NULL, 1, 1, 10000, &m->layers)) ||
         (st = get_int(c, "n_embd", NULL, 1, 1, 1000000, &m->hidden)) ||
         (st = get_int(c, "n_head", NULL, 1, 1, 100000, &m->heads)) ||
         (st = get_int(c, "n_kv_head", NULL, 0, 1, 100000, &m->kv_heads)) ||
         (st = get_int(c, "ffn_hidden", NULL, 0, 1, 10000000, &m->ffn)) ||
         (st = get_int(c, "vocab_size", NULL, 1, 1, 100000000, &m->vocab)) ||
-        (st = get_int(c, "block_size", NULL, 1, 1, 100000000, &m->max_seq)))
+        (st = get_int(c, "block_size", NULL, 1, 1, 100000000, &m->max_seq)) ||
+        (st = get_int(c, "head_dim", NULL, 0, 0, 4096, &m->head_dim)) || (st = get_bool(c, "untied_head", &untied)) ||
+        (st = get_bool(c, "bias", &bias)))
         return st;
-    if (m->hidden % m->heads)
-        return fm_set_error(FM_ERR_FORMAT, "%s:%d: the %lld heads do not divide n_embd %lld", c->path,
-                            key_line(c, "n_head"), (long long)m->heads, (long long)m->hidden);
-    m->tied_embeddings = 1; /* fathom's GPT ties the output head to the token embedding */
+    if (!m->head_dim && m->hidden % m->heads)
+        return fm_set_error(FM_ERR_FORMAT, "%s:%d: the %lld heads do not divide n_embd %lld (and no head_dim is given)",
+                            c->path, key_line(c, "n_head"), (long long)m->heads, (long long)m->hidden);
+    if (m->arch == FM_PLAN_ARCH_GPT) {
+        m->kv_heads = m->heads;
+        m->no_bias = !bias;
+    }
+    m->tied_embeddings = !untied; /* fathom's GPT ties the output head to the token embedding unless untied_head */
     return FM_OK;
 }
 

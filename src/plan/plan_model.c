@@ -81,10 +81,14 @@ static void count_from_dims(fm_plan_model *m) {
     double layer = 0, embed = 0, other = 0;
     switch (m->arch) {
     case FM_PLAN_ARCH_GPT:
-        /* qkv (+bias), output projection (+bias), GeLU MLP (+biases), two LayerNorms */
-        layer = h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + h * f + f + f * h + h + 4 * h;
+        /* qkv (+bias), output projection (+bias), GeLU MLP (+biases), two
+         * LayerNorms; the heads' width q = heads x head_dim is h unless a
+         * config sets head_dim (heads pruned, say) */
+        layer = h * (q + 2 * kv) + q * h + h * f + f * h + 4 * h;
+        if (m->no_bias) layer -= 2 * h; /* LayerNorm weights only */
+        else layer += (q + 2 * kv) + h + f + h;
         embed = V * h + P * h;
-        other = 2 * h; /* final LayerNorm */
+        other = m->no_bias ? h : 2 * h; /* final LayerNorm */
         break;
     case FM_PLAN_ARCH_LLAMA:
         /* q, k, v, o without bias; SwiGLU gate, up, down; two RMSNorm weights */
