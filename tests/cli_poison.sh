@@ -88,6 +88,24 @@ out=$("$bin" train "$tmp/d.ini" --resume "$tmp/d" --no-eval --lr 1e6 2>&1); rc=$
 # checkpoints it committed before the loss exploded are finite ones; the one it resumed from is untouched
 [[ "$(snapshot "$tmp/d" | grep ckpt/step-00000002/)" == "$(echo "$before" | grep ckpt/step-00000002/)" ]] \
   || bad "divergence: the checkpoint the run resumed from changed"
+# the loss that exploded (step 3's) was computed on the weights checkpoint 3 holds: that one is
+# set aside (ckpt/step-00000003.diverged), OUT/ links to step 2 again, and --resume picks step 2
+[[ $out == *"The checkpoint of step 3 holds the weights that gave this loss: moved to $tmp/d/ckpt/step-00000003.diverged"* &&
+   $out == *"The last good checkpoint (step 2) in $tmp/d/ckpt is untouched"* && -d $tmp/d/ckpt/step-00000003.diverged &&
+   ! -e $tmp/d/ckpt/step-00000003 ]] && echo "ok: plain: the checkpoint holding the diverged weights is set aside" \
+  || bad "plain divergence: step 3 not set aside: $(ls "$tmp/d/ckpt"): $out"
+cmp -s "$tmp/d/model.safetensors" "$tmp/d/ckpt/step-00000002/model.safetensors" || bad "plain divergence: OUT/ not linked to step 2"
+out=$("$bin" train "$tmp/d.ini" --resume "$tmp/d" --no-eval --max-steps 3 2>&1)
+[[ $out == *"resuming from $tmp/d/ckpt/step-00000002 (step 2)"* ]] && echo "ok: plain: --resume after divergence starts from step 2" \
+  || bad "plain divergence: resume did not pick step 2: $out"
+# with keep_checkpoints = 1 there is no earlier one to go back to: nothing moves, and the message says so
+plain "$tmp/k1.ini" "checkpoint_every = 1
+keep_checkpoints = 1"
+cp -r "$tmp/d-good" "$tmp/k1" && rm -rf "$tmp/k1/ckpt/step-00000001"
+out=$("$bin" train "$tmp/k1.ini" --resume "$tmp/k1" --no-eval --lr 1e6 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"The checkpoint of step 3 in $tmp/k1/ckpt holds the weights that gave this loss, and no earlier one is kept"* &&
+   -d $tmp/k1/ckpt/step-00000003 ]] && echo "ok: plain: keep_checkpoints = 1: the diverged checkpoint is named, not moved" \
+  || bad "plain divergence, keep 1: exit $rc: $(ls "$tmp/k1/ckpt"): $out"
 
 # the limit is the recipe's: at lr 10 the loss rises about 10x (1.47 -> 15.7) in one step,
 # which divergence_factor = 10 stops and the default 1e3 lets run to the end; 0 turns it off
@@ -139,6 +157,11 @@ out=$("$bin" train "$tmp/g-big.ini" --out "$tmp/g" --resume --quiet 2>&1); rc=$?
    "$(echo "$before" | grep './ckpt/step-00000002/model.safetensors' | cut -d' ' -f1)  -" ]] \
   || bad "gpt: the checkpoint the run resumed from changed"
 finite "$tmp/g" || bad "gpt: a committed checkpoint holds non-finite weights"
+[[ $out == *"The checkpoint of step 3 holds the weights that gave this loss: moved to $tmp/g/ckpt/step-00000003.diverged"* &&
+   -d $tmp/g/ckpt/step-00000003.diverged && ! -e $tmp/g/ckpt/step-00000003 ]] \
+  && cmp -s "$tmp/g/model.safetensors" "$tmp/g/ckpt/step-00000002/model.safetensors" \
+  && echo "ok: gpt: the checkpoint holding the diverged weights is set aside, OUT/ links to step 2" \
+  || bad "gpt divergence: step 3 not set aside: $(ls "$tmp/g/ckpt"): $out"
 
 # the same run with the divergence check off: at lr 1e3 the weights become non-finite
 # (eval off), and the checkpoint check refuses them

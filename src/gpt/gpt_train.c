@@ -1012,6 +1012,24 @@ static fm_status gpt_resume(gpt_run *u) {
     return FM_OK;
 }
 
+/* The failed loss was computed on the weights the last step left: when the newest
+ * checkpoint is of that step it holds them, and rank 0 sets it aside
+ * (OUT/ckpt/step-N.diverged, out of --resume's way; fm_ckpt_set_aside). */
+static fm_status gpt_loss_stopped(gpt_run *u, const char *why) {
+    if (u->last_good < 0 || u->last_good != u->step || u->rank != 0) return gpt_stopped(u, why);
+    char moved[PATH_MAX + 64];
+    int64_t prev = fm_ckpt_set_aside(u->o->out_dir, u->step, moved, sizeof moved, u->o->quiet ? NULL : stderr);
+    if (prev < 0)
+        return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped. The checkpoint of step %lld in "
+                            "%s/ckpt holds the weights that gave this loss, and no earlier one is kept to go back to "
+                            "(keep_checkpoints): resuming from it starts from those weights; lower the lr", why,
+                            (long long)u->step, (long long)u->step, u->o->out_dir);
+    return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped. The checkpoint of step %lld holds the "
+                        "weights that gave this loss: moved to %s, out of --resume's way. The last good checkpoint "
+                        "(step %lld) in %s/ckpt is untouched, and %s/ links to it again; lower the lr", why,
+                        (long long)u->step, (long long)u->step, moved, (long long)prev, u->o->out_dir, u->o->out_dir);
+}
+
 /* A non-finite loss (without the fp16 scaler, which skips such steps) or one
  * that exploded over its running minimum ends the run. */
 static fm_status gpt_check_loss(gpt_run *u) {
@@ -1020,12 +1038,12 @@ static fm_status gpt_check_loss(gpt_run *u) {
     if (!isfinite(lv)) {
         if (u->ts.scaler.enabled) return FM_OK;
         snprintf(why, sizeof why, "loss became %g", lv);
-        return gpt_stopped(u, why);
+        return gpt_loss_stopped(u, why);
     }
     if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
         snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
                  u->min_loss);
-        return gpt_stopped(u, why);
+        return gpt_loss_stopped(u, why);
     }
     if (!(lv >= u->min_loss)) u->min_loss = lv;
     return FM_OK;

@@ -349,6 +349,38 @@ fm_status fm_ckpt_relink(const char *out_dir, const fm_ckpt_found *f) {
     return st;
 }
 
+int64_t fm_ckpt_set_aside(const char *out_dir, int64_t step, char *moved, size_t moved_n, FILE *log) {
+    char ck[PATH_MAX], from[PATH_MAX + 32], to[PATH_MAX + 48];
+    fm_ckpt_found f;
+    if (moved_n) moved[0] = 0;
+    snprintf(ck, sizeof ck, "%s/ckpt", out_dir);
+    /* only when an earlier complete checkpoint is there to go back to */
+    step_dir *s;
+    int n = list_steps(ck, &s);
+    bool earlier = false;
+    for (int i = 0; i < n && !earlier; i++) {
+        if (s[i].step >= step || snprintf(from, sizeof from, "%s/%s", ck, s[i].name) >= (int)sizeof from) continue;
+        char why[400];
+        earlier = verify(from, s[i].step, why, sizeof why) == NULL;
+    }
+    free(s);
+    if (!earlier) return -1;
+    if (snprintf(from, sizeof from, "%s/step-%08" PRId64, ck, step) >= (int)sizeof from ||
+        snprintf(to, sizeof to, "%s.diverged", from) >= (int)sizeof to || !is_dir(from))
+        return -1;
+    remove_tree(to, 0); /* one set aside at this step by an earlier run */
+    if (fm_io_rename(from, to) != 0) {
+        if (log) fprintf(log, "could not move %s to %s: %s\n", from, to, strerror(errno));
+        return -1;
+    }
+    fm_fsync_dir(ck);
+    if (moved_n) snprintf(moved, moved_n, "%s", to);
+    fm_ckpt_find(out_dir, &f, log);
+    if (f.step >= 0 && fm_ckpt_relink(out_dir, &f) != FM_OK && log)
+        fprintf(log, "%s/ still links to the checkpoint moved to %s: %s\n", out_dir, to, fm_last_error());
+    return f.step;
+}
+
 /* "NAME.tmp.PID" (PID digits to the end) -> PID; else -1. */
 static long tmp_pid(const char *name) {
     const char *t = NULL;

@@ -124,6 +124,13 @@ fm_status fm_ckpt_find(const char *out_dir, fm_ckpt_found *f, FILE *log);
 /* Links the found checkpoint's files to OUT/NAME again: a crash after a commit
  * but before its links leaves OUT/ with an older checkpoint's files. */
 fm_status fm_ckpt_relink(const char *out_dir, const fm_ckpt_found *f);
+/* A diverged run: the loss of the step after checkpoint `step` exploded, so that
+ * checkpoint holds the weights that gave it. When an earlier complete checkpoint
+ * exists, OUT/ckpt/step-N becomes OUT/ckpt/step-N.diverged (out of resume's way;
+ * one of that name from an earlier run is replaced), OUT/NAME are linked to the
+ * newest complete one left, whose step is returned, and `moved` gets the new name.
+ * Otherwise nothing moves and -1 is returned. */
+int64_t fm_ckpt_set_aside(const char *out_dir, int64_t step, char *moved, size_t moved_n, FILE *log);
 /* Removes OUT/NAME.tmp.PID and OUT/ckpt/NAME.tmp.PID left by processes that are gone
  * (each named on `log`). */
 void fm_ckpt_clean_stale(const char *out_dir, FILE *log);

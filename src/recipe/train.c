@@ -498,6 +498,27 @@ static fm_status stopped(train_run *u, const char *why) {
                         "was written; try a lower learning rate or clip_grad_norm", w, u->t.step, u->epoch + 1);
 }
 
+/* A loss that fails its check was computed on the weights the last step left. When
+ * the newest checkpoint is of that step, it holds those very weights: rank 0 sets it
+ * aside (OUT/ckpt/step-N.diverged, out of --resume's way) and the one before it is
+ * the last good one. */
+static fm_status loss_stopped(train_run *u, const char *why) {
+    if (!u->out_dir || u->t.last_good < 0 || u->t.last_good != u->t.step || u->t.rank != 0) return stopped(u, why);
+    char moved[PATH_MAX + 64];
+    int64_t prev = fm_ckpt_set_aside(u->out_dir, u->t.step, moved, sizeof moved, u->log);
+    if (prev < 0)
+        return fm_set_error(FM_ERR_STATE, "%s at step %" PRId64 " (epoch %" PRId64 "); training stopped. The checkpoint "
+                            "of step %" PRId64 " in %s/ckpt holds the weights that gave this loss, and no earlier one "
+                            "is kept to go back to (keep_checkpoints): resuming from it starts from those weights; try "
+                            "a lower learning rate or clip_grad_norm", why, u->t.step, u->epoch + 1, u->t.step,
+                            u->out_dir);
+    return fm_set_error(FM_ERR_STATE, "%s at step %" PRId64 " (epoch %" PRId64 "); training stopped. The checkpoint of "
+                        "step %" PRId64 " holds the weights that gave this loss: moved to %s, out of --resume's way. The "
+                        "last good checkpoint (step %" PRId64 ") in %s/ckpt is untouched, and %s/ links to it again; try "
+                        "a lower learning rate or clip_grad_norm", why, u->t.step, u->epoch + 1, u->t.step, moved, prev,
+                        u->out_dir, u->out_dir);
+}
+
 static fm_status save(train_run *u) {
     fm_status st = save_checkpoint(&u->t, u->out_dir);
     if (st && u->t.poisoned) return stopped(u, fm_last_error());
@@ -756,13 +777,13 @@ static fm_status check_loss(train_run *u, double lv) {
     if (!isfinite(lv) && u->t.ts.scaler.enabled) return FM_OK; /* fp16: the scaler skips the step */
     if (!isfinite(lv)) {
         snprintf(why, sizeof why, "the loss became %g", lv);
-        return stopped(u, why);
+        return loss_stopped(u, why);
     }
     double f = u->r.divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
     if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
         snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
                  u->min_loss);
-        return stopped(u, why);
+        return loss_stopped(u, why);
     }
     if (!(lv >= u->min_loss)) u->min_loss = lv;
     return FM_OK;
