@@ -1067,14 +1067,15 @@ static void test_fathom_dirs(void) {
 /* fathom's own config.json, written by the trainer's fm_gpt_config_save: the
  * planner counts exactly the trainer's parameters (fm_gpt_config_num_params),
  * for GPT-2 with and without biases, a GPT-2 whose pruned heads do not tile
- * n_embd (head_dim), and Llama tied, untied, grouped and with its own head_dim.
+ * n_embd (head_dim), and Llama tied, untied, grouped, with its own head_dim and
+ * with Qwen2's q/k/v biases (qkv_bias).
  * GPT-2 configs carry an n_kv_head the model ignores (every head has its K/V). */
 static void test_fathom_gpt_configs(void) {
-    struct { fm_gpt_arch arch; int H, KV, hd; bool bias, untied; } cs[] = {
-        {FM_GPT_GPT2, 4, 12, 0, true, false}, {FM_GPT_GPT2, 4, 12, 0, false, false},
-        {FM_GPT_GPT2, 3, 12, 16, true, false}, {FM_GPT_GPT2, 4, 12, 0, true, true},
-        {FM_GPT_LLAMA, 4, 2, 0, false, false}, {FM_GPT_LLAMA, 4, 2, 0, false, true},
-        {FM_GPT_LLAMA, 3, 1, 8, false, false},
+    struct { fm_gpt_arch arch; int H, KV, hd; bool bias, untied, qkv_bias; } cs[] = {
+        {FM_GPT_GPT2, 4, 12, 0, true, false, false}, {FM_GPT_GPT2, 4, 12, 0, false, false, false},
+        {FM_GPT_GPT2, 3, 12, 16, true, false, false}, {FM_GPT_GPT2, 4, 12, 0, true, true, false},
+        {FM_GPT_LLAMA, 4, 2, 0, false, false, false}, {FM_GPT_LLAMA, 4, 2, 0, false, true, false},
+        {FM_GPT_LLAMA, 3, 1, 8, false, false, false}, {FM_GPT_LLAMA, 4, 2, 0, false, false, true},
     };
     const char *dir = tmp_path("fathom_test_plan_gpt");
     char path[256];
@@ -1092,6 +1093,7 @@ static void test_fathom_gpt_configs(void) {
         c.block_size = 128;
         c.bias = cs[i].bias;
         c.untied_head = cs[i].untied;
+        c.qkv_bias = cs[i].qkv_bias;
         CHECK_MSG(fm_gpt_config_validate(&c) == FM_OK, "config %zu: %s", i, fm_last_error());
         CHECK(fm_gpt_config_save(&c, path) == FM_OK);
         fm_plan_model m;

@@ -139,8 +139,8 @@ static fm_status get_bool(const cfg *c, const char *key, int *out) {
 
 /* fathom's own GPT config.json, as fm_gpt_config_save (src/gpt/gpt_model.c)
  * writes it: "arch" "gpt2" or "llama" ("gpt" is taken for GPT-2 too), the
- * optional "head_dim" (heads that do not tile n_embd), "untied_head" and, for
- * GPT-2, "bias". GPT-2 runs every head with its own K and V whatever
+ * optional "head_dim" (heads that do not tile n_embd), "untied_head", for
+ * GPT-2 "bias" and for Llama "qkv_bias" (Qwen2's biases on q, k and v). GPT-2 runs every head with its own K and V whatever
  * n_kv_head says, as the model does. */
 static fm_status read_fathom_gpt(const cfg *c, fm_plan_model *m) {
     const char *arch = json_string_value(json_object_get(c->root, "arch"));
@@ -149,7 +149,7 @@ static fm_status read_fathom_gpt(const cfg *c, fm_plan_model *m) {
                             c->path, key_line(c, "arch"));
     m->arch = strcmp(arch, "llama") ? FM_PLAN_ARCH_GPT : FM_PLAN_ARCH_LLAMA;
     fm_status st;
-    int untied = 0, bias = 1;
+    int untied = 0, bias = 1, qkv_bias = 0;
     if ((st = get_int(c, "n_layer", NULL, 1, 1, 10000, &m->layers)) ||
         (st = get_int(c, "n_embd", NULL, 1, 1, 1000000, &m->hidden)) ||
         (st = get_int(c, "n_head", NULL, 1, 1, 100000, &m->heads)) ||
@@ -158,7 +158,7 @@ static fm_status read_fathom_gpt(const cfg *c, fm_plan_model *m) {
         (st = get_int(c, "vocab_size", NULL, 1, 1, 100000000, &m->vocab)) ||
         (st = get_int(c, "block_size", NULL, 1, 1, 100000000, &m->max_seq)) ||
         (st = get_int(c, "head_dim", NULL, 0, 0, 4096, &m->head_dim)) || (st = get_bool(c, "untied_head", &untied)) ||
-        (st = get_bool(c, "bias", &bias)))
+        (st = get_bool(c, "bias", &bias)) || (st = get_bool(c, "qkv_bias", &qkv_bias)))
         return st;
     if (!m->head_dim && m->hidden % m->heads)
         return fm_set_error(FM_ERR_FORMAT, "%s:%d: the %lld heads do not divide n_embd %lld (and no head_dim is given)",
@@ -166,6 +166,8 @@ static fm_status read_fathom_gpt(const cfg *c, fm_plan_model *m) {
     if (m->arch == FM_PLAN_ARCH_GPT) {
         m->kv_heads = m->heads;
         m->no_bias = !bias;
+    } else {
+        m->qkv_bias = qkv_bias; /* Qwen2-style biases on q, k and v (fathom's Llama imports them) */
     }
     m->tied_embeddings = !untied; /* fathom's GPT ties the output head to the token embedding unless untied_head */
     return FM_OK;
