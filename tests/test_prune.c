@@ -391,9 +391,11 @@ static double logits_rel_err(fm_gpt *a, fm_gpt *b) {
 /* A head (GPT-2) or kv group (Llama) whose output-projection columns are zero scores 0, so
  * pruning one of four (one of two groups) removes exactly it: the pruned model computes
  * the same logits. The same for MLP neurons whose output columns are zero. */
-static void test_gpt(fm_gpt_arch arch) {
+/* qkv_bias: a Llama with biases on q, k and v (Qwen2's), random like the rest */
+static void test_gpt(fm_gpt_arch arch, bool qkv_bias) {
     const bool llama = arch == FM_GPT_LLAMA;
     fm_gpt_config c = fm_gpt_config_default(arch);
+    c.qkv_bias = qkv_bias;
     c.n_layer = 2;
     c.n_head = 4;
     c.n_kv_head = llama ? 2 : 4;
@@ -465,8 +467,9 @@ int main(void) {
     test_unstructured(true);
     test_finetune_keeps_masks();
     test_bad_input();
-    test_gpt(FM_GPT_GPT2);
-    test_gpt(FM_GPT_LLAMA);
+    test_gpt(FM_GPT_GPT2, false);
+    test_gpt(FM_GPT_LLAMA, false);
+    test_gpt(FM_GPT_LLAMA, true);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -131,7 +131,8 @@ static const char *pname(gpt_cut *g, const char *what) {
 /* one block's heads: keep the `keep` best groups of the source */
 static fm_status cut_heads(gpt_cut *g, int64_t keep_groups) {
     const fm_gpt_config *c = g->c;
-    const bool llama = c->arch == FM_GPT_LLAMA, bias = c->bias && !llama;
+    /* the q/k/v bias: GPT-2's (with its other biases) or a Llama's with qkv_bias (Qwen2) */
+    const bool llama = c->arch == FM_GPT_LLAMA, bias = llama ? c->qkv_bias : c->bias;
     const int64_t H = c->n_head, KV = llama ? c->n_kv_head : H, D = fm_gpt_head_dim(c), gs = H / KV;
     host_mat qkv = {0}, qb = {0}, proj = {0};
     fm_status st = to_host(g->src, pname(g, "attn.qkv.weight"), &qkv);
