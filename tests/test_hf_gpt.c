@@ -231,8 +231,11 @@ static void write_index(const char *dir, int n, char **names, const char **files
 
 /* Sharded weights without Python: a fathom GPT-2's model.safetensors split into two
  * shards with an index loads and gives the same logits; an index that names a path
- * outside the directory, a tensor that is in two shards, a tensor its shard lacks, or
- * that leaves a tensor out is refused with the index or shard and the tensor named. */
+ * outside the directory (../, absolute, .., a backslash), a tensor that is in two
+ * shards, a tensor its shard lacks (in no shard, or in the other shard: every entry is
+ * checked against the shard it names), a tensor a shard holds but the index does not
+ * name, or that leaves a tensor out is refused with the index or shard and the tensor
+ * named. */
 static void shards(const char *tmp) {
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
     c.n_layer = 1, c.n_head = 2, c.n_embd = 16, c.block_size = 16, c.ffn_hidden = 32, c.vocab_size = 50;
@@ -270,6 +273,13 @@ static void shards(const char *tmp) {
     CHECK(ref && got && same(ref, got));
     fm_tensor_release(got);
     fm_gpt_free(back);
+#define SHARD_BAD_FROM(i0, needle)                             \
+    do {                                                      \
+        write_index(d, all.n - (i0), names + (i0), files + (i0)); \
+        CHECK(fm_hf_gpt_load(d, NULL) == NULL);               \
+        CHECK_ERR_CONTAINS(needle);                           \
+        files[0] = shard[0];                                  \
+    } while (0)
 #define SHARD_BAD(n, needle)                                  \
     do {                                                      \
         write_index(d, n, names, files);                      \
@@ -282,6 +292,22 @@ static void shards(const char *tmp) {
               "in the model directory");
     files[0] = "/etc/hostname";
     SHARD_BAD(all.n, "shard '/etc/hostname' is not a file name");
+    files[0] = "..";
+    SHARD_BAD(all.n, "shard '..' is not a file name in the model directory");
+    files[0] = "..\\model-00001-of-00002.safetensors";
+    SHARD_BAD(all.n, "is not a file name in the model directory");
+    /* every shard exists and is read, but the index sends one tensor of each to the other */
+    files[0] = shard[1];
+    files[all.n - 1] = shard[0];
+    char want[600];
+    snprintf(want, sizeof want, "tensor '%s' is mapped to %s, but that shard does not hold it (it is in %s)", names[0],
+             shard[1], shard[0]);
+    SHARD_BAD(all.n, want);
+    files[all.n - 1] = shard[1];
+    /* a shard holding a tensor the index does not name (the index names the rest) */
+    snprintf(want, sizeof want, "%s holds tensor '%s', which model.safetensors.index.json does not name", shard[0],
+             names[0]);
+    SHARD_BAD_FROM(1, want);
     snprintf(p, sizeof p, "%s/copy.safetensors", d); /* shard 1's tensors again, in a third file */
     CHECK(fm_safetensors_save(p, &half[0], NULL) == FM_OK);
     files[all.n - 1] = "copy.safetensors";
@@ -291,6 +317,7 @@ static void shards(const char *tmp) {
     SHARD_BAD(all.n + 1, "tensor 'lm_head.not_there' is mapped to model-00002-of-00002.safetensors, which does not hold it");
     SHARD_BAD(all.n / 2, "is missing");
 #undef SHARD_BAD
+#undef SHARD_BAD_FROM
     free(names);
     free(files);
     fm_named_list_free(&half[0]);

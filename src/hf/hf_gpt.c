@@ -33,21 +33,28 @@ static bool file_exists(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* A shard named by the index: a plain file name in the model directory. */
+/* A shard named by the index: a plain file name in the model directory (no
+ * directory part, so no path out of it: not "..", not absolute, no '/' or '\\'). A
+ * symbolic link in the directory is followed: the Hugging Face cache's snapshot
+ * directories are links into its blobs folder. */
 static fm_status shard_name_ok(const char *index, const char *file) {
     if (!*file || strchr(file, '/') || strchr(file, '\\') || !strcmp(file, ".") || !strcmp(file, ".."))
         return fm_set_error(FM_ERR_FORMAT, "%s: shard '%.80s' is not a file name in the model directory", index, file);
     return FM_OK;
 }
 
-/* Adds every tensor of one shard to all (which takes the references). */
-static fm_status add_shard(fm_named_list *all, const char *path) {
+/* Adds every tensor of one shard to all (which takes the references) and records
+ * in origin which file (its name in the index) each came from. */
+static fm_status add_shard(fm_named_list *all, json_t *origin, const char *path, const char *file) {
     fm_named_list l;
     memset(&l, 0, sizeof l);
     fm_status st = fm_safetensors_load(path, &l, NULL);
     for (int i = 0; i < l.n && st == FM_OK; i++) {
         if (fm_named_list_find(all, l.items[i].name) >= 0)
-            st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%s' is also in another shard", path, l.items[i].name);
+            st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%s' is also in another shard (%s)", path, l.items[i].name,
+                              json_string_value(json_object_get(origin, l.items[i].name)));
+        else if (json_object_set_new(origin, l.items[i].name, json_string(file)))
+            st = fm_set_error(FM_ERR_OOM, "out of host memory");
         else
             st = fm_named_list_push(all, l.items[i].name, l.items[i].tensor, false, false); /* retains */
     }
@@ -55,8 +62,11 @@ static fm_status add_shard(fm_named_list *all, const char *path) {
     return st;
 }
 
-/* model.safetensors.index.json: {"weight_map": {tensor: file}}; every shard is
- * read once, and every tensor the map names must be in its shard. */
+/* model.safetensors.index.json: {"weight_map": {tensor: file}}. Every shard it
+ * names is read once; then every tensor the map names must be in the very shard it
+ * names, and every tensor the shards hold must be named (a shard with tensors the
+ * index does not list, or lists under another shard, belongs to another checkpoint
+ * or a broken copy). */
 static fm_status load_sharded(const char *dir, const char *index, fm_named_list *all) {
     size_t n = 0;
     char *s = hf_read_file(index, &n);
@@ -67,24 +77,38 @@ static fm_status load_sharded(const char *dir, const char *index, fm_named_list 
     fm_status st = FM_OK;
     if (!j) st = fm_set_error(FM_ERR_FORMAT, "%s: line %d: %s", index, e.line, e.text);
     else if (!json_is_object(map)) st = fm_set_error(FM_ERR_FORMAT, "%s: no \"weight_map\" object", index);
-    json_t *done = json_object();
+    json_t *done = json_object(), *origin = json_object(); /* shards read; tensor -> the shard it is in */
+    if (!st && (!done || !origin)) st = fm_set_error(FM_ERR_OOM, "out of host memory");
     const char *name;
     json_t *v;
-    json_object_foreach(map, name, v) {
+    json_object_foreach(map, name, v) { /* the names first, then each shard once */
         const char *file = json_string_value(v);
         if (st) break;
         if (!file) { st = fm_set_error(FM_ERR_FORMAT, "%s: weight_map['%.80s'] is not a file name", index, name); break; }
         if ((st = shard_name_ok(index, file))) break;
         if (!json_object_get(done, file)) {
             char *p = hf_path(dir, file);
-            st = p ? add_shard(all, p) : fm_last_status();
+            st = p ? add_shard(all, origin, p, file) : fm_last_status();
             free(p);
             json_object_set_new(done, file, json_true());
         }
-        if (!st && fm_named_list_find(all, name) < 0)
+    }
+    json_object_foreach(map, name, v) {
+        if (st) break;
+        const char *file = json_string_value(v), *in = json_string_value(json_object_get(origin, name));
+        if (!in)
             st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%.80s' is mapped to %s, which does not hold it", index, name,
                               file);
+        else if (strcmp(in, file))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: tensor '%.80s' is mapped to %s, but that shard does not hold it (it is "
+                              "in %s)", index, name, file, in);
     }
+    for (int i = 0; i < all->n && !st; i++)
+        if (!json_object_get(map, all->items[i].name))
+            st = fm_set_error(FM_ERR_FORMAT, "%s/%s holds tensor '%.80s', which model.safetensors.index.json does not "
+                              "name", dir, json_string_value(json_object_get(origin, all->items[i].name)),
+                              all->items[i].name);
+    json_decref(origin);
     json_decref(done);
     json_decref(j);
     return st;

@@ -1,4 +1,4 @@
-/* Hugging Face config.json (src/hf/hf_config.c): the GPT-2 / Llama reader, then
+/* Hugging Face config.json (src/hf/hf_config.c): the GPT-2 / Llama / Qwen2 reader, then
  * the BERT one, on the same bytes. */
 #include "fathom/hf.h"
 #include "fuzz_util.h"
