@@ -5,16 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "commands.h"
+#include "eval_gpt.h"
 #include "device_arg.h"
 #include "fathom/graph.h"
 #include "fathom/recipe.h"
 
 static void eval_usage(FILE *f) {
-    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--json] [--quiet]\n\n"
-               "Evaluates a model saved by `fathom train` on the test split of its data set.\n\n"
+    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--json] [--quiet]\n"
+               "       fathom eval GPT_DIR [--text FILE | --val-fraction F] [--batch N] [--device D] [--json] [--quiet]\n\n"
+               "Evaluates a model saved by `fathom train` on the test split of its data set (a classifier:\n"
+               "accuracy and loss), or a GPT (a `fathom train` GPT directory, a Hugging Face layout, or a\n"
+               "compiled or quantized graph of one) on held-out text: the mean next-token loss and the\n"
+               "perplexity, in non-overlapping windows of the model's context.\n\n"
                "  --data DIR   directory with the idx files (default: the recipe's data set)\n"
-               "  --batch N    evaluation batch size (default 1000)\n"
+               "  --batch N    evaluation batch size (default 1000; a GPT: windows per forward, default 8)\n"
+               "  --text FILE  a GPT: evaluate on this text (default: the last --val-fraction of the\n"
+               "               directory's tokens.bin, the split `fathom train` validated on)\n"
+               "  --val-fraction F   that split's fraction, in (0, 1) (default 0.1, the trainer's default)\n"
                "  --device D   where to run the model: cpu (default), cuda, cuda:N, check (the checked\n"
                "               test device: CPU kernels on memory the host may not touch)\n"
                "  --json       print one JSON object on stdout\n"
@@ -22,10 +32,27 @@ static void eval_usage(FILE *f) {
                "               plain periodic lines elsewhere)\n");
 }
 
+/* A GPT to evaluate: a graph made from one, or a directory with config.json (fathom's
+ * GPT or a Hugging Face layout) */
+static bool is_gpt(const char *dir) {
+    char p[4096];
+    struct stat sb;
+    if (fm_graph_dir_is_graph(dir)) {
+        fm_graph *g = fm_graph_load(dir);
+        const char *k = g ? fm_graph_get_meta(g, "model_kind") : NULL;
+        bool gpt = k && !strcmp(k, "gpt");
+        fm_graph_free(g);
+        return gpt;
+    }
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 int fm_cmd_eval(int argc, char **argv) {
-    const char *dir = NULL, *data = NULL;
-    bool json = false, quiet = false;
+    const char *dir = NULL, *data = NULL, *text = NULL;
+    bool json = false, quiet = false, batch_set = false;
     long batch = 1000;
+    double val_fraction = 0.1;
     fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -42,6 +69,23 @@ int fm_cmd_eval(int argc, char **argv) {
             long long b;
             if (!fm_cli_parse_int_range("eval", "--batch", v, 1, 1 << 20, &b)) { eval_usage(stderr); return 2; }
             batch = (long)b;
+            batch_set = true;
+            continue;
+        }
+        if (!strcmp(a, "--text")) {
+            text = i + 1 < argc ? argv[++i] : NULL;
+            if (!text || !*text) { fm_cli_error("eval: --text needs a file"); eval_usage(stderr); return 2; }
+            continue;
+        }
+        if (!strcmp(a, "--val-fraction")) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            val_fraction = v ? strtod(v, &end) : 0;
+            if (!v || *end || end == v || !(val_fraction > 0 && val_fraction < 1)) {
+                fm_cli_error("eval: --val-fraction needs a fraction in (0, 1), got '%s'", v ? v : "");
+                eval_usage(stderr);
+                return 2;
+            }
             continue;
         }
         if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
@@ -51,8 +95,9 @@ int fm_cmd_eval(int argc, char **argv) {
             continue;
         }
         if (a[0] == '-') {
-            static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch", "--device"};
-            fm_cli_unknown_option("eval", a, flags, 6);
+            static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch", "--device", "--text",
+                                                "--val-fraction"};
+            fm_cli_unknown_option("eval", a, flags, 8);
             eval_usage(stderr);
             return 2;
         }
@@ -60,6 +105,12 @@ int fm_cmd_eval(int argc, char **argv) {
         dir = a;
     }
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
+    if (is_gpt(dir)) {
+        if (data) { fm_cli_error("eval: %s is a GPT: --data is for classifiers (give --text FILE)", dir); return 2; }
+        fm_eval_gpt_opts go = {text, val_fraction, batch_set ? batch : 8, dev, json, quiet};
+        return fm_eval_gpt(dir, &go);
+    }
+    if (text) { fm_cli_error("eval: --text is for GPT models; %s is not one", dir); return 2; }
     fm_recipe r;
     fm_module *m = NULL;
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from */

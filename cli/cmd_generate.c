@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "gpt_dir.h"
 #include "device_arg.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
@@ -41,16 +42,6 @@ static bool parse_real(const char *opt, const char *v, double *out) {
         fm_cli_error("generate: %s needs a number, got '%s'", opt, v);
         return false;
     }
-    *out = x;
-    return true;
-}
-
-/* a graph meta value that must be a whole number in [1, INT_MAX] */
-static bool meta_whole(const char *v, long long *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > INT_MAX) return false;
     *out = x;
     return true;
 }
@@ -101,40 +92,16 @@ int fm_cmd_generate(int argc, char **argv) {
     }
     sp.top_k = (int)top_k;
     sp.seed = (uint64_t)seed;
-    fm_tokenizer *tok = NULL;
-    fm_gpt *m = NULL;
-    fm_graph *g = NULL; /* a graph directory (`fathom compile`) runs its KV-cache graph */
-    int ctx_len = 0;
-    if (fm_graph_dir_is_graph(dir)) {
-        char tp[4096];
-        snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
-        const char *bs = (g = fm_graph_load(dir)) ? fm_graph_get_meta(g, "block_size") : NULL;
-        const char *vs = g ? fm_graph_get_meta(g, "vocab_size") : NULL;
-        long long block = 0, vocab = 0;
-        if (g && !bs) fm_set_error(FM_ERR_INVALID, "%s: this graph is not a GPT graph (no block_size in its meta)", dir);
-        /* the meta is a file header: whole numbers in range, or the graph is refused (atoi made 'x' a context of 0) */
-        else if (g && (!meta_whole(bs, &block) || !meta_whole(vs ? vs : "", &vocab)))
-            fm_set_error(FM_ERR_FORMAT, "%s/graph.json: meta block_size '%s' and vocab_size '%s' must be whole numbers in [1, %d]",
-                         dir, bs, vs ? vs : "(missing)", INT_MAX);
-        else if (bs) tok = fm_tokenizer_load(tp);
-        if (tok && fm_tokenizer_vocab_size(tok) != vocab) {
-            fm_set_error(FM_ERR_FORMAT, "%s: tokenizer.txt's vocabulary (%d) does not match the graph's", dir, fm_tokenizer_vocab_size(tok));
-            fm_tokenizer_free(tok);
-            tok = NULL;
-        }
-        if (!tok) { fm_cli_error("%s", fm_last_error()); fm_graph_free(g); return 1; }
-        ctx_len = (int)block;
-    } else {
-        m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &tok) : fm_gpt_load_dir(dir, &tok);
-        if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
-        ctx_len = fm_gpt_get_config(m)->block_size;
-    }
+    fm_cli_gpt gp; /* a graph directory (`fathom compile`) runs its KV-cache graph */
+    if (fm_cli_gpt_open(dir, &gp)) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fm_tokenizer *tok = gp.tok;
+    fm_gpt *m = gp.m;
+    fm_graph *g = gp.g;
+    int ctx_len = gp.ctx_len;
     int32_t *ids = NULL;
-    if ((g ? fm_graph_to_device(g, dev) : fm_gpt_to(m, dev)) != FM_OK) {
+    if (fm_cli_gpt_to(&gp, dev) != FM_OK) {
         fm_cli_error("%s", fm_last_error());
-        fm_tokenizer_free(tok);
-        fm_gpt_free(m);
-        fm_graph_free(g);
+        fm_cli_gpt_close(&gp);
         return 1;
     }
     int64_t n = 0;
@@ -168,8 +135,6 @@ int fm_cmd_generate(int argc, char **argv) {
                 g ? "graph, KV cache" : cache ? "KV cache" : "no cache");
 done:
     free(ids);
-    fm_tokenizer_free(tok);
-    fm_gpt_free(m);
-    fm_graph_free(g);
+    fm_cli_gpt_close(&gp);
     return rc;
 }

@@ -44,7 +44,18 @@ a=$("$bin" generate "$tmp/gpt" --prompt "And the" --tokens 10 --temperature 0 --
 b=$("$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
 [[ -n $a && $a == "$b" ]] && ok "generate: the graph gives the model's greedy text" || bad "generate differs: '$a' vs '$b'"
 expect 1 "not a GPT graph" "$bin" generate "$tmp/cnn.graph" --prompt "x" --tokens 2
-expect 1 "not a classifier" "$bin" eval "$tmp/gpt.graph"
+# eval: the graph gives the model's loss on a text; without one a graph has no token file
+expect 1 "give a text to evaluate on with --text FILE" "$bin" eval "$tmp/gpt.graph"
+l1=$("$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --json --quiet 2>&1) && l2=$("$bin" eval "$tmp/gpt.graph" --text "$tmp/corpus.txt" --json --quiet 2>&1) \
+  || bad "GPT eval failed: $l1 / $l2"
+python3 -c "import json,sys,math; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['kind']=='gpt' and a['tokens']==b['tokens']>0 and abs(a['loss']-b['loss'])<1e-4*a['loss'] and abs(a['perplexity']-math.exp(a['loss']))<1e-9*a['perplexity'], (a,b)" "$l1" "$l2" \
+  && ok "eval: the GPT graph gives the model's loss and perplexity" || bad "GPT eval differs: $l1 / $l2"
+expect 0 "perplexity" "$bin" eval "$tmp/gpt" --quiet --val-fraction 0.5
+expect 2 "--val-fraction needs a fraction in (0, 1)" "$bin" eval "$tmp/gpt" --val-fraction 1.5
+expect 2 "--text is for GPT models" "$bin" eval "$tmp/cnn" --text "$tmp/corpus.txt"
+printf 'tiny' > "$tmp/short.txt"
+expect 1 "too few for one window" "$bin" eval "$tmp/gpt" --text "$tmp/short.txt"
+expect 1 "cannot open the text" "$bin" eval "$tmp/gpt" --text "$tmp/nothing.txt"
 
 # ---- bad input ----
 mkdir -p "$tmp/empty"

@@ -58,7 +58,8 @@ PY
 # a missing directory and the wrong kind of model, each with its own message
 expect 1 "no such model directory" "$bin" eval "$tmp/nothing"
 expect 1 "no such model directory" "$bin" predict "$tmp/nothing" "$tmp/u8.npy"
-expect 1 "holds a GPT model (config.json), not a classifier: use \`fathom generate" "$bin" eval "$tmp/gpt"
+expect 0 "perplexity" "$bin" eval "$tmp/gpt" --quiet # a GPT evaluates on its held-out tokens
+expect 2 "--data is for classifiers" "$bin" eval "$tmp/gpt" --data "$tmp"
 expect 1 "holds a GPT model" "$bin" predict "$tmp/gpt" "$tmp/u8.npy"
 expect 1 "no such model directory" "$bin" generate "$tmp/nothing" --prompt in --tokens 2
 expect 1 "holds a classifier model (recipe.ini), not a GPT: use \`fathom eval" "$bin" generate "$tmp/cnn" --prompt in --tokens 2

@@ -207,6 +207,9 @@ FM_API fm_tensor *fm_graph_run1(const fm_graph *g, fm_tensor *x);
 /* fm_evaluate for a classifier graph: accuracy and mean cross-entropy. */
 FM_API fm_status fm_graph_evaluate(const fm_graph *g, struct fm_dataset *d, const struct fm_transforms *tf, int64_t batch_size,
                                    double *accuracy, double *loss, FILE *log);
+/* A GPT graph's logits [B, T, V] for tokens [B, T] (i64 ids) with empty caches: the
+ * forward of fm_gpt_forward, for evaluation. A new reference, or NULL. */
+FM_API fm_tensor *fm_graph_gpt_forward(const fm_graph *g, fm_tensor *tokens);
 /* fm_gpt_generate for a GPT graph: the prompt runs once (past = 0), then one
  * token per step with the presents fed back as the pasts. */
 FM_API fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new,

@@ -127,6 +127,38 @@ fm_status fm_graph_evaluate(const fm_graph *g, fm_dataset *d, const fm_transform
     return st;
 }
 
+fm_tensor *fm_graph_gpt_forward(const fm_graph *g, fm_tensor *tokens) {
+    const char *kind = fm_graph_get_meta(g, "model_kind");
+    const int n_io = fm_graph_num_inputs(g);
+    if (!kind || strcmp(kind, "gpt") || n_io < 1 || n_io != fm_graph_num_outputs(g)) {
+        fm_set_error(FM_ERR_INVALID, "this graph is not a GPT graph (model_kind '%s')", kind ? kind : "none");
+        return NULL;
+    }
+    if (!tokens || tokens->ndim != 2) {
+        fm_set_error(FM_ERR_INVALID, "GPT graph: tokens must be [batch, seq]");
+        return NULL;
+    }
+    fm_tensor **in = calloc((size_t)n_io, sizeof *in), **res = calloc((size_t)n_io, sizeof *res);
+    fm_status st = in && res ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int i = 1; st == FM_OK && i < n_io; i++) { /* empty caches [B, KV, 0, D] */
+        fm_graph_io io;
+        fm_graph_input_info(g, i, &io);
+        in[i] = fm_tensor_zeros(4, (int64_t[]){tokens->shape[0], io.shape[1], 0, io.shape[3]}, io.dtype, fm_graph_device(g));
+        if (!in[i]) st = fm_last_status();
+    }
+    if (st == FM_OK) in[0] = fm_tensor_to(tokens, fm_graph_device(g));
+    if (st == FM_OK && !in[0]) st = fm_last_status();
+    if (st == FM_OK) st = fm_graph_run(g, in, res);
+    fm_tensor *logits = st == FM_OK ? res[0] : NULL;
+    for (int i = 0; i < n_io; i++) {
+        if (in) fm_tensor_release(in[i]);
+        if (res && i) fm_tensor_release(res[i]);
+    }
+    free(in);
+    free(res);
+    return logits;
+}
+
 /* The last position's logits of [1, T, V] into lg. */
 static fm_status last_row(const fm_tensor *logits, float *lg) {
     const int64_t T = logits->shape[1], V = logits->shape[2];

@@ -1,0 +1,19 @@
+/* `fathom eval` of a GPT (cli/cmd_eval_gpt.c). */
+#ifndef FATHOM_CLI_EVAL_GPT_H
+#define FATHOM_CLI_EVAL_GPT_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fathom/tensor.h"
+
+typedef struct fm_eval_gpt_opts {
+    const char *text;    /* a text file to evaluate on; NULL: DIR/tokens.bin's held-out tail */
+    double val_fraction; /* that tail's fraction (the trainer's val_fraction; 0.1) */
+    int64_t batch;       /* windows per forward */
+    fm_device device;
+    bool json, quiet;
+} fm_eval_gpt_opts;
+
+/* The exit code: 0, or 1 with the error printed. */
+int fm_eval_gpt(const char *dir, const fm_eval_gpt_opts *o);
+#endif

@@ -1,0 +1,73 @@
+/* A GPT to run from a directory, for the commands that take one (generate, eval): a
+ * graph directory (`fathom compile`, `fathom quantize`) with its tokenizer.txt, a
+ * Hugging Face layout, or a `fathom train` GPT directory. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpt_dir.h"
+#include "fathom/hf.h"
+
+/* a graph meta value that must be a whole number in [1, INT_MAX] */
+static bool meta_whole(const char *v, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > INT_MAX) return false;
+    *out = x;
+    return true;
+}
+
+fm_status fm_cli_gpt_open(const char *dir, fm_cli_gpt *out) {
+    out->m = NULL;
+    out->g = NULL;
+    out->tok = NULL;
+    out->ctx_len = out->vocab = 0;
+    if (!fm_graph_dir_is_graph(dir)) {
+        out->m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &out->tok) : fm_gpt_load_dir(dir, &out->tok);
+        if (!out->m) return fm_last_status();
+        out->ctx_len = fm_gpt_get_config(out->m)->block_size;
+        out->vocab = fm_gpt_get_config(out->m)->vocab_size;
+        return FM_OK;
+    }
+    char tp[4096];
+    snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
+    fm_graph *g = fm_graph_load(dir);
+    const char *bs = g ? fm_graph_get_meta(g, "block_size") : NULL, *vs = g ? fm_graph_get_meta(g, "vocab_size") : NULL;
+    long long block = 0, vocab = 0;
+    fm_tokenizer *tok = NULL;
+    if (g && !bs) fm_set_error(FM_ERR_INVALID, "%s: this graph is not a GPT graph (no block_size in its meta)", dir);
+    /* the meta is a file header: whole numbers in range, or the graph is refused (atoi made 'x' a context of 0) */
+    else if (g && (!meta_whole(bs, &block) || !meta_whole(vs ? vs : "", &vocab)))
+        fm_set_error(FM_ERR_FORMAT, "%s/graph.json: meta block_size '%s' and vocab_size '%s' must be whole numbers in [1, %d]",
+                     dir, bs, vs ? vs : "(missing)", INT_MAX);
+    else if (bs) tok = fm_tokenizer_load(tp);
+    if (tok && fm_tokenizer_vocab_size(tok) != vocab) {
+        fm_set_error(FM_ERR_FORMAT, "%s: tokenizer.txt's vocabulary (%d) does not match the graph's", dir,
+                     fm_tokenizer_vocab_size(tok));
+        fm_tokenizer_free(tok);
+        tok = NULL;
+    }
+    if (!tok) { fm_status st = fm_last_status(); fm_graph_free(g); return st ? st : FM_ERR_INVALID; }
+    out->g = g;
+    out->tok = tok;
+    out->ctx_len = (int)block;
+    out->vocab = (int)vocab;
+    return FM_OK;
+}
+
+fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev) { return p->g ? fm_graph_to_device(p->g, dev) : fm_gpt_to(p->m, dev); }
+
+fm_tensor *fm_cli_gpt_logits(fm_cli_gpt *p, fm_tensor *tokens) {
+    return p->g ? fm_graph_gpt_forward(p->g, tokens) : fm_gpt_forward(p->m, tokens, NULL, NULL);
+}
+
+void fm_cli_gpt_close(fm_cli_gpt *p) {
+    fm_tokenizer_free(p->tok);
+    fm_gpt_free(p->m);
+    fm_graph_free(p->g);
+    p->tok = NULL;
+    p->m = NULL;
+    p->g = NULL;
+}

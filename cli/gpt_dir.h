@@ -1,0 +1,23 @@
+/* A GPT opened from a directory for the CLI (cli/gpt_dir.c): a graph (with its
+ * tokenizer.txt), a Hugging Face layout or a `fathom train` GPT directory. */
+#ifndef FATHOM_CLI_GPT_DIR_H
+#define FATHOM_CLI_GPT_DIR_H
+#include <stdbool.h>
+
+#include "fathom/gpt.h"
+#include "fathom/graph.h"
+
+typedef struct fm_cli_gpt {
+    fm_gpt *m;   /* a model directory, or */
+    fm_graph *g; /* a graph directory */
+    fm_tokenizer *tok;
+    int ctx_len, vocab;
+} fm_cli_gpt;
+
+/* Opens dir; on failure nothing to close and the error says why. */
+fm_status fm_cli_gpt_open(const char *dir, fm_cli_gpt *out);
+fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev);
+/* logits [B, T, V] for tokens [B, T] (no tape is wanted: the caller turns grad off) */
+fm_tensor *fm_cli_gpt_logits(fm_cli_gpt *p, fm_tensor *tokens);
+void fm_cli_gpt_close(fm_cli_gpt *p);
+#endif
