@@ -68,9 +68,14 @@ static void config_refusals(void) {
             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
             "\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
             "required key 'low_freq_factor' is missing");
+    /* a head_dim that does not tile hidden_size (4 heads of 8 over 16) is taken as given */
+    llama = "{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, \"head_dim\": 8}";
+    CHECK_MSG(fm_hf_gpt_config_parse(llama, strlen(llama), NULL, &c) == FM_OK, "%s", fm_last_error());
+    CHECK(c.head_dim == 8 && fm_gpt_head_dim(&c) == 8);
     REFUSED("{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, "
             "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"max_position_embeddings\": 32, "
-            "\"head_dim\": 8}",
+            "\"head_dim\": 0}",
             "'head_dim'");
     /* Qwen2: Llama's keys without attention_bias / mlp_bias, plus its sliding-window keys */
 #define QWEN2 "{\"model_type\": \"qwen2\", \"vocab_size\": 50, \"hidden_size\": 16, \"intermediate_size\": 24, " \
@@ -394,7 +399,7 @@ int main(void) {
         CHECK_MSG(0, "fixtures.py models failed: %s", why);
     } else {
         const char *names[] = {"m_gpt2",         "m_gpt2_untied", "m_llama",        "m_llama_tied_llama3",
-                               "m_llama_linear", "m_qwen2",       "m_qwen2_untied"};
+                               "m_llama_linear", "m_qwen2",       "m_qwen2_untied", "m_llama_head_dim"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             char d[1100];
             snprintf(d, sizeof d, "%s/%s", tmp, names[i]);

@@ -185,9 +185,10 @@ static void llama_common(hf_cfg *r, fm_gpt_config *c) {
     c->block_size = hf_int(r, "max_position_embeddings", true, 0, 1, 1 << 24);
     c->norm_eps = hf_num(r, "rms_norm_eps", false, 1e-6);
     refuse(r, strcmp(hf_str(r, "hidden_act", "silu"), "silu"), "hidden_act", "fathom's Llama uses SiLU (SwiGLU) only");
-    int hd = c->n_head > 0 ? c->n_embd / c->n_head : 0;
-    refuse(r, c->n_head > 0 && hf_int(r, "head_dim", false, hd, 1, BIG) * c->n_head != c->n_embd, "head_dim",
-           "must be hidden_size / num_attention_heads");
+    /* head_dim other than hidden_size / num_attention_heads (Mistral Nemo: 5120 / 32 heads of 128):
+     * the heads need not tile the hidden size */
+    const int hd = c->n_head > 0 ? c->n_embd / c->n_head : 0, given = hf_int(r, "head_dim", false, hd, 1, 4096);
+    c->head_dim = c->n_head > 0 && given * c->n_head != c->n_embd ? given : 0;
     llama_rope(r, c);
     c->untied_head = !hf_bool(r, "tie_word_embeddings", false);
     c->bias = false;

@@ -409,6 +409,10 @@ def model_fixtures(out):
             vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False,
             rope_scaling={"rope_type": "linear", "factor": 2.0}), {}),
+        # heads that do not tile the hidden size (Mistral Nemo's form: head_dim set), GQA
+        "llama_head_dim": (LlamaForCausalLM, LlamaConfig(
+            vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, tie_word_embeddings=False), {}),
         # Qwen2 (q, k and v biases): Qwen2.5-0.5B's shape of config (tied, GQA, rope_theta 1e6,
         # the sliding-window keys present but off), with Qwen2's byte-level tokenizer.json
         "qwen2": (Qwen2ForCausalLM, Qwen2Config(
