@@ -54,7 +54,7 @@ static const char *const *io_names(const fm_graph *g, bool inputs, int n) {
  * to dir for the ONNX Runtime check. */
 static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_config *c, const char *dir,
                       const char *tag) {
-    const int n_io = 1 + 2 * c->n_layer, KV = c->n_kv_head ? c->n_kv_head : c->n_head, D = c->n_embd / c->n_head;
+    const int n_io = 1 + 2 * c->n_layer, KV = c->n_kv_head ? c->n_kv_head : c->n_head, D = fm_gpt_head_dim(c);
     fm_tensor *gin[64] = {0}, *oin[64] = {0}, *gout[64] = {0}, *oout[64] = {0};
     const char *const *in_names = io_names(g, true, n_io);
     CHECK(in_names != NULL && fm_onnx_input_count(om) == n_io && fm_onnx_output_count(om) == n_io);
@@ -140,8 +140,12 @@ int main(void) {
     fm_gpt_config q = b;
     q.qkv_bias = true, q.untied_head = false, q.n_kv_head = 1, q.rope_theta = 1e6;
     one_model(q, dir, "qwen2");
+    /* heads that do not tile n_embd (a head-pruned GPT-2: 3 heads of 8 over 32) */
+    fm_gpt_config h = a;
+    h.n_head = 3, h.n_kv_head = 3, h.head_dim = 8;
+    one_model(h, dir, "gpt2_head_dim");
     char cmd[1024], why[2048];
-    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 llama qwen2 2>&1", hf_python(), dir, STEPS);
+    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 llama qwen2 gpt2_head_dim 2>&1", hf_python(), dir, STEPS);
     FILE *f = popen(cmd, "r");
     size_t o = 0;
     why[0] = 0;
