@@ -18,15 +18,35 @@ static bool file_exists(const char *dir, const char *name) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* The first layer that runs (through nested sequentials). */
+static fm_module *first_leaf(fm_module *m) {
+    while (m && fm_module_get_kind(m) == FM_MOD_SEQUENTIAL) m = fm_module_num_children(m) ? fm_module_child(m, 0) : NULL;
+    return m;
+}
+
+/* An example input for tracing: normal floats, or for a model that starts with an
+ * embedding (its input is token ids) i64 ids spread over [0, num), so the graph's and the
+ * exported file's input is [batch, ...] int64. */
+static fm_tensor *example_input(fm_module *m, const fm_recipe *r, fm_rng *rng) {
+    int64_t shape[FM_MAX_DIMS] = {2};
+    for (int i = 0; i < r->input_ndim; i++) shape[i + 1] = r->input_shape[i];
+    fm_module *first = first_leaf(m);
+    if (!first || fm_module_get_kind(first) != FM_MOD_EMBEDDING)
+        return fm_tensor_randn(r->input_ndim + 1, shape, FM_F32, rng);
+    const int64_t num = fm_module_get_hparams(first).a;
+    fm_tensor *x = fm_tensor_empty(r->input_ndim + 1, shape, FM_I64, FM_CPU);
+    for (int64_t i = 0; x && i < fm_tensor_numel(x); i++)
+        ((int64_t *)fm_tensor_data(x))[i] = (7 * i + 3) % (num > 0 ? num : 1);
+    return x;
+}
+
 static fm_graph *from_recipe_model(const char *dir) {
     fm_recipe r;
     fm_module *m = NULL;
     if (fm_model_load(dir, &r, &m) != FM_OK) return NULL;
-    int64_t shape[FM_MAX_DIMS] = {2};
-    for (int i = 0; i < r.input_ndim; i++) shape[i + 1] = r.input_shape[i];
     fm_rng rng;
     fm_rng_init(&rng, 1);
-    fm_tensor *x = fm_tensor_randn(r.input_ndim + 1, shape, FM_F32, &rng);
+    fm_tensor *x = example_input(m, &r, &rng);
     fm_graph *g = x ? fm_graph_trace_module(m, x) : NULL;
     if (g && (fm_graph_set_meta(g, "model_kind", "classifier") || fm_graph_set_meta(g, "recipe", r.text ? r.text : "") ||
               fm_graph_set_meta(g, "dataset", r.dataset))) {
