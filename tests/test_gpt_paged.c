@@ -12,15 +12,19 @@
 #include "gpt/gpt_paged.h"
 #include "test_util.h"
 
+/* set: heads that do not tile n_embd (3 heads of 8 over 32; Llama 2 heads in 1 kv group) */
+static bool narrow_heads;
+
 static fm_gpt_config tiny(fm_gpt_arch arch) {
     fm_gpt_config c = fm_gpt_config_default(arch);
     c.n_layer = 2;
-    c.n_head = 4;
+    c.n_head = narrow_heads ? (arch == FM_GPT_LLAMA ? 2 : 3) : 4;
     c.n_embd = 32;
     c.block_size = 16;
     c.vocab_size = 64;
     c.ffn_hidden = arch == FM_GPT_LLAMA ? 96 : 128;
-    c.n_kv_head = arch == FM_GPT_LLAMA ? 2 : 4;
+    c.n_kv_head = arch == FM_GPT_LLAMA ? (narrow_heads ? 1 : 2) : c.n_head;
+    c.head_dim = narrow_heads ? 8 : 0;
     c.dropout = 0;
     return c;
 }
@@ -190,5 +194,10 @@ int main(void) {
     check_prefill(FM_GPT_LLAMA);
     check_exhaustion();
     check_moved_model();
+    narrow_heads = true; /* a head-pruned model's shape */
+    check_arch(FM_GPT_GPT2);
+    check_arch(FM_GPT_LLAMA);
+    check_prefill(FM_GPT_GPT2);
+    check_prefill(FM_GPT_LLAMA);
     TEST_DONE();
 }
