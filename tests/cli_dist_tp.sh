@@ -17,7 +17,8 @@
 #    process (its parts put together) on one process's loss; the TP x ZeRO-1 one resumes in
 #    one process, on TP=2 without ZeRO-1, on ZeRO-1 without TP and on TP=2 x ZeRO-1 over DP 4
 #    (each part's state from its group's ZeRO-1 shards) and continues the uninterrupted run's
-#    losses; a unit with two rank files or two ZeRO-1 shards swapped is refused, naming the file;
+#    losses, as do a TP=2 unit in one process and a ZeRO-1 unit (no TP) under TP=2 and TP=2 x
+#    ZeRO-1; a unit with two rank files or two ZeRO-1 shards swapped is refused, naming the file;
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
@@ -191,10 +192,10 @@ big = max(float(abs(v).max()) for v in b.values())
 sys.exit(not (a.keys() == b.keys() and all(float(abs(a[k].astype('f8') - b[k]).max()) <= 1e-5 * big for k in a)))
 PY
 }
-tpz_other() { # label out np flags...
-  local label=$1 out=$2 np=$3
-  shift 3
-  cp -r "$tmp/tpzh-part" "$tmp/$out"
+resumed_as() { # label out unit-dir np flags...
+  local label=$1 out=$2 src=$3 np=$4
+  shift 4
+  cp -r "$tmp/$src" "$tmp/$out"
   if [[ $np -gt 1 ]]; then
     mpi -np "$np" "$bin" train "$tmp/hl.ini" --out "$tmp/$out" --threads 1 "$@" --resume --json >"$tmp/$out.json" 2>"$tmp/$out.err"
   else
@@ -208,15 +209,26 @@ tpz_other() { # label out np flags...
      same "$(field "$tmp/$out.json" train_loss)" "$(field "$tmp/tpzh.json" train_loss)" &&
      same "$(field "$tmp/$out.json" val_loss)" "$(field "$tmp/tpzh.json" val_loss)" &&
      weights_near "$tmp/$out/model.safetensors" "$tmp/tpzh/model.safetensors"; then
-    ok "the TP=2 x ZeRO-1 unit resumed $label: step 3 $l3 (uninterrupted $r3), step 4 $(field "$tmp/$out.json" train_loss) (uninterrupted $(field "$tmp/tpzh.json" train_loss)), the weights within 1e-5"
+    ok "the $label: step 3 $l3 (uninterrupted $r3), step 4 $(field "$tmp/$out.json" train_loss) (uninterrupted $(field "$tmp/tpzh.json" train_loss)), the weights within 1e-5"
   else
-    bad "TP=2 x ZeRO-1 unit resumed $label (exit $rc, step 3 '$l3' vs '$r3'): $(field "$tmp/$out.json" train_loss) vs $(field "$tmp/tpzh.json" train_loss): $(tail -c 600 "$tmp/$out.err")"
+    bad "the $label (exit $rc, step 3 '$l3' vs '$r3'): $(field "$tmp/$out.json" train_loss) vs $(field "$tmp/tpzh.json" train_loss): $(tail -c 600 "$tmp/$out.err")"
   fi
 }
-tpz_other "in one process" tpzo1 1
-tpz_other "on 2 ranks with --tensor-parallel 2 (DP 1, no ZeRO-1)" tpzo2 2 --tensor-parallel 2
-tpz_other "on 2 ranks with --zero 1 (no TP)" tpzo3 2 --zero 1
-tpz_other "on 8 ranks with --tensor-parallel 2 --zero 1 (DP 4)" tpzo4 8 --tensor-parallel 2 --zero 1
+resumed_as "TP=2 x ZeRO-1 unit resumed in one process" tpzo1 tpzh-part 1
+resumed_as "TP=2 x ZeRO-1 unit resumed on 2 ranks with --tensor-parallel 2 (DP 1, no ZeRO-1)" tpzo2 tpzh-part 2 --tensor-parallel 2
+resumed_as "TP=2 x ZeRO-1 unit resumed on 2 ranks with --zero 1 (no TP)" tpzo3 tpzh-part 2 --zero 1
+resumed_as "TP=2 x ZeRO-1 unit resumed on 8 ranks with --tensor-parallel 2 --zero 1 (DP 4)" tpzo4 tpzh-part 8 --tensor-parallel 2 --zero 1
+# the same at lr 0.01 for a TP=2 unit without ZeRO-1 (in one process: the parts put together), and
+# for a ZeRO-1 unit without TP (zero-shard files) resumed under tensor parallelism (the whole state
+# from every shard, then each rank's part): every layout continues the same curve
+mpi -np 2 "$bin" train "$tmp/hl.ini" --out "$tmp/tph-part" --threads 1 --tensor-parallel 2 --stop-after 2 \
+  >"$tmp/tph-part.out" 2>&1 || bad "TP=2 at lr 0.01, 2 steps: $(tail -c 400 "$tmp/tph-part.out")"
+resumed_as "TP=2 unit (no ZeRO-1) resumed in one process" tpho1 tph-part 1
+mpi -np 2 "$bin" train "$tmp/hl.ini" --out "$tmp/zh-part" --threads 1 --zero 1 --stop-after 2 \
+  >"$tmp/zh-part.out" 2>&1 || bad "ZeRO-1 at lr 0.01, 2 steps: $(tail -c 400 "$tmp/zh-part.out")"
+resumed_as "ZeRO-1 unit (2 zero-shard files, no TP) resumed on 2 ranks with --tensor-parallel 2" zho2 zh-part 2 --tensor-parallel 2
+resumed_as "ZeRO-1 unit (2 zero-shard files, no TP) resumed on 4 ranks with --tensor-parallel 2 --zero 1" zho4 zh-part 4 \
+  --tensor-parallel 2 --zero 1
 [[ -f $tmp/tpzo4/ckpt/step-00000004/tp-zero-00007-of-00008.safetensors ]] ||
   bad "TP=2 x ZeRO-1 over DP 4: no tp-zero-00007-of-00008 in its last unit: $(ls "$tmp/tpzo4/ckpt/step-00000004" 2>&1 | tr '\n' ' ')"
 # a ZeRO-1 shard of another data-parallel rank (two swapped, the MANIFEST rewritten): refused, naming it

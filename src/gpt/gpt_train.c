@@ -501,16 +501,53 @@ static fm_status load_state_split(fm_gpt *m, const char *path, fm_named_list *st
     return st;
 }
 
+/* The whole optimizer state ("<param>.<slot>") of n ZeRO-1 shard files (paths[r]: ZeRO rank r's),
+ * whose flat index space is the parameters of `like` (names, and tensors whose sizes are read) in
+ * the model's order, as the trainer's optimizer (gpt_adamw_setup) lays them out. */
+static fm_status zero_shards_state(const fm_named_list *like, char *const *paths, int n, fm_named_list *out) {
+    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
+    fm_optim *layout = fm_optim_new(&oc); /* names and sizes only: it never makes state */
+    fm_status st = layout ? FM_OK : fm_last_status();
+    const int g = st ? -1 : fm_optim_add_group(layout, 0.0);
+    if (!st && g < 0) st = fm_last_status();
+    for (int i = 0; i < like->n && !st; i++) st = fm_optim_add_param(layout, g, like->items[i].name, like->items[i].tensor);
+    if (!st) st = fm_zero_state_from_shards((const char *const *)paths, n, layout, out);
+    fm_optim_free(layout);
+    return st;
+}
+
 /* The optimizer state of a ZeRO-1 sharded checkpoint written by `world` ranks
- * (dist_ckpt_load_zero: the own shard in the same sharding, else resharded). */
+ * (dist_ckpt_load_zero: the own shard in the same sharding, else resharded; under tensor
+ * parallelism the whole state, then this rank's part of it). */
 static fm_status load_sharded_state(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
                                     const char *dir, int world) {
     const int rank = o->dist ? fm_dist_rank(o->dist) : 0, now = o->dist ? fm_dist_size(o->dist) : 1;
-    if (m->tp)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s is a ZeRO-1 checkpoint sharded over %d ranks; resuming it with "
-                            "--tensor-parallel is not built: resume it without --tensor-parallel (any number of ranks), "
-                            "and that run's checkpoints resume under tensor parallelism", dir, world);
-    return dist_ckpt_load_zero(dir, world, rank, now, dt, opt);
+    if (!m->tp) return dist_ckpt_load_zero(dir, world, rank, now, dt, opt);
+    /* under tensor parallelism: the whole state from every shard (laid out as the whole
+     * model's parameters), then this rank's part of it, as from a whole checkpoint */
+    fm_rng scratch; /* a model only measured: leave the global generator where it is */
+    fm_rng_init(&scratch, 0);
+    fm_gpt *whole = fm_gpt_new(&m->cfg, &scratch);
+    char **paths = calloc((size_t)world, sizeof *paths), name[64];
+    fm_named_list full, state;
+    memset(&full, 0, sizeof full);
+    memset(&state, 0, sizeof state);
+    fm_status st = !whole ? fm_last_status() : paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int r = 0; r < world && !st; r++) {
+        dist_ckpt_file(name, sizeof name, "zero-shard", r, world);
+        if (!(paths[r] = path_join(dir, name))) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    }
+    if (!st) st = zero_shards_state(&whole->params, paths, world, &full);
+    fm_gpt_free(whole);
+    if (!st && dt) st = fm_dist_trainer_full_state(dt, &state);
+    if (!st && !dt && !(st = fm_optim_init_state(opt))) st = fm_optim_state(opt, &state);
+    if (!st) st = gpt_tp_load_state(m, &full, dir, &state);
+    if (!st && dt) st = fm_dist_trainer_load_full_state(dt, &state);
+    fm_named_list_free(&state);
+    fm_named_list_free(&full);
+    for (int r = 0; paths && r < world; r++) free(paths[r]);
+    free(paths);
+    return st;
 }
 
 /* Reads rank r's tp-shard file of a unit written by `world` ranks split T ways, and checks
@@ -579,36 +616,33 @@ static fm_status load_tp_own(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, cons
  * data-parallel group (ranks t, t + T, ...: ZeRO ranks 0 .. world/T - 1, each its tp-zero
  * file), added to part (its tp-shard file's tensors) as "optim.<param>.<slot>", as a TP unit
  * without ZeRO-1 holds them. The shards' flat index space is the part's parameters in the
- * model's order (the trainer's optimizer, gpt_adamw_setup), sized as the part's tensors. */
+ * model's order, sized as the part's tensors. */
 static fm_status tp_zero_part_state(const fm_gpt *whole, const char *dir, int world, int T, int t, fm_named_list *part) {
     const int dp = world / T;
-    fm_optim_config oc = fm_optim_default_config(FM_OPTIM_ADAMW);
-    fm_optim *layout = fm_optim_new(&oc); /* names and sizes only: it never makes state */
     char **paths = calloc((size_t)dp, sizeof *paths), name[600];
-    fm_named_list full;
+    fm_named_list like, full;
+    memset(&like, 0, sizeof like); /* the part's tensors under the model's names, not owned */
     memset(&full, 0, sizeof full);
-    fm_status st = layout && paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
-    const int g = st ? -1 : fm_optim_add_group(layout, 0.0);
-    if (!st && g < 0) st = fm_last_status();
+    fm_status st = paths ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     for (int i = 0; i < whole->params.n && !st; i++) {
         snprintf(name, sizeof name, "model.%s", whole->params.items[i].name);
         int k = fm_named_list_find(part, name);
         st = k < 0 ? fm_set_error(FM_ERR_FORMAT, "%s: tensor-parallel rank %d's file has no '%s'", dir, t, name)
-                   : fm_optim_add_param(layout, g, whole->params.items[i].name, part->items[k].tensor);
+                   : fm_named_list_push(&like, whole->params.items[i].name, part->items[k].tensor, false, false);
     }
     for (int d = 0; d < dp && !st; d++) {
         tp_file_name(name, sizeof name, "zero", t + d * T, world);
         if (!(paths[d] = path_join(dir, name))) st = fm_set_error(FM_ERR_OOM, "out of host memory");
     }
-    if (!st) st = fm_zero_state_from_shards((const char *const *)paths, dp, layout, &full);
+    if (!st) st = zero_shards_state(&like, paths, dp, &full);
     for (int i = 0; i < full.n && !st; i++) {
         snprintf(name, sizeof name, "optim.%s", full.items[i].name);
         st = fm_named_list_push(part, name, full.items[i].tensor, false, false);
     }
     fm_named_list_free(&full);
+    fm_named_list_free(&like);
     for (int d = 0; paths && d < dp; d++) free(paths[d]);
     free(paths);
-    fm_optim_free(layout);
     return st;
 }
 
