@@ -15,7 +15,7 @@
 
 static void eval_usage(FILE *f) {
     fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--json] [--quiet]\n"
-               "       fathom eval GPT_DIR [--text FILE | --val-fraction F] [--batch N] [--device D] [--json] [--quiet]\n\n"
+               "       fathom eval GPT_DIR [--text FILE | --tokens FILE] [--val-fraction F] [--batch N] [--device D] [--json] [--quiet]\n\n"
                "Evaluates a model saved by `fathom train` on the test split of its data set (a classifier:\n"
                "accuracy and loss), or a GPT (a `fathom train` GPT directory, a Hugging Face layout, or a\n"
                "compiled or quantized graph of one) on held-out text: the mean next-token loss and the\n"
@@ -24,6 +24,8 @@ static void eval_usage(FILE *f) {
                "  --batch N    evaluation batch size (default 1000; a GPT: windows per forward, default 8)\n"
                "  --text FILE  a GPT: evaluate on this text (default: the last --val-fraction of the\n"
                "               directory's tokens.bin, the split `fathom train` validated on)\n"
+               "  --tokens FILE  a GPT: that split of this token file instead (a graph's: the tokens.bin of\n"
+               "               the model it was compiled or quantized from)\n"
                "  --val-fraction F   that split's fraction, in (0, 1) (default 0.1, the trainer's default)\n"
                "  --device D   where to run the model: cpu (default), cuda, cuda:N, check (the checked\n"
                "               test device: CPU kernels on memory the host may not touch)\n"
@@ -49,7 +51,7 @@ static bool is_gpt(const char *dir) {
 }
 
 int fm_cmd_eval(int argc, char **argv) {
-    const char *dir = NULL, *data = NULL, *text = NULL;
+    const char *dir = NULL, *data = NULL, *text = NULL, *tokens = NULL;
     bool json = false, quiet = false, batch_set = false;
     long batch = 1000;
     double val_fraction = 0.1;
@@ -72,9 +74,11 @@ int fm_cmd_eval(int argc, char **argv) {
             batch_set = true;
             continue;
         }
-        if (!strcmp(a, "--text")) {
-            text = i + 1 < argc ? argv[++i] : NULL;
-            if (!text || !*text) { fm_cli_error("eval: --text needs a file"); eval_usage(stderr); return 2; }
+        if (!strcmp(a, "--text") || !strcmp(a, "--tokens")) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            if (!v || !*v) { fm_cli_error("eval: %s needs a file", a); eval_usage(stderr); return 2; }
+            if (!strcmp(a, "--text")) text = v;
+            else tokens = v;
             continue;
         }
         if (!strcmp(a, "--val-fraction")) {
@@ -96,8 +100,8 @@ int fm_cmd_eval(int argc, char **argv) {
         }
         if (a[0] == '-') {
             static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch", "--device", "--text",
-                                                "--val-fraction"};
-            fm_cli_unknown_option("eval", a, flags, 8);
+                                                "--val-fraction", "--tokens"};
+            fm_cli_unknown_option("eval", a, flags, 9);
             eval_usage(stderr);
             return 2;
         }
@@ -107,10 +111,11 @@ int fm_cmd_eval(int argc, char **argv) {
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
     if (is_gpt(dir)) {
         if (data) { fm_cli_error("eval: %s is a GPT: --data is for classifiers (give --text FILE)", dir); return 2; }
-        fm_eval_gpt_opts go = {text, val_fraction, batch_set ? batch : 8, dev, json, quiet};
+        if (text && tokens) { fm_cli_error("eval: give --text or --tokens, not both"); return 2; }
+        fm_eval_gpt_opts go = {text, tokens, val_fraction, batch_set ? batch : 8, dev, json, quiet};
         return fm_eval_gpt(dir, &go);
     }
-    if (text) { fm_cli_error("eval: --text is for GPT models; %s is not one", dir); return 2; }
+    if (text || tokens) { fm_cli_error("eval: %s is for GPT models; %s is not one", text ? "--text" : "--tokens", dir); return 2; }
     fm_recipe r;
     fm_module *m = NULL;
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from */

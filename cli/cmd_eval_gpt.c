@@ -76,13 +76,15 @@ static fm_status eval_ids(const char *dir, const fm_eval_gpt_opts *o, fm_cli_gpt
         return FM_OK;
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    if (o->tokens) snprintf(path, sizeof path, "%s", o->tokens);
+    else snprintf(path, sizeof path, "%s/tokens.bin", dir);
     fm_token_data d;
     if (fm_token_file_read(path, p->vocab, &d)) {
         char why[512];
         snprintf(why, sizeof why, "%s", fm_last_error());
-        return fm_set_error(FM_ERR_INVALID, "eval: %s; give a text to evaluate on with --text FILE (graph and Hugging Face "
-                            "directories have no token file)", why);
+        return fm_set_error(FM_ERR_INVALID, "eval: %s; give a text to evaluate on with --text FILE, or the token file of "
+                            "the model it was made from with --tokens FILE (graph and Hugging Face directories have "
+                            "none)", why);
     }
     const int64_t lo = (int64_t)((double)d.n * (1.0 - o->val_fraction));
     *ids = malloc(sizeof(int64_t) * (size_t)(d.n - lo + 1));
@@ -145,7 +147,8 @@ int fm_eval_gpt(const char *dir, const fm_eval_gpt_opts *o) {
         json_object_set_new(j, "perplexity", json_real(exp(loss)));
         json_object_set_new(j, "tokens", json_integer(windows * T));
         json_object_set_new(j, "windows", json_integer(windows));
-        json_object_set_new(j, "source", o->text ? json_string(o->text) : json_string("tokens.bin held-out split"));
+        json_object_set_new(j, "source", o->text ? json_string(o->text) : json_string(o->tokens ? o->tokens : "tokens.bin"));
+        json_object_set_new(j, "val_fraction", o->text ? json_null() : json_real(o->val_fraction));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
@@ -153,7 +156,7 @@ int fm_eval_gpt(const char *dir, const fm_eval_gpt_opts *o) {
     } else {
         printf("%s: loss %.4f, perplexity %.3f on %lld tokens (%lld windows of %lld, %s)\n", dir, loss, exp(loss),
                (long long)(windows * T), (long long)windows, (long long)T,
-               o->text ? o->text : "the held-out split of tokens.bin");
+               o->text ? o->text : o->tokens ? "the held-out split of --tokens" : "the held-out split of tokens.bin");
     }
 done:
     free(ids);

@@ -7,7 +7,8 @@
 #include "fathom/tensor.h"
 
 typedef struct fm_eval_gpt_opts {
-    const char *text;    /* a text file to evaluate on; NULL: DIR/tokens.bin's held-out tail */
+    const char *text;    /* a text file to evaluate on; NULL: a token file's held-out tail */
+    const char *tokens;  /* that token file; NULL: DIR/tokens.bin */
     double val_fraction; /* that tail's fraction (the trainer's val_fraction; 0.1) */
     int64_t batch;       /* windows per forward */
     fm_device device;

@@ -51,6 +51,12 @@ l1=$("$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --json --quiet 2>&1) && l2=
 python3 -c "import json,sys,math; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['kind']=='gpt' and a['tokens']==b['tokens']>0 and abs(a['loss']-b['loss'])<1e-4*a['loss'] and abs(a['perplexity']-math.exp(a['loss']))<1e-9*a['perplexity'], (a,b)" "$l1" "$l2" \
   && ok "eval: the GPT graph gives the model's loss and perplexity" || bad "GPT eval differs: $l1 / $l2"
 expect 0 "perplexity" "$bin" eval "$tmp/gpt" --quiet --val-fraction 0.5
+# the graph on its model's held-out tokens (--tokens): the model's own figure
+l1=$("$bin" eval "$tmp/gpt" --json --quiet 2>&1) && l2=$("$bin" eval "$tmp/gpt.graph" --tokens "$tmp/gpt/tokens.bin" --json --quiet 2>&1) \
+  || bad "GPT eval on tokens failed: $l1 / $l2"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['tokens']==b['tokens']>0 and abs(a['loss']-b['loss'])<1e-4*a['loss'], (a,b)" "$l1" "$l2" \
+  && ok "eval --tokens: the graph on the model's held-out split gives the model's loss" || bad "eval --tokens differs: $l1 / $l2"
+expect 2 "not both" "$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --tokens "$tmp/gpt/tokens.bin"
 expect 2 "--val-fraction needs a fraction in (0, 1)" "$bin" eval "$tmp/gpt" --val-fraction 1.5
 expect 2 "--text is for GPT models" "$bin" eval "$tmp/cnn" --text "$tmp/corpus.txt"
 printf 'tiny' > "$tmp/short.txt"
