@@ -16,7 +16,8 @@
 #    shard, as the planner does) and is refused before training without it;
 #  - the classifier trainer with --zero 1 writes the same units (a shard per rank, train_state
 #    with metadata only): resumed on 2 ranks bit for bit, on one process, on 4 ranks and on 2
-#    without --zero within 1e-6 of the uninterrupted run.
+#    without --zero within 1e-6 of the uninterrupted run; its --memory-limit check counts the shard
+#    only (15.5 bytes a parameter: --zero 1 trains at 2 ranks, plain data parallel is refused).
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_zero_ckpt.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -202,6 +203,23 @@ cresharded "on 4 ranks with --zero 1" cfour 4 --zero 1
 cresharded "on 2 ranks without --zero" cdp 2
 [[ -f $tmp/cfour/ckpt/step-00000008/zero-shard-00003-of-00004.safetensors ]] ||
   bad "classifier on 4 ranks: no zero-shard-00003-of-00004 in its last unit: $(ls "$tmp/cfour/ckpt/step-00000008" 2>&1 | tr '\n' ' ')"
+# --memory-limit: the classifier's check before training counts this rank's shard of the Adam
+# moments and no gathered state (its checkpoints write the shard as it is): 8 + 4 x 2 / N bytes a
+# parameter, against 16 without ZeRO-1 (and 16 at 2 ranks when its checkpoints gathered the state).
+# A model whose 35,332 parameters dominate, under 15.5 bytes a parameter at 2 ranks: --zero 1 trains
+# an epoch and writes its shards, plain data parallel is refused before training
+cli_idx_recipe "$tmp/img" 1 flatten "linear 512" relu "linear 4" >"$tmp/cbig.ini"
+n=$((64 * 512 + 512 + 512 * 4 + 4)); lim=$((n * 31 / 2))
+mpi -np 2 "$bin" train "$tmp/cbig.ini" --out "$tmp/cbz" --threads 1 --no-eval --zero 1 --memory-limit "$lim" --json \
+  >"$tmp/cbz.json" 2>"$tmp/cbz.err"; rc=$?
+mpi -np 2 "$bin" train "$tmp/cbig.ini" --out "$tmp/cb0" --threads 1 --no-eval --memory-limit "$lim" >"$tmp/cb0.out" 2>&1; rc0=$?
+peak=$(field "$tmp/cbz.json" peak_allocated)
+if [[ $rc -eq 0 && -n $peak && ${peak%.*} -le $lim && $rc0 -eq 1 ]] && grep -q "cannot hold the model before training starts" "$tmp/cb0.out" &&
+   ! grep -q "^epoch " "$tmp/cb0.out" && [[ -f $tmp/cbz/ckpt/step-00000004/zero-shard-00001-of-00002.safetensors ]]; then
+  ok "classifier --memory-limit $lim (15.5 bytes x $n parameters): --zero 1 trains (peak $peak) and writes its shards, plain data parallel refused before training"
+else
+  bad "classifier --memory-limit $lim: --zero 1 exit $rc peak '$peak' ($(tail -c 300 "$tmp/cbz.err")); without: exit $rc0 ($(tail -c 300 "$tmp/cb0.out"))"
+fi
 
 [[ $fails -eq 0 ]] && echo "cli_dist_zero_ckpt: all passed" || echo "cli_dist_zero_ckpt: $fails failed"
 exit $((fails > 0))
