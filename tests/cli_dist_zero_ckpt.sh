@@ -175,7 +175,7 @@ then
 else
   bad "classifier sharded checkpoint (exit $rc): $(ls "$u" 2>&1 | tr '\n' ' ') $(tail -c 400 "$tmp/cpart.out")"
 fi
-for d in csame cone cfour cdp; do cp -r "$tmp/cpart" "$tmp/$d"; done
+for d in csame cone cfour cdp cmiss; do cp -r "$tmp/cpart" "$tmp/$d"; done
 ctrain csame 2 --zero 1 --resume --json >"$tmp/csame.json" 2>"$tmp/csame.err"; rc=$?
 if [[ $rc -eq 0 ]] && grep -q "resuming from .*step-00000004" "$tmp/csame.err" &&
    [[ $(field "$tmp/csame.json" train_loss) == "$cref" && $(field "$tmp/csame.json" test_loss) == "$ctref" ]] &&
@@ -203,6 +203,17 @@ cresharded "on 4 ranks with --zero 1" cfour 4 --zero 1
 cresharded "on 2 ranks without --zero" cdp 2
 [[ -f $tmp/cfour/ckpt/step-00000008/zero-shard-00003-of-00004.safetensors ]] ||
   bad "classifier on 4 ranks: no zero-shard-00003-of-00004 in its last unit: $(ls "$tmp/cfour/ckpt/step-00000008" 2>&1 | tr '\n' ' ')"
+# a missing shard (MANIFEST rewritten to match): rank 1 names the file, and no rank trains a step
+# (the ranks agree that every rank resumed before the first step)
+m="$tmp/cmiss/ckpt/step-00000004"
+rm "$m/zero-shard-00001-of-00002.safetensors" && remanifest "$m"
+ctrain cmiss 2 --zero 1 --resume >"$tmp/cmiss.out" 2>&1; rc=$?
+if [[ $rc -ne 0 ]] && grep -q "rank 1 of 2: .*zero-shard-00001-of-00002.safetensors" "$tmp/cmiss.out" &&
+   ! grep -q "^epoch \|ETA" "$tmp/cmiss.out" && [[ ! -d $tmp/cmiss/ckpt/step-00000006 ]]; then
+  ok "classifier, a missing shard: exit $rc before any step, rank 1 naming the file"
+else
+  bad "classifier, missing shard (exit $rc): $(tail -c 800 "$tmp/cmiss.out")"
+fi
 # --memory-limit: the classifier's check before training counts this rank's shard of the Adam
 # moments and no gathered state (its checkpoints write the shard as it is): 8 + 4 x 2 / N bytes a
 # parameter, against 16 without ZeRO-1 (and 16 at 2 ranks when its checkpoints gathered the state).
