@@ -1,7 +1,7 @@
 /* `fathom export DIR -o model.onnx`: a model as an ONNX file (opset 17), through
  * the inference graph: DIR is a graph directory (`fathom import`, `fathom
  * compile`) or a trained model directory, traced into a graph first
- * (fm_graph_from_model_dir), or a GPT-2/Llama directory in Hugging Face layout
+ * (fm_graph_from_model_dir), or a GPT-2/Llama/Qwen2 directory in Hugging Face layout
  * (its KV-cache decode graph, fm_graph_from_gpt). */
 #include <dirent.h>
 #include <limits.h>
@@ -21,12 +21,12 @@ static void export_usage(FILE *f) {
                "       fathom export GPT_DIR --hf -o OUT_DIR\n\n"
                "Writes the model in DIR as an ONNX file (opset 17), atomically: DIR is a model\n"
                "trained by `fathom train` (traced into the inference graph first), a graph\n"
-               "directory (`fathom compile`, `fathom import`), or a GPT-2/Llama checkpoint in\n"
+               "directory (`fathom compile`, `fathom import`), or a GPT-2/Llama/Qwen2 checkpoint in\n"
                "Hugging Face layout. A GPT is written as its KV-cache decode graph: tokens and\n"
                "past_key.<i>/past_value.<i> in, logits and present_key/present_value out. The constants\n"
                "become initializers and dynamic dims stay dynamic (dim_param). An op with no\n"
                "ONNX form is named in the error and nothing is written.\n\n"
-               "  --hf   write a GPT (GPT-2 or Llama) instead in Hugging Face layout: OUT_DIR (new or\n"
+               "  --hf   write a GPT (GPT-2, Llama, Qwen2) instead in Hugging Face layout: OUT_DIR (new or\n"
                "         empty) gets config.json and model.safetensors, which transformers'\n"
                "         AutoModelForCausalLM loads with the same logits (the tokenizer is not written)\n");
 }
@@ -87,7 +87,7 @@ int fm_cmd_export(int argc, char **argv) {
     }
     if (hf) return export_hf(dir, out);
     fm_graph *g = NULL;
-    if (fm_hf_is_model_dir(dir)) { /* GPT-2 or Llama in Hugging Face layout: its KV-cache decode graph */
+    if (fm_hf_is_model_dir(dir)) { /* GPT-2, Llama or Qwen2 in Hugging Face layout: its KV-cache decode graph */
         fm_gpt *m = fm_hf_gpt_load(dir, NULL);
         g = m ? fm_graph_from_gpt(m) : NULL;
         fm_gpt_free(m);

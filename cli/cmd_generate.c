@@ -1,7 +1,7 @@
 /* `fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T]
  *  [--top-k K] [--top-p P] [--seed S] [--no-cache]`: streams sampled text from a
  * model directory written by `fathom train` (config.json, model.safetensors,
- * tokenizer.txt), or a GPT-2 / Llama checkpoint in Hugging Face layout (config.json
+ * tokenizer.txt), or a GPT-2 / Llama / Qwen2 checkpoint in Hugging Face layout (config.json
  * with model_type, model.safetensors or shards, vocab.json + merges.txt or tokenizer.json; fathom/hf.h).
  * Thin: parsing, then fm_gpt_generate with a printing callback. */
 #include <errno.h>
