@@ -175,6 +175,8 @@ out=$("$bin" train "$tmp/g-nf.ini" --out "$tmp/g-nf" --resume --quiet --no-eval 
 # the checkpoint the message names exists, and every committed one (this run's too) is finite
 good=$(echo "$out" | sed -n 's/.*last good checkpoint (step \([0-9]*\)).*/\1/p')
 [[ -n $good && -f "$tmp/g-nf/ckpt/step-$(printf %08d "$good")/MANIFEST" ]] || bad "gpt inf weights: no checkpoint step $good"
+at=$(echo "$out" | sed -n 's/.* at step \([0-9]*\); training stopped.*/\1/p')
+[[ -n $at && $at -eq $((good + 1)) ]] || bad "gpt inf weights: stopped 'at step $at' but the last good checkpoint is $good: $out"
 finite "$tmp/g-nf" || bad "gpt inf weights: a committed checkpoint holds non-finite weights"
 
 # ---- GPT: a non-finite validation loss stops the run before the checkpoint of that step ----
@@ -184,7 +186,8 @@ gpt "$tmp/g-val.ini" 1e30
 rm -rf "$tmp/g-val" && cp -r "$tmp/g-good" "$tmp/g-val"
 before=$(snapshot "$tmp/g-val")
 out=$("$bin" train "$tmp/g-val.ini" --out "$tmp/g-val" --resume --quiet 2>&1); rc=$?
-[[ $rc -eq 1 && $out == *"the validation loss became "*"nan"* && $out == *"training stopped"* &&
+# (step 3: the log's count, "step 3  val loss nan"; it said "at step 2" before, the index of the step)
+[[ $rc -eq 1 && $out == *"the validation loss became "*"nan at step 3; training stopped"* &&
    $out == *"The last good checkpoint (step 2) in $tmp/g-val/ckpt is untouched"* ]] \
   && echo "ok: gpt: a non-finite validation loss stops the run" || bad "gpt NaN validation loss: exit $rc: $out"
 [[ "$(snapshot "$tmp/g-val")" == "$before" ]] && echo "ok: gpt: after a NaN validation loss every file is unchanged" \

@@ -830,16 +830,17 @@ static fm_status gpt_grad_histograms(void *ctx) {
     return FM_OK;
 }
 
-/* The run cannot go on: why, and where the last good checkpoint is. */
-static fm_status gpt_stopped(gpt_run *u, const char *why) {
+/* The run cannot go on: why, at which step (counted as the log counts them: the
+ * weights after `step` steps), and where the last good checkpoint is. */
+static fm_status gpt_stopped(gpt_run *u, const char *why, int64_t step) {
     char w[600];
     snprintf(w, sizeof w, "%s", why);
     if (u->last_good >= 0)
         return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped. The last good checkpoint (step %lld) "
-                            "in %s/ckpt is untouched; lower the lr", w, (long long)u->step, (long long)u->last_good,
+                            "in %s/ckpt is untouched; lower the lr", w, (long long)step, (long long)u->last_good,
                             u->o->out_dir);
     return fm_set_error(FM_ERR_STATE, "train: %s at step %lld; training stopped before any checkpoint was written; lower "
-                        "the lr", w, (long long)u->step);
+                        "the lr", w, (long long)step);
 }
 
 /* The tokenizer and token file: rank 0 makes them in out_dir (once), the other ranks
@@ -1050,7 +1051,7 @@ static fm_status gpt_resume(gpt_run *u) {
  * checkpoint is of that step it holds them, and rank 0 sets it aside
  * (OUT/ckpt/step-N.diverged, out of --resume's way; fm_ckpt_set_aside). */
 static fm_status gpt_loss_stopped(gpt_run *u, const char *why) {
-    if (u->last_good < 0 || u->last_good != u->step || u->rank != 0) return gpt_stopped(u, why);
+    if (u->last_good < 0 || u->last_good != u->step || u->rank != 0) return gpt_stopped(u, why, u->step);
     char moved[PATH_MAX + 64];
     int64_t prev = fm_ckpt_set_aside(u->o->out_dir, u->step, moved, sizeof moved, u->o->quiet ? NULL : stderr);
     if (prev < 0)
@@ -1178,7 +1179,7 @@ static fm_status gpt_validate(gpt_run *u, int64_t done_steps) {
     if (!isfinite(u->val)) {
         char why[100];
         snprintf(why, sizeof why, "the validation loss became %g", u->val);
-        return gpt_stopped(u, why);
+        return gpt_stopped(u, why, done_steps);
     }
     if (o->sample_tokens > 0 && !o->quiet && !u->tp) { /* no cached decoding of a split model */
         int32_t nl[1];
@@ -1219,7 +1220,7 @@ static fm_status gpt_loop(gpt_run *u) {
             bool poisoned = false;
             if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, done_steps == u->steps || stop, &u->ts.scaler,
                                 &poisoned)))
-                return poisoned ? gpt_stopped(u, fm_last_error()) : st;
+                return poisoned ? gpt_stopped(u, fm_last_error(), done_steps) : st;
             u->last_good = done_steps;
         }
         if (stop) { u->step++; break; }
