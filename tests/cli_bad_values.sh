@@ -217,6 +217,16 @@ refuse "is i32 in the file but the model expects f32" -- "$bin" eval "$tmp/i32" 
 refuse "dtype F16" "needs" -- "$bin" eval "$tmp/f16"
 refuse "truncated" -- "$bin" eval "$tmp/trunc"
 refuse "not a regular file" -- "$bin" eval "$tmp/dir"
+# a GPT corpus read whole (fm_read_text_file): a directory was "out of host memory", a binary file
+# was read as text; a pipe has no size and read as "the corpus is empty" (it must train)
+gpt "$tmp/gdir.ini" && sed -i "s|corpus = .*|corpus = $tmp/dir|" "$tmp/gdir.ini"
+refuse "$tmp/dir: is a directory, not a text file" -- "$bin" train "$tmp/gdir.ini" --out "$tmp/gd-out" --quiet
+printf 'in the\0beginning\n' > "$tmp/nul.txt"
+gpt "$tmp/gnul.ini" && sed -i "s|corpus = .*|corpus = $tmp/nul.txt|" "$tmp/gnul.ini"
+refuse "$tmp/nul.txt: not a text file: it holds a NUL byte" -- "$bin" train "$tmp/gnul.ini" --out "$tmp/gn-out" --quiet
+gpt "$tmp/gpipe.ini" && sed -i "s|corpus = .*|corpus = /dev/stdin|" "$tmp/gpipe.ini"
+cat "$tmp/corpus.txt" | "$bin" train "$tmp/gpipe.ini" --out "$tmp/gp-out" --quiet > "$tmp/gpipe.log" 2>&1 && [[ -f $tmp/gp-out/model.safetensors ]] ||
+  bad "a GPT corpus from a pipe did not train: $(tail -2 "$tmp/gpipe.log")"
 # a compiled GPT graph's meta (generate read block_size with atoi: '16x' was 16, '99999999999' undefined)
 "$bin" train "$tmp/gok.ini" --out "$tmp/gm" --quiet > /dev/null 2>&1 && "$bin" compile "$tmp/gm" -o "$tmp/gc" > /dev/null 2>&1 ||
   bad "training and compiling the GPT graph fixture failed"

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "fathom/hf.h"
 #include "fathom/tokenizer.h"
@@ -575,8 +576,32 @@ static void llama_dir(const char *tmp) {
     CHECK_ERR_CONTAINS("neither vocab.json + merges.txt (byte-level BPE) nor tokenizer.json");
 }
 
+/* Whole-file reads go through fm_read_text_file (tokz_slurp): a directory and a
+ * binary file are refused naming the file (a directory gave "cannot read" before,
+ * after an ftell of a directory). */
+static void whole_files(void) {
+    char d[] = "/tmp/fathom-hf-whole-XXXXXX", p[300];
+    if (!mkdtemp(d)) { CHECK(0); return; }
+    CHECK(fm_wordpiece_load(d, NULL) == NULL);
+    CHECK_ERR_CONTAINS(": is a directory, not a tokenizer file");
+    CHECK(fm_tokenizer_load_gpt2(d, "m") == NULL);
+    CHECK_ERR_CONTAINS(": is a directory, not a tokenizer file");
+    CHECK(fm_tokenizer_load_hf_json(d) == NULL);
+    CHECK_ERR_CONTAINS(": is a directory, not a tokenizer file");
+    snprintf(p, sizeof p, "%s/tokenizer.json", d);
+    FILE *f = fopen(p, "wb");
+    if (f) { fwrite("{\"model\": \0}", 1, 12, f); fclose(f); } /* 12 bytes, one of them NUL */
+    CHECK(fm_tokenizer_load_hf_json(p) == NULL);
+    CHECK_ERR_CONTAINS("tokenizer.json: not a text file: it holds a NUL byte");
+    CHECK(fm_wordpiece_load(p, NULL) == NULL);
+    CHECK_ERR_CONTAINS("holds a NUL byte");
+    remove(p);
+    rmdir(d);
+}
+
 int main(void) {
     bad_files();
+    whole_files();
     llama_small();
     llama3_small();
     char dir[] = "/tmp/fathom-hf-tok-XXXXXX", why[2048];

@@ -127,20 +127,18 @@ static fm_status read_kjv(char **text, size_t *n) {
     return FM_OK;
 }
 
+/* A corpus or tokenizer file, whole (fm_read_text_file): a pipe works (it has no
+ * size: it read as empty before), a directory is named as such (it was "out of host
+ * memory"), a binary file (a NUL byte) or one past 16 GiB is refused by name. */
 static fm_status read_file(const char *path, char **text, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fm_set_error(FM_ERR_IO, "%s: cannot open the corpus (%s)", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)(sz > 0 ? sz : 0) + 1);
-    if (!buf) { fclose(f); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
-    size_t got = sz > 0 ? fread(buf, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    buf[got] = 0;
-    *text = buf;
-    *n = got;
-    return FM_OK;
+    fm_status st;
+    const char *why;
+    *text = fm_read_text_file(path, (size_t)16 << 30, n, &st, &why);
+    if (*text) return FM_OK;
+    if (st == FM_ERR_IO && errno == EISDIR) return fm_set_error(st, "%s: is a directory, not a text file", path);
+    if (st == FM_ERR_IO) return fm_set_error(st, "%s: %s (%s)", path, why, strerror(errno));
+    if (st == FM_ERR_OOM) return fm_set_error(st, "%s: out of host memory reading it", path);
+    return fm_set_error(st, "%s: %s (the corpus and tokenizer files are text of at most 16 GiB)", path, why);
 }
 
 static bool exists(const char *p) {

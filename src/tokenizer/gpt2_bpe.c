@@ -7,6 +7,7 @@
  * regex engine in libc, and PCRE2 would be a dependency for one expression, so
  * it is written out as a small scanner below; ICU (already needed for BERT's
  * normalization) answers the character-class questions. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unicode/uchar.h>
 
 #include "fathom/tokenizer.h"
+#include "io/io_internal.h" /* fm_read_text_file */
 #include "tokenizer/tokenizer_internal.h"
 
 /* ---------------- pre-tokenization ---------------- */
@@ -280,21 +282,15 @@ fm_tokenizer *fm_tokenizer_gpt2_from_memory(const char *vocab_json, size_t vocab
 }
 
 char *tokz_slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open", path); return NULL; }
-    char *s = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) == (size_t)n) {
-        s[n] = 0;
-        *len = (size_t)n;
-    } else {
-        free(s);
-        s = NULL;
-        fm_set_error(n < 0 ? FM_ERR_IO : FM_ERR_OOM, "%s: cannot read", path);
-    }
-    fclose(f);
-    return s;
+    fm_status st;
+    const char *why;
+    char *s = fm_read_text_file(path, TOKZ_FILE_MAX, len, &st, &why);
+    if (s) return s;
+    if (st == FM_ERR_IO && errno == EISDIR) fm_set_error(st, "%s: is a directory, not a tokenizer file", path);
+    else if (st == FM_ERR_IO) fm_set_error(st, "%s: %s (%s)", path, why, strerror(errno));
+    else if (st == FM_ERR_OOM) fm_set_error(st, "%s: out of host memory reading it", path);
+    else fm_set_error(st, "%s: %s (a tokenizer file is text of at most %d MiB)", path, why, (int)(TOKZ_FILE_MAX >> 20));
+    return NULL;
 }
 
 fm_tokenizer *fm_tokenizer_load_gpt2(const char *vocab_json, const char *merges_txt) {

@@ -50,6 +50,9 @@ fm_status tokz_json_encode(const fm_tokenizer *t, const char *text, size_t n, in
 void tokz_json_decode_fix(const fm_tokenizer *t, const int32_t *ids, int64_t n, char *s, size_t *len);
 void tokz_json_free(struct tokz_json *js);
 /* A whole file (malloc'd, NUL-terminated), or NULL with the error set. */
+/* A tokenizer file read whole (vocab.json, merges.txt, vocab.txt, tokenizer.json):
+ * through fm_read_text_file, at most TOKZ_FILE_MAX bytes; the error names the file. */
+#define TOKZ_FILE_MAX ((size_t)256 << 20)
 char *tokz_slurp(const char *path, size_t *len);
 /* Length of the next GPT-2 pre-token at p (n > 0 bytes): gpt2_bpe.c. */
 size_t tokz_gpt2_word_len(const unsigned char *p, size_t n);

@@ -134,16 +134,9 @@ fm_wordpiece *fm_wordpiece_from_memory(const char *vocab, size_t len, const fm_w
 }
 
 fm_wordpiece *fm_wordpiece_load(const char *vocab_txt, const fm_wordpiece_opts *o) {
-    FILE *f = fopen(vocab_txt, "rb");
-    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open", vocab_txt); return NULL; }
-    char *s = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    bool ok = n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) == (size_t)n;
-    fclose(f);
-    fm_wordpiece *w = NULL;
-    if (ok) w = fm_wordpiece_from_memory(s, (size_t)n, o, vocab_txt);
-    else fm_set_error(FM_ERR_IO, "%s: cannot read", vocab_txt);
+    size_t n = 0;
+    char *s = tokz_slurp(vocab_txt, &n); /* bounded; a directory, a NUL byte refused by name */
+    fm_wordpiece *w = s ? fm_wordpiece_from_memory(s, n, o, vocab_txt) : NULL;
     free(s);
     return w;
 }
