@@ -209,6 +209,10 @@ static void check_model(const char *dir) {
                 fm_gpt_get_config(m)->qkv_bias ? " with q/k/v biases" : "", fm_gpt_get_config(m)->n_layer,
                 fm_gpt_get_config(m)->n_head, fm_gpt_get_config(m)->n_kv_head, d, dc);
         CHECK_MSG(d <= TOL, "%s: logits differ by %g", dir, d);
+        /* the count the planner and memory checks use, from the config alone */
+        CHECK_MSG(fm_gpt_config_num_params(fm_gpt_get_config(m)) == fm_gpt_num_params(m), "%s: %lld parameters counted "
+                  "from the config, %lld in the model", dir, (long long)fm_gpt_config_num_params(fm_gpt_get_config(m)),
+                  (long long)fm_gpt_num_params(m));
         CHECK_MSG(dc <= TOL, "%s: cached logits differ by %g", dir, dc);
         fm_tensor_release_n(2, x, l);
         if (json_object_get(exp, "prompt")) check_prompt(m, tok, exp, dir);
