@@ -4,11 +4,13 @@
  * the model's configuration says), or writes them as one [n, dim] f32 .npy.
  * --tokens prints the token ids instead; --int8 runs the encoder's linears in
  * dynamic int8. Thin: parsing, then fm_hf_encoder_*. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "io/io_internal.h" /* fm_read_file, fm_read_text_file */
 #include "fathom/data.h" /* fm_npy_write */
 #include "fathom/hf.h"
 
@@ -36,16 +38,15 @@ static int add(strs *s, char *t) {
 
 /* Lines of path (without their newlines) appended to s; *buf keeps the text. */
 static int read_lines(const char *path, strs *s, char **buf) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fm_cli_error("embed: %s: cannot open", path); return 1; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = *buf ? fread(*buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!*buf || got != (size_t)n) { fm_cli_error("embed: %s: cannot read", path); return 1; }
-    (*buf)[n] = 0;
+    fm_status st; /* whole, through fm_read_text_file: 1 GiB at most, a pipe read to its end */
+    const char *why;
+    *buf = fm_read_text_file(path, (size_t)1 << 30, NULL, &st, &why);
+    if (!*buf) {
+        if (st == FM_ERR_IO && errno == EISDIR) fm_cli_error("embed: %s: is a directory, not a text file", path);
+        else if (st == FM_ERR_IO) fm_cli_error("embed: %s: %s (%s)", path, why, strerror(errno));
+        else fm_cli_error("embed: %s: %s (a text file of at most 1 GiB, one text per line)", path, why);
+        return 1;
+    }
     for (char *p = *buf; *p;) {
         char *nl = strchr(p, '\n');
         if (nl) *nl = 0;

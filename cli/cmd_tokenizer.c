@@ -3,11 +3,13 @@
  *   fathom tokenizer train CORPUS --out TOKENIZER [--kind bpe|char|byte] [--vocab N]
  *   fathom tokenizer encode TOKENIZER TEXT_FILE --out TOKENS.bin   (a token file)
  *   fathom tokenizer decode TOKENIZER TOKENS.bin                   (text to stdout) */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "io/io_internal.h" /* fm_read_file, fm_read_text_file */
 #include "fathom/gpt.h" /* token files */
 #include "fathom/tokenizer.h"
 
@@ -17,17 +19,19 @@ static void usage(FILE *f) {
                "       fathom tokenizer decode TOKENIZER TOKENS.bin\n");
 }
 
+/* A corpus or a text to encode, whole: bytes (NUL allowed: a byte tokenizer takes
+ * them), at most 16 GiB, a pipe read to its end (it read as empty before: no size),
+ * a directory named as such (fm_read_file). */
 static int slurp(const char *path, char **buf, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fm_cli_error("%s: cannot open", path); return 1; }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    *buf = malloc((size_t)(sz > 0 ? sz : 0) + 1);
-    if (!*buf) { fclose(f); fm_cli_error("out of memory"); return 1; }
-    *n = sz > 0 ? fread(*buf, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    return 0;
+    fm_status st;
+    const char *why;
+    *buf = fm_read_file(path, (size_t)16 << 30, n, &st, &why);
+    if (*buf) return 0;
+    if (st == FM_ERR_IO && errno == EISDIR) fm_cli_error("%s: is a directory, not a text file", path);
+    else if (st == FM_ERR_IO) fm_cli_error("%s: %s (%s)", path, why, strerror(errno));
+    else if (st == FM_ERR_OOM) fm_cli_error("%s: out of host memory reading it", path);
+    else fm_cli_error("%s: %s (at most 16 GiB)", path, why);
+    return 1;
 }
 
 int fm_cmd_tokenizer(int argc, char **argv) {

@@ -217,16 +217,23 @@ refuse "is i32 in the file but the model expects f32" -- "$bin" eval "$tmp/i32" 
 refuse "dtype F16" "needs" -- "$bin" eval "$tmp/f16"
 refuse "truncated" -- "$bin" eval "$tmp/trunc"
 refuse "not a regular file" -- "$bin" eval "$tmp/dir"
-# a GPT corpus read whole (fm_read_text_file): a directory was "out of host memory", a binary file
-# was read as text; a pipe has no size and read as "the corpus is empty" (it must train)
+# a corpus read whole (fm_read_file: bytes, a NUL allowed): a directory was "out of host memory"
+# (GPT train) or "out of memory" (tokenizer train); a pipe has no size and read as "the corpus is
+# empty" (both must train from it)
 gpt "$tmp/gdir.ini" && sed -i "s|corpus = .*|corpus = $tmp/dir|" "$tmp/gdir.ini"
 refuse "$tmp/dir: is a directory, not a text file" -- "$bin" train "$tmp/gdir.ini" --out "$tmp/gd-out" --quiet
-printf 'in the\0beginning\n' > "$tmp/nul.txt"
-gpt "$tmp/gnul.ini" && sed -i "s|corpus = .*|corpus = $tmp/nul.txt|" "$tmp/gnul.ini"
-refuse "$tmp/nul.txt: not a text file: it holds a NUL byte" -- "$bin" train "$tmp/gnul.ini" --out "$tmp/gn-out" --quiet
+refuse "$tmp/dir: is a directory, not a text file" -- "$bin" tokenizer train "$tmp/dir" --kind bpe --vocab 300 --out "$tmp/t.tok"
 gpt "$tmp/gpipe.ini" && sed -i "s|corpus = .*|corpus = /dev/stdin|" "$tmp/gpipe.ini"
 cat "$tmp/corpus.txt" | "$bin" train "$tmp/gpipe.ini" --out "$tmp/gp-out" --quiet > "$tmp/gpipe.log" 2>&1 && [[ -f $tmp/gp-out/model.safetensors ]] ||
   bad "a GPT corpus from a pipe did not train: $(tail -2 "$tmp/gpipe.log")"
+cat "$tmp/corpus.txt" | "$bin" tokenizer train /dev/stdin --kind bpe --vocab 300 --out "$tmp/tp.tok" > "$tmp/tpipe.log" 2>&1 &&
+  [[ -f $tmp/tp.tok ]] || bad "tokenizer train from a pipe failed: $(tail -2 "$tmp/tpipe.log")"
+# embed --file (fm_read_text_file; read before the model): a directory named, a pipe read whole
+# (it was "cannot read": no size); no model here, so a pipe read well ends at the model's error
+out=$("$bin" embed "$tmp/no-model" --file "$tmp/dir" 2>&1)
+[[ $? -eq 1 && $out == *"embed: $tmp/dir: is a directory, not a text file"* ]] || bad "embed --file DIR: $out"
+out=$(printf 'one\ntwo\n' | "$bin" embed "$tmp/no-model" --file /dev/stdin 2>&1)
+[[ $out == *"$tmp/no-model"* && $out != *"/dev/stdin"* ]] || bad "embed --file from a pipe was not read: $out"
 # a compiled GPT graph's meta (generate read block_size with atoi: '16x' was 16, '99999999999' undefined)
 "$bin" train "$tmp/gok.ini" --out "$tmp/gm" --quiet > /dev/null 2>&1 && "$bin" compile "$tmp/gm" -o "$tmp/gc" > /dev/null 2>&1 ||
   bad "training and compiling the GPT graph fixture failed"

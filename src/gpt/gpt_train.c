@@ -127,18 +127,19 @@ static fm_status read_kjv(char **text, size_t *n) {
     return FM_OK;
 }
 
-/* A corpus or tokenizer file, whole (fm_read_text_file): a pipe works (it has no
- * size: it read as empty before), a directory is named as such (it was "out of host
- * memory"), a binary file (a NUL byte) or one past 16 GiB is refused by name. */
+/* A corpus or tokenizer file, whole (fm_read_file: bytes, NUL allowed, as the
+ * tokenizers take them): a pipe works (it has no size: it read as empty before), a
+ * directory is named as such (it was "out of host memory"), one past 16 GiB is
+ * refused by name. */
 static fm_status read_file(const char *path, char **text, size_t *n) {
     fm_status st;
     const char *why;
-    *text = fm_read_text_file(path, (size_t)16 << 30, n, &st, &why);
+    *text = fm_read_file(path, (size_t)16 << 30, n, &st, &why);
     if (*text) return FM_OK;
     if (st == FM_ERR_IO && errno == EISDIR) return fm_set_error(st, "%s: is a directory, not a text file", path);
     if (st == FM_ERR_IO) return fm_set_error(st, "%s: %s (%s)", path, why, strerror(errno));
     if (st == FM_ERR_OOM) return fm_set_error(st, "%s: out of host memory reading it", path);
-    return fm_set_error(st, "%s: %s (the corpus and tokenizer files are text of at most 16 GiB)", path, why);
+    return fm_set_error(st, "%s: %s (a corpus or tokenizer file here is at most 16 GiB)", path, why);
 }
 
 static bool exists(const char *p) {

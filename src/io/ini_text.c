@@ -39,7 +39,7 @@ char *fm_ini_text_reader(char *str, int num, void *stream) {
     return str;
 }
 
-char *fm_read_text_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why) {
+static char *read_whole(const char *path, size_t max, size_t *len, fm_status *st, const char **why, bool text) {
     *why = NULL;
     if (len) *len = 0;
     FILE *f = fopen(path, "rb");
@@ -88,8 +88,16 @@ char *fm_read_text_file(const char *path, size_t max, size_t *len, fm_status *st
     if (bad) { free(buf); errno = err; *st = FM_ERR_IO; *why = "cannot read"; return NULL; }
     if (n > max) { free(buf); *st = FM_ERR_FORMAT; *why = "too large"; return NULL; }
     buf[n] = 0;
-    if (memchr(buf, 0, n)) { free(buf); *st = FM_ERR_FORMAT; *why = "not a text file: it holds a NUL byte"; return NULL; }
+    if (text && memchr(buf, 0, n)) { free(buf); *st = FM_ERR_FORMAT; *why = "not a text file: it holds a NUL byte"; return NULL; }
     if (len) *len = n;
     *st = FM_OK;
     return buf;
+}
+
+char *fm_read_text_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why) {
+    return read_whole(path, max, len, st, why, true);
+}
+
+char *fm_read_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why) {
+    return read_whole(path, max, len, st, why, false);
 }

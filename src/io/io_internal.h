@@ -43,6 +43,9 @@ char *fm_ini_text_reader(char *str, int num, void *stream);
  * holds a NUL byte", FM_ERR_OOM "out of host memory". Sets no fm error: the
  * caller words it (recipes, GPU databases and Hugging Face JSON files). */
 char *fm_read_text_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why);
+/* The same for bytes that may hold NUL (a corpus, text to tokenize): no NUL check;
+ * the buffer still ends with a NUL past *len. */
+char *fm_read_file(const char *path, size_t max, size_t *len, fm_status *st, const char **why);
 
 /* ---- fault injection ---- */
 typedef enum { FM_FAULT_WRITE, FM_FAULT_RENAME } fm_fault_kind;
