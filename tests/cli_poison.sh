@@ -123,6 +123,16 @@ divergence_factor = $f"
   fi
 done
 
+# ---- plain, fp16: a non-finite loss is the loss scaler's to skip, not a reason to stop ----
+# (lr 1e6: after the first update every loss overflows; each such step is skipped, the
+# weights stay finite, the run ends with exit 0 and reports the skipped steps)
+plain "$tmp/h.ini" "checkpoint_every = 1"
+out=$("$bin" train "$tmp/h.ini" --out "$tmp/h" --no-eval --precision fp16 --lr 1e6 --json 2> "$tmp/h.err"); rc=$?
+skipped=$(echo "$out" | python3 -c "import json, sys; print(json.load(sys.stdin)['skipped_steps'])" 2> /dev/null)
+[[ $rc -eq 0 && ${skipped:-0} -gt 0 ]] && ! grep -q "training stopped" "$tmp/h.err" && finite "$tmp/h" \
+  && echo "ok: plain fp16: non-finite losses are skipped steps ($skipped), not a stop" \
+  || bad "plain fp16 skip: exit $rc, skipped '${skipped}': $(tail -2 "$tmp/h.err")"
+
 # ---- plain: a non-finite optimizer moment (Adam's exp_avg_sq = inf leaves the weights finite:
 # the update is m / sqrt(inf) = 0) is refused before the next checkpoint is committed ----
 plain "$tmp/a.ini" "checkpoint_every = 1" adam
