@@ -191,6 +191,17 @@ out=$("$bin" train "$tmp/plain.ini" --resume "$d" --no-eval 2>&1) || bad "legacy
 [[ $out == *"written by an older fathom"* ]] && echo "ok: old layout resumes" || bad "legacy: message: $out"
 cmp -s "$tmp/plain-ref/model.safetensors" "$d/model.safetensors" || bad "legacy: final model differs"
 
+# ---- no hard links (FATHOM_TEST_NO_LINK=1: the copy a file system without links gets) ----
+# OUT/NAME are copies of the newest checkpoint's files, and a resume from them ends bitwise equal
+d=$tmp/nolink
+FATHOM_TEST_NO_LINK=1 "$bin" train "$tmp/plain.ini" --out "$d" --no-eval --epochs 1 > /dev/null 2>&1 || bad "nolink: first run failed"
+[[ $(stat -c %h "$d/model.safetensors" 2> /dev/null) == 1 ]] && cmp -s "$d/model.safetensors" "$d/ckpt/step-00000003/model.safetensors" \
+  && cmp -s "$d/train_state.safetensors" "$d/ckpt/step-00000003/train_state.safetensors" || bad "nolink: OUT/ holds no copies of step 3"
+out=$(FATHOM_TEST_NO_LINK=1 "$bin" train "$tmp/plain.ini" --resume "$d" --no-eval 2>&1) || bad "nolink: resume failed: $out"
+cmp -s "$tmp/plain-ref/model.safetensors" "$d/model.safetensors" && [[ $(stat -c %h "$d/model.safetensors") == 1 ]] \
+  && ! find "$d" -name '*.tmp.*' | grep -q . && echo "ok: without hard links OUT/ gets copies, and resume is bitwise equal" \
+  || bad "nolink: final model differs or temporaries left: $(find "$d" -name '*.tmp.*')"
+
 # ---- stale temporary files of a dead process are removed at start-up ----
 d=$tmp/stale
 mkdir -p "$d/ckpt/step-00000009.tmp.999999" && touch "$d/model.safetensors.tmp.999999" "$d/ckpt/step-00000009.tmp.999999/x"
