@@ -11,34 +11,15 @@
 #include "commands.h"
 #include "eval_gpt.h"
 #include "gpt_dir.h"
+#include "io/io_internal.h" /* fm_read_file */
 #include "fathom/autograd.h"
 
-/* the whole file (a text to evaluate on) */
+/* the whole file (a text to evaluate on): bytes, at most 16 GiB, a pipe too (fm_read_file) */
 static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open the text to evaluate on", path); return NULL; }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        size_t k = fread(buf + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) break;
-        if (len == cap) {
-            char *nb = cap < ((size_t)1 << 31) ? realloc(buf, 2 * cap) : NULL;
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        fm_set_error(bad ? FM_ERR_IO : FM_ERR_OOM, "%s: %s", path, bad ? "cannot read it" : "too large (2 GiB at most)");
-        return NULL;
-    }
-    *n = len;
+    fm_status st;
+    const char *why;
+    char *buf = fm_read_file(path, (size_t)16 << 30, n, &st, &why);
+    if (!buf) fm_set_error(st, "%s: cannot open the text to evaluate on: %s", path, why);
     return buf;
 }
 

@@ -315,30 +315,13 @@ static fm_status merge_masks(fm_named_list *masks, const fm_named_list *old, fm_
 
 /* A binary file copied whole (the token file and tokenizer of a GPT directory). */
 static fm_status copy_file(const char *from, const char *to) {
-    FILE *f = fopen(from, "rb");
-    if (!f) return fm_set_error(FM_ERR_IO, "prune: cannot open %s: %s", from, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    fm_status st = FM_OK;
-    for (;;) {
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 34) ? realloc(buf, cap ? 2 * cap : 1 << 16) : NULL;
-            if (!nb) { st = fm_set_error(FM_ERR_OOM, "prune: out of host memory copying %s", from); break; }
-            buf = nb;
-            cap = cap ? 2 * cap : 1 << 16;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) {
-            if (ferror(f)) st = fm_set_error(FM_ERR_IO, "prune: cannot read %s", from);
-            break;
-        }
-    }
-    fclose(f);
-    if (st == FM_OK) {
-        fm_io_chunk ch[1] = {{buf, n}};
-        st = fm_atomic_write(to, 1, ch);
-    }
+    fm_status st;
+    const char *why;
+    size_t n = 0;
+    char *buf = fm_read_file(from, (size_t)16 << 30, &n, &st, &why);
+    if (!buf) return fm_set_error(st, "prune: %s: %s", from, why);
+    fm_io_chunk ch[1] = {{buf, n}};
+    st = fm_atomic_write(to, 1, ch);
     free(buf);
     return st;
 }
