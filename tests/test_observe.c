@@ -424,6 +424,15 @@ static void test_trace(void) {
     check_known_split(&s);
     fm_trace_summary_free(&s);
 
+    /* thread ids as real numbers: 3.7 files under thread 3; ones beyond int64 (the fuzzer's 2.4e28) or
+       below it file under thread 0 instead of overflowing the conversion (UBSan flags that) */
+    write_text(path, "[{\"name\":\"relu\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0,\"dur\":100,\"pid\":1,\"tid\":2.4e28},"
+                     "{\"name\":\"exp\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":100,\"dur\":100,\"pid\":1,\"tid\":-1e300},"
+                     "{\"name\":\"tanh\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":200,\"dur\":100,\"pid\":1,\"tid\":3.7}]");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.n_events == 3);
+    fm_trace_summary_free(&s);
+
     /* data-bound */
     write_text(path, "[{\"name\":\"next batch\",\"cat\":\"data\",\"ph\":\"X\",\"ts\":0,\"dur\":700,\"pid\":1,\"tid\":1},"
                      "{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":700,\"dur\":300,\"pid\":1,\"tid\":1},"

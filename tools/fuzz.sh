@@ -182,6 +182,8 @@ cp "$run/config.json" "$seeds/gpt_config/"
 cp "$run/config.json" "$seeds/plan_config/fathom-gpt.json"
 cp "$run"/ckpt/step-*/MANIFEST "$seeds/manifest/"
 cp "$run.trace.json" "$seeds/trace/"
+# regressions the fuzzer found: a thread id beyond int64's range (UBSan: float-to-integer overflow)
+printf '[{"name":"a","cat":"forward","ph":"X","ts":0,"dur":1,"pid":1,"tid":2.4e28}]' > "$seeds/trace/tid_overflow.json"
 cp "$run.logs"/* "$seeds/tensorboard/"
 cp "$run/model.safetensors" "$seeds/safetensors/run.safetensors"
 

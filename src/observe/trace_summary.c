@@ -142,7 +142,11 @@ static void add_event(parse_state *ps, json_t *e) {
     s->dur = json_is_number(dur) ? json_number_value(dur) : 0;
     if (s->dur < 0) s->dur = 0;
     json_t *tid = json_object_get(e, "tid");
-    s->tid = json_is_integer(tid) ? (int64_t)json_integer_value(tid) : (int64_t)json_number_value(tid);
+    /* A thread id written as a real number is truncated; one outside int64's range (or not a number)
+       cannot name a real thread, so it files under thread 0 rather than overflow the conversion. */
+    double tidr = json_number_value(tid);
+    s->tid = json_is_integer(tid) ? (int64_t)json_integer_value(tid)
+             : (tidr > -9.2e18 && tidr < 9.2e18) ? (int64_t)tidr : 0;
     s->cat = (signed char)cat_code(cat);
     json_t *args = json_object_get(e, "args");
     s->flops = json_number_value(json_object_get(args, "flops"));
@@ -222,7 +226,7 @@ static fm_status parse_trace(const char *path, parse_state *ps, bool *truncated)
             json_t *e = json_loadb(buf + i, len - i, JSON_DISABLE_EOF_CHECK, &err);
             if (!e) {
                 /* An error that runs into the end of the file is a half-written last event. */
-                if (err.position >= (int)(len - i) - 1 || strstr(err.text, "premature end")) { *truncated = true; break; }
+                if ((size_t)(err.position < 0 ? 0 : err.position) + 1 >= len - i || strstr(err.text, "premature end")) { *truncated = true; break; }
                 st = fm_set_error(FM_ERR_FORMAT, "profile: '%s' is not valid trace JSON (line %d: %s)", path,
                                   line_of(buf, i) + err.line - 1, err.text);
                 break;
