@@ -234,8 +234,9 @@ void fm_profile_pop(void) {
 void fm_profile_counter(const char *track, const char *series, double value) {
     if (!fm_profiler_enabled()) return;
     char t1[128], s1[128], ts[32], v[40];
-    /* counters are mostly byte counts: whole numbers print without the floating-point path */
-    if (value == (double)(long long)value && value > -9e15 && value < 9e15) snprintf(v, sizeof v, "%lld", (long long)value);
+    /* counters are mostly byte counts: whole numbers print without the floating-point path (the range
+       test comes first: converting a larger value to long long is undefined) */
+    if (value > -9e15 && value < 9e15 && value == (double)(long long)value) snprintf(v, sizeof v, "%lld", (long long)value);
     else snprintf(v, sizeof v, "%.17g", value);
     emit("{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%s,\"pid\":%d,\"tid\":0,\"args\":{\"%s\":%s}}", esc(track, t1, sizeof t1),
          fmt_us(fm_profiler_now_us(), ts, sizeof ts), pid(), esc(series, s1, sizeof s1), v);
