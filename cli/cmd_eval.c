@@ -34,17 +34,17 @@ static void eval_usage(FILE *f) {
                "               plain periodic lines elsewhere)\n");
 }
 
-/* A GPT to evaluate: a graph made from one, or a directory with config.json (fathom's
- * GPT or a Hugging Face layout) */
-static bool is_gpt(const char *dir) {
+/* A GPT to evaluate: a graph made from one (its meta says so: *g gets the graph, loaded
+ * once here for whichever path runs it), or a directory with config.json (fathom's GPT or a
+ * Hugging Face layout). A graph directory that does not load: false, *g NULL and the error set. */
+static bool is_gpt(const char *dir, fm_graph **g) {
     char p[4096];
     struct stat sb;
+    *g = NULL;
     if (fm_graph_dir_is_graph(dir)) {
-        fm_graph *g = fm_graph_load(dir);
-        const char *k = g ? fm_graph_get_meta(g, "model_kind") : NULL;
-        bool gpt = k && !strcmp(k, "gpt");
-        fm_graph_free(g);
-        return gpt;
+        *g = fm_graph_load(dir);
+        const char *k = *g ? fm_graph_get_meta(*g, "model_kind") : NULL;
+        return k && !strcmp(k, "gpt");
     }
     snprintf(p, sizeof p, "%s/config.json", dir);
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -109,18 +109,27 @@ int fm_cmd_eval(int argc, char **argv) {
         dir = a;
     }
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
-    if (is_gpt(dir)) {
-        if (data) { fm_cli_error("eval: %s is a GPT: --data is for classifiers (give --text FILE)", dir); return 2; }
-        if (text && tokens) { fm_cli_error("eval: give --text or --tokens, not both"); return 2; }
+    fm_graph *g = NULL; /* a graph directory runs as the model it was made from; read once */
+    if (is_gpt(dir, &g)) {
+        const char *bad = data ? "--data is for classifiers (give --text FILE)"
+                          : text && tokens ? "give --text or --tokens, not both" : NULL;
+        if (bad) {
+            if (data) fm_cli_error("eval: %s is a GPT: %s", dir, bad);
+            else fm_cli_error("eval: %s", bad);
+            fm_graph_free(g);
+            return 2;
+        }
         fm_eval_gpt_opts go = {text, tokens, val_fraction, batch_set ? batch : 8, dev, json, quiet};
-        return fm_eval_gpt(dir, &go);
+        return fm_eval_gpt(dir, g, &go);
     }
-    if (text || tokens) { fm_cli_error("eval: %s is for GPT models; %s is not one", text ? "--text" : "--tokens", dir); return 2; }
+    if (text || tokens) {
+        fm_cli_error("eval: %s is for GPT models; %s is not one", text ? "--text" : "--tokens", dir);
+        fm_graph_free(g);
+        return 2;
+    }
     fm_recipe r;
     fm_module *m = NULL;
-    fm_graph *g = NULL; /* a graph directory runs as the model it was made from */
     if (fm_graph_dir_is_graph(dir)) {
-        g = fm_graph_load(dir);
         if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
     } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
     if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {

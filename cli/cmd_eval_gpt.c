@@ -76,9 +76,9 @@ static fm_status eval_ids(const char *dir, const fm_eval_gpt_opts *o, fm_cli_gpt
     return FM_OK;
 }
 
-int fm_eval_gpt(const char *dir, const fm_eval_gpt_opts *o) {
+int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
     fm_cli_gpt p;
-    if (fm_cli_gpt_open(dir, &p) || fm_cli_gpt_to(&p, o->device)) {
+    if (fm_cli_gpt_open(dir, g, &p) || fm_cli_gpt_to(&p, o->device)) {
         fm_cli_error("%s", fm_last_error());
         if (p.m || p.g) fm_cli_gpt_close(&p);
         return 1;

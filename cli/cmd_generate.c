@@ -93,7 +93,7 @@ int fm_cmd_generate(int argc, char **argv) {
     sp.top_k = (int)top_k;
     sp.seed = (uint64_t)seed;
     fm_cli_gpt gp; /* a graph directory (`fathom compile`) runs its KV-cache graph */
-    if (fm_cli_gpt_open(dir, &gp)) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if (fm_cli_gpt_open(dir, NULL, &gp)) { fm_cli_error("%s", fm_last_error()); return 1; }
     fm_tokenizer *tok = gp.tok;
     fm_gpt *m = gp.m;
     fm_graph *g = gp.g;

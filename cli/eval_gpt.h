@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fathom/graph.h"
 #include "fathom/tensor.h"
 
 typedef struct fm_eval_gpt_opts {
@@ -15,6 +16,7 @@ typedef struct fm_eval_gpt_opts {
     bool json, quiet;
 } fm_eval_gpt_opts;
 
-/* The exit code: 0, or 1 with the error printed. */
-int fm_eval_gpt(const char *dir, const fm_eval_gpt_opts *o);
+/* The exit code: 0, or 1 with the error printed. g: dir's graph when dir is a graph
+ * directory and the caller loaded it (taken over: freed here), else NULL. */
+int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o);
 #endif

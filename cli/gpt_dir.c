@@ -19,12 +19,12 @@ static bool meta_whole(const char *v, long long *out) {
     return true;
 }
 
-fm_status fm_cli_gpt_open(const char *dir, fm_cli_gpt *out) {
+fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
     out->m = NULL;
     out->g = NULL;
     out->tok = NULL;
     out->ctx_len = out->vocab = 0;
-    if (!fm_graph_dir_is_graph(dir)) {
+    if (!loaded && !fm_graph_dir_is_graph(dir)) {
         out->m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &out->tok) : fm_gpt_load_dir(dir, &out->tok);
         if (!out->m) return fm_last_status();
         out->ctx_len = fm_gpt_get_config(out->m)->block_size;
@@ -33,7 +33,7 @@ fm_status fm_cli_gpt_open(const char *dir, fm_cli_gpt *out) {
     }
     char tp[4096];
     snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
-    fm_graph *g = fm_graph_load(dir);
+    fm_graph *g = loaded ? loaded : fm_graph_load(dir);
     const char *bs = g ? fm_graph_get_meta(g, "block_size") : NULL, *vs = g ? fm_graph_get_meta(g, "vocab_size") : NULL;
     long long block = 0, vocab = 0;
     fm_tokenizer *tok = NULL;

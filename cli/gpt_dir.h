@@ -14,8 +14,10 @@ typedef struct fm_cli_gpt {
     int ctx_len, vocab;
 } fm_cli_gpt;
 
-/* Opens dir; on failure nothing to close and the error says why. */
-fm_status fm_cli_gpt_open(const char *dir, fm_cli_gpt *out);
+/* Opens dir; on failure nothing to close and the error says why. `loaded`: dir's graph when
+ * the caller has already loaded it (fathom eval looks at its meta first), so it is not read a
+ * second time; taken over (freed on failure). NULL: dir is read here. */
+fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out);
 fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev);
 /* logits [B, T, V] for tokens [B, T] (no tape is wanted: the caller turns grad off) */
 fm_tensor *fm_cli_gpt_logits(fm_cli_gpt *p, fm_tensor *tokens);

@@ -56,6 +56,19 @@ l1=$("$bin" eval "$tmp/gpt" --json --quiet 2>&1) && l2=$("$bin" eval "$tmp/gpt.g
   || bad "GPT eval on tokens failed: $l1 / $l2"
 python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['tokens']==b['tokens']>0 and abs(a['loss']-b['loss'])<1e-4*a['loss'], (a,b)" "$l1" "$l2" \
   && ok "eval --tokens: the graph on the model's held-out split gives the model's loss" || bad "eval --tokens differs: $l1 / $l2"
+# the graph is read once: eval looked at its meta (a GPT?), then opened it again to run it
+if command -v strace > /dev/null; then
+  strace -f -e trace=openat -o "$tmp/strace.txt" "$bin" eval "$tmp/gpt.graph" --tokens "$tmp/gpt/tokens.bin" --quiet \
+    > /dev/null 2>&1 || bad "eval of the GPT graph under strace"
+  n=$(grep -c 'gpt\.graph/weights\.safetensors"' "$tmp/strace.txt")
+  [ "$n" = 1 ] && ok "eval of a GPT graph opens its weights once" || bad "eval of a GPT graph opened its weights $n times"
+  strace -f -e trace=openat -o "$tmp/strace.txt" "$bin" eval "$tmp/cnn.graph" --quiet > /dev/null 2>&1 ||
+    bad "eval of the CNN graph under strace"
+  n=$(grep -c 'cnn\.graph/weights\.safetensors"' "$tmp/strace.txt")
+  [ "$n" = 1 ] && ok "eval of a classifier graph opens its weights once" || bad "eval of a classifier graph opened its weights $n times"
+else
+  echo "SKIP: how often eval opens a graph (strace is not installed)"
+fi
 expect 2 "not both" "$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --tokens "$tmp/gpt/tokens.bin"
 expect 2 "--val-fraction needs a fraction in (0, 1)" "$bin" eval "$tmp/gpt" --val-fraction 1.5
 expect 2 "--text is for GPT models" "$bin" eval "$tmp/cnn" --text "$tmp/corpus.txt"
