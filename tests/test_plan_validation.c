@@ -17,12 +17,13 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MAXROWS 128
 /* Training-time limits. The issue's goal is median <= 10%, worst <= 30%.
- * The median meets it (9.0% since Megatron-LM's 1T run is planned with the
- * interleaved schedule its paper says it ran), and the limit is the goal.
- * The worst does not: Llama 3's 8B (about twice the GPU-hours its FLOPs need
- * on H100, which one achievable MFU per GPU cannot reproduce; its source gives
- * no layout to correct). The worst limit only guards today's figure from
- * getting worse; docs/PLANNER.md says so beside the table. */
+ * The median meets it (9.5% over 36 points since llm.c's two rows follow the
+ * runs' own command files, 2026-12-03; 9.0% over 35 before), and the limit is
+ * the goal. The worst does not: Llama 3.1's 8B (about twice the GPU-hours its
+ * FLOPs need on H100, which one achievable MFU per GPU cannot reproduce; its
+ * sources give no layout to correct, and its long-context stage, whatever its
+ * split, leaves it beyond 30%). The worst limit only guards today's figure
+ * from getting worse; docs/PLANNER.md says so beside the table. */
 #define TRAIN_MEDIAN 0.10
 #define TRAIN_WORST 0.53
 /* First-token latency (TensorRT-LLM at batch 1): the issue sets no goal. 13.2%
@@ -37,9 +38,13 @@
  * read of the weights; 120.8% before the v0.6.1 rows read the KV cache once per
  * query head). This keeps it from getting worse. */
 #define INFER_WORST 0.40
+/* The goal is <= 15%; the limit is today's 4.2%, rounded up. */
+#define INFER_MEDIAN 0.05
+#define MEM_MEDIAN 0.02
+#define MEM_WORST 0.14
 
 typedef struct point {
-    char id[64], kind[32], spec[512], cite[1024], conf[1024];
+    char id[64], kind[32], spec[512], cite[2048], conf[2048];
     double published, predicted, err; /* err: (predicted - published) / published */
     int ok;                           /* the planner produced a figure */
 } point;
@@ -186,10 +191,16 @@ static int predict(const fm_plan_db *db, point *p, char *why, size_t wcap) {
 static int read_points(const char *path, point *pts, int cap) {
     FILE *f = fopen(path, "r");
     if (!f) { fprintf(stderr, "cannot open %s\n", path); return -1; }
-    char line[2048];
+    char line[4096];
     int n = 0, lineno = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            /* a longer line would be read as two, the second taken for a row */
+            fprintf(stderr, "%s:%d: line longer than %d characters; shorten it\n", path, lineno, (int)sizeof line - 2);
+            fclose(f);
+            return -1;
+        }
         if (line[0] == '#' || line[0] == '\n') continue;
         line[strcspn(line, "\n")] = 0;
         char *field[6];
@@ -293,11 +304,14 @@ int main(int argc, char **argv) {
     fprintf(out, "inference: %d points, median |error| %.1f%%, worst %.1f%%\n", ni, im * 100, iw * 100);
     fprintf(out, "first-token latency: %d points, median |error| %.1f%%, worst %.1f%%\n", nf, fm * 100, fw * 100);
     /* The goals of issue #20; see docs/PLANNER.md for where they are met. */
-    CHECK_MSG(mm <= 0.05 && mw <= 0.15, "memory: median %.1f%% (goal <= 5%%), worst %.1f%% (goal <= 15%%)", mm * 100, mw * 100);
+    /* Memory: the goal is median <= 5%, worst <= 15%; the limits are today's
+     * 1.0% and 13.2%, so that a change that loses accuracy shows. */
+    CHECK_MSG(mm <= MEM_MEDIAN && mw <= MEM_WORST, "memory: median %.1f%% (limit %.0f%%, goal 5%%), worst %.1f%% (limit %.0f%%, goal 15%%)",
+              mm * 100, MEM_MEDIAN * 100, mw * 100, MEM_WORST * 100);
     CHECK_MSG(fits_agree == fits_total, "fit/no-fit: %d of %d agree", fits_agree, fits_total);
     CHECK_MSG(tm <= TRAIN_MEDIAN && tw <= TRAIN_WORST, "training time: median %.1f%% (limit %.0f%%), worst %.1f%% (limit %.0f%%)",
               tm * 100, TRAIN_MEDIAN * 100, tw * 100, TRAIN_WORST * 100);
-    CHECK_MSG(im <= 0.15, "inference: median %.1f%% (goal <= 15%%)", im * 100);
+    CHECK_MSG(im <= INFER_MEDIAN, "inference: median %.1f%% (limit %.0f%%, goal <= 15%%)", im * 100, INFER_MEDIAN * 100);
     CHECK_MSG(iw <= INFER_WORST, "inference: worst %.1f%% (limit %.0f%%)", iw * 100, INFER_WORST * 100);
     /* No goal in the issue: this only keeps today's figure from getting worse. */
     CHECK_MSG(fm <= TTFT_MEDIAN && fw <= TTFT_WORST, "first-token latency: median %.1f%% (limit %.0f%%), worst %.1f%% (limit %.0f%%)",
