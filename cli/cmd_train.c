@@ -393,14 +393,8 @@ static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
                  "ranks (world / %d = %d here): start the job with mpirun -np %d (or more), or drop --zero", T, T,
                  world / T, 2 * T);
         why = msg;
-    } else if (a->eo.precision == FM_F16) {
-        why = "--precision fp16 with --tensor-parallel is not built (its loss scaler would skip steps rank by rank): use "
-              "--precision bf16 or fp32";
     } else if (a->device.type != FM_DEV_CPU) {
         why = "--tensor-parallel runs on the CPU here (its collectives take CPU tensors): drop --device";
-    } else if (a->eo.checkpointing == FM_CKPT_SELECTIVE) {
-        why = "--checkpointing selective with --tensor-parallel is not built (the split block runs op by op): use "
-              "--checkpointing blocks";
     }
     if (why && say) fm_cli_error("train: %s", why);
     return !why;

@@ -4,7 +4,8 @@
 #  - a rank that arrives late at a collective makes the others fail within the
 #    timeout with an error naming that rank, and the job ends (non-zero exit);
 #  - mpirun -np 2 fathom train (a tiny GPT): one JSON line from rank 0 with the
-#    world size and the communication figures, the model saved; --zero 1;
+#    world size and the communication figures, the model saved; --zero 1; fp16 with an
+#    inf in rank 1's gradient only: skipped by every rank, as one process skips its own;
 #  - refused before training: ranks with different flags (naming the flag and the
 #    rank), a batch that does not split over the ranks, --zero 1 on one process;
 #  - a rank stopped mid-run (SIGSTOP): rank 0 names it within --dist-timeout, the
@@ -59,6 +60,23 @@ if [[ $rc -eq 0 ]] && grep -q '"zero":1' "$tmp/dz.json" && [[ -n $full && -n $ha
   ok "--zero 1 at 2 ranks: optimizer state per rank $half bytes, plain data parallel $full"
 else
   bad "--zero 1 (exit $rc, state $half vs $full): $(tail -c 600 "$tmp/dz.err")"
+fi
+# fp16: the loss scaler's overflow check is summed over the ranks. An inf written into rank 1's
+# averaged gradient at step 2 (FATHOM_TEST_INF_GRAD=2:1; an fp16 overflow on one rank only) is
+# skipped by rank 0 too, which reports: 1 skip, the scale halved, and the losses of one process
+# with the inf at step 2 in its own gradient (without the sum rank 0 would step alone)
+FATHOM_TEST_INF_GRAD=2:1 mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/dpfi" --precision fp16 "${flags[@]}" \
+  >"$tmp/dpfi.json" 2>"$tmp/dpfi.err"; rc=$?
+FATHOM_TEST_INF_GRAD=2:0 "$bin" train "$tmp/tiny.ini" --out "$tmp/onefi" --precision fp16 "${flags[@]}" >"$tmp/onefi.json" \
+  2>"$tmp/onefi.err" || bad "one process, fp16, inf at step 2: $(tail -c 400 "$tmp/onefi.err")"
+fieldv() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
+if [[ $rc -eq 0 && $(fieldv "$tmp/dpfi.json" skipped_steps) == 1 && $(fieldv "$tmp/dpfi.json" loss_scale) == 32768.0 ]] &&
+   grep -q "^step 2/3 .*loss scale 32768  skipped 1" "$tmp/dpfi.err" &&
+   python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(not abs(a-b) <= 1e-6*abs(b))" \
+     "$(fieldv "$tmp/dpfi.json" train_loss)" "$(fieldv "$tmp/onefi.json" train_loss)"; then
+  ok "fp16 at 2 ranks, an inf in rank 1's gradient at step 2: rank 0 skipped it too (scale 32768), loss $(fieldv "$tmp/dpfi.json" train_loss) (one process with the inf: $(fieldv "$tmp/onefi.json" train_loss))"
+else
+  bad "fp16 at 2 ranks with an inf on rank 1 (exit $rc): $(head -c 600 "$tmp/dpfi.json") $(tail -c 600 "$tmp/dpfi.err")"
 fi
 # ranks started with different flags: refused before any work, naming the flag and the rank
 mpi -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.01 : -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.02 \

@@ -6,9 +6,16 @@
 #    a whole (unsplit) model saved that `fathom generate` runs in one process;
 #  - -np 2 --tensor-parallel 2 --checkpointing blocks: the losses of TP=2 without it, the
 #    bytes the formula with the recomputed blocks' all-reduces (more than without);
+#  - -np 2 --tensor-parallel 2 --checkpointing selective: the losses of TP=2 without it (within
+#    1e-6), the same bytes (recomputing tp_copy sends nothing more);
 #  - -np 4 --tensor-parallel 2: two data-parallel groups of 2, the same losses;
 #  - -np 2 --tensor-parallel 2 --precision bf16: one bf16 process's losses within 1e-4 (and
 #    not fp32's bits);
+#  - -np 2 --tensor-parallel 2 --precision fp16: one fp16 process's losses within 1e-4; an inf
+#    written into rank 1's gradient at step 2 (FATHOM_TEST_INF_GRAD=2:1) is skipped by the job:
+#    rank 0's scale halves too, as one process's with the inf (2:0), and the losses follow it;
+#    stopped after 2 steps (the scale halved at step 1) and resumed on 2 ranks: the uninterrupted
+#    run's losses, scale and model file bit for bit;
 #  - -np 4 --tensor-parallel 2 --zero 1: TP=2 x DP=2's losses with half the optimizer state
 #    per rank;
 #  - sharded TP checkpoints (each rank its part of the model and state, no gather): -np 2
@@ -22,12 +29,12 @@
 #  - refused before training, exit 2, naming the value and the constraint: T not
 #    dividing the heads, the key/value heads (GQA), the vocabulary or the MLP width;
 #    T larger than the heads; a world not divisible by T (also one process); a
-#    classifier recipe; --zero 1 with one data-parallel rank, --precision fp16,
-#    --checkpointing selective with it;
+#    classifier recipe; --zero 1 with one data-parallel rank;
 #  - `fathom plan --ranks N --tensor-parallel T --zero Z` gives rank 0's measured peak
 #    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2, TP=2 x ZeRO-1 over DP=2,
-#    TP=2 in bf16, TP=2 with checkpointing blocks), and refuses what the
-#    trainer refuses, with the trainer's exit code (2: bad usage).
+#    TP=2 in bf16, in fp16, with checkpointing blocks and with selective; both recomputations
+#    lower TP=2's peak), and refuses what the trainer refuses, with the trainer's exit code (2:
+#    bad usage).
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_tp.sh <path-to-fathom-binary>
 set -uo pipefail
@@ -87,6 +94,21 @@ else
   bad "--tensor-parallel 2 --checkpointing blocks (exit $rc, sent '$sent', formula '$formula', without '$sent2'): $(head -c 800 "$tmp/tpck.json") $(tail -c 600 "$tmp/tpck.err")"
 fi
 
+# ---- --checkpointing selective with --tensor-parallel 2: each linear's input function (norm and
+# tp_copy, attention core, activation) is recomputed in backward on the rank's own shards; the
+# losses are TP=2's without it, and so are the bytes (a recomputed tp_copy sends nothing) ----
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpsel" --threads 1 --tensor-parallel 2 --checkpointing selective --json \
+  >"$tmp/tpsel.json" 2>"$tmp/tpsel.err"; rc=$?
+sent=$(field "$tmp/tpsel.json" tp_bytes_sent_per_step); formula=$(field "$tmp/tpsel.json" tp_formula_bytes_per_step)
+near6() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(not abs(a-b) <= 1e-6*abs(b))" "$1" "$2"; }
+if [[ $rc -eq 0 && -n $sent && $sent == "$formula" && $sent == "$sent2" ]] && grep -q "checkpointing selective" "$tmp/tpsel.err" &&
+   near6 "$(field "$tmp/tpsel.json" train_loss)" "$(field "$tmp/tp2.json" train_loss)" &&
+   near6 "$(field "$tmp/tpsel.json" val_loss)" "$(field "$tmp/tp2.json" val_loss)"; then
+  ok "--tensor-parallel 2 --checkpointing selective: loss $(field "$tmp/tpsel.json" train_loss) (without: $(field "$tmp/tp2.json" train_loss)), $sent bytes per step as without"
+else
+  bad "--tensor-parallel 2 --checkpointing selective (exit $rc, sent '$sent', formula '$formula', without '$sent2'): $(head -c 800 "$tmp/tpsel.json") $(tail -c 600 "$tmp/tpsel.err")"
+fi
+
 # ---- -np 4 --tensor-parallel 2: two data-parallel groups ----
 mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tp2dp2" --threads 1 --tensor-parallel 2 --json >"$tmp/tp2dp2.json" 2>"$tmp/tp2dp2.err"; rc=$?
 if [[ $rc -eq 0 ]] && grep -q '"world_size":4' "$tmp/tp2dp2.json" && grep -q '"tensor_parallel":2' "$tmp/tp2dp2.json" &&
@@ -110,6 +132,38 @@ if [[ $rc -eq 0 && -n $bl && -n $bl1 ]] && grep -q "precision bf16" "$tmp/tpbf.e
   ok "--tensor-parallel 2 --precision bf16: loss $bl, one bf16 process $bl1 (within 1e-4), fp32 $ref"
 else
   bad "--tensor-parallel 2 --precision bf16 (exit $rc): TP $bl, one process $bl1: $(head -c 600 "$tmp/tpbf.json") $(tail -c 600 "$tmp/tpbf.err")"
+fi
+
+# ---- --precision fp16 with --tensor-parallel 2: fp16 activations widened where they cross ranks,
+# the loss scaler's overflow check summed over the ranks (every rank skips the same steps) ----
+"$bin" train "$tmp/llama.ini" --out "$tmp/onefp" --threads 1 --precision fp16 --json >"$tmp/onefp.json" 2>"$tmp/onefp.err" ||
+  bad "one process, fp16: $(tail -c 400 "$tmp/onefp.err")"
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpfp" --threads 1 --tensor-parallel 2 --precision fp16 --json \
+  >"$tmp/tpfp.json" 2>"$tmp/tpfp.err"; rc=$?
+fl=$(field "$tmp/tpfp.json" train_loss); fl1=$(field "$tmp/onefp.json" train_loss)
+if [[ $rc -eq 0 && -n $fl && -n $fl1 ]] && grep -q "precision fp16" "$tmp/tpfp.err" && near "$fl" "$fl1" 1e-4 &&
+   near "$(field "$tmp/tpfp.json" val_loss)" "$(field "$tmp/onefp.json" val_loss)" 1e-4 &&
+   [[ $(field "$tmp/tpfp.json" loss_scale) == "$(field "$tmp/onefp.json" loss_scale)" ]]; then
+  ok "--tensor-parallel 2 --precision fp16: loss $fl, one fp16 process $fl1 (within 1e-4), loss scale $(field "$tmp/tpfp.json" loss_scale) as one process's"
+else
+  bad "--tensor-parallel 2 --precision fp16 (exit $rc): TP $fl, one process $fl1: $(head -c 600 "$tmp/tpfp.json") $(tail -c 600 "$tmp/tpfp.err")"
+fi
+# an inf in rank 1's own gradient at step 2: the job skips the step (rank 0, which reports, halves
+# its scale too), as one process with the inf in its gradient does; without the sum of the
+# overflow flags rank 0 would step and the ranks' collectives would part
+FATHOM_TEST_INF_GRAD=2:1 mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpfi" --threads 1 \
+  --tensor-parallel 2 --precision fp16 --json --dist-timeout 60 >"$tmp/tpfi.json" 2>"$tmp/tpfi.err"; rc=$?
+FATHOM_TEST_INF_GRAD=2:0 "$bin" train "$tmp/llama.ini" --out "$tmp/onefi" --threads 1 --precision fp16 --json \
+  >"$tmp/onefi.json" 2>"$tmp/onefi.err" || bad "one process, fp16, inf at step 2: $(tail -c 400 "$tmp/onefi.err")"
+s0=$(field "$tmp/tpfp.json" loss_scale); si=$(field "$tmp/tpfi.json" loss_scale)
+if [[ $rc -eq 0 && -n $s0 && -n $si ]] && [[ $(field "$tmp/tpfi.json" skipped_steps) == 1 ]] &&
+   python3 -c "import sys; sys.exit(float(sys.argv[1]) != float(sys.argv[2]) / 2)" "$si" "$s0" &&
+   [[ $si == "$(field "$tmp/onefi.json" loss_scale)" && $(field "$tmp/onefi.json" skipped_steps) == 1 ]] &&
+   near "$(field "$tmp/tpfi.json" train_loss)" "$(field "$tmp/onefi.json" train_loss)" 1e-4 &&
+   [[ $(field "$tmp/tpfi.json" train_loss) != "$fl" ]] && grep -q "^step 2/4 .*skipped 1" "$tmp/tpfi.err"; then
+  ok "fp16, an inf in rank 1's gradient at step 2: skipped by the job (rank 0's scale $si, from $s0), loss $(field "$tmp/tpfi.json" train_loss) (one process with the inf: $(field "$tmp/onefi.json" train_loss))"
+else
+  bad "fp16 with an inf on rank 1 (exit $rc, scale '$si' from '$s0'): $(head -c 600 "$tmp/tpfi.json") $(tail -c 600 "$tmp/tpfi.err")"
 fi
 
 # ---- --zero 1 with --tensor-parallel 2 on 4 ranks (2 x 2): each data-parallel pair shards its
@@ -149,6 +203,19 @@ tp_resume() { # label out ref-dir np flags...
   fi
 }
 tp_resume "-np 2 --tensor-parallel 2" tpr tp2 2 --tensor-parallel 2
+# fp16: an inf at step 1 halves the scale before the unit of step 2, which must carry it (the
+# uninterrupted run's scale at the end; the resumed run's own first steps are 3 and 4)
+export FATHOM_TEST_INF_GRAD=1:1
+mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpf1" --threads 1 --tensor-parallel 2 \
+  --precision fp16 --json >"$tmp/tpf1.json" 2>"$tmp/tpf1.err" || bad "TP=2 fp16 with an inf at step 1: $(tail -c 400 "$tmp/tpf1.err")"
+tp_resume "-np 2 --tensor-parallel 2 --precision fp16" tpfr tpf1 2 --tensor-parallel 2 --precision fp16
+unset FATHOM_TEST_INF_GRAD
+if [[ -n $(field "$tmp/tpfr.json" loss_scale) && $(field "$tmp/tpfr.json" loss_scale) == "$(field "$tmp/tpf1.json" loss_scale)" ]] &&
+   python3 -c "import sys; sys.exit(float(sys.argv[1]) != float(sys.argv[2]) / 2)" "$(field "$tmp/tpf1.json" loss_scale)" "$s0"; then
+  ok "fp16 TP=2 resumed after the step-1 skip: loss scale $(field "$tmp/tpfr.json" loss_scale), the uninterrupted run's"
+else
+  bad "fp16 TP=2 resume: loss scale '$(field "$tmp/tpfr.json" loss_scale)', uninterrupted '$(field "$tmp/tpf1.json" loss_scale)', without the inf '$s0'"
+fi
 tp_resume "-np 4 --tensor-parallel 2 --zero 1" tpzr tpz 4 --tensor-parallel 2 --zero 1
 [[ -f $tmp/tpzr/ckpt/step-00000004/tp-zero-00003-of-00004.safetensors ]] ||
   bad "TP=2 x ZeRO-1: no tp-zero-00003-of-00004 in the last unit: $(ls "$tmp/tpzr/ckpt/step-00000004" | tr '\n' ' ')"
@@ -284,17 +351,20 @@ plan_vs_run "--tensor-parallel 2 x ZeRO-1 over data parallel 2" 4 --ranks 4 --te
   --tensor-parallel 2 --zero 1
 plan_vs_run "--tensor-parallel 2 --precision bf16" 2 --ranks 2 --tensor-parallel 2 --precision bf16 -- \
   --tensor-parallel 2 --precision bf16
-last_measured=
-plan_vs_run "--tensor-parallel 2 --checkpointing blocks" 2 --ranks 2 --tensor-parallel 2 --checkpointing blocks -- \
-  --tensor-parallel 2 --checkpointing blocks
-# the recomputed block's activations are not kept: the peak is below TP=2's without it
-if [[ -n $last_measured && -n $tp2_measured ]] && (( ${last_measured%.*} < ${tp2_measured%.*} )); then
-  ok "--checkpointing blocks lowers TP=2's peak per rank: $last_measured bytes against $tp2_measured"
-else
-  bad "--checkpointing blocks under TP=2: peak '$last_measured' not below TP=2's '$tp2_measured'"
-fi
-# bad usage: exit 2, as `fathom train` exits for the same flags (below; the planner exited 1
-# for --checkpointing selective and --precision fp16 under TP before)
+plan_vs_run "--tensor-parallel 2 --precision fp16" 2 --ranks 2 --tensor-parallel 2 --precision fp16 -- \
+  --tensor-parallel 2 --precision fp16
+for ck in blocks selective; do
+  last_measured=
+  plan_vs_run "--tensor-parallel 2 --checkpointing $ck" 2 --ranks 2 --tensor-parallel 2 --checkpointing $ck -- \
+    --tensor-parallel 2 --checkpointing $ck
+  # the recomputed activations are not kept: the peak is below TP=2's without recomputation
+  if [[ -n $last_measured && -n $tp2_measured ]] && (( ${last_measured%.*} < ${tp2_measured%.*} )); then
+    ok "--checkpointing $ck lowers TP=2's peak per rank: $last_measured bytes against $tp2_measured"
+  else
+    bad "--checkpointing $ck under TP=2: peak '$last_measured' not below TP=2's '$tp2_measured'"
+  fi
+done
+# bad usage: exit 2, as `fathom train` exits for the same flags (below)
 refuse_plan() { # what expected-text plan-flags...
   local what=$1 want=$2
   shift 2
@@ -305,11 +375,8 @@ refuse_plan() { # what expected-text plan-flags...
 refuse_plan "--ranks 3 --tensor-parallel 2" "needs a world of a multiple of 2 ranks" --ranks 3 --tensor-parallel 2
 refuse_plan "--zero 1 alone" "--zero 1 shards the optimizer state across MPI ranks" --zero 1
 refuse_plan "--tensor-parallel 3" "does not divide the model's 4 attention heads" --ranks 3 --tensor-parallel 3
-refuse_plan "--tensor-parallel 2 --checkpointing selective" "--checkpointing selective with --tensor-parallel 2 is not built" \
-  --ranks 2 --tensor-parallel 2 --checkpointing selective
 refuse_plan "--ranks 2 --tensor-parallel 2 --zero 1" "shards the optimizer state over the data-parallel ranks" \
   --ranks 2 --tensor-parallel 2 --zero 1
-refuse_plan "--tensor-parallel 2 --precision fp16" "runs fp32 or bf16 on the CPU here" --ranks 2 --tensor-parallel 2 --precision fp16
 refuse_plan "--ranks 3 (batch 8)" "does not split evenly over 3 ranks" --ranks 3
 
 # ---- refused before training: exit 2 and the message ----
@@ -345,10 +412,6 @@ refuse "a classifier recipe" "--tensor-parallel (splitting attention heads" \
   "$bin" train fashion-mlp --out "$tmp/x" --tensor-parallel 2
 refuse "--zero 1 with it and one data-parallel rank" "--zero 1 with --tensor-parallel 2 shards the optimizer state over the data-parallel ranks (world / 2 = 1 here): start the job with mpirun -np 4" \
   mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --zero 1
-refuse "--checkpointing selective with it" "--checkpointing selective with --tensor-parallel is not built" \
-  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --checkpointing selective
-refuse "--precision fp16 with it" "--precision fp16 with --tensor-parallel is not built (its loss scaler would skip steps rank by rank): use --precision bf16 or fp32" \
-  mpi -np 2 "$bin" train "$tmp/gpt.ini" --out "$tmp/x" --tensor-parallel 2 --precision fp16
 
 [[ $fails -eq 0 ]] && echo "cli_dist_tp: all passed" || echo "cli_dist_tp: $fails failed"
 exit $((fails > 0))

@@ -10,7 +10,12 @@
  * clipping equal one process (train and validation loss, saved parameters within 1e-5),
  * and checkpoints resume across layouts: 3 steps at T (each rank's part in its own file,
  * put together on resume) then 2 in one process, and 3 in one then 2 at T, end where one
- * process ends. The one-process runs are rank 0's. */
+ * process ends. The one-process runs are rank 0's.
+ * Selective recomputation inside the split blocks equals the split model without it
+ * (gradients within 1e-6, the same bytes sent; trained 5 steps: losses and parameters within
+ * 1e-6). fp16 with the loss scaler at TP=2 (x DP): one fp16 process's losses within 1e-4, the
+ * same scale on every rank, and an inf in the last rank's own gradient skipped by every rank
+ * (FATHOM_TEST_INF_GRAD). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,8 +68,9 @@ typedef struct run_out {
     int n;
 } run_out;
 
-/* Forward and backward of a model made from seed 42 on a fixed batch; with tp, split first. */
-static bool run_model(const fm_gpt_config *c, fm_dist *tp, run_out *o) {
+/* Forward and backward of a model made from seed 42 on a fixed batch; with tp, split first;
+ * checkpointing ck (selective: each linear's input function recomputed in backward). */
+static bool run_model_ck(const fm_gpt_config *c, fm_dist *tp, fm_checkpointing ck, run_out *o) {
     memset(o, 0, sizeof *o);
     fm_rng init;
     fm_rng_init(&init, 42);
@@ -72,6 +78,11 @@ static bool run_model(const fm_gpt_config *c, fm_dist *tp, run_out *o) {
     if (!m) return false;
     if (tp && fm_gpt_set_tensor_parallel(m, tp) != FM_OK) {
         fprintf(stderr, "split: %s\n", fm_last_error());
+        fm_gpt_free(m);
+        return false;
+    }
+    if (fm_gpt_set_checkpointing(m, ck) != FM_OK) {
+        fprintf(stderr, "checkpointing: %s\n", fm_last_error());
         fm_gpt_free(m);
         return false;
     }
@@ -110,6 +121,8 @@ static bool run_model(const fm_gpt_config *c, fm_dist *tp, run_out *o) {
     return ok && o->logits;
 }
 
+static bool run_model(const fm_gpt_config *c, fm_dist *tp, run_out *o) { return run_model_ck(c, tp, FM_CKPT_NONE, o); }
+
 static void free_out(run_out *o) {
     free(o->logits);
     for (int i = 0; o->grads && i < o->n; i++) free(o->grads[i]);
@@ -143,6 +156,51 @@ static void test_equal(fm_dist *world, const fm_gpt_config *c, int T, const char
         if (R == 0)
             fprintf(stderr, "%s TP=%d of %d ranks: loss %.9g vs %.9g, logits %.2e, worst gradient %.2e (%s)\n", what, T, N,
                     got.loss, ref.loss, dl, dg, worst);
+        fm_gpt_free(m);
+    }
+    if (a) free_out(&ref);
+    if (b) free_out(&got);
+    fm_dist_finalize(tp);
+}
+
+/* Selective recomputation inside the split blocks (norm and tp_copy, attention core,
+ * activation, each recomputed in backward on this rank's shards): the loss, logits and
+ * every gradient equal the split model's without it (within 1e-6 of the largest
+ * magnitude; recomputing tp_copy must not all-reduce its gradient twice, which would
+ * multiply the replicated parameters' gradients by T). */
+static void test_selective(fm_dist *world, const fm_gpt_config *c, int T, const char *what) {
+    fm_dist *tp = NULL;
+    CHECK(fm_dist_split(world, R / T, &tp) == FM_OK);
+    if (!tp) return;
+    fm_dist_stats s0, s1, s2;
+    run_out ref, got;
+    fm_dist_stats_get(tp, &s0);
+    bool a = run_model_ck(c, tp, FM_CKPT_NONE, &ref);
+    fm_dist_stats_get(tp, &s1);
+    bool b = run_model_ck(c, tp, FM_CKPT_SELECTIVE, &got);
+    fm_dist_stats_get(tp, &s2);
+    CHECK_MSG(a && b, "%s TP=%d selective: runs failed", what, T);
+    if (a && b) {
+        double dl = rel_diff(got.logits, ref.logits, 2 * 16 * (int64_t)c->vocab_size), dg = 0;
+        fm_rng init;
+        fm_rng_init(&init, 42);
+        fm_gpt *m = fm_gpt_new(c, &init);
+        const fm_named_list *p = fm_gpt_parameters(m);
+        for (int i = 0; i < p->n && got.n == p->n; i++) {
+            double d = got.grads[i] && ref.grads[i] ? rel_diff(got.grads[i], ref.grads[i], fm_tensor_numel(p->items[i].tensor)) : 1;
+            CHECK_MSG(d <= 1e-6, "%s TP=%d selective: gradient of %s differs by %.3g of its largest magnitude", what, T,
+                      p->items[i].name, d);
+            dg = fmax(dg, d);
+        }
+        CHECK_MSG(dl <= 1e-6 && fabs(got.loss - ref.loss) <= 1e-6 * fabs(ref.loss),
+                  "%s TP=%d selective: logits differ by %.3g, loss %.9g vs %.9g", what, T, dl, got.loss, ref.loss);
+        /* the same collectives: recomputing a tp_copy sends nothing more */
+        CHECK_MSG(s2.bytes_sent - s1.bytes_sent == s1.bytes_sent - s0.bytes_sent,
+                  "%s TP=%d selective: %lld bytes sent, %lld without", what, T, (long long)(s2.bytes_sent - s1.bytes_sent),
+                  (long long)(s1.bytes_sent - s0.bytes_sent));
+        if (R == 0)
+            fprintf(stderr, "%s TP=%d selective recompute: loss %.9g vs %.9g, logits %.2e, worst gradient %.2e\n", what, T,
+                    got.loss, ref.loss, dl, dg);
         fm_gpt_free(m);
     }
     if (a) free_out(&ref);
@@ -286,6 +344,8 @@ static double file_diff(const char *pa, const char *pb) {
 }
 
 static double tp_dropout; /* the model's dropout in tp_train */
+static fm_dtype tp_precision = FM_F32;     /* and its precision (fp16: with the loss scaler) */
+static fm_checkpointing tp_ckpt = FM_CKPT_NONE; /* and checkpointing */
 
 /* A small GPT on dir/corpus.txt: 5 steps (or stop after `stop`, or resume out's checkpoint). */
 static fm_status tp_train(fm_dist *d, int T, fm_gpt_arch arch, const char *out, int64_t stop, bool resume,
@@ -314,6 +374,9 @@ static fm_status tp_train(fm_dist *d, int T, fm_gpt_arch arch, const char *out, 
     o.tensor_parallel = T;
     o.stop_after = stop;
     o.resume = resume;
+    o.eff.precision = tp_precision;
+    o.eff.loss_scaling = tp_precision == FM_F16;
+    o.eff.checkpointing = tp_ckpt;
     return fm_gpt_train_ex(&o, res);
 }
 
@@ -396,6 +459,108 @@ static void test_train_dropout(fm_dist *d, int T) {
     barrier(d);
 }
 
+/* Every rank's value of v, gathered (all[r] = rank r's). */
+static void gather_all(fm_dist *d, double v, double *all) {
+    for (int r = 0; r < N; r++) all[r] = r == R ? v : 0;
+    CHECK(fm_dist_allreduce_sum_f64(d, all, N) == FM_OK);
+}
+
+/* fp16 under tensor parallelism (TP=2, and TP=2 x DP=2 at 4 ranks): the loss scaler's
+ * overflow check is the job's. Trained 5 steps, the losses are one fp16 process's within
+ * 1e-4 (fp16 rounds the row-parallel halves before their sum, one process the whole sum),
+ * and every rank ends with the same scale. An inf written into the last rank's own part
+ * of the embedding's gradient at step 2 (FATHOM_TEST_INF_GRAD) makes every rank skip that
+ * step and halve its scale (65536 -> 32768), as one process does with the inf in its
+ * gradient; the continued losses then equal that process's within 1e-4 and differ from the
+ * run without the skip. */
+static void test_train_fp16(fm_dist *d, int T) {
+    char out[400], ref[400], env[32];
+    double all[8];
+    fm_gpt_train_result a, b, c, e;
+    tp_precision = FM_F16;
+    path(out, sizeof out, "tp-fp16", T, FM_GPT_LLAMA, NULL);
+    path(ref, sizeof ref, "ref-fp16", T, FM_GPT_LLAMA, NULL);
+    fm_status st = tp_train(d, T, FM_GPT_LLAMA, out, 0, false, &a);
+    CHECK_MSG(st == FM_OK, "fp16 TP=%d training: %s", T, fm_last_error());
+    gather_all(d, st == FM_OK ? a.loss_scale : -1, all);
+    for (int r = 1; r < N; r++) CHECK_MSG(all[r] == all[0], "fp16 TP=%d: rank %d's loss scale %g, rank 0's %g", T, r, all[r], all[0]);
+    if (R == 0 && st == FM_OK) {
+        CHECK(tp_train(NULL, 1, FM_GPT_LLAMA, ref, 0, false, &b) == FM_OK);
+        double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss), ev = fabs(a.val_loss - b.val_loss) / fabs(b.val_loss);
+        CHECK_MSG(et <= 1e-4 && ev <= 1e-4, "fp16 TP=%d: train loss %.9g vs one fp16 process %.9g, val differs by %.3g", T,
+                  a.train_loss, b.train_loss, ev);
+        CHECK_MSG(a.loss_scale == b.loss_scale && a.skipped_steps == b.skipped_steps,
+                  "fp16 TP=%d: scale %g, %lld skipped; one process %g, %lld", T, a.loss_scale, (long long)a.skipped_steps,
+                  b.loss_scale, (long long)b.skipped_steps);
+        fprintf(stderr, "fp16 trained at TP=%d x DP=%d: train loss %.9g (one fp16 process %.9g, %.2g), val within %.2g; "
+                "loss scale %g on every rank, %lld skipped\n", T, N / T, a.train_loss, b.train_loss, et, ev, a.loss_scale,
+                (long long)a.skipped_steps);
+    }
+    barrier(d);
+    /* a forced overflow on the last rank only */
+    snprintf(env, sizeof env, "2:%d", N - 1);
+    setenv("FATHOM_TEST_INF_GRAD", env, 1);
+    path(out, sizeof out, "tp-fp16-inf", T, FM_GPT_LLAMA, NULL);
+    st = tp_train(d, T, FM_GPT_LLAMA, out, 0, false, &c);
+    unsetenv("FATHOM_TEST_INF_GRAD");
+    CHECK_MSG(st == FM_OK, "fp16 TP=%d with an inf on rank %d: %s", T, N - 1, fm_last_error());
+    gather_all(d, st == FM_OK ? c.loss_scale : -1, all);
+    for (int r = 0; r < N; r++)
+        CHECK_MSG(all[r] == (st == FM_OK ? a.loss_scale / 2 : -1), "fp16 TP=%d, inf on rank %d at step 2: rank %d's scale %g, "
+                  "expected %g", T, N - 1, r, all[r], a.loss_scale / 2);
+    gather_all(d, st == FM_OK ? (double)c.skipped_steps : -1, all);
+    for (int r = 0; r < N; r++)
+        CHECK_MSG(all[r] == (double)a.skipped_steps + 1, "fp16 TP=%d, inf on rank %d: rank %d skipped %g steps, expected %lld",
+                  T, N - 1, r, all[r], (long long)a.skipped_steps + 1);
+    if (R == 0 && st == FM_OK) {
+        setenv("FATHOM_TEST_INF_GRAD", "2:0", 1);
+        path(ref, sizeof ref, "ref-fp16-inf", T, FM_GPT_LLAMA, NULL);
+        CHECK(tp_train(NULL, 1, FM_GPT_LLAMA, ref, 0, false, &e) == FM_OK);
+        unsetenv("FATHOM_TEST_INF_GRAD");
+        double et = fabs(c.train_loss - e.train_loss) / fabs(e.train_loss);
+        CHECK_MSG(e.loss_scale == c.loss_scale && e.skipped_steps == c.skipped_steps && et <= 1e-4,
+                  "fp16 TP=%d skipped step: loss %.9g, scale %g; one process %.9g, scale %g", T, c.train_loss, c.loss_scale,
+                  e.train_loss, e.loss_scale);
+        CHECK_MSG(fabs(c.train_loss - a.train_loss) > 1e-6 * fabs(a.train_loss),
+                  "fp16 TP=%d: the skipped step changed nothing (loss %.9g)", T, c.train_loss);
+        fprintf(stderr, "fp16 TP=%d x DP=%d, inf in rank %d's gradient at step 2: every rank skipped it, scale %g; loss %.9g "
+                "(one process with the inf: %.9g; without any: %.9g)\n", T, N / T, N - 1, c.loss_scale, c.train_loss,
+                e.train_loss, a.train_loss);
+    }
+    tp_precision = FM_F32;
+    barrier(d);
+}
+
+/* Selective recomputation inside the split blocks, trained: 5 steps at TP=T end on the
+ * losses and parameters of TP=T without it (within 1e-6) and send the same bytes. */
+static void test_train_selective(fm_dist *d, int T) {
+    char out[400], ref[400], pa[500], pb[500];
+    fm_gpt_train_result a, b;
+    path(ref, sizeof ref, "tp-nosel", T, FM_GPT_GPT2, NULL);
+    path(out, sizeof out, "tp-sel", T, FM_GPT_GPT2, NULL);
+    fm_status st = tp_train(d, T, FM_GPT_GPT2, ref, 0, false, &b);
+    CHECK_MSG(st == FM_OK, "TP=%d training: %s", T, fm_last_error());
+    tp_ckpt = FM_CKPT_SELECTIVE;
+    fm_status st2 = tp_train(d, T, FM_GPT_GPT2, out, 0, false, &a);
+    tp_ckpt = FM_CKPT_NONE;
+    CHECK_MSG(st2 == FM_OK, "selective TP=%d training: %s", T, fm_last_error());
+    if (R == 0 && st == FM_OK && st2 == FM_OK) {
+        double et = fabs(a.train_loss - b.train_loss) / fabs(b.train_loss), ev = fabs(a.val_loss - b.val_loss) / fabs(b.val_loss);
+        path(pa, sizeof pa, "tp-sel", T, FM_GPT_GPT2, "model.safetensors");
+        path(pb, sizeof pb, "tp-nosel", T, FM_GPT_GPT2, "model.safetensors");
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(et <= 1e-6 && ev <= 1e-6 && pd >= 0 && pd <= 1e-6,
+                  "selective TP=%d: train loss %.9g vs %.9g, val %.3g, parameters %.3g", T, a.train_loss, b.train_loss, ev, pd);
+        CHECK_MSG(a.dist.tp_bytes_sent == b.dist.tp_bytes_sent && a.dist.tp_bytes_sent == 5 * a.dist.tp_formula_bytes,
+                  "selective TP=%d: %lld bytes sent, %lld without, formula %lld x 5", T, (long long)a.dist.tp_bytes_sent,
+                  (long long)b.dist.tp_bytes_sent, (long long)a.dist.tp_formula_bytes);
+        fprintf(stderr, "selective recompute trained at TP=%d x DP=%d: train loss %.9g (without: %.9g), parameters within "
+                "%.2g, %lld bytes per step both\n", T, N / T, a.train_loss, b.train_loss, pd,
+                (long long)(a.dist.tp_bytes_sent / 5));
+    }
+    barrier(d);
+}
+
 int main(void) {
     fm_dist *d = NULL;
     if (fm_dist_init(&d) != FM_OK) { fprintf(stderr, "dist init: %s\n", fm_last_error()); return 1; }
@@ -407,6 +572,10 @@ int main(void) {
         test_equal(d, &g, T, "gpt2");
         test_equal(d, &l, T, T <= 2 ? "llama (4 heads, 2 kv)" : "llama (4 heads, 4 kv)");
         test_dropout(d, T);
+        if (T > 1) {
+            test_selective(d, &g, T, "gpt2");
+            test_selective(d, &l, T, "llama");
+        }
     }
     test_shard_gather(d);
     test_errors();
@@ -424,6 +593,8 @@ int main(void) {
         test_train(d, 2, FM_GPT_GPT2);
         test_train(d, 2, FM_GPT_LLAMA);
         if (N == 4) test_train(d, 4, FM_GPT_GPT2);
+        test_train_fp16(d, 2);
+        test_train_selective(d, 2);
         test_train_dropout(d, N);
         barrier(d);
         if (R == 0) {

@@ -71,16 +71,16 @@ static fm_status tp_check(const char *op, const fm_dist *tp, const fm_tensor *x)
     if (!tp || !x) return fm_set_error(FM_ERR_INVALID, "%s: needs a communicator and a tensor", op);
     char dev[32];
     /* (the meta device: the planner's run of a rank, shapes and memory only) */
-    if ((x->dtype != FM_F32 && x->dtype != FM_BF16) ||
+    if ((x->dtype != FM_F32 && x->dtype != FM_BF16 && x->dtype != FM_F16) ||
         (fm_tensor_device(x).type != FM_DEV_CPU && fm_tensor_device(x).type != FM_DEV_META))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32 or bf16 CPU tensors here (got %s on "
-                            "%s); train with --precision fp32 or bf16 on the CPU", op, fm_dtype_name(x->dtype),
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32, bf16 or fp16 CPU tensors here (got %s "
+                            "on %s); train on the CPU", op, fm_dtype_name(x->dtype),
                             fm_device_name(fm_tensor_device(x), dev, sizeof dev));
     return FM_OK;
 }
 
-/* x as f32, on the tape: a bf16 activation (autocast's linear outputs) is widened
- * exactly before its values cross ranks, so the sums are those of f32 (in double) and
+/* x as f32, on the tape: a bf16 or fp16 activation (autocast's linear outputs) is
+ * widened exactly before its values cross ranks, so the sums are those of f32 (in double) and
  * the gradient flows back through the cast. An f32 x is x itself (retained). */
 static fm_tensor *tp_f32(const char *op, const fm_dist *tp, fm_tensor *x) {
     if (tp_check(op, tp, x)) return NULL;
@@ -94,7 +94,7 @@ typedef struct tp_attrs {
 /* A contiguous copy of t (no tape) summed over the group in place. */
 static fm_tensor *summed_copy(fm_dist *tp, fm_tensor *t) {
     bool prev = fm_set_grad_enabled(false);
-    fm_tensor *c = t->dtype == FM_F32 ? fm_clone(t) : fm_to_dtype(t, FM_F32); /* (a bf16 gradient: widened) */
+    fm_tensor *c = t->dtype == FM_F32 ? fm_clone(t) : fm_to_dtype(t, FM_F32); /* (a bf16/fp16 gradient: widened) */
     fm_set_grad_enabled(prev);
     if (c && fm_dist_allreduce_sum_f32(tp, fm_tensor_data(c), fm_tensor_numel(c)) != FM_OK) {
         fm_tensor_release(c);
@@ -347,7 +347,7 @@ static fm_tensor *tp_ce(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int6
 
 fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targets, int64_t vocab_start,
                                int64_t vocab_size) {
-    /* the loss in f32 (as autocast runs one process's cross-entropy): bf16 logits widened */
+    /* the loss in f32 (as autocast runs one process's cross-entropy): bf16/fp16 logits widened */
     fm_tensor *logits = tp_f32("tp_cross_entropy", tp, logits0);
     if (!logits) return NULL;
     fm_tensor *out = tp_ce(tp, logits, targets, vocab_start, vocab_size);

@@ -603,15 +603,36 @@ fail:
 /* Tensor parallel (Megatron): norm(x) -> tp_copy -> column-parallel linear (this rank's
  * heads, or MLP columns) -> attention / activation on them -> row-parallel linear
  * without bias -> tp_reduce (the one all-reduce) -> + bias. So a block does two
- * all-reduces forward (attention, MLP) and two backward (at the tp_copy ops). */
+ * all-reduces forward (attention, MLP) and two backward (at the tp_copy ops).
+ *
+ * Selective checkpointing: each linear's cheap input function is recomputed in
+ * backward (fm_linear_recompute), as without tensor parallelism: norm and tp_copy in
+ * front of the column-parallel linear, attention core or activation in front of the
+ * row-parallel one. The recomputation runs on this rank's own shards and inputs (no
+ * communication: tp_copy is the identity forward); the first forward ran them without a
+ * tape, so tp_copy's backward all-reduce happens once, in the recomputed graph. */
+static fm_status norm_copy_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
+    const gpt_norm_ctx *c = ctx;
+    fm_tensor *h = norm(c->m, in[0], c->w, c->b);
+    out[0] = h ? fm_tp_copy(c->m->tp, h) : NULL;
+    fm_tensor_release(h);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
 static fm_tensor *tp_half(fm_gpt *m, fm_tensor *x, const gpt_norm_ctx *ln, fm_tensor *w1, fm_tensor *b1,
                           fm_segment_fn mid, void *ctx, fm_tensor *w2, fm_tensor *b2) {
-    fm_tensor *h = norm(m, x, ln->w, ln->b);
-    if (!h || !upd(&h, fm_tp_copy(m->tp, h)) || !upd(&h, fm_linear(h, w1, b1))) goto fail;
-    fm_tensor *y = NULL;
-    if (mid(&h, ctx, &y) != FM_OK || !upd(&h, y) || !upd(&h, fm_linear(h, w2, NULL)) ||
-        !upd(&h, fm_tp_reduce(m->tp, h)) || (b2 && !upd(&h, fm_add(h, b2))) || !upd(&h, dropout(m, h)))
-        goto fail;
+    const bool sel = m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled();
+    fm_tensor *h = NULL, *y = NULL;
+    if (sel) {
+        if (!(h = fm_linear_recompute(norm_copy_fn, (void *)ln, 1, &x, w1, b1)) ||
+            !upd(&h, fm_linear_recompute(mid, ctx, 1, &h, w2, NULL)))
+            goto fail;
+    } else {
+        if (norm_copy_fn(&x, (void *)ln, &h) != FM_OK || !upd(&h, fm_linear(h, w1, b1)) || mid(&h, ctx, &y) != FM_OK ||
+            !upd(&h, y) || !upd(&h, fm_linear(h, w2, NULL)))
+            goto fail;
+    }
+    if (!upd(&h, fm_tp_reduce(m->tp, h)) || (b2 && !upd(&h, fm_add(h, b2))) || !upd(&h, dropout(m, h))) goto fail;
     return h;
 fail:
     fm_tensor_release(h);

@@ -243,12 +243,15 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
     return st;
 }
 
-/* The checkpoint's metadata: step, dropout generator, seed, loss scaler. */
-static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t step, const fm_grad_scaler *gs,
-                           fm_kv_list *meta) {
+/* The checkpoint's metadata: step, the optimizer's own step count (AdamW's bias correction:
+ * fewer than `step` when fp16 skipped steps), dropout generator, seed, loss scaler. */
+static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t step, int64_t opt_step,
+                           const fm_grad_scaler *gs, fm_kv_list *meta) {
     char buf[64];
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     fm_status st = fm_kv_set(meta, "step", buf);
+    snprintf(buf, sizeof buf, "%lld", (long long)opt_step);
+    if (!st) st = fm_kv_set(meta, "optimizer_step", buf);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)m->rng->offset);
     if (!st) st = fm_kv_set(meta, "dropout_rng_offset", buf);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
@@ -384,7 +387,7 @@ static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
     fm_named_list none;
     memset(&none, 0, sizeof none);
     snprintf(name, sizeof name, "%d", world);
-    if (!st) st = ckpt_meta(m, o, c->step, c->gs, &meta);
+    if (!st) st = ckpt_meta(m, o, c->step, fm_optim_get_step(c->dt ? fm_dist_trainer_optim(c->dt) : c->opt), c->gs, &meta);
     if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
     snprintf(name, sizeof name, "%d", m->tp_size);
     if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
@@ -449,7 +452,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
             st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' became non-finite (NaN or inf)", state.items[i].name);
             *poisoned = true;
         }
-    if (!st) st = ckpt_meta(m, o, step, gs, &meta);
+    if (!st) st = ckpt_meta(m, o, step, fm_optim_get_step(dt ? fm_dist_trainer_optim(dt) : opt), gs, &meta);
     if (!st && !(st = fm_ckpt_begin(&tx, o->out_dir, step))) {
         if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names[0], path, sizeof path))) ||
             (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names[1], path, sizeof path))) ||
@@ -745,10 +748,16 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
     if (!st && (s < 0 || (!f->legacy && s != f->step)))
         st = fm_set_error(FM_ERR_FORMAT, "%s: the state is at step %lld but the MANIFEST says %lld", sp, (long long)s,
                           (long long)f->step);
+    /* the optimizer's step count (checkpoints before it was written: the step, as then) */
+    int64_t os = s;
+    if (!st && fm_kv_get(&meta, "optimizer_step") && !(st = meta_num(&meta, "optimizer_step", sp, false, &os)) &&
+        (os < 0 || os > s))
+        st = fm_set_error(FM_ERR_FORMAT, "%s: optimizer_step %lld is outside 0..%lld (the step)", sp, (long long)os,
+                          (long long)s);
     if (!st) {
         *step = s;
         m->rng->offset = off;
-        fm_optim_set_step(dt ? fm_dist_trainer_optim(dt) : opt, s);
+        fm_optim_set_step(dt ? fm_dist_trainer_optim(dt) : opt, os);
         const char *ls = fm_kv_get(&meta, "loss_scale"), *lt = fm_kv_get(&meta, "loss_scale_growth_tracker");
         char *e1 = NULL, *e2 = NULL;
         double scale = ls ? strtod(ls, &e1) : 0;
@@ -806,6 +815,8 @@ typedef struct gpt_run {
     gpt_tp_zero_norm zn; /* ZeRO-1 with it: the clipping norm's reduction */
     int64_t tp_bytes, step0; /* sent by this rank in the training steps' tensor-parallel collectives; first step */
     double tp_seconds;  /* time in them */
+    int64_t inf_step;   /* FATHOM_TEST_INF_GRAD=STEP:RANK (tests): that step's gradient gets an inf on that rank */
+    int inf_rank;
     bool profiling, in_step, do_step;
     int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
     double t_start, t_log, t_tb, last, val, norm, min_loss;
@@ -821,9 +832,19 @@ static fm_tensor *gpt_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
     return lg ? loss : NULL;
 }
 
-/* Gradient histograms: unscaled, before clipping scales them. */
+/* The unscaled gradients, before clipping scales them: fp16 over several ranks first makes
+ * the loss scaler's overflow check the job's (one sum of the found-inf flags over the world,
+ * that is over the tensor-parallel and the data-parallel groups): under tensor parallelism
+ * each rank checks only its own part of the split gradients, so without it one rank could
+ * skip a step that another takes, and their weights, scales and collectives would part.
+ * Then every rank skips the same steps and halves its scale alike. Then the histograms. */
 static fm_status gpt_grad_histograms(void *ctx) {
     gpt_run *u = ctx;
+    if (u->ts.scaler.enabled && u->world > 1) {
+        double inf = u->ts.scaler.found_inf ? 1 : 0;
+        if (fm_dist_allreduce_sum_f64(u->o->dist, &inf, 1) != FM_OK) return fm_last_status();
+        u->ts.scaler.found_inf = inf > 0;
+    }
     if (u->tb && u->o->hist_every > 0 && (u->step + 1) % u->o->hist_every == 0)
         fm_tb_add_histograms(u->tb, "grads", &u->m->params, true, u->step + 1);
     return FM_OK;
@@ -879,20 +900,16 @@ static fm_status gpt_tp_setup(gpt_run *u) {
         return fm_set_error(FM_ERR_INVALID, "--zero 1 with --tensor-parallel %d shards the optimizer state over the "
                             "data-parallel ranks (world / %d = %d here): start the job with mpirun -np %d (or more), or "
                             "drop --zero", T, T, u->world / T, 2 * T);
-    /* bf16: autocast's bf16 activations are widened to f32 where they cross ranks
-     * (src/dist/tensor_parallel.c); fp16's loss scaler would skip steps rank by rank */
-    if (o->eff.precision == FM_F16)
-        return fm_set_error(FM_ERR_INVALID, "--precision fp16 with --tensor-parallel %d is not built (its loss scaler "
-                            "would skip steps rank by rank): use --precision bf16 or fp32", T);
+    /* bf16 and fp16: autocast's low-precision activations are widened to f32 where they
+     * cross ranks (src/dist/tensor_parallel.c); fp16's loss scaler decides on the whole
+     * job's gradients (gpt_grad_histograms), so every rank skips the same steps */
     if (o->eff.device.type != FM_DEV_CPU)
         return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d runs on the CPU here (its collectives take CPU "
                             "tensors): drop --device", T);
     /* blocks: a checkpointed split block is run again in backward, all-reduces included (every
-     * rank re-runs the same blocks in the same order); selective would change nothing, as the
-     * split block has no fused linear to recompute in front of */
-    if (o->eff.checkpointing == FM_CKPT_SELECTIVE)
-        return fm_set_error(FM_ERR_INVALID, "--checkpointing selective with --tensor-parallel %d is not built (the "
-                            "split block runs op by op): use --checkpointing blocks", T);
+     * rank re-runs the same blocks in the same order); selective: each linear's input function
+     * (norm and tp_copy, attention core, activation) is recomputed on this rank's shards
+     * (block_tp, gpt_model.c) */
     if ((st = fm_dist_split(o->dist, u->rank / T, &u->tp)) || (st = fm_dist_split(o->dist, u->rank % T, &u->dp)))
         return st;
     u->dp_rank = fm_dist_rank(u->dp);
@@ -1108,6 +1125,34 @@ static fm_status gpt_staged_batch(gpt_run *u, fm_tensor **x, fm_tensor **y) {
     return st;
 }
 
+/* FATHOM_TEST_INF_GRAD=STEP:RANK, for tests of the fp16 loss scaler over several ranks:
+ * at step STEP (counted from 1, as the log counts) rank RANK writes +inf into the first
+ * element of its first parameter's gradient (the token embedding: under tensor parallelism
+ * this rank's vocabulary rows) after backward, before the scaler checks it, as an fp16
+ * overflow of that rank's own gradient would. */
+static fm_status gpt_test_inf_parse(gpt_run *u) {
+    const char *v = getenv("FATHOM_TEST_INF_GRAD");
+    u->inf_step = -1;
+    if (!v || !*v) return FM_OK;
+    char *e = NULL, *e2 = NULL;
+    long long step = strtoll(v, &e, 10), rank = *e == ':' ? strtoll(e + 1, &e2, 10) : -1;
+    if (*e != ':' || e2 == e + 1 || *e2 || step < 1 || rank < 0 || rank >= u->world)
+        return fm_set_error(FM_ERR_INVALID, "FATHOM_TEST_INF_GRAD is '%s': give STEP:RANK (a step from 1 and a rank of the "
+                            "%d), or unset it", v, u->world);
+    u->inf_step = step;
+    u->inf_rank = (int)rank;
+    return FM_OK;
+}
+
+static fm_status gpt_test_inf_grad(gpt_run *u) {
+    fm_tensor *g = u->params[0] ? u->params[0]->grad : NULL;
+    if (!g || g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "FATHOM_TEST_INF_GRAD: the first parameter has no contiguous f32 CPU "
+                            "gradient to write into");
+    ((float *)fm_tensor_data(g))[0] = INFINITY;
+    return FM_OK;
+}
+
 /* One optimizer step: the batch, then the step every trainer runs (fathom/train_step.h). */
 static fm_status gpt_step(gpt_run *u) {
     const fm_gpt_train_opts *o = u->o;
@@ -1126,6 +1171,7 @@ static fm_status gpt_step(gpt_run *u) {
     fm_tensor_release_n(2, x, y);
     if (!st && u->dt) st = fm_dist_trainer_reduce_loss(u->dt, &u->last, rows, o->batch_size); /* the batch's mean */
     if (st || (st = gpt_check_loss(u))) return st;
+    if (u->inf_step == u->step + 1 && u->inf_rank == u->rank && (st = gpt_test_inf_grad(u))) return st;
     u->ts.want_norm = u->tb != NULL || o->zero; /* the norm for the logs (ZeRO-1: a collective, on every rank) */
     if ((st = fm_train_step_update(&u->ts))) return st;
     fm_dist_stats_get(u->tp, &t1); /* tensor parallel: the step's own collectives (not validation's) */
@@ -1304,7 +1350,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     u->last_good = -1;
     u->rank = o->dist ? fm_dist_rank(o->dist) : 0;
     u->world = o->dist ? fm_dist_size(o->dist) : 1;
-    if ((st = gpt_setup(u))) goto done;
+    if ((st = gpt_test_inf_parse(u)) || (st = gpt_setup(u))) goto done;
     if (o->resume && (st = gpt_resume(u))) goto done;
     if (o->eff.device.type != FM_DEV_CPU && !(u->stage = fm_batch_stage_new(o->eff.device))) {
         st = fm_last_status();

@@ -83,17 +83,9 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
         st = fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d needs a world of a multiple of %d ranks (world size = "
                           "tensor parallel x data parallel), got --ranks %d", T, T, N);
     /* bad usage (FM_ERR_INVALID: `fathom plan` exits 2), as `fathom train` refuses them (exit 2) */
-    if (st == FM_OK && T > 1 && (st = fm_gpt_tp_check(&go.model, T)) == FM_OK) {
-        if (o->zero && DP < 2)
-            st = fm_set_error(FM_ERR_INVALID, "--zero 1 with --tensor-parallel %d shards the optimizer state over the "
-                              "data-parallel ranks (world / %d): plan it with --ranks %d or more", T, T, 2 * T);
-        else if (o->precision != FM_PLAN_FP32 && o->precision != FM_PLAN_BF16)
-            st = fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d runs fp32 or bf16 on the CPU here: use --precision "
-                              "bf16 or fp32", T);
-        else if (o->checkpointing == 2)
-            st = fm_set_error(FM_ERR_INVALID, "--checkpointing selective with --tensor-parallel %d is not built (the "
-                              "split block runs op by op): use --checkpointing blocks", T);
-    }
+    if (st == FM_OK && T > 1 && (st = fm_gpt_tp_check(&go.model, T)) == FM_OK && o->zero && DP < 2)
+        st = fm_set_error(FM_ERR_INVALID, "--zero 1 with --tensor-parallel %d shards the optimizer state over the "
+                          "data-parallel ranks (world / %d): plan it with --ranks %d or more", T, T, 2 * T);
     if (st == FM_OK && o->zero && DP < 2)
         st = fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: plan it with --ranks N "
                           "(N >= 2 data-parallel ranks)");
