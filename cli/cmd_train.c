@@ -71,7 +71,8 @@ static void train_usage(FILE *f) {
             "  --dist-timeout S   a collective that waits more than S seconds for a rank ends the job (default 300)\n"
             "  --tensor-parallel T  GPT recipes: split each model over T ranks (Megatron: heads, MLP columns and\n"
             "                     vocabulary), data parallel across the N/T groups; T divides N and the model's\n"
-            "                     heads, key/value heads, MLP width and vocabulary; fp32 or bf16 on the CPU\n");
+            "                     heads, key/value heads, MLP width and vocabulary; fp32, bf16 or fp16 on\n"
+            "                     the CPU\n");
 }
 
 typedef struct train_args {

@@ -141,10 +141,23 @@ fi
 mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpfp" --threads 1 --tensor-parallel 2 --precision fp16 --json \
   >"$tmp/tpfp.json" 2>"$tmp/tpfp.err"; rc=$?
 fl=$(field "$tmp/tpfp.json" train_loss); fl1=$(field "$tmp/onefp.json" train_loss)
+curve() { sed -n 's/^step \([0-9]*\)\/4  loss \([0-9.]*\) .*/\1 \2/p' "$1"; }
+# every logged step's loss (4 decimals) within 1.5e-4 of one process's: the curve, not only its end
+same_curve() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+a, b = (open(f).read().split('\n') for f in sys.argv[1:3])
+a = [l.split() for l in a if l]; b = [l.split() for l in b if l]
+sys.exit(not (len(a) == 4 and [x[0] for x in a] == [x[0] for x in b] and
+              all(abs(float(x[1]) - float(y[1])) <= 1.5e-4 for x, y in zip(a, b))))
+PY
+}
+curve "$tmp/tpfp.err" >"$tmp/tpfp.curve"; curve "$tmp/onefp.err" >"$tmp/onefp.curve"
 if [[ $rc -eq 0 && -n $fl && -n $fl1 ]] && grep -q "precision fp16" "$tmp/tpfp.err" && near "$fl" "$fl1" 1e-4 &&
+   same_curve "$tmp/tpfp.curve" "$tmp/onefp.curve" &&
    near "$(field "$tmp/tpfp.json" val_loss)" "$(field "$tmp/onefp.json" val_loss)" 1e-4 &&
    [[ $(field "$tmp/tpfp.json" loss_scale) == "$(field "$tmp/onefp.json" loss_scale)" ]]; then
-  ok "--tensor-parallel 2 --precision fp16: loss $fl, one fp16 process $fl1 (within 1e-4), loss scale $(field "$tmp/tpfp.json" loss_scale) as one process's"
+  ok "--tensor-parallel 2 --precision fp16: loss $fl, one fp16 process $fl1 (within 1e-4; steps 1-4: $(cut -d' ' -f2 "$tmp/tpfp.curve" | tr '\n' ' ')as one process's), loss scale $(field "$tmp/tpfp.json" loss_scale) as one process's"
 else
   bad "--tensor-parallel 2 --precision fp16 (exit $rc): TP $fl, one process $fl1: $(head -c 600 "$tmp/tpfp.json") $(tail -c 600 "$tmp/tpfp.err")"
 fi
