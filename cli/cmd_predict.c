@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "commands.h"
 #include "device_arg.h"
@@ -19,7 +20,9 @@ static void predict_usage(FILE *f) {
     fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--device D] [--json]\n\n"
                "Runs a model saved by `fathom train` (or a graph of one made by `fathom compile`)\n"
                "on inputs: idx files (raw or .gz),\n"
-               ".npy arrays or PNG images whose size matches the model's input. An input\n"
+               ".npy arrays, PNG images or .csv tables (one sample a row) whose size matches\n"
+               "the model's input; a model whose first layer is an embedding takes token ids\n"
+               "(whole numbers below its table's size) in .npy or .csv. An input\n"
                "holding several samples ([N, ...]) gives one prediction per sample. u8 arrays\n"
                "are scaled to [0, 1] as the training data was; an RGB PNG for a one-channel\n"
                "model is converted to grey.\n\n"
@@ -33,6 +36,27 @@ static bool is_png(const char *path) {
     size_t got = f ? fread(h, 1, sizeof h, f) : 0;
     if (f) fclose(f);
     return got == 8 && !memcmp(h, "\x89PNG\r\n\x1a\n", 8);
+}
+
+static bool is_csv(const char *path) {
+    size_t n = strlen(path);
+    return n > 4 && !strcasecmp(path + n - 4, ".csv");
+}
+
+/* A CSV input: one sample a row, every column an input value (token ids for a model whose first
+ * layer is an embedding), so a row must hold exactly one sample: a label column left in is refused. */
+static fm_tensor *read_csv(const char *path, const fm_recipe *r) {
+    fm_csv_options co;
+    fm_csv_options_init(&co);
+    fm_tensor *x = NULL;
+    if (fm_csv_read(path, &co, &x, NULL) != FM_OK) return NULL;
+    int64_t per = 1;
+    for (int i = 0; i < r->input_ndim; i++) per *= r->input_shape[i];
+    if (x->ndim == 2 && x->shape[1] == per) return x;
+    fm_set_error(FM_ERR_INVALID, "%s: %lld columns, but the model takes %lld values per sample (one sample a row; "
+                 "leave out the label column)", path, (long long)(x->ndim == 2 ? x->shape[1] : 0), (long long)per);
+    fm_tensor_release(x);
+    return NULL;
 }
 
 /* A PNG's channels made the model's: an RGB (or grey+alpha-stripped RGB) image for a
@@ -71,6 +95,11 @@ static fm_tensor *as_batch(fm_tensor *x, const fm_recipe *r, const char *path) {
     int64_t shape[FM_MAX_DIMS];
     shape[0] = n / per;
     for (int i = 0; i < r->input_ndim; i++) shape[i + 1] = r->input_shape[i];
+    if (fm_recipe_token_vocab(r) > 0) { /* an embedding first: token ids, checked, as they are */
+        fm_tensor *ids = fm_recipe_token_ids(r, x, path), *b = ids ? fm_reshape(ids, r->input_ndim + 1, shape) : NULL;
+        fm_tensor_release(ids);
+        return b;
+    }
     fm_tensor *f = fm_to_dtype(x, FM_F32);
     fm_tensor *b = f ? fm_reshape(f, r->input_ndim + 1, shape) : NULL;
     fm_tensor_release(f);
@@ -135,7 +164,7 @@ int fm_cmd_predict(int argc, char **argv) {
         if (argv[i][0] == '-') continue;
         if (!seen_dir) { seen_dir = true; continue; }
         const char *path = argv[i];
-        fm_tensor *x = fm_data_read(path);
+        fm_tensor *x = is_csv(path) ? read_csv(path, &r) : fm_data_read(path);
         if (x && is_png(path)) x = png_channels(x, &r, path);
         fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
         fm_tensor *bd = b ? fm_tensor_to(b, dev) : NULL; /* the batch to the model's device */

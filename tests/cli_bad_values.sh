@@ -119,7 +119,7 @@ batchnorm2d momentum=lots|momentum must be a number in [0, 1], got 'lots'
 batchnorm2d momentum=2|got '2'
 layernorm eps=0|eps must be a number > 0, got '0'
 maxpool2d 2 stride=-1|got '-1'
-embedding 10|embedding takes 2 numbers, got 1
+embedding 10 4|p.ini:19: layer 'embedding 10 4' comes after 2 other layers, but an embedding takes the token ids
 dropout 0.1 0.2|dropout takes 0 to 1 numbers, got 2
 relu 5|relu takes 0 numbers, got 1
 flatten start=1|unknown option 'start' (flatten takes no options)

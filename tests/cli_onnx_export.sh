@@ -23,9 +23,10 @@ err=$("$bin" export "$d" -o "$d/m.onnx" 2>&1); rc=$?
 # layer norm, gelu, flatten, linear, rms norm, silu, tanh, dropout, sigmoid).
 # onnx.checker accepts each, its input keeps the dynamic batch dim, and ONNX Runtime's
 # logits match `fathom run` on the file within 1e-5 relative.
-# The embedding layer takes token ids, which no recipe data set gives (the images are
-# floats), so its model cannot be trained: the directory `fathom train` would write
-# (model.safetensors with the recipe in its metadata) is written by numpy + safetensors
+# The embedding layer takes token ids, which these image data sets do not give (a trained
+# embedding model on CSV ids is exported and checked in tests/cli_embedding.sh): the
+# directory `fathom train` would write (model.safetensors with the recipe in its metadata)
+# is written by numpy + safetensors
 # with seeded weights for embedding 16 3, layer norm, flatten, linear 4 on [1, 8, 8] ids;
 # exported, its input is int64 [batch, 1, 8, 8] (a Gather), the checker accepts it, and
 # ONNX Runtime matches `fathom run` within 1e-5 relative and numpy's own lookup + layer

@@ -37,9 +37,13 @@ typedef struct fm_recipe {
     char name[64];     /* base name without .ini */
     char *text;        /* the file's text (owned), embedded in saved models */
     /* [data] */
-    char dataset[32];  /* fashion-mnist | mnist | idx */
+    char dataset[32];  /* fashion-mnist | mnist | idx | csv */
     char data_dir[512];
     char train_images[512], train_labels[512], test_images[512], test_labels[512];
+    /* dataset = csv: numeric tables, one sample a row (token ids for a model whose first layer
+     * is an embedding); label_column: a header name or a column number (negative: from the
+     * end; default the last) */
+    char train_csv[512], test_csv[512], label_column[64];
     int64_t limit, test_limit; /* use only the first N samples (0: all) */
     fm_transforms transforms;
     int workers;
@@ -80,6 +84,13 @@ FM_API bool fm_recipe_resolve(const char *name_or_path, char *buf, size_t n);
 /* Builds the model, checking every layer's shape against the input shape: an
  * incompatible stack fails here, naming the recipe line and the shapes. */
 FM_API fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng);
+/* A recipe whose first layer is `embedding V D` takes token ids, not images: V; 0 for any
+ * other recipe. */
+FM_API int64_t fm_recipe_token_vocab(const fm_recipe *r);
+/* x (any dtype) as the I64 token ids such a recipe's model takes: every value must be a whole
+ * number in [0, V), else NULL with an error naming `what` (a file), the sample, the position
+ * and the value. A new reference; a recipe without an embedding first is an error. */
+FM_API fm_tensor *fm_recipe_token_ids(const fm_recipe *r, fm_tensor *x, const char *what);
 /* The model's checkpointing blocks: its pooling layers (fm_module_num_blocks of the
  * built model), so `--checkpointing blocks` can be checked before anything is built. */
 FM_API int fm_recipe_num_blocks(const fm_recipe *r);
@@ -175,7 +186,10 @@ FM_API fm_status fm_evaluate(fm_module *model, fm_dataset *d, const fm_transform
  * periodic lines; NULL: none), as fm_progress shows training. */
 FM_API fm_status fm_evaluate_progress(fm_module *model, fm_dataset *d, const fm_transforms *tf, int64_t batch_size,
                                double *accuracy, double *loss, FILE *log);
-/* The test split named by the recipe (data_dir overrides its directory when not NULL). */
+/* A split of the recipe's data set (data_dir, when not NULL, overrides its directory; for
+ * dataset = csv it is the CSV file to read). A recipe whose first layer is an embedding gets
+ * its values as I64 token ids, each checked (fm_recipe_token_ids): only from dataset = csv, and
+ * without image transforms. */
 FM_API fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir);
 
 #ifdef __cplusplus

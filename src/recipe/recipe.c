@@ -136,36 +136,46 @@ static int parse_list(const char *s, double *out, int max) {
     return fail(c, "%s.%s: value too long", section, name); } \
     snprintf(field, sizeof(field), "%s", value); } while (0)
 
+/* One key of [data]. */
+static int data_key(parse_ctx *c, fm_recipe *r, const char *section, const char *name, const char *value) {
+    if (!strcmp(name, "dataset")) {
+        if (strcmp(value, "fashion-mnist") && strcmp(value, "mnist") && strcmp(value, "idx") && strcmp(value, "csv"))
+            return fail(c, "data.dataset: expected fashion-mnist, mnist, idx or csv, got '%s'", value);
+        WANT_STR(r->dataset);
+    } else if (!strcmp(name, "path")) WANT_STR(r->data_dir);
+    else if (!strcmp(name, "train_csv")) WANT_STR(r->train_csv);
+    else if (!strcmp(name, "test_csv")) WANT_STR(r->test_csv);
+    else if (!strcmp(name, "label_column")) WANT_STR(r->label_column);
+    else if (!strcmp(name, "train_images")) WANT_STR(r->train_images);
+    else if (!strcmp(name, "train_labels")) WANT_STR(r->train_labels);
+    else if (!strcmp(name, "test_images")) WANT_STR(r->test_images);
+    else if (!strcmp(name, "test_labels")) WANT_STR(r->test_labels);
+    else if (!strcmp(name, "limit")) WANT_INT(r->limit, 0, "a sample count >= 0");
+    else if (!strcmp(name, "test_limit")) WANT_INT(r->test_limit, 0, "a sample count >= 0");
+    else if (!strcmp(name, "workers")) {
+        WANT_INT(r->workers, 0, "a thread count >= 0");
+        if (r->workers > 256) return fail(c, "data.workers: expected a thread count in [0, 256], got '%s'", value);
+    }
+    else if (!strcmp(name, "crop_padding")) WANT_INT(r->transforms.crop_padding, 0, "padding >= 0");
+    else if (!strcmp(name, "hflip")) WANT_BOOL(r->transforms.hflip);
+    else if (!strcmp(name, "normalize")) {
+        double v[2];
+        if (parse_list(value, v, 2) != 2 || !(v[1] > 0) || !(fabs(v[0]) < 1e30 && v[1] < 1e30))
+            return fail(c, "data.normalize: expected 'MEAN STD' with 0 < STD < 1e30 and |MEAN| < 1e30, got '%s'", value);
+        r->transforms.normalize_channels = 1;
+        r->transforms.mean[0] = (float)v[0];
+        r->transforms.std[0] = (float)v[1];
+    } else return fail(c, "unknown key '%s' in [data] (expected dataset, path, train_images, train_labels, "
+                          "test_images, test_labels, train_csv, test_csv, label_column, limit, test_limit, workers, "
+                          "normalize, crop_padding, hflip)", name);
+    return 1;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value) {
     parse_ctx *c = user;
     fm_recipe *r = c->r;
     if (!strcmp(section, "data")) {
-        if (!strcmp(name, "dataset")) {
-            if (strcmp(value, "fashion-mnist") && strcmp(value, "mnist") && strcmp(value, "idx"))
-                return fail(c, "data.dataset: expected fashion-mnist, mnist or idx, got '%s'", value);
-            WANT_STR(r->dataset);
-        } else if (!strcmp(name, "path")) WANT_STR(r->data_dir);
-        else if (!strcmp(name, "train_images")) WANT_STR(r->train_images);
-        else if (!strcmp(name, "train_labels")) WANT_STR(r->train_labels);
-        else if (!strcmp(name, "test_images")) WANT_STR(r->test_images);
-        else if (!strcmp(name, "test_labels")) WANT_STR(r->test_labels);
-        else if (!strcmp(name, "limit")) WANT_INT(r->limit, 0, "a sample count >= 0");
-        else if (!strcmp(name, "test_limit")) WANT_INT(r->test_limit, 0, "a sample count >= 0");
-        else if (!strcmp(name, "workers")) {
-            WANT_INT(r->workers, 0, "a thread count >= 0");
-            if (r->workers > 256) return fail(c, "data.workers: expected a thread count in [0, 256], got '%s'", value);
-        }
-        else if (!strcmp(name, "crop_padding")) WANT_INT(r->transforms.crop_padding, 0, "padding >= 0");
-        else if (!strcmp(name, "hflip")) WANT_BOOL(r->transforms.hflip);
-        else if (!strcmp(name, "normalize")) {
-            double v[2];
-            if (parse_list(value, v, 2) != 2 || !(v[1] > 0) || !(fabs(v[0]) < 1e30 && v[1] < 1e30))
-                return fail(c, "data.normalize: expected 'MEAN STD' with 0 < STD < 1e30 and |MEAN| < 1e30, got '%s'", value);
-            r->transforms.normalize_channels = 1;
-            r->transforms.mean[0] = (float)v[0];
-            r->transforms.std[0] = (float)v[1];
-        } else return fail(c, "unknown key '%s' in [data] (expected dataset, path, train_images, train_labels, "
-                              "test_images, test_labels, limit, test_limit, workers, normalize, crop_padding, hflip)", name);
+        return data_key(c, r, section, name, value);
     } else if (!strcmp(section, "model")) {
         if (!strcmp(name, "input")) {
             double v[FM_MAX_DIMS - 1];
@@ -182,6 +192,13 @@ static int handler(void *user, const char *section, const char *name, const char
             if (!*value) return fail(c, "model.layer: expected a layer, e.g. 'linear 10'");
             if (strlen(value) >= sizeof r->layers[0].spec)
                 return fail(c, "model.layer: longer than %d characters: '%.40s...'", (int)sizeof r->layers[0].spec - 1, value);
+            /* an embedding looks up token ids, which only the data give: a layer before it turns them into
+             * floats (the lookup would fail at the first batch, or an export would take a float input) */
+            size_t kl = strcspn(value, " \t");
+            if (r->n_layers > 0 && kl == 9 && !strncmp(value, "embedding", 9))
+                return fail(c, "layer '%s' comes after %d other layer%s, but an embedding takes the token ids of "
+                            "the data and only the first layer gets them: make it the first 'layer =' line (after "
+                            "a layer the values are vectors, not ids)", value, r->n_layers, r->n_layers == 1 ? "" : "s");
             fm_recipe_layer *l = &r->layers[r->n_layers++];
             snprintf(l->spec, sizeof l->spec, "%s", value);
             l->line = c->src.line;
@@ -307,6 +324,11 @@ fm_status fm_recipe_parse(const char *text, const char *path, fm_recipe *r) {
         fm_recipe_free(r);
         return fm_set_error(FM_ERR_FORMAT, "%s: dataset = idx needs train_images and train_labels in [data]", r->path);
     }
+    if (!strcmp(r->dataset, "csv") && !r->train_csv[0]) {
+        fm_recipe_free(r);
+        return fm_set_error(FM_ERR_FORMAT, "%s: dataset = csv needs train_csv in [data] (and test_csv for the test set)",
+                            r->path);
+    }
     r->sched.base_lr = r->optim.lr;
     return FM_OK;
 }
@@ -423,6 +445,44 @@ static const char *layer_args_misfit(const char *kind, const layer_args *a, char
         }
     }
     return NULL;
+}
+
+int64_t fm_recipe_token_vocab(const fm_recipe *r) {
+    if (!r || r->n_layers < 1 || strncmp(r->layers[0].spec, "embedding", 9) ||
+        (r->layers[0].spec[9] != ' ' && r->layers[0].spec[9] != '\t'))
+        return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(r->layers[0].spec + 10, &end); /* checked as a whole number when the model is built */
+    return errno == 0 && v >= 1 && v <= INT_MAX && v == floor(v) ? (int64_t)v : 0;
+}
+
+fm_tensor *fm_recipe_token_ids(const fm_recipe *r, fm_tensor *x, const char *what) {
+    const int64_t V = fm_recipe_token_vocab(r);
+    if (!V || !x) {
+        fm_set_error(FM_ERR_INVALID, "%s: %s", what, !x ? "no data" : "the recipe's first layer is no embedding: it takes "
+                     "no token ids");
+        return NULL;
+    }
+    fm_tensor *h = fm_tensor_to(x, FM_CPU), *c = h ? fm_contiguous(h) : NULL;
+    fm_tensor *out = c ? fm_tensor_empty(c->ndim, c->shape, FM_I64, FM_CPU) : NULL;
+    fm_tensor_release(h);
+    if (!out) { fm_tensor_release(c); return NULL; }
+    int64_t n = fm_tensor_numel(c), per = c->ndim > 1 ? n / (c->shape[0] ? c->shape[0] : 1) : 1;
+    int64_t *d = fm_tensor_data(out);
+    for (int64_t i = 0; i < n; i++) {
+        double v = fm_tensor_get(c, i);
+        if (!(v >= 0 && v < (double)V && v == floor(v))) { /* the range first: no cast of a value out of it */
+            fm_set_error(FM_ERR_INVALID, "%s: sample %" PRId64 ", position %" PRId64 ": %.17g is not a token id of "
+                         "layer '%s' (whole numbers in [0, %" PRId64 "); the recipe's first layer looks ids up in a "
+                         "table of %" PRId64 " rows)", what, i / per, i % per, v, r->layers[0].spec, V, V);
+            fm_tensor_release_n(2, c, out);
+            return NULL;
+        }
+        d[i] = (int64_t)v;
+    }
+    fm_tensor_release(c);
+    return out;
 }
 
 int fm_recipe_num_blocks(const fm_recipe *r) {

@@ -49,9 +49,59 @@ static double now_s(void) {
 
 /* ---------------- data ---------------- */
 
+/* dataset = csv: the file's rows, the label column (by header name or number; default the last) as
+ * the labels. */
+static fm_dataset *csv_dataset(const fm_recipe *r, const char *path) {
+    fm_csv_options co;
+    fm_csv_options_init(&co);
+    co.label_index = -1;
+    const char *lc = r->label_column;
+    if (lc[0]) {
+        char *end;
+        errno = 0;
+        long v = strtol(lc, &end, 10);
+        if (errno == 0 && end != lc && !*end && v >= INT_MIN + 1 && v <= INT_MAX) co.label_index = (int)v;
+        else co.label_name = lc;
+    }
+    fm_tensor *x = NULL, *y = NULL;
+    if (fm_csv_read(path, &co, &x, &y) != FM_OK) return NULL;
+    fm_dataset *d = fm_dataset_from_tensors(x, y);
+    fm_tensor_release_n(2, x, y);
+    return d;
+}
+
+/* A recipe whose first layer is an embedding takes token ids: the data's values, checked and made
+ * I64 (images are refused: they are floats, and their transforms are for images). Takes over d. */
+static fm_dataset *token_dataset(const fm_recipe *r, fm_dataset *d, const char *path) {
+    const fm_transforms *tf = &r->transforms;
+    fm_tensor *ids = NULL;
+    if (strcmp(r->dataset, "csv"))
+        fm_set_error(FM_ERR_INVALID, "%s: the first layer, '%s', takes token ids, but dataset = %s gives images "
+                     "(floats): give the ids as a table with dataset = csv, train_csv, test_csv and label_column in "
+                     "[data]", r->path, r->layers[0].spec, r->dataset);
+    else if (tf->normalize_channels || tf->crop_padding || tf->hflip)
+        fm_set_error(FM_ERR_INVALID, "%s: normalize, crop_padding and hflip are image transforms, but the first layer, "
+                     "'%s', takes token ids: remove them from [data]", r->path, r->layers[0].spec);
+    else
+        ids = fm_recipe_token_ids(r, fm_dataset_x(d), path);
+    fm_dataset *out = ids ? fm_dataset_from_tensors(ids, fm_dataset_y(d)) : NULL;
+    fm_tensor_release(ids);
+    fm_dataset_release(d);
+    return out;
+}
+
 fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const char *data_dir) {
     fm_dataset *d = NULL;
-    if (!strcmp(r->dataset, "idx") && !data_dir) {
+    const char *what = r->path;
+    if (!strcmp(r->dataset, "csv")) {
+        const char *p = data_dir ? data_dir : split == FM_SPLIT_TRAIN ? r->train_csv : r->test_csv;
+        if (!p[0]) {
+            fm_set_error(FM_ERR_INVALID, "%s: no %s set (give %s in [data])", r->path,
+                         split == FM_SPLIT_TRAIN ? "training" : "test", split == FM_SPLIT_TRAIN ? "train_csv" : "test_csv");
+            return NULL;
+        }
+        d = csv_dataset(r, what = p);
+    } else if (!strcmp(r->dataset, "idx") && !data_dir) {
         const char *im = split == FM_SPLIT_TRAIN ? r->train_images : r->test_images;
         const char *lb = split == FM_SPLIT_TRAIN ? r->train_labels : r->test_labels;
         if (!im[0] || !lb[0]) {
@@ -72,7 +122,7 @@ fm_dataset *fm_recipe_dataset(const fm_recipe *r, fm_data_split split, const cha
         fm_dataset_release(d);
         d = s;
     }
-    return d;
+    return d && fm_recipe_token_vocab(r) > 0 ? token_dataset(r, d, what) : d;
 }
 
 static fm_status check_input_shape(const fm_recipe *r, fm_dataset *d) {

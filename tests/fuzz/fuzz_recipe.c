@@ -7,7 +7,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = fuzz_text(data, size);
     fm_recipe r;
-    if (fm_recipe_parse(text, "fuzz.ini", &r) == FM_OK) fm_recipe_free(&r);
+    if (fm_recipe_parse(text, "fuzz.ini", &r) == FM_OK) {
+        (void)fm_recipe_token_vocab(&r); /* the first layer's table size, read back from its text */
+        fm_recipe_free(&r);
+    }
     fm_clear_error();
     free(text);
     fm_gpt_recipe g;
