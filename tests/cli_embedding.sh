@@ -7,14 +7,14 @@
 # train (no window crosses a block).
 # Checked: the training loss falls (first epoch's mean against the last's, and below ln 4),
 # the held-out test loss is below ln 4 and the test accuracy beats always answering the
-# commonest class by 6 points or more; a run stopped mid-epoch and
-# resumed ends bitwise equal to the straight run; `fathom eval` gives the trainer's test
-# accuracy; `fathom predict` takes ids as .csv and .npy; `fathom compile`'s graph gives the
-# same accuracy and predictions; `fathom export` writes an ONNX file
-# that onnx.checker accepts and ONNX Runtime runs within 1e-5 of fathom (the exported file
-# through `fathom run`, the trained model through `fathom predict`'s probabilities, and
-# numpy's own forward on the saved weights); bad ids and a recipe that cannot take ids are
-# refused with the file, sample and position. Skipped (77) without the license texts.
+# commonest class by 6 points or more; a run stopped mid-epoch and resumed, and a run on the
+# checked test device, end bitwise equal to the straight run; `fathom eval` gives the
+# trainer's test accuracy; `fathom predict` takes ids as .csv and .npy; `fathom compile`'s
+# graph gives the same accuracy and predictions; `fathom export` writes an ONNX file that
+# onnx.checker accepts and ONNX Runtime runs within 1e-5 of fathom (the exported file through
+# `fathom run`, the trained model through `fathom predict`'s probabilities, and numpy's own
+# forward on the saved weights); bad ids and a recipe that cannot take ids are refused with
+# the file, sample and position. Skipped (77) without the license texts.
 set -uo pipefail
 . "$(dirname "$0")/cli_lib.sh"
 bin=$1
@@ -83,6 +83,14 @@ if "$bin" train "$tmp/lic.ini" --resume "$tmp/r" --no-eval --threads 2 --quiet >
   ok "stopped at step 40 and resumed: model.safetensors equal to the straight run's"
 else
   bad "resume: $(cat "$tmp/resume.err"); the models differ or one is missing"
+fi
+
+# ---- the checked test device (docs/DEVICES.md): ids staged to a device, the CPU's model bit for bit ----
+if "$bin" train "$tmp/lic.ini" --out "$tmp/dev" --device check --no-eval --threads 2 --quiet > /dev/null 2> "$tmp/dev.err" &&
+   cmp -s "$tmp/m/model.safetensors" "$tmp/dev/model.safetensors"; then
+  ok "--device check: model.safetensors equal to the CPU run's"
+else
+  bad "--device check: $(cat "$tmp/dev.err"); the models differ or one is missing"
 fi
 
 # ---- eval and predict ----
