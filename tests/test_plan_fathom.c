@@ -218,6 +218,36 @@ static void test_runs(void) {
         c.train = args;
         check_config(&c, "Llama GQA (char tokens) bf16 blocks accum 2");
     }
+    /* a token-id classifier (dataset = csv, an embedding first): the step takes I64 ids and the
+     * resident tables are what the trainer's CSV reader made of them (before, the plan fed the
+     * embedding f32 inputs and failed, and assumed 60,000 samples of f32) */
+    char emb[300], csv[2][300];
+    snprintf(emb, sizeof emb, "%s/emb.ini", g_tmp);
+    for (int s = 0; s < 2; s++) {
+        snprintf(csv[s], sizeof csv[s], "%s/%s.csv", g_tmp, s ? "test" : "train");
+        FILE *t = fopen(csv[s], "w");
+        CHECK(t != NULL);
+        if (!t) return;
+        fprintf(t, "a,b,c,d,e,f,label\n");
+        uint32_t h = 12345u + (uint32_t)s;
+        for (int i = 0; i < (s ? 57 : 401); i++) {
+            for (int k = 0; k < 6; k++) { h = h * 1664525u + 1013904223u; fprintf(t, "%u,", (h >> 8) % 50u); }
+            fprintf(t, "%d\n", i % 3);
+        }
+        fclose(t);
+    }
+    if ((f = fopen(emb, "w"))) {
+        fprintf(f, "[data]\ndataset = csv\ntrain_csv = %s\ntest_csv = %s\nlabel_column = label\n[model]\ninput = 6\n"
+                   "layer = embedding 50 8\nlayer = flatten\nlayer = linear 16\nlayer = relu\nlayer = linear 3\n"
+                   "[train]\nepochs = 1\nbatch = 16\nseed = 1\n[optimizer]\nname = adamw\nlr = 0.01\n", csv[0], csv[1]);
+        fclose(f);
+        config c;
+        fm_plan_run_defaults(&c.o);
+        c.recipe = emb;
+        snprintf(args, sizeof args, "--out %s/emb", g_tmp);
+        c.train = args;
+        check_config(&c, "token-id classifier (csv, embedding) batch 16");
+    }
     CHECK_MSG(g_ran >= 5, "only %d configurations ran; the issue asks for at least 5", g_ran);
 }
 

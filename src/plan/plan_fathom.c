@@ -150,11 +150,34 @@ static int loader_slots(int workers) {
     return 2 * workers < 4 ? 4 : 2 * workers;
 }
 
+/* dataset = csv: the tables are read by the trainer's own reader (fm_recipe_dataset: the rows, a
+ * header or not, token ids as I64 for an embedding-first recipe, each id checked), since neither the
+ * row count nor the dtypes can be told from the file's size; what stays resident is its tensors. */
+static fm_status csv_data(const fm_recipe *r, const fm_plan_run_opts *o, int64_t B, double *data, double *slot) {
+    size_t d = 0, per_x = 0, per_y = 0;
+    for (int test = 0; test <= (o->eval ? 1 : 0); test++) {
+        fm_dataset *ds = fm_recipe_dataset(r, test ? FM_SPLIT_TEST : FM_SPLIT_TRAIN, NULL);
+        if (!ds) return fm_last_status();
+        fm_tensor *x = fm_dataset_x(ds), *y = fm_dataset_y(ds);
+        int64_t n = fm_dataset_size(ds);
+        d += fm_cpu_block_size(fm_tensor_nbytes(x)) + (y ? fm_cpu_block_size(fm_tensor_nbytes(y)) : 0);
+        if (!test && n > 0) {
+            per_x = fm_tensor_nbytes(x) / (size_t)n;
+            per_y = y ? fm_tensor_nbytes(y) / (size_t)n : 0;
+        }
+        fm_dataset_release(ds);
+    }
+    *slot = (double)(fm_cpu_block_size((size_t)B * per_x) + fm_cpu_block_size((size_t)B * per_y));
+    *data = (double)d + loader_slots(r->workers) * *slot;
+    return FM_OK;
+}
+
 /* Bytes on the host outside the step, before the trainer resets its peak: the
  * data sets (u8 idx images become f32 [N, C, H, W], labels i64; the test split
  * too unless --no-eval) and the loader's batch buffers; each an allocator block. */
 static fm_status host_data(const fm_recipe *r, const fm_plan_run_opts *o, int64_t B, fm_plan_run *out, double *data,
                            double *slot) {
+    if (!strcmp(r->dataset, "csv")) return csv_data(r, o, B, data, slot);
     int64_t n_train = split_samples(r, 0, out->notes, sizeof out->notes);
     int64_t n_test = o->eval ? split_samples(r, 1, out->notes, sizeof out->notes) : 0;
     if (n_train < 0 || n_test < 0)

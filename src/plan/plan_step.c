@@ -163,7 +163,9 @@ static fm_tensor *seq_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
 static fm_status seq_steps(seq_run *u, fm_train_step *ts, const plan_step_opts *o, watch *w, plan_step_mem *out) {
     int64_t xs[FM_MAX_DIMS + 1] = {o->batch};
     memcpy(xs + 1, u->r->input_shape, sizeof(int64_t) * (size_t)u->r->input_ndim);
-    fm_tensor *x = fm_tensor_zeros(u->r->input_ndim + 1, xs, FM_F32, o->dev);
+    /* an embedding-first recipe takes I64 token ids (zeros are ids), any other f32 */
+    fm_dtype xt = fm_recipe_token_vocab(u->r) > 0 ? FM_I64 : FM_F32;
+    fm_tensor *x = fm_tensor_zeros(u->r->input_ndim + 1, xs, xt, o->dev);
     fm_tensor *y = x ? fm_tensor_zeros(1, (int64_t[]){o->batch}, FM_I64, o->dev) : NULL;
     fm_status st = y ? FM_OK : fm_last_status();
     out->batch = bytes_of(x) + bytes_of(y);
