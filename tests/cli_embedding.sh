@@ -183,4 +183,11 @@ sed 1d "$tmp/test.csv" | head -3 > "$tmp/with_label.csv"
 expect 1 "with_label.csv: 33 columns, but the model takes 32 values per sample" "$bin" predict "$tmp/m" "$tmp/with_label.csv"
 { seq -s, 1 31 | tr -d '\n'; echo ,256; } > "$tmp/big.csv"
 expect 1 "big.csv: sample 0, position 31: 256 is not a token id" "$bin" predict "$tmp/m" "$tmp/big.csv"
+# summary: the input is I64 token ids (8 bytes each), not f32 (it said half: 4 bytes)
+ib=$("$bin" summary "$tmp/lic.ini" --json 2> /dev/null | "$py" -c 'import json, sys; j = json.load(sys.stdin); print(int(j["input_bytes"]), j["input_shape"][0] * j["input_shape"][1] * 8)')
+set -- $ib
+[ -n "$ib" ] && [ "$1" = "$2" ] && ok "fathom summary sizes the input as I64 ids ($1 bytes)" || bad "fathom summary input_bytes: '$ib' (bytes, batch x 32 x 8)"
+# the planner runs the step on I64 ids and reads the CSV tables as the trainer does
+"$bin" plan --model "$tmp/lic.ini" --json > "$tmp/plan.json" 2> "$tmp/plan.err" && ok "fathom plan of the embedding recipe" ||
+  bad "fathom plan of the embedding recipe: $(cat "$tmp/plan.err")"
 cli_end cli_embedding

@@ -168,7 +168,10 @@ fm_status fm_model_summarize(fm_module *m, int ndim, const int64_t *in_shape, fm
         out->total_flops += r->flops;
         out->act_bytes += r->act_bytes;
     }
-    out->input_bytes = (double)numel(ndim, in_shape) * (double)elt;
+    /* a model that starts with an embedding takes token ids, I64 as the trainers feed them */
+    fm_module *first = fm_module_get_kind(m) == FM_MOD_SEQUENTIAL && fm_module_num_children(m) > 0 ? fm_module_child(m, 0) : m;
+    size_t in_elt = fm_module_get_kind(first) == FM_MOD_EMBEDDING ? fm_dtype_size(FM_I64) : elt;
+    out->input_bytes = (double)numel(ndim, in_shape) * (double)in_elt;
     out->buffer_bytes = (double)out->buffer_elems * (double)elt;
     return FM_OK;
 }
