@@ -113,12 +113,18 @@ static int conv2d_fused_forward(void) {
         {2, 3, 10, 10, 8, 3, 1, 1, 1, 1, 1, 3, NC, FM_F32},
         {2, 3, 10, 11, 8, 3, 1, 1, 1, 1, 1, 2, FM_NHWC, FM_F32},
         {2, 3, 10, 11, 8, 3, 1, 1, 1, 1, 1, 2, NC, FM_F64},
+        /* AVX2's lanes kernel, the epilogue's short runs (a channel's outputs in a task < 8: lane by lane) */
+        {2, 3, 4, 4, 10, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},  /* 2x2 pooled: one run of 4 */
+        {1, 2, 2, 3, 9, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},   /* 2x3, no pool: one row pair, a run of 6 */
+        {2, 6, 14, 10, 16, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* 7x5 pooled: groups of 2, 2 and 3 row pairs (10, 10, 15) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
     check_case(&cases[2], 98, true);
     check_case(&cases[18], 97, true);
     check_case(&cases[9], 96, true); /* lanes: NaN through the input-channel passes */
+    check_case(&cases[20], 95, true); /* lanes: NaN through a short run */
+    check_case(&cases[22], 94, true); /* lanes: NaN through a group of row pairs */
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
     fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);

@@ -130,8 +130,9 @@ static fm_status run_lanes(const fm_op_call *c) {
     if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
     d.xp = fm_tensor_data(xp), d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
-    const int64_t tasks = fm_conv_lanes_tasks(&d), cols = d.pool ? 2 * d.Wy : d.Wo;
-    const int64_t work = 2 * per * 8 * FM_CONV_LANES_NV * (cols < FM_CONV_LANES_COLS ? cols : FM_CONV_LANES_COLS);
+    fm_conv_lanes_plan(&d);
+    const int64_t tasks = fm_conv_lanes_tasks(&d), cols = fm_conv_lanes_cols(&d), pairs = fm_conv_lanes_pairs(&d);
+    const int64_t work = 2 * per * 8 * FM_CONV_LANES_NV * (cols < FM_CONV_LANES_COLS ? cols : FM_CONV_LANES_COLS) * pairs / d.ngroups;
     fm_parallel_for(tasks, grain_for(tasks, work / 4), lanes_rows, &d);
     fm_tensor_release_n(2, xp, wp);
     return FM_OK;

@@ -12,21 +12,31 @@
  * accumulators and their 3 + 1 operands in the 16 registers (measured on Zen 3:
  * 85-92 GFLOP/s in L1, against 54 for 12-accumulator shapes that spilled).
  *
- * A task is one sample, one block of up to 4 channel vectors, one pair of
- * output rows and up to FM_CONV_LANES_COLS columns: each row's sums go to a
- * small buffer [columns][block width] (L1), the input channels in passes of
- * `cc` so that a pass's weights stay in L1, and then bias, ReLU and the 2x2 max
- * pool run on the buffer and the results are stored to NCHW. The input is the
- * zero-padded copy of conv_direct.h ([N][C][Hp][WS], WS >= Wo + kW - 1), so the
- * inner loop has no bounds checks. Weights are packed by fm_conv_lanes_pack:
- * O rounded up to vectors of 8 (zeros past O), in blocks of up to 4 vectors,
- * each block [C][kH][kW][block width] from its first vector times 8*C*kH*kW. */
+ * A task is one sample, one block of up to 4 channel vectors, a group of
+ * output row pairs and up to FM_CONV_LANES_COLS columns. The task's output
+ * pixels (its rows' columns, row after row) are cut into groups of 3 that may
+ * span two rows, so a 14-wide row pair is 9 groups of 3 and one of 1 rather
+ * than 8 of 3 and 2 of 2 (a 2-pixel group has 8 accumulators, too few to hide
+ * the FMA latency). Their sums go to a buffer [pixel][block width] (L1), the
+ * input channels in passes of `cc` so that a pass's weights stay in L1; then
+ * the 2x2 max pool, bias and ReLU run on the buffer in place, and the results
+ * go to NCHW 8 positions at a time through an 8x8 register transpose (one
+ * vector store per channel instead of 8 scalar ones per position). A group of
+ * row pairs is as many as make each channel's run of outputs at least 8 long
+ * (when a row is one column chunk, a task's outputs of one channel are one
+ * contiguous run), so fashion-cnn's 7-wide 32->64 layer takes 2-3 pairs a task.
+ * The input is the zero-padded copy of conv_direct.h ([N][C][Hp][WS],
+ * WS >= Wo + kW - 1), so the inner loop has no bounds checks. Weights are
+ * packed by fm_conv_lanes_pack: O rounded up to vectors of 8 (zeros past O), in
+ * blocks of up to 4 vectors, each block [C][kH][kW][block width] from its
+ * first vector times 8*C*kH*kW. */
 #ifndef FATHOM_CONV_LANES_H
 #define FATHOM_CONV_LANES_H
 #include <stdint.h>
 
 #define FM_CONV_LANES_NV 4    /* channel vectors per block */
 #define FM_CONV_LANES_COLS 48 /* output columns per task (even) */
+#define FM_CONV_LANES_PIX 96  /* most conv output pixels per task (the buffer) */
 
 typedef struct fm_conv_lanes {
     const float *xp;   /* padded input [N][C][Hp][WS] */
@@ -36,6 +46,7 @@ typedef struct fm_conv_lanes {
     int64_t N, C, O, KH, KW, Hp, WS, Ho, Wo, Hy, Wy;
     int relu, pool;    /* pool: 0 none, 2: 2x2 stride 2 */
     int64_t cc;        /* input channels per pass */
+    int64_t ngroups;   /* row-pair groups per sample (fm_conv_lanes_plan) */
 } fm_conv_lanes;
 
 /* Vectors of 8 channels, and blocks of up to FM_CONV_LANES_NV of them. */
@@ -58,12 +69,26 @@ static inline void fm_conv_lanes_pack(const float *w, float *wp, int64_t O, int6
     }
 }
 
-/* The column chunks of an output row pair, and the tasks: N x row pairs x
- * chunks x blocks, in that order (a pair's input rows stay in L1 while the
- * blocks' weights stream through). */
+/* Row pairs (pooled rows, or pairs of conv rows), column chunks and columns of a chunk. */
+static inline int64_t fm_conv_lanes_pairs(const fm_conv_lanes *d) { return d->pool == 2 ? d->Hy : (d->Ho + 1) / 2; }
+static inline int64_t fm_conv_lanes_cols(const fm_conv_lanes *d) { return d->pool == 2 ? 2 * d->Wy : d->Wo; }
+static inline int64_t fm_conv_lanes_chunks(const fm_conv_lanes *d) { return (fm_conv_lanes_cols(d) + FM_CONV_LANES_COLS - 1) / FM_CONV_LANES_COLS; }
+
+/* Sets d->ngroups from the geometry: G pairs per group so that a channel's run of
+ * outputs in a task is >= 8 long where one chunk spans the row, fewer where the
+ * buffer would overflow (a group holds G to 2G - 1 pairs). */
+static inline void fm_conv_lanes_plan(fm_conv_lanes *d) {
+    const int64_t pairs = fm_conv_lanes_pairs(d), cols = fm_conv_lanes_cols(d), nchunk = fm_conv_lanes_chunks(d);
+    const int64_t nc = nchunk == 1 ? cols : FM_CONV_LANES_COLS, per_pair = d->pool == 2 ? nc / 2 : 2 * nc;
+    int64_t G = nchunk == 1 && per_pair > 0 && per_pair < 8 ? (8 + per_pair - 1) / per_pair : 1;
+    while (G > 1 && (2 * G - 1) * 2 * nc > FM_CONV_LANES_PIX) G--;
+    d->ngroups = pairs / G < 1 ? 1 : pairs / G;
+}
+
+/* The tasks: N x pair groups x chunks x blocks, in that order (a group's input
+ * rows stay in L1 while the blocks' weights stream through). */
 static inline int64_t fm_conv_lanes_tasks(const fm_conv_lanes *d) {
-    const int64_t pairs = d->pool == 2 ? d->Hy : (d->Ho + 1) / 2, cols = d->pool == 2 ? 2 * d->Wy : d->Wo;
-    return d->N * pairs * ((cols + FM_CONV_LANES_COLS - 1) / FM_CONV_LANES_COLS) * fm_conv_lanes_blocks(d->O);
+    return d->N * d->ngroups * fm_conv_lanes_chunks(d) * fm_conv_lanes_blocks(d->O);
 }
 
 /* Runs tasks [begin, end). Call only when fm_cpu_use_avx2() is true. */

@@ -7,31 +7,35 @@
 
 enum { NVMAX = FM_CONV_LANES_NV, GCMAX = 3 };
 
-/* One row's sums at GC adjacent output columns for NV channel vectors, over the
- * input channels [0, cc) of a pass: x at the pass's first channel, the row's
- * first tap row and the first column; w at the pass's weights; buf at the first
- * column ([column][NV*8]), loaded first unless `first`. KWC: kW when it is a
- * compile-time constant, else 0 (kw from the argument). Inlined into the
- * instances below with constant NV, GC and KWC, so the loops unroll and the
- * NV*GC accumulators, GC broadcasts and one weight vector stay in registers. */
-static inline __attribute__((always_inline)) void group(const int NV, const int GC, const int64_t KWC, const float *x, int64_t WS,
-                                                        int64_t HpWS, const float *w, int64_t cc, int64_t KH, int64_t kw_arg,
-                                                        float *buf, int first) {
+/* The sums at GC output pixels for NV channel vectors, over the input channels
+ * [0, cc) of a pass: pixel p reads the input at x + off[p] (x at the pass's
+ * first channel, the task's first row and column; off[p] = row * WS + column,
+ * so the pixels of a group may lie in two rows); w at the pass's weights; buf at
+ * the group's first pixel ([pixel][NV*8]), loaded first unless `first`. KWC: kW
+ * when it is a compile-time constant, else 0 (kw from the argument). Inlined
+ * into the instances below with constant NV, GC and KWC, so the loops unroll and
+ * the NV*GC accumulators, GC broadcasts and one weight vector stay in registers. */
+static inline __attribute__((always_inline)) void group(const int NV, const int GC, const int64_t KWC, const float *x,
+                                                        const int64_t *off, int64_t WS, int64_t HpWS, const float *w,
+                                                        int64_t cc, int64_t KH, int64_t kw_arg, float *buf, int first) {
     __m256 acc[NVMAX][GCMAX];
     const int64_t KW = KWC ? KWC : kw_arg;
+    const float *xp[GCMAX];
+#pragma GCC unroll 3
+    for (int p = 0; p < GC; p++) xp[p] = x + off[p];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++)
 #pragma GCC unroll 3
         for (int p = 0; p < GC; p++) acc[j][p] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(buf + p * NV * 8 + 8 * j);
-    for (int64_t ic = 0; ic < cc; ic++, x += HpWS)
+    for (int64_t ic = 0; ic < cc; ic++)
         for (int64_t kh = 0; kh < KH; kh++, w += KW * NV * 8) {
-            const float *xr = x + kh * WS;
+            const int64_t ro = ic * HpWS + kh * WS;
 #pragma GCC unroll 8
             for (int64_t kw = 0; kw < KW; kw++) {
                 const float *wk = w + kw * NV * 8;
                 __m256 xv[GCMAX];
 #pragma GCC unroll 3
-                for (int p = 0; p < GC; p++) xv[p] = _mm256_broadcast_ss(xr + kw + p);
+                for (int p = 0; p < GC; p++) xv[p] = _mm256_broadcast_ss(xp[p] + ro + kw);
 #pragma GCC unroll 4
                 for (int j = 0; j < NV; j++) {
                     const __m256 wv = _mm256_loadu_ps(wk + 8 * j);
@@ -46,14 +50,16 @@ static inline __attribute__((always_inline)) void group(const int NV, const int 
         for (int p = 0; p < GC; p++) _mm256_storeu_ps(buf + p * NV * 8 + 8 * j, acc[j][p]);
 }
 
-typedef void (*group_fn)(const float *x, int64_t WS, int64_t HpWS, const float *w, int64_t cc, int64_t KH, int64_t KW, float *buf, int first);
+typedef void (*group_fn)(const float *x, const int64_t *off, int64_t WS, int64_t HpWS, const float *w, int64_t cc, int64_t KH,
+                         int64_t KW, float *buf, int first);
 
-#define GROUP(NV, GC, KWC, name)                                                                                                       \
-    static void name(const float *x, int64_t WS, int64_t HpWS, const float *w, int64_t cc, int64_t KH, int64_t KW, float *buf, int first) { \
-        group(NV, GC, KWC, x, WS, HpWS, w, cc, KH, KW, buf, first);                                                                    \
+#define GROUP(NV, GC, KWC, name)                                                                                       \
+    static void name(const float *x, const int64_t *off, int64_t WS, int64_t HpWS, const float *w, int64_t cc,          \
+                     int64_t KH, int64_t KW, float *buf, int first) {                                                   \
+        group(NV, GC, KWC, x, off, WS, HpWS, w, cc, KH, KW, buf, first);                                                \
     }
-#define GROUPS(NV)                                                                                                                     \
-    GROUP(NV, 3, 3, g##NV##_3_k3) GROUP(NV, 2, 3, g##NV##_2_k3) GROUP(NV, 1, 3, g##NV##_1_k3)                                          \
+#define GROUPS(NV)                                                                                                     \
+    GROUP(NV, 3, 3, g##NV##_3_k3) GROUP(NV, 2, 3, g##NV##_2_k3) GROUP(NV, 1, 3, g##NV##_1_k3)                          \
     GROUP(NV, 3, 0, g##NV##_3_kn) GROUP(NV, 2, 0, g##NV##_2_kn) GROUP(NV, 1, 0, g##NV##_1_kn)
 GROUPS(1)
 GROUPS(2)
@@ -71,57 +77,99 @@ static inline __m256 nanmax(__m256 a, __m256 b) {
     return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
 
-/* The 8 lanes of v to p[0], p[stride], ... (the first n of them). */
-static inline void scatter(float *p, int64_t stride, __m256 v, int64_t n) {
-    float t[8];
-    _mm256_storeu_ps(t, v);
-    for (int64_t l = 0; l < n; l++) p[l * stride] = t[l];
+/* r[k] (position k, lane = channel) -> r[l] (channel l, lane = position). */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int k = 0; k < 8; k += 2) t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]), t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    for (int k = 0; k < 8; k += 4) {
+        s[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44), s[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+        s[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44), s[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int l = 0; l < 4; l++) r[l] = _mm256_permute2f128_ps(s[l], s[l + 4], 0x20), r[l + 4] = _mm256_permute2f128_ps(s[l], s[l + 4], 0x31);
+}
+
+/* One channel vector's run of L outputs: position k's 8 channels at src + k *
+ * stride, channel l's run at y + l * HW (nl channels). Runs of 8 or more go 8
+ * positions at a time, the last 8 overlapping the one before (the same values
+ * written twice by this task); shorter ones lane by lane. */
+static void store_run(float *y, int64_t HW, const float *src, int64_t stride, int64_t L, int64_t nl) {
+    if (L < 8) {
+        for (int64_t l = 0; l < nl; l++)
+            for (int64_t k = 0; k < L; k++) y[l * HW + k] = src[k * stride + l];
+        return;
+    }
+    for (int64_t s = 0;; s += 8) {
+        if (s + 8 > L) s = L - 8;
+        __m256 r[8];
+        for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(src + (s + k) * stride);
+        transpose8(r);
+        for (int64_t l = 0; l < nl; l++) _mm256_storeu_ps(y + l * HW + s, r[l]);
+        if (s + 8 == L) break;
+    }
+}
+
+/* The task's sums in buf [pixel][width] -> the pool (into `pooled`; without a
+ * pool in place), bias, ReLU -> NCHW. */
+static void epilogue(const fm_conv_lanes *d, float *buf, float *pooled, int64_t n, int64_t v0, int64_t nv, int64_t p0, int64_t p1,
+                     int64_t nrows, int64_t c0, int64_t nc, int64_t nchunk) {
+    const int64_t width = nv * 8, HW = d->Hy * d->Wy;
+    /* outputs of the task: orows rows of ocols, the first at (orow0, ocol0) */
+    const int64_t orows = d->pool == 2 ? p1 - p0 : nrows, ocols = d->pool == 2 ? nc / 2 : nc;
+    const int64_t orow0 = d->pool == 2 ? p0 : 2 * p0, ocol0 = d->pool == 2 ? c0 / 2 : c0;
+    for (int64_t j = 0; j < nv; j++) {
+        const int64_t o0 = (v0 + j) * 8, nl = d->O - o0 < 8 ? d->O - o0 : 8;
+        float bt[8] = {0};
+        if (d->bias) memcpy(bt, d->bias + o0, sizeof(float) * (size_t)nl);
+        const __m256 bv = _mm256_loadu_ps(bt), zero = _mm256_setzero_ps();
+        float *bj = buf + 8 * j, *oj = d->pool == 2 ? pooled + 8 * j : bj; /* without a pool, in place */
+        for (int64_t r = 0; r < orows; r++)
+            for (int64_t q = 0; q < ocols; q++) {
+                __m256 m;
+                if (d->pool == 2) { /* bias and ReLU commute with the max: pool, then bias, ReLU */
+                    const float *a = bj + (2 * r * nc + 2 * q) * width, *b = a + nc * width;
+                    m = nanmax(nanmax(_mm256_loadu_ps(a), _mm256_loadu_ps(a + width)), nanmax(_mm256_loadu_ps(b), _mm256_loadu_ps(b + width)));
+                } else
+                    m = _mm256_loadu_ps(bj + (r * nc + q) * width);
+                m = _mm256_add_ps(m, bv);
+                if (d->relu) m = _mm256_max_ps(zero, m);
+                _mm256_storeu_ps(oj + (r * ocols + q) * width, m);
+            }
+        float *yb = d->y + (n * d->O + o0) * HW;
+        if (nchunk == 1) /* the task's rows are whole rows: one run per channel */
+            store_run(yb + orow0 * d->Wy, HW, oj, width, orows * ocols, nl);
+        else
+            for (int64_t r = 0; r < orows; r++) store_run(yb + (orow0 + r) * d->Wy + ocol0, HW, oj + r * ocols * width, width, ocols, nl);
+    }
 }
 
 void fm_conv_lanes_rows_avx2(const fm_conv_lanes *d, int64_t begin, int64_t end) {
     const int64_t nvec = fm_conv_lanes_vectors(d->O), nblk = fm_conv_lanes_blocks(d->O);
-    const int64_t per = d->C * d->KH * d->KW, HW = d->Hy * d->Wy, HpWS = d->Hp * d->WS;
-    const int64_t cols = d->pool == 2 ? 2 * d->Wy : d->Wo, nchunk = (cols + FM_CONV_LANES_COLS - 1) / FM_CONV_LANES_COLS;
-    const int64_t pairs = d->pool == 2 ? d->Hy : (d->Ho + 1) / 2;
+    const int64_t per = d->C * d->KH * d->KW, HpWS = d->Hp * d->WS;
+    const int64_t cols = fm_conv_lanes_cols(d), nchunk = fm_conv_lanes_chunks(d), pairs = fm_conv_lanes_pairs(d);
     const int k3 = d->KW == 3;
-    float buf[2][FM_CONV_LANES_COLS * NVMAX * 8];
+    float buf[FM_CONV_LANES_PIX * NVMAX * 8], pooled[FM_CONV_LANES_PIX / 4 * NVMAX * 8];
     for (int64_t t = begin; t < end; t++) {
-        const int64_t bi = t % nblk, ci = t / nblk % nchunk, pr = t / (nblk * nchunk) % pairs, n = t / (nblk * nchunk * pairs);
+        const int64_t bi = t % nblk, ci = t / nblk % nchunk, gi = t / (nblk * nchunk) % d->ngroups, n = t / (nblk * nchunk * d->ngroups);
         const int64_t v0 = bi * NVMAX, nv = nvec - v0 < NVMAX ? nvec - v0 : NVMAX, width = nv * 8;
         const int64_t c0 = ci * FM_CONV_LANES_COLS, nc = cols - c0 < FM_CONV_LANES_COLS ? cols - c0 : FM_CONV_LANES_COLS;
-        const int64_t oh = 2 * pr, rows = oh + 1 < d->Ho ? 2 : 1;
+        const int64_t p0 = gi * pairs / d->ngroups, p1 = (gi + 1) * pairs / d->ngroups;
+        const int64_t row_end = d->pool == 2 ? 2 * p1 : (2 * p1 < d->Ho ? 2 * p1 : d->Ho), nrows = row_end - 2 * p0;
+        const int64_t npix = nrows * nc;
         for (int64_t ic0 = 0; ic0 < d->C; ic0 += d->cc) {
             const int64_t cc = d->C - ic0 < d->cc ? d->C - ic0 : d->cc;
             const float *w = d->wp + v0 * 8 * per + ic0 * d->KH * d->KW * width;
-            for (int64_t r = 0; r < rows; r++) {
-                const float *x = d->xp + ((n * d->C + ic0) * d->Hp + oh + r) * d->WS + c0;
-                for (int64_t c = 0; c < nc; c += GCMAX) {
-                    const int64_t gc = nc - c < GCMAX ? nc - c : GCMAX;
-                    groups[k3][nv - 1][gc - 1](x + c, d->WS, HpWS, w, cc, d->KH, d->KW, buf[r] + c * width, ic0 == 0);
+            const float *x = d->xp + ((n * d->C + ic0) * d->Hp + 2 * p0) * d->WS + c0;
+            int64_t r = 0, c = 0; /* pixel i's row and column in the task */
+            for (int64_t i = 0; i < npix; i += GCMAX) {
+                const int64_t gc = npix - i < GCMAX ? npix - i : GCMAX;
+                int64_t off[GCMAX] = {0, 0, 0};
+                for (int64_t p = 0; p < gc; p++) {
+                    off[p] = r * d->WS + c;
+                    if (++c == nc) c = 0, r++;
                 }
+                groups[k3][nv - 1][gc - 1](x, off, d->WS, HpWS, w, cc, d->KH, d->KW, buf + i * width, ic0 == 0);
             }
         }
-        for (int64_t j = 0; j < nv; j++) { /* bias and ReLU commute with the max: pool, then bias, ReLU */
-            const int64_t o0 = (v0 + j) * 8, nl = d->O - o0 < 8 ? d->O - o0 : 8;
-            float bt[8] = {0};
-            if (d->bias) memcpy(bt, d->bias + o0, sizeof(float) * (size_t)nl);
-            const __m256 bv = _mm256_loadu_ps(bt), zero = _mm256_setzero_ps();
-            float *yb = d->y + (n * d->O + o0) * HW;
-            if (d->pool == 2)
-                for (int64_t q = 0; q < nc / 2; q++) {
-                    const float *a = buf[0] + 2 * q * width + 8 * j, *b = buf[1] + 2 * q * width + 8 * j;
-                    __m256 m = nanmax(nanmax(_mm256_loadu_ps(a), _mm256_loadu_ps(a + width)), nanmax(_mm256_loadu_ps(b), _mm256_loadu_ps(b + width)));
-                    m = _mm256_add_ps(m, bv);
-                    if (d->relu) m = _mm256_max_ps(zero, m);
-                    scatter(yb + pr * d->Wy + c0 / 2 + q, HW, m, nl);
-                }
-            else
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t q = 0; q < nc; q++) {
-                        __m256 m = _mm256_add_ps(_mm256_loadu_ps(buf[r] + q * width + 8 * j), bv);
-                        if (d->relu) m = _mm256_max_ps(zero, m);
-                        scatter(yb + (oh + r) * d->Wy + c0 + q, HW, m, nl);
-                    }
-        }
+        epilogue(d, buf, pooled, n, v0, nv, p0, p1, nrows, c0, nc, nchunk);
     }
 }
