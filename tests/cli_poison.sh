@@ -123,6 +123,18 @@ divergence_factor = $f"
   fi
 done
 
+# the running minimum is saved with each checkpoint: a run resumed from step 4 (whose loss, 1.3177, is
+# the lowest) stops where the uninterrupted run stops, step 5's 1.4195 being over 1.076 x 1.3177; the
+# minimum restarting from the first resumed loss let the resumed run go to its end (previous binary)
+plain "$tmp/m.ini" "checkpoint_every = 1
+divergence_factor = 1.076"
+whole=$("$bin" train "$tmp/m.ini" --out "$tmp/m-whole" --no-eval 2>&1 | grep -o "the loss diverged: [^;]* at step [0-9]*")
+"$bin" train "$tmp/m.ini" --out "$tmp/m" --no-eval --max-steps 4 > /dev/null 2>&1 || bad "running minimum: the first 4 steps failed"
+resumed=$("$bin" train "$tmp/m.ini" --resume "$tmp/m" --no-eval 2>&1 | grep -o "the loss diverged: [^;]* at step [0-9]*")
+[[ -n $whole && $whole == *"running minimum 1.3177"* && "$resumed" == "$whole" ]] \
+  && echo "ok: plain: a resumed run keeps the loss's running minimum ($resumed)" \
+  || bad "running minimum across a resume: uninterrupted '$whole', resumed '$resumed'"
+
 # ---- plain, fp16: a non-finite loss is the loss scaler's to skip, not a reason to stop ----
 # (lr 1e6: after the first update every loss overflows; each such step is skipped, the
 # weights stay finite, the run ends with exit 0 and reports the skipped steps)

@@ -216,6 +216,8 @@ typedef struct trainer {
     bool zero;           /* ZeRO-1: dt holds the optimizer state, sharded */
     fm_batch_stage *stage; /* a device other than the cpu: the next batch, uploaded one step ahead */
     fm_batch staged;       /* the staged batch's index and size (its tensors are in stage) */
+    double min_loss;       /* the loss's running minimum (NaN: none yet); saved with checkpoints so a
+                              resumed run's divergence check goes on from it, not from its first loss */
 } trainer;
 
 /* The loader's position as the steps see it: a batch staged ahead (never past its
@@ -281,6 +283,11 @@ static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) 
         snprintf(b, sizeof b, "%.17g", gs->scale);
         if ((st = fm_kv_set(smeta, "loss_scale", b)) || (st = meta_i64(smeta, "loss_scale_growth_tracker", gs->growth_tracker)))
             return st;
+    }
+    if (isfinite(t->min_loss)) {
+        char b[40];
+        snprintf(b, sizeof b, "%.17g", t->min_loss);
+        if ((st = fm_kv_set(smeta, "loss_min", b))) return st;
     }
     return meta_u64(smeta, "global_rng_offset", fm_rng_global()->offset);
 }
@@ -491,6 +498,11 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
         t->ts.scaler.scale = scale;
         t->ts.scaler.growth_tracker = (int)tracker;
     }
+    /* the running minimum goes on (absent from older checkpoints: the check starts afresh) */
+    const char *lmv = fm_kv_get(&smeta, "loss_min");
+    char *e2 = NULL;
+    double lmin = lmv ? strtod(lmv, &e2) : NAN;
+    if (lmv && *e2 == 0 && isfinite(lmin)) t->min_loss = lmin;
     t->step = sstep;
     t->drop_rng = dr; /* the file has rank 0's (the job's) seed: this rank's is made from it */
     t->drop_rng.seed = fm_dist_rank_seed(dr.seed, t->rank);
@@ -532,7 +544,7 @@ typedef struct train_run {
     fm_progress *prog;
     int64_t nb, epoch, epoch_steps, prog_done, prog_items;
     int64_t skipped0; /* the scaler's skip count when this invocation started */
-    double t0, t_epoch, epoch_loss, last_epoch_loss, min_loss;
+    double t0, t_epoch, epoch_loss, last_epoch_loss;
 } train_run;
 
 /* The run cannot go on: says why, and where the last good checkpoint is. */
@@ -829,13 +841,13 @@ static fm_status check_loss(train_run *u, double lv) {
         snprintf(why, sizeof why, "the loss became %g", lv);
         return loss_stopped(u, why);
     }
-    double f = u->r.divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
-    if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
+    double f = u->r.divergence_factor, floor = u->t.min_loss > 0.01 ? u->t.min_loss : 0.01;
+    if (f > 0 && u->t.min_loss == u->t.min_loss && lv > f * floor) {
         snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
-                 u->min_loss);
+                 u->t.min_loss);
         return loss_stopped(u, why);
     }
-    if (!(lv >= u->min_loss)) u->min_loss = lv;
+    if (!(lv >= u->t.min_loss)) u->t.min_loss = lv;
     return FM_OK;
 }
 
@@ -1024,7 +1036,7 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     u->log = u->t.log = opt->log;
     u->t.r = r;
     u->t.last_good = -1;
-    u->min_loss = NAN;
+    u->t.min_loss = NAN;
     u->last_epoch_loss = NAN;
     u->out_dir = opt->out_dir ? opt->out_dir : opt->resume_dir;
     u->t.rank = opt->dist ? fm_dist_rank(opt->dist) : 0;
