@@ -5,7 +5,9 @@
 #    timeout with an error naming that rank, and the job ends (non-zero exit);
 #  - mpirun -np 2 fathom train (a tiny GPT): one JSON line from rank 0 with the
 #    world size and the communication figures, the model saved; --zero 1; fp16 with an
-#    inf in rank 1's gradient only: skipped by every rank, as one process skips its own;
+#    inf in rank 1's gradient only: skipped by every rank, as one process skips its own, and
+#    with --zero 1 too (plain data parallel's loss and model file), whose checkpoint after a
+#    skipped step resumes bit for bit;
 #  - refused before training: ranks with different flags (naming the flag and the
 #    rank), a batch that does not split over the ranks, --zero 1 on one process;
 #  - a rank stopped mid-run (SIGSTOP): rank 0 names it within --dist-timeout, the
@@ -77,6 +79,31 @@ if [[ $rc -eq 0 && $(fieldv "$tmp/dpfi.json" skipped_steps) == 1 && $(fieldv "$t
   ok "fp16 at 2 ranks, an inf in rank 1's gradient at step 2: rank 0 skipped it too (scale 32768), loss $(fieldv "$tmp/dpfi.json" train_loss) (one process with the inf: $(fieldv "$tmp/onefi.json" train_loss))"
 else
   bad "fp16 at 2 ranks with an inf on rank 1 (exit $rc): $(head -c 600 "$tmp/dpfi.json") $(tail -c 600 "$tmp/dpfi.err")"
+fi
+# ... and with --zero 1 (rank 1's shard of the averaged gradient gets the inf): the same skip,
+# the same loss and model file as plain data parallel's with the inf, bit for bit
+FATHOM_TEST_INF_GRAD=2:1 mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/dzfi" --precision fp16 --zero 1 "${flags[@]}" \
+  >"$tmp/dzfi.json" 2>"$tmp/dzfi.err"; rc=$?
+if [[ $rc -eq 0 && $(fieldv "$tmp/dzfi.json" skipped_steps) == 1 && $(fieldv "$tmp/dzfi.json" loss_scale) == 32768.0 ]] &&
+   grep -q '"zero":1' "$tmp/dzfi.json" && [[ $(fieldv "$tmp/dzfi.json" train_loss) == "$(fieldv "$tmp/dpfi.json" train_loss)" ]] &&
+   cmp -s "$tmp/dzfi/model.safetensors" "$tmp/dpfi/model.safetensors"; then
+  ok "fp16 with --zero 1 at 2 ranks, an inf in rank 1's shard at step 2: skipped by both (scale 32768), loss and model file those of plain data parallel"
+else
+  bad "fp16 --zero 1 with an inf on rank 1 (exit $rc): $(head -c 600 "$tmp/dzfi.json") $(tail -c 600 "$tmp/dzfi.err")"
+fi
+# fp16 --zero 1 checkpoints: an inf at step 1 (the scale halves, AdamW's step count stays one
+# behind), 2 steps, then resumed on 2 ranks: the uninterrupted run's loss, scale and model file
+export FATHOM_TEST_INF_GRAD=1:1
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/zfu" --precision fp16 --zero 1 "${flags[@]}" >"$tmp/zfu.json" 2>"$tmp/zfu.err"
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/zfr" --precision fp16 --zero 1 --stop-after 2 "${flags[@]}" >/dev/null 2>&1
+mpi -np 2 "$bin" train "$tmp/tiny.ini" --out "$tmp/zfr" --precision fp16 --zero 1 --resume "${flags[@]}" >"$tmp/zfr.json" 2>"$tmp/zfr.err"; rc=$?
+unset FATHOM_TEST_INF_GRAD
+if [[ $rc -eq 0 && -n $(fieldv "$tmp/zfu.json" train_loss) ]] && grep -q "resumed from .*step-00000002 at step 2" "$tmp/zfr.err" &&
+   [[ $(fieldv "$tmp/zfr.json" train_loss) == "$(fieldv "$tmp/zfu.json" train_loss)" && $(fieldv "$tmp/zfr.json" loss_scale) == 32768.0 &&
+      $(fieldv "$tmp/zfu.json" loss_scale) == 32768.0 ]] && cmp -s "$tmp/zfr/model.safetensors" "$tmp/zfu/model.safetensors"; then
+  ok "fp16 --zero 1, a skip at step 1, stopped after 2 and resumed: loss, scale 32768 and model file of the uninterrupted run"
+else
+  bad "fp16 --zero 1 resume (exit $rc): $(head -c 400 "$tmp/zfr.json") vs $(head -c 400 "$tmp/zfu.json") $(tail -c 400 "$tmp/zfr.err")"
 fi
 # ranks started with different flags: refused before any work, naming the flag and the rank
 mpi -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.01 : -np 1 "$bin" train "$tmp/tiny.ini" --out "$tmp/mm" --lr 0.02 \

@@ -15,7 +15,8 @@
 #    written into rank 1's gradient at step 2 (FATHOM_TEST_INF_GRAD=2:1) is skipped by the job:
 #    rank 0's scale halves too, as one process's with the inf (2:0), and the losses follow it;
 #    stopped after 2 steps (the scale halved at step 1) and resumed on 2 ranks: the uninterrupted
-#    run's losses, scale and model file bit for bit;
+#    run's losses, scale and model file bit for bit; -np 4 --tensor-parallel 2 --zero 1 in fp16
+#    with an inf on rank 3 at step 2: skipped by the job, one process's losses within 1e-4;
 #  - -np 4 --tensor-parallel 2 --zero 1: TP=2 x DP=2's losses with half the optimizer state
 #    per rank;
 #  - sharded TP checkpoints (each rank its part of the model and state, no gather): -np 2
@@ -32,7 +33,8 @@
 #    classifier recipe; --zero 1 with one data-parallel rank;
 #  - `fathom plan --ranks N --tensor-parallel T --zero Z` gives rank 0's measured peak
 #    within 10% (one process, DP=2, ZeRO-1 at 2, TP=2, TP=2 x DP=2, TP=2 x ZeRO-1 over DP=2,
-#    TP=2 in bf16, in fp16, with checkpointing blocks and with selective; both recomputations
+#    TP=2 in bf16, in fp16, with checkpointing blocks and with selective, ZeRO-1 in fp16 at 2
+#    ranks and under TP=2 x DP=2; both recomputations
 #    lower TP=2's peak), and refuses what the trainer refuses, with the trainer's exit code (2:
 #    bad usage).
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
@@ -177,6 +179,18 @@ if [[ $rc -eq 0 && -n $s0 && -n $si ]] && [[ $(field "$tmp/tpfi.json" skipped_st
   ok "fp16, an inf in rank 1's gradient at step 2: skipped by the job (rank 0's scale $si, from $s0), loss $(field "$tmp/tpfi.json" train_loss) (one process with the inf: $(field "$tmp/onefi.json" train_loss))"
 else
   bad "fp16 with an inf on rank 1 (exit $rc, scale '$si' from '$s0'): $(head -c 600 "$tmp/tpfi.json") $(tail -c 600 "$tmp/tpfi.err")"
+fi
+
+# ... and over 4 ranks, TP=2 x ZeRO-1 over DP=2 (the scaler unscales each rank's ZeRO shard of its
+# part; the flags summed over the world): one fp16 process's losses within 1e-4, an inf on rank 3
+# at step 2 skipped by the job
+FATHOM_TEST_INF_GRAD=2:3 mpi -np 4 "$bin" train "$tmp/llama.ini" --out "$tmp/tpzfi" --threads 1 --tensor-parallel 2 --zero 1 \
+  --precision fp16 --json --dist-timeout 60 >"$tmp/tpzfi.json" 2>"$tmp/tpzfi.err"; rc=$?
+if [[ $rc -eq 0 && $(field "$tmp/tpzfi.json" skipped_steps) == 1 && $(field "$tmp/tpzfi.json" loss_scale) == "$si" ]] &&
+   grep -q "ZeRO-1" "$tmp/tpzfi.err" && near "$(field "$tmp/tpzfi.json" train_loss)" "$(field "$tmp/onefi.json" train_loss)" 1e-4; then
+  ok "fp16, --tensor-parallel 2 --zero 1 on 4 ranks, an inf on rank 3 at step 2: skipped by the job (scale $si), loss $(field "$tmp/tpzfi.json" train_loss) (one process with the inf: $(field "$tmp/onefi.json" train_loss))"
+else
+  bad "fp16 TP=2 x ZeRO-1 with an inf on rank 3 (exit $rc): $(head -c 600 "$tmp/tpzfi.json") $(tail -c 600 "$tmp/tpzfi.err")"
 fi
 
 # ---- --zero 1 with --tensor-parallel 2 on 4 ranks (2 x 2): each data-parallel pair shards its
@@ -366,6 +380,9 @@ plan_vs_run "--tensor-parallel 2 --precision bf16" 2 --ranks 2 --tensor-parallel
   --tensor-parallel 2 --precision bf16
 plan_vs_run "--tensor-parallel 2 --precision fp16" 2 --ranks 2 --tensor-parallel 2 --precision fp16 -- \
   --tensor-parallel 2 --precision fp16
+plan_vs_run "ZeRO-1 in fp16, 2 ranks" 2 --ranks 2 --zero 1 --precision fp16 -- --zero 1 --precision fp16
+plan_vs_run "--tensor-parallel 2 x ZeRO-1 over data parallel 2 in fp16" 4 --ranks 4 --tensor-parallel 2 --zero 1 \
+  --precision fp16 -- --tensor-parallel 2 --zero 1 --precision fp16
 for ck in blocks selective; do
   last_measured=
   plan_vs_run "--tensor-parallel 2 --checkpointing $ck" 2 --ranks 2 --tensor-parallel 2 --checkpointing $ck -- \

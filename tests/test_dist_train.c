@@ -4,7 +4,8 @@
  *    step and the saved parameters within 1e-6 relative (fp32): a classifier (an MLP,
  *    AdamW, an epoch whose last batch is short, so at 4 ranks two ranks get no sample
  *    of it; also with --grad-accum 2) and a small GPT (train and validation loss);
- *  - ZeRO-1 equals plain data parallel within 1e-7;
+ *  - ZeRO-1 equals plain data parallel within 1e-7, in fp32 and in fp16 (the loss scaler
+ *    unscales each rank's shard; an inf in the last rank's gradient is skipped by all);
  *  - checkpoints do not depend on the world size: 3 steps on N ranks then 2 on one
  *    process, and 3 on one then 2 on N (plain and ZeRO-1), continue the one-process
  *    loss curve (within 1e-6) to the same parameters;
@@ -105,6 +106,7 @@ static double file_diff(const char *pa, const char *pb) {
 }
 
 static char recipe_text[2048];
+static fm_dtype run_precision = FM_F32; /* both trainers' precision (fp16: with the loss scaler) */
 
 /* stop > 0: stop (with a checkpoint) after that step; resume: continue from out's checkpoint */
 static fm_status classifier_run_ex(fm_dist *d, int zero, int accum, const char *out, int64_t stop, bool resume,
@@ -125,6 +127,8 @@ static fm_status classifier_run_ex(fm_dist *d, int zero, int accum, const char *
     o.resume_dir = resume ? out : NULL;
     o.max_steps = stop;
     o.eff.grad_accum = accum;
+    o.eff.precision = run_precision;
+    o.eff.loss_scaling = run_precision == FM_F16;
     o.dist = d;
     o.zero = zero;
     fm_status st = fm_train(&r, &o, res);
@@ -202,6 +206,8 @@ static fm_status gpt_run_ex(fm_dist *d, int zero, const char *out, int64_t stop,
     o.zero = zero;
     o.stop_after = stop;
     o.resume = resume;
+    o.eff.precision = run_precision;
+    o.eff.loss_scaling = run_precision == FM_F16;
     return fm_gpt_train_ex(&o, res);
 }
 
@@ -466,6 +472,69 @@ static void test_zero_memory_limit(fm_dist *d) {
     barrier(d);
 }
 
+/* Every rank's value of v (all[r] = rank r's; N <= 8). */
+static void gather_all(fm_dist *d, double v, double *all) {
+    for (int r = 0; r < N; r++) all[r] = r == R ? v : 0;
+    CHECK(fm_dist_allreduce_sum_f64(d, all, N) == FM_OK);
+}
+
+/* fp16 with the loss scaler under ZeRO-1: the scaler unscales this rank's shard of the
+ * averaged gradient (the sharded optimizer's views) and the ranks sum their found-inf
+ * flags, so ZeRO-1 gives plain data parallel's bits in fp16 too (GPT and classifier),
+ * and an inf written into the last rank's own gradient at step 2 (FATHOM_TEST_INF_GRAD,
+ * GPT: under ZeRO-1 its shard, without it its averaged gradient) is skipped by every rank
+ * (scale halved, 1 skip on each), ZeRO-1 still equal to data parallel. */
+static void test_fp16_zero(fm_dist *d) {
+    char out[400], pa[500], pb[500], env[32];
+    double all[8];
+    run_precision = FM_F16;
+    for (int inf = 0; inf < 2; inf++) {
+        fm_gpt_train_result g[2];
+        snprintf(env, sizeof env, "2:%d", N - 1);
+        if (inf) setenv("FATHOM_TEST_INF_GRAD", env, 1);
+        for (int z = 0; z < 2; z++) {
+            snprintf(out, sizeof out, "%s/gpt-fp16-z%d-inf%d", dir, z, inf);
+            fm_status st = gpt_run(d, z, out, &g[z]);
+            CHECK_MSG(st == FM_OK, "GPT fp16 (zero %d, inf %d): %s", z, inf, fm_last_error());
+            gather_all(d, st == FM_OK ? g[z].loss_scale : -1, all);
+            for (int r = 0; r < N; r++)
+                CHECK_MSG(all[r] == (inf ? 32768.0 : 65536.0), "GPT fp16 (zero %d, inf %d): rank %d's loss scale %g", z, inf,
+                          r, all[r]);
+            gather_all(d, st == FM_OK ? (double)g[z].skipped_steps : -1, all);
+            for (int r = 0; r < N; r++)
+                CHECK_MSG(all[r] == inf, "GPT fp16 (zero %d, inf %d): rank %d skipped %g steps", z, inf, r, all[r]);
+        }
+        unsetenv("FATHOM_TEST_INF_GRAD");
+        if (R == 0) {
+            snprintf(pa, sizeof pa, "%s/gpt-fp16-z1-inf%d/model.safetensors", dir, inf);
+            snprintf(pb, sizeof pb, "%s/gpt-fp16-z0-inf%d/model.safetensors", dir, inf);
+            double pd = file_diff(pa, pb);
+            CHECK_MSG(pd >= 0 && pd <= 1e-7 && g[1].train_loss == g[0].train_loss,
+                      "GPT fp16 ZeRO-1 (inf %d): loss %.9g vs %.9g, parameters differ by %.3g", inf, g[1].train_loss,
+                      g[0].train_loss, pd);
+            fprintf(stderr, "GPT fp16, %d ranks, ZeRO-1%s: loss %.9g (data parallel %.9g), parameters within %.2g; scale "
+                    "%g, %lld skipped on every rank\n", N, inf ? ", an inf on the last rank at step 2" : "", g[1].train_loss,
+                    g[0].train_loss, pd, g[1].loss_scale, (long long)g[1].skipped_steps);
+        }
+        barrier(d);
+    }
+    fm_train_result c[2];
+    for (int z = 0; z < 2; z++) {
+        snprintf(out, sizeof out, "%s/cls-fp16-z%d", dir, z);
+        CHECK_MSG(classifier_run(d, z, 1, out, &c[z]) == FM_OK, "classifier fp16 (zero %d): %s", z, fm_last_error());
+    }
+    if (R == 0) {
+        snprintf(pa, sizeof pa, "%s/cls-fp16-z1/model.safetensors", dir);
+        snprintf(pb, sizeof pb, "%s/cls-fp16-z0/model.safetensors", dir);
+        double pd = file_diff(pa, pb);
+        CHECK_MSG(pd >= 0 && pd <= 1e-7, "classifier fp16 ZeRO-1 parameters differ from data parallel by %.3g", pd);
+        fprintf(stderr, "classifier fp16, %d ranks, ZeRO-1: parameters within %.2g of plain data parallel\n", N, pd);
+    }
+    for (int z = 0; z < 2; z++) fm_train_result_free(&c[z]);
+    run_precision = FM_F32;
+    barrier(d);
+}
+
 static void test_errors(fm_dist *d) {
     fm_train_result res;
     if (N == 1) { /* --zero 1 needs ranks to shard over */
@@ -514,6 +583,7 @@ int main(void) {
     if (N > 1) {
         test_classifier(d, 1, 1);
         test_gpt(d, 1);
+        test_fp16_zero(d);
     }
     /* the references (rank 0's) go to every rank */
     CHECK(fm_dist_broadcast(d, ref_losses, sizeof ref_losses, 0) == FM_OK);

@@ -10,7 +10,12 @@
  * ZeRO-1: after_backward reduce-scatters the gradients into the sharded optimizer
  * (which then clips with the global norm and steps its part), after_update
  * all-gathers the parameters. The reduce-scatter is blocking: it starts once
- * backward is over, so none of it overlaps. */
+ * backward is over, so none of it overlaps. The step's parameter list (what the fp16
+ * loss scaler unscales) becomes the sharded optimizer's views: the full gradients are
+ * gone after the reduce-scatter, this rank's part of the averaged one is in them.
+ *
+ * fp16: grads_ready sums the ranks' found-inf flags, so that every rank skips the same
+ * steps (under ZeRO-1 each checks only its own shard of the gradient). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,9 @@ struct fm_dist_trainer {
     fm_ddp *ddp;
     fm_zero *z;
     fm_optim *full;              /* ts's optimizer before ZeRO replaced it */
+    fm_tensor *const *full_params; /* and its parameter list */
+    int full_n;
+    fm_tensor **views;           /* ZeRO-1: the sharded optimizer's parameters (ts's list) */
     fm_train_hooks hooks;        /* ours, on ts */
     const fm_train_hooks *inner; /* what ts had */
     int64_t grad_bytes, zero_steps;
@@ -66,6 +74,11 @@ static fm_status dt_after_backward(void *user, fm_optim *opt) {
 
 static fm_status dt_grads_ready(void *user, fm_optim *opt) {
     fm_dist_trainer *t = user;
+    if (t->ts->scaler.enabled) { /* fp16: skipped by every rank or by none */
+        double inf = t->ts->scaler.found_inf ? 1 : 0;
+        if (fm_dist_allreduce_sum_f64(t->d, &inf, 1) != FM_OK) return fm_last_status();
+        t->ts->scaler.found_inf = inf > 0;
+    }
     return t->inner && t->inner->grads_ready ? t->inner->grads_ready(t->inner->user, opt) : FM_OK;
 }
 
@@ -73,8 +86,8 @@ static fm_status dt_after_update(void *user, fm_optim *opt, bool stepped) {
     fm_dist_trainer *t = user;
     fm_status st = FM_OK;
     if (t->z) {
-        /* a step skipped (fp16 is refused with ZeRO, so only by a caller) still leaves the
-         * parameters as they were on every rank: gather anyway, the same on all ranks */
+        /* a step skipped (fp16's scaler, the same on every rank) leaves the parameters as they
+         * were on every rank: gather anyway, the same on all ranks */
         st = zero_timed(t, fm_zero_gather_params);
         t->zero_steps++;
     }
@@ -95,6 +108,19 @@ static fm_status broadcast_params(fm_dist_trainer *t) {
     return FM_OK;
 }
 
+/* ZeRO-1: ts steps the sharded optimizer, and its parameter list is that optimizer's views. */
+static fm_status zero_views(fm_dist_trainer *t) {
+    fm_optim *o = fm_zero_optim(t->z);
+    const int n = fm_optim_param_count(o);
+    if (!(t->views = calloc((size_t)n + 1, sizeof *t->views))) return fm_set_error(FM_ERR_OOM, "zero: out of memory");
+    for (int i = 0; i < n; i++)
+        if (fm_optim_param_at(o, i, NULL, &t->views[i], NULL) != FM_OK) return fm_last_status();
+    t->ts->opt = o;
+    t->ts->params = t->views;
+    t->ts->n_params = n;
+    return FM_OK;
+}
+
 fm_dist_trainer *fm_dist_trainer_new(fm_dist *d, fm_train_step *ts, int zero, size_t bucket_bytes) {
     if (!d || !ts || !ts->opt || ts->n_params < 1) {
         fm_set_error(FM_ERR_INVALID, "data parallel: need a communicator and an initialized train step");
@@ -104,22 +130,19 @@ fm_dist_trainer *fm_dist_trainer_new(fm_dist *d, fm_train_step *ts, int zero, si
         fm_set_error(FM_ERR_INVALID, "--zero %d: only stage 1 (optimizer state sharding) or 0 (off) exist", zero);
         return NULL;
     }
-    if (zero && ts->eo && ts->eo->loss_scaling) {
-        fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --precision fp16: the loss scaler unscales whole gradients, "
-                     "which ZeRO-1 does not keep; use --precision bf16 or fp32 with --zero 1");
-        return NULL;
-    }
     fm_dist_trainer *t = calloc(1, sizeof *t);
     if (!t) { fm_set_error(FM_ERR_OOM, "data parallel: out of memory"); return NULL; }
     t->d = d;
     t->ts = ts;
     t->zero = zero;
     t->full = ts->opt;
+    t->full_params = ts->params;
+    t->full_n = ts->n_params;
     for (int i = 0; i < ts->n_params; i++) t->grad_bytes += fm_tensor_numel(ts->params[i]) * (int64_t)sizeof(float);
     fm_status st = broadcast_params(t); /* the same start on every rank, whatever each one's init did */
     if (st == FM_OK && zero) {
         if (!(t->z = fm_zero_new(d, ts->opt))) st = fm_last_status();
-        else ts->opt = fm_zero_optim(t->z);
+        else st = zero_views(t);
     } else if (st == FM_OK && !(t->ddp = fm_ddp_new(d, ts->n_params, ts->params, bucket_bytes))) {
         st = fm_last_status();
     }
@@ -136,6 +159,11 @@ void fm_dist_trainer_free(fm_dist_trainer *t) {
     if (!t) return;
     if (t->ts && t->ts->hooks == &t->hooks) t->ts->hooks = t->inner;
     if (t->z && t->ts && t->ts->opt == fm_zero_optim(t->z)) t->ts->opt = t->full;
+    if (t->views && t->ts && t->ts->params == (fm_tensor *const *)t->views) {
+        t->ts->params = t->full_params;
+        t->ts->n_params = t->full_n;
+    }
+    free(t->views);
     fm_ddp_free(t->ddp);
     fm_zero_free(t->z);
     free(t);

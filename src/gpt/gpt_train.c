@@ -832,15 +832,16 @@ static fm_tensor *gpt_loss(void *ctx, fm_tensor *x, fm_tensor *y) {
     return lg ? loss : NULL;
 }
 
-/* The unscaled gradients, before clipping scales them: fp16 over several ranks first makes
- * the loss scaler's overflow check the job's (one sum of the found-inf flags over the world,
- * that is over the tensor-parallel and the data-parallel groups): under tensor parallelism
- * each rank checks only its own part of the split gradients, so without it one rank could
- * skip a step that another takes, and their weights, scales and collectives would part.
- * Then every rank skips the same steps and halves its scale alike. Then the histograms. */
+/* The unscaled gradients, before clipping scales them: fp16 under tensor parallelism first
+ * makes the loss scaler's overflow check the job's (one sum of the found-inf flags over the
+ * world, that is over the tensor-parallel and the data-parallel groups): each rank checks
+ * only its own part of the split gradients, so without it one rank could skip a step that
+ * another takes, and their weights, scales and collectives would part. Then every rank
+ * skips the same steps and halves its scale alike. (Without tensor parallelism the
+ * data-parallel layer sums them, fm_dist_trainer.) Then the histograms. */
 static fm_status gpt_grad_histograms(void *ctx) {
     gpt_run *u = ctx;
-    if (u->ts.scaler.enabled && u->world > 1) {
+    if (u->ts.scaler.enabled && u->tp) {
         double inf = u->ts.scaler.found_inf ? 1 : 0;
         if (fm_dist_allreduce_sum_f64(u->o->dist, &inf, 1) != FM_OK) return fm_last_status();
         u->ts.scaler.found_inf = inf > 0;
@@ -1127,9 +1128,10 @@ static fm_status gpt_staged_batch(gpt_run *u, fm_tensor **x, fm_tensor **y) {
 
 /* FATHOM_TEST_INF_GRAD=STEP:RANK, for tests of the fp16 loss scaler over several ranks:
  * at step STEP (counted from 1, as the log counts) rank RANK writes +inf into the first
- * element of its first parameter's gradient (the token embedding: under tensor parallelism
- * this rank's vocabulary rows) after backward, before the scaler checks it, as an fp16
- * overflow of that rank's own gradient would. */
+ * element of the first gradient the scaler checks (the token embedding's, under tensor
+ * parallelism this rank's vocabulary rows of it; under ZeRO-1 this rank's first shard of the
+ * averaged gradient) after backward, before the scaler checks it, as an fp16 overflow in
+ * that rank's own gradient would. */
 static fm_status gpt_test_inf_parse(gpt_run *u) {
     const char *v = getenv("FATHOM_TEST_INF_GRAD");
     u->inf_step = -1;
@@ -1145,8 +1147,9 @@ static fm_status gpt_test_inf_parse(gpt_run *u) {
 }
 
 static fm_status gpt_test_inf_grad(gpt_run *u) {
-    fm_tensor *g = u->params[0] ? u->params[0]->grad : NULL;
-    if (!g || g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
+    fm_tensor *g = u->ts.n_params > 0 && u->ts.params[0] ? u->ts.params[0]->grad : NULL;
+    if (!g || g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU ||
+        fm_tensor_numel(g) < 1)
         return fm_set_error(FM_ERR_UNSUPPORTED, "FATHOM_TEST_INF_GRAD: the first parameter has no contiguous f32 CPU "
                             "gradient to write into");
     ((float *)fm_tensor_data(g))[0] = INFINITY;

@@ -89,9 +89,6 @@ fm_status plan_fathom_gpt(const char *path, const fm_plan_run_opts *o, int expla
     if (st == FM_OK && o->zero && DP < 2)
         st = fm_set_error(FM_ERR_INVALID, "--zero 1 shards the optimizer state across MPI ranks: plan it with --ranks N "
                           "(N >= 2 data-parallel ranks)");
-    if (st == FM_OK && o->zero && o->precision == FM_PLAN_FP16)
-        st = fm_set_error(FM_ERR_UNSUPPORTED, "--zero 1 with --precision fp16: the loss scaler unscales whole gradients, "
-                          "which ZeRO-1 does not keep; use --precision bf16 or fp32 with --zero 1");
     if (st == FM_OK && B % DP)
         st = fm_set_error(FM_ERR_INVALID, "the batch (%lld) does not split evenly over %d ranks: give --batch a multiple "
                           "of %d", (long long)B, DP, DP);
