@@ -25,11 +25,16 @@
 
 /* ------------------------------------------------------------ the direct path */
 
-typedef struct pad_job { const float *x; float *xp; int64_t C, H, W, Hp, WS, ph, pw; } pad_job;
+typedef struct pad_job { const float *x; float *xp; int64_t C, H, W, Hp, WS, ph, pw; bool avx2; } pad_job;
 
 static void pad_planes(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const pad_job *j = ctx;
+    if (j->avx2) {
+        for (int64_t p = b; p < e; p++)
+            fm_conv_lanes_pad_avx2(j->x + p * j->H * j->W, j->xp + p * j->Hp * j->WS, j->H, j->W, j->Hp, j->WS, j->ph, j->pw);
+        return;
+    }
     for (int64_t p = b; p < e; p++) { /* plane p = n*C + c; only the border is zeroed */
         float *d = j->xp + p * j->Hp * j->WS;
         const int64_t right = j->WS - j->pw - j->W;
@@ -99,12 +104,13 @@ static const float *prepacked(const fm_op_call *c, int form) {
     return h[0] == (float)form && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
 }
 
-/* The zero-padded input: [N][C][Hp][WS], only the border zeroed. */
-static fm_tensor *padded_input(const fm_tensor *x, int64_t Hp, int64_t WS, int64_t ph, int64_t pw) {
+/* The zero-padded input: [N][C][Hp][WS]; only the border zeroed, or (avx2: the
+ * lanes kernel's level) each row zeroed and copied with vector stores. */
+static fm_tensor *padded_input(const fm_tensor *x, int64_t Hp, int64_t WS, int64_t ph, int64_t pw, bool avx2) {
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     fm_tensor *xp = scratch(N * C * Hp * WS, FM_F32);
     if (!xp) return NULL;
-    pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), C, H, W, Hp, WS, ph, pw};
+    pad_job pj = {fm_tensor_data(x), fm_tensor_data(xp), C, H, W, Hp, WS, ph, pw, avx2};
     fm_parallel_for(N * C, grain_for(N * C, Hp * WS), pad_planes, &pj);
     return xp;
 }
@@ -125,7 +131,7 @@ static fm_status run_lanes(const fm_op_call *c) {
     const int64_t passes = fit < 1 ? d.C : (d.C + fit - 1) / fit;
     d.cc = (d.C + passes - 1) / passes;
     const float *given = prepacked(c, PACK_LANES);
-    fm_tensor *xp = padded_input(x, d.Hp, d.WS, ph, pw);
+    fm_tensor *xp = padded_input(x, d.Hp, d.WS, ph, pw, true);
     fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
     if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
@@ -154,7 +160,7 @@ static fm_status run_direct(const fm_op_call *c) {
     d->WS = (blocks * VL + d->KW - 1 + 15) / 16 * 16; /* rows 64-byte multiples */
     d->Hp = H + 2 * ph + 1;                           /* + a zero row for the odd last row pair */
     const float *given = prepacked(c, PACK_AVX512);
-    fm_tensor *xp = padded_input(x, d->Hp, d->WS, ph, pw), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
+    fm_tensor *xp = padded_input(x, d->Hp, d->WS, ph, pw, false), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
     if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     const int64_t per = d->C * d->KH * d->KW; /* [O][per] -> per block [per][width] */
     const float *wq = given;

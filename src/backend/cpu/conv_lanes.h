@@ -91,6 +91,11 @@ static inline int64_t fm_conv_lanes_tasks(const fm_conv_lanes *d) {
     return d->N * d->ngroups * fm_conv_lanes_chunks(d) * fm_conv_lanes_blocks(d->O);
 }
 
+/* One plane [H][W] -> its zero-padded copy [Hp][WS] (rows ph.. and columns pw..
+ * hold the input), with vector stores instead of a memcpy and two memsets a
+ * row. Call only when fm_cpu_use_avx2() is true. */
+void fm_conv_lanes_pad_avx2(const float *x, float *xp, int64_t H, int64_t W, int64_t Hp, int64_t WS, int64_t ph, int64_t pw);
+
 /* Runs tasks [begin, end). Call only when fm_cpu_use_avx2() is true. */
 void fm_conv_lanes_rows_avx2(const fm_conv_lanes *d, int64_t begin, int64_t end);
 #endif

@@ -142,14 +142,34 @@ static void epilogue(const fm_conv_lanes *d, float *buf, float *pooled, int64_t 
     }
 }
 
+void fm_conv_lanes_pad_avx2(const float *x, float *xp, int64_t H, int64_t W, int64_t Hp, int64_t WS, int64_t ph, int64_t pw) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t h = 0; h < Hp; h++) {
+        float *r = xp + h * WS;
+        int64_t i = 0;
+        for (; i + 8 <= WS; i += 8) _mm256_storeu_ps(r + i, zero);
+        for (; i < WS; i++) r[i] = 0.0f;
+        if (h < ph || h >= ph + H) continue;
+        const float *s = x + (h - ph) * W;
+        float *d = r + pw;
+        if (W < 8) {
+            for (i = 0; i < W; i++) d[i] = s[i];
+            continue;
+        }
+        for (i = 0; i + 8 <= W; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(s + i));
+        if (i < W) _mm256_storeu_ps(d + W - 8, _mm256_loadu_ps(s + W - 8)); /* the last 8, overlapping */
+    }
+}
+
 void fm_conv_lanes_rows_avx2(const fm_conv_lanes *d, int64_t begin, int64_t end) {
     const int64_t nvec = fm_conv_lanes_vectors(d->O), nblk = fm_conv_lanes_blocks(d->O);
     const int64_t per = d->C * d->KH * d->KW, HpWS = d->Hp * d->WS;
     const int64_t cols = fm_conv_lanes_cols(d), nchunk = fm_conv_lanes_chunks(d), pairs = fm_conv_lanes_pairs(d);
     const int k3 = d->KW == 3;
     float buf[FM_CONV_LANES_PIX * NVMAX * 8], pooled[FM_CONV_LANES_PIX / 4 * NVMAX * 8];
+    /* task t = ((n * ngroups + gi) * nchunk + ci) * nblk + bi, counted up without divisions */
+    int64_t bi = begin % nblk, ci = begin / nblk % nchunk, gi = begin / (nblk * nchunk) % d->ngroups, n = begin / (nblk * nchunk * d->ngroups);
     for (int64_t t = begin; t < end; t++) {
-        const int64_t bi = t % nblk, ci = t / nblk % nchunk, gi = t / (nblk * nchunk) % d->ngroups, n = t / (nblk * nchunk * d->ngroups);
         const int64_t v0 = bi * NVMAX, nv = nvec - v0 < NVMAX ? nvec - v0 : NVMAX, width = nv * 8;
         const int64_t c0 = ci * FM_CONV_LANES_COLS, nc = cols - c0 < FM_CONV_LANES_COLS ? cols - c0 : FM_CONV_LANES_COLS;
         const int64_t p0 = gi * pairs / d->ngroups, p1 = (gi + 1) * pairs / d->ngroups;
@@ -171,5 +191,6 @@ void fm_conv_lanes_rows_avx2(const fm_conv_lanes *d, int64_t begin, int64_t end)
             }
         }
         epilogue(d, buf, pooled, n, v0, nv, p0, p1, nrows, c0, nc, nchunk);
+        if (++bi == nblk && (bi = 0, ++ci == nchunk) && (ci = 0, ++gi == d->ngroups)) gi = 0, n++;
     }
 }
