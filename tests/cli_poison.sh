@@ -185,6 +185,19 @@ finite "$tmp/g" || bad "gpt: a committed checkpoint holds non-finite weights"
   && echo "ok: gpt: the checkpoint holding the diverged weights is set aside, OUT/ links to step 2" \
   || bad "gpt divergence: step 3 not set aside: $(ls "$tmp/g/ckpt"): $out"
 
+# the running minimum is saved with each GPT checkpoint too: at lr 3e-2 step 11's loss (2.2396)
+# is the lowest and step 12's (2.5423) is over 1.05 x it; a run resumed from step 11 stops as
+# the uninterrupted one does (the previous binary's resumed run started the minimum at 2.5423
+# and finished)
+gpt "$tmp/gm.ini" 3e-2
+echo "divergence_factor = 1.05" >> "$tmp/gm.ini"
+whole=$("$bin" train "$tmp/gm.ini" --out "$tmp/gm-whole" --quiet 2>&1 | grep -o "the loss diverged: [^;]* at step [0-9]*")
+"$bin" train "$tmp/gm.ini" --out "$tmp/gm" --stop-after 11 --quiet > /dev/null 2>&1 || bad "gpt running minimum: the first 11 steps failed"
+resumed=$("$bin" train "$tmp/gm.ini" --out "$tmp/gm" --resume --quiet 2>&1 | grep -o "the loss diverged: [^;]* at step [0-9]*")
+[[ -n $whole && $whole == *"running minimum 2.2395"* && "$resumed" == "$whole" ]] \
+  && echo "ok: gpt: a resumed run keeps the loss's running minimum ($resumed)" \
+  || bad "gpt running minimum across a resume: uninterrupted '$whole', resumed '$resumed'"
+
 # the same run with the divergence check off: at lr 1e3 the weights become non-finite
 # (eval off), and the checkpoint check refuses them
 gpt "$tmp/g-nf.ini" 1e3

@@ -246,7 +246,7 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
 /* The checkpoint's metadata: step, the optimizer's own step count (AdamW's bias correction:
  * fewer than `step` when fp16 skipped steps), dropout generator, seed, loss scaler. */
 static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t step, int64_t opt_step,
-                           const fm_grad_scaler *gs, fm_kv_list *meta) {
+                           const fm_grad_scaler *gs, double min_loss, fm_kv_list *meta) {
     char buf[64];
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     fm_status st = fm_kv_set(meta, "step", buf);
@@ -262,6 +262,11 @@ static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t 
         st = fm_kv_set(meta, "loss_scale", buf);
         snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
         if (!st) st = fm_kv_set(meta, "loss_scale_growth_tracker", buf);
+    }
+    /* the loss's running minimum: a resumed run's divergence check goes on from it */
+    if (!st && isfinite(min_loss)) {
+        snprintf(buf, sizeof buf, "%.17g", min_loss);
+        st = fm_kv_set(meta, "loss_min", buf);
     }
     return st;
 }
@@ -351,6 +356,7 @@ typedef struct gpt_ckpt_ctx {
     int64_t step;
     bool last;
     const fm_grad_scaler *gs;
+    double min_loss;
 } gpt_ckpt_ctx;
 
 static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
@@ -387,7 +393,7 @@ static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
     fm_named_list none;
     memset(&none, 0, sizeof none);
     snprintf(name, sizeof name, "%d", world);
-    if (!st) st = ckpt_meta(m, o, c->step, fm_optim_get_step(c->dt ? fm_dist_trainer_optim(c->dt) : c->opt), c->gs, &meta);
+    if (!st) st = ckpt_meta(m, o, c->step, fm_optim_get_step(c->dt ? fm_dist_trainer_optim(c->dt) : c->opt), c->gs, c->min_loss, &meta);
     if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
     snprintf(name, sizeof name, "%d", m->tp_size);
     if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
@@ -405,11 +411,11 @@ static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
 }
 
 static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, bool last, const fm_gpt_train_opts *o,
-                                   int64_t step, const fm_grad_scaler *gs, bool *poisoned) {
+                                   int64_t step, const fm_grad_scaler *gs, double min_loss, bool *poisoned) {
     static const char *const common[] = {"config.json", "train_state.safetensors", "model.safetensors"};
     static const char *const zero_kinds[] = {"zero-shard"}, *const tp_kinds[] = {"tp-shard", "tp-zero"};
     const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(dt);
-    gpt_ckpt_ctx c = {m, opt, dt, o, step, last, gs};
+    gpt_ckpt_ctx c = {m, opt, dt, o, step, last, gs, min_loss};
     dist_ckpt_unit u = {
         .d = o->dist, .out_dir = o->out_dir, .step = step,
         .n_common = tp && !last ? 2 : 3, .common = common, /* TP: the whole model at the run's last unit only */
@@ -423,12 +429,12 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt
  * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
  * never committed. */
 static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
-                           bool last, const fm_grad_scaler *gs, bool *poisoned) {
+                           bool last, const fm_grad_scaler *gs, double min_loss, bool *poisoned) {
     static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
     /* ZeRO-1 over a whole model: each rank writes its own shard of the state; tensor
      * parallel: each rank its part of the model and the state, and the run's last
      * checkpoint the whole model too (gathered: `fathom generate`, eval and export read it) */
-    if (m->tp || (dt && o->zero && fm_dist_trainer_zero(dt))) return save_ckpt_sharded(m, opt, dt, last, o, step, gs, poisoned);
+    if (m->tp || (dt && o->zero && fm_dist_trainer_zero(dt))) return save_ckpt_sharded(m, opt, dt, last, o, step, gs, min_loss, poisoned);
     char path[PATH_MAX + 32];
     fm_named_list state;
     memset(&state, 0, sizeof state);
@@ -452,7 +458,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
             st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' became non-finite (NaN or inf)", state.items[i].name);
             *poisoned = true;
         }
-    if (!st) st = ckpt_meta(m, o, step, fm_optim_get_step(dt ? fm_dist_trainer_optim(dt) : opt), gs, &meta);
+    if (!st) st = ckpt_meta(m, o, step, fm_optim_get_step(dt ? fm_dist_trainer_optim(dt) : opt), gs, min_loss, &meta);
     if (!st && !(st = fm_ckpt_begin(&tx, o->out_dir, step))) {
         if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names[0], path, sizeof path))) ||
             (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names[1], path, sizeof path))) ||
@@ -708,7 +714,7 @@ static fm_status load_tp_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, 
 }
 
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
-                           const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs) {
+                           const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs, double *min_loss) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
     fm_status st = mp && sp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     fm_named_list state;
@@ -767,6 +773,11 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
             gs->scale = scale;
             gs->growth_tracker = (int)tracker;
         }
+        /* the running minimum goes on (absent from older checkpoints: it starts afresh) */
+        const char *lm = fm_kv_get(&meta, "loss_min");
+        char *e3 = NULL;
+        double lmin = lm ? strtod(lm, &e3) : NAN;
+        if (lm && *e3 == 0 && isfinite(lmin)) *min_loss = lmin;
     }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
@@ -1041,7 +1052,7 @@ static fm_status gpt_resume(gpt_run *u) {
         if (!o->quiet) fprintf(stderr, "no complete checkpoint in %s: training from step 0\n", o->out_dir);
         return FM_OK;
     }
-    fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts.scaler);
+    fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts.scaler, &u->min_loss);
     if (!st && u->rank == 0) st = fm_ckpt_relink(o->out_dir, &f);
     if (u->world > 1) { /* every rank resumed, or none trains: the others would wait for it at the first collective */
         double bad = st ? 1 : 0;
@@ -1267,7 +1278,7 @@ static fm_status gpt_loop(gpt_run *u) {
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == u->steps || stop) {
             bool poisoned = false;
             if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, done_steps == u->steps || stop, &u->ts.scaler,
-                                &poisoned)))
+                                u->min_loss, &poisoned)))
                 return poisoned ? gpt_stopped(u, fm_last_error(), done_steps) : st;
             u->last_good = done_steps;
         }
