@@ -111,6 +111,55 @@ PY
 "$bin" predict "$tmp/m" "$tmp/ids.csv" --json > "$tmp/pred_csv.json" 2> "$tmp/pred.err" || bad "predict ids.csv: $(cat "$tmp/pred.err")"
 "$bin" predict "$tmp/m" "$tmp/ids.npy" --json > "$tmp/pred_npy.json" 2> "$tmp/pred.err" || bad "predict ids.npy: $(cat "$tmp/pred.err")"
 
+# ---- fathom serve: the model takes INT64 ids, a bad id is the request's own 400 ----
+mkdir -p "$tmp/repo/lic/1" && cp "$tmp/m/model.safetensors" "$tmp/repo/lic/1/"
+"$py" - "$bin" "$tmp" <<'PY' && ok "fathom serve: INT64 ids in, the predictions of fathom predict; bad ids and FP32 refused (400)" ||
+import http.client, json, math, subprocess, sys, time
+binary, d = sys.argv[1], sys.argv[2]
+log = open(f"{d}/serve.log", "w")
+p = subprocess.Popen([binary, "serve", "--model-repository", f"{d}/repo", "--port", "0", "--metrics-port", "0"],
+                     stdout=subprocess.DEVNULL, stderr=log)
+def req(port, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST" if body else "GET", path, body=json.dumps(body) if body else None)
+    r = c.getresponse(); data = json.loads(r.read() or b"null"); c.close()
+    return r.status, data
+try:
+    port = None
+    for _ in range(600):
+        text = open(f"{d}/serve.log").read()
+        if "listening on" in text:
+            port = int(text.split("http://127.0.0.1:")[1].split()[0]); break
+        time.sleep(0.05)
+    assert port, "the server did not start: " + open(f"{d}/serve.log").read()
+    st, meta = req(port, "/v2/models/lic")
+    assert st == 200 and meta["inputs"] == [{"name": "input", "datatype": "INT64", "shape": [-1, 32]}], meta
+    ids = [[int(v) for v in l.split(",")] for l in open(f"{d}/ids.csv").read().split()]
+    body = {"inputs": [{"name": "input", "datatype": "INT64", "shape": [len(ids), 32], "data": sum(ids, [])}]}
+    st, out = req(port, "/v2/models/lic/infer", body)
+    assert st == 200, out
+    logits = out["outputs"][0]["data"]
+    pred = json.load(open(f"{d}/pred_npy.json"))["predictions"]
+    worst = 0.0
+    for i, q in enumerate(pred):
+        row = logits[4 * i:4 * i + 4]
+        e = [math.exp(v - max(row)) for v in row]
+        assert row.index(max(row)) == q["class"], (i, row, q)
+        worst = max(worst, abs(e[q["class"]] / sum(e) - q["probability"]))
+    assert worst <= 1e-5, worst
+    bad_ids = [r[:] for r in ids[:2]]; bad_ids[1][31] = 256
+    st, out = req(port, "/v2/models/lic/infer", {"inputs": [{"name": "input", "datatype": "INT64", "shape": [2, 32],
+                                                               "data": sum(bad_ids, [])}]})
+    assert st == 400 and "sample 1, position 31: 256 is not a token id" in out["error"], (st, out)
+    st, out = req(port, "/v2/models/lic/infer", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32],
+                                                               "data": [float(v) for v in ids[0]]}]})
+    assert st == 400 and "does not match the model's INT64" in out["error"], (st, out)
+    print(f"served {len(ids)} rows: classes equal to fathom predict's, probabilities within {worst:.1e}")
+finally:
+    p.terminate(); p.wait(30)
+PY
+  bad "fathom serve of the embedding model (above; log: $(tail -3 "$tmp/serve.log"))"
+
 # the compiled graph runs as the model: the same test accuracy, the same predictions
 "$bin" compile "$tmp/m" -o "$tmp/g" > /dev/null 2>&1 || bad "fathom compile of the embedding model"
 gacc=$("$bin" eval "$tmp/g" --json --quiet | "$py" -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')

@@ -261,6 +261,22 @@ static int check_shape(const fm_infer_input *in, const fm_serve_io *io, const fm
     return 0;
 }
 
+/* Token ids (an input with id_limit): each in [0, id_limit), so that one bad request gets its own 400
+ * instead of failing the whole batch it would have joined. */
+static int check_ids(const fm_serve_io *io, const fm_tensor *t, char *err, size_t errn) {
+    if (io->id_limit <= 0 || (t->dtype != FM_I64 && t->dtype != FM_I32)) return 0;
+    const int64_t n = fm_tensor_numel(t), per = n / (t->shape[0] ? t->shape[0] : 1);
+    const void *d = fm_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = t->dtype == FM_I64 ? ((const int64_t *)d)[i] : ((const int32_t *)d)[i];
+        if (v < 0 || v >= io->id_limit)
+            return bad(err, errn, 400, "input '%s': sample %lld, position %lld: %lld is not a token id (whole numbers in "
+                       "[0, %lld): the model's embedding has %lld rows)", io->name, (long long)(i / per),
+                       (long long)(i % per), (long long)v, (long long)io->id_limit, (long long)io->id_limit);
+    }
+    return 0;
+}
+
 int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm_tensor **in, int64_t *rows, char *err,
                          size_t errn) {
     for (int i = 0; i < r->n_inputs; i++) {
@@ -285,6 +301,7 @@ int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm
                        (long long)x->shape[0], (long long)*rows);
         *rows = x->shape[0];
         if ((st = make_tensor(x, &in[k], err, errn))) return st;
+        if ((st = check_ids(&c->inputs[k], in[k], err, errn))) return st;
     }
     return 0;
 }

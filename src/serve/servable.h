@@ -16,6 +16,8 @@ typedef struct fm_serve_io {
     fm_dtype dtype;
     int ndim;                       /* per sample: without the batch dim */
     int64_t dims[FM_MAX_DIMS - 1];  /* -1: any size */
+    int64_t id_limit;               /* integer token ids: each must be in [0, id_limit), checked per
+                                       request (400) before it is batched; 0: no check */
 } fm_serve_io;
 
 typedef struct fm_servable fm_servable;

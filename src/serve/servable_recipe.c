@@ -1,6 +1,7 @@
 /* The servable for a model directory written by `fathom train` (model.safetensors
  * with the recipe in its metadata): one input "input" (FP32, the recipe's input
- * shape; pixel values in [0, 1], as `fathom predict` reads images) and one output
+ * shape; pixel values in [0, 1], as `fathom predict` reads images; INT64 token ids
+ * in [0, V) for a recipe whose first layer is `embedding V D`) and one output
  * "logits" (FP32, [classes]). The recipe's channel normalisation is applied here,
  * as `fathom predict` applies it, so clients send the same values to both. */
 #include <stdlib.h>
@@ -60,14 +61,15 @@ fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev) {
     s->n_inputs = s->n_outputs = 1;
     fm_serve_io *i0 = &s->inputs[0], *o0 = &s->outputs[0];
     strcpy(i0->name, "input");
-    i0->dtype = FM_F32;
+    i0->id_limit = fm_recipe_token_vocab(&ri->r); /* ids are checked per request (infer_codec.c) */
+    i0->dtype = i0->id_limit > 0 ? FM_I64 : FM_F32;
     i0->ndim = ri->r.input_ndim;
     memcpy(i0->dims, ri->r.input_shape, sizeof(int64_t) * (size_t)ri->r.input_ndim);
     /* the output's shape: one forward pass on a zero sample (also a warm-up) */
     int64_t shape[FM_MAX_DIMS];
     shape[0] = 1;
     memcpy(shape + 1, i0->dims, sizeof(int64_t) * (size_t)i0->ndim);
-    fm_tensor *z = fm_tensor_zeros(i0->ndim + 1, shape, FM_F32, FM_CPU), *y = NULL;
+    fm_tensor *z = fm_tensor_zeros(i0->ndim + 1, shape, i0->dtype, FM_CPU), *y = NULL;
     if (!z || recipe_run(s, &z, &y) != FM_OK) { fm_tensor_release(z); recipe_free(s); return NULL; }
     strcpy(o0->name, "logits");
     o0->dtype = y->dtype;

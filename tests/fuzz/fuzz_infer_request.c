@@ -12,7 +12,7 @@ static void setup(fm_model_config *c) {
     c->max_batch_size = 8;
     c->n_inputs = c->n_outputs = 2;
     c->inputs[0] = (fm_serve_io){.name = "x", .dtype = FM_F32, .ndim = 2, .dims = {2, -1}};
-    c->inputs[1] = (fm_serve_io){.name = "ids", .dtype = FM_I64, .ndim = 1, .dims = {3}};
+    c->inputs[1] = (fm_serve_io){.name = "ids", .dtype = FM_I64, .ndim = 1, .dims = {3}, .id_limit = 1000}; /* token ids: checked per request */
     c->outputs[0] = c->inputs[0];
     c->outputs[1] = c->inputs[1];
 }
