@@ -46,15 +46,20 @@ for f in glob.glob(sys.argv[1] + "/ckpt/step-*/*.safetensors"):
 PY
 }
 # poke CKPT TENSOR VALUE: one value of the checkpoint's train_state.safetensors becomes VALUE
+# (TENSOR meta:KEY: the metadata value KEY becomes the string VALUE)
 # (a new file, not through the hard links), and the MANIFEST is rewritten to match, so that
 # the checkpoint is complete and resumes: only the finiteness check can stop it.
 poke() {
   python3 - "$@" <<'PY'
 import json, os, struct, sys, zlib
-d, name, val = sys.argv[1], sys.argv[2], float(sys.argv[3])
+d, name, val = sys.argv[1], sys.argv[2], sys.argv[3]
 p = os.path.join(d, "train_state.safetensors")
 b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-o = 8 + n + h[name]["data_offsets"][0]; b[o:o + 4] = struct.pack("<f", val)
+if name.startswith("meta:"):  # a metadata value instead (header re-padded to 8 bytes; offsets are data-relative)
+    h["__metadata__"][name[5:]] = val; j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+    b = bytearray(struct.pack("<Q", len(j))) + j + b[8 + n:]
+else:
+    o = 8 + n + h[name]["data_offsets"][0]; b[o:o + 4] = struct.pack("<f", float(val))
 os.unlink(p); open(p, "wb").write(b)
 m = []
 for l in open(os.path.join(d, "MANIFEST")).read().splitlines():
@@ -135,6 +140,15 @@ resumed=$("$bin" train "$tmp/m.ini" --resume "$tmp/m" --no-eval 2>&1 | grep -o "
   && echo "ok: plain: a resumed run keeps the loss's running minimum ($resumed)" \
   || bad "running minimum across a resume: uninterrupted '$whole', resumed '$resumed'"
 
+# a damaged running minimum in the checkpoint is refused by name at resume, and nothing is written
+"$bin" train "$tmp/m.ini" --out "$tmp/m-bad" --no-eval --max-steps 4 > /dev/null 2>&1 || bad "damaged minimum: the first 4 steps failed"
+poke "$tmp/m-bad/ckpt/step-00000004" meta:loss_min abc
+before=$(snapshot "$tmp/m-bad")
+out=$("$bin" train "$tmp/m.ini" --resume "$tmp/m-bad" --no-eval 2>&1); rc=$?
+[[ $rc -ne 0 && $out == *"loss_min is 'abc', not a finite number"* && $out == *"step-00000004"* &&
+   "$(snapshot "$tmp/m-bad")" == "$before" ]] \
+  && echo "ok: plain: a damaged loss_min is refused at resume, files unchanged" || bad "plain damaged loss_min: exit $rc: $out"
+
 # ---- plain, fp16: a non-finite loss is the loss scaler's to skip, not a reason to stop ----
 # (lr 1e6: after the first update every loss overflows; each such step is skipped, the
 # weights stay finite, the run ends with exit 0 and reports the skipped steps)
@@ -213,6 +227,15 @@ good=$(echo "$out" | sed -n 's/.*last good checkpoint (step \([0-9]*\)).*/\1/p')
 at=$(echo "$out" | sed -n 's/.* at step \([0-9]*\); training stopped.*/\1/p')
 [[ -n $at && $at -eq $((good + 1)) ]] || bad "gpt inf weights: stopped 'at step $at' but the last good checkpoint is $good: $out"
 finite "$tmp/g-nf" || bad "gpt inf weights: a committed checkpoint holds non-finite weights"
+
+# ---- GPT: a damaged running minimum in the checkpoint is refused by name at resume ----
+rm -rf "$tmp/g-lm" && cp -r "$tmp/g-good" "$tmp/g-lm"
+poke "$tmp/g-lm/ckpt/step-00000002" meta:loss_min 1e999
+before=$(snapshot "$tmp/g-lm/ckpt")
+out=$("$bin" train "$tmp/g.ini" --out "$tmp/g-lm" --resume --quiet 2>&1); rc=$?
+[[ $rc -ne 0 && $out == *"loss_min is '1e999', not a finite number"* && $out == *"step-00000002"* &&
+   "$(snapshot "$tmp/g-lm/ckpt")" == "$before" ]] \
+  && echo "ok: gpt: a damaged loss_min is refused at resume, files unchanged" || bad "gpt damaged loss_min: exit $rc: $out"
 
 # ---- GPT: a non-finite validation loss stops the run before the checkpoint of that step ----
 # (lr 1e30: the first update leaves weights whose validation loss is NaN; validation runs

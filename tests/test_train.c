@@ -3,7 +3,10 @@
  * resume + N/2, across an epoch boundary, with dropout and BatchNorm); and each
  * bad input fails with a clear message: malformed recipe (file:line), unknown
  * layer, shape-incompatible stack (at build time), missing data set (with the
- * install hint), NaN loss (stops, keeps the last good checkpoint). */
+ * install hint), NaN loss (stops, keeps the last good checkpoint). The step's
+ * own checks and checkpoint state (fm_train_step_check_loss / _state_save /
+ * _state_load), which both trainers use: divergence over the running minimum,
+ * the round trip of the loss scaler and minimum, and damaged values refused. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include "core/parallel.h"
 #include "fathom/io.h"
 #include "fathom/recipe.h"
+#include "fathom/train_step.h"
 
 #include "synth_idx.h"
 
@@ -316,6 +320,67 @@ static void test_embedding_recipe_grad(void) {
     fm_recipe_free(&r);
 }
 
+/* The loss check and the state both trainers checkpoint through fm_train_step. */
+static void test_step_state(void) {
+    fm_efficiency_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.precision = FM_F16;
+    eo.grad_accum = 1;
+    eo.loss_scaling = true;
+    fm_train_step a, b;
+    fm_train_step_init(&a, &eo, NULL, 0, NULL, NULL, NULL);
+    a.divergence_factor = 10;
+    char why[200] = "";
+    CHECK(isnan(a.loss_min));
+    CHECK(fm_train_step_check_loss(&a, 2.0, why, sizeof why) && a.loss_min == 2.0);
+    CHECK(fm_train_step_check_loss(&a, 0.5, why, sizeof why) && a.loss_min == 0.5);
+    CHECK(fm_train_step_check_loss(&a, 4.9, why, sizeof why) && a.loss_min == 0.5); /* under 10 x 0.5 */
+    CHECK(fm_train_step_check_loss(&a, NAN, why, sizeof why)); /* fp16: the scaler skips the step */
+    CHECK(!fm_train_step_check_loss(&a, 5.1, why, sizeof why));
+    CHECK(strstr(why, "the loss diverged: 5.1 is over 10 x its running minimum 0.5 (divergence_factor)") != NULL);
+    a.scaler.scale = 2048;
+    a.scaler.growth_tracker = 17;
+    fm_kv_list meta;
+    memset(&meta, 0, sizeof meta);
+    CHECK(fm_train_step_state_save(&a, &meta) == FM_OK);
+    CHECK(meta.n == 3);
+    fm_train_step_init(&b, &eo, NULL, 0, NULL, NULL, NULL);
+    CHECK(fm_train_step_state_load(&b, &meta) == FM_OK);
+    CHECK(b.scaler.scale == 2048 && b.scaler.growth_tracker == 17 && b.loss_min == 0.5);
+    /* without the scaler (fp32) a non-finite loss stops the run, and the scaler's keys are neither
+     * written nor applied */
+    fm_efficiency_opts e32 = eo;
+    e32.precision = FM_F32;
+    e32.loss_scaling = false;
+    fm_train_step c;
+    fm_train_step_init(&c, &e32, NULL, 0, NULL, NULL, NULL);
+    CHECK(!fm_train_step_check_loss(&c, INFINITY, why, sizeof why) && strstr(why, "the loss became inf"));
+    CHECK(fm_train_step_state_load(&c, &meta) == FM_OK && c.scaler.scale != 2048 && c.loss_min == 0.5);
+    fm_kv_list m2;
+    memset(&m2, 0, sizeof m2);
+    CHECK(fm_train_step_state_save(&c, &m2) == FM_OK && m2.n == 1 && fm_kv_get(&m2, "loss_scale") == NULL);
+    fm_kv_free(&m2);
+    /* damaged values: refused, named, and nothing applied */
+    static const char *const bad[][3] = {{"loss_min", "abc", "loss_min is 'abc'"},
+                                         {"loss_min", "nan", "loss_min is 'nan'"},
+                                         {"loss_min", "1e999", "loss_min is '1e999'"},
+                                         {"loss_scale", "-4", "loss_scale -4 must be > 0"},
+                                         {"loss_scale_growth_tracker", "1e30", "loss_scale_growth_tracker 1e+30"},
+                                         {"loss_scale_growth_tracker", "2.5", "a whole number"},
+                                         {"loss_scale", "", "loss_scale is ''"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fm_kv_list m3;
+        memset(&m3, 0, sizeof m3);
+        CHECK(fm_kv_set(&m3, bad[i][0], bad[i][1]) == FM_OK);
+        fm_train_step_init(&b, &eo, NULL, 0, NULL, NULL, NULL);
+        CHECK(fm_train_step_state_load(&b, &m3) == FM_ERR_FORMAT);
+        CHECK_ERR_CONTAINS(bad[i][2]);
+        CHECK(isnan(b.loss_min) && b.scaler.scale == 65536 && b.scaler.growth_tracker == 0);
+        fm_kv_free(&m3);
+    }
+    fm_kv_free(&meta);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/fathom_test_train_%d", (int)getpid());
     CHECK(fm_mkdir_p(dir) == FM_OK);
@@ -327,6 +392,7 @@ int main(void) {
     test_embedding_recipe_grad();
     test_missing_dataset();
     test_nan_loss();
+    test_step_state();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

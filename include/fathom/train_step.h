@@ -21,6 +21,7 @@
 #include "fathom/export.h"
 #include "fathom/amp.h"        /* fm_grad_scaler */
 #include "fathom/efficiency.h" /* fm_efficiency_opts */
+#include "fathom/io.h"         /* fm_kv_list */
 #include "fathom/optim.h"
 
 #ifdef __cplusplus
@@ -60,7 +61,10 @@ typedef struct fm_train_step {
     /* the trainer's own look at the unscaled gradients before clipping (histograms);
      * called with loss_ctx after hooks->grads_ready; may be NULL */
     fm_status (*inspect_grads)(void *loss_ctx);
-    fm_grad_scaler scaler;         /* on when eo->loss_scaling; its state is the caller's to save */
+    fm_grad_scaler scaler;         /* on when eo->loss_scaling; saved by fm_train_step_state_save */
+    double divergence_factor;      /* > 0: fm_train_step_check_loss stops the run on a loss over this x
+                                    * its running minimum (floored at 0.01); 0: no divergence check */
+    double loss_min;               /* the running minimum of the checked losses (NaN: none yet) */
     /* the last step */
     double grad_norm;              /* NAN when not computed */
     bool stepped;                  /* false when fp16 found inf/NaN gradients and skipped */
@@ -75,6 +79,20 @@ FM_API void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, f
 FM_API fm_status fm_train_step_backward(fm_train_step *s, fm_tensor *x, fm_tensor *y, double *loss);
 /* Unscale, clip, the optimizer step (skipped for fp16 inf/NaN) and the scaler's update. */
 FM_API fm_status fm_train_step_update(fm_train_step *s);
+/* The check every trainer runs on the step's loss between backward and update. Returns
+ * false, with why (a sentence, no trailing period) in why[0..why_size), when the run
+ * must stop: the loss is not finite (without the fp16 scaler, which skips such steps),
+ * or it is over divergence_factor x its running minimum. Otherwise true, and loss_min
+ * follows the loss. */
+FM_API bool fm_train_step_check_loss(fm_train_step *s, double loss, char *why, size_t why_size);
+/* What a resumed run needs to go on exactly as an uninterrupted one, to and from a
+ * checkpoint's metadata: the fp16 scaler's scale and growth tracker (when the scaler is
+ * on; keys loss_scale, loss_scale_growth_tracker) and the loss's running minimum
+ * (loss_min, when there is one). Loading leaves what is absent as it is (older
+ * checkpoints, or an fp32 run resuming an fp16 one); a value that is present and not a
+ * valid number is an FM_ERR_FORMAT naming the key. */
+FM_API fm_status fm_train_step_state_save(const fm_train_step *s, fm_kv_list *meta);
+FM_API fm_status fm_train_step_state_load(fm_train_step *s, const fm_kv_list *meta);
 
 /* Batches uploaded one step ahead (src/efficiency/stage.c), for a device other than the
  * cpu. A trainer takes batch N (on the device), puts batch N+1, then runs step N: put

@@ -1,5 +1,8 @@
 /* The optimizer step shared by every trainer (fathom/train_step.h). */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fathom/autograd.h"
@@ -19,6 +22,7 @@ void fm_train_step_init(fm_train_step *s, const fm_efficiency_opts *eo, fm_optim
     s->grad_norm = NAN;
     s->loss_weight = 1.0;
     s->stepped = true;
+    s->loss_min = NAN;
     fm_grad_scaler_init(&s->scaler, eo->loss_scaling);
 }
 
@@ -129,4 +133,68 @@ fm_status fm_train_step_update(fm_train_step *s) {
     if (st == FM_OK && h && h->after_update) st = h->after_update(h->user, s->opt, s->stepped);
     fm_profile_pop();
     return st;
+}
+
+bool fm_train_step_check_loss(fm_train_step *s, double lv, char *why, size_t n) {
+    if (!isfinite(lv)) {
+        if (s->scaler.enabled) return true; /* fp16: the scaler skips the step and lowers the scale */
+        snprintf(why, n, "the loss became %g", lv);
+        return false;
+    }
+    double f = s->divergence_factor, floor = s->loss_min > 0.01 ? s->loss_min : 0.01;
+    if (f > 0 && isfinite(s->loss_min) && lv > f * floor) {
+        snprintf(why, n, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
+                 s->loss_min);
+        return false;
+    }
+    if (!(lv >= s->loss_min)) s->loss_min = lv;
+    return true;
+}
+
+fm_status fm_train_step_state_save(const fm_train_step *s, fm_kv_list *meta) {
+    char b[40];
+    fm_status st = FM_OK;
+    if (s->scaler.enabled) {
+        snprintf(b, sizeof b, "%.17g", s->scaler.scale);
+        st = fm_kv_set(meta, "loss_scale", b);
+        snprintf(b, sizeof b, "%d", s->scaler.growth_tracker);
+        if (!st) st = fm_kv_set(meta, "loss_scale_growth_tracker", b);
+    }
+    if (!st && isfinite(s->loss_min)) {
+        snprintf(b, sizeof b, "%.17g", s->loss_min);
+        st = fm_kv_set(meta, "loss_min", b);
+    }
+    return st;
+}
+
+/* meta[key] as a finite double (*found false when absent). */
+static fm_status meta_real(const fm_kv_list *meta, const char *key, double *v, bool *found) {
+    const char *t = fm_kv_get(meta, key);
+    *found = t != NULL;
+    if (!t) return FM_OK;
+    char *e = NULL;
+    errno = 0;
+    *v = strtod(t, &e);
+    if (e == t || *e || errno == ERANGE || !isfinite(*v))
+        return fm_set_error(FM_ERR_FORMAT, "the training state's %s is '%.40s', not a finite number: the checkpoint is "
+                            "damaged; resume from an earlier one or train afresh", key, t);
+    return FM_OK;
+}
+
+fm_status fm_train_step_state_load(fm_train_step *s, const fm_kv_list *meta) {
+    double scale = 0, tracker = 0, lmin = NAN;
+    bool has_scale, has_tracker, has_min;
+    fm_status st = meta_real(meta, "loss_scale", &scale, &has_scale);
+    if (!st) st = meta_real(meta, "loss_scale_growth_tracker", &tracker, &has_tracker);
+    if (!st) st = meta_real(meta, "loss_min", &lmin, &has_min);
+    if (st) return st;
+    /* the range is tested before the conversion to int */
+    if ((has_scale && !(scale > 0)) || (has_tracker && !(tracker >= 0 && tracker <= INT32_MAX && tracker == floor(tracker))))
+        return fm_set_error(FM_ERR_FORMAT, "the training state's loss scaler is out of range (loss_scale %g must be > 0, "
+                            "loss_scale_growth_tracker %g a whole number in 0..%d): the checkpoint is damaged; resume "
+                            "from an earlier one or train afresh", scale, tracker, INT32_MAX);
+    if (s->scaler.enabled && has_scale) s->scaler.scale = scale;
+    if (s->scaler.enabled && has_tracker) s->scaler.growth_tracker = (int)tracker;
+    if (has_min) s->loss_min = lmin;
+    return FM_OK;
 }

@@ -244,9 +244,10 @@ static fm_status evaluate(fm_gpt *m, const fm_token_data *d, int64_t lo, int64_t
 }
 
 /* The checkpoint's metadata: step, the optimizer's own step count (AdamW's bias correction:
- * fewer than `step` when fp16 skipped steps), dropout generator, seed, loss scaler. */
+ * fewer than `step` when fp16 skipped steps), dropout generator, seed, and the step's own
+ * state (loss scaler, the loss's running minimum: fm_train_step_state_save). */
 static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t step, int64_t opt_step,
-                           const fm_grad_scaler *gs, double min_loss, fm_kv_list *meta) {
+                           const fm_train_step *ts, fm_kv_list *meta) {
     char buf[64];
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     fm_status st = fm_kv_set(meta, "step", buf);
@@ -256,18 +257,7 @@ static fm_status ckpt_meta(const fm_gpt *m, const fm_gpt_train_opts *o, int64_t 
     if (!st) st = fm_kv_set(meta, "dropout_rng_offset", buf);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)o->seed);
     if (!st) st = fm_kv_set(meta, "seed", buf);
-    /* fp16: the loss scaler's state, so a resumed run scales exactly as an uninterrupted one */
-    if (!st && gs->enabled) {
-        snprintf(buf, sizeof buf, "%.17g", gs->scale);
-        st = fm_kv_set(meta, "loss_scale", buf);
-        snprintf(buf, sizeof buf, "%d", gs->growth_tracker);
-        if (!st) st = fm_kv_set(meta, "loss_scale_growth_tracker", buf);
-    }
-    /* the loss's running minimum: a resumed run's divergence check goes on from it */
-    if (!st && isfinite(min_loss)) {
-        snprintf(buf, sizeof buf, "%.17g", min_loss);
-        st = fm_kv_set(meta, "loss_min", buf);
-    }
+    if (!st) st = fm_train_step_state_save(ts, meta);
     return st;
 }
 
@@ -355,8 +345,7 @@ typedef struct gpt_ckpt_ctx {
     const fm_gpt_train_opts *o;
     int64_t step;
     bool last;
-    const fm_grad_scaler *gs;
-    double min_loss;
+    const fm_train_step *ts;
 } gpt_ckpt_ctx;
 
 static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
@@ -393,7 +382,7 @@ static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
     fm_named_list none;
     memset(&none, 0, sizeof none);
     snprintf(name, sizeof name, "%d", world);
-    if (!st) st = ckpt_meta(m, o, c->step, fm_optim_get_step(c->dt ? fm_dist_trainer_optim(c->dt) : c->opt), c->gs, c->min_loss, &meta);
+    if (!st) st = ckpt_meta(m, o, c->step, fm_optim_get_step(c->dt ? fm_dist_trainer_optim(c->dt) : c->opt), c->ts, &meta);
     if (!st) st = fm_kv_set(&meta, tp ? "tp_world_size" : "zero_world_size", name);
     snprintf(name, sizeof name, "%d", m->tp_size);
     if (!st && tp) st = fm_kv_set(&meta, "tensor_parallel", name);
@@ -411,11 +400,11 @@ static fm_status gpt_ckpt_write(void *ctx, const char *tmp, bool *nonfinite) {
 }
 
 static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, bool last, const fm_gpt_train_opts *o,
-                                   int64_t step, const fm_grad_scaler *gs, double min_loss, bool *poisoned) {
+                                   int64_t step, const fm_train_step *ts, bool *poisoned) {
     static const char *const common[] = {"config.json", "train_state.safetensors", "model.safetensors"};
     static const char *const zero_kinds[] = {"zero-shard"}, *const tp_kinds[] = {"tp-shard", "tp-zero"};
     const bool tp = m->tp != NULL, zero = o->zero && fm_dist_trainer_zero(dt);
-    gpt_ckpt_ctx c = {m, opt, dt, o, step, last, gs, min_loss};
+    gpt_ckpt_ctx c = {m, opt, dt, o, step, last, ts};
     dist_ckpt_unit u = {
         .d = o->dist, .out_dir = o->out_dir, .step = step,
         .n_common = tp && !last ? 2 : 3, .common = common, /* TP: the whole model at the run's last unit only */
@@ -429,12 +418,12 @@ static fm_status save_ckpt_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt
  * out_dir/ckpt/step-N and linked to out_dir/. Non-finite weights or moments are
  * never committed. */
 static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o, int64_t step,
-                           bool last, const fm_grad_scaler *gs, double min_loss, bool *poisoned) {
+                           bool last, const fm_train_step *ts, bool *poisoned) {
     static const char *const names[] = {"config.json", "model.safetensors", "train_state.safetensors"};
     /* ZeRO-1 over a whole model: each rank writes its own shard of the state; tensor
      * parallel: each rank its part of the model and the state, and the run's last
      * checkpoint the whole model too (gathered: `fathom generate`, eval and export read it) */
-    if (m->tp || (dt && o->zero && fm_dist_trainer_zero(dt))) return save_ckpt_sharded(m, opt, dt, last, o, step, gs, min_loss, poisoned);
+    if (m->tp || (dt && o->zero && fm_dist_trainer_zero(dt))) return save_ckpt_sharded(m, opt, dt, last, o, step, ts, poisoned);
     char path[PATH_MAX + 32];
     fm_named_list state;
     memset(&state, 0, sizeof state);
@@ -458,7 +447,7 @@ static fm_status save_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
             st = fm_set_error(FM_ERR_STATE, "optimizer state '%s' became non-finite (NaN or inf)", state.items[i].name);
             *poisoned = true;
         }
-    if (!st) st = ckpt_meta(m, o, step, fm_optim_get_step(dt ? fm_dist_trainer_optim(dt) : opt), gs, min_loss, &meta);
+    if (!st) st = ckpt_meta(m, o, step, fm_optim_get_step(dt ? fm_dist_trainer_optim(dt) : opt), ts, &meta);
     if (!st && !(st = fm_ckpt_begin(&tx, o->out_dir, step))) {
         if ((st = fm_gpt_config_save(&m->cfg, fm_ckpt_path(&tx, names[0], path, sizeof path))) ||
             (st = fm_gpt_save_hf(m, fm_ckpt_path(&tx, names[1], path, sizeof path))) ||
@@ -714,7 +703,7 @@ static fm_status load_tp_sharded(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, 
 }
 
 static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const fm_gpt_train_opts *o,
-                           const fm_ckpt_found *f, int64_t *step, fm_grad_scaler *gs, double *min_loss) {
+                           const fm_ckpt_found *f, int64_t *step, fm_train_step *ts) {
     char *mp = path_join(f->dir, "model.safetensors"), *sp = path_join(f->dir, "train_state.safetensors");
     fm_status st = mp && sp ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory");
     fm_named_list state;
@@ -764,20 +753,9 @@ static fm_status load_ckpt(fm_gpt *m, fm_optim *opt, fm_dist_trainer *dt, const 
         *step = s;
         m->rng->offset = off;
         fm_optim_set_step(dt ? fm_dist_trainer_optim(dt) : opt, os);
-        const char *ls = fm_kv_get(&meta, "loss_scale"), *lt = fm_kv_get(&meta, "loss_scale_growth_tracker");
-        char *e1 = NULL, *e2 = NULL;
-        double scale = ls ? strtod(ls, &e1) : 0;
-        long tracker = lt ? strtol(lt, &e2, 10) : 0;
-        if (gs->enabled && ls && lt && *e1 == 0 && *e2 == 0 && scale > 0 && isfinite(scale) && tracker >= 0 &&
-            tracker <= INT32_MAX) {
-            gs->scale = scale;
-            gs->growth_tracker = (int)tracker;
-        }
-        /* the running minimum goes on (absent from older checkpoints: it starts afresh) */
-        const char *lm = fm_kv_get(&meta, "loss_min");
-        char *e3 = NULL;
-        double lmin = lm ? strtod(lm, &e3) : NAN;
-        if (lm && *e3 == 0 && isfinite(lmin)) *min_loss = lmin;
+        /* the loss scaler and the loss's running minimum go on (absent from older checkpoints: afresh) */
+        st = fm_train_step_state_load(ts, &meta);
+        if (st) fm_error_prefix("%s", sp);
     }
     fm_named_list_free(&state);
     fm_kv_free(&meta);
@@ -830,7 +808,7 @@ typedef struct gpt_run {
     int inf_rank;
     bool profiling, in_step, do_step;
     int64_t split, step, steps, last_good, tok_log, tok_all, tok_tb, skipped0; /* steps: the run's length */
-    double t_start, t_log, t_tb, last, val, norm, min_loss;
+    double t_start, t_log, t_tb, last, val, norm;
     fm_batch_stage *stage; /* a device other than the cpu: the next step's batch, uploaded one step ahead */
 } gpt_run;
 
@@ -1027,6 +1005,7 @@ static fm_status gpt_setup(gpt_run *u) {
     if ((st = gpt_adamw_setup(u->m, o, !o->zero, &u->opt, &u->params))) return st;
     if (u->tp) fm_optim_set_norm_reduce(u->opt, gpt_tp_norm_reduce, u->m); /* the whole model's norm */
     fm_train_step_init(&u->ts, eo, u->opt, u->m->params.n, u->params, gpt_loss, u);
+    u->ts.divergence_factor = o->divergence_factor;
     u->ts.scaler.quiet = o->quiet;
     u->ts.clip = o->grad_clip;
     u->ts.inspect_grads = gpt_grad_histograms;
@@ -1052,7 +1031,7 @@ static fm_status gpt_resume(gpt_run *u) {
         if (!o->quiet) fprintf(stderr, "no complete checkpoint in %s: training from step 0\n", o->out_dir);
         return FM_OK;
     }
-    fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts.scaler, &u->min_loss);
+    fm_status st = load_ckpt(u->m, u->opt, u->dt, o, &f, &u->step, &u->ts);
     if (!st && u->rank == 0) st = fm_ckpt_relink(o->out_dir, &f);
     if (u->world > 1) { /* every rank resumed, or none trains: the others would wait for it at the first collective */
         double bad = st ? 1 : 0;
@@ -1097,19 +1076,7 @@ static fm_status gpt_loss_stopped(gpt_run *u, const char *why) {
  * that exploded over its running minimum ends the run. */
 static fm_status gpt_check_loss(gpt_run *u) {
     char why[200];
-    double lv = u->last, f = u->o->divergence_factor, floor = u->min_loss > 0.01 ? u->min_loss : 0.01;
-    if (!isfinite(lv)) {
-        if (u->ts.scaler.enabled) return FM_OK;
-        snprintf(why, sizeof why, "loss became %g", lv);
-        return gpt_loss_stopped(u, why);
-    }
-    if (f > 0 && u->min_loss == u->min_loss && lv > f * floor) {
-        snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
-                 u->min_loss);
-        return gpt_loss_stopped(u, why);
-    }
-    if (!(lv >= u->min_loss)) u->min_loss = lv;
-    return FM_OK;
+    return fm_train_step_check_loss(&u->ts, u->last, why, sizeof why) ? FM_OK : gpt_loss_stopped(u, why);
 }
 
 /* Step `step`'s batch (this rank's rows of it), on the host. */
@@ -1277,8 +1244,8 @@ static fm_status gpt_loop(gpt_run *u) {
             return st;
         if ((o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) || done_steps == u->steps || stop) {
             bool poisoned = false;
-            if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, done_steps == u->steps || stop, &u->ts.scaler,
-                                u->min_loss, &poisoned)))
+            if ((st = save_ckpt(u->m, u->opt, u->dt, o, done_steps, done_steps == u->steps || stop, &u->ts,
+                                &poisoned)))
                 return poisoned ? gpt_stopped(u, fm_last_error(), done_steps) : st;
             u->last_good = done_steps;
         }
@@ -1360,7 +1327,7 @@ fm_status fm_gpt_train_ex(const fm_gpt_train_opts *o, fm_gpt_train_result *res) 
     u->o = o;
     u->res = res;
     u->cfg = o->model;
-    u->last = u->val = u->min_loss = NAN;
+    u->last = u->val = NAN;
     u->last_good = -1;
     u->rank = o->dist ? fm_dist_rank(o->dist) : 0;
     u->world = o->dist ? fm_dist_size(o->dist) : 1;

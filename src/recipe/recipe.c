@@ -28,6 +28,12 @@
 #define FATHOM_INSTALL_DATA_DIR "/usr/local/share/fathom"
 #endif
 
+/* Whether a layer spec ("embedding 256 16") is of that kind: its first word, whole. */
+static bool spec_is(const char *spec, const char *kind) {
+    size_t n = strlen(kind);
+    return !strncmp(spec, kind, n) && (spec[n] == 0 || spec[n] == ' ' || spec[n] == '\t');
+}
+
 static bool is_dir(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -194,8 +200,7 @@ static int handler(void *user, const char *section, const char *name, const char
                 return fail(c, "model.layer: longer than %d characters: '%.40s...'", (int)sizeof r->layers[0].spec - 1, value);
             /* an embedding looks up token ids, which only the data give: a layer before it turns them into
              * floats (the lookup would fail at the first batch, or an export would take a float input) */
-            size_t kl = strcspn(value, " \t");
-            if (r->n_layers > 0 && kl == 9 && !strncmp(value, "embedding", 9))
+            if (r->n_layers > 0 && spec_is(value, "embedding"))
                 return fail(c, "layer '%s' comes after %d other layer%s, but an embedding takes the token ids of "
                             "the data and only the first layer gets them: make it the first 'layer =' line (after "
                             "a layer the values are vectors, not ids)", value, r->n_layers, r->n_layers == 1 ? "" : "s");
@@ -448,12 +453,10 @@ static const char *layer_args_misfit(const char *kind, const layer_args *a, char
 }
 
 int64_t fm_recipe_token_vocab(const fm_recipe *r) {
-    if (!r || r->n_layers < 1 || strncmp(r->layers[0].spec, "embedding", 9) ||
-        (r->layers[0].spec[9] != ' ' && r->layers[0].spec[9] != '\t'))
-        return 0;
+    if (!r || r->n_layers < 1 || !spec_is(r->layers[0].spec, "embedding")) return 0;
     char *end;
     errno = 0;
-    double v = strtod(r->layers[0].spec + 10, &end); /* checked as a whole number when the model is built */
+    double v = strtod(r->layers[0].spec + 9, &end); /* checked as a whole number when the model is built */
     return errno == 0 && v >= 1 && v <= INT_MAX && v == floor(v) ? (int64_t)v : 0;
 }
 

@@ -216,8 +216,6 @@ typedef struct trainer {
     bool zero;           /* ZeRO-1: dt holds the optimizer state, sharded */
     fm_batch_stage *stage; /* a device other than the cpu: the next batch, uploaded one step ahead */
     fm_batch staged;       /* the staged batch's index and size (its tensors are in stage) */
-    double min_loss;       /* the loss's running minimum (NaN: none yet); saved with checkpoints so a
-                              resumed run's divergence check goes on from it, not from its first loss */
 } trainer;
 
 /* The loader's position as the steps see it: a batch staged ahead (never past its
@@ -277,18 +275,8 @@ static fm_status save_metadata(trainer *t, fm_kv_list *meta, fm_kv_list *smeta) 
         (st = meta_u64(smeta, "dropout_rng_offset", t->drop_rng.offset)) ||
         (st = meta_u64(smeta, "global_rng_seed", fm_rng_global()->seed)))
         return st;
-    const fm_grad_scaler *gs = &t->ts.scaler;
-    if (gs->enabled) { /* fp16: a resumed run scales exactly as an uninterrupted one */
-        char b[40];
-        snprintf(b, sizeof b, "%.17g", gs->scale);
-        if ((st = fm_kv_set(smeta, "loss_scale", b)) || (st = meta_i64(smeta, "loss_scale_growth_tracker", gs->growth_tracker)))
-            return st;
-    }
-    if (isfinite(t->min_loss)) {
-        char b[40];
-        snprintf(b, sizeof b, "%.17g", t->min_loss);
-        if ((st = fm_kv_set(smeta, "loss_min", b))) return st;
-    }
+    /* the fp16 scaler and the loss's running minimum: a resumed run goes on as an uninterrupted one */
+    if ((st = fm_train_step_state_save(&t->ts, smeta))) return st;
     return meta_u64(smeta, "global_rng_offset", fm_rng_global()->offset);
 }
 
@@ -489,20 +477,7 @@ static fm_status load_checkpoint(trainer *t, const char *dir, int64_t manifest_s
         goto done;
     }
     fm_optim_set_step(opt_of(t), ostep);
-    const char *lsv = fm_kv_get(&smeta, "loss_scale");
-    int64_t tracker;
-    char *e1 = NULL;
-    double scale = lsv ? strtod(lsv, &e1) : 0;
-    if (t->ts.scaler.enabled && lsv && *e1 == 0 && scale > 0 && isfinite(scale) &&
-        meta_get_i64(&smeta, "loss_scale_growth_tracker", &tracker) && tracker >= 0 && tracker <= INT32_MAX) {
-        t->ts.scaler.scale = scale;
-        t->ts.scaler.growth_tracker = (int)tracker;
-    }
-    /* the running minimum goes on (absent from older checkpoints: the check starts afresh) */
-    const char *lmv = fm_kv_get(&smeta, "loss_min");
-    char *e2 = NULL;
-    double lmin = lmv ? strtod(lmv, &e2) : NAN;
-    if (lmv && *e2 == 0 && isfinite(lmin)) t->min_loss = lmin;
+    if ((st = fm_train_step_state_load(&t->ts, &smeta))) goto done;
     t->step = sstep;
     t->drop_rng = dr; /* the file has rank 0's (the job's) seed: this rank's is made from it */
     t->drop_rng.seed = fm_dist_rank_seed(dr.seed, t->rank);
@@ -826,6 +801,7 @@ static fm_status step_init(train_run *u) {
     fm_train_step_init(&u->t.ts, &u->opt->eff, u->t.opt, u->t.n_params, u->t.params, recipe_loss, u);
     u->t.ts.scaler.quiet = u->log == NULL;
     u->t.ts.clip = u->r.clip_grad_norm;
+    u->t.ts.divergence_factor = u->r.divergence_factor;
     u->t.ts.inspect_grads = grad_histograms;
     u->t.hooks.user = &u->t;
     u->t.hooks.after_update = masks_after_update;
@@ -836,19 +812,7 @@ static fm_status step_init(train_run *u) {
 /* A loss that is not finite, or that exploded over its running minimum, ends the run. */
 static fm_status check_loss(train_run *u, double lv) {
     char why[200];
-    if (!isfinite(lv) && u->t.ts.scaler.enabled) return FM_OK; /* fp16: the scaler skips the step */
-    if (!isfinite(lv)) {
-        snprintf(why, sizeof why, "the loss became %g", lv);
-        return loss_stopped(u, why);
-    }
-    double f = u->r.divergence_factor, floor = u->t.min_loss > 0.01 ? u->t.min_loss : 0.01;
-    if (f > 0 && u->t.min_loss == u->t.min_loss && lv > f * floor) {
-        snprintf(why, sizeof why, "the loss diverged: %g is over %g x its running minimum %g (divergence_factor)", lv, f,
-                 u->t.min_loss);
-        return loss_stopped(u, why);
-    }
-    if (!(lv >= u->t.min_loss)) u->t.min_loss = lv;
-    return FM_OK;
+    return fm_train_step_check_loss(&u->t.ts, lv, why, sizeof why) ? FM_OK : loss_stopped(u, why);
 }
 
 /* One training step on batch b, its logs and (checkpoint_every) its checkpoint. */
@@ -1036,7 +1000,6 @@ fm_status fm_train(const fm_recipe *rin, const fm_train_options *opt, fm_train_r
     u->log = u->t.log = opt->log;
     u->t.r = r;
     u->t.last_good = -1;
-    u->t.min_loss = NAN;
     u->last_epoch_loss = NAN;
     u->out_dir = opt->out_dir ? opt->out_dir : opt->resume_dir;
     u->t.rank = opt->dist ? fm_dist_rank(opt->dist) : 0;
