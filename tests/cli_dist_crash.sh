@@ -12,14 +12,14 @@ bin=${1:?usage: cli_dist_crash.sh FATHOM_BIN}
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/mpi_lib.sh" # skips without MPI; OpenMPI settings; mpi()
 cli_begin fathom_dist_crash
-mpi() { timeout 120 mpirun --oversubscribe -np 2 "$@"; } # always 2 ranks here
+mpi2() { mpi -np 2 "$@"; } # always 2 ranks here
 
 cli_images "$tmp" 64 32
 cli_idx_data "$tmp" > "$tmp/r.ini"
 printf '[model]\ninput = 1 8 8\nlayer = flatten\nlayer = linear 8\nlayer = dropout 0.2\nlayer = linear 4\n' >> "$tmp/r.ini"
 printf '[train]\nepochs = 2\nbatch = 16\nseed = 5\n[optimizer]\nname = adam\nlr = 0.01\n' >> "$tmp/r.ini"
 flags=(--threads 1 --no-eval --quiet --dist-timeout 10)
-mpi "$bin" train "$tmp/r.ini" --out "$tmp/ref" "${flags[@]}" > "$tmp/ref.log" 2>&1 ||
+mpi2 "$bin" train "$tmp/r.ini" --out "$tmp/ref" "${flags[@]}" > "$tmp/ref.log" 2>&1 ||
   { echo "FAIL: the uninterrupted 2-rank run: $(tail -5 "$tmp/ref.log")"; exit 1; }
 
 total=0
@@ -27,7 +27,7 @@ for kind in write rename; do
   n=1
   while :; do
     d=$tmp/$kind-$n
-    FATHOM_FAULT=$kind:$n:kill mpi "$bin" train "$tmp/r.ini" --out "$d" "${flags[@]}" > "$d.log" 2>&1
+    FATHOM_FAULT=$kind:$n:kill mpi2 "$bin" train "$tmp/r.ini" --out "$d" "${flags[@]}" > "$d.log" 2>&1
     rc=$?
     if [[ $rc -eq 0 ]]; then break; fi # fewer points than n
     if ! grep -q "FATHOM_FAULT: $kind $n" "$d.log"; then bad "$kind:$n: exit $rc without the fault: $(tail -3 "$d.log")"; break; fi
@@ -35,7 +35,7 @@ for kind in write rename; do
     newest=$(cd "$d/ckpt" 2> /dev/null && ls -d step-???????? 2> /dev/null | sort | tail -1)
     if [[ -n $newest ]]; then want="resuming from $d/ckpt/$newest (step $((10#${newest#step-})))"
     else want="training from step 0"; fi
-    if ! mpi "$bin" train "$tmp/r.ini" --resume "$d" "${flags[@]}" > "$d.resume.log" 2>&1; then
+    if ! mpi2 "$bin" train "$tmp/r.ini" --resume "$d" "${flags[@]}" > "$d.resume.log" 2>&1; then
       bad "$kind:$n: the 2-rank resume failed: $(tail -3 "$d.resume.log")"
     elif ! grep -qF "$want" "$d.resume.log"; then
       bad "$kind:$n: the resume does not say '$want': $(head -3 "$d.resume.log")"

@@ -1,7 +1,7 @@
 # Sourced by the multi-process tests (cli_dist*.sh) after they set $bin: skips the test
 # (exit 77) when mpirun is missing or this fathom was built without MPI, lets OpenMPI run
 # as root (CI does) with more ranks than cores, and defines mpi() (MPI_TIMEOUT seconds,
-# default 120), field() (FILE KEY: the first number after "KEY": in FILE) and remanifest()
+# default 120; a launch failure of OpenMPI's own is retried, below), field() (FILE KEY: the first number after "KEY": in FILE) and remanifest()
 # (DIR: a checkpoint unit's MANIFEST file lines recomputed from the files there). Under the
 # sanitizer build leaks are not checked here: OpenMPI's own allocations kept to exit
 # cannot be told from ours (CMakeLists.txt, test_dist_np2); the one-process tests check
@@ -10,7 +10,25 @@ if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP: mpirun not installed (a
 if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "SKIP: this fathom was built without MPI"; exit 77; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-mpi() { timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@"; }
+# mpirun, retried (twice at most, said on stderr) only when OpenMPI itself could not start the
+# ranks ("N total processes failed to start"; seen under load, exit 132, before fathom ran):
+# any other failure, a rank's crash or signal included, is returned as it is. Its stderr is
+# held until mpirun ends, then written to the caller's stderr; stdout is passed through.
+mpi() {
+  local err rc try
+  err=$(mktemp /tmp/fathom_mpi_err.XXXXXX)
+  for try in 1 2 3; do
+    timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@" 2> "$err"; rc=$?
+    if ((rc != 0 && try < 3)) && grep -q "processes failed to start" "$err" && ! grep -qi "signal" "$err"; then
+      echo "note: OpenMPI could not start the ranks (exit $rc, attempt $try of 3): retrying" >&2
+      continue
+    fi
+    break
+  done
+  cat "$err" >&2
+  rm -f "$err"
+  return $rc
+}
 field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }
 remanifest() {
   python3 - "$1" <<'PY'
