@@ -13,8 +13,10 @@
 # graph gives the same accuracy and predictions; `fathom export` writes an ONNX file that
 # onnx.checker accepts and ONNX Runtime runs within 1e-5 of fathom (the exported file through
 # `fathom run`, the trained model through `fathom predict`'s probabilities, and numpy's own
-# forward on the saved weights); bad ids and a recipe that cannot take ids are refused with
-# the file, sample and position. Skipped (77) without the license texts.
+# forward on the saved weights); a bag-of-words variant (embedding, meanpool, linear) trains,
+# compiles and exports (ReduceMean) the same way, and meanpool on anything but token vectors is
+# refused; bad ids and a recipe that cannot take ids are refused with the file, sample and
+# position. Skipped (77) without the license texts.
 set -uo pipefail
 . "$(dirname "$0")/cli_lib.sh"
 bin=$1
@@ -211,6 +213,62 @@ ok = (rel(mine, ref) <= 1e-5 and rel(ref, want) <= 1e-5 and worst_p <= 1e-5 and 
 sys.exit(0 if ok else 1)
 PY
 fi
+
+# ---- a bag of words: embedding, then meanpool (the mean over the 32 token vectors), then linear ----
+bow=$tmp/bow.ini
+sed -e 's/^layer = embedding 256 8$/layer = embedding 256 16/' -e '/^layer = layernorm$/d' -e '/^layer = dropout 0.3$/d' \
+  -e 's/^layer = flatten$/layer = meanpool/' "$tmp/lic.ini" > "$bow"
+if grep -q '^layer = meanpool$' "$bow" && "$bin" train "$bow" --out "$tmp/bow" --json --threads 2 > "$tmp/bow.json" 2> "$tmp/bow.err"; then
+  "$py" - "$tmp" <<'PY' && ok "meanpool: the bag-of-words classifier trains and beats the commonest class" || bad "meanpool training (above)"
+import csv, json, math, sys
+d = sys.argv[1]
+j, p = json.load(open(f"{d}/bow.json")), json.load(open(f"{d}/train.json"))
+labels = [r["label"] for r in csv.DictReader(open(f"{d}/test.csv"))]
+base = max(labels.count(c) for c in set(labels)) / len(labels)
+print(f"bag of words: test accuracy {j['test_accuracy']:.4f}, loss {j['test_loss']:.4f} (positional model "
+      f"{p['test_accuracy']:.4f}, {p['test_loss']:.4f}; commonest class {base:.4f})")
+sys.exit(0 if j["test_loss"] < math.log(4) and j["test_accuracy"] >= base + 0.06 else 1)
+PY
+else
+  bad "fathom train of the meanpool recipe: $(cat "$tmp/bow.err")"
+fi
+"$bin" compile "$tmp/bow" -o "$tmp/bowg" > /dev/null 2>&1 || bad "fathom compile of the meanpool model"
+"$bin" predict "$tmp/bowg" "$tmp/ids.csv" > "$tmp/bow_g.txt" 2>&1 && "$bin" predict "$tmp/bow" "$tmp/ids.csv" > "$tmp/bow_m.txt" 2>&1 &&
+  cmp -s "$tmp/bow_g.txt" "$tmp/bow_m.txt" && ok "meanpool: the compiled graph gives the model's classes and probabilities" ||
+  bad "meanpool: predict through the graph: $(cat "$tmp/bow_g.txt")"
+"$bin" predict "$tmp/bow" "$tmp/ids.npy" --json > "$tmp/bow_pred.json" 2> "$tmp/bow.err" || bad "meanpool predict: $(cat "$tmp/bow.err")"
+if ! "$bin" export "$tmp/bow" -o "$tmp/bow.onnx" > /dev/null 2> "$tmp/bow.err"; then
+  bad "fathom export of the meanpool model: $(cat "$tmp/bow.err")"
+elif "$py" -c "import onnx, onnxruntime, numpy, safetensors.numpy" 2>/dev/null; then
+  "$py" - "$tmp" <<'PY' && ok "meanpool: exported (ReduceMean), ONNX Runtime = numpy = fathom predict within 1e-5" || bad "meanpool export (above)"
+import json, sys, numpy as np, onnx, onnxruntime as ort
+from safetensors.numpy import load_file
+d = sys.argv[1]
+m = onnx.load(f"{d}/bow.onnx")
+onnx.checker.check_model(m, full_check=True)
+ids = np.load(f"{d}/ids.npy")
+s = ort.InferenceSession(f"{d}/bow.onnx", providers=["CPUExecutionProvider"])
+(ref,) = s.run(None, {s.get_inputs()[0].name: ids})
+w = {k: v.astype(np.float64) for k, v in load_file(f"{d}/bow/model.safetensors").items()}
+want = w["0.weight"][ids].mean(1) @ w["2.weight"].T + w["2.bias"]
+rel = float(np.max(np.abs(ref - want)) / np.max(np.abs(want)))
+p = np.exp(ref - ref.max(1, keepdims=True)); p /= p.sum(1, keepdims=True)
+pr = json.load(open(f"{d}/bow_pred.json"))["predictions"]
+assert [q["class"] for q in pr] == list(ref.argmax(1)), ([q["class"] for q in pr], ref.argmax(1))
+worst_p = max(abs(q["probability"] - p[i, q["class"]]) for i, q in enumerate(pr))
+ops = sorted({n.op_type for n in m.graph.node})
+print(f"meanpool export: ops {' '.join(ops)}; ONNX Runtime vs numpy max rel diff {rel:.2e}; predict vs ORT softmax {worst_p:.2e}")
+sys.exit(0 if rel <= 1e-5 and worst_p <= 1e-5 and "ReduceMean" in ops else 1)
+PY
+else
+  echo "SKIP: the meanpool ONNX Runtime check (python modules onnx, onnxruntime, numpy or safetensors missing)"
+fi
+"$bin" plan --model "$bow" --json > "$tmp/bow_plan.json" 2> "$tmp/bow.err" && ok "fathom plan of the meanpool recipe" ||
+  bad "fathom plan of the meanpool recipe: $(cat "$tmp/bow.err")"
+# meanpool takes token vectors [batch, tokens, dim]: after flatten it is refused when the model is built
+sed 's/^layer = linear 4$/layer = meanpool\nlayer = linear 4/' "$tmp/lic.ini" > "$tmp/mp_bad.ini"
+expect 1 "mp_bad.ini:12: layer 4 ('meanpool') does not fit: meanpool expects [batch, tokens, dim] with tokens >= 1, got [1, 256]" \
+  "$bin" train "$tmp/mp_bad.ini" --out "$tmp/bad-out"
 
 # ---- refusals: what was wrong, where, and what to do ----
 sed '3s/^\([0-9]*\),/300,/' "$tmp/train.csv" > "$tmp/bad_id.csv"

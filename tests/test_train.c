@@ -261,10 +261,9 @@ static double emb_loss(fm_module *m, fm_tensor *x, fm_tensor *y) {
  * a repeated id adding once per occurrence) equals central differences of the loss, element by
  * element; a row no id names gets exactly 0, and the ids, made from the data's values, get no
  * gradient. The data's values become ids only when they are whole numbers in [0, V). */
-static void test_embedding_recipe_grad(void) {
+static void test_embedding_recipe_grad(const char *model) {
     fm_recipe r;
-    CHECK(fm_recipe_parse("[model]\ninput = 5\nlayer = embedding 7 3\nlayer = layernorm\nlayer = flatten\n"
-                          "layer = linear 4\n", "emb.ini", &r) == FM_OK);
+    CHECK(fm_recipe_parse(model, "emb.ini", &r) == FM_OK);
     CHECK(fm_recipe_token_vocab(&r) == 7);
     fm_rng rng;
     fm_rng_init(&rng, 11);
@@ -301,7 +300,8 @@ static void test_embedding_recipe_grad(void) {
         gsum += fabs(g);
     }
     fm_set_grad_enabled(prev);
-    printf("embedding recipe: table gradient against central differences (eps 1e-2, f32): worst relative error %.2e\n", worst);
+    printf("embedding recipe (%s): table gradient against central differences (eps 1e-2, f32): worst relative error %.2e\n",
+           strstr(model, "meanpool") ? "meanpool" : "flatten", worst);
     CHECK_MSG(worst < 2e-2, "embedding table gradient against central differences: worst relative error %g", worst);
     CHECK_MSG(row4 == 0 && gsum > 1e-3, "row 4 (no id names it) has gradient %g; all rows %g", row4, gsum);
     /* values that are no ids of the table */
@@ -389,7 +389,9 @@ int main(void) {
     test_learns_and_resumes("name = adamw\nlr = 0.01\nweight_decay = 0.01\n");
     test_learns_and_resumes("name = sgd\nlr = 0.05\nmomentum = 0.9\nnesterov = true\n");
     test_bad_recipes();
-    test_embedding_recipe_grad();
+    test_embedding_recipe_grad("[model]\ninput = 5\nlayer = embedding 7 3\nlayer = layernorm\nlayer = flatten\nlayer = linear 4\n");
+    /* the bag of words: the mean of the token vectors (every id's row gets 1/5 of its share) */
+    test_embedding_recipe_grad("[model]\ninput = 5\nlayer = embedding 7 3\nlayer = meanpool\nlayer = linear 4\n");
     test_missing_dataset();
     test_nan_loss();
     test_step_state();

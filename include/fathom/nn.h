@@ -23,6 +23,7 @@ typedef enum fm_module_kind {
     FM_MOD_LINEAR = 0, FM_MOD_CONV2D, FM_MOD_BATCHNORM2D, FM_MOD_LAYERNORM, FM_MOD_RMSNORM,
     FM_MOD_EMBEDDING, FM_MOD_DROPOUT, FM_MOD_RELU, FM_MOD_GELU, FM_MOD_SILU, FM_MOD_TANH,
     FM_MOD_SIGMOID, FM_MOD_MAXPOOL2D, FM_MOD_AVGPOOL2D, FM_MOD_FLATTEN, FM_MOD_SEQUENTIAL,
+    FM_MOD_MEANPOOL, /* [batch, tokens, dim] -> [batch, dim]: the mean over the tokens (x.mean(dim=1)) */
     FM_MOD_KIND_COUNT
 } fm_module_kind;
 

@@ -65,6 +65,12 @@ static fm_status record_leaf(tracer *t, fm_module *m, const char *prefix, const 
         at[na++] = fm_graph_attr_int("padding", h.padding);
         break;
     case FM_MOD_FLATTEN: op = "flatten"; at[na++] = fm_graph_attr_int("start", 1); break;
+    case FM_MOD_MEANPOOL: { /* the attribute points at its values until the node is added: a static array */
+        static const int64_t token_axis[1] = {1};
+        op = "mean";
+        at[na++] = fm_graph_attr_ints("axes", 1, token_axis);
+        break;
+    }
     default: {
         char d[96];
         return fm_set_error(FM_ERR_UNSUPPORTED, "trace: layer %s (%s) has no graph op", prefix, fm_module_describe(m, d, sizeof d));

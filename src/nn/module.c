@@ -262,6 +262,7 @@ fm_module *fm_nn_dropout(double p, fm_rng *rng) {
 fm_module *fm_nn_simple(fm_module_kind kind) {
     switch (kind) {
     case FM_MOD_RELU: case FM_MOD_GELU: case FM_MOD_SILU: case FM_MOD_TANH: case FM_MOD_SIGMOID: case FM_MOD_FLATTEN:
+    case FM_MOD_MEANPOOL:
         return mod_new(kind);
     default:
         fm_set_error(FM_ERR_INVALID, "fm_nn_simple: kind %d is not a parameter-free layer", (int)kind);
@@ -361,7 +362,7 @@ fm_module *fm_relu_new(void) { return fm_nn_simple(FM_MOD_RELU); }
 static const char *kind_name(fm_module_kind k) {
     static const char *names[FM_MOD_KIND_COUNT] = {
         "linear", "conv2d", "batchnorm2d", "layernorm", "rmsnorm", "embedding", "dropout", "relu", "gelu",
-        "silu", "tanh", "sigmoid", "maxpool2d", "avgpool2d", "flatten", "sequential"};
+        "silu", "tanh", "sigmoid", "maxpool2d", "avgpool2d", "flatten", "sequential", "meanpool"};
     return (unsigned)k < FM_MOD_KIND_COUNT ? names[k] : "?";
 }
 
@@ -449,6 +450,12 @@ static fm_status infer_one(const fm_module *m, int ndim, const int64_t *in, int 
         out[ndim] = m->b;
         *on = ndim + 1;
         return FM_OK;
+    case FM_MOD_MEANPOOL: /* token vectors [batch, tokens, dim], e.g. an embedding's output */
+        if (ndim != 3 || in[1] < 1) return shape_err(m, "[batch, tokens, dim] with tokens >= 1", ndim, in);
+        out[0] = in[0];
+        out[1] = in[2];
+        *on = 2;
+        return FM_OK;
     case FM_MOD_FLATTEN: {
         if (ndim < 1) return shape_err(m, "input with a batch dim", ndim, in);
         int64_t p = 1;
@@ -525,6 +532,7 @@ static fm_tensor *forward_one(fm_module *m, fm_tensor *x) {
         return m->kind == FM_MOD_MAXPOOL2D ? fm_max_pool2d(x, &p) : fm_avg_pool2d(x, &p);
     }
     case FM_MOD_FLATTEN: return x->ndim <= 1 ? fm_tensor_retain(x) : fm_flatten(x, 1, -1);
+    case FM_MOD_MEANPOOL: return fm_mean(x, 1, (const int[]){1}, false);
     case FM_MOD_SEQUENTIAL: {
         fm_tensor *cur = fm_tensor_retain(x);
         for (int i = 0; i < m->n_children && cur; i++) {

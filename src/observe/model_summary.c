@@ -61,6 +61,7 @@ static double layer_flops(fm_module *m, const fm_named_list *params, int in_nd, 
         return (double)k * k * (double)n_out;
     }
     case FM_MOD_RELU: case FM_MOD_GELU: case FM_MOD_SILU: case FM_MOD_TANH: case FM_MOD_SIGMOID: case FM_MOD_DROPOUT:
+    case FM_MOD_MEANPOOL: /* one add per input element */
         return (double)n_in;
     default: return 0; /* embedding (a gather), flatten (a view) */
     }

@@ -361,7 +361,7 @@ fm_status fm_recipe_load(const char *name_or_path, fm_recipe *out) {
 
 static const char *layer_names =
     "linear, conv2d, batchnorm2d, layernorm, rmsnorm, embedding, dropout, relu, gelu, silu, tanh, sigmoid, "
-    "maxpool2d, avgpool2d, flatten";
+    "maxpool2d, avgpool2d, flatten, meanpool";
 
 typedef struct layer_args {
     int npos;
@@ -407,7 +407,7 @@ static const char *layer_args_misfit(const char *kind, const layer_args *a, char
     for (size_t i = 0; i < sizeof layer_forms / sizeof layer_forms[0]; i++)
         if (!strcmp(layer_forms[i].kind, kind)) f = &layer_forms[i];
     static const layer_form simple = {"", 0, 0, false, ""};
-    static const char *const simple_kinds = "relu gelu silu tanh sigmoid flatten";
+    static const char *const simple_kinds = "relu gelu silu tanh sigmoid flatten meanpool";
     if (!f && !word_in(simple_kinds, kind)) return NULL; /* an unknown kind: refused by name below */
     if (!f) f = &simple;
     if (a->npos < f->min_pos || a->npos > f->max_pos) {
@@ -580,7 +580,7 @@ fm_module *fm_recipe_build_model(const fm_recipe *r, fm_rng *rng) {
         } else {
             static const struct { const char *n; fm_module_kind k; } simple[] = {
                 {"relu", FM_MOD_RELU}, {"gelu", FM_MOD_GELU}, {"silu", FM_MOD_SILU}, {"tanh", FM_MOD_TANH},
-                {"sigmoid", FM_MOD_SIGMOID}, {"flatten", FM_MOD_FLATTEN}};
+                {"sigmoid", FM_MOD_SIGMOID}, {"flatten", FM_MOD_FLATTEN}, {"meanpool", FM_MOD_MEANPOOL}};
             for (size_t k = 0; k < sizeof simple / sizeof simple[0]; k++)
                 if (!strcmp(kind, simple[k].n)) m = fm_nn_simple(simple[k].k);
             if (!m) LAYER_FAIL("%s:%d: unknown layer '%s' (expected one of: %s)", r->path, L->line, kind, layer_names);
