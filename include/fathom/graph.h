@@ -124,6 +124,11 @@ FM_API int fm_graph_num_consts(const fm_graph *g);
 FM_API const char *fm_graph_node_op(const fm_graph *g, int i);
 /* Valid after fm_graph_validate (fm_graph_load validates). */
 FM_API fm_status fm_graph_input_info(const fm_graph *g, int i, fm_graph_io *out);
+/* When input i (an integer input) feeds the indices of an embedding lookup on a
+ * constant table directly (embedding, or qembedding_int4; what an ONNX Gather on a
+ * constant 2-D table imports as), the table's row count: every id must be in
+ * [0, rows). The smallest such count when it feeds several; 0 when it feeds none. */
+FM_API int64_t fm_graph_input_id_limit(const fm_graph *g, int i);
 FM_API fm_status fm_graph_output_info(const fm_graph *g, int i, fm_graph_io *out);
 
 /* ---- running ---- */

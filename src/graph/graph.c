@@ -368,6 +368,22 @@ int fm_graph_num_outputs(const fm_graph *g) { return g ? g->n_outputs : 0; }
 int fm_graph_num_nodes(const fm_graph *g) { return g ? g->n_nodes : 0; }
 const char *fm_graph_node_op(const fm_graph *g, int i) { return g && i >= 0 && i < g->n_nodes ? g->nodes[i].op : NULL; }
 
+int64_t fm_graph_input_id_limit(const fm_graph *g, int i) {
+    if (!g || i < 0 || i >= g->n_inputs) return 0;
+    const int v = g->inputs[i];
+    int64_t lim = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const gnode *n = &g->nodes[k];
+        int table = -1;
+        if (!strcmp(n->op, "embedding") && n->n_in == 2 && n->in[1] == v) table = n->in[0];
+        else if (!strcmp(n->op, "qembedding_int4") && n->n_in >= 3 && n->in[2] == v) table = n->in[0];
+        if (table < 0 || g->values[table].kind != GV_CONST || g->values[table].t.ndim != 2) continue;
+        int64_t rows = g->values[table].t.d[0];
+        if (rows > 0 && (lim == 0 || rows < lim)) lim = rows;
+    }
+    return lim;
+}
+
 int fm_graph_num_consts(const fm_graph *g) {
     int n = 0;
     for (int i = 0; g && i < g->n_values; i++) n += g->values[i].kind == GV_CONST;

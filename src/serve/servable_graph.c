@@ -2,7 +2,9 @@
  * include/fathom/graph.h): what the ONNX importer and `fathom compile` write; and
  * for an .onnx file, imported into that graph when it loads.
  * Every input and output must have a dynamic first dimension (the batch); the
- * other dims are reported as declared (-1 where dynamic). On a GPU the graph's
+ * other dims are reported as declared (-1 where dynamic). An integer input that
+ * indexes an embedding table on a constant gets the table's rows as its id_limit.
+ * On a GPU the graph's
  * outputs are copied back to the host for the response. */
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +65,12 @@ static fm_servable *from_graph(fm_graph *g, const char *dir, fm_device dev, cons
                           dir, s->n_inputs, s->n_outputs, FM_SERVE_MAX_IO);
     fm_graph_io gi;
     for (int i = 0; i < s->n_inputs && !st; i++)
-        if (!(st = fm_graph_input_info(g, i, &gi))) st = describe(&s->inputs[i], &gi, dir, "input");
+        if (!(st = fm_graph_input_info(g, i, &gi))) {
+            st = describe(&s->inputs[i], &gi, dir, "input");
+            /* ids that index an embedding table are checked per request (infer_codec.c): an id
+             * out of range is that request's 400 instead of failing the batch it joins */
+            if (gi.dtype == FM_I64 || gi.dtype == FM_I32) s->inputs[i].id_limit = fm_graph_input_id_limit(g, i);
+        }
     for (int j = 0; j < s->n_outputs && !st; j++)
         if (!(st = fm_graph_output_info(g, j, &gi))) st = describe(&s->outputs[j], &gi, dir, "output");
     if (!st && dev.type != FM_DEV_CPU) st = fm_graph_to_device(g, dev);

@@ -210,6 +210,71 @@ def onnx_checks(s, ref):
           "a platform the folder does not hold is refused: %s" % reasons.get("wrong-platform"))
 
 
+EMB_TABLE = [[0.5 * r + 0.125 * c for c in range(3)] for r in range(5)]
+
+
+def write_emb_graph(repo):
+    """Token ids into an embedding table (a constant [5, 3]): model 'emb', a graph directory whose INT64 input
+    ids [batch, 2] feeds the lookup, and 'emb-onnx', the same exported to ONNX (a Gather on a constant table).
+    Both batch with a 300 ms window, so concurrent requests share one execution."""
+    d = os.path.join(repo, "emb", "1")
+    os.makedirs(d, exist_ok=True)
+    g = {"format": "fathom-graph", "version": 1, "meta": {}, "dim_hints": {"batch": 2},
+         "inputs": [{"name": "ids", "dtype": "i64", "shape": ["batch", 2]}], "outputs": ["vec"],
+         "constants": [{"name": "table", "dtype": "f32", "shape": [5, 3]}],
+         "nodes": [{"name": "lookup", "op": "embedding", "inputs": ["table", "ids"],
+                    "outputs": [{"name": "vec", "dtype": "f32", "shape": ["batch", 2, 3]}], "attrs": {}}]}
+    json.dump(g, open(os.path.join(d, "graph.json"), "w"))
+    hdr = json.dumps({"table": {"dtype": "F32", "shape": [5, 3], "data_offsets": [0, 60]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    data = struct.pack("<15f", *[v for row in EMB_TABLE for v in row])
+    open(os.path.join(d, "weights.safetensors"), "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
+    cfg = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}
+    json.dump(cfg, open(os.path.join(repo, "emb", "config.json"), "w"))
+    os.makedirs(os.path.join(repo, "emb-onnx", "1"), exist_ok=True)
+    p = subprocess.run([BIN, "export", d, "-o", os.path.join(repo, "emb-onnx", "1", "model.onnx")],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "fathom export of the embedding graph to ONNX: %s" % p.stderr.strip())
+    json.dump(cfg, open(os.path.join(repo, "emb-onnx", "config.json"), "w"))
+
+
+def emb_checks(s):
+    """An id outside the table is its own request's 400, checked before batching; the requests that would
+    have shared its batch succeed (before id_limit was set for graph inputs, the lookup failed the batch)."""
+    for model in ("emb", "emb-onnx"):
+        st, j = s.json("GET", "/v2/models/" + model)
+        check(st == 200 and j["inputs"] == [{"name": "ids", "datatype": "INT64", "shape": [-1, 2]}],
+              "%s: metadata %s" % (model, j))
+        before = s.metrics()
+        bodies = [[[0, 4]], [[1, 2], [3, 3]], [[2, 5]], [[4, 0]], [[-1, 1]]]  # the third and fifth are out of range
+        res = [None] * len(bodies)
+
+        def worker(k):
+            ids = bodies[k]
+            res[k] = s.json("POST", "/v2/models/%s/infer" % model, {"inputs": [
+                {"name": "ids", "datatype": "INT64", "shape": [len(ids), 2], "data": [v for r in ids for v in r]}]})
+        th = [threading.Thread(target=worker, args=(k,)) for k in range(len(bodies))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        for k in (2, 4):
+            st, j = res[k]
+            check(st == 400 and "is not a token id" in j.get("error", "") and "[0, 5)" in j["error"],
+                  "%s: an id outside the 5-row table is that request's 400: %s %s" % (model, st, j))
+        for k in (0, 1, 3):
+            st, j = res[k]
+            want = [v for r in bodies[k] for i in r for v in EMB_TABLE[i]]
+            got = j["outputs"][0]["data"] if st == 200 else None
+            check(st == 200 and got is not None and len(got) == len(want) and max(abs(a - b_) for a, b_ in zip(got, want)) < 1e-6,
+                  "%s: request %d, batched beside the bad ones, gets its rows: %s %s" % (model, k, st, j))
+        m = s.metrics()
+        lab = '{model="%s",version="1"}' % model
+        n = m.get("fathom_inference_count" + lab, 0) - before.get("fathom_inference_count" + lab, 0)
+        e = m.get("fathom_inference_exec_count" + lab, 0) - before.get("fathom_inference_exec_count" + lab, 0)
+        check(n == 4 and 0 < e < 3, "%s: the three good requests (4 rows) ran in %d execution(s), the bad ones in none" % (model, e))
+
+
 def usage_checks():
     def run(*args):
         p = subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=30)
@@ -462,11 +527,13 @@ def main():
     })
     graph_ref = write_graph(os.path.join(repo, "g", "1"))
     write_onnx(repo)
+    write_emb_graph(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
         protocol_checks(s)
         graph_checks(s, graph_ref)
         onnx_checks(s, graph_ref)
+        emb_checks(s)
         tritonclient_checks(s)
         batching_checks(s)
         lone_wait_checks(s)
