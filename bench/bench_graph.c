@@ -7,7 +7,8 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--save-gpt DIR]
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR]
+ * (--batch: the fashion-cnn rows at that batch only, for a profiler)
  * (--only runs one side alone, for a profiler: its JSON row gives 0 for the others;
  * --save-gpt writes the kjv-gpt-shaped graph to DIR/graph and compiled to DIR/compiled
  * and exits, for bench_graph_ort.py) */
@@ -59,6 +60,7 @@ static void measure(const char *model, int64_t batch, const char *what, run_fn f
 }
 
 /* ---- fashion-cnn ---- */
+static int64_t g_batch; /* --batch: only this batch (0: 1 and 32) */
 typedef struct cnn { fm_module *m; fm_graph *g, *c; fm_tensor *x; } cnn;
 
 static fm_status cnn_run(void *ctx, int which) {
@@ -85,6 +87,7 @@ static void bench_cnn(int rounds) {
     if (!k.c) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
     int64_t batches[2] = {1, 32};
     for (int b = 0; b < 2; b++) {
+        if (g_batch && batches[b] != g_batch) continue;
         sh[0] = batches[b];
         k.x = fm_tensor_randn(r.input_ndim + 1, sh, FM_F32, &rng);
         measure("fashion-cnn", batches[b], "forward", cnn_run, &k, rounds, k.c);
@@ -171,18 +174,20 @@ static void bench_gpt(int rounds) {
 
 int main(int argc, char **argv) {
     int rounds = 15;
+    g_batch = 0;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) g_batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--save-gpt") && i + 1 < argc) g_save_gpt = argv[++i], model = "gpt";
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *o = argv[++i];
             g_only = !strcmp(o, "eager") ? 0 : !strcmp(o, "graph") ? 1 : !strcmp(o, "compiled") ? 2 : -2;
         } else g_only = -2;
     }
-    if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt"))) {
-        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--save-gpt DIR]\n");
+    if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt")) || (g_batch != 0 && g_batch != 1 && g_batch != 32)) {
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR]\n");
         return 2;
     }
     if (rounds < 1 || rounds > 1024) rounds = 15;

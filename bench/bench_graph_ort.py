@@ -18,11 +18,18 @@ the ratios ort_ms / fathom_ms (above 1: fathom is faster); with --threads 1 also
 each side's CPU time per call on this thread (both run on it), which machine
 load disturbs least.
 
-Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|gpt]
+--model mlp does the same for fashion-mlp (784-1024-1024-10, ReLU), at batch 1 and 32.
+--base DIR adds a third side: another build's libfathom.so running the graph that
+build's own `fathom compile` (GPT: `bench_graph --save-gpt`) made from the same
+model, timed in the same alternation (before/after pairs on a shared machine); its
+outputs must agree too.
+
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt] [--base DIR]
 """
 import argparse
 import ctypes
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -49,11 +56,11 @@ def synthetic_idx(d, n):
         f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labels.tobytes())
 
 
-def recipe(root, d):
-    """fashion-cnn's [model] section, on the synthetic data, two steps."""
-    text = open(os.path.join(root, "data/recipes/fashion-cnn.ini")).read()
+def recipe(root, d, name="fashion-cnn"):
+    """the recipe's [model] section, on the synthetic data, two steps."""
+    text = open(os.path.join(root, f"data/recipes/{name}.ini")).read()
     model = text[text.index("\n[model]") + 1:text.index("\n[train]") + 1]
-    path = f"{d}/cnn.ini"
+    path = f"{d}/{name}.ini"
     with open(path, "w") as f:
         f.write(f"[data]\ndataset = idx\ntrain_images = {d}/train-images\ntrain_labels = {d}/train-labels\n"
                 f"normalize = 0.2860 0.3530\n{model}[train]\nepochs = 1\nbatch = 32\nseed = 1\n")
@@ -136,7 +143,7 @@ class Fathom:
         self.lib.fm_graph_free(self.g)
 
 
-def timing(a, tf, to, cf, co):
+def timing(a, tf, to, cf, co, tb=None, cb=None):
     """the JSON fields of one row: each side's median and best round, and the ratios ort / fathom
     (the best round is the one least disturbed by other jobs on a loaded machine). With
     --threads 1 both sides run on this thread, so its CPU time per call (median) is given
@@ -147,6 +154,13 @@ def timing(a, tf, to, cf, co):
     if a.threads == 1:
         pf, po = statistics.median(cf), statistics.median(co)
         s += f', "fathom_cpu_ms": {1e3 * pf:.3f}, "ort_cpu_ms": {1e3 * po:.3f}, "cpu_ort_over_fathom": {po / pf:.3f}'
+    if tb:
+        mb = statistics.median(tb)
+        s += f', "base_ms": {1e3 * mb:.3f}, "ort_over_base": {mo / mb:.3f}, "base_over_fathom": {mb / mf:.3f}'
+        if a.threads == 1:
+            pb = statistics.median(cb)
+            s += (f', "base_cpu_ms": {1e3 * pb:.3f}, "cpu_ort_over_base": {statistics.median(co) / pb:.3f}, '
+                  f'"cpu_base_over_fathom": {pb / statistics.median(cf):.3f}')
     return s
 
 
@@ -167,6 +181,12 @@ def bench_gpt(a, ort, lib, d):
     run([os.path.join(a.build, "bench_graph"), "--save-gpt", f"{d}/gpt"])
     run([os.path.join(a.build, "fathom"), "export", f"{d}/gpt/compiled", "-o", f"{d}/gpt.onnx"])
     fm = Fathom(lib, f"{d}/gpt/compiled")
+    base = None
+    if a.base:  # the other build's graph of the same (seeded) model, compiled by it
+        os.makedirs(f"{d}/gpt_base")
+        run([os.path.join(a.base, "bench_graph"), "--save-gpt", f"{d}/gpt_base"])
+        shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base_gpt.so")
+        base = Fathom(f"{d}/libfathom_base_gpt.so", f"{d}/gpt_base/compiled")
     sess = session(ort, f"{d}/gpt.onnx", a.threads)
     names = [i.name for i in sess.get_inputs()]
     n_layer, kv, hd, vocab = 4, 4, 32, 512
@@ -181,10 +201,15 @@ def bench_gpt(a, ort, lib, d):
         fm.release(outs, len(shapes))
         yo = sess.run(None, dict(zip(names, feed)))
         err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yf, yo))
+        if base:
+            outs = base.run_many(feed)
+            yb = base.outputs(outs, shapes)
+            base.release(outs, len(shapes))
+            err = max([err] + [float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yb, yo)])
         if err > 1e-4:
             sys.exit(f"bench_graph_ort: gpt outputs differ at batch {batch}: {err:.3g} relative")
         inner = 1 if batch * seq >= 64 * 8 else 8
-        tf, to, cf, co = [], [], [], []
+        tf, to, cf, co, tb, cb = [], [], [], [], [], []
         for _ in range(a.rounds):
             t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(inner):
@@ -194,8 +219,15 @@ def bench_gpt(a, ort, lib, d):
             for _ in range(inner):
                 sess.run(None, dict(zip(names, feed)))
             to.append((time.perf_counter() - t0) / inner), co.append((time.thread_time() - c0) / inner)
-        print(f'{{"model": "kjv-gpt", "batch": {batch}, "workload": "{what}", {timing(a, tf, to, cf, co)}, "max_rel_diff": {err:.2e}}}', flush=True)
+            if base:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(inner):
+                    base.release(base.run_many(feed), len(shapes))
+                tb.append((time.perf_counter() - t0) / inner), cb.append((time.thread_time() - c0) / inner)
+        print(f'{{"model": "kjv-gpt", "batch": {batch}, "workload": "{what}", {timing(a, tf, to, cf, co, tb, cb)}, "max_rel_diff": {err:.2e}}}', flush=True)
     fm.close()
+    if base:
+        base.close()
 
 
 def main():
@@ -203,7 +235,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "gpt", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "both"], default="both")
+    ap.add_argument("--base", help="another build directory to time in the same alternation")
     a = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -220,10 +253,16 @@ def main():
         if a.model == "gpt":
             return
         synthetic_idx(d, 256)
-        run([fathom, "train", recipe(root, d), "--out", f"{d}/model", "--max-steps", "2", "--no-eval", "--quiet"])
+        name = "fashion-mlp" if a.model == "mlp" else "fashion-cnn"
+        run([fathom, "train", recipe(root, d, name), "--out", f"{d}/model", "--max-steps", "2", "--no-eval", "--quiet"])
         run([fathom, "compile", f"{d}/model", "-o", f"{d}/compiled"])
         run([fathom, "export", f"{d}/compiled", "-o", f"{d}/model.onnx"])
         fm = Fathom(lib, f"{d}/compiled")
+        base = None
+        if a.base:  # the other build's compile of the same model, its library under another file name
+            run([os.path.join(a.base, "fathom"), "compile", f"{d}/model", "-o", f"{d}/compiled_base"])
+            shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base.so")
+            base = Fathom(f"{d}/libfathom_base.so", f"{d}/compiled_base")
         sess = session(ort, f"{d}/model.onnx", a.threads)
         iname = sess.get_inputs()[0].name
         for batch in (1, 32):
@@ -232,10 +271,14 @@ def main():
             yf = fm.run(batch * 10)
             yo = sess.run(None, {iname: x})[0].reshape(-1)
             err = float(np.max(np.abs(yf - yo)) / max(1e-30, float(np.max(np.abs(yo)))))
+            if base:
+                base.set_input(x)
+                yb = base.run(batch * 10)
+                err = max(err, float(np.max(np.abs(yb - yo)) / max(1e-30, float(np.max(np.abs(yo))))))
             if err > 1e-4:
                 sys.exit(f"bench_graph_ort: outputs differ at batch {batch}: {err:.3g} relative")
             inner = max(1, 64 // batch)  # enough calls per sample that the clock's resolution does not matter
-            tf, to, cf, co = [], [], [], []
+            tf, to, cf, co, tb, cb = [], [], [], [], [], []
             for _ in range(a.rounds):
                 t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(inner):
@@ -245,7 +288,14 @@ def main():
                 for _ in range(inner):
                     sess.run(None, {iname: x})
                 to.append((time.perf_counter() - t0) / inner), co.append((time.thread_time() - c0) / inner)
-            print(f'{{"model": "fashion-cnn", "batch": {batch}, {timing(a, tf, to, cf, co)}, "max_rel_diff": {err:.2e}}}', flush=True)
+                if base:
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    for _ in range(inner):
+                        base.run(batch * 10)
+                    tb.append((time.perf_counter() - t0) / inner), cb.append((time.thread_time() - c0) / inner)
+            print(f'{{"model": "{name}", "batch": {batch}, {timing(a, tf, to, cf, co, tb, cb)}, "max_rel_diff": {err:.2e}}}', flush=True)
+        if base:
+            base.close()
         fm.close()
 
 

@@ -440,6 +440,37 @@ static void test_fuse_conv_act_by_hand(void) {
     fm_tensor_release_n(2, w, b);
 }
 
+/* fuse-linear-act on a built graph: linear + relu fuses (relu = 1); a linear alone
+ * with a constant weight becomes linear_fused (relu = 0, packed weights); a linear
+ * whose output is also a graph output keeps its relu node; a linear whose weight is
+ * a graph input stays linear. Compared before/after with fm_graph_compare at a
+ * batch that needs several of the packed kernel's 6-row tiles and a tail panel. */
+static void test_fuse_linear_act_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w1 = randn(2, (int64_t[]){70, 40}, 21), *b1 = randn(1, (int64_t[]){70}, 22), *w2 = randn(2, (int64_t[]){10, 70}, 23);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 40}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_input(g, "wx", FM_F32, 2, (int64_t[]){70, 40}, NULL) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w1", w1) == FM_OK && fm_graph_add_const(g, "b1", b1) == FM_OK && fm_graph_add_const(g, "w2", w2) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "l1", 3, (const char *[]){"x", "w1", "b1"}, 1, (const char *[]){"h1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", "r1", 1, (const char *[]){"h1"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "l2", 2, (const char *[]){"y1", "w2"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "l3", 3, (const char *[]){"x", "w1", "b1"}, 1, (const char *[]){"h3"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", "r3", 1, (const char *[]){"h3"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", "l4", 3, (const char *[]){"x", "wx", "b1"}, 1, (const char *[]){"y4"}, 0, NULL) == FM_OK);
+    const char *outs[4] = {"y2", "y3", "h3", "y4"};
+    for (int i = 0; i < 4; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "batch", 13) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    char note[256] = "";
+    fm_graph *p = fm_graph_pass(g, "fuse-linear-act", note, sizeof note);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-linear-act by hand: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "linear_fused") == 3 && count_op(p, "linear") == 1 && count_op(p, "relu") == 1, "fuse-linear-act by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release_n(3, w1, b1, w2);
+}
+
 /* The fused attention against the unfused graph at a prompt (no past), a decode
  * step and a chunk after a past (the three paths of attention_kv), every output. */
 static void check_attention_paths(const fm_graph *g, const fm_graph *p, int n_layer, int64_t kv, int64_t D, int64_t vocab) {
@@ -534,6 +565,7 @@ static void test_passes(void) {
     fm_tensor_release(ex);
     fm_module_free(m);
     test_fuse_conv_act_by_hand();
+    test_fuse_linear_act_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

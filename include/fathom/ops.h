@@ -157,6 +157,16 @@ FM_API fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, cons
 FM_API fm_tensor *fm_conv2d_fused_pack(fm_tensor *w);
 FM_API fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *p,
                                          bool relu, int pool);
+/* Inference: y = x w^T + b (b may be NULL), then ReLU when relu, with the bias and the
+ * ReLU applied before anything is stored; x f32 or f64 [..., K], w [N, K], b [N]. No
+ * autograd (fathom compile's fuse-linear-act writes it). `packed`: NULL, or
+ * fm_linear_fused_pack(w), the weights in the panel form the CPU's AVX2/FMA kernel
+ * reads, made once (a graph does it at load) so that no call packs them. Without it,
+ * for f64, a packed tensor of another shape, or a CPU without AVX2 the result is
+ * linear's GEMM, then ReLU. fm_linear_fused_pack: w f32 [N, K] -> a 1-D f32 tensor of
+ * 3 + ceil(N/16)*16*K floats (a header, then 16-column panels [K][16]). */
+FM_API fm_tensor *fm_linear_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, bool relu);
+FM_API fm_tensor *fm_linear_fused_pack(fm_tensor *w);
 typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad; /* avg pool; PyTorch default true */

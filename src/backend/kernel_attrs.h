@@ -44,6 +44,11 @@ typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_
 /* CONV2D_FUSED_PACK: in = {w [O, C, kH, kW]}; out = {1-D f32 of 3 + this many floats}: a
  * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). */
 static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) { return (O + 7) / 8 * 8 * per; }
+/* LINEAR_FUSED: in = {x [..., K], w [N, K], b [N]|NULL, packed|NULL}; out = {y [..., N]}:
+ * x w^T + b, then ReLU if relu. LINEAR_FUSED_PACK: in = {w [N, K] f32}; out = {1-D f32 of
+ * 3 + this many floats}: a header, then the weights in panels of 16 output columns. */
+typedef struct fm_linear_fused_attrs { int relu; } fm_linear_fused_attrs;
+static inline int64_t fm_linear_fused_pack_numel(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
 /* pools: MAX_POOL2D out = {y, argmax indices i64}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
  * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */
 typedef struct fm_pool2d_attrs { fm_pool2d_params p; } fm_pool2d_attrs;

@@ -27,6 +27,7 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"fuse-add-layer-norm", g_pass_fuse_add_layer_norm},
     {"fuse-bias-gelu", g_pass_fuse_bias_gelu},
     {"fuse-conv-act", g_pass_fuse_conv_act},
+    {"fuse-linear-act", g_pass_fuse_linear_act},
     {"fuse-attention", g_pass_fuse_attention},
     {"dce", g_pass_dce},
 };
@@ -39,7 +40,7 @@ fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t 
     if (!note) { note = dummy; n = sizeof dummy; }
     for (int i = 0; i < N_PASSES; i++)
         if (!strcmp(k_passes[i].name, name)) return k_passes[i].fn(g, note, n);
-    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (dce, fold, cse, fuse-conv-bn, fuse-add-layer-norm, fuse-bias-gelu, fuse-conv-act, fuse-attention)", name);
+    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (dce, fold, cse, fuse-conv-bn, fuse-add-layer-norm, fuse-bias-gelu, fuse-conv-act, fuse-linear-act, fuse-attention)", name);
     return NULL;
 }
 
@@ -169,6 +170,6 @@ fm_graph *fm_graph_compile(const fm_graph *g, fm_compile_report *rep) {
         return NULL;
     }
     if (fm_graph_plan_memory(g, 0, &rep->plan_before) || fm_graph_plan_memory(cur, 0, &rep->plan_after)) { fm_graph_free(cur); return NULL; }
-    fm_graph_set_meta(cur, "compiled", "dce,fold,cse,fuse-conv-bn,fuse-add-layer-norm,fuse-bias-gelu,fuse-conv-act,fuse-attention,dce");
+    fm_graph_set_meta(cur, "compiled", "dce,fold,cse,fuse-conv-bn,fuse-add-layer-norm,fuse-bias-gelu,fuse-conv-act,fuse-linear-act,fuse-attention,dce");
     return cur;
 }

@@ -8,7 +8,10 @@
  *       bias add and the activation in one pass instead of two);
  *   conv2d -> relu and/or max_pool2d (window = stride, no padding), in either order
  *                                     =>  conv2d_fused (ReLU and pool applied to the
- *       conv's accumulators: its full-size output is never stored).
+ *       conv's accumulators: its full-size output is never stored);
+ *   linear (f32, constant weight) -> relu, or a linear alone
+ *                                     =>  linear_fused (on the CPU: weights packed once at
+ *       load, bias and ReLU applied to the accumulators).
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -232,5 +235,33 @@ fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
     if (!uses || !skip) return NULL;
     fm_graph *out = rw_end(&r, st);
     if (out) snprintf(note, nn, "%d convolutions fused with the ReLU/max pool after them (%d with the pool)", fused, pooled);
+    return out;
+}
+
+fm_graph *g_pass_fuse_linear_act(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0, relus = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        const gnode *l = &g->nodes[i];
+        const fm_tensor *w = !strcmp(l->op, "linear") && g->values[l->out[0]].t.dt == FM_F32 ? cst(g, l->in[1]) : NULL;
+        if (!w || w->ndim != 2) { st = rw_copy_node(&r, l); continue; }
+        int j = sole_reader(g, uses, l->out[0]);
+        const bool relu = j >= 0 && !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1;
+        const char *ins[3] = {rw_name(&r, l->in[0]), rw_name(&r, l->in[1]), l->n_in > 2 ? rw_name(&r, l->in[2]) : ""};
+        const char *outs[1] = {g->values[(relu ? g->nodes[j].out[0] : l->out[0])].name};
+        fm_graph_attr extra[1] = {fm_graph_attr_int("relu", relu ? 1 : 0)};
+        st = rw_node_with(&r, l, "linear_fused", 3, ins, 1, outs, 1, extra);
+        if (relu) skip[j] = true, relus++;
+        fused++;
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them)", fused, relus);
     return out;
 }

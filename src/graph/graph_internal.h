@@ -75,7 +75,7 @@ struct fm_graph {
     int *hash;
     int cap_hash;
     /* per node, what a run reuses (g_prepare at validation and fm_graph_to_device):
-     * conv2d_fused's packed constant weights; NULL or n_prep entries */
+     * conv2d_fused's and linear_fused's packed constant weights; NULL or n_prep entries */
     fm_tensor **prep;
     int n_prep;
 };

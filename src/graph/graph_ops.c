@@ -4,6 +4,7 @@
  * the op's front end, so a bad graph is refused at load) and a runner (run:
  * calls the op's front end in fathom/ops.h, which dispatches to the device). */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fathom/ops.h"
@@ -298,6 +299,38 @@ static fm_status run_linear(const gctx *c, fm_tensor *const *in, fm_tensor **out
     return out[0] ? FM_OK : fm_last_status();
 }
 
+/* linear_fused (fuse-linear-act): linear's inputs, relu (0/1), f32 or f64 */
+static fm_status fused_relu(const gctx *c, int64_t *relu) {
+    if (ga_int(c, "relu", 0, relu)) return fm_last_status();
+    if (*relu != 0 && *relu != 1) return fm_set_error(FM_ERR_INVALID, "attribute 'relu' must be 0 or 1, got %lld", (long long)*relu);
+    return FM_OK;
+}
+
+static fm_status inf_linear_fused(const gctx *c, const gtype *in, gtype *out) {
+    int64_t relu = 0;
+    if (fused_relu(c, &relu) || inf_linear(c, in, out)) return fm_last_status();
+    if (in[0].dt != FM_F32 && in[0].dt != FM_F64) return fm_set_error(FM_ERR_INVALID, "input must be f32 or f64, got %s", fm_dtype_name(in[0].dt));
+    return FM_OK;
+}
+
+/* The fused kernel where the device has it (CPU, check), with the weights packed
+ * at load (g_prepare) when they are; elsewhere linear, then relu. */
+static fm_status run_linear_fused(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t relu = 0;
+    if (fused_relu(c, &relu)) return fm_last_status();
+    fm_device_type dev = fm_tensor_device(in[0]).type;
+    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) {
+        ptrdiff_t i = c->n - c->g->nodes;
+        fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
+        out[0] = fm_linear_fused(in[0], in[1], in[2], packed, relu != 0);
+        return out[0] ? FM_OK : fm_last_status();
+    }
+    fm_tensor *y = fm_linear(in[0], in[1], in[2]), *t = NULL;
+    if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
+    out[0] = y;
+    return y ? FM_OK : fm_last_status();
+}
+
 static fm_status inf_softmax(const gctx *c, const gtype *in, gtype *out) {
     int64_t axis = 0;
     int ax = 0;
@@ -335,6 +368,7 @@ const g_op_spec g_ops_core[] = {
     {"argmax", 1, 1, 1, "axis,keepdim", inf_argmax, run_argmax, NULL},
     {"matmul", 2, 2, 1, "", inf_matmul, run_binary, FN(fm_matmul)},
     {"linear", 2, 3, 1, "", inf_linear, run_linear, NULL},
+    {"linear_fused", 2, 3, 1, "relu", inf_linear_fused, run_linear_fused, NULL},
     {"softmax", 1, 1, 1, "axis", inf_softmax, run_softmax, NULL},
     {"log_softmax", 1, 1, 1, "axis", inf_softmax, run_softmax, NULL},
 };

@@ -36,11 +36,18 @@ static const fm_tensor *f32_const2(const fm_graph *g, int v) {
                ? g->values[v].tensor : NULL;
 }
 
+/* A linear_fused node (fathom compile's fuse-linear-act) with its ReLU: the
+ * quantized node keeps it (int8: in its epilogue; int4: a relu node after). */
+static bool fused_relu(const gnode *n) {
+    const gattr *a = strcmp(n->op, "linear_fused") ? NULL : g_node_attr(n, "relu");
+    return a && a->type == FM_ATTR_INT && a->i == 1;
+}
+
 /* What the node is to the transform, and why not when it is not. */
 static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, char *why, size_t nw) {
     snprintf(why, nw, "fp32: no quantized kernel for %s", n->op);
-    if (!strcmp(n->op, "linear") || !strcmp(n->op, "matmul")) {
-        bool lin = !strcmp(n->op, "linear");
+    if (!strcmp(n->op, "linear") || !strcmp(n->op, "linear_fused") || !strcmp(n->op, "matmul")) {
+        bool lin = strcmp(n->op, "matmul") != 0;
         if (!f32_const2(g, n->in[1])) { snprintf(why, nw, "fp32: the weight is not a 2-D f32 constant"); return K_NONE; }
         if (g->values[n->in[0]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the input is not f32"); return K_NONE; }
         if (lin && n->n_in > 2 && n->in[2] >= 0 && g->values[n->in[2]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the bias is not f32"); return K_NONE; }
@@ -137,7 +144,8 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     }
     size_t l = strlen(how);
     if (relu && l < nh) snprintf(how + l, nh - l, ", + relu '%s' fused", relu->name);
-    fm_graph_attr a[4] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu ? 1 : 0),
+    else if (fused_relu(n) && l < nh) snprintf(how + l, nh - l, ", + its relu");
+    fm_graph_attr a[4] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu || fused_relu(n) ? 1 : 0),
                           fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
     return add_node_to(r, n, out, "qlinear_int8", n_in, ins, range ? 4 : 2, a);
 }
@@ -172,7 +180,15 @@ static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_optio
     }
     const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
     const char *ins[5] = {rw_name(r, n->in[0]), pn, sn, o->with_min ? mn : "", bias};
-    return add_node(r, n, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a);
+    if (!fused_relu(n)) return add_node(r, n, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a);
+    char pre[300], rn[300]; /* qlinear_int4 has no ReLU: a relu node after it */
+    const char *out = g->values[n->out[0]].name, *pp = pre;
+    snprintf(pre, sizeof pre, "%s.int4_linear", out);
+    snprintf(rn, sizeof rn, "%s.relu", n->name);
+    size_t l = strlen(how);
+    if (l < nh) snprintf(how + l, nh - l, ", + a relu node");
+    if (add_node_to(r, n, pre, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a)) return fm_last_status();
+    return fm_graph_add_node(r->dst, "relu", rn, 1, &pp, 1, &out, 0, NULL);
 }
 
 static size_t const_bytes(const fm_graph *g) {

@@ -38,5 +38,6 @@ fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_add_layer_norm(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fuse_linear_act(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t n);
 #endif

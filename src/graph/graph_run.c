@@ -17,23 +17,28 @@ void g_unprepare(fm_graph *g) {
     g->n_prep = 0;
 }
 
-/* conv2d_fused nodes with constant f32 weights get them packed once for the CPU
- * kernel (fm_conv2d_fused_pack): a call would otherwise repack them each time
- * (5% of a fashion-cnn forward at batch 1). Other devices run the node unfused. */
+/* conv2d_fused and linear_fused nodes with constant f32 weights get them packed
+ * once for the CPU kernels (fm_conv2d_fused_pack, fm_linear_fused_pack): a call
+ * would otherwise repack them each time (5% of a fashion-cnn forward at batch 1
+ * for the convs; OpenBLAS packs a linear's weights in every call). The packed
+ * copies are the graph's, freed with it. Other devices run the nodes unfused. */
 fm_status g_prepare(fm_graph *g) {
     g_unprepare(g);
     if (g->device.type != FM_DEV_CPU && g->device.type != FM_DEV_CHECK) return FM_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
-        if (strcmp(n->op, "conv2d_fused") || n->n_in < 2 || n->in[1] < 0) continue;
+        const bool conv = !strcmp(n->op, "conv2d_fused"), lin = !strcmp(n->op, "linear_fused");
+        if ((!conv && !lin) || n->n_in < 2 || n->in[1] < 0) continue;
         const gvalue *w = &g->values[n->in[1]];
-        if (w->kind != GV_CONST || !w->tensor || w->tensor->dtype != FM_F32 || w->tensor->ndim != 4) continue;
+        if (w->kind != GV_CONST || !w->tensor || w->tensor->dtype != FM_F32 || w->tensor->ndim != (conv ? 4 : 2)) continue;
+        if (lin && (w->tensor->shape[0] < 1 || w->tensor->shape[1] < 1 || w->tensor->shape[0] > (1 << 24) || w->tensor->shape[1] > (1 << 24)))
+            continue; /* beyond what the packed form describes: the node runs on w itself */
         if (!g->prep) {
             g->prep = calloc((size_t)g->n_nodes, sizeof *g->prep);
             if (!g->prep) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
             g->n_prep = g->n_nodes;
         }
-        g->prep[i] = fm_conv2d_fused_pack(w->tensor);
+        g->prep[i] = conv ? fm_conv2d_fused_pack(w->tensor) : fm_linear_fused_pack(w->tensor);
         if (!g->prep[i]) { fm_error_prefix("graph: packing the weights of node '%s'", n->name); return fm_last_status(); }
     }
     return FM_OK;

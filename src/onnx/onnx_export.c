@@ -529,17 +529,20 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "qkv_split_heads")) return x_qkv_split_heads(x);
     if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
     if (!strcmp(op, "attention_kv")) return x_attention_kv(x);
-    if (!strcmp(op, "linear")) {
-        const char *b = *x->in[2] ? x->in[2] : NULL;
+    if (!strcmp(op, "linear") || !strcmp(op, "linear_fused")) { /* fused: then Relu when relu = 1 */
+        const char *b = *x->in[2] ? x->in[2] : NULL, *y = at_int(x->n, "relu", 0) ? tmp_name(e) : x->out[0];
+        fm_status s;
         if (x->t0->ndim == 2) {
             const char *ins[4] = {x->in[0], x->in[1], b, NULL};
-            return emit(e, "Gemm", ins, OUTS(x->out[0]), 1, a_int(e, "transB", 1));
+            s = emit(e, "Gemm", ins, OUTS(y), 1, a_int(e, "transB", 1));
+        } else {
+            const char *wt = tmp_name(e), *mm = b ? tmp_name(e) : y;
+            int64_t perm[2] = {1, 0};
+            s = emit(e, "Transpose", INS(x->in[1]), OUTS(wt), 1, a_ints(e, "perm", 2, perm));
+            if (!s) s = emit(e, "MatMul", INS(x->in[0], wt), OUTS(mm), 0);
+            if (!s && b) s = emit(e, "Add", INS(mm, b), OUTS(y), 0);
         }
-        const char *wt = tmp_name(e), *mm = b ? tmp_name(e) : x->out[0];
-        int64_t perm[2] = {1, 0};
-        fm_status s = emit(e, "Transpose", INS(x->in[1]), OUTS(wt), 1, a_ints(e, "perm", 2, perm));
-        if (!s) s = emit(e, "MatMul", INS(x->in[0], wt), OUTS(mm), 0);
-        if (!s && b) s = emit(e, "Add", INS(mm, b), OUTS(x->out[0]), 0);
+        if (!s && y != x->out[0]) s = emit(e, "Relu", INS(y), OUTS(x->out[0]), 0);
         return s;
     }
     return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");

@@ -1,0 +1,97 @@
+/* linear_fused on the CPU: y = relu?(x w^T + b), inference only. With the
+ * weights packed by linear_fused_pack (a graph packs its constant weights once,
+ * at load) an f32 product runs the AVX2 panel kernel (linear_packed.h), which
+ * adds the bias and applies the ReLU while each tile is in registers. Otherwise
+ * (no packed weights, f64, a CPU without AVX2/FMA or FATHOM_ISA=scalar) it is
+ * the GEMM path of linear (fm_cpu_gemm_bias: OpenBLAS with the bias as its
+ * beta = 1 start), then one ReLU pass. */
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/linear_packed.h"
+#include "backend/kernel_attrs.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+
+/* The packed form (linear_fused_pack): a header {1, N, K} (exact in f32: both are
+ * at most 2^24, which the front end checks), then fm_linear_pack_f32's panels. */
+static fm_status linear_fused_pack_kernel(const fm_op_call *c) {
+    const fm_tensor *w = c->in[0];
+    if (w->dtype != FM_F32) return fm_cpu_unsupported_dtype(c, w->dtype);
+    float *y = fm_tensor_data(c->out[0]);
+    const int64_t N = w->shape[0], K = w->shape[1];
+    y[0] = 1.0f, y[1] = (float)N, y[2] = (float)K;
+    fm_linear_pack_f32(fm_tensor_data(w), y + 3, N, K);
+    return FM_OK;
+}
+
+/* The panels in c->in[3] when they are the packed form of an [N, K] weight, else NULL. */
+static const float *prepacked(const fm_op_call *c, int64_t N, int64_t K) {
+    const fm_tensor *pk = c->in[3];
+    if (!pk || pk->dtype != FM_F32 || pk->ndim != 1 || pk->shape[0] != 3 + fm_linear_packed_numel(N, K)) return NULL;
+    const float *h = fm_tensor_data(pk);
+    return h[0] == 1.0f && h[1] == (float)N && h[2] == (float)K ? h + 3 : NULL;
+}
+
+typedef struct split { const fm_linear_packed *d; bool by_panels; } split;
+
+static void packed_task(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const split *s = vctx;
+    const fm_linear_packed *d = s->d;
+    if (s->by_panels) fm_linear_packed_f32_avx2(d, 0, d->M, b, e);
+    else fm_linear_packed_f32_avx2(d, b * FM_LINEAR_MR, e * FM_LINEAR_MR < d->M ? e * FM_LINEAR_MR : d->M, 0, fm_linear_panels(d->N));
+}
+
+/* Threads split the panels when x is the smaller operand (each reads all of x and
+ * its share of the weights), else the rows in tiles of FM_LINEAR_MR; below 2^18
+ * multiply-adds (as fm_cpu_gemm) the calling thread does it all. The split does
+ * not change any output's sum. */
+static void run_packed(const fm_linear_packed *d) {
+    const int nt = fm_num_threads();
+    const int64_t P = fm_linear_panels(d->N), R = (d->M + FM_LINEAR_MR - 1) / FM_LINEAR_MR;
+    const bool by_panels = d->M <= d->N || R < 2;
+    const int64_t units = by_panels ? P : R;
+    if (nt <= 1 || units < 2 || d->M * d->N * d->K < ((int64_t)1 << 18)) {
+        fm_linear_packed_f32_avx2(d, 0, d->M, 0, P);
+        return;
+    }
+    split s = {d, by_panels};
+    fm_parallel_for(units, (units + nt - 1) / nt, packed_task, &s);
+}
+
+static void relu_rows(fm_tensor *y) {
+    const int64_t n = fm_tensor_numel(y);
+    if (y->dtype == FM_F32) {
+        float *p = fm_tensor_data(y);
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] > 0 || p[i] != p[i] ? p[i] : 0.0f;
+    } else {
+        double *p = fm_tensor_data(y);
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] > 0 || p[i] != p[i] ? p[i] : 0.0;
+    }
+}
+
+static fm_status linear_fused_kernel(const fm_op_call *c) {
+    const fm_linear_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
+    fm_tensor *y = c->out[0];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    const int64_t N = w->shape[0], K = w->shape[1], M = N ? fm_tensor_numel(y) / N : 0;
+    if (M == 0 || N == 0) return FM_OK;
+    const float *wp = x->dtype == FM_F32 && K > 0 && fm_cpu_use_avx2() ? prepacked(c, N, K) : NULL;
+    if (wp) {
+        fm_linear_packed d = {fm_tensor_data(x), wp, b ? fm_tensor_data(b) : NULL, fm_tensor_data(y), M, N, K, K, N, a->relu != 0};
+        run_packed(&d);
+        return FM_OK;
+    }
+    fm_cpu_gemm_bias(&(fm_cpu_gemm_args){x->dtype, false, true, M, N, K, fm_tensor_data(x), K > 0 ? K : 1, fm_tensor_data(w),
+                                         K > 0 ? K : 1, 0.0, fm_tensor_data(y), N},
+                     b ? fm_tensor_data(b) : NULL);
+    if (a->relu) relu_rows(y);
+    return FM_OK;
+}
+
+void fm_cpu_kernels_linear_fused(fm_backend *b) {
+    b->kernels[FM_OP_LINEAR_FUSED] = linear_fused_kernel;
+    b->kernels[FM_OP_LINEAR_FUSED_PACK] = linear_fused_pack_kernel;
+}
