@@ -40,6 +40,8 @@ int main(int argc, char **argv) {
         {"fashion-mlp fc2 (1024->1024, relu)", 32, 1024, 1024, 1}, {"fashion-mlp fc2", 128, 1024, 1024, 1},
         {"kjv-gpt qkv (128->384), 64 tokens x 32", 2048, 384, 128, 0}, {"kjv-gpt mlp fc (128->512)", 2048, 512, 128, 0},
         {"kjv-gpt mlp proj (512->128)", 2048, 128, 512, 0},   {"kjv-gpt lm_head (128->512), decode", 1, 512, 128, 0},
+        {"kjv-gpt qkv, decode", 1, 384, 128, 0}, {"kjv-gpt attn proj (128->128), decode", 1, 128, 128, 0},
+        {"kjv-gpt mlp proj (512->128), decode", 1, 128, 512, 0},
         {"kjv-gpt qkv, 64 tokens x 1", 64, 384, 128, 0},
     };
     fm_set_grad_enabled(false);
