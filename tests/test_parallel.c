@@ -3,7 +3,8 @@
  * chunk index whichever thread ran it), jobs back to back never mix, and nested
  * calls run inline. More threads than cores (8 on this 2-core machine) keep the
  * OS descheduling workers, so the caller regularly takes a chunk whose worker
- * has not claimed it yet: the path that must keep all of the above true. */
+ * has not claimed it yet: the path that must keep all of the above true. And
+ * fm_parallel_serial keeps the caller's jobs on the caller. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,18 @@ static void nested(void *vctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+typedef struct serial_ctx {
+    atomic_int *calls, *off;
+    int64_t n;
+} serial_ctx;
+
+/* One call of a job: counted; flagged unless it is the whole range, tid 0, on the calling thread. */
+static void one_call(void *vctx, int64_t b, int64_t e, int tid) {
+    serial_ctx *c = vctx;
+    atomic_fetch_add(c->calls, 1);
+    if (b != 0 || e != c->n || tid != 0 || fm_thread_id() != 0) atomic_fetch_add(c->off, 1);
+}
+
 int main(void) {
     fm_set_num_threads(8);
     const int nt = fm_num_threads();
@@ -70,6 +83,20 @@ int main(void) {
         int ok = outer.bad_tid == 0;
         for (int i = 0; i < 400; i++) ok = ok && atomic_load(&hits[i]) == 1;
         CHECK(ok);
+    }
+    /* fm_parallel_serial: while on, the calling thread runs a job as one call of the
+     * whole range (tid 0, on itself); once off, jobs are split again */
+    {
+        atomic_int calls = 0, off = 0;
+        serial_ctx c = {&calls, &off, 1000};
+        fm_parallel_serial(1);
+        fm_parallel_for(1000, 1, one_call, &c);
+        fm_parallel_serial(0);
+        CHECK_MSG(atomic_load(&calls) == 1 && atomic_load(&off) == 0, "serial: %d calls, %d not the whole range on the caller",
+                  atomic_load(&calls), atomic_load(&off));
+        atomic_store(&calls, 0);
+        fm_parallel_for(1000, 1, one_call, &c);
+        CHECK_MSG(atomic_load(&calls) == nt, "after fm_parallel_serial(0) the job is split again (%d calls)", atomic_load(&calls));
     }
     free(hits);
     fm_set_num_threads(2);

@@ -75,10 +75,13 @@ static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_I
                       .cv_done = PTHREAD_COND_INITIALIZER};
 static _Thread_local int t_tid = 0;
 static _Thread_local int t_in_parallel = 0;
+static _Thread_local int t_serial = 0; /* fm_parallel_serial */
 static _Thread_local int t_spin = SPIN_ITERS; /* this thread's spin budget (spin_until) */
 static int g_requested = 0;
 
 int fm_thread_id(void) { return t_tid; }
+
+void fm_parallel_serial(int on) { t_serial = on != 0; }
 
 static int default_threads(void) {
     const char *e = getenv("FATHOM_NUM_THREADS");
@@ -189,7 +192,7 @@ void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
     if (grain < 1) grain = 1;
     int nt = fm_num_threads();
     int64_t max_chunks = (n + grain - 1) / grain;
-    if (nt <= 1 || max_chunks <= 1 || t_in_parallel) { fn(ctx, 0, n, 0); return; }
+    if (nt <= 1 || max_chunks <= 1 || t_in_parallel || t_serial) { fn(ctx, 0, n, 0); return; }
     /* One job at a time: a second non-pool thread (a data-loader worker, say)
      * that finds the pool busy runs its loop itself rather than waiting. */
     static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;

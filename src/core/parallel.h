@@ -9,6 +9,10 @@ typedef void (*fm_range_fn)(void *ctx, int64_t begin, int64_t end, int thread_id
 void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx);
 int fm_num_threads(void);
 void fm_set_num_threads(int n);
+/* While on, the calling thread runs its fm_parallel_for loops itself: for a
+ * latency-bound caller whose loops are too small to pay for waking the pool
+ * (the text server's one-token decode steps). Per thread; off by default. */
+void fm_parallel_serial(int on);
 /* Index of the calling pool thread (0 = the caller/main). */
 int fm_thread_id(void);
 /* Shut the pool down (tests call it so valgrind sees no live threads). */

@@ -95,6 +95,9 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     if (!st) {
         size_t n = 0;
         char *prompt = fm_openai_prompt(&q, &v->cfg.chat, &n, err, sizeof err);
+        /* a whole reply's reader wakes once, at the end; a stream's at every token or
+         * every stream_interval_tokens */
+        q.p.wake_every = !q.stream ? 0 : v->cfg.stream_interval_tokens > 0 ? v->cfg.stream_interval_tokens : 1;
         if (prompt) req = fm_textgen_submit(v->textgen, prompt, n, &q.p, &st, err, sizeof err);
         else st = 400;
         free(prompt);

@@ -164,14 +164,16 @@ static fm_status parse_policy(fm_model_config *c, const json_t *vp, const char *
 static fm_status parse_textgen(fm_model_config *c, const json_t *tg, const char *where) {
     if (!tg) return FM_OK;
     if (!json_is_object(tg)) return fm_set_error(FM_ERR_FORMAT, "%s: \"text_generation\" must be an object", where);
-    int64_t nb = 0, bt = 0, ch = 0;
+    int64_t nb = 0, bt = 0, ch = 0, si = 0;
     if (get_int(tg, "kv_cache_blocks", 1, 1 << 20, &nb, where) || get_int(tg, "kv_block_tokens", 1, 4096, &bt, where) ||
         get_int(tg, "prefill_chunk_tokens", 1, 1 << 16, &ch, where) ||
+        get_int(tg, "stream_interval_tokens", 1, 1024, &si, where) ||
         fm_chat_template_parse(&c->chat, json_object_get(tg, "chat_template"), where))
         return fm_last_status();
     c->kv_cache_blocks = (int)nb;
     c->kv_block_tokens = (int)bt;
     c->prefill_chunk_tokens = (int)ch;
+    c->stream_interval_tokens = (int)si;
     return FM_OK;
 }
 
@@ -308,9 +310,10 @@ json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
     }
     json_object_set_new(j, "version_policy", vp);
     if (*c->model_filename) json_object_set_new(j, "default_model_filename", json_string(c->model_filename));
-    if (c->kv_cache_blocks || c->kv_block_tokens || c->prefill_chunk_tokens || c->chat.set) {
-        json_t *tg = json_pack("{s:i,s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks, "kv_block_tokens", c->kv_block_tokens,
-                               "prefill_chunk_tokens", c->prefill_chunk_tokens);
+    if (c->kv_cache_blocks || c->kv_block_tokens || c->prefill_chunk_tokens || c->stream_interval_tokens || c->chat.set) {
+        json_t *tg = json_pack("{s:i,s:i,s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks, "kv_block_tokens", c->kv_block_tokens,
+                               "prefill_chunk_tokens", c->prefill_chunk_tokens, "stream_interval_tokens",
+                               c->stream_interval_tokens);
         if (c->chat.set) json_object_set_new(tg, "chat_template", fm_chat_template_json(&c->chat));
         json_object_set_new(j, "text_generation", tg);
     }

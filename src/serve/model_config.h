@@ -33,6 +33,7 @@ typedef struct fm_model_config {
     /* text generation: KV cache blocks (0: half of max_batch_size full contexts) and tokens per block (0: 16) */
     int kv_cache_blocks, kv_block_tokens;
     int prefill_chunk_tokens; /* a step's token budget for prompt chunks (0: 256) */
+    int stream_interval_tokens; /* a streamed completion's tokens per event after the first (0: 1) */
     fm_chat_template chat;
     char platform[32];            /* "platform" (or "backend") named in config.json, normalised; "": any */
     char model_filename[128];     /* "default_model_filename" of an ONNX model; "": model.onnx */    /* /v1/chat/completions: messages -> prompt (the default unless configured) */

@@ -1,6 +1,10 @@
-/* Continuous batching for text generation: see textgen.h. One mutex per engine
- * guards the queues and every request's fields; the scheduler releases it only
- * around the decode step itself. */
+/* Continuous batching for text generation: see textgen.h. The engine's mutex
+ * guards the queues and the requests' scheduling fields (tokens, KV sequence,
+ * cancelled); the scheduler releases it only around the decode step itself. Each
+ * request's own mutex guards what its connection thread reads (the text, how much
+ * was taken, done/finish, the published token count): the scheduler writes those
+ * under it, so a connection thread taking its text never waits on the engine's
+ * mutex, and the scheduler never waits on a connection. */
 #include "serve/textgen.h"
 
 #include <limits.h>
@@ -11,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/parallel.h"
 #include "fathom/tokenizer.h"
 #include "gpt/gpt_paged.h"
 #include "serve/batcher.h"
@@ -20,17 +25,24 @@
 struct fm_tg_req {
     atomic_int refs; /* the engine's and the caller's */
     fm_textgen *t;
+    /* the engine's (under t->mu) */
     int32_t *toks;   /* prompt, then generated tokens */
     int n_prompt, n_toks, n_gen, seq;
     int64_t fed;     /* tokens in the KV cache */
-    fm_tg_params p;
+    fm_tg_params p;  /* set at submit, then read only */
+    bool cancelled;
+    int64_t t_arrival;
+    fm_tg_req *next;
+    /* shared with the connection thread: under mu, written by the engine only (so it
+     * reads them without mu), except taken, which the connection writes */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     char *text;      /* the completion so far (valid UTF-8; cut at a stop string) */
     size_t text_len, taken;
-    bool done, cancelled;
+    bool done;
     const char *finish;
-    int64_t t_arrival;
-    pthread_cond_t cv;
-    fm_tg_req *next;
+    int pub_gen;     /* n_gen as of the text */
+    int taken_gen;   /* pub_gen when the reader last took text */
 };
 
 struct fm_textgen {
@@ -43,6 +55,7 @@ struct fm_textgen {
     int64_t max_queue, n_waiting;
     int64_t delay_ns; /* dynamic_batching.max_queue_delay_microseconds: an idle engine waits this long for company */
     bool lone;        /* the last wait for company ended with one request: lone ones start at once (tg_main) */
+    bool pool_one;    /* FATHOM_TG_POOL_ONE=1: one-token steps use the thread pool too (for comparison) */
     fm_serve_stats *stats;
     float *logits;
     pthread_mutex_t mu;
@@ -107,34 +120,54 @@ static void req_release_locked_free(fm_tg_req *r) {
     free(r->toks);
     free(r->text);
     pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
     free(r);
+}
+
+/* The engine ends a request (if not ended yet) and wakes its connection. */
+static void finish_req(fm_tg_req *r, const char *reason) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) { r->done = true; r->finish = reason; }
+    pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&r->cv);
 }
 
 void fm_tg_req_release(fm_tg_req *r) {
     if (r && atomic_fetch_sub(&r->refs, 1) == 1) req_release_locked_free(r);
 }
 
-/* Under t->mu: decodes the completion, applies stop strings and the limits. */
-static void update_text(fm_textgen *t, fm_tg_req *r) {
+/* Under t->mu: decodes the completion, applies stop strings and the limits, and
+ * publishes the text under r->mu. Whether the reader is to be woken now (the
+ * caller wakes it; an error or the end wakes it here). */
+static bool update_text(fm_textgen *t, fm_tg_req *r) {
     char *raw = NULL;
     size_t raw_n = 0;
     if (fm_tokenizer_decode(t->tok, r->toks + r->n_prompt, r->n_gen, &raw, &raw_n) != FM_OK) {
-        r->finish = "error";
-        r->done = true;
-        return;
+        finish_req(r, "error");
+        return false;
     }
+    const char *finish = NULL;
     for (int i = 0; i < r->p.n_stop; i++) {
         char *hit = memmem(raw, raw_n, r->p.stop[i], strlen(r->p.stop[i]));
-        if (hit) { raw_n = (size_t)(hit - raw); r->finish = "stop"; r->done = true; }
+        if (hit) { raw_n = (size_t)(hit - raw); finish = "stop"; }
     }
-    if (!r->done && (r->n_gen >= r->p.max_tokens || r->n_toks >= t->block)) { r->finish = "length"; r->done = true; }
+    if (!finish && (r->n_gen >= r->p.max_tokens || r->n_toks >= t->block)) finish = "length";
     size_t n;
-    char *s = fm_tg_sanitize_utf8(raw, raw_n, r->done, &n);
+    char *s = fm_tg_sanitize_utf8(raw, raw_n, finish != NULL, &n);
     free(raw);
-    if (!s) { r->finish = "error"; r->done = true; return; }
-    free(r->text);
+    if (!s) { finish_req(r, "error"); return false; }
+    pthread_mutex_lock(&r->mu);
+    char *old = r->text;
     r->text = s;
     r->text_len = n < r->taken ? r->taken : n; /* never shrinks below what was handed out */
+    r->pub_gen = r->n_gen;
+    if (finish && !r->done) { r->done = true; r->finish = finish; }
+    int k = r->p.wake_every;
+    /* until the reader has taken text (taken == 0) every token may bring its first */
+    bool wake = r->done || (k > 0 && (r->taken == 0 || r->pub_gen - r->taken_gen >= k));
+    pthread_mutex_unlock(&r->mu);
+    free(old);
+    return wake;
 }
 
 /* Under t->mu: takes the request off the active list and lets go of it. */
@@ -144,8 +177,7 @@ static void retire(fm_textgen *t, int i) {
     r->seq = -1;
     memmove(t->active + i, t->active + i + 1, sizeof *t->active * (size_t)(t->n_active - i - 1));
     t->n_active--;
-    if (!r->done) { r->done = true; r->finish = r->cancelled ? "cancelled" : "error"; }
-    pthread_cond_broadcast(&r->cv);
+    finish_req(r, r->cancelled ? "cancelled" : "error"); /* keeps the reason of one already done */
     fm_tg_req_release(r);
 }
 
@@ -155,7 +187,7 @@ static void admit(fm_textgen *t) {
         t->wait_head = r->next;
         if (!t->wait_head) t->wait_tail = NULL;
         t->n_waiting--;
-        if (r->cancelled) { r->done = true; r->finish = "cancelled"; pthread_cond_broadcast(&r->cv); fm_tg_req_release(r); continue; }
+        if (r->cancelled) { finish_req(r, "cancelled"); fm_tg_req_release(r); continue; }
         r->seq = fm_gpt_paged_open(t->p);
         r->fed = 0;
         r->next = NULL;
@@ -170,7 +202,7 @@ static void make_room(fm_textgen *t) {
         for (int i = 0; i < t->n_active; i++) need += fm_gpt_paged_need(t->p, t->active[i]->seq);
         if (need <= fm_gpt_paged_free_blocks(t->p) || t->n_active == 0) return;
         fm_tg_req *r = t->active[t->n_active - 1];
-        if (t->n_active == 1) { r->finish = "length"; r->done = true; retire(t, 0); return; } /* the pool holds less than one context */
+        if (t->n_active == 1) { finish_req(r, "length"); retire(t, 0); return; } /* the pool holds less than one context */
         t->n_active--;
         fm_gpt_paged_close(t->p, r->seq);
         r->seq = -1;
@@ -210,14 +242,17 @@ static int plan_step(fm_textgen *t, int *counts) {
     return rows;
 }
 
-/* Under t->mu, after a step: each request that consumed its last known token samples the next. */
+/* Under t->mu, after a step: each request that consumed its last known token
+ * samples the next and publishes its text; the readers that are due (wake_every)
+ * are woken once all that is done. */
 static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *counts, uint64_t *new_tokens) {
+    bool wake[MAX_SEQS] = {false};
     for (int i = 0; i < n; i++) {
         fm_tg_req *r = batch[i];
         r->fed += counts[i];
         if (r->fed < r->n_toks) continue;
         int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V, &r->p.sample, (uint64_t)r->n_gen);
-        if (tok < 0) { r->finish = "error"; r->done = true; continue; }
+        if (tok < 0) { finish_req(r, "error"); continue; }
         r->toks[r->n_toks++] = tok;
         r->n_gen++;
         (*new_tokens)++;
@@ -226,9 +261,12 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
             fm_hist_add(&t->stats->ttft_hist, (double)(fm_now_ns() - r->t_arrival) / 1000.0);
             pthread_mutex_unlock(&t->stats->mu);
         }
-        update_text(t, r);
-        pthread_cond_broadcast(&r->cv);
+        wake[i] = update_text(t, r);
     }
+    /* the wake-ups after all the bookkeeping: a woken connection thread can then take
+     * the scheduler's core without holding up the others' text */
+    for (int i = 0; i < n; i++)
+        if (wake[i]) pthread_cond_broadcast(&batch[i]->cv);
 }
 
 static void run_step(fm_textgen *t) {
@@ -244,13 +282,16 @@ static void run_step(fm_textgen *t) {
     }
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = fm_now_ns();
+    /* a step of one token is a few one-row products (GEMV) of ~0.1 ms: split over the
+     * pool it costs more CPU in wake-ups than it saves, and waits for a busy core */
+    fm_parallel_serial(rows == 1 && !t->pool_one);
     fm_status st = fm_gpt_paged_step_n(t->m, t->p, n, seqs, counts, t->rows, t->logits);
     int64_t t1 = fm_now_ns();
     pthread_mutex_lock(&t->mu);
     uint64_t new_tokens = 0;
     if (st == FM_OK) after_step(t, n, batch, counts, &new_tokens);
     else
-        for (int i = 0; i < n; i++) { batch[i]->finish = "error"; batch[i]->done = true; }
+        for (int i = 0; i < n; i++) finish_req(batch[i], "error");
     pthread_mutex_lock(&t->stats->mu);
     t->stats->gen_steps++;
     t->stats->gen_step_seqs += (uint64_t)n;
@@ -260,8 +301,9 @@ static void run_step(fm_textgen *t) {
     pthread_mutex_unlock(&t->stats->mu);
     for (int i = t->n_active - 1; i >= 0; i--)
         if (t->active[i]->done || t->active[i]->cancelled) retire(t, i);
+    int64_t used = fm_gpt_paged_total_blocks(t->p) - fm_gpt_paged_free_blocks(t->p);
     pthread_mutex_lock(&t->stats->mu);
-    t->stats->kv_blocks_used = fm_gpt_paged_total_blocks(t->p) - fm_gpt_paged_free_blocks(t->p);
+    t->stats->kv_blocks_used = used;
     pthread_mutex_unlock(&t->stats->mu);
 }
 
@@ -318,6 +360,8 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     t->stats = stats;
+    const char *po = getenv("FATHOM_TG_POOL_ONE");
+    t->pool_one = po && !strcmp(po, "1");
     t->m = fm_gpt_load_dir(dir, &t->tok);
     if (!t->m || !t->tok) { fm_textgen_stop(t); return NULL; }
     fm_gpt_train_mode(t->m, false);
@@ -390,6 +434,7 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
     r->seq = -1;
     r->p = *p;
     r->t_arrival = fm_now_ns();
+    pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_mutex_lock(&t->mu);
     if (t->stop || (t->max_queue > 0 && t->n_waiting >= t->max_queue)) {
@@ -412,7 +457,7 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
     return r;
 }
 
-/* Under mu: how much of the text may go out now (a possible stop string's start is held back). */
+/* Under r->mu: how much of the text may go out now (a possible stop string's start is held back). */
 static size_t available(const fm_tg_req *r) {
     if (r->done) return r->text_len;
     size_t hold = 0;
@@ -423,17 +468,27 @@ static size_t available(const fm_tg_req *r) {
     return a < r->taken ? r->taken : a;
 }
 
+/* Under r->mu: whether the reader takes text now. A whole reply's (wake_every 0)
+ * at the end; a stream's first text at once, later text once wake_every tokens
+ * came since the last take (a reader still busy with the last event when they
+ * come takes them together), and the rest at the end. */
+static bool ready(const fm_tg_req *r) {
+    if (r->done) return true;
+    int k = r->p.wake_every;
+    if (k == 0 || available(r) <= r->taken) return false;
+    return r->taken == 0 || k == 1 || r->pub_gen - r->taken_gen >= k;
+}
+
 size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms) {
-    fm_textgen *t = r->t;
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&r->mu);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += timeout_ms / 1000;
     ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-    while (!r->done && available(r) <= r->taken) {
-        if (timeout_ms < 0) pthread_cond_wait(&r->cv, &t->mu);
-        else if (pthread_cond_timedwait(&r->cv, &t->mu, &ts)) break;
+    while (!ready(r)) {
+        if (timeout_ms < 0) pthread_cond_wait(&r->cv, &r->mu);
+        else if (pthread_cond_timedwait(&r->cv, &r->mu, &ts)) break;
     }
     size_t a = available(r), n = a - r->taken;
     *buf = malloc(n + 1);
@@ -441,19 +496,27 @@ size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms) {
         if (n) memcpy(*buf, r->text + r->taken, n);
         (*buf)[n] = 0;
         r->taken = a;
+        r->taken_gen = r->pub_gen;
     } else {
         n = 0;
     }
     *done = r->done && r->taken == r->text_len;
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&r->mu);
     return n;
 }
 
-const char *fm_tg_req_finish_reason(fm_tg_req *r) { return r->finish ? r->finish : "length"; }
+const char *fm_tg_req_finish_reason(fm_tg_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const char *f = r->finish ? r->finish : "length";
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
 
 void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens) {
+    pthread_mutex_lock(&r->mu);
     *prompt_tokens = r->n_prompt;
-    *completion_tokens = r->n_gen;
+    *completion_tokens = r->pub_gen;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void fm_tg_req_cancel(fm_tg_req *r) {

@@ -20,6 +20,10 @@ typedef struct fm_textgen fm_textgen;
 
 typedef struct fm_tg_params {
     int max_tokens;
+    /* when the reader (fm_tg_req_take) is woken: 1, at every token; k > 1, at the
+     * first token, then once k more are out or at the end (a stream's events then
+     * carry up to k tokens each); 0, only at the end (a whole response) */
+    int wake_every;
     fm_gpt_sample_params sample;
     int n_stop;
     char stop[FM_TG_MAX_STOP][64];
@@ -41,7 +45,8 @@ int fm_textgen_block_size(const fm_textgen *t);
  * the caller until fm_tg_req_release. */
 fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const fm_tg_params *p, int *status, char *err,
                              size_t errn);
-/* Waits until new text is ready or the request finished (timeout_ms < 0: no limit).
+/* Waits until new text is ready (as the request's wake_every says) or the request
+ * finished (timeout_ms < 0: no limit).
  * Copies the text not yet taken into *buf (malloc'd, valid UTF-8) and returns
  * its length; *done is set once everything is out. */
 size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms);

@@ -35,6 +35,10 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     json.dump({"text_generation": {"chat_template": {"system": "{content}\n", "user": "Q: {content}\n",
                                                  "assistant": "A: {content}\n", "generation": "A:", "stop": "\nQ:"}}},
               open(os.path.join(repo, "qa-chat", "config.json"), "w"))
+    # a stream's events carry up to 4 tokens after the first; and an out-of-range value refused at load
+    for name, v in (("chunky", 4), ("bad-interval", 0)):
+        shutil.copytree(gpt_dir, os.path.join(repo, name, "1"))
+        json.dump({"text_generation": {"stream_interval_tokens": v}}, open(os.path.join(repo, name, "config.json"), "w"))
     os.makedirs(os.path.join(repo, "cls", "1"))
     shutil.copy(os.path.join(kserve_model, "model.safetensors"), os.path.join(repo, "cls", "1"))
     s = Server(repo)
@@ -131,6 +135,7 @@ def checks(s, check):
     check(st == 400 and "JSON" in j["error"], "completions, malformed JSON -> 400")
     st, j = s.json("POST", "/v2/models/tiny-gpt/infer", {"inputs": []})
     check(st == 400 and "/v1/completions" in j["error"], "KServe infer on a text model -> 400 pointing to /v1/completions")
+    stream_interval(s, check, base, text, len(chunks))
     prefill(s, check)
     chat(s, check)
     continuous_batching(s, check)
@@ -140,6 +145,27 @@ def checks(s, check):
     st, _, chunks, done = stream(s, dict(base, max_tokens=30, prompt="in"), read_chunks=1)
     st2, j = complete(s, base)
     check(st == 200 and not done and st2 == 200 and j["choices"][0]["text"] == text, "a client leaving mid-stream does no harm")
+
+
+def stream_interval(s, check, base, text, per_token_chunks):
+    """text_generation.stream_interval_tokens 4: the same text in fewer events (the first token's alone,
+    then up to 4 tokens each), and the usage as before."""
+    st, j = s.json("GET", "/v2/models/chunky/config")
+    check(st == 200 and j.get("text_generation", {}).get("stream_interval_tokens") == 4,
+          "config shows stream_interval_tokens 4: %s" % j.get("text_generation"))
+    st, _, chunks, done = stream(s, dict(base, model="chunky"))
+    joined = "".join(ch["choices"][0]["text"] for ch in chunks)
+    # at most 1 + ceil(11 / 4) = 4 events; a reader slower than the model also gets fewer at one per token
+    # (this tiny model makes its 12 tokens in about a millisecond), so that count is shown, not compared
+    check(st == 200 and done and joined == text and chunks[-1]["usage"]["completion_tokens"] == 12 and
+          1 <= len(chunks) <= 4,
+          "stream_interval_tokens 4: 12 tokens in %d event(s) (at most 4; %d at one per token here), the same text"
+          % (len(chunks), per_token_chunks))
+    st, j = complete(s, dict(base, model="chunky"))
+    check(st == 200 and j["choices"][0]["text"] == text, "stream_interval_tokens leaves whole replies alone")
+    st, idx = s.json("POST", "/v2/repository/index")
+    reason = {m["name"]: m.get("reason", "") for m in idx}.get("bad-interval", "") if st == 200 else ""
+    check("stream_interval_tokens" in reason, "stream_interval_tokens 0 is refused at load: %s" % reason)
 
 
 def prefill(s, check):
