@@ -305,7 +305,8 @@ log_every = {log_every}
 
 def fathom_train(fathom, recipe, out, steps):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(THREADS), FATHOM_NUM_THREADS=str(THREADS))
-    r = subprocess.run([fathom, "train", recipe, "--out", out, "--steps", str(steps), "--json"], capture_output=True, text=True, errors="replace",
+    # --overwrite: the init run and the real run share the directory (the real one reuses tokens.bin)
+    r = subprocess.run([fathom, "train", recipe, "--out", out, "--overwrite", "--steps", str(steps), "--json"], capture_output=True, text=True, errors="replace",
                        env=env)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])

@@ -16,7 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: fathom distill --teacher MODEL_DIR --student RECIPE [--temperature T] [--alpha A]\n"
                "                      [--steps N | --epochs N] [--batch N] [--lr X] [--seed N] [--threads N]\n"
-               "                      [--out DIR] [--no-eval] [--json] [--quiet]\n\n"
+               "                      [--out DIR] [--overwrite] [--no-eval] [--json] [--quiet]\n\n"
                "Trains the student recipe (a classifier or a GPT) on its data with the loss\n"
                "  alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, labels)\n"
                "where the teacher is a model trained by `fathom train`: for a classifier, on inputs of the same shape\n"
@@ -26,12 +26,13 @@ static void usage(FILE *f) {
                "  --temperature T    softening of both distributions, in [0.01, 1000] (default 2)\n"
                "  --alpha A          weight of the soft targets, in [0, 1] (default 0.5; 0: labels only)\n"
                "  --out DIR          where the student goes (default runs/<recipe>-distilled)\n"
+               "  --overwrite        replace a run that --out already holds (without it, such a directory is refused)\n"
                "  the other flags are `fathom train`'s\n");
 }
 
 typedef struct distill_args {
     const char *teacher, *student, *out;
-    bool json, quiet, no_eval;
+    bool json, quiet, no_eval, overwrite;
     long long steps, epochs, batch, seed, threads;
     double lr;
     fm_distill_options d;
@@ -48,13 +49,14 @@ static bool parse_double(const char *opt, const char *v, double *out) {
 static int parse_args(int argc, char **argv, distill_args *a) {
     static const char *const flags[] = {"--teacher", "--student", "--temperature", "--alpha", "--steps", "--epochs",
                                         "--batch", "--lr", "--seed", "--threads", "--out", "--no-eval", "--json",
-                                        "--quiet", "--help"};
+                                        "--quiet", "--overwrite", "--help"};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--json")) { a->json = true; continue; }
         if (!strcmp(f, "--quiet")) { a->quiet = true; continue; }
         if (!strcmp(f, "--no-eval")) { a->no_eval = true; continue; }
+        if (!strcmp(f, "--overwrite")) { a->overwrite = true; continue; }
         if (f[0] != '-' || !strncmp(f, "---", 3)) { fm_cli_error("distill: unexpected argument '%s'", f); return 2; }
         int k = -1;
         for (int j = 0; j < (int)(sizeof flags / sizeof flags[0]); j++) if (!strcmp(f, flags[j])) k = j;
@@ -120,6 +122,7 @@ static int distill_gpt(const distill_args *a, const char *path) {
     if (a->out) snprintf(out, sizeof out, "%s", a->out);
     else snprintf(out, sizeof out, "runs/%.*s-distilled", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
     o.out_dir = out;
+    if (!a->overwrite && fm_cli_out_guard("distill", out, false)) { fm_gpt_recipe_free(&rec); return 1; }
     if (a->steps > 0) o.steps = a->steps;
     if (a->epochs > 0) o.epochs = (int)a->epochs;
     if (a->batch > 0) o.batch_size = (int)a->batch;
@@ -174,6 +177,7 @@ int fm_cmd_distill(int argc, char **argv) {
     char out[600];
     if (a.out) snprintf(out, sizeof out, "%s", a.out);
     else snprintf(out, sizeof out, "runs/%s-distilled", r.name);
+    if (!a.overwrite && fm_cli_out_guard("distill", out, false)) { fm_recipe_free(&r); return 1; }
     fm_train_options o;
     fm_train_options_init(&o);
     o.steps = a.steps;

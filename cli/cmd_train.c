@@ -29,7 +29,7 @@ static void train_usage(FILE *f) {
             "                    [--device cpu|cuda|cuda:N|check] [--precision fp32|bf16|fp16]\n"
             "                    [--checkpointing none|blocks|selective] [--grad-accum N]\n"
             "                    [--memory-limit SIZE] [--memory-mode grow|preallocate] [--memory-preallocate X]\n"
-            "                    [--out DIR] [--resume [DIR]] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
+            "                    [--out DIR] [--resume [DIR] | --overwrite] [--stop-after N] [--no-eval] [--json] [--quiet]\n"
             "                    [--profile FILE] [--logdir DIR] [--hist-every N] [--corpus FILE] [--sample N]\n"
             "                    [--zero 0|1] [--bucket-size SIZE] [--dist-timeout SECONDS] [--tensor-parallel T]\n"
             "       mpirun -np N fathom train RECIPE [flags]     (data parallel over N processes)\n\n"
@@ -55,6 +55,8 @@ static void train_usage(FILE *f) {
             "  --memory-preallocate X  with preallocate: a size (1G) or a fraction of the limit (0.5)\n"
             "  --out DIR          where the model goes (default runs/<recipe>; with --resume DIR: DIR)\n"
             "  --resume [DIR]     continue from the newest complete checkpoint in DIR (default: --out), bit for bit\n"
+            "  --overwrite        train afresh into an --out that holds an earlier run, replacing it (without\n"
+            "                     it such a directory is refused, so that a repeated command loses no model)\n"
             "  --stop-after N     stop after step N with a checkpoint, as an interruption would (also --max-steps)\n"
             "  --no-eval          no evaluation (classifier: the test set at the end; GPT: validation)\n"
             "  --json             print one JSON object with the results on stdout\n"
@@ -77,7 +79,7 @@ static void train_usage(FILE *f) {
 
 typedef struct train_args {
     const char *recipe, *out, *resume_dir, *profile, *logdir, *corpus, *device_str;
-    bool resume, json, quiet, no_eval;
+    bool resume, json, quiet, no_eval, overwrite;
     long long epochs, steps, batch, seed, threads, stop_after, hist_every, sample;
     double lr;
     fm_efficiency_opts eo;
@@ -93,11 +95,11 @@ static const char *const k_flags[] = {
     "--steps", "--epochs", "--batch", "--lr", "--seed", "--threads", "--device", "--precision", "--checkpointing",
     "--grad-accum", "--memory-limit", "--memory-mode", "--memory-preallocate", "--out", "--resume", "--stop-after",
     "--max-steps", "--no-eval", "--json", "--quiet", "--profile", "--logdir", "--hist-every", "--corpus", "--sample",
-    "--zero", "--bucket-size", "--dist-timeout", "--tensor-parallel", "--help"};
+    "--zero", "--bucket-size", "--dist-timeout", "--tensor-parallel", "--overwrite", "--help"};
 #define N_FLAGS (int)(sizeof k_flags / sizeof k_flags[0])
 static bool takes_value(const char *f) {
     return strcmp(f, "--no-eval") && strcmp(f, "--json") && strcmp(f, "--quiet") && strcmp(f, "--help") &&
-           strcmp(f, "--resume");
+           strcmp(f, "--resume") && strcmp(f, "--overwrite");
 }
 
 /* A positive finite number; says which of "not a number" or "out of range" it is. */
@@ -226,6 +228,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
             if (eq) { fm_cli_error("train: %s takes no value", name); return 2; }
             if (!strcmp(name, "--json")) a->json = true;
             else if (!strcmp(name, "--quiet")) a->quiet = true;
+            else if (!strcmp(name, "--overwrite")) a->overwrite = true;
             else a->no_eval = true;
             continue;
         }
@@ -235,6 +238,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
     }
     if (!a->recipe) { fm_cli_error("train: no recipe given"); return 2; }
     if (a->steps > 0 && a->epochs > 0) { fm_cli_error("train: give --steps or --epochs, not both"); return 2; }
+    if (a->overwrite && a->resume) {
+        fm_cli_error("train: --resume continues the run in its directory and --overwrite replaces it: give one");
+        return 2;
+    }
     if (a->hist_every > 0 && !a->logdir) {
         fm_cli_error("train: --hist-every writes to the TensorBoard logs: give --logdir DIR too");
         return 2;
@@ -401,6 +408,12 @@ static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
     return !why;
 }
 
+/* A fresh run into a directory that holds an earlier one: refused unless --overwrite
+ * (fm_cli_out_guard, cli/out_dir.c). */
+static int out_guard(const train_args *a, const char *out) {
+    return a->resume || a->overwrite ? 0 : fm_cli_out_guard("train", out, true);
+}
+
 static int run_classifier(const train_args *a, const char *path, train_report *rep) {
     if (a->corpus || a->sample >= 0 || a->tensor_parallel > 1) {
         fm_cli_error("train: %s applies to GPT recipes only; %s is a classifier recipe",
@@ -443,6 +456,7 @@ static int run_classifier(const train_args *a, const char *path, train_report *r
     if (a->resume && !a->resume_dir) o.resume_dir = out; /* bare --resume: the --out directory */
     else o.resume_dir = a->resume_dir;
     o.out_dir = out;
+    if (out_guard(a, out)) { fm_recipe_free(&r); return 1; }
     fm_train_result res;
     fm_status st = fm_train(&r, &o, &res);
     rep->batch = o.batch_size > 0 ? o.batch_size : r.batch_size;
@@ -518,6 +532,7 @@ static int run_gpt(const train_args *a, const char *path, train_report *rep) {
     snprintf(def_out, sizeof def_out, "runs/%.*s", (int)(strstr(base, ".ini") ? strstr(base, ".ini") - base : (long)strlen(base)), base);
     const char *out = a->out ? a->out : a->resume_dir ? a->resume_dir : def_out;
     int rc = gpt_options(a, out, &o);
+    if (!rc) rc = out_guard(a, out);
     if (rc) { fm_gpt_recipe_free(&rec); return rc; }
     if (a->threads > 0) fm_set_num_threads((int)a->threads);
     fm_gpt_train_result r;

@@ -40,4 +40,8 @@ bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, lon
 const char *fm_cli_suggest(const char *given, const char *const *names, int n);
 /* "unknown option '--x'" with " (did you mean '--y'?)" when one is close; prints fm_cli_error. */
 void fm_cli_unknown_option(const char *cmd, const char *given, const char *const *names, int n);
+/* 1 (the error printed) when OUT holds an earlier training run (a committed checkpoint or a
+ * model file) that a fresh run would replace; 0 otherwise (cli/out_dir.c). can_resume: the
+ * message offers --resume. The caller skips it for --resume and --overwrite. */
+int fm_cli_out_guard(const char *cmd, const char *out, bool can_resume);
 #endif

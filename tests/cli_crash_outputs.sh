@@ -61,8 +61,9 @@ W_export_onnx() { "$bin" export "$tmp/model-b" -o "$1"; }
 P_export_onnx() { "$bin" export "$tmp/model-a" -o "$1"; }
 W_export_hf() { "$bin" export "$tmp/gpt" --hf -o "$1"; }
 P_export_hf() { :; }
-# a student (2 steps, one checkpoint) into a directory holding another one (seed 9)
-W_distill() { "$bin" distill --teacher "$tmp/model-a" --student "$tmp/student.ini" --steps 2 --no-eval --quiet --out "$1"; }
+# a student (2 steps, one checkpoint) into a directory holding another one (seed 9; --overwrite:
+# without it that directory is refused)
+W_distill() { "$bin" distill --teacher "$tmp/model-a" --student "$tmp/student.ini" --steps 2 --no-eval --quiet --overwrite --out "$1"; }
 P_distill() { "$bin" distill --teacher "$tmp/model-a" --student "$tmp/student.ini" --steps 2 --seed 9 --no-eval --quiet --out "$1"; }
 
 W_run() {

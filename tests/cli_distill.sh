@@ -40,6 +40,12 @@ out=$("$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --ste
 python3 -c "import json,sys; j=json.loads(sys.argv[1]); assert j['steps']==20 and j['test_accuracy']>0.5 and j['alpha']==0.5 and j['temperature']==2, j" "$out" \
   && ok "json: steps, accuracy, temperature, alpha" || bad "json: $out"
 expect 0 "test accuracy" "$bin" eval "$tmp/s" --quiet
+# the same command again would replace that student: refused (nothing changes) unless --overwrite
+sum_s=$(sha256sum "$tmp/s/model.safetensors")
+expect 1 "distill: $tmp/s already holds a training run (" "$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --steps 20 --out "$tmp/s" --quiet
+[[ "$(sha256sum "$tmp/s/model.safetensors")" == "$sum_s" ]] && ok "the refused distill left the student as it was" || bad "the refused distill changed $tmp/s"
+expect 0 "" "$bin" distill --teacher "$tmp/teacher" --student "$tmp/student.ini" --steps 10 --out "$tmp/s" --overwrite --quiet
+[[ -d $tmp/s/ckpt/step-00000010 && ! -d $tmp/s/ckpt/step-00000020 ]] && ok "distill --overwrite replaced the earlier student" || bad "distill --overwrite: $(ls "$tmp/s/ckpt")"
 
 # GPT students: per-token soft targets. A 2-layer teacher trained on a small corpus
 # teaches a 1-layer student, which takes the teacher's tokenizer.

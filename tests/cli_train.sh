@@ -112,6 +112,23 @@ expect 1 "no such model directory" "$bin" eval "$tmp/nonexistent"
 expect 0 "" "$bin" train "$tmp/syn.ini" --out "$tmp/r" --max-steps 4 --no-eval
 expect 0 "resumed" "$bin" train "$tmp/syn.ini" --resume "$tmp/r"
 
+# ---- a fresh run into a directory that holds a run is refused (the earlier model is kept) ----
+snap() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+before=$(snap "$tmp/r")
+expect 1 "train: $tmp/r already holds a training run (2 checkpoints in $tmp/r/ckpt, the newest of step 18); nothing was written. --resume $tmp/r continues it, --overwrite trains afresh" \
+  "$bin" train "$tmp/syn.ini" --out "$tmp/r" --no-eval
+[[ "$(snap "$tmp/r")" == "$before" ]] && ok "the refused run changed no file of the earlier one" || bad "the refused run changed $tmp/r"
+# the GPT trainer too (a model file alone counts)
+mkdir -p "$tmp/gm" && cp "$tmp/r/model.safetensors" "$tmp/gm/"
+printf '[model]\ntype = gpt\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\nblock_size = 8\n[tokenizer]\nkind = char\n' > "$tmp/g.ini"
+printf '[data]\ncorpus = %s/syn.ini\n[train]\nbatch_size = 2\nsteps = 2\n' "$tmp" >> "$tmp/g.ini"
+expect 1 "train: $tmp/gm already holds a training run (a model, $tmp/gm/model.safetensors)" "$bin" train "$tmp/g.ini" --out "$tmp/gm"
+expect 2 "--resume continues the run in its directory and --overwrite replaces it: give one" \
+  "$bin" train "$tmp/syn.ini" --out "$tmp/r" --resume --overwrite
+expect 0 "" "$bin" train "$tmp/syn.ini" --out "$tmp/r" --overwrite --max-steps 4 --no-eval
+[[ -d $tmp/r/ckpt/step-00000004 && ! -e $tmp/r/ckpt/step-00000012 ]] && ok "--overwrite: the new run replaced the earlier one" ||
+  bad "--overwrite: $(ls "$tmp/r/ckpt")"
+
 # ---- bad input ----
 printf '[model]\ninput = 1 8 8\nlayer = linear 4\n[train]\nepochs = lots\n' > "$tmp/bad.ini"
 expect 1 "bad.ini:5: train.epochs: expected" "$bin" train "$tmp/bad.ini"

@@ -27,7 +27,7 @@ t_build=$(date +%s)
 
 echo "== training $recipe (model -> $out)"
 mkdir -p "$out"
-"$build/fathom" train "$recipe" --out "$out" --logdir "$out/logs" --profile "$out/trace.json"
+"$build/fathom" train "$recipe" --out "$out" --overwrite --logdir "$out/logs" --profile "$out/trace.json"
 t_train=$(date +%s)
 
 echo "== evaluating $out on the 10k test images"
