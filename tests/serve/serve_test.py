@@ -210,24 +210,26 @@ def onnx_checks(s, ref):
           "a platform the folder does not hold is refused: %s" % reasons.get("wrong-platform"))
 
 
-EMB_TABLE = [[0.5 * r + 0.125 * c for c in range(3)] for r in range(5)]
+EMB_DIM = 32  # an int4 group (32) divides it, so the table also quantizes (model emb-q4)
+EMB_TABLE = [[0.5 * r + 0.125 * c for c in range(EMB_DIM)] for r in range(5)]
 
 
 def write_emb_graph(repo):
-    """Token ids into an embedding table (a constant [5, 3]): model 'emb', a graph directory whose INT64 input
-    ids [batch, 2] feeds the lookup, and 'emb-onnx', the same exported to ONNX (a Gather on a constant table).
-    Both batch with a 300 ms window, so concurrent requests share one execution."""
+    """Token ids into an embedding table (a constant [5, 32]): model 'emb', a graph directory whose INT64 input
+    ids [batch, 2] feeds the lookup; 'emb-onnx', the same exported to ONNX (a Gather on a constant table); and
+    'emb-q4', the same quantized to int4 (qembedding_int4). All batch with a 300 ms window, so concurrent
+    requests share one execution."""
     d = os.path.join(repo, "emb", "1")
     os.makedirs(d, exist_ok=True)
     g = {"format": "fathom-graph", "version": 1, "meta": {}, "dim_hints": {"batch": 2},
          "inputs": [{"name": "ids", "dtype": "i64", "shape": ["batch", 2]}], "outputs": ["vec"],
-         "constants": [{"name": "table", "dtype": "f32", "shape": [5, 3]}],
+         "constants": [{"name": "table", "dtype": "f32", "shape": [5, EMB_DIM]}],
          "nodes": [{"name": "lookup", "op": "embedding", "inputs": ["table", "ids"],
-                    "outputs": [{"name": "vec", "dtype": "f32", "shape": ["batch", 2, 3]}], "attrs": {}}]}
+                    "outputs": [{"name": "vec", "dtype": "f32", "shape": ["batch", 2, EMB_DIM]}], "attrs": {}}]}
     json.dump(g, open(os.path.join(d, "graph.json"), "w"))
-    hdr = json.dumps({"table": {"dtype": "F32", "shape": [5, 3], "data_offsets": [0, 60]}}).encode()
+    hdr = json.dumps({"table": {"dtype": "F32", "shape": [5, EMB_DIM], "data_offsets": [0, 5 * EMB_DIM * 4]}}).encode()
     hdr += b" " * (-len(hdr) % 8)
-    data = struct.pack("<15f", *[v for row in EMB_TABLE for v in row])
+    data = struct.pack("<%df" % (5 * EMB_DIM), *[v for row in EMB_TABLE for v in row])
     open(os.path.join(d, "weights.safetensors"), "wb").write(struct.pack("<Q", len(hdr)) + hdr + data)
     cfg = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}
     json.dump(cfg, open(os.path.join(repo, "emb", "config.json"), "w"))
@@ -236,12 +238,20 @@ def write_emb_graph(repo):
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, "fathom export of the embedding graph to ONNX: %s" % p.stderr.strip())
     json.dump(cfg, open(os.path.join(repo, "emb-onnx", "config.json"), "w"))
+    os.makedirs(os.path.join(repo, "emb-q4"), exist_ok=True)
+    p = subprocess.run([BIN, "quantize", d, "-o", os.path.join(repo, "emb-q4", "1"), "--int4", "--group", "32"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "qembedding_int4" in open(os.path.join(repo, "emb-q4", "1", "graph.json")).read(),
+          "fathom quantize --int4 of the embedding graph: %s" % p.stderr.strip())
+    json.dump(cfg, open(os.path.join(repo, "emb-q4", "config.json"), "w"))
 
 
 def emb_checks(s):
     """An id outside the table is its own request's 400, checked before batching; the requests that would
     have shared its batch succeed (before id_limit was set for graph inputs, the lookup failed the batch)."""
-    for model in ("emb", "emb-onnx"):
+    # emb-q4's rows are the table's to within one int4 step (its group's largest magnitude / 7)
+    step = max(abs(v) for row in EMB_TABLE for v in row) / 7
+    for model, tol in (("emb", 1e-6), ("emb-onnx", 1e-6), ("emb-q4", step)):
         st, j = s.json("GET", "/v2/models/" + model)
         check(st == 200 and j["inputs"] == [{"name": "ids", "datatype": "INT64", "shape": [-1, 2]}],
               "%s: metadata %s" % (model, j))
@@ -266,7 +276,7 @@ def emb_checks(s):
             st, j = res[k]
             want = [v for r in bodies[k] for i in r for v in EMB_TABLE[i]]
             got = j["outputs"][0]["data"] if st == 200 else None
-            check(st == 200 and got is not None and len(got) == len(want) and max(abs(a - b_) for a, b_ in zip(got, want)) < 1e-6,
+            check(st == 200 and got is not None and len(got) == len(want) and max(abs(a - b_) for a, b_ in zip(got, want)) < tol,
                   "%s: request %d, batched beside the bad ones, gets its rows: %s %s" % (model, k, st, j))
         m = s.metrics()
         lab = '{model="%s",version="1"}' % model
