@@ -2,12 +2,12 @@
  * the same process, and elementwise ops (add, GELU erf and tanh forms) forward and backward over 4M
  * elements, and bf16 GEMM through fm_matmul against f32 fm_matmul. Prints one JSON line per measurement (median of the repetitions);
  * bench/bench_core.py runs the PyTorch side and forms the ratios. */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/openblas_load.h"
 #include "bench_util.h"
 #include "core/parallel.h"
 #include "fathom/fathom.h"
@@ -23,10 +23,15 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
     /* fathom runs OpenBLAS single-threaded under its own pool (docs/ARCHITECTURE.md);
      * the reference is OpenBLAS driving the same number of threads itself. Blocks of
      * repetitions rather than alternating calls, so that neither side runs while the
-     * other's idle threads are still spinning; two rounds of each against drift. */
+     * other's idle threads are still spinning; two rounds of each against drift.
+     * The reference calls the library fathom loaded (fm_openblas), not one linked
+     * into this program: a linked OpenBLAS is initialized before fathom can choose
+     * its kernels, and on a CPU it does not know both sides would run its generic ones. */
+    const fm_openblas_fns *ob = fm_openblas();
+    if (!ob) { fprintf(stderr, "bench_core: OpenBLAS is not loaded, no reference to compare with\n"); exit(1); }
     int half = reps / 2 > 0 ? reps / 2 : 1, nf = 0, nb = 0;
     for (int round = 0; round < 2; round++) {
-        openblas_set_num_threads(1);
+        ob->set_num_threads(1);
         for (int r = -1; r < half && nf < 64; r++) {
             double t0 = bench_now_ms();
             fm_tensor *y = fm_matmul(a, b);
@@ -34,15 +39,15 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
             fm_tensor_release(y);
             if (r >= 0) t_fm[nf++] = t1 - t0;
         }
-        openblas_set_num_threads(fm_num_threads());
+        ob->set_num_threads(fm_num_threads());
         for (int r = -1; r < half && nb < 64; r++) {
             double t2 = bench_now_ms();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
+            ob->sgemm(101 /* row major */, 111, 111 /* no transposes */, (int)M, (int)N, (int)K, 1.0f, fm_tensor_data(a), (int)K,
                         fm_tensor_data(b), (int)N, 0.0f, c, (int)N);
             double t3 = bench_now_ms();
             if (r >= 0) t_blas[nb++] = t3 - t2;
         }
-        openblas_set_num_threads(1);
+        ob->set_num_threads(1);
     }
     reps = nf < nb ? nf : nb;
     double flops = 2.0 * M * N * K, mf = median(t_fm, reps), mb = median(t_blas, reps);

@@ -189,6 +189,12 @@ static void test_gemm_bf16(void) {
     /* without bf16 hardware the CPU is the reason, unless FATHOM_DNNL=off or an ASan build said so first */
     else if (!f->avx512_bf16 && !f->amx_bf16)
         CHECK_MSG(!bi.loaded && (strstr(bi.note, "neither") || strstr(bi.note, "AddressSanitizer")), "%s", bi.note);
+    /* an Intel core without AMX: widening is the measured faster path unless FATHOM_DNNL asks for oneDNN */
+    else if (f->intel && !(f->amx_bf16 && f->amx_usable) && !(env && *env))
+        CHECK_MSG(!bi.loaded && (strstr(bi.note, "no usable AMX") || strstr(bi.note, "AddressSanitizer")), "%s", bi.note);
+    /* FATHOM_DNNL=on on a CPU with bf16 hardware: oneDNN is used (or why not is said) */
+    else if (env && !strcmp(env, "on") && (f->avx512_bf16 || (f->amx_bf16 && f->amx_usable)))
+        CHECK_MSG(bi.loaded || strstr(bi.note, "oneDNN"), "%s", bi.note);
     CHECK_MSG(bi.loaded || bi.note[0], "bf16 GEMM is neither loaded nor explained");
     static const int64_t shapes[][3] = {{130, 140, 128}, {300, 64, 160}, {64, 520, 96}, {2, 4096, 300}};
     int took = 0, calls = 0;

@@ -49,6 +49,8 @@ static bool request_amx(void) {
 static void detect(fm_cpu_features *f) {
     unsigned a, b, c, d, max_leaf = __get_cpuid_max(0, NULL);
     read_brand(f->model, sizeof f->model);
+    if (max_leaf >= 1 && __get_cpuid(0, &a, &b, &c, &d)) /* vendor "GenuineIntel" in ebx, edx, ecx */
+        f->intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
     if (max_leaf < 1 || !__get_cpuid(1, &a, &b, &c, &d)) return;
     unsigned long long xcr0 = 0;
     if (BIT(c, 27)) { /* OSXSAVE: xgetbv is allowed */

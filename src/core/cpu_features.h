@@ -9,6 +9,7 @@
 
 typedef struct fm_cpu_features {
     char model[64]; /* cpuid brand string, "" where the CPU has none */
+    bool intel;     /* vendor GenuineIntel (kernel choices that depend on the core design, gemm_bf16.c) */
     bool avx, avx2, fma, f16c;
     bool avx512f, avx512dq, avx512cd, avx512bw, avx512vl, avx512vbmi, avx512ifma;
     bool avx512_vnni, avx512_bf16, avx512_fp16, avx_vnni;

@@ -183,6 +183,19 @@ static void load(void) {
         snprintf(g_info.note, sizeof g_info.note, "the CPU has neither AVX512-BF16 nor AMX-BF16: bf16 is widened to f32");
         return;
     }
+    /* An Intel core without AMX issues one 512-bit bf16 dot product (vdpbf16ps, 32
+     * multiply-adds) per cycle against two f32 FMAs (2 x 16): bf16 math is no faster
+     * than f32 there, and oneDNN 2.6.3's bf16 matmul ran at 0.55-0.66x of OpenBLAS f32
+     * on bf16 values widened to f32 (Intel Xeon model 207, docs/PERFORMANCE.md; PyTorch's
+     * bf16 torch.mm there is 0.55-0.70x its f32 one too). Widening gives the same
+     * products (a bf16 x bf16 product is exact in f32), so it is the faster path.
+     * AMD Zen 4 runs f32 FMAs at half that width and gains 2x from bf16. */
+    if (f->intel && !(f->amx_bf16 && f->amx_usable) && !(env && *env)) {
+        snprintf(g_info.note, sizeof g_info.note,
+                 "Intel CPU with AVX512-BF16 but no usable AMX: bf16 math runs no faster than f32 here, so bf16 is "
+                 "widened to f32 for OpenBLAS (measured faster than oneDNN's bf16; FATHOM_DNNL=on uses oneDNN anyway)");
+        return;
+    }
     snprintf(g_info.library, sizeof g_info.library, "%s", env && *env && strcmp(env, "on") ? env : "libdnnl.so.2");
     D.lib = dlopen(g_info.library, RTLD_NOW | RTLD_LOCAL);
     if (!D.lib) {
