@@ -10,7 +10,13 @@
  * - softmax/log-softmax/cross-entropy rows: 16-lane sums, so within
  *   tolerance of a double reference (as the AVX2 rows); the AVX2 level's fused
  *   cross-entropy backward row bitwise its stats + backward row calls;
- * - fused bias + GELU(tanh) rows: bitwise the AVX2 rows.
+ * - fused bias + GELU(tanh) rows: bitwise the AVX2 rows;
+ * - the one-row GEMV and the packed linear (bias, ReLU): bitwise the AVX2
+ *   kernels (same sums in the same order), and within the f32 summation bound
+ *   of a double reference, over tails of K, N and the rows;
+ * - conv2d_fused's lanes kernel (conv_lanes.h): bitwise the AVX2 kernel over
+ *   channel blocks of 1-4 vectors, input-channel passes, pools, column chunks
+ *   and task splits (the op test holds both to a double reference).
  * On a CPU with AVX2 but not the AVX-512 level, L512() names the AVX2 kernel
  * instead: the cross-level comparisons then compare AVX2 with itself, and the
  * checks against the scalar and double references test the AVX2 kernels (the
@@ -21,6 +27,9 @@
 #include "backend/cpu/elementwise_math.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/adamw_simd.h"
+#include "backend/cpu/conv_lanes.h"
+#include "backend/cpu/gemv_avx2.h"
+#include "backend/cpu/linear_packed.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
 
@@ -335,6 +344,157 @@ static void test_bias_gelu(void) {
     CHECK_MSG(bad < 0, "bias+gelu vs double at %d: got %g", bad, bad >= 0 ? y5[bad] : 0);
 }
 
+/* |got - sum| within 2 K eps of the sum of magnitudes (the f32 summation bound, with room) */
+static bool within_sum_bound(float got, double sum, double mag, int64_t K) {
+    return fabs((double)got - sum) <= 2.0 * (double)(K + 2) * 0x1p-24 * mag + 1e-30;
+}
+
+/* one-row GEMV y = W x + beta y0 (gemv_avx2.h), N rows x K with row stride K + 3 */
+static void test_gemv(void) {
+    const int64_t Ks[] = {1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 128, 300, 517};
+    const int64_t Ns[] = {1, 3, 4, 5, 7, 8, 9, 17, 33, 130};
+    uint64_t seed = 5;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+            for (int bi = 0; bi < 2; bi++) {
+                const int64_t K = Ks[ki], Nr = Ns[ni], ldw = K + 3;
+                const float beta = bi ? 0.75f : 0.0f;
+                float *W = malloc(sizeof(float) * (size_t)(Nr * ldw)), *x = malloc(sizeof(float) * (size_t)K);
+                float *y0 = malloc(sizeof(float) * (size_t)Nr), *y2 = malloc(sizeof(float) * (size_t)Nr),
+                      *y5 = malloc(sizeof(float) * (size_t)Nr);
+                if (!W || !x || !y0 || !y2 || !y5) { CHECK(!"out of memory"); return; }
+                for (int64_t i = 0; i < Nr * ldw; i++) W[i] = frand(&seed);
+                for (int64_t i = 0; i < K; i++) x[i] = frand(&seed);
+                for (int64_t i = 0; i < Nr; i++) y0[i] = frand(&seed);
+                memcpy(y2, y0, sizeof(float) * (size_t)Nr), memcpy(y5, y0, sizeof(float) * (size_t)Nr);
+                fm_gemv_rows_f32_avx2(Nr, K, W, ldw, x, beta, y2);
+                L512(fm_gemv_rows_f32)(Nr, K, W, ldw, x, beta, y5);
+                int w = -1;
+                CHECK_MSG(same_bits(y2, y5, (int)Nr, &w), "gemv N %lld K %lld beta %g: avx512 %g avx2 %g at row %d",
+                          (long long)Nr, (long long)K, beta, w >= 0 ? y5[w] : 0, w >= 0 ? y2[w] : 0, w);
+                int bad = -1;
+                for (int64_t n = 0; n < Nr; n++) {
+                    double sum = (double)beta * y0[n], mag = fabs(sum);
+                    for (int64_t k = 0; k < K; k++) sum += (double)W[n * ldw + k] * x[k], mag += fabs((double)W[n * ldw + k] * x[k]);
+                    if (!within_sum_bound(y5[n], sum, mag, K)) bad = (int)n;
+                }
+                CHECK_MSG(bad < 0, "gemv N %lld K %lld beta %g vs double: row %d", (long long)Nr, (long long)K, beta, bad);
+                free(W), free(x), free(y0), free(y2), free(y5);
+            }
+}
+
+/* the packed linear y = relu?(x w^T + b) (linear_packed.h), whole and split
+ * into row and panel ranges as the threads split it */
+static void test_linear_packed(void) {
+    const int64_t shapes[][3] = {{1, 16, 16},  {1, 130, 7},   {1, 200, 300}, {2, 64, 33},  {2, 37, 256},
+                                 {3, 10, 128}, {5, 100, 257}, {6, 48, 512},  {7, 37, 300}, {13, 129, 65},
+                                 {125, 20, 9}, {1, 1, 1},     {9, 17, 600}};
+    uint64_t seed = 9;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 3; v++) { /* 0: bias + relu, 1: bias, 2: relu, no bias */
+            const int64_t M = shapes[s][0], Nc = shapes[s][1], K = shapes[s][2], ldx = K + 1, ldy = Nc + 2;
+            const int relu = v != 1;
+            float *x = malloc(sizeof(float) * (size_t)(M * ldx)), *w = malloc(sizeof(float) * (size_t)(Nc * K));
+            float *wp = malloc(sizeof(float) * (size_t)fm_linear_packed_numel(Nc, K)), *b = malloc(sizeof(float) * (size_t)Nc);
+            float *y2 = malloc(sizeof(float) * (size_t)(M * ldy)), *y5 = malloc(sizeof(float) * (size_t)(M * ldy));
+            if (!x || !w || !wp || !b || !y2 || !y5) { CHECK(!"out of memory"); return; }
+            for (int64_t i = 0; i < M * ldx; i++) x[i] = frand(&seed);
+            for (int64_t i = 0; i < Nc * K; i++) w[i] = frand(&seed);
+            for (int64_t i = 0; i < Nc; i++) b[i] = frand(&seed);
+            for (int64_t i = 0; i < M * ldy; i++) y2[i] = y5[i] = 1234.0f; /* the padding must stay */
+            fm_linear_pack_f32(w, wp, Nc, K);
+            const int64_t P = fm_linear_panels(Nc);
+            fm_linear_packed d2 = {x, wp, v == 2 ? NULL : b, y2, M, Nc, K, ldx, ldy, relu}, d5 = d2;
+            d5.y = y5;
+            fm_linear_packed_f32_avx2(&d2, 0, M, 0, P);
+            /* the AVX-512 one in pieces: rows [0, M/2) all panels, then rows [M/2, M) panel by panel ranges */
+            const int64_t mh = M / 2;
+            if (mh > 0) L512(fm_linear_packed_f32)(&d5, 0, mh, 0, P);
+            for (int64_t p = 0; p < P; p += 3) L512(fm_linear_packed_f32)(&d5, mh, M, p, p + 3 < P ? p + 3 : P);
+            int wh = -1;
+            CHECK_MSG(same_bits(y2, y5, (int)(M * ldy), &wh), "linear packed M %lld N %lld K %lld v %d: avx512 %g avx2 %g at %d",
+                      (long long)M, (long long)Nc, (long long)K, v, wh >= 0 ? y5[wh] : 0, wh >= 0 ? y2[wh] : 0, wh);
+            int bad = -1;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < ldy; j++) {
+                    const float got = y5[i * ldy + j];
+                    if (j >= Nc) { if (got != 1234.0f) bad = (int)(i * ldy + j); continue; }
+                    double sum = v == 2 ? 0.0 : b[j], mag = fabs(sum);
+                    for (int64_t k = 0; k < K; k++) sum += (double)x[i * ldx + k] * w[j * K + k], mag += fabs((double)x[i * ldx + k] * w[j * K + k]);
+                    if (relu && sum < 0) sum = 0; /* the bound still holds around 0 */
+                    if (!within_sum_bound(got, sum, mag, K)) bad = (int)(i * ldy + j);
+                }
+            CHECK_MSG(bad < 0, "linear packed M %lld N %lld K %lld v %d vs double: at %d got %g", (long long)M, (long long)Nc,
+                      (long long)K, v, bad, bad >= 0 ? y5[bad] : 0);
+            free(x), free(w), free(wp), free(b), free(y2), free(y5);
+        }
+}
+
+/* conv2d_fused's lanes kernel, AVX-512 against AVX2, set up as conv_fused_cpu.c's run_lanes */
+#pragma push_macro("N")
+#undef N /* fm_conv_lanes's field */
+static void test_conv_lanes(void) {
+    typedef struct { int64_t N, C, O, H, W, k, pad; int pool, relu, cc; } shp; /* cc: input channels per pass (0: all) */
+    const shp shapes[] = {
+        {2, 1, 32, 28, 28, 3, 1, 2, 1, 0}, {2, 32, 64, 14, 14, 3, 1, 2, 1, 0}, {1, 40, 70, 9, 11, 3, 1, 2, 1, 14},
+        {1, 20, 13, 6, 7, 5, 2, 0, 0, 6},  {1, 3, 41, 5, 101, 3, 1, 2, 1, 0}, {1, 2, 9, 3, 101, 3, 1, 0, 0, 0},
+        {2, 5, 17, 7, 8, 4, 1, 2, 1, 0},   {2, 3, 10, 4, 4, 3, 1, 2, 1, 0},   {1, 6, 24, 14, 10, 3, 1, 2, 0, 4},
+        {1, 4, 8, 9, 9, 1, 0, 0, 1, 0},    {3, 7, 48, 13, 15, 3, 0, 0, 1, 3},
+    };
+    uint64_t seed = 21;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shp *h = &shapes[s];
+        fm_conv_lanes d;
+        memset(&d, 0, sizeof d);
+        d.N = h->N, d.C = h->C, d.O = h->O, d.KH = d.KW = h->k, d.Ho = h->H + 2 * h->pad - h->k + 1, d.Wo = h->W + 2 * h->pad - h->k + 1;
+        d.pool = h->pool, d.relu = h->relu, d.Hy = h->pool ? d.Ho / 2 : d.Ho, d.Wy = h->pool ? d.Wo / 2 : d.Wo;
+        d.Hp = h->H + 2 * h->pad, d.WS = h->W + 2 * h->pad, d.cc = h->cc ? h->cc : h->C;
+        const int64_t per = h->C * h->k * h->k, ny = h->N * h->O * d.Hy * d.Wy;
+        float *x = malloc(sizeof(float) * (size_t)(h->N * h->C * h->H * h->W)), *w = malloc(sizeof(float) * (size_t)(h->O * per));
+        float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
+        float *b = malloc(sizeof(float) * (size_t)h->O), *y2 = malloc(sizeof(float) * (size_t)ny), *y5 = malloc(sizeof(float) * (size_t)ny);
+        if (!x || !w || !xp || !wp || !b || !y2 || !y5) { CHECK(!"out of memory"); return; }
+        for (int64_t i = 0; i < h->N * h->C * h->H * h->W; i++) x[i] = frand(&seed);
+        for (int64_t i = 0; i < h->O * per; i++) w[i] = frand(&seed);
+        for (int64_t i = 0; i < h->O; i++) b[i] = frand(&seed);
+        if (s == 2) x[7] = NAN; /* through the passes and the pool */
+        for (int64_t p = 0; p < h->N * h->C; p++)
+            fm_conv_lanes_pad_avx2(x + p * h->H * h->W, xp + p * d.Hp * d.WS, h->H, h->W, d.Hp, d.WS, h->pad, h->pad);
+        fm_conv_lanes_pack(w, wp, h->O, per);
+        d.xp = xp, d.wp = wp, d.bias = b;
+        fm_conv_lanes_plan(&d);
+        const int64_t tasks = fm_conv_lanes_tasks(&d);
+        for (int64_t i = 0; i < ny; i++) y2[i] = y5[i] = -7.0f;
+        d.y = y2;
+        fm_conv_lanes_rows_avx2(&d, 0, tasks);
+        d.y = y5;
+        for (int64_t t0 = 0; t0 < tasks; t0 += 3) L512(fm_conv_lanes_rows)(&d, t0, t0 + 3 < tasks ? t0 + 3 : tasks); /* split */
+        int wh = -1;
+        CHECK_MSG(same_bits(y2, y5, (int)ny, &wh), "conv lanes N%lld C%lld O%lld %lldx%lld k%lld pool%d: avx512 %g avx2 %g at %d",
+                  (long long)h->N, (long long)h->C, (long long)h->O, (long long)h->H, (long long)h->W, (long long)h->k, h->pool,
+                  wh >= 0 ? y5[wh] : 0, wh >= 0 ? y2[wh] : 0, wh);
+        /* one output against a double sum, so that a kernel equal to a broken AVX2 one still fails */
+        const int64_t o = h->O - 1, oh = d.Ho - 1, ow = d.Wo / 2;
+        if (!h->pool && s != 2) {
+            double sum = b[o], mag = fabs(sum);
+            for (int64_t c = 0; c < h->C; c++)
+                for (int64_t i = 0; i < h->k; i++)
+                    for (int64_t j = 0; j < h->k; j++) {
+                        const int64_t ih = oh - h->pad + i, iw = ow - h->pad + j;
+                        if (ih < 0 || ih >= h->H || iw < 0 || iw >= h->W) continue;
+                        const double t = (double)x[(c * h->H + ih) * h->W + iw] * w[((o * h->C + c) * h->k + i) * h->k + j];
+                        sum += t, mag += fabs(t);
+                    }
+            if (h->relu && sum < 0) sum = 0;
+            const float got = y5[(o * d.Hy + oh) * d.Wy + ow]; /* sample 0 */
+            CHECK_MSG(within_sum_bound(got, sum, mag, per), "conv lanes O%lld C%lld k%lld: output %g, double %g", (long long)h->O,
+                      (long long)h->C, (long long)h->k, got, sum);
+        }
+        free(x), free(w), free(xp), free(wp), free(b), free(y2), free(y5);
+    }
+}
+#pragma pop_macro("N")
+
 int main(void) {
     fm_isa max = fm_isa_max_for(fm_cpu_get_features());
     if (max < FM_ISA_AVX2) {
@@ -352,5 +512,8 @@ int main(void) {
     test_adamw(fm_adamw_f32_avx2, "avx2");
     if (w512) test_adamw(fm_adamw_f32_avx512, "avx512");
     test_bias_gelu();
+    test_gemv();
+    test_linear_packed();
+    test_conv_lanes();
     TEST_DONE();
 }

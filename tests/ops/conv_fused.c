@@ -1,8 +1,8 @@
 /* conv2d_fused: max_pool(relu(conv2d(x))) against a reference computed here in
  * double (a loop convolution, then ReLU, then the window max with NaN winning),
  * over the geometries that take the direct kernels (stride 1: AVX-512's pixel
- * tile for channels a multiple of 8, AVX2's channels-along-lanes kernel for any
- * channel count; odd and even sizes, column tails, column chunks, several input-
+ * tile for channels a multiple of 8 in thin blocks, the channels-along-lanes
+ * kernel (AVX2, and AVX-512 for the other channel counts); odd and even sizes, column tails, column chunks, several input-
  * channel passes, pools 0 and 2) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
  * pool 3, f64). test_ops runs it at every FATHOM_ISA level, so each kernel is
  * checked against the same double result. Also: NaN propagation and bad input. */
@@ -96,11 +96,11 @@ static int conv2d_fused_forward(void) {
         {2, 3, 7, 21, 16, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
         {1, 5, 9, 35, 8, 3, 1, 0, 1, 1, 0, 2, NC, FM_F32},
         {2, 4, 11, 17, 24, 5, 1, 2, 1, 1, 1, 1, NC, FM_F32},
-        {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: AVX2 (2 vectors, 4 lanes unused), not AVX-512 */
+        {1, 2, 6, 6, 12, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32}, /* 12 channels: lanes (2 vectors, 4 lanes unused) at both levels */
         {1, 3, 13, 9, 8, 2, 1, 0, 1, 1, 1, 2, NC, FM_F32},
         {2, 3, 9, 19, 20, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* AVX2: a block of 3 vectors */
         {1, 2, 8, 10, 4, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},  /* AVX2: one half-used vector */
-        /* AVX2's lanes kernel (the rest take the reference path at AVX-512) */
+        /* the lanes kernel (AVX2; AVX-512 too, whose pixel tile needs channels in 8s) */
         {2, 40, 9, 11, 70, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* 3 input-channel passes; blocks of 4, 4, 1 vectors, 70 of 72 lanes */
         {1, 20, 6, 7, 13, 5, 1, 2, 1, 1, 0, 0, NC, FM_F32},  /* 5x5: 4 passes; 13 channels; odd rows, no pool */
         {1, 3, 5, 101, 41, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* column chunks of 48, 48, 4, pooled */
@@ -117,6 +117,9 @@ static int conv2d_fused_forward(void) {
         {2, 3, 4, 4, 10, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},  /* 2x2 pooled: one run of 4 */
         {1, 2, 2, 3, 9, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},   /* 2x3, no pool: one row pair, a run of 6 */
         {2, 6, 14, 10, 16, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32}, /* 7x5 pooled: groups of 2, 2 and 3 row pairs (10, 10, 15) */
+        /* AVX-512's lanes kernel on whole 16-channel vectors (C*kH*kW >= 32): 2 blocks, 2 passes; a 5x5 */
+        {2, 40, 9, 13, 64, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},
+        {1, 4, 10, 9, 32, 5, 1, 2, 1, 1, 0, 0, NC, FM_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */

@@ -5,7 +5,15 @@
  * with bias, ReLU and a 2x2 pool applied before the store, reading the weights
  * packed by conv2d_fused_pack when they are given (4th input) and packing them
  * per call otherwise:
- * - AVX-512: conv_direct.h (pixels along the lanes), output channels a multiple of 8;
+ * - AVX-512: conv_lanes.h's AVX-512 kernel (output channels along the lanes) for
+ *   channels in whole 16-channel vectors with at least 32 weights each
+ *   (C*kH*kW >= 32) and for channel counts not a multiple of 8; else
+ *   conv_direct.h (pixels along the lanes). Measured on an Intel Xeon (model
+ *   207), one thread (bench_isa_kernels --only conv, docs/PERFORMANCE.md): the
+ *   lanes kernel 1.05-2.1x faster than the pixel tile on 16->16, 32->48, 32->64,
+ *   64->64 and 64->96 3x3 layers (even on 32->64 at batch 1), the pixel tile
+ *   1.1-1.2x faster on 1->32 (9 weights a channel) and on a 5x5 with 24
+ *   channels (a half-empty vector);
  * - AVX2: conv_lanes.h (output channels along the lanes), any channel count. It
  *   replaced an AVX2 build of conv_direct.h's tile (6 channels x 2 rows), which
  *   it beat on every fashion-cnn-like shape measured on Zen 3, 1->32 included
@@ -56,7 +64,14 @@ static void direct_rows(void *ctx, int64_t b, int64_t e, int tid) {
 
 static void lanes_rows(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    fm_conv_lanes_rows_avx2(ctx, b, e);
+    if (fm_cpu_use_avx512()) fm_conv_lanes_rows_avx512(ctx, b, e);
+    else fm_conv_lanes_rows_avx2(ctx, b, e);
+}
+
+/* At the AVX-512 level: the lanes kernel rather than the pixel tile for O output
+ * channels of per = C*kH*kW weights each (see the top of the file). */
+static bool lanes_at_avx512(int64_t O, int64_t per) {
+    return O % FM_CONV_DIRECT_OBS_AVX512 != 0 || (O % 16 == 0 && per >= 32);
 }
 
 /* The geometry both direct kernels take (channel counts aside). */
@@ -68,7 +83,7 @@ static bool direct_geometry(const fm_conv2d_fused_attrs *a, const fm_tensor *x) 
 
 /* The packed form of the weights (conv2d_fused_pack): a header {form, O, C*kH*kW}
  * (small integers, exact in f32), then the blocks. Form 1: the AVX-512 blocks
- * (fm_conv_direct_pack), 3: the AVX2 lanes kernel's (fm_conv_lanes_pack; O
+ * (fm_conv_direct_pack), 3: the lanes kernels' (fm_conv_lanes_pack, AVX2 and AVX-512; O
  * rounded up to 8), 0: no direct kernel at this level (the weights copied as
  * they are; conv2d_fused ignores them). (2 was the AVX2 pixel tile's form.) The
  * tensor holds 3 + (O rounded up to 8) * C*kH*kW floats, zeros past the form's. */
@@ -76,7 +91,7 @@ enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_LANES = 3 };
 
 /* The form this level runs for weights w (f32 [O, C, kH, kW]). */
 static int pack_form(const fm_tensor *w) {
-    if (fm_cpu_use_avx512()) return w->shape[0] % FM_CONV_DIRECT_OBS_AVX512 ? PACK_NONE : PACK_AVX512;
+    if (fm_cpu_use_avx512()) return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? PACK_LANES : PACK_AVX512;
     return fm_cpu_use_avx2() ? PACK_LANES : PACK_NONE;
 }
 
@@ -115,7 +130,7 @@ static fm_tensor *padded_input(const fm_tensor *x, int64_t Hp, int64_t WS, int64
     return xp;
 }
 
-/* The AVX2 lanes kernel (conv_lanes.h). */
+/* The lanes kernel (conv_lanes.h), AVX2 or AVX-512. */
 static fm_status run_lanes(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
@@ -245,10 +260,9 @@ static fm_status conv2d_fused_kernel(const fm_op_call *c) {
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
     if (direct_geometry(a, x)) {
-        if (fm_cpu_use_avx512()) {
-            if (w->shape[0] % FM_CONV_DIRECT_OBS_AVX512 == 0) return run_direct(c);
-        } else if (fm_cpu_use_avx2())
-            return run_lanes(c);
+        if (fm_cpu_use_avx512())
+            return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? run_lanes(c) : run_direct(c);
+        if (fm_cpu_use_avx2()) return run_lanes(c);
     }
     return run_reference(c);
 }

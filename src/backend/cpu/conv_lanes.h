@@ -98,4 +98,7 @@ void fm_conv_lanes_pad_avx2(const float *x, float *xp, int64_t H, int64_t W, int
 
 /* Runs tasks [begin, end). Call only when fm_cpu_use_avx2() is true. */
 void fm_conv_lanes_rows_avx2(const fm_conv_lanes *d, int64_t begin, int64_t end);
+/* The same on AVX-512 (conv_lanes_avx512.c: a block in 2 zmm vectors, 8 pixels a
+ * group), bitwise the AVX2 outputs. Call only when fm_cpu_use_avx512() is true. */
+void fm_conv_lanes_rows_avx512(const fm_conv_lanes *d, int64_t begin, int64_t end);
 #endif

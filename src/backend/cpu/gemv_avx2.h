@@ -7,4 +7,6 @@
 
 /* rows [0, N) of W (row stride ldw) dotted with the contiguous x[K] */
 void fm_gemv_rows_f32_avx2(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y);
+/* the same on AVX-512 (gemv_avx512.c), bitwise the AVX2 result; call only when fm_cpu_use_avx512() */
+void fm_gemv_rows_f32_avx512(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y);
 #endif

@@ -12,7 +12,7 @@ static const fm_kernel_family families[] = {
     {"conv direct + ReLU/pool epilogue (conv2d_fused)", FM_ISA_AVX512},
     {"gemv (one-row linear)", FM_ISA_AVX2},
     {"small-M linear (2-16 rows)", FM_ISA_AVX512},
-    {"packed linear + bias/ReLU epilogue (linear_fused)", FM_ISA_AVX2},
+    {"packed linear + bias/ReLU epilogue (linear_fused)", FM_ISA_AVX512},
     {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},
     {"embedding/index", FM_ISA_SCALAR},

@@ -1,7 +1,8 @@
 /* linear_fused on the CPU: y = relu?(x w^T + b), inference only. With the
  * weights packed by linear_fused_pack (a graph packs its constant weights once,
  * at load) an f32 product runs the AVX2 panel kernel (linear_packed.h), which
- * adds the bias and applies the ReLU while each tile is in registers. Otherwise
+ * adds the bias and applies the ReLU while each tile is in registers (its AVX-512
+ * twin when the ISA level allows, bitwise the same). Otherwise
  * (no packed weights, f64, a CPU without AVX2/FMA or FATHOM_ISA=scalar) it is
  * the GEMM path of linear (fm_cpu_gemm_bias: OpenBLAS with the bias as its
  * beta = 1 start), then one ReLU pass. */
@@ -33,14 +34,20 @@ static const float *prepacked(const fm_op_call *c, int64_t N, int64_t K) {
     return h[0] == 1.0f && h[1] == (float)N && h[2] == (float)K ? h + 3 : NULL;
 }
 
+/* the AVX-512 kernel when the level allows it, else AVX2: both give the same bits */
+static void packed(const fm_linear_packed *d, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
+    if (fm_cpu_use_avx512()) fm_linear_packed_f32_avx512(d, i0, i1, p0, p1);
+    else fm_linear_packed_f32_avx2(d, i0, i1, p0, p1);
+}
+
 typedef struct split { const fm_linear_packed *d; bool by_panels; } split;
 
 static void packed_task(void *vctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const split *s = vctx;
     const fm_linear_packed *d = s->d;
-    if (s->by_panels) fm_linear_packed_f32_avx2(d, 0, d->M, b, e);
-    else fm_linear_packed_f32_avx2(d, b * FM_LINEAR_MR, e * FM_LINEAR_MR < d->M ? e * FM_LINEAR_MR : d->M, 0, fm_linear_panels(d->N));
+    if (s->by_panels) packed(d, 0, d->M, b, e);
+    else packed(d, b * FM_LINEAR_MR, e * FM_LINEAR_MR < d->M ? e * FM_LINEAR_MR : d->M, 0, fm_linear_panels(d->N));
 }
 
 /* Threads split the panels when x is the smaller operand (each reads all of x and
@@ -53,7 +60,7 @@ static void run_packed(const fm_linear_packed *d) {
     const bool by_panels = d->M <= d->N || R < 2;
     const int64_t units = by_panels ? P : R;
     if (nt <= 1 || units < 2 || d->M * d->N * d->K < ((int64_t)1 << 18)) {
-        fm_linear_packed_f32_avx2(d, 0, d->M, 0, P);
+        packed(d, 0, d->M, 0, P);
         return;
     }
     split s = {d, by_panels};

@@ -51,4 +51,6 @@ typedef struct fm_linear_packed {
 
 /* y[i0:i1, the columns of panels p0:p1] of d */
 void fm_linear_packed_f32_avx2(const fm_linear_packed *d, int64_t i0, int64_t i1, int64_t p0, int64_t p1);
+/* the same on AVX-512 (linear_packed_avx512.c), bitwise the AVX2 result; call only when fm_cpu_use_avx512() */
+void fm_linear_packed_f32_avx512(const fm_linear_packed *d, int64_t i0, int64_t i1, int64_t p0, int64_t p1);
 #endif
