@@ -16,7 +16,12 @@
  *   of a double reference, over tails of K, N and the rows;
  * - conv2d_fused's lanes kernel (conv_lanes.h): bitwise the AVX2 kernel over
  *   channel blocks of 1-4 vectors, input-channel passes, pools, column chunks
- *   and task splits (the op test holds both to a double reference).
+ *   and task splits (the op test holds both to a double reference);
+ * - f32 attention (attention_simd.h at 8 and 16 lanes), forward and backward in
+ *   both backward modes: bitwise the AVX2 kernels where the head size is a
+ *   multiple of 16 (each element is the same FMA chain), within 1e-5 of them
+ *   on head-size tails (the 16-lane code leaves a tail of < 16 columns to
+ *   scalar code); test_ops checks every level against a double reference.
  * On a CPU with AVX2 but not the AVX-512 level, L512() names the AVX2 kernel
  * instead: the cross-level comparisons then compare AVX2 with itself, and the
  * checks against the scalar and double references test the AVX2 kernels (the
@@ -30,6 +35,7 @@
 #include "backend/cpu/conv_lanes.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/linear_packed.h"
+#include "backend/cpu/attention_cpu.h"
 #include "fathom/tensor.h"
 #include "test_util.h"
 
@@ -495,6 +501,56 @@ static void test_conv_lanes(void) {
 }
 #pragma pop_macro("N")
 
+/* attention at both widths on [B, H, T, D] (Hkv kv heads): every output of the
+ * forward (o, lse) and of the backward (dq, dk, dv) */
+static void attention_case(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, int causal) {
+    const int64_t nq = B * H * T * D, nk = B * Hkv * T * D, nl = B * H * T;
+    const int64_t len[5] = {nq, nl, nq, nk, nk};
+    static const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+    float *q = malloc(sizeof(float) * (size_t)nq), *dout = malloc(sizeof(float) * (size_t)nq);
+    float *k = malloc(sizeof(float) * (size_t)nk), *v = malloc(sizeof(float) * (size_t)nk), *res[2][5];
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 5; i++) res[w][i] = calloc((size_t)len[i], sizeof(float));
+    uint64_t seed = (uint64_t)(B * 1000 + H * 100 + T * 10 + D + causal);
+    for (int64_t i = 0; i < nq; i++) { q[i] = 2 * frand(&seed); dout[i] = frand(&seed); }
+    for (int64_t i = 0; i < nk; i++) { k[i] = 2 * frand(&seed); v[i] = frand(&seed); }
+    for (int w = 0; w < 2; w++) { /* w = 0: AVX2, 1: AVX-512 (AVX2 again without it) */
+        fm_sdpa_io io = {.B = B, .H = H, .Hkv = Hkv, .Tq = T, .Tk = T, .D = D, .causal = causal,
+                         .scale = 1.0 / sqrt((double)D), .q = q, .k = k, .v = v, .o = res[w][0], .dout = dout,
+                         .dq = res[w][2], .dk = res[w][3], .dv = res[w][4], .lse = res[w][1]};
+        io.lq = io.lo = io.ldo = io.ldq = fm_sdpa_lay_plain(H, T, D);
+        io.lk = io.lv = io.ldk = io.ldv = fm_sdpa_lay_plain(Hkv, T, D);
+        bool wide = w && w512;
+        CHECK(!(wide ? fm_sdpa_f32_avx512_forward(&io) : fm_sdpa_f32_avx2_forward(&io)));
+        CHECK(!(wide ? fm_sdpa_f32_avx512_backward(&io) : fm_sdpa_f32_avx2_backward(&io)));
+    }
+    for (int i = 0; i < 5; i++) {
+        int where = -1;
+        bool same = same_bits(res[0][i], res[1][i], (int)len[i], &where);
+        double worst = 0;
+        for (int64_t j = 0; j < len[i]; j++) {
+            double e = fabs((double)res[0][i][j] - res[1][i][j]) / (1.0 + fabs((double)res[0][i][j]));
+            if (!(e <= worst)) worst = e;
+        }
+        if (D % 16 == 0)
+            CHECK_MSG(same, "attention B%lld H%lld/%lld T%lld D%lld causal %d: %s differs from AVX2 at %d", (long long)B,
+                      (long long)H, (long long)Hkv, (long long)T, (long long)D, causal, names[i], where);
+        CHECK_MSG(worst <= 1e-5, "attention B%lld H%lld/%lld T%lld D%lld causal %d: %s off AVX2 by %g", (long long)B,
+                  (long long)H, (long long)Hkv, (long long)T, (long long)D, causal, names[i], worst);
+    }
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 5; i++) free(res[w][i]);
+    free(q); free(dout); free(k); free(v);
+}
+
+static void test_attention(void) {
+    attention_case(16, 4, 4, 128, 32, 1); /* kjv-gpt's: owner-mode backward */
+    attention_case(1, 2, 2, 130, 64, 1);  /* split-mode backward, a query-block tail */
+    attention_case(2, 4, 2, 70, 32, 0);   /* GQA */
+    attention_case(1, 3, 3, 67, 24, 1);   /* head-size tail of 8 */
+    attention_case(2, 2, 1, 33, 5, 0);    /* head size below one vector */
+}
+
 int main(void) {
     fm_isa max = fm_isa_max_for(fm_cpu_get_features());
     if (max < FM_ISA_AVX2) {
@@ -515,5 +571,6 @@ int main(void) {
     test_gemv();
     test_linear_packed();
     test_conv_lanes();
+    test_attention();
     TEST_DONE();
 }

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/attention_cpu.h" /* fm_sdpa_io, the AVX2 kernels */
+#include "backend/cpu/attention_cpu.h" /* fm_sdpa_io, the AVX2 and AVX-512 kernels */
 #include "backend/cpu/cpu_kernels.h"   /* kernel contract, fm_sdpa_attrs */
-#include "core/cpu_features.h"       /* fm_cpu_use_avx2 */
+#include "core/cpu_features.h"       /* fm_cpu_use_avx2, fm_cpu_use_avx512 */
 #include "core/parallel.h"           /* fm_parallel_for */
 
 typedef struct ref_ctx {
@@ -128,7 +128,9 @@ static void ref_bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
 static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
     if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
     int rc;
-    if (dt == FM_F32 && fm_cpu_use_avx2()) {
+    if (dt == FM_F32 && fm_cpu_use_avx512()) {
+        rc = fm_sdpa_f32_avx512_forward(io);
+    } else if (dt == FM_F32 && fm_cpu_use_avx2()) {
         rc = fm_sdpa_f32_avx2_forward(io);
     } else {
         ref_ctx c = {io, dt, 0};
@@ -142,7 +144,9 @@ static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dt
 static fm_status run_backward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
     if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
     int rc;
-    if (dt == FM_F32 && fm_cpu_use_avx2()) {
+    if (dt == FM_F32 && fm_cpu_use_avx512()) {
+        rc = fm_sdpa_f32_avx512_backward(io);
+    } else if (dt == FM_F32 && fm_cpu_use_avx2()) {
         rc = fm_sdpa_f32_avx2_backward(io);
     } else {
         ref_ctx c = {io, dt, 0};

@@ -1,4 +1,4 @@
-/* Shared by the CPU attention kernels (attention_cpu.c, attention_avx2.c).
+/* Shared by the CPU attention kernels (attention_cpu.c, attention_avx2.c, attention_avx512.c).
  *
  * Every operand is a set of rows of D contiguous elements, one row per (batch,
  * head, position); where row (b, h, t) starts is base + b*sb + h*sh + t*st
@@ -37,7 +37,10 @@ typedef struct fm_sdpa_io {
     float *lse;
 } fm_sdpa_io;
 
-/* attention_avx2.c (f32 only); they return -1 when scratch memory ran out. */
+/* attention_avx2.c and attention_avx512.c (f32 only, the loops of attention_simd.h);
+ * they return -1 when scratch memory ran out. */
 int fm_sdpa_f32_avx2_forward(const fm_sdpa_io *io);
 int fm_sdpa_f32_avx2_backward(const fm_sdpa_io *io);
+int fm_sdpa_f32_avx512_forward(const fm_sdpa_io *io);
+int fm_sdpa_f32_avx512_backward(const fm_sdpa_io *io);
 #endif
