@@ -527,7 +527,10 @@ static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
         fm_autocast_set(ac);
         return out[0] ? FM_OK : fm_last_status();
     }
+    /* mixed bf16 (Llama): rope and attention on the f32 projection, as fp32 runs them */
+    fm_dtype ac = mixed(c->m) ? fm_autocast_set(FM_F32) : fm_autocast_get();
     fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL);
+    fm_autocast_set(ac);
     if (!y) return fm_last_status();
     fm_status st = merge_fn(&y, NULL, out);
     fm_tensor_release(y);
@@ -556,7 +559,7 @@ static fm_status act_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
  * fp32's, for one more SDPA forward per block (~3% of the step). */
 static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_kv *cache) {
     gpt_layer *L = &m->layers[i];
-    if (!cache && (fused_path(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
+    if (!cache && (fused_path(m) || mixed(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
         return lin_n(m, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
     fm_tensor *h = attention(m, qkv, i, pos0, cache);
     /* With a tape, the head merge (a transposing copy, no arithmetic) is redone in
@@ -652,15 +655,16 @@ static fm_tensor *block_tp(fm_gpt *m, fm_tensor *x, int i) {
 
 /* ---- the fused GPT-2 path ---- */
 
-/* bf16 autocast on the CPU: the f32 fused path with every linear's GEMMs in bf16
+/* bf16 autocast on the CPU: the f32 path with every linear's GEMMs in bf16
  * (fm_linear_mixed: f32 accumulation and f32 outputs). The ops between the GEMMs
- * keep their fused f32 kernels; bf16 elementwise ops and casts around each GEMM
- * cost more than the bf16 GEMMs saved (docs/PERFORMANCE.md, the kjv-gpt profile).
- * Selective checkpointing keeps the op-by-op autocast path (it recomputes in bf16). */
+ * keep their f32 kernels (GPT-2: the fused ones; Llama: RMSNorm, rope, attention,
+ * SwiGLU); bf16 elementwise ops and casts around each GEMM cost more than the
+ * bf16 GEMMs saved (docs/PERFORMANCE.md, the kjv-gpt profile). Selective
+ * checkpointing keeps the op-by-op autocast path (it recomputes in bf16), and so
+ * does fm_gpt_set_fusion(m, false). */
 static bool mixed(const fm_gpt *m) {
     fm_device_type d = m->wte->storage->device.type;
     return !m->tp && fm_autocast_get() == FM_BF16 && (d == FM_DEV_CPU || d == FM_DEV_CHECK || d == FM_DEV_META) &&
-           m->cfg.arch == FM_GPT_GPT2 &&
            !m->unfused && m->wte->dtype == FM_F32 && m->eff.checkpointing != FM_CKPT_SELECTIVE;
 }
 
