@@ -38,6 +38,13 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
     else
         printf("gemm:  fathom's portable loops (no OpenBLAS)\n");
     if (gp->note[0]) printf("       note: %s\n", gp->note);
+    fm_f32_gemm_info fi;
+    fm_f32_gemm_info_get(&fi);
+    if (fi.onednn)
+        printf("f32:   oneDNN %s kernels for products of >= 2M multiply-adds%s (FATHOM_GEMM_F32=openblas keeps OpenBLAS)\n",
+               fi.kernel, fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
+    else
+        printf("f32:   OpenBLAS (%s)\n", fi.note);
     fm_bf16_gemm_info bi;
     fm_bf16_gemm_info_get(&bi);
     if (bi.loaded)
@@ -84,6 +91,14 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     json_object_set_new(bf, "used", json_boolean(bi.loaded && fm_cpu_use_avx512()));
     json_object_set_new(bf, "note", json_string(bi.note));
     json_object_set_new(b, "bf16", bf);
+    fm_f32_gemm_info fi;
+    fm_f32_gemm_info_get(&fi);
+    json_t *f32 = json_object();
+    json_object_set_new(f32, "provider", json_string(fi.onednn ? "onednn" : "openblas"));
+    json_object_set_new(f32, "kernel", json_string(fi.kernel));
+    json_object_set_new(f32, "used", json_boolean(fi.onednn && fm_cpu_use_avx512()));
+    json_object_set_new(f32, "note", json_string(fi.note));
+    json_object_set_new(b, "f32", f32);
     return b;
 }
 

@@ -130,7 +130,11 @@ mpi -np 2 "$bin" train "$tmp/llama.ini" --out "$tmp/tpbf" --threads 1 --tensor-p
 near() { python3 -c "import sys; a,b,t=map(float,sys.argv[1:4]); sys.exit(not abs(a-b) <= t*abs(b))" "$1" "$2" "$3"; }
 bl=$(field "$tmp/tpbf.json" train_loss); bl1=$(field "$tmp/onebf.json" train_loss)
 if [[ $rc -eq 0 && -n $bl && -n $bl1 ]] && grep -q "precision bf16" "$tmp/tpbf.err" && near "$bl" "$bl1" 1e-4 &&
-   near "$(field "$tmp/tpbf.json" val_loss)" "$(field "$tmp/onebf.json" val_loss)" 1e-4 && [[ $bl != "$ref" ]]; then
+   near "$(field "$tmp/tpbf.json" val_loss)" "$(field "$tmp/onebf.json" val_loss)" 1e-4 &&
+   # that the run was bf16: its linears' outputs are bf16, so its activations are below the fp32 TP
+   # run's (the losses of this 4-step model differ from fp32 by about one f32 step, and may equal it)
+   python3 -c "import sys; sys.exit(not float(sys.argv[1]) < float(sys.argv[2]))" \
+     "$(field "$tmp/tpbf.json" activations)" "$(field "$tmp/tp2.json" activations)"; then
   ok "--tensor-parallel 2 --precision bf16: loss $bl, one bf16 process $bl1 (within 1e-4), fp32 $ref"
 else
   bad "--tensor-parallel 2 --precision bf16 (exit $rc): TP $bl, one process $bl1: $(head -c 600 "$tmp/tpbf.json") $(tail -c 600 "$tmp/tpbf.err")"

@@ -131,6 +131,40 @@ static void test_gemm(void) {
             }
 }
 
+/* f32 products of >= 2M multiply-adds go to oneDNN where fathom chose it for f32
+ * (`fathom info`'s f32 line); the rest, and beta != 0, stay on OpenBLAS */
+static void test_gemm_f32_provider(void) {
+    fm_f32_gemm_info fi;
+    fm_f32_gemm_info_get(&fi);
+    const fm_cpu_features *f = fm_cpu_get_features();
+    const char *env = getenv("FATHOM_GEMM_F32"), *dn = getenv("FATHOM_DNNL");
+    fprintf(stderr, "f32 gemm: %s %s\n", fi.onednn ? "oneDNN" : "OpenBLAS:", fi.onednn ? fi.kernel : fi.note);
+    CHECK_MSG(fi.onednn || fi.note[0], "f32 GEMM stays on OpenBLAS without a reason");
+    if (env && !strcmp(env, "openblas"))
+        CHECK_MSG(!fi.onednn && strstr(fi.note, "FATHOM_GEMM_F32=openblas"), "%s", fi.note);
+    else if (dn && !strcmp(dn, "off"))
+        CHECK_MSG(!fi.onednn && strstr(fi.note, "FATHOM_DNNL=off"), "%s", fi.note);
+    else if (!(env && !strcmp(env, "onednn")) && !(f->intel && f->avx512f))
+        CHECK_MSG(!fi.onednn && strstr(fi.note, "Intel"), "%s", fi.note);
+    /* shapes above the 2M bound through the public entry, every layout */
+    static const int64_t big[][3] = {{160, 130, 112}, {300, 96, 80}, {64, 520, 96}};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+            check_gemm(FM_F32, t & 1, t >> 1, big[i][0], big[i][1], big[i][2], 0.0, false);
+            check_gemm(FM_F32, t & 1, t >> 1, big[i][0], big[i][1], big[i][2], 0.0, true);
+            check_gemm(FM_F32, t & 1, t >> 1, big[i][0], big[i][1], big[i][2], 0.5, false);
+        }
+    /* and whether oneDNN took such a product */
+    int64_t M = 160, N = 130, K = 112;
+    float *a = calloc((size_t)(M * K), 4), *b = calloc((size_t)(K * N), 4), *c = calloc((size_t)(M * N), 4);
+    fm_cpu_gemm_args g = {FM_F32, false, false, M, N, K, a, K, b, N, 0.0, c, N};
+    bool want = fi.onednn && fm_cpu_use_avx512();
+    CHECK_MSG(fm_cpu_gemm_f32_dnnl(&g, NULL) == want, "oneDNN f32 took the product: %d, expected %d", !want, want);
+    g.M = 8; /* 8 x 130 x 112: below the bound */
+    CHECK(!fm_cpu_gemm_f32_dnnl(&g, NULL));
+    free(a); free(b); free(c);
+}
+
 static uint16_t to_bf16(float x) { /* round to nearest even (the inputs are finite) */
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -264,6 +298,7 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         fm_set_num_threads(threads);
         test_gemm();
+        test_gemm_f32_provider();
         test_gemm_bf16();
     }
     fm_parallel_shutdown();

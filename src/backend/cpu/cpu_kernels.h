@@ -69,6 +69,16 @@ typedef struct fm_bf16_gemm_info {
     char note[256];  /* why bf16 is widened instead; "" when loaded */
 } fm_bf16_gemm_info;
 void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out);
+/* f32 GEMM through oneDNN (gemm_bf16.c) where it measured faster than OpenBLAS:
+ * C f32, beta 0, bias [N] f32 or NULL. False when not chosen or not worth it for
+ * the shape (the caller then runs OpenBLAS). */
+bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias);
+typedef struct fm_f32_gemm_info {
+    bool onednn;     /* f32 products of enough work go to oneDNN */
+    char kernel[64]; /* oneDNN's implementation for a 256^3 f32 product */
+    char note[256];  /* why f32 stays on OpenBLAS; "" when onednn */
+} fm_f32_gemm_info;
+void fm_f32_gemm_info_get(fm_f32_gemm_info *out);
 /* Picks who drives GEMM threads (once; the backend calls it at start-up). */
 void fm_cpu_gemm_init(void);
 

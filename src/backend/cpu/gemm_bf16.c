@@ -13,6 +13,14 @@
  * the library (FATHOM_DNNL=on: the default one, also in an AddressSanitizer
  * build, which otherwise does not load it: see load()).
  *
+ * f32 too, where it measured faster than OpenBLAS: on an Intel CPU with AVX-512,
+ * oneDNN 2.6.3's f32 matmul (brg:avx512_core) ran 1.15-1.6x OpenBLAS 0.3.21's
+ * Cooperlake sgemm on one thread at the training shapes (K = 128..1024: kjv-gpt's
+ * and the MLP recipe's linears) and 1.0-1.1x on 1024^3-2048^3 (Intel Xeon model
+ * 207, bench/bench_gemm_providers.py, docs/PERFORMANCE.md). FATHOM_GEMM_F32=openblas
+ * keeps f32 on OpenBLAS, =onednn asks for oneDNN on any CPU; other CPUs keep
+ * OpenBLAS (not measured against oneDNN). `fathom info` says which runs f32.
+ *
  * Threads: fathom's pool splits C into one part per thread and each part is
  * one single-threaded oneDNN call (its OpenMP team is set to one thread in each
  * pool thread), for the reason gemm_cpu.c gives: one pool for everything, no
@@ -35,6 +43,7 @@
 #endif
 
 static fm_bf16_gemm_info g_info;
+static fm_f32_gemm_info g_f32;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 #if FM_HAVE_DNNL_HEADERS
@@ -72,6 +81,7 @@ static struct {
 typedef struct prim_key {
     int64_t M, N, K, sa[2], sb[2], ldc;
     bool bias;
+    bool f32; /* A and B f32 (else bf16) */
 } prim_key;
 #define PRIM_CACHE 128
 typedef struct cache_entry {
@@ -122,11 +132,12 @@ static bool load_syms(void) {
  * mode): oneDNN's own is one global buffer unless the library was built for
  * concurrent execution, and the parts run at the same time in fathom's pool
  * (with the library's scratchpad, bf16 training losses changed run to run). */
-/* The layouts of one part's operands: md[0] A, md[1] B (bf16), md[2] C, md[3] bias (f32). */
+/* The layouts of one part's operands: md[0] A, md[1] B (bf16 or f32), md[2] C, md[3] bias (f32). */
 static bool part_descs(const prim_key *k, dnnl_memory_desc_t md[4]) {
     dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N}, dbias = {1, k->N};
     dnnl_dims_t sa = {k->sa[0], k->sa[1]}, sb = {k->sb[0], k->sb[1]}, sc = {k->ldc, 1}, sbias = {k->N, 1};
-    return !D.md_init_by_strides(&md[0], 2, da, dnnl_bf16, sa) && !D.md_init_by_strides(&md[1], 2, db, dnnl_bf16, sb) &&
+    dnnl_data_type_t in = k->f32 ? dnnl_f32 : dnnl_bf16;
+    return !D.md_init_by_strides(&md[0], 2, da, in, sa) && !D.md_init_by_strides(&md[1], 2, db, in, sb) &&
            !D.md_init_by_strides(&md[2], 2, dc, dnnl_f32, sc) && !D.md_init_by_strides(&md[3], 2, dbias, dnnl_f32, sbias);
 }
 
@@ -141,9 +152,13 @@ static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl
     bool ok = !D.attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) && !D.pd_create(&pd, &md, attr, D.engine, NULL);
     D.attr_destroy(attr);
     if (!ok) return false;
-    if (impl) {
-        const char *s = NULL;
-        if (D.pd_query(pd, dnnl_query_impl_info_str, 0, &s) == dnnl_success && s) snprintf(impl, impl_len, "%s", s);
+    const char *name = NULL;
+    if (D.pd_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success) name = NULL;
+    if (impl && name) snprintf(impl, impl_len, "%s", name);
+    /* oneDNN's reference loops are many times slower than OpenBLAS: leave such a layout to it */
+    if (!name || !strncmp(name, "ref", 3)) {
+        D.pd_destroy(pd);
+        return false;
     }
     const dnnl_memory_desc_t *sm = D.pd_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (sm) e->scratch = *sm;
@@ -162,26 +177,29 @@ static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl
 #endif
 #endif
 
-static void load(void) {
-    const fm_cpu_features *f = fm_cpu_get_features();
-    const char *env = getenv("FATHOM_DNNL");
-    if (env && (!strcmp(env, "off") || !strcmp(env, "0"))) {
-        snprintf(g_info.note, sizeof g_info.note, "FATHOM_DNNL=%s: bf16 is widened to f32", env);
-        return;
+/* Whether f32 products should go to oneDNN: FATHOM_GEMM_F32 decides when set;
+ * else an Intel CPU with AVX-512 (where it measured faster). The reason it does not
+ * goes to g_f32.note. */
+static bool f32_wanted(const fm_cpu_features *f) {
+    const char *e = getenv("FATHOM_GEMM_F32");
+    if (e && !strcmp(e, "openblas")) {
+        snprintf(g_f32.note, sizeof g_f32.note, "FATHOM_GEMM_F32=openblas");
+        return false;
     }
-#ifdef FM_ASAN_BUILD
-    /* LeakSanitizer's exit scan crashes on the dynamic TLS that oneDNN and its
-     * OpenMP runtime bring in ("Tracer caught signal 11", DTLS with a bogus
-     * range). Checked by hand instead: FATHOM_DNNL=on ASAN_OPTIONS=detect_leaks=0. */
-    if (!env || strcmp(env, "on")) {
-        snprintf(g_info.note, sizeof g_info.note,
-                 "AddressSanitizer build: oneDNN not loaded (FATHOM_DNNL=on to load it, with detect_leaks=0); bf16 is widened to f32");
-        return;
+    if (e && !strcmp(e, "onednn")) return true;
+    if (!(f->intel && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)) {
+        snprintf(g_f32.note, sizeof g_f32.note,
+                 "oneDNN's f32 matmul was measured faster only on Intel CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");
+        return false;
     }
-#endif
+    return true;
+}
+
+/* Whether bf16 products should go to oneDNN (else the reason goes to g_info.note). */
+static bool bf16_wanted(const fm_cpu_features *f, const char *env) {
     if (!f->avx512_bf16 && !(f->amx_bf16 && f->amx_usable)) {
         snprintf(g_info.note, sizeof g_info.note, "the CPU has neither AVX512-BF16 nor AMX-BF16: bf16 is widened to f32");
-        return;
+        return false;
     }
     /* An Intel core without AMX issues one 512-bit bf16 dot product (vdpbf16ps, 32
      * multiply-adds) per cycle against two f32 FMAs (2 x 16): bf16 math is no faster
@@ -193,35 +211,70 @@ static void load(void) {
     if (f->intel && !(f->amx_bf16 && f->amx_usable) && !(env && *env)) {
         snprintf(g_info.note, sizeof g_info.note,
                  "Intel CPU with AVX512-BF16 but no usable AMX: bf16 math runs no faster than f32 here, so bf16 is "
-                 "widened to f32 for OpenBLAS (measured faster than oneDNN's bf16; FATHOM_DNNL=on uses oneDNN anyway)");
+                 "widened to f32 (measured faster than oneDNN's bf16; FATHOM_DNNL=on uses oneDNN anyway)");
+        return false;
+    }
+    return true;
+}
+
+static void both_notes(const char *fmt, const char *arg) {
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, arg);
+    if (!g_info.note[0]) snprintf(g_info.note, sizeof g_info.note, "%s: bf16 is widened to f32", msg);
+    if (!g_f32.note[0]) snprintf(g_f32.note, sizeof g_f32.note, "%s", msg);
+}
+
+/* The implementation oneDNN picks for a typical product, for `fathom info`; false if none. */
+static bool probe(bool f32, char *kernel, size_t kernel_len) {
+    prim_key k = {256, 256, 256, {256, 1}, {256, 1}, 256, false, f32};
+    cache_entry e;
+    if (!make_prim(&k, &e, kernel, kernel_len)) return false;
+    D.prim_destroy(e.prim);
+    return true;
+}
+
+static void load(void) {
+    const fm_cpu_features *f = fm_cpu_get_features();
+    const char *env = getenv("FATHOM_DNNL");
+    if (env && (!strcmp(env, "off") || !strcmp(env, "0"))) {
+        both_notes("FATHOM_DNNL=%s", env);
         return;
     }
+#ifdef FM_ASAN_BUILD
+    /* LeakSanitizer's exit scan crashes on the dynamic TLS that oneDNN and its
+     * OpenMP runtime bring in ("Tracer caught signal 11", DTLS with a bogus
+     * range). Checked by hand instead: FATHOM_DNNL=on ASAN_OPTIONS=detect_leaks=0. */
+    if (!env || strcmp(env, "on")) {
+        both_notes("AddressSanitizer build: oneDNN not loaded (FATHOM_DNNL=on to load it, with detect_leaks=0)%s", "");
+        return;
+    }
+#endif
+    bool want_bf16 = bf16_wanted(f, env), want_f32 = f32_wanted(f);
+    if (!want_bf16 && !want_f32) return;
     snprintf(g_info.library, sizeof g_info.library, "%s", env && *env && strcmp(env, "on") ? env : "libdnnl.so.2");
     D.lib = dlopen(g_info.library, RTLD_NOW | RTLD_LOCAL);
     if (!D.lib) {
-        snprintf(g_info.note, sizeof g_info.note,
-                 "oneDNN not loadable (%.120s): bf16 is widened to f32 (apt-get install libdnnl2 for the bf16 kernels)",
-                 g_info.library);
+        both_notes("oneDNN not loadable (%.120s; apt-get install libdnnl2)", g_info.library);
         return;
     }
     if (!load_syms() || D.engine_create(&D.engine, dnnl_cpu, 0) != dnnl_success) {
-        if (!g_info.note[0]) snprintf(g_info.note, sizeof g_info.note, "oneDNN has no CPU engine: bf16 is widened to f32");
+        both_notes("oneDNN has no CPU engine (%.120s)", g_info.note);
         dlclose(D.lib);
         D.lib = NULL;
         return;
     }
     const dnnl_version_t *v = D.version();
     snprintf(g_info.version, sizeof g_info.version, "%d.%d.%d", v->major, v->minor, v->patch);
-    /* what oneDNN picks for a typical product, for `fathom info` */
-    prim_key k = {256, 256, 256, {256, 1}, {256, 1}, 256, false};
     D.omp_set_num_threads(1);
-    cache_entry e;
-    if (!make_prim(&k, &e, g_info.kernel, sizeof g_info.kernel)) {
-        snprintf(g_info.note, sizeof g_info.note, "oneDNN %s has no bf16 matmul here: bf16 is widened to f32", g_info.version);
-        return;
+    if (want_bf16) {
+        g_info.loaded = probe(false, g_info.kernel, sizeof g_info.kernel);
+        if (!g_info.loaded)
+            snprintf(g_info.note, sizeof g_info.note, "oneDNN %s has no bf16 matmul here: bf16 is widened to f32", g_info.version);
     }
-    D.prim_destroy(e.prim);
-    g_info.loaded = true;
+    if (want_f32) {
+        g_f32.onednn = probe(true, g_f32.kernel, sizeof g_f32.kernel);
+        if (!g_f32.onednn) snprintf(g_f32.note, sizeof g_f32.note, "oneDNN %s has no fast f32 matmul here", g_info.version);
+    }
 }
 
 /* The cached entry for k (copied to *e); *owned when the table was full and
@@ -257,12 +310,13 @@ static bool run_part(const fm_cpu_gemm_args *g, const float *bias, int64_t i0, i
     if (!t_omp_single) { D.omp_set_num_threads(1); t_omp_single = true; }
     prim_key k;
     memset(&k, 0, sizeof k); /* the key is compared bytewise: no stray padding */
-    k.M = i1 - i0; k.N = j1 - j0; k.K = g->K; k.ldc = g->ldc; k.bias = bias != NULL;
+    k.M = i1 - i0; k.N = j1 - j0; k.K = g->K; k.ldc = g->ldc; k.bias = bias != NULL; k.f32 = g->dt == FM_F32;
     /* op(A) [M,K]: A stored [M,K] (lda) or [K,M] (ta); op(B) [K,N]: B stored [K,N] or [N,K] (tb) */
     k.sa[0] = g->ta ? 1 : g->lda; k.sa[1] = g->ta ? g->lda : 1;
     k.sb[0] = g->tb ? 1 : g->ldb; k.sb[1] = g->tb ? g->ldb : 1;
-    const uint16_t *A = (const uint16_t *)g->A + i0 * k.sa[0];
-    const uint16_t *B = (const uint16_t *)g->B + j0 * k.sb[1];
+    size_t es = k.f32 ? sizeof(float) : sizeof(uint16_t);
+    const char *A = (const char *)g->A + (size_t)(i0 * k.sa[0]) * es;
+    const char *B = (const char *)g->B + (size_t)(j0 * k.sb[1]) * es;
     float *C = (float *)g->C + i0 * g->ldc + j0;
     bool owned;
     cache_entry e;
@@ -306,6 +360,7 @@ static void part_task(void *vctx, int64_t b, int64_t e, int tid) {
 #if !FM_HAVE_DNNL_HEADERS
 static void load(void) {
     snprintf(g_info.note, sizeof g_info.note, "built without oneDNN's headers (libdnnl-dev): bf16 is widened to f32");
+    snprintf(g_f32.note, sizeof g_f32.note, "built without oneDNN's headers (libdnnl-dev)");
 }
 #endif
 
@@ -314,14 +369,14 @@ void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out) {
     *out = g_info;
 }
 
-bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias) {
+void fm_f32_gemm_info_get(fm_f32_gemm_info *out) {
     pthread_once(&g_once, load);
+    *out = g_f32;
+}
+
 #if FM_HAVE_DNNL_HEADERS
-    /* Below ~2M multiply-adds, building the call costs more than widening does;
-     * FATHOM_ISA below avx512 keeps bf16 on the widened path too. */
-    if (!g_info.loaded || g->dt != FM_BF16 || g->beta != 0 || !fm_cpu_use_avx512() ||
-        g->M * g->N * g->K < ((int64_t)1 << 21) || g->M < 2)
-        return false;
+/* One part per pool thread, each a single-threaded oneDNN call. */
+static bool run_split(const fm_cpu_gemm_args *g, const float *bias) {
     int nt = fm_num_threads();
     part_ctx c = {g, bias, g->M <= g->N, 0, 0};
     int64_t len = c.by_cols ? g->N : g->M, parts = nt > 1 ? nt : 1;
@@ -331,6 +386,33 @@ bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias) {
     if (parts <= 1) part_task(&c, 0, 1, 0);
     else fm_parallel_for(parts, 1, part_task, &c);
     return !c.failed;
+}
+#endif
+
+bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias) {
+    pthread_once(&g_once, load);
+#if FM_HAVE_DNNL_HEADERS
+    /* Below ~2M multiply-adds, building the call costs more than widening does;
+     * FATHOM_ISA below avx512 keeps bf16 on the widened path too. */
+    if (!g_info.loaded || g->dt != FM_BF16 || g->beta != 0 || !fm_cpu_use_avx512() ||
+        g->M * g->N * g->K < ((int64_t)1 << 21) || g->M < 2)
+        return false;
+    return run_split(g, bias);
+#else
+    (void)g;
+    (void)bias;
+    return false;
+#endif
+}
+
+bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias) {
+    pthread_once(&g_once, load);
+#if FM_HAVE_DNNL_HEADERS
+    /* the same bounds as bf16: below ~2M multiply-adds a call's set-up is not paid back */
+    if (!g_f32.onednn || g->dt != FM_F32 || g->beta != 0 || !fm_cpu_use_avx512() ||
+        g->M * g->N * g->K < ((int64_t)1 << 21) || g->M < 2)
+        return false;
+    return run_split(g, bias);
 #else
     (void)g;
     (void)bias;

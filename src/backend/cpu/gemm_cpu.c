@@ -194,6 +194,7 @@ void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias) {
     int nt = fm_num_threads();
     if (g->M == 1 && !g_blas_threads) { rows_streamed(g, bias, gemv_cols, (int64_t)1 << 16); return; }
     if (smallm_applies(g)) { rows_streamed(g, bias, smallm_cols, (int64_t)1 << 19); return; }
+    if (!g_blas_threads && fm_cpu_gemm_f32_dnnl(g, bias)) return;
     bool by_cols = g->M <= g->N;
     int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;
     /* below ~2^18 multiply-adds a call costs about as much as waking a thread */
