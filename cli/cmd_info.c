@@ -50,6 +50,8 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
     if (bi.loaded)
         printf("bf16:  oneDNN %s (%s), %s kernels%s (FATHOM_DNNL=off widens to f32 instead)\n", bi.version, bi.library, bi.kernel,
                fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
+    if (bi.loaded && bi.dp_rate > 0)
+        printf("       vdpbf16ps multiplies at %.2fx the f32 FMA's rate here (measured)\n", bi.dp_rate);
     else
         printf("bf16:  %s\n", bi.note);
 }
@@ -90,6 +92,7 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     json_object_set_new(bf, "kernel", json_string(bi.kernel));
     json_object_set_new(bf, "used", json_boolean(bi.loaded && fm_cpu_use_avx512()));
     json_object_set_new(bf, "note", json_string(bi.note));
+    json_object_set_new(bf, "dot_rate_vs_f32_fma", json_real(bi.dp_rate));
     json_object_set_new(b, "bf16", bf);
     fm_f32_gemm_info fi;
     fm_f32_gemm_info_get(&fi);

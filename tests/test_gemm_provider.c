@@ -225,13 +225,21 @@ static void test_gemm_bf16(void) {
     /* without bf16 hardware the CPU is the reason, unless FATHOM_DNNL=off or an ASan build said so first */
     else if (!f->avx512_bf16 && !f->amx_bf16)
         CHECK_MSG(!bi.loaded && (strstr(bi.note, "neither") || strstr(bi.note, "AddressSanitizer")), "%s", bi.note);
-    /* an Intel core without AMX: widening is the measured faster path unless FATHOM_DNNL asks for oneDNN */
-    else if (f->intel && !(f->amx_bf16 && f->amx_usable) && !(env && *env))
+    /* AVX512-BF16 without AMX, a dot product slower than 1.2x the f32 FMA (measured): widened unless
+     * FATHOM_DNNL asks for oneDNN */
+    else if (f->avx512_bf16 && !(f->amx_bf16 && f->amx_usable) && !(env && *env) && bi.dp_rate < FM_BF16_DOT_MIN_RATE)
         CHECK_MSG(!bi.loaded && (strstr(bi.note, "no usable AMX") || strstr(bi.note, "AddressSanitizer")), "%s", bi.note);
     /* FATHOM_DNNL=on on a CPU with bf16 hardware: oneDNN is used (or why not is said) */
     else if (env && !strcmp(env, "on") && (f->avx512_bf16 || (f->amx_bf16 && f->amx_usable)))
         CHECK_MSG(bi.loaded || strstr(bi.note, "oneDNN"), "%s", bi.note);
     CHECK_MSG(bi.loaded || bi.note[0], "bf16 GEMM is neither loaded nor explained");
+    /* AVX512-BF16 without AMX: the dot product's rate was measured (a plausible figure), and
+     * oneDNN was skipped for it only below the threshold, and only without FATHOM_DNNL */
+    if (f->avx512_bf16 && !(f->amx_bf16 && f->amx_usable) && (bi.loaded || strstr(bi.note, "vdpbf16ps"))) {
+        CHECK_MSG(bi.dp_rate > 0.05 && bi.dp_rate < 8, "vdpbf16ps rate %g", bi.dp_rate);
+        if (bi.loaded) CHECK_MSG(bi.dp_rate >= FM_BF16_DOT_MIN_RATE || (env && *env), "rate %g", bi.dp_rate);
+        else CHECK_MSG(bi.dp_rate < FM_BF16_DOT_MIN_RATE && !(env && *env), "rate %g: %s", bi.dp_rate, bi.note);
+    }
     static const int64_t shapes[][3] = {{130, 140, 128}, {300, 64, 160}, {64, 520, 96}, {2, 4096, 300}};
     int took = 0, calls = 0;
     bool want = bi.loaded && fm_cpu_use_avx512();

@@ -67,7 +67,14 @@ typedef struct fm_bf16_gemm_info {
     char library[256], version[32];
     char kernel[64]; /* oneDNN's implementation for a 256^3 product, e.g. "brg:avx512_core_bf16" */
     char note[256];  /* why bf16 is widened instead; "" when loaded */
+    double dp_rate;  /* fm_bf16_dot_rate() where it was measured (AVX512-BF16 without AMX), else 0 */
 } fm_bf16_gemm_info;
+/* The bf16 dot product's (vdpbf16ps) multiply-adds per second over the f32
+ * FMA's, measured on this core (0 without AVX512-BF16). Below
+ * FM_BF16_DOT_MIN_RATE a CPU without AMX widens bf16 GEMMs to f32 instead of
+ * running them through oneDNN, unless FATHOM_DNNL=on. */
+double fm_bf16_dot_rate(void);
+#define FM_BF16_DOT_MIN_RATE 1.2
 void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out);
 /* f32 GEMM through oneDNN (gemm_bf16.c) where it measured faster than OpenBLAS:
  * C f32, beta 0, bias [N] f32 or NULL. False when not chosen or not worth it for

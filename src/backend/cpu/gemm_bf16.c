@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
@@ -45,6 +46,61 @@
 static fm_bf16_gemm_info g_info;
 static fm_f32_gemm_info g_f32;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Multiply-adds per second of vdpbf16ps (2 bf16 products into each f32 lane)
+ * over those of vfmadd231ps (one), both on 512-bit registers, 12 independent
+ * accumulators each (more than either instruction's latency needs). 2 where
+ * the bf16 dot product issues as often as the FMA; 0.50-0.57 on the Intel
+ * Xeon model 207 (Emerald Rapids, no AMX exposed), where one vdpbf16ps takes
+ * four times a vfmadd231ps (docs/PERFORMANCE.md). Each
+ * side's time is the shortest of 7 alternating runs of 12,000 instructions, so
+ * a preemption by another process only lengthens runs that are not kept. */
+#if defined(__x86_64__)
+#define FM_DOT_RUN(ins)                                                                                        \
+    __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n\t"                                                      \
+                     "vmovdqa64 %%zmm0, %%zmm1\n\tvmovdqa64 %%zmm0, %%zmm2\n\tvmovdqa64 %%zmm0, %%zmm3\n\t"   \
+                     "vmovdqa64 %%zmm0, %%zmm4\n\tvmovdqa64 %%zmm0, %%zmm5\n\tvmovdqa64 %%zmm0, %%zmm6\n\t"   \
+                     "vmovdqa64 %%zmm0, %%zmm7\n\tvmovdqa64 %%zmm0, %%zmm8\n\tvmovdqa64 %%zmm0, %%zmm9\n\t"   \
+                     "vmovdqa64 %%zmm0, %%zmm10\n\tvmovdqa64 %%zmm0, %%zmm11\n\t"                              \
+                     "vmovdqa64 %%zmm0, %%zmm12\n\tvmovdqa64 %%zmm0, %%zmm13\n\t"                              \
+                     "mov $1000, %%ecx\n"                                                                     \
+                     "1:\n\t" ins " %%zmm12, %%zmm13, %%zmm0\n\t" ins " %%zmm12, %%zmm13, %%zmm1\n\t"         \
+                     ins " %%zmm12, %%zmm13, %%zmm2\n\t" ins " %%zmm12, %%zmm13, %%zmm3\n\t"                  \
+                     ins " %%zmm12, %%zmm13, %%zmm4\n\t" ins " %%zmm12, %%zmm13, %%zmm5\n\t"                  \
+                     ins " %%zmm12, %%zmm13, %%zmm6\n\t" ins " %%zmm12, %%zmm13, %%zmm7\n\t"                  \
+                     ins " %%zmm12, %%zmm13, %%zmm8\n\t" ins " %%zmm12, %%zmm13, %%zmm9\n\t"                  \
+                     ins " %%zmm12, %%zmm13, %%zmm10\n\t" ins " %%zmm12, %%zmm13, %%zmm11\n\t"                \
+                     "dec %%ecx\n\tjnz 1b\n\tvzeroupper"                                                      \
+                     :                                                                                        \
+                     :                                                                                        \
+                     : "ecx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+                       "xmm10", "xmm11", "xmm12", "xmm13", "cc")
+
+static double dot_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double fm_bf16_dot_rate(void) {
+    if (!fm_cpu_get_features()->avx512_bf16) return 0.0;
+    double best_fma = 1e30, best_dp = 1e30;
+    for (int r = 0; r < 8; r++) { /* run 0 warms the units up and is not kept */
+        double t0 = dot_now();
+        FM_DOT_RUN("vfmadd231ps");
+        double t1 = dot_now();
+        FM_DOT_RUN("vdpbf16ps");
+        double t2 = dot_now();
+        if (r && t1 - t0 < best_fma) best_fma = t1 - t0;
+        if (r && t2 - t1 < best_dp) best_dp = t2 - t1;
+    }
+    /* vdpbf16ps does two multiply-adds per lane, vfmadd231ps one */
+    return best_dp > 0 ? 2.0 * best_fma / best_dp : 0.0;
+}
+#undef FM_DOT_RUN
+#else
+double fm_bf16_dot_rate(void) { return 0.0; }
+#endif
 
 #if FM_HAVE_DNNL_HEADERS
 static struct {
@@ -201,18 +257,25 @@ static bool bf16_wanted(const fm_cpu_features *f, const char *env) {
         snprintf(g_info.note, sizeof g_info.note, "the CPU has neither AVX512-BF16 nor AMX-BF16: bf16 is widened to f32");
         return false;
     }
-    /* An Intel core without AMX issues one 512-bit bf16 dot product (vdpbf16ps, 32
-     * multiply-adds) per cycle against two f32 FMAs (2 x 16): bf16 math is no faster
-     * than f32 there, and oneDNN 2.6.3's bf16 matmul ran at 0.55-0.66x of OpenBLAS f32
-     * on bf16 values widened to f32 (Intel Xeon model 207, docs/PERFORMANCE.md; PyTorch's
-     * bf16 torch.mm there is 0.55-0.70x its f32 one too). Widening gives the same
-     * products (a bf16 x bf16 product is exact in f32), so it is the faster path.
-     * AMD Zen 4 runs f32 FMAs at half that width and gains 2x from bf16. */
-    if (f->intel && !(f->amx_bf16 && f->amx_usable) && !(env && *env)) {
-        snprintf(g_info.note, sizeof g_info.note,
-                 "Intel CPU with AVX512-BF16 but no usable AMX: bf16 math runs no faster than f32 here, so bf16 is "
-                 "widened to f32 (measured faster than oneDNN's bf16; FATHOM_DNNL=on uses oneDNN anyway)");
-        return false;
+    /* Without usable AMX the bf16 products are vdpbf16ps, which not every core runs
+     * faster than its f32 FMAs: on the Intel Xeon model 207 one vdpbf16ps (32
+     * multiply-adds) takes 2 cycles against the FMA's half cycle (16), so bf16 math
+     * runs at half the f32 rate (bench/bench_dot_rates.c), and oneDNN 2.6.3's bf16
+     * matmul ran at 0.52-0.77x of OpenBLAS f32 on bf16 values widened to f32
+     * (docs/PERFORMANCE.md; PyTorch's bf16 torch.mm there is 0.55-0.77x its f32 one
+     * too). AMD Zen 4 runs f32 FMAs at half the width and gains 2x from bf16. So the
+     * rate is measured (fm_bf16_dot_rate) and below FM_BF16_DOT_MIN_RATE bf16 is
+     * widened: the same products (a bf16 x bf16 product is exact in f32), f32
+     * accumulation both ways. */
+    if (!(f->amx_bf16 && f->amx_usable) && f->avx512_bf16) {
+        g_info.dp_rate = fm_bf16_dot_rate();
+        if (g_info.dp_rate < FM_BF16_DOT_MIN_RATE && !(env && *env)) {
+            snprintf(g_info.note, sizeof g_info.note,
+                     "AVX512-BF16 but no usable AMX: this core's bf16 dot product (vdpbf16ps) does %.2fx the f32 FMA's "
+                     "multiply-adds per second (measured), so bf16 is widened to f32 (FATHOM_DNNL=on uses oneDNN anyway)",
+                     g_info.dp_rate);
+            return false;
+        }
     }
     return true;
 }
