@@ -90,8 +90,8 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
     int rows = (int)(g->tb ? j1 - j0 : g->K), cols = (int)(g->tb ? g->K : j1 - j0);
     int64_t boff = g->tb ? j0 * g->ldb : j0;
     if (g->dt == FM_F32 && g->tb && incx == 1 && fm_cpu_use_avx2()) { /* a linear's [out, in] weight */
-        fm_gemv_rows_f32_avx2(j1 - j0, g->K, (const float *)g->B + boff, g->ldb, (const float *)g->A, (float)g->beta,
-                              (float *)g->C + j0);
+        (fm_cpu_use_avx512() ? fm_gemv_rows_f32_avx512 : fm_gemv_rows_f32_avx2)(
+            j1 - j0, g->K, (const float *)g->B + boff, g->ldb, (const float *)g->A, (float)g->beta, (float *)g->C + j0);
         return;
     }
     if (!g_blas) {

@@ -10,7 +10,7 @@ static const fm_kernel_family families[] = {
     {"attention", FM_ISA_AVX512},
     {"conv", FM_ISA_AVX2},
     {"conv direct + ReLU/pool epilogue (conv2d_fused)", FM_ISA_AVX512},
-    {"gemv (one-row linear)", FM_ISA_AVX2},
+    {"gemv (one-row linear)", FM_ISA_AVX512},
     {"small-M linear (2-16 rows)", FM_ISA_AVX512},
     {"packed linear + bias/ReLU epilogue (linear_fused)", FM_ISA_AVX512},
     {"dtype conversion", FM_ISA_AVX512},
