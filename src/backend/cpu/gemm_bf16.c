@@ -437,9 +437,15 @@ void fm_f32_gemm_info_get(fm_f32_gemm_info *out) {
     *out = g_f32;
 }
 
+/* A product through oneDNN when its path was chosen for dt (chosen) and the product
+ * is worth it: below ~2M multiply-adds building the call costs more than it saves;
+ * FATHOM_ISA below avx512 keeps the OpenBLAS / widened path too. One part per pool
+ * thread, each a single-threaded oneDNN call. */
+static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool chosen, fm_dtype dt) {
 #if FM_HAVE_DNNL_HEADERS
-/* One part per pool thread, each a single-threaded oneDNN call. */
-static bool run_split(const fm_cpu_gemm_args *g, const float *bias) {
+    if (!chosen || g->dt != dt || g->beta != 0 || !fm_cpu_use_avx512() || g->M * g->N * g->K < ((int64_t)1 << 21) ||
+        g->M < 2)
+        return false;
     int nt = fm_num_threads();
     part_ctx c = {g, bias, g->M <= g->N, 0, 0};
     int64_t len = c.by_cols ? g->N : g->M, parts = nt > 1 ? nt : 1;
@@ -449,36 +455,18 @@ static bool run_split(const fm_cpu_gemm_args *g, const float *bias) {
     if (parts <= 1) part_task(&c, 0, 1, 0);
     else fm_parallel_for(parts, 1, part_task, &c);
     return !c.failed;
-}
+#else
+    (void)g, (void)bias, (void)chosen, (void)dt;
+    return false;
 #endif
+}
 
 bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias) {
     pthread_once(&g_once, load);
-#if FM_HAVE_DNNL_HEADERS
-    /* Below ~2M multiply-adds, building the call costs more than widening does;
-     * FATHOM_ISA below avx512 keeps bf16 on the widened path too. */
-    if (!g_info.loaded || g->dt != FM_BF16 || g->beta != 0 || !fm_cpu_use_avx512() ||
-        g->M * g->N * g->K < ((int64_t)1 << 21) || g->M < 2)
-        return false;
-    return run_split(g, bias);
-#else
-    (void)g;
-    (void)bias;
-    return false;
-#endif
+    return onednn_product(g, bias, g_info.loaded, FM_BF16);
 }
 
 bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias) {
     pthread_once(&g_once, load);
-#if FM_HAVE_DNNL_HEADERS
-    /* the same bounds as bf16: below ~2M multiply-adds a call's set-up is not paid back */
-    if (!g_f32.onednn || g->dt != FM_F32 || g->beta != 0 || !fm_cpu_use_avx512() ||
-        g->M * g->N * g->K < ((int64_t)1 << 21) || g->M < 2)
-        return false;
-    return run_split(g, bias);
-#else
-    (void)g;
-    (void)bias;
-    return false;
-#endif
+    return onednn_product(g, bias, g_f32.onednn, FM_F32);
 }
