@@ -44,4 +44,14 @@ grep -q '^meta:  meta:0 (the shape-only device' "$tmp/out" || fail "the meta dev
 "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["meta"]["devices"] == ["meta:0"]' "$tmp/out" \
   || fail "info --json: meta device"
+# the f32 GEMM provider: an f32 line; FATHOM_GEMM_F32=openblas respected; a value naming no provider
+# is announced and the default used
+"$bin" info >"$tmp/out" 2>"$tmp/err" || fail "fathom info exited $?"
+grep -q '^f32:   ' "$tmp/out" || fail "no f32 provider line: $(cat "$tmp/out")"
+FATHOM_GEMM_F32=openblas "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
+python3 -c 'import json,sys; f = json.load(open(sys.argv[1]))["gemm"]["f32"]; assert f["provider"] == "openblas" and "FATHOM_GEMM_F32=openblas" in f["note"], f' \
+  "$tmp/out" || fail "FATHOM_GEMM_F32=openblas not respected: $(cat "$tmp/out")"
+FATHOM_GEMM_F32=mkl "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "FATHOM_GEMM_F32=mkl: exit $?"
+grep -q "FATHOM_GEMM_F32=mkl names no provider (openblas or onednn)" "$tmp/err" || fail "FATHOM_GEMM_F32=mkl not announced: $(cat "$tmp/err")"
+grep -q '^f32:   ' "$tmp/out" || fail "FATHOM_GEMM_F32=mkl: no f32 line"
 echo "cli_info: ok"

@@ -243,6 +243,9 @@ static bool f32_wanted(const fm_cpu_features *f) {
         return false;
     }
     if (e && !strcmp(e, "onednn")) return true;
+    if (e && *e) /* a value that names no provider: said once (load runs once), and the default used */
+        fprintf(stderr, "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas or onednn); the default is used\n",
+                e);
     if (!(f->intel && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)) {
         snprintf(g_f32.note, sizeof g_f32.note,
                  "oneDNN's f32 matmul was measured faster only on Intel CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");
@@ -299,6 +302,7 @@ static bool probe(bool f32, char *kernel, size_t kernel_len) {
 static void load(void) {
     const fm_cpu_features *f = fm_cpu_get_features();
     const char *env = getenv("FATHOM_DNNL");
+    bool want_f32 = f32_wanted(f); /* first: FATHOM_GEMM_F32 is read (and a bad value said) in every build */
     if (env && (!strcmp(env, "off") || !strcmp(env, "0"))) {
         both_notes("FATHOM_DNNL=%s", env);
         return;
@@ -312,7 +316,7 @@ static void load(void) {
         return;
     }
 #endif
-    bool want_bf16 = bf16_wanted(f, env), want_f32 = f32_wanted(f);
+    bool want_bf16 = bf16_wanted(f, env);
     if (!want_bf16 && !want_f32) return;
     snprintf(g_info.library, sizeof g_info.library, "%s", env && *env && strcmp(env, "on") ? env : "libdnnl.so.2");
     D.lib = dlopen(g_info.library, RTLD_NOW | RTLD_LOCAL);
