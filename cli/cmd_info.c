@@ -47,13 +47,13 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
         printf("f32:   OpenBLAS (%s)\n", fi.note);
     fm_bf16_gemm_info bi;
     fm_bf16_gemm_info_get(&bi);
-    if (bi.loaded)
+    if (bi.loaded) {
         printf("bf16:  oneDNN %s (%s), %s kernels%s (FATHOM_DNNL=off widens to f32 instead)\n", bi.version, bi.library, bi.kernel,
                fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
-    if (bi.loaded && bi.dp_rate > 0)
-        printf("       vdpbf16ps multiplies at %.2fx the f32 FMA's rate here (measured)\n", bi.dp_rate);
-    else
+        if (bi.dp_rate > 0) printf("       vdpbf16ps multiplies at %.2fx the f32 FMA's rate here (measured)\n", bi.dp_rate);
+    } else {
         printf("bf16:  %s\n", bi.note);
+    }
 }
 
 static json_t *cpu_json(const fm_cpu_features *f) {

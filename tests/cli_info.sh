@@ -48,6 +48,10 @@ python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["meta"]["device
 # is announced and the default used
 "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "fathom info exited $?"
 grep -q '^f32:   ' "$tmp/out" || fail "no f32 provider line: $(cat "$tmp/out")"
+for dnnl in "" on off; do # one bf16 line whichever path bf16 takes
+  FATHOM_DNNL=$dnnl "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "FATHOM_DNNL=$dnnl fathom info exited $?"
+  [ "$(grep -c '^bf16:' "$tmp/out")" = 1 ] || fail "FATHOM_DNNL=$dnnl: not one bf16 line: $(grep -A1 '^bf16' "$tmp/out")"
+done
 FATHOM_GEMM_F32=openblas "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
 python3 -c 'import json,sys; f = json.load(open(sys.argv[1]))["gemm"]["f32"]; assert f["provider"] == "openblas" and "FATHOM_GEMM_F32=openblas" in f["note"], f' \
   "$tmp/out" || fail "FATHOM_GEMM_F32=openblas not respected: $(cat "$tmp/out")"

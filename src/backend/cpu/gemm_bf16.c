@@ -246,7 +246,7 @@ static bool f32_wanted(const fm_cpu_features *f) {
     if (e && *e) /* a value that names no provider: said once (load runs once), and the default used */
         fprintf(stderr, "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas or onednn); the default is used\n",
                 e);
-    if (!(f->intel && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)) {
+    if (!(f->intel && fm_isa_max_for(f) == FM_ISA_AVX512)) {
         snprintf(g_f32.note, sizeof g_f32.note,
                  "oneDNN's f32 matmul was measured faster only on Intel CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");
         return false;
