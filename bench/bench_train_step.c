@@ -58,6 +58,7 @@ static int run(const char *which, int steps, int warmup, int threads) {
     free(lab);
     double best = 1e30, total = 0;
     double loss_v = 0;
+    double *dts = calloc((size_t)(steps > 0 ? steps : 1), sizeof *dts);
     for (int s = 0; s < warmup + steps; s++) {
         double t0 = bench_now_s();
         fm_tensor *logits = fm_module_forward(m, x);
@@ -70,13 +71,15 @@ static int run(const char *which, int steps, int warmup, int threads) {
         loss_v = fm_tensor_item(loss);
         fm_tensor_release_n(2, logits, loss);
         double dt = bench_now_s() - t0;
-        if (s >= warmup) { total += dt; if (dt < best) best = dt; }
+        if (s >= warmup) { total += dt; if (dt < best) best = dt; if (dts) dts[s - warmup] = dt; }
     }
+    double med = dts && steps > 0 ? bench_median(dts, steps) : 0;
+    free(dts);
     fm_memory_stats ms;
     fm_memory_stats_get(FM_CPU, &ms);
-    printf("{\"bench\":\"%s_train_step\",\"metric\":\"ms\",\"fathom\":%.3f,\"fathom_min\":%.3f,\"steps\":%d,"
+    printf("{\"bench\":\"%s_train_step\",\"metric\":\"ms\",\"fathom\":%.3f,\"fathom_min\":%.3f,\"fathom_median\":%.3f,\"steps\":%d,"
            "\"batch\":%lld,\"threads\":%d,\"loss\":%.4f,\"peak_bytes\":%zu}\n",
-           which, 1e3 * total / steps, 1e3 * best, steps, (long long)B, threads, loss_v, ms.allocated_peak);
+           which, 1e3 * total / steps, 1e3 * best, 1e3 * med, steps, (long long)B, threads, loss_v, ms.allocated_peak);
     fflush(stdout);
     fm_tensor_release_n(2, x, y);
     fm_optim_free(o);
