@@ -33,6 +33,7 @@
 #include "core/cpu_features.h"
 #include "backend/cpu/adamw_simd.h"
 #include "backend/cpu/conv_lanes.h"
+#include "backend/cpu/conv_wino.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/linear_packed.h"
 #include "backend/cpu/attention_cpu.h"
@@ -501,6 +502,101 @@ static void test_conv_lanes(void) {
 }
 #pragma pop_macro("N")
 
+/* conv2d_fused's Winograd F(2x2, 3x3) kernel with the 2x2 pool (conv_wino.h; AVX-512
+ * only, skipped without it), set up as conv_fused_cpu.c's run_wino, against a
+ * double reference of every pooled output: the conv at the window's 4 pixels, the
+ * max, bias, ReLU. The transforms round differently from a direct sum, so the
+ * bound is 8x the direct sum's (K + 2) eps bound on the window's largest |terms|
+ * sum (measured: errors within 0.001 of it; a sign flipped in the output
+ * transform gives 1000x it). Shapes cover O in 16/32/48 tails, rows wider than 7
+ * tiles (more than one 16-column load), odd conv sizes (the pool drops the last
+ * row/column), no padding, a NaN in the input, and tasks run in pieces. */
+#pragma push_macro("N")
+#undef N /* fm_conv_wino's field */
+static void test_conv_wino(void) {
+    if (!w512) return;
+    typedef struct { int64_t N, C, O, H, W, pad; int relu; } shp;
+    const shp shapes[] = {
+        {2, 32, 64, 14, 14, 1, 1}, {1, 8, 16, 5, 5, 1, 0},   {1, 16, 48, 9, 11, 1, 1}, {3, 12, 80, 30, 17, 1, 1},
+        {1, 40, 32, 4, 30, 0, 0},  {2, 9, 112, 8, 8, 1, 1},  {1, 8, 16, 2, 2, 1, 1},
+    };
+    uint64_t seed = 33;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shp *h = &shapes[s];
+        fm_conv_wino d;
+        memset(&d, 0, sizeof d);
+        const int64_t Ho = h->H + 2 * h->pad - 2, Wo = h->W + 2 * h->pad - 2, per = h->C * 9;
+        d.N = h->N, d.C = h->C, d.O = h->O, d.Hp = h->H + 2 * h->pad, d.WS = h->W + 2 * h->pad, d.Hy = Ho / 2, d.Wy = Wo / 2;
+        d.relu = h->relu;
+        CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 2, d.Hy, d.Wy), "conv wino shape %zu should fit", s);
+        fm_conv_wino_plan(&d);
+        const int64_t ny = h->N * h->O * d.Hy * d.Wy, nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
+        float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
+        float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
+        float *u = malloc(sizeof(float) * (size_t)(16 * h->C * h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
+        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)ny);
+        if (!x || !w || !xp || !wp || !u || !ws || !b || !y) { CHECK(!"out of memory"); return; }
+        for (int64_t i = 0; i < nx; i++) x[i] = 2 * frand(&seed);
+        for (int64_t i = 0; i < h->O * per; i++) w[i] = frand(&seed);
+        for (int64_t i = 0; i < h->O; i++) b[i] = frand(&seed);
+        const int64_t nan_at = s == 2 ? 3 * h->W + 4 : -1; /* sample 0, channel 0, row 3, column 4 */
+        if (nan_at >= 0) x[nan_at] = NAN;
+        for (int64_t p = 0; p < h->N * h->C; p++)
+            fm_conv_lanes_pad_avx2(x + p * h->H * h->W, xp + p * d.Hp * d.WS, h->H, h->W, d.Hp, d.WS, h->pad, h->pad);
+        fm_conv_lanes_pack(w, wp, h->O, per);
+        fm_conv_wino_weights_avx512(wp, u, h->O, h->C);
+        d.xp = xp, d.u = u, d.bias = b, d.y = y;
+        for (int64_t i = 0; i < ny; i++) y[i] = -7.0f;
+        const int64_t tasks = fm_conv_wino_tasks(&d);
+        for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx512(&d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
+        int64_t bad = -1, nans = 0;
+        double worst = 0;
+        for (int64_t n = 0; n < h->N; n++)
+            for (int64_t o = 0; o < h->O; o++)
+                for (int64_t py = 0; py < d.Hy; py++)
+                    for (int64_t px = 0; px < d.Wy; px++) {
+                        double best = -INFINITY, mag = 0;
+                        int nan = 0;
+                        for (int q = 0; q < 4; q++) {
+                            const int64_t oh = 2 * py + q / 2, ow = 2 * px + q % 2;
+                            double sum = 0, m = 0;
+                            for (int64_t c = 0; c < h->C; c++)
+                                for (int64_t i = 0; i < 3; i++)
+                                    for (int64_t j = 0; j < 3; j++) {
+                                        const int64_t ih = oh - h->pad + i, iw = ow - h->pad + j;
+                                        if (ih < 0 || ih >= h->H || iw < 0 || iw >= h->W) continue;
+                                        const int64_t xi = ((n * h->C + c) * h->H + ih) * h->W + iw;
+                                        if (xi == nan_at) nan = 1;
+                                        const double t = (double)x[xi] * w[((o * h->C + c) * 3 + i) * 3 + j];
+                                        sum += t, m += fabs(t);
+                                    }
+                            if (sum > best) best = sum;
+                            if (m > mag) mag = m;
+                        }
+                        best += b[o];
+                        if (h->relu && best < 0) best = 0;
+                        const float got = y[((n * h->O + o) * d.Hy + py) * d.Wy + px];
+                        const int64_t at = ((n * h->O + o) * d.Hy + py) * d.Wy + px;
+                        /* a tile's 4x4 input patch is its 4 outputs' 3x3 windows together: the NaN
+                         * reaches exactly the pooled outputs whose reference saw it */
+                        if (nan || got != got) {
+                            if (nan && got != got) nans++;
+                            else if (bad < 0) bad = at;
+                            continue;
+                        }
+                        const double err = fabs((double)got - best), lim = 8.0 * 2.0 * (double)(per + 2) * 0x1p-24 * mag + 1e-30;
+                        if (err / (lim > 0 ? lim : 1) > worst) worst = err / (lim > 0 ? lim : 1);
+                        if (!(err <= lim) && bad < 0) bad = at;
+                    }
+        CHECK_MSG(bad < 0, "conv wino N%lld C%lld O%lld %lldx%lld pad %lld: output %lld is %g (worst error / bound %.3g)", (long long)h->N,
+                  (long long)h->C, (long long)h->O, (long long)h->H, (long long)h->W, (long long)h->pad, (long long)bad,
+                  bad >= 0 ? y[bad] : 0, worst);
+        if (nan_at >= 0) CHECK_MSG(nans > 0, "conv wino: the NaN in the input reached no output");
+        free(x), free(w), free(xp), free(wp), free(u), free(ws), free(b), free(y);
+    }
+}
+#pragma pop_macro("N")
+
 /* attention at both widths on [B, H, T, D] (Hkv kv heads): every output of the
  * forward (o, lse) and of the backward (dq, dk, dv) */
 static void attention_case(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, int causal) {
@@ -571,6 +667,7 @@ int main(void) {
     test_gemv();
     test_linear_packed();
     test_conv_lanes();
+    test_conv_wino();
     test_attention();
     TEST_DONE();
 }

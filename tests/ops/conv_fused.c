@@ -3,7 +3,8 @@
  * over the geometries that take the direct kernels (stride 1: AVX-512's pixel
  * tile for channels a multiple of 8 in thin blocks, the channels-along-lanes
  * kernel (AVX2, and AVX-512 for the other channel counts); odd and even sizes, column tails, column chunks, several input-
- * channel passes, pools 0 and 2) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
+ * channel passes, pools 0 and 2; AVX-512's Winograd F(2x2, 3x3) for 3x3 convs with a 2x2 pool,
+ * >= 8 input channels and whole 16-channel vectors) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
  * pool 3, f64). test_ops runs it at every FATHOM_ISA level, so each kernel is
  * checked against the same double result. Also: NaN propagation and bad input. */
 #include <math.h>
@@ -120,6 +121,9 @@ static int conv2d_fused_forward(void) {
         /* AVX-512's lanes kernel on whole 16-channel vectors (C*kH*kW >= 32): 2 blocks, 2 passes; a 5x5 */
         {2, 40, 9, 13, 64, 3, 1, 1, 1, 1, 1, 2, NC, FM_F32},
         {1, 4, 10, 9, 32, 5, 1, 2, 1, 1, 0, 0, NC, FM_F32},
+        /* AVX-512's Winograd (cases 1 and 23 too): 48 channels (a half block), rows of 8 tiles, no ReLU, no padding */
+        {2, 16, 9, 17, 48, 3, 1, 1, 1, 1, 0, 2, NC, FM_F32},
+        {1, 8, 12, 12, 16, 3, 1, 0, 1, 1, 1, 2, NC, FM_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
@@ -128,6 +132,7 @@ static int conv2d_fused_forward(void) {
     check_case(&cases[9], 96, true); /* lanes: NaN through the input-channel passes */
     check_case(&cases[20], 95, true); /* lanes: NaN through a short run */
     check_case(&cases[22], 94, true); /* lanes: NaN through a group of row pairs */
+    check_case(&cases[25], 93, true); /* Winograd: NaN through the transforms */
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
     fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);

@@ -1,0 +1,61 @@
+/* Winograd F(2x2, 3x3) for conv2d_fused's 3x3 convs followed by the 2x2 max
+ * pool (conv_fused_cpu.c), on AVX-512.
+ *
+ * A 2x2 output tile of a 3x3 stride-1 conv is A^T [(G g G^T) .* (B^T d B)] A
+ * for the 4x4 input patch d and the 3x3 filter g: per tile and channel pair, 16
+ * multiplies instead of 36 (2.25x fewer), the transforms being additions. With a
+ * 2x2 pool after the conv, a tile is exactly one pool window, so the output
+ * transform ends in the max, bias and ReLU and only the pooled value is stored.
+ *
+ * Layouts: U = the transformed weights [16][C][O] (xi = 4 * row + column of the
+ * 4x4 transform; O a multiple of 16), from conv_lanes.h's packed weights. The
+ * input is conv_direct.h's zero-padded copy [N][C][Hp][WS] (Hp >= 2 Hy + 2, WS >=
+ * 2 Wy + 2). A task is one sample and a run of tile rows (tiles = pooled
+ * outputs, row-major); in a per-thread workspace it writes V [16][C][tiles] (the
+ * input transform, 7 tiles of a row per vector), M [16][tiles][O] (16 GEMMs
+ * [tiles x C] x [C x O], 64 channels in 4 zmm x up to 6 tiles: 24
+ * accumulators, each broadcast of V feeding 4 FMAs) and then the output
+ * transform, pool, bias and ReLU into [tiles][O], stored to NCHW.
+ *
+ * The outputs are not the direct kernels' bit for bit: the transforms round
+ * differently. Against a double reference the error stays within a small
+ * multiple of the direct sum's (tests/test_isa_kernels.c states the bound). */
+#ifndef FATHOM_CONV_WINO_H
+#define FATHOM_CONV_WINO_H
+#include <stdint.h>
+
+typedef struct fm_conv_wino {
+    const float *xp;   /* padded input [N][C][Hp][WS] */
+    const float *u;    /* transformed weights [16][C][O] */
+    const float *bias; /* [O] or NULL */
+    float *y;          /* [N][O][Hy][Wy], pooled */
+    int64_t N, C, O, Hp, WS, Hy, Wy;
+    int relu;
+    int64_t nblk;      /* tile-row runs per sample (fm_conv_wino_plan) */
+} fm_conv_wino;
+
+/* Whether the kernel takes this conv (3x3, stride 1, then a 2x2 pool): O in whole
+ * 16-channel vectors and enough input channels for the GEMMs to pay for the transforms. */
+static inline int fm_conv_wino_fits(int64_t C, int64_t O, int64_t KH, int64_t KW, int pool, int64_t Hy, int64_t Wy) {
+    return KH == 3 && KW == 3 && pool == 2 && O % 16 == 0 && C >= 8 && Hy > 0 && Wy > 0;
+}
+
+/* About 24 tiles a task or more (a sample's rows split evenly), so batch 1 still splits. */
+static inline void fm_conv_wino_plan(fm_conv_wino *d) {
+    int64_t nb = d->Hy * d->Wy / 24;
+    d->nblk = nb < 1 ? 1 : nb > d->Hy ? d->Hy : nb;
+}
+static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk; }
+/* The most tiles of a task, and one workspace's size in floats (V, M, the pooled tile rows). */
+static inline int64_t fm_conv_wino_max_tiles(const fm_conv_wino *d) { return (d->Hy + d->nblk - 1) / d->nblk * d->Wy; }
+static inline int64_t fm_conv_wino_ws_floats(const fm_conv_wino *d) {
+    const int64_t t = fm_conv_wino_max_tiles(d);
+    return 16 * d->C * t + 16 * t * d->O + t * d->O + 16;
+}
+
+/* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O]. */
+void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C);
+/* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats). Call
+ * only when fm_cpu_use_avx512() is true. */
+void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
+#endif

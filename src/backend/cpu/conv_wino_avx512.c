@@ -1,0 +1,169 @@
+/* Winograd F(2x2, 3x3) with the 2x2 max pool, bias and ReLU on AVX-512
+ * (conv_wino.h has the scheme and the layouts).
+ *
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+ * A^T = [1 1 1 0; 0 1 -1 -1]. */
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "backend/cpu/conv_lanes.h"
+#include "backend/cpu/conv_wino.h"
+
+void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C) {
+    const int64_t per = C * 9, lanes = fm_conv_lanes_vectors(O) * 8;
+    const __m512 half = _mm512_set1_ps(0.5f);
+    for (int64_t o0 = 0; o0 < O; o0 += 16) {
+        /* o0's 16 channels in the lanes packing: block o0 / 32, width 32 (16 for a last half block) */
+        const int64_t bi = o0 / 32, width = lanes - bi * 32 < 32 ? lanes - bi * 32 : 32;
+        const float *base = wp + bi * 32 * per + o0 % 32;
+        for (int64_t c = 0; c < C; c++) {
+            __m512 g[9], t[4][3];
+            for (int k = 0; k < 9; k++) g[k] = _mm512_loadu_ps(base + (c * 9 + k) * width);
+            for (int j = 0; j < 3; j++) { /* G g: the rows */
+                const __m512 ac = _mm512_add_ps(g[j], g[6 + j]);
+                t[0][j] = g[j];
+                t[1][j] = _mm512_mul_ps(half, _mm512_add_ps(ac, g[3 + j]));
+                t[2][j] = _mm512_mul_ps(half, _mm512_sub_ps(ac, g[3 + j]));
+                t[3][j] = g[6 + j];
+            }
+            for (int i = 0; i < 4; i++) { /* (G g) G^T: the columns */
+                const __m512 ac = _mm512_add_ps(t[i][0], t[i][2]);
+                float *dst = u + (4 * i * C + c) * O + o0;
+                _mm512_storeu_ps(dst, t[i][0]);
+                _mm512_storeu_ps(dst + C * O, _mm512_mul_ps(half, _mm512_add_ps(ac, t[i][1])));
+                _mm512_storeu_ps(dst + 2 * C * O, _mm512_mul_ps(half, _mm512_sub_ps(ac, t[i][1])));
+                _mm512_storeu_ps(dst + 3 * C * O, t[i][2]);
+            }
+        }
+    }
+}
+
+/* B^T d B for tile rows [r0, r1) of sample n into V [16][C][nt]: per channel and
+ * tile row, 7 tiles at a time (16 input columns in one vector). */
+static void input_transform(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float *V, int64_t nt) {
+    const __m512i i0 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i2 = _mm512_setr_epi32(2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i3 = _mm512_setr_epi32(3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const int64_t CT = d->C * nt;
+    for (int64_t c = 0; c < d->C; c++) {
+        const float *plane = d->xp + (n * d->C + c) * d->Hp * d->WS;
+        for (int64_t ti = r0; ti < r1; ti++)
+            for (int64_t tj0 = 0; tj0 < d->Wy; tj0 += 7) {
+                const int64_t ntj = d->Wy - tj0 < 7 ? d->Wy - tj0 : 7;
+                const __mmask16 lm = (__mmask16)((1u << (2 * ntj + 2)) - 1), sm = (__mmask16)((1u << ntj) - 1);
+                const float *row = plane + 2 * ti * d->WS + 2 * tj0;
+                const __m512 d0 = _mm512_maskz_loadu_ps(lm, row), d1 = _mm512_maskz_loadu_ps(lm, row + d->WS);
+                const __m512 d2 = _mm512_maskz_loadu_ps(lm, row + 2 * d->WS), d3 = _mm512_maskz_loadu_ps(lm, row + 3 * d->WS);
+                const __m512 t[4] = {_mm512_sub_ps(d0, d2), _mm512_add_ps(d1, d2), _mm512_sub_ps(d2, d1), _mm512_sub_ps(d1, d3)};
+                float *dst = V + c * nt + (ti - r0) * d->Wy + tj0;
+                for (int k = 0; k < 4; k++) {
+                    const __m512 e0 = _mm512_permutexvar_ps(i0, t[k]), e1 = _mm512_permutexvar_ps(i1, t[k]);
+                    const __m512 e2 = _mm512_permutexvar_ps(i2, t[k]), e3 = _mm512_permutexvar_ps(i3, t[k]);
+                    float *dk = dst + 4 * k * CT;
+                    _mm512_mask_storeu_ps(dk, sm, _mm512_sub_ps(e0, e2));
+                    _mm512_mask_storeu_ps(dk + CT, sm, _mm512_add_ps(e1, e2));
+                    _mm512_mask_storeu_ps(dk + 2 * CT, sm, _mm512_sub_ps(e2, e1));
+                    _mm512_mask_storeu_ps(dk + 3 * CT, sm, _mm512_sub_ps(e1, e3));
+                }
+            }
+    }
+}
+
+/* M[p][16 j..] = sum over c of V[c][p] U[c][16 j..], GC tiles x NZ vectors of 16 channels */
+static inline __attribute__((always_inline)) void gemm_tile(const int NZ, const int GC, const float *v, int64_t nt, const float *u,
+                                                            int64_t O, int64_t C, float *m) {
+    __m512 acc[4][6];
+#pragma GCC unroll 4
+    for (int j = 0; j < NZ; j++)
+#pragma GCC unroll 6
+        for (int p = 0; p < GC; p++) acc[j][p] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < C; c++, v += nt, u += O) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NZ; j++) w[j] = _mm512_loadu_ps(u + 16 * j);
+#pragma GCC unroll 6
+        for (int p = 0; p < GC; p++) {
+            const __m512 xv = _mm512_set1_ps(v[p]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NZ; j++) acc[j][p] = _mm512_fmadd_ps(w[j], xv, acc[j][p]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int p = 0; p < GC; p++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NZ; j++) _mm512_storeu_ps(m + p * O + 16 * j, acc[j][p]);
+}
+
+typedef void (*tile_fn)(const float *v, int64_t nt, const float *u, int64_t O, int64_t C, float *m);
+#define TILE(NZ, GC)                                                                                                   \
+    static void t##NZ##_##GC(const float *v, int64_t nt, const float *u, int64_t O, int64_t C, float *m) {             \
+        gemm_tile(NZ, GC, v, nt, u, O, C, m);                                                                          \
+    }
+#define TILES(NZ) TILE(NZ, 1) TILE(NZ, 2) TILE(NZ, 3) TILE(NZ, 4) TILE(NZ, 5) TILE(NZ, 6)
+TILES(1)
+TILES(2)
+TILES(3)
+TILES(4)
+#define TROW(NZ) {t##NZ##_1, t##NZ##_2, t##NZ##_3, t##NZ##_4, t##NZ##_5, t##NZ##_6}
+static const tile_fn tiles[4][6] = {TROW(1), TROW(2), TROW(3), TROW(4)};
+
+/* max with NaN kept from either side, as max_pool2d */
+static inline __m512 nanmax(__m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
+}
+
+/* A^T m A of each tile, the max of its 4 outputs, bias, ReLU -> P [nt][O] */
+static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *P) {
+    const int64_t O = d->O, S = nt * O;
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t o0 = 0; o0 < O; o0 += 16) {
+            const float *mm = M + t * O + o0;
+            __m512 s0[4], s1[4];
+            for (int k = 0; k < 4; k++) {
+                const __m512 a = _mm512_loadu_ps(mm + k * S), b = _mm512_loadu_ps(mm + (4 + k) * S);
+                const __m512 c = _mm512_loadu_ps(mm + (8 + k) * S), e = _mm512_loadu_ps(mm + (12 + k) * S);
+                s0[k] = _mm512_add_ps(_mm512_add_ps(a, b), c);
+                s1[k] = _mm512_sub_ps(_mm512_sub_ps(b, c), e);
+            }
+            const __m512 y00 = _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), y01 = _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]);
+            const __m512 y10 = _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), y11 = _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]);
+            __m512 r = nanmax(nanmax(y00, y01), nanmax(y10, y11)); /* bias and ReLU commute with the max */
+            if (d->bias) r = _mm512_add_ps(r, _mm512_loadu_ps(d->bias + o0));
+            if (d->relu) r = _mm512_max_ps(zero, r); /* NaN stays (the second operand) */
+            _mm512_storeu_ps(P + t * O + o0, r);
+        }
+}
+
+static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float *ws) {
+    const int64_t nt = (r1 - r0) * d->Wy, C = d->C, O = d->O;
+    float *V = ws, *M = V + 16 * C * nt, *P = M + 16 * nt * O;
+    input_transform(d, n, r0, r1, V, nt);
+    const int64_t ng = (nt + 5) / 6;
+    for (int xi = 0; xi < 16; xi++) {
+        const float *Vx = V + xi * C * nt, *Ux = d->u + xi * C * O;
+        float *Mx = M + xi * nt * O;
+        for (int64_t g = 0, t = 0; g < ng; g++) {
+            const int64_t te = (g + 1) * nt / ng, gc = te - t;
+            for (int64_t o0 = 0; o0 < O; o0 += 64) {
+                const int64_t nz = (O - o0) / 16 < 4 ? (O - o0) / 16 : 4;
+                tiles[nz - 1][gc - 1](Vx + t, nt, Ux + o0, O, C, Mx + t * O + o0);
+            }
+            t = te;
+        }
+    }
+    output_transform(d, M, nt, P);
+    const int64_t HW = d->Hy * d->Wy;
+    for (int64_t o = 0; o < O; o++) {
+        float *yo = d->y + (n * O + o) * HW + r0 * d->Wy;
+        for (int64_t t = 0; t < nt; t++) yo[t] = P[t * O + o];
+    }
+}
+
+void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws) {
+    for (int64_t k = begin; k < end; k++) {
+        const int64_t n = k / d->nblk, b = k % d->nblk;
+        task(d, n, b * d->Hy / d->nblk, (b + 1) * d->Hy / d->nblk, ws);
+    }
+}
