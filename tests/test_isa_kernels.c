@@ -533,7 +533,7 @@ static void test_conv_wino(void) {
         const int64_t ny = h->N * h->O * d.Hy * d.Wy, nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
         float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
-        float *u = malloc(sizeof(float) * (size_t)(16 * h->C * h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
+        float *u = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(h->C, h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
         float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)ny);
         if (!x || !w || !xp || !wp || !u || !ws || !b || !y) { CHECK(!"out of memory"); return; }
         for (int64_t i = 0; i < nx; i++) x[i] = 2 * frand(&seed);

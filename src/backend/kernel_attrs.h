@@ -42,8 +42,13 @@ typedef struct fm_conv2d_attrs { fm_conv2d_params p; } fm_conv2d_attrs;
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
 typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;
 /* CONV2D_FUSED_PACK: in = {w [O, C, kH, kW]}; out = {1-D f32 of 3 + this many floats}: a
- * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). */
-static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) { return (O + 7) / 8 * 8 * per; }
+ * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). When
+ * per = C*kH*kW is a multiple of 9 there is room after them for the CPU's Winograd
+ * weights of a 3x3 conv (16 matrices [C][O], O rounded up to 16, a cache line apart and
+ * aligned: conv_wino.h). */
+static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) {
+    return (O + 7) / 8 * 8 * per + (per % 9 == 0 ? 16 * (per / 9 * ((O + 15) / 16 * 16) + 16) + 16 : 0);
+}
 /* LINEAR_FUSED: in = {x [..., K], w [N, K], b [N]|NULL, packed|NULL}; out = {y [..., N]}:
  * x w^T + b, then ReLU if relu. LINEAR_FUSED_PACK: in = {w [N, K] f32}; out = {1-D f32 of
  * 3 + this many floats}: a header, then the weights in panels of 16 output columns. */

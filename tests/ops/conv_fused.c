@@ -79,6 +79,25 @@ static void check_case(const fcase *c, uint64_t seed, bool with_nan) {
                   (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O, (long long)c->k, c->s, c->p, c->d,
                   c->g, c->relu, c->pool, c->layout == FM_NHWC ? "NHWC" : "NCHW", fm_dtype_name(c->dt), with_nan ? " +NaN" : "", worst,
                   nan_ok ? "ok" : "wrong");
+        /* the same with the weights packed first (as a graph does at load): the same
+         * kernel on the same packed or transformed weights, so the same bits */
+        if (c->dt == FM_F32) {
+            fm_tensor *pk = fm_conv2d_fused_pack(w), *y2 = pk ? fm_conv2d_fused_packed(xc, w, b, pk, &p, c->relu, c->pool) : NULL;
+            CHECK_MSG(pk && y2, "conv2d_fused_pack / packed: %s", fm_last_error());
+            if (y2) {
+                fm_tensor *y2v = c->layout == FM_NHWC ? fm_permute(y2, (int[]){0, 3, 1, 2}) : fm_tensor_retain(y2);
+                double *hy2 = op_host(y2v);
+                int64_t diff = -1;
+                for (int64_t i = 0; i < c->N * c->O * Hy * Wy; i++)
+                    if (!(hy2[i] == hy[i] || (isnan(hy2[i]) && isnan(hy[i])))) { diff = i; break; }
+                CHECK_MSG(diff < 0, "conv2d_fused packed N%lld C%lld O%lld k%lld pool%d: %g vs %g unpacked at %lld", (long long)c->N,
+                          (long long)c->C, (long long)c->O, (long long)c->k, c->pool, diff >= 0 ? hy2[diff] : 0, diff >= 0 ? hy[diff] : 0,
+                          (long long)diff);
+                free(hy2);
+                fm_tensor_release(y2v);
+            }
+            fm_tensor_release_n(2, pk, y2);
+        }
         free(hy);
         fm_tensor_release(yv);
     }

@@ -94,8 +94,9 @@ static void wino_rows(void *ctx, int64_t b, int64_t e, int tid) {
     free(ws);
 }
 
-/* The lanes layout's padded input and packed weights (run_lanes) -> the Winograd kernel. */
-static fm_status run_wino(const fm_conv_lanes *l, const float *wp) {
+/* The lanes layout's padded input and packed weights (run_lanes) -> the Winograd
+ * kernel; the transformed weights uw when packed (form 4), else made from wp. */
+static fm_status run_wino(const fm_conv_lanes *l, const float *wp, const float *uw) {
     wino_job j;
     memset(&j, 0, sizeof j);
     fm_conv_wino *d = &j.d;
@@ -106,10 +107,10 @@ static fm_status run_wino(const fm_conv_lanes *l, const float *wp) {
     j.wsn = fm_conv_wino_ws_floats(d);
     const int64_t tasks = fm_conv_wino_tasks(d);
     if (j.nws > tasks) j.nws = (int)tasks;
-    fm_tensor *u = scratch(16 * d->C * d->O, FM_F32), *ws = scratch(j.nws * j.wsn, FM_F32);
-    if (!u || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
-    fm_conv_wino_weights_avx512(wp, fm_tensor_data(u), d->O, d->C);
-    d->u = fm_tensor_data(u), j.ws = fm_tensor_data(ws);
+    fm_tensor *u = uw ? NULL : scratch(fm_conv_wino_u_floats(d->C, d->O), FM_F32), *ws = scratch(j.nws * j.wsn, FM_F32);
+    if ((!uw && !u) || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
+    if (!uw) fm_conv_wino_weights_avx512(wp, fm_tensor_data(u), d->O, d->C);
+    d->u = uw ? uw : fm_tensor_data(u), j.ws = fm_tensor_data(ws);
     const int64_t work = 2 * 16 * d->C * d->O * fm_conv_wino_max_tiles(d);
     fm_parallel_for(tasks, grain_for(tasks, work / 4), wino_rows, &j);
     fm_tensor_release_n(2, u, ws);
@@ -133,14 +134,23 @@ static bool direct_geometry(const fm_conv2d_fused_attrs *a, const fm_tensor *x) 
 /* The packed form of the weights (conv2d_fused_pack): a header {form, O, C*kH*kW}
  * (small integers, exact in f32), then the blocks. Form 1: the AVX-512 blocks
  * (fm_conv_direct_pack), 3: the lanes kernels' (fm_conv_lanes_pack, AVX2 and AVX-512; O
- * rounded up to 8), 0: no direct kernel at this level (the weights copied as
+ * rounded up to 8), 4: form 3's, then the Winograd weights (AVX-512, a 3x3 conv that
+ * fm_conv_wino_fits: fm_conv_wino_weights_avx512 at the first 64-byte boundary
+ * after them, so a call need not transform them: 4-5% of fashion-cnn's compiled
+ * graph at batch 1), 0: no direct kernel at this level (the weights copied as
  * they are; conv2d_fused ignores them). (2 was the AVX2 pixel tile's form.) The
- * tensor holds 3 + (O rounded up to 8) * C*kH*kW floats, zeros past the form's. */
-enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_LANES = 3 };
+ * tensor holds 3 + fm_conv2d_fused_pack_numel floats, zeros past the form's. */
+enum { PACK_NONE = 0, PACK_AVX512 = 1, PACK_LANES = 3, PACK_LANES_WINO = 4 };
+
+/* The Winograd weights' offset in the packed tensor (a multiple of 16 floats). */
+static int64_t wino_offset(int64_t O, int64_t per) { return (3 + fm_conv_lanes_packed_numel(O, per) + 15) / 16 * 16; }
 
 /* The form this level runs for weights w (f32 [O, C, kH, kW]). */
 static int pack_form(const fm_tensor *w) {
-    if (fm_cpu_use_avx512()) return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? PACK_LANES : PACK_AVX512;
+    if (fm_cpu_use_avx512()) {
+        if (!lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3])) return PACK_AVX512;
+        return fm_conv_wino_fits(w->shape[1], w->shape[0], w->shape[2], w->shape[3], 2, 1, 1) ? PACK_LANES_WINO : PACK_LANES;
+    }
     return fm_cpu_use_avx2() ? PACK_LANES : PACK_NONE;
 }
 
@@ -152,10 +162,16 @@ static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
     const int form = pack_form(w);
     y[0] = (float)form, y[1] = (float)O, y[2] = (float)per;
     if (form == PACK_AVX512) fm_conv_direct_pack(ws, y + 3, O, per, FM_CONV_DIRECT_OB_AVX512, FM_CONV_DIRECT_OBS_AVX512);
-    else if (form == PACK_LANES) fm_conv_lanes_pack(ws, y + 3, O, per);
+    else if (form == PACK_LANES || form == PACK_LANES_WINO) fm_conv_lanes_pack(ws, y + 3, O, per);
     else memcpy(y + 3, ws, sizeof(float) * (size_t)(O * per));
-    if (form != PACK_LANES) /* the rest of the tensor (O rounded up to 8s) */
-        memset(y + 3 + O * per, 0, sizeof(float) * (size_t)(fm_conv2d_fused_pack_numel(O, per) - O * per));
+    int64_t used = 3 + (form == PACK_LANES || form == PACK_LANES_WINO ? fm_conv_lanes_packed_numel(O, per) : O * per);
+    if (form == PACK_LANES_WINO) {
+        const int64_t at = wino_offset(O, per);
+        memset(y + used, 0, sizeof(float) * (size_t)(at - used));
+        fm_conv_wino_weights_avx512(y + 3, y + at, O, w->shape[1]);
+        used = at + fm_conv_wino_u_floats(w->shape[1], O);
+    }
+    memset(y + used, 0, sizeof(float) * (size_t)(3 + fm_conv2d_fused_pack_numel(O, per) - used)); /* the rest of the tensor */
     return FM_OK;
 }
 
@@ -165,7 +181,16 @@ static const float *prepacked(const fm_op_call *c, int form) {
     const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
     if (!pk || pk->dtype != FM_F32 || pk->ndim != 1 || pk->shape[0] != 3 + fm_conv2d_fused_pack_numel(O, per)) return NULL;
     const float *h = fm_tensor_data(pk);
-    return h[0] == (float)form && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
+    const bool same = h[0] == (float)form || (form == PACK_LANES && h[0] == (float)PACK_LANES_WINO);
+    return same && h[1] == (float)O && h[2] == (float)per ? h + 3 : NULL;
+}
+
+/* The Winograd weights in c->in[3] (form 4), else NULL. */
+static const float *prepacked_wino(const fm_op_call *c) {
+    const float *l = prepacked(c, PACK_LANES_WINO);
+    if (!l) return NULL;
+    const fm_tensor *w = c->in[1];
+    return l - 3 + wino_offset(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]);
 }
 
 /* The zero-padded input: [N][C][Hp][WS]; only the border zeroed, or (avx2: the
@@ -201,7 +226,7 @@ static fm_status run_lanes(const fm_op_call *c) {
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
     d.xp = fm_tensor_data(xp), d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
     if (fm_cpu_use_avx512() && fm_conv_wino_fits(d.C, d.O, d.KH, d.KW, d.pool, d.Hy, d.Wy)) {
-        const fm_status st = run_wino(&d, d.wp);
+        const fm_status st = run_wino(&d, d.wp, prepacked_wino(c));
         fm_tensor_release_n(2, xp, wp);
         return st;
     }

@@ -8,7 +8,10 @@
  * transform ends in the max, bias and ReLU and only the pooled value is stored.
  *
  * Layouts: U = the transformed weights [16][C][O] (xi = 4 * row + column of the
- * 4x4 transform; O a multiple of 16), from conv_lanes.h's packed weights. The
+ * 4x4 transform; O a multiple of 16; the 16 matrices fm_conv_wino_u_stride floats
+ * apart, one cache line more than C * O, so that the weight transform's 16
+ * stores a step do not all map to one L1 set when C * O * 4 is a multiple of 4
+ * KB), from conv_lanes.h's packed weights. The
  * input is conv_direct.h's zero-padded copy [N][C][Hp][WS] (Hp >= 2 Hy + 2, WS >=
  * 2 Wy + 2). A task is one sample and a run of tile rows (tiles = pooled
  * outputs, row-major); in a per-thread workspace it writes V [16][C][tiles] (the
@@ -26,7 +29,7 @@
 
 typedef struct fm_conv_wino {
     const float *xp;   /* padded input [N][C][Hp][WS] */
-    const float *u;    /* transformed weights [16][C][O] */
+    const float *u;    /* transformed weights [16][C][O], fm_conv_wino_u_stride apart */
     const float *bias; /* [O] or NULL */
     float *y;          /* [N][O][Hy][Wy], pooled */
     int64_t N, C, O, Hp, WS, Hy, Wy;
@@ -52,6 +55,9 @@ static inline int64_t fm_conv_wino_ws_floats(const fm_conv_wino *d) {
     const int64_t t = fm_conv_wino_max_tiles(d);
     return 16 * d->C * t + 16 * t * d->O + t * d->O + 16;
 }
+
+static inline int64_t fm_conv_wino_u_stride(int64_t C, int64_t O) { return C * O + 16; }
+static inline int64_t fm_conv_wino_u_floats(int64_t C, int64_t O) { return 16 * fm_conv_wino_u_stride(C, O); }
 
 /* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O]. */
 void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C);

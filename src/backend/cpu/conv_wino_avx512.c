@@ -12,6 +12,7 @@
 void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C) {
     const int64_t per = C * 9, lanes = fm_conv_lanes_vectors(O) * 8;
     const __m512 half = _mm512_set1_ps(0.5f);
+    const int64_t us = fm_conv_wino_u_stride(C, O);
     for (int64_t o0 = 0; o0 < O; o0 += 16) {
         /* o0's 16 channels in the lanes packing: block o0 / 32, width 32 (16 for a last half block) */
         const int64_t bi = o0 / 32, width = lanes - bi * 32 < 32 ? lanes - bi * 32 : 32;
@@ -28,11 +29,11 @@ void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C
             }
             for (int i = 0; i < 4; i++) { /* (G g) G^T: the columns */
                 const __m512 ac = _mm512_add_ps(t[i][0], t[i][2]);
-                float *dst = u + (4 * i * C + c) * O + o0;
+                float *dst = u + 4 * i * us + c * O + o0;
                 _mm512_storeu_ps(dst, t[i][0]);
-                _mm512_storeu_ps(dst + C * O, _mm512_mul_ps(half, _mm512_add_ps(ac, t[i][1])));
-                _mm512_storeu_ps(dst + 2 * C * O, _mm512_mul_ps(half, _mm512_sub_ps(ac, t[i][1])));
-                _mm512_storeu_ps(dst + 3 * C * O, t[i][2]);
+                _mm512_storeu_ps(dst + us, _mm512_mul_ps(half, _mm512_add_ps(ac, t[i][1])));
+                _mm512_storeu_ps(dst + 2 * us, _mm512_mul_ps(half, _mm512_sub_ps(ac, t[i][1])));
+                _mm512_storeu_ps(dst + 3 * us, t[i][2]);
             }
         }
     }
@@ -142,7 +143,7 @@ static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float
     input_transform(d, n, r0, r1, V, nt);
     const int64_t ng = (nt + 5) / 6;
     for (int xi = 0; xi < 16; xi++) {
-        const float *Vx = V + xi * C * nt, *Ux = d->u + xi * C * O;
+        const float *Vx = V + xi * C * nt, *Ux = d->u + xi * fm_conv_wino_u_stride(C, O);
         float *Mx = M + xi * nt * O;
         for (int64_t g = 0, t = 0; g < ng; g++) {
             const int64_t te = (g + 1) * nt / ng, gc = te - t;
