@@ -193,6 +193,9 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     for (int64_t t = t0; t < t1; t++) {
         int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
         int64_t i0 = qb * BQ, bq = min64(BQ, g->Tq - i0);
+        /* query columns computed: bq rounded up to a vector, not all BQ (a decode step's
+         * one query ran 64 columns; each column's sums are the same FMAs either way) */
+        const int nq = (int)min64(BQ, (bq + VW - 1) / VW * VW);
         const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
@@ -207,14 +210,14 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
             int bk = (int)min64(BK, kend - j0);
             const int diag = g->causal && j0 == i0;
-            tile_gemm_tri(diag ? TRI_COLS : TRI_NONE, bk, BQ, (int)D, K + j0 * kst, kst, 1, QT, BQ, S, BQ, 0);
+            tile_gemm_tri(diag ? TRI_COLS : TRI_NONE, bk, nq, (int)D, K + j0 * kst, kst, 1, QT, BQ, S, BQ, 0);
             if (g->causal && j0 + bk - 1 > i0) {
                 for (int r = 0; r < bk; r++) {
                     int64_t first = j0 + r - i0; /* columns i < j are masked */
                     for (int64_t i = 0; i < first && i < BQ; i++) S[r * BQ + i] = -INFINITY;
                 }
             }
-            for (int cb = 0; cb < BQ; cb += VW) {
+            for (int cb = 0; cb < nq; cb += VW) {
                 VEC mx = V_LOADU(S + cb);
                 for (int r = 1; r < bk; r++) mx = V_MAX(mx, V_LOADU(S + r * BQ + cb));
                 VEC mold = V_LOADU(mrow + cb);
