@@ -6,7 +6,16 @@
  * for 4: 4 weight loads and 6 broadcasts per 24 FMAs, where the AVX2 tile needs
  * 2 loads and 6 broadcasts per 12), one row FM_LINEAR512_NP1 panels and two rows
  * FM_LINEAR512_NP panels, so that enough independent sums hide the FMA latency.
- * A panel past N is written through a 16-lane mask instead of a buffer. */
+ * A panel past N is written through a 16-lane mask instead of a buffer.
+ * Two choices differ from the AVX2 kernel's (neither changes a sum's order):
+ * - k blocks of FM_LINEAR512_KC = 128, not 256: a 4-panel group's block is then
+ *   32 KB and stays in the 48 KB L1 while every row tile of the block passes over
+ *   it (256: 64 KB, re-read from L2 by each tile);
+ * - a row block's rows in tiles as even as they come (32 rows: 5,5,5,6,5,6, not
+ *   6,6,6,6,6,2: a 2-row tile has 8 accumulators, too few for the FMA latency).
+ * Measured on an Intel Xeon (model 207), one thread, CPU time, fashion-mlp's
+ * compiled graph at batch 32 (bench/bench_graph_ort.py --model mlp --base): KC 128
+ * alone 1.04-1.07x, with the even rows 1.03-1.16x (KC 64: 0.88-1.00x). */
 #include <immintrin.h>
 
 #include "backend/cpu/linear_packed.h"
@@ -16,6 +25,9 @@
 #endif
 #ifndef FM_LINEAR512_NP1
 #define FM_LINEAR512_NP1 8 /* panels per tile, one row */
+#endif
+#ifndef FM_LINEAR512_KC
+#define FM_LINEAR512_KC 128 /* k per block, rows 2-6 */
 #endif
 #define NPMAX 8
 _Static_assert(FM_LINEAR512_NP >= 1 && FM_LINEAR512_NP <= 4 && FM_LINEAR512_NP1 >= 1 && FM_LINEAR512_NP1 <= NPMAX,
@@ -94,7 +106,7 @@ void fm_linear_packed_f32_avx512(const fm_linear_packed *d, int64_t i0, int64_t 
     for (int64_t ib = i0; ib < i1; ib += FM_LINEAR_MC) {
         const int64_t ie = ib + FM_LINEAR_MC < i1 ? ib + FM_LINEAR_MC : i1;
         /* one row reads each weight once: no K blocks, so each panel group is read as long streams */
-        const int64_t KC = ie - ib == 1 ? (K > 0 ? K : 1) : FM_LINEAR_KC;
+        const int64_t KC = ie - ib == 1 ? (K > 0 ? K : 1) : FM_LINEAR512_KC;
         const int64_t npmax = ie - ib == 1 ? FM_LINEAR512_NP1 : FM_LINEAR512_NP;
         for (int64_t kb = 0; kb < K || (kb == 0 && K == 0); kb += KC) {
             const int64_t kc = kb + KC < K ? KC : K - kb;
@@ -105,10 +117,13 @@ void fm_linear_packed_f32_avx512(const fm_linear_packed *d, int64_t i0, int64_t 
                 const int64_t nv = nend <= N ? FM_LINEAR_NR : N - (nend - FM_LINEAR_NR); /* columns of the last panel */
                 const __mmask16 tail = (__mmask16)((1u << nv) - 1u);
                 const float *w = d->wp + n0 * K + kb * FM_LINEAR_NR, *bias = d->bias ? d->bias + n0 : NULL;
-                for (int64_t i = ib; i < ie; i += FM_LINEAR_MR) {
-                    const int mr = (int)(ie - i < FM_LINEAR_MR ? ie - i : FM_LINEAR_MR);
+                /* the block's rows in tiles as even as they come (32: 5,5,5,6,5,6, not 6,6,6,6,6,2) */
+                const int64_t nrt = (ie - ib + FM_LINEAR_MR - 1) / FM_LINEAR_MR;
+                for (int64_t t = 0, i = ib; t < nrt; t++) {
+                    const int mr = (int)(ib + (t + 1) * (ie - ib) / nrt - i);
                     tiles[mr - 1][np - 1](d->x + i * d->ldx + kb, d->ldx, w, ws, kc, d->y + i * d->ldy + n0, d->ldy, first,
                                           last, bias, d->relu, tail);
+                    i += mr;
                 }
             }
             if (K == 0) break;
