@@ -18,7 +18,8 @@
  * input transform, 7 tiles of a row per vector), M [16][tiles][O] (16 GEMMs
  * [tiles x C] x [C x O], 64 channels in 4 zmm x up to 6 tiles: 24
  * accumulators, each broadcast of V feeding 4 FMAs) and then the output
- * transform, pool, bias and ReLU into [tiles][O], stored to NCHW.
+ * transform, pool, bias and ReLU, scattered to NCHW (16 channels' planes a
+ * scatter: a plane's index times 16 must fit in int32, hence the size limit).
  *
  * The outputs are not the direct kernels' bit for bit: the transforms round
  * differently. Against a double reference the error stays within a small
@@ -40,7 +41,7 @@ typedef struct fm_conv_wino {
 /* Whether the kernel takes this conv (3x3, stride 1, then a 2x2 pool): O in whole
  * 16-channel vectors and enough input channels for the GEMMs to pay for the transforms. */
 static inline int fm_conv_wino_fits(int64_t C, int64_t O, int64_t KH, int64_t KW, int pool, int64_t Hy, int64_t Wy) {
-    return KH == 3 && KW == 3 && pool == 2 && O % 16 == 0 && C >= 8 && Hy > 0 && Wy > 0;
+    return KH == 3 && KW == 3 && pool == 2 && O % 16 == 0 && C >= 8 && Hy > 0 && Wy > 0 && Hy * Wy < ((int64_t)1 << 26);
 }
 
 /* About 24 tiles a task or more (a sample's rows split evenly), so batch 1 still splits. */
@@ -49,11 +50,11 @@ static inline void fm_conv_wino_plan(fm_conv_wino *d) {
     d->nblk = nb < 1 ? 1 : nb > d->Hy ? d->Hy : nb;
 }
 static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk; }
-/* The most tiles of a task, and one workspace's size in floats (V, M, the pooled tile rows). */
+/* The most tiles of a task, and one workspace's size in floats (V, M). */
 static inline int64_t fm_conv_wino_max_tiles(const fm_conv_wino *d) { return (d->Hy + d->nblk - 1) / d->nblk * d->Wy; }
 static inline int64_t fm_conv_wino_ws_floats(const fm_conv_wino *d) {
     const int64_t t = fm_conv_wino_max_tiles(d);
-    return 16 * d->C * t + 16 * t * d->O + t * d->O + 16;
+    return 16 * d->C * t + 16 * t * d->O + 16;
 }
 
 static inline int64_t fm_conv_wino_u_stride(int64_t C, int64_t O) { return C * O + 16; }

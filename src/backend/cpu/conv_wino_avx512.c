@@ -114,10 +114,13 @@ static inline __m512 nanmax(__m512 a, __m512 b) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
 }
 
-/* A^T m A of each tile, the max of its 4 outputs, bias, ReLU -> P [nt][O] */
-static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *P) {
+/* A^T m A of each tile, the max of its 4 outputs, bias, ReLU, scattered to the 16
+ * channels' NCHW planes (y at the task's first tile of plane o0 = 0; HW floats a plane) */
+static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW) {
     const int64_t O = d->O, S = nt * O;
     const __m512 zero = _mm512_setzero_ps();
+    const __m512i planes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32((int)HW));
     for (int64_t t = 0; t < nt; t++)
         for (int64_t o0 = 0; o0 < O; o0 += 16) {
             const float *mm = M + t * O + o0;
@@ -133,13 +136,13 @@ static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, 
             __m512 r = nanmax(nanmax(y00, y01), nanmax(y10, y11)); /* bias and ReLU commute with the max */
             if (d->bias) r = _mm512_add_ps(r, _mm512_loadu_ps(d->bias + o0));
             if (d->relu) r = _mm512_max_ps(zero, r); /* NaN stays (the second operand) */
-            _mm512_storeu_ps(P + t * O + o0, r);
+            _mm512_i32scatter_ps(y + o0 * HW + t, planes, r, 4);
         }
 }
 
 static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float *ws) {
     const int64_t nt = (r1 - r0) * d->Wy, C = d->C, O = d->O;
-    float *V = ws, *M = V + 16 * C * nt, *P = M + 16 * nt * O;
+    float *V = ws, *M = V + 16 * C * nt;
     input_transform(d, n, r0, r1, V, nt);
     const int64_t ng = (nt + 5) / 6;
     for (int xi = 0; xi < 16; xi++) {
@@ -154,12 +157,8 @@ static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float
             t = te;
         }
     }
-    output_transform(d, M, nt, P);
     const int64_t HW = d->Hy * d->Wy;
-    for (int64_t o = 0; o < O; o++) {
-        float *yo = d->y + (n * O + o) * HW + r0 * d->Wy;
-        for (int64_t t = 0; t < nt; t++) yo[t] = P[t * O + o];
-    }
+    output_transform(d, M, nt, d->y + n * O * HW + r0 * d->Wy, HW);
 }
 
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws) {
