@@ -94,13 +94,14 @@ static void wino_rows(void *ctx, int64_t b, int64_t e, int tid) {
     free(ws);
 }
 
-/* The lanes layout's padded input and packed weights (run_lanes) -> the Winograd
- * kernel; the transformed weights uw when packed (form 4), else made from wp. */
-static fm_status run_wino(const fm_conv_lanes *l, const float *wp, const float *uw) {
+/* The input x unpadded (ph, pw) and the lanes kernel's packed weights (run_lanes) ->
+ * the Winograd kernel; the transformed weights uw when packed (form 4), else made from wp. */
+static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int64_t W, int64_t ph, int64_t pw, const float *wp,
+                          const float *uw) {
     wino_job j;
     memset(&j, 0, sizeof j);
     fm_conv_wino *d = &j.d;
-    d->xp = l->xp, d->bias = l->bias, d->y = l->y, d->relu = l->relu;
+    d->x = x, d->H = H, d->W = W, d->ph = ph, d->pw = pw, d->bias = l->bias, d->y = l->y, d->relu = l->relu;
     d->N = l->N, d->C = l->C, d->O = l->O, d->Hp = l->Hp, d->WS = l->WS, d->Hy = l->Hy, d->Wy = l->Wy;
     fm_conv_wino_plan(d);
     j.nws = fm_num_threads() < 1 ? 1 : fm_num_threads();
@@ -220,14 +221,15 @@ static fm_status run_lanes(const fm_op_call *c) {
     const int64_t passes = fit < 1 ? d.C : (d.C + fit - 1) / fit;
     d.cc = (d.C + passes - 1) / passes;
     const float *given = prepacked(c, PACK_LANES);
-    fm_tensor *xp = padded_input(x, d.Hp, d.WS, ph, pw, true);
+    const bool wino = fm_cpu_use_avx512() && fm_conv_wino_fits(d.C, d.O, d.KH, d.KW, d.pool, d.Hy, d.Wy);
+    fm_tensor *xp = wino ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true); /* Winograd reads x as it is */
     fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
-    if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    if ((!wino && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
-    d.xp = fm_tensor_data(xp), d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
-    if (fm_cpu_use_avx512() && fm_conv_wino_fits(d.C, d.O, d.KH, d.KW, d.pool, d.Hy, d.Wy)) {
-        const fm_status st = run_wino(&d, d.wp, prepacked_wino(c));
-        fm_tensor_release_n(2, xp, wp);
+    d.xp = xp ? fm_tensor_data(xp) : NULL, d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
+    if (wino) {
+        const fm_status st = run_wino(&d, fm_tensor_data(x), H, W, ph, pw, d.wp, prepacked_wino(c));
+        fm_tensor_release(wp);
         return st;
     }
     fm_conv_lanes_plan(&d);

@@ -36,6 +36,11 @@ typedef struct fm_conv_wino {
     int64_t N, C, O, Hp, WS, Hy, Wy;
     int relu;
     int64_t nblk;      /* tile-row runs per sample (fm_conv_wino_plan) */
+    /* When x is set, the input is read from it unpadded instead of from xp: [N][C][H][W]
+     * with ph, pw zero rows and columns around it (rows and columns outside read as
+     * zeros through the load masks), so the caller skips the padded copy. */
+    const float *x;
+    int64_t H, W, ph, pw;
 } fm_conv_wino;
 
 /* Whether the kernel takes this conv (3x3, stride 1, then a 2x2 pool): O in whole

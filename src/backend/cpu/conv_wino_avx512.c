@@ -48,14 +48,26 @@ static void input_transform(const fm_conv_wino *d, int64_t n, int64_t r0, int64_
     const __m512i i3 = _mm512_setr_epi32(3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const int64_t CT = d->C * nt;
     for (int64_t c = 0; c < d->C; c++) {
-        const float *plane = d->xp + (n * d->C + c) * d->Hp * d->WS;
+        const float *plane = d->x ? d->x + (n * d->C + c) * d->H * d->W : d->xp + (n * d->C + c) * d->Hp * d->WS;
         for (int64_t ti = r0; ti < r1; ti++)
             for (int64_t tj0 = 0; tj0 < d->Wy; tj0 += 7) {
                 const int64_t ntj = d->Wy - tj0 < 7 ? d->Wy - tj0 : 7;
                 const __mmask16 lm = (__mmask16)((1u << (2 * ntj + 2)) - 1), sm = (__mmask16)((1u << ntj) - 1);
-                const float *row = plane + 2 * ti * d->WS + 2 * tj0;
-                const __m512 d0 = _mm512_maskz_loadu_ps(lm, row), d1 = _mm512_maskz_loadu_ps(lm, row + d->WS);
-                const __m512 d2 = _mm512_maskz_loadu_ps(lm, row + 2 * d->WS), d3 = _mm512_maskz_loadu_ps(lm, row + 3 * d->WS);
+                __m512 dr[4];
+                if (d->x) {
+                    /* lane l holds padded column 2 tj0 + l = input column ic0 + l; the lanes inside
+                     * the row, [lo, hi), are expand-loaded from the row's first one (never before it) */
+                    const int64_t ic0 = 2 * tj0 - d->pw, lo = ic0 < 0 ? -ic0 : 0, hi = d->W - ic0 < 16 ? d->W - ic0 : 16;
+                    const __mmask16 cm = hi > lo ? (__mmask16)(lm & ((1u << hi) - 1) & ~((1u << lo) - 1)) : 0;
+                    for (int k = 0; k < 4; k++) {
+                        const int64_t ir = 2 * ti + k - d->ph;
+                        dr[k] = ir >= 0 && ir < d->H && cm ? _mm512_maskz_expandloadu_ps(cm, plane + ir * d->W + ic0 + lo) : _mm512_setzero_ps();
+                    }
+                } else {
+                    const float *row = plane + 2 * ti * d->WS + 2 * tj0;
+                    for (int k = 0; k < 4; k++) dr[k] = _mm512_maskz_loadu_ps(lm, row + k * d->WS);
+                }
+                const __m512 d0 = dr[0], d1 = dr[1], d2 = dr[2], d3 = dr[3];
                 const __m512 t[4] = {_mm512_sub_ps(d0, d2), _mm512_add_ps(d1, d2), _mm512_sub_ps(d2, d1), _mm512_sub_ps(d1, d3)};
                 float *dst = V + c * nt + (ti - r0) * d->Wy + tj0;
                 for (int k = 0; k < 4; k++) {
