@@ -13,6 +13,7 @@
 #include "fathom/autograd.h"
 #include "fathom/memory.h"
 #include "fathom/optim.h"
+#include "fathom/profile.h"
 
 static fm_module *build(const char *which, fm_rng *rng) {
     fm_module *m = fm_nn_sequential();
@@ -59,7 +60,12 @@ static int run(const char *which, int steps, int warmup, int threads) {
     double best = 1e30, total = 0;
     double loss_v = 0;
     double *dts = calloc((size_t)(steps > 0 ? steps : 1), sizeof *dts);
+    const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the timed steps */
     for (int s = 0; s < warmup + steps; s++) {
+        if (trace && *trace && s == warmup && fm_profiler_start(trace) != FM_OK) {
+            fprintf(stderr, "bench: %s\n", fm_last_error());
+            return 1;
+        }
         double t0 = bench_now_s();
         fm_tensor *logits = fm_module_forward(m, x);
         fm_tensor *loss = fm_cross_entropy(logits, y, -100, 0.0, FM_REDUCE_MEAN);
@@ -73,6 +79,7 @@ static int run(const char *which, int steps, int warmup, int threads) {
         double dt = bench_now_s() - t0;
         if (s >= warmup) { total += dt; if (dt < best) best = dt; if (dts) dts[s - warmup] = dt; }
     }
+    if (trace && *trace) fm_profiler_stop();
     double med = dts && steps > 0 ? bench_median(dts, steps) : 0;
     free(dts);
     fm_memory_stats ms;

@@ -21,7 +21,10 @@
  *   both backward modes: bitwise the AVX2 kernels where the head size is a
  *   multiple of 16 (each element is the same FMA chain), within 1e-5 of them
  *   on head-size tails (the 16-lane code leaves a tail of < 16 columns to
- *   scalar code); test_ops checks every level against a double reference.
+ *   scalar code); test_ops checks every level against a double reference;
+ * - column sums (the bias gradient's reduction): bitwise the scalar loop (each
+ *   column summed in double over the rows in order), over column tails, row
+ *   counts and row strides, with the special values among the inputs.
  * On a CPU with AVX2 but not the AVX-512 level, L512() names the AVX2 kernel
  * instead: the cross-level comparisons then compare AVX2 with itself, and the
  * checks against the scalar and double references test the AVX2 kernels (the
@@ -64,6 +67,9 @@ void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64
 void fm_bias_gelu_bwd_row_f32_avx2(const float *dy, const float *x, const float *b, float *dx, float *db_acc, int64_t n);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
+
+void fm_colsum_f32_avx2(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
+void fm_colsum_f32_avx512(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
 
 static bool w512; /* the CPU has the AVX-512 level */
 /* the AVX-512 kernel f, or its AVX2 twin where the CPU has no AVX-512 */
@@ -647,6 +653,40 @@ static void test_attention(void) {
     attention_case(2, 2, 1, 33, 5, 0);    /* head size below one vector */
 }
 
+/* column sums into a double accumulator that already holds a value (the
+ * kernels add to acc), against the scalar loop in the same order */
+static void test_colsum(void) {
+    const int64_t ncs[] = {1, 3, 4, 5, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 130, 256};
+    const int64_t Rs[] = {1, 2, 17, 128};
+    const int64_t cap = 128 * 261;
+    float *x = malloc(sizeof(float) * (size_t)cap);
+    if (!x) { CHECK(!"out of memory"); return; }
+    uint64_t seed = 21;
+    for (int64_t i = 0; i < cap; i++) x[i] = 8.0f * frand(&seed);
+    fill(x, 22, 8.0f); /* the special values among the first rows */
+    for (size_t ci = 0; ci < sizeof ncs / sizeof ncs[0]; ci++)
+        for (size_t ri = 0; ri < sizeof Rs / sizeof Rs[0]; ri++) {
+            const int64_t nc = ncs[ci], R = Rs[ri], ld = nc + 5;
+            double ref[256], a2[256], a5[256];
+            for (int64_t c = 0; c < nc; c++) ref[c] = a2[c] = a5[c] = 0.25 * (double)c;
+            for (int64_t c = 0; c < nc; c++)
+                for (int64_t k = 0; k < R; k++) ref[c] += x[k * ld + c];
+            fm_colsum_f32_avx2(x, R, ld, nc, a2);
+            L512(fm_colsum_f32)(x, R, ld, nc, a5);
+            int bad = -1;
+            for (int64_t c = 0; c < nc; c++) {
+                bool n2 = a2[c] != a2[c], n5 = a5[c] != a5[c], nr = ref[c] != ref[c];
+                if (nr ? !(n2 && n5) : (n2 || n5 || memcmp(&a2[c], &ref[c], sizeof(double)) ||
+                                        memcmp(&a5[c], &ref[c], sizeof(double))))
+                    bad = (int)c;
+            }
+            CHECK_MSG(bad < 0, "colsum nc %lld R %lld ld %lld: column %d: avx2 %g avx512 %g scalar %g", (long long)nc,
+                      (long long)R, (long long)ld, bad, bad >= 0 ? a2[bad] : 0, bad >= 0 ? a5[bad] : 0,
+                      bad >= 0 ? ref[bad] : 0);
+        }
+    free(x);
+}
+
 int main(void) {
     fm_isa max = fm_isa_max_for(fm_cpu_get_features());
     if (max < FM_ISA_AVX2) {
@@ -669,5 +709,6 @@ int main(void) {
     test_conv_lanes();
     test_conv_wino();
     test_attention();
+    test_colsum();
     TEST_DONE();
 }

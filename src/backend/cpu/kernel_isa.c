@@ -15,6 +15,7 @@ static const fm_kernel_family families[] = {
     {"packed linear + bias/ReLU epilogue (linear_fused)", FM_ISA_AVX512},
     {"dtype conversion", FM_ISA_AVX512},
     {"reductions", FM_ISA_SCALAR},
+    {"column sums of f32 (a linear's bias gradient)", FM_ISA_AVX512},
     {"embedding/index", FM_ISA_SCALAR},
     {"int8 linear (vnni when present), int4 linear", FM_ISA_AVX512},
     {"adamw (f32)", FM_ISA_AVX512},

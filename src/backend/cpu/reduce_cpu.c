@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
 #include "core/dtype_internal.h"
 #include "core/parallel.h"
 
@@ -129,6 +130,10 @@ static void full_range(void *vctx, int64_t b, int64_t e, int tid) {
  * unit-stride and vectorize. Each column is still summed over k = 0..R-1 in
  * order, the same sequence as reduce_one's strided loop. */
 #define COLS 256
+/* reduce_avx2.c / reduce_avx512.c: the f32 rows into acc, bitwise this file's loop */
+void fm_colsum_f32_avx2(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
+void fm_colsum_f32_avx512(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
+
 static void col_range(void *vctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const red *r = vctx;
@@ -137,18 +142,24 @@ static void col_range(void *vctx, int64_t b, int64_t e, int tid) {
     for (int64_t u = b; u < e; u++) {
         int64_t o = u / nblk, c0 = (u % nblk) * COLS, nc = r->inner - c0 < COLS ? r->inner - c0 : COLS;
         for (int64_t c = 0; c < nc; c++) acc[c] = 0;
-        for (int64_t k = 0; k < r->R; k++) {
-            int64_t row = (o * r->R + k) * r->inner + c0;
-            if (r->dt == FM_F32) {
-                const float *p = (const float *)r->x + row;
-                for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
-            } else if (r->dt == FM_BF16 || r->dt == FM_F16) { /* exact widening: the strided loop's sums */
-                const uint16_t *p = (const uint16_t *)r->x + row;
-                if (r->dt == FM_BF16) for (int64_t c = 0; c < nc; c++) acc[c] += fm_bf16_to_f32(p[c]);
-                else for (int64_t c = 0; c < nc; c++) acc[c] += fm_f16_to_f32(p[c]);
-            } else {
-                const double *p = (const double *)r->x + row;
-                for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+        if (r->dt == FM_F32 && fm_cpu_use_avx2()) {
+            const float *p = (const float *)r->x + o * r->R * r->inner + c0;
+            if (fm_cpu_use_avx512()) fm_colsum_f32_avx512(p, r->R, r->inner, nc, acc);
+            else fm_colsum_f32_avx2(p, r->R, r->inner, nc, acc);
+        } else {
+            for (int64_t k = 0; k < r->R; k++) {
+                int64_t row = (o * r->R + k) * r->inner + c0;
+                if (r->dt == FM_F32) {
+                    const float *p = (const float *)r->x + row;
+                    for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+                } else if (r->dt == FM_BF16 || r->dt == FM_F16) { /* exact widening: the strided loop's sums */
+                    const uint16_t *p = (const uint16_t *)r->x + row;
+                    if (r->dt == FM_BF16) for (int64_t c = 0; c < nc; c++) acc[c] += fm_bf16_to_f32(p[c]);
+                    else for (int64_t c = 0; c < nc; c++) acc[c] += fm_f16_to_f32(p[c]);
+                } else {
+                    const double *p = (const double *)r->x + row;
+                    for (int64_t c = 0; c < nc; c++) acc[c] += p[c];
+                }
             }
         }
         double scale = r->op == FM_OP_MEAN ? (double)r->R : 1.0;
