@@ -3,8 +3,10 @@
  * chunk index whichever thread ran it), jobs back to back never mix, and nested
  * calls run inline. More threads than cores (8 on this 2-core machine) keep the
  * OS descheduling workers, so the caller regularly takes a chunk whose worker
- * has not claimed it yet: the path that must keep all of the above true. And
- * fm_parallel_serial keeps the caller's jobs on the caller. */
+ * has not claimed it yet: the path that must keep all of the above true. The
+ * jobs run again with no spin at all (every wait sleeps on the condition
+ * variables) and with a long one. And fm_parallel_serial keeps the caller's
+ * jobs on the caller. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,15 +57,12 @@ static void one_call(void *vctx, int64_t b, int64_t e, int tid) {
     if (b != 0 || e != c->n || tid != 0 || fm_thread_id() != 0) atomic_fetch_add(c->off, 1);
 }
 
-int main(void) {
-    fm_set_num_threads(8);
-    const int nt = fm_num_threads();
-    CHECK(nt == 8);
-    enum { MAXN = 5000 };
-    atomic_int *hits = calloc(MAXN * 4, sizeof *hits);
-    CHECK(hits != NULL);
+enum { MAXN = 5000 };
+
+/* jobs of varying size back to back; returns how many ran an element not exactly once or in the wrong chunk */
+static int run_jobs(atomic_int *hits, int count, int nt) {
     int bad = 0;
-    for (int it = 0; it < 20000 && hits; it++) {
+    for (int it = 0; it < count && hits; it++) {
         int64_t n = 1 + (it * 7919) % MAXN;
         int chunks = n < nt ? (int)n : nt;
         job j = {n, (n + chunks - 1) / chunks, hits, 0, 0};
@@ -73,7 +72,24 @@ int main(void) {
         for (int64_t i = 0; i < n && ok; i++) ok = atomic_load(&hits[i]) == 1;
         if (!ok) bad++;
     }
+    return bad;
+}
+
+int main(void) {
+    fm_set_num_threads(8);
+    const int nt = fm_num_threads();
+    CHECK(nt == 8);
+    atomic_int *hits = calloc(MAXN * 4, sizeof *hits);
+    CHECK(hits != NULL);
+    int bad = run_jobs(hits, 20000, nt);
     CHECK_MSG(bad == 0, "%d of 20000 jobs ran an element not exactly once or in the wrong chunk", bad);
+    fm_parallel_set_spin_us(0); /* every wait sleeps */
+    bad = run_jobs(hits, 3000, nt);
+    CHECK_MSG(bad == 0, "no spin: %d of 3000 jobs ran an element not exactly once or in the wrong chunk", bad);
+    fm_parallel_set_spin_us(5000); /* long spins, with more threads than cores */
+    bad = run_jobs(hits, 3000, nt);
+    CHECK_MSG(bad == 0, "5 ms spin: %d of 3000 jobs ran an element not exactly once or in the wrong chunk", bad);
+    fm_parallel_set_spin_us(1000);
     fprintf(stderr, "chunks the caller took over from a worker: %ld\n", (long)atomic_load(&g_taken));
     /* nested: 100 outer elements, each an inner job of 4 */
     if (hits) {

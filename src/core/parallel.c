@@ -8,7 +8,7 @@
  * compare-and-swap), and its fn call gets the chunk's index as tid whichever
  * thread runs it. So a worker that the OS has descheduled (another process on
  * a shared machine) no longer stalls the whole job: the caller takes its chunk.
- * Spinning briefly (SPIN_ITERS) before sleeping keeps the wake-up latency of back-to-back
+ * Spinning briefly (spin_until) before sleeping keeps the wake-up latency of back-to-back
  * small ops low on a 2-core machine. */
 #include "core/parallel.h"
 
@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -24,31 +25,72 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Iterations of the spin before a thread sleeps: at most on the order of
- * 20-50 us, about the gap between two kernels of a training step. Waking a
- * sleeping worker costs a futex round trip (5-20 us), which small ops cannot
- * amortize.
+/* How long a thread spins before it sleeps, in time rather than iterations
+ * (a pause costs 16 ns on one x86 core and several times that on another).
+ * Waking a sleeping worker costs a futex round trip, and inside a VM the IPI
+ * that wakes a halted vCPU: tens of microseconds, paid again at every job
+ * after a sleep. A training step's gaps between parallel jobs (serial
+ * bookkeeping, small ops below the grain) reach several hundred microseconds,
+ * so the default budget is 1 ms (libgomp spins a few ms by default, Intel's
+ * OpenMP 200 ms). On an Intel Xeon model 207 VM at 2 threads, the 32 us spin
+ * this replaces left ~24 context switches per MLP train step and ~190 per
+ * kjv-gpt step (a 300 us budget: ~125; 1 ms: ~3), and the median MLP step was
+ * 5-25% slower (docs/PERFORMANCE.md).
  *
- * The spin adapts per thread: it doubles (up to SPIN_ITERS) after a wait that
- * the spin satisfied and halves (down to SPIN_MIN) after one that ended in
+ * The spin adapts per thread: it doubles (up to the budget) after a wait that
+ * the spin satisfied and halves (down to SPIN_MIN_NS) after one that ended in
  * sleep. Back-to-back ops (a training or decode step) keep it long; a server
  * between requests, or a job whose other thread another process has
  * descheduled, shrinks it, so the pool stops burning CPU the oversubscribed
- * cores need (a full spin after every job was 8-11% of a busy server's CPU). */
-#define SPIN_ITERS 2000
-#define SPIN_MIN 32
+ * cores need. FATHOM_SPIN_US sets the budget (0: never spin);
+ * fm_parallel_set_spin_us sets it from code (the server keeps it short). */
+#define SPIN_DEFAULT_NS 1000000
+#define SPIN_MIN_NS 1000
+static _Atomic int64_t g_spin_max_ns = -1; /* -1: not read from the environment yet */
 
-/* Spins up to *budget iterations for cond(p, arg); adapts *budget; returns cond's last value. */
-static inline bool spin_until(bool (*cond)(void *, unsigned long), void *p, unsigned long arg, int *budget) {
-    for (int i = 0; i < *budget; i++) {
-        if (cond(p, arg)) {
-            if (*budget < SPIN_ITERS) *budget = *budget * 2 > SPIN_ITERS ? SPIN_ITERS : *budget * 2;
-            return true;
-        }
-        CPU_RELAX();
+static int64_t spin_max_ns(void) {
+    int64_t v = atomic_load_explicit(&g_spin_max_ns, memory_order_relaxed);
+    if (v >= 0) return v;
+    const char *e = getenv("FATHOM_SPIN_US");
+    char *end = NULL;
+    long long us = e && *e ? strtoll(e, &end, 10) : -1;
+    v = us >= 0 && end && *end == '\0' ? (int64_t)(us > 1000000 ? 1000000 : us) * 1000 : SPIN_DEFAULT_NS;
+    int64_t expect = -1;
+    atomic_compare_exchange_strong_explicit(&g_spin_max_ns, &expect, v, memory_order_relaxed, memory_order_relaxed);
+    return atomic_load_explicit(&g_spin_max_ns, memory_order_relaxed);
+}
+
+void fm_parallel_set_spin_us(int64_t us) {
+    if (us < 0) us = 0;
+    if (us > 1000000) us = 1000000;
+    atomic_store_explicit(&g_spin_max_ns, us * 1000, memory_order_relaxed);
+}
+
+static inline int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spins up to *budget ns for cond(p, arg), checking the clock every 16 pauses;
+ * adapts *budget; returns cond's last value. */
+static inline bool spin_until(bool (*cond)(void *, unsigned long), void *p, unsigned long arg, int64_t *budget) {
+    int64_t max = spin_max_ns();
+    if (*budget > max) *budget = max;
+    if (*budget > 0) {
+        int64_t limit = now_ns() + *budget;
+        do {
+            for (int i = 0; i < 16; i++) {
+                if (cond(p, arg)) {
+                    *budget = *budget * 2 > max ? max : (*budget * 2 < SPIN_MIN_NS ? SPIN_MIN_NS : *budget * 2);
+                    return true;
+                }
+                CPU_RELAX();
+            }
+        } while (now_ns() < limit);
     }
     if (cond(p, arg)) return true;
-    if (*budget > SPIN_MIN) *budget /= 2;
+    if (*budget > SPIN_MIN_NS) *budget /= 2;
     return false;
 }
 
@@ -76,7 +118,7 @@ static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_I
 static _Thread_local int t_tid = 0;
 static _Thread_local int t_in_parallel = 0;
 static _Thread_local int t_serial = 0; /* fm_parallel_serial */
-static _Thread_local int t_spin = SPIN_ITERS; /* this thread's spin budget (spin_until) */
+static _Thread_local int64_t t_spin = SPIN_DEFAULT_NS; /* this thread's spin budget in ns (spin_until) */
 static int g_requested = 0;
 
 int fm_thread_id(void) { return t_tid; }

@@ -13,6 +13,10 @@ void fm_set_num_threads(int n);
  * latency-bound caller whose loops are too small to pay for waking the pool
  * (the text server's one-token decode steps). Per thread; off by default. */
 void fm_parallel_serial(int on);
+/* How long an idle pool thread (or a caller waiting for its workers) spins
+ * before it sleeps, at most, in microseconds (0: sleep at once). Default 1000,
+ * or FATHOM_SPIN_US; the budget then adapts per thread (parallel.c). */
+void fm_parallel_set_spin_us(int64_t us);
 /* Index of the calling pool thread (0 = the caller/main). */
 int fm_thread_id(void);
 /* Shut the pool down (tests call it so valgrind sees no live threads). */
