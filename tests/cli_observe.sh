@@ -50,6 +50,11 @@ expect 1 "not a Chrome trace" profile "$TMP/bad.json"
 expect 0 "data-bound" profile "$TMP/trace.json" --peak-gflops 100
 expect 0 "data waiting" profile "$TMP/trace.json" --peak-gflops 100
 expect 0 "MFU: " profile "$TMP/trace.json" --peak-gflops 100
+# 2e8 FLOPs in a 400 us step is 500 GFLOP/s: above a peak of 100, the MFU is flagged as meaningless
+expect 0 "this MFU means nothing" profile "$TMP/trace.json" --peak-gflops 100
+if "$FATHOM" profile "$TMP/trace.json" --peak-gflops 1000 | grep -qF "this MFU means nothing"; then
+    echo "FAIL: profile flags an MFU of 50% as above the peak"; fails=$((fails + 1))
+fi
 expect 0 '"bottleneck": "data"' profile "$TMP/trace.json" --json --peak-gflops 100
 if command -v python3 >/dev/null; then
     "$FATHOM" profile "$TMP/trace.json" --json --peak-gflops 100 | python3 -m json.tool >/dev/null ||

@@ -573,6 +573,10 @@ void fm_trace_summary_print(const fm_trace_summary *s, FILE *f, int max_rows) {
             s->n_steps ? " per step" : "", s->achieved_gflops, s->gemm_gflops);
     if (s->peak_gflops > 0) fprintf(f, "MFU: %.1f%% of %.1f GFLOP/s peak\n", 100.0 * s->mfu, s->peak_gflops);
     else fprintf(f, "MFU: unknown (no peak given)\n");
+    if (s->peak_gflops > 0 && s->mfu > 1.0)
+        fprintf(f, "note: the trace ran above that peak, so this MFU means nothing: a peak measured while other work "
+                   "holds the cores reads low, and a trace from another machine needs that machine's peak "
+                   "(give it with --peak-gflops)\n");
     if (s->has_gpu)
         fprintf(f, "GPU idle: %.1f%% of step time (%s)\n", s->gpu_idle_pct,
                 s->gpu_event_timed ? "kernel and copy times from CUDA events" : "host spans of GPU ops");
