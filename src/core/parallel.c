@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,9 +55,13 @@ static int64_t spin_max_ns(void) {
     const char *e = getenv("FATHOM_SPIN_US");
     char *end = NULL;
     long long us = e && *e ? strtoll(e, &end, 10) : -1;
-    v = us >= 0 && end && *end == '\0' ? (int64_t)(us > 1000000 ? 1000000 : us) * 1000 : SPIN_DEFAULT_NS;
+    bool ok = us >= 0 && end && *end == '\0';
+    v = ok ? (int64_t)(us > 1000000 ? 1000000 : us) * 1000 : SPIN_DEFAULT_NS;
     int64_t expect = -1;
-    atomic_compare_exchange_strong_explicit(&g_spin_max_ns, &expect, v, memory_order_relaxed, memory_order_relaxed);
+    if (atomic_compare_exchange_strong_explicit(&g_spin_max_ns, &expect, v, memory_order_relaxed, memory_order_relaxed) &&
+        e && *e && !ok) /* said once: by the thread whose reading was stored */
+        fprintf(stderr, "fathom: warning: FATHOM_SPIN_US=%s is not a whole number of microseconds >= 0; the default (%d) is used\n",
+                e, SPIN_DEFAULT_NS / 1000);
     return atomic_load_explicit(&g_spin_max_ns, memory_order_relaxed);
 }
 
