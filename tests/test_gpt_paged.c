@@ -9,11 +9,13 @@
 #include "fathom/autograd.h"
 #include "fathom/gpt.h"
 #include "fathom/ops.h"
+#include "gpt/gpt_internal.h"
 #include "gpt/gpt_paged.h"
 #include "test_util.h"
 
 /* set: heads that do not tile n_embd (3 heads of 8 over 32; Llama 2 heads in 1 kv group) */
 static bool narrow_heads;
+static bool untied; /* set: an output head of its own (lm_head), not the token embedding */
 
 static fm_gpt_config tiny(fm_gpt_arch arch) {
     fm_gpt_config c = fm_gpt_config_default(arch);
@@ -25,6 +27,7 @@ static fm_gpt_config tiny(fm_gpt_arch arch) {
     c.ffn_hidden = arch == FM_GPT_LLAMA ? 96 : 128;
     c.n_kv_head = arch == FM_GPT_LLAMA ? (narrow_heads ? 1 : 2) : c.n_head;
     c.head_dim = narrow_heads ? 8 : 0;
+    c.untied_head = untied;
     c.dropout = 0;
     return c;
 }
@@ -187,7 +190,66 @@ static void check_moved_model(void) {
     fm_gpt_free(m);
 }
 
+/* A sequence's logits are bitwise the same decoded alone one token per step, with
+ * its prompt in one chunk, or sharing every step with 1-5 others (the packed
+ * linear sums each output in one order whatever the rows: gpt_paged.c). */
+static void check_batch_invariance(fm_gpt_arch arch) {
+    fm_gpt_config c = tiny(arch);
+    fm_rng r;
+    fm_rng_init(&r, 5);
+    fm_gpt *m = fm_gpt_new(&c, &r);
+    fm_gpt_train_mode(m, false);
+    const int32_t x[10] = {4, 8, 15, 16, 23, 42, 7, 1, 2, 3};
+    float alone[10][64], lg[6 * 64];
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 24, 4, 6);
+    int s = fm_gpt_paged_open(p);
+    for (int t = 0; t < 10; t++) CHECK(fm_gpt_paged_step(m, p, 1, &s, &x[t], alone[t]) == FM_OK);
+    fm_gpt_paged_close(p, s);
+    /* the first 6 tokens as one chunk, then with company that changes every step */
+    int seqs[6];
+    for (int i = 0; i < 6; i++) seqs[i] = fm_gpt_paged_open(p);
+    CHECK(fm_gpt_paged_step_n(m, p, 1, seqs, (int[]){6}, x, lg) == FM_OK);
+    bool same = memcmp(lg, alone[5], sizeof(float) * 64) == 0;
+    for (int t = 6; t < 10; t++) {
+        int n = 1 + (t * 3) % 6, cnt[6];
+        int32_t tk[6 * 2];
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            cnt[i] = i == 0 ? 1 : 1 + (i + t) % 2; /* others: one token or a chunk of two */
+            for (int j = 0; j < cnt[i]; j++) tk[k++] = i == 0 ? x[t] : (int32_t)((t * 7 + i * 5 + j) % 64);
+        }
+        CHECK(fm_gpt_paged_step_n(m, p, n, seqs, cnt, tk, lg) == FM_OK);
+        same = same && memcmp(lg, alone[t], sizeof(float) * 64) == 0;
+    }
+    CHECK_MSG(same, "%s: logits depend on the other sequences in the step", fm_gpt_arch_name(arch));
+    fm_gpt_paged_free(p);
+    fm_gpt_free(m);
+}
+
+/* The cache holds packed copies of the weights it was made with: a model whose
+ * weight tensors were replaced since is refused, not run with the stale copies. */
+static void check_replaced_weights(void) {
+    fm_gpt_config c = tiny(FM_GPT_GPT2);
+    fm_gpt *m = fm_gpt_new(&c, NULL);
+    fm_gpt_paged *p = fm_gpt_paged_new(m, 2, 4, 1);
+    float lg[64];
+    int s = fm_gpt_paged_open(p);
+    fm_tensor *w = m->layers[1].fc2_w, *w2 = fm_tensor_zeros(w->ndim, w->shape, w->dtype, fm_tensor_device(w));
+    m->layers[1].fc2_w = w2;
+    CHECK(fm_gpt_paged_step(m, p, 1, &s, (int32_t[]){1}, lg) == FM_ERR_INVALID);
+    CHECK_ERR_CONTAINS("make a new cache");
+    CHECK(fm_gpt_paged_len(p, s) == 0);
+    m->layers[1].fc2_w = w;
+    CHECK(fm_gpt_paged_step(m, p, 1, &s, (int32_t[]){1}, lg) == FM_OK);
+    fm_tensor_release(w2);
+    fm_gpt_paged_free(p);
+    fm_gpt_free(m);
+}
+
 int main(void) {
+    check_batch_invariance(FM_GPT_GPT2);
+    check_batch_invariance(FM_GPT_LLAMA);
+    check_replaced_weights();
     check_arch(FM_GPT_GPT2);
     check_arch(FM_GPT_LLAMA);
     check_prefill(FM_GPT_GPT2);
@@ -199,5 +261,9 @@ int main(void) {
     check_arch(FM_GPT_LLAMA);
     check_prefill(FM_GPT_GPT2);
     check_prefill(FM_GPT_LLAMA);
+    narrow_heads = false;
+    untied = true; /* the logits come from lm_head */
+    check_arch(FM_GPT_LLAMA);
+    check_prefill(FM_GPT_GPT2);
     TEST_DONE();
 }

@@ -1,6 +1,7 @@
 /* One head of paged attention (src/gpt/gpt_paged_attn.h), the per-sequence part
- * of a batched decode step: the scalar and AVX2 versions against a double
- * reference over head sizes that hit every tail (D % 8, D % 4 positions), block
+ * of a batched decode step: the scalar, AVX2 and AVX-512 versions against a double
+ * reference over head sizes that hit every tail (D % 8, D % 4 positions, and the
+ * AVX-512 version's column groups of 1-4 zmm, its AVX2 fallback over 256), block
  * sizes 1-16 with the blocks scattered in the pool (a paged table's order),
  * 1-130 positions, and large score ranges (the softmax's max subtraction). */
 #include <stdlib.h>
@@ -49,10 +50,10 @@ static void check_case(int D, int BT, int64_t n, float qscale, double tol, uint6
     }
     fm_paged_head a = {q, kb, vb, D, BT, n, 0.25f, sc, o};
     reference(&a, ref);
-    void (*fns[2])(const fm_paged_head *) = {fm_paged_head_f32_scalar, fm_paged_head_f32_avx2};
-    const char *names[2] = {"scalar", "avx2"};
-    for (int f = 0; f < 2; f++) {
-        if (f == 1 && !fm_cpu_use_avx2()) continue;
+    void (*fns[3])(const fm_paged_head *) = {fm_paged_head_f32_scalar, fm_paged_head_f32_avx2, fm_paged_head_f32_avx512};
+    const char *names[3] = {"scalar", "avx2", "avx512"};
+    for (int f = 0; f < 3; f++) {
+        if ((f == 1 && !fm_cpu_use_avx2()) || (f == 2 && !fm_cpu_use_avx512())) continue;
         fns[f](&a);
         double worst = 0;
         for (int e = 0; e < D; e++) {
@@ -68,9 +69,9 @@ done:
 }
 
 int main(void) {
-    const int Ds[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128};
-    const int BTs[] = {1, 4, 16};
-    const int64_t ns[] = {1, 2, 3, 4, 5, 17, 64, 130};
+    const int Ds[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 48, 64, 80, 100, 128, 256, 272};
+    const int BTs[] = {1, 3, 4, 16};
+    const int64_t ns[] = {1, 2, 3, 4, 5, 15, 16, 17, 33, 64, 130};
     uint64_t seed = 3;
     for (size_t i = 0; i < sizeof Ds / sizeof Ds[0]; i++)
         for (size_t j = 0; j < sizeof BTs / sizeof BTs[0]; j++)
@@ -78,5 +79,6 @@ int main(void) {
     check_case(64, 16, 100, 400.0f, 1e-5, seed++); /* scores spanning hundreds: exp's range */
     check_case(32, 4, 37, -300.0f, 1e-5, seed++);
     if (!fm_cpu_use_avx2()) TEST_SKIP("the AVX2 version (FATHOM_ISA=scalar or no AVX2)");
+    if (!fm_cpu_use_avx512()) TEST_SKIP("the AVX-512 version (FATHOM_ISA below avx512 or no AVX-512)");
     TEST_DONE();
 }

@@ -25,7 +25,48 @@ struct fm_gpt_paged {
     int *n_alloc;        /* per sequence: blocks in its table */
     int64_t *len;        /* per sequence: cached positions; -1: slot free */
     const float **kb, **vb; /* a step's scratch: one sequence's blocks for one kv head */
+    /* the linear weights in linear_fused's panel form, made once here: per layer
+     * qkv, proj, fc, fc2 (PK_PER_LAYER), then the output head; and the weight each
+     * was made from, whose data a step checks it still points to */
+    fm_tensor **pk;
+    const fm_tensor **pk_src;
+    int n_pk;
 };
+
+#define PK_PER_LAYER 4
+
+static fm_tensor *head_weight(const fm_gpt *m) { return m->lm_head ? m->lm_head : m->wte; }
+
+/* the weight of packed tensor i: per layer qkv, proj, fc, fc2; last the head */
+static const fm_tensor *pk_weight(const fm_gpt *m, const fm_gpt_paged *p, int i) {
+    if (i == p->n_pk - 1) return head_weight(m);
+    const gpt_layer *L = &m->layers[i / PK_PER_LAYER];
+    const fm_tensor *w[PK_PER_LAYER] = {L->qkv_w, L->proj_w, L->fc_w, L->fc2_w};
+    return w[i % PK_PER_LAYER];
+}
+
+/* The linear layers run linear_fused on weights packed once, here, rather than
+ * linear's GEMM: every output is then one sum over k in order whatever the number
+ * of rows (linear_packed.h), so a sequence's logits are bitwise the same whether
+ * it decodes alone (one row: the GEMV before), with 15 others, or within a prompt
+ * chunk, and the 2-16-row products of a batched step run the register-tiled
+ * kernel instead of a dot product per output (gemm_smallm.h). The packed copies
+ * cost as much memory again as the linear weights. */
+static fm_status pack_weights(const fm_gpt *m, fm_gpt_paged *p) {
+    p->n_pk = p->n_layer * PK_PER_LAYER + 1;
+    p->pk = calloc((size_t)p->n_pk, sizeof *p->pk);
+    p->pk_src = calloc((size_t)p->n_pk, sizeof *p->pk_src);
+    if (!p->pk || !p->pk_src) return fm_set_error(FM_ERR_OOM, "paged cache: out of host memory for the packed weights");
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = FM_OK;
+    for (int i = 0; i < p->n_pk && st == FM_OK; i++) {
+        const fm_tensor *w = pk_weight(m, p, i);
+        p->pk_src[i] = w;
+        if (!(p->pk[i] = fm_linear_fused_pack((fm_tensor *)w))) st = fm_last_status();
+    }
+    fm_set_grad_enabled(prev);
+    return st;
+}
 
 fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs) {
     if (m->wte->dtype != FM_F32 || fm_tensor_device(m->wte).type != FM_DEV_CPU) {
@@ -71,6 +112,10 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
     }
     for (int b = 0; b < n_blocks; b++) p->free_list[b] = n_blocks - 1 - b;
     p->n_free = n_blocks;
+    if (pack_weights(m, p) != FM_OK) {
+        fm_gpt_paged_free(p);
+        return NULL;
+    }
     return p;
 oom:
     fm_gpt_paged_free(p);
@@ -93,6 +138,9 @@ void fm_gpt_paged_free(fm_gpt_paged *p) {
     free(p->n_alloc);
     free(p->kb);
     free(p->vb);
+    for (int i = 0; p->pk && i < p->n_pk; i++) fm_tensor_release(p->pk[i]);
+    free(p->pk);
+    free(p->pk_src);
     free(p);
 }
 
@@ -147,7 +195,9 @@ static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *se
                    float *att, float *scores) {
     const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
     const float scale = 1.0f / sqrtf((float)D);
-    void (*head)(const fm_paged_head *) = fm_cpu_use_avx2() ? fm_paged_head_f32_avx2 : fm_paged_head_f32_scalar;
+    void (*head)(const fm_paged_head *) = fm_cpu_use_avx512() ? fm_paged_head_f32_avx512
+                                          : fm_cpu_use_avx2() ? fm_paged_head_f32_avx2
+                                                              : fm_paged_head_f32_scalar;
     for (int i = 0; i < n; i++) {
         int s = seqs[i];
         int64_t pos = poss[i];
@@ -194,19 +244,25 @@ static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
     return y;
 }
 
+/* x w^T + b with packed weights number i (pack_weights) */
+static fm_tensor *lin(const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    return fm_linear_fused(x, w, b, p->pk[i], false);
+}
+
 /* One block on x [n, C]; returns the new residual stream. */
 static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, int n, const int *seqs,
                               const int64_t *pos, float *scores) {
     gpt_layer *L = &m->layers[l];
     const int H = p->H, D = p->D;
     fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *att = NULL, *r = NULL;
-    if (!h || !upd(&h, fm_linear(h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
+    const int pk = l * PK_PER_LAYER;
+    if (!h || !upd(&h, lin(p, pk, h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
     att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, fm_tensor_device(h)); /* the host: see the step */
     if (!att) goto fail;
     attend(m, p, l, n, seqs, pos, fm_tensor_data(h), fm_tensor_data(att), scores);
-    if (!upd(&att, fm_linear(att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
-    if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, fm_linear(h, L->fc_w, L->fc_b)) ||
-        !upd(&h, mlp_act(m, h)) || !upd(&h, fm_linear(h, L->fc2_w, L->fc2_b)))
+    if (!upd(&att, lin(p, pk + 1, att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
+    if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, lin(p, pk + 2, h, L->fc_w, L->fc_b)) ||
+        !upd(&h, mlp_act(m, h)) || !upd(&h, lin(p, pk + 3, h, L->fc2_w, L->fc2_b)))
         goto fail;
     fm_tensor *out = fm_add(r, h);
     fm_tensor_release_n(3, h, att, r);
@@ -223,6 +279,13 @@ static fm_status reserve(const fm_gpt *m, fm_gpt_paged *p, int n, const int *seq
     if (fm_tensor_device(m->wte).type != FM_DEV_CPU)
         return fm_set_error(FM_ERR_UNSUPPORTED, "paged step: paged decoding runs on the CPU; the model was moved to "
                                                 "another device (fm_gpt_to(m, cpu) first)");
+    /* the packed copies are of the weights the cache was made with: a model whose
+     * weights were replaced since (loaded, moved) is refused rather than run with
+     * stale ones (weights changed in place are not seen: make a new cache) */
+    for (int i = 0; i < p->n_pk; i++)
+        if (pk_weight(m, p, i) != p->pk_src[i])
+            return fm_set_error(FM_ERR_INVALID, "paged step: the model's weights are not those the cache was made with "
+                                                "(make a new cache for this model)");
     int need = 0, r = 0;
     for (int i = 0; i < n; i++) {
         int s = seqs[i];
@@ -301,7 +364,7 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
     }
     for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, R, rseq, ids + R, scores));
     if (x && R > n) upd(&x, gather_rows(x, n, last)); /* the head only for the tokens that get sampled */
-    if (x && upd(&x, norm(m, x, m->lnf_w, m->lnf_b)) && upd(&x, fm_linear(x, m->wte, NULL)))
+    if (x && upd(&x, norm(m, x, m->lnf_w, m->lnf_b)) && upd(&x, lin(p, p->n_pk - 1, x, head_weight(m), NULL)))
         st = fm_tensor_copy_to_host(x, logits, FM_F32);
     else
         st = fm_last_status();

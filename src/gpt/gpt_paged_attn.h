@@ -3,10 +3,10 @@
  * keys and values of positions [b*BT, (b+1)*BT) are the BT x D rows at k[b] and
  * v[b]. This is the per-sequence part of a batched decode step (it does not
  * shrink with batching: every row attends over its own cache), so it has an
- * AVX2/FMA version, used at FATHOM_ISA avx2 and avx512 (an AVX-512 one measured
- * no faster at head sizes 32-128 on Zen 4: the scores' reductions dominate); the
- * scalar one is the loop the step had before. They differ only in summation
- * order and exp (fm_exp256, about 1 ulp). */
+ * AVX2/FMA version (FATHOM_ISA avx2) and an AVX-512 one (avx512: head sizes a
+ * multiple of 16, its own reduction tree); the scalar one is the loop the step
+ * had before. They differ only in summation order and exp (fm_exp256/512, about
+ * 1 ulp). */
 #ifndef FATHOM_GPT_PAGED_ATTN_H
 #define FATHOM_GPT_PAGED_ATTN_H
 #include <stdint.h>
@@ -23,4 +23,6 @@ typedef struct fm_paged_head {
 
 void fm_paged_head_f32_scalar(const fm_paged_head *a);
 void fm_paged_head_f32_avx2(const fm_paged_head *a); /* only when fm_cpu_use_avx2() */
+/* only when fm_cpu_use_avx512(); head sizes not a multiple of 16 or over 256 run the AVX2 version */
+void fm_paged_head_f32_avx512(const fm_paged_head *a);
 #endif
