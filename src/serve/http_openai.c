@@ -14,7 +14,7 @@ typedef struct stream_ctx {
     fm_serve_version *v;
     fm_tg_req *req;
     char id[48];
-    bool sent_done, finished;
+    bool sent_done, finished, background;
     fm_openai_reply reply; /* id, model, chat, include_usage (stream_options: usage in a chunk of its own) */
     int64_t t0_ns;
 } stream_ctx;
@@ -38,15 +38,18 @@ static void finish_stats(stream_ctx *sc) {
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     if (sc->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+    /* while it streams, this connection's thread waits for tokens and writes them:
+     * it should not preempt the decode step when woken (fm_tg_thread_background) */
+    if (!sc->background) fm_tg_thread_background(sc->background = true);
     char *text = NULL;
     bool done = false;
     fm_tg_req_take(sc->req, &text, &done, -1);
-    if (!text) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (!text) { fm_tg_thread_background(sc->background = false); return MHD_CONTENT_READER_END_WITH_ERROR; }
     /* max is 64 KiB; a chunk is one step's text */
     long n = fm_openai_sse_event(reply_now(sc), text, done ? fm_tg_req_finish_reason(sc->req) : NULL, done, buf, max);
     free(text);
-    if (n < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-    if (done) { sc->sent_done = true; finish_stats(sc); }
+    if (n < 0) { fm_tg_thread_background(sc->background = false); return MHD_CONTENT_READER_END_WITH_ERROR; }
+    if (done) { sc->sent_done = true; finish_stats(sc); fm_tg_thread_background(sc->background = false); }
     return n;
 }
 

@@ -8,6 +8,7 @@
 #include "serve/textgen.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,9 @@ struct fm_tg_req {
     const char *finish;
     int pub_gen;     /* n_gen as of the text */
     int taken_gen;   /* pub_gen when the reader last took text */
+    /* the waker's queue (under t->wmu): queued there, holding a reference */
+    bool wake_queued;
+    fm_tg_req *wake_next;
 };
 
 struct fm_textgen {
@@ -55,7 +59,7 @@ struct fm_textgen {
     int64_t max_queue, n_waiting;
     int64_t delay_ns; /* dynamic_batching.max_queue_delay_microseconds: an idle engine waits this long for company */
     bool lone;        /* the last wait for company ended with one request: lone ones start at once (tg_main) */
-    bool pool_one;    /* FATHOM_TG_POOL_ONE=1: one-token steps use the thread pool too (for comparison) */
+    int64_t serial_rows; /* steps of at most this many rows run on the scheduler thread alone */
     fm_serve_stats *stats;
     float *logits;
     pthread_mutex_t mu;
@@ -65,6 +69,13 @@ struct fm_textgen {
     fm_tg_req *wait_head, *wait_tail;
     fm_tg_req *active[MAX_SEQS];
     int n_active;
+    /* The waker: a thread that wakes the connections a step has text for when there
+     * are several (wake_main), so that the scheduler starts the next step instead */
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    pthread_t wth;
+    fm_tg_req *wake_head;
+    bool wstop, wstarted, wsleeping;
 };
 
 bool fm_textgen_dir_is_gpt(const char *dir) {
@@ -264,9 +275,68 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
         wake[i] = update_text(t, r);
     }
     /* the wake-ups after all the bookkeeping: a woken connection thread can then take
-     * the scheduler's core without holding up the others' text */
-    for (int i = 0; i < n; i++)
-        if (wake[i]) pthread_cond_broadcast(&batch[i]->cv);
+     * the scheduler's core without holding up the others' text. One is done here;
+     * several go to the waker thread: each costs the waker a futex call and, on a
+     * virtual machine, an interrupt to another core (13 us each measured on the
+     * Intel Xeon model 207 here: 97 us of a 560 us step with 7-8 streams), and the
+     * scheduler meanwhile runs the next step */
+    int nw = 0;
+    for (int i = 0; i < n; i++) nw += wake[i];
+    if (nw == 1 || (nw > 1 && !t->wstarted)) {
+        for (int i = 0; i < n; i++)
+            if (wake[i]) pthread_cond_broadcast(&batch[i]->cv);
+    } else if (nw > 1) {
+        pthread_mutex_lock(&t->wmu);
+        for (int i = 0; i < n; i++)
+            if (wake[i] && !batch[i]->wake_queued) {
+                batch[i]->wake_queued = true;
+                atomic_fetch_add(&batch[i]->refs, 1);
+                batch[i]->wake_next = t->wake_head;
+                t->wake_head = batch[i];
+            }
+        bool sleeping = t->wsleeping;
+        pthread_mutex_unlock(&t->wmu);
+        if (sleeping) pthread_cond_signal(&t->wcv);
+    }
+}
+
+/* A woken thread normally preempts the running one when it has had less CPU, so
+ * each stream's connection thread, woken at every token, cut into the decode step
+ * on its core: with 8 streams on 2 cores the scheduler thread was preempted about
+ * once per step (2871 involuntary switches in 2.17 s, 3400 steps; from
+ * /proc/PID/task/TID/status). SCHED_BATCH threads do not preempt on waking; they
+ * run when a core is free or at the next tick. Allowed without privileges. */
+void fm_tg_thread_background(bool on) {
+#ifdef SCHED_BATCH
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), on ? SCHED_BATCH : SCHED_OTHER, &sp);
+#else
+    (void)on;
+#endif
+}
+
+/* The waker thread: wakes each queued connection, and lets go of its reference. */
+static void *wake_main(void *arg) {
+    fm_textgen *t = arg;
+    fm_tg_thread_background(true);
+    pthread_mutex_lock(&t->wmu);
+    for (;;) {
+        while (!t->wake_head && !t->wstop) {
+            t->wsleeping = true;
+            pthread_cond_wait(&t->wcv, &t->wmu);
+            t->wsleeping = false;
+        }
+        if (!t->wake_head) break; /* stopped, and nothing left */
+        fm_tg_req *r = t->wake_head;
+        t->wake_head = r->wake_next;
+        r->wake_queued = false;
+        pthread_mutex_unlock(&t->wmu);
+        pthread_cond_broadcast(&r->cv);
+        fm_tg_req_release(r);
+        pthread_mutex_lock(&t->wmu);
+    }
+    pthread_mutex_unlock(&t->wmu);
+    return NULL;
 }
 
 static void run_step(fm_textgen *t) {
@@ -282,9 +352,8 @@ static void run_step(fm_textgen *t) {
     }
     pthread_mutex_unlock(&t->mu);
     int64_t t0 = fm_now_ns();
-    /* a step of one token is a few one-row products (GEMV) of ~0.1 ms: split over the
-     * pool it costs more CPU in wake-ups than it saves, and waits for a busy core */
-    fm_parallel_serial(rows == 1 && !t->pool_one);
+    /* a small step (see serial_rows) is split over the pool at more cost than gain */
+    fm_parallel_serial(rows <= t->serial_rows);
     fm_status st = fm_gpt_paged_step_n(t->m, t->p, n, seqs, counts, t->rows, t->logits);
     int64_t t1 = fm_now_ns();
     pthread_mutex_lock(&t->mu);
@@ -359,11 +428,24 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     if (!t) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    pthread_mutex_init(&t->wmu, NULL);
+    pthread_cond_init(&t->wcv, NULL);
     t->stats = stats;
-    const char *po = getenv("FATHOM_TG_POOL_ONE");
-    t->pool_one = po && !strcmp(po, "1");
     t->m = fm_gpt_load_dir(dir, &t->tok);
     if (!t->m || !t->tok) { fm_textgen_stop(t); return NULL; }
+    /* A step of under 2^24 multiply-adds (rows times about the parameter count:
+     * ~0.3 ms on one core) runs on the scheduler thread alone: its products are a
+     * few us each, so split over the pool they gain little, and while the
+     * connection threads and clients want the other cores a preempted worker holds
+     * up the whole step. kjv-gpt (0.9 M parameters) then runs steps of up to 19
+     * rows serially: 8 streaming clients measured 2.77-3.08x the tokens/s of one at
+     * a time against 1.78-2.40x with the pool (docs/SERVING.md). A model of over
+     * 2^24 parameters uses the pool at every step, one row included (its GEMVs
+     * stream more weight than one core's bandwidth). FATHOM_TG_POOL_ALL=1: every
+     * step uses the pool (for comparison). */
+    const char *pa = getenv("FATHOM_TG_POOL_ALL");
+    int64_t np = fm_gpt_num_params(t->m);
+    t->serial_rows = pa && !strcmp(pa, "1") ? 0 : ((int64_t)1 << 24) / (np > 0 ? np : 1);
     fm_gpt_train_mode(t->m, false);
     const fm_gpt_config *g = fm_gpt_get_config(t->m);
     t->V = g->vocab_size;
@@ -385,6 +467,8 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     pthread_mutex_lock(&stats->mu);
     stats->kv_blocks_total = nb;
     pthread_mutex_unlock(&stats->mu);
+    const char *wk = getenv("FATHOM_TG_WAKER"); /* 0: the scheduler wakes every connection itself (for comparison) */
+    t->wstarted = !(wk && !strcmp(wk, "0")) && pthread_create(&t->wth, NULL, wake_main, t) == 0;
     t->started = pthread_create(&t->th, NULL, tg_main, t) == 0;
     if (!t->started) { fm_set_error(FM_ERR_INTERNAL, "serve: could not start the generation thread"); fm_textgen_stop(t); return NULL; }
     return t;
@@ -397,6 +481,13 @@ void fm_textgen_stop(fm_textgen *t) {
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     if (t->started) pthread_join(t->th, NULL);
+    if (t->wstarted) { /* after the scheduler: it queues no more; the waker drains what is queued */
+        pthread_mutex_lock(&t->wmu);
+        t->wstop = true;
+        pthread_cond_signal(&t->wcv);
+        pthread_mutex_unlock(&t->wmu);
+        pthread_join(t->wth, NULL);
+    }
     fm_gpt_paged_free(t->p);
     fm_gpt_free(t->m);
     fm_tokenizer_free(t->tok);
@@ -404,6 +495,8 @@ void fm_textgen_stop(fm_textgen *t) {
     free(t->rows);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->wmu);
+    pthread_cond_destroy(&t->wcv);
     free(t);
 }
 

@@ -50,6 +50,10 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
  * Copies the text not yet taken into *buf (malloc'd, valid UTF-8) and returns
  * its length; *done is set once everything is out. */
 size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms);
+/* The calling thread (a stream's connection, the waker) in SCHED_BATCH when on, else
+ * back to SCHED_OTHER: its wake-ups then do not preempt the scheduler's decode step
+ * on the same core; see textgen.c. */
+void fm_tg_thread_background(bool on);
 const char *fm_tg_req_finish_reason(fm_tg_req *r);
 void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens);
 /* The caller is gone (client disconnected): the engine drops the request. */
