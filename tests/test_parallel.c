@@ -8,6 +8,7 @@
  * variables) and with a long one. And fm_parallel_serial keeps the caller's
  * jobs on the caller. */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -90,6 +91,20 @@ int main(void) {
     bad = run_jobs(hits, 3000, nt);
     CHECK_MSG(bad == 0, "5 ms spin: %d of 3000 jobs ran an element not exactly once or in the wrong chunk", bad);
     fm_parallel_set_spin_us(1000);
+    /* a program's own default (the server's 30 us): used without a valid FATHOM_SPIN_US
+     * (this test also runs with FATHOM_SPIN_US=12us: ctest test_parallel_bad_spin_env),
+     * a valid one wins */
+    {
+        const char *e = getenv("FATHOM_SPIN_US");
+        char *end = NULL;
+        long long us = e && *e ? strtoll(e, &end, 10) : -1;
+        bool valid = us >= 0 && end && *end == '\0';
+        fm_parallel_set_spin_default_us(30);
+        CHECK_MSG(fm_parallel_spin_us() == (valid ? (us > 1000000 ? 1000000 : us) : 30), "spin %lld us with the default 30 and FATHOM_SPIN_US=%s",
+                  (long long)fm_parallel_spin_us(), e ? e : "(unset)");
+        fm_parallel_set_spin_us(1000);
+        CHECK(fm_parallel_spin_us() == 1000);
+    }
     fprintf(stderr, "chunks the caller took over from a worker: %ld\n", (long)atomic_load(&g_taken));
     /* nested: 100 outer elements, each an inner job of 4 */
     if (hits) {

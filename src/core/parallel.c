@@ -48,6 +48,8 @@
 #define SPIN_DEFAULT_NS 1000000
 #define SPIN_MIN_NS 1000
 static _Atomic int64_t g_spin_max_ns = -1; /* -1: not read from the environment yet */
+static _Atomic int64_t g_spin_default_ns = SPIN_DEFAULT_NS; /* without a valid FATHOM_SPIN_US */
+static atomic_bool g_spin_warned;
 
 static int64_t spin_max_ns(void) {
     int64_t v = atomic_load_explicit(&g_spin_max_ns, memory_order_relaxed);
@@ -56,12 +58,12 @@ static int64_t spin_max_ns(void) {
     char *end = NULL;
     long long us = e && *e ? strtoll(e, &end, 10) : -1;
     bool ok = us >= 0 && end && *end == '\0';
-    v = ok ? (int64_t)(us > 1000000 ? 1000000 : us) * 1000 : SPIN_DEFAULT_NS;
+    v = ok ? (int64_t)(us > 1000000 ? 1000000 : us) * 1000 : atomic_load_explicit(&g_spin_default_ns, memory_order_relaxed);
     int64_t expect = -1;
     if (atomic_compare_exchange_strong_explicit(&g_spin_max_ns, &expect, v, memory_order_relaxed, memory_order_relaxed) &&
-        e && *e && !ok) /* said once: by the thread whose reading was stored */
-        fprintf(stderr, "fathom: warning: FATHOM_SPIN_US=%s is not a whole number of microseconds >= 0; the default (%d) is used\n",
-                e, SPIN_DEFAULT_NS / 1000);
+        e && *e && !ok && !atomic_exchange(&g_spin_warned, true)) /* said once: by the thread whose reading was stored */
+        fprintf(stderr, "fathom: warning: FATHOM_SPIN_US=%s is not a whole number of microseconds >= 0; the default (%lld) is used\n",
+                e, (long long)(v / 1000));
     return atomic_load_explicit(&g_spin_max_ns, memory_order_relaxed);
 }
 
@@ -70,6 +72,15 @@ void fm_parallel_set_spin_us(int64_t us) {
     if (us > 1000000) us = 1000000;
     atomic_store_explicit(&g_spin_max_ns, us * 1000, memory_order_relaxed);
 }
+
+void fm_parallel_set_spin_default_us(int64_t us) {
+    if (us < 0) us = 0;
+    if (us > 1000000) us = 1000000;
+    atomic_store_explicit(&g_spin_default_ns, us * 1000, memory_order_relaxed);
+    atomic_store_explicit(&g_spin_max_ns, -1, memory_order_relaxed); /* read FATHOM_SPIN_US again over it */
+}
+
+int64_t fm_parallel_spin_us(void) { return spin_max_ns() / 1000; }
 
 static inline int64_t now_ns(void) {
     struct timespec t;

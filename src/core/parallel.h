@@ -17,6 +17,12 @@ void fm_parallel_serial(int on);
  * before it sleeps, at most, in microseconds (0: sleep at once). Default 1000,
  * or FATHOM_SPIN_US; the budget then adapts per thread (parallel.c). */
 void fm_parallel_set_spin_us(int64_t us);
+/* The budget used when FATHOM_SPIN_US is unset or not a number (a valid one still
+ * wins): a program with its own default, as the server's 30 us. Call it before
+ * fm_parallel_set_spin_us, which it undoes. */
+void fm_parallel_set_spin_default_us(int64_t us);
+/* The budget in force, in microseconds. */
+int64_t fm_parallel_spin_us(void);
 /* Index of the calling pool thread (0 = the caller/main). */
 int fm_thread_id(void);
 /* Shut the pool down (tests call it so valgrind sees no live threads). */

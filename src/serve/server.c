@@ -216,8 +216,7 @@ fm_server *fm_server_start(const fm_server_options *o) {
     /* Requests come in bursts with idle gaps: keep the pool's spin before sleeping
      * short (the 30 us of the fixed spin the server was measured with), unless
      * FATHOM_SPIN_US says otherwise. */
-    const char *spin = getenv("FATHOM_SPIN_US");
-    if (!spin || !*spin) fm_parallel_set_spin_us(30);
+    fm_parallel_set_spin_default_us(30);
     fm_server *s = calloc(1, sizeof *s);
     if (!s) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     s->opt = *o;
