@@ -1,11 +1,13 @@
 /* AVX-512 quantized kernels (quant_kernels.h): the int8 product with VNNI
  * (vpdpbusd: four u8 x s8 products summed straight into 32 bits, so no
- * saturation), activation quantization, and the int4 rows. The VNNI functions
+ * saturation), activation quantization, and the int4 rows (vpdpbusd on the
+ * nibbles, bitwise the AVX2 rows' results). The VNNI functions
  * carry their own target attribute; the driver calls them only when cpuid
  * reports avx512_vnni. */
 #include <immintrin.h>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_q4_rows.h"
 
 #define VNNI __attribute__((target("avx512vnni")))
 
@@ -97,78 +99,18 @@ void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t z
     }
 }
 
-/* ---- int4 ---- */
+/* ---- int4 on int8 x (quant_q4_rows.h): the AVX2 rows with vpdpbusd ---- */
 
-static inline void unpack32(const uint8_t *p, __m512 *lo, __m512 *hi) {
-    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
-    *lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, m)));
-    *hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), m)));
+/* The 64 weights' nibbles as 64 bytes in the x codes' pair layout (the low
+ * nibbles, then the high ones), one vpdpbusd against the codes, and the two
+ * 256-bit halves added: lane j is then exactly the AVX2 dot64's lane j (the
+ * same products, summed as integers), so the rows give its bits. */
+VNNI static inline __m256i dot64_vnni(const uint8_t *w, const int8_t *qx) {
+    const __m256i W = _mm256_loadu_si256((const __m256i *)w);
+    const __m512i nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(W), _mm256_srli_epi16(W, 4), 1), _mm512_set1_epi8(15));
+    const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, _mm512_loadu_si512((const void *)qx));
+    return _mm256_add_epi32(_mm512_castsi512_si256(d), _mm512_extracti64x4_epi64(d, 1));
 }
 
-/* One row of x (decoding) against 4 weight rows at a time: four independent
- * accumulator chains keep the FMA units busy while each group's codes are
- * unpacked once per weight row; the tail rows go one by one. */
-static inline __attribute__((always_inline)) void gemv4(const fm_q4_gemm *g, int64_t m, int64_t n, int nn) {
-    const int64_t ng = g->K / g->G;
-    const float *x = g->x + m * g->ldx, *xs = g->xsum + m * ng;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    float off[4] = {0, 0, 0, 0};
-    for (int64_t gi = 0; gi < ng; gi++) {
-        __m512 dot[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t k = gi * g->G; k < (gi + 1) * g->G; k += 32) {
-            __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-            for (int j = 0; j < nn; j++) {
-                __m512 lo, hi;
-                unpack32(g->w + (n + j) * (g->K / 2) + k / 2, &lo, &hi);
-                dot[j] = _mm512_fmadd_ps(hi, x1, _mm512_fmadd_ps(lo, x0, dot[j]));
-            }
-        }
-        for (int j = 0; j < nn; j++) {
-            float d = _cvtsh_ss(g->scale[(n + j) * ng + gi]), mn = g->min ? _cvtsh_ss(g->min[(n + j) * ng + gi]) : -8.0f * d;
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(d), dot[j], acc[j]);
-            off[j] += mn * xs[gi];
-        }
-    }
-    for (int j = 0; j < nn; j++) {
-        float y = _mm512_reduce_add_ps(acc[j]) + off[j];
-        g->y[m * g->ldy + n + j] = g->bias ? y + g->bias[n + j] : y;
-    }
-}
+VNNI void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64_vnni); }
 
-void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    if (m1 - m0 == 1) {
-        int64_t n = n0;
-        for (; n + 4 <= n1; n += 4) gemv4(g, m0, n, 4);
-        for (; n < n1; n++) gemv4(g, m0, n, 1);
-        return;
-    }
-    const int64_t ng = g->K / g->G, nr = m1 - m0;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *w = g->w + n * (g->K / 2);
-        const uint16_t *sc = g->scale + n * ng, *mi = g->min ? g->min + n * ng : NULL;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        float off[4] = {0, 0, 0, 0};
-        for (int64_t gi = 0; gi < ng; gi++) {
-            __m512 dot[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int64_t k = gi * g->G; k < (gi + 1) * g->G; k += 32) {
-                __m512 lo, hi;
-                unpack32(w + k / 2, &lo, &hi);
-                for (int64_t r = 0; r < nr; r++) {
-                    const float *x = g->x + (m0 + r) * g->ldx + k;
-                    dot[r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), dot[r]);
-                    dot[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), dot[r]);
-                }
-            }
-            float d = _cvtsh_ss(sc[gi]), mn = mi ? _cvtsh_ss(mi[gi]) : -8.0f * d;
-            __m512 vd = _mm512_set1_ps(d);
-            for (int64_t r = 0; r < nr; r++) {
-                acc[r] = _mm512_fmadd_ps(vd, dot[r], acc[r]);
-                off[r] += mn * g->xsum[(m0 + r) * ng + gi];
-            }
-        }
-        for (int64_t r = 0; r < nr; r++) {
-            float y = _mm512_reduce_add_ps(acc[r]) + off[r];
-            g->y[(m0 + r) * g->ldy + n] = g->bias ? y + g->bias[n] : y;
-        }
-    }
-}

@@ -171,7 +171,9 @@ void fm_q4_rows_q8_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, 
 }
 
 fm_q4_impl fm_q4_impl_best(void) {
-    return fm_cpu_use_avx512() ? FM_Q4_AVX512 : fm_cpu_use_avx2() ? FM_Q4_AVX2 : FM_Q4_REF;
+    /* AVX512: the AVX2 rows with vpdpbusd (VNNI), bitwise the same results */
+    if (fm_cpu_use_avx512() && fm_cpu_get_features()->avx512_vnni) return FM_Q4_AVX512;
+    return fm_cpu_use_avx2() ? FM_Q4_AVX2 : FM_Q4_REF;
 }
 
 typedef struct { const fm_q4_gemm *g; fm_q4_impl impl; } q4_job;
@@ -195,7 +197,7 @@ void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
     fm_q4_gemm gq;
     int8_t *qx = NULL;
     float *dxv = NULL;
-    if (impl == FM_Q4_AVX2) { /* x as int8 per block of 32, once per call */
+    if (impl == FM_Q4_AVX2 || impl == FM_Q4_AVX512) { /* x as int8 per block of 32, once per call */
         qx = malloc((size_t)(g->M * g->K));
         dxv = malloc(sizeof(float) * (size_t)(g->M * (g->K / 8)));
         if (!qx || !dxv) impl = FM_Q4_REF; /* slower, f32 x */

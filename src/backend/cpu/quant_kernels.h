@@ -124,8 +124,8 @@ typedef struct fm_q4_gemm {
     const float *bias;       /* [N] or NULL */
     const float *xsum;
     float *y; int64_t ldy;
-    /* AVX2 only (fm_q4_gemm_run fills them): x rounded to s8 per block of 32,
-     * laid out by fm_q4_quantize_x; NULL for the other implementations. */
+    /* AVX2 and AVX512 (fm_q4_gemm_run fills them): x rounded to s8 per block of
+     * 32, laid out by fm_q4_quantize_x; NULL for the reference. */
     const int8_t *qx;
     const float *dxv;
 } fm_q4_gemm;
@@ -146,6 +146,7 @@ void fm_q4_quantize_x_avx2(const float *x, int64_t K, int8_t *qx, float *dxv);
  * in another order): the reference the tests hold them to. */
 void fm_q4_rows_q8_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+/* the AVX2 rows with vpdpbusd: call only with avx512_vnni; bitwise fm_q4_rows_avx2 */
 void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 typedef enum { FM_Q4_REF, FM_Q4_AVX2, FM_Q4_AVX512 } fm_q4_impl;
 fm_q4_impl fm_q4_impl_best(void);
