@@ -26,8 +26,8 @@ struct fm_gpt_paged {
     int64_t *len;        /* per sequence: cached positions; -1: slot free */
     const float **kb, **vb; /* a step's scratch: one sequence's blocks for one kv head */
     /* the linear weights in linear_fused's panel form, made once here: per layer
-     * qkv, proj, fc, fc2 (PK_PER_LAYER), then the output head; and the weight each
-     * was made from, whose data a step checks it still points to */
+     * qkv, proj, fc, fc2 (PK_PER_LAYER), then the output head; and the weight
+     * tensor each was made from, which a step checks the model still holds */
     fm_tensor **pk;
     const fm_tensor **pk_src;
     int n_pk;
