@@ -48,7 +48,16 @@ nvidia-smi >"$OUT/nvidia-smi-full.txt" 2>&1 || true
 status=0
 # ---- build (Release, sm_90 + PTX) ----
 t0=$SECONDS
-if cmake -S "$ROOT" -B "$BUILD" -DFATHOM_CUDA=ON -DFATHOM_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
+if [[ ${GPU_CHECK_PREBUILT:-0} == 1 ]]; then
+  # binaries built elsewhere (tools/gpu-bundle.sh): the cache they were configured with says
+  # whether NCCL is in them
+  for b in fathom test_cuda test_profile bench_gpu; do
+    [[ -x $BUILD/$b ]] || { log "GPU_CHECK_PREBUILT=1 but $BUILD/$b is missing"; exit 1; }
+  done
+  if grep -q '^FATHOM_NCCL_LIBRARY:FILEPATH=/' "$BUILD/CMakeCache.txt" 2>/dev/null; then nccl_in=1; else nccl_in=0; fi
+  echo "-- fathom: NCCL $nccl_in (prebuilt; from $BUILD/CMakeCache.txt)" >"$OUT/cmake.log"
+  log "prebuilt binaries in $BUILD (not built here)"
+elif cmake -S "$ROOT" -B "$BUILD" -DFATHOM_CUDA=ON -DFATHOM_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
    cmake --build "$BUILD" -j"$JOBS" --target fathom_cli test_cuda test_profile bench_gpu >"$OUT/build.log" 2>&1; then
   log "build ok ($((SECONDS - t0)) s)"
 else
@@ -82,6 +91,17 @@ else
   log "no PyTorch here: peer column empty"; : >"$OUT/bench_torch.jsonl"
 fi
 
+# ---- NCCL: one rank under mpirun, every gradient bucket all-reduced through NCCL, equal to
+# the plain run (tools/gpu-check-nccl.sh; docs/DISTRIBUTED.md) ----
+t0=$SECONDS
+if grep -q "fathom: NCCL 1" "$OUT/cmake.log"; then
+  if nccl=$(timeout 300 bash "$ROOT/tools/gpu-check-nccl.sh" "$BUILD/fathom" cuda "$OUT/nccl" 2>&1 | tail -1) &&
+     [[ $nccl == "nccl smoke: pass"* ]]; then :; else nccl="FAIL: $nccl"; status=1; fi
+else
+  nccl="FAIL (this build has no NCCL: see the 'fathom: NCCL' and 'fathom: MPI' lines of $OUT/cmake.log)"; status=1
+fi
+log "nccl: $nccl ($((SECONDS - t0)) s)"
+
 # ---- training through the CLI, curves vs the CPU, GPT-2 shape vs PyTorch ----
 train="skipped (GPU_CHECK_TRAIN=0)"
 if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
@@ -93,17 +113,6 @@ if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
   fi
   log "training check: $train ($((SECONDS - t0)) s)"
 fi
-
-# ---- NCCL: one rank under mpirun, every gradient bucket all-reduced through NCCL, equal to
-# the plain run (tools/gpu-check-nccl.sh; docs/DISTRIBUTED.md) ----
-t0=$SECONDS
-if grep -q "fathom: NCCL 1" "$OUT/cmake.log"; then
-  if nccl=$(timeout 300 bash "$ROOT/tools/gpu-check-nccl.sh" "$BUILD/fathom" cuda "$OUT/nccl" 2>&1 | tail -1) &&
-     [[ $nccl == "nccl smoke: pass"* ]]; then :; else nccl="FAIL: $nccl"; status=1; fi
-else
-  nccl="FAIL (this build has no NCCL: see the 'fathom: NCCL' and 'fathom: MPI' lines of $OUT/cmake.log)"; status=1
-fi
-log "nccl: $nccl ($((SECONDS - t0)) s)"
 
 # ---- the table ----
 $PY - "$OUT" "$conf" "$prof" "$train" "$nccl" <<'PYEOF' | tee "$OUT/summary.txt"
