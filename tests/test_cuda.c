@@ -10,7 +10,7 @@
  * the reason - exit 77, ctest's SKIP_RETURN_CODE - after checking that asking for
  * cuda fails with a clear error and running every case's CPU side): conformance of
  * every CUDA kernel against the CPU backend, op by op and dtype by dtype, by
- * normalized squared error (1e-6 f32, 1e-2 bf16/f16), with NaN/inf checks,
+ * normalized squared error (1e-6 f32, 1e-3 bf16/f16, the bound #15 sets), with NaN/inf checks,
  * guard regions around every output (out-of-bounds writes) and poisoned outputs
  * (unwritten elements). Kernels are called through fm_dispatch with the same
  * fm_op_call on both devices, so front-end logic cannot mask a kernel bug. The
@@ -402,6 +402,8 @@ static void test_pinned_cache(void) {
 
 static int g_skipped_cases, g_gpu_cases;
 static bool g_has_case[FM_OP_COUNT]; /* ops the conformance list ran (coverage_check) */
+static double g_worst_nse;       /* the largest normalized squared error of one dtype's cases */
+static char g_worst_label[200]; /* and the case that had it */
 /* No device: run_case checks only that the cpu reference of every case runs (so the case
  * list itself - shapes, attrs - is tested on every machine). */
 static int g_cpu_only, g_cpu_cases;
@@ -502,6 +504,8 @@ typedef struct conf_case {
     fm_tensor *in[FM_CALL_MAX_IN]; /* host inputs, in the dtype under test (owned) */
     out_spec out[FM_CALL_MAX_OUT];
     const void *attrs;
+    unsigned keep; /* inputs (bit i) given to the cpu as they are: f16 operands of a fixed format
+                      (int4 scales and offsets), not values in the dtype under test */
 } conf_case;
 
 /* Run one case on both devices and compare. CPU reference: float inputs widened to f32
@@ -520,7 +524,7 @@ static void run_case(conf_case *c, fm_dtype dt) {
         for (int i = 0; i < c->n_in; i++) {
             if (!c->in[i]) continue;
             fm_dtype idt = c->in[i]->dtype;
-            hin[i] = (idt == FM_F16 || idt == FM_BF16) ? fm_to_dtype(c->in[i], FM_F32) : fm_tensor_retain(c->in[i]);
+            hin[i] = (idt == FM_F16 || idt == FM_BF16) && !(c->keep >> i & 1) ? fm_to_dtype(c->in[i], FM_F32) : fm_tensor_retain(c->in[i]);
             cc.in[i] = hin[i];
         }
         for (int i = 0; i < c->n_out; i++) {
@@ -537,7 +541,7 @@ static void run_case(conf_case *c, fm_dtype dt) {
     for (int i = 0; i < c->n_in; i++) {
         if (!c->in[i]) continue;
         fm_dtype idt = c->in[i]->dtype;
-        hin[i] = (idt == FM_F16 || idt == FM_BF16) ? fm_to_dtype(c->in[i], FM_F32) : fm_tensor_retain(c->in[i]);
+        hin[i] = (idt == FM_F16 || idt == FM_BF16) && !(c->keep >> i & 1) ? fm_to_dtype(c->in[i], FM_F32) : fm_tensor_retain(c->in[i]);
         gin[i] = fm_tensor_to(c->in[i], cu);
         CHECK_MSG(gin[i] != NULL, "%s: moving input %d to cuda: %s", label, i, fm_last_error());
         hc.in[i] = hin[i];
@@ -555,7 +559,8 @@ static void run_case(conf_case *c, fm_dtype dt) {
     }
     fm_status hs = fm_dispatch(&hc);
     if (hs != FM_OK) {
-        fprintf(stderr, "  (no cpu reference for %s: %s)\n", label, fm_last_error());
+        /* a dropped case is a failure (#15: the GPU check counts them so) */
+        CHECK_MSG(false, "%s: no cpu reference: %s", label, fm_last_error());
         g_skipped_cases++;
         goto done;
     }
@@ -574,7 +579,8 @@ static void run_case(conf_case *c, fm_dtype dt) {
         int nonfinite, nanmis;
         double e = nse(gh, hout[i], &nonfinite, &nanmis);
         double tol = (c->out[i].exact || !fm_dtype_is_float(c->out[i].dt)) ? 0.0
-                     : (c->out[i].dt == FM_F16 || c->out[i].dt == FM_BF16 || dt == FM_F16 || dt == FM_BF16) ? 1e-2 : 1e-6;
+                     : (c->out[i].dt == FM_F16 || c->out[i].dt == FM_BF16 || dt == FM_F16 || dt == FM_BF16) ? 1e-3 : 1e-6;
+        if (e > g_worst_nse) { g_worst_nse = e; snprintf(g_worst_label, sizeof g_worst_label, "%s output %d", label, i); }
         CHECK_MSG(nonfinite == 0, "%s: output %d: %d NaN/inf (or unwritten) elements where the cpu has finite values", label, i, nonfinite);
         CHECK_MSG(nanmis == 0, "%s: output %d: %d elements differ in NaN/inf from the cpu", label, i, nanmis);
         CHECK_MSG(e <= tol, "%s: output %d: normalized squared error %.3g > %.1g", label, i, e, tol);
@@ -746,7 +752,7 @@ static void bn_running_check(fm_dtype dt, fm_layout lay, const int64_t *xs, int6
     if (hy && gy) {
         fm_tensor *m2 = fm_tensor_to(grm, FM_CPU), *v2 = fm_tensor_to(grv, FM_CPU);
         int nf, nm;
-        double tol = dt == FM_F32 ? 1e-6 : 1e-2;
+        double tol = dt == FM_F32 ? 1e-6 : 1e-3;
         double e1 = nse(m2, hrm, &nf, &nm), e2 = nse(v2, hrv, &nf, &nm);
         CHECK_MSG(e1 <= tol && e2 <= tol, "batch_norm running stats [%s %s]: nse mean %.3g var %.3g", fm_dtype_name(dt),
                   lay == FM_NHWC ? "NHWC" : "NCHW", e1, e2);
@@ -832,6 +838,7 @@ static void index_cases(fm_dtype dt) {
         fm_tensor *gbig = NULL, *gy = guarded_out(&os, &gbig);
         fm_op_call gc2 = {.op = FM_OP_CAT, .n_in = 4, .n_out = 1, .var_in = g, .out = {gy}, .attrs = &aa};
         g_gpu_cases++;
+        g_has_case[FM_OP_CAT] = true;
         fm_status hs = fm_dispatch(&hc), gs = gy ? fm_dispatch(&gc2) : fm_last_status();
         CHECK_MSG(hs == FM_OK && gs == FM_OK, "cat [%s]: %s", fm_dtype_name(dt), fm_last_error());
         if (hs == FM_OK && gs == FM_OK) {
@@ -1346,7 +1353,8 @@ static void quant_cases(fm_dtype dt) {
         fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1620), *p = NULL, *s = NULL, *mi = NULL;
         CHECK(fm_quantize_weight_int4(w, 64, wm, &p, &s, &mi) == FM_OK);
         fm_q4_attrs at = {64};
-        conf_case c = {.label = wm ? "qlinear_int4 (with min, bias)" : "qlinear_int4", .op = FM_OP_QLINEAR_INT4, .n_in = 5, .n_out = 1, .attrs = &at};
+        conf_case c = {.label = wm ? "qlinear_int4 (with min, bias)" : "qlinear_int4", .op = FM_OP_QLINEAR_INT4, .n_in = 5, .n_out = 1, .attrs = &at,
+                       .keep = 1u << 2 | 1u << 3};
         c.in[0] = rand_tensor(2, xs, FM_F32, -1, 1, 1621);
         c.in[1] = p;
         c.in[2] = s;
@@ -1355,7 +1363,8 @@ static void quant_cases(fm_dtype dt) {
         c.out[0] = spec(2, ys, FM_F32);
         run_case(&c, dt);
         int64_t is[2] = {3, 5}, es[3] = {3, 5, K};
-        conf_case e = {.label = "qembedding_int4", .op = FM_OP_QEMBEDDING_INT4, .n_in = 4, .n_out = 1, .attrs = &at};
+        conf_case e = {.label = "qembedding_int4", .op = FM_OP_QEMBEDDING_INT4, .n_in = 4, .n_out = 1, .attrs = &at,
+                       .keep = 1u << 1 | 1u << 2};
         e.in[0] = fm_tensor_retain(p);
         e.in[1] = fm_tensor_retain(s);
         e.in[2] = mi ? fm_tensor_retain(mi) : NULL;
@@ -1907,8 +1916,11 @@ int main(void) {
     fm_dtype dts[] = {FM_F32, FM_BF16, FM_F16};
     for (int i = 0; i < 3; i++) {
         int before = t_failures;
+        g_worst_nse = 0;
+        g_worst_label[0] = 0;
         conformance(dts[i]);
-        printf("conformance %s: %s\n", fm_dtype_name(dts[i]), t_failures == before ? "pass" : "FAIL");
+        printf("conformance %s: %s (NMSE bound %g; the largest %.3g, %s)\n", fm_dtype_name(dts[i]), t_failures == before ? "pass" : "FAIL",
+               dts[i] == FM_F32 ? 1e-6 : 1e-3, g_worst_nse, g_worst_label[0] ? g_worst_label : "-");
     }
     int missing = coverage_check(fm_backend_get(FM_DEV_CUDA));
     printf("conformance coverage: %d CUDA kernels without a case\n", missing);
