@@ -59,13 +59,21 @@ int main(void) {
         fm_tensor *o = fm_tensor_empty(4, sh, FM_BF16, cu), *lse = fm_tensor_empty(3, ls, FM_F32, cu);
         fm_sdpa_attrs at = {1, 0};
         fm_op_call f = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {q, k, v}, .out = {o, lse}, .attrs = &at};
-        double tf = time_call(&f, 5);
-        double flops = 4.0 * B * H * T * T * D / 2; /* causal: half the matrix */
-        printf("{\"bench\":\"sdpa_fwd_bf16_causal_B8_H12_T1024_D64\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n", tf * 1e3, flops / tf / 1e12);
         fm_tensor *dq = fm_tensor_empty(4, sh, FM_BF16, cu), *dk = fm_tensor_empty(4, sh, FM_BF16, cu), *dv = fm_tensor_empty(4, sh, FM_BF16, cu);
         fm_op_call bw = {.op = FM_OP_SDPA_BACKWARD, .n_in = 6, .n_out = 3, .in = {o, q, k, v, o, lse}, .out = {dq, dk, dv}, .attrs = &at};
-        double tb = time_call(&bw, 3);
-        printf("{\"bench\":\"sdpa_bwd_bf16_causal_B8_H12_T1024_D64\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n", tb * 1e3, 2.5 * flops / tb / 1e12);
+        double flops = 4.0 * B * H * T * T * D / 2; /* causal: half the matrix */
+        /* the default kernels (tiled, CUDA cores), then the tensor-core ones (attention_mma.cu) */
+        static const char *const suffix[2] = {"", "_mma"};
+        for (int m = 0; m < 2; m++) {
+            fm_cuda_attention_set_tiled(m ? 2 : 1);
+            double tf = time_call(&f, 5);
+            printf("{\"bench\":\"sdpa_fwd_bf16_causal_B8_H12_T1024_D64%s\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n", suffix[m],
+                   tf * 1e3, flops / tf / 1e12);
+            double tb = time_call(&bw, 3);
+            printf("{\"bench\":\"sdpa_bwd_bf16_causal_B8_H12_T1024_D64%s\",\"metric\":\"ms\",\"fathom\":%.3f,\"tflops\":%.1f}\n", suffix[m],
+                   tb * 1e3, 2.5 * flops / tb / 1e12);
+        }
+        fm_cuda_attention_set_tiled(1);
         fm_tensor_release_n(8, q, k, v, o, lse, dq, dk, dv);
     }
     {

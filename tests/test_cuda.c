@@ -958,38 +958,40 @@ static void sdpa_tiled_vs_reference(fm_dtype dt, int64_t B, int64_t H, int64_t H
         fm_sdpa_attrs sa = {causal, 0};
         fm_tensor *in[4] = {rand_tensor(4, qs, dt, -1, 1, seed + 40 + causal), rand_tensor(4, ks, dt, -1, 1, seed + 50 + causal),
                             rand_tensor(4, ks, dt, -1, 1, seed + 60 + causal), rand_tensor(4, qs, dt, -1, 1, seed + 70 + causal)};
-        fm_tensor *gin[4], *out[2][5] = {{0}};
+        fm_tensor *gin[4], *out[3][5] = {{0}};
         for (int i = 0; i < 4; i++) gin[i] = fm_tensor_to(in[i], cu);
-        for (int tiled = 0; tiled < 2; tiled++) {
+        static const char *const kname[3] = {"reference", "tiled", "tensor cores"};
+        for (int tiled = 0; tiled < 3; tiled++) {
             fm_cuda_attention_set_tiled(tiled);
             fm_tensor **r = out[tiled];
             r[0] = fm_tensor_empty(4, qs, dt, cu);
             r[1] = fm_tensor_empty(3, ls, FM_F32, cu);
             fm_op_call f = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {gin[0], gin[1], gin[2]}, .out = {r[0], r[1]}, .attrs = &sa};
-            CHECK_MSG(fm_dispatch(&f) == FM_OK, "sdpa %s: %s", tiled ? "tiled" : "reference", fm_last_error());
+            CHECK_MSG(fm_dispatch(&f) == FM_OK, "sdpa %s: %s", kname[tiled], fm_last_error());
             /* both backwards from the reference's forward, so only the backward kernels differ */
             r[2] = fm_tensor_empty(4, qs, dt, cu);
             r[3] = fm_tensor_empty(4, ks, dt, cu);
             r[4] = fm_tensor_empty(4, ks, dt, cu);
             fm_op_call bw = {.op = FM_OP_SDPA_BACKWARD, .n_in = 6, .n_out = 3,
                              .in = {gin[3], gin[0], gin[1], gin[2], out[0][0], out[0][1]}, .out = {r[2], r[3], r[4]}, .attrs = &sa};
-            CHECK_MSG(fm_dispatch(&bw) == FM_OK, "sdpa_backward %s: %s", tiled ? "tiled" : "reference", fm_last_error());
+            CHECK_MSG(fm_dispatch(&bw) == FM_OK, "sdpa_backward %s: %s", kname[tiled], fm_last_error());
         }
         fm_cuda_attention_set_tiled(1);
         CHECK(fm_backend_get(FM_DEV_CUDA)->synchronize(0) == FM_OK);
         static const char *const names[5] = {"out", "lse", "dq", "dk", "dv"};
+        for (int m = 1; m < 3; m++)
         for (int k = 0; k < 5; k++) {
-            fm_tensor *a = out[0][k] ? fm_tensor_to(out[0][k], FM_CPU) : NULL, *b = out[1][k] ? fm_tensor_to(out[1][k], FM_CPU) : NULL;
+            fm_tensor *a = out[0][k] ? fm_tensor_to(out[0][k], FM_CPU) : NULL, *b = out[m][k] ? fm_tensor_to(out[m][k], FM_CPU) : NULL;
             fm_tensor *a32 = a ? fm_to_dtype(a, FM_F32) : NULL, *b32 = b ? fm_to_dtype(b, FM_F32) : NULL;
             int nonfinite = 0, nanmis = 0;
             double e = a32 && b32 ? nse(b32, a32, &nonfinite, &nanmis) : INFINITY;
             CHECK_MSG(e <= tol && nonfinite == 0 && nanmis == 0,
-                      "sdpa tiled vs reference [%s] %lldx%lldx%lld/%lld D%lld%s: %s nse %.3g (tol %g), %d non-finite",
-                      fm_dtype_name(dt), (long long)H, (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D,
+                      "sdpa %s vs reference [%s] %lldx%lldx%lld/%lld D%lld%s: %s nse %.3g (tol %g), %d non-finite",
+                      kname[m], fm_dtype_name(dt), (long long)H, (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D,
                       causal ? " causal" : "", names[k], e, tol, nonfinite);
             fm_tensor_release_n(4, a, b, a32, b32);
         }
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < 3; t++)
             for (int k = 0; k < 5; k++) fm_tensor_release(out[t][k]);
         for (int i = 0; i < 4; i++) fm_tensor_release_n(2, in[i], gin[i]);
     }
@@ -1220,9 +1222,10 @@ static void conformance(fm_dtype dt) {
                                         {1, 6, 2, 129, 129, 128}, {1, 2, 2, 33, 33, 96}, {1, 2, 1, 45, 5, 64}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const int64_t *z = shapes[i];
-        for (int tiled = 0; tiled < 2; tiled++) {
-            fm_cuda_attention_set_tiled(tiled);
-            sdpa_cases(dt, z[0], z[1], z[2], z[3], z[4], z[5], 1300 + 10 * (uint64_t)i, tiled ? " tiled" : " reference");
+        static const char *const kernels[3] = {" reference", " tiled", " tensor cores"};
+        for (int mode = 0; mode < 3; mode++) {
+            fm_cuda_attention_set_tiled(mode);
+            sdpa_cases(dt, z[0], z[1], z[2], z[3], z[4], z[5], 1300 + 10 * (uint64_t)i, kernels[mode]);
         }
         fm_cuda_attention_set_tiled(1);
         sdpa_tiled_vs_reference(dt, z[0], z[1], z[2], z[3], z[4], z[5], 1300 + 10 * (uint64_t)i);

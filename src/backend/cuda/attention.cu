@@ -17,8 +17,12 @@
  *  - reference: one warp per query row (forward, dQ) or key row (dK, dV),
  *    straight from global memory; f64, D up to 256, and the comparison for the
  *    tiled kernels (tests/test_cuda.c runs both against the CPU and each other).
- * fm_cuda_attention_set_tiled() or FATHOM_CUDA_ATTENTION=reference|tiled choose.
- * Compiled, not yet run on a GPU (docs/CUDA.md). */
+ *  - tensor cores (attention_mma.cu, for bf16/f16 with D in {32, 64, 96, 128}): the same
+ *    scheme with mma.sync products; opt-in (FATHOM_CUDA_ATTENTION=mma) until it has run on
+ *    a GPU.
+ * fm_cuda_attention_set_tiled() or FATHOM_CUDA_ATTENTION=reference|tiled|mma choose.
+ * The reference and tiled kernels ran on an H200 on 2026-12-04 (docs/CUDA.md); the
+ * tensor-core ones have not run yet. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,17 +393,28 @@ __global__ void sdpa_dkv_tiled(attn_geom g, int64_t nkt, const void *dout, const
     }
 }
 
-/* -1: not chosen yet (FATHOM_CUDA_ATTENTION at first use), 0 reference, 1 tiled. */
+/* -1: not chosen yet (FATHOM_CUDA_ATTENTION at first use), 0 reference, 1 tiled on CUDA
+ * cores (the default), 2 tensor cores where they fit (attention_mma.cu), else tiled. */
 static int g_tiled = -1;
 
-extern "C" void fm_cuda_attention_set_tiled(int tiled) { g_tiled = tiled ? 1 : 0; }
+extern "C" void fm_cuda_attention_set_tiled(int mode) { g_tiled = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
 
-static bool use_tiled(const attn_geom *g) {
+static void choose(void) {
     if (g_tiled < 0) {
         const char *e = getenv("FATHOM_CUDA_ATTENTION");
-        g_tiled = !(e && !strcmp(e, "reference"));
+        /* the tensor-core kernels are opt-in until they have run on a GPU (docs/CUDA.md) */
+        g_tiled = e && !strcmp(e, "reference") ? 0 : e && !strcmp(e, "mma") ? 2 : 1;
     }
+}
+
+static bool use_tiled(const attn_geom *g) {
+    choose();
     return g_tiled && g->dt != FM_F64 && g->D <= 32 * TMAX_E;
+}
+
+static bool use_mma(const attn_geom *g, const void *const *ptrs, int n) {
+    choose();
+    return g_tiled == 2 && fm_cuda_sdpa_mma_fits(g->dt, g->D, g->Tk, ptrs, n);
 }
 
 static fm_status geom(const fm_op_call *c, attn_geom *g) {
@@ -428,7 +443,11 @@ static fm_status k_sdpa(const fm_op_call *c) {
     if (rows == 0) return FM_OK;
     cudaStream_t s = fm_cuda_stream();
     float *lse = (float *)fm_tensor_data(c->out[1]);
-    if (use_tiled(&g)) {
+    const void *ptrs[4] = {fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(c->in[2]), fm_tensor_data(c->out[0])};
+    if (use_mma(&g, ptrs, 4)) {
+        st = fm_cuda_sdpa_mma_fwd(g.dt, g.B, g.H, g.Hkv, g.Tq, g.Tk, g.D, g.causal, g.scale, ptrs[0], ptrs[1], ptrs[2], (void *)ptrs[3], lse);
+        if (st) return st;
+    } else if (use_tiled(&g)) {
         const int64_t BQ = T_FWD_RPW * WARPS, nqt = (g.Tq + BQ - 1) / BQ;
         const size_t smem = (size_t)(BQ * g.D + TILE * (g.D + 1) + TILE * g.D) * sizeof(float);
         sdpa_fwd_tiled<<<(unsigned)(g.B * g.H * nqt), 32 * WARPS, smem, s>>>(g, nqt, fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(c->in[2]), fm_tensor_data(c->out[0]), lse);
@@ -450,7 +469,13 @@ static fm_status k_sdpa_bwd(const fm_op_call *c) {
     const void *dout = fm_tensor_data(c->in[0]), *q = fm_tensor_data(c->in[1]), *k = fm_tensor_data(c->in[2]);
     const void *v = fm_tensor_data(c->in[3]), *o = fm_tensor_data(c->in[4]);
     const float *lse = (const float *)fm_tensor_data(c->in[5]);
-    if (use_tiled(&g)) {
+    const void *ptrs[7] = {dout, q, k, v, fm_tensor_data(c->out[0]), fm_tensor_data(c->out[1]), fm_tensor_data(c->out[2])};
+    if (use_mma(&g, ptrs, 7)) {
+        sdpa_delta<float><<<warp_blocks(rows), 32 * WARPS, 0, s>>>(g, dout, o, delta);
+        st = fm_cuda_sdpa_mma_bwd(g.dt, g.B, g.H, g.Hkv, g.Tq, g.Tk, g.D, g.causal, g.scale, dout, q, k, v, lse, delta, (void *)ptrs[4],
+                                  (void *)ptrs[5], (void *)ptrs[6]);
+        if (st) { fm_cuda_scratch_free(delta); return st; }
+    } else if (use_tiled(&g)) {
         const int64_t BR = T_BWD_RPW * WARPS, nqt = (g.Tq + BR - 1) / BR, nkt = (g.Tk + BR - 1) / BR;
         const size_t smem_q = (size_t)(2 * BR * g.D + 2 * TILE * (g.D + 1)) * sizeof(float);
         const size_t smem_k = (size_t)(2 * BR * g.D + 2 * TILE * (g.D + 1) + 2 * TILE) * sizeof(float);

@@ -67,10 +67,12 @@ fm_status fm_cuda_pinned_wait(const fm_tensor *t);
 fm_status fm_cuda_pinned_stats(fm_pinned_stats *out);
 size_t fm_cuda_pinned_empty_cache(void);
 
-/* Attention kernels (attention.cu): 1 the tiled ones (the default; f32/f16/bf16 with
- * head dimension <= 128), 0 the warp-per-row reference. For tests and comparisons;
- * FATHOM_CUDA_ATTENTION=reference|tiled sets the default. No-op without CUDA. */
-void fm_cuda_attention_set_tiled(int tiled);
+/* Attention kernels (attention.cu): 2 tensor cores where they fit (bf16/f16 with head
+ * dimension 32, 64, 96 or 128 on sm_80+, attention_mma.cu; not yet run on a GPU), the
+ * tiled ones elsewhere; 1 the tiled ones on CUDA cores (the default; f32/f16/bf16 with
+ * head dimension <= 128); 0 the warp-per-row reference. For tests and comparisons;
+ * FATHOM_CUDA_ATTENTION=reference|tiled|mma sets the default. No-op without CUDA. */
+void fm_cuda_attention_set_tiled(int mode);
 
 #ifdef __cplusplus
 }

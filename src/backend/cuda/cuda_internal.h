@@ -25,6 +25,16 @@ extern "C" void fm_cuda_kernels_optim(fm_backend *b);       /* optim_step, sum_s
 extern "C" void fm_cuda_kernels_quant(fm_backend *b);       /* qlinear_int8 (cuBLASLt s8), qlinear_int4, qembedding_int4 */
 extern "C" void fm_cuda_kernels_fused(fm_backend *b);       /* qkv_split_heads (+ backward) */        /* conv2d, max/avg pool2d, batch_norm (+ backwards) */
 
+/* Tensor-core attention (attention_mma.cu): whether it takes this dtype, head
+ * dimension, key count, device and these pointers (16-byte aligned), and its launches
+ * (q, k, v, o, dout, dq, dk, dv contiguous [B, heads, T, D]; lse and delta [B, H, Tq]). */
+extern "C" bool fm_cuda_sdpa_mma_fits(int dt, int64_t D, int64_t Tk, const void *const *ptrs, int n);
+extern "C" fm_status fm_cuda_sdpa_mma_fwd(int dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, int causal,
+                               double scale, const void *q, const void *k, const void *v, void *o, float *lse);
+extern "C" fm_status fm_cuda_sdpa_mma_bwd(int dt, int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, int causal,
+                               double scale, const void *dout, const void *q, const void *k, const void *v,
+                               const float *lse, const float *delta, void *dq, void *dk, void *dv);
+
 /* The stream every kernel of the current device is queued on. */
 cudaStream_t fm_cuda_stream(void);
 /* FM_ERR_INTERNAL (naming op) when an fm_cuda_stream call since the last check could
