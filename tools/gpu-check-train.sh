@@ -167,6 +167,32 @@ if bad: print("FAIL: gpt2: " + "; ".join(bad))
 PY
 )
   [[ $g2 == *FAIL* ]] && fail "gpt2 comparison: ${g2##*FAIL: }"
+  # where the step's time goes: 6 steps with every launch synchronous (CUDA_LAUNCH_BLOCKING=1,
+  # so each op's host span holds its kernels), `fathom profile`'s table; then the tokens/s of
+  # the tensor-core attention (FATHOM_CUDA_ATTENTION=mma) beside the default's
+  if [[ $dev == cuda* ]]; then
+    sed 's/^steps = .*/steps = 6/' "$out/gpt2.ini" >"$out/gpt2-prof.ini"
+    if CUDA_LAUNCH_BLOCKING=1 timeout 200 "$bin" train "$out/gpt2-prof.ini" --device "$dev" --precision bf16 --out "$out/gpt2-prof" \
+        --profile "$out/gpt2-step.trace.json" --quiet >/dev/null 2>"$out/gpt2-prof.err" &&
+       "$bin" profile "$out/gpt2-step.trace.json" >"$out/gpt2-step-profile.txt" 2>&1; then
+      note "gpt2 step profile (launches synchronous): $out/gpt2-step-profile.txt"
+      g2="$g2
+gpt2 step profile, 6 steps, launches synchronous (fathom profile $out/gpt2-step.trace.json):
+$(head -32 "$out/gpt2-step-profile.txt")"
+    else
+      note "gpt2 step profile: failed ($(tail -2 "$out/gpt2-prof.err" | tr '\n' ' '))"
+    fi
+    if FATHOM_CUDA_ATTENTION=mma timeout 300 "$bin" train "$out/gpt2.ini" --device "$dev" --precision bf16 --out "$out/gpt2-mma" --json --quiet \
+        >"$out/gpt2-mma.json" 2>"$out/gpt2-mma.err"; then
+      mma=$("$PY" -c 'import json, sys
+f = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("%.0f tok/s, loss %s" % (f.get("tokens_per_second") or 0, f.get("train_loss")))' "$out/gpt2-mma.json" 2>&1)
+      g2="$g2
+gpt2 with the tensor-core attention (FATHOM_CUDA_ATTENTION=mma): $mma"
+    else
+      fail "gpt2 with FATHOM_CUDA_ATTENTION=mma: exit $? ($(tail -2 "$out/gpt2-mma.err" | tr '\n' ' '))"
+    fi
+  fi
 fi
 
 # ---- summary ----
