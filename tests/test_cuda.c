@@ -1021,6 +1021,25 @@ static void conformance(fm_dtype dt) {
         run_case(&b, dt);
         case_free(&b);
         case_free(&c);
+        /* contiguous, 16-byte rows: the vector path (ew_vec_kernel) */
+        conf_case v = {.label = fm_op_get_info(unary[k])->name, .op = unary[k], .n_in = 1, .n_out = 1, .attrs = &ua};
+        int64_t sv[2] = {6, 64};
+        v.in[0] = rand_tensor(2, sv, dt, pos ? 0.1 : -3, 3, 150 + k);
+        v.out[0] = spec(2, sv, dt);
+        run_case(&v, dt);
+        case_free(&v);
+    }
+    for (int k = 0; k < n_binary; k++) { /* the vector path: same shape, then a row (a bias) */
+        if (fm_op_get_info(binary[k])->group == FM_GROUP_COMPARE) continue;
+        int64_t sv[3] = {3, 6, 64}, sr[1] = {64};
+        for (int row = 0; row < 2; row++) {
+            conf_case c = {.label = fm_op_get_info(binary[k])->name, .op = binary[k], .n_in = 2, .n_out = 1};
+            c.in[0] = rand_tensor(3, sv, dt, binary[k] == FM_OP_POW ? 0.1 : -2, 2, 250 + k);
+            c.in[1] = row ? rand_tensor(1, sr, dt, 0.5, 2, 350 + k) : rand_tensor(3, sv, dt, 0.5, 2, 360 + k);
+            c.out[0] = spec(3, sv, dt);
+            run_case(&c, dt);
+            case_free(&c);
+        }
     }
     for (int k = 0; k < n_binary; k++) {
         conf_case c = {.label = fm_op_get_info(binary[k])->name, .op = binary[k], .n_in = 2, .n_out = 1};
@@ -1055,6 +1074,21 @@ static void conformance(fm_dtype dt) {
                 conf_case c = {.label = fm_op_get_info(red[k])->name, .op = red[k], .n_in = 1, .n_out = 1, .attrs = &ra};
                 c.in[0] = rand_tensor(3, s3, dt, -2, 2, 500 + k);
                 int64_t os[3] = {masks[m] & 1 ? 1 : 4, masks[m] & 2 ? 1 : 37, masks[m] & 4 ? 1 : 129};
+                c.out[0] = spec(3, os, dt);
+                run_case(&c, dt);
+                case_free(&c);
+            }
+        /* sums and means down long columns (the row-chunked kernels): a middle axis of 700
+         * with 3 outer blocks, the first two axes (a bias gradient's shape), one axis of 1000 */
+        static const int64_t lc[3][4] = {{3, 700, 45, 2}, {6, 350, 45, 3}, {1000, 300, 1, 1}};
+        for (int i = 0; i < 3; i++)
+            for (int mean = 0; mean < 2; mean++) {
+                fm_reduce_attrs ra = {(unsigned)lc[i][3], 1};
+                int64_t is[3] = {lc[i][0], lc[i][1], lc[i][2]};
+                int64_t os[3] = {ra.axes_mask & 1 ? 1 : is[0], ra.axes_mask & 2 ? 1 : is[1], ra.axes_mask & 4 ? 1 : is[2]};
+                conf_case c = {.label = mean ? "mean (long columns)" : "sum (long columns)", .op = mean ? FM_OP_MEAN : FM_OP_SUM,
+                               .n_in = 1, .n_out = 1, .attrs = &ra};
+                c.in[0] = rand_tensor(3, is, dt, -2, 2, 560 + (uint64_t)(2 * i + mean));
                 c.out[0] = spec(3, os, dt);
                 run_case(&c, dt);
                 case_free(&c);

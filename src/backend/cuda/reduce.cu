@@ -2,7 +2,9 @@
  * logsumexp. As on the CPU, the contiguous input is viewed as [outer, R, inner]
  * with the reduced axes in the middle. Rows of contiguous elements (inner == 1)
  * get one block each, reduced in shared memory; otherwise one thread per output
- * walks its column, so neighbouring threads read neighbouring addresses.
+ * walks its column, so neighbouring threads read neighbouring addresses - for sums
+ * and means of few long columns, split into row chunks whose partial sums a second
+ * kernel adds in chunk order.
  * Sums accumulate in double (the CPU's rule); extrema follow the CPU's NaN and
  * tie rules: NaN wins, and the first occurrence wins ties. */
 #include <math.h>
@@ -137,6 +139,30 @@ __global__ void red_cols(red_params p) {
     }
 }
 
+/* Sums down columns split over row chunks: partial[(o * chunks + c) * inner + in] for rows
+ * [c * rc, (c + 1) * rc) of column (o, in). One thread per column walked the whole column
+ * before: a bias gradient (the sum of 8192 rows of 768 columns) had 768 threads, each
+ * 8192 loads deep, on a 132-SM GPU. */
+__global__ void red_cols_partial(red_params p, int64_t chunks, int64_t rc, double *part) {
+    const int64_t in = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y, o = blockIdx.z;
+    if (in >= p.inner) return;
+    const int64_t r0 = c * rc, r1 = r0 + rc < p.R ? r0 + rc : p.R, base = o * p.R * p.inner + in;
+    double s = 0;
+    for (int64_t k = r0; k < r1; k++) s += fm_ld<double>(p.x, p.dt, base + k * p.inner);
+    part[(o * chunks + c) * p.inner + in] = s;
+}
+
+/* the chunks' partial sums of each column, in chunk order (deterministic) */
+__global__ void red_cols_finish(red_params p, int64_t chunks, const double *part) {
+    const int64_t nout = p.outer * p.inner;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < nout; j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = j / p.inner, in = j % p.inner;
+        double s = 0;
+        for (int64_t c = 0; c < chunks; c++) s += part[(o * chunks + c) * p.inner + in];
+        write_out(p, j, p.op == FM_OP_MEAN ? s / (double)p.R : s, 0);
+    }
+}
+
 __global__ void fill_kernel(void *out, int dt, int64_t n, double v) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         fm_st<double>(out, dt, i, v);
@@ -196,6 +222,21 @@ static fm_status k_reduce(const fm_op_call *c) {
             red_rows<<<(unsigned)chunk, threads, 0, s>>>(q);
             done += chunk;
         }
+    } else if ((p.op == FM_OP_SUM || p.op == FM_OP_MEAN) && nout < (1 << 18) && p.R >= 64 && p.outer <= 65535) {
+        /* few long columns: split the rows so that about 2^18 threads share the work, at
+         * least 16 rows each */
+        int64_t chunks = ((1 << 18) + nout - 1) / nout, most = p.R / 16;
+        if (chunks > most) chunks = most;
+        if (chunks > 65535) chunks = 65535;
+        if (chunks < 1) chunks = 1;
+        const int64_t rc = (p.R + chunks - 1) / chunks;
+        chunks = (p.R + rc - 1) / rc;
+        double *part = (double *)fm_cuda_scratch_alloc((size_t)(p.outer * chunks * p.inner) * sizeof(double));
+        if (!part) return fm_last_status();
+        dim3 grid((unsigned)((p.inner + 255) / 256), (unsigned)chunks, (unsigned)p.outer);
+        red_cols_partial<<<grid, 256, 0, s>>>(p, chunks, rc, part);
+        red_cols_finish<<<fm_cuda_blocks(nout, 256), 256, 0, s>>>(p, chunks, part);
+        fm_cuda_scratch_free(part);
     } else {
         red_cols<<<fm_cuda_blocks(nout, 256), 256, 0, s>>>(p);
     }
