@@ -52,5 +52,12 @@ for split, cnt in (("train", n), ("t10k", min(n, 10000))):
     with gzip.open(f"{d}/{split}-labels-idx1-ubyte.gz", "wb") as f:
         f.write(lb[:4] + struct.pack(">I", cnt) + lb[8:8 + cnt])
 PY
+# kjv-gpt's corpus as the trainer reads it from `bible` (verse numbers dropped), for the
+# curve check on a machine without that program (tools/gpu-check-train.sh: GPU_CHECK_KJV)
+if command -v bible >/dev/null 2>&1; then
+  bible 'Gen1:1-Rev22:21' 2>/dev/null | sed -E 's/^ *[0-9]+ //' >"$stage/data/kjv.txt"
+else
+  echo "gpu-bundle: no 'bible' program here (apt-get install bible-kjv): the bundle has no KJV corpus" >&2
+fi
 tar -C "$stage" -cJf "$out" .
 echo "bundle: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/lib" | wc -l) libraries"

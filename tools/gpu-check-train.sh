@@ -5,7 +5,8 @@
 #   usage: tools/gpu-check-train.sh FATHOM_BIN DEVICE OUT_DIR [--no-gpt2]
 # DEVICE is cuda (the GPU run) or check (the checked test device: how this script is
 # tested on a machine without a GPU). Curves: fashion-mlp (100 steps), fashion-cnn
-# (60 steps) and a small GPT on a generated corpus (60 steps), each with --logdir;
+# (60 steps), a small GPT on a generated corpus (60 steps) and kjv-gpt (100 steps; the corpus
+# from GPU_CHECK_KJV or the `bible` program), each with --logdir;
 # the train/loss points of DEVICE's run against the CPU's must have an NMSE
 # (sum (d - c)^2 / sum c^2) of at most 1e-3 (fp32 on both sides: only the order of
 # floating-point sums differs; the check device must match bit for bit anyway).
@@ -116,6 +117,18 @@ open(sys.argv[1], "w").write("\n".join(" ".join(r.choice(w) for _ in range(14)) 
 PY
 printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 2\nn_head = 4\nn_embd = 64\nffn_hidden = 256\nblock_size = 64\n[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 8\nsteps = 60\neval_every = 0\nlog_every = 5\n' "$out" >"$out/small-gpt.ini"
 compare small-gpt "$out/small-gpt.ini" --seed 1
+# kjv-gpt itself (#15 names it), 100 steps logged every 10: its corpus from GPU_CHECK_KJV (a text
+# file: tools/gpu-bundle.sh carries one to a GPU machine without the `bible` program), else `bible`
+sed 's/^steps = .*/steps = 100/; s/^log_every = .*/log_every = 10/; s/^eval_every = .*/eval_every = 0/' \
+  "$ROOT/data/recipes/kjv-gpt.ini" >"$out/kjv-gpt.ini"
+if [[ -n ${GPU_CHECK_KJV:-} && -s ${GPU_CHECK_KJV:-} ]]; then
+  compare kjv-gpt "$out/kjv-gpt.ini" --corpus "$GPU_CHECK_KJV" --seed 1
+elif command -v bible >/dev/null 2>&1; then
+  compare kjv-gpt "$out/kjv-gpt.ini" --seed 1
+else
+  fail "kjv-gpt: no KJV corpus (set GPU_CHECK_KJV to a text file, or apt-get install bible-kjv)"
+  rows+=("kjv-gpt|-|-|-|FAIL (no corpus)")
+fi
 
 # ---- GPT-2 124M shape, bf16, fathom vs PyTorch on the same GPU ----
 # The layers are GPT-2 124M's (12 x 768, 12 heads, T = 1024, batch 8); the vocabulary is

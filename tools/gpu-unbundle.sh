@@ -23,7 +23,9 @@ for l in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
   d=$(dirname "$f"); [[ ":$libdirs:" == *":$d:"* ]] || libdirs="$libdirs:$d"
 done
 export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH' PATH='$dir/bin':\"\$PATH\" OPAL_PREFIX=/usr"
+kjv=""
+[[ -s $dir/data/kjv.txt ]] && kjv=" GPU_CHECK_KJV='$dir/data/kjv.txt'"
+echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH' PATH='$dir/bin':\"\$PATH\" OPAL_PREFIX=/usr$kjv"
 bad=0
 for b in "$dir"/bin/fathom "$dir"/bin/test_cuda "$dir"/bin/test_profile "$dir"/bin/bench_gpu "$dir"/bin/mpirun; do
   miss=$(ldd "$b" 2>&1 | grep "not found" | tr '\n' ' ')
