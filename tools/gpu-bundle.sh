@@ -18,14 +18,15 @@ ntrain=${3:-12000}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/mpi/usr/lib/x86_64-linux-gnu" "$stage/mpi/usr/share" "$stage/mpi/etc" "$stage/data"
-bins=(fathom test_cuda test_profile bench_gpu)
+bins=(fathom test_cuda test_profile bench_gpu test_onnx_conformance)
 for b in "${bins[@]}"; do cp "$build/$b" "$stage/bin/"; done
 cp "$build/CMakeCache.txt" "$stage/bin/"
 cp /usr/bin/orterun "$stage/bin/mpirun"; cp /usr/bin/orted "$stage/bin/orted"
 # libraries: everything the binaries, OpenBLAS (dlopened) and OpenMPI's components need,
 # except glibc's own and CUDA's
 skip='^(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so'
-objs=("$stage"/bin/fathom "$stage"/bin/test_cuda "$stage"/bin/test_profile "$stage"/bin/bench_gpu "$stage/bin/mpirun" "$stage/bin/orted"
+objs=("$stage"/bin/fathom "$stage"/bin/test_cuda "$stage"/bin/test_profile "$stage"/bin/bench_gpu "$stage"/bin/test_onnx_conformance
+      "$stage/bin/mpirun" "$stage/bin/orted"
       /usr/lib/x86_64-linux-gnu/libopenblas.so.0 /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so)
 for o in "${objs[@]}"; do
   ldd "$o" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'

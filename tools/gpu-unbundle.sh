@@ -27,7 +27,7 @@ kjv=""
 [[ -s $dir/data/kjv.txt ]] && kjv=" GPU_CHECK_KJV='$dir/data/kjv.txt'"
 echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH' PATH='$dir/bin':\"\$PATH\" OPAL_PREFIX=/usr$kjv"
 bad=0
-for b in "$dir"/bin/fathom "$dir"/bin/test_cuda "$dir"/bin/test_profile "$dir"/bin/bench_gpu "$dir"/bin/mpirun; do
+for b in "$dir"/bin/fathom "$dir"/bin/test_cuda "$dir"/bin/test_profile "$dir"/bin/bench_gpu "$dir"/bin/test_onnx_conformance "$dir"/bin/mpirun; do
   miss=$(ldd "$b" 2>&1 | grep "not found" | tr '\n' ' ')
   [[ -n $miss ]] && { echo "gpu-unbundle: $b: $miss" >&2; bad=1; }
 done
