@@ -124,114 +124,115 @@ def zeros(n):
     return [np.zeros((4, 32)) for _ in range(n)]
 
 
+def query_blocks(q, k, causal):
+    """the forward's and dQ's grid: (batch, head, kv head, first query row, keys the block sees)"""
+    B, H, Tq, _ = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    for b in range(B):
+        for h in range(H):
+            for bx in range((Tq + MW * MR - 1) // (MW * MR)):
+                qb0 = bx * MW * MR
+                yield b, h, h // (H // Hkv), qb0, qb0 + MW * MR if causal and qb0 + MW * MR < Tk else Tk
+
+
 def fwd(q, k, v, causal, scale):
     B, H, Tq, D = q.shape
-    Hkv, Tk = k.shape[1], k.shape[2]
+    Tk = k.shape[2]
     o = np.full(q.shape, np.nan)
     lse = np.full((B, H, Tq), np.nan)
     sl2 = scale * LOG2E
-    for b in range(B):
-        for h in range(H):
-            hk = h // (H // Hkv)
-            for bx in range((Tq + MW * MR - 1) // (MW * MR)):
-                qb0 = bx * MW * MR
-                kend = qb0 + MW * MR if causal and qb0 + MW * MR < Tk else Tk
-                W = []
-                for w in range(MW):
-                    row0 = qb0 + w * MR
-                    W.append(dict(row0=row0, qa=load_a(q[b, h], row0, Tq, D), acc=zeros(D // 8),
-                                  m0=np.full(32, -np.inf), m1=np.full(32, -np.inf), l0=np.zeros(32), l1=np.zeros(32)))
-                for k0 in range(0, kend, MT):
-                    ks = stage(k[b, hk], k0, Tk, D)
-                    vt = stage_t(v[b, hk], k0, Tk, D)
-                    for st in W:
-                        row0 = st["row0"]
-                        if causal and k0 > row0 + MR - 1:
-                            continue
-                        r0, r1 = row0 + G, row0 + G + 8
-                        s = zeros(8)
-                        mm_rows(s, st["qa"], ks, D)
-                        mx0, mx1 = np.full(32, -np.inf), np.full(32, -np.inf)
-                        for j in range(8):
-                            for e in range(4):
-                                key = k0 + j * 8 + T4 * 2 + (e & 1)
-                                r = r0 if e < 2 else r1
-                                ok = (key < Tk) & ((not causal) | (key <= r))
-                                s[j][e] = np.where(ok, s[j][e] * sl2, -np.inf)
-                                if e < 2:
-                                    mx0 = np.maximum(mx0, s[j][e])
-                                else:
-                                    mx1 = np.maximum(mx1, s[j][e])
-                        mx0, mx1 = quad(mx0, np.maximum), quad(mx1, np.maximum)
-                        n0, n1 = np.maximum(st["m0"], mx0), np.maximum(st["m1"], mx1)
-                        b0, b1 = np.where(n0 == -np.inf, 0, n0), np.where(n1 == -np.inf, 0, n1)
-                        c0, c1 = np.exp2(st["m0"] - b0), np.exp2(st["m1"] - b1)
-                        ps0, ps1 = np.zeros(32), np.zeros(32)
-                        for j in range(8):
-                            s[j][0], s[j][1] = np.exp2(s[j][0] - b0), np.exp2(s[j][1] - b0)
-                            s[j][2], s[j][3] = np.exp2(s[j][2] - b1), np.exp2(s[j][3] - b1)
-                            ps0 += s[j][0] + s[j][1]
-                            ps1 += s[j][2] + s[j][3]
-                        st["l0"], st["l1"] = st["l0"] * c0 + ps0, st["l1"] * c1 + ps1
-                        st["m0"], st["m1"] = n0, n1
-                        for j in range(D // 8):
-                            st["acc"][j][0] *= c0
-                            st["acc"][j][1] *= c0
-                            st["acc"][j][2] *= c1
-                            st["acc"][j][3] *= c1
-                        mm_cols(st["acc"], s, vt, D)
-                for st in W:
-                    row0 = st["row0"]
-                    l0, l1 = quad(st["l0"], np.add), quad(st["l1"], np.add)
-                    store_rows(o[b, h], st["acc"], row0, Tq, 1 / l0, 1 / l1, D)
-                    r0, r1 = row0 + G, row0 + G + 8
-                    for lane in range(0, 32, 4):
-                        if r0[lane] < Tq:
-                            lse[b, h, r0[lane]] = (st["m0"][lane] + np.log2(l0[lane])) * np.log(2)
-                        if r1[lane] < Tq:
-                            lse[b, h, r1[lane]] = (st["m1"][lane] + np.log2(l1[lane])) * np.log(2)
+    for b, h, hk, qb0, kend in query_blocks(q, k, causal):
+        W = []
+        for w in range(MW):
+            row0 = qb0 + w * MR
+            W.append(dict(row0=row0, qa=load_a(q[b, h], row0, Tq, D), acc=zeros(D // 8),
+                          m0=np.full(32, -np.inf), m1=np.full(32, -np.inf), l0=np.zeros(32), l1=np.zeros(32)))
+        for k0 in range(0, kend, MT):
+            ks = stage(k[b, hk], k0, Tk, D)
+            vt = stage_t(v[b, hk], k0, Tk, D)
+            for st in W:
+                row0 = st["row0"]
+                if causal and k0 > row0 + MR - 1:
+                    continue
+                r0, r1 = row0 + G, row0 + G + 8
+                s = zeros(8)
+                mm_rows(s, st["qa"], ks, D)
+                mx0, mx1 = np.full(32, -np.inf), np.full(32, -np.inf)
+                for j in range(8):
+                    for e in range(4):
+                        key = k0 + j * 8 + T4 * 2 + (e & 1)
+                        r = r0 if e < 2 else r1
+                        ok = (key < Tk) & ((not causal) | (key <= r))
+                        s[j][e] = np.where(ok, s[j][e] * sl2, -np.inf)
+                        if e < 2:
+                            mx0 = np.maximum(mx0, s[j][e])
+                        else:
+                            mx1 = np.maximum(mx1, s[j][e])
+                mx0, mx1 = quad(mx0, np.maximum), quad(mx1, np.maximum)
+                n0, n1 = np.maximum(st["m0"], mx0), np.maximum(st["m1"], mx1)
+                b0, b1 = np.where(n0 == -np.inf, 0, n0), np.where(n1 == -np.inf, 0, n1)
+                c0, c1 = np.exp2(st["m0"] - b0), np.exp2(st["m1"] - b1)
+                ps0, ps1 = np.zeros(32), np.zeros(32)
+                for j in range(8):
+                    s[j][0], s[j][1] = np.exp2(s[j][0] - b0), np.exp2(s[j][1] - b0)
+                    s[j][2], s[j][3] = np.exp2(s[j][2] - b1), np.exp2(s[j][3] - b1)
+                    ps0 += s[j][0] + s[j][1]
+                    ps1 += s[j][2] + s[j][3]
+                st["l0"], st["l1"] = st["l0"] * c0 + ps0, st["l1"] * c1 + ps1
+                st["m0"], st["m1"] = n0, n1
+                for j in range(D // 8):
+                    st["acc"][j][0] *= c0
+                    st["acc"][j][1] *= c0
+                    st["acc"][j][2] *= c1
+                    st["acc"][j][3] *= c1
+                mm_cols(st["acc"], s, vt, D)
+        for st in W:
+            row0 = st["row0"]
+            l0, l1 = quad(st["l0"], np.add), quad(st["l1"], np.add)
+            store_rows(o[b, h], st["acc"], row0, Tq, 1 / l0, 1 / l1, D)
+            r0, r1 = row0 + G, row0 + G + 8
+            for lane in range(0, 32, 4):
+                if r0[lane] < Tq:
+                    lse[b, h, r0[lane]] = (st["m0"][lane] + np.log2(l0[lane])) * np.log(2)
+                if r1[lane] < Tq:
+                    lse[b, h, r1[lane]] = (st["m1"][lane] + np.log2(l1[lane])) * np.log(2)
     return o, lse
 
 
 def dq_kernel(dout, q, k, v, lse, delta, causal, scale):
     B, H, Tq, D = q.shape
-    Hkv, Tk = k.shape[1], k.shape[2]
+    Tk = k.shape[2]
     dq = np.full(q.shape, np.nan)
     sl2 = scale * LOG2E
-    for b in range(B):
-        for h in range(H):
-            hk = h // (H // Hkv)
-            for bx in range((Tq + MW * MR - 1) // (MW * MR)):
-                qb0 = bx * MW * MR
-                kend = qb0 + MW * MR if causal and qb0 + MW * MR < Tk else Tk
-                W = []
-                for w in range(MW):
-                    row0 = qb0 + w * MR
-                    r0, r1 = row0 + G, row0 + G + 8
-                    L = lambda r: np.where(r < Tq, lse[b, h][np.minimum(r, Tq - 1)] * LOG2E, 0)
-                    Dl = lambda r: np.where(r < Tq, delta[b, h][np.minimum(r, Tq - 1)], 0)
-                    W.append(dict(row0=row0, qa=load_a(q[b, h], row0, Tq, D), da=load_a(dout[b, h], row0, Tq, D),
-                                  L0=L(r0), L1=L(r1), d0=Dl(r0), d1=Dl(r1), acc=zeros(D // 8)))
-                for k0 in range(0, kend, MT):
-                    ks, vs, kt = stage(k[b, hk], k0, Tk, D), stage(v[b, hk], k0, Tk, D), stage_t(k[b, hk], k0, Tk, D)
-                    for st in W:
-                        row0 = st["row0"]
-                        if causal and k0 > row0 + MR - 1:
-                            continue
-                        r0, r1 = row0 + G, row0 + G + 8
-                        s, dp = zeros(8), zeros(8)
-                        mm_rows(s, st["qa"], ks, D)
-                        mm_rows(dp, st["da"], vs, D)
-                        for j in range(8):
-                            for e in range(4):
-                                key = k0 + j * 8 + T4 * 2 + (e & 1)
-                                r = r0 if e < 2 else r1
-                                ok = (r < Tq) & (key < Tk) & ((not causal) | (key <= r))
-                                p = np.where(ok, np.exp2(s[j][e] * sl2 - (st["L0"] if e < 2 else st["L1"])), 0)
-                                s[j][e] = p * (dp[j][e] - (st["d0"] if e < 2 else st["d1"]))
-                        mm_cols(st["acc"], s, kt, D)
-                for st in W:
-                    store_rows(dq[b, h], st["acc"], st["row0"], Tq, np.full(32, scale), np.full(32, scale), D)
+    for b, h, hk, qb0, kend in query_blocks(q, k, causal):
+        W = []
+        for w in range(MW):
+            row0 = qb0 + w * MR
+            r0, r1 = row0 + G, row0 + G + 8
+            L = lambda r: np.where(r < Tq, lse[b, h][np.minimum(r, Tq - 1)] * LOG2E, 0)
+            Dl = lambda r: np.where(r < Tq, delta[b, h][np.minimum(r, Tq - 1)], 0)
+            W.append(dict(row0=row0, qa=load_a(q[b, h], row0, Tq, D), da=load_a(dout[b, h], row0, Tq, D),
+                          L0=L(r0), L1=L(r1), d0=Dl(r0), d1=Dl(r1), acc=zeros(D // 8)))
+        for k0 in range(0, kend, MT):
+            ks, vs, kt = stage(k[b, hk], k0, Tk, D), stage(v[b, hk], k0, Tk, D), stage_t(k[b, hk], k0, Tk, D)
+            for st in W:
+                row0 = st["row0"]
+                if causal and k0 > row0 + MR - 1:
+                    continue
+                r0, r1 = row0 + G, row0 + G + 8
+                s, dp = zeros(8), zeros(8)
+                mm_rows(s, st["qa"], ks, D)
+                mm_rows(dp, st["da"], vs, D)
+                for j in range(8):
+                    for e in range(4):
+                        key = k0 + j * 8 + T4 * 2 + (e & 1)
+                        r = r0 if e < 2 else r1
+                        ok = (r < Tq) & (key < Tk) & ((not causal) | (key <= r))
+                        p = np.where(ok, np.exp2(s[j][e] * sl2 - (st["L0"] if e < 2 else st["L1"])), 0)
+                        s[j][e] = p * (dp[j][e] - (st["d0"] if e < 2 else st["d1"]))
+                mm_cols(st["acc"], s, kt, D)
+        for st in W:
+            store_rows(dq[b, h], st["acc"], st["row0"], Tq, np.full(32, scale), np.full(32, scale), D)
     return dq
 
 
