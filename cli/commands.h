@@ -18,6 +18,7 @@ int fm_cmd_profile(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_plot(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_serve(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_run(int argc, char **argv) FM_CLI_WEAK;
+int fm_cmd_bench(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_import(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_export(int argc, char **argv) FM_CLI_WEAK;
 int fm_cmd_compile(int argc, char **argv) FM_CLI_WEAK;

@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
         {"eval", fm_cmd_eval, "evaluate a saved model"},
         {"predict", fm_cmd_predict, "run a saved model on inputs"},
         {"run", fm_cmd_run, "run an ONNX model on arrays"},
+        {"bench", fm_cmd_bench, "inference latency and throughput of a model on a device"},
         {"import", fm_cmd_import, "convert an ONNX model to an inference graph directory"},
         {"export", fm_cmd_export, "write a model as an ONNX file"},
         {"compile", fm_cmd_compile, "make an optimized inference graph of a model"},

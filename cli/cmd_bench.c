@@ -1,0 +1,221 @@
+/* `fathom bench MODEL [--device D] [--batch N] [--dim NAME=V ...] [--warmup N] [--iters N]
+ * [--json]`: the inference latency of any model fathom runs - a trained model directory
+ * (traced), a graph directory (compiled, quantized, imported) or an .onnx file - on
+ * generated inputs of the model's declared shapes, as onnxruntime_perf_test or trtexec
+ * report it: median, 90th and 99th percentile, mean and throughput. Each timed run
+ * includes copying the outputs to the host (what a caller reading them waits for), so
+ * device work cannot escape the clock. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "device_arg.h"
+#include "fathom/graph.h"
+#include "fathom/onnx.h"
+
+#define BENCH_MAX_IO 256
+#define BENCH_MAX_DIMS 16
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: fathom bench MODEL [--device D] [--batch N] [--dim NAME=V ...] [--warmup N] [--iters N] [--json]\n\n"
+               "Times inference of MODEL on generated inputs of its declared shapes. MODEL is a trained\n"
+               "model directory (traced as `fathom compile` does), a graph directory, or an .onnx file.\n\n"
+               "  --device D      cpu (default), cuda, cuda:N, check\n"
+               "  --batch N       the dynamic dim named \"batch\" (default 1)\n"
+               "  --dim NAME=V    another dynamic dim (a GPT graph's \"seq\" and \"past\"); unset ones are 1\n"
+               "  --warmup N      untimed runs first (default 3)\n"
+               "  --iters N       timed runs (default 20)\n"
+               "  --json          one JSON object on stdout instead of the text\n\n"
+               "Float inputs are N(0,1) values, integer inputs ids below the table they index (else 1).\n"
+               "A run's time includes copying every output to the host.\n");
+}
+
+typedef struct bench_dims {
+    int n;
+    const char *name[BENCH_MAX_DIMS];
+    long long value[BENCH_MAX_DIMS];
+} bench_dims;
+
+static long long dim_value(const bench_dims *d, const char *name) {
+    for (int i = 0; i < d->n; i++)
+        if (name && !strcmp(d->name[i], name)) return d->value[i];
+    return 1;
+}
+
+static fm_graph *bench_graph(const char *model) {
+    size_t n = strlen(model);
+    if (n > 5 && !strcmp(model + n - 5, ".onnx")) {
+        fm_onnx_model *m = fm_onnx_load(model);
+        fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
+        fm_onnx_free(m);
+        return g;
+    }
+    return fm_graph_from_model_dir(model);
+}
+
+/* input i of g at the dims asked for, generated on the host */
+static fm_tensor *bench_input(const fm_graph *g, int i, const bench_dims *d, fm_rng *rng, char *desc, size_t nd) {
+    fm_graph_io io;
+    if (fm_graph_input_info(g, i, &io)) return NULL;
+    int64_t sh[FM_MAX_DIMS];
+    for (int k = 0; k < io.ndim; k++) sh[k] = io.shape[k] == FM_DIM_DYNAMIC ? dim_value(d, io.dim_names[k]) : io.shape[k];
+    char s[128];
+    snprintf(desc, nd, "%s %s %s", io.name, fm_dtype_name(io.dtype), fm_shape_str(io.ndim, sh, s, sizeof s));
+    if (fm_dtype_is_float(io.dtype)) return fm_tensor_randn(io.ndim, sh, io.dtype, rng);
+    fm_tensor *t = fm_tensor_empty(io.ndim, sh, io.dtype, FM_CPU), *u = fm_tensor_rand(io.ndim, sh, FM_F64, rng);
+    int64_t lim = fm_graph_input_id_limit(g, i), n = t && u ? fm_tensor_numel(t) : 0;
+    for (int64_t e = 0; e < n; e++) fm_tensor_set(t, e, lim > 0 ? floor(fm_tensor_get(u, e) * (double)lim) : 1.0);
+    fm_tensor_release(u);
+    return t;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* one run: the graph, then every output to the host */
+static double bench_once(const fm_graph *g, fm_tensor *const *ins, int n_out) {
+    fm_tensor *outs[BENCH_MAX_IO] = {0};
+    double t0 = now_s();
+    fm_status st = fm_graph_run(g, ins, outs);
+    for (int j = 0; j < n_out && st == FM_OK; j++) {
+        fm_tensor *h = fm_tensor_to(outs[j], FM_CPU);
+        if (!h) st = fm_last_status();
+        fm_tensor_release(h);
+    }
+    double t = now_s() - t0;
+    for (int j = 0; j < n_out; j++) fm_tensor_release(outs[j]);
+    return st == FM_OK ? t : -1;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *s, int n, double p) {
+    int i = (int)ceil(p * n) - 1;
+    return s[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+static void bench_report(const char *model, fm_device dev, long long batch, const char *inputs, double *t, int n, bool json) {
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += t[i];
+    double med = pct(t, n, 0.5), p90 = pct(t, n, 0.9), p99 = pct(t, n, 0.99), mean = sum / n;
+    char dn[32];
+    fm_device_name(dev, dn, sizeof dn);
+    if (json) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "model", model, "device", dn, "batch",
+                              (json_int_t)batch, "inputs", inputs, "iters", n, "median_ms", med * 1e3, "p90_ms", p90 * 1e3,
+                              "p99_ms", p99 * 1e3, "mean_ms", mean * 1e3, "min_ms", t[0] * 1e3, "items_per_s", batch / med);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        json_decref(o);
+        return;
+    }
+    printf("model:   %s on %s\ninputs:  %s\n", model, dn, inputs);
+    printf("latency over %d runs: median %.3f ms, p90 %.3f, p99 %.3f, mean %.3f, min %.3f\n", n, med * 1e3, p90 * 1e3,
+           p99 * 1e3, mean * 1e3, t[0] * 1e3);
+    printf("throughput: %.1f items/s (batch %lld at the median)\n", batch / med, batch);
+}
+
+static int bench_model(const char *model, fm_device dev, const bench_dims *d, long long warmup, long long iters, bool json) {
+    fm_graph *g = bench_graph(model);
+    if (!g) { fm_cli_error("bench: %s: %s", model, fm_last_error()); return 1; }
+    int n_in = fm_graph_num_inputs(g), n_out = fm_graph_num_outputs(g), rc = 0;
+    fm_tensor *ins[BENCH_MAX_IO] = {0};
+    char inputs[1024] = "", desc[256];
+    double *t = calloc((size_t)iters, sizeof *t);
+    fm_rng rng;
+    fm_rng_init(&rng, 1);
+    if (!t) { fm_cli_error("bench: out of memory"); rc = 1; }
+    else if (n_in > BENCH_MAX_IO || n_out > BENCH_MAX_IO) { fm_cli_error("bench: %s has more than %d inputs or outputs", model, BENCH_MAX_IO); rc = 1; }
+    else if (fm_graph_to_device(g, dev)) { fm_cli_error("bench: %s to the device: %s", model, fm_last_error()); rc = 1; }
+    for (int i = 0; i < n_in && !rc; i++) {
+        fm_tensor *h = bench_input(g, i, d, &rng, desc, sizeof desc);
+        ins[i] = h ? fm_tensor_to(h, dev) : NULL;
+        fm_tensor_release(h);
+        if (!ins[i]) { fm_cli_error("bench: input %d: %s", i, fm_last_error()); rc = 1; }
+        size_t l = strlen(inputs);
+        snprintf(inputs + l, sizeof inputs - l, "%s%s", i ? ", " : "", desc);
+    }
+    for (long long i = 0; i < warmup + iters && !rc; i++) {
+        double s = bench_once(g, ins, n_out);
+        if (s < 0) { fm_cli_error("bench: %s: %s", model, fm_last_error()); rc = 1; }
+        else if (i >= warmup) t[i - warmup] = s;
+    }
+    if (!rc) bench_report(model, dev, dim_value(d, "batch"), inputs, t, (int)iters, json);
+    for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
+    free(t);
+    fm_graph_free(g);
+    return rc;
+}
+
+/* the options after the model's name; 0, or the exit code (2: usage) after saying why */
+static int bench_args(int argc, char **argv, const char **model, fm_device *dev, bench_dims *d, long long *warmup,
+                      long long *iters, long long *batch, bool *json) {
+    static const char *const opts[] = {"--device", "--batch", "--dim", "--warmup", "--iters", "--json", "--help"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) { *json = true; continue; }
+        if (a[0] != '-') {
+            if (*model) { fm_cli_error("bench: more than one model given ('%s' and '%s')", *model, a); return 2; }
+            *model = a;
+            continue;
+        }
+        if (strcmp(a, "--device") && strcmp(a, "--batch") && strcmp(a, "--dim") && strcmp(a, "--warmup") && strcmp(a, "--iters")) {
+            fm_cli_unknown_option("bench", a, opts, (int)(sizeof opts / sizeof *opts));
+            return 2;
+        }
+        if (!v) { fm_cli_error("bench: %s needs a value", a); return 2; }
+        i++;
+        if (!strcmp(a, "--device")) {
+            int drc = fm_cli_device("bench", v, dev);
+            if (drc) return drc;
+        } else if (!strcmp(a, "--dim")) {
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || d->n == BENCH_MAX_DIMS - 1) {
+                fm_cli_error("bench: --dim needs NAME=VALUE (at most %d), got '%s'", BENCH_MAX_DIMS - 1, v);
+                return 2;
+            }
+            if (!fm_cli_parse_int_range("bench", "--dim", eq + 1, 0, 1 << 24, &d->value[d->n])) return 2;
+            char *name = strndup(v, (size_t)(eq - v));
+            if (!name) { fm_cli_error("bench: out of memory"); return 1; }
+            d->name[d->n++] = name;
+        } else if (!fm_cli_parse_int_range("bench", a, v, !strcmp(a, "--warmup") ? 0 : 1, !strcmp(a, "--batch") ? 1 << 20 : 1000000,
+                                           !strcmp(a, "--batch") ? batch : !strcmp(a, "--warmup") ? warmup : iters)) {
+            return 2;
+        }
+    }
+    if (!*model) { fm_cli_error("bench: no model given"); return 2; }
+    return 0;
+}
+
+int fm_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { bench_usage(stdout); return 0; }
+    const char *model = NULL;
+    bench_dims d = {0};
+    long long warmup = 3, iters = 20, batch = 1;
+    bool json = false;
+    fm_device dev = FM_CPU;
+    int rc = bench_args(argc, argv, &model, &dev, &d, &warmup, &iters, &batch, &json);
+    if (rc == 2) bench_usage(stderr);
+    if (!rc) {
+        d.name[d.n] = "batch";
+        d.value[d.n] = batch;
+        d.n++;
+        rc = bench_model(model, dev, &d, warmup, iters, json);
+        d.n--;
+    }
+    for (int i = 0; i < d.n; i++) free((char *)d.name[i]);
+    return rc;
+}
