@@ -195,6 +195,17 @@ $(head -32 "$out/gpt2-step-profile.txt")"
     else
       note "gpt2 step profile: failed ($(tail -2 "$out/gpt2-prof.err" | tr '\n' ' '))"
     fi
+    # the trained GPT-2-shape model as an inference graph on the GPU: a 1024-token prefill of 8
+    # sequences (fathom bench; informational, no peer in this script)
+    if b=$(timeout 200 "$bin" bench "$out/gpt2-fathom" --device "$dev" --batch 8 --dim seq=1024 --dim past=0 --iters 10 --json 2>&1); then
+      g2="$g2
+gpt2-shape inference, prefill 8 x 1024 on $dev (fathom bench): $(echo "$b" | "$PY" -c 'import json, sys
+r = json.loads(sys.stdin.read())
+print("median %.2f ms, p90 %.2f ms, %.0f tokens/s" % (r["median_ms"], r["p90_ms"], 8 * 1024 / (r["median_ms"] / 1e3)))' 2>&1)"
+    else
+      g2="$g2
+gpt2-shape inference on $dev (fathom bench): failed: $(echo "$b" | tail -2 | tr '\n' ' ')"
+    fi
     if FATHOM_CUDA_ATTENTION=mma timeout 300 "$bin" train "$out/gpt2.ini" --device "$dev" --precision bf16 --out "$out/gpt2-mma" --json --quiet \
         >"$out/gpt2-mma.json" 2>"$out/gpt2-mma.err"; then
       mma=$("$PY" -c 'import json, sys
