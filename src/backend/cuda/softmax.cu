@@ -78,6 +78,34 @@ __device__ __forceinline__ int64_t target_at(const void *t, int tdt, int64_t i) 
     return tdt == FM_I64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
 }
 
+/* One pass over a row: its maximum m (0 for an all -inf row), sum of exp(x - m), and (want_sum)
+ * its plain sum. Each thread keeps a running maximum and rescales its own sum when the
+ * maximum grows; the block then rescales every thread's sum to the block's maximum. The
+ * first GPU run measured the two-pass forward (three passes backward) at 2.6x PyTorch's
+ * time on 8192 x 50304 bf16 logits. */
+template <typename T>
+__device__ void row_stats(const void *x, int dt, int64_t base, int64_t C, bool want_sum, T *sh, T *m_out, T *se_out, T *sx_out) {
+    T m = (T)-INFINITY, se = 0, sx = 0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        const T v = fm_ld<T>(x, dt, base + i);
+        if (v > m) { se = m == (T)-INFINITY ? (T)0 : se * exp(m - v); m = v; }
+        if (v != (T)-INFINITY) se += exp(v - m);
+        if (want_sum) sx += v;
+    }
+    T bm = fm_block_max<T>(m, sh);
+    if (bm == (T)-INFINITY) bm = 0;
+    __syncthreads(); /* sh is reused */
+    T part = m == (T)-INFINITY ? (T)0 : se * exp(m - bm);
+    T s = fm_block_sum<T>(part, sh);
+    if (want_sum) {
+        __syncthreads();
+        sx = fm_block_sum<T>(sx, sh);
+        *sx_out = sx;
+    }
+    *m_out = bm;
+    *se_out = s;
+}
+
 /* Row statistics in T; the row loss in double. flag[0] = 1 + first bad row on a bad target. */
 template <typename T>
 __global__ void ce_fwd_rows(const void *x, int dt, const void *tg, int tdt, int64_t C, int64_t ignore, double eps,
@@ -90,16 +118,8 @@ __global__ void ce_fwd_rows(const void *x, int dt, const void *tg, int tdt, int6
         if (threadIdx.x == 0) { atomicMin(flag, (unsigned long long)r + 1); row_loss[r] = NAN; }
         return;
     }
-    T m = (T)-INFINITY, sx = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) { T v = fm_ld<T>(x, dt, base + i); m = v > m ? v : m; sx += v; }
-    m = fm_block_max<T>(m, sh);
-    if (m == (T)-INFINITY) m = 0;
-    __syncthreads();
-    sx = fm_block_sum<T>(sx, sh);
-    T se = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) se += exp(fm_ld<T>(x, dt, base + i) - m);
-    __syncthreads();
-    se = fm_block_sum<T>(se, sh);
+    T m, se, sx;
+    row_stats<T>(x, dt, base, C, true, sh, &m, &se, &sx);
     if (threadIdx.x == 0) {
         double lse = (double)m + log((double)se), xt = (double)fm_ld<T>(x, dt, base + t);
         row_loss[r] = (1 - eps) * (lse - xt) + eps * (lse - (double)sx / (double)C);
@@ -147,14 +167,8 @@ __global__ void ce_bwd_rows(const void *g, int gdt, int g_per_row, const double 
     double gr = fm_ld<double>(g, gdt, g_per_row ? r : 0) * (g_scale ? *g_scale : 1.0);
     if (t == ignore) gr = 0;
     else if (t < 0 || t >= C) { if (threadIdx.x == 0) atomicMin(flag, (unsigned long long)r + 1); return; }
-    T m = (T)-INFINITY;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) { T v = fm_ld<T>(x, dt, base + i); m = v > m ? v : m; }
-    m = fm_block_max<T>(m, sh);
-    if (m == (T)-INFINITY) m = 0;
-    T se = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) se += exp(fm_ld<T>(x, dt, base + i) - m);
-    __syncthreads();
-    se = fm_block_sum<T>(se, sh);
+    T m, se;
+    row_stats<T>(x, dt, base, C, false, sh, &m, &se, NULL);
     T scale = (T)(gr / (double)se), shift = (T)(gr * eps / (double)C), hit = (T)(gr * (1 - eps));
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         T v = exp(fm_ld<T>(x, dt, base + i) - m) * scale - shift;
