@@ -5,8 +5,9 @@
  * f64 and integers, the CPU backend's rule) reads each operand in its own dtype
  * and layout and writes the output in its own. The op and dtypes are uniform
  * across a launch, so their switches cost no divergence. Contiguous operands
- * skip the index arithmetic; all-f32 contiguous binary ops and copies take a
- * float4 path, since those dominate memory traffic in training. */
+ * skip the index arithmetic; operands of one float dtype, contiguous (or a
+ * repeated row), take a 16-byte vector path (ew_vec_kernel), since those
+ * dominate memory traffic in training. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,29 +128,14 @@ __global__ void ew_kernel(ew_params p) {
     }
 }
 
-/* The all-f32 contiguous fast path: 4 elements per thread per step. */
-__global__ void ew_f32x4_kernel(int kind, int op, const float *x0, const float *x1, float *y, int64_t n4) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        float4 a = ((const float4 *)x0)[i], r;
-        if (kind == K_BINARY) {
-            float4 b = ((const float4 *)x1)[i];
-            r.x = binary_f<float>(op, a.x, b.x); r.y = binary_f<float>(op, a.y, b.y);
-            r.z = binary_f<float>(op, a.z, b.z); r.w = binary_f<float>(op, a.w, b.w);
-        } else {
-            r.x = unary_f<float>(op, 0.f, 0.f, a.x); r.y = unary_f<float>(op, 0.f, 0.f, a.y);
-            r.z = unary_f<float>(op, 0.f, 0.f, a.z); r.w = unary_f<float>(op, 0.f, 0.f, a.w);
-        }
-        ((float4 *)y)[i] = r;
-    }
-}
-
 static int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* One storage type for a whole launch, 16 bytes per thread per step (4 f32 or 8 bf16/f16):
  * unary ops and binary ops of one dtype on contiguous operands, the second operand either
  * of the output's shape (bn == 0) or a row of bn elements repeated over the leading
- * dimensions (a linear's bias). The first path covered only f32 binary ops and copies; the
- * first GPU run measured the bf16 GELU, on the generic kernel, at 17% of PyTorch's rate. */
+ * dimensions (a linear's bias). It replaced a float4 path for f32 binary ops and copies
+ * alone; the first GPU run measured the bf16 GELU, on the generic kernel, at 17% of
+ * PyTorch's rate. */
 template <typename S>
 __device__ __forceinline__ float st_ld(S v) { return (float)v; }
 template <>
@@ -242,7 +228,7 @@ static fm_status ew_run(const fm_op_call *c, int kind, int op, double a, double 
     if (p.n == 0) return FM_OK;
     p.g.ndim = out->ndim;
     for (int i = 0; i < out->ndim; i++) p.g.shape[i] = out->shape[i];
-    bool contig = fm_tensor_is_contiguous(out), all_f32 = out->dtype == FM_F32;
+    bool contig = fm_tensor_is_contiguous(out);
     for (int k = 0; k < n_in; k++) {
         const fm_tensor *t = c->in[k];
         if (!t) continue;
@@ -251,7 +237,6 @@ static fm_status ew_run(const fm_op_call *c, int kind, int op, double a, double 
         bool same = true;
         make_strides(&p.g, k, t, &same);
         if (!same || !fm_tensor_is_contiguous(t)) contig = false;
-        if (t->dtype != FM_F32 || !is_aligned16(p.in[k])) all_f32 = false;
     }
     bool same_out = true;
     make_strides(&p.g, 3, out, &same_out);
@@ -260,12 +245,7 @@ static fm_status ew_run(const fm_op_call *c, int kind, int op, double a, double 
     p.contig = contig;
     cudaStream_t s = fm_cuda_stream();
     const int threads = 256;
-    if (contig && all_f32 && is_aligned16(p.out) && p.n % 4 == 0 && ct == FM_F32 &&
-        ((kind == K_BINARY && n_in == 2 && op <= FM_OP_DIV) || (kind == K_UNARY && op == FM_OP_COPY))) {
-        int64_t n4 = p.n / 4;
-        ew_f32x4_kernel<<<fm_cuda_blocks(n4, threads), threads, 0, s>>>(kind, op, (const float *)p.in[0],
-                                                                           (const float *)p.in[1], (float *)p.out, n4);
-    } else if (ct == FM_F32) {
+    if (ct == FM_F32) {
         ew_kernel<float><<<fm_cuda_blocks(p.n, threads), threads, 0, s>>>(p);
     } else {
         ew_kernel<double><<<fm_cuda_blocks(p.n, threads), threads, 0, s>>>(p);
