@@ -401,8 +401,6 @@ static bool tp_fits(const train_args *a, const fm_gpt_train_opts *o) {
                  "ranks (world / %d = %d here): start the job with mpirun -np %d (or more), or drop --zero", T, T,
                  world / T, 2 * T);
         why = msg;
-    } else if (a->device.type != FM_DEV_CPU) {
-        why = "--tensor-parallel runs on the CPU here (its collectives take CPU tensors): drop --device";
     }
     if (why && say) fm_cli_error("train: %s", why);
     return !why;

@@ -90,6 +90,8 @@ FM_API bool fm_dist_nccl_built(void);
 /* Whether d's collectives on CUDA tensors go through NCCL (fm_dist_use_device). */
 FM_API bool fm_dist_uses_nccl(const fm_dist *d);
 FM_API fm_status fm_dist_allreduce_avg_tensor(fm_dist *d, fm_tensor *t);
+/* The sum over the ranks, in place (the CPU's in rank order, in double: fm_dist_allreduce_sum_f32). */
+FM_API fm_status fm_dist_allreduce_sum_tensor(fm_dist *d, fm_tensor *t);
 /* in: size*shard values; out: shard values (average = false: the sum). */
 FM_API fm_status fm_dist_reduce_scatter_tensor(fm_dist *d, const fm_tensor *in, fm_tensor *out, bool average);
 /* in: shard values; out: size*shard in rank order. */

@@ -66,6 +66,24 @@ fm_status fm_dist_allreduce_avg_tensor(fm_dist *d, fm_tensor *t) {
     return st;
 }
 
+fm_status fm_dist_allreduce_sum_tensor(fm_dist *d, fm_tensor *t) {
+    if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
+    if (check_f32("all-reduce (sum)", t, -1)) return fm_last_status();
+    int64_t n = fm_tensor_numel(t);
+    if (d->size == 1 || d->sim) return FM_OK;
+    switch (path_of(d, t)) {
+    case PATH_HOST: return fm_dist_allreduce_sum_f32(d, fm_tensor_data(t), n);
+    case PATH_NCCL: return dist_nccl_collective(d, DIST_DEV_ALLREDUCE_SUM, fm_tensor_data(t), fm_tensor_data(t), n, 0);
+    case PATH_STAGED: break;
+    }
+    float *h = to_host(t);
+    if (!h) return fm_last_status();
+    fm_status st = fm_dist_allreduce_sum_f32(d, h, n);
+    if (st == FM_OK) st = dist_from_host(t, h, FM_F32);
+    free(h);
+    return st;
+}
+
 fm_status fm_dist_reduce_scatter_tensor(fm_dist *d, const fm_tensor *in, fm_tensor *out, bool average) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
     int64_t shard = out ? fm_tensor_numel(out) : 0;

@@ -68,7 +68,7 @@ fm_dist *dist_plan_group(int size, int rank);
  * Collectives on buffers of the GPU the communicator was set up on, queued after
  * the work on fathom's compute stream; their events are what the host polls and
  * what the compute stream waits for before reading the results. */
-typedef enum { DIST_DEV_ALLREDUCE_AVG, DIST_DEV_REDUCE_SCATTER_AVG, DIST_DEV_REDUCE_SCATTER_SUM, DIST_DEV_ALLGATHER,
+typedef enum { DIST_DEV_ALLREDUCE_AVG, DIST_DEV_ALLREDUCE_SUM, DIST_DEV_REDUCE_SCATTER_AVG, DIST_DEV_REDUCE_SCATTER_SUM, DIST_DEV_ALLGATHER,
                DIST_DEV_BROADCAST } dist_dev_op;
 fm_status dist_nccl_init(fm_dist *d, int device);
 void dist_nccl_free(fm_dist *d);

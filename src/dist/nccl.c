@@ -125,6 +125,10 @@ static ncclResult_t op_allreduce(struct dist_nccl *n, const void *in, void *out,
     (void)root;
     return ncclAllReduce(in, out, count, ncclFloat32, ncclAvg, n->comm, n->stream);
 }
+static ncclResult_t op_allreduce_sum(struct dist_nccl *n, const void *in, void *out, size_t count, int root) {
+    (void)root;
+    return ncclAllReduce(in, out, count, ncclFloat32, ncclSum, n->comm, n->stream);
+}
 static ncclResult_t op_rs_avg(struct dist_nccl *n, const void *in, void *out, size_t count, int root) {
     (void)root;
     return ncclReduceScatter(in, out, count, ncclFloat32, ncclAvg, n->comm, n->stream);
@@ -211,6 +215,7 @@ static fm_status blocking(fm_dist *d, nccl_op run, const void *in, void *out, si
 fm_status dist_nccl_collective(fm_dist *d, dist_dev_op op, const void *in, void *out, int64_t count, int root) {
     switch (op) {
     case DIST_DEV_ALLREDUCE_AVG: return blocking(d, op_allreduce, in, out, (size_t)count, 0, "NCCL all-reduce");
+    case DIST_DEV_ALLREDUCE_SUM: return blocking(d, op_allreduce_sum, in, out, (size_t)count, 0, "NCCL all-reduce (sum)");
     case DIST_DEV_REDUCE_SCATTER_AVG: return blocking(d, op_rs_avg, in, out, (size_t)count, 0, "NCCL reduce-scatter");
     case DIST_DEV_REDUCE_SCATTER_SUM: return blocking(d, op_rs_sum, in, out, (size_t)count, 0, "NCCL reduce-scatter");
     case DIST_DEV_ALLGATHER: return blocking(d, op_allgather, in, out, (size_t)count, 0, "NCCL all-gather");

@@ -8,7 +8,13 @@
  *   tp_reduce after the row-parallel linear: all-reduce (sum) of the partial outputs
  *             forward, identity backward (the gradient is already whole on every rank).
  * Sums go through the communicator (src/dist/comm.c: rank order, in double), so a
- * result does not depend on timing and matches one process to rounding. */
+ * result does not depend on timing and matches one process to rounding.
+ *
+ * On a device: the two ops' sums are all-reduces of tensors there (NCCL on CUDA; the
+ * check device through host copies, the CPU's bits). The vocabulary-parallel
+ * cross-entropy and the shard/gather of parameters and state (set-up and checkpoints)
+ * run on host copies: the loss copies this rank's logits [N, V/T] to the host and its
+ * gradient back each step (a cost on a GPU, not yet a kernel there). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,14 +75,24 @@ fm_status fm_dist_allreduce_sum_f32(fm_dist *d, float *buf, int64_t n) {
 
 static fm_status tp_check(const char *op, const fm_dist *tp, const fm_tensor *x) {
     if (!tp || !x) return fm_set_error(FM_ERR_INVALID, "%s: needs a communicator and a tensor", op);
-    char dev[32];
-    /* (the meta device: the planner's run of a rank, shapes and memory only) */
-    if ((x->dtype != FM_F32 && x->dtype != FM_BF16 && x->dtype != FM_F16) ||
-        (fm_tensor_device(x).type != FM_DEV_CPU && fm_tensor_device(x).type != FM_DEV_META))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32, bf16 or fp16 CPU tensors here (got %s "
-                            "on %s); train on the CPU", op, fm_dtype_name(x->dtype),
-                            fm_device_name(fm_tensor_device(x), dev, sizeof dev));
+    if (x->dtype != FM_F32 && x->dtype != FM_BF16 && x->dtype != FM_F16)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: tensor parallelism runs on f32, bf16 or fp16 tensors (got %s)", op,
+                            fm_dtype_name(x->dtype));
     return FM_OK;
+}
+
+/* A device other than the CPU and the meta device (the planner's, shapes only): shard,
+ * gather and the loss go through host copies there. */
+static bool off_host(const fm_tensor *t) {
+    fm_device_type k = fm_tensor_device(t).type;
+    return k != FM_DEV_CPU && k != FM_DEV_META;
+}
+
+/* f(t's host copy) back on t's device (f's result is a new reference, or NULL). */
+static fm_tensor *via_host(fm_tensor *t, fm_tensor *(*f)(fm_tensor *h, void *ctx), void *ctx) {
+    fm_tensor *h = fm_tensor_to(t, FM_CPU), *r = h ? f(h, ctx) : NULL, *out = r ? fm_tensor_to(r, fm_tensor_device(t)) : NULL;
+    fm_tensor_release_n(2, h, r);
+    return out;
 }
 
 /* x as f32, on the tape: a bf16 or fp16 activation (autocast's linear outputs) is
@@ -96,7 +112,7 @@ static fm_tensor *summed_copy(fm_dist *tp, fm_tensor *t) {
     bool prev = fm_set_grad_enabled(false);
     fm_tensor *c = t->dtype == FM_F32 ? fm_clone(t) : fm_to_dtype(t, FM_F32); /* (a bf16/fp16 gradient: widened) */
     fm_set_grad_enabled(prev);
-    if (c && fm_dist_allreduce_sum_f32(tp, fm_tensor_data(c), fm_tensor_numel(c)) != FM_OK) {
+    if (c && fm_dist_allreduce_sum_tensor(tp, c) != FM_OK) {
         fm_tensor_release(c);
         return NULL;
     }
@@ -195,14 +211,25 @@ static void dims2(const fm_tensor *t, int64_t *rows, int64_t *cols) {
     *cols = t->ndim == 2 ? t->shape[1] : 1;
 }
 
+typedef struct shard_args {
+    int parts, rank;
+    const fm_tp_split *s;
+    fm_dist *tp;
+} shard_args;
+
+static fm_tensor *shard_host(fm_tensor *h, void *ctx) {
+    const shard_args *a = ctx;
+    return fm_tp_shard(a->parts, a->rank, h, a->s);
+}
+
 fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *s) {
     int64_t len = 0;
     if (split_check(s, full, parts, &len)) return NULL;
+    if (off_host(full) && full->dtype == FM_F32) return via_host(full, shard_host, &(shard_args){parts, rank, s, NULL});
     const bool meta = fm_tensor_device(full).type == FM_DEV_META; /* shapes only */
-    if (full->shape[s->dim] != len || full->dtype != FM_F32 || (fm_tensor_device(full).type != FM_DEV_CPU && !meta) ||
-        rank < 0 || rank >= parts) {
+    if (full->shape[s->dim] != len || full->dtype != FM_F32 || rank < 0 || rank >= parts) {
         fm_set_error(FM_ERR_INVALID, "tensor parallel: cannot take shard %d of %d of a tensor of %lld along dim %d "
-                     "(the split covers %lld; f32 CPU tensors only)", rank, parts, (long long)full->shape[s->dim],
+                     "(the split covers %lld; f32 tensors only)", rank, parts, (long long)full->shape[s->dim],
                      s->dim, (long long)len);
         return NULL;
     }
@@ -216,8 +243,14 @@ fm_tensor *fm_tp_shard(int parts, int rank, fm_tensor *full, const fm_tp_split *
     return out;
 }
 
+static fm_tensor *gather_host(fm_tensor *h, void *ctx) {
+    const shard_args *a = ctx;
+    return fm_tp_gather(a->tp, h, a->s);
+}
+
 fm_tensor *fm_tp_gather(fm_dist *tp, fm_tensor *local, const fm_tp_split *s) {
     if (tp_check("tp_gather", tp, local)) return NULL;
+    if (off_host(local)) return via_host(local, gather_host, &(shard_args){0, 0, s, tp});
     const int T = tp->size;
     int64_t len = 0, rows, cols;
     if (split_check(s, local, T, &len)) return NULL;
@@ -350,8 +383,18 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targe
     /* the loss in f32 (as autocast runs one process's cross-entropy): bf16/fp16 logits widened */
     fm_tensor *logits = tp_f32("tp_cross_entropy", tp, logits0);
     if (!logits) return NULL;
-    fm_tensor *out = tp_ce(tp, logits, targets, vocab_start, vocab_size);
-    fm_tensor_release(logits);
+    if (!off_host(logits)) {
+        fm_tensor *out = tp_ce(tp, logits, targets, vocab_start, vocab_size);
+        fm_tensor_release(logits);
+        return out;
+    }
+    /* on a device: the loss of host copies (the copy of the logits is on the tape, so their
+     * gradient goes back to the device), and the loss back on the device */
+    fm_tensor *lh = fm_tensor_to(logits, FM_CPU), *th = lh && targets ? fm_tensor_to(targets, FM_CPU) : NULL;
+    fm_tensor *lossh = th ? tp_ce(tp, lh, th, vocab_start, vocab_size) : NULL;
+    fm_tensor *out = lossh ? fm_tensor_to(lossh, fm_tensor_device(logits)) : NULL;
+    if (!th && lh && !targets) fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: targets are NULL");
+    fm_tensor_release_n(4, logits, lh, th, lossh);
     return out;
 }
 

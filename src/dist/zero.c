@@ -8,6 +8,12 @@
  * reduce-scatter (average) it, give each view its part as .grad, clip with the
  * global norm (fm_optim_set_norm_reduce), update, and all-gather the parameters.
  *
+ * The parameters may be on any one device (f32). The step's flat buffers are tensors
+ * there, so on a GPU the gradients are packed, reduce-scattered (NCCL), updated and
+ * gathered without leaving it; on the CPU (and the meta device) they are host buffers
+ * seen as CPU tensors. The checkpoint functions (state gathered or sharded, loaded back)
+ * go through host copies of the state, made only when they are called.
+ *
  * The reduce-scatter adds the ranks' values in the same order as the data-parallel
  * all-reduce (src/dist/comm.c) and the updates are element-wise, so without
  * clipping the parameters are the same bits as plain data parallel; clipping sums
@@ -42,10 +48,48 @@ struct fm_zero {
     char **names;      /* the full optimizer's parameter names */
     int64_t *off;      /* each parameter's start in the flat space */
     int64_t total, shard;
-    float *flat;       /* size*shard */
+    fm_device dev;     /* the parameters' device */
+    bool host;         /* dev is the CPU or the meta device: flat_t and mine_t are flat and mine */
+    float *flat;       /* size*shard host values (a GPU's: made by the checkpoint functions) */
     float *mine;       /* shard: averaged gradients, then this rank's parameters */
+    fm_tensor *flat_t; /* the step's buffers on dev: size*shard and shard values */
+    fm_tensor *mine_t;
     zero_view *views;
 };
+
+/* t's values (contiguous f32 on any device) into host memory; nothing on the meta device. */
+static fm_status read_f32(const fm_tensor *t, float *dst) {
+    if (on_meta(t)) return FM_OK;
+    if (fm_tensor_device(t).type != FM_DEV_CPU) return fm_tensor_copy_to_host(t, dst, FM_F32);
+    memcpy(dst, fm_tensor_data(t), sizeof(float) * (size_t)fm_tensor_numel(t));
+    return FM_OK;
+}
+
+/* t (contiguous f32 on any device) = numel(t) host values; nothing on the meta device. */
+static fm_status write_f32(fm_tensor *t, const float *src) {
+    if (on_meta(t)) return FM_OK;
+    if (fm_tensor_device(t).type != FM_DEV_CPU) return dist_from_host(t, src, FM_F32);
+    memcpy(fm_tensor_data(t), src, sizeof(float) * (size_t)fm_tensor_numel(t));
+    return FM_OK;
+}
+
+/* The host buffers the checkpoint functions gather and pack in (a GPU's, made at first use). */
+static fm_status host_buffers(fm_zero *z) {
+    if (!z->flat) z->flat = calloc((size_t)(z->shard * z->d->size + 1), sizeof(float));
+    if (!z->mine) z->mine = calloc((size_t)(z->shard + 1), sizeof(float));
+    if (!z->flat || !z->mine)
+        return fm_set_error(FM_ERR_OOM, "zero: out of host memory for %lld optimizer-state values", (long long)z->total);
+    return FM_OK;
+}
+
+/* t (contiguous, on buf's device) and buf's values [at, at + numel(t)) (buf 1-D): one copied into the other. */
+static fm_status flat_copy(fm_tensor *buf, int64_t at, fm_tensor *t, bool into_buf) {
+    int64_t n = fm_tensor_numel(t);
+    fm_tensor *part = fm_slice(buf, 0, at, at + n, 1), *flat = part ? fm_view(t, 1, &n) : NULL;
+    fm_status st = !flat ? fm_last_status() : into_buf ? fm_copy_(part, flat) : fm_copy_(flat, part);
+    fm_tensor_release_n(2, part, flat);
+    return st;
+}
 
 static fm_status norm_reduce(double *ss, void *ctx) { return fm_dist_allreduce_sum_f64(ctx, ss, 1); }
 
@@ -103,18 +147,31 @@ fm_zero *fm_zero_new(fm_dist *d, fm_optim *full) {
         const char *name;
         fm_optim_param_at(full, i, &name, &z->params[i], NULL);
         if (!(z->names[i] = strdup(name))) st = fm_set_error(FM_ERR_OOM, "zero: out of memory");
-        if (z->params[i]->dtype != FM_F32 || (fm_tensor_device(z->params[i]).type != FM_DEV_CPU && !on_meta(z->params[i])))
-            st = fm_set_error(FM_ERR_UNSUPPORTED, "zero: parameter %d is not an f32 CPU tensor (ZeRO-1 here shards "
-                              "f32 CPU parameters)", i);
         fm_tensor_retain(z->params[i]);
+        fm_device dev = fm_tensor_device(z->params[i]);
+        if (i == 0) z->dev = dev;
+        if (st == FM_OK && (z->params[i]->dtype != FM_F32 || !fm_tensor_is_contiguous(z->params[i]) || !fm_device_eq(dev, z->dev))) {
+            char dn[32];
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "zero: parameter %d ('%s') is not a contiguous f32 tensor on %s like "
+                              "parameter 0 (ZeRO-1 shards f32 parameters that are all on one device)", i, name,
+                              fm_device_name(z->dev, dn, sizeof dn));
+        }
         z->off[i] = z->total;
         z->total += fm_tensor_numel(z->params[i]);
     }
     if (st == FM_OK) {
         z->shard = (z->total + d->size - 1) / d->size;
-        z->flat = calloc((size_t)(z->shard * d->size + 1), sizeof(float));
-        z->mine = calloc((size_t)(z->shard + 1), sizeof(float));
-        if (!z->flat || !z->mine) st = fm_set_error(FM_ERR_OOM, "zero: out of memory for %lld values", (long long)z->total);
+        z->host = z->n == 0 || z->dev.type == FM_DEV_CPU || z->dev.type == FM_DEV_META;
+        int64_t whole = z->shard * d->size;
+        if (z->host) {
+            st = host_buffers(z);
+            if (st == FM_OK) z->flat_t = fm_tensor_from_buffer(z->flat, 1, &whole, FM_F32, NULL, NULL);
+            if (st == FM_OK) z->mine_t = fm_tensor_from_buffer(z->mine, 1, &z->shard, FM_F32, NULL, NULL);
+        } else {
+            z->flat_t = fm_tensor_zeros(1, &whole, FM_F32, z->dev);
+            z->mine_t = z->flat_t ? fm_tensor_zeros(1, &z->shard, FM_F32, z->dev) : NULL;
+        }
+        if (st == FM_OK && (!z->flat_t || !z->mine_t)) st = fm_last_status();
     }
     if (st == FM_OK) st = zero_views(z, full);
     if (st == FM_OK) {
@@ -135,6 +192,7 @@ void fm_zero_free(fm_zero *z) {
     free(z->views);
     free(z->params);
     free(z->off);
+    fm_tensor_release_n(2, z->flat_t, z->mine_t);
     if (!z->d->broken) { free(z->flat); free(z->mine); }
     free(z);
 }
@@ -143,23 +201,25 @@ fm_optim *fm_zero_optim(fm_zero *z) { return z ? z->local : NULL; }
 
 fm_status fm_zero_reduce_grads(fm_zero *z) {
     if (!z) return fm_set_error(FM_ERR_INVALID, "zero: NULL");
-    memset(z->flat, 0, sizeof(float) * (size_t)(z->shard * z->d->size));
-    for (int i = 0; i < z->n; i++) {
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = z->host ? (memset(z->flat, 0, sizeof(float) * (size_t)(z->shard * z->d->size)), FM_OK) : fm_zero_(z->flat_t);
+    for (int i = 0; i < z->n && st == FM_OK; i++) {
         fm_tensor *g = z->params[i]->grad;
         if (!g) continue;
         fm_tensor *c = fm_tensor_is_contiguous(g) ? fm_tensor_retain(g) : fm_contiguous(g);
-        if (!c) return fm_last_status();
-        if (c->dtype == FM_F32 && !on_meta(c)) memcpy(z->flat + z->off[i], fm_tensor_data(c), sizeof(float) * (size_t)fm_tensor_numel(c));
+        if (!c) st = fm_last_status();
+        else if (!on_meta(c)) st = flat_copy(z->flat_t, z->off[i], c, true);
         fm_tensor_release(c);
         fm_tensor_zero_grad(z->params[i]); /* the full gradient is not needed past here */
     }
-    if (fm_dist_reduce_scatter_f32(z->d, z->flat, z->mine, z->shard, true) != FM_OK) return fm_last_status();
+    fm_set_grad_enabled(prev);
+    if (st != FM_OK || fm_dist_reduce_scatter_tensor(z->d, z->flat_t, z->mine_t, true) != FM_OK) return fm_last_status();
     int64_t base = (int64_t)z->d->rank * z->shard;
     for (int k = 0; k < z->nv; k++) {
         zero_view *v = &z->views[k];
-        int64_t len = v->hi - v->lo;
-        if (on_meta(v->view)) continue; /* host buffers cannot be a meta tensor's gradient: no update to plan */
-        fm_tensor *g = fm_tensor_from_buffer(z->mine + (z->off[v->param] + v->lo - base), 1, &len, FM_F32, NULL, NULL);
+        if (on_meta(v->view)) continue; /* the meta device's views get no gradient: no update to plan */
+        int64_t at = z->off[v->param] + v->lo - base;
+        fm_tensor *g = fm_slice(z->mine_t, 0, at, at + (v->hi - v->lo), 1);
         if (!g) return fm_last_status();
         fm_tensor_release(v->view->grad);
         v->view->grad = g;
@@ -170,16 +230,17 @@ fm_status fm_zero_reduce_grads(fm_zero *z) {
 fm_status fm_zero_gather_params(fm_zero *z) {
     if (!z) return fm_set_error(FM_ERR_INVALID, "zero: NULL");
     int64_t base = (int64_t)z->d->rank * z->shard;
-    memset(z->mine, 0, sizeof(float) * (size_t)z->shard);
-    for (int k = 0; k < z->nv; k++) {
+    bool prev = fm_set_grad_enabled(false);
+    fm_status st = z->host ? (memset(z->mine, 0, sizeof(float) * (size_t)z->shard), FM_OK) : fm_zero_(z->mine_t);
+    for (int k = 0; k < z->nv && st == FM_OK; k++) {
         zero_view *v = &z->views[k];
-        if (!on_meta(v->view))
-            memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(v->view), sizeof(float) * (size_t)(v->hi - v->lo));
+        if (!on_meta(v->view)) st = flat_copy(z->mine_t, z->off[v->param] + v->lo - base, v->view, true);
     }
-    if (fm_dist_allgather_f32(z->d, z->mine, z->flat, z->shard) != FM_OK) return fm_last_status();
-    for (int i = 0; i < z->n; i++)
-        if (!on_meta(z->params[i])) memcpy(fm_tensor_data(z->params[i]), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(z->params[i]));
-    return FM_OK;
+    if (st == FM_OK) st = fm_dist_allgather_tensor(z->d, z->mine_t, z->flat_t);
+    for (int i = 0; i < z->n && st == FM_OK; i++)
+        if (!on_meta(z->params[i])) st = flat_copy(z->flat_t, z->off[i], z->params[i], false);
+    fm_set_grad_enabled(prev);
+    return st;
 }
 
 fm_status fm_zero_step(fm_zero *z, double clip, double *norm) {
@@ -212,6 +273,7 @@ static int view_of(fm_zero *z, const char *state_name, const char **suffix) {
 
 /* One state slot (suffix) of every parameter, gathered into full tensors appended to out. */
 static fm_status gather_slot(fm_zero *z, const fm_named_list *local, const char *suffix, fm_named_list *out) {
+    if (host_buffers(z)) return fm_last_status();
     int64_t base = (int64_t)z->d->rank * z->shard;
     memset(z->mine, 0, sizeof(float) * (size_t)z->shard);
     for (int j = 0; j < local->n; j++) {
@@ -219,18 +281,16 @@ static fm_status gather_slot(fm_zero *z, const fm_named_list *local, const char 
         int k = view_of(z, local->items[j].name, &sfx);
         if (k < 0 || strcmp(sfx, suffix)) continue;
         zero_view *v = &z->views[k];
-        if (!on_meta(local->items[j].tensor))
-            memcpy(z->mine + (z->off[v->param] + v->lo - base), fm_tensor_data(local->items[j].tensor),
-               sizeof(float) * (size_t)(v->hi - v->lo));
+        if (read_f32(local->items[j].tensor, z->mine + (z->off[v->param] + v->lo - base))) return fm_last_status();
     }
     if (fm_dist_allgather_f32(z->d, z->mine, z->flat, z->shard) != FM_OK) return fm_last_status();
     for (int i = 0; i < z->n; i++) {
         fm_tensor *t = fm_tensor_empty_like(z->params[i]);
         if (!t) return fm_last_status();
-        if (!on_meta(t)) memcpy(fm_tensor_data(t), z->flat + z->off[i], sizeof(float) * (size_t)fm_tensor_numel(t));
+        fm_status st = write_f32(t, z->flat + z->off[i]);
         char name[600];
         snprintf(name, sizeof name, "%s.%s", z->names[i], suffix);
-        fm_status st = fm_named_list_push(out, name, t, false, true);
+        if (st == FM_OK) st = fm_named_list_push(out, name, t, false, true);
         fm_tensor_release(t);
         if (st != FM_OK) return st;
     }
@@ -271,8 +331,9 @@ fm_status fm_zero_load_full_state(fm_zero *z, const fm_named_list *full) {
             st = fm_set_error(FM_ERR_FORMAT, "optimizer state '%s' does not match its parameter", local.items[j].name);
             break;
         }
-        memcpy(fm_tensor_data(local.items[j].tensor), (const float *)fm_tensor_data(src) + v->lo,
-               sizeof(float) * (size_t)(v->hi - v->lo));
+        fm_tensor *h = fm_tensor_device(src).type == FM_DEV_CPU ? fm_tensor_retain(src) : fm_tensor_to(src, FM_CPU);
+        st = h ? write_f32(local.items[j].tensor, (const float *)fm_tensor_data(h) + v->lo) : fm_last_status();
+        fm_tensor_release(h);
     }
     fm_named_list_free(&local);
     return st;
@@ -323,7 +384,7 @@ static uint64_t layout_of_zero(const fm_zero *z) {
 }
 
 /* This rank's values of one slot, packed into dst [shard] (zero where it owns nothing). */
-static void pack_slot(fm_zero *z, const fm_named_list *local, const char *suffix, float *dst) {
+static fm_status pack_slot(fm_zero *z, const fm_named_list *local, const char *suffix, float *dst) {
     int64_t base = (int64_t)z->d->rank * z->shard;
     memset(dst, 0, sizeof(float) * (size_t)z->shard);
     for (int j = 0; j < local->n; j++) {
@@ -331,9 +392,9 @@ static void pack_slot(fm_zero *z, const fm_named_list *local, const char *suffix
         int k = view_of(z, local->items[j].name, &sfx);
         if (k < 0 || strcmp(sfx, suffix)) continue;
         zero_view *v = &z->views[k];
-        memcpy(dst + (z->off[v->param] + v->lo - base), fm_tensor_data(local->items[j].tensor),
-               sizeof(float) * (size_t)(v->hi - v->lo));
+        if (read_f32(local->items[j].tensor, dst + (z->off[v->param] + v->lo - base))) return fm_last_status();
     }
+    return FM_OK;
 }
 
 static fm_status meta_i64(const fm_kv_list *meta, const char *key, const char *path, int64_t *out) {
@@ -407,7 +468,7 @@ fm_status fm_zero_shard_state(fm_zero *z, fm_named_list *out, fm_kv_list *meta, 
         if (!t) { st = fm_last_status(); break; }
         if (dev.type == FM_DEV_CPU) {
             float *v = fm_tensor_data(t);
-            pack_slot(z, &local, slots[s], v);
+            if (pack_slot(z, &local, slots[s], v)) { fm_tensor_release(t); st = fm_last_status(); break; }
             for (int64_t i = 0; i < z->shard && nonfinite && !*nonfinite; i++)
                 if (!isfinite(v[i])) *nonfinite = true;
         }
@@ -463,8 +524,7 @@ fm_status fm_zero_load_shard(fm_zero *z, const char *path) {
             int k = view_of(z, local.items[j].name, &sfx);
             if (k < 0 || strcmp(sfx, slots[s])) continue;
             zero_view *v = &z->views[k];
-            memcpy(fm_tensor_data(local.items[j].tensor), src + (z->off[v->param] + v->lo - base),
-                   sizeof(float) * (size_t)(v->hi - v->lo));
+            if ((st = write_f32(local.items[j].tensor, src + (z->off[v->param] + v->lo - base)))) break;
         }
     }
     fm_named_list_free(&local);

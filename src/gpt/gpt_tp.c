@@ -218,6 +218,24 @@ fm_status gpt_tp_load_state(const fm_gpt *m, const fm_named_list *file, const ch
     return st;
 }
 
+/* *acc += the sum of squares of g (contiguous f32, any device: a device's values are read
+ * through a host copy), in index order, in double: the CPU's bits on every device. */
+static fm_status add_sum_sq(const fm_tensor *g, const char *name, double *acc) {
+    if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 tensor", name);
+    const int64_t n = fm_tensor_numel(g);
+    float *h = NULL;
+    if (fm_tensor_device(g).type != FM_DEV_CPU) {
+        if (!(h = malloc(sizeof(float) * (size_t)(n ? n : 1))))
+            return fm_set_error(FM_ERR_OOM, "tensor parallel: out of host memory for the gradient of '%s'", name);
+        if (fm_tensor_copy_to_host(g, h, FM_F32) != FM_OK) { free(h); return fm_last_status(); }
+    }
+    const float *v = h ? h : fm_tensor_data(g);
+    for (int64_t j = 0; j < n; j++) *acc += (double)v[j] * v[j];
+    free(h);
+    return FM_OK;
+}
+
 /* The clipping norm's sum of squares over the whole model: the split parameters' parts
  * are summed over the group, the replicated ones (equal on every rank) counted once. */
 fm_status gpt_tp_norm_reduce(double *ss, void *ctx) {
@@ -226,11 +244,7 @@ fm_status gpt_tp_norm_reduce(double *ss, void *ctx) {
     for (int i = 0; i < m->params.n; i++) {
         fm_tensor *p = m->params.items[i].tensor, *g = p->grad;
         if (!g || fm_gpt_tp_split(m, p, NULL) || fm_tensor_device(g).type == FM_DEV_META) continue;
-        if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
-            return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 CPU "
-                                "tensor", m->params.items[i].name);
-        const float *v = fm_tensor_data(g);
-        for (int64_t j = 0, n = fm_tensor_numel(g); j < n; j++) rep += (double)v[j] * v[j];
+        if (add_sum_sq(g, m->params.items[i].name, &rep)) return fm_last_status();
     }
     *ss -= rep * (double)(m->tp_size - 1) / m->tp_size;
     return fm_dist_allreduce_sum_f64(m->tp, ss, 1);
@@ -254,11 +268,7 @@ fm_status gpt_tp_zero_norm_reduce(double *ss, void *ctx) {
         int k = fm_named_list_find(&m->params, name);
         if (k < 0) return fm_set_error(FM_ERR_STATE, "tensor parallel: the sharded optimizer's '%s' is not a parameter", name);
         if (!g || fm_gpt_tp_split(m, m->params.items[k].tensor, NULL) || fm_tensor_device(g).type == FM_DEV_META) continue;
-        if (g->dtype != FM_F32 || !fm_tensor_is_contiguous(g) || fm_tensor_device(g).type != FM_DEV_CPU)
-            return fm_set_error(FM_ERR_UNSUPPORTED, "tensor parallel: the gradient of '%s' is not a contiguous f32 CPU "
-                                "tensor", name);
-        const float *x = fm_tensor_data(g);
-        for (int64_t j = 0, e = fm_tensor_numel(g); j < e; j++) v[1] += (double)x[j] * x[j];
+        if (add_sum_sq(g, name, &v[1])) return fm_last_status();
     }
     if (fm_dist_allreduce_sum_f64(z->dp, v, 2) != FM_OK) return fm_last_status();
     *ss = v[0] - v[1] * (double)(m->tp_size - 1) / m->tp_size;

@@ -893,15 +893,14 @@ static fm_status gpt_tp_setup(gpt_run *u) {
     /* bf16 and fp16: autocast's low-precision activations are widened to f32 where they
      * cross ranks (src/dist/tensor_parallel.c); fp16's loss scaler decides on the whole
      * job's gradients (gpt_grad_histograms), so every rank skips the same steps */
-    if (o->eff.device.type != FM_DEV_CPU)
-        return fm_set_error(FM_ERR_INVALID, "--tensor-parallel %d runs on the CPU here (its collectives take CPU "
-                            "tensors): drop --device", T);
     /* blocks: a checkpointed split block is run again in backward, all-reduces included (every
      * rank re-runs the same blocks in the same order); selective: each linear's input function
      * (norm and tp_copy, attention core, activation) is recomputed on this rank's shards
      * (block_tp, gpt_model.c) */
     if ((st = fm_dist_split(o->dist, u->rank / T, &u->tp)) || (st = fm_dist_split(o->dist, u->rank % T, &u->dp)))
         return st;
+    /* on a GPU each group gets its own NCCL communicator (the world's is the DP one's without TP) */
+    if ((st = fm_dist_use_device(u->tp, o->eff.device)) || (st = fm_dist_use_device(u->dp, o->eff.device))) return st;
     u->dp_rank = fm_dist_rank(u->dp);
     u->dp_size = fm_dist_size(u->dp);
     return FM_OK;
