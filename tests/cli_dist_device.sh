@@ -10,7 +10,7 @@
 # job's shards resumed on check, end on the uninterrupted cpu job's bits. Tensor
 # parallelism likewise: TP=2 and TP=2 x DP=2 with ZeRO-1 (4 ranks) on check equal the
 # cpu, and their checkpoints written and resumed on check end on the cpu job's bits.
-# Also tools/gpu-check-nccl.sh run on the check device (one rank under mpirun against
+# Also tools/gpu-check-sharded.sh and tools/gpu-check-nccl.sh run on the check device (one rank under mpirun against
 # the plain run), so the script the GPU run uses for its NCCL smoke test works.
 # Skipped (77) when this fathom has no MPI or mpirun is missing.
 # Usage: bash tests/cli_dist_device.sh <path-to-fathom-binary>
@@ -98,5 +98,11 @@ if out=$(GPU_CHECK_NCCL_RECIPE="$tmp/tiny.ini" GPU_CHECK_NCCL_FLAGS="--threads 1
   ok "tools/gpu-check-nccl.sh on check: $(echo "$out" | tail -1)"
 else
   bad "tools/gpu-check-nccl.sh on check: $out"
+fi
+# the GPU run's ZeRO-1 / tensor-parallel script (ranks sharing one GPU), here on check
+if out=$(bash "$ROOT/tools/gpu-check-sharded.sh" "$bin" check "$tmp/sharded" 2>&1); then
+  ok "tools/gpu-check-sharded.sh on check: $(echo "$out" | tail -1)"
+else
+  bad "tools/gpu-check-sharded.sh on check: $out"
 fi
 cli_end cli_dist_device

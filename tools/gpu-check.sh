@@ -12,7 +12,8 @@
 # fashion-mlp, fashion-cnn and a small GPT with `fathom train --device cuda`, their
 # loss curves against the CPU's (NMSE <= 1e-3 each), and GPT-2 124M-shaped bf16
 # training against PyTorch torch.compile (bench/bench_gpt2_gpu.py: tokens/s, MFU, peak
-# memory), and the NCCL smoke test (tools/gpu-check-nccl.sh: fashion-mlp under
+# memory), ZeRO-1 and tensor parallelism with ranks sharing the GPU (tools/gpu-check-sharded.sh),
+# and the NCCL smoke test (tools/gpu-check-nccl.sh: fashion-mlp under
 # `mpirun -np 1 --device cuda`, its buckets all-reduced through NCCL, equal to the plain
 # run), and the ONNX node suite of the onnx Python package with every input on the GPU
 # (tests/onnx_conformance_pypi.sh --device cuda). GPU_CHECK_PREBUILT=1 runs binaries built
@@ -120,6 +121,14 @@ else
 fi
 log "nccl: $nccl ($((SECONDS - t0)) s)"
 
+# ---- ZeRO-1 and tensor parallelism on the GPU: 2 and 4 ranks sharing it, collectives through
+# host copies (FATHOM_DIST_NCCL=0: NCCL refuses two ranks on one GPU), losses vs the cpu
+# (tools/gpu-check-sharded.sh) ----
+t0=$SECONDS
+if sharded=$(timeout 300 bash "$ROOT/tools/gpu-check-sharded.sh" "$BUILD/fathom" cuda:0 "$OUT/sharded" 2>&1 | tail -1) &&
+   [[ $sharded == "sharded smoke: pass"* ]]; then :; else sharded="FAIL: $sharded"; status=1; fi
+log "sharded: $sharded ($((SECONDS - t0)) s)"
+
 # ---- training through the CLI, curves vs the CPU, GPT-2 shape vs PyTorch ----
 train="skipped (GPU_CHECK_TRAIN=0)"
 if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
@@ -133,9 +142,9 @@ if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
 fi
 
 # ---- the table ----
-$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" "$sharded" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf, prof, train, nccl, onnx = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+out, conf, prof, train, nccl, onnx, sharded = sys.argv[1:8]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -166,6 +175,7 @@ if "allocator" in f:
     print("allocator:", {k: v for k, v in f["allocator"].items() if k != "bench"})
 print(f"training through the CLI (tools/gpu-check-train.sh): {train}")
 print(f"NCCL smoke, mpirun -np 1 vs plain (tools/gpu-check-nccl.sh): {nccl}")
+print(f"ZeRO-1 / tensor parallel on one GPU vs the cpu (tools/gpu-check-sharded.sh): {sharded}")
 ts = os.path.join(out, "train", "train_summary.txt")
 if os.path.exists(ts):
     print(open(ts).read().rstrip())

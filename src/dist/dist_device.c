@@ -9,9 +9,21 @@
 #include "dist/dist_internal.h"
 #include "fathom/ops.h" /* fm_copy_ */
 
+/* FATHOM_DIST_NCCL=0 keeps NCCL out: CUDA tensors' collectives go through host copies and
+ * MPI, as PyTorch's gloo backend takes CUDA tensors. For a machine whose NCCL is broken or
+ * absent, and so that ranks can share one GPU (NCCL refuses two ranks on one device):
+ * the GPU check runs ZeRO-1 and tensor parallelism on one GPU so. */
 fm_status fm_dist_use_device(fm_dist *d, fm_device dev) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
     if (dev.type != FM_DEV_CUDA) return FM_OK;
+    const char *e = getenv("FATHOM_DIST_NCCL");
+    if (e && *e && strcmp(e, "1")) {
+        if (strcmp(e, "0"))
+            return fm_set_error(FM_ERR_INVALID, "FATHOM_DIST_NCCL='%s': expected 0 (collectives on CUDA tensors through "
+                                "host copies and MPI) or 1 (through NCCL, the default)", e);
+        d->staged = true;
+        return FM_OK;
+    }
     return dist_nccl_init(d, dev.index);
 }
 

@@ -20,6 +20,7 @@ struct fm_dist {
     uint32_t seq;    /* collectives started, for message tags */
     fm_dist_stats stats;
     struct dist_nccl *nccl; /* collectives on CUDA buffers (nccl.c, fm_dist_use_device), or NULL */
+    bool staged;     /* CUDA without NCCL by choice (FATHOM_DIST_NCCL=0): through host copies and MPI */
 #if FATHOM_HAVE_MPI
     MPI_Comm comm;
 #endif

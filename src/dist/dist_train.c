@@ -100,9 +100,10 @@ static fm_status broadcast_params(fm_dist_trainer *t) {
         fm_tensor *p = t->ts->params[i];
         if (p->dtype != FM_F32 || !fm_tensor_is_contiguous(p))
             return fm_set_error(FM_ERR_UNSUPPORTED, "data parallel: parameter %d is not a contiguous f32 tensor", i);
-        if (fm_tensor_device(p).type == FM_DEV_CUDA && !fm_dist_uses_nccl(t->d))
+        if (fm_tensor_device(p).type == FM_DEV_CUDA && !fm_dist_uses_nccl(t->d) && !t->d->staged)
             return fm_set_error(FM_ERR_UNSUPPORTED, "data parallel: parameter %d is on a GPU but the ranks have no NCCL "
-                                "communicator (fm_dist_use_device)", i);
+                                "communicator (fm_dist_use_device; FATHOM_DIST_NCCL=0 sends its collectives "
+                                "through host copies instead)", i);
         if (fm_dist_broadcast_tensor(t->d, p, 0) != FM_OK) return fm_last_status();
     }
     return FM_OK;
