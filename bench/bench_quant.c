@@ -22,7 +22,8 @@
  * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
  * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
  * With --cpu-time: process CPU time instead of the wall clock (see now_s).
- * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record).
+ * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
+ * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
  *        [--profile-prefill fp32|int8] */
 #include <math.h>
@@ -36,6 +37,7 @@
 #include "bench_util.h"
 #include "fathom/autograd.h"
 #include "fathom/gpt.h"
+#include "fathom/profile.h"
 #include "fathom/graph.h"
 #include "fathom/onnx.h"
 #include "fathom/quant.h"
@@ -388,11 +390,14 @@ static void profile_prefill(const char *side, int rounds) {
     fm_graph *g = gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     const int n_in = fm_graph_num_inputs(g);
     fm_tensor **in = gpt_inputs(g, 8, 64, 0), *out[64];
+    const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the runs after the first (fathom profile) */
     double t0 = now_s();
     for (int r = 0; r < 10 * rounds; r++) {
+        if (trace && *trace && r == 1 && fm_profiler_start(trace) != FM_OK) die("profiler");
         if (fm_graph_run(q ? q : g, in, out) != FM_OK) die("prefill");
         for (int k = 0; k < n_in; k++) fm_tensor_release(out[k]);
     }
+    if (trace && *trace && fm_profiler_stop() != FM_OK) die("profiler");
     printf("{\"model\": \"%s\", \"workload\": \"prefill 8 x 64 tokens\", \"side\": \"%s\", \"runs\": %d, \"ms\": %.3f}\n", kjv.name,
            q ? "int8" : "fp32", 10 * rounds, 1e3 * (now_s() - t0) / (10 * rounds));
     free_inputs(in, n_in);

@@ -11,11 +11,13 @@
  *   N(0,1) weights are int4's worst case (16 levels per group of 32: rounding
  *   noise ~8% of the weights' spread per layer, three layers, max over outputs;
  *   0.21 symmetric and 0.16 with min measured). The GPT: int8 0.05, int4 0.15. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/parallel.h"
 #include "fathom/fathom.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
@@ -288,6 +290,41 @@ static void test_gpt(void) {
     fm_gpt_free(m);
 }
 
+/* Dynamic activation quantization over many rows runs on the pool in row blocks
+ * (src/backend/cpu/quant_cpu.c): its range must be the whole x's, so a dynamic
+ * qlinear equals a static one given the range computed here in one pass (the scale
+ * and zero of fm_q8_params: (max - min) / 255, rint(-min / scale)), bit for bit, at
+ * 1 and 2 threads, with the minimum in the last block and the maximum in the first. */
+static void test_dynamic_blocks(void) {
+    const int64_t M = 300, K = 200, N = 40; /* 60,000 values: several blocks of 16,384 */
+    fm_rng r;
+    fm_rng_init(&r, 17);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){M, K}, FM_F32, &r), *w = fm_tensor_randn(2, (int64_t[]){N, K}, FM_F32, &r);
+    fm_tensor *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+    CHECK(fm_quantize_weight_int8(w, &q, &sc) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+    float *xv = fm_tensor_data(x);
+    xv[3] = 9.5f;                 /* the maximum, in the first block */
+    xv[(M - 1) * K + 7] = -6.25f; /* the minimum, in the last */
+    float mn = 0.0f, mx = 0.0f;
+    for (int64_t i = 0; i < M * K; i++) {
+        mn = xv[i] < mn ? xv[i] : mn;
+        mx = xv[i] > mx ? xv[i] : mx;
+    }
+    const float s = (mx - mn) / 255.0f;
+    const int z = (int)nearbyintf(-mn / s);
+    const int saved = fm_num_threads();
+    fm_tensor *ys = fm_qlinear_int8_packed(x, p, sc, u, NULL, s, z, false);
+    for (int t = 1; t <= 2; t++) {
+        fm_set_num_threads(t);
+        fm_tensor *yd = fm_qlinear_int8_packed(x, p, sc, u, NULL, 0.0, 0, false);
+        CHECK_MSG(ys && yd && !memcmp(fm_tensor_data(ys), fm_tensor_data(yd), sizeof(float) * (size_t)(M * N)),
+                  "dynamic int8 at %d threads differs from static with the whole x's range (scale %g, zero %d)", t, s, z);
+        fm_tensor_release(yd);
+    }
+    fm_set_num_threads(saved);
+    fm_tensor_release_n(7, x, w, q, sc, p, u, ys);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/fathom_test_quant.%d", (int)getpid());
     mkdir(g_tmp, 0700);
@@ -295,6 +332,7 @@ int main(void) {
     test_bad_input();
     test_loader_checks();
     test_rows_layout();
+    test_dynamic_blocks();
     test_gpt();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -81,27 +81,40 @@ static bool bind(void *h) {
     return true;
 }
 
-/* OpenBLAS reads OPENBLAS_CORETYPE only while it loads: set it for the
- * dlopen, then remove it again so the environment ends as the user left it
- * (this runs once, at the CPU backend's start-up). */
-static void *load_with_core(const char *lib, const char *core) {
-    const char *prev = getenv("OPENBLAS_CORETYPE");
-    char *saved = prev ? strdup(prev) : NULL;
-    setenv("OPENBLAS_CORETYPE", core, 1);
+/* OpenBLAS reads OPENBLAS_CORETYPE and its thread count only while it loads: set
+ * them for the dlopen, then put the environment back as the user left it (this
+ * runs once, at the CPU backend's start-up). The thread count: fathom runs
+ * OpenBLAS single-threaded under its own pool (gemm_cpu.c), yet a library loaded
+ * with the default count starts a worker per core that spins in sched_yield for
+ * about 0.1 s before it sleeps: on 2 cores, a tenth of a second at start-up with one
+ * core taken from fathom's threads (perf: 6% of a short int8 prefill run's samples).
+ * So it loads with one thread, unless the user set OPENBLAS_NUM_THREADS or asked for
+ * OpenBLAS's own threads (FATHOM_GEMM_THREADS=openblas). */
+static void *load_env(const char *lib, const char *core) {
+    char *saved_core = getenv("OPENBLAS_CORETYPE") ? strdup(getenv("OPENBLAS_CORETYPE")) : NULL;
+    const char *gt = getenv("FATHOM_GEMM_THREADS");
+    const bool one = !getenv("OPENBLAS_NUM_THREADS") && !(gt && !strcmp(gt, "openblas"));
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1);
+    if (one) setenv("OPENBLAS_NUM_THREADS", "1", 1);
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (saved) setenv("OPENBLAS_CORETYPE", saved, 1);
-    else unsetenv("OPENBLAS_CORETYPE");
-    free(saved);
+    if (core) {
+        if (saved_core) setenv("OPENBLAS_CORETYPE", saved_core, 1);
+        else unsetenv("OPENBLAS_CORETYPE");
+    }
+    if (one) unsetenv("OPENBLAS_NUM_THREADS");
+    free(saved_core);
     return h;
 }
+
+static void *load_with_core(const char *lib, const char *core) { return load_env(lib, core); }
 
 static void *open_library(const char **which) {
     const char *env = getenv("FATHOM_OPENBLAS");
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
-    if (env && *env) { *which = env; return dlopen(env, RTLD_NOW | RTLD_LOCAL); }
+    if (env && *env) { *which = env; return load_env(env, NULL); }
     if (g_test_first_core) return load_with_core(*which = names[0], g_test_first_core);
     void *h = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) h = dlopen(*which = names[i], RTLD_NOW | RTLD_LOCAL);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) h = load_env(*which = names[i], NULL);
     return h;
 }
 

@@ -25,26 +25,75 @@ static void row_sums(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* The activation quantization runs on the pool, in row blocks of at least
+ * Q8_ROWS_ELEMS values (below that a hand-off costs more than the pass): at the
+ * kjv-gpt prefill's shapes the two serial passes (range, codes) left the other
+ * thread spinning for about a tenth of the int8 prefill (perf, bench_quant
+ * --profile-prefill int8). The range is the min and max of the blocks' ranges,
+ * the codes are per element: the same values as one serial pass. */
+#define Q8_ROWS_ELEMS 16384
+#define Q8_MAX_BLOCKS 64
+
+typedef struct q8_rows_job {
+    const float *x;
+    int64_t K, lda, rows; /* rows per block */
+    int64_t M;
+    float inv, scale;
+    int32_t zero;
+    uint8_t *q;
+    float mn[Q8_MAX_BLOCKS], mx[Q8_MAX_BLOCKS];
+    bool v512, v256;
+} q8_rows_job;
+
+static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    q8_rows_job *j = ctx;
+    for (int64_t c = b; c < e; c++) {
+        int64_t m0 = c * j->rows, m1 = m0 + j->rows < j->M ? m0 + j->rows : j->M, n = (m1 - m0) * j->K;
+        const float *x = j->x + m0 * j->K;
+        if (j->v512) fm_q8_range_avx512(x, n, &j->mn[c], &j->mx[c]);
+        else if (j->v256) fm_q8_range_avx2(x, n, &j->mn[c], &j->mx[c]);
+        else fm_q8_range(x, n, &j->mn[c], &j->mx[c]);
+    }
+}
+
+static void codes_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const q8_rows_job *j = ctx;
+    int64_t m0 = b * j->rows, m1 = e * j->rows < j->M ? e * j->rows : j->M;
+    for (int64_t m = m0; m < m1; m += j->lda == j->K ? m1 - m0 : 1) { /* one call when the rows are dense */
+        int64_t n = j->lda == j->K ? (m1 - m0) * j->K : j->K;
+        const float *x = j->x + m * j->K;
+        uint8_t *q = j->q + m * j->lda;
+        if (j->v512) fm_q8_quantize_avx512(x, n, j->inv, j->zero, q);
+        else if (j->v256) fm_q8_quantize_avx2(x, n, j->scale, j->zero, q);
+        else fm_q8_quantize(x, n, j->scale, j->zero, q);
+        if (j->lda > j->K) memset(q + j->K, 0, (size_t)(j->lda - j->K));
+    }
+}
+
 /* The activation codes of x [M, K] with (scale, zero), or with the range of
  * this x when the node is dynamic; rows lda apart (zeros from K to lda). */
 static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, const fm_qlinear8_attrs *at, float *scale, int32_t *zero, uint8_t *q) {
-    bool v512 = fm_cpu_use_avx512(), v256 = fm_cpu_use_avx2();
+    q8_rows_job j = {.x = xp, .K = K, .lda = lda, .M = M, .q = q, .v512 = fm_cpu_use_avx512(), .v256 = fm_cpu_use_avx2()};
+    j.rows = K > 0 && K < Q8_ROWS_ELEMS ? Q8_ROWS_ELEMS / K : 1;
+    if ((M + j.rows - 1) / j.rows > Q8_MAX_BLOCKS) j.rows = (M + Q8_MAX_BLOCKS - 1) / Q8_MAX_BLOCKS;
+    const int64_t blocks = M > 0 ? (M + j.rows - 1) / j.rows : 0;
     *scale = (float)at->a_scale;
     *zero = at->a_zero;
     if (!(*scale > 0)) { /* dynamic: this batch's range */
-        float mn, mx;
-        if (v512) fm_q8_range_avx512(xp, M * K, &mn, &mx);
-        else if (v256) fm_q8_range_avx2(xp, M * K, &mn, &mx);
-        else fm_q8_range(xp, M * K, &mn, &mx);
+        float mn = 0.0f, mx = 0.0f;
+        fm_parallel_for(blocks, 1, range_task, &j);
+        for (int64_t c = 0; c < blocks; c++) {
+            mn = j.mn[c] < mn ? j.mn[c] : mn;
+            mx = j.mx[c] > mx ? j.mx[c] : mx;
+        }
         fm_q8_params(mn, mx, scale, zero);
     }
-    for (int64_t m = 0; m < M; m += lda == K ? M : 1) { /* one call when the rows are dense */
-        int64_t n = lda == K ? M * K : K;
-        if (v512) fm_q8_quantize_avx512(xp + m * K, n, 1.0f / *scale, *zero, q + m * lda);
-        else if (v256) fm_q8_quantize_avx2(xp + m * K, n, *scale, *zero, q + m * lda);
-        else fm_q8_quantize(xp + m * K, n, *scale, *zero, q + m * lda);
-        if (lda > K) memset(q + m * lda + K, 0, (size_t)(lda - K));
-    }
+    j.scale = *scale;
+    j.inv = 1.0f / *scale;
+    j.zero = *zero;
+    fm_parallel_for(blocks, 1, codes_task, &j);
 }
 
 /* QLINEAR_INT8: in = {x [M, K] f32, w i8 (rows or panels), w_scale [N], bias|NULL, w_sum|NULL} */
@@ -54,9 +103,13 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     const bool panels = w->ndim == 4;
     const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
     const int64_t lda = panels ? 4 * ((K + 3) / 4) : K;
-    uint8_t *q = malloc((size_t)(M * lda > 0 ? M * lda : 1));
+    /* the codes in a tensor of the caching allocator: a block reused call after call, where a
+     * malloc of the prefill's 256 KiB went to mmap and faulted its pages in on every call */
+    int64_t qn = M * lda > 0 ? M * lda : 1;
+    fm_tensor *qt = fm_tensor_empty(1, &qn, FM_U8, FM_CPU);
+    uint8_t *q = qt ? fm_tensor_data(qt) : NULL;
     int32_t *wsum = panels ? NULL : malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));
-    if (!q || (!panels && !wsum)) { free(q); free(wsum); return oom("qlinear_int8"); }
+    if (!q || (!panels && !wsum)) { fm_tensor_release(qt); free(wsum); return oom("qlinear_int8"); }
     float scale;
     int32_t zero;
     quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
@@ -70,7 +123,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
         fm_parallel_for(N, 256, row_sums, &g);
         fm_q8_gemm_run(&g, fm_q8_impl_best());
     }
-    free(q);
+    fm_tensor_release(qt);
     free(wsum);
     return FM_OK;
 }
