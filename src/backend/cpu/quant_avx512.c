@@ -88,10 +88,28 @@ void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx) {
 
 /* rint(x * inv) + zero, clamped to [0, 255]: the scalar reference's arithmetic
  * (round to nearest even, then the f32 add) lane by lane. */
+static inline __m512i q8_codes16(const float *x, __m512 inv, __m512 z, __m512 lo, __m512 hi) {
+    __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvttps_epu32(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, z), lo), hi));
+}
+
 void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t zero, uint8_t *q) {
     const __m512 inv = _mm512_set1_ps(inv_scale), z = _mm512_set1_ps((float)zero);
     const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
-    for (int64_t i = 0; i < n; i += 16) {
+    /* 64 codes a step, narrowed with two saturating packs (the values are in [0, 255]
+     * already, so the saturation never acts) and one lane permutation, one 64-byte store:
+     * the masked narrowing store (vpmovusdb to memory) of 16 codes took half of a small
+     * product's quantization (perf). The packs interleave the 128-bit lanes of their
+     * inputs; the permutation puts dword lane L of pack(ab, cd) at L's input order. */
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i a = q8_codes16(x + i, inv, z, lo, hi), b = q8_codes16(x + i + 16, inv, z, lo, hi);
+        __m512i c = q8_codes16(x + i + 32, inv, z, lo, hi), d = q8_codes16(x + i + 48, inv, z, lo, hi);
+        __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+        _mm512_storeu_si512((void *)(q + i), _mm512_permutexvar_epi32(order, w));
+    }
+    for (; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, z), lo), hi);
