@@ -61,40 +61,30 @@ fm_status dist_from_host(fm_tensor *t, const void *h, fm_dtype dt) {
     return st;
 }
 
-fm_status fm_dist_allreduce_avg_tensor(fm_dist *d, fm_tensor *t) {
+/* An in-place all-reduce of t: the average (sum = false) or the sum over the ranks. */
+static fm_status allreduce_tensor(fm_dist *d, fm_tensor *t, bool sum) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
-    if (check_f32("all-reduce", t, -1)) return fm_last_status();
+    if (check_f32(sum ? "all-reduce (sum)" : "all-reduce", t, -1)) return fm_last_status();
     int64_t n = fm_tensor_numel(t);
+    fm_status (*host)(fm_dist *, float *, int64_t) = sum ? fm_dist_allreduce_sum_f32 : fm_dist_allreduce_avg_f32;
+    if (sum && (d->size == 1 || d->sim)) return FM_OK;
     switch (path_of(d, t)) {
-    case PATH_HOST: return fm_dist_allreduce_avg_f32(d, fm_tensor_data(t), n);
-    case PATH_NCCL: return dist_nccl_collective(d, DIST_DEV_ALLREDUCE_AVG, fm_tensor_data(t), fm_tensor_data(t), n, 0);
+    case PATH_HOST: return host(d, fm_tensor_data(t), n);
+    case PATH_NCCL:
+        return dist_nccl_collective(d, sum ? DIST_DEV_ALLREDUCE_SUM : DIST_DEV_ALLREDUCE_AVG, fm_tensor_data(t),
+                                    fm_tensor_data(t), n, 0);
     case PATH_STAGED: break;
     }
     float *h = to_host(t);
     if (!h) return fm_last_status();
-    fm_status st = fm_dist_allreduce_avg_f32(d, h, n);
+    fm_status st = host(d, h, n);
     if (st == FM_OK) st = dist_from_host(t, h, FM_F32);
     free(h);
     return st;
 }
 
-fm_status fm_dist_allreduce_sum_tensor(fm_dist *d, fm_tensor *t) {
-    if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
-    if (check_f32("all-reduce (sum)", t, -1)) return fm_last_status();
-    int64_t n = fm_tensor_numel(t);
-    if (d->size == 1 || d->sim) return FM_OK;
-    switch (path_of(d, t)) {
-    case PATH_HOST: return fm_dist_allreduce_sum_f32(d, fm_tensor_data(t), n);
-    case PATH_NCCL: return dist_nccl_collective(d, DIST_DEV_ALLREDUCE_SUM, fm_tensor_data(t), fm_tensor_data(t), n, 0);
-    case PATH_STAGED: break;
-    }
-    float *h = to_host(t);
-    if (!h) return fm_last_status();
-    fm_status st = fm_dist_allreduce_sum_f32(d, h, n);
-    if (st == FM_OK) st = dist_from_host(t, h, FM_F32);
-    free(h);
-    return st;
-}
+fm_status fm_dist_allreduce_avg_tensor(fm_dist *d, fm_tensor *t) { return allreduce_tensor(d, t, false); }
+fm_status fm_dist_allreduce_sum_tensor(fm_dist *d, fm_tensor *t) { return allreduce_tensor(d, t, true); }
 
 fm_status fm_dist_reduce_scatter_tensor(fm_dist *d, const fm_tensor *in, fm_tensor *out, bool average) {
     if (!d) return fm_set_error(FM_ERR_INVALID, "dist: communicator is NULL");
