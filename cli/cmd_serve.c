@@ -7,12 +7,13 @@
 #include <string.h>
 
 #include "commands.h"
+#include "device_arg.h"
 #include "serve/server.h"
 
 static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: fathom serve --model-repository DIR [--host 127.0.0.1] [--port 8000] [--metrics-port 8002]\n"
-            "                    [--api-key KEY] [--model-control poll|explicit] [--device cpu|cuda]\n"
+            "                    [--api-key KEY] [--model-control poll|explicit] [--device cpu|cuda|cuda:N]\n"
             "                    [--load-model NAME]... [--poll-secs 5] [--max-body-mb 64]\n"
             "                    [--connection-timeout 30] [--max-connections 512] [--release-idle-secs 2]\n\n"
             "Serves the models in DIR (DIR/<model>/<version>/, config in DIR/<model>/config.json) with the\n"
@@ -24,7 +25,7 @@ static void serve_usage(FILE *f) {
             "  --model-control MODE   poll (default): load every model and rescan DIR every --poll-secs;\n"
             "                         explicit: load/unload through the API (and --load-model at start)\n"
             "  --load-model NAME      explicit mode: load NAME at start ('*': every model)\n"
-            "  --device cpu|cuda      device for models whose config names none\n"
+            "  --device cpu|cuda[:N]  device for models whose config names none (check: the test device)\n"
             "  --max-body-mb N        larger request bodies get 413\n"
             "  --connection-timeout S close a connection idle or stalled for S seconds\n"
             "  --release-idle-secs S  after S seconds with no request, return cached tensor memory to the\n"
@@ -57,9 +58,8 @@ static int parse_args(int argc, char **argv, fm_server_options *o, const char **
             }
             o->explicit_control = !strcmp(val, "explicit");
         } else if (!strcmp(a, "--device")) {
-            if (!strcmp(val, "cpu")) o->device = FM_CPU;
-            else if (!strcmp(val, "cuda")) o->device = (fm_device){FM_DEV_CUDA, 0};
-            else { fm_cli_error("serve: --device must be cpu or cuda, got '%s'", val); return 2; }
+            int rc = fm_cli_device("serve", val, &o->device); /* cpu, cuda, cuda:N or check (tests) */
+            if (rc) return rc;
         } else if (!strcmp(a, "--load-model")) {
             if (o->n_load == max_load) { fm_cli_error("serve: at most %d --load-model options", max_load); return 2; }
             load[o->n_load++] = val;

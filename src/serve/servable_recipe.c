@@ -3,7 +3,10 @@
  * shape; pixel values in [0, 1], as `fathom predict` reads images; INT64 token ids
  * in [0, V) for a recipe whose first layer is `embedding V D`) and one output
  * "logits" (FP32, [classes]). The recipe's channel normalisation is applied here,
- * as `fathom predict` applies it, so clients send the same values to both. */
+ * as `fathom predict` applies it, so clients send the same values to both.
+ * On a device (a GPU, or the check device in tests) the module is moved there once
+ * (fm_module_to); each batch goes there, and its logits come back to the host for
+ * the response. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,20 +18,22 @@
 typedef struct recipe_impl {
     fm_recipe r;
     fm_module *m;
+    fm_device dev;
 } recipe_impl;
 
 static fm_status recipe_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
     recipe_impl *ri = s->impl;
     bool prev = fm_set_grad_enabled(false);
-    fm_tensor *x = in[0], *norm = NULL;
-    if (ri->r.transforms.normalize_channels) {
+    fm_tensor *x = fm_tensor_to(in[0], ri->dev), *norm = NULL, *y = NULL;
+    if (x && ri->r.transforms.normalize_channels) {
         fm_tensor *c = fm_add_scalar(x, -ri->r.transforms.mean[0]);
         norm = c ? fm_mul_scalar(c, 1.0 / ri->r.transforms.std[0]) : NULL;
         fm_tensor_release(c);
-        x = norm;
     }
-    out[0] = x ? fm_module_forward(ri->m, x) : NULL;
-    fm_tensor_release(norm);
+    fm_tensor *xin = ri->r.transforms.normalize_channels ? norm : x;
+    y = xin ? fm_module_forward(ri->m, xin) : NULL;
+    out[0] = y ? fm_tensor_to(y, FM_CPU) : NULL; /* y itself on the CPU */
+    fm_tensor_release_n(3, x, norm, y);
     fm_set_grad_enabled(prev);
     return out[0] ? FM_OK : fm_last_status();
 }
@@ -45,15 +50,19 @@ static void recipe_free(fm_servable *s) {
 
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev);
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev) {
-    if (dev.type != FM_DEV_CPU) {
-        fm_set_error(FM_ERR_UNSUPPORTED, "%s: models written by `fathom train` are served on the CPU only; "
-                     "use device cpu in its config", dir);
-        return NULL;
-    }
     fm_servable *s = calloc(1, sizeof *s);
     recipe_impl *ri = calloc(1, sizeof *ri);
     if (!s || !ri) { free(s); free(ri); fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     if (fm_model_load(dir, &ri->r, &ri->m) != FM_OK) { free(s); free(ri); return NULL; }
+    ri->dev = dev;
+    if (dev.type != FM_DEV_CPU && fm_module_to(ri->m, dev) != FM_OK) {
+        fm_error_prefix("%s: moving the model to its device", dir);
+        fm_module_free(ri->m);
+        fm_recipe_free(&ri->r);
+        free(ri);
+        free(s);
+        return NULL;
+    }
     s->impl = ri;
     s->platform = "fathom_recipe";
     s->run = recipe_run;

@@ -526,8 +526,39 @@ def queue_checks(s):
     check(st == 503 and "timeout" in j["error"] and dt < 0.35, "per-request timeout 50 ms honoured (%.0f ms): %s" % (dt * 1000, j))
 
 
+def device_checks():
+    """--device check (the test device, whose kernels are the CPU's): a trained recipe model and a graph
+    served there answer with the CPU server's exact values; a shape-only or absent device is refused."""
+    repo = make_repo("devrepo", {"tiny": ([1], {"max_batch_size": 16})})
+    write_graph(os.path.join(repo, "g", "1"))
+    x, gx = sample(5, seed=4), [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]]
+    bodies = {"tiny": infer_body(x), "g": {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4],
+                                                       "data": [v for r in gx for v in r]}]}}
+    got = {}
+    for dev in ("cpu", "check"):
+        s = Server(repo, "--device", dev)
+        try:
+            for m, body in bodies.items():
+                st, j = s.json("POST", "/v2/models/%s/infer" % m, body)
+                got[(dev, m)] = j["outputs"][0]["data"] if st == 200 else "HTTP %d: %s" % (st, j)
+            if dev == "check":
+                met = s.metrics()
+                check(any(k.startswith('fathom_memory_used_bytes{device="check') and v > 0 for k, v in met.items()),
+                      "--device check: the metrics show memory in use on the check device")
+        finally:
+            s.stop()
+    for m in bodies:
+        check(isinstance(got[("check", m)], list) and got[("check", m)] == got[("cpu", m)],
+              "--device check: %s's outputs equal the cpu server's exactly (%s)" % (m, str(got[("check", m)])[:120]))
+    p = subprocess.run([BIN, "serve", "--model-repository", repo, "--device", "meta"], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 2 and "meta" in p.stderr, "serve --device meta -> 2 with the reason: " + p.stderr.strip()[:160])
+    p = subprocess.run([BIN, "serve", "--model-repository", repo, "--device", "gpu"], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 2 and "--device" in p.stderr, "serve --device gpu (not a device) -> 2: " + p.stderr.strip()[:160])
+
+
 def main():
     usage_checks()
+    device_checks()
     repo = make_repo("repo", {
         "tiny": ([1], {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}),
         # 200 ms: the 12 threads of batching_checks must all start within the first request's wait,
