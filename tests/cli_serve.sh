@@ -41,4 +41,11 @@ if ! "$bin" train "$tmp/gpt.ini" --out "$tmp/gpt" --quiet > "$tmp/train_gpt.log"
   echo "FAIL: could not train the test GPT: $(cat "$tmp/train_gpt.log")"; exit 1
 fi
 rm -rf "$tmp/gpt/ckpt"
+# the GPU run's serving smoke script (tools/gpu-check-serve.sh), here on the check device
+if smoke=$(bash "$(dirname "$0")/../tools/gpu-check-serve.sh" "$bin" "$tmp/model" check "$tmp/gserve" 2>&1) &&
+   [[ $(tail -1 <<<"$smoke") == "serve smoke: pass"* ]]; then
+  echo "ok: tools/gpu-check-serve.sh on check: $(tail -1 <<<"$smoke")"
+else
+  echo "FAIL: tools/gpu-check-serve.sh on check: $smoke"; exit 1
+fi
 exec python3 "$(dirname "$0")/serve/serve_test.py" "$bin" "$tmp/model" "$tmp"

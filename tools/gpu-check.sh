@@ -141,10 +141,20 @@ if [[ ${GPU_CHECK_TRAIN:-1} == 1 ]]; then
   log "training check: $train ($((SECONDS - t0)) s)"
 fi
 
+# ---- serving on the GPU: the fashion-mlp trained there, served by `fathom serve --device cuda`
+# against the cpu server (tools/gpu-check-serve.sh) ----
+serve="skipped (no fashion-mlp trained on cuda: GPU_CHECK_TRAIN=0 or the training failed)"
+if [[ -f $OUT/train/fashion-mlp-cuda/model.safetensors ]]; then
+  t0=$SECONDS
+  if serve=$(timeout 180 bash "$ROOT/tools/gpu-check-serve.sh" "$BUILD/fathom" "$OUT/train/fashion-mlp-cuda" cuda "$OUT/serve" 2>&1 | tail -1) &&
+     [[ $serve == "serve smoke: pass"* ]]; then :; else serve="FAIL: $serve"; status=1; fi
+  log "serve: $serve ($((SECONDS - t0)) s)"
+fi
+
 # ---- the table ----
-$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" "$sharded" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" "$sharded" "$serve" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf, prof, train, nccl, onnx, sharded = sys.argv[1:8]
+out, conf, prof, train, nccl, onnx, sharded, serve = sys.argv[1:9]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -176,6 +186,7 @@ if "allocator" in f:
 print(f"training through the CLI (tools/gpu-check-train.sh): {train}")
 print(f"NCCL smoke, mpirun -np 1 vs plain (tools/gpu-check-nccl.sh): {nccl}")
 print(f"ZeRO-1 / tensor parallel on one GPU vs the cpu (tools/gpu-check-sharded.sh): {sharded}")
+print(f"serving on cuda vs the cpu server (tools/gpu-check-serve.sh): {serve}")
 ts = os.path.join(out, "train", "train_summary.txt")
 if os.path.exists(ts):
     print(open(ts).read().rstrip())
