@@ -309,134 +309,90 @@ fm_tensor *fm_tp_unshard(int parts, fm_tensor *const *shards, const fm_tp_split 
 
 /* ---- vocabulary-parallel cross-entropy ----
  * Each rank holds logits [N, V/T] for vocabulary rows [start, start + V/T). Per row:
- * the maximum over the whole vocabulary (all-gather of the N local maxima), the sum
- * of exp(logit - max) and the target's logit (its owner's value, 0 elsewhere) summed
- * over the group in double; loss = log(sum) + max - target logit. The logits are
- * never gathered; backward needs no communication: d/dlogit = softmax - onehot. */
-typedef struct tp_ce_attrs {
-    int64_t start, count; /* vocabulary offset of this rank's columns; rows with a target */
-} tp_ce_attrs;
-
-static fm_status ce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
-    if (!fm_node_needs_grad(n, 0)) return FM_OK;
-    const tp_ce_attrs *a = FM_NODE_ATTRS(n, tp_ce_attrs);
-    fm_tensor *lg = n->saved[0], *tg = n->saved[1], *lse = n->saved[2];
-    const int64_t rows = lg->shape[0], V = lg->shape[1];
-    gin[0] = fm_tensor_zeros(2, lg->shape, FM_F32, fm_tensor_device(lg));
-    if (!gin[0]) return fm_last_status();
-    const double g = gout[0] ? fm_tensor_item(gout[0]) : 0.0, k = a->count > 0 ? g / (double)a->count : 0.0;
-    const float *l = fm_tensor_data(lg);
-    const int64_t *t = fm_tensor_data(tg);
-    const double *s = fm_tensor_data(lse);
-    if (fm_tensor_device(lg).type == FM_DEV_META) return FM_OK; /* the planner: no values */
-    float *o = fm_tensor_data(gin[0]);
-    for (int64_t i = 0; i < rows && k != 0; i++) {
-        if (t[i] < 0) continue;
-        for (int64_t j = 0; j < V; j++)
-            o[i * V + j] = (float)(k * (exp((double)l[i * V + j] - s[i]) - (t[i] == a->start + j ? 1.0 : 0.0)));
-    }
-    return FM_OK;
-}
-
-/* Per row: the group's max (into mx), then sum-exp and the target's logit summed over
- * the group; lse = max + log(sum); *loss = mean over rows with a target. */
-static fm_status ce_rows(fm_dist *tp, const float *l, const int64_t *t, int64_t rows, int64_t V, int64_t start,
-                         double *lse, double *loss, int64_t *count) {
-    const int T = tp->size;
-    float *mx = malloc(sizeof(float) * (size_t)(rows * (T + 1) + 1));
-    double *st2 = malloc(sizeof(double) * (size_t)(2 * rows + 1));
-    fm_status st = mx && st2 ? FM_OK : fm_set_error(FM_ERR_OOM, "tp_cross_entropy: out of memory");
-    for (int64_t i = 0; st == FM_OK && i < rows; i++) {
-        float m = -INFINITY;
-        for (int64_t j = 0; j < V; j++) m = fmaxf(m, l[i * V + j]);
-        mx[i] = m;
-    }
-    if (st == FM_OK) st = fm_dist_allgather_f32(tp, mx, mx + rows, rows);
-    for (int64_t i = 0; st == FM_OK && i < rows; i++) {
-        float m = mx[rows + i];
-        for (int r = 1; r < T; r++) m = fmaxf(m, mx[rows + (int64_t)r * rows + i]);
-        double se = 0;
-        for (int64_t j = 0; j < V; j++) se += exp((double)l[i * V + j] - m);
-        st2[2 * i] = se;
-        st2[2 * i + 1] = t[i] >= start && t[i] < start + V ? (double)l[i * V + (t[i] - start)] : 0.0;
-        lse[i] = m; /* the max for now */
-    }
-    if (st == FM_OK) st = fm_dist_allreduce_sum_f64(tp, st2, 2 * rows);
-    double sum = 0;
-    int64_t c = 0;
-    for (int64_t i = 0; st == FM_OK && i < rows; i++) {
-        lse[i] += log(st2[2 * i]);
-        if (t[i] < 0) continue;
-        sum += lse[i] - st2[2 * i + 1];
-        c++;
-    }
-    *loss = c ? sum / (double)c : NAN;
-    *count = c;
-    if (!tp->broken) { free(mx); free(st2); }
-    return st;
-}
-
-static fm_tensor *tp_ce(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start, int64_t vocab_size);
-
+ * the maximum over the whole vocabulary (all-gather of the N local maxima; a constant
+ * shift, off the tape), the sum of exp(logit - max) and the target's shifted logit (its
+ * owner's value, 0 elsewhere), each summed over the group by fm_tp_reduce (all-reduce
+ * forward, identity backward: every rank's loss is the same, so each gets the whole
+ * gradient of its own part); loss = mean over rows with a target of log(sum) - target.
+ * The logits are never gathered, and it is all ops on the logits' device (autograd
+ * gives d/dlogit = softmax - onehot): no copy to the host but the targets' check.
+ * Rows with target -1 count for nothing. */
 fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targets, int64_t vocab_start,
                                int64_t vocab_size) {
     /* the loss in f32 (as autocast runs one process's cross-entropy): bf16/fp16 logits widened */
     fm_tensor *logits = tp_f32("tp_cross_entropy", tp, logits0);
     if (!logits) return NULL;
-    if (!off_host(logits)) {
-        fm_tensor *out = tp_ce(tp, logits, targets, vocab_start, vocab_size);
-        fm_tensor_release(logits);
-        return out;
-    }
-    /* on a device: the loss of host copies (the copy of the logits is on the tape, so their
-     * gradient goes back to the device), and the loss back on the device */
-    fm_tensor *lh = fm_tensor_to(logits, FM_CPU), *th = lh && targets ? fm_tensor_to(targets, FM_CPU) : NULL;
-    fm_tensor *lossh = th ? tp_ce(tp, lh, th, vocab_start, vocab_size) : NULL;
-    fm_tensor *out = lossh ? fm_tensor_to(lossh, fm_tensor_device(logits)) : NULL;
-    if (!th && lh && !targets) fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: targets are NULL");
-    fm_tensor_release_n(4, logits, lh, th, lossh);
-    return out;
-}
-
-static fm_tensor *tp_ce(fm_dist *tp, fm_tensor *logits, fm_tensor *targets, int64_t vocab_start, int64_t vocab_size) {
     if (logits->ndim != 2 || !targets || targets->ndim != 1 || targets->shape[0] != logits->shape[0] ||
         logits->shape[1] * tp->size != vocab_size || vocab_start != (int64_t)tp->rank * logits->shape[1]) {
+        fm_tensor_release(logits);
         fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: needs logits [N, %lld/%d] (this rank's vocabulary rows from "
                      "%lld) and targets [N]", (long long)vocab_size, tp->size, (long long)vocab_start);
         return NULL;
     }
-    const int64_t rows = logits->shape[0], V = logits->shape[1];
-    bool prev = fm_set_grad_enabled(false);
-    fm_tensor *lc = fm_clone(logits), *tg = fm_to_dtype(targets, FM_I64);
-    fm_tensor *tc = tg ? fm_contiguous(tg) : NULL;
-    fm_set_grad_enabled(prev);
-    fm_tensor *lse = fm_tensor_empty(1, &rows, FM_F64, fm_tensor_device(logits)), *out = NULL;
-    const bool meta = fm_tensor_device(logits).type == FM_DEV_META; /* the planner: shapes and memory only */
-    const int64_t *t = tc && !meta ? fm_tensor_data(tc) : NULL;
-    fm_status st = lc && tc && lse ? FM_OK : fm_last_status();
-    for (int64_t i = 0; st == FM_OK && !meta && i < rows; i++)
-        if (t[i] < -1 || t[i] >= vocab_size)
-            st = fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: target %lld at row %lld is outside 0..%lld (or -1 "
-                              "to ignore)", (long long)t[i], (long long)i, (long long)vocab_size - 1);
-    double loss = 0;
-    tp_ce_attrs a = {vocab_start, 0};
-    /* every rank joins the collectives, even with a bad target of its own */
-    if (meta) a.count = rows;
-    fm_status cst = meta ? st : lc && tc && lse ? ce_rows(tp, fm_tensor_data(lc), t, rows, V, vocab_start, fm_tensor_data(lse), &loss,
-                                              &a.count)
-                                    : st;
-    if (st == FM_OK) st = cst;
-    if (st == FM_OK && (out = fm_tensor_scalar(loss, FM_F32))) {
-        fm_node *n = fm_node_begin(FM_OP_CROSS_ENTROPY, 1, &logits, ce_backward);
-        if (n) {
-            n->name = "tp_cross_entropy";
-            fm_node_save(n, 0, lc);
-            fm_node_save(n, 1, tc);
-            fm_node_save(n, 2, lse);
-            FM_NODE_SET_ATTRS(n, a);
-            fm_node_finish(n, 1, &out);
+    const int64_t N = logits->shape[0], V = logits->shape[1];
+    const fm_device dev = fm_tensor_device(logits);
+    const bool meta = dev.type == FM_DEV_META; /* the planner: shapes and memory only */
+    /* the targets on the host: checked, then this rank's column of each (0 where another
+     * rank owns it), whether it does, and whether the row counts */
+    int64_t *idx = calloc((size_t)(N > 0 ? N : 1), sizeof(int64_t));
+    float *own = calloc((size_t)(N > 0 ? N : 1), sizeof(float)), *valid = calloc((size_t)(N > 0 ? N : 1), sizeof(float));
+    fm_status st = idx && own && valid ? FM_OK : fm_set_error(FM_ERR_OOM, "tp_cross_entropy: out of host memory");
+    int64_t count = meta ? N : 0;
+    if (st == FM_OK && !meta) {
+        int64_t *t = idx; /* read in place, then rewritten row by row */
+        st = fm_tensor_copy_to_host(targets, t, FM_I64);
+        for (int64_t i = 0; st == FM_OK && i < N; i++) {
+            if (t[i] < -1 || t[i] >= vocab_size) {
+                st = fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: target %lld at row %lld is outside 0..%lld (or -1 "
+                                  "to ignore)", (long long)t[i], (long long)i, (long long)vocab_size - 1);
+                break;
+            }
+            const bool mine = t[i] >= vocab_start && t[i] < vocab_start + V;
+            valid[i] = t[i] >= 0 ? 1.0f : 0.0f;
+            count += t[i] >= 0;
+            own[i] = mine ? 1.0f : 0.0f;
+            idx[i] = mine ? t[i] - vocab_start : 0;
         }
     }
-    fm_tensor_release_n(4, lc, tg, tc, lse);
+    fm_tensor *hidx = NULL, *hown = NULL, *hval = NULL, *tidx = NULL, *town = NULL, *tval = NULL;
+    fm_tensor *mloc = NULL, *all = NULL, *m = NULL, *sh = NULL, *e = NULL, *sl = NULL, *s = NULL, *g = NULL, *gm = NULL;
+    fm_tensor *g1 = NULL, *tl = NULL, *ls = NULL, *li = NULL, *lv = NULL, *sum = NULL, *out = NULL;
+    if (st == FM_OK) {
+        const int64_t n2[2] = {N, 1};
+        hidx = fm_tensor_from_data(idx, 2, n2, FM_I64);
+        hown = fm_tensor_from_data(own, 1, &N, FM_F32);
+        hval = fm_tensor_from_data(valid, 1, &N, FM_F32);
+        tidx = hidx ? fm_tensor_to(hidx, dev) : NULL;
+        town = hown ? fm_tensor_to(hown, dev) : NULL;
+        tval = hval ? fm_tensor_to(hval, dev) : NULL;
+        if (!tidx || !town || !tval) st = fm_last_status();
+    }
+    /* every rank joins the collectives below, even with a bad target of its own */
+    const int ax1[1] = {1}, ax0[1] = {0};
+    bool prev = fm_set_grad_enabled(false);
+    mloc = fm_amax(logits, 1, ax1, false); /* [N]: the shift, off the tape */
+    int64_t TN[2] = {tp->size, N};
+    all = mloc ? fm_tensor_empty(2, TN, FM_F32, dev) : NULL;
+    fm_status cst = !all ? fm_last_status() : meta ? FM_OK : fm_dist_allgather_tensor(tp, mloc, all);
+    m = cst == FM_OK ? fm_amax(all, 1, ax0, true) : NULL; /* [1, N] */
+    fm_set_grad_enabled(prev);
+    if (st == FM_OK) st = cst;
+    fm_tensor *mcol = m ? fm_reshape(m, 2, (int64_t[]){N, 1}) : NULL;
+    if (st == FM_OK && !(mcol && (sh = fm_sub(logits, mcol)) && (e = fm_exp(sh)) && (sl = fm_sum(e, 1, ax1, false))))
+        st = fm_last_status();
+    s = st == FM_OK ? fm_tp_reduce(tp, sl) : NULL; /* [N]: sum of exp over the whole vocabulary */
+    if (st == FM_OK && !(s && (g = fm_gather(sh, 1, tidx)) && (g1 = fm_reshape(g, 1, &N)) && (gm = fm_mul(g1, town))))
+        st = fm_last_status();
+    tl = st == FM_OK ? fm_tp_reduce(tp, gm) : NULL; /* [N]: the target's shifted logit */
+    if (st == FM_OK && !(tl && (ls = fm_log(s)) && (li = fm_sub(ls, tl)) && (lv = fm_mul(li, tval)) && (sum = fm_sum(lv, 0, NULL, false)) &&
+                         (out = fm_mul_scalar(sum, count ? 1.0 / (double)count : NAN))))
+        st = fm_last_status();
+    fm_tensor_release_n(8, hidx, hown, hval, tidx, town, tval, mloc, all);
+    fm_tensor_release_n(8, m, mcol, sh, e, sl, s, g, tl);
+    fm_tensor_release_n(7, g1, gm, ls, li, lv, sum, logits);
+    free(idx);
+    free(own);
+    free(valid);
+    if (st != FM_OK) { fm_tensor_release(out); return NULL; }
     return out;
 }

@@ -1272,14 +1272,15 @@ static void gpt_results(gpt_run *u) {
         res->dist.tp_bytes_sent = u->tp_bytes;
         res->dist.tp_comm_seconds = u->tp_seconds;
         /* per rank: all-reduces send 2(T-1)/T of the buffer (T-1 chunks twice); the loss
-         * all-gathers N row maxima (f32) and 2N sums (f64); the norm one f64 */
+         * all-gathers N row maxima (f32) and all-reduces two [N] f32 sums (exp, target's
+         * logit); the norm one f64 */
         const int64_t T = u->tp_size, N = (int64_t)(u->o->batch_size / u->dp_size) * u->cfg.block_size;
         const int64_t act = N * u->cfg.n_embd * (int64_t)sizeof(float);
         /* --checkpointing blocks: every block but the last is run again in backward, with
          * its two forward all-reduces */
         const int64_t L = u->cfg.n_layer, redo = u->o->eff.checkpointing == FM_CKPT_BLOCKS ? 2 * (L - 1) : 0;
         res->dist.tp_formula_bytes = (4 * L + 2 + redo) * 2 * (T - 1) * (act / T) +
-                                     (T - 1) * (N * 4 + 2 * N * 8) + (T - 1) * 8;
+                                     (T - 1) * N * 4 + 2 * 2 * (T - 1) * ((N + T - 1) / T) * 4 + (T - 1) * 8;
     }
     fm_memory_stats ms;
     if (fm_memory_stats_get(u->o->eff.device, &ms) == FM_OK) res->peak_memory_bytes = ms.allocated_peak;
