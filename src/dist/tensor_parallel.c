@@ -11,10 +11,9 @@
  * result does not depend on timing and matches one process to rounding.
  *
  * On a device: the two ops' sums are all-reduces of tensors there (NCCL on CUDA; the
- * check device through host copies, the CPU's bits). The vocabulary-parallel
- * cross-entropy and the shard/gather of parameters and state (set-up and checkpoints)
- * run on host copies: the loss copies this rank's logits [N, V/T] to the host and its
- * gradient back each step (a cost on a GPU, not yet a kernel there). */
+ * check device through host copies, the CPU's bits); the vocabulary-parallel
+ * cross-entropy is ops on the logits' device. The shard/gather of parameters and
+ * state (set-up and checkpoints) runs on host copies. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
