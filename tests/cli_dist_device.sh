@@ -58,6 +58,7 @@ same_on_check cnn-zero "$tmp/cnn.ini" --steps 4 --zero 1
 sed 's/^steps = 3$/steps = 4/' "$tmp/tiny.ini" >"$tmp/zero.ini"
 printf '%s\n' 'grad_clip = 0.05' 'ckpt_every = 1' 'keep_checkpoints = 4' >>"$tmp/zero.ini"
 same_on_check gpt-zero "$tmp/zero.ini" --zero 1
+same_on_check gpt-zero-fp16 "$tmp/zero.ini" --zero 1 --precision fp16 # the loss scaler on the views' gradients
 # sharded checkpoints written and read on check
 # NAME FIRST-DEVICE REF NP FLAGS...: 2 steps on FIRST-DEVICE, resumed on check; REF: the uninterrupted cpu job
 resume_on_check() {
@@ -88,6 +89,7 @@ resume_on_check zero-cpu cpu gpt-zero 2 --zero 1
 # vocabulary-parallel loss, the clipping norm's replicated part and the checkpoints' shards go
 # through host copies
 same_on_check gpt-tp "$tmp/zero.ini" --tensor-parallel 2
+same_on_check gpt-tp-bf16 "$tmp/zero.ini" --tensor-parallel 2 --precision bf16
 NP=4 same_on_check gpt-tp-dp-zero "$tmp/zero.ini" --tensor-parallel 2 --zero 1
 resume_on_check tp-check check gpt-tp 2 --tensor-parallel 2
 resume_on_check tp-zero-check check gpt-tp-dp-zero 4 --tensor-parallel 2 --zero 1
