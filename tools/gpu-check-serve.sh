@@ -49,6 +49,9 @@ results, t0 = {}, time.time()
 for d in ("cpu", dev):
     p, port, mport = start(d)
     try:
+        t1 = time.time()  # the model loads after the server listens
+        while time.time() - t1 < 60 and req(port, "GET", "/v2/models/m/ready")[0] != 200:
+            time.sleep(0.2)
         st, meta = req(port, "GET", "/v2/models/m")
         if st != 200:
             sys.exit("serve smoke: FAIL (%s: model metadata HTTP %d: %s)" % (d, st, meta[:300]))

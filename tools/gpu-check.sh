@@ -150,11 +150,20 @@ if [[ -f $OUT/train/fashion-mlp-cuda/model.safetensors ]]; then
      [[ $serve == "serve smoke: pass"* ]]; then :; else serve="FAIL: $serve"; status=1; fi
   log "serve: $serve ($((SECONDS - t0)) s)"
 fi
+# #18's batching figure on the GPU (informational): the fashion-cnn trained there, 32 clients,
+# the dynamic batcher on against off (tools/gpu-check-serve-bench.sh)
+sbench="skipped (no fashion-cnn trained on cuda)"
+if [[ -f $OUT/train/fashion-cnn-cuda/model.safetensors ]]; then
+  t0=$SECONDS
+  sbench=$(timeout 150 bash "$ROOT/tools/gpu-check-serve-bench.sh" "$BUILD/fathom" "$OUT/train/fashion-cnn-cuda" cuda \
+           "$OUT/serve-bench" 32 5 2>&1 | tail -1)
+  log "serve batching: $sbench ($((SECONDS - t0)) s)"
+fi
 
 # ---- the table ----
-$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" "$sharded" "$serve" <<'PYEOF' | tee "$OUT/summary.txt"
+$PY - "$OUT" "$conf" "$prof" "$train" "$nccl" "$onnx" "$sharded" "$serve" "$sbench" <<'PYEOF' | tee "$OUT/summary.txt"
 import json, sys, os
-out, conf, prof, train, nccl, onnx, sharded, serve = sys.argv[1:9]
+out, conf, prof, train, nccl, onnx, sharded, serve, sbench = sys.argv[1:10]
 def load(p):
     rows = {}
     if os.path.exists(p):
@@ -187,6 +196,7 @@ print(f"training through the CLI (tools/gpu-check-train.sh): {train}")
 print(f"NCCL smoke, mpirun -np 1 vs plain (tools/gpu-check-nccl.sh): {nccl}")
 print(f"ZeRO-1 / tensor parallel on one GPU vs the cpu (tools/gpu-check-sharded.sh): {sharded}")
 print(f"serving on cuda vs the cpu server (tools/gpu-check-serve.sh): {serve}")
+print(f"fashion-cnn batching on cuda, 32 clients (tools/gpu-check-serve-bench.sh): {sbench}")
 ts = os.path.join(out, "train", "train_summary.txt")
 if os.path.exists(ts):
     print(open(ts).read().rstrip())
