@@ -5,7 +5,8 @@
  * OS descheduling workers, so the caller regularly takes a chunk whose worker
  * has not claimed it yet: the path that must keep all of the above true. The
  * jobs run again with no spin at all (every wait sleeps on the condition
- * variables) and with a long one. And fm_parallel_serial keeps the caller's
+ * variables) and with a long one. fm_parallel_for_dynamic covers every element
+ * exactly once in grain-sized pieces. And fm_parallel_serial keeps the caller's
  * jobs on the caller. */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -60,6 +61,35 @@ static void one_call(void *vctx, int64_t b, int64_t e, int tid) {
 
 enum { MAXN = 5000 };
 
+typedef struct dyn_ctx {
+    int64_t n, grain;
+    atomic_int *hits;
+    atomic_int bad; /* a call that is not one claimed piece: [k * grain, min(n, (k + 1) * grain)) */
+} dyn_ctx;
+
+static void dyn_mark(void *vctx, int64_t b, int64_t e, int tid) {
+    dyn_ctx *c = vctx;
+    bool whole = b == 0 && e == c->n; /* the serial fall-back's one call */
+    if (!whole && (b % c->grain || e != (b + c->grain < c->n ? b + c->grain : c->n) || tid < 0 || tid >= fm_num_threads()))
+        atomic_fetch_add(&c->bad, 1);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add_explicit(&c->hits[i], 1, memory_order_relaxed);
+}
+
+/* fm_parallel_for_dynamic: every element exactly once, in grain-sized pieces, whatever thread claims them */
+static int run_dynamic(atomic_int *hits, int count) {
+    int bad = 0;
+    for (int it = 0; it < count && hits; it++) {
+        int64_t n = 1 + (it * 7919) % MAXN, grain = 1 + it % 37;
+        dyn_ctx c = {n, grain, hits, 0};
+        for (int64_t i = 0; i < n; i++) atomic_store_explicit(&hits[i], 0, memory_order_relaxed);
+        fm_parallel_for_dynamic(n, grain, dyn_mark, &c);
+        int ok = atomic_load(&c.bad) == 0;
+        for (int64_t i = 0; i < n && ok; i++) ok = atomic_load(&hits[i]) == 1;
+        if (!ok) bad++;
+    }
+    return bad;
+}
+
 /* jobs of varying size back to back; returns how many ran an element not exactly once or in the wrong chunk */
 static int run_jobs(atomic_int *hits, int count, int nt) {
     int bad = 0;
@@ -105,6 +135,8 @@ int main(void) {
         fm_parallel_set_spin_us(1000);
         CHECK(fm_parallel_spin_us() == 1000);
     }
+    bad = run_dynamic(hits, 5000);
+    CHECK_MSG(bad == 0, "dynamic: %d of 5000 jobs ran an element not exactly once or not in its claimed piece", bad);
     fprintf(stderr, "chunks the caller took over from a worker: %ld\n", (long)atomic_load(&g_taken));
     /* nested: 100 outer elements, each an inner job of 4 */
     if (hits) {

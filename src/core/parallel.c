@@ -283,3 +283,30 @@ void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&job_mu);
 }
+
+typedef struct dyn_job {
+    fm_range_fn fn;
+    void *ctx;
+    int64_t n, grain;
+    _Atomic int64_t next; /* the first item not yet claimed */
+} dyn_job;
+
+static void dyn_task(void *vctx, int64_t b0, int64_t b1, int tid) {
+    (void)b0, (void)b1;
+    dyn_job *j = vctx;
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&j->next, j->grain, memory_order_relaxed);
+        if (b >= j->n) return;
+        j->fn(j->ctx, b, b + j->grain < j->n ? b + j->grain : j->n, tid);
+    }
+}
+
+void fm_parallel_for_dynamic(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int64_t pieces = (n + grain - 1) / grain, nt = fm_num_threads();
+    if (nt <= 1 || pieces <= 1 || t_in_parallel || t_serial) { fn(ctx, 0, n, 0); return; }
+    dyn_job j = {.fn = fn, .ctx = ctx, .n = n, .grain = grain};
+    atomic_init(&j.next, 0);
+    fm_parallel_for(pieces < nt ? pieces : nt, 1, dyn_task, &j);
+}

@@ -7,6 +7,12 @@
 
 typedef void (*fm_range_fn)(void *ctx, int64_t begin, int64_t end, int thread_id);
 void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx);
+/* The same loop with the items claimed `grain` at a time from a shared counter by every
+ * thread until none is left, so a thread that starts late (woken from sleep, or
+ * descheduled) takes fewer instead of the others waiting for its fixed chunk. fn is
+ * called several times per thread, each call with its own disjoint [begin, end): for
+ * loops whose items write disjoint outputs and keep no per-thread state across calls. */
+void fm_parallel_for_dynamic(int64_t n, int64_t grain, fm_range_fn fn, void *ctx);
 int fm_num_threads(void);
 void fm_set_num_threads(int n);
 /* While on, the calling thread runs its fm_parallel_for loops itself: for a

@@ -211,7 +211,8 @@ void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
     }
     q4_job j = {g, impl};
     int64_t nb = (g->N + Q4_NB - 1) / Q4_NB, work = g->M * g->K * Q4_NB;
-    fm_parallel_for(nb, work >= (1 << 16) ? 1 : ((1 << 16) + work - 1) / work, q4_task, &j);
+    /* claimed as the threads go: a decoded token waits for the slowest half otherwise */
+    fm_parallel_for_dynamic(nb, work >= (1 << 16) ? 1 : ((1 << 16) + work - 1) / work, q4_task, &j);
     free(qx);
     free(dxv);
 }

@@ -1,7 +1,6 @@
 /* The int8 product on weights packed in panels (quant_kernels.h, layout
  * "vnni16x4"): the scalar reference and the driver that splits the product
  * over the thread pool. */
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "backend/cpu/quant_kernels.h"
@@ -25,15 +24,19 @@ void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t 
 typedef struct {
     const fm_q8_pgemm *g;
     fm_q8_impl impl;
-    int64_t n_mb, n_tasks, grain;
-    _Atomic int64_t next; /* the next task not yet claimed */
+    int64_t n_mb;
 } pjob;
 
 /* A task is 4 panels (64 columns) x up to Q8_MB rows: the 64 x K weight bytes
- * stay in L2 while the rows stream past them in register blocks. */
+ * stay in L2 while the rows stream past them in register blocks. The pool's
+ * threads claim tasks as they go (fm_parallel_for_dynamic): with one static chunk
+ * per thread the second thread sat idle for 12% of a 512 x 384 x 128 product
+ * (perf). Each task writes its own outputs, so which thread runs it changes no value. */
 #define Q8_NP 4
 #define Q8_MB 96
-static void run_tasks(const pjob *j, int64_t b0, int64_t b1) {
+static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const pjob *j = ctx;
     const fm_q8_pgemm *g = j->g;
     const int64_t Np = (g->N + 15) / 16;
     for (int64_t b = b0; b < b1; b++) {
@@ -43,21 +46,6 @@ static void run_tasks(const pjob *j, int64_t b0, int64_t b1) {
         if (j->impl == FM_Q8_VNNI) fm_q8_pgemm_tile_vnni(g, m0, m1, p0, p1);
         else if (j->impl == FM_Q8_AVX2) fm_q8_pgemm_tile_avx2(g, m0, m1, p0, p1);
         else fm_q8_pgemm_tile_ref(g, m0, m1, p0, p1);
-    }
-}
-
-/* Each pool thread claims `grain` tasks at a time until none is left, so a thread
- * that starts late (woken from sleep, or descheduled) takes fewer, instead of the
- * others waiting for its fixed half: with one static chunk per thread the pool's
- * second thread sat idle for 12% of a 512 x 384 x 128 product (perf). Each task
- * writes its own outputs, so which thread runs it changes no value. */
-static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
-    (void)b0, (void)b1, (void)tid;
-    pjob *j = ctx;
-    for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&j->next, j->grain, memory_order_relaxed);
-        if (b >= j->n_tasks) return;
-        run_tasks(j, b, b + j->grain < j->n_tasks ? b + j->grain : j->n_tasks);
     }
 }
 
@@ -77,15 +65,10 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
         }
     }
     const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
-    pjob j = {.g = g, .impl = impl, .n_mb = (g->M + Q8_MB - 1) / Q8_MB};
-    j.n_tasks = n_nb * j.n_mb;
+    pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
     /* below ~2^18 multiply-adds a thread hand-off costs more than it saves */
     int64_t rows = g->M < Q8_MB ? g->M : Q8_MB, work = rows * g->K * 16 * Q8_NP;
-    j.grain = work >= (1 << 18) ? 1 : ((1 << 18) + work - 1) / work;
-    atomic_init(&j.next, 0);
-    int64_t threads = (j.n_tasks + j.grain - 1) / j.grain, nt = fm_num_threads();
-    if (threads > nt) threads = nt;
-    if (threads <= 1) run_tasks(&j, 0, j.n_tasks);
-    else fm_parallel_for(threads, 1, ptask, &j);
+    int64_t grain = work >= (1 << 18) ? 1 : ((1 << 18) + work - 1) / work;
+    fm_parallel_for_dynamic(n_nb * j.n_mb, grain, ptask, &j);
     free(as);
 }
