@@ -22,9 +22,12 @@
  * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
  * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
  * With --cpu-time: process CPU time instead of the wall clock (see now_s).
+ * With --xl: only the decode table, on a 24 x 2048 shape (1.2B parameters: 4.8 GB fp32, about
+ * 0.65 GB int4), whose weights are several times any L3, so the bandwidth bound applies
+ * (GPT-2-small's int8/int4 weights fit in a 260 MB L3). Needs about 14 GB of memory.
  * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
  *        [--profile-prefill fp32|int8] */
 #include <math.h>
 #include <stdio.h>
@@ -469,7 +472,7 @@ static void bench_ppl(const char *dir, int64_t windows) {
 int main(int argc, char **argv) {
     int rounds = 9;
     const char *ort = NULL, *ppl = NULL, *prof = NULL;
-    bool large = true, kernels_only = false;
+    bool large = true, kernels_only = false, xl = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
@@ -479,6 +482,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
         else if (!strcmp(argv[i], "--kernels")) kernels_only = true;
+        else if (!strcmp(argv[i], "--xl")) xl = true;
         else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
@@ -505,6 +509,11 @@ int main(int argc, char **argv) {
            "\"copy: bytes read + written per second by a 256 MiB memcpy; read: bytes per second that %d threads read from a 512 MiB array, "
            "over the wall clock and over the slowest thread's CPU time (the decode bound uses the one its timing uses)\"}\n",
            cbw / 1e9, wall_bw / 1e9, cpu_bw / 1e9, threads, threads);
+    if (xl) { /* weights several times a large L3 (260 MB on the Xeon of docs/QUANTIZE.md): the decode bound's case */
+        const gpt_shape huge = {"gpt2-xl-like shape (24 x 2048, vocab 8192)", 24, 2048, 8192};
+        bench_gpt(&huge, rounds, false, bw);
+        return 0;
+    }
     bench_mlp(rounds, ort);
     const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512}, big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     bench_gpt(&kjv, rounds, true, bw);
