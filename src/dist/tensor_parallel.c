@@ -80,8 +80,8 @@ static fm_status tp_check(const char *op, const fm_dist *tp, const fm_tensor *x)
     return FM_OK;
 }
 
-/* A device other than the CPU and the meta device (the planner's, shapes only): shard,
- * gather and the loss go through host copies there. */
+/* A device other than the CPU and the meta device (the planner's, shapes only): shard
+ * and gather go through host copies there. */
 static bool off_host(const fm_tensor *t) {
     fm_device_type k = fm_tensor_device(t).type;
     return k != FM_DEV_CPU && k != FM_DEV_META;
@@ -366,7 +366,8 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targe
         tval = hval ? fm_tensor_to(hval, dev) : NULL;
         if (!tidx || !town || !tval) st = fm_last_status();
     }
-    /* every rank joins the collectives below, even with a bad target of its own */
+    /* a rank with a bad target of its own still joins the all-gather below but not the two
+     * sums: it returns its error, and the other ranks' sums end with the collective timeout */
     const int ax1[1] = {1}, ax0[1] = {0};
     bool prev = fm_set_grad_enabled(false);
     mloc = fm_amax(logits, 1, ax1, false); /* [N]: the shift, off the tape */
