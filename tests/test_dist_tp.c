@@ -297,6 +297,29 @@ static void test_shard_gather(fm_dist *world) {
     fm_dist_finalize(tp);
 }
 
+/* A bad target on one rank of the group: that rank still joins the loss's collectives
+ * and returns the error naming it; the others get their (finite) loss instead of
+ * waiting in a sum that rank never joined. */
+static void test_bad_target(fm_dist *world) {
+    fm_dist *tp = NULL;
+    CHECK(fm_dist_split(world, 0, &tp) == FM_OK);
+    const int T = fm_dist_size(tp), r = fm_dist_rank(tp);
+    const int64_t V = 4 * T, rows = 3;
+    float lv[3 * 4];
+    for (int i = 0; i < 12; i++) lv[i] = 0.1f * (float)(i + r);
+    int64_t tg[3] = {1, 0, r == 0 ? V + 5 : 2}; /* rank 0's last target is past the vocabulary */
+    fm_tensor *lg = fm_tensor_from_data(lv, 2, (int64_t[]){rows, 4}, FM_F32), *t = fm_tensor_from_data(tg, 1, &rows, FM_I64);
+    fm_tensor *loss = fm_tp_cross_entropy(tp, lg, t, (int64_t)r * 4, V);
+    if (r == 0) {
+        CHECK(!loss);
+        CHECK_ERR_CONTAINS("is outside 0..");
+    } else {
+        CHECK_MSG(loss && isfinite(fm_tensor_item(loss)), "rank %d: a loss beside rank 0's bad target", r);
+    }
+    fm_tensor_release_n(3, lg, t, loss);
+    fm_dist_finalize(tp);
+}
+
 static void test_errors(void) {
     fm_gpt_config g = tiny(FM_GPT_GPT2, 4), l = tiny(FM_GPT_LLAMA, 2);
     CHECK(fm_gpt_tp_check(&g, 3) != FM_OK);
@@ -578,6 +601,7 @@ int main(void) {
         }
     }
     test_shard_gather(d);
+    test_bad_target(d);
     test_errors();
     if (N > 1) {
         if (R == 0) {

@@ -336,15 +336,16 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targe
     int64_t *idx = calloc((size_t)(N > 0 ? N : 1), sizeof(int64_t));
     float *own = calloc((size_t)(N > 0 ? N : 1), sizeof(float)), *valid = calloc((size_t)(N > 0 ? N : 1), sizeof(float));
     fm_status st = idx && own && valid ? FM_OK : fm_set_error(FM_ERR_OOM, "tp_cross_entropy: out of host memory");
-    int64_t count = meta ? N : 0;
+    int64_t count = meta ? N : 0, bad_row = -1, bad_target = 0;
     if (st == FM_OK && !meta) {
         int64_t *t = idx; /* read in place, then rewritten row by row */
         st = fm_tensor_copy_to_host(targets, t, FM_I64);
         for (int64_t i = 0; st == FM_OK && i < N; i++) {
-            if (t[i] < -1 || t[i] >= vocab_size) {
-                st = fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: target %lld at row %lld is outside 0..%lld (or -1 "
-                                  "to ignore)", (long long)t[i], (long long)i, (long long)vocab_size - 1);
-                break;
+            if (t[i] < -1 || t[i] >= vocab_size) { /* the row counts for nothing; the error is returned at the end */
+                if (bad_row < 0) bad_row = i, bad_target = t[i];
+                valid[i] = own[i] = 0.0f;
+                idx[i] = 0;
+                continue;
             }
             const bool mine = t[i] >= vocab_start && t[i] < vocab_start + V;
             valid[i] = t[i] >= 0 ? 1.0f : 0.0f;
@@ -366,8 +367,8 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targe
         tval = hval ? fm_tensor_to(hval, dev) : NULL;
         if (!tidx || !town || !tval) st = fm_last_status();
     }
-    /* a rank with a bad target of its own still joins the all-gather below but not the two
-     * sums: it returns its error, and the other ranks' sums end with the collective timeout */
+    /* a rank with a bad target of its own joins every collective below (that row counts for
+     * nothing), then returns its error: the other ranks are not left waiting in a sum */
     const int ax1[1] = {1}, ax0[1] = {0};
     bool prev = fm_set_grad_enabled(false);
     mloc = fm_amax(logits, 1, ax1, false); /* [N]: the shift, off the tape */
@@ -393,6 +394,9 @@ fm_tensor *fm_tp_cross_entropy(fm_dist *tp, fm_tensor *logits0, fm_tensor *targe
     free(idx);
     free(own);
     free(valid);
+    if (st == FM_OK && bad_row >= 0)
+        st = fm_set_error(FM_ERR_INVALID, "tp_cross_entropy: target %lld at row %lld is outside 0..%lld (or -1 to ignore)",
+                          (long long)bad_target, (long long)bad_row, (long long)vocab_size - 1);
     if (st != FM_OK) { fm_tensor_release(out); return NULL; }
     return out;
 }
