@@ -106,13 +106,11 @@ static void *load_env(const char *lib, const char *core) {
     return h;
 }
 
-static void *load_with_core(const char *lib, const char *core) { return load_env(lib, core); }
-
 static void *open_library(const char **which) {
     const char *env = getenv("FATHOM_OPENBLAS");
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
     if (env && *env) { *which = env; return load_env(env, NULL); }
-    if (g_test_first_core) return load_with_core(*which = names[0], g_test_first_core);
+    if (g_test_first_core) return load_env(*which = names[0], g_test_first_core);
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) h = load_env(*which = names[i], NULL);
     return h;
@@ -137,7 +135,7 @@ static void *reload(void *h, const char *lib, const char *was, const char *want)
                  "GEMM will be slow: start the program with OPENBLAS_CORETYPE=%s", was, want);
         return still;
     }
-    h = load_with_core(lib, want);
+    h = load_env(lib, want);
     if (!h) return NULL;
     g_fixed = true;
     snprintf(g_info.note, sizeof g_info.note,
