@@ -115,7 +115,7 @@ static void bench_elementwise(const char *name, int64_t n, int reps) {
 }
 
 int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise or gpt (not in all) */
+    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise, gpt or bf16 M N K (not in all) */
     fm_manual_seed(1);
     if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
         bench_gemm(1024, 1024, 1024, 15);
@@ -123,6 +123,8 @@ int main(int argc, char **argv) {
         bench_gemm_bf16(1024, 1024, 1024, 15);
         bench_gemm_bf16(2048, 2048, 2048, 5);
     }
+    if (!strcmp(only, "bf16") && argc == 5) /* one bf16 product: bf16 M N K */
+        bench_gemm_bf16(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), 41);
     if (!strcmp(only, "gpt")) { /* the kjv-gpt linears' products (2048 tokens a step) */
         bench_gemm_bf16(2048, 384, 128, 41);
         bench_gemm_bf16(2048, 128, 128, 41);

@@ -179,9 +179,9 @@ static double from_bf16(uint16_t h) {
     return x;
 }
 
-/* one fm_cpu_gemm_bf16 call against a double reference on the same bf16 values;
- * returns whether the bf16 hardware path took it */
-static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias) {
+/* one fm_cpu_gemm_bf16 call against a double reference on the same bf16 values,
+ * into an f32 C or (cb) a bf16 one; returns whether the bf16 hardware path took it */
+static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias, bool cb) {
     uint64_t s = (uint64_t)(M * 7 + N * 3 + K) * 2 + ta + 4 * tb;
     int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
     int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
@@ -189,10 +189,14 @@ static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, b
     float *c = malloc(4 * (size_t)nc), *bv = malloc(4 * (size_t)N);
     for (int64_t i = 0; i < na; i++) a[i] = to_bf16((float)frand(&s));
     for (int64_t i = 0; i < nb; i++) b[i] = to_bf16((float)frand(&s));
-    for (int64_t i = 0; i < nc; i++) c[i] = -7.0f;
+    uint16_t *c16 = (uint16_t *)c; /* cb: C is bf16, in the same buffer */
+    for (int64_t i = 0; i < nc; i++) {
+        if (cb) c16[i] = to_bf16(-7.0f);
+        else c[i] = -7.0f;
+    }
     for (int64_t i = 0; i < N; i++) bv[i] = (float)frand(&s);
     fm_cpu_gemm_args g = {FM_BF16, ta, tb, M, N, K, a, lda, b, ldb, 0.0, c, ldc};
-    bool took = fm_cpu_gemm_bf16(&g, bias ? bv : NULL);
+    bool took = fm_cpu_gemm_bf16(&g, bias ? bv : NULL, cb);
     double worst = 0;
     for (int64_t i = 0; took && i < M; i++)
         for (int64_t j = 0; j < N; j++) {
@@ -202,12 +206,16 @@ static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, b
                 ref += p;
                 mag += fabs(p);
             }
-            double e = fabs(c[i * ldc + j] - ref) / (mag + 1e-30);
+            /* a bf16 C adds its rounding: half a unit in the 8th bit of the sum */
+            double got = cb ? from_bf16(c16[i * ldc + j]) : c[i * ldc + j];
+            double e = (fabs(got - ref) - (cb ? fabs(ref) / 256 : 0)) / (mag + 1e-30);
             if (e > worst) worst = e;
-            if (j == N - 1) CHECK(c[i * ldc + N] == -7.0f && c[i * ldc + N + 1] == -7.0f); /* padding untouched */
+            if (j == N - 1) /* padding untouched */
+                CHECK(cb ? from_bf16(c16[i * ldc + N]) == -7.0 && from_bf16(c16[i * ldc + N + 1]) == -7.0
+                         : c[i * ldc + N] == -7.0f && c[i * ldc + N + 1] == -7.0f);
         }
-    CHECK_MSG(worst < 1e-5, "bf16 ta %d tb %d %lldx%lldx%lld bias %d: error %g", ta, tb, (long long)M, (long long)N,
-              (long long)K, bias, worst);
+    CHECK_MSG(worst < 1e-5, "bf16 ta %d tb %d %lldx%lldx%lld bias %d bf16 C %d: error %g", ta, tb, (long long)M,
+              (long long)N, (long long)K, bias, cb, worst);
     free(a); free(b); free(c); free(bv);
     return took;
 }
@@ -245,8 +253,8 @@ static void test_gemm_bf16(void) {
     bool want = bi.loaded && fm_cpu_use_avx512();
     for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            for (int bias = 0; bias < 2; bias++, calls++)
-                took += check_gemm_bf16(t & 1, t >> 1, shapes[i][0], shapes[i][1], shapes[i][2], bias);
+            for (int v = 0; v < 4; v++, calls++) /* bias or not, f32 or bf16 C */
+                took += check_gemm_bf16(t & 1, t >> 1, shapes[i][0], shapes[i][1], shapes[i][2], v & 1, v >> 1);
     /* the parts run at the same time in the pool: the same product again gives the same bits
      * (with oneDNN's global scratchpad, two parts packing B at once corrupted each other) */
     if (want) {
@@ -264,9 +272,9 @@ static void test_gemm_bf16(void) {
                 fm_cpu_gemm_args g1 = {FM_BF16, ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, 0.0, c1, N};
                 fm_cpu_gemm_args g2 = g1;
                 g2.C = c2;
-                CHECK(fm_cpu_gemm_bf16(&g1, NULL));
+                CHECK(fm_cpu_gemm_bf16(&g1, NULL, false));
                 for (int rep = 0; rep < 3; rep++) {
-                    CHECK(fm_cpu_gemm_bf16(&g2, NULL));
+                    CHECK(fm_cpu_gemm_bf16(&g2, NULL, false));
                     same &= !memcmp(c1, c2, 4 * (size_t)(M * N));
                 }
                 free(a); free(b); free(c1); free(c2);
@@ -274,7 +282,7 @@ static void test_gemm_bf16(void) {
         CHECK_MSG(same, "the same bf16 product gave different results when run again");
     }
     /* small products stay on the widening path */
-    CHECK(!check_gemm_bf16(false, false, 8, 8, 8, false));
+    CHECK(!check_gemm_bf16(false, false, 8, 8, 8, false, false));
     CHECK_MSG(took == (want ? calls : 0), "the bf16 path took %d of %d products (expected %s)", took, calls,
               want ? "all" : "none");
 }

@@ -59,9 +59,10 @@ void fm_cpu_gemm(const fm_cpu_gemm_args *g);
 /* C = op(A) op(B) + bias, bias [N] (dtype dt) added to every row; beta is not used. */
 void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias);
 /* bf16 GEMM on the CPU's bf16 hardware (oneDNN, gemm_bf16.c): A and B bf16
- * (g->dt == FM_BF16), C f32, beta 0, bias [N] f32 or NULL. False when that path
- * is not available or not worth it for the shape (the caller then widens to f32). */
-bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias);
+ * (g->dt == FM_BF16), C f32 or, with c_bf16, bf16 (the f32 sum rounded to
+ * nearest even as it is stored), beta 0, bias [N] f32 or NULL. False when that
+ * path is not available or not worth it for the shape (the caller then widens to f32). */
+bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16);
 typedef struct fm_bf16_gemm_info {
     bool loaded;
     char library[256], version[32];

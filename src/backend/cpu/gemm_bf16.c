@@ -137,7 +137,8 @@ static struct {
 typedef struct prim_key {
     int64_t M, N, K, sa[2], sb[2], ldc;
     bool bias;
-    bool f32; /* A and B f32 (else bf16) */
+    bool f32;    /* A and B f32 (else bf16) */
+    bool c_bf16; /* C bf16, rounded by oneDNN as it stores (else f32) */
 } prim_key;
 #define PRIM_CACHE 128
 typedef struct cache_entry {
@@ -188,13 +189,13 @@ static bool load_syms(void) {
  * mode): oneDNN's own is one global buffer unless the library was built for
  * concurrent execution, and the parts run at the same time in fathom's pool
  * (with the library's scratchpad, bf16 training losses changed run to run). */
-/* The layouts of one part's operands: md[0] A, md[1] B (bf16 or f32), md[2] C, md[3] bias (f32). */
+/* The layouts of one part's operands: md[0] A, md[1] B (bf16 or f32), md[2] C (f32 or bf16), md[3] bias (f32). */
 static bool part_descs(const prim_key *k, dnnl_memory_desc_t md[4]) {
     dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N}, dbias = {1, k->N};
     dnnl_dims_t sa = {k->sa[0], k->sa[1]}, sb = {k->sb[0], k->sb[1]}, sc = {k->ldc, 1}, sbias = {k->N, 1};
     dnnl_data_type_t in = k->f32 ? dnnl_f32 : dnnl_bf16;
     return !D.md_init_by_strides(&md[0], 2, da, in, sa) && !D.md_init_by_strides(&md[1], 2, db, in, sb) &&
-           !D.md_init_by_strides(&md[2], 2, dc, dnnl_f32, sc) && !D.md_init_by_strides(&md[3], 2, dbias, dnnl_f32, sbias);
+           !D.md_init_by_strides(&md[2], 2, dc, k->c_bf16 ? dnnl_bf16 : dnnl_f32, sc) && !D.md_init_by_strides(&md[3], 2, dbias, dnnl_f32, sbias);
 }
 
 static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl_len) {
@@ -292,7 +293,7 @@ static void both_notes(const char *fmt, const char *arg) {
 
 /* The implementation oneDNN picks for a typical product, for `fathom info`; false if none. */
 static bool probe(bool f32, char *kernel, size_t kernel_len) {
-    prim_key k = {256, 256, 256, {256, 1}, {256, 1}, 256, false, f32};
+    prim_key k = {256, 256, 256, {256, 1}, {256, 1}, 256, false, f32, false};
     cache_entry e;
     if (!make_prim(&k, &e, kernel, kernel_len)) return false;
     D.prim_destroy(e.prim);
@@ -365,6 +366,7 @@ static bool get_prim(const prim_key *k, cache_entry *e, bool *owned) {
 typedef struct part_ctx {
     const fm_cpu_gemm_args *g;
     const float *bias;
+    bool c_bf16;
     bool by_cols;
     int64_t step; /* rows or columns per part */
     _Atomic int failed;
@@ -373,18 +375,20 @@ typedef struct part_ctx {
 static _Thread_local bool t_omp_single;
 
 /* C[i0:i1, j0:j1] as one oneDNN call. */
-static bool run_part(const fm_cpu_gemm_args *g, const float *bias, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+static bool run_part(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16, int64_t i0, int64_t i1, int64_t j0,
+                     int64_t j1) {
     if (!t_omp_single) { D.omp_set_num_threads(1); t_omp_single = true; }
     prim_key k;
     memset(&k, 0, sizeof k); /* the key is compared bytewise: no stray padding */
     k.M = i1 - i0; k.N = j1 - j0; k.K = g->K; k.ldc = g->ldc; k.bias = bias != NULL; k.f32 = g->dt == FM_F32;
+    k.c_bf16 = c_bf16;
     /* op(A) [M,K]: A stored [M,K] (lda) or [K,M] (ta); op(B) [K,N]: B stored [K,N] or [N,K] (tb) */
     k.sa[0] = g->ta ? 1 : g->lda; k.sa[1] = g->ta ? g->lda : 1;
     k.sb[0] = g->tb ? 1 : g->ldb; k.sb[1] = g->tb ? g->ldb : 1;
     size_t es = k.f32 ? sizeof(float) : sizeof(uint16_t);
     const char *A = (const char *)g->A + (size_t)(i0 * k.sa[0]) * es;
     const char *B = (const char *)g->B + (size_t)(j0 * k.sb[1]) * es;
-    float *C = (float *)g->C + i0 * g->ldc + j0;
+    char *C = (char *)g->C + (size_t)(i0 * g->ldc + j0) * (c_bf16 ? sizeof(uint16_t) : sizeof(float));
     bool owned;
     cache_entry e;
     if (!get_prim(&k, &e, &owned)) return false;
@@ -417,8 +421,8 @@ static void part_task(void *vctx, int64_t b, int64_t e, int tid) {
     const fm_cpu_gemm_args *g = c->g;
     for (int64_t u = b; u < e; u++) {
         int64_t lo = u * c->step, hi = lo + c->step;
-        bool ok = c->by_cols ? run_part(g, c->bias, 0, g->M, lo, hi < g->N ? hi : g->N)
-                             : run_part(g, c->bias, lo, hi < g->M ? hi : g->M, 0, g->N);
+        bool ok = c->by_cols ? run_part(g, c->bias, c->c_bf16, 0, g->M, lo, hi < g->N ? hi : g->N)
+                             : run_part(g, c->bias, c->c_bf16, lo, hi < g->M ? hi : g->M, 0, g->N);
         if (!ok) c->failed = 1;
     }
 }
@@ -445,13 +449,17 @@ void fm_f32_gemm_info_get(fm_f32_gemm_info *out) {
  * is worth it: below ~2M multiply-adds building the call costs more than it saves;
  * FATHOM_ISA below avx512 keeps the OpenBLAS / widened path too. One part per pool
  * thread, each a single-threaded oneDNN call. */
-static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool chosen, fm_dtype dt) {
+static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16, bool chosen, fm_dtype dt) {
 #if FM_HAVE_DNNL_HEADERS
     if (!chosen || g->dt != dt || g->beta != 0 || !fm_cpu_use_avx512() || g->M * g->N * g->K < ((int64_t)1 << 21) ||
         g->M < 2)
         return false;
     int nt = fm_num_threads();
-    part_ctx c = {g, bias, g->M <= g->N, 0, 0};
+    /* Rows per part unless that leaves each part fewer than 256 rows of a wide C. On the
+     * AMD EPYC Zen 4, 2 threads (bench_core bf16 M N K): 1024^3 rose from 384-410 to
+     * 397-441 GFLOP/s split by rows, 512x2048x512 from 382 to 415; by columns kept
+     * 64x4096x512 (352 against 322) and 128x2048x512 (390 against 382). */
+    part_ctx c = {g, bias, c_bf16, g->M <= g->N && g->M < 256 * (int64_t)nt, 0, 0};
     int64_t len = c.by_cols ? g->N : g->M, parts = nt > 1 ? nt : 1;
     c.step = (len + parts - 1) / parts;
     c.step = (c.step + 31) / 32 * 32; /* whole register blocks per part */
@@ -460,17 +468,17 @@ static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool ch
     else fm_parallel_for(parts, 1, part_task, &c);
     return !c.failed;
 #else
-    (void)g, (void)bias, (void)chosen, (void)dt;
+    (void)g, (void)bias, (void)c_bf16, (void)chosen, (void)dt;
     return false;
 #endif
 }
 
-bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias) {
+bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16) {
     pthread_once(&g_once, load);
-    return onednn_product(g, bias, g_info.loaded, FM_BF16);
+    return onednn_product(g, bias, c_bf16, g_info.loaded, FM_BF16);
 }
 
 bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias) {
     pthread_once(&g_once, load);
-    return onednn_product(g, bias, g_f32.onednn, FM_F32);
+    return onednn_product(g, bias, false, g_f32.onednn, FM_F32);
 }
