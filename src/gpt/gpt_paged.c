@@ -14,6 +14,7 @@
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
 #include "core/cpu_features.h"
+#include "core/parallel.h"
 #include "gpt/gpt_internal.h"
 #include "gpt/gpt_paged_attn.h"
 
@@ -24,7 +25,6 @@ struct fm_gpt_paged {
     int **table;         /* per sequence: its blocks */
     int *n_alloc;        /* per sequence: blocks in its table */
     int64_t *len;        /* per sequence: cached positions; -1: slot free */
-    const float **kb, **vb; /* a step's scratch: one sequence's blocks for one kv head */
     /* the linear weights in linear_fused's panel form, made once here: per layer
      * qkv, proj, fc, fc2 (PK_PER_LAYER), then the output head; and the weight
      * tensor each was made from, which a step checks the model still holds */
@@ -101,9 +101,7 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
     p->table = calloc((size_t)max_seqs, sizeof *p->table);
     p->len = malloc(sizeof(int64_t) * (size_t)max_seqs);
     p->n_alloc = calloc((size_t)max_seqs, sizeof(int));
-    p->kb = malloc(sizeof *p->kb * (size_t)p->max_blocks_per_seq);
-    p->vb = malloc(sizeof *p->vb * (size_t)p->max_blocks_per_seq);
-    if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc || !p->kb || !p->vb) goto oom;
+    if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc) goto oom;
     for (int l = 0; l < p->n_layer; l++)
         if (!(p->k[l] = malloc(per_layer * sizeof(float))) || !(p->v[l] = malloc(per_layer * sizeof(float)))) goto oom;
     for (int s = 0; s < max_seqs; s++) {
@@ -136,8 +134,6 @@ void fm_gpt_paged_free(fm_gpt_paged *p) {
     free(p->table);
     free(p->len);
     free(p->n_alloc);
-    free(p->kb);
-    free(p->vb);
     for (int i = 0; p->pk && i < p->n_pk; i++) fm_tensor_release(p->pk[i]);
     free(p->pk);
     free(p->pk_src);
@@ -187,17 +183,68 @@ static void rope_vec(const fm_gpt *m, float *x, int D, int64_t pos) {
     }
 }
 
+/* One (row, kv head) pair of a step's attention per item: the row's query heads of
+ * that kv head over the row's sequence's cached positions 0..pos. */
+typedef struct attend_ctx {
+    const fm_gpt_paged *p;
+    int l;
+    const int *seqs;
+    const int64_t *poss;
+    const float *qkv;
+    float *att;
+    float scale;
+    void (*head)(const fm_paged_head *);
+    _Atomic int oom;
+} attend_ctx;
+
+static void attend_items(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    attend_ctx *c = vctx;
+    const fm_gpt_paged *p = c->p;
+    const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
+    /* this call's scratch: one sequence's block pointers for one kv head, and the scores */
+    const float **kb = malloc(sizeof *kb * 2 * (size_t)p->max_blocks_per_seq);
+    float *scores = malloc(sizeof(float) * (size_t)p->block_size);
+    if (!kb || !scores) {
+        c->oom = 1;
+        free(kb);
+        free(scores);
+        return;
+    }
+    const float **vb = kb + p->max_blocks_per_seq;
+    for (int64_t it = b; it < e; it++) {
+        const int i = (int)(it / KV), g = (int)(it % KV), s = c->seqs[i];
+        const int64_t pos = c->poss[i];
+        const float *q = c->qkv + (size_t)i * W;
+        for (int64_t blk = 0; blk * p->BT <= pos; blk++) {
+            kb[blk] = slot(p, p->k[c->l], s, blk * p->BT, g);
+            vb[blk] = slot(p, p->v[c->l], s, blk * p->BT, g);
+        }
+        for (int h = g * G; h < (g + 1) * G; h++) {
+            fm_paged_head a = {q + h * D, kb, vb, D, p->BT, pos + 1, c->scale, scores, c->att + (size_t)i * H * D + h * D};
+            c->head(&a);
+        }
+    }
+    free(kb);
+    free(scores);
+}
+
+static _Atomic int64_t g_parallel_min = (int64_t)1 << 16;
+void fm_gpt_paged_set_parallel_min(int64_t multiply_adds) { g_parallel_min = multiply_adds; }
+
 /* qkv [n, (H+2KV)*D] (host) -> att [n, H*D]: row i is sequence seqs[i] at position
  * pos[i]; it caches its k/v there and attends over positions 0..pos[i]. A
  * sequence's rows come in position order, so a prompt chunk's later rows see the
- * earlier rows' keys (causal attention within the chunk). */
-static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, const int64_t *poss, float *qkv,
-                   float *att, float *scores) {
-    const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    void (*head)(const fm_paged_head *) = fm_cpu_use_avx512() ? fm_paged_head_f32_avx512
-                                          : fm_cpu_use_avx2() ? fm_paged_head_f32_avx2
-                                                              : fm_paged_head_f32_scalar;
+ * earlier rows' keys (causal attention within the chunk): every row's k/v is
+ * written first, then the (row, kv head) pairs run over the pool (each reads only
+ * positions up to its own, all written by then). A pair runs the same kernel on
+ * the same values wherever it runs, so a row's result does not depend on the
+ * split. Steps of under 64K multiply-adds of attention (fm_gpt_paged_set_parallel_min)
+ * stay on the calling thread. */
+static fm_status attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *seqs, const int64_t *poss, float *qkv,
+                        float *att) {
+    const int H = p->H, KV = p->KV, D = p->D, W = (H + 2 * KV) * D;
+    int64_t work = 0; /* multiply-adds, to keep small steps off the pool */
     for (int i = 0; i < n; i++) {
         int s = seqs[i];
         int64_t pos = poss[i];
@@ -210,17 +257,17 @@ static void attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const int *se
             memcpy(slot(p, p->k[l], s, pos, g), k + g * D, sizeof(float) * (size_t)D);
             memcpy(slot(p, p->v[l], s, pos, g), v + g * D, sizeof(float) * (size_t)D);
         }
-        for (int g = 0; g < KV; g++) {
-            for (int64_t b = 0; b * p->BT <= pos; b++) {
-                p->kb[b] = slot(p, p->k[l], s, b * p->BT, g);
-                p->vb[b] = slot(p, p->v[l], s, b * p->BT, g);
-            }
-            for (int h = g * G; h < (g + 1) * G; h++) {
-                fm_paged_head a = {q + h * D, p->kb, p->vb, D, p->BT, pos + 1, scale, scores, att + (size_t)i * H * D + h * D};
-                head(&a);
-            }
-        }
+        work += 2 * (pos + 1) * H * D;
     }
+    attend_ctx c = {p, l, seqs, poss, qkv, att, 1.0f / sqrtf((float)D),
+                    fm_cpu_use_avx512() ? fm_paged_head_f32_avx512
+                    : fm_cpu_use_avx2() ? fm_paged_head_f32_avx2
+                                        : fm_paged_head_f32_scalar,
+                    0};
+    const int64_t items = (int64_t)n * KV;
+    if (work < g_parallel_min || items < 2) attend_items(&c, 0, items, 0);
+    else fm_parallel_for(items, 1, attend_items, &c);
+    return c.oom ? fm_set_error(FM_ERR_OOM, "paged step: out of host memory for the attention's scratch") : FM_OK;
 }
 
 static bool upd(fm_tensor **acc, fm_tensor *next) {
@@ -251,7 +298,7 @@ static fm_tensor *lin(const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, 
 
 /* One block on x [n, C]; returns the new residual stream. */
 static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, int n, const int *seqs,
-                              const int64_t *pos, float *scores) {
+                              const int64_t *pos) {
     gpt_layer *L = &m->layers[l];
     const int H = p->H, D = p->D;
     fm_tensor *h = norm(m, x, L->ln1_w, L->ln1_b), *att = NULL, *r = NULL;
@@ -259,7 +306,7 @@ static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, i
     if (!h || !upd(&h, lin(p, pk, h, L->qkv_w, L->qkv_b)) || !upd(&h, fm_contiguous(h))) goto fail;
     att = fm_tensor_empty(2, (int64_t[]){n, (int64_t)H * D}, FM_F32, fm_tensor_device(h)); /* the host: see the step */
     if (!att) goto fail;
-    attend(m, p, l, n, seqs, pos, fm_tensor_data(h), fm_tensor_data(att), scores);
+    if (attend(m, p, l, n, seqs, pos, fm_tensor_data(h), fm_tensor_data(att)) != FM_OK) goto fail;
     if (!upd(&att, lin(p, pk + 1, att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
     if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, lin(p, pk + 2, h, L->fc_w, L->fc_b)) ||
         !upd(&h, mlp_act(m, h)) || !upd(&h, lin(p, pk + 3, h, L->fc2_w, L->fc2_b)))
@@ -342,9 +389,8 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
     /* per row: token id, position (as i64 for the embeddings), sequence; per sequence: its last row */
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)R * 2);
     int *rseq = malloc(sizeof(int) * ((size_t)R + (size_t)n));
-    float *scores = malloc(sizeof(float) * (size_t)p->block_size);
     fm_tensor *x = NULL, *t = NULL, *pe = NULL;
-    if (!ids || !rseq || !scores) { st = fm_set_error(FM_ERR_OOM, "paged step: out of host memory"); goto done; }
+    if (!ids || !rseq) { st = fm_set_error(FM_ERR_OOM, "paged step: out of host memory"); goto done; }
     int *last = rseq + R;
     for (int i = 0, r = 0; i < n; i++) {
         for (int k = 0; k < counts[i]; k++, r++) {
@@ -362,7 +408,7 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
         fm_tensor_release(pt);
         upd(&x, pe ? fm_add(x, pe) : NULL);
     }
-    for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, R, rseq, ids + R, scores));
+    for (int l = 0; l < p->n_layer && x; l++) upd(&x, paged_block(m, p, l, x, R, rseq, ids + R));
     if (x && R > n) upd(&x, gather_rows(x, n, last)); /* the head only for the tokens that get sampled */
     if (x && upd(&x, norm(m, x, m->lnf_w, m->lnf_b)) && upd(&x, lin(p, p->n_pk - 1, x, head_weight(m), NULL)))
         st = fm_tensor_copy_to_host(x, logits, FM_F32);
@@ -376,7 +422,6 @@ done:
     fm_tensor_release_n(3, x, t, pe);
     free(ids);
     free(rseq);
-    free(scores);
     fm_set_grad_enabled(prev);
     return st;
 }

@@ -36,4 +36,9 @@ fm_status fm_gpt_paged_step(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, 
  * one forward. logits [n, V]: each sequence's last token. */
 fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int *counts, const int32_t *tokens,
                               float *logits);
+/* Steps whose attention has fewer multiply-adds than this (default 65536) run it on
+ * the calling thread; larger ones split its (row, kv head) pairs over the pool. For
+ * the tests, which run models too small to reach the default (process-wide). */
+void fm_gpt_paged_set_parallel_min(int64_t multiply_adds);
+
 #endif
