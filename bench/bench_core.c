@@ -61,11 +61,20 @@ static void bench_gemm(int64_t M, int64_t N, int64_t K, int reps) {
 
 /* bf16 GEMM through fm_matmul (the CPU's bf16 hardware via oneDNN where there is
  * one, else widened to f32) against fm_matmul in f32 on the same values, blocks of
- * repetitions in two rounds as above. */
-static void bench_gemm_bf16(int64_t M, int64_t N, int64_t K, int reps) {
-    int64_t sa[2] = {M, K}, sb[2] = {K, N};
-    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *b = fm_tensor_randn(2, sb, FM_F32, NULL);
-    fm_tensor *ab = fm_to_dtype(a, FM_BF16), *bb = fm_to_dtype(b, FM_BF16);
+ * repetitions in two rounds as above. tb: B is the transposed view of an [N, K]
+ * tensor (as a linear's weight), on both sides. */
+static void bench_gemm_bf16_t(int64_t M, int64_t N, int64_t K, int reps, bool tb) {
+    int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbt[2] = {N, K};
+    fm_tensor *a = fm_tensor_randn(2, sa, FM_F32, NULL), *ab = fm_to_dtype(a, FM_BF16), *b, *bb;
+    if (tb) {
+        fm_tensor *bt = fm_tensor_randn(2, sbt, FM_F32, NULL), *bbt = fm_to_dtype(bt, FM_BF16);
+        b = fm_transpose(bt, 0, 1);
+        bb = fm_transpose(bbt, 0, 1);
+        fm_tensor_release_n(2, bt, bbt);
+    } else {
+        b = fm_tensor_randn(2, sb, FM_F32, NULL);
+        bb = fm_to_dtype(b, FM_BF16);
+    }
     double t16[64], t32[64];
     int half = reps / 2 > 0 ? reps / 2 : 1, n16 = 0, n32 = 0;
     for (int round = 0; round < 2; round++) {
@@ -81,12 +90,15 @@ static void bench_gemm_bf16(int64_t M, int64_t N, int64_t K, int reps) {
         }
     }
     double flops = 2.0 * M * N * K, m16 = median(t16, n16), m32 = median(t32, n32);
-    printf("{\"bench\":\"matmul_bf16\",\"shape\":[%lld,%lld,%lld],\"fathom_bf16_gflops\":%.1f,\"fathom_f32_gflops\":%.1f,"
+    printf("{\"bench\":\"matmul_bf16\",\"shape\":[%lld,%lld,%lld],%s\"fathom_bf16_gflops\":%.1f,\"fathom_f32_gflops\":%.1f,"
            "\"bf16_over_f32\":%.2f,\"threads\":%d}\n",
-           (long long)M, (long long)N, (long long)K, flops / m16 / 1e6, flops / m32 / 1e6, m32 / m16, fm_num_threads());
+           (long long)M, (long long)N, (long long)K, tb ? "\"b_transposed\":true," : "", flops / m16 / 1e6, flops / m32 / 1e6,
+           m32 / m16, fm_num_threads());
     fflush(stdout);
     fm_tensor_release_n(4, a, b, ab, bb);
 }
+
+static void bench_gemm_bf16(int64_t M, int64_t N, int64_t K, int reps) { bench_gemm_bf16_t(M, N, K, reps, false); }
 
 typedef fm_tensor *(*unary_fn)(fm_tensor *);
 
@@ -115,7 +127,7 @@ static void bench_elementwise(const char *name, int64_t n, int reps) {
 }
 
 int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise, gpt or bf16 M N K (not in all) */
+    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise, gpt or bf16 M N K [tb] (not in all) */
     fm_manual_seed(1);
     if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
         bench_gemm(1024, 1024, 1024, 15);
@@ -123,8 +135,8 @@ int main(int argc, char **argv) {
         bench_gemm_bf16(1024, 1024, 1024, 15);
         bench_gemm_bf16(2048, 2048, 2048, 5);
     }
-    if (!strcmp(only, "bf16") && argc == 5) /* one bf16 product: bf16 M N K */
-        bench_gemm_bf16(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), 41);
+    if (!strcmp(only, "bf16") && (argc == 5 || argc == 6)) /* one bf16 product: bf16 M N K [tb] */
+        bench_gemm_bf16_t(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), 41, argc == 6 && !strcmp(argv[5], "tb"));
     if (!strcmp(only, "gpt")) { /* the kjv-gpt linears' products (2048 tokens a step) */
         bench_gemm_bf16(2048, 384, 128, 41);
         bench_gemm_bf16(2048, 128, 128, 41);
