@@ -51,6 +51,7 @@ void fm_convert_f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
 void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_bf16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, size_t n);
 
 void fm_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log_mode, int stream);
 void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode, int stream);
@@ -171,6 +172,38 @@ static void test_binary(void) {
     for (int i = 0; i < N - 1 && w < 0; i++) /* a NaN condition counts as true (!= 0) */
         if (memcmp(&y2[i], a[i] != 0 ? &b[i] : &b[i + 1], sizeof(float))) w = i;
     CHECK_MSG(w < 0, "where vs scalar at %d", w);
+}
+
+/* f32 -> bf16 on vcvtneps2bf16 (AVX512-BF16): bitwise the scalar conversion on every
+ * class of value, a subnormal among normals in a vector included (the instruction
+ * alone would give zero for it), and at every length (the masked tail) */
+static void test_convert_bf16_hw(void) {
+    static float x[N];
+    static uint16_t h[N], hw[N];
+    fill(x, 11, 1000.0f);
+    const uint32_t special[] = {0x00000001u, 0x80000001u, 0x007fffffu, 0x00408000u, 0x00018000u, /* subnormals, ties */
+                                0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, /* inf, NaNs (a signalling one) */
+                                0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x00000000u, 0x80000000u};
+    for (int i = 0; i < N; i += 7) memcpy(&x[i], &special[(i / 7) % 16], 4);
+    for (int n = 1; n <= N; n += n < 40 ? 1 : 331) {
+        for (int i = 0; i < n; i++) h[i] = fm_f32_to_bf16(x[i]);
+        memset(hw, 0, sizeof hw);
+        fm_convert_f32_to_bf16_avx512bf16(x, hw, (size_t)n);
+        int bad = -1;
+        for (int i = 0; i < n && bad < 0; i++)
+            if (h[i] != hw[i]) bad = i;
+        CHECK_MSG(bad < 0, "f32->bf16 (avx512bf16) n %d at %d: %04x, scalar %04x", n, bad, bad < 0 ? 0 : hw[bad],
+                  bad < 0 ? 0 : h[bad]);
+        CHECK(n == N || hw[n] == 0); /* nothing past n written */
+    }
+    /* vectors of normals only take the instruction's path: the same values there too */
+    uint64_t seed = 12;
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * 3.0f;
+    fm_convert_f32_to_bf16_avx512bf16(x, hw, N);
+    int bad = -1;
+    for (int i = 0; i < N && bad < 0; i++)
+        if (hw[i] != fm_f32_to_bf16(x[i])) bad = i;
+    CHECK_MSG(bad < 0, "f32->bf16 (avx512bf16), normals at %d", bad);
 }
 
 static void test_convert(void) {
@@ -699,6 +732,7 @@ int main(void) {
     test_unary();
     test_binary();
     test_convert();
+    if (w512 && fm_cpu_get_features()->avx512_bf16) test_convert_bf16_hw();
     test_softmax();
     test_ce_fused_long();
     test_adamw(fm_adamw_f32_avx2, "avx2");

@@ -76,6 +76,7 @@ void fm_convert_f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
 void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_bf16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, size_t n);
 
 void fm_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
     if (fm_cpu_use_avx512()) { fm_convert_f32_to_f16_avx512(src, dst, n); return; }
@@ -88,7 +89,11 @@ void fm_convert_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = fm_f16_to_f32(src[i]);
 }
 void fm_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
-    if (fm_cpu_use_avx512()) { fm_convert_f32_to_bf16_avx512(src, dst, n); return; }
+    if (fm_cpu_use_avx512()) {
+        if (fm_cpu_get_features()->avx512_bf16) fm_convert_f32_to_bf16_avx512bf16(src, dst, n);
+        else fm_convert_f32_to_bf16_avx512(src, dst, n);
+        return;
+    }
     if (fm_cpu_use_avx2()) { fm_convert_f32_to_bf16_avx2(src, dst, n); return; }
     for (size_t i = 0; i < n; i++) dst[i] = fm_f32_to_bf16(src[i]);
 }

@@ -10,6 +10,7 @@ void fm_convert_f32_to_f16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
 void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n);
 void fm_convert_bf16_to_f32_avx512(const uint16_t *src, float *dst, size_t n);
+void fm_convert_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, size_t n);
 
 static inline __mmask16 tail(size_t r) { return (__mmask16)((1u << r) - 1u); }
 
@@ -49,6 +50,29 @@ void fm_convert_f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n) {
     if (i < n) {
         __mmask16 m = tail(n - i);
         _mm256_mask_storeu_epi16(dst + i, m, to_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+}
+
+/* The same on AVX512-BF16 (call only where the CPU has it): vcvtneps2bf16 rounds to
+ * nearest even and quiets NaNs as to_bf16 does, but takes a subnormal input as zero,
+ * so a vector holding one (vfpclassps) goes through to_bf16 instead: bitwise the
+ * other levels' values. One conversion instruction per 16 values where to_bf16
+ * takes nine: on the AMD EPYC Zen 4, one thread, 1.06x to_bf16's rate with 16K values
+ * (in L1) and 1.20x with 256K-1M (then bound by the caches), a throwaway harness
+ * calling both. */
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16"))) void
+fm_convert_f32_to_bf16_avx512bf16(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(src + i);
+        __m256i h = _mm512_fpclass_ps_mask(v, 0x20) ? to_bf16(v) : (__m256i)_mm512_cvtneps_pbh(v);
+        _mm256_storeu_si256((__m256i *)(dst + i), h);
+    }
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        __m256i h = _mm512_fpclass_ps_mask(v, 0x20) ? to_bf16(v) : (__m256i)_mm512_cvtneps_pbh(v);
+        _mm256_mask_storeu_epi16(dst + i, m, h);
     }
 }
 

@@ -55,19 +55,41 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) acc[r] = _mm256_setzero_ps();
     if (g->G <= 64) {
-        const __m256i spread = g->G == 32 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_setzero_si256();
+        /* the weight scales of four pairs converted at once per row (8 f16 for g32, 4 for
+         * g64), each pair's [d0 x4, d1 x4] (g32) or [d x8] (g64) then one permute of them:
+         * the same floats as converting each pair's own, at a quarter of the conversions */
         const int64_t gs = g->G / 32; /* the scale of pair p: g32 at 2p (and 2p + 1), g64 at p */
-        for (int64_t p = 0; p < np; p++) {
-            __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
+        const __m256i spread[4] = {
+            gs == 1 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(0),
+            gs == 1 ? _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3) : _mm256_set1_epi32(1),
+            gs == 1 ? _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5) : _mm256_set1_epi32(2),
+            gs == 1 ? _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7) : _mm256_set1_epi32(3)};
+        for (int64_t p0 = 0; p0 < np; p0 += 4) {
+            const int64_t pn = np - p0 < 4 ? np - p0 : 4;
+            __m256 ds[4];
 #pragma GCC unroll 4
             for (int r = 0; r < nn; r++) {
-                int32_t s2 = 0;
-                _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
-                if (gs == 1) memcpy(&s2, g->scale + (n + r * stride) * ng + 2 * p, 4);
-                else s2 = g->scale[(n + r * stride) * ng + p];
-                __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(s2))), spread);
-                __m256 f = _mm256_cvtepi32_ps(dot64(g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
-                acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dxp), acc[r]);
+                const uint16_t *sp = g->scale + (n + r * stride) * ng + (gs == 1 ? 2 * p0 : p0);
+                __m128i h;
+                if (pn == 4) h = gs == 1 ? _mm_loadu_si128((const __m128i *)sp) : _mm_loadl_epi64((const __m128i *)sp);
+                else { /* the last pairs: only their scales are read */
+                    uint16_t t[8] = {0};
+                    memcpy(t, sp, sizeof(uint16_t) * (size_t)(gs == 1 ? 2 * pn : pn));
+                    h = _mm_loadu_si128((const __m128i *)t);
+                }
+                ds[r] = _mm256_cvtph_ps(h);
+            }
+#pragma GCC unroll 4
+            for (int64_t j = 0; j < pn; j++) {
+                const int64_t p = p0 + j;
+                __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
+#pragma GCC unroll 4
+                for (int r = 0; r < nn; r++) {
+                    _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
+                    __m256 d = _mm256_permutevar8x32_ps(ds[r], spread[j]);
+                    __m256 f = _mm256_cvtepi32_ps(dot64(g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
+                    acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dxp), acc[r]);
+                }
             }
         }
         if (nb % 2) { /* the odd last block, in the low half */
