@@ -28,6 +28,7 @@
  * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
+ *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN]
  *        [--profile-prefill fp32|int8] */
 #include <math.h>
 #include <stdio.h>
@@ -408,6 +409,28 @@ static void profile_prefill(const char *side, int rounds) {
     fm_graph_free(g);
 }
 
+/* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128) decode step of the
+ * GPT-2-small shape at 64 cached tokens, 40 x rounds steps, for `perf record` */
+static void profile_decode(const char *side, int rounds) {
+    const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
+    fm_graph *g = gpt_graph(&big), *q = NULL;
+    if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
+    else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
+    else if (strcmp(side, "fp32")) die("--profile-decode takes fp32, int8, int4-g32, int4-g64 or int4-g128");
+    const int n_in = fm_graph_num_inputs(g);
+    fm_tensor **in = gpt_inputs(g, 1, 1, 64), *out[64];
+    double t0 = now_s();
+    for (int r = 0; r < 40 * rounds; r++) {
+        if (fm_graph_run(q ? q : g, in, out) != FM_OK) die("decode");
+        for (int k = 0; k < n_in; k++) fm_tensor_release(out[k]);
+    }
+    printf("{\"model\": \"%s\", \"workload\": \"decode, 64 cached\", \"side\": \"%s\", \"runs\": %d, \"ms\": %.3f}\n", big.name, side,
+           40 * rounds, 1e3 * (now_s() - t0) / (40 * rounds));
+    free_inputs(in, n_in);
+    if (q) fm_graph_free(q);
+    fm_graph_free(g);
+}
+
 /* mean cross-entropy of g over the validation windows (prompt-only runs, past = 0) */
 static double val_loss(const fm_graph *g, const fm_token_data *d, int64_t T, int64_t windows) {
     const int64_t lo = (int64_t)((double)d->n * 0.9), n_in = fm_graph_num_inputs(g);
@@ -471,13 +494,14 @@ static void bench_ppl(const char *dir, int64_t windows) {
 
 int main(int argc, char **argv) {
     int rounds = 9;
-    const char *ort = NULL, *ppl = NULL, *prof = NULL;
+    const char *ort = NULL, *ppl = NULL, *prof = NULL, *prof_dec = NULL;
     bool large = true, kernels_only = false, xl = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
         if (!strcmp(argv[i], "--ppl-windows") && i + 1 < argc) { windows = atol(argv[++i]); continue; }
         if (!strcmp(argv[i], "--profile-prefill") && i + 1 < argc) { prof = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--profile-decode") && i + 1 < argc) { prof_dec = argv[++i]; continue; }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
@@ -493,6 +517,10 @@ int main(int argc, char **argv) {
     }
     if (prof) {
         profile_prefill(prof, rounds);
+        return 0;
+    }
+    if (prof_dec) {
+        profile_decode(prof_dec, rounds);
         return 0;
     }
     if (kernels_only) {

@@ -636,30 +636,56 @@ static void test_conv_wino(void) {
 }
 #pragma pop_macro("N")
 
-/* attention at both widths on [B, H, T, D] (Hkv kv heads): every output of the
- * forward (o, lse) and of the backward (dq, dk, dv) */
-static void attention_case(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, int causal) {
-    const int64_t nq = B * H * T * D, nk = B * Hkv * T * D, nl = B * H * T;
+/* attention at both widths on q [B, H, Tq, D] against k, v [B, Hkv, Tk, D]: every
+ * output of the forward (o, lse) and of the backward (dq, dk, dv); and o against
+ * a double-precision softmax(q k^T scale) v */
+static void attention_case_q(int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t T, int64_t D, int causal) {
+    const int64_t nq = B * H * Tq * D, nk = B * Hkv * T * D, nl = B * H * Tq;
     const int64_t len[5] = {nq, nl, nq, nk, nk};
     static const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
     float *q = malloc(sizeof(float) * (size_t)nq), *dout = malloc(sizeof(float) * (size_t)nq);
     float *k = malloc(sizeof(float) * (size_t)nk), *v = malloc(sizeof(float) * (size_t)nk), *res[2][5];
     for (int w = 0; w < 2; w++)
         for (int i = 0; i < 5; i++) res[w][i] = calloc((size_t)len[i], sizeof(float));
-    uint64_t seed = (uint64_t)(B * 1000 + H * 100 + T * 10 + D + causal);
+    uint64_t seed = (uint64_t)(B * 1000 + H * 100 + T * 10 + D + causal + 7 * Tq);
     for (int64_t i = 0; i < nq; i++) { q[i] = 2 * frand(&seed); dout[i] = frand(&seed); }
     for (int64_t i = 0; i < nk; i++) { k[i] = 2 * frand(&seed); v[i] = frand(&seed); }
     for (int w = 0; w < 2; w++) { /* w = 0: AVX2, 1: AVX-512 (AVX2 again without it) */
-        fm_sdpa_io io = {.B = B, .H = H, .Hkv = Hkv, .Tq = T, .Tk = T, .D = D, .causal = causal,
+        fm_sdpa_io io = {.B = B, .H = H, .Hkv = Hkv, .Tq = Tq, .Tk = T, .D = D, .causal = causal,
                          .scale = 1.0 / sqrt((double)D), .q = q, .k = k, .v = v, .o = res[w][0], .dout = dout,
                          .dq = res[w][2], .dk = res[w][3], .dv = res[w][4], .lse = res[w][1]};
-        io.lq = io.lo = io.ldo = io.ldq = fm_sdpa_lay_plain(H, T, D);
+        io.lq = io.lo = io.ldo = io.ldq = fm_sdpa_lay_plain(H, Tq, D);
         io.lk = io.lv = io.ldk = io.ldv = fm_sdpa_lay_plain(Hkv, T, D);
         bool wide = w && w512;
         CHECK(!(wide ? fm_sdpa_f32_avx512_forward(&io) : fm_sdpa_f32_avx2_forward(&io)));
-        CHECK(!(wide ? fm_sdpa_f32_avx512_backward(&io) : fm_sdpa_f32_avx2_backward(&io)));
+        if (Tq == T) CHECK(!(wide ? fm_sdpa_f32_avx512_backward(&io) : fm_sdpa_f32_avx2_backward(&io)));
     }
-    for (int i = 0; i < 5; i++) {
+    double ref_worst = 0; /* o against double precision (causal: key j visible to query i iff j <= i) */
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        const int64_t b = bh / H, hk = (bh % H) / (H / Hkv);
+        const float *kk = k + (b * Hkv + hk) * T * D, *vv = v + (b * Hkv + hk) * T * D;
+        for (int64_t i = 0; i < Tq; i++) {
+            const float *qi = q + (bh * Tq + i) * D;
+            const int64_t kend = causal ? (i + 1 < T ? i + 1 : T) : T;
+            double mx = -INFINITY, l = 0, *sc = malloc(sizeof(double) * (size_t)kend);
+            for (int64_t j = 0; j < kend; j++) {
+                double sj = 0;
+                for (int64_t d = 0; d < D; d++) sj += (double)qi[d] * kk[j * D + d];
+                sc[j] = sj / sqrt((double)D);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int64_t j = 0; j < kend; j++) l += exp(sc[j] - mx);
+            for (int64_t d = 0; d < D; d++) {
+                double o = 0;
+                for (int64_t j = 0; j < kend; j++) o += exp(sc[j] - mx) / l * vv[j * D + d];
+                ref_worst = fmax(ref_worst, fabs(o - res[1][0][(bh * Tq + i) * D + d]) / (1.0 + fabs(o)));
+            }
+            free(sc);
+        }
+    }
+    CHECK_MSG(ref_worst <= 1e-5, "attention B%lld H%lld/%lld Tq%lld Tk%lld D%lld causal %d: o off the double reference by %g", (long long)B,
+              (long long)H, (long long)Hkv, (long long)Tq, (long long)T, (long long)D, causal, ref_worst);
+    for (int i = 0; i < (Tq == T ? 5 : 2); i++) {
         int where = -1;
         bool same = same_bits(res[0][i], res[1][i], (int)len[i], &where);
         double worst = 0;
@@ -678,7 +704,15 @@ static void attention_case(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t
     free(q); free(dout); free(k); free(v);
 }
 
+static void attention_case(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D, int causal) { attention_case_q(B, H, Hkv, T, T, D, causal); }
+
 static void test_attention(void) {
+    /* one query row (fwd_row): a decode step against 70 and 130 keys (one and three
+     * key blocks, GQA), and a prompt whose last query block holds one row */
+    attention_case_q(2, 4, 2, 1, 70, 32, 0);
+    attention_case_q(1, 2, 2, 1, 130, 64, 0);
+    attention_case_q(1, 3, 3, 1, 67, 24, 0);
+    attention_case(1, 2, 2, 65, 64, 1);
     attention_case(16, 4, 4, 128, 32, 1); /* kjv-gpt's: owner-mode backward */
     attention_case(1, 2, 2, 130, 64, 1);  /* split-mode backward, a query-block tail */
     attention_case(2, 4, 2, 70, 32, 0);   /* GQA */

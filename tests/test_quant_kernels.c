@@ -222,15 +222,15 @@ static void test_q4(void) {
                 }
             }
             CHECK_MSG(worst < 1e-5, "int4 reference vs dequantized product: %g", worst);
-            /* AVX2: x as int8 per block of 32, held to the scalar model of that
+            /* AVX2: x as int8 per group of G, held to the scalar model of that
              * arithmetic at rounding, and to the f32 reference at the x rounding's
              * bound. AVX-512 VNNI: the same rows with vpdpbusd, bitwise the AVX2 ones. */
             if (cf->avx2 && cf->fma && cf->f16c) {
                 int8_t *qx = malloc((size_t)(M * K)), *qx2 = malloc((size_t)(M * K));
                 float *dxv = malloc(4 * (size_t)(M * K / 8)), *dxv2 = malloc(4 * (size_t)(M * K / 8));
                 for (int64_t m = 0; m < M; m++) {
-                    fm_q4_quantize_x(x + m * K, K, qx + m * K, dxv + m * K / 8);
-                    fm_q4_quantize_x_avx2(x + m * K, K, qx2 + m * K, dxv2 + m * K / 8);
+                    fm_q4_quantize_x(x + m * K, K, G, qx + m * K, dxv + m * K / 8);
+                    fm_q4_quantize_x_avx2(x + m * K, K, G, qx2 + m * K, dxv2 + m * K / 8);
                 }
                 CHECK_MSG(!memcmp(qx, qx2, (size_t)(M * K)) && !memcmp(dxv, dxv2, 4 * (size_t)(M * K / 8)), "int4: avx2 x codes differ from the scalar ones (K %lld)",
                           (long long)K);
@@ -249,14 +249,15 @@ static void test_q4(void) {
                 }
                 CHECK_MSG(e < 2e-5, "int4 avx2 M %lld K %lld G %lld min %d: rel err %g vs the scalar model", (long long)M, (long long)K, (long long)G,
                           with_min, e);
-                /* x rounding: each code is off by <= amax/254 and multiplies q d <= 15 x 0.014 here (the offset term keeps f32 x) */
+                /* x rounding: each code is off by <= amax/254 of its x block (G values)
+                 * and multiplies q d <= 15 x 0.014 here (the offset term keeps f32 x) */
                 double bound = 0;
                 for (int64_t m = 0; m < M; m++) {
                     double b = 0;
-                    for (int64_t k = 0; k < K; k += 32) {
+                    for (int64_t k = 0; k < K; k += G) {
                         double am = 0;
-                        for (int64_t i = 0; i < 32; i++) am = fmax(am, fabs(x[m * K + k + i]));
-                        b += 32 * 15 * 0.014 * am / 254;
+                        for (int64_t i = 0; i < G; i++) am = fmax(am, fabs(x[m * K + k + i]));
+                        b += (double)G * 15 * 0.014 * am / 254;
                     }
                     bound = fmax(bound, b);
                 }

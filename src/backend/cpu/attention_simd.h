@@ -179,6 +179,70 @@ typedef struct fwd_ctx {
     int oom;
 } fwd_ctx;
 
+/* One query row (a decode step's query, or a prompt's last block of one row):
+ * the tile path would pack a [D][BQ] query block and zero a BQ x D output for
+ * it, and compute VW query columns to use one. Here each score is 8 FMA
+ * chains over d (d mod 8) in __m256 registers and one fixed reduction of
+ * them, the same instructions at both widths (attention_avx2.c and
+ * attention_avx512.c give the same bits); exp2, the running max and sum and
+ * the output's FMA chains over keys are the tile path's, per element. */
+static inline float row_score(const float *q, const float *k, int64_t D) {
+    __m256 a = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; d < D; d++) s = fmaf(q[d], k[d], s);
+    return s;
+}
+
+static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const float *V, int64_t kend, float sc2, float *qs, float *S,
+                    float *O, float *out, float *lse) {
+    const int64_t D = g->D, kst = g->lk.st, vst = g->lv.st, dv = D / VW * VW;
+    for (int64_t d = 0; d < D; d++) {
+        qs[d] = Q[d] * sc2;
+        O[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        const int bk = (int)min64(BK, kend - j0), bkv = (bk + VW - 1) / VW * VW;
+        float mx = -INFINITY;
+        for (int r = 0; r < bk; r++) {
+            S[r] = row_score(qs, K + (j0 + r) * kst, D);
+            mx = S[r] > mx ? S[r] : mx;
+        }
+        for (int r = bk; r < bkv; r++) S[r] = -INFINITY;
+        const float mnew = m > mx ? m : mx;
+        float al[VW];
+        V_STOREU(al, V_EXP2_NEG(V_SET1(m - mnew)));
+        float sum = 0.0f;
+        for (int c = 0; c < bkv; c += VW) V_STOREU(S + c, V_EXP2_NEG(V_SUB(V_LOADU(S + c), V_SET1(mnew))));
+        for (int r = 0; r < bk; r++) sum += S[r];
+        l = fmaf(l, al[0], sum);
+        m = mnew;
+        if (j0 > 0) {
+            const VEC a = V_SET1(al[0]);
+            for (int64_t d = 0; d < dv; d += VW) V_STOREU(O + d, V_MUL(a, V_LOADU(O + d)));
+            for (int64_t d = dv; d < D; d++) O[d] *= al[0];
+        }
+        for (int64_t d = 0; d < dv; d += VW) {
+            VEC o = V_LOADU(O + d);
+            for (int r = 0; r < bk; r++) o = V_FMADD(V_SET1(S[r]), V_LOADU(V + (j0 + r) * vst + d), o);
+            V_STOREU(O + d, o);
+        }
+        for (int64_t d = dv; d < D; d++) {
+            float o = O[d];
+            for (int r = 0; r < bk; r++) o = fmaf(S[r], V[(j0 + r) * vst + d], o);
+            O[d] = o;
+        }
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < D; d++) out[d] = O[d] * inv;
+    *lse = (m + log2f(l)) * 0.6931471805599453f;
+}
+
 static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     fwd_ctx *c = vctx;
     const fm_sdpa_io *g = c->io;
@@ -199,6 +263,11 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
+        if (bq == 1) {
+            fwd_row(g, Q, K, V, g->causal ? min64(g->Tk, i0 + 1) : g->Tk, sc2, QT, S, O, (float *)g->o + fm_sdpa_row(g->lo, b, h, i0),
+                    g->lse + bh * g->Tq + i0);
+            continue;
+        }
         for (int64_t d = 0; d < D; d++) {
             for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * qst + d] * sc2;
             for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;

@@ -2,8 +2,9 @@
  * layout from before the panels) with vpmaddubsw + vpmaddwd, each activation
  * byte split into 7 low bits and the top bit so that no 16-bit sum saturates
  * (the header gives the bounds); activation quantization; and the int4 rows,
- * which round x to int8 per block of 32 and multiply the unpacked nibbles with
- * vpmaddubsw (u4 x s8 pairs cannot saturate), one f32 scale product per block. */
+ * which round x to int8 at one scale per weight group and multiply the unpacked
+ * nibbles with vpmaddubsw (u4 x s8 pairs cannot saturate), one f32 scale product
+ * per block of 32 (groups of 32) or per group (64, 128: integer sums across it). */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -118,43 +119,45 @@ static inline __m256i xcodes32(const float *x, __m256 inv) {
     return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-void fm_q4_quantize_x_avx2(const float *x, int64_t K, int8_t *qx, float *dxv) {
-    const int64_t nb = K / 32;
+void fm_q4_quantize_x_avx2(const float *x, int64_t K, int64_t xb, int8_t *qx, float *dxv) {
+    const int64_t nb = K / 32, bpx = xb / 32; /* 32-blocks per x scale */
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    for (int64_t b = 0; b < nb; b++) {
-        const float *xb = x + 32 * b;
+    for (int64_t b0 = 0; b0 < nb; b0 += bpx) {
+        const float *xs = x + 32 * b0;
         __m256 mx = _mm256_setzero_ps(), un = _mm256_setzero_ps();
-        for (int i = 0; i < 4; i++) {
-            __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + 8 * i), absmask);
+        for (int64_t i = 0; i < 4 * bpx; i++) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(xs + 8 * i), absmask);
             un = _mm256_or_ps(un, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
             mx = _mm256_max_ps(a, mx); /* a NaN lane keeps mx, as the scalar a > amax */
         }
         float amax = _mm256_movemask_ps(un) ? NAN : hmax8(mx);
         float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-        __m256i q = xcodes32(xb, _mm256_set1_ps(inv));
-        const int64_t p = b / 2;
-        if (b == nb - 1 && nb % 2) { /* an odd last block: in order */
-            _mm256_storeu_si256((__m256i *)(qx + 64 * p), q);
-            _mm_storeu_ps(dxv + 8 * p, _mm_set1_ps(d));
-            continue;
+        for (int64_t b = b0; b < b0 + bpx; b++) {
+            __m256i q = xcodes32(x + 32 * b, _mm256_set1_ps(inv));
+            const int64_t p = b / 2;
+            if (b == nb - 1 && nb % 2) { /* an odd last block: in order */
+                _mm256_storeu_si256((__m256i *)(qx + 64 * p), q);
+                _mm_storeu_ps(dxv + 8 * p, _mm_set1_ps(d));
+                continue;
+            }
+            const int64_t h = b % 2;
+            _mm_storeu_si128((__m128i *)(qx + 64 * p + 16 * h), _mm256_castsi256_si128(q));
+            _mm_storeu_si128((__m128i *)(qx + 64 * p + 32 + 16 * h), _mm256_extracti128_si256(q, 1));
+            _mm_storeu_ps(dxv + 8 * p + 4 * h, _mm_set1_ps(d));
         }
-        const int64_t h = b % 2;
-        _mm_storeu_si128((__m128i *)(qx + 64 * p + 16 * h), _mm256_castsi256_si128(q));
-        _mm_storeu_si128((__m128i *)(qx + 64 * p + 32 + 16 * h), _mm256_extracti128_si256(q, 1));
-        _mm_storeu_ps(dxv + 8 * p + 4 * h, _mm_set1_ps(d));
     }
 }
 
 /* The 16-bit pair sums of 64 weights (one 32-byte load: two blocks' nibbles)
- * against their int8 x codes, widened to 8 int32 lanes: 0-3 the first block,
- * 4-7 the second. |lo + hi| <= 4 x 15 x 127 fits in 16 bits. */
-static inline __m256i dot64(const uint8_t *w, const int8_t *qx) {
+ * against their int8 x codes, widened to 8 int32 lanes (0-3 the first block,
+ * 4-7 the second) and added to acc. |lo + hi| <= 4 x 15 x 127 fits in 16 bits. */
+static inline __m256i dot64(__m256i acc, const uint8_t *w, const int8_t *qx) {
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     __m256i W = _mm256_loadu_si256((const __m256i *)w);
     __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
     __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)qx)),
                                  _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qx + 32))));
-    return _mm256_madd_epi16(s, ones);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
 }
 
 void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64); }

@@ -124,9 +124,9 @@ void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t z
  * is then exactly the AVX2 dot64's lane j (the same products, summed as integers),
  * so the rows give its bits. (One 512-bit vpdpbusd over both halves and an add of
  * its halves, as before, took two more instructions per 64 weights.) */
-VNNI static inline __m256i dot64_vnni(const uint8_t *w, const int8_t *qx) {
+VNNI static inline __m256i dot64_vnni(__m256i acc, const uint8_t *w, const int8_t *qx) {
     const __m256i W = _mm256_loadu_si256((const __m256i *)w), m4 = _mm256_set1_epi8(15);
-    const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_and_si256(W, m4), _mm256_loadu_si256((const __m256i *)qx));
+    const __m256i d = _mm256_dpbusd_epi32(acc, _mm256_and_si256(W, m4), _mm256_loadu_si256((const __m256i *)qx));
     return _mm256_dpbusd_epi32(d, _mm256_and_si256(_mm256_srli_epi16(W, 4), m4), _mm256_loadu_si256((const __m256i *)(qx + 32)));
 }
 

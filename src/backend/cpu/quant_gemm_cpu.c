@@ -121,27 +121,29 @@ static inline int64_t q4x_pos(int64_t nb, int64_t b, int64_t k) {
     return 64 * p + (k < 16 ? 16 * h + k : 32 + 16 * h + (k - 16));
 }
 
-void fm_q4_quantize_x(const float *x, int64_t K, int8_t *qx, float *dxv) {
-    const int64_t nb = K / 32;
-    for (int64_t b = 0; b < nb; b++) {
-        const float *xb = x + 32 * b;
+void fm_q4_quantize_x(const float *x, int64_t K, int64_t xb, int8_t *qx, float *dxv) {
+    const int64_t nb = K / 32, bpx = xb / 32;
+    for (int64_t b0 = 0; b0 < nb; b0 += bpx) {
+        const float *xs = x + 32 * b0;
         float amax = 0.0f;
         bool nan = false;
-        for (int k = 0; k < 32; k++) {
-            float a = fabsf(xb[k]);
+        for (int64_t k = 0; k < xb; k++) {
+            float a = fabsf(xs[k]);
             nan |= a != a;
             amax = a > amax ? a : amax;
         }
         if (nan) amax = NAN; /* the block's scale carries the NaN into y */
         float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int k = 0; k < 32; k++) {
-            float v = nearbyintf(xb[k] * inv);
-            v = v > -127.0f ? v : -127.0f; /* a NaN becomes -127, as the vector max does */
-            v = v < 127.0f ? v : 127.0f;
-            qx[q4x_pos(nb, b, k)] = (int8_t)v;
+        for (int64_t b = b0; b < b0 + bpx; b++) {
+            for (int k = 0; k < 32; k++) {
+                float v = nearbyintf(x[32 * b + k] * inv);
+                v = v > -127.0f ? v : -127.0f; /* a NaN becomes -127, as the vector max does */
+                v = v < 127.0f ? v : 127.0f;
+                qx[q4x_pos(nb, b, k)] = (int8_t)v;
+            }
+            int64_t p = b / 2, h = b == nb - 1 && nb % 2 ? 0 : b % 2;
+            for (int j = 0; j < 4; j++) dxv[8 * p + 4 * h + j] = d;
         }
-        int64_t p = b / 2, h = b == nb - 1 && nb % 2 ? 0 : b % 2;
-        for (int j = 0; j < 4; j++) dxv[8 * p + 4 * h + j] = d;
     }
 }
 
@@ -154,14 +156,16 @@ void fm_q4_rows_q8_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, 
             const uint8_t *w = g->w + n * (g->K / 2);
             const uint16_t *sc = g->scale + n * ng, *mi = g->min ? g->min + n * ng : NULL;
             float acc = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
+            const int64_t bpg = g->G / 32; /* blocks per group: above 1, x has one scale per group and its sums add as integers */
+            for (int64_t b0 = 0; b0 < nb; b0 += bpg) {
                 int32_t s = 0;
-                for (int64_t k = 0; k < 32; k++) {
-                    uint8_t byte = w[16 * b + (k & 15)];
-                    s += (k < 16 ? byte & 15 : byte >> 4) * (int32_t)qx[q4x_pos(nb, b, k)];
-                }
-                int64_t h = b == nb - 1 && nb % 2 ? 0 : b % 2;
-                acc += fm_f16_to_f32(sc[32 * b / g->G]) * dx[8 * (b / 2) + 4 * h] * (float)s;
+                for (int64_t b = b0; b < b0 + bpg; b++)
+                    for (int64_t k = 0; k < 32; k++) {
+                        uint8_t byte = w[16 * b + (k & 15)];
+                        s += (k < 16 ? byte & 15 : byte >> 4) * (int32_t)qx[q4x_pos(nb, b, k)];
+                    }
+                int64_t h = b0 == nb - 1 && nb % 2 ? 0 : b0 % 2;
+                acc += fm_f16_to_f32(sc[b0 / bpg]) * dx[8 * (b0 / 2) + 4 * h] * (float)s;
             }
             for (int64_t gi = 0; gi < ng; gi++)
                 acc += (mi ? fm_f16_to_f32(mi[gi]) : -8.0f * fm_f16_to_f32(sc[gi])) * g->xsum[m * ng + gi];
@@ -197,12 +201,12 @@ void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
     fm_q4_gemm gq;
     int8_t *qx = NULL;
     float *dxv = NULL;
-    if (impl == FM_Q4_AVX2 || impl == FM_Q4_AVX512) { /* x as int8 per block of 32, once per call */
+    if (impl == FM_Q4_AVX2 || impl == FM_Q4_AVX512) { /* x as int8 per group (one scale per weight group), once per call */
         qx = malloc((size_t)(g->M * g->K));
         dxv = malloc(sizeof(float) * (size_t)(g->M * (g->K / 8)));
         if (!qx || !dxv) impl = FM_Q4_REF; /* slower, f32 x */
         else {
-            for (int64_t m = 0; m < g->M; m++) fm_q4_quantize_x_avx2(g->x + m * g->ldx, g->K, qx + m * g->K, dxv + m * (g->K / 8));
+            for (int64_t m = 0; m < g->M; m++) fm_q4_quantize_x_avx2(g->x + m * g->ldx, g->K, g->G, qx + m * g->K, dxv + m * (g->K / 8));
             gq = *g;
             gq.qx = qx;
             gq.dxv = dxv;

@@ -124,24 +124,28 @@ typedef struct fm_q4_gemm {
     const float *bias;       /* [N] or NULL */
     const float *xsum;
     float *y; int64_t ldy;
-    /* AVX2 and AVX512 (fm_q4_gemm_run fills them): x rounded to s8 per block of
-     * 32, laid out by fm_q4_quantize_x; NULL for the reference. */
+    /* AVX2 and AVX512 (fm_q4_gemm_run fills them): x rounded to s8 at one scale
+     * per weight group, laid out by fm_q4_quantize_x (xb = G); NULL for the
+     * reference. */
     const int8_t *qx;
     const float *dxv;
 } fm_q4_gemm;
 void fm_q4_rows_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
-/* The AVX2 rows take x as int8 (as llama.cpp's Q4_0 x Q8_0): each block of 32
- * values of a row is rounded to q = rint(x * 127 / amax) in [-127, 127] with
- * scale dx = amax / 127 (0 for an all-zero block), so a group's sum
- * sum_k q_k x_k becomes sum_b dx_b * (an exact integer sum of u4 x s8 from
- * vpmaddubsw). The offset term m_g sum_k x_k keeps the f32 sums of x (xsum).
- * fm_q4_quantize_x writes a row's codes in pairs of blocks, 64 bytes each:
+/* The AVX2 rows take x as int8 (as llama.cpp's Q4_0 x Q8_0, and for larger
+ * groups as its k-quants x Q8_K, one x scale per 256): each x block of xb
+ * values (xb = the weight group G: 32, 64 or 128) is rounded to
+ * q = rint(x * 127 / amax) in [-127, 127] with scale dx = amax / 127 (0 for an
+ * all-zero block), so a group's sum sum_k q_k x_k becomes dx_g * (an exact
+ * integer sum of u4 x s8 from vpmaddubsw or vpdpbusd, over the whole group).
+ * The offset term m_g sum_k x_k keeps the f32 sums of x (xsum).
+ * fm_q4_quantize_x writes a row's codes in pairs of 32-blocks, 64 bytes each:
  * [b0 0..15, b1 0..15, b0 16..31, b1 16..31] (a last odd block: its 32 codes
  * in order), the layout the nibbles come out of one 32-byte load in, and
- * dxv: per pair 8 floats [dx_b0 x4, dx_b1 x4] (an odd last block: 4 x dx).
- * Row m's codes start at qx + m K, its scales at dxv + m K / 8. */
-void fm_q4_quantize_x(const float *x, int64_t K, int8_t *qx, float *dxv);
-void fm_q4_quantize_x_avx2(const float *x, int64_t K, int8_t *qx, float *dxv);
+ * dxv: per pair 8 floats [dx_b0 x4, dx_b1 x4] (an odd last block: 4 x dx),
+ * each 32-block's the scale of its x block. Row m's codes start at qx + m K,
+ * its scales at dxv + m K / 8. */
+void fm_q4_quantize_x(const float *x, int64_t K, int64_t xb, int8_t *qx, float *dxv);
+void fm_q4_quantize_x_avx2(const float *x, int64_t K, int64_t xb, int8_t *qx, float *dxv);
 /* The scalar model of the AVX2 rows' arithmetic (integer sums exact, f32 sums
  * in another order): the reference the tests hold them to. */
 void fm_q4_rows_q8_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);

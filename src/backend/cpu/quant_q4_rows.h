@@ -13,8 +13,9 @@
 #include "backend/cpu/quant_kernels.h"
 
 /* 64 weights (32 bytes: two blocks' nibbles) against their x codes (64 bytes in
- * the pair layout): 8 int32 lanes, 0-3 the first block, 4-7 the second */
-typedef __m256i (*q4_dot64_fn)(const uint8_t *w, const int8_t *qx);
+ * the pair layout), added to acc: 8 int32 lanes, 0-3 the first block, 4-7 the
+ * second */
+typedef __m256i (*q4_dot64_fn)(__m256i acc, const uint8_t *w, const int8_t *qx);
 
 static inline float q4_hsum8f(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -42,39 +43,121 @@ static inline __m128i q4_dot32(const uint8_t *w, const int8_t *qx) {
     return _mm_madd_epi16(s, ones);
 }
 
+/* Groups of 64 (ppg 1 pair) and 128 (ppg 2): x was rounded at one scale per
+ * group (fm_q4_quantize_x with xb = G), so a group's integer sums accumulate in
+ * the lanes across its pairs (vpdpbusd adds into them) and take one conversion
+ * and one multiply-add by d_g dx_g. */
+static inline __attribute__((always_inline)) void q4_group(const fm_q4_gemm *g, const int8_t *qx, int64_t n, int64_t stride, const int nn,
+                                                           q4_dot64_fn dot64, const int ppg, int64_t gi, const __m256 *ds, const int j, __m256 *acc) {
+    const int64_t K = g->K;
+    __m256i ia[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) ia[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int pp = 0; pp < ppg; pp++) {
+        const int64_t p = gi * ppg + pp;
+#pragma GCC unroll 4
+        for (int r = 0; r < nn; r++) {
+            if (pp == 0) _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
+            ia[r] = dot64(ia[r], g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p);
+        }
+    }
+    const __m256i sel = _mm256_set1_epi32(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_permutevar8x32_ps(ds[r], sel), acc[r]);
+}
+
+/* The scales of four groups are converted and multiplied by their x scales at
+ * once per row (lanes 0-3 of ds), then spread with one permute per group. The
+ * offset term of the four, m_g sum_k x_k (m_g the min, or d_g and the caller's
+ * -8), is added to off in the same pass: lanes below o are groups already
+ * counted (xsq zero there). */
+static inline __attribute__((always_inline)) void q4_scales4(const fm_q4_gemm *g, const float *dx, const float *xs, int64_t n, int64_t stride,
+                                                             const int nn, const int ppg, int64_t g0, int64_t gn, int o, __m256 *ds, __m128 *off) {
+    const int64_t ng = g->K / g->G;
+    /* lane by lane: stores then a vector load of them would stall it */
+    const __m128 dxq = _mm_setr_ps(dx[8 * g0 * ppg], gn > 1 ? dx[8 * (g0 + 1) * ppg] : 0.0f, gn > 2 ? dx[8 * (g0 + 2) * ppg] : 0.0f,
+                                   gn > 3 ? dx[8 * (g0 + 3) * ppg] : 0.0f);
+    __m128 xsq = gn == 4 ? _mm_loadu_ps(xs + g0) : _mm_setr_ps(xs[g0], gn > 1 ? xs[g0 + 1] : 0.0f, gn > 2 ? xs[g0 + 2] : 0.0f, 0.0f);
+    if (o) xsq = _mm_and_ps(xsq, _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(o - 1))));
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) {
+        const int64_t at = (n + r * stride) * ng + g0;
+        const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
+        __m128i h, hm = _mm_setzero_si128();
+        if (gn == 4) {
+            h = _mm_loadl_epi64((const __m128i *)sp);
+            if (mp) hm = _mm_loadl_epi64((const __m128i *)mp);
+        } else { /* a row of fewer than four groups: only its scales are read */
+            h = _mm_setr_epi16((short)sp[0], gn > 1 ? (short)sp[1] : 0, gn > 2 ? (short)sp[2] : 0, 0, 0, 0, 0, 0);
+            if (mp) hm = _mm_setr_epi16((short)mp[0], gn > 1 ? (short)mp[1] : 0, gn > 2 ? (short)mp[2] : 0, 0, 0, 0, 0, 0);
+        }
+        const __m128 d = _mm_cvtph_ps(h);
+        ds[r] = _mm256_castps128_ps256(_mm_mul_ps(d, dxq));
+        off[r] = _mm_fmadd_ps(mp ? _mm_cvtph_ps(hm) : d, xsq, off[r]);
+    }
+}
+
+static inline __attribute__((always_inline)) void q4_groups(const fm_q4_gemm *g, const int8_t *qx, const float *dx, const float *xs, int64_t n,
+                                                            int64_t stride, const int nn, q4_dot64_fn dot64, const int ppg, __m256 *acc, __m128 *off) {
+    const int64_t ng = g->K / g->G;
+    __m256 ds[4];
+    int64_t g0 = 0;
+    for (; g0 + 4 <= ng; g0 += 4) {
+        q4_scales4(g, dx, xs, n, stride, nn, ppg, g0, 4, 0, ds, off);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0, ds, 0, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 1, ds, 1, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 2, ds, 2, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 3, ds, 3, acc);
+    }
+    /* one to three groups left, each call with its lane a constant (a loop over the
+     * lanes would keep acc in memory): with four groups or more in the row, the
+     * scales of the last four are read and the left ones are lanes 4 - left .. 3 */
+    const int64_t left = ng - g0;
+    if (left == 0) return;
+    const int o = ng >= 4 ? (int)(4 - left) : 0;
+    q4_scales4(g, dx, xs, n, stride, nn, ppg, ng >= 4 ? ng - 4 : 0, ng >= 4 ? 4 : ng, o, ds, off);
+    if (left == 3) {
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0, ds, o == 1 ? 1 : 0, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 1, ds, o == 1 ? 2 : 1, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 2, ds, o == 1 ? 3 : 2, acc);
+    } else if (left == 2) {
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0, ds, o == 2 ? 2 : 0, acc);
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0 + 1, ds, o == 2 ? 3 : 1, acc);
+    } else {
+        q4_group(g, qx, n, stride, nn, dot64, ppg, g0, ds, o == 3 ? 3 : 0, acc);
+    }
+}
+
 /* One x row against nn (<= 4) weight rows n, n + stride, ...: independent
- * chains per row. Groups of 32 and 64: each pair of blocks is scaled by its
- * [d0 x4, d1 x4] (two f16s; one for 64) times the x scales; groups of 128
- * hold two pairs, summed at the x scales, then scaled once by d. */
+ * chains per row. Groups of 32: each pair of blocks is scaled by its
+ * [d0 x4, d1 x4] times the x scales; groups of 64 and 128 sum their pairs
+ * as integers and are scaled once by d dx. */
 static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, int64_t m, int64_t n, int64_t stride, const int nn,
                                                            q4_dot64_fn dot64) {
-    const int64_t K = g->K, ng = K / g->G, nb = K / 32, np = nb / 2, ppg = g->G / 64;
+    const int64_t K = g->K, ng = K / g->G, nb = K / 32, np = nb / 2;
     const int8_t *qx = g->qx + m * K;
     const float *dx = g->dxv + m * (K / 8);
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) acc[r] = _mm256_setzero_ps();
-    if (g->G <= 64) {
-        /* the weight scales of four pairs converted at once per row (8 f16 for g32, 4 for
-         * g64), each pair's [d0 x4, d1 x4] (g32) or [d x8] (g64) then one permute of them:
-         * the same floats as converting each pair's own, at a quarter of the conversions */
-        const int64_t gs = g->G / 32; /* the scale of pair p: g32 at 2p (and 2p + 1), g64 at p */
-        const __m256i spread[4] = {
-            gs == 1 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(0),
-            gs == 1 ? _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3) : _mm256_set1_epi32(1),
-            gs == 1 ? _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5) : _mm256_set1_epi32(2),
-            gs == 1 ? _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7) : _mm256_set1_epi32(3)};
+    if (g->G == 32) {
+        /* the weight scales of four pairs (8 f16) converted at once per row, each pair's
+         * [d0 x4, d1 x4] then one permute of them: the same floats as converting each
+         * pair's own, at a quarter of the conversions */
+        const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                                   _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
         for (int64_t p0 = 0; p0 < np; p0 += 4) {
             const int64_t pn = np - p0 < 4 ? np - p0 : 4;
             __m256 ds[4];
 #pragma GCC unroll 4
             for (int r = 0; r < nn; r++) {
-                const uint16_t *sp = g->scale + (n + r * stride) * ng + (gs == 1 ? 2 * p0 : p0);
+                const uint16_t *sp = g->scale + (n + r * stride) * ng + 2 * p0;
                 __m128i h;
-                if (pn == 4) h = gs == 1 ? _mm_loadu_si128((const __m128i *)sp) : _mm_loadl_epi64((const __m128i *)sp);
+                if (pn == 4) h = _mm_loadu_si128((const __m128i *)sp);
                 else { /* the last pairs: only their scales are read */
                     uint16_t t[8] = {0};
-                    memcpy(t, sp, sizeof(uint16_t) * (size_t)(gs == 1 ? 2 * pn : pn));
+                    memcpy(t, sp, sizeof(uint16_t) * (size_t)(2 * pn));
                     h = _mm_loadu_si128((const __m128i *)t);
                 }
                 ds[r] = _mm256_cvtph_ps(h);
@@ -87,7 +170,7 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
                 for (int r = 0; r < nn; r++) {
                     _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
                     __m256 d = _mm256_permutevar8x32_ps(ds[r], spread[j]);
-                    __m256 f = _mm256_cvtepi32_ps(dot64(g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
+                    __m256 f = _mm256_cvtepi32_ps(dot64(_mm256_setzero_si256(), g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
                     acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dxp), acc[r]);
                 }
             }
@@ -102,21 +185,19 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
             }
         }
     } else {
-        for (int64_t gi = 0; gi < ng; gi++) {
-            __m256 part[4];
+        __m128 off[4];
 #pragma GCC unroll 4
-            for (int r = 0; r < nn; r++) part[r] = _mm256_setzero_ps();
-            for (int64_t p = gi * ppg; p < (gi + 1) * ppg; p++) {
-                __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
+        for (int r = 0; r < nn; r++) off[r] = _mm_setzero_ps();
+        if (g->G == 64) q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 1, acc, off);
+        else q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 2, acc, off);
 #pragma GCC unroll 4
-                for (int r = 0; r < nn; r++) {
-                    _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0);
-                    part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot64(g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p)), dxp, part[r]);
-                }
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < nn; r++) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(g->scale[(n + r * stride) * ng + gi])), part[r], acc[r]);
+        for (int r = 0; r < nn; r++) { /* the offset term: y = hsum(acc) + mul hsum(off) */
+            __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));
+            t = _mm_add_ss(t, _mm_movehdup_ps(t));
+            float y = q4_hsum8f(acc[r]) + (g->min ? 1.0f : -8.0f) * _mm_cvtss_f32(t);
+            g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
         }
+        return;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) {
