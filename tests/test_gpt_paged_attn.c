@@ -18,9 +18,9 @@ static float frand(uint64_t *s) {
 static void reference(const fm_paged_head *a, double *out) {
     double *sc = malloc(sizeof(double) * (size_t)a->n), mx = -1e300, sum = 0;
     for (int64_t t = 0; t < a->n; t++) {
-        const float *k = a->k[t / a->BT] + (t % a->BT) * a->D;
+        const float *k = a->k[t / a->BT] + t % a->BT; /* keys transposed per block: [D][BT] */
         double s = 0;
-        for (int e = 0; e < a->D; e++) s += (double)a->q[e] * k[e];
+        for (int e = 0; e < a->D; e++) s += (double)a->q[e] * k[(int64_t)e * a->BT];
         sc[t] = s * a->scale;
         if (sc[t] > mx) mx = sc[t];
     }

@@ -165,10 +165,17 @@ int fm_gpt_paged_need_n(const fm_gpt_paged *p, int seq, int k) {
 
 int fm_gpt_paged_need(const fm_gpt_paged *p, int seq) { return fm_gpt_paged_need_n(p, seq, 1); }
 
-/* Position t of sequence s, layer l, kv head g: the cached key (or value). */
+/* Position t of sequence s, layer l, kv head g: the cached value row (t at a
+ * block's start: the block, which for keys holds them transposed, D x BT). */
 static float *slot(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g) {
     int blk = p->table[s][t / p->BT];
     return pool + (((size_t)blk * (size_t)p->KV + (size_t)g) * (size_t)p->BT + (size_t)(t % p->BT)) * (size_t)p->D;
+}
+
+/* The key of position t into its block's transposed layout (gpt_paged_attn.h). */
+static void put_key(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g, const float *k) {
+    float *kt = slot(p, pool, s, t - t % p->BT, g) + t % p->BT;
+    for (int e = 0; e < p->D; e++) kt[(size_t)e * (size_t)p->BT] = k[e];
 }
 
 /* Rotate-half RoPE of one head vector at position pos (as gpt_model.c's rope). */
@@ -254,7 +261,7 @@ static fm_status attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const in
             for (int g = 0; g < KV; g++) rope_vec(m, k + g * D, D, pos);
         }
         for (int g = 0; g < KV; g++) {
-            memcpy(slot(p, p->k[l], s, pos, g), k + g * D, sizeof(float) * (size_t)D);
+            put_key(p, p->k[l], s, pos, g, k + g * D);
             memcpy(slot(p, p->v[l], s, pos, g), v + g * D, sizeof(float) * (size_t)D);
         }
         work += 2 * (pos + 1) * H * D;

@@ -5,23 +5,14 @@
 
 #include "gpt/gpt_paged_attn.h"
 
-/* q . k in 8 partial sums, which the compiler turns into vector lanes (a single
- * running sum is a dependency chain it may not reorder). */
-static float dot(const float *a, const float *b, int D) {
-    float acc[8] = {0};
-    int e = 0;
-    for (; e + 8 <= D; e += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[e + k] * b[e + k];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; e < D; e++) s += a[e] * b[e];
-    return s;
-}
-
 void fm_paged_head_f32_scalar(const fm_paged_head *a) {
     const int D = a->D, BT = a->BT;
     float *sc = a->scores, mx = -INFINITY, sum = 0;
     for (int64_t t = 0; t < a->n; t++) {
-        sc[t] = dot(a->q, a->k[t / BT] + (t % BT) * D, D) * a->scale;
+        const float *kt = a->k[t / BT] + t % BT; /* the block's keys, transposed: stride BT */
+        float s = 0.0f;
+        for (int e = 0; e < D; e++) s += a->q[e] * kt[(int64_t)e * BT];
+        sc[t] = s * a->scale;
         if (sc[t] > mx) mx = sc[t];
     }
     for (int64_t t = 0; t < a->n; t++) sum += sc[t] = expf(sc[t] - mx);

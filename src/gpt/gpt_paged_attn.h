@@ -1,19 +1,23 @@
 /* One head of one row's attention over a paged KV cache (gpt_paged.c):
  * out = softmax(scale * q . k_t) . v_t over positions t in [0, n), where the
- * keys and values of positions [b*BT, (b+1)*BT) are the BT x D rows at k[b] and
- * v[b]. This is the per-sequence part of a batched decode step (it does not
+ * values of positions [b*BT, (b+1)*BT) are the BT x D rows at v[b], and their
+ * keys are stored transposed, D x BT at k[b] (element e of position b*BT + u
+ * at k[b][e * BT + u]), so that the scores of a block's positions are vector
+ * lanes: D broadcast-FMAs give 8 or 16 of them, with no horizontal sums (the
+ * row layout needed a dot product and a reduction tree per position, and
+ * measured about 36 cycles a position at D = 32). This is the per-sequence
+ * part of a batched decode step (it does not
  * shrink with batching: every row attends over its own cache), so it has an
  * AVX2/FMA version (FATHOM_ISA avx2) and an AVX-512 one (avx512: head sizes a
- * multiple of 16, its own reduction tree); the scalar one is the loop the step
- * had before. They differ only in summation order and exp (fm_exp256/512, about
- * 1 ulp). */
+ * multiple of 16); the scalar one is the reference loop. They differ only in
+ * summation order and exp (fm_exp256/512, about 1 ulp). */
 #ifndef FATHOM_GPT_PAGED_ATTN_H
 #define FATHOM_GPT_PAGED_ATTN_H
 #include <stdint.h>
 
 typedef struct fm_paged_head {
     const float *q;                /* [D] */
-    const float *const *k, *const *v; /* per block of BT positions: [BT][D] */
+    const float *const *k, *const *v; /* per block of BT positions: k [D][BT], v [BT][D] */
     int D, BT;
     int64_t n;                     /* positions attended: 0..n-1 */
     float scale;

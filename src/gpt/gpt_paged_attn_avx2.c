@@ -1,6 +1,7 @@
-/* The paged attention head on AVX2/FMA (gpt_paged_attn.h). Scores: each key
- * row dotted with q in 8-lane FMAs, four positions reduced together (hadd);
- * the softmax's exp 8 scores at a time (fm_exp256). Values: the output is
+/* The paged attention head on AVX2/FMA (gpt_paged_attn.h). Scores: 8 positions
+ * of a block's transposed keys per vector, D broadcast-FMAs in four chains (a
+ * masked load for the last positions); the softmax's exp 8 scores at a time
+ * (fm_exp256). Values: the output is
  * accumulated in registers, 32 columns (4 ymm) at a time, as sum_t e_t v_t,
  * scaled by 1 / sum once at the end; D % 8 columns go through scalar loops.
  * Positions walk the blocks in order, with no division per position (an
@@ -11,57 +12,35 @@
 #include "backend/cpu/simd_avx2.h"
 #include "gpt/gpt_paged_attn.h"
 
-static inline __m256 qk(const float *q, const float *k, int d8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int e = 0; e < d8; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), _mm256_loadu_ps(k + e), acc);
-    return acc;
-}
-
-static inline float tail(const float *q, const float *k, int d8, int D, float s) {
-    for (int e = d8; e < D; e++) s = fmaf(q[e], k[e], s);
-    return s;
-}
-
-static inline void prefetch_row(const float *p, int D) {
-    for (int e = 0; e < D; e += 16) _mm_prefetch((const char *)(p + e), _MM_HINT_T0);
-    _mm_prefetch((const char *)(p + D - 1), _MM_HINT_T0);
-}
+/* lanes 0..r-1 set: the positions a masked load reads */
+static inline __m256i live8(int r) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
 
 void fm_paged_head_f32_avx2(const fm_paged_head *a) {
     const int D = a->D, BT = a->BT, d8 = D & ~7;
     const int64_t n = a->n;
     float *sc = a->scores;
-    const int64_t nb = (n + BT - 1) / BT;
-    int64_t kblk = 0;
-    int off = 0;
-    /* the next key row; meanwhile the value row of the same position (read after
-     * the softmax) and the key row one block on are fetched, so that the cache
-     * misses of a sequence's scattered blocks overlap instead of following one
-     * another (a batched step's cache does not stay in L2 between steps) */
-#define NEXT_K(kp)                                                                          \
-    do {                                                                                    \
-        if (off == BT) off = 0, kblk++;                                                     \
-        prefetch_row(a->v[kblk] + (size_t)off * D, D);                                      \
-        if (kblk + 1 < nb) prefetch_row(a->k[kblk + 1] + (size_t)off * D, D);               \
-        (kp) = a->k[kblk] + (size_t)off++ * D;                                              \
-    } while (0)
-    int64_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-        const float *k[4];
-        for (int j = 0; j < 4; j++) NEXT_K(k[j]);
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(qk(a->q, k[0], d8), qk(a->q, k[1], d8)),
-                                  _mm256_hadd_ps(qk(a->q, k[2], d8), qk(a->q, k[3], d8)));
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        float v[4];
-        _mm_storeu_ps(v, s);
-        for (int j = 0; j < 4; j++) sc[t + j] = tail(a->q, k[j], d8, D, v[j]) * a->scale;
+    /* scores, 8 positions of a block per vector: four chains over e (e mod 4) */
+    for (int64_t b = 0, t0 = 0; t0 < n; b++, t0 += BT) {
+        const float *kt = a->k[b];
+        const int m = n - t0 < BT ? (int)(n - t0) : BT;
+        for (int u0 = 0; u0 < m; u0 += 8) {
+            const int cnt = m - u0 < 8 ? m - u0 : 8;
+            const __m256i live = live8(cnt);
+            const float *kp = kt + u0;
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            int e = 0;
+            for (; e + 4 <= D; e += 4, kp += 4 * BT) {
+                s0 = _mm256_fmadd_ps(_mm256_set1_ps(a->q[e]), _mm256_maskload_ps(kp, live), s0);
+                s1 = _mm256_fmadd_ps(_mm256_set1_ps(a->q[e + 1]), _mm256_maskload_ps(kp + BT, live), s1);
+                s2 = _mm256_fmadd_ps(_mm256_set1_ps(a->q[e + 2]), _mm256_maskload_ps(kp + 2 * BT, live), s2);
+                s3 = _mm256_fmadd_ps(_mm256_set1_ps(a->q[e + 3]), _mm256_maskload_ps(kp + 3 * BT, live), s3);
+            }
+            for (; e < D; e++, kp += BT) s0 = _mm256_fmadd_ps(_mm256_set1_ps(a->q[e]), _mm256_maskload_ps(kp, live), s0);
+            const __m256 sv = _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)), _mm256_set1_ps(a->scale));
+            _mm256_maskstore_ps(sc + t0 + u0, live, sv);
+        }
     }
-    for (; t < n; t++) {
-        const float *k;
-        NEXT_K(k);
-        sc[t] = tail(a->q, k, d8, D, fm_hsum256(qk(a->q, k, d8))) * a->scale;
-    }
-#undef NEXT_K
+    int64_t t;
     float mx = -INFINITY, sum = 0;
     for (t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
     __m256 vsum = _mm256_setzero_ps();
