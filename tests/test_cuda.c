@@ -506,6 +506,8 @@ typedef struct conf_case {
     const void *attrs;
     unsigned keep; /* inputs (bit i) given to the cpu as they are: f16 operands of a fixed format
                       (int4 scales and offsets), not values in the dtype under test */
+    double tol;    /* > 0: the bound on the normalized squared error instead of the dtype's, where
+                      the cpu kernel itself rounds more than the dtype (int4: x to int8) */
 } conf_case;
 
 /* Run one case on both devices and compare. CPU reference: float inputs widened to f32
@@ -579,6 +581,7 @@ static void run_case(conf_case *c, fm_dtype dt) {
         int nonfinite, nanmis;
         double e = nse(gh, hout[i], &nonfinite, &nanmis);
         double tol = (c->out[i].exact || !fm_dtype_is_float(c->out[i].dt)) ? 0.0
+                     : c->tol > 0 ? c->tol
                      : (c->out[i].dt == FM_F16 || c->out[i].dt == FM_BF16 || dt == FM_F16 || dt == FM_BF16) ? 1e-3 : 1e-6;
         if (e > g_worst_nse) { g_worst_nse = e; snprintf(g_worst_label, sizeof g_worst_label, "%s output %d", label, i); }
         CHECK_MSG(nonfinite == 0, "%s: output %d: %d NaN/inf (or unwritten) elements where the cpu has finite values", label, i, nonfinite);
@@ -1390,8 +1393,11 @@ static void quant_cases(fm_dtype dt) {
         fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1620), *p = NULL, *s = NULL, *mi = NULL;
         CHECK(fm_quantize_weight_int4(w, 64, wm, &p, &s, &mi) == FM_OK);
         fm_q4_attrs at = {64};
+        /* the cpu's AVX2/AVX-512 rows round x to int8 at one scale per group (quant_kernels.h),
+         * the cuda kernel multiplies f32 x: for x uniform in [-1, 1] that rounding's normalized
+         * squared error is about (1/127)^2/12 / (1/3) = 1.6e-5, over the f32 bound of 1e-6 */
         conf_case c = {.label = wm ? "qlinear_int4 (with min, bias)" : "qlinear_int4", .op = FM_OP_QLINEAR_INT4, .n_in = 5, .n_out = 1, .attrs = &at,
-                       .keep = 1u << 2 | 1u << 3};
+                       .keep = 1u << 2 | 1u << 3, .tol = 1e-4};
         c.in[0] = rand_tensor(2, xs, FM_F32, -1, 1, 1621);
         c.in[1] = p;
         c.in[2] = s;

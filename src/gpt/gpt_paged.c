@@ -20,7 +20,7 @@
 
 struct fm_gpt_paged {
     int n_layer, H, KV, D, BT, n_blocks, max_seqs, max_blocks_per_seq, block_size;
-    float **k, **v;      /* per layer: [n_blocks][KV][BT][D] */
+    float **k, **v;      /* per layer: [n_blocks][KV][BT][D] (keys: [n_blocks][KV][D][BT], transposed per block) */
     int *free_list, n_free;
     int **table;         /* per sequence: its blocks */
     int *n_alloc;        /* per sequence: blocks in its table */
