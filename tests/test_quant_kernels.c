@@ -193,8 +193,11 @@ static void test_q8_activations(void) {
 
 static void test_q4(void) {
     const fm_cpu_features *cf = fm_cpu_get_features();
-    /* odd block counts (K 32, 96), rows past the 4-row block (N 5, 7, 9, 3), G 32/64/128 */
-    const int64_t shapes[][4] = {{1, 5, 32, 32}, {3, 7, 128, 64}, {4, 9, 256, 128}, {6, 3, 384, 32}, {1, 64, 512, 128}, {2, 6, 96, 32}, {1, 13, 768, 64}};
+    /* odd block counts (K 32, 96, 160, 224), rows past the 4-row block (N 5, 7, 9, 3), G 32/64/128;
+     * the last 1-3 groups after whole fours of them (g64/g128: 768/128, 448/64, 320/64) and
+     * the last 1-3 pairs after whole fours (g32: 384, 224, 160) */
+    const int64_t shapes[][4] = {{1, 5, 32, 32},  {3, 7, 128, 64},  {4, 9, 256, 128}, {6, 3, 384, 32},  {1, 64, 512, 128}, {2, 6, 96, 32},
+                                 {1, 13, 768, 64}, {2, 5, 768, 128}, {1, 6, 448, 64}, {3, 4, 320, 64}, {2, 9, 224, 32},  {1, 7, 160, 32}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int with_min = 0; with_min < 2; with_min++) {
             int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], G = shapes[s][3], ng = K / G;

@@ -24,15 +24,6 @@ static inline float q4_hsum8f(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* sum_g m_g xsum_g of one weight row (m = -8 d when there is no min table) */
-static inline float q4_offset_sum(const uint16_t *t, const float *xs, int64_t ng, float mul) {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t g = 0;
-    for (; g + 8 <= ng; g += 8) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t + g))), _mm256_loadu_ps(xs + g), acc);
-    float s = q4_hsum8f(acc);
-    for (; g < ng; g++) s += _cvtsh_ss(t[g]) * xs[g];
-    return mul * s;
-}
 
 /* the same for one block (an odd last one): 4 int32 lanes */
 static inline __m128i q4_dot32(const uint8_t *w, const int8_t *qx) {
@@ -129,10 +120,60 @@ static inline __attribute__((always_inline)) void q4_groups(const fm_q4_gemm *g,
     }
 }
 
+/* Groups of 32: pn (<= 4) pairs from p0 for nn rows. The weight scales of the
+ * four pairs (8 f16) are converted at once per row and multiplied by the 8
+ * blocks' x scales, then each pair takes its [d0 dx0 x4, d1 dx1 x4] with one
+ * permute (the same products as scaling each pair's sums by d and dx apart).
+ * The offset term of the 8 groups (m_g, or d_g and the caller's -8, times the
+ * f32 sums of x) is added to off in the same pass. Full quads are called with
+ * pn the constant 4. */
+static inline __attribute__((always_inline)) void q4_pairs32(const fm_q4_gemm *g, const int8_t *qx, const float *dx, const float *xs, int64_t n,
+                                                             int64_t stride, const int nn, q4_dot64_fn dot64, int64_t p0, const int pn,
+                                                             __m256 *acc, __m256 *off) {
+    const int64_t K = g->K, ng = K / 32;
+    const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
+    const float *d8 = dx + 8 * p0; /* blocks 2 p0 + i: dx at d8[4 i] */
+    const __m256 dxq = _mm256_setr_ps(d8[0], d8[4], pn > 1 ? d8[8] : 0.0f, pn > 1 ? d8[12] : 0.0f, pn > 2 ? d8[16] : 0.0f,
+                                      pn > 2 ? d8[20] : 0.0f, pn > 3 ? d8[24] : 0.0f, pn > 3 ? d8[28] : 0.0f);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * pn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 xsq = pn == 4 ? _mm256_loadu_ps(xs + 2 * p0) : _mm256_maskload_ps(xs + 2 * p0, live);
+    __m256 ds[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nn; r++) {
+        const int64_t at = (n + r * stride) * ng + 2 * p0;
+        const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
+        __m128i h, hm = _mm_setzero_si128();
+        if (pn == 4) {
+            h = _mm_loadu_si128((const __m128i *)sp);
+            if (mp) hm = _mm_loadu_si128((const __m128i *)mp);
+        } else { /* the last pairs: only their scales are read, lane by lane */
+            h = _mm_setr_epi16((short)sp[0], (short)sp[1], pn > 1 ? (short)sp[2] : 0, pn > 1 ? (short)sp[3] : 0, pn > 2 ? (short)sp[4] : 0,
+                               pn > 2 ? (short)sp[5] : 0, 0, 0);
+            if (mp)
+                hm = _mm_setr_epi16((short)mp[0], (short)mp[1], pn > 1 ? (short)mp[2] : 0, pn > 1 ? (short)mp[3] : 0,
+                                    pn > 2 ? (short)mp[4] : 0, pn > 2 ? (short)mp[5] : 0, 0, 0);
+        }
+        const __m256 d = _mm256_cvtph_ps(h);
+        ds[r] = _mm256_mul_ps(d, dxq);
+        off[r] = _mm256_fmadd_ps(mp ? _mm256_cvtph_ps(hm) : d, xsq, off[r]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < pn; j++) {
+        const int64_t p = p0 + j;
+#pragma GCC unroll 4
+        for (int r = 0; r < nn; r++) {
+            _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
+            const __m256 f = _mm256_cvtepi32_ps(dot64(_mm256_setzero_si256(), g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
+            acc[r] = _mm256_fmadd_ps(f, _mm256_permutevar8x32_ps(ds[r], spread[j]), acc[r]);
+        }
+    }
+}
+
 /* One x row against nn (<= 4) weight rows n, n + stride, ...: independent
  * chains per row. Groups of 32: each pair of blocks is scaled by its
- * [d0 x4, d1 x4] times the x scales; groups of 64 and 128 sum their pairs
- * as integers and are scaled once by d dx. */
+ * [d0 dx0 x4, d1 dx1 x4]; groups of 64 and 128 sum their pairs as integers
+ * and are scaled once by d dx. */
 static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, int64_t m, int64_t n, int64_t stride, const int nn,
                                                            q4_dot64_fn dot64) {
     const int64_t K = g->K, ng = K / g->G, nb = K / 32, np = nb / 2;
@@ -142,39 +183,12 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) acc[r] = _mm256_setzero_ps();
     if (g->G == 32) {
-        /* the weight scales of four pairs (8 f16) converted at once per row, each pair's
-         * [d0 x4, d1 x4] then one permute of them: the same floats as converting each
-         * pair's own, at a quarter of the conversions */
-        const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
-                                   _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
-        for (int64_t p0 = 0; p0 < np; p0 += 4) {
-            const int64_t pn = np - p0 < 4 ? np - p0 : 4;
-            __m256 ds[4];
+        __m256 off[4];
 #pragma GCC unroll 4
-            for (int r = 0; r < nn; r++) {
-                const uint16_t *sp = g->scale + (n + r * stride) * ng + 2 * p0;
-                __m128i h;
-                if (pn == 4) h = _mm_loadu_si128((const __m128i *)sp);
-                else { /* the last pairs: only their scales are read */
-                    uint16_t t[8] = {0};
-                    memcpy(t, sp, sizeof(uint16_t) * (size_t)(2 * pn));
-                    h = _mm_loadu_si128((const __m128i *)t);
-                }
-                ds[r] = _mm256_cvtph_ps(h);
-            }
-#pragma GCC unroll 4
-            for (int64_t j = 0; j < pn; j++) {
-                const int64_t p = p0 + j;
-                __m256 dxp = _mm256_loadu_ps(dx + 8 * p);
-#pragma GCC unroll 4
-                for (int r = 0; r < nn; r++) {
-                    _mm_prefetch((const char *)(g->w + (n + r * stride + 2) * (K / 2) + 32 * p), _MM_HINT_T0); /* two rows on in this stream */
-                    __m256 d = _mm256_permutevar8x32_ps(ds[r], spread[j]);
-                    __m256 f = _mm256_cvtepi32_ps(dot64(_mm256_setzero_si256(), g->w + (n + r * stride) * (K / 2) + 32 * p, qx + 64 * p));
-                    acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dxp), acc[r]);
-                }
-            }
-        }
+        for (int r = 0; r < nn; r++) off[r] = _mm256_setzero_ps();
+        int64_t p0 = 0;
+        for (; p0 + 4 <= np; p0 += 4) q4_pairs32(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, p0, 4, acc, off);
+        if (p0 < np) q4_pairs32(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, p0, (int)(np - p0), acc, off);
         if (nb % 2) { /* the odd last block, in the low half */
 #pragma GCC unroll 4
             for (int r = 0; r < nn; r++) {
@@ -182,8 +196,17 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
                 __m128 d = _mm_set1_ps(_cvtsh_ss(g->scale[(n + r * stride) * ng + nb - 1]));
                 __m128 v = _mm_mul_ps(f, _mm_mul_ps(d, _mm_loadu_ps(dx + 8 * np)));
                 acc[r] = _mm256_add_ps(acc[r], _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
+                const uint16_t *t = g->min ? g->min : g->scale; /* its offset term, in lane 0 */
+                const float o = _cvtsh_ss(t[(n + r * stride) * ng + nb - 1]) * g->xsum[m * ng + nb - 1];
+                off[r] = _mm256_add_ps(off[r], _mm256_setr_ps(o, 0, 0, 0, 0, 0, 0, 0));
             }
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < nn; r++) { /* y = hsum(acc) + mul hsum(off) */
+            float y = q4_hsum8f(acc[r]) + (g->min ? 1.0f : -8.0f) * q4_hsum8f(off[r]);
+            g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
+        }
+        return;
     } else {
         __m128 off[4];
 #pragma GCC unroll 4
@@ -197,13 +220,6 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
             float y = q4_hsum8f(acc[r]) + (g->min ? 1.0f : -8.0f) * _mm_cvtss_f32(t);
             g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
         }
-        return;
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < nn; r++) {
-        const uint16_t *t = g->min ? g->min + (n + r * stride) * ng : g->scale + (n + r * stride) * ng;
-        float y = q4_hsum8f(acc[r]) + q4_offset_sum(t, g->xsum + m * ng, ng, g->min ? 1.0f : -8.0f);
-        g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
     }
 }
 
