@@ -24,6 +24,12 @@ static inline float q4_hsum8f(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* y[m, col] = the row's scaled integer sums plus its offset term (off times -8
+ * for symmetric weights, times 1 with a min table), plus the bias */
+static inline void q4_store(const fm_q4_gemm *g, int64_t m, int64_t col, float sums, float off) {
+    const float y = sums + (g->min ? 1.0f : -8.0f) * off;
+    g->y[m * g->ldy + col] = g->bias ? y + g->bias[col] : y;
+}
 
 /* the same for one block (an odd last one): 4 int32 lanes */
 static inline __m128i q4_dot32(const uint8_t *w, const int8_t *qx) {
@@ -202,24 +208,19 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
             }
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < nn; r++) { /* y = hsum(acc) + mul hsum(off) */
-            float y = q4_hsum8f(acc[r]) + (g->min ? 1.0f : -8.0f) * q4_hsum8f(off[r]);
-            g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
-        }
+        for (int r = 0; r < nn; r++) q4_store(g, m, n + r * stride, q4_hsum8f(acc[r]), q4_hsum8f(off[r]));
         return;
-    } else {
-        __m128 off[4];
+    }
+    __m128 off[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < nn; r++) off[r] = _mm_setzero_ps();
-        if (g->G == 64) q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 1, acc, off);
-        else q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 2, acc, off);
+    for (int r = 0; r < nn; r++) off[r] = _mm_setzero_ps();
+    if (g->G == 64) q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 1, acc, off);
+    else q4_groups(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, 2, acc, off);
 #pragma GCC unroll 4
-        for (int r = 0; r < nn; r++) { /* the offset term: y = hsum(acc) + mul hsum(off) */
-            __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));
-            t = _mm_add_ss(t, _mm_movehdup_ps(t));
-            float y = q4_hsum8f(acc[r]) + (g->min ? 1.0f : -8.0f) * _mm_cvtss_f32(t);
-            g->y[m * g->ldy + n + r * stride] = g->bias ? y + g->bias[n + r * stride] : y;
-        }
+    for (int r = 0; r < nn; r++) {
+        __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));
+        q4_store(g, m, n + r * stride, q4_hsum8f(acc[r]), _mm_cvtss_f32(t));
     }
 }
 
