@@ -28,8 +28,7 @@
  * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
- *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN]
- *        [--profile-prefill fp32|int8] */
+ *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,6 @@
 #ifndef FATHOM_QUANT_Q4_ROWS_H
 #define FATHOM_QUANT_Q4_ROWS_H
 #include <immintrin.h>
-#include <string.h>
 
 #include "backend/cpu/quant_kernels.h"
 
