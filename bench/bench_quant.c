@@ -66,13 +66,16 @@ static void die(const char *what) {
     exit(1);
 }
 
+/* Decode steps append to their caches in place (fm_graph_generate's way). */
+static const fm_graph_run_options g_decode_opts = {.kv_append = true, .kv_capacity = 64 + 128}; /* the decode loops' prompt + steps */
+
 /* Alternating rounds over the sides, each running its graph on the same inputs. */
-static void time_sides(side *s, int n, fm_tensor *const *in, int n_out, int rounds) {
+static void time_sides(side *s, int n, fm_tensor *const *in, int n_out, int rounds, const fm_graph_run_options *opt) {
     fm_tensor *out[64];
     for (int r = -1; r < rounds; r++) /* round -1: warm-up */
         for (int i = 0; i < n; i++) {
             double t0 = now_s();
-            if (fm_graph_run(s[i].g, in, out) != FM_OK) die(s[i].name);
+            if (fm_graph_run_ex(s[i].g, in, out, opt) != FM_OK) die(s[i].name);
             if (r >= 0) s[i].t[r] = now_s() - t0;
             for (int k = 0; k < n_out; k++) fm_tensor_release(out[k]);
         }
@@ -212,7 +215,7 @@ static void bench_mlp(int rounds, const char *ort_python) {
     fm_tensor *calib = randn(2, (int64_t[]){256, 784}, 3), *x = randn(2, (int64_t[]){128, 784}, 4);
     fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
     side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
-    time_sides(s, 3, &x, 1, rounds);
+    time_sides(s, 3, &x, 1, rounds, NULL);
     double m[3], b[3];
     for (int i = 0; i < 3; i++) { b[i] = best_of(s[i].t, rounds); m[i] = bench_median(s[i].t, rounds); }
     printf("{\"model\": \"fashion-mlp (784-1024-1024-10)\", \"batch\": 128, \"fp32_ms\": %.3f, \"int8_dynamic_ms\": %.3f, \"int8_static_ms\": %.3f, "
@@ -263,15 +266,21 @@ static fm_graph *gpt_graph(const gpt_shape *sh) {
     return g;
 }
 
-/* inputs: tokens [B, T] and the 2 L pasts [B, H, past, D] */
-static fm_tensor **gpt_inputs(const fm_graph *g, int64_t B, int64_t T, int64_t past) {
+/* inputs: tokens [B, T] and the 2 L pasts [B, H, past, D]; with spare > 0 each
+ * past is the first `past` rows of a cache of past + spare rows per head, as a
+ * decode loop's caches are (kv_append writes the step's row past them in place:
+ * every run then does what a generation step does at that context) */
+static fm_tensor **gpt_inputs(const fm_graph *g, int64_t B, int64_t T, int64_t past, int64_t spare) {
     int n = fm_graph_num_inputs(g);
     fm_tensor **in = calloc((size_t)n, sizeof *in);
     in[0] = fm_tensor_zeros(2, (int64_t[]){B, T}, FM_I64, FM_CPU);
     for (int i = 1; i < n; i++) {
         fm_graph_io io;
         fm_graph_input_info(g, i, &io);
-        in[i] = fm_tensor_zeros(4, (int64_t[]){B, io.shape[1], past, io.shape[3]}, FM_F32, FM_CPU);
+        fm_tensor *cache = fm_tensor_zeros(4, (int64_t[]){B, io.shape[1], past + spare, io.shape[3]}, FM_F32, FM_CPU);
+        in[i] = spare ? fm_narrow(cache, 2, 0, past) : fm_tensor_retain(cache);
+        fm_tensor_release(cache);
+        if (!in[i]) die("decode inputs");
     }
     return in;
 }
@@ -361,8 +370,8 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
     side s[5];
     for (int i = 0; i < n; i++) s[i] = (side){names[i], q[i], {0}};
     const int n_in = fm_graph_num_inputs(g);
-    fm_tensor **in = prefill ? gpt_inputs(g, 8, 64, 0) : gpt_inputs(g, 1, 1, 64);
-    time_sides(s, n, in, n_in, rounds);
+    fm_tensor **in = prefill ? gpt_inputs(g, 8, 64, 0, 0) : gpt_inputs(g, 1, 1, 64, 0);
+    time_sides(s, n, in, n_in, rounds, NULL);
     double fp32 = bench_median(s[0].t, rounds), fp32b = best_of(s[0].t, rounds);
     for (int i = 0; i < n; i++) {
         double t = i ? bench_median(s[i].t, rounds) : fp32, tb = best_of(s[i].t, rounds);
@@ -392,7 +401,7 @@ static void profile_prefill(const char *side, int rounds) {
     const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512};
     fm_graph *g = gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     const int n_in = fm_graph_num_inputs(g);
-    fm_tensor **in = gpt_inputs(g, 8, 64, 0), *out[64];
+    fm_tensor **in = gpt_inputs(g, 8, 64, 0, 0), *out[64];
     const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the runs after the first (fathom profile) */
     double t0 = now_s();
     for (int r = 0; r < 10 * rounds; r++) {
@@ -408,25 +417,77 @@ static void profile_prefill(const char *side, int rounds) {
     fm_graph_free(g);
 }
 
-/* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128) decode step of the
- * GPT-2-small shape at 64 cached tokens, 40 x rounds steps, for `perf record` */
+/* One decode loop as fm_graph_generate runs it: a prompt of `prompt` tokens, then
+ * `steps` steps each feeding the presents back as the next pasts (token 0 each
+ * time: the work does not depend on the ids). Returns the mean seconds of a step
+ * (the prompt untimed). opt NULL: each step concatenates the whole past into new
+ * presents; kv_append: appended in place. */
+static double decode_loop(const fm_graph *g, int prompt, int steps, const fm_graph_run_options *opt) {
+    const int n_in = fm_graph_num_inputs(g);
+    fm_tensor **in = gpt_inputs(g, 1, prompt, 0, 0), *out[64];
+    double t0 = 0;
+    for (int s = 0; s <= steps; s++) {
+        if (s == 1) t0 = now_s();
+        if (fm_graph_run_ex(g, in, out, opt) != FM_OK) die("decode loop");
+        fm_tensor_release(out[0]);
+        fm_tensor_release(in[0]);
+        in[0] = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_I64, FM_CPU);
+        for (int k = 1; k < n_in; k++) {
+            fm_tensor_release(in[k]);
+            in[k] = out[k];
+        }
+    }
+    double t = (now_s() - t0) / steps;
+    free_inputs(in, n_in);
+    return t;
+}
+
+/* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128) decode loop of the
+ * GPT-2-small shape (prompt 64, 128 steps, caches appended in place), `rounds`
+ * loops, for `perf record` */
 static void profile_decode(const char *side, int rounds) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     fm_graph *g = gpt_graph(&big), *q = NULL;
     if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
     else if (strcmp(side, "fp32")) die("--profile-decode takes fp32, int8, int4-g32, int4-g64 or int4-g128");
-    const int n_in = fm_graph_num_inputs(g);
-    fm_tensor **in = gpt_inputs(g, 1, 1, 64), *out[64];
-    double t0 = now_s();
-    for (int r = 0; r < 40 * rounds; r++) {
-        if (fm_graph_run(q ? q : g, in, out) != FM_OK) die("decode");
-        for (int k = 0; k < n_in; k++) fm_tensor_release(out[k]);
-    }
-    printf("{\"model\": \"%s\", \"workload\": \"decode, 64 cached\", \"side\": \"%s\", \"runs\": %d, \"ms\": %.3f}\n", big.name, side,
-           40 * rounds, 1e3 * (now_s() - t0) / (40 * rounds));
-    free_inputs(in, n_in);
+    double t = 0;
+    for (int r = 0; r < rounds; r++) t += decode_loop(q ? q : g, 64, 128, &g_decode_opts);
+    printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"loops\": %d, \"ms\": %.3f}\n", big.name,
+           side, rounds, 1e3 * t / rounds);
     if (q) fm_graph_free(q);
+    fm_graph_free(g);
+}
+
+/* --generate: the GPT-2-small shape's decode loop, prompt 64 and 128 steps (contexts
+ * 65-192), each side with the caches concatenated each step and appended in place,
+ * alternated over rounds; median ms a step and the in-place speed-up. */
+static void bench_generate(int rounds, double bw) {
+    const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
+    fm_graph *g = gpt_graph(&big);
+    const fm_graph *q[3] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL)};
+    const char *names[3] = {"fp32", "int8", "int4-g32"};
+    double t[3][2][64];
+    for (int r = -1; r < rounds; r++)
+        for (int i = 0; i < 3; i++)
+            for (int m = 0; m < 2; m++) {
+                double x = decode_loop(q[i], 64, 128, m ? &g_decode_opts : NULL);
+                if (r >= 0) t[i][m][r] = x;
+            }
+    for (int i = 0; i < 3; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid());
+        size_t bytes = fm_graph_save((fm_graph *)q[i], dir) == FM_OK ? weight_bytes(dir) : 0;
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
+        double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds);
+        printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"ms_concat\": %.3f, "
+               "\"ms_in_place\": %.3f, \"in_place_speedup\": %.2f, \"tokens_per_s\": %.1f, \"weight_bytes\": %zu, \"of_bound\": %.2f}\n",
+               big.name, names[i], 1e3 * cat, 1e3 * app, cat / app, 1 / app, bytes, (1 / app) / (bw / (double)bytes));
+        fflush(stdout);
+    }
+    for (int i = 1; i < 3; i++) fm_graph_free((fm_graph *)q[i]);
     fm_graph_free(g);
 }
 
@@ -438,7 +499,7 @@ static double val_loss(const fm_graph *g, const fm_token_data *d, int64_t T, int
     for (int64_t w = 0; w < windows; w++) {
         fm_tensor *x = NULL, *y = NULL;
         if (fm_gpt_batch_eval(d, lo, d->n, 1, (int)T, w, &x, &y) != FM_OK) break; /* past the end of the split */
-        fm_tensor **in = gpt_inputs(g, 1, T, 0), *out[64] = {0};
+        fm_tensor **in = gpt_inputs(g, 1, T, 0, 0), *out[64] = {0};
         fm_tensor_release(in[0]);
         in[0] = x;
         if (fm_graph_run(g, in, out) != FM_OK) die("ppl run");
@@ -494,7 +555,7 @@ static void bench_ppl(const char *dir, int64_t windows) {
 int main(int argc, char **argv) {
     int rounds = 9;
     const char *ort = NULL, *ppl = NULL, *prof = NULL, *prof_dec = NULL;
-    bool large = true, kernels_only = false, xl = false;
+    bool large = true, kernels_only = false, xl = false, gen = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ppl") && i + 1 < argc) { ppl = argv[++i]; continue; }
@@ -506,6 +567,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--skip-large")) large = false;
         else if (!strcmp(argv[i], "--kernels")) kernels_only = true;
         else if (!strcmp(argv[i], "--xl")) xl = true;
+        else if (!strcmp(argv[i], "--generate")) gen = true;
         else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
@@ -536,6 +598,10 @@ int main(int argc, char **argv) {
            "\"copy: bytes read + written per second by a 256 MiB memcpy; read: bytes per second that %d threads read from a 512 MiB array, "
            "over the wall clock and over the slowest thread's CPU time (the decode bound uses the one its timing uses)\"}\n",
            cbw / 1e9, wall_bw / 1e9, cpu_bw / 1e9, threads, threads);
+    if (gen) {
+        bench_generate(rounds, bw);
+        return 0;
+    }
     if (xl) { /* weights several times a large L3 (260 MB on the Xeon of docs/QUANTIZE.md): the decode bound's case */
         const gpt_shape huge = {"gpt2-xl-like shape (24 x 2048, vocab 8192)", 24, 2048, 8192};
         bench_gpt(&huge, rounds, false, bw);

@@ -141,6 +141,22 @@ FM_API fm_device fm_graph_device(const fm_graph *g);
  * graph's device. On error no output is set and the message names the input or
  * the node. */
 FM_API fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs);
+/* Options of fm_graph_run_ex (zeroed: fm_graph_run's behaviour).
+ * kv_append: the attention_kv nodes of a KV-cache graph (the GPT's decode step,
+ * docs/GRAPH.md), on the CPU, return their present caches as views with spare
+ * rows along the sequence axis, and append a step's keys and values in place to
+ * a past cache that is such a view and that no other tensor shares storage with,
+ * instead of copying the whole past into a new present each step (what a decode
+ * loop that feeds each present back as the next past wants). The presents may
+ * then be non-contiguous views; no tensor a caller holds changes value (the rows
+ * written lie beyond every view of that storage). kv_capacity: the rows per head
+ * such a cache gets when one is made (the longest sequence the caller expects;
+ * 0 or too few: twice the present length, at least 64). */
+typedef struct fm_graph_run_options {
+    bool kv_append;
+    int64_t kv_capacity;
+} fm_graph_run_options;
+FM_API fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt);
 /* The same by name: any order of inputs, and only the outputs asked for. */
 FM_API fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_names, fm_tensor *const *inputs,
                                     int n_out, const char *const *out_names, fm_tensor **outputs);

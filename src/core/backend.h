@@ -45,6 +45,11 @@ typedef struct fm_backend {
     fm_status (*copy_h2d_ahead)(int device_index, void *dst, const void *src, size_t n, void **ticket);
     fm_status (*ticket_wait)(int device_index, void *ticket);
     fm_kernel_fn kernels[FM_BACKEND_OP_SLOTS];
+    /* rows_strided[op]: the kernel takes inputs whose last dim has unit stride and
+     * whose other strides are any non-negative values (a view with spare capacity
+     * along a middle axis, as the graph's in-place KV cache is); the dispatcher
+     * then copies only inputs that are not so. False: every input contiguous. */
+    bool rows_strided[FM_BACKEND_OP_SLOTS];
 } fm_backend;
 
 /* A backend's constructor: builds it on first call; NULL when the device is

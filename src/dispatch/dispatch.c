@@ -30,12 +30,21 @@ static const fm_backend *backend_for(fm_device_type type) {
     return fm_backend_get(type);
 }
 
+/* Unit stride along the last dim, the others non-negative (rows_strided kernels). */
+static bool rows_layout(const fm_tensor *x) {
+    if (x->ndim < 1 || x->strides[x->ndim - 1] != 1) return false;
+    for (int d = 0; d < x->ndim - 1; d++)
+        if (x->strides[d] < 0) return false;
+    return true;
+}
+
 /* c->in[i] = a contiguous copy (FM_OP_COPY, dispatched: no op and no autograd
- * involved) of each input that is not contiguous; the copies go to tmp. */
-static fm_status make_contiguous(fm_op_call *c, fm_tensor **tmp) {
+ * involved) of each input that is not contiguous (with `rows`: not in rows
+ * layout); the copies go to tmp. */
+static fm_status make_contiguous(fm_op_call *c, fm_tensor **tmp, bool rows) {
     for (int i = 0; i < c->n_in; i++) {
         fm_tensor *x = c->in[i];
-        if (!x || fm_tensor_is_contiguous(x)) continue;
+        if (!x || fm_tensor_is_contiguous(x) || (rows && rows_layout(x))) continue;
         tmp[i] = fm_tensor_empty(x->ndim, x->shape, x->dtype, x->storage->device);
         if (!tmp[i]) return fm_last_status();
         fm_op_call cp = {.op = FM_OP_COPY, .n_in = 1, .n_out = 1, .in = {x}, .out = {tmp[i]}};
@@ -69,7 +78,7 @@ fm_status fm_dispatch(fm_op_call *call) {
     fm_op_call c2 = *call;
     if (!(info->flags & FM_OPF_STRIDED)) {
         if (call->var_in) return fm_set_error(FM_ERR_INTERNAL, "%s: variadic op must accept strided inputs", info->name);
-        fm_status st = make_contiguous(&c2, tmp);
+        fm_status st = make_contiguous(&c2, tmp, b->rows_strided[call->op]);
         if (st != FM_OK) {
             for (int i = 0; i < FM_CALL_MAX_IN; i++) fm_tensor_release(tmp[i]);
             return st;

@@ -90,7 +90,7 @@ static fm_status infer_pass(const fm_graph *g, gtype *types, const int64_t *vals
         }
         const g_op_spec *sp = g_op_spec_at(n->spec);
         for (int k = n->n_in; k < sp->max_in && k < FM_GRAPH_MAX_NODE_IO; k++) { memset(&in[k], 0, sizeof in[k]); in[k].ndim = -1; }
-        gctx c = {g, n, vals};
+        gctx c = {g, n, vals, NULL};
         g_node_label(n, lb, sizeof lb);
         if (sp->infer(&c, in, out) != FM_OK) {
             fm_error_prefix("%s", lb);

@@ -104,7 +104,12 @@ fm_status g_expr_eval(const fm_graph *g, const char *expr, const int64_t *vals, 
 /* ---- the op table (graph_ops.c) ---- */
 /* What an op's rules see: the node, the graph (for expressions) and the
  * current symbol values. */
-typedef struct gctx { const fm_graph *g; const gnode *n; const int64_t *syms; } gctx;
+typedef struct gctx { const fm_graph *g; const gnode *n; const int64_t *syms; const fm_graph_run_options *opt; /* NULL: defaults */ } gctx;
+/* The in-place KV cache (fm_graph_run_options.kv_append, graph_ops_attn.c):
+ * whether this run wants it (and the graph is on the CPU), and present = past ++ x
+ * along axis 2 of [B, KV, P, D], appended in place when past allows. */
+bool g_kv_append_on(const gctx *c);
+fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x);
 typedef fm_status (*g_infer_fn)(const gctx *c, const gtype *in, gtype *out);
 typedef fm_status (*g_run_fn)(const gctx *c, fm_tensor *const *in, fm_tensor **out);
 typedef struct g_op_spec {

@@ -210,9 +210,11 @@ fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prom
     for (int i = 0; st == FM_OK && i < n_prompt; i++) ids[i] = prompt[i];
     if (st == FM_OK && !(in[0] = fm_tensor_from_data(ids, 2, (int64_t[]){1, n_prompt}, FM_I64))) st = fm_last_status();
     int len = n_prompt, made = 0;
+    /* each step appends to the caches in place (they get room for the whole run) */
+    const fm_graph_run_options ro = {.kv_append = true, .kv_capacity = n_prompt + n_new < ctx_len ? n_prompt + n_new : ctx_len};
     while (st == FM_OK && made < n_new) {
         if (len >= ctx_len) { if (hit_limit) *hit_limit = true; break; }
-        if ((st = fm_graph_run(g, in, res)) != FM_OK) break;
+        if ((st = fm_graph_run_ex(g, in, res, &ro)) != FM_OK) break;
         fm_tensor *h = fm_tensor_to(res[0], FM_CPU);
         st = h ? last_row(h, lg) : fm_last_status();
         fm_tensor_release(h);

@@ -164,6 +164,58 @@ static fm_status inf_attention_kv(const gctx *c, const gtype *in, gtype *out) {
     return FM_OK;
 }
 
+/* g_kv_append: present = past ++ x along axis 2 as a view
+ * [B, KV, L, D] of a cache with C >= L rows per head (strides KV C D, C D, D, 1).
+ * When past is such a view at offset 0 with a spare row for each of x's, and its
+ * storage is the memory's owner's (not borrowed, no deleter) and held by no other
+ * tensor, x goes into rows P..L-1 in place: nothing else can see those rows, so no
+ * held tensor changes. The claim is the storage's reference count: the present
+ * view is made first, and the append is in place only if that view and past are
+ * the storage's only holders (two runs racing on one past both see more, or one
+ * does, and copy). Otherwise a new cache gets past and x. */
+bool g_kv_append_on(const gctx *c) { return c->opt && c->opt->kv_append && fm_graph_device(c->g).type == FM_DEV_CPU; }
+
+fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x) {
+    const int64_t B = past->shape[0], KV = past->shape[1], P = past->shape[2], D = past->shape[3], T = x->shape[2], L = P + T;
+    const fm_storage *s = past->storage;
+    const int64_t C = D > 0 ? past->strides[1] / D : 0;
+    const bool shaped = D > 0 && past->offset == 0 && past->strides[3] == 1 && past->strides[2] == D && past->strides[1] == C * D &&
+                        (B == 1 || past->strides[0] == KV * C * D) && C >= L && s->alloc && !s->deleter &&
+                        s->nbytes / fm_dtype_size(past->dtype) >= (size_t)(B * KV * C * D);
+    if (shaped) {
+        fm_tensor *pres = fm_as_strided(past, 4, (int64_t[]){B, KV, L, D}, (int64_t[]){KV * C * D, C * D, D, 1}, 0);
+        if (!pres) return NULL;
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->refcount, __ATOMIC_SEQ_CST) == 2) {
+            if (fm_tensor_is_contiguous(x)) { /* a step's rows: B KV memcpys, not a dispatched copy (a fork and join each) */
+                const size_t es = fm_dtype_size(x->dtype), row = (size_t)(T * D) * es;
+                const char *src = fm_tensor_data(x);
+                char *dst = (char *)fm_tensor_data(pres) + (size_t)(P * D) * es;
+                for (int64_t bh = 0; bh < B * KV; bh++) memcpy(dst + (size_t)(bh * C * D) * es, src + (size_t)bh * row, row);
+                return pres;
+            }
+            fm_tensor *rows = fm_narrow(pres, 2, P, T);
+            fm_status st = rows ? fm_copy_(rows, x) : fm_last_status();
+            fm_tensor_release(rows);
+            if (st == FM_OK) return pres;
+            fm_tensor_release(pres);
+            return NULL;
+        }
+        fm_tensor_release(pres);
+    }
+    int64_t want = c->opt->kv_capacity >= L ? c->opt->kv_capacity : 2 * L, cap = want > 64 ? want : 64;
+    fm_tensor *cache = fm_tensor_empty(4, (int64_t[]){B, KV, cap, D}, x->dtype, fm_tensor_device(x));
+    fm_tensor *pres = cache ? fm_narrow(cache, 2, 0, L) : NULL;
+    fm_tensor *head = pres && P ? fm_narrow(pres, 2, 0, P) : NULL, *tail = pres ? fm_narrow(pres, 2, P, T) : NULL;
+    fm_status st = pres && tail && (head || !P) ? FM_OK : fm_last_status();
+    if (st == FM_OK && P) st = fm_copy_(head, past);
+    if (st == FM_OK) st = fm_copy_(tail, x);
+    fm_tensor_release_n(3, cache, head, tail);
+    if (st == FM_OK) return pres;
+    fm_tensor_release(pres);
+    return NULL;
+}
+
 static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     int64_t H = 0, KV = 0;
     double scale = 0;
@@ -173,9 +225,19 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
     if (L == T) { /* a prompt: no past */
         out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
-        out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
+        if (g_kv_append_on(c)) { /* caches with room: the first decode step appends in place */
+            out[1] = g_kv_append(c, in[1], k);
+            out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
+        } else {
+            out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
+        }
     } else {
-        out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
+        if (g_kv_append_on(c)) {
+            out[1] = g_kv_append(c, in[1], k);
+            out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
+        } else {
+            out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
+        }
         if (out[1] && out[2]) y = T == 1 ? fm_scaled_dot_product_attention(q, out[1], out[2], false, scale) : masked_attention(q, out[1], out[2], scale);
         if (y) t = fm_transpose(y, 1, 2);
         if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});

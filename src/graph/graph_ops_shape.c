@@ -256,6 +256,12 @@ static fm_status inf_cat(const gctx *c, const gtype *in, gtype *out) {
 static fm_status run_cat(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     int64_t axis = 0;
     if (ga_int(c, "axis", 0, &axis)) return fm_last_status();
+    /* a KV cache's concatenation (a graph input's past, axis 2 of 4, into a graph
+     * output): in place when the run asks (fm_graph_run_options.kv_append) */
+    const gnode *n = c->n;
+    if (g_kv_append_on(c) && n->n_in == 2 && in[0]->ndim == 4 && in[1]->ndim == 4 && (axis == 2 || axis == -2) &&
+        c->g->values[n->in[0]].kind == GV_INPUT && c->g->values[n->out[0]].is_output)
+        RUN_DONE(g_kv_append(c, in[0], in[1]));
     RUN_DONE(fm_cat(c->n->n_in, in, (int)axis));
 }
 

@@ -124,7 +124,7 @@ static fm_tensor *const_tensor(const rw *r, const char *name) {
 static fm_status fold_node(rw *r, const gnode *n) {
     fm_tensor *in[FM_GRAPH_MAX_NODE_IO] = {0}, *out[FM_GRAPH_MAX_NODE_IO] = {0};
     for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? const_tensor(r, rw_name(r, n->in[k])) : NULL;
-    gctx c = {r->src, n, NULL};
+    gctx c = {r->src, n, NULL, NULL};
     bool prev = fm_set_grad_enabled(false);
     fm_status st = g_op_spec_at(n->spec)->run(&c, in, out);
     fm_set_grad_enabled(prev);

@@ -77,12 +77,12 @@ static fm_status bind_input(const fm_graph *g, const gvalue *val, const fm_tenso
     return FM_OK;
 }
 
-static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, const int64_t *syms) {
+static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, const int64_t *syms, const fm_graph_run_options *opt) {
     char lb[160];
     fm_tensor *in[FM_GRAPH_MAX_NODE_IO] = {0}, *out[FM_GRAPH_MAX_NODE_IO] = {0};
     for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? env[n->in[k]] : NULL;
     const g_op_spec *sp = g_op_spec_at(n->spec);
-    gctx c = {g, n, syms};
+    gctx c = {g, n, syms, opt};
     fm_status st = sp->run(&c, in, out);
     for (int k = 0; st == FM_OK && k < n->n_out; k++) {
         const gvalue *ov = &g->values[n->out[k]];
@@ -107,10 +107,11 @@ static fm_tensor *detach_output(const fm_graph *g, fm_tensor *t) {
     return fm_tensor_retain(t);
 }
 
-static fm_status run_all(const fm_graph *g, fm_tensor **env, const int64_t *syms, int n_out, const int *out_v, fm_tensor **outputs) {
+static fm_status run_all(const fm_graph *g, fm_tensor **env, const int64_t *syms, int n_out, const int *out_v, fm_tensor **outputs,
+                         const fm_graph_run_options *opt) {
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
-        if (run_node(g, n, env, syms)) return fm_last_status();
+        if (run_node(g, n, env, syms, opt)) return fm_last_status();
         for (int k = 0; k < n->n_in; k++) { /* intermediates die after their last reader */
             int v = n->in[k];
             if (v >= 0 && g->values[v].last_use == i && !g->values[v].is_output && g->values[v].kind == GV_NODE && env[v]) {
@@ -133,7 +134,8 @@ static fm_status run_all(const fm_graph *g, fm_tensor **env, const int64_t *syms
     return FM_OK;
 }
 
-static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_out, const int *out_v, fm_tensor **outputs) {
+static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_out, const int *out_v, fm_tensor **outputs,
+                          const fm_graph_run_options *opt) {
     if (!g->validated) return fm_set_error(FM_ERR_STATE, "graph: not validated (fm_graph_validate, or build it with fm_graph_load)");
     int64_t syms[G_MAX_SYMS];
     for (int s = 0; s < G_MAX_SYMS; s++) syms[s] = -1;
@@ -149,7 +151,7 @@ static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_o
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == GV_CONST) env[v] = fm_tensor_retain(g->values[v].tensor);
     bool prev = fm_set_grad_enabled(false);
-    if (st == FM_OK) st = run_all(g, env, syms, n_out, out_v, outputs);
+    if (st == FM_OK) st = run_all(g, env, syms, n_out, out_v, outputs, opt);
     fm_set_grad_enabled(prev);
     for (int v = 0; v < g->n_values; v++) fm_tensor_release(env[v]);
     free(env);
@@ -158,7 +160,13 @@ static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_o
 
 fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs) {
     if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
-    return run_impl(g, inputs, g->n_outputs, g->outputs, outputs);
+    return run_impl(g, inputs, g->n_outputs, g->outputs, outputs, NULL);
+}
+
+fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt) {
+    if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
+    if (opt && opt->kv_capacity < 0) return fm_set_error(FM_ERR_INVALID, "graph run: kv_capacity %lld is negative", (long long)opt->kv_capacity);
+    return run_impl(g, inputs, g->n_outputs, g->outputs, outputs, opt);
 }
 
 fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_names, fm_tensor *const *inputs, int n_out,
@@ -180,7 +188,7 @@ fm_status fm_graph_run_named(const fm_graph *g, int n_in, const char *const *in_
         if (out_v[j] < 0 || !g->values[out_v[j]].is_output)
             st = fm_set_error(FM_ERR_INVALID, "graph has no output named '%s'", out_names[j] ? out_names[j] : "(null)");
     }
-    if (st == FM_OK) st = run_impl(g, by_input, n_out, out_v, outputs);
+    if (st == FM_OK) st = run_impl(g, by_input, n_out, out_v, outputs, NULL);
     free(by_input);
     free(out_v);
     return st;

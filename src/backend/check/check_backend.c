@@ -121,8 +121,10 @@ static void build(void) {
     g_check.host_free = check_host_free;
     g_check.copy_h2d_ahead = check_h2d_ahead;
     g_check.ticket_wait = check_ticket_wait;
-    for (int op = 0; op < FM_OP_COUNT; op++)
+    for (int op = 0; op < FM_OP_COUNT; op++) {
         g_check.kernels[op] = g_cpu->kernels[op] ? check_kernel : NULL;
+        g_check.rows_strided[op] = g_cpu->rows_strided[op];
+    }
 }
 
 static const fm_backend *check_backend(void) {

@@ -168,9 +168,15 @@ static void plain_io(const fm_tensor *q, const fm_tensor *k, const fm_sdpa_attrs
     io->lk = io->lv = io->ldk = io->ldv = fm_sdpa_lay_plain(io->Hkv, io->Tk, io->D);
 }
 
+/* A rows-layout input's layout (rows_strided: last stride 1, the others any). */
+static fm_sdpa_lay strided_lay(const fm_tensor *t) { return (fm_sdpa_lay){t->strides[0], t->strides[1], t->strides[2]}; }
+
 static fm_status sdpa_kernel(const fm_op_call *call) {
     fm_sdpa_io io;
     plain_io(call->in[0], call->in[1], call->attrs, &io);
+    /* q, k and v may be views with spare rows (the graph's in-place KV cache):
+     * the kernels read every operand through its layout. */
+    io.lq = strided_lay(call->in[0]), io.lk = strided_lay(call->in[1]), io.lv = strided_lay(call->in[2]);
     io.q = fm_tensor_data(call->in[0]); io.k = fm_tensor_data(call->in[1]); io.v = fm_tensor_data(call->in[2]);
     io.o = fm_tensor_data(call->out[0]);
     io.lse = fm_tensor_data(call->out[1]);
@@ -231,6 +237,7 @@ static fm_status sdpa_qkv_backward_kernel(const fm_op_call *call) {
 
 void fm_cpu_kernels_attention(fm_backend *b) {
     b->kernels[FM_OP_SDPA] = sdpa_kernel;
+    b->rows_strided[FM_OP_SDPA] = true;
     b->kernels[FM_OP_SDPA_BACKWARD] = sdpa_backward_kernel;
     b->kernels[FM_OP_SDPA_QKV] = sdpa_qkv_kernel;
     b->kernels[FM_OP_SDPA_QKV_BACKWARD] = sdpa_qkv_backward_kernel;

@@ -50,7 +50,10 @@ static void build(void) {
     g_meta.copy_d2h = meta_d2h;
     g_meta.copy_d2d = meta_d2d;
     g_meta.synchronize = meta_sync;
-    for (int op = 0; op < FM_OP_COUNT; op++) g_meta.kernels[op] = g_cpu->kernels[op] ? meta_kernel : NULL;
+    for (int op = 0; op < FM_OP_COUNT; op++) { /* the CPU's input copies too (dispatch makes them) */
+        g_meta.kernels[op] = g_cpu->kernels[op] ? meta_kernel : NULL;
+        g_meta.rows_strided[op] = g_cpu->rows_strided[op];
+    }
 }
 
 static const fm_backend *meta_backend(void) {
