@@ -227,12 +227,32 @@ static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const f
             for (int64_t d = 0; d < dv; d += VW) V_STOREU(O + d, V_MUL(a, V_LOADU(O + d)));
             for (int64_t d = dv; d < D; d++) O[d] *= al[0];
         }
-        for (int64_t d = 0; d < dv; d += VW) {
+        int64_t d = 0;
+        /* four vectors of the row at once, key after key: four independent FMA chains
+         * and one pass down V's rows (one chain per vector walked the rows D / VW
+         * times, its FMAs each waiting for the last); each element's sum is the same
+         * FMAs in the same key order as below */
+        for (; d + 4 * VW <= dv; d += 4 * VW) {
+            VEC o0 = V_LOADU(O + d), o1 = V_LOADU(O + d + VW), o2 = V_LOADU(O + d + 2 * VW), o3 = V_LOADU(O + d + 3 * VW);
+            for (int r = 0; r < bk; r++) {
+                const float *vr = V + (j0 + r) * vst + d;
+                const VEC p = V_SET1(S[r]);
+                o0 = V_FMADD(p, V_LOADU(vr), o0);
+                o1 = V_FMADD(p, V_LOADU(vr + VW), o1);
+                o2 = V_FMADD(p, V_LOADU(vr + 2 * VW), o2);
+                o3 = V_FMADD(p, V_LOADU(vr + 3 * VW), o3);
+            }
+            V_STOREU(O + d, o0);
+            V_STOREU(O + d + VW, o1);
+            V_STOREU(O + d + 2 * VW, o2);
+            V_STOREU(O + d + 3 * VW, o3);
+        }
+        for (; d < dv; d += VW) {
             VEC o = V_LOADU(O + d);
             for (int r = 0; r < bk; r++) o = V_FMADD(V_SET1(S[r]), V_LOADU(V + (j0 + r) * vst + d), o);
             V_STOREU(O + d, o);
         }
-        for (int64_t d = dv; d < D; d++) {
+        for (d = dv; d < D; d++) {
             float o = O[d];
             for (int r = 0; r < bk; r++) o = fmaf(S[r], V[(j0 + r) * vst + d], o);
             O[d] = o;
