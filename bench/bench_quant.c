@@ -25,10 +25,12 @@
  * With --xl: only the decode table, on a 24 x 2048 shape (1.2B parameters: 4.8 GB fp32, about
  * 0.65 GB int4), whose weights are several times any L3, so the bandwidth bound applies
  * (GPT-2-small's int8/int4 weights fit in a 260 MB L3). Needs about 14 GB of memory.
+ * With --generate: only the decode loop table (bench_generate: generation's steps, the caches
+ * concatenated and appended in place; the decode figure of docs/QUANTIZE.md).
  * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
- *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] */
+ *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -460,21 +462,25 @@ static void profile_decode(const char *side, int rounds) {
 }
 
 /* --generate: the GPT-2-small shape's decode loop, prompt 64 and 128 steps (contexts
- * 65-192), each side with the caches concatenated each step and appended in place,
- * alternated over rounds; median ms a step and the in-place speed-up. */
-static void bench_generate(int rounds, double bw) {
+ * 65-192), each side with the caches concatenated each step and appended in place
+ * (fm_graph_generate's way), alternated over rounds: median ms a step each way, the
+ * in-place tokens/s, its ratio to fp32's, and its fraction of the two bounds (the
+ * weights' bytes a token over the copy bandwidth, the issue's, and over the read
+ * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted). */
+static void bench_generate(int rounds, double bw, double cbw) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     fm_graph *g = gpt_graph(&big);
-    const fm_graph *q[3] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL)};
-    const char *names[3] = {"fp32", "int8", "int4-g32"};
-    double t[3][2][64];
+    const fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL), quantize(g, FM_QUANT_INT4, 64, NULL),
+                            quantize(g, FM_QUANT_INT4, 128, NULL)};
+    const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
+    double t[5][2][64], fp32 = 0;
     for (int r = -1; r < rounds; r++)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 5; i++)
             for (int m = 0; m < 2; m++) {
                 double x = decode_loop(q[i], 64, 128, m ? &g_decode_opts : NULL);
                 if (r >= 0) t[i][m][r] = x;
             }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         char dir[256];
         snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid());
         size_t bytes = fm_graph_save((fm_graph *)q[i], dir) == FM_OK ? weight_bytes(dir) : 0;
@@ -482,12 +488,15 @@ static void bench_generate(int rounds, double bw) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
         double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds);
+        if (!i) fp32 = app;
         printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"ms_concat\": %.3f, "
-               "\"ms_in_place\": %.3f, \"in_place_speedup\": %.2f, \"tokens_per_s\": %.1f, \"weight_bytes\": %zu, \"of_bound\": %.2f}\n",
-               big.name, names[i], 1e3 * cat, 1e3 * app, cat / app, 1 / app, bytes, (1 / app) / (bw / (double)bytes));
+               "\"ms_in_place\": %.3f, \"in_place_speedup\": %.2f, \"tokens_per_s\": %.1f, \"vs_fp32\": %.2f, \"weight_bytes\": %zu, "
+               "\"of_copy_bound\": %.2f, \"of_read_bound\": %.2f}\n",
+               big.name, names[i], 1e3 * cat, 1e3 * app, cat / app, 1 / app, fp32 / app, bytes, (1 / app) / (cbw / (double)bytes),
+               (1 / app) / (bw / (double)bytes));
         fflush(stdout);
     }
-    for (int i = 1; i < 3; i++) fm_graph_free((fm_graph *)q[i]);
+    for (int i = 1; i < 5; i++) fm_graph_free((fm_graph *)q[i]);
     fm_graph_free(g);
 }
 
@@ -599,7 +608,7 @@ int main(int argc, char **argv) {
            "over the wall clock and over the slowest thread's CPU time (the decode bound uses the one its timing uses)\"}\n",
            cbw / 1e9, wall_bw / 1e9, cpu_bw / 1e9, threads, threads);
     if (gen) {
-        bench_generate(rounds, bw);
+        bench_generate(rounds, bw, cbw);
         return 0;
     }
     if (xl) { /* weights several times a large L3 (260 MB on the Xeon of docs/QUANTIZE.md): the decode bound's case */
