@@ -462,14 +462,18 @@ static void profile_decode(const char *side, int rounds) {
 }
 
 /* --generate: the GPT-2-small shape's decode loop, prompt 64 and 128 steps (contexts
- * 65-192), each side with the caches concatenated each step and appended in place
+ * 65-192), on the compiled graph (fused attention_kv, add + layer norm, bias + GELU)
+ * and its int8 and int4 forms, as `fathom quantize` writes them; each side with the caches concatenated each step and appended in place
  * (fm_graph_generate's way), alternated over rounds: median ms a step each way, the
  * in-place tokens/s, its ratio to fp32's, and its fraction of the two bounds (the
  * weights' bytes a token over the copy bandwidth, the issue's, and over the read
  * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted). */
 static void bench_generate(int rounds, double bw, double cbw) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
-    fm_graph *g = gpt_graph(&big);
+    fm_graph *g0 = gpt_graph(&big), *g = NULL;
+    fm_compile_report crep; /* compiled, then quantized: what `fathom quantize` makes of a trained GPT */
+    if (!(g = fm_graph_compile(g0, &crep))) die("compile");
+    fm_graph_free(g0);
     const fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL), quantize(g, FM_QUANT_INT4, 64, NULL),
                             quantize(g, FM_QUANT_INT4, 128, NULL)};
     const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
