@@ -445,11 +445,14 @@ static double decode_loop(const fm_graph *g, int prompt, int steps, const fm_gra
 }
 
 /* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128) decode loop of the
- * GPT-2-small shape (prompt 64, 128 steps, caches appended in place), `rounds`
+ * compiled GPT-2-small shape (prompt 64, 128 steps, caches appended in place), `rounds`
  * loops, for `perf record` */
 static void profile_decode(const char *side, int rounds) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
-    fm_graph *g = gpt_graph(&big), *q = NULL;
+    fm_graph *g0 = gpt_graph(&big), *g = NULL, *q = NULL;
+    fm_compile_report crep; /* compiled, as --generate's */
+    if (!(g = fm_graph_compile(g0, &crep))) die("compile");
+    fm_graph_free(g0);
     if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
     else if (strcmp(side, "fp32")) die("--profile-decode takes fp32, int8, int4-g32, int4-g64 or int4-g128");
