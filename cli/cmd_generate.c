@@ -126,6 +126,7 @@ int fm_cmd_generate(int argc, char **argv) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     fputc('\n', stdout);
+    fflush(stdout); /* the text's last line before the report on stderr, also when both go to one pipe */
     if (limit)
         fprintf(stderr, "fathom: stopped after %d tokens: the context limit of %d tokens (prompt %lld + generated) "
                         "was reached\n", made, ctx_len, (long long)n);
