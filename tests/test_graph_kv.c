@@ -13,6 +13,7 @@
 #include "fathom/fathom.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
+#include "fathom/memory.h"
 #include "test_util.h"
 
 static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
@@ -204,6 +205,17 @@ static void never_changes_held_tensors(const fm_graph *g) {
     /* a negative capacity is refused with the value named */
     const fm_graph_run_options bad = {.kv_append = true, .kv_capacity = -3};
     CHECK(fm_graph_run_ex(g, p, b, &bad) == FM_ERR_INVALID && strstr(fm_last_error(), "-3"));
+    /* a capacity beyond the memory limit (1 GB of cache under a 256 MB limit; a limit, not
+     * a failing malloc, so that the sanitizer build runs it too): an out-of-memory error
+     * that names it, no output set */
+    const fm_graph_run_options huge = {.kv_append = true, .kv_capacity = (int64_t)1 << 24};
+    fm_tensor **in2 = first_inputs(g, 3, 4);
+    CHECK(fm_memory_set_limit(FM_CPU, (size_t)256 << 20) == FM_OK);
+    CHECK_MSG(fm_graph_run_ex(g, in2, b, &huge) == FM_ERR_OOM && strstr(fm_last_error(), "kv_capacity"), "%s", fm_last_error());
+    CHECK(fm_memory_set_limit(FM_CPU, 0) == FM_OK);
+    for (int k = 0; k < n; k++) CHECK(b[k] == NULL);
+    release_all(in2, n);
+    free(in2);
     fm_tensor_release(tok2);
     p[0] = NULL; /* tok1 and tok2 are released above */
     fm_tensor_release(tok1);

@@ -205,6 +205,8 @@ fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x) {
     }
     int64_t want = c->opt->kv_capacity >= L ? c->opt->kv_capacity : 2 * L, cap = want > 64 ? want : 64;
     fm_tensor *cache = fm_tensor_empty(4, (int64_t[]){B, KV, cap, D}, x->dtype, fm_tensor_device(x));
+    if (!cache) fm_error_prefix("a KV cache with room for %lld positions (fm_graph_run_options.kv_capacity %lld)", (long long)cap,
+                                (long long)c->opt->kv_capacity);
     fm_tensor *pres = cache ? fm_narrow(cache, 2, 0, L) : NULL;
     fm_tensor *head = pres && P ? fm_narrow(pres, 2, 0, P) : NULL, *tail = pres ? fm_narrow(pres, 2, P, T) : NULL;
     fm_status st = pres && tail && (head || !P) ? FM_OK : fm_last_status();
