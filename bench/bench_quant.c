@@ -456,8 +456,13 @@ static void profile_decode(const char *side, int rounds) {
     if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
     else if (strcmp(side, "fp32")) die("--profile-decode takes fp32, int8, int4-g32, int4-g64 or int4-g128");
+    const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the loops after the first (fathom profile) */
     double t = 0;
-    for (int r = 0; r < rounds; r++) t += decode_loop(q ? q : g, 64, 128, &g_decode_opts);
+    for (int r = 0; r < rounds; r++) {
+        if (trace && *trace && r == 1 && fm_profiler_start(trace) != FM_OK) die("profiler");
+        t += decode_loop(q ? q : g, 64, 128, &g_decode_opts);
+    }
+    if (trace && *trace && rounds > 1 && fm_profiler_stop() != FM_OK) die("profiler");
     printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"loops\": %d, \"ms\": %.3f}\n", big.name,
            side, rounds, 1e3 * t / rounds);
     if (q) fm_graph_free(q);
