@@ -29,6 +29,8 @@
  * concatenated and appended in place; the decode figure of docs/QUANTIZE.md).
  * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
+ * With --profile-decode fp32|int8|int4-gN: only that side's decode loop, `rounds` loops (for perf record;
+ * FATHOM_BENCH_TRACE=FILE traces the loops after the first).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
  *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] */
 #include <math.h>
