@@ -2,7 +2,8 @@
  * hands it. A kernel receives one fm_op_call: its inputs, its preallocated
  * outputs (contiguous) and the op's attribute struct (backend/kernel_attrs.h).
  * Kernels of ops without FM_OPF_STRIDED see contiguous inputs (the dispatcher,
- * src/dispatch, copies when needed). Backends include this header and core;
+ * src/dispatch, copies when needed), or, where their backend sets
+ * rows_strided[op] (core/backend.h), inputs whose last dim is unit-stride. Backends include this header and core;
  * never src/ops, src/dispatch or src/autograd. */
 #ifndef FATHOM_KERNEL_H
 #define FATHOM_KERNEL_H
