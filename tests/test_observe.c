@@ -380,6 +380,38 @@ static void test_trace_gpu(void) {
     fm_trace_summary_free(&s);
 }
 
+/* The profiler's own time (args.prof_us of op spans) comes out of the overhead: a 1000 us
+ * step with 400 us of ops leaves 600 outside them, 60 of it the profiler's; a trace that
+ * charges more than the overhead has is clamped to it, so the parts still add up. */
+static void test_trace_profiler_time(void) {
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/trace_prof.json", tmpdir);
+    for (int big = 0; big < 2; big++) {
+        snprintf(text, sizeof text,
+                 "[\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":7},\n"
+                 "{\"name\":\"matmul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":100,\"dur\":300,\"pid\":1,\"tid\":7,"
+                 "\"args\":{\"flops\":3e8,\"bytes\":1e6,\"device\":\"cpu\",\"prof_us\":%s}},\n"
+                 "{\"name\":\"add\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":500,\"dur\":100,\"pid\":1,\"tid\":7,"
+                 "\"args\":{\"flops\":4096,\"bytes\":49152,\"device\":\"cpu\",\"prof_us\":20}}\n]\n",
+                 big ? "5000" : "40");
+        write_text(path, text);
+        fm_trace_summary s;
+        CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+        CHECK_NEAR(s.profiler_us, big ? 600 : 60, 1e-9);
+        CHECK_NEAR(s.overhead_us, big ? 0 : 540, 1e-9);
+        CHECK_NEAR(s.compute_us + s.memory_us + s.data_us + s.optimizer_us + s.overhead_us + s.profiler_us, s.step_us, 1e-9);
+        char *js = fm_trace_summary_json(&s);
+        json_error_t err;
+        json_t *j = js ? json_loads(js, 0, &err) : NULL;
+        CHECK(j && fabs(json_number_value(json_object_get(json_object_get(json_object_get(j, "split"), "profiler"), "ms")) -
+                        (big ? 0.6 : 0.06)) < 1e-9);
+        json_decref(j);
+        free(js);
+        fm_trace_summary_free(&s);
+    }
+    unlink(path);
+}
+
 static void test_trace(void) {
     char path[512], text[8192];
     snprintf(path, sizeof path, "%s/trace.json", tmpdir);
@@ -503,7 +535,9 @@ static void test_trace(void) {
             CHECK_NEAR(s.ops[i].flops, 300 * 2.0 * 32 * 16 * 48, 0);
         }
     CHECK(found);
-    CHECK_NEAR(s.compute_us + s.memory_us + s.data_us + s.optimizer_us + s.overhead_us, s.step_us, 1e-6);
+    CHECK_NEAR(s.compute_us + s.memory_us + s.data_us + s.optimizer_us + s.overhead_us + s.profiler_us, s.step_us, 1e-6);
+    /* the profiler's own time between the 300 ops is measured and kept out of the overhead */
+    CHECK_MSG(s.profiler_us > 0 && s.overhead_us >= 0, "profiler %g us, overhead %g us", s.profiler_us, s.overhead_us);
     fm_trace_summary_free(&s);
     fm_tensor_release_n(2, a, b);
     unlink(path);
@@ -790,6 +824,7 @@ int main(int argc, char **argv) {
     test_progress();
     test_progress_resume_clear();
     test_trace();
+    test_trace_profiler_time();
     test_trace_gpu();
     test_plot();
     test_summary();

@@ -144,7 +144,7 @@ typedef struct fm_trace_summary {
     double op_self_us;     /* sum of every op's self time */
     /* Step time and its split. Steps are spans with category "step"; without
      * any, the busiest thread's whole traced interval is one step. The parts
-     * add up to step_us. */
+     * (with profiler_us below) add up to step_us. */
     int64_t n_steps;
     double step_us, compute_us, memory_us, data_us, optimizer_us, overhead_us;
     double step_flops;     /* FLOPs of the ops inside the steps */
@@ -156,6 +156,9 @@ typedef struct fm_trace_summary {
     bool gpu_event_timed;  /* gpu_idle_pct from CUDA-event spans on the device tracks */
     const char *bottleneck; /* "compute", "memory", "data", "optimizer", "overhead" */
     char verdict[320];
+    /* The profiler's own time between the ops (its events' args.prof_us), part of step_us:
+     * taken out of overhead_us, where it would otherwise read as the framework's. */
+    double profiler_us;
 } fm_trace_summary;
 
 /* Parses a Chrome trace-event JSON file (array form, possibly missing its
