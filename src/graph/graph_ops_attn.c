@@ -164,15 +164,6 @@ static fm_status inf_attention_kv(const gctx *c, const gtype *in, gtype *out) {
     return FM_OK;
 }
 
-/* g_kv_append: present = past ++ x along axis 2 as a view
- * [B, KV, L, D] of a cache with C >= L rows per head (strides KV C D, C D, D, 1).
- * When past is such a view at offset 0 with a spare row for each of x's, and its
- * storage is the memory's owner's (not borrowed, no deleter) and held by no other
- * tensor, x goes into rows P..L-1 in place: nothing else can see those rows, so no
- * held tensor changes. The claim is the storage's reference count: the present
- * view is made first, and the append is in place only if that view and past are
- * the storage's only holders (two runs racing on one past both see more, or one
- * does, and copy). Otherwise a new cache gets past and x. */
 /* Rows [row0, row0 + n) of every (batch, head) of dst (a [B, KV, >= row0 + n, D] CPU
  * view whose rows are D apart) from src [B, KV, n, D]: one memcpy per head when src's
  * rows are contiguous within each head (a contiguous tensor or a cache's view), else
@@ -198,6 +189,15 @@ static fm_status put_rows(fm_tensor *dst, int64_t row0, fm_tensor *src) {
 
 bool g_kv_append_on(const gctx *c) { return c->opt && c->opt->kv_append && fm_graph_device(c->g).type == FM_DEV_CPU; }
 
+/* g_kv_append: present = past ++ x along axis 2 as a view
+ * [B, KV, L, D] of a cache with C >= L rows per head (strides KV C D, C D, D, 1).
+ * When past is such a view at offset 0 with a spare row for each of x's, and its
+ * storage is the memory's owner's (not borrowed, no deleter) and held by no other
+ * tensor, x goes into rows P..L-1 in place: nothing else can see those rows, so no
+ * held tensor changes. The claim is the storage's reference count: the present
+ * view is made first, and the append is in place only if that view and past are
+ * the storage's only holders (two runs racing on one past both see more, or one
+ * does, and copy). Otherwise a new cache gets past and x. */
 fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x) {
     const int64_t B = past->shape[0], KV = past->shape[1], P = past->shape[2], D = past->shape[3], T = x->shape[2], L = P + T;
     const fm_storage *s = past->storage;
@@ -237,21 +237,16 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL, *t = NULL;
     if (fm_qkv_split_heads(in[0], (int)H, (int)KV, &q, &k, &v)) return fm_last_status();
     const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
+    const bool app = g_kv_append_on(c); /* caches with room (a prompt's too: its first decode step appends in place) */
+    if (app) {
+        out[1] = g_kv_append(c, in[1], k);
+        out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
+    }
     if (L == T) { /* a prompt: no past */
-        out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
-        if (g_kv_append_on(c)) { /* caches with room: the first decode step appends in place */
-            out[1] = g_kv_append(c, in[1], k);
-            out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
-        } else {
-            out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
-        }
+        if (out[1] || !app) out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
+        if (!app) out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
     } else {
-        if (g_kv_append_on(c)) {
-            out[1] = g_kv_append(c, in[1], k);
-            out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
-        } else {
-            out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
-        }
+        if (!app) out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
         if (out[1] && out[2]) y = T == 1 ? fm_scaled_dot_product_attention(q, out[1], out[2], false, scale) : masked_attention(q, out[1], out[2], scale);
         if (y) t = fm_transpose(y, 1, 2);
         if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});
