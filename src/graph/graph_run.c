@@ -158,10 +158,7 @@ static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_o
     return st;
 }
 
-fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs) {
-    if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
-    return run_impl(g, inputs, g->n_outputs, g->outputs, outputs, NULL);
-}
+fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs) { return fm_graph_run_ex(g, inputs, outputs, NULL); }
 
 fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt) {
     if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
