@@ -364,6 +364,25 @@ static double read_bandwidth(int threads, double *cpu_bw) {
     return best;
 }
 
+/* the weights' bytes as stored (the graph saved to a scratch directory, then removed) */
+static size_t stored_weight_bytes(const fm_graph *g) {
+    char dir[256], cmd[300];
+    snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid());
+    size_t bytes = fm_graph_save((fm_graph *)g, dir) == FM_OK ? weight_bytes(dir) : 0;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
+    return bytes;
+}
+
+/* the shape's GPT graph compiled, as `fathom quantize` compiles a trained GPT first */
+static fm_graph *compiled_gpt_graph(const gpt_shape *sh) {
+    fm_graph *g0 = gpt_graph(sh), *g;
+    fm_compile_report crep;
+    if (!(g = fm_graph_compile(g0, &crep))) die("compile");
+    fm_graph_free(g0);
+    return g;
+}
+
 static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) {
     fm_graph *g = gpt_graph(sh);
     fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL};
@@ -379,12 +398,7 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
     double fp32 = bench_median(s[0].t, rounds), fp32b = best_of(s[0].t, rounds);
     for (int i = 0; i < n; i++) {
         double t = i ? bench_median(s[i].t, rounds) : fp32, tb = best_of(s[i].t, rounds);
-        char dir[256];
-        snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid()); /* the weights' bytes, as stored */
-        size_t bytes = fm_graph_save((fm_graph *)q[i], dir) == FM_OK ? weight_bytes(dir) : 0;
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
+        const size_t bytes = stored_weight_bytes(q[i]);
         if (prefill)
             printf("{\"model\": \"%s\", \"workload\": \"prefill 8 x 64 tokens\", \"side\": \"%s\", \"ms\": %.3f, \"tokens_per_s\": %.0f, \"vs_fp32\": %.2f, "
                    "\"best_ms\": %.3f, \"best_vs_fp32\": %.2f}\n", sh->name, names[i], 1e3 * t, 512 / t, fp32 / t, 1e3 * tb, fp32b / tb);
@@ -451,10 +465,7 @@ static double decode_loop(const fm_graph *g, int prompt, int steps, const fm_gra
  * loops, for `perf record` */
 static void profile_decode(const char *side, int rounds) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
-    fm_graph *g0 = gpt_graph(&big), *g = NULL, *q = NULL;
-    fm_compile_report crep; /* compiled, as --generate's */
-    if (!(g = fm_graph_compile(g0, &crep))) die("compile");
-    fm_graph_free(g0);
+    fm_graph *g = compiled_gpt_graph(&big), *q = NULL; /* as --generate's */
     if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
     else if (strcmp(side, "fp32")) die("--profile-decode takes fp32, int8, int4-g32, int4-g64 or int4-g128");
@@ -480,10 +491,7 @@ static void profile_decode(const char *side, int rounds) {
  * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted). */
 static void bench_generate(int rounds, double bw, double cbw) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
-    fm_graph *g0 = gpt_graph(&big), *g = NULL;
-    fm_compile_report crep; /* compiled, then quantized: what `fathom quantize` makes of a trained GPT */
-    if (!(g = fm_graph_compile(g0, &crep))) die("compile");
-    fm_graph_free(g0);
+    fm_graph *g = compiled_gpt_graph(&big); /* then quantized: what `fathom quantize` makes of a trained GPT */
     const fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL), quantize(g, FM_QUANT_INT4, 64, NULL),
                             quantize(g, FM_QUANT_INT4, 128, NULL)};
     const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
@@ -495,12 +503,7 @@ static void bench_generate(int rounds, double bw, double cbw) {
                 if (r >= 0) t[i][m][r] = x;
             }
     for (int i = 0; i < 5; i++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "/tmp/bench_quant_w_%d", (int)getpid());
-        size_t bytes = fm_graph_save((fm_graph *)q[i], dir) == FM_OK ? weight_bytes(dir) : 0;
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0) fprintf(stderr, "bench_quant: could not remove %s\n", dir);
+        const size_t bytes = stored_weight_bytes(q[i]);
         double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds);
         if (!i) fp32 = app;
         printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"ms_concat\": %.3f, "
