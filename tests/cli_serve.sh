@@ -41,6 +41,14 @@ if ! "$bin" train "$tmp/gpt.ini" --out "$tmp/gpt" --quiet > "$tmp/train_gpt.log"
   echo "FAIL: could not train the test GPT: $(cat "$tmp/train_gpt.log")"; exit 1
 fi
 rm -rf "$tmp/gpt/ckpt"
+# one of width 32 (int4's groups are 32 wide), compiled and quantized, for serving graphs as text models
+sed -e 's/^n_embd = 16/n_embd = 32/' -e 's/^ffn_hidden = 32/ffn_hidden = 64/' "$tmp/gpt.ini" > "$tmp/gpt32.ini"
+g32=$tmp/gpt32
+if ! { "$bin" train "$tmp/gpt32.ini" --out "$g32" --quiet && rm -rf "$g32/ckpt" && "$bin" compile "$g32" -o "$g32.graph" &&
+       "$bin" quantize "$g32" -o "$g32.q4" --int4 -q && "$bin" quantize "$g32" -o "$g32.q4m" --int4 --with-min -q &&
+       "$bin" quantize "$g32" -o "$g32.q8" --int8 --dynamic -q; } > "$tmp/gpt32.log" 2>&1; then
+  echo "FAIL: could not make the GPT graphs: $(cat "$tmp/gpt32.log")"; exit 1
+fi
 # the GPU run's serving smoke script (tools/gpu-check-serve.sh), here on the check device
 if smoke=$(bash "$(dirname "$0")/../tools/gpu-check-serve.sh" "$bin" "$tmp/model" check "$tmp/gserve" 2>&1) &&
    [[ $(tail -1 <<<"$smoke") == "serve smoke: pass"* ]]; then

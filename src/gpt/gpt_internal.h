@@ -54,7 +54,24 @@ struct fm_gpt {
      * embedding rows; cfg keeps the full sizes */
     fm_dist *tp;
     int tp_size, tp_rank;
+    /* gpt_new_bound's weight source, while the model is built (NULL after) */
+    struct fm_tensor *(*src)(void *ctx, const char *name, int ndim, const int64_t *shape);
+    void *src_ctx;
 };
+/* Where gpt_new_bound takes each parameter from: a new reference to an f32 tensor of
+ * exactly shape (ndim 1 or 2), contiguous on the CPU, or on the meta device (a
+ * placeholder for a weight the caller keeps in another form, e.g. quantized: such a
+ * model runs only where that form is used, as the paged decoder does); NULL with the
+ * error set to fail the build. */
+typedef fm_tensor *(*gpt_param_source)(void *ctx, const char *name, int ndim, const int64_t *shape);
+/* A model of config c whose weights come from src (no initialization, no gradients,
+ * eval mode): for inference from weights held elsewhere (an inference graph's
+ * constants, shared rather than copied). */
+fm_gpt *gpt_new_bound(const fm_gpt_config *c, gpt_param_source src, void *ctx);
+/* fm_gpt_config_save's JSON as a string (malloc'd; compact unless pretty), and back
+ * (where names the source in errors). */
+char *gpt_config_json(const fm_gpt_config *c, bool pretty);
+fm_status gpt_config_parse(const char *text, const char *where, fm_gpt_config *c);
 
 /* The tensors fm_gpt_save_hf writes, in its order: Conv1D weights as transposed
  * contiguous copies, the rest as views (the planner counts the copies). */

@@ -101,13 +101,13 @@ fm_status fm_gpt_config_validate(const fm_gpt_config *c) {
     return FM_OK;
 }
 
-fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
+char *gpt_config_json(const fm_gpt_config *c, bool pretty) {
     json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:f,s:f}", "arch", fm_gpt_arch_name(c->arch),
                           "n_layer", c->n_layer, "n_head", c->n_head, "n_kv_head", c->n_kv_head, "n_embd",
                           c->n_embd, "block_size", c->block_size, "vocab_size", c->vocab_size, "ffn_hidden",
                           c->ffn_hidden, "dropout", c->dropout, "bias", (int)c->bias, "norm_eps", c->norm_eps,
                           "rope_theta", c->rope_theta);
-    if (!j) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    if (!j) { fm_set_error(FM_ERR_OOM, "config.json: out of memory"); return NULL; }
     /* written only when set, so the files of tied, unscaled models stay as they were */
     if (c->untied_head) json_object_set_new(j, "untied_head", json_true());
     if (c->head_dim > 0 && c->head_dim * c->n_head != c->n_embd) json_object_set_new(j, "head_dim", json_integer(c->head_dim));
@@ -121,9 +121,15 @@ fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
             json_object_set_new(j, "rope_original_max_pos", json_integer(c->rope_original_max_pos));
         }
     }
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(j, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
     json_decref(j);
-    if (!s) return fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    if (!s) fm_set_error(FM_ERR_OOM, "config.json: out of memory");
+    return s;
+}
+
+fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
+    char *s = gpt_config_json(c, true);
+    if (!s) return fm_last_status();
     size_t n = strlen(s);
     fm_io_chunk ch[2] = {{s, n}, {"\n", 1}};
     fm_status st = fm_atomic_write(path, 2, ch);
@@ -131,10 +137,10 @@ fm_status fm_gpt_config_save(const fm_gpt_config *c, const char *path) {
     return st;
 }
 
-fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
+/* The keys of fm_gpt_config_save's JSON into c (path names the source in errors);
+ * j is released. */
+static fm_status config_from_json(json_t *j, const char *path, fm_gpt_config *c) {
     json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j) return fm_set_error(FM_ERR_IO, "%s: cannot read the model config (%s, line %d)", path, err.text, err.line);
     *c = fm_gpt_config_default(FM_GPT_GPT2);
     const char *arch = NULL;
     int bias = 1;
@@ -176,13 +182,38 @@ fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
     return fm_gpt_config_validate(c);
 }
 
+fm_status fm_gpt_config_load(const char *path, fm_gpt_config *c) {
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) return fm_set_error(FM_ERR_IO, "%s: cannot read the model config (%s, line %d)", path, err.text, err.line);
+    return config_from_json(j, path, c);
+}
+
+fm_status gpt_config_parse(const char *text, const char *where, fm_gpt_config *c) {
+    json_error_t err;
+    json_t *j = json_loads(text, 0, &err);
+    if (!j) return fm_set_error(FM_ERR_FORMAT, "%s: the model config is not JSON (%s)", where, err.text);
+    return config_from_json(j, where, c);
+}
+
 /* ---------------- parameters ---------------- */
 
 static fm_tensor *add_param(fm_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1) {
     int64_t shape[2] = {d0, d1};
-    fm_tensor *t = fm_tensor_zeros(ndim, shape, FM_F32, FM_CPU);
+    fm_tensor *t = m->src ? m->src(m->src_ctx, name, ndim, shape) : fm_tensor_zeros(ndim, shape, FM_F32, FM_CPU);
     if (!t) return NULL;
-    fm_tensor_requires_grad_(t, true);
+    if (m->src) { /* a source's tensor is checked, not trusted; it stays without a gradient (inference only) */
+        fm_device_type dt = fm_tensor_device(t).type;
+        if (t->dtype != FM_F32 || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1) ||
+            (dt != FM_DEV_CPU && dt != FM_DEV_META) || (dt == FM_DEV_CPU && !fm_tensor_is_contiguous(t))) {
+            fm_set_error(FM_ERR_FORMAT, "gpt: weight '%s' must be f32 [%lld%s%lld], contiguous, on the CPU", name,
+                         (long long)d0, ndim == 2 ? ", " : "", ndim == 2 ? (long long)d1 : 0LL);
+            fm_tensor_release(t);
+            return NULL;
+        }
+    } else {
+        fm_tensor_requires_grad_(t, true);
+    }
     fm_status st = fm_named_list_push(&m->params, name, t, ndim == 1, false);
     fm_tensor_release(t); /* the list holds the reference */
     return st == FM_OK ? t : NULL;
@@ -347,10 +378,12 @@ static fm_status build_rope(fm_gpt *m) {
     return m->rope_cos && m->rope_sin ? FM_OK : fm_last_status();
 }
 
-fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
+static fm_gpt *gpt_build(const fm_gpt_config *c, fm_rng *rng, gpt_param_source src, void *src_ctx) {
     if (fm_gpt_config_validate(c)) return NULL;
     fm_gpt *m = calloc(1, sizeof *m);
     if (!m) { fm_set_error(FM_ERR_OOM, "out of host memory"); return NULL; }
+    m->src = src;
+    m->src_ctx = src_ctx;
     m->cfg = *c;
     m->n_kv = c->arch == FM_GPT_LLAMA ? c->n_kv_head : c->n_head;
     m->cfg.n_kv_head = m->n_kv;
@@ -361,7 +394,7 @@ fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
     m->rng = &m->own_rng;
     m->training = true;
     m->eff = fm_efficiency_defaults();
-    if (!m->layers || build_params(m) || init_params(m, rng) ||
+    if (!m->layers || build_params(m) || (!src && init_params(m, rng)) ||
         (c->arch == FM_GPT_LLAMA && build_rope(m))) {
         if (!m->layers) fm_set_error(FM_ERR_OOM, "out of host memory");
         fm_gpt_free(m);
@@ -374,6 +407,17 @@ fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) {
         L->blk = (gpt_block_ctx){m, i, 0};
     }
     m->lnfc = (gpt_norm_ctx){m, m->lnf_w, m->lnf_b};
+    m->src = NULL;
+    m->src_ctx = NULL;
+    return m;
+}
+
+fm_gpt *fm_gpt_new(const fm_gpt_config *c, fm_rng *rng) { return gpt_build(c, rng, NULL, NULL); }
+
+fm_gpt *gpt_new_bound(const fm_gpt_config *c, gpt_param_source src, void *ctx) {
+    if (!src) { fm_set_error(FM_ERR_INVALID, "gpt: no weight source"); return NULL; }
+    fm_gpt *m = gpt_build(c, NULL, src, ctx);
+    if (m) m->training = false;
     return m;
 }
 

@@ -31,6 +31,9 @@ struct fm_gpt_paged {
     fm_tensor **pk;
     const fm_tensor **pk_src;
     int n_pk;
+    /* quantized forms (fm_gpt_paged_new_ex): per packed index (kind F32: pk is used),
+     * and the token table */
+    fm_paged_linear *ql, emb;
 };
 
 #define PK_PER_LAYER 4
@@ -52,24 +55,60 @@ static const fm_tensor *pk_weight(const fm_gpt *m, const fm_gpt_paged *p, int i)
  * chunk, and the 2-16-row products of a batched step run the register-tiled
  * kernel instead of a dot product per output (gemm_smallm.h). The packed copies
  * cost as much memory again as the linear weights. */
-static fm_status pack_weights(const fm_gpt *m, fm_gpt_paged *p) {
+static fm_paged_linear lin_retain(const fm_paged_linear *l) {
+    fm_paged_linear r = *l;
+    fm_tensor_retain(r.w);
+    fm_tensor_retain(r.scale);
+    fm_tensor_retain(r.aux);
+    return r;
+}
+
+static void lin_release(fm_paged_linear *l) {
+    fm_tensor_release_n(3, l->w, l->scale, l->aux);
+    memset(l, 0, sizeof *l);
+}
+
+void fm_paged_weights_free(fm_paged_weights *q) {
+    if (!q) return;
+    for (int i = 0; q->lin && i < q->n_lin; i++) lin_release(&q->lin[i]);
+    free(q->lin);
+    lin_release(&q->emb);
+    q->lin = NULL;
+    q->n_lin = 0;
+}
+
+/* Packs the f32 linears; takes references to the quantized ones (q may be NULL). */
+static fm_status pack_weights(const fm_gpt *m, fm_gpt_paged *p, const fm_paged_weights *q) {
     p->n_pk = p->n_layer * PK_PER_LAYER + 1;
+    if (q && q->n_lin != p->n_pk)
+        return fm_set_error(FM_ERR_INVALID, "paged cache: %d quantized linears given for a model of %d", q->n_lin, p->n_pk);
     p->pk = calloc((size_t)p->n_pk, sizeof *p->pk);
     p->pk_src = calloc((size_t)p->n_pk, sizeof *p->pk_src);
-    if (!p->pk || !p->pk_src) return fm_set_error(FM_ERR_OOM, "paged cache: out of host memory for the packed weights");
+    p->ql = calloc((size_t)p->n_pk, sizeof *p->ql);
+    if (!p->pk || !p->pk_src || !p->ql) return fm_set_error(FM_ERR_OOM, "paged cache: out of host memory for the packed weights");
+    if (q && q->emb.kind == FM_PAGED_LIN_INT4) p->emb = lin_retain(&q->emb);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
     for (int i = 0; i < p->n_pk && st == FM_OK; i++) {
         const fm_tensor *w = pk_weight(m, p, i);
         p->pk_src[i] = w;
-        if (!(p->pk[i] = fm_linear_fused_pack((fm_tensor *)w))) st = fm_last_status();
+        if (q && q->lin[i].kind != FM_PAGED_LIN_F32) p->ql[i] = lin_retain(&q->lin[i]);
+        else if (fm_tensor_device(w).type != FM_DEV_CPU)
+            st = fm_set_error(FM_ERR_INVALID, "paged cache: linear %d has neither f32 weights on the CPU nor a quantized form", i);
+        else if (!(p->pk[i] = fm_linear_fused_pack((fm_tensor *)w))) st = fm_last_status();
     }
     fm_set_grad_enabled(prev);
     return st;
 }
 
 fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs) {
-    if (m->wte->dtype != FM_F32 || fm_tensor_device(m->wte).type != FM_DEV_CPU) {
+    return fm_gpt_paged_new_ex(m, NULL, n_blocks, block_tokens, max_seqs);
+}
+
+fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs) {
+    if (q && q->n_lin == 0 && !q->emb.w) q = NULL; /* none given */
+    /* the final norm's weight stands for the model's (wte may be a quantized table's placeholder) */
+    if (m->lnf_w->dtype != FM_F32 || fm_tensor_device(m->lnf_w).type != FM_DEV_CPU) {
         fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding needs an f32 model on the CPU");
         return NULL;
     }
@@ -110,7 +149,7 @@ fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, 
     }
     for (int b = 0; b < n_blocks; b++) p->free_list[b] = n_blocks - 1 - b;
     p->n_free = n_blocks;
-    if (pack_weights(m, p) != FM_OK) {
+    if (pack_weights(m, p, q) != FM_OK) {
         fm_gpt_paged_free(p);
         return NULL;
     }
@@ -135,6 +174,9 @@ void fm_gpt_paged_free(fm_gpt_paged *p) {
     free(p->len);
     free(p->n_alloc);
     for (int i = 0; p->pk && i < p->n_pk; i++) fm_tensor_release(p->pk[i]);
+    for (int i = 0; p->ql && i < p->n_pk; i++) lin_release(&p->ql[i]);
+    lin_release(&p->emb);
+    free(p->ql);
     free(p->pk);
     free(p->pk_src);
     free(p);
@@ -298,8 +340,15 @@ static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
     return y;
 }
 
-/* x w^T + b with packed weights number i (pack_weights) */
+/* x w^T + b with linear number i (pack_weights): its packed f32 weights or its
+ * quantized form. int8's activation scale is the step's (dynamic, as the graph's
+ * qlinear_int8 without calibration), so with int8 a row's values depend on the
+ * other rows of its step; f32 and int4 give every row the same values alone or
+ * batched. */
 static fm_tensor *lin(const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    const fm_paged_linear *q = &p->ql[i];
+    if (q->kind == FM_PAGED_LIN_INT4) return fm_qlinear_int4(x, q->w, q->scale, q->aux, b, q->group);
+    if (q->kind == FM_PAGED_LIN_INT8) return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, 0.0, 0, false);
     return fm_linear_fused(x, w, b, p->pk[i], false);
 }
 
@@ -330,7 +379,7 @@ fail:
 static fm_status reserve(const fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs, const int *counts, const int32_t *tokens) {
     /* attention reads the activations through host pointers: a model moved off the CPU
      * after its cache was made (fm_gpt_to) is refused rather than read wrongly */
-    if (fm_tensor_device(m->wte).type != FM_DEV_CPU)
+    if (fm_tensor_device(m->lnf_w).type != FM_DEV_CPU)
         return fm_set_error(FM_ERR_UNSUPPORTED, "paged step: paged decoding runs on the CPU; the model was moved to "
                                                 "another device (fm_gpt_to(m, cpu) first)");
     /* the packed copies are of the weights the cache was made with: a model whose
@@ -408,7 +457,7 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
         last[i] = r - 1;
     }
     t = fm_tensor_from_data(ids, 1, (int64_t[]){R}, FM_I64);
-    x = t ? fm_embedding(m->wte, t) : NULL;
+    x = !t ? NULL : p->emb.w ? fm_qembedding_int4(p->emb.w, p->emb.scale, p->emb.aux, t, p->emb.group) : fm_embedding(m->wte, t);
     if (x && m->cfg.arch == FM_GPT_GPT2) {
         fm_tensor *pt = fm_tensor_from_data(ids + R, 1, (int64_t[]){R}, FM_I64);
         pe = pt ? fm_embedding(m->wpe, pt) : NULL;

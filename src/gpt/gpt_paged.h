@@ -16,6 +16,31 @@ typedef struct fm_gpt_paged fm_gpt_paged;
 
 /* n_blocks blocks of block_tokens positions. The model must be f32 and on the CPU. */
 fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs);
+
+/* A linear layer's weight in the form a quantized graph keeps it (fathom quantize,
+ * docs/QUANTIZE.md), for the paged step to run in place of the model's f32 weight:
+ * INT8: w the panels (i8 [ceil(N/16), ceil(K/4), 16, 4]), scale f32 [N], aux the row
+ * sums i32 [N] (fm_qlinear_int8_packed, activations quantized per step); INT4: w u8
+ * [N, K/2], scale f16 [N, K/group], aux the f16 offsets (or NULL) (fm_qlinear_int4).
+ * F32: none (the model's weight, packed by the cache). */
+typedef enum fm_paged_lin_kind { FM_PAGED_LIN_F32 = 0, FM_PAGED_LIN_INT8, FM_PAGED_LIN_INT4 } fm_paged_lin_kind;
+typedef struct fm_paged_linear {
+    fm_paged_lin_kind kind;
+    fm_tensor *w, *scale, *aux;
+    int group;
+} fm_paged_linear;
+/* Per linear (n_layer * 4 + 1: per layer qkv, proj, fc, fc2 (the MLP's second), then
+ * the output head) and the token table (INT4 or F32: the model's wte). */
+typedef struct fm_paged_weights {
+    int n_lin;
+    fm_paged_linear *lin;
+    fm_paged_linear emb;
+} fm_paged_weights;
+void fm_paged_weights_free(fm_paged_weights *q);
+/* fm_gpt_paged_new with some weights in quantized form (q may be NULL: all f32; the
+ * cache takes its own references). The model's tensors for those weights are not
+ * read (gpt_new_bound's placeholders). */
+fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs);
 void fm_gpt_paged_free(fm_gpt_paged *p);
 int fm_gpt_paged_free_blocks(const fm_gpt_paged *p);
 int fm_gpt_paged_total_blocks(const fm_gpt_paged *p);

@@ -261,6 +261,11 @@ fm_graph *fm_graph_from_gpt(fm_gpt *m) {
         snprintf(v, sizeof v, "%d", n);
         st = fm_graph_set_meta(b.g, keys[i], i == 0 ? "gpt" : i == 1 ? fm_gpt_arch_name(m->cfg.arch) : i == 5 ? "fathom gpt graph" : v);
     }
+    /* the whole configuration, for what runs the model outside the graph (the paged
+     * text generation of `fathom serve`, graph_gpt_paged.c) */
+    char *cj = st == FM_OK ? gpt_config_json(&m->cfg, false) : NULL;
+    if (st == FM_OK) st = cj ? fm_graph_set_meta(b.g, "gpt_config", cj) : fm_last_status();
+    free(cj);
     m->training = was;
     fm_set_grad_enabled(prev);
     if (st != FM_OK) { fm_graph_free(b.g); return NULL; }

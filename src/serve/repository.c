@@ -155,10 +155,13 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     snprintf(v->model, sizeof v->model, "%s", cfg->name);
     v->version = ver;
     atomic_init(&v->refs, 1);
-    bool gpt = fm_textgen_dir_is_gpt(vdir);
+    /* a GPT graph is served for text (with its tokenizer) unless the config asks for
+     * platform fathom_graph: then its decode step is a KServe model like any graph */
+    bool gpt = fm_textgen_dir_is_gpt(vdir) || (fm_textgen_dir_is_gpt_graph(vdir) && strcmp(cfg->platform, "fathom_graph"));
     if (*cfg->platform && gpt != !strcmp(cfg->platform, "fathom_gpt")) {
         fm_set_error(FM_ERR_FORMAT, "%s: the config names platform '%s' but this version folder %s", vdir, cfg->platform,
-                     gpt ? "holds a fathom_gpt model" : "has no GPT model (config.json, model.safetensors, tokenizer.txt)");
+                     gpt ? "holds a fathom_gpt model" : "has no GPT model (config.json, model.safetensors, tokenizer.txt; "
+                     "or a GPT graph: graph.json, weights.safetensors, tokenizer.txt)");
         free(v);
         return NULL;
     }

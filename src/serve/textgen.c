@@ -16,9 +16,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "core/parallel.h"
+#include "fathom/graph.h"
 #include "fathom/tokenizer.h"
 #include "gpt/gpt_paged.h"
+#include "graph/graph_gpt_paged.h"
 #include "serve/batcher.h"
 
 #define MAX_SEQS 64
@@ -51,6 +55,7 @@ struct fm_tg_req {
 
 struct fm_textgen {
     fm_gpt *m;
+    fm_paged_weights q; /* a graph's quantized weights (none for a trained model) */
     fm_tokenizer *tok;
     fm_gpt_paged *p;
     int max_seqs, V, block;
@@ -78,15 +83,48 @@ struct fm_textgen {
     bool wstop, wstarted, wsleeping;
 };
 
-bool fm_textgen_dir_is_gpt(const char *dir) {
-    const char *need[] = {"config.json", "model.safetensors", "tokenizer.txt"};
-    for (int i = 0; i < 3; i++) {
+static bool has_files(const char *dir, int n, const char *const *need) {
+    for (int i = 0; i < n; i++) {
         char p[PATH_MAX + 32];
         struct stat st;
         snprintf(p, sizeof p, "%s/%s", dir, need[i]);
         if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) return false;
     }
     return true;
+}
+
+bool fm_textgen_dir_is_gpt(const char *dir) {
+    return has_files(dir, 3, (const char *[]){"config.json", "model.safetensors", "tokenizer.txt"});
+}
+
+bool fm_textgen_dir_is_gpt_graph(const char *dir) {
+    if (!has_files(dir, 3, (const char *[]){"graph.json", "weights.safetensors", "tokenizer.txt"})) return false;
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/graph.json", dir);
+    json_t *j = json_load_file(p, 0, NULL), *kind = json_object_get(json_object_get(j, "meta"), "model_kind");
+    bool gpt = json_is_string(kind) && !strcmp(json_string_value(kind), "gpt");
+    json_decref(j);
+    return gpt;
+}
+
+/* The model of a trained GPT directory, or of a GPT graph directory (compiled or
+ * quantized: its quantized weights into t->q), and its tokenizer. */
+static fm_status load_model(fm_textgen *t, const char *dir) {
+    if (!fm_graph_dir_is_graph(dir)) {
+        t->m = fm_gpt_load_dir(dir, &t->tok);
+        return t->m && t->tok ? FM_OK : fm_last_status();
+    }
+    fm_graph *g = fm_graph_load(dir);
+    t->m = g ? fm_graph_gpt_unpack(g, dir, &t->q) : NULL;
+    fm_graph_free(g);
+    if (!t->m) return fm_last_status();
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/tokenizer.txt", dir);
+    if (!(t->tok = fm_tokenizer_load(p))) return fm_last_status();
+    if (fm_tokenizer_vocab_size(t->tok) != fm_gpt_get_config(t->m)->vocab_size)
+        return fm_set_error(FM_ERR_FORMAT, "%s: tokenizer vocab %d does not match the model's %d", dir,
+                            fm_tokenizer_vocab_size(t->tok), fm_gpt_get_config(t->m)->vocab_size);
+    return FM_OK;
 }
 
 int fm_textgen_block_size(const fm_textgen *t) { return t->block; }
@@ -431,8 +469,7 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     pthread_mutex_init(&t->wmu, NULL);
     pthread_cond_init(&t->wcv, NULL);
     t->stats = stats;
-    t->m = fm_gpt_load_dir(dir, &t->tok);
-    if (!t->m || !t->tok) { fm_textgen_stop(t); return NULL; }
+    if (load_model(t, dir) != FM_OK) { fm_textgen_stop(t); return NULL; }
     /* A step of under 2^24 multiply-adds (rows times about the parameter count:
      * ~0.3 ms on one core) runs on the scheduler thread alone: its products are a
      * few us each, so split over the pool they gain little, and while the
@@ -458,7 +495,7 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     /* default: half of what every sequence at full length would take, and at least one full context */
     int nb = c->kv_cache_blocks > 0 ? c->kv_cache_blocks : (t->max_seqs * per_seq + 1) / 2;
     if (c->kv_cache_blocks <= 0 && nb < per_seq) nb = per_seq;
-    t->p = fm_gpt_paged_new(t->m, nb, bt, t->max_seqs);
+    t->p = fm_gpt_paged_new_ex(t->m, &t->q, nb, bt, t->max_seqs);
     t->chunk = c->prefill_chunk_tokens > 0 ? c->prefill_chunk_tokens : 256;
     if (t->chunk < t->max_seqs) t->chunk = t->max_seqs;
     t->logits = malloc(sizeof(float) * (size_t)t->V * (size_t)t->max_seqs);
@@ -490,6 +527,7 @@ void fm_textgen_stop(fm_textgen *t) {
     }
     fm_gpt_paged_free(t->p);
     fm_gpt_free(t->m);
+    fm_paged_weights_free(&t->q);
     fm_tokenizer_free(t->tok);
     free(t->logits);
     free(t->rows);

@@ -31,7 +31,12 @@ typedef struct fm_tg_params {
 
 typedef struct fm_tg_req fm_tg_req;
 
+/* A trained GPT directory (config.json, model.safetensors, tokenizer.txt), or a GPT
+ * inference graph directory (graph.json whose metadata says model_kind gpt,
+ * weights.safetensors, tokenizer.txt: what `fathom compile` and `fathom quantize`
+ * write from one), which text generation serves too. */
 bool fm_textgen_dir_is_gpt(const char *dir);
+bool fm_textgen_dir_is_gpt_graph(const char *dir);
 /* Valid UTF-8 of raw bytes (a tokenizer's output: bad bytes become U+FFFD); without
  * `final`, a sequence cut short at the end is left out (more bytes may complete
  * it). malloc'd, NUL-terminated, its length in *out_n; NULL if out of memory. */

@@ -46,6 +46,79 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
         checks(s, check)
     finally:
         check(s.stop() == 0, "text server stops with 0")
+    graphs(Server, tmp, check)
+
+
+def graphs(Server, tmp, check):
+    """GPT graphs served for text (cli_serve.sh makes them from a GPT of width 32: 'gpt32' trained,
+    '.graph' compiled, '.q4' int4, '.q4m' int4 with offsets, '.q8' int8 dynamic): the compiled graph
+    gives the trained model's texts exactly (both run the paged decoder on the same f32 weights);
+    quantized graphs generate, and their sequences get the same text alone and batched (int4's rows
+    are independent); int8 is batch-dependent by design (its activation scale is the step's), so only
+    its counts are checked; a graph asked for as platform fathom_graph is a KServe model instead; a
+    graph that predates the gpt_config metadata is refused with the reason."""
+    base = os.path.join(tmp, "gpt32")
+    if not os.path.isdir(base + ".q4"):
+        check(False, "cli_serve.sh made the GPT graphs (%s.q4)" % base)
+        return
+    repo = os.path.join(tmp, "graphrepo")
+    cfg = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}
+    for name, src in (("trained", base), ("compiled", base + ".graph"), ("q4", base + ".q4"), ("q4-burst", base + ".q4"), ("q4-ref", base + ".q4"),
+                      ("q4m", base + ".q4m"), ("q8", base + ".q8"), ("step", base + ".q4"), ("old", base + ".q4")):
+        shutil.copytree(src, os.path.join(repo, name, "1"))
+        c = dict(cfg, platform="fathom_graph") if name == "step" else cfg
+        json.dump(c, open(os.path.join(repo, name, "config.json"), "w"))
+    # a graph without the configuration in its metadata (as graphs made before it was written)
+    gj = os.path.join(repo, "old", "1", "graph.json")
+    g = json.load(open(gj))
+    del g["meta"]["gpt_config"]
+    json.dump(g, open(gj, "w"))
+    s = Server(repo)
+    try:
+        for name in ("compiled", "q4", "q4m", "q8"):
+            st, j = s.json("GET", "/v2/models/" + name)
+            check(st == 200 and j.get("platform") == "fathom_gpt", "graph '%s' served for text: platform %s" % (name, j.get("platform")))
+        st, j = s.json("GET", "/v2/models/step")
+        check(st == 200 and j.get("platform") == "fathom_graph" and j["inputs"][0]["name"] == "tokens",
+              "platform fathom_graph: the GPT graph's decode step as a KServe model (%s)" % j.get("platform"))
+        st, j = s.json("POST", "/v2/repository/index", {})
+        old = [m for m in j if m["name"] == "old"] if st == 200 else []
+        check(old and old[0]["state"] == "UNAVAILABLE" and "gpt_config" in old[0].get("reason", ""),
+              "a GPT graph without gpt_config is refused with the reason: %s" % (old[0].get("reason") if old else j))
+        prompts = ["in the", "god", "the earth", "heaven", "in", "created", "the", "and the"]
+        for k, p in enumerate(prompts[:3]):
+            body = {"prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.8}
+            a = complete(s, dict(body, model="trained"))
+            b = complete(s, dict(body, model="compiled"))
+            check(a[0] == 200 and b[0] == 200 and a[1]["choices"][0]["text"] == b[1]["choices"][0]["text"],
+                  "compiled graph gives the trained model's text for %r" % p)
+        for name in ("q4", "q4m", "q8"):
+            st, j = complete(s, {"model": name, "prompt": "in the", "max_tokens": 12, "seed": 1, "temperature": 0.8})
+            check(st == 200 and j["usage"]["completion_tokens"] == 12 and j["choices"][0]["finish_reason"] == "length",
+                  "'%s' generates 12 tokens (%s)" % (name, j if st != 200 else j["usage"]))
+        # int4: 8 concurrent completions share steps and get the texts each gets alone
+        # (a copy that sees nothing else: an engine whose wait for company once ended alone starts lone requests at once)
+        bodies = [{"model": "q4-burst", "prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.8} for k, p in enumerate(prompts)]
+        alone = [complete(s, dict(b, model="q4-ref"))[1]["choices"][0]["text"] for b in bodies]
+        m0 = metrics(s, "q4-burst")
+        res = [None] * len(bodies)
+
+        def go(i):
+            res[i] = complete(s, bodies[i])
+        th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        m1 = metrics(s, "q4-burst")
+        steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
+        seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
+        check(all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone)),
+              "int4 graph: 8 concurrent completions give the texts they give alone")
+        check(steps > 0 and seqs / steps > 4, "int4 graph: concurrent requests share decode steps (%.2f sequences per step)"
+              % (seqs / max(steps, 1)))
+    finally:
+        check(s.stop() == 0, "graph text server stops with 0")
 
 
 def complete(s, body):

@@ -1,0 +1,240 @@
+/* A GPT inference graph as the paged decoder's model: see graph_gpt_paged.h.
+ *
+ * Why by name rather than by running the graph's nodes: the paged decoder batches
+ * the rows of many sequences, each at its own position, through one step, which a
+ * graph's position slices and KV concatenations cannot express; the decoder already
+ * runs the GPT block (tests/test_gpt_paged.c holds it to fm_gpt_forward). What a
+ * graph adds is the weights' form, which fm_graph_from_gpt names after the model's
+ * parameters and quantize after those names plus a suffix (graph_quant.c): the
+ * names are the mapping, and the prompt check below proves it for each graph. */
+#include "graph/graph_gpt_paged.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fathom/autograd.h"
+#include "graph/graph_internal.h"
+#include "gpt/gpt_internal.h"
+
+bool fm_graph_is_gpt(const fm_graph *g) {
+    const char *k = fm_graph_get_meta(g, "model_kind");
+    return k && !strcmp(k, "gpt");
+}
+
+typedef struct bind_ctx {
+    const fm_graph *g;
+    const char *where;
+    fm_paged_weights *q;
+    int n_layer;
+    bool untied;
+} bind_ctx;
+
+/* The paged decoder's index of the linear whose weight is `name` (per layer qkv,
+ * proj, fc, fc2; then the head), or -1. */
+static int linear_index(const bind_ctx *b, const char *name) {
+    int l = -1, end = 0;
+    char part[16] = "";
+    if (!strcmp(name, "lm_head.weight") || (!b->untied && !strcmp(name, "wte.weight"))) return b->n_layer * 4;
+    if (sscanf(name, "h.%d.%15[a-z_].%n", &l, part, &end) != 2 || l < 0 || l >= b->n_layer) return -1;
+    const char *rest = name + end;
+    if (!strcmp(part, "attn") && !strcmp(rest, "qkv.weight")) return l * 4;
+    if (!strcmp(part, "attn") && !strcmp(rest, "proj.weight")) return l * 4 + 1;
+    if (!strcmp(part, "mlp") && !strcmp(rest, "fc.weight")) return l * 4 + 2;
+    if (!strcmp(part, "mlp") && !strcmp(rest, "proj.weight")) return l * 4 + 3;
+    return -1;
+}
+
+static fm_tensor *constant(const fm_graph *g, const char *name) {
+    int v = g_find_value(g, name);
+    return v >= 0 && g->values[v].kind == GV_CONST ? g->values[v].tensor : NULL;
+}
+
+/* The first node of op `op` reading value `name` as input k. */
+static const gnode *reader(const fm_graph *g, const char *op, const char *name, int k) {
+    int v = g_find_value(g, name);
+    for (int i = 0; v >= 0 && i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].op, op) && g->nodes[i].n_in > k && g->nodes[i].in[k] == v) return &g->nodes[i];
+    return NULL;
+}
+
+static bool has_shape(const fm_tensor *t, fm_dtype dt, int ndim, const int64_t *d) {
+    if (!t || t->dtype != dt || t->ndim != ndim || fm_tensor_device(t).type != FM_DEV_CPU || !fm_tensor_is_contiguous(t))
+        return false;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != d[i]) return false;
+    return true;
+}
+
+/* The int4 form of weight `name` [N, K] (emb: as the token table), if the graph has one:
+ * 1 found (into *out), 0 none, -1 error. */
+static int find_int4(const bind_ctx *b, const char *name, int64_t N, int64_t K, bool emb, fm_paged_linear *out) {
+    char wn[300], sn[300], mn[300];
+    snprintf(wn, sizeof wn, "%s.int4", name);
+    snprintf(sn, sizeof sn, "%s.int4_scale", name);
+    snprintf(mn, sizeof mn, "%s.int4_min", name);
+    fm_tensor *w = constant(b->g, wn), *s = constant(b->g, sn), *m = constant(b->g, mn);
+    if (!w) return 0;
+    const gnode *n = emb ? reader(b->g, "qembedding_int4", wn, 0) : reader(b->g, "qlinear_int4", wn, 1);
+    const gattr *ga = n ? g_node_attr(n, "group") : NULL;
+    const int64_t group = ga ? ga->i : 0;
+    if (!n) return emb ? 0 : (fm_set_error(FM_ERR_FORMAT, "%s: no qlinear_int4 node reads '%s'", b->where, wn), -1);
+    if (!(group == 32 || group == 64 || group == 128) || K % group || K % 2 ||
+        !has_shape(w, FM_U8, 2, (int64_t[]){N, K / 2}) || !has_shape(s, FM_F16, 2, (int64_t[]){N, K / group}) ||
+        (m && !has_shape(m, FM_F16, 2, (int64_t[]){N, K / group}))) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the int4 form of '%s' (group %lld) does not fit its [%lld, %lld] weight", b->where,
+                     name, (long long)group, (long long)N, (long long)K);
+        return -1;
+    }
+    *out = (fm_paged_linear){FM_PAGED_LIN_INT4, w, s, m, (int)group};
+    return 1;
+}
+
+/* The int8 form (dynamic activations, VNNI panels) of weight `name` [N, K]: 1, 0 or -1. */
+static int find_int8(const bind_ctx *b, const char *name, int64_t N, int64_t K, fm_paged_linear *out) {
+    char pn[300], sn[300], un[300], rn[300];
+    snprintf(pn, sizeof pn, "%s.int8_panels", name);
+    snprintf(sn, sizeof sn, "%s.int8_scale", name);
+    snprintf(un, sizeof un, "%s.int8_sum", name);
+    snprintf(rn, sizeof rn, "%s.int8", name);
+    fm_tensor *p = constant(b->g, pn), *s = constant(b->g, sn), *u = constant(b->g, un);
+    if (!p) {
+        if (!constant(b->g, rn)) return 0;
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: '%s' is int8 in rows (over 32768 inputs), which text generation does not run; "
+                     "quantize with --int4", b->where, name);
+        return -1;
+    }
+    const gnode *n = reader(b->g, "qlinear_int8", pn, 1);
+    const gattr *as = n ? g_node_attr(n, "a_scale") : NULL, *relu = n ? g_node_attr(n, "relu") : NULL;
+    if (!n || (as && as->f > 0) || (relu && relu->i)) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: '%s' is not int8 dynamic (%s); text generation runs int8 --dynamic and int4 "
+                     "graphs", b->where, name, !n ? "no qlinear_int8 node reads it" : as && as->f > 0 ? "calibrated activation scale" : "a fused relu");
+        return -1;
+    }
+    if (!has_shape(p, FM_I8, 4, (int64_t[]){(N + 15) / 16, (K + 3) / 4, 16, 4}) || !has_shape(s, FM_F32, 1, &N) ||
+        !has_shape(u, FM_I32, 1, &N)) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the int8 form of '%s' does not fit its [%lld, %lld] weight", b->where, name,
+                     (long long)N, (long long)K);
+        return -1;
+    }
+    *out = (fm_paged_linear){FM_PAGED_LIN_INT8, p, s, u, 0};
+    return 1;
+}
+
+static fm_tensor *placeholder(int ndim, const int64_t *shape) {
+    return fm_tensor_empty(ndim, shape, FM_F32, (fm_device){FM_DEV_META, 0});
+}
+
+/* gpt_param_source: the graph's f32 constant, or a placeholder for a weight the graph
+ * keeps quantized (recorded in b->q). */
+static fm_tensor *bind(void *vctx, const char *name, int ndim, const int64_t *shape) {
+    bind_ctx *b = vctx;
+    const int li = ndim == 2 ? linear_index(b, name) : -1;
+    const bool table = !strcmp(name, "wte.weight");
+    fm_tensor *f = constant(b->g, name);
+    if (li >= 0) { /* the linear's quantized form first: quantize keeps an f32 copy only where another node reads it */
+        int r = find_int4(b, name, shape[0], shape[1], false, &b->q->lin[li]);
+        if (r == 0) r = find_int8(b, name, shape[0], shape[1], &b->q->lin[li]);
+        if (r < 0) return NULL;
+    }
+    if (table) { /* the token table: int4 when the graph looks tokens up in int4 */
+        int r = find_int4(b, name, shape[0], shape[1], true, &b->q->emb);
+        if (r < 0) return NULL;
+    }
+    if (f && f->dtype == FM_F32) return fm_tensor_retain(f);
+    const bool quantized = (li >= 0 && b->q->lin[li].kind != FM_PAGED_LIN_F32) || (table && b->q->emb.kind != FM_PAGED_LIN_F32);
+    const bool all_uses = !table || (b->q->emb.kind != FM_PAGED_LIN_F32 && (b->untied || b->q->lin[li].kind != FM_PAGED_LIN_F32));
+    if (quantized && all_uses) return placeholder(ndim, shape);
+    fm_set_error(FM_ERR_FORMAT, "%s: the graph has no f32 or quantized weight '%s'; it is not the GPT its metadata describes",
+                 b->where, name);
+    return NULL;
+}
+
+static double max_rel(const float *a, const float *ref, int64_t n) {
+    double scale = 1, m = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m / scale;
+}
+
+/* A prompt through the graph and through the paged decoder (the first T-1 tokens as
+ * one chunk, the last as a decode step): the last two rows' logits must agree. */
+static fm_status check_paged(const fm_graph *g, fm_gpt *m, const fm_paged_weights *q, const char *where, double tol) {
+    const fm_gpt_config *c = fm_gpt_get_config(m);
+    const int T = c->block_size >= 6 ? 6 : c->block_size, V = c->vocab_size;
+    if (T < 2) return FM_OK; /* a context of one token has no decode step to compare */
+    int64_t ids[6];
+    int32_t ids32[6];
+    for (int i = 0; i < T; i++) ids32[i] = (int32_t)(ids[i] = (11 * i + 3) % V);
+    fm_tensor *tok = fm_tensor_from_data(ids, 2, (int64_t[]){1, T}, FM_I64), *ref = tok ? fm_graph_gpt_forward(g, tok) : NULL;
+    fm_tensor *refc = ref ? fm_contiguous(ref) : NULL;
+    fm_gpt_paged *p = refc ? fm_gpt_paged_new_ex(m, q, (T + 15) / 16, 16, 1) : NULL;
+    float *lg = malloc(sizeof(float) * 2 * (size_t)V);
+    fm_status st = p && lg ? FM_OK : fm_last_status();
+    if (st == FM_OK && !lg) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    int seq = p ? fm_gpt_paged_open(p) : -1;
+    if (st == FM_OK) st = fm_gpt_paged_step_n(m, p, 1, &seq, (int[]){T - 1}, ids32, lg);
+    if (st == FM_OK) st = fm_gpt_paged_step(m, p, 1, &seq, ids32 + T - 1, lg + V);
+    if (st == FM_OK) {
+        const float *r = fm_tensor_data(refc);
+        double d = fmax(max_rel(lg, r + (size_t)(T - 2) * V, V), max_rel(lg + V, r + (size_t)(T - 1) * V, V));
+        if (!(d <= tol))
+            st = fm_set_error(FM_ERR_FORMAT, "%s: text generation from this graph gives logits %.3g (relative) from the graph's "
+                              "own (bound %g): its nodes are not the GPT its metadata and weight names describe", where, d, tol);
+    }
+    fm_gpt_paged_free(p);
+    free(lg);
+    fm_tensor_release_n(3, tok, ref, refc);
+    return st;
+}
+
+fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weights *q) {
+    memset(q, 0, sizeof *q);
+    const char *cj = fm_graph_get_meta(g, "gpt_config");
+    if (!fm_graph_is_gpt(g) || !cj) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s; text generation needs a GPT graph that names its configuration (made by "
+                     "`fathom compile` or `fathom quantize` from a GPT model since 2026-12: make it again)", where,
+                     !fm_graph_is_gpt(g) ? "not a GPT graph (model_kind)" : "the graph's metadata has no gpt_config");
+        return NULL;
+    }
+    fm_gpt_config c;
+    if (gpt_config_parse(cj, where, &c)) return NULL;
+    if (fm_graph_device(g).type != FM_DEV_CPU) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: text generation runs graphs on the CPU", where);
+        return NULL;
+    }
+    c.dropout = 0;
+    q->n_lin = c.n_layer * 4 + 1;
+    if (!(q->lin = calloc((size_t)q->n_lin, sizeof *q->lin))) {
+        fm_set_error(FM_ERR_OOM, "out of host memory");
+        return NULL;
+    }
+    bind_ctx b = {g, where, q, c.n_layer, c.untied_head};
+    bool prev = fm_set_grad_enabled(false);
+    fm_gpt *m = gpt_new_bound(&c, bind, &b);
+    /* the references the model's build took are its own; those in q are borrowed from g until here */
+    for (int i = 0; i < q->n_lin; i++) {
+        fm_tensor_retain(q->lin[i].w);
+        fm_tensor_retain(q->lin[i].scale);
+        fm_tensor_retain(q->lin[i].aux);
+    }
+    fm_tensor_retain(q->emb.w);
+    fm_tensor_retain(q->emb.scale);
+    fm_tensor_retain(q->emb.aux);
+    /* quantized activations (int8 per step, int4's x per group) turn float-ordering
+     * differences into whole rounding steps: 1e-3..6e-3 measured (tests/test_graph_gpt_paged.c);
+     * a wrong structure is off by far more (an eps of 0.5 for 1e-5: 0.1 and over) */
+    bool quant = q->emb.kind != FM_PAGED_LIN_F32;
+    for (int i = 0; i < q->n_lin; i++) quant |= q->lin[i].kind != FM_PAGED_LIN_F32;
+    if (m && check_paged(g, m, q, where, quant ? 0.03 : 1e-3) != FM_OK) {
+        fm_gpt_free(m);
+        m = NULL;
+    }
+    fm_set_grad_enabled(prev);
+    if (!m) fm_paged_weights_free(q);
+    return m;
+}
