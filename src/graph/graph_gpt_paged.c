@@ -151,14 +151,16 @@ static fm_tensor *bind(void *vctx, const char *name, int ndim, const int64_t *sh
     return NULL;
 }
 
-static double max_rel(const float *a, const float *ref, int64_t n) {
-    double scale = 1, m = 0;
-    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+/* rms(a - ref) / rms(ref): what a structural difference moves by its whole size
+ * while the rounding of quantized activations moves it by a few per cent */
+static double rms_rel(const float *a, const float *ref, int64_t n) {
+    double se = 0, sr = 0;
     for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= m)) m = d;
+        double e = (double)a[i] - ref[i];
+        se += e * e;
+        sr += (double)ref[i] * ref[i];
     }
-    return m / scale;
+    return sr > 0 ? sqrt(se / sr) : se > 0 ? INFINITY : 0;
 }
 
 /* A prompt through the graph and through the paged decoder (the first T-1 tokens as
@@ -181,10 +183,10 @@ static fm_status check_paged(const fm_graph *g, fm_gpt *m, const fm_paged_weight
     if (st == FM_OK) st = fm_gpt_paged_step(m, p, 1, &seq, ids32 + T - 1, lg + V);
     if (st == FM_OK) {
         const float *r = fm_tensor_data(refc);
-        double d = fmax(max_rel(lg, r + (size_t)(T - 2) * V, V), max_rel(lg + V, r + (size_t)(T - 1) * V, V));
+        double d = fmax(rms_rel(lg, r + (size_t)(T - 2) * V, V), rms_rel(lg + V, r + (size_t)(T - 1) * V, V));
         if (!(d <= tol))
-            st = fm_set_error(FM_ERR_FORMAT, "%s: text generation from this graph gives logits %.3g (relative) from the graph's "
-                              "own (bound %g): its nodes are not the GPT its metadata and weight names describe", where, d, tol);
+            st = fm_set_error(FM_ERR_FORMAT, "%s: text generation from this graph gives logits %.3g (rms, relative) from the "
+                              "graph's own (bound %g): its nodes are not the GPT its metadata and weight names describe", where, d, tol);
     }
     fm_gpt_paged_free(p);
     free(lg);
@@ -225,12 +227,15 @@ fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weigh
     fm_tensor_retain(q->emb.w);
     fm_tensor_retain(q->emb.scale);
     fm_tensor_retain(q->emb.aux);
-    /* quantized activations (int8 per step, int4's x per group) turn float-ordering
-     * differences into whole rounding steps: 1e-3..6e-3 measured (tests/test_graph_gpt_paged.c);
-     * a wrong structure is off by far more (an eps of 0.5 for 1e-5: 0.1 and over) */
+    /* Quantized activations (int8 per step, int4's x per group) turn the float-ordering
+     * differences between the graph's fused ops and the decoder's into whole rounding
+     * steps, which add up over the layers: measured rms / rms, int4 and int8, 3e-7 and
+     * 2e-3 on the trained kjv-gpt, up to 0.042 (int4) and 0.028 (int8) on a random
+     * GPT-2-small-shaped model (12 x 768); f32 2e-6 at most. A structure other than
+     * the metadata's (layer-norm eps 0.5 for 1e-5) measured 0.26-0.99. */
     bool quant = q->emb.kind != FM_PAGED_LIN_F32;
     for (int i = 0; i < q->n_lin; i++) quant |= q->lin[i].kind != FM_PAGED_LIN_F32;
-    if (m && check_paged(g, m, q, where, quant ? 0.03 : 1e-3) != FM_OK) {
+    if (m && check_paged(g, m, q, where, quant ? 0.15 : 1e-3) != FM_OK) {
         fm_gpt_free(m);
         m = NULL;
     }

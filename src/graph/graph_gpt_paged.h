@@ -15,8 +15,9 @@ bool fm_graph_is_gpt(const fm_graph *g);
  * comes from the metadata ("gpt_config"); every weight is looked up by its name and
  * checked against the shape the configuration gives. Then a prompt runs through both
  * the graph (fm_graph_gpt_forward) and the paged decoder, and the two must agree
- * (relative to the largest logit: 1e-3 for f32; 0.03 for quantized graphs, whose
- * rounded activations turn float-ordering differences into rounding steps), so a graph whose structure is not
+ * (rms of the difference over rms of the graph's: 1e-3 for f32; 0.15 for quantized
+ * graphs, whose rounded activations turn float-ordering differences into rounding
+ * steps), so a graph whose structure is not
  * the GPT its metadata names is refused. where labels errors. Free with fm_gpt_free and
  * fm_paged_weights_free. */
 fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weights *q);
