@@ -197,7 +197,9 @@ static void test_q4(void) {
      * the last 1-3 groups after whole fours of them (g64/g128: 768/128, 448/64, 320/64) and
      * the last 1-3 pairs after whole fours (g32: 384, 224, 160) */
     const int64_t shapes[][4] = {{1, 5, 32, 32},  {3, 7, 128, 64},  {4, 9, 256, 128}, {6, 3, 384, 32},  {1, 64, 512, 128}, {2, 6, 96, 32},
-                                 {1, 13, 768, 64}, {2, 5, 768, 128}, {1, 6, 448, 64}, {3, 4, 320, 64}, {2, 9, 224, 32},  {1, 7, 160, 32}};
+                                 {1, 13, 768, 64}, {2, 5, 768, 128}, {1, 6, 448, 64}, {3, 4, 320, 64}, {2, 9, 224, 32},  {1, 7, 160, 32},
+                                 /* g32 with 2+ rows: the 4-row tiles (q4_tile32), whole and with 1-3 rows left */
+                                 {5, 11, 96, 32}, {8, 9, 256, 32}, {9, 17, 352, 32}, {7, 3, 800, 32}, {16, 8, 768, 32}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int with_min = 0; with_min < 2; with_min++) {
             int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], G = shapes[s][3], ng = K / G;
@@ -211,7 +213,7 @@ static void test_q4(void) {
             for (int64_t i = 0; i < N * K / 2; i++) w[i] = (uint8_t)rnd();
             for (int64_t i = 0; i < N * ng; i++) { sc[i] = fm_f32_to_f16(0.01f + 0.001f * (float)(i % 5)); mi[i] = fm_f32_to_f16(-0.07f); }
             for (int64_t n = 0; n < N; n++) bias[n] = 0.1f * (float)n;
-            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N, NULL, NULL};
+            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N, NULL, NULL, NULL};
             fm_q4_gemm_run(&g, FM_Q4_REF);
             /* the reference against a dequantized f64 product */
             float *row = malloc(4 * (size_t)K);
@@ -252,6 +254,22 @@ static void test_q4(void) {
                 }
                 CHECK_MSG(e < 2e-5, "int4 avx2 M %lld K %lld G %lld min %d: rel err %g vs the scalar model", (long long)M, (long long)K, (long long)G,
                           with_min, e);
+                /* a row's values do not depend on the rows beside it (a batched decode
+                 * step gives each sequence what it gets alone): each row on its own */
+                bool alone_same = true;
+                for (int64_t m = 0; m < M; m++) {
+                    float *y1 = malloc(4 * (size_t)N);
+                    fm_q4_gemm g1 = g;
+                    g1.M = 1;
+                    g1.x = x + m * K;
+                    g1.xsum = xs + m * ng;
+                    g1.y = y1;
+                    fm_q4_gemm_run(&g1, FM_Q4_AVX2);
+                    alone_same &= !memcmp(y1, y[1] + m * N, 4 * (size_t)N);
+                    free(y1);
+                }
+                CHECK_MSG(alone_same, "int4 avx2 M %lld K %lld G %lld min %d: a row alone differs from the same row in the batch", (long long)M,
+                          (long long)K, (long long)G, with_min);
                 /* x rounding: each code is off by <= amax/254 of its x block (G values)
                  * and multiplies q d <= 15 x 0.014 here (the offset term keeps f32 x) */
                 double bound = 0;

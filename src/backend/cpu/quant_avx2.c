@@ -160,4 +160,12 @@ static inline __m256i dot64(__m256i acc, const uint8_t *w, const int8_t *qx) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
 }
 
-void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64); }
+/* dot64 on nibbles already split (q4_tile32) */
+static inline __m256i dot64n(__m256i acc, __m256i lo, __m256i hi, const int8_t *qx) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)qx)),
+                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qx + 32))));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
+}
+
+void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64, dot64n); }

@@ -130,5 +130,12 @@ VNNI static inline __m256i dot64_vnni(__m256i acc, const uint8_t *w, const int8_
     return _mm256_dpbusd_epi32(d, _mm256_and_si256(_mm256_srli_epi16(W, 4), m4), _mm256_loadu_si256((const __m256i *)(qx + 32)));
 }
 
-VNNI void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64_vnni); }
+VNNI static inline __m256i dot64n_vnni(__m256i acc, __m256i lo, __m256i hi, const int8_t *qx) {
+    const __m256i d = _mm256_dpbusd_epi32(acc, lo, _mm256_loadu_si256((const __m256i *)qx));
+    return _mm256_dpbusd_epi32(d, hi, _mm256_loadu_si256((const __m256i *)(qx + 32)));
+}
+
+VNNI void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    q4_rows(g, m0, m1, n0, n1, dot64_vnni, dot64n_vnni);
+}
 

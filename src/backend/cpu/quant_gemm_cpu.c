@@ -196,20 +196,42 @@ static void q4_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     }
 }
 
+/* FATHOM_Q4_TILE=0: no dx8, so no 4-row tiles and the rows gather x's scales per
+ * use (the kernel before them, for comparisons; the same results) */
+static bool q4_tiles_on(void) {
+    static _Atomic int on = -1;
+    if (on < 0) {
+        const char *e = getenv("FATHOM_Q4_TILE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
 void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
     fm_q4_gemm gq;
     int8_t *qx = NULL;
-    float *dxv = NULL;
+    float *dxv = NULL, *dx8 = NULL;
     if (impl == FM_Q4_AVX2 || impl == FM_Q4_AVX512) { /* x as int8 per group (one scale per weight group), once per call */
+        const int64_t np = g->K / 64, nq = (np + 3) / 4;
         qx = malloc((size_t)(g->M * g->K));
         dxv = malloc(sizeof(float) * (size_t)(g->M * (g->K / 8)));
+        dx8 = g->G == 32 && q4_tiles_on() ? calloc((size_t)(g->M * nq * 8 + 1), sizeof(float)) : NULL;
         if (!qx || !dxv) impl = FM_Q4_REF; /* slower, f32 x */
         else {
-            for (int64_t m = 0; m < g->M; m++) fm_q4_quantize_x_avx2(g->x + m * g->ldx, g->K, g->G, qx + m * g->K, dxv + m * (g->K / 8));
+            for (int64_t m = 0; m < g->M; m++) {
+                fm_q4_quantize_x_avx2(g->x + m * g->ldx, g->K, g->G, qx + m * g->K, dxv + m * (g->K / 8));
+                /* per quad of pairs, its blocks' scales in a row (fm_q4_gemm.dx8); left NULL
+                 * if its allocation failed: the rows then gather them per use */
+                for (int64_t p = 0; dx8 && p < np; p++) {
+                    dx8[(m * nq + p / 4) * 8 + 2 * (p % 4)] = dxv[m * (g->K / 8) + 8 * p];
+                    dx8[(m * nq + p / 4) * 8 + 2 * (p % 4) + 1] = dxv[m * (g->K / 8) + 8 * p + 4];
+                }
+            }
             gq = *g;
             gq.qx = qx;
             gq.dxv = dxv;
+            gq.dx8 = dx8;
             g = &gq;
         }
     }
@@ -227,4 +249,5 @@ void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
     fm_parallel_for_dynamic(nb, grain, q4_task, &j);
     free(qx);
     free(dxv);
+    free(dx8);
 }

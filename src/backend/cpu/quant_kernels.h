@@ -129,6 +129,10 @@ typedef struct fm_q4_gemm {
      * reference. */
     const int8_t *qx;
     const float *dxv;
+    /* groups of 32 (fm_q4_gemm_run fills it; may be NULL): per row, per quad of
+     * pairs (ceil(K / 256) of them), the 8 block scales [dx_b0, dx_b1, ...] of its
+     * four pairs (zeros past the last), what the rows load per quad */
+    const float *dx8;
 } fm_q4_gemm;
 void fm_q4_rows_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 /* The AVX2 rows take x as int8 (as llama.cpp's Q4_0 x Q8_0, and for larger

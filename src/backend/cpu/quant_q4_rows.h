@@ -15,6 +15,8 @@
  * the pair layout), added to acc: 8 int32 lanes, 0-3 the first block, 4-7 the
  * second */
 typedef __m256i (*q4_dot64_fn)(__m256i acc, const uint8_t *w, const int8_t *qx);
+/* the same on the 64 weights already split into low and high nibbles */
+typedef __m256i (*q4_dot64n_fn)(__m256i acc, __m256i lo, __m256i hi, const int8_t *qx);
 
 static inline float q4_hsum8f(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -132,15 +134,16 @@ static inline __attribute__((always_inline)) void q4_groups(const fm_q4_gemm *g,
  * The offset term of the 8 groups (m_g, or d_g and the caller's -8, times the
  * f32 sums of x) is added to off in the same pass. Full quads are called with
  * pn the constant 4. */
-static inline __attribute__((always_inline)) void q4_pairs32(const fm_q4_gemm *g, const int8_t *qx, const float *dx, const float *xs, int64_t n,
-                                                             int64_t stride, const int nn, q4_dot64_fn dot64, int64_t p0, const int pn,
-                                                             __m256 *acc, __m256 *off) {
+static inline __attribute__((always_inline)) void q4_pairs32(const fm_q4_gemm *g, const int8_t *qx, const float *dx, const float *dq,
+                                                             const float *xs, int64_t n, int64_t stride, const int nn, q4_dot64_fn dot64,
+                                                             int64_t p0, const int pn, __m256 *acc, __m256 *off) {
     const int64_t K = g->K, ng = K / 32;
     const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
                                _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
     const float *d8 = dx + 8 * p0; /* blocks 2 p0 + i: dx at d8[4 i] */
-    const __m256 dxq = _mm256_setr_ps(d8[0], d8[4], pn > 1 ? d8[8] : 0.0f, pn > 1 ? d8[12] : 0.0f, pn > 2 ? d8[16] : 0.0f,
-                                      pn > 2 ? d8[20] : 0.0f, pn > 3 ? d8[24] : 0.0f, pn > 3 ? d8[28] : 0.0f);
+    const __m256 dxq = dq ? _mm256_loadu_ps(dq + 2 * p0) /* the same 8 values, gathered once per row */
+                          : _mm256_setr_ps(d8[0], d8[4], pn > 1 ? d8[8] : 0.0f, pn > 1 ? d8[12] : 0.0f, pn > 2 ? d8[16] : 0.0f,
+                                           pn > 2 ? d8[20] : 0.0f, pn > 3 ? d8[24] : 0.0f, pn > 3 ? d8[28] : 0.0f);
     const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * pn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256 xsq = pn == 4 ? _mm256_loadu_ps(xs + 2 * p0) : _mm256_maskload_ps(xs + 2 * p0, live);
     __m256 ds[4];
@@ -192,8 +195,9 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
 #pragma GCC unroll 4
         for (int r = 0; r < nn; r++) off[r] = _mm256_setzero_ps();
         int64_t p0 = 0;
-        for (; p0 + 4 <= np; p0 += 4) q4_pairs32(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, p0, 4, acc, off);
-        if (p0 < np) q4_pairs32(g, qx, dx, g->xsum + m * ng, n, stride, nn, dot64, p0, (int)(np - p0), acc, off);
+        const float *dq = g->dx8 ? g->dx8 + m * 8 * ((np + 3) / 4) : NULL;
+        for (; p0 + 4 <= np; p0 += 4) q4_pairs32(g, qx, dx, dq, g->xsum + m * ng, n, stride, nn, dot64, p0, 4, acc, off);
+        if (p0 < np) q4_pairs32(g, qx, dx, dq, g->xsum + m * ng, n, stride, nn, dot64, p0, (int)(np - p0), acc, off);
         if (nb % 2) { /* the odd last block, in the low half */
 #pragma GCC unroll 4
             for (int r = 0; r < nn; r++) {
@@ -224,11 +228,98 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
 }
 
 
+/* Groups of 32, MM (<= 4) x rows from m against weight row n. Per (x row, weight
+ * row) these are q4_rows4's operations in its order, so its bits: the integer sums
+ * are exact however they are formed, and each pair's scaled sums and each quad's
+ * offset terms go into the same accumulators in the same order. What changes is
+ * the sharing: each pair of weight blocks is loaded and split into nibbles once for
+ * the MM rows, and the weight scales converted once, where q4_rows4 does both per
+ * row (a batched decode step's rows each paid the whole matrix-vector cost). */
+static inline __attribute__((always_inline)) void q4_tile32(const fm_q4_gemm *g, int64_t m, int64_t n, const int MM, q4_dot64n_fn dotn) {
+    const int64_t K = g->K, ng = K / 32, nb = K / 32, np = nb / 2, nq = (np + 3) / 4;
+    const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const uint8_t *wr = g->w + n * (K / 2);
+    const uint16_t *sr = g->scale + n * ng, *mr = g->min ? g->min + n * ng : NULL;
+    __m256 acc[4], off[4], ds[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) acc[r] = off[r] = _mm256_setzero_ps();
+    for (int64_t q = 0; q < nq; q++) {
+        const int64_t p0 = 4 * q;
+        const int pn = np - p0 >= 4 ? 4 : (int)(np - p0);
+        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * pn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m128i h, hm = _mm_setzero_si128();
+        if (pn == 4) {
+            h = _mm_loadu_si128((const __m128i *)(sr + 2 * p0));
+            if (mr) hm = _mm_loadu_si128((const __m128i *)(mr + 2 * p0));
+        } else { /* as q4_pairs32: the last pairs' scales only, the other lanes 0 */
+            const uint16_t *sp = sr + 2 * p0, *mp = mr ? mr + 2 * p0 : NULL;
+            h = _mm_setr_epi16((short)sp[0], (short)sp[1], pn > 1 ? (short)sp[2] : 0, pn > 1 ? (short)sp[3] : 0, pn > 2 ? (short)sp[4] : 0,
+                               pn > 2 ? (short)sp[5] : 0, 0, 0);
+            if (mp)
+                hm = _mm_setr_epi16((short)mp[0], (short)mp[1], pn > 1 ? (short)mp[2] : 0, pn > 1 ? (short)mp[3] : 0,
+                                    pn > 2 ? (short)mp[4] : 0, pn > 2 ? (short)mp[5] : 0, 0, 0);
+        }
+        const __m256 d = _mm256_cvtph_ps(h), dm = mr ? _mm256_cvtph_ps(hm) : d;
+#pragma GCC unroll 4
+        for (int r = 0; r < MM; r++) {
+            const float *xs = g->xsum + (m + r) * ng + 2 * p0;
+            const __m256 xsq = pn == 4 ? _mm256_loadu_ps(xs) : _mm256_maskload_ps(xs, live);
+            ds[r] = _mm256_mul_ps(d, _mm256_loadu_ps(g->dx8 + ((m + r) * nq + q) * 8));
+            off[r] = _mm256_fmadd_ps(dm, xsq, off[r]);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            if (j >= pn) break;
+            const int64_t p = p0 + j;
+            _mm_prefetch((const char *)(wr + K + 32 * p), _MM_HINT_T0); /* two weight rows on: the first x rows meet it in memory */
+            const __m256i W = _mm256_loadu_si256((const __m256i *)(wr + 32 * p));
+            const __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
+#pragma GCC unroll 4
+            for (int r = 0; r < MM; r++) {
+                const __m256 f = _mm256_cvtepi32_ps(dotn(_mm256_setzero_si256(), lo, hi, g->qx + (m + r) * K + 64 * p));
+                acc[r] = _mm256_fmadd_ps(f, _mm256_permutevar8x32_ps(ds[r], spread[j]), acc[r]);
+            }
+        }
+    }
+    if (nb % 2) { /* the odd last block, in the low half: as q4_rows4 */
+#pragma GCC unroll 4
+        for (int r = 0; r < MM; r++) {
+            const float *dx = g->dxv + (m + r) * (K / 8);
+            __m128 f = _mm_cvtepi32_ps(q4_dot32(wr + 32 * np, g->qx + (m + r) * K + 64 * np));
+            __m128 dd = _mm_set1_ps(_cvtsh_ss(g->scale[n * ng + nb - 1]));
+            __m128 v = _mm_mul_ps(f, _mm_mul_ps(dd, _mm_loadu_ps(dx + 8 * np)));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
+            const uint16_t *t = g->min ? g->min : g->scale;
+            const float o = _cvtsh_ss(t[n * ng + nb - 1]) * g->xsum[(m + r) * ng + nb - 1];
+            off[r] = _mm256_add_ps(off[r], _mm256_setr_ps(o, 0, 0, 0, 0, 0, 0, 0));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) q4_store(g, m + r, n, q4_hsum8f(acc[r]), q4_hsum8f(off[r]));
+}
+
 /* q4_rows: the rows are split into four contiguous quarters walked side by side (as
  * gemv_avx2.c does for f32): four long sequential streams, each in its own
- * pages, which the hardware prefetcher follows better than four adjacent rows. */
+ * pages, which the hardware prefetcher follows better than four adjacent rows.
+ * Two or more x rows with groups of 32 go through q4_tile32 instead, four rows of x
+ * against one weight row at a time (the weights then come from the cache for the
+ * later rows): bitwise the same results. */
 static inline __attribute__((always_inline)) void q4_rows(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                                                          q4_dot64_fn dot64) {
+                                                          q4_dot64_fn dot64, q4_dot64n_fn dotn) {
+    if (g->G == 32 && g->dx8 && m1 - m0 >= 2) {
+        int64_t m = m0;
+        for (; m + 4 <= m1; m += 4)
+            for (int64_t n = n0; n < n1; n++) q4_tile32(g, m, n, 4, dotn);
+        const int64_t left = m1 - m;
+        for (int64_t n = n0; n < n1 && left; n++) {
+            if (left == 3) q4_tile32(g, m, n, 3, dotn);
+            else if (left == 2) q4_tile32(g, m, n, 2, dotn);
+            else q4_tile32(g, m, n, 1, dotn);
+        }
+        return;
+    }
     const int64_t q = (n1 - n0) / 4;
     for (int64_t m = m0; m < m1; m++) {
         for (int64_t n = n0; n < n0 + q; n++) q4_rows4(g, m, n, q, 4, dot64);
