@@ -189,6 +189,8 @@ static void check_refusals(void) {
         char *cj = config_with(&c, bad[i].key, bad[i].v);
         CHECK(cj && fm_graph_set_meta(g, "gpt_config", cj) == FM_OK);
         free(cj);
+        /* the metadata's own n_layer agreeing, so that the weights are what disagree */
+        CHECK(fm_graph_set_meta(g, "n_layer", !strcmp(bad[i].key, "n_layer") ? "3" : "2") == FM_OK);
         expect_refused(g, bad[i].key, bad[i].want);
     }
     /* the same on an int4 graph, whose check allows quantized activations' rounding */
@@ -202,8 +204,40 @@ static void check_refusals(void) {
     expect_refused(g, "truncated config", "not JSON");
     CHECK(fm_graph_set_meta(g, "gpt_config", "[1, 2]") == FM_OK);
     expect_refused(g, "config not an object", "bad model config");
+    /* the metadata's sizes against gpt_config's */
+    cj = gpt_config_json(&c, false);
+    CHECK(cj && fm_graph_set_meta(g, "gpt_config", cj) == FM_OK && fm_graph_set_meta(g, "block_size", "4096") == FM_OK);
+    free(cj);
+    expect_refused(g, "metadata block_size", "metadata's block_size (4096) is not gpt_config's (24)");
+    CHECK(fm_graph_set_meta(g, "block_size", "24") == FM_OK && fm_graph_set_meta(g, "n_layer", "3") == FM_OK);
+    expect_refused(g, "metadata n_layer", "metadata's n_layer (3) is not gpt_config's (2)");
     CHECK(fm_graph_set_meta(g, "model_kind", "classifier") == FM_OK);
     expect_refused(g, "classifier", "not a GPT graph");
+    fm_graph_free(g);
+    fm_gpt_free(src);
+}
+
+/* A Llama graph whose configuration names another context or RoPE base than its tables */
+static void check_llama_refusals(void) {
+    fm_gpt_config c = tiny(FM_GPT_LLAMA, false);
+    fm_rng rng;
+    fm_rng_init(&rng, 5);
+    fm_gpt *src = fm_gpt_new(&c, &rng);
+    fm_graph *g = src ? fm_graph_from_gpt(src) : NULL;
+    CHECK(g != NULL);
+    if (!g) { fm_gpt_free(src); return; }
+    fm_gpt_config b = c;
+    b.block_size = 1 << 20; /* with the metadata's block_size to match: only the tables say otherwise */
+    char *cj = gpt_config_json(&b, false);
+    CHECK(cj && fm_graph_set_meta(g, "gpt_config", cj) == FM_OK && fm_graph_set_meta(g, "block_size", "1048576") == FM_OK);
+    free(cj);
+    expect_refused(g, "llama context", "rope.cos is not f32 [1048576, 16]");
+    b = c;
+    b.rope_theta = 500000;
+    cj = gpt_config_json(&b, false);
+    CHECK(cj && fm_graph_set_meta(g, "gpt_config", cj) == FM_OK && fm_graph_set_meta(g, "block_size", "24") == FM_OK);
+    free(cj);
+    expect_refused(g, "llama rope_theta", "RoPE table differs from gpt_config's");
     fm_graph_free(g);
     fm_gpt_free(src);
 }
@@ -214,5 +248,6 @@ int main(void) {
     check_model(FM_GPT_LLAMA, false);
     check_model(FM_GPT_LLAMA, true);
     check_refusals();
+    check_llama_refusals();
     TEST_DONE();
 }

@@ -210,6 +210,24 @@ fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weigh
         return NULL;
     }
     c.dropout = 0;
+    /* the metadata's own sizes and, for Llama, the graph's RoPE tables [context, head
+     * size] must agree with the configuration before anything is sized from it (a
+     * context the weights do not bound would size the tables and the cache) */
+    const char *keys[3] = {"block_size", "vocab_size", "n_layer"};
+    const int want[3] = {c.block_size, c.vocab_size, c.n_layer};
+    for (int i = 0; i < 3; i++) {
+        const char *v = fm_graph_get_meta(g, keys[i]);
+        if (v && atoll(v) != want[i]) {
+            fm_set_error(FM_ERR_FORMAT, "%s: the metadata's %s (%s) is not gpt_config's (%d)", where, keys[i], v, want[i]);
+            return NULL;
+        }
+    }
+    const fm_tensor *rc = constant(g, "rope.cos");
+    if (c.arch == FM_GPT_LLAMA && !has_shape(rc, FM_F32, 2, (int64_t[]){c.block_size, fm_gpt_head_dim(&c)})) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the graph's RoPE table rope.cos is not f32 [%d, %d] as gpt_config says", where,
+                     c.block_size, fm_gpt_head_dim(&c));
+        return NULL;
+    }
     q->n_lin = c.n_layer * 4 + 1;
     if (!(q->lin = calloc((size_t)q->n_lin, sizeof *q->lin))) {
         fm_set_error(FM_ERR_OOM, "out of host memory");
@@ -227,6 +245,19 @@ fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weigh
     fm_tensor_retain(q->emb.w);
     fm_tensor_retain(q->emb.scale);
     fm_tensor_retain(q->emb.aux);
+    /* the decoder's RoPE tables (made from the configuration's theta and scaling) are
+     * the graph's: otherwise its positions are not the graph's */
+    if (m && c.arch == FM_GPT_LLAMA) {
+        const float *a = fm_tensor_data(m->rope_cos), *bq = fm_tensor_data(rc);
+        double d = 0;
+        for (int64_t i = 0; i < fm_tensor_numel(rc); i++) d = fmax(d, fabs((double)a[i] - bq[i]));
+        if (!(d <= 1e-6)) {
+            fm_set_error(FM_ERR_FORMAT, "%s: the graph's RoPE table differs from gpt_config's (by %.3g): rope_theta or "
+                         "its scaling is not the graph's", where, d);
+            fm_gpt_free(m);
+            m = NULL;
+        }
+    }
     /* Quantized activations (int8 per step, int4's x per group) turn the float-ordering
      * differences between the graph's fused ops and the decoder's into whole rounding
      * steps, which add up over the layers: measured rms / rms, int4 and int8, 3e-7 and
