@@ -199,7 +199,9 @@ static void test_q4(void) {
     const int64_t shapes[][4] = {{1, 5, 32, 32},  {3, 7, 128, 64},  {4, 9, 256, 128}, {6, 3, 384, 32},  {1, 64, 512, 128}, {2, 6, 96, 32},
                                  {1, 13, 768, 64}, {2, 5, 768, 128}, {1, 6, 448, 64}, {3, 4, 320, 64}, {2, 9, 224, 32},  {1, 7, 160, 32},
                                  /* g32 with 2+ rows: the 4-row tiles (q4_tile32), whole and with 1-3 rows left */
-                                 {5, 11, 96, 32}, {8, 9, 256, 32}, {9, 17, 352, 32}, {7, 3, 800, 32}, {16, 8, 768, 32}};
+                                 {5, 11, 96, 32}, {8, 9, 256, 32}, {9, 17, 352, 32}, {7, 3, 800, 32}, {16, 8, 768, 32},
+                                 /* g64/g128 with 2+ rows (q4_tileg): whole fours of groups and 1-3 left, rows left over */
+                                 {5, 7, 448, 64}, {9, 6, 384, 128}, {8, 3, 1024, 64}, {6, 5, 320, 64}, {2, 9, 128, 64}, {7, 4, 640, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int with_min = 0; with_min < 2; with_min++) {
             int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], G = shapes[s][3], ng = K / G;
@@ -213,7 +215,7 @@ static void test_q4(void) {
             for (int64_t i = 0; i < N * K / 2; i++) w[i] = (uint8_t)rnd();
             for (int64_t i = 0; i < N * ng; i++) { sc[i] = fm_f32_to_f16(0.01f + 0.001f * (float)(i % 5)); mi[i] = fm_f32_to_f16(-0.07f); }
             for (int64_t n = 0; n < N; n++) bias[n] = 0.1f * (float)n;
-            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N, NULL, NULL, NULL};
+            fm_q4_gemm g = {M, N, K, G, x, K, w, sc, with_min ? mi : NULL, bias, xs, y[0], N, NULL, NULL, NULL, false};
             fm_q4_gemm_run(&g, FM_Q4_REF);
             /* the reference against a dequantized f64 product */
             float *row = malloc(4 * (size_t)K);

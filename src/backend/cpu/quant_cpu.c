@@ -143,7 +143,7 @@ static fm_status qlinear4_kernel(const fm_op_call *c) {
             xs[m * ng + gi] = s;
         }
     fm_q4_gemm g = {M, N, K, G, xp, K, fm_tensor_data(w), fm_tensor_data(c->in[2]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                    c->in[4] ? fm_tensor_data(c->in[4]) : NULL, xs, fm_tensor_data(c->out[0]), N, NULL, NULL, NULL};
+                    c->in[4] ? fm_tensor_data(c->in[4]) : NULL, xs, fm_tensor_data(c->out[0]), N, NULL, NULL, NULL, false};
     fm_q4_gemm_run(&g, fm_q4_impl_best());
     free(xs);
     return FM_OK;

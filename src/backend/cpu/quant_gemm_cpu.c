@@ -232,6 +232,7 @@ void fm_q4_gemm_run(const fm_q4_gemm *g, fm_q4_impl impl) {
             gq.qx = qx;
             gq.dxv = dxv;
             gq.dx8 = dx8;
+            gq.tiles = q4_tiles_on() && (g->G != 32 || dx8);
             g = &gq;
         }
     }

@@ -133,6 +133,9 @@ typedef struct fm_q4_gemm {
      * pairs (ceil(K / 256) of them), the 8 block scales [dx_b0, dx_b1, ...] of its
      * four pairs (zeros past the last), what the rows load per quad */
     const float *dx8;
+    /* two or more rows run four at a time against each weight row (q4_tile32,
+     * q4_tileg; fm_q4_gemm_run sets it unless FATHOM_Q4_TILE=0) */
+    bool tiles;
 } fm_q4_gemm;
 void fm_q4_rows_ref(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 /* The AVX2 rows take x as int8 (as llama.cpp's Q4_0 x Q8_0, and for larger

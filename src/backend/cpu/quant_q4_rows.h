@@ -300,23 +300,126 @@ static inline __attribute__((always_inline)) void q4_tile32(const fm_q4_gemm *g,
     for (int r = 0; r < MM; r++) q4_store(g, m + r, n, q4_hsum8f(acc[r]), q4_hsum8f(off[r]));
 }
 
+/* q4_scales4 for MM x rows from m against weight row n (q4_tileg): the weight
+ * scales converted once, each row's x scales and sums as q4_scales4 reads them */
+static inline __attribute__((always_inline)) void q4_tile_scales4(const fm_q4_gemm *g, int64_t m, int64_t n, const int MM, const int ppg,
+                                                                  int64_t g0, int64_t gn, int o, __m256 *ds, __m128 *off) {
+    const int64_t K = g->K, ng = K / g->G, at = n * ng + g0;
+    const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
+    __m128i h, hm = _mm_setzero_si128();
+    if (gn == 4) {
+        h = _mm_loadl_epi64((const __m128i *)sp);
+        if (mp) hm = _mm_loadl_epi64((const __m128i *)mp);
+    } else {
+        h = _mm_setr_epi16((short)sp[0], gn > 1 ? (short)sp[1] : 0, gn > 2 ? (short)sp[2] : 0, 0, 0, 0, 0, 0);
+        if (mp) hm = _mm_setr_epi16((short)mp[0], gn > 1 ? (short)mp[1] : 0, gn > 2 ? (short)mp[2] : 0, 0, 0, 0, 0, 0);
+    }
+    const __m128 d = _mm_cvtph_ps(h), dm = mp ? _mm_cvtph_ps(hm) : d;
+    const __m128 keep = _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(o - 1)));
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) {
+        const float *dx = g->dxv + (m + r) * (K / 8), *xs = g->xsum + (m + r) * ng;
+        const __m128 dxq = _mm_setr_ps(dx[8 * g0 * ppg], gn > 1 ? dx[8 * (g0 + 1) * ppg] : 0.0f, gn > 2 ? dx[8 * (g0 + 2) * ppg] : 0.0f,
+                                       gn > 3 ? dx[8 * (g0 + 3) * ppg] : 0.0f);
+        __m128 xsq = gn == 4 ? _mm_loadu_ps(xs + g0) : _mm_setr_ps(xs[g0], gn > 1 ? xs[g0 + 1] : 0.0f, gn > 2 ? xs[g0 + 2] : 0.0f, 0.0f);
+        if (o) xsq = _mm_and_ps(xsq, keep);
+        ds[r] = _mm256_castps128_ps256(_mm_mul_ps(d, dxq));
+        off[r] = _mm_fmadd_ps(dm, xsq, off[r]);
+    }
+}
+
+/* q4_group for MM x rows against weight row n: each pair of blocks split once */
+static inline __attribute__((always_inline)) void q4_tile_group(const fm_q4_gemm *g, int64_t m, const uint8_t *wr, const int MM,
+                                                                q4_dot64n_fn dotn, const int ppg, int64_t gi, const __m256 *ds, const int j,
+                                                                __m256 *acc) {
+    const int64_t K = g->K;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i ia[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) ia[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int pp = 0; pp < ppg; pp++) {
+        const int64_t p = gi * ppg + pp;
+        _mm_prefetch((const char *)(wr + K + 32 * p), _MM_HINT_T0); /* two weight rows on */
+        const __m256i W = _mm256_loadu_si256((const __m256i *)(wr + 32 * p));
+        const __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
+#pragma GCC unroll 4
+        for (int r = 0; r < MM; r++) ia[r] = dotn(ia[r], lo, hi, g->qx + (m + r) * K + 64 * p);
+    }
+    const __m256i sel = _mm256_set1_epi32(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_permutevar8x32_ps(ds[r], sel), acc[r]);
+}
+
+/* Groups of 64 and 128, MM (<= 4) x rows from m against weight row n: q4_groups'
+ * operations per (x row, weight row) in its order (its bits), each pair of weight
+ * blocks split into nibbles once for the MM rows (as q4_tile32). */
+static inline __attribute__((always_inline)) void q4_tileg(const fm_q4_gemm *g, int64_t m, int64_t n, const int MM, q4_dot64n_fn dotn,
+                                                           const int ppg) {
+    const int64_t K = g->K, ng = K / g->G;
+    const uint8_t *wr = g->w + n * (K / 2);
+    __m256 acc[4], ds[4];
+    __m128 off[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) {
+        acc[r] = _mm256_setzero_ps();
+        off[r] = _mm_setzero_ps();
+    }
+    int64_t g0 = 0;
+    for (; g0 + 4 <= ng; g0 += 4) {
+        q4_tile_scales4(g, m, n, MM, ppg, g0, 4, 0, ds, off);
+        q4_tile_group(g, m, wr, MM, dotn, ppg, g0, ds, 0, acc);
+        q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 1, ds, 1, acc);
+        q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 2, ds, 2, acc);
+        q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 3, ds, 3, acc);
+    }
+    const int64_t left = ng - g0;
+    if (left) { /* as q4_groups */
+        const int o = ng >= 4 ? (int)(4 - left) : 0;
+        q4_tile_scales4(g, m, n, MM, ppg, ng >= 4 ? ng - 4 : 0, ng >= 4 ? 4 : ng, o, ds, off);
+        if (left == 3) {
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0, ds, o == 1 ? 1 : 0, acc);
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 1, ds, o == 1 ? 2 : 1, acc);
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 2, ds, o == 1 ? 3 : 2, acc);
+        } else if (left == 2) {
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0, ds, o == 2 ? 2 : 0, acc);
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0 + 1, ds, o == 2 ? 3 : 1, acc);
+        } else {
+            q4_tile_group(g, m, wr, MM, dotn, ppg, g0, ds, o == 3 ? 3 : 0, acc);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MM; r++) {
+        __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));
+        q4_store(g, m + r, n, q4_hsum8f(acc[r]), _mm_cvtss_f32(t));
+    }
+}
+
+/* MM x rows from m against weight row n, by group size */
+static inline __attribute__((always_inline)) void q4_tile(const fm_q4_gemm *g, int64_t m, int64_t n, const int MM, q4_dot64n_fn dotn) {
+    if (g->G == 32) q4_tile32(g, m, n, MM, dotn);
+    else if (g->G == 64) q4_tileg(g, m, n, MM, dotn, 1);
+    else q4_tileg(g, m, n, MM, dotn, 2);
+}
+
 /* q4_rows: the rows are split into four contiguous quarters walked side by side (as
  * gemv_avx2.c does for f32): four long sequential streams, each in its own
  * pages, which the hardware prefetcher follows better than four adjacent rows.
- * Two or more x rows with groups of 32 go through q4_tile32 instead, four rows of x
- * against one weight row at a time (the weights then come from the cache for the
- * later rows): bitwise the same results. */
+ * Two or more x rows go through the tiles instead (q4_tile32, q4_tileg), four rows
+ * of x against one weight row at a time (the weights then come from the cache for
+ * the later rows): bitwise the same results. */
 static inline __attribute__((always_inline)) void q4_rows(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                                                           q4_dot64_fn dot64, q4_dot64n_fn dotn) {
-    if (g->G == 32 && g->dx8 && m1 - m0 >= 2) {
+    if (g->tiles && (g->G != 32 || g->dx8) && m1 - m0 >= 2) {
         int64_t m = m0;
         for (; m + 4 <= m1; m += 4)
-            for (int64_t n = n0; n < n1; n++) q4_tile32(g, m, n, 4, dotn);
+            for (int64_t n = n0; n < n1; n++) q4_tile(g, m, n, 4, dotn);
         const int64_t left = m1 - m;
         for (int64_t n = n0; n < n1 && left; n++) {
-            if (left == 3) q4_tile32(g, m, n, 3, dotn);
-            else if (left == 2) q4_tile32(g, m, n, 2, dotn);
-            else q4_tile32(g, m, n, 1, dotn);
+            if (left == 3) q4_tile(g, m, n, 3, dotn);
+            else if (left == 2) q4_tile(g, m, n, 2, dotn);
+            else q4_tile(g, m, n, 1, dotn);
         }
         return;
     }
