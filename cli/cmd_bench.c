@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "gpt_dir.h"
 #include "device_arg.h"
 #include "fathom/graph.h"
 #include "fathom/onnx.h"
@@ -54,7 +55,7 @@ static fm_graph *bench_graph(const char *model) {
         fm_onnx_free(m);
         return g;
     }
-    return fm_graph_from_model_dir(model);
+    return fm_cli_graph_from_dir(model);
 }
 
 /* input i of g at the dims asked for, generated on the host */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "gpt_dir.h"
 #include "fathom/graph.h"
 #include "fathom/memory.h"
 #include "fathom/onnx.h"
@@ -61,7 +62,7 @@ int fm_cmd_compile(int argc, char **argv) {
     if (!in || !out) { fm_cli_error("compile: %s", in ? "no output directory (-o OUT_DIR)" : "no model directory given"); usage(stderr); return 2; }
     size_t len = strlen(in);
     fm_onnx_model *om = len > 5 && !strcmp(in + len - 5, ".onnx") ? fm_onnx_load(in) : NULL; /* an ONNX file (docs/ONNX.md) */
-    fm_graph *g = om ? fm_onnx_to_graph(om) : len > 5 && !strcmp(in + len - 5, ".onnx") ? NULL : fm_graph_from_model_dir(in);
+    fm_graph *g = om ? fm_onnx_to_graph(om) : len > 5 && !strcmp(in + len - 5, ".onnx") ? NULL : fm_cli_graph_from_dir(in);
     fm_onnx_free(om);
     if (!g) { fm_cli_error("%s", fm_last_error()); return 1; }
     fm_compile_report rep;

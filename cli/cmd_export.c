@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "gpt_dir.h"
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/hf.h"
@@ -86,12 +87,9 @@ int fm_cmd_export(int argc, char **argv) {
         return 2;
     }
     if (hf) return export_hf(dir, out);
-    fm_graph *g = NULL;
-    if (fm_hf_is_model_dir(dir)) { /* GPT-2, Llama or Qwen2 in Hugging Face layout: its KV-cache decode graph */
-        fm_gpt *m = fm_hf_gpt_load(dir, NULL);
-        g = m ? fm_graph_from_gpt(m) : NULL;
-        fm_gpt_free(m);
-    } else g = fm_graph_from_model_dir(dir); /* a graph directory, or a trained model traced */
+    /* a graph directory, a trained model traced, or a GPT-2, Llama or Qwen2 in Hugging
+     * Face layout (its KV-cache decode graph) */
+    fm_graph *g = fm_cli_graph_from_dir(dir);
     int rc = 0;
     if (!g || fm_graph_export_onnx(g, out)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
     else printf("%s -> %s: %d graph nodes, %d constants\n", dir, out, fm_graph_num_nodes(g), fm_graph_num_consts(g));

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "gpt_dir.h"
 #include "fathom/data.h"
 #include "fathom/graph.h"
 #include "fathom/memory.h"
@@ -177,7 +178,7 @@ int fm_cmd_quantize(int argc, char **argv) {
         return rc;
     }
     bool traced = !fm_graph_dir_is_graph(a.in);
-    fm_graph *g = fm_graph_from_model_dir(a.in);
+    fm_graph *g = fm_cli_graph_from_dir(a.in);
     if (g && traced) { /* a trained model gets the compile passes first (batch norm folded into its conv, ...) */
         fm_compile_report crep;
         fm_graph *c = fm_graph_compile(g, &crep);

@@ -31,8 +31,6 @@ fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
         out->vocab = fm_gpt_get_config(out->m)->vocab_size;
         return FM_OK;
     }
-    char tp[4096];
-    snprintf(tp, sizeof tp, "%s/tokenizer.txt", dir);
     fm_graph *g = loaded ? loaded : fm_graph_load(dir);
     const char *bs = g ? fm_graph_get_meta(g, "block_size") : NULL, *vs = g ? fm_graph_get_meta(g, "vocab_size") : NULL;
     long long block = 0, vocab = 0;
@@ -42,19 +40,30 @@ fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
     else if (g && (!meta_whole(bs, &block) || !meta_whole(vs ? vs : "", &vocab)))
         fm_set_error(FM_ERR_FORMAT, "%s/graph.json: meta block_size '%s' and vocab_size '%s' must be whole numbers in [1, %d]",
                      dir, bs, vs ? vs : "(missing)", INT_MAX);
-    else if (bs) tok = fm_tokenizer_load(tp);
-    if (tok && fm_tokenizer_vocab_size(tok) != vocab) {
-        fm_set_error(FM_ERR_FORMAT, "%s: tokenizer.txt's vocabulary (%d) does not match the graph's", dir,
-                     fm_tokenizer_vocab_size(tok));
-        fm_tokenizer_free(tok);
-        tok = NULL;
-    }
+    else if (bs) tok = fm_hf_tokenizer_load(dir, (int)vocab); /* tokenizer.txt, or a Hugging Face model's files */
     if (!tok) { fm_status st = fm_last_status(); fm_graph_free(g); return st ? st : FM_ERR_INVALID; }
     out->g = g;
     out->tok = tok;
     out->ctx_len = (int)block;
     out->vocab = (int)vocab;
     return FM_OK;
+}
+
+fm_graph *fm_cli_graph_from_dir(const char *dir) {
+    if (fm_graph_dir_is_graph(dir) || !fm_hf_is_model_dir(dir)) return fm_graph_from_model_dir(dir);
+    fm_gpt *m = fm_hf_gpt_load(dir, NULL);
+    fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;
+    fm_gpt_free(m);
+    const char *const *files = g ? fm_hf_tokenizer_files(dir) : NULL;
+    for (int i = 0; files && files[i] && g; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (fm_graph_attach_file(g, files[i], p)) {
+            fm_graph_free(g);
+            g = NULL;
+        }
+    }
+    return g;
 }
 
 fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev) { return p->g ? fm_graph_to_device(p->g, dev) : fm_gpt_to(p->m, dev); }

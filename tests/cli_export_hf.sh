@@ -56,6 +56,49 @@ expect 1 "the tokenizer has 258 tokens but config.json's vocab_size is 256" \
 printf '{"model": {"type": "BPE", ' > "$tmp/hfl_big/tokenizer.json"
 expect 1 "tokenizer.json: line 1" "$bin" generate "$tmp/hfl_big" --prompt "hi" --tokens 2
 
+# The Llama directory compiled and quantized (int4) into graphs that carry its
+# tokenizer.json; generate runs them; fathom serve serves the directory itself and both
+# graphs for text (the compiled graph's completion is the directory's).
+expect 0 "" "$bin" compile "$tmp/hfl" -o "$tmp/hfl.graph"
+expect 0 "" "$bin" quantize "$tmp/hfl" -o "$tmp/hfl.q4" --int4 -q
+[[ -s $tmp/hfl.graph/tokenizer.json && -s $tmp/hfl.q4/tokenizer.json ]] && ok "the graphs carry the model's tokenizer.json" ||
+  bad "a graph lacks tokenizer.json: $(ls "$tmp/hfl.graph" "$tmp/hfl.q4")"
+g0=$("$bin" generate "$tmp/hfl" --prompt "hi hi" --tokens 6 --temperature 0 --quiet 2>&1)
+g1=$("$bin" generate "$tmp/hfl.graph" --prompt "hi hi" --tokens 6 --temperature 0 --quiet 2>&1)
+g2=$("$bin" generate "$tmp/hfl.q4" --prompt "hi hi" --tokens 6 --temperature 0 --quiet 2>&1)
+[[ $g0 == "$g1" && $g2 == "hi hi"* ]] && ok "generate: the compiled graph gives the directory's text, int4 continues the prompt" ||
+  bad "generate: directory '$g0', compiled '$g1', int4 '$g2'"
+mkdir -p "$tmp/repo"
+for m in hfl hfl.graph hfl.q4; do mkdir -p "$tmp/repo/$m"; cp -r "$tmp/$m" "$tmp/repo/$m/1"; done
+"$bin" serve --model-repository "$tmp/repo" --port 0 --metrics-port 0 > /dev/null 2> "$tmp/serve.log" &
+spid=$!
+python3 - "$tmp/serve.log" <<'PY' > "$tmp/serve.out" 2>&1 && ok "served for text: $(tail -1 "$tmp/serve.out")" || bad "serving the Llama: $(cat "$tmp/serve.out") $(cat "$tmp/serve.log")"
+import http.client, json, sys, time
+log = sys.argv[1]
+for _ in range(300):
+    text = open(log).read()
+    if "listening on http://127.0.0.1:" in text:
+        break
+    time.sleep(0.05)
+port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
+def call(method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, json.dumps(body) if body is not None else None)
+    r = c.getresponse()
+    return r.status, json.loads(r.read())
+out = {}
+for m in ("hfl", "hfl.graph", "hfl.q4"):
+    st, j = call("GET", "/v2/models/" + m)
+    assert st == 200 and j["platform"] == "fathom_gpt", (m, st, j)
+    st, j = call("POST", "/v1/completions", {"model": m, "prompt": "hi hi", "max_tokens": 6, "temperature": 0})
+    assert st == 200 and j["usage"]["completion_tokens"] == 6, (m, st, j)
+    out[m] = j["choices"][0]["text"]
+assert out["hfl"] == out["hfl.graph"], out
+print("platform fathom_gpt, 6 tokens each, the compiled graph's text is the directory's: %r" % out)
+PY
+kill -TERM $spid; wait $spid; rc=$?
+[[ $rc == 0 ]] && ok "the server drains and exits 0" || bad "serve exit $rc"
+
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 "$py" - "$tmp" <<'PY' > "$tmp/py.out" 2>&1

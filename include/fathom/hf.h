@@ -40,6 +40,15 @@ FM_API fm_status fm_hf_gpt_config_parse(const char *json, size_t len, const char
  * with ids beyond the model's vocab_size is refused. Weights may be f32, f16 or bf16 (converted to f32). */
 FM_API fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok);
 
+/* The tokenizer of a model or graph directory: fathom's tokenizer.txt (of exactly
+ * model_vocab tokens), else vocab.json + merges.txt (byte-level BPE), else
+ * tokenizer.json (of at most model_vocab tokens: Hugging Face vocabularies are often
+ * padded). NULL with the reason when there is none or it does not fit. */
+FM_API fm_tokenizer *fm_hf_tokenizer_load(const char *dir, int model_vocab);
+/* The names of the files that fm_hf_tokenizer_load would read in dir (a static,
+ * NULL-terminated list), or NULL when there are none. */
+FM_API const char *const *fm_hf_tokenizer_files(const char *dir);
+
 /* Writes m as a Hugging Face directory (config.json + model.safetensors) that
  * transformers' GPT2LMHeadModel / LlamaForCausalLM (Qwen2ForCausalLM for a Llama
  * with qkv_bias) load with the same logits. GPT-2 models without biases are written with zero biases (HF's GPT-2 has them). */

@@ -274,7 +274,12 @@ fm_graph *fm_graph_load(const char *dir) {
     fm_graph *g = g_load_text(buf, n, dir);
     free(buf);
     if (!g) fm_error_prefix("%s", path);
-    snprintf(path, sizeof path, "%s/tokenizer.txt", dir);
-    if (g && stat(path, &sb) == 0 && fm_graph_attach_file(g, "tokenizer.txt", path)) { fm_graph_free(g); g = NULL; }
+    /* the tokenizer files a GPT graph carries (fathom's, or a Hugging Face model's),
+     * so that compile and quantize pass them on */
+    const char *tok[] = {"tokenizer.txt", "vocab.json", "merges.txt", "tokenizer.json"};
+    for (int i = 0; g && i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, tok[i]);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && fm_graph_attach_file(g, tok[i], path)) { fm_graph_free(g); g = NULL; }
+    }
     return g;
 }

@@ -138,9 +138,24 @@ static fm_status load_weights(fm_gpt *m, const char *dir) {
  * (Llama's, Mistral's). */
 static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
     char *v = hf_path(dir, "vocab.json"), *mg = hf_path(dir, "merges.txt"), *tj = hf_path(dir, "tokenizer.json");
+    char *ft = hf_path(dir, "tokenizer.txt");
     fm_tokenizer *t = NULL;
     const char *used = v;
-    if (!v || !mg || !tj) fm_set_error(FM_ERR_OOM, "out of host memory");
+    if (!v || !mg || !tj || !ft) fm_set_error(FM_ERR_OOM, "out of host memory");
+    else if (file_exists(ft)) { /* fathom's own, which covers exactly the model's vocabulary */
+        t = fm_tokenizer_load(ft);
+        if (t && fm_tokenizer_vocab_size(t) != model_vocab) {
+            fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", ft,
+                         fm_tokenizer_vocab_size(t), model_vocab);
+            fm_tokenizer_free(t);
+            t = NULL;
+        }
+        free(ft);
+        free(v);
+        free(mg);
+        free(tj);
+        return t;
+    }
     else if (file_exists(v) && file_exists(mg)) t = fm_tokenizer_load_gpt2(v, mg);
     else if (file_exists(tj)) t = fm_tokenizer_load_hf_json(used = tj);
     else fm_set_error(FM_ERR_IO, "%s: no tokenizer here: neither vocab.json + merges.txt (byte-level BPE) nor "
@@ -154,7 +169,27 @@ static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
     free(v);
     free(mg);
     free(tj);
+    free(ft);
     return t;
+}
+
+fm_tokenizer *fm_hf_tokenizer_load(const char *dir, int model_vocab) { return load_tokenizer(dir, model_vocab); }
+
+const char *const *fm_hf_tokenizer_files(const char *dir) {
+    static const char *const gpt2[] = {"vocab.json", "merges.txt", NULL}, *const json[] = {"tokenizer.json", NULL},
+                             *const own[] = {"tokenizer.txt", NULL};
+    char *ft = hf_path(dir, "tokenizer.txt"), *v = hf_path(dir, "vocab.json"), *mg = hf_path(dir, "merges.txt"),
+         *tj = hf_path(dir, "tokenizer.json");
+    const char *const *r = !ft || !v || !mg || !tj ? NULL
+                           : file_exists(ft)                       ? own
+                           : file_exists(v) && file_exists(mg)     ? gpt2
+                           : file_exists(tj)                       ? json
+                                                                   : NULL;
+    free(ft);
+    free(v);
+    free(mg);
+    free(tj);
+    return r;
 }
 
 fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok) {

@@ -20,6 +20,7 @@
 
 #include "core/parallel.h"
 #include "fathom/graph.h"
+#include "fathom/hf.h"
 #include "fathom/tokenizer.h"
 #include "gpt/gpt_paged.h"
 #include "graph/graph_gpt_paged.h"
@@ -58,7 +59,7 @@ struct fm_textgen {
     fm_paged_weights q; /* a graph's quantized weights (none for a trained model) */
     fm_tokenizer *tok;
     fm_gpt_paged *p;
-    int max_seqs, V, block;
+    int max_seqs, V, V_tok, block;
     int chunk;        /* token budget of one step (text_generation.prefill_chunk_tokens) */
     int32_t *rows;    /* one step's tokens, [max_seqs + chunk] */
     int64_t max_queue, n_waiting;
@@ -94,11 +95,14 @@ static bool has_files(const char *dir, int n, const char *const *need) {
 }
 
 bool fm_textgen_dir_is_gpt(const char *dir) {
-    return has_files(dir, 3, (const char *[]){"config.json", "model.safetensors", "tokenizer.txt"});
+    if (has_files(dir, 3, (const char *[]){"config.json", "model.safetensors", "tokenizer.txt"})) return true;
+    /* a Hugging Face GPT-2, Llama or Qwen2 with its tokenizer (its weights in one file or shards) */
+    return fm_hf_is_model_dir(dir) && fm_hf_tokenizer_files(dir) &&
+           (has_files(dir, 1, (const char *[]){"model.safetensors"}) || has_files(dir, 1, (const char *[]){"model.safetensors.index.json"}));
 }
 
 bool fm_textgen_dir_is_gpt_graph(const char *dir) {
-    if (!has_files(dir, 3, (const char *[]){"graph.json", "weights.safetensors", "tokenizer.txt"})) return false;
+    if (!has_files(dir, 2, (const char *[]){"graph.json", "weights.safetensors"}) || !fm_hf_tokenizer_files(dir)) return false;
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/graph.json", dir);
     json_t *j = json_load_file(p, 0, NULL), *kind = json_object_get(json_object_get(j, "meta"), "model_kind");
@@ -111,20 +115,16 @@ bool fm_textgen_dir_is_gpt_graph(const char *dir) {
  * quantized: its quantized weights into t->q), and its tokenizer. */
 static fm_status load_model(fm_textgen *t, const char *dir) {
     if (!fm_graph_dir_is_graph(dir)) {
-        t->m = fm_gpt_load_dir(dir, &t->tok);
+        t->m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &t->tok) : fm_gpt_load_dir(dir, &t->tok);
         return t->m && t->tok ? FM_OK : fm_last_status();
     }
     fm_graph *g = fm_graph_load(dir);
     t->m = g ? fm_graph_gpt_unpack(g, dir, &t->q) : NULL;
     fm_graph_free(g);
     if (!t->m) return fm_last_status();
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/tokenizer.txt", dir);
-    if (!(t->tok = fm_tokenizer_load(p))) return fm_last_status();
-    if (fm_tokenizer_vocab_size(t->tok) != fm_gpt_get_config(t->m)->vocab_size)
-        return fm_set_error(FM_ERR_FORMAT, "%s: tokenizer vocab %d does not match the model's %d", dir,
-                            fm_tokenizer_vocab_size(t->tok), fm_gpt_get_config(t->m)->vocab_size);
-    return FM_OK;
+    /* tokenizer.txt (all of the model's ids), or the Hugging Face model's files it was made from */
+    t->tok = fm_hf_tokenizer_load(dir, fm_gpt_get_config(t->m)->vocab_size);
+    return t->tok ? FM_OK : fm_last_status();
 }
 
 int fm_textgen_block_size(const fm_textgen *t) { return t->block; }
@@ -300,7 +300,7 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
         fm_tg_req *r = batch[i];
         r->fed += counts[i];
         if (r->fed < r->n_toks) continue;
-        int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V, &r->p.sample, (uint64_t)r->n_gen);
+        int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V_tok, &r->p.sample, (uint64_t)r->n_gen);
         if (tok < 0) { finish_req(r, "error"); continue; }
         r->toks[r->n_toks++] = tok;
         r->n_gen++;
@@ -486,6 +486,8 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     fm_gpt_train_mode(t->m, false);
     const fm_gpt_config *g = fm_gpt_get_config(t->m);
     t->V = g->vocab_size;
+    /* ids the tokenizer has: a Hugging Face vocabulary padded past it is never sampled */
+    t->V_tok = fm_tokenizer_vocab_size(t->tok) < t->V ? fm_tokenizer_vocab_size(t->tok) : t->V;
     t->block = g->block_size;
     t->max_seqs = (int)(c->max_batch_size < MAX_SEQS ? c->max_batch_size : MAX_SEQS);
     t->max_queue = c->max_queue_size;

@@ -31,10 +31,11 @@ typedef struct fm_tg_params {
 
 typedef struct fm_tg_req fm_tg_req;
 
-/* A trained GPT directory (config.json, model.safetensors, tokenizer.txt), or a GPT
- * inference graph directory (graph.json whose metadata says model_kind gpt,
- * weights.safetensors, tokenizer.txt: what `fathom compile` and `fathom quantize`
- * write from one), which text generation serves too. */
+/* A trained GPT directory (config.json, model.safetensors, tokenizer.txt) or a GPT-2,
+ * Llama or Qwen2 in Hugging Face layout with its tokenizer (vocab.json + merges.txt or
+ * tokenizer.json); or a GPT inference graph directory (graph.json whose metadata says
+ * model_kind gpt, weights.safetensors, and either tokenizer: what `fathom compile` and
+ * `fathom quantize` write from those), which text generation serves too. */
 bool fm_textgen_dir_is_gpt(const char *dir);
 bool fm_textgen_dir_is_gpt_graph(const char *dir);
 /* Valid UTF-8 of raw bytes (a tokenizer's output: bad bytes become U+FFFD); without
