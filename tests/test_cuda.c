@@ -1373,7 +1373,7 @@ static void quant_cases(fm_dtype dt) {
                 fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1600 + (uint64_t)ki), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
                 CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK);
                 if (pk) CHECK(fm_pack_weight_int8(q, &p, &u) == FM_OK);
-                fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0, pk};
+                fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0, pk, 0};
                 conf_case c = {.label = pk ? (stat ? "qlinear_int8 (static, panels, relu)" : "qlinear_int8 (dynamic, panels, relu)")
                                            : (stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)"),
                                .op = FM_OP_QLINEAR_INT8, .n_in = 5, .n_out = 1, .attrs = &at};

@@ -325,6 +325,43 @@ static void test_dynamic_blocks(void) {
     fm_tensor_release_n(7, x, w, q, sc, p, u, ys);
 }
 
+/* FM_QLINEAR_INT8_PER_ROW: each row is bitwise the per-call dynamic product of that
+ * row alone (the same range, codes and epilogue), whatever rows share the call, with
+ * a bias and a ReLU; a row of zeros beside large rows keeps its own (zero) range. */
+static void test_per_row(void) {
+    fm_rng r;
+    fm_rng_init(&r, 23);
+    const int64_t M = 7, N = 37, Ks[2] = {100, 301};
+    for (int f = 0; f < 2; f++) {
+        const int64_t K = Ks[f];
+        fm_tensor *x = fm_tensor_randn(2, (int64_t[]){M, K}, FM_F32, &r), *w = fm_tensor_randn(2, (int64_t[]){N, K}, FM_F32, &r);
+        fm_tensor *b = fm_tensor_randn(1, (int64_t[]){N}, FM_F32, &r), *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+        CHECK(fm_quantize_weight_int8(w, &q, &sc) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+        float *xv = fm_tensor_data(x);
+        for (int64_t k = 0; k < K; k++) { xv[2 * K + k] = 0.0f; xv[5 * K + k] *= 40.0f; } /* row 2 zeros, row 5 large */
+        for (int relu = 0; relu < 2; relu++) {
+            fm_tensor *y = fm_qlinear_int8_packed(x, p, sc, u, b, FM_QLINEAR_INT8_PER_ROW, 0, relu);
+            bool same = y != NULL;
+            for (int64_t m = 0; m < M && same; m++) {
+                fm_tensor *xr = fm_narrow(x, 0, m, 1), *xc = xr ? fm_contiguous(xr) : NULL;
+                fm_tensor *y1 = xc ? fm_qlinear_int8_packed(xc, p, sc, u, b, 0.0, 0, relu) : NULL;
+                same = y1 && !memcmp(fm_tensor_data(y1), (float *)fm_tensor_data(y) + m * N, sizeof(float) * (size_t)N);
+                fm_tensor_release_n(3, xr, xc, y1);
+            }
+            CHECK_MSG(same, "per-row int8 (panels, relu %d): a row differs from the per-call product of that row alone", relu);
+            fm_tensor_release(y);
+        }
+        fm_tensor_release_n(7, x, w, b, q, sc, p, u);
+    }
+    /* a scale that is neither >= 0 nor the per-row value is refused */
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){2, 8}, FM_F32, &r), *w = fm_tensor_randn(2, (int64_t[]){4, 8}, FM_F32, &r);
+    fm_tensor *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+    CHECK(fm_quantize_weight_int8(w, &q, &sc) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+    CHECK(fm_qlinear_int8_packed(x, p, sc, u, NULL, -2.0, 0, false) == NULL);
+    CHECK_ERR_CONTAINS("FM_QLINEAR_INT8_PER_ROW");
+    fm_tensor_release_n(6, x, w, q, sc, p, u);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/fathom_test_quant.%d", (int)getpid());
     mkdir(g_tmp, 0700);
@@ -333,6 +370,7 @@ int main(void) {
     test_loader_checks();
     test_rows_layout();
     test_dynamic_blocks();
+    test_per_row();
     test_gpt();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

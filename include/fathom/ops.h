@@ -230,6 +230,10 @@ FM_API fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale
  * fused max(y, 0) after the bias. */
 FM_API fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias,
                                          double a_scale, int a_zero, bool relu);
+/* a_scale for fm_qlinear_int8_packed: dynamic with each row of x quantized at its own
+ * range (one scale and zero point per row), so a row's output does not depend on the
+ * rows beside it (what a server batching many sequences wants). CPU only. */
+#define FM_QLINEAR_INT8_PER_ROW (-1.0)
 /* y = x W^T + bias with W int4 [N, K] packed (w u8 [N, K/2]), one f16 scale per group
  * of `group` (32, 64 or 128) along K (scale [N, K/group]) and optionally an f16 offset
  * (min, same shape; NULL: symmetric, w = (q - 8) * scale). f32 x and out. */

@@ -99,7 +99,12 @@ typedef struct fm_optim_step_attrs {
  * [ceil(N/16), ceil(K/4), 16, 4] (backend/cpu/quant_kernels.h; w_sum required).
  * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call).
  * relu: a fused max(y, 0) after the bias. */
-typedef struct fm_qlinear8_attrs { double a_scale; int a_zero; int relu; } fm_qlinear8_attrs;
+typedef struct fm_qlinear8_attrs {
+    double a_scale;
+    int a_zero;
+    int relu;
+    int per_row; /* dynamic with one scale and zero point per row of x (fm_qlinear_int8_rows): CPU only */
+} fm_qlinear8_attrs;
 /* Where weight (n, k) of an int8 [N, K] matrix lies in its panels (Kq = ceil(K/4)):
  * panel n/16, step k/4, then 16 columns x 4 bytes. */
 #ifdef __CUDACC__

@@ -341,14 +341,13 @@ static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
 }
 
 /* x w^T + b with linear number i (pack_weights): its packed f32 weights or its
- * quantized form. int8's activation scale is the step's (dynamic, as the graph's
- * qlinear_int8 without calibration), so with int8 a row's values depend on the
- * other rows of its step; f32 and int4 give every row the same values alone or
- * batched. */
+ * quantized form. int8's activations are quantized row by row (each at its own
+ * range, where the graph's dynamic qlinear_int8 takes one range per call), so that,
+ * as with f32 and int4, a sequence gets the same values alone or batched. */
 static fm_tensor *lin(const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     const fm_paged_linear *q = &p->ql[i];
     if (q->kind == FM_PAGED_LIN_INT4) return fm_qlinear_int4(x, q->w, q->scale, q->aux, b, q->group);
-    if (q->kind == FM_PAGED_LIN_INT8) return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, 0.0, 0, false);
+    if (q->kind == FM_PAGED_LIN_INT8) return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, FM_QLINEAR_INT8_PER_ROW, 0, false);
     return fm_linear_fused(x, w, b, p->pk[i], false);
 }
 

@@ -68,7 +68,7 @@ fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_te
         fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic) and zero point %d in [0, 255]", op, a_scale, a_zero);
         return NULL;
     }
-    fm_qlinear8_attrs at = {a_scale, a_zero, 0};
+    fm_qlinear8_attrs at = {a_scale, a_zero, 0, 0};
     return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, w, w_scale, bias, NULL}, x->ndim, shape, &at);
 }
 
@@ -97,11 +97,16 @@ fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_
     if (need(op, "weight scale", w_scale, FM_F32, 1, &N) || need(op, "row sums", w_sum, FM_I32, 1, &N) ||
         (bias && need(op, "bias", bias, FM_F32, 1, &N)) || same_device(op, 5, (fm_tensor *[]){x, panels, w_scale, w_sum, bias}))
         return NULL;
-    if (!(a_scale >= 0) || a_scale > 1e30 || a_zero < 0 || a_zero > 255) {
-        fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic) and zero point %d in [0, 255]", op, a_scale, a_zero);
+    if (!(a_scale >= 0 || a_scale == FM_QLINEAR_INT8_PER_ROW) || a_scale > 1e30 || a_zero < 0 || a_zero > 255) {
+        fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic per call; "
+                     "FM_QLINEAR_INT8_PER_ROW: dynamic per row) and zero point %d in [0, 255]", op, a_scale, a_zero);
         return NULL;
     }
-    fm_qlinear8_attrs at = {a_scale, a_zero, relu ? 1 : 0};
+    if (a_scale < 0 && fm_tensor_device(x).type == FM_DEV_CUDA) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: per-row activation scales run on the CPU only", op);
+        return NULL;
+    }
+    fm_qlinear8_attrs at = {a_scale, a_zero, relu ? 1 : 0, a_scale < 0 ? 1 : 0};
     return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, panels, w_scale, bias, w_sum}, x->ndim, shape, &at);
 }
 

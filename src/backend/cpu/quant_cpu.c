@@ -96,9 +96,55 @@ static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, co
     fm_parallel_for(blocks, 1, codes_task, &j);
 }
 
+/* Per-row dynamic (FM_QLINEAR_INT8_PER_ROW): each row's codes at its own range, then
+ * the kernels' epilogue with the row's scale and zero point (fm_q8_epilogue.row_scale).
+ * The integer sums are exact and the epilogue reads only the row's values, so a row's
+ * output is the same whatever rows share the call (bitwise the per-call dynamic
+ * product of that row alone). */
+static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
+    const fm_qlinear8_attrs *at = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1];
+    const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
+    const int64_t lda = 4 * ((K + 3) / 4);
+    if (w->ndim != 4) return fm_set_error(FM_ERR_INVALID, "qlinear_int8: per-row activation scales take the weights as panels");
+    int64_t qn = M * lda > 0 ? M * lda : 1;
+    fm_tensor *qt = fm_tensor_zeros(1, &qn, FM_U8, FM_CPU); /* zeros past K: the panels' padding */
+    uint8_t *q = qt ? fm_tensor_data(qt) : NULL;
+    float *sc = malloc(sizeof(float) * (size_t)(M > 0 ? M : 1));
+    int32_t *zp = malloc(sizeof(int32_t) * (size_t)(M > 0 ? M : 1));
+    if (!q || !sc || !zp) {
+        fm_tensor_release(qt);
+        free(sc);
+        free(zp);
+        return oom("qlinear_int8");
+    }
+    const float *xp = fm_tensor_data(x);
+    const bool v512 = fm_cpu_use_avx512(), v256 = fm_cpu_use_avx2();
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = xp + m * K;
+        float mn, mx;
+        if (v512) fm_q8_range_avx512(xr, K, &mn, &mx);
+        else if (v256) fm_q8_range_avx2(xr, K, &mn, &mx);
+        else fm_q8_range(xr, K, &mn, &mx);
+        fm_q8_params(mn, mx, &sc[m], &zp[m]);
+        if (v512) fm_q8_quantize_avx512(xr, K, 1.0f / sc[m], zp[m], q + m * lda);
+        else if (v256) fm_q8_quantize_avx2(xr, K, sc[m], zp[m], q + m * lda);
+        else fm_q8_quantize(xr, K, sc[m], zp[m], q + m * lda);
+    }
+    fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
+                         fm_tensor_data(c->out[0]), N, at->relu != 0, sc, zp};
+    fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
+    fm_q8_pgemm_run(&g, fm_q8_impl_best());
+    fm_tensor_release(qt);
+    free(sc);
+    free(zp);
+    return FM_OK;
+}
+
 /* QLINEAR_INT8: in = {x [M, K] f32, w i8 (rows or panels), w_scale [N], bias|NULL, w_sum|NULL} */
 static fm_status qlinear8_kernel(const fm_op_call *c) {
     const fm_qlinear8_attrs *at = c->attrs;
+    if (at->per_row) return qlinear8_rows_kernel(c);
     const fm_tensor *x = c->in[0], *w = c->in[1];
     const bool panels = w->ndim == 4;
     const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
@@ -114,7 +160,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     int32_t zero;
     quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
-                         c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->relu != 0};
+                         c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->relu != 0, NULL, NULL};
     if (panels) {
         fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
         fm_q8_pgemm_run(&g, fm_q8_impl_best());

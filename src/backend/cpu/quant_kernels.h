@@ -44,6 +44,10 @@ typedef struct fm_q8_epilogue {
     float *y;              /* [M, ldy] */
     int64_t ldy;
     bool relu;             /* max(y, 0) after the bias (a fused ReLU) */
+    /* per-row activation scales and zero points [M] (dynamic per row), in place of
+     * a_scale and a_zero; NULL: a_scale and a_zero for every row */
+    const float *row_scale;
+    const int32_t *row_zero;
 } fm_q8_epilogue;
 
 /* rows [m0, m1) x cols [n0, n1) of A B^T, written as f32 through the epilogue
@@ -60,8 +64,10 @@ typedef struct fm_q8_gemm {
 static inline void fm_q8_store(const fm_q8_gemm *g, int64_t m, int64_t n, int32_t acc) {
     const fm_q8_epilogue *e = g->ep;
     if (!e) { g->C[m * g->ldc + n] = acc; return; }
-    int64_t v = (int64_t)acc - (int64_t)e->a_zero * e->w_sum[n];
-    float y = e->a_scale * e->w_scale[n] * (float)v;
+    const float as = e->row_scale ? e->row_scale[m] : e->a_scale;
+    const int32_t az = e->row_scale ? e->row_zero[m] : e->a_zero;
+    int64_t v = (int64_t)acc - (int64_t)az * e->w_sum[n];
+    float y = as * e->w_scale[n] * (float)v;
     if (e->bias) y = y + e->bias[n];
     e->y[m * e->ldy + n] = e->relu ? (y > 0.0f ? y : 0.0f) : y;
 }

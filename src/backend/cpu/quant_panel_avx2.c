@@ -38,19 +38,25 @@ static void panel_sums(const int8_t *b, int64_t Kq, int32_t s[16]) {
 
 /* The epilogue of a full panel: per 8-column half, the zero-point correction
  * (128 - zero) w_sum and the scale a_scale * w_scale, shared by the block's rows. */
-typedef struct { __m256i corr[2]; __m256 scale[2], bias[2]; } panel_ep;
+typedef struct { __m256i corr[2], ws[2]; __m256 scale[2], bias[2], wsc[2]; } panel_ep;
 
 static inline void panel_ep_load(const fm_q8_epilogue *e, int64_t n, panel_ep *pe) {
     for (int h = 0; h < 2; h++) {
-        pe->corr[h] = _mm256_mullo_epi32(_mm256_set1_epi32(128 - e->a_zero), _mm256_loadu_si256((const __m256i *)(e->w_sum + n + 8 * h)));
-        pe->scale[h] = _mm256_mul_ps(_mm256_set1_ps(e->a_scale), _mm256_loadu_ps(e->w_scale + n + 8 * h));
+        pe->ws[h] = _mm256_loadu_si256((const __m256i *)(e->w_sum + n + 8 * h));
+        pe->wsc[h] = _mm256_loadu_ps(e->w_scale + n + 8 * h);
+        pe->corr[h] = _mm256_mullo_epi32(_mm256_set1_epi32(128 - e->a_zero), pe->ws[h]);
+        pe->scale[h] = _mm256_mul_ps(_mm256_set1_ps(e->a_scale), pe->wsc[h]);
         pe->bias[h] = e->bias ? _mm256_loadu_ps(e->bias + n + 8 * h) : _mm256_setzero_ps();
     }
 }
 
 /* 8 outputs of row m from column n (half h of the panel); acc holds sum a' w */
 static inline void store8(const fm_q8_epilogue *e, const panel_ep *pe, int h, int64_t m, int64_t n, __m256i acc) {
-    __m256 y = _mm256_mul_ps(pe->scale[h], _mm256_cvtepi32_ps(_mm256_add_epi32(acc, pe->corr[h])));
+    __m256 y;
+    if (e->row_scale) /* row m's scale and zero point */
+        y = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(e->row_scale[m]), pe->wsc[h]),
+                          _mm256_cvtepi32_ps(_mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_set1_epi32(128 - e->row_zero[m]), pe->ws[h]))));
+    else y = _mm256_mul_ps(pe->scale[h], _mm256_cvtepi32_ps(_mm256_add_epi32(acc, pe->corr[h])));
     if (e->bias) y = _mm256_add_ps(y, pe->bias[h]);
     if (e->relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
     _mm256_storeu_ps(e->y + m * e->ldy + n, y);
