@@ -53,10 +53,10 @@ def graphs(Server, tmp, check):
     """GPT graphs served for text (cli_serve.sh makes them from a GPT of width 32: 'gpt32' trained,
     '.graph' compiled, '.q4' int4, '.q4m' int4 with offsets, '.q8' int8 dynamic): the compiled graph
     gives the trained model's texts exactly (both run the paged decoder on the same f32 weights);
-    quantized graphs generate, and their sequences get the same text alone and batched (int4's rows
-    are independent); int8 is batch-dependent by design (its activation scale is the step's), so only
-    its counts are checked; a graph asked for as platform fathom_graph is a KServe model instead; a
-    graph that predates the gpt_config metadata is refused with the reason."""
+    quantized graphs generate, and their sequences get the same text alone and batched (int4 rounds
+    each row's activations on their own, the decoder's int8 takes one scale per row); a graph asked
+    for as platform fathom_graph is a KServe model instead; a graph that predates the gpt_config
+    metadata is refused with the reason."""
     base = os.path.join(tmp, "gpt32")
     if not os.path.isdir(base + ".q4"):
         check(False, "cli_serve.sh made the GPT graphs (%s.q4)" % base)
@@ -64,7 +64,7 @@ def graphs(Server, tmp, check):
     repo = os.path.join(tmp, "graphrepo")
     cfg = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}
     for name, src in (("trained", base), ("compiled", base + ".graph"), ("q4", base + ".q4"), ("q4-burst", base + ".q4"), ("q4-ref", base + ".q4"),
-                      ("q4m", base + ".q4m"), ("q8", base + ".q8"), ("step", base + ".q4"), ("old", base + ".q4")):
+                      ("q4m", base + ".q4m"), ("q8", base + ".q8"), ("q8-burst", base + ".q8"), ("q8-ref", base + ".q8"), ("step", base + ".q4"), ("old", base + ".q4")):
         shutil.copytree(src, os.path.join(repo, name, "1"))
         c = dict(cfg, platform="fathom_graph") if name == "step" else cfg
         json.dump(c, open(os.path.join(repo, name, "config.json"), "w"))
@@ -96,27 +96,30 @@ def graphs(Server, tmp, check):
             st, j = complete(s, {"model": name, "prompt": "in the", "max_tokens": 12, "seed": 1, "temperature": 0.8})
             check(st == 200 and j["usage"]["completion_tokens"] == 12 and j["choices"][0]["finish_reason"] == "length",
                   "'%s' generates 12 tokens (%s)" % (name, j if st != 200 else j["usage"]))
-        # int4: 8 concurrent completions share steps and get the texts each gets alone
-        # (a copy that sees nothing else: an engine whose wait for company once ended alone starts lone requests at once)
-        bodies = [{"model": "q4-burst", "prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.8} for k, p in enumerate(prompts)]
-        alone = [complete(s, dict(b, model="q4-ref"))[1]["choices"][0]["text"] for b in bodies]
-        m0 = metrics(s, "q4-burst")
-        res = [None] * len(bodies)
+        # int4 and int8: 8 concurrent completions share steps and get the texts each gets alone
+        # (copies that see nothing else: an engine whose wait for company once ended alone starts
+        # lone requests at once)
+        for form in ("q4", "q8"):
+            bodies = [{"model": form + "-burst", "prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.8}
+                      for k, p in enumerate(prompts)]
+            alone = [complete(s, dict(b, model=form + "-ref"))[1]["choices"][0]["text"] for b in bodies]
+            m0 = metrics(s, form + "-burst")
+            res = [None] * len(bodies)
 
-        def go(i):
-            res[i] = complete(s, bodies[i])
-        th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        m1 = metrics(s, "q4-burst")
-        steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
-        seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
-        check(all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone)),
-              "int4 graph: 8 concurrent completions give the texts they give alone")
-        check(steps > 0 and seqs / steps > 4, "int4 graph: concurrent requests share decode steps (%.2f sequences per step)"
-              % (seqs / max(steps, 1)))
+            def go(i):
+                res[i] = complete(s, bodies[i])
+            th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join()
+            m1 = metrics(s, form + "-burst")
+            steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
+            seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
+            check(all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone)),
+                  "%s graph: 8 concurrent completions give the texts they give alone" % form)
+            check(steps > 0 and seqs / steps > 4, "%s graph: concurrent requests share decode steps (%.2f sequences per step)"
+                  % (form, seqs / max(steps, 1)))
     finally:
         check(s.stop() == 0, "graph text server stops with 0")
 
