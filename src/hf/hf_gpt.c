@@ -141,28 +141,18 @@ static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
     char *ft = hf_path(dir, "tokenizer.txt");
     fm_tokenizer *t = NULL;
     const char *used = v;
+    bool own = false; /* fathom's tokenizer.txt: exactly the model's vocabulary; Hugging Face's may be padded past */
     if (!v || !mg || !tj || !ft) fm_set_error(FM_ERR_OOM, "out of host memory");
-    else if (file_exists(ft)) { /* fathom's own, which covers exactly the model's vocabulary */
-        t = fm_tokenizer_load(ft);
-        if (t && fm_tokenizer_vocab_size(t) != model_vocab) {
-            fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", ft,
-                         fm_tokenizer_vocab_size(t), model_vocab);
-            fm_tokenizer_free(t);
-            t = NULL;
-        }
-        free(ft);
-        free(v);
-        free(mg);
-        free(tj);
-        return t;
-    }
+    else if (file_exists(ft)) { t = fm_tokenizer_load(used = ft); own = true; }
     else if (file_exists(v) && file_exists(mg)) t = fm_tokenizer_load_gpt2(v, mg);
     else if (file_exists(tj)) t = fm_tokenizer_load_hf_json(used = tj);
     else fm_set_error(FM_ERR_IO, "%s: no tokenizer here: neither vocab.json + merges.txt (byte-level BPE) nor "
                       "tokenizer.json", dir);
-    if (t && fm_tokenizer_vocab_size(t) > model_vocab) {
-        fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json's vocab_size is %d: the tokenizer "
-                     "files do not belong to this model", used, fm_tokenizer_vocab_size(t), model_vocab);
+    const int tv = t ? fm_tokenizer_vocab_size(t) : 0;
+    if (t && (own ? tv != model_vocab : tv > model_vocab)) {
+        if (own) fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", used, tv, model_vocab);
+        else fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json's vocab_size is %d: the tokenizer "
+                          "files do not belong to this model", used, tv, model_vocab);
         fm_tokenizer_free(t);
         t = NULL;
     }

@@ -100,24 +100,8 @@ def graphs(Server, tmp, check):
         # (copies that see nothing else: an engine whose wait for company once ended alone starts
         # lone requests at once)
         for form in ("q4", "q8"):
-            bodies = [{"model": form + "-burst", "prompt": p, "max_tokens": 16, "seed": k, "temperature": 0.8}
-                      for k, p in enumerate(prompts)]
-            alone = [complete(s, dict(b, model=form + "-ref"))[1]["choices"][0]["text"] for b in bodies]
-            m0 = metrics(s, form + "-burst")
-            res = [None] * len(bodies)
-
-            def go(i):
-                res[i] = complete(s, bodies[i])
-            th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
-            for t in th:
-                t.start()
-            for t in th:
-                t.join()
-            m1 = metrics(s, form + "-burst")
-            steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
-            seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
-            check(all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone)),
-                  "%s graph: 8 concurrent completions give the texts they give alone" % form)
+            same, steps, seqs, _, _ = burst(s, form + "-burst", form + "-ref", prompts, 16)
+            check(same, "%s graph: 8 concurrent completions give the texts they give alone" % form)
             check(steps > 0 and seqs / steps > 4, "%s graph: concurrent requests share decode steps (%.2f sequences per step)"
                   % (form, seqs / max(steps, 1)))
     finally:
@@ -349,11 +333,13 @@ def metrics(s, model):
     return out
 
 
-def continuous_batching(s, check):
-    bodies = [{"model": "burst-gpt", "prompt": p, "max_tokens": 20, "seed": k, "temperature": 0.8}
-              for k, p in enumerate(["in the", "god", "the earth", "heaven", "in", "created", "the", "and the"])]
-    alone = [complete(s, dict(b, model="burst-gpt-ref"))[1]["choices"][0]["text"] for b in bodies]
-    m0 = metrics(s, "burst-gpt")
+def burst(s, model, ref, prompts, max_tokens):
+    """The prompts to `ref` one at a time, then to `model` all at once (8 threads): whether each
+    concurrent completion is the text it got alone, the decode steps and sequences /metrics counted
+    for the burst, and the metrics before and after it."""
+    bodies = [{"model": model, "prompt": p, "max_tokens": max_tokens, "seed": k, "temperature": 0.8} for k, p in enumerate(prompts)]
+    alone = [complete(s, dict(b, model=ref))[1]["choices"][0]["text"] for b in bodies]
+    m0 = metrics(s, model)
     res = [None] * len(bodies)
 
     def go(i):
@@ -363,10 +349,15 @@ def continuous_batching(s, check):
         t.start()
     for t in th:
         t.join()
-    m1 = metrics(s, "burst-gpt")
-    steps = m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"]
-    seqs = m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"]
+    m1 = metrics(s, model)
     same = all(r[0] == 200 and r[1]["choices"][0]["text"] == a for r, a in zip(res, alone))
+    return (same, m1["fathom_generation_step_count"] - m0["fathom_generation_step_count"],
+            m1["fathom_generation_step_sequences"] - m0["fathom_generation_step_sequences"], m0, m1)
+
+
+def continuous_batching(s, check):
+    same, steps, seqs, m0, m1 = burst(s, "burst-gpt", "burst-gpt-ref",
+                                      ["in the", "god", "the earth", "heaven", "in", "created", "the", "and the"], 20)
     check(same, "8 concurrent completions give the texts they give alone")
     check(steps > 0 and seqs / steps > 4,
           "concurrent requests share decode steps: %d steps, %.2f sequences per step (from /metrics)" % (steps, seqs / max(steps, 1)))
