@@ -12,6 +12,7 @@
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/quant.h"
+#include "core/cpu_features.h"
 #include "gpt/gpt_internal.h"
 #include "gpt/gpt_paged.h"
 #include "graph/graph_gpt_paged.h"
@@ -47,6 +48,13 @@ static double diff_vs_graph(const fm_graph *g, const int32_t *seq, int len, cons
     }
     fm_tensor_release_n(3, idx, lg, c);
     return d;
+}
+
+/* whether any weight is quantized */
+static bool q_any(const fm_paged_weights *q) {
+    bool any = q->emb.kind != FM_PAGED_LIN_F32;
+    for (int i = 0; i < q->n_lin; i++) any |= q->lin[i].kind != FM_PAGED_LIN_F32;
+    return any;
 }
 
 /* Three sequences decoding together, one joining late with a prompt chunk: every
@@ -92,7 +100,10 @@ static double run_interleaved(const fm_graph *g, fm_gpt *m, const fm_paged_weigh
         same = fm_gpt_paged_step(m, p, 1, &s0, &seq[0][step], lg) == FM_OK;
         same = same && !memcmp(lg, seq0 + (size_t)step * V, sizeof(float) * (size_t)V);
     }
-    CHECK_MSG(same, "%s: a sequence decoded alone differs from the same sequence batched with others", what);
+    if (!q_any(q) && !fm_cpu_use_avx2()) /* f32's packed linears need the AVX2 kernel for it */
+        TEST_SKIP("%s: alone vs batched not compared (f32 without AVX2 runs a GEMM whose sums depend on the rows)", what);
+    else
+        CHECK_MSG(same, "%s: a sequence decoded alone differs from the same sequence batched with others", what);
     free(lg);
     free(seq0);
     fm_gpt_paged_free(p);
