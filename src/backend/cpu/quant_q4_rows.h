@@ -41,6 +41,45 @@ static inline __m128i q4_dot32(const uint8_t *w, const int8_t *qx) {
     return _mm_madd_epi16(s, ones);
 }
 
+/* The f16 values of four groups from sp (gn <= 4 of them; only those are read, the
+ * other lanes 0), as f32 */
+static inline __m128 q4_h4(const uint16_t *sp, int64_t gn) {
+    if (gn == 4) return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)sp));
+    return _mm_cvtph_ps(_mm_setr_epi16((short)sp[0], gn > 1 ? (short)sp[1] : 0, gn > 2 ? (short)sp[2] : 0, 0, 0, 0, 0, 0));
+}
+
+/* The f16 values of a quad of pairs of blocks from sp, two per pair (pn <= 4 pairs;
+ * only those are read, lane by lane, the other lanes 0), as f32 */
+static inline __m256 q4_h8(const uint16_t *sp, const int pn) {
+    if (pn == 4) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sp));
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)sp[0], (short)sp[1], pn > 1 ? (short)sp[2] : 0, pn > 1 ? (short)sp[3] : 0,
+                                          pn > 2 ? (short)sp[4] : 0, pn > 2 ? (short)sp[5] : 0, 0, 0));
+}
+
+/* x's block scales and sums of four groups from g0 (gn of them, the other lanes 0;
+ * the sums of the lanes below o zeroed: groups already counted) */
+static inline void q4_x4(const float *dx, const float *xs, const int ppg, int64_t g0, int64_t gn, int o, __m128 *dxq, __m128 *xsq) {
+    /* lane by lane: stores then a vector load of them would stall it */
+    *dxq = _mm_setr_ps(dx[8 * g0 * ppg], gn > 1 ? dx[8 * (g0 + 1) * ppg] : 0.0f, gn > 2 ? dx[8 * (g0 + 2) * ppg] : 0.0f,
+                       gn > 3 ? dx[8 * (g0 + 3) * ppg] : 0.0f);
+    *xsq = gn == 4 ? _mm_loadu_ps(xs + g0) : _mm_setr_ps(xs[g0], gn > 1 ? xs[g0 + 1] : 0.0f, gn > 2 ? xs[g0 + 2] : 0.0f, 0.0f);
+    if (o) *xsq = _mm_and_ps(*xsq, _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(o - 1))));
+}
+
+/* The odd last block of x row m against weight row n (K / 32 odd), in the low half:
+ * its scaled sums into acc, its offset term into off's lane 0 */
+static inline __attribute__((always_inline)) void q4_odd_block(const fm_q4_gemm *g, int64_t m, int64_t n, __m256 *acc, __m256 *off) {
+    const int64_t K = g->K, ng = K / 32, nb = K / 32, np = nb / 2;
+    const float *dx = g->dxv + m * (K / 8);
+    __m128 f = _mm_cvtepi32_ps(q4_dot32(g->w + n * (K / 2) + 32 * np, g->qx + m * K + 64 * np));
+    __m128 d = _mm_set1_ps(_cvtsh_ss(g->scale[n * ng + nb - 1]));
+    __m128 v = _mm_mul_ps(f, _mm_mul_ps(d, _mm_loadu_ps(dx + 8 * np)));
+    *acc = _mm256_add_ps(*acc, _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
+    const uint16_t *t = g->min ? g->min : g->scale;
+    const float o = _cvtsh_ss(t[n * ng + nb - 1]) * g->xsum[m * ng + nb - 1];
+    *off = _mm256_add_ps(*off, _mm256_setr_ps(o, 0, 0, 0, 0, 0, 0, 0));
+}
+
 /* Groups of 64 (ppg 1 pair) and 128 (ppg 2): x was rounded at one scale per
  * group (fm_q4_quantize_x with xb = G), so a group's integer sums accumulate in
  * the lanes across its pairs (vpdpbusd adds into them) and take one conversion
@@ -73,26 +112,14 @@ static inline __attribute__((always_inline)) void q4_group(const fm_q4_gemm *g, 
 static inline __attribute__((always_inline)) void q4_scales4(const fm_q4_gemm *g, const float *dx, const float *xs, int64_t n, int64_t stride,
                                                              const int nn, const int ppg, int64_t g0, int64_t gn, int o, __m256 *ds, __m128 *off) {
     const int64_t ng = g->K / g->G;
-    /* lane by lane: stores then a vector load of them would stall it */
-    const __m128 dxq = _mm_setr_ps(dx[8 * g0 * ppg], gn > 1 ? dx[8 * (g0 + 1) * ppg] : 0.0f, gn > 2 ? dx[8 * (g0 + 2) * ppg] : 0.0f,
-                                   gn > 3 ? dx[8 * (g0 + 3) * ppg] : 0.0f);
-    __m128 xsq = gn == 4 ? _mm_loadu_ps(xs + g0) : _mm_setr_ps(xs[g0], gn > 1 ? xs[g0 + 1] : 0.0f, gn > 2 ? xs[g0 + 2] : 0.0f, 0.0f);
-    if (o) xsq = _mm_and_ps(xsq, _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(o - 1))));
+    __m128 dxq, xsq;
+    q4_x4(dx, xs, ppg, g0, gn, o, &dxq, &xsq);
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) {
         const int64_t at = (n + r * stride) * ng + g0;
-        const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
-        __m128i h, hm = _mm_setzero_si128();
-        if (gn == 4) {
-            h = _mm_loadl_epi64((const __m128i *)sp);
-            if (mp) hm = _mm_loadl_epi64((const __m128i *)mp);
-        } else { /* a row of fewer than four groups: only its scales are read */
-            h = _mm_setr_epi16((short)sp[0], gn > 1 ? (short)sp[1] : 0, gn > 2 ? (short)sp[2] : 0, 0, 0, 0, 0, 0);
-            if (mp) hm = _mm_setr_epi16((short)mp[0], gn > 1 ? (short)mp[1] : 0, gn > 2 ? (short)mp[2] : 0, 0, 0, 0, 0, 0);
-        }
-        const __m128 d = _mm_cvtph_ps(h);
+        const __m128 d = q4_h4(g->scale + at, gn); /* a row of fewer than four groups: only its scales are read */
         ds[r] = _mm256_castps128_ps256(_mm_mul_ps(d, dxq));
-        off[r] = _mm_fmadd_ps(mp ? _mm_cvtph_ps(hm) : d, xsq, off[r]);
+        off[r] = _mm_fmadd_ps(g->min ? q4_h4(g->min + at, gn) : d, xsq, off[r]);
     }
 }
 
@@ -150,21 +177,9 @@ static inline __attribute__((always_inline)) void q4_pairs32(const fm_q4_gemm *g
 #pragma GCC unroll 4
     for (int r = 0; r < nn; r++) {
         const int64_t at = (n + r * stride) * ng + 2 * p0;
-        const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
-        __m128i h, hm = _mm_setzero_si128();
-        if (pn == 4) {
-            h = _mm_loadu_si128((const __m128i *)sp);
-            if (mp) hm = _mm_loadu_si128((const __m128i *)mp);
-        } else { /* the last pairs: only their scales are read, lane by lane */
-            h = _mm_setr_epi16((short)sp[0], (short)sp[1], pn > 1 ? (short)sp[2] : 0, pn > 1 ? (short)sp[3] : 0, pn > 2 ? (short)sp[4] : 0,
-                               pn > 2 ? (short)sp[5] : 0, 0, 0);
-            if (mp)
-                hm = _mm_setr_epi16((short)mp[0], (short)mp[1], pn > 1 ? (short)mp[2] : 0, pn > 1 ? (short)mp[3] : 0,
-                                    pn > 2 ? (short)mp[4] : 0, pn > 2 ? (short)mp[5] : 0, 0, 0);
-        }
-        const __m256 d = _mm256_cvtph_ps(h);
+        const __m256 d = q4_h8(g->scale + at, pn);
         ds[r] = _mm256_mul_ps(d, dxq);
-        off[r] = _mm256_fmadd_ps(mp ? _mm256_cvtph_ps(hm) : d, xsq, off[r]);
+        off[r] = _mm256_fmadd_ps(g->min ? q4_h8(g->min + at, pn) : d, xsq, off[r]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < pn; j++) {
@@ -198,18 +213,9 @@ static inline __attribute__((always_inline)) void q4_rows4(const fm_q4_gemm *g, 
         const float *dq = g->dx8 ? g->dx8 + m * 8 * ((np + 3) / 4) : NULL;
         for (; p0 + 4 <= np; p0 += 4) q4_pairs32(g, qx, dx, dq, g->xsum + m * ng, n, stride, nn, dot64, p0, 4, acc, off);
         if (p0 < np) q4_pairs32(g, qx, dx, dq, g->xsum + m * ng, n, stride, nn, dot64, p0, (int)(np - p0), acc, off);
-        if (nb % 2) { /* the odd last block, in the low half */
+        if (nb % 2) /* the odd last block */
 #pragma GCC unroll 4
-            for (int r = 0; r < nn; r++) {
-                __m128 f = _mm_cvtepi32_ps(q4_dot32(g->w + (n + r * stride) * (K / 2) + 32 * np, qx + 64 * np));
-                __m128 d = _mm_set1_ps(_cvtsh_ss(g->scale[(n + r * stride) * ng + nb - 1]));
-                __m128 v = _mm_mul_ps(f, _mm_mul_ps(d, _mm_loadu_ps(dx + 8 * np)));
-                acc[r] = _mm256_add_ps(acc[r], _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
-                const uint16_t *t = g->min ? g->min : g->scale; /* its offset term, in lane 0 */
-                const float o = _cvtsh_ss(t[(n + r * stride) * ng + nb - 1]) * g->xsum[m * ng + nb - 1];
-                off[r] = _mm256_add_ps(off[r], _mm256_setr_ps(o, 0, 0, 0, 0, 0, 0, 0));
-            }
-        }
+            for (int r = 0; r < nn; r++) q4_odd_block(g, m, n + r * stride, &acc[r], &off[r]);
 #pragma GCC unroll 4
         for (int r = 0; r < nn; r++) q4_store(g, m, n + r * stride, q4_hsum8f(acc[r]), q4_hsum8f(off[r]));
         return;
@@ -249,19 +255,7 @@ static inline __attribute__((always_inline)) void q4_tile32(const fm_q4_gemm *g,
         const int64_t p0 = 4 * q;
         const int pn = np - p0 >= 4 ? 4 : (int)(np - p0);
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * pn), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m128i h, hm = _mm_setzero_si128();
-        if (pn == 4) {
-            h = _mm_loadu_si128((const __m128i *)(sr + 2 * p0));
-            if (mr) hm = _mm_loadu_si128((const __m128i *)(mr + 2 * p0));
-        } else { /* as q4_pairs32: the last pairs' scales only, the other lanes 0 */
-            const uint16_t *sp = sr + 2 * p0, *mp = mr ? mr + 2 * p0 : NULL;
-            h = _mm_setr_epi16((short)sp[0], (short)sp[1], pn > 1 ? (short)sp[2] : 0, pn > 1 ? (short)sp[3] : 0, pn > 2 ? (short)sp[4] : 0,
-                               pn > 2 ? (short)sp[5] : 0, 0, 0);
-            if (mp)
-                hm = _mm_setr_epi16((short)mp[0], (short)mp[1], pn > 1 ? (short)mp[2] : 0, pn > 1 ? (short)mp[3] : 0,
-                                    pn > 2 ? (short)mp[4] : 0, pn > 2 ? (short)mp[5] : 0, 0, 0);
-        }
-        const __m256 d = _mm256_cvtph_ps(h), dm = mr ? _mm256_cvtph_ps(hm) : d;
+        const __m256 d = q4_h8(sr + 2 * p0, pn), dm = mr ? q4_h8(mr + 2 * p0, pn) : d;
 #pragma GCC unroll 4
         for (int r = 0; r < MM; r++) {
             const float *xs = g->xsum + (m + r) * ng + 2 * p0;
@@ -283,19 +277,9 @@ static inline __attribute__((always_inline)) void q4_tile32(const fm_q4_gemm *g,
             }
         }
     }
-    if (nb % 2) { /* the odd last block, in the low half: as q4_rows4 */
+    if (nb % 2) /* the odd last block */
 #pragma GCC unroll 4
-        for (int r = 0; r < MM; r++) {
-            const float *dx = g->dxv + (m + r) * (K / 8);
-            __m128 f = _mm_cvtepi32_ps(q4_dot32(wr + 32 * np, g->qx + (m + r) * K + 64 * np));
-            __m128 dd = _mm_set1_ps(_cvtsh_ss(g->scale[n * ng + nb - 1]));
-            __m128 v = _mm_mul_ps(f, _mm_mul_ps(dd, _mm_loadu_ps(dx + 8 * np)));
-            acc[r] = _mm256_add_ps(acc[r], _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
-            const uint16_t *t = g->min ? g->min : g->scale;
-            const float o = _cvtsh_ss(t[n * ng + nb - 1]) * g->xsum[(m + r) * ng + nb - 1];
-            off[r] = _mm256_add_ps(off[r], _mm256_setr_ps(o, 0, 0, 0, 0, 0, 0, 0));
-        }
-    }
+        for (int r = 0; r < MM; r++) q4_odd_block(g, m + r, n, &acc[r], &off[r]);
 #pragma GCC unroll 4
     for (int r = 0; r < MM; r++) q4_store(g, m + r, n, q4_hsum8f(acc[r]), q4_hsum8f(off[r]));
 }
@@ -305,24 +289,11 @@ static inline __attribute__((always_inline)) void q4_tile32(const fm_q4_gemm *g,
 static inline __attribute__((always_inline)) void q4_tile_scales4(const fm_q4_gemm *g, int64_t m, int64_t n, const int MM, const int ppg,
                                                                   int64_t g0, int64_t gn, int o, __m256 *ds, __m128 *off) {
     const int64_t K = g->K, ng = K / g->G, at = n * ng + g0;
-    const uint16_t *sp = g->scale + at, *mp = g->min ? g->min + at : NULL;
-    __m128i h, hm = _mm_setzero_si128();
-    if (gn == 4) {
-        h = _mm_loadl_epi64((const __m128i *)sp);
-        if (mp) hm = _mm_loadl_epi64((const __m128i *)mp);
-    } else {
-        h = _mm_setr_epi16((short)sp[0], gn > 1 ? (short)sp[1] : 0, gn > 2 ? (short)sp[2] : 0, 0, 0, 0, 0, 0);
-        if (mp) hm = _mm_setr_epi16((short)mp[0], gn > 1 ? (short)mp[1] : 0, gn > 2 ? (short)mp[2] : 0, 0, 0, 0, 0, 0);
-    }
-    const __m128 d = _mm_cvtph_ps(h), dm = mp ? _mm_cvtph_ps(hm) : d;
-    const __m128 keep = _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(o - 1)));
+    const __m128 d = q4_h4(g->scale + at, gn), dm = g->min ? q4_h4(g->min + at, gn) : d;
 #pragma GCC unroll 4
     for (int r = 0; r < MM; r++) {
-        const float *dx = g->dxv + (m + r) * (K / 8), *xs = g->xsum + (m + r) * ng;
-        const __m128 dxq = _mm_setr_ps(dx[8 * g0 * ppg], gn > 1 ? dx[8 * (g0 + 1) * ppg] : 0.0f, gn > 2 ? dx[8 * (g0 + 2) * ppg] : 0.0f,
-                                       gn > 3 ? dx[8 * (g0 + 3) * ppg] : 0.0f);
-        __m128 xsq = gn == 4 ? _mm_loadu_ps(xs + g0) : _mm_setr_ps(xs[g0], gn > 1 ? xs[g0 + 1] : 0.0f, gn > 2 ? xs[g0 + 2] : 0.0f, 0.0f);
-        if (o) xsq = _mm_and_ps(xsq, keep);
+        __m128 dxq, xsq;
+        q4_x4(g->dxv + (m + r) * (K / 8), g->xsum + (m + r) * ng, ppg, g0, gn, o, &dxq, &xsq);
         ds[r] = _mm256_castps128_ps256(_mm_mul_ps(d, dxq));
         off[r] = _mm_fmadd_ps(dm, xsq, off[r]);
     }
