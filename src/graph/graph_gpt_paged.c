@@ -68,7 +68,7 @@ static bool has_shape(const fm_tensor *t, fm_dtype dt, int ndim, const int64_t *
 }
 
 /* The int4 form of weight `name` [N, K] (emb: as the token table), if the graph has one:
- * 1 found (into *out), 0 none, -1 error. */
+ * 1 found (into *out, with references of its own), 0 none, -1 error. */
 static int find_int4(const bind_ctx *b, const char *name, int64_t N, int64_t K, bool emb, fm_paged_linear *out) {
     char wn[300], sn[300], mn[300];
     snprintf(wn, sizeof wn, "%s.int4", name);
@@ -87,7 +87,7 @@ static int find_int4(const bind_ctx *b, const char *name, int64_t N, int64_t K, 
                      name, (long long)group, (long long)N, (long long)K);
         return -1;
     }
-    *out = (fm_paged_linear){FM_PAGED_LIN_INT4, w, s, m, (int)group};
+    *out = (fm_paged_linear){FM_PAGED_LIN_INT4, fm_tensor_retain(w), fm_tensor_retain(s), fm_tensor_retain(m), (int)group};
     return 1;
 }
 
@@ -118,7 +118,7 @@ static int find_int8(const bind_ctx *b, const char *name, int64_t N, int64_t K, 
                      (long long)N, (long long)K);
         return -1;
     }
-    *out = (fm_paged_linear){FM_PAGED_LIN_INT8, p, s, u, 0};
+    *out = (fm_paged_linear){FM_PAGED_LIN_INT8, fm_tensor_retain(p), fm_tensor_retain(s), fm_tensor_retain(u), 0};
     return 1;
 }
 
@@ -236,15 +236,6 @@ fm_gpt *fm_graph_gpt_unpack(const fm_graph *g, const char *where, fm_paged_weigh
     bind_ctx b = {g, where, q, c.n_layer, c.untied_head};
     bool prev = fm_set_grad_enabled(false);
     fm_gpt *m = gpt_new_bound(&c, bind, &b);
-    /* the references the model's build took are its own; those in q are borrowed from g until here */
-    for (int i = 0; i < q->n_lin; i++) {
-        fm_tensor_retain(q->lin[i].w);
-        fm_tensor_retain(q->lin[i].scale);
-        fm_tensor_retain(q->lin[i].aux);
-    }
-    fm_tensor_retain(q->emb.w);
-    fm_tensor_retain(q->emb.scale);
-    fm_tensor_retain(q->emb.aux);
     /* the decoder's RoPE tables (made from the configuration's theta and scaling) are
      * the graph's: otherwise its positions are not the graph's */
     if (m && c.arch == FM_GPT_LLAMA) {

@@ -134,37 +134,8 @@ static fm_status load_weights(fm_gpt *m, const char *dir) {
     return st;
 }
 
-/* vocab.json + merges.txt (GPT-2's files) when both are here, else tokenizer.json
- * (Llama's, Mistral's). */
-static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
-    char *v = hf_path(dir, "vocab.json"), *mg = hf_path(dir, "merges.txt"), *tj = hf_path(dir, "tokenizer.json");
-    char *ft = hf_path(dir, "tokenizer.txt");
-    fm_tokenizer *t = NULL;
-    const char *used = v;
-    bool own = false; /* fathom's tokenizer.txt: exactly the model's vocabulary; Hugging Face's may be padded past */
-    if (!v || !mg || !tj || !ft) fm_set_error(FM_ERR_OOM, "out of host memory");
-    else if (file_exists(ft)) { t = fm_tokenizer_load(used = ft); own = true; }
-    else if (file_exists(v) && file_exists(mg)) t = fm_tokenizer_load_gpt2(v, mg);
-    else if (file_exists(tj)) t = fm_tokenizer_load_hf_json(used = tj);
-    else fm_set_error(FM_ERR_IO, "%s: no tokenizer here: neither vocab.json + merges.txt (byte-level BPE) nor "
-                      "tokenizer.json", dir);
-    const int tv = t ? fm_tokenizer_vocab_size(t) : 0;
-    if (t && (own ? tv != model_vocab : tv > model_vocab)) {
-        if (own) fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", used, tv, model_vocab);
-        else fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json's vocab_size is %d: the tokenizer "
-                          "files do not belong to this model", used, tv, model_vocab);
-        fm_tokenizer_free(t);
-        t = NULL;
-    }
-    free(v);
-    free(mg);
-    free(tj);
-    free(ft);
-    return t;
-}
-
-fm_tokenizer *fm_hf_tokenizer_load(const char *dir, int model_vocab) { return load_tokenizer(dir, model_vocab); }
-
+/* fathom's tokenizer.txt when it is here, else vocab.json + merges.txt (GPT-2's
+ * files) when both are, else tokenizer.json (Llama's, Mistral's). */
 const char *const *fm_hf_tokenizer_files(const char *dir) {
     static const char *const gpt2[] = {"vocab.json", "merges.txt", NULL}, *const json[] = {"tokenizer.json", NULL},
                              *const own[] = {"tokenizer.txt", NULL};
@@ -181,6 +152,35 @@ const char *const *fm_hf_tokenizer_files(const char *dir) {
     free(tj);
     return r;
 }
+
+/* The tokenizer fm_hf_tokenizer_files picks: fathom's tokenizer.txt (exactly the
+ * model's vocabulary), vocab.json + merges.txt, or tokenizer.json (Hugging Face's,
+ * which may be padded past: at most the model's) */
+static fm_tokenizer *load_tokenizer(const char *dir, int model_vocab) {
+    const char *const *files = fm_hf_tokenizer_files(dir);
+    if (!files) {
+        fm_set_error(FM_ERR_IO, "%s: no tokenizer here: neither vocab.json + merges.txt (byte-level BPE) nor tokenizer.json", dir);
+        return NULL;
+    }
+    char *a = hf_path(dir, files[0]), *b = files[1] ? hf_path(dir, files[1]) : NULL;
+    const bool own = !strcmp(files[0], "tokenizer.txt");
+    fm_tokenizer *t = NULL;
+    if (!a || (files[1] && !b)) fm_set_error(FM_ERR_OOM, "out of host memory");
+    else t = own ? fm_tokenizer_load(a) : files[1] ? fm_tokenizer_load_gpt2(a, b) : fm_tokenizer_load_hf_json(a);
+    const int tv = t ? fm_tokenizer_vocab_size(t) : 0;
+    if (t && (own ? tv != model_vocab : tv > model_vocab)) {
+        if (own) fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", a, tv, model_vocab);
+        else fm_set_error(FM_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json's vocab_size is %d: the tokenizer "
+                          "files do not belong to this model", a, tv, model_vocab);
+        fm_tokenizer_free(t);
+        t = NULL;
+    }
+    free(a);
+    free(b);
+    return t;
+}
+
+fm_tokenizer *fm_hf_tokenizer_load(const char *dir, int model_vocab) { return load_tokenizer(dir, model_vocab); }
 
 fm_gpt *fm_hf_gpt_load(const char *dir, fm_tokenizer **tok) {
     if (tok) *tok = NULL;
