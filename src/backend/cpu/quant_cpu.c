@@ -38,22 +38,32 @@ typedef struct q8_rows_job {
     const float *x;
     int64_t K, lda, rows; /* rows per block */
     int64_t M;
-    float inv, scale;
+    float scale;
     int32_t zero;
     uint8_t *q;
     float mn[Q8_MAX_BLOCKS], mx[Q8_MAX_BLOCKS];
     bool v512, v256;
 } q8_rows_job;
 
+/* The range and the codes of n values at the CPU's level (the same values at every level) */
+static void q8_range_at(bool v512, bool v256, const float *x, int64_t n, float *mn, float *mx) {
+    if (v512) fm_q8_range_avx512(x, n, mn, mx);
+    else if (v256) fm_q8_range_avx2(x, n, mn, mx);
+    else fm_q8_range(x, n, mn, mx);
+}
+
+static void q8_codes_at(bool v512, bool v256, const float *x, int64_t n, float scale, int32_t zero, uint8_t *q) {
+    if (v512) fm_q8_quantize_avx512(x, n, 1.0f / scale, zero, q);
+    else if (v256) fm_q8_quantize_avx2(x, n, scale, zero, q);
+    else fm_q8_quantize(x, n, scale, zero, q);
+}
+
 static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     q8_rows_job *j = ctx;
     for (int64_t c = b; c < e; c++) {
         int64_t m0 = c * j->rows, m1 = m0 + j->rows < j->M ? m0 + j->rows : j->M, n = (m1 - m0) * j->K;
-        const float *x = j->x + m0 * j->K;
-        if (j->v512) fm_q8_range_avx512(x, n, &j->mn[c], &j->mx[c]);
-        else if (j->v256) fm_q8_range_avx2(x, n, &j->mn[c], &j->mx[c]);
-        else fm_q8_range(x, n, &j->mn[c], &j->mx[c]);
+        q8_range_at(j->v512, j->v256, j->x + m0 * j->K, n, &j->mn[c], &j->mx[c]);
     }
 }
 
@@ -65,9 +75,7 @@ static void codes_task(void *ctx, int64_t b, int64_t e, int tid) {
         int64_t n = j->lda == j->K ? (m1 - m0) * j->K : j->K;
         const float *x = j->x + m * j->K;
         uint8_t *q = j->q + m * j->lda;
-        if (j->v512) fm_q8_quantize_avx512(x, n, j->inv, j->zero, q);
-        else if (j->v256) fm_q8_quantize_avx2(x, n, j->scale, j->zero, q);
-        else fm_q8_quantize(x, n, j->scale, j->zero, q);
+        q8_codes_at(j->v512, j->v256, x, n, j->scale, j->zero, q);
         if (j->lda > j->K) memset(q + j->K, 0, (size_t)(j->lda - j->K));
     }
 }
@@ -91,7 +99,6 @@ static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, co
         fm_q8_params(mn, mx, scale, zero);
     }
     j.scale = *scale;
-    j.inv = 1.0f / *scale;
     j.zero = *zero;
     fm_parallel_for(blocks, 1, codes_task, &j);
 }
@@ -123,13 +130,9 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
     for (int64_t m = 0; m < M; m++) {
         const float *xr = xp + m * K;
         float mn, mx;
-        if (v512) fm_q8_range_avx512(xr, K, &mn, &mx);
-        else if (v256) fm_q8_range_avx2(xr, K, &mn, &mx);
-        else fm_q8_range(xr, K, &mn, &mx);
+        q8_range_at(v512, v256, xr, K, &mn, &mx);
         fm_q8_params(mn, mx, &sc[m], &zp[m]);
-        if (v512) fm_q8_quantize_avx512(xr, K, 1.0f / sc[m], zp[m], q + m * lda);
-        else if (v256) fm_q8_quantize_avx2(xr, K, sc[m], zp[m], q + m * lda);
-        else fm_q8_quantize(xr, K, sc[m], zp[m], q + m * lda);
+        q8_codes_at(v512, v256, xr, K, sc[m], zp[m], q + m * lda);
     }
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
                          fm_tensor_data(c->out[0]), N, at->relu != 0, sc, zp};
