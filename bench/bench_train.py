@@ -7,8 +7,12 @@ Rows (one JSON line each; ratio = fathom / torch for times, lower is better):
   cnn_recipe       (--full) the whole fashion-cnn recipe: wall time and test accuracy
 
 Usage: .venv/bin/python bench/bench_train.py BUILD_DIR [--steps 30] [--rounds 3] [--threads 2] [--full]
+                                             [--precision fp32|bf16|both]
 Rounds alternate fathom and torch so that load from other processes hits both alike;
 each row reports the median over rounds of the per-step mean.
+--precision bf16 runs the forward under bf16 autocast on both sides (torch.autocast("cpu",
+torch.bfloat16); bench_train_step --precision bf16); both: fp32 and bf16 alternated in
+every round, then one row per model with each side's bf16 speed-up over its own fp32.
 """
 import argparse
 import gzip
@@ -39,7 +43,7 @@ def cnn():
         nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
 
 
-def torch_step_ms(which, steps, warmup):
+def torch_step_ms(which, steps, warmup, precision="fp32"):
     torch.manual_seed(0)
     is_mlp = which == "mlp"
     model = mlp() if is_mlp else cnn()
@@ -53,7 +57,8 @@ def torch_step_ms(which, steps, warmup):
     for s in range(warmup + steps):
         t0 = _clock()
         opt.zero_grad(set_to_none=True)
-        loss = lossf(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = lossf(model(x), y)
         loss.backward()
         opt.step()
         loss.item()
@@ -63,9 +68,10 @@ def torch_step_ms(which, steps, warmup):
     return 1e3 * total / steps
 
 
-def fathom_step_ms(build, which, steps, warmup, threads):
+def fathom_step_ms(build, which, steps, warmup, threads, precision="fp32"):
     out = subprocess.run([os.path.join(build, "bench_train_step"), which, "--steps", str(steps), "--warmup",
-                          str(warmup), "--threads", str(threads)], check=True, capture_output=True, text=True)
+                          str(warmup), "--threads", str(threads), "--precision", precision], check=True,
+                         capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["fathom"]
 
 
@@ -150,19 +156,31 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--full", action="store_true", help="also run the whole fashion-cnn recipe in both")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "both"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     peer = f"torch {torch.__version__.split('+')[0]}"
+    precs = ["fp32", "bf16"] if a.precision == "both" else [a.precision]
     for which in ("mlp", "cnn"):
-        fm, pt = [], []
+        fm = {p: [] for p in precs}
+        pt = {p: [] for p in precs}
         for _ in range(a.rounds):
-            fm.append(fathom_step_ms(a.build, which, a.steps, a.warmup, a.threads))
-            pt.append(torch_step_ms(which, a.steps, a.warmup))
-        f, p = statistics.median(fm), statistics.median(pt)
-        print(json.dumps({"bench": f"{which}_train_step", "metric": "ms", "fathom": round(f, 3), "peer": peer,
-                          "peer_value": round(p, 3), "ratio": round(f / p, 3), "threads": a.threads,
-                          "rounds_fathom": [round(x, 2) for x in fm], "rounds_peer": [round(x, 2) for x in pt]}),
-              flush=True)
+            for prec in precs:
+                fm[prec].append(fathom_step_ms(a.build, which, a.steps, a.warmup, a.threads, prec))
+                pt[prec].append(torch_step_ms(which, a.steps, a.warmup, prec))
+        med = {}
+        for prec in precs:
+            f, p = statistics.median(fm[prec]), statistics.median(pt[prec])
+            med[prec] = (f, p)
+            print(json.dumps({"bench": f"{which}_train_step", "precision": prec, "metric": "ms", "fathom": round(f, 3),
+                              "peer": peer, "peer_value": round(p, 3), "ratio": round(f / p, 3), "threads": a.threads,
+                              "rounds_fathom": [round(x, 2) for x in fm[prec]],
+                              "rounds_peer": [round(x, 2) for x in pt[prec]]}), flush=True)
+        if len(precs) == 2:  # each side's bf16 speed-up over its own fp32 (> 1: bf16 faster)
+            print(json.dumps({"bench": f"{which}_train_step", "metric": "bf16_speedup_over_fp32",
+                              "fathom": round(med["fp32"][0] / med["bf16"][0], 3), "peer": peer,
+                              "peer_value": round(med["fp32"][1] / med["bf16"][1], 3), "threads": a.threads}),
+                  flush=True)
     if a.full:
         f = fathom_recipe(a.build, a.threads)
         p = torch_recipe(a.data)

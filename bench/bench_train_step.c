@@ -2,7 +2,8 @@
  * (forward, cross-entropy, backward, update, zero_grad) of the fashion-mlp
  * (784-1024-1024-10, batch 128, SGD momentum) and fashion-cnn (batch 64, Adam)
  * models on a fixed random batch, and prints one JSON line per model.
- * Usage: bench_train_step [mlp|cnn|all] [--steps N] [--warmup N] [--threads N] */
+ * --precision bf16 runs the forward under bf16 autocast (as `fathom train --precision bf16`).
+ * Usage: bench_train_step [mlp|cnn|all] [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "bench_util.h"
 #include "core/parallel.h" /* fm_set_num_threads */
+#include "fathom/amp.h"
 #include "fathom/autograd.h"
 #include "fathom/memory.h"
 #include "fathom/optim.h"
@@ -42,7 +44,7 @@ static fm_module *build(const char *which, fm_rng *rng) {
     return m;
 }
 
-static int run(const char *which, int steps, int warmup, int threads) {
+static int run(const char *which, int steps, int warmup, int threads, fm_dtype prec) {
     fm_rng rng;
     fm_rng_init(&rng, 0);
     bool mlp = !strcmp(which, "mlp");
@@ -67,7 +69,9 @@ static int run(const char *which, int steps, int warmup, int threads) {
             return 1;
         }
         double t0 = bench_now_s();
+        fm_dtype prev = fm_autocast_set(prec);
         fm_tensor *logits = fm_module_forward(m, x);
+        fm_autocast_set(prev);
         fm_tensor *loss = fm_cross_entropy(logits, y, -100, 0.0, FM_REDUCE_MEAN);
         if (!loss || fm_backward(loss, NULL, false) != FM_OK || fm_optim_step(o) != FM_OK) {
             fprintf(stderr, "bench: %s\n", fm_last_error());
@@ -84,9 +88,9 @@ static int run(const char *which, int steps, int warmup, int threads) {
     free(dts);
     fm_memory_stats ms;
     fm_memory_stats_get(FM_CPU, &ms);
-    printf("{\"bench\":\"%s_train_step\",\"metric\":\"ms\",\"fathom\":%.3f,\"fathom_min\":%.3f,\"fathom_median\":%.3f,\"steps\":%d,"
+    printf("{\"bench\":\"%s_train_step\",\"precision\":\"%s\",\"metric\":\"ms\",\"fathom\":%.3f,\"fathom_min\":%.3f,\"fathom_median\":%.3f,\"steps\":%d,"
            "\"batch\":%lld,\"threads\":%d,\"loss\":%.4f,\"peak_bytes\":%zu}\n",
-           which, 1e3 * total / steps, 1e3 * best, 1e3 * med, steps, (long long)B, threads, loss_v, ms.allocated_peak);
+           which, prec == FM_BF16 ? "bf16" : "fp32", 1e3 * total / steps, 1e3 * best, 1e3 * med, steps, (long long)B, threads, loss_v, ms.allocated_peak);
     fflush(stdout);
     fm_tensor_release_n(2, x, y);
     fm_optim_free(o);
@@ -97,17 +101,26 @@ static int run(const char *which, int steps, int warmup, int threads) {
 int main(int argc, char **argv) {
     const char *which = "all";
     int steps = 30, warmup = 5, threads = 2;
+    fm_dtype prec = FM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            const char *p = argv[++i];
+            if (strcmp(p, "fp32") && strcmp(p, "bf16")) {
+                fprintf(stderr, "bench_train_step: --precision takes fp32 or bf16, not '%s'\n", p);
+                return 2;
+            }
+            prec = strcmp(p, "bf16") ? FM_F32 : FM_BF16;
+        }
         else which = argv[i];
     }
     if (steps < 1) steps = 1;
     fm_set_num_threads(threads);
     int rc = 0;
-    if (!strcmp(which, "mlp") || !strcmp(which, "all")) rc |= run("mlp", steps, warmup, threads);
-    if (!strcmp(which, "cnn") || !strcmp(which, "all")) rc |= run("cnn", steps, warmup, threads);
+    if (!strcmp(which, "mlp") || !strcmp(which, "all")) rc |= run("mlp", steps, warmup, threads, prec);
+    if (!strcmp(which, "cnn") || !strcmp(which, "all")) rc |= run("cnn", steps, warmup, threads, prec);
     fm_parallel_shutdown();
     return rc;
 }

@@ -37,7 +37,17 @@ typedef struct fm_norm_attrs { double eps; } fm_norm_attrs;
 typedef struct fm_dropout_attrs { double p; uint64_t seed, offset; } fm_dropout_attrs;
 
 /* CONV2D: in = {x, w, b|NULL}; CONV2D_BACKWARD: in = {dy, x, w}; out = {dx|NULL, dw|NULL, db|NULL}. */
-typedef struct fm_conv2d_attrs { fm_conv2d_params p; } fm_conv2d_attrs;
+/* lowp: FM_BF16 when the products run in bf16 on f32 activations (fm_conv2d_mixed; the CPU's
+ * NCHW kernels), else FM_F32 (0): the products in the inputs' dtype. */
+typedef struct fm_conv2d_attrs { fm_conv2d_params p; int lowp; } fm_conv2d_attrs;
+/* Whether the CPU kernels (and the meta device's replay of their scratch) take the bf16
+ * products for a call with f32 input x_dt and K = Cin/groups * kH * kW multiply-adds per
+ * output: NCHW, and K >= 16. A first layer's short columns (fashion-cnn's K = 9) stay
+ * f32: there the product is a small part of the layer, and the bf16 form's staging copy
+ * cost more than it saved (the fashion-cnn bf16 step 4% slower, AMD EPYC Zen 4). */
+static inline int fm_conv2d_lowp_products(const fm_conv2d_attrs *a, fm_dtype x_dt, int64_t K) {
+    return a->lowp == FM_BF16 && x_dt == FM_F32 && a->p.layout == FM_NCHW && K >= 16;
+}
 /* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
 typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;

@@ -12,6 +12,7 @@
 #include "fathom/autograd.h" /* requires_grad, zero_grad */
 #include "fathom/memory.h"   /* the moved weights are tagged as weights */
 #include "fathom/nn.h"
+#include "ops/ops_internal.h" /* fm_mixed_lowp, fm_linear_mixed, fm_conv2d_mixed */
 
 struct fm_module {
     fm_module_kind kind;
@@ -496,11 +497,15 @@ fm_status fm_module_infer_shape(const fm_module *m, int ndim, const int64_t *in,
 
 static fm_tensor *forward_one(fm_module *m, fm_tensor *x) {
     switch (m->kind) {
-    case FM_MOD_LINEAR: return fm_linear(x, m->weight, m->bias);
+    /* bf16 autocast on the CPU: the products in bf16 on f32 activations (fm_mixed_lowp) */
+    case FM_MOD_LINEAR:
+        if (fm_mixed_lowp(x, m->weight) == FM_BF16) return fm_linear_mixed(x, m->weight, m->bias, FM_BF16);
+        return fm_linear(x, m->weight, m->bias);
     case FM_MOD_CONV2D: {
         fm_conv2d_params p = fm_conv2d_default_params();
         p.stride[0] = p.stride[1] = m->stride;
         p.padding[0] = p.padding[1] = m->pad;
+        if (fm_mixed_lowp(x, m->weight) == FM_BF16) return fm_conv2d_mixed(x, m->weight, m->bias, &p, FM_BF16);
         return fm_conv2d(x, m->weight, m->bias, &p);
     }
     case FM_MOD_BATCHNORM2D: {

@@ -10,6 +10,7 @@
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_conv2d_attrs */
+#include "ops/ops_internal.h" /* fm_conv2d_mixed, fm_mixed_device */
 
 fm_conv2d_params fm_conv2d_default_params(void) {
     fm_conv2d_params p;
@@ -139,16 +140,8 @@ static fm_status conv_check(const char *op, fm_tensor *x, fm_tensor *w, fm_tenso
     return FM_OK;
 }
 
-fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp) {
-    fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
-    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d: %s is NULL", x ? "weight" : "input"); return NULL; }
-    fm_tensor *c[3];
-    int ac = fm_autocast_inputs(FM_OP_CONV2D, 3, (fm_tensor *[]){x, w, b}, c);
-    if (ac) { /* autocast: low-precision storage (the CPU kernels widen to f32: FM_OPF_F32_ONLY) */
-        fm_tensor *y = ac > 0 ? fm_conv2d(c[0], c[1], c[2], pp) : NULL;
-        fm_tensor_release_n(3, c[0], c[1], c[2]);
-        return y;
-    }
+/* The node: dispatch, then the tape (lowp: fm_conv2d_attrs.lowp). */
+static fm_tensor *conv2d_node(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_conv2d_params p, int lowp) {
     int64_t yshape[4];
     if (conv_check("conv2d", x, w, b, &p, yshape)) return NULL;
     fm_tensor *y = fm_tensor_empty(4, yshape, x->dtype, fm_tensor_device(x));
@@ -156,6 +149,7 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
     conv_node_attrs na;
     memset(&na, 0, sizeof na);
     na.a.p = p;
+    na.a.lowp = lowp;
     na.has_bias = b != NULL;
     fm_op_call call;
     memset(&call, 0, sizeof call);
@@ -177,6 +171,27 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
         fm_node_finish(n, 1, &y);
     }
     return y;
+}
+
+fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp) {
+    fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
+    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d: %s is NULL", x ? "weight" : "input"); return NULL; }
+    fm_tensor *c[3];
+    int ac = fm_autocast_inputs(FM_OP_CONV2D, 3, (fm_tensor *[]){x, w, b}, c);
+    if (ac) { /* autocast: low-precision storage (the CPU kernels widen to f32: FM_OPF_F32_ONLY) */
+        fm_tensor *y = ac > 0 ? fm_conv2d(c[0], c[1], c[2], pp) : NULL;
+        fm_tensor_release_n(3, c[0], c[1], c[2]);
+        return y;
+    }
+    return conv2d_node(x, w, b, p, 0);
+}
+
+fm_tensor *fm_conv2d_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, fm_dtype lowp) {
+    fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
+    if (!x || !w || lowp != FM_BF16 || x->dtype != FM_F32 || w->dtype != FM_F32 || (b && b->dtype != FM_F32) ||
+        p.layout != FM_NCHW || !fm_mixed_device(x))
+        return fm_conv2d(x, w, b, pp); /* its errors, or its path */
+    return conv2d_node(x, w, b, p, FM_BF16);
 }
 
 fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, bool relu, int pool) {

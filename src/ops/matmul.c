@@ -240,6 +240,16 @@ fm_tensor *fm_linear(fm_tensor *x, fm_tensor *w, fm_tensor *b) {
 
 /* ---- the mixed linear (ops_internal.h): lowp GEMMs, f32 activations ---- */
 
+bool fm_mixed_device(const fm_tensor *t) {
+    fm_device_type d = t->storage->device.type;
+    return d == FM_DEV_CPU || d == FM_DEV_CHECK || d == FM_DEV_META;
+}
+
+fm_dtype fm_mixed_lowp(const fm_tensor *x, const fm_tensor *w) {
+    return x && w && fm_autocast_get() == FM_BF16 && x->dtype == FM_F32 && w->dtype == FM_F32 && fm_mixed_device(x)
+               ? FM_BF16 : FM_F32;
+}
+
 /* y = a @ b (+ bias) as one matmul call with an f32 output, no tape */
 static fm_tensor *mm_f32(fm_tensor *a, fm_tensor *b, fm_tensor *bias) {
     fm_tensor *y = fm_tensor_empty(2, (int64_t[]){a->shape[0], b->shape[1]}, FM_F32, a->storage->device);
@@ -281,9 +291,7 @@ static fm_status linear_mixed_backward(fm_node *n, fm_tensor *const *gout, fm_te
 fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp) {
     if (!x || !w || (lowp != FM_BF16 && lowp != FM_F16) || x->dtype != FM_F32 || w->dtype != FM_F32 ||
         (b && b->dtype != FM_F32) || w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
-        (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) || w->shape[1] < 1 ||
-        (x->storage->device.type != FM_DEV_CPU && x->storage->device.type != FM_DEV_CHECK &&
-         x->storage->device.type != FM_DEV_META) ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) || w->shape[1] < 1 || !fm_mixed_device(x) ||
         fm_check_same_device("linear", x, w) || (b && fm_check_same_device("linear", x, b)))
         return fm_linear(x, w, b); /* its errors, or its path */
     int64_t in = w->shape[1], rows = fm_tensor_numel(x) / in;

@@ -11,4 +11,15 @@ fm_status fm_cpu_fill(fm_tensor *t, double v);
  * matmul accepts an f32 output for lowp operands (the CPU, check); other cases
  * (f64 or lowp inputs, another device) are fm_linear's. */
 fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp);
+/* conv2d with the same split (NCHW, lowp FM_BF16): f32 input, weight, bias and output, the
+ * products in bf16 with f32 accumulation inside the kernels (conv2d_cpu.c); otherwise
+ * fm_conv2d's path and errors. */
+fm_tensor *fm_conv2d_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, fm_dtype lowp);
+/* Whether t's device runs the mixed ops' kernels: the CPU, and the check and meta devices
+ * that mirror it. */
+bool fm_mixed_device(const fm_tensor *t);
+/* The lowp dtype for the nn modules' linears and convolutions under the calling thread's
+ * autocast: FM_BF16 for bf16 autocast on f32 x and w on a mixed device, else FM_F32 (no
+ * mixing: fm_linear/fm_conv2d, with the op-by-op autocast where it applies). */
+fm_dtype fm_mixed_lowp(const fm_tensor *x, const fm_tensor *w);
 #endif

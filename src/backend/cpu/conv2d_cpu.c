@@ -11,8 +11,13 @@
  * results do not depend on it. The per-element-type loops (im2col, col2im, ...)
  * are in conv2d_loops.h; pools are in pool_cpu.c, batch norm in batchnorm_cpu.c.
  *
- * GEMMs go through fm_cpu_gemm (gemm_cpu.c), which splits them over the pool. */
+ * GEMMs go through fm_cpu_gemm (gemm_cpu.c), which splits them over the pool.
+ *
+ * Under bf16 autocast the nn modules' convolutions run with attrs->lowp ==
+ * FM_BF16 (fm_conv2d_mixed): f32 activations, products in bf16 ("bf16 products"
+ * below). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/conv_avx2.h"
@@ -229,6 +234,132 @@ static fm_status conv2d_fwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype
     return FM_OK;
 }
 
+/* ------------------------------------------------------- bf16 products */
+
+/* conv2d under bf16 autocast (fm_conv2d_mixed: attrs->lowp == FM_BF16), NCHW:
+ * f32 activations in and out, as fm_linear_mixed for a linear, and the three
+ * products (y, dW, dX) in bf16 with f32 accumulation. The im2col columns are
+ * written as bf16 straight from the f32 input (rounded to nearest even as they
+ * are copied), the weights once per call and dy once per chunk. Each product
+ * goes to the bf16 hardware (fm_cpu_gemm_bf16: oneDNN) or, where that path is
+ * not taken (no AVX512-BF16/AMX or no oneDNN, or a product too small to be
+ * worth a oneDNN call), the same bf16 values are widened to f32 for sgemm: the
+ * same products either way (a bf16 x bf16 product is exact in f32) with f32
+ * sums. Why not the op-by-op autocast (bf16 tensors between ops, the f32 conv
+ * widening them): its casts and widenings cost more than bf16 saved (fashion-cnn
+ * step 0.93-0.96x fp32 on an AMD EPYC Zen 4, docs/PERFORMANCE.md). The forward
+ * always takes the chunk form (one product over nb samples, then the scatter
+ * that adds the bias), so each product of a call is Og x K x nb*P. */
+#define T float
+#define TC uint16_t
+#define COL_ONE(v) fm_f32_to_bf16(v)
+#define COL_RUN(dst, src, n) fm_convert_f32_to_bf16((src), (dst), (size_t)(n))
+#define SFX(name) name##_bf16
+#define CONV_LOOPS_IM2COL_ONLY
+#include "backend/cpu/conv2d_loops.h"
+#undef CONV_LOOPS_IM2COL_ONLY
+#undef T
+#undef TC
+#undef COL_ONE
+#undef COL_RUN
+#undef SFX
+
+/* C (f32, beta 0) = op(A) op(B) for bf16 A and B (g->dt == FM_BF16). */
+static fm_status lowp_gemm(const fm_cpu_gemm_args *g) {
+    if (fm_cpu_gemm_bf16(g, NULL, false)) return FM_OK;
+    /* the stored extents: rows of ld elements, the last one only as long as it is read */
+    int64_t ra = g->ta ? g->K : g->M, ca = g->ta ? g->M : g->K, rb = g->tb ? g->N : g->K, cb = g->tb ? g->K : g->N;
+    size_t na = (size_t)((ra - 1) * g->lda + ca), nb = (size_t)((rb - 1) * g->ldb + cb);
+    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return fm_set_error(FM_ERR_OOM, "conv2d: out of memory widening a %lldx%lldx%lld bf16 product to f32",
+                            (long long)g->M, (long long)g->N, (long long)g->K);
+    }
+    fm_convert_bf16_to_f32(g->A, a, na);
+    fm_convert_bf16_to_f32(g->B, b, nb);
+    fm_cpu_gemm(&(fm_cpu_gemm_args){FM_F32, g->ta, g->tb, g->M, g->N, g->K, a, g->lda, b, g->ldb, 0.0, g->C, g->ldc});
+    free(a);
+    free(b);
+    return FM_OK;
+}
+
+/* dy[n, o0+o, :] (f32) -> dyt [Og, nb*P] (bf16). item = (sample, out channel) */
+static void gather_dy_bf16(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const conv_job *j = ctx;
+    const conv_geom *g = j->g;
+    for (int64_t it = b; it < e; it++) {
+        int64_t nn = it / g->Og, o = it % g->Og;
+        fm_convert_f32_to_bf16((const float *)j->dy + ((j->n0 + nn) * g->O + j->o0 + o) * g->P,
+                               (uint16_t *)j->dyt + o * j->ldc + nn * g->P, (size_t)g->P);
+    }
+}
+
+static fm_status conv2d_fwd_lowp(const conv_geom *g, const float *x, const float *w, const float *bias, float *y) {
+    int64_t nc = conv_chunk(g, sizeof(float));
+    fm_tensor *wl = scratch(g->O * g->K, FM_BF16), *cols = wl ? scratch(g->K * nc * g->P, FM_BF16) : NULL;
+    fm_tensor *tmp = cols ? scratch(g->Og * nc * g->P, FM_F32) : NULL;
+    fm_status st = tmp ? FM_OK : fm_last_status();
+    const uint16_t *wp = wl ? fm_tensor_data(wl) : NULL;
+    if (st == FM_OK) fm_convert_f32_to_bf16(w, fm_tensor_data(wl), (size_t)(g->O * g->K));
+    for (int64_t n0 = 0; n0 < g->N && st == FM_OK; n0 += nc) {
+        int64_t nb = g->N - n0 < nc ? g->N - n0 : nc;
+        for (int64_t gi = 0; gi < g->G && st == FM_OK; gi++) {
+            conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
+                          .cols = fm_tensor_data(cols), .ldc = nb * g->P, .tmp = fm_tensor_data(tmp), .y = y, .bias = bias};
+            fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), im2col_nchw_bf16, &j);
+            st = lowp_gemm(&(fm_cpu_gemm_args){FM_BF16, false, false, g->Og, nb * g->P, g->K, wp + gi * g->Og * g->K, g->K,
+                                               j.cols, nb * g->P, 0.0, fm_tensor_data(tmp), nb * g->P});
+            if (st == FM_OK) fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), scatter_out_nchw_f32, &j);
+        }
+    }
+    fm_tensor_release_n(3, wl, cols, tmp);
+    return st;
+}
+
+/* The backward's scratch, in this order (the meta device replays it):
+ * wl [O*K] bf16 (dx), cols [K*nc*P] bf16 (dw), dyt [Og*nc*P] bf16,
+ * dcols [K*nc*P] f32 (dx), dwt [Og*K] f32 (dw, more than one chunk). */
+static fm_status conv2d_bwd_lowp(const conv_geom *g, const float *dy, const float *x, const float *w, float *dx, float *dw) {
+    int64_t nc = conv_chunk(g, sizeof(float));
+    fm_tensor *t[5] = {0};
+    const int64_t n[5] = {dx ? g->O * g->K : -1, dw ? g->K * nc * g->P : -1, g->Og * nc * g->P, dx ? g->K * nc * g->P : -1,
+                          dw && nc < g->N ? g->Og * g->K : -1};
+    const fm_dtype dt[5] = {FM_BF16, FM_BF16, FM_BF16, FM_F32, FM_F32};
+    fm_status st = FM_OK;
+    for (int i = 0; i < 5 && st == FM_OK; i++)
+        if (n[i] >= 0 && !(t[i] = scratch(n[i], dt[i]))) st = fm_last_status();
+    uint16_t *wp = t[0] ? fm_tensor_data(t[0]) : NULL;
+    float *dcols = t[3] ? fm_tensor_data(t[3]) : NULL, *dwt = t[4] ? fm_tensor_data(t[4]) : NULL;
+    if (st == FM_OK && wp) fm_convert_f32_to_bf16(w, wp, (size_t)(g->O * g->K));
+    for (int64_t n0 = 0; n0 < g->N && st == FM_OK; n0 += nc) {
+        int64_t nb = g->N - n0 < nc ? g->N - n0 : nc, R = nb * g->P;
+        for (int64_t gi = 0; gi < g->G && st == FM_OK; gi++) {
+            conv_job j = {.g = g, .n0 = n0, .nb = nb, .c0 = gi * g->Cg, .o0 = gi * g->Og, .x = x,
+                          .cols = t[1] ? fm_tensor_data(t[1]) : NULL, .ldc = R, .dx = dx, .dy = dy, .dyt = fm_tensor_data(t[2])};
+            fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), gather_dy_bf16, &j);
+            if (dw) { /* dW_g [Og, K] (+)= dY [Og, R] . cols^T [R, K] */
+                fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), im2col_nchw_bf16, &j);
+                float *dwg = dw + gi * g->Og * g->K;
+                st = lowp_gemm(&(fm_cpu_gemm_args){FM_BF16, false, true, g->Og, g->K, R, j.dyt, R, j.cols, R, 0.0,
+                                                   n0 ? dwt : dwg, g->K});
+                if (st == FM_OK && n0)
+                    for (int64_t i = 0; i < g->Og * g->K; i++) dwg[i] += dwt[i];
+            }
+            if (dx && st == FM_OK) { /* dcols [K, R] = W_g^T [K, Og] . dY, then col2im */
+                st = lowp_gemm(&(fm_cpu_gemm_args){FM_BF16, true, false, g->K, R, g->Og, wp + gi * g->Og * g->K, g->K, j.dyt,
+                                                   R, 0.0, dcols, R});
+                j.cols = dcols;
+                if (st == FM_OK) fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), col2im_nchw_f32, &j);
+            }
+        }
+    }
+    for (int i = 0; i < 5; i++) fm_tensor_release(t[i]);
+    return st;
+}
+
 static fm_status conv2d_kernel(const fm_op_call *c) {
     const fm_conv2d_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
@@ -237,12 +368,14 @@ static fm_status conv2d_kernel(const fm_op_call *c) {
     const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
     if (fm_tensor_numel(y) == 0) return FM_OK;
     const void *bias = b ? fm_tensor_data(b) : NULL;
+    if (fm_conv2d_lowp_products(a, x->dtype, g.K))
+        return conv2d_fwd_lowp(&g, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
     if (g.nhwc) return conv2d_fwd_nhwc(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
     return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
 }
 
 fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y) {
-    fm_conv2d_attrs a = {*p};
+    fm_conv2d_attrs a = {*p, FM_F32};
     fm_op_call c;
     memset(&c, 0, sizeof c);
     c.op = FM_OP_CONV2D, c.n_in = 3, c.n_out = 1, c.in[0] = x, c.in[1] = w, c.in[2] = b, c.out[0] = y, c.attrs = &a;
@@ -389,6 +522,8 @@ static fm_status conv2d_backward_kernel(const fm_op_call *c) {
     }
     if (!dx && !dw) return FM_OK;
     void *dxp = dx ? fm_tensor_data(dx) : NULL, *dwp = dw ? fm_tensor_data(dw) : NULL;
+    if (fm_conv2d_lowp_products(a, x->dtype, g.K))
+        return conv2d_bwd_lowp(&g, fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(w), dxp, dwp);
     if (g.nhwc)
         return conv2d_bwd_nhwc(&g, f, x->dtype, fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(w), dxp, dwp);
     return conv2d_bwd_nchw(&g, f, x->dtype, fm_tensor_data(dy), fm_tensor_data(x), fm_tensor_data(w), dxp, dwp);

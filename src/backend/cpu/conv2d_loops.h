@@ -5,7 +5,19 @@
  *
  * Written once for both element types: conv2d_cpu.c includes this file twice, with
  * T = float, SFX(name) = name_f32 and T = double, SFX(name) = name_f64, so each
- * loop compiles to its own typed function (no include guard on purpose). */
+ * loop compiles to its own typed function (no include guard on purpose).
+ *
+ * The im2col columns may be of another type than the input: TC (default T),
+ * with COL_ONE(v) converting one element and COL_RUN(dst, src, n) a run of
+ * them (default: the element itself and memcpy). conv2d_cpu.c includes the file
+ * a third time with T = float, TC = uint16_t (bf16, rounded to nearest even) and
+ * CONV_LOOPS_IM2COL_ONLY, for the columns of its bf16 products. */
+#ifndef TC
+#define TC T
+#define COL_ONE(v) (v)
+#define COL_RUN(dst, src, n) memcpy((dst), (src), (size_t)(n) * sizeof(T))
+#define CONV_LOOPS_OWN_TC
+#endif
 /* NCHW im2col: item = (sample in chunk, channel in group) */
 static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
@@ -15,7 +27,7 @@ static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
         const T *xc = (const T *)j->x + ((j->n0 + nn) * g->C + j->c0 + c) * g->H * g->W;
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {
-                T *row = (T *)j->cols + ((c * g->kh + ki) * g->kw + kj) * j->ldc + nn * g->P;
+                TC *row = (TC *)j->cols + ((c * g->kh + ki) * g->kw + kj) * j->ldc + nn * g->P;
                 int64_t iw0 = kj * g->dw - g->pw;
                 if (g->sh == 1 && g->sw == 1 && g->W == g->Wo) {
                     /* "same" width, stride 1: the tap's rows are one contiguous run of the
@@ -27,21 +39,21 @@ static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
                     int64_t lo = iw0 < 0 ? -iw0 : 0, hi = g->W - iw0;
                     if (hi > g->Wo) hi = g->Wo;
                     if (lo > hi) lo = hi;
-                    for (int64_t q = 0; q < oh0 * g->Wo; q++) row[q] = (T)0;
-                    for (int64_t q = oh1 * g->Wo; q < g->P; q++) row[q] = (T)0;
+                    for (int64_t q = 0; q < oh0 * g->Wo; q++) row[q] = 0;
+                    for (int64_t q = oh1 * g->Wo; q < g->P; q++) row[q] = 0;
                     int64_t k0 = oh0 * g->Wo + lo, k1 = oh1 > oh0 ? (oh1 - 1) * g->Wo + hi : k0;
-                    if (k1 > k0) memcpy(row + k0, xc + k0 + dr * g->W + iw0, (size_t)(k1 - k0) * sizeof(T));
+                    if (k1 > k0) COL_RUN(row + k0, xc + k0 + dr * g->W + iw0, k1 - k0);
                     for (int64_t oh = oh0; oh < oh1; oh++) {
-                        T *d = row + oh * g->Wo;
-                        for (int64_t ow = 0; ow < lo; ow++) d[ow] = (T)0;
-                        for (int64_t ow = hi; ow < g->Wo; ow++) d[ow] = (T)0;
+                        TC *d = row + oh * g->Wo;
+                        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0;
+                        for (int64_t ow = hi; ow < g->Wo; ow++) d[ow] = 0;
                     }
                     continue;
                 }
                 for (int64_t oh = 0; oh < g->Ho; oh++) {
-                    T *dst = row + oh * g->Wo;
+                    TC *dst = row + oh * g->Wo;
                     int64_t ih = oh * g->sh - g->ph + ki * g->dh;
-                    if (ih < 0 || ih >= g->H) { memset(dst, 0, (size_t)g->Wo * sizeof(T)); continue; }
+                    if (ih < 0 || ih >= g->H) { memset(dst, 0, (size_t)g->Wo * sizeof(TC)); continue; }
                     const T *src = xc + ih * g->W;
                     if (g->sw == 1) {
                         int64_t lo = iw0 < 0 ? -iw0 : 0, hi = g->W - iw0;
@@ -51,19 +63,26 @@ static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
                         /* rows are short (a few dozen elements): inline loops beat a
                          * memcpy/memset call per row (7% of the CNN step was in those calls) */
                         const T *sp = src + iw0;
-                        for (int64_t ow = 0; ow < lo; ow++) dst[ow] = (T)0;
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = sp[ow];
-                        for (int64_t ow = hi; ow < g->Wo; ow++) dst[ow] = (T)0;
+                        for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = COL_ONE(sp[ow]);
+                        for (int64_t ow = hi; ow < g->Wo; ow++) dst[ow] = 0;
                     } else {
                         for (int64_t ow = 0; ow < g->Wo; ow++) {
                             int64_t iw = ow * g->sw + iw0;
-                            dst[ow] = (iw >= 0 && iw < g->W) ? src[iw] : (T)0;
+                            dst[ow] = (iw >= 0 && iw < g->W) ? COL_ONE(src[iw]) : 0;
                         }
                     }
                 }
             }
     }
 }
+#ifdef CONV_LOOPS_OWN_TC
+#undef TC
+#undef COL_ONE
+#undef COL_RUN
+#undef CONV_LOOPS_OWN_TC
+#endif
+#ifndef CONV_LOOPS_IM2COL_ONLY
 /* NCHW col2im: item = (sample, channel); zeroes then accumulates its own plane */
 static void SFX(col2im_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
@@ -224,3 +243,4 @@ static void SFX(reorder_w)(const conv_geom *g, const T *src, T *dst, int dir) {
                 if (dir == 0) dst[r] = src[a]; else dst[a] = src[r];
             }
 }
+#endif /* CONV_LOOPS_IM2COL_ONLY */

@@ -20,7 +20,7 @@ static fm_tensor *scratch(int64_t n, fm_dtype dt, fm_device dev) {
 
 /* Allocates n blocks in order, then frees them all: the kernels' pattern. */
 static fm_status hold(fm_device dev, int n, const int64_t *elems, const fm_dtype *dts) {
-    fm_tensor *t[4] = {0};
+    fm_tensor *t[5] = {0};
     fm_status st = FM_OK;
     for (int i = 0; i < n && st == FM_OK; i++)
         if (elems[i] >= 0 && !(t[i] = scratch(elems[i], dts[i], dev))) st = fm_last_status();
@@ -66,6 +66,8 @@ static fm_status conv_fwd(const fm_op_call *c, fm_device dev) {
     cgeom g = conv_geom(&a->p, x, c->in[1], y);
     fm_dtype dt = x->dtype;
     int64_t nc = conv_chunk(&g, fm_dtype_size(dt));
+    if (fm_conv2d_lowp_products(a, dt, g.K)) /* conv2d_fwd_lowp: bf16 weights and columns, an f32 staging block */
+        return hold(dev, 3, (int64_t[]){g.O * g.K, g.K * nc * g.P, g.Og * nc * g.P}, (fm_dtype[]){FM_BF16, FM_BF16, FM_F32});
     if (g.nhwc) return hold(dev, 2, (int64_t[]){g.O * g.K, g.pointwise ? -1 : nc * g.P * g.K}, (fm_dtype[]){dt, dt});
     if (g.pointwise) return FM_OK;
     return hold(dev, 2, (int64_t[]){g.K * nc * g.P, conv_direct(&g, nc) ? -1 : g.Og * nc * g.P}, (fm_dtype[]){dt, dt});
@@ -87,6 +89,13 @@ static fm_status conv_bwd(const fm_op_call *c, fm_device dev) {
     }
     if (!c->out[0] && !c->out[1]) return FM_OK;
     int64_t nc = conv_chunk(&g, fm_dtype_size(dt));
+    if (fm_conv2d_lowp_products(a, dt, g.K)) { /* conv2d_bwd_lowp */
+        bool dx = c->out[0], dw = c->out[1];
+        return hold(dev, 5,
+                    (int64_t[]){dx ? g.O * g.K : -1, dw ? g.K * nc * g.P : -1, g.Og * nc * g.P, dx ? g.K * nc * g.P : -1,
+                                dw && nc < g.N ? g.Og * g.K : -1},
+                    (fm_dtype[]){FM_BF16, FM_BF16, FM_BF16, FM_F32, FM_F32});
+    }
     if (g.nhwc)
         return hold(dev, 3, (int64_t[]){g.O * g.K, g.O * g.K, g.pointwise ? -1 : nc * g.P * g.K}, (fm_dtype[]){dt, dt, dt});
     if (g.pointwise) return FM_OK;
