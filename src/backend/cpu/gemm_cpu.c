@@ -89,9 +89,13 @@ static void gemv_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
     int t = g->tb ? FM_CBLAS_NO_TRANS : FM_CBLAS_TRANS;
     int rows = (int)(g->tb ? j1 - j0 : g->K), cols = (int)(g->tb ? g->K : j1 - j0);
     int64_t boff = g->tb ? j0 * g->ldb : j0;
-    if (g->dt == FM_F32 && g->tb && incx == 1 && fm_cpu_use_avx2()) { /* a linear's [out, in] weight */
-        (fm_cpu_use_avx512() ? fm_gemv_rows_f32_avx512 : fm_gemv_rows_f32_avx2)(
-            j1 - j0, g->K, (const float *)g->B + boff, g->ldb, (const float *)g->A, (float)g->beta, (float *)g->C + j0);
+    if (g->dt == FM_F32 && g->tb && incx == 1) { /* a linear's [out, in] weight */
+        if (fm_cpu_use_avx2())
+            (fm_cpu_use_avx512() ? fm_gemv_rows_f32_avx512 : fm_gemv_rows_f32_avx2)(
+                j1 - j0, g->K, (const float *)g->B + boff, g->ldb, (const float *)g->A, (float)g->beta, (float *)g->C + j0);
+        else /* the small-M product's reference: one row of it is the same bits as that row in an M-row call */
+            fm_gemm_smallm_f32_scalar(1, j1 - j0, g->K, g->A, g->lda, (const float *)g->B + boff, g->ldb, (float)g->beta,
+                                      (float *)g->C + j0, g->ldc);
         return;
     }
     if (!g_blas) {
@@ -129,15 +133,21 @@ static void gemv_task(void *vctx, int64_t b, int64_t e, int tid) {
         c->cols(c->g, j0, j0 + GEMV_BLOCK < N ? j0 + GEMV_BLOCK : N);
 }
 
+/* Below AVX2 (FATHOM_ISA=scalar, or such a CPU) the scalar reference runs these
+ * products too, and the one-row products above: slower than OpenBLAS, but every
+ * row of a batched decode step is then the same bits as that row alone, as at
+ * the SIMD levels (with OpenBLAS, sgemv and sgemm rounded differently, and the
+ * paged decoder's text depended on which sequences shared its step). */
 static bool smallm_applies(const fm_cpu_gemm_args *g) {
-    return g->dt == FM_F32 && g->tb && !g->ta && g->M >= 2 && g->M <= g_smallm_max && !g_blas_threads &&
-           fm_cpu_use_avx2();
+    return g->dt == FM_F32 && g->tb && !g->ta && g->M >= 2 && g->M <= g_smallm_max && !g_blas_threads;
 }
 
 static void smallm_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
     const float *W = (const float *)g->B + j0 * g->ldb;
     float *C = (float *)g->C + j0;
-    if (fm_cpu_use_avx512())
+    if (!fm_cpu_use_avx2())
+        fm_gemm_smallm_f32_scalar(g->M, j1 - j0, g->K, g->A, g->lda, W, g->ldb, (float)g->beta, C, g->ldc);
+    else if (fm_cpu_use_avx512())
         fm_gemm_smallm_f32_avx512(g->M, j1 - j0, g->K, g->A, g->lda, W, g->ldb, (float)g->beta, C, g->ldc);
     else
         fm_gemm_smallm_f32_avx2(g->M, j1 - j0, g->K, g->A, g->lda, W, g->ldb, (float)g->beta, C, g->ldc);

@@ -1,7 +1,8 @@
 /* The scalar reference of the small-M product (gemm_smallm.h): one output at a
  * time, with the SIMD kernels' 16 partial sums and reduction tree written out,
- * so the tests can ask for bitwise equality. Not used for speed (at
- * FATHOM_ISA=scalar the product goes to OpenBLAS as before). */
+ * so the tests can ask for bitwise equality. Below AVX2 (FATHOM_ISA=scalar)
+ * gemm_cpu.c runs it for one-row and small-M linears, for the same bits a row
+ * gets alone and in a batch, not for speed. */
 #include <math.h>
 
 #include "backend/cpu/gemm_smallm.h"
