@@ -9,6 +9,9 @@ alternating the two for `rounds` rounds (default 3) and keeping each side's best
 median, so a burst of load from other processes does not decide the ratio.
 Prints one JSON line per row plus a table. ratio = torch_ms / fathom_ms, so
 higher is better and > 1 means fathom is faster.
+
+FATHOM_BENCH_DTYPE=bf16: fathom's bf16-product attention on f32 tensors (what bf16
+training runs) against torch's SDPA on bf16 tensors (its CPU flash kernel in bf16).
 """
 import json
 import os
@@ -31,7 +34,8 @@ def median(xs):
 
 def torch_ms(kind, causal, B, H, T, D, reps):
     g = torch.Generator().manual_seed(1)
-    q, k, v, dO = [torch.randn(B, H, T, D, generator=g) for _ in range(4)]
+    dt = torch.bfloat16 if os.environ.get("FATHOM_BENCH_DTYPE") == "bf16" else torch.float32
+    q, k, v, dO = [torch.randn(B, H, T, D, generator=g).to(dt) for _ in range(4)]
     times = []
     if kind == "sdpa_fwd":
         with torch.no_grad():

@@ -57,7 +57,7 @@ int main(void) {
         int64_t B = 8, H = 12, T = 1024, D = 64, sh[4] = {B, H, T, D}, ls[3] = {B, H, T};
         fm_tensor *q = dev_rand(4, sh, FM_BF16), *k = dev_rand(4, sh, FM_BF16), *v = dev_rand(4, sh, FM_BF16);
         fm_tensor *o = fm_tensor_empty(4, sh, FM_BF16, cu), *lse = fm_tensor_empty(3, ls, FM_F32, cu);
-        fm_sdpa_attrs at = {1, 0};
+        fm_sdpa_attrs at = {1, 0, FM_F32};
         fm_op_call f = {.op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .in = {q, k, v}, .out = {o, lse}, .attrs = &at};
         fm_tensor *dq = fm_tensor_empty(4, sh, FM_BF16, cu), *dk = fm_tensor_empty(4, sh, FM_BF16, cu), *dv = fm_tensor_empty(4, sh, FM_BF16, cu);
         fm_op_call bw = {.op = FM_OP_SDPA_BACKWARD, .n_in = 6, .n_out = 3, .in = {o, q, k, v, o, lse}, .out = {dq, dk, dv}, .attrs = &at};

@@ -915,7 +915,7 @@ static void sdpa_cases(fm_dtype dt, int64_t B, int64_t H, int64_t Hkv, int64_t T
                  (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D);
         snprintf(lb, sizeof lb, "sdpa_backward%s%s %lldx%lldx%lld/%lld D%lld", tag, causal ? " causal" : "", (long long)H,
                  (long long)Tq, (long long)Tk, (long long)Hkv, (long long)D);
-        fm_sdpa_attrs sa = {causal, 0};
+        fm_sdpa_attrs sa = {causal, 0, FM_F32};
         conf_case c = {.label = lf, .op = FM_OP_SDPA, .n_in = 3, .n_out = 2, .attrs = &sa};
         c.in[0] = rand_tensor(4, (int64_t[]){B, H, Tq, D}, dt, -1, 1, seed + causal);
         c.in[1] = rand_tensor(4, (int64_t[]){B, Hkv, Tk, D}, dt, -1, 1, seed + 10 + causal);
@@ -958,7 +958,7 @@ static void sdpa_tiled_vs_reference(fm_dtype dt, int64_t B, int64_t H, int64_t H
     const double tol = dt == FM_F32 ? 1e-6 : 1e-3;
     const int64_t qs[4] = {B, H, Tq, D}, ks[4] = {B, Hkv, Tk, D}, ls[3] = {B, H, Tq};
     for (int causal = 0; causal < 2; causal++) {
-        fm_sdpa_attrs sa = {causal, 0};
+        fm_sdpa_attrs sa = {causal, 0, FM_F32};
         fm_tensor *in[4] = {rand_tensor(4, qs, dt, -1, 1, seed + 40 + causal), rand_tensor(4, ks, dt, -1, 1, seed + 50 + causal),
                             rand_tensor(4, ks, dt, -1, 1, seed + 60 + causal), rand_tensor(4, qs, dt, -1, 1, seed + 70 + causal)};
         fm_tensor *gin[4], *out[3][5] = {{0}};

@@ -79,13 +79,16 @@ typedef struct fm_one_hot_attrs { int64_t num_classes; } fm_one_hot_attrs;
 
 /* SDPA: in = {q, k, v}; out = {o [B,H,Tq,D], lse [B,H,Tq] f32}.
  * SDPA_BACKWARD: in = {dout, q, k, v, out, lse}; out = {dq, dk, dv}. */
-typedef struct fm_sdpa_attrs { int causal; double scale; } fm_sdpa_attrs;
+/* lowp as in fm_sdpa_qkv_attrs (fm_scaled_dot_product_attention_mixed). */
+typedef struct fm_sdpa_attrs { int causal; double scale; int lowp; } fm_sdpa_attrs;
 /* QKV_SPLIT_HEADS: in = {qkv [B,T,(H+2KV)*D]}; out = {q [B,H,T,D], k, v [B,KV,T,D]}.
  * QKV_SPLIT_HEADS_BACKWARD: in = {dq, dk, dv} (each may be NULL: zero); out = {dqkv}. */
 typedef struct fm_qkv_split_attrs { int64_t n_head, n_kv_head, head_dim; } fm_qkv_split_attrs;
 /* SDPA_QKV: in = {qkv [B,T,(H+2KV)*D] contiguous}; out = {y [B,T,H*D], lse [B,H,T] f32}.
  * SDPA_QKV_BACKWARD: in = {dy [B,T,H*D], qkv, y, lse}; out = {dqkv [B,T,(H+2KV)*D]}. */
-typedef struct fm_sdpa_qkv_attrs { int64_t n_head, n_kv_head, head_dim; int causal; double scale; } fm_sdpa_qkv_attrs;
+/* lowp: FM_BF16 for the products in bf16 on f32 operands (fm_sdpa_qkv_mixed; the CPU kernels
+ * where the CPU's bf16 dot product is fast), else FM_F32 (0). */
+typedef struct fm_sdpa_qkv_attrs { int64_t n_head, n_kv_head, head_dim; int causal; double scale; int lowp; } fm_sdpa_qkv_attrs;
 /* BIAS_GELU_TANH: in = {x [M, N] contiguous, b [N]}; out = {y}. No attrs.
  * BIAS_GELU_TANH_BACKWARD: in = {dy, x, b}; out = {dx, db|NULL} (db summed over the M rows).
  * ADD_LAYER_NORM: in = {x, h (same shape, contiguous), weight [N]|NULL, bias [N]|NULL};

@@ -509,7 +509,7 @@ static fm_tensor *decode_attention(const fm_gpt *m, fm_tensor *q, fm_tensor *k, 
  * the heads [B, H, T, D] (merge_fn joins them). With a cache, the new keys/values
  * are written at pos0 and attention runs over all cached positions; a single new
  * query may see every cached key, so no mask. */
-static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache) {
+static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, gpt_kv *cache, bool lowp) {
     const int64_t T = qkv->shape[1], H = m->cfg.n_head / m->tp_size; /* tensor parallel: this rank's heads */
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL;
     /* one pass to contiguous [B, h, T, D] heads (and one pass back for the gradient) */
@@ -530,7 +530,8 @@ static fm_tensor *attention(fm_gpt *m, fm_tensor *qkv, int layer, int64_t pos0, 
             goto done;
         }
     }
-    y = fm_scaled_dot_product_attention(q, k, v, pos0 == 0, 0.0);
+    y = lowp ? fm_scaled_dot_product_attention_mixed(q, k, v, pos0 == 0, 0.0, FM_BF16)
+             : fm_scaled_dot_product_attention(q, k, v, pos0 == 0, 0.0);
 done:
     fm_tensor_release_n(3, q, k, v);
     return y;
@@ -564,16 +565,21 @@ static fm_tensor *lin_n(fm_gpt *m, fm_segment_fn f, void *ctx, int n, fm_tensor 
 static fm_status attn_fn(fm_tensor *const *in, void *ctx, fm_tensor **out) {
     gpt_block_ctx *c = ctx;
     if (fused_path(c->m)) {
-        /* mixed bf16: attention's f32 kernel, as fp32 has it (autocast would take the
-         * composed bf16 path, whose kernel widens to f32 anyway) */
-        fm_dtype ac = mixed(c->m) ? fm_autocast_set(FM_F32) : fm_autocast_get();
-        out[0] = fm_sdpa_qkv(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0);
+        /* mixed bf16: the fused kernel on the f32 projection, its products in bf16 where the
+         * CPU runs them fast (fm_sdpa_qkv_mixed); autocast would take the composed bf16 path,
+         * whose kernel widens to f32 */
+        bool mx = mixed(c->m);
+        fm_dtype ac = mx ? fm_autocast_set(FM_F32) : fm_autocast_get();
+        out[0] = mx ? fm_sdpa_qkv_mixed(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0, FM_BF16)
+                    : fm_sdpa_qkv(in[0], (int)c->m->cfg.n_head, (int)c->m->n_kv, true, 0.0);
         fm_autocast_set(ac);
         return out[0] ? FM_OK : fm_last_status();
     }
-    /* mixed bf16 (Llama): rope and attention on the f32 projection, as fp32 runs them */
-    fm_dtype ac = mixed(c->m) ? fm_autocast_set(FM_F32) : fm_autocast_get();
-    fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL);
+    /* mixed bf16 (Llama): rope and attention on the f32 projection, as fp32 runs them, the
+     * attention's products in bf16 where the CPU runs them fast */
+    bool mx = mixed(c->m);
+    fm_dtype ac = mx ? fm_autocast_set(FM_F32) : fm_autocast_get();
+    fm_tensor *y = attention(c->m, in[0], c->layer, 0, NULL, mx);
     fm_autocast_set(ac);
     if (!y) return fm_last_status();
     fm_status st = merge_fn(&y, NULL, out);
@@ -605,7 +611,7 @@ static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_
     gpt_layer *L = &m->layers[i];
     if (!cache && (fused_path(m) || mixed(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
         return lin_n(m, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
-    fm_tensor *h = attention(m, qkv, i, pos0, cache);
+    fm_tensor *h = attention(m, qkv, i, pos0, cache, false);
     /* With a tape, the head merge (a transposing copy, no arithmetic) is redone in
      * backward rather than kept: SDPA already keeps its output, so the copy would
      * store the same numbers twice (bf16 kjv-gpt: 0.5 of the 9.5 MiB a block keeps). */

@@ -14,6 +14,7 @@
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_sdpa_attrs */
 #include "amp/autocast.h"   /* the precision policy (ops.def: attention in low precision) */
+#include "ops/ops_internal.h" /* fm_scaled_dot_product_attention_mixed */
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }
 
@@ -89,7 +90,7 @@ static fm_status sdpa_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor
     return FM_OK;
 }
 
-fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale) {
+static fm_tensor *sdpa_impl(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale, int lowp) {
     fm_tensor *c[3];
     int ac = fm_autocast_inputs(FM_OP_SDPA, 3, (fm_tensor *[]){q, k, v}, c);
     if (ac) { /* low-precision storage, f32 math in the kernels */
@@ -99,7 +100,7 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
     }
     if (sdpa_check(q, k, v) != FM_OK) return NULL;
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)q->shape[3]);
-    fm_sdpa_attrs attrs = {causal ? 1 : 0, scale};
+    fm_sdpa_attrs attrs = {causal ? 1 : 0, scale, q->dtype == FM_F32 ? lowp : FM_F32};
     fm_device dev = fm_tensor_device(q);
     fm_tensor *out = fm_tensor_empty(4, q->shape, q->dtype, dev);
     fm_tensor *lse = fm_tensor_empty(3, q->shape, FM_F32, dev);
@@ -131,4 +132,13 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
     }
     fm_tensor_release(lse);
     return out;
+}
+
+fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale) {
+    return sdpa_impl(q, k, v, causal, scale, FM_F32);
+}
+
+fm_tensor *fm_scaled_dot_product_attention_mixed(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale,
+                                                 fm_dtype lowp) {
+    return sdpa_impl(q, k, v, causal, scale, lowp == FM_BF16 ? FM_BF16 : FM_F32);
 }

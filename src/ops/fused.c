@@ -17,6 +17,7 @@
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "amp/autocast.h"   /* the composed path casts as attention does */
 #include "backend/kernel.h"  /* fm_qkv_split_attrs, fm_norm_attrs */
+#include "ops/ops_internal.h" /* fm_sdpa_qkv_mixed */
 
 /* Only the geometry is needed backward: no tensor is saved. */
 typedef struct { fm_qkv_split_attrs a; int64_t B, T; } split_saved;
@@ -134,7 +135,7 @@ static fm_tensor *sdpa_qkv_composed(fm_tensor *qkv, const fm_qkv_split_attrs *g,
     return y;
 }
 
-fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale) {
+static fm_tensor *sdpa_qkv_impl(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale, int lowp) {
     const char *op = "sdpa_qkv";
     fm_qkv_split_attrs g;
     if (qkv_geometry(op, qkv, n_head, n_kv_head, &g)) return NULL;
@@ -152,7 +153,7 @@ fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, d
         !be->kernels[FM_OP_SDPA_QKV] || !be->kernels[FM_OP_SDPA_QKV_BACKWARD])
         return sdpa_qkv_composed(qkv, &g, causal, scale);
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)g.head_dim);
-    fm_sdpa_qkv_attrs attrs = {g.n_head, g.n_kv_head, g.head_dim, causal ? 1 : 0, scale};
+    fm_sdpa_qkv_attrs attrs = {g.n_head, g.n_kv_head, g.head_dim, causal ? 1 : 0, scale, qkv->dtype == FM_F32 ? lowp : FM_F32};
     fm_tensor *src = fm_tensor_is_contiguous(qkv) ? fm_tensor_retain(qkv) : fm_contiguous(qkv);
     if (!src) return NULL;
     const int64_t B = qkv->shape[0], T = qkv->shape[1];
@@ -180,6 +181,14 @@ fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, d
     }
     fm_tensor_release_n(2, src, lse);
     return y;
+}
+
+fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale) {
+    return sdpa_qkv_impl(qkv, n_head, n_kv_head, causal, scale, FM_F32);
+}
+
+fm_tensor *fm_sdpa_qkv_mixed(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale, fm_dtype lowp) {
+    return sdpa_qkv_impl(qkv, n_head, n_kv_head, causal, scale, lowp == FM_BF16 ? FM_BF16 : FM_F32);
 }
 
 /* ---------------- bias + GELU (tanh) ---------------- */

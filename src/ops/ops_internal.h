@@ -15,6 +15,14 @@ fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lo
  * products in bf16 with f32 accumulation inside the kernels (conv2d_cpu.c); otherwise
  * fm_conv2d's path and errors. */
 fm_tensor *fm_conv2d_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, fm_dtype lowp);
+/* sdpa_qkv on an f32 qkv with its products in lowp (FM_BF16) where the device's kernel has
+ * such a path (the CPU's attention_avx512bf16.c, on CPUs whose bf16 dot product is fast;
+ * else the f32 kernel): scores, softmax and sums in f32, q/k/v, dO and the probabilities
+ * rounded to bf16 as they enter the products. Call it outside autocast (the f32 path). */
+fm_tensor *fm_sdpa_qkv_mixed(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale, fm_dtype lowp);
+/* scaled_dot_product_attention with the same lowp request ([B, H, T, D] heads). */
+fm_tensor *fm_scaled_dot_product_attention_mixed(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale,
+                                                 fm_dtype lowp);
 /* Whether t's device runs the mixed ops' kernels: the CPU, and the check and meta devices
  * that mirror it. */
 bool fm_mixed_device(const fm_tensor *t);

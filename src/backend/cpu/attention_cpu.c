@@ -125,10 +125,25 @@ static void ref_bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     free(buf);
 }
 
+/* The bf16 products (io->lowp, f32 operands under bf16 autocast): on a CPU whose bf16 dot
+ * product outruns its f32 FMAs (fm_cpu_bf16_dot_fast: AVX512-BF16's vdpbf16ps measured at
+ * >= FM_BF16_DOT_MIN_RATE the f32 FMA's rate; not below FATHOM_ISA=avx512), for head sizes that are whole
+ * vectors (D % 16 == 0), and with at least SDPA_OWNER_MIN_TASKS (batch, kv head) pairs, the
+ * backward's owner mode (the bf16 backward has no split mode). Forward and backward take the
+ * same decision, so the backward recomputes what the forward computed. Elsewhere the f32
+ * kernels run, unrounded (more precise, and on those CPUs faster). */
+#define SDPA_BF16_MIN_TASKS 16
+static bool sdpa_bf16_usable(const fm_sdpa_io *io, fm_dtype dt) {
+    return dt == FM_F32 && io->lowp == FM_BF16 && io->D % 16 == 0 && io->B * io->Hkv >= SDPA_BF16_MIN_TASKS &&
+           fm_cpu_use_avx512() && fm_cpu_bf16_dot_fast();
+}
+
 static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
     if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
     int rc;
-    if (dt == FM_F32 && fm_cpu_use_avx512()) {
+    if (sdpa_bf16_usable(io, dt)) {
+        rc = fm_sdpa_bf16_forward(io);
+    } else if (dt == FM_F32 && fm_cpu_use_avx512()) {
         rc = fm_sdpa_f32_avx512_forward(io);
     } else if (dt == FM_F32 && fm_cpu_use_avx2()) {
         rc = fm_sdpa_f32_avx2_forward(io);
@@ -144,7 +159,9 @@ static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dt
 static fm_status run_backward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
     if (dt != FM_F32 && dt != FM_F64) return fm_cpu_unsupported_dtype(call, dt);
     int rc;
-    if (dt == FM_F32 && fm_cpu_use_avx512()) {
+    if (sdpa_bf16_usable(io, dt)) {
+        rc = fm_sdpa_bf16_backward(io);
+    } else if (dt == FM_F32 && fm_cpu_use_avx512()) {
         rc = fm_sdpa_f32_avx512_backward(io);
     } else if (dt == FM_F32 && fm_cpu_use_avx2()) {
         rc = fm_sdpa_f32_avx2_backward(io);
@@ -166,6 +183,7 @@ static void plain_io(const fm_tensor *q, const fm_tensor *k, const fm_sdpa_attrs
     io->scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)io->D);
     io->lq = io->lo = io->ldo = io->ldq = fm_sdpa_lay_plain(io->H, io->Tq, io->D);
     io->lk = io->lv = io->ldk = io->ldv = fm_sdpa_lay_plain(io->Hkv, io->Tk, io->D);
+    io->lowp = a->lowp;
 }
 
 /* A rows-layout input's layout (rows_strided: last stride 1, the others any). */
@@ -204,6 +222,7 @@ static void qkv_io(const fm_tensor *qkv, const fm_sdpa_qkv_attrs *a, fm_sdpa_io 
     io->scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)D);
     io->lq = io->lk = io->lv = io->ldq = io->ldk = io->ldv = (fm_sdpa_lay){T * W, D, W};
     io->lo = io->ldo = (fm_sdpa_lay){T * H * D, D, H * D};
+    io->lowp = a->lowp;
 }
 
 static fm_status sdpa_qkv_kernel(const fm_op_call *call) {

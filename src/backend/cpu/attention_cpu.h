@@ -35,6 +35,7 @@ typedef struct fm_sdpa_io {
     void *dq, *dk, *dv;     /* backward outputs */
     fm_sdpa_lay ldq, ldk, ldv;
     float *lse;
+    int lowp;               /* FM_BF16: the products in bf16 where fm_sdpa_bf16_usable says so */
 } fm_sdpa_io;
 
 /* attention_avx2.c and attention_avx512.c (f32 only, the loops of attention_simd.h);
@@ -43,4 +44,8 @@ int fm_sdpa_f32_avx2_forward(const fm_sdpa_io *io);
 int fm_sdpa_f32_avx2_backward(const fm_sdpa_io *io);
 int fm_sdpa_f32_avx512_forward(const fm_sdpa_io *io);
 int fm_sdpa_f32_avx512_backward(const fm_sdpa_io *io);
+/* attention_avx512bf16.c: the same tiles with the products in bf16 (f32 operands rounded as
+ * they are packed, f32 accumulation); only where fm_sdpa_bf16_usable(io) (attention_cpu.c). */
+int fm_sdpa_bf16_forward(const fm_sdpa_io *io);
+int fm_sdpa_bf16_backward(const fm_sdpa_io *io);
 #endif

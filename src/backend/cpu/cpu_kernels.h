@@ -76,6 +76,10 @@ typedef struct fm_bf16_gemm_info {
  * running them through oneDNN, unless FATHOM_DNNL=on. */
 double fm_bf16_dot_rate(void);
 #define FM_BF16_DOT_MIN_RATE 1.2
+/* Whether this CPU's AVX512-BF16 dot product (vdpbf16ps) outruns its f32 FMAs:
+ * fm_bf16_dot_rate() >= FM_BF16_DOT_MIN_RATE (measured once). Independent of oneDNN: for
+ * fathom's own bf16 kernels (attention_avx512bf16.c), which use that instruction. */
+bool fm_cpu_bf16_dot_fast(void);
 void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out);
 /* f32 GEMM through oneDNN (gemm_bf16.c) where it measured faster than OpenBLAS:
  * C f32, beta 0, bias [N] f32 or NULL. False when not chosen or not worth it for

@@ -104,6 +104,17 @@ double fm_bf16_dot_rate(void) {
 double fm_bf16_dot_rate(void) { return 0.0; }
 #endif
 
+static bool g_dot_fast;
+static pthread_once_t g_dot_once = PTHREAD_ONCE_INIT;
+static void dot_fast_init(void) {
+    const fm_cpu_features *f = fm_cpu_get_features();
+    g_dot_fast = f->avx512_bf16 && fm_bf16_dot_rate() >= FM_BF16_DOT_MIN_RATE;
+}
+bool fm_cpu_bf16_dot_fast(void) {
+    pthread_once(&g_dot_once, dot_fast_init);
+    return g_dot_fast;
+}
+
 #if FM_HAVE_DNNL_HEADERS
 static struct {
     void *lib;

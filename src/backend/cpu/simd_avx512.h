@@ -26,6 +26,27 @@ static inline __m512 fm_exp512(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
+/* 2^x for x <= 0 (the only range the attention softmax needs); x < -126 (and -inf)
+ * gives 0. attention_avx2.c's polynomial and steps, lane for lane (same results);
+ * used by attention_avx512.c and attention_avx512bf16.c. */
+static inline __m512 fm_exp2_neg512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-126.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.5353362e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398874e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6180709e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503393e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022652e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 r = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps((__mmask16)~under, r);
+}
+
 static inline __m512 fm_sigmoid512(__m512 x) {
     __m512 e = fm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
     return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));

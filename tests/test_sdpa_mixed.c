@@ -1,0 +1,96 @@
+/* Attention with bf16 products (fm_sdpa_qkv_mixed; attention_avx512bf16.c): the
+ * output and the qkv gradient against the f32 kernel's, on shapes that take the
+ * bf16 path (causal and not, grouped kv heads, sequence lengths that are not
+ * whole 64-row tiles) and shapes that must not (head size not a multiple of 16,
+ * fewer than 16 (batch, kv head) pairs), where the mixed call must give the f32
+ * kernel's bits. On a CPU without a fast bf16 dot product (fm_cpu_bf16_dot_fast)
+ * or below FATHOM_ISA=avx512 every shape must give the f32 bits.
+ *
+ * The bound for the bf16 path: q, k, v, dO and the probabilities rounded to
+ * bf16 (8 significant bits) before their products, f32 sums. The errors are
+ * printed (2.6e-3 to 4.8e-3 of the f32 result's largest value on an AMD EPYC Zen 4,
+ * output and gradient alike); the check is 1e-2, and more than 0: a kernel that
+ * ignored the request would give the f32 bits. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backend/cpu/cpu_kernels.h" /* fm_cpu_bf16_dot_fast */
+#include "core/cpu_features.h"
+#include "core/parallel.h"
+#include "fathom/fathom.h"
+#include "ops/ops_internal.h" /* fm_sdpa_qkv_mixed */
+#include "test_util.h"
+
+static double max_abs(fm_tensor *a) {
+    double m = 0;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++) m = fmax(m, fabs(fm_tensor_get(a, i)));
+    return m;
+}
+
+static double rel_err(fm_tensor *a, fm_tensor *b) {
+    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return INFINITY;
+    double m = 0;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
+        double e = fabs(fm_tensor_get(a, i) - fm_tensor_get(b, i));
+        if (!(e <= m)) m = e;
+    }
+    double s = max_abs(b);
+    return s > 0 ? m / s : m;
+}
+
+typedef struct shape {
+    int64_t B, T;
+    int H, KV, D;
+    bool causal;
+} shape;
+
+/* y and d(sum(y * gy))/dqkv */
+static void run(const shape *s, fm_tensor *qkv, fm_tensor *gy, bool mixed, fm_tensor **y, fm_tensor **g) {
+    fm_tensor_requires_grad_(qkv, true);
+    *y = mixed ? fm_sdpa_qkv_mixed(qkv, s->H, s->KV, s->causal, 0.0, FM_BF16) : fm_sdpa_qkv(qkv, s->H, s->KV, s->causal, 0.0);
+    fm_tensor *p = *y ? fm_mul(*y, gy) : NULL, *l = p ? fm_sum(p, 0, NULL, false) : NULL;
+    CHECK_MSG(l && fm_backward(l, NULL, false) == FM_OK, "%s", fm_last_error());
+    *g = qkv->grad ? fm_clone(qkv->grad) : NULL;
+    fm_tensor_zero_grad(qkv);
+    fm_tensor_requires_grad_(qkv, false);
+    fm_tensor_release_n(2, p, l);
+}
+
+static void check(const shape *s, fm_rng *r) {
+    const bool fast = fm_cpu_use_avx512() && fm_cpu_bf16_dot_fast();
+    const bool bf16 = fast && s->D % 16 == 0 && s->B * s->KV >= 16;
+    fm_tensor *qkv = fm_tensor_randn(3, (int64_t[]){s->B, s->T, (int64_t)(s->H + 2 * s->KV) * s->D}, FM_F32, r);
+    fm_tensor *gy = fm_tensor_randn(3, (int64_t[]){s->B, s->T, (int64_t)s->H * s->D}, FM_F32, r);
+    fm_tensor *ym, *gm, *yf, *gf;
+    run(s, qkv, gy, true, &ym, &gm);
+    run(s, qkv, gy, false, &yf, &gf);
+    double ey = rel_err(ym, yf), eg = rel_err(gm, gf);
+    char what[160];
+    snprintf(what, sizeof what, "B %lld T %lld H %d KV %d D %d %s", (long long)s->B, (long long)s->T, s->H, s->KV, s->D,
+             s->causal ? "causal" : "full");
+    if (bf16) {
+        fprintf(stderr, "  bf16 products, %s: output %.2e, gradient %.2e of the f32 kernel's largest\n", what, ey, eg);
+        CHECK_MSG(ey > 0 && ey < 1e-2, "%s: output differs from the f32 kernel by %g of its largest", what, ey);
+        CHECK_MSG(eg > 0 && eg < 1e-2, "%s: gradient differs from the f32 kernel by %g of its largest", what, eg);
+    } else {
+        CHECK_MSG(ey == 0 && eg == 0, "%s: not a bf16 shape here, yet it differs from the f32 kernel (%g, %g)", what, ey, eg);
+    }
+    CHECK(ym && ym->dtype == FM_F32 && gm && gm->dtype == FM_F32);
+    fm_tensor_release_n(6, qkv, gy, ym, gm, yf, gf);
+}
+
+int main(void) {
+    fm_rng r;
+    fm_rng_init(&r, 17);
+    const shape shapes[] = {
+        {16, 128, 4, 4, 32, true},  /* kjv-gpt's attention */
+        {8, 100, 4, 2, 32, true},   /* grouped kv heads (8 x 2 = 16 pairs), a partial tile */
+        {4, 70, 8, 4, 64, false},   /* not causal */
+        {16, 33, 2, 1, 16, true},   /* one short tile */
+        {2, 64, 4, 4, 32, true},    /* 8 (batch, kv head) pairs: the f32 kernel */
+        {16, 40, 2, 2, 24, true},   /* head size 24: the f32 kernel */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check(&shapes[i], &r);
+    fm_parallel_shutdown();
+    TEST_DONE();
+}
