@@ -23,30 +23,13 @@
 #include "fathom/fathom.h"
 #include "fathom/nn.h"
 #include "ops/ops_internal.h" /* fm_conv2d_mixed, fm_mixed_lowp */
+#include "tensor_compare.h"
 #include "test_util.h"
 
 static fm_tensor *round_bf16(fm_tensor *t) {
     fm_tensor *h = fm_to_dtype(t, FM_BF16), *r = h ? fm_to_dtype(h, FM_F32) : NULL;
     fm_tensor_release(h);
     return r;
-}
-
-static double max_abs(fm_tensor *a) {
-    double m = 0;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) m = fmax(m, fabs(fm_tensor_get(a, i)));
-    return m;
-}
-
-/* max |a - b| / max |b| (NaN and a missing tensor: infinity) */
-static double rel_err(fm_tensor *a, fm_tensor *b) {
-    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return INFINITY;
-    double m = 0;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
-        double e = fabs(fm_tensor_get(a, i) - fm_tensor_get(b, i));
-        if (!(e <= m)) m = e;
-    }
-    double s = max_abs(b);
-    return s > 0 ? m / s : m;
 }
 
 typedef struct geo {
@@ -96,8 +79,8 @@ static void check_geo(const geo *s, fm_rng *r) {
     int64_t K = s->C / s->groups * s->k * s->k;
     if (K < 16) { /* the 9-long first layer: f32 products, bitwise fm_conv2d's */
         for (int i = 0; i < 4; i++)
-            CHECK_MSG(!plain[i] || rel_err(m[i], plain[i]) == 0, "%s: output %d differs from the f32 conv2d (%g)", s->name, i,
-                      rel_err(m[i], plain[i]));
+            CHECK_MSG(!plain[i] || t_rel_err(m[i], plain[i]) == 0, "%s: output %d differs from the f32 conv2d (%g)", s->name, i,
+                      t_rel_err(m[i], plain[i]));
     } else {
         run(s, xr, wr, b, gyr, false, ref); /* y (bias unrounded: f32 in both), dx, dw from rounded dy */
         run(s, xr, wr, b, gy, false, refb); /* db from the unrounded dy */
@@ -105,13 +88,13 @@ static void check_geo(const geo *s, fm_rng *r) {
         fm_tensor *want[4] = {ref[0], ref[1], ref[2], refb[3]};
         for (int i = 0; i < 4; i++) {
             if (!want[i]) continue;
-            double e = rel_err(m[i], want[i]);
+            double e = t_rel_err(m[i], want[i]);
             CHECK_MSG(e < 1e-5, "%s: %s differs from the f32 conv2d on bf16-rounded values by %g of its largest", s->name,
                       what[i], e);
         }
         /* and the bf16 rounding is really there (the bias gradient is f32 in both) */
         for (int i = 0; i < 3; i++) {
-            double e = rel_err(m[i], plain[i]);
+            double e = t_rel_err(m[i], plain[i]);
             CHECK_MSG(e > 1e-4 && e < 2e-2, "%s: %s against the unrounded f32 conv2d: %g (bf16 rounding expected)", s->name,
                       what[i], e);
         }
@@ -142,7 +125,7 @@ static void modules(void) {
     fm_tensor *y = fm_module_forward(m, x);
     fm_autocast_set(prev);
     CHECK_MSG(y && y->dtype == FM_F32, "module under bf16 autocast: %s", y ? fm_dtype_name(y->dtype) : fm_last_error());
-    double e = rel_err(y, ref);
+    double e = t_rel_err(y, ref);
     CHECK_MSG(e > 0 && e < 2e-2, "module output under bf16 autocast vs f32: %g of the largest", e);
     fm_tensor *s = y ? fm_sum(y, 0, NULL, false) : NULL;
     CHECK(s && fm_backward(s, NULL, false) == FM_OK);
@@ -150,7 +133,7 @@ static void modules(void) {
     CHECK(fm_module_parameters(m, &ps) == FM_OK && ps.n == 4);
     for (int i = 0; i < ps.n; i++) {
         fm_tensor *g = ps.items[i].tensor->grad;
-        CHECK_MSG(g && g->dtype == FM_F32 && max_abs(g) > 0, "%s's gradient", ps.items[i].name);
+        CHECK_MSG(g && g->dtype == FM_F32 && t_max_abs(g) > 0, "%s's gradient", ps.items[i].name);
     }
     fm_named_list_free(&ps);
     fm_tensor_release_n(4, x, ref, y, s);

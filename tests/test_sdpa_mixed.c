@@ -19,24 +19,8 @@
 #include "core/parallel.h"
 #include "fathom/fathom.h"
 #include "ops/ops_internal.h" /* fm_sdpa_qkv_mixed */
+#include "tensor_compare.h"
 #include "test_util.h"
-
-static double max_abs(fm_tensor *a) {
-    double m = 0;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) m = fmax(m, fabs(fm_tensor_get(a, i)));
-    return m;
-}
-
-static double rel_err(fm_tensor *a, fm_tensor *b) {
-    if (!a || !b || fm_tensor_numel(a) != fm_tensor_numel(b)) return INFINITY;
-    double m = 0;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
-        double e = fabs(fm_tensor_get(a, i) - fm_tensor_get(b, i));
-        if (!(e <= m)) m = e;
-    }
-    double s = max_abs(b);
-    return s > 0 ? m / s : m;
-}
 
 typedef struct shape {
     int64_t B, T;
@@ -64,7 +48,7 @@ static void check(const shape *s, fm_rng *r) {
     fm_tensor *ym, *gm, *yf, *gf;
     run(s, qkv, gy, true, &ym, &gm);
     run(s, qkv, gy, false, &yf, &gf);
-    double ey = rel_err(ym, yf), eg = rel_err(gm, gf);
+    double ey = t_rel_err(ym, yf), eg = t_rel_err(gm, gf);
     char what[160];
     snprintf(what, sizeof what, "B %lld T %lld H %d KV %d D %d %s", (long long)s->B, (long long)s->T, s->H, s->KV, s->D,
              s->causal ? "causal" : "full");

@@ -247,14 +247,6 @@ typedef struct bwd_ctx {
     _Atomic int oom;
 } bwd_ctx;
 
-static void zero_rows(float *x, int64_t n, int64_t D, int64_t st) {
-    for (int64_t i = 0; i < n; i++) memset(x + i * st, 0, sizeof(float) * (size_t)D);
-}
-static void scale_rows(float *x, int64_t n, int64_t D, int64_t st, float s) {
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t d = 0; d < D; d++) x[i * st + d] *= s;
-}
-
 /* One task per (batch, kv head): dK, dV of the kv head and dQ of its query heads.
  * Per key block, packed once: K and V as rows of pairs (the A of S^T = K Q^T and
  * dP^T = V dO^T) and K as pairs across keys (the B of dQ += dS K). Per query
@@ -289,8 +281,8 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
         float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, 0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, 0);
-        zero_rows(dK, Tk, D, dkst);
-        zero_rows(dV, Tk, D, dvst);
+        fm_sdpa_zero_rows(dK, Tk, D, dkst);
+        fm_sdpa_zero_rows(dV, Tk, D, dvst);
         for (int64_t r = 0; r < Tk; r++) {
             pack_row(K + r * kst, D, 1.0f, Kr + r * D2);
             pack_row(V + r * vst, D, 1.0f, Vr + r * D2);
@@ -301,7 +293,7 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
             const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, 0);
             const float *O = (const float *)g->o + fm_sdpa_row(g->lo, b, h, 0), *L = g->lse + (b * g->H + h) * Tq;
             float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, 0);
-            zero_rows(dQ, Tq, D, dqst);
+            fm_sdpa_zero_rows(dQ, Tq, D, dqst);
             for (int64_t qb = 0; qb < nqb; qb++) {
                 const int64_t i0 = qb * BQ, bq = min64(BQ, Tq - i0);
                 pack_qt(Q + i0 * qst, qst, bq, D, sc2, QT + qb * D2 * BQ);
@@ -349,9 +341,9 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     bgemm(hi, bq, D, bk, dSi, 1, BQ, (const bf16 *)(Ki + (j0 / 2) * D), D, dQ + i0 * dqst, dqst, 1);
                 }
             }
-            scale_rows(dQ, Tq, D, dqst, (float)g->scale);
+            fm_sdpa_scale_rows(dQ, Tq, D, dqst, (float)g->scale);
         }
-        scale_rows(dK, Tk, D, dkst, (float)g->scale);
+        fm_sdpa_scale_rows(dK, Tk, D, dkst, (float)g->scale);
     }
     free(u);
     free(f);

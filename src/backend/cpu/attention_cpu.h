@@ -9,6 +9,7 @@
 #ifndef FATHOM_ATTENTION_CPU_H
 #define FATHOM_ATTENTION_CPU_H
 #include <stdint.h>
+#include <string.h>
 
 typedef struct fm_sdpa_lay {
     int64_t sb, sh, st;
@@ -37,6 +38,15 @@ typedef struct fm_sdpa_io {
     float *lse;
     int lowp;               /* FM_BF16: the products in bf16 where fm_sdpa_bf16_usable says so */
 } fm_sdpa_io;
+
+/* n rows of D floats, row stride st: zeroed, or scaled by s (the gradients' last step) */
+static inline void fm_sdpa_zero_rows(float *x, int64_t n, int64_t D, int64_t st) {
+    for (int64_t i = 0; i < n; i++) memset(x + i * st, 0, sizeof(float) * (size_t)D);
+}
+static inline void fm_sdpa_scale_rows(float *x, int64_t n, int64_t D, int64_t st, float s) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < D; d++) x[i * st + d] *= s;
+}
 
 /* attention_avx2.c and attention_avx512.c (f32 only, the loops of attention_simd.h);
  * they return -1 when scratch memory ran out. */

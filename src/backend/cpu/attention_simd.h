@@ -416,15 +416,6 @@ static void bwd_tile(const bwd_ctx *c, const float *K, const float *V, int bk, i
     }
 }
 
-/* n rows of D elements, row stride st */
-static void zero_rows(float *x, int64_t n, int64_t D, int64_t st) {
-    for (int64_t i = 0; i < n; i++) memset(x + i * st, 0, sizeof(float) * (size_t)D);
-}
-static void scale_rows(float *x, int64_t n, int64_t D, int64_t st, float s) {
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t d = 0; d < D; d++) x[i * st + d] *= s;
-}
-
 /* Owner mode: one task per (batch, kv head) computes dK, dV of that kv head and dQ
  * of its query heads in one sweep (five tile GEMMs per tile, nothing recomputed). */
 static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
@@ -444,13 +435,13 @@ static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
         float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, 0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, 0);
-        zero_rows(dK, Tk, D, dkst);
-        zero_rows(dV, Tk, D, dvst);
+        fm_sdpa_zero_rows(dK, Tk, D, dkst);
+        fm_sdpa_zero_rows(dV, Tk, D, dvst);
         for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
             const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, 0);
             const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, 0);
             float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, 0);
-            zero_rows(dQ, Tq, D, dqst);
+            fm_sdpa_zero_rows(dQ, Tq, D, dqst);
             for (int64_t qb = 0; qb < nqb; qb++)
                 pack_qblock(c, b, h, qb * BQ, QT + qb * D * BQ, dOT + qb * D * BQ, delta + qb * BQ, lse2 + qb * BQ);
             for (int64_t j0 = 0; j0 < Tk; j0 += BK) {
@@ -466,9 +457,9 @@ static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     tile_gemm_tri(hi, bq, (int)D, bk, dS, 1, BQ, K + j0 * kst, kst, dQ + i0 * dqst, dqst, 1);  /* dQ += dS K */
                 }
             }
-            scale_rows(dQ, Tq, D, dqst, (float)g->scale);
+            fm_sdpa_scale_rows(dQ, Tq, D, dqst, (float)g->scale);
         }
-        scale_rows(dK, Tk, D, dkst, (float)g->scale);
+        fm_sdpa_scale_rows(dK, Tk, D, dkst, (float)g->scale);
     }
     free(buf);
 }
@@ -492,8 +483,8 @@ static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, j0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, j0);
         float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, j0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, j0);
-        zero_rows(dK, bk, D, dkst);
-        zero_rows(dV, bk, D, dvst);
+        fm_sdpa_zero_rows(dK, bk, D, dkst);
+        fm_sdpa_zero_rows(dV, bk, D, dvst);
         for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
             for (int64_t qb = g->causal ? j0 / BQ : 0; qb < c->nqb; qb++) {
                 int64_t i0 = qb * BQ;
@@ -507,7 +498,7 @@ static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                               dK, dkst, 1);
             }
         }
-        scale_rows(dK, bk, D, dkst, (float)g->scale);
+        fm_sdpa_scale_rows(dK, bk, D, dkst, (float)g->scale);
     }
     free(buf);
 }
@@ -528,7 +519,7 @@ static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
         float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, i0);
-        zero_rows(dQ, bq, D, dqst);
+        fm_sdpa_zero_rows(dQ, bq, D, dqst);
         pack_qblock(c, b, h, i0, qt, dot, delta, lse2);
         int64_t kend = g->causal ? min64(Tk, i0 + bq) : Tk;
         for (int64_t j0 = 0; j0 < kend; j0 += BK) {
@@ -537,7 +528,7 @@ static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
             tile_gemm_tri(g->causal && j0 == i0 ? TRI_KHI : TRI_NONE, bq, (int)D, bk, dS, 1, BQ, K + j0 * kst, kst, dQ,
                           dqst, 1);
         }
-        scale_rows(dQ, bq, D, dqst, (float)g->scale);
+        fm_sdpa_scale_rows(dQ, bq, D, dqst, (float)g->scale);
     }
     free(buf);
 }
