@@ -20,6 +20,14 @@
     X(avx) X(avx2) X(fma) X(f16c) X(avx512f) X(avx512dq) X(avx512cd) X(avx512bw) X(avx512vl) X(avx512vbmi) \
     X(avx512ifma) X(avx512_vnni) X(avx512_bf16) X(avx512_fp16) X(avx_vnni) X(amx_tile) X(amx_bf16) X(amx_int8)
 
+/* Which products fathom's own attention kernel takes under bf16 training
+ * (attention_avx512bf16.c needs a vdpbf16ps faster than the f32 FMA). */
+static const char *bf16_attention_note(void) {
+    if (!fm_cpu_bf16_dot_fast()) return "f32 products (no AVX512-BF16, or its dot product is not faster than f32 FMAs here)";
+    if (!fm_cpu_use_avx512()) return "f32 products (FATHOM_ISA is below avx512)";
+    return "bf16 products (vdpbf16ps; head sizes that are multiples of 16, >= 16 (batch, kv head) pairs)";
+}
+
 static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp) {
     printf("cpu:   %s\n       ", f->model[0] ? f->model : "(no model name)");
 #define PRINT_FEATURE(x) if (f->x) printf("%s ", #x);
@@ -54,6 +62,7 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
     } else {
         printf("bf16:  %s\n", bi.note);
     }
+    printf("       attention in bf16 training: %s\n", bf16_attention_note());
 }
 
 static json_t *cpu_json(const fm_cpu_features *f) {
@@ -93,6 +102,7 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     json_object_set_new(bf, "used", json_boolean(bi.loaded && fm_cpu_use_avx512()));
     json_object_set_new(bf, "note", json_string(bi.note));
     json_object_set_new(bf, "dot_rate_vs_f32_fma", json_real(bi.dp_rate));
+    json_object_set_new(bf, "attention", json_string(bf16_attention_note()));
     json_object_set_new(b, "bf16", bf);
     fm_f32_gemm_info fi;
     fm_f32_gemm_info_get(&fi);
