@@ -63,6 +63,43 @@ static void check(const shape *s, fm_rng *r) {
     fm_tensor_release_n(6, qkv, gy, ym, gm, yf, gf);
 }
 
+/* The plain op ([B, H, T, D] heads; Llama's mixed path) with as many keys as queries or more
+ * (the decode-with-cache shape: causal is top-left aligned, as the f32 kernel's) */
+static void plain(int64_t B, int64_t H, int64_t KV, int64_t Tq, int64_t Tk, int64_t D, bool causal, fm_rng *r) {
+    const bool bf16 = fm_cpu_use_avx512() && fm_cpu_bf16_dot_fast() && D % 16 == 0 && B * KV >= 16;
+    fm_tensor *q = fm_tensor_randn(4, (int64_t[]){B, H, Tq, D}, FM_F32, r);
+    fm_tensor *k = fm_tensor_randn(4, (int64_t[]){B, KV, Tk, D}, FM_F32, r);
+    fm_tensor *v = fm_tensor_randn(4, (int64_t[]){B, KV, Tk, D}, FM_F32, r);
+    fm_tensor *gy = fm_tensor_randn(4, (int64_t[]){B, H, Tq, D}, FM_F32, r);
+    fm_tensor *leaves[3] = {q, k, v}, *out[2][4] = {{0}};
+    for (int mixed = 0; mixed < 2; mixed++) {
+        for (int i = 0; i < 3; i++) fm_tensor_requires_grad_(leaves[i], true);
+        fm_tensor *y = mixed ? fm_scaled_dot_product_attention_mixed(q, k, v, causal, 0.0, FM_BF16)
+                             : fm_scaled_dot_product_attention(q, k, v, causal, 0.0);
+        fm_tensor *p = y ? fm_mul(y, gy) : NULL, *l = p ? fm_sum(p, 0, NULL, false) : NULL;
+        CHECK_MSG(l && fm_backward(l, NULL, false) == FM_OK, "%s", fm_last_error());
+        out[mixed][0] = y;
+        for (int i = 0; i < 3; i++) {
+            out[mixed][1 + i] = leaves[i]->grad ? fm_clone(leaves[i]->grad) : NULL;
+            fm_tensor_zero_grad(leaves[i]);
+            fm_tensor_requires_grad_(leaves[i], false);
+        }
+        fm_tensor_release_n(2, p, l);
+    }
+    const char *what[4] = {"output", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) {
+        double e = t_rel_err(out[1][i], out[0][i]);
+        if (bf16)
+            CHECK_MSG(e > 0 && e < 1e-2, "sdpa %lldx%lld Tq %lld Tk %lld %s: %s differs from the f32 kernel by %g", (long long)B,
+                      (long long)H, (long long)Tq, (long long)Tk, causal ? "causal" : "full", what[i], e);
+        else
+            CHECK_MSG(e == 0, "sdpa Tq %lld Tk %lld: %s differs from the f32 kernel (%g) on a non-bf16 shape", (long long)Tq,
+                      (long long)Tk, what[i], e);
+    }
+    for (int m = 0; m < 2; m++) fm_tensor_release_n(4, out[m][0], out[m][1], out[m][2], out[m][3]);
+    fm_tensor_release_n(4, q, k, v, gy);
+}
+
 int main(void) {
     fm_rng r;
     fm_rng_init(&r, 17);
@@ -75,6 +112,10 @@ int main(void) {
         {16, 40, 2, 2, 24, true},   /* head size 24: the f32 kernel */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check(&shapes[i], &r);
+    plain(8, 4, 2, 100, 160, 32, false, &r);
+    plain(8, 4, 2, 100, 160, 32, true, &r);
+    plain(16, 2, 1, 70, 70, 64, true, &r);
+    plain(4, 2, 2, 64, 64, 32, true, &r); /* 8 (batch, kv head) pairs: the f32 kernel */
     fm_parallel_shutdown();
     TEST_DONE();
 }
