@@ -183,7 +183,7 @@ fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_p
         fm_tensor_release_n(3, c[0], c[1], c[2]);
         return y;
     }
-    return conv2d_node(x, w, b, p, 0);
+    return conv2d_node(x, w, b, p, FM_F32);
 }
 
 fm_tensor *fm_conv2d_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, fm_dtype lowp) {
