@@ -104,15 +104,17 @@ double fm_bf16_dot_rate(void) {
 double fm_bf16_dot_rate(void) { return 0.0; }
 #endif
 
-static bool g_dot_fast;
+/* The rate, measured once per process: the GEMM's choice (bf16_wanted) and the
+ * attention's (fm_cpu_bf16_dot_fast) read the same measurement, so they cannot disagree. */
+static double g_dot_rate;
 static pthread_once_t g_dot_once = PTHREAD_ONCE_INIT;
-static void dot_fast_init(void) {
-    const fm_cpu_features *f = fm_cpu_get_features();
-    g_dot_fast = f->avx512_bf16 && fm_bf16_dot_rate() >= FM_BF16_DOT_MIN_RATE;
+static void dot_rate_init(void) { g_dot_rate = fm_bf16_dot_rate(); }
+static double dot_rate_once(void) {
+    pthread_once(&g_dot_once, dot_rate_init);
+    return g_dot_rate;
 }
 bool fm_cpu_bf16_dot_fast(void) {
-    pthread_once(&g_dot_once, dot_fast_init);
-    return g_dot_fast;
+    return fm_cpu_get_features()->avx512_bf16 && dot_rate_once() >= FM_BF16_DOT_MIN_RATE;
 }
 
 #if FM_HAVE_DNNL_HEADERS
@@ -285,7 +287,7 @@ static bool bf16_wanted(const fm_cpu_features *f, const char *env) {
      * widened: the same products (a bf16 x bf16 product is exact in f32), f32
      * accumulation both ways. */
     if (!(f->amx_bf16 && f->amx_usable) && f->avx512_bf16) {
-        g_info.dp_rate = fm_bf16_dot_rate();
+        g_info.dp_rate = dot_rate_once();
         if (g_info.dp_rate < FM_BF16_DOT_MIN_RATE && !(env && *env)) {
             snprintf(g_info.note, sizeof g_info.note,
                      "AVX512-BF16 but no usable AMX: this core's bf16 dot product (vdpbf16ps) does %.2fx the f32 FMA's "
