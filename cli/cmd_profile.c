@@ -20,8 +20,9 @@ static void usage(FILE *f) {
           "\n"
           "  --json            the same as one JSON object on stdout\n"
           "  --top N           op table rows (default 25; 0: all)\n"
-          "  --peak-gflops X   the peak MFU is measured against (default: a CBLAS sgemm\n"
-          "                    on this machine, measured now for about 0.3 s)\n",
+          "  --peak-gflops X   the peak MFU is measured against (default: this machine's\n"
+          "                    f32 GEMM rate, and its bf16 one for the ops whose products\n"
+          "                    ran in bf16, measured now for about 0.3 s each)\n",
           f);
 }
 
@@ -68,7 +69,8 @@ int fm_cmd_profile(int argc, char **argv) {
         fm_cli_error("%s", fm_last_error());
         return 1;
     }
-    if (peak <= 0) fm_trace_summary_set_peak(&s, fm_measure_peak_gflops());
+    /* measured here: the f32 and bf16 GEMM rates of this machine (a given peak is the whole mix's) */
+    if (peak <= 0) fm_trace_summary_set_peaks(&s, fm_measure_peak_gflops(), s.has_gpu ? -1 : fm_measure_peak_gflops_bf16());
     if (json) {
         char *txt = fm_trace_summary_json(&s);
         if (!txt) { fm_trace_summary_free(&s); fm_cli_error("out of memory"); return 1; }

@@ -412,6 +412,57 @@ static void test_trace_profiler_time(void) {
     unlink(path);
 }
 
+/* bf16 products (args.products): a step of 1000 us with 6e8 FLOPs of bf16 matmul and
+ * 2e8 of f32 matmul. Held to 400 GFLOP/s bf16 and 100 f32, the mix's peak is
+ * 8e8 / (2e8/100 + 6e8/400) GFLOP/s = 228.57; each verdict branch on its own rates. */
+static void test_trace_lowp_products(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace_lowp.json", tmpdir);
+    write_text(path,
+               "[\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":7},\n"
+               "{\"name\":\"matmul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":10,\"dur\":600,\"pid\":1,\"tid\":7,"
+               "\"args\":{\"flops\":6e8,\"device\":\"cpu\",\"products\":\"bf16\"}},\n"
+               "{\"name\":\"matmul\",\"cat\":\"backward\",\"ph\":\"X\",\"ts\":620,\"dur\":300,\"pid\":1,\"tid\":7,"
+               "\"args\":{\"flops\":2e8,\"device\":\"cpu\",\"products\":\"fp8-or-other\"}}\n]\n");
+    fm_trace_summary s;
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK_NEAR(s.lowp_flops, 6e8, 0); /* an unknown products value counts as f32 */
+    fm_trace_summary_set_peaks(&s, 100, 400);
+    CHECK_NEAR(s.peak_gflops, 8e8 / (2e8 / 100 + 6e8 / 400), 1e-9);
+    CHECK_NEAR(s.mfu, s.achieved_gflops / s.peak_gflops, 1e-12);
+    CHECK(strstr(s.verdict, "already in bf16") != NULL); /* 75% of the FLOPs in bf16 */
+    char *js = fm_trace_summary_json(&s);
+    json_error_t err;
+    json_t *j = js ? json_loads(js, 0, &err) : NULL;
+    CHECK(j && json_number_value(json_object_get(j, "lowp_flops")) == 6e8);
+    CHECK(j && json_number_value(json_object_get(j, "bf16_peak_gflops")) == 400);
+    CHECK(j && json_number_value(json_object_get(j, "f32_peak_gflops")) == 100);
+    json_decref(j);
+    free(js);
+    /* one peak given by hand: the whole mix is held to it */
+    fm_trace_summary_set_peak(&s, 300);
+    CHECK_NEAR(s.peak_gflops, 300, 0);
+    CHECK(!s.lowp_peak_known);
+    fm_trace_summary_free(&s);
+
+    /* the same FLOPs all in f32: the verdict names bf16 only where it is faster here */
+    write_text(path,
+               "[\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":7},\n"
+               "{\"name\":\"matmul\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":10,\"dur\":900,\"pid\":1,\"tid\":7,"
+               "\"args\":{\"flops\":8e8,\"device\":\"cpu\"}}\n]\n");
+    CHECK(fm_trace_summarize(path, 0, &s) == FM_OK);
+    CHECK(s.lowp_flops == 0);
+    fm_trace_summary_set_peaks(&s, 1000, 2000);
+    CHECK_NEAR(s.peak_gflops, 1000, 0);
+    CHECK(strstr(s.verdict, "--precision bf16") != NULL);
+    fm_trace_summary_set_peaks(&s, 1000, 0); /* measured: no bf16 hardware path */
+    CHECK(strstr(s.verdict, "no faster than f32") != NULL && !strstr(s.verdict, "--precision bf16"));
+    fm_trace_summary_set_peaks(&s, 1000, 1100); /* 1.1x: not worth naming */
+    CHECK(strstr(s.verdict, "no faster than f32") != NULL);
+    fm_trace_summary_free(&s);
+    unlink(path);
+}
+
 static void test_trace(void) {
     char path[512], text[8192];
     snprintf(path, sizeof path, "%s/trace.json", tmpdir);
@@ -825,6 +876,7 @@ int main(int argc, char **argv) {
     test_progress_resume_clear();
     test_trace();
     test_trace_profiler_time();
+    test_trace_lowp_products();
     test_trace_gpu();
     test_plot();
     test_summary();

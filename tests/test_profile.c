@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu_kernels.h" /* fm_cpu_gemm_bf16: whether this CPU has the bf16 path */
 #include "core/parallel.h"
+#include "ops/ops_internal.h"                /* fm_linear_mixed */
 #include "fathom/fathom.h"
 #include "fathom/observe.h"
 #include "fathom/profile.h"
@@ -108,6 +110,53 @@ static void test_cuda_track(void) {
     unlink(path);
 }
 
+/* Spans say when their products ran on bf16 hardware (args.products): a mixed linear
+ * under bf16 (f32 activations, bf16 GEMMs) is marked exactly where this CPU has the
+ * bf16 path (a direct bf16 GEMM of its shape says whether it does); an f32 matmul never. */
+static void test_products_marked(void) {
+    char path[] = "/tmp/fathom_trace_lowp_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    enum { M = 64, K = 256, N = 256 };
+    uint16_t *ab = calloc(M * K, 2), *bb = calloc(K * N, 2);
+    float *cb = calloc(M * N, 4);
+    fm_cpu_gemm_args g = {FM_BF16, false, true, M, N, K, ab, K, bb, K, 0.0, cb, N};
+    bool hw = ab && bb && cb && fm_cpu_gemm_bf16(&g, NULL, false);
+    free(ab);
+    free(bb);
+    free(cb);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){M, K}, FM_F32, NULL), *w = fm_tensor_randn(2, (int64_t[]){N, K}, FM_F32, NULL);
+    fm_tensor_requires_grad_(w, true);
+    CHECK(fm_profiler_start(path) == FM_OK);
+    fm_tensor *y = fm_linear_mixed(x, w, NULL, FM_BF16), *s = y ? fm_sum(y, 0, NULL, false) : NULL;
+    CHECK(s && fm_backward(s, NULL, false) == FM_OK);
+    fm_tensor *wt = fm_transpose(w, 0, 1), *z = fm_matmul(x, wt); /* f32 products */
+    CHECK(fm_profiler_stop() == FM_OK);
+    fm_tensor_release_n(6, x, w, y, s, wt, z);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK_MSG(root && json_is_array(root), "trace does not parse: %s", err.text);
+    int marked = 0, mm = 0;
+    size_t n = root ? json_array_size(root) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(root, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name || strcmp(name, "matmul")) continue;
+        const char *pd = json_string_value(json_object_get(json_object_get(e, "args"), "products"));
+        mm++;
+        if (pd) { CHECK(!strcmp(pd, "bf16")); marked++; }
+    }
+    /* forward, dW: two bf16 products; the f32 matmul's span is the last and unmarked */
+    CHECK_MSG(mm == 3 && marked == (hw ? 2 : 0), "%d matmul spans, %d marked bf16 (bf16 hardware path: %d)", mm, marked, hw);
+    fm_trace_summary ts;
+    CHECK(fm_trace_summarize(path, 0, &ts) == FM_OK);
+    CHECK_NEAR(ts.lowp_flops, hw ? 2.0 * (2.0 * M * N * K) : 0, 0);
+    fm_trace_summary_free(&ts);
+    json_decref(root);
+    unlink(path);
+}
+
 int main(void) {
     test_crash_leaves_trace(); /* first: fork before this process has started any threads */
     char path[] = "/tmp/fathom_trace_XXXXXX";
@@ -174,6 +223,7 @@ int main(void) {
     CHECK(fm_profiler_start("/nonexistent-dir/trace.json") != FM_OK);
     CHECK_ERR_CONTAINS("cannot write trace file");
     test_cuda_track();
+    test_products_marked();
     fm_parallel_shutdown();
     TEST_DONE();
 }

@@ -148,7 +148,11 @@ typedef struct fm_trace_summary {
     int64_t n_steps;
     double step_us, compute_us, memory_us, data_us, optimizer_us, overhead_us;
     double step_flops;     /* FLOPs of the ops inside the steps */
-    double peak_gflops;    /* what MFU is measured against (0: unknown) */
+    double peak_gflops;    /* what MFU is measured against (0: unknown); with bf16 products in
+                            * the trace and both rates known, the rate of this FLOP mix */
+    double lowp_flops;     /* FLOPs of ops whose products ran in bf16/f16 (part of step_flops) */
+    double f32_peak_gflops, lowp_peak_gflops; /* the rates peak_gflops came from (0: unknown / none) */
+    bool lowp_peak_known;  /* lowp_peak_gflops was measured (0 then: no bf16 hardware path) */
     double achieved_gflops, mfu;
     double gemm_gflops;    /* achieved rate of compute-class ops alone */
     bool has_gpu;          /* any op span ran on a CUDA device */
@@ -169,6 +173,10 @@ FM_API fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_tra
 /* Sets the peak and recomputes MFU and the verdict (the peak may be measured
  * after the trace has been found readable). */
 FM_API void fm_trace_summary_set_peak(fm_trace_summary *s, double peak_gflops);
+/* The same with the bf16 rate too: the ops whose products ran in bf16 are held to
+ * lowp_peak and the rest to f32_peak, and the verdict says whether bf16 would pay
+ * here. lowp_peak 0: measured, no bf16 hardware path; < 0: unknown. */
+FM_API void fm_trace_summary_set_peaks(fm_trace_summary *s, double f32_peak, double lowp_peak);
 FM_API void fm_trace_summary_free(fm_trace_summary *s);
 /* The human-readable report: op table (top max_rows ops; <= 0: all), the
  * step-time split, MFU and the verdict. */
@@ -178,6 +186,9 @@ FM_API char *fm_trace_summary_json(const fm_trace_summary *s);
 /* Single-precision GEMM rate of this machine through CBLAS (GFLOP/s), measured
  * on 1024x1024 matrices for about a quarter of a second. */
 FM_API double fm_measure_peak_gflops(void);
+/* bf16 GEMM rate (f32 accumulation) of this machine's bf16 hardware path, measured the
+ * same way; 0 when the CPU has none (bf16 products then widen to the f32 GEMM). */
+FM_API double fm_measure_peak_gflops_bf16(void);
 
 /* ---------------- model summary (`fathom summary`) ---------------- */
 

@@ -30,6 +30,16 @@ typedef struct fm_op_call {
  * an eighth too); the meta device accounts for the same scratch. */
 bool fm_call_batch_slices(const fm_op_call *c, int64_t *batch);
 
+/* A count of kernel runs whose products ran on bf16 hardware (oneDNN's bf16
+ * GEMM, the AVX512-BF16 attention), bumped by those kernels from any thread.
+ * The profiler reads it around each op to mark the op's span with the precision
+ * its products actually ran in (a bf16 request that fell back to f32 products,
+ * such as a conv with columns shorter than 16, is not marked), so that MFU is
+ * taken against the matching peak. With ops dispatched from several threads at
+ * once, an op may be marked by another's products. */
+void fm_kernel_note_lowp_products(void);
+uint64_t fm_kernel_lowp_products(void);
+
 #ifdef __cplusplus
 static_assert((int)FM_BACKEND_OP_SLOTS == (int)FM_OP_COUNT, "core's kernel slots must match ops.def");
 #else

@@ -12,6 +12,11 @@ static const fm_op_info k_ops[FM_OP_COUNT] = {
 
 const fm_op_info *fm_op_get_info(fm_op_id op) { return (unsigned)op < FM_OP_COUNT ? &k_ops[op] : NULL; }
 
+static uint64_t g_lowp_products;
+
+void fm_kernel_note_lowp_products(void) { __atomic_fetch_add(&g_lowp_products, 1, __ATOMIC_RELAXED); }
+uint64_t fm_kernel_lowp_products(void) { return __atomic_load_n(&g_lowp_products, __ATOMIC_RELAXED); }
+
 fm_op_id fm_op_find(const char *name) {
     for (int i = 0; i < FM_OP_COUNT; i++)
         if (!strcmp(k_ops[i].name, name)) return (fm_op_id)i;

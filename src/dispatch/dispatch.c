@@ -87,7 +87,7 @@ fm_status fm_dispatch(fm_op_call *call) {
     fm_status st;
     const dispatch_hook *h = __atomic_load_n(&g_hook, __ATOMIC_ACQUIRE);
     if (__builtin_expect(h != NULL, 0)) {
-        fm_dispatch_event ev = {.call = &c2, .backend = b, .device = dev, .status = FM_OK, .stamp = 0};
+        fm_dispatch_event ev = {.call = &c2, .backend = b, .device = dev, .status = FM_OK, .stamp = 0, .mark = 0};
         if (h->before) h->before(&ev, h->user);
         ev.status = st = k(&c2);
         if (h->after) h->after(&ev, h->user);

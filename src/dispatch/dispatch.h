@@ -14,14 +14,15 @@
 fm_status fm_dispatch(fm_op_call *call);
 
 /* One kernel run as a hook sees it: the call as the kernel got it (inputs made
- * contiguous), the backend, and after the run its status. `stamp` is the
- * hook's own: `before` may store a value there that `after` reads. */
+ * contiguous), the backend, and after the run its status. `stamp` and `mark`
+ * are the hook's own: `before` may store values there that `after` reads. */
 typedef struct fm_dispatch_event {
     const fm_op_call *call;
     const fm_backend *backend;
     fm_device device;
     fm_status status;
     double stamp;
+    uint64_t mark; /* the hook's own too */
 } fm_dispatch_event;
 typedef void (*fm_dispatch_hook_fn)(fm_dispatch_event *ev, void *user);
 

@@ -40,6 +40,7 @@ typedef struct span {
     int parent;
     signed char cat, cls;
     bool gpu, in_step, counted;
+    bool lowp;       /* its products ran in bf16/f16 (args.products) */
 } span;
 
 typedef struct names {
@@ -156,6 +157,8 @@ static void add_event(parse_state *ps, json_t *e) {
     if (!(s->prof > 0) || s->prof > 1e12) s->prof = 0;
     const char *dev = json_string_value(json_object_get(args, "device"));
     s->gpu = dev && !strncmp(dev, "cuda", 4);
+    const char *prod = json_string_value(json_object_get(args, "products"));
+    s->lowp = prod && (!strcmp(prod, "bf16") || !strcmp(prod, "f16"));
     char key[160];
     if (s->cat == CAT_OP && cat && !strcmp(cat, "backward")) snprintf(key, sizeof key, "%s [bwd]", name);
     else snprintf(key, sizeof key, "%s", name);
@@ -369,6 +372,7 @@ static double split_step_time(parse_state *ps, bool any_step, fm_trace_summary *
             prof += s->prof;
             split[(int)s->cls] += self;
             if (s->cat == CAT_OP) out->step_flops += s->flops;
+            if (s->cat == CAT_OP && s->lowp) out->lowp_flops += s->flops;
             if (s->gpu && s->cat == CAT_OP) gpu_busy += self;
             if (s->gpu) out->has_gpu = true;
         }
@@ -497,8 +501,20 @@ fm_status fm_trace_summarize(const char *path, double peak_gflops, fm_trace_summ
     return FM_OK;
 }
 
-void fm_trace_summary_set_peak(fm_trace_summary *out, double peak_gflops) {
-    out->peak_gflops = peak_gflops > 0 ? peak_gflops : 0;
+void fm_trace_summary_set_peak(fm_trace_summary *out, double peak_gflops) { fm_trace_summary_set_peaks(out, peak_gflops, -1); }
+
+void fm_trace_summary_set_peaks(fm_trace_summary *out, double f32_peak, double lowp_peak) {
+    f32_peak = f32_peak > 0 ? f32_peak : 0;
+    out->f32_peak_gflops = f32_peak;
+    out->lowp_peak_gflops = lowp_peak > 0 ? lowp_peak : 0;
+    out->lowp_peak_known = lowp_peak >= 0;
+    /* The peak of this trace's mix: the time its FLOPs would take with the f32 ones at the
+     * f32 rate and the low-precision ones at theirs, as one rate. */
+    double lo = out->lowp_flops < out->step_flops ? out->lowp_flops : out->step_flops, hi = out->step_flops - lo;
+    if (f32_peak > 0 && out->lowp_peak_gflops > 0 && lo > 0)
+        out->peak_gflops = out->step_flops / (hi / f32_peak + lo / out->lowp_peak_gflops);
+    else
+        out->peak_gflops = f32_peak;
     out->mfu = out->peak_gflops > 0 ? out->achieved_gflops / out->peak_gflops : 0;
     static const char *const cls_name[CL_COUNT] = {"compute", "memory", "data", "optimizer", "overhead"};
     const double split[CL_COUNT] = {out->compute_us, out->memory_us, out->data_us, out->optimizer_us, out->overhead_us};
@@ -523,6 +539,14 @@ void fm_trace_summary_set_peak(fm_trace_summary *out, double peak_gflops) {
         if (out->peak_gflops > 0 && out->gemm_gflops < 0.5 * out->peak_gflops)
             snprintf(v, vn, "compute-bound on small GEMMs: %.0f%% of step time in matmul/conv at %.1f GFLOP/s (%.0f%% of the %.0f GFLOP/s peak); a bigger batch makes the matrices larger and faster",
                      pct, out->gemm_gflops, 100.0 * out->gemm_gflops / out->peak_gflops, out->peak_gflops);
+        else if (out->peak_gflops > 0 && out->step_flops > 0 && out->lowp_flops >= 0.5 * out->step_flops)
+            snprintf(v, vn, "compute-bound: %.0f%% of step time in matmul/conv/attention running near peak, with %.0f%% of the FLOPs already in bf16/f16 products; more speed needs faster hardware or fewer FLOPs",
+                     pct, 100.0 * out->lowp_flops / out->step_flops);
+        else if (out->peak_gflops > 0 && out->lowp_peak_gflops > 1.2 * out->f32_peak_gflops)
+            snprintf(v, vn, "compute-bound: %.0f%% of step time in matmul/conv/attention running near peak; more speed needs bf16 products (--precision bf16: bf16 GEMM runs at %.0f GFLOP/s here, f32 at %.0f) or faster hardware",
+                     pct, out->lowp_peak_gflops, out->f32_peak_gflops);
+        else if (out->peak_gflops > 0 && out->f32_peak_gflops > 0 && out->lowp_peak_known)
+            snprintf(v, vn, "compute-bound: %.0f%% of step time in matmul/conv/attention running near peak; more speed needs faster hardware (bf16 products are no faster than f32 on this CPU)", pct);
         else if (out->peak_gflops > 0)
             snprintf(v, vn, "compute-bound: %.0f%% of step time in matmul/conv/attention running near peak; more speed needs lower precision (bf16) or faster hardware", pct);
         else
@@ -579,7 +603,12 @@ void fm_trace_summary_print(const fm_trace_summary *s, FILE *f, int max_rows) {
     double per = s->n_steps ? s->step_flops / (double)s->n_steps : s->step_flops;
     fprintf(f, "\nFLOPs: %.4f GFLOP%s; achieved %.2f GFLOP/s (matmul/conv alone %.2f GFLOP/s)\n", per / 1e9,
             s->n_steps ? " per step" : "", s->achieved_gflops, s->gemm_gflops);
-    if (s->peak_gflops > 0) fprintf(f, "MFU: %.1f%% of %.1f GFLOP/s peak\n", 100.0 * s->mfu, s->peak_gflops);
+    if (s->step_flops > 0 && s->lowp_flops > 0)
+        fprintf(f, "products: %.1f%% of the FLOPs ran in bf16/f16\n", 100.0 * s->lowp_flops / s->step_flops);
+    if (s->peak_gflops > 0 && s->lowp_flops > 0 && s->lowp_peak_gflops > 0)
+        fprintf(f, "MFU: %.1f%% of %.1f GFLOP/s peak (this mix at %.1f GFLOP/s f32 and %.1f GFLOP/s bf16)\n", 100.0 * s->mfu,
+                s->peak_gflops, s->f32_peak_gflops, s->lowp_peak_gflops);
+    else if (s->peak_gflops > 0) fprintf(f, "MFU: %.1f%% of %.1f GFLOP/s peak\n", 100.0 * s->mfu, s->peak_gflops);
     else fprintf(f, "MFU: unknown (no peak given)\n");
     if (s->peak_gflops > 0 && s->mfu > 1.0)
         fprintf(f, "note: the trace ran above that peak, so this MFU means nothing: a peak measured while other work "
@@ -620,7 +649,10 @@ char *fm_trace_summary_json(const fm_trace_summary *s) {
     json_object_set_new(root, "flops", json_real(s->step_flops));
     json_object_set_new(root, "achieved_gflops", json_real(s->achieved_gflops));
     json_object_set_new(root, "gemm_gflops", json_real(s->gemm_gflops));
+    json_object_set_new(root, "lowp_flops", json_real(s->lowp_flops));
     json_object_set_new(root, "peak_gflops", s->peak_gflops > 0 ? json_real(s->peak_gflops) : json_null());
+    json_object_set_new(root, "f32_peak_gflops", s->f32_peak_gflops > 0 ? json_real(s->f32_peak_gflops) : json_null());
+    json_object_set_new(root, "bf16_peak_gflops", s->lowp_peak_known ? json_real(s->lowp_peak_gflops) : json_null());
     json_object_set_new(root, "mfu", s->peak_gflops > 0 ? json_real(s->mfu) : json_null());
     json_object_set_new(root, "gpu_idle_pct", s->has_gpu ? json_real(s->gpu_idle_pct) : json_null());
     json_object_set_new(root, "gpu_idle_from_events", json_boolean(s->gpu_event_timed));
@@ -635,6 +667,33 @@ static double mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double fm_measure_peak_gflops_bf16(void) {
+    enum { N = 1024 };
+    uint16_t *a = malloc(sizeof(uint16_t) * N * N), *b = malloc(sizeof(uint16_t) * N * N);
+    float *c = malloc(sizeof(float) * N * N);
+    double best = 0;
+    if (a && b && c) {
+        for (int i = 0; i < N * N; i++) { a[i] = (uint16_t)(0x3c00 + i % 7); b[i] = (uint16_t)(0xbc00 + i % 5); }
+        fm_cpu_gemm_args g = {FM_BF16, false, false, N, N, N, a, N, b, N, 0.0, c, N};
+        /* the products fathom's bf16 matmul runs; false: this CPU has no bf16 hardware path
+         * (its bf16 products widen to the f32 GEMM) */
+        if (fm_cpu_gemm_bf16(&g, NULL, false)) {
+            double start = mono();
+            for (int rep = 0; rep < 50; rep++) {
+                double t0 = mono();
+                if (!fm_cpu_gemm_bf16(&g, NULL, false)) break;
+                double t = mono() - t0;
+                if (t > 0) best = fmax(best, 2.0 * N * N * N / t / 1e9);
+                if (mono() - start > 0.25 && rep >= 2) break;
+            }
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
 }
 
 double fm_measure_peak_gflops(void) {

@@ -130,7 +130,26 @@ static const char *esc(const char *s, char *out, size_t n) {
  * span covers its run, not only its launch. */
 static void op_before(fm_dispatch_event *ev, void *user) {
     (void)user;
+    ev->mark = fm_kernel_lowp_products();
     ev->stamp = fm_profiler_now_us();
+}
+
+/* The precision the op's products ran in, when lower than f32: the CPU kernels
+ * report bf16 hardware products themselves (fm_kernel_note_lowp_products); a
+ * device's products are taken from the operands' dtype (tensor cores run
+ * bf16/f16 GEMM, conv and attention in that dtype). NULL: f32 or wider, or not
+ * a product op. */
+static const char *products_dtype(const fm_dispatch_event *ev) {
+    if (fm_kernel_lowp_products() != ev->mark) return "bf16";
+    const fm_op_call *c = ev->call;
+    if (ev->device.type != FM_DEV_CUDA || !c->n_in || !c->in[0]) return NULL;
+    switch (c->op) {
+    case FM_OP_MATMUL: case FM_OP_CONV2D: case FM_OP_CONV2D_BACKWARD: case FM_OP_SDPA: case FM_OP_SDPA_BACKWARD:
+    case FM_OP_SDPA_QKV: case FM_OP_SDPA_QKV_BACKWARD: case FM_OP_LINEAR_FUSED: case FM_OP_CONV2D_FUSED:
+        return c->in[0]->dtype == FM_BF16 || c->in[0]->dtype == FM_F16 ? fm_dtype_name(c->in[0]->dtype) : NULL;
+    default:
+        return NULL;
+    }
 }
 
 static void op_after(fm_dispatch_event *ev, void *user) {
@@ -139,15 +158,17 @@ static void op_after(fm_dispatch_event *ev, void *user) {
     const fm_backend *b = ev->backend;
     if (b->synchronize && ev->device.type != FM_DEV_CPU) b->synchronize(ev->device.index);
     double t1 = fm_profiler_now_us();
-    char args[288], sh[128];
+    char args[320], sh[128], prod[32] = "";
+    const char *pd = products_dtype(ev);
+    if (pd) snprintf(prod, sizeof prod, ",\"products\":\"%s\"", pd);
     fm_tensor *o = c->n_out ? c->out[0] : NULL;
     /* prof_us: this hook's own time after the op (the cost model here) plus what the
      * previous op's hook spent after its span's args were made (writing it and the memory
      * counters), all of it this thread's time between ops: the summary keeps it out of
      * "framework overhead" (a fifth of a GPT-2-small decode loop's traced time) */
     const double flops = fm_op_flops(c), bytes = fm_op_bytes(c), t2 = fm_profiler_now_us();
-    snprintf(args, sizeof args, "{\"flops\":%.0f,\"bytes\":%.0f,\"out\":\"%s\",\"device\":\"%s\",\"prof_us\":%.3f}", flops, bytes,
-             o ? fm_shape_str(o->ndim, o->shape, sh, sizeof sh) : "", b->name, t2 - t1 + t_prof_carry);
+    snprintf(args, sizeof args, "{\"flops\":%.0f,\"bytes\":%.0f,\"out\":\"%s\",\"device\":\"%s\",\"prof_us\":%.3f%s}", flops, bytes,
+             o ? fm_shape_str(o->ndim, o->shape, sh, sizeof sh) : "", b->name, t2 - t1 + t_prof_carry, prod);
     fm_profile_span(fm_op_get_info(c->op)->name, fm_in_backward ? "backward" : "forward", ev->stamp, t1 - ev->stamp, args);
     fm_memory_stats ms;
     if (fm_memory_stats_get(ev->device, &ms) == FM_OK) {

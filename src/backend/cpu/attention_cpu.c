@@ -143,6 +143,7 @@ static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dt
     int rc;
     if (sdpa_bf16_usable(io, dt)) {
         rc = fm_sdpa_bf16_forward(io);
+        if (!rc) fm_kernel_note_lowp_products();
     } else if (dt == FM_F32 && fm_cpu_use_avx512()) {
         rc = fm_sdpa_f32_avx512_forward(io);
     } else if (dt == FM_F32 && fm_cpu_use_avx2()) {
@@ -161,6 +162,7 @@ static fm_status run_backward(const fm_op_call *call, const fm_sdpa_io *io, fm_d
     int rc;
     if (sdpa_bf16_usable(io, dt)) {
         rc = fm_sdpa_bf16_backward(io);
+        if (!rc) fm_kernel_note_lowp_products();
     } else if (dt == FM_F32 && fm_cpu_use_avx512()) {
         rc = fm_sdpa_f32_avx512_backward(io);
     } else if (dt == FM_F32 && fm_cpu_use_avx2()) {

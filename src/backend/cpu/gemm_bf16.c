@@ -490,7 +490,9 @@ static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool c_
 
 bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16) {
     pthread_once(&g_once, load);
-    return onednn_product(g, bias, c_bf16, g_info.loaded, FM_BF16);
+    if (!onednn_product(g, bias, c_bf16, g_info.loaded, FM_BF16)) return false;
+    fm_kernel_note_lowp_products();
+    return true;
 }
 
 bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias) {
