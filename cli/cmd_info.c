@@ -25,7 +25,7 @@
 static const char *bf16_attention_note(void) {
     if (!fm_cpu_bf16_dot_fast()) return "f32 products (no AVX512-BF16, or its dot product is not faster than f32 FMAs here)";
     if (!fm_cpu_use_avx512()) return "f32 products (FATHOM_ISA is below avx512)";
-    return "bf16 products (vdpbf16ps; head sizes that are multiples of 16, >= 16 (batch, kv head) pairs)";
+    return "bf16 products (vdpbf16ps; head sizes that are multiples of 16)";
 }
 
 static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp) {

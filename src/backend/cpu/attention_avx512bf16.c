@@ -247,20 +247,92 @@ typedef struct bwd_ctx {
     _Atomic int oom;
 } bwd_ctx;
 
-/* One task per (batch, kv head): dK, dV of the kv head and dQ of its query heads.
- * Per key block, packed once: K and V as rows of pairs (the A of S^T = K Q^T and
- * dP^T = V dO^T) and K as pairs across keys (the B of dQ += dS K). Per query
- * block of each head: Q^T and dO^T as [D/2][BQ] pairs (the B of S^T and dP^T),
- * Q and dO as pairs across queries (the B of dK += dS^T Q and dV += P^T dO). Per
- * tile: P^T and dS^T as rows of pairs (the A of dV and dK) and dS^T as pairs
- * across keys (the A of dQ). */
-static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+/* A query block's operands, packed once per (head, query block): Q^T and dO^T as
+ * [D/2][BQ] pairs (the B of S^T = K Q^T and dP^T = V dO^T), Q and dO as pairs across
+ * queries (the B of dK += dS^T Q and dV += P^T dO; qi NULL: not needed), and per
+ * query delta = rowsum(dO * O) and the logsumexp in base 2 (past the block: +inf). */
+static void pack_qblock(const fm_sdpa_io *g, int64_t b, int64_t h, int64_t i0, uint32_t *qt, uint32_t *dot, uint32_t *qi,
+                        uint32_t *doi, float *delta, float *lse2) {
+    const int64_t D = g->D, qst = g->lq.st, dost = g->ldo.st, ost = g->lo.st, bq = min64(BQ, g->Tq - i0);
+    const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
+    const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, i0);
+    const float *O = (const float *)g->o + fm_sdpa_row(g->lo, b, h, i0), *L = g->lse + (b * g->H + h) * g->Tq + i0;
+    pack_qt(Q, qst, bq, D, (float)g->scale * 1.4426950408889634f, qt);
+    pack_qt(dO, dost, bq, D, 1.0f, dot);
+    if (qi) {
+        memset(qi, 0, sizeof(uint32_t) * (size_t)((BQ / 2) * D));
+        memset(doi, 0, sizeof(uint32_t) * (size_t)((BQ / 2) * D));
+        pack_across(Q, qst, bq, D, 1.0f, qi);
+        pack_across(dO, dost, bq, D, 1.0f, doi);
+    }
+    for (int64_t i = 0; i < BQ; i++) {
+        float s = 0.0f;
+        if (i < bq)
+            for (int64_t d = 0; d < D; d++) s += dO[i * dost + d] * O[i * ost + d];
+        delta[i] = s;
+        lse2[i] = i < bq ? L[i] * 1.4426950408889634f : INFINITY;
+    }
+}
+
+/* One tile of keys j0.. (bk of them; kr, vr: their rows as pairs) against the query block
+ * i0..: P^T = 2^(S^T - lse2) and dS^T = P^T * (dP^T - delta) into P and dS ([bk][BQ]),
+ * with P^T and dS^T also as rows of pairs (pr, dsr: the A of dV and dK; NULL: not needed)
+ * and dS^T as pairs across keys (dsi: the A of dQ; NULL: not needed). */
+static void bwd_tile(const fm_sdpa_io *g, int64_t j0, int64_t bk, int64_t i0, const uint32_t *kr, const uint32_t *vr,
+                     const uint32_t *qt, const uint32_t *dot, const float *delta, const float *lse2, float *P, float *dS,
+                     uint32_t *pr, uint32_t *dsr, uint32_t *dsi) {
+    const int64_t D = g->D, D2 = (D + 1) / 2;
+    const int diag = g->causal && j0 == i0;
+    bgemm(diag ? TRI_COLS : TRI_NONE, bk, BQ, D, kr, D2, 1, (const bf16 *)qt, BQ, P, BQ, 0);
+    bgemm(diag ? TRI_COLS : TRI_NONE, bk, BQ, D, vr, D2, 1, (const bf16 *)dot, BQ, dS, BQ, 0);
+    for (int64_t r = 0; r < bk; r++) {
+        float *prow = P + r * BQ, *drow = dS + r * BQ;
+        for (int64_t cb = 0; cb < BQ; cb += VW) {
+            __m512 p = fm_exp2_neg512(_mm512_sub_ps(_mm512_loadu_ps(prow + cb), _mm512_loadu_ps(lse2 + cb)));
+            __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(drow + cb), _mm512_loadu_ps(delta + cb));
+            _mm512_storeu_ps(prow + cb, p);
+            _mm512_storeu_ps(drow + cb, _mm512_mul_ps(p, dp));
+        }
+        if (g->causal) /* queries i < key j do not see it: exact zeros (P and dP were not computed there) */
+            for (int64_t i = 0; i < j0 + r - i0 && i < BQ; i++) prow[i] = drow[i] = 0.0f;
+        if (pr) pack_row(prow, BQ, 1.0f, pr + r * (BQ / 2));
+        if (dsr) pack_row(drow, BQ, 1.0f, dsr + r * (BQ / 2));
+    }
+    if (dsi) pack_across(dS, BQ, bk, BQ, 1.0f, dsi);
+}
+
+/* dV += P^T dO and dK += dS^T Q for one tile: rows keys, K = queries (pairs across queries in B) */
+static void bwd_dkdv(const fm_sdpa_io *g, int64_t j0, int64_t bk, int64_t i0, const uint32_t *pr, const uint32_t *dsr,
+                     const uint32_t *qi, const uint32_t *doi, float *dK, float *dV) {
+    const int64_t D = g->D, bq = min64(BQ, g->Tq - i0);
+    const int lo = g->causal && j0 == i0 ? TRI_KLO : TRI_NONE;
+    bgemm(lo, bk, D, bq, pr, BQ / 2, 1, (const bf16 *)doi, D, dV, g->ldv.st, 1);
+    bgemm(lo, bk, D, bq, dsr, BQ / 2, 1, (const bf16 *)qi, D, dK, g->ldk.st, 1);
+}
+
+/* dQ += dS K for one tile: rows queries, K = keys; A = dS^T pairs across keys: (query m, pair p) at dsi[p*BQ + m] */
+static void bwd_dq(const fm_sdpa_io *g, int64_t j0, int64_t bk, int64_t i0, const uint32_t *dsi, const uint32_t *ki, float *dQ) {
+    const int64_t bq = min64(BQ, g->Tq - i0);
+    bgemm(g->causal && j0 == i0 ? TRI_KHI : TRI_NONE, bq, g->D, bk, dsi, 1, BQ, (const bf16 *)ki, g->D, dQ, g->ldq.st, 1);
+}
+
+static void pack_keys(const fm_sdpa_io *g, const float *K, const float *V, int64_t n, uint32_t *kr, uint32_t *vr) {
+    const int64_t D2 = (g->D + 1) / 2;
+    for (int64_t r = 0; r < n; r++) {
+        pack_row(K + r * g->lk.st, g->D, 1.0f, kr + r * D2);
+        pack_row(V + r * g->lv.st, g->D, 1.0f, vr + r * D2);
+    }
+}
+
+/* Owner mode: one task per (batch, kv head): dK, dV of the kv head and dQ of its query
+ * heads. Per key block, packed once: K and V as rows of pairs and K as pairs across
+ * keys (the B of dQ += dS K); per query block of each head, pack_qblock's operands. */
+static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     bwd_ctx *c = vctx;
     const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, D2 = (D + 1) / 2, Tq = g->Tq, Tk = g->Tk, nqb = c->nqb, nkb = c->nkb, Tkp = nkb * BK;
-    const int64_t kst = g->lk.st, vst = g->lv.st, qst = g->lq.st, dost = g->ldo.st, ost = g->lo.st;
-    const int64_t dqst = g->ldq.st, dkst = g->ldk.st, dvst = g->ldv.st, group = g->H / g->Hkv;
+    const int64_t kst = g->lk.st, dqst = g->ldq.st, dkst = g->ldk.st, dvst = g->ldv.st, group = g->H / g->Hkv;
     const size_t n32 = (size_t)(2 * Tkp * D2 + (Tkp / 2) * D + nqb * (2 * D2 * BQ + 2 * (BQ / 2) * D) + 2 * BK * (BQ / 2) +
                                 (BK / 2) * BQ);
     uint32_t *u = NULL;
@@ -275,7 +347,6 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     uint32_t *Qi = dOT + nqb * D2 * BQ, *dOi = Qi + nqb * (BQ / 2) * D;
     uint32_t *Pr = dOi + nqb * (BQ / 2) * D, *dSr = Pr + BK * (BQ / 2), *dSi = dSr + BK * (BQ / 2);
     float *P = f, *dS = P + BK * BQ, *delta = dS + BK * BQ, *lse2 = delta + nqb * BQ;
-    const float sc2 = (float)g->scale * 1.4426950408889634f;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t b = t / g->Hkv, hk = t % g->Hkv;
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
@@ -283,62 +354,23 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, 0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, 0);
         fm_sdpa_zero_rows(dK, Tk, D, dkst);
         fm_sdpa_zero_rows(dV, Tk, D, dvst);
-        for (int64_t r = 0; r < Tk; r++) {
-            pack_row(K + r * kst, D, 1.0f, Kr + r * D2);
-            pack_row(V + r * vst, D, 1.0f, Vr + r * D2);
-        }
+        pack_keys(g, K, V, Tk, Kr, Vr);
         for (int64_t j0 = 0; j0 < Tk; j0 += BK) pack_across(K + j0 * kst, kst, min64(BK, Tk - j0), D, 1.0f, Ki + (j0 / 2) * D);
         for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-            const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, 0);
-            const float *dO = (const float *)g->dout + fm_sdpa_row(g->ldo, b, h, 0);
-            const float *O = (const float *)g->o + fm_sdpa_row(g->lo, b, h, 0), *L = g->lse + (b * g->H + h) * Tq;
             float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, 0);
             fm_sdpa_zero_rows(dQ, Tq, D, dqst);
-            for (int64_t qb = 0; qb < nqb; qb++) {
-                const int64_t i0 = qb * BQ, bq = min64(BQ, Tq - i0);
-                pack_qt(Q + i0 * qst, qst, bq, D, sc2, QT + qb * D2 * BQ);
-                pack_qt(dO + i0 * dost, dost, bq, D, 1.0f, dOT + qb * D2 * BQ);
-                memset(Qi + qb * (BQ / 2) * D, 0, sizeof(uint32_t) * (size_t)((BQ / 2) * D));
-                memset(dOi + qb * (BQ / 2) * D, 0, sizeof(uint32_t) * (size_t)((BQ / 2) * D));
-                pack_across(Q + i0 * qst, qst, bq, D, 1.0f, Qi + qb * (BQ / 2) * D);
-                pack_across(dO + i0 * dost, dost, bq, D, 1.0f, dOi + qb * (BQ / 2) * D);
-                for (int64_t i = 0; i < BQ; i++) {
-                    float s = 0.0f;
-                    if (i < bq)
-                        for (int64_t d = 0; d < D; d++) s += dO[(i0 + i) * dost + d] * O[(i0 + i) * ost + d];
-                    delta[i0 + i] = s;
-                    lse2[i0 + i] = i < bq ? L[i0 + i] * 1.4426950408889634f : INFINITY;
-                }
-            }
+            for (int64_t qb = 0; qb < nqb; qb++)
+                pack_qblock(g, b, h, qb * BQ, QT + qb * D2 * BQ, dOT + qb * D2 * BQ, Qi + qb * (BQ / 2) * D,
+                            dOi + qb * (BQ / 2) * D, delta + qb * BQ, lse2 + qb * BQ);
             for (int64_t j0 = 0; j0 < Tk; j0 += BK) {
                 const int64_t bk = min64(BK, Tk - j0);
                 for (int64_t qb = g->causal ? j0 / BQ : 0; qb < nqb; qb++) {
-                    const int64_t i0 = qb * BQ, bq = min64(BQ, Tq - i0);
-                    const int diag = g->causal && j0 == i0;
-                    bgemm(diag ? TRI_COLS : TRI_NONE, bk, BQ, D, Kr + j0 * D2, D2, 1, (const bf16 *)(QT + qb * D2 * BQ), BQ, P, BQ,
-                          0);
-                    bgemm(diag ? TRI_COLS : TRI_NONE, bk, BQ, D, Vr + j0 * D2, D2, 1, (const bf16 *)(dOT + qb * D2 * BQ), BQ,
-                          dS, BQ, 0);
-                    for (int64_t r = 0; r < bk; r++) {
-                        float *pr = P + r * BQ, *dr = dS + r * BQ;
-                        for (int64_t cb = 0; cb < BQ; cb += VW) {
-                            __m512 p = fm_exp2_neg512(_mm512_sub_ps(_mm512_loadu_ps(pr + cb), _mm512_loadu_ps(lse2 + i0 + cb)));
-                            __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(dr + cb), _mm512_loadu_ps(delta + i0 + cb));
-                            _mm512_storeu_ps(pr + cb, p);
-                            _mm512_storeu_ps(dr + cb, _mm512_mul_ps(p, dp));
-                        }
-                        if (g->causal) /* queries i < key j do not see it: exact zeros (P and dP were not computed there) */
-                            for (int64_t i = 0; i < j0 + r - i0 && i < BQ; i++) pr[i] = dr[i] = 0.0f;
-                        pack_row(pr, BQ, 1.0f, Pr + r * (BQ / 2));
-                        pack_row(dr, BQ, 1.0f, dSr + r * (BQ / 2));
-                    }
-                    pack_across(dS, BQ, bk, BQ, 1.0f, dSi);
-                    const int lo = diag ? TRI_KLO : TRI_NONE, hi = diag ? TRI_KHI : TRI_NONE;
-                    /* dV += P^T dO, dK += dS^T Q: rows keys, K = queries (pairs across queries in B) */
-                    bgemm(lo, bk, D, bq, Pr, BQ / 2, 1, (const bf16 *)(dOi + qb * (BQ / 2) * D), D, dV + j0 * dvst, dvst, 1);
-                    bgemm(lo, bk, D, bq, dSr, BQ / 2, 1, (const bf16 *)(Qi + qb * (BQ / 2) * D), D, dK + j0 * dkst, dkst, 1);
-                    /* dQ += dS K: rows queries, K = keys; A = dS^T pairs across keys: (query m, pair p) at dSi[p*BQ + m] */
-                    bgemm(hi, bq, D, bk, dSi, 1, BQ, (const bf16 *)(Ki + (j0 / 2) * D), D, dQ + i0 * dqst, dqst, 1);
+                    const int64_t i0 = qb * BQ;
+                    bwd_tile(g, j0, bk, i0, Kr + j0 * D2, Vr + j0 * D2, QT + qb * D2 * BQ, dOT + qb * D2 * BQ, delta + i0,
+                             lse2 + i0, P, dS, Pr, dSr, dSi);
+                    bwd_dkdv(g, j0, bk, i0, Pr, dSr, Qi + qb * (BQ / 2) * D, dOi + qb * (BQ / 2) * D, dK + j0 * dkst,
+                             dV + j0 * dvst);
+                    bwd_dq(g, j0, bk, i0, dSi, Ki + (j0 / 2) * D, dQ + i0 * dqst);
                 }
             }
             fm_sdpa_scale_rows(dQ, Tq, D, dqst, (float)g->scale);
@@ -349,8 +381,101 @@ static void bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     free(f);
 }
 
+/* Split mode, first pass: one task per (batch, kv head, key block) owns that block's dK
+ * and dV rows, over the kv head's query heads and query blocks in owner mode's order
+ * (so the same sums in the same order: owner mode's bits). */
+static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    bwd_ctx *c = vctx;
+    const fm_sdpa_io *g = c->io;
+    const int64_t D = g->D, D2 = (D + 1) / 2, group = g->H / g->Hkv;
+    const size_t n32 = (size_t)(2 * BK * D2 + 2 * D2 * BQ + 2 * (BQ / 2) * D + 2 * BK * (BQ / 2));
+    uint32_t *u = NULL;
+    float *f = NULL;
+    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
+        posix_memalign((void **)&f, 64, (size_t)(2 * BK * BQ + 2 * BQ) * sizeof(float))) {
+        free(u);
+        c->oom = 1;
+        return;
+    }
+    uint32_t *Kr = u, *Vr = Kr + BK * D2, *QT = Vr + BK * D2, *dOT = QT + D2 * BQ, *Qi = dOT + D2 * BQ;
+    uint32_t *dOi = Qi + (BQ / 2) * D, *Pr = dOi + (BQ / 2) * D, *dSr = Pr + BK * (BQ / 2);
+    float *P = f, *dS = P + BK * BQ, *delta = dS + BK * BQ, *lse2 = delta + BQ;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t kb = t % c->nkb, bh = t / c->nkb, b = bh / g->Hkv, hk = bh % g->Hkv;
+        const int64_t j0 = kb * BK, bk = min64(BK, g->Tk - j0);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, j0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, j0);
+        float *dK = (float *)g->dk + fm_sdpa_row(g->ldk, b, hk, j0), *dV = (float *)g->dv + fm_sdpa_row(g->ldv, b, hk, j0);
+        fm_sdpa_zero_rows(dK, bk, D, g->ldk.st);
+        fm_sdpa_zero_rows(dV, bk, D, g->ldv.st);
+        pack_keys(g, K, V, bk, Kr, Vr);
+        for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+            for (int64_t qb = g->causal ? j0 / BQ : 0; qb < c->nqb; qb++) {
+                const int64_t i0 = qb * BQ;
+                pack_qblock(g, b, h, i0, QT, dOT, Qi, dOi, delta, lse2);
+                bwd_tile(g, j0, bk, i0, Kr, Vr, QT, dOT, delta, lse2, P, dS, Pr, dSr, NULL);
+                bwd_dkdv(g, j0, bk, i0, Pr, dSr, Qi, dOi, dK, dV);
+            }
+        fm_sdpa_scale_rows(dK, bk, D, g->ldk.st, (float)g->scale);
+    }
+    free(u);
+    free(f);
+}
+
+/* Split mode, second pass: one task per (batch, head, query block) owns that block's dQ
+ * rows, over the key blocks in owner mode's order. */
+static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    bwd_ctx *c = vctx;
+    const fm_sdpa_io *g = c->io;
+    const int64_t D = g->D, D2 = (D + 1) / 2, group = g->H / g->Hkv;
+    const size_t n32 = (size_t)(2 * BK * D2 + (BK / 2) * D + 2 * D2 * BQ + (BK / 2) * BQ);
+    uint32_t *u = NULL;
+    float *f = NULL;
+    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
+        posix_memalign((void **)&f, 64, (size_t)(2 * BK * BQ + 2 * BQ) * sizeof(float))) {
+        free(u);
+        c->oom = 1;
+        return;
+    }
+    uint32_t *Kr = u, *Vr = Kr + BK * D2, *Ki = Vr + BK * D2, *QT = Ki + (BK / 2) * D, *dOT = QT + D2 * BQ, *dSi = dOT + D2 * BQ;
+    float *P = f, *dS = P + BK * BQ, *delta = dS + BK * BQ, *lse2 = delta + BQ;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t qb = zigzag(t % c->nqb, c->nqb), bh = t / c->nqb, b = bh / g->H, h = bh % g->H, hk = h / group;
+        const int64_t i0 = qb * BQ, bq = min64(BQ, g->Tq - i0);
+        const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
+        const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
+        float *dQ = (float *)g->dq + fm_sdpa_row(g->ldq, b, h, i0);
+        fm_sdpa_zero_rows(dQ, bq, D, g->ldq.st);
+        pack_qblock(g, b, h, i0, QT, dOT, NULL, NULL, delta, lse2);
+        const int64_t kend = g->causal ? min64(g->Tk, i0 + bq) : g->Tk;
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int64_t bk = min64(BK, g->Tk - j0);
+            pack_keys(g, K + j0 * g->lk.st, V + j0 * g->lv.st, bk, Kr, Vr);
+            pack_across(K + j0 * g->lk.st, g->lk.st, bk, D, 1.0f, Ki);
+            bwd_tile(g, j0, bk, i0, Kr, Vr, QT, dOT, delta, lse2, P, dS, NULL, NULL, dSi);
+            bwd_dq(g, j0, bk, i0, dSi, Ki, dQ);
+        }
+        fm_sdpa_scale_rows(dQ, bq, D, g->ldq.st, (float)g->scale);
+    }
+    free(u);
+    free(f);
+}
+
+/* Owner mode needs enough (batch, kv head) pairs to keep the threads busy; with fewer,
+ * two passes split the work over key blocks (dK, dV) and query blocks (dQ), computing
+ * the probabilities twice. Chosen by the shape only (as attention_simd.h), and both
+ * give the same bits, so results do not depend on the thread count. */
+#define SDPA_BF16_OWNER_MIN_TASKS 16
+
 int fm_sdpa_bf16_backward(const fm_sdpa_io *io) {
     bwd_ctx c = {io, (io->Tq + BQ - 1) / BQ, (io->Tk + BK - 1) / BK, 0};
-    fm_parallel_for(io->B * io->Hkv, 1, bwd_range, &c);
+    if (io->B * io->Hkv < SDPA_BF16_OWNER_MIN_TASKS) {
+        fm_parallel_for(io->B * io->Hkv * c.nkb, 1, bwd_kv_range, &c);
+        if (!c.oom) fm_parallel_for(io->B * io->H * c.nqb, 1, bwd_q_range, &c);
+    } else {
+        fm_parallel_for(io->B * io->Hkv, 1, bwd_owner_range, &c);
+    }
     return c.oom ? -1 : 0;
 }

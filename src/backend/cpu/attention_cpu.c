@@ -127,15 +127,12 @@ static void ref_bwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
 
 /* The bf16 products (io->lowp, f32 operands under bf16 autocast): on a CPU whose bf16 dot
  * product outruns its f32 FMAs (fm_cpu_bf16_dot_fast: AVX512-BF16's vdpbf16ps measured at
- * >= FM_BF16_DOT_MIN_RATE the f32 FMA's rate; not below FATHOM_ISA=avx512), for head sizes that are whole
- * vectors (D % 16 == 0), and with at least SDPA_BF16_MIN_TASKS (batch, kv head) pairs: the
- * bf16 backward has only the f32 one's owner mode (one task per pair), no split mode. Forward and backward take the
- * same decision, so the backward recomputes what the forward computed. Elsewhere the f32
- * kernels run, unrounded (more precise, and on those CPUs faster). */
-#define SDPA_BF16_MIN_TASKS 16
+ * >= FM_BF16_DOT_MIN_RATE the f32 FMA's rate; not below FATHOM_ISA=avx512) and for head sizes
+ * that are whole vectors (D % 16 == 0). Forward and backward take the same decision, so the
+ * backward recomputes what the forward computed. Elsewhere the f32 kernels run, unrounded
+ * (more precise, and on those CPUs faster). */
 static bool sdpa_bf16_usable(const fm_sdpa_io *io, fm_dtype dt) {
-    return dt == FM_F32 && io->lowp == FM_BF16 && io->D % 16 == 0 && io->B * io->Hkv >= SDPA_BF16_MIN_TASKS &&
-           fm_cpu_use_avx512() && fm_cpu_bf16_dot_fast();
+    return dt == FM_F32 && io->lowp == FM_BF16 && io->D % 16 == 0 && fm_cpu_use_avx512() && fm_cpu_bf16_dot_fast();
 }
 
 static fm_status run_forward(const fm_op_call *call, const fm_sdpa_io *io, fm_dtype dt) {
