@@ -10,12 +10,14 @@
 #include "commands.h"
 #include "eval_gpt.h"
 #include "device_arg.h"
+#include "fathom/amp.h" /* fm_autocast_set */
 #include "fathom/graph.h"
 #include "fathom/recipe.h"
 
 static void eval_usage(FILE *f) {
-    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--json] [--quiet]\n"
-               "       fathom eval GPT_DIR [--text FILE | --tokens FILE] [--val-fraction F] [--batch N] [--device D] [--json] [--quiet]\n\n"
+    fprintf(f, "usage: fathom eval MODEL_DIR [--data DIR] [--batch N] [--device D] [--precision P] [--json] [--quiet]\n"
+               "       fathom eval GPT_DIR [--text FILE | --tokens FILE] [--val-fraction F] [--batch N] [--device D]\n"
+               "                   [--precision P] [--json] [--quiet]\n\n"
                "Evaluates a model saved by `fathom train` on the test split of its data set (a classifier:\n"
                "accuracy and loss), or a GPT (a `fathom train` GPT directory, a Hugging Face layout, or a\n"
                "compiled or quantized graph of one) on held-out text: the mean next-token loss and the\n"
@@ -30,6 +32,9 @@ static void eval_usage(FILE *f) {
                "  --val-fraction F   that split's fraction, in (0, 1) (default 0.1, the trainer's default)\n"
                "  --device D   where to run the model: cpu (default), cuda, cuda:N, check (the checked\n"
                "               test device: CPU kernels on memory the host may not touch)\n"
+               "  --precision P  fp32 (default), bf16 or fp16: the forward autocast to that dtype, as\n"
+               "               `fathom train --precision P` runs it (a GPT trained in bf16 validated so);\n"
+               "               not for graphs, which run in the precision they were compiled in\n"
                "  --json       print one JSON object on stdout\n"
                "  --quiet      no progress output (otherwise on stderr: a redrawn line on a terminal,\n"
                "               plain periodic lines elsewhere)\n");
@@ -57,6 +62,7 @@ int fm_cmd_eval(int argc, char **argv) {
     long batch = 1000;
     double val_fraction = 0.1;
     fm_device dev = FM_CPU;
+    fm_dtype prec = FM_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
@@ -99,10 +105,16 @@ int fm_cmd_eval(int argc, char **argv) {
             if (drc) return drc;
             continue;
         }
+        if (!strcmp(a, "--precision") || !strncmp(a, "--precision=", 12)) {
+            const char *v = a[11] == '=' ? a + 12 : (i + 1 < argc ? argv[++i] : NULL);
+            int prc = fm_cli_precision("eval", v, &prec);
+            if (prc) return prc;
+            continue;
+        }
         if (a[0] == '-') {
             static const char *const flags[] = {"--help", "--json", "--quiet", "--data", "--batch", "--device", "--text",
-                                                "--val-fraction", "--tokens"};
-            fm_cli_unknown_option("eval", a, flags, 9);
+                                                "--val-fraction", "--tokens", "--precision"};
+            fm_cli_unknown_option("eval", a, flags, 10);
             eval_usage(stderr);
             return 2;
         }
@@ -111,7 +123,9 @@ int fm_cmd_eval(int argc, char **argv) {
     }
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from; read once */
-    if (is_gpt(dir, &g)) {
+    bool gpt = is_gpt(dir, &g);
+    if (fm_graph_dir_is_graph(dir) && fm_cli_precision_for_graph("eval", dir, prec)) { fm_graph_free(g); return 2; }
+    if (gpt) {
         const char *bad = data ? "--data is for classifiers (give --text FILE)"
                           : text && tokens ? "give --text or --tokens, not both" : NULL;
         if (bad) {
@@ -120,7 +134,7 @@ int fm_cmd_eval(int argc, char **argv) {
             fm_graph_free(g);
             return 2;
         }
-        fm_eval_gpt_opts go = {text, tokens, val_fraction, batch_set ? batch : 8, dev, json, quiet};
+        fm_eval_gpt_opts go = {text, tokens, val_fraction, batch_set ? batch : 8, dev, prec, json, quiet};
         return fm_eval_gpt(dir, g, &go);
     }
     if (text || tokens) {
@@ -143,8 +157,12 @@ int fm_cmd_eval(int argc, char **argv) {
     int rc = 1;
     fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
     double acc = 0, loss = 0;
-    if (!d || (g ? fm_graph_evaluate(g, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)
-                 : fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)) != FM_OK) {
+    fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
+    fm_status est = !d ? fm_last_status()
+                    : g ? fm_graph_evaluate(g, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)
+                        : fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr);
+    fm_autocast_set(prev_ac);
+    if (est != FM_OK) {
         fm_cli_error("%s", fm_last_error());
     } else {
         rc = 0;
@@ -154,13 +172,14 @@ int fm_cmd_eval(int argc, char **argv) {
             json_object_set_new(j, "test_accuracy", json_real(acc));
             json_object_set_new(j, "test_loss", json_real(loss));
             json_object_set_new(j, "samples", json_integer(fm_dataset_size(d)));
+            json_object_set_new(j, "precision", json_string(fm_precision_name(prec)));
             char *s = json_dumps(j, JSON_COMPACT);
             printf("%s\n", s);
             free(s);
             json_decref(j);
         } else {
-            printf("%s: test accuracy %.2f%%, loss %.4f on %lld samples\n", dir, 100 * acc, loss,
-                   (long long)fm_dataset_size(d));
+            printf("%s: test accuracy %.2f%%, loss %.4f on %lld samples%s\n", dir, 100 * acc, loss,
+                   (long long)fm_dataset_size(d), prec == FM_F32 ? "" : prec == FM_BF16 ? " (bf16)" : " (fp16)");
         }
     }
     fm_dataset_release(d);

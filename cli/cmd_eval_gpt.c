@@ -12,6 +12,7 @@
 #include "eval_gpt.h"
 #include "gpt_dir.h"
 #include "io/io_internal.h" /* fm_read_file */
+#include "fathom/amp.h" /* fm_autocast_set */
 #include "fathom/autograd.h"
 
 /* the whole file (a text to evaluate on): bytes, at most 16 GiB, a pipe too (fm_read_file) */
@@ -106,7 +107,9 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
                 y[b * T + t] = ids[(w0 + b) * T + t + 1];
             }
         fm_tensor *xt = fm_tensor_from_data(x, 2, (int64_t[]){B, T}, FM_I64);
+        fm_dtype prev_ac = fm_autocast_set(o->precision); /* fp32: off */
         fm_tensor *l = xt ? fm_cli_gpt_logits(&p, xt) : NULL;
+        fm_autocast_set(prev_ac);
         st = l ? fm_tensor_copy_to_host(l, lg, FM_F32) : fm_last_status();
         if (st == FM_OK) nll += nll_sum(lg, y, B * T, V);
         fm_tensor_release_n(2, xt, l);
@@ -128,6 +131,7 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
         json_object_set_new(j, "perplexity", json_real(exp(loss)));
         json_object_set_new(j, "tokens", json_integer(windows * T));
         json_object_set_new(j, "windows", json_integer(windows));
+        json_object_set_new(j, "precision", json_string(fm_precision_name(o->precision)));
         json_object_set_new(j, "source", o->text ? json_string(o->text) : json_string(o->tokens ? o->tokens : "tokens.bin"));
         json_object_set_new(j, "val_fraction", o->text ? json_null() : json_real(o->val_fraction));
         char *s = json_dumps(j, JSON_COMPACT);
@@ -135,9 +139,10 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
         free(s);
         json_decref(j);
     } else {
-        printf("%s: loss %.4f, perplexity %.3f on %lld tokens (%lld windows of %lld, %s)\n", dir, loss, exp(loss),
+        printf("%s: loss %.4f, perplexity %.3f on %lld tokens (%lld windows of %lld, %s%s)\n", dir, loss, exp(loss),
                (long long)(windows * T), (long long)windows, (long long)T,
-               o->text ? o->text : o->tokens ? "the held-out split of --tokens" : "the held-out split of tokens.bin");
+               o->text ? o->text : o->tokens ? "the held-out split of --tokens" : "the held-out split of tokens.bin",
+               o->precision == FM_F32 ? "" : o->precision == FM_BF16 ? "; bf16" : "; fp16");
     }
 done:
     free(ids);

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "device_arg.h"
 #include "fathom/recipe.h"
+#include "fathom/amp.h" /* fm_autocast_set */
 #include "fathom/autograd.h"
 #include "fathom/graph.h"
 
@@ -17,7 +18,7 @@ static const char *fashion_classes[10] = {"T-shirt/top", "Trouser", "Pullover", 
                                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 static void predict_usage(FILE *f) {
-    fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--device D] [--json]\n\n"
+    fprintf(f, "usage: fathom predict MODEL_DIR INPUT... [--device D] [--precision P] [--json]\n\n"
                "Runs a model saved by `fathom train` (or a graph of one made by `fathom compile`)\n"
                "on inputs: idx files (raw or .gz),\n"
                ".npy arrays, PNG images or .csv tables (one sample a row) whose size matches\n"
@@ -27,6 +28,8 @@ static void predict_usage(FILE *f) {
                "are scaled to [0, 1] as the training data was; an RGB PNG for a one-channel\n"
                "model is converted to grey.\n\n"
                "  --device D  where to run the model: cpu (default), cuda, cuda:N, check\n"
+               "  --precision P  fp32 (default), bf16 or fp16: the forward autocast to that dtype, as\n"
+               "              `fathom train --precision P` runs it (not for graphs)\n"
                "  --json      print one JSON object on stdout\n");
 }
 
@@ -117,8 +120,15 @@ int fm_cmd_predict(int argc, char **argv) {
     bool json = false;
     int n_inputs = 0;
     fm_device dev = FM_CPU;
+    fm_dtype prec = FM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { predict_usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--precision") || !strncmp(argv[i], "--precision=", 12)) {
+            const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : NULL);
+            int prc = fm_cli_precision("predict", v, &prec);
+            if (prc) return prc;
+            continue;
+        }
         if (!strcmp(argv[i], "--json")) { json = true; continue; }
         if (!strcmp(argv[i], "--device") || !strncmp(argv[i], "--device=", 9)) {
             const char *v = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
@@ -127,8 +137,8 @@ int fm_cmd_predict(int argc, char **argv) {
             continue;
         }
         if (argv[i][0] == '-') {
-            static const char *const flags[] = {"--help", "--json", "--device"};
-            fm_cli_unknown_option("predict", argv[i], flags, 3);
+            static const char *const flags[] = {"--help", "--json", "--device", "--precision"};
+            fm_cli_unknown_option("predict", argv[i], flags, 4);
             predict_usage(stderr);
             return 2;
         }
@@ -144,6 +154,7 @@ int fm_cmd_predict(int argc, char **argv) {
     fm_module *m = NULL;
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from */
     if (fm_graph_dir_is_graph(dir)) {
+        if (fm_cli_precision_for_graph("predict", dir, prec)) return 2;
         g = fm_graph_load(dir);
         if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
     } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
@@ -160,7 +171,7 @@ int fm_cmd_predict(int argc, char **argv) {
     bool prev = fm_set_grad_enabled(false);
     bool seen_dir = false;
     for (int i = 1; i < argc && rc == 0; i++) {
-        if (!strcmp(argv[i], "--device")) { i++; continue; } /* and its value */
+        if (!strcmp(argv[i], "--device") || !strcmp(argv[i], "--precision")) { i++; continue; } /* and its value */
         if (argv[i][0] == '-') continue;
         if (!seen_dir) { seen_dir = true; continue; }
         const char *path = argv[i];
@@ -168,7 +179,9 @@ int fm_cmd_predict(int argc, char **argv) {
         if (x && is_png(path)) x = png_channels(x, &r, path);
         fm_tensor *b = x ? as_batch(x, &r, path) : NULL;
         fm_tensor *bd = b ? fm_tensor_to(b, dev) : NULL; /* the batch to the model's device */
+        fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
         fm_tensor *logits = bd ? (g ? fm_graph_run1(g, bd) : fm_module_forward(m, bd)) : NULL;
+        fm_autocast_set(prev_ac);
         fm_tensor *pd = logits ? fm_softmax(logits, 1) : NULL;
         fm_tensor *prob = pd ? fm_tensor_to(pd, FM_CPU) : NULL; /* read on the host */
         fm_tensor_release_n(2, bd, pd);
@@ -208,6 +221,7 @@ int fm_cmd_predict(int argc, char **argv) {
     if (json && rc == 0) {
         json_t *j = json_object();
         json_object_set_new(j, "model_path", json_string(dir));
+        json_object_set_new(j, "precision", json_string(fm_precision_name(prec)));
         json_object_set_new(j, "predictions", arr);
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);

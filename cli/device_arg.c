@@ -2,6 +2,7 @@
 #include "device_arg.h"
 
 #include "commands.h"
+#include "fathom/amp.h" /* fm_precision_parse */
 
 int fm_cli_device_check(const char *cmd, const char *v, fm_device dev) {
     if (dev.type == FM_DEV_META) { /* it computes nothing: results would be zeros */
@@ -26,4 +27,20 @@ int fm_cli_device(const char *cmd, const char *v, fm_device *out) {
         return 2;
     }
     return fm_cli_device_check(cmd, v, *out);
+}
+
+int fm_cli_precision(const char *cmd, const char *v, fm_dtype *out) {
+    if (!v || fm_precision_parse(v, out) != FM_OK) {
+        fm_cli_error("%s: --precision %s: expected fp32, bf16 or fp16", cmd, v ? v : "(missing)");
+        return 2;
+    }
+    return 0;
+}
+
+int fm_cli_precision_for_graph(const char *cmd, const char *dir, fm_dtype precision) {
+    if (precision == FM_F32) return 0;
+    fm_cli_error("%s: --precision %s: %s is a graph, which runs in the precision it was compiled or quantized in "
+                 "(`fathom quantize` makes int8/int4 graphs); --precision is for a model directory from `fathom train`",
+                 cmd, fm_precision_name(precision), dir);
+    return 2;
 }

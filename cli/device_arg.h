@@ -13,4 +13,12 @@
 int fm_cli_device(const char *cmd, const char *v, fm_device *out);
 /* The check alone, for a device parsed already (v: the string, for the message). */
 int fm_cli_device_check(const char *cmd, const char *v, fm_device dev);
+
+/* --precision for eval and predict: fp32, bf16 or fp16, the autocast dtype of the
+ * forward (fp32: autocast off), as `fathom train --precision` trains. Returns the
+ * exit code after printing why: 0 ok, 2 for anything else. */
+int fm_cli_precision(const char *cmd, const char *v, fm_dtype *out);
+/* 0, or 2 after printing why: a graph directory runs in the precision it was
+ * compiled or quantized in, so --precision other than fp32 is refused for one. */
+int fm_cli_precision_for_graph(const char *cmd, const char *dir, fm_dtype precision);
 #endif

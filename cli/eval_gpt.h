@@ -13,6 +13,7 @@ typedef struct fm_eval_gpt_opts {
     double val_fraction; /* that tail's fraction (the trainer's val_fraction; 0.1) */
     int64_t batch;       /* windows per forward */
     fm_device device;
+    fm_dtype precision;  /* the forward's autocast dtype (FM_F32: off) */
     bool json, quiet;
 } fm_eval_gpt_opts;
 

@@ -36,6 +36,19 @@ p1=$("$bin" predict "$tmp/cnn" "$tmp/test-images" --json 2>&1) && p2=$("$bin" pr
 python3 -c "import json,sys; a=json.loads(sys.argv[1])['predictions']; b=json.loads(sys.argv[2])['predictions']; assert len(a)==64 and [x['class'] for x in a]==[x['class'] for x in b]" "$p1" "$p2" \
   && ok "predict: the graph gives the model's classes" || bad "predict differs"
 expect 0 "" "$bin" compile "$tmp/cnn.graph" -o "$tmp/cnn.graph" # a graph recompiles, in place
+# --precision: eval and predict autocast a trained model's forward (bf16: the mixed products);
+# a graph runs in the precision it was compiled in, so it is refused there
+e3=$("$bin" eval "$tmp/cnn" --precision bf16 --json --quiet 2>&1) || bad "eval --precision bf16 failed: $e3"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['precision']=='fp32' and b['precision']=='bf16' and abs(a['test_accuracy']-b['test_accuracy'])<=2/64 and abs(a['test_loss']-b['test_loss'])<2e-2*(1+a['test_loss']), (a,b)" "$e1" "$e3" \
+  && ok "eval --precision bf16: the model's accuracy and loss within bf16 rounding" || bad "eval bf16 differs: $e1 / $e3"
+p3=$("$bin" predict "$tmp/cnn" "$tmp/test-images" --precision bf16 --json 2>&1) || bad "predict --precision bf16 failed: $p3"
+python3 -c "import json,sys; a=json.loads(sys.argv[1])['predictions']; b=json.loads(sys.argv[2]); assert b['precision']=='bf16' and sum(x['class']==y['class'] for x,y in zip(a,b['predictions']))>=62, b" "$p1" "$p3" \
+  && ok "predict --precision bf16: the model's classes" || bad "predict bf16 differs: $p3"
+expect 2 "runs in the precision it was compiled or quantized in" "$bin" eval "$tmp/cnn.graph" --precision bf16
+expect 2 "runs in the precision it was compiled or quantized in" "$bin" predict "$tmp/cnn.graph" "$tmp/one.png" --precision fp16
+expect 0 "test accuracy" "$bin" eval "$tmp/cnn.graph" --precision fp32 --quiet
+expect 2 "--precision fp8: expected fp32, bf16 or fp16" "$bin" eval "$tmp/cnn" --precision fp8
+expect 2 "--precision (missing): expected fp32, bf16 or fp16" "$bin" predict "$tmp/cnn" "$tmp/one.png" --precision
 
 # ---- the GPT: compile, then generate from the graph (greedy: the same text) ----
 cli_tiny_gpt "$tmp/gpt" 40 "And the LORD spake unto Moses, saying, Speak unto the children of Israel"
@@ -51,6 +64,9 @@ l1=$("$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --json --quiet 2>&1) && l2=
 python3 -c "import json,sys,math; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert a['kind']=='gpt' and a['tokens']==b['tokens']>0 and abs(a['loss']-b['loss'])<1e-4*a['loss'] and abs(a['perplexity']-math.exp(a['loss']))<1e-9*a['perplexity'], (a,b)" "$l1" "$l2" \
   && ok "eval: the GPT graph gives the model's loss and perplexity" || bad "GPT eval differs: $l1 / $l2"
 expect 0 "perplexity" "$bin" eval "$tmp/gpt" --quiet --val-fraction 0.5
+l3=$("$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --precision bf16 --json --quiet 2>&1) || bad "GPT eval bf16 failed: $l3"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); assert b['precision']=='bf16' and a['tokens']==b['tokens'] and abs(a['loss']-b['loss'])<1e-2*a['loss'], (a,b)" "$l1" "$l3" \
+  && ok "eval --precision bf16: the GPT's loss within 1%" || bad "GPT eval bf16 differs: $l1 / $l3"
 # the graph on its model's held-out tokens (--tokens): the model's own figure
 l1=$("$bin" eval "$tmp/gpt" --json --quiet 2>&1) && l2=$("$bin" eval "$tmp/gpt.graph" --tokens "$tmp/gpt/tokens.bin" --json --quiet 2>&1) \
   || bad "GPT eval on tokens failed: $l1 / $l2"
