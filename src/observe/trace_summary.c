@@ -669,6 +669,26 @@ static double mono(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The best rate of run(ctx) (a 1024^3 product) over repeats for about a quarter of a second;
+ * 0 when run says it cannot. */
+static double best_rate(bool (*run)(void *), void *ctx) {
+    const double flops = 2.0 * 1024 * 1024 * 1024;
+    double best = 0, start = mono();
+    for (int rep = 0; rep < 50; rep++) {
+        double t0 = mono();
+        if (!run(ctx)) break;
+        double t = mono() - t0;
+        if (t > 0) best = fmax(best, flops / t / 1e9);
+        if (mono() - start > 0.25 && rep >= 2) break;
+    }
+    return best;
+}
+
+static bool run_f32(void *g) { fm_cpu_gemm(g); return true; }
+/* the products fathom's bf16 matmul runs; false: this CPU has no bf16 hardware path (its
+ * bf16 products widen to the f32 GEMM) */
+static bool run_bf16(void *g) { return fm_cpu_gemm_bf16(g, NULL, false); }
+
 double fm_measure_peak_gflops_bf16(void) {
     enum { N = 1024 };
     uint16_t *a = malloc(sizeof(uint16_t) * N * N), *b = malloc(sizeof(uint16_t) * N * N);
@@ -677,18 +697,7 @@ double fm_measure_peak_gflops_bf16(void) {
     if (a && b && c) {
         for (int i = 0; i < N * N; i++) { a[i] = (uint16_t)(0x3c00 + i % 7); b[i] = (uint16_t)(0xbc00 + i % 5); }
         fm_cpu_gemm_args g = {FM_BF16, false, false, N, N, N, a, N, b, N, 0.0, c, N};
-        /* the products fathom's bf16 matmul runs; false: this CPU has no bf16 hardware path
-         * (its bf16 products widen to the f32 GEMM) */
-        if (fm_cpu_gemm_bf16(&g, NULL, false)) {
-            double start = mono();
-            for (int rep = 0; rep < 50; rep++) {
-                double t0 = mono();
-                if (!fm_cpu_gemm_bf16(&g, NULL, false)) break;
-                double t = mono() - t0;
-                if (t > 0) best = fmax(best, 2.0 * N * N * N / t / 1e9);
-                if (mono() - start > 0.25 && rep >= 2) break;
-            }
-        }
+        if (run_bf16(&g)) best = best_rate(run_bf16, &g); /* the first call: oneDNN's primitive, warm-up */
     }
     free(a);
     free(b);
@@ -699,19 +708,14 @@ double fm_measure_peak_gflops_bf16(void) {
 double fm_measure_peak_gflops(void) {
     enum { N = 1024 };
     float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N), *c = malloc(sizeof(float) * N * N);
-    if (!a || !b || !c) { free(a); free(b); free(c); return 0; }
-    for (int i = 0; i < N * N; i++) { a[i] = (float)((i % 7) - 3) * 0.01f; b[i] = (float)((i % 5) - 2) * 0.01f; }
-    /* through fm_cpu_gemm, so the peak uses the same threads as training (OpenBLAS runs
-     * single-threaded under fathom's pool: docs/ARCHITECTURE.md "Who drives GEMM threads") */
-    fm_cpu_gemm_args g = {FM_F32, false, false, N, N, N, a, N, b, N, 0.0, c, N};
-    fm_cpu_gemm(&g); /* warm-up: threads, caches */
-    double best = 0, start = mono();
-    for (int rep = 0; rep < 50; rep++) {
-        double t0 = mono();
-        fm_cpu_gemm(&g);
-        double t = mono() - t0;
-        if (t > 0) best = fmax(best, 2.0 * N * N * N / t / 1e9);
-        if (mono() - start > 0.25 && rep >= 2) break;
+    double best = 0;
+    if (a && b && c) {
+        for (int i = 0; i < N * N; i++) { a[i] = (float)((i % 7) - 3) * 0.01f; b[i] = (float)((i % 5) - 2) * 0.01f; }
+        /* through fm_cpu_gemm, so the peak uses the same threads as training (OpenBLAS runs
+         * single-threaded under fathom's pool: docs/ARCHITECTURE.md "Who drives GEMM threads") */
+        fm_cpu_gemm_args g = {FM_F32, false, false, N, N, N, a, N, b, N, 0.0, c, N};
+        run_f32(&g); /* warm-up: threads, caches */
+        best = best_rate(run_f32, &g);
     }
     free(a);
     free(b);

@@ -22,6 +22,7 @@
  * f32 FMAs (fm_cpu_bf16_dot_fast). */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,17 @@ static void bgemm(int tri, int64_t M, int64_t N, int64_t K, const uint32_t *A, i
 
 /* ---------------------------------------------------------------- forward ---- */
 
+/* A task's scratch: n32 packed pairs and nf floats, 64-byte aligned; false (nothing held)
+ * when out of memory */
+static bool tile_scratch(size_t n32, size_t nf, uint32_t **u, float **f) {
+    *u = NULL;
+    *f = NULL;
+    if (!posix_memalign((void **)u, 64, n32 * sizeof(uint32_t)) && !posix_memalign((void **)f, 64, nf * sizeof(float))) return true;
+    free(*u);
+    *u = NULL;
+    return false;
+}
+
 typedef struct fwd_ctx {
     const fm_sdpa_io *io;
     int64_t nqb;
@@ -170,14 +182,9 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, D2 = (D + 1) / 2, kst = g->lk.st, vst = g->lv.st, group = g->H / g->Hkv;
     const size_t n32 = (size_t)(D2 * BQ + BK * D2 + (BK / 2) * D + (BK / 2) * BQ);
-    uint32_t *u = NULL;
-    float *f = NULL;
-    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
-        posix_memalign((void **)&f, 64, (size_t)(BK * BQ + D * BQ + 2 * BQ) * sizeof(float))) {
-        free(u);
-        c->oom = 1;
-        return;
-    }
+    uint32_t *u;
+    float *f;
+    if (!tile_scratch(n32, (size_t)(BK * BQ + D * BQ + 2 * BQ), &u, &f)) { c->oom = 1; return; }
     uint32_t *QT = u, *Kr = QT + D2 * BQ, *Vi = Kr + BK * D2, *Pi = Vi + (BK / 2) * D;
     float *S = f, *OT = S + BK * BQ, *mrow = OT + D * BQ, *lrow = mrow + BQ;
     const float sc2 = (float)g->scale * 1.4426950408889634f;
@@ -335,14 +342,9 @@ static void bwd_owner_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const int64_t kst = g->lk.st, dqst = g->ldq.st, dkst = g->ldk.st, dvst = g->ldv.st, group = g->H / g->Hkv;
     const size_t n32 = (size_t)(2 * Tkp * D2 + (Tkp / 2) * D + nqb * (2 * D2 * BQ + 2 * (BQ / 2) * D) + 2 * BK * (BQ / 2) +
                                 (BK / 2) * BQ);
-    uint32_t *u = NULL;
-    float *f = NULL;
-    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
-        posix_memalign((void **)&f, 64, (size_t)(2 * BK * BQ + 2 * nqb * BQ) * sizeof(float))) {
-        free(u);
-        c->oom = 1;
-        return;
-    }
+    uint32_t *u;
+    float *f;
+    if (!tile_scratch(n32, (size_t)(2 * BK * BQ + 2 * nqb * BQ), &u, &f)) { c->oom = 1; return; }
     uint32_t *Kr = u, *Vr = Kr + Tkp * D2, *Ki = Vr + Tkp * D2, *QT = Ki + (Tkp / 2) * D, *dOT = QT + nqb * D2 * BQ;
     uint32_t *Qi = dOT + nqb * D2 * BQ, *dOi = Qi + nqb * (BQ / 2) * D;
     uint32_t *Pr = dOi + nqb * (BQ / 2) * D, *dSr = Pr + BK * (BQ / 2), *dSi = dSr + BK * (BQ / 2);
@@ -390,14 +392,9 @@ static void bwd_kv_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, D2 = (D + 1) / 2, group = g->H / g->Hkv;
     const size_t n32 = (size_t)(2 * BK * D2 + 2 * D2 * BQ + 2 * (BQ / 2) * D + 2 * BK * (BQ / 2));
-    uint32_t *u = NULL;
-    float *f = NULL;
-    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
-        posix_memalign((void **)&f, 64, (size_t)(2 * BK * BQ + 2 * BQ) * sizeof(float))) {
-        free(u);
-        c->oom = 1;
-        return;
-    }
+    uint32_t *u;
+    float *f;
+    if (!tile_scratch(n32, (size_t)(2 * BK * BQ + 2 * BQ), &u, &f)) { c->oom = 1; return; }
     uint32_t *Kr = u, *Vr = Kr + BK * D2, *QT = Vr + BK * D2, *dOT = QT + D2 * BQ, *Qi = dOT + D2 * BQ;
     uint32_t *dOi = Qi + (BQ / 2) * D, *Pr = dOi + (BQ / 2) * D, *dSr = Pr + BK * (BQ / 2);
     float *P = f, *dS = P + BK * BQ, *delta = dS + BK * BQ, *lse2 = delta + BQ;
@@ -431,14 +428,9 @@ static void bwd_q_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     const fm_sdpa_io *g = c->io;
     const int64_t D = g->D, D2 = (D + 1) / 2, group = g->H / g->Hkv;
     const size_t n32 = (size_t)(2 * BK * D2 + (BK / 2) * D + 2 * D2 * BQ + (BK / 2) * BQ);
-    uint32_t *u = NULL;
-    float *f = NULL;
-    if (posix_memalign((void **)&u, 64, n32 * sizeof(uint32_t)) ||
-        posix_memalign((void **)&f, 64, (size_t)(2 * BK * BQ + 2 * BQ) * sizeof(float))) {
-        free(u);
-        c->oom = 1;
-        return;
-    }
+    uint32_t *u;
+    float *f;
+    if (!tile_scratch(n32, (size_t)(2 * BK * BQ + 2 * BQ), &u, &f)) { c->oom = 1; return; }
     uint32_t *Kr = u, *Vr = Kr + BK * D2, *Ki = Vr + BK * D2, *QT = Ki + (BK / 2) * D, *dOT = QT + D2 * BQ, *dSi = dOT + D2 * BQ;
     float *P = f, *dS = P + BK * BQ, *delta = dS + BK * BQ, *lse2 = delta + BQ;
     for (int64_t t = t0; t < t1; t++) {
