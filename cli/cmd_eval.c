@@ -56,6 +56,57 @@ static bool is_gpt(const char *dir, fm_graph **g) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* A classifier (a `fathom train` directory or its graph, g: loaded, taken over) on its
+ * recipe's test split or --data: accuracy and loss. The exit code. */
+static int eval_classifier(const char *dir, fm_graph *g, const char *data, long batch, fm_device dev, fm_dtype prec,
+                           bool json, bool quiet) {
+    fm_recipe r;
+    fm_module *m = NULL;
+    if (fm_graph_dir_is_graph(dir)) {
+        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
+    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
+    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        fm_module_free(m);
+        fm_graph_free(g);
+        fm_recipe_free(&r);
+        return 1;
+    }
+    int rc = 1;
+    fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
+    double acc = 0, loss = 0;
+    fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
+    fm_status est = !d ? fm_last_status()
+                    : g ? fm_graph_evaluate(g, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)
+                        : fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr);
+    fm_autocast_set(prev_ac);
+    if (est != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+    } else {
+        rc = 0;
+        if (json) {
+            json_t *j = json_object();
+            json_object_set_new(j, "model_path", json_string(dir));
+            json_object_set_new(j, "test_accuracy", json_real(acc));
+            json_object_set_new(j, "test_loss", json_real(loss));
+            json_object_set_new(j, "samples", json_integer(fm_dataset_size(d)));
+            json_object_set_new(j, "precision", json_string(fm_precision_name(prec)));
+            char *s = json_dumps(j, JSON_COMPACT);
+            printf("%s\n", s);
+            free(s);
+            json_decref(j);
+        } else {
+            printf("%s: test accuracy %.2f%%, loss %.4f on %lld samples%s\n", dir, 100 * acc, loss,
+                   (long long)fm_dataset_size(d), prec == FM_F32 ? "" : prec == FM_BF16 ? " (bf16)" : " (fp16)");
+        }
+    }
+    fm_dataset_release(d);
+    fm_module_free(m);
+    fm_graph_free(g);
+    fm_recipe_free(&r);
+    return rc;
+}
+
 int fm_cmd_eval(int argc, char **argv) {
     const char *dir = NULL, *data = NULL, *text = NULL, *tokens = NULL;
     bool json = false, quiet = false, batch_set = false;
@@ -142,49 +193,5 @@ int fm_cmd_eval(int argc, char **argv) {
         fm_graph_free(g);
         return 2;
     }
-    fm_recipe r;
-    fm_module *m = NULL;
-    if (fm_graph_dir_is_graph(dir)) {
-        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
-    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
-    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
-        fm_cli_error("%s", fm_last_error());
-        fm_module_free(m);
-        fm_graph_free(g);
-        fm_recipe_free(&r);
-        return 1;
-    }
-    int rc = 1;
-    fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
-    double acc = 0, loss = 0;
-    fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
-    fm_status est = !d ? fm_last_status()
-                    : g ? fm_graph_evaluate(g, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr)
-                        : fm_evaluate_progress(m, d, &r.transforms, batch, &acc, &loss, quiet ? NULL : stderr);
-    fm_autocast_set(prev_ac);
-    if (est != FM_OK) {
-        fm_cli_error("%s", fm_last_error());
-    } else {
-        rc = 0;
-        if (json) {
-            json_t *j = json_object();
-            json_object_set_new(j, "model_path", json_string(dir));
-            json_object_set_new(j, "test_accuracy", json_real(acc));
-            json_object_set_new(j, "test_loss", json_real(loss));
-            json_object_set_new(j, "samples", json_integer(fm_dataset_size(d)));
-            json_object_set_new(j, "precision", json_string(fm_precision_name(prec)));
-            char *s = json_dumps(j, JSON_COMPACT);
-            printf("%s\n", s);
-            free(s);
-            json_decref(j);
-        } else {
-            printf("%s: test accuracy %.2f%%, loss %.4f on %lld samples%s\n", dir, 100 * acc, loss,
-                   (long long)fm_dataset_size(d), prec == FM_F32 ? "" : prec == FM_BF16 ? " (bf16)" : " (fp16)");
-        }
-    }
-    fm_dataset_release(d);
-    fm_module_free(m);
-    fm_graph_free(g);
-    fm_recipe_free(&r);
-    return rc;
+    return eval_classifier(dir, g, data, batch, dev, prec, json, quiet);
 }
