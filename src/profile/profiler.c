@@ -7,6 +7,7 @@
  * "complete" event form (ph "X": start + duration), so nesting is implied by
  * time containment on one thread's track, which is how the viewers draw it. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -86,15 +87,8 @@ static void flush_locked(void) {
     g.len = 0;
 }
 
-static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void emit(const char *fmt, ...) {
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+/* One event (a whole JSON object, n bytes) into the buffer. */
+static void emit_line(const char *line, size_t n) {
     pthread_mutex_lock(&g.mu);
     if (!g.f) { pthread_mutex_unlock(&g.mu); return; }
     if (g.len + (size_t)n + 2 > g.cap) {
@@ -106,10 +100,114 @@ static void emit(const char *fmt, ...) {
     }
     /* events are separated by ",\n"; the first follows the opening "[" directly */
     if (g.n_events++) { g.buf[g.len++] = ','; g.buf[g.len++] = '\n'; }
-    memcpy(g.buf + g.len, line, (size_t)n);
-    g.len += (size_t)n;
+    memcpy(g.buf + g.len, line, n);
+    g.len += n;
     if (g.len >= FLUSH_AT || coarse_s() - g.last_flush_s >= FLUSH_EVERY_S) flush_locked();
     pthread_mutex_unlock(&g.mu);
+}
+
+/* The rare events (names, metadata) through printf. A line that does not fit is dropped,
+ * not cut: a cut line would break the whole trace's JSON. */
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof line) emit_line(line, (size_t)n);
+}
+
+/* The per-op events are built without printf: its format parsing and floating-point
+ * path were most of a profiled op's own cost (perf of bench_profiler_overhead --only
+ * tiny: printf_positional, __parse_one_specmb, _IO_default_xsputn and __printf_fp_l,
+ * about 30% of the run). A line builder over a fixed buffer; `over` marks a line that
+ * did not fit, which is then dropped rather than written cut. */
+typedef struct lb {
+    char *p;
+    size_t len, cap;
+    bool over;
+} lb;
+
+static void lb_put(lb *b, const char *s, size_t n) {
+    if (b->len + n >= b->cap) { b->over = true; return; }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+static void lb_s(lb *b, const char *s) { lb_put(b, s, strlen(s)); }
+static void lb_c(lb *b, char c) { lb_put(b, &c, 1); }
+static void lb_i64(lb *b, long long v) {
+    char d[24];
+    int k = 0;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do { d[k++] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) d[k++] = '-';
+    char r[24];
+    for (int i = 0; i < k; i++) r[i] = d[k - 1 - i];
+    lb_put(b, r, (size_t)k);
+}
+/* JSON-escaped, at most 255 bytes of s */
+static void lb_esc(lb *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; s && s[i] && i < 255; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') { lb_c(b, '\\'); lb_c(b, (char)c); }
+        else if (c < 0x20) { char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}; lb_put(b, u, 6); }
+        else lb_c(b, (char)c);
+    }
+}
+/* microseconds with three decimals ("1234.567"), from whole nanoseconds */
+static void lb_us(lb *b, double us) {
+    if (!(us >= 0) || us > 9e15) { /* not a time a trace holds: printf's form */
+        char t[48];
+        int n = snprintf(t, sizeof t, "%.3f", us > 0 ? us : 0);
+        if (n > 0 && (size_t)n < sizeof t) lb_put(b, t, (size_t)n);
+        else b->over = true;
+        return;
+    }
+    long long ns = (long long)(us * 1e3 + 0.5);
+    lb_i64(b, ns / 1000);
+    char f[4] = {'.', (char)('0' + ns % 1000 / 100), (char)('0' + ns % 100 / 10), (char)('0' + ns % 10)};
+    lb_put(b, f, 4);
+}
+/* a count: whole numbers as integers (the range test first: converting a larger value to
+ * long long is undefined), anything else in printf's %.17g */
+static void lb_num(lb *b, double v) {
+    if (v > -9e15 && v < 9e15 && v == (double)(long long)v) { lb_i64(b, (long long)v); return; }
+    char t[40];
+    int n = snprintf(t, sizeof t, "%.17g", v);
+    if (n > 0 && (size_t)n < sizeof t && isfinite(v)) lb_put(b, t, (size_t)n);
+    else lb_c(b, '0');
+}
+/* "[16, 128, 128]", as fm_shape_str writes it */
+static void lb_shape(lb *b, int ndim, const int64_t *shape) {
+    lb_c(b, '[');
+    for (int i = 0; i < ndim; i++) {
+        if (i) lb_put(b, ", ", 2);
+        lb_i64(b, (long long)shape[i]);
+    }
+    lb_c(b, ']');
+}
+static void lb_emit(lb *b) {
+    if (!b->over) emit_line(b->p, b->len);
+}
+
+/* {"name":..,"cat":..,"ph":"X","ts":..,"dur":..,"pid":..,"tid":..[,"args":ARGS]} */
+static void span_line(lb *b, const char *name, const char *cat, double start_us, double dur_us, long t, const char *args) {
+    lb_s(b, "{\"name\":\"");
+    lb_esc(b, name);
+    lb_s(b, "\",\"cat\":\"");
+    lb_esc(b, cat ? cat : "");
+    lb_s(b, "\",\"ph\":\"X\",\"ts\":");
+    lb_us(b, start_us);
+    lb_s(b, ",\"dur\":");
+    lb_us(b, dur_us);
+    lb_s(b, ",\"pid\":");
+    lb_i64(b, pid());
+    lb_s(b, ",\"tid\":");
+    lb_i64(b, t);
+    if (args) { lb_s(b, ",\"args\":"); lb_s(b, args); }
+    lb_c(b, '}');
 }
 
 /* JSON-escape a short string into out. */
@@ -158,18 +256,30 @@ static void op_after(fm_dispatch_event *ev, void *user) {
     const fm_backend *b = ev->backend;
     if (b->synchronize && ev->device.type != FM_DEV_CPU) b->synchronize(ev->device.index);
     double t1 = fm_profiler_now_us();
-    char args[320], sh[128], prod[32] = "";
+    char args[384];
+    lb a = {args, 0, sizeof args, false};
     const char *pd = products_dtype(ev);
-    if (pd) snprintf(prod, sizeof prod, ",\"products\":\"%s\"", pd);
     fm_tensor *o = c->n_out ? c->out[0] : NULL;
     /* prof_us: this hook's own time after the op (the cost model here) plus what the
      * previous op's hook spent after its span's args were made (writing it and the memory
      * counters), all of it this thread's time between ops: the summary keeps it out of
      * "framework overhead" (a fifth of a GPT-2-small decode loop's traced time) */
     const double flops = fm_op_flops(c), bytes = fm_op_bytes(c), t2 = fm_profiler_now_us();
-    snprintf(args, sizeof args, "{\"flops\":%.0f,\"bytes\":%.0f,\"out\":\"%s\",\"device\":\"%s\",\"prof_us\":%.3f%s}", flops, bytes,
-             o ? fm_shape_str(o->ndim, o->shape, sh, sizeof sh) : "", b->name, t2 - t1 + t_prof_carry, prod);
-    fm_profile_span(fm_op_get_info(c->op)->name, fm_in_backward ? "backward" : "forward", ev->stamp, t1 - ev->stamp, args);
+    lb_s(&a, "{\"flops\":");
+    lb_num(&a, flops);
+    lb_s(&a, ",\"bytes\":");
+    lb_num(&a, bytes);
+    lb_s(&a, ",\"out\":\"");
+    if (o) lb_shape(&a, o->ndim, o->shape);
+    lb_s(&a, "\",\"device\":\"");
+    lb_esc(&a, b->name);
+    lb_s(&a, "\",\"prof_us\":");
+    lb_us(&a, t2 - t1 + t_prof_carry);
+    if (pd) { lb_s(&a, ",\"products\":\""); lb_s(&a, pd); lb_c(&a, '"'); }
+    lb_c(&a, '}');
+    args[a.over ? 0 : a.len] = 0;
+    fm_profile_span(fm_op_get_info(c->op)->name, fm_in_backward ? "backward" : "forward", ev->stamp, t1 - ev->stamp,
+                    a.over ? NULL : args);
     fm_memory_stats ms;
     if (fm_memory_stats_get(ev->device, &ms) == FM_OK) {
         fm_profile_counter("memory", "allocated", (double)ms.allocated);
@@ -221,24 +331,12 @@ fm_status fm_profiler_stop(void) {
     return st;
 }
 
-/* Microseconds with three decimals ("1234.567"), formatted from whole nanoseconds:
- * printf's floating-point path was most of the cost of a profiled op. */
-static const char *fmt_us(double us, char *buf, size_t n) {
-    if (!(us >= 0) || us > 9e15) {
-        snprintf(buf, n, "%.3f", us > 0 ? us : 0);
-        return buf;
-    }
-    long long ns = (long long)(us * 1e3 + 0.5);
-    snprintf(buf, n, "%lld.%03d", ns / 1000, (int)(ns % 1000));
-    return buf;
-}
-
 void fm_profile_span(const char *name, const char *cat, double start_us, double dur_us, const char *args) {
     if (!fm_profiler_enabled()) return;
-    char n1[256], c1[64], t1[32], d1[32];
-    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%ld%s%s}",
-         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), fmt_us(start_us, t1, sizeof t1),
-         fmt_us(dur_us, d1, sizeof d1), pid(), tid(), args ? ",\"args\":" : "", args ? args : "");
+    char line[2048];
+    lb b = {line, 0, sizeof line, false};
+    span_line(&b, name, cat, start_us, dur_us, tid(), args);
+    lb_emit(&b);
 }
 
 void fm_profile_push(const char *name, const char *cat) {
@@ -261,13 +359,20 @@ void fm_profile_pop(void) {
 
 void fm_profile_counter(const char *track, const char *series, double value) {
     if (!fm_profiler_enabled()) return;
-    char t1[128], s1[128], ts[32], v[40];
-    /* counters are mostly byte counts: whole numbers print without the floating-point path (the range
-       test comes first: converting a larger value to long long is undefined) */
-    if (value > -9e15 && value < 9e15 && value == (double)(long long)value) snprintf(v, sizeof v, "%lld", (long long)value);
-    else snprintf(v, sizeof v, "%.17g", value);
-    emit("{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%s,\"pid\":%d,\"tid\":0,\"args\":{\"%s\":%s}}", esc(track, t1, sizeof t1),
-         fmt_us(fm_profiler_now_us(), ts, sizeof ts), pid(), esc(series, s1, sizeof s1), v);
+    char line[768];
+    lb b = {line, 0, sizeof line, false};
+    lb_s(&b, "{\"name\":\"");
+    lb_esc(&b, track);
+    lb_s(&b, "\",\"ph\":\"C\",\"ts\":");
+    lb_us(&b, fm_profiler_now_us());
+    lb_s(&b, ",\"pid\":");
+    lb_i64(&b, pid());
+    lb_s(&b, ",\"tid\":0,\"args\":{\"");
+    lb_esc(&b, series);
+    lb_s(&b, "\":");
+    lb_num(&b, value); /* counters are mostly byte counts: whole numbers */
+    lb_s(&b, "}}");
+    lb_emit(&b);
 }
 
 void fm_profile_thread_name(const char *name) {
@@ -289,14 +394,14 @@ void fm_profile_device_span(int track, const char *track_name, const char *name,
     bool first = !(g.named_tracks & (1ull << track));
     g.named_tracks |= 1ull << track;
     pthread_mutex_unlock(&g.mu);
-    char n1[256], c1[64];
+    char n1[256];
     if (first)
         emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", pid(), t,
              esc(track_name ? track_name : "device", n1, sizeof n1));
-    char t1[32], d1[32];
-    emit("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%ld%s%s}",
-         esc(name, n1, sizeof n1), esc(cat ? cat : "", c1, sizeof c1), fmt_us(start_us, t1, sizeof t1),
-         fmt_us(dur_us, d1, sizeof d1), pid(), t, args ? ",\"args\":" : "", args ? args : "");
+    char line[2048];
+    lb b = {line, 0, sizeof line, false};
+    span_line(&b, name, cat, start_us, dur_us, t, args);
+    lb_emit(&b);
 }
 
 uint64_t fm_profiler_session(void) {
