@@ -110,6 +110,53 @@ static void test_cuda_track(void) {
     unlink(path);
 }
 
+/* Names with quotes, backslashes and control bytes come out escaped; counters keep whole
+ * and fractional values; an event too long for the writer's line (3 KiB of args) is
+ * dropped, and the trace around it still parses. */
+static void test_escapes_and_limits(void) {
+    char path[] = "/tmp/fathom_trace_esc_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    char big[3200];
+    memset(big, ' ', sizeof big);
+    big[0] = '{';
+    memcpy(big + sizeof big - 2, "}", 2);
+    CHECK(fm_profiler_start(path) == FM_OK);
+    fm_profile_span("a \"quoted\" \\ name\twith\x01bytes", "cat", 1.5, 2.25, "{\"k\":1}");
+    fm_profile_span("too long", "cat", 3, 1, big);
+    fm_profile_counter("mem", "bytes", 123456789.0);
+    fm_profile_counter("mem", "ratio", 0.125);
+    fm_profile_span("after", "cat", 5, 1, NULL);
+    CHECK(fm_profiler_stop() == FM_OK);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK_MSG(root && json_is_array(root), "trace does not parse: %s", err.text);
+    int named = 0, long_one = 0, after = 0, counters = 0;
+    for (size_t i = 0; root && i < json_array_size(root); i++) {
+        json_t *e = json_array_get(root, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name) continue;
+        if (!strcmp(name, "a \"quoted\" \\ name\twith\x01bytes")) {
+            named++;
+            CHECK_NEAR(json_number_value(json_object_get(e, "ts")), 1.5, 1e-9);
+            CHECK_NEAR(json_number_value(json_object_get(e, "dur")), 2.25, 1e-9);
+            CHECK(json_integer_value(json_object_get(json_object_get(e, "args"), "k")) == 1);
+        }
+        if (!strcmp(name, "too long")) long_one++;
+        if (!strcmp(name, "after")) after++;
+        if (!strcmp(name, "mem")) {
+            json_t *a = json_object_get(e, "args");
+            if (json_object_get(a, "bytes")) { counters++; CHECK(json_integer_value(json_object_get(a, "bytes")) == 123456789); }
+            if (json_object_get(a, "ratio")) { counters++; CHECK_NEAR(json_number_value(json_object_get(a, "ratio")), 0.125, 0); }
+        }
+    }
+    CHECK_MSG(named == 1 && long_one == 0 && after == 1 && counters == 2, "named %d, too long %d, after %d, counters %d", named,
+              long_one, after, counters);
+    json_decref(root);
+    unlink(path);
+}
+
 /* Spans say when their products ran on bf16 hardware (args.products): a mixed linear
  * under bf16 (f32 activations, bf16 GEMMs) is marked exactly where this CPU has the
  * bf16 path (a direct bf16 GEMM of its shape says whether it does); an f32 matmul never. */
@@ -224,6 +271,7 @@ int main(void) {
     CHECK_ERR_CONTAINS("cannot write trace file");
     test_cuda_track();
     test_products_marked();
+    test_escapes_and_limits();
     fm_parallel_shutdown();
     TEST_DONE();
 }

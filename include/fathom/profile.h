@@ -31,7 +31,8 @@ FM_API double fm_profiler_now_us(void);
 FM_API void fm_profile_push(const char *name, const char *category);
 FM_API void fm_profile_pop(void);
 /* A complete span with explicit start and duration (microseconds), with an
- * optional JSON object text for args (may be NULL). */
+ * optional JSON object text for args (may be NULL). A span whose event would pass
+ * 2 KiB (args of about that size) is dropped, never written cut. */
 FM_API void fm_profile_span(const char *name, const char *category, double start_us, double dur_us, const char *args_json);
 /* A counter track sample, e.g. ("memory", "allocated", bytes). */
 FM_API void fm_profile_counter(const char *track, const char *series, double value);
