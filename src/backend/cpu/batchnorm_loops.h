@@ -71,7 +71,9 @@ static void SFX(bn_apply)(void *ctx, int64_t b, int64_t e, int tid) {
         T sc = (T)(j->rstd[c] * (w ? (double)w[c] : 1.0));
         T sh = (T)((bb ? (double)bb[c] : 0.0) - j->mean[c] * (double)sc);
         const T *xp = (const T *)j->x + it * j->inner; T *yp = (T *)j->y + it * j->inner;
-        for (int64_t i = 0; i < j->inner; i++) yp[i] = xp[i] * sc + sh;
+        const int64_t n = j->inner; /* a local: a store through yp may alias j (-fno-strict-aliasing) */
+        if (sizeof(T) == 4 && fm_cpu_use_avx2()) { fm_avx2_affine_f32((const float *)xp, (float *)yp, n, (float)sc, (float)sh); continue; }
+        for (int64_t i = 0; i < n; i++) yp[i] = xp[i] * sc + sh;
     }
 }
 /* backward sums per channel: part[c] = sum dy, part[C + c] = sum dy * xhat. NCHW: item = c */
@@ -137,6 +139,11 @@ static void SFX(bn_dx)(void *ctx, int64_t b, int64_t e, int tid) {
         T a = (T)A[c], bc = (T)B[c], k = (T)(Kc[c] - B[c] * j->mean[c]);
         const T *xp = (const T *)j->x + it * j->inner, *gp = (const T *)j->dy + it * j->inner;
         T *dp = (T *)j->dx + it * j->inner;
-        for (int64_t i = 0; i < j->inner; i++) dp[i] = a * gp[i] + bc * xp[i] + k;
+        const int64_t n = j->inner; /* a local: a store through dp may alias j (-fno-strict-aliasing) */
+        if (sizeof(T) == 4 && fm_cpu_use_avx2()) {
+            fm_avx2_affine2_f32((const float *)gp, (const float *)xp, (float *)dp, n, (float)a, (float)bc, (float)k);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) dp[i] = a * gp[i] + bc * xp[i] + k;
     }
 }

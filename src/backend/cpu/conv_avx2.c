@@ -53,6 +53,30 @@ void fm_avx2_sum_dydev_f32(const float *dy, const float *x, int64_t n, float mea
     *sum_dev += p;
 }
 
+/* The batch-norm passes' elementwise rows. The product and the sum are separate
+ * instructions, in the portable loop's order (this file, like the rest, builds
+ * with -std=c11, so nothing is contracted into an FMA): the same bits as the
+ * portable loop, on every ISA level. */
+void fm_avx2_affine_f32(const float *x, float *y, int64_t n, float sc, float sh) {
+    const __m256 a = _mm256_set1_ps(sc), b = _mm256_set1_ps(sh);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), a), b));
+        _mm256_storeu_ps(y + i + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), a), b));
+    }
+    for (; i < n; i++) y[i] = x[i] * sc + sh;
+}
+
+void fm_avx2_affine2_f32(const float *dy, const float *x, float *dx, int64_t n, float a, float b, float k) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(dy + i)), _mm256_mul_ps(vb, _mm256_loadu_ps(x + i)));
+        _mm256_storeu_ps(dx + i, _mm256_add_ps(t, vk));
+    }
+    for (; i < n; i++) dx[i] = a * dy[i] + b * x[i] + k;
+}
+
 /* Even and odd elements of 16 consecutive floats (lo, hi), each in order. */
 static inline void deinterleave(__m256 lo, __m256 hi, __m256 *even, __m256 *odd) {
     __m256 e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));

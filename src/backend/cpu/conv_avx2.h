@@ -11,6 +11,10 @@ double fm_avx2_sum_f32(const float *x, int64_t n);
 double fm_avx2_sqdev_f32(const float *x, int64_t n, float mean);
 /* *sum += sum dy; *sum_dev += sum dy * (x - mean). */
 void fm_avx2_sum_dydev_f32(const float *dy, const float *x, int64_t n, float mean, double *sum, double *sum_dev);
+/* y[i] = x[i] * sc + sh over [0, n), in that order (the portable loop's bits). */
+void fm_avx2_affine_f32(const float *x, float *y, int64_t n, float sc, float sh);
+/* dx[i] = a * dy[i] + b * x[i] + k over [0, n), in that order (the portable loop's bits). */
+void fm_avx2_affine2_f32(const float *dy, const float *x, float *dx, int64_t n, float a, float b, float k);
 /* One output row of a 2x2 stride-2 unpadded max pool from input rows r0, r1:
  * y[ow] and idx[ow] = row0 + offset in the plane, for ow from 0 until the
  * return value: Wo, or earlier (a multiple of 8) at a block holding a NaN, so
