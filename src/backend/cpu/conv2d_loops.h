@@ -124,7 +124,8 @@ static void SFX(scatter_out_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
         const T *src = (const T *)j->tmp + o * j->ldc + nn * g->P;
         T *dst = (T *)j->y + ((j->n0 + nn) * g->O + j->o0 + o) * g->P;
         T bv = j->bias ? ((const T *)j->bias)[j->o0 + o] : (T)0;
-        for (int64_t q = 0; q < g->P; q++) dst[q] = src[q] + bv;
+        const int64_t P = g->P; /* a local: a store through dst may alias g (-fno-strict-aliasing), which kept this loop scalar */
+        for (int64_t q = 0; q < P; q++) dst[q] = src[q] + bv;
     }
 }
 /* NCHW: dy[n, o0+o, :] -> dyt [Og, nb*P] */

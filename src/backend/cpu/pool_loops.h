@@ -78,7 +78,8 @@ static void SFX(maxpool_bwd_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
         const T *dyp = (const T *)j->dy + pl * g->Ho * g->Wo;
         const int64_t *ip = j->cidx + pl * g->Ho * g->Wo;
         memset(dxp, 0, (size_t)(g->H * g->W) * sizeof(T));
-        for (int64_t q = 0; q < g->Ho * g->Wo; q++) dxp[ip[q]] += dyp[q];
+        const int64_t n = g->Ho * g->Wo; /* a local: not reloaded after each store (-fno-strict-aliasing) */
+        for (int64_t q = 0; q < n; q++) dxp[ip[q]] += dyp[q];
     }
 }
 /* max pool backward NHWC: item = sample */
