@@ -24,6 +24,7 @@ fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
     out->g = NULL;
     out->tok = NULL;
     out->ctx_len = out->vocab = 0;
+    out->dev = FM_CPU;
     if (!loaded && !fm_graph_dir_is_graph(dir)) {
         out->m = fm_hf_is_model_dir(dir) ? fm_hf_gpt_load(dir, &out->tok) : fm_gpt_load_dir(dir, &out->tok);
         if (!out->m) return fm_last_status();
@@ -66,10 +67,19 @@ fm_graph *fm_cli_graph_from_dir(const char *dir) {
     return g;
 }
 
-fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev) { return p->g ? fm_graph_to_device(p->g, dev) : fm_gpt_to(p->m, dev); }
+fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev) {
+    fm_status st = p->g ? fm_graph_to_device(p->g, dev) : fm_gpt_to(p->m, dev);
+    if (st == FM_OK) p->dev = dev;
+    return st;
+}
 
 fm_tensor *fm_cli_gpt_logits(fm_cli_gpt *p, fm_tensor *tokens) {
-    return p->g ? fm_graph_gpt_forward(p->g, tokens) : fm_gpt_forward(p->m, tokens, NULL, NULL);
+    if (p->g) return fm_graph_gpt_forward(p->g, tokens);
+    /* the model's forward wants its ids where its weights are (a graph copies its inputs itself) */
+    if (fm_device_eq(tokens->storage->device, p->dev)) return fm_gpt_forward(p->m, tokens, NULL, NULL);
+    fm_tensor *td = fm_tensor_to(tokens, p->dev), *l = td ? fm_gpt_forward(p->m, td, NULL, NULL) : NULL;
+    fm_tensor_release(td);
+    return l;
 }
 
 void fm_cli_gpt_close(fm_cli_gpt *p) {

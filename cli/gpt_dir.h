@@ -12,6 +12,7 @@ typedef struct fm_cli_gpt {
     fm_graph *g; /* a graph directory */
     fm_tokenizer *tok;
     int ctx_len, vocab;
+    fm_device dev; /* where fm_cli_gpt_to put it (the CPU until then) */
 } fm_cli_gpt;
 
 /* Opens dir; on failure nothing to close and the error says why. `loaded`: dir's graph when

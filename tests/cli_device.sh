@@ -100,7 +100,9 @@ same gpt-cpu gpt-moved2 train_loss val_loss steps
 for cmd in "eval $tmp/cnn-cpu --json --quiet" "predict $tmp/cnn-cpu $tmp/test-images --json" \
            "generate $tmp/gpt-cpu --prompt in --tokens 12 --temperature 0 --quiet" \
            "eval $tmp/cnn-graph --json --quiet" "predict $tmp/cnn-graph $tmp/test-images --json" \
-           "generate $tmp/gpt-graph --prompt in --tokens 12 --temperature 0 --quiet"; do
+           "generate $tmp/gpt-graph --prompt in --tokens 12 --temperature 0 --quiet" \
+           "eval $tmp/gpt-cpu --json --quiet" "eval $tmp/gpt-cpu --precision bf16 --json --quiet" \
+           "eval $tmp/gpt-graph --tokens $tmp/gpt-cpu/tokens.bin --json --quiet"; do
   # shellcheck disable=SC2086
   a=$("$bin" $cmd 2>&1) || bad "$cmd (cpu): $a"
   # shellcheck disable=SC2086
