@@ -62,16 +62,8 @@ static int eval_classifier(const char *dir, fm_graph *g, const char *data, long 
                            bool json, bool quiet) {
     fm_recipe r;
     fm_module *m = NULL;
-    if (fm_graph_dir_is_graph(dir)) {
-        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
-    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
-    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
-        fm_cli_error("%s", fm_last_error());
-        fm_module_free(m);
-        fm_graph_free(g);
-        fm_recipe_free(&r);
-        return 1;
-    }
+    if (!g && fm_graph_dir_is_graph(dir)) { fm_cli_error("%s: %s", dir, fm_last_error()); return 1; } /* it did not load */
+    if (fm_cli_classifier_open(dir, g, dev, &r, &m)) return 1;
     int rc = 1;
     fm_dataset *d = fm_recipe_dataset(&r, FM_SPLIT_TEST, data);
     double acc = 0, loss = 0;

@@ -155,16 +155,9 @@ int fm_cmd_predict(int argc, char **argv) {
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from */
     if (fm_graph_dir_is_graph(dir)) {
         if (fm_cli_precision_for_graph("predict", dir, prec)) return 2;
-        g = fm_graph_load(dir);
-        if (!g || fm_graph_classifier_recipe(g, &r) != FM_OK) { fm_cli_error("%s: %s", dir, fm_last_error()); fm_graph_free(g); return 1; }
-    } else if (fm_model_load(dir, &r, &m) != FM_OK) { fm_cli_error("%s", fm_last_error()); return 1; }
-    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(m, dev)) != FM_OK) {
-        fm_cli_error("%s", fm_last_error());
-        fm_module_free(m);
-        fm_graph_free(g);
-        fm_recipe_free(&r);
-        return 1;
+        if (!(g = fm_graph_load(dir))) { fm_cli_error("%s: %s", dir, fm_last_error()); return 1; }
     }
+    if (fm_cli_classifier_open(dir, g, dev, &r, &m)) return 1;
     bool fashion = !strcmp(r.dataset, "fashion-mnist");
     json_t *arr = json_array();
     int rc = 0;

@@ -3,6 +3,9 @@
 
 #include "commands.h"
 #include "fathom/amp.h" /* fm_precision_parse */
+#include "fathom/graph.h"
+#include "fathom/nn.h"
+#include "fathom/recipe.h"
 
 int fm_cli_device_check(const char *cmd, const char *v, fm_device dev) {
     if (dev.type == FM_DEV_META) { /* it computes nothing: results would be zeros */
@@ -43,4 +46,22 @@ int fm_cli_precision_for_graph(const char *cmd, const char *dir, fm_dtype precis
                  "(`fathom quantize` makes int8/int4 graphs); --precision is for a model directory from `fathom train`",
                  cmd, fm_precision_name(precision), dir);
     return 2;
+}
+
+int fm_cli_classifier_open(const char *dir, fm_graph *g, fm_device dev, fm_recipe *r, fm_module **m) {
+    *m = NULL;
+    if (g ? fm_graph_classifier_recipe(g, r) != FM_OK : fm_model_load(dir, r, m) != FM_OK) {
+        fm_cli_error(g ? "%s: %s" : "%s%s", g ? dir : "", fm_last_error());
+        fm_graph_free(g);
+        return 1;
+    }
+    if ((g ? fm_graph_to_device(g, dev) : fm_module_to(*m, dev)) != FM_OK) {
+        fm_cli_error("%s", fm_last_error());
+        fm_module_free(*m);
+        *m = NULL;
+        fm_graph_free(g);
+        fm_recipe_free(r);
+        return 1;
+    }
+    return 0;
 }

@@ -21,4 +21,12 @@ int fm_cli_precision(const char *cmd, const char *v, fm_dtype *out);
 /* 0, or 2 after printing why: a graph directory runs in the precision it was
  * compiled or quantized in, so --precision other than fp32 is refused for one. */
 int fm_cli_precision_for_graph(const char *cmd, const char *dir, fm_dtype precision);
+
+typedef struct fm_graph fm_graph;   /* fathom/graph.h */
+typedef struct fm_module fm_module; /* fathom/nn.h */
+typedef struct fm_recipe fm_recipe; /* fathom/recipe.h */
+/* A classifier for eval and predict, on dev: g (dir's graph, loaded by the caller; NULL for a
+ * `fathom train` directory, loaded here into *m) with its recipe in *r. 0, or 1 after
+ * printing why, with nothing left to free (g freed too). */
+int fm_cli_classifier_open(const char *dir, fm_graph *g, fm_device dev, fm_recipe *r, fm_module **m);
 #endif
