@@ -110,7 +110,7 @@ static void test_cuda_track(void) {
     unlink(path);
 }
 
-/* Names with quotes, backslashes and control bytes come out escaped; counters keep whole
+/* Names with quotes, backslashes and control bytes come out escaped (spans and track names); counters keep whole
  * and fractional values; an event too long for the writer's line (3 KiB of args) is
  * dropped, and the trace around it still parses. */
 static void test_escapes_and_limits(void) {
@@ -128,11 +128,12 @@ static void test_escapes_and_limits(void) {
     fm_profile_counter("mem", "bytes", 123456789.0);
     fm_profile_counter("mem", "ratio", 0.125);
     fm_profile_span("after", "cat", 5, 1, NULL);
+    fm_profile_thread_name("loader \"0\"");
     CHECK(fm_profiler_stop() == FM_OK);
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     CHECK_MSG(root && json_is_array(root), "trace does not parse: %s", err.text);
-    int named = 0, long_one = 0, after = 0, counters = 0;
+    int named = 0, long_one = 0, after = 0, counters = 0, process = 0, thread = 0;
     for (size_t i = 0; root && i < json_array_size(root); i++) {
         json_t *e = json_array_get(root, i);
         const char *name = json_string_value(json_object_get(e, "name"));
@@ -144,6 +145,9 @@ static void test_escapes_and_limits(void) {
             CHECK(json_integer_value(json_object_get(json_object_get(e, "args"), "k")) == 1);
         }
         if (!strcmp(name, "too long")) long_one++;
+        const char *meta = json_string_value(json_object_get(json_object_get(e, "args"), "name"));
+        if (!strcmp(name, "process_name")) process += meta && !strcmp(meta, "fathom");
+        if (!strcmp(name, "thread_name")) thread += meta && !strcmp(meta, "loader \"0\"");
         if (!strcmp(name, "after")) after++;
         if (!strcmp(name, "mem")) {
             json_t *a = json_object_get(e, "args");
@@ -153,6 +157,7 @@ static void test_escapes_and_limits(void) {
     }
     CHECK_MSG(named == 1 && long_one == 0 && after == 1 && counters == 2, "named %d, too long %d, after %d, counters %d", named,
               long_one, after, counters);
+    CHECK_MSG(process == 1 && thread == 1, "process_name %d, thread_name %d", process, thread);
     json_decref(root);
     unlink(path);
 }

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,20 +105,8 @@ static void emit_line(const char *line, size_t n) {
     pthread_mutex_unlock(&g.mu);
 }
 
-/* The rare events (names, metadata) through printf. A line that does not fit is dropped,
- * not cut: a cut line would break the whole trace's JSON. */
-static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void emit(const char *fmt, ...) {
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n > 0 && (size_t)n < sizeof line) emit_line(line, (size_t)n);
-}
-
-/* The per-op events are built without printf: its format parsing and floating-point
- * path were most of a profiled op's own cost (perf of bench_profiler_overhead --only
+/* Events are built without printf: its format parsing and floating-point path were
+ * most of a profiled op's own cost (perf of bench_profiler_overhead --only
  * tiny: printf_positional, __parse_one_specmb, _IO_default_xsputn and __printf_fp_l,
  * about 30% of the run). A line builder over a fixed buffer; `over` marks a line that
  * did not fit, which is then dropped rather than written cut. */
@@ -210,17 +197,20 @@ static void span_line(lb *b, const char *name, const char *cat, double start_us,
     lb_c(b, '}');
 }
 
-/* JSON-escape a short string into out. */
-static const char *esc(const char *s, char *out, size_t n) {
-    size_t j = 0;
-    for (; s && *s && j + 7 < n; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { out[j++] = '\\'; out[j++] = (char)c; }
-        else if (c < 0x20) j += (size_t)snprintf(out + j, n - j, "\\u%04x", c);
-        else out[j++] = (char)c;
-    }
-    out[j] = 0;
-    return out;
+/* A metadata event naming a track: kind "process_name" (t 0) or "thread_name" */
+static void name_event(const char *kind, long t, const char *name) {
+    char line[768];
+    lb b = {line, 0, sizeof line, false};
+    lb_s(&b, "{\"name\":\"");
+    lb_s(&b, kind);
+    lb_s(&b, "\",\"ph\":\"M\",\"pid\":");
+    lb_i64(&b, pid());
+    lb_s(&b, ",\"tid\":");
+    lb_i64(&b, t);
+    lb_s(&b, ",\"args\":{\"name\":\"");
+    lb_esc(&b, name);
+    lb_s(&b, "\"}}");
+    lb_emit(&b);
 }
 
 /* The dispatcher's hook while profiling: one span per kernel run, with its cost
@@ -277,7 +267,7 @@ static void op_after(fm_dispatch_event *ev, void *user) {
     lb_us(&a, t2 - t1 + t_prof_carry);
     if (pd) { lb_s(&a, ",\"products\":\""); lb_s(&a, pd); lb_c(&a, '"'); }
     lb_c(&a, '}');
-    args[a.over ? 0 : a.len] = 0;
+    if (!a.over) args[a.len] = 0; /* lb_put keeps a byte free for it */
     fm_profile_span(fm_op_get_info(c->op)->name, fm_in_backward ? "backward" : "forward", ev->stamp, t1 - ev->stamp,
                     a.over ? NULL : args);
     fm_memory_stats ms;
@@ -307,7 +297,7 @@ fm_status fm_profiler_start(const char *path) {
     g.session++;
     g.named_tracks = 0;
     pthread_mutex_unlock(&g.mu);
-    emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"fathom\"}}", pid());
+    name_event("process_name", 0, "fathom");
     __atomic_store_n(&fm_profiler_on, 1, __ATOMIC_RELEASE);
     fm_dispatch_set_hook(op_before, op_after, NULL);
     return FM_OK;
@@ -377,9 +367,7 @@ void fm_profile_counter(const char *track, const char *series, double value) {
 
 void fm_profile_thread_name(const char *name) {
     if (!fm_profiler_enabled()) return;
-    char n1[256];
-    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", pid(), tid(),
-         esc(name, n1, sizeof n1));
+    name_event("thread_name", tid(), name);
 }
 
 /* Device tracks get tids far above any Linux thread id (at most 2^22), so they
@@ -394,10 +382,7 @@ void fm_profile_device_span(int track, const char *track_name, const char *name,
     bool first = !(g.named_tracks & (1ull << track));
     g.named_tracks |= 1ull << track;
     pthread_mutex_unlock(&g.mu);
-    char n1[256];
-    if (first)
-        emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}", pid(), t,
-             esc(track_name ? track_name : "device", n1, sizeof n1));
+    if (first) name_event("thread_name", t, track_name ? track_name : "device");
     char line[2048];
     lb b = {line, 0, sizeof line, false};
     span_line(&b, name, cat, start_us, dur_us, t, args);
