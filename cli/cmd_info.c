@@ -62,6 +62,9 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
     } else {
         printf("bf16:  %s\n", bi.note);
     }
+    if (fm_cpu_use_amx())
+        printf("       products of >= 256K multiply-adds: fathom's own AMX tile kernel (gemm_amx.c; FATHOM_ISA=avx512 "
+               "leaves them to the path above)\n");
     printf("       attention in bf16 training: %s\n", bf16_attention_note());
 }
 
@@ -96,6 +99,7 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     fm_bf16_gemm_info_get(&bi);
     json_t *bf = json_object();
     json_object_set_new(bf, "provider", json_string(bi.loaded ? "onednn" : "widen-f32"));
+    json_object_set_new(bf, "amx_tiles", json_boolean(fm_cpu_use_amx())); /* gemm_amx.c takes the products it can */
     json_object_set_new(bf, "library", json_string(bi.library));
     json_object_set_new(bf, "version", json_string(bi.version));
     json_object_set_new(bf, "kernel", json_string(bi.kernel));

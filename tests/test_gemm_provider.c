@@ -62,6 +62,15 @@ static void test_isa_choose(void) {
     fm_cpu_features no_vl = skx;
     no_vl.avx512vl = false; /* Knights Landing: AVX-512 F without VL/BW/DQ */
     CHECK(fm_isa_max_for(&no_vl) == FM_ISA_AVX2);
+    fm_cpu_features spr = skx; /* AMX needs the tile data granted by the OS, and AVX512-BF16 */
+    spr.avx512_bf16 = spr.amx_tile = spr.amx_bf16 = spr.amx_int8 = true;
+    CHECK(fm_isa_max_for(&spr) == FM_ISA_AVX512);
+    spr.amx_usable = true;
+    CHECK(fm_isa_max_for(&spr) == FM_ISA_AMX);
+    CHECK(fm_isa_choose("avx512", FM_ISA_AMX, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
+    CHECK(fm_isa_choose("amx", FM_ISA_AMX, &isa, msg, sizeof msg) && isa == FM_ISA_AMX);
+    CHECK(!fm_isa_choose("amx", FM_ISA_AVX512, &isa, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "lacks") && strstr(msg, "scalar, avx2, avx512") && !strstr(msg, "avx512, amx"), "%s", msg);
     CHECK(fm_isa_choose(NULL, FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
     CHECK(fm_isa_choose("", FM_ISA_AVX2, &isa, msg, sizeof msg) && isa == FM_ISA_AVX2);
     CHECK(fm_isa_choose("scalar", FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_SCALAR);
@@ -70,7 +79,7 @@ static void test_isa_choose(void) {
     CHECK(!fm_isa_choose("avx512", FM_ISA_AVX2, &isa, msg, sizeof msg));
     CHECK_MSG(strstr(msg, "lacks") && strstr(msg, "scalar, avx2") && !strstr(msg, "avx2, avx512"), "%s", msg);
     CHECK(!fm_isa_choose("sse9", FM_ISA_AVX512, &isa, msg, sizeof msg));
-    CHECK_MSG(strstr(msg, "names no level") && strstr(msg, "scalar, avx2, avx512"), "%s", msg);
+    CHECK_MSG(strstr(msg, "names no level") && strstr(msg, "scalar, avx2, avx512, amx"), "%s", msg);
 }
 
 static double frand(uint64_t *s) {
@@ -146,7 +155,7 @@ static void test_gemm_f32_provider(void) {
         CHECK_MSG(!fi.onednn && (asan || strstr(fi.note, "FATHOM_GEMM_F32=openblas")), "%s", fi.note);
     else if (dn && !strcmp(dn, "off")) /* (on a CPU where f32 would not use oneDNN anyway, that reason is given) */
         CHECK_MSG(!fi.onednn && (strstr(fi.note, "FATHOM_DNNL=off") || strstr(fi.note, "AVX-512")), "%s", fi.note);
-    else if (!(env && !strcmp(env, "onednn")) && fm_isa_max_for(f) != FM_ISA_AVX512)
+    else if (!(env && !strcmp(env, "onednn")) && fm_isa_max_for(f) < FM_ISA_AVX512)
         CHECK_MSG(!fi.onednn && (asan || strstr(fi.note, "AVX-512")), "%s", fi.note);
     /* shapes above the 2M bound through the public entry, every layout */
     static const int64_t big[][3] = {{160, 130, 112}, {300, 96, 80}, {64, 520, 96}};
@@ -179,9 +188,11 @@ static double from_bf16(uint16_t h) {
     return x;
 }
 
-/* one fm_cpu_gemm_bf16 call against a double reference on the same bf16 values,
- * into an f32 C or (cb) a bf16 one; returns whether the bf16 hardware path took it */
-static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias, bool cb) {
+typedef bool (*bf16_gemm_fn)(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16);
+
+/* one bf16 GEMM call (fn) against a double reference on the same bf16 values,
+ * into an f32 C or (cb) a bf16 one; returns whether the path took it */
+static bool check_gemm_bf16_with(bf16_gemm_fn fn, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias, bool cb) {
     uint64_t s = (uint64_t)(M * 7 + N * 3 + K) * 2 + ta + 4 * tb;
     int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
     int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
@@ -196,7 +207,7 @@ static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, b
     }
     for (int64_t i = 0; i < N; i++) bv[i] = (float)frand(&s);
     fm_cpu_gemm_args g = {FM_BF16, ta, tb, M, N, K, a, lda, b, ldb, 0.0, c, ldc};
-    bool took = fm_cpu_gemm_bf16(&g, bias ? bv : NULL, cb);
+    bool took = fn(&g, bias ? bv : NULL, cb);
     double worst = 0;
     for (int64_t i = 0; took && i < M; i++)
         for (int64_t j = 0; j < N; j++) {
@@ -218,6 +229,38 @@ static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, b
               (long long)N, (long long)K, bias, cb, worst);
     free(a); free(b); free(c); free(bv);
     return took;
+}
+
+static bool check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bias, bool cb) {
+    return check_gemm_bf16_with(fm_cpu_gemm_bf16, ta, tb, M, N, K, bias, cb);
+}
+
+/* fathom's own AMX kernel (gemm_amx.c), called directly: at the amx level it takes
+ * every product above its bound, edges in M, N and K included (K not a multiple of
+ * the tile's 32, M and N not of the block's 32, one row short of a group of 64);
+ * below that level (FATHOM_ISA, or a CPU without AMX) it takes none. */
+static void test_gemm_bf16_amx(void) {
+    static const int64_t shapes[][3] = {{33, 47, 200}, {64, 64, 64}, {97, 161, 300}, {2, 300, 1000},
+                                        {250, 31, 70}, {63, 96, 33}, {128, 128, 1}};
+    int took = 0, calls = 0;
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int v = 0; v < 4; v++) {
+                bool big = shapes[i][0] * shapes[i][1] * shapes[i][2] >= ((int64_t)1 << 18);
+                bool got = check_gemm_bf16_with(fm_cpu_gemm_bf16_amx, t & 1, t >> 1, shapes[i][0], shapes[i][1],
+                                                shapes[i][2], v & 1, v >> 1);
+                took += got;
+                calls += big;
+                CHECK_MSG(got == (big && fm_cpu_use_amx()), "amx %lldx%lldx%lld: took %d",
+                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], got);
+            }
+    fprintf(stderr, "amx bf16 gemm: level %s, took %d of %d products above its bound\n", fm_isa_name(fm_cpu_isa()), took,
+            calls);
+    /* beta != 0 is not its product */
+    uint16_t z[64 * 64] = {0};
+    float c[64 * 64];
+    fm_cpu_gemm_args g = {FM_BF16, false, false, 64, 64, 64, z, 64, z, 64, 1.0, c, 64};
+    CHECK(!fm_cpu_gemm_bf16_amx(&g, NULL, false));
 }
 
 /* bf16 GEMM on the bf16 hardware (oneDNN) where the CPU and the library allow it;
@@ -250,7 +293,7 @@ static void test_gemm_bf16(void) {
     }
     static const int64_t shapes[][3] = {{130, 140, 128}, {300, 64, 160}, {64, 520, 96}, {2, 4096, 300}};
     int took = 0, calls = 0;
-    bool want = bi.loaded && fm_cpu_use_avx512();
+    bool want = (bi.loaded && fm_cpu_use_avx512()) || fm_cpu_use_amx(); /* every shape is above both bounds */
     for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             for (int v = 0; v < 4; v++, calls++) /* bias or not, f32 or bf16 C */
@@ -318,6 +361,7 @@ int main(int argc, char **argv) {
         test_gemm();
         test_gemm_f32_provider();
         test_gemm_bf16();
+        test_gemm_bf16_amx();
     }
     fm_parallel_shutdown();
     TEST_DONE();

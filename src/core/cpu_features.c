@@ -97,14 +97,15 @@ const fm_cpu_features *fm_cpu_get_features(void) {
     return &g_feat;
 }
 
-static const char *const isa_names[FM_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[FM_ISA_COUNT] = {"scalar", "avx2", "avx512", "amx"};
 
 const char *fm_isa_name(fm_isa isa) { return isa >= 0 && isa < FM_ISA_COUNT ? isa_names[isa] : "?"; }
 
 fm_isa fm_isa_max_for(const fm_cpu_features *f) {
     if (!(f->avx2 && f->fma && f->f16c)) return FM_ISA_SCALAR;
     if (!(f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl)) return FM_ISA_AVX2;
-    return FM_ISA_AVX512;
+    if (!(f->avx512_bf16 && f->amx_tile && f->amx_bf16 && f->amx_usable)) return FM_ISA_AVX512;
+    return FM_ISA_AMX;
 }
 
 bool fm_isa_choose(const char *env, fm_isa max, fm_isa *out, char *msg, size_t msg_len) {
@@ -120,7 +121,7 @@ bool fm_isa_choose(const char *env, fm_isa max, fm_isa *out, char *msg, size_t m
         return false;
     }
     if (msg)
-        snprintf(msg, msg_len, "FATHOM_ISA=%s names no level (scalar, avx2, avx512); the levels this CPU has are: %s",
+        snprintf(msg, msg_len, "FATHOM_ISA=%s names no level (scalar, avx2, avx512, amx); the levels this CPU has are: %s",
                  env, have);
     return false;
 }
@@ -158,3 +159,4 @@ fm_isa fm_cpu_isa(void) {
 
 bool fm_cpu_use_avx2(void) { return fm_cpu_isa() >= FM_ISA_AVX2; }
 bool fm_cpu_use_avx512(void) { return fm_cpu_isa() >= FM_ISA_AVX512; }
+bool fm_cpu_use_amx(void) { return fm_cpu_isa() >= FM_ISA_AMX; }

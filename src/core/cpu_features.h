@@ -18,13 +18,14 @@ typedef struct fm_cpu_features {
 } fm_cpu_features;
 
 /* Levels of the CPU kernels, lowest first. Each needs all features of the one below. */
-typedef enum fm_isa { FM_ISA_SCALAR, FM_ISA_AVX2, FM_ISA_AVX512, FM_ISA_COUNT } fm_isa;
+typedef enum fm_isa { FM_ISA_SCALAR, FM_ISA_AVX2, FM_ISA_AVX512, FM_ISA_AMX, FM_ISA_COUNT } fm_isa;
 
 const fm_cpu_features *fm_cpu_get_features(void);
-/* "scalar", "avx2", "avx512" */
+/* "scalar", "avx2", "avx512", "amx" */
 const char *fm_isa_name(fm_isa isa);
 /* The highest level a feature set allows: avx2 = AVX2+FMA+F16C; avx512 = that +
- * AVX-512 F/DQ/BW/VL. Pure: the tests feed it made-up feature sets. */
+ * AVX-512 F/DQ/BW/VL; amx = that + AVX512-BF16 + AMX-TILE/BF16 with the tile data
+ * granted by the OS. Pure: the tests feed it made-up feature sets. */
 fm_isa fm_isa_max_for(const fm_cpu_features *f);
 /* Picks the level for a FATHOM_ISA value (NULL or "" = the highest, max). Returns
  * false if the value names no level or one above max; then msg (if non-NULL)
@@ -35,7 +36,8 @@ bool fm_isa_choose(const char *env, fm_isa max, fm_isa *out, char *msg, size_t m
 fm_isa fm_cpu_isa(void);
 /* False with the message in msg if FATHOM_ISA is set to something unusable here. */
 bool fm_isa_check(char *msg, size_t msg_len);
-/* Shorthands for the kernels: level >= avx2 / avx512. */
+/* Shorthands for the kernels: level >= avx2 / avx512 / amx. */
 bool fm_cpu_use_avx2(void);
 bool fm_cpu_use_avx512(void);
+bool fm_cpu_use_amx(void);
 #endif

@@ -63,6 +63,9 @@ void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias);
  * nearest even as it is stored), beta 0, bias [N] f32 or NULL. False when that
  * path is not available or not worth it for the shape (the caller then widens to f32). */
 bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16);
+/* The same product on AMX tiles, fathom's own kernel (gemm_amx.c), at the amx kernel
+ * level only; false where not taken (no AMX, beta != 0, too small, out of memory). */
+bool fm_cpu_gemm_bf16_amx(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16);
 typedef struct fm_bf16_gemm_info {
     bool loaded;
     char library[256], version[32];

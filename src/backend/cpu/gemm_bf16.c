@@ -262,7 +262,7 @@ static bool f32_wanted(const fm_cpu_features *f) {
     if (e && *e) /* a value that names no provider: said once (load runs once), and the default used */
         fprintf(stderr, "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas or onednn); the default is used\n",
                 e);
-    if (fm_isa_max_for(f) != FM_ISA_AVX512) {
+    if (fm_isa_max_for(f) < FM_ISA_AVX512) {
         snprintf(g_f32.note, sizeof g_f32.note,
                  "oneDNN's f32 matmul was measured faster only on CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");
         return false;
@@ -489,6 +489,10 @@ static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool c_
 }
 
 bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16) {
+    if (fm_cpu_gemm_bf16_amx(g, bias, c_bf16)) {
+        fm_kernel_note_lowp_products();
+        return true;
+    }
     pthread_once(&g_once, load);
     if (!onednn_product(g, bias, c_bf16, g_info.loaded, FM_BF16)) return false;
     fm_kernel_note_lowp_products();
