@@ -167,7 +167,8 @@ def main():
             r.update(vs_torch_bf16=round(r["fathom_bf16_gflops_best"] / max(tb), 2) if tb else None,
                      bf16_over_own_f32=round(r["fathom_bf16_gflops_best"] / r["fathom_f32_gflops_best"], 2),
                      cpu=cpu.get("model", "?"), isa=cpu.get("isa", "?"),
-                     fathom_bf16=info.get("gemm", {}).get("bf16", {}).get("kernel", "?") or "widened to f32",
+                     fathom_bf16=("fathom's AMX tiles" if info.get("gemm", {}).get("bf16", {}).get("amx_tiles")
+                                  else info.get("gemm", {}).get("bf16", {}).get("kernel", "?") or "widened to f32"),
                      peer="torch " + torch.__version__)
             for k in ("fathom_bf16_gflops", "fathom_f32_gflops", "bf16_over_f32"):
                 r.pop(k, None)

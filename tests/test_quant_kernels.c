@@ -104,11 +104,14 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
 
 static void test_q8_panels(void) {
     const fm_cpu_features *cf = fm_cpu_get_features();
-    fm_q8_impl impls[3] = {FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI};
-    bool have[3] = {true, cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->avx512_vnni};
-    /* M past the 6-row block and the 96-row task, N past 16-column panels and 4-panel blocks, K tails 1..3 */
-    const int64_t shapes[][3] = {{1, 1, 1}, {6, 64, 64}, {7, 17, 63}, {13, 70, 65}, {1, 129, 130}, {200, 40, 784}, {97, 16, 3}, {5, 33, 1024}};
-    for (int i = 0; i < 3; i++) {
+    fm_q8_impl impls[4] = {FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI, FM_Q8_AMX};
+    bool have[4] = {true, cf->avx2 && cf->fma && cf->f16c, cf->avx512f && cf->avx512bw && cf->avx512vl && cf->avx512_vnni,
+                    fm_cpu_use_amx() && cf->amx_int8 && cf->avx512_vnni};
+    /* M past the 6-row block, the 32-row tile block and the 96-row task, N past 16-column panels,
+     * pairs of them and 4-panel blocks, K tails 1..3 and K multiples of 64 (the tiles' step) */
+    const int64_t shapes[][3] = {{1, 1, 1}, {6, 64, 64}, {7, 17, 63}, {13, 70, 65}, {1, 129, 130}, {200, 40, 784},
+                                 {97, 16, 3}, {5, 33, 1024}, {32, 32, 64}, {70, 100, 128}, {200, 40, 768}, {35, 96, 1024}};
+    for (int i = 0; i < 4; i++) {
         if (!have[i]) { TEST_SKIP("int8 panels %s: this CPU lacks it", fm_q8_impl_name(impls[i])); continue; }
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int f = 0; f < 3; f++)

@@ -113,21 +113,12 @@ static void nmaj_rows(const uint16_t *p, int64_t ld, int64_t kn, int64_t jn, __m
     for (int c = 0; c < 16; c++) rows[c] = c < jn ? load32(p + c * ld, kn) : _mm512_setzero_si512();
 }
 
-typedef struct pack_b_ctx {
-    const fm_cpu_gemm_args *g;
-    uint16_t *bp;
-    int64_t nkb;
-} pack_b_ctx;
-
-/* B's 32-column panels jb in [b, e): panel jb, step kb at bp + (jb * nkb + kb) * 2 tiles. */
-static void pack_b_task(void *vctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const pack_b_ctx *c = vctx;
-    const fm_cpu_gemm_args *g = c->g;
+/* B's 32-column panels jb in [p0, p1): panel jb, step kb at bp + ((jb - p0) * nkb + kb) * 2 tiles. */
+static void pack_b(const fm_cpu_gemm_args *g, int64_t p0, int64_t p1, int64_t nkb, uint16_t *bp) {
     const uint16_t *B = g->B;
-    for (int64_t jb = b; jb < e; jb++)
-        for (int64_t kb = 0; kb < c->nkb; kb++) {
-            __m512i *dst = (__m512i *)(c->bp + (jb * c->nkb + kb) * 2 * TILE_ELEMS);
+    for (int64_t jb = p0; jb < p1; jb++)
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            __m512i *dst = (__m512i *)(bp + ((jb - p0) * nkb + kb) * 2 * TILE_ELEMS);
             int64_t j0 = jb * BLK, k0 = kb * TK, jn = g->N - j0, kn = g->K - k0;
             if (!g->tb) { /* stored [K,N]: interleave row pairs */
                 __m512i lo[16], hi[16];
@@ -176,11 +167,10 @@ static void pack_a(const fm_cpu_gemm_args *g, int64_t i0, int64_t nkb, uint16_t 
 
 typedef struct amx_ctx {
     const fm_cpu_gemm_args *g;
-    const uint16_t *bp;
     const float *bias_pad; /* Np floats (bias, zero-padded) or NULL */
     bool c_bf16;
     int64_t nkb, nmg, chunk_panels, npanels;
-    size_t ap_bytes; /* 64 rows of packed A: each task call packs into its own */
+    size_t ap_bytes, bp_bytes; /* 64 rows of packed A, one chunk of packed B: each task call packs into its own */
     _Atomic int failed;
 } amx_ctx;
 
@@ -216,31 +206,40 @@ static void store_block(const amx_ctx *c, int64_t i, int64_t j) {
         }
 }
 
-/* Task u: 64-row group u % nmg of A, column chunk u / nmg of B (consecutive tasks
- * on a thread share the chunk, which stays in L2). */
+/* Task u: 64-row group u % nmg of A, column chunk u / nmg of B. Consecutive tasks
+ * on a thread share the chunk, which stays in L2; each thread packs the chunks and
+ * row groups it uses itself (a chunk two threads share is packed twice: K x 32
+ * columns per panel against the 64 x 32 x K products per row group it serves, and
+ * no second pass over the pool, which at K = 128 cost more than the packing). */
 static void amx_task(void *vctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     amx_ctx *c = vctx;
-    uint16_t *ap = aligned_alloc(64, c->ap_bytes);
-    if (!ap) {
+    uint16_t *ap = aligned_alloc(64, c->ap_bytes), *bp = aligned_alloc(64, c->bp_bytes);
+    if (!ap || !bp) {
         c->failed = 1;
+        free(ap);
+        free(bp);
         return;
     }
-    int64_t nkb = c->nkb, packed_group = -1;
+    int64_t nkb = c->nkb, packed_group = -1, packed_chunk = -1;
     tiles_on();
     for (int64_t u = b; u < e; u++) {
         int64_t grp = u % c->nmg, chunk = u / c->nmg;
+        int64_t p0 = chunk * c->chunk_panels, p1 = p0 + c->chunk_panels < c->npanels ? p0 + c->chunk_panels : c->npanels;
         if (grp != packed_group) {
             pack_a(c->g, grp * MGRP, nkb, ap);
             packed_group = grp;
         }
-        int64_t p0 = chunk * c->chunk_panels, p1 = p0 + c->chunk_panels < c->npanels ? p0 + c->chunk_panels : c->npanels;
+        if (chunk != packed_chunk) {
+            pack_b(c->g, p0, p1, nkb, bp);
+            packed_chunk = chunk;
+        }
         for (int q = 0; q < MGRP / BLK; q++) {
             int64_t i = grp * MGRP + q * BLK;
             if (i >= c->g->M) break;
             const uint16_t *a = ap + q * nkb * 2 * TILE_ELEMS;
             for (int64_t jb = p0; jb < p1; jb++) {
-                const uint16_t *bb = c->bp + jb * nkb * 2 * TILE_ELEMS;
+                const uint16_t *bb = bp + (jb - p0) * nkb * 2 * TILE_ELEMS;
                 if (c->bias_pad) { /* every row of C starts from the bias: a stride-0 tile load */
                     _tile_loadd(0, c->bias_pad + jb * BLK, 0);
                     _tile_loadd(1, c->bias_pad + jb * BLK + 16, 0);
@@ -269,6 +268,7 @@ static void amx_task(void *vctx, int64_t b, int64_t e, int tid) {
     }
     _tile_release();
     free(ap);
+    free(bp);
 }
 
 /* Bytes of packed B a column chunk may hold so that it and a thread's packed A stay
@@ -280,17 +280,13 @@ bool fm_cpu_gemm_bf16_amx(const fm_cpu_gemm_args *g, const float *bias, bool c_b
         return false;
     int64_t nkb = (g->K + TK - 1) / TK, npanels = (g->N + BLK - 1) / BLK, nmg = (g->M + MGRP - 1) / MGRP;
     int nt = fm_num_threads();
-    size_t bp_bytes = (size_t)npanels * nkb * 2 * TILE_ELEMS * sizeof(uint16_t);
-    uint16_t *bp = aligned_alloc(64, bp_bytes);
     float *bias_pad = bias ? aligned_alloc(64, (size_t)npanels * BLK * sizeof(float)) : NULL;
-    bool ok = bp && (!bias || bias_pad);
+    bool ok = !bias || bias_pad;
     if (ok) {
         if (bias_pad) {
             memset(bias_pad, 0, (size_t)npanels * BLK * sizeof(float));
             memcpy(bias_pad, bias, (size_t)g->N * sizeof(float));
         }
-        pack_b_ctx pb = {g, bp, nkb};
-        fm_parallel_for(npanels, 1, pack_b_task, &pb);
         int64_t chunk = CHUNK_BYTES / (nkb * 2 * TILE_ELEMS * (int64_t)sizeof(uint16_t));
         if (chunk < 1) chunk = 1;
         if (chunk > npanels) chunk = npanels;
@@ -301,11 +297,12 @@ bool fm_cpu_gemm_bf16_amx(const fm_cpu_gemm_args *g, const float *bias, bool c_b
             chunk = (npanels + want - 1) / want;
             nchunks = (npanels + chunk - 1) / chunk;
         }
-        amx_ctx c = {g, bp, bias_pad, c_bf16, nkb, nmg, chunk, npanels, (size_t)(MGRP / BLK) * nkb * 2 * TILE_ELEMS * sizeof(uint16_t), 0};
+        size_t step_bytes = 2 * TILE_ELEMS * sizeof(uint16_t);
+        amx_ctx c = {g, bias_pad, c_bf16, nkb, nmg, chunk, npanels, (size_t)(MGRP / BLK) * nkb * step_bytes,
+                     (size_t)chunk * nkb * step_bytes, 0};
         fm_parallel_for(nmg * nchunks, 1, amx_task, &c);
         ok = !c.failed;
     }
-    free(bp);
     free(bias_pad);
     return ok;
 }

@@ -22,12 +22,15 @@ void fm_q8_gemm_tile_ref(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0
 }
 
 fm_q8_impl fm_q8_impl_best(void) {
+    if (fm_cpu_use_amx() && fm_cpu_get_features()->amx_int8 && fm_cpu_get_features()->avx512_vnni) return FM_Q8_AMX;
     if (fm_cpu_use_avx512() && fm_cpu_get_features()->avx512_vnni) return FM_Q8_VNNI;
     return fm_cpu_use_avx2() ? FM_Q8_AVX2 : FM_Q8_REF;
 }
 
 const char *fm_q8_impl_name(fm_q8_impl i) {
-    return i == FM_Q8_VNNI ? "avx512-vnni (vpdpbusd)" : i == FM_Q8_AVX2 ? "avx2 (vpmaddubsw split)" : "scalar";
+    return i == FM_Q8_AMX    ? "amx-int8 tiles (tdpbusd; vpdpbusd where tiles do not fit)"
+           : i == FM_Q8_VNNI ? "avx512-vnni (vpdpbusd)"
+           : i == FM_Q8_AVX2 ? "avx2 (vpmaddubsw split)" : "scalar";
 }
 
 typedef struct { const fm_q8_gemm *g; fm_q8_impl impl; int64_t nb; } q8_job;
@@ -39,7 +42,7 @@ static void q8_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const q8_job *j = ctx;
     int64_t n0 = b0 * Q8_NB, n1 = b1 * Q8_NB < j->g->N ? b1 * Q8_NB : j->g->N;
-    if (j->impl == FM_Q8_VNNI) fm_q8_gemm_tile_vnni(j->g, 0, j->g->M, n0, n1);
+    if (j->impl == FM_Q8_VNNI || j->impl == FM_Q8_AMX) fm_q8_gemm_tile_vnni(j->g, 0, j->g->M, n0, n1); /* rows: no tiles */
     else if (j->impl == FM_Q8_AVX2) fm_q8_gemm_tile_avx2(j->g, 0, j->g->M, n0, n1);
     else fm_q8_gemm_tile_ref(j->g, 0, j->g->M, n0, n1);
 }

@@ -74,7 +74,7 @@ static inline void fm_q8_store(const fm_q8_gemm *g, int64_t m, int64_t n, int32_
 void fm_q8_gemm_tile_ref(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q8_gemm_tile_avx2(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q8_gemm_tile_vnni(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
-typedef enum { FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI } fm_q8_impl;
+typedef enum { FM_Q8_REF, FM_Q8_AVX2, FM_Q8_VNNI, FM_Q8_AMX } fm_q8_impl;
 /* The best this CPU has at the ISA level in use (FATHOM_ISA). */
 fm_q8_impl fm_q8_impl_best(void);
 const char *fm_q8_impl_name(fm_q8_impl i);
@@ -105,6 +105,9 @@ void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t 
 /* The AVX2 tile reads A as s8 codes a - 128 (each byte xor 0x80), which fm_q8_pgemm_run prepares. */
 void fm_q8_pgemm_tile_avx2(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void fm_q8_pgemm_tile_vnni(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+/* The same on AMX-INT8 tiles (quant_panel_amx.c; the parts tiles cannot take go to the
+ * VNNI tile); false, with nothing written, when K is not a multiple of 64. */
+bool fm_q8_pgemm_tile_amx(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 /* The whole product over the thread pool (tasks: 64 columns x up to 96 rows). */
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl);
 

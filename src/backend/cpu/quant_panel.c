@@ -43,7 +43,8 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
         int64_t nb = b / j->n_mb, mb = b % j->n_mb;
         int64_t p0 = nb * Q8_NP, p1 = p0 + Q8_NP < Np ? p0 + Q8_NP : Np;
         int64_t m0 = mb * Q8_MB, m1 = m0 + Q8_MB < g->M ? m0 + Q8_MB : g->M;
-        if (j->impl == FM_Q8_VNNI) fm_q8_pgemm_tile_vnni(g, m0, m1, p0, p1);
+        if (j->impl == FM_Q8_AMX && fm_q8_pgemm_tile_amx(g, m0, m1, p0, p1)) continue;
+        if (j->impl == FM_Q8_VNNI || j->impl == FM_Q8_AMX) fm_q8_pgemm_tile_vnni(g, m0, m1, p0, p1);
         else if (j->impl == FM_Q8_AVX2) fm_q8_pgemm_tile_avx2(g, m0, m1, p0, p1);
         else fm_q8_pgemm_tile_ref(g, m0, m1, p0, p1);
     }
