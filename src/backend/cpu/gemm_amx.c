@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
@@ -33,24 +34,6 @@
 #define BLK 32  /* rows and columns of C per micro-kernel block (2 x 2 tiles) */
 #define MGRP 64 /* rows of A packed at once by a task */
 #define TILE_ELEMS 512 /* bf16 elements in one 16 x 32 tile */
-
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static void tiles_on(void) {
-    tile_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = 64;
-    }
-    _tile_loadconfig(&c);
-}
 
 /* In-place transpose of a 16x16 matrix of 32-bit elements held in r[0..15]. */
 static void transpose16(__m512i r[16]) {
@@ -222,7 +205,7 @@ static void amx_task(void *vctx, int64_t b, int64_t e, int tid) {
         return;
     }
     int64_t nkb = c->nkb, packed_group = -1, packed_chunk = -1;
-    tiles_on();
+    fm_amx_tiles_on();
     for (int64_t u = b; u < e; u++) {
         int64_t grp = u % c->nmg, chunk = u / c->nmg;
         int64_t p0 = chunk * c->chunk_panels, p1 = p0 + c->chunk_panels < c->npanels ? p0 + c->chunk_panels : c->npanels;

@@ -15,14 +15,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/quant_epilogue_avx512.h"
-
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
 
 /* C[m .. m + 32, 16 p .. 16 p + 32] */
 static void block(const fm_q8_pgemm *g, int64_t m, int64_t p, int64_t Kq) {
@@ -60,14 +54,7 @@ bool fm_q8_pgemm_tile_amx(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t 
     if (Kq % 16 || g->lda < 4 * Kq) return false;
     int64_t mw = m0 + (m1 - m0) / 32 * 32, pw = p0 + (p1 - p0) / 2 * 2;
     if (mw > m0 && pw > p0) {
-        tile_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.palette = 1;
-        for (int i = 0; i < 8; i++) {
-            cfg.rows[i] = 16;
-            cfg.colsb[i] = 64;
-        }
-        _tile_loadconfig(&cfg);
+        fm_amx_tiles_on();
         for (int64_t p = p0; p < pw; p += 2)
             for (int64_t m = m0; m < mw; m += 32) block(g, m, p, Kq);
         _tile_release();
