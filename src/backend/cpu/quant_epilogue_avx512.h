@@ -47,31 +47,4 @@ static inline void store16(const fm_q8_pgemm *g, int64_t m, int64_t n, const col
     if (e->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
     _mm512_mask_storeu_ps(e->y + m * e->ldy + n, c->k, y);
 }
-/* store16 for rows [m, m + nrows) of one column block, the sums at acc + i * acc_ld:
- * the epilogue's fields read once, not per row (the build does not assume strict
- * aliasing, so a loop of store16 reloads them after every store: in the AMX tile
- * that epilogue took about three fifths of the block, perf). Same arithmetic. */
-static inline void store_rows16(const fm_q8_pgemm *g, int64_t m, int nrows, int64_t n, const col16 *cp, const int32_t *acc,
-                                int64_t acc_ld) {
-    const col16 c = *cp;
-    const fm_q8_epilogue *e = g->ep;
-    if (!e) {
-        for (int i = 0; i < nrows; i++) _mm512_mask_storeu_epi32(g->C + (m + i) * g->ldc + n, c.k, _mm512_loadu_si512(acc + i * acc_ld));
-        return;
-    }
-    float *y = e->y + m * e->ldy + n;
-    const int64_t ldy = e->ldy;
-    const bool relu = e->relu, bias = e->bias != NULL;
-    const float *rs = e->row_scale ? e->row_scale + m : NULL;
-    const int32_t *rz = e->row_zero ? e->row_zero + m : NULL;
-    for (int i = 0; i < nrows; i++) {
-        __m512i a = _mm512_loadu_si512(acc + i * acc_ld);
-        __m512 v = rs ? _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rs[i]), c.wsc),
-                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(a, _mm512_mullo_epi32(_mm512_set1_epi32(rz[i]), c.ws))))
-                      : _mm512_mul_ps(c.s, _mm512_cvtepi32_ps(_mm512_sub_epi32(a, c.zs)));
-        if (bias) v = _mm512_add_ps(v, c.b);
-        if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-        _mm512_mask_storeu_ps(y + i * ldy, c.k, v);
-    }
-}
 #endif

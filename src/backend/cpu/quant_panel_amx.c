@@ -45,7 +45,7 @@ static void block(const fm_q8_pgemm *g, int64_t m, int64_t p, int64_t Kq) {
         int64_t n = 16 * (p + j);
         if (n >= g->N) break;
         col16 c = col_terms(g, n);
-        store_rows16(g, m, 32, n, &c, acc + 16 * j, 32);
+        for (int i = 0; i < 32; i++) store16(g, m + i, n, &c, _mm512_load_si512(acc + i * 32 + 16 * j));
     }
 }
 
