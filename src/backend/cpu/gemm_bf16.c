@@ -473,8 +473,14 @@ static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool c_
     /* Rows per part unless that leaves each part fewer than 256 rows of a wide C. On the
      * AMD EPYC Zen 4, 2 threads (bench_core bf16 M N K): 1024^3 rose from 384-410 to
      * 397-441 GFLOP/s split by rows, 512x2048x512 from 382 to 415; by columns kept
-     * 64x4096x512 (352 against 322) and 128x2048x512 (390 against 382). */
-    part_ctx c = {g, bias, c_bf16, g->M <= g->N && g->M < 256 * (int64_t)nt, 0, 0};
+     * 64x4096x512 (352 against 322) and 128x2048x512 (390 against 382). f32 products
+     * with at least 512 columns per part split by columns too: each part's oneDNN call
+     * packs only its columns of B instead of all of B. On the Intel Xeon with AMX
+     * (model 167), 2 threads, alternated twice (bench_gemm_providers 21): 1024^3
+     * 359-397 -> 408-413 GFLOP/s, 4096x1024x1024 362-390 -> 391-428, 2048^3 371-393
+     * -> 412-414; the training shapes (N <= 512) keep rows. */
+    bool by_cols = (g->M <= g->N && g->M < 256 * (int64_t)nt) || (dt == FM_F32 && g->N >= 512 * (int64_t)nt);
+    part_ctx c = {g, bias, c_bf16, by_cols, 0, 0};
     int64_t len = c.by_cols ? g->N : g->M, parts = nt > 1 ? nt : 1;
     c.step = (len + parts - 1) / parts;
     c.step = (c.step + 31) / 32 * 32; /* whole register blocks per part */
