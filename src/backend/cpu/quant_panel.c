@@ -50,8 +50,43 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
     }
 }
 
+/* AMX: a task is a block of about Q8_MB rows across every panel, the blocks split
+ * statically (first half to the calling thread, as the activation codes were:
+ * quant_cpu.c's codes pass splits the rows the same way). With the dynamic tasks
+ * above, each thread took row blocks whose codes the other core had just written, and
+ * the tile loads of A waited on the other core's cache (a fifth of the tile's samples,
+ * perf). On the Intel Xeon with AMX, 2 threads, alternated three times: the kjv-gpt
+ * int8 prefill 1.66-1.69 -> 1.36-1.39 ms, fashion-mlp batch 128 0.30-0.31 -> 0.25-0.27
+ * ms (bench_quant). The VNNI kernel gained from it there too (FATHOM_ISA=avx512: 1.82-1.84
+ * -> 1.63-1.67 ms, 0.41 -> 0.35 ms) but keeps the dynamic tasks until it is measured on
+ * the AMD EPYC Zen 4, where they were chosen against a static split (a late-starting
+ * thread held a 512 x 384 x 128 product up by 12%). Below 64 rows per thread the
+ * tiles would not fill: the dynamic column tasks. */
+typedef struct {
+    const fm_q8_pgemm *g;
+    fm_q8_impl impl;
+    int64_t rows; /* per block: a multiple of the tiles' 32 */
+} amx_rows_job;
+
+static void amx_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const amx_rows_job *j = ctx;
+    const fm_q8_pgemm *g = j->g;
+    const int64_t Np = (g->N + 15) / 16, m0 = b0 * j->rows, m1 = b1 * j->rows < g->M ? b1 * j->rows : g->M;
+    if (j->impl != FM_Q8_AMX || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
+}
+
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
+    const int nt = fm_num_threads();
+    if (impl == FM_Q8_AMX && g->M >= 64 * (int64_t)nt) {
+        /* blocks of about Q8_MB rows, as many as a multiple of the threads, in whole tiles */
+        int64_t nb = (g->M + Q8_MB - 1) / Q8_MB;
+        nb = (nb + nt - 1) / nt * nt;
+        amx_rows_job j = {g, impl, ((g->M + nb - 1) / nb + 31) / 32 * 32};
+        fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, amx_rows_task, &j);
+        return;
+    }
     fm_q8_pgemm flipped;
     uint8_t *as = NULL;
     if (impl == FM_Q8_AVX2) { /* its tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code, here */
