@@ -71,6 +71,12 @@ static void test_isa_choose(void) {
     CHECK(fm_isa_choose("amx", FM_ISA_AMX, &isa, msg, sizeof msg) && isa == FM_ISA_AMX);
     CHECK(!fm_isa_choose("amx", FM_ISA_AVX512, &isa, msg, sizeof msg));
     CHECK_MSG(strstr(msg, "lacks") && strstr(msg, "scalar, avx2, avx512") && !strstr(msg, "avx512, amx"), "%s", msg);
+    spr.amx_usable = false; /* AMX in the CPU, the tile data not granted: the message names the OS */
+    CHECK(!fm_isa_choose_for("amx", &spr, &isa, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "lacks") && strstr(msg, "did not grant") && strstr(msg, "scalar, avx2, avx512"), "%s", msg);
+    CHECK(!fm_isa_choose_for("amx", &skx, &isa, msg, sizeof msg)); /* no AMX at all: no such note */
+    CHECK_MSG(strstr(msg, "lacks") && !strstr(msg, "did not grant"), "%s", msg);
+    CHECK(fm_isa_choose_for("avx512", &spr, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
     CHECK(fm_isa_choose(NULL, FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_AVX512);
     CHECK(fm_isa_choose("", FM_ISA_AVX2, &isa, msg, sizeof msg) && isa == FM_ISA_AVX2);
     CHECK(fm_isa_choose("scalar", FM_ISA_AVX512, &isa, msg, sizeof msg) && isa == FM_ISA_SCALAR);

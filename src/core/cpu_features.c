@@ -134,11 +134,8 @@ static const char *isa_env(void) {
     return dis && *dis && strcmp(dis, "0") ? "scalar" : NULL;
 }
 
-/* fm_isa_choose on this CPU; where amx is refused on a CPU that has the tiles, the
- * message says that the OS (not the CPU) is what lacks */
-static bool choose_here(const char *env, fm_isa max, fm_isa *out, char *msg, size_t msg_len) {
-    if (fm_isa_choose(env, max, out, msg, msg_len)) return true;
-    const fm_cpu_features *f = fm_cpu_get_features();
+bool fm_isa_choose_for(const char *env, const fm_cpu_features *f, fm_isa *out, char *msg, size_t msg_len) {
+    if (fm_isa_choose(env, fm_isa_max_for(f), out, msg, msg_len)) return true;
     if (msg && !strcmp(env, "amx") && f->amx_tile && f->amx_bf16 && !f->amx_usable) {
         size_t n = strlen(msg);
         snprintf(msg + n, msg_len - n,
@@ -150,7 +147,7 @@ static bool choose_here(const char *env, fm_isa max, fm_isa *out, char *msg, siz
 
 bool fm_isa_check(char *msg, size_t msg_len) {
     fm_isa isa;
-    return choose_here(isa_env(), fm_isa_max_for(fm_cpu_get_features()), &isa, msg, msg_len);
+    return fm_isa_choose_for(isa_env(), fm_cpu_get_features(), &isa, msg, msg_len);
 }
 
 fm_isa fm_cpu_isa(void) {
@@ -159,7 +156,7 @@ fm_isa fm_cpu_isa(void) {
     if (v >= 0) return (fm_isa)v;
     fm_isa max = fm_isa_max_for(fm_cpu_get_features()), isa;
     char msg[256];
-    if (!choose_here(isa_env(), max, &isa, msg, sizeof msg)) {
+    if (!fm_isa_choose_for(isa_env(), fm_cpu_get_features(), &isa, msg, sizeof msg)) {
         /* a library cannot refuse to run here (kernels have no error path):
          * it says so once and uses the highest level the CPU has */
         int expected = -1;

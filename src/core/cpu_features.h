@@ -31,6 +31,9 @@ fm_isa fm_isa_max_for(const fm_cpu_features *f);
  * false if the value names no level or one above max; then msg (if non-NULL)
  * says why and lists the levels this CPU has. Pure, for the tests. */
 bool fm_isa_choose(const char *env, fm_isa max, fm_isa *out, char *msg, size_t msg_len);
+/* The same for a feature set (its highest level), where a refused amx on a CPU that has
+ * the tiles but was not granted their data by the OS says so. Pure, for the tests. */
+bool fm_isa_choose_for(const char *env, const fm_cpu_features *f, fm_isa *out, char *msg, size_t msg_len);
 /* The level in use: FATHOM_ISA if valid, else the highest (a bad FATHOM_ISA is
  * announced once on stderr; the CLI refuses it before any work, fm_isa_check). */
 fm_isa fm_cpu_isa(void);
