@@ -64,7 +64,6 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
  * tiles would not fill: the dynamic column tasks. */
 typedef struct {
     const fm_q8_pgemm *g;
-    fm_q8_impl impl;
     int64_t rows; /* per block: a multiple of the tiles' 32 */
 } amx_rows_job;
 
@@ -73,7 +72,7 @@ static void amx_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     const amx_rows_job *j = ctx;
     const fm_q8_pgemm *g = j->g;
     const int64_t Np = (g->N + 15) / 16, m0 = b0 * j->rows, m1 = b1 * j->rows < g->M ? b1 * j->rows : g->M;
-    if (j->impl != FM_Q8_AMX || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
+    if (!fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
 }
 
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
@@ -83,7 +82,7 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
         /* blocks of about Q8_MB rows, as many as a multiple of the threads, in whole tiles */
         int64_t nb = (g->M + Q8_MB - 1) / Q8_MB;
         nb = (nb + nt - 1) / nt * nt;
-        amx_rows_job j = {g, impl, ((g->M + nb - 1) / nb + 31) / 32 * 32};
+        amx_rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32};
         fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, amx_rows_task, &j);
         return;
     }
