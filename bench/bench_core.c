@@ -127,7 +127,7 @@ static void bench_elementwise(const char *name, int64_t n, int reps) {
 }
 
 int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise, gpt or bf16 M N K [tb] (not in all) */
+    const char *only = argc > 1 ? argv[1] : "all"; /* all, matmul, elementwise, gpt, f32 M N K or bf16 M N K [tb] (not in all) */
     fm_manual_seed(1);
     if (!strcmp(only, "all") || !strcmp(only, "matmul")) {
         bench_gemm(1024, 1024, 1024, 15);
@@ -137,6 +137,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(only, "bf16") && (argc == 5 || argc == 6)) /* one bf16 product: bf16 M N K [tb] */
         bench_gemm_bf16_t(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), 41, argc == 6 && !strcmp(argv[5], "tb"));
+    if (!strcmp(only, "f32") && argc == 5) /* one f32 product: f32 M N K */
+        bench_gemm(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), 15);
     if (!strcmp(only, "gpt")) { /* the kjv-gpt linears' products (2048 tokens a step) */
         bench_gemm_bf16(2048, 384, 128, 41);
         bench_gemm_bf16(2048, 128, 128, 41);

@@ -177,7 +177,11 @@ int main(int argc, char **argv) {
         char fk[96];
         fm_f32_gemm_info fi;
         fm_f32_gemm_info_get(&fi);
-        snprintf(fk, sizeof fk, "%s", fi.onednn && M * N * K >= ((int64_t)1 << 21) ? fi.kernel : ob->get_corename());
+        fm_cpu_gemm_args ga = {FM_F32, false, false, M, N, K, pa, K, pb, N, 0.0, c, N};
+        snprintf(fk, sizeof fk, "%s",
+                 fm_cpu_gemm_f32_avx512_takes(&ga)                ? "fathom avx512 14x32"
+                 : fi.onednn && M * N * K >= ((int64_t)1 << 21) ? fi.kernel
+                                                                  : ob->get_corename());
         report("fathom", fk, M, N, K, t, reps, 0.0);
         /* OpenBLAS driving its own threads, same library and core */
         ob->set_num_threads(nt);

@@ -53,6 +53,10 @@ static void print_text(const fm_cpu_features *f, const fm_gemm_provider_info *gp
                fi.kernel, fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
     else
         printf("f32:   OpenBLAS (%s)\n", fi.note);
+    const char *own = fm_cpu_gemm_f32_avx512_note();
+    if (own)
+        printf("       %s: fathom's own AVX-512 kernel (gemm_f32_avx512.c)%s\n", own,
+               fm_cpu_use_avx512() ? "" : "; not used while FATHOM_ISA is below avx512");
     fm_bf16_gemm_info bi;
     fm_bf16_gemm_info_get(&bi);
     if (bi.loaded) {
@@ -115,6 +119,8 @@ static json_t *gemm_json(const fm_gemm_provider_info *gp) {
     json_object_set_new(f32, "kernel", json_string(fi.kernel));
     json_object_set_new(f32, "used", json_boolean(fi.onednn && fm_cpu_use_avx512()));
     json_object_set_new(f32, "note", json_string(fi.note));
+    const char *own = fm_cpu_gemm_f32_avx512_note(); /* the products fathom's own kernel takes, or null */
+    json_object_set_new(f32, "fathom_kernel", own ? json_string(own) : json_null());
     json_object_set_new(b, "f32", f32);
     return b;
 }

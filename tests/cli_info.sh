@@ -55,7 +55,13 @@ done
 FATHOM_GEMM_F32=openblas "$bin" info --json >"$tmp/out" 2>"$tmp/err" || fail "info --json failed"
 python3 -c 'import json,sys; f = json.load(open(sys.argv[1]))["gemm"]["f32"]; assert f["provider"] == "openblas" and "FATHOM_GEMM_F32=openblas" in f["note"], f' \
   "$tmp/out" || fail "FATHOM_GEMM_F32=openblas not respected: $(cat "$tmp/out")"
+# on an Intel CPU with AVX-512 the large f32 products run fathom's own kernel, and info says so
+python3 -c 'import json,sys; f = json.load(open(sys.argv[1]))["gemm"]["f32"]; assert f["fathom_kernel"] is None and "FATHOM_GEMM_F32=openblas" in f["note"], f' \
+  "$tmp/out" || fail "FATHOM_GEMM_F32=openblas still names fathom's f32 kernel: $(cat "$tmp/out")"
+FATHOM_GEMM_F32=fathom "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "FATHOM_GEMM_F32=fathom: exit $?"
+grep -q "every product of >= 2M multiply-adds (FATHOM_GEMM_F32=fathom): fathom's own AVX-512 kernel" "$tmp/out" ||
+  fail "FATHOM_GEMM_F32=fathom: not in info: $(cat "$tmp/out")"
 FATHOM_GEMM_F32=mkl "$bin" info >"$tmp/out" 2>"$tmp/err" || fail "FATHOM_GEMM_F32=mkl: exit $?"
-grep -q "FATHOM_GEMM_F32=mkl names no provider (openblas or onednn)" "$tmp/err" || fail "FATHOM_GEMM_F32=mkl not announced: $(cat "$tmp/err")"
+grep -q "FATHOM_GEMM_F32=mkl names no provider (openblas, onednn or fathom)" "$tmp/err" || fail "FATHOM_GEMM_F32=mkl not announced: $(cat "$tmp/err")"
 grep -q '^f32:   ' "$tmp/out" || fail "FATHOM_GEMM_F32=mkl: no f32 line"
 echo "cli_info: ok"

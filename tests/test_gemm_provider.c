@@ -93,8 +93,12 @@ static double frand(uint64_t *s) {
     return (double)(*s >> 40) / (double)(1ull << 24) - 0.5;
 }
 
-/* one fm_cpu_gemm(_bias) call in f32 or f64 against a double reference */
-static void check_gemm(fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double beta, bool bias) {
+/* a GEMM entry as the tests call it: fm_cpu_gemm_bias, or one provider directly */
+typedef void (*gemm_entry)(const fm_cpu_gemm_args *g, const void *bias);
+
+/* one gemm call (NULL: fm_cpu_gemm(_bias)) in f32 or f64 against a double reference */
+static void check_gemm_with(gemm_entry fn, fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double beta,
+                            bool bias) {
     uint64_t s = (uint64_t)(M * 131 + N * 17 + K) * 2 + ta + 4 * tb;
     size_t es = dt == FM_F32 ? 4 : 8;
     int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
@@ -110,7 +114,8 @@ static void check_gemm(fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int6
     for (int64_t i = 0; i < nc; i++) { SET(c, i, frand(&s)); rc[i] = GET(c, i); }
     for (int64_t i = 0; i < N; i++) { SET(bv, i, frand(&s)); rbias[i] = GET(bv, i); }
     fm_cpu_gemm_args g = {dt, ta, tb, M, N, K, a, lda, b, ldb, beta, c, ldc};
-    if (bias) fm_cpu_gemm_bias(&g, bv);
+    if (fn) fn(&g, bias ? bv : NULL);
+    else if (bias) fm_cpu_gemm_bias(&g, bv);
     else fm_cpu_gemm(&g);
     double worst = 0;
     for (int64_t i = 0; i < M; i++)
@@ -131,6 +136,49 @@ static void check_gemm(fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int6
 #undef SET
 #undef GET
     free(ra); free(rb); free(rc); free(rbias); free(a); free(b); free(c); free(bv);
+}
+
+static void check_gemm(fm_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double beta, bool bias) {
+    check_gemm_with(NULL, dt, ta, tb, M, N, K, beta, bias);
+}
+
+static void own_avx512(const fm_cpu_gemm_args *g, const void *bias) { CHECK(fm_cpu_gemm_f32_avx512(g, bias)); }
+
+/* fathom's own f32 AVX-512 kernel (gemm_f32_avx512.c), called directly where the CPU
+ * runs AVX-512: every transpose case, beta, bias, and the edges of its 14 x 32 blocks,
+ * its K blocks (512), its column chunks (512) and its split over threads */
+static void test_gemm_f32_avx512(void) {
+    /* which products fm_cpu_gemm hands it (gemm_cpu.c) */
+    const char *env = getenv("FATHOM_GEMM_F32");
+    const fm_cpu_features *f = fm_cpu_get_features();
+    int chosen = env && !strcmp(env, "fathom") ? 2
+                 : env && (!strcmp(env, "openblas") || !strcmp(env, "onednn")) ? 0
+                                                                              : f->intel && fm_isa_max_for(f) >= FM_ISA_AVX512;
+    /* `fathom info` names the kernel when it was chosen, even while FATHOM_ISA is below avx512 */
+    CHECK_MSG((fm_cpu_gemm_f32_avx512_note() != NULL) == (chosen > 0), "chosen %d", chosen);
+    int mode = fm_cpu_use_avx512() ? chosen : 0;
+    fm_cpu_gemm_args r = {FM_F32, false, false, 1024, 1024, 512, NULL, 512, NULL, 1024, 0.0, NULL, 1024};
+    CHECK_MSG(fm_cpu_gemm_f32_avx512_takes(&r) == (mode > 0), "1024x1024x512: mode %d", mode);
+    r.K = 256; /* large, but K below the default's bound */
+    CHECK_MSG(fm_cpu_gemm_f32_avx512_takes(&r) == (mode == 2), "1024x1024x256: mode %d", mode);
+    r.M = 4; /* below 2M multiply-adds: never */
+    CHECK(!fm_cpu_gemm_f32_avx512_takes(&r));
+    r.M = 1024;
+    r.dt = FM_F64;
+    CHECK(!fm_cpu_gemm_f32_avx512_takes(&r));
+    if (!fm_cpu_use_avx512()) {
+        fprintf(stderr, "f32 avx512 gemm: skipped, the kernel level is %s\n", fm_isa_name(fm_cpu_isa()));
+        return;
+    }
+    static const int64_t shapes[][3] = {{1, 1, 1},   {14, 32, 16},  {15, 33, 17},  {13, 31, 1100},
+                                        {300, 40, 70}, {29, 1100, 45}, {70, 200, 520}, {2, 700, 3}};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int64_t *sh = shapes[i];
+            check_gemm_with(own_avx512, FM_F32, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.0, false);
+            check_gemm_with(own_avx512, FM_F32, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.5, false);
+            check_gemm_with(own_avx512, FM_F32, t & 1, t >> 1, sh[0], sh[1], sh[2], 0.0, true);
+        }
 }
 
 static void test_gemm(void) {
@@ -365,6 +413,7 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         fm_set_num_threads(threads);
         test_gemm();
+        test_gemm_f32_avx512();
         test_gemm_f32_provider();
         test_gemm_bf16();
         test_gemm_bf16_amx();

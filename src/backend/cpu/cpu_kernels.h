@@ -88,6 +88,13 @@ void fm_bf16_gemm_info_get(fm_bf16_gemm_info *out);
  * C f32, beta 0, bias [N] f32 or NULL. False when not chosen or not worth it for
  * the shape (the caller then runs OpenBLAS). */
 bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias);
+/* f32 GEMM on AVX-512, fathom's own kernel (gemm_f32_avx512.c): any transposes,
+ * beta, bias [N] f32 or NULL. False only when out of memory (nothing written then). */
+bool fm_cpu_gemm_f32_avx512(const fm_cpu_gemm_args *g, const float *bias);
+/* Whether fm_cpu_gemm hands g to that kernel (FATHOM_GEMM_F32, the CPU, the kernel
+ * level, the shape), and which products it takes, for `fathom info` (NULL: none). */
+bool fm_cpu_gemm_f32_avx512_takes(const fm_cpu_gemm_args *g);
+const char *fm_cpu_gemm_f32_avx512_note(void);
 typedef struct fm_f32_gemm_info {
     bool onednn;     /* f32 products of enough work go to oneDNN */
     char kernel[64]; /* oneDNN's implementation for a 256^3 f32 product */

@@ -30,6 +30,7 @@
 
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/simd_avx512.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
@@ -37,30 +38,6 @@
 #define BLK 32  /* rows and columns of C per micro-kernel block (2 x 2 tiles) */
 #define MGRP 64 /* rows of A packed at once by a task */
 #define TILE_ELEMS 512 /* bf16 elements in one 16 x 32 tile */
-
-/* In-place transpose of a 16x16 matrix of 32-bit elements held in r[0..15]. */
-static void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i..4i+3 */
-    for (int c = 0; c < 4; c++) {
-        __m512i w0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-        __m512i w2 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE), w3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_i32x4(w0, w1, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(w0, w1, 0xDD);
-        r[8 + c] = _mm512_shuffle_i32x4(w2, w3, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(w2, w3, 0xDD);
-    }
-}
 
 /* Up to 32 bf16 of a row (n valid, the rest zero). */
 static inline __m512i load32(const uint16_t *p, int64_t n) {
@@ -117,7 +94,7 @@ static void pack_b(const fm_cpu_gemm_args *g, int64_t p0, int64_t p1, int64_t nk
                 for (int t = 0; t < 2; t++) {
                     __m512i rows[16];
                     nmaj_rows(B + (j0 + 16 * t) * g->ldb + k0, g->ldb, kn, jn - 16 * t, rows);
-                    transpose16(rows);
+                    fm_transpose16_epi32(rows);
                     for (int r = 0; r < 16; r++) _mm512_store_si512(dst + 16 * t + r, rows[r]);
                 }
             }
@@ -140,8 +117,8 @@ static void pack_a(const fm_cpu_gemm_args *g, int64_t i0, int64_t nkb, uint16_t 
             } else { /* stored [K,M]: pairs of k, then a 32-bit transpose per 16 rows */
                 __m512i lo[16], hi[16];
                 kmaj_pairs(A + k0 * g->lda + ib, g->lda, kn, in, lo, hi);
-                transpose16(lo);
-                transpose16(hi);
+                fm_transpose16_epi32(lo);
+                fm_transpose16_epi32(hi);
                 for (int r = 0; r < 16; r++) {
                     _mm512_store_si512(dst + r, lo[r]);
                     _mm512_store_si512(dst + 16 + r, hi[r]);

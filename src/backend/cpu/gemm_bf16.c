@@ -21,6 +21,8 @@
  * 1.08-1.1x at 1024^3 and 4096x1024x1024 and the MLP train step 1.11x on one
  * thread. FATHOM_GEMM_F32=openblas keeps f32 on OpenBLAS, =onednn asks for oneDNN
  * on any CPU; CPUs without AVX-512 keep OpenBLAS (not measured against oneDNN).
+ * On Intel CPUs the large f32 products go to fathom's own AVX-512 kernel instead
+ * (gemm_f32_avx512.c; gemm_cpu.c decides, =fathom sends it every product).
  * `fathom info` says which runs f32.
  *
  * Threads: fathom's pool splits C into one part per thread and each part is
@@ -258,10 +260,10 @@ static bool f32_wanted(const fm_cpu_features *f) {
         snprintf(g_f32.note, sizeof g_f32.note, "FATHOM_GEMM_F32=openblas");
         return false;
     }
-    if (e && !strcmp(e, "onednn")) return true;
+    if (e && (!strcmp(e, "onednn") || !strcmp(e, "fathom"))) return true; /* fathom: gemm_f32_avx512.c, the rest oneDNN */
     if (e && *e) /* a value that names no provider: said once (load runs once), and the default used */
-        fprintf(stderr, "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas or onednn); the default is used\n",
-                e);
+        fprintf(stderr,
+                "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas, onednn or fathom); the default is used\n", e);
     if (fm_isa_max_for(f) < FM_ISA_AVX512) {
         snprintf(g_f32.note, sizeof g_f32.note,
                  "oneDNN's f32 matmul was measured faster only on CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");

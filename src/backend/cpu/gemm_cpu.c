@@ -172,6 +172,38 @@ static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
     }
 }
 
+/* Which f32 products gemm_f32_avx512.c's kernel takes (decided once; here, not there,
+ * because that file is compiled for AVX-512 and this runs on every CPU):
+ * FATHOM_GEMM_F32=fathom every product of >= 2M multiply-adds; =openblas or =onednn
+ * none; unset: on an Intel CPU with AVX-512 the large ones (M and N >= 1024, K >=
+ * 512), where it measured ahead of oneDNN 2.6.3 (2 threads, Intel Xeon model 167:
+ * 1024x1024x512 +15%, 1024^3-2048^3 +3-5%); below that oneDNN led (512^3 by 25%,
+ * 2048x512x512 and 1024x1024x256 by 5-10%: each packed panel of A meets too few
+ * columns). AMD Zen 4 runs 512-bit FMAs as two halves and was not measured with it. */
+static pthread_once_t g_own_once = PTHREAD_ONCE_INIT;
+static int g_own_mode; /* 0 none, 1 the large products, 2 every product */
+
+static void own_decide(void) {
+    const char *e = getenv("FATHOM_GEMM_F32");
+    const fm_cpu_features *f = fm_cpu_get_features();
+    if (e && !strcmp(e, "fathom")) g_own_mode = 2;
+    else if (e && (!strcmp(e, "openblas") || !strcmp(e, "onednn"))) g_own_mode = 0;
+    else g_own_mode = f->intel && fm_isa_max_for(f) >= FM_ISA_AVX512;
+}
+
+bool fm_cpu_gemm_f32_avx512_takes(const fm_cpu_gemm_args *g) {
+    pthread_once(&g_own_once, own_decide);
+    if (!g_own_mode || g->dt != FM_F32 || !fm_cpu_use_avx512() || g->M * g->N * g->K < ((int64_t)1 << 21)) return false;
+    return g_own_mode == 2 || (g->M >= 1024 && g->N >= 1024 && g->K >= 512);
+}
+
+const char *fm_cpu_gemm_f32_avx512_note(void) {
+    pthread_once(&g_own_once, own_decide);
+    return g_own_mode == 2   ? "every product of >= 2M multiply-adds (FATHOM_GEMM_F32=fathom)"
+           : g_own_mode == 1 ? "products with M, N >= 1024 and K >= 512 (FATHOM_GEMM_F32=onednn leaves them to oneDNN)"
+                         : NULL;
+}
+
 #define COL_PANEL 64
 #define ROW_BLOCK 32
 
@@ -204,6 +236,7 @@ void fm_cpu_gemm_bias(const fm_cpu_gemm_args *g, const void *bias) {
     int nt = fm_num_threads();
     if (g->M == 1 && !g_blas_threads) { rows_streamed(g, bias, gemv_cols, (int64_t)1 << 16); return; }
     if (smallm_applies(g)) { rows_streamed(g, bias, smallm_cols, (int64_t)1 << 19); return; }
+    if (!g_blas_threads && fm_cpu_gemm_f32_avx512_takes(g) && fm_cpu_gemm_f32_avx512(g, bias)) return;
     if (!g_blas_threads && fm_cpu_gemm_f32_dnnl(g, bias)) return;
     bool by_cols = g->M <= g->N;
     int64_t units = by_cols ? (g->N + COL_PANEL - 1) / COL_PANEL : (g->M + ROW_BLOCK - 1) / ROW_BLOCK;

@@ -118,4 +118,29 @@ static inline void fm_store16(float *p, __m512 v, int stream) {
 
 /* the first r (< 16) lanes */
 static inline __mmask16 fm_tail16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
+/* In-place transpose of a 16x16 matrix of 32-bit elements held in r[0..15]
+ * (gemm_amx.c packs bf16 pairs with it, gemm_f32_avx512.c f32 panels). */
+static inline void fm_transpose16_epi32(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i..4i+3 */
+    for (int c = 0; c < 4; c++) {
+        __m512i w0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+        __m512i w2 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE), w3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_i32x4(w0, w1, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(w0, w1, 0xDD);
+        r[8 + c] = _mm512_shuffle_i32x4(w2, w3, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(w2, w3, 0xDD);
+    }
+}
+
 #endif
