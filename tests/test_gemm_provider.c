@@ -146,7 +146,7 @@ static void own_avx512(const fm_cpu_gemm_args *g, const void *bias) { CHECK(fm_c
 
 /* fathom's own f32 AVX-512 kernel (gemm_f32_avx512.c), called directly where the CPU
  * runs AVX-512: every transpose case, beta, bias, and the edges of its 14 x 32 blocks,
- * its K blocks (512), its column chunks (512) and its split over threads */
+ * its K blocks (384), its column chunks (768), its blocks for the last rows and its split over threads */
 static void test_gemm_f32_avx512(void) {
     /* which products fm_cpu_gemm hands it (gemm_cpu.c) */
     const char *env = getenv("FATHOM_GEMM_F32");
@@ -171,7 +171,7 @@ static void test_gemm_f32_avx512(void) {
         return;
     }
     static const int64_t shapes[][3] = {{1, 1, 1},   {14, 32, 16},  {15, 33, 17},  {13, 31, 1100},
-                                        {300, 40, 70}, {29, 1100, 45}, {70, 200, 520}, {2, 700, 3}};
+                                        {300, 40, 70}, {29, 1100, 45}, {70, 200, 520}, {2, 700, 3}, {18, 40, 33}};
     for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const int64_t *sh = shapes[i];

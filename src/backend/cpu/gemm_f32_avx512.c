@@ -118,21 +118,23 @@ typedef struct block_out {
     const float *bias; /* at the block's first column, or NULL */
 } block_out;
 
-/* One 14 x 32 block of C over a K block: ap [kc][MR], bp [kc][NR]. */
-static void block(int64_t kc, const float *restrict ap, const float *restrict bp, const block_out *o) {
+/* One R x 32 block of C (R <= MR) over a K block: ap [kc][MR] (its first R rows), bp [kc][NR].
+ * Inlined with R constant: block() for whole panels, smaller R for the last rows. */
+static inline __attribute__((always_inline)) void block_rows(int64_t kc, const float *restrict ap, const float *restrict bp,
+                                                              const block_out *o, const int R) {
     __m512 acc[MR][2];
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < R; i++) {
         _mm_prefetch((const char *)(o->c + i * o->ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(o->c + i * o->ldc + 16), _MM_HINT_T0);
     }
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(bp + k * NR), b1 = _mm512_load_ps(bp + k * NR + 16);
         const float *a = ap + k * MR;
 #pragma GCC unroll 14
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 av = _mm512_set1_ps(a[i]);
             acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
@@ -143,7 +145,7 @@ static void block(int64_t kc, const float *restrict ap, const float *restrict bp
     __m512 bias1 = bias ? _mm512_maskz_loadu_ps(o->m1, bias + 16) : _mm512_setzero_ps();
     __m512 beta = _mm512_set1_ps(o->first ? o->beta : 1.0f);
     bool load = !o->first || o->beta != 0.0f;
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < R; i++) {
         if (i >= o->mr) break;
         float *c = o->c + i * o->ldc;
         __m512 v0 = _mm512_add_ps(acc[i][0], bias0), v1 = _mm512_add_ps(acc[i][1], bias1);
@@ -155,6 +157,11 @@ static void block(int64_t kc, const float *restrict ap, const float *restrict bp
         _mm512_mask_storeu_ps(c + 16, o->m1, v1);
     }
 }
+
+static void block(int64_t kc, const float *ap, const float *bp, const block_out *o) { block_rows(kc, ap, bp, o, MR); }
+static void block8(int64_t kc, const float *ap, const float *bp, const block_out *o) { block_rows(kc, ap, bp, o, 8); }
+static void block4(int64_t kc, const float *ap, const float *bp, const block_out *o) { block_rows(kc, ap, bp, o, 4); }
+static void block2(int64_t kc, const float *ap, const float *bp, const block_out *o) { block_rows(kc, ap, bp, o, 2); }
 
 /* C[i0:i1, j0:j1] over all of K. */
 static void own_range(const own_ctx *x, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float *ap, float *bp) {
@@ -169,11 +176,14 @@ static void own_range(const own_ctx *x, int64_t i0, int64_t i1, int64_t j0, int6
             for (int64_t ir = i0; ir < i1; ir += MR) {
                 int64_t mr = i1 - ir < MR ? i1 - ir : MR;
                 pack_a(g, ir, mr, p0, kc, ap);
+                /* the last rows (M not a multiple of 14): the smallest block that covers them */
+                void (*run)(int64_t, const float *, const float *, const block_out *) =
+                    mr > 8 ? block : mr > 4 ? block8 : mr > 2 ? block4 : block2;
                 for (int64_t jp = 0; jp * NR < nc; jp++) {
                     int64_t j = jc + jp * NR;
                     block_out o = {(float *)g->C + ir * g->ldc + j, g->ldc, mr, lanes(nc - jp * NR), lanes(nc - jp * NR - 16),
                                    kb == 0, (float)g->beta, x->bias ? x->bias + j : NULL};
-                    block(kc, ap, bp + jp * kc * NR, &o);
+                    run(kc, ap, bp + jp * kc * NR, &o);
                 }
             }
         }
