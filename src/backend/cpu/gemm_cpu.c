@@ -176,10 +176,12 @@ static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
  * because that file is compiled for AVX-512 and this runs on every CPU):
  * FATHOM_GEMM_F32=fathom every product of >= 2M multiply-adds; =openblas or =onednn
  * none; unset: on an Intel CPU with AVX-512 the large ones (M and N >= 1024, K >=
- * 512), where it measured ahead of oneDNN 2.6.3 (2 threads, Intel Xeon model 167:
- * 1024x1024x512 +15%, 1024^3-2048^3 +3-5%); below that oneDNN led (512^3 by 25%,
- * 2048x512x512 and 1024x1024x256 by 5-10%: each packed panel of A meets too few
- * columns). AMD Zen 4 runs 512-bit FMAs as two halves and was not measured with it. */
+ * 512) when fathom runs one thread. There it measured 1.06-1.14x oneDNN 2.6.3 (Intel
+ * Xeon model 167, paired in one process: bench/bench_gemm_pair.c), but on two threads
+ * 0.95-1.01x, so oneDNN keeps the products of two or more threads; below that size
+ * oneDNN led (512^3 by 25%, 2048x512x512 and 1024x1024x256 by 5-10%: each packed
+ * panel of A meets too few columns). AMD Zen 4 runs 512-bit FMAs as two halves and
+ * was not measured with it. */
 static pthread_once_t g_own_once = PTHREAD_ONCE_INIT;
 static int g_own_mode; /* 0 none, 1 the large products, 2 every product */
 
@@ -194,13 +196,13 @@ static void own_decide(void) {
 bool fm_cpu_gemm_f32_avx512_takes(const fm_cpu_gemm_args *g) {
     pthread_once(&g_own_once, own_decide);
     if (!g_own_mode || g->dt != FM_F32 || !fm_cpu_use_avx512() || g->M * g->N * g->K < ((int64_t)1 << 21)) return false;
-    return g_own_mode == 2 || (g->M >= 1024 && g->N >= 1024 && g->K >= 512);
+    return g_own_mode == 2 || (g->M >= 1024 && g->N >= 1024 && g->K >= 512 && fm_num_threads() == 1);
 }
 
 const char *fm_cpu_gemm_f32_avx512_note(void) {
     pthread_once(&g_own_once, own_decide);
     return g_own_mode == 2   ? "every product of >= 2M multiply-adds (FATHOM_GEMM_F32=fathom)"
-           : g_own_mode == 1 ? "products with M, N >= 1024 and K >= 512 (FATHOM_GEMM_F32=onednn leaves them to oneDNN)"
+           : g_own_mode == 1 ? "on one thread, products with M, N >= 1024 and K >= 512 (FATHOM_GEMM_F32=fathom: every product)"
                          : NULL;
 }
 

@@ -25,7 +25,14 @@
  * Measured there (one core): the block alone runs at 205-218 GFLOP/s of the core's
  * 240 (a register-only FMA loop), with B in L1 or streaming from L2 alike; 28 x 16
  * blocks with the broadcasts folded into the FMAs ran 190-200. KC 384 / NC 768
- * ran 2048^3 3% faster than 512 / 512 on two threads. Tried and not kept: packing
+ * ran 2048^3 3% faster than 512 / 512 on two threads; on one thread, paired with
+ * oneDNN's f32 matmul in one process (bench/bench_gemm_pair.c), 1024^3-2048^3 ran
+ * 1.06-1.14x oneDNN 2.6.3, but on two threads (one part each) 0.95-1.01x: each
+ * thread's blocks slow down by ~10% when the other core runs its blocks too (the
+ * profile shows the block, not the packing, taking the extra time), while oneDNN's
+ * do not. Neither the K block (384-1024), the split (rows or columns), nor spreading
+ * the C prefetches over the first steps moved that. So by default it runs only
+ * where the product runs on one thread (gemm_cpu.c). Tried and not kept: packing
  * all of A's rows per K block once (instead of 14 rows per chunk; 2048^3 8-15%
  * slower on two threads: each thread's packed A no longer stays in its L2),
  * prefetching the next A panel's rows during the blocks (1024^3 6% slower) and
@@ -43,6 +50,9 @@
 #define NR 32  /* columns of C per block: two vectors */
 #define KC 384 /* largest K block */
 #define NC 768 /* largest column chunk of packed B (KC x NC floats = 1.1 MiB, in L2) */
+
+/* the packed A panel and each part's buffer keep B's panels 64-byte aligned */
+_Static_assert((KC * MR) % 16 == 0 && (KC * (NC + NR)) % 16 == 0, "packed panels must stay 64-byte aligned");
 
 typedef struct own_ctx {
     const fm_cpu_gemm_args *g;
