@@ -139,6 +139,9 @@ static double max_rel(const float *x, const float *ref, int64_t n) {
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 9, nt = fm_num_threads();
+    /* "fathom": fathom's rows only, so that no other library's threads (oneDNN's OpenMP team,
+     * BLIS's, OpenBLAS's) are still spinning from the previous shape while fathom is timed */
+    bool only_fathom = argc > 2 && !strcmp(argv[2], "fathom");
     if (reps < 1 || reps > 64) reps = 9;
     const fm_openblas_fns *ob = fm_openblas();
     if (!ob) { fprintf(stderr, "bench_gemm_providers: OpenBLAS is not loaded\n"); return 1; }
@@ -183,6 +186,11 @@ int main(int argc, char **argv) {
                  : fi.onednn && M * N * K >= ((int64_t)1 << 21) ? fi.kernel
                                                                   : ob->get_corename());
         report("fathom", fk, M, N, K, t, reps, 0.0);
+        if (only_fathom) {
+            free(c);
+            fm_tensor_release_n(3, a, b, ref);
+            continue;
+        }
         /* OpenBLAS driving its own threads, same library and core */
         ob->set_num_threads(nt);
         for (int r = -1; r < reps; r++) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The f32 GEMM providers side by side with PyTorch's torch.mm (MKL), same threads, one invocation.
 
-    python3 bench/bench_gemm_providers.py build/bench_gemm_providers [--threads 2] [--reps 9] [--rounds 2]
+    python3 bench/bench_gemm_providers.py build/bench_gemm_providers [--threads 2] [--reps 9] [--rounds 2] [--only-fathom]
 
 Each round runs bench_gemm_providers (fathom's fm_matmul, OpenBLAS's own threads, oneDNN f32 and
 BLIS, see the .c file) and then torch.mm on the same shapes; the table gives each provider's best
@@ -15,6 +15,8 @@ p.add_argument("binary")
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--reps", type=int, default=9)
 p.add_argument("--rounds", type=int, default=2)
+p.add_argument("--only-fathom", action="store_true",
+               help="time fathom alone in its process (no other library's threads spinning from the shape before)")
 args = p.parse_args()
 cpu_clock = os.environ.get("FATHOM_BENCH_CLOCK") == "cpu"
 clock = time.process_time if cpu_clock else time.perf_counter
@@ -43,7 +45,7 @@ rounds = {}  # (provider, shape) -> [gflops...]
 kernels = {}
 for r in range(args.rounds):
     time.sleep(0.5)  # the previous round's torch threads spin for up to 200 ms after their last call
-    out = subprocess.run([args.binary, str(args.reps)], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([args.binary, str(args.reps)] + (["fathom"] if args.only_fathom else []), env=env, capture_output=True, text=True, check=True).stdout
     shapes = []
     for line in out.splitlines():
         d = json.loads(line)
