@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_kernels.h" /* fm_cpu_gemm_bf16: whether this CPU has the bf16 path */
 #include "core/parallel.h"
 #include "ops/ops_internal.h"                /* fm_linear_mixed */
+#include "profile/op_cost.h"                 /* fm_op_flops */
 #include "fathom/fathom.h"
 #include "fathom/observe.h"
 #include "fathom/profile.h"
@@ -209,8 +210,34 @@ static void test_products_marked(void) {
     unlink(path);
 }
 
+/* The inference ops' FLOPs (profile/op_cost.c): a compiled graph's fused linears and
+ * convolutions and a quantized model's int8/int4 linears count their products, not one
+ * FLOP per output element as an elementwise op would */
+static void test_inference_op_flops(void) {
+    int64_t sx[3] = {2, 3, 64}, sw[2] = {10, 64}, sy[3] = {2, 3, 10};
+    fm_tensor *x = fm_tensor_randn(3, sx, FM_F32, NULL), *w = fm_tensor_randn(2, sw, FM_F32, NULL);
+    fm_tensor *y = fm_tensor_randn(3, sy, FM_F32, NULL);
+    fm_op_id lin[3] = {FM_OP_LINEAR_FUSED, FM_OP_QLINEAR_INT8, FM_OP_QLINEAR_INT4};
+    for (int i = 0; i < 3; i++) {
+        fm_op_call c = {lin[i], 2, 1, {x, w}, {y}, NULL, NULL};
+        CHECK_MSG(fm_op_flops(&c) == 2.0 * (2 * 3 * 10) * 64, "op %d: %g", (int)lin[i], fm_op_flops(&c));
+    }
+    fm_op_call e = {FM_OP_QEMBEDDING_INT4, 2, 1, {w, x}, {y}, NULL, NULL}; /* a lookup: no products */
+    CHECK(fm_op_flops(&e) == 0);
+    /* conv 3->5, 3x3, padding 1 on 2x3x10x10, then a 2x2 max pool: the FLOPs of the 10x10 outputs */
+    int64_t cx[4] = {2, 3, 10, 10}, cw[4] = {5, 3, 3, 3}, cy[4] = {2, 5, 5, 5};
+    fm_tensor *xc = fm_tensor_randn(4, cx, FM_F32, NULL), *wc = fm_tensor_randn(4, cw, FM_F32, NULL);
+    fm_tensor *yc = fm_tensor_randn(4, cy, FM_F32, NULL);
+    fm_conv2d_fused_attrs a = {fm_conv2d_default_params(), 1, 2};
+    a.p.padding[0] = a.p.padding[1] = 1;
+    fm_op_call cf = {FM_OP_CONV2D_FUSED, 2, 1, {xc, wc}, {yc}, NULL, &a};
+    CHECK_NEAR(fm_op_flops(&cf), 2.0 * (2 * 5 * 10 * 10) * (3 * 3 * 3), 0);
+    fm_tensor_release_n(6, x, w, y, xc, wc, yc);
+}
+
 int main(void) {
     test_crash_leaves_trace(); /* first: fork before this process has started any threads */
+    test_inference_op_flops();
     char path[] = "/tmp/fathom_trace_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);

@@ -48,6 +48,25 @@ double fm_op_flops(const fm_op_call *c) {
                    (double)x->shape[1] * (double)x->shape[1] * (double)a->head_dim;
         return a->causal ? f / 2 : f;
     }
+    case FM_OP_LINEAR_FUSED: case FM_OP_QLINEAR_INT8: case FM_OP_QLINEAR_INT4: {
+        /* x [..., K] times a weight [N, K] (f32, int8 or int4 codes): int8/int4 multiply-adds
+         * count as FLOPs too, so that a quantized model's products are compared with its f32 ones */
+        const fm_tensor *x = c->in[0];
+        return 2.0 * (double)numel(y) * (double)x->shape[x->ndim - 1];
+    }
+    case FM_OP_CONV2D_FUSED: {
+        /* y is after the max pool: count the convolution's own outputs */
+        const fm_tensor *x = c->in[0], *w = c->in[1];
+        const fm_conv2d_fused_attrs *a = c->attrs;
+        if (!a || x->ndim != 4) return 0;
+        bool nhwc = a->p.layout == FM_NHWC;
+        int64_t H = x->shape[nhwc ? 1 : 2], W = x->shape[nhwc ? 2 : 3];
+        int64_t Ho = (H + 2 * a->p.padding[0] - a->p.dilation[0] * (w->shape[2] - 1) - 1) / a->p.stride[0] + 1;
+        int64_t Wo = (W + 2 * a->p.padding[1] - a->p.dilation[1] * (w->shape[3] - 1) - 1) / a->p.stride[1] + 1;
+        if (Ho < 1 || Wo < 1) return 0;
+        return 2.0 * (double)(x->shape[0] * w->shape[0] * Ho * Wo) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+    }
+    case FM_OP_QEMBEDDING_INT4:
     case FM_OP_COPY: case FM_OP_CAT: case FM_OP_GATHER: case FM_OP_INDEX_SELECT: case FM_OP_EMBEDDING:
     case FM_OP_ONE_HOT:
         return 0;
