@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/quant_kernels.h"
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 
 void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
@@ -50,21 +51,24 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
     }
 }
 
-/* AMX: a task is a block of about Q8_MB rows across every panel, the blocks split
+/* AMX (and VNNI on Intel): a task is a block of about Q8_MB rows across every panel, the blocks split
  * statically (first half to the calling thread, as the activation codes were:
  * quant_cpu.c's codes pass splits the rows the same way). With the dynamic tasks
  * above, each thread took row blocks whose codes the other core had just written, and
  * the tile loads of A waited on the other core's cache (a fifth of the tile's samples,
  * perf). On the Intel Xeon with AMX, 2 threads, alternated three times: the kjv-gpt
  * int8 prefill 1.66-1.69 -> 1.36-1.39 ms, fashion-mlp batch 128 0.30-0.31 -> 0.25-0.27
- * ms (bench_quant). The VNNI kernel gained from it there too (FATHOM_ISA=avx512: 1.82-1.84
- * -> 1.63-1.67 ms, 0.41 -> 0.35 ms) but keeps the dynamic tasks until it is measured on
- * the AMD EPYC Zen 4, where they were chosen against a static split (a late-starting
- * thread held a 512 x 384 x 128 product up by 12%). Below 64 rows per thread the
- * tiles would not fill: the dynamic column tasks. */
+ * ms (bench_quant). The VNNI kernel gains from it on that Intel core too, so on Intel
+ * CPUs it splits the same way (FATHOM_ISA=avx512, alternated three times: prefill
+ * 2.03-2.04 -> 1.65-1.83 ms, 1.57-1.65x -> 1.78-1.85x fp32; fashion-mlp 0.43-0.47 ->
+ * 0.35-0.38 ms); AMD CPUs keep the dynamic tasks, chosen on the AMD EPYC Zen 4 against
+ * a static split (a late-starting thread held a 512 x 384 x 128 product up by 12%; its
+ * cores share an L3 per CCX, where the other core's fresh codes cost less to reach).
+ * Below 64 rows per thread the tiles would not fill: the dynamic column tasks. */
 typedef struct {
     const fm_q8_pgemm *g;
     int64_t rows; /* per block: a multiple of the tiles' 32 */
+    bool amx;     /* AMX tiles (else the VNNI kernel) */
 } amx_rows_job;
 
 static void amx_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
@@ -72,17 +76,18 @@ static void amx_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     const amx_rows_job *j = ctx;
     const fm_q8_pgemm *g = j->g;
     const int64_t Np = (g->N + 15) / 16, m0 = b0 * j->rows, m1 = b1 * j->rows < g->M ? b1 * j->rows : g->M;
-    if (!fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
+    if (!j->amx || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
 }
 
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
     const int nt = fm_num_threads();
-    if (impl == FM_Q8_AMX && g->M >= 64 * (int64_t)nt) {
+    bool vnni_rows = impl == FM_Q8_VNNI && fm_cpu_get_features()->intel;
+    if ((impl == FM_Q8_AMX || vnni_rows) && g->M >= 64 * (int64_t)nt) {
         /* blocks of about Q8_MB rows, as many as a multiple of the threads, in whole tiles */
         int64_t nb = (g->M + Q8_MB - 1) / Q8_MB;
         nb = (nb + nt - 1) / nt * nt;
-        amx_rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32};
+        amx_rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32, impl == FM_Q8_AMX};
         fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, amx_rows_task, &j);
         return;
     }
