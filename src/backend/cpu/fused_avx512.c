@@ -4,16 +4,7 @@
  * (tests/test_isa_kernels.c compares them). Entered from fused_cpu.c when
  * fm_cpu_use_avx512() is true. The GELU is the compute-bound part of the
  * kjv-gpt MLP's non-GEMM work (docs/PERFORMANCE.md), so half the instructions
- * per element pay here.
- *
- * Residual add + layer norm: the sum row is stored, then normalized by
- * norm_avx512.c's layer norm row kernel, so the statistics and outputs are
- * bitwise that kernel's over the stored sum, with or without the add (a
- * checkpointed forward recomputes the norm over the sum alone and must get the
- * same numbers, as in fused_avx2.c). The backward is that kernel's backward, then
- * the gradient that reached the sum added to the rounded result (as autograd's
- * separate accumulation would). A row of kjv-gpt (128 floats) is in L1 for each
- * pass; the AVX2 kernels fuse the add into the first pass instead. */
+ * per element pay here; add + layer norm stays AVX2 (memory-bound). */
 #include <stdint.h>
 
 #include "backend/cpu/simd_avx512.h"
@@ -21,16 +12,6 @@
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
-
-void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
-                              int64_t n, float eps, float *mean_out, float *rstd_out);
-void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
-                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
-/* norm_avx512.c */
-void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
-                                 float *mean_out, float *rstd_out, int stream);
-void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
-                                     float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
 
 static const float k_2sqrt2_pi = 1.5957691216057308f; /* 2 sqrt(2/pi) */
 static const float k_cubic = 0.044715f;
@@ -82,37 +63,5 @@ void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const floa
         __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), dgelu16(v));
         _mm512_mask_storeu_ps(dx + i, m, d);
         if (db_acc) _mm512_mask_storeu_ps(db_acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db_acc + i), d));
-    }
-}
-
-void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
-                              int64_t n, float eps, float *mean_out, float *rstd_out) {
-    if (h) {
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(s + i, _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(h + i)));
-        if (i < n) {
-            __mmask16 m = fm_tail16(n - i);
-            _mm512_mask_storeu_ps(s + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, h + i)));
-        }
-    }
-    fm_layernorm_row_f32_avx512(h ? s : x, w, b, y, n, eps, mean_out, rstd_out, 0);
-}
-
-/* g = dsum + layer norm backward(dy) over the stored sum s; dy == NULL: g = dsum (or 0) */
-void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
-                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n) {
-    int64_t i = 0;
-    if (!dy) {
-        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(g + i, dsum ? _mm512_loadu_ps(dsum + i) : _mm512_setzero_ps());
-        if (i < n) _mm512_mask_storeu_ps(g + i, fm_tail16(n - i), dsum ? _mm512_maskz_loadu_ps(fm_tail16(n - i), dsum + i)
-                                                                        : _mm512_setzero_ps());
-        return;
-    }
-    fm_layernorm_bwd_row_f32_avx512(dy, s, w, mean, rstd, g, dw_acc, db_acc, n, 0);
-    if (!dsum) return;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(g + i, _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_loadu_ps(dsum + i)));
-    if (i < n) {
-        __mmask16 m = fm_tail16(n - i);
-        _mm512_mask_storeu_ps(g + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, dsum + i)));
     }
 }

@@ -6,7 +6,7 @@ static const fm_kernel_family families[] = {
     {"softmax/log-softmax/cross-entropy", FM_ISA_AVX512},
     {"layer/rms norm", FM_ISA_AVX512},
     {"fused bias+gelu", FM_ISA_AVX512},
-    {"fused add+norm", FM_ISA_AVX512},
+    {"fused add+norm", FM_ISA_AVX2},
     {"attention", FM_ISA_AVX512},
     {"conv", FM_ISA_AVX2},
     {"conv direct + ReLU/pool epilogue (conv2d_fused)", FM_ISA_AVX512},
