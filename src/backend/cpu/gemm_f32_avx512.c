@@ -27,12 +27,11 @@
  * blocks with the broadcasts folded into the FMAs ran 190-200. KC 384 / NC 768
  * ran 2048^3 3% faster than 512 / 512 on two threads; on one thread, paired with
  * oneDNN's f32 matmul in one process (bench/bench_gemm_pair.c), 1024^3-2048^3 ran
- * 1.06-1.14x oneDNN 2.6.3, but on two threads (one part each) 0.95-1.01x: each
- * thread's blocks slow down by ~10% when the other core runs its blocks too (the
- * profile shows the block, not the packing, taking the extra time), while oneDNN's
- * do not. Neither the K block (384-1024), the split (rows or columns), nor spreading
- * the C prefetches over the first steps moved that. So by default it runs only
- * where the product runs on one thread (gemm_cpu.c). Tried and not kept: packing
+ * 1.06-1.14x oneDNN 2.6.3, but on two threads (one part each) 0.95-1.01x (its
+ * blocks ran ~10% slower there, an effect of alternating with oneDNN's calls that
+ * was not pinned down), and timed alone against torch.mm no better than oneDNN at
+ * two threads (0.93-0.99x against 0.96-0.99x). So by default it runs only where the
+ * product runs on one thread (gemm_cpu.c). Tried and not kept: packing
  * all of A's rows per K block once (instead of 14 rows per chunk; 2048^3 8-15%
  * slower on two threads: each thread's packed A no longer stays in its L2),
  * prefetching the next A panel's rows during the blocks (1024^3 6% slower) and
