@@ -48,6 +48,14 @@ typedef struct fm_conv2d_attrs { fm_conv2d_params p; int lowp; } fm_conv2d_attrs
 static inline int fm_conv2d_lowp_products(const fm_conv2d_attrs *a, fm_dtype x_dt, int64_t K) {
     return a->lowp == FM_BF16 && x_dt == FM_F32 && a->p.layout == FM_NCHW && K >= 16;
 }
+/* A convolution's output size along one spatial dim (input in, kernel k, stride s, padding
+ * p, dilation d), or -1 if the dilated kernel does not fit: the front end's shape check
+ * (ops/conv.c) and the profiler's FLOP count of the fused conv (profile/op_cost.c). */
+static inline int64_t fm_conv2d_out_size(int64_t in, int k, int s, int p, int d) {
+    int64_t span = (int64_t)d * (k - 1) + 1, padded = in + 2 * (int64_t)p;
+    if (padded < span) return -1;
+    return (padded - span) / s + 1;
+}
 /* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
 typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;

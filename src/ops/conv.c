@@ -9,7 +9,7 @@
 #include "amp/autocast.h"   /* the precision policy (ops.def: conv in low precision) */
 #include "autograd/node.h" /* recording the backward */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
-#include "backend/kernel.h"  /* fm_conv2d_attrs */
+#include "backend/kernel.h"  /* fm_conv2d_attrs, fm_conv2d_out_size */
 #include "ops/ops_internal.h" /* fm_conv2d_mixed, fm_mixed_device */
 
 fm_conv2d_params fm_conv2d_default_params(void) {
@@ -69,13 +69,6 @@ static fm_status conv2d_backward(fm_node *n, fm_tensor *const *grad_out, fm_tens
     return st;
 }
 
-/* Output size along one spatial dim, or -1 if the (dilated) kernel does not fit. */
-static int64_t conv_out_size(int64_t in, int k, int s, int p, int d) {
-    int64_t span = (int64_t)d * (k - 1) + 1, padded = in + 2 * (int64_t)p;
-    if (padded < span) return -1;
-    return (padded - span) / s + 1;
-}
-
 /* Checks conv2d's inputs and parameters; yshape gets the output shape. */
 static fm_status conv_check(const char *op, fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, int64_t *yshape) {
     char s1[96], s2[96];
@@ -127,8 +120,8 @@ static fm_status conv_check(const char *op, fm_tensor *x, fm_tensor *w, fm_tenso
     if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(w)) || (b && !fm_device_eq(fm_tensor_device(x), fm_tensor_device(b)))) {
         return fm_set_error(FM_ERR_INVALID, "%s: input, weight and bias must be on the same device", op);
     }
-    int64_t Ho = conv_out_size(H, (int)w->shape[2], p->stride[0], p->padding[0], p->dilation[0]);
-    int64_t Wo = conv_out_size(W, (int)w->shape[3], p->stride[1], p->padding[1], p->dilation[1]);
+    int64_t Ho = fm_conv2d_out_size(H, (int)w->shape[2], p->stride[0], p->padding[0], p->dilation[0]);
+    int64_t Wo = fm_conv2d_out_size(W, (int)w->shape[3], p->stride[1], p->padding[1], p->dilation[1]);
     if (Ho < 1 || Wo < 1) {
         return fm_set_error(FM_ERR_INVALID, "%s: kernel %lldx%lld (dilation %d, %d) does not fit the padded input %lldx%lld (input %s, padding %d, %d)", op,
                      (long long)w->shape[2], (long long)w->shape[3], p->dilation[0], p->dilation[1],

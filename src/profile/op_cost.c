@@ -61,8 +61,8 @@ double fm_op_flops(const fm_op_call *c) {
         if (!a || x->ndim != 4) return 0;
         bool nhwc = a->p.layout == FM_NHWC;
         int64_t H = x->shape[nhwc ? 1 : 2], W = x->shape[nhwc ? 2 : 3];
-        int64_t Ho = (H + 2 * a->p.padding[0] - a->p.dilation[0] * (w->shape[2] - 1) - 1) / a->p.stride[0] + 1;
-        int64_t Wo = (W + 2 * a->p.padding[1] - a->p.dilation[1] * (w->shape[3] - 1) - 1) / a->p.stride[1] + 1;
+        int64_t Ho = fm_conv2d_out_size(H, (int)w->shape[2], a->p.stride[0], a->p.padding[0], a->p.dilation[0]);
+        int64_t Wo = fm_conv2d_out_size(W, (int)w->shape[3], a->p.stride[1], a->p.padding[1], a->p.dilation[1]);
         if (Ho < 1 || Wo < 1) return 0;
         return 2.0 * (double)(x->shape[0] * w->shape[0] * Ho * Wo) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
     }

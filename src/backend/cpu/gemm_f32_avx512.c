@@ -63,7 +63,23 @@ typedef struct own_ctx {
     size_t part_floats;
 } own_ctx;
 
-static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+/* the first n lanes, any n */
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : fm_tail16(n); }
+
+/* Up to 16 rows of a row-major matrix (row r at src + r * ld, r < nrows; the rest
+ * zero), k in [0, kc), transposed: dst[k * dst_ld + r], the lanes in `store` written. */
+static void transpose_rows(const float *src, int64_t ld, int64_t nrows, int64_t kc, float *dst, int64_t dst_ld,
+                           __mmask16 store) {
+    for (int64_t k = 0; k < kc; k += 16) {
+        __mmask16 km = lanes(kc - k);
+        __m512i r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < nrows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + i * ld + k)) : _mm512_setzero_si512();
+        fm_transpose16_epi32(r);
+        int64_t kn = kc - k < 16 ? kc - k : 16;
+        for (int64_t t = 0; t < kn; t++) _mm512_mask_storeu_ps(dst + (k + t) * dst_ld, store, _mm512_castsi512_ps(r[t]));
+    }
+}
 
 /* A's rows i0..i0+mr-1, K range [p0, p0+kc): ap[k * MR + i], rows past mr zero. */
 static void pack_a(const fm_cpu_gemm_args *g, int64_t i0, int64_t mr, int64_t p0, int64_t kc, float *ap) {
@@ -74,16 +90,7 @@ static void pack_a(const fm_cpu_gemm_args *g, int64_t i0, int64_t mr, int64_t p0
             _mm512_mask_storeu_ps(ap + k * MR, 0x3FFF, _mm512_maskz_loadu_ps(im, A + (p0 + k) * g->lda + i0));
         return;
     }
-    for (int64_t k = 0; k < kc; k += 16) {
-        __mmask16 km = lanes(kc - k);
-        __m512i r[16];
-        for (int i = 0; i < 16; i++)
-            r[i] = i < mr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, A + (i0 + i) * g->lda + p0 + k))
-                          : _mm512_setzero_si512();
-        fm_transpose16_epi32(r);
-        int64_t kn = kc - k < 16 ? kc - k : 16;
-        for (int64_t t = 0; t < kn; t++) _mm512_mask_storeu_ps(ap + (k + t) * MR, 0x3FFF, _mm512_castsi512_ps(r[t]));
-    }
+    transpose_rows(A + i0 * g->lda + p0, g->lda, mr, kc, ap, MR, 0x3FFF); /* stored [M, K] */
 }
 
 /* B's columns [j0, j0+nc) and K range [p0, p0+kc) as panels of NR columns:
@@ -102,19 +109,8 @@ static void pack_b(const fm_cpu_gemm_args *g, int64_t j0, int64_t nc, int64_t p0
             }
             continue;
         }
-        for (int h = 0; h < 2; h++) { /* B stored [N, K]: 16 x 16 transposes */
-            int64_t cn = jn - 16 * h;
-            for (int64_t k = 0; k < kc; k += 16) {
-                __mmask16 km = lanes(kc - k);
-                __m512i r[16];
-                for (int c = 0; c < 16; c++)
-                    r[c] = c < cn ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, B + (jb + 16 * h + c) * g->ldb + p0 + k))
-                                  : _mm512_setzero_si512();
-                fm_transpose16_epi32(r);
-                int64_t kn = kc - k < 16 ? kc - k : 16;
-                for (int64_t t = 0; t < kn; t++) _mm512_store_ps(dst + (k + t) * NR + 16 * h, _mm512_castsi512_ps(r[t]));
-            }
-        }
+        for (int h = 0; h < 2; h++) /* B stored [N, K]: each half of the panel's columns transposed */
+            transpose_rows(B + (jb + 16 * h) * g->ldb + p0, g->ldb, jn - 16 * h, kc, dst + 16 * h, NR, 0xFFFF);
     }
 }
 

@@ -69,11 +69,11 @@ typedef struct {
     const fm_q8_pgemm *g;
     int64_t rows; /* per block: a multiple of the tiles' 32 */
     bool amx;     /* AMX tiles (else the VNNI kernel) */
-} amx_rows_job;
+} rows_job;
 
-static void amx_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
+static void rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
-    const amx_rows_job *j = ctx;
+    const rows_job *j = ctx;
     const fm_q8_pgemm *g = j->g;
     const int64_t Np = (g->N + 15) / 16, m0 = b0 * j->rows, m1 = b1 * j->rows < g->M ? b1 * j->rows : g->M;
     if (!j->amx || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
@@ -87,8 +87,8 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
         /* blocks of about Q8_MB rows, as many as a multiple of the threads, in whole tiles */
         int64_t nb = (g->M + Q8_MB - 1) / Q8_MB;
         nb = (nb + nt - 1) / nt * nt;
-        amx_rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32, impl == FM_Q8_AMX};
-        fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, amx_rows_task, &j);
+        rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32, impl == FM_Q8_AMX};
+        fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, rows_task, &j);
         return;
     }
     fm_q8_pgemm flipped;
