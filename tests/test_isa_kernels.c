@@ -718,6 +718,8 @@ static void test_attention(void) {
     attention_case(2, 4, 2, 70, 32, 0);   /* GQA */
     attention_case(1, 3, 3, 67, 24, 1);   /* head-size tail of 8 */
     attention_case(2, 2, 1, 33, 5, 0);    /* head size below one vector */
+    attention_case(2, 2, 2, 64, 40, 1);   /* one whole diagonal tile; a head-size tail past two vectors */
+    attention_case_q(1, 2, 2, 20, 50, 32, 1); /* causal, fewer queries than keys (top-left aligned) */
 }
 
 /* column sums into a double accumulator that already holds a value (the

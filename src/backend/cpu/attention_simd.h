@@ -263,6 +263,19 @@ static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const f
     *lse = (m + log2f(l)) * 0.6931471805599453f;
 }
 
+/* QT[d][i] = Q[i][d] * sc2 for the block's bq queries, zero for i in [bq, BQ).
+ * attention_avx512.c sets V_PACK_QT to a 16x16-transposing version (the same
+ * products, stored in the same places): this loop's strided reads ran at ~8% of
+ * the prefill's attention there. */
+#ifndef V_PACK_QT
+static void pack_qt(const float *Q, int64_t qst, int64_t bq, int64_t D, float sc2, float *QT) {
+    for (int64_t d = 0; d < D; d++) {
+        for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * qst + d] * sc2;
+        for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;
+    }
+}
+#endif
+
 static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
     fwd_ctx *c = vctx;
     const fm_sdpa_io *g = c->io;
@@ -288,10 +301,11 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     g->lse + bh * g->Tq + i0);
             continue;
         }
-        for (int64_t d = 0; d < D; d++) {
-            for (int64_t i = 0; i < bq; i++) QT[d * BQ + i] = Q[i * qst + d] * sc2;
-            for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;
-        }
+#ifdef V_PACK_QT
+        V_PACK_QT(Q, qst, bq, D, sc2, QT);
+#else
+        pack_qt(Q, qst, bq, D, sc2, QT);
+#endif
         for (int i = 0; i < BQ; i++) { mrow[i] = -INFINITY; lrow[i] = 0.0f; }
         memset(O, 0, sizeof(float) * BQ * Dp);
         /* causal (top-left aligned, as PyTorch's is_causal): key j is visible to query i iff j <= i */
@@ -301,19 +315,36 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
             const int diag = g->causal && j0 == i0;
             tile_gemm_tri(diag ? TRI_COLS : TRI_NONE, bk, nq, (int)D, K + j0 * kst, kst, 1, QT, BQ, S, BQ, 0);
             if (g->causal && j0 + bk - 1 > i0) {
+                const VEC ninf = V_SET1(-INFINITY);
                 for (int r = 0; r < bk; r++) {
-                    int64_t first = j0 + r - i0; /* columns i < j are masked */
-                    for (int64_t i = 0; i < first && i < BQ; i++) S[r * BQ + i] = -INFINITY;
+                    int64_t first = min64(j0 + r - i0, BQ), i = 0; /* columns i < j are masked */
+                    for (; i + VW <= first; i += VW) V_STOREU(S + r * BQ + i, ninf);
+                    for (; i < first; i++) S[r * BQ + i] = -INFINITY;
                 }
             }
             for (int cb = 0; cb < nq; cb += VW) {
-                VEC mx = V_LOADU(S + cb);
-                for (int r = 1; r < bk; r++) mx = V_MAX(mx, V_LOADU(S + r * BQ + cb));
+                /* on the diagonal, keys past the block's last query are masked for all
+                 * its columns: P there is 0 without computing it, but the P V product
+                 * (TRI_KHI) reads up to 5 keys past a query (its 6-row blocks), so the
+                 * rows stop 8 past the block (exp2(-inf) = 0 exactly) */
+                const int rows = diag ? (int)min64(bk, cb + VW + 8) : bk;
+                /* four running maxima (one chain stalled on the max's latency); max is
+                 * exact, so the order does not change the result */
+                VEC mx = V_LOADU(S + cb), mx1 = mx, mx2 = mx, mx3 = mx;
+                int rm = 1;
+                for (; rm + 4 <= rows; rm += 4) {
+                    mx = V_MAX(mx, V_LOADU(S + rm * BQ + cb));
+                    mx1 = V_MAX(mx1, V_LOADU(S + (rm + 1) * BQ + cb));
+                    mx2 = V_MAX(mx2, V_LOADU(S + (rm + 2) * BQ + cb));
+                    mx3 = V_MAX(mx3, V_LOADU(S + (rm + 3) * BQ + cb));
+                }
+                for (; rm < rows; rm++) mx = V_MAX(mx, V_LOADU(S + rm * BQ + cb));
+                mx = V_MAX(V_MAX(mx, mx1), V_MAX(mx2, mx3));
                 VEC mold = V_LOADU(mrow + cb);
                 VEC mnew = V_MAX(mold, mx);
                 VEC alpha = V_EXP2_NEG(V_SUB(mold, mnew));
                 VEC sum = V_ZERO();
-                for (int r = 0; r < bk; r++) {
+                for (int r = 0; r < rows; r++) {
                     VEC p = V_EXP2_NEG(V_SUB(V_LOADU(S + r * BQ + cb), mnew));
                     V_STOREU(S + r * BQ + cb, p);
                     sum = V_ADD(sum, p);
