@@ -91,6 +91,11 @@ bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias);
 /* f32 GEMM on AVX-512, fathom's own kernel (gemm_f32_avx512.c): any transposes,
  * beta, bias [N] f32 or NULL. False only when out of memory (nothing written then). */
 bool fm_cpu_gemm_f32_avx512(const fm_cpu_gemm_args *g, const float *bias);
+/* FATHOM_GEMM_F32, read once for both places that act on it (gemm_bf16.c's oneDNN
+ * choice and gemm_cpu.c's own-kernel choice); a value naming no provider is said
+ * once on stderr and reads as unset. */
+typedef enum { FM_F32_PROVIDER_DEFAULT, FM_F32_PROVIDER_OPENBLAS, FM_F32_PROVIDER_ONEDNN, FM_F32_PROVIDER_FATHOM } fm_f32_provider;
+fm_f32_provider fm_cpu_gemm_f32_asked(void);
 /* Whether fm_cpu_gemm hands g to that kernel (FATHOM_GEMM_F32, the CPU, the kernel
  * level, the shape), and which products it takes, for `fathom info` (NULL: none). */
 bool fm_cpu_gemm_f32_avx512_takes(const fm_cpu_gemm_args *g);

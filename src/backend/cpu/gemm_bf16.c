@@ -255,15 +255,12 @@ static bool make_prim(const prim_key *k, cache_entry *e, char *impl, size_t impl
  * else a CPU with AVX-512, where it measured faster (an Intel Xeon model 207 and an
  * AMD EPYC Zen 4: docs/PERFORMANCE.md). The reason it does not goes to g_f32.note. */
 static bool f32_wanted(const fm_cpu_features *f) {
-    const char *e = getenv("FATHOM_GEMM_F32");
-    if (e && !strcmp(e, "openblas")) {
+    fm_f32_provider asked = fm_cpu_gemm_f32_asked();
+    if (asked == FM_F32_PROVIDER_OPENBLAS) {
         snprintf(g_f32.note, sizeof g_f32.note, "FATHOM_GEMM_F32=openblas");
         return false;
     }
-    if (e && (!strcmp(e, "onednn") || !strcmp(e, "fathom"))) return true; /* fathom: gemm_f32_avx512.c, the rest oneDNN */
-    if (e && *e) /* a value that names no provider: said once (load runs once), and the default used */
-        fprintf(stderr,
-                "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas, onednn or fathom); the default is used\n", e);
+    if (asked != FM_F32_PROVIDER_DEFAULT) return true; /* fathom: gemm_f32_avx512.c, the rest oneDNN */
     if (fm_isa_max_for(f) < FM_ISA_AVX512) {
         snprintf(g_f32.note, sizeof g_f32.note,
                  "oneDNN's f32 matmul was measured faster only on CPUs with AVX-512 (FATHOM_GEMM_F32=onednn to try it)");

@@ -16,6 +16,7 @@
  * OpenBLAS's K blocking, so the result does not depend on the thread count. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,14 +183,34 @@ static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
  * oneDNN led (512^3 by 25%, 2048x512x512 and 1024x1024x256 by 5-10%: each packed
  * panel of A meets too few columns). AMD Zen 4 runs 512-bit FMAs as two halves and
  * was not measured with it. */
+static pthread_once_t g_asked_once = PTHREAD_ONCE_INIT;
+static fm_f32_provider g_asked;
+
+static void read_asked(void) {
+    const char *e = getenv("FATHOM_GEMM_F32");
+    if (!e || !*e) g_asked = FM_F32_PROVIDER_DEFAULT;
+    else if (!strcmp(e, "openblas")) g_asked = FM_F32_PROVIDER_OPENBLAS;
+    else if (!strcmp(e, "onednn")) g_asked = FM_F32_PROVIDER_ONEDNN;
+    else if (!strcmp(e, "fathom")) g_asked = FM_F32_PROVIDER_FATHOM;
+    else {
+        fprintf(stderr, "fathom: warning: FATHOM_GEMM_F32=%s names no provider (openblas, onednn or fathom); the default is used\n", e);
+        g_asked = FM_F32_PROVIDER_DEFAULT;
+    }
+}
+
+fm_f32_provider fm_cpu_gemm_f32_asked(void) {
+    pthread_once(&g_asked_once, read_asked);
+    return g_asked;
+}
+
 static pthread_once_t g_own_once = PTHREAD_ONCE_INIT;
 static int g_own_mode; /* 0 none, 1 the large products, 2 every product */
 
 static void own_decide(void) {
-    const char *e = getenv("FATHOM_GEMM_F32");
     const fm_cpu_features *f = fm_cpu_get_features();
-    if (e && !strcmp(e, "fathom")) g_own_mode = 2;
-    else if (e && (!strcmp(e, "openblas") || !strcmp(e, "onednn"))) g_own_mode = 0;
+    fm_f32_provider asked = fm_cpu_gemm_f32_asked();
+    if (asked == FM_F32_PROVIDER_FATHOM) g_own_mode = 2;
+    else if (asked != FM_F32_PROVIDER_DEFAULT) g_own_mode = 0;
     else g_own_mode = f->intel && fm_isa_max_for(f) >= FM_ISA_AVX512;
 }
 
