@@ -11,8 +11,12 @@
  *   - "generate": fm_gpt_generate over the same positions with sampling at
  *     temperature 0.8 (as bench_gpt.py runs `fathom generate`): the forward
  *     passes plus the loop's own work (input tensor, logits copy, sampling).
- * Usage: bench_gpt_generate [--config gpt-6x384|kjv-gpt] [--tokens N] [--rounds N]
- *                           [--threads N] [--profile trace.json] [--decode-only] */
+ * Usage: bench_gpt_generate [--config gpt-6x384|kjv-gpt|gpt2-small] [--tokens N] [--rounds N]
+ *                           [--threads N] [--profile trace.json] [--decode-only] [--precision fp32|bf16]
+ * --precision bf16 runs both under bf16 autocast, as `fathom generate --precision bf16`
+ * does: "generate" then reads bf16 copies of the weights made once per call of
+ * fm_gpt_generate, while "decode" (bare forward steps) converts them at every step.
+ * gpt2-small: 12 x 768, ffn 3072, vocab 8192 (bench_quant's large shape). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,7 @@
 #include "backend/cpu/cpu_kernels.h" /* fm_cpu_gemm */
 #include "bench_util.h"
 #include "core/parallel.h"           /* fm_set_num_threads */
+#include "fathom/amp.h" /* fm_autocast_set */
 #include "fathom/gpt.h"
 #include "fathom/ops.h"
 #include "fathom/profile.h"
@@ -94,6 +99,7 @@ int main(int argc, char **argv) {
     const char *config = "gpt-6x384", *profile = NULL;
     int tokens = 100, rounds = 5, threads = 2;
     bool decode_only = false;
+    fm_dtype prec = FM_F32;
     for (int i = 1; i < argc; i++) {
         bool has = i + 1 < argc;
         if (!strcmp(argv[i], "--config") && has) config = argv[++i];
@@ -102,9 +108,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--profile") && has) profile = argv[++i];
         else if (!strcmp(argv[i], "--decode-only")) decode_only = true;
+        else if (!strcmp(argv[i], "--precision") && has && (!strcmp(argv[i + 1], "fp32") || !strcmp(argv[i + 1], "bf16")))
+            prec = !strcmp(argv[++i], "bf16") ? FM_BF16 : FM_F32;
         else {
-            fprintf(stderr, "usage: bench_gpt_generate [--config gpt-6x384|kjv-gpt] [--tokens N] [--rounds N] "
-                            "[--threads N] [--profile trace.json] [--decode-only]\n");
+            fprintf(stderr, "usage: bench_gpt_generate [--config gpt-6x384|kjv-gpt|gpt2-small] [--tokens N] [--rounds N] "
+                            "[--threads N] [--profile trace.json] [--decode-only] [--precision fp32|bf16]\n");
             return 2;
         }
     }
@@ -112,7 +120,10 @@ int main(int argc, char **argv) {
     c.vocab_size = 512;
     if (!strcmp(config, "kjv-gpt")) { c.n_layer = 4; c.n_head = 4; c.n_embd = 128; c.ffn_hidden = 512; c.block_size = 128; }
     else if (!strcmp(config, "gpt-6x384")) { c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.ffn_hidden = 1536; c.block_size = 256; }
-    else { fprintf(stderr, "bench_gpt_generate: unknown config '%s' (gpt-6x384 or kjv-gpt)\n", config); return 2; }
+    else if (!strcmp(config, "gpt2-small")) {
+        c.n_layer = 12; c.n_head = 12; c.n_embd = 768; c.ffn_hidden = 3072; c.block_size = 256; c.vocab_size = 8192;
+    }
+    else { fprintf(stderr, "bench_gpt_generate: unknown config '%s' (gpt-6x384, kjv-gpt or gpt2-small)\n", config); return 2; }
     c.n_kv_head = c.n_head;
     if (tokens < 1 || tokens >= c.block_size || rounds < 1 || threads < 1) {
         fprintf(stderr, "bench_gpt_generate: need 1 <= tokens < block_size (%d), rounds >= 1, threads >= 1\n", c.block_size);
@@ -136,6 +147,7 @@ int main(int argc, char **argv) {
     fm_gpt_kv_cache *kv = m ? fm_gpt_kv_cache_new(m, 1) : NULL;
     if (!kv) { fprintf(stderr, "bench_gpt_generate: %s\n", fm_last_error()); fm_gpt_free(m); return 1; }
     fm_gpt_train_mode(m, false);
+    fm_autocast_set(prec); /* fp32: off */
     double *per = malloc(sizeof(double) * (size_t)rounds);
     int64_t one = 1;
     fm_tensor *idx = fm_tensor_from_data(&one, 2, (int64_t[]){1, 1}, FM_I64);
@@ -185,8 +197,8 @@ int main(int argc, char **argv) {
                config, tokens, ms, 1e3 / ms, bw / (wbytes + kvbytes), (wbytes + kvbytes) / bw / (ms * 1e-3), bw / 1e9,
                threads);
         printf("{\"bench\":\"generate\",\"config\":\"%s\",\"tokens\":%d,\"ms_per_token\":%.3f,\"tokens_per_s\":%.1f,"
-               "\"loop_overhead_ms\":%.3f,\"threads\":%d}\n",
-               config, tokens, gen_ms, 1e3 / gen_ms, gen_ms - ms, threads);
+               "\"loop_overhead_ms\":%.3f,\"precision\":\"%s\",\"threads\":%d}\n",
+               config, tokens, gen_ms, 1e3 / gen_ms, gen_ms - ms, prec == FM_BF16 ? "bf16" : "fp32", threads);
     }
     fm_tensor_release(idx);
     free(per);

@@ -24,6 +24,13 @@ gen --prompt "And the" --tokens 8 --seed 3 --temperature 0 --quiet > "$d/g1.out"
 # 7 prompt bytes + 25 new fill the 32-token context
 gen --prompt "And the" --tokens 100 --seed 1 > "$d/l.out" 2> "$d/l.err" || { echo "generate to the limit failed"; cat "$d/l.err"; exit 1; }
 grep -q "stopped after 25 tokens: the context limit of 32 tokens" "$d/l.err" || { echo "no context-limit message"; cat "$d/l.err"; exit 1; }
+# --precision bf16: the forward under bf16 autocast (bf16 GEMMs on f32 activations), the
+# cached and uncached paths both complete, the report names the precision
+gen --prompt "And the" --tokens 8 --seed 3 --precision bf16 > "$d/h.out" 2> "$d/h.err" || { echo "--precision bf16 failed"; cat "$d/h.err"; exit 1; }
+head -c 7 "$d/h.out" | grep -q "^And the" && [ "$(wc -c < "$d/h.out")" -gt 8 ] || { echo "--precision bf16: no text"; cat "$d/h.out"; exit 1; }
+grep -q "8 tokens in .* tokens/s, KV cache, bf16)" "$d/h.err" || { echo "--precision bf16: no bf16 in the report"; cat "$d/h.err"; exit 1; }
+gen --prompt "And the" --tokens 8 --seed 3 --precision=bf16 --no-cache --quiet > "$d/h2.out" 2> "$d/h2.err" || { echo "--precision=bf16 --no-cache failed"; cat "$d/h2.err"; exit 1; }
+[ "$(wc -c < "$d/h2.out")" -gt 8 ] || { echo "--precision bf16 --no-cache: no text"; exit 1; }
 
 expect() { # exit-code expected-text args...
   local want_rc=$1 want=$2; shift 2
@@ -42,6 +49,7 @@ expect 2 "--temperature needs a number" --prompt x --temperature nan
 expect 2 "--temperature must be >= 0" --prompt x --temperature -1
 expect 2 "--top-p in (0, 1]" --prompt x --top-p 0
 expect 2 "unknown option '--frobnicate'" --prompt x --frobnicate
+expect 2 "--precision" --prompt x --precision fp8
 long=$(printf 'a%.0s' $(seq 1 40))
 expect 1 "the prompt is 40 tokens but the model's context is 32" --prompt "$long" --tokens 1
 [ ! -s "$d/e.out" ] || { echo "a too-long prompt was echoed before the error"; cat "$d/e.out"; exit 1; }

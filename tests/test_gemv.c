@@ -5,6 +5,7 @@
  * whatever the split (thread count, a sub-range of rows, a group of four or the
  * remainder loop). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemv_avx2.h"
@@ -75,6 +76,61 @@ done:
     free(W); free(x); free(y1); free(y2);
 }
 
+/* bf16 weights (a `--precision bf16` decode step): fm_cpu_gemv_bf16 with M rows of
+ * bf16 x, against a double reference on the widened values; AVX2 and AVX-512 the
+ * same bits; 1 and 2 threads the same bits; each row of an M-row call the same
+ * bits as that row alone; the bias added */
+static void check_bf16(int64_t M, int64_t N, int64_t K, uint64_t seed) {
+    uint16_t *W = malloc(sizeof(uint16_t) * (size_t)(N * K)), *xb = malloc(sizeof(uint16_t) * (size_t)(M * K));
+    float *Wf = malloc(sizeof(float) * (size_t)(N * K)), *xf = malloc(sizeof(float) * (size_t)(M * K));
+    float *bias = malloc(sizeof(float) * (size_t)N), *y1 = malloc(sizeof(float) * (size_t)(M * N));
+    float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *yr = malloc(sizeof(float) * (size_t)N);
+    if (!W || !xb || !Wf || !xf || !bias || !y1 || !y2 || !yr) { CHECK(!"out of memory"); goto done; }
+    for (int64_t i = 0; i < N * K; i++) Wf[i] = frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) xf[i] = frand(&seed);
+    for (int64_t i = 0; i < N; i++) bias[i] = frand(&seed);
+    fm_convert_f32_to_bf16(Wf, W, (size_t)(N * K));
+    fm_convert_f32_to_bf16(xf, xb, (size_t)(M * K));
+    fm_convert_bf16_to_f32(W, Wf, (size_t)(N * K)); /* the values the kernel multiplies */
+    fm_convert_bf16_to_f32(xb, xf, (size_t)(M * K));
+    fm_cpu_gemm_args g = {FM_BF16, false, true, M, N, K, xb, K, W, K, 0.0, y1, N};
+    fm_set_num_threads(1);
+    CHECK(fm_cpu_gemv_bf16(&g, bias));
+    double worst = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = bias[n], mag = fabs(bias[n]);
+            for (int64_t k = 0; k < K; k++) {
+                s += (double)Wf[n * K + k] * xf[m * K + k];
+                mag += fabs((double)Wf[n * K + k] * xf[m * K + k]);
+            }
+            worst = fmax(worst, fabs(y1[m * N + n] - s) / (mag + 1e-30));
+        }
+    CHECK_MSG(worst < 1e-6, "bf16 gemv M %lld N %lld K %lld: relative error %g", (long long)M, (long long)N, (long long)K, worst);
+    fm_set_num_threads(2);
+    g.C = y2;
+    CHECK(fm_cpu_gemv_bf16(&g, bias));
+    CHECK_MSG(!memcmp(y1, y2, sizeof(float) * (size_t)(M * N)), "bf16 gemv M %lld N %lld K %lld: 1 and 2 threads differ",
+              (long long)M, (long long)N, (long long)K);
+    for (int64_t m = 0; m < M; m++) { /* row m alone */
+        fm_cpu_gemm_args g1 = {FM_BF16, false, true, 1, N, K, xb + m * K, K, W, K, 0.0, yr, N};
+        CHECK(fm_cpu_gemv_bf16(&g1, bias));
+        CHECK_MSG(!memcmp(yr, y1 + m * N, sizeof(float) * (size_t)N), "bf16 gemv M %lld: row %lld alone differs",
+                  (long long)M, (long long)m);
+    }
+    if (fm_cpu_use_avx512()) { /* the AVX2 kernel on the same rows: the same bits */
+        memset(yr, 0, sizeof(float) * (size_t)N);
+        fm_gemv_rows_bf16_avx2(N, K, W, K, xf, 0.0f, yr);
+        fm_gemv_rows_bf16_avx512(N, K, W, K, xf, 0.0f, y2);
+        CHECK_MSG(!memcmp(yr, y2, sizeof(float) * (size_t)N), "bf16 gemv N %lld K %lld: AVX2 and AVX-512 differ",
+                  (long long)N, (long long)K);
+    }
+    fm_cpu_gemm_args big = {FM_BF16, false, true, 5, N, K, xb, K, W, K, 0.0, y1, N};
+    CHECK(M > 1 || !fm_cpu_gemv_bf16(&big, bias)); /* five rows: not this path */
+done:
+    free(W); free(xb); free(Wf); free(xf); free(bias); free(y1); free(y2); free(yr);
+}
+
 int main(void) {
     const int64_t Ns[] = {1, 3, 4, 5, 9, 64, 130, 500, 1152};
     const int64_t Ks[] = {1, 7, 8, 15, 16, 17, 24, 64, 300, 384};
@@ -87,6 +143,9 @@ int main(void) {
     check_split(1152, 384);
     check_split(383, 1536);
     check_split(45, 19);
+    const int64_t bN[] = {1, 5, 9, 130, 1152}, bK[] = {1, 7, 8, 17, 64, 300};
+    for (size_t i = 0; i < sizeof bN / sizeof bN[0]; i++)
+        for (size_t j = 0; j < sizeof bK / sizeof bK[0]; j++) check_bf16(1 + (int64_t)((i + j) % 4), bN[i], bK[j], seed++);
     fm_parallel_shutdown();
     TEST_DONE();
 }

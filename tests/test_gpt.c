@@ -889,6 +889,71 @@ static void test_head_dim(fm_gpt_arch arch) {
     fm_gpt_free(b);
 }
 
+/* `fathom generate --precision bf16` on the CPU: the cached decode under bf16 autocast
+ * runs the mixed path (f32 activations and logits, bf16 products), its one-row steps
+ * through the bf16-weight GEMV. With the weights' bf16 copies (gpt_lowp_weights, what
+ * fm_gpt_generate makes) every step's logits are bitwise those of converting the
+ * weights at each call; they stay near fp32's and differ from them (bf16 applied);
+ * and fm_gpt_generate completes under bf16, the copies dropped after. */
+static void test_bf16_decode(fm_gpt_arch arch) {
+    fm_gpt_config cfg = tiny_config(arch);
+    fm_rng r;
+    fm_rng_init(&r, 5);
+    fm_gpt *m = fm_gpt_new(&cfg, &r);
+    CHECK(m != NULL);
+    if (!m) return;
+    fm_gpt_train_mode(m, false);
+    bool prev = fm_set_grad_enabled(false);
+    fm_gpt_kv_cache *k32 = fm_gpt_kv_cache_new(m, 1), *ka = fm_gpt_kv_cache_new(m, 1), *kb = fm_gpt_kv_cache_new(m, 1);
+    int64_t ids[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    double worst = 0;
+    bool differ = false, same = true;
+    for (int step = 0; step < 5; step++) { /* the 5-token prompt (M = 5: the GEMM), then one-token steps (the GEMV) */
+        int64_t at = step ? 4 + step : 0, n = step ? 1 : 5;
+        fm_tensor *x = ids_tensor(ids + at, 1, n);
+        fm_tensor *l32 = fm_gpt_forward_cached(m, x, k32);
+        fm_dtype ac = fm_autocast_set(FM_BF16);
+        fm_tensor *la = fm_gpt_forward_cached(m, x, ka);
+        CHECK(gpt_lowp_weights(m, true) == FM_OK && m->n_lowp == 4 * cfg.n_layer + 1);
+        fm_tensor *lb = fm_gpt_forward_cached(m, x, kb);
+        gpt_lowp_weights(m, false);
+        fm_autocast_set(ac);
+        CHECK_MSG(l32 && la && lb && la->dtype == FM_F32 && lb->dtype == FM_F32, "%s bf16 decode step %d: %s",
+                  fm_gpt_arch_name(arch), step, fm_last_error());
+        if (l32 && la && lb) {
+            int64_t cnt = fm_tensor_numel(l32);
+            float *p32 = malloc(sizeof(float) * (size_t)cnt), *pa = malloc(sizeof(float) * (size_t)cnt),
+                  *pb = malloc(sizeof(float) * (size_t)cnt);
+            fm_tensor_copy_to_host(l32, p32, FM_F32);
+            fm_tensor_copy_to_host(la, pa, FM_F32);
+            fm_tensor_copy_to_host(lb, pb, FM_F32);
+            same &= !memcmp(pa, pb, sizeof(float) * (size_t)cnt);
+            for (int64_t i = 0; i < cnt; i++) {
+                worst = fmax(worst, fabs((double)pb[i] - p32[i]));
+                differ |= pb[i] != p32[i];
+            }
+            free(p32); free(pa); free(pb);
+        }
+        fm_tensor_release_n(4, x, l32, la, lb);
+    }
+    CHECK_MSG(same, "%s bf16 decode: the weights' bf16 copies changed the logits", fm_gpt_arch_name(arch));
+    CHECK_MSG(differ && worst < 0.05, "%s bf16 decode: logits off fp32 by %g (bf16 applied: %d)", fm_gpt_arch_name(arch),
+              worst, differ);
+    fm_gpt_kv_cache_free(k32);
+    fm_gpt_kv_cache_free(ka);
+    fm_gpt_kv_cache_free(kb);
+    int32_t prompt[2] = {7, 3}, out[8];
+    int made = 0;
+    fm_gpt_sample_params sp = {0.0, 0, 1.0, 1};
+    fm_dtype ac = fm_autocast_set(FM_BF16);
+    CHECK_MSG(fm_gpt_generate(m, prompt, 2, 8, &sp, true, out, &made, NULL, NULL, NULL) == FM_OK && made == 8, "%s",
+              fm_last_error());
+    fm_autocast_set(ac);
+    CHECK(m->n_lowp == 0 && m->lowp_w == NULL); /* dropped when the loop ends */
+    fm_set_grad_enabled(prev);
+    fm_gpt_free(m);
+}
+
 int main(void) {
     test_vs_pytorch(FM_GPT_GPT2, "gpt2");
     test_vs_pytorch(FM_GPT_LLAMA, "llama");
@@ -909,6 +974,8 @@ int main(void) {
     test_checkpointing(FM_GPT_LLAMA, FM_BF16, true);
     test_bf16_paths(FM_GPT_GPT2);
     test_bf16_paths(FM_GPT_LLAMA);
+    test_bf16_decode(FM_GPT_GPT2);
+    test_bf16_decode(FM_GPT_LLAMA);
     test_grad_accum_model();
     test_train_efficiency();
     test_fusion();

@@ -47,6 +47,13 @@ fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_
     int len = n_prompt, made = 0;
     bool prev = fm_set_grad_enabled(false), was_training = m->training;
     m->training = false;
+    /* under bf16 autocast: the linears read bf16 copies of their weights, made once
+     * here, instead of converting every weight at every step */
+    if ((st = gpt_lowp_weights(m, true)) != FM_OK) {
+        m->training = was_training;
+        fm_set_grad_enabled(prev);
+        goto done;
+    }
     int fed = 0; /* tokens already in the cache */
     while (made < n_new) {
         if (len >= ctx_len) {
@@ -80,6 +87,7 @@ fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_
         made++;
         if (cb && cb(tok, ctx)) break;
     }
+    gpt_lowp_weights(m, false);
     m->training = was_training;
     fm_set_grad_enabled(prev);
     if (out_n) *out_n = made;

@@ -423,6 +423,7 @@ fm_gpt *gpt_new_bound(const fm_gpt_config *c, gpt_param_source src, void *ctx) {
 
 void fm_gpt_free(fm_gpt *m) {
     if (!m) return;
+    gpt_lowp_weights(m, false);
     fm_named_list_free(&m->params);
     fm_tensor_release_n(2, m->rope_cos, m->rope_sin);
     free(m->layers);
@@ -611,13 +612,20 @@ static fm_tensor *attn_proj(fm_gpt *m, fm_tensor *qkv, int i, int64_t pos0, gpt_
     gpt_layer *L = &m->layers[i];
     if (!cache && (fused_path(m) || mixed(m) || (m->eff.checkpointing == FM_CKPT_SELECTIVE && fm_grad_enabled())))
         return lin_n(m, attn_fn, &L->blk, 1, &qkv, L->proj_w, L->proj_b);
-    fm_tensor *h = attention(m, qkv, i, pos0, cache, false);
+    /* bf16 autocast (mixed, as `fathom generate --precision bf16` runs a cached forward):
+     * the attention core takes f32 and gives f32 as on the uncached path (attn_fn), its
+     * products in bf16 through the mixed kernel; a decode step's one-row attention runs
+     * f32. Autocast is off around it, so no op in it casts its output to bf16. */
+    const bool mx = mixed(m);
+    fm_dtype ac = mx ? fm_autocast_set(FM_F32) : FM_F32;
+    fm_tensor *h = attention(m, qkv, i, pos0, cache, mx);
+    if (mx) fm_autocast_set(ac);
     /* With a tape, the head merge (a transposing copy, no arithmetic) is redone in
      * backward rather than kept: SDPA already keeps its output, so the copy would
      * store the same numbers twice (bf16 kjv-gpt: 0.5 of the 9.5 MiB a block keeps). */
     if (!upd(&h, !h ? NULL
                  : fm_grad_enabled() && !cache ? fm_linear_recompute(merge_fn, NULL, 1, &h, L->proj_w, L->proj_b)
-                                               : fm_efficiency_linear(&m->eff, merge_fn, NULL, 1, &h, L->proj_w, L->proj_b)))
+                                               : lin_n(m, merge_fn, NULL, 1, &h, L->proj_w, L->proj_b)))
         return NULL;
     return h;
 }
@@ -718,8 +726,50 @@ static bool mixed(const fm_gpt *m) {
            !m->unfused && m->wte->dtype == FM_F32 && m->eff.checkpointing != FM_CKPT_SELECTIVE;
 }
 
+static fm_tensor *lowp_of(const fm_gpt *m, const fm_tensor *w) {
+    for (int i = 0; i < m->n_lowp; i++)
+        if (m->lowp_src[i] == w) return m->lowp_w[i];
+    return NULL;
+}
+
 static fm_tensor *glin(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
-    return mixed(m) ? fm_linear_mixed(x, w, b, FM_BF16) : fm_linear(x, w, b);
+    return mixed(m) ? fm_linear_mixed_w(x, w, lowp_of(m, w), b, FM_BF16) : fm_linear(x, w, b);
+}
+
+fm_status gpt_lowp_weights(fm_gpt *m, bool on) {
+    for (int i = 0; i < m->n_lowp; i++) fm_tensor_release(m->lowp_w[i]);
+    free(m->lowp_src);
+    free(m->lowp_w);
+    m->lowp_src = m->lowp_w = NULL;
+    m->n_lowp = 0;
+    if (!on || !mixed(m)) return FM_OK;
+    int cap = 4 * m->cfg.n_layer + 1;
+    m->lowp_src = calloc((size_t)cap, sizeof *m->lowp_src);
+    m->lowp_w = calloc((size_t)cap, sizeof *m->lowp_w);
+    if (!m->lowp_src || !m->lowp_w) { gpt_lowp_weights(m, false); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
+    bool prev = fm_set_grad_enabled(false);
+    fm_mem_category cat = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    fm_status st = FM_OK;
+    for (int i = 0; i < m->cfg.n_layer + 1 && st == FM_OK; i++) {
+        fm_tensor *ws[4] = {NULL, NULL, NULL, NULL};
+        if (i < m->cfg.n_layer) {
+            const gpt_layer *L = &m->layers[i];
+            ws[0] = L->qkv_w, ws[1] = L->proj_w, ws[2] = L->fc_w, ws[3] = L->fc2_w;
+        } else {
+            ws[0] = m->lm_head ? m->lm_head : m->wte; /* the output projection */
+        }
+        for (int k = 0; k < 4 && st == FM_OK; k++) {
+            if (!ws[k] || ws[k]->dtype != FM_F32 || ws[k]->ndim != 2) continue;
+            fm_tensor *c = fm_to_dtype(ws[k], FM_BF16);
+            if (!c) { st = fm_last_status(); break; }
+            m->lowp_src[m->n_lowp] = ws[k];
+            m->lowp_w[m->n_lowp++] = c;
+        }
+    }
+    fm_memory_tag_pop(cat);
+    fm_set_grad_enabled(prev);
+    if (st != FM_OK) gpt_lowp_weights(m, false);
+    return st;
 }
 
 static bool fused_path(const fm_gpt *m) {

@@ -288,7 +288,12 @@ static fm_status linear_mixed_backward(fm_node *n, fm_tensor *const *gout, fm_te
     return st;
 }
 
-fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp) {
+fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp) { return fm_linear_mixed_w(x, w, NULL, b, lowp); }
+
+fm_tensor *fm_linear_mixed_w(fm_tensor *x, fm_tensor *w, fm_tensor *wlow, fm_tensor *b, fm_dtype lowp) {
+    if (wlow && (wlow->dtype != lowp || wlow->ndim != 2 || !w || w->ndim != 2 || wlow->shape[0] != w->shape[0] ||
+                 wlow->shape[1] != w->shape[1] || !fm_tensor_is_contiguous(wlow)))
+        wlow = NULL; /* not a copy of w: convert as usual */
     if (!x || !w || (lowp != FM_BF16 && lowp != FM_F16) || x->dtype != FM_F32 || w->dtype != FM_F32 ||
         (b && b->dtype != FM_F32) || w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) || w->shape[1] < 1 || !fm_mixed_device(x) ||
@@ -299,7 +304,7 @@ fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lo
     fm_tensor *x2 = fm_reshape(x, 2, (int64_t[]){rows, in});
     fm_tensor *xl = x2 ? fm_to_dtype(x2, lowp) : NULL;
     fm_mem_category prev_cat = fm_memory_tag_push(FM_MEM_WEIGHTS); /* the lowp weight copy is a weight */
-    fm_tensor *wl = xl ? fm_to_dtype(w, lowp) : NULL;
+    fm_tensor *wl = !xl ? NULL : wlow ? fm_tensor_retain(wlow) : fm_to_dtype(w, lowp);
     fm_memory_tag_pop(prev_cat);
     fm_tensor *wt = wl ? fm_transpose(wl, 0, 1) : NULL;
     fm_tensor *y = wt ? mm_f32(xl, wt, b) : NULL;

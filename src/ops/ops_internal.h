@@ -11,6 +11,10 @@ fm_status fm_cpu_fill(fm_tensor *t, double v);
  * matmul accepts an f32 output for lowp operands (the CPU, check); other cases
  * (f64 or lowp inputs, another device) are fm_linear's. */
 fm_tensor *fm_linear_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_dtype lowp);
+/* The same with wlow, a contiguous lowp copy of w made once by the caller (a decode
+ * loop's: the weights do not change between its steps), used instead of converting w
+ * on every call; NULL, or a tensor that is not such a copy, converts as above. */
+fm_tensor *fm_linear_mixed_w(fm_tensor *x, fm_tensor *w, fm_tensor *wlow, fm_tensor *b, fm_dtype lowp);
 /* conv2d with the same split (NCHW, lowp FM_BF16): f32 input, weight, bias and output, the
  * products in bf16 with f32 accumulation inside the kernels (conv2d_cpu.c); otherwise
  * fm_conv2d's path and errors. */

@@ -91,6 +91,10 @@ bool fm_cpu_gemm_f32_dnnl(const fm_cpu_gemm_args *g, const float *bias);
 /* f32 GEMM on AVX-512, fathom's own kernel (gemm_f32_avx512.c): any transposes,
  * beta, bias [N] f32 or NULL. False only when out of memory (nothing written then). */
 bool fm_cpu_gemm_f32_avx512(const fm_cpu_gemm_args *g, const float *bias);
+/* bf16 A [M, K] (M <= 4) times a bf16 [N, K] weight (tb), f32 C (beta 0, bias [N]
+ * f32 or NULL): a mixed linear's decode step, streamed like the f32 GEMV (gemm_cpu.c).
+ * False when the shape is not that (or out of memory): the caller's path runs it. */
+bool fm_cpu_gemv_bf16(const fm_cpu_gemm_args *g, const float *bias);
 /* FATHOM_GEMM_F32, read once for both places that act on it (gemm_bf16.c's oneDNN
  * choice and gemm_cpu.c's own-kernel choice); a value naming no provider is said
  * once on stderr and reads as unset. */

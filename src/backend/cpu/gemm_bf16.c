@@ -494,6 +494,12 @@ static bool onednn_product(const fm_cpu_gemm_args *g, const float *bias, bool c_
 }
 
 bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16) {
+    /* a few rows against a weight: streamed from the weight's bf16 rows (tiles or
+     * oneDNN would pack the whole weight for one to four rows) */
+    if (!c_bf16 && fm_cpu_gemv_bf16(g, bias)) {
+        fm_kernel_note_lowp_products();
+        return true;
+    }
     if (fm_cpu_gemm_bf16_amx(g, bias, c_bf16)) {
         fm_kernel_note_lowp_products();
         return true;

@@ -183,6 +183,43 @@ static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
  * oneDNN led (512^3 by 25%, 2048x512x512 and 1024x1024x256 by 5-10%: each packed
  * panel of A meets too few columns). AMD Zen 4 runs 512-bit FMAs as two halves and
  * was not measured with it. */
+/* ---- bf16 weights, f32 output, few rows: the mixed linear of a decode step ----
+ * (`--precision bf16` generation with the weights kept in bf16: a token's step
+ * streams half the bytes an f32 weight would). A's rows are widened to f32 once
+ * (bf16 -> f32 is exact), then each output column is one row of B (a linear's
+ * [out, in] weight) dotted with them: the same streamed split as the f32 GEMV. */
+#define BF16_GEMV_MAX_M 4
+
+static void bf16w_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
+    const uint16_t *W = (const uint16_t *)g->B + j0 * g->ldb;
+    for (int64_t m = 0; m < g->M; m++) {
+        const float *x = (const float *)g->A + m * g->lda;
+        float *y = (float *)g->C + m * g->ldc + j0;
+        if (fm_cpu_use_avx512()) fm_gemv_rows_bf16_avx512(j1 - j0, g->K, W, g->ldb, x, (float)g->beta, y);
+        else if (fm_cpu_use_avx2()) fm_gemv_rows_bf16_avx2(j1 - j0, g->K, W, g->ldb, x, (float)g->beta, y);
+        else
+            for (int64_t j = 0; j < j1 - j0; j++) { /* the scalar level: one FMA chain a column */
+                float acc = 0.0f;
+                for (int64_t k = 0; k < g->K; k++) acc = __builtin_fmaf(fm_bf16_to_f32(W[j * g->ldb + k]), x[k], acc);
+                y[j] = g->beta == 0.0 ? acc : __builtin_fmaf((float)g->beta, y[j], acc);
+            }
+    }
+}
+
+bool fm_cpu_gemv_bf16(const fm_cpu_gemm_args *g, const float *bias) {
+    if (g->dt != FM_BF16 || g->M < 1 || g->M > BF16_GEMV_MAX_M || !g->tb || g->ta || g->N < 1 || g->K < 1) return false;
+    float *xf = malloc(sizeof(float) * (size_t)(g->M * g->K));
+    if (!xf) return false; /* the caller's path runs it */
+    for (int64_t m = 0; m < g->M; m++) fm_convert_bf16_to_f32((const uint16_t *)g->A + m * g->lda, xf + m * g->K, (size_t)g->K);
+    fm_cpu_gemm_args gf = *g;
+    gf.dt = FM_F32; /* C and the bias are f32 (rows_streamed's fill); B stays bf16, read by bf16w_cols */
+    gf.A = xf;
+    gf.lda = g->K;
+    rows_streamed(&gf, bias, bf16w_cols, (int64_t)1 << 17); /* 2 bytes of weight a multiply-add: twice the f32 GEMV's */
+    free(xf);
+    return true;
+}
+
 static pthread_once_t g_asked_once = PTHREAD_ONCE_INIT;
 static fm_f32_provider g_asked;
 

@@ -13,59 +13,92 @@
  * Every row goes through the same operations in the same order whether it is
  * computed in a group of four or alone (row_finish is shared), so a row's
  * result does not depend on N, on where a caller's split falls, or on the
- * thread count. */
+ * thread count.
+ *
+ * The same kernel reads bf16 weights (fm_gemv_rows_bf16_avx2: a bf16 weight is the
+ * top half of an f32, so widening is a shift) for `--precision bf16` decoding,
+ * which streams half the bytes; the sums are the same FMAs on the widened values. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/simd_avx2.h"
 
+/* A weight row's elements as f32: W is float, or bf16 when bf16 (a constant at
+ * every call, so each entry point compiles its own loop) */
+static inline const void *wrow(const void *W, int64_t n, int64_t ldw, const int bf16) {
+    return bf16 ? (const void *)((const uint16_t *)W + n * ldw) : (const void *)((const float *)W + n * ldw);
+}
+static inline __m256 ld8(const void *w, int64_t k, const int bf16) {
+    if (!bf16) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float ld1(const void *w, int64_t k, const int bf16) {
+    if (!bf16) return ((const float *)w)[k];
+    uint32_t u = (uint32_t)((const uint16_t *)w)[k] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* acc0 holds the even 8-wide chunks, acc1 the odd ones; k8 = K rounded down to 8 */
-static inline float row_finish(__m256 acc0, __m256 acc1, const float *w, const float *x, int64_t k8, int64_t K) {
+static inline float row_finish(__m256 acc0, __m256 acc1, const void *w, const float *x, int64_t k8, int64_t K, const int bf16) {
     float s = fm_hsum256(_mm256_add_ps(acc0, acc1));
-    for (int64_t k = k8; k < K; k++) s = __builtin_fmaf(w[k], x[k], s);
+    for (int64_t k = k8; k < K; k++) s = __builtin_fmaf(ld1(w, k, bf16), x[k], s);
     return s;
 }
 
 static inline void store(float *y, float s, float beta) { *y = beta == 0.0f ? s : __builtin_fmaf(beta, *y, s); }
 
-void fm_gemv_rows_f32_avx2(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y) {
+static inline __attribute__((always_inline)) void gemv(int64_t N, int64_t K, const void *W, int64_t ldw, const float *x,
+                                                        float beta, float *y, const int bf16) {
     const int64_t k16 = K & ~(int64_t)15, k8 = K & ~(int64_t)7, q = N / 4;
     for (int64_t n = 0; n < q; n++) {
-        const float *w0 = W + n * ldw, *w1 = w0 + q * ldw, *w2 = w1 + q * ldw, *w3 = w2 + q * ldw;
+        const void *w0 = wrow(W, n, ldw, bf16), *w1 = wrow(W, n + q, ldw, bf16), *w2 = wrow(W, n + 2 * q, ldw, bf16),
+                   *w3 = wrow(W, n + 3 * q, ldw, bf16);
         __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
         int64_t k = 0;
         for (; k < k16; k += 16) {
             __m256 xa = _mm256_loadu_ps(x + k), xb = _mm256_loadu_ps(x + k + 8);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), xb, b0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k + 8), xb, b1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
-            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k + 8), xb, b2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
-            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k + 8), xb, b3);
+            a0 = _mm256_fmadd_ps(ld8(w0, k, bf16), xa, a0);
+            b0 = _mm256_fmadd_ps(ld8(w0, k + 8, bf16), xb, b0);
+            a1 = _mm256_fmadd_ps(ld8(w1, k, bf16), xa, a1);
+            b1 = _mm256_fmadd_ps(ld8(w1, k + 8, bf16), xb, b1);
+            a2 = _mm256_fmadd_ps(ld8(w2, k, bf16), xa, a2);
+            b2 = _mm256_fmadd_ps(ld8(w2, k + 8, bf16), xb, b2);
+            a3 = _mm256_fmadd_ps(ld8(w3, k, bf16), xa, a3);
+            b3 = _mm256_fmadd_ps(ld8(w3, k + 8, bf16), xb, b3);
         }
         if (k < k8) {
             __m256 xa = _mm256_loadu_ps(x + k);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
+            a0 = _mm256_fmadd_ps(ld8(w0, k, bf16), xa, a0);
+            a1 = _mm256_fmadd_ps(ld8(w1, k, bf16), xa, a1);
+            a2 = _mm256_fmadd_ps(ld8(w2, k, bf16), xa, a2);
+            a3 = _mm256_fmadd_ps(ld8(w3, k, bf16), xa, a3);
         }
-        store(y + n, row_finish(a0, b0, w0, x, k8, K), beta);
-        store(y + n + q, row_finish(a1, b1, w1, x, k8, K), beta);
-        store(y + n + 2 * q, row_finish(a2, b2, w2, x, k8, K), beta);
-        store(y + n + 3 * q, row_finish(a3, b3, w3, x, k8, K), beta);
+        store(y + n, row_finish(a0, b0, w0, x, k8, K, bf16), beta);
+        store(y + n + q, row_finish(a1, b1, w1, x, k8, K, bf16), beta);
+        store(y + n + 2 * q, row_finish(a2, b2, w2, x, k8, K, bf16), beta);
+        store(y + n + 3 * q, row_finish(a3, b3, w3, x, k8, K, bf16), beta);
     }
     for (int64_t n = 4 * q; n < N; n++) {
-        const float *w0 = W + n * ldw;
+        const void *w0 = wrow(W, n, ldw, bf16);
         __m256 a0 = _mm256_setzero_ps(), b0 = a0;
         int64_t k = 0;
         for (; k < k16; k += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), _mm256_loadu_ps(x + k), a0);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), _mm256_loadu_ps(x + k + 8), b0);
+            a0 = _mm256_fmadd_ps(ld8(w0, k, bf16), _mm256_loadu_ps(x + k), a0);
+            b0 = _mm256_fmadd_ps(ld8(w0, k + 8, bf16), _mm256_loadu_ps(x + k + 8), b0);
         }
-        if (k < k8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), _mm256_loadu_ps(x + k), a0);
-        store(y + n, row_finish(a0, b0, w0, x, k8, K), beta);
+        if (k < k8) a0 = _mm256_fmadd_ps(ld8(w0, k, bf16), _mm256_loadu_ps(x + k), a0);
+        store(y + n, row_finish(a0, b0, w0, x, k8, K, bf16), beta);
     }
+}
+
+void fm_gemv_rows_f32_avx2(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y) {
+    gemv(N, K, W, ldw, x, beta, y, 0);
+}
+
+void fm_gemv_rows_bf16_avx2(int64_t N, int64_t K, const uint16_t *W, int64_t ldw, const float *x, float beta, float *y) {
+    gemv(N, K, W, ldw, x, beta, y, 1);
 }

@@ -9,4 +9,8 @@
 void fm_gemv_rows_f32_avx2(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y);
 /* the same on AVX-512 (gemv_avx512.c), bitwise the AVX2 result; call only when fm_cpu_use_avx512() */
 void fm_gemv_rows_f32_avx512(int64_t N, int64_t K, const float *W, int64_t ldw, const float *x, float beta, float *y);
+/* W in bf16 (each element widened to f32 exactly), x and y f32: the same sums as the
+ * f32 kernels on the widened weights, AVX2 and AVX-512 bitwise alike */
+void fm_gemv_rows_bf16_avx2(int64_t N, int64_t K, const uint16_t *W, int64_t ldw, const float *x, float beta, float *y);
+void fm_gemv_rows_bf16_avx512(int64_t N, int64_t K, const uint16_t *W, int64_t ldw, const float *x, float beta, float *y);
 #endif
