@@ -31,8 +31,10 @@
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * With --profile-decode fp32|int8|int4-gN: only that side's decode loop, `rounds` loops (for perf record;
  * FATHOM_BENCH_TRACE=FILE traces the loops after the first).
+ * With --compiled: the GPT rows (2, 3) start from the compiled graph, fp32 and quantized alike, as
+ * `fathom compile` and `fathom quantize` make them (fused linears, bias+GELU, residual+norm).
  * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
- *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] */
+ *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] [--compiled] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,7 @@
  * one thread (FATHOM_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1), where CPU time is
  * the time the work ran. */
 static bool g_cpu_time;
+static bool g_compiled; /* --compiled: the GPT sides start from the compiled graph (fathom compile's) */
 static double now_s(void) {
     if (!g_cpu_time) return bench_now_s();
     struct timespec t;
@@ -384,7 +387,7 @@ static fm_graph *compiled_gpt_graph(const gpt_shape *sh) {
 }
 
 static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) {
-    fm_graph *g = gpt_graph(sh);
+    fm_graph *g = g_compiled ? compiled_gpt_graph(sh) : gpt_graph(sh);
     fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL};
     const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
     int n = 2;
@@ -595,6 +598,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--xl")) xl = true;
         else if (!strcmp(argv[i], "--generate")) gen = true;
         else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
+        else if (!strcmp(argv[i], "--compiled")) g_compiled = true;
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
     fm_set_grad_enabled(false);

@@ -135,7 +135,10 @@ FM_API void fm_gpt_kv_cache_free(fm_gpt_kv_cache *c);
 FM_API void fm_gpt_kv_cache_reset(fm_gpt_kv_cache *c);
 FM_API int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c);
 /* Appends idx [B, T] (positions len .. len+T-1) and returns their logits [B, T, V].
- * No tape. Fails with a clear message when the cache would pass block_size. */
+ * No tape. Fails with a clear message when the cache would pass block_size. Under
+ * bf16 autocast on the CPU each call converts the linear weights to bf16 (the
+ * weights may change between calls); fm_gpt_generate converts them once per call
+ * of its own, the faster loop for many tokens. */
 FM_API fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c);
 
 /* ---- sampling ---- */
@@ -153,7 +156,9 @@ typedef int (*fm_gpt_token_fn)(int token, void *ctx);
 /* Generates up to n_new tokens after prompt (batch 1). use_cache false re-runs the
  * whole sequence each step (the reference the cache is tested against). Stops at
  * the context limit: *out_n then holds how many were made, and *hit_limit is set.
- * out (may be NULL) receives the new tokens. */
+ * out (may be NULL) receives the new tokens. Runs in the autocast precision set by
+ * the caller (fm_autocast_set); under bf16 on the CPU it keeps bf16 copies of the
+ * linear weights for the call (the weights must not change during it). */
 FM_API fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_new,
                           const fm_gpt_sample_params *p, bool use_cache, int32_t *out, int *out_n,
                           bool *hit_limit, fm_gpt_token_fn cb, void *ctx);

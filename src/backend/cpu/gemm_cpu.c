@@ -200,7 +200,7 @@ static void bf16w_cols(const fm_cpu_gemm_args *g, int64_t j0, int64_t j1) {
         else
             for (int64_t j = 0; j < j1 - j0; j++) { /* the scalar level: one FMA chain a column */
                 float acc = 0.0f;
-                for (int64_t k = 0; k < g->K; k++) acc = __builtin_fmaf(fm_bf16_to_f32(W[j * g->ldb + k]), x[k], acc);
+                for (int64_t k = 0; k < g->K; k++) acc = __builtin_fmaf(fm_gemv_w1(W + j * g->ldb, k, 1), x[k], acc);
                 y[j] = g->beta == 0.0 ? acc : __builtin_fmaf((float)g->beta, y[j], acc);
             }
     }

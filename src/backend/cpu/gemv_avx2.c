@@ -19,33 +19,21 @@
  * top half of an f32, so widening is a shift) for `--precision bf16` decoding,
  * which streams half the bytes; the sums are the same FMAs on the widened values. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/simd_avx2.h"
 
-/* A weight row's elements as f32: W is float, or bf16 when bf16 (a constant at
- * every call, so each entry point compiles its own loop) */
-static inline const void *wrow(const void *W, int64_t n, int64_t ldw, const int bf16) {
-    return bf16 ? (const void *)((const uint16_t *)W + n * ldw) : (const void *)((const float *)W + n * ldw);
-}
+/* eight weights of a row from k, as f32 (gemv_avx2.h: f32, or bf16 widened) */
 static inline __m256 ld8(const void *w, int64_t k, const int bf16) {
     if (!bf16) return _mm256_loadu_ps((const float *)w + k);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-static inline float ld1(const void *w, int64_t k, const int bf16) {
-    if (!bf16) return ((const float *)w)[k];
-    uint32_t u = (uint32_t)((const uint16_t *)w)[k] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* acc0 holds the even 8-wide chunks, acc1 the odd ones; k8 = K rounded down to 8 */
 static inline float row_finish(__m256 acc0, __m256 acc1, const void *w, const float *x, int64_t k8, int64_t K, const int bf16) {
     float s = fm_hsum256(_mm256_add_ps(acc0, acc1));
-    for (int64_t k = k8; k < K; k++) s = __builtin_fmaf(ld1(w, k, bf16), x[k], s);
+    for (int64_t k = k8; k < K; k++) s = __builtin_fmaf(fm_gemv_w1(w, k, bf16), x[k], s);
     return s;
 }
 
@@ -55,8 +43,8 @@ static inline __attribute__((always_inline)) void gemv(int64_t N, int64_t K, con
                                                         float beta, float *y, const int bf16) {
     const int64_t k16 = K & ~(int64_t)15, k8 = K & ~(int64_t)7, q = N / 4;
     for (int64_t n = 0; n < q; n++) {
-        const void *w0 = wrow(W, n, ldw, bf16), *w1 = wrow(W, n + q, ldw, bf16), *w2 = wrow(W, n + 2 * q, ldw, bf16),
-                   *w3 = wrow(W, n + 3 * q, ldw, bf16);
+        const void *w0 = fm_gemv_wrow(W, n, ldw, bf16), *w1 = fm_gemv_wrow(W, n + q, ldw, bf16);
+        const void *w2 = fm_gemv_wrow(W, n + 2 * q, ldw, bf16), *w3 = fm_gemv_wrow(W, n + 3 * q, ldw, bf16);
         __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
         int64_t k = 0;
         for (; k < k16; k += 16) {
@@ -83,7 +71,7 @@ static inline __attribute__((always_inline)) void gemv(int64_t N, int64_t K, con
         store(y + n + 3 * q, row_finish(a3, b3, w3, x, k8, K, bf16), beta);
     }
     for (int64_t n = 4 * q; n < N; n++) {
-        const void *w0 = wrow(W, n, ldw, bf16);
+        const void *w0 = fm_gemv_wrow(W, n, ldw, bf16);
         __m256 a0 = _mm256_setzero_ps(), b0 = a0;
         int64_t k = 0;
         for (; k < k16; k += 16) {

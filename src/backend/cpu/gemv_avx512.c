@@ -12,26 +12,15 @@
  * FMA units busy; R = 8 is what measured fastest (bench_isa_kernels). The bf16
  * entry point runs the same loop on weights widened from bf16 as they load. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "backend/cpu/gemv_avx2.h"
 
-/* A weight row as f32: W is float, or bf16 when bf16 (constant at each entry point) */
-static inline const void *wrow(const void *W, int64_t n, int64_t ldw, const int bf16) {
-    return bf16 ? (const void *)((const uint16_t *)W + n * ldw) : (const void *)((const float *)W + n * ldw);
-}
+/* sixteen weights of a row from k (lanes m), as f32 (gemv_avx2.h: f32, or bf16 widened) */
 static inline __m512 ld16(const void *w, int64_t k, const __mmask16 m, const int bf16) {
     if (!bf16) return m == 0xFFFF ? _mm512_loadu_ps((const float *)w + k) : _mm512_maskz_loadu_ps(m, (const float *)w + k);
     __m256i h = m == 0xFFFF ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k))
                             : _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-static inline float ld1(const void *w, int64_t k, const int bf16) {
-    if (!bf16) return ((const float *)w)[k];
-    uint32_t u = (uint32_t)((const uint16_t *)w)[k] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 static inline float row_finish(__m512 acc, const void *w, const float *x, int64_t k8, int64_t K, const int bf16) {
@@ -40,7 +29,7 @@ static inline float row_finish(__m512 acc, const void *w, const float *x, int64_
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     float r = _mm_cvtss_f32(s);
-    for (int64_t k = k8; k < K; k++) r = __builtin_fmaf(ld1(w, k, bf16), x[k], r);
+    for (int64_t k = k8; k < K; k++) r = __builtin_fmaf(fm_gemv_w1(w, k, bf16), x[k], r);
     return r;
 }
 
@@ -53,7 +42,7 @@ static inline __attribute__((always_inline)) void rows(const int R, int64_t n, i
     const void *w[8];
     __m512 a[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) w[r] = wrow(W, n + r * q, ldw, bf16), a[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) w[r] = fm_gemv_wrow(W, n + r * q, ldw, bf16), a[r] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k < k16; k += 16) {
         const __m512 xv = _mm512_loadu_ps(x + k);
