@@ -14,8 +14,8 @@
  * Usage: bench_gpt_generate [--config gpt-6x384|kjv-gpt|gpt2-small] [--tokens N] [--rounds N]
  *                           [--threads N] [--profile trace.json] [--decode-only] [--precision fp32|bf16]
  * --precision bf16 runs both under bf16 autocast, as `fathom generate --precision bf16`
- * does: "generate" then reads bf16 copies of the weights made once per call of
- * fm_gpt_generate, while "decode" (bare forward steps) converts them at every step.
+ * does, with bf16 copies of the weights made once (fm_gpt_keep_lowp_weights for the
+ * "decode" steps; fm_gpt_generate makes its own).
  * gpt2-small: 12 x 768, ffn 3072, vocab 8192 (bench_quant's large shape). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +148,8 @@ int main(int argc, char **argv) {
     if (!kv) { fprintf(stderr, "bench_gpt_generate: %s\n", fm_last_error()); fm_gpt_free(m); return 1; }
     fm_gpt_train_mode(m, false);
     fm_autocast_set(prec); /* fp32: off */
+    /* the "decode" loop keeps bf16 weight copies as fm_gpt_generate does (a no-op at fp32) */
+    if (fm_gpt_keep_lowp_weights(m, true) != FM_OK) { fprintf(stderr, "bench_gpt_generate: %s\n", fm_last_error()); return 1; }
     double *per = malloc(sizeof(double) * (size_t)rounds);
     int64_t one = 1;
     fm_tensor *idx = fm_tensor_from_data(&one, 2, (int64_t[]){1, 1}, FM_I64);
@@ -190,7 +192,10 @@ int main(int argc, char **argv) {
         rc = 1;
     } else {
         /* every weight once, plus the cached keys and values at the mean position */
-        double wbytes = 4.0 * (double)fm_gpt_num_params(m) - 4.0 * c.block_size * C; /* wpe: one row is read */
+        /* bf16: the linears (and the tied head) read their 2-byte copies; the rest of the
+         * parameters (norms, biases, wpe) are a few percent and counted at 2 too */
+        const double pb = prec == FM_BF16 ? 2.0 : 4.0;
+        double wbytes = pb * (double)fm_gpt_num_params(m) - pb * c.block_size * C; /* wpe: one row is read */
         double kvbytes = 4.0 * 2 * c.n_layer * C * (1 + tokens) / 2.0;
         printf("{\"bench\":\"decode\",\"config\":\"%s\",\"tokens\":%d,\"ms_per_token\":%.3f,\"tokens_per_s\":%.1f,"
                "\"bound_tokens_per_s\":%.1f,\"fraction_of_bound\":%.2f,\"copy_gbps\":%.1f,\"threads\":%d}\n",

@@ -891,7 +891,7 @@ static void test_head_dim(fm_gpt_arch arch) {
 
 /* `fathom generate --precision bf16` on the CPU: the cached decode under bf16 autocast
  * runs the mixed path (f32 activations and logits, bf16 products), its one-row steps
- * through the bf16-weight GEMV. With the weights' bf16 copies (gpt_lowp_weights, what
+ * through the bf16-weight GEMV. With the weights' bf16 copies (fm_gpt_keep_lowp_weights, what
  * fm_gpt_generate makes) every step's logits are bitwise those of converting the
  * weights at each call; they stay near fp32's and differ from them (bf16 applied);
  * and fm_gpt_generate completes under bf16, the copies dropped after. */
@@ -914,9 +914,9 @@ static void test_bf16_decode(fm_gpt_arch arch) {
         fm_tensor *l32 = fm_gpt_forward_cached(m, x, k32);
         fm_dtype ac = fm_autocast_set(FM_BF16);
         fm_tensor *la = fm_gpt_forward_cached(m, x, ka);
-        CHECK(gpt_lowp_weights(m, true) == FM_OK && m->n_lowp == 4 * cfg.n_layer + 1);
+        CHECK(fm_gpt_keep_lowp_weights(m, true) == FM_OK && m->n_lowp == 4 * cfg.n_layer + 1);
         fm_tensor *lb = fm_gpt_forward_cached(m, x, kb);
-        gpt_lowp_weights(m, false);
+        fm_gpt_keep_lowp_weights(m, false);
         fm_autocast_set(ac);
         CHECK_MSG(l32 && la && lb && la->dtype == FM_F32 && lb->dtype == FM_F32, "%s bf16 decode step %d: %s",
                   fm_gpt_arch_name(arch), step, fm_last_error());
@@ -950,6 +950,15 @@ static void test_bf16_decode(fm_gpt_arch arch) {
               fm_last_error());
     fm_autocast_set(ac);
     CHECK(m->n_lowp == 0 && m->lowp_w == NULL); /* dropped when the loop ends */
+    /* copies the caller holds are used and kept; outside bf16 autocast nothing is made */
+    ac = fm_autocast_set(FM_BF16);
+    CHECK(fm_gpt_keep_lowp_weights(m, true) == FM_OK && m->n_lowp == 4 * cfg.n_layer + 1);
+    CHECK(fm_gpt_generate(m, prompt, 2, 4, &sp, true, out, &made, NULL, NULL, NULL) == FM_OK && made == 4);
+    CHECK(m->n_lowp == 4 * cfg.n_layer + 1);
+    fm_autocast_set(ac);
+    CHECK(fm_gpt_keep_lowp_weights(m, false) == FM_OK && m->n_lowp == 0);
+    CHECK(fm_gpt_keep_lowp_weights(m, true) == FM_OK && m->n_lowp == 0); /* fp32: nothing to copy */
+    CHECK(fm_gpt_keep_lowp_weights(NULL, true) == FM_ERR_INVALID);
     fm_set_grad_enabled(prev);
     fm_gpt_free(m);
 }

@@ -137,9 +137,15 @@ FM_API int fm_gpt_kv_cache_len(const fm_gpt_kv_cache *c);
 /* Appends idx [B, T] (positions len .. len+T-1) and returns their logits [B, T, V].
  * No tape. Fails with a clear message when the cache would pass block_size. Under
  * bf16 autocast on the CPU each call converts the linear weights to bf16 (the
- * weights may change between calls); fm_gpt_generate converts them once per call
- * of its own, the faster loop for many tokens. */
+ * weights may change between calls) unless fm_gpt_keep_lowp_weights holds copies. */
 FM_API fm_tensor *fm_gpt_forward_cached(fm_gpt *m, fm_tensor *idx, fm_gpt_kv_cache *c);
+/* For a decode loop of your own under bf16 autocast on the CPU: on keeps a bf16 copy of
+ * every linear weight, made now, which the forward's bf16 products then read instead
+ * of converting each weight at every call (the weights must not change until off);
+ * without bf16 autocast (or on another device) it does nothing. off drops the copies
+ * (fm_gpt_free does too). fm_gpt_generate turns it on for its own loop (and off
+ * after) unless the caller holds copies already. */
+FM_API fm_status fm_gpt_keep_lowp_weights(fm_gpt *m, bool on);
 
 /* ---- sampling ---- */
 typedef struct fm_gpt_sample_params {

@@ -48,8 +48,10 @@ fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_
     bool prev = fm_set_grad_enabled(false), was_training = m->training;
     m->training = false;
     /* under bf16 autocast: the linears read bf16 copies of their weights, made once
-     * here, instead of converting every weight at every step */
-    if ((st = gpt_lowp_weights(m, true)) != FM_OK) {
+     * here, instead of converting every weight at every step (the caller's, if it
+     * holds copies already, are used and kept) */
+    const bool own_lowp = m->n_lowp == 0;
+    if (own_lowp && (st = fm_gpt_keep_lowp_weights(m, true)) != FM_OK) {
         m->training = was_training;
         fm_set_grad_enabled(prev);
         goto done;
@@ -87,7 +89,7 @@ fm_status fm_gpt_generate(fm_gpt *m, const int32_t *prompt, int n_prompt, int n_
         made++;
         if (cb && cb(tok, ctx)) break;
     }
-    gpt_lowp_weights(m, false);
+    if (own_lowp) fm_gpt_keep_lowp_weights(m, false);
     m->training = was_training;
     fm_set_grad_enabled(prev);
     if (out_n) *out_n = made;

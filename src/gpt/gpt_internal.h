@@ -55,7 +55,7 @@ struct fm_gpt {
     fm_dist *tp;
     int tp_size, tp_rank;
     /* bf16 copies of the linear weights while a bf16 decode loop runs
-     * (gpt_lowp_weights; lowp_src[i] is the f32 weight lowp_w[i] copies) */
+     * (fm_gpt_keep_lowp_weights; lowp_src[i] is the f32 weight lowp_w[i] copies) */
     fm_tensor **lowp_src, **lowp_w;
     int n_lowp;
     /* gpt_new_bound's weight source, while the model is built (NULL after) */
@@ -72,12 +72,7 @@ typedef fm_tensor *(*gpt_param_source)(void *ctx, const char *name, int ndim, co
  * eval mode): for inference from weights held elsewhere (an inference graph's
  * constants, shared rather than copied). */
 fm_gpt *gpt_new_bound(const fm_gpt_config *c, gpt_param_source src, void *ctx);
-/* on: when the forward runs mixed (bf16 autocast on the CPU: bf16 GEMMs on f32
- * activations), keep a bf16 copy of every linear weight for the linears to use
- * instead of converting their weights on every call (a decode loop, whose weights do
- * not change between steps); otherwise nothing. off: drop the copies. The caller
- * turns it off before the weights can change again. */
-fm_status gpt_lowp_weights(fm_gpt *m, bool on);
+
 /* fm_gpt_config_save's JSON as a string (malloc'd; compact unless pretty), and back
  * (where names the source in errors). */
 char *gpt_config_json(const fm_gpt_config *c, bool pretty);

@@ -423,7 +423,7 @@ fm_gpt *gpt_new_bound(const fm_gpt_config *c, gpt_param_source src, void *ctx) {
 
 void fm_gpt_free(fm_gpt *m) {
     if (!m) return;
-    gpt_lowp_weights(m, false);
+    fm_gpt_keep_lowp_weights(m, false);
     fm_named_list_free(&m->params);
     fm_tensor_release_n(2, m->rope_cos, m->rope_sin);
     free(m->layers);
@@ -736,7 +736,8 @@ static fm_tensor *glin(const fm_gpt *m, fm_tensor *x, fm_tensor *w, fm_tensor *b
     return mixed(m) ? fm_linear_mixed_w(x, w, lowp_of(m, w), b, FM_BF16) : fm_linear(x, w, b);
 }
 
-fm_status gpt_lowp_weights(fm_gpt *m, bool on) {
+fm_status fm_gpt_keep_lowp_weights(fm_gpt *m, bool on) {
+    if (!m) return fm_set_error(FM_ERR_INVALID, "gpt: model is NULL");
     for (int i = 0; i < m->n_lowp; i++) fm_tensor_release(m->lowp_w[i]);
     free(m->lowp_src);
     free(m->lowp_w);
@@ -746,7 +747,7 @@ fm_status gpt_lowp_weights(fm_gpt *m, bool on) {
     int cap = 4 * m->cfg.n_layer + 1;
     m->lowp_src = calloc((size_t)cap, sizeof *m->lowp_src);
     m->lowp_w = calloc((size_t)cap, sizeof *m->lowp_w);
-    if (!m->lowp_src || !m->lowp_w) { gpt_lowp_weights(m, false); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
+    if (!m->lowp_src || !m->lowp_w) { fm_gpt_keep_lowp_weights(m, false); return fm_set_error(FM_ERR_OOM, "out of host memory"); }
     bool prev = fm_set_grad_enabled(false);
     fm_mem_category cat = fm_memory_tag_push(FM_MEM_WEIGHTS);
     fm_status st = FM_OK;
@@ -768,7 +769,7 @@ fm_status gpt_lowp_weights(fm_gpt *m, bool on) {
     }
     fm_memory_tag_pop(cat);
     fm_set_grad_enabled(prev);
-    if (st != FM_OK) gpt_lowp_weights(m, false);
+    if (st != FM_OK) fm_gpt_keep_lowp_weights(m, false);
     return st;
 }
 
