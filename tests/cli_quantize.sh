@@ -81,6 +81,8 @@ if "$bin" train "$tmp/gpt.ini" --out "$tmp/gpt" --quiet >/dev/null 2>&1; then
   [[ ! -e $tmp/x6 ]] || bad "$tmp/x6 was written"
   expect 0 "int8 dynamic" "$bin" quantize "$tmp/gpt" -o "$tmp/gq8" --int8 --dynamic
   expect 0 "" "$bin" generate "$tmp/gq8" --prompt "In the" --tokens 5
+  # a graph runs as it was quantized: --precision bf16 is refused, naming why
+  expect 2 "is a graph, which runs in the precision it was compiled or quantized in" "$bin" generate "$tmp/gq8" --prompt "In the" --tokens 5 --precision bf16
   expect 0 "int4 g32" "$bin" quantize "$tmp/gpt" -o "$tmp/gq4" --int4
   expect 0 "" "$bin" generate "$tmp/gq4" --prompt "In the" --tokens 5
 else
