@@ -4,7 +4,8 @@
 # side by side with PyTorch (bench/bench_gpt2_gpu.py) on the same GPU.
 #   usage: tools/gpu-check-train.sh FATHOM_BIN DEVICE OUT_DIR [--no-gpt2]
 # DEVICE is cuda (the GPU run) or check (the checked test device: how this script is
-# tested on a machine without a GPU). Curves: fashion-mlp (100 steps), fashion-cnn
+# tested on a machine without a GPU). Generation: the small GPT's `fathom generate` on DEVICE in
+# fp32 and bf16 (each must run and print text). Curves: fashion-mlp (100 steps), fashion-cnn
 # (60 steps), a small GPT on a generated corpus (60 steps) and kjv-gpt (100 steps; the corpus
 # from GPU_CHECK_KJV or the `bible` program), each with --logdir;
 # the train/loss points of DEVICE's run against the CPU's must have an NMSE
@@ -117,6 +118,29 @@ open(sys.argv[1], "w").write("\n".join(" ".join(r.choice(w) for _ in range(14)) 
 PY
 printf '[model]\ntype = gpt\narch = gpt2\nn_layer = 2\nn_head = 4\nn_embd = 64\nffn_hidden = 256\nblock_size = 64\n[tokenizer]\nkind = char\n[data]\ncorpus = %s/corpus.txt\n[train]\nbatch_size = 8\nsteps = 60\neval_every = 0\nlog_every = 5\n' "$out" >"$out/small-gpt.ini"
 compare small-gpt "$out/small-gpt.ini" --seed 1
+# ---- generation on the device (#15: every model generates on the device from the same command) ----
+# The small GPT trained on the CPU, greedy (temperature 0), 24 tokens: fp32 on $dev must run and
+# print text, and its text against the CPU's is reported (informational: a near tie between two
+# tokens may break either way when only the order of sums differs); bf16 (`--precision bf16`) on
+# $dev must run and print text too.
+gen_row() { # PRECISION DEVICE -> the generated text in $out/gen-PRECISION-DEVICE.txt
+  timeout 120 "$bin" generate "$out/small-gpt-cpu" --prompt "in the beginning" --tokens 24 --temperature 0 \
+    --precision "$1" --device "$2" --quiet >"$out/gen-$1-$2.txt" 2>"$out/gen-$1-$2.err"
+}
+if [[ -d $out/small-gpt-cpu ]]; then
+  for spec in "fp32 cpu" "fp32 $dev" "bf16 $dev"; do
+    read -r p d <<<"$spec"
+    if gen_row "$p" "$d" && [[ $(wc -c <"$out/gen-$p-$d.txt") -gt 17 ]]; then
+      note "generate --precision $p --device $d: ok"
+    else
+      fail "generate --precision $p --device $d: $(tail -2 "$out/gen-$p-$d.err" | tr '\n' ' ')"
+    fi
+  done
+  if cmp -s "$out/gen-fp32-cpu.txt" "$out/gen-fp32-$dev.txt"; then note "generate: fp32 text on $dev equals the CPU's"
+  else note "generate: fp32 text on $dev differs from the CPU's (informational): $(head -c 80 "$out/gen-fp32-$dev.txt" | tr '\n' ' ')"; fi
+else
+  fail "generate: no model from the small-gpt cpu run"
+fi
 # kjv-gpt itself (#15 names it), 100 steps logged every 10: its corpus from GPU_CHECK_KJV (a text
 # file: tools/gpu-bundle.sh carries one to a GPU machine without the `bible` program), else `bible`
 sed 's/^steps = .*/steps = 100/; s/^log_every = .*/log_every = 10/; s/^eval_every = .*/eval_every = 0/' \

@@ -10,7 +10,8 @@
 # pageable uploads) side by side with
 # PyTorch on the same GPU; then training through the CLI (tools/gpu-check-train.sh):
 # fashion-mlp, fashion-cnn and a small GPT with `fathom train --device cuda`, their
-# loss curves against the CPU's (NMSE <= 1e-3 each), and GPT-2 124M-shaped bf16
+# loss curves against the CPU's (NMSE <= 1e-3 each), `fathom generate --device cuda` in fp32
+# and with --precision bf16 on the small GPT, and GPT-2 124M-shaped bf16
 # training against PyTorch torch.compile (bench/bench_gpt2_gpu.py: tokens/s, MFU, peak
 # memory), ZeRO-1 and tensor parallelism with ranks sharing the GPU (tools/gpu-check-sharded.sh),
 # and the NCCL smoke test (tools/gpu-check-nccl.sh: fashion-mlp under
