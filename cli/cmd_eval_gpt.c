@@ -95,6 +95,19 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
         goto done;
     }
     bool prev = fm_set_grad_enabled(false);
+    /* bf16 on the CPU: the linears' bf16 copies made once for the whole evaluation
+     * instead of at every batch (a no-op otherwise) */
+    if (p.m) {
+        fm_dtype ac = fm_autocast_set(o->precision);
+        fm_status kst = fm_gpt_keep_lowp_weights(p.m, true);
+        fm_autocast_set(ac);
+        if (kst != FM_OK) {
+            fm_cli_error("%s", fm_last_error());
+            fm_set_grad_enabled(prev);
+            rc = 1;
+            goto done;
+        }
+    }
     double nll = 0;
     float *lg = malloc(sizeof(float) * (size_t)(o->batch * T * V));
     int64_t *x = malloc(sizeof(int64_t) * (size_t)(o->batch * T)), *y = malloc(sizeof(int64_t) * (size_t)(o->batch * T));
@@ -116,6 +129,7 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
         if (!o->quiet) fprintf(stderr, "\reval: %lld / %lld windows", (long long)(w0 + B), (long long)windows);
     }
     if (!o->quiet) fputc('\n', stderr);
+    if (p.m) fm_gpt_keep_lowp_weights(p.m, false);
     fm_set_grad_enabled(prev);
     free(lg);
     free(x);
