@@ -173,16 +173,6 @@ static void rows_streamed(const fm_cpu_gemm_args *g, const void *bias,
     }
 }
 
-/* Which f32 products gemm_f32_avx512.c's kernel takes (decided once; here, not there,
- * because that file is compiled for AVX-512 and this runs on every CPU):
- * FATHOM_GEMM_F32=fathom every product of >= 2M multiply-adds; =openblas or =onednn
- * none; unset: on an Intel CPU with AVX-512 the large ones (M and N >= 1024, K >=
- * 512) when fathom runs one thread. There it measured 1.06-1.14x oneDNN 2.6.3 (Intel
- * Xeon model 167, paired in one process: bench/bench_gemm_pair.c), but on two threads
- * 0.95-1.01x, so oneDNN keeps the products of two or more threads; below that size
- * oneDNN led (512^3 by 25%, 2048x512x512 and 1024x1024x256 by 5-10%: each packed
- * panel of A meets too few columns). AMD Zen 4 runs 512-bit FMAs as two halves and
- * was not measured with it. */
 /* ---- bf16 weights, f32 output, few rows: the mixed linear of a decode step ----
  * (`--precision bf16` generation with the weights kept in bf16: a token's step
  * streams half the bytes an f32 weight would). A's rows are widened to f32 once
@@ -220,6 +210,7 @@ bool fm_cpu_gemv_bf16(const fm_cpu_gemm_args *g, const float *bias) {
     return true;
 }
 
+/* FATHOM_GEMM_F32, read once for gemm_bf16.c's oneDNN choice and own_decide below (cpu_kernels.h) */
 static pthread_once_t g_asked_once = PTHREAD_ONCE_INIT;
 static fm_f32_provider g_asked;
 
@@ -240,6 +231,16 @@ fm_f32_provider fm_cpu_gemm_f32_asked(void) {
     return g_asked;
 }
 
+/* Which f32 products gemm_f32_avx512.c's kernel takes (decided once; here, not there,
+ * because that file is compiled for AVX-512 and this runs on every CPU):
+ * FATHOM_GEMM_F32=fathom every product of >= 2M multiply-adds; =openblas or =onednn
+ * none; unset: on an Intel CPU with AVX-512 the large ones (M and N >= 1024, K >=
+ * 512) when fathom runs one thread. There it measured 1.06-1.14x oneDNN 2.6.3 (Intel
+ * Xeon model 167, paired in one process: bench/bench_gemm_pair.c), but on two threads
+ * 0.95-1.01x, so oneDNN keeps the products of two or more threads; below that size
+ * oneDNN led (512^3 by 25%, 2048x512x512 and 1024x1024x256 by 5-10%: each packed
+ * panel of A meets too few columns). AMD Zen 4 runs 512-bit FMAs as two halves and
+ * was not measured with it. */
 static pthread_once_t g_own_once = PTHREAD_ONCE_INIT;
 static int g_own_mode; /* 0 none, 1 the large products, 2 every product */
 
