@@ -274,6 +274,7 @@ static void pack_qt(const float *Q, int64_t qst, int64_t bq, int64_t D, float sc
         for (int64_t i = bq; i < BQ; i++) QT[d * BQ + i] = 0.0f;
     }
 }
+#define V_PACK_QT pack_qt
 #endif
 
 static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
@@ -301,11 +302,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     g->lse + bh * g->Tq + i0);
             continue;
         }
-#ifdef V_PACK_QT
         V_PACK_QT(Q, qst, bq, D, sc2, QT);
-#else
-        pack_qt(Q, qst, bq, D, sc2, QT);
-#endif
         for (int i = 0; i < BQ; i++) { mrow[i] = -INFINITY; lrow[i] = 0.0f; }
         memset(O, 0, sizeof(float) * BQ * Dp);
         /* causal (top-left aligned, as PyTorch's is_causal): key j is visible to query i iff j <= i */
