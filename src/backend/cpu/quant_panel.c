@@ -64,19 +64,32 @@ static void ptask(void *ctx, int64_t b0, int64_t b1, int tid) {
  * 0.35-0.38 ms); AMD CPUs keep the dynamic tasks, chosen on the AMD EPYC Zen 4 against
  * a static split (a late-starting thread held a 512 x 384 x 128 product up by 12%; its
  * cores share an L3 per CCX, where the other core's fresh codes cost less to reach).
- * Below 64 rows per thread the tiles would not fill: the dynamic column tasks. */
+ * Below 64 rows per thread the tiles would not fill: the dynamic column tasks.
+ * Each thread takes one contiguous part of the rows, as even as the tiles allow, and
+ * walks it in blocks of at most Q8_MB rows. Blocks of Q8_MB dealt out evenly had split
+ * the 512-row prefill 288 / 224 (three blocks of 96 against two and a 32): the second
+ * thread then waited for the first for a tenth of the int8 prefill (perf, VNNI). */
 typedef struct {
     const fm_q8_pgemm *g;
-    int64_t rows; /* per block: a multiple of the tiles' 32 */
-    bool amx;     /* AMX tiles (else the VNNI kernel) */
+    int64_t part;  /* rows per thread: a multiple of the tiles' 32 on AMX */
+    int64_t align; /* 32 on AMX (whole tile blocks), else 1 */
+    bool amx;      /* AMX tiles (else the VNNI kernel) */
 } rows_job;
 
-static void rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
+static void rows_task(void *ctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const rows_job *j = ctx;
     const fm_q8_pgemm *g = j->g;
-    const int64_t Np = (g->N + 15) / 16, m0 = b0 * j->rows, m1 = b1 * j->rows < g->M ? b1 * j->rows : g->M;
-    if (!j->amx || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
+    const int64_t Np = (g->N + 15) / 16;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t a = t * j->part, e = a + j->part < g->M ? a + j->part : g->M;
+        if (a >= e) continue;
+        const int64_t nblk = (e - a + Q8_MB - 1) / Q8_MB, rows = ((e - a + nblk - 1) / nblk + j->align - 1) / j->align * j->align;
+        for (int64_t m0 = a; m0 < e; m0 += rows) {
+            const int64_t m1 = m0 + rows < e ? m0 + rows : e;
+            if (!j->amx || !fm_q8_pgemm_tile_amx(g, m0, m1, 0, Np)) fm_q8_pgemm_tile_vnni(g, m0, m1, 0, Np);
+        }
+    }
 }
 
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
@@ -84,11 +97,9 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
     const int nt = fm_num_threads();
     bool vnni_rows = impl == FM_Q8_VNNI && fm_cpu_get_features()->intel;
     if ((impl == FM_Q8_AMX || vnni_rows) && g->M >= 64 * (int64_t)nt) {
-        /* blocks of about Q8_MB rows, as many as a multiple of the threads, in whole tiles */
-        int64_t nb = (g->M + Q8_MB - 1) / Q8_MB;
-        nb = (nb + nt - 1) / nt * nt;
-        rows_job j = {g, ((g->M + nb - 1) / nb + 31) / 32 * 32, impl == FM_Q8_AMX};
-        fm_parallel_for((g->M + j.rows - 1) / j.rows, 1, rows_task, &j);
+        const int64_t align = impl == FM_Q8_AMX ? 32 : 1;
+        rows_job j = {g, ((g->M + nt - 1) / nt + align - 1) / align * align, align, impl == FM_Q8_AMX};
+        fm_parallel_for(nt, 1, rows_task, &j);
         return;
     }
     fm_q8_pgemm flipped;
