@@ -420,7 +420,7 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
  * shape, 10 x rounds runs, for `perf record` (the profile in docs/QUANTIZE.md) */
 static void profile_prefill(const char *side, int rounds) {
     const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512};
-    fm_graph *g = gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
+    fm_graph *g = g_compiled ? compiled_gpt_graph(&kjv) : gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     const int n_in = fm_graph_num_inputs(g);
     fm_tensor **in = gpt_inputs(g, 8, 64, 0, 0), *out[64];
     const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the runs after the first (fathom profile) */

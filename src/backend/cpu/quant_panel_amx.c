@@ -44,8 +44,9 @@ static void block(const fm_q8_pgemm *g, int64_t m, int64_t p, int64_t Kq) {
     for (int j = 0; j < 2; j++) {
         int64_t n = 16 * (p + j);
         if (n >= g->N) break;
-        col16 c = col_terms(g, n);
-        for (int i = 0; i < 32; i++) store16(g, m + i, n, &c, _mm512_load_si512(acc + i * 32 + 16 * j));
+        const q8_ep x = q8_ep_copy(g);
+        col16 c = col_terms(&x, n);
+        for (int i = 0; i < 32; i++) store16(&x, m + i, n, &c, _mm512_load_si512(acc + i * 32 + 16 * j));
     }
 }
 

@@ -40,11 +40,12 @@ VNNI static inline __attribute__((always_inline)) void micro(const fm_q8_pgemm *
             for (int j = 0; j < np; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
         }
     }
+    const q8_ep x = q8_ep_copy(g);
 #pragma GCC unroll 4
     for (int j = 0; j < np; j++) {
-        const col16 c = col_terms(g, 16 * (p + j));
+        const col16 c = col_terms(&x, 16 * (p + j));
 #pragma GCC unroll 6
-        for (int i = 0; i < mr; i++) store16(g, m + i, 16 * (p + j), &c, acc[i][j]);
+        for (int i = 0; i < mr; i++) store16(&x, m + i, 16 * (p + j), &c, acc[i][j]);
     }
 }
 
