@@ -40,7 +40,7 @@ static void panel_sums(const int8_t *b, int64_t Kq, int32_t s[16]) {
  * (128 - zero) w_sum and the scale a_scale * w_scale, shared by the block's rows. */
 typedef struct { __m256i corr[2], ws[2]; __m256 scale[2], bias[2], wsc[2]; } panel_ep;
 
-static inline void panel_ep_load(const fm_q8_epilogue *e, int64_t n, panel_ep *pe) {
+static inline __attribute__((always_inline)) void panel_ep_load(const fm_q8_epilogue *e, int64_t n, panel_ep *pe) {
     for (int h = 0; h < 2; h++) {
         pe->ws[h] = _mm256_loadu_si256((const __m256i *)(e->w_sum + n + 8 * h));
         pe->wsc[h] = _mm256_loadu_ps(e->w_scale + n + 8 * h);
@@ -51,7 +51,7 @@ static inline void panel_ep_load(const fm_q8_epilogue *e, int64_t n, panel_ep *p
 }
 
 /* 8 outputs of row m from column n (half h of the panel); acc holds sum a' w */
-static inline void store8(const fm_q8_epilogue *e, const panel_ep *pe, int h, int64_t m, int64_t n, __m256i acc) {
+static inline __attribute__((always_inline)) void store8(const fm_q8_epilogue *e, const panel_ep *pe, int h, int64_t m, int64_t n, __m256i acc) {
     __m256 y;
     if (e->row_scale) /* row m's scale and zero point */
         y = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(e->row_scale[m]), pe->wsc[h]),
@@ -101,12 +101,15 @@ static inline __attribute__((always_inline)) void micro(const fm_q8_pgemm *g, in
     }
     const int64_t n0 = 16 * p;
     if (g->ep && g->N - n0 >= 16) {
+        /* a local copy: under -fno-strict-aliasing each store through the shared
+         * struct would load its fields again (quant_epilogue_avx512.h) */
+        const fm_q8_epilogue e = *g->ep;
         panel_ep pe;
-        panel_ep_load(g->ep, n0, &pe);
+        panel_ep_load(&e, n0, &pe);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            store8(g->ep, &pe, 0, m + i, n0, acc[i][0]);
-            store8(g->ep, &pe, 1, m + i, n0 + 8, acc[i][1]);
+            store8(&e, &pe, 0, m + i, n0, acc[i][0]);
+            store8(&e, &pe, 1, m + i, n0 + 8, acc[i][1]);
         }
         return;
     }
