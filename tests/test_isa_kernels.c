@@ -11,6 +11,9 @@
  *   tolerance of a double reference (as the AVX2 rows); the AVX2 level's fused
  *   cross-entropy backward row bitwise its stats + backward row calls;
  * - fused bias + GELU(tanh) rows: bitwise the AVX2 rows;
+ * - the residual add + layer norm row: bitwise, at its level, the sum stored by a
+ *   plain loop followed by that level's layer norm row (sum, output, mean, rstd),
+ *   with and without h, weight and bias;
  * - the one-row GEMV and the packed linear (bias, ReLU): bitwise the AVX2
  *   kernels (same sums in the same order), and within the f32 summation bound
  *   of a double reference, over tails of K, N and the rows;
@@ -388,6 +391,39 @@ static void test_bias_gelu(void) {
         if (!near_ref(y5[i], ref, 1e-5)) bad = i;
     }
     CHECK_MSG(bad < 0, "bias+gelu vs double at %d: got %g", bad, bad >= 0 ? y5[bad] : 0);
+}
+
+void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                            int64_t n, float eps, float *mean_out, float *rstd_out);
+void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                              int64_t n, float eps, float *mean_out, float *rstd_out);
+void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
+                               float *mean_out, float *rstd_out, int stream);
+void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
+                                 float *mean_out, float *rstd_out, int stream);
+
+/* add + layer norm (fused_avx*.c) against the add, then the same level's layer norm row */
+static void test_add_ln(void) {
+    static float x[N], h[N], w[N], b[N], s1[N], s2[N], y1[N], y2[N];
+    fill(x, 31, 3.0f);
+    fill(h, 32, 2.0f);
+    fill(w, 33, 1.5f);
+    fill(b, 34, 0.5f);
+    for (int n = 1; n <= N; n += n < 70 ? 1 : 193)
+        for (int v = 0; v < 8; v++) { /* bit 0: h, bit 1: weight, bit 2: bias */
+            const float *hp = v & 1 ? h : NULL, *wp = v & 2 ? w : NULL, *bp = v & 4 ? b : NULL;
+            memset(s1, 0x55, sizeof s1);
+            memset(y1, 0x55, sizeof y1);
+            memset(y2, 0x55, sizeof y2);
+            for (int i = 0; i < n; i++) s2[i] = hp ? x[i] + h[i] : x[i];
+            float m1, r1, m2, r2;
+            L512(fm_add_ln_row_f32)(x, hp, wp, bp, s1, y1, n, 1e-5f, &m1, &r1);
+            L512(fm_layernorm_row_f32)(s2, wp, bp, y2, n, 1e-5f, &m2, &r2, 0);
+            int at = -1;
+            CHECK_MSG((!hp || same_bits(s1, s2, n, &at)) && same_bits(y1, y2, N, &at) && same_bits(&m1, &m2, 1, &at) &&
+                          same_bits(&r1, &r2, 1, &at),
+                      "add+layer norm n %d variant %d at %d", n, v, at);
+        }
 }
 
 /* |got - sum| within 2 K eps of the sum of magnitudes (the f32 summation bound, with room) */
@@ -774,6 +810,7 @@ int main(void) {
     test_adamw(fm_adamw_f32_avx2, "avx2");
     if (w512) test_adamw(fm_adamw_f32_avx512, "avx512");
     test_bias_gelu();
+    test_add_ln();
     test_gemv();
     test_linear_packed();
     test_conv_lanes();

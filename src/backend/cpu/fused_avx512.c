@@ -4,12 +4,21 @@
  * (tests/test_isa_kernels.c compares them). Entered from fused_cpu.c when
  * fm_cpu_use_avx512() is true. The GELU is the compute-bound part of the
  * kjv-gpt MLP's non-GEMM work (docs/PERFORMANCE.md), so half the instructions
- * per element pay here; add + layer norm stays AVX2 (memory-bound). */
+ * per element pay here.
+ *
+ * The residual add + layer norm row: the sum x + h stored as it is summed, in the
+ * order of norm_avx512.c's row reduction (fm_row_reduce512), then that row's
+ * variance and outputs, so it is bitwise the AVX-512 add followed by the AVX-512
+ * layer norm (16-lane sums: not the AVX2 row's bits). On the Intel Xeon with AMX it
+ * had stayed AVX2 and was 5% of the int8 prefill's samples. */
+#include <math.h>
 #include <stdint.h>
 
 #include "backend/cpu/simd_avx512.h"
 
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
+void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                              int64_t n, float eps, float *mean_out, float *rstd_out);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
 
@@ -63,5 +72,51 @@ void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const floa
         __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), dgelu16(v));
         _mm512_mask_storeu_ps(dx + i, m, d);
         if (db_acc) _mm512_mask_storeu_ps(db_acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, db_acc + i), d));
+    }
+}
+
+/* sum of x + h over the row, each sum stored to s; fm_row_reduce512's order */
+static float add_sum_row(const float *x, const float *h, float *s, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define SUM_AT(a, k)                                                          \
+    do {                                                                      \
+        __m512 v_ = _mm512_add_ps(_mm512_loadu_ps(x + (k)), _mm512_loadu_ps(h + (k))); \
+        _mm512_storeu_ps(s + (k), v_);                                        \
+        a = _mm512_add_ps(a, v_);                                             \
+    } while (0)
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        SUM_AT(a0, i);
+        SUM_AT(a1, i + 16);
+        SUM_AT(a2, i + 32);
+        SUM_AT(a3, i + 48);
+    }
+    for (; i + 16 <= n; i += 16) SUM_AT(a0, i);
+#undef SUM_AT
+    if (i < n) {
+        __mmask16 m = fm_tail16(n - i);
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, h + i));
+        _mm512_mask_storeu_ps(s + i, m, v);
+        a1 = _mm512_add_ps(a1, v);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* h NULL: the sum is x itself (s unused) */
+void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                              int64_t n, float eps, float *mean_out, float *rstd_out) {
+    const float *src = h ? s : x;
+    float mean = (h ? add_sum_row(x, h, s, n) : fm_row_reduce512(x, n, 0, 0)) / (float)n;
+    float rstd = 1.0f / sqrtf(fm_row_reduce512(src, n, mean, 1) / (float)n + eps);
+    *mean_out = mean;
+    *rstd_out = rstd;
+    const __m512 vr = _mm512_set1_ps(rstd), vo = _mm512_set1_ps(-mean * rstd);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 t = n - i >= 16 ? (__mmask16)0xffff : fm_tail16(n - i);
+        __m512 v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, src + i), vr, vo);
+        if (w && b) v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(t, w + i), _mm512_maskz_loadu_ps(t, b + i));
+        else if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(t, w + i));
+        else if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(t, b + i));
+        _mm512_mask_storeu_ps(y + i, t, v);
     }
 }

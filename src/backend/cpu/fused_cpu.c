@@ -30,6 +30,8 @@ void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float 
 
 /* fused_avx512.c: bias + GELU(tanh) rows, bitwise the AVX2 ones */
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
+void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
+                              int64_t n, float eps, float *mean_out, float *rstd_out);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
 
@@ -162,7 +164,7 @@ typedef struct rows_ctx {
     void *out[4];
     int64_t M, N, rows_per_chunk;
     fm_dtype dt;
-    int simd; /* 0 scalar, 1 AVX2, 2 AVX-512 (bias+GELU; add+norm stays AVX2) */
+    int simd; /* 0 scalar, 1 AVX2, 2 AVX-512 (bias + GELU and the add + norm forward; the norm's backward stays AVX2) */
     double eps;
     void *part_a, *part_b; /* [n_chunks, N] gradient partials (backward) */
 } rows_ctx;
@@ -321,7 +323,8 @@ static void aln_fwd_rows(void *vc, int64_t r0, int64_t r1, int tid) {
             const float *x = (const float *)r->in[0] + i * N, *h = has_h ? (const float *)r->in[1] + i * N : NULL;
             float *s = has_h ? (float *)r->out[0] + i * N : NULL, *y = (float *)r->out[1] + i * N;
             float *mo = (float *)r->out[2] + i, *ro = (float *)r->out[3] + i;
-            if (r->simd) fm_add_ln_row_f32_avx2(x, h, r->in[2], r->in[3], s, y, N, (float)r->eps, mo, ro);
+            if (r->simd > 1) fm_add_ln_row_f32_avx512(x, h, r->in[2], r->in[3], s, y, N, (float)r->eps, mo, ro);
+            else if (r->simd) fm_add_ln_row_f32_avx2(x, h, r->in[2], r->in[3], s, y, N, (float)r->eps, mo, ro);
             else aln_row_f32(x, h, r->in[2], r->in[3], s, y, N, r->eps, mo, ro);
         }
     }

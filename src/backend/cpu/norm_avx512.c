@@ -20,28 +20,6 @@ void fm_rmsnorm_row_f32_avx512(const float *x, const float *w, float *y, int64_t
 void fm_rmsnorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float rstd, float *dx,
                                    float *dw_acc, int64_t n, int stream);
 
-/* sum of (x - c)^2 when sq, else of x, in four 16-lane accumulators */
-static float row_reduce(const float *x, int64_t n, float c, int sq) {
-    __m512 vc = _mm512_set1_ps(c), a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-#define TERM(v) (sq ? _mm512_sub_ps((v), vc) : (v))
-#define ACC(a, v) a = sq ? _mm512_fmadd_ps(TERM(v), TERM(v), a) : _mm512_add_ps(a, (v))
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        ACC(a0, _mm512_loadu_ps(x + i));
-        ACC(a1, _mm512_loadu_ps(x + i + 16));
-        ACC(a2, _mm512_loadu_ps(x + i + 32));
-        ACC(a3, _mm512_loadu_ps(x + i + 48));
-    }
-    for (; i + 16 <= n; i += 16) ACC(a0, _mm512_loadu_ps(x + i));
-    if (i < n) { /* masked-off lanes read as c: (c - c)^2 = 0 */
-        __m512 v = _mm512_mask_loadu_ps(sq ? vc : _mm512_setzero_ps(), fm_tail16(n - i), x + i);
-        ACC(a1, v);
-    }
-#undef ACC
-#undef TERM
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
 /* y = (x * r + o) [* w] [+ b] over [i, i + 16) lanes in mask t */
 static inline __m512 ln_out(const float *x, const float *w, const float *b, int64_t i, __mmask16 t, __m512 vr,
                             __m512 vo) {
@@ -55,8 +33,8 @@ static inline __m512 ln_out(const float *x, const float *w, const float *b, int6
 void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b, float *y, int64_t n, float eps,
                                  float *mean_out, float *rstd_out, int stream) {
     stream = stream && ((uintptr_t)y & 63) == 0;
-    float mean = row_reduce(x, n, 0, 0) / (float)n;
-    float rstd = 1.0f / sqrtf(row_reduce(x, n, mean, 1) / (float)n + eps);
+    float mean = fm_row_reduce512(x, n, 0, 0) / (float)n;
+    float rstd = 1.0f / sqrtf(fm_row_reduce512(x, n, mean, 1) / (float)n + eps);
     *mean_out = mean;
     *rstd_out = rstd;
     __m512 vr = _mm512_set1_ps(rstd), vo = _mm512_set1_ps(-mean * rstd);
@@ -99,7 +77,7 @@ void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const floa
 void fm_rmsnorm_row_f32_avx512(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
                                int stream) {
     stream = stream && ((uintptr_t)y & 63) == 0;
-    float rstd = 1.0f / sqrtf(row_reduce(x, n, 0, 1) / (float)n + eps);
+    float rstd = 1.0f / sqrtf(fm_row_reduce512(x, n, 0, 1) / (float)n + eps);
     *rstd_out = rstd;
     __m512 vr = _mm512_set1_ps(rstd);
     for (int64_t i = 0; i < n; i += 16) {

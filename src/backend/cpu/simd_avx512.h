@@ -143,4 +143,28 @@ static inline void fm_transpose16_epi32(__m512i r[16]) {
     }
 }
 
+
+/* Sum of (x - c)^2 when sq, else of x, in four 16-lane accumulators (the layer and
+ * RMS norm rows, norm_avx512.c; fused_avx512.c's add + layer norm). */
+static inline float fm_row_reduce512(const float *x, int64_t n, float c, int sq) {
+    __m512 vc = _mm512_set1_ps(c), a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define FM_RR_TERM(v) (sq ? _mm512_sub_ps((v), vc) : (v))
+#define FM_RR_ACC(a, v) a = sq ? _mm512_fmadd_ps(FM_RR_TERM(v), FM_RR_TERM(v), a) : _mm512_add_ps(a, (v))
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        FM_RR_ACC(a0, _mm512_loadu_ps(x + i));
+        FM_RR_ACC(a1, _mm512_loadu_ps(x + i + 16));
+        FM_RR_ACC(a2, _mm512_loadu_ps(x + i + 32));
+        FM_RR_ACC(a3, _mm512_loadu_ps(x + i + 48));
+    }
+    for (; i + 16 <= n; i += 16) FM_RR_ACC(a0, _mm512_loadu_ps(x + i));
+    if (i < n) { /* masked-off lanes read as c: (c - c)^2 = 0 */
+        __m512 v = _mm512_mask_loadu_ps(sq ? vc : _mm512_setzero_ps(), fm_tail16(n - i), x + i);
+        FM_RR_ACC(a1, v);
+    }
+#undef FM_RR_ACC
+#undef FM_RR_TERM
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
 #endif
