@@ -6,7 +6,7 @@
 #include "fathom/ops.h"
 #include "test_util.h"
 #include "op_test.h"
-#include "core/cpu_features.h"
+#include "test_isa_env.h"
 #include "core/parallel.h"
 
 #define MAX_TESTS 512
@@ -23,27 +23,9 @@ static bool selected(const char *op, int argc, char **argv) {
     return false;
 }
 
-/* FATHOM_ISA: the ctest entries test_ops_isa_<level> run every op test with
- * the kernels of one level; a level this CPU lacks is skipped (exit 77), a
- * name that is no level fails. */
-static int check_isa(void) {
-    const char *e = getenv("FATHOM_ISA");
-    fm_isa isa;
-    char msg[256];
-    if (e && *e && !fm_isa_choose(e, FM_ISA_COUNT - 1, &isa, msg, sizeof msg)) {
-        fprintf(stderr, "%s\n", msg);
-        return 1;
-    }
-    if (!fm_isa_check(msg, sizeof msg)) {
-        fprintf(stderr, "skipped: %s\n", msg);
-        return 77;
-    }
-    fprintf(stderr, "kernels at %s (FATHOM_ISA)\n", fm_isa_name(fm_cpu_isa()));
-    return 0;
-}
 
 int main(int argc, char **argv) {
-    int failed_ops = 0, isa = check_isa();
+    int failed_ops = 0, isa = test_isa_env();
     if (isa) return isa;
     for (int i = 0; i < g_n; i++) {
         if (!selected(g_tests[i].op, argc, argv)) continue;

@@ -23,6 +23,7 @@
 #include "fathom/graph.h"
 #include "fathom/quant.h"
 #include "test_util.h"
+#include "test_isa_env.h"
 
 static char g_tmp[256];
 
@@ -238,6 +239,21 @@ static void test_rows_layout(void) {
     same = r0 && r1;
     for (int64_t i = 0; same && i < 9 * 40; i++) same = ((const float *)fm_tensor_data(r0))[i] == ((const float *)fm_tensor_data(r1))[i];
     CHECK_MSG(same, "fused relu differs from relu after the op");
+    /* tanh GELU fused on panels == the op without bias, then the fused bias + GELU op (bitwise, at
+     * every ISA level: ctest runs this file's cases at each, test_quant_isa_*); dynamic and static */
+    for (int dyn = 0; dyn < 2; dyn++) {
+        const double as = dyn ? 0.0 : 0.03;
+        fm_tensor *h0 = fm_qlinear_int8_packed(x, p, s, u, NULL, as, 100, FM_QACT_NONE);
+        fm_tensor *g0 = h0 ? fm_bias_gelu_tanh(h0, b) : NULL, *g1 = fm_qlinear_int8_packed(x, p, s, u, b, as, 100, FM_QACT_GELU_TANH);
+        same = g0 && g1;
+        int64_t at = -1;
+        for (int64_t i = 0; same && i < 9 * 40; i++)
+            if (memcmp((const float *)fm_tensor_data(g0) + i, (const float *)fm_tensor_data(g1) + i, 4)) same = false, at = i;
+        CHECK_MSG(same, "fused tanh GELU (%s) differs from bias_gelu_tanh after the op at %lld", dyn ? "dynamic" : "static", (long long)at);
+        fm_tensor_release_n(3, h0, g0, g1);
+    }
+    CHECK(fm_qlinear_int8_packed(x, p, s, u, b, 0.03, 100, 3) == NULL);
+    CHECK_ERR_CONTAINS("activation 3 is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2)");
     /* the front end names a panel tensor that does not fit */
     CHECK(fm_qlinear_int8_packed(x, q, s, u, b, 0.03, 100, false) == NULL);
     CHECK_ERR_CONTAINS("panels must be i8 [3, 18, 16, 4] for 40 outputs and 70 input features");
@@ -254,7 +270,9 @@ static void test_rows_layout(void) {
 }
 
 /* A GPT-2 graph quantized: int4 (embedding and linears, the tied head shares the
- * table) and int8 dynamic generate 12 tokens; the logits stay near fp32. */
+ * table) and int8 dynamic generate 12 tokens; the logits stay near fp32. Then the
+ * compiled graph (bias + GELU fused by fathom compile) in int8: the bias_gelu_tanh
+ * goes into the MLP's first qlinear_int8 (its epilogue), and the logits stay near. */
 static void test_gpt(void) {
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
     c.n_layer = 2; c.n_head = 4; c.n_kv_head = 4; c.n_embd = 64; c.ffn_hidden = 256; c.block_size = 24; c.vocab_size = 50; c.dropout = 0;
@@ -285,6 +303,33 @@ static void test_gpt(void) {
                rep.n_quantized, rep.bytes_before, rep.bytes_after, d);
         fm_quant_report_free(&rep);
         fm_graph_free(q);
+    }
+    fm_compile_report crep;
+    fm_graph *gc = g ? fm_graph_compile(g, &crep) : NULL;
+    CHECK_MSG(!g || gc, "%s", fm_last_error());
+    if (gc) {
+        CHECK(count_op(gc, "bias_gelu_tanh") == c.n_layer);
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        fm_quant_report rep;
+        fm_graph *q = fm_graph_quantize(gc, &o, &rep);
+        CHECK_MSG(q != NULL, "%s", fm_last_error());
+        if (q) {
+            CHECK(count_op(q, "bias_gelu_tanh") == 0 && count_op(q, "qlinear_int8") == 4 * c.n_layer + 1);
+            int fused = 0;
+            for (int i = 0; i < rep.n_nodes; i++) fused += strstr(rep.nodes[i].how, "bias_gelu_tanh") != NULL;
+            CHECK_MSG(fused == c.n_layer, "%d nodes say they fused a bias_gelu_tanh", fused);
+            int32_t prompt[3] = {1, 5, 9}, out[12];
+            int no = 0;
+            fm_gpt_sample_params sp = {0, 0, 1.0, 0};
+            CHECK_MSG(fm_graph_generate(q, prompt, 3, 12, &sp, out, &no, NULL, NULL, NULL) == FM_OK && no == 12, "%s", fm_last_error());
+            double d = 0;
+            CHECK(fm_graph_compare(g, q, &d) == FM_OK);
+            CHECK_MSG(d < 0.05, "compiled gpt int8: logits differ by %g relative", d);
+            fm_quant_report_free(&rep);
+            fm_graph_free(q);
+        }
+        fm_graph_free(gc);
     }
     fm_graph_free(g);
     fm_gpt_free(m);
@@ -363,6 +408,8 @@ static void test_per_row(void) {
 }
 
 int main(void) {
+    const int isa = test_isa_env();
+    if (isa) return isa;
     snprintf(g_tmp, sizeof g_tmp, "/tmp/fathom_test_quant.%d", (int)getpid());
     mkdir(g_tmp, 0700);
     test_modes();

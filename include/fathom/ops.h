@@ -226,10 +226,14 @@ FM_API fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight
 FM_API fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_tensor *bias, double a_scale, int a_zero);
 /* The same on weights packed once by fm_pack_weight_int8 (fathom/quant.h): panels i8
  * [ceil(N/16), ceil(K/4), 16, 4] and their row sums w_sum i32 [N] (N from w_scale), which
- * the CPU runs as a VNNI (vpdpbusd) microkernel with no per-call weight work; relu: a
- * fused max(y, 0) after the bias. */
+ * the CPU runs as a VNNI (vpdpbusd) microkernel with no per-call weight work; act: an
+ * activation fused after the bias, one of FM_QACT_* (false and true read as none and
+ * ReLU). */
 FM_API fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias,
-                                         double a_scale, int a_zero, bool relu);
+                                         double a_scale, int a_zero, int act);
+#define FM_QACT_NONE 0
+#define FM_QACT_RELU 1      /* max(y, 0) */
+#define FM_QACT_GELU_TANH 2 /* GELU in its tanh form, bitwise what fm_bias_gelu_tanh gives on the same CPU */
 /* a_scale for fm_qlinear_int8_packed: dynamic with each row of x quantized at its own
  * range (one scale and zero point per row), so a row's output does not depend on the
  * rows beside it (what a server batching many sequences wants). CPU only. */

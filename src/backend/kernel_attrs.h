@@ -119,11 +119,11 @@ typedef struct fm_optim_step_attrs {
  * out = {y [M, N] f32}. w is [N, K] (rows; w_sum NULL, summed per call) or the panels
  * [ceil(N/16), ceil(K/4), 16, 4] (backend/cpu/quant_kernels.h; w_sum required).
  * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call).
- * relu: a fused max(y, 0) after the bias. */
+ * act: an activation fused after the bias (FM_QACT_*: 0 none, 1 ReLU, 2 tanh GELU). */
 typedef struct fm_qlinear8_attrs {
     double a_scale;
     int a_zero;
-    int relu;
+    int act;
     int per_row; /* dynamic with one scale and zero point per row of x (fm_qlinear_int8_rows): CPU only */
 } fm_qlinear8_attrs;
 /* Where weight (n, k) of an int8 [N, K] matrix lies in its panels (Kq = ceil(K/4)):

@@ -107,9 +107,18 @@ static int find_int8(const bind_ctx *b, const char *name, int64_t N, int64_t K, 
     }
     const gnode *n = reader(b->g, "qlinear_int8", pn, 1);
     const gattr *as = n ? g_node_attr(n, "a_scale") : NULL, *relu = n ? g_node_attr(n, "relu") : NULL;
+    const gattr *gelu = n ? g_node_attr(n, "gelu_tanh") : NULL;
     if (!n || (as && as->f > 0) || (relu && relu->i)) {
         fm_set_error(FM_ERR_UNSUPPORTED, "%s: '%s' is not int8 dynamic (%s); text generation runs int8 --dynamic and int4 "
                      "graphs", b->where, name, !n ? "no qlinear_int8 node reads it" : as && as->f > 0 ? "calibrated activation scale" : "a fused relu");
+        return -1;
+    }
+    /* a tanh GELU fused into the int8 node (fathom quantize of a compiled GPT-2) is the MLP's
+     * own, which the paged decoder applies after its first linear; anywhere else the graph is
+     * not the GPT its metadata describes */
+    if (gelu && gelu->i && !strstr(name, ".mlp.fc.")) {
+        fm_set_error(FM_ERR_FORMAT, "%s: '%s' has a fused tanh GELU, which only the MLP's first linear (mlp.fc) has in a GPT-2",
+                     b->where, name);
         return -1;
     }
     if (!has_shape(p, FM_I8, 4, (int64_t[]){(N + 15) / 16, (K + 3) / 4, 16, 4}) || !has_shape(s, FM_F32, 1, &N) ||

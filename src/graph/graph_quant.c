@@ -63,14 +63,28 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
     return K_NONE;
 }
 
-/* The relu node that alone reads node i's output (not a graph output), whose
- * max(y, 0) can run in node i's int8 epilogue; -1 when there is none. */
-static int relu_after(const fm_graph *g, const int *uses, int i) {
-    const int v = g->nodes[i].out[0];
-    if (g->nodes[i].n_out != 1 || uses[v] != 1) return -1;
-    for (int j = i + 1; j < g->n_nodes; j++)
-        if (g->nodes[j].n_in >= 1 && g->nodes[j].in[0] == v)
-            return !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1 && g->nodes[j].n_out == 1 ? j : -1;
+/* The activation node that alone reads node i's output (not a graph output) and can
+ * run in node i's int8 epilogue, or -1: a relu; a gelu_tanh (the panels' epilogue);
+ * or a bias_gelu_tanh after a linear without a bias (fathom compile's fuse-bias-gelu:
+ * its bias becomes the quantized node's). The fused epilogues compute what the
+ * separate ops do, bitwise (test_quant). */
+static int act_after(const fm_graph *g, const int *uses, int i, bool panels) {
+    const gnode *n = &g->nodes[i];
+    const int v = n->out[0];
+    if (n->n_out != 1 || uses[v] != 1 || g->values[v].is_output) return -1;
+    for (int j = i + 1; j < g->n_nodes; j++) {
+        const gnode *a = &g->nodes[j];
+        if (a->n_in < 1 || a->in[0] != v) continue;
+        if (a->n_out != 1 || fused_relu(n)) return -1;
+        if (!strcmp(a->op, "relu") && a->n_in == 1) return j;
+        if (!panels) return -1;
+        if (!strcmp(a->op, "gelu_tanh") && a->n_in == 1) return j;
+        const bool no_bias = n->n_in < 3 || n->in[2] < 0;
+        if (!strcmp(a->op, "bias_gelu_tanh") && a->n_in == 2 && no_bias && strcmp(n->op, "matmul") && a->in[1] >= 0 &&
+            g->values[a->in[1]].t.dt == FM_F32 && g->values[a->in[1]].t.ndim == 1)
+            return j;
+        return -1;
+    }
     return -1;
 }
 
@@ -115,8 +129,8 @@ static fm_status int8_weight(rw *r, const gnode *n, qkind k, const char *qn, con
     return st;
 }
 
-/* relu: the node whose ReLU is fused into this one's epilogue (its output is the new node's), or NULL */
-static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, const gnode *relu, char *how, size_t nh) {
+/* act: the activation node fused into this one's epilogue (act_after; its output is the new node's), or NULL */
+static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, const gnode *act, char *how, size_t nh) {
     const fm_graph *g = r->src;
     const char *t = k == K_MATMUL ? ".T" : "", *wn = g->values[n->in[1]].name;
     const int64_t K = g->values[n->in[1]].tensor->shape[k == K_MATMUL ? 0 : 1];
@@ -126,10 +140,11 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     snprintf(sn, sizeof sn, "%s%s.int8_scale", wn, t);
     snprintf(un, sizeof un, "%s%s.int8_sum", wn, t);
     if (int8_weight(r, n, k, qn, sn, un, panels)) return fm_last_status();
-    const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
+    const bool relu = act && !strcmp(act->op, "relu"), gelu = act && !relu, act_bias = act && !strcmp(act->op, "bias_gelu_tanh");
+    const char *bias = act_bias ? rw_name(r, act->in[1]) : k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
     const char *ins[5] = {rw_name(r, n->in[0]), qn, sn, bias, panels ? un : ""};
     const int n_in = panels ? 5 : bias[0] ? 4 : 3;
-    const char *out = g->values[(relu ? relu : n)->out[0]].name;
+    const char *out = g->values[(act ? act : n)->out[0]].name;
     float s = 0.0f;
     int zero = 0;
     if (range) { /* the scale and zero point the kernel's dynamic path would pick for this range */
@@ -143,11 +158,12 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
         snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
     }
     size_t l = strlen(how);
-    if (relu && l < nh) snprintf(how + l, nh - l, ", + relu '%s' fused", relu->name);
+    if (act && l < nh) snprintf(how + l, nh - l, ", + %s '%s' fused", act->op, act->name);
     else if (fused_relu(n) && l < nh) snprintf(how + l, nh - l, ", + its relu");
-    fm_graph_attr a[4] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu || fused_relu(n) ? 1 : 0),
-                          fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
-    return add_node_to(r, n, out, "qlinear_int8", n_in, ins, range ? 4 : 2, a);
+    fm_graph_attr a[5] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu || fused_relu(n) ? 1 : 0),
+                          fm_graph_attr_int("gelu_tanh", 1), fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
+    if (!gelu) a[2] = a[3], a[3] = a[4]; /* no gelu_tanh attribute: the graph as earlier versions wrote it */
+    return add_node_to(r, n, out, "qlinear_int8", n_in, ins, (range ? 4 : 2) + (gelu ? 1 : 0), a);
 }
 
 static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_options *o, char *how, size_t nh) {
@@ -246,7 +262,11 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         const gnode *n = &g->nodes[i];
         if (kinds[i] == K_FUSED) continue;
         if (kinds[i] == K_NONE) { st = rw_copy_node(&r, n); continue; }
-        int j = o->mode == FM_QUANT_INT4 ? -1 : relu_after(g, uses, i);
+        int j = -1;
+        if (o->mode != FM_QUANT_INT4) { /* the panels' layout holds up to 32768 input features (quant_int8) */
+            const int64_t K = g->values[n->in[1]].tensor->shape[kinds[i] == K_MATMUL ? 0 : 1];
+            j = act_after(g, uses, i, K <= 32768);
+        }
         if (j >= 0) {
             kinds[j] = K_FUSED;
             snprintf(nodes[j].how, sizeof nodes[j].how, "fused into '%s' (int8 epilogue)", n->name);

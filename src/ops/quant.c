@@ -73,7 +73,7 @@ fm_tensor *fm_qlinear_int8(fm_tensor *x, fm_tensor *w, fm_tensor *w_scale, fm_te
 }
 
 fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias, double a_scale,
-                                  int a_zero, bool relu) {
+                                  int a_zero, int act) {
     const char *op = "qlinear_int8 (panels)";
     char a[128];
     if (!w_scale || w_scale->ndim != 1) {
@@ -106,7 +106,11 @@ fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_
         fm_set_error(FM_ERR_UNSUPPORTED, "%s: per-row activation scales run on the CPU only", op);
         return NULL;
     }
-    fm_qlinear8_attrs at = {a_scale, a_zero, relu ? 1 : 0, a_scale < 0 ? 1 : 0};
+    if (act < FM_QACT_NONE || act > FM_QACT_GELU_TANH) {
+        fm_set_error(FM_ERR_INVALID, "%s: activation %d is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2)", op, act);
+        return NULL;
+    }
+    fm_qlinear8_attrs at = {a_scale, a_zero, act, a_scale < 0 ? 1 : 0};
     return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, panels, w_scale, bias, w_sum}, x->ndim, shape, &at);
 }
 

@@ -25,15 +25,7 @@ static inline __m256 dgelu_v(__m256 x) {
     __m256 gauss, cdf = fm_normcdf_gauss256(x, &gauss);
     return _mm256_fmadd_ps(_mm256_mul_ps(x, _mm256_set1_ps(k_inv_sqrt_2pi)), gauss, cdf);
 }
-/* 0.5 x (1 + tanh u) = x sigmoid(2u) = x / (1 + e^-2u): no cancellation in the left tail */
-static inline __m256 gelu_tanh_v(__m256 x) {
-    __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(x, x), _mm256_set1_ps(1.0f));
-    __m256 two_u = _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(2.0f * k_sqrt2_pi)), inner);
-    __m256 e = fm_exp256(_mm256_xor_ps(two_u, _mm256_set1_ps(-0.0f)));
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-/* With s = 1/(1+e), e = e^-2u: d = s + 2x s(1-s) u' = s (1 + q 2xu'), q = e s = 1 - s,
- * without the cancellation of 1 - tanh^2 in either tail. */
+/* tanh GELU: forward fm_gelu_tanh256 (simd_avx2.h); its derivative */
 static inline __m256 dgelu_tanh_v(__m256 x) {
     const __m256 one = _mm256_set1_ps(1.0f);
     /* x^2 capped at 400 (|x| = 20, where s is already 0 or 1): past it x^2 = inf would
@@ -88,7 +80,7 @@ bool fm_ew_unary_f32_avx2(fm_op_id op, const fm_unary_attrs *at, const float *x,
         UNARY_LOOP(_mm256_blendv_ps(v, _mm256_mul_ps(v, slope), _mm256_cmp_ps(v, zero, _CMP_LE_OQ)));
         break;
     case FM_OP_GELU: UNARY_LOOP(gelu_v(v)); break;
-    case FM_OP_GELU_TANH: UNARY_LOOP(gelu_tanh_v(v)); break;
+    case FM_OP_GELU_TANH: UNARY_LOOP(fm_gelu_tanh256(v)); break;
     case FM_OP_SILU: UNARY_LOOP(_mm256_mul_ps(v, fm_sigmoid256(v))); break;
     case FM_OP_CLAMP:
         UNARY_LOOP(_mm256_blendv_ps(_mm256_min_ps(_mm256_max_ps(v, lo), hi), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));

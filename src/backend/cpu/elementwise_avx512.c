@@ -17,12 +17,6 @@ static inline __m512 dgelu_v(__m512 x) {
     __m512 gauss, cdf = fm_normcdf_gauss512(x, &gauss);
     return _mm512_fmadd_ps(_mm512_mul_ps(x, _mm512_set1_ps(k_inv_sqrt_2pi)), gauss, cdf);
 }
-static inline __m512 gelu_tanh_v(__m512 x) {
-    __m512 inner = _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), _mm512_mul_ps(x, x), _mm512_set1_ps(1.0f));
-    __m512 two_u = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(2.0f * k_sqrt2_pi)), inner);
-    __m512 e = fm_exp512(_mm512_xor_ps(two_u, _mm512_set1_ps(-0.0f)));
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-}
 static inline __m512 dgelu_tanh_v(__m512 x) {
     const __m512 one = _mm512_set1_ps(1.0f);
     __m512 x2 = _mm512_min_ps(_mm512_set1_ps(400.0f), _mm512_mul_ps(x, x));
@@ -82,7 +76,7 @@ bool fm_ew_unary_f32_avx512(fm_op_id op, const fm_unary_attrs *at, const float *
     case FM_OP_RELU: UNARY_LOOP(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v, zero)); break;
     case FM_OP_LEAKY_RELU: UNARY_LOOP(below0(v, slope)); break;
     case FM_OP_GELU: UNARY_LOOP(gelu_v(v)); break;
-    case FM_OP_GELU_TANH: UNARY_LOOP(gelu_tanh_v(v)); break;
+    case FM_OP_GELU_TANH: UNARY_LOOP(fm_gelu_tanh512(v)); break;
     case FM_OP_SILU: UNARY_LOOP(_mm512_mul_ps(v, fm_sigmoid512(v))); break;
     case FM_OP_CLAMP:
         UNARY_LOOP(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),

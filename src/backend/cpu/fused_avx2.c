@@ -33,16 +33,7 @@ static inline __m256i lanes_below(int64_t r) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* gelu_tanh(v) = v / (1 + e^{-2u}), u = sqrt(2/pi) (v + 0.044715 v^3): the logistic
- * form has no 1 + tanh cancellation in the left tail */
-static inline __m256 gelu8(__m256 v) {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 two_u = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(k_2sqrt2_pi)),
-                                 _mm256_fmadd_ps(_mm256_set1_ps(k_cubic), _mm256_mul_ps(v, v), one));
-    __m256 e = fm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), two_u));
-    return _mm256_div_ps(v, _mm256_add_ps(one, e));
-}
-
+/* the forward GELU is simd_avx2.h's fm_gelu_tanh256, the elementwise op's */
 /* d/dv: with s = 1/(1+e) and q = e s = 1 - s, s (1 + q 2u'), 2u' = 2 sqrt(2/pi)(1 + 3*0.044715 v^2) */
 static inline __m256 dgelu8(__m256 v) {
     const __m256 one = _mm256_set1_ps(1.0f);
@@ -59,11 +50,11 @@ static inline __m256 dgelu8(__m256 v) {
 void fm_bias_gelu_row_f32_avx2(const float *x, const float *b, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, gelu8(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(b + i))));
+        _mm256_storeu_ps(y + i, fm_gelu_tanh256(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(b + i))));
     if (i < n) {
         __m256i m = lanes_below(n - i);
         __m256 v = _mm256_add_ps(_mm256_maskload_ps(x + i, m), _mm256_maskload_ps(b + i, m));
-        _mm256_maskstore_ps(y + i, m, gelu8(v));
+        _mm256_maskstore_ps(y + i, m, fm_gelu_tanh256(v));
     }
 }
 

@@ -25,15 +25,7 @@ void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const floa
 static const float k_2sqrt2_pi = 1.5957691216057308f; /* 2 sqrt(2/pi) */
 static const float k_cubic = 0.044715f;
 
-/* gelu_tanh(v) = v / (1 + e^{-2u}), u = sqrt(2/pi) (v + 0.044715 v^3) */
-static inline __m512 gelu16(__m512 v) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 two_u = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(k_2sqrt2_pi)),
-                                 _mm512_fmadd_ps(_mm512_set1_ps(k_cubic), _mm512_mul_ps(v, v), one));
-    __m512 e = fm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), two_u));
-    return _mm512_div_ps(v, _mm512_add_ps(one, e));
-}
-
+/* the forward GELU is simd_avx512.h's fm_gelu_tanh512, the elementwise op's */
 /* d/dv = s (1 + q 2u'), s = 1/(1+e), q = min(e s, 1) */
 static inline __m512 dgelu16(__m512 v) {
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -49,11 +41,11 @@ static inline __m512 dgelu16(__m512 v) {
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, gelu16(_mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(b + i))));
+        _mm512_storeu_ps(y + i, fm_gelu_tanh512(_mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(b + i))));
     if (i < n) {
         __mmask16 m = fm_tail16(n - i);
         __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, b + i));
-        _mm512_mask_storeu_ps(y + i, m, gelu16(v));
+        _mm512_mask_storeu_ps(y + i, m, fm_gelu_tanh512(v));
     }
 }
 

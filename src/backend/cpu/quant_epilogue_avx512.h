@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/simd_avx512.h"
 
 static inline __mmask16 lanes(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
@@ -71,6 +72,7 @@ static inline __attribute__((always_inline)) void store16(const q8_ep *x, int64_
     else y = _mm512_mul_ps(c->s, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, c->zs)));
     if (e->bias) y = _mm512_add_ps(y, c->b);
     if (e->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+    if (e->gelu_tanh) y = fm_gelu_tanh512(y);
     _mm512_mask_storeu_ps(e->y + m * e->ldy + n, c->k, y);
 }
 

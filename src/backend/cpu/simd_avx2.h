@@ -33,6 +33,16 @@ static inline __m256 fm_exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* GELU in its tanh form, x / (1 + e^{-2u}), u = sqrt(2/pi) (x + 0.044715 x^3): the one
+ * the elementwise op, the fused bias + GELU and the int8 epilogue share (fm_gelu_tanh512). */
+static inline __m256 fm_gelu_tanh256(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 two_u = _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.5957691216057308f)),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(x, x), one));
+    __m256 e = fm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), two_u));
+    return _mm256_div_ps(x, _mm256_add_ps(one, e));
+}
+
 static inline __m256 fm_sigmoid256(__m256 x) {
     /* 1 / (1 + e^-x); for large -x, e^-x = inf gives 0, as it should */
     __m256 e = fm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));

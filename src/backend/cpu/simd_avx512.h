@@ -47,6 +47,18 @@ static inline __m512 fm_exp2_neg512(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~under, r);
 }
 
+/* GELU in its tanh form, x / (1 + e^{-2u}) with u = sqrt(2/pi) (x + 0.044715 x^3): the
+ * logistic form has no 1 + tanh cancellation in the left tail. The elementwise op, the
+ * fused bias + GELU and the int8 product's epilogue all call this one, so a GELU fused
+ * into another op is bitwise the separate one; fm_gelu_tanh256 is its 8-lane twin. */
+static inline __m512 fm_gelu_tanh512(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 two_u = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.5957691216057308f)),
+                                 _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), _mm512_mul_ps(x, x), one));
+    __m512 e = fm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), two_u));
+    return _mm512_div_ps(x, _mm512_add_ps(one, e));
+}
+
 static inline __m512 fm_sigmoid512(__m512 x) {
     __m512 e = fm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
     return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));

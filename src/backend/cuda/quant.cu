@@ -22,6 +22,8 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_device.h"
+#include "backend/scalar_math.h"
+#include "fathom/ops.h" /* FM_QACT_* */
 #include "backend/cuda/cuda_internal.h"
 
 /* ---- int8 ---- */
@@ -84,7 +86,7 @@ __global__ void q8_gemm_plain_k(const int8_t *q, const int8_t *w, int64_t M, int
 }
 
 __global__ void q8_epilogue_k(const int32_t *C, const int32_t *wsum, const float *ws, const float *bias, const float *mm, float st_scale,
-                              int st_zero, int64_t M, int64_t N, bool relu, float *y) {
+                              int st_zero, int64_t M, int64_t N, int act, float *y) {
     float s;
     int z;
     q8_params(mm, st_scale, st_zero, &s, &z);
@@ -93,7 +95,7 @@ __global__ void q8_epilogue_k(const int32_t *C, const int32_t *wsum, const float
         long long v = (long long)C[e] + (long long)(128 - z) * wsum[n];
         float r = s * ws[n] * (float)v;
         if (bias) r = r + bias[n];
-        y[e] = relu ? (r > 0.0f ? r : 0.0f) : r;
+        y[e] = act == FM_QACT_RELU ? (r > 0.0f ? r : 0.0f) : act == FM_QACT_GELU_TANH ? fm_gelu_tanh_f(r) : r;
     }
 }
 
@@ -144,7 +146,7 @@ static fm_status k_qlinear8(const fm_op_call *c) {
         q8_epilogue_k<<<fm_cuda_blocks(M * N, 256), 256, 0, s>>>(C, panels ? (const int32_t *)fm_tensor_data(c->in[4]) : wsum,
                                                                  (const float *)fm_tensor_data(c->in[2]),
                                                                  c->in[3] ? (const float *)fm_tensor_data(c->in[3]) : NULL, mm, sts, at->a_zero, M,
-                                                                 N, at->relu != 0, (float *)fm_tensor_data(c->out[0]));
+                                                                 N, at->act, (float *)fm_tensor_data(c->out[0]));
         st = fm_cuda_check_launch("qlinear_int8");
     }
     fm_cuda_scratch_free(mm);
