@@ -245,15 +245,21 @@ static void test_rows_layout(void) {
         const double as = dyn ? 0.0 : 0.03;
         fm_tensor *h0 = fm_qlinear_int8_packed(x, p, s, u, NULL, as, 100, FM_QACT_NONE);
         fm_tensor *g0 = h0 ? fm_bias_gelu_tanh(h0, b) : NULL, *g1 = fm_qlinear_int8_packed(x, p, s, u, b, as, 100, FM_QACT_GELU_TANH);
+        fm_tensor *hb = fm_qlinear_int8_packed(x, p, s, u, b, as, 100, FM_QACT_NONE), *e0 = hb ? fm_gelu(hb) : NULL;
+        fm_tensor *e1 = fm_qlinear_int8_packed(x, p, s, u, b, as, 100, FM_QACT_GELU);
         same = g0 && g1;
         int64_t at = -1;
         for (int64_t i = 0; same && i < 9 * 40; i++)
             if (memcmp((const float *)fm_tensor_data(g0) + i, (const float *)fm_tensor_data(g1) + i, 4)) same = false, at = i;
         CHECK_MSG(same, "fused tanh GELU (%s) differs from bias_gelu_tanh after the op at %lld", dyn ? "dynamic" : "static", (long long)at);
-        fm_tensor_release_n(3, h0, g0, g1);
+        same = e0 && e1;
+        for (int64_t i = 0; same && i < 9 * 40; i++)
+            if (memcmp((const float *)fm_tensor_data(e0) + i, (const float *)fm_tensor_data(e1) + i, 4)) same = false, at = i;
+        CHECK_MSG(same, "fused exact GELU (%s) differs from gelu after the op at %lld", dyn ? "dynamic" : "static", (long long)at);
+        fm_tensor_release_n(6, h0, g0, g1, hb, e0, e1);
     }
-    CHECK(fm_qlinear_int8_packed(x, p, s, u, b, 0.03, 100, 3) == NULL);
-    CHECK_ERR_CONTAINS("activation 3 is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2)");
+    CHECK(fm_qlinear_int8_packed(x, p, s, u, b, 0.03, 100, 4) == NULL);
+    CHECK_ERR_CONTAINS("activation 4 is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2), FM_QACT_GELU (3)");
     /* the front end names a panel tensor that does not fit */
     CHECK(fm_qlinear_int8_packed(x, q, s, u, b, 0.03, 100, false) == NULL);
     CHECK_ERR_CONTAINS("panels must be i8 [3, 18, 16, 4] for 40 outputs and 70 input features");
@@ -267,6 +273,51 @@ static void test_rows_layout(void) {
     fm_tensor_release(r1);
     fm_graph_free(l);
     fm_graph_free(g);
+}
+
+/* x -> linear (bias) -> ACT -> y; with `tap`, the linear's output is a graph output too,
+ * so the activation cannot be fused (two readers) */
+static fm_graph *linear_act(const char *act, bool tap) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(2, (int64_t[]){40, 70}, 31), *b = randn(1, (int64_t[]){40}, 32);
+    fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 70}, (const char *[]){"batch", NULL});
+    fm_graph_add_const(g, "fc.weight", w);
+    fm_graph_add_const(g, "fc.bias", b);
+    fm_graph_add_node(g, "linear", "fc", 3, (const char *[]){"x", "fc.weight", "fc.bias"}, 1, (const char *[]){"h"}, 0, NULL);
+    fm_graph_add_node(g, act, "act", 1, (const char *[]){"h"}, 1, (const char *[]){"y"}, 0, NULL);
+    fm_graph_add_output(g, "y");
+    if (tap) fm_graph_add_output(g, "h");
+    fm_tensor_release_n(2, w, b);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    return g;
+}
+
+/* fathom quantize folds a gelu / gelu_tanh after a linear into the int8 node (one node
+ * left), and the fused graph's output is bitwise the unfused one's (the same quantized
+ * product, then the activation op) */
+static void test_gelu_fusion(void) {
+    const char *acts[2] = {"gelu", "gelu_tanh"};
+    fm_tensor *x = randn(2, (int64_t[]){9, 70}, 33);
+    for (int a = 0; a < 2; a++) {
+        fm_graph *g0 = linear_act(acts[a], false), *g1 = linear_act(acts[a], true);
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        fm_graph *q0 = fm_graph_quantize(g0, &o, NULL), *q1 = fm_graph_quantize(g1, &o, NULL);
+        CHECK_MSG(q0 && q1, "%s", fm_last_error());
+        CHECK_MSG(q0 && count_op(q0, acts[a]) == 0 && count_op(q0, "qlinear_int8") == 1, "%s not fused", acts[a]);
+        CHECK_MSG(q1 && count_op(q1, acts[a]) == 1, "%s fused although the linear's output is read twice", acts[a]);
+        fm_tensor *y0 = q0 ? fm_graph_run1(q0, x) : NULL, *in[1] = {x}, *out[2] = {NULL, NULL};
+        CHECK(q1 && fm_graph_run(q1, in, out) == FM_OK);
+        bool same = y0 && out[0] && fm_tensor_numel(y0) == fm_tensor_numel(out[0]);
+        for (int64_t i = 0; same && i < fm_tensor_numel(y0); i++) same = fm_tensor_get(y0, i) == fm_tensor_get(out[0], i);
+        CHECK_MSG(same, "%s fused into the int8 epilogue differs from the separate op", acts[a]);
+        fm_tensor_release_n(3, y0, out[0], out[1]);
+        fm_graph_free(q0);
+        fm_graph_free(q1);
+        fm_graph_free(g0);
+        fm_graph_free(g1);
+    }
+    fm_tensor_release(x);
 }
 
 /* A GPT-2 graph quantized: int4 (embedding and linears, the tied head shares the
@@ -419,6 +470,7 @@ int main(void) {
     test_dynamic_blocks();
     test_per_row();
     test_gpt();
+    test_gelu_fusion();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

@@ -36,7 +36,7 @@ static int64_t q8_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl 
         sc[n] = 0.001f * (float)(1 + n % 7);
         bias[n] = 0.5f - (float)(n % 3);
     }
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N, false, NULL, NULL, false}, ep1 = ep0;
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N, false, NULL, NULL, 0}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL}, g1 = g0;
     g1.C = C1;
@@ -87,10 +87,10 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
         sc[n] = 0.001f * (float)(1 + n % 7);
         bias[n] = 0.5f - (float)(n % 3);
     }
-    /* epi: 0 integers, 1 epilogue with bias, 2 bias + relu, 3 relu without bias, 4 bias + tanh GELU
+    /* epi: 0 integers, 1 epilogue with bias, 2 bias + relu, 3 relu without bias, 4 bias + tanh GELU, 5 bias + exact GELU
      * (the vector kernels' GELU against the reference's double one: within 2e-6 relative or 1e-7, not bitwise;
      * test_quant holds the fused GELU bitwise to the separate bias + GELU op) */
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, epi == 2 || epi == 3, NULL, NULL, epi == 4}, ep1 = ep0;
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, epi == 2 || epi == 3, NULL, NULL, epi >= 4 ? epi - 3 : 0}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL};
     fm_q8_pgemm g1 = {M, N, K, Ap, lda, P, C1, N, epi ? &ep1 : NULL};
@@ -98,7 +98,7 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
     fm_q8_pgemm_run(&g1, impl);
     int64_t bad = 0, neg = 0;
     for (int64_t i = 0; i < M * N; i++) {
-        if (epi == 4) bad += !(fabsf(y0[i] - y1[i]) <= 2e-6f * fabsf(y0[i]) + 1e-7f);
+        if (epi >= 4) bad += !(fabsf(y0[i] - y1[i]) <= 2e-6f * fabsf(y0[i]) + 1e-7f);
         else bad += epi ? memcmp(&y0[i], &y1[i], 4) != 0 : C0[i] != C1[i];
         neg += (epi == 2 || epi == 3) && y1[i] < 0;
     }
@@ -119,7 +119,7 @@ static void test_q8_panels(void) {
         if (!have[i]) { TEST_SKIP("int8 panels %s: this CPU lacks it", fm_q8_impl_name(impls[i])); continue; }
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int f = 0; f < 3; f++)
-                for (int epi = 0; epi < 5; epi++) {
+                for (int epi = 0; epi < 6; epi++) {
                     int64_t bad = q8p_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)f, impls[i], epi);
                     CHECK_MSG(bad == 0, "panels %s M %lld N %lld K %lld fill %d epilogue %d: %lld elements differ from the scalar reference",
                               fm_q8_impl_name(impls[i]), (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], f, epi,

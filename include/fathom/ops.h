@@ -234,6 +234,7 @@ FM_API fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_ten
 #define FM_QACT_NONE 0
 #define FM_QACT_RELU 1      /* max(y, 0) */
 #define FM_QACT_GELU_TANH 2 /* GELU in its tanh form, bitwise what fm_bias_gelu_tanh gives on the same CPU */
+#define FM_QACT_GELU 3      /* exact GELU x Phi(x), bitwise what fm_gelu gives on the same CPU */
 /* a_scale for fm_qlinear_int8_packed: dynamic with each row of x quantized at its own
  * range (one scale and zero point per row), so a row's output does not depend on the
  * rows beside it (what a server batching many sequences wants). CPU only. */

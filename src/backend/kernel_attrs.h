@@ -119,7 +119,7 @@ typedef struct fm_optim_step_attrs {
  * out = {y [M, N] f32}. w is [N, K] (rows; w_sum NULL, summed per call) or the panels
  * [ceil(N/16), ceil(K/4), 16, 4] (backend/cpu/quant_kernels.h; w_sum required).
  * a_scale > 0: static activation quantization with (a_scale, a_zero); 0: dynamic (range of x per call).
- * act: an activation fused after the bias (FM_QACT_*: 0 none, 1 ReLU, 2 tanh GELU). */
+ * act: an activation fused after the bias (FM_QACT_*: 0 none, 1 ReLU, 2 tanh GELU, 3 exact GELU). */
 typedef struct fm_qlinear8_attrs {
     double a_scale;
     int a_zero;

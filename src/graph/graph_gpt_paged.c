@@ -107,7 +107,11 @@ static int find_int8(const bind_ctx *b, const char *name, int64_t N, int64_t K, 
     }
     const gnode *n = reader(b->g, "qlinear_int8", pn, 1);
     const gattr *as = n ? g_node_attr(n, "a_scale") : NULL, *relu = n ? g_node_attr(n, "relu") : NULL;
-    const gattr *gelu = n ? g_node_attr(n, "gelu_tanh") : NULL;
+    const gattr *gelu = n ? g_node_attr(n, "gelu_tanh") : NULL, *gelu_erf = n ? g_node_attr(n, "gelu") : NULL;
+    if (gelu_erf && gelu_erf->i) {
+        fm_set_error(FM_ERR_FORMAT, "%s: '%s' has a fused exact GELU, which a GPT-2 or Llama does not have", b->where, name);
+        return -1;
+    }
     if (!n || (as && as->f > 0) || (relu && relu->i)) {
         fm_set_error(FM_ERR_UNSUPPORTED, "%s: '%s' is not int8 dynamic (%s); text generation runs int8 --dynamic and int4 "
                      "graphs", b->where, name, !n ? "no qlinear_int8 node reads it" : as && as->f > 0 ? "calibrated activation scale" : "a fused relu");

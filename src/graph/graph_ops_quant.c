@@ -35,23 +35,26 @@ static fm_status rows_out(const gtype *x, int64_t K, int64_t N, gtype *out) {
 
 /* The int8 weight layouts: "rows" ([N, K], files from before the panels, the
  * default when the attribute is absent) and "vnni16x4" (panels + stored row sums). */
-typedef struct { double scale; int64_t zero, relu, gelu; bool panels; } q8_spec;
+typedef struct { double scale; int64_t zero, relu, gelu_tanh, gelu; bool panels; } q8_spec;
 
 static fm_status q8_attrs(const gctx *c, q8_spec *q) {
     if (ga_float(c, "a_scale", 0.0, &q->scale) || ga_int(c, "a_zero", 0, &q->zero) || ga_int(c, "relu", 0, &q->relu)) return fm_last_status();
     if (!(q->scale >= 0) || !isfinite(q->scale)) return fm_set_error(FM_ERR_INVALID, "a_scale %g must be finite and >= 0 (0: dynamic)", q->scale);
     if (q->zero < 0 || q->zero > 255) return fm_set_error(FM_ERR_INVALID, "a_zero %lld must be in [0, 255]", (long long)q->zero);
     if (q->relu != 0 && q->relu != 1) return fm_set_error(FM_ERR_INVALID, "relu %lld must be 0 or 1", (long long)q->relu);
-    /* gelu_tanh: the tanh GELU of a bias_gelu_tanh fused into this node's epilogue (layout vnni16x4) */
-    if (ga_int(c, "gelu_tanh", 0, &q->gelu)) return fm_last_status();
-    if (q->gelu != 0 && q->gelu != 1) return fm_set_error(FM_ERR_INVALID, "gelu_tanh %lld must be 0 or 1", (long long)q->gelu);
-    if (q->gelu && q->relu) return fm_set_error(FM_ERR_INVALID, "relu and gelu_tanh are both set: a node fuses one activation");
+    /* gelu_tanh / gelu: a (bias_)gelu_tanh or a gelu fused into this node's epilogue (layout vnni16x4) */
+    if (ga_int(c, "gelu_tanh", 0, &q->gelu_tanh) || ga_int(c, "gelu", 0, &q->gelu)) return fm_last_status();
+    if (q->gelu_tanh != 0 && q->gelu_tanh != 1) return fm_set_error(FM_ERR_INVALID, "gelu_tanh %lld must be 0 or 1", (long long)q->gelu_tanh);
+    if (q->gelu != 0 && q->gelu != 1) return fm_set_error(FM_ERR_INVALID, "gelu %lld must be 0 or 1", (long long)q->gelu);
+    if (q->relu + q->gelu_tanh + q->gelu > 1)
+        return fm_set_error(FM_ERR_INVALID, "more than one of relu, gelu_tanh and gelu is set: a node fuses one activation");
     const char *l = ga_string(c, "layout", "rows");
     if (!l || (strcmp(l, "rows") && strcmp(l, "vnni16x4")))
         return fm_set_error(FM_ERR_INVALID, "layout '%s' is not one this fathom knows (rows, vnni16x4): a file from a newer version? "
                             "re-run fathom quantize with this one", l ? l : "(not a string)");
     q->panels = !strcmp(l, "vnni16x4");
-    if (q->gelu && !q->panels) return fm_set_error(FM_ERR_INVALID, "gelu_tanh is fused on layout vnni16x4 only (this node's layout is rows)");
+    if ((q->gelu || q->gelu_tanh) && !q->panels)
+        return fm_set_error(FM_ERR_INVALID, "%s is fused on layout vnni16x4 only (this node's layout is rows)", q->gelu ? "gelu" : "gelu_tanh");
     return FM_OK;
 }
 
@@ -87,7 +90,7 @@ static fm_status run_qlinear8(const gctx *c, fm_tensor *const *in, fm_tensor **o
     if (q8_attrs(c, &q)) return fm_last_status();
     if (q.panels) {
         out[0] = fm_qlinear_int8_packed(in[0], in[1], in[2], in[4], in[3], q.scale, (int)q.zero,
-                                        q.gelu ? FM_QACT_GELU_TANH : q.relu ? FM_QACT_RELU : FM_QACT_NONE);
+                                        q.gelu_tanh ? FM_QACT_GELU_TANH : q.gelu ? FM_QACT_GELU : q.relu ? FM_QACT_RELU : FM_QACT_NONE);
         return out[0] ? FM_OK : fm_last_status();
     }
     fm_tensor *y = fm_qlinear_int8(in[0], in[1], in[2], in[3], q.scale, (int)q.zero);
@@ -144,7 +147,7 @@ static fm_status run_qembedding4(const gctx *c, fm_tensor *const *in, fm_tensor 
 }
 
 const g_op_spec g_ops_quant[] = {
-    {"qlinear_int8", 3, 5, 1, "a_scale,a_zero,relu,gelu_tanh,layout", inf_qlinear8, run_qlinear8, NULL},
+    {"qlinear_int8", 3, 5, 1, "a_scale,a_zero,relu,gelu_tanh,gelu,layout", inf_qlinear8, run_qlinear8, NULL},
     {"qlinear_int4", 3, 5, 1, "group", inf_qlinear4, run_qlinear4, NULL},
     {"qembedding_int4", 3, 4, 1, "group", inf_qembedding4, run_qembedding4, NULL},
 };

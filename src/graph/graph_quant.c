@@ -64,7 +64,7 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
 }
 
 /* The activation node that alone reads node i's output (not a graph output) and can
- * run in node i's int8 epilogue, or -1: a relu; a gelu_tanh (the panels' epilogue);
+ * run in node i's int8 epilogue, or -1: a relu; a gelu_tanh or gelu (the panels' epilogue);
  * or a bias_gelu_tanh after a linear without a bias (fathom compile's fuse-bias-gelu:
  * its bias becomes the quantized node's). The fused epilogues compute what the
  * separate ops do, bitwise (test_quant). */
@@ -78,7 +78,7 @@ static int act_after(const fm_graph *g, const int *uses, int i, bool panels) {
         if (a->n_out != 1 || fused_relu(n)) return -1;
         if (!strcmp(a->op, "relu") && a->n_in == 1) return j;
         if (!panels) return -1;
-        if (!strcmp(a->op, "gelu_tanh") && a->n_in == 1) return j;
+        if ((!strcmp(a->op, "gelu_tanh") || !strcmp(a->op, "gelu")) && a->n_in == 1) return j;
         const bool no_bias = n->n_in < 3 || n->in[2] < 0;
         if (!strcmp(a->op, "bias_gelu_tanh") && a->n_in == 2 && no_bias && strcmp(n->op, "matmul") && a->in[1] >= 0 &&
             g->values[a->in[1]].t.dt == FM_F32 && g->values[a->in[1]].t.ndim == 1)
@@ -161,8 +161,9 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     if (act && l < nh) snprintf(how + l, nh - l, ", + %s '%s' fused", act->op, act->name);
     else if (fused_relu(n) && l < nh) snprintf(how + l, nh - l, ", + its relu");
     fm_graph_attr a[5] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu || fused_relu(n) ? 1 : 0),
-                          fm_graph_attr_int("gelu_tanh", 1), fm_graph_attr_float("a_scale", s), fm_graph_attr_int("a_zero", zero)};
-    if (!gelu) a[2] = a[3], a[3] = a[4]; /* no gelu_tanh attribute: the graph as earlier versions wrote it */
+                          fm_graph_attr_int(gelu && !strcmp(act->op, "gelu") ? "gelu" : "gelu_tanh", 1), fm_graph_attr_float("a_scale", s),
+                          fm_graph_attr_int("a_zero", zero)};
+    if (!gelu) a[2] = a[3], a[3] = a[4]; /* no GELU attribute: the graph as earlier versions wrote it */
     return add_node_to(r, n, out, "qlinear_int8", n_in, ins, (range ? 4 : 2) + (gelu ? 1 : 0), a);
 }
 

@@ -276,11 +276,18 @@ static bool residual_norm(fm_tensor **x, fm_tensor *f, fm_tensor *w, fm_tensor *
 }
 
 /* Linear k of layer l: int8 on the packed panels (activations quantized per call)
- * once quantized. */
+ * once quantized. The intermediate linear (k 2) returns GELU(x W^T + b): in int8 the
+ * GELU runs in the product's epilogue, bitwise the separate fm_gelu. */
 static fm_tensor *lin(const bert_layer *l, int k, fm_tensor *x) {
     fm_tensor *w[4] = {l->qkv_w, l->ao_w, l->in_w, l->out_w}, *b[4] = {l->qkv_b, l->ao_b, l->in_b, l->out_b};
-    return l->q[k] ? fm_qlinear_int8_packed(x, l->q[k], l->qs[k], l->qsum[k], b[k], 0.0, 0, false)
-                   : fm_linear(x, w[k], b[k]);
+    if (l->q[k]) return fm_qlinear_int8_packed(x, l->q[k], l->qs[k], l->qsum[k], b[k], 0.0, 0, k == 2 ? FM_QACT_GELU : FM_QACT_NONE);
+    fm_tensor *y = fm_linear(x, w[k], b[k]);
+    if (k == 2 && y) {
+        fm_tensor *g = fm_gelu(y);
+        fm_tensor_release(y);
+        y = g;
+    }
+    return y;
 }
 
 fm_status fm_hf_encoder_quantize_int8(fm_hf_encoder *e) {
@@ -317,7 +324,7 @@ static fm_tensor *encode(fm_hf_encoder *e, fm_tensor *ids) {
         fm_tensor *a = lin(l, 0, x), *h = NULL;
         ok = a && upd(&a, fm_sdpa_qkv(a, c->heads, c->heads, false, 0.0)) &&
              residual_norm(&x, lin(l, 1, a), l->ln1_w, l->ln1_b, c->eps);
-        ok = ok && (h = lin(l, 2, x)) && upd(&h, fm_gelu(h)) && residual_norm(&x, lin(l, 3, h), l->ln2_w, l->ln2_b, c->eps);
+        ok = ok && (h = lin(l, 2, x)) && residual_norm(&x, lin(l, 3, h), l->ln2_w, l->ln2_b, c->eps);
         fm_tensor_release_n(2, a, h);
     }
     if (!ok) { fm_tensor_release(x); return NULL; }

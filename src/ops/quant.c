@@ -106,8 +106,9 @@ fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_
         fm_set_error(FM_ERR_UNSUPPORTED, "%s: per-row activation scales run on the CPU only", op);
         return NULL;
     }
-    if (act < FM_QACT_NONE || act > FM_QACT_GELU_TANH) {
-        fm_set_error(FM_ERR_INVALID, "%s: activation %d is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2)", op, act);
+    if (act < FM_QACT_NONE || act > FM_QACT_GELU) {
+        fm_set_error(FM_ERR_INVALID, "%s: activation %d is not one of FM_QACT_NONE (0), FM_QACT_RELU (1), FM_QACT_GELU_TANH (2), FM_QACT_GELU (3)",
+                     op, act);
         return NULL;
     }
     fm_qlinear8_attrs at = {a_scale, a_zero, act, a_scale < 0 ? 1 : 0};

@@ -19,7 +19,6 @@ static inline __m256i tail_mask(int64_t r) {
 
 static const float k_sqrt2_pi = 0.79788456080286536f, k_inv_sqrt_2pi = 0.3989422804014327f;
 
-static inline __m256 gelu_v(__m256 x) { return _mm256_mul_ps(x, fm_normcdf256(x)); }
 /* Phi(x) + x phi(x), both from the one exp inside the CDF */
 static inline __m256 dgelu_v(__m256 x) {
     __m256 gauss, cdf = fm_normcdf_gauss256(x, &gauss);
@@ -79,7 +78,7 @@ bool fm_ew_unary_f32_avx2(fm_op_id op, const fm_unary_attrs *at, const float *x,
     case FM_OP_LEAKY_RELU:
         UNARY_LOOP(_mm256_blendv_ps(v, _mm256_mul_ps(v, slope), _mm256_cmp_ps(v, zero, _CMP_LE_OQ)));
         break;
-    case FM_OP_GELU: UNARY_LOOP(gelu_v(v)); break;
+    case FM_OP_GELU: UNARY_LOOP(fm_gelu256(v)); break;
     case FM_OP_GELU_TANH: UNARY_LOOP(fm_gelu_tanh256(v)); break;
     case FM_OP_SILU: UNARY_LOOP(_mm256_mul_ps(v, fm_sigmoid256(v))); break;
     case FM_OP_CLAMP:

@@ -12,7 +12,6 @@
 
 static const float k_sqrt2_pi = 0.79788456080286536f, k_inv_sqrt_2pi = 0.3989422804014327f;
 
-static inline __m512 gelu_v(__m512 x) { return _mm512_mul_ps(x, fm_normcdf512(x)); }
 static inline __m512 dgelu_v(__m512 x) {
     __m512 gauss, cdf = fm_normcdf_gauss512(x, &gauss);
     return _mm512_fmadd_ps(_mm512_mul_ps(x, _mm512_set1_ps(k_inv_sqrt_2pi)), gauss, cdf);
@@ -75,7 +74,7 @@ bool fm_ew_unary_f32_avx512(fm_op_id op, const fm_unary_attrs *at, const float *
     /* NaN stays (ordered compare false), -inf gives 0 (not 0 * -inf) */
     case FM_OP_RELU: UNARY_LOOP(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v, zero)); break;
     case FM_OP_LEAKY_RELU: UNARY_LOOP(below0(v, slope)); break;
-    case FM_OP_GELU: UNARY_LOOP(gelu_v(v)); break;
+    case FM_OP_GELU: UNARY_LOOP(fm_gelu512(v)); break;
     case FM_OP_GELU_TANH: UNARY_LOOP(fm_gelu_tanh512(v)); break;
     case FM_OP_SILU: UNARY_LOOP(_mm512_mul_ps(v, fm_sigmoid512(v))); break;
     case FM_OP_CLAMP:

@@ -135,7 +135,7 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
         q8_codes_at(v512, v256, xr, K, sc[m], zp[m], q + m * lda);
     }
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                         fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, sc, zp, at->act == FM_QACT_GELU_TANH};
+                         fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, sc, zp, at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0};
     fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
     fm_q8_pgemm_run(&g, fm_q8_impl_best());
     fm_tensor_release(qt);
@@ -164,7 +164,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
                          c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, NULL, NULL,
-                         at->act == FM_QACT_GELU_TANH};
+                         at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0};
     if (panels) {
         fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
         fm_q8_pgemm_run(&g, fm_q8_impl_best());

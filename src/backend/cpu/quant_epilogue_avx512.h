@@ -72,7 +72,7 @@ static inline __attribute__((always_inline)) void store16(const q8_ep *x, int64_
     else y = _mm512_mul_ps(c->s, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, c->zs)));
     if (e->bias) y = _mm512_add_ps(y, c->b);
     if (e->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
-    if (e->gelu_tanh) y = fm_gelu_tanh512(y);
+    if (e->gelu) y = e->gelu == 1 ? fm_gelu_tanh512(y) : fm_gelu512(y);
     _mm512_mask_storeu_ps(e->y + m * e->ldy + n, c->k, y);
 }
 

@@ -125,6 +125,9 @@ static inline __m256 fm_normcdf256(__m256 x) {
     return fm_normcdf_gauss256(x, &g);
 }
 
+/* exact GELU x Phi(x): the elementwise op's and the int8 epilogue's (fm_gelu512 its twin) */
+static inline __m256 fm_gelu256(__m256 x) { return _mm256_mul_ps(x, fm_normcdf256(x)); }
+
 static inline float fm_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

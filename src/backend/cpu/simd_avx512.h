@@ -121,6 +121,9 @@ static inline __m512 fm_normcdf512(__m512 x) {
     return fm_normcdf_gauss512(x, &g);
 }
 
+/* exact GELU x Phi(x): the elementwise op's and the int8 epilogue's (fm_gelu256 its twin) */
+static inline __m512 fm_gelu512(__m512 x) { return _mm512_mul_ps(x, fm_normcdf512(x)); }
+
 /* 16 floats to p, non-temporal when stream (p 64-byte aligned then); a
  * streaming kernel ends with _mm_sfence(). */
 static inline void fm_store16(float *p, __m512 v, int stream) {

@@ -95,7 +95,7 @@ __global__ void q8_epilogue_k(const int32_t *C, const int32_t *wsum, const float
         long long v = (long long)C[e] + (long long)(128 - z) * wsum[n];
         float r = s * ws[n] * (float)v;
         if (bias) r = r + bias[n];
-        y[e] = act == FM_QACT_RELU ? (r > 0.0f ? r : 0.0f) : act == FM_QACT_GELU_TANH ? fm_gelu_tanh_f(r) : r;
+        y[e] = act == FM_QACT_RELU ? (r > 0.0f ? r : 0.0f) : act == FM_QACT_GELU_TANH ? fm_gelu_tanh_f(r) : act == FM_QACT_GELU ? fm_gelu_f(r) : r;
     }
 }
 
