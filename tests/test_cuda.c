@@ -1361,8 +1361,9 @@ static void conformance(fm_dtype dt) {
 
 /* The quantized ops (f32 activations only): int8 dynamic and static, through
  * cuBLASLt (K, N multiples of 4) and the plain kernel (K = 37), on weights in
- * rows and in panels (with stored row sums and a fused ReLU); int4 with and
- * without offsets and bias; the int4 embedding. Weights made by the packers. */
+ * rows and in panels (with stored row sums and a fused ReLU, or at K = 37 a fused
+ * GELU: tanh form dynamic, exact static); the int8 embedding on the panels; int4
+ * with and without offsets and bias; the int4 embedding. Weights made by the packers. */
 static void quant_cases(fm_dtype dt) {
     if (dt != FM_F32) return;
     const int64_t Ks[2] = {64, 37};
@@ -1373,9 +1374,12 @@ static void quant_cases(fm_dtype dt) {
                 fm_tensor *w = rand_tensor(2, ws, FM_F32, -1, 1, 1600 + (uint64_t)ki), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
                 CHECK(fm_quantize_weight_int8(w, &q, &s) == FM_OK);
                 if (pk) CHECK(fm_pack_weight_int8(q, &p, &u) == FM_OK);
-                fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0, pk, 0};
-                conf_case c = {.label = pk ? (stat ? "qlinear_int8 (static, panels, relu)" : "qlinear_int8 (dynamic, panels, relu)")
-                                           : (stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)"),
+                const int act = !pk ? FM_QACT_NONE : !ki ? FM_QACT_RELU : stat ? FM_QACT_GELU : FM_QACT_GELU_TANH;
+                fm_qlinear8_attrs at = {stat ? 0.02 : 0.0, stat ? 120 : 0, act, 0};
+                const char *act_label[4] = {stat ? "qlinear_int8 (static)" : "qlinear_int8 (dynamic)",
+                                            stat ? "qlinear_int8 (static, panels, relu)" : "qlinear_int8 (dynamic, panels, relu)",
+                                            "qlinear_int8 (dynamic, panels, tanh gelu)", "qlinear_int8 (static, panels, gelu)"};
+                conf_case c = {.label = act_label[act],
                                .op = FM_OP_QLINEAR_INT8, .n_in = 5, .n_out = 1, .attrs = &at};
                 c.in[0] = rand_tensor(2, xs, FM_F32, -2, 2.5, 1610);
                 c.in[1] = pk ? p : q;
@@ -1384,6 +1388,18 @@ static void quant_cases(fm_dtype dt) {
                 c.in[4] = pk ? u : NULL;
                 c.out[0] = spec(2, ys, FM_F32);
                 run_case(&c, dt);
+                if (pk && !stat) { /* the table lookup on the same panels */
+                    int64_t is[2] = {3, 5}, es[3] = {3, 5, K};
+                    fm_q8emb_attrs ea = {K};
+                    conf_case e = {.label = "qembedding_int8", .op = FM_OP_QEMBEDDING_INT8, .n_in = 3, .n_out = 1, .attrs = &ea,
+                                   .keep = 1u << 1};
+                    e.in[0] = fm_tensor_retain(p);
+                    e.in[1] = fm_tensor_retain(s);
+                    e.in[2] = index_tensor(2, is, N, 1612);
+                    e.out[0] = spec(3, es, FM_F32);
+                    run_case(&e, dt);
+                    case_free(&e);
+                }
                 case_free(&c);
                 if (pk) fm_tensor_release(q);
                 fm_tensor_release(w);

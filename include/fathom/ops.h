@@ -246,6 +246,11 @@ FM_API fm_tensor *fm_qlinear_int4(fm_tensor *x, fm_tensor *w, fm_tensor *scale, 
 /* The embedding lookup of an int4 table (w u8 [V, D/2], scale/min as fm_qlinear_int4):
  * indices (i32/i64) [...] -> f32 [..., D]. */
 FM_API fm_tensor *fm_qembedding_int4(fm_tensor *w, fm_tensor *scale, fm_tensor *min, fm_tensor *indices, int group);
+/* The embedding lookup of an int8 table held as fm_pack_weight_int8's panels (the layout
+ * fm_qlinear_int8_packed reads, so a tied output layer and its table share one int8
+ * copy) with its per-row scales [V] f32: indices (i32/i64) [...] -> f32 [..., dim], row r
+ * = scale[r] * its codes. dim: the table's width (the panels round it up to 4). */
+FM_API fm_tensor *fm_qembedding_int8(fm_tensor *panels, fm_tensor *scale, fm_tensor *indices, int64_t dim);
 
 #ifdef __cplusplus
 }

@@ -137,6 +137,9 @@ static inline int64_t fm_q8_panel_index(int64_t Kq, int64_t n, int64_t k) {
 /* QLINEAR_INT4: in = {x [M, K] f32, w [N, K/2] u8, scale [N, K/G] f16, min [N, K/G] f16|NULL, bias [N] f32|NULL}.
  * QEMBEDDING_INT4: in = {w [V, D/2] u8, scale [V, D/G] f16, min|NULL, indices (i32/i64)}; out = {[..., D] f32}. */
 typedef struct fm_q4_attrs { int64_t group; } fm_q4_attrs;
+/* QEMBEDDING_INT8: in = {panels i8 [ceil(V/16), ceil(D/4), 16, 4] (fm_q8_panel_index), scale [V] f32,
+ * indices (i32/i64)}; out = {[..., D] f32}, row r = scale[r] * its int8 codes. */
+typedef struct fm_q8emb_attrs { int64_t dim; } fm_q8emb_attrs;
 #define FM_SUM_SQ_BLOCK 8192
 typedef struct fm_scale_attrs { double s; } fm_scale_attrs;
 #endif

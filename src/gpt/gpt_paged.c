@@ -86,7 +86,7 @@ static fm_status pack_weights(const fm_gpt *m, fm_gpt_paged *p, const fm_paged_w
     p->pk_src = calloc((size_t)p->n_pk, sizeof *p->pk_src);
     p->ql = calloc((size_t)p->n_pk, sizeof *p->ql);
     if (!p->pk || !p->pk_src || !p->ql) return fm_set_error(FM_ERR_OOM, "paged cache: out of host memory for the packed weights");
-    if (q && q->emb.kind == FM_PAGED_LIN_INT4) p->emb = lin_retain(&q->emb);
+    if (q && (q->emb.kind == FM_PAGED_LIN_INT4 || q->emb.kind == FM_PAGED_LIN_INT8)) p->emb = lin_retain(&q->emb);
     bool prev = fm_set_grad_enabled(false);
     fm_status st = FM_OK;
     for (int i = 0; i < p->n_pk && st == FM_OK; i++) {
@@ -456,7 +456,10 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
         last[i] = r - 1;
     }
     t = fm_tensor_from_data(ids, 1, (int64_t[]){R}, FM_I64);
-    x = !t ? NULL : p->emb.w ? fm_qembedding_int4(p->emb.w, p->emb.scale, p->emb.aux, t, p->emb.group) : fm_embedding(m->wte, t);
+    x = !t                                       ? NULL
+        : p->emb.kind == FM_PAGED_LIN_INT4 && p->emb.w ? fm_qembedding_int4(p->emb.w, p->emb.scale, p->emb.aux, t, p->emb.group)
+        : p->emb.kind == FM_PAGED_LIN_INT8 && p->emb.w ? fm_qembedding_int8(p->emb.w, p->emb.scale, t, m->cfg.n_embd)
+                                                       : fm_embedding(m->wte, t);
     if (x && m->cfg.arch == FM_GPT_GPT2) {
         fm_tensor *pt = fm_tensor_from_data(ids + R, 1, (int64_t[]){R}, FM_I64);
         pe = pt ? fm_embedding(m->wpe, pt) : NULL;

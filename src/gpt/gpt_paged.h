@@ -30,7 +30,8 @@ typedef struct fm_paged_linear {
     int group;
 } fm_paged_linear;
 /* Per linear (n_layer * 4 + 1: per layer qkv, proj, fc, fc2 (the MLP's second), then
- * the output head) and the token table (INT4 or F32: the model's wte). */
+ * the output head) and the token table (INT4; INT8: the panels and scales, read by
+ * fm_qembedding_int8; or F32: the model's wte). */
 typedef struct fm_paged_weights {
     int n_lin;
     fm_paged_linear *lin;

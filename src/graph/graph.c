@@ -377,7 +377,8 @@ int64_t fm_graph_input_id_limit(const fm_graph *g, int i) {
         int table = -1;
         if (!strcmp(n->op, "embedding") && n->n_in == 2 && n->in[1] == v) table = n->in[0];
         else if (!strcmp(n->op, "qembedding_int4") && n->n_in >= 3 && n->in[2] == v) table = n->in[0];
-        if (table < 0 || g->values[table].kind != GV_CONST || g->values[table].t.ndim != 2) continue;
+        else if (!strcmp(n->op, "qembedding_int8") && n->n_in >= 3 && n->in[2] == v) table = n->in[1]; /* its scales [V] */
+        if (table < 0 || g->values[table].kind != GV_CONST || g->values[table].t.ndim != (table == n->in[1] ? 1 : 2)) continue;
         int64_t rows = g->values[table].t.d[0];
         if (rows > 0 && (lim == 0 || rows < lim)) lim = rows;
     }

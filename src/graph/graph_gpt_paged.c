@@ -91,6 +91,25 @@ static int find_int4(const bind_ctx *b, const char *name, int64_t N, int64_t K, 
     return 1;
 }
 
+/* The token table `name` [N, K] as int8 panels that a qembedding_int8 node looks up (a tied
+ * head's qlinear_int8 may read the same panels): 1, 0 or -1. */
+static int find_int8_table(const bind_ctx *b, const char *name, int64_t N, int64_t K, fm_paged_linear *out) {
+    char pn[300], sn[300];
+    snprintf(pn, sizeof pn, "%s.int8_panels", name);
+    snprintf(sn, sizeof sn, "%s.int8_scale", name);
+    fm_tensor *p = constant(b->g, pn), *s = constant(b->g, sn);
+    const gnode *n = p ? reader(b->g, "qembedding_int8", pn, 0) : NULL;
+    if (!n) return 0;
+    const gattr *d = g_node_attr(n, "dim");
+    if (!d || d->i != K || !has_shape(p, FM_I8, 4, (int64_t[]){(N + 15) / 16, (K + 3) / 4, 16, 4}) || !has_shape(s, FM_F32, 1, &N)) {
+        fm_set_error(FM_ERR_FORMAT, "%s: the int8 table '%s' does not fit its [%lld, %lld] weight", b->where, name, (long long)N,
+                     (long long)K);
+        return -1;
+    }
+    *out = (fm_paged_linear){FM_PAGED_LIN_INT8, fm_tensor_retain(p), fm_tensor_retain(s), NULL, 0};
+    return 1;
+}
+
 /* The int8 form (dynamic activations, VNNI panels) of weight `name` [N, K]: 1, 0 or -1. */
 static int find_int8(const bind_ctx *b, const char *name, int64_t N, int64_t K, fm_paged_linear *out) {
     char pn[300], sn[300], un[300], rn[300];
@@ -151,8 +170,9 @@ static fm_tensor *bind(void *vctx, const char *name, int ndim, const int64_t *sh
         if (r == 0) r = find_int8(b, name, shape[0], shape[1], &b->q->lin[li]);
         if (r < 0) return NULL;
     }
-    if (table) { /* the token table: int4 when the graph looks tokens up in int4 */
+    if (table) { /* the token table: int4 or int8 when the graph looks tokens up in that form */
         int r = find_int4(b, name, shape[0], shape[1], true, &b->q->emb);
+        if (r == 0) r = find_int8_table(b, name, shape[0], shape[1], &b->q->emb);
         if (r < 0) return NULL;
     }
     if (f && f->dtype == FM_F32) return fm_tensor_retain(f);

@@ -146,9 +146,34 @@ static fm_status run_qembedding4(const gctx *c, fm_tensor *const *in, fm_tensor 
     return out[0] ? FM_OK : fm_last_status();
 }
 
+/* graph inputs: panels, scale [V], indices; attribute dim (the table's width) */
+static fm_status inf_qembedding8(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    int64_t D = 0;
+    if (ga_int(c, "dim", 0, &D)) return fm_last_status();
+    if (D < 1 || D > 32768) return fm_set_error(FM_ERR_INVALID, "dim %lld must be in [1, 32768]", (long long)D);
+    if (in[1].ndim != 1 || in[1].dt != FM_F32) return fm_set_error(FM_ERR_INVALID, "scale must be a 1-D f32 tensor [rows], got %s", g_tshape(&in[1], s1, sizeof s1));
+    int64_t pd[4] = {(in[1].d[0] + 15) / 16, (D + 3) / 4, 16, 4};
+    if (want(&in[0], "panels (layout vnni16x4)", FM_I8, 4, pd)) return fm_last_status();
+    if (in[2].dt != FM_I64 && in[2].dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "indices must be i64 or i32, got %s", fm_dtype_name(in[2].dt));
+    if (in[2].ndim + 1 > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "indices have too many dims");
+    out[0] = in[2];
+    out[0].dt = FM_F32;
+    out[0].d[out[0].ndim++] = D;
+    return FM_OK;
+}
+
+static fm_status run_qembedding8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t D = 0;
+    if (ga_int(c, "dim", 0, &D)) return fm_last_status();
+    out[0] = fm_qembedding_int8(in[0], in[1], in[2], D);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
 const g_op_spec g_ops_quant[] = {
     {"qlinear_int8", 3, 5, 1, "a_scale,a_zero,relu,gelu_tanh,gelu,layout", inf_qlinear8, run_qlinear8, NULL},
     {"qlinear_int4", 3, 5, 1, "group", inf_qlinear4, run_qlinear4, NULL},
     {"qembedding_int4", 3, 4, 1, "group", inf_qembedding4, run_qembedding4, NULL},
+    {"qembedding_int8", 3, 3, 1, "dim", inf_qembedding8, run_qembedding8, NULL},
 };
 const int g_n_ops_quant = (int)(sizeof g_ops_quant / sizeof g_ops_quant[0]);

@@ -3,7 +3,8 @@
  * Candidates are nodes whose weight is an f32 constant:
  *   linear (x, w [N, K], [b])      -> qlinear_int8 / qlinear_int4 with w quantized per row;
  *   matmul (a, b [K, N] constant)  -> the same with b transposed to [N, K] first;
- *   embedding (w [V, D], indices)  -> qembedding_int4 (int4 mode only: int8 keeps it fp32).
+ *   embedding (w [V, D], indices)  -> qembedding_int4, or in int8 modes qembedding_int8 on the
+ *                                     int8 panels (widths up to the panels' 32768; wider: fp32).
  * Every other node is copied as it is and runs in fp32; the report says which
  * and why. Quantized constants are named after the weight (`fc1.weight.int8`,
  * `.int8_scale`, `.int4`, `.int4_scale`, `.int4_min`), so a weight that two
@@ -55,8 +56,11 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
         return lin ? K_LINEAR : K_MATMUL;
     }
     if (!strcmp(n->op, "embedding")) {
-        if (mode != FM_QUANT_INT4) { snprintf(why, nw, "fp32: int8 modes quantize linear and matmul (embedding: use --int4)"); return K_NONE; }
         if (!f32_const2(g, n->in[0])) { snprintf(why, nw, "fp32: the table is not a 2-D f32 constant"); return K_NONE; }
+        if (mode != FM_QUANT_INT4 && g->values[n->in[0]].tensor->shape[1] > 32768) {
+            snprintf(why, nw, "fp32: a table wider than the int8 panels' 32768 (use --int4)");
+            return K_NONE;
+        }
         return K_EMBEDDING;
     }
     if (!strcmp(n->op, "conv2d")) snprintf(why, nw, "fp32: no int8 convolution kernel yet");
@@ -167,6 +171,23 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     return add_node_to(r, n, out, "qlinear_int8", n_in, ins, (range ? 4 : 2) + (gelu ? 1 : 0), a);
 }
 
+/* An embedding in int8 modes: the table as the int8 panels and row scales that a tied
+ * output layer's qlinear_int8 reads too (the same names, so the two share one copy);
+ * weight-only, whatever the activations' mode. */
+static fm_status quant_int8_table(rw *r, const gnode *n, char *how, size_t nh) {
+    const char *wn = r->src->values[n->in[0]].name;
+    const int64_t D = r->src->values[n->in[0]].tensor->shape[1];
+    char qn[300], sn[300], un[300];
+    snprintf(qn, sizeof qn, "%s.int8_panels", wn);
+    snprintf(sn, sizeof sn, "%s.int8_scale", wn);
+    snprintf(un, sizeof un, "%s.int8_sum", wn);
+    if (int8_weight(r, n, K_EMBEDDING, qn, sn, un, true)) return fm_last_status();
+    snprintf(how, nh, "int8 table (per-row scales, the int8 panels)");
+    const char *ins[3] = {qn, sn, rw_name(r, n->in[1])};
+    fm_graph_attr a = fm_graph_attr_int("dim", D);
+    return add_node(r, n, "qembedding_int8", 3, ins, 1, &a);
+}
+
 static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_options *o, char *how, size_t nh) {
     const fm_graph *g = r->src;
     const int wv = k == K_EMBEDDING ? n->in[0] : n->in[1];
@@ -263,6 +284,12 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         const gnode *n = &g->nodes[i];
         if (kinds[i] == K_FUSED) continue;
         if (kinds[i] == K_NONE) { st = rw_copy_node(&r, n); continue; }
+        if (o->mode != FM_QUANT_INT4 && kinds[i] == K_EMBEDDING) {
+            st = quant_int8_table(&r, n, nodes[i].how, sizeof nodes[i].how);
+            nodes[i].quantized = true;
+            nq++;
+            continue;
+        }
         int j = -1;
         if (o->mode != FM_QUANT_INT4) { /* the panels' layout holds up to 32768 input features (quant_int8) */
             const int64_t K = g->values[n->in[1]].tensor->shape[kinds[i] == K_MATMUL ? 0 : 1];

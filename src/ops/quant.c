@@ -115,6 +115,36 @@ fm_tensor *fm_qlinear_int8_packed(fm_tensor *x, fm_tensor *panels, fm_tensor *w_
     return run(FM_OP_QLINEAR_INT8, 5, (fm_tensor *[]){x, panels, w_scale, bias, w_sum}, x->ndim, shape, &at);
 }
 
+fm_tensor *fm_qembedding_int8(fm_tensor *panels, fm_tensor *scale, fm_tensor *indices, int64_t dim) {
+    const char *op = "qembedding_int8";
+    char a[128];
+    if (!scale || scale->ndim != 1 || scale->dtype != FM_F32) {
+        fm_set_error(FM_ERR_INVALID, "%s: scale must be a 1-D f32 tensor [rows]", op);
+        return NULL;
+    }
+    if (dim < 1 || dim > 32768) {
+        fm_set_error(FM_ERR_INVALID, "%s: width %lld must be in [1, 32768] (the panels' input features)", op, (long long)dim);
+        return NULL;
+    }
+    const int64_t V = scale->shape[0], pd[4] = {(V + 15) / 16, (dim + 3) / 4, 16, 4};
+    if (!panels || panels->dtype != FM_I8 || panels->ndim != 4 || memcmp(panels->shape, pd, sizeof pd)) {
+        fm_set_error(FM_ERR_INVALID, "%s: panels must be i8 %s for %lld rows of width %lld (fm_pack_weight_int8), got %s %s", op,
+                     fm_shape_str(4, pd, a, sizeof a), (long long)V, (long long)dim, panels ? fm_dtype_name(panels->dtype) : "NULL",
+                     panels ? fm_shape_str(panels->ndim, panels->shape, (char[128]){0}, 128) : "");
+        return NULL;
+    }
+    if (!indices || (indices->dtype != FM_I64 && indices->dtype != FM_I32) || indices->ndim + 1 > FM_MAX_DIMS) {
+        fm_set_error(FM_ERR_INVALID, "%s: indices must be i64 or i32 with at most %d dims", op, FM_MAX_DIMS - 1);
+        return NULL;
+    }
+    if (same_device(op, 3, (fm_tensor *[]){panels, scale, indices})) return NULL;
+    int64_t shape[FM_MAX_DIMS];
+    memcpy(shape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
+    shape[indices->ndim] = dim;
+    fm_q8emb_attrs at = {dim};
+    return run(FM_OP_QEMBEDDING_INT8, 3, (fm_tensor *[]){panels, scale, indices}, indices->ndim + 1, shape, &at);
+}
+
 /* w [R, K/2] u8 with scale (and min) [R, K/group] f16; K from the packing */
 static fm_status q4_weights(const char *op, const fm_tensor *w, const fm_tensor *scale, const fm_tensor *min, int group, int64_t *R, int64_t *K) {
     char a[128];

@@ -66,7 +66,7 @@ double fm_op_flops(const fm_op_call *c) {
         if (Ho < 1 || Wo < 1) return 0;
         return 2.0 * (double)(x->shape[0] * w->shape[0] * Ho * Wo) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
     }
-    case FM_OP_QEMBEDDING_INT4:
+    case FM_OP_QEMBEDDING_INT4: case FM_OP_QEMBEDDING_INT8:
     case FM_OP_COPY: case FM_OP_CAT: case FM_OP_GATHER: case FM_OP_INDEX_SELECT: case FM_OP_EMBEDDING:
     case FM_OP_ONE_HOT:
         return 0;

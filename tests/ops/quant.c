@@ -155,6 +155,37 @@ static int qembedding4_forward(void) {
     OP_END;
 }
 
+/* the int8 table on the panels: each row scale * code, the codes fm_quantize_weight_int8's
+ * (so within half a step of the f32 row), at a width not a multiple of 4; bad input refused */
+static int qembedding8_forward(void) {
+    OP_BEGIN;
+    const int64_t V = 21, D = 37;
+    fm_tensor *w = op_randn(2, (int64_t[]){V, D}, FM_F32, 9), *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+    CHECK(fm_quantize_weight_int8(w, &q, &sc) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+    fm_tensor *idx = fm_tensor_from_data((int32_t[]){20, 0, 7, 20, 16, 15}, 2, (int64_t[]){3, 2}, FM_I32);
+    fm_tensor *y = p ? fm_qembedding_int8(p, sc, idx, D) : NULL;
+    CHECK_MSG(y && y->ndim == 3 && y->shape[2] == D, "%s", fm_last_error());
+    const int rows[6] = {20, 0, 7, 20, 16, 15};
+    int bad = 0, far = 0;
+    for (int i = 0; y && i < 6; i++)
+        for (int64_t d = 0; d < D; d++) {
+            const float s = ((const float *)fm_tensor_data(sc))[rows[i]], got = ((const float *)fm_tensor_data(y))[i * D + d];
+            bad += got != s * (float)((const int8_t *)fm_tensor_data(q))[rows[i] * D + d];
+            far += fabsf(got - ((const float *)fm_tensor_data(w))[rows[i] * D + d]) > 0.5001f * s;
+        }
+    CHECK_MSG(bad == 0 && far == 0, "qembedding_int8: %d values differ from scale * code, %d beyond half a step of f32", bad, far);
+    fm_tensor *oob = fm_tensor_from_data((int64_t[]){21}, 1, (int64_t[]){1}, FM_I64);
+    CHECK(!fm_qembedding_int8(p, sc, oob, D));
+    CHECK_ERR_CONTAINS("index 21 at position 0 is outside the table's 21 rows");
+    CHECK(!fm_qembedding_int8(p, sc, idx, 41)); /* 40 would fit the same panels: they do not store the width */
+    CHECK_ERR_CONTAINS("panels must be i8 [2, 11, 16, 4] for 21 rows of width 41");
+    CHECK(!fm_qembedding_int8(p, sc, idx, 0));
+    CHECK_ERR_CONTAINS("width 0 must be in [1, 32768]");
+    fm_tensor_release_n(8, w, q, sc, p, u, idx, y, oob);
+    OP_END;
+}
+
 OP_TEST("qlinear_int8", qlinear8_forward, NULL)
 OP_TEST("qlinear_int4", qlinear4_forward, NULL)
 OP_TEST("qembedding_int4", qembedding4_forward, NULL)
+OP_TEST("qembedding_int8", qembedding8_forward, NULL)

@@ -217,8 +217,29 @@ static fm_status qembedding4_kernel(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* QEMBEDDING_INT8: in = {panels, scale [V], indices}: each row's codes gathered from its
+ * panel, 4 per step of 4 k (fm_q8_panel_index), times the row's scale */
+static fm_status qembedding8_kernel(const fm_op_call *c) {
+    const fm_q8emb_attrs *at = c->attrs;
+    const fm_tensor *idx = c->in[2];
+    const int64_t V = c->in[1]->shape[0], D = at->dim, Kq = (D + 3) / 4, n = fm_tensor_numel(idx);
+    const int8_t *P = fm_tensor_data(c->in[0]);
+    const float *sc = fm_tensor_data(c->in[1]);
+    float *y = fm_tensor_data(c->out[0]);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = idx->dtype == FM_I64 ? ((const int64_t *)fm_tensor_data(idx))[i] : ((const int32_t *)fm_tensor_data(idx))[i];
+        if (r < 0 || r >= V)
+            return fm_set_error(FM_ERR_INVALID, "qembedding_int8: index %lld at position %lld is outside the table's %lld rows",
+                                (long long)r, (long long)i, (long long)V);
+        const int8_t *row = P + fm_q8_panel_index(Kq, r, 0);
+        for (int64_t k = 0; k < D; k++) y[i * D + k] = sc[r] * (float)row[(k >> 2) * 64 + (k & 3)];
+    }
+    return FM_OK;
+}
+
 void fm_cpu_kernels_quant(fm_backend *b) {
     b->kernels[FM_OP_QLINEAR_INT8] = qlinear8_kernel;
     b->kernels[FM_OP_QLINEAR_INT4] = qlinear4_kernel;
     b->kernels[FM_OP_QEMBEDDING_INT4] = qembedding4_kernel;
+    b->kernels[FM_OP_QEMBEDDING_INT8] = qembedding8_kernel;
 }

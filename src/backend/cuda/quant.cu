@@ -233,8 +233,39 @@ static fm_status k_qembedding4(const fm_op_call *c) {
     return fm_cuda_check_launch("qembedding_int4");
 }
 
+template <typename I>
+__global__ void q8_embedding_k(const int8_t *P, const float *sc, const I *idx, int64_t n, int64_t V, int64_t D, float *y,
+                               unsigned long long *bad) {
+    const int64_t Kq = (D + 3) / 4;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n * D; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / D, d = e % D, r = (int64_t)idx[i];
+        if (r < 0 || r >= V) { atomicMin(bad, (unsigned long long)(i + 1)); y[e] = 0.f; continue; } /* reported by the deferred check */
+        y[e] = sc[r] * (float)P[fm_q8_panel_index(Kq, r, d)];
+    }
+}
+
+/* the CPU kernel's lookup (quant_cpu.c) on the panels; compiled, unverified on a GPU */
+static fm_status k_qembedding8(const fm_op_call *c) {
+    const fm_q8emb_attrs *at = (const fm_q8emb_attrs *)c->attrs;
+    const fm_tensor *idx = c->in[2];
+    const int64_t V = c->in[1]->shape[0], D = at->dim, n = fm_tensor_numel(idx);
+    if (n == 0) return FM_OK;
+    unsigned long long *bad = fm_cuda_defer_index_check("qembedding_int8", "index", idx, V);
+    if (!bad) return fm_last_status();
+    cudaStream_t s = fm_cuda_stream();
+    const int8_t *P = (const int8_t *)fm_tensor_data(c->in[0]);
+    const float *sc = (const float *)fm_tensor_data(c->in[1]);
+    unsigned bl = fm_cuda_blocks(n * D, 256);
+    if (idx->dtype == FM_I64)
+        q8_embedding_k<int64_t><<<bl, 256, 0, s>>>(P, sc, (const int64_t *)fm_tensor_data(idx), n, V, D, (float *)fm_tensor_data(c->out[0]), bad);
+    else
+        q8_embedding_k<int32_t><<<bl, 256, 0, s>>>(P, sc, (const int32_t *)fm_tensor_data(idx), n, V, D, (float *)fm_tensor_data(c->out[0]), bad);
+    return fm_cuda_check_launch("qembedding_int8");
+}
+
 extern "C" void fm_cuda_kernels_quant(fm_backend *b) {
     b->kernels[FM_OP_QLINEAR_INT8] = k_qlinear8;
     b->kernels[FM_OP_QLINEAR_INT4] = k_qlinear4;
     b->kernels[FM_OP_QEMBEDDING_INT4] = k_qembedding4;
+    b->kernels[FM_OP_QEMBEDDING_INT8] = k_qembedding8;
 }
