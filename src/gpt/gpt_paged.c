@@ -347,8 +347,19 @@ static fm_tensor *mlp_act(const fm_gpt *m, fm_tensor *h) {
 static fm_tensor *lin(const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
     const fm_paged_linear *q = &p->ql[i];
     if (q->kind == FM_PAGED_LIN_INT4) return fm_qlinear_int4(x, q->w, q->scale, q->aux, b, q->group);
-    if (q->kind == FM_PAGED_LIN_INT8) return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, FM_QLINEAR_INT8_PER_ROW, 0, false);
+    if (q->kind == FM_PAGED_LIN_INT8) return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, FM_QLINEAR_INT8_PER_ROW, 0, FM_QACT_NONE);
     return fm_linear_fused(x, w, b, p->pk[i], false);
+}
+
+/* The MLP's first linear and its activation: GPT-2's tanh GELU runs in an int8
+ * product's epilogue (bitwise the separate fm_gelu_tanh), else after it. */
+static fm_tensor *lin_act(const fm_gpt *m, const fm_gpt_paged *p, int i, fm_tensor *x, fm_tensor *w, fm_tensor *b) {
+    const fm_paged_linear *q = &p->ql[i];
+    if (q->kind == FM_PAGED_LIN_INT8 && m->cfg.arch != FM_GPT_LLAMA)
+        return fm_qlinear_int8_packed(x, q->w, q->scale, q->aux, b, FM_QLINEAR_INT8_PER_ROW, 0, FM_QACT_GELU_TANH);
+    fm_tensor *h = lin(p, i, x, w, b), *y = h ? mlp_act(m, h) : NULL;
+    fm_tensor_release(h);
+    return y;
 }
 
 /* One block on x [n, C]; returns the new residual stream. */
@@ -363,8 +374,8 @@ static fm_tensor *paged_block(fm_gpt *m, fm_gpt_paged *p, int l, fm_tensor *x, i
     if (!att) goto fail;
     if (attend(m, p, l, n, seqs, pos, fm_tensor_data(h), fm_tensor_data(att)) != FM_OK) goto fail;
     if (!upd(&att, lin(p, pk + 1, att, L->proj_w, L->proj_b)) || !(r = fm_add(x, att))) goto fail;
-    if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, lin(p, pk + 2, h, L->fc_w, L->fc_b)) ||
-        !upd(&h, mlp_act(m, h)) || !upd(&h, lin(p, pk + 3, h, L->fc2_w, L->fc2_b)))
+    if (!upd(&h, norm(m, r, L->ln2_w, L->ln2_b)) || !upd(&h, lin_act(m, p, pk + 2, h, L->fc_w, L->fc_b)) ||
+        !upd(&h, lin(p, pk + 3, h, L->fc2_w, L->fc2_b)))
         goto fail;
     fm_tensor *out = fm_add(r, h);
     fm_tensor_release_n(3, h, att, r);
