@@ -297,7 +297,7 @@ static void test_corrupt_files(void) {
 
 /* The fuzzer's seed graphs (tests/data/graph) load and run with its fixed weights. */
 static void test_seed_files(void) {
-    const char *seeds[] = {"mlp.json", "seq.json", "quant.json", "fused.json"};
+    const char *seeds[] = {"mlp.json", "seq.json", "quant.json", "fused.json", "quant8.json"};
     char dir[300], path[400], cmd[800];
     snprintf(dir, sizeof dir, "%s/seed", g_tmp);
     mkdir(dir, 0755);
@@ -313,9 +313,12 @@ static void test_seed_files(void) {
     fm_named_list_push(&l, "q4", q4, false, false);
     fm_named_list_push(&l, "s4", s4, false, false);
     fm_named_list_push(&l, "m4", m4, false, false);
+    fm_tensor *p8 = fm_tensor_full(4, (int64_t[]){1, 2, 16, 4}, 3, FM_I8, FM_CPU), *u8s = fm_tensor_full(1, (int64_t[]){8}, 24, FM_I32, FM_CPU);
+    fm_named_list_push(&l, "p8", p8, false, false);
+    fm_named_list_push(&l, "u8s", u8s, false, false);
     CHECK(fm_safetensors_save(path, &l, NULL) == FM_OK);
     fm_named_list_free(&l);
-    fm_tensor_release_n(4, q8, q4, s4, m4);
+    fm_tensor_release_n(6, q8, q4, s4, m4, p8, u8s);
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         snprintf(cmd, sizeof cmd, "cp tests/data/graph/%s %s/graph.json", seeds[i], dir);
         CHECK(system(cmd) == 0);

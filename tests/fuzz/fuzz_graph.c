@@ -1,8 +1,9 @@
 /* Graph directories (src/graph): the input is graph.json; weights.safetensors
  * is a fixed file holding "w" [8, 8] and "b" [8] (f32) and, for the quantized
  * ops, "q8" (i8 [8, 8]), "q4" (u8 [8, 16]: 8 rows of 32 int4 codes), "s4" and
- * "m4" (f16 [8, 1]), so fuzzed graphs can use constants; every seed declares
- * all six (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
+ * "m4" (f16 [8, 1]), "p8" (i8 [1, 2, 16, 4]: int8 panels of 8 rows of 8) and "u8s"
+ * (i32 [8]: their row sums), so fuzzed graphs can use constants; every seed declares
+ * all eight (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
  * 2), when its values are small, so the checks in front of every op front end
  * are exercised too. */
 #include <sys/stat.h>
@@ -29,9 +30,12 @@ static void setup(void) {
     fm_named_list_push(&l, "q4", q4, false, false);
     fm_named_list_push(&l, "s4", s4, false, false);
     fm_named_list_push(&l, "m4", m4, false, false);
+    fm_tensor *p8 = fm_tensor_full(4, (int64_t[]){1, 2, 16, 4}, 3, FM_I8, FM_CPU), *u8s = fm_tensor_full(1, (int64_t[]){8}, 24, FM_I32, FM_CPU);
+    fm_named_list_push(&l, "p8", p8, false, false);
+    fm_named_list_push(&l, "u8s", u8s, false, false);
     if (fm_safetensors_save(p, &l, NULL) != FM_OK) abort();
     fm_named_list_free(&l);
-    fm_tensor_release_n(6, w, b, q8, q4, s4, m4);
+    fm_tensor_release_n(8, w, b, q8, q4, s4, m4, p8, u8s);
 }
 
 static void run_once(fm_graph *g) {
