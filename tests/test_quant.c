@@ -320,6 +320,18 @@ static void test_gelu_fusion(void) {
     fm_tensor_release(x);
 }
 
+/* q generates 12 tokens greedily, and its logits are within tol of g's; returns the difference */
+static double gpt_generates_near(const fm_graph *g, const fm_graph *q, double tol, const char *what) {
+    int32_t prompt[3] = {1, 5, 9}, out[12];
+    int no = 0;
+    fm_gpt_sample_params sp = {0, 0, 1.0, 0};
+    CHECK_MSG(fm_graph_generate(q, prompt, 3, 12, &sp, out, &no, NULL, NULL, NULL) == FM_OK && no == 12, "%s: %s", what, fm_last_error());
+    double d = 0;
+    CHECK(fm_graph_compare(g, q, &d) == FM_OK);
+    CHECK_MSG(d < tol, "%s: logits differ by %g relative", what, d);
+    return d;
+}
+
 /* A GPT-2 graph quantized: int4 (embedding and linears, the tied head shares the
  * table) and int8 dynamic generate 12 tokens; the logits stay near fp32. Then the
  * compiled graph (bias + GELU fused by fathom compile) in int8: the bias_gelu_tanh
@@ -345,13 +357,7 @@ static void test_gpt(void) {
         CHECK_MSG(rep.bytes_after * (mode ? 5 : 3) < rep.bytes_before, "gpt mode %d: %zu -> %zu bytes", mode, rep.bytes_before, rep.bytes_after);
         CHECK(count_op(q, mode ? "qlinear_int4" : "qlinear_int8") == 4 * c.n_layer + 1);
         CHECK(count_op(q, "linear") == 0);
-        int32_t prompt[3] = {1, 5, 9}, out[12];
-        int no = 0;
-        fm_gpt_sample_params sp = {0, 0, 1.0, 0};
-        CHECK_MSG(fm_graph_generate(q, prompt, 3, 12, &sp, out, &no, NULL, NULL, NULL) == FM_OK && no == 12, "%s", fm_last_error());
-        double d = 0;
-        CHECK(fm_graph_compare(g, q, &d) == FM_OK);
-        CHECK_MSG(d < (mode ? 0.15 : 0.05), "gpt mode %d: logits differ by %g relative", mode, d);
+        double d = gpt_generates_near(g, q, mode ? 0.15 : 0.05, mode ? "gpt int4" : "gpt int8");
         printf("gpt %s: %d nodes quantized, constants %zu -> %zu bytes, max rel diff %.4g\n", mode ? "int4 g32" : "int8 dynamic",
                rep.n_quantized, rep.bytes_before, rep.bytes_after, d);
         fm_quant_report_free(&rep);
@@ -372,13 +378,7 @@ static void test_gpt(void) {
             int fused = 0;
             for (int i = 0; i < rep.n_nodes; i++) fused += strstr(rep.nodes[i].how, "bias_gelu_tanh") != NULL;
             CHECK_MSG(fused == c.n_layer, "%d nodes say they fused a bias_gelu_tanh", fused);
-            int32_t prompt[3] = {1, 5, 9}, out[12];
-            int no = 0;
-            fm_gpt_sample_params sp = {0, 0, 1.0, 0};
-            CHECK_MSG(fm_graph_generate(q, prompt, 3, 12, &sp, out, &no, NULL, NULL, NULL) == FM_OK && no == 12, "%s", fm_last_error());
-            double d = 0;
-            CHECK(fm_graph_compare(g, q, &d) == FM_OK);
-            CHECK_MSG(d < 0.05, "compiled gpt int8: logits differ by %g relative", d);
+            gpt_generates_near(g, q, 0.05, "compiled gpt int8");
             fm_quant_report_free(&rep);
             fm_graph_free(q);
         }

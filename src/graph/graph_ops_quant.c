@@ -127,16 +127,21 @@ static fm_status run_qlinear4(const gctx *c, fm_tensor *const *in, fm_tensor **o
     return out[0] ? FM_OK : fm_last_status();
 }
 
+/* A lookup's output: the indices' shape and D, f32. */
+static fm_status lookup_out(const gtype *idx, int64_t D, gtype *out) {
+    if (idx->dt != FM_I64 && idx->dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "indices must be i64 or i32, got %s", fm_dtype_name(idx->dt));
+    if (idx->ndim + 1 > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "indices have too many dims");
+    out[0] = *idx;
+    out[0].dt = FM_F32;
+    out[0].d[out[0].ndim++] = D;
+    return FM_OK;
+}
+
 /* graph inputs: packed, scale, indices, [min] (the optional one last) */
 static fm_status inf_qembedding4(const gctx *c, const gtype *in, gtype *out) {
     int64_t G = 0, V = 0, D = 0;
     if (q4_tables(c, &in[0], &in[1], &in[3], &G, &V, &D)) return fm_last_status();
-    if (in[2].dt != FM_I64 && in[2].dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "indices must be i64 or i32, got %s", fm_dtype_name(in[2].dt));
-    if (in[2].ndim + 1 > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "indices have too many dims");
-    out[0] = in[2];
-    out[0].dt = FM_F32;
-    out[0].d[out[0].ndim++] = D;
-    return FM_OK;
+    return lookup_out(&in[2], D, out);
 }
 
 static fm_status run_qembedding4(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
@@ -155,12 +160,7 @@ static fm_status inf_qembedding8(const gctx *c, const gtype *in, gtype *out) {
     if (in[1].ndim != 1 || in[1].dt != FM_F32) return fm_set_error(FM_ERR_INVALID, "scale must be a 1-D f32 tensor [rows], got %s", g_tshape(&in[1], s1, sizeof s1));
     int64_t pd[4] = {(in[1].d[0] + 15) / 16, (D + 3) / 4, 16, 4};
     if (want(&in[0], "panels (layout vnni16x4)", FM_I8, 4, pd)) return fm_last_status();
-    if (in[2].dt != FM_I64 && in[2].dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "indices must be i64 or i32, got %s", fm_dtype_name(in[2].dt));
-    if (in[2].ndim + 1 > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "indices have too many dims");
-    out[0] = in[2];
-    out[0].dt = FM_F32;
-    out[0].d[out[0].ndim++] = D;
-    return FM_OK;
+    return lookup_out(&in[2], D, out);
 }
 
 static fm_status run_qembedding8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
