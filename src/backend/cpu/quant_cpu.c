@@ -103,6 +103,9 @@ static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, co
     fm_parallel_for(blocks, 1, codes_task, &j);
 }
 
+/* The epilogue's GELU code (fm_q8_epilogue.gelu) for the op's activation. */
+static int ep_gelu(const fm_qlinear8_attrs *at) { return at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0; }
+
 /* Per-row dynamic (FM_QLINEAR_INT8_PER_ROW): each row's codes at its own range, then
  * the kernels' epilogue with the row's scale and zero point (fm_q8_epilogue.row_scale).
  * The integer sums are exact and the epilogue reads only the row's values, so a row's
@@ -135,7 +138,7 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
         q8_codes_at(v512, v256, xr, K, sc[m], zp[m], q + m * lda);
     }
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                         fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, sc, zp, at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0};
+                         fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, sc, zp, ep_gelu(at)};
     fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
     fm_q8_pgemm_run(&g, fm_q8_impl_best());
     fm_tensor_release(qt);
@@ -164,7 +167,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
                          c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, NULL, NULL,
-                         at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0};
+                         ep_gelu(at)};
     if (panels) {
         fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
         fm_q8_pgemm_run(&g, fm_q8_impl_best());
@@ -199,6 +202,15 @@ static fm_status qlinear4_kernel(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* Row i's index of a lookup, checked against the table's V rows. */
+static fm_status lookup_row(const char *op, const fm_tensor *idx, int64_t i, int64_t V, int64_t *r) {
+    *r = idx->dtype == FM_I64 ? ((const int64_t *)fm_tensor_data(idx))[i] : ((const int32_t *)fm_tensor_data(idx))[i];
+    if (*r < 0 || *r >= V)
+        return fm_set_error(FM_ERR_INVALID, "%s: index %lld at position %lld is outside the table's %lld rows", op, (long long)*r,
+                            (long long)i, (long long)V);
+    return FM_OK;
+}
+
 /* QEMBEDDING_INT4: in = {w [V, D/2] u8, scale, min|NULL, indices} */
 static fm_status qembedding4_kernel(const fm_op_call *c) {
     const fm_q4_attrs *at = c->attrs;
@@ -208,10 +220,8 @@ static fm_status qembedding4_kernel(const fm_op_call *c) {
     const uint16_t *sc = fm_tensor_data(c->in[1]), *mi = c->in[2] ? fm_tensor_data(c->in[2]) : NULL;
     float *y = fm_tensor_data(c->out[0]);
     for (int64_t i = 0; i < n; i++) {
-        int64_t r = idx->dtype == FM_I64 ? ((const int64_t *)fm_tensor_data(idx))[i] : ((const int32_t *)fm_tensor_data(idx))[i];
-        if (r < 0 || r >= V)
-            return fm_set_error(FM_ERR_INVALID, "qembedding_int4: index %lld at position %lld is outside the table's %lld rows",
-                                (long long)r, (long long)i, (long long)V);
+        int64_t r;
+        if (lookup_row("qembedding_int4", idx, i, V, &r)) return fm_last_status();
         fm_q4_dequant_row(wp + r * (D / 2), sc + r * ng, mi ? mi + r * ng : NULL, D, at->group, y + i * D);
     }
     return FM_OK;
@@ -227,10 +237,8 @@ static fm_status qembedding8_kernel(const fm_op_call *c) {
     const float *sc = fm_tensor_data(c->in[1]);
     float *y = fm_tensor_data(c->out[0]);
     for (int64_t i = 0; i < n; i++) {
-        int64_t r = idx->dtype == FM_I64 ? ((const int64_t *)fm_tensor_data(idx))[i] : ((const int32_t *)fm_tensor_data(idx))[i];
-        if (r < 0 || r >= V)
-            return fm_set_error(FM_ERR_INVALID, "qembedding_int8: index %lld at position %lld is outside the table's %lld rows",
-                                (long long)r, (long long)i, (long long)V);
+        int64_t r;
+        if (lookup_row("qembedding_int8", idx, i, V, &r)) return fm_last_status();
         const int8_t *row = P + fm_q8_panel_index(Kq, r, 0);
         for (int64_t k = 0; k < D; k++) y[i * D + k] = sc[r] * (float)row[(k >> 2) * 64 + (k & 3)];
     }
