@@ -36,7 +36,7 @@ static int64_t q8_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl 
         sc[n] = 0.001f * (float)(1 + n % 7);
         bias[n] = 0.5f - (float)(n % 3);
     }
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N, false, NULL, NULL, 0}, ep1 = ep0;
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, bias, y0, N, FM_QACT_NONE, NULL, NULL}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL}, g1 = g0;
     g1.C = C1;
@@ -90,7 +90,8 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
     /* epi: 0 integers, 1 epilogue with bias, 2 bias + relu, 3 relu without bias, 4 bias + tanh GELU, 5 bias + exact GELU
      * (the vector kernels' GELU against the reference's double one: within 2e-6 relative or 1e-7, not bitwise;
      * test_quant holds the fused GELU bitwise to the separate bias + GELU op) */
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, epi == 2 || epi == 3, NULL, NULL, epi >= 4 ? epi - 3 : 0}, ep1 = ep0;
+    static const int act_of[6] = {FM_QACT_NONE, FM_QACT_NONE, FM_QACT_RELU, FM_QACT_RELU, FM_QACT_GELU_TANH, FM_QACT_GELU};
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, act_of[epi], NULL, NULL}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL};
     fm_q8_pgemm g1 = {M, N, K, Ap, lda, P, C1, N, epi ? &ep1 : NULL};

@@ -467,10 +467,10 @@ fm_status fm_gpt_paged_step_n(fm_gpt *m, fm_gpt_paged *p, int n, const int *seqs
         last[i] = r - 1;
     }
     t = fm_tensor_from_data(ids, 1, (int64_t[]){R}, FM_I64);
-    x = !t                                       ? NULL
-        : p->emb.kind == FM_PAGED_LIN_INT4 && p->emb.w ? fm_qembedding_int4(p->emb.w, p->emb.scale, p->emb.aux, t, p->emb.group)
-        : p->emb.kind == FM_PAGED_LIN_INT8 && p->emb.w ? fm_qembedding_int8(p->emb.w, p->emb.scale, t, m->cfg.n_embd)
-                                                       : fm_embedding(m->wte, t);
+    x = !t                               ? NULL
+        : p->emb.kind == FM_PAGED_LIN_INT4 ? fm_qembedding_int4(p->emb.w, p->emb.scale, p->emb.aux, t, p->emb.group)
+        : p->emb.kind == FM_PAGED_LIN_INT8 ? fm_qembedding_int8(p->emb.w, p->emb.scale, t, m->cfg.n_embd)
+                                           : fm_embedding(m->wte, t);
     if (x && m->cfg.arch == FM_GPT_GPT2) {
         fm_tensor *pt = fm_tensor_from_data(ids + R, 1, (int64_t[]){R}, FM_I64);
         pe = pt ? fm_embedding(m->wpe, pt) : NULL;

@@ -75,11 +75,11 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
 static int act_after(const fm_graph *g, const int *uses, int i, bool panels) {
     const gnode *n = &g->nodes[i];
     const int v = n->out[0];
-    if (n->n_out != 1 || uses[v] != 1 || g->values[v].is_output) return -1;
+    if (n->n_out != 1 || uses[v] != 1 || g->values[v].is_output || fused_relu(n)) return -1;
     for (int j = i + 1; j < g->n_nodes; j++) {
         const gnode *a = &g->nodes[j];
         if (a->n_in < 1 || a->in[0] != v) continue;
-        if (a->n_out != 1 || fused_relu(n)) return -1;
+        if (a->n_out != 1) return -1;
         if (!strcmp(a->op, "relu") && a->n_in == 1) return j;
         if (!panels) return -1;
         if ((!strcmp(a->op, "gelu_tanh") || !strcmp(a->op, "gelu")) && a->n_in == 1) return j;
@@ -121,14 +121,24 @@ static fm_tensor *weight_nk(const fm_graph *g, const gnode *n, qkind k) {
     return c;
 }
 
+/* The names of weight wn's int8 constants (t: ".T" for a matmul's transposed weight,
+ * else ""): the codes (panels or rows), the row scales and the panels' row sums.
+ * A tied embedding and output layer name the same constants, so they share one copy. */
+typedef struct int8_names { char q[300], s[300], u[300]; } int8_names;
+static void int8_names_of(const char *wn, const char *t, bool panels, int8_names *nm) {
+    snprintf(nm->q, sizeof nm->q, "%s%s.int8%s", wn, t, panels ? "_panels" : "");
+    snprintf(nm->s, sizeof nm->s, "%s%s.int8_scale", wn, t);
+    snprintf(nm->u, sizeof nm->u, "%s%s.int8_sum", wn, t);
+}
+
 /* The int8 weight of node n as constants in dst: panels (layout vnni16x4) with
  * their row sums, or rows [N, K] past the panels' 32768 input features. */
-static fm_status int8_weight(rw *r, const gnode *n, qkind k, const char *qn, const char *sn, const char *un, bool panels) {
-    if (g_find_value(r->dst, qn) >= 0) return FM_OK; /* a weight two nodes share */
+static fm_status int8_weight(rw *r, const gnode *n, qkind k, const int8_names *nm, bool panels) {
+    if (g_find_value(r->dst, nm->q) >= 0) return FM_OK; /* a weight two nodes share */
     fm_tensor *w = weight_nk(r->src, n, k), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
     fm_status st = w ? fm_quantize_weight_int8(w, &q, &s) : fm_last_status();
     if (st == FM_OK && panels) st = fm_pack_weight_int8(q, &p, &u);
-    if (st == FM_OK) st = add_consts(r, 3, (const char *[]){qn, sn, un}, (fm_tensor *[]){panels ? p : q, s, u});
+    if (st == FM_OK) st = add_consts(r, 3, (const char *[]){nm->q, nm->s, nm->u}, (fm_tensor *[]){panels ? p : q, s, u});
     fm_tensor_release_n(5, w, q, s, p, u);
     return st;
 }
@@ -139,14 +149,12 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     const char *t = k == K_MATMUL ? ".T" : "", *wn = g->values[n->in[1]].name;
     const int64_t K = g->values[n->in[1]].tensor->shape[k == K_MATMUL ? 0 : 1];
     const bool panels = K <= 32768; /* the panels' 32-bit sums */
-    char qn[300], sn[300], un[300];
-    snprintf(qn, sizeof qn, "%s%s.int8%s", wn, t, panels ? "_panels" : "");
-    snprintf(sn, sizeof sn, "%s%s.int8_scale", wn, t);
-    snprintf(un, sizeof un, "%s%s.int8_sum", wn, t);
-    if (int8_weight(r, n, k, qn, sn, un, panels)) return fm_last_status();
+    int8_names nm;
+    int8_names_of(wn, t, panels, &nm);
+    if (int8_weight(r, n, k, &nm, panels)) return fm_last_status();
     const bool relu = act && !strcmp(act->op, "relu"), gelu = act && !relu, act_bias = act && !strcmp(act->op, "bias_gelu_tanh");
     const char *bias = act_bias ? rw_name(r, act->in[1]) : k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
-    const char *ins[5] = {rw_name(r, n->in[0]), qn, sn, bias, panels ? un : ""};
+    const char *ins[5] = {rw_name(r, n->in[0]), nm.q, nm.s, bias, panels ? nm.u : ""};
     const int n_in = panels ? 5 : bias[0] ? 4 : 3;
     const char *out = g->values[(act ? act : n)->out[0]].name;
     float s = 0.0f;
@@ -177,13 +185,11 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
 static fm_status quant_int8_table(rw *r, const gnode *n, char *how, size_t nh) {
     const char *wn = r->src->values[n->in[0]].name;
     const int64_t D = r->src->values[n->in[0]].tensor->shape[1];
-    char qn[300], sn[300], un[300];
-    snprintf(qn, sizeof qn, "%s.int8_panels", wn);
-    snprintf(sn, sizeof sn, "%s.int8_scale", wn);
-    snprintf(un, sizeof un, "%s.int8_sum", wn);
-    if (int8_weight(r, n, K_EMBEDDING, qn, sn, un, true)) return fm_last_status();
+    int8_names nm;
+    int8_names_of(wn, "", true, &nm);
+    if (int8_weight(r, n, K_EMBEDDING, &nm, true)) return fm_last_status();
     snprintf(how, nh, "int8 table (per-row scales, the int8 panels)");
-    const char *ins[3] = {qn, sn, rw_name(r, n->in[1])};
+    const char *ins[3] = {nm.q, nm.s, rw_name(r, n->in[1])};
     fm_graph_attr a = fm_graph_attr_int("dim", D);
     return add_node(r, n, "qembedding_int8", 3, ins, 1, &a);
 }

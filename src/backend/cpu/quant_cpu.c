@@ -103,9 +103,6 @@ static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, co
     fm_parallel_for(blocks, 1, codes_task, &j);
 }
 
-/* The epilogue's GELU code (fm_q8_epilogue.gelu) for the op's activation. */
-static int ep_gelu(const fm_qlinear8_attrs *at) { return at->act == FM_QACT_GELU_TANH ? 1 : at->act == FM_QACT_GELU ? 2 : 0; }
-
 /* Per-row dynamic (FM_QLINEAR_INT8_PER_ROW): each row's codes at its own range, then
  * the kernels' epilogue with the row's scale and zero point (fm_q8_epilogue.row_scale).
  * The integer sums are exact and the epilogue reads only the row's values, so a row's
@@ -138,7 +135,7 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
         q8_codes_at(v512, v256, xr, K, sc[m], zp[m], q + m * lda);
     }
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
-                         fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, sc, zp, ep_gelu(at)};
+                         fm_tensor_data(c->out[0]), N, at->act, sc, zp};
     fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
     fm_q8_pgemm_run(&g, fm_q8_impl_best());
     fm_tensor_release(qt);
@@ -166,8 +163,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     int32_t zero;
     quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
-                         c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act == FM_QACT_RELU, NULL, NULL,
-                         ep_gelu(at)};
+                         c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act, NULL, NULL};
     if (panels) {
         fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
         fm_q8_pgemm_run(&g, fm_q8_impl_best());

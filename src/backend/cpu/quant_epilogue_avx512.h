@@ -15,7 +15,7 @@ static inline __mmask16 lanes(int64_t left) { return left >= 16 ? (__mmask16)0xF
 /* The epilogue as its kernels read it: a copy of the fm_q8_epilogue in a local
  * variable of the kernel (q8_ep_copy) plus the product's N. fathom builds with
  * -fno-strict-aliasing, so through the shared struct every store to y made GCC load
- * ep, y, ldy, bias, relu and row_scale again before the next (a quarter of the VNNI
+ * ep, y, ldy, bias, act and row_scale again before the next (a quarter of the VNNI
  * kernel's samples at K = 128 went to those loads and their branches, perf); a local
  * whose address does not escape stays in registers. */
 typedef struct q8_ep {
@@ -71,8 +71,9 @@ static inline __attribute__((always_inline)) void store16(const q8_ep *x, int64_
                           _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(e->row_zero[m]), c->ws))));
     else y = _mm512_mul_ps(c->s, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, c->zs)));
     if (e->bias) y = _mm512_add_ps(y, c->b);
-    if (e->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
-    if (e->gelu) y = e->gelu == 1 ? fm_gelu_tanh512(y) : fm_gelu512(y);
+    if (e->act == FM_QACT_RELU) y = _mm512_max_ps(y, _mm512_setzero_ps());
+    else if (e->act == FM_QACT_GELU_TANH) y = fm_gelu_tanh512(y);
+    else if (e->act == FM_QACT_GELU) y = fm_gelu512(y);
     _mm512_mask_storeu_ps(e->y + m * e->ldy + n, c->k, y);
 }
 

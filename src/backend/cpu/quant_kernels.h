@@ -44,13 +44,13 @@ typedef struct fm_q8_epilogue {
     const float *bias;     /* [N] or NULL */
     float *y;              /* [M, ldy] */
     int64_t ldy;
-    bool relu;             /* max(y, 0) after the bias (a fused ReLU) */
+    int act;               /* after the bias: FM_QACT_NONE, _RELU, _GELU_TANH or _GELU (fathom/ops.h);
+                            * the GELUs as the elementwise ops' vector forms, fm_gelu_tanh512/256
+                            * and fm_gelu512/256, in the vector kernels */
     /* per-row activation scales and zero points [M] (dynamic per row), in place of
      * a_scale and a_zero; NULL: a_scale and a_zero for every row */
     const float *row_scale;
     const int32_t *row_zero;
-    int gelu; /* after the bias: 0 none, 1 GELU's tanh form, 2 exact GELU (the elementwise ops' vector
-               * forms, fm_gelu_tanh512/256 and fm_gelu512/256, in the vector kernels) */
 } fm_q8_epilogue;
 
 /* rows [m0, m1) x cols [n0, n1) of A B^T, written as f32 through the epilogue
@@ -72,8 +72,10 @@ static inline void fm_q8_store(const fm_q8_gemm *g, int64_t m, int64_t n, int32_
     int64_t v = (int64_t)acc - (int64_t)az * e->w_sum[n];
     float y = as * e->w_scale[n] * (float)v;
     if (e->bias) y = y + e->bias[n];
-    if (e->gelu) y = (float)(e->gelu == 1 ? fm_gelu_tanh_d((double)y) : fm_gelu_d((double)y)); /* the scalar ops' */
-    e->y[m * e->ldy + n] = e->relu ? (y > 0.0f ? y : 0.0f) : y;
+    if (e->act == FM_QACT_RELU) y = y > 0.0f ? y : 0.0f;
+    else if (e->act == FM_QACT_GELU_TANH) y = (float)fm_gelu_tanh_d((double)y); /* the scalar ops' */
+    else if (e->act == FM_QACT_GELU) y = (float)fm_gelu_d((double)y);
+    e->y[m * e->ldy + n] = y;
 }
 void fm_q8_gemm_tile_ref(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void fm_q8_gemm_tile_avx2(const fm_q8_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);

@@ -59,8 +59,9 @@ static inline __attribute__((always_inline)) void store8(const fm_q8_epilogue *e
                           _mm256_cvtepi32_ps(_mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_set1_epi32(128 - e->row_zero[m]), pe->ws[h]))));
     else y = _mm256_mul_ps(pe->scale[h], _mm256_cvtepi32_ps(_mm256_add_epi32(acc, pe->corr[h])));
     if (e->bias) y = _mm256_add_ps(y, pe->bias[h]);
-    if (e->relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
-    if (e->gelu) y = e->gelu == 1 ? fm_gelu_tanh256(y) : fm_gelu256(y);
+    if (e->act == FM_QACT_RELU) y = _mm256_max_ps(y, _mm256_setzero_ps());
+    else if (e->act == FM_QACT_GELU_TANH) y = fm_gelu_tanh256(y);
+    else if (e->act == FM_QACT_GELU) y = fm_gelu256(y);
     _mm256_storeu_ps(e->y + m * e->ldy + n, y);
 }
 
@@ -80,15 +81,16 @@ static __attribute__((noinline)) void store_slow(const fm_q8_pgemm *g, int64_t m
         /* the scalar epilogue without the GELU, then the vector GELU: the floats of the
          * full panels' path and of the separate bias + GELU (fused_avx2.c) */
         fm_q8_epilogue e = *g->ep;
-        e.gelu = 0;
+        const bool gelu = e.act == FM_QACT_GELU_TANH || e.act == FM_QACT_GELU;
+        if (gelu) e.act = FM_QACT_NONE;
         fm_q8_gemm q = {g->M, g->N, g->K, NULL, 0, NULL, 0, NULL, 0, &e};
         for (int64_t j = 0; j < left; j++) fm_q8_store(&q, m + i, n0 + j, s[j] + 128 * g->ep->w_sum[n0 + j]);
-        if (g->ep->gelu) {
+        if (gelu) {
             float *yr = e.y + (m + i) * e.ldy + n0;
             for (int64_t h = 0; h < left; h += 8) {
                 __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left - h)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
                 __m256 v = _mm256_maskload_ps(yr + h, k);
-                _mm256_maskstore_ps(yr + h, k, g->ep->gelu == 1 ? fm_gelu_tanh256(v) : fm_gelu256(v));
+                _mm256_maskstore_ps(yr + h, k, g->ep->act == FM_QACT_GELU_TANH ? fm_gelu_tanh256(v) : fm_gelu256(v));
             }
         }
     }
