@@ -65,6 +65,7 @@ void fm_ce_bwd_row_f32_avx2(const float *x, float *dx, int64_t n, float m, float
 void fm_ce_bwd_fused_row_f32_avx2(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx512(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 
 void fm_bias_gelu_row_f32_avx2(const float *x, const float *b, float *y, int64_t n);
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
@@ -325,8 +326,23 @@ static void test_ce_fused_long(void) {
                 fm_ce_bwd_fused_row_f32_avx2(x, b, n, 1.0 / 3.0, 1e-3f, st);
                 CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "ce fused backward n %d special %d stream %d", n,
                           special, st);
+                if (w512) { /* the 16-lane twin against its own two calls */
+                    fm_ce_row_stats_f32_avx512(x, n, &m, &se, &sx);
+                    fm_ce_bwd_row_f32_avx512(x, a, n, m, (float)(1.0 / 3.0 / se), 1e-3f, 0);
+                    fm_ce_bwd_fused_row_f32_avx512(x, b, n, 1.0 / 3.0, 1e-3f, st);
+                    CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "ce fused backward (avx512) n %d special %d stream %d",
+                              n, special, st);
+                }
                 x[n / 3] = keep;
             }
+    for (int n = 1; w512 && n <= 100; n++) /* short rows: the 16-lane tails */
+        for (int st = 0; st < 2; st++) {
+            float m, se, sx;
+            fm_ce_row_stats_f32_avx512(x, n, &m, &se, &sx);
+            fm_ce_bwd_row_f32_avx512(x, a, n, m, (float)(0.25 / se), 1e-3f, 0);
+            fm_ce_bwd_fused_row_f32_avx512(x, b, n, 0.25, 1e-3f, st);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "ce fused backward (avx512) n %d stream %d", n, st);
+        }
 }
 
 /* AdamW f32: bitwise the scalar loop of optim.c (same formula, no FMA), over every tail */
@@ -424,6 +440,43 @@ static void test_add_ln(void) {
                           same_bits(&r1, &r2, 1, &at),
                       "add+layer norm n %d variant %d at %d", n, v, at);
         }
+}
+
+void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
+                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
+void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                     float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
+
+/* add + layer norm backward (AVX-512 level only; the AVX2 row has its own arithmetic):
+ * bitwise the AVX-512 layer norm backward with the sum's gradient added to each
+ * rounded element, the weight and bias gradient accumulators included */
+static void test_add_ln_bwd(void) {
+    static float dy[N], ds[N], sm[N], w[N], g1[N], g2[N], dw1[N], dw2[N], db1[N], db2[N];
+    fill(dy, 41, 1.0f);
+    fill(ds, 42, 0.7f);
+    fill(sm, 43, 3.0f);
+    fill(w, 44, 1.5f);
+    const float mean = 0.125f, rstd = 0.61f;
+    for (int n = 1; n <= N; n += n < 70 ? 1 : 193)
+        for (int v = 0; v < 16; v++) { /* bit 0: dy, bit 1: dsum, bit 2: weight, bit 3: dw/db accumulators */
+            const float *dyp = v & 1 ? dy : NULL, *dsp = v & 2 ? ds : NULL, *wp = v & 4 ? w : NULL;
+            const bool acc = v & 8;
+            for (int i = 0; i < n; i++) dw1[i] = dw2[i] = 0.25f * (float)(i % 5), db1[i] = db2[i] = -0.5f + (float)(i % 3);
+            memset(g1, 0x55, sizeof g1);
+            memset(g2, 0x55, sizeof g2);
+            fm_add_ln_bwd_row_f32_avx512(dyp, dsp, sm, wp, mean, rstd, g1, acc ? dw1 : NULL, acc ? db1 : NULL, n);
+            if (dyp) fm_layernorm_bwd_row_f32_avx512(dyp, sm, wp, mean, rstd, g2, acc ? dw2 : NULL, acc ? db2 : NULL, n, 0);
+            for (int i = 0; i < n; i++) g2[i] = dyp ? (dsp ? g2[i] + dsp[i] : g2[i]) : dsp ? dsp[i] : 0.0f;
+            int at = -1;
+            CHECK_MSG(same_bits(g1, g2, N, &at) && same_bits(dw1, dw2, n, &at) && same_bits(db1, db2, n, &at),
+                      "add+layer norm backward n %d variant %d at %d", n, v, at);
+        }
+    /* dx written over dsum (the in-place form the row allows) */
+    fm_add_ln_bwd_row_f32_avx512(dy, ds, sm, w, mean, rstd, g1, NULL, NULL, N);
+    memcpy(g2, ds, sizeof g2);
+    fm_add_ln_bwd_row_f32_avx512(dy, g2, sm, w, mean, rstd, g2, NULL, NULL, N);
+    int at = -1;
+    CHECK_MSG(same_bits(g1, g2, N, &at), "add+layer norm backward in place at %d", at);
 }
 
 /* |got - sum| within 2 K eps of the sum of magnitudes (the f32 summation bound, with room) */
@@ -811,6 +864,7 @@ int main(void) {
     if (w512) test_adamw(fm_adamw_f32_avx512, "avx512");
     test_bias_gelu();
     test_add_ln();
+    if (w512) test_add_ln_bwd();
     test_gemv();
     test_linear_packed();
     test_conv_lanes();

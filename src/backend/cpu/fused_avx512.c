@@ -10,7 +10,12 @@
  * order of norm_avx512.c's row reduction (fm_row_reduce512), then that row's
  * variance and outputs, so it is bitwise the AVX-512 add followed by the AVX-512
  * layer norm (16-lane sums: not the AVX2 row's bits). On the Intel Xeon with AMX it
- * had stayed AVX2 and was 5% of the int8 prefill's samples. */
+ * had stayed AVX2 and was 5% of the int8 prefill's samples.
+ *
+ * Its backward is norm_avx512.c's layer norm backward row with the gradient that
+ * reached the sum added to each rounded output: bitwise the AVX-512 layer norm
+ * backward followed by autograd's separate accumulation (test_isa_kernels). It had
+ * stayed AVX2 too (1.6% of a kjv-gpt training profile). */
 #include <math.h>
 #include <stdint.h>
 
@@ -21,6 +26,11 @@ void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, co
                               int64_t n, float eps, float *mean_out, float *rstd_out);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
+void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
+                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
+/* norm_avx512.c */
+void fm_layernorm_bwd_add_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                         float *dx, float *dw_acc, float *db_acc, int64_t n, const float *dsum);
 
 static const float k_2sqrt2_pi = 1.5957691216057308f; /* 2 sqrt(2/pi) */
 static const float k_cubic = 0.044715f;
@@ -110,5 +120,19 @@ void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, co
         else if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(t, w + i));
         else if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(t, b + i));
         _mm512_mask_storeu_ps(y + i, t, v);
+    }
+}
+
+/* g = dsum + the layer norm's input gradient (dy NULL: g = dsum, or 0 without it);
+ * the weight and bias gradients accumulate into dw_acc / db_acc where given */
+void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
+                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n) {
+    if (dy) {
+        fm_layernorm_bwd_add_row_f32_avx512(dy, s, w, mean, rstd, g, dw_acc, db_acc, n, dsum);
+        return;
+    }
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 t = n - i >= 16 ? (__mmask16)0xffff : fm_tail16(n - i);
+        _mm512_mask_storeu_ps(g + i, t, dsum ? _mm512_maskz_loadu_ps(t, dsum + i) : _mm512_setzero_ps());
     }
 }

@@ -28,12 +28,14 @@ void fm_add_ln_row_f32_avx2(const float *x, const float *h, const float *w, cons
 void fm_add_ln_bwd_row_f32_avx2(const float *dy, const float *dsum, const float *s, const float *w, float mean,
                                 float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
 
-/* fused_avx512.c: bias + GELU(tanh) rows, bitwise the AVX2 ones */
+/* fused_avx512.c: bias + GELU(tanh) rows, bitwise the AVX2 ones; add + layer norm rows */
 void fm_bias_gelu_row_f32_avx512(const float *x, const float *b, float *y, int64_t n);
 void fm_add_ln_row_f32_avx512(const float *x, const float *h, const float *w, const float *b, float *s, float *y,
                               int64_t n, float eps, float *mean_out, float *rstd_out);
 void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const float *b, float *dx, float *db_acc,
                                      int64_t n);
+void fm_add_ln_bwd_row_f32_avx512(const float *dy, const float *dsum, const float *s, const float *w, float mean,
+                                  float rstd, float *g, float *dw_acc, float *db_acc, int64_t n);
 
 typedef struct {
     const fm_op_call *c;
@@ -351,7 +353,8 @@ static void aln_bwd_chunks(void *vc, int64_t k0, int64_t k1, int tid) {
                 const float *s = (const float *)r->in[2] + i * N;
                 float *g = (float *)r->out[0] + i * N;
                 float *dwa = r->part_a ? (float *)r->part_a + k * N : NULL, *dba = r->part_b ? (float *)r->part_b + k * N : NULL;
-                if (r->simd) fm_add_ln_bwd_row_f32_avx2(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
+                if (r->simd > 1) fm_add_ln_bwd_row_f32_avx512(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
+                else if (r->simd) fm_add_ln_bwd_row_f32_avx2(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
                 else aln_bwd_row_f32(pdy, pds, s, r->in[3], mu, rs, g, dwa, dba, N);
             }
         }

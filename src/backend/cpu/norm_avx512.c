@@ -15,6 +15,8 @@ void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b,
                                  float *mean_out, float *rstd_out, int stream);
 void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
                                      float *dx, float *dw_acc, float *db_acc, int64_t n, int stream);
+void fm_layernorm_bwd_add_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                         float *dx, float *dw_acc, float *db_acc, int64_t n, const float *dsum);
 void fm_rmsnorm_row_f32_avx512(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,
                                int stream);
 void fm_rmsnorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float rstd, float *dx,
@@ -44,10 +46,12 @@ void fm_layernorm_row_f32_avx512(const float *x, const float *w, const float *b,
     if (stream) _mm_sfence();
 }
 
-/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd */
-void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
-                                     float *dx, float *dw_acc, float *db_acc, int64_t n, int stream) {
-    stream = stream && ((uintptr_t)dx & 63) == 0;
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd;
+ * with dsum, dsum is added to each rounded dx (add + layer norm's backward, fused_avx512.c:
+ * bitwise this row followed by a separate add; dx may be dsum itself) */
+static inline __attribute__((always_inline)) void ln_bwd_row(const float *dy, const float *x, const float *w, float mean,
+                                                             float rstd, float *dx, float *dw_acc, float *db_acc, int64_t n,
+                                                             int stream, const float *dsum) {
     __m512 vr = _mm512_set1_ps(rstd), vo = _mm512_set1_ps(-mean * rstd);
     __m512 sg = _mm512_setzero_ps(), sgx = sg;
     for (int64_t i = 0; i < n; i += 16) {
@@ -68,10 +72,21 @@ void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const floa
         __m512 h = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, x + i), vr, vo);
         __m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(t, w + i)) : d;
         __m512 r = _mm512_mul_ps(_mm512_fnmadd_ps(h, vc, _mm512_sub_ps(g, va)), vr);
+        if (dsum) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(t, dsum + i));
         if (t == 0xffff) fm_store16(dx + i, r, stream);
         else _mm512_mask_storeu_ps(dx + i, t, r);
     }
     if (stream) _mm_sfence();
+}
+
+void fm_layernorm_bwd_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                     float *dx, float *dw_acc, float *db_acc, int64_t n, int stream) {
+    ln_bwd_row(dy, x, w, mean, rstd, dx, dw_acc, db_acc, n, stream && ((uintptr_t)dx & 63) == 0, NULL);
+}
+
+void fm_layernorm_bwd_add_row_f32_avx512(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                         float *dx, float *dw_acc, float *db_acc, int64_t n, const float *dsum) {
+    ln_bwd_row(dy, x, w, mean, rstd, dx, dw_acc, db_acc, n, 0, dsum);
 }
 
 void fm_rmsnorm_row_f32_avx512(const float *x, const float *w, float *y, int64_t n, float eps, float *rstd_out,

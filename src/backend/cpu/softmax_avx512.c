@@ -14,6 +14,7 @@ void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode
 void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx512(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 
 #define STAGE_MAX 4096 /* widest row softmax stages on the stack when streaming */
 
@@ -110,24 +111,30 @@ void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, i
     if (stream) _mm_sfence();
 }
 
-void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out) {
+/* The row's max (0 for an all -inf row) and, with sumx, its sum: one chain each, so
+ * the statistics and the fused backward below see the same max, NaNs included. */
+static inline __attribute__((always_inline)) float ce_max_sum(const float *x, int64_t n, float *sumx) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 vm = ninf, va = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i);
         vm = _mm512_max_ps(vm, v);
-        va = _mm512_add_ps(va, v);
+        if (sumx) va = _mm512_add_ps(va, v);
     }
     if (i < n) {
         __mmask16 t = fm_tail16(n - i);
         vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, t, x + i));
-        va = _mm512_add_ps(va, _mm512_maskz_loadu_ps(t, x + i));
+        if (sumx) va = _mm512_add_ps(va, _mm512_maskz_loadu_ps(t, x + i));
     }
+    if (sumx) *sumx = _mm512_reduce_add_ps(va);
     float m = _mm512_reduce_max_ps(vm);
-    if (m == -INFINITY) m = 0;
+    return m == -INFINITY ? 0.0f : m;
+}
+
+void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out) {
+    float m = ce_max_sum(x, n, sumx_out);
     *max_out = m;
-    *sumx_out = _mm512_reduce_add_ps(va);
     *sumexp_out = row_expsum(x, NULL, n, m);
 }
 
@@ -141,6 +148,33 @@ void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, flo
         __mmask16 t = fm_tail16(n - i);
         _mm512_mask_storeu_ps(dx + i, t, _mm512_fmsub_ps(fm_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), vm)),
                                                          vsc, vsh));
+    }
+    if (stream) _mm_sfence();
+}
+
+/* The whole backward row of cross-entropy, one exp per element: the 16-lane twin of
+ * softmax_avx2.c's fm_ce_bwd_fused_row_f32_avx2 (see there). The same max, the same
+ * exps summed in the same order and the same final fmsub as fm_ce_row_stats_f32_avx512
+ * followed by fm_ce_bwd_row_f32_avx512, so the same bits (test_isa_kernels); rows too
+ * wide to stage while streaming take those two calls. */
+void fm_ce_bwd_fused_row_f32_avx512(const float *x, float *dx, int64_t n, double g, float shift, int stream) {
+    stream = stream && ((uintptr_t)dx & 63) == 0;
+    if (stream && n > STAGE_MAX) {
+        float m, se, sx;
+        fm_ce_row_stats_f32_avx512(x, n, &m, &se, &sx);
+        fm_ce_bwd_row_f32_avx512(x, dx, n, m, (float)(g / se), shift, stream);
+        return;
+    }
+    _Alignas(64) float stage[STAGE_MAX];
+    float *e = stream ? stage : dx;
+    float m = ce_max_sum(x, n, NULL);
+    float scale = (float)(g / row_expsum(x, e, n, m));
+    __m512 vsc = _mm512_set1_ps(scale), vsh = _mm512_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) store(dx + i, _mm512_fmsub_ps(_mm512_loadu_ps(e + i), vsc, vsh), stream);
+    if (i < n) {
+        __mmask16 t = fm_tail16(n - i);
+        _mm512_mask_storeu_ps(dx + i, t, _mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, e + i), vsc, vsh));
     }
     if (stream) _mm_sfence();
 }

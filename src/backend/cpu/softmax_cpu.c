@@ -28,6 +28,7 @@ void fm_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log_mode
 void fm_softmax_bwd_row_f32_avx512(const float *dy, const float *y, float *dx, int64_t n, int log_mode, int stream);
 void fm_ce_row_stats_f32_avx512(const float *x, int64_t n, float *max_out, float *sumexp_out, float *sumx_out);
 void fm_ce_bwd_row_f32_avx512(const float *x, float *dx, int64_t n, float m, float scale, float shift, int stream);
+void fm_ce_bwd_fused_row_f32_avx512(const float *x, float *dx, int64_t n, double g, float shift, int stream);
 
 /* The SIMD row kernels of the level in use (called where `simd` is set). */
 typedef struct simd_rows {
@@ -41,7 +42,7 @@ typedef struct simd_rows {
 static const simd_rows rows_avx2 = {fm_softmax_row_f32_avx2, fm_softmax_bwd_row_f32_avx2, fm_ce_row_stats_f32_avx2,
                                     fm_ce_bwd_row_f32_avx2, fm_ce_bwd_fused_row_f32_avx2};
 static const simd_rows rows_avx512 = {fm_softmax_row_f32_avx512, fm_softmax_bwd_row_f32_avx512,
-                                      fm_ce_row_stats_f32_avx512, fm_ce_bwd_row_f32_avx512, NULL};
+                                      fm_ce_row_stats_f32_avx512, fm_ce_bwd_row_f32_avx512, fm_ce_bwd_fused_row_f32_avx512};
 static const simd_rows *simd(void) { return fm_cpu_use_avx512() ? &rows_avx512 : &rows_avx2; }
 
 /* ---- scalar row templates (T = float or double; sums in double) ---- */
