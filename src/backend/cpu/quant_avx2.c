@@ -185,3 +185,16 @@ static inline __m256i dot64n(__m256i acc, __m256i lo, __m256i hi, const int8_t *
 }
 
 void fm_q4_rows_avx2(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) { q4_rows(g, m0, m1, n0, n1, dot64, dot64n); }
+
+/* 8 codes = two 4-byte steps of the panel, widened, converted and scaled */
+void fm_q8_table_row_avx2(const int8_t *panel_row, int64_t D, float s, float *y) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t k = 0;
+    for (; k + 8 <= D; k += 8) {
+        int32_t a, b;
+        memcpy(&a, panel_row + 16 * k, 4);
+        memcpy(&b, panel_row + 16 * k + 64, 4);
+        _mm256_storeu_ps(y + k, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_setr_epi32(a, b, 0, 0)))));
+    }
+    for (; k < D; k++) y[k] = s * (float)panel_row[(k >> 2) * 64 + (k & 3)];
+}

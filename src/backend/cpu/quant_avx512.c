@@ -157,3 +157,17 @@ VNNI void fm_q4_rows_avx512(const fm_q4_gemm *g, int64_t m0, int64_t m1, int64_t
     q4_rows(g, m0, m1, n0, n1, dot64_vnni, dot64n_vnni);
 }
 
+
+/* 16 codes = four 4-byte steps of the panel, widened, converted and scaled */
+void fm_q8_table_row_avx512(const int8_t *panel_row, int64_t D, float s, float *y) {
+    const __m512 vs = _mm512_set1_ps(s);
+    const __m128i steps = _mm_setr_epi32(0, 64, 128, 192), lane = _mm_setr_epi32(0, 1, 2, 3);
+    for (int64_t k = 0; k < D; k += 16) {
+        /* the steps that exist (a row's last ones end its panel, and the table) */
+        __m128i live = _mm_cmpgt_epi32(_mm_set1_epi32((int)((D - k + 3) / 4)), lane);
+        __m128i c = _mm_mask_i32gather_epi32(_mm_setzero_si128(), (const int *)(const void *)(panel_row + 16 * k), steps, live, 1);
+        __m512 v = _mm512_mul_ps(vs, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c)));
+        if (D - k >= 16) _mm512_storeu_ps(y + k, v);
+        else _mm512_mask_storeu_ps(y + k, (__mmask16)((1u << (D - k)) - 1), v);
+    }
+}

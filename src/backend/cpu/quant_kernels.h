@@ -128,6 +128,13 @@ void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx);
 void fm_q8_range_avx2(const float *x, int64_t n, float *mn, float *mx);
 void fm_q8_quantize_avx2(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 
+/* One row of an int8 table (qembedding_int8): y[k] = s * code k of the row whose
+ * panel bytes start at panel_row (fm_q8_panel_index(Kq, r, 0): 4 codes a step, the
+ * steps 64 bytes apart), k < D. The same floats at every level (one exact
+ * conversion and one product each). */
+void fm_q8_table_row_avx512(const int8_t *panel_row, int64_t D, float s, float *y);
+void fm_q8_table_row_avx2(const int8_t *panel_row, int64_t D, float s, float *y);
+
 /* INT4: y[m, n] for rows [m0, m1) (at most 4 per call) and cols [n0, n1).
  * xsum[m * n_groups + g]: the sum of x over group g of row m. */
 typedef struct fm_q4_gemm {
