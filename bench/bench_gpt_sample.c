@@ -17,11 +17,9 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "fathom/gpt.h"
-#include "fathom/tensor.h"
+#include "gpt_sample_ref.h" /* tests/: the draw from the sorted logits */
 
 /* ---- the previous sampler (commit 3f226cc, src/gpt/gpt_generate.c) ---- */
-typedef struct { float v; int i; } scored;
 
 static uint32_t desc_key(float v) {
     if (v != v) return UINT32_MAX;
@@ -56,30 +54,7 @@ static int old_sample(const float *logits, int V, const fm_gpt_sample_params *p,
     double *pr = (double *)(void *)(tmp + V);
     uint32_t *key = (uint32_t *)(void *)(pr + V), *ktmp = key + V;
     sort_desc(logits, V, s, key, tmp, ktmp);
-    int n = V;
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    double mx = s[0].v / p->temperature, z = 0;
-    for (int i = 0; i < n; i++) { pr[i] = exp(s[i].v / p->temperature - mx); z += pr[i]; }
-    for (int i = 0; i < n; i++) pr[i] /= z;
-    if (p->top_p > 0 && p->top_p < 1) {
-        double c = 0;
-        int k = 0;
-        while (k < n) { c += pr[k++]; if (c >= p->top_p) break; }
-        n = k;
-        z = 0;
-        for (int i = 0; i < n; i++) z += pr[i];
-        for (int i = 0; i < n; i++) pr[i] /= z;
-    }
-    uint32_t r[4];
-    fm_philox4x32(p->seed, 0x67656e65ull, draw, r);
-    double u = (double)(((uint64_t)r[0] << 21) ^ r[1]) / 9007199254740992.0;
-    u = fmod(u, 1.0);
-    int tok = s[n - 1].i;
-    double c = 0;
-    for (int i = 0; i < n; i++) {
-        c += pr[i];
-        if (u < c) { tok = s[i].i; break; }
-    }
+    int tok = ref_sample_in_order(s, V, p, draw, pr);
     free(mem);
     return tok;
 }

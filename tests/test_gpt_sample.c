@@ -10,11 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "fathom/gpt.h"
-#include "fathom/tensor.h"
+#include "gpt_sample_ref.h"
 #include "test_util.h"
-
-typedef struct { float v; int i; } scored;
 
 static int cmp_desc(const void *a, const void *b) {
     const scored *x = a, *y = b;
@@ -25,30 +22,8 @@ static int cmp_desc(const void *a, const void *b) {
 /* s: the logits in the specified order (sorted once, drawn from many times) */
 static int ref_sample_sorted(const scored *s, int V, const fm_gpt_sample_params *p, uint64_t draw) {
     double *pr = malloc(sizeof *pr * (size_t)V);
-    int n = V;
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    double mx = s[0].v / p->temperature, z = 0;
-    for (int i = 0; i < n; i++) { pr[i] = exp(s[i].v / p->temperature - mx); z += pr[i]; }
-    for (int i = 0; i < n; i++) pr[i] /= z;
-    if (p->top_p > 0 && p->top_p < 1) {
-        double c = 0;
-        int k = 0;
-        while (k < n) { c += pr[k++]; if (c >= p->top_p) break; }
-        n = k;
-        z = 0;
-        for (int i = 0; i < n; i++) z += pr[i];
-        for (int i = 0; i < n; i++) pr[i] /= z;
-    }
-    uint32_t r[4];
-    fm_philox4x32(p->seed, 0x67656e65ull, draw, r);
-    double u = (double)(((uint64_t)r[0] << 21) ^ r[1]) / 9007199254740992.0;
-    u = fmod(u, 1.0);
-    int tok = s[n - 1].i;
-    double c = 0;
-    for (int i = 0; i < n; i++) {
-        c += pr[i];
-        if (u < c) { tok = s[i].i; break; }
-    }
+    if (!pr) return -1;
+    int tok = ref_sample_in_order(s, V, p, draw, pr);
     free(pr);
     return tok;
 }
