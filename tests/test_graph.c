@@ -11,6 +11,7 @@
 #include "fathom/gpt.h"
 #include "fathom/io.h"
 #include "fathom/nn.h"
+#include "fuzz/graph_weights.h"
 #include "test_util.h"
 
 static char g_tmp[256];
@@ -302,23 +303,7 @@ static void test_seed_files(void) {
     snprintf(dir, sizeof dir, "%s/seed", g_tmp);
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    fm_tensor *w = fm_tensor_full(2, (int64_t[]){8, 8}, 0.5, FM_F32, FM_CPU), *b = fm_tensor_full(1, (int64_t[]){8}, 0.25, FM_F32, FM_CPU);
-    /* the quantized ops' tables, as tests/fuzz/fuzz_graph.c writes them */
-    fm_tensor *q8 = fm_tensor_full(2, (int64_t[]){8, 8}, 3, FM_I8, FM_CPU), *q4 = fm_tensor_full(2, (int64_t[]){8, 16}, 0x5A, FM_U8, FM_CPU);
-    fm_tensor *s4 = fm_tensor_full(2, (int64_t[]){8, 1}, 0.01, FM_F16, FM_CPU), *m4 = fm_tensor_full(2, (int64_t[]){8, 1}, -0.05, FM_F16, FM_CPU);
-    fm_named_list l = {0};
-    fm_named_list_push(&l, "w", w, false, false);
-    fm_named_list_push(&l, "b", b, false, false);
-    fm_named_list_push(&l, "q8", q8, false, false);
-    fm_named_list_push(&l, "q4", q4, false, false);
-    fm_named_list_push(&l, "s4", s4, false, false);
-    fm_named_list_push(&l, "m4", m4, false, false);
-    fm_tensor *p8 = fm_tensor_full(4, (int64_t[]){1, 2, 16, 4}, 3, FM_I8, FM_CPU), *u8s = fm_tensor_full(1, (int64_t[]){8}, 24, FM_I32, FM_CPU);
-    fm_named_list_push(&l, "p8", p8, false, false);
-    fm_named_list_push(&l, "u8s", u8s, false, false);
-    CHECK(fm_safetensors_save(path, &l, NULL) == FM_OK);
-    fm_named_list_free(&l);
-    fm_tensor_release_n(6, q8, q4, s4, m4, p8, u8s);
+    CHECK(graph_weights_save(path) == FM_OK); /* the fuzzer's */
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         snprintf(cmd, sizeof cmd, "cp tests/data/graph/%s %s/graph.json", seeds[i], dir);
         CHECK(system(cmd) == 0);
@@ -338,7 +323,6 @@ static void test_seed_files(void) {
         for (int k = 0; k < 8; k++) fm_tensor_release_n(2, in[k], out[k]);
         fm_graph_free(g);
     }
-    fm_tensor_release_n(2, w, b);
 }
 
 /* A recipe-style model traced layer by layer; the graph runs at any batch size

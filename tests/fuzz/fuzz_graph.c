@@ -1,9 +1,7 @@
 /* Graph directories (src/graph): the input is graph.json; weights.safetensors
- * is a fixed file holding "w" [8, 8] and "b" [8] (f32) and, for the quantized
- * ops, "q8" (i8 [8, 8]), "q4" (u8 [8, 16]: 8 rows of 32 int4 codes), "s4" and
- * "m4" (f16 [8, 1]), "p8" (i8 [1, 2, 16, 4]: int8 panels of 8 rows of 8) and "u8s"
- * (i32 [8]: their row sums), so fuzzed graphs can use constants; every seed declares
- * all eight (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
+ * is a fixed file (graph_weights.h: f32 "w" and "b", and tables for the quantized
+ * ops), so fuzzed graphs can use constants; every seed declares all eight
+ * (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
  * 2), when its values are small, so the checks in front of every op front end
  * are exercised too. */
 #include <sys/stat.h>
@@ -12,6 +10,7 @@
 #include "fathom/io.h"
 #include "fathom/ops.h"
 #include "fuzz_util.h"
+#include "graph_weights.h"
 
 static char g_dir[512];
 
@@ -20,22 +19,7 @@ static void setup(void) {
     mkdir(g_dir, 0755);
     char p[600];
     snprintf(p, sizeof p, "%s/weights.safetensors", g_dir);
-    fm_tensor *w = fm_tensor_full(2, (int64_t[]){8, 8}, 0.5, FM_F32, FM_CPU), *b = fm_tensor_full(1, (int64_t[]){8}, 0.25, FM_F32, FM_CPU);
-    fm_tensor *q8 = fm_tensor_full(2, (int64_t[]){8, 8}, 3, FM_I8, FM_CPU), *q4 = fm_tensor_full(2, (int64_t[]){8, 16}, 0x5A, FM_U8, FM_CPU);
-    fm_tensor *s4 = fm_tensor_full(2, (int64_t[]){8, 1}, 0.01, FM_F16, FM_CPU), *m4 = fm_tensor_full(2, (int64_t[]){8, 1}, -0.05, FM_F16, FM_CPU);
-    fm_named_list l = {0};
-    fm_named_list_push(&l, "w", w, false, false);
-    fm_named_list_push(&l, "b", b, false, false);
-    fm_named_list_push(&l, "q8", q8, false, false);
-    fm_named_list_push(&l, "q4", q4, false, false);
-    fm_named_list_push(&l, "s4", s4, false, false);
-    fm_named_list_push(&l, "m4", m4, false, false);
-    fm_tensor *p8 = fm_tensor_full(4, (int64_t[]){1, 2, 16, 4}, 3, FM_I8, FM_CPU), *u8s = fm_tensor_full(1, (int64_t[]){8}, 24, FM_I32, FM_CPU);
-    fm_named_list_push(&l, "p8", p8, false, false);
-    fm_named_list_push(&l, "u8s", u8s, false, false);
-    if (fm_safetensors_save(p, &l, NULL) != FM_OK) abort();
-    fm_named_list_free(&l);
-    fm_tensor_release_n(8, w, b, q8, q4, s4, m4, p8, u8s);
+    if (graph_weights_save(p) != FM_OK) abort();
 }
 
 static void run_once(fm_graph *g) {
