@@ -22,42 +22,14 @@
 
 #include "backend/cpu/conv_avx2.h"
 #include "backend/cpu/conv_shared.h"
+#include "backend/conv_geom.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
 /* -------------------------------------------------------------- geometry */
 
-typedef struct conv_geom {
-    int64_t N, C, H, W;           /* input */
-    int64_t O, Ho, Wo;            /* output channels and size */
-    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-    int64_t G, Cg, Og;            /* groups, input/output channels per group */
-    int64_t K, P;                 /* GEMM inner size per group, output pixels per sample */
-    bool nhwc, pointwise;         /* pointwise: 1x1, stride 1, no padding */
-} conv_geom;
-
-static conv_geom conv_geometry(const fm_conv2d_params *p, const fm_tensor *x, const fm_tensor *w,
-                               const fm_tensor *y) {
-    conv_geom g;
-    g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
-    g.O = w->shape[0];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
-    g.kh = w->shape[2]; g.kw = w->shape[3];
-    g.sh = p->stride[0]; g.sw = p->stride[1];
-    g.ph = p->padding[0]; g.pw = p->padding[1];
-    g.dh = p->dilation[0]; g.dw = p->dilation[1];
-    g.G = p->groups; g.Cg = g.C / g.G; g.Og = g.O / g.G;
-    g.K = g.Cg * g.kh * g.kw;
-    g.P = g.Ho * g.Wo;
-    g.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
-    return g;
-}
+/* fm_conv_geom, fm_conv_geometry: backend/fm_conv_geom.h */
 
 /* Samples per chunk: the im2col scratch is bounded by about 1 MiB, so it is
  * still in L2 when the GEMM reads it. Measured single-threaded (CPU ms, f32,
@@ -65,7 +37,7 @@ static conv_geom conv_geometry(const fm_conv2d_params *p, const fm_tensor *x, co
  *   NCHW 32->64 @28x28: 118 / 122 / 171; @14x14: 41 / 40 / 42
  *   NHWC 32->64 @28x28: 145 / 109 / 181; @14x14: 34 / 33 / 52
  * With one sample per chunk (NCHW) the GEMM writes y and reads dy in place. */
-static int64_t conv_chunk(const conv_geom *g, size_t es) {
+static int64_t conv_chunk(const fm_conv_geom *g, size_t es) {
     int64_t per = g->K * g->P > 0 ? g->K * g->P : 1;
     int64_t nc = (int64_t)((1u << 20) / es) / per;
     if (nc < 1) nc = 1;
@@ -77,12 +49,12 @@ static int64_t conv_chunk(const conv_geom *g, size_t es) {
  * the chunk plus a scatter/gather copy unless images are small (P < 256), where
  * the per-sample GEMMs get too narrow (fashion-cnn step, single thread: the copy
  * was 8% of the step). */
-static bool conv_direct(const conv_geom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
+static bool conv_direct(const fm_conv_geom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
 
 /* Work shared by the parallel helpers below. `n0` is the first sample of the
  * chunk, `c0`/`o0` the group's first input/output channel. */
 typedef struct conv_job {
-    const conv_geom *g;
+    const fm_conv_geom *g;
     int64_t n0, nb, c0, o0;
     const void *x; void *cols; int64_t ldc; /* NCHW cols: [K, nb*P] with ld = nb*P */
     void *dx;
@@ -105,11 +77,11 @@ typedef struct conv_job {
 typedef struct conv_fns {
     fm_range_fn im2col_nchw, col2im_nchw, scatter_out_nchw, gather_dy_nchw, db_nchw;
     fm_range_fn im2col_nhwc, col2im_nhwc, db_rows;
-    void (*reorder_w)(const conv_geom *, const void *, void *, int);
+    void (*reorder_w)(const fm_conv_geom *, const void *, void *, int);
 } conv_fns;
 
-static void reorder_w_f32_v(const conv_geom *g, const void *s, void *d, int dir) { reorder_w_f32(g, s, d, dir); }
-static void reorder_w_f64_v(const conv_geom *g, const void *s, void *d, int dir) { reorder_w_f64(g, s, d, dir); }
+static void reorder_w_f32_v(const fm_conv_geom *g, const void *s, void *d, int dir) { reorder_w_f32(g, s, d, dir); }
+static void reorder_w_f64_v(const fm_conv_geom *g, const void *s, void *d, int dir) { reorder_w_f64(g, s, d, dir); }
 
 static const conv_fns conv_fns_f32 = {im2col_nchw_f32, col2im_nchw_f32, scatter_out_nchw_f32, gather_dy_nchw_f32,
                                       db_nchw_f32, im2col_nhwc_f32, col2im_nhwc_f32,
@@ -143,7 +115,7 @@ static void fill_bias(fm_dtype dt, void *dst, int64_t rows, int64_t cols, int64_
 /* ---------------------------------------------------------- conv forward */
 
 typedef struct direct_fwd {
-    const conv_geom *g;
+    const fm_conv_geom *g;
     fm_dtype dt;
     int64_t gi, o0, n0, nb;
     const void *w, *cols, *bias;
@@ -153,7 +125,7 @@ typedef struct direct_fwd {
 static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const direct_fwd *d = ctx;
-    const conv_geom *g = d->g;
+    const fm_conv_geom *g = d->g;
     size_t es = fm_dtype_size(d->dt);
     for (int64_t nn = b; nn < e; nn++) {
         void *yb = mp(d->y, ((d->n0 + nn) * g->O + d->o0) * g->P, es);
@@ -163,7 +135,7 @@ static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
+static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
                                  const void *w, const void *bias, void *y) {
     size_t es = fm_dtype_size(dt);
     if (g->pointwise) {
@@ -202,7 +174,7 @@ static fm_status conv2d_fwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
     return FM_OK;
 }
 
-static fm_status conv2d_fwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
+static fm_status conv2d_fwd_nhwc(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
                                  const void *w, const void *bias, void *y) {
     size_t es = fm_dtype_size(dt);
     fm_tensor *wr = scratch(g->O * g->K, dt), *cols = NULL;
@@ -289,7 +261,7 @@ static fm_status lowp_gemm(const fm_cpu_gemm_args *g) {
 static void gather_dy_bf16(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const conv_job *j = ctx;
-    const conv_geom *g = j->g;
+    const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Og, o = it % g->Og;
         fm_convert_f32_to_bf16((const float *)j->dy + ((j->n0 + nn) * g->O + j->o0 + o) * g->P,
@@ -297,7 +269,7 @@ static void gather_dy_bf16(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-static fm_status conv2d_fwd_lowp(const conv_geom *g, const float *x, const float *w, const float *bias, float *y) {
+static fm_status conv2d_fwd_lowp(const fm_conv_geom *g, const float *x, const float *w, const float *bias, float *y) {
     int64_t nc = conv_chunk(g, sizeof(float));
     fm_tensor *wl = scratch(g->O * g->K, FM_BF16), *cols = wl ? scratch(g->K * nc * g->P, FM_BF16) : NULL;
     fm_tensor *tmp = cols ? scratch(g->Og * nc * g->P, FM_F32) : NULL;
@@ -322,7 +294,7 @@ static fm_status conv2d_fwd_lowp(const conv_geom *g, const float *x, const float
 /* The backward's scratch, in this order (the meta device replays it):
  * wl [O*K] bf16 (dx), cols [K*nc*P] bf16 (dw), dyt [Og*nc*P] bf16,
  * dcols [K*nc*P] f32 (dx), dwt [Og*K] f32 (dw, more than one chunk). */
-static fm_status conv2d_bwd_lowp(const conv_geom *g, const float *dy, const float *x, const float *w, float *dx, float *dw) {
+static fm_status conv2d_bwd_lowp(const fm_conv_geom *g, const float *dy, const float *x, const float *w, float *dx, float *dw) {
     int64_t nc = conv_chunk(g, sizeof(float));
     fm_tensor *t[5] = {0};
     const int64_t n[5] = {dx ? g->O * g->K : -1, dw ? g->K * nc * g->P : -1, g->Og * nc * g->P, dx ? g->K * nc * g->P : -1,
@@ -364,7 +336,7 @@ static fm_status conv2d_kernel(const fm_op_call *c) {
     const fm_conv2d_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    conv_geom g = conv_geometry(&a->p, x, w, y);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, w, y);
     const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
     if (fm_tensor_numel(y) == 0) return FM_OK;
     const void *bias = b ? fm_tensor_data(b) : NULL;
@@ -384,7 +356,7 @@ fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tens
 
 /* --------------------------------------------------------- conv backward */
 
-static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
+static fm_status conv2d_bwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
                                  const void *x, const void *w, void *dx, void *dw) {
     size_t es = fm_dtype_size(dt);
     if (g->pointwise) {
@@ -440,7 +412,7 @@ static fm_status conv2d_bwd_nchw(const conv_geom *g, const conv_fns *f, fm_dtype
     return FM_OK;
 }
 
-static fm_status conv2d_bwd_nhwc(const conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
+static fm_status conv2d_bwd_nhwc(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *dy,
                                  const void *x, const void *w, void *dx, void *dw) {
     size_t es = fm_dtype_size(dt);
     fm_tensor *wr = scratch(g->O * g->K, dt), *dwr = scratch(g->O * g->K, dt), *cols = NULL;
@@ -491,7 +463,7 @@ static fm_status conv2d_backward_kernel(const fm_op_call *c) {
     fm_tensor *dy = c->in[0], *x = c->in[1], *w = c->in[2];
     fm_tensor *dx = c->out[0], *dw = c->out[1], *db = c->out[2];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    conv_geom g = conv_geometry(&a->p, x, w, dy);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, w, dy);
     const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
     size_t es = fm_dtype_size(x->dtype);
     if (fm_tensor_numel(dy) == 0) { /* nothing flows back */

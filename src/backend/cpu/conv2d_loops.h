@@ -21,7 +21,7 @@
 /* NCHW im2col: item = (sample in chunk, channel in group) */
 static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Cg, c = it % g->Cg;
         const T *xc = (const T *)j->x + ((j->n0 + nn) * g->C + j->c0 + c) * g->H * g->W;
@@ -86,7 +86,7 @@ static void SFX(im2col_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* NCHW col2im: item = (sample, channel); zeroes then accumulates its own plane */
 static void SFX(col2im_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Cg, c = it % g->Cg;
         T *xc = (T *)j->dx + ((j->n0 + nn) * g->C + j->c0 + c) * g->H * g->W;
@@ -118,7 +118,7 @@ static void SFX(col2im_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* NCHW: tmp [Og, nb*P] -> y[n, o0+o, :] (+ bias). item = (sample, out channel) */
 static void SFX(scatter_out_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Og, o = it % g->Og;
         const T *src = (const T *)j->tmp + o * j->ldc + nn * g->P;
@@ -131,7 +131,7 @@ static void SFX(scatter_out_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* NCHW: dy[n, o0+o, :] -> dyt [Og, nb*P] */
 static void SFX(gather_dy_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Og, o = it % g->Og;
         memcpy((T *)j->dyt + o * j->ldc + nn * g->P,
@@ -141,7 +141,7 @@ static void SFX(gather_dy_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* NCHW db[o] = sum over n, p of dy. item = o */
 static void SFX(db_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     bool simd = sizeof(T) == 4 && fm_cpu_use_avx2();
     for (int64_t o = b; o < e; o++) {
         double s = 0;
@@ -160,7 +160,7 @@ static void SFX(db_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
  * layer) gets its own loop, since a copy call per single-element tap dominates otherwise */
 static void SFX(im2col_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t nn = it / g->Ho, oh = it % g->Ho;
         const T *xn = (const T *)j->x + (j->n0 + nn) * g->H * g->W * g->C + j->c0;
@@ -202,7 +202,7 @@ static void SFX(im2col_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
  * be zero beforehand */
 static void SFX(col2im_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     for (int64_t nn = b; nn < e; nn++) {
         T *xn = (T *)j->dx + (j->n0 + nn) * g->H * g->W * g->C + j->c0;
         const T *src = (const T *)j->cols + nn * g->P * g->K;
@@ -222,7 +222,7 @@ static void SFX(col2im_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
 /* NHWC db: fixed blocks of 256 rows, partial sums per block (summed in order afterwards) */
 static void SFX(db_rows)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const conv_job *j = ctx; const conv_geom *g = j->g;
+    const conv_job *j = ctx; const fm_conv_geom *g = j->g;
     int64_t R = g->N * g->P;
     for (int64_t blk = b; blk < e; blk++) {
         double *acc = (double *)j->cols + blk * g->O;
@@ -235,7 +235,7 @@ static void SFX(db_rows)(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 /* weight [O, Cg, kh, kw] <-> [O, kh, kw, Cg] (NHWC GEMM operand); dir 0: to, 1: back */
-static void SFX(reorder_w)(const conv_geom *g, const T *src, T *dst, int dir) {
+static void SFX(reorder_w)(const fm_conv_geom *g, const T *src, T *dst, int dir) {
     int64_t khw = g->kh * g->kw;
     for (int64_t o = 0; o < g->O; o++)
         for (int64_t c = 0; c < g->Cg; c++)

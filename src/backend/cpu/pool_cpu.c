@@ -7,34 +7,15 @@
 
 #include "backend/cpu/conv_avx2.h"
 #include "backend/cpu/conv_shared.h"
+#include "backend/conv_geom.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
-typedef struct pool_geom {
-    int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
-    bool nhwc, include_pad;
-} pool_geom;
-
-static pool_geom pool_geometry(const fm_pool2d_params *p, const fm_tensor *x, const fm_tensor *y) {
-    pool_geom g;
-    g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
-    g.kh = p->kernel[0]; g.kw = p->kernel[1];
-    g.sh = p->stride[0] > 0 ? p->stride[0] : p->kernel[0];
-    g.sw = p->stride[1] > 0 ? p->stride[1] : p->kernel[1];
-    g.ph = p->padding[0]; g.pw = p->padding[1];
-    g.include_pad = p->count_include_pad;
-    return g;
-}
+/* fm_pool_geom, fm_pool_geometry: backend/conv_geom.h */
 
 typedef struct pool_job {
-    const pool_geom *g;
+    const fm_pool_geom *g;
     const void *x; void *y; int64_t *idx; const int64_t *cidx;
     const void *dy; void *dx;
 } pool_job;
@@ -43,7 +24,7 @@ typedef struct pool_job {
  * [ws, we); cnt is the averaging divisor (the whole window with count_include_pad). */
 typedef struct pool_win { int64_t hs, he, ws, we, cnt; } pool_win;
 
-static inline pool_win pool_window(const pool_geom *g, int64_t oh, int64_t ow) {
+static inline pool_win pool_window(const fm_pool_geom *g, int64_t oh, int64_t ow) {
     int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
     int64_t h1 = h0 + g->kh, w1 = w0 + g->kw;
     pool_win r;
@@ -71,7 +52,7 @@ static fm_status max_pool2d_kernel(const fm_op_call *c) {
     const fm_pool2d_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *y = c->out[0], *idx = c->out[1];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    pool_geom g = pool_geometry(&a->p, x, y);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, y);
     pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y), .idx = fm_tensor_data(idx)};
     bool f32 = x->dtype == FM_F32;
     if (g.nhwc)
@@ -85,7 +66,7 @@ static fm_status max_pool2d_backward_kernel(const fm_op_call *c) {
     const fm_pool2d_attrs *a = c->attrs;
     fm_tensor *dy = c->in[0], *x = c->in[1], *idx = c->in[2], *dx = c->out[0];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    pool_geom g = pool_geometry(&a->p, x, dy);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, dy);
     pool_job j = {.g = &g, .dy = fm_tensor_data(dy), .dx = fm_tensor_data(dx), .cidx = fm_tensor_data(idx)};
     bool f32 = x->dtype == FM_F32;
     if (g.nhwc)
@@ -99,7 +80,7 @@ static fm_status avg_pool2d_kernel(const fm_op_call *c) {
     const fm_pool2d_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *y = c->out[0];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    pool_geom g = pool_geometry(&a->p, x, y);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, y);
     pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y)};
     bool f32 = x->dtype == FM_F32;
     if (g.nhwc)
@@ -113,7 +94,7 @@ static fm_status avg_pool2d_backward_kernel(const fm_op_call *c) {
     const fm_pool2d_attrs *a = c->attrs;
     fm_tensor *dy = c->in[0], *dx = c->out[0];
     if (dy->dtype != FM_F32 && dy->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, dy->dtype);
-    pool_geom g = pool_geometry(&a->p, dx, dy);
+    fm_pool_geom g = fm_pool_geometry(&a->p, dx, dy);
     pool_job j = {.g = &g, .dy = fm_tensor_data(dy), .dx = fm_tensor_data(dx)};
     bool f32 = dy->dtype == FM_F32;
     if (g.nhwc)

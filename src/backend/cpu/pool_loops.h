@@ -7,7 +7,7 @@
 /* max pool, NCHW: item = plane; NaN wins (as PyTorch), index = ih*W + iw */
 static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t pl = b; pl < e; pl++) {
         const T *xp = (const T *)j->x + pl * g->H * g->W;
         T *yp = (T *)j->y + pl * g->Ho * g->Wo;
@@ -48,7 +48,7 @@ static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* max pool, NHWC: item = (n, oh); channels innermost */
 static void SFX(maxpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t n = it / g->Ho, oh = it % g->Ho;
         const T *xn = (const T *)j->x + n * g->H * g->W * g->C;
@@ -72,7 +72,7 @@ static void SFX(maxpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
 /* max pool backward NCHW: item = plane (indices stay inside their plane) */
 static void SFX(maxpool_bwd_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t pl = b; pl < e; pl++) {
         T *dxp = (T *)j->dx + pl * g->H * g->W;
         const T *dyp = (const T *)j->dy + pl * g->Ho * g->Wo;
@@ -85,7 +85,7 @@ static void SFX(maxpool_bwd_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* max pool backward NHWC: item = sample */
 static void SFX(maxpool_bwd_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t n = b; n < e; n++) {
         T *dxn = (T *)j->dx + n * g->H * g->W * g->C;
         memset(dxn, 0, (size_t)(g->H * g->W * g->C) * sizeof(T));
@@ -98,7 +98,7 @@ static void SFX(maxpool_bwd_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
 /* avg pool NCHW: item = plane */
 static void SFX(avgpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t pl = b; pl < e; pl++) {
         const T *xp = (const T *)j->x + pl * g->H * g->W;
         T *yp = (T *)j->y + pl * g->Ho * g->Wo;
@@ -115,7 +115,7 @@ static void SFX(avgpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* avg pool NHWC: item = (n, oh) */
 static void SFX(avgpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t it = b; it < e; it++) {
         int64_t n = it / g->Ho, oh = it % g->Ho;
         const T *xn = (const T *)j->x + n * g->H * g->W * g->C;
@@ -136,7 +136,7 @@ static void SFX(avgpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
 /* avg pool backward NCHW: item = plane */
 static void SFX(avgpool_bwd_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t pl = b; pl < e; pl++) {
         T *dxp = (T *)j->dx + pl * g->H * g->W;
         const T *dyp = (const T *)j->dy + pl * g->Ho * g->Wo;
@@ -154,7 +154,7 @@ static void SFX(avgpool_bwd_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 /* avg pool backward NHWC: item = sample */
 static void SFX(avgpool_bwd_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const pool_job *j = ctx; const pool_geom *g = j->g;
+    const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     for (int64_t n = b; n < e; n++) {
         T *dxn = (T *)j->dx + n * g->H * g->W * g->C;
         memset(dxn, 0, (size_t)(g->H * g->W * g->C) * sizeof(T));

@@ -23,6 +23,7 @@
  * elementwise pass. */
 #include <stdlib.h>
 
+#include "backend/conv_geom.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_internal.h"
 
@@ -30,40 +31,15 @@
 
 static bool cuda_float_dt(fm_dtype d) { return d == FM_F32 || d == FM_F64 || d == FM_F16 || d == FM_BF16; }
 
-typedef struct cgeom {
-    int64_t N, C, H, W, O, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G, Cg, Og, K, P;
-    int nhwc;
-} cgeom;
+/* fm_conv_geom, fm_conv_geometry: backend/conv_geom.h */
 
-static cgeom conv_geom(const fm_conv2d_params *p, const fm_tensor *x, const fm_tensor *w, const fm_tensor *y) {
-    cgeom g;
-    g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
-    g.O = w->shape[0];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
-    g.kh = w->shape[2]; g.kw = w->shape[3];
-    g.sh = p->stride[0]; g.sw = p->stride[1];
-    g.ph = p->padding[0]; g.pw = p->padding[1];
-    g.dh = p->dilation[0]; g.dw = p->dilation[1];
-    g.G = p->groups;
-    g.Cg = g.C / g.G;
-    g.Og = g.O / g.G;
-    g.K = g.Cg * g.kh * g.kw;
-    g.P = g.Ho * g.Wo;
-    return g;
-}
-
-__device__ __forceinline__ int64_t x_index(const cgeom &g, int64_t n, int64_t c, int64_t h, int64_t w) {
+__device__ __forceinline__ int64_t x_index(const fm_conv_geom &g, int64_t n, int64_t c, int64_t h, int64_t w) {
     return g.nhwc ? ((n * g.H + h) * g.W + w) * g.C + c : ((n * g.C + c) * g.H + h) * g.W + w;
 }
 
 /* cols[r, k] for samples n0.. and group gi; zero where the tap falls in the padding. */
 template <typename R>
-__global__ void im2col_k(cgeom g, const R *x, R *cols, int64_t n0, int64_t nb, int64_t gi) {
+__global__ void im2col_k(fm_conv_geom g, const R *x, R *cols, int64_t n0, int64_t nb, int64_t gi) {
     int64_t total = nb * g.P * g.K;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = e / g.K, k = e % g.K;
@@ -78,7 +54,7 @@ __global__ void im2col_k(cgeom g, const R *x, R *cols, int64_t n0, int64_t nb, i
 
 /* NCHW y[n0 + n, o, p] <-> rows[n * P + p, o]; dir 0: rows -> nchw, 1: nchw -> rows. */
 template <typename R>
-__global__ void rows_nchw_k(cgeom g, R *nchw, R *rows, int64_t n0, int64_t nb, int dir) {
+__global__ void rows_nchw_k(fm_conv_geom g, R *nchw, R *rows, int64_t n0, int64_t nb, int dir) {
     int64_t total = nb * g.P * g.O;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         /* e walks the NCHW side so that its accesses are the coalesced ones */
@@ -92,7 +68,7 @@ __global__ void rows_nchw_k(cgeom g, R *nchw, R *rows, int64_t n0, int64_t nb, i
 /* dx for the samples n0.. and channels of group gi, from dcols [R, K]: each dx element
  * sums the taps that read it (fixed order: kh, then kw). */
 template <typename A>
-__global__ void col2im_k(cgeom g, const void *dcols, void *dx, int dt, int64_t n0, int64_t nb, int64_t gi) {
+__global__ void col2im_k(fm_conv_geom g, const void *dcols, void *dx, int dt, int64_t n0, int64_t nb, int64_t gi) {
     int64_t total = nb * g.Cg * g.H * g.W;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t w = e % g.W, h = (e / g.W) % g.H, c = (e / (g.W * g.H)) % g.Cg, nl = e / (g.W * g.H * g.Cg);
@@ -137,17 +113,17 @@ __global__ void conv_db_k(const void *dy, void *db, int dt, int64_t N, int64_t O
 }
 
 template <typename R>
-static void launch_im2col(const cgeom &g, const void *x, void *cols, int64_t n0, int64_t nb, int64_t gi, cudaStream_t s) {
+static void launch_im2col(const fm_conv_geom &g, const void *x, void *cols, int64_t n0, int64_t nb, int64_t gi, cudaStream_t s) {
     int64_t n = nb * g.P * g.K;
     im2col_k<R><<<fm_cuda_blocks(n, 256), 256, 0, s>>>(g, (const R *)x, (R *)cols, n0, nb, gi);
 }
-static void im2col(const cgeom &g, size_t es, const void *x, void *cols, int64_t n0, int64_t nb, int64_t gi) {
+static void im2col(const fm_conv_geom &g, size_t es, const void *x, void *cols, int64_t n0, int64_t nb, int64_t gi) {
     cudaStream_t s = fm_cuda_stream();
     if (es == 2) launch_im2col<uint16_t>(g, x, cols, n0, nb, gi, s);
     else if (es == 4) launch_im2col<uint32_t>(g, x, cols, n0, nb, gi, s);
     else launch_im2col<uint64_t>(g, x, cols, n0, nb, gi, s);
 }
-static void rows_nchw(const cgeom &g, size_t es, void *nchw, void *rows, int64_t n0, int64_t nb, int dir) {
+static void rows_nchw(const fm_conv_geom &g, size_t es, void *nchw, void *rows, int64_t n0, int64_t nb, int dir) {
     cudaStream_t s = fm_cuda_stream();
     int64_t n = nb * g.P * g.O;
     unsigned bl = fm_cuda_blocks(n, 256);
@@ -159,7 +135,7 @@ static void rows_nchw(const cgeom &g, size_t es, void *nchw, void *rows, int64_t
 /* Samples per chunk: the im2col columns of a chunk fit COLS_BUDGET (at least one sample).
  * FATHOM_CUDA_CONV_CHUNK=<samples> overrides it, so tests reach the multi-chunk paths
  * (dw accumulated across chunks, sample offsets) with small shapes. */
-static int64_t conv_chunk(const cgeom &g, size_t es) {
+static int64_t conv_chunk(const fm_conv_geom &g, size_t es) {
     int64_t per = g.P * (g.K > g.O ? g.K : g.O) * (int64_t)es;
     int64_t nb = per > 0 ? COLS_BUDGET / per : g.N;
     const char *env = getenv("FATHOM_CUDA_CONV_CHUNK");
@@ -173,7 +149,7 @@ static fm_status k_conv2d(const fm_op_call *c) {
     fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
     fm_dtype dt = x->dtype;
     if (!cuda_float_dt(dt)) return fm_cuda_unsupported_dtype(c, dt);
-    cgeom g = conv_geom(&a->p, x, w, y);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, w, y);
     int64_t ny = fm_tensor_numel(y);
     if (ny == 0) return FM_OK;
     size_t es = fm_dtype_size(dt);
@@ -215,7 +191,7 @@ static fm_status k_conv2d_backward(const fm_op_call *c) {
     fm_tensor *dx = c->out[0], *dw = c->out[1], *db = c->out[2];
     fm_dtype dt = x->dtype;
     if (!cuda_float_dt(dt)) return fm_cuda_unsupported_dtype(c, dt);
-    cgeom g = conv_geom(&a->p, x, w, dy);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, w, dy);
     size_t es = fm_dtype_size(dt);
     cudaStream_t s = fm_cuda_stream();
     fm_status st = FM_OK;
@@ -268,40 +244,20 @@ static fm_status k_conv2d_backward(const fm_op_call *c) {
 
 /* ----------------------------------------------------------------- pools */
 
-typedef struct pgeom {
-    int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
-    int nhwc, include_pad;
-} pgeom;
-
-static pgeom pool_geom(const fm_pool2d_params *p, const fm_tensor *x, const fm_tensor *y) {
-    pgeom g;
-    g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
-    g.kh = p->kernel[0]; g.kw = p->kernel[1];
-    g.sh = p->stride[0] > 0 ? p->stride[0] : p->kernel[0];
-    g.sw = p->stride[1] > 0 ? p->stride[1] : p->kernel[1];
-    g.ph = p->padding[0]; g.pw = p->padding[1];
-    g.include_pad = p->count_include_pad;
-    return g;
-}
+/* fm_pool_geom, fm_pool_geometry: backend/conv_geom.h */
 
 /* (n, c, h, w) of element e of a [N, C, hh, ww] tensor in the pool's layout, and back. */
-__device__ __forceinline__ void p_coords(const pgeom &g, int64_t e, int64_t hh, int64_t ww, int64_t *n, int64_t *c, int64_t *h,
+__device__ __forceinline__ void p_coords(const fm_pool_geom &g, int64_t e, int64_t hh, int64_t ww, int64_t *n, int64_t *c, int64_t *h,
                                          int64_t *w) {
     if (g.nhwc) { *c = e % g.C; *w = (e / g.C) % ww; *h = (e / (g.C * ww)) % hh; *n = e / (g.C * ww * hh); }
     else { *w = e % ww; *h = (e / ww) % hh; *c = (e / (ww * hh)) % g.C; *n = e / (ww * hh * g.C); }
 }
-__device__ __forceinline__ int64_t p_index(const pgeom &g, int64_t n, int64_t c, int64_t h, int64_t w, int64_t hh, int64_t ww) {
+__device__ __forceinline__ int64_t p_index(const fm_pool_geom &g, int64_t n, int64_t c, int64_t h, int64_t w, int64_t hh, int64_t ww) {
     return g.nhwc ? ((n * hh + h) * ww + w) * g.C + c : ((n * g.C + c) * hh + h) * ww + w;
 }
 
 /* Window of output (oh, ow) clipped to the input, and its divisor. */
-__device__ __forceinline__ void p_window(const pgeom &g, int64_t oh, int64_t ow, int64_t *hs, int64_t *he, int64_t *ws,
+__device__ __forceinline__ void p_window(const fm_pool_geom &g, int64_t oh, int64_t ow, int64_t *hs, int64_t *he, int64_t *ws,
                                          int64_t *we, int64_t *cnt) {
     int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
     *hs = h0 < 0 ? 0 : h0;
@@ -313,7 +269,7 @@ __device__ __forceinline__ void p_window(const pgeom &g, int64_t oh, int64_t ow,
 
 /* Max pool: the first maximum wins; a NaN wins over everything (PyTorch, and the CPU). */
 template <typename A>
-__global__ void maxpool_k(pgeom g, const void *x, void *y, int64_t *idx, int dt) {
+__global__ void maxpool_k(fm_pool_geom g, const void *x, void *y, int64_t *idx, int dt) {
     int64_t total = g.N * g.C * g.Ho * g.Wo;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t n, c, oh, ow, hs, he, ws, we, cnt;
@@ -338,7 +294,7 @@ __global__ void maxpool_k(pgeom g, const void *x, void *y, int64_t *idx, int dt)
 
 /* Max pool backward as a gather: dx[h, w] sums dy over the windows holding it whose argmax is (h, w). */
 template <typename A>
-__global__ void maxpool_bwd_k(pgeom g, const void *dy, const int64_t *idx, void *dx, int dt) {
+__global__ void maxpool_bwd_k(fm_pool_geom g, const void *dy, const int64_t *idx, void *dx, int dt) {
     int64_t total = g.N * g.C * g.H * g.W;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t n, c, h, w;
@@ -361,7 +317,7 @@ __global__ void maxpool_bwd_k(pgeom g, const void *dy, const int64_t *idx, void 
 }
 
 template <typename A>
-__global__ void avgpool_k(pgeom g, const void *x, void *y, int dt) {
+__global__ void avgpool_k(fm_pool_geom g, const void *x, void *y, int dt) {
     int64_t total = g.N * g.C * g.Ho * g.Wo;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t n, c, oh, ow, hs, he, ws, we, cnt;
@@ -375,7 +331,7 @@ __global__ void avgpool_k(pgeom g, const void *x, void *y, int dt) {
 }
 
 template <typename A>
-__global__ void avgpool_bwd_k(pgeom g, const void *dy, void *dx, int dt) {
+__global__ void avgpool_bwd_k(fm_pool_geom g, const void *dy, void *dx, int dt) {
     int64_t total = g.N * g.C * g.H * g.W;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t n, c, h, w;
@@ -402,7 +358,7 @@ static fm_status k_max_pool2d(const fm_op_call *c) {
     const fm_pool2d_attrs *a = (const fm_pool2d_attrs *)c->attrs;
     fm_tensor *x = c->in[0], *y = c->out[0], *idx = c->out[1];
     if (!cuda_float_dt(x->dtype)) return fm_cuda_unsupported_dtype(c, x->dtype);
-    pgeom g = pool_geom(&a->p, x, y);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, y);
     int64_t n = fm_tensor_numel(y);
     if (!n) return FM_OK;
     unsigned bl = fm_cuda_blocks(n, 256);
@@ -416,7 +372,7 @@ static fm_status k_max_pool2d_backward(const fm_op_call *c) {
     const fm_pool2d_attrs *a = (const fm_pool2d_attrs *)c->attrs;
     fm_tensor *dy = c->in[0], *x = c->in[1], *idx = c->in[2], *dx = c->out[0];
     if (!cuda_float_dt(x->dtype)) return fm_cuda_unsupported_dtype(c, x->dtype);
-    pgeom g = pool_geom(&a->p, x, dy);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, dy);
     int64_t n = fm_tensor_numel(dx);
     if (!n) return FM_OK;
     unsigned bl = fm_cuda_blocks(n, 256);
@@ -430,7 +386,7 @@ static fm_status k_avg_pool2d(const fm_op_call *c) {
     const fm_pool2d_attrs *a = (const fm_pool2d_attrs *)c->attrs;
     fm_tensor *x = c->in[0], *y = c->out[0];
     if (!cuda_float_dt(x->dtype)) return fm_cuda_unsupported_dtype(c, x->dtype);
-    pgeom g = pool_geom(&a->p, x, y);
+    fm_pool_geom g = fm_pool_geometry(&a->p, x, y);
     int64_t n = fm_tensor_numel(y);
     if (!n) return FM_OK;
     unsigned bl = fm_cuda_blocks(n, 256);
@@ -444,7 +400,7 @@ static fm_status k_avg_pool2d_backward(const fm_op_call *c) {
     const fm_pool2d_attrs *a = (const fm_pool2d_attrs *)c->attrs;
     fm_tensor *dy = c->in[0], *dx = c->out[0];
     if (!cuda_float_dt(dy->dtype)) return fm_cuda_unsupported_dtype(c, dy->dtype);
-    pgeom g = pool_geom(&a->p, dx, dy);
+    fm_pool_geom g = fm_pool_geometry(&a->p, dx, dy);
     int64_t n = fm_tensor_numel(dx);
     if (!n) return FM_OK;
     unsigned bl = fm_cuda_blocks(n, 256);

@@ -8,6 +8,8 @@
  * and fails on any byte of difference, so a change there shows up here. */
 #include "backend/meta/meta_scratch.h"
 
+#include "backend/conv_geom.h"
+
 #include <string.h>
 
 #include "core/tensor_internal.h" /* fm_view_raw */
@@ -30,24 +32,10 @@ static fm_status hold(fm_device dev, int n, const int64_t *elems, const fm_dtype
 
 /* ---- conv2d_cpu.c ---- */
 
-typedef struct cgeom { int64_t N, O, K, P, Og; bool nhwc, pointwise; } cgeom;
-
-static cgeom conv_geom(const fm_conv2d_params *p, const fm_tensor *x, const fm_tensor *w, const fm_tensor *y) {
-    cgeom g;
-    g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    int64_t C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.O = w->shape[0];
-    g.P = (g.nhwc ? y->shape[1] * y->shape[2] : y->shape[2] * y->shape[3]);
-    g.K = C / p->groups * w->shape[2] * w->shape[3];
-    g.Og = g.O / p->groups;
-    g.pointwise = w->shape[2] == 1 && w->shape[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 && p->padding[0] == 0 &&
-                  p->padding[1] == 0;
-    return g;
-}
+/* fm_conv_geom, fm_conv_geometry: backend/conv_geom.h, as conv2d_cpu.c reads it */
 
 /* conv_chunk: samples per chunk for about 1 MiB of im2col columns */
-static int64_t conv_chunk(const cgeom *g, size_t es) {
+static int64_t conv_chunk(const fm_conv_geom *g, size_t es) {
     int64_t per = g->K * g->P > 0 ? g->K * g->P : 1;
     int64_t nc = (int64_t)((1u << 20) / es) / per;
     if (nc < 1) nc = 1;
@@ -55,7 +43,7 @@ static int64_t conv_chunk(const cgeom *g, size_t es) {
     return nc;
 }
 
-static bool conv_direct(const cgeom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
+static bool conv_direct(const fm_conv_geom *g, int64_t nb) { return nb == 1 || g->P >= 256; }
 
 /* conv2d_kernel: NHWC reorders the weights (+ columns unless pointwise); NCHW
  * takes columns and, unless direct, a staging block, both unless pointwise. */
@@ -63,7 +51,7 @@ static fm_status conv_fwd(const fm_op_call *c, fm_device dev) {
     const fm_conv2d_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *y = c->out[0];
     if (fm_tensor_numel(y) == 0) return FM_OK;
-    cgeom g = conv_geom(&a->p, x, c->in[1], y);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, c->in[1], y);
     fm_dtype dt = x->dtype;
     int64_t nc = conv_chunk(&g, fm_dtype_size(dt));
     if (fm_conv2d_lowp_products(a, dt, g.K)) /* conv2d_fwd_lowp: bf16 weights and columns, an f32 staging block */
@@ -80,7 +68,7 @@ static fm_status conv_bwd(const fm_op_call *c, fm_device dev) {
     const fm_conv2d_attrs *a = c->attrs;
     fm_tensor *dy = c->in[0], *x = c->in[1];
     if (fm_tensor_numel(dy) == 0) return FM_OK;
-    cgeom g = conv_geom(&a->p, x, c->in[2], dy);
+    fm_conv_geom g = fm_conv_geometry(&a->p, x, c->in[2], dy);
     fm_dtype dt = x->dtype;
     fm_status st = FM_OK;
     if (c->out[2] && g.nhwc) {

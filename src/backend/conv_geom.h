@@ -1,0 +1,68 @@
+/* The geometry of a 2-D convolution or pooling call, read off its parameters and
+ * tensors (NCHW or NHWC): one definition for the CPU kernels, the CUDA kernels and
+ * the meta device's replay of the CPU kernels' scratch. Plain C, also compiled as
+ * CUDA host code. The shapes were checked by the op front ends (src/ops). */
+#ifndef FATHOM_BACKEND_CONV_GEOM_H
+#define FATHOM_BACKEND_CONV_GEOM_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fathom/ops.h"
+#include "fathom/tensor.h"
+
+typedef struct fm_conv_geom {
+    int64_t N, C, H, W;           /* input */
+    int64_t O, Ho, Wo;            /* output channels and size */
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t G, Cg, Og;            /* groups, input/output channels per group */
+    int64_t K, P;                 /* GEMM inner size per group, output pixels per sample */
+    bool nhwc, pointwise;         /* pointwise: 1x1, stride 1, no padding */
+} fm_conv_geom;
+
+/* x the input, w the weight [O, C/G, kh, kw], y the output (or dy) */
+static inline fm_conv_geom fm_conv_geometry(const fm_conv2d_params *p, const fm_tensor *x, const fm_tensor *w,
+                                            const fm_tensor *y) {
+    fm_conv_geom g;
+    g.nhwc = p->layout == FM_NHWC;
+    g.N = x->shape[0];
+    g.C = g.nhwc ? x->shape[3] : x->shape[1];
+    g.H = g.nhwc ? x->shape[1] : x->shape[2];
+    g.W = g.nhwc ? x->shape[2] : x->shape[3];
+    g.O = w->shape[0];
+    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
+    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
+    g.kh = w->shape[2]; g.kw = w->shape[3];
+    g.sh = p->stride[0]; g.sw = p->stride[1];
+    g.ph = p->padding[0]; g.pw = p->padding[1];
+    g.dh = p->dilation[0]; g.dw = p->dilation[1];
+    g.G = p->groups; g.Cg = g.C / g.G; g.Og = g.O / g.G;
+    g.K = g.Cg * g.kh * g.kw;
+    g.P = g.Ho * g.Wo;
+    g.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+    return g;
+}
+
+typedef struct fm_pool_geom {
+    int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
+    bool nhwc, include_pad;
+} fm_pool_geom;
+
+/* x the input, y the output (or dy); a stride of 0 means the kernel size */
+static inline fm_pool_geom fm_pool_geometry(const fm_pool2d_params *p, const fm_tensor *x, const fm_tensor *y) {
+    fm_pool_geom g;
+    g.nhwc = p->layout == FM_NHWC;
+    g.N = x->shape[0];
+    g.C = g.nhwc ? x->shape[3] : x->shape[1];
+    g.H = g.nhwc ? x->shape[1] : x->shape[2];
+    g.W = g.nhwc ? x->shape[2] : x->shape[3];
+    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
+    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
+    g.kh = p->kernel[0]; g.kw = p->kernel[1];
+    g.sh = p->stride[0] > 0 ? p->stride[0] : p->kernel[0];
+    g.sw = p->stride[1] > 0 ? p->stride[1] : p->kernel[1];
+    g.ph = p->padding[0]; g.pw = p->padding[1];
+    g.include_pad = p->count_include_pad;
+    return g;
+}
+
+#endif
