@@ -29,7 +29,7 @@
 
 /* -------------------------------------------------------------- geometry */
 
-/* fm_conv_geom, fm_conv_geometry: backend/fm_conv_geom.h */
+/* fm_conv_geom, fm_conv_geometry: backend/conv_geom.h */
 
 /* Samples per chunk: the im2col scratch is bounded by about 1 MiB, so it is
  * still in L2 when the GEMM reads it. Measured single-threaded (CPU ms, f32,
