@@ -345,6 +345,37 @@ static void test_ce_fused_long(void) {
         }
 }
 
+/* SGD f32 in every form (no buffer; the buffer's first step; momentum; Nesterov): bitwise
+ * the scalar loops of optim_cpu.c (written out here the same way, no FMA) */
+static void test_sgd(void (*kernel)(const fm_sgd_args *, int64_t, int64_t), const char *level) {
+    static float p[N], g[N], m1[N], rp[N], rm1[N];
+    for (int form = 0; form < 5; form++) { /* 0 no buffer, 1 first, 2 first + nesterov, 3 momentum, 4 nesterov */
+        uint64_t s = 23 + (uint64_t)form;
+        for (int i = 0; i < N; i++) {
+            rp[i] = p[i] = frand(&s);
+            g[i] = frand(&s) * (i % 5 ? 1.0f : 1e-6f);
+            rm1[i] = m1[i] = frand(&s) * 0.1f;
+        }
+        fm_sgd_args a = {p, form ? m1 : NULL, g, 0.05f, 1e-4f, 0.9f, (float)(1.0 - 0.1), form == 1 || form == 2,
+                         form == 2 || form == 4};
+        for (int b = 0, e; b < N; b = e) { /* ranges of varied lengths (1 to 40), then the rest */
+            e = b + (b < 820 ? b % 40 + 1 : N - b);
+            if (e > N) e = N;
+            kernel(&a, b, e);
+            for (int i = b; i < e; i++) {
+                float d = g[i] + a.wd * rp[i];
+                if (!form) { rp[i] -= a.lr * d; continue; }
+                float bb = a.first ? d : a.mom * rm1[i] + a.damp * d;
+                rm1[i] = bb;
+                rp[i] -= a.lr * (a.nesterov ? d + a.mom * bb : bb);
+            }
+        }
+        int w = -1;
+        CHECK_MSG(same_bits(p, rp, N, &w) && same_bits(m1, rm1, N, &w), "sgd form %d (%s) differs from the scalar loop at %d",
+                  form, level, w);
+    }
+}
+
 /* AdamW f32: bitwise the scalar loop of optim.c (same formula, no FMA), over every tail */
 static void test_adamw(void (*kernel)(const fm_adamw_args *, int64_t, int64_t), const char *level) {
     static float p[N], g[N], m1[N], m2[N], rp[N], rm1[N], rm2[N];
@@ -862,6 +893,8 @@ int main(void) {
     test_ce_fused_long();
     test_adamw(fm_adamw_f32_avx2, "avx2");
     if (w512) test_adamw(fm_adamw_f32_avx512, "avx512");
+    test_sgd(fm_sgd_f32_avx2, "avx2");
+    if (w512) test_sgd(fm_sgd_f32_avx512, "avx512");
     test_bias_gelu();
     test_add_ln();
     if (w512) test_add_ln_bwd();

@@ -1,4 +1,4 @@
-/* The AdamW update (f32) in 8 lanes, for optim_cpu.c when fm_cpu_use_avx2()
+/* The AdamW and SGD updates (f32) in 8 lanes, for optim_cpu.c when fm_cpu_use_avx2()
  * and not avx512: the same operations in the same order as optim_cpu.c's
  * scalar loop (ISO C, no contraction into FMAs, and none here: every product
  * and sum is its own intrinsic), so each element is bitwise the scalar result
@@ -35,4 +35,39 @@ void fm_adamw_f32_avx2(const fm_adamw_args *a, int64_t begin, int64_t end) {
     if (i < end)
         step8(a, i, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(end - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
               true);
+}
+
+typedef struct sgd8 {
+    float *P, *M;
+    const float *G;
+    __m256 lr, wd, mom, damp;
+    bool first, nesterov;
+} sgd8;
+
+static inline void sgd_step8(const sgd8 *a, int64_t i, __m256i t, bool tail) {
+#define LD(p) (tail ? _mm256_maskload_ps(p, t) : _mm256_loadu_ps(p))
+#define ST(p, v) (tail ? _mm256_maskstore_ps(p, t, v) : _mm256_storeu_ps(p, v))
+    __m256 p = LD(a->P + i);
+    __m256 d = _mm256_add_ps(LD(a->G + i), _mm256_mul_ps(a->wd, p));
+    __m256 step = d;
+    if (a->M) {
+        __m256 b = a->first ? d : _mm256_add_ps(_mm256_mul_ps(a->mom, LD(a->M + i)), _mm256_mul_ps(a->damp, d));
+        ST(a->M + i, b);
+        step = a->nesterov ? _mm256_add_ps(d, _mm256_mul_ps(a->mom, b)) : b;
+    }
+    ST(a->P + i, _mm256_sub_ps(p, _mm256_mul_ps(a->lr, step)));
+#undef LD
+#undef ST
+}
+
+/* a local copy of the arguments (its address does not escape), so the stores
+ * through P do not make the compiler reload them (-fno-strict-aliasing) */
+void fm_sgd_f32_avx2(const fm_sgd_args *a, int64_t begin, int64_t end) {
+    const sgd8 x = {a->p, a->m1, a->g, _mm256_set1_ps(a->lr), _mm256_set1_ps(a->wd), _mm256_set1_ps(a->mom),
+                    _mm256_set1_ps(a->damp), a->first, a->nesterov};
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) sgd_step8(&x, i, _mm256_setzero_si256(), false);
+    if (i < end)
+        sgd_step8(&x, i, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(end - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                  true);
 }

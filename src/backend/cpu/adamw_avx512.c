@@ -1,4 +1,4 @@
-/* The AdamW update (f32) in 16 lanes, for optim_cpu.c when fm_cpu_use_avx512():
+/* The AdamW and SGD updates (f32) in 16 lanes, for optim_cpu.c when fm_cpu_use_avx512():
  * the same operations in the same order as optim_cpu.c's scalar loop, which is
  * compiled as ISO C (no contraction into FMAs), so each element is bitwise the
  * scalar result (tests/test_isa_kernels.c). Tails are masked. */
@@ -23,5 +23,28 @@ void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end) {
         __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(t, a->p + i), decay),
                                  _mm512_div_ps(_mm512_mul_ps(ss, m), den));
         _mm512_mask_storeu_ps(a->p + i, t, p);
+    }
+}
+
+/* The pointers and scalars are read into locals first: fathom builds with
+ * -fno-strict-aliasing, so a store through p would otherwise make the compiler
+ * load them from *a again in every step. */
+void fm_sgd_f32_avx512(const fm_sgd_args *a, int64_t begin, int64_t end) {
+    float *P = a->p, *M = a->m1;
+    const float *G = a->g;
+    const __m512 lr = _mm512_set1_ps(a->lr), wd = _mm512_set1_ps(a->wd), mom = _mm512_set1_ps(a->mom),
+                 damp = _mm512_set1_ps(a->damp);
+    const bool first = a->first, nesterov = a->nesterov;
+    for (int64_t i = begin; i < end; i += 16) {
+        __mmask16 t = end - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - i)) - 1u);
+        __m512 p = _mm512_maskz_loadu_ps(t, P + i);
+        __m512 d = _mm512_add_ps(_mm512_maskz_loadu_ps(t, G + i), _mm512_mul_ps(wd, p));
+        __m512 step = d;
+        if (M) {
+            __m512 b = first ? d : _mm512_add_ps(_mm512_mul_ps(mom, _mm512_maskz_loadu_ps(t, M + i)), _mm512_mul_ps(damp, d));
+            _mm512_mask_storeu_ps(M + i, t, b);
+            step = nesterov ? _mm512_add_ps(d, _mm512_mul_ps(mom, b)) : b;
+        }
+        _mm512_mask_storeu_ps(P + i, t, _mm512_sub_ps(p, _mm512_mul_ps(lr, step)));
     }
 }

@@ -1,6 +1,7 @@
-/* The AdamW f32 update of optim_cpu.c as SIMD kernels (adamw_avx512.c, adamw_avx2.c). */
+/* The AdamW and SGD f32 updates of optim_cpu.c as SIMD kernels (adamw_avx512.c, adamw_avx2.c). */
 #ifndef FATHOM_ADAMW_SIMD_H
 #define FATHOM_ADAMW_SIMD_H
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct fm_adamw_args {
@@ -13,4 +14,17 @@ typedef struct fm_adamw_args {
  * (fm_cpu_use_avx2() for the AVX2 one). Both are bitwise the scalar loop. */
 void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end);
 void fm_adamw_f32_avx2(const fm_adamw_args *a, int64_t begin, int64_t end);
+
+typedef struct fm_sgd_args {
+    float *p, *m1; /* m1 NULL: no momentum buffer */
+    const float *g;
+    float lr, wd, mom, damp; /* damp: 1 - dampening */
+    bool first, nesterov;    /* first: the buffer's first step (m1 = d) */
+} fm_sgd_args;
+/* elements [begin, end), d = g + wd p: without m1, p -= lr d; on the first step
+ * m1 = d and p -= lr (nesterov ? d + mom d : d); after it b = mom m1 + damp d,
+ * m1 = b and p -= lr (nesterov ? d + mom b : b). Bitwise the scalar loops; the same
+ * calling rules as the AdamW kernels. */
+void fm_sgd_f32_avx512(const fm_sgd_args *a, int64_t begin, int64_t end);
+void fm_sgd_f32_avx2(const fm_sgd_args *a, int64_t begin, int64_t end);
 #endif
