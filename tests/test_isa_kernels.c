@@ -378,33 +378,36 @@ static void test_sgd(void (*kernel)(const fm_sgd_args *, int64_t, int64_t), cons
 
 /* AdamW f32: bitwise the scalar loop of optim.c (same formula, no FMA), over every tail */
 static void test_adamw(void (*kernel)(const fm_adamw_args *, int64_t, int64_t), const char *level) {
-    static float p[N], g[N], m1[N], m2[N], rp[N], rm1[N], rm2[N];
-    uint64_t s = 17;
-    for (int i = 0; i < N; i++) {
-        rp[i] = p[i] = frand(&s);
-        g[i] = frand(&s) * (i % 5 ? 1.0f : 1e-6f);
-        rm1[i] = m1[i] = frand(&s) * 0.1f;
-        rm2[i] = m2[i] = fabsf(frand(&s)) * 0.01f * (i % 7 != 0);
-    }
-    fm_adamw_args a = {p, m1, m2, g, 0.9f, 0.999f, (float)(1.0 - 0.9), (float)(1.0 - 0.999), 1e-8f,
-                       (float)(3e-4 / (1.0 - pow(0.9, 3))), (float)(1.0 / sqrt(1.0 - pow(0.999, 3))),
-                       (float)(1.0 - 3e-4 * 0.1)};
-    for (int b = 0, e; b < N; b = e) { /* ranges of varied lengths (1 to 40), then the rest */
-        e = b + (b < 820 ? b % 40 + 1 : N - b);
-        if (e > N) e = N;
-        kernel(&a, b, e);
-        for (int i = b; i < e; i++) {
-            float gi = g[i];
-            float m = a.b1 * rm1[i] + a.ob1 * gi;
-            float v = a.b2 * rm2[i] + a.ob2 * gi * gi;
-            rm1[i] = m;
-            rm2[i] = v;
-            rp[i] = rp[i] * a.decay - a.step_size * m / (sqrtf(v) * a.rbc2 + a.eps);
+    for (int adam = 0; adam < 2; adam++) { /* AdamW, then Adam's L2 form */
+        static float p[N], g[N], m1[N], m2[N], rp[N], rm1[N], rm2[N];
+        uint64_t s = 17;
+        for (int i = 0; i < N; i++) {
+            rp[i] = p[i] = frand(&s);
+            g[i] = frand(&s) * (i % 5 ? 1.0f : 1e-6f);
+            rm1[i] = m1[i] = frand(&s) * 0.1f;
+            rm2[i] = m2[i] = fabsf(frand(&s)) * 0.01f * (i % 7 != 0);
         }
+        fm_adamw_args a = {p, m1, m2, g, 0.9f, 0.999f, (float)(1.0 - 0.9), (float)(1.0 - 0.999), 1e-8f,
+                           (float)(3e-4 / (1.0 - pow(0.9, 3))), (float)(1.0 / sqrt(1.0 - pow(0.999, 3))),
+                           (float)(1.0 - 3e-4 * 0.1), adam == 1, 0.01f};
+        for (int b = 0, e; b < N; b = e) { /* ranges of varied lengths (1 to 40), then the rest */
+            e = b + (b < 820 ? b % 40 + 1 : N - b);
+            if (e > N) e = N;
+            kernel(&a, b, e);
+            for (int i = b; i < e; i++) {
+                float gi = adam ? g[i] + a.wd * rp[i] : g[i];
+                float m = a.b1 * rm1[i] + a.ob1 * gi;
+                float v = a.b2 * rm2[i] + a.ob2 * gi * gi;
+                rm1[i] = m;
+                rm2[i] = v;
+                if (adam) rp[i] -= a.step_size * m / (sqrtf(v) * a.rbc2 + a.eps);
+                else rp[i] = rp[i] * a.decay - a.step_size * m / (sqrtf(v) * a.rbc2 + a.eps);
+            }
+        }
+        int w = -1;
+        CHECK_MSG(same_bits(p, rp, N, &w) && same_bits(m1, rm1, N, &w) && same_bits(m2, rm2, N, &w),
+                  "%s (%s) differs from the scalar loop at %d", adam ? "adam" : "adamw", level, w);
     }
-    int w = -1;
-    CHECK_MSG(same_bits(p, rp, N, &w) && same_bits(m1, rm1, N, &w) && same_bits(m2, rm2, N, &w),
-              "adamw (%s) differs from the scalar loop at %d", level, w);
 }
 
 /* fused bias + GELU(tanh) rows (fused_avx512.c): bitwise the AVX2 rows, forward,

@@ -17,13 +17,14 @@ static inline void step8(const fm_adamw_args *a, int64_t i, __m256i t, bool tail
     const __m256 rbc2 = _mm256_set1_ps(a->rbc2), decay = _mm256_set1_ps(a->decay);
 #define LD(p) (tail ? _mm256_maskload_ps(p, t) : _mm256_loadu_ps(p))
 #define ST(p, v) (tail ? _mm256_maskstore_ps(p, t, v) : _mm256_storeu_ps(p, v))
-    __m256 g = LD(a->g + i);
+    __m256 p0 = LD(a->p + i), g = LD(a->g + i);
+    if (a->adam) g = _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(a->wd), p0));
     __m256 m = _mm256_add_ps(_mm256_mul_ps(b1, LD(a->m1 + i)), _mm256_mul_ps(ob1, g));
     __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, LD(a->m2 + i)), _mm256_mul_ps(_mm256_mul_ps(ob2, g), g));
     ST(a->m1 + i, m);
     ST(a->m2 + i, v);
     __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), rbc2), eps);
-    __m256 p = _mm256_sub_ps(_mm256_mul_ps(LD(a->p + i), decay), _mm256_div_ps(_mm256_mul_ps(ss, m), den));
+    __m256 p = _mm256_sub_ps(a->adam ? p0 : _mm256_mul_ps(p0, decay), _mm256_div_ps(_mm256_mul_ps(ss, m), den));
     ST(a->p + i, p);
 #undef LD
 #undef ST

@@ -10,19 +10,22 @@
 void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end) {
     const __m512 b1 = _mm512_set1_ps(a->b1), b2 = _mm512_set1_ps(a->b2), ob1 = _mm512_set1_ps(a->ob1);
     const __m512 ob2 = _mm512_set1_ps(a->ob2), eps = _mm512_set1_ps(a->eps), ss = _mm512_set1_ps(a->step_size);
-    const __m512 rbc2 = _mm512_set1_ps(a->rbc2), decay = _mm512_set1_ps(a->decay);
+    const __m512 rbc2 = _mm512_set1_ps(a->rbc2), decay = _mm512_set1_ps(a->decay), wd = _mm512_set1_ps(a->wd);
+    float *P = a->p, *M1 = a->m1, *M2 = a->m2; /* locals: not reloaded after each store */
+    const float *G = a->g;
+    const bool adam = a->adam;
     for (int64_t i = begin; i < end; i += 16) {
         __mmask16 t = end - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - i)) - 1u);
-        __m512 g = _mm512_maskz_loadu_ps(t, a->g + i);
-        __m512 m = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(t, a->m1 + i)), _mm512_mul_ps(ob1, g));
-        __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(t, a->m2 + i)),
+        __m512 p0 = _mm512_maskz_loadu_ps(t, P + i), g = _mm512_maskz_loadu_ps(t, G + i);
+        if (adam) g = _mm512_add_ps(g, _mm512_mul_ps(wd, p0));
+        __m512 m = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(t, M1 + i)), _mm512_mul_ps(ob1, g));
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(t, M2 + i)),
                                  _mm512_mul_ps(_mm512_mul_ps(ob2, g), g));
-        _mm512_mask_storeu_ps(a->m1 + i, t, m);
-        _mm512_mask_storeu_ps(a->m2 + i, t, v);
+        _mm512_mask_storeu_ps(M1 + i, t, m);
+        _mm512_mask_storeu_ps(M2 + i, t, v);
         __m512 den = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(v), rbc2), eps);
-        __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(t, a->p + i), decay),
-                                 _mm512_div_ps(_mm512_mul_ps(ss, m), den));
-        _mm512_mask_storeu_ps(a->p + i, t, p);
+        __m512 p = _mm512_sub_ps(adam ? p0 : _mm512_mul_ps(p0, decay), _mm512_div_ps(_mm512_mul_ps(ss, m), den));
+        _mm512_mask_storeu_ps(P + i, t, p);
     }
 }
 

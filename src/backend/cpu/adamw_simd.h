@@ -8,10 +8,13 @@ typedef struct fm_adamw_args {
     float *p, *m1, *m2;
     const float *g;
     float b1, b2, ob1, ob2, eps, step_size, rbc2, decay;
+    bool adam;  /* Adam's L2 form: g + wd p in place of g, and no decay */
+    float wd;   /* with adam */
 } fm_adamw_args;
 /* elements [begin, end): m1 = b1 m1 + ob1 g; m2 = b2 m2 + ob2 g g;
- * p = p decay - step_size m1 / (sqrt(m2) rbc2 + eps). Call only when fm_cpu_use_avx512()
- * (fm_cpu_use_avx2() for the AVX2 one). Both are bitwise the scalar loop. */
+ * p = p decay - step_size m1 / (sqrt(m2) rbc2 + eps); with adam, g + wd p for g and
+ * p - step_size m1 / (...). Call only when fm_cpu_use_avx512() (fm_cpu_use_avx2() for
+ * the AVX2 one). Both are bitwise the scalar loops. */
 void fm_adamw_f32_avx512(const fm_adamw_args *a, int64_t begin, int64_t end);
 void fm_adamw_f32_avx2(const fm_adamw_args *a, int64_t begin, int64_t end);
 

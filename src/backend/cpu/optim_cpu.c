@@ -24,10 +24,12 @@ typedef struct upd_ctx {
     void *b1, *b2;
 } upd_ctx;
 
-/* AdamW f32 through the AVX-512 or AVX2 kernel (bitwise the loop below); false: use the loop */
+/* Adam (L2: adam, wd) or AdamW (decay) f32 through the AVX-512 or AVX2 kernel (bitwise the
+ * loops below); false: use the loop */
 static bool adamw_simd_f32(float *p, const float *g, float *m1, float *m2, float b1, float b2, float ob1, float ob2,
-                           float eps, float step_size, float rbc2, float decay, int64_t begin, int64_t end) {
-    fm_adamw_args a = {p, m1, m2, g, b1, b2, ob1, ob2, eps, step_size, rbc2, decay};
+                           float eps, float step_size, float rbc2, float decay, bool adam, float wd, int64_t begin,
+                           int64_t end) {
+    fm_adamw_args a = {p, m1, m2, g, b1, b2, ob1, ob2, eps, step_size, rbc2, decay, adam, wd};
     if (fm_cpu_use_avx512()) fm_adamw_f32_avx512(&a, begin, end);
     else if (fm_cpu_use_avx2()) fm_adamw_f32_avx2(&a, begin, end);
     else return false;
@@ -49,10 +51,10 @@ static bool sgd_simd_f64(double *p, const double *g, double *m1, double lr, doub
     return false;
 }
 static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, double b1, double b2, double ob1,
-                           double ob2, double eps, double step_size, double rbc2, double decay, int64_t begin,
-                           int64_t end) {
+                           double ob2, double eps, double step_size, double rbc2, double decay, bool adam, double wd,
+                           int64_t begin, int64_t end) {
     (void)p; (void)g; (void)m1; (void)m2; (void)b1; (void)b2; (void)ob1; (void)ob2; (void)eps; (void)step_size;
-    (void)rbc2; (void)decay; (void)begin; (void)end;
+    (void)rbc2; (void)decay; (void)adam; (void)wd; (void)begin; (void)end;
     return false;
 }
 
@@ -99,7 +101,7 @@ static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, d
         const T step_size = (T)(c->lr / c->bc1), rbc2 = (T)(1.0 / sqrt(c->bc2));                  \
         if (c->kind == K_ADAMW) {                                                                  \
             const T decay = (T)(1.0 - c->lr * c->wd);                                              \
-            if (adamw_simd_##SUFFIX(p, g, m1, m2, b1, b2, ob1, ob2, eps, step_size, rbc2, decay, begin, end)) \
+            if (adamw_simd_##SUFFIX(p, g, m1, m2, b1, b2, ob1, ob2, eps, step_size, rbc2, decay, false, 0, begin, end)) \
                 return;                                                                            \
             for (int64_t i = begin; i < end; i++) {                                                \
                 T gi = g[i];                                                                       \
@@ -110,6 +112,8 @@ static bool adamw_simd_f64(double *p, const double *g, double *m1, double *m2, d
                 p[i] = p[i] * decay - step_size * m / (SQRT(v) * rbc2 + eps);                      \
             }                                                                                      \
         } else {                                                                                   \
+            if (adamw_simd_##SUFFIX(p, g, m1, m2, b1, b2, ob1, ob2, eps, step_size, rbc2, 1, true, wd, begin, end)) \
+                return;                                                                            \
             for (int64_t i = begin; i < end; i++) {                                                \
                 T gi = g[i] + wd * p[i];                                                           \
                 T m = b1 * m1[i] + ob1 * gi;                                                       \
