@@ -10,6 +10,17 @@
 #include "fathom/ops.h"
 #include "fathom/tensor.h"
 
+/* N, C, H, W of an NCHW or NHWC activation x, and the output's Ho, Wo from y */
+static inline void fm_image_dims(const fm_tensor *x, const fm_tensor *y, bool nhwc, int64_t *N, int64_t *C, int64_t *H,
+                                 int64_t *W, int64_t *Ho, int64_t *Wo) {
+    *N = x->shape[0];
+    *C = nhwc ? x->shape[3] : x->shape[1];
+    *H = nhwc ? x->shape[1] : x->shape[2];
+    *W = nhwc ? x->shape[2] : x->shape[3];
+    *Ho = nhwc ? y->shape[1] : y->shape[2];
+    *Wo = nhwc ? y->shape[2] : y->shape[3];
+}
+
 typedef struct fm_conv_geom {
     int64_t N, C, H, W;           /* input */
     int64_t O, Ho, Wo;            /* output channels and size */
@@ -24,13 +35,8 @@ static inline fm_conv_geom fm_conv_geometry(const fm_conv2d_params *p, const fm_
                                             const fm_tensor *y) {
     fm_conv_geom g;
     g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
+    fm_image_dims(x, y, g.nhwc, &g.N, &g.C, &g.H, &g.W, &g.Ho, &g.Wo);
     g.O = w->shape[0];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
     g.kh = w->shape[2]; g.kw = w->shape[3];
     g.sh = p->stride[0]; g.sw = p->stride[1];
     g.ph = p->padding[0]; g.pw = p->padding[1];
@@ -51,12 +57,7 @@ typedef struct fm_pool_geom {
 static inline fm_pool_geom fm_pool_geometry(const fm_pool2d_params *p, const fm_tensor *x, const fm_tensor *y) {
     fm_pool_geom g;
     g.nhwc = p->layout == FM_NHWC;
-    g.N = x->shape[0];
-    g.C = g.nhwc ? x->shape[3] : x->shape[1];
-    g.H = g.nhwc ? x->shape[1] : x->shape[2];
-    g.W = g.nhwc ? x->shape[2] : x->shape[3];
-    g.Ho = g.nhwc ? y->shape[1] : y->shape[2];
-    g.Wo = g.nhwc ? y->shape[2] : y->shape[3];
+    fm_image_dims(x, y, g.nhwc, &g.N, &g.C, &g.H, &g.W, &g.Ho, &g.Wo);
     g.kh = p->kernel[0]; g.kw = p->kernel[1];
     g.sh = p->stride[0] > 0 ? p->stride[0] : p->kernel[0];
     g.sw = p->stride[1] > 0 ? p->stride[1] : p->kernel[1];
