@@ -4,10 +4,11 @@
  * Each update is one fused loop per parameter over contiguous data (parameter,
  * gradient and state read once, written once), split across the thread pool by
  * element ranges; every element is independent, so the result does not depend
- * on the thread count. The AdamW and SGD f32 loops have AVX-512 and AVX2 twins (adamw_avx512.c,
- * adamw_avx2.c) that give the same bits: this file is built for the baseline ISA, where the
- * compiler's loop is 4-wide (SGD's was ~10% of the fashion-mlp step's samples). Being kernels, they run wherever the parameters
- * live: the checked test device runs these same loops on its memory. */
+ * on the thread count. The AdamW, Adam and SGD f32 loops have AVX-512 and AVX2 twins
+ * (adamw_avx512.c, adamw_avx2.c) that give the same bits: this file is built for the
+ * baseline ISA, where the compiler's loop is 4-wide (SGD's was ~10% of the fashion-mlp
+ * step's samples). Being kernels, they run wherever the parameters live: the checked
+ * test device runs these same loops on its memory. */
 #include <math.h>
 
 #include "backend/cpu/adamw_simd.h"
