@@ -226,7 +226,7 @@ static fm_status qembedding4_kernel(const fm_op_call *c) {
 /* One row of an int8 table (the scalar level's; the vector ones in quant_avx2.c and
  * quant_avx512.c). Element by element with the scale reloaded after every store
  * (-fno-strict-aliasing), the row took about 4 cycles per element: 61 us of a 1.7 ms
- * kjv-gpt int8 prefill (512 rows of 128); the AVX-512 row takes about 4 us. */
+ * kjv-gpt int8 prefill (512 rows of 128); with the AVX-512 rows the call takes 12.6 us. */
 static void q8_table_row(const int8_t *panel_row, int64_t D, float s, float *y) {
     for (int64_t k = 0; k < D; k++) y[k] = s * (float)panel_row[(k >> 2) * 64 + (k & 3)];
 }
