@@ -13,12 +13,15 @@
 #include "fathom/onnx.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom compile MODEL_DIR|MODEL.onnx -o OUT_DIR [--report] [--batch N] [--no-passes]\n\n"
+    fprintf(f, "usage: fathom compile MODEL_DIR|MODEL.onnx -o OUT_DIR [--report] [--batch N] [--no-passes]\n"
+               "                      [--dim NAME=SIZE ...]\n\n"
                "Makes an inference graph of a trained model or an ONNX file (or recompiles a graph directory),\n"
                "runs the optimization passes, and writes OUT_DIR (graph.json + weights.safetensors).\n\n"
                "  --report      print each pass's effect and the memory plan\n"
                "  --batch N     batch size the memory plan is made for (default: the graph's hint)\n"
-               "  --no-passes   write the graph as traced, unoptimized\n");
+               "  --no-passes   write the graph as traced, unoptimized\n"
+               "  --dim NAME=SIZE  (an ONNX file) fix its dynamic input dim NAME to SIZE, as `fathom import`\n"
+               "                does; repeatable\n");
 }
 
 static void print_plan(const char *what, const fm_memory_plan *p) {
@@ -49,11 +52,14 @@ int fm_cmd_compile(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     bool report = false, passes = true;
     long long batch = 0;
+    char *dims[16];
+    int n_dims = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (!strcmp(a, "--report")) report = true;
         else if (!strcmp(a, "--no-passes")) passes = false;
+        else if (!strcmp(a, "--dim") && i + 1 < argc && n_dims < 16) dims[n_dims++] = argv[++i];
         else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && i + 1 < argc) out = argv[++i];
         else if (!strcmp(a, "--batch") && i + 1 < argc) { if (!fm_cli_parse_int_range("compile", a, argv[++i], 1, 1 << 20, &batch)) return 2; }
         else if (a[0] != '-' && !in) in = a;
@@ -61,8 +67,12 @@ int fm_cmd_compile(int argc, char **argv) {
     }
     if (!in || !out) { fm_cli_error("compile: %s", in ? "no output directory (-o OUT_DIR)" : "no model directory given"); usage(stderr); return 2; }
     size_t len = strlen(in);
-    fm_onnx_model *om = len > 5 && !strcmp(in + len - 5, ".onnx") ? fm_onnx_load(in) : NULL; /* an ONNX file (docs/ONNX.md) */
-    fm_graph *g = om ? fm_onnx_to_graph(om) : len > 5 && !strcmp(in + len - 5, ".onnx") ? NULL : fm_cli_graph_from_dir(in);
+    bool onnx = len > 5 && !strcmp(in + len - 5, ".onnx");
+    if (n_dims && !onnx) { fm_cli_error("compile: --dim applies to an ONNX file; %s is not one", in); return 2; }
+    fm_onnx_model *om = onnx ? fm_onnx_load(in) : NULL; /* an ONNX file (docs/ONNX.md) */
+    int drc = om ? fm_cli_onnx_dims("compile", om, n_dims, dims) : 0;
+    if (drc) { fm_onnx_free(om); return drc; }
+    fm_graph *g = om ? fm_onnx_to_graph(om) : onnx ? NULL : fm_cli_graph_from_dir(in);
     fm_onnx_free(om);
     if (!g) { fm_cli_error("%s", fm_last_error()); return 1; }
     fm_compile_report rep;

@@ -1,7 +1,10 @@
 /* `fathom import MODEL.onnx -o DIR`: an ONNX model as an inference graph directory
  * (graph.json + weights.safetensors, docs/GRAPH.md), which `fathom serve` and the
  * graph API load. */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
@@ -9,18 +12,48 @@
 #include "fathom/onnx.h"
 
 static void import_usage(FILE *f) {
-    fprintf(f, "usage: fathom import MODEL.onnx -o DIR\n\n"
+    fprintf(f, "usage: fathom import MODEL.onnx -o DIR [--dim NAME=SIZE ...]\n\n"
                "Converts an ONNX model to fathom's inference graph (DIR/graph.json and\n"
                "DIR/weights.safetensors, written atomically). Constants and shape arithmetic\n"
                "are folded; dynamic dims (ONNX dim_param) stay dynamic. A node with no graph\n"
-               "form is named in the error; `fathom run` still runs such a model.\n");
+               "form is named in the error; `fathom run` still runs such a model.\n\n"
+               "  --dim NAME=SIZE  fix the dynamic input dim NAME (its dim_param, or INPUT_dK for an\n"
+               "                   unnamed one) to SIZE in the graph, so that shape arithmetic which\n"
+               "                   follows it folds (a BERT exported by torch.onnx.export needs its\n"
+               "                   batch and sequence dims fixed); repeatable\n");
+}
+
+#define MAX_DIM_SPECS 16
+
+int fm_cli_onnx_dims(const char *cmd, struct fm_onnx_model *m, int n, char *const *specs) {
+    for (int i = 0; i < n; i++) {
+        const char *eq = strchr(specs[i], '=');
+        char name[64], *end = NULL;
+        errno = 0;
+        long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+        if (!eq || eq == specs[i] || (size_t)(eq - specs[i]) >= sizeof name || !end || end == eq + 1 || *end || errno) {
+            fm_cli_error("%s: --dim '%s': give NAME=SIZE, for example --dim batch=1", cmd, specs[i]);
+            return 2;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - specs[i]), specs[i]);
+        if (fm_onnx_set_dim(m, name, (int64_t)v)) { fm_cli_error("%s: --dim %s: %s", cmd, specs[i], fm_last_error()); return 2; }
+    }
+    return 0;
 }
 
 int fm_cmd_import(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
+    char *dims[MAX_DIM_SPECS];
+    int n_dims = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { import_usage(stdout); return 0; }
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
+        if (!strcmp(argv[i], "--dim")) {
+            if (i + 1 >= argc || n_dims == MAX_DIM_SPECS) {
+                fm_cli_error("import: --dim %s", i + 1 >= argc ? "needs NAME=SIZE" : "given more than 16 times");
+                return 2;
+            }
+            dims[n_dims++] = argv[++i];
+        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
             if (i + 1 >= argc) { fm_cli_error("import: %s needs a directory", argv[i]); import_usage(stderr); return 2; }
             out = argv[++i];
         } else if (argv[i][0] == '-') {
@@ -35,8 +68,10 @@ int fm_cmd_import(int argc, char **argv) {
     }
     if (!model || !out) { fm_cli_error("import: %s", model ? "no output directory (-o DIR)" : "no model given"); import_usage(stderr); return 2; }
     fm_onnx_model *m = fm_onnx_load(model);
-    fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
-    int rc = 0;
+    int rc = m ? fm_cli_onnx_dims("import", m, n_dims, dims) : 0;
+    fm_graph *g = m && !rc ? fm_onnx_to_graph(m) : NULL;
+    if (rc) fm_onnx_free(m);
+    if (rc) return rc;
     if (!g || fm_graph_save(g, out)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
     else {
         printf("%s -> %s: %d nodes, %d constants, inputs:", model, out, fm_graph_num_nodes(g), fm_graph_num_consts(g));

@@ -19,10 +19,27 @@
 
 #define MAX_RUN_INPUTS 64
 
+/* What runs: an ONNX file (the interpreter) or an inference graph directory
+ * (`fathom import`, `fathom compile`). */
+typedef struct {
+    fm_onnx_model *onnx;
+    fm_graph *graph;
+} run_target;
+
+static int n_outputs(const run_target *t) { return t->onnx ? fm_onnx_output_count(t->onnx) : fm_graph_num_outputs(t->graph); }
+static int n_inputs(const run_target *t) { return t->onnx ? fm_onnx_input_count(t->onnx) : fm_graph_num_inputs(t->graph); }
+static const char *io_name(const run_target *t, int i, bool out) {
+    fm_graph_io io;
+    if (t->onnx) return out ? fm_onnx_output_name(t->onnx, i) : fm_onnx_input_name(t->onnx, i);
+    return (out ? fm_graph_output_info(t->graph, i, &io) : fm_graph_input_info(t->graph, i, &io)) ? "" : io.name;
+}
+static const char *output_name(const run_target *t, int i) { return io_name(t, i, true); }
+
 static void run_usage(FILE *f) {
-    fprintf(f, "usage: fathom run MODEL.onnx --input NAME=FILE [--input NAME=FILE ...] [--output DIR | --json]\n"
+    fprintf(f, "usage: fathom run MODEL.onnx|GRAPH_DIR --input NAME=FILE [--input NAME=FILE ...] [--output DIR | --json]\n"
                "                  [--device D]\n\n"
-               "Runs an ONNX model (opsets 7 and later; docs/ONNX.md lists the ops) on arrays.\n"
+               "Runs an ONNX model (opsets 7 and later; docs/ONNX.md lists the ops), or an inference\n"
+               "graph directory (`fathom import`, `fathom compile`), on arrays.\n"
                "FILE is a .npy array or a serialized ONNX TensorProto (.pb). With one model\n"
                "input, NAME= may be left out. Without --output or --json, prints each\n"
                "output's name, dtype, shape and first values.\n\n"
@@ -123,8 +140,8 @@ static int check_out_dir(const char *dir, bool *replace) {
 
 /* Writes every output to DIR as one unit: DIR.tmp.<pid>/<name>.npy and
  * outputs.json, then one rename (or exchange with the earlier DIR). */
-static int write_outputs(fm_onnx_model *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace) {
-    int n = fm_onnx_output_count(m);
+static int write_outputs(const run_target *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace) {
+    int n = n_outputs(m);
     fm_dir_writer *w = fm_dir_writer_begin(out_dir, replace, "run --output");
     if (!w) { fm_cli_error("run: %s", fm_last_error()); return 1; }
     char (*fns)[208] = calloc((size_t)(n ? n : 1), sizeof *fns);
@@ -134,7 +151,7 @@ static int write_outputs(fm_onnx_model *m, fm_tensor **outs, const char *model, 
     int rc = fns ? 0 : 1;
     if (!fns) fm_cli_error("run: out of host memory");
     for (int i = 0; i < n && !rc; i++) {
-        const char *name = fm_onnx_output_name(m, i);
+        const char *name = output_name(m, i);
         char base[208], fn[208], path[4096];
         file_name(name, base, sizeof base);
         snprintf(fn, sizeof fn, "%s", base);
@@ -171,7 +188,7 @@ static int write_outputs(fm_onnx_model *m, fm_tensor **outs, const char *model, 
         fm_cli_error("run: %s", fm_last_error());
         rc = 1;
     } else {
-        for (int i = 0; i < n; i++) printf("%s: wrote %s/%s.npy\n", fm_onnx_output_name(m, i), out_dir, fns[i]);
+        for (int i = 0; i < n; i++) printf("%s: wrote %s/%s.npy\n", output_name(m, i), out_dir, fns[i]);
     }
     free(fns);
     return rc;
@@ -205,12 +222,12 @@ static void print_tensor(const char *name, const fm_tensor *t) {
     printf("%s]\n", n > show ? ", ..." : "");
 }
 
-static int emit(fm_onnx_model *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace, bool json) {
+static int emit(const run_target *m, fm_tensor **outs, const char *model, const char *out_dir, bool replace, bool json) {
     if (out_dir) return write_outputs(m, outs, model, out_dir, replace);
-    int n = fm_onnx_output_count(m);
+    int n = n_outputs(m);
     json_t *arr = json ? json_array() : NULL;
     for (int i = 0; i < n; i++) {
-        const char *name = fm_onnx_output_name(m, i);
+        const char *name = output_name(m, i);
         if (json) json_array_append_new(arr, tensor_json(name, outs[i]));
         else print_tensor(name, outs[i]);
     }
@@ -225,23 +242,48 @@ static int emit(fm_onnx_model *m, fm_tensor **outs, const char *model, const cha
     return 0;
 }
 
+/* Loads MODEL: a graph directory, or else an ONNX file. */
+static int load_target(const char *model, run_target *t, fm_device dev) {
+    struct stat sb;
+    if (stat(model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (!fm_graph_dir_is_graph(model)) {
+            fm_cli_error("run: %s is a directory without a graph.json: give an .onnx file or a graph directory "
+                         "(`fathom import`, `fathom compile`)", model);
+            return 1;
+        }
+        t->graph = fm_graph_load(model);
+        if (t->graph && dev.type != FM_DEV_CPU && fm_graph_to_device(t->graph, dev)) {
+            fm_cli_error("run: %s to the device: %s", model, fm_last_error());
+            return 1;
+        }
+    } else t->onnx = fm_onnx_load(model);
+    if (!t->graph && !t->onnx) { fm_cli_error("%s", fm_last_error()); return 1; }
+    return 0;
+}
+
+static fm_status run_target_run(const run_target *t, int n_in, const char *const *names, fm_tensor *const *ins, fm_tensor **outs) {
+    if (t->onnx) return fm_onnx_run(t->onnx, n_in, names, ins, outs);
+    const char *on[256];
+    for (int i = 0; i < n_outputs(t); i++) on[i] = output_name(t, i);
+    return fm_graph_run_named(t->graph, n_in, names, ins, n_outputs(t), on, outs);
+}
+
 static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json, fm_device dev) {
     bool replace = false;
     int crc = out_dir ? check_out_dir(out_dir, &replace) : 0;
     if (crc) return crc;
-    fm_onnx_model *m = fm_onnx_load(model);
-    if (!m) { fm_cli_error("%s", fm_last_error()); return 1; }
+    run_target m = {0};
+    int rc = load_target(model, &m, dev);
     const char *names[MAX_RUN_INPUTS];
     fm_tensor *ins[MAX_RUN_INPUTS] = {0}, *outs[256] = {0};
-    int rc = 0;
-    if (fm_onnx_output_count(m) > 256) { fm_cli_error("run: %s has more than 256 outputs", model); rc = 1; }
+    if (!rc && n_outputs(&m) > 256) { fm_cli_error("run: %s has more than 256 outputs", model); rc = 1; }
     for (int i = 0; i < n_in && !rc; i++) {
         char *eq = strchr(specs[i], '=');
         const char *path = eq ? eq + 1 : specs[i];
         if (eq) *eq = 0;
-        names[i] = eq ? specs[i] : fm_onnx_input_name(m, 0);
-        if (!eq && fm_onnx_input_count(m) != 1) {
-            fm_cli_error("run: --input %s: the model has %d inputs; give them as NAME=FILE", specs[i], fm_onnx_input_count(m));
+        names[i] = eq ? specs[i] : io_name(&m, 0, false);
+        if (!eq && n_inputs(&m) != 1) {
+            fm_cli_error("run: --input %s: the model has %d inputs; give them as NAME=FILE", specs[i], n_inputs(&m));
             rc = 2;
         } else if (!(ins[i] = read_array(path))) {
             fm_cli_error("run: input '%s': %s", names[i] ? names[i] : "", fm_last_error());
@@ -252,16 +294,17 @@ static int run_model(const char *model, int n_in, char **specs, const char *out_
             if (!(ins[i] = d)) { fm_cli_error("run: input '%s' to the device: %s", names[i] ? names[i] : "", fm_last_error()); rc = 1; }
         }
     }
-    if (!rc && fm_onnx_run(m, n_in, names, ins, outs)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
-    for (int i = 0; !rc && i < fm_onnx_output_count(m); i++) { /* back to the host to print or write */
+    if (!rc && run_target_run(&m, n_in, names, ins, outs)) { fm_cli_error("%s", fm_last_error()); rc = 1; }
+    for (int i = 0; !rc && i < n_outputs(&m); i++) { /* back to the host to print or write */
         fm_tensor *h = outs[i] && outs[i]->storage->device.type != FM_DEV_CPU ? fm_tensor_to(outs[i], FM_CPU) : NULL;
         if (outs[i] && outs[i]->storage->device.type != FM_DEV_CPU && !h) { fm_cli_error("run: output %d: %s", i, fm_last_error()); rc = 1; }
         if (h) fm_tensor_release(outs[i]), outs[i] = h;
     }
-    if (!rc) rc = emit(m, outs, model, out_dir, replace, json);
+    if (!rc) rc = emit(&m, outs, model, out_dir, replace, json);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
-    for (int i = 0; i < fm_onnx_output_count(m) && i < 256; i++) fm_tensor_release(outs[i]);
-    fm_onnx_free(m);
+    for (int i = 0; (m.onnx || m.graph) && i < n_outputs(&m) && i < 256; i++) fm_tensor_release(outs[i]);
+    fm_onnx_free(m.onnx);
+    fm_graph_free(m.graph);
     return rc;
 }
 

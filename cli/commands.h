@@ -36,6 +36,10 @@ bool fm_cli_parse_int(const char *cmd, const char *opt, const char *v, long long
 /* The same with an upper bound (the range of the field the value goes into). */
 bool fm_cli_parse_int_range(const char *cmd, const char *opt, const char *v, long long min, long long max,
                             long long *out);
+/* Applies `--dim NAME=SIZE` specs (fm_onnx_set_dim) to an ONNX model; 0, or the
+ * exit code after printing the error (2 for a malformed spec). */
+struct fm_onnx_model;
+int fm_cli_onnx_dims(const char *cmd, struct fm_onnx_model *m, int n, char *const *specs);
 /* The name of names[0..n) closest to `given` by edit distance, when it is close enough
  * to be a likely typo (at most a third of its length, and at most 3); else NULL. */
 const char *fm_cli_suggest(const char *given, const char *const *names, int n);

@@ -49,6 +49,14 @@ FM_API fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *
  * (fm_onnx_run still runs such a model). docs/ONNX.md lists what converts. */
 FM_API fm_graph *fm_onnx_to_graph(fm_onnx_model *m);
 
+/* Fixes the dynamic input dim `name` (its ONNX dim_param, or <input>_d<k> for an
+ * unnamed one) to `size` for fm_onnx_to_graph, as ONNX Runtime's free-dimension
+ * overrides and TensorRT's static shapes do: the graph's input takes that size,
+ * and shape arithmetic that follows the dim (an exported BERT's attention-mask
+ * construction) folds into constants. An unknown name or a size outside
+ * [1, 2^31) is refused, naming the model's dynamic dims. */
+FM_API fm_status fm_onnx_set_dim(fm_onnx_model *m, const char *name, int64_t size);
+
 /* Writes the graph as an ONNX model (opset 17) to `path`, atomically: constants
  * become initializers, dynamic input dims dim_params, and each graph op one or a
  * few ONNX ops (gelu through Erf, rms_norm through ReduceMean, ...). An op with no

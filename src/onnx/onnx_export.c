@@ -548,6 +548,15 @@ static fm_status x_misc(xnode *x, const char *op) {
     return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
 }
 
+/* where on bools (the import's And/Or): ONNX Runtime has no bool Where kernel, so
+ * (c and x) or (not c and y), the same values. */
+static fm_status x_where_bool(xnode *x) {
+    exporter *e = x->e;
+    const char *cx = tmp_name(e), *nc = tmp_name(e), *ncy = tmp_name(e);
+    return emit(e, "And", INS(x->in[0], x->in[1]), OUTS(cx), 0) || emit(e, "Not", INS(x->in[0]), OUTS(nc), 0) ||
+           emit(e, "And", INS(nc, x->in[2]), OUTS(ncy), 0) || emit(e, "Or", INS(cx, ncy), OUTS(x->out[0]), 0);
+}
+
 static const struct { const char *g, *onnx; } k_direct[] = {
     {"neg", "Neg"}, {"abs", "Abs"}, {"exp", "Exp"}, {"log", "Log"}, {"sqrt", "Sqrt"}, {"sin", "Sin"}, {"cos", "Cos"},
     {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"}, {"softplus", "Softplus"}, {"identity", "Identity"},
@@ -564,6 +573,7 @@ static fm_status x_node(exporter *e, int i) {
     for (int k = 0; k < n->n_out && k < 3; k++) x.out[k] = g->values[n->out[k]].name;
     if (n->n_in < 1 || n->in[0] < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
     x.t0 = &g->values[n->in[0]].t;
+    if (!strcmp(n->op, "where") && g->values[n->out[0]].t.dt == FM_BOOL) return x_where_bool(&x);
     for (size_t k = 0; k < sizeof k_direct / sizeof *k_direct; k++)
         if (!strcmp(n->op, k_direct[k].g)) return emit(e, k_direct[k].onnx, x.in, OUTS(x.out[0]), 0);
     const char *op = n->op;

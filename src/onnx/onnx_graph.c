@@ -27,8 +27,51 @@ static void sym_name(const char *param, const char *input, int d, char *out, siz
     if (isdigit((unsigned char)out[0])) out[0] = '_';
 }
 
+/* The graph's name of dynamic dim d of model input i (in->dims[d] < 0). */
+static void dim_name(const fm_onnx_model *m, int i, int d, char *out, size_t n) {
+    const char *name = m->value_names[m->inputs[i].slot];
+    const Onnx__ValueInfoProto *vi = NULL;
+    for (size_t k = 0; k < m->proto->graph->n_input; k++)
+        if (!strcmp(m->proto->graph->input[k]->name, name)) vi = m->proto->graph->input[k];
+    const Onnx__TensorShapeProto__Dimension *dim = vi->type->tensor_type->shape->dim[d];
+    sym_name(dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dim->dim_param : NULL, name, d, out, n);
+}
+
+/* The size fm_onnx_set_dim gave dim `name`, or 0. */
+static int64_t fixed_size(const fm_onnx_model *m, const char *name) {
+    for (int k = 0; k < m->n_fixed; k++)
+        if (!strcmp(m->fixed_dims[k], name)) return m->fixed_sizes[k];
+    return 0;
+}
+
+fm_status fm_onnx_set_dim(fm_onnx_model *m, const char *name, int64_t size) {
+    if (!m || !name) return fm_set_error(FM_ERR_INVALID, "fm_onnx_set_dim: model or name is NULL");
+    char all[512] = "", nm[64];
+    bool found = false;
+    for (int i = 0; i < m->n_inputs; i++)
+        for (int d = 0; d < m->inputs[i].ndim; d++) {
+            if (m->inputs[i].dims[d] >= 0) continue;
+            dim_name(m, i, d, nm, sizeof nm);
+            found |= !strcmp(nm, name);
+            if (!strstr(all, nm) && strlen(all) + strlen(nm) + 3 < sizeof all) strcat(strcat(all, *all ? ", " : ""), nm);
+        }
+    if (!found)
+        return fm_set_error(FM_ERR_INVALID, "%s: the model has no dynamic input dim named '%s' (its dynamic dims: %s)", m->path, name,
+                            *all ? all : "none");
+    if (size < 1 || size >= ((int64_t)1 << 31))
+        return fm_set_error(FM_ERR_INVALID, "%s: dim '%s' = %" PRId64 ": a size must be in [1, 2^31)", m->path, name, size);
+    int k = 0;
+    while (k < m->n_fixed && strcmp(m->fixed_dims[k], name)) k++;
+    if (k == (int)(sizeof m->fixed_sizes / sizeof *m->fixed_sizes))
+        return fm_set_error(FM_ERR_INVALID, "%s: more than %d dims fixed", m->path, k);
+    snprintf(m->fixed_dims[k], sizeof m->fixed_dims[k], "%s", name);
+    m->fixed_sizes[k] = size;
+    if (k == m->n_fixed) m->n_fixed++;
+    return FM_OK;
+}
+
 /* Declares the graph inputs; fills the probe inputs (zeros, dynamic dims at
- * probe a or b) for the two runs. */
+ * probe a or b, fixed dims at their size) for the two runs. */
 static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **pb) {
     const fm_onnx_model *m = x->m;
     for (int i = 0; i < m->n_inputs; i++) {
@@ -39,17 +82,17 @@ static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **p
             return fm_set_error(FM_ERR_UNSUPPORTED, "%s: input '%s' has no declared type and shape; the graph needs both", m->path, name);
         char names[FM_MAX_DIMS][64];
         const char *dn[FM_MAX_DIMS];
-        int64_t sa[FM_MAX_DIMS], sb[FM_MAX_DIMS];
-        const Onnx__ValueInfoProto *vi = NULL;
-        for (size_t k = 0; k < m->proto->graph->n_input; k++)
-            if (!strcmp(m->proto->graph->input[k]->name, name)) vi = m->proto->graph->input[k];
+        int64_t sa[FM_MAX_DIMS], sb[FM_MAX_DIMS], dims[FM_MAX_DIMS];
         for (int d = 0; d < in->ndim; d++) {
             dn[d] = NULL;
-            sa[d] = sb[d] = in->dims[d];
+            dims[d] = sa[d] = sb[d] = in->dims[d];
             if (in->dims[d] >= 0) continue;
-            const Onnx__TensorShapeProto__Dimension *dim = vi->type->tensor_type->shape->dim[d];
-            sym_name(dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dim->dim_param : NULL, name, d,
-                     names[d], sizeof names[d]);
+            dim_name(m, i, d, names[d], sizeof names[d]);
+            int64_t fixed = fixed_size(m, names[d]);
+            if (fixed > 0) { /* fm_onnx_set_dim: a static dim of the graph */
+                dims[d] = sa[d] = sb[d] = fixed;
+                continue;
+            }
             dn[d] = names[d];
             int s = x->n_syms;
             for (int k = 0; k < x->n_syms; k++)
@@ -61,7 +104,7 @@ static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **p
             sa[d] = 3 + 2 * s; /* two probes that no fixed size is likely to equal */
             sb[d] = 4 + 3 * s;
         }
-        if (fm_graph_add_input(x->g, name, dt, in->ndim, in->dims, dn)) return fm_last_status();
+        if (fm_graph_add_input(x->g, name, dt, in->ndim, dims, dn)) return fm_last_status();
         pa[i] = fm_tensor_zeros(in->ndim, sa, dt, FM_CPU);
         pb[i] = fm_tensor_zeros(in->ndim, sb, dt, FM_CPU);
         if (!pa[i] || !pb[i]) return fm_last_status();
@@ -108,10 +151,15 @@ static fm_status emit_node(onnx_graph_ctx *x, int i) {
     const onnx_node *n = &x->m->nodes[i];
     for (int k = 0; k < n->n_in; k++) {
         int s = n->in[k];
-        if (s >= 0 && x->shape_like[s] && !onnx_graph_shape_input_ok(n->op->name, k))
-            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): input '%s' is a shape computed from a dynamic dim, "
-                                "which the graph cannot hold here; `fathom run` runs this model directly",
-                                x->m->path, i, n->proto->name ? n->proto->name : "", n->op->name, x->m->value_names[s]);
+        if (s >= 0 && x->shape_like[s] && !onnx_graph_shape_input_ok(n->op->name, k)) {
+            char dims[256] = "";
+            for (int d = 0; d < x->n_syms && strlen(dims) + strlen(x->syms[d]) + 3 < sizeof dims; d++)
+                strcat(strcat(dims, d ? ", " : ""), x->syms[d]);
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): input '%s' is a value computed from the size of a "
+                                "dynamic dim, which the graph cannot hold here; fix the dynamic dims (%s) to sizes "
+                                "(`--dim NAME=SIZE`, fm_onnx_set_dim), or `fathom run` runs this model directly",
+                                x->m->path, i, n->proto->name ? n->proto->name : "", n->op->name, x->m->value_names[s], dims);
+        }
     }
     fm_status st = onnx_graph_translate(x, i);
     if (st && !strstr(fm_last_error(), x->m->path))
@@ -132,11 +180,18 @@ static fm_status build_graph(onnx_graph_ctx *x) {
     for (int i = 0; i < 256; i++) fm_tensor_release_n(2, oa[i], ob[i]);
     if (st) return st;
     mark_folded(x);
+    if ((st = onnx_graph_match_gelu(x))) return st;
     for (int i = 0; i < m->n_inputs; i++) x->emitted[m->inputs[i].slot] = true;
     for (int i = 0; i < m->n_nodes && !st; i++) {
         bool all_folded = true;
         for (int k = 0; k < m->nodes[i].n_out; k++) all_folded &= m->nodes[i].out[k] < 0 || x->folded[m->nodes[i].out[k]];
-        if (!all_folded) st = emit_node(x, i);
+        bool shape_only = m->nodes[i].n_out > 0; /* read only as a shape (Reshape's target): its readers check */
+        for (int k = 0; k < m->nodes[i].n_out; k++) shape_only &= m->nodes[i].out[k] >= 0 && x->shape_like[m->nodes[i].out[k]];
+        if (all_folded || shape_only || x->skip[i]) continue;
+        if (x->gelu_in[i] >= 0) {
+            const char *in = m->value_names[x->gelu_in[i]], *out = m->value_names[m->nodes[i].out[0]];
+            st = fm_graph_add_node(x->g, "gelu", NULL, 1, &in, 1, &out, 0, NULL);
+        } else st = emit_node(x, i);
     }
     for (int i = 0; i < m->n_outputs && !st; i++) {
         int s = m->outputs[i];
@@ -158,11 +213,12 @@ fm_graph *fm_onnx_to_graph(fm_onnx_model *m) {
     size_t n = (size_t)m->n_values + 1;
     x.va = calloc(n, sizeof *x.va), x.vb = calloc(n, sizeof *x.vb);
     x.folded = calloc(n, 1), x.shape_like = calloc(n, 1), x.emitted = calloc(n, 1);
-    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted
+    x.gelu_in = calloc((size_t)m->n_nodes + 1, sizeof(int)), x.skip = calloc((size_t)m->n_nodes + 1, 1);
+    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip
                        ? fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path)
                        : build_graph(&x);
     for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(2, x.va[s], x.vb[s]);
-    free(x.va), free(x.vb), free(x.folded), free(x.shape_like), free(x.emitted);
+    free(x.va), free(x.vb), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip);
     if (st) {
         fm_graph_free(x.g);
         return NULL;

@@ -329,6 +329,39 @@ static fm_status t_transpose_concat(tctx *t) {
     return node(t, "cat", t->n->n_in, ins, out_name(t, 0), 1, &a);
 }
 
+/* Constant indices of rank >= 1 along a fixed-size axis: index_select of the
+ * indices flattened (negative ones counted from the end, as ONNX says), then,
+ * for rank > 1, a reshape to data[:axis] + indices.shape + data[axis+1:]. */
+static fm_status gather_indices(tctx *t, int64_t axis, int64_t dim, const fm_tensor *idx) {
+    int64_t n = fm_tensor_numel(idx);
+    fm_tensor *flat = fm_tensor_empty(1, &n, FM_I64, FM_CPU);
+    if (!flat) return fm_last_status();
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)fm_tensor_get(idx, i);
+        if (v < -dim || v >= dim) {
+            fm_tensor_release(flat);
+            return fm_set_error(FM_ERR_INVALID, "index %" PRId64 " is outside [-%" PRId64 ", %" PRId64 ")", v, dim, dim);
+        }
+        fm_tensor_set(flat, i, (double)(v < 0 ? v + dim : v));
+    }
+    char cbuf[256], mbuf[256];
+    const char *cname = tmp_name(t, cbuf, sizeof cbuf);
+    fm_status st = fm_graph_add_const(t->x->g, cname, flat);
+    fm_tensor_release(flat);
+    if (st) return st;
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    const char *mid = idx->ndim == 1 ? out_name(t, 0) : tmp_name(t, mbuf, sizeof mbuf), *ins[2] = {in_name(t, 0), cname};
+    if ((st = node(t, "index_select", 2, ins, mid, 1, &a)) || idx->ndim == 1) return st;
+    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
+    int64_t sh[FM_MAX_DIMS];
+    int infer = 0;
+    for (int i = 0; i < oa->ndim; i++) /* the dims before axis keep their index: 0 keeps a dynamic one */
+        sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : i < axis ? 0 : (infer++, -1);
+    if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "gathering with %d-D indices between two dynamic dims has no graph form", idx->ndim);
+    fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
+    return node(t, "reshape", 1, &mid, out_name(t, 0), 1, &r);
+}
+
 /* Gather: an embedding lookup (constant 2-D table, axis 0), or constant indices
  * as index_select (1-D) / slice + squeeze (a scalar). */
 static fm_status t_gather(tctx *t) {
@@ -354,10 +387,32 @@ static fm_status t_gather(tctx *t) {
         fm_graph_attr s = fm_graph_attr_int("axis", axis);
         return node(t, "squeeze", 1, &mid, out_name(t, 0), 1, &s);
     }
-    if (idx->ndim != 1) return fm_set_error(FM_ERR_UNSUPPORTED, "indices of more than 1 dimension have no graph form");
-    fm_graph_attr a = fm_graph_attr_int("axis", axis);
-    const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
-    return node(t, "index_select", 2, ins, out_name(t, 0), 1, &a);
+    return gather_indices(t, axis, dim, idx);
+}
+
+/* The logical ops on bools, through where and the comparisons (the graph has no
+ * logical ops of its own): a and b = where(a, b, a), a or b = where(a, a, b),
+ * a xor b = (a != b), not a = (a == false); and IsNaN(x) = (x != x). */
+static fm_status t_logical(tctx *t) {
+    const char *op = t->n->op->name;
+    for (int k = 0; k < t->n->n_in && strcmp(op, "IsNaN"); k++)
+        if (t->in[k]->dtype != FM_BOOL) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of non-bool inputs has no graph form", op);
+    const char *a = in_name(t, 0), *b = t->n->n_in > 1 ? in_name(t, 1) : NULL;
+    if (!strcmp(op, "And") || !strcmp(op, "Or")) {
+        const char *ins[3] = {a, op[0] == 'A' ? b : a, op[0] == 'A' ? a : b};
+        return node(t, "where", 3, ins, out_name(t, 0), 0, NULL);
+    }
+    if (!strcmp(op, "Xor") || !strcmp(op, "IsNaN")) { /* IsNaN: x != x */
+        const char *ins[2] = {a, b ? b : a};
+        return node(t, "ne", 2, ins, out_name(t, 0), 0, NULL);
+    }
+    char buf[256];
+    const char *f = tmp_name(t, buf, sizeof buf);
+    fm_tensor *no = fm_tensor_zeros(0, NULL, FM_BOOL, FM_CPU);
+    fm_status st = no ? fm_graph_add_const(t->x->g, f, no) : fm_last_status();
+    fm_tensor_release(no);
+    const char *ins[2] = {a, f};
+    return st ? st : node(t, "eq", 2, ins, out_name(t, 0), 0, NULL);
 }
 
 static fm_status t_slice(tctx *t) {
@@ -425,6 +480,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Gather,", t_gather},
         {",Slice,", t_slice},
         {",Expand,", t_expand},
+        {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);

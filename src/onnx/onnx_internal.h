@@ -74,6 +74,9 @@ struct fm_onnx_model {
     int n_inputs;
     int *outputs;
     int n_outputs;
+    char fixed_dims[16][64]; /* fm_onnx_set_dim: dynamic dims given a size for the graph form */
+    int64_t fixed_sizes[16];
+    int n_fixed;
 };
 
 /* ---- running (onnx_run.c) ---- */
@@ -91,12 +94,17 @@ typedef struct onnx_graph_ctx {
     bool *folded;             /* computed from constants: a graph constant */
     bool *shape_like;         /* computed from shapes only, but follows a dynamic dim */
     bool *emitted;            /* already a graph input or constant */
+    int *gelu_in;             /* per node: the slot of x where the node ends an Erf GELU (onnx_graph_fuse.c), else -1 */
+    bool *skip;               /* per node: inside such a GELU, not emitted */
     char syms[ONNX_GRAPH_MAX_SYMS][64];
     int n_syms, tmp;
 } onnx_graph_ctx;
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int node);
 bool onnx_graph_shape_input_ok(const char *op, int input);
 fm_status onnx_graph_const(onnx_graph_ctx *x, int slot);
+/* Finds the exported erf GELU, x * 0.5 * (1 + Erf(x / sqrt 2)) in its usual orders,
+ * and marks it for one graph `gelu` (gelu_in, skip); needs `folded`. */
+fm_status onnx_graph_match_gelu(onnx_graph_ctx *x);
 
 /* ---- ops (onnx_ops*.c) ---- */
 typedef struct onnx_op_ctx {

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `fathom import|compile --dim` and `fathom run GRAPH_DIR` on what torch.onnx.export puts in a
+# Hugging Face BERT (tests/onnx_import_patterns.py writes the models): the attention-mask
+# arithmetic on Shape/Range, a Gather with 2-D indices, And/Or/Xor/Not/IsNaN, and the exact
+# GELU in three orders. Without --dim the import is refused with the dynamic dims named; with
+# them the graph holds three `gelu` nodes and no Erf, and its outputs equal the interpreter's
+# (and ONNX Runtime's when installed) within 1e-5. Bad --dim values exit 2 naming the dims,
+# and nothing is written.
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+if ! python3 -c "import onnx, numpy" 2>/dev/null; then echo "SKIP: python3 with onnx and numpy is needed"; exit 77; fi
+d=$(mktemp -d /tmp/fathom_cli_onnx_pat.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+python3 "$here/onnx_import_patterns.py" "$d" || { echo "FAIL: writing the models"; exit 1; }
+ins=(--input "x=$d/x.npy" --input "mask=$d/mask.npy")
+
+err=$("$bin" import "$d/patterns.onnx" -o "$d/dyn" 2>&1); rc=$?
+check "dynamic dims feeding data: refused, exit 1, dims named" \
+  '[ $rc = 1 ] && [[ "$err" == *"computed from the size of a dynamic dim"* ]] && [[ "$err" == *"(b, s)"* ]] && [ ! -e "$d/dyn" ]'
+err=$("$bin" import "$d/patterns.onnx" -o "$d/g" --dim b=2 --dim q=5 2>&1); rc=$?
+check "an unknown --dim name: exit 2, the dims listed" '[ $rc = 2 ] && [[ "$err" == *"no dynamic input dim named '"'"'q'"'"' (its dynamic dims: b, s)"* ]] && [ ! -e "$d/g" ]'
+for bad in b=0 b=-3 b=x b= =2 b; do
+  err=$("$bin" import "$d/patterns.onnx" -o "$d/g" --dim "$bad" 2>&1); rc=$?
+  check "--dim $bad: exit 2" '[ $rc = 2 ] && [ ! -e "$d/g" ]'
+done
+err=$("$bin" compile "$d/../nope_dir" -o "$d/g" --dim b=2 2>&1); rc=$?
+check "compile --dim on a model directory: exit 2" '[ $rc = 2 ] && [[ "$err" == *"--dim applies to an ONNX file"* ]]'
+
+out=$("$bin" import "$d/patterns.onnx" -o "$d/g" --dim b=2 --dim s=5); rc=$?
+check "import with --dim b=2 --dim s=5" '[ $rc = 0 ] && [[ "$out" == *"inputs: x f32 [2, 5, 4] mask i64 [2, 5]"* ]]'
+ops=$(python3 -c "import json, sys; print(' '.join(sorted(n['op'] for n in json.load(open(sys.argv[1]))['nodes'])))" "$d/g/graph.json")
+check "three gelu nodes, each exported Erf chain gone" '[ "$(tr " " "\n" <<< "$ops" | grep -c "^gelu$")" = 3 ] && [[ "$ops" != *erf* ]]'
+check "the logical ops as where/eq/ne, the 2-D Gather as index_select" \
+  '[[ "$ops" == *index_select* ]] && [[ "$ops" == *where* ]] && [[ "$ops" == *" ne "* ]] && [[ "$ops" == *" eq "* ]]'
+"$bin" run "$d/patterns.onnx" "${ins[@]}" --output "$d/eager" >/dev/null; rc1=$?
+"$bin" run "$d/g" "${ins[@]}" --output "$d/graph" >/dev/null; rc2=$?
+"$bin" compile "$d/patterns.onnx" -o "$d/c" --dim b=2 --dim s=5 >/dev/null; rc3=$?
+"$bin" run "$d/c" "${ins[@]}" --output "$d/compiled" >/dev/null; rc4=$?
+check "the interpreter, the graph and the compiled graph run" '[ "$rc1$rc2$rc3$rc4" = 0000 ]'
+cmp_py='
+import sys, numpy as np
+d = sys.argv[1]
+worst = 0.0
+for side in ("graph", "compiled"):
+    for name in ("attn", "gelu"):
+        a, b = np.load(f"{d}/{side}/{name}.npy"), np.load(f"{d}/eager/{name}.npy")
+        assert a.shape == b.shape, (side, name, a.shape, b.shape)
+        worst = max(worst, float(np.max(np.abs(a - b) / (1 + np.abs(b)))))
+try:
+    import onnxruntime as ort
+    s = ort.InferenceSession(f"{d}/patterns.onnx", providers=["CPUExecutionProvider"])
+    ref = s.run(None, {"x": np.load(f"{d}/x.npy"), "mask": np.load(f"{d}/mask.npy")})
+    for name, r in zip(("attn", "gelu"), ref):
+        worst = max(worst, float(np.max(np.abs(np.load(f"{d}/graph/{name}.npy") - r) / (1 + np.abs(r)))))
+except ImportError:
+    print("note: onnxruntime is not installed; compared with the interpreter only")
+print(worst)
+sys.exit(0 if worst <= 1e-5 else 1)'
+worst=$(python3 -c "$cmp_py" "$d"); rc=$?
+check "graph and compiled outputs equal the interpreter's (and ORT's) within 1e-5 (worst $worst)" '[ $rc = 0 ]'
+err=$("$bin" run "$d/g" --input "x=$d/x.npy" 2>&1); rc=$?
+check "a graph run missing an input: exit 1" '[ $rc = 1 ]'
+mkdir -p "$d/empty"
+err=$("$bin" run "$d/empty" "${ins[@]}" 2>&1); rc=$?
+check "a directory that is no graph: exit 1, said" '[ $rc = 1 ] && [[ "$err" == *"without a graph.json"* ]]'
+err=$("$bin" import "$d/erf.onnx" -o "$d/e" 2>&1); rc=$?
+check "an Erf outside the GELU pattern: refused with the op named" '[ $rc = 1 ] && [[ "$err" == *"(Erf): has no graph form"* ]] && [ ! -e "$d/e" ]'
+[ $fail = 0 ] && echo "cli_onnx_import_patterns: all checks passed"
+exit $fail

@@ -1,0 +1,86 @@
+"""Writes two ONNX models with what torch.onnx.export puts in a Hugging Face BERT
+(tests/cli_onnx_import_patterns.sh imports them):
+
+  patterns.onnx  inputs x [b, s, 4] float and mask [b, s] int64 (dim_params b, s):
+                 the attention-mask construction from Shape, Range, a 2-D-index
+                 Gather of the flattened mask, the logical ops and IsNaN, an
+                 attention on x, and the exact GELU exported in three orders.
+  erf.onnx       an Erf that is not a GELU.
+
+usage: python3 onnx_import_patterns.py OUT_DIR"""
+import math
+import sys
+
+import numpy as np
+from onnx import TensorProto, checker, helper, numpy_helper, save
+
+
+def const(name, value, dtype=np.float32):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, dtype=dtype), name))
+
+
+def patterns():
+    n = []
+    i64 = np.int64
+    n += [helper.make_node("Shape", ["x"], ["shp"]), const("c0", 0, i64), const("c1", 1, i64), const("ax0", [0], i64),
+          const("ax1", [1], i64), const("one_v", [1], i64)]
+    n += [helper.make_node("Gather", ["shp", "c0"], ["bd"], axis=0), helper.make_node("Gather", ["shp", "c1"], ["sd"], axis=0)]
+    n += [helper.make_node("Range", ["c0", "sd", "c1"], ["rs"]), helper.make_node("Range", ["c0", "bd", "c1"], ["rb"])]
+    # indices [b, s] into the flattened mask: b * s + s'
+    n += [helper.make_node("Unsqueeze", ["rs", "ax0"], ["rs0"]), helper.make_node("Unsqueeze", ["rb", "ax1"], ["rb1"]),
+          helper.make_node("Mul", ["rb1", "sd"], ["rbs"]), helper.make_node("Add", ["rs0", "rbs"], ["idx"]),
+          helper.make_node("Flatten", ["mask"], ["mflat"], axis=2), helper.make_node("Gather", ["mflat", "idx"], ["mg"], axis=0)]
+    n += [helper.make_node("Unsqueeze", ["bd", "ax0"], ["bd1"]), helper.make_node("Unsqueeze", ["sd", "ax0"], ["sd1"]),
+          helper.make_node("Concat", ["bd1", "one_v", "one_v", "sd1"], ["m4shape"], axis=0),
+          helper.make_node("Reshape", ["mg", "m4shape"], ["m4"]), helper.make_node("Cast", ["m4"], ["keep"], to=TensorProto.BOOL)]
+    # causal: query i sees keys j <= i, and the padding mask; the logical ops each once
+    n += [helper.make_node("Unsqueeze", ["rs", "ax1"], ["rs1"]),
+          helper.make_node("GreaterOrEqual", ["rs1", "rs0"], ["causal"]),
+          helper.make_node("And", ["keep", "causal"], ["allowed0"]), helper.make_node("Not", ["allowed0"], ["blocked"]),
+          helper.make_node("Or", ["allowed0", "blocked"], ["every"]), helper.make_node("Xor", ["every", "blocked"], ["allowed"]),
+          const("zero", 0.0), const("neg", -1e4), helper.make_node("Where", ["allowed", "zero", "neg"], ["bias"])]
+    n += [helper.make_node("Unsqueeze", ["x", "ax1"], ["xu"]), helper.make_node("Transpose", ["xu"], ["xt"], perm=[0, 1, 3, 2]),
+          helper.make_node("MatMul", ["xu", "xt"], ["sc"]), const("scale", 0.5), helper.make_node("Mul", ["sc", "scale"], ["scs"]),
+          helper.make_node("Add", ["scs", "bias"], ["sb"]), helper.make_node("Softmax", ["sb"], ["p"], axis=-1),
+          helper.make_node("IsNaN", ["p"], ["pnan"]), helper.make_node("Where", ["pnan", "zero", "p"], ["p0"]),
+          helper.make_node("MatMul", ["p0", "xu"], ["attn"])]
+    # the exact GELU: (x (1 + erf(x / sqrt 2))) 0.5, (x 0.5)(1 + erf(x / sqrt 2)), ((1 + erf(x sqrt .5)) 0.5) x
+    n += [const("sqrt2", math.sqrt(2.0)), const("rsqrt2", math.sqrt(0.5)), const("onef", 1.0), const("half", 0.5)]
+    n += [helper.make_node("Div", ["x", "sqrt2"], ["d1"]), helper.make_node("Erf", ["d1"], ["e1"]),
+          helper.make_node("Add", ["e1", "onef"], ["a1"]), helper.make_node("Mul", ["x", "a1"], ["m1"]),
+          helper.make_node("Mul", ["m1", "half"], ["g1"])]
+    n += [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("Div", ["x", "sqrt2"], ["d2"]),
+          helper.make_node("Erf", ["d2"], ["e2"]), helper.make_node("Add", ["onef", "e2"], ["a2"]),
+          helper.make_node("Mul", ["xh", "a2"], ["g2"])]
+    n += [helper.make_node("Mul", ["rsqrt2", "x"], ["d3"]), helper.make_node("Erf", ["d3"], ["e3"]),
+          helper.make_node("Add", ["e3", "onef"], ["a3"]), helper.make_node("Mul", ["a3", "half"], ["h3"]),
+          helper.make_node("Mul", ["h3", "x"], ["g3"])]
+    n += [helper.make_node("Add", ["g1", "g2"], ["g12"]), helper.make_node("Add", ["g12", "g3"], ["gelu"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 4])
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "s"])
+    outs = [helper.make_tensor_value_info("attn", TensorProto.FLOAT, ["b", 1, "s", 4]),
+            helper.make_tensor_value_info("gelu", TensorProto.FLOAT, ["b", "s", 4])]
+    return helper.make_model(helper.make_graph(n, "patterns", [x, mask], outs), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def erf_alone():
+    n = [helper.make_node("Erf", ["x"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    return helper.make_model(helper.make_graph(n, "erf", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def main():
+    out = sys.argv[1]
+    for name, m in (("patterns", patterns()), ("erf", erf_alone())):
+        m.ir_version = 8
+        checker.check_model(m)
+        save(m, f"{out}/{name}.onnx")
+    rng = np.random.default_rng(7)
+    np.save(f"{out}/x.npy", rng.standard_normal((2, 5, 4)).astype(np.float32))
+    mask = np.ones((2, 5), np.int64)
+    mask[1, 3:] = 0
+    np.save(f"{out}/mask.npy", mask)
+
+
+main()
