@@ -6,6 +6,8 @@
                  Gather of the flattened mask, the logical ops and IsNaN, an
                  attention on x, and the exact GELU exported in three orders.
   erf.onnx       an Erf that is not a GELU.
+  reversed.onnx  rows gathered in reverse order by indices made from Range over a
+                 dynamic dim (refused: only every row in order is a reshape).
 
 usage: python3 onnx_import_patterns.py OUT_DIR"""
 import math
@@ -70,9 +72,22 @@ def erf_alone():
     return helper.make_model(helper.make_graph(n, "erf", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
 
 
+def reversed_rows():
+    """x [b, 2] gathered in reverse row order by indices made from Range over b: not every
+    row in order, so the graph import must refuse it while b is dynamic"""
+    i64 = np.int64
+    n = [helper.make_node("Shape", ["x"], ["shp"]), const("c0", 0, i64), const("c1", 1, i64),
+         helper.make_node("Gather", ["shp", "c0"], ["bd"], axis=0), helper.make_node("Range", ["c0", "bd", "c1"], ["r"]),
+         helper.make_node("Sub", ["bd", "c1"], ["last"]), helper.make_node("Sub", ["last", "r"], ["rev"]),
+         helper.make_node("Gather", ["x", "rev"], ["y"], axis=0)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])
+    return helper.make_model(helper.make_graph(n, "reversed", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+
+
 def main():
     out = sys.argv[1]
-    for name, m in (("patterns", patterns()), ("erf", erf_alone())):
+    for name, m in (("patterns", patterns()), ("erf", erf_alone()), ("reversed", reversed_rows())):
         m.ir_version = 8
         checker.check_model(m)
         save(m, f"{out}/{name}.onnx")
@@ -81,6 +96,12 @@ def main():
     mask = np.ones((2, 5), np.int64)
     mask[1, 3:] = 0
     np.save(f"{out}/mask.npy", mask)
+    # batch 3 for the graph with a dynamic batch (--dim s=5 only)
+    np.save(f"{out}/x3.npy", rng.standard_normal((3, 5, 4)).astype(np.float32))
+    mask3 = np.ones((3, 5), np.int64)
+    mask3[0, 2:] = 0
+    np.save(f"{out}/mask3.npy", mask3)
+    np.save(f"{out}/x2.npy", np.array([[1, 2], [3, 4]], np.float32))
 
 
 main()

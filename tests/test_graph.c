@@ -427,6 +427,35 @@ static void test_fuse_conv_act_by_hand(void) {
     fm_tensor_release_n(2, w, b);
 }
 
+/* matmul-to-linear on a built graph: x [batch, 5, 40] @ a constant W [40, 70] then
+ * + b [70] (bias first, as ONNX exports it) becomes one linear with W transposed and
+ * the bias; a matmul by a constant whose output is read twice becomes a linear
+ * without the bias and keeps its add; a matmul of two inputs stays. */
+static void test_matmul_to_linear_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(2, (int64_t[]){40, 70}, 31), *b = randn(1, (int64_t[]){70}, 32);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 3, (int64_t[]){-1, 5, 40}, (const char *[]){"batch", NULL, NULL}) == FM_OK);
+    CHECK(fm_graph_add_input(g, "v", FM_F32, 2, (int64_t[]){40, 70}, NULL) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK && fm_graph_add_const(g, "b", b) == FM_OK);
+    CHECK(fm_graph_add_node(g, "matmul", "m1", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"h1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "add", "a1", 2, (const char *[]){"b", "h1"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "matmul", "m2", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "add", "a2", 2, (const char *[]){"h2", "b"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "matmul", "m3", 2, (const char *[]){"x", "v"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
+    const char *outs[4] = {"y1", "y2", "h2", "y3"};
+    for (int i = 0; i < 4; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    char note[256] = "";
+    fm_graph *p = fm_graph_pass(g, "matmul-to-linear", note, sizeof note);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "matmul-to-linear by hand: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "linear") == 2 && count_op(p, "matmul") == 1 && count_op(p, "add") == 1, "matmul-to-linear by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release_n(2, w, b);
+}
+
 /* fuse-linear-act on a built graph: linear + relu fuses (relu = 1); a linear alone
  * with a constant weight becomes linear_fused (relu = 0, packed weights); a linear
  * whose output is also a graph output keeps its relu node; a linear whose weight is
@@ -553,6 +582,7 @@ static void test_passes(void) {
     fm_module_free(m);
     test_fuse_conv_act_by_hand();
     test_fuse_linear_act_by_hand();
+    test_matmul_to_linear_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

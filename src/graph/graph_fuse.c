@@ -11,7 +11,11 @@
  *       conv's accumulators: its full-size output is never stored);
  *   linear (f32, constant weight) -> relu, or a linear alone
  *                                     =>  linear_fused (on the CPU: weights packed once at
- *       load, bias and ReLU applied to the accumulators).
+ *       load, bias and ReLU applied to the accumulators);
+ *   matmul (x [..., K] @ a constant f32 W [K, N]), then add of a constant [N] bias
+ *                                     =>  linear (x, W transposed once, the bias): what an
+ *       imported ONNX MatMul + Add (a PyTorch Linear on 3-D input) becomes, so that the
+ *       linear passes after it apply.
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -263,5 +267,60 @@ fm_graph *g_pass_fuse_linear_act(const fm_graph *g, char *note, size_t nn) {
     if (!uses || !skip) return NULL;
     fm_graph *out = rw_end(&r, st);
     if (out) snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them)", fused, relus);
+    return out;
+}
+
+/* The constant f32 bias [N] that add node j adds to value v ([..., N]), or -1. */
+static int bias_of(const fm_graph *g, int j, int v, int64_t N) {
+    const gnode *a = &g->nodes[j];
+    if (strcmp(a->op, "add") || a->n_in != 2) return -1;
+    int b = a->in[0] == v ? a->in[1] : a->in[0];
+    const fm_tensor *t = cst(g, b);
+    return t && t->ndim == 1 && t->shape[0] == N && g->values[a->out[0]].t.ndim == g->values[v].t.ndim ? b : -1;
+}
+
+/* W [K, N] as a new constant [N, K] in dst, named after W; its name. */
+static const char *transposed(rw *r, int w, char *name, size_t n) {
+    const fm_tensor *t = cst(r->src, w);
+    snprintf(name, n, "%s.T", r->src->values[w].name);
+    const int64_t K = t->shape[0], N = t->shape[1], sh[2] = {N, K};
+    fm_tensor *wt = fm_tensor_empty(2, sh, FM_F32, FM_CPU);
+    if (!wt) return NULL;
+    const float *src = fm_tensor_data(t);
+    float *dst = fm_tensor_data(wt);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) dst[j * K + k] = src[k * N + j];
+    fm_status st = rw_const(r, name, wt);
+    fm_tensor_release(wt);
+    return st ? NULL : name;
+}
+
+fm_graph *g_pass_matmul_to_linear(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int done = 0, biased = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        const gnode *m = &g->nodes[i];
+        const fm_tensor *w = !strcmp(m->op, "matmul") && m->n_in == 2 ? cst(g, m->in[1]) : NULL;
+        if (!w || w->ndim != 2 || cst(g, m->in[0]) || g->values[m->in[0]].t.ndim < 2 || g->values[m->in[0]].t.dt != FM_F32) {
+            st = rw_copy_node(&r, m);
+            continue;
+        }
+        int j = sole_reader(g, uses, m->out[0]), b = j >= 0 ? bias_of(g, j, m->out[0], w->shape[1]) : -1;
+        char wname[300];
+        const char *ins[3] = {rw_name(&r, m->in[0]), transposed(&r, m->in[1], wname, sizeof wname), b >= 0 ? rw_name(&r, b) : ""};
+        const char *outs[1] = {g->values[b >= 0 ? g->nodes[j].out[0] : m->out[0]].name};
+        st = ins[1] ? rw_node_as(&r, m, "linear", 3, ins, 1, outs) : fm_last_status();
+        if (b >= 0) skip[j] = true, biased++;
+        done++;
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d matmuls by a constant 2-D weight made linear (%d with the bias add after them)", done, biased);
     return out;
 }

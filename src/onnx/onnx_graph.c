@@ -121,8 +121,11 @@ static bool same_values(const fm_tensor *a, const fm_tensor *b) {
     return true;
 }
 
-/* Which values are folded: computed from constants only (Shape and Size read
- * only their input's shape), with the same result under both probes. */
+/* Which values are folded: computed from constants and shapes only (Shape and
+ * Size read only their input's shape), with the same result under both probes.
+ * The rest of what is computed from constants and shapes only follows a dynamic
+ * dim (shape_like): a Reshape or Expand target, or a Range over a dim; its readers
+ * decide whether the graph can hold it. */
 static void mark_folded(onnx_graph_ctx *x) {
     const fm_onnx_model *m = x->m;
     for (int s = 0; s < m->n_values; s++) x->folded[s] = m->constants[s] != NULL;
@@ -130,7 +133,7 @@ static void mark_folded(onnx_graph_ctx *x) {
         const onnx_node *n = &m->nodes[i];
         bool shape_only = !strcmp(n->op->name, "Shape") || !strcmp(n->op->name, "Size");
         bool all = true;
-        for (int k = 0; k < n->n_in && !shape_only; k++) all &= n->in[k] < 0 || x->folded[n->in[k]];
+        for (int k = 0; k < n->n_in && !shape_only; k++) all &= n->in[k] < 0 || x->folded[n->in[k]] || x->shape_like[n->in[k]];
         for (int k = 0; k < n->n_out; k++) {
             int s = n->out[k];
             if (s < 0) continue;

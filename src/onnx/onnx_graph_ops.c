@@ -362,6 +362,29 @@ static fm_status gather_indices(tctx *t, int64_t axis, int64_t dim, const fm_ten
     return node(t, "reshape", 1, &mid, out_name(t, 0), 1, &r);
 }
 
+/* idx holds 0, 1, ..., rows - 1 in order, rows being data's dim 0 (an exported
+ * model's flat index b * s + j over a [b * s, ...] tensor, in both probes). */
+static bool is_iota(const fm_tensor *idx, const fm_tensor *data) {
+    if (!idx || !data || data->ndim < 1 || fm_tensor_numel(idx) != data->shape[0] || fm_dtype_is_float(idx->dtype)) return false;
+    for (int64_t i = 0; i < data->shape[0]; i++)
+        if (fm_tensor_get(idx, i) != (double)i) return false;
+    return true;
+}
+
+/* A Gather of every row of data in order: data reshaped to indices.shape +
+ * data.shape[1:], the dims that follow a dynamic dim written as -1 (one at most). */
+static fm_status gather_all_rows(tctx *t) {
+    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
+    int64_t sh[FM_MAX_DIMS];
+    int infer = 0;
+    for (int i = 0; i < oa->ndim; i++) sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : (infer++, -1);
+    if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "a gather of every row into two dynamic dims has no graph form; fix one of "
+                                          "them to a size (`--dim NAME=SIZE`)");
+    fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, "reshape", 1, x, out_name(t, 0), 1, &r);
+}
+
 /* Gather: an embedding lookup (constant 2-D table, axis 0), or constant indices
  * as index_select (1-D) / slice + squeeze (a scalar). */
 static fm_status t_gather(tctx *t) {
@@ -372,6 +395,11 @@ static fm_status t_gather(tctx *t) {
         const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
         return node(t, "embedding", 2, ins, out_name(t, 0), 0, NULL);
     }
+    if (axis == 0 && t->x->shape_like[si] && is_iota(t->x->va[si], t->x->va[sx]) && is_iota(t->x->vb[si], t->x->vb[sx]))
+        return gather_all_rows(t);
+    if (t->x->shape_like[si])
+        return fm_set_error(FM_ERR_UNSUPPORTED, "indices computed from the size of a dynamic dim (other than every row in "
+                            "order) have no graph form; fix the dynamic dims to sizes (`--dim NAME=SIZE`)");
     if (need_folded(t, 1, "indices")) return fm_last_status();
     const fm_tensor *idx = t->in[1];
     int64_t dim = t->x->va[sx]->shape[axis];
@@ -457,7 +485,7 @@ static fm_status t_expand(tctx *t) {
 }
 
 bool onnx_graph_shape_input_ok(const char *op, int input) {
-    return input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand"));
+    return input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather")); /* Gather: t_gather */
 }
 
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {

@@ -415,6 +415,12 @@ static int where_fwd(void) {
     double want[6] = {1, -1, 3, 4, -1, 6};
     CHECK(y != NULL);
     for (int i = 0; y && i < 6; i++) CHECK_NEAR(fm_tensor_get(y, i), want[i], 0);
+    /* a condition of the output's shape (read in place, not broadcast) */
+    double c2v[6] = {0, 1, 1, 0, 0, 1}, want2[6] = {-1, 2, 3, -1, -1, 6};
+    fm_tensor *c2 = from(c2v, 2, s, FM_BOOL), *y2 = fm_where(c2, a, b);
+    CHECK(y2 != NULL);
+    for (int i = 0; y2 && i < 6; i++) CHECK_NEAR(fm_tensor_get(y2, i), want2[i], 0);
+    fm_tensor_release_n(2, c2, y2);
     CHECK(fm_where(a, a, b) == NULL);
     CHECK_ERR_CONTAINS("must be bool");
     fm_tensor_release_n(4, a, b, c, y);

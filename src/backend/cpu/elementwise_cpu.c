@@ -124,6 +124,13 @@ static void loop_f64(const ew_job *j, const double *const *in, double *out, int6
         case FM_OP_SUB: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] - in[1][i]; break;
         case FM_OP_MUL: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] * in[1][i]; break;
         case FM_OP_DIV: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] / in[1][i]; break;
+        /* the comparisons as plain loops the compiler vectorizes (1 or 0, as the scalar reference) */
+        case FM_OP_EQ: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] == in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_NE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] != in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_LT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] < in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_LE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] <= in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_GT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] > in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_GE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] >= in[1][i] ? 1.0f : 0.0f; break;
         default: for (int64_t i = 0; i < n; i++) out[i] = fm_ew_binary_scalar(j->op, in[0][i], in[1][i]);
         }
         break;
@@ -166,6 +173,13 @@ static void loop_f32(const ew_job *j, const float *const *in, float *out, int64_
         case FM_OP_SUB: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] - in[1][i]; break;
         case FM_OP_MUL: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] * in[1][i]; break;
         case FM_OP_DIV: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] / in[1][i]; break;
+        /* the comparisons as plain loops the compiler vectorizes (1 or 0, as the scalar reference) */
+        case FM_OP_EQ: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] == in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_NE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] != in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_LT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] < in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_LE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] <= in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_GT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] > in[1][i] ? 1.0f : 0.0f; break;
+        case FM_OP_GE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] >= in[1][i] ? 1.0f : 0.0f; break;
         default: for (int64_t i = 0; i < n; i++) out[i] = (float)fm_ew_binary_scalar(j->op, in[0][i], in[1][i]);
         }
         break;
@@ -230,6 +244,12 @@ static void gather(const ew_exec *e, const operand *o, int64_t start, int64_t n,
             float *b = buf;
             if (o->dt == FM_F16) { fm_convert_f16_to_f32((const uint16_t *)src, b, (size_t)n); return; }
             if (o->dt == FM_BF16) { fm_convert_bf16_to_f32((const uint16_t *)src, b, (size_t)n); return; }
+            if (o->dt == FM_BOOL || o->dt == FM_U8) { /* a where's condition, a comparison's operand */
+                const uint8_t *u = (const uint8_t *)src;
+                if (o->dt == FM_BOOL) for (int64_t i = 0; i < n; i++) b[i] = u[i] ? 1.0f : 0.0f;
+                else for (int64_t i = 0; i < n; i++) b[i] = (float)u[i];
+                return;
+            }
             for (int64_t i = 0; i < n; i++) b[i] = (float)fm_load_f64(src + i * (int64_t)es, o->dt);
         } else {
             double *b = buf;
@@ -288,6 +308,10 @@ static void scatter(const ew_exec *e, const operand *o, int64_t start, int64_t n
             const float *b = buf;
             if (o->dt == FM_F16) { fm_convert_f32_to_f16(b, (uint16_t *)dst, (size_t)n); return; }
             if (o->dt == FM_BF16) { fm_convert_f32_to_bf16(b, (uint16_t *)dst, (size_t)n); return; }
+            if (o->dt == FM_BOOL) { /* a comparison's result */
+                for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = b[i] != 0;
+                return;
+            }
             for (int64_t i = 0; i < n; i++) fm_store_f64(dst + i * (int64_t)es, o->dt, b[i]);
         } else {
             const double *b = buf;
