@@ -56,6 +56,9 @@ FM_API fm_graph *fm_onnx_to_graph(fm_onnx_model *m);
  * construction) folds into constants. An unknown name or a size outside
  * [1, 2^31) is refused, naming the model's dynamic dims. */
 FM_API fm_status fm_onnx_set_dim(fm_onnx_model *m, const char *name, int64_t size);
+/* The same by position: dim d of the input named `input` (what a server's model
+ * config declares). A dim that is already fixed must have that size. */
+FM_API fm_status fm_onnx_set_input_dim(fm_onnx_model *m, const char *input, int d, int64_t size);
 
 /* Writes the graph as an ONNX model (opset 17) to `path`, atomically: constants
  * become initializers, dynamic input dims dim_params, and each graph op one or a

@@ -70,6 +70,24 @@ fm_status fm_onnx_set_dim(fm_onnx_model *m, const char *name, int64_t size) {
     return FM_OK;
 }
 
+fm_status fm_onnx_set_input_dim(fm_onnx_model *m, const char *input, int d, int64_t size) {
+    if (!m || !input) return fm_set_error(FM_ERR_INVALID, "fm_onnx_set_input_dim: model or input is NULL");
+    for (int i = 0; i < m->n_inputs; i++) {
+        const onnx_input *in = &m->inputs[i];
+        if (strcmp(m->value_names[in->slot], input)) continue;
+        if (d < 0 || d >= in->ndim)
+            return fm_set_error(FM_ERR_INVALID, "%s: input '%s' has %d dims; there is no dim %d", m->path, input, in->ndim, d);
+        if (in->dims[d] >= 0 && in->dims[d] != size)
+            return fm_set_error(FM_ERR_INVALID, "%s: input '%s' dim %d is fixed at %" PRId64 " in the model, not %" PRId64, m->path,
+                                input, d, in->dims[d], size);
+        if (in->dims[d] >= 0) return FM_OK;
+        char nm[64];
+        dim_name(m, i, d, nm, sizeof nm);
+        return fm_onnx_set_dim(m, nm, size);
+    }
+    return fm_set_error(FM_ERR_INVALID, "%s: the model has no input named '%s'", m->path, input);
+}
+
 /* Declares the graph inputs; fills the probe inputs (zeros, dynamic dims at
  * probe a or b, fixed dims at their size) for the two runs. */
 static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **pb) {

@@ -15,6 +15,16 @@
 #define PBUF (PATH_MAX + 512) /* a path under the repository root (itself < PATH_MAX) */
 #define MAX_VERSIONS 256
 
+/* A version whose load failed, and what its files and the config were then: the
+ * poll does not load it again (an ONNX import, say, runs the model twice) until
+ * one of them changes. An explicit load always tries. */
+typedef struct failed_version {
+    int64_t version;
+    uint64_t stamp;
+    fm_status status;
+    char reason[512];
+} failed_version;
+
 typedef struct repo_model {
     char name[FM_SERVE_NAME_MAX];
     fm_serve_version *versions; /* highest first */
@@ -22,6 +32,8 @@ typedef struct repo_model {
     char reason[512];
     struct timespec cfg_mtime;
     off_t cfg_size;
+    failed_version failed[8]; /* more failed versions than this are simply tried again */
+    int n_failed;
 } repo_model;
 
 struct fm_repo {
@@ -173,7 +185,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     }
     int n = cfg->instance_count;
     for (int i = 0; i < n; i++) {
-        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device, cfg->platform, cfg->model_filename))) goto fail;
+        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device, cfg->platform, cfg->model_filename, cfg->inputs, cfg->n_inputs))) goto fail;
         if (i == 0 && fm_model_config_complete(&v->cfg, inst[0], where)) goto fail;
     }
     v->platform = inst[0]->platform;
@@ -202,8 +214,53 @@ static void set_reason(repo_model *m, fm_repo *r, bool ready, const char *reason
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Under load_mu. */
-static fm_status load_locked(fm_repo *r, const char *name) {
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL; }
+
+/* The config's and the version folder's state: the folder's and each entry's
+ * name, mtime and size (summed per entry, so the listing order does not matter). */
+static uint64_t version_stamp(const char *model_dir, const struct stat *cst, int64_t version) {
+    char vdir[PBUF], p[PBUF + 256];
+    struct stat st;
+    uint64_t h = mix(mix(mix(0xcbf29ce484222325ULL, (uint64_t)cst->st_mtim.tv_sec), (uint64_t)cst->st_mtim.tv_nsec), (uint64_t)cst->st_size);
+    snprintf(vdir, sizeof vdir, "%s/%lld", model_dir, (long long)version);
+    if (stat(vdir, &st) == 0) h = mix(mix(h, (uint64_t)st.st_mtim.tv_sec), (uint64_t)st.st_mtim.tv_nsec);
+    DIR *d = opendir(vdir);
+    struct dirent *e;
+    uint64_t sum = 0;
+    while (d && (e = readdir(d))) {
+        uint64_t eh = 0xcbf29ce484222325ULL;
+        for (const char *c = e->d_name; *c; c++) eh = mix(eh, (unsigned char)*c);
+        snprintf(p, sizeof p, "%s/%s", vdir, e->d_name);
+        if (stat(p, &st) == 0) eh = mix(mix(mix(eh, (uint64_t)st.st_mtim.tv_sec), (uint64_t)st.st_mtim.tv_nsec), (uint64_t)st.st_size);
+        sum += eh;
+    }
+    if (d) closedir(d);
+    return mix(h, sum);
+}
+
+/* The remembered failure of `version`, or NULL. */
+static failed_version *failure_of(repo_model *m, int64_t version) {
+    for (int i = 0; i < m->n_failed; i++)
+        if (m->failed[i].version == version) return &m->failed[i];
+    return NULL;
+}
+
+static void remember_failure(repo_model *m, int64_t version, uint64_t stamp, fm_status st, const char *reason) {
+    failed_version *f = failure_of(m, version);
+    if (!f && m->n_failed == (int)(sizeof m->failed / sizeof *m->failed)) return;
+    if (!f) f = &m->failed[m->n_failed++];
+    f->version = version, f->stamp = stamp, f->status = st;
+    snprintf(f->reason, sizeof f->reason, "%s", reason);
+}
+
+static void forget_failure(repo_model *m, int64_t version) {
+    failed_version *f = failure_of(m, version);
+    if (f) *f = m->failed[--m->n_failed];
+}
+
+/* Under load_mu. poll: a version that failed is not tried again while its files
+ * and the config are as they were then. */
+static fm_status load_locked(fm_repo *r, const char *name, bool poll) {
     if (!fm_serve_valid_name(name))
         return fm_set_error(FM_ERR_INVALID, "invalid model name '%s': use 1-63 of A-Z a-z 0-9 _ . - , not starting with '.'", name);
     char dir[PATH_MAX + FM_SERVE_NAME_MAX];
@@ -232,11 +289,20 @@ static fm_status load_locked(fm_repo *r, const char *name) {
         for (fm_serve_version *o = m->versions; o && !reload_all; o = o->next)
             if (o->version == want[i]) { v = o; atomic_fetch_add(&v->refs, 1); }
         pthread_mutex_unlock(&r->mu);
+        uint64_t stamp = v ? 0 : version_stamp(dir, &cst, want[i]);
+        const failed_version *f = v ? NULL : failure_of(m, want[i]);
+        if (poll && f && f->stamp == stamp) { /* unchanged since it failed */
+            st_all = f->status;
+            snprintf(reason, sizeof reason, "%s", f->reason);
+            continue;
+        }
         if (!v && !(v = version_load(r, dir, &cfg, want[i]))) {
             st_all = fm_last_status();
             snprintf(reason, sizeof reason, "version %lld: %s", (long long)want[i], fm_last_error());
+            remember_failure(m, want[i], stamp, st_all, reason);
             continue;
         }
+        forget_failure(m, want[i]);
         nv[n_new++] = v;
     }
     if (n_new == 0) {
@@ -260,7 +326,7 @@ static fm_status load_locked(fm_repo *r, const char *name) {
 
 fm_status fm_repo_load(fm_repo *r, const char *name) {
     pthread_mutex_lock(&r->load_mu);
-    fm_status s = load_locked(r, name);
+    fm_status s = load_locked(r, name, false);
     pthread_mutex_unlock(&r->load_mu);
     return s;
 }
@@ -303,7 +369,7 @@ void fm_repo_poll(fm_repo *r, FILE *log) {
         snprintf(before, sizeof before, "%s", m ? m->reason : "");
         pthread_mutex_unlock(&r->mu);
         /* a failure is logged once, not at every poll */
-        if (load_locked(r, e->d_name) != FM_OK && log && strcmp(before, m ? m->reason : "~"))
+        if (load_locked(r, e->d_name, true) != FM_OK && log && strcmp(before, m ? m->reason : "~"))
             fprintf(log, "fathom serve: %s\n", fm_last_error());
     }
     if (d) closedir(d);

@@ -13,7 +13,7 @@
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev); /* servable_recipe.c */
 fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);  /* servable_graph.c */
 
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev);    /* servable_graph.c */
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl); /* servable_graph.c */
 
 static bool is_file(const char *p) {
     struct stat st;
@@ -30,7 +30,8 @@ const char *fm_serve_platform_find(const char *version_dir, const char *onnx_fil
     return NULL;
 }
 
-fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file) {
+fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file,
+                              const fm_serve_io *decl, int n_decl) {
     const char *found = fm_serve_platform_find(version_dir, onnx_file);
     const char *file = onnx_file && *onnx_file ? onnx_file : "model.onnx";
     if (!found) {
@@ -47,7 +48,7 @@ fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char
     if (!strcmp(found, "fathom_recipe")) return fm_servable_open_recipe(version_dir, dev);
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", version_dir, file);
-    return fm_servable_open_onnx(p, dev);
+    return fm_servable_open_onnx(p, dev, decl, n_decl);
 }
 
 void fm_servable_free(fm_servable *s) {

@@ -35,9 +35,13 @@ struct fm_servable {
 /* Opens the model in a version directory (DIR/<model>/<version>/) on `dev`:
  * an inference graph directory, an ONNX file (onnx_file, default model.onnx) or
  * a model written by `fathom train`, in that order. With `platform` (from the
- * config; NULL or "": any) the folder must hold that kind. NULL with
+ * config; NULL or "": any) the folder must hold that kind. An ONNX file's dynamic
+ * dims that the config's declared inputs (decl, n_decl: per sample, as
+ * fm_serve_io) give a size are fixed to it before the import (fm_onnx_set_input_dim):
+ * an exported BERT's sequence length, for one. NULL with
  * fm_last_error() set when no loader recognises it or loading fails. */
-fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file);
+fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file,
+                              const fm_serve_io *decl, int n_decl);
 /* The platform of what the folder holds ("fathom_graph", "fathom_onnx", "fathom_recipe"), NULL if none. */
 const char *fm_serve_platform_find(const char *version_dir, const char *onnx_file);
 void fm_servable_free(fm_servable *s);

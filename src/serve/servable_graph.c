@@ -85,11 +85,20 @@ fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
 }
 
 /* An ONNX file, imported into the inference graph at load (fm_onnx_to_graph), so
- * it runs as a graph directory would: batched on its dynamic first dimension. */
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev);
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev) {
+ * it runs as a graph directory would: batched on its dynamic first dimension. The
+ * sizes the config declares for the other dims fix them first (per sample: dim i
+ * of a declared input is the model's dim i + 1). */
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl);
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl) {
     fm_onnx_model *m = fm_onnx_load(path);
-    fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
+    bool ok = m != NULL;
+    for (int i = 0; ok && i < n_decl; i++)
+        for (int d = 0; ok && d < decl[i].ndim; d++)
+            if (decl[i].dims[d] >= 1 && fm_onnx_set_input_dim(m, decl[i].name, d + 1, decl[i].dims[d])) {
+                fm_error_prefix("the config's input '%s' dims[%d] = %lld", decl[i].name, d, (long long)decl[i].dims[d]);
+                ok = false;
+            }
+    fm_graph *g = ok ? fm_onnx_to_graph(m) : NULL;
     fm_onnx_free(m);
     return g ? from_graph(g, path, dev, "fathom_onnx") : NULL;
 }

@@ -49,6 +49,17 @@ def run(Server, make_repo, infer_body, sample, ok, bad, check):
         shutil.rmtree(os.path.join(repo, "fresh"))
         got = wait_for(lambda: s.json("GET", "/v2/models/fresh")[0] == 404)
         check(got, "poll: a removed model folder is unloaded")
+        # a version that fails to load is not loaded again at every poll while its files are unchanged,
+        # but is as soon as they change
+        os.makedirs(os.path.join(repo, "late", "1"))
+        open(os.path.join(repo, "late", "1", "model.safetensors"), "wb").write(b"not a safetensors file")
+        got = wait_for(lambda: any(m.get("name") == "late" and m.get("state") == "UNAVAILABLE"
+                                   for m in s.json("POST", "/v2/repository/index")[1]))
+        check(got, "poll: a broken version is listed UNAVAILABLE")
+        time.sleep(1.5)  # at least one more poll over the unchanged folder
+        shutil.copy(os.path.join(repo, "hot", "1", "model.safetensors"), os.path.join(repo, "late", "1", "model.safetensors"))
+        got = wait_for(lambda: s.json("POST", "/v2/models/late/infer", body)[0] == 200)
+        check(got, "poll: the broken version is loaded once its file is replaced")
         st, j = s.json("POST", "/v2/repository/models/hot/unload")
         check(st == 400 and "explicit" in j["error"], "poll mode refuses unload through the API")
     finally:

@@ -210,6 +210,49 @@ def onnx_checks(s, ref):
           "a platform the folder does not hold is refused: %s" % reasons.get("wrong-platform"))
 
 
+def write_onnx_patterns(repo):
+    """What torch.onnx.export writes for a BERT (tests/onnx_import_patterns.py): 'onx-seq', whose config
+    declares the per-sample dims (x [5, 4], mask [5]) so that the sequence dim is fixed at import and
+    the batch stays dynamic; 'onx-nodims', the same file with no dims declared, which cannot be
+    imported (its mask arithmetic follows both dims) and is refused with the fix named."""
+    d = os.path.join(TMP, "patterns")
+    os.makedirs(d, exist_ok=True)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(here, "onnx_import_patterns.py"), d], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "writing the BERT-pattern ONNX model: %s" % p.stderr.strip()[-300:])
+    for model, cfg in (("onx-seq", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 1000},
+                                    "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [5, 4]},
+                                              {"name": "mask", "data_type": "TYPE_INT64", "dims": [5]}]}),
+                       ("onx-nodims", {"max_batch_size": 8})):
+        os.makedirs(os.path.join(repo, model, "1"), exist_ok=True)
+        shutil.copy(os.path.join(d, "patterns.onnx"), os.path.join(repo, model, "1", "model.onnx"))
+        json.dump(cfg, open(os.path.join(repo, model, "config.json"), "w"))
+    p = subprocess.run([BIN, "run", os.path.join(d, "patterns.onnx"), "--input", "x=" + os.path.join(d, "x.npy"),
+                        "--input", "mask=" + os.path.join(d, "mask.npy"), "--json"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "fathom run of the BERT-pattern model: %s" % p.stderr.strip()[-300:])
+    return d, {o["name"]: o["data"] for o in json.loads(p.stdout)["outputs"]} if p.returncode == 0 else {}
+
+
+def onnx_patterns_checks(s, d, ref):
+    import numpy as np
+    x, mask = np.load(os.path.join(d, "x.npy")), np.load(os.path.join(d, "mask.npy"))
+    st, j = s.json("GET", "/v2/models/onx-seq")
+    check(st == 200 and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 5, 4]},
+                                        {"name": "mask", "datatype": "INT64", "shape": [-1, 5]}],
+          "ONNX BERT-pattern model with its sequence dim declared: metadata %s" % j)
+    st, j = s.json("POST", "/v2/models/onx-seq/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()},
+                               {"name": "mask", "datatype": "INT64", "shape": list(mask.shape), "data": mask.reshape(-1).tolist()}]})
+    outs = {o["name"]: o["data"] for o in j.get("outputs", [])} if st == 200 else {}
+    err = max((abs(a - b_) for k in ("attn", "gelu") for a, b_ in zip(outs.get(k, []), ref.get(k, []))), default=None)
+    check(st == 200 and all(len(outs.get(k, [])) == len(ref.get(k, [1])) for k in ("attn", "gelu")) and err is not None and err < 1e-5,
+          "ONNX BERT-pattern model, batch 2 (dims from the config), equals fathom run on the file: %s" % (err if st == 200 else j))
+    st, idx = s.json("POST", "/v2/repository/index")
+    reasons = {m["name"]: m.get("reason", "") for m in idx} if st == 200 else {}
+    check("--dim NAME=SIZE" in reasons.get("onx-nodims", "") or "to a size" in reasons.get("onx-nodims", ""),
+          "the same without declared dims is refused, the fix named: %s" % reasons.get("onx-nodims"))
+
+
 EMB_DIM = 32  # an int4 group (32) divides it, so the table also quantizes (model emb-q4)
 EMB_TABLE = [[0.5 * r + 0.125 * c for c in range(EMB_DIM)] for r in range(5)]
 
@@ -570,12 +613,14 @@ def main():
     })
     graph_ref = write_graph(os.path.join(repo, "g", "1"))
     write_onnx(repo)
+    pat_dir, pat_ref = write_onnx_patterns(repo)
     write_emb_graph(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
         protocol_checks(s)
         graph_checks(s, graph_ref)
         onnx_checks(s, graph_ref)
+        onnx_patterns_checks(s, pat_dir, pat_ref)
         emb_checks(s)
         tritonclient_checks(s)
         batching_checks(s)
