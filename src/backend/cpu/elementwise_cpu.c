@@ -107,6 +107,13 @@ typedef struct ew_job {
     bool stream;      /* f32 SIMD loops write the (direct, aligned, large) output non-temporally */
 } ew_job;
 
+/* The comparisons as plain loops the compiler vectorizes (1 or 0, as the scalar
+ * reference), in both compute types' binary switch. */
+#define COMPARE_LOOP(ID, OP) \
+    case FM_OP_##ID: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] OP in[1][i] ? 1 : 0; break;
+#define COMPARE_LOOPS COMPARE_LOOP(EQ, ==) COMPARE_LOOP(NE, !=) COMPARE_LOOP(LT, <) COMPARE_LOOP(LE, <=) \
+    COMPARE_LOOP(GT, >) COMPARE_LOOP(GE, >=)
+
 static void loop_f64(const ew_job *j, const double *const *in, double *out, int64_t n) {
     switch (j->kind) {
     case 0:
@@ -124,13 +131,7 @@ static void loop_f64(const ew_job *j, const double *const *in, double *out, int6
         case FM_OP_SUB: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] - in[1][i]; break;
         case FM_OP_MUL: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] * in[1][i]; break;
         case FM_OP_DIV: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] / in[1][i]; break;
-        /* the comparisons as plain loops the compiler vectorizes (1 or 0, as the scalar reference) */
-        case FM_OP_EQ: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] == in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_NE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] != in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_LT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] < in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_LE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] <= in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_GT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] > in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_GE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] >= in[1][i] ? 1.0f : 0.0f; break;
+        COMPARE_LOOPS
         default: for (int64_t i = 0; i < n; i++) out[i] = fm_ew_binary_scalar(j->op, in[0][i], in[1][i]);
         }
         break;
@@ -173,13 +174,7 @@ static void loop_f32(const ew_job *j, const float *const *in, float *out, int64_
         case FM_OP_SUB: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] - in[1][i]; break;
         case FM_OP_MUL: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] * in[1][i]; break;
         case FM_OP_DIV: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] / in[1][i]; break;
-        /* the comparisons as plain loops the compiler vectorizes (1 or 0, as the scalar reference) */
-        case FM_OP_EQ: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] == in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_NE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] != in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_LT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] < in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_LE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] <= in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_GT: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] > in[1][i] ? 1.0f : 0.0f; break;
-        case FM_OP_GE: for (int64_t i = 0; i < n; i++) out[i] = in[0][i] >= in[1][i] ? 1.0f : 0.0f; break;
+        COMPARE_LOOPS
         default: for (int64_t i = 0; i < n; i++) out[i] = (float)fm_ew_binary_scalar(j->op, in[0][i], in[1][i]);
         }
         break;
