@@ -26,7 +26,8 @@ static void bench_usage(FILE *f) {
                "Times inference of MODEL on generated inputs of its declared shapes. MODEL is a trained\n"
                "model directory (traced as `fathom compile` does), a graph directory, or an .onnx file.\n\n"
                "  --device D      cpu (default), cuda, cuda:N, check\n"
-               "  --batch N       the dynamic dim named \"batch\" (default 1)\n"
+               "  --batch N       the batch dim: the dynamic dim named \"batch\", else the first input's\n"
+               "                  dim 0 when it is dynamic (an ONNX file's \"N\", \"b\", ...) (default 1)\n"
                "  --dim NAME=V    another dynamic dim (a GPT graph's \"seq\" and \"past\"); unset ones are 1\n"
                "  --warmup N      untimed runs first (default 3)\n"
                "  --iters N       timed runs (default 20)\n"
@@ -128,10 +129,54 @@ static void bench_report(const char *model, fm_device dev, long long batch, cons
     printf("throughput: %.1f items/s (batch %lld at the median)\n", batch / med, batch);
 }
 
-static int bench_model(const char *model, fm_device dev, const bench_dims *d, long long warmup, long long iters, bool json) {
+/* Whether some input of g has a dynamic dim called name. */
+static bool has_dim(const fm_graph *g, const char *name) {
+    for (int i = 0; i < fm_graph_num_inputs(g); i++) {
+        fm_graph_io io;
+        if (fm_graph_input_info(g, i, &io)) continue;
+        for (int k = 0; k < io.ndim; k++)
+            if (io.shape[k] == FM_DIM_DYNAMIC && io.dim_names[k] && !strcmp(io.dim_names[k], name)) return true;
+    }
+    return false;
+}
+
+/* The graph's batch dim: one named "batch", else the first input's dim 0 when it is
+ * dynamic (an ONNX import keeps the file's name for it: "N", "b", ...); NULL if none. */
+static const char *batch_dim(const fm_graph *g) {
+    fm_graph_io io;
+    if (has_dim(g, "batch")) return "batch";
+    return fm_graph_num_inputs(g) > 0 && !fm_graph_input_info(g, 0, &io) && io.ndim > 0 && io.shape[0] == FM_DIM_DYNAMIC
+               ? io.dim_names[0] : NULL;
+}
+
+/* --batch onto the graph's batch dim (d gets it unless --dim named it), and every
+ * --dim checked against the graph's dynamic dims; 0 or 2 after saying why. */
+static int resolve_dims(const fm_graph *g, bench_dims *d, long long batch, bool batch_given, const char **bname) {
+    *bname = batch_dim(g);
+    for (int i = 0; i < d->n; i++)
+        if (!has_dim(g, d->name[i])) {
+            fm_cli_error("bench: --dim %s: the model has no dynamic dim of that name%s", d->name[i],
+                         *bname ? "" : " (it has no dynamic dims at all)");
+            return 2;
+        }
+    if (!*bname && batch_given && batch != 1) {
+        fm_cli_error("bench: --batch %lld: the model's inputs have no dynamic batch dim", batch);
+        return 2;
+    }
+    for (int i = 0; *bname && i < d->n; i++)
+        if (!strcmp(d->name[i], *bname)) return 0; /* --dim set it */
+    if (*bname) d->name[d->n] = *bname, d->value[d->n++] = batch;
+    return 0;
+}
+
+static int bench_model(const char *model, fm_device dev, bench_dims *d, long long warmup, long long iters, bool json, long long batch,
+                       bool batch_given) {
     fm_graph *g = bench_graph(model);
     if (!g) { fm_cli_error("bench: %s: %s", model, fm_last_error()); return 1; }
-    int n_in = fm_graph_num_inputs(g), n_out = fm_graph_num_outputs(g), rc = 0;
+    const char *bname = NULL;
+    int n_dims = d->n, rc = resolve_dims(g, d, batch, batch_given, &bname);
+    if (rc) { fm_graph_free(g); return rc; }
+    int n_in = fm_graph_num_inputs(g), n_out = fm_graph_num_outputs(g);
     fm_tensor *ins[BENCH_MAX_IO] = {0};
     char inputs[1024] = "", desc[256];
     double *t = calloc((size_t)iters, sizeof *t);
@@ -153,16 +198,17 @@ static int bench_model(const char *model, fm_device dev, const bench_dims *d, lo
         if (s < 0) { fm_cli_error("bench: %s: %s", model, fm_last_error()); rc = 1; }
         else if (i >= warmup) t[i - warmup] = s;
     }
-    if (!rc) bench_report(model, dev, dim_value(d, "batch"), inputs, t, (int)iters, json);
+    if (!rc) bench_report(model, dev, bname ? dim_value(d, bname) : 1, inputs, t, (int)iters, json);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
     free(t);
+    d->n = n_dims; /* the batch entry names a string the graph owns */
     fm_graph_free(g);
     return rc;
 }
 
 /* the options after the model's name; 0, or the exit code (2: usage) after saying why */
 static int bench_args(int argc, char **argv, const char **model, fm_device *dev, bench_dims *d, long long *warmup,
-                      long long *iters, long long *batch, bool *json) {
+                      long long *iters, long long *batch, bool *batch_given, bool *json) {
     static const char *const opts[] = {"--device", "--batch", "--dim", "--warmup", "--iters", "--json", "--help"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -178,6 +224,7 @@ static int bench_args(int argc, char **argv, const char **model, fm_device *dev,
         }
         if (!v) { fm_cli_error("bench: %s needs a value", a); return 2; }
         i++;
+        if (!strcmp(a, "--batch")) *batch_given = true;
         if (!strcmp(a, "--device")) {
             int drc = fm_cli_device("bench", v, dev);
             if (drc) return drc;
@@ -206,17 +253,11 @@ int fm_cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     bench_dims d = {0};
     long long warmup = 3, iters = 20, batch = 1;
-    bool json = false;
+    bool json = false, batch_given = false;
     fm_device dev = FM_CPU;
-    int rc = bench_args(argc, argv, &model, &dev, &d, &warmup, &iters, &batch, &json);
+    int rc = bench_args(argc, argv, &model, &dev, &d, &warmup, &iters, &batch, &batch_given, &json);
     if (rc == 2) bench_usage(stderr);
-    if (!rc) {
-        d.name[d.n] = "batch";
-        d.value[d.n] = batch;
-        d.n++;
-        rc = bench_model(model, dev, &d, warmup, iters, json);
-        d.n--;
-    }
+    if (!rc) rc = bench_model(model, dev, &d, warmup, iters, json, batch, batch_given);
     for (int i = 0; i < d.n; i++) free((char *)d.name[i]);
     return rc;
 }

@@ -74,6 +74,13 @@ print(max(float(np.max(np.abs(np.load(f'{a}/{k}.npy') - np.load(f'{b}/{k}.npy'))
   check "dynamic-batch graph at batch ${n:-2} equals the interpreter (worst $worst)" \
     '[ "$rc1$rc2" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
 done
+# fathom bench: --batch is the graph's batch dim whatever the file named it (here "b")
+out=$("$bin" bench "$d/gb" --batch 3 --iters 2 --warmup 0 --json 2>&1); rc=$?
+check "bench --batch 3 on the dim named b" '[ $rc = 0 ] && [[ "$out" == *"\"batch\":3"* ]] && [[ "$out" == *"x f32 [3, 5, 4]"* ]]'
+err=$("$bin" bench "$d/g" --batch 3 --iters 1 2>&1); rc=$?
+check "bench --batch on a graph without a dynamic batch: exit 2" '[ $rc = 2 ] && [[ "$err" == *"no dynamic batch dim"* ]]'
+err=$("$bin" bench "$d/gb" --dim q=2 --iters 1 2>&1); rc=$?
+check "bench --dim with a name the graph lacks: exit 2" '[ $rc = 2 ] && [[ "$err" == *"no dynamic dim of that name"* ]]'
 err=$("$bin" import "$d/reversed.onnx" -o "$d/rev" 2>&1); rc=$?
 check "indices from a dynamic dim that are not every row in order: refused" \
   '[ $rc = 1 ] && [[ "$err" == *"--dim NAME=SIZE"* ]] && [ ! -e "$d/rev" ]'
