@@ -175,8 +175,10 @@ static fm_status op_slice(onnx_op_ctx *c) {
     if (c->opset < 10) {
         const int64_t *a = onnx_attr_ints(c, "starts", &ns), *b = onnx_attr_ints(c, "ends", &ne), *e;
         if (ns > FM_MAX_DIMS || ne != ns) return onnx_node_error(c, FM_ERR_INVALID, "starts and ends differ in length");
-        memcpy(st, a, (size_t)ns * sizeof *st);
-        memcpy(en, b, (size_t)ne * sizeof *en);
+        if (ns) { /* a missing attribute reads as none (NULL), which memcpy may not be given */
+            memcpy(st, a, (size_t)ns * sizeof *st);
+            memcpy(en, b, (size_t)ne * sizeof *en);
+        }
         if ((e = onnx_attr_ints(c, "axes", &na)) && na == ns) memcpy(ax, e, (size_t)na * sizeof *ax);
     } else {
         if (onnx_tensor_ints(c, 1, st, FM_MAX_DIMS, &ns) || onnx_tensor_ints(c, 2, en, FM_MAX_DIMS, &ne)) return fm_last_status();

@@ -1,7 +1,9 @@
 /* The ONNX decoder and loader (src/onnx): the input as a model file (decode, the
  * nesting check, initializers, declared-shape checks, the op table) and, when it
- * loads, one run on zero inputs of its declared shapes (dynamic dims 1) under a
- * 256 MiB memory limit; the same bytes as a TensorProto (.pb). */
+ * loads, one run on zero inputs of its declared shapes (dynamic dims 1) and the
+ * import into the inference graph (fm_onnx_to_graph: its two probe runs, the
+ * folding, the pattern matches and each node's translation), under a 256 MiB
+ * memory limit; the same bytes as a TensorProto (.pb). */
 #include "fathom/memory.h"
 #include "fathom/onnx.h"
 #include "fuzz_util.h"
@@ -29,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size, ".onnx");
     fm_onnx_model *m = fm_onnx_load(path);
     if (m) run_once(m);
+    fm_graph_free(m ? fm_onnx_to_graph(m) : NULL);
     fm_onnx_free(m);
     fm_tensor_release(fm_onnx_read_tensor(path));
     fm_clear_error();
