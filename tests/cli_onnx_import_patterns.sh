@@ -87,6 +87,11 @@ check "indices from a dynamic dim that are not every row in order: refused" \
 "$bin" import "$d/reversed.onnx" -o "$d/rev" --dim b=2 >/dev/null; rc=$?
 out=$("$bin" run "$d/rev" --input "x=$d/x2.npy" --json); rc2=$?
 check "the same with b fixed: rows reversed" '[ "$rc$rc2" = 00 ] && [[ "$out" == *"\"data\":[3.0,4.0,1.0,2.0]"* ]]'
+err=$("$bin" import "$d/minbatch.onnx" -o "$d/minb" 2>&1); rc=$?
+check "x * min(b, 3) is not folded to x * 3 (refused while b is dynamic)" '[ $rc = 1 ] && [ ! -e "$d/minb" ]'
+"$bin" import "$d/minbatch.onnx" -o "$d/minb" --dim b=2 >/dev/null; rc=$?
+out=$("$bin" run "$d/minb" --input "x=$d/x2.npy" --json); rc2=$?
+check "the same with b = 2: x * 2" '[ "$rc$rc2" = 00 ] && [[ "$out" == *"\"data\":[2.0,4.0,6.0,8.0]"* ]]'
 err=$("$bin" run "$d/g" --input "x=$d/x.npy" 2>&1); rc=$?
 check "a graph run missing an input: exit 1" '[ $rc = 1 ]'
 mkdir -p "$d/empty"

@@ -8,6 +8,7 @@
   erf.onnx       an Erf that is not a GELU.
   reversed.onnx  rows gathered in reverse order by indices made from Range over a
                  dynamic dim (refused: only every row in order is a reshape).
+  minbatch.onnx  x * min(b, 3): the same at b = 3 and 4, not at 2 (must not fold).
 
 usage: python3 onnx_import_patterns.py OUT_DIR"""
 import math
@@ -85,9 +86,21 @@ def reversed_rows():
     return helper.make_model(helper.make_graph(n, "reversed", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
 
 
+def min_batch():
+    """y = x * min(b, 3): equal at the first two probes (b = 3 and 4) but not at b = 2, so the
+    import must not fold it to 3 (a third probe tells)"""
+    i64 = np.int64
+    n = [helper.make_node("Shape", ["x"], ["shp"]), const("c0", [0], i64), const("three", [3], i64),
+         helper.make_node("Gather", ["shp", "c0"], ["bd"], axis=0), helper.make_node("Min", ["bd", "three"], ["mb"]),
+         helper.make_node("Cast", ["mb"], ["mbf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "mbf"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])
+    return helper.make_model(helper.make_graph(n, "minbatch", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+
+
 def main():
     out = sys.argv[1]
-    for name, m in (("patterns", patterns()), ("erf", erf_alone()), ("reversed", reversed_rows())):
+    for name, m in (("patterns", patterns()), ("erf", erf_alone()), ("reversed", reversed_rows()), ("minbatch", min_batch())):
         m.ir_version = 8
         checker.check_model(m)
         save(m, f"{out}/{name}.onnx")

@@ -46,14 +46,19 @@ static int64_t fixed_size(const fm_onnx_model *m, const char *name) {
 
 fm_status fm_onnx_set_dim(fm_onnx_model *m, const char *name, int64_t size) {
     if (!m || !name) return fm_set_error(FM_ERR_INVALID, "fm_onnx_set_dim: model or name is NULL");
-    char all[512] = "", nm[64];
+    char all[512] = "", nm[64], listed[16][64];
     bool found = false;
+    int n_listed = 0;
     for (int i = 0; i < m->n_inputs; i++)
         for (int d = 0; d < m->inputs[i].ndim; d++) {
             if (m->inputs[i].dims[d] >= 0) continue;
             dim_name(m, i, d, nm, sizeof nm);
             found |= !strcmp(nm, name);
-            if (!strstr(all, nm) && strlen(all) + strlen(nm) + 3 < sizeof all) strcat(strcat(all, *all ? ", " : ""), nm);
+            bool seen = false;
+            for (int k = 0; k < n_listed; k++) seen |= !strcmp(listed[k], nm);
+            if (seen || n_listed == 16 || strlen(all) + strlen(nm) + 3 >= sizeof all) continue;
+            snprintf(listed[n_listed++], sizeof listed[0], "%s", nm);
+            strcat(strcat(all, *all ? ", " : ""), nm);
         }
     if (!found)
         return fm_set_error(FM_ERR_INVALID, "%s: the model has no dynamic input dim named '%s' (its dynamic dims: %s)", m->path, name,
@@ -141,22 +146,29 @@ static bool same_values(const fm_tensor *a, const fm_tensor *b) {
 
 /* Which values are folded: computed from constants and shapes only (Shape and
  * Size read only their input's shape), with the same result under both probes.
- * The rest of what is computed from constants and shapes only follows a dynamic
- * dim (shape_like): a Reshape or Expand target, or a Range over a dim; its readers
- * decide whether the graph can hold it. */
-static void mark_folded(onnx_graph_ctx *x) {
+ * A value computed from a dynamic dim's size must also agree at a third probe (vc,
+ * NULL when that run failed: then it is not folded). The rest of what is computed
+ * from constants and shapes only follows a dynamic dim (shape_like): a Reshape or
+ * Expand target, or a Range over a dim; its readers decide whether the graph can
+ * hold it. */
+static void mark_folded(onnx_graph_ctx *x, fm_tensor *const *vc) {
     const fm_onnx_model *m = x->m;
     for (int s = 0; s < m->n_values; s++) x->folded[s] = m->constants[s] != NULL;
     for (int i = 0; i < m->n_nodes; i++) {
         const onnx_node *n = &m->nodes[i];
         bool shape_only = !strcmp(n->op->name, "Shape") || !strcmp(n->op->name, "Size");
-        bool all = true;
-        for (int k = 0; k < n->n_in && !shape_only; k++) all &= n->in[k] < 0 || x->folded[n->in[k]] || x->shape_like[n->in[k]];
+        bool consts = true, shapes = true; /* every input folded; every input folded or shape_like */
+        for (int k = 0; k < n->n_in && !shape_only; k++) {
+            consts &= n->in[k] < 0 || x->folded[n->in[k]];
+            shapes &= n->in[k] < 0 || x->folded[n->in[k]] || x->shape_like[n->in[k]];
+        }
         for (int k = 0; k < n->n_out; k++) {
             int s = n->out[k];
             if (s < 0) continue;
-            x->folded[s] = all && same_values(x->va[s], x->vb[s]);
-            x->shape_like[s] = all && !x->folded[s]; /* follows a dynamic dim through shapes only */
+            /* a value read from a dynamic dim may agree at two probes by chance (min(b, 3) at b = 3
+             * and 4): folded only when a third probe, at other sizes, agrees too */
+            x->folded[s] = (consts || (shapes && vc && same_values(x->va[s], vc[s]))) && same_values(x->va[s], x->vb[s]);
+            x->shape_like[s] = shapes && !x->folded[s]; /* follows a dynamic dim through shapes only */
         }
     }
 }
@@ -188,19 +200,52 @@ static fm_status emit_node(onnx_graph_ctx *x, int i) {
     return st;
 }
 
+/* A third run at other sizes (sym k at 2 + 7k), only to tell which shape-derived
+ * values are constant: the values, or NULL when the model does not run there. */
+static fm_tensor **third_probe(onnx_graph_ctx *x, fm_tensor *const *pa) {
+    const fm_onnx_model *m = x->m;
+    fm_tensor *pc[64] = {0}, *oc[256] = {0}, **vc = calloc((size_t)m->n_values + 1, sizeof *vc);
+    bool ok = vc != NULL;
+    for (int i = 0; i < m->n_inputs && ok; i++) {
+        const onnx_input *in = &m->inputs[i];
+        int64_t sc[FM_MAX_DIMS];
+        for (int d = 0; d < in->ndim; d++) {
+            char nm[64];
+            sc[d] = pa[i]->shape[d];
+            if (in->dims[d] >= 0) continue;
+            dim_name(m, i, d, nm, sizeof nm);
+            for (int k = 0; k < x->n_syms; k++) /* a dim fixed by fm_onnx_set_dim is no sym */
+                if (!strcmp(x->syms[k], nm)) sc[d] = 2 + 7 * k;
+        }
+        ok = (pc[i] = fm_tensor_zeros(in->ndim, sc, pa[i]->dtype, FM_CPU)) != NULL;
+    }
+    ok = ok && onnx_execute((fm_onnx_model *)m, m->n_inputs, NULL, pc, oc, vc) == FM_OK;
+    for (int i = 0; i < 64; i++) fm_tensor_release(pc[i]);
+    for (int i = 0; i < 256; i++) fm_tensor_release(oc[i]);
+    fm_clear_error();
+    if (!ok && vc) {
+        for (int s = 0; s < m->n_values; s++) fm_tensor_release(vc[s]);
+        free(vc), vc = NULL;
+    }
+    return vc;
+}
+
 static fm_status build_graph(onnx_graph_ctx *x) {
     const fm_onnx_model *m = x->m;
-    fm_tensor *pa[64] = {0}, *pb[64] = {0}, *oa[256] = {0}, *ob[256] = {0};
+    fm_tensor *pa[64] = {0}, *pb[64] = {0}, *oa[256] = {0}, *ob[256] = {0}, **vc = NULL;
     fm_status st = m->n_inputs > 64 || m->n_outputs > 256
                        ? fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many inputs or outputs", m->path)
                        : declare_inputs(x, pa, pb);
     if (!st) st = onnx_execute((fm_onnx_model *)m, m->n_inputs, NULL, pa, oa, x->va);
     if (!st) st = onnx_execute((fm_onnx_model *)m, m->n_inputs, NULL, pb, ob, x->vb);
     if (st) fm_error_prefix("%s: probing the shapes (zero inputs, dynamic dims at two sizes)", m->path);
+    if (!st && x->n_syms) vc = third_probe(x, pa);
     for (int i = 0; i < 64; i++) fm_tensor_release_n(2, pa[i], pb[i]);
     for (int i = 0; i < 256; i++) fm_tensor_release_n(2, oa[i], ob[i]);
     if (st) return st;
-    mark_folded(x);
+    mark_folded(x, vc);
+    for (int s = 0; vc && s < m->n_values; s++) fm_tensor_release(vc[s]);
+    free(vc);
     if ((st = onnx_graph_match_gelu(x))) return st;
     for (int i = 0; i < m->n_inputs; i++) x->emitted[m->inputs[i].slot] = true;
     for (int i = 0; i < m->n_nodes && !st; i++) {
