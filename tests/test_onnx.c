@@ -322,12 +322,39 @@ static void check_graph(const char *path) {
     fm_onnx_free(m);
 }
 
+/* Fixing dynamic dims for the graph form: by name (fm_onnx_set_dim) and by input and
+ * position (fm_onnx_set_input_dim, what a server's config does); bad names, positions
+ * and sizes are refused with what the model has. */
+static void check_fixed_dims(const char *path) {
+    fm_onnx_model *m = fm_onnx_load(path);
+    CHECK(m != NULL);
+    if (!m) return;
+    CHECK(fm_onnx_set_dim(m, "Q", 4) != FM_OK);
+    CHECK_ERR_CONTAINS("no dynamic input dim named 'Q' (its dynamic dims: N)");
+    CHECK(fm_onnx_set_dim(m, "N", 0) != FM_OK);
+    CHECK_ERR_CONTAINS("a size must be in [1, 2^31)");
+    CHECK(fm_onnx_set_input_dim(m, "nope", 0, 4) != FM_OK);
+    CHECK_ERR_CONTAINS("no input named 'nope'");
+    CHECK(fm_onnx_set_input_dim(m, "x", 2, 4) != FM_OK);
+    CHECK_ERR_CONTAINS("has 2 dims; there is no dim 2");
+    CHECK(fm_onnx_set_input_dim(m, "x", 1, 3) != FM_OK);
+    CHECK_ERR_CONTAINS("dim 1 is fixed at 2 in the model, not 3");
+    CHECK(fm_onnx_set_input_dim(m, "x", 1, 2) == FM_OK); /* already that size */
+    CHECK(fm_onnx_set_input_dim(m, "x", 0, 4) == FM_OK);
+    fm_graph *g = fm_onnx_to_graph(m);
+    fm_graph_io io;
+    CHECK_MSG(g && fm_graph_input_info(g, 0, &io) == FM_OK && io.shape[0] == 4 && io.shape[1] == 2, "%s", fm_last_error());
+    fm_graph_free(g);
+    fm_onnx_free(m);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/fathom_onnx_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 2; }
     save_model(tmp("inline.onnx"), &(model_opts){0});
     check_runs(tmp("inline.onnx"));
     check_graph(tmp("inline.onnx"));
+    check_fixed_dims(tmp("inline.onnx"));
     check_devices(tmp("inline.onnx"));
     check_truncated();
     check_external();
