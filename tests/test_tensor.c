@@ -90,6 +90,10 @@ static void test_views(void) {
     int64_t s5[1] = {5};
     CHECK(fm_reshape(v, 1, s5) == NULL);
     CHECK_ERR_CONTAINS("cannot view a tensor of shape [2, 3, 4]");
+    /* sizes whose product overflows int64 (a fuzzed ONNX Reshape target): refused, no overflow */
+    int64_t huge[3] = {(int64_t)1 << 40, (int64_t)1 << 40, -1};
+    CHECK(fm_reshape(v, 3, huge) == NULL);
+    CHECK_ERR_CONTAINS("cannot view a tensor of shape [2, 3, 4]");
     fm_tensor_release_n(16, a, v, p, r, n, nv, sl, sel, u, sq, e, fl, c, col, NULL, NULL);
 }
 

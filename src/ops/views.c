@@ -128,6 +128,7 @@ static fm_status resolve_shape(const char *op, const fm_tensor *x, int ndim, con
     if (ndim < 0 || ndim > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "%s: %d dimensions (max %d)", op, ndim, FM_MAX_DIMS);
     int infer = -1;
     int64_t known = 1;
+    bool overflow = false; /* sizes whose product exceeds int64 cannot be any tensor's */
     for (int i = 0; i < ndim; i++) {
         out[i] = in[i];
         if (in[i] == -1) {
@@ -136,10 +137,11 @@ static fm_status resolve_shape(const char *op, const fm_tensor *x, int ndim, con
         } else if (in[i] < 0) {
             return fm_set_error(FM_ERR_INVALID, "%s: invalid size %" PRId64 " in dimension %d", op, in[i], i);
         } else {
-            known *= in[i];
+            overflow |= __builtin_mul_overflow(known, in[i], &known);
         }
     }
     int64_t n = fm_tensor_numel(x);
+    if (overflow) goto bad;
     if (infer >= 0) {
         if (known == 0 || n % known) goto bad;
         out[infer] = n / known;
