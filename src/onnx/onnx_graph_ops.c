@@ -329,6 +329,22 @@ static fm_status t_transpose_concat(tctx *t) {
     return node(t, "cat", t->n->n_in, ins, out_name(t, 0), 1, &a);
 }
 
+/* Value `in` reshaped to the node's output shape as the probes saw it: a dim that
+ * differs between them is 0 (the input's size there) before index `keep`, where
+ * the input's dims still line up with the output's, and -1 (inferred) after it,
+ * one at most. */
+static fm_status reshape_to_output(tctx *t, const char *in, int64_t keep) {
+    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
+    int64_t sh[FM_MAX_DIMS];
+    int infer = 0;
+    for (int i = 0; i < oa->ndim; i++) sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : i < keep ? 0 : (infer++, -1);
+    if (infer > 1)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "the output has two dims that follow dynamic dims where the graph can infer one; "
+                            "fix one of them to a size (`--dim NAME=SIZE`)");
+    fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
+    return node(t, "reshape", 1, &in, out_name(t, 0), 1, &r);
+}
+
 /* Constant indices of rank >= 1 along a fixed-size axis: index_select of the
  * indices flattened (negative ones counted from the end, as ONNX says), then,
  * for rank > 1, a reshape to data[:axis] + indices.shape + data[axis+1:]. */
@@ -352,14 +368,7 @@ static fm_status gather_indices(tctx *t, int64_t axis, int64_t dim, const fm_ten
     fm_graph_attr a = fm_graph_attr_int("axis", axis);
     const char *mid = idx->ndim == 1 ? out_name(t, 0) : tmp_name(t, mbuf, sizeof mbuf), *ins[2] = {in_name(t, 0), cname};
     if ((st = node(t, "index_select", 2, ins, mid, 1, &a)) || idx->ndim == 1) return st;
-    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
-    int64_t sh[FM_MAX_DIMS];
-    int infer = 0;
-    for (int i = 0; i < oa->ndim; i++) /* the dims before axis keep their index: 0 keeps a dynamic one */
-        sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : i < axis ? 0 : (infer++, -1);
-    if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "gathering with %d-D indices between two dynamic dims has no graph form", idx->ndim);
-    fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
-    return node(t, "reshape", 1, &mid, out_name(t, 0), 1, &r);
+    return reshape_to_output(t, mid, axis);
 }
 
 /* idx holds 0, 1, ..., rows - 1 in order, rows being data's dim 0 (an exported
@@ -373,17 +382,7 @@ static bool is_iota(const fm_tensor *idx, const fm_tensor *data) {
 
 /* A Gather of every row of data in order: data reshaped to indices.shape +
  * data.shape[1:], the dims that follow a dynamic dim written as -1 (one at most). */
-static fm_status gather_all_rows(tctx *t) {
-    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
-    int64_t sh[FM_MAX_DIMS];
-    int infer = 0;
-    for (int i = 0; i < oa->ndim; i++) sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : (infer++, -1);
-    if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "a gather of every row into two dynamic dims has no graph form; fix one of "
-                                          "them to a size (`--dim NAME=SIZE`)");
-    fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
-    const char *x[1] = {in_name(t, 0)};
-    return node(t, "reshape", 1, x, out_name(t, 0), 1, &r);
-}
+static fm_status gather_all_rows(tctx *t) { return reshape_to_output(t, in_name(t, 0), 0); }
 
 /* Gather: an embedding lookup (constant 2-D table, axis 0), or constant indices
  * as index_select (1-D) / slice + squeeze (a scalar). */
