@@ -48,6 +48,34 @@ static void test_ops(void) {
     CHECK(fm_memory_stats_get(META, &s1) == FM_OK && s1.allocated == s0.allocated);
 }
 
+/* The peak bytes one conv2d call holds on dev (inputs, output and the kernel's scratch). */
+static size_t conv_peak(fm_device dev, int64_t C, int64_t O, int64_t groups, int64_t k, int s) {
+    fm_tensor *x = fm_tensor_zeros(4, (int64_t[]){2, C, 30, 33}, FM_F32, dev);
+    fm_tensor *w = fm_tensor_zeros(4, (int64_t[]){O, C / groups, k, k}, FM_F32, dev);
+    fm_memory_stats s0, s1;
+    fm_memory_reset_peak(dev);
+    CHECK(fm_memory_stats_get(dev, &s0) == FM_OK);
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.groups = (int)groups, p.stride[0] = p.stride[1] = s, p.padding[0] = p.padding[1] = (int)(k / 2);
+    fm_tensor *y = fm_conv2d(x, w, NULL, &p);
+    CHECK_MSG(y != NULL, "conv2d: %s", fm_last_error());
+    CHECK(fm_memory_stats_get(dev, &s1) == FM_OK);
+    fm_tensor_release_n(3, x, w, y);
+    return s1.allocated_peak - s0.allocated;
+}
+
+/* The conv kernels' scratch (im2col columns; the depthwise kernel's padded planes
+ * and tap offsets, per pool thread) is replayed byte for byte. */
+static void test_conv_scratch(void) {
+    const int64_t shapes[][5] = {{8, 16, 1, 3, 1}, {12, 12, 12, 3, 2}, {6, 12, 6, 5, 1}};
+    for (int i = 0; i < 3; i++) {
+        const int64_t *h = shapes[i];
+        const size_t c = conv_peak(FM_CPU, h[0], h[1], h[2], h[3], (int)h[4]), m = conv_peak(META, h[0], h[1], h[2], h[3], (int)h[4]);
+        CHECK_MSG(c == m && c > 0, "conv C%lld O%lld groups %lld: peak %zu on the CPU, %zu on meta", (long long)h[0],
+                  (long long)h[1], (long long)h[2], c, m);
+    }
+}
+
 /* Nothing is backed: a host read of meta memory faults at once. */
 static void test_no_backing(void) {
     if (getenv("FATHOM_UNDER_VALGRIND")) { TEST_SKIP("the deliberate fault: valgrind reports it itself"); return; }
@@ -152,6 +180,7 @@ static void test_scratch_matters(void) {
 int main(void) {
     test_device();
     test_ops();
+    test_conv_scratch();
     test_no_backing();
     recipe_case("fashion-mlp", FM_F32, FM_CKPT_NONE, 1);
     recipe_case("fashion-mlp", FM_BF16, FM_CKPT_NONE, 2);

@@ -48,6 +48,19 @@ static inline fm_conv_geom fm_conv_geometry(const fm_conv2d_params *p, const fm_
     return g;
 }
 
+/* The CPU's depthwise direct kernel (backend/cpu/conv_dw.h; f32 NCHW, one input
+ * channel per group, dilation 1) and the floats of scratch each pool thread takes
+ * there: the padded input plane split into sw column phases, each row with
+ * FM_CONV_DW_SLACK + kw floats of slack for the vector blocks that run past its end.
+ * The meta device replays the same sizes. */
+enum { FM_CONV_DW_SLACK = 64 };
+static inline bool fm_conv_dw_direct(const fm_conv_geom *g, fm_dtype dt) {
+    return dt == FM_F32 && !g->nhwc && g->G > 1 && g->Cg == 1 && g->dh == 1 && g->dw == 1;
+}
+static inline int64_t fm_conv_dw_scratch_floats(int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t sw, int64_t kw) {
+    return sw * (H + 2 * ph) * ((W + 2 * pw + sw - 1) / sw + FM_CONV_DW_SLACK + kw);
+}
+
 typedef struct fm_pool_geom {
     int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
     bool nhwc, include_pad;

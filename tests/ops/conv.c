@@ -138,6 +138,26 @@ static int conv2d_forward(void) {
             check_conv(x2, w2, b, p, d ? 1e-12 : 1e-4, "ragged chunks");
             fm_tensor_release_n(5, x, w, b, x2, w2);
         }
+    /* the depthwise direct kernel (f32 NCHW, conv_dw.h): rows of several vector blocks
+     * with a tail (150 columns), column phases for strides 2 and 3, stride (2,1), 5x5
+     * with pad 2, two filters per channel, planes split over the threads */
+    {
+        typedef struct { int64_t N, C, H, W, mult, kh, kw; int s0, s1, p0, p1; } dwshape;
+        const dwshape shapes[] = {{2, 24, 57, 150, 1, 3, 3, 2, 2, 1, 1}, {1, 16, 14, 14, 1, 3, 3, 1, 1, 1, 1},
+                                  {1, 8, 9, 23, 2, 5, 5, 2, 2, 2, 2},     {3, 5, 7, 7, 1, 5, 5, 1, 1, 2, 2},
+                                  {1, 4, 5, 5, 1, 3, 3, 3, 3, 0, 0},      {1, 6, 11, 19, 1, 3, 2, 2, 1, 1, 0},
+                                  {2, 3, 1, 70, 3, 1, 7, 1, 1, 0, 3}};
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const dwshape *h = &shapes[i];
+            fm_tensor *x = op_randn(4, (int64_t[]){h->N, h->C, h->H, h->W}, FM_F32, 40 + (uint64_t)i);
+            fm_tensor *w = op_randn(4, (int64_t[]){h->C * h->mult, 1, h->kh, h->kw}, FM_F32, 50 + (uint64_t)i);
+            fm_tensor *b = i % 2 ? NULL : op_randn(1, (int64_t[]){h->C * h->mult}, FM_F32, 60 + (uint64_t)i);
+            char what[64];
+            snprintf(what, sizeof what, "depthwise direct, shape %zu", i);
+            check_conv(x, w, b, cp_make(h->s0, h->s1, h->p0, h->p1, 1, 1, (int)h->C), 2e-5, what);
+            fm_tensor_release_n(3, x, w, b);
+        }
+    }
     /* thread-count independence, forward and backward, bitwise */
     for (int l = 0; l < 2; l++) {
         fm_conv2d_params p = cp_make(1, 1, 1, 1, 1, 1, 1);

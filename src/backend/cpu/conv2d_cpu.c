@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend/cpu/conv_avx2.h"
+#include "backend/cpu/conv_dw.h"
 #include "backend/cpu/conv_shared.h"
 #include "backend/conv_geom.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -342,6 +343,11 @@ static fm_status conv2d_kernel(const fm_op_call *c) {
     const void *bias = b ? fm_tensor_data(b) : NULL;
     if (fm_conv2d_lowp_products(a, x->dtype, g.K))
         return conv2d_fwd_lowp(&g, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
+    if (fm_conv_dw_direct(&g, x->dtype)) { /* conv_dw.h, instead of one thin GEMM per group */
+        fm_conv_dw d = {fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y), g.N, g.C, g.H, g.W, g.O,
+                        g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, -INFINITY, INFINITY};
+        return fm_conv_dw_run(&d);
+    }
     if (g.nhwc) return conv2d_fwd_nhwc(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
     return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
 }

@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "core/parallel.h"
 #include "core/tensor_internal.h" /* fm_view_raw */
 
 /* n elements of dt (at least one): conv_shared.h scratch(), norm partials, cat offsets */
@@ -56,6 +57,11 @@ static fm_status conv_fwd(const fm_op_call *c, fm_device dev) {
     int64_t nc = conv_chunk(&g, fm_dtype_size(dt));
     if (fm_conv2d_lowp_products(a, dt, g.K)) /* conv2d_fwd_lowp: bf16 weights and columns, an f32 staging block */
         return hold(dev, 3, (int64_t[]){g.O * g.K, g.K * nc * g.P, g.Og * nc * g.P}, (fm_dtype[]){FM_BF16, FM_BF16, FM_F32});
+    if (fm_conv_dw_direct(&g, dt)) { /* conv_dw.c: a padded plane and the tap offsets per pool thread */
+        const int64_t nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
+        return hold(dev, 2, (int64_t[]){nt * fm_conv_dw_scratch_floats(g.H, g.W, g.ph, g.pw, g.sw, g.kw), nt * g.kh * g.kw},
+                    (fm_dtype[]){FM_F32, FM_I64});
+    }
     if (g.nhwc) return hold(dev, 2, (int64_t[]){g.O * g.K, g.pointwise ? -1 : nc * g.P * g.K}, (fm_dtype[]){dt, dt});
     if (g.pointwise) return FM_OK;
     return hold(dev, 2, (int64_t[]){g.K * nc * g.P, conv_direct(&g, nc) ? -1 : g.Og * nc * g.P}, (fm_dtype[]){dt, dt});

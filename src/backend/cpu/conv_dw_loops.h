@@ -1,0 +1,88 @@
+/* conv_dw.c's loops: the depthwise convolution's direct kernel (NCHW f32, one
+ * input channel per group: MobileNet's and EfficientNet's 3x3 and 5x5 layers),
+ * written once for three vector widths (fm_conv_dw: conv_dw.h).
+ * conv_dw_avx512.c, conv_dw_avx2.c and conv_dw.c include it with V (the vector
+ * type), VL (its lanes), VSET1, VLOADU, VSTOREU, VFMA(a, b, c) = a * b + c,
+ * VMAX(a, b) and VMIN(a, b) (b when either is NaN) and SFX(name); no include
+ * guard on purpose.
+ *
+ * Why not im2col + GEMM (conv2d's general path): each group is a 1 x P x kh*kw
+ * product, a row vector times a matrix, which OpenBLAS runs one group at a time
+ * (measured on an Intel Xeon model 167: MobileNetV2's convs at 40 GFLOP/s
+ * against 150 for its dense ones). Here one output plane is one task: its input
+ * plane is copied once, padded, into the thread's scratch and split by column
+ * phase (column q*s + r of the padded row goes to phase r at q), so that with
+ * column stride s every tap reads consecutive floats: y[oh][ow] = b + sum over
+ * taps (i, j) of w[i][j] * phase[j % s][oh*sh + i][ow + j / s]. A row is made
+ * in blocks of DW_NB vectors held in registers across the taps; a block past
+ * the end of the row is computed in full (the scratch rows have the slack) and
+ * only its valid part stored. */
+
+enum { SFX(DW_NB) = 4 };
+_Static_assert(SFX(DW_NB) * VL <= FM_CONV_DW_SLACK, "a block fits in a row's slack");
+
+/* One block of NB vectors of output row yr from column ow: the sum over the taps
+ * (scratch offsets off[t], weights w[t]), then the clamp and the store of the
+ * first m columns. */
+static inline __attribute__((always_inline)) void SFX(dw_block)(const int NB, const float *r, const int64_t *off,
+                                                                 const float *w, int64_t taps, float bias, V lov,
+                                                                 V hiv, float *yr, int64_t m) {
+    V acc[SFX(DW_NB)];
+    for (int k = 0; k < NB; k++) acc[k] = VSET1(bias);
+    for (int64_t t = 0; t < taps; t++) {
+        const float *rt = r + off[t];
+        const V wv = VSET1(w[t]);
+        for (int k = 0; k < NB; k++) acc[k] = VFMA(wv, VLOADU(rt + k * VL), acc[k]);
+    }
+    float out[SFX(DW_NB) * VL];
+    float *dst = m == NB * VL ? yr : out;
+    /* the fused activation's bounds (-inf, inf: none); the value is the second
+     * operand, which max and min return when either is NaN: NaN stays */
+    for (int k = 0; k < NB; k++) VSTOREU(dst + k * VL, VMIN(hiv, VMAX(lov, acc[k])));
+    if (dst == out) memcpy(yr, out, sizeof(float) * (size_t)m);
+}
+
+/* Output planes [b, e) (plane = n * O + o); ws: this thread's scratch
+ * (fm_conv_dw_scratch_floats), and off room for kh * kw offsets. */
+static void SFX(dw_planes)(const fm_conv_dw *d, int64_t b, int64_t e, float *ws, int64_t *off) {
+    const int64_t s = d->sw, Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
+    const int64_t wq = (Wp + s - 1) / s + FM_CONV_DW_SLACK + d->kw, phase = Hp * wq, taps = d->kh * d->kw;
+    const int64_t mult = d->O / d->C, r0 = d->pw % s, q0 = d->pw / s;
+    for (int64_t i = 0; i < d->kh; i++)
+        for (int64_t j = 0; j < d->kw; j++) off[i * d->kw + j] = (j % s) * phase + i * wq + j / s;
+    /* the padding and the slack stay zero: every plane writes the same interior */
+    memset(ws, 0, sizeof(float) * (size_t)(s * phase));
+    for (int64_t p = b; p < e; p++) {
+        const int64_t n = p / d->O, o = p % d->O;
+        const float *x = d->x + (n * d->C + o / mult) * d->H * d->W, *w = d->w + o * taps;
+        float *y = d->y + p * d->Ho * d->Wo;
+        if (p == b || mult == 1 || o % mult == 0) /* the padded, phase-split input plane */
+            for (int64_t h = 0; h < d->H; h++) {
+                const float *xr = x + h * d->W;
+                float *row = ws + (h + d->ph) * wq;
+                if (s == 1) {
+                    memcpy(row + d->pw, xr, sizeof(float) * (size_t)d->W);
+                    continue;
+                }
+                for (int64_t c = 0, r = r0, q = q0; c < d->W; c++) { /* column c + pw = q * s + r */
+                    row[r * phase + q] = xr[c];
+                    if (++r == s) r = 0, q++;
+                }
+            }
+        const float bias = d->bias ? d->bias[o] : 0.0f;
+        const V lov = VSET1(d->lo), hiv = VSET1(d->hi);
+        for (int64_t oh = 0; oh < d->Ho; oh++) {
+            const float *rrow = ws + oh * d->sh * wq;
+            for (int64_t ow = 0; ow < d->Wo; ow += SFX(DW_NB) * VL) {
+                const int64_t left = d->Wo - ow, m = left < SFX(DW_NB) * VL ? left : SFX(DW_NB) * VL;
+                float *yr = y + oh * d->Wo + ow;
+                switch ((m + VL - 1) / VL) { /* as few vectors as the columns left need */
+                case 1: SFX(dw_block)(1, rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;
+                case 2: SFX(dw_block)(2, rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;
+                case 3: SFX(dw_block)(3, rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;
+                default: SFX(dw_block)(SFX(DW_NB), rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;
+                }
+            }
+        }
+    }
+}
