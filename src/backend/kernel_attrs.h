@@ -72,7 +72,7 @@ static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) {
  * 3 + this many floats}: a header, then the weights in panels of 16 output columns. */
 typedef struct fm_linear_fused_attrs { int relu; } fm_linear_fused_attrs;
 static inline int64_t fm_linear_fused_pack_numel(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
-/* pools: MAX_POOL2D out = {y, argmax indices i64}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
+/* pools: MAX_POOL2D out = {y, argmax indices i64 | NULL (no backward: not computed)}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
  * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */
 typedef struct fm_pool2d_attrs { fm_pool2d_params p; } fm_pool2d_attrs;
 /* BATCH_NORM: in = {x, weight|NULL, bias|NULL, running_mean|NULL, running_var|NULL};

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd/node.h" /* recording the backward */
+#include "fathom/autograd.h" /* fm_grad_enabled */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_pool2d_attrs */
 
@@ -87,9 +88,11 @@ fm_tensor *fm_max_pool2d(fm_tensor *x, const fm_pool2d_params *pp) {
     memset(&na, 0, sizeof na);
     int64_t yshape[4];
     if (pool_check("max_pool2d", x, pp, &na.a.p, yshape) != FM_OK) return NULL;
+    /* the argmax indices only where the backward will read them (inference skips them) */
+    const bool track = fm_grad_enabled() && x->requires_grad;
     fm_tensor *y = fm_tensor_empty(4, yshape, x->dtype, fm_tensor_device(x));
-    fm_tensor *idx = fm_tensor_empty(4, yshape, FM_I64, fm_tensor_device(x));
-    if (!y || !idx) { fm_tensor_release_n(2, y, idx); return NULL; }
+    fm_tensor *idx = track ? fm_tensor_empty(4, yshape, FM_I64, fm_tensor_device(x)) : NULL;
+    if (!y || (track && !idx)) { fm_tensor_release_n(2, y, idx); return NULL; }
     fm_op_call call;
     memset(&call, 0, sizeof call);
     call.op = FM_OP_MAX_POOL2D;

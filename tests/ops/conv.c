@@ -338,6 +338,25 @@ static int pool_forward(int is_max) {
             fm_tensor_release_n(3, x, base, xt);
         }
     }
+    if (is_max) { /* without a backward to feed (no indices kept: separable loops) the values are
+                   * bitwise those of the recorded pool, NaN included, in NCHW and NHWC */
+        for (int l = 0; l < 2; l++) {
+            fm_tensor *x = op_randn(4, (int64_t[]){2, 3, 11, 13}, FM_F32, 42);
+            ((float *)fm_tensor_data(x))[2 * 13 + 5] = NAN;
+            fm_pool2d_params p = pp_make(3, 3, 2, 2, 1, 1, true);
+            p.layout = l ? FM_NHWC : FM_NCHW;
+            fm_tensor *y0 = fm_max_pool2d(x, &p);
+            fm_tensor_requires_grad_(x, true);
+            fm_tensor *y1 = fm_max_pool2d(x, &p);
+            const int64_t n = y0 ? fm_tensor_numel(y0) : 0;
+            int nans = 0;
+            for (int64_t i = 0; i < n; i++) nans += isnan(((const float *)fm_tensor_data(y0))[i]);
+            CHECK(y0 && y1 && fm_tensor_numel(y1) == n &&
+                  !memcmp(fm_tensor_data(y0), fm_tensor_data(y1), sizeof(float) * (size_t)n));
+            CHECK_MSG(nans >= 1 && nans <= 4, "%d NaN outputs", nans); /* the windows holding it, no more */
+            fm_tensor_release_n(3, x, y0, y1);
+        }
+    }
     if (is_max) { /* NaN propagates, as in PyTorch */
         fm_tensor *x = fm_tensor_from_data((float[]){1, NAN, 3, 4}, 4, (int64_t[]){1, 1, 2, 2}, FM_F32);
         fm_pool2d_params p = pp_make(2, 2, 0, 0, 0, 0, true);

@@ -3,6 +3,7 @@
  * Max pooling records the input position of each maximum (ih * W + iw within
  * the plane) for the backward, and lets NaN win, as PyTorch does. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/conv_avx2.h"
@@ -18,6 +19,7 @@ typedef struct pool_job {
     const fm_pool_geom *g;
     const void *x; void *y; int64_t *idx; const int64_t *cidx;
     const void *dy; void *dx;
+    void *ws; int64_t wsn; /* max pool without indices: wsn elements of scratch per pool thread */
 } pool_job;
 
 /* One output position's window, clipped to the input: rows [hs, he), columns
@@ -53,12 +55,20 @@ static fm_status max_pool2d_kernel(const fm_op_call *c) {
     fm_tensor *x = c->in[0], *y = c->out[0], *idx = c->out[1];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     fm_pool_geom g = fm_pool_geometry(&a->p, x, y);
-    pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y), .idx = fm_tensor_data(idx)};
+    pool_job j = {.g = &g, .x = fm_tensor_data(x), .y = fm_tensor_data(y), .idx = idx ? fm_tensor_data(idx) : NULL};
     bool f32 = x->dtype == FM_F32;
-    if (g.nhwc)
+    if (g.nhwc) {
         fm_parallel_for(g.N * g.Ho, grain_for(0, g.Wo * g.C * g.kh * g.kw), f32 ? maxpool_nhwc_f32 : maxpool_nhwc_f64, &j);
-    else
-        fm_parallel_for(g.N * g.C, grain_for(0, g.Ho * g.Wo * g.kh * g.kw), f32 ? maxpool_nchw_f32 : maxpool_nchw_f64, &j);
+        return FM_OK;
+    }
+    if (!idx) { /* a row per pool thread (malloc, as the GEMM packing: not the allocator's) */
+        const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
+        j.wsn = g.W + 2 * g.pw + g.kw + g.sw;
+        j.ws = malloc((size_t)(nt * j.wsn) * fm_dtype_size(x->dtype));
+        if (!j.ws) return fm_set_error(FM_ERR_OOM, "max_pool2d: out of memory for %d rows of %lld", nt, (long long)j.wsn);
+    }
+    fm_parallel_for(g.N * g.C, grain_for(0, g.Ho * g.Wo * g.kh * g.kw), f32 ? maxpool_nchw_f32 : maxpool_nchw_f64, &j);
+    free(j.ws);
     return FM_OK;
 }
 

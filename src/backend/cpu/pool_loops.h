@@ -5,9 +5,15 @@
  * T = float, SFX(name) = name_f32 and T = double, SFX(name) = name_f64, so each
  * loop compiles to its own typed function (no include guard on purpose). */
 /* max pool, NCHW: item = plane; NaN wins (as PyTorch), index = ih*W + iw */
+static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws);
 static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
     const pool_job *j = ctx; const fm_pool_geom *g = j->g;
+    if (!j->idx) { /* no indices wanted: the separable loops, in this thread's row of scratch */
+        T *ws = (T *)j->ws + (int64_t)tid * j->wsn;
+        for (int64_t pl = b; pl < e; pl++)
+            SFX(maxpool_nchw_noidx)(g, (const T *)j->x + pl * g->H * g->W, (T *)j->y + pl * g->Ho * g->Wo, ws);
+        return;
+    }
     for (int64_t pl = b; pl < e; pl++) {
         const T *xp = (const T *)j->x + pl * g->H * g->W;
         T *yp = (T *)j->y + pl * g->Ho * g->Wo;
@@ -45,6 +51,40 @@ static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
             }
     }
 }
+/* max pool, NCHW, without the indices (inference): item = plane; separable, the
+ * window's max over its rows into a row padded with -inf, then over its columns,
+ * plain loops the compiler vectorizes. ws: W + 2 * pw + kw + sw elements (pool_cpu.c's
+ * job.wsn). NaN wins. */
+static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws) {
+    /* locals and restrict: the build has -fno-strict-aliasing, so stores through T
+     * pointers would otherwise reload g's fields and keep the loops scalar */
+    const int64_t H = g->H, W = g->W, Wo = g->Wo, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, ph = g->ph;
+    const int64_t Wp = W + 2 * g->pw;
+    for (int64_t i = 0; i < Wp + kw + sw; i++) ws[i] = (T)-INFINITY;
+    T *restrict row = ws + g->pw;
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        int64_t hs = oh * sh - ph, he = hs + kh;
+        if (hs < 0) hs = 0;
+        if (he > H) he = H;
+        const T *restrict r0 = xp + hs * W;
+        for (int64_t w = 0; w < W; w++) row[w] = r0[w];
+        for (int64_t h = hs + 1; h < he; h++) {
+            const T *restrict r = xp + h * W;
+            for (int64_t w = 0; w < W; w++) {
+                const T a = r[w], m = row[w];
+                row[w] = ((a > m) | (a != a)) ? a : m; /* NaN wins; non-short-circuit: vectorizes */
+            }
+        }
+        T *restrict y = yp + oh * Wo;
+        const T *restrict wsr = ws;
+        for (int64_t ow = 0; ow < Wo; ow++) y[ow] = wsr[ow * sw];
+        for (int64_t j = 1; j < kw; j++)
+            for (int64_t ow = 0; ow < Wo; ow++) {
+                const T a = wsr[ow * sw + j], m = y[ow];
+                y[ow] = ((a > m) | (a != a)) ? a : m;
+            }
+    }
+}
 /* max pool, NHWC: item = (n, oh); channels innermost */
 static void SFX(maxpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
@@ -55,15 +95,20 @@ static void SFX(maxpool_nhwc)(void *ctx, int64_t b, int64_t e, int tid) {
         for (int64_t ow = 0; ow < g->Wo; ow++) {
             const pool_win win = pool_window(g, oh, ow);
             T *yp = (T *)j->y + ((n * g->Ho + oh) * g->Wo + ow) * g->C;
-            int64_t *ip = j->idx + ((n * g->Ho + oh) * g->Wo + ow) * g->C;
-            for (int64_t c = 0; c < g->C; c++) { yp[c] = (T)-INFINITY; ip[c] = win.hs * g->W + win.ws; }
+            int64_t *ip = j->idx ? j->idx + ((n * g->Ho + oh) * g->Wo + ow) * g->C : NULL; /* NULL: no indices */
+            for (int64_t c = 0; c < g->C; c++) yp[c] = (T)-INFINITY;
+            if (ip)
+                for (int64_t c = 0; c < g->C; c++) ip[c] = win.hs * g->W + win.ws;
             for (int64_t ih = win.hs; ih < win.he; ih++)
                 for (int64_t iw = win.ws; iw < win.we; iw++) {
                     const T *xp = xn + (ih * g->W + iw) * g->C;
                     int64_t pos = ih * g->W + iw;
                     for (int64_t c = 0; c < g->C; c++) {
                         T v = xp[c];
-                        if ((v > yp[c] || isnan(v)) && !isnan(yp[c])) { yp[c] = v; ip[c] = pos; }
+                        if ((v > yp[c] || isnan(v)) && !isnan(yp[c])) {
+                            yp[c] = v;
+                            if (ip) ip[c] = pos;
+                        }
                     }
                 }
         }

@@ -288,7 +288,7 @@ __global__ void maxpool_k(fm_pool_geom g, const void *x, void *y, int64_t *idx, 
             }
     done:
         fm_st<A>(y, dt, e, best);
-        idx[e] = bi;
+        if (idx) idx[e] = bi; /* NULL: no backward wants them */
     }
 }
 
@@ -363,8 +363,9 @@ static fm_status k_max_pool2d(const fm_op_call *c) {
     if (!n) return FM_OK;
     unsigned bl = fm_cuda_blocks(n, 256);
     cudaStream_t s = fm_cuda_stream();
-    if (x->dtype == FM_F64) maxpool_k<double><<<bl, 256, 0, s>>>(g, fm_tensor_data(x), fm_tensor_data(y), (int64_t *)fm_tensor_data(idx), x->dtype);
-    else maxpool_k<float><<<bl, 256, 0, s>>>(g, fm_tensor_data(x), fm_tensor_data(y), (int64_t *)fm_tensor_data(idx), x->dtype);
+    int64_t *ip = idx ? (int64_t *)fm_tensor_data(idx) : NULL;
+    if (x->dtype == FM_F64) maxpool_k<double><<<bl, 256, 0, s>>>(g, fm_tensor_data(x), fm_tensor_data(y), ip, x->dtype);
+    else maxpool_k<float><<<bl, 256, 0, s>>>(g, fm_tensor_data(x), fm_tensor_data(y), ip, x->dtype);
     return fm_cuda_check_launch("max_pool2d");
 }
 
