@@ -312,20 +312,6 @@ static void epilogue(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* ReLU in place over [b, e) of a contiguous f32/f64 tensor (NaN stays): the
- * epilogue without a pool, a plain loop the compiler vectorizes. */
-static void relu_inplace(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    fm_tensor *t = ctx;
-    if (t->dtype == FM_F32) {
-        float *restrict p = fm_tensor_data(t);
-        for (int64_t i = b; i < e; i++) p[i] = p[i] < 0 ? 0.0f : p[i];
-    } else {
-        double *restrict p = fm_tensor_data(t);
-        for (int64_t i = b; i < e; i++) p[i] = p[i] < 0 ? 0.0 : p[i];
-    }
-}
-
 static fm_status run_reference(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
@@ -340,10 +326,9 @@ static fm_status run_reference(const fm_op_call *c) {
     }
     fm_tensor *t = k > 1 ? fm_tensor_empty(4, ts, y->dtype, FM_CPU) : fm_tensor_retain(y);
     if (!t) return fm_last_status();
-    fm_status st = fm_cpu_conv2d_forward(&a->p, x, w, b, t);
-    if (st == FM_OK && k == 1 && a->relu) /* t is y */
-        fm_parallel_for(fm_tensor_numel(y), (int64_t)1 << 14, relu_inplace, y);
-    else if (st == FM_OK && k > 1) {
+    /* without a pool the conv applies the ReLU in its own epilogue (t is y) */
+    fm_status st = fm_cpu_conv2d_forward(&a->p, x, w, b, t, k == 1 && a->relu);
+    if (st == FM_OK && k > 1) {
         epi_job j = {t, y, nhwc ? ts[3] : ts[1], ts[hx], ts[hx + 1], y->shape[hx], y->shape[hx + 1], k, nhwc, a->relu != 0};
         fm_parallel_for(y->shape[0] * j.C, grain_for(0, j.Hy * j.Wy * k * k), epilogue, &j);
     }
