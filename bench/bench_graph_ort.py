@@ -25,12 +25,17 @@ on that file against `fathom compile FILE --dim s=128` (the batch stays dynamic)
 128 tokens, a quarter of each second row padded; then `fathom quantize --int8 --dynamic` of that
 graph against ORT's quantize_dynamic (QInt8 weights) of the file, with the smallest cosine
 between each side's mean-pooled sentence embeddings and ORT's fp32 ones.
+--model vision exports torchvision image classifiers (ResNet-18, MobileNetV2, MobileNetV3-Small,
+EfficientNet-B0, RegNetY-400MF, SqueezeNet 1.0, ViT-B/16 by default, or --vision NAME,...; random
+weights: speed does not depend on them; 224x224, dynamic batch, torch.onnx.export opset 17) and
+times `fathom compile FILE` (the batch stays dynamic) against ORT on the file at batch 1 and 8.
 --base DIR adds a third side: another build's libfathom.so running the graph that
 build's own `fathom compile` (GPT: `bench_graph --save-gpt`) made from the same
 model, timed in the same alternation (before/after pairs on a shared machine); its
 outputs must agree too.
 
-Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|bert] [--base DIR]
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|bert|vision]
+                                [--vision NAME,...] [--base DIR]
 """
 import argparse
 import ctypes
@@ -320,12 +325,58 @@ def bench_bert(a, ort, lib, d):
         fm.close()
 
 
+VISION = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,regnet_y_400mf,squeezenet1_0,vit_b_16"
+
+
+def bench_vision(a, ort, lib, d):
+    """torchvision classifiers exported by torch.onnx.export: fathom compile vs ORT on the file"""
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        sys.exit(f"bench_graph_ort: --model vision needs torch and torchvision ({e})")
+    torch.manual_seed(0)
+    rng = np.random.default_rng(11)
+    for name in a.vision.split(","):
+        m = getattr(torchvision.models, name)(weights=None).eval()
+        with torch.no_grad():  # ViT's head starts at zero: random weights everywhere, so the outputs differ
+            for p in m.parameters():
+                if p.abs().max() == 0:
+                    p.normal_(0, 0.02)
+        path = f"{d}/{name}.onnx"
+        torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), path, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
+        run([os.path.join(a.build, "fathom"), "compile", path, "-o", f"{d}/{name}_c"])
+        fm, sess = Fathom(lib, f"{d}/{name}_c"), session(ort, path, a.threads)
+        for batch in (1, 8):
+            x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+            outs = fm.run_many([x])
+            yf = fm.outputs(outs, [(batch, 1000)])[0]
+            fm.release(outs, 1)
+            yo = sess.run(None, {"x": x})[0]
+            err = float(np.max(np.abs(yf - yo)) / max(1e-30, float(np.max(np.abs(yo)))))
+            if err > 1e-4:
+                sys.exit(f"bench_graph_ort: {name} outputs differ at batch {batch}: {err:.3g} relative")
+            tf, to, cf, co = [], [], [], []
+            for _ in range(a.rounds):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                fm.release(fm.run_many([x]), 1)
+                tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+                t0, c0 = time.perf_counter(), time.thread_time()
+                sess.run(None, {"x": x})
+                to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
+            print(f'{{"model": "{name} (torchvision, torch.onnx.export)", "batch": {batch}, {timing(a, tf, to, cf, co)}, '
+                  f'"max_rel_diff": {err:.2e}}}', flush=True)
+        fm.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "vision", "both"], default="both")
+    ap.add_argument("--vision", default=VISION, help="--model vision: torchvision model names, comma-separated")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
     a = ap.parse_args()
     try:
@@ -340,6 +391,8 @@ def main():
         print(f"# fathom compiled graph vs onnxruntime {ort.__version__}, {a.threads} threads, median of {a.rounds} rounds", flush=True)
         if a.model == "bert":
             return bench_bert(a, ort, lib, d)
+        if a.model == "vision":
+            return bench_vision(a, ort, lib, d)
         if a.model in ("gpt", "both"):
             bench_gpt(a, ort, lib, d)
         if a.model == "gpt":

@@ -234,7 +234,7 @@ static void test_cnn(void) {
     CHECK(fm_graph_run(g, &x, &y) == FM_OK);
     fm_conv2d_params cp = fm_conv2d_default_params();
     cp.padding[0] = cp.padding[1] = 1;
-    fm_pool2d_params pp = {{2, 2}, {2, 2}, {0, 0}, true, FM_NCHW};
+    fm_pool2d_params pp = {.kernel = {2, 2}, .stride = {2, 2}, .count_include_pad = true, .layout = FM_NCHW};
     fm_tensor *c = fm_conv2d(x, cw, cb, &cp), *bn = fm_batch_norm(c, g1, b1, m, v, false, 0.1, 1e-5, FM_NCHW), *r = fm_relu(bn);
     fm_tensor *p = fm_max_pool2d(r, &pp), *f = fm_flatten(p, 1, -1), *ref = fm_linear(f, lw, NULL);
     CHECK(max_abs_diff(y, ref) == 0);
@@ -456,6 +456,34 @@ static void test_matmul_to_linear_by_hand(void) {
     fm_tensor_release_n(2, w, b);
 }
 
+/* fuse-silu on a built graph: mul(x, sigmoid(x)) and mul(sigmoid(x), x) become silu;
+ * a sigmoid whose output is also read elsewhere (a graph output), and a mul of the
+ * sigmoid by another value, stay as they are. Compared before/after. */
+static void test_fuse_silu_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 37}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_input(g, "z", FM_F32, 2, (int64_t[]){-1, 37}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_node(g, "sigmoid", "s1", 1, (const char *[]){"x"}, 1, (const char *[]){"h1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "mul", "m1", 2, (const char *[]){"x", "h1"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "sigmoid", "s2", 1, (const char *[]){"y1"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "mul", "m2", 2, (const char *[]){"h2", "y1"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "sigmoid", "s3", 1, (const char *[]){"y2"}, 1, (const char *[]){"h3"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "mul", "m3", 2, (const char *[]){"y2", "h3"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "sigmoid", "s4", 1, (const char *[]){"y3"}, 1, (const char *[]){"h4"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "mul", "m4", 2, (const char *[]){"z", "h4"}, 1, (const char *[]){"y4"}, 0, NULL) == FM_OK);
+    const char *outs[3] = {"y3", "h3", "y4"};
+    for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "batch", 5) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    char note[256] = "";
+    fm_graph *p = fm_graph_pass(g, "fuse-silu", note, sizeof note);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-6, "fuse-silu by hand: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "silu") == 2 && count_op(p, "sigmoid") == 2 && count_op(p, "mul") == 2, "fuse-silu by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+}
+
 /* fuse-linear-act on a built graph: linear + relu fuses (relu = 1); a linear alone
  * with a constant weight becomes linear_fused (relu = 0, packed weights); a linear
  * whose output is also a graph output keeps its relu node; a linear whose weight is
@@ -583,6 +611,7 @@ static void test_passes(void) {
     test_fuse_conv_act_by_hand();
     test_fuse_linear_act_by_hand();
     test_matmul_to_linear_by_hand();
+    test_fuse_silu_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

@@ -171,6 +171,9 @@ typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad; /* avg pool; PyTorch default true */
     fm_layout layout;
+    bool ceil_mode; /* output size rounded up, as PyTorch's ceil_mode and ONNX's: a last window
+                     * may run past the end (it is clipped; one must start inside the input or
+                     * the left padding); an average then counts the padded cells only */
 } fm_pool2d_params;
 FM_API fm_tensor *fm_max_pool2d(fm_tensor *x, const fm_pool2d_params *p);
 FM_API fm_tensor *fm_avg_pool2d(fm_tensor *x, const fm_pool2d_params *p);

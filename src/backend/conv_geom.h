@@ -61,6 +61,15 @@ static inline int64_t fm_conv_dw_scratch_floats(int64_t H, int64_t W, int64_t ph
     return sw * (H + 2 * ph) * ((W + 2 * pw + sw - 1) / sw + FM_CONV_DW_SLACK + kw);
 }
 
+/* A pool's output length along one dim (PyTorch's rule): floor((in + 2p - k) / s) + 1,
+ * or with ceil_mode rounded up, less one if that last window would start past the
+ * input and its left padding. in + 2p >= k (the front ends check). */
+static inline int64_t fm_pool_out_len(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+    int64_t out = (in + 2 * p - k + (ceil_mode ? s - 1 : 0)) / s + 1;
+    if (ceil_mode && (out - 1) * s >= in + p) out--;
+    return out;
+}
+
 typedef struct fm_pool_geom {
     int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
     bool nhwc, include_pad;

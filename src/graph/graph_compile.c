@@ -27,12 +27,15 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"fuse-conv-bn", g_pass_fuse_conv_bn},
     {"fuse-add-layer-norm", g_pass_fuse_add_layer_norm},
     {"fuse-bias-gelu", g_pass_fuse_bias_gelu},
+    {"fuse-silu", g_pass_fuse_silu},
     {"fuse-conv-act", g_pass_fuse_conv_act},
     {"fuse-linear-act", g_pass_fuse_linear_act},
     {"fuse-attention", g_pass_fuse_attention},
     {"dce", g_pass_dce},
 };
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))
+_Static_assert(N_PASSES <= (int)(sizeof ((fm_compile_report *)0)->passes / sizeof ((fm_compile_report *)0)->passes[0]),
+               "the report has a row per pass");
 
 fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t n) {
     if (!g || !name) { fm_set_error(FM_ERR_INVALID, "graph pass: NULL graph or name"); return NULL; }
@@ -41,7 +44,10 @@ fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t 
     if (!note) { note = dummy; n = sizeof dummy; }
     for (int i = 0; i < N_PASSES; i++)
         if (!strcmp(k_passes[i].name, name)) return k_passes[i].fn(g, note, n);
-    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (dce, fold, cse, fuse-conv-bn, fuse-add-layer-norm, fuse-bias-gelu, fuse-conv-act, fuse-linear-act, fuse-attention)", name);
+    char known[512] = "";
+    for (int i = 0; i < N_PASSES - 1; i++) /* the last is a second dce */
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", k_passes[i].name);
+    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (%s)", name, known);
     return NULL;
 }
 
@@ -171,6 +177,9 @@ fm_graph *fm_graph_compile(const fm_graph *g, fm_compile_report *rep) {
         return NULL;
     }
     if (fm_graph_plan_memory(g, 0, &rep->plan_before) || fm_graph_plan_memory(cur, 0, &rep->plan_after)) { fm_graph_free(cur); return NULL; }
-    fm_graph_set_meta(cur, "compiled", "dce,fold,cse,fuse-conv-bn,fuse-add-layer-norm,fuse-bias-gelu,fuse-conv-act,fuse-linear-act,fuse-attention,dce");
+    char passes[512] = ""; /* the passes in the order they ran */
+    for (int i = 0; i < N_PASSES; i++)
+        snprintf(passes + strlen(passes), sizeof passes - strlen(passes), "%s%s", i ? "," : "", k_passes[i].name);
+    fm_graph_set_meta(cur, "compiled", passes);
     return cur;
 }

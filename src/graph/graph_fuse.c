@@ -15,7 +15,9 @@
  *   matmul (x [..., K] @ a constant f32 W [K, N]), then add of a constant [N] bias
  *                                     =>  linear (x, W transposed once, the bias): what an
  *       imported ONNX MatMul + Add (a PyTorch Linear on 3-D input) becomes, so that the
- *       linear passes after it apply.
+ *       linear passes after it apply;
+ *   sigmoid(x) -> mul with x          =>  silu(x) (SiLU/Swish as exported: EfficientNet's
+ *       activations; one pass over the tensor instead of two and no intermediate).
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -181,6 +183,35 @@ fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t nn) {
     if (!uses || !skip) return NULL;
     fm_graph *out = rw_end(&r, st);
     if (out) snprintf(note, nn, "%d linear biases fused into the tanh-GELU after them", fused);
+    return out;
+}
+
+fm_graph *g_pass_fuse_silu(const fm_graph *g, char *note, size_t nn) {
+    int *uses = rw_use_counts(g);
+    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
+    rw r;
+    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int fused = 0;
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (skip[i]) continue;
+        const gnode *s = &g->nodes[i];
+        int j = !strcmp(s->op, "sigmoid") ? sole_reader(g, uses, s->out[0]) : -1;
+        const gnode *m = j >= 0 ? &g->nodes[j] : NULL;
+        /* mul(x, sigmoid(x)) or mul(sigmoid(x), x), of one dtype (the mul's inputs are) */
+        if (!m || strcmp(m->op, "mul") || m->n_in != 2 || m->in[m->in[0] == s->out[0] ? 1 : 0] != s->in[0]) {
+            st = rw_copy_node(&r, s);
+            continue;
+        }
+        const char *ins[1] = {rw_name(&r, s->in[0])}, *outs[1] = {g->values[m->out[0]].name};
+        st = rw_node_as(&r, m, "silu", 1, ins, 1, outs);
+        skip[j] = true;
+        fused++;
+    }
+    free(uses);
+    free(skip);
+    if (!uses || !skip) return NULL;
+    fm_graph *out = rw_end(&r, st);
+    if (out) snprintf(note, nn, "%d sigmoid-times-input pairs fused into silu", fused);
     return out;
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/conv_geom.h" /* fm_pool_out_len */
 #include "fathom/ops.h"
 #include "graph/graph_internal.h"
 
@@ -257,7 +258,7 @@ static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor
     fm_tensor *y = fm_conv2d(in[0], in[1], in[2], &p), *t = NULL;
     if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
     if (y && pool > 1) {
-        fm_pool2d_params q = {{(int)pool, (int)pool}, {(int)pool, (int)pool}, {0, 0}, false, p.layout};
+        fm_pool2d_params q = {.kernel = {(int)pool, (int)pool}, .stride = {(int)pool, (int)pool}, .layout = p.layout};
         t = fm_max_pool2d(y, &q), fm_tensor_release(y), y = t;
     }
     RUN_DONE(y);
@@ -265,10 +266,11 @@ static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor
 
 static fm_status pool_params(const gctx *c, fm_pool2d_params *p) {
     memset(p, 0, sizeof *p);
-    int64_t cip = 0;
+    int64_t cip = 0, ceil_mode = 0;
     if (pair(c, "kernel", 0, 1, p->kernel) || pair(c, "stride", 0, 1, p->stride) || pair(c, "padding", 0, 0, p->padding) ||
-        ga_int(c, "count_include_pad", 1, &cip) || layout_of(c, &p->layout))
+        ga_int(c, "count_include_pad", 1, &cip) || ga_int(c, "ceil_mode", 0, &ceil_mode) || layout_of(c, &p->layout))
         return fm_last_status();
+    p->ceil_mode = ceil_mode != 0;
     if (!p->kernel[0]) return fm_set_error(FM_ERR_INVALID, "attribute 'kernel' is required");
     if (!p->stride[0]) { p->stride[0] = p->kernel[0]; p->stride[1] = p->kernel[1]; }
     p->count_include_pad = cip != 0;
@@ -287,7 +289,7 @@ static fm_status inf_pool(const gctx *c, const gtype *in, gtype *out) {
         int64_t padded = in[0].d[ax] + 2 * (int64_t)p.padding[i];
         if (2 * p.padding[i] > p.kernel[i]) return fm_set_error(FM_ERR_INVALID, "padding must be at most half the kernel");
         if (padded < p.kernel[i]) return fm_set_error(FM_ERR_INVALID, "kernel is larger than the padded input %s", g_tshape(&in[0], s1, sizeof s1));
-        out[0].d[ax] = (padded - p.kernel[i]) / p.stride[i] + 1;
+        out[0].d[ax] = fm_pool_out_len(in[0].d[ax], p.kernel[i], p.stride[i], p.padding[i], p.ceil_mode);
     }
     return FM_OK;
 }
@@ -343,8 +345,8 @@ const g_op_spec g_ops_nn[] = {
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
     {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool", inf_conv2d_fused, run_conv2d_fused, NULL},
-    {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout", inf_pool, run_pool, NULL},
-    {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout", inf_pool, run_pool, NULL},
+    {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout,ceil_mode", inf_pool, run_pool, NULL},
+    {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},
     {"bias_gelu_tanh", 2, 2, 1, "", inf_bias_gelu, run_bias_gelu, NULL},
 };

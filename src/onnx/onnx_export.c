@@ -275,11 +275,13 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
     }
     if ((n = at_ints(x->n, "kernel", k, 2)) == 1) k[1] = k[0];
     if (at_ints(x->n, "stride", st, 2) < 0) st[0] = k[0], st[1] = k[1];
+    const int64_t ceil_mode = at_int(x->n, "ceil_mode", 0);
     if (!strcmp(op, "max_pool2d"))
-        return emit(e, "MaxPool", INS(x->in[0]), OUTS(x->out[0]), 3, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
-                    a_ints(e, "pads", 4, pads));
-    return emit(e, "AveragePool", INS(x->in[0]), OUTS(x->out[0]), 4, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
-                a_ints(e, "pads", 4, pads), a_int(e, "count_include_pad", at_int(x->n, "count_include_pad", 1)));
+        return emit(e, "MaxPool", INS(x->in[0]), OUTS(x->out[0]), 4, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
+                    a_ints(e, "pads", 4, pads), a_int(e, "ceil_mode", ceil_mode));
+    return emit(e, "AveragePool", INS(x->in[0]), OUTS(x->out[0]), 5, a_ints(e, "kernel_shape", 2, k), a_ints(e, "strides", 2, st),
+                a_ints(e, "pads", 4, pads), a_int(e, "count_include_pad", at_int(x->n, "count_include_pad", 1)),
+                a_int(e, "ceil_mode", ceil_mode));
 }
 
 static fm_status x_reduce(xnode *x, const char *op) {
@@ -352,12 +354,9 @@ static const char *xe_term(xexpr *x) {
     }
 }
 
-/* One INTS attribute element as a [1] int64 value: a constant, or its expression. */
-static const char *dim_value(exporter *e, const gattr *a) {
-    if (a->type == FM_ATTR_INT) return const_i64(e, 1, &a->i);
-    if (a->type != FM_ATTR_INTS || a->n != 1) { fm_set_error(FM_ERR_UNSUPPORTED, "a bound of %d values", a->n); return NULL; }
-    if (!a->ints[0].expr) return const_i64(e, 1, &a->ints[0].v);
-    xexpr x = {e, a->ints[0].expr, a->ints[0].expr};
+/* A dim expression as a [1] int64 value. */
+static const char *expr_value(exporter *e, const char *expr) {
+    xexpr x = {e, expr, expr};
     const char *t = xe_term(&x);
     for (;;) {
         while (*x.p == ' ') x.p++;
@@ -366,6 +365,27 @@ static const char *dim_value(exporter *e, const gattr *a) {
         if (op != '+' && op != '-') { fm_set_error(FM_ERR_INVALID, "dim expression '%s': expected + - or *", x.s); return NULL; }
         t = xe_binary(&x, op == '+' ? "Add" : "Sub", t, xe_term(&x));
     }
+}
+
+/* One INTS attribute element as a [1] int64 value: a constant, or its expression. */
+static const char *dim_value(exporter *e, const gattr *a) {
+    if (a->type == FM_ATTR_INT) return const_i64(e, 1, &a->i);
+    if (a->type != FM_ATTR_INTS || a->n != 1) { fm_set_error(FM_ERR_UNSUPPORTED, "a bound of %d values", a->n); return NULL; }
+    return a->ints[0].expr ? expr_value(e, a->ints[0].expr) : const_i64(e, 1, &a->ints[0].v);
+}
+
+/* A reshape's or expand's "shape" with dim expressions among its sizes: the sizes
+ * concatenated into one int64 vector (constants, and each expression over the
+ * inputs' shapes); expand's -1 (keep) as 1, which ONNX's two-way broadcast keeps. */
+static const char *shape_value(exporter *e, const gattr *a, bool expand) {
+    const char *parts[FM_MAX_DIMS + 1] = {0}; /* NULL-terminated, as emit reads its inputs */
+    if (a->type != FM_ATTR_INTS || a->n < 1 || a->n > FM_MAX_DIMS) { fm_set_error(FM_ERR_UNSUPPORTED, "a shape of %d sizes", a->n); return NULL; }
+    for (int k = 0; k < a->n; k++) {
+        const int64_t v = expand && a->ints[k].v < 0 ? 1 : a->ints[k].v;
+        if (!(parts[k] = a->ints[k].expr ? expr_value(e, a->ints[k].expr) : const_i64(e, 1, &v))) return NULL;
+    }
+    const char *o = tmp_name(e);
+    return emit(e, "Concat", parts, OUTS(o), 1, a_int(e, "axis", 0)) ? NULL : o;
 }
 
 /* qkv [B, T, (H + 2 KV) D] -> q [B, H, T, D], k, v [B, KV, T, D]: Split, then
@@ -437,8 +457,11 @@ static fm_status x_shape(xnode *x, const char *op) {
     int64_t v[FM_MAX_DIMS];
     int nd = x->t0->ndim, n;
     if (!strcmp(op, "reshape") || !strcmp(op, "expand")) {
-        if ((n = at_ints(x->n, "shape", v, FM_MAX_DIMS)) < 0)
-            return fm_set_error(FM_ERR_UNSUPPORTED, "a shape with dim expressions has no ONNX form here");
+        if ((n = at_ints(x->n, "shape", v, FM_MAX_DIMS)) == -2) { /* dim expressions: the shape from the inputs' */
+            const char *sh = shape_value(e, g_node_attr(x->n, "shape"), op[0] == 'e');
+            return sh ? emit(e, op[0] == 'r' ? "Reshape" : "Expand", INS(x->in[0], sh), OUTS(x->out[0]), 0) : fm_last_status();
+        }
+        if (n < 0) return fm_set_error(FM_ERR_INVALID, "attribute 'shape' is required");
         if (op[0] == 'e')
             for (int i = 0; i < n; i++) v[i] = v[i] < 0 ? 1 : v[i]; /* Expand broadcasts both ways: 1 keeps the size */
         return emit(e, op[0] == 'r' ? "Reshape" : "Expand", INS(x->in[0], const_i64(e, n, v)), OUTS(x->out[0]), 0);

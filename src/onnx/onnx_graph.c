@@ -162,6 +162,11 @@ static void mark_folded(onnx_graph_ctx *x, fm_tensor *const *vc) {
             consts &= n->in[k] < 0 || x->folded[n->in[k]];
             shapes &= n->in[k] < 0 || x->folded[n->in[k]] || x->shape_like[n->in[k]];
         }
+        /* a constant expanded to a size read from a dynamic dim (ViT's class token to the
+         * batch) is data of the graph, not a shape: an expand node with that dim's expression */
+        if (!strcmp(n->op->name, "Expand") && n->n_in > 1 && n->in[0] >= 0 && x->folded[n->in[0]] && n->in[1] >= 0 &&
+            x->shape_like[n->in[1]])
+            consts = shapes = false;
         for (int k = 0; k < n->n_out; k++) {
             int s = n->out[k];
             if (s < 0) continue;

@@ -79,9 +79,38 @@ static fm_status t_simple(tctx *t, const char *op) {
     return node(t, op, n_in, ins, out_name(t, 0), 0, NULL);
 }
 
+/* A 0-d constant of dtype dt holding v, named buf: a scalar operand for a
+ * broadcasting binary node. */
+static const char *scalar_const(tctx *t, double v, fm_dtype dt, char *buf, size_t n) {
+    const char *name = tmp_name(t, buf, n);
+    fm_tensor *c = fm_tensor_full(0, NULL, v, dt, FM_CPU);
+    fm_status st = c ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
+    fm_tensor_release(c);
+    return st ? NULL : name;
+}
+
+/* HardSigmoid(x) = clamp(alpha * x + beta, 0, 1); HardSwish(x) = x * HardSigmoid(x)
+ * with alpha 1/6, beta 1/2 (MobileNetV3): mul, add, clamp (and mul), which the
+ * compiler's elementwise fusion runs as one kernel. */
+static fm_status t_hard(tctx *t, bool swish) {
+    const fm_dtype dt = t->in[0]->dtype;
+    if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", t->n->op->name, fm_dtype_name(dt));
+    const double alpha = swish ? 1.0 / 6.0 : onnx_attr_float(&t->c, "alpha", 0.2f), beta = swish ? 0.5 : onnx_attr_float(&t->c, "beta", 0.5f);
+    char ca[256], cb[256], t1[256], t2[256], t3[256];
+    const char *x = in_name(t, 0), *scaled = tmp_name(t, t1, sizeof t1), *shifted = tmp_name(t, t2, sizeof t2);
+    const char *hs = swish ? tmp_name(t, t3, sizeof t3) : out_name(t, 0);
+    const char *m[2] = {x, scalar_const(t, alpha, dt, ca, sizeof ca)}, *s[2] = {scaled, scalar_const(t, beta, dt, cb, sizeof cb)};
+    fm_graph_attr a[2] = {fm_graph_attr_float("min", 0.0), fm_graph_attr_float("max", 1.0)};
+    if (node(t, "mul", 2, m, scaled, 0, NULL) || node(t, "add", 2, s, shifted, 0, NULL) || node(t, "clamp", 1, &shifted, hs, 2, a))
+        return fm_last_status();
+    const char *p[2] = {x, hs};
+    return swish ? node(t, "mul", 2, p, out_name(t, 0), 0, NULL) : FM_OK;
+}
+
 static fm_status t_activation(tctx *t) {
     const char *op = t->n->op->name, *x[1] = {in_name(t, 0)};
     fm_graph_attr a[2];
+    if (!strcmp(op, "HardSigmoid") || !strcmp(op, "HardSwish")) return t_hard(t, op[4] == 'S' && op[5] == 'w');
     if (!strcmp(op, "LeakyRelu")) {
         a[0] = fm_graph_attr_float("negative_slope", onnx_attr_float(&t->c, "alpha", 0.01f));
         return node(t, "leaky_relu", 1, x, out_name(t, 0), 1, a);
@@ -198,12 +227,15 @@ static fm_status t_conv_pool(tctx *t) {
         const char *ins[3] = {in_name(t, 0), in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
         return node(t, "conv2d", 3, ins, out_name(t, 0), 4, a);
     }
-    if (d[0] != 1 || d[1] != 1 || onnx_attr_int(&t->c, "ceil_mode", 0) || 2 * p[0] > k[0] || 2 * p[1] > k[1])
-        return fm_set_error(FM_ERR_UNSUPPORTED, "dilation, ceil_mode or pads over half the kernel have no graph form");
+    if (d[0] != 1 || d[1] != 1 || 2 * p[0] > k[0] || 2 * p[1] > k[1])
+        return fm_set_error(FM_ERR_UNSUPPORTED, "dilation or pads over half the kernel have no graph form");
+    const int64_t ceil_mode = onnx_attr_int(&t->c, "ceil_mode", 0) != 0;
     a[2] = fm_graph_attr_ints("kernel", 2, k);
-    a[3] = fm_graph_attr_int("count_include_pad", onnx_attr_int(&t->c, "count_include_pad", 0));
+    int na = 3;
+    if (!is_max) a[na++] = fm_graph_attr_int("count_include_pad", onnx_attr_int(&t->c, "count_include_pad", 0));
+    if (ceil_mode) a[na++] = fm_graph_attr_int("ceil_mode", 1);
     const char *x[1] = {in_name(t, 0)};
-    return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), is_max ? 3 : 4, a);
+    return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), na, a);
 }
 
 /* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
@@ -253,19 +285,31 @@ static fm_status need_shape_input(tctx *t) {
     return FM_OK;
 }
 
+/* The dynamic dim (import symbol) whose probe sizes are a and b (declare_inputs in
+ * onnx_graph.c sets sym k to 3 + 2k and 4 + 3k), or NULL: a target size that is
+ * another input's dynamic dim becomes that dim expression. */
+static const char *sym_for(const tctx *t, int64_t a, int64_t b) {
+    for (int k = 0; k < t->x->n_syms; k++)
+        if (a == 3 + 2 * k && b == 4 + 3 * k) return t->x->syms[k];
+    return NULL;
+}
+
 static fm_status t_reshape(tctx *t) {
     if (need_shape_input(t)) return fm_last_status();
     int so = t->n->out[0], si = t->n->in[0];
     const fm_tensor *oa = t->x->va[so], *ob = t->x->vb[so], *ia = t->x->va[si], *ib = t->x->vb[si];
     int64_t sh[FM_MAX_DIMS];
+    const char *dims[FM_MAX_DIMS] = {0};
     int infer = 0;
     for (int i = 0; i < oa->ndim; i++) {
         if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
         else if (i < ia->ndim && oa->shape[i] == ia->shape[i] && ob->shape[i] == ib->shape[i]) sh[i] = 0;
+        else if ((dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
         else sh[i] = -1, infer++;
     }
     if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "a target shape with two dims that follow dynamic dims has no graph form");
     fm_graph_attr a = fm_graph_attr_ints("shape", oa->ndim, sh);
+    a.dims = dims;
     const char *x[1] = {in_name(t, 0)};
     return node(t, "reshape", 1, x, out_name(t, 0), 1, &a);
 }
@@ -472,13 +516,17 @@ static fm_status t_expand(tctx *t) {
     int so = t->n->out[0], si = t->n->in[0];
     const fm_tensor *oa = t->x->va[so], *ob = t->x->vb[so], *ia = t->x->va[si], *ib = t->x->vb[si];
     int64_t sh[FM_MAX_DIMS];
+    const char *dims[FM_MAX_DIMS] = {0};
     for (int i = 0; i < oa->ndim; i++) {
         int j = i - (oa->ndim - ia->ndim);
         if (oa->shape[i] == ob->shape[i] && (j < 0 || ia->shape[j] == ib->shape[j])) sh[i] = oa->shape[i];
         else if (j >= 0 && oa->shape[i] == ia->shape[j] && ob->shape[i] == ib->shape[j]) sh[i] = -1;
+        else if ((j < 0 || (ia->shape[j] == 1 && ib->shape[j] == 1)) && (dims[i] = sym_for(t, oa->shape[i], ob->shape[i])))
+            sh[i] = 0; /* a size-1 dim expanded to a dynamic dim of the model's inputs (ViT's class token to the batch) */
         else return fm_set_error(FM_ERR_UNSUPPORTED, "an expanded dim that follows another input's dynamic dim has no graph form");
     }
     fm_graph_attr a = fm_graph_attr_ints("shape", oa->ndim, sh);
+    a.dims = dims;
     const char *x[1] = {in_name(t, 0)};
     return node(t, "expand", 1, x, out_name(t, 0), 1, &a);
 }
@@ -495,7 +543,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
     for (size_t k = 0; k < sizeof k_simple / sizeof *k_simple; k++)
         if (!strcmp(op, k_simple[k].onnx)) return t_simple(&t, k_simple[k].graph);
     static const struct { const char *names; fm_status (*fn)(tctx *); } fams[] = {
-        {",LeakyRelu,Gelu,Clip,", t_activation},
+        {",LeakyRelu,Gelu,Clip,HardSigmoid,HardSwish,", t_activation},
         {",Gemm,", t_gemm},
         {",Softmax,LogSoftmax,", t_softmax},
         {",LayerNormalization,BatchNormalization,", t_norm},

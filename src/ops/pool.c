@@ -11,6 +11,7 @@
 #include "fathom/autograd.h" /* fm_grad_enabled */
 #include "dispatch/dispatch.h"  /* fm_dispatch */
 #include "backend/kernel.h"  /* fm_pool2d_attrs */
+#include "backend/conv_geom.h" /* fm_pool_out_len */
 
 typedef struct pool_node_attrs {
     fm_pool2d_attrs a;
@@ -50,7 +51,7 @@ static fm_status pool_check(const char *op, const fm_tensor *x, const fm_pool2d_
             return fm_set_error(FM_ERR_INVALID, "%s: kernel (%d, %d) is larger than the padded input %lldx%lld (input %s)", op,
                                 p->kernel[0], p->kernel[1], (long long)(H + 2 * p->padding[0]),
                                 (long long)(W + 2 * p->padding[1]), fm_shape_str(x->ndim, x->shape, s1, sizeof s1));
-        out[i] = (padded - p->kernel[i]) / p->stride[i] + 1;
+        out[i] = fm_pool_out_len(in[i], p->kernel[i], p->stride[i], p->padding[i], p->ceil_mode);
     }
     yshape[0] = x->shape[0];
     if (nhwc) { yshape[1] = out[0]; yshape[2] = out[1]; yshape[3] = x->shape[3]; }

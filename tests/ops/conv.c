@@ -285,7 +285,13 @@ static void ref_pool(int is_max, const double *x, double *y, int64_t N, int64_t 
                         s += v;
                         cnt++;
                     }
-                if (p->count_include_pad) cnt = (int64_t)p->kernel[0] * p->kernel[1];
+                if (p->count_include_pad) { /* the window within the padded input (a ceil_mode one may run past it) */
+                    int64_t h0 = oh * sh - p->padding[0], w0 = ow * sw - p->padding[1];
+                    int64_t h1 = h0 + p->kernel[0], w1 = w0 + p->kernel[1];
+                    if (h1 > H + p->padding[0]) h1 = H + p->padding[0];
+                    if (w1 > W + p->padding[1]) w1 = W + p->padding[1];
+                    cnt = (h1 - h0) * (w1 - w0);
+                }
                 y[(nc * Ho + oh) * Wo + ow] = is_max ? m : s / (double)cnt;
             }
 }
@@ -302,6 +308,11 @@ static void check_pool(int is_max, fm_tensor *x_nchw, fm_pool2d_params p, double
     int64_t N = x_nchw->shape[0], C = x_nchw->shape[1], H = x_nchw->shape[2], W = x_nchw->shape[3];
     int sh = p.stride[0] ? p.stride[0] : p.kernel[0], sw = p.stride[1] ? p.stride[1] : p.kernel[1];
     int64_t Ho = (H + 2 * p.padding[0] - p.kernel[0]) / sh + 1, Wo = (W + 2 * p.padding[1] - p.kernel[1]) / sw + 1;
+    if (p.ceil_mode) { /* PyTorch: rounded up, unless that last window starts past the input and its left padding */
+        Ho = (H + 2 * p.padding[0] - p.kernel[0] + sh - 1) / sh + 1, Wo = (W + 2 * p.padding[1] - p.kernel[1] + sw - 1) / sw + 1;
+        if ((Ho - 1) * sh >= H + p.padding[0]) Ho--;
+        if ((Wo - 1) * sw >= W + p.padding[1]) Wo--;
+    }
     fm_tensor *xin = p.layout == FM_NHWC ? to_nhwc(x_nchw) : fm_tensor_retain(x_nchw);
     fm_tensor *y = is_max ? fm_max_pool2d(xin, &p) : fm_avg_pool2d(xin, &p);
     CHECK_MSG(y != NULL, "%s %s: %s", is_max ? "max_pool2d" : "avg_pool2d", what, fm_last_error());
@@ -335,7 +346,19 @@ static int pool_forward(int is_max) {
                 check_pool(is_max, x, ps[k], tol, names[k]);
                 check_pool(is_max, xt, ps[k], tol, names[k]);
             }
-            fm_tensor_release_n(3, x, base, xt);
+            /* ceil_mode: windows past the end (clipped; an average counts the padded cells only) */
+            fm_pool2d_params pc[3] = {pp_make(3, 3, 2, 2, 0, 0, true), pp_make(2, 2, 2, 2, 0, 0, false),
+                                      pp_make(3, 2, 2, 3, 1, 1, true)};
+            const char *cnames[3] = {"3x3 s2 ceil (SqueezeNet)", "2x2 s2 ceil, odd sizes", "3x2 s(2,3) p1 ceil incl pad"};
+            for (int k = 0; k < 3; k++) {
+                pc[k].layout = l ? FM_NHWC : FM_NCHW, pc[k].ceil_mode = true;
+                check_pool(is_max, x, pc[k], tol, cnames[k]);
+                check_pool(is_max, xt, pc[k], tol, cnames[k]);
+            }
+            fm_tensor *yc = is_max ? fm_max_pool2d(x, &pc[0]) : fm_avg_pool2d(x, &pc[0]);
+            const int hx = l ? 1 : 2; /* x read as 7x8 (NCHW: 3x4, floor 3x3) or 3x7 with 8 channels (NHWC: 1x3) */
+            CHECK(yc && yc->shape[hx] == (l ? 1 : 3) && yc->shape[hx + 1] == (l ? 3 : 4));
+            fm_tensor_release_n(4, x, base, xt, yc);
         }
     }
     if (is_max) { /* without a backward to feed (no indices kept: separable loops) the values are

@@ -34,7 +34,10 @@ static inline pool_win pool_window(const fm_pool_geom *g, int64_t oh, int64_t ow
     r.ws = w0 < 0 ? 0 : w0;
     r.he = h1 > g->H ? g->H : h1;
     r.we = w1 > g->W ? g->W : w1;
-    r.cnt = g->include_pad ? g->kh * g->kw : (r.he - r.hs) * (r.we - r.ws);
+    /* with count_include_pad the padded cells count, not the cells past them that a
+     * ceil_mode window covers (PyTorch); without ceil_mode that is the whole window */
+    const int64_t ph1 = h1 < g->H + g->ph ? h1 : g->H + g->ph, pw1 = w1 < g->W + g->pw ? w1 : g->W + g->pw;
+    r.cnt = g->include_pad ? (ph1 - h0) * (pw1 - w0) : (r.he - r.hs) * (r.we - r.ws);
     return r;
 }
 

@@ -18,7 +18,8 @@ static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
         const T *xp = (const T *)j->x + pl * g->H * g->W;
         T *yp = (T *)j->y + pl * g->Ho * g->Wo;
         int64_t *ip = j->idx + pl * g->Ho * g->Wo;
-        if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0) {
+        if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && 2 * g->Ho <= g->H &&
+            2 * g->Wo <= g->W) { /* (a ceil_mode window past the end takes the generic loop) */
             /* the common 2x2/2 pool without the generic window bookkeeping */
             bool simd = sizeof(T) == 4 && fm_cpu_use_avx2() && g->W < ((int64_t)1 << 30);
             for (int64_t oh = 0; oh < g->Ho; oh++) {

@@ -264,7 +264,9 @@ __device__ __forceinline__ void p_window(const fm_pool_geom &g, int64_t oh, int6
     *ws = w0 < 0 ? 0 : w0;
     *he = h0 + g.kh > g.H ? g.H : h0 + g.kh;
     *we = w0 + g.kw > g.W ? g.W : w0 + g.kw;
-    *cnt = g.include_pad ? g.kh * g.kw : (*he - *hs) * (*we - *ws);
+    /* count_include_pad: the padded cells, not those past them (a ceil_mode window) */
+    const int64_t ph1 = h0 + g.kh < g.H + g.ph ? h0 + g.kh : g.H + g.ph, pw1 = w0 + g.kw < g.W + g.pw ? w0 + g.kw : g.W + g.pw;
+    *cnt = g.include_pad ? (ph1 - h0) * (pw1 - w0) : (*he - *hs) * (*we - *ws);
 }
 
 /* Max pool: the first maximum wins; a NaN wins over everything (PyTorch, and the CPU). */

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `fathom import|compile|export` on what torch.onnx.export puts in torchvision's image models
+# (tests/onnx_vision_patterns.py writes the model): HardSwish, HardSigmoid, a depthwise Conv
+# with Clip(0, 6), Sigmoid times its input, MaxPool and AveragePool with ceil_mode, and ViT's
+# class token expanded to the batch. The batch stays dynamic (no --dim); the graph and the
+# compiled graph equal the interpreter (and ONNX Runtime when installed) within 1e-5 at batch
+# 2 and 3; the compiled graph holds silu and no sigmoid; the exported graph runs in ONNX
+# Runtime with the same outputs.
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+if ! python3 -c "import onnx, numpy" 2>/dev/null; then echo "SKIP: python3 with onnx and numpy is needed"; exit 77; fi
+d=$(mktemp -d /tmp/fathom_cli_onnx_vis.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+python3 "$here/onnx_vision_patterns.py" "$d" || { echo "FAIL: writing the model"; exit 1; }
+
+out=$("$bin" import "$d/vision.onnx" -o "$d/g"); rc=$?
+check "import keeps the batch dynamic" '[ $rc = 0 ] && [[ "$out" == *"inputs: x f32 [b, 3, 17, 19]"* ]]'
+out=$("$bin" compile "$d/vision.onnx" -o "$d/c"); rc=$?
+check "compile" '[ $rc = 0 ]'
+ops=$(python3 -c "import json, sys; print(' '.join(sorted(n['op'] for n in json.load(open(sys.argv[1]))['nodes'])))" "$d/c/graph.json")
+check "compiled: silu, no sigmoid; the pools and the expand in the graph ($ops)" \
+  '[[ " $ops " == *" silu "* ]] && [[ " $ops " != *" sigmoid "* ]] && [[ "$ops" == *max_pool2d* ]] && [[ "$ops" == *avg_pool2d* ]] && [[ "$ops" == *expand* ]]'
+attrs=$(python3 -c "
+import json, sys
+g = json.load(open(sys.argv[1]))
+print(' '.join(f\"{n['op']}:ceil={n.get('attrs', {}).get('ceil_mode', 0)}\" for n in g['nodes'] if 'pool' in n['op']),
+      ' '.join(json.dumps(n['attrs']['shape']) for n in g['nodes'] if n['op'] == 'expand'))" "$d/g/graph.json")
+check "the pools keep ceil_mode, the class token expands to the dim b ($attrs)" \
+  '[[ "$attrs" == *"max_pool2d:ceil=1"* ]] && [[ "$attrs" == *"avg_pool2d:ceil=1"* ]] && [[ "$attrs" == *"\"b\""* ]]'
+"$bin" export "$d/c" -o "$d/exported.onnx" >/dev/null; rc=$?
+check "export of the compiled graph" '[ $rc = 0 ] && [ -s "$d/exported.onnx" ]'
+for n in "" 3; do
+  "$bin" run "$d/vision.onnx" --input "x=$d/x$n.npy" --output "$d/eager$n" >/dev/null; rc1=$?
+  "$bin" run "$d/g" --input "x=$d/x$n.npy" --output "$d/graph$n" >/dev/null; rc2=$?
+  "$bin" run "$d/c" --input "x=$d/x$n.npy" --output "$d/compiled$n" >/dev/null; rc3=$?
+  check "batch ${n:-2}: the interpreter, the graph and the compiled graph run" '[ "$rc1$rc2$rc3" = 000 ]'
+  worst=$(python3 -c "
+import sys, numpy as np
+d, n = sys.argv[1], sys.argv[2]
+worst = 0.0
+refs = {k: np.load(f'{d}/eager{n}/{k}.npy') for k in ('seq', 'hsg')}
+try:
+    import onnxruntime as ort
+    x = np.load(f'{d}/x{n}.npy')
+    for f in ('vision.onnx', 'exported.onnx'):
+        r = ort.InferenceSession(f'{d}/{f}', providers=['CPUExecutionProvider']).run(['seq', 'hsg'], {'x': x})
+        for k, v in zip(('seq', 'hsg'), r):
+            worst = max(worst, float(np.max(np.abs(v - refs[k]) / (1 + np.abs(refs[k])))))
+except ImportError:
+    print('note: onnxruntime is not installed; compared with the interpreter only', file=sys.stderr)
+for side in ('graph', 'compiled'):
+    for k, ref in refs.items():
+        a = np.load(f'{d}/{side}{n}/{k}.npy')
+        assert a.shape == ref.shape, (side, k, a.shape, ref.shape)
+        worst = max(worst, float(np.max(np.abs(a - ref) / (1 + np.abs(ref)))))
+print(worst)" "$d" "$n")
+  check "batch ${n:-2}: graph, compiled and exported outputs equal the interpreter's and ORT's within 1e-5 (worst $worst)" \
+    'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
+done
+[ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
+exit $fail

@@ -1,0 +1,68 @@
+"""Writes an ONNX model with what torch.onnx.export puts in torchvision's image
+models (tests/cli_onnx_vision_patterns.sh imports it), small and with random
+weights, input x [b, 3, 17, 19] float (dim_param b):
+
+  a strided 3x3 Conv, HardSwish and HardSigmoid (MobileNetV3), a depthwise 3x3
+  Conv with two filters per channel and Clip(0, 6) (MobileNetV2's ReLU6),
+  Sigmoid times its input (EfficientNet's SiLU), MaxPool 3x3/2 and AveragePool
+  3x3/2 pad 1 (count_include_pad) with ceil_mode (SqueezeNet, GoogLeNet), a
+  1x1 Conv, and ViT's class token: a constant [1, 1, C] expanded to the batch
+  (Shape, Gather, Concat, Expand) and concatenated before the flattened tokens.
+
+Also writes x.npy (batch 2) and x3.npy (batch 3).
+
+usage: python3 onnx_vision_patterns.py OUT_DIR"""
+import sys
+
+import numpy as np
+from onnx import TensorProto, checker, helper, numpy_helper, save
+
+
+def init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def model():
+    rng = np.random.default_rng(7)
+    f32, i64 = np.float32, np.int64
+    inits = [init("w1", rng.standard_normal((8, 3, 3, 3)).astype(f32) * 0.3), init("b1", rng.standard_normal(8).astype(f32) * 0.1),
+             init("wd", rng.standard_normal((16, 1, 3, 3)).astype(f32) * 0.3), init("bd", rng.standard_normal(16).astype(f32) * 0.1),
+             init("w2", rng.standard_normal((12, 16, 1, 1)).astype(f32) * 0.3),
+             init("lo", np.array(0.0, f32)), init("hi", np.array(6.0, f32)),
+             init("cls", rng.standard_normal((1, 1, 12)).astype(f32)), init("c0", np.array([0], i64)),
+             init("rest", np.array([1, 12], i64)), init("tok_shape", np.array([0, 12, -1], i64))]
+    n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("HardSwish", ["c1"], ["a1"]),
+         helper.make_node("Conv", ["a1", "wd", "bd"], ["cd"], group=8, pads=[1, 1, 1, 1]),
+         helper.make_node("Clip", ["cd", "lo", "hi"], ["r6"]),
+         helper.make_node("Sigmoid", ["r6"], ["sg"]), helper.make_node("Mul", ["r6", "sg"], ["silu"]),
+         helper.make_node("MaxPool", ["silu"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+         helper.make_node("AveragePool", ["silu"], ["ap"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                          ceil_mode=1, count_include_pad=1),
+         helper.make_node("HardSigmoid", ["ap"], ["hsg"], alpha=0.25, beta=0.4),
+         helper.make_node("Conv", ["mp", "w2"], ["c2"]),
+         helper.make_node("Reshape", ["c2", "tok_shape"], ["tok0"]), helper.make_node("Transpose", ["tok0"], ["tok"], perm=[0, 2, 1]),
+         helper.make_node("Shape", ["x"], ["shp"]), helper.make_node("Gather", ["shp", "c0"], ["bd1"], axis=0),
+         helper.make_node("Concat", ["bd1", "rest"], ["cls_shape"], axis=0),
+         helper.make_node("Expand", ["cls", "cls_shape"], ["cls_b"]),
+         helper.make_node("Concat", ["cls_b", "tok"], ["seq"], axis=1)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 17, 19])
+    outs = [helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["b", 21, 12]),
+            helper.make_tensor_value_info("hsg", TensorProto.FLOAT, ["b", 16, 5, 6])]
+    g = helper.make_graph(n, "vision_patterns", [x], outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
+def main():
+    out = sys.argv[1]
+    save(model(), f"{out}/vision.onnx")
+    rng = np.random.default_rng(3)
+    np.save(f"{out}/x.npy", rng.standard_normal((2, 3, 17, 19)).astype(np.float32) * 2)
+    np.save(f"{out}/x3.npy", rng.standard_normal((3, 3, 17, 19)).astype(np.float32) * 2)
+
+
+if __name__ == "__main__":
+    main()
