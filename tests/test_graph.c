@@ -400,9 +400,11 @@ static int count_op(const fm_graph *g, const char *op) {
 /* Each pass on its own: the graph after it computes what the graph before it did
  * (exactly for dce/fold/cse, which run the same ops on the same numbers; 1e-5
  * relative for the fusions, which change the rounding), and it did its job. */
-/* fuse-conv-act on a built graph: pool then relu (either order fuses), and a conv
- * whose output is also a graph output (not fused); compared before/after at two
- * batch sizes by fm_graph_compare (random inputs at the dim hints). */
+/* fuse-conv-act on a built graph: pool then relu (either order fuses), a conv
+ * whose output is also a graph output (its relu stays; the conv alone becomes
+ * conv2d_fused without ReLU, for the direct kernels), and a strided conv alone (it
+ * stays conv2d); compared before/after by fm_graph_compare (random inputs at the
+ * dim hints). */
 static void test_fuse_conv_act_by_hand(void) {
     fm_graph *g = fm_graph_new();
     fm_tensor *w = randn(4, (int64_t[]){8, 3, 3, 3}, 11), *b = randn(1, (int64_t[]){8}, 12);
@@ -414,14 +416,17 @@ static void test_fuse_conv_act_by_hand(void) {
     CHECK(fm_graph_add_node(g, "relu", "r1", 1, (const char *[]){"q1"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
     CHECK(fm_graph_add_node(g, "conv2d", "c2", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
     CHECK(fm_graph_add_node(g, "relu", "r2", 1, (const char *[]){"h2"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    fm_graph_attr s2 = fm_graph_attr_int("stride", 2);
+    CHECK(fm_graph_add_node(g, "conv2d", "c3", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"y3"}, 1, &s2) == FM_OK);
     CHECK(fm_graph_add_output(g, "y1") == FM_OK && fm_graph_add_output(g, "y2") == FM_OK && fm_graph_add_output(g, "h2") == FM_OK);
+    CHECK(fm_graph_add_output(g, "y3") == FM_OK);
     CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
     CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
     fm_graph *p = fm_graph_pass(g, "fuse-conv-act", note, sizeof note);
     double d = 1;
     CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-conv-act by hand: diff %g %s", d, fm_last_error());
-    CHECK_MSG(p && count_op(p, "conv2d_fused") == 1 && count_op(p, "conv2d") == 1 && count_op(p, "relu") == 1, "fuse-conv-act by hand: %s", note);
+    CHECK_MSG(p && count_op(p, "conv2d_fused") == 2 && count_op(p, "conv2d") == 1 && count_op(p, "relu") == 1, "fuse-conv-act by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
     fm_tensor_release_n(2, w, b);

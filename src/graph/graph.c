@@ -349,6 +349,23 @@ const gattr *g_node_attr(const gnode *n, const char *name) {
     return NULL;
 }
 
+/* An attribute that is absent or every element of which is the number v. */
+static bool attr_all(const gnode *n, const char *name, int64_t v) {
+    const gattr *a = g_node_attr(n, name);
+    if (!a) return true;
+    if (a->type == FM_ATTR_INT) return a->i == v;
+    if (a->type != FM_ATTR_INTS) return false;
+    for (int k = 0; k < a->n; k++)
+        if (a->ints[k].expr || a->ints[k].v != v) return false;
+    return true;
+}
+
+bool g_conv_direct_geometry(const gnode *n) {
+    const gattr *l = g_node_attr(n, "layout");
+    return attr_all(n, "stride", 1) && attr_all(n, "dilation", 1) && attr_all(n, "groups", 1) &&
+           (!l || (l->type == FM_ATTR_STRING && !strcmp(l->s, "NCHW")));
+}
+
 /* ---- attribute constructors ---- */
 
 fm_graph_attr fm_graph_attr_int(const char *name, int64_t v) { return (fm_graph_attr){.name = name, .type = FM_ATTR_INT, .i = v}; }

@@ -8,7 +8,9 @@
  *       bias add and the activation in one pass instead of two);
  *   conv2d -> relu and/or max_pool2d (window = stride, no padding), in either order
  *                                     =>  conv2d_fused (ReLU and pool applied to the
- *       conv's accumulators: its full-size output is never stored);
+ *       conv's accumulators: its full-size output is never stored); an f32 conv alone
+ *       with constant weights, a kernel larger than 1x1, stride 1 and one group too
+ *       (relu 0, pool 0), for the CPU's direct kernels and their weights packed at load;
  *   linear (f32, constant weight) -> relu, or a linear alone
  *                                     =>  linear_fused (on the CPU: weights packed once at
  *       load, bias and ReLU applied to the accumulators);
@@ -238,7 +240,7 @@ fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
     bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
     rw r;
     fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0, pooled = 0;
+    int fused = 0, pooled = 0, alone = 0;
     for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
         if (skip[i]) continue;
         const gnode *c = &g->nodes[i];
@@ -256,20 +258,30 @@ fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
             else break;
             chain[n_chain++] = last = j;
         }
-        if (!n_chain) { st = rw_copy_node(&r, c); continue; }
+        /* a conv alone becomes conv2d_fused too where the CPU's direct kernels take it (f32
+         * constant weights, stride 1, one group): its weights are packed once at load, and
+         * 3x3 layers run Winograd (ResNet's second conv of a block, before the residual add) */
+        const fm_tensor *w = cst(g, c->in[1]);
+        if (!n_chain && !(dt == FM_F32 && w && w->ndim == 4 && w->shape[2] * w->shape[3] > 1 && g_conv_direct_geometry(c))) {
+            st = rw_copy_node(&r, c); /* (a 1x1 conv alone stays: conv2d gives it to the GEMM as it is) */
+            continue;
+        }
         const char *ins[3] = {rw_name(&r, c->in[0]), rw_name(&r, c->in[1]), c->n_in > 2 ? rw_name(&r, c->in[2]) : ""};
         const char *outs[1] = {g->values[g->nodes[last].out[0]].name};
         fm_graph_attr extra[2] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool)};
         st = rw_node_with(&r, c, "conv2d_fused", 3, ins, 1, outs, 2, extra);
         for (int k = 0; k < n_chain; k++) skip[chain[k]] = true;
         fused++;
+        alone += !n_chain;
         pooled += pool > 1;
     }
     free(uses);
     free(skip);
     if (!uses || !skip) return NULL;
     fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d convolutions fused with the ReLU/max pool after them (%d with the pool)", fused, pooled);
+    if (out)
+        snprintf(note, nn, "%d convolutions fused with the ReLU/max pool after them (%d with the pool), %d alone for the direct kernels",
+                 fused - alone, pooled, alone);
     return out;
 }
 

@@ -29,6 +29,7 @@ fm_status g_prepare(fm_graph *g) {
         const gnode *n = &g->nodes[i];
         const bool conv = !strcmp(n->op, "conv2d_fused"), lin = !strcmp(n->op, "linear_fused");
         if ((!conv && !lin) || n->n_in < 2 || n->in[1] < 0) continue;
+        if (conv && !g_conv_direct_geometry(n)) continue; /* the reference path reads w itself */
         const gvalue *w = &g->values[n->in[1]];
         if (w->kind != GV_CONST || !w->tensor || w->tensor->dtype != FM_F32 || w->tensor->ndim != (conv ? 4 : 2)) continue;
         if (lin && (w->tensor->shape[0] < 1 || w->tensor->shape[1] < 1 || w->tensor->shape[0] > (1 << 24) || w->tensor->shape[1] > (1 << 24)))

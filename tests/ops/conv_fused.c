@@ -3,8 +3,8 @@
  * over the geometries that take the direct kernels (stride 1: AVX-512's pixel
  * tile for channels a multiple of 8 in thin blocks, the channels-along-lanes
  * kernel (AVX2, and AVX-512 for the other channel counts); odd and even sizes, column tails, column chunks, several input-
- * channel passes, pools 0 and 2; AVX-512's Winograd F(2x2, 3x3) for 3x3 convs with a 2x2 pool,
- * >= 8 input channels and whole 16-channel vectors) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
+ * channel passes, pools 0 and 2; AVX-512's Winograd F(2x2, 3x3) for 3x3 convs with a 2x2 pool
+ * or none, >= 8 input channels and whole 16-channel vectors) and the ones that take the reference path (stride 2, dilation, groups, NHWC,
  * pool 3, f64). test_ops runs it at every FATHOM_ISA level, so each kernel is
  * checked against the same double result. Also: NaN propagation and bad input. */
 #include <math.h>
@@ -143,11 +143,18 @@ static int conv2d_fused_forward(void) {
         /* AVX-512's Winograd (cases 1 and 23 too): 48 channels (a half block), rows of 8 tiles, no ReLU, no padding */
         {2, 16, 9, 17, 48, 3, 1, 1, 1, 1, 0, 2, NC, FM_F32},
         {1, 8, 12, 12, 16, 3, 1, 0, 1, 1, 1, 2, NC, FM_F32},
+        /* Winograd without a pool: odd output sizes (the last tile row and column cut short),
+         * even ones, ReLU or not, no padding, tasks over several tile rows */
+        {2, 16, 9, 13, 32, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
+        {1, 24, 14, 14, 64, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},
+        {1, 8, 11, 8, 16, 3, 1, 0, 1, 1, 1, 1, NC, FM_F32},
+        {1, 32, 28, 30, 48, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
     check_case(&cases[2], 98, true);
     check_case(&cases[18], 97, true);
+    check_case(&cases[27], 96, true); /* a NaN through the unpooled Winograd tiles */
     check_case(&cases[9], 96, true); /* lanes: NaN through the input-channel passes */
     check_case(&cases[20], 95, true); /* lanes: NaN through a short run */
     check_case(&cases[22], 94, true); /* lanes: NaN through a group of row pairs */

@@ -1,11 +1,14 @@
-/* Winograd F(2x2, 3x3) for conv2d_fused's 3x3 convs followed by the 2x2 max
- * pool (conv_fused_cpu.c), on AVX-512.
+/* Winograd F(2x2, 3x3) for conv2d_fused's 3x3 stride-1 convs, with the 2x2 max
+ * pool after them or without a pool (conv_fused_cpu.c), on AVX-512.
  *
  * A 2x2 output tile of a 3x3 stride-1 conv is A^T [(G g G^T) .* (B^T d B)] A
  * for the 4x4 input patch d and the 3x3 filter g: per tile and channel pair, 16
  * multiplies instead of 36 (2.25x fewer), the transforms being additions. With a
  * 2x2 pool after the conv, a tile is exactly one pool window, so the output
  * transform ends in the max, bias and ReLU and only the pooled value is stored.
+ * Without a pool (ResNet's and VGG's 3x3 layers) the tiles cover the output, the
+ * last row and column of tiles cut short when Ho or Wo is odd, and each tile's
+ * four outputs are stored (bias and ReLU applied).
  *
  * Layouts: U = the transformed weights [16][C][O] (xi = 4 * row + column of the
  * 4x4 transform; O a multiple of 16; the 16 matrices fm_conv_wino_u_stride floats
@@ -32,9 +35,10 @@ typedef struct fm_conv_wino {
     const float *xp;   /* padded input [N][C][Hp][WS] */
     const float *u;    /* transformed weights [16][C][O], fm_conv_wino_u_stride apart */
     const float *bias; /* [O] or NULL */
-    float *y;          /* [N][O][Hy][Wy], pooled */
-    int64_t N, C, O, Hp, WS, Hy, Wy;
-    int relu;
+    float *y;          /* [N][O][Hy][Wy] pooled, or [N][O][Ho][Wo] */
+    int64_t N, C, O, Hp, WS, Hy, Wy; /* Hy x Wy: the tiles (the pooled size, or Ho, Wo halved rounding up) */
+    int relu, pool;    /* pool 2 (tiles pooled) or 0 */
+    int64_t Ho, Wo;    /* pool 0: the output's size */
     int64_t nblk;      /* tile-row runs per sample (fm_conv_wino_plan) */
     /* When x is set, the input is read from it unpadded instead of from xp: [N][C][H][W]
      * with ph, pw zero rows and columns around it (rows and columns outside read as
@@ -43,10 +47,12 @@ typedef struct fm_conv_wino {
     int64_t H, W, ph, pw;
 } fm_conv_wino;
 
-/* Whether the kernel takes this conv (3x3, stride 1, then a 2x2 pool): O in whole
- * 16-channel vectors and enough input channels for the GEMMs to pay for the transforms. */
+/* Whether the kernel takes this conv (3x3, stride 1, then a 2x2 pool or none; Hy x Wy
+ * its output): O in whole 16-channel vectors and enough input channels for the GEMMs to
+ * pay for the transforms; a plane's index times 16 within int32 (the scatters). */
 static inline int fm_conv_wino_fits(int64_t C, int64_t O, int64_t KH, int64_t KW, int pool, int64_t Hy, int64_t Wy) {
-    return KH == 3 && KW == 3 && pool == 2 && O % 16 == 0 && C >= 8 && Hy > 0 && Wy > 0 && Hy * Wy < ((int64_t)1 << 26);
+    return KH == 3 && KW == 3 && (pool == 2 || pool == 0) && O % 16 == 0 && C >= 8 && Hy > 0 && Wy > 0 &&
+           Hy * Wy < ((int64_t)1 << 26);
 }
 
 /* About 24 tiles a task or more (a sample's rows split evenly), so batch 1 still splits. */

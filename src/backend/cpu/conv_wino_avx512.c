@@ -126,9 +126,23 @@ static inline __m512 nanmax(__m512 a, __m512 b) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
 }
 
-/* A^T m A of each tile, the max of its 4 outputs, bias, ReLU, scattered to the 16
- * channels' NCHW planes (y at the task's first tile of plane o0 = 0; HW floats a plane) */
-static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW) {
+/* Without a pool: bias and ReLU on each of a tile's 4 outputs, each scattered to the
+ * 16 channels' planes (y at plane o0 = 0) where it lies inside the Ho x Wo output. */
+static inline void store_tile(const fm_conv_wino *d, float *y, int64_t g, __m512i planes, __m512 bias, const __m512 *v) {
+    const int64_t oh = 2 * (g / d->Wy), ow = 2 * (g % d->Wy);
+    for (int k = 0; k < 4; k++) {
+        const int64_t r = oh + (k >> 1), c = ow + (k & 1);
+        if (r >= d->Ho || c >= d->Wo) continue;
+        __m512 o = _mm512_add_ps(v[k], bias);
+        if (d->relu) o = _mm512_max_ps(_mm512_setzero_ps(), o); /* NaN stays (the second operand) */
+        _mm512_i32scatter_ps(y + r * d->Wo + c, planes, o, 4);
+    }
+}
+
+/* A^T m A of each tile, then with the pool the max of its 4 outputs, bias, ReLU,
+ * scattered to the 16 channels' NCHW planes (y at plane o0 = 0, HW floats a plane);
+ * without, store_tile. t0: the task's first tile. */
+static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW, int64_t t0) {
     const int64_t O = d->O, S = nt * O;
     const __m512 zero = _mm512_setzero_ps();
     const __m512i planes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -145,10 +159,15 @@ static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, 
             }
             const __m512 y00 = _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), y01 = _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]);
             const __m512 y10 = _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), y11 = _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]);
+            if (!d->pool) {
+                const __m512 v[4] = {y00, y01, y10, y11};
+                store_tile(d, y + o0 * HW, t0 + t, planes, d->bias ? _mm512_loadu_ps(d->bias + o0) : zero, v);
+                continue;
+            }
             __m512 r = nanmax(nanmax(y00, y01), nanmax(y10, y11)); /* bias and ReLU commute with the max */
             if (d->bias) r = _mm512_add_ps(r, _mm512_loadu_ps(d->bias + o0));
             if (d->relu) r = _mm512_max_ps(zero, r); /* NaN stays (the second operand) */
-            _mm512_i32scatter_ps(y + o0 * HW + t, planes, r, 4);
+            _mm512_i32scatter_ps(y + o0 * HW + t0 + t, planes, r, 4);
         }
 }
 
@@ -169,8 +188,8 @@ static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float
             t = te;
         }
     }
-    const int64_t HW = d->Hy * d->Wy;
-    output_transform(d, M, nt, d->y + n * O * HW + r0 * d->Wy, HW);
+    const int64_t HW = d->pool ? d->Hy * d->Wy : d->Ho * d->Wo;
+    output_transform(d, M, nt, d->y + n * O * HW, HW, r0 * d->Wy);
 }
 
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws) {
