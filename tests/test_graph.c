@@ -418,15 +418,23 @@ static void test_fuse_conv_act_by_hand(void) {
     CHECK(fm_graph_add_node(g, "relu", "r2", 1, (const char *[]){"h2"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
     fm_graph_attr s2 = fm_graph_attr_int("stride", 2);
     CHECK(fm_graph_add_node(g, "conv2d", "c3", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"y3"}, 1, &s2) == FM_OK);
+    /* ReLU6 (clamp 0..6) fuses as relu 1, max 6; a clamp from 0.25 stays */
+    fm_graph_attr r6[2] = {fm_graph_attr_float("min", 0), fm_graph_attr_float("max", 0.75)};
+    fm_graph_attr c25[2] = {fm_graph_attr_float("min", 0.25), fm_graph_attr_float("max", 6)};
+    CHECK(fm_graph_add_node(g, "conv2d", "c4", 3, (const char *[]){"x", "w", "b"}, 1, (const char *[]){"h4"}, 1, &s2) == FM_OK);
+    CHECK(fm_graph_add_node(g, "clamp", "k4", 1, (const char *[]){"h4"}, 1, (const char *[]){"y4"}, 2, r6) == FM_OK);
+    CHECK(fm_graph_add_node(g, "conv2d", "c5", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"h5"}, 1, &s2) == FM_OK);
+    CHECK(fm_graph_add_node(g, "clamp", "k5", 1, (const char *[]){"h5"}, 1, (const char *[]){"y5"}, 2, c25) == FM_OK);
     CHECK(fm_graph_add_output(g, "y1") == FM_OK && fm_graph_add_output(g, "y2") == FM_OK && fm_graph_add_output(g, "h2") == FM_OK);
-    CHECK(fm_graph_add_output(g, "y3") == FM_OK);
+    CHECK(fm_graph_add_output(g, "y3") == FM_OK && fm_graph_add_output(g, "y4") == FM_OK && fm_graph_add_output(g, "y5") == FM_OK);
     CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
     CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
     fm_graph *p = fm_graph_pass(g, "fuse-conv-act", note, sizeof note);
     double d = 1;
     CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-conv-act by hand: diff %g %s", d, fm_last_error());
-    CHECK_MSG(p && count_op(p, "conv2d_fused") == 2 && count_op(p, "conv2d") == 1 && count_op(p, "relu") == 1, "fuse-conv-act by hand: %s", note);
+    CHECK_MSG(p && count_op(p, "conv2d_fused") == 3 && count_op(p, "conv2d") == 2 && count_op(p, "relu") == 1 && count_op(p, "clamp") == 1,
+              "fuse-conv-act by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
     fm_tensor_release_n(2, w, b);

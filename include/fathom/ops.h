@@ -157,6 +157,10 @@ FM_API fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, cons
 FM_API fm_tensor *fm_conv2d_fused_pack(fm_tensor *w);
 FM_API fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *p,
                                          bool relu, int pool);
+/* fm_conv2d_fused_packed with the activation's outputs also capped at hi (ReLU6: relu and
+ * hi 6; a Clip(-inf, hi) without relu); hi = INFINITY is fm_conv2d_fused_packed. NaN stays. */
+FM_API fm_tensor *fm_conv2d_fused_capped(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *p,
+                                         bool relu, double hi, int pool);
 /* Inference: y = x w^T + b (b may be NULL), then ReLU when relu, with the bias and the
  * ReLU applied before anything is stored; x f32 or f64 [..., K], w [N, K], b [N]. No
  * autograd (fathom compile's fuse-linear-act writes it). `packed`: NULL, or

@@ -58,7 +58,8 @@ static inline int64_t fm_conv2d_out_size(int64_t in, int k, int s, int p, int d)
 }
 /* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
-typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; } fm_conv2d_fused_attrs;
+/* hi: an upper bound the outputs are clamped to after the ReLU (ReLU6: relu 1, hi 6), INFINITY for none */
+typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; double hi; } fm_conv2d_fused_attrs;
 /* CONV2D_FUSED_PACK: in = {w [O, C, kH, kW]}; out = {1-D f32 of 3 + this many floats}: a
  * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). When
  * per = C*kH*kW is a multiple of 9 there is room after them for the CPU's Winograd

@@ -6,7 +6,8 @@
  *       in one pass over the rows; the sum stays available to its other readers);
  *   linear (with bias) -> gelu_tanh   =>  linear without bias -> bias_gelu_tanh (the
  *       bias add and the activation in one pass instead of two);
- *   conv2d -> relu and/or max_pool2d (window = stride, no padding), in either order
+ *   conv2d -> relu (or a clamp from 0 or -inf: ReLU6) and/or max_pool2d (window =
+ *       stride, no padding), in either order
  *                                     =>  conv2d_fused (ReLU and pool applied to the
  *       conv's accumulators: its full-size output is never stored); an f32 conv alone
  *       with constant weights, a kernel larger than 1x1, stride 1 and one group too
@@ -217,6 +218,20 @@ fm_graph *g_pass_fuse_silu(const fm_graph *g, char *note, size_t nn) {
     return out;
 }
 
+/* A clamp node's constant bounds (absent: -inf, inf); false if they are not numbers. */
+static bool clamp_bounds(const gnode *n, double *lo, double *hi) {
+    if (strcmp(n->op, "clamp")) return false;
+    const gattr *a = g_node_attr(n, "min"), *b = g_node_attr(n, "max");
+    *lo = -INFINITY, *hi = INFINITY;
+    for (int k = 0; k < 2; k++) {
+        const gattr *t = k ? b : a;
+        if (!t) continue;
+        if (t->type != FM_ATTR_FLOAT && t->type != FM_ATTR_INT) return false;
+        *(k ? hi : lo) = t->type == FM_ATTR_FLOAT ? t->f : (double)t->i;
+    }
+    return !isnan(*lo) && !isnan(*hi) && *lo <= *hi;
+}
+
 /* A square max pool with stride = window and no padding in `layout`: its window, or 0. */
 static int64_t plain_pool(const gnode *n, const char *layout) {
     int64_t k[2] = {0, 0}, st[2] = {-1, -1}, pd[2] = {0, 0};
@@ -247,13 +262,17 @@ fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
         fm_dtype dt = g->values[c->out[0]].t.dt;
         if (strcmp(c->op, "conv2d") || (dt != FM_F32 && dt != FM_F64)) { st = rw_copy_node(&r, c); continue; }
         int64_t relu = 0, pool = 0;
+        double hi = INFINITY;
+        bool act = false;
         int last = i, chain[2], n_chain = 0;
-        for (int step = 0; step < 2; step++) { /* up to one relu and one pool after it, in either order */
+        for (int step = 0; step < 2; step++) { /* up to one relu (or clamp) and one pool after it, in either order */
             int j = sole_reader(g, uses, g->nodes[last].out[0]);
             if (j < 0) break;
             const gnode *n = &g->nodes[j];
             int64_t k = !pool && !strcmp(n->op, "max_pool2d") ? plain_pool(n, str_attr(c, "layout", "NCHW")) : 0;
-            if (!relu && !strcmp(n->op, "relu")) relu = 1;
+            double lo = 0;
+            if (!act && !strcmp(n->op, "relu")) relu = 1, act = true;
+            else if (!act && clamp_bounds(n, &lo, &hi) && (lo == 0 || lo == -INFINITY)) relu = lo == 0, act = true; /* ReLU6 */
             else if (k) pool = k;
             else break;
             chain[n_chain++] = last = j;
@@ -268,8 +287,8 @@ fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
         }
         const char *ins[3] = {rw_name(&r, c->in[0]), rw_name(&r, c->in[1]), c->n_in > 2 ? rw_name(&r, c->in[2]) : ""};
         const char *outs[1] = {g->values[g->nodes[last].out[0]].name};
-        fm_graph_attr extra[2] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool)};
-        st = rw_node_with(&r, c, "conv2d_fused", 3, ins, 1, outs, 2, extra);
+        fm_graph_attr extra[3] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool), fm_graph_attr_float("max", hi)};
+        st = rw_node_with(&r, c, "conv2d_fused", 3, ins, 1, outs, hi < INFINITY ? 3 : 2, extra);
         for (int k = 0; k < n_chain; k++) skip[chain[k]] = true;
         fused++;
         alone += !n_chain;

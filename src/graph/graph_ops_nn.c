@@ -221,8 +221,9 @@ static fm_status run_conv2d(const gctx *c, fm_tensor *const *in, fm_tensor **out
     RUN_DONE(fm_conv2d(in[0], in[1], in[2], &p));
 }
 
-/* conv2d_fused (fuse-conv-act): conv2d's attributes, relu (0/1) and pool (0/1: none;
- * k: a k x k max pool at stride k, no padding) */
+/* conv2d_fused (fuse-conv-act): conv2d's attributes, relu (0/1), max (the cap after
+ * it, ReLU6's 6; none when absent) and pool (0/1: none; k: a k x k max pool at stride
+ * k, no padding) */
 static fm_status fused_params(const gctx *c, int64_t *relu, int64_t *pool) {
     if (ga_int(c, "relu", 0, relu) || ga_int(c, "pool", 0, pool)) return fm_last_status();
     if ((*relu != 0 && *relu != 1) || *pool < 0 || *pool > 64)
@@ -248,15 +249,17 @@ static fm_status inf_conv2d_fused(const gctx *c, const gtype *in, gtype *out) {
 static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     fm_conv2d_params p;
     int64_t relu, pool;
-    if (conv_params(c, &p) || fused_params(c, &relu, &pool)) return fm_last_status();
+    double hi;
+    if (conv_params(c, &p) || fused_params(c, &relu, &pool) || ga_float(c, "max", INFINITY, &hi)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
     if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) { /* with the weights packed at load (g_prepare), when they are */
         ptrdiff_t i = c->n - c->g->nodes;
         fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
-        RUN_DONE(fm_conv2d_fused_packed(in[0], in[1], in[2], packed, &p, relu != 0, (int)pool));
+        RUN_DONE(fm_conv2d_fused_capped(in[0], in[1], in[2], packed, &p, relu != 0, hi, (int)pool));
     }
     fm_tensor *y = fm_conv2d(in[0], in[1], in[2], &p), *t = NULL;
     if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
+    if (y && hi < INFINITY) t = fm_clamp(y, -INFINITY, hi), fm_tensor_release(y), y = t;
     if (y && pool > 1) {
         fm_pool2d_params q = {.kernel = {(int)pool, (int)pool}, .stride = {(int)pool, (int)pool}, .layout = p.layout};
         t = fm_max_pool2d(y, &q), fm_tensor_release(y), y = t;
@@ -344,7 +347,7 @@ const g_op_spec g_ops_nn[] = {
     {"gather", 2, 2, 1, "axis", inf_gather, run_gather, NULL},
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
-    {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool", inf_conv2d_fused, run_conv2d_fused, NULL},
+    {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool,max", inf_conv2d_fused, run_conv2d_fused, NULL},
     {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},

@@ -263,11 +263,15 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
     pads[0] = pads[2] = pd[0], pads[1] = pads[3] = pd[1];
     if (!strcmp(op, "conv2d") || !strcmp(op, "conv2d_fused")) { /* fused: Conv, then Relu and MaxPool */
         const int64_t relu = at_int(x->n, "relu", 0), pool = at_int(x->n, "pool", 0), kp[2] = {pool, pool}, p0[4] = {0, 0, 0, 0};
+        const double hi = at_float(x->n, "max", INFINITY); /* ReLU6: Clip(0, 6) */
+        const bool act = relu || hi < INFINITY;
         const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
-        const char *c = relu || pool > 1 ? tmp_name(e) : x->out[0], *r = relu && pool > 1 ? tmp_name(e) : x->out[0];
+        const char *c = act || pool > 1 ? tmp_name(e) : x->out[0], *r = act && pool > 1 ? tmp_name(e) : x->out[0];
         fm_status s = emit(e, "Conv", ins, OUTS(c), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
                            a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
-        if (!s && relu) s = emit(e, "Relu", INS(c), OUTS(r), 0), c = r;
+        if (!s && hi < INFINITY)
+            s = emit(e, "Clip", INS(c, const_scalar(e, relu ? 0.0 : -INFINITY, x->t0->dt), const_scalar(e, hi, x->t0->dt)), OUTS(r), 0), c = r;
+        else if (!s && relu) s = emit(e, "Relu", INS(c), OUTS(r), 0), c = r;
         if (!s && pool > 1)
             s = emit(e, "MaxPool", INS(c), OUTS(x->out[0]), 3, a_ints(e, "kernel_shape", 2, kp), a_ints(e, "strides", 2, kp),
                      a_ints(e, "pads", 4, p0));

@@ -4,6 +4,7 @@
  * kH, kW] as in PyTorch, so a model's weights do not change with its layout.
  * Backward runs one CONV2D_BACKWARD kernel that computes only the gradients
  * asked for (dx, dw, db), since the first layer of a CNN never needs dx. */
+#include <math.h>
 #include <string.h>
 
 #include "amp/autocast.h"   /* the precision policy (ops.def: conv in low precision) */
@@ -209,7 +210,13 @@ fm_tensor *fm_conv2d_fused_pack(fm_tensor *w) {
 }
 
 fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *pp, bool relu, int pool) {
-    fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool};
+    return fm_conv2d_fused_capped(x, w, b, packed, pp, relu, INFINITY, pool);
+}
+
+fm_tensor *fm_conv2d_fused_capped(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *pp, bool relu,
+                                  double hi, int pool) {
+    fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool, hi};
+    if (isnan(hi)) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: the cap is NaN"); return NULL; }
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: %s is NULL", x ? "weight" : "input"); return NULL; }
     int64_t ys[4];
     if (conv_check("conv2d_fused", x, w, b, &a.p, ys)) return NULL;

@@ -97,6 +97,25 @@ static void check_case(const fcase *c, uint64_t seed, bool with_nan) {
                 fm_tensor_release(y2v);
             }
             fm_tensor_release_n(2, pk, y2);
+            /* capped (ReLU6's form: the reference path's epilogue), against the reference
+             * capped: the cap commutes with the pool's max */
+            const double hi = 0.5;
+            fm_tensor *y3 = fm_conv2d_fused_capped(xc, w, b, NULL, &p, c->relu, hi, c->pool), *y3v = NULL;
+            CHECK_MSG(y3, "conv2d_fused_capped: %s", fm_last_error());
+            if (y3) {
+                y3v = c->layout == FM_NHWC ? fm_permute(y3, (int[]){0, 3, 1, 2}) : fm_tensor_retain(y3);
+                double *hy3 = op_host(y3v), worst3 = 0;
+                int nan3 = 1;
+                for (int64_t i = 0; i < c->N * c->O * Hy * Wy; i++) {
+                    if (isnan(ref[i]) || isnan(hy3[i])) { nan3 &= isnan(ref[i]) && isnan(hy3[i]); continue; }
+                    const double r = ref[i] > hi ? hi : ref[i], e = fabs(hy3[i] - r) / (1 + fabs(r));
+                    if (e > worst3 || hy3[i] > hi) worst3 = hy3[i] > hi ? 1 : e;
+                }
+                CHECK_MSG(worst3 <= tol && nan3, "conv2d_fused capped at %g N%lld C%lld O%lld k%lld relu%d pool%d: err %g, NaN %s", hi,
+                          (long long)c->N, (long long)c->C, (long long)c->O, (long long)c->k, c->relu, c->pool, worst3, nan3 ? "ok" : "wrong");
+                free(hy3);
+            }
+            fm_tensor_release_n(2, y3, y3v);
         }
         free(hy);
         fm_tensor_release(yv);
@@ -167,6 +186,8 @@ static int conv2d_fused_forward(void) {
     CHECK(!fm_conv2d_fused(x, w, NULL, NULL, true, -1));
     CHECK(!fm_conv2d_fused(xh, wh, NULL, NULL, true, 2));
     CHECK_ERR_CONTAINS("f32 or f64");
+    CHECK(!fm_conv2d_fused_capped(x, w, NULL, NULL, NULL, true, NAN, 0));
+    CHECK_ERR_CONTAINS("the cap is NaN");
     CHECK(!fm_conv2d_fused(x, w3, NULL, NULL, false, 0));
     CHECK_ERR_CONTAINS("conv2d_fused: weight");
     fm_tensor *ok = fm_conv2d_fused(x, w, NULL, NULL, false, 3);

@@ -114,40 +114,51 @@ static void fill_bias(fm_dtype dt, void *dst, int64_t rows, int64_t cols, int64_
 }
 
 /* The forward's epilogue on a contiguous [rows, cols] block of y, after a GEMM with
- * beta 0: bias[r] added to row r (bias may be NULL), then ReLU if relu (NaN stays).
- * beta 0 lets the products go to whichever provider is fastest (oneDNN takes only
- * beta 0; a bias prefill needed beta 1): ResNet-18 and MobileNetV2 at batch 1 ran
- * 1.2-1.35x faster through this than with the prefill (Intel Xeon model 167).
- * Rows split over the pool (serial when called from a pool task). */
-typedef struct epi_rows_job { fm_dtype dt; void *dst; int64_t cols; const void *bias; bool relu; } epi_rows_job;
+ * beta 0: bias[r] added to row r (bias may be NULL), then the outputs clamped to
+ * [lo, hi] (ReLU: [0, inf]; none: [-inf, inf]; NaN stays). beta 0 lets the products
+ * go to whichever provider is fastest (oneDNN takes only beta 0; a bias prefill
+ * needed beta 1): ResNet-18 and MobileNetV2 at batch 1 ran 1.2-1.35x faster through
+ * this than with the prefill (Intel Xeon model 167). Rows split over the pool (serial
+ * when called from a pool task). */
+typedef struct conv_act { double lo, hi; } conv_act; /* the clamp after the conv */
+static const conv_act k_no_act = {-INFINITY, INFINITY};
+static bool act_none(conv_act a) { return a.lo == -INFINITY && a.hi == INFINITY; }
+
+typedef struct epi_rows_job { fm_dtype dt; void *dst; int64_t cols; const void *bias; conv_act act; } epi_rows_job;
 
 static void epi_rows_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const epi_rows_job *j = ctx;
     const int64_t n = j->cols; /* locals: under -fno-strict-aliasing the stores would reload j's fields */
-    const bool relu = j->relu;
+    const bool clamp = !act_none(j->act);
     for (int64_t r = b; r < e; r++) {
         if (j->dt == FM_F32) {
             float *restrict d = (float *)j->dst + r * n;
-            const float bv = j->bias ? ((const float *)j->bias)[r] : 0.0f;
-            if (relu)
-                for (int64_t c = 0; c < n; c++) d[c] = d[c] + bv < 0 ? 0.0f : d[c] + bv;
+            const float bv = j->bias ? ((const float *)j->bias)[r] : 0.0f, lo = (float)j->act.lo, hi = (float)j->act.hi;
+            if (clamp)
+                for (int64_t c = 0; c < n; c++) {
+                    const float v = d[c] + bv;
+                    d[c] = v < lo ? lo : v > hi ? hi : v;
+                }
             else
                 for (int64_t c = 0; c < n; c++) d[c] += bv;
         } else {
             double *restrict d = (double *)j->dst + r * n;
-            const double bv = j->bias ? ((const double *)j->bias)[r] : 0.0;
-            if (relu)
-                for (int64_t c = 0; c < n; c++) d[c] = d[c] + bv < 0 ? 0.0 : d[c] + bv;
+            const double bv = j->bias ? ((const double *)j->bias)[r] : 0.0, lo = j->act.lo, hi = j->act.hi;
+            if (clamp)
+                for (int64_t c = 0; c < n; c++) {
+                    const double v = d[c] + bv;
+                    d[c] = v < lo ? lo : v > hi ? hi : v;
+                }
             else
                 for (int64_t c = 0; c < n; c++) d[c] += bv;
         }
     }
 }
 
-static void epi_rows(fm_dtype dt, void *dst, int64_t rows, int64_t cols, const void *bias, bool relu) {
-    if (!bias && !relu) return;
-    epi_rows_job j = {dt, dst, cols, bias, relu};
+static void epi_rows(fm_dtype dt, void *dst, int64_t rows, int64_t cols, const void *bias, conv_act act) {
+    if (!bias && act_none(act)) return;
+    epi_rows_job j = {dt, dst, cols, bias, act};
     fm_parallel_for(rows, grain_for(rows, cols), epi_rows_task, &j);
 }
 
@@ -159,7 +170,7 @@ typedef struct direct_fwd {
     int64_t gi, o0, n0, nb;
     const void *w, *cols, *bias;
     void *y;
-    bool relu;
+    conv_act act;
 } direct_fwd;
 
 static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
@@ -171,12 +182,12 @@ static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
         void *yb = mp(d->y, ((d->n0 + nn) * g->O + d->o0) * g->P, es);
         fm_cpu_gemm(&(fm_cpu_gemm_args){d->dt, false, false, g->Og, g->P, g->K, cp(d->w, d->gi * g->Og * g->K, es), g->K,
                                         cp(d->cols, nn * g->P, es), d->nb * g->P, 0.0, yb, g->P});
-        epi_rows(d->dt, yb, g->Og, g->P, d->bias ? cp(d->bias, d->o0, es) : NULL, d->relu);
+        epi_rows(d->dt, yb, g->Og, g->P, d->bias ? cp(d->bias, d->o0, es) : NULL, d->act);
     }
 }
 
 static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
-                                 const void *w, const void *bias, void *y, bool relu) {
+                                 const void *w, const void *bias, void *y, conv_act act) {
     size_t es = fm_dtype_size(dt);
     if (g->pointwise) {
         for (int64_t n = 0; n < g->N; n++) {
@@ -184,7 +195,7 @@ static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dt
                 fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->Cg, cp(w, gi * g->Og * g->K, es), g->K,
                                       cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, 0.0,
                                       mp(y, (n * g->O + gi * g->Og) * g->P, es), g->P});
-            epi_rows(dt, mp(y, n * g->O * g->P, es), g->O, g->P, bias, relu);
+            epi_rows(dt, mp(y, n * g->O * g->P, es), g->O, g->P, bias, act);
         }
         return FM_OK;
     }
@@ -199,7 +210,7 @@ static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dt
                           .y = y, .bias = bias};
             fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
             if (conv_direct(g, nb)) { /* one GEMM per sample, straight into y: no scatter */
-                direct_fwd df = {g, dt, gi, j.o0, n0, nb, w, j.cols, bias, y, relu};
+                direct_fwd df = {g, dt, gi, j.o0, n0, nb, w, j.cols, bias, y, act};
                 /* samples in parallel: a first layer's per-sample GEMM (e.g. 32x784x9) is too
                  * small for fm_cpu_gemm to split, so a serial loop would leave a core idle */
                 fm_parallel_for(nb, 1, direct_fwd_task, &df);
@@ -208,7 +219,8 @@ static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dt
             fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, nb * g->P, g->K, cp(w, gi * g->Og * g->K, es), g->K,
                                   j.cols, nb * g->P, 0.0, fm_tensor_data(tmp), nb * g->P});
             fm_parallel_for(nb * g->Og, grain_for(nb * g->Og, g->P), f->scatter_out_nchw, &j); /* adds the bias */
-            for (int64_t nn = 0; relu && nn < nb; nn++) epi_rows(dt, mp(y, ((n0 + nn) * g->O + j.o0) * g->P, es), g->Og, g->P, NULL, true);
+            for (int64_t nn = 0; !act_none(act) && nn < nb; nn++)
+                epi_rows(dt, mp(y, ((n0 + nn) * g->O + j.o0) * g->P, es), g->Og, g->P, NULL, act);
         }
     }
     fm_tensor_release_n(2, cols, tmp);
@@ -373,9 +385,10 @@ static fm_status conv2d_bwd_lowp(const fm_conv_geom *g, const float *dy, const f
     return st;
 }
 
-/* conv2d's forward, then ReLU if relu (conv2d_fused's reference path): in the
- * epilogue of the NCHW GEMM and depthwise paths, in a pass of its own elsewhere. */
-static fm_status conv2d_forward(const fm_conv2d_attrs *a, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, bool relu) {
+/* conv2d's forward, then the outputs clamped to [lo, hi] (conv2d_fused's reference
+ * path: ReLU, ReLU6): in the epilogue of the NCHW GEMM and depthwise paths, in a pass
+ * of its own elsewhere. */
+static fm_status conv2d_forward(const fm_conv2d_attrs *a, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, conv_act act) {
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_set_error(FM_ERR_UNSUPPORTED, "conv2d: no CPU kernel for %s", fm_dtype_name(x->dtype));
     fm_conv_geom g = fm_conv_geometry(&a->p, x, w, y);
     const conv_fns *f = x->dtype == FM_F32 ? &conv_fns_f32 : &conv_fns_f64;
@@ -384,28 +397,28 @@ static fm_status conv2d_forward(const fm_conv2d_attrs *a, fm_tensor *x, fm_tenso
     fm_status st;
     if (fm_conv_dw_direct(&g, x->dtype) && !fm_conv2d_lowp_products(a, x->dtype, g.K)) { /* conv_dw.h: not one thin GEMM per group */
         fm_conv_dw d = {fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y), g.N, g.C, g.H, g.W, g.O,
-                        g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, relu ? 0.0f : -INFINITY, INFINITY};
+                        g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, (float)act.lo, (float)act.hi};
         return fm_conv_dw_run(&d);
     }
     if (!g.nhwc && !fm_conv2d_lowp_products(a, x->dtype, g.K))
-        return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y), relu);
+        return conv2d_fwd_nchw(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y), act);
     if (fm_conv2d_lowp_products(a, x->dtype, g.K))
         st = conv2d_fwd_lowp(&g, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
     else
         st = conv2d_fwd_nhwc(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
-    if (st == FM_OK && relu) epi_rows(x->dtype, fm_tensor_data(y), 1, fm_tensor_numel(y), NULL, true);
+    if (st == FM_OK) epi_rows(x->dtype, fm_tensor_data(y), 1, fm_tensor_numel(y), NULL, act);
     return st;
 }
 
 static fm_status conv2d_kernel(const fm_op_call *c) {
     const fm_conv2d_attrs *a = c->attrs;
     if (c->in[0]->dtype != FM_F32 && c->in[0]->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, c->in[0]->dtype);
-    return conv2d_forward(a, c->in[0], c->in[1], c->in[2], c->out[0], false);
+    return conv2d_forward(a, c->in[0], c->in[1], c->in[2], c->out[0], k_no_act);
 }
 
-fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, bool relu) {
+fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi) {
     fm_conv2d_attrs a = {*p, FM_F32};
-    return conv2d_forward(&a, x, w, b, y, relu);
+    return conv2d_forward(&a, x, w, b, y, (conv_act){lo, hi});
 }
 
 /* --------------------------------------------------------- conv backward */

@@ -42,40 +42,51 @@ static inline __attribute__((always_inline)) void SFX(dw_block)(const int NB, co
     if (dst == out) memcpy(yr, out, sizeof(float) * (size_t)m);
 }
 
+/* Row xr of W floats into its sw phase rows (phase r at row + r * phase): padded
+ * column q * sw + r, that is input column q * sw + r - pw, goes to q. Per phase a
+ * strided read, written for a literal stride 2 apart so the compiler vectorizes it. */
+static inline void SFX(dw_split_row)(const float *restrict xr, float *restrict row, int64_t W, int64_t pw, int64_t sw, int64_t phase) {
+    for (int64_t r = 0; r < sw; r++) {
+        /* q from the first with q * sw + r >= pw to the last with q * sw + r - pw < W */
+        const int64_t q0 = (pw - r + sw - 1) / sw, q1 = (W + pw - r + sw - 1) / sw;
+        float *restrict dst = row + r * phase;
+        const float *restrict src = xr + r - pw;
+        if (sw == 2)
+            for (int64_t q = q0; q < q1; q++) dst[q] = src[2 * q];
+        else
+            for (int64_t q = q0; q < q1; q++) dst[q] = src[q * sw];
+    }
+}
+
 /* Output planes [b, e) (plane = n * O + o); ws: this thread's scratch
  * (fm_conv_dw_scratch_floats), and off room for kh * kw offsets. */
 static void SFX(dw_planes)(const fm_conv_dw *d, int64_t b, int64_t e, float *ws, int64_t *off) {
-    const int64_t s = d->sw, Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
+    /* locals: the build has -fno-strict-aliasing, so stores would reload d's fields */
+    const int64_t s = d->sw, sh = d->sh, H = d->H, W = d->W, ph = d->ph, pw = d->pw, Ho = d->Ho, Wo = d->Wo, O = d->O, C = d->C;
+    const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
     const int64_t wq = (Wp + s - 1) / s + FM_CONV_DW_SLACK + d->kw, phase = Hp * wq, taps = d->kh * d->kw;
-    const int64_t mult = d->O / d->C, r0 = d->pw % s, q0 = d->pw / s;
+    const int64_t mult = O / C;
     for (int64_t i = 0; i < d->kh; i++)
         for (int64_t j = 0; j < d->kw; j++) off[i * d->kw + j] = (j % s) * phase + i * wq + j / s;
     /* the padding and the slack stay zero: every plane writes the same interior */
     memset(ws, 0, sizeof(float) * (size_t)(s * phase));
     for (int64_t p = b; p < e; p++) {
-        const int64_t n = p / d->O, o = p % d->O;
-        const float *x = d->x + (n * d->C + o / mult) * d->H * d->W, *w = d->w + o * taps;
-        float *y = d->y + p * d->Ho * d->Wo;
+        const int64_t n = p / O, o = p % O;
+        const float *x = d->x + (n * C + o / mult) * H * W, *w = d->w + o * taps;
+        float *y = d->y + p * Ho * Wo;
         if (p == b || mult == 1 || o % mult == 0) /* the padded, phase-split input plane */
-            for (int64_t h = 0; h < d->H; h++) {
-                const float *xr = x + h * d->W;
-                float *row = ws + (h + d->ph) * wq;
-                if (s == 1) {
-                    memcpy(row + d->pw, xr, sizeof(float) * (size_t)d->W);
-                    continue;
-                }
-                for (int64_t c = 0, r = r0, q = q0; c < d->W; c++) { /* column c + pw = q * s + r */
-                    row[r * phase + q] = xr[c];
-                    if (++r == s) r = 0, q++;
-                }
+            for (int64_t h = 0; h < H; h++) {
+                float *row = ws + (h + ph) * wq;
+                if (s == 1) memcpy(row + pw, x + h * W, sizeof(float) * (size_t)W);
+                else SFX(dw_split_row)(x + h * W, row, W, pw, s, phase);
             }
         const float bias = d->bias ? d->bias[o] : 0.0f;
         const V lov = VSET1(d->lo), hiv = VSET1(d->hi);
-        for (int64_t oh = 0; oh < d->Ho; oh++) {
-            const float *rrow = ws + oh * d->sh * wq;
-            for (int64_t ow = 0; ow < d->Wo; ow += SFX(DW_NB) * VL) {
-                const int64_t left = d->Wo - ow, m = left < SFX(DW_NB) * VL ? left : SFX(DW_NB) * VL;
-                float *yr = y + oh * d->Wo + ow;
+        for (int64_t oh = 0; oh < Ho; oh++) {
+            const float *rrow = ws + oh * sh * wq;
+            for (int64_t ow = 0; ow < Wo; ow += SFX(DW_NB) * VL) {
+                const int64_t left = Wo - ow, m = left < SFX(DW_NB) * VL ? left : SFX(DW_NB) * VL;
+                float *yr = y + oh * Wo + ow;
                 switch ((m + VL - 1) / VL) { /* as few vectors as the columns left need */
                 case 1: SFX(dw_block)(1, rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;
                 case 2: SFX(dw_block)(2, rrow + ow, off, w, taps, bias, lov, hiv, yr, m); break;

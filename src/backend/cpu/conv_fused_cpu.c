@@ -281,6 +281,7 @@ typedef struct epi_job {
     const fm_tensor *t; fm_tensor *y;
     int64_t C, H, W, Hy, Wy, k; /* t [N, C, H, W] or [N, H, W, C]; y pooled by k */
     bool nhwc, relu;
+    double hi; /* the cap after the ReLU */
 } epi_job;
 
 /* max over the window with NaN winning (as max_pool2d), then ReLU (NaN stays) */
@@ -296,6 +297,7 @@ typedef struct epi_job {
                     if (i == 0 || isnan(v) || (!isnan(m) && v > m)) m = v;                                                 \
                 }                                                                                                          \
                 if (j->relu && m < 0) m = 0;                                                                               \
+                if (m > j->hi) m = (T)j->hi;                                                                               \
                 y[j->nhwc ? ((n * j->Hy + oh) * j->Wy + ow) * j->C + ch : ((n * j->C + ch) * j->Hy + oh) * j->Wy + ow] = m; \
             }                                                                                                              \
     }
@@ -328,10 +330,11 @@ static fm_status run_reference(const fm_op_call *c) {
     }
     fm_tensor *t = k > 1 ? fm_tensor_empty(4, ts, y->dtype, FM_CPU) : fm_tensor_retain(y);
     if (!t) return fm_last_status();
-    /* without a pool the conv applies the ReLU in its own epilogue (t is y) */
-    fm_status st = fm_cpu_conv2d_forward(&a->p, x, w, b, t, k == 1 && a->relu);
+    /* without a pool the conv applies the activation in its own epilogue (t is y) */
+    fm_status st = k == 1 ? fm_cpu_conv2d_forward(&a->p, x, w, b, t, a->relu ? 0.0 : -INFINITY, a->hi)
+                          : fm_cpu_conv2d_forward(&a->p, x, w, b, t, -INFINITY, INFINITY);
     if (st == FM_OK && k > 1) {
-        epi_job j = {t, y, nhwc ? ts[3] : ts[1], ts[hx], ts[hx + 1], y->shape[hx], y->shape[hx + 1], k, nhwc, a->relu != 0};
+        epi_job j = {t, y, nhwc ? ts[3] : ts[1], ts[hx], ts[hx + 1], y->shape[hx], y->shape[hx + 1], k, nhwc, a->relu != 0, a->hi};
         fm_parallel_for(y->shape[0] * j.C, grain_for(0, j.Hy * j.Wy * k * k), epilogue, &j);
     }
     fm_tensor_release(t);
@@ -365,7 +368,8 @@ static fm_status conv2d_fused_kernel(const fm_op_call *c) {
     const fm_tensor *x = c->in[0], *w = c->in[1];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
-    if (direct_geometry(a, x) && !small_unpooled(a, c->out[0]) && !pointwise_unpooled(a, w)) {
+    /* a cap (ReLU6) only in the reference path's epilogue */
+    if (direct_geometry(a, x) && a->hi == INFINITY && !small_unpooled(a, c->out[0]) && !pointwise_unpooled(a, w)) {
         if (fm_cpu_use_avx512())
             return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? run_lanes(c) : run_direct(c);
         if (fm_cpu_use_avx2()) return run_lanes(c);
