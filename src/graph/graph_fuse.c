@@ -93,28 +93,18 @@ static bool conv_bn_match(const fm_graph *g, const int *uses, int i, int *bn) {
     return true;
 }
 
+static int conv_bn_node(rw_fuse *f, int i) {
+    int j;
+    if (!conv_bn_match(f->g, f->uses, i, &j)) return -1;
+    f->skip[j] = true;
+    f->tally[0]++;
+    return fold_bn(&f->r, &f->g->nodes[i], &f->g->nodes[j]);
+}
+
 fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        int j;
-        if (skip[i]) continue;
-        if (conv_bn_match(g, uses, i, &j)) {
-            st = fold_bn(&r, &g->nodes[i], &g->nodes[j]);
-            skip[j] = true;
-            fused++;
-        } else {
-            st = rw_copy_node(&r, &g->nodes[i]);
-        }
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d batch norms folded into the convolution before them", fused);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, conv_bn_node, n);
+    if (out) snprintf(note, nn, "%d batch norms folded into the convolution before them", n[0]);
     return out;
 }
 
@@ -136,85 +126,67 @@ static int add_ln_match(const fm_graph *g, int i) {
     return -1;
 }
 
+static int add_ln_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    int j = add_ln_match(g, i);
+    if (j < 0) return -1;
+    const gnode *a = &g->nodes[i], *n = &g->nodes[j];
+    const char *ins[4] = {rw_name(&f->r, a->in[0]), rw_name(&f->r, a->in[1]), n->n_in > 1 ? rw_name(&f->r, n->in[1]) : "",
+                          n->n_in > 2 ? rw_name(&f->r, n->in[2]) : ""};
+    const char *outs[2] = {g->values[a->out[0]].name, g->values[n->out[0]].name};
+    f->skip[j] = true;
+    f->tally[0]++;
+    return rw_node_as(&f->r, n, "add_layer_norm", 4, ins, 2, outs);
+}
+
 fm_graph *g_pass_fuse_add_layer_norm(const fm_graph *g, char *note, size_t nn) {
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        int j = add_ln_match(g, i);
-        if (j < 0) { st = rw_copy_node(&r, &g->nodes[i]); continue; }
-        const gnode *a = &g->nodes[i], *n = &g->nodes[j];
-        const char *ins[4] = {rw_name(&r, a->in[0]), rw_name(&r, a->in[1]), n->n_in > 1 ? rw_name(&r, n->in[1]) : "",
-                              n->n_in > 2 ? rw_name(&r, n->in[2]) : ""};
-        const char *outs[2] = {g->values[a->out[0]].name, g->values[n->out[0]].name};
-        st = rw_node_as(&r, n, "add_layer_norm", 4, ins, 2, outs);
-        skip[j] = true;
-        fused++;
-    }
-    free(skip);
-    if (!skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d residual adds fused with the layer norm after them", fused);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, add_ln_node, n);
+    if (out) snprintf(note, nn, "%d residual adds fused with the layer norm after them", n[0]);
     return out;
+}
+
+static int bias_gelu_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *l = &g->nodes[i];
+    int j = !strcmp(l->op, "linear") && l->n_in > 2 && l->in[2] >= 0 && g->values[l->out[0]].t.dt == FM_F32
+                ? sole_reader(g, f->uses, l->out[0]) : -1;
+    if (j < 0 || strcmp(g->nodes[j].op, "gelu_tanh")) return -1;
+    char mid[300];
+    snprintf(mid, sizeof mid, "%s.nobias", g->values[l->out[0]].name);
+    const char *ins[3] = {rw_name(&f->r, l->in[0]), rw_name(&f->r, l->in[1]), ""}, *bg[2] = {mid, rw_name(&f->r, l->in[2])};
+    const char *o1[1] = {mid}, *o2[1] = {g->values[g->nodes[j].out[0]].name};
+    fm_status st = rw_node_as(&f->r, l, "linear", 3, ins, 1, o1);
+    if (st == FM_OK) st = rw_node_as(&f->r, &g->nodes[j], "bias_gelu_tanh", 2, bg, 1, o2);
+    f->skip[j] = true;
+    f->tally[0]++;
+    return st;
 }
 
 fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        const gnode *l = &g->nodes[i];
-        int j = !strcmp(l->op, "linear") && l->n_in > 2 && l->in[2] >= 0 && g->values[l->out[0]].t.dt == FM_F32
-                    ? sole_reader(g, uses, l->out[0]) : -1;
-        if (j < 0 || strcmp(g->nodes[j].op, "gelu_tanh")) { st = rw_copy_node(&r, l); continue; }
-        char mid[300];
-        snprintf(mid, sizeof mid, "%s.nobias", g->values[l->out[0]].name);
-        const char *ins[3] = {rw_name(&r, l->in[0]), rw_name(&r, l->in[1]), ""}, *bg[2] = {mid, rw_name(&r, l->in[2])};
-        const char *o1[1] = {mid}, *o2[1] = {g->values[g->nodes[j].out[0]].name};
-        st = rw_node_as(&r, l, "linear", 3, ins, 1, o1);
-        if (st == FM_OK) st = rw_node_as(&r, &g->nodes[j], "bias_gelu_tanh", 2, bg, 1, o2);
-        skip[j] = true;
-        fused++;
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d linear biases fused into the tanh-GELU after them", fused);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, bias_gelu_node, n);
+    if (out) snprintf(note, nn, "%d linear biases fused into the tanh-GELU after them", n[0]);
     return out;
 }
 
+static int silu_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *s = &g->nodes[i];
+    int j = !strcmp(s->op, "sigmoid") ? sole_reader(g, f->uses, s->out[0]) : -1;
+    const gnode *m = j >= 0 ? &g->nodes[j] : NULL;
+    /* mul(x, sigmoid(x)) or mul(sigmoid(x), x), of one dtype (the mul's inputs are) */
+    if (!m || strcmp(m->op, "mul") || m->n_in != 2 || m->in[m->in[0] == s->out[0] ? 1 : 0] != s->in[0]) return -1;
+    const char *ins[1] = {rw_name(&f->r, s->in[0])}, *outs[1] = {g->values[m->out[0]].name};
+    f->skip[j] = true;
+    f->tally[0]++;
+    return rw_node_as(&f->r, m, "silu", 1, ins, 1, outs);
+}
+
 fm_graph *g_pass_fuse_silu(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        const gnode *s = &g->nodes[i];
-        int j = !strcmp(s->op, "sigmoid") ? sole_reader(g, uses, s->out[0]) : -1;
-        const gnode *m = j >= 0 ? &g->nodes[j] : NULL;
-        /* mul(x, sigmoid(x)) or mul(sigmoid(x), x), of one dtype (the mul's inputs are) */
-        if (!m || strcmp(m->op, "mul") || m->n_in != 2 || m->in[m->in[0] == s->out[0] ? 1 : 0] != s->in[0]) {
-            st = rw_copy_node(&r, s);
-            continue;
-        }
-        const char *ins[1] = {rw_name(&r, s->in[0])}, *outs[1] = {g->values[m->out[0]].name};
-        st = rw_node_as(&r, m, "silu", 1, ins, 1, outs);
-        skip[j] = true;
-        fused++;
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d sigmoid-times-input pairs fused into silu", fused);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, silu_node, n);
+    if (out) snprintf(note, nn, "%d sigmoid-times-input pairs fused into silu", n[0]);
     return out;
 }
 
@@ -250,85 +222,70 @@ static int64_t plain_pool(const gnode *n, const char *layout) {
     return ok && !strcmp(str_attr(n, "layout", "NCHW"), layout) ? k[0] : 0;
 }
 
-fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0, pooled = 0, alone = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        const gnode *c = &g->nodes[i];
-        fm_dtype dt = g->values[c->out[0]].t.dt;
-        if (strcmp(c->op, "conv2d") || (dt != FM_F32 && dt != FM_F64)) { st = rw_copy_node(&r, c); continue; }
-        int64_t relu = 0, pool = 0;
-        double hi = INFINITY;
-        bool act = false;
-        int last = i, chain[2], n_chain = 0;
-        for (int step = 0; step < 2; step++) { /* up to one relu (or clamp) and one pool after it, in either order */
-            int j = sole_reader(g, uses, g->nodes[last].out[0]);
-            if (j < 0) break;
-            const gnode *n = &g->nodes[j];
-            int64_t k = !pool && !strcmp(n->op, "max_pool2d") ? plain_pool(n, str_attr(c, "layout", "NCHW")) : 0;
-            double lo = 0;
-            if (!act && !strcmp(n->op, "relu")) relu = 1, act = true;
-            else if (!act && clamp_bounds(n, &lo, &hi) && (lo == 0 || lo == -INFINITY)) relu = lo == 0, act = true; /* ReLU6 */
-            else if (k) pool = k;
-            else break;
-            chain[n_chain++] = last = j;
-        }
-        /* a conv alone becomes conv2d_fused too where the CPU's direct kernels take it (f32
-         * constant weights, stride 1, one group): its weights are packed once at load, and
-         * 3x3 layers run Winograd (ResNet's second conv of a block, before the residual add) */
-        const fm_tensor *w = cst(g, c->in[1]);
-        if (!n_chain && !(dt == FM_F32 && w && w->ndim == 4 && w->shape[2] * w->shape[3] > 1 && g_conv_direct_geometry(c))) {
-            st = rw_copy_node(&r, c); /* (a 1x1 conv alone stays: conv2d gives it to the GEMM as it is) */
-            continue;
-        }
-        const char *ins[3] = {rw_name(&r, c->in[0]), rw_name(&r, c->in[1]), c->n_in > 2 ? rw_name(&r, c->in[2]) : ""};
-        const char *outs[1] = {g->values[g->nodes[last].out[0]].name};
-        fm_graph_attr extra[3] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool), fm_graph_attr_float("max", hi)};
-        st = rw_node_with(&r, c, "conv2d_fused", 3, ins, 1, outs, hi < INFINITY ? 3 : 2, extra);
-        for (int k = 0; k < n_chain; k++) skip[chain[k]] = true;
-        fused++;
-        alone += !n_chain;
-        pooled += pool > 1;
+static int conv_act_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *c = &g->nodes[i];
+    fm_dtype dt = g->values[c->out[0]].t.dt;
+    if (strcmp(c->op, "conv2d") || (dt != FM_F32 && dt != FM_F64)) return -1;
+    int64_t relu = 0, pool = 0;
+    double hi = INFINITY;
+    bool act = false;
+    int last = i, chain[2], n_chain = 0;
+    for (int step = 0; step < 2; step++) { /* up to one relu (or clamp) and one pool after it, in either order */
+        int j = sole_reader(g, f->uses, g->nodes[last].out[0]);
+        if (j < 0) break;
+        const gnode *n = &g->nodes[j];
+        int64_t k = !pool && !strcmp(n->op, "max_pool2d") ? plain_pool(n, str_attr(c, "layout", "NCHW")) : 0;
+        double lo, cap;
+        if (!act && !strcmp(n->op, "relu")) relu = 1, act = true;
+        else if (!act && clamp_bounds(n, &lo, &cap) && (lo == 0 || lo == -INFINITY)) relu = lo == 0, hi = cap, act = true; /* ReLU6 */
+        else if (k) pool = k;
+        else break;
+        chain[n_chain++] = last = j;
     }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
+    /* a conv alone becomes conv2d_fused too where the CPU's direct kernels take it (f32
+     * constant weights, stride 1, one group): its weights are packed once at load, and
+     * 3x3 layers run Winograd (ResNet's second conv of a block, before the residual add);
+     * a 1x1 conv alone stays: conv2d gives it to the GEMM as it is */
+    const fm_tensor *w = cst(g, c->in[1]);
+    if (!n_chain && !(dt == FM_F32 && w && w->ndim == 4 && w->shape[2] * w->shape[3] > 1 && g_conv_direct_geometry(c))) return -1;
+    const char *ins[3] = {rw_name(&f->r, c->in[0]), rw_name(&f->r, c->in[1]), c->n_in > 2 ? rw_name(&f->r, c->in[2]) : ""};
+    const char *outs[1] = {g->values[g->nodes[last].out[0]].name};
+    fm_graph_attr extra[3] = {fm_graph_attr_int("relu", relu), fm_graph_attr_int("pool", pool), fm_graph_attr_float("max", hi)};
+    for (int k = 0; k < n_chain; k++) f->skip[chain[k]] = true;
+    f->tally[n_chain ? 0 : 2]++;
+    f->tally[1] += pool > 1;
+    return rw_node_with(&f->r, c, "conv2d_fused", 3, ins, 1, outs, hi < INFINITY ? 3 : 2, extra);
+}
+
+fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t nn) {
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, conv_act_node, n);
     if (out)
         snprintf(note, nn, "%d convolutions fused with the ReLU/max pool after them (%d with the pool), %d alone for the direct kernels",
-                 fused - alone, pooled, alone);
+                 n[0], n[1], n[2]);
     return out;
 }
 
+static int linear_act_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *l = &g->nodes[i];
+    const fm_tensor *w = !strcmp(l->op, "linear") && g->values[l->out[0]].t.dt == FM_F32 ? cst(g, l->in[1]) : NULL;
+    if (!w || w->ndim != 2) return -1;
+    int j = sole_reader(g, f->uses, l->out[0]);
+    const bool relu = j >= 0 && !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1;
+    const char *ins[3] = {rw_name(&f->r, l->in[0]), rw_name(&f->r, l->in[1]), l->n_in > 2 ? rw_name(&f->r, l->in[2]) : ""};
+    const char *outs[1] = {g->values[(relu ? g->nodes[j].out[0] : l->out[0])].name};
+    fm_graph_attr extra[1] = {fm_graph_attr_int("relu", relu ? 1 : 0)};
+    if (relu) f->skip[j] = true, f->tally[1]++;
+    f->tally[0]++;
+    return rw_node_with(&f->r, l, "linear_fused", 3, ins, 1, outs, 1, extra);
+}
+
 fm_graph *g_pass_fuse_linear_act(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0, relus = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        const gnode *l = &g->nodes[i];
-        const fm_tensor *w = !strcmp(l->op, "linear") && g->values[l->out[0]].t.dt == FM_F32 ? cst(g, l->in[1]) : NULL;
-        if (!w || w->ndim != 2) { st = rw_copy_node(&r, l); continue; }
-        int j = sole_reader(g, uses, l->out[0]);
-        const bool relu = j >= 0 && !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1;
-        const char *ins[3] = {rw_name(&r, l->in[0]), rw_name(&r, l->in[1]), l->n_in > 2 ? rw_name(&r, l->in[2]) : ""};
-        const char *outs[1] = {g->values[(relu ? g->nodes[j].out[0] : l->out[0])].name};
-        fm_graph_attr extra[1] = {fm_graph_attr_int("relu", relu ? 1 : 0)};
-        st = rw_node_with(&r, l, "linear_fused", 3, ins, 1, outs, 1, extra);
-        if (relu) skip[j] = true, relus++;
-        fused++;
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them)", fused, relus);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, linear_act_node, n);
+    if (out) snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them)", n[0], n[1]);
     return out;
 }
 
@@ -357,32 +314,23 @@ static const char *transposed(rw *r, int w, char *name, size_t n) {
     return st ? NULL : name;
 }
 
+static int matmul_linear_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *m = &g->nodes[i];
+    const fm_tensor *w = !strcmp(m->op, "matmul") && m->n_in == 2 ? cst(g, m->in[1]) : NULL;
+    if (!w || w->ndim != 2 || cst(g, m->in[0]) || g->values[m->in[0]].t.ndim < 2 || g->values[m->in[0]].t.dt != FM_F32) return -1;
+    int j = sole_reader(g, f->uses, m->out[0]), b = j >= 0 ? bias_of(g, j, m->out[0], w->shape[1]) : -1;
+    char wname[300];
+    const char *ins[3] = {rw_name(&f->r, m->in[0]), transposed(&f->r, m->in[1], wname, sizeof wname), b >= 0 ? rw_name(&f->r, b) : ""};
+    const char *outs[1] = {g->values[b >= 0 ? g->nodes[j].out[0] : m->out[0]].name};
+    if (b >= 0) f->skip[j] = true, f->tally[1]++;
+    f->tally[0]++;
+    return ins[1] ? rw_node_as(&f->r, m, "linear", 3, ins, 1, outs) : fm_last_status();
+}
+
 fm_graph *g_pass_matmul_to_linear(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int done = 0, biased = 0;
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        const gnode *m = &g->nodes[i];
-        const fm_tensor *w = !strcmp(m->op, "matmul") && m->n_in == 2 ? cst(g, m->in[1]) : NULL;
-        if (!w || w->ndim != 2 || cst(g, m->in[0]) || g->values[m->in[0]].t.ndim < 2 || g->values[m->in[0]].t.dt != FM_F32) {
-            st = rw_copy_node(&r, m);
-            continue;
-        }
-        int j = sole_reader(g, uses, m->out[0]), b = j >= 0 ? bias_of(g, j, m->out[0], w->shape[1]) : -1;
-        char wname[300];
-        const char *ins[3] = {rw_name(&r, m->in[0]), transposed(&r, m->in[1], wname, sizeof wname), b >= 0 ? rw_name(&r, b) : ""};
-        const char *outs[1] = {g->values[b >= 0 ? g->nodes[j].out[0] : m->out[0]].name};
-        st = ins[1] ? rw_node_as(&r, m, "linear", 3, ins, 1, outs) : fm_last_status();
-        if (b >= 0) skip[j] = true, biased++;
-        done++;
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d matmuls by a constant 2-D weight made linear (%d with the bias add after them)", done, biased);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, matmul_linear_node, n);
+    if (out) snprintf(note, nn, "%d matmuls by a constant 2-D weight made linear (%d with the bias add after them)", n[0], n[1]);
     return out;
 }

@@ -57,28 +57,23 @@ static bool match(const fm_graph *g, const int *uses, int i, int *m) {
     return true;
 }
 
+static int attention_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    int m[6];
+    if (!match(g, f->uses, i, m)) return -1;
+    const gnode *s = &g->nodes[i], *a = &g->nodes[m[3]];
+    const gattr *sc = g_node_attr(a, "scale");
+    const char *ins[3] = {rw_name(&f->r, s->in[0]), rw_name(&f->r, g->nodes[m[1]].in[0]), rw_name(&f->r, g->nodes[m[2]].in[0])};
+    const char *outs[3] = {g->values[g->nodes[m[5]].out[0]].name, g->values[g->nodes[m[1]].out[0]].name, g->values[g->nodes[m[2]].out[0]].name};
+    fm_graph_attr scale = fm_graph_attr_float("scale", sc && sc->type == FM_ATTR_FLOAT ? sc->f : sc && sc->type == FM_ATTR_INT ? (double)sc->i : 0.0);
+    for (int k = 1; k < 6; k++) f->skip[m[k]] = true;
+    f->tally[0]++;
+    return rw_node_with(&f->r, s, "attention_kv", 3, ins, 3, outs, 1, &scale);
+}
+
 fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t nn) {
-    int *uses = rw_use_counts(g);
-    bool *skip = calloc((size_t)g->n_nodes + 1, sizeof *skip);
-    rw r;
-    fm_status st = uses && skip ? rw_begin(&r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
-    int fused = 0, m[6];
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
-        if (skip[i]) continue;
-        if (!match(g, uses, i, m)) { st = rw_copy_node(&r, &g->nodes[i]); continue; }
-        const gnode *s = &g->nodes[i], *a = &g->nodes[m[3]];
-        const gattr *sc = g_node_attr(a, "scale");
-        const char *ins[3] = {rw_name(&r, s->in[0]), rw_name(&r, g->nodes[m[1]].in[0]), rw_name(&r, g->nodes[m[2]].in[0])};
-        const char *outs[3] = {g->values[g->nodes[m[5]].out[0]].name, g->values[g->nodes[m[1]].out[0]].name, g->values[g->nodes[m[2]].out[0]].name};
-        fm_graph_attr scale = fm_graph_attr_float("scale", sc && sc->type == FM_ATTR_FLOAT ? sc->f : sc && sc->type == FM_ATTR_INT ? (double)sc->i : 0.0);
-        st = rw_node_with(&r, s, "attention_kv", 3, ins, 3, outs, 1, &scale);
-        for (int k = 1; k < 6; k++) skip[m[k]] = true;
-        fused++;
-    }
-    free(uses);
-    free(skip);
-    if (!uses || !skip) return NULL;
-    fm_graph *out = rw_end(&r, st);
-    if (out) snprintf(note, nn, "%d attention blocks (head split, cache append, attention, head merge) fused", fused);
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, attention_node, n);
+    if (out) snprintf(note, nn, "%d attention blocks (head split, cache append, attention, head merge) fused", n[0]);
     return out;
 }

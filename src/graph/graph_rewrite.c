@@ -122,6 +122,22 @@ fm_graph *rw_end(rw *r, fm_status st) {
     return r->dst;
 }
 
+fm_graph *rw_fuse_pass(const fm_graph *g, rw_fuse_fn fn, int tally[3]) {
+    rw_fuse f = {.g = g, .uses = rw_use_counts(g), .skip = calloc((size_t)g->n_nodes + 1, sizeof *f.skip)};
+    fm_status st = f.uses && f.skip ? rw_begin(&f.r, g) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
+        if (f.skip[i]) continue;
+        const int taken = fn(&f, i);
+        st = taken < 0 ? rw_copy_node(&f.r, &g->nodes[i]) : (fm_status)taken;
+    }
+    const bool ok = f.uses && f.skip;
+    free(f.uses);
+    free(f.skip);
+    if (!ok) return NULL;
+    for (int k = 0; k < 3; k++) tally[k] = f.tally[k];
+    return rw_end(&f.r, st);
+}
+
 /* Readers of each value (counts), for the passes' "used only here" tests. */
 int *rw_use_counts(const fm_graph *g) {
     int *c = calloc((size_t)g->n_values + 1, sizeof *c);

@@ -29,6 +29,21 @@ fm_graph *rw_end(rw *r, fm_status st);
 /* How many nodes (and graph outputs) read each value; free() the array. */
 int *rw_use_counts(const fm_graph *g);
 
+/* The fusion passes' common loop (rw_fuse_pass): each node not yet consumed by an earlier
+ * rewrite goes to fn, which either writes its rewrite into r (marking the nodes it
+ * absorbed in skip, counting in tally) and returns that status, or returns -1 and the
+ * node is copied as it is. uses: rw_use_counts. */
+typedef struct rw_fuse {
+    const fm_graph *g;
+    rw r;
+    int *uses;
+    bool *skip;
+    int tally[3];
+} rw_fuse;
+typedef int (*rw_fuse_fn)(rw_fuse *f, int i);
+/* The rewritten graph (or NULL), and fn's tallies. */
+fm_graph *rw_fuse_pass(const fm_graph *g, rw_fuse_fn fn, int tally[3]);
+
 /* The passes: each returns a new, validated graph (or NULL) and a one-line
  * summary of what it did in note. */
 fm_graph *g_pass_dce(const fm_graph *g, char *note, size_t n);
