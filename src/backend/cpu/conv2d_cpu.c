@@ -186,17 +186,39 @@ static void direct_fwd_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* Unpadded 1x1 stride-1 convs: per sample and group one GEMM on the input as it is.
+ * Samples [b, e) of the batch; called over the pool when there are at least as many
+ * samples as threads (each product then runs on one thread: MobileNetV2's 1x1 layers
+ * at 7x7-28x28 are too small to split well), else directly (each product split). */
+typedef struct pw_job {
+    const fm_conv_geom *g;
+    fm_dtype dt;
+    const void *x, *w, *bias;
+    void *y;
+    conv_act act;
+} pw_job;
+
+static void pointwise_samples(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const pw_job *j = ctx;
+    const fm_conv_geom *g = j->g;
+    const size_t es = fm_dtype_size(j->dt);
+    for (int64_t n = b; n < e; n++) {
+        for (int64_t gi = 0; gi < g->G; gi++)
+            fm_cpu_gemm(&(fm_cpu_gemm_args){j->dt, false, false, g->Og, g->P, g->Cg, cp(j->w, gi * g->Og * g->K, es), g->K,
+                                            cp(j->x, (n * g->C + gi * g->Cg) * g->P, es), g->P, 0.0,
+                                            mp(j->y, (n * g->O + gi * g->Og) * g->P, es), g->P});
+        epi_rows(j->dt, mp(j->y, n * g->O * g->P, es), g->O, g->P, j->bias, j->act);
+    }
+}
+
 static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
                                  const void *w, const void *bias, void *y, conv_act act) {
     size_t es = fm_dtype_size(dt);
     if (g->pointwise) {
-        for (int64_t n = 0; n < g->N; n++) {
-            for (int64_t gi = 0; gi < g->G; gi++)
-                fm_cpu_gemm(&(fm_cpu_gemm_args){dt, false, false, g->Og, g->P, g->Cg, cp(w, gi * g->Og * g->K, es), g->K,
-                                      cp(x, (n * g->C + gi * g->Cg) * g->P, es), g->P, 0.0,
-                                      mp(y, (n * g->O + gi * g->Og) * g->P, es), g->P});
-            epi_rows(dt, mp(y, n * g->O * g->P, es), g->O, g->P, bias, act);
-        }
+        pw_job j = {g, dt, x, w, bias, y, act};
+        if (g->N >= fm_num_threads() && g->N > 1) fm_parallel_for(g->N, 1, pointwise_samples, &j);
+        else pointwise_samples(&j, 0, g->N, 0);
         return FM_OK;
     }
     int64_t nc = conv_chunk(g, es);

@@ -14,6 +14,7 @@
 #define VSET1(v) (v)
 #define VLOADU(p) (*(p))
 #define VSTOREU(p, v) (*(p) = (v))
+#define VSTOREN(p, v, n) ((void)(p), (void)(v), (void)(n)) /* one lane: never partial */
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VMAX(a, b) ((a) > (b) ? (a) : (b))
 #define VMIN(a, b) ((a) < (b) ? (a) : (b))

@@ -9,6 +9,9 @@
 #define VSET1(v) _mm256_set1_ps(v)
 #define VLOADU(p) _mm256_loadu_ps(p)
 #define VSTOREU(p, v) _mm256_storeu_ps((p), (v))
+/* the first n lanes: a mask of n all-ones words from a sliding window over a table */
+static const int32_t k_lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+#define VSTOREN(p, v, n) _mm256_maskstore_ps((p), _mm256_loadu_si256((const __m256i *)(const void *)(k_lanes + 8 - (n))), (v))
 #define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define VMAX(a, b) _mm256_max_ps((a), (b))
 #define VMIN(a, b) _mm256_min_ps((a), (b))

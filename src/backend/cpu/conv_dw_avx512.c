@@ -9,6 +9,7 @@
 #define VSET1(v) _mm512_set1_ps(v)
 #define VLOADU(p) _mm512_loadu_ps(p)
 #define VSTOREU(p, v) _mm512_storeu_ps((p), (v))
+#define VSTOREN(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (v))
 #define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define VMAX(a, b) _mm512_max_ps((a), (b))
 #define VMIN(a, b) _mm512_min_ps((a), (b))
