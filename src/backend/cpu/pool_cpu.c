@@ -66,7 +66,7 @@ static fm_status max_pool2d_kernel(const fm_op_call *c) {
     }
     if (!idx) { /* a row per pool thread (malloc, as the GEMM packing: not the allocator's) */
         const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
-        j.wsn = g.W + 2 * g.pw + g.kw + g.sw;
+        j.wsn = 2 * (g.W + 2 * g.pw + g.kw + g.sw);
         j.ws = malloc((size_t)(nt * j.wsn) * fm_dtype_size(x->dtype));
         if (!j.ws) return fm_set_error(FM_ERR_OOM, "max_pool2d: out of memory for %d rows of %lld", nt, (long long)j.wsn);
     }

@@ -54,8 +54,8 @@ static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
 }
 /* max pool, NCHW, without the indices (inference): item = plane; separable, the
  * window's max over its rows into a row padded with -inf, then over its columns,
- * plain loops the compiler vectorizes. ws: W + 2 * pw + kw + sw elements (pool_cpu.c's
- * job.wsn). NaN wins. */
+ * plain loops the compiler vectorizes. ws: 2 (W + 2 pw + kw + sw) elements (pool_cpu.c's
+ * job.wsn): the row, then the window maxima at every column. NaN wins. */
 static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws) {
     /* locals and restrict: the build has -fno-strict-aliasing, so stores through T
      * pointers would otherwise reload g's fields and keep the loops scalar */
@@ -76,14 +76,18 @@ static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T
                 row[w] = ((a > m) | (a != a)) ? a : m; /* NaN wins; non-short-circuit: vectorizes */
             }
         }
-        T *restrict y = yp + oh * Wo;
+        /* the window's max at every column (contiguous, vectorized), then every sw-th */
+        T *restrict hm = ws + Wp + kw + sw;
         const T *restrict wsr = ws;
-        for (int64_t ow = 0; ow < Wo; ow++) y[ow] = wsr[ow * sw];
+        const int64_t nc = (Wo - 1) * sw + 1;
+        for (int64_t c = 0; c < nc; c++) hm[c] = wsr[c];
         for (int64_t j = 1; j < kw; j++)
-            for (int64_t ow = 0; ow < Wo; ow++) {
-                const T a = wsr[ow * sw + j], m = y[ow];
-                y[ow] = ((a > m) | (a != a)) ? a : m;
+            for (int64_t c = 0; c < nc; c++) {
+                const T a = wsr[c + j], m = hm[c];
+                hm[c] = ((a > m) | (a != a)) ? a : m;
             }
+        T *restrict y = yp + oh * Wo;
+        for (int64_t ow = 0; ow < Wo; ow++) y[ow] = hm[ow * sw];
     }
 }
 /* max pool, NHWC: item = (n, oh); channels innermost */
