@@ -26,7 +26,7 @@ on that file against `fathom compile FILE --dim s=128` (the batch stays dynamic)
 graph against ORT's quantize_dynamic (QInt8 weights) of the file, with the smallest cosine
 between each side's mean-pooled sentence embeddings and ORT's fp32 ones.
 --model vision exports torchvision image classifiers (ResNet-18, MobileNetV2, MobileNetV3-Small,
-EfficientNet-B0, RegNetY-400MF, SqueezeNet 1.0, ViT-B/16 by default, or --vision NAME,...; random
+EfficientNet-B0, RegNetY-400MF, SqueezeNet 1.0, ViT-B/16, Swin-T by default, or --vision NAME,...; random
 weights: speed does not depend on them; 224x224, dynamic batch, torch.onnx.export opset 17) and
 times `fathom compile FILE` (the batch stays dynamic) against ORT on the file at batch 1 and 8.
 --base DIR adds a third side: another build's libfathom.so running the graph that
@@ -325,7 +325,7 @@ def bench_bert(a, ort, lib, d):
         fm.close()
 
 
-VISION = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,regnet_y_400mf,squeezenet1_0,vit_b_16"
+VISION = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,regnet_y_400mf,squeezenet1_0,vit_b_16,swin_t"
 
 
 def bench_vision(a, ort, lib, d):

@@ -60,5 +60,34 @@ print(worst)" "$d" "$n")
   check "batch ${n:-2}: graph, compiled and exported outputs equal the interpreter's and ORT's within 1e-5 (worst $worst)" \
     'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 done
+# ScatterND (reduction add, a negative index) and ScatterElements (negative indices) in the
+# interpreter, against numpy written out here and ORT; the zero Pad becomes an identity in
+# the graph; an out-of-range index is refused by name, exit 1
+"$bin" run "$d/scatter.onnx" --input "d=$d/s.npy" --output "$d/sc" >/dev/null; rc1=$?
+"$bin" import "$d/scatter.onnx" -o "$d/sg" >/dev/null 2>"$d/sg.err"; rc2=$?
+check "scatter model runs; its import is refused only at the scatter (no graph form), not at the Pad" \
+  '[ $rc1 = 0 ] && [ $rc2 = 1 ] && grep -q "(ScatterND): has no graph form" "$d/sg.err"'
+worst=$(python3 -c "
+import sys, numpy as np
+d = sys.argv[1]
+x = np.load(f'{d}/s.npy'); y = x.copy()
+upd = np.arange(18, dtype=np.float32).reshape(3, 6)
+for i, (a, b) in enumerate([(0, 1), (0, -1), (0, 1)]):
+    y[a, b] += upd[i]
+for i in range(4):
+    for j, k in enumerate([5, -1, 0, 2, 2, 1]):
+        y[0, i, k] = 0.5
+got = np.load(f'{d}/sc/y.npy')
+err = float(np.max(np.abs(got - y)))
+try:
+    import onnxruntime as ort
+    r = ort.InferenceSession(f'{d}/scatter.onnx', providers=['CPUExecutionProvider']).run(None, {'d': x})[0]
+    err = max(err, float(np.max(np.abs(got - r))))
+except ImportError:
+    pass
+print(err)" "$d")
+check "scatter outputs equal numpy's (and ORT's) within a float rounding of values up to 20 (worst $worst)" 'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
+err=$("$bin" run "$d/bad_scatter.onnx" --input "d=$d/s.npy" 2>&1); rc=$?
+check "an out-of-range ScatterND index: exit 1, named" '[ $rc = 1 ] && [[ "$err" == *"index 4 is out of range for dim 1 of size 4"* ]]'
 [ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
 exit $fail

@@ -9,7 +9,11 @@ weights, input x [b, 3, 17, 19] float (dim_param b):
   1x1 Conv, and ViT's class token: a constant [1, 1, C] expanded to the batch
   (Shape, Gather, Concat, Expand) and concatenated before the flattened tokens.
 
-Also writes x.npy (batch 2) and x3.npy (batch 3).
+Also writes x.npy (batch 2) and x3.npy (batch 3), and scatter.onnx: data [b, 4, 6]
+float through a Pad with zero pads (Swin pads to the window: nothing at 224x224), then
+ScatterND (2-D indices, reduction add, a negative index) and ScatterElements (axis 2,
+negative indices) from constant indices and updates; with s.npy [2, 4, 6] and
+bad_scatter.onnx, whose ScatterND index is out of range.
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -56,9 +60,30 @@ def model():
     return m
 
 
+def scatter_model(bad=False):
+    f32, i64 = np.float32, np.int64
+    inits = [init("pads", np.zeros(6, i64)), init("ind", np.array([[0, 1], [0, -1], [0, 1]], i64)),
+             init("upd", np.arange(18, dtype=f32).reshape(3, 6) * (-1 if bad else 1)),
+             init("eind", np.array([[[5, -1, 0, 2, 2, 1]] * 4], i64)), init("eupd", np.full((1, 4, 6), 0.5, f32))]
+    if bad:
+        inits[1] = init("ind", np.array([[0, 4], [0, 1], [0, 2]], i64))
+    n = [helper.make_node("Pad", ["d", "pads"], ["p"]),
+         helper.make_node("ScatterND", ["p", "ind", "upd"], ["s1"], reduction="add"),
+         helper.make_node("ScatterElements", ["s1", "eind", "eupd"], ["y"], axis=2)]
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 4, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 6])
+    m = helper.make_model(helper.make_graph(n, "scatter", [d], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
+    save(scatter_model(), f"{out}/scatter.onnx")
+    save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
+    np.save(f"{out}/s.npy", np.random.default_rng(4).standard_normal((2, 4, 6)).astype(np.float32))
     rng = np.random.default_rng(3)
     np.save(f"{out}/x.npy", rng.standard_normal((2, 3, 17, 19)).astype(np.float32) * 2)
     np.save(f"{out}/x3.npy", rng.standard_normal((3, 3, 17, 19)).astype(np.float32) * 2)

@@ -531,6 +531,22 @@ static fm_status t_expand(tctx *t) {
     return node(t, "expand", 1, x, out_name(t, 0), 1, &a);
 }
 
+/* Pad whose pads are all zero (Swin pads its feature map to a multiple of the window,
+ * nothing at 224x224): identity. Nonzero pads have no graph op yet. */
+static fm_status t_pad(tctx *t) {
+    int64_t pads[2 * FM_MAX_DIMS];
+    int n = 0;
+    if (t->c.opset < 11) {
+        const int64_t *p = onnx_attr_ints(&t->c, "pads", &n);
+        for (int i = 0; i < n && i < 2 * FM_MAX_DIMS; i++) pads[i] = p[i];
+    } else if (need_folded(t, 1, "pads") || onnx_tensor_ints(&t->c, 1, pads, 2 * FM_MAX_DIMS, &n))
+        return fm_last_status();
+    for (int i = 0; i < n; i++)
+        if (pads[i]) return fm_set_error(FM_ERR_UNSUPPORTED, "Pad with nonzero pads has no graph form yet (fathom run runs the model)");
+    const char *x[1] = {in_name(t, 0)};
+    return node(t, "identity", 1, x, out_name(t, 0), 0, NULL);
+}
+
 bool onnx_graph_shape_input_ok(const char *op, int input) {
     return input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather")); /* Gather: t_gather */
 }
@@ -555,6 +571,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Gather,", t_gather},
         {",Slice,", t_slice},
         {",Expand,", t_expand},
+        {",Pad,", t_pad},
         {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];

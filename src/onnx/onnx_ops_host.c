@@ -222,6 +222,109 @@ static fm_status op_hardmax(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
 }
 
+/* ---- ScatterND, ScatterElements (and opset 9's Scatter): a copy of data with slices
+ * or elements replaced, or combined by the reduction (add, mul, max, min), by updates.
+ * Negative indices count from the end; one out of range is an error naming it. Swin's
+ * shifted-window mask is built with ScatterND. ---- */
+typedef enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } red_kind;
+
+static fm_status reduction_of(onnx_op_ctx *c, red_kind *r) {
+    char buf[16];
+    const char *s = onnx_attr_string(c, "reduction", "none", buf, sizeof buf);
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(s, names[k])) { *r = (red_kind)k; return FM_OK; }
+    return onnx_node_error(c, FM_ERR_UNSUPPORTED, "reduction '%s' is not one of none, add, mul, max, min", s);
+}
+
+/* y[di] = u[ui], or combined with it; f64 (floats) or i64 (integers) host buffers */
+static void scatter_one(fm_dtype hd, void *y, int64_t di, const void *u, int64_t ui, red_kind r) {
+    if (hd == FM_F64) {
+        double *d = (double *)y + di, v = ((const double *)u)[ui];
+        *d = r == RED_ADD ? *d + v : r == RED_MUL ? *d * v : r == RED_MAX ? fmax(*d, v) : r == RED_MIN ? fmin(*d, v) : v;
+    } else {
+        int64_t *d = (int64_t *)y + di, v = ((const int64_t *)u)[ui];
+        *d = r == RED_ADD ? *d + v : r == RED_MUL ? *d * v : r == RED_MAX ? (*d > v ? *d : v) : r == RED_MIN ? (*d < v ? *d : v) : v;
+    }
+}
+
+/* Index v along a dim of size n, negative from the end: the index, or -1 when out of range. */
+static int64_t wrap_index(int64_t v, int64_t n) {
+    if (v < 0) v += n;
+    return v >= 0 && v < n ? v : -1;
+}
+
+/* Host copies: data as a fresh y (never the input's storage), indices as i64, updates in y's type. */
+static fm_status scatter_host(onnx_op_ctx *c, fm_dtype hd, fm_tensor **y, fm_tensor **ih, fm_tensor **uh) {
+    fm_tensor *h = onnx_host(c->in[0], hd);
+    *y = h ? host_like(h, hd) : NULL;
+    if (*y) memcpy(fm_tensor_data(*y), fm_tensor_data(h), fm_tensor_nbytes(h));
+    fm_tensor_release(h);
+    *ih = *y ? onnx_host(c->in[1], FM_I64) : NULL;
+    *uh = *ih ? onnx_host(c->in[2], hd) : NULL;
+    return *uh ? FM_OK : fm_last_status();
+}
+
+static fm_status op_scatter_nd(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0], *ind = c->in[1], *up = c->in[2];
+    red_kind red = RED_NONE;
+    if (reduction_of(c, &red)) return fm_last_status();
+    const int64_t k = ind->ndim ? ind->shape[ind->ndim - 1] : 0;
+    if (k < 1 || k > x->ndim) return onnx_node_error(c, FM_ERR_INVALID, "indices' last dim %lld must be in [1, %d]", (long long)k, x->ndim);
+    int64_t n = 1, slice = 1;
+    bool ok = up->ndim == ind->ndim - 1 + x->ndim - k;
+    for (int d = 0; ok && d < ind->ndim - 1; d++) ok = up->shape[d] == ind->shape[d], n *= ind->shape[d];
+    for (int d = (int)k; ok && d < x->ndim; d++) ok = up->shape[ind->ndim - 1 + d - k] == x->shape[d], slice *= x->shape[d];
+    if (!ok) return onnx_node_error(c, FM_ERR_INVALID, "updates must have the shape indices.shape[:-1] + data.shape[%lld:]", (long long)k);
+    fm_dtype hd = host_dtype(x->dtype);
+    fm_tensor *y, *ih, *uh;
+    fm_status st = scatter_host(c, hd, &y, &ih, &uh);
+    const int64_t *iv = ih ? fm_tensor_data(ih) : NULL;
+    for (int64_t i = 0; st == FM_OK && i < n; i++) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < k && st == FM_OK; d++) {
+            const int64_t v = wrap_index(iv[i * k + d], x->shape[d]);
+            if (v < 0) st = onnx_node_error(c, FM_ERR_INVALID, "index %lld is out of range for dim %lld of size %lld", (long long)iv[i * k + d],
+                                            (long long)d, (long long)x->shape[d]);
+            off = off * x->shape[d] + v;
+        }
+        for (int64_t j = 0; st == FM_OK && j < slice; j++) scatter_one(hd, fm_tensor_data(y), off * slice + j, fm_tensor_data(uh), i * slice + j, red);
+    }
+    REL(ih, uh);
+    if (st) { fm_tensor_release(y); return st; }
+    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+}
+
+static fm_status op_scatter_elements(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0], *ind = c->in[1], *up = c->in[2];
+    red_kind red = RED_NONE;
+    int axis;
+    if (reduction_of(c, &red) || fm_norm_axis("ScatterElements", (int)onnx_attr_int(c, "axis", 0), x->ndim, &axis))
+        return fm_last_status();
+    bool ok = ind->ndim == x->ndim && up->ndim == x->ndim;
+    for (int d = 0; ok && d < x->ndim; d++) ok = ind->shape[d] == up->shape[d] && (d == axis || ind->shape[d] <= x->shape[d]);
+    if (!ok) return onnx_node_error(c, FM_ERR_INVALID, "indices and updates must have one shape, data's rank and no larger dims off the axis");
+    fm_dtype hd = host_dtype(x->dtype);
+    fm_tensor *y, *ih, *uh;
+    fm_status st = scatter_host(c, hd, &y, &ih, &uh);
+    const int64_t n = ih ? fm_tensor_numel(ih) : 0, *iv = ih ? fm_tensor_data(ih) : NULL;
+    int64_t pos[FM_MAX_DIMS] = {0};
+    for (int64_t i = 0; st == FM_OK && i < n; i++) { /* pos: element i's multi-index in indices */
+        const int64_t v = wrap_index(iv[i], x->shape[axis]);
+        if (v < 0) {
+            st = onnx_node_error(c, FM_ERR_INVALID, "index %lld is out of range for axis %d of size %lld", (long long)iv[i], axis, (long long)x->shape[axis]);
+            break;
+        }
+        int64_t off = 0;
+        for (int d = 0; d < x->ndim; d++) off = off * x->shape[d] + (d == axis ? v : pos[d]);
+        scatter_one(hd, fm_tensor_data(y), off, fm_tensor_data(uh), i, red);
+        for (int d = x->ndim - 1; d >= 0 && ++pos[d] == ind->shape[d]; d--) pos[d] = 0;
+    }
+    REL(ih, uh);
+    if (st) { fm_tensor_release(y); return st; }
+    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+}
+
 /* ---- composed ---- */
 /* x * sigmoid(alpha * x) */
 static fm_status op_swish(onnx_op_ctx *c) {
@@ -260,6 +363,9 @@ const onnx_op onnx_ops_host[] = {
     {"IsNaN", 9, 1, 1, 1, "", op_isnan},     {"IsInf", 10, 1, 1, 1, "detect_negative,detect_positive", op_isinf},
     {"Mod", 10, 2, 2, 1, "fmod", op_mod},    {"Trilu", 14, 1, 2, 1, "upper", op_trilu},
     {"CumSum", 11, 2, 2, 1, "exclusive,reverse", op_cumsum},
+    {"ScatterND", 11, 3, 3, 1, "reduction", op_scatter_nd},
+    {"ScatterElements", 11, 3, 3, 1, "axis,reduction", op_scatter_elements},
+    {"Scatter", 9, 3, 3, 1, "axis", op_scatter_elements},
     {"Hardmax", 13, 1, 1, 1, "axis", op_hardmax},
     {"Swish", 24, 1, 1, 1, "alpha", op_swish},
     {"RMSNormalization", 23, 2, 2, 1, "axis,epsilon,stash_type", op_rms_norm},
