@@ -689,7 +689,7 @@ static void test_conv_wino(void) {
         memset(&d, 0, sizeof d);
         const int64_t Ho = h->H + 2 * h->pad - 2, Wo = h->W + 2 * h->pad - 2, per = h->C * 9;
         d.N = h->N, d.C = h->C, d.O = h->O, d.Hp = h->H + 2 * h->pad, d.WS = h->W + 2 * h->pad, d.Hy = Ho / 2, d.Wy = Wo / 2;
-        d.relu = h->relu;
+        d.relu = h->relu, d.pool = 2;
         CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 2, d.Hy, d.Wy), "conv wino shape %zu should fit", s);
         fm_conv_wino_plan(&d);
         const int64_t ny = h->N * h->O * d.Hy * d.Wy, nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
@@ -755,6 +755,61 @@ static void test_conv_wino(void) {
                   bad >= 0 ? y[bad] : 0, worst);
         if (nan_at >= 0) CHECK_MSG(nans > 0, "conv wino: the NaN in the input reached no output");
         free(x), free(w), free(xp), free(wp), free(u), free(ws), free(b), free(y);
+    }
+}
+
+/* The same kernel without the pool, reading the input unpadded (as conv_fused_cpu.c
+ * calls it): every output of odd and even sizes (the last tile row and column cut
+ * short) against a double sum, within the same bound; nothing written past the output. */
+static void test_conv_wino_unpooled(void) {
+    if (!w512) return;
+    typedef struct { int64_t N, C, O, H, W, pad; int relu; } shp;
+    const shp shapes[] = {{1, 16, 32, 9, 13, 1, 1}, {2, 8, 16, 12, 12, 1, 0}, {1, 24, 48, 7, 5, 0, 1}, {1, 32, 64, 15, 30, 1, 0}};
+    uint64_t seed = 77;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shp *h = &shapes[s];
+        fm_conv_wino d;
+        memset(&d, 0, sizeof d);
+        const int64_t Ho = h->H + 2 * h->pad - 2, Wo = h->W + 2 * h->pad - 2, per = h->C * 9, ny = h->N * h->O * Ho * Wo;
+        d.N = h->N, d.C = h->C, d.O = h->O, d.Ho = Ho, d.Wo = Wo, d.Hy = (Ho + 1) / 2, d.Wy = (Wo + 1) / 2, d.relu = h->relu, d.pool = 0;
+        d.H = h->H, d.W = h->W, d.ph = d.pw = h->pad;
+        CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 0, Ho, Wo), "unpooled conv wino shape %zu should fit", s);
+        fm_conv_wino_plan(&d);
+        const int64_t nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
+        float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
+        float *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
+        float *u = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(h->C, h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
+        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)(ny + 64));
+        if (!x || !w || !wp || !u || !ws || !b || !y) { CHECK(!"out of memory"); return; }
+        for (int64_t i = 0; i < nx; i++) x[i] = 2 * frand(&seed);
+        for (int64_t i = 0; i < h->O * per; i++) w[i] = frand(&seed);
+        for (int64_t i = 0; i < h->O; i++) b[i] = frand(&seed);
+        fm_conv_lanes_pack(w, wp, h->O, per);
+        fm_conv_wino_weights_avx512(wp, u, h->O, h->C);
+        d.x = x, d.u = u, d.bias = b, d.y = y;
+        for (int64_t i = 0; i < ny + 64; i++) y[i] = -7.0f;
+        const int64_t tasks = fm_conv_wino_tasks(&d);
+        for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx512(&d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < h->N * h->O * Ho * Wo && bad < 0; i++) {
+            const int64_t n = i / (h->O * Ho * Wo), o = i / (Ho * Wo) % h->O, oh = i / Wo % Ho, ow = i % Wo;
+            double sum = b[o], mag = fabs(b[o]);
+            for (int64_t c = 0; c < h->C; c++)
+                for (int64_t ki = 0; ki < 3; ki++)
+                    for (int64_t kj = 0; kj < 3; kj++) {
+                        const int64_t ih = oh - h->pad + ki, iw = ow - h->pad + kj;
+                        if (ih < 0 || ih >= h->H || iw < 0 || iw >= h->W) continue;
+                        const double t = (double)x[((n * h->C + c) * h->H + ih) * h->W + iw] * w[((o * h->C + c) * 3 + ki) * 3 + kj];
+                        sum += t, mag += fabs(t);
+                    }
+            if (h->relu && sum < 0) sum = 0;
+            if (!(fabs((double)y[i] - sum) <= 8.0 * 2.0 * (double)(per + 2) * 0x1p-24 * mag + 1e-30)) bad = i;
+        }
+        for (int64_t i = ny; i < ny + 64 && bad < 0; i++)
+            if (y[i] != -7.0f) bad = i;
+        CHECK_MSG(bad < 0, "unpooled conv wino N%lld C%lld O%lld %lldx%lld pad %lld: output %lld is %g", (long long)h->N, (long long)h->C,
+                  (long long)h->O, (long long)h->H, (long long)h->W, (long long)h->pad, (long long)bad, bad >= 0 ? y[bad] : 0);
+        free(x), free(w), free(wp), free(u), free(ws), free(b), free(y);
     }
 }
 #pragma pop_macro("N")
@@ -905,6 +960,7 @@ int main(void) {
     test_linear_packed();
     test_conv_lanes();
     test_conv_wino();
+    test_conv_wino_unpooled();
     test_attention();
     test_colsum();
     TEST_DONE();

@@ -31,11 +31,13 @@ cp data/gpus.json tests/data/plan_gpus_test.json "$seeds/plan_db/"
 for c in tests/data/plan_configs/*/config.json; do cp "$c" "$seeds/plan_config/$(basename "$(dirname "$c")").json"; done
 # ONNX: the smaller models and tensors of Debian's libonnx-testdata node suite, when installed
 mkdir -p "$seeds/onnx"
-for m in /usr/share/libonnx-testdata/data/node/test_{abs,add_bcast,conv_with_strides_padding,gemm_default_single_elem_vector_bias,maxpool_2d_pads,reshape_negative_dim,slice,softmax_axis_0,layer_normalization_2d_axis0,gather_0,split_equal_parts_1d,transpose_default,batchnorm_example,concat_2d_axis_0,clip,expand_dim_changed,reduce_sum_keepdims_example,where_example,cast_FLOAT_to_DOUBLE,pad}; do
+for m in /usr/share/libonnx-testdata/data/node/test_{abs,add_bcast,conv_with_strides_padding,gemm_default_single_elem_vector_bias,maxpool_2d_pads,reshape_negative_dim,slice,softmax_axis_0,layer_normalization_2d_axis0,gather_0,split_equal_parts_1d,transpose_default,batchnorm_example,concat_2d_axis_0,clip,expand_dim_changed,reduce_sum_keepdims_example,where_example,cast_FLOAT_to_DOUBLE,pad,scatternd,scatter_elements_with_negative_indices,maxpool_2d_ceil}; do
   [ -f "$m/model.onnx" ] && cp "$m/model.onnx" "$seeds/onnx/$(basename "$m").onnx" && cp "$m/test_data_set_0/input_0.pb" "$seeds/onnx/$(basename "$m").pb"
 done
-# and what torch.onnx.export writes for a BERT (the graph import's patterns), when python3 has onnx
+# and what torch.onnx.export writes for a BERT and for torchvision's image models (the graph
+# import's patterns, scatters), when python3 has onnx
 python3 tests/onnx_import_patterns.py "$seeds/onnx" > /dev/null 2>&1 || true
+python3 tests/onnx_vision_patterns.py "$seeds/onnx" > /dev/null 2>&1 || true
 rm -f "$seeds/onnx"/*.npy
 printf 'a,b,label\n1,2,0\n3.5,-4e2,1\n' > "$seeds/csv/small.csv"
 python3 - "$seeds" <<'PY'
