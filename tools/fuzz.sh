@@ -15,7 +15,13 @@ b=${BUILD_DIR:-build-fuzz}
 targets=${*:-$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//' | tr '\n' ' ')}
 CC=$cc cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Debug -DFATHOM_FUZZ=ON -DFATHOM_WERROR=OFF -DFATHOM_CUDA=OFF > /dev/null
 # shellcheck disable=SC2086
-cmake --build "$b" -j"$(nproc)" --target fathom_cli $targets 2>&1 | grep -E "error|warning: unused" || true
+if ! cmake --build "$b" -j"$(nproc)" --target fathom_cli $targets > "$b/build.log" 2>&1; then
+  # a failed build must not fuzz the binaries an earlier one left behind
+  grep -E "error" "$b/build.log" | head -20
+  echo "fuzz: the build failed (log: $b/build.log)"
+  exit 1
+fi
+grep -E "warning: unused" "$b/build.log" || true
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 # ---- seeds ----

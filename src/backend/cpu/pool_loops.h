@@ -4,8 +4,50 @@
  * Written once for both element types: pool_cpu.c includes this file twice, with
  * T = float, SFX(name) = name_f32 and T = double, SFX(name) = name_f64, so each
  * loop compiles to its own typed function (no include guard on purpose). */
+/* max pool, NCHW, without the indices (inference): item = plane; separable, the
+ * window's max over its rows into a row padded with -inf, then over its columns,
+ * plain loops the compiler vectorizes. ws: 2 (W + 2 pw + kw + sw) elements (pool_cpu.c's
+ * job.wsn): the row, then the window maxima at every column. NaN wins. Cloned per
+ * vector width (compares and selects only: the same bits at each), as conv2d's
+ * epilogue: ResNet's stem pool (64 planes of 112x112, 3x3/2) 0.38 -> 0.29 ms on 2
+ * threads of an Intel Xeon model 167; SqueezeNet's first (96 of 109x109) 0.53 -> 0.52,
+ * bound by reading the planes. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws) {
+    /* locals and restrict: the build has -fno-strict-aliasing, so stores through T
+     * pointers would otherwise reload g's fields and keep the loops scalar */
+    const int64_t H = g->H, W = g->W, Wo = g->Wo, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, ph = g->ph;
+    const int64_t Wp = W + 2 * g->pw;
+    for (int64_t i = 0; i < Wp + kw + sw; i++) ws[i] = (T)-INFINITY;
+    T *restrict row = ws + g->pw;
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        int64_t hs = oh * sh - ph, he = hs + kh;
+        if (hs < 0) hs = 0;
+        if (he > H) he = H;
+        const T *restrict r0 = xp + hs * W;
+        for (int64_t w = 0; w < W; w++) row[w] = r0[w];
+        for (int64_t h = hs + 1; h < he; h++) {
+            const T *restrict r = xp + h * W;
+            for (int64_t w = 0; w < W; w++) {
+                const T a = r[w], m = row[w];
+                row[w] = ((a > m) | (a != a)) ? a : m; /* NaN wins; non-short-circuit: vectorizes */
+            }
+        }
+        /* the window's max at every column (contiguous, vectorized), then every sw-th */
+        T *restrict hm = ws + Wp + kw + sw;
+        const T *restrict wsr = ws;
+        const int64_t nc = (Wo - 1) * sw + 1;
+        for (int64_t c = 0; c < nc; c++) hm[c] = wsr[c];
+        for (int64_t j = 1; j < kw; j++)
+            for (int64_t c = 0; c < nc; c++) {
+                const T a = wsr[c + j], m = hm[c];
+                hm[c] = ((a > m) | (a != a)) ? a : m;
+            }
+        T *restrict y = yp + oh * Wo;
+        for (int64_t ow = 0; ow < Wo; ow++) y[ow] = hm[ow * sw];
+    }
+}
 /* max pool, NCHW: item = plane; NaN wins (as PyTorch), index = ih*W + iw */
-static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws);
 static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
     const pool_job *j = ctx; const fm_pool_geom *g = j->g;
     if (!j->idx) { /* no indices wanted: the separable loops, in this thread's row of scratch */
@@ -50,49 +92,6 @@ static void SFX(maxpool_nchw)(void *ctx, int64_t b, int64_t e, int tid) {
                 nan_found:
                 yp[oh * g->Wo + ow] = best; ip[oh * g->Wo + ow] = bi;
             }
-    }
-}
-/* max pool, NCHW, without the indices (inference): item = plane; separable, the
- * window's max over its rows into a row padded with -inf, then over its columns,
- * plain loops the compiler vectorizes. ws: 2 (W + 2 pw + kw + sw) elements (pool_cpu.c's
- * job.wsn): the row, then the window maxima at every column. NaN wins. Cloned per
- * vector width (compares and selects only: the same bits at each), as conv2d's
- * epilogue: ResNet's stem pool (64 planes of 112x112, 3x3/2) 0.38 -> 0.29 ms on 2
- * threads of an Intel Xeon model 167; SqueezeNet's first (96 of 109x109) 0.53 -> 0.52,
- * bound by reading the planes. */
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T *ws) {
-    /* locals and restrict: the build has -fno-strict-aliasing, so stores through T
-     * pointers would otherwise reload g's fields and keep the loops scalar */
-    const int64_t H = g->H, W = g->W, Wo = g->Wo, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, ph = g->ph;
-    const int64_t Wp = W + 2 * g->pw;
-    for (int64_t i = 0; i < Wp + kw + sw; i++) ws[i] = (T)-INFINITY;
-    T *restrict row = ws + g->pw;
-    for (int64_t oh = 0; oh < g->Ho; oh++) {
-        int64_t hs = oh * sh - ph, he = hs + kh;
-        if (hs < 0) hs = 0;
-        if (he > H) he = H;
-        const T *restrict r0 = xp + hs * W;
-        for (int64_t w = 0; w < W; w++) row[w] = r0[w];
-        for (int64_t h = hs + 1; h < he; h++) {
-            const T *restrict r = xp + h * W;
-            for (int64_t w = 0; w < W; w++) {
-                const T a = r[w], m = row[w];
-                row[w] = ((a > m) | (a != a)) ? a : m; /* NaN wins; non-short-circuit: vectorizes */
-            }
-        }
-        /* the window's max at every column (contiguous, vectorized), then every sw-th */
-        T *restrict hm = ws + Wp + kw + sw;
-        const T *restrict wsr = ws;
-        const int64_t nc = (Wo - 1) * sw + 1;
-        for (int64_t c = 0; c < nc; c++) hm[c] = wsr[c];
-        for (int64_t j = 1; j < kw; j++)
-            for (int64_t c = 0; c < nc; c++) {
-                const T a = wsr[c + j], m = hm[c];
-                hm[c] = ((a > m) | (a != a)) ? a : m;
-            }
-        T *restrict y = yp + oh * Wo;
-        for (int64_t ow = 0; ow < Wo; ow++) y[ow] = hm[ow * sw];
     }
 }
 /* max pool, NHWC: item = (n, oh); channels innermost */
