@@ -351,6 +351,44 @@ static int binary_forward_named(const char *name) {
     for (int i = 0; y && i < 24; i++)
         CHECK_NEAR(fm_tensor_get(y, i), k_bin[b].ref(fm_tensor_get(mt, i), fm_tensor_get(qs, i)), 1e-5);
     fm_tensor_release_n(6, m, mt, q, qa, qs, y);
+    /* the shapes whose dims the kernel merges (elementwise_cpu.c, coalesce): an SE block's
+     * [N, C, 1, 1] scale over [N, C, H, W] (either side), [1, C, 1, W] with size-1 dims
+     * between, a transposed operand with a broadcast one, and a [1, 1] scalar tensor */
+    {
+        const int64_t shp[][2][5] = {{{2, 5, 3, 7, 0}, {2, 5, 1, 1, 0}}, {{2, 1, 5, 1, 6}, {1, 1, 5, 1, 1}},
+                                     {{3, 5, 4, 6, 0}, {1, 5, 1, 6, 0}}, {{4, 9, 0, 0, 0}, {1, 1, 0, 0, 0}}};
+        const int nds[4] = {4, 5, 4, 2};
+        for (int t = 0; t < 8; t++) {
+            const int s = t % 4, nd = nds[s];
+            int64_t sx[5], sy[5], n = 1, nb = 1;
+            for (int i = 0; i < nd; i++) sx[i] = shp[s][0][i], sy[i] = shp[s][1][i], n *= sx[i], nb *= sy[i];
+            fm_tensor *x = fm_tensor_rand(nd, sx, FM_F32, &r), *bc = fm_tensor_rand(nd, sy, FM_F32, &r), *xv = NULL;
+            for (int64_t i = 0; i < nb; i++) fm_tensor_set(bc, i, k_bin[b].positive ? 0.5 + 0.01 * (double)i : 0.25 * (double)(i % 7) - 0.75);
+            if (s == 2) { /* x as a transposed view of a [3, 5, 6, 4] tensor */
+                int64_t st[4] = {3, 5, 6, 4};
+                fm_tensor *base = fm_tensor_rand(4, st, FM_F32, &r);
+                xv = fm_transpose(base, 2, 3);
+                fm_tensor_release(base);
+            } else xv = fm_tensor_retain(x);
+            fm_tensor *z = t < 4 ? k_bin[b].fn(xv, bc) : k_bin[b].fn(bc, xv);
+            CHECK_MSG(z && fm_tensor_numel(z) == n, "%s coalesced case %d: %s", name, t, z ? "wrong size" : fm_last_error());
+            for (int64_t i = 0; z && i < n; i++) {
+                int64_t rem = i, bi = 0, mul = 1;
+                for (int d = nd - 1; d >= 0; d--) { /* the broadcast operand's element for output i */
+                    const int64_t idx = rem % sx[d];
+                    rem /= sx[d];
+                    bi += (sy[d] == 1 ? 0 : idx) * mul, mul *= sy[d];
+                }
+                const double xv_i = fm_tensor_get(xv, i), bv = fm_tensor_get(bc, bi);
+                const double want = t < 4 ? k_bin[b].ref(xv_i, bv) : k_bin[b].ref(bv, xv_i), got = fm_tensor_get(z, i);
+                if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)))) {
+                    CHECK_MSG(0, "%s coalesced case %d at %lld: %g vs %g", name, t, (long long)i, got, want);
+                    break;
+                }
+            }
+            fm_tensor_release_n(4, x, bc, xv, z);
+        }
+    }
     /* bad input: incompatible shapes and dtypes */
     int64_t x1[1] = {3}, x2[1] = {4};
     fm_tensor *p1 = fm_tensor_ones(1, x1, FM_F32, FM_CPU), *p2 = fm_tensor_ones(1, x2, FM_F32, FM_CPU);
