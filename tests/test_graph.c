@@ -497,6 +497,39 @@ static void test_fuse_silu_by_hand(void) {
     fm_graph_free(g);
 }
 
+/* fuse-elementwise on a built graph: HardSwish as exported (mul by 1/6, add 0.5, clamp
+ * 0..1, mul by x) becomes one ew_chain; a chain whose first value is also a graph output
+ * stops there; an add of a [37] constant (broadcast, not a scalar) is no step. */
+static void test_fuse_elementwise_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *c6 = fm_tensor_full(0, NULL, 1.0 / 6, FM_F32, FM_CPU), *ch = fm_tensor_full(0, NULL, 0.5, FM_F32, FM_CPU);
+    fm_tensor *bv = randn(1, (int64_t[]){37}, 41);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 37}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "c6", c6) == FM_OK && fm_graph_add_const(g, "ch", ch) == FM_OK && fm_graph_add_const(g, "bv", bv) == FM_OK);
+    fm_graph_attr cl[2] = {fm_graph_attr_float("min", 0), fm_graph_attr_float("max", 1)};
+    CHECK(fm_graph_add_node(g, "mul", "m1", 2, (const char *[]){"x", "c6"}, 1, (const char *[]){"h1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "add", "a1", 2, (const char *[]){"ch", "h1"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "clamp", "k1", 1, (const char *[]){"h2"}, 1, (const char *[]){"h3"}, 2, cl) == FM_OK);
+    CHECK(fm_graph_add_node(g, "mul", "m2", 2, (const char *[]){"h3", "x"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "sigmoid", "s1", 1, (const char *[]){"x"}, 1, (const char *[]){"s"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "tanh", "t1", 1, (const char *[]){"s"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "add", "a3", 2, (const char *[]){"y2", "bv"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
+    const char *outs[3] = {"y1", "s", "y3"};
+    for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "batch", 5) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    char note[256] = "";
+    fm_graph *p = fm_graph_pass(g, "fuse-elementwise", note, sizeof note);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-elementwise by hand: diff %g %s", d, fm_last_error());
+    CHECK_MSG(p && count_op(p, "ew_chain") == 1 && count_op(p, "clamp") == 0 && count_op(p, "mul") == 0 && count_op(p, "sigmoid") == 1 &&
+                  count_op(p, "tanh") == 1 && count_op(p, "add") == 1,
+              "fuse-elementwise by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release_n(3, c6, ch, bv);
+}
+
 /* fuse-linear-act on a built graph: linear + relu fuses (relu = 1); a linear alone
  * with a constant weight becomes linear_fused (relu = 0, packed weights); a linear
  * whose output is also a graph output keeps its relu node; a linear whose weight is
@@ -625,6 +658,7 @@ static void test_passes(void) {
     test_fuse_linear_act_by_hand();
     test_matmul_to_linear_by_hand();
     test_fuse_silu_by_hand();
+    test_fuse_elementwise_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

@@ -214,6 +214,26 @@ FM_API fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, f
  * the fused layout directly. scale <= 0 means 1/sqrt(D). Where the device's backend
  * has no fused kernel (or for f16/bf16), it runs as those three steps. */
 FM_API fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale);
+/* Inference: y = the steps applied in order to each element of x (f32), in one pass over
+ * memory instead of one per step; v is the running value, x the input element. */
+typedef enum fm_ew_step_op {
+    FM_EW_ADD,   /* v + a */
+    FM_EW_MUL,   /* v * a */
+    FM_EW_SUB,   /* v - a */
+    FM_EW_RSUB,  /* a - v */
+    FM_EW_DIV,   /* v / a */
+    FM_EW_RDIV,  /* a / v */
+    FM_EW_CLAMP, /* min(max(v, a), b); NaN stays */
+    FM_EW_RELU,
+    FM_EW_SIGMOID,
+    FM_EW_TANH,
+    FM_EW_MUL_X, /* v * x */
+    FM_EW_ADD_X, /* v + x */
+    FM_EW_OP_COUNT
+} fm_ew_step_op;
+typedef struct fm_ew_step { fm_ew_step_op op; float a, b; } fm_ew_step;
+#define FM_EW_CHAIN_MAX 8
+FM_API fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps);
 /* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
  * in front, added in the same pass; the backward writes dx and sums db in one pass. */
 FM_API fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);

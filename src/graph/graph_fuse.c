@@ -20,7 +20,11 @@
  *       imported ONNX MatMul + Add (a PyTorch Linear on 3-D input) becomes, so that the
  *       linear passes after it apply;
  *   sigmoid(x) -> mul with x          =>  silu(x) (SiLU/Swish as exported: EfficientNet's
- *       activations; one pass over the tensor instead of two and no intermediate).
+ *       activations; one pass over the tensor instead of two and no intermediate);
+ *   2 to 8 f32 elementwise steps in a row (add/sub/mul/div by a scalar constant or by
+ *       the chain's input, relu, clamp, sigmoid, tanh), no broadcasting
+ *                                     =>  ew_chain (one pass over memory: HardSwish's
+ *       mul, add, clamp, mul).
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -332,5 +336,71 @@ fm_graph *g_pass_matmul_to_linear(const fm_graph *g, char *note, size_t nn) {
     int n[3];
     fm_graph *out = rw_fuse_pass(g, matmul_linear_node, n);
     if (out) snprintf(note, nn, "%d matmuls by a constant 2-D weight made linear (%d with the bias add after them)", n[0], n[1]);
+    return out;
+}
+
+/* The same shape as value x, at both probe sizes (no broadcasting in the chain). */
+static bool same_shape(const fm_graph *g, int a, int x) {
+    const gvalue *va = &g->values[a], *vx = &g->values[x];
+    return va->t.ndim == vx->t.ndim && !memcmp(va->t.d, vx->t.d, sizeof(int64_t) * (size_t)vx->t.ndim) &&
+           !memcmp(va->probe2, vx->probe2, sizeof(int64_t) * (size_t)vx->t.ndim);
+}
+
+/* Node n as a chain step on the running value v, x being the chain's input: its step,
+ * or false. */
+static bool as_step(const fm_graph *g, const gnode *n, int v, int x, fm_ew_step *s) {
+    if (n->n_out != 1 || g->values[n->out[0]].t.dt != FM_F32 || !same_shape(g, n->out[0], x)) return false;
+    double lo, hi;
+    if (n->n_in == 1 && n->in[0] == v) {
+        static const struct { const char *op; fm_ew_step_op code; } un[] = {{"relu", FM_EW_RELU}, {"sigmoid", FM_EW_SIGMOID}, {"tanh", FM_EW_TANH}};
+        for (size_t k = 0; k < sizeof un / sizeof un[0]; k++)
+            if (!strcmp(n->op, un[k].op)) { *s = (fm_ew_step){un[k].code, 0, 0}; return true; }
+        if (clamp_bounds(n, &lo, &hi)) { *s = (fm_ew_step){FM_EW_CLAMP, (float)lo, (float)hi}; return true; }
+        return false;
+    }
+    if (n->n_in != 2 || (n->in[0] != v && n->in[1] != v)) return false;
+    const bool first = n->in[0] == v;
+    const int k = first ? n->in[1] : n->in[0];
+    const bool add = !strcmp(n->op, "add"), mul = !strcmp(n->op, "mul"), sub = !strcmp(n->op, "sub"), div = !strcmp(n->op, "div");
+    if (k == x && (add || mul)) { *s = (fm_ew_step){add ? FM_EW_ADD_X : FM_EW_MUL_X, 0, 0}; return true; }
+    const fm_tensor *c = cst(g, k);
+    if (!c || fm_tensor_numel(c) != 1 || (!add && !mul && !sub && !div)) return false;
+    const float a = ((const float *)fm_tensor_data(c))[0];
+    *s = (fm_ew_step){add ? FM_EW_ADD : mul ? FM_EW_MUL : sub ? (first ? FM_EW_SUB : FM_EW_RSUB) : (first ? FM_EW_DIV : FM_EW_RDIV), a, 0};
+    return true;
+}
+
+static int ew_chain_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *n0 = &g->nodes[i];
+    /* the chain's input: the first node's non-constant input */
+    int x = -1;
+    for (int k = 0; k < n0->n_in && x < 0; k++)
+        if (n0->in[k] >= 0 && !cst(g, n0->in[k])) x = n0->in[k];
+    if (x < 0 || g->values[x].t.dt != FM_F32) return -1;
+    fm_ew_step st[FM_EW_CHAIN_MAX];
+    int nodes[FM_EW_CHAIN_MAX], n = 0, v = x, cur = i;
+    while (n < FM_EW_CHAIN_MAX && cur >= 0 && as_step(g, &g->nodes[cur], v, x, &st[n])) {
+        nodes[n++] = cur;
+        v = g->nodes[cur].out[0];
+        cur = sole_reader(g, f->uses, v);
+    }
+    if (n < 2) return -1;
+    int64_t ops[FM_EW_CHAIN_MAX];
+    double args[2 * FM_EW_CHAIN_MAX];
+    for (int k = 0; k < n; k++) ops[k] = st[k].op, args[2 * k] = st[k].a, args[2 * k + 1] = st[k].b;
+    fm_graph_attr at[2] = {fm_graph_attr_ints("ops", n, ops), fm_graph_attr_floats("args", 2 * n, args)};
+    const char *ins[1] = {rw_name(&f->r, x)}, *outs[1] = {g->values[v].name};
+    for (int k = 1; k < n; k++) f->skip[nodes[k]] = true;
+    f->tally[0]++;
+    f->tally[1] += n;
+    /* its own attributes only (rw_node_with would copy the last step's); x is no constant */
+    return fm_graph_add_node(f->r.dst, "ew_chain", g->nodes[nodes[n - 1]].name, 1, ins, 1, outs, 2, at);
+}
+
+fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t nn) {
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, ew_chain_node, n);
+    if (out) snprintf(note, nn, "%d chains of elementwise ops (%d ops) run as one ew_chain each", n[0], n[1]);
     return out;
 }

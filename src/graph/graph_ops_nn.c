@@ -221,6 +221,73 @@ static fm_status run_conv2d(const gctx *c, fm_tensor *const *in, fm_tensor **out
     RUN_DONE(fm_conv2d(in[0], in[1], in[2], &p));
 }
 
+/* ew_chain (fuse-elementwise): "ops" the step codes (fm_ew_step_op), "args" two floats
+ * per step (a, b). */
+static fm_status chain_steps(const gctx *c, fm_ew_step *st, int *n) {
+    int64_t ops[FM_EW_CHAIN_MAX];
+    if (ga_ints(c, "ops", ops, n, FM_EW_CHAIN_MAX)) return fm_last_status();
+    const gattr *a = g_node_attr(c->n, "args");
+    if (*n < 1 || !a || a->type != FM_ATTR_FLOATS || a->n != 2 * *n)
+        return fm_set_error(FM_ERR_INVALID, "attributes 'ops' (1 to %d step codes) and 'args' (two floats a step) are required", FM_EW_CHAIN_MAX);
+    for (int i = 0; i < *n; i++) {
+        if (ops[i] < 0 || ops[i] >= FM_EW_OP_COUNT) return fm_set_error(FM_ERR_INVALID, "step %d: unknown step code %lld", i, (long long)ops[i]);
+        st[i] = (fm_ew_step){(fm_ew_step_op)ops[i], (float)a->floats[2 * i], (float)a->floats[2 * i + 1]};
+    }
+    return FM_OK;
+}
+
+static fm_status inf_ew_chain(const gctx *c, const gtype *in, gtype *out) {
+    fm_ew_step st[FM_EW_CHAIN_MAX];
+    int n;
+    if (chain_steps(c, st, &n)) return fm_last_status();
+    if (in[0].dt != FM_F32) return fm_set_error(FM_ERR_INVALID, "input must be f32, got %s", fm_dtype_name(in[0].dt));
+    out[0] = in[0];
+    return FM_OK;
+}
+
+/* One step as the op it stands for (devices without the chain kernel). */
+static fm_tensor *chain_step_op(fm_tensor *v, fm_tensor *x, const fm_ew_step *s) {
+    switch (s->op) {
+    case FM_EW_ADD: return fm_add_scalar(v, s->a);
+    case FM_EW_MUL: return fm_mul_scalar(v, s->a);
+    case FM_EW_SUB: return fm_add_scalar(v, -(double)s->a); /* v - a == v + (-a) exactly */
+    case FM_EW_RSUB: {
+        fm_tensor *n = fm_neg(v), *y = n ? fm_add_scalar(n, s->a) : NULL;
+        fm_tensor_release(n);
+        return y;
+    }
+    case FM_EW_DIV: case FM_EW_RDIV: {
+        fm_tensor *k = fm_tensor_full(0, NULL, s->a, FM_F32, fm_tensor_device(v)), *y = NULL;
+        if (k) y = s->op == FM_EW_DIV ? fm_div(v, k) : fm_div(k, v);
+        fm_tensor_release(k);
+        return y;
+    }
+    case FM_EW_CLAMP: return fm_clamp(v, s->a, s->b);
+    case FM_EW_RELU: return fm_relu(v);
+    case FM_EW_SIGMOID: return fm_sigmoid(v);
+    case FM_EW_TANH: return fm_tanh(v);
+    case FM_EW_MUL_X: return fm_mul(v, x);
+    case FM_EW_ADD_X: return fm_add(v, x);
+    default: fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step"); return NULL;
+    }
+}
+
+/* The chain kernel where the device has it (CPU, check); elsewhere one op a step. */
+static fm_status run_ew_chain(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    fm_ew_step st[FM_EW_CHAIN_MAX];
+    int n;
+    if (chain_steps(c, st, &n)) return fm_last_status();
+    fm_device_type dev = fm_tensor_device(in[0]).type;
+    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) RUN_DONE(fm_ew_chain(in[0], n, st));
+    fm_tensor *v = fm_tensor_retain(in[0]);
+    for (int i = 0; v && i < n; i++) {
+        fm_tensor *t = chain_step_op(v, in[0], &st[i]);
+        fm_tensor_release(v);
+        v = t;
+    }
+    RUN_DONE(v);
+}
+
 /* conv2d_fused (fuse-conv-act): conv2d's attributes, relu (0/1), max (the cap after
  * it, ReLU6's 6; none when absent) and pool (0/1: none; k: a k x k max pool at stride
  * k, no padding) */
@@ -352,5 +419,6 @@ const g_op_spec g_ops_nn[] = {
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},
     {"bias_gelu_tanh", 2, 2, 1, "", inf_bias_gelu, run_bias_gelu, NULL},
+    {"ew_chain", 1, 1, 1, "ops,args", inf_ew_chain, run_ew_chain, NULL},
 };
 const int g_n_ops_nn = (int)(sizeof g_ops_nn / sizeof g_ops_nn[0]);

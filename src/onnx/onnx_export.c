@@ -533,6 +533,38 @@ static fm_status x_attention_kv(xnode *x) {
     return st;
 }
 
+/* ew_chain: its steps as ONNX ops, one after the other (x: the chain's input). */
+static fm_status x_ew_chain(xnode *x) {
+    exporter *e = x->e;
+    const gattr *ops = g_node_attr(x->n, "ops"), *args = g_node_attr(x->n, "args");
+    if (!ops || ops->type != FM_ATTR_INTS || !args || args->type != FM_ATTR_FLOATS || args->n != 2 * ops->n)
+        return fm_set_error(FM_ERR_INVALID, "ew_chain without its steps");
+    const fm_dtype dt = x->t0->dt;
+    const char *v = x->in[0];
+    fm_status s = FM_OK;
+    for (int i = 0; i < ops->n && !s; i++) {
+        const char *o = i == ops->n - 1 ? x->out[0] : tmp_name(e);
+        const double a = args->floats[2 * i], b = args->floats[2 * i + 1];
+        switch ((fm_ew_step_op)ops->ints[i].v) {
+        case FM_EW_ADD: s = emit(e, "Add", INS(v, const_scalar(e, a, dt)), OUTS(o), 0); break;
+        case FM_EW_MUL: s = emit(e, "Mul", INS(v, const_scalar(e, a, dt)), OUTS(o), 0); break;
+        case FM_EW_SUB: s = emit(e, "Sub", INS(v, const_scalar(e, a, dt)), OUTS(o), 0); break;
+        case FM_EW_RSUB: s = emit(e, "Sub", INS(const_scalar(e, a, dt), v), OUTS(o), 0); break;
+        case FM_EW_DIV: s = emit(e, "Div", INS(v, const_scalar(e, a, dt)), OUTS(o), 0); break;
+        case FM_EW_RDIV: s = emit(e, "Div", INS(const_scalar(e, a, dt), v), OUTS(o), 0); break;
+        case FM_EW_CLAMP: s = emit(e, "Clip", INS(v, const_scalar(e, a, dt), const_scalar(e, b, dt)), OUTS(o), 0); break;
+        case FM_EW_RELU: s = emit(e, "Relu", INS(v), OUTS(o), 0); break;
+        case FM_EW_SIGMOID: s = emit(e, "Sigmoid", INS(v), OUTS(o), 0); break;
+        case FM_EW_TANH: s = emit(e, "Tanh", INS(v), OUTS(o), 0); break;
+        case FM_EW_MUL_X: s = emit(e, "Mul", INS(v, x->in[0]), OUTS(o), 0); break;
+        case FM_EW_ADD_X: s = emit(e, "Add", INS(v, x->in[0]), OUTS(o), 0); break;
+        default: s = fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step %lld", (long long)ops->ints[i].v);
+        }
+        v = o;
+    }
+    return s;
+}
+
 static fm_status x_misc(xnode *x, const char *op) {
     exporter *e = x->e;
     const char *t = NULL;
@@ -543,6 +575,7 @@ static fm_status x_misc(xnode *x, const char *op) {
         return emit(e, "Equal", INS(x->in[0], x->in[1]), OUTS(t = tmp_name(e)), 0) || emit(e, "Not", INS(t), OUTS(x->out[0]), 0);
     if (!strcmp(op, "silu"))
         return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "ew_chain")) return x_ew_chain(x);
     if (!strcmp(op, "leaky_relu"))
         return emit(e, "LeakyRelu", INS(x->in[0]), OUTS(x->out[0]), 1, a_float(e, "alpha", at_float(x->n, "negative_slope", 0.01)));
     if (!strcmp(op, "clamp"))

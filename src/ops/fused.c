@@ -370,3 +370,27 @@ fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_te
     *y = o[1];
     return FM_OK;
 }
+
+fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps) {
+    if (!x) { fm_set_error(FM_ERR_INVALID, "ew_chain: input is NULL"); return NULL; }
+    if (x->dtype != FM_F32) { fm_set_error(FM_ERR_INVALID, "ew_chain: needs f32, got %s (run the steps as ops)", fm_dtype_name(x->dtype)); return NULL; }
+    if (n_steps < 1 || n_steps > FM_EW_CHAIN_MAX || !steps) {
+        fm_set_error(FM_ERR_INVALID, "ew_chain: %d steps (1 to %d)", n_steps, FM_EW_CHAIN_MAX);
+        return NULL;
+    }
+    fm_ew_chain_attrs a = {.n = n_steps};
+    for (int i = 0; i < n_steps; i++) {
+        if ((int)steps[i].op < 0 || steps[i].op >= FM_EW_OP_COUNT || (steps[i].op == FM_EW_CLAMP && !(steps[i].a <= steps[i].b))) {
+            fm_set_error(FM_ERR_INVALID, "ew_chain: step %d is not an elementwise step (op %d; a clamp needs min <= max)", i, (int)steps[i].op);
+            return NULL;
+        }
+        a.steps[i] = steps[i];
+    }
+    fm_tensor *y = fm_tensor_empty(x->ndim, x->shape, FM_F32, fm_tensor_device(x));
+    if (!y) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_EW_CHAIN, call.n_in = 1, call.n_out = 1, call.in[0] = x, call.out[0] = y, call.attrs = &a;
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}

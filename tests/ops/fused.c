@@ -315,6 +315,85 @@ static int bias_gelu_grad(void) {
 
 OP_TEST("bias_gelu_tanh", bias_gelu_forward, bias_gelu_grad)
 
+/* ---------------- elementwise chain ---------------- */
+
+/* One step on double v (x: the chain input), as the reference. */
+static double ew_ref(const fm_ew_step *s, double v, double x) {
+    switch (s->op) {
+    case FM_EW_ADD: return v + s->a;
+    case FM_EW_MUL: return v * s->a;
+    case FM_EW_SUB: return v - s->a;
+    case FM_EW_RSUB: return s->a - v;
+    case FM_EW_DIV: return v / s->a;
+    case FM_EW_RDIV: return s->a / v;
+    case FM_EW_CLAMP: return v < s->a ? s->a : v > s->b ? s->b : v;
+    case FM_EW_RELU: return v < 0 ? 0 : v;
+    case FM_EW_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    case FM_EW_TANH: return tanh(v);
+    case FM_EW_MUL_X: return v * x;
+    case FM_EW_ADD_X: return v + x;
+    default: return NAN;
+    }
+}
+
+/* ew_chain against a double reference, every step kind, sizes across the kernel's
+ * 512-element blocks (and a tail), a NaN carried through; HardSwish's chain also
+ * against the four ops it replaces; bad steps refused. */
+static int ew_chain_forward(void) {
+    OP_BEGIN;
+    const fm_ew_step chains[][5] = {
+        {{FM_EW_MUL, 1.0f / 6, 0}, {FM_EW_ADD, 0.5f, 0}, {FM_EW_CLAMP, 0, 1}, {FM_EW_MUL_X, 0, 0}}, /* HardSwish */
+        {{FM_EW_SUB, 0.25f, 0}, {FM_EW_RSUB, 2, 0}, {FM_EW_DIV, 3, 0}, {FM_EW_RDIV, 1.5f, 0}, {FM_EW_TANH, 0, 0}},
+        {{FM_EW_SIGMOID, 0, 0}, {FM_EW_ADD_X, 0, 0}, {FM_EW_RELU, 0, 0}},
+    };
+    const int lens[3] = {4, 5, 3};
+    const int64_t sizes[3] = {7, 1037, 2 * 512};
+    for (int c = 0; c < 3; c++)
+        for (int z = 0; z < 3; z++) {
+            fm_tensor *x = op_randn(1, (int64_t[]){sizes[z]}, FM_F32, 60 + (uint64_t)z);
+            fm_tensor_set(x, sizes[z] / 2, NAN);
+            fm_tensor *y = fm_ew_chain(x, lens[c], chains[c]);
+            CHECK_MSG(y && y->dtype == FM_F32 && fm_tensor_numel(y) == sizes[z], "ew_chain %d: %s", c, fm_last_error());
+            for (int64_t i = 0; y && i < sizes[z]; i++) {
+                const double xi = fm_tensor_get(x, i);
+                double v = (float)xi;
+                for (int k = 0; k < lens[c]; k++) v = ew_ref(&chains[c][k], v, xi);
+                const double got = fm_tensor_get(y, i);
+                if (isnan(v) ? !isnan(got) : !(fabs(got - v) <= 2e-6 * (1 + fabs(v)))) {
+                    CHECK_MSG(0, "ew_chain %d, size %lld, at %lld: %g vs %g", c, (long long)sizes[z], (long long)i, got, v);
+                    break;
+                }
+            }
+            fm_tensor_release_n(2, x, y);
+        }
+    /* HardSwish as the four ops */
+    fm_tensor *x = op_randn(2, (int64_t[]){33, 65}, FM_F32, 70), *xs = fm_mul_scalar(x, 4.0);
+    fm_tensor *a = fm_mul_scalar(xs, 1.0f / 6), *b = a ? fm_add_scalar(a, 0.5) : NULL, *cl = b ? fm_clamp(b, 0, 1) : NULL;
+    fm_tensor *hs = cl ? fm_mul(cl, xs) : NULL, *y = fm_ew_chain(xs, lens[0], chains[0]);
+    CHECK(hs && y && y->ndim == 2 && y->shape[0] == 33 && y->shape[1] == 65);
+    for (int64_t i = 0; hs && y && i < 33 * 65; i++) CHECK_NEAR(fm_tensor_get(y, i), fm_tensor_get(hs, i), 1e-6);
+    fm_tensor_release_n(6, x, a, b, cl, hs, y);
+    /* bad input */
+    fm_ew_step bad[9] = {{FM_EW_RELU, 0, 0}};
+    CHECK(!fm_ew_chain(xs, 0, bad));
+    CHECK_ERR_CONTAINS("0 steps (1 to 8)");
+    CHECK(!fm_ew_chain(xs, 9, bad));
+    bad[0] = (fm_ew_step){FM_EW_CLAMP, 1, 0};
+    CHECK(!fm_ew_chain(xs, 1, bad));
+    CHECK_ERR_CONTAINS("a clamp needs min <= max");
+    bad[0] = (fm_ew_step){(fm_ew_step_op)99, 0, 0};
+    CHECK(!fm_ew_chain(xs, 1, bad));
+    CHECK_ERR_CONTAINS("step 0 is not an elementwise step");
+    fm_tensor *x64 = op_randn(1, (int64_t[]){4}, FM_F64, 71);
+    CHECK(!fm_ew_chain(x64, 1, chains[2]));
+    CHECK_ERR_CONTAINS("needs f32");
+    CHECK(!fm_ew_chain(NULL, 1, chains[2]));
+    fm_tensor_release_n(2, xs, x64);
+    OP_END;
+}
+
+OP_TEST("ew_chain", ew_chain_forward, NULL)
+
 /* ---------------- residual add + layer norm ---------------- */
 
 static int add_ln_forward(void) {

@@ -31,6 +31,7 @@ static void build(void) {
     fm_cpu_kernels_conv(&g_cpu);
     fm_cpu_kernels_conv_fused(&g_cpu);
     fm_cpu_kernels_linear_fused(&g_cpu);
+    fm_cpu_kernels_ew_chain(&g_cpu);
     fm_cpu_kernels_pool(&g_cpu);
     fm_cpu_kernels_batch_norm(&g_cpu);
     fm_cpu_kernels_index(&g_cpu);

@@ -24,6 +24,7 @@ void fm_cpu_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embeddi
 void fm_cpu_kernels_conv(fm_backend *b);        /* conv2d (+backward) */
 void fm_cpu_kernels_conv_fused(fm_backend *b);  /* conv2d_fused (conv + ReLU + max pool, inference) */
 void fm_cpu_kernels_linear_fused(fm_backend *b); /* linear_fused (packed weights, bias + ReLU epilogue, inference) */
+void fm_cpu_kernels_ew_chain(fm_backend *b);     /* ew_chain (elementwise steps in one pass, inference) */
 /* conv2d's forward kernel on CPU tensors (conv2d_cpu.c), its outputs then clamped to
  * [lo, hi] (ReLU: 0, INFINITY; none: -INFINITY, INFINITY): conv2d_fused's reference path. */
 fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi);
