@@ -52,11 +52,11 @@ static inline void SFX(dw_split_row)(const float *restrict xr, float *restrict r
         /* q from the first with q * sw + r >= pw to the last with q * sw + r - pw < W */
         const int64_t q0 = (pw - r + sw - 1) / sw, q1 = (W + pw - r + sw - 1) / sw;
         float *restrict dst = row + r * phase;
-        const float *restrict src = xr + r - pw;
+        const int64_t at = r - pw; /* input column of q = 0 (may be negative: only q >= q0 is read) */
         if (sw == 2)
-            for (int64_t q = q0; q < q1; q++) dst[q] = src[2 * q];
+            for (int64_t q = q0; q < q1; q++) dst[q] = xr[2 * q + at];
         else
-            for (int64_t q = q0; q < q1; q++) dst[q] = src[q * sw];
+            for (int64_t q = q0; q < q1; q++) dst[q] = xr[q * sw + at];
     }
 }
 
