@@ -38,6 +38,13 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
 _Static_assert(N_PASSES <= (int)(sizeof ((fm_compile_report *)0)->passes / sizeof ((fm_compile_report *)0)->passes[0]),
                "the report has a row per pass");
 
+/* The names of the first n passes, joined by sep, into buf. */
+static const char *pass_names(char *buf, size_t len, int n, const char *sep) {
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? sep : "", k_passes[i].name);
+    return buf;
+}
+
 fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t n) {
     if (!g || !name) { fm_set_error(FM_ERR_INVALID, "graph pass: NULL graph or name"); return NULL; }
     if (!g->validated) { fm_set_error(FM_ERR_STATE, "graph pass: the graph is not validated"); return NULL; }
@@ -45,10 +52,9 @@ fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t 
     if (!note) { note = dummy; n = sizeof dummy; }
     for (int i = 0; i < N_PASSES; i++)
         if (!strcmp(k_passes[i].name, name)) return k_passes[i].fn(g, note, n);
-    char known[512] = "";
-    for (int i = 0; i < N_PASSES - 1; i++) /* the last is a second dce */
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", k_passes[i].name);
-    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (%s)", name, known);
+    char known[512];
+    /* the last is a second dce */
+    fm_set_error(FM_ERR_INVALID, "graph pass: unknown pass '%s' (%s)", name, pass_names(known, sizeof known, N_PASSES - 1, ", "));
     return NULL;
 }
 
@@ -178,9 +184,7 @@ fm_graph *fm_graph_compile(const fm_graph *g, fm_compile_report *rep) {
         return NULL;
     }
     if (fm_graph_plan_memory(g, 0, &rep->plan_before) || fm_graph_plan_memory(cur, 0, &rep->plan_after)) { fm_graph_free(cur); return NULL; }
-    char passes[512] = ""; /* the passes in the order they ran */
-    for (int i = 0; i < N_PASSES; i++)
-        snprintf(passes + strlen(passes), sizeof passes - strlen(passes), "%s%s", i ? "," : "", k_passes[i].name);
-    fm_graph_set_meta(cur, "compiled", passes);
+    char passes[512]; /* the passes in the order they ran */
+    fm_graph_set_meta(cur, "compiled", pass_names(passes, sizeof passes, N_PASSES, ","));
     return cur;
 }

@@ -352,7 +352,7 @@ static fm_status run_reference(const fm_op_call *c) {
 static bool small_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *y) {
     if (a->pool > 1 || !fm_cpu_use_avx512()) return false;
     const int64_t tiles = y->shape[0] * ((y->shape[2] + 1) / 2) * ((y->shape[3] + 1) / 2);
-    return tiles < 24 * (int64_t)(fm_num_threads() < 1 ? 1 : fm_num_threads());
+    return tiles < FM_CONV_WINO_TASK_TILES * (int64_t)(fm_num_threads() < 1 ? 1 : fm_num_threads());
 }
 
 /* At the AVX-512 level an unpadded 1x1 conv without a pool (ResNet-50's bottlenecks)

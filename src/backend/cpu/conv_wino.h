@@ -55,9 +55,11 @@ static inline int fm_conv_wino_fits(int64_t C, int64_t O, int64_t KH, int64_t KW
            Hy * Wy < ((int64_t)1 << 26);
 }
 
-/* About 24 tiles a task or more (a sample's rows split evenly), so batch 1 still splits. */
+/* About FM_CONV_WINO_TASK_TILES tiles a task or more (a sample's rows split evenly), so
+ * batch 1 still splits. */
+enum { FM_CONV_WINO_TASK_TILES = 24 };
 static inline void fm_conv_wino_plan(fm_conv_wino *d) {
-    int64_t nb = d->Hy * d->Wy / 24;
+    int64_t nb = d->Hy * d->Wy / FM_CONV_WINO_TASK_TILES;
     d->nblk = nb < 1 ? 1 : nb > d->Hy ? d->Hy : nb;
 }
 static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk; }
