@@ -278,6 +278,16 @@ FM_API fm_tensor *fm_qembedding_int4(fm_tensor *w, fm_tensor *scale, fm_tensor *
  * copy) with its per-row scales [V] f32: indices (i32/i64) [...] -> f32 [..., dim], row r
  * = scale[r] * its codes. dim: the table's width (the panels round it up to 4). */
 FM_API fm_tensor *fm_qembedding_int8(fm_tensor *panels, fm_tensor *scale, fm_tensor *indices, int64_t dim);
+/* An int8 convolution (groups 1, NCHW): x f32 [N, C, H, W] quantized to u8 with a_scale and
+ * a_zero, or with the range of this x when a_scale is 0 (dynamic); the weight [O, C, kh, kw]
+ * as fm_quantize_conv_weight_int8 (fathom/quant.h) packs it: panels over K = kh kw C in the
+ * order (ky, kx, c), per-channel scales w_scale [O] and row sums w_sum [O]. Integer sums, then
+ * y = a_scale w_scale (sum - a_zero w_sum) + bias (bias may be NULL), max(y, 0) when relu, then
+ * min(y, hi) (INFINITY: no cap; ReLU6: relu and 6); pool > 1: then a pool x pool max pool at
+ * stride pool, no padding (as fm_conv2d_fused's). p: stride, padding and dilation (groups 1,
+ * layout NCHW). f32 out [N, O, Ho, Wo] (pooled: [N, O, Ho / pool, Wo / pool]). CPU. */
+FM_API fm_tensor *fm_qconv2d_int8(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias,
+                                  const fm_conv2d_params *p, int kh, int kw, double a_scale, int a_zero, bool relu, double hi, int pool);
 
 #ifdef __cplusplus
 }

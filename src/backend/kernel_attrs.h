@@ -143,6 +143,19 @@ typedef struct fm_q4_attrs { int64_t group; } fm_q4_attrs;
 /* QEMBEDDING_INT8: in = {panels i8 [ceil(V/16), ceil(D/4), 16, 4] (fm_q8_panel_index), scale [V] f32,
  * indices (i32/i64)}; out = {[..., D] f32}, row r = scale[r] * its int8 codes. */
 typedef struct fm_q8emb_attrs { int64_t dim; } fm_q8emb_attrs;
+/* QCONV2D_INT8: in = {x [N, C, H, W] f32, panels i8 [ceil(O/16), ceil(K/4), 16, 4] of the weight
+ * as [O, K] with K = kh kw C running (ky, kx, c) (fm_quantize_conv_weight_int8), w_scale [O] f32,
+ * bias [O] f32|NULL, w_sum [O] i32}; out = {[N, O, Ho, Wo] f32}. groups 1, NCHW. a_scale > 0:
+ * static (a_scale, a_zero); 0: the range of this x. relu: max(y, 0); then y = min(y, hi); pool > 1:
+ * a pool x pool max pool at stride pool after (out [N, O, Ho / pool, Wo / pool]). */
+typedef struct fm_qconv8_attrs {
+    int kh, kw, stride[2], padding[2], dilation[2];
+    double a_scale;
+    int a_zero;
+    int relu;
+    double hi;
+    int pool;
+} fm_qconv8_attrs;
 #define FM_SUM_SQ_BLOCK 8192
 typedef struct fm_scale_attrs { double s; } fm_scale_attrs;
 #endif

@@ -141,6 +141,10 @@ fm_status ga_float(const gctx *c, const char *name, double def, double *out);
 /* INTS with expressions evaluated; *n = -1 when absent. max: capacity of out. */
 fm_status ga_ints(const gctx *c, const char *name, int64_t *out, int *n, int max);
 const char *ga_string(const gctx *c, const char *name, const char *def);
+/* conv2d's attributes (stride, padding, dilation, groups, layout) and its shape rule
+ * (in = {x, w, bias}), for the ops that take a convolution's geometry (qconv2d_int8) */
+fm_status g_conv_params(const gctx *c, fm_conv2d_params *p);
+fm_status g_inf_conv2d(const gctx *c, const gtype *in, gtype *out);
 
 /* ---- checking (graph_check.c) ---- */
 /* Shape inference over all nodes with symbols at vals; fills value types (and

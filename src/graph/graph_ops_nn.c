@@ -192,6 +192,8 @@ static fm_status conv_params(const gctx *c, fm_conv2d_params *p) {
     return FM_OK;
 }
 
+fm_status g_conv_params(const gctx *c, fm_conv2d_params *p) { return conv_params(c, p); }
+
 static fm_status inf_conv2d(const gctx *c, const gtype *in, gtype *out) {
     char s1[96], s2[96];
     fm_conv2d_params p;
@@ -214,6 +216,8 @@ static fm_status inf_conv2d(const gctx *c, const gtype *in, gtype *out) {
     out[0] = (gtype){x->dt, 4, {N, nhwc ? o[0] : O, nhwc ? o[1] : o[0], nhwc ? O : o[1]}};
     return FM_OK;
 }
+
+fm_status g_inf_conv2d(const gctx *c, const gtype *in, gtype *out) { return inf_conv2d(c, in, out); }
 
 static fm_status run_conv2d(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     fm_conv2d_params p;

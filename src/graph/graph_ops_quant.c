@@ -37,7 +37,8 @@ static fm_status rows_out(const gtype *x, int64_t K, int64_t N, gtype *out) {
  * default when the attribute is absent) and "vnni16x4" (panels + stored row sums). */
 typedef struct { double scale; int64_t zero, relu, gelu_tanh, gelu; bool panels; } q8_spec;
 
-static fm_status q8_attrs(const gctx *c, q8_spec *q) {
+/* the activation's quantization and the fused activation */
+static fm_status q8_act_attrs(const gctx *c, q8_spec *q) {
     if (ga_float(c, "a_scale", 0.0, &q->scale) || ga_int(c, "a_zero", 0, &q->zero) || ga_int(c, "relu", 0, &q->relu)) return fm_last_status();
     if (!(q->scale >= 0) || !isfinite(q->scale)) return fm_set_error(FM_ERR_INVALID, "a_scale %g must be finite and >= 0 (0: dynamic)", q->scale);
     if (q->zero < 0 || q->zero > 255) return fm_set_error(FM_ERR_INVALID, "a_zero %lld must be in [0, 255]", (long long)q->zero);
@@ -48,6 +49,11 @@ static fm_status q8_attrs(const gctx *c, q8_spec *q) {
     if (q->gelu != 0 && q->gelu != 1) return fm_set_error(FM_ERR_INVALID, "gelu %lld must be 0 or 1", (long long)q->gelu);
     if (q->relu + q->gelu_tanh + q->gelu > 1)
         return fm_set_error(FM_ERR_INVALID, "more than one of relu, gelu_tanh and gelu is set: a node fuses one activation");
+    return FM_OK;
+}
+
+static fm_status q8_attrs(const gctx *c, q8_spec *q) {
+    if (q8_act_attrs(c, q)) return fm_last_status();
     const char *l = ga_string(c, "layout", "rows");
     if (!l || (strcmp(l, "rows") && strcmp(l, "vnni16x4")))
         return fm_set_error(FM_ERR_INVALID, "layout '%s' is not one this fathom knows (rows, vnni16x4): a file from a newer version? "
@@ -96,6 +102,60 @@ static fm_status run_qlinear8(const gctx *c, fm_tensor *const *in, fm_tensor **o
     fm_tensor *y = fm_qlinear_int8(in[0], in[1], in[2], in[3], q.scale, (int)q.zero);
     out[0] = y && q.relu ? fm_relu(y) : y;
     if (y && q.relu) fm_tensor_release(y);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
+/* qconv2d_int8: conv2d's stride, padding and dilation (groups 1, layout NCHW), kernel [kh, kw], the
+ * activation attributes of qlinear_int8 but the GELUs (relu), max (a cap after the ReLU) and
+ * pool (conv2d_fused's: k > 1 a k x k max pool at stride k after). The
+ * weight is always panels (vnni16x4) over K = (ky, kx, c): "layout" is the activations' here. */
+static fm_status qconv_attrs(const gctx *c, fm_conv2d_params *p, int64_t k[2], q8_spec *q, double *hi, int64_t *pool) {
+    int n = 0;
+    if (g_conv_params(c, p) || q8_act_attrs(c, q) || ga_ints(c, "kernel", k, &n, 2) || ga_float(c, "max", INFINITY, hi) || ga_int(c, "pool", 0, pool))
+        return fm_last_status();
+    if (*pool < 0 || *pool > 64) return fm_set_error(FM_ERR_INVALID, "attribute 'pool' must be in [0, 64], got %lld", (long long)*pool);
+    if (n != 2 || k[0] < 1 || k[1] < 1 || k[0] > 64 || k[1] > 64) return fm_set_error(FM_ERR_INVALID, "attribute 'kernel' must be two numbers in [1, 64]");
+    if (p->groups != 1 || p->layout != FM_NCHW) return fm_set_error(FM_ERR_INVALID, "groups 1 and layout NCHW only");
+    if (isnan(*hi)) return fm_set_error(FM_ERR_INVALID, "attribute 'max' is NaN");
+    return FM_OK;
+}
+
+/* in: x f32 [N, C, H, W], panels [ceil(O/16), ceil(kh kw C/4), 16, 4], w_scale [O], [bias], w_sum [O] */
+static fm_status inf_qconv8(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    fm_conv2d_params p;
+    int64_t k[2];
+    q8_spec q;
+    double hi;
+    int64_t pool;
+    if (qconv_attrs(c, &p, k, &q, &hi, &pool)) return fm_last_status();
+    if (in[0].dt != FM_F32 || in[0].ndim != 4 || in[0].d[1] < 1)
+        return fm_set_error(FM_ERR_INVALID, "input must be f32 [N, C, H, W] with C known, got %s %s", fm_dtype_name(in[0].dt), g_tshape(&in[0], s1, sizeof s1));
+    if (in[2].ndim != 1) return fm_set_error(FM_ERR_INVALID, "weight scale must be a 1-D f32 tensor [out], got %s", g_tshape(&in[2], s1, sizeof s1));
+    const int64_t O = in[2].d[0], K = k[0] * k[1] * in[0].d[1];
+    if (K > 32768) return fm_set_error(FM_ERR_INVALID, "kh kw C = %lld exceeds layout vnni16x4's 32768", (long long)K);
+    int64_t pd[4] = {(O + 15) / 16, (K + 3) / 4, 16, 4};
+    if (want(&in[1], "weight (layout vnni16x4)", FM_I8, 4, pd) || want(&in[2], "weight scale", FM_F32, 1, &O) ||
+        want(&in[4], "row sums (layout vnni16x4)", FM_I32, 1, &O))
+        return fm_last_status();
+    const gtype conv_in[3] = {in[0], {FM_F32, 4, {O, in[0].d[1], k[0], k[1]}}, in[3]};
+    if (g_inf_conv2d(c, conv_in, out)) return fm_last_status();
+    for (int i = 2; pool > 1 && i < 4; i++) {
+        if (out[0].d[i] >= 0 && out[0].d[i] < pool)
+            return fm_set_error(FM_ERR_INVALID, "pool %lld is larger than the convolution's output %s", (long long)pool, g_tshape(&out[0], s1, sizeof s1));
+        if (out[0].d[i] >= 0) out[0].d[i] /= pool;
+    }
+    return FM_OK;
+}
+
+static fm_status run_qconv8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    fm_conv2d_params p;
+    int64_t k[2];
+    q8_spec q;
+    double hi;
+    int64_t pool;
+    if (qconv_attrs(c, &p, k, &q, &hi, &pool)) return fm_last_status();
+    out[0] = fm_qconv2d_int8(in[0], in[1], in[2], in[4], in[3], &p, (int)k[0], (int)k[1], q.scale, (int)q.zero, q.relu != 0, hi, (int)pool);
     return out[0] ? FM_OK : fm_last_status();
 }
 
@@ -175,5 +235,6 @@ const g_op_spec g_ops_quant[] = {
     {"qlinear_int4", 3, 5, 1, "group", inf_qlinear4, run_qlinear4, NULL},
     {"qembedding_int4", 3, 4, 1, "group", inf_qembedding4, run_qembedding4, NULL},
     {"qembedding_int8", 3, 3, 1, "dim", inf_qembedding8, run_qembedding8, NULL},
+    {"qconv2d_int8", 3, 5, 1, "stride,padding,dilation,groups,layout,kernel,a_scale,a_zero,relu,max,pool", inf_qconv8, run_qconv8, NULL},
 };
 const int g_n_ops_quant = (int)(sizeof g_ops_quant / sizeof g_ops_quant[0]);

@@ -4,7 +4,10 @@
  *   linear (x, w [N, K], [b])      -> qlinear_int8 / qlinear_int4 with w quantized per row;
  *   matmul (a, b [K, N] constant)  -> the same with b transposed to [N, K] first;
  *   embedding (w [V, D], indices)  -> qembedding_int4, or in int8 modes qembedding_int8 on the
- *                                     int8 panels (widths up to the panels' 32768; wider: fp32).
+ *                                     int8 panels (widths up to the panels' 32768; wider: fp32);
+ *   conv2d / conv2d_fused (x, w [O, C, kh, kw], [b]), groups 1, NCHW, int8 modes
+ *                                  -> qconv2d_int8 with w quantized per output channel (and a
+ *                                     conv2d_fused's ReLU, cap and pool).
  * Every other node is copied as it is and runs in fp32; the report says which
  * and why. Quantized constants are named after the weight (`fc1.weight.int8`,
  * `.int8_scale`, `.int4`, `.int4_scale`, `.int4_min`), so a weight that two
@@ -30,7 +33,7 @@ void fm_quant_report_free(fm_quant_report *r) {
     memset(r, 0, sizeof *r);
 }
 
-typedef enum { K_NONE, K_LINEAR, K_MATMUL, K_EMBEDDING, K_FUSED } qkind;
+typedef enum { K_NONE, K_LINEAR, K_MATMUL, K_EMBEDDING, K_FUSED, K_CONV } qkind;
 
 static const fm_tensor *f32_const2(const fm_graph *g, int v) {
     return v >= 0 && g->values[v].kind == GV_CONST && g->values[v].tensor->dtype == FM_F32 && g->values[v].tensor->ndim == 2
@@ -42,6 +45,44 @@ static const fm_tensor *f32_const2(const fm_graph *g, int v) {
 static bool fused_relu(const gnode *n) {
     const gattr *a = strcmp(n->op, "linear_fused") ? NULL : g_node_attr(n, "relu");
     return a && a->type == FM_ATTR_INT && a->i == 1;
+}
+
+/* An int node attribute, def when absent */
+static int64_t node_int(const gnode *n, const char *name, int64_t def) {
+    const gattr *a = g_node_attr(n, name);
+    return a && a->type == FM_ATTR_INT ? a->i : def;
+}
+
+/* A pair attribute of node n (conv2d's stride, padding, dilation): absent gives def, one number both */
+static void node_pair(const gnode *n, const char *name, int64_t def, int64_t out[2]) {
+    const gattr *a = g_node_attr(n, name);
+    out[0] = out[1] = def;
+    if (a && a->type == FM_ATTR_INTS && a->n >= 1) {
+        out[0] = a->ints[0].v;
+        out[1] = a->n > 1 ? a->ints[1].v : out[0];
+    } else if (a && a->type == FM_ATTR_INT) {
+        out[0] = out[1] = a->i;
+    }
+}
+
+static qkind classify_conv(const fm_graph *g, const gnode *n, fm_quant_mode mode, char *why, size_t nw) {
+    const int wv = n->in[1];
+    const gattr *lay = g_node_attr(n, "layout");
+    if (mode == FM_QUANT_INT4) { snprintf(why, nw, "fp32: int4 is weight-only for linear layers and tables (use --int8 for convolutions)"); return K_NONE; }
+    if (!(wv >= 0 && g->values[wv].kind == GV_CONST && g->values[wv].tensor->dtype == FM_F32 && g->values[wv].tensor->ndim == 4)) {
+        snprintf(why, nw, "fp32: the weight is not a 4-D f32 constant");
+        return K_NONE;
+    }
+    if (g->values[n->in[0]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the input is not f32"); return K_NONE; }
+    if (n->n_in > 2 && n->in[2] >= 0 && g->values[n->in[2]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the bias is not f32"); return K_NONE; }
+    if (node_int(n, "groups", 1) != 1) { snprintf(why, nw, "fp32: a grouped (depthwise) convolution: no int8 kernel for groups > 1"); return K_NONE; }
+    if (lay && lay->type == FM_ATTR_STRING && strcmp(lay->s, "NCHW")) { snprintf(why, nw, "fp32: an NHWC convolution (int8 takes NCHW)"); return K_NONE; }
+    const fm_tensor *w = g->values[wv].tensor;
+    if (w->shape[1] * w->shape[2] * w->shape[3] > 32768 || w->shape[2] > 64 || w->shape[3] > 64) {
+        snprintf(why, nw, "fp32: kh kw C beyond the int8 panels' 32768 (or a kernel past 64)");
+        return K_NONE;
+    }
+    return K_CONV;
 }
 
 /* What the node is to the transform, and why not when it is not. */
@@ -63,7 +104,7 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
         }
         return K_EMBEDDING;
     }
-    if (!strcmp(n->op, "conv2d")) snprintf(why, nw, "fp32: no int8 convolution kernel yet");
+    if (!strcmp(n->op, "conv2d") || !strcmp(n->op, "conv2d_fused")) return classify_conv(g, n, mode, why, nw);
     return K_NONE;
 }
 
@@ -143,6 +184,64 @@ static fm_status int8_weight(rw *r, const gnode *n, qkind k, const int8_names *n
     return st;
 }
 
+/* The activations' scale and zero point: static from the calibrated range (the ones the
+ * kernels' dynamic path would pick for it), or 0 and 0 (dynamic); how says which. */
+static void act_quant_params(const float *range, float *s, int *zero, char *how, size_t nh) {
+    *s = 0.0f;
+    *zero = 0;
+    if (!range) {
+        snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
+        return;
+    }
+    float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f);
+    *s = (hi - lo) / 255.0f;
+    if (!(*s > 0) || !isfinite(*s)) *s = 1.0f;
+    float z = nearbyintf(-lo / *s);
+    *zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
+    snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, *s, *zero);
+}
+
+/* A convolution (K_CONV) as qconv2d_int8: its weight as fm_quantize_conv_weight_int8 makes
+ * it, its stride, padding, dilation, ReLU, cap and (conv2d_fused's) pool. act: a relu after
+ * a plain conv2d (act_after), or NULL. */
+static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gnode *act, char *how, size_t nh) {
+    const fm_graph *g = r->src;
+    fm_tensor *w = g->values[n->in[1]].tensor;
+    const char *wn = g->values[n->in[1]].name;
+    char qn[300], sn[300], un[300];
+    snprintf(qn, sizeof qn, "%s.int8_conv_panels", wn);
+    snprintf(sn, sizeof sn, "%s.int8_conv_scale", wn);
+    snprintf(un, sizeof un, "%s.int8_conv_sum", wn);
+    if (g_find_value(r->dst, qn) < 0) { /* a weight two nodes share is stored once */
+        fm_tensor *p = NULL, *sc = NULL, *u = NULL;
+        fm_status st = fm_quantize_conv_weight_int8(w, &p, &sc, &u);
+        if (st == FM_OK) st = add_consts(r, 3, (const char *[]){qn, sn, un}, (fm_tensor *[]){p, sc, u});
+        fm_tensor_release_n(3, p, sc, u);
+        if (st) return st;
+    }
+    float s;
+    int zero;
+    act_quant_params(range, &s, &zero, how, nh);
+    int64_t stride[2], pad[2], dil[2], k[2] = {w->shape[2], w->shape[3]};
+    node_pair(n, "stride", 1, stride);
+    node_pair(n, "padding", 0, pad);
+    node_pair(n, "dilation", 1, dil);
+    const int64_t pool = node_int(n, "pool", 0), relu = act || node_int(n, "relu", 0) == 1;
+    const gattr *mx = g_node_attr(n, "max");
+    fm_graph_attr a[9] = {fm_graph_attr_ints("stride", 2, stride), fm_graph_attr_ints("padding", 2, pad), fm_graph_attr_ints("dilation", 2, dil),
+                          fm_graph_attr_ints("kernel", 2, k), fm_graph_attr_int("relu", relu)};
+    int na = 5;
+    if (mx && (mx->type == FM_ATTR_FLOAT || mx->type == FM_ATTR_INT)) a[na++] = fm_graph_attr_float("max", mx->type == FM_ATTR_FLOAT ? mx->f : (double)mx->i);
+    if (range) a[na++] = fm_graph_attr_float("a_scale", s), a[na++] = fm_graph_attr_int("a_zero", zero);
+    if (pool > 1) a[na++] = fm_graph_attr_int("pool", pool);
+    const char *ins[5] = {rw_name(r, n->in[0]), qn, sn, n->n_in > 2 ? rw_name(r, n->in[2]) : "", un};
+    size_t l = strlen(how);
+    if (relu && l < nh) snprintf(how + l, nh - l, act ? ", + %s '%s' fused" : ", + its relu", act ? act->op : "", act ? act->name : "");
+    l = strlen(how);
+    if (pool > 1 && l < nh) snprintf(how + l, nh - l, ", + its %lldx%lld max pool", (long long)pool, (long long)pool);
+    return add_node_to(r, n, g->values[(act ? act : n)->out[0]].name, "qconv2d_int8", 5, ins, na, a);
+}
+
 /* act: the activation node fused into this one's epilogue (act_after; its output is the new node's), or NULL */
 static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, const gnode *act, char *how, size_t nh) {
     const fm_graph *g = r->src;
@@ -159,16 +258,7 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     const char *out = g->values[(act ? act : n)->out[0]].name;
     float s = 0.0f;
     int zero = 0;
-    if (range) { /* the scale and zero point the kernel's dynamic path would pick for this range */
-        float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f);
-        s = (hi - lo) / 255.0f;
-        if (!(s > 0) || !isfinite(s)) s = 1.0f;
-        float z = nearbyintf(-lo / s);
-        zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
-        snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, s, zero);
-    } else {
-        snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
-    }
+    act_quant_params(range, &s, &zero, how, nh);
     size_t l = strlen(how);
     if (act && l < nh) snprintf(how + l, nh - l, ", + %s '%s' fused", act->op, act->name);
     else if (fused_relu(n) && l < nh) snprintf(how + l, nh - l, ", + its relu");
@@ -297,17 +387,20 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
             continue;
         }
         int j = -1;
-        if (o->mode != FM_QUANT_INT4) { /* the panels' layout holds up to 32768 input features (quant_int8) */
+        if (o->mode != FM_QUANT_INT4 && kinds[i] != K_CONV) { /* the panels' layout holds up to 32768 input features (quant_int8) */
             const int64_t K = g->values[n->in[1]].tensor->shape[kinds[i] == K_MATMUL ? 0 : 1];
             j = act_after(g, uses, i, K <= 32768);
+        } else if (kinds[i] == K_CONV && !strcmp(n->op, "conv2d")) {
+            j = act_after(g, uses, i, false); /* a relu */
         }
         if (j >= 0) {
             kinds[j] = K_FUSED;
             snprintf(nodes[j].how, sizeof nodes[j].how, "fused into '%s' (int8 epilogue)", n->name);
         }
-        st = o->mode == FM_QUANT_INT4 ? quant_int4(&r, n, kinds[i], o, nodes[i].how, sizeof nodes[i].how)
-                                      : quant_int8(&r, n, kinds[i], o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL,
-                                                   j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
+        const float *range = o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL;
+        if (kinds[i] == K_CONV) st = quant_conv(&r, n, range, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
+        else st = o->mode == FM_QUANT_INT4 ? quant_int4(&r, n, kinds[i], o, nodes[i].how, sizeof nodes[i].how)
+                                      : quant_int8(&r, n, kinds[i], range, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
         nodes[i].quantized = true;
         nq++;
     }
@@ -323,7 +416,7 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         fm_graph_free(out);
         out = NULL;
         fm_set_error(FM_ERR_INVALID, "quantize: no node of this graph can be quantized in this mode (no linear/matmul%s with an f32 constant weight)",
-                     o->mode == FM_QUANT_INT4 ? "/embedding" : "");
+                     o->mode == FM_QUANT_INT4 ? "/embedding" : "/embedding/convolution");
     }
     if (out && rep) {
         rep->n_nodes = g->n_nodes;

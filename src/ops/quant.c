@@ -186,3 +186,62 @@ fm_tensor *fm_qembedding_int4(fm_tensor *w, fm_tensor *scale, fm_tensor *min, fm
     fm_q4_attrs at = {group};
     return run(FM_OP_QEMBEDDING_INT4, 4, (fm_tensor *[]){w, scale, min, indices}, indices->ndim + 1, shape, &at);
 }
+
+fm_tensor *fm_qconv2d_int8(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, fm_tensor *w_sum, fm_tensor *bias,
+                           const fm_conv2d_params *p, int kh, int kw, double a_scale, int a_zero, bool relu, double hi, int pool) {
+    const char *op = "qconv2d_int8";
+    char a[128], b[128];
+    if (!x || x->ndim != 4 || x->dtype != FM_F32) {
+        fm_set_error(FM_ERR_INVALID, "%s: input must be an f32 [N, C, H, W] tensor, got %s %s", op, x ? fm_dtype_name(x->dtype) : "NULL",
+                     x ? fm_shape_str(x->ndim, x->shape, a, sizeof a) : "");
+        return NULL;
+    }
+    if (!p || p->groups != 1 || p->layout != FM_NCHW) {
+        fm_set_error(FM_ERR_INVALID, "%s: groups 1 and layout NCHW only (grouped and NHWC convolutions stay fp32)", op);
+        return NULL;
+    }
+    if (!w_scale || w_scale->ndim != 1) {
+        fm_set_error(FM_ERR_INVALID, "%s: weight scale must be a 1-D f32 tensor [out channels]", op);
+        return NULL;
+    }
+    bool geom_ok = kh >= 1 && kw >= 1 && kh <= 64 && kw <= 64;
+    for (int i = 0; i < 2; i++)
+        geom_ok = geom_ok && p->stride[i] >= 1 && p->dilation[i] >= 1 && p->padding[i] >= 0 && p->padding[i] <= 1024;
+    const int64_t O = w_scale->shape[0], C = x->shape[1], K = (int64_t)kh * kw * C;
+    const int64_t Ho = geom_ok ? fm_conv2d_out_size(x->shape[2], kh, p->stride[0], p->padding[0], p->dilation[0]) : -1;
+    const int64_t Wo = geom_ok ? fm_conv2d_out_size(x->shape[3], kw, p->stride[1], p->padding[1], p->dilation[1]) : -1;
+    if (Ho < 1 || Wo < 1) {
+        fm_set_error(FM_ERR_INVALID, "%s: a %dx%d kernel (stride %d,%d, padding %d,%d, dilation %d,%d) does not fit input %s", op, kh, kw,
+                     p->stride[0], p->stride[1], p->padding[0], p->padding[1], p->dilation[0], p->dilation[1],
+                     fm_shape_str(4, x->shape, a, sizeof a));
+        return NULL;
+    }
+    if (pool < 0 || pool > 64 || (pool > 1 && (Ho < pool || Wo < pool))) {
+        fm_set_error(FM_ERR_INVALID, "%s: pool %d must be in [0, 64] and fit the convolution's %lldx%lld output", op, pool, (long long)Ho,
+                     (long long)Wo);
+        return NULL;
+    }
+    if (K > 32768) {
+        fm_set_error(FM_ERR_INVALID, "%s: kh kw C = %lld exceeds the panels' 32768", op, (long long)K);
+        return NULL;
+    }
+    int64_t pd[4] = {(O + 15) / 16, (K + 3) / 4, 16, 4};
+    if (!panels || panels->dtype != FM_I8 || panels->ndim != 4 || memcmp(panels->shape, pd, sizeof pd)) {
+        fm_set_error(FM_ERR_INVALID, "%s: panels must be i8 %s for %lld outputs and %dx%dx%lld weights (fm_quantize_conv_weight_int8), got %s %s",
+                     op, fm_shape_str(4, pd, a, sizeof a), (long long)O, kh, kw, (long long)C, panels ? fm_dtype_name(panels->dtype) : "NULL",
+                     panels ? fm_shape_str(panels->ndim, panels->shape, b, sizeof b) : "");
+        return NULL;
+    }
+    if (need(op, "weight scale", w_scale, FM_F32, 1, &O) || need(op, "row sums", w_sum, FM_I32, 1, &O) ||
+        (bias && need(op, "bias", bias, FM_F32, 1, &O)) || same_device(op, 5, (fm_tensor *[]){x, panels, w_scale, w_sum, bias}))
+        return NULL;
+    if (!(a_scale >= 0) || a_scale > 1e30 || a_zero < 0 || a_zero > 255 || hi != hi) {
+        fm_set_error(FM_ERR_INVALID, "%s: activation scale %g must be finite and >= 0 (0: dynamic), zero point %d in [0, 255] and the cap not NaN",
+                     op, a_scale, a_zero);
+        return NULL;
+    }
+    fm_qconv8_attrs at = {kh, kw, {p->stride[0], p->stride[1]}, {p->padding[0], p->padding[1]}, {p->dilation[0], p->dilation[1]},
+                          a_scale, a_zero, relu ? 1 : 0, hi, pool};
+    const int64_t k = pool > 1 ? pool : 1, shape[4] = {x->shape[0], O, Ho / k, Wo / k};
+    return run(FM_OP_QCONV2D_INT8, 5, (fm_tensor *[]){x, panels, w_scale, bias, w_sum}, 4, shape, &at);
+}

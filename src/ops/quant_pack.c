@@ -77,6 +77,27 @@ fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor 
     return FM_OK;
 }
 
+fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, fm_tensor **scale, fm_tensor **row_sums) {
+    char a[128];
+    *panels = *scale = *row_sums = NULL;
+    if (!w || w->ndim != 4 || w->dtype != FM_F32 || fm_tensor_device(w).type != FM_DEV_CPU)
+        return fm_set_error(FM_ERR_INVALID, "quantize conv int8: weight must be a 4-D f32 host tensor [out, in, kh, kw], got %s %s",
+                            w ? fm_dtype_name(w->dtype) : "NULL", w ? fm_shape_str(w->ndim, w->shape, a, sizeof a) : "");
+    /* [O, C, kh, kw] -> [O, kh, kw, C] -> [O, kh kw C]: the order the kernel's im2col rows take (channels innermost) */
+    fm_tensor *t = fm_permute((fm_tensor *)w, (const int[]){0, 2, 3, 1}), *c = t ? fm_contiguous(t) : NULL, *r = NULL, *q = NULL;
+    fm_tensor_release(t);
+    if (c) r = fm_reshape(c, 2, (const int64_t[]){w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]});
+    fm_tensor_release(c);
+    fm_status st = r ? fm_quantize_weight_int8(r, &q, scale) : fm_last_status();
+    if (st == FM_OK) st = fm_pack_weight_int8(q, panels, row_sums);
+    fm_tensor_release_n(2, r, q);
+    if (st) {
+        fm_tensor_release(*scale);
+        *scale = NULL;
+    }
+    return st;
+}
+
 /* One group's scale and offset, rounded to f16; codes into q[0..G). */
 static void q4_group(const float *w, int64_t G, bool with_min, uint16_t *d16, uint16_t *m16, uint8_t *q) {
     float d, m;

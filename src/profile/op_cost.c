@@ -19,6 +19,11 @@ double fm_op_flops(const fm_op_call *c) {
         /* each output element: Cin/groups * kH * kW multiply-adds */
         return 2.0 * (double)numel(y) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
     }
+    case FM_OP_QCONV2D_INT8: {
+        /* each output element: kh kw C integer multiply-adds */
+        const fm_qconv8_attrs *a = c->attrs;
+        return a ? 2.0 * (double)numel(y) * (double)a->kh * a->kw * (double)c->in[0]->shape[1] : 0;
+    }
     case FM_OP_CONV2D_BACKWARD: {
         const fm_tensor *dy = c->in[0], *w = c->in[2];
         double per = 2.0 * (double)numel(dy) * (double)(w->shape[1] * w->shape[2] * w->shape[3]);

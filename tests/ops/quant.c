@@ -7,7 +7,10 @@
  *    int8: |y - y_f32| <= sum_k (|x_k| w_scale/2 + |w_k| a_scale/2 + a_scale w_scale/4);
  *    int4: |y - y_f32| <= sum_k |x_k| e_k, e_k = |d| (symmetric: the top code is
  *          clamped) or |d|/2 + f16 rounding (with min) per weight's group.
- * and with bad input (dtype, shape, group, index). */
+ * and with bad input (dtype, shape, group, index). qconv2d_int8 here against the f32
+ * convolution within the int8 bound (per output channel o, with |x| at its max over the
+ * input: K (max|x| w_scale_o / 2 + a_scale w_scale_o / 4) + sum |w_o| a_scale / 2); its exact
+ * integer formula, each kernel path and its bad input are tests/test_qconv.c. */
 #include "test_util.h"
 #include "op_test.h"
 #include "backend/cpu/quant_kernels.h" /* which int4 kernel runs: the AVX2 one rounds x to int8 */
@@ -185,7 +188,43 @@ static int qembedding8_forward(void) {
     OP_END;
 }
 
+static int qconv8_forward(void) {
+    OP_BEGIN;
+    const int64_t N = 2, C = 5, H = 9, W = 8, O = 19, kh = 3, kw = 3, K = C * kh * kw;
+    fm_tensor *x = op_randn(4, (int64_t[]){N, C, H, W}, FM_F32, 4), *w = op_randn(4, (int64_t[]){O, C, kh, kw}, FM_F32, 5);
+    fm_tensor *b = op_randn(1, &O, FM_F32, 6), *P = NULL, *ws = NULL, *u = NULL;
+    CHECK(fm_quantize_conv_weight_int8(w, &P, &ws, &u) == FM_OK);
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.padding[0] = p.padding[1] = 1;
+    p.stride[1] = 2;
+    fm_tensor *yf = fm_conv2d(x, w, b, &p);
+    double *hx = host(x), *hw = host(w), *hs = host(ws), amax = 0;
+    for (int64_t i = 0; i < N * C * H * W; i++) amax = fmax(amax, fabs(hx[i]));
+    for (int dyn = 0; dyn < 2; dyn++) {
+        const double as = dyn ? 2 * amax / 255 : 0.02; /* dynamic: about the range of x */
+        fm_tensor *y = fm_qconv2d_int8(x, P, ws, u, b, &p, kh, kw, dyn ? 0.0 : as, dyn ? 0 : 128, false, INFINITY, 0);
+        CHECK(y && yf && y->ndim == 4 && fm_tensor_numel(y) == fm_tensor_numel(yf));
+        double *hy = y ? host(y) : NULL, *hf = yf ? host(yf) : NULL, worst = 0;
+        const int64_t P1 = yf ? yf->shape[2] * yf->shape[3] : 0;
+        for (int64_t i = 0; hy && hf && i < N * O * P1; i++) {
+            const int64_t o = (i / P1) % O;
+            double wsum = 0;
+            for (int64_t k = 0; k < K; k++) wsum += fabs(hw[o * K + k]);
+            const double bound = K * (amax * hs[o] / 2 + as * hs[o] / 4) + wsum * as / 2;
+            worst = fmax(worst, fabs(hy[i] - hf[i]) / bound);
+        }
+        CHECK_MSG(hy && worst <= 1.0, "qconv2d_int8 (%s) vs f32 conv2d: %g of the bound", dyn ? "dynamic" : "static", worst);
+        free(hy);
+        free(hf);
+        fm_tensor_release(y);
+    }
+    free(hx); free(hw); free(hs);
+    fm_tensor_release_n(7, x, w, b, P, ws, u, yf);
+    OP_END;
+}
+
 OP_TEST("qlinear_int8", qlinear8_forward, NULL)
+OP_TEST("qconv2d_int8", qconv8_forward, NULL)
 OP_TEST("qlinear_int4", qlinear4_forward, NULL)
 OP_TEST("qembedding_int4", qembedding4_forward, NULL)
 OP_TEST("qembedding_int8", qembedding8_forward, NULL)

@@ -39,6 +39,7 @@ static void build(void) {
     fm_cpu_kernels_fused(&g_cpu);
     fm_cpu_kernels_optim(&g_cpu);
     fm_cpu_kernels_quant(&g_cpu);
+    fm_cpu_kernels_qconv(&g_cpu);
     fm_cpu_kernels_lowp(&g_cpu); /* wraps kernels registered above: keep last */
 }
 

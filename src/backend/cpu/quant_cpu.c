@@ -58,6 +58,14 @@ static void q8_codes_at(bool v512, bool v256, const float *x, int64_t n, float s
     else fm_q8_quantize(x, n, scale, zero, q);
 }
 
+void fm_q8_range_at_level(const float *x, int64_t n, float *mn, float *mx) {
+    q8_range_at(fm_cpu_use_avx512(), fm_cpu_use_avx2(), x, n, mn, mx);
+}
+
+void fm_q8_codes_at_level(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q) {
+    q8_codes_at(fm_cpu_use_avx512(), fm_cpu_use_avx2(), x, n, scale, zero, q);
+}
+
 static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     q8_rows_job *j = ctx;
@@ -80,15 +88,14 @@ static void codes_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* The activation codes of x [M, K] with (scale, zero), or with the range of
- * this x when the node is dynamic; rows lda apart (zeros from K to lda). */
-static void quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, const fm_qlinear8_attrs *at, float *scale, int32_t *zero, uint8_t *q) {
+void fm_q8_quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, double a_scale, int32_t a_zero, float *scale, int32_t *zero,
+                         uint8_t *q) {
     q8_rows_job j = {.x = xp, .K = K, .lda = lda, .M = M, .q = q, .v512 = fm_cpu_use_avx512(), .v256 = fm_cpu_use_avx2()};
     j.rows = K > 0 && K < Q8_ROWS_ELEMS ? Q8_ROWS_ELEMS / K : 1;
     if ((M + j.rows - 1) / j.rows > Q8_MAX_BLOCKS) j.rows = (M + Q8_MAX_BLOCKS - 1) / Q8_MAX_BLOCKS;
     const int64_t blocks = M > 0 ? (M + j.rows - 1) / j.rows : 0;
-    *scale = (float)at->a_scale;
-    *zero = at->a_zero;
+    *scale = (float)a_scale;
+    *zero = a_zero;
     if (!(*scale > 0)) { /* dynamic: this batch's range */
         float mn = 0.0f, mx = 0.0f;
         fm_parallel_for(blocks, 1, range_task, &j);
@@ -161,7 +168,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     if (!q || (!panels && !wsum)) { fm_tensor_release(qt); free(wsum); return oom("qlinear_int8"); }
     float scale;
     int32_t zero;
-    quantize_rows(fm_tensor_data(x), M, K, lda, at, &scale, &zero, q);
+    fm_q8_quantize_rows(fm_tensor_data(x), M, K, lda, at->a_scale, at->a_zero, &scale, &zero, q);
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
                          c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act, NULL, NULL};
     if (panels) {

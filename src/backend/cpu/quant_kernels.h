@@ -116,6 +116,13 @@ void fm_q8_pgemm_tile_vnni(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t
 bool fm_q8_pgemm_tile_amx(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 /* The whole product over the thread pool (tasks: 64 columns x up to 96 rows). */
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl);
+/* The same product on the calling thread alone (for callers that split other work over the
+ * pool: qconv2d_int8's samples), in the same tiles: the same integers and floats. */
+void fm_q8_pgemm_serial(const fm_q8_pgemm *g, fm_q8_impl impl);
+/* The range and the codes of n values at the CPU's level, on the calling thread: the same
+ * values as the pool's passes (fm_q8_quantize_rows) over the same values. */
+void fm_q8_range_at_level(const float *x, int64_t n, float *mn, float *mx);
+void fm_q8_codes_at_level(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 
 /* Dynamic activation quantization: the range of x[n] (widened to hold 0),
  * scale = (max - min) / 255 and zero point z, q = clamp(rint(x / scale) + z, 0, 255). */
@@ -124,6 +131,11 @@ void fm_q8_params(float mn, float mx, float *scale, int32_t *zero);
 void fm_q8_quantize(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 void fm_q8_quantize_avx512(const float *x, int64_t n, float inv_scale, int32_t zero, uint8_t *q);
 void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx);
+/* The codes of x [M, K] (dense rows) with (a_scale, a_zero), or, when a_scale is 0, with the
+ * range of this x (dynamic, per call); *scale and *zero: what was used. Rows lda apart in q
+ * (zeros from K to lda). On the thread pool, the same codes as one serial pass. */
+void fm_q8_quantize_rows(const float *x, int64_t M, int64_t K, int64_t lda, double a_scale, int32_t a_zero, float *scale, int32_t *zero,
+                         uint8_t *q);
 /* The same with AVX2 (the scalar loops' results bit for bit; the tails run the scalar loops). */
 void fm_q8_range_avx2(const float *x, int64_t n, float *mn, float *mx);
 void fm_q8_quantize_avx2(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);

@@ -92,6 +92,31 @@ static void rows_task(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
+/* The AVX2 tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code into a copy that
+ * *g points to after (freed by the caller: the return value); out of memory, *impl becomes
+ * the reference (slower, the same integers). Other levels: nothing to do, NULL. */
+static uint8_t *flip_codes(const fm_q8_pgemm **g, fm_q8_pgemm *flipped, fm_q8_impl *impl) {
+    if (*impl != FM_Q8_AVX2) return NULL;
+    const int64_t n = ((*g)->M - 1) * (*g)->lda + 4 * (((*g)->K + 3) / 4);
+    uint8_t *as = malloc((size_t)n);
+    if (!as) { *impl = FM_Q8_REF; return NULL; }
+    for (int64_t i = 0; i < n; i++) as[i] = (*g)->A[i] ^ 0x80;
+    *flipped = **g;
+    flipped->A = as;
+    *g = flipped;
+    return as;
+}
+
+void fm_q8_pgemm_serial(const fm_q8_pgemm *g, fm_q8_impl impl) {
+    if (g->M <= 0 || g->N <= 0) return;
+    fm_q8_pgemm flipped;
+    uint8_t *as = flip_codes(&g, &flipped, &impl);
+    const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
+    pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
+    ptask(&j, 0, n_nb * j.n_mb, 0);
+    free(as);
+}
+
 void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
     const int nt = fm_num_threads();
@@ -103,18 +128,7 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
         return;
     }
     fm_q8_pgemm flipped;
-    uint8_t *as = NULL;
-    if (impl == FM_Q8_AVX2) { /* its tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code, here */
-        const int64_t n = (g->M - 1) * g->lda + 4 * ((g->K + 3) / 4);
-        as = malloc((size_t)n);
-        if (!as) impl = FM_Q8_REF; /* slower, same integers */
-        else {
-            for (int64_t i = 0; i < n; i++) as[i] = g->A[i] ^ 0x80;
-            flipped = *g;
-            flipped.A = as;
-            g = &flipped;
-        }
-    }
+    uint8_t *as = flip_codes(&g, &flipped, &impl);
     const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
     pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
     /* below ~2^18 multiply-adds a thread hand-off costs more than it saves */

@@ -1,0 +1,18 @@
+/* qconv2d_int8's output pass (qconv_cpu.c), shared with its AVX-512 version
+ * (qconv_avx512.c): the GEMM's out [P, O] of one sample into NCHW [O, Hp, Wp],
+ * each output the max over its pool x pool window of GEMM rows (pool 1: the row),
+ * then min(y, hi). */
+#ifndef FATHOM_BACKEND_CPU_QCONV_H
+#define FATHOM_BACKEND_CPU_QCONV_H
+#include <stdint.h>
+
+typedef struct fm_qconv_out {
+    int64_t O, Wo;      /* channels; the convolution's output width (GEMM rows a row) */
+    int64_t pool;       /* 1: none */
+    int64_t Wp, Pp;     /* the (pooled) output's width and positions */
+    float hi;           /* the cap (INFINITY: none) */
+} fm_qconv_out;
+
+/* outputs at (pooled) positions [q0, q1) of one sample: src [P, O] -> dst [O, Pp] */
+void fm_qconv_out_avx512(const fm_qconv_out *a, const float *src, float *dst, int64_t q0, int64_t q1);
+#endif
