@@ -22,6 +22,8 @@
  * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
  * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
  * With --cpu-time: process CPU time instead of the wall clock (see now_s).
+ * With --cnn MODEL_DIR: only a trained CNN (fashion-cnn), compiled, against its int8 forms
+ * (bench_cnn), and with --ort ONNX Runtime's on the same model.
  * With --xl: only the decode table, on a 24 x 2048 shape (1.2B parameters: 4.8 GB fp32, about
  * 0.65 GB int4), whose weights are several times any L3, so the bandwidth bound applies
  * (GPT-2-small's int8/int4 weights fit in a 260 MB L3). Needs about 14 GB of memory.
@@ -33,7 +35,7 @@
  * FATHOM_BENCH_TRACE=FILE traces the loops after the first).
  * With --compiled: the GPT rows (2, 3) start from the compiled graph, fp32 and quantized alike, as
  * `fathom compile` and `fathom quantize` make them (fused linears, bias+GELU, residual+norm).
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]] [--cnn MODEL_DIR]
  *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] [--compiled] */
 #include <math.h>
 #include <stdio.h>
@@ -120,6 +122,25 @@ static size_t weight_bytes(const char *dir) {
     long n = ftell(f);
     fclose(f);
     return (size_t)n;
+}
+
+/* .npy of an f32 tensor (C order) for the ONNX Runtime side */
+static void write_npy(const char *path, const fm_tensor *t) {
+    FILE *f = fopen(path, "wb");
+    if (!f) die(path);
+    char hdr[160], dims[96] = "";
+    for (int i = 0; i < t->ndim; i++) {
+        size_t l = strlen(dims);
+        snprintf(dims + l, sizeof dims - l, "%lld,%s", (long long)t->shape[i], i + 1 < t->ndim ? " " : "");
+    }
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", dims);
+    while ((10 + n + 1) % 64) hdr[n++] = ' ';
+    hdr[n++] = '\n';
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 255), (unsigned char)(n >> 8)};
+    fwrite(pre, 1, 10, f);
+    fwrite(hdr, 1, (size_t)n, f);
+    fwrite(fm_tensor_data(t), 4, (size_t)fm_tensor_numel(t), f);
+    fclose(f);
 }
 
 /* ---- 0. the GEMMs alone: fp32 linear (the GEMM provider) vs int8 on panels ----
@@ -236,16 +257,7 @@ static void bench_mlp(int rounds, const char *ort_python) {
         snprintf(onnx, sizeof onnx, "%s.onnx", dir);
         snprintf(np, sizeof np, "%s.calib.npy", dir);
         if (fm_graph_export_onnx(g, onnx) != FM_OK) die("export");
-        FILE *f = fopen(np, "wb"); /* the calibration samples as .npy (f32, C order) */
-        char hdr[128];
-        int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (256, 784), }");
-        while ((10 + n + 1) % 64) hdr[n++] = ' ';
-        hdr[n++] = '\n';
-        unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 255), (unsigned char)(n >> 8)};
-        fwrite(pre, 1, 10, f);
-        fwrite(hdr, 1, (size_t)n, f);
-        fwrite(fm_tensor_data(calib), 4, 256 * 784, f);
-        fclose(f);
+        write_npy(np, calib); /* the calibration samples */
         snprintf(cmd, sizeof cmd, "%s bench/bench_quant_ort.py %s %s %d", ort_python, onnx, np, rounds);
         if (system(cmd) != 0) fprintf(stderr, "bench_quant: the ONNX Runtime side failed (%s)\n", cmd);
         remove(onnx);
@@ -255,6 +267,60 @@ static void bench_mlp(int rounds, const char *ort_python) {
     fm_graph_free(qd);
     fm_graph_free(qs);
     fm_graph_free(g);
+}
+
+/* ---- --cnn MODEL_DIR: a trained fashion-cnn (fathom train fashion-cnn), compiled as fathom
+ * compile does, against its int8 forms as fathom quantize makes them (its convolutions as
+ * qconv2d_int8 with their ReLU and pool, its linears as qlinear_int8), at batches 1, 32 and
+ * 256 on N(0,1) images; the static side calibrated on 256 N(0,1) images (the scales change the
+ * values, not the work). With --ort: ONNX Runtime on the same compiled graph exported, fp32,
+ * quantize_dynamic and quantize_static (QDQ, per channel), at the same batches. ---- */
+static void bench_cnn(const char *dir, int rounds, const char *ort_python) {
+    fm_graph *m = fm_graph_from_model_dir(dir);
+    if (!m) die(dir);
+    fm_compile_report rep;
+    fm_graph *g = fm_graph_compile(m, &rep);
+    if (!g) die("compile");
+    fm_graph_io in;
+    if (fm_graph_input_info(g, 0, &in) != FM_OK || in.ndim != 4) die("the model's input is not an image batch [N, C, H, W]");
+    int64_t shape[4] = {256, in.shape[1], in.shape[2], in.shape[3]};
+    fm_tensor *calib = randn(4, shape, 3);
+    fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
+    const int batches[3] = {1, 32, 256};
+    for (int bi = 0; bi < 3; bi++) {
+        shape[0] = batches[bi];
+        fm_tensor *x = randn(4, shape, 4);
+        side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
+        time_sides(s, 3, &x, 1, rounds, NULL);
+        double md[3], b[3];
+        for (int i = 0; i < 3; i++) { b[i] = best_of(s[i].t, rounds); md[i] = bench_median(s[i].t, rounds); }
+        printf("{\"model\": \"%s (compiled)\", \"batch\": %d, \"fp32_ms\": %.4f, \"int8_dynamic_ms\": %.4f, \"int8_static_ms\": %.4f, "
+               "\"int8_dynamic_speedup\": %.2f, \"int8_static_speedup\": %.2f, \"best_fp32_ms\": %.4f, \"best_int8_dynamic_ms\": %.4f, "
+               "\"best_int8_static_ms\": %.4f}\n", dir, batches[bi], 1e3 * md[0], 1e3 * md[1], 1e3 * md[2], md[0] / md[1], md[0] / md[2],
+               1e3 * b[0], 1e3 * b[1], 1e3 * b[2]);
+        fflush(stdout);
+        fm_tensor_release(x);
+    }
+    if (ort_python) {
+        char base[256], onnx[300], np[300], cmd[1400];
+        snprintf(base, sizeof base, "/tmp/bench_quant_cnn_%d", (int)getpid());
+        snprintf(onnx, sizeof onnx, "%s.onnx", base);
+        snprintf(np, sizeof np, "%s.calib.npy", base);
+        if (fm_graph_export_onnx(g, onnx) != FM_OK) die("export");
+        write_npy(np, calib);
+        for (int bi = 0; bi < 3; bi++) {
+            snprintf(cmd, sizeof cmd, "%s bench/bench_quant_ort.py %s %s %d %d '%s (compiled, exported)'", ort_python, onnx, np, rounds,
+                     batches[bi], dir);
+            if (system(cmd) != 0) fprintf(stderr, "bench_quant: the ONNX Runtime side failed (%s)\n", cmd);
+        }
+        remove(onnx);
+        remove(np);
+    }
+    fm_tensor_release(calib);
+    fm_graph_free(qd);
+    fm_graph_free(qs);
+    fm_graph_free(g);
+    fm_graph_free(m);
 }
 
 /* ---- 2 and 3: GPT prefill and decode ---- */
@@ -583,7 +649,7 @@ static void bench_ppl(const char *dir, int64_t windows) {
 
 int main(int argc, char **argv) {
     int rounds = 9;
-    const char *ort = NULL, *ppl = NULL, *prof = NULL, *prof_dec = NULL;
+    const char *ort = NULL, *ppl = NULL, *prof = NULL, *prof_dec = NULL, *cnn = NULL;
     bool large = true, kernels_only = false, xl = false, gen = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
@@ -591,6 +657,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--ppl-windows") && i + 1 < argc) { windows = atol(argv[++i]); continue; }
         if (!strcmp(argv[i], "--profile-prefill") && i + 1 < argc) { prof = argv[++i]; continue; }
         if (!strcmp(argv[i], "--profile-decode") && i + 1 < argc) { prof_dec = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--cnn") && i + 1 < argc) { cnn = argv[++i]; continue; }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
@@ -604,6 +671,10 @@ int main(int argc, char **argv) {
     fm_set_grad_enabled(false);
     if (ppl) { /* only the perplexity table */
         bench_ppl(ppl, windows > 0 ? windows : 40);
+        return 0;
+    }
+    if (cnn) { /* only the CNN table */
+        bench_cnn(cnn, rounds, ort);
         return 0;
     }
     if (prof) {

@@ -1,9 +1,10 @@
 """ONNX Runtime's side of bench_quant: the MLP that bench_quant exported runs
 in fp32, after quantize_dynamic (u8 activations, s8 weights) and after
 quantize_static (QDQ, MinMax calibration on the same samples bench_quant used),
-at batch 128, single session per side, intra-op threads = FATHOM_NUM_THREADS or
-all cores; alternating rounds, medians and best rounds, JSON lines like bench_quant's.
-Usage: python bench_quant_ort.py MODEL.onnx CALIB.npy ROUNDS"""
+at BATCH (default 128; the input's other dims are the calibration samples'), single
+session per side, intra-op threads = FATHOM_NUM_THREADS or all cores; alternating
+rounds, medians and best rounds, JSON lines like bench_quant's.
+Usage: python bench_quant_ort.py MODEL.onnx CALIB.npy ROUNDS [BATCH [NAME]]"""
 import json
 import os
 import sys
@@ -25,6 +26,8 @@ class Reader(CalibrationDataReader):
 
 def main():
     model, calib_path, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 128
+    label = sys.argv[5] if len(sys.argv) > 5 else "fashion-mlp (784-1024-1024-10)"
     calib = np.load(calib_path).astype(np.float32)
     opts = ort.SessionOptions()
     threads = int(os.environ.get("FATHOM_NUM_THREADS", "0"))
@@ -37,7 +40,7 @@ def main():
     quantize_static(model, st, Reader(name, calib), activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
     sides = {k: ort.InferenceSession(p, opts, providers=["CPUExecutionProvider"]) for k, p in
              (("fp32", model), ("quantize_dynamic", dyn), ("quantize_static", st))}
-    x = np.random.default_rng(4).standard_normal((128, 784)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((batch,) + calib.shape[1:]).astype(np.float32)
     times = {k: [] for k in sides}
     for r in range(rounds + 1):
         for k, s in sides.items():
@@ -47,7 +50,7 @@ def main():
                 times[k].append(time.perf_counter() - t0)
     med = {k: float(np.median(v)) for k, v in times.items()}
     best = {k: min(v) for k, v in times.items()}
-    print(json.dumps({"model": "fashion-mlp (784-1024-1024-10)", "runtime": "onnxruntime " + ort.__version__, "batch": 128,
+    print(json.dumps({"model": label, "runtime": "onnxruntime " + ort.__version__, "batch": batch,
                       "fp32_ms": round(1e3 * med["fp32"], 3), "quantize_dynamic_ms": round(1e3 * med["quantize_dynamic"], 3),
                       "quantize_static_ms": round(1e3 * med["quantize_static"], 3),
                       "dynamic_speedup": round(med["fp32"] / med["quantize_dynamic"], 2),

@@ -7,9 +7,10 @@
  * the only difference is the f32 epilogue's rounding: bound 1e-5 of the largest
  * output. Geometries cover each path of the kernel: im2col with padding
  * (the zero point in padded cells), K not a multiple of 4 (the rows' zero tail),
- * stride, dilation, one input channel, a 1x1 on C % 4 == 0 (the NHWC codes as
- * the GEMM's rows), a 1x1 on C % 4 != 0 (im2col), outputs not a multiple of
- * the panels' 16, K a multiple of 64 with enough rows for the AMX tiles,
+ * stride, dilation, one input channel, a 1x1 where C is the panels' K (the NHWC
+ * codes as the GEMM's rows), a 1x1 where it is not (C % 4 != 0; C = 96, whose K
+ * the panels pad to 128): im2col, outputs not a multiple of the panels' 16, K
+ * padded to a multiple of 64 (the AMX tiles) and exactly one,
  * several sample chunks, more than one 64-channel block of the output pass, and
  * the fused max pool (2x2; 3x3 with rows and columns left over); each on 2
  * threads (one sample a task) and on 1 (each step over the pool, in chunks),
@@ -45,7 +46,7 @@ typedef struct geo { int64_t N, C, H, W, O; int kh, kw, sh, sw, ph, pw, dh, dw, 
  * panels, y = s w_scale (sum (q - z) wq) + b, relu, cap. */
 static void reference(const geo *g, const float *x, const int8_t *P, const float *ws, const float *b, double s, int z, bool relu, double hi,
                       int64_t Ho, int64_t Wo, double *y) {
-    const int64_t K = (int64_t)g->kh * g->kw * g->C, Kq = (K + 3) / 4;
+    const int64_t Kq = fm_qconv_panel_k((int64_t)g->kh * g->kw * g->C) / 4;
     for (int64_t n = 0; n < g->N; n++)
         for (int64_t o = 0; o < g->O; o++)
             for (int64_t oy = 0; oy < Ho; oy++)
@@ -93,6 +94,8 @@ static void test_kernel_exact(void) {
         {2, 16, 9, 9, 24, 5, 5, 2, 2, 2, 2, 1, 3, 0},   /* 5x5, stride 2, dilation in width */
         {40, 32, 24, 24, 80, 3, 3, 1, 1, 1, 1, 1, 1, 0}, /* several sample chunks, channels past one 64-block */
         {3, 8, 11, 13, 70, 3, 3, 1, 1, 1, 1, 1, 1, 3},  /* a 3x3 pool with rows and columns left over */
+        {2, 128, 5, 5, 33, 1, 1, 1, 1, 0, 0, 1, 1, 0},  /* 1x1 over 128 channels: direct, on the AMX tiles */
+        {2, 96, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1, 1, 0},   /* 1x1 over 96: K padded to 128, so im2col */
     };
     for (size_t tc = 0; tc < 2 * sizeof cases / sizeof cases[0]; tc++) {
         /* each case on 2 threads (one sample a task where N >= 2) and on 1 (the chunked path) */

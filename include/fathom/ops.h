@@ -281,7 +281,8 @@ FM_API fm_tensor *fm_qembedding_int8(fm_tensor *panels, fm_tensor *scale, fm_ten
 /* An int8 convolution (groups 1, NCHW): x f32 [N, C, H, W] quantized to u8 with a_scale and
  * a_zero, or with the range of this x when a_scale is 0 (dynamic); the weight [O, C, kh, kw]
  * as fm_quantize_conv_weight_int8 (fathom/quant.h) packs it: panels over K = kh kw C in the
- * order (ky, kx, c), per-channel scales w_scale [O] and row sums w_sum [O]. Integer sums, then
+ * order (ky, kx, c) (padded with zeros to a multiple of 64 from 64 on, of 4 below), per-channel
+ * scales w_scale [O] and row sums w_sum [O]. Integer sums, then
  * y = a_scale w_scale (sum - a_zero w_sum) + bias (bias may be NULL), max(y, 0) when relu, then
  * min(y, hi) (INFINITY: no cap; ReLU6: relu and 6); pool > 1: then a pool x pool max pool at
  * stride pool, no padding (as fm_conv2d_fused's). p: stride, padding and dilation (groups 1,

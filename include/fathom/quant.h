@@ -27,8 +27,9 @@ FM_API fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_t
 FM_API fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor **row_sums);
 /* A convolution's weight w f32 [O, C, kh, kw] (host) -> what fm_qconv2d_int8 reads: the
  * weight as [O, kh kw C] in the order (ky, kx, c), quantized per output channel
- * (fm_quantize_weight_int8) and packed (fm_pack_weight_int8): *panels, *scale f32 [O],
- * *row_sums i32 [O]. kh kw C at most 32768. */
+ * (fm_quantize_weight_int8) and packed (fm_pack_weight_int8) over K = kh kw C padded with
+ * zero columns to a multiple of 64 from 64 on (of 4 below), the whole steps of the AMX
+ * tiles: *panels [ceil(O/16), Kp/4, 16, 4], *scale f32 [O], *row_sums i32 [O]. K at most 32768. */
 FM_API fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, fm_tensor **scale, fm_tensor **row_sums);
 /* w f32 [N, K] (host) -> *packed u8 [N, K/2], *scale f16 [N, K/group] and, when
  * with_min, *min f16 [N, K/group] (else *min = NULL). group must divide K. */

@@ -145,9 +145,15 @@ typedef struct fm_q4_attrs { int64_t group; } fm_q4_attrs;
 typedef struct fm_q8emb_attrs { int64_t dim; } fm_q8emb_attrs;
 /* QCONV2D_INT8: in = {x [N, C, H, W] f32, panels i8 [ceil(O/16), ceil(K/4), 16, 4] of the weight
  * as [O, K] with K = kh kw C running (ky, kx, c) (fm_quantize_conv_weight_int8), w_scale [O] f32,
- * bias [O] f32|NULL, w_sum [O] i32}; out = {[N, O, Ho, Wo] f32}. groups 1, NCHW. a_scale > 0:
+ * bias [O] f32|NULL, w_sum [O] i32}; out = {[N, O, Ho, Wo] f32}; the panels' K is fm_qconv_panel_k(K)
+ * (zeros past K). groups 1, NCHW. a_scale > 0:
  * static (a_scale, a_zero); 0: the range of this x. relu: max(y, 0); then y = min(y, hi); pool > 1:
  * a pool x pool max pool at stride pool after (out [N, O, Ho / pool, Wo / pool]). */
+/* The K a convolution's int8 panels hold (fm_quantize_conv_weight_int8): kh kw C rounded up to
+ * a multiple of 64 from 64 on, so that the AMX tiles (64 K a step) take the whole product
+ * (zeros cost up to 63 of each row's K elsewhere: 288 -> 320 for a 3x3 over 32 channels), and
+ * to a multiple of 4 (the panels' step) below, where the tiles would mostly hold zeros. */
+static inline int64_t fm_qconv_panel_k(int64_t K) { return K >= 64 ? (K + 63) / 64 * 64 : (K + 3) / 4 * 4; }
 typedef struct fm_qconv8_attrs {
     int kh, kw, stride[2], padding[2], dilation[2];
     double a_scale;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fathom/ops.h"
+#include "backend/kernel_attrs.h" /* fm_qconv_panel_k */
 #include "graph/graph_internal.h"
 
 static fm_status want(const gtype *t, const char *what, fm_dtype dt, int ndim, const int64_t *dims) {
@@ -120,7 +121,7 @@ static fm_status qconv_attrs(const gctx *c, fm_conv2d_params *p, int64_t k[2], q
     return FM_OK;
 }
 
-/* in: x f32 [N, C, H, W], panels [ceil(O/16), ceil(kh kw C/4), 16, 4], w_scale [O], [bias], w_sum [O] */
+/* in: x f32 [N, C, H, W], panels [ceil(O/16), fm_qconv_panel_k(kh kw C) / 4, 16, 4], w_scale [O], [bias], w_sum [O] */
 static fm_status inf_qconv8(const gctx *c, const gtype *in, gtype *out) {
     char s1[96];
     fm_conv2d_params p;
@@ -134,7 +135,7 @@ static fm_status inf_qconv8(const gctx *c, const gtype *in, gtype *out) {
     if (in[2].ndim != 1) return fm_set_error(FM_ERR_INVALID, "weight scale must be a 1-D f32 tensor [out], got %s", g_tshape(&in[2], s1, sizeof s1));
     const int64_t O = in[2].d[0], K = k[0] * k[1] * in[0].d[1];
     if (K > 32768) return fm_set_error(FM_ERR_INVALID, "kh kw C = %lld exceeds layout vnni16x4's 32768", (long long)K);
-    int64_t pd[4] = {(O + 15) / 16, (K + 3) / 4, 16, 4};
+    int64_t pd[4] = {(O + 15) / 16, fm_qconv_panel_k(K) / 4, 16, 4};
     if (want(&in[1], "weight (layout vnni16x4)", FM_I8, 4, pd) || want(&in[2], "weight scale", FM_F32, 1, &O) ||
         want(&in[4], "row sums (layout vnni16x4)", FM_I32, 1, &O))
         return fm_last_status();

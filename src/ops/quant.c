@@ -225,7 +225,7 @@ fm_tensor *fm_qconv2d_int8(fm_tensor *x, fm_tensor *panels, fm_tensor *w_scale, 
         fm_set_error(FM_ERR_INVALID, "%s: kh kw C = %lld exceeds the panels' 32768", op, (long long)K);
         return NULL;
     }
-    int64_t pd[4] = {(O + 15) / 16, (K + 3) / 4, 16, 4};
+    int64_t pd[4] = {(O + 15) / 16, fm_qconv_panel_k(K) / 4, 16, 4};
     if (!panels || panels->dtype != FM_I8 || panels->ndim != 4 || memcmp(panels->shape, pd, sizeof pd)) {
         fm_set_error(FM_ERR_INVALID, "%s: panels must be i8 %s for %lld outputs and %dx%dx%lld weights (fm_quantize_conv_weight_int8), got %s %s",
                      op, fm_shape_str(4, pd, a, sizeof a), (long long)O, kh, kw, (long long)C, panels ? fm_dtype_name(panels->dtype) : "NULL",

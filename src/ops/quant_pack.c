@@ -89,8 +89,13 @@ fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, f
     if (c) r = fm_reshape(c, 2, (const int64_t[]){w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]});
     fm_tensor_release(c);
     fm_status st = r ? fm_quantize_weight_int8(r, &q, scale) : fm_last_status();
-    if (st == FM_OK) st = fm_pack_weight_int8(q, panels, row_sums);
-    fm_tensor_release_n(2, r, q);
+    const int64_t O = w->shape[0], K = w->shape[1] * w->shape[2] * w->shape[3], Kp = fm_qconv_panel_k(K);
+    fm_tensor *qp = st == FM_OK ? fm_tensor_zeros(2, (const int64_t[]){O, Kp}, FM_I8, FM_CPU) : NULL; /* zero columns to Kp */
+    if (st == FM_OK && !qp) st = fm_last_status();
+    for (int64_t o = 0; st == FM_OK && o < O; o++)
+        memcpy((int8_t *)fm_tensor_data(qp) + o * Kp, (const int8_t *)fm_tensor_data(q) + o * K, (size_t)K);
+    if (st == FM_OK) st = fm_pack_weight_int8(qp, panels, row_sums);
+    fm_tensor_release_n(3, r, q, qp);
     if (st) {
         fm_tensor_release(*scale);
         *scale = NULL;

@@ -10,10 +10,12 @@
  *      (ky, kx, c) to match (fm_quantize_conv_weight_int8), and im2col is one
  *      copy per (position, ky) where the dilation in width is 1, with no bounds
  *      to test; a 1x1 stride-1 unpadded convolution over C % 4 == 0 channels reads
- *      the NHWC codes as they are, with no im2col at all. The padding cells hold
+ *      the NHWC codes as they are, with no im2col at all (where C is the panels' K:
+ *      a multiple of 4 below 64, of 64 from 64 on). The padding cells hold
  *      the zero point (the code of 0.0: a padded cell adds a_zero w, which the
  *      epilogue's a_zero w_sum takes back, exactly a zero input);
- *   3. im2col rows [positions, 4 ceil(K/4)] (zeros from K on);
+ *   3. im2col rows [positions, Kp] (zeros from K on; Kp = fm_qconv_panel_k(K), a
+ *      multiple of 64 from 64 on, so that AMX tiles take the whole product);
  *   4. the panels' GEMM with the epilogue fused (scales, bias, ReLU), out
  *      [positions, O] f32, then that block into NCHW: the max pool when there is one
  *      (conv2d_fused's, which fathom quantize carries over), the cap, the transpose.
@@ -60,9 +62,9 @@ typedef struct qconv_job {
     int64_t s8, s32;
 } qconv_job;
 
-/* Bytes past the end of every buffer the fast copies read or write: they move whole 16-byte
- * blocks where the room allows (copy_run). */
-#define QCONV_SLACK 16
+/* Bytes past the end of every buffer the fast copies read or write: they move up to 127 bytes
+ * more than asked where the room allows (copy_run). */
+#define QCONV_SLACK 128
 
 /* One sample's NHWC codes, padded: rows [h0, h1) of the image from NCHW src into dst
  * [Hpad, Wpad, C], with the padding cells around them the zero point (the first and last
@@ -87,25 +89,35 @@ static void nhwc_rows(const qconv_job *j, const uint8_t *restrict src, uint8_t *
     }
 }
 
-/* n bytes s -> d in 16-byte blocks when room (the bytes d may take, slack included) holds the
- * last block: the short runs of a small C (3 bytes for fashion-cnn's first conv) cost a memcpy
- * call each otherwise. Blocks past n write bytes a later copy (or the zero tail) rewrites. */
+/* n bytes s -> d as one fixed-size copy of 16, 32, 64 or 128 bytes when room (the bytes d may
+ * take, slack included) holds it: the short runs of a small C (3 bytes for fashion-cnn's first
+ * conv, 96 for its second) cost a memcpy call each otherwise. (A loop of 16-byte blocks became
+ * a memmove call again: GCC turns such loops into library calls.) The bytes past n are ones a
+ * later copy or the zero tail rewrites. */
 static inline void copy_run(uint8_t *restrict d, const uint8_t *restrict s, int64_t n, int64_t room) {
-    const int64_t nb = (n + 15) & ~(int64_t)15;
-    if (nb > room) { memcpy(d, s, (size_t)n); return; }
-    for (int64_t i = 0; i < nb; i += 16) memcpy(d + i, s + i, 16);
+    if (n <= 16 && room >= 16) memcpy(d, s, 16);
+    else if (n <= 32 && room >= 32) memcpy(d, s, 32);
+    else if (n <= 64 && room >= 64) memcpy(d, s, 64);
+    else if (n <= 128 && room >= 128) {
+        memcpy(d, s, 64);
+        memcpy(d + 64, s + 64, 64);
+    } else {
+        memcpy(d, s, (size_t)n);
+    }
 }
 
 /* im2col rows [p0, p1) of one sample (its padded NHWC codes xh) into col (row p at p lda).
  * A window row is kw C contiguous bytes where the dilation in width is 1. The copies may run
- * past a row into the next one, which this call writes after: not past p1 (another thread's
- * rows in the chunked path), unless col has the slack after p1 and nothing follows (tail). */
+ * past a row into the next ones, which this call writes after: not past row p1 - 1 (another
+ * thread's rows follow in the chunked path), unless col has the slack after and nothing
+ * follows (tail). */
 static void im2col_rows(const qconv_job *j, const uint8_t *xh, uint8_t *col, int64_t p0, int64_t p1, bool tail) {
     const fm_qconv8_attrs *a = j->at;
     const int64_t C = j->C, kh = a->kh, kw = a->kw, rowb = kw * C, lda = j->lda, K = j->K, Wpad = j->Wpad;
     const int64_t sh = a->stride[0], sw = a->stride[1], dh = a->dilation[0], dw = a->dilation[1];
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t oy = p / j->Wo, ox = p % j->Wo, room = lda + (p + 1 < p1 || tail ? QCONV_SLACK : 0);
+        const int64_t oy = p / j->Wo, ox = p % j->Wo, ours = (p1 - p) * lda; /* to the end of row p1 - 1 */
+        const int64_t room = tail ? lda + QCONV_SLACK : ours < lda + QCONV_SLACK ? ours : lda + QCONV_SLACK;
         uint8_t *dst = col + p * lda;
         for (int64_t ky = 0; ky < kh; ky++) {
             const uint8_t *src = xh + ((oy * sh + ky * dh) * Wpad + ox * sw) * C;
@@ -211,7 +223,7 @@ static fm_status run_chunked(qconv_job *j) {
     for (j->n0 = 0; j->n0 < N; j->n0 += nb) {
         const int64_t cnt = N - j->n0 < nb ? N - j->n0 : nb, M = cnt * j->P;
         if (!j->direct) fm_parallel_for(M, 64, im2col_task, j);
-        fm_q8_pgemm g = {M, j->O, j->K, j->direct ? j->xh + j->n0 * j->P * j->C : j->col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
+        fm_q8_pgemm g = {M, j->O, j->lda, j->direct ? j->xh + j->n0 * j->P * j->C : j->col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
         fm_q8_pgemm_run(&g, j->impl);
         fm_parallel_for(cnt * ((j->out.Pp + QCONV_TBLOCK - 1) / QCONV_TBLOCK), 4, out_task, j);
     }
@@ -245,7 +257,7 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
         fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
         nhwc_rows(j, xq, xh, 0, j->H);
         if (!j->direct) im2col_rows(j, xh, col, 0, j->P, true);
-        fm_q8_pgemm g = {j->P, j->O, j->K, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
+        fm_q8_pgemm g = {j->P, j->O, j->lda, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
         fm_q8_pgemm_serial(&g, j->impl);
         out_rows(j, yt, j->y + n * j->O * Pp, 0, Pp);
     }
@@ -292,13 +304,13 @@ static fm_status qconv8_kernel(const fm_op_call *c) {
     j.Wo = fm_conv2d_out_size(j.W, at->kw, at->stride[1], at->padding[1], at->dilation[1]);
     j.P = j.Ho * j.Wo;
     j.K = (int64_t)at->kh * at->kw * j.C;
-    j.lda = 4 * ((j.K + 3) / 4);
+    j.lda = fm_qconv_panel_k(j.K); /* the panels' K: the GEMM runs over it, zeros past K on both sides */
     j.out = (fm_qconv_out){j.O, j.Wo, at->pool > 1 ? at->pool : 1, y->shape[3], y->shape[2] * y->shape[3], (float)at->hi};
     j.out512 = fm_cpu_use_avx512();
     j.Hpad = j.H + 2 * (int64_t)at->padding[0];
     j.Wpad = j.W + 2 * (int64_t)at->padding[1];
     j.img = j.Hpad * j.Wpad * j.C;
-    j.direct = at->kh == 1 && at->kw == 1 && at->stride[0] == 1 && at->stride[1] == 1 && at->padding[0] == 0 && at->padding[1] == 0 && j.C % 4 == 0;
+    j.direct = at->kh == 1 && at->kw == 1 && at->stride[0] == 1 && at->stride[1] == 1 && at->padding[0] == 0 && at->padding[1] == 0 && j.lda == j.C;
     if (j.N == 0 || j.P == 0 || j.O == 0) return FM_OK;
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
                          NULL, j.O, at->relu ? FM_QACT_RELU : FM_QACT_NONE, NULL, NULL};
