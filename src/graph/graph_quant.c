@@ -65,6 +65,13 @@ static void node_pair(const gnode *n, const char *name, int64_t def, int64_t out
     }
 }
 
+/* Convolutions whose window holds fewer weights stay fp32 (a one-channel image's first 3x3, an
+ * RGB 3x3 stem, a 1x1 over a few channels): an int8 output costs about the same codes, im2col,
+ * epilogue and transpose whatever its K, and at K 9 that is more than the fp32 direct kernel's
+ * whole output. fashion-cnn (Intel Xeon model 167, bench_quant --cnn, batch 32): with its first
+ * conv (K 9) int8 too, 1.01-1.04x fp32; with it fp32, 1.56-1.66x. */
+#define QCONV_MIN_K 32
+
 static qkind classify_conv(const fm_graph *g, const gnode *n, fm_quant_mode mode, char *why, size_t nw) {
     const int wv = n->in[1];
     const gattr *lay = g_node_attr(n, "layout");
@@ -80,6 +87,11 @@ static qkind classify_conv(const fm_graph *g, const gnode *n, fm_quant_mode mode
     const fm_tensor *w = g->values[wv].tensor;
     if (w->shape[1] * w->shape[2] * w->shape[3] > 32768 || w->shape[2] > 64 || w->shape[3] > 64) {
         snprintf(why, nw, "fp32: kh kw C beyond the int8 panels' 32768 (or a kernel past 64)");
+        return K_NONE;
+    }
+    if (w->shape[1] * w->shape[2] * w->shape[3] < QCONV_MIN_K) {
+        snprintf(why, nw, "fp32: a window of %lld weights (kh kw C < %d): too few products per output for int8 to pay",
+                 (long long)(w->shape[1] * w->shape[2] * w->shape[3]), QCONV_MIN_K);
         return K_NONE;
     }
     return K_CONV;

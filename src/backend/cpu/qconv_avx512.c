@@ -68,3 +68,54 @@ void fm_qconv_out_avx512(const fm_qconv_out *a, const float *src, float *dst, in
         }
     }
 }
+
+/* in place: r[i] byte j -> r[j] byte i (16 x 16 bytes; SSE unpacks, four stages) */
+static inline void transpose16x16_u8(__m128i r[16]) {
+    __m128i a[16], b[16], c[16];
+    for (int i = 0; i < 8; i++) { /* 16-bit units: rows (2i, 2i + 1) of one column */
+        a[2 * i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    for (int k = 0; k < 4; k++) { /* 32-bit units: rows 4k..4k+3; b[4k + g]: columns 4g..4g+3 */
+        b[4 * k] = _mm_unpacklo_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm_unpackhi_epi16(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm_unpacklo_epi16(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm_unpackhi_epi16(a[4 * k + 1], a[4 * k + 3]);
+    }
+    for (int m = 0; m < 2; m++) /* 64-bit units: rows 8m..8m+7; c[8m + 2g]: columns 4g, 4g+1; c[8m + 2g + 1]: 4g+2, 4g+3 */
+        for (int g = 0; g < 4; g++) {
+            c[8 * m + 2 * g] = _mm_unpacklo_epi32(b[8 * m + g], b[8 * m + 4 + g]);
+            c[8 * m + 2 * g + 1] = _mm_unpackhi_epi32(b[8 * m + g], b[8 * m + 4 + g]);
+        }
+    for (int p = 0; p < 8; p++) { /* c[p] holds columns 2p (low half) and 2p + 1 (high half) of rows 0..7 */
+        r[2 * p] = _mm_unpacklo_epi64(c[p], c[8 + p]);
+        r[2 * p + 1] = _mm_unpackhi_epi64(c[p], c[8 + p]);
+    }
+}
+
+void fm_qconv_codes_nhwc_avx512(const float *x, int64_t C, int64_t H, int64_t W, float inv_scale, int32_t zero, uint8_t *dst, int64_t Wpad,
+                                int64_t ph, int64_t pw) {
+    const __m512 inv = _mm512_set1_ps(inv_scale), z = _mm512_set1_ps((float)zero), lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+    for (int64_t h = 0; h < H; h++) {
+        uint8_t *row = dst + ((h + ph) * Wpad + pw) * C;
+        for (int64_t c0 = 0; c0 < C; c0 += 16) {
+            const int nc = C - c0 < 16 ? (int)(C - c0) : 16;
+            const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+            for (int64_t w0 = 0; w0 < W; w0 += 16) {
+                const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
+                const __mmask16 wm = (__mmask16)((1u << nw) - 1);
+                __m128i r[16];
+                for (int i = 0; i < 16; i++) {
+                    if (i >= nc) { r[i] = _mm_setzero_si128(); continue; }
+                    /* fm_q8_quantize_avx512's codes: rint(x / s) + z clamped to [0, 255] */
+                    __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(wm, x + ((c0 + i) * H + h) * W + w0), inv),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, z), lo), hi);
+                    r[i] = _mm512_cvtusepi32_epi8(_mm512_cvttps_epu32(v));
+                }
+                transpose16x16_u8(r);
+                for (int w = 0; w < nw; w++) _mm_mask_storeu_epi8(row + (w0 + w) * C + c0, cm, r[w]);
+            }
+        }
+    }
+}

@@ -66,20 +66,26 @@ typedef struct qconv_job {
  * more than asked where the room allows (copy_run). */
 #define QCONV_SLACK 128
 
-/* One sample's NHWC codes, padded: rows [h0, h1) of the image from NCHW src into dst
- * [Hpad, Wpad, C], with the padding cells around them the zero point (the first and last
- * rows write the top and bottom padding too). */
-static void nhwc_rows(const qconv_job *j, const uint8_t *restrict src, uint8_t *restrict dst, int64_t h0, int64_t h1) {
+/* The padding cells of one sample's padded NHWC codes dst [Hpad, Wpad, C] around image rows
+ * [h0, h1): the zero point (the first and last rows write the top and bottom padding too). */
+static void pad_cells(const qconv_job *j, uint8_t *dst, int64_t h0, int64_t h1) {
     const int64_t C = j->C, H = j->H, W = j->W, ph = j->at->padding[0], pw = j->at->padding[1], Wpad = j->Wpad;
     if (h0 == 0 && ph) memset(dst, j->zb, (size_t)(ph * Wpad * C));
     if (h1 == H && ph) memset(dst + (ph + H) * Wpad * C, j->zb, (size_t)(ph * Wpad * C));
+    for (int64_t h = h0; pw && h < h1; h++) {
+        uint8_t *row = dst + (h + ph) * Wpad * C;
+        memset(row, j->zb, (size_t)(pw * C));
+        memset(row + (pw + W) * C, j->zb, (size_t)(pw * C));
+    }
+}
+
+/* One sample's NHWC codes, padded: rows [h0, h1) of the image from NCHW codes src into dst
+ * [Hpad, Wpad, C], with their padding cells */
+static void nhwc_rows(const qconv_job *j, const uint8_t *restrict src, uint8_t *restrict dst, int64_t h0, int64_t h1) {
+    const int64_t C = j->C, H = j->H, W = j->W, ph = j->at->padding[0], pw = j->at->padding[1], Wpad = j->Wpad;
+    pad_cells(j, dst, h0, h1);
     for (int64_t h = h0; h < h1; h++) {
-        uint8_t *restrict row = dst + (h + ph) * Wpad * C;
-        if (pw) {
-            memset(row, j->zb, (size_t)(pw * C));
-            memset(row + (pw + W) * C, j->zb, (size_t)(pw * C));
-        }
-        row += pw * C;
+        uint8_t *restrict row = dst + ((h + ph) * Wpad + pw) * C;
         if (C == 1) {
             memcpy(row, src + h * W, (size_t)W);
             continue;
@@ -254,8 +260,14 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
     ep.a_zero = j->zero;
     ep.y = yt;
     for (int64_t n = b; n < e; n++) {
-        fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
-        nhwc_rows(j, xq, xh, 0, j->H);
+        if (j->out512) { /* codes and NHWC in one pass */
+            pad_cells(j, xh, 0, j->H);
+            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, 1.0f / j->scale, j->zero, xh, j->Wpad, j->at->padding[0],
+                                       j->at->padding[1]);
+        } else {
+            fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
+            nhwc_rows(j, xq, xh, 0, j->H);
+        }
         if (!j->direct) im2col_rows(j, xh, col, 0, j->P, true);
         fm_q8_pgemm g = {j->P, j->O, j->lda, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
         fm_q8_pgemm_serial(&g, j->impl);
