@@ -22,8 +22,9 @@
  * With --kernels: only the GEMMs, fp32 linear vs int8 on packed panels, in GFLOP/s,
  * and the one-row GEMVs, fp32 vs int4, in GB/s of weights read.
  * With --cpu-time: process CPU time instead of the wall clock (see now_s).
- * With --cnn MODEL_DIR: only a trained CNN (fashion-cnn), compiled, against its int8 forms
- * (bench_cnn), and with --ort ONNX Runtime's on the same model.
+ * With --cnn MODEL_DIR|MODEL.onnx [--batches B,B,...]: only a CNN (a trained fashion-cnn, or an
+ * image classifier exported to ONNX), compiled, against its int8 forms (bench_cnn), and with
+ * --ort ONNX Runtime's on the same model.
  * With --xl: only the decode table, on a 24 x 2048 shape (1.2B parameters: 4.8 GB fp32, about
  * 0.65 GB int4), whose weights are several times any L3, so the bandwidth bound applies
  * (GPT-2-small's int8/int4 weights fit in a 260 MB L3). Needs about 14 GB of memory.
@@ -35,7 +36,8 @@
  * FATHOM_BENCH_TRACE=FILE traces the loops after the first).
  * With --compiled: the GPT rows (2, 3) start from the compiled graph, fp32 and quantized alike, as
  * `fathom compile` and `fathom quantize` make them (fused linears, bias+GELU, residual+norm).
- * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]] [--cnn MODEL_DIR]
+ * Usage: bench_quant [--rounds N] [--ort PYTHON] [--skip-large] [--xl] [--kernels] [--cpu-time] [--ppl MODEL_DIR [--ppl-windows N]]
+ *                    [--cnn MODEL_DIR|MODEL.onnx [--batches B,...]]
  *                    [--profile-prefill fp32|int8] [--profile-decode fp32|int8|int4-gN] [--generate] [--compiled] */
 #include <math.h>
 #include <stdio.h>
@@ -269,14 +271,21 @@ static void bench_mlp(int rounds, const char *ort_python) {
     fm_graph_free(g);
 }
 
-/* ---- --cnn MODEL_DIR: a trained fashion-cnn (fathom train fashion-cnn), compiled as fathom
+/* ---- --cnn MODEL_DIR|MODEL.onnx [--batches B,B,...]: a trained fashion-cnn (fathom train fashion-cnn),
+ * or an image classifier exported to ONNX (a torchvision ResNet-18), compiled as fathom
  * compile does, against its int8 forms as fathom quantize makes them (its convolutions as
  * qconv2d_int8 with their ReLU and pool, its linears as qlinear_int8), at batches 1, 32 and
- * 256 on N(0,1) images; the static side calibrated on 256 N(0,1) images (the scales change the
- * values, not the work). With --ort: ONNX Runtime on the same compiled graph exported, fp32,
+ * 256 (--batches) on N(0,1) images; the static side calibrated on 256 N(0,1) images (the scales change the
+ * values, not the work). With --ort: ONNX Runtime on the same compiled graph exported (an ONNX
+ * input: on the file itself), fp32,
  * quantize_dynamic and quantize_static (QDQ, per channel), at the same batches. ---- */
-static void bench_cnn(const char *dir, int rounds, const char *ort_python) {
-    fm_graph *m = fm_graph_from_model_dir(dir);
+static void bench_cnn(const char *dir, int rounds, const char *ort_python, const int *batches, int n_batches) {
+    const size_t len = strlen(dir);
+    const bool onnx = len > 5 && !strcmp(dir + len - 5, ".onnx"); /* a model from elsewhere (an image classifier exported to ONNX) */
+    fm_onnx_model *om = onnx ? fm_onnx_load(dir) : NULL;
+    if (onnx && !om) die(dir);
+    fm_graph *m = om ? fm_onnx_to_graph(om) : fm_graph_from_model_dir(dir);
+    fm_onnx_free(om);
     if (!m) die(dir);
     fm_compile_report rep;
     fm_graph *g = fm_graph_compile(m, &rep);
@@ -286,8 +295,7 @@ static void bench_cnn(const char *dir, int rounds, const char *ort_python) {
     int64_t shape[4] = {256, in.shape[1], in.shape[2], in.shape[3]};
     fm_tensor *calib = randn(4, shape, 3);
     fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
-    const int batches[3] = {1, 32, 256};
-    for (int bi = 0; bi < 3; bi++) {
+    for (int bi = 0; bi < n_batches; bi++) {
         shape[0] = batches[bi];
         fm_tensor *x = randn(4, shape, 4);
         side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
@@ -302,18 +310,18 @@ static void bench_cnn(const char *dir, int rounds, const char *ort_python) {
         fm_tensor_release(x);
     }
     if (ort_python) {
-        char base[256], onnx[300], np[300], cmd[1400];
+        char base[256], onnx_path[300], np[300], cmd[1400];
         snprintf(base, sizeof base, "/tmp/bench_quant_cnn_%d", (int)getpid());
-        snprintf(onnx, sizeof onnx, "%s.onnx", base);
+        snprintf(onnx_path, sizeof onnx_path, "%s.onnx", base);
         snprintf(np, sizeof np, "%s.calib.npy", base);
-        if (fm_graph_export_onnx(g, onnx) != FM_OK) die("export");
+        if (!onnx && fm_graph_export_onnx(g, onnx_path) != FM_OK) die("export"); /* an ONNX input: ORT takes the file itself */
         write_npy(np, calib);
-        for (int bi = 0; bi < 3; bi++) {
-            snprintf(cmd, sizeof cmd, "%s bench/bench_quant_ort.py %s %s %d %d '%s (compiled, exported)'", ort_python, onnx, np, rounds,
-                     batches[bi], dir);
+        for (int bi = 0; bi < n_batches; bi++) {
+            snprintf(cmd, sizeof cmd, "%s bench/bench_quant_ort.py %s %s %d %d '%s (%s)'", ort_python, onnx ? dir : onnx_path, np, rounds,
+                     batches[bi], dir, onnx ? "the file" : "compiled, exported");
             if (system(cmd) != 0) fprintf(stderr, "bench_quant: the ONNX Runtime side failed (%s)\n", cmd);
         }
-        remove(onnx);
+        remove(onnx_path);
         remove(np);
     }
     fm_tensor_release(calib);
@@ -650,6 +658,7 @@ static void bench_ppl(const char *dir, int64_t windows) {
 int main(int argc, char **argv) {
     int rounds = 9;
     const char *ort = NULL, *ppl = NULL, *prof = NULL, *prof_dec = NULL, *cnn = NULL;
+    int batches[8] = {1, 32, 256}, n_batches = 3;
     bool large = true, kernels_only = false, xl = false, gen = false;
     long windows = 40;
     for (int i = 1; i < argc; i++) {
@@ -658,6 +667,11 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--profile-prefill") && i + 1 < argc) { prof = argv[++i]; continue; }
         if (!strcmp(argv[i], "--profile-decode") && i + 1 < argc) { prof_dec = argv[++i]; continue; }
         if (!strcmp(argv[i], "--cnn") && i + 1 < argc) { cnn = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--batches") && i + 1 < argc) { /* --cnn's batch sizes */
+            n_batches = 0;
+            for (char *t = strtok(argv[++i], ","); t && n_batches < 8; t = strtok(NULL, ",")) batches[n_batches++] = atoi(t);
+            continue;
+        }
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ort") && i + 1 < argc) ort = argv[++i];
         else if (!strcmp(argv[i], "--skip-large")) large = false;
@@ -674,7 +688,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (cnn) { /* only the CNN table */
-        bench_cnn(cnn, rounds, ort);
+        for (int i = 0; i < n_batches; i++)
+            if (batches[i] < 1 || batches[i] > 4096) { fprintf(stderr, "bench_quant: --batches takes sizes in [1, 4096]\n"); return 2; }
+        bench_cnn(cnn, rounds, ort, batches, n_batches);
         return 0;
     }
     if (prof) {

@@ -101,12 +101,41 @@ static bool is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A graph without a recipe (an imported ONNX model): DATA is a file of the graph's own inputs,
+ * already preprocessed as the model takes them ([N, ...] along dim 0, f32 or f64), as ONNX
+ * Runtime's calibration reader hands it model inputs; the first `samples` of them. The shape
+ * is checked against the graph's input by the calibration itself. */
+static fm_tensor *calib_inputs(const char *data, int64_t samples) {
+    if (!strcmp(data, "recipe") || is_dir(data)) {
+        fm_set_error(FM_ERR_INVALID, "--calibrate %s: this graph has no recipe (an imported model?), so it has no training data to name; "
+                     "give a .npy file of its inputs, [N, ...] as the graph takes them, preprocessed, or use --int8 --dynamic", data);
+        return NULL;
+    }
+    fm_tensor *raw = fm_data_read(data), *x = NULL;
+    if (raw && raw->dtype != FM_F32 && raw->dtype != FM_F64)
+        fm_set_error(FM_ERR_INVALID, "calibration data %s holds %s values; a graph without a recipe takes float samples of its input", data,
+                     fm_dtype_name(raw->dtype));
+    else if (raw && raw->ndim < 1)
+        fm_set_error(FM_ERR_INVALID, "calibration data %s is a scalar; expected samples along dim 0", data);
+    else if (raw) {
+        fm_tensor *f = fm_to_dtype(raw, FM_F32), *head = f ? fm_slice(f, 0, 0, raw->shape[0] < samples ? raw->shape[0] : samples, 1) : NULL;
+        x = head ? fm_contiguous(head) : NULL;
+        fm_tensor_release_n(2, f, head);
+    }
+    fm_tensor_release(raw);
+    return x;
+}
+
 /* The first `samples` inputs of DATA, shaped and normalized as the classifier takes them. */
 static fm_tensor *calib_data(const fm_graph *g, const char *data, int64_t samples) {
     fm_recipe r;
+    fm_graph_io in;
+    const bool one_float = fm_graph_num_inputs(g) == 1 && fm_graph_input_info(g, 0, &in) == FM_OK && (in.dtype == FM_F32 || in.dtype == FM_F64);
     if (fm_graph_classifier_recipe(g, &r) != FM_OK) {
-        fm_set_error(FM_ERR_INVALID, "--calibrate works on classifier models (a recipe with one image/vector input); this graph is not one (%s). "
-                     "Use --int8 --dynamic", fm_last_error());
+        if (one_float) return calib_inputs(data, samples); /* an imported model: samples of its input as they are */
+        fm_set_error(FM_ERR_INVALID, "--calibrate works on graphs with one float input (a classifier; an imported image model); this "
+                     "graph has %d input(s)%s%s. Use --int8 --dynamic", fm_graph_num_inputs(g), fm_graph_num_inputs(g) == 1 ? " of dtype " : "",
+                     fm_graph_num_inputs(g) == 1 && fm_graph_input_info(g, 0, &in) == FM_OK ? fm_dtype_name(in.dtype) : "");
         return NULL;
     }
     bool own = !strcmp(data, "recipe"); /* the training data the recipe names */

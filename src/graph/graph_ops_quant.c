@@ -110,26 +110,33 @@ static fm_status run_qlinear8(const gctx *c, fm_tensor *const *in, fm_tensor **o
  * activation attributes of qlinear_int8 but the GELUs (relu), max (a cap after the ReLU) and
  * pool (conv2d_fused's: k > 1 a k x k max pool at stride k after). The
  * weight is always panels (vnni16x4) over K = (ky, kx, c): "layout" is the activations' here. */
-static fm_status qconv_attrs(const gctx *c, fm_conv2d_params *p, int64_t k[2], q8_spec *q, double *hi, int64_t *pool) {
+typedef struct qconv_spec {
+    fm_conv2d_params p;
+    int64_t k[2]; /* kh, kw */
+    q8_spec q;
+    double hi;
+    int64_t pool;
+} qconv_spec;
+
+static fm_status qconv_attrs(const gctx *c, qconv_spec *s) {
     int n = 0;
-    if (g_conv_params(c, p) || q8_act_attrs(c, q) || ga_ints(c, "kernel", k, &n, 2) || ga_float(c, "max", INFINITY, hi) || ga_int(c, "pool", 0, pool))
+    if (g_conv_params(c, &s->p) || q8_act_attrs(c, &s->q) || ga_ints(c, "kernel", s->k, &n, 2) || ga_float(c, "max", INFINITY, &s->hi) ||
+        ga_int(c, "pool", 0, &s->pool))
         return fm_last_status();
-    if (*pool < 0 || *pool > 64) return fm_set_error(FM_ERR_INVALID, "attribute 'pool' must be in [0, 64], got %lld", (long long)*pool);
-    if (n != 2 || k[0] < 1 || k[1] < 1 || k[0] > 64 || k[1] > 64) return fm_set_error(FM_ERR_INVALID, "attribute 'kernel' must be two numbers in [1, 64]");
-    if (p->groups != 1 || p->layout != FM_NCHW) return fm_set_error(FM_ERR_INVALID, "groups 1 and layout NCHW only");
-    if (isnan(*hi)) return fm_set_error(FM_ERR_INVALID, "attribute 'max' is NaN");
+    if (s->pool < 0 || s->pool > 64) return fm_set_error(FM_ERR_INVALID, "attribute 'pool' must be in [0, 64], got %lld", (long long)s->pool);
+    if (n != 2 || s->k[0] < 1 || s->k[1] < 1 || s->k[0] > 64 || s->k[1] > 64)
+        return fm_set_error(FM_ERR_INVALID, "attribute 'kernel' must be two numbers in [1, 64]");
+    if (s->p.groups != 1 || s->p.layout != FM_NCHW) return fm_set_error(FM_ERR_INVALID, "groups 1 and layout NCHW only");
+    if (isnan(s->hi)) return fm_set_error(FM_ERR_INVALID, "attribute 'max' is NaN");
     return FM_OK;
 }
 
 /* in: x f32 [N, C, H, W], panels [ceil(O/16), fm_qconv_panel_k(kh kw C) / 4, 16, 4], w_scale [O], [bias], w_sum [O] */
 static fm_status inf_qconv8(const gctx *c, const gtype *in, gtype *out) {
     char s1[96];
-    fm_conv2d_params p;
-    int64_t k[2];
-    q8_spec q;
-    double hi;
-    int64_t pool;
-    if (qconv_attrs(c, &p, k, &q, &hi, &pool)) return fm_last_status();
+    qconv_spec sp;
+    if (qconv_attrs(c, &sp)) return fm_last_status();
+    const int64_t *k = sp.k, pool = sp.pool;
     if (in[0].dt != FM_F32 || in[0].ndim != 4 || in[0].d[1] < 1)
         return fm_set_error(FM_ERR_INVALID, "input must be f32 [N, C, H, W] with C known, got %s %s", fm_dtype_name(in[0].dt), g_tshape(&in[0], s1, sizeof s1));
     if (in[2].ndim != 1) return fm_set_error(FM_ERR_INVALID, "weight scale must be a 1-D f32 tensor [out], got %s", g_tshape(&in[2], s1, sizeof s1));
@@ -150,13 +157,10 @@ static fm_status inf_qconv8(const gctx *c, const gtype *in, gtype *out) {
 }
 
 static fm_status run_qconv8(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    fm_conv2d_params p;
-    int64_t k[2];
-    q8_spec q;
-    double hi;
-    int64_t pool;
-    if (qconv_attrs(c, &p, k, &q, &hi, &pool)) return fm_last_status();
-    out[0] = fm_qconv2d_int8(in[0], in[1], in[2], in[4], in[3], &p, (int)k[0], (int)k[1], q.scale, (int)q.zero, q.relu != 0, hi, (int)pool);
+    qconv_spec s;
+    if (qconv_attrs(c, &s)) return fm_last_status();
+    out[0] = fm_qconv2d_int8(in[0], in[1], in[2], in[4], in[3], &s.p, (int)s.k[0], (int)s.k[1], s.q.scale, (int)s.q.zero, s.q.relu != 0, s.hi,
+                             (int)s.pool);
     return out[0] ? FM_OK : fm_last_status();
 }
 

@@ -15,11 +15,11 @@ typedef struct fm_qconv_out {
 
 /* outputs at (pooled) positions [q0, q1) of one sample: src [P, O] -> dst [O, Pp] */
 void fm_qconv_out_avx512(const fm_qconv_out *a, const float *src, float *dst, int64_t q0, int64_t q1);
-/* One sample's codes straight into its padded NHWC rows: x [C, H, W] f32 -> dst [Hpad, Wpad, C]
- * at rows ph.., columns pw.. (the padding cells: the caller's), each code as
+/* One sample's codes straight into its padded NHWC rows: image rows [h0, h1) of x [C, H, W] f32
+ * -> dst [Hpad, Wpad, C] at rows ph + h, columns pw.. (the padding cells: the caller's), each code as
  * fm_q8_quantize_avx512 makes it (rint(x / scale) + zero, clamped to [0, 255]); 16 channels x
  * 16 columns at a time through a register transpose, where codes then a byte transpose took
  * two passes with a scalar scatter. */
-void fm_qconv_codes_nhwc_avx512(const float *x, int64_t C, int64_t H, int64_t W, float inv_scale, int32_t zero, uint8_t *dst, int64_t Wpad,
-                                int64_t ph, int64_t pw);
+void fm_qconv_codes_nhwc_avx512(const float *x, int64_t C, int64_t H, int64_t W, int64_t h0, int64_t h1, float inv_scale, int32_t zero,
+                                uint8_t *dst, int64_t Wpad, int64_t ph, int64_t pw);
 #endif

@@ -93,10 +93,10 @@ static inline void transpose16x16_u8(__m128i r[16]) {
     }
 }
 
-void fm_qconv_codes_nhwc_avx512(const float *x, int64_t C, int64_t H, int64_t W, float inv_scale, int32_t zero, uint8_t *dst, int64_t Wpad,
-                                int64_t ph, int64_t pw) {
+void fm_qconv_codes_nhwc_avx512(const float *x, int64_t C, int64_t H, int64_t W, int64_t h0, int64_t h1, float inv_scale, int32_t zero,
+                                uint8_t *dst, int64_t Wpad, int64_t ph, int64_t pw) {
     const __m512 inv = _mm512_set1_ps(inv_scale), z = _mm512_set1_ps((float)zero), lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
-    for (int64_t h = 0; h < H; h++) {
+    for (int64_t h = h0; h < h1; h++) {
         uint8_t *row = dst + ((h + ph) * Wpad + pw) * C;
         for (int64_t c0 = 0; c0 < C; c0 += 16) {
             const int nc = C - c0 < 16 ? (int)(C - c0) : 16;

@@ -180,7 +180,16 @@ static void nhwc_task(void *ctx, int64_t b, int64_t e, int tid) { /* rows (n, h)
     (void)tid;
     const qconv_job *j = ctx;
     const int64_t CHW = j->H * j->W * j->C;
-    for (int64_t r = b; r < e; r++) nhwc_rows(j, j->xq + (r / j->H) * CHW, j->xh + (r / j->H) * j->img, r % j->H, r % j->H + 1);
+    for (int64_t r = b; r < e; r++) {
+        const int64_t n = r / j->H, h = r % j->H;
+        if (j->out512) { /* codes and NHWC in one pass (the AVX-512 level), as the per-sample path */
+            pad_cells(j, j->xh + n * j->img, h, h + 1);
+            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, h, h + 1, 1.0f / j->scale, j->zero, j->xh + n * j->img, j->Wpad,
+                                       j->at->padding[0], j->at->padding[1]);
+        } else {
+            nhwc_rows(j, j->xq + n * CHW, j->xh + n * j->img, h, h + 1);
+        }
+    }
 }
 
 static void im2col_task(void *ctx, int64_t b, int64_t e, int tid) { /* rows m of the chunk */
@@ -203,8 +212,38 @@ static void out_task(void *ctx, int64_t b, int64_t e, int tid) { /* blocks of on
     }
 }
 
+/* The activations' scale and zero point: static, or (dynamic) this x's range, the min and max
+ * of per-block ranges on the pool: the same values as fm_q8_quantize_rows' serial-equivalent pass */
+#define QCONV_RANGE_BLOCKS 64
+typedef struct range_job { const qconv_job *j; int64_t per, n; float mn[QCONV_RANGE_BLOCKS], mx[QCONV_RANGE_BLOCKS]; } range_job;
+static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    range_job *r = ctx;
+    for (int64_t k = b; k < e; k++) {
+        const int64_t i0 = k * r->per, i1 = i0 + r->per < r->n ? i0 + r->per : r->n;
+        fm_q8_range_at_level(r->j->x + i0, i1 - i0, &r->mn[k], &r->mx[k]);
+    }
+}
+
+static void q8_scale_of(qconv_job *j) {
+    j->scale = (float)j->at->a_scale;
+    j->zero = j->at->a_zero;
+    if (j->at->a_scale > 0) return;
+    range_job r = {.j = j, .n = j->N * j->C * j->H * j->W};
+    r.per = (r.n + QCONV_RANGE_BLOCKS - 1) / QCONV_RANGE_BLOCKS;
+    r.per = r.per < 16384 ? 16384 : r.per;
+    const int64_t blocks = (r.n + r.per - 1) / r.per;
+    fm_parallel_for(blocks, 1, range_task, &r);
+    float mn = 0.0f, mx = 0.0f;
+    for (int64_t k = 0; k < blocks; k++) {
+        mn = r.mn[k] < mn ? r.mn[k] : mn;
+        mx = r.mx[k] > mx ? r.mx[k] : mx;
+    }
+    fm_q8_params(mn, mx, &j->scale, &j->zero);
+}
+
 static fm_status run_chunked(qconv_job *j) {
-    const int64_t N = j->N, nx = N * j->C * j->H * j->W, nh = N * j->img + QCONV_SLACK;
+    const int64_t N = j->N, nx = j->out512 ? 1 : N * j->C * j->H * j->W, nh = N * j->img + QCONV_SLACK;
     int64_t nb = QCONV_CHUNK_BYTES / (j->P * (j->direct ? 0 : j->lda) + j->P * j->O * (int64_t)sizeof(float));
     nb = nb < 1 ? 1 : nb > N ? N : nb;
     const int64_t ncol = j->direct ? 1 : nb * j->P * j->lda + QCONV_SLACK, nyt = nb * j->P * j->O;
@@ -219,7 +258,10 @@ static fm_status run_chunked(qconv_job *j) {
     j->xh = fm_tensor_data(th);
     j->col = fm_tensor_data(tc);
     j->yt = fm_tensor_data(ty);
-    fm_q8_quantize_rows(j->x, N * j->C, j->H * j->W, j->H * j->W, j->at->a_scale, j->at->a_zero, &j->scale, &j->zero, (uint8_t *)j->xq);
+    if (j->out512) /* the scale: static, or this x's range (the codes come with the NHWC pass) */
+        q8_scale_of(j);
+    else
+        fm_q8_quantize_rows(j->x, N * j->C, j->H * j->W, j->H * j->W, j->at->a_scale, j->at->a_zero, &j->scale, &j->zero, (uint8_t *)j->xq);
     j->zb = (uint8_t)j->zero;
     fm_parallel_for(N * j->H, 16, nhwc_task, j);
     fm_q8_epilogue ep = *j->ep;
@@ -239,15 +281,6 @@ static fm_status run_chunked(qconv_job *j) {
 
 /* ---- the per-sample path (at least as many samples as threads): one task a sample ---- */
 
-/* a dynamic node's range over every sample, on the pool */
-typedef struct range_job { const qconv_job *j; float *mn, *mx; } range_job;
-static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const range_job *r = ctx;
-    const int64_t CHW = r->j->C * r->j->H * r->j->W;
-    for (int64_t n = b; n < e; n++) fm_q8_range_at_level(r->j->x + n * CHW, CHW, &r->mn[n], &r->mx[n]);
-}
-
 /* One sample start to end in this thread's scratch, which stays in its core's caches:
  * codes, NHWC, columns, the GEMM on this thread, the output pass. */
 static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
@@ -262,7 +295,7 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
     for (int64_t n = b; n < e; n++) {
         if (j->out512) { /* codes and NHWC in one pass */
             pad_cells(j, xh, 0, j->H);
-            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, 1.0f / j->scale, j->zero, xh, j->Wpad, j->at->padding[0],
+            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, 0, j->H, 1.0f / j->scale, j->zero, xh, j->Wpad, j->at->padding[0],
                                        j->at->padding[1]);
         } else {
             fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
@@ -279,30 +312,18 @@ static fm_status run_per_sample(qconv_job *j, int nt) {
     const int64_t CHW = j->C * j->H * j->W;
     j->s8 = CHW + j->img + (j->direct ? 0 : j->P * j->lda) + 2 * QCONV_SLACK + 64;
     j->s32 = j->P * j->O + 16;
-    const int64_t n8 = nt * j->s8, n32 = nt * j->s32, nr = 2 * j->N;
+    const int64_t n8 = nt * j->s8, n32 = nt * j->s32;
     fm_tensor *t8 = fm_tensor_empty(1, &n8, FM_U8, FM_CPU), *t32 = fm_tensor_empty(1, &n32, FM_F32, FM_CPU);
-    fm_tensor *tr = j->at->a_scale > 0 ? NULL : fm_tensor_empty(1, &nr, FM_F32, FM_CPU);
-    if (!t8 || !t32 || (!(j->at->a_scale > 0) && !tr)) {
-        fm_tensor_release_n(3, t8, t32, tr);
+    if (!t8 || !t32) {
+        fm_tensor_release_n(2, t8, t32);
         return fm_set_error(FM_ERR_OOM, "qconv2d_int8: out of host memory for %d threads' activation codes and columns", nt);
     }
     j->scratch8 = fm_tensor_data(t8);
     j->scratch32 = fm_tensor_data(t32);
-    j->scale = (float)j->at->a_scale;
-    j->zero = j->at->a_zero;
-    if (tr) { /* dynamic: the range of the whole x, as the chunked path's fm_q8_quantize_rows takes it */
-        range_job r = {j, fm_tensor_data(tr), (float *)fm_tensor_data(tr) + j->N};
-        fm_parallel_for(j->N, 1, range_task, &r);
-        float mn = 0.0f, mx = 0.0f;
-        for (int64_t n = 0; n < j->N; n++) {
-            mn = r.mn[n] < mn ? r.mn[n] : mn;
-            mx = r.mx[n] > mx ? r.mx[n] : mx;
-        }
-        fm_q8_params(mn, mx, &j->scale, &j->zero);
-    }
+    q8_scale_of(j);
     j->zb = (uint8_t)j->zero;
     fm_parallel_for(j->N, 1, sample_task, j);
-    fm_tensor_release_n(3, t8, t32, tr);
+    fm_tensor_release_n(2, t8, t32);
     return FM_OK;
 }
 
