@@ -33,6 +33,7 @@
 #include "fathom/quant.h"
 #include "tensor_compare.h"
 #include "test_util.h"
+#include "graph_roundtrip.h"
 #include "test_isa_env.h"
 
 static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
@@ -260,11 +261,7 @@ static void test_graph(const char *tmp) {
         printf("cnn int8 %s: max rel diff vs fp32 %.4g\n", mode ? "static" : "dynamic", d);
         char dir[300];
         snprintf(dir, sizeof dir, "%s/q%d", tmp, mode);
-        CHECK(fm_graph_save(q, dir) == FM_OK);
-        fm_graph *l = fm_graph_load(dir);
-        CHECK_MSG(l != NULL, "%s", fm_last_error());
-        CHECK(l && rel_diff(q, l, x) == 0);
-        fm_graph_free(l);
+        graph_roundtrip_same(q, dir, x);
         fm_graph_free(q);
         fm_quant_report_free(&rep);
     }

@@ -23,6 +23,7 @@
 #include "fathom/graph.h"
 #include "fathom/quant.h"
 #include "test_util.h"
+#include "graph_roundtrip.h"
 #include "test_isa_env.h"
 
 static char g_tmp[256];
@@ -107,11 +108,7 @@ static void test_modes(void) {
         /* a saved and loaded quantized graph computes the same bits */
         char dir[300];
         snprintf(dir, sizeof dir, "%s/q%zu", g_tmp, i);
-        CHECK(fm_graph_save(q, dir) == FM_OK);
-        fm_graph *l = fm_graph_load(dir);
-        CHECK_MSG(l != NULL, "%s", fm_last_error());
-        CHECK(l && rel_diff(q, l, x) == 0);
-        fm_graph_free(l);
+        graph_roundtrip_same(q, dir, x);
         fm_graph_free(q);
         fm_quant_report_free(&rep);
     }
