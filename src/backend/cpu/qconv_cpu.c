@@ -19,7 +19,10 @@
  *   4. the panels' GEMM with the epilogue fused (scales, bias, ReLU), out
  *      [positions, O] f32, then that block into NCHW: the max pool when there is one
  *      (conv2d_fused's, which fathom quantize carries over), the cap, the transpose.
- * Samples go in chunks whose columns and staging stay under QCONV_CHUNK_BYTES.
+ * With at least as many samples as threads (and a sample's scratch under 1 MiB), each
+ * sample runs 1-4 start to end in one task, in that thread's caches, with steps 1-2 in one
+ * pass at the AVX-512 level (fm_qconv_codes_nhwc_avx512); otherwise each step runs over the
+ * pool, samples in chunks whose columns and staging stay under QCONV_CHUNK_BYTES.
  *
  * Why by hand: oneDNN has int8 convolutions, but fathom's int8 weights, codes
  * and rounding are its own (docs/QUANTIZE.md), and the panels' GEMM already
