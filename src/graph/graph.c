@@ -349,6 +349,11 @@ const gattr *g_node_attr(const gnode *n, const char *name) {
     return NULL;
 }
 
+int64_t g_node_int(const gnode *n, const char *name, int64_t def) {
+    const gattr *a = g_node_attr(n, name);
+    return a && a->type == FM_ATTR_INT ? a->i : def;
+}
+
 /* An attribute that is absent or every element of which is the number v. */
 static bool attr_all(const gnode *n, const char *name, int64_t v) {
     const gattr *a = g_node_attr(n, name);

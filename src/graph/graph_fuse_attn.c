@@ -20,17 +20,12 @@ static int only_reader(const fm_graph *g, const int *uses, int v) {
     return -1;
 }
 
-static int64_t int_attr(const gnode *n, const char *name, int64_t def) {
-    const gattr *a = g_node_attr(n, name);
-    return a && a->type == FM_ATTR_INT ? a->i : def;
-}
-
 static bool is(const fm_graph *g, int i, const char *op) { return i >= 0 && !strcmp(g->nodes[i].op, op); }
 
 /* The reader of the split's output `which` is cat(past, that, axis 2); its index or -1. */
 static int cat_of(const fm_graph *g, const int *uses, const gnode *s, int which) {
     int c = only_reader(g, uses, s->out[which]);
-    if (!is(g, c, "cat") || g->nodes[c].n_in != 2 || g->nodes[c].in[1] != s->out[which] || int_attr(&g->nodes[c], "axis", 0) != 2) return -1;
+    if (!is(g, c, "cat") || g->nodes[c].n_in != 2 || g->nodes[c].in[1] != s->out[which] || g_node_int(&g->nodes[c], "axis", 0) != 2) return -1;
     return c;
 }
 
@@ -44,7 +39,7 @@ static bool match(const fm_graph *g, const int *uses, int i, int *m) {
     if (a->in[0] != s->out[0] || a->in[1] != g->nodes[m[1]].out[0] || a->in[2] != g->nodes[m[2]].out[0]) return false;
     m[4] = only_reader(g, uses, a->out[0]);
     if (!is(g, m[4], "transpose")) return false;
-    int64_t d0 = int_attr(&g->nodes[m[4]], "dim0", 0), d1 = int_attr(&g->nodes[m[4]], "dim1", 1);
+    int64_t d0 = g_node_int(&g->nodes[m[4]], "dim0", 0), d1 = g_node_int(&g->nodes[m[4]], "dim1", 1);
     if (!((d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1))) return false;
     m[5] = only_reader(g, uses, g->nodes[m[4]].out[0]);
     if (!is(g, m[5], "reshape")) return false;

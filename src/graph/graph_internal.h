@@ -94,6 +94,8 @@ int g_add_sym(fm_graph *g, const char *name);
 int g_new_value(fm_graph *g, const char *name, gv_kind kind);
 bool g_is_ident(const char *s);
 const gattr *g_node_attr(const gnode *n, const char *name);
+/* An integer attribute of n, def when absent or not an integer (the passes' reads) */
+int64_t g_node_int(const gnode *n, const char *name, int64_t def);
 /* A conv node with stride 1, dilation 1, one group and NCHW: the geometry of the CPU's
  * direct conv2d_fused kernels (lanes, Winograd), which read packed weights. */
 bool g_conv_direct_geometry(const gnode *n);

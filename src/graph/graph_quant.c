@@ -47,24 +47,6 @@ static bool fused_relu(const gnode *n) {
     return a && a->type == FM_ATTR_INT && a->i == 1;
 }
 
-/* An int node attribute, def when absent */
-static int64_t node_int(const gnode *n, const char *name, int64_t def) {
-    const gattr *a = g_node_attr(n, name);
-    return a && a->type == FM_ATTR_INT ? a->i : def;
-}
-
-/* A pair attribute of node n (conv2d's stride, padding, dilation): absent gives def, one number both */
-static void node_pair(const gnode *n, const char *name, int64_t def, int64_t out[2]) {
-    const gattr *a = g_node_attr(n, name);
-    out[0] = out[1] = def;
-    if (a && a->type == FM_ATTR_INTS && a->n >= 1) {
-        out[0] = a->ints[0].v;
-        out[1] = a->n > 1 ? a->ints[1].v : out[0];
-    } else if (a && a->type == FM_ATTR_INT) {
-        out[0] = out[1] = a->i;
-    }
-}
-
 /* Convolutions whose window holds fewer weights stay fp32 (a one-channel image's first 3x3, an
  * RGB 3x3 stem, a 1x1 over a few channels): an int8 output costs about the same codes, im2col,
  * epilogue and transpose whatever its K, and at K 9 that is more than the fp32 direct kernel's
@@ -82,7 +64,7 @@ static qkind classify_conv(const fm_graph *g, const gnode *n, fm_quant_mode mode
     }
     if (g->values[n->in[0]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the input is not f32"); return K_NONE; }
     if (n->n_in > 2 && n->in[2] >= 0 && g->values[n->in[2]].t.dt != FM_F32) { snprintf(why, nw, "fp32: the bias is not f32"); return K_NONE; }
-    if (node_int(n, "groups", 1) != 1) { snprintf(why, nw, "fp32: a grouped (depthwise) convolution: no int8 kernel for groups > 1"); return K_NONE; }
+    if (g_node_int(n, "groups", 1) != 1) { snprintf(why, nw, "fp32: a grouped (depthwise) convolution: no int8 kernel for groups > 1"); return K_NONE; }
     if (lay && lay->type == FM_ATTR_STRING && strcmp(lay->s, "NCHW")) { snprintf(why, nw, "fp32: an NHWC convolution (int8 takes NCHW)"); return K_NONE; }
     const fm_tensor *w = g->values[wv].tensor;
     if (w->shape[1] * w->shape[2] * w->shape[3] > 32768 || w->shape[2] > 64 || w->shape[3] > 64) {
@@ -214,8 +196,8 @@ static void act_quant_params(const float *range, float *s, int *zero, char *how,
 }
 
 /* A convolution (K_CONV) as qconv2d_int8: its weight as fm_quantize_conv_weight_int8 makes
- * it, its stride, padding, dilation, ReLU, cap and (conv2d_fused's) pool. act: a relu after
- * a plain conv2d (act_after), or NULL. */
+ * it, its attributes (stride, padding, dilation; conv2d_fused's ReLU, cap and pool) as they
+ * are. act: a relu after a plain conv2d (act_after), or NULL. */
 static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gnode *act, char *how, size_t nh) {
     const fm_graph *g = r->src;
     fm_tensor *w = g->values[n->in[1]].tensor;
@@ -234,24 +216,21 @@ static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gno
     float s;
     int zero;
     act_quant_params(range, &s, &zero, how, nh);
-    int64_t stride[2], pad[2], dil[2], k[2] = {w->shape[2], w->shape[3]};
-    node_pair(n, "stride", 1, stride);
-    node_pair(n, "padding", 0, pad);
-    node_pair(n, "dilation", 1, dil);
-    const int64_t pool = node_int(n, "pool", 0), relu = act || node_int(n, "relu", 0) == 1;
-    const gattr *mx = g_node_attr(n, "max");
-    fm_graph_attr a[9] = {fm_graph_attr_ints("stride", 2, stride), fm_graph_attr_ints("padding", 2, pad), fm_graph_attr_ints("dilation", 2, dil),
-                          fm_graph_attr_ints("kernel", 2, k), fm_graph_attr_int("relu", relu)};
-    int na = 5;
-    if (mx && (mx->type == FM_ATTR_FLOAT || mx->type == FM_ATTR_INT)) a[na++] = fm_graph_attr_float("max", mx->type == FM_ATTR_FLOAT ? mx->f : (double)mx->i);
-    if (range) a[na++] = fm_graph_attr_float("a_scale", s), a[na++] = fm_graph_attr_int("a_zero", zero);
-    if (pool > 1) a[na++] = fm_graph_attr_int("pool", pool);
+    /* the node's own attributes carry over (conv2d's and conv2d_fused's are all qconv2d_int8's:
+     * stride, padding, dilation, groups, layout, relu, max, pool), then the int8 ones */
+    const int64_t pool = g_node_int(n, "pool", 0), k[2] = {w->shape[2], w->shape[3]};
+    fm_graph_attr extra[4] = {fm_graph_attr_ints("kernel", 2, k)};
+    int ne = 1;
+    if (act) extra[ne++] = fm_graph_attr_int("relu", 1); /* a plain conv2d's: it has no relu attribute */
+    if (range) extra[ne++] = fm_graph_attr_float("a_scale", s), extra[ne++] = fm_graph_attr_int("a_zero", zero);
     const char *ins[5] = {rw_name(r, n->in[0]), qn, sn, n->n_in > 2 ? rw_name(r, n->in[2]) : "", un};
     size_t l = strlen(how);
-    if (relu && l < nh) snprintf(how + l, nh - l, act ? ", + %s '%s' fused" : ", + its relu", act ? act->op : "", act ? act->name : "");
+    if ((act || g_node_int(n, "relu", 0) == 1) && l < nh)
+        snprintf(how + l, nh - l, act ? ", + %s '%s' fused" : ", + its relu", act ? act->op : "", act ? act->name : "");
     l = strlen(how);
     if (pool > 1 && l < nh) snprintf(how + l, nh - l, ", + its %lldx%lld max pool", (long long)pool, (long long)pool);
-    return add_node_to(r, n, g->values[(act ? act : n)->out[0]].name, "qconv2d_int8", 5, ins, na, a);
+    const char *out = g->values[(act ? act : n)->out[0]].name;
+    return rw_node_with(r, n, "qconv2d_int8", 5, ins, 1, &out, ne, extra);
 }
 
 /* act: the activation node fused into this one's epilogue (act_after; its output is the new node's), or NULL */
