@@ -179,19 +179,30 @@ static void out_rows(const qconv_job *j, const float *src, float *dst, int64_t q
 
 /* ---- the chunked path (fewer samples than threads): each step over the pool ---- */
 
+/* Image rows [h0, h1) of sample n into its padded NHWC codes xh: at the AVX-512 level codes
+ * and layout in one pass from x; else from the NCHW codes xq, made before */
+static void codes_nhwc(const qconv_job *j, int64_t n, const uint8_t *xq, uint8_t *xh, int64_t h0, int64_t h1) {
+    if (!j->out512) { nhwc_rows(j, xq, xh, h0, h1); return; }
+    pad_cells(j, xh, h0, h1);
+    fm_qconv_codes_nhwc_avx512(j->x + n * j->C * j->H * j->W, j->C, j->H, j->W, h0, h1, 1.0f / j->scale, j->zero, xh, j->Wpad,
+                               j->at->padding[0], j->at->padding[1]);
+}
+
+/* the epilogue with this call's activation scale, storing into y */
+static fm_q8_epilogue epilogue_into(const qconv_job *j, float *y) {
+    fm_q8_epilogue ep = *j->ep;
+    ep.a_scale = j->scale;
+    ep.a_zero = j->zero;
+    ep.y = y;
+    return ep;
+}
+
 static void nhwc_task(void *ctx, int64_t b, int64_t e, int tid) { /* rows (n, h) */
     (void)tid;
     const qconv_job *j = ctx;
-    const int64_t CHW = j->H * j->W * j->C;
     for (int64_t r = b; r < e; r++) {
         const int64_t n = r / j->H, h = r % j->H;
-        if (j->out512) { /* codes and NHWC in one pass (the AVX-512 level), as the per-sample path */
-            pad_cells(j, j->xh + n * j->img, h, h + 1);
-            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, h, h + 1, 1.0f / j->scale, j->zero, j->xh + n * j->img, j->Wpad,
-                                       j->at->padding[0], j->at->padding[1]);
-        } else {
-            nhwc_rows(j, j->xq + n * CHW, j->xh + n * j->img, h, h + 1);
-        }
+        codes_nhwc(j, n, j->xq + n * j->C * j->H * j->W, j->xh + n * j->img, h, h + 1);
     }
 }
 
@@ -215,34 +226,10 @@ static void out_task(void *ctx, int64_t b, int64_t e, int tid) { /* blocks of on
     }
 }
 
-/* The activations' scale and zero point: static, or (dynamic) this x's range, the min and max
- * of per-block ranges on the pool: the same values as fm_q8_quantize_rows' serial-equivalent pass */
-#define QCONV_RANGE_BLOCKS 64
-typedef struct range_job { const qconv_job *j; int64_t per, n; float mn[QCONV_RANGE_BLOCKS], mx[QCONV_RANGE_BLOCKS]; } range_job;
-static void range_task(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    range_job *r = ctx;
-    for (int64_t k = b; k < e; k++) {
-        const int64_t i0 = k * r->per, i1 = i0 + r->per < r->n ? i0 + r->per : r->n;
-        fm_q8_range_at_level(r->j->x + i0, i1 - i0, &r->mn[k], &r->mx[k]);
-    }
-}
-
+/* The activations' scale and zero point: static, or this x's range (qlinear_int8's rule) */
 static void q8_scale_of(qconv_job *j) {
-    j->scale = (float)j->at->a_scale;
-    j->zero = j->at->a_zero;
-    if (j->at->a_scale > 0) return;
-    range_job r = {.j = j, .n = j->N * j->C * j->H * j->W};
-    r.per = (r.n + QCONV_RANGE_BLOCKS - 1) / QCONV_RANGE_BLOCKS;
-    r.per = r.per < 16384 ? 16384 : r.per;
-    const int64_t blocks = (r.n + r.per - 1) / r.per;
-    fm_parallel_for(blocks, 1, range_task, &r);
-    float mn = 0.0f, mx = 0.0f;
-    for (int64_t k = 0; k < blocks; k++) {
-        mn = r.mn[k] < mn ? r.mn[k] : mn;
-        mx = r.mx[k] > mx ? r.mx[k] : mx;
-    }
-    fm_q8_params(mn, mx, &j->scale, &j->zero);
+    fm_q8_scale_of(j->x, j->N * j->C, j->H * j->W, j->at->a_scale, j->at->a_zero, &j->scale, &j->zero);
+    j->zb = (uint8_t)j->zero;
 }
 
 static fm_status run_chunked(qconv_job *j) {
@@ -261,16 +248,14 @@ static fm_status run_chunked(qconv_job *j) {
     j->xh = fm_tensor_data(th);
     j->col = fm_tensor_data(tc);
     j->yt = fm_tensor_data(ty);
-    if (j->out512) /* the scale: static, or this x's range (the codes come with the NHWC pass) */
+    if (j->out512) { /* the scale: static, or this x's range (the codes come with the NHWC pass) */
         q8_scale_of(j);
-    else
+    } else {
         fm_q8_quantize_rows(j->x, N * j->C, j->H * j->W, j->H * j->W, j->at->a_scale, j->at->a_zero, &j->scale, &j->zero, (uint8_t *)j->xq);
-    j->zb = (uint8_t)j->zero;
+        j->zb = (uint8_t)j->zero;
+    }
     fm_parallel_for(N * j->H, 16, nhwc_task, j);
-    fm_q8_epilogue ep = *j->ep;
-    ep.a_scale = j->scale;
-    ep.a_zero = j->zero;
-    ep.y = j->yt;
+    const fm_q8_epilogue ep = epilogue_into(j, j->yt);
     for (j->n0 = 0; j->n0 < N; j->n0 += nb) {
         const int64_t cnt = N - j->n0 < nb ? N - j->n0 : nb, M = cnt * j->P;
         if (!j->direct) fm_parallel_for(M, 64, im2col_task, j);
@@ -291,19 +276,10 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
     const int64_t CHW = j->C * j->H * j->W, Pp = j->out.Pp;
     uint8_t *xq = j->scratch8 + tid * j->s8, *xh = xq + CHW, *col = xh + j->img + QCONV_SLACK;
     float *yt = j->scratch32 + tid * j->s32;
-    fm_q8_epilogue ep = *j->ep;
-    ep.a_scale = j->scale;
-    ep.a_zero = j->zero;
-    ep.y = yt;
+    const fm_q8_epilogue ep = epilogue_into(j, yt);
     for (int64_t n = b; n < e; n++) {
-        if (j->out512) { /* codes and NHWC in one pass */
-            pad_cells(j, xh, 0, j->H);
-            fm_qconv_codes_nhwc_avx512(j->x + n * CHW, j->C, j->H, j->W, 0, j->H, 1.0f / j->scale, j->zero, xh, j->Wpad, j->at->padding[0],
-                                       j->at->padding[1]);
-        } else {
-            fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
-            nhwc_rows(j, xq, xh, 0, j->H);
-        }
+        if (!j->out512) fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
+        codes_nhwc(j, n, xq, xh, 0, j->H);
         if (!j->direct) im2col_rows(j, xh, col, 0, j->P, true);
         fm_q8_pgemm g = {j->P, j->O, j->lda, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
         fm_q8_pgemm_serial(&g, j->impl);
@@ -324,7 +300,6 @@ static fm_status run_per_sample(qconv_job *j, int nt) {
     j->scratch8 = fm_tensor_data(t8);
     j->scratch32 = fm_tensor_data(t32);
     q8_scale_of(j);
-    j->zb = (uint8_t)j->zero;
     fm_parallel_for(j->N, 1, sample_task, j);
     fm_tensor_release_n(2, t8, t32);
     return FM_OK;

@@ -58,10 +58,6 @@ static void q8_codes_at(bool v512, bool v256, const float *x, int64_t n, float s
     else fm_q8_quantize(x, n, scale, zero, q);
 }
 
-void fm_q8_range_at_level(const float *x, int64_t n, float *mn, float *mx) {
-    q8_range_at(fm_cpu_use_avx512(), fm_cpu_use_avx2(), x, n, mn, mx);
-}
-
 void fm_q8_codes_at_level(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q) {
     q8_codes_at(fm_cpu_use_avx512(), fm_cpu_use_avx2(), x, n, scale, zero, q);
 }
@@ -88,23 +84,39 @@ static void codes_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-void fm_q8_quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, double a_scale, int32_t a_zero, float *scale, int32_t *zero,
-                         uint8_t *q) {
-    q8_rows_job j = {.x = xp, .K = K, .lda = lda, .M = M, .q = q, .v512 = fm_cpu_use_avx512(), .v256 = fm_cpu_use_avx2()};
-    j.rows = K > 0 && K < Q8_ROWS_ELEMS ? Q8_ROWS_ELEMS / K : 1;
-    if ((M + j.rows - 1) / j.rows > Q8_MAX_BLOCKS) j.rows = (M + Q8_MAX_BLOCKS - 1) / Q8_MAX_BLOCKS;
-    const int64_t blocks = M > 0 ? (M + j.rows - 1) / j.rows : 0;
+/* The job over x [M, K] in row blocks of about Q8_ROWS_ELEMS values (at most Q8_MAX_BLOCKS); the block count */
+static int64_t rows_job_init(q8_rows_job *j, const float *xp, int64_t M, int64_t K, int64_t lda, uint8_t *q) {
+    *j = (q8_rows_job){.x = xp, .K = K, .lda = lda, .M = M, .q = q, .v512 = fm_cpu_use_avx512(), .v256 = fm_cpu_use_avx2()};
+    j->rows = K > 0 && K < Q8_ROWS_ELEMS ? Q8_ROWS_ELEMS / K : 1;
+    if ((M + j->rows - 1) / j->rows > Q8_MAX_BLOCKS) j->rows = (M + Q8_MAX_BLOCKS - 1) / Q8_MAX_BLOCKS;
+    return M > 0 ? (M + j->rows - 1) / j->rows : 0;
+}
+
+static void scale_of_job(q8_rows_job *j, int64_t blocks, double a_scale, int32_t a_zero, float *scale, int32_t *zero) {
     *scale = (float)a_scale;
     *zero = a_zero;
     if (!(*scale > 0)) { /* dynamic: this batch's range */
         float mn = 0.0f, mx = 0.0f;
-        fm_parallel_for(blocks, 1, range_task, &j);
+        fm_parallel_for(blocks, 1, range_task, j);
         for (int64_t c = 0; c < blocks; c++) {
-            mn = j.mn[c] < mn ? j.mn[c] : mn;
-            mx = j.mx[c] > mx ? j.mx[c] : mx;
+            mn = j->mn[c] < mn ? j->mn[c] : mn;
+            mx = j->mx[c] > mx ? j->mx[c] : mx;
         }
         fm_q8_params(mn, mx, scale, zero);
     }
+}
+
+void fm_q8_scale_of(const float *xp, int64_t M, int64_t K, double a_scale, int32_t a_zero, float *scale, int32_t *zero) {
+    q8_rows_job j;
+    const int64_t blocks = rows_job_init(&j, xp, M, K, K, NULL);
+    scale_of_job(&j, blocks, a_scale, a_zero, scale, zero);
+}
+
+void fm_q8_quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, double a_scale, int32_t a_zero, float *scale, int32_t *zero,
+                         uint8_t *q) {
+    q8_rows_job j;
+    const int64_t blocks = rows_job_init(&j, xp, M, K, lda, q);
+    scale_of_job(&j, blocks, a_scale, a_zero, scale, zero);
     j.scale = *scale;
     j.zero = *zero;
     fm_parallel_for(blocks, 1, codes_task, &j);

@@ -119,9 +119,8 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl);
 /* The same product on the calling thread alone (for callers that split other work over the
  * pool: qconv2d_int8's samples), in the same tiles: the same integers and floats. */
 void fm_q8_pgemm_serial(const fm_q8_pgemm *g, fm_q8_impl impl);
-/* The range and the codes of n values at the CPU's level, on the calling thread: the same
- * values as the pool's passes (fm_q8_quantize_rows) over the same values. */
-void fm_q8_range_at_level(const float *x, int64_t n, float *mn, float *mx);
+/* The codes of n values at the CPU's level, on the calling thread: the same values as the
+ * pool's pass (fm_q8_quantize_rows) over the same values. */
 void fm_q8_codes_at_level(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
 
 /* Dynamic activation quantization: the range of x[n] (widened to hold 0),
@@ -136,6 +135,8 @@ void fm_q8_range_avx512(const float *x, int64_t n, float *mn, float *mx);
  * (zeros from K to lda). On the thread pool, the same codes as one serial pass. */
 void fm_q8_quantize_rows(const float *x, int64_t M, int64_t K, int64_t lda, double a_scale, int32_t a_zero, float *scale, int32_t *zero,
                          uint8_t *q);
+/* Only the scale and zero point fm_q8_quantize_rows would take for x [M, K] (dense rows) */
+void fm_q8_scale_of(const float *x, int64_t M, int64_t K, double a_scale, int32_t a_zero, float *scale, int32_t *zero);
 /* The same with AVX2 (the scalar loops' results bit for bit; the tails run the scalar loops). */
 void fm_q8_range_avx2(const float *x, int64_t n, float *mn, float *mx);
 void fm_q8_quantize_avx2(const float *x, int64_t n, float scale, int32_t zero, uint8_t *q);
