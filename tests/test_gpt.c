@@ -537,7 +537,10 @@ static void test_train_efficiency(void) {
         CHECK_MSG(fm_gpt_train_ex(&o, &r) == FM_OK, "%s", fm_last_error());
         CHECK_MSG(fabs(r.val_loss - base.val_loss) < 0.05 && fabs(r.train_loss - base.train_loss) < 0.05,
                   "%s: val %.5f vs fp32 %.5f", fm_precision_name(o.eff.precision), r.val_loss, base.val_loss);
-        CHECK_MSG(r.val_loss != base.val_loss, "%s: bitwise the fp32 loss: autocast was not applied", fm_precision_name(o.eff.precision));
+        /* the run's losses are not bitwise fp32's (the val loss alone can be: fp16 moved it by 0 to 6 ulp,
+         * depending on OpenBLAS's kernel; the last step's train loss moved more) */
+        CHECK_MSG(r.val_loss != base.val_loss || r.train_loss != base.train_loss, "%s: bitwise the fp32 losses: autocast was not applied",
+                  fm_precision_name(o.eff.precision));
         size_t act = report_field(r.memory_report_json, "activations");
         CHECK_MSG(act > 0 && act < act32, "%s activations %zu, fp32 %zu", fm_precision_name(o.eff.precision), act, act32);
         CHECK(k == 0 ? r.loss_scale == 1 : r.loss_scale == 65536);

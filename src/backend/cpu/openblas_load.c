@@ -146,7 +146,7 @@ static void *reload(void *h, const char *lib, const char *was, const char *want)
 
 static void load(void) {
     const char *lib = NULL, *want = NULL;
-    bool preloaded = already_loaded();
+    bool preloaded = already_loaded(), quiet_note = false;
     void *h = open_library(&lib);
     snprintf(g_info.library, sizeof g_info.library, "%s", lib);
     if (!h) {
@@ -179,6 +179,9 @@ static void load(void) {
         snprintf(g_info.note, sizeof g_info.note,
                  "OPENBLAS_CORETYPE=%s is set, so OpenBLAS uses its %s kernels, though this CPU can run %s; "
                  "fathom leaves your setting alone", user, was, want);
+        /* a setting that keeps AVX2 kernels is a choice (some machines set Haswell for every program):
+         * `fathom info` shows the note; a generic core (SSE, AVX without FMA) is warned of as well */
+        quiet_note = fm_openblas_core_level(was) >= 2;
         break;
     case FM_OPENBLAS_WARN_PRELOADED:
         snprintf(g_info.note, sizeof g_info.note,
@@ -186,7 +189,7 @@ static void load(void) {
                  "this CPU; GEMM will be slow: start the program with OPENBLAS_CORETYPE=%s", was, want);
         break;
     }
-    if (g_info.note[0] && !g_fixed)
+    if (g_info.note[0] && !g_fixed && !quiet_note)
         fprintf(stderr, "fathom: warning: %s\n", g_info.note);
     g_ok = true;
     g_info.loaded = true;
