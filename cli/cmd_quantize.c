@@ -1,8 +1,9 @@
 /* `fathom quantize MODEL_DIR -o OUT_DIR (--int8 --dynamic | --int8 --calibrate DATA | --int4)`:
  * the model's inference graph (traced as `fathom compile` does, or a graph
- * directory) with its linear/matmul (and, for int4, embedding) weights
- * quantized (docs/QUANTIZE.md). Prints what was quantized and what stays fp32,
- * and writes OUT_DIR atomically (nothing on any error). */
+ * directory) with its linear/matmul and embedding weights (int8 also its
+ * convolutions) quantized (docs/QUANTIZE.md); --ops and --exclude narrow which.
+ * Prints what was quantized and what stays fp32, and writes OUT_DIR atomically
+ * (nothing on any error). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,10 @@ static void usage(FILE *f) {
                "     --percentile P           share of values kept by --method percentile (default 99.99)\n"
                "     --samples N              calibration samples (default 512)\n"
                "  --int4 [--group 32|64|128]  weight-only int4 for linear/matmul and embedding (default group 32)\n"
-               "     --with-min               an f16 offset per group as well as the scale\n\n"
+               "     --with-min               an f16 offset per group as well as the scale\n"
+               "  --ops LIST                  quantize only these kinds (comma-separated: linear, matmul, conv2d,\n"
+               "                              embedding; default all), e.g. --ops linear keeps convolutions fp32\n"
+               "  --exclude NODES             these nodes (comma-separated names, as the report lists them) stay fp32\n\n"
                "  -q, --quiet                 print only the summary line\n");
 }
 
@@ -58,6 +62,8 @@ static int parse(int argc, char **argv, qargs *a) {
         else if (!strcmp(s, "-q") || !strcmp(s, "--quiet")) a->quiet = 1;
         else if ((!strcmp(s, "-o") || !strcmp(s, "--out")) && more) a->out = argv[++i];
         else if (!strcmp(s, "--calibrate") && more) a->calib = argv[++i];
+        else if (!strcmp(s, "--ops") && more) a->o.op_types = argv[++i];
+        else if (!strcmp(s, "--exclude") && more) a->o.exclude = argv[++i];
         else if (!strcmp(s, "--group") && more) {
             if (!fm_cli_parse_int_range("quantize", s, argv[++i], 1, 1 << 20, &v)) return 2;
             if (v != 32 && v != 64 && v != 128) { fm_cli_error("quantize: --group %lld must be 32, 64 or 128", v); return 2; }
@@ -81,8 +87,8 @@ static int parse(int argc, char **argv, qargs *a) {
         } else if (s[0] != '-' && !a->in) a->in = s;
         else {
             static const char *const flags[] = {"--help", "--int8", "--int4", "--dynamic", "--calibrate", "--method", "--percentile",
-                                                "--samples", "--group", "--with-min", "--out", "--quiet"};
-            if (s[0] == '-') fm_cli_unknown_option("quantize", s, flags, 12);
+                                                "--samples", "--group", "--with-min", "--out", "--quiet", "--ops", "--exclude"};
+            if (s[0] == '-') fm_cli_unknown_option("quantize", s, flags, (int)(sizeof flags / sizeof *flags));
             else fm_cli_error("quantize: more than one model directory given ('%s')", s);
             return 2;
         }

@@ -6,7 +6,8 @@
 # predict, and the command lists what it quantized. Bad input is refused with
 # its reason and nothing is written: calibration data of the wrong shape or
 # type, a group that does not divide a layer, a GPT given --calibrate, a
-# directory that is no model; usage errors exit 2.
+# directory that is no model, an --ops kind or --exclude name that is not there;
+# --ops/--exclude keep the nodes they name fp32; usage errors exit 2.
 # Usage: bash tests/cli_quantize.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_quantize.sh FATHOM_BIN}
@@ -56,6 +57,14 @@ for g in 32 64; do
 done
 expect 0 "int4 g32 with min" "$bin" quantize "$tmp/m" -o "$tmp/q4m" --int4 --with-min
 check_model "$tmp/q4m" "int4 g32 with min"
+# --ops and --exclude (ONNX Runtime's op_types_to_quantize and nodes_to_exclude): the last linear kept fp32 by name
+out=$("$bin" quantize "$tmp/m" -o "$tmp/q8x" --int8 --dynamic --ops linear --exclude 3 2>&1)
+[[ $? == 0 && $out == *"1 of 4 nodes quantized"* && $out == *"fp32: excluded (--exclude)"* ]] && ok "--exclude keeps the named node fp32" || bad "--exclude: $out"
+check_model "$tmp/q8x" "int8 dynamic, last linear excluded"
+expect 1 "left by --ops and --exclude" "$bin" quantize "$tmp/m" -o "$tmp/x8" --int8 --dynamic --ops conv2d
+expect 1 "--ops 'linears': expected a comma-separated list of linear, matmul, conv2d, embedding" "$bin" quantize "$tmp/m" -o "$tmp/x8" --int8 --dynamic --ops linears
+expect 1 "--exclude 'fc9': the graph has no node of that name" "$bin" quantize "$tmp/m" -o "$tmp/x8" --int8 --dynamic --exclude 1,fc9
+[[ ! -e $tmp/x8 ]] && ok "nothing written for refused --ops/--exclude" || bad "$tmp/x8 written"
 # a quantized graph directory is a model too: quantizing it again is refused only for want of f32 weights
 expect 1 "no node of this graph can be quantized" "$bin" quantize "$tmp/q8d" -o "$tmp/again" --int8 --dynamic
 [[ ! -e $tmp/again ]] && ok "nothing written for a graph with nothing to quantize" || bad "$tmp/again written"

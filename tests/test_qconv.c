@@ -270,6 +270,53 @@ static void test_graph(const char *tmp) {
     fm_graph_free(g0);
 }
 
+/* op_types and exclude (fathom quantize --ops, --exclude): what they leave fp32, and the names they refuse */
+static void test_filters(void) {
+    fm_graph *g = cnn(); /* quantizable by default: c1, c2 (conv2d) and fc (linear) */
+    fm_tensor *x = randn(4, (int64_t[]){3, 3, 16, 16}, 23);
+    static const struct {
+        const char *ops, *exclude;
+        int qconv, qlinear;
+        const char *node, *why; /* one node's report, or the error when qconv < 0 */
+    } cases[] = {
+        {"linear", NULL, 0, 1, "c1", "fp32: conv2d is not among --ops linear"},
+        {"conv2d", NULL, 2, 0, "fc", "fp32: linear is not among --ops conv2d"},
+        {"", "c2", 1, 1, "c2", "fp32: excluded (--exclude)"},
+        {"conv2d,linear", "fc,c1", 1, 0, "fc", "fp32: excluded (--exclude)"},
+        {NULL, "c1,c2,fc", -1, 0, NULL, "with an f32 constant weight left by --ops and --exclude"},
+        {"linear,convs", NULL, -1, 0, NULL, "--ops 'convs': expected a comma-separated list of linear, matmul, conv2d, embedding"},
+        {NULL, "c2,c9", -1, 0, NULL, "--exclude 'c9': the graph has no node of that name"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        o.op_types = cases[c].ops;
+        o.exclude = cases[c].exclude;
+        fm_quant_report rep;
+        fm_graph *q = fm_graph_quantize(g, &o, &rep);
+        if (cases[c].qconv < 0) {
+            CHECK_MSG(q == NULL, "case %zu quantized", c);
+            CHECK_ERR_CONTAINS(cases[c].why);
+            fm_graph_free(q);
+            continue;
+        }
+        CHECK_MSG(q != NULL, "case %zu: %s", c, fm_last_error());
+        if (!q) continue;
+        CHECK_MSG(count_op(q, "qconv2d_int8") == cases[c].qconv && count_op(q, "qlinear_int8") == cases[c].qlinear, "case %zu: %d qconv, %d qlinear", c,
+                  count_op(q, "qconv2d_int8"), count_op(q, "qlinear_int8"));
+        CHECK(rep.n_quantized == cases[c].qconv + cases[c].qlinear);
+        bool said = false;
+        for (int k = 0; k < rep.n_nodes; k++) said |= !strcmp(rep.nodes[k].node, cases[c].node) && !rep.nodes[k].quantized && !strcmp(rep.nodes[k].how, cases[c].why);
+        CHECK_MSG(said, "case %zu: node %s's report", c, cases[c].node);
+        const double d = rel_diff(g, q, x);
+        CHECK_MSG(d < 0.03, "case %zu: relative difference %g", c, d);
+        fm_graph_free(q);
+        fm_quant_report_free(&rep);
+    }
+    fm_tensor_release(x);
+    fm_graph_free(g);
+}
+
 /* a qconv2d_int8 node whose kernel attribute does not fit its panels, or with a GELU, is refused at validation */
 static void test_node_checks(void) {
     fm_tensor *w = randn(4, (int64_t[]){6, 4, 3, 3}, 2), *P = NULL, *ws = NULL, *sum = NULL;
@@ -300,6 +347,7 @@ int main(void) {
     test_kernel_exact();
     test_bad_input();
     test_graph(tmp);
+    test_filters();
     test_node_checks();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -51,6 +51,13 @@ typedef struct fm_quant_options {
     double percentile;      /* static, percentile method: the share of values kept (0: 99.99) */
     const fm_tensor *calib; /* static: [S, ...] samples of the graph's one input, as it takes them */
     int64_t batch;          /* calibration batch (0: 64) */
+    /* Which nodes may be quantized (ONNX Runtime's op_types_to_quantize and nodes_to_exclude):
+     * op_types, comma-separated kinds among linear (linear and linear_fused), matmul, conv2d
+     * (conv2d and conv2d_fused) and embedding, NULL or "" for all; exclude, comma-separated
+     * node names that stay fp32 (the names the report gives), NULL for none. A kind or a name
+     * the graph lacks is an error that names it. */
+    const char *op_types;
+    const char *exclude;
 } fm_quant_options;
 FM_API void fm_quant_options_init(fm_quant_options *o);
 /* What became of each compute node. */

@@ -316,6 +316,54 @@ static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_optio
     return fm_graph_add_node(r->dst, "relu", rn, 1, &pp, 1, &out, 0, NULL);
 }
 
+/* The next item of the comma-separated list at *p (moving *p past it) into item, or false at its end. */
+static bool next_item(const char **p, char *item, size_t n) {
+    if (!*p || !**p) return false;
+    const char *e = strchr(*p, ',');
+    snprintf(item, n, "%.*s", (int)(e ? (size_t)(e - *p) : strlen(*p)), *p);
+    *p = e ? e + 1 : NULL;
+    return true;
+}
+
+static bool list_has(const char *list, const char *name) {
+    char item[256];
+    while (next_item(&list, item, sizeof item))
+        if (!strcmp(item, name)) return true;
+    return false;
+}
+
+/* The --ops kind a candidate belongs to (its family's first op name). */
+static const char *kind_name(qkind k) {
+    return k == K_LINEAR ? "linear" : k == K_MATMUL ? "matmul" : k == K_CONV ? "conv2d" : k == K_EMBEDDING ? "embedding" : "";
+}
+
+/* A candidate the options leave fp32 (not among op_types, or named in exclude) becomes K_NONE, with why. */
+static qkind filter_kind(const gnode *n, qkind k, const fm_quant_options *o, char *why, size_t nw) {
+    if (k == K_NONE) return k;
+    if (o->exclude && list_has(o->exclude, n->name)) { snprintf(why, nw, "fp32: excluded (--exclude)"); return K_NONE; }
+    if (o->op_types && o->op_types[0] && !list_has(o->op_types, kind_name(k))) {
+        snprintf(why, nw, "fp32: %s is not among --ops %s", kind_name(k), o->op_types);
+        return K_NONE;
+    }
+    return k;
+}
+
+/* Every item of op_types is a kind, and every item of exclude a node of g: a typo must not quantize what it meant to keep. */
+static fm_status check_lists(const fm_graph *g, const fm_quant_options *o) {
+    char item[256];
+    for (const char *p = o->op_types; next_item(&p, item, sizeof item);)
+        if (!list_has("linear,matmul,conv2d,embedding", item))
+            return fm_set_error(FM_ERR_INVALID, "quantize: --ops '%s': expected a comma-separated list of linear, matmul, conv2d, embedding", item);
+    for (const char *p = o->exclude; next_item(&p, item, sizeof item);) {
+        bool found = false;
+        for (int i = 0; i < g->n_nodes && !found; i++) found = !strcmp(g->nodes[i].name, item);
+        if (!found)
+            return fm_set_error(FM_ERR_INVALID, "quantize: --exclude '%s': the graph has no node of that name (the report of a run "
+                                "without --exclude lists the node names)", item);
+    }
+    return FM_OK;
+}
+
 static size_t const_bytes(const fm_graph *g) {
     size_t b = 0;
     for (int v = 0; v < g->n_values; v++)
@@ -331,7 +379,7 @@ static fm_status check_opts(const fm_graph *g, const fm_quant_options *o) {
     if (o->mode == FM_QUANT_INT8_STATIC && !o->calib) return fm_set_error(FM_ERR_INVALID, "quantize: static int8 needs calibration data");
     if (o->method == FM_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
         return fm_set_error(FM_ERR_INVALID, "quantize: percentile %g must be in (50, 100]", o->percentile);
-    return FM_OK;
+    return check_lists(g, o);
 }
 
 /* Static mode: the ranges of every candidate's input, by node (NULL entries elsewhere). */
@@ -360,7 +408,7 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         const gnode *n = &g->nodes[i];
         snprintf(nodes[i].node, sizeof nodes[i].node, "%s", n->name);
         snprintf(nodes[i].op, sizeof nodes[i].op, "%s", n->op);
-        kinds[i] = classify(g, n, o->mode, nodes[i].how, sizeof nodes[i].how);
+        kinds[i] = filter_kind(n, classify(g, n, o->mode, nodes[i].how, sizeof nodes[i].how), o, nodes[i].how, sizeof nodes[i].how);
     }
     if (st == FM_OK && o->mode == FM_QUANT_INT8_STATIC) st = static_ranges(g, o, kinds, ranges);
     bool begun = st == FM_OK && rw_begin(&r, g) == FM_OK;
@@ -406,8 +454,9 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
     if (out && nq == 0) { /* nothing to do is an answer, not a silent copy */
         fm_graph_free(out);
         out = NULL;
-        fm_set_error(FM_ERR_INVALID, "quantize: no node of this graph can be quantized in this mode (no linear/matmul%s with an f32 constant weight)",
-                     o->mode == FM_QUANT_INT4 ? "/embedding" : "/embedding/convolution");
+        const bool filtered = (o->op_types && o->op_types[0]) || (o->exclude && o->exclude[0]);
+        fm_set_error(FM_ERR_INVALID, "quantize: no node of this graph can be quantized in this mode (no linear/matmul%s with an f32 constant weight%s)",
+                     o->mode == FM_QUANT_INT4 ? "/embedding" : "/embedding/convolution", filtered ? " left by --ops and --exclude" : "");
     }
     if (out && rep) {
         rep->n_nodes = g->n_nodes;
