@@ -5,7 +5,8 @@
 # class token expanded to the batch. The batch stays dynamic (no --dim); the graph and the
 # compiled graph equal the interpreter (and ONNX Runtime when installed) within 1e-5 at batch
 # 2 and 3; the compiled graph holds silu and no sigmoid; the exported graph runs in ONNX
-# Runtime with the same outputs.
+# Runtime with the same outputs. Then the scatter model, and TensorFlow-style padding (Pad
+# reflect/edge/constant, uneven SAME_UPPER and explicit pads) through the same steps.
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -89,5 +90,29 @@ print(err)" "$d")
 check "scatter outputs equal numpy's (and ORT's) within a float rounding of values up to 20 (worst $worst)" 'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 err=$("$bin" run "$d/bad_scatter.onnx" --input "d=$d/s.npy" 2>&1); rc=$?
 check "an out-of-range ScatterND index: exit 1, named" '[ $rc = 1 ] && [[ "$err" == *"index 4 is out of range for dim 1 of size 4"* ]]'
+# TensorFlow's padding (pads.onnx): Pad reflect/edge/constant and the uneven part of SAME_UPPER
+# and explicit pads as pad nodes; the graph, the compiled graph and its ONNX export equal the
+# interpreter and ORT (the max pool's pad is -inf, which graph.json writes as a string)
+"$bin" import "$d/pads.onnx" -o "$d/pg" >/dev/null; rc1=$?
+"$bin" compile "$d/pads.onnx" -o "$d/pc" >/dev/null; rc2=$?
+"$bin" export "$d/pc" -o "$d/pads_exported.onnx" >/dev/null; rc3=$?
+check "pads model: import, compile and export" '[ "$rc1$rc2$rc3" = 000 ]'
+npad=$(python3 -c "import json, sys; print(sum(n['op'] == 'pad' for n in json.load(open(sys.argv[1]))['nodes']))" "$d/pc/graph.json")
+check "pads model: six pad nodes (three Pads, the uneven parts of two convs and a pool), got $npad" '[ "$npad" = 6 ]'
+for s in pads.onnx pg pc; do "$bin" run "$d/$s" --input "x=$d/p.npy" --output "$d/po_$s" >/dev/null || echo "FAIL: run $s"; done
+worst=$(python3 -c "
+import sys, numpy as np
+d = sys.argv[1]
+ref = np.load(f'{d}/po_pads.onnx/y.npy')
+outs = [np.load(f'{d}/po_{s}/y.npy') for s in ('pg', 'pc')]
+try:
+    import onnxruntime as ort
+    x = np.load(f'{d}/p.npy')
+    outs += [ort.InferenceSession(f'{d}/{f}', providers=['CPUExecutionProvider']).run(None, {'x': x})[0] for f in ('pads.onnx', 'pads_exported.onnx')]
+except ImportError:
+    print('note: onnxruntime is not installed; compared with the interpreter only', file=sys.stderr)
+print(max(float(np.max(np.abs(o - ref) / (1 + np.abs(ref)))) if o.shape == ref.shape else 1e9 for o in outs))" "$d")
+check "pads model: graph, compiled and exported outputs equal the interpreter's and ORT's within 1e-5 (worst $worst)" \
+  'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 [ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
 exit $fail

@@ -15,6 +15,11 @@ ScatterND (2-D indices, reduction add, a negative index) and ScatterElements (ax
 negative indices) from constant indices and updates; with s.npy [2, 4, 6] and
 bad_scatter.onnx, whose ScatterND index is out of range.
 
+And pads.onnx, the padding that TensorFlow models converted by tf2onnx carry: x [b, 3, 16,
+15] through Pad reflect (uneven), a 3x3/2 Conv with auto_pad SAME_UPPER (its total pad odd
+on both dims), Pad edge, a 3x3/2 Conv with explicit uneven pads, a MaxPool 3x3/2 SAME_UPPER,
+and Pad constant 0.5 on the channels; with p.npy (batch 2).
+
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
 
@@ -78,11 +83,35 @@ def scatter_model(bad=False):
     return m
 
 
+def pads_model():
+    rng = np.random.default_rng(11)
+    f32, i64 = np.float32, np.int64
+    inits = [init("w1", rng.standard_normal((6, 3, 3, 3)).astype(f32) * 0.3), init("b1", rng.standard_normal(6).astype(f32) * 0.1),
+             init("w2", rng.standard_normal((8, 6, 3, 3)).astype(f32) * 0.3),
+             init("p_reflect", np.array([0, 0, 1, 2, 0, 0, 2, 1], i64)), init("p_edge", np.array([0, 0, 0, 1, 0, 0, 1, 0], i64)),
+             init("p_const", np.array([0, 1, 0, 0, 0, 2, 0, 0], i64)), init("half", np.array(0.5, f32))]
+    n = [helper.make_node("Pad", ["x", "p_reflect"], ["r"], mode="reflect"),
+         helper.make_node("Conv", ["r", "w1", "b1"], ["c1"], strides=[2, 2], auto_pad="SAME_UPPER"),
+         helper.make_node("Relu", ["c1"], ["a1"]),
+         helper.make_node("Pad", ["a1", "p_edge"], ["e"], mode="edge"),
+         helper.make_node("Conv", ["e", "w2"], ["c2"], strides=[2, 2], pads=[0, 1, 1, 2]),
+         helper.make_node("MaxPool", ["c2"], ["m"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+         helper.make_node("Pad", ["m", "p_const", "half"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 16, 15])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 11, 3, 3])
+    m = helper.make_model(helper.make_graph(n, "pads", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
     save(scatter_model(), f"{out}/scatter.onnx")
     save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
+    save(pads_model(), f"{out}/pads.onnx")
+    np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     np.save(f"{out}/s.npy", np.random.default_rng(4).standard_normal((2, 4, 6)).astype(np.float32))
     rng = np.random.default_rng(3)
     np.save(f"{out}/x.npy", rng.standard_normal((2, 3, 17, 19)).astype(np.float32) * 2)

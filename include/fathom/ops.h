@@ -195,6 +195,19 @@ FM_API fm_status fm_split(fm_tensor *t, int axis, int n, const int64_t *sizes, f
 FM_API fm_tensor *fm_gather(fm_tensor *t, int axis, fm_tensor *index);       /* torch.gather */
 FM_API fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index); /* index 1-D */
 FM_API fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 result */
+/* x padded along each dim d by pads[d] elements before it and pads[ndim + d] after it
+ * (ONNX Pad's order; torch.nn.functional.pad lists the dims the other way round); a
+ * negative amount crops. constant: `value`; edge: the border element repeated; reflect:
+ * mirrored about the border element, without repeating it (each amount below the dim's
+ * size); wrap: the elements from the other end. Made of cat, slice and index_select, so it
+ * runs on any device and has a gradient. */
+typedef enum fm_pad_mode { FM_PAD_CONSTANT = 0, FM_PAD_EDGE, FM_PAD_REFLECT, FM_PAD_WRAP } fm_pad_mode;
+FM_API fm_tensor *fm_pad(fm_tensor *x, const int64_t *pads, fm_pad_mode mode, double value);
+/* fm_pad's checks and result shape, without data: out[d] = shape[d] + pads[d] + pads[ndim + d] */
+FM_API fm_status fm_pad_shape(int ndim, const int64_t *shape, const int64_t *pads, fm_pad_mode mode, int64_t *out);
+/* "constant", "edge", "reflect", "wrap" (ONNX's names) -> *mode; anything else is FM_ERR_INVALID naming the four */
+FM_API fm_status fm_pad_mode_parse(const char *name, fm_pad_mode *mode);
+FM_API const char *fm_pad_mode_name(fm_pad_mode mode);
 
 /* ---- attention ---- */
 /* q [B,H,Tq,D], k/v [B,Hkv,Tk,D] (Hkv divides H: grouped-query attention);

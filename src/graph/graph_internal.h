@@ -140,6 +140,8 @@ int g_op_count(void);
  * type is an error naming the node. */
 fm_status ga_int(const gctx *c, const char *name, int64_t def, int64_t *out);
 fm_status ga_float(const gctx *c, const char *name, double def, double *out);
+/* a (may be NULL: def) as a number: a float, an int, or the strings inf, -inf and nan that graph.json writes for them */
+fm_status g_attr_float(const gattr *a, const char *name, double def, double *out);
 /* INTS with expressions evaluated; *n = -1 when absent. max: capacity of out. */
 fm_status ga_ints(const gctx *c, const char *name, int64_t *out, int *n, int max);
 const char *ga_string(const gctx *c, const char *name, const char *def);

@@ -24,8 +24,9 @@ fm_status ga_int(const gctx *c, const char *name, int64_t def, int64_t *out) {
     return FM_OK;
 }
 
-fm_status ga_float(const gctx *c, const char *name, double def, double *out) {
-    const gattr *a = g_node_attr(c->n, name);
+fm_status ga_float(const gctx *c, const char *name, double def, double *out) { return g_attr_float(g_node_attr(c->n, name), name, def, out); }
+
+fm_status g_attr_float(const gattr *a, const char *name, double def, double *out) {
     if (!a) { *out = def; return FM_OK; }
     if (a->type == FM_ATTR_INT) { *out = (double)a->i; return FM_OK; }
     if (a->type == FM_ATTR_STRING) { /* JSON has no infinities: graph.json writes them as strings */

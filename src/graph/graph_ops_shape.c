@@ -1,6 +1,6 @@
 /* The graph's op table, part 3: graph-only ops that move or reinterpret data
  * (reshape, permute, transpose, slice, squeeze, unsqueeze, flatten, expand, cat,
- * cast, contiguous). Sizes in their attributes may be dim expressions over the
+ * cast, contiguous, pad). Sizes in their attributes may be dim expressions over the
  * dynamic dims ("batch*seq"), evaluated with the run's sizes. */
 #include <string.h>
 
@@ -293,6 +293,33 @@ static fm_status run_contiguous(const gctx *c, fm_tensor *const *in, fm_tensor *
     RUN_DONE(fm_contiguous(in[0]));
 }
 
+/* pad: "pads" (2 ndim amounts, every dim's before, then every dim's after: ONNX's order),
+ * "mode" (constant, edge, reflect, wrap; default constant), "value" (constant mode; default 0) */
+static fm_status pad_args(const gctx *c, int ndim, int64_t *pads, fm_pad_mode *mode, double *value) {
+    int n = 0;
+    if (ga_ints(c, "pads", pads, &n, 2 * FM_MAX_DIMS)) return fm_last_status();
+    if (n != 2 * ndim) return fm_set_error(FM_ERR_INVALID, "attribute 'pads' has %d values; %d expected (before and after each of %d dims)", n, 2 * ndim, ndim);
+    if (fm_pad_mode_parse(ga_string(c, "mode", "constant"), mode)) return fm_last_status();
+    return ga_float(c, "value", 0.0, value);
+}
+
+static fm_status inf_pad(const gctx *c, const gtype *in, gtype *out) {
+    int64_t pads[2 * FM_MAX_DIMS];
+    fm_pad_mode mode;
+    double v;
+    if (pad_args(c, in[0].ndim, pads, &mode, &v)) return fm_last_status();
+    out[0] = in[0];
+    return fm_pad_shape(in[0].ndim, in[0].d, pads, mode, out[0].d);
+}
+
+static fm_status run_pad(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t pads[2 * FM_MAX_DIMS];
+    fm_pad_mode mode;
+    double v;
+    if (pad_args(c, in[0]->ndim, pads, &mode, &v)) return fm_last_status();
+    RUN_DONE(fm_pad(in[0], pads, mode, v));
+}
+
 const g_op_spec g_ops_shape[] = {
     {"reshape", 1, 1, 1, "shape", inf_reshape, run_reshape, NULL},
     {"permute", 1, 1, 1, "perm", inf_permute, run_permute, NULL},
@@ -305,5 +332,6 @@ const g_op_spec g_ops_shape[] = {
     {"cat", 1, FM_GRAPH_MAX_NODE_IO, 1, "axis", inf_cat, run_cat, NULL},
     {"cast", 1, 1, 1, "dtype", inf_cast, run_cast, NULL},
     {"contiguous", 1, 1, 1, "", inf_same, run_contiguous, NULL},
+    {"pad", 1, 1, 1, "pads,mode,value", inf_pad, run_pad, NULL},
 };
 const int g_n_ops_shape = (int)(sizeof g_ops_shape / sizeof g_ops_shape[0]);

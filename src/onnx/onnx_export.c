@@ -79,6 +79,15 @@ static Onnx__AttributeProto *a_float(exporter *e, const char *name, double v) {
     a->name = ex_str(e, name), a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, a->has_f = 1, a->f = (float)v;
     return a;
 }
+static Onnx__AttributeProto *a_string(exporter *e, const char *name, const char *v) {
+    Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
+    const char *c = ex_str(e, v);
+    if (!a || !c) return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = ex_str(e, name), a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->has_s = 1, a->s.len = strlen(c), a->s.data = (uint8_t *)c;
+    return a;
+}
 static Onnx__AttributeProto *a_ints(exporter *e, const char *name, int n, const int64_t *v) {
     Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
     int64_t *c = ex_alloc(e, (size_t)n * sizeof *c);
@@ -150,8 +159,8 @@ static int64_t at_int(const gnode *n, const char *name, int64_t def) {
     return a && a->type == FM_ATTR_INT ? a->i : def;
 }
 static double at_float(const gnode *n, const char *name, double def) {
-    const gattr *a = g_node_attr(n, name);
-    return a && a->type == FM_ATTR_FLOAT ? a->f : a && a->type == FM_ATTR_INT ? (double)a->i : def;
+    double v = def;
+    return g_attr_float(g_node_attr(n, name), name, def, &v) == FM_OK ? v : def;
 }
 /* Numeric INTS (-1 when absent); a dim expression is refused. */
 static int at_ints(const gnode *n, const char *name, int64_t *out, int max) {
@@ -498,6 +507,15 @@ static fm_status x_shape(xnode *x, const char *op) {
         return emit(e, "Reshape", INS(x->in[0], const_i64(e, (int)s + 1, v)), OUTS(x->out[0]), 0);
     }
     if (!strcmp(op, "cat")) return emit(e, "Concat", x->in, OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", 0)));
+    if (!strcmp(op, "pad")) {
+        int64_t p[2 * FM_MAX_DIMS];
+        const gattr *m = g_node_attr(x->n, "mode");
+        const char *mode = m && m->type == FM_ATTR_STRING ? m->s : "constant";
+        if (at_ints(x->n, "pads", p, 2 * FM_MAX_DIMS) != 2 * nd) return fm_set_error(FM_ERR_INVALID, "pad without its pads");
+        if (!strcmp(mode, "wrap")) return fm_set_error(FM_ERR_UNSUPPORTED, "pad mode 'wrap' has no ONNX form at opset 17 (Pad took it in 19)");
+        return emit(e, "Pad", INS(x->in[0], const_i64(e, 2 * nd, p), const_scalar(e, at_float(x->n, "value", 0.0), x->t0->dt)),
+                    OUTS(x->out[0]), 1, a_string(e, "mode", mode));
+    }
     if (!strcmp(op, "cast")) {
         const gattr *a = g_node_attr(x->n, "dtype");
         fm_dtype dt;
@@ -640,7 +658,7 @@ static fm_status x_node(exporter *e, int i) {
     static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
     static const char *const pools = ",conv2d,conv2d_fused,max_pool2d,avg_pool2d,";
     static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
-    static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,";
+    static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,pad,";
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);
     if (strstr(norms, key)) return x_norm(&x, op);

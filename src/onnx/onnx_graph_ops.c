@@ -188,9 +188,10 @@ static fm_status t_norm(tctx *t) {
     return node(t, "layer_norm", 3, ins, out_name(t, 0), 2, a);
 }
 
-/* Conv and pools over 2 spatial dims with symmetric pads; auto_pad from the
- * probe shapes. */
-static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t s[2], int64_t d[2], int64_t p[2]) {
+/* Conv and pools over 2 spatial dims; auto_pad from the probe shapes. p: the pads both
+ * sides share, more[4]: what one side has beyond them (begin h, w, end h, w: uneven pads,
+ * as TensorFlow's SAME padding at stride 2 gives), which a pad node before the window adds. */
+static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t s[2], int64_t d[2], int64_t p[2], int64_t more[4]) {
     if (t->in[0]->ndim != 4) return fm_set_error(FM_ERR_UNSUPPORTED, "only 2 spatial dims have a graph form");
     int n;
     const int64_t *v = onnx_attr_ints(&t->c, "kernel_shape", &n);
@@ -207,24 +208,42 @@ static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t 
         if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
             int64_t in = t->in[0]->shape[2 + i], out = (in + s[i] - 1) / s[i];
             int64_t total = (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in;
-            pb = pe = (total > 0 ? total : 0) / 2;
-            if (total > 0 && total % 2) return fm_set_error(FM_ERR_UNSUPPORTED, "uneven SAME padding has no graph form");
+            total = total > 0 ? total : 0;
+            pb = pe = total / 2;
+            *(ap[5] == 'U' ? &pe : &pb) += total % 2; /* the odd one at the end (UPPER) or the beginning */
         } else if (!strcmp(ap, "VALID")) pb = pe = 0;
-        if (pb != pe) return fm_set_error(FM_ERR_UNSUPPORTED, "uneven pads have no graph form");
-        p[i] = pb;
+        if (pb < 0 || pe < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "negative pads have no graph form");
+        p[i] = pb < pe ? pb : pe;
+        more[i] = pb - p[i], more[2 + i] = pe - p[i];
     }
     return FM_OK;
+}
+
+/* The window's input: x itself, or x with the uneven part of its pads (more) added by a
+ * pad node filled with `fill` (0 for a conv, -inf for a max pool) into buf's name. */
+static const char *window_input(tctx *t, const int64_t more[4], double fill, char *buf, size_t nb) {
+    if (!more[0] && !more[1] && !more[2] && !more[3]) return in_name(t, 0);
+    const int64_t pads[8] = {0, 0, more[0], more[1], 0, 0, more[2], more[3]};
+    const char *x[1] = {in_name(t, 0)}, *y = tmp_name(t, buf, nb);
+    fm_graph_attr a[2] = {fm_graph_attr_ints("pads", 8, pads), fm_graph_attr_float("value", fill)};
+    return node(t, "pad", 1, x, y, fill != 0 ? 2 : 1, a) ? NULL : y;
 }
 
 static fm_status t_conv_pool(tctx *t) {
     const char *op = t->n->op->name;
     bool conv = !strcmp(op, "Conv"), is_max = !strcmp(op, "MaxPool");
-    int64_t k[2], s[2], d[2], p[2];
-    if (only_first_output(t) || window2d(t, conv ? t->in[1]->shape + 2 : NULL, k, s, d, p)) return fm_last_status();
+    int64_t k[2], s[2], d[2], p[2], more[4];
+    char buf[300];
+    if (only_first_output(t) || window2d(t, conv ? t->in[1]->shape + 2 : NULL, k, s, d, p, more)) return fm_last_status();
+    const bool uneven = more[0] || more[1] || more[2] || more[3];
+    if (uneven && !conv && !is_max && !onnx_attr_int(&t->c, "count_include_pad", 0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads that excludes them from its count has no graph form");
+    const char *xin = window_input(t, more, is_max ? -INFINITY : 0.0, buf, sizeof buf);
+    if (!xin) return fm_last_status();
     fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, p)};
     if (conv) {
         a[2] = fm_graph_attr_ints("dilation", 2, d), a[3] = fm_graph_attr_int("groups", onnx_attr_int(&t->c, "group", 1));
-        const char *ins[3] = {in_name(t, 0), in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
+        const char *ins[3] = {xin, in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
         return node(t, "conv2d", 3, ins, out_name(t, 0), 4, a);
     }
     if (d[0] != 1 || d[1] != 1 || 2 * p[0] > k[0] || 2 * p[1] > k[1])
@@ -234,7 +253,7 @@ static fm_status t_conv_pool(tctx *t) {
     int na = 3;
     if (!is_max) a[na++] = fm_graph_attr_int("count_include_pad", onnx_attr_int(&t->c, "count_include_pad", 0));
     if (ceil_mode) a[na++] = fm_graph_attr_int("ceil_mode", 1);
-    const char *x[1] = {in_name(t, 0)};
+    const char *x[1] = {xin};
     return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), na, a);
 }
 
@@ -531,20 +550,22 @@ static fm_status t_expand(tctx *t) {
     return node(t, "expand", 1, x, out_name(t, 0), 1, &a);
 }
 
-/* Pad whose pads are all zero (Swin pads its feature map to a multiple of the window,
- * nothing at 224x224): identity. Nonzero pads have no graph op yet. */
+/* Pad: its pads, constant and axes must be constants; all-zero pads (Swin pads its feature
+ * map to a multiple of the window, nothing at 224x224) are an identity, others a pad node. */
 static fm_status t_pad(tctx *t) {
-    int64_t pads[2 * FM_MAX_DIMS];
-    int n = 0;
-    if (t->c.opset < 11) {
-        const int64_t *p = onnx_attr_ints(&t->c, "pads", &n);
-        for (int i = 0; i < n && i < 2 * FM_MAX_DIMS; i++) pads[i] = p[i];
-    } else if (need_folded(t, 1, "pads") || onnx_tensor_ints(&t->c, 1, pads, 2 * FM_MAX_DIMS, &n))
+    int64_t all[2 * FM_MAX_DIMS];
+    fm_pad_mode mode;
+    double v;
+    const int nd = t->in[0]->ndim;
+    if (need_folded(t, 1, "pads") || need_folded(t, 2, "constant_value") || need_folded(t, 3, "axes") ||
+        onnx_pad_args(&t->c, nd, all, &mode, &v))
         return fm_last_status();
-    for (int i = 0; i < n; i++)
-        if (pads[i]) return fm_set_error(FM_ERR_UNSUPPORTED, "Pad with nonzero pads has no graph form yet (fathom run runs the model)");
+    bool zero = true;
+    for (int i = 0; i < 2 * nd; i++) zero &= all[i] == 0;
     const char *x[1] = {in_name(t, 0)};
-    return node(t, "identity", 1, x, out_name(t, 0), 0, NULL);
+    if (zero) return node(t, "identity", 1, x, out_name(t, 0), 0, NULL);
+    fm_graph_attr a[3] = {fm_graph_attr_ints("pads", 2 * nd, all), fm_graph_attr_string("mode", fm_pad_mode_name(mode)), fm_graph_attr_float("value", v)};
+    return node(t, "pad", 1, x, out_name(t, 0), mode == FM_PAD_CONSTANT && v != 0 ? 3 : 2, a);
 }
 
 bool onnx_graph_shape_input_ok(const char *op, int input) {

@@ -152,5 +152,8 @@ fm_status onnx_node_error(const onnx_op_ctx *c, fm_status st, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 /* out[0] = t, or the last error when t is NULL. */
 fm_status onnx_set_out(onnx_op_ctx *c, int i, fm_tensor *t);
+/* Pad's mode, its pads as fm_pad takes them for an ndim-dim input (all: 2 ndim values) and
+ * its constant, from either opset's form (onnx_ops_shape.c; the interpreter and the graph form). */
+fm_status onnx_pad_args(const onnx_op_ctx *c, int ndim, int64_t *all, fm_pad_mode *mode, double *value);
 
 #endif

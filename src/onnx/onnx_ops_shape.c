@@ -340,80 +340,44 @@ static fm_status op_range(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, y);
 }
 
-/* Edge, reflect and wrap padding of dim d: a gather with the source index of
- * each output position (mode 'e', 'r' or 'w'). Wrap takes any amount (the
- * source repeats); negative pads crop, as in the other modes. */
-static fm_tensor *pad_gather(fm_tensor *x, int d, int64_t b, int64_t e, char mode) {
-    int64_t n = x->shape[d], m = n + b + e;
-    bool reflect = mode == 'r';
-    if (n == 0 || m < 0 || (reflect && (b >= n || e >= n))) {
-        fm_set_error(FM_ERR_INVALID, "Pad: %s padding of %lld/%lld elements on a dimension of size %lld",
-                     reflect ? "reflect" : mode == 'w' ? "wrap" : "edge", (long long)b, (long long)e, (long long)n);
-        return NULL;
-    }
-    int64_t *idx = malloc((size_t)(m ? m : 1) * sizeof *idx);
-    if (!idx) { fm_set_error(FM_ERR_OOM, "Pad: out of memory"); return NULL; }
-    for (int64_t i = 0; i < m; i++) {
-        int64_t j = i - b;
-        if (reflect) j = j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j;
-        else if (mode == 'w') j = ((j % n) + n) % n;
-        else j = j < 0 ? 0 : j >= n ? n - 1 : j;
-        idx[i] = j;
-    }
-    fm_tensor *it = index_for(x, (int)m, idx), *y = it ? fm_index_select(x, d, it) : NULL;
-    free(idx);
-    fm_tensor_release(it);
-    return y;
-}
-
-static fm_status op_pad(onnx_op_ctx *c) {
-    fm_tensor *x = c->in[0];
+/* Pad's arguments: the mode, the pads (an attribute before opset 11, then input 1, over
+ * the dims that input 3, axes, lists, from opset 18) as fm_pad's one amount per dim and
+ * side of an ndim-dim input, and the constant (attribute `value`, then input 2). */
+fm_status onnx_pad_args(const onnx_op_ctx *c, int ndim, int64_t *all, fm_pad_mode *mode, double *value) {
     char buf[16];
-    const char *mode = onnx_attr_string(c, "mode", "constant", buf, sizeof buf);
-    bool gather = !strcmp(mode, "edge") || !strcmp(mode, "reflect") || !strcmp(mode, "wrap");
-    if (strcmp(mode, "constant") && !gather)
-        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "mode='%s' is not supported (constant, edge, reflect, wrap)", mode);
+    const char *ms = onnx_attr_string(c, "mode", "constant", buf, sizeof buf);
+    if (fm_pad_mode_parse(ms, mode)) return onnx_node_error(c, FM_ERR_UNSUPPORTED, "mode='%s' is not supported (constant, edge, reflect, wrap)", ms);
     int64_t pads[2 * FM_MAX_DIMS], ax[FM_MAX_DIMS];
     int n, na = 0;
-    double v = 0;
+    *value = 0;
     if (c->opset < 11) {
         const int64_t *p = onnx_attr_ints(c, "pads", &n);
         if (n > 2 * FM_MAX_DIMS) return onnx_node_error(c, FM_ERR_INVALID, "too many pads");
         if (n) memcpy(pads, p, (size_t)n * sizeof *pads);
-        v = onnx_attr_float(c, "value", 0.0f);
+        *value = onnx_attr_float(c, "value", 0.0f);
     } else {
         if (onnx_tensor_ints(c, 1, pads, 2 * FM_MAX_DIMS, &n)) return fm_last_status();
-        if (c->n_in > 2 && c->in[2] && fm_tensor_numel(c->in[2]) == 1) v = fm_tensor_item(c->in[2]);
+        if (c->n_in > 2 && c->in[2] && fm_tensor_numel(c->in[2]) == 1) *value = fm_tensor_item(c->in[2]);
         if (c->n_in > 3 && c->in[3] && onnx_tensor_ints(c, 3, ax, FM_MAX_DIMS, &na)) return fm_last_status();
     }
-    int k = na ? na : x->ndim;
+    int k = na ? na : ndim;
     if (n != 2 * k) return onnx_node_error(c, FM_ERR_INVALID, "pads has %d values; %d expected", n, 2 * k);
-    fm_tensor *y = fm_tensor_retain(x);
-    for (int i = 0; y && i < k; i++) {
-        int64_t d = na ? (ax[i] < 0 ? ax[i] + x->ndim : ax[i]) : i;
-        if (d < 0 || d >= x->ndim) { fm_tensor_release(y); return onnx_node_error(c, FM_ERR_INVALID, "axis out of range"); }
-        int64_t b = pads[i], e = pads[i + k];
-        fm_tensor *t = fm_tensor_retain(y);
-        if (gather && (b || e)) {
-            fm_tensor_release(t);
-            t = pad_gather(y, (int)d, b, e, mode[0]);
-        } else if (b || e) {
-            /* crop first, then one filled tensor with y copied into its middle */
-            int64_t s0 = b < 0 ? -b : 0, e0 = y->shape[d] - (e < 0 ? -e : 0);
-            fm_tensor *cr = fm_slice(y, (int)d, s0, e0 > s0 ? e0 : s0, 1);
-            int64_t sh[FM_MAX_DIMS];
-            memcpy(sh, cr ? cr->shape : y->shape, sizeof sh);
-            sh[d] += (b > 0 ? b : 0) + (e > 0 ? e : 0);
-            fm_tensor_release(t);
-            t = cr ? fm_tensor_full(y->ndim, sh, v, y->dtype, y->storage->device) : NULL;
-            fm_tensor *dst = t ? fm_narrow(t, (int)d, b > 0 ? b : 0, cr->shape[d]) : NULL;
-            if (!dst || fm_copy_(dst, cr)) fm_tensor_release(t), t = NULL;
-            REL(dst, cr);
-        }
-        fm_tensor_release(y);
-        y = t;
+    memset(all, 0, sizeof(int64_t) * 2 * (size_t)ndim);
+    for (int i = 0; i < k; i++) {
+        int64_t d = na ? (ax[i] < 0 ? ax[i] + ndim : ax[i]) : i;
+        if (d < 0 || d >= ndim) return onnx_node_error(c, FM_ERR_INVALID, "axis %lld out of range for %d dims", (long long)ax[i], ndim);
+        all[d] = pads[i], all[ndim + d] = pads[i + k];
     }
-    return onnx_set_out(c, 0, y);
+    return FM_OK;
+}
+
+static fm_status op_pad(onnx_op_ctx *c) {
+    int64_t all[2 * FM_MAX_DIMS];
+    fm_pad_mode mode;
+    double v;
+    if (onnx_pad_args(c, c->in[0]->ndim, all, &mode, &v)) return fm_last_status();
+    fm_tensor *y = fm_pad(c->in[0], all, mode, v);
+    return y ? onnx_set_out(c, 0, y) : fm_last_status();
 }
 
 const onnx_op onnx_ops_shape[] = {

@@ -1,5 +1,5 @@
 /* Front end of the shape and indexing ops: cat (+ stack, split), gather,
- * index_select and one_hot.
+ * index_select, one_hot and pad (cat, slice and index_select put together).
  *
  * cat's backward hands each input a narrow view of the gradient (no copy);
  * stack is unsqueeze + cat and split is narrow, so both inherit their
@@ -340,5 +340,89 @@ fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes) {
     call.out[0] = y;
     call.attrs = &at;
     if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}
+
+static const char *const pad_names[] = {"constant", "edge", "reflect", "wrap"};
+
+fm_status fm_pad_mode_parse(const char *name, fm_pad_mode *mode) {
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, pad_names[i])) { *mode = (fm_pad_mode)i; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "pad: mode '%s' is not one of constant, edge, reflect, wrap", name ? name : "(null)");
+}
+
+const char *fm_pad_mode_name(fm_pad_mode mode) { return (unsigned)mode < 4 ? pad_names[mode] : "?"; }
+
+/* constant mode along one dim: the crop (negative amounts) as a view, then one cat with the filled blocks */
+static fm_tensor *pad_constant_dim(fm_tensor *y, int d, int64_t b, int64_t e, double value) {
+    const int64_t s0 = b < 0 ? -b : 0, e0 = y->shape[d] - (e < 0 ? -e : 0);
+    fm_tensor *cr = fm_slice(y, d, s0, e0, 1), *parts[3] = {NULL, NULL, NULL};
+    int n = 0;
+    int64_t sh[FM_MAX_DIMS];
+    memcpy(sh, y->shape, sizeof sh);
+    bool ok = cr != NULL;
+    if (ok && b > 0) { sh[d] = b; ok = (parts[n++] = fm_tensor_full(y->ndim, sh, value, y->dtype, fm_tensor_device(y))) != NULL; }
+    if (ok) parts[n++] = fm_tensor_retain(cr);
+    if (ok && e > 0) { sh[d] = e; ok = (parts[n++] = fm_tensor_full(y->ndim, sh, value, y->dtype, fm_tensor_device(y))) != NULL; }
+    fm_tensor *out = ok ? (n == 1 ? fm_tensor_retain(cr) : fm_cat(n, parts, d)) : NULL;
+    fm_tensor_release_n(4, cr, parts[0], parts[1], parts[2]);
+    return out;
+}
+
+/* edge, reflect, wrap along one dim: an index_select of the source position of every output element */
+static fm_tensor *pad_gather_dim(fm_tensor *y, int d, int64_t b, int64_t e, fm_pad_mode mode) {
+    const int64_t n = y->shape[d], m = n + b + e;
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(m > 0 ? m : 1));
+    if (!idx) { fm_set_error(FM_ERR_OOM, "pad: out of host memory for %lld indices", (long long)m); return NULL; }
+    for (int64_t i = 0; i < m; i++) {
+        int64_t j = i - b;
+        if (mode == FM_PAD_REFLECT) j = j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j;
+        else if (mode == FM_PAD_WRAP) j = ((j % n) + n) % n;
+        else j = j < 0 ? 0 : j >= n ? n - 1 : j;
+        idx[i] = j;
+    }
+    fm_tensor *h = fm_tensor_from_data(idx, 1, (int64_t[]){m}, FM_I64), *it = h;
+    free(idx);
+    if (h && fm_tensor_device(y).type != FM_DEV_CPU) {
+        it = fm_tensor_to(h, fm_tensor_device(y));
+        fm_tensor_release(h);
+    }
+    fm_tensor *out = it ? fm_index_select(y, d, it) : NULL;
+    fm_tensor_release(it);
+    return out;
+}
+
+fm_status fm_pad_shape(int nd, const int64_t *shape, const int64_t *pads, fm_pad_mode mode, int64_t *out) {
+    char s1[96];
+    if (!shape || !pads || !out || nd < 0 || nd > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "pad: bad arguments");
+    if ((unsigned)mode > FM_PAD_WRAP) return fm_set_error(FM_ERR_INVALID, "pad: unknown mode %d", (int)mode);
+    for (int d = 0; d < nd; d++) {
+        const int64_t n = shape[d], b = pads[d], e = pads[nd + d], lim = INT64_C(1) << 40;
+        const char *why = b > lim || e > lim || b < -lim || e < -lim || n + b + e < 0 ? "leaves a negative or too large size"
+                          : (b < 0 ? -b : 0) + (e < 0 ? -e : 0) > n ? "crops more elements than the dim has"
+                          : mode != FM_PAD_CONSTANT && n == 0 && (b > 0 || e > 0) ? "has no element to repeat"
+                          : mode == FM_PAD_REFLECT && (b >= n || e >= n) && (b > 0 || e > 0) ? "reflects more elements than the dim has less one"
+                          : NULL;
+        if (why)
+            return fm_set_error(FM_ERR_INVALID, "pad: %s padding of %lld before and %lld after dim %d of %s %s", fm_pad_mode_name(mode),
+                                (long long)b, (long long)e, d, fm_shape_str(nd, shape, s1, sizeof s1), why);
+        out[d] = n + b + e;
+    }
+    return FM_OK;
+}
+
+fm_tensor *fm_pad(fm_tensor *x, const int64_t *pads, fm_pad_mode mode, double value) {
+    int64_t sh[FM_MAX_DIMS];
+    if (!x || !pads) { fm_set_error(FM_ERR_INVALID, "pad: %s is NULL", x ? "pads" : "input"); return NULL; }
+    if (fm_pad_shape(x->ndim, x->shape, pads, mode, sh)) return NULL; /* every amount checked before any work */
+    const int nd = x->ndim;
+    fm_tensor *y = fm_tensor_retain(x);
+    for (int d = 0; y && d < nd; d++) {
+        const int64_t b = pads[d], e = pads[nd + d];
+        if (!b && !e) continue;
+        fm_tensor *t = mode == FM_PAD_CONSTANT || (b <= 0 && e <= 0) ? pad_constant_dim(y, d, b, e, value) : pad_gather_dim(y, d, b, e, mode);
+        fm_tensor_release(y);
+        y = t;
+    }
     return y;
 }

@@ -1,4 +1,4 @@
-/* Tests of cat (with stack and split), gather, index_select and one_hot: values
+/* Tests of cat (with stack and split), gather, index_select, one_hot and pad: values
  * against references computed here, several dtypes and non-contiguous inputs,
  * gradient checks in f64 (repeated indices accumulate), and bad input: shape
  * mismatches, bad axes, wrong index dtypes, indices out of range. */
@@ -367,7 +367,103 @@ static int one_hot_forward(void) {
     OP_END;
 }
 
+/* -------------------------------------------------------------------- pad */
+
+/* The source index along a dim of size n of output position i (pad b before), or -1 for the constant. */
+static int64_t pad_src(int64_t i, int64_t n, int64_t b, fm_pad_mode m) {
+    int64_t j = i - b;
+    if (j >= 0 && j < n) return j;
+    if (m == FM_PAD_CONSTANT) return -1;
+    if (m == FM_PAD_EDGE) return j < 0 ? 0 : n - 1;
+    if (m == FM_PAD_REFLECT) return j < 0 ? -j : 2 * (n - 1) - j;
+    return ((j % n) + n) % n;
+}
+
+static void check_pad(fm_tensor *x, const int64_t *pads, fm_pad_mode m, double v, const char *what) {
+    fm_tensor *y = fm_pad(x, pads, m, v);
+    CHECK_MSG(y != NULL, "pad %s %s: %s", fm_pad_mode_name(m), what, fm_last_error());
+    if (!y) return;
+    const int nd = x->ndim;
+    bool shape_ok = y->ndim == nd && y->dtype == x->dtype;
+    for (int d = 0; shape_ok && d < nd; d++) shape_ok = y->shape[d] == x->shape[d] + pads[d] + pads[nd + d];
+    CHECK_MSG(shape_ok, "pad %s %s: shape", fm_pad_mode_name(m), what);
+    int bad = 0;
+    int64_t ix[FM_MAX_DIMS];
+    for (int64_t e = 0; shape_ok && e < fm_tensor_numel(y); e++) {
+        unravel(e, nd, y->shape, ix);
+        bool fill = false;
+        for (int d = 0; d < nd; d++) {
+            const int64_t j = pad_src(ix[d], x->shape[d], pads[d], m);
+            fill |= j < 0;
+            ix[d] = j;
+        }
+        if (fm_tensor_get(y, e) != (fill ? v : at(x, ix))) bad++;
+    }
+    CHECK_MSG(bad == 0, "pad %s %s: %d wrong elements", fm_pad_mode_name(m), what, bad);
+    fm_tensor_release(y);
+}
+
+static int pad_forward(void) {
+    OP_BEGIN;
+    fm_tensor *b = op_randn(3, (int64_t[]){4, 3, 5}, FM_F32, 40), *x = fm_transpose(b, 0, 2); /* [5, 3, 4], not contiguous */
+    const int64_t cases[][6] = {
+        {0, 1, 2, 0, 2, 1}, /* before and after on several dims */
+        {1, 0, 0, 1, 0, 3},
+        {-1, 0, 2, 0, 0, -1}, /* crops on dims 0 and 2, a pad after the crop on dim 2 */
+        {0, 0, 0, 0, 0, 0},
+    };
+    for (int m = 0; m < 4; m++)
+        for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+            char what[32];
+            snprintf(what, sizeof what, "case %zu", k);
+            check_pad(x, cases[k], (fm_pad_mode)m, m == FM_PAD_CONSTANT ? -2.5 : 0.0, what);
+        }
+    check_pad(x, (const int64_t[]){7, 0, 0, 9, 0, 0}, FM_PAD_WRAP, 0, "wrap beyond the size");
+    fm_tensor *xi = fm_to_dtype(b, FM_I64);
+    check_pad(xi, (const int64_t[]){1, 0, 0, 0, 2, 1}, FM_PAD_CONSTANT, 7, "i64");
+    check_pad(xi, (const int64_t[]){1, 0, 2, 0, 2, 1}, FM_PAD_REFLECT, 0, "i64");
+    fm_pad_mode mode;
+    CHECK(fm_pad_mode_parse("reflect", &mode) == FM_OK && mode == FM_PAD_REFLECT);
+    /* bad input: nothing computed, the error names the dim and why */
+    CHECK(fm_pad(x, (const int64_t[]){0, 0, 4, 0, 0, 0}, FM_PAD_REFLECT, 0) == NULL);
+    CHECK_ERR_CONTAINS("pad: reflect padding of 4 before and 0 after dim 2 of [5, 3, 4] reflects more elements than the dim has less one");
+    CHECK(fm_pad(x, (const int64_t[]){-6, 0, 0, 2, 0, 0}, FM_PAD_CONSTANT, 0) == NULL);
+    CHECK_ERR_CONTAINS("crops more elements than the dim has");
+    CHECK(fm_pad(x, (const int64_t[]){0, -9, 0, 0, 0, 0}, FM_PAD_EDGE, 0) == NULL);
+    CHECK_ERR_CONTAINS("dim 1 of [5, 3, 4] leaves a negative or too large size");
+    CHECK(fm_pad(x, NULL, FM_PAD_EDGE, 0) == NULL);
+    CHECK_ERR_CONTAINS("pad: pads is NULL");
+    CHECK(fm_pad_mode_parse("mirror", &mode) != FM_OK);
+    CHECK_ERR_CONTAINS("pad: mode 'mirror' is not one of constant, edge, reflect, wrap");
+    fm_tensor *empty = fm_tensor_zeros(2, (int64_t[]){0, 3}, FM_F32, FM_CPU);
+    CHECK(fm_pad(empty, (const int64_t[]){1, 0, 0, 0}, FM_PAD_EDGE, 0) == NULL);
+    CHECK_ERR_CONTAINS("has no element to repeat");
+    fm_tensor_release_n(4, b, x, xi, empty);
+    OP_END;
+}
+
+typedef struct pad_gc { const int64_t *pads; fm_pad_mode m; } pad_gc;
+static fm_tensor *pad_gc_fn(fm_tensor **in, void *ctx) {
+    const pad_gc *c = ctx;
+    return fm_pad(in[0], c->pads, c->m, 0.5);
+}
+
+static int pad_grad(void) {
+    OP_BEGIN;
+    fm_tensor *x = op_randn(3, (int64_t[]){2, 3, 4}, FM_F64, 41);
+    fm_tensor_requires_grad_(x, true);
+    fm_tensor *in[1] = {x};
+    const int64_t pads[6] = {0, 2, -1, 1, 1, 3}; /* reflected elements get gradient from two places */
+    for (int m = 0; m < 4; m++) {
+        pad_gc c = {pads, (fm_pad_mode)m};
+        CHECK(gradcheck(fm_pad_mode_name((fm_pad_mode)m), pad_gc_fn, 1, in, &c, 1e-6, 1e-6));
+    }
+    fm_tensor_release(x);
+    OP_END;
+}
+
 OP_TEST("cat", cat_forward, cat_grad)
 OP_TEST("gather", gather_forward, gather_grad)
 OP_TEST("index_select", index_select_forward, index_select_grad)
 OP_TEST("one_hot", one_hot_forward, NULL)
+OP_TEST("index_select", pad_forward, pad_grad) /* fm_pad: cat, slice and index_select put together */
