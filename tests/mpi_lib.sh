@@ -14,11 +14,14 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 # ranks ("N total processes failed to start"; seen under load, exit 132, before fathom ran):
 # any other failure, a rank's crash or signal included, is returned as it is. Its stderr is
 # held until mpirun ends, then written to the caller's stderr; stdout is passed through.
+# Each mpirun gets its own session directory (orte_tmpdir_base): two of one user sharing
+# /tmp/ompi.HOST.UID race on it under ctest -j2 ("orte_session_dir failed", OpenMPI 4).
 mpi() {
-  local err rc try
+  local err rc try sd
   err=$(mktemp /tmp/fathom_mpi_err.XXXXXX)
+  sd=$(mktemp -d /tmp/fathom_ompi.XXXXXX)
   for try in 1 2 3; do
-    timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@" 2> "$err"; rc=$?
+    OMPI_MCA_orte_tmpdir_base=$sd timeout "${MPI_TIMEOUT:-120}" mpirun --oversubscribe "$@" 2> "$err"; rc=$?
     if ((rc != 0 && try < 3)) && grep -q "processes failed to start" "$err" && ! grep -qi "signal" "$err"; then
       echo "note: OpenMPI could not start the ranks (exit $rc, attempt $try of 3): retrying" >&2
       continue
@@ -26,7 +29,7 @@ mpi() {
     break
   done
   cat "$err" >&2
-  rm -f "$err"
+  rm -rf "$err" "$sd"
   return $rc
 }
 field() { grep -o "\"$2\":[-0-9.e]*" "$1" | head -1 | cut -d: -f2; }

@@ -24,6 +24,8 @@ t0=$SECONDS
 if ! timeout 240 "$bin" train "$recipe" "${flags[@]}" --device "$dev" --out "$out/plain" --json >"$out/plain.json" 2>"$out/plain.err"; then
   echo "nccl smoke: FAIL (the plain run failed: $(tail -c 400 "$out/plain.err"))"; exit 1
 fi
+# a session directory of its own: another mpirun sharing /tmp/ompi.HOST.UID can remove it as this one starts
+mkdir -p "$out/ompi" && export OMPI_MCA_orte_tmpdir_base=$out/ompi
 if ! timeout 240 mpirun -np 1 "$bin" train "$recipe" "${flags[@]}" --device "$dev" --out "$out/mpi" --json >"$out/mpi.json" 2>"$out/mpi.err"; then
   echo "nccl smoke: FAIL (mpirun -np 1 failed: $(tail -c 400 "$out/mpi.err"))"; exit 1
 fi

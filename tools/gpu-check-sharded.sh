@@ -19,6 +19,8 @@ tol=${SHARDED_TOL:-1e-4}
 if ! command -v mpirun >/dev/null 2>&1; then echo "sharded smoke: FAIL (mpirun not found)"; exit 1; fi
 if ! "$bin" info --json | grep -q '"mpi_built": true'; then echo "sharded smoke: FAIL (this fathom was built without MPI)"; exit 1; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 FATHOM_DIST_NCCL=0
+# a session directory of its own: another user's or test's mpirun sharing /tmp/ompi.HOST.UID can remove it as this one starts
+mkdir -p "$out/ompi" && export OMPI_MCA_orte_tmpdir_base=$out/ompi
 for i in $(seq 1 60); do echo "And the word was $i, and the light was $((i * 7 % 11)) in the house of $((i % 5))."; done >"$out/corpus.txt"
 printf '%s\n' '[model]' 'type = gpt' 'arch = llama' 'n_layer = 2' 'n_head = 4' 'n_kv_head = 2' 'n_embd = 32' \
   'ffn_hidden = 64' 'block_size = 16' '[tokenizer]' 'kind = byte' '[data]' "corpus = $out/corpus.txt" '[train]' \
