@@ -12,6 +12,7 @@
 #include "fathom/io.h"
 #include "fathom/nn.h"
 #include "fuzz/graph_weights.h"
+#include "graph/graph_internal.h" /* a rewritten node's attributes */
 #include "test_util.h"
 
 static char g_tmp[256];
@@ -400,6 +401,18 @@ static int count_op(const fm_graph *g, const char *op) {
 /* Each pass on its own: the graph after it computes what the graph before it did
  * (exactly for dce/fold/cse, which run the same ops on the same numbers; 1e-5
  * relative for the fusions, which change the rounding), and it did its job. */
+/* The by-hand pass tests' common end: g's dim hinted, g validated, the pass run on it and the
+ * outputs compared before and after (fm_graph_compare, random inputs at the hints) within tol;
+ * the rewritten graph (free it; NULL on failure) and the pass's note. */
+static fm_graph *pass_by_hand(fm_graph *g, const char *dim, int64_t hint, const char *pass, double tol, char *note, size_t nn) {
+    CHECK(fm_graph_set_dim_hint(g, dim, hint) == FM_OK);
+    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
+    fm_graph *p = fm_graph_pass(g, pass, note, nn);
+    double d = 1;
+    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= tol, "%s by hand: diff %g %s", pass, d, fm_last_error());
+    return p;
+}
+
 /* fuse-conv-act on a built graph: pool then relu (either order fuses), a conv
  * whose output is also a graph output (its relu stays; the conv alone becomes
  * conv2d_fused without ReLU, for the direct kernels), and a strided conv alone (it
@@ -427,12 +440,8 @@ static void test_fuse_conv_act_by_hand(void) {
     CHECK(fm_graph_add_node(g, "clamp", "k5", 1, (const char *[]){"h5"}, 1, (const char *[]){"y5"}, 2, c25) == FM_OK);
     CHECK(fm_graph_add_output(g, "y1") == FM_OK && fm_graph_add_output(g, "y2") == FM_OK && fm_graph_add_output(g, "h2") == FM_OK);
     CHECK(fm_graph_add_output(g, "y3") == FM_OK && fm_graph_add_output(g, "y4") == FM_OK && fm_graph_add_output(g, "y5") == FM_OK);
-    CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
-    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
-    fm_graph *p = fm_graph_pass(g, "fuse-conv-act", note, sizeof note);
-    double d = 1;
-    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-conv-act by hand: diff %g %s", d, fm_last_error());
+    fm_graph *p = pass_by_hand(g, "batch", 3, "fuse-conv-act", 1e-5, note, sizeof note);
     CHECK_MSG(p && count_op(p, "conv2d_fused") == 3 && count_op(p, "conv2d") == 2 && count_op(p, "relu") == 1 && count_op(p, "clamp") == 1,
               "fuse-conv-act by hand: %s", note);
     fm_graph_free(p);
@@ -457,12 +466,8 @@ static void test_matmul_to_linear_by_hand(void) {
     CHECK(fm_graph_add_node(g, "matmul", "m3", 2, (const char *[]){"x", "v"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
     const char *outs[4] = {"y1", "y2", "h2", "y3"};
     for (int i = 0; i < 4; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
-    CHECK(fm_graph_set_dim_hint(g, "batch", 3) == FM_OK);
-    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
-    fm_graph *p = fm_graph_pass(g, "matmul-to-linear", note, sizeof note);
-    double d = 1;
-    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "matmul-to-linear by hand: diff %g %s", d, fm_last_error());
+    fm_graph *p = pass_by_hand(g, "batch", 3, "matmul-to-linear", 1e-5, note, sizeof note);
     CHECK_MSG(p && count_op(p, "linear") == 2 && count_op(p, "matmul") == 1 && count_op(p, "add") == 1, "matmul-to-linear by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
@@ -486,12 +491,8 @@ static void test_fuse_silu_by_hand(void) {
     CHECK(fm_graph_add_node(g, "mul", "m4", 2, (const char *[]){"z", "h4"}, 1, (const char *[]){"y4"}, 0, NULL) == FM_OK);
     const char *outs[3] = {"y3", "h3", "y4"};
     for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
-    CHECK(fm_graph_set_dim_hint(g, "batch", 5) == FM_OK);
-    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
-    fm_graph *p = fm_graph_pass(g, "fuse-silu", note, sizeof note);
-    double d = 1;
-    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-6, "fuse-silu by hand: diff %g %s", d, fm_last_error());
+    fm_graph *p = pass_by_hand(g, "batch", 5, "fuse-silu", 1e-6, note, sizeof note);
     CHECK_MSG(p && count_op(p, "silu") == 2 && count_op(p, "sigmoid") == 2 && count_op(p, "mul") == 2, "fuse-silu by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
@@ -516,18 +517,50 @@ static void test_fuse_elementwise_by_hand(void) {
     CHECK(fm_graph_add_node(g, "add", "a3", 2, (const char *[]){"y2", "bv"}, 1, (const char *[]){"y3"}, 0, NULL) == FM_OK);
     const char *outs[3] = {"y1", "s", "y3"};
     for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
-    CHECK(fm_graph_set_dim_hint(g, "batch", 5) == FM_OK);
-    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
-    fm_graph *p = fm_graph_pass(g, "fuse-elementwise", note, sizeof note);
-    double d = 1;
-    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-elementwise by hand: diff %g %s", d, fm_last_error());
+    fm_graph *p = pass_by_hand(g, "batch", 5, "fuse-elementwise", 1e-5, note, sizeof note);
     CHECK_MSG(p && count_op(p, "ew_chain") == 1 && count_op(p, "clamp") == 0 && count_op(p, "mul") == 0 && count_op(p, "sigmoid") == 1 &&
                   count_op(p, "tanh") == 1 && count_op(p, "add") == 1,
               "fuse-elementwise by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
     fm_tensor_release_n(3, c6, ch, bv);
+}
+
+/* fold-pad-conv on a built graph: a zero pad with as much before as after each spatial dim,
+ * read only by a conv2d, becomes that conv's padding (1 -> 3 and 2 on H and W); an uneven
+ * pad, a pad of 0.5, a reflect pad and a pad that a graph output reads too stay pads. */
+static void test_fold_pad_conv_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(4, (int64_t[]){4, 3, 3, 3}, 51);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 4, (int64_t[]){-1, 3, 7, 6}, (const char *[]){"batch", NULL, NULL, NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK);
+    const int64_t even[8] = {0, 0, 2, 1, 0, 0, 2, 1}, uneven[8] = {0, 0, 0, 1, 0, 0, 1, 1};
+    fm_graph_attr pe = fm_graph_attr_ints("pads", 8, even), pu = fm_graph_attr_ints("pads", 8, uneven), p1 = fm_graph_attr_int("padding", 1);
+    fm_graph_attr half[2] = {pe, fm_graph_attr_float("value", 0.5)}, refl[2] = {pe, fm_graph_attr_string("mode", "reflect")};
+    const struct { const char *name; const fm_graph_attr *a; int na; } pads[5] = {{"e", &pe, 1}, {"u", &pu, 1}, {"h", half, 2}, {"r", refl, 2}, {"o", &pe, 1}};
+    for (int k = 0; k < 5; k++) {
+        char pn[8], cn[8], po[8], y[8];
+        snprintf(pn, sizeof pn, "p%s", pads[k].name), snprintf(cn, sizeof cn, "c%s", pads[k].name);
+        snprintf(po, sizeof po, "x%s", pads[k].name), snprintf(y, sizeof y, "y%s", pads[k].name);
+        CHECK(fm_graph_add_node(g, "pad", pn, 1, (const char *[]){"x"}, 1, (const char *[]){po}, pads[k].na, pads[k].a) == FM_OK);
+        CHECK(fm_graph_add_node(g, "conv2d", cn, 2, (const char *[]){po, "w"}, 1, (const char *[]){y}, 1, &p1) == FM_OK);
+        CHECK(fm_graph_add_output(g, y) == FM_OK);
+    }
+    CHECK(fm_graph_add_output(g, "xo") == FM_OK);
+    char note[256] = "";
+    fm_graph *p = pass_by_hand(g, "batch", 3, "fold-pad-conv", 1e-5, note, sizeof note);
+    CHECK_MSG(p && count_op(p, "pad") == 4 && count_op(p, "conv2d") == 5 && strstr(note, "1 zero pads folded"), "fold-pad-conv by hand: %s", note);
+    bool folded = false;
+    for (int i = 0; p && i < p->n_nodes; i++)
+        if (!strcmp(p->nodes[i].op, "conv2d") && !strcmp(p->nodes[i].name, "ce")) {
+            const gattr *a = g_node_attr(&p->nodes[i], "padding");
+            folded = a && a->type == FM_ATTR_INTS && a->n == 2 && a->ints[0].v == 3 && a->ints[1].v == 2;
+        }
+    CHECK_MSG(folded, "fold-pad-conv: conv 'ce' has padding (3, 2)");
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release(w);
 }
 
 /* fuse-linear-act on a built graph: linear + relu fuses (relu = 1); a linear alone
@@ -549,12 +582,8 @@ static void test_fuse_linear_act_by_hand(void) {
     CHECK(fm_graph_add_node(g, "linear", "l4", 3, (const char *[]){"x", "wx", "b1"}, 1, (const char *[]){"y4"}, 0, NULL) == FM_OK);
     const char *outs[4] = {"y2", "y3", "h3", "y4"};
     for (int i = 0; i < 4; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
-    CHECK(fm_graph_set_dim_hint(g, "batch", 13) == FM_OK);
-    CHECK_MSG(fm_graph_validate(g) == FM_OK, "%s", fm_last_error());
     char note[256] = "";
-    fm_graph *p = fm_graph_pass(g, "fuse-linear-act", note, sizeof note);
-    double d = 1;
-    CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "fuse-linear-act by hand: diff %g %s", d, fm_last_error());
+    fm_graph *p = pass_by_hand(g, "batch", 13, "fuse-linear-act", 1e-5, note, sizeof note);
     CHECK_MSG(p && count_op(p, "linear_fused") == 3 && count_op(p, "linear") == 1 && count_op(p, "relu") == 1, "fuse-linear-act by hand: %s", note);
     fm_graph_free(p);
     fm_graph_free(g);
@@ -656,6 +685,7 @@ static void test_passes(void) {
     fm_module_free(m);
     test_fuse_conv_act_by_hand();
     test_fuse_linear_act_by_hand();
+    test_fold_pad_conv_by_hand();
     test_matmul_to_linear_by_hand();
     test_fuse_silu_by_hand();
     test_fuse_elementwise_by_hand();

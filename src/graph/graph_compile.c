@@ -24,6 +24,7 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"fold", g_pass_fold},
     {"cse", g_pass_cse},
     {"matmul-to-linear", g_pass_matmul_to_linear},
+    {"fold-pad-conv", g_pass_fold_pad_conv},
     {"fuse-conv-bn", g_pass_fuse_conv_bn},
     {"fuse-add-layer-norm", g_pass_fuse_add_layer_norm},
     {"fuse-bias-gelu", g_pass_fuse_bias_gelu},

@@ -25,6 +25,8 @@
  *       the chain's input, relu, clamp, sigmoid, tanh), no broadcasting
  *                                     =>  ew_chain (one pass over memory: HardSwish's
  *       mul, add, clamp, mul).
+ *   pad (zeros, as much before as after each spatial dim) -> conv2d
+ *                                     =>  conv2d with that much more padding.
  * A pattern is fused only when its first node's output has no other reader (the
  * add excepted: add_layer_norm still produces the sum) and is not a graph output. */
 #include <math.h>
@@ -109,6 +111,46 @@ fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t nn) {
     int n[3];
     fm_graph *out = rw_fuse_pass(g, conv_bn_node, n);
     if (out) snprintf(note, nn, "%d batch norms folded into the convolution before them", n[0]);
+    return out;
+}
+
+/* pad (constant 0, the same amount before and after each spatial dim, none on N and C) read
+ * only by a conv2d (NCHW): the conv pads that much more itself, and the padded copy goes
+ * (Keras's ZeroPadding2D before a VALID conv, as ResNet-50's stem exported by tf2onnx). */
+static int pad_conv_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *p = &g->nodes[i];
+    int64_t pads[8], cp[2] = {0, 0};
+    double v = 1;
+    const gattr *pa = strcmp(p->op, "pad") ? NULL : g_node_attr(p, "pads");
+    if (!pa || pa->type != FM_ATTR_INTS || pa->n != 8 || g->values[p->in[0]].t.ndim != 4 || strcmp(str_attr(p, "mode", "constant"), "constant") ||
+        g_attr_float(g_node_attr(p, "value"), "value", 0.0, &v) || v != 0)
+        return -1;
+    for (int k = 0; k < 8; k++) {
+        if (pa->ints[k].expr) return -1; /* a dim expression */
+        pads[k] = pa->ints[k].v;
+    }
+    const int j = sole_reader(g, f->uses, p->out[0]);
+    const gnode *c = j >= 0 ? &g->nodes[j] : NULL;
+    if (!c || strcmp(c->op, "conv2d") || c->in[0] != p->out[0] || strcmp(str_attr(c, "layout", "NCHW"), "NCHW")) return -1;
+    if (pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] || pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) return -1;
+    const gattr *ca = g_node_attr(c, "padding"); /* one int for both dims, or two */
+    if (ca && ca->type == FM_ATTR_INT) cp[0] = cp[1] = ca->i;
+    else if (ca && (ca->type != FM_ATTR_INTS || ca->n != 2 || ca->ints[0].expr || ca->ints[1].expr)) return -1;
+    else if (ca) cp[0] = ca->ints[0].v, cp[1] = ca->ints[1].v;
+    const int64_t np[2] = {cp[0] + pads[2], cp[1] + pads[3]};
+    fm_graph_attr a = fm_graph_attr_ints("padding", 2, np);
+    const char *ins[FM_GRAPH_MAX_NODE_IO], *outs[1] = {g->values[c->out[0]].name};
+    for (int k = 0; k < c->n_in; k++) ins[k] = k == 0 ? rw_name(&f->r, p->in[0]) : rw_name(&f->r, c->in[k]);
+    f->skip[j] = true;
+    f->tally[0]++;
+    return rw_node_with(&f->r, c, "conv2d", c->n_in, ins, 1, outs, 1, &a);
+}
+
+fm_graph *g_pass_fold_pad_conv(const fm_graph *g, char *note, size_t nn) {
+    int n[3];
+    fm_graph *out = rw_fuse_pass(g, pad_conv_node, n);
+    if (out) snprintf(note, nn, "%d zero pads folded into the convolution after them", n[0]);
     return out;
 }
 

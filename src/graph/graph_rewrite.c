@@ -90,7 +90,12 @@ fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const ch
     int64_t ints[64 * 64];
     int na = attrs_of(n, a, dims, ints);
     if (na + n_extra > 64) return fm_set_error(FM_ERR_INVALID, "graph rewrite: node '%s' has too many attributes", n->name);
-    for (int k = 0; k < n_extra; k++) a[na++] = extra[k];
+    for (int k = 0; k < n_extra; k++) { /* an extra attribute replaces the node's own of its name */
+        int at = 0;
+        while (at < na && strcmp(a[at].name, extra[k].name)) at++;
+        a[at] = extra[k];
+        na += at == na;
+    }
     for (int i = 0; i < n_in; i++) { /* constants are carried over when first read */
         int v = g_find_value(r->src, ins[i]);
         if (v >= 0 && r->src->values[v].kind == GV_CONST && rw_const(r, ins[i], r->src->values[v].tensor)) return fm_last_status();

@@ -21,7 +21,7 @@ fm_status rw_const(rw *r, const char *name, fm_tensor *t);
  * with other inputs and outputs but n's name and attributes. */
 fm_status rw_copy_node(rw *r, const gnode *n);
 fm_status rw_node_as(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs);
-/* rw_node_as with extra attributes after n's. */
+/* rw_node_as with extra attributes after n's (one of the same name as n's replaces it). */
 fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
                        int n_extra, const fm_graph_attr *extra);
 /* Adds the outputs, validates, frees the rewrite state; the new graph or NULL. */
@@ -50,6 +50,7 @@ fm_graph *g_pass_dce(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_cse(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fold(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fold_pad_conv(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_add_layer_norm(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_bias_gelu(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_conv_act(const fm_graph *g, char *note, size_t n);
