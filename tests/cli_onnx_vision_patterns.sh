@@ -90,29 +90,36 @@ print(err)" "$d")
 check "scatter outputs equal numpy's (and ORT's) within a float rounding of values up to 20 (worst $worst)" 'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 err=$("$bin" run "$d/bad_scatter.onnx" --input "d=$d/s.npy" 2>&1); rc=$?
 check "an out-of-range ScatterND index: exit 1, named" '[ $rc = 1 ] && [[ "$err" == *"index 4 is out of range for dim 1 of size 4"* ]]'
-# TensorFlow's padding (pads.onnx): Pad reflect/edge/constant and the uneven part of SAME_UPPER
-# and explicit pads as pad nodes; the graph, the compiled graph and its ONNX export equal the
-# interpreter and ORT (the max pool's pad is -inf, which graph.json writes as a string)
-"$bin" import "$d/pads.onnx" -o "$d/pg" >/dev/null; rc1=$?
-"$bin" compile "$d/pads.onnx" -o "$d/pc" >/dev/null; rc2=$?
-"$bin" export "$d/pc" -o "$d/pads_exported.onnx" >/dev/null; rc3=$?
-check "pads model: import, compile and export" '[ "$rc1$rc2$rc3" = 000 ]'
-npad=$(python3 -c "import json, sys; print(sum(n['op'] == 'pad' for n in json.load(open(sys.argv[1]))['nodes']))" "$d/pc/graph.json")
-check "pads model: six pad nodes (three Pads, the uneven parts of two convs and a pool), got $npad" '[ "$npad" = 6 ]'
-for s in pads.onnx pg pc; do "$bin" run "$d/$s" --input "x=$d/p.npy" --output "$d/po_$s" >/dev/null || echo "FAIL: run $s"; done
-worst=$(python3 -c "
+# MODEL NPY OP COUNT WHAT: import, compile and export MODEL; the compiled graph holds COUNT nodes of
+# OP; the graph, the compiled graph and the export equal the interpreter and ORT within 1e-5
+roundtrip() {
+  local m=$1 npy=$2 op=$3 count=$4 what=$5 rc1 rc2 rc3 n worst s
+  "$bin" import "$d/$m.onnx" -o "$d/${m}_g" >/dev/null; rc1=$?
+  "$bin" compile "$d/$m.onnx" -o "$d/${m}_c" >/dev/null; rc2=$?
+  "$bin" export "$d/${m}_c" -o "$d/${m}_exported.onnx" >/dev/null; rc3=$?
+  check "$m: import, compile and export" '[ "$rc1$rc2$rc3" = 000 ]'
+  n=$(python3 -c "import json, sys; print(sum(n['op'] == sys.argv[2] for n in json.load(open(sys.argv[1]))['nodes']))" "$d/${m}_c/graph.json" "$op")
+  check "$m: $what, got $n" '[ "$n" = "$count" ]'
+  for s in "$m.onnx" "${m}_g" "${m}_c"; do "$bin" run "$d/$s" --input "x=$d/$npy" --output "$d/o_$s" >/dev/null || echo "FAIL: run $s"; done
+  worst=$(python3 -c "
 import sys, numpy as np
-d = sys.argv[1]
-ref = np.load(f'{d}/po_pads.onnx/y.npy')
-outs = [np.load(f'{d}/po_{s}/y.npy') for s in ('pg', 'pc')]
+d, m, npy = sys.argv[1:4]
+ref = np.load(f'{d}/o_{m}.onnx/y.npy')
+outs = [np.load(f'{d}/o_{m}_{s}/y.npy') for s in ('g', 'c')]
 try:
     import onnxruntime as ort
-    x = np.load(f'{d}/p.npy')
-    outs += [ort.InferenceSession(f'{d}/{f}', providers=['CPUExecutionProvider']).run(None, {'x': x})[0] for f in ('pads.onnx', 'pads_exported.onnx')]
+    x = np.load(f'{d}/{npy}')
+    outs += [ort.InferenceSession(f'{d}/{f}', providers=['CPUExecutionProvider']).run(None, {'x': x})[0] for f in (f'{m}.onnx', f'{m}_exported.onnx')]
 except ImportError:
     print('note: onnxruntime is not installed; compared with the interpreter only', file=sys.stderr)
-print(max(float(np.max(np.abs(o - ref) / (1 + np.abs(ref)))) if o.shape == ref.shape else 1e9 for o in outs))" "$d")
-check "pads model: graph, compiled and exported outputs equal the interpreter's and ORT's within 1e-5 (worst $worst)" \
-  'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
+print(max(float(np.max(np.abs(o - ref) / (1 + np.abs(ref)))) if o.shape == ref.shape else 1e9 for o in outs))" "$d" "$m" "$npy")
+  check "$m: graph, compiled and exported outputs equal the interpreter's and ORT's within 1e-5 (worst $worst)" \
+    'python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
+}
+# TensorFlow's padding: Pad reflect/edge/constant and the uneven part of SAME_UPPER and explicit
+# pads as pad nodes (the max pool's pad is -inf, which graph.json writes as a string)
+roundtrip pads p.npy pad 6 "six pad nodes (three Pads, the uneven parts of two convs and a pool)"
+# a U-Net's decoder: ConvTranspose with output_padding, groups and uneven pads (a crop after it)
+roundtrip upsample u.npy conv_transpose2d 2 "two conv_transpose2d nodes"
 [ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
 exit $fail

@@ -18,7 +18,9 @@ bad_scatter.onnx, whose ScatterND index is out of range.
 And pads.onnx, the padding that TensorFlow models converted by tf2onnx carry: x [b, 3, 16,
 15] through Pad reflect (uneven), a 3x3/2 Conv with auto_pad SAME_UPPER (its total pad odd
 on both dims), Pad edge, a 3x3/2 Conv with explicit uneven pads, a MaxPool 3x3/2 SAME_UPPER,
-and Pad constant 0.5 on the channels; with p.npy (batch 2).
+and Pad constant 0.5 on the channels; with p.npy (batch 2). And upsample.onnx, a U-Net's
+decoder: x [b, 4, 5, 6] through ConvTranspose 3x3/2 pads 1 output_padding 1 (PyTorch's 2x
+upsampling), Relu, ConvTranspose 2x2/2 with two groups and uneven pads; with u.npy (batch 3).
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -105,6 +107,22 @@ def pads_model():
     return m
 
 
+def upsample_model():
+    rng = np.random.default_rng(13)
+    f32 = np.float32
+    inits = [init("w1", rng.standard_normal((4, 6, 3, 3)).astype(f32) * 0.3), init("b1", rng.standard_normal(6).astype(f32) * 0.1),
+             init("w2", rng.standard_normal((6, 2, 2, 2)).astype(f32) * 0.3), init("b2", rng.standard_normal(4).astype(f32) * 0.1)]
+    n = [helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["u1"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+         helper.make_node("Relu", ["u1"], ["a1"]),
+         helper.make_node("ConvTranspose", ["a1", "w2", "b2"], ["y"], strides=[2, 2], group=2, pads=[0, 1, 1, 0])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 5, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 19, 23])
+    m = helper.make_model(helper.make_graph(n, "upsample", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -112,6 +130,8 @@ def main():
     save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
     save(pads_model(), f"{out}/pads.onnx")
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
+    save(upsample_model(), f"{out}/upsample.onnx")
+    np.save(f"{out}/u.npy", np.random.default_rng(6).standard_normal((3, 4, 5, 6)).astype(np.float32))
     np.save(f"{out}/s.npy", np.random.default_rng(4).standard_normal((2, 4, 6)).astype(np.float32))
     rng = np.random.default_rng(3)
     np.save(f"{out}/x.npy", rng.standard_normal((2, 3, 17, 19)).astype(np.float32) * 2)

@@ -144,6 +144,16 @@ typedef struct fm_conv2d_params {
 } fm_conv2d_params;
 FM_API fm_conv2d_params fm_conv2d_default_params(void); /* stride 1, pad 0, dil 1, groups 1, NCHW */
 FM_API fm_tensor *fm_conv2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p);
+/* The transposed convolution (ConvTranspose, torch.nn.ConvTranspose2d): the gradient of
+ * fm_conv2d with respect to its input. x [N, Cin, H, W] (NCHW), w [Cin, Cout/groups, kH, kW]
+ * (PyTorch's and ONNX's layout for it), b [Cout] or NULL -> y [N, Cout, Ho, Wo] with
+ * Ho = (H - 1) stride - 2 padding + dilation (kH - 1) + output_padding + 1 (Wo alike);
+ * output_padding (NULL: 0) below the stride. Differentiable in x, w and b; runs where the
+ * device has conv2d's backward kernel. */
+FM_API fm_tensor *fm_conv_transpose2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, const int *output_padding);
+/* Its checks and y's shape from the shapes alone (x [4], w [4]; bias_len -1: no bias). */
+FM_API fm_status fm_conv_transpose2d_shape(const int64_t *xs, const int64_t *ws, int64_t bias_len, const fm_conv2d_params *p,
+                                           const int *output_padding, int64_t *ys);
 /* Inference only (no gradient): max_pool2d(relu(conv2d(x, w, b))) in one kernel. ReLU when
  * `relu`; when pool > 1 a pool x pool max pool at stride pool, no padding; pool 0 or 1: none.
  * f32 or f64. On the CPU f32 NCHW stride-1 convs store only the pooled output. */

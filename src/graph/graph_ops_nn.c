@@ -219,6 +219,34 @@ static fm_status inf_conv2d(const gctx *c, const gtype *in, gtype *out) {
 
 fm_status g_inf_conv2d(const gctx *c, const gtype *in, gtype *out) { return inf_conv2d(c, in, out); }
 
+/* conv_transpose2d (x, w [Cin, Cout/groups, kH, kW], [b]): conv2d's attributes (NCHW) and
+ * output_padding (0; 1 or 2 numbers, each below its stride). */
+static fm_status convt_params(const gctx *c, fm_conv2d_params *p, int op[2]) {
+    if (conv_params(c, p) || pair(c, "output_padding", 0, 0, op)) return fm_last_status();
+    return p->layout == FM_NCHW ? FM_OK : fm_set_error(FM_ERR_INVALID, "conv_transpose2d takes NCHW only");
+}
+
+static fm_status inf_conv_transpose2d(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96], s2[96];
+    fm_conv2d_params p;
+    int op[2];
+    if (convt_params(c, &p, op) || need_float(&in[0], "input")) return fm_last_status();
+    const gtype *x = &in[0], *w = &in[1];
+    if (x->ndim != 4 || w->ndim != 4 || x->dt != w->dt)
+        return fm_set_error(FM_ERR_INVALID, "input %s and weight %s must be 4-D of one dtype", g_tshape(x, s1, sizeof s1), g_tshape(w, s2, sizeof s2));
+    const int64_t O = w->d[1] * p.groups;
+    if (opt_vec(&in[2], x, "bias", 1, &O)) return fm_last_status();
+    out[0] = (gtype){x->dt, 4, {0}};
+    return fm_conv_transpose2d_shape(x->d, w->d, in[2].ndim < 0 ? -1 : O, &p, op, out[0].d);
+}
+
+static fm_status run_conv_transpose2d(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    fm_conv2d_params p;
+    int op[2];
+    if (convt_params(c, &p, op)) return fm_last_status();
+    RUN_DONE(fm_conv_transpose2d(in[0], in[1], in[2], &p, op));
+}
+
 static fm_status run_conv2d(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     fm_conv2d_params p;
     if (conv_params(c, &p)) return fm_last_status();
@@ -418,6 +446,7 @@ const g_op_spec g_ops_nn[] = {
     {"gather", 2, 2, 1, "axis", inf_gather, run_gather, NULL},
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
+    {"conv_transpose2d", 2, 3, 1, "stride,padding,dilation,groups,layout,output_padding", inf_conv_transpose2d, run_conv_transpose2d, NULL},
     {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool,max", inf_conv2d_fused, run_conv2d_fused, NULL},
     {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout,ceil_mode", inf_pool, run_pool, NULL},

@@ -286,6 +286,13 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
                      a_ints(e, "pads", 4, p0));
         return s;
     }
+    if (!strcmp(op, "conv_transpose2d")) {
+        int64_t opd[2] = {0, 0};
+        if (at_ints(x->n, "output_padding", opd, 2) == 1) opd[1] = opd[0];
+        const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
+        return emit(e, "ConvTranspose", ins, OUTS(x->out[0]), 5, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
+                    a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)), a_ints(e, "output_padding", 2, opd));
+    }
     if ((n = at_ints(x->n, "kernel", k, 2)) == 1) k[1] = k[0];
     if (at_ints(x->n, "stride", st, 2) < 0) st[0] = k[0], st[1] = k[1];
     const int64_t ceil_mode = at_int(x->n, "ceil_mode", 0);
@@ -656,7 +663,7 @@ static fm_status x_node(exporter *e, int i) {
         if (!strcmp(n->op, k_direct[k].g)) return emit(e, k_direct[k].onnx, x.in, OUTS(x.out[0]), 0);
     const char *op = n->op;
     static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
-    static const char *const pools = ",conv2d,conv2d_fused,max_pool2d,avg_pool2d,";
+    static const char *const pools = ",conv2d,conv2d_fused,conv_transpose2d,max_pool2d,avg_pool2d,";
     static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
     static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,pad,";
     char key[64];

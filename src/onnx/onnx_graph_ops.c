@@ -257,6 +257,26 @@ static fm_status t_conv_pool(tctx *t) {
     return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), na, a);
 }
 
+/* ConvTranspose over 2 spatial dims: a conv_transpose2d node, then a pad node that crops
+ * what uneven pads remove (or adds what an output_shape beyond the full size asks). */
+static fm_status t_conv_transpose(tctx *t) {
+    onnx_convt g;
+    if (onnx_convt_geom(&t->c, t->in[0], t->in[1], &g)) return fm_last_status();
+    if (g.nsp != 2) return fm_set_error(FM_ERR_UNSUPPORTED, "only 2 spatial dims have a graph form");
+    const bool bias = t->n->n_in > 2 && t->n->in[2] >= 0, crop = g.crop_b[0] || g.crop_b[1] || g.crop_e[0] || g.crop_e[1];
+    if (g.extends && bias) return fm_set_error(FM_ERR_UNSUPPORTED, "an output_shape beyond the full output with a bias has no graph form");
+    const int64_t s[2] = {g.p.stride[0], g.p.stride[1]}, pd[2] = {g.p.padding[0], g.p.padding[1]}, d[2] = {g.p.dilation[0], g.p.dilation[1]};
+    const int64_t op[2] = {g.op[0], g.op[1]}, pads[8] = {0, 0, -g.crop_b[0], -g.crop_b[1], 0, 0, -g.crop_e[0], -g.crop_e[1]};
+    fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, pd), fm_graph_attr_ints("dilation", 2, d),
+                          fm_graph_attr_int("groups", g.p.groups), fm_graph_attr_ints("output_padding", 2, op)};
+    char buf[300];
+    const char *ins[3] = {in_name(t, 0), in_name(t, 1), bias ? in_name(t, 2) : ""}, *y = crop ? tmp_name(t, buf, sizeof buf) : out_name(t, 0);
+    if (node(t, "conv_transpose2d", 3, ins, y, 5, a)) return fm_last_status();
+    if (!crop) return FM_OK;
+    fm_graph_attr pa = fm_graph_attr_ints("pads", 8, pads);
+    return node(t, "pad", 1, &y, out_name(t, 0), 1, &pa);
+}
+
 /* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
 static fm_status t_reduce(tctx *t) {
     const char *op = t->n->op->name, *gop;
@@ -593,6 +613,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Slice,", t_slice},
         {",Expand,", t_expand},
         {",Pad,", t_pad},
+        {",ConvTranspose,", t_conv_transpose},
         {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];

@@ -155,5 +155,11 @@ fm_status onnx_set_out(onnx_op_ctx *c, int i, fm_tensor *t);
 /* Pad's mode, its pads as fm_pad takes them for an ndim-dim input (all: 2 ndim values) and
  * its constant, from either opset's form (onnx_ops_shape.c; the interpreter and the graph form). */
 fm_status onnx_pad_args(const onnx_op_ctx *c, int ndim, int64_t *all, fm_pad_mode *mode, double *value);
+/* ConvTranspose (1 or 2 spatial dims) as fm_conv_transpose2d's parameters and output padding
+ * (1-D: the second of the two dims), then the crop (begin, end per dim) of its uneven pads,
+ * negative where the pads add zeros (extends: an output_shape beyond the full size)
+ * (onnx_ops_nn.c; the interpreter and the graph form). */
+typedef struct onnx_convt { fm_conv2d_params p; int op[2]; int64_t crop_b[2], crop_e[2]; int nsp; bool extends; } onnx_convt;
+fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, onnx_convt *g);
 
 #endif

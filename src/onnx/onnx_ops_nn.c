@@ -176,6 +176,68 @@ static fm_status op_conv(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, y);
 }
 
+/* ConvTranspose over 1 or 2 spatial dims as fm_conv_transpose2d: its padding the smaller of
+ * each dim's two pads, its output_padding what the end still needs (o), and a crop after it of
+ * what the uneven pads remove (ONNX: out = s (in - 1) + output_padding + (k - 1) d + 1 - pads;
+ * output_shape or SAME_* give the pads, the odd one at the end for SAME_UPPER). */
+fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, onnx_convt *g) {
+    const int nsp = x->ndim - 2;
+    if (nsp < 1 || nsp > 2 || wt->ndim != x->ndim)
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "ConvTranspose over %d spatial dims (input rank %d, weight rank %d): 1 and 2 are supported",
+                               nsp, x->ndim, wt->ndim);
+    int n_s, n_d, n_p, n_op, n_os;
+    const int64_t *st = onnx_attr_ints(c, "strides", &n_s), *di = onnx_attr_ints(c, "dilations", &n_d), *pa = onnx_attr_ints(c, "pads", &n_p);
+    const int64_t *opd = onnx_attr_ints(c, "output_padding", &n_op), *os = onnx_attr_ints(c, "output_shape", &n_os);
+    char buf[32];
+    const char *ap = onnx_attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
+    if ((st && n_s != nsp) || (di && n_d != nsp) || (pa && n_p != 2 * nsp) || (opd && n_op != nsp) || (os && n_os != nsp && n_os != x->ndim))
+        return onnx_node_error(c, FM_ERR_INVALID, "strides, dilations, output_padding and output_shape need %d values, pads %d", nsp, 2 * nsp);
+    memset(g, 0, sizeof *g);
+    g->p = fm_conv2d_default_params();
+    g->p.groups = (int)onnx_attr_int(c, "group", 1);
+    g->nsp = nsp;
+    for (int i = 0; i < nsp; i++) {
+        const int j = i + 2 - nsp; /* 1-D runs as [N, C, 1, W]: its dim is the second */
+        const int64_t s = st ? st[i] : 1, d = di ? di[i] : 1, o = opd ? opd[i] : 0, k = wt->shape[2 + i], in = x->shape[2 + i];
+        if (s < 1 || d < 1 || o < 0 || o >= s || s > 1 << 16 || d > 1 << 16)
+            return onnx_node_error(c, FM_ERR_UNSUPPORTED, "strides %lld, dilations %lld, output_padding %lld (output_padding below the stride)",
+                                   (long long)s, (long long)d, (long long)o);
+        const int64_t full = s * (in - 1) + o + (k - 1) * d + 1;
+        int64_t pb = pa ? pa[i] : 0, pe = pa ? pa[i + nsp] : 0;
+        const bool same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER");
+        if (os || same) { /* the pads from the size asked for; below the full size they are negative (zeros added) */
+            const int64_t want = os ? os[n_os == nsp ? i : i + 2] : in * s, total = full - want;
+            const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor, as ONNX's reference */
+            pb = !strcmp(ap, "SAME_UPPER") ? half : total - half, pe = total - pb;
+        } else if (!strcmp(ap, "VALID")) pb = pe = 0;
+        if (full - pb - pe < 1 || pb > full || pe > full || pb < -full || pe < -full)
+            return onnx_node_error(c, FM_ERR_INVALID, "pads %lld, %lld leave no output of the full %lld", (long long)pb, (long long)pe, (long long)full);
+        /* fm's own padding p and output padding oo; then what to crop (negative: add) at each end */
+        const int64_t mn = pb < pe ? pb : pe, p = mn > 0 ? mn : 0, need = o - pe + p, oo = need < 0 ? 0 : need < s ? need : s - 1;
+        g->p.stride[j] = (int)s, g->p.dilation[j] = (int)d, g->p.padding[j] = (int)p, g->op[j] = (int)oo;
+        g->crop_b[j] = pb - p, g->crop_e[j] = oo - need;
+        g->extends |= g->crop_b[j] < 0 || g->crop_e[j] < 0;
+    }
+    return FM_OK;
+}
+
+/* ConvTranspose: fm_conv_transpose2d (1-D as [N, C, 1, W]), then the uneven pads' crop. */
+static fm_status op_conv_transpose(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0], *wt = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    onnx_convt g;
+    if (onnx_convt_geom(c, x, wt, &g)) return fm_last_status();
+    const bool one = g.nsp == 1;
+    fm_tensor *x4 = one ? fm_unsqueeze(x, 2) : fm_tensor_retain(x), *w4 = one ? fm_unsqueeze(wt, 2) : fm_tensor_retain(wt);
+    /* positions the pads add hold the bias alone: then the bias goes on after the pad */
+    fm_tensor *y4 = x4 && w4 ? fm_conv_transpose2d(x4, w4, g.extends ? NULL : b, &g.p, g.op) : NULL;
+    const int64_t crop[8] = {0, 0, -g.crop_b[0], -g.crop_b[1], 0, 0, -g.crop_e[0], -g.crop_e[1]};
+    fm_tensor *yc = y4 ? fm_pad(y4, crop, FM_PAD_CONSTANT, 0) : NULL;
+    fm_tensor *br = yc && g.extends && b ? fm_reshape(b, 4, (int64_t[]){1, b->shape[0], 1, 1}) : NULL;
+    fm_tensor *yb = br ? fm_add(yc, br) : fm_tensor_retain(yc), *y = yb && one ? fm_squeeze(yb, 2) : fm_tensor_retain(yb);
+    REL(x4, w4, y4, yc, br, yb);
+    return onnx_set_out(c, 0, y);
+}
+
 /* The fill value that never wins a max: -inf, or the integer type's minimum. */
 static double max_identity(fm_dtype dt) {
     switch (dt) {
@@ -414,6 +476,7 @@ const onnx_op onnx_ops_nn[] = {
     {"MatMul", 1, 2, 2, 1, "", op_matmul},
     {"Gemm", 1, 2, 3, 1, "alpha,beta,transA,transB,broadcast", op_gemm},
     {"Conv", 1, 2, 3, 1, WIN_ATTRS ",group", op_conv},
+    {"ConvTranspose", 1, 2, 3, 1, WIN_ATTRS ",group,output_padding,output_shape", op_conv_transpose},
     {"MaxPool", 1, 1, 1, 2, WIN_ATTRS ",ceil_mode,storage_order", op_max_pool},
     {"AveragePool", 1, 1, 1, 1, WIN_ATTRS ",ceil_mode,count_include_pad", op_avg_pool},
     {"GlobalAveragePool", 1, 1, 1, 1, "", op_global_avg_pool},

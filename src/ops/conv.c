@@ -1,4 +1,5 @@
-/* Front end of conv2d: validation, output shape, dispatch and the backward rule.
+/* Front end of conv2d (and of the transposed convolution, which runs conv2d's backward
+ * kernel): validation, output shape, dispatch and the backward rule.
  *
  * x and y share a layout (NCHW or NHWC); the weight is always [Cout, Cin/groups,
  * kH, kW] as in PyTorch, so a model's weights do not change with its layout.
@@ -186,6 +187,105 @@ fm_tensor *fm_conv2d_mixed(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_co
         p.layout != FM_NCHW || !fm_mixed_device(x))
         return fm_conv2d(x, w, b, pp); /* its errors, or its path */
     return conv2d_node(x, w, b, p, FM_BF16);
+}
+
+/* ---- the transposed convolution: conv2d's backward kernel run forward ----
+ * y = convT(x, w) is conv2d's input gradient for the output gradient x, so it is one
+ * CONV2D_BACKWARD call (dx only) with y in conv2d's input's place. Its gradient:
+ * dL/dx = conv2d(g, w) (same parameters), dL/dw = conv2d's weight gradient for output
+ * gradient x and input g. The bias is an fm_add after it (its gradient from that). */
+static fm_status convt_call(fm_tensor *dy, fm_tensor *x, fm_tensor *w, fm_tensor *dx, fm_tensor *dw, const fm_conv2d_attrs *a) {
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_CONV2D_BACKWARD;
+    call.n_in = 3;
+    call.n_out = 3;
+    call.in[0] = dy;
+    call.in[1] = x; /* read for its shape only when dw is not asked */
+    call.in[2] = w;
+    call.out[0] = dx;
+    call.out[1] = dw;
+    call.attrs = a;
+    return fm_dispatch(&call);
+}
+
+static fm_status convt_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    const fm_conv2d_attrs *a = FM_NODE_ATTRS(n, fm_conv2d_attrs);
+    fm_tensor *x = n->saved[0], *w = n->saved[1], *g = grad_out[0];
+    for (int i = 0; i < 2; i++) {
+        if (!fm_node_needs_grad(n, i)) continue;
+        fm_tensor *t = i ? w : x;
+        if (!g) grad_in[i] = fm_tensor_zeros(t->ndim, t->shape, t->dtype, fm_tensor_device(t));
+        else if (i == 0) grad_in[0] = fm_conv2d(g, w, NULL, &a->p);
+        else if ((grad_in[1] = fm_tensor_empty(4, w->shape, w->dtype, fm_tensor_device(w))) && convt_call(x, g, w, NULL, grad_in[1], a)) {
+            fm_tensor_release(grad_in[1]);
+            grad_in[1] = NULL;
+        }
+        if (!grad_in[i]) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+fm_status fm_conv_transpose2d_shape(const int64_t *xs, const int64_t *ws, int64_t bias_len, const fm_conv2d_params *p, const int *op, int64_t *ys) {
+    char s1[96], s2[96];
+    if (p->layout != FM_NCHW) return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: only NCHW is supported");
+    if (p->groups < 1 || xs[1] != ws[0] || ws[0] % p->groups)
+        return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: weight %s needs %lld input channels (its first dim, a multiple of groups %d), input %s has %lld",
+                            fm_shape_str(4, ws, s1, sizeof s1), (long long)ws[0], p->groups, fm_shape_str(4, xs, s2, sizeof s2), (long long)xs[1]);
+    const int64_t O = ws[1] * p->groups;
+    if (bias_len >= 0 && bias_len != O)
+        return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: bias of %lld does not match the %lld output channels (weight %s, groups %d)",
+                            (long long)bias_len, (long long)O, fm_shape_str(4, ws, s2, sizeof s2), p->groups);
+    ys[0] = xs[0], ys[1] = O;
+    for (int i = 0; i < 2; i++) {
+        const int s = p->stride[i], d = p->dilation[i], pd = p->padding[i], o = op ? op[i] : 0;
+        if (s < 1 || d < 1 || pd < 0 || o < 0 || o >= s || ws[2 + i] < 1)
+            return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: stride %d and dilation %d must be >= 1, padding %d >= 0 and output_padding %d in [0, stride)",
+                                s, d, pd, o);
+        ys[2 + i] = (xs[2 + i] - 1) * s - 2 * pd + (int64_t)d * (ws[2 + i] - 1) + o + 1;
+        if (ys[2 + i] < 1 || xs[2 + i] < 1)
+            return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: input %s with padding %d leaves no output along dim %d",
+                                fm_shape_str(4, xs, s1, sizeof s1), pd, 2 + i);
+    }
+    return FM_OK;
+}
+
+/* fm_conv_transpose2d_shape, and what only tensors have: ranks, dtypes, devices */
+static fm_status convt_check(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *p, const int *op, int64_t *ys) {
+    char s1[96], s2[96];
+    if (x->ndim != 4 || w->ndim != 4 || (b && b->ndim != 1))
+        return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: input %s and weight %s must be 4-D (NCHW; weight [Cin, Cout/groups, kH, kW]), a bias 1-D",
+                            fm_shape_str(x->ndim, x->shape, s1, sizeof s1), fm_shape_str(w->ndim, w->shape, s2, sizeof s2));
+    if (x->dtype != w->dtype || (b && b->dtype != x->dtype) || !fm_dtype_is_float(x->dtype))
+        return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: input, weight and bias must share one floating-point dtype (%s, %s%s%s)",
+                            fm_dtype_name(x->dtype), fm_dtype_name(w->dtype), b ? ", " : "", b ? fm_dtype_name(b->dtype) : "");
+    if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(w)) || (b && !fm_device_eq(fm_tensor_device(x), fm_tensor_device(b))))
+        return fm_set_error(FM_ERR_INVALID, "conv_transpose2d: input, weight and bias must be on the same device");
+    return fm_conv_transpose2d_shape(x->shape, w->shape, b ? b->shape[0] : -1, p, op, ys);
+}
+
+fm_tensor *fm_conv_transpose2d(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, const int *output_padding) {
+    fm_conv2d_params p = pp ? *pp : fm_conv2d_default_params();
+    int64_t ys[4];
+    if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv_transpose2d: %s is NULL", x ? "weight" : "input"); return NULL; }
+    if (convt_check(x, w, b, &p, output_padding, ys)) return NULL;
+    fm_tensor *y = fm_tensor_empty(4, ys, x->dtype, fm_tensor_device(x));
+    fm_conv2d_attrs a;
+    memset(&a, 0, sizeof a);
+    a.p = p;
+    if (!y || convt_call(x, y, w, y, NULL, &a)) { fm_tensor_release(y); return NULL; }
+    fm_tensor *ins[2] = {x, w};
+    fm_node *n = fm_node_begin(FM_OP_CONV2D_BACKWARD, 2, ins, convt_backward);
+    if (n) {
+        fm_node_save(n, 0, x);
+        fm_node_save(n, 1, w);
+        FM_NODE_SET_ATTRS(n, a);
+        fm_node_finish(n, 1, &y);
+    }
+    if (!b) return y;
+    fm_tensor *bv = fm_reshape(b, 4, (int64_t[]){1, ys[1], 1, 1}), *yb = bv ? fm_add(y, bv) : NULL;
+    fm_tensor_release_n(2, y, bv);
+    return yb;
 }
 
 fm_tensor *fm_conv2d_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, const fm_conv2d_params *pp, bool relu, int pool) {

@@ -600,7 +600,100 @@ static int batch_norm_grad(void) {
     OP_END;
 }
 
+/* ---------------------------------------------- the transposed convolution */
+
+/* y by its definition: every x element scattered through the kernel (f64 sums). */
+static double *convt_ref(const fm_tensor *x, const fm_tensor *w, const fm_tensor *b, const fm_conv2d_params *p, const int *op, int64_t *ys) {
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], G = p->groups;
+    const int64_t Og = w->shape[1], KH = w->shape[2], KW = w->shape[3], Cg = C / G;
+    ys[0] = N, ys[1] = Og * G;
+    ys[2] = (H - 1) * p->stride[0] - 2 * p->padding[0] + p->dilation[0] * (KH - 1) + op[0] + 1;
+    ys[3] = (W - 1) * p->stride[1] - 2 * p->padding[1] + p->dilation[1] * (KW - 1) + op[1] + 1;
+    double *y = calloc((size_t)(ys[0] * ys[1] * ys[2] * ys[3]), sizeof *y), *xv = op_host(x), *wv = op_host(w);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < H; i++)
+                for (int64_t j = 0; j < W; j++)
+                    for (int64_t o = 0; o < Og; o++)
+                        for (int64_t u = 0; u < KH; u++)
+                            for (int64_t v = 0; v < KW; v++) {
+                                const int64_t oh = i * p->stride[0] - p->padding[0] + u * p->dilation[0];
+                                const int64_t ow = j * p->stride[1] - p->padding[1] + v * p->dilation[1];
+                                if (oh < 0 || ow < 0 || oh >= ys[2] || ow >= ys[3]) continue;
+                                const int64_t oc = (c / Cg) * Og + o;
+                                y[((n * ys[1] + oc) * ys[2] + oh) * ys[3] + ow] +=
+                                    xv[((n * C + c) * H + i) * W + j] * wv[((c * Og + o) * KH + u) * KW + v];
+                            }
+    for (int64_t k = 0; b && k < ys[0] * ys[1] * ys[2] * ys[3]; k++) y[k] += fm_tensor_get(b, (k / (ys[2] * ys[3])) % ys[1]);
+    free(xv);
+    free(wv);
+    return y;
+}
+
+static int conv_transpose2d_forward(void) {
+    OP_BEGIN;
+    static const struct { int64_t C, O, k, H, W; int s, pd, d, g, op; } cases[] = {
+        {4, 3, 3, 5, 6, 2, 1, 1, 1, 1}, /* a U-Net's 2x upsampling with output padding */
+        {4, 6, 2, 4, 4, 2, 0, 1, 2, 0}, /* groups 2, kernel = stride */
+        {3, 2, 3, 4, 5, 1, 1, 2, 1, 0}, /* dilation */
+        {2, 5, 1, 3, 3, 3, 0, 1, 1, 2}, /* 1x1, stride 3 */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        fm_conv2d_params p = fm_conv2d_default_params();
+        p.stride[0] = p.stride[1] = cases[k].s, p.padding[0] = p.padding[1] = cases[k].pd;
+        p.dilation[0] = p.dilation[1] = cases[k].d, p.groups = cases[k].g;
+        const int op[2] = {cases[k].op, cases[k].op};
+        fm_tensor *x = op_randn(4, (int64_t[]){2, cases[k].C, cases[k].H, cases[k].W}, FM_F32, 50 + k);
+        fm_tensor *w = op_randn(4, (int64_t[]){cases[k].C, cases[k].O / cases[k].g, cases[k].k, cases[k].k}, FM_F32, 60 + k);
+        fm_tensor *b = op_randn(1, (int64_t[]){cases[k].O}, FM_F32, 70 + k);
+        int64_t ys[4];
+        double *ref = convt_ref(x, w, b, &p, op, ys);
+        fm_tensor *y = fm_conv_transpose2d(x, w, b, &p, op);
+        CHECK_MSG(y && y->shape[0] == ys[0] && y->shape[1] == ys[1] && y->shape[2] == ys[2] && y->shape[3] == ys[3], "case %zu: %s", k,
+                  y ? "shape" : fm_last_error());
+        const double worst = y ? op_max_rel_err(y, ref) : INFINITY;
+        CHECK_MSG(worst < 1e-5, "case %zu: worst relative error %g", k, worst);
+        free(ref);
+        fm_tensor_release_n(4, x, w, b, y);
+    }
+    fm_conv2d_params p = fm_conv2d_default_params();
+    fm_tensor *x = op_randn(4, (int64_t[]){1, 4, 3, 3}, FM_F32, 80), *w = op_randn(4, (int64_t[]){3, 2, 3, 3}, FM_F32, 81);
+    CHECK(fm_conv_transpose2d(x, w, NULL, &p, NULL) == NULL);
+    CHECK_ERR_CONTAINS("conv_transpose2d: weight [3, 2, 3, 3] needs 3 input channels");
+    p.stride[0] = p.stride[1] = 2;
+    fm_tensor *w4 = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 82);
+    CHECK(fm_conv_transpose2d(x, w4, NULL, &p, (const int[]){2, 0}) == NULL);
+    CHECK_ERR_CONTAINS("output_padding 2 in [0, stride)");
+    p.padding[0] = p.padding[1] = 4;
+    CHECK(fm_conv_transpose2d(x, w4, NULL, &p, NULL) == NULL);
+    CHECK_ERR_CONTAINS("leaves no output along dim 2");
+    fm_tensor_release_n(3, x, w, w4);
+    OP_END;
+}
+
+typedef struct convt_gc { fm_conv2d_params p; int op[2]; } convt_gc;
+static fm_tensor *convt_gc_fn(fm_tensor **in, void *ctx) {
+    const convt_gc *c = ctx;
+    return fm_conv_transpose2d(in[0], in[1], in[2], &c->p, c->op);
+}
+
+static int conv_transpose2d_grad(void) {
+    OP_BEGIN;
+    convt_gc c = {fm_conv2d_default_params(), {1, 0}};
+    c.p.stride[0] = c.p.stride[1] = 2, c.p.padding[0] = 1, c.p.groups = 2;
+    fm_tensor *x = op_randn(4, (int64_t[]){2, 4, 3, 4}, FM_F64, 90), *w = op_randn(4, (int64_t[]){4, 3, 3, 2}, FM_F64, 91);
+    fm_tensor *b = op_randn(1, (int64_t[]){6}, FM_F64, 92);
+    fm_tensor_requires_grad_(x, true);
+    fm_tensor_requires_grad_(w, true);
+    fm_tensor_requires_grad_(b, true);
+    fm_tensor *in[3] = {x, w, b};
+    CHECK(gradcheck("conv_transpose2d", convt_gc_fn, 3, in, &c, 1e-6, 1e-6));
+    fm_tensor_release_n(3, x, w, b);
+    OP_END;
+}
+
 OP_TEST("conv2d", conv2d_forward, conv2d_grad)
+OP_TEST("conv2d", conv_transpose2d_forward, conv_transpose2d_grad) /* fm_conv_transpose2d runs conv2d's backward kernel */
 OP_TEST("max_pool2d", max_pool2d_forward, max_pool2d_grad)
 OP_TEST("avg_pool2d", avg_pool2d_forward, avg_pool2d_grad)
 OP_TEST("batch_norm", batch_norm_forward, batch_norm_grad)
