@@ -277,6 +277,89 @@ static fm_status t_conv_transpose(tctx *t) {
     return node(t, "pad", 1, &y, out_name(t, 0), 1, &pa);
 }
 
+/* PRelu, Elu and Selu as where(x > 0, x, the negative branch) of graph ops; Reciprocal as
+ * 1 / x; Sum of n inputs as n - 1 adds. */
+static fm_status t_pointwise(tctx *t) {
+    const char *op = t->n->op->name, *x = in_name(t, 0);
+    const fm_dtype dt = t->in[0]->dtype;
+    char b[6][300];
+    if (!strcmp(op, "Sum")) {
+        const char *acc = x;
+        for (int k = 1; k < t->n->n_in; k++) {
+            const char *ins[2] = {acc, in_name(t, k)}, *o = k == t->n->n_in - 1 ? out_name(t, 0) : tmp_name(t, b[k % 2], sizeof b[0]);
+            if (node(t, "add", 2, ins, o, 0, NULL)) return fm_last_status();
+            acc = o;
+        }
+        return t->n->n_in > 1 ? FM_OK : node(t, "identity", 1, &acc, out_name(t, 0), 0, NULL);
+    }
+    if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", op, fm_dtype_name(dt));
+    if (!strcmp(op, "Reciprocal")) {
+        const char *one = scalar_const(t, 1.0, dt, b[0], sizeof b[0]), *ins[2] = {one, x};
+        return one ? node(t, "div", 2, ins, out_name(t, 0), 0, NULL) : fm_last_status();
+    }
+    const bool selu = !strcmp(op, "Selu"), prelu = !strcmp(op, "PRelu");
+    const double alpha = onnx_attr_float(&t->c, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
+    const char *zero = scalar_const(t, 0.0, dt, b[0], sizeof b[0]), *pos = tmp_name(t, b[1], sizeof b[1]), *neg = tmp_name(t, b[2], sizeof b[2]);
+    if (!zero || node(t, "gt", 2, (const char *[]){x, zero}, pos, 0, NULL)) return fm_last_status();
+    if (prelu) {
+        const fm_tensor *sl = t->in[1], *xv = t->in[0];
+        const char *slope = in_name(t, 1);
+        if (t->c.opset < 7 && sl->ndim == 1 && xv->ndim > 2 && sl->shape[0] == xv->shape[1]) { /* before opset 7 a 1-D slope is per channel */
+            int64_t sh[FM_MAX_DIMS] = {sl->shape[0]};
+            for (int d = 1; d < xv->ndim - 1; d++) sh[d] = 1;
+            fm_graph_attr a = fm_graph_attr_ints("shape", xv->ndim - 1, sh);
+            const char *r = tmp_name(t, b[3], sizeof b[3]);
+            if (node(t, "reshape", 1, &slope, r, 1, &a)) return fm_last_status();
+            slope = r;
+        }
+        if (node(t, "mul", 2, (const char *[]){x, slope}, neg, 0, NULL)) return fm_last_status();
+    } else { /* alpha (exp(x) - 1) */
+        const char *e = tmp_name(t, b[3], sizeof b[3]), *one = scalar_const(t, 1.0, dt, b[4], sizeof b[4]), *em = tmp_name(t, b[5], sizeof b[5]);
+        if (!one || node(t, "exp", 1, &x, e, 0, NULL) || node(t, "sub", 2, (const char *[]){e, one}, em, 0, NULL)) return fm_last_status();
+        const char *al = scalar_const(t, alpha, dt, b[3], sizeof b[3]);
+        if (!al || node(t, "mul", 2, (const char *[]){em, al}, neg, 0, NULL)) return fm_last_status();
+    }
+    char wb[300];
+    const char *w = selu ? tmp_name(t, wb, sizeof wb) : out_name(t, 0);
+    if (node(t, "where", 3, (const char *[]){pos, x, neg}, w, 0, NULL)) return fm_last_status();
+    if (!selu) return FM_OK;
+    const char *g = scalar_const(t, onnx_attr_float(&t->c, "gamma", 1.05070102214813232421875f), dt, b[0], sizeof b[0]);
+    return g ? node(t, "mul", 2, (const char *[]){w, g}, out_name(t, 0), 0, NULL) : fm_last_status();
+}
+
+/* Split: one slice node per output; the sizes from `split` (an attribute before opset 13,
+ * then a constant input), or equal parts (the last smaller, num_outputs from opset 18). */
+static fm_status t_split(tctx *t) {
+    const int nd = t->in[0]->ndim, nout = t->n->n_out;
+    int n = 0;
+    int64_t sz[64], ax = onnx_attr_int(&t->c, "axis", 0);
+    ax += ax < 0 ? nd : 0;
+    if (ax < 0 || ax >= nd) return fm_set_error(FM_ERR_INVALID, "axis %lld is out of range for %d dims", (long long)onnx_attr_int(&t->c, "axis", 0), nd);
+    if (nout > 64) return fm_set_error(FM_ERR_UNSUPPORTED, "a Split into %d outputs has no graph form (64 at most)", nout);
+    if (t->c.opset < 13) {
+        const int64_t *v = onnx_attr_ints(&t->c, "split", &n);
+        for (int k = 0; k < n && k < 64; k++) sz[k] = v[k];
+    } else if (t->n->n_in > 1 && t->n->in[1] >= 0 && (need_folded(t, 1, "split") || onnx_tensor_ints(&t->c, 1, sz, 64, &n)))
+        return fm_last_status();
+    const int64_t len = t->in[0]->shape[ax];
+    if (n == 0) {
+        const int64_t part = (len + nout - 1) / nout;
+        for (int k = 0; k < nout; k++) sz[k] = len - k * part < part ? (len - k * part > 0 ? len - k * part : 0) : part;
+        n = nout;
+    }
+    if (n != nout) return fm_set_error(FM_ERR_INVALID, "split lists %d sizes for %d outputs", n, nout);
+    int64_t off = 0;
+    for (int k = 0; k < nout; k++) {
+        const int64_t end = off + sz[k];
+        fm_graph_attr a[4] = {fm_graph_attr_int("axis", ax), fm_graph_attr_ints("start", 1, &off), fm_graph_attr_ints("end", 1, &end),
+                              fm_graph_attr_int("step", 1)};
+        const char *x = in_name(t, 0);
+        if (t->n->out[k] >= 0 && node(t, "slice", 1, &x, out_name(t, k), 4, a)) return fm_last_status();
+        off = end;
+    }
+    return off == len ? FM_OK : fm_set_error(FM_ERR_INVALID, "split sizes add up to %lld, not the axis's %lld", (long long)off, (long long)len);
+}
+
 /* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
 static fm_status t_reduce(tctx *t) {
     const char *op = t->n->op->name, *gop;
@@ -614,6 +697,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Expand,", t_expand},
         {",Pad,", t_pad},
         {",ConvTranspose,", t_conv_transpose},
+        {",PRelu,Elu,Selu,Reciprocal,Sum,", t_pointwise},
+        {",Split,", t_split},
         {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];
