@@ -121,5 +121,8 @@ print(max(float(np.max(np.abs(o - ref) / (1 + np.abs(ref)))) if o.shape == ref.s
 roundtrip pads p.npy pad 6 "six pad nodes (three Pads, the uneven parts of two convs and a pool)"
 # a U-Net's decoder: ConvTranspose with output_padding, groups and uneven pads (a crop after it)
 roundtrip upsample u.npy conv_transpose2d 2 "two conv_transpose2d nodes"
+# a CycleGAN-style generator: reflect pads, InstanceNormalization (a layer norm over H and W, then
+# scale and bias), a strided conv down and a ConvTranspose up
+roundtrip gan g.npy layer_norm 3 "three layer_norm nodes (the instance norms)"
 [ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
 exit $fail

@@ -21,6 +21,8 @@ on both dims), Pad edge, a 3x3/2 Conv with explicit uneven pads, a MaxPool 3x3/2
 and Pad constant 0.5 on the channels; with p.npy (batch 2). And upsample.onnx, a U-Net's
 decoder: x [b, 4, 5, 6] through ConvTranspose 3x3/2 pads 1 output_padding 1 (PyTorch's 2x
 upsampling), Relu, ConvTranspose 2x2/2 with two groups and uneven pads; with u.npy (batch 3).
+And gan.onnx, a CycleGAN-style generator: reflect Pad, 7x7 Conv, InstanceNormalization, a
+strided Conv down and a ConvTranspose up, each normalized, a 7x7 Conv and Tanh; with g.npy.
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -123,6 +125,36 @@ def upsample_model():
     return m
 
 
+def gan_model():
+    rng = np.random.default_rng(17)
+    f32, i64 = np.float32, np.int64
+    def w(*shape):
+        return rng.standard_normal(shape).astype(f32) * 0.2
+    inits = [init("w1", w(8, 3, 7, 7)), init("b1", w(8)), init("s1", 1 + w(8)), init("t1", w(8)),
+             init("w2", w(16, 8, 3, 3)), init("s2", 1 + w(16)), init("t2", w(16)),
+             init("w3", w(16, 8, 3, 3)), init("s3", 1 + w(8)), init("t3", w(8)),
+             init("w4", w(3, 8, 7, 7)), init("b4", w(3)), init("p3", np.array([0, 0, 3, 3, 0, 0, 3, 3], i64))]
+    n = [helper.make_node("Pad", ["x", "p3"], ["r1"], mode="reflect"),
+         helper.make_node("Conv", ["r1", "w1", "b1"], ["c1"]),
+         helper.make_node("InstanceNormalization", ["c1", "s1", "t1"], ["n1"], epsilon=1e-5),
+         helper.make_node("Relu", ["n1"], ["a1"]),
+         helper.make_node("Conv", ["a1", "w2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("InstanceNormalization", ["c2", "s2", "t2"], ["n2"]),
+         helper.make_node("Relu", ["n2"], ["a2"]),
+         helper.make_node("ConvTranspose", ["a2", "w3"], ["u3"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+         helper.make_node("InstanceNormalization", ["u3", "s3", "t3"], ["n3"]),
+         helper.make_node("Relu", ["n3"], ["a3"]),
+         helper.make_node("Pad", ["a3", "p3"], ["r4"], mode="reflect"),
+         helper.make_node("Conv", ["r4", "w4", "b4"], ["c4"]),
+         helper.make_node("Tanh", ["c4"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 16, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, 16, 12])
+    m = helper.make_model(helper.make_graph(n, "gan", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -131,6 +163,8 @@ def main():
     save(pads_model(), f"{out}/pads.onnx")
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     save(upsample_model(), f"{out}/upsample.onnx")
+    save(gan_model(), f"{out}/gan.onnx")
+    np.save(f"{out}/g.npy", np.random.default_rng(8).standard_normal((2, 3, 16, 12)).astype(np.float32))
     np.save(f"{out}/u.npy", np.random.default_rng(6).standard_normal((3, 4, 5, 6)).astype(np.float32))
     np.save(f"{out}/s.npy", np.random.default_rng(4).standard_normal((2, 4, 6)).astype(np.float32))
     rng = np.random.default_rng(3)

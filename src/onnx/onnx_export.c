@@ -210,12 +210,13 @@ static fm_status x_gelu(xnode *x, bool tanh_form, const char *in, const char *ou
 }
 
 /* Constant ones or zeros of shape [n] (absent norm weights). */
-static const char *const_fill(exporter *e, int64_t n, double v, fm_dtype dt) {
-    fm_tensor *t = fm_tensor_full(1, &n, v, dt, FM_CPU);
+static const char *const_fill_shape(exporter *e, int nd, const int64_t *shape, double v, fm_dtype dt) {
+    fm_tensor *t = fm_tensor_full(nd, shape, v, dt, FM_CPU);
     const char *r = t ? add_init(e, NULL, t) : NULL;
     fm_tensor_release(t);
     return r;
 }
+static const char *const_fill(exporter *e, int64_t n, double v, fm_dtype dt) { return const_fill_shape(e, 1, &n, v, dt); }
 
 static fm_status x_norm(xnode *x, const char *op) {
     exporter *e = x->e;
@@ -242,8 +243,7 @@ static fm_status x_norm(xnode *x, const char *op) {
     }
     /* layer_norm, add_layer_norm (sum = x + h first) */
     bool add = !strcmp(op, "add_layer_norm");
-    int64_t nn = add ? 1 : at_int(x->n, "n_norm_dims", 1), size = 1;
-    for (int d = x->t0->ndim - (int)nn; d < x->t0->ndim; d++) size *= x->t0->d[d];
+    int64_t nn = add ? 1 : at_int(x->n, "n_norm_dims", 1);
     const char *src = x->in[0];
     fm_status s = FM_OK;
     if (add) {
@@ -251,9 +251,9 @@ static fm_status x_norm(xnode *x, const char *op) {
         s = emit(e, "Add", INS(x->in[0], *x->in[1] ? x->in[1] : x->in[0]), OUTS(src), 0);
         if (!*x->in[1]) return fm_set_error(FM_ERR_UNSUPPORTED, "add_layer_norm without h has no ONNX form");
     }
-    const char *w = x->in[add ? 2 : 1], *b = x->in[add ? 3 : 2];
-    if (nn != 1 && (!*w || !*b)) return fm_set_error(FM_ERR_UNSUPPORTED, "layer_norm over several dims needs its weight and bias");
-    if (!*w) w = const_fill(e, size, 1, x->t0->dt);
+    const int iw = add ? 2 : 1; /* inputs past the node's own count are absent */
+    const char *w = x->n->n_in > iw ? x->in[iw] : "", *b = x->n->n_in > iw + 1 ? x->in[iw + 1] : "";
+    if (!*w) w = const_fill_shape(e, (int)nn, x->t0->d + x->t0->ndim - nn, 1, x->t0->dt); /* the normalized dims' shape */
     const char *y = add ? x->out[1] : x->out[0];
     if (!s) s = *b ? emit(e, "LayerNormalization", INS(src, w, b), OUTS(y), 2, a_int(e, "axis", -nn), a_float(e, "epsilon", eps))
                    : emit(e, "LayerNormalization", INS(src, w), OUTS(y), 2, a_int(e, "axis", -nn), a_float(e, "epsilon", eps));

@@ -177,6 +177,21 @@ static fm_status t_norm(tctx *t) {
         const char *ins[5] = {in_name(t, 0), in_name(t, 1), in_name(t, 2), in_name(t, 3), in_name(t, 4)};
         return node(t, "batch_norm", 5, ins, out_name(t, 0), 1, a);
     }
+    if (!strcmp(t->n->op->name, "InstanceNormalization")) { /* a layer norm over the spatial dims, then scale and bias per channel */
+        const int nd = t->in[0]->ndim;
+        if (nd < 3) return fm_set_error(FM_ERR_INVALID, "InstanceNormalization needs [N, C, D1, ...]");
+        int64_t sh[FM_MAX_DIMS] = {t->in[0]->shape[1]};
+        for (int d = 1; d < nd - 1; d++) sh[d] = 1;
+        char b[4][300];
+        const char *x = in_name(t, 0), *n = tmp_name(t, b[0], sizeof b[0]), *s = tmp_name(t, b[1], sizeof b[1]);
+        const char *bb = tmp_name(t, b[2], sizeof b[2]), *m = tmp_name(t, b[3], sizeof b[3]), *sv = in_name(t, 1), *bv = in_name(t, 2);
+        fm_graph_attr r = fm_graph_attr_ints("shape", nd - 1, sh);
+        a[1] = fm_graph_attr_int("n_norm_dims", nd - 2);
+        if (node(t, "layer_norm", 1, &x, n, 2, a) || node(t, "reshape", 1, &sv, s, 1, &r) || node(t, "reshape", 1, &bv, bb, 1, &r) ||
+            node(t, "mul", 2, (const char *[]){n, s}, m, 0, NULL))
+            return fm_last_status();
+        return node(t, "add", 2, (const char *[]){m, bb}, out_name(t, 0), 0, NULL);
+    }
     int64_t axis = onnx_attr_int(&t->c, "axis", -1);
     if (axis < 0) axis += t->in[0]->ndim;
     int nn = t->in[0]->ndim - (int)axis;
@@ -686,7 +701,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",LeakyRelu,Gelu,Clip,HardSigmoid,HardSwish,", t_activation},
         {",Gemm,", t_gemm},
         {",Softmax,LogSoftmax,", t_softmax},
-        {",LayerNormalization,BatchNormalization,", t_norm},
+        {",LayerNormalization,BatchNormalization,InstanceNormalization,", t_norm},
         {",Conv,MaxPool,AveragePool,", t_conv_pool},
         {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ArgMax,", t_reduce},
         {",Reshape,Flatten,", t_reshape},

@@ -462,6 +462,23 @@ static fm_status op_layer_norm(onnx_op_ctx *c) {
     return FM_OK;
 }
 
+/* InstanceNormalization: each (sample, channel) normalized over its spatial dims (a layer
+ * norm over the last ndim - 2 dims), then scale and bias per channel. */
+static fm_status op_instance_norm(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0], *sc = c->in[1], *b = c->in[2];
+    if (x->ndim < 3) return onnx_node_error(c, FM_ERR_INVALID, "input of rank %d: InstanceNormalization needs [N, C, D1, ...]", x->ndim);
+    if (fm_tensor_numel(sc) != x->shape[1] || fm_tensor_numel(b) != x->shape[1])
+        return onnx_node_error(c, FM_ERR_INVALID, "scale and bias need %lld values (the channels), have %lld and %lld", (long long)x->shape[1],
+                               (long long)fm_tensor_numel(sc), (long long)fm_tensor_numel(b));
+    int64_t sh[FM_MAX_DIMS] = {x->shape[1]};
+    for (int d = 1; d < x->ndim - 1; d++) sh[d] = 1;
+    fm_tensor *n = fm_layer_norm(x, x->ndim - 2, NULL, NULL, onnx_attr_float(c, "epsilon", 1e-5f));
+    fm_tensor *s = n ? fm_reshape(sc, x->ndim - 1, sh) : NULL, *bb = s ? fm_reshape(b, x->ndim - 1, sh) : NULL;
+    fm_tensor *m = bb ? fm_mul(n, s) : NULL, *y = m ? fm_add(m, bb) : NULL;
+    REL(n, s, bb, m);
+    return onnx_set_out(c, 0, y);
+}
+
 static fm_status op_dropout(onnx_op_ctx *c) {
     if (onnx_attr_int(c, "training_mode", 0) || (c->n_in > 2 && c->in[2] && fm_tensor_item(c->in[2]) != 0))
         return onnx_node_error(c, FM_ERR_UNSUPPORTED, "training-mode dropout is not supported (random)");
@@ -485,6 +502,7 @@ const onnx_op onnx_ops_nn[] = {
     {"Softmax", 1, 1, 1, 1, "axis", op_softmax},
     {"LogSoftmax", 1, 1, 1, 1, "axis", op_log_softmax},
     {"LayerNormalization", 17, 2, 3, 3, "axis,epsilon,stash_type", op_layer_norm},
+    {"InstanceNormalization", 1, 3, 3, 1, "epsilon", op_instance_norm},
     {"Dropout", 7, 1, 3, 2, "ratio,seed,training_mode,is_test", op_dropout},
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
