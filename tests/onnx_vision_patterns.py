@@ -23,6 +23,9 @@ decoder: x [b, 4, 5, 6] through ConvTranspose 3x3/2 pads 1 output_padding 1 (PyT
 upsampling), Relu, ConvTranspose 2x2/2 with two groups and uneven pads; with u.npy (batch 3).
 And gan.onnx, a CycleGAN-style generator: reflect Pad, 7x7 Conv, InstanceNormalization, a
 strided Conv down and a ConvTranspose up, each normalized, a 7x7 Conv and Tanh; with g.npy.
+And resize.onnx (opset 18): x [b, 4, 6, 5] upsampled 2x three ways, as PyTorch's interpolate
+exports them (nearest asymmetric floor by scales, linear half_pixel by sizes on axes 2 and 3,
+cubic pytorch_half_pixel by scales), summed; with r.npy.
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -155,6 +158,21 @@ def gan_model():
     return m
 
 
+def resize_model():
+    f32, i64 = np.float32, np.int64
+    inits = [init("s2", np.array([1, 1, 2, 2], f32)), init("hw", np.array([12, 10], i64))]
+    n = [helper.make_node("Resize", ["x", "", "s2"], ["n1"], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+         helper.make_node("Resize", ["x", "", "", "hw"], ["n2"], mode="linear", axes=[2, 3]),
+         helper.make_node("Resize", ["x", "", "s2"], ["n3"], mode="cubic", coordinate_transformation_mode="pytorch_half_pixel"),
+         helper.make_node("Add", ["n1", "n2"], ["a"]), helper.make_node("Add", ["a", "n3"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 6, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 12, 10])
+    m = helper.make_model(helper.make_graph(n, "resize", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -164,6 +182,8 @@ def main():
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     save(upsample_model(), f"{out}/upsample.onnx")
     save(gan_model(), f"{out}/gan.onnx")
+    save(resize_model(), f"{out}/resize.onnx")
+    np.save(f"{out}/r.npy", np.random.default_rng(9).standard_normal((2, 4, 6, 5)).astype(np.float32))
     np.save(f"{out}/g.npy", np.random.default_rng(8).standard_normal((2, 3, 16, 12)).astype(np.float32))
     np.save(f"{out}/u.npy", np.random.default_rng(6).standard_normal((3, 4, 5, 6)).astype(np.float32))
     np.save(f"{out}/s.npy", np.random.default_rng(4).standard_normal((2, 4, 6)).astype(np.float32))

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -375,6 +376,97 @@ static fm_status t_split(tctx *t) {
     return off == len ? FM_OK : fm_set_error(FM_ERR_INVALID, "split sizes add up to %lld, not the axis's %lld", (long long)off, (long long)len);
 }
 
+/* A constant of dtype dt and shape (nd, sh) from the f64 values v (the graph's copy), named into buf. */
+static const char *const_of(tctx *t, int nd, const int64_t *sh, const double *v, fm_dtype dt, char *buf, size_t n) {
+    int64_t len = 1;
+    for (int d = 0; d < nd; d++) len *= sh[d];
+    fm_tensor *h = fm_tensor_from_data(v, nd, sh, FM_F64), *c = h ? fm_to_dtype(h, dt) : NULL;
+    const char *name = tmp_name(t, buf, n);
+    fm_status st = c && len >= 0 ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
+    fm_tensor_release_n(2, h, c);
+    return st ? NULL : name;
+}
+
+#define RS_GRAPH_TAPS 8 /* a cubic's 4, an antialiased linear's up to 8 */
+
+/* One resized axis: a nearest (each output one source with weight 1) is an index_select; other
+ * modes a weighted sum over the kernel's taps, each an index_select times a weight per output
+ * position (a constant [out, 1, ...] along the axis). */
+static fm_status resize_axis_nodes(tctx *t, const onnx_resize_axis *r, const char *in, const char *out) {
+    const fm_dtype dt = t->in[0]->dtype;
+    const int nd = t->in[0]->ndim;
+    double *col = malloc(sizeof(double) * (size_t)r->out);
+    if (!col) return fm_set_error(FM_ERR_OOM, "Resize: out of host memory");
+    bool nearest = true;
+    for (int64_t o = 0; o < r->out && nearest; o++) {
+        int ones = 0;
+        for (int k = 0; k < r->n; k++) ones += r->w[o * r->n + k] == 1, nearest &= r->w[o * r->n + k] == 0 || r->w[o * r->n + k] == 1;
+        nearest &= ones == 1;
+    }
+    fm_graph_attr a = fm_graph_attr_int("axis", r->ax);
+    char ib[300], wb[300], gb[300], mb[2][300], ab[2][300]; /* acc names the previous step's buffer: two of each */
+    int taps[RS_GRAPH_TAPS], nt = 0;
+    for (int k = 0; k < r->n && !nearest; k++) { /* the taps that weigh anything somewhere */
+        bool used = false;
+        for (int64_t o = 0; o < r->out; o++) used |= r->w[o * r->n + k] != 0;
+        if (used && nt < RS_GRAPH_TAPS) taps[nt++] = k;
+        else if (used) { free(col); return fm_set_error(FM_ERR_UNSUPPORTED, "a Resize kernel of %d taps has no graph form (%d at most)", r->n, RS_GRAPH_TAPS); }
+    }
+    if (nearest) taps[nt++] = -1;
+    int64_t wsh[FM_MAX_DIMS];
+    for (int d = 0; d < nd - r->ax; d++) wsh[d] = d ? 1 : r->out;
+    const char *acc = NULL;
+    fm_status st = FM_OK;
+    for (int j = 0; j < nt && st == FM_OK; j++) {
+        const int k = taps[j];
+        for (int64_t o = 0; o < r->out; o++) { /* the source of each output: tap k's, or (nearest) the one of weight 1 */
+            int kk = k;
+            for (int i = 0; kk < 0 && i < r->n; i++)
+                if (r->w[o * r->n + i] == 1) kk = i;
+            col[o] = (double)r->idx[o * r->n + kk];
+        }
+        const bool last = j == nt - 1;
+        const char *idx = const_of(t, 1, &r->out, col, FM_I64, ib, sizeof ib), *g = nearest ? out : tmp_name(t, gb, sizeof gb);
+        st = idx ? node(t, "index_select", 2, (const char *[]){in, idx}, g, 1, &a) : fm_last_status();
+        if (st || nearest) break;
+        for (int64_t o = 0; o < r->out; o++) col[o] = r->w[o * r->n + k];
+        const char *w = const_of(t, nd - r->ax, wsh, col, dt, wb, sizeof wb), *m = last && !acc ? out : tmp_name(t, mb[j % 2], sizeof mb[0]);
+        st = w ? node(t, "mul", 2, (const char *[]){g, w}, m, 0, NULL) : fm_last_status();
+        if (st == FM_OK && acc) {
+            const char *sum = last ? out : tmp_name(t, ab[j % 2], sizeof ab[0]);
+            st = node(t, "add", 2, (const char *[]){acc, m}, sum, 0, NULL);
+            m = sum;
+        }
+        acc = m;
+    }
+    free(col);
+    return st;
+}
+
+/* Resize and Upsample: each resized axis in turn (resize_axis_nodes), the plan made from the
+ * probe shapes, so the resized dims and the sizes or scales must not follow a dynamic dim. */
+static fm_status t_resize(tctx *t) {
+    for (int k = 1; k < t->n->n_in && k < 4; k++)
+        if (need_folded(t, k, "roi/scales/sizes")) return fm_last_status();
+    onnx_resize_axis ax[FM_MAX_DIMS];
+    int na = 0;
+    fm_status st = onnx_resize_plan(&t->c, t->in[0], ax, &na);
+    const int si = t->n->in[0], so = t->n->out[0];
+    for (int i = 0; i < na && st == FM_OK; i++)
+        if (t->x->va[si]->shape[ax[i].ax] != t->x->vb[si]->shape[ax[i].ax] || t->x->va[so]->shape[ax[i].ax] != t->x->vb[so]->shape[ax[i].ax])
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "a Resize along a dynamic dim (axis %d) has no graph form: fix its size with --dim", ax[i].ax);
+    const char *cur = in_name(t, 0);
+    char bufs[2][300];
+    for (int i = 0; i < na && st == FM_OK; i++) {
+        const char *o = i == na - 1 ? out_name(t, 0) : tmp_name(t, bufs[i % 2], sizeof bufs[0]);
+        st = resize_axis_nodes(t, &ax[i], cur, o);
+        cur = o;
+    }
+    if (st == FM_OK && na == 0) st = node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
+    for (int i = 0; i < na; i++) free(ax[i].idx), free(ax[i].w);
+    return st;
+}
+
 /* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
 static fm_status t_reduce(tctx *t) {
     const char *op = t->n->op->name, *gop;
@@ -714,6 +806,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",ConvTranspose,", t_conv_transpose},
         {",PRelu,Elu,Selu,Reciprocal,Sum,", t_pointwise},
         {",Split,", t_split},
+        {",Resize,Upsample,", t_resize},
         {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];

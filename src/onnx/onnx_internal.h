@@ -161,5 +161,10 @@ fm_status onnx_pad_args(const onnx_op_ctx *c, int ndim, int64_t *all, fm_pad_mod
  * (onnx_ops_nn.c; the interpreter and the graph form). */
 typedef struct onnx_convt { fm_conv2d_params p; int op[2]; int64_t crop_b[2], crop_e[2]; int nsp; bool extends; } onnx_convt;
 fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, onnx_convt *g);
+/* Resize (and Upsample) as the graph form builds it (onnx_ops_resize.c): per axis that changes,
+ * n taps per output position, output o's k-th tap reading source index idx[o n + k] with weight
+ * w[o n + k] (malloc'd: the caller frees idx and w of every entry, also on an error). */
+typedef struct onnx_resize_axis { int ax, n; int64_t in, out; int64_t *idx; double *w; } onnx_resize_axis;
+fm_status onnx_resize_plan(onnx_op_ctx *c, const fm_tensor *x, onnx_resize_axis *axes, int *n_axes);
 
 #endif

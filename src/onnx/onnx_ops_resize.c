@@ -88,33 +88,40 @@ static int kernel(const rs_opts *p, double r, double scale, double *w) {
     return n;
 }
 
+/* The taps of output position o along an axis of `in` -> `out` positions: the source
+ * indices (clamped to the edge) and weights of its kernel; *ex when tf_crop_and_resize puts
+ * it outside the input. Returns the tap count, or -1 past RS_MAX_TAPS (an error set). */
+static int axis_taps(const rs_opts *p, int64_t o, int64_t in, int64_t out, double scale, const double *roi, int64_t *idx, double *w, bool *ex) {
+    double out_f = scale * (double)in, x = source_coord(p, (double)o, scale, in, out, out_f, roi, ex), xf = floor(x);
+    int n = kernel(p, x == xf ? 1 : x - xf, scale, w);
+    if (n < 0) { fm_set_error(FM_ERR_UNSUPPORTED, "antialias kernel over %d taps (scale %g)", RS_MAX_TAPS, scale); return -1; }
+    /* the n positions nearest x, the lower preferred: an even kernel starts n/2 - 1
+     * below floor(x) (n/2 at an exact position), an odd one is centred on the nearest */
+    double frac = x - xf, sum = 0;
+    int64_t start = (int64_t)xf + (n % 2 == 0 ? (frac == 0 ? -(n / 2) : -(n / 2) + 1) : -((n - 1) / 2) + (frac > 0.5));
+    for (int k = 0; k < n; k++) {
+        int64_t j = start + k;
+        if (p->exclude_outside && (j < 0 || j >= in)) w[k] = 0;
+        sum += w[k];
+        idx[k] = j < 0 ? 0 : j >= in ? in - 1 : j;
+    }
+    if (p->exclude_outside && sum != 0)
+        for (int k = 0; k < n; k++) w[k] /= sum;
+    return n;
+}
+
 /* Resizes axis `ax` of the contiguous f64 buffer src (shape sh) to `out`
  * positions into dst. */
 static fm_status resize_axis(const rs_opts *p, const double *src, double *dst, int ndim, const int64_t *sh, int ax, int64_t out,
                              double scale, const double *roi) {
-    int64_t in = sh[ax], outer = 1, inner = 1;
+    int64_t in = sh[ax], outer = 1, inner = 1, idx[RS_MAX_TAPS];
     for (int i = 0; i < ax; i++) outer *= sh[i];
     for (int i = ax + 1; i < ndim; i++) inner *= sh[i];
-    double out_f = scale * (double)in, w[RS_MAX_TAPS];
+    double w[RS_MAX_TAPS];
     for (int64_t o = 0; o < out; o++) {
         bool ex;
-        double x = source_coord(p, (double)o, scale, in, out, out_f, roi, &ex), xf = floor(x);
-        int n = kernel(p, x == xf ? 1 : x - xf, scale, w);
-        if (n < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "antialias kernel over %d taps (scale %g)", RS_MAX_TAPS, scale);
-        /* the n positions nearest x, the lower preferred: an even kernel starts n/2 - 1
-         * below floor(x) (n/2 at an exact position), an odd one is centred on the nearest */
-        double frac = x - xf;
-        int64_t start = (int64_t)xf + (n % 2 == 0 ? (frac == 0 ? -(n / 2) : -(n / 2) + 1) : -((n - 1) / 2) + (frac > 0.5));
-        int64_t idx[RS_MAX_TAPS];
-        double sum = 0;
-        for (int k = 0; k < n; k++) {
-            int64_t j = start + k;
-            if (p->exclude_outside && (j < 0 || j >= in)) w[k] = 0;
-            sum += w[k];
-            idx[k] = j < 0 ? 0 : j >= in ? in - 1 : j;
-        }
-        if (p->exclude_outside && sum != 0)
-            for (int k = 0; k < n; k++) w[k] /= sum;
+        int n = axis_taps(p, o, in, out, scale, roi, idx, w, &ex);
+        if (n < 0) return fm_last_status();
         for (int64_t a = 0; a < outer; a++) {
             double *d = dst + (a * out + o) * inner;
             for (int64_t i = 0; i < inner; i++) d[i] = ex ? p->extrapolation : 0;
@@ -235,10 +242,9 @@ static fm_status out_shape(onnx_op_ctx *c, const fm_tensor *x, const int *axes, 
     return FM_OK;
 }
 
-static fm_status op_resize(onnx_op_ctx *c) {
-    fm_tensor *x = c->in[0];
-    rs_opts p = {0};
-    if (parse_opts(c, &p)) return fm_last_status();
+/* Everything Resize takes: its options, the output shape, per-axis scales and the roi. */
+static fm_status resize_params(onnx_op_ctx *c, const fm_tensor *x, rs_opts *p, int64_t *out, double *scale, double *roi) {
+    if (parse_opts(c, p)) return fm_last_status();
     int nd = x->ndim, axes[FM_MAX_DIMS], na = 0, n_axes_attr;
     const int64_t *aa = onnx_attr_ints(c, "axes", &n_axes_attr);
     if (n_axes_attr > nd) return onnx_node_error(c, FM_ERR_INVALID, "%d axes for a rank-%d input", n_axes_attr, nd);
@@ -249,9 +255,8 @@ static fm_status op_resize(onnx_op_ctx *c) {
             if (axes[j] == a) return onnx_node_error(c, FM_ERR_INVALID, "axis %lld repeated", (long long)a);
         axes[na++] = (int)a;
     }
-    double sc[FM_MAX_DIMS], sz[FM_MAX_DIMS], roi_in[2 * FM_MAX_DIMS], roi[2 * FM_MAX_DIMS], scale[FM_MAX_DIMS];
+    double sc[FM_MAX_DIMS], sz[FM_MAX_DIMS], roi_in[2 * FM_MAX_DIMS];
     int nsc, nsz = -1, nroi = -1;
-    int64_t out[FM_MAX_DIMS];
     if (c->opset < 11) { /* Resize-10, Upsample-9: (X, scales); Upsample-7: scales attribute */
         if (c->n_in > 1) {
             if (float_input(c, 1, sc, FM_MAX_DIMS, &nsc)) return fm_last_status();
@@ -269,13 +274,52 @@ static fm_status op_resize(onnx_op_ctx *c) {
     for (int i = 0; i < nd; i++) total *= (double)out[i];
     if (total > 4294967296.0) return onnx_node_error(c, FM_ERR_INVALID, "the output would have %.3g elements", total);
     for (int i = 0; i < nd; i++) roi[i] = 0, roi[i + nd] = 1;
-    if (p.coord == C_TF_CROP) {
+    if (p->coord == C_TF_CROP) {
         if (nroi != 2 * na) return onnx_node_error(c, FM_ERR_INVALID, "tf_crop_and_resize needs a roi of %d values", 2 * na);
         for (int i = 0; i < na; i++) roi[axes[i]] = roi_in[i], roi[axes[i] + nd] = roi_in[i + na];
     }
+    return FM_OK;
+}
+
+static fm_status op_resize(onnx_op_ctx *c) {
+    fm_tensor *x = c->in[0];
+    rs_opts p = {0};
+    int64_t out[FM_MAX_DIMS];
+    double scale[FM_MAX_DIMS], roi[2 * FM_MAX_DIMS];
+    if (resize_params(c, x, &p, out, scale, roi)) return fm_last_status();
     fm_tensor *y = resize(&p, x, out, scale, p.coord == C_TF_CROP ? roi : NULL);
     if (!y) return onnx_node_error(c, fm_last_status(), "%s", fm_last_error());
     return onnx_set_out(c, 0, y);
+}
+
+fm_status onnx_resize_plan(onnx_op_ctx *c, const fm_tensor *x, onnx_resize_axis *axes, int *n_axes) {
+    rs_opts p = {0};
+    int64_t out[FM_MAX_DIMS], idx[RS_MAX_TAPS];
+    double scale[FM_MAX_DIMS], roi[2 * FM_MAX_DIMS], w[RS_MAX_TAPS];
+    *n_axes = 0;
+    if (resize_params(c, x, &p, out, scale, roi)) return fm_last_status();
+    if (p.coord == C_TF_CROP) return fm_set_error(FM_ERR_UNSUPPORTED, "tf_crop_and_resize has no graph form");
+    for (int ax = 0; ax < x->ndim; ax++) {
+        if (out[ax] == x->shape[ax] && fabs(scale[ax] - 1) < 1e-9) continue;
+        if (x->shape[ax] == 0) return fm_set_error(FM_ERR_INVALID, "cannot resize an empty dimension %d", ax);
+        onnx_resize_axis *r = &axes[(*n_axes)++];
+        r->ax = ax, r->in = x->shape[ax], r->out = out[ax], r->n = 0;
+        r->idx = NULL, r->w = NULL;
+        for (int64_t o = 0; o < out[ax]; o++) {
+            bool ex;
+            int n = axis_taps(&p, o, r->in, r->out, scale[ax], NULL, idx, w, &ex);
+            if (n < 0) return fm_last_status();
+            if (!r->idx) {
+                r->n = n;
+                r->idx = malloc(sizeof(int64_t) * (size_t)(n * r->out));
+                r->w = malloc(sizeof(double) * (size_t)(n * r->out));
+                if (!r->idx || !r->w) return fm_set_error(FM_ERR_OOM, "Resize: out of host memory");
+            }
+            memcpy(r->idx + o * n, idx, sizeof(int64_t) * (size_t)n);
+            memcpy(r->w + o * n, w, sizeof(double) * (size_t)n);
+        }
+    }
+    return FM_OK;
 }
 
 const onnx_op onnx_ops_resize[] = {
