@@ -90,6 +90,16 @@ def scatter_model(bad=False):
     return m
 
 
+def build(name, nodes, inits, x_shape, y_shape, opset=17):
+    """One input x, one output y, float: the model, checked."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)
+    m = helper.make_model(helper.make_graph(nodes, name, [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    checker.check_model(m)
+    return m
+
+
 def pads_model():
     rng = np.random.default_rng(11)
     f32, i64 = np.float32, np.int64
@@ -104,12 +114,7 @@ def pads_model():
          helper.make_node("Conv", ["e", "w2"], ["c2"], strides=[2, 2], pads=[0, 1, 1, 2]),
          helper.make_node("MaxPool", ["c2"], ["m"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
          helper.make_node("Pad", ["m", "p_const", "half"], ["y"])]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 16, 15])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 11, 3, 3])
-    m = helper.make_model(helper.make_graph(n, "pads", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    checker.check_model(m)
-    return m
+    return build("pads", n, inits, ["b", 3, 16, 15], ["b", 11, 3, 3])
 
 
 def upsample_model():
@@ -120,12 +125,7 @@ def upsample_model():
     n = [helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["u1"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
          helper.make_node("Relu", ["u1"], ["a1"]),
          helper.make_node("ConvTranspose", ["a1", "w2", "b2"], ["y"], strides=[2, 2], group=2, pads=[0, 1, 1, 0])]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 5, 6])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 19, 23])
-    m = helper.make_model(helper.make_graph(n, "upsample", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    checker.check_model(m)
-    return m
+    return build("upsample", n, inits, ["b", 4, 5, 6], ["b", 4, 19, 23])
 
 
 def gan_model():
@@ -150,12 +150,7 @@ def gan_model():
          helper.make_node("Pad", ["a3", "p3"], ["r4"], mode="reflect"),
          helper.make_node("Conv", ["r4", "w4", "b4"], ["c4"]),
          helper.make_node("Tanh", ["c4"], ["y"])]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 16, 12])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, 16, 12])
-    m = helper.make_model(helper.make_graph(n, "gan", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    checker.check_model(m)
-    return m
+    return build("gan", n, inits, ["b", 3, 16, 12], ["b", 3, 16, 12])
 
 
 def resize_model():
@@ -165,12 +160,7 @@ def resize_model():
          helper.make_node("Resize", ["x", "", "", "hw"], ["n2"], mode="linear", axes=[2, 3]),
          helper.make_node("Resize", ["x", "", "s2"], ["n3"], mode="cubic", coordinate_transformation_mode="pytorch_half_pixel"),
          helper.make_node("Add", ["n1", "n2"], ["a"]), helper.make_node("Add", ["a", "n3"], ["y"])]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 6, 5])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 12, 10])
-    m = helper.make_model(helper.make_graph(n, "resize", [x], [y], initializer=inits), opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    checker.check_model(m)
-    return m
+    return build("resize", n, inits, ["b", 4, 6, 5], ["b", 4, 12, 10], opset=18)
 
 
 def main():
