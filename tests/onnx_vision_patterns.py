@@ -25,7 +25,9 @@ And gan.onnx, a CycleGAN-style generator: reflect Pad, 7x7 Conv, InstanceNormali
 strided Conv down and a ConvTranspose up, each normalized, a 7x7 Conv and Tanh; with g.npy.
 And resize.onnx (opset 18): x [b, 4, 6, 5] upsampled 2x three ways, as PyTorch's interpolate
 exports them (nearest asymmetric floor by scales, linear half_pixel by sizes on axes 2 and 3,
-cubic pytorch_half_pixel by scales), summed; with r.npy.
+cubic pytorch_half_pixel by scales), summed; with r.npy. And tile.onnx: x [2, 4, 6, 5] tiled
+[1, 2, 1, 2], then GatherElements on the last axis with constant indices, negative ones among
+them; with r.npy.
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -163,6 +165,14 @@ def resize_model():
     return build("resize", n, inits, ["b", 4, 6, 5], ["b", 4, 12, 10], opset=18)
 
 
+def tile_model():
+    i64 = np.int64
+    idx = np.random.default_rng(19).integers(-10, 10, size=(2, 8, 6, 3)).astype(i64)
+    inits = [init("reps", np.array([1, 2, 1, 2], i64)), init("idx", idx)]
+    n = [helper.make_node("Tile", ["x", "reps"], ["t"]), helper.make_node("GatherElements", ["t", "idx"], ["y"], axis=3)]
+    return build("tile", n, inits, [2, 4, 6, 5], [2, 8, 6, 3])
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -173,6 +183,7 @@ def main():
     save(upsample_model(), f"{out}/upsample.onnx")
     save(gan_model(), f"{out}/gan.onnx")
     save(resize_model(), f"{out}/resize.onnx")
+    save(tile_model(), f"{out}/tile.onnx")
     np.save(f"{out}/r.npy", np.random.default_rng(9).standard_normal((2, 4, 6, 5)).astype(np.float32))
     np.save(f"{out}/g.npy", np.random.default_rng(8).standard_normal((2, 3, 16, 12)).astype(np.float32))
     np.save(f"{out}/u.npy", np.random.default_rng(6).standard_normal((3, 4, 5, 6)).astype(np.float32))

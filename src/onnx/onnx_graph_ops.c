@@ -467,6 +467,72 @@ static fm_status t_resize(tctx *t) {
     return st;
 }
 
+/* Tile with constant repeats: an index_select per repeated axis (source i mod n), the axis static. */
+static fm_status t_tile(tctx *t) {
+    int64_t rep[FM_MAX_DIMS];
+    int n = 0;
+    const int nd = t->in[0]->ndim, si = t->n->in[0];
+    if (need_folded(t, 1, "repeats") || onnx_tensor_ints(&t->c, 1, rep, FM_MAX_DIMS, &n)) return fm_last_status();
+    if (n != nd) return fm_set_error(FM_ERR_INVALID, "repeats has %d values for %d dims", n, nd);
+    int last = -1;
+    for (int d = 0; d < nd; d++) {
+        if (rep[d] < 0) return fm_set_error(FM_ERR_INVALID, "a negative repeat (%lld)", (long long)rep[d]);
+        if (rep[d] != 1) last = d;
+    }
+    const char *cur = in_name(t, 0);
+    char bufs[2][300], ib[300];
+    for (int d = 0; d <= last; d++) {
+        if (rep[d] == 1) continue;
+        const int64_t len = t->in[0]->shape[d], m = len * rep[d];
+        if (t->x->vb[si]->shape[d] != len) return fm_set_error(FM_ERR_UNSUPPORTED, "a Tile along a dynamic dim (%d) has no graph form", d);
+        if (m > (INT64_C(1) << 31)) return fm_set_error(FM_ERR_INVALID, "a Tile to %lld positions along dim %d", (long long)m, d);
+        double *v = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
+        if (!v) return fm_set_error(FM_ERR_OOM, "Tile: out of host memory");
+        for (int64_t i = 0; i < m; i++) v[i] = (double)(i % len);
+        const char *idx = const_of(t, 1, &m, v, FM_I64, ib, sizeof ib), *o = d == last ? out_name(t, 0) : tmp_name(t, bufs[d % 2], sizeof bufs[0]);
+        free(v);
+        fm_graph_attr a = fm_graph_attr_int("axis", d);
+        if (!idx || node(t, "index_select", 2, (const char *[]){cur, idx}, o, 1, &a)) return fm_last_status();
+        cur = o;
+    }
+    return last >= 0 ? FM_OK : node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
+}
+
+/* GatherElements: the graph's gather (torch.gather), whose indices are never negative: constant
+ * indices with negative entries become a constant with the dim's size added to them, computed
+ * ones go through where(i < 0, i + size, i). Either way the axis must be static. */
+static fm_status t_gather_elements(tctx *t) {
+    int64_t axis = onnx_attr_int(&t->c, "axis", 0);
+    const int nd = t->in[0]->ndim;
+    if (axis < 0) axis += nd;
+    if (axis < 0 || axis >= nd) return fm_set_error(FM_ERR_INVALID, "axis out of range");
+    const int64_t dim = t->in[0]->shape[axis], k = fm_tensor_numel(t->in[1]);
+    if (t->x->vb[t->n->in[0]]->shape[axis] != dim) return fm_set_error(FM_ERR_UNSUPPORTED, "a GatherElements along a dynamic dim has no graph form");
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
+    char b[4][300];
+    if (!t->x->folded[t->n->in[1]]) { /* computed indices: wrapped at run time */
+        const fm_dtype it = t->in[1]->dtype;
+        const char *z = scalar_const(t, 0, it, b[0], sizeof b[0]), *n = scalar_const(t, (double)dim, it, b[1], sizeof b[1]);
+        const char *neg = tmp_name(t, b[2], sizeof b[2]), *up = tmp_name(t, b[3], sizeof b[3]), *idx = ins[1];
+        if (!z || !n || node(t, "lt", 2, (const char *[]){idx, z}, neg, 0, NULL) || node(t, "add", 2, (const char *[]){idx, n}, up, 0, NULL))
+            return fm_last_status();
+        char wb[300];
+        ins[1] = tmp_name(t, wb, sizeof wb);
+        if (node(t, "where", 3, (const char *[]){neg, up, idx}, ins[1], 0, NULL)) return fm_last_status();
+        return node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
+    }
+    double *v = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
+    fm_tensor *c = fm_contiguous(t->in[1]);
+    fm_status st = v && c ? fm_tensor_copy_to_host(c, v, FM_F64) : fm_set_error(FM_ERR_OOM, "GatherElements: out of memory");
+    bool neg = false;
+    for (int64_t i = 0; st == FM_OK && i < k; i++) neg |= v[i] < 0, v[i] += v[i] < 0 ? (double)dim : 0;
+    if (st == FM_OK && neg && !(ins[1] = const_of(t, t->in[1]->ndim, t->in[1]->shape, v, FM_I64, b[0], sizeof b[0]))) st = fm_last_status();
+    free(v);
+    fm_tensor_release(c);
+    return st ? st : node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
+}
+
 /* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
 static fm_status t_reduce(tctx *t) {
     const char *op = t->n->op->name, *gop;
@@ -474,10 +540,13 @@ static fm_status t_reduce(tctx *t) {
     int n = 0, nd = t->in[0]->ndim;
     int64_t keep = onnx_attr_int(&t->c, "keepdims", 1);
     const char *x[1] = {in_name(t, 0)};
-    if (!strcmp(op, "ArgMax")) {
+    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) { /* ArgMin: the first largest of -x is the first smallest of x */
         if (onnx_attr_int(&t->c, "select_last_index", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "select_last_index has no graph form");
         fm_graph_attr a[2] = {fm_graph_attr_int("axis", onnx_attr_int(&t->c, "axis", 0)), fm_graph_attr_int("keepdim", keep)};
-        return node(t, "argmax", 1, x, out_name(t, 0), 2, a);
+        char nb[300];
+        const char *src = op[3] == 'M' && op[4] == 'i' ? tmp_name(t, nb, sizeof nb) : x[0];
+        if (src != x[0] && node(t, "neg", 1, x, src, 0, NULL)) return fm_last_status();
+        return node(t, "argmax", 1, &src, out_name(t, 0), 2, a);
     }
     if (!strncmp(op, "Global", 6)) {
         for (int i = 2; i < nd; i++) ax[n++] = i;
@@ -795,7 +864,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Softmax,LogSoftmax,", t_softmax},
         {",LayerNormalization,BatchNormalization,InstanceNormalization,", t_norm},
         {",Conv,MaxPool,AveragePool,", t_conv_pool},
-        {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ArgMax,", t_reduce},
+        {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ArgMax,ArgMin,", t_reduce},
         {",Reshape,Flatten,", t_reshape},
         {",Squeeze,Unsqueeze,", t_squeeze_unsqueeze},
         {",Transpose,Concat,Cast,", t_transpose_concat},
@@ -807,6 +876,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",PRelu,Elu,Selu,Reciprocal,Sum,", t_pointwise},
         {",Split,", t_split},
         {",Resize,Upsample,", t_resize},
+        {",Tile,", t_tile},
+        {",GatherElements,", t_gather_elements},
         {",And,Or,Xor,Not,IsNaN,", t_logical},
     };
     char key[64];
