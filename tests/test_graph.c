@@ -299,7 +299,7 @@ static void test_corrupt_files(void) {
 
 /* The fuzzer's seed graphs (tests/data/graph) load and run with its fixed weights. */
 static void test_seed_files(void) {
-    const char *seeds[] = {"mlp.json", "seq.json", "quant.json", "fused.json", "quant8.json"};
+    const char *seeds[] = {"mlp.json", "seq.json", "quant.json", "fused.json", "quant8.json", "pad.json"};
     char dir[300], path[400], cmd[800];
     snprintf(dir, sizeof dir, "%s/seed", g_tmp);
     mkdir(dir, 0755);

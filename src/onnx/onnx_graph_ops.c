@@ -90,6 +90,17 @@ static const char *scalar_const(tctx *t, double v, fm_dtype dt, char *buf, size_
     return st ? NULL : name;
 }
 
+/* A constant of dtype dt and shape (nd, sh) from the f64 values v (the graph's copy), named into buf. */
+static const char *const_of(tctx *t, int nd, const int64_t *sh, const double *v, fm_dtype dt, char *buf, size_t n) {
+    int64_t len = 1;
+    for (int d = 0; d < nd; d++) len *= sh[d];
+    fm_tensor *h = fm_tensor_from_data(v, nd, sh, FM_F64), *c = h ? fm_to_dtype(h, dt) : NULL;
+    const char *name = tmp_name(t, buf, n);
+    fm_status st = c && len >= 0 ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
+    fm_tensor_release_n(2, h, c);
+    return st ? NULL : name;
+}
+
 /* HardSigmoid(x) = clamp(alpha * x + beta, 0, 1); HardSwish(x) = x * HardSigmoid(x)
  * with alpha 1/6, beta 1/2 (MobileNetV3): mul, add, clamp (and mul), which the
  * compiler's elementwise fusion runs as one kernel. */
@@ -252,8 +263,13 @@ static fm_status t_conv_pool(tctx *t) {
     char buf[300];
     if (only_first_output(t) || window2d(t, conv ? t->in[1]->shape + 2 : NULL, k, s, d, p, more)) return fm_last_status();
     const bool uneven = more[0] || more[1] || more[2] || more[3];
-    if (uneven && !conv && !is_max && !onnx_attr_int(&t->c, "count_include_pad", 0))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads that excludes them from its count has no graph form");
+    /* an average that leaves uneven pads out of its count (TensorFlow's SAME): the pool counting
+     * them, times k kh / (the window's cells inside the input), a constant per output position */
+    const bool exclude = uneven && !conv && !is_max && !onnx_attr_int(&t->c, "count_include_pad", 0);
+    if (exclude && (onnx_attr_int(&t->c, "ceil_mode", 0) || t->x->va[t->n->in[0]]->shape[2] != t->x->vb[t->n->in[0]]->shape[2] ||
+                    t->x->va[t->n->in[0]]->shape[3] != t->x->vb[t->n->in[0]]->shape[3]))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads left out of its count has a graph form on static H and W "
+                            "without ceil_mode only");
     const char *xin = window_input(t, more, is_max ? -INFINITY : 0.0, buf, sizeof buf);
     if (!xin) return fm_last_status();
     fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, p)};
@@ -267,10 +283,28 @@ static fm_status t_conv_pool(tctx *t) {
     const int64_t ceil_mode = onnx_attr_int(&t->c, "ceil_mode", 0) != 0;
     a[2] = fm_graph_attr_ints("kernel", 2, k);
     int na = 3;
-    if (!is_max) a[na++] = fm_graph_attr_int("count_include_pad", onnx_attr_int(&t->c, "count_include_pad", 0));
+    if (!is_max) a[na++] = fm_graph_attr_int("count_include_pad", exclude ? 1 : onnx_attr_int(&t->c, "count_include_pad", 0));
     if (ceil_mode) a[na++] = fm_graph_attr_int("ceil_mode", 1);
     const char *x[1] = {xin};
-    return node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, out_name(t, 0), na, a);
+    char pb[300], cb[300];
+    const char *pooled = exclude ? tmp_name(t, pb, sizeof pb) : out_name(t, 0);
+    if (node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, pooled, na, a) || !exclude) return fm_last_status();
+    int64_t hw[2] = {t->in[0]->shape[2], t->in[0]->shape[3]}, o[2];
+    for (int i = 0; i < 2; i++) o[i] = (hw[i] + 2 * p[i] + more[i] + more[2 + i] - k[i]) / s[i] + 1;
+    double *corr = malloc(sizeof(double) * (size_t)(o[0] * o[1]));
+    if (!corr) return fm_set_error(FM_ERR_OOM, "AveragePool: out of host memory");
+    for (int64_t i = 0; i < o[0]; i++)
+        for (int64_t j = 0; j < o[1]; j++) {
+            int64_t cells = 1, at[2] = {i, j};
+            for (int q = 0; q < 2; q++) {
+                const int64_t lo = at[q] * s[q] - p[q] - more[q], hi = lo + k[q];
+                cells *= (hi < hw[q] ? hi : hw[q]) - (lo > 0 ? lo : 0);
+            }
+            corr[i * o[1] + j] = cells > 0 ? (double)(k[0] * k[1]) / (double)cells : 0;
+        }
+    const char *c = const_of(t, 2, o, corr, t->in[0]->dtype, cb, sizeof cb);
+    free(corr);
+    return c ? node(t, "mul", 2, (const char *[]){pooled, c}, out_name(t, 0), 0, NULL) : fm_last_status();
 }
 
 /* ConvTranspose over 2 spatial dims: a conv_transpose2d node, then a pad node that crops
@@ -374,17 +408,6 @@ static fm_status t_split(tctx *t) {
         off = end;
     }
     return off == len ? FM_OK : fm_set_error(FM_ERR_INVALID, "split sizes add up to %lld, not the axis's %lld", (long long)off, (long long)len);
-}
-
-/* A constant of dtype dt and shape (nd, sh) from the f64 values v (the graph's copy), named into buf. */
-static const char *const_of(tctx *t, int nd, const int64_t *sh, const double *v, fm_dtype dt, char *buf, size_t n) {
-    int64_t len = 1;
-    for (int d = 0; d < nd; d++) len *= sh[d];
-    fm_tensor *h = fm_tensor_from_data(v, nd, sh, FM_F64), *c = h ? fm_to_dtype(h, dt) : NULL;
-    const char *name = tmp_name(t, buf, n);
-    fm_status st = c && len >= 0 ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
-    fm_tensor_release_n(2, h, c);
-    return st ? NULL : name;
 }
 
 #define RS_GRAPH_TAPS 8 /* a cubic's 4, an antialiased linear's up to 8 */
