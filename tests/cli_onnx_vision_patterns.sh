@@ -124,9 +124,9 @@ roundtrip upsample u.npy conv_transpose2d 2 "two conv_transpose2d nodes"
 # a CycleGAN-style generator: reflect pads, InstanceNormalization (a layer norm over H and W, then
 # scale and bias), a strided conv down and a ConvTranspose up
 roundtrip gan g.npy layer_norm 3 "three layer_norm nodes (the instance norms)"
-# Resize with constant scales or sizes: an index_select per axis (nearest), per tap and axis
-# weighted (linear: 2 taps, cubic: 4) -> 2 + 4 + 8
-roundtrip resize r.npy index_select 14 "fourteen index_select nodes"
+# Resize with constant scales or sizes (or sizes that carry the dynamic batch along): an
+# index_select per axis (nearest), per tap and axis weighted (linear: 2 taps, cubic: 4) -> 2 + 4 + 8 + 4
+roundtrip resize r.npy index_select 18 "eighteen index_select nodes"
 # Tile as an index_select per repeated axis, GatherElements with negative constant indices as gather
 roundtrip tile r.npy gather 1 "one gather node"
 [ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"

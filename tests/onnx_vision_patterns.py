@@ -25,7 +25,8 @@ And gan.onnx, a CycleGAN-style generator: reflect Pad, 7x7 Conv, InstanceNormali
 strided Conv down and a ConvTranspose up, each normalized, a 7x7 Conv and Tanh; with g.npy.
 And resize.onnx (opset 18): x [b, 4, 6, 5] upsampled 2x three ways, as PyTorch's interpolate
 exports them (nearest asymmetric floor by scales, linear half_pixel by sizes on axes 2 and 3,
-cubic pytorch_half_pixel by scales), summed; with r.npy. And tile.onnx: x [2, 4, 6, 5] tiled
+cubic pytorch_half_pixel by scales, linear by sizes built from Shape(x) with the batch dynamic),
+summed; with r.npy. And tile.onnx: x [2, 4, 6, 5] tiled
 [1, 2, 1, 2], then GatherElements on the last axis with constant indices, negative ones among
 them; with r.npy.
 
@@ -157,11 +158,16 @@ def gan_model():
 
 def resize_model():
     f32, i64 = np.float32, np.int64
-    inits = [init("s2", np.array([1, 1, 2, 2], f32)), init("hw", np.array([12, 10], i64))]
+    inits = [init("s2", np.array([1, 1, 2, 2], f32)), init("hw", np.array([12, 10], i64)), init("z", np.array([0], i64)),
+             init("two", np.array([2], i64))]
     n = [helper.make_node("Resize", ["x", "", "s2"], ["n1"], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
          helper.make_node("Resize", ["x", "", "", "hw"], ["n2"], mode="linear", axes=[2, 3]),
          helper.make_node("Resize", ["x", "", "s2"], ["n3"], mode="cubic", coordinate_transformation_mode="pytorch_half_pixel"),
-         helper.make_node("Add", ["n1", "n2"], ["a"]), helper.make_node("Add", ["a", "n3"], ["y"])]
+         # as torch.onnx.export writes F.interpolate(x, size=(12, 10)): sizes = Shape(x)[0:2] ++ (12, 10), the batch dynamic
+         helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Slice", ["sh", "z", "two"], ["nc"]),
+         helper.make_node("Concat", ["nc", "hw"], ["size4"], axis=0),
+         helper.make_node("Resize", ["x", "", "", "size4"], ["n4"], mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+         helper.make_node("Add", ["n1", "n2"], ["a"]), helper.make_node("Add", ["a", "n3"], ["a3"]), helper.make_node("Add", ["a3", "n4"], ["y"])]
     return build("resize", n, inits, ["b", 4, 6, 5], ["b", 4, 12, 10], opset=18)
 
 

@@ -469,12 +469,18 @@ static fm_status resize_axis_nodes(tctx *t, const onnx_resize_axis *r, const cha
 /* Resize and Upsample: each resized axis in turn (resize_axis_nodes), the plan made from the
  * probe shapes, so the resized dims and the sizes or scales must not follow a dynamic dim. */
 static fm_status t_resize(tctx *t) {
-    for (int k = 1; k < t->n->n_in && k < 4; k++)
-        if (need_folded(t, k, "roi/scales/sizes")) return fm_last_status();
+    for (int k = 1; k < t->n->n_in && k < 4; k++) /* sizes may follow a dynamic dim it does not resize (the batch): checked below */
+        if (!(k == 3 && t->n->in[3] >= 0 && t->x->shape_like[t->n->in[3]]) && need_folded(t, k, "roi/scales/sizes")) return fm_last_status();
     onnx_resize_axis ax[FM_MAX_DIMS];
     int na = 0;
     fm_status st = onnx_resize_plan(&t->c, t->in[0], ax, &na);
     const int si = t->n->in[0], so = t->n->out[0];
+    for (int d = 0; d < t->in[0]->ndim && st == FM_OK; d++) { /* a dim the plan leaves alone must stay so at the other probe */
+        bool resized = false;
+        for (int i = 0; i < na; i++) resized |= ax[i].ax == d;
+        if (!resized && t->x->vb[so]->shape[d] != t->x->vb[si]->shape[d])
+            st = fm_set_error(FM_ERR_UNSUPPORTED, "a Resize whose sizes follow a dynamic dim (axis %d) has no graph form", d);
+    }
     for (int i = 0; i < na && st == FM_OK; i++)
         if (t->x->va[si]->shape[ax[i].ax] != t->x->vb[si]->shape[ax[i].ax] || t->x->va[so]->shape[ax[i].ax] != t->x->vb[so]->shape[ax[i].ax])
             st = fm_set_error(FM_ERR_UNSUPPORTED, "a Resize along a dynamic dim (axis %d) has no graph form: fix its size with --dim", ax[i].ax);
@@ -871,7 +877,8 @@ static fm_status t_pad(tctx *t) {
 }
 
 bool onnx_graph_shape_input_ok(const char *op, int input) {
-    return input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather")); /* Gather: t_gather */
+    return (input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather"))) || /* Gather: t_gather */
+           (input == 3 && !strcmp(op, "Resize")); /* sizes that carry the batch along: t_resize checks the resized dims */
 }
 
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
