@@ -2,6 +2,9 @@
 # all used to write out for themselves.
 #   cli_begin PREFIX    makes $tmp (removed on exit) and sets fails=0
 #   ok MSG / bad MSG    record a passed / failed check
+#   check MSG EXPR      evaluates the shell test EXPR: ok MSG if it holds, else bad MSG
+#   cli_need_onnx_python
+#                       skips the script (exit 77) unless python3 has onnx and numpy
 #   expect CODE NEEDLE CMD...
 #                       runs CMD; checks its exit code and that NEEDLE (if not
 #                       empty) is in its stdout+stderr
@@ -31,6 +34,11 @@ cli_begin() {
 
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+cli_need_onnx_python() {
+  python3 -c "import onnx, numpy" 2>/dev/null || { echo "SKIP: python3 with onnx and numpy is needed"; exit 77; }
+}
 
 expect() {
   local code=$1 needle=$2; shift 2

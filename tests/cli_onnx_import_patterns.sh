@@ -9,11 +9,10 @@
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-if ! python3 -c "import onnx, numpy" 2>/dev/null; then echo "SKIP: python3 with onnx and numpy is needed"; exit 77; fi
-d=$(mktemp -d /tmp/fathom_cli_onnx_pat.XXXXXX)
-trap 'rm -rf "$d"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+. "$here/cli_lib.sh"
+cli_need_onnx_python
+cli_begin fathom_cli_onnx_pat
+d=$tmp
 python3 "$here/onnx_import_patterns.py" "$d" || { echo "FAIL: writing the models"; exit 1; }
 ins=(--input "x=$d/x.npy" --input "mask=$d/mask.npy")
 
@@ -99,5 +98,4 @@ err=$("$bin" run "$d/empty" "${ins[@]}" 2>&1); rc=$?
 check "a directory that is no graph: exit 1, said" '[ $rc = 1 ] && [[ "$err" == *"without a graph.json"* ]]'
 err=$("$bin" import "$d/erf.onnx" -o "$d/e" 2>&1); rc=$?
 check "an Erf outside the GELU pattern: refused with the op named" '[ $rc = 1 ] && [[ "$err" == *"(Erf): has no graph form"* ]] && [ ! -e "$d/e" ]'
-[ $fail = 0 ] && echo "cli_onnx_import_patterns: all checks passed"
-exit $fail
+cli_end cli_onnx_import_patterns

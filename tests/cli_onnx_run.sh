@@ -7,10 +7,9 @@ set -uo pipefail
 bin=$1
 case_dir=/usr/share/libonnx-testdata/data/node/test_conv_with_strides_padding
 if [ ! -d "$case_dir" ]; then echo "SKIP: $case_dir missing (apt-get install libonnx-testdata)"; exit 77; fi
-d=$(mktemp -d /tmp/fathom_cli_onnx.XXXXXX)
-trap 'rm -rf "$d"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+. "$(dirname "$0")/cli_lib.sh"
+cli_begin fathom_cli_onnx
+d=$tmp
 x="x=$case_dir/test_data_set_0/input_0.pb" w="W=$case_dir/test_data_set_0/input_1.pb"
 
 out=$("$bin" run "$case_dir/model.onnx" --input "$x" --input "$w" --json); rc=$?
@@ -91,4 +90,4 @@ mkdir -p "$d/mp"
 out=$("$py" "$(dirname "$0")/onnx_maxpool_indices_check.py" "$bin" "$d/mp" 2>&1); rc=$?
 echo "$out" | tail -1
 if [ $rc != 77 ]; then check "MaxPool Indices equal to ONNX Runtime" '[ $rc = 0 ]'; fi
-exit $fail
+cli_end cli_onnx_run

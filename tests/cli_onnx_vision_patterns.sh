@@ -10,11 +10,10 @@
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-if ! python3 -c "import onnx, numpy" 2>/dev/null; then echo "SKIP: python3 with onnx and numpy is needed"; exit 77; fi
-d=$(mktemp -d /tmp/fathom_cli_onnx_vis.XXXXXX)
-trap 'rm -rf "$d"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+. "$here/cli_lib.sh"
+cli_need_onnx_python
+cli_begin fathom_cli_onnx_vis
+d=$tmp
 python3 "$here/onnx_vision_patterns.py" "$d" || { echo "FAIL: writing the model"; exit 1; }
 
 out=$("$bin" import "$d/vision.onnx" -o "$d/g"); rc=$?
@@ -100,7 +99,7 @@ roundtrip() {
   check "$m: import, compile and export" '[ "$rc1$rc2$rc3" = 000 ]'
   n=$(python3 -c "import json, sys; print(sum(n['op'] == sys.argv[2] for n in json.load(open(sys.argv[1]))['nodes']))" "$d/${m}_c/graph.json" "$op")
   check "$m: $what, got $n" '[ "$n" = "$count" ]'
-  for s in "$m.onnx" "${m}_g" "${m}_c"; do "$bin" run "$d/$s" --input "x=$d/$npy" --output "$d/o_$s" >/dev/null || echo "FAIL: run $s"; done
+  for s in "$m.onnx" "${m}_g" "${m}_c"; do "$bin" run "$d/$s" --input "x=$d/$npy" --output "$d/o_$s" >/dev/null || bad "run $s"; done
   worst=$(python3 -c "
 import sys, numpy as np
 d, m, npy = sys.argv[1:4]
@@ -129,5 +128,4 @@ roundtrip gan g.npy layer_norm 3 "three layer_norm nodes (the instance norms)"
 roundtrip resize r.npy index_select 18 "eighteen index_select nodes"
 # Tile as an index_select per repeated axis, GatherElements with negative constant indices as gather
 roundtrip tile r.npy gather 1 "one gather node"
-[ $fail = 0 ] && echo "cli_onnx_vision_patterns: ok"
-exit $fail
+cli_end cli_onnx_vision_patterns

@@ -10,11 +10,10 @@
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-if ! python3 -c "import onnx, numpy" 2>/dev/null; then echo "SKIP: python3 with onnx and numpy is needed"; exit 77; fi
-d=$(mktemp -d /tmp/fathom_cli_quant_onnx.XXXXXX)
-trap 'rm -rf "$d"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+. "$here/cli_lib.sh"
+cli_need_onnx_python
+cli_begin fathom_cli_quant_onnx
+d=$tmp
 python3 "$here/onnx_quant_cnn.py" "$d" || { echo "FAIL: writing the model"; exit 1; }
 
 "$bin" compile "$d/cnn.onnx" -o "$d/c" >/dev/null; rc=$?
@@ -27,7 +26,7 @@ check "two qconv2d_int8 nodes in each ($(count "$d/qd" qconv2d_int8), $(count "$
   '[ "$(count "$d/qd" qconv2d_int8)" = 2 ] && [ "$(count "$d/qs" qconv2d_int8)" = 2 ] && [ "$(count "$d/qs" qlinear_int8)" = 1 ]'
 check "the report names the first conv's reason and the calibrated ranges" \
   '[[ "$out_s" == *"a window of 27 weights (kh kw C < 32)"* ]] && [[ "$out_s" == *"int8 static (activations ["* ]]'
-for side in c qd qs; do "$bin" run "$d/$side" --input "x=$d/x.npy" --output "$d/y_$side" >/dev/null || { echo "FAIL: run $side"; fail=1; }; done
+for side in c qd qs; do "$bin" run "$d/$side" --input "x=$d/x.npy" --output "$d/y_$side" >/dev/null || bad "run $side"; done
 res=$(python3 -c "
 import sys, numpy as np
 d = sys.argv[1]
@@ -50,4 +49,4 @@ check "--calibrate recipe on a graph without a recipe: exit 1, the way out named
 msg=$("$bin" quantize "$d/c" -o "$d/x2" --int8 --calibrate "$d/calib_bad.npy" 2>&1); rc=$?
 check "calibration samples of the wrong shape: exit 1, named ($msg)" \
   '[ $rc = 1 ] && [[ "$msg" == *"does not fit the graph'"'"'s input"* ]] && [ ! -e "$d/x2" ]'
-exit $fail
+cli_end cli_quantize_onnx
