@@ -354,6 +354,17 @@ int64_t g_node_int(const gnode *n, const char *name, int64_t def) {
     return a && a->type == FM_ATTR_INT ? a->i : def;
 }
 
+bool g_list_has(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n)) return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
 /* An attribute that is absent or every element of which is the number v. */
 static bool attr_all(const gnode *n, const char *name, int64_t v) {
     const gattr *a = g_node_attr(n, name);

@@ -46,16 +46,7 @@ static fm_status check_node_static(const fm_graph *g, const gnode *n) {
         if (n->in[i] < 0) return fm_set_error(FM_ERR_INVALID, "%s: input %d is required", lb, i);
     for (int k = 0; k < n->n_attrs; k++) {
         const gattr *a = &n->attrs[k];
-        size_t len = strlen(a->name);
-        const char *p = sp->attrs;
-        bool known = false;
-        while (p && *p && !known) {
-            const char *e = strchr(p, ',');
-            size_t l = e ? (size_t)(e - p) : strlen(p);
-            known = l == len && !strncmp(p, a->name, l);
-            p = e ? e + 1 : NULL;
-        }
-        if (!known) return fm_set_error(FM_ERR_INVALID, "%s: unknown attribute '%s' (it takes: %s)", lb, a->name, *sp->attrs ? sp->attrs : "none");
+        if (!g_list_has(sp->attrs, a->name)) return fm_set_error(FM_ERR_INVALID, "%s: unknown attribute '%s' (it takes: %s)", lb, a->name, *sp->attrs ? sp->attrs : "none");
         for (int e = 0; a->type == FM_ATTR_INTS && e < a->n; e++)
             if (a->ints[e].expr && g_expr_check(g, a->ints[e].expr) != FM_OK) {
                 fm_error_prefix("%s: attribute '%s'", lb, a->name);

@@ -114,6 +114,18 @@ fm_graph *g_pass_fuse_conv_bn(const fm_graph *g, char *note, size_t nn) {
     return out;
 }
 
+/* A pair attribute (stride, padding, kernel: one number for both dims, or two) into out,
+ * which keeps its values when the attribute is absent; false when it is not such a pair. */
+static bool attr_pair(const gnode *n, const char *name, int64_t out[2]) {
+    const gattr *at = g_node_attr(n, name);
+    if (!at) return true;
+    if (at->type == FM_ATTR_INT) out[0] = out[1] = at->i;
+    else if (at->type == FM_ATTR_INTS && (at->n == 1 || at->n == 2) && !at->ints[0].expr && !at->ints[at->n - 1].expr)
+        out[0] = at->ints[0].v, out[1] = at->ints[at->n - 1].v;
+    else return false;
+    return true;
+}
+
 /* pad (constant 0, the same amount before and after each spatial dim, none on N and C) read
  * only by a conv2d (NCHW): the conv pads that much more itself, and the padded copy goes
  * (Keras's ZeroPadding2D before a VALID conv, as ResNet-50's stem exported by tf2onnx). */
@@ -134,10 +146,7 @@ static int pad_conv_node(rw_fuse *f, int i) {
     const gnode *c = j >= 0 ? &g->nodes[j] : NULL;
     if (!c || strcmp(c->op, "conv2d") || c->in[0] != p->out[0] || strcmp(str_attr(c, "layout", "NCHW"), "NCHW")) return -1;
     if (pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] || pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) return -1;
-    const gattr *ca = g_node_attr(c, "padding"); /* one int for both dims, or two */
-    if (ca && ca->type == FM_ATTR_INT) cp[0] = cp[1] = ca->i;
-    else if (ca && (ca->type != FM_ATTR_INTS || ca->n != 2 || ca->ints[0].expr || ca->ints[1].expr)) return -1;
-    else if (ca) cp[0] = ca->ints[0].v, cp[1] = ca->ints[1].v;
+    if (!attr_pair(c, "padding", cp)) return -1;
     const int64_t np[2] = {cp[0] + pads[2], cp[1] + pads[3]};
     fm_graph_attr a = fm_graph_attr_ints("padding", 2, np);
     const char *ins[FM_GRAPH_MAX_NODE_IO], *outs[1] = {g->values[c->out[0]].name};
@@ -253,16 +262,7 @@ static bool clamp_bounds(const gnode *n, double *lo, double *hi) {
 /* A square max pool with stride = window and no padding in `layout`: its window, or 0. */
 static int64_t plain_pool(const gnode *n, const char *layout) {
     int64_t k[2] = {0, 0}, st[2] = {-1, -1}, pd[2] = {0, 0};
-    const char *names[3] = {"kernel", "stride", "padding"};
-    int64_t *dst[3] = {k, st, pd};
-    for (int a = 0; a < 3; a++) {
-        const gattr *at = g_node_attr(n, names[a]);
-        if (!at) continue;
-        if (at->type == FM_ATTR_INT) dst[a][0] = dst[a][1] = at->i;
-        else if (at->type == FM_ATTR_INTS && (at->n == 1 || at->n == 2) && !at->ints[0].expr && !at->ints[at->n - 1].expr)
-            dst[a][0] = at->ints[0].v, dst[a][1] = at->ints[at->n - 1].v;
-        else return 0;
-    }
+    if (!attr_pair(n, "kernel", k) || !attr_pair(n, "stride", st) || !attr_pair(n, "padding", pd)) return 0;
     if (st[0] < 0) st[0] = k[0], st[1] = k[1];
     bool ok = k[0] == k[1] && st[0] == k[0] && st[1] == k[1] && !pd[0] && !pd[1] && k[0] > 1 && k[0] <= 64;
     return ok && !strcmp(str_attr(n, "layout", "NCHW"), layout) ? k[0] : 0;

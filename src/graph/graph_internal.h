@@ -96,6 +96,8 @@ bool g_is_ident(const char *s);
 const gattr *g_node_attr(const gnode *n, const char *name);
 /* An integer attribute of n, def when absent or not an integer (the passes' reads) */
 int64_t g_node_int(const gnode *n, const char *name, int64_t def);
+/* Whether the comma-separated list holds name as one of its items ("a,b,c"; NULL: empty). */
+bool g_list_has(const char *list, const char *name);
 /* A conv node with stride 1, dilation 1, one group and NCHW: the geometry of the CPU's
  * direct conv2d_fused kernels (lanes, Winograd), which read packed weights. */
 bool g_conv_direct_geometry(const gnode *n);

@@ -325,13 +325,6 @@ static bool next_item(const char **p, char *item, size_t n) {
     return true;
 }
 
-static bool list_has(const char *list, const char *name) {
-    char item[256];
-    while (next_item(&list, item, sizeof item))
-        if (!strcmp(item, name)) return true;
-    return false;
-}
-
 /* The --ops kind a candidate belongs to (its family's first op name). */
 static const char *kind_name(qkind k) {
     return k == K_LINEAR ? "linear" : k == K_MATMUL ? "matmul" : k == K_CONV ? "conv2d" : k == K_EMBEDDING ? "embedding" : "";
@@ -340,8 +333,8 @@ static const char *kind_name(qkind k) {
 /* A candidate the options leave fp32 (not among op_types, or named in exclude) becomes K_NONE, with why. */
 static qkind filter_kind(const gnode *n, qkind k, const fm_quant_options *o, char *why, size_t nw) {
     if (k == K_NONE) return k;
-    if (o->exclude && list_has(o->exclude, n->name)) { snprintf(why, nw, "fp32: excluded (--exclude)"); return K_NONE; }
-    if (o->op_types && o->op_types[0] && !list_has(o->op_types, kind_name(k))) {
+    if (o->exclude && g_list_has(o->exclude, n->name)) { snprintf(why, nw, "fp32: excluded (--exclude)"); return K_NONE; }
+    if (o->op_types && o->op_types[0] && !g_list_has(o->op_types, kind_name(k))) {
         snprintf(why, nw, "fp32: %s is not among --ops %s", kind_name(k), o->op_types);
         return K_NONE;
     }
@@ -352,7 +345,7 @@ static qkind filter_kind(const gnode *n, qkind k, const fm_quant_options *o, cha
 static fm_status check_lists(const fm_graph *g, const fm_quant_options *o) {
     char item[256];
     for (const char *p = o->op_types; next_item(&p, item, sizeof item);)
-        if (!list_has("linear,matmul,conv2d,embedding", item))
+        if (!g_list_has("linear,matmul,conv2d,embedding", item))
             return fm_set_error(FM_ERR_INVALID, "quantize: --ops '%s': expected a comma-separated list of linear, matmul, conv2d, embedding", item);
     for (const char *p = o->exclude; next_item(&p, item, sizeof item);) {
         bool found = false;

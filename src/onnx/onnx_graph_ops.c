@@ -80,25 +80,25 @@ static fm_status t_simple(tctx *t, const char *op) {
     return node(t, op, n_in, ins, out_name(t, 0), 0, NULL);
 }
 
-/* A 0-d constant of dtype dt holding v, named buf: a scalar operand for a
- * broadcasting binary node. */
-static const char *scalar_const(tctx *t, double v, fm_dtype dt, char *buf, size_t n) {
+/* A constant of dtype dt and shape (nd, sh) from the f64 values v (the graph's copy), named into buf. */
+static const char *const_of(tctx *t, int nd, const int64_t *sh, const double *v, fm_dtype dt, char *buf, size_t n) {
+    fm_tensor *h = fm_tensor_from_data(v, nd, sh, FM_F64), *c = h ? fm_to_dtype(h, dt) : NULL;
     const char *name = tmp_name(t, buf, n);
-    fm_tensor *c = fm_tensor_full(0, NULL, v, dt, FM_CPU);
     fm_status st = c ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
-    fm_tensor_release(c);
+    fm_tensor_release_n(2, h, c);
     return st ? NULL : name;
 }
 
-/* A constant of dtype dt and shape (nd, sh) from the f64 values v (the graph's copy), named into buf. */
-static const char *const_of(tctx *t, int nd, const int64_t *sh, const double *v, fm_dtype dt, char *buf, size_t n) {
-    int64_t len = 1;
-    for (int d = 0; d < nd; d++) len *= sh[d];
-    fm_tensor *h = fm_tensor_from_data(v, nd, sh, FM_F64), *c = h ? fm_to_dtype(h, dt) : NULL;
-    const char *name = tmp_name(t, buf, n);
-    fm_status st = c && len >= 0 ? fm_graph_add_const(t->x->g, name, c) : fm_last_status();
-    fm_tensor_release_n(2, h, c);
-    return st ? NULL : name;
+/* A 0-d constant of dtype dt holding v, named buf: a scalar operand for a
+ * broadcasting binary node. */
+static const char *scalar_const(tctx *t, double v, fm_dtype dt, char *buf, size_t n) { return const_of(t, 0, NULL, &v, dt, buf, n); }
+
+/* out = index_select(in, axis) by the m constant indices src (an i64 constant of the graph's). */
+static fm_status select_const(tctx *t, const char *in, int64_t axis, int64_t m, const double *src, const char *out) {
+    char ib[300];
+    const char *idx = const_of(t, 1, &m, src, FM_I64, ib, sizeof ib);
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    return idx ? node(t, "index_select", 2, (const char *[]){in, idx}, out, 1, &a) : fm_last_status();
 }
 
 /* HardSigmoid(x) = clamp(alpha * x + beta, 0, 1); HardSwish(x) = x * HardSigmoid(x)
@@ -426,8 +426,7 @@ static fm_status resize_axis_nodes(tctx *t, const onnx_resize_axis *r, const cha
         for (int k = 0; k < r->n; k++) ones += r->w[o * r->n + k] == 1, nearest &= r->w[o * r->n + k] == 0 || r->w[o * r->n + k] == 1;
         nearest &= ones == 1;
     }
-    fm_graph_attr a = fm_graph_attr_int("axis", r->ax);
-    char ib[300], wb[300], gb[300], mb[2][300], ab[2][300]; /* acc names the previous step's buffer: two of each */
+    char wb[300], gb[300], mb[2][300], ab[2][300]; /* acc names the previous step's buffer: two of each */
     int taps[RS_GRAPH_TAPS], nt = 0;
     for (int k = 0; k < r->n && !nearest; k++) { /* the taps that weigh anything somewhere */
         bool used = false;
@@ -449,8 +448,8 @@ static fm_status resize_axis_nodes(tctx *t, const onnx_resize_axis *r, const cha
             col[o] = (double)r->idx[o * r->n + kk];
         }
         const bool last = j == nt - 1;
-        const char *idx = const_of(t, 1, &r->out, col, FM_I64, ib, sizeof ib), *g = nearest ? out : tmp_name(t, gb, sizeof gb);
-        st = idx ? node(t, "index_select", 2, (const char *[]){in, idx}, g, 1, &a) : fm_last_status();
+        const char *g = nearest ? out : tmp_name(t, gb, sizeof gb);
+        st = select_const(t, in, r->ax, r->out, col, g);
         if (st || nearest) break;
         for (int64_t o = 0; o < r->out; o++) col[o] = r->w[o * r->n + k];
         const char *w = const_of(t, nd - r->ax, wsh, col, dt, wb, sizeof wb), *m = last && !acc ? out : tmp_name(t, mb[j % 2], sizeof mb[0]);
@@ -509,7 +508,7 @@ static fm_status t_tile(tctx *t) {
         if (rep[d] != 1) last = d;
     }
     const char *cur = in_name(t, 0);
-    char bufs[2][300], ib[300];
+    char bufs[2][300];
     for (int d = 0; d <= last; d++) {
         if (rep[d] == 1) continue;
         const int64_t len = t->in[0]->shape[d], m = len * rep[d];
@@ -518,10 +517,10 @@ static fm_status t_tile(tctx *t) {
         double *v = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
         if (!v) return fm_set_error(FM_ERR_OOM, "Tile: out of host memory");
         for (int64_t i = 0; i < m; i++) v[i] = (double)(i % len);
-        const char *idx = const_of(t, 1, &m, v, FM_I64, ib, sizeof ib), *o = d == last ? out_name(t, 0) : tmp_name(t, bufs[d % 2], sizeof bufs[0]);
+        const char *o = d == last ? out_name(t, 0) : tmp_name(t, bufs[d % 2], sizeof bufs[0]);
+        fm_status st = select_const(t, cur, d, m, v, o);
         free(v);
-        fm_graph_attr a = fm_graph_attr_int("axis", d);
-        if (!idx || node(t, "index_select", 2, (const char *[]){cur, idx}, o, 1, &a)) return fm_last_status();
+        if (st) return st;
         cur = o;
     }
     return last >= 0 ? FM_OK : node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
@@ -721,24 +720,21 @@ static fm_status reshape_to_output(tctx *t, const char *in, int64_t keep) {
  * for rank > 1, a reshape to data[:axis] + indices.shape + data[axis+1:]. */
 static fm_status gather_indices(tctx *t, int64_t axis, int64_t dim, const fm_tensor *idx) {
     int64_t n = fm_tensor_numel(idx);
-    fm_tensor *flat = fm_tensor_empty(1, &n, FM_I64, FM_CPU);
-    if (!flat) return fm_last_status();
+    double *flat = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!flat) return fm_set_error(FM_ERR_OOM, "Gather: out of host memory");
     for (int64_t i = 0; i < n; i++) {
         int64_t v = (int64_t)fm_tensor_get(idx, i);
         if (v < -dim || v >= dim) {
-            fm_tensor_release(flat);
+            free(flat);
             return fm_set_error(FM_ERR_INVALID, "index %" PRId64 " is outside [-%" PRId64 ", %" PRId64 ")", v, dim, dim);
         }
-        fm_tensor_set(flat, i, (double)(v < 0 ? v + dim : v));
+        flat[i] = (double)(v < 0 ? v + dim : v);
     }
-    char cbuf[256], mbuf[256];
-    const char *cname = tmp_name(t, cbuf, sizeof cbuf);
-    fm_status st = fm_graph_add_const(t->x->g, cname, flat);
-    fm_tensor_release(flat);
-    if (st) return st;
-    fm_graph_attr a = fm_graph_attr_int("axis", axis);
-    const char *mid = idx->ndim == 1 ? out_name(t, 0) : tmp_name(t, mbuf, sizeof mbuf), *ins[2] = {in_name(t, 0), cname};
-    if ((st = node(t, "index_select", 2, ins, mid, 1, &a)) || idx->ndim == 1) return st;
+    char mbuf[256];
+    const char *mid = idx->ndim == 1 ? out_name(t, 0) : tmp_name(t, mbuf, sizeof mbuf);
+    fm_status st = select_const(t, in_name(t, 0), axis, n, flat, mid);
+    free(flat);
+    if (st || idx->ndim == 1) return st;
     return reshape_to_output(t, mid, axis);
 }
 

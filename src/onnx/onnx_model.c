@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data/data_internal.h"
+#include "graph/graph_internal.h" /* g_list_has */
 
 typedef struct {
     char **keys;
@@ -133,18 +134,6 @@ static fm_status load_inputs(fm_onnx_model *m, name_map *nm) {
     return FM_OK;
 }
 
-/* Whether attribute `name` is in the comma-separated list. */
-static bool attr_known(const char *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *s = list; s && *s;) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len == n && !strncmp(s, name, n)) return true;
-        s += len + (e != NULL);
-    }
-    return false;
-}
-
 static fm_status node_error(const fm_onnx_model *m, int i, const Onnx__NodeProto *np, const char *fmt, const char *a) {
     char msg[512];
     snprintf(msg, sizeof msg, fmt, a ? a : "");
@@ -169,7 +158,7 @@ static fm_status check_node(fm_onnx_model *m, int i, const Onnx__NodeProto *np, 
         return node_error(m, i, np, "wrong number of outputs (or an output fathom does not compute)%s", "");
     for (size_t a = 0; a < np->n_attribute; a++) {
         const Onnx__AttributeProto *at = np->attribute[a];
-        if (!at->name || !attr_known((*op)->attrs, at->name))
+        if (!at->name || !g_list_has((*op)->attrs, at->name))
             return node_error(m, i, np, "attribute '%s' is not supported", at->name ? at->name : "(unnamed)");
         if (at->ref_attr_name && *at->ref_attr_name)
             return node_error(m, i, np, "attribute '%s' refers to a function attribute (not supported)", at->name);
