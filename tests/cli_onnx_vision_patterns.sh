@@ -5,8 +5,9 @@
 # class token expanded to the batch. The batch stays dynamic (no --dim); the graph and the
 # compiled graph equal the interpreter (and ONNX Runtime when installed) within 1e-5 at batch
 # 2 and 3; the compiled graph holds silu and no sigmoid; the exported graph runs in ONNX
-# Runtime with the same outputs. Then the scatter model, and TensorFlow-style padding (Pad
-# reflect/edge/constant, uneven SAME_UPPER and explicit pads) through the same steps.
+# Runtime with the same outputs. Then the scatter model, TensorFlow-style padding (Pad
+# reflect/edge/constant, uneven SAME_UPPER and explicit pads), and the other models of
+# onnx_vision_patterns.py (1-D convs and pools among them) through the same steps.
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -128,4 +129,11 @@ roundtrip gan g.npy layer_norm 3 "three layer_norm nodes (the instance norms)"
 roundtrip resize r.npy index_select 18 "eighteen index_select nodes"
 # Tile as an index_select per repeated axis, GatherElements with negative constant indices as gather
 roundtrip tile r.npy gather 1 "one gather node"
+# 1-D convs and pools (speech models) as 2-D ones on [N, C, 1, L]; the length fixed, then dynamic
+roundtrip audio a.npy conv_transpose2d 1 "one conv_transpose2d node"
+roundtrip audio_dyn a.npy max_pool2d 1 "one max_pool2d node"
+roundtrip audio_dyn a50.npy avg_pool2d 1 "one avg_pool2d node"
+err=$("$bin" compile "$d/audio_dyn_uneven.onnx" -o "$d/adu" 2>&1); rc=$?
+check "an average pool that leaves uneven pads out of its count on a dynamic length: exit 1, named" \
+  '[ $rc = 1 ] && [[ "$err" == *"AveragePool"*"uneven pads left out of its count has a graph form on static spatial dims"* ]] && [ ! -e "$d/adu" ]'
 cli_end cli_onnx_vision_patterns

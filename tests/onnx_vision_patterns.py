@@ -28,7 +28,12 @@ exports them (nearest asymmetric floor by scales, linear half_pixel by sizes on 
 cubic pytorch_half_pixel by scales, linear by sizes built from Shape(x) with the batch dynamic),
 summed; with r.npy. And tile.onnx: x [2, 4, 6, 5] tiled
 [1, 2, 1, 2], then GatherElements on the last axis with constant indices, negative ones among
-them; with r.npy.
+them; with r.npy. And audio.onnx: what speech models (Whisper's stem, wav2vec2's feature
+encoder) export, over one spatial dim: x [b, 4, 37] through Conv k3 pad 1 with a bias, Relu,
+Conv k3/2, a depthwise Conv k5 (8 groups), MaxPool k3/2 SAME_UPPER, AveragePool k2 with
+uneven pads out of its count, ConvTranspose k4/2; with a.npy. audio_dyn.onnx is the same with
+the length dynamic (t) and the AveragePool's pads even, with a50.npy [3, 4, 50];
+audio_dyn_uneven.onnx keeps the uneven pads, which have no graph form on a dynamic length.
 
 usage: python3 onnx_vision_patterns.py OUT_DIR"""
 import sys
@@ -179,6 +184,23 @@ def tile_model():
     return build("tile", n, inits, [2, 4, 6, 5], [2, 8, 6, 3])
 
 
+def audio_model(length, pool_pads=(0, 1)):
+    """1-D convs and pools as speech models export them: x [b, 4, length]"""
+    rng = np.random.default_rng(23)
+    f32 = np.float32
+    inits = [init("w1", rng.standard_normal((8, 4, 3)).astype(f32) * 0.3), init("b1", rng.standard_normal(8).astype(f32) * 0.1),
+             init("w2", rng.standard_normal((8, 8, 3)).astype(f32) * 0.3), init("w3", rng.standard_normal((8, 1, 5)).astype(f32) * 0.3),
+             init("wt", rng.standard_normal((8, 4, 4)).astype(f32) * 0.3), init("bt", rng.standard_normal(4).astype(f32) * 0.1)]
+    n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1]),
+         helper.make_node("Relu", ["c1"], ["a1"]),
+         helper.make_node("Conv", ["a1", "w2"], ["c2"], strides=[2], pads=[1, 1]),
+         helper.make_node("Conv", ["c2", "w3"], ["c3"], group=8, pads=[2, 2], dilations=[1]),
+         helper.make_node("MaxPool", ["c3"], ["m"], kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER"),
+         helper.make_node("AveragePool", ["m"], ["p"], kernel_shape=[2], pads=list(pool_pads), count_include_pad=0),
+         helper.make_node("ConvTranspose", ["p", "wt", "bt"], ["y"], strides=[2], pads=[1, 1])]
+    return build("audio", n, inits, ["b", 4, length], ["b", 4, None])
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -190,6 +212,11 @@ def main():
     save(gan_model(), f"{out}/gan.onnx")
     save(resize_model(), f"{out}/resize.onnx")
     save(tile_model(), f"{out}/tile.onnx")
+    save(audio_model(37), f"{out}/audio.onnx")
+    save(audio_model("t", (1, 1)), f"{out}/audio_dyn.onnx")
+    save(audio_model("t"), f"{out}/audio_dyn_uneven.onnx")
+    np.save(f"{out}/a.npy", np.random.default_rng(10).standard_normal((2, 4, 37)).astype(np.float32))
+    np.save(f"{out}/a50.npy", np.random.default_rng(12).standard_normal((3, 4, 50)).astype(np.float32))
     np.save(f"{out}/r.npy", np.random.default_rng(9).standard_normal((2, 4, 6, 5)).astype(np.float32))
     np.save(f"{out}/g.npy", np.random.default_rng(8).standard_normal((2, 3, 16, 12)).astype(np.float32))
     np.save(f"{out}/u.npy", np.random.default_rng(6).standard_normal((3, 4, 5, 6)).astype(np.float32))

@@ -249,8 +249,7 @@ static fm_status build_graph(onnx_graph_ctx *x) {
     for (int i = 0; i < 256; i++) fm_tensor_release_n(2, oa[i], ob[i]);
     if (st) return st;
     mark_folded(x, vc);
-    for (int s = 0; vc && s < m->n_values; s++) fm_tensor_release(vc[s]);
-    free(vc);
+    x->vc = vc; /* released by the caller, after the nodes */
     if ((st = onnx_graph_match_gelu(x))) return st;
     for (int i = 0; i < m->n_inputs; i++) x->emitted[m->inputs[i].slot] = true;
     for (int i = 0; i < m->n_nodes && !st; i++) {
@@ -288,8 +287,8 @@ fm_graph *fm_onnx_to_graph(fm_onnx_model *m) {
     fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip
                        ? fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path)
                        : build_graph(&x);
-    for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(2, x.va[s], x.vb[s]);
-    free(x.va), free(x.vb), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip);
+    for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(3, x.va[s], x.vb[s], x.vc ? x.vc[s] : NULL);
+    free(x.va), free(x.vb), free(x.vc), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip);
     if (st) {
         fm_graph_free(x.g);
         return NULL;

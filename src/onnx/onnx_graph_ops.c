@@ -215,43 +215,66 @@ static fm_status t_norm(tctx *t) {
     return node(t, "layer_norm", 3, ins, out_name(t, 0), 2, a);
 }
 
-/* Conv and pools over 2 spatial dims; auto_pad from the probe shapes. p: the pads both
- * sides share, more[4]: what one side has beyond them (begin h, w, end h, w: uneven pads,
- * as TensorFlow's SAME padding at stride 2 gives), which a pad node before the window adds. */
+/* Conv and pools over 1 or 2 spatial dims, as 2-D windows (1-D: the second dim, the
+ * first of size 1); auto_pad from the probe shapes. p: the pads both sides share,
+ * more[4]: what one side has beyond them (begin h, w, end h, w: uneven pads, as
+ * TensorFlow's SAME padding at stride 2 gives), which a pad node before the window adds. */
 static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t s[2], int64_t d[2], int64_t p[2], int64_t more[4]) {
-    if (t->in[0]->ndim != 4) return fm_set_error(FM_ERR_UNSUPPORTED, "only 2 spatial dims have a graph form");
-    int n;
-    const int64_t *v = onnx_attr_ints(&t->c, "kernel_shape", &n);
-    for (int i = 0; i < 2; i++) k[i] = v && n == 2 ? v[i] : kshape ? kshape[i] : 0;
-    v = onnx_attr_ints(&t->c, "strides", &n);
-    for (int i = 0; i < 2; i++) s[i] = v && n == 2 ? v[i] : 1;
-    v = onnx_attr_ints(&t->c, "dilations", &n);
-    for (int i = 0; i < 2; i++) d[i] = v && n == 2 ? v[i] : 1;
-    v = onnx_attr_ints(&t->c, "pads", &n);
+    const int nsp = t->in[0]->ndim - 2;
+    if (nsp != 1 && nsp != 2) return fm_set_error(FM_ERR_UNSUPPORTED, "only 1 or 2 spatial dims have a graph form (this input has %d)", nsp);
+    int nk, ns, nd, np;
+    const int64_t *kv = onnx_attr_ints(&t->c, "kernel_shape", &nk), *sv = onnx_attr_ints(&t->c, "strides", &ns);
+    const int64_t *dv = onnx_attr_ints(&t->c, "dilations", &nd), *pv = onnx_attr_ints(&t->c, "pads", &np);
     char buf[32];
     const char *ap = onnx_attr_string(&t->c, "auto_pad", "NOTSET", buf, sizeof buf);
-    for (int i = 0; i < 2; i++) {
-        int64_t pb = v && n == 4 ? v[i] : 0, pe = v && n == 4 ? v[i + 2] : 0;
+    k[0] = s[0] = d[0] = 1, p[0] = more[0] = more[2] = 0; /* 1-D: the first dim stays as it is */
+    for (int i = 0; i < nsp; i++) {
+        const int j = i + 2 - nsp;
+        k[j] = kv && nk == nsp ? kv[i] : kshape ? kshape[i] : 0;
+        s[j] = sv && ns == nsp ? sv[i] : 1;
+        d[j] = dv && nd == nsp ? dv[i] : 1;
+        int64_t pb = pv && np == 2 * nsp ? pv[i] : 0, pe = pv && np == 2 * nsp ? pv[i + nsp] : 0;
         if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
-            int64_t in = t->in[0]->shape[2 + i], out = (in + s[i] - 1) / s[i];
-            int64_t total = (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in;
+            int64_t in = t->in[0]->shape[2 + i], out = (in + s[j] - 1) / s[j];
+            int64_t total = (out - 1) * s[j] + (k[j] - 1) * d[j] + 1 - in;
             total = total > 0 ? total : 0;
             pb = pe = total / 2;
             *(ap[5] == 'U' ? &pe : &pb) += total % 2; /* the odd one at the end (UPPER) or the beginning */
         } else if (!strcmp(ap, "VALID")) pb = pe = 0;
         if (pb < 0 || pe < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "negative pads have no graph form");
-        p[i] = pb < pe ? pb : pe;
-        more[i] = pb - p[i], more[2 + i] = pe - p[i];
+        p[j] = pb < pe ? pb : pe;
+        more[j] = pb - p[j], more[2 + j] = pe - p[j];
     }
     return FM_OK;
 }
 
-/* The window's input: x itself, or x with the uneven part of its pads (more) added by a
+/* A 1-D window's operand as 2-D: [N, C, L] -> [N, C, 1, L] (a conv's weight [O, C/g, k]
+ * -> [O, C/g, 1, k] alike) into buf's name; a 2-D one as it is. */
+static const char *as_2d(tctx *t, const char *x, char *buf, size_t nb) {
+    if (!x || t->in[0]->ndim != 3) return x;
+    const int64_t sh[4] = {0, 0, 1, -1};
+    fm_graph_attr a = fm_graph_attr_ints("shape", 4, sh);
+    const char *y = tmp_name(t, buf, nb);
+    return node(t, "reshape", 1, &x, y, 1, &a) ? NULL : y;
+}
+
+/* The name the 2-D window writes: the node's output, or (1-D) a temporary that back_1d
+ * then reshapes to [N, C, L'] into the output. */
+static const char *window_out(tctx *t, char *buf, size_t nb) { return t->in[0]->ndim == 3 ? tmp_name(t, buf, nb) : out_name(t, 0); }
+
+static fm_status back_1d(tctx *t, const char *y) {
+    if (t->in[0]->ndim != 3) return FM_OK;
+    const int64_t sh[3] = {0, 0, -1};
+    fm_graph_attr a = fm_graph_attr_ints("shape", 3, sh);
+    return node(t, "reshape", 1, &y, out_name(t, 0), 1, &a);
+}
+
+/* The window's input: x2 (the input as 2-D) itself, or x2 with the uneven part of its pads (more) added by a
  * pad node filled with `fill` (0 for a conv, -inf for a max pool) into buf's name. */
-static const char *window_input(tctx *t, const int64_t more[4], double fill, char *buf, size_t nb) {
-    if (!more[0] && !more[1] && !more[2] && !more[3]) return in_name(t, 0);
+static const char *window_input(tctx *t, const char *x2, const int64_t more[4], double fill, char *buf, size_t nb) {
+    if (!more[0] && !more[1] && !more[2] && !more[3]) return x2;
     const int64_t pads[8] = {0, 0, more[0], more[1], 0, 0, more[2], more[3]};
-    const char *x[1] = {in_name(t, 0)}, *y = tmp_name(t, buf, nb);
+    const char *x[1] = {x2}, *y = tmp_name(t, buf, nb);
     fm_graph_attr a[2] = {fm_graph_attr_ints("pads", 8, pads), fm_graph_attr_float("value", fill)};
     return node(t, "pad", 1, x, y, fill != 0 ? 2 : 1, a) ? NULL : y;
 }
@@ -266,17 +289,23 @@ static fm_status t_conv_pool(tctx *t) {
     /* an average that leaves uneven pads out of its count (TensorFlow's SAME): the pool counting
      * them, times k kh / (the window's cells inside the input), a constant per output position */
     const bool exclude = uneven && !conv && !is_max && !onnx_attr_int(&t->c, "count_include_pad", 0);
-    if (exclude && (onnx_attr_int(&t->c, "ceil_mode", 0) || t->x->va[t->n->in[0]]->shape[2] != t->x->vb[t->n->in[0]]->shape[2] ||
-                    t->x->va[t->n->in[0]]->shape[3] != t->x->vb[t->n->in[0]]->shape[3]))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads left out of its count has a graph form on static H and W "
-                            "without ceil_mode only");
-    const char *xin = window_input(t, more, is_max ? -INFINITY : 0.0, buf, sizeof buf);
+    /* static: the same at every probe (two sizes can agree by chance after a stride: 5 and 7
+     * both pool to 2 after a stride-2 conv and a stride-2 pool; the third probe's 9 gives 3) */
+    const int in0 = t->n->in[0];
+    const fm_tensor *va = t->x->va[in0], *vb = t->x->vb[in0], *vc = t->x->vc ? t->x->vc[in0] : NULL;
+    for (int i = 2; exclude && i < va->ndim; i++)
+        if (onnx_attr_int(&t->c, "ceil_mode", 0) || va->shape[i] != vb->shape[i] || (t->x->n_syms && (!vc || vc->shape[i] != va->shape[i])))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads left out of its count has a graph form on static "
+                                "spatial dims without ceil_mode only");
+    char b2[300], b3[300], b4[300];
+    const char *x2 = as_2d(t, in_name(t, 0), b2, sizeof b2), *xin = x2 ? window_input(t, x2, more, is_max ? -INFINITY : 0.0, buf, sizeof buf) : NULL;
     if (!xin) return fm_last_status();
+    const char *y2 = window_out(t, b3, sizeof b3);
     fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, p)};
     if (conv) {
         a[2] = fm_graph_attr_ints("dilation", 2, d), a[3] = fm_graph_attr_int("groups", onnx_attr_int(&t->c, "group", 1));
-        const char *ins[3] = {xin, in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
-        return node(t, "conv2d", 3, ins, out_name(t, 0), 4, a);
+        const char *ins[3] = {xin, as_2d(t, in_name(t, 1), b4, sizeof b4), t->n->n_in > 2 ? in_name(t, 2) : ""};
+        return node(t, "conv2d", 3, ins, y2, 4, a) ? fm_last_status() : back_1d(t, y2);
     }
     if (d[0] != 1 || d[1] != 1 || 2 * p[0] > k[0] || 2 * p[1] > k[1])
         return fm_set_error(FM_ERR_UNSUPPORTED, "dilation or pads over half the kernel have no graph form");
@@ -287,9 +316,11 @@ static fm_status t_conv_pool(tctx *t) {
     if (ceil_mode) a[na++] = fm_graph_attr_int("ceil_mode", 1);
     const char *x[1] = {xin};
     char pb[300], cb[300];
-    const char *pooled = exclude ? tmp_name(t, pb, sizeof pb) : out_name(t, 0);
-    if (node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, pooled, na, a) || !exclude) return fm_last_status();
-    int64_t hw[2] = {t->in[0]->shape[2], t->in[0]->shape[3]}, o[2];
+    const char *pooled = exclude ? tmp_name(t, pb, sizeof pb) : y2;
+    if (node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, x, pooled, na, a)) return fm_last_status();
+    if (!exclude) return back_1d(t, y2);
+    const int one = t->in[0]->ndim == 3;
+    int64_t hw[2] = {one ? 1 : t->in[0]->shape[2], t->in[0]->shape[3 - one]}, o[2];
     for (int i = 0; i < 2; i++) o[i] = (hw[i] + 2 * p[i] + more[i] + more[2 + i] - k[i]) / s[i] + 1;
     double *corr = malloc(sizeof(double) * (size_t)(o[0] * o[1]));
     if (!corr) return fm_set_error(FM_ERR_OOM, "AveragePool: out of host memory");
@@ -304,27 +335,27 @@ static fm_status t_conv_pool(tctx *t) {
         }
     const char *c = const_of(t, 2, o, corr, t->in[0]->dtype, cb, sizeof cb);
     free(corr);
-    return c ? node(t, "mul", 2, (const char *[]){pooled, c}, out_name(t, 0), 0, NULL) : fm_last_status();
+    return c && !node(t, "mul", 2, (const char *[]){pooled, c}, y2, 0, NULL) ? back_1d(t, y2) : fm_last_status();
 }
 
-/* ConvTranspose over 2 spatial dims: a conv_transpose2d node, then a pad node that crops
+/* ConvTranspose over 1 or 2 spatial dims (1-D as 2-D, as window2d): a conv_transpose2d node, then a pad node that crops
  * what uneven pads remove (or adds what an output_shape beyond the full size asks). */
 static fm_status t_conv_transpose(tctx *t) {
     onnx_convt g;
     if (onnx_convt_geom(&t->c, t->in[0], t->in[1], &g)) return fm_last_status();
-    if (g.nsp != 2) return fm_set_error(FM_ERR_UNSUPPORTED, "only 2 spatial dims have a graph form");
     const bool bias = t->n->n_in > 2 && t->n->in[2] >= 0, crop = g.crop_b[0] || g.crop_b[1] || g.crop_e[0] || g.crop_e[1];
     if (g.extends && bias) return fm_set_error(FM_ERR_UNSUPPORTED, "an output_shape beyond the full output with a bias has no graph form");
     const int64_t s[2] = {g.p.stride[0], g.p.stride[1]}, pd[2] = {g.p.padding[0], g.p.padding[1]}, d[2] = {g.p.dilation[0], g.p.dilation[1]};
     const int64_t op[2] = {g.op[0], g.op[1]}, pads[8] = {0, 0, -g.crop_b[0], -g.crop_b[1], 0, 0, -g.crop_e[0], -g.crop_e[1]};
     fm_graph_attr a[5] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, pd), fm_graph_attr_ints("dilation", 2, d),
                           fm_graph_attr_int("groups", g.p.groups), fm_graph_attr_ints("output_padding", 2, op)};
-    char buf[300];
-    const char *ins[3] = {in_name(t, 0), in_name(t, 1), bias ? in_name(t, 2) : ""}, *y = crop ? tmp_name(t, buf, sizeof buf) : out_name(t, 0);
+    char buf[300], bx[300], bw[300], by[300];
+    const char *ins[3] = {as_2d(t, in_name(t, 0), bx, sizeof bx), as_2d(t, in_name(t, 1), bw, sizeof bw), bias ? in_name(t, 2) : ""};
+    const char *y2 = window_out(t, by, sizeof by), *y = crop ? tmp_name(t, buf, sizeof buf) : y2;
     if (node(t, "conv_transpose2d", 3, ins, y, 5, a)) return fm_last_status();
-    if (!crop) return FM_OK;
     fm_graph_attr pa = fm_graph_attr_ints("pads", 8, pads);
-    return node(t, "pad", 1, &y, out_name(t, 0), 1, &pa);
+    if (crop && node(t, "pad", 1, &y, y2, 1, &pa)) return fm_last_status();
+    return back_1d(t, y2);
 }
 
 /* PRelu, Elu and Selu as where(x > 0, x, the negative branch) of graph ops; Reciprocal as

@@ -91,6 +91,7 @@ typedef struct onnx_graph_ctx {
     fm_onnx_model *m;
     fm_graph *g;
     fm_tensor **va, **vb;     /* every value, with the dynamic dims at probe a and b */
+    fm_tensor **vc;           /* the same at a third probe (NULL: no dynamic dims, or that run failed) */
     bool *folded;             /* computed from constants: a graph constant */
     bool *shape_like;         /* computed from shapes only, but follows a dynamic dim */
     bool *emitted;            /* already a graph input or constant */
