@@ -498,6 +498,63 @@ static void test_fuse_silu_by_hand(void) {
     fm_graph_free(g);
 }
 
+/* fold-reshape on a built graph: a 1-D conv net as the ONNX import writes it (each conv a 2-D
+ * one between reshapes to [N, C, 1, L] and back), with ReLU, a batch norm and tanh between
+ * two convs, the batch and the length dynamic: the reshapes move past the three ops and the
+ * pair cancels. A reshape to [N, 4L] and back around a ReLU cancels too; a reshape whose 0
+ * entry copies a dim that the reshape before it changed is not composed (its output has that
+ * reshape's shape: bypassed). Then the memory plan: a node's output is live while it runs
+ * (with its inputs): x -> relu -> neg -> exp on [2, 256] f32 peaks at two 2 KiB values. */
+static void test_fold_reshape_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(4, (int64_t[]){4, 4, 1, 3}, 51), *w2 = randn(4, (int64_t[]){4, 4, 1, 3}, 52), *bn[4];
+    for (int k = 0; k < 4; k++) bn[k] = randn(1, (int64_t[]){4}, 53 + k);
+    fm_tensor *var = fm_abs(bn[3]);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 3, (int64_t[]){-1, 4, -1}, (const char *[]){"batch", NULL, "len"}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK && fm_graph_add_const(g, "w2", w2) == FM_OK && fm_graph_add_const(g, "g", bn[0]) == FM_OK);
+    CHECK(fm_graph_add_const(g, "b", bn[1]) == FM_OK && fm_graph_add_const(g, "m", bn[2]) == FM_OK && fm_graph_add_const(g, "v", var) == FM_OK);
+    fm_graph_attr up = fm_graph_attr_ints("shape", 4, (int64_t[]){0, 0, 1, -1}), down = fm_graph_attr_ints("shape", 3, (int64_t[]){0, 0, -1});
+    fm_graph_attr pad = fm_graph_attr_ints("padding", 2, (int64_t[]){0, 1}), flat = fm_graph_attr_ints("shape", 2, (int64_t[]){0, -1});
+    fm_graph_attr back = fm_graph_attr_ints("shape", 3, (int64_t[]){0, 4, -1}), pairs = fm_graph_attr_ints("shape", 3, (int64_t[]){0, -1, 2});
+    struct { const char *op, *name, *in[5]; int n_in; const char *out; const fm_graph_attr *a; } k_nodes[] = {
+        {"reshape", "r1", {"x"}, 1, "x4", &up},        {"conv2d", "c1", {"x4", "w"}, 2, "h4", &pad},
+        {"reshape", "r2", {"h4"}, 1, "h", &down},      {"relu", "u1", {"h"}, 1, "a", NULL},
+        {"batch_norm", "n1", {"a", "g", "b", "m", "v"}, 5, "bn", NULL}, {"tanh", "t1", {"bn"}, 1, "t", NULL},
+        {"reshape", "r3", {"t"}, 1, "t4", &up},        {"conv2d", "c2", {"t4", "w2"}, 2, "y4", &pad},
+        {"reshape", "r4", {"y4"}, 1, "y", &down},      {"reshape", "q1", {"x"}, 1, "xf", &flat},
+        {"relu", "u2", {"xf"}, 1, "rf", NULL},         {"reshape", "q2", {"rf"}, 1, "rb", &back},
+        {"neg", "e2", {"rb"}, 1, "y2", NULL},          {"reshape", "p1", {"x"}, 1, "xp", &pairs},
+        {"reshape", "p2", {"xp"}, 1, "xq", &down},     {"neg", "e3", {"xq"}, 1, "y3", NULL},
+    };
+    for (size_t i = 0; i < sizeof k_nodes / sizeof k_nodes[0]; i++)
+        CHECK_MSG(fm_graph_add_node(g, k_nodes[i].op, k_nodes[i].name, k_nodes[i].n_in, k_nodes[i].in, 1, &k_nodes[i].out, k_nodes[i].a ? 1 : 0,
+                                    k_nodes[i].a) == FM_OK, "%s: %s", k_nodes[i].name, fm_last_error());
+    const char *outs[3] = {"y", "y2", "y3"};
+    for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "len", 12) == FM_OK);
+    char note[256] = "", n2[256];
+    fm_graph *p = pass_by_hand(g, "batch", 3, "fold-reshape", 1e-6, note, sizeof note);
+    fm_graph *q = p ? fm_graph_pass(p, "dce", n2, sizeof n2) : NULL;
+    CHECK_MSG(q && count_op(g, "reshape") == 8 && count_op(q, "reshape") == 3 && count_op(q, "batch_norm") == 1 && count_op(q, "relu") == 2,
+              "fold-reshape by hand: %d reshapes left (3 expected): %s", q ? count_op(q, "reshape") : -1, note);
+    fm_graph_free(q);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release(var);
+
+    g = fm_graph_new();
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){2, 256}, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "relu", NULL, 1, (const char *[]){"x"}, 1, (const char *[]){"a"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "neg", NULL, 1, (const char *[]){"a"}, 1, (const char *[]){"b"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "exp", NULL, 1, (const char *[]){"b"}, 1, (const char *[]){"c"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_output(g, "c") == FM_OK && fm_graph_validate(g) == FM_OK);
+    fm_memory_plan plan;
+    CHECK(fm_graph_plan_memory(g, 0, &plan) == FM_OK);
+    CHECK_MSG(plan.live_peak_bytes == 4096 && plan.planned_bytes == 4096 && plan.naive_bytes == 3 * 2048,
+              "plan: live peak %zu, arena %zu, all %zu (4096, 4096, 6144 expected)", plan.live_peak_bytes, plan.planned_bytes, plan.naive_bytes);
+    fm_graph_free(g);
+}
+
 /* fuse-elementwise on a built graph: HardSwish as exported (mul by 1/6, add 0.5, clamp
  * 0..1, mul by x) becomes one ew_chain; a chain whose first value is also a graph output
  * stops there; an add of a [37] constant (broadcast, not a scalar) is no step. */
@@ -689,6 +746,7 @@ static void test_passes(void) {
     test_matmul_to_linear_by_hand();
     test_fuse_silu_by_hand();
     test_fuse_elementwise_by_hand();
+    test_fold_reshape_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

@@ -267,7 +267,7 @@ static fm_status fill_node(fm_graph *g, gnode *n, int n_in, const char *const *i
     for (int i = 0; i < n_out; i++) {
         int v = g_new_value(g, outputs ? outputs[i] : NULL, GV_NODE);
         if (v < 0) { fm_error_prefix("node '%s' (%s) output %d", n->name, n->op, i); return fm_last_status(); }
-        g->values[v].producer = g->n_nodes;
+        g->values[v].producer = g->n_nodes - 1; /* n is the last node: counted before filling (fm_graph_add_node) */
         n->out[n->n_out++] = v;
     }
     return FM_OK;

@@ -23,6 +23,7 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"dce", g_pass_dce},
     {"fold", g_pass_fold},
     {"cse", g_pass_cse},
+    {"fold-reshape", g_pass_fold_reshape},
     {"matmul-to-linear", g_pass_matmul_to_linear},
     {"fold-pad-conv", g_pass_fold_pad_conv},
     {"fuse-conv-bn", g_pass_fuse_conv_bn},

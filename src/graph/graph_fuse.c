@@ -446,3 +446,101 @@ fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t nn) {
     if (out) snprintf(note, nn, "%d chains of elementwise ops (%d ops) run as one ew_chain each", n[0], n[1]);
     return out;
 }
+
+/* ------------------------------------------------------------ fold-reshape
+ * A reshape, elementwise ops, then a reshape back: what a 1-D conv net imported from
+ * ONNX holds between its windows (each runs as a 2-D one on [N, C, 1, L] between two
+ * reshapes). The reshapes are moved past the elementwise ops (a reshape commutes with
+ * them; with a per-channel batch_norm when it keeps dims 0 and 1), a reshape of a
+ * reshape reads the first one's input when its 0 entries (copy that dim) see the same
+ * dims there, and a reshape whose output has its input's shape (fixed and dynamic dims
+ * alike) is bypassed. Conv, ReLU and the next conv then meet, for fuse-conv-act. */
+
+static bool same_type(const fm_graph *g, int a, int b) {
+    const gvalue *x = &g->values[a], *y = &g->values[b];
+    return x->t.dt == y->t.dt && x->t.ndim == y->t.ndim && !memcmp(x->t.d, y->t.d, sizeof(int64_t) * (size_t)x->t.ndim) &&
+           !memcmp(x->probe2, y->probe2, sizeof(int64_t) * (size_t)x->t.ndim);
+}
+
+/* Whether value b's dim d is value a's dim d (fixed and dynamic alike). */
+static bool same_dim(const fm_graph *g, int a, int b, int d) {
+    const gvalue *x = &g->values[a], *y = &g->values[b];
+    return d < x->t.ndim && d < y->t.ndim && x->t.d[d] == y->t.d[d] && x->probe2[d] == y->probe2[d];
+}
+
+/* Whether node u gives the same values before reshape node r as after it. */
+static bool commutes(const fm_graph *g, const gnode *u, const gnode *r) {
+    static const char *const ops[] = {"relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "leaky_relu",
+                                      "clamp", "abs", "neg", "exp", "log", "sqrt", "softplus"};
+    if (u->n_out != 1) return false;
+    if (!strcmp(u->op, "batch_norm")) /* per channel (dim 1): the reshape keeps dims 0 and 1 */
+        return !strcmp(str_attr(u, "layout", "NCHW"), "NCHW") && same_dim(g, r->in[0], r->out[0], 0) &&
+               same_dim(g, r->in[0], r->out[0], 1) && g->values[r->in[0]].t.ndim >= 3;
+    for (size_t k = 0; u->n_in == 1 && k < sizeof ops / sizeof ops[0]; k++)
+        if (!strcmp(u->op, ops[k])) return true;
+    return false;
+}
+
+/* reshape A -> u -> (more such ops) -> reshape: u = A's sole reader, and the chain of sole
+ * readers after it reaches a reshape within 8 ops, each commuting with A. */
+static int sink_reshape_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *a = &g->nodes[i];
+    int j = !strcmp(a->op, "reshape") ? sole_reader(g, f->uses, a->out[0]) : -1;
+    if (j < 0 || g->nodes[j].in[0] != a->out[0] || !commutes(g, &g->nodes[j], a)) return -1;
+    int k = sole_reader(g, f->uses, g->nodes[j].out[0]);
+    for (int hop = 0; k >= 0 && hop < 8 && strcmp(g->nodes[k].op, "reshape"); hop++)
+        k = commutes(g, &g->nodes[k], a) ? sole_reader(g, f->uses, g->nodes[k].out[0]) : -1;
+    if (k < 0 || strcmp(g->nodes[k].op, "reshape")) return -1;
+    const gnode *u = &g->nodes[j];
+    const char *ins[FM_GRAPH_MAX_NODE_IO], *mid[1] = {g->values[a->out[0]].name}, *outs[1] = {g->values[u->out[0]].name};
+    ins[0] = rw_name(&f->r, a->in[0]);
+    for (int q = 1; q < u->n_in; q++) ins[q] = rw_name(&f->r, u->in[q]);
+    f->skip[j] = true;
+    f->tally[0]++;
+    fm_status st = rw_node_as(&f->r, u, u->op, u->n_in, ins, 1, mid);
+    return st ? st : rw_node_as(&f->r, a, "reshape", 1, mid, 1, outs);
+}
+
+/* A reshape of a reshape reads the first one's input where that gives the same result;
+ * a reshape to its input's own shape is bypassed. */
+static int fold_reshape_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    const gnode *n = &g->nodes[i];
+    if (strcmp(n->op, "reshape") || g->values[n->out[0]].is_output) return -1;
+    int src = n->in[0];
+    const gvalue *in = &g->values[src];
+    const gnode *p = in->kind == GV_NODE && in->producer >= 0 ? &g->nodes[in->producer] : NULL;
+    const gattr *sh = g_node_attr(n, "shape");
+    bool compose = p && !strcmp(p->op, "reshape") && sh && sh->type == FM_ATTR_INTS;
+    for (int d = 0; compose && d < sh->n; d++)
+        if (!sh->ints[d].expr && sh->ints[d].v == 0) compose = same_dim(g, p->in[0], p->out[0], d);
+    if (compose) src = p->in[0];
+    if (same_type(g, src, n->out[0])) {
+        f->tally[0]++;
+        return rw_alias(&f->r, n->out[0], rw_name(&f->r, src));
+    }
+    if (src == n->in[0]) return -1;
+    f->tally[1]++;
+    const char *ins[1] = {rw_name(&f->r, src)}, *outs[1] = {g->values[n->out[0]].name};
+    return rw_node_as(&f->r, n, "reshape", 1, ins, 1, outs);
+}
+
+fm_graph *g_pass_fold_reshape(const fm_graph *g, char *note, size_t nn) {
+    int moved = 0, bypassed = 0, merged = 0, n[3];
+    fm_graph *cur = NULL;
+    for (int round = 0; round < 8; round++) { /* one elementwise op per round */
+        fm_graph *next = rw_fuse_pass(cur ? cur : g, sink_reshape_node, n);
+        fm_graph_free(cur);
+        if (!(cur = next)) return NULL;
+        moved += n[0];
+        if (!n[0]) break;
+    }
+    fm_graph *out = rw_fuse_pass(cur, fold_reshape_node, n);
+    fm_graph_free(cur);
+    if (!out) return NULL;
+    bypassed = n[0], merged = n[1];
+    snprintf(note, nn, "%d reshapes moved past elementwise ops, %d reshapes of a reshape read its input, %d reshapes to the "
+             "input's own shape bypassed", moved, merged, bypassed);
+    return out;
+}
