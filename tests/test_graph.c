@@ -540,7 +540,7 @@ static void test_fold_reshape_by_hand(void) {
     fm_graph_free(q);
     fm_graph_free(p);
     fm_graph_free(g);
-    fm_tensor_release(var);
+    fm_tensor_release_n(7, var, w, w2, bn[0], bn[1], bn[2], bn[3]);
 
     g = fm_graph_new();
     CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){2, 256}, NULL) == FM_OK);

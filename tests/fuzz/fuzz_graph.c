@@ -3,7 +3,8 @@
  * ops), so fuzzed graphs can use constants; every seed declares all eight
  * (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
  * 2), when its values are small, so the checks in front of every op front end
- * are exercised too. */
+ * are exercised too, and the structural passes that read the graph's producers
+ * and value types (fold-reshape, cse, dce) run on it; their result is freed. */
 #include <sys/stat.h>
 
 #include "fathom/graph.h"
@@ -61,6 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fclose(f);
     fm_graph *g = fm_graph_load(g_dir);
     if (g) run_once(g);
+    const char *passes[3] = {"fold-reshape", "cse", "dce"};
+    for (int i = 0; g && i < 3; i++) fm_graph_free(fm_graph_pass(g, passes[i], NULL, 0));
     fm_graph_free(g);
     fm_clear_error();
     return 0;
