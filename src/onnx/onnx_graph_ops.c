@@ -358,6 +358,49 @@ static fm_status t_conv_transpose(tctx *t) {
     return back_1d(t, y2);
 }
 
+/* Softsign x / (1 + |x|); ThresholdedRelu where(x > alpha, x, 0); Celu max(0, x) +
+ * min(0, alpha (exp(x / alpha) - 1)); Mean of n inputs as n - 1 adds and a product by 1 / n. */
+static fm_status t_pointwise_more(tctx *t) {
+    const char *op = t->n->op->name, *x = in_name(t, 0), *y = out_name(t, 0);
+    const fm_dtype dt = t->in[0]->dtype;
+    if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", op, fm_dtype_name(dt));
+    char b[6][300];
+    const double alpha = onnx_attr_float(&t->c, "alpha", 1.0f);
+    const char *one = scalar_const(t, 1.0, dt, b[0], sizeof b[0]), *zero = scalar_const(t, 0.0, dt, b[1], sizeof b[1]);
+    const char *t1 = tmp_name(t, b[2], sizeof b[2]), *t2 = tmp_name(t, b[3], sizeof b[3]);
+    if (!one || !zero) return fm_last_status();
+    if (!strcmp(op, "Softsign")) {
+        if (node(t, "abs", 1, &x, t1, 0, NULL) || node(t, "add", 2, (const char *[]){t1, one}, t2, 0, NULL)) return fm_last_status();
+        return node(t, "div", 2, (const char *[]){x, t2}, y, 0, NULL);
+    }
+    if (!strcmp(op, "ThresholdedRelu")) {
+        const char *al = scalar_const(t, alpha, dt, b[4], sizeof b[4]);
+        if (!al || node(t, "gt", 2, (const char *[]){x, al}, t1, 0, NULL)) return fm_last_status();
+        return node(t, "where", 3, (const char *[]){t1, x, zero}, y, 0, NULL);
+    }
+    if (!strcmp(op, "Celu")) {
+        if (alpha == 0) return fm_set_error(FM_ERR_INVALID, "Celu's alpha must not be 0");
+        const char *inv = scalar_const(t, 1.0 / alpha, dt, b[4], sizeof b[4]), *al = scalar_const(t, alpha, dt, b[5], sizeof b[5]);
+        char c[4][300];
+        const char *e = tmp_name(t, c[0], sizeof c[0]), *em = tmp_name(t, c[1], sizeof c[1]), *ng = tmp_name(t, c[2], sizeof c[2]);
+        const char *r = tmp_name(t, c[3], sizeof c[3]);
+        if (!inv || !al || node(t, "mul", 2, (const char *[]){x, inv}, t1, 0, NULL) || node(t, "exp", 1, &t1, e, 0, NULL) ||
+            node(t, "sub", 2, (const char *[]){e, one}, em, 0, NULL) || node(t, "mul", 2, (const char *[]){em, al}, t2, 0, NULL) ||
+            node(t, "minimum", 2, (const char *[]){t2, zero}, ng, 0, NULL) || node(t, "relu", 1, &x, r, 0, NULL))
+            return fm_last_status();
+        return node(t, "add", 2, (const char *[]){r, ng}, y, 0, NULL);
+    }
+    /* Mean */
+    const char *acc = x;
+    for (int k = 1; k < t->n->n_in; k++) {
+        const char *o = tmp_name(t, b[2 + k % 2], sizeof b[2]);
+        if (node(t, "add", 2, (const char *[]){acc, in_name(t, k)}, o, 0, NULL)) return fm_last_status();
+        acc = o;
+    }
+    const char *inv = scalar_const(t, 1.0 / t->n->n_in, dt, b[4], sizeof b[4]);
+    return inv ? node(t, "mul", 2, (const char *[]){acc, inv}, y, 0, NULL) : fm_last_status();
+}
+
 /* PRelu, Elu and Selu as where(x > 0, x, the negative branch) of graph ops; Reciprocal as
  * 1 / x; Sum of n inputs as n - 1 adds. */
 static fm_status t_pointwise(tctx *t) {
@@ -592,28 +635,58 @@ static fm_status t_gather_elements(tctx *t) {
     return st ? st : node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
 }
 
-/* Reductions: Global*Pool and Reduce* with constant axes; ArgMax. */
+/* The reductions that are a sum of a function of x (then, for ReduceL2 and ReduceLogSum, one
+ * more function): the op applied first (mul: x times itself; "": none), or NULL for the rest. */
+static const char *reduce_composite(const char *op) {
+    return !strcmp(op, "ReduceSumSquare") || !strcmp(op, "ReduceL2") ? "mul" : !strcmp(op, "ReduceL1") ? "abs"
+         : !strcmp(op, "ReduceLogSum") ? "" : NULL;
+}
+
+/* ArgMax and ArgMin (the first largest of -x is the first smallest of x); select_last_index:
+ * the first of x reversed along the axis (an index_select by constant indices: a fixed
+ * size there), counted back from the end: (n - 1) - i. */
+static fm_status t_argmax(tctx *t, bool is_min, int64_t keep) {
+    int64_t axis = onnx_attr_int(&t->c, "axis", 0);
+    const int nd = t->in[0]->ndim;
+    if (axis < -nd || axis >= nd) return fm_set_error(FM_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, nd);
+    if (axis < 0) axis += nd;
+    const bool last = onnx_attr_int(&t->c, "select_last_index", 0) != 0;
+    const int64_t n = t->in[0]->shape[axis];
+    const fm_tensor *vb = t->x->vb[t->n->in[0]];
+    if (last && (vb->shape[axis] != n || n < 1 || n > (INT64_C(1) << 24)))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "select_last_index has a graph form on a fixed, nonempty axis only");
+    fm_graph_attr a[2] = {fm_graph_attr_int("axis", axis), fm_graph_attr_int("keepdim", keep)};
+    char nb[300], rb[300], ib[300], cb[300];
+    const char *x = in_name(t, 0), *src = is_min ? tmp_name(t, nb, sizeof nb) : x;
+    if (is_min && node(t, "neg", 1, &x, src, 0, NULL)) return fm_last_status();
+    if (!last) return node(t, "argmax", 1, &src, out_name(t, 0), 2, a);
+    double *rev = malloc(sizeof(double) * (size_t)n);
+    if (!rev) return fm_set_error(FM_ERR_OOM, "ArgMax: out of host memory");
+    for (int64_t i = 0; i < n; i++) rev[i] = (double)(n - 1 - i);
+    const char *r = tmp_name(t, rb, sizeof rb), *idx = tmp_name(t, ib, sizeof ib);
+    fm_status st = select_const(t, src, axis, n, rev, r);
+    free(rev);
+    if (st || node(t, "argmax", 1, &r, idx, 2, a)) return fm_last_status();
+    const char *top = scalar_const(t, (double)(n - 1), FM_I64, cb, sizeof cb);
+    return top ? node(t, "sub", 2, (const char *[]){top, idx}, out_name(t, 0), 0, NULL) : fm_last_status();
+}
+
+/* Reductions: Global*Pool and Reduce* with constant axes (ReduceSumSquare, ReduceL1, ReduceL2
+ * and ReduceLogSum as a sum between elementwise ops); ArgMax. */
 static fm_status t_reduce(tctx *t) {
     const char *op = t->n->op->name, *gop;
     int64_t ax[FM_MAX_DIMS];
     int n = 0, nd = t->in[0]->ndim;
     int64_t keep = onnx_attr_int(&t->c, "keepdims", 1);
     const char *x[1] = {in_name(t, 0)};
-    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) { /* ArgMin: the first largest of -x is the first smallest of x */
-        if (onnx_attr_int(&t->c, "select_last_index", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "select_last_index has no graph form");
-        fm_graph_attr a[2] = {fm_graph_attr_int("axis", onnx_attr_int(&t->c, "axis", 0)), fm_graph_attr_int("keepdim", keep)};
-        char nb[300];
-        const char *src = op[3] == 'M' && op[4] == 'i' ? tmp_name(t, nb, sizeof nb) : x[0];
-        if (src != x[0] && node(t, "neg", 1, x, src, 0, NULL)) return fm_last_status();
-        return node(t, "argmax", 1, &src, out_name(t, 0), 2, a);
-    }
+    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) return t_argmax(t, op[3] == 'M' && op[4] == 'i', keep);
     if (!strncmp(op, "Global", 6)) {
         for (int i = 2; i < nd; i++) ax[n++] = i;
         keep = 1;
         gop = strstr(op, "Max") ? "amax" : "mean";
     } else {
         gop = !strcmp(op, "ReduceSum") ? "sum" : !strcmp(op, "ReduceMean") ? "mean" : !strcmp(op, "ReduceMax") ? "amax"
-            : !strcmp(op, "ReduceMin") ? "amin" : !strcmp(op, "ReduceLogSumExp") ? "logsumexp" : NULL;
+            : !strcmp(op, "ReduceMin") ? "amin" : !strcmp(op, "ReduceLogSumExp") ? "logsumexp" : reduce_composite(op) ? "sum" : NULL;
         if (!gop) return fm_set_error(FM_ERR_UNSUPPORTED, "no graph form");
         bool as_input = t->c.opset >= (!strcmp(op, "ReduceSum") ? 13 : 18); /* axes became an input */
         if (as_input && t->n->n_in > 1 && t->n->in[1] >= 0) {
@@ -627,7 +700,14 @@ static fm_status t_reduce(tctx *t) {
             for (int i = 0; i < nd; i++) ax[n++] = i;
     }
     fm_graph_attr a[2] = {fm_graph_attr_ints("axes", n, ax), fm_graph_attr_int("keepdim", keep)};
-    return node(t, gop, 1, x, out_name(t, 0), 2, a);
+    const char *pre = reduce_composite(op), *post = !strcmp(op, "ReduceL2") ? "sqrt" : !strcmp(op, "ReduceLogSum") ? "log" : NULL;
+    if (!pre) return node(t, gop, 1, x, out_name(t, 0), 2, a);
+    if (!fm_dtype_is_float(t->in[0]->dtype)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", op, fm_dtype_name(t->in[0]->dtype));
+    char b1[300], b2[300];
+    const char *src = *pre ? tmp_name(t, b1, sizeof b1) : x[0], *sum = post ? tmp_name(t, b2, sizeof b2) : out_name(t, 0);
+    if (*pre && node(t, pre, strcmp(pre, "mul") ? 1 : 2, (const char *[]){x[0], x[0]}, src, 0, NULL)) return fm_last_status();
+    if (node(t, gop, 1, &src, sum, 2, a)) return fm_last_status();
+    return post ? node(t, post, 1, &sum, out_name(t, 0), 0, NULL) : FM_OK;
 }
 
 /* Reshape-like nodes: the graph's reshape with each output dim fixed where it is
@@ -921,7 +1001,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Softmax,LogSoftmax,", t_softmax},
         {",LayerNormalization,BatchNormalization,InstanceNormalization,", t_norm},
         {",Conv,MaxPool,AveragePool,", t_conv_pool},
-        {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ArgMax,ArgMin,", t_reduce},
+        {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ReduceSumSquare,ReduceL1,ReduceL2,"
+         "ReduceLogSum,ArgMax,ArgMin,", t_reduce},
         {",Reshape,Flatten,", t_reshape},
         {",Squeeze,Unsqueeze,", t_squeeze_unsqueeze},
         {",Transpose,Concat,Cast,", t_transpose_concat},
@@ -931,6 +1012,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Pad,", t_pad},
         {",ConvTranspose,", t_conv_transpose},
         {",PRelu,Elu,Selu,Reciprocal,Sum,", t_pointwise},
+        {",Softsign,ThresholdedRelu,Celu,Mean,", t_pointwise_more},
         {",Split,", t_split},
         {",Resize,Upsample,", t_resize},
         {",Tile,", t_tile},
