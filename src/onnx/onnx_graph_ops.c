@@ -796,9 +796,9 @@ static fm_status t_transpose_concat(tctx *t) {
         const char *x[1] = {in_name(t, 0)};
         return node(t, "permute", 1, x, out_name(t, 0), 1, &a);
     }
-    if (!strcmp(op, "Cast")) {
-        fm_dtype dt;
-        if (!onnx_dtype_to_fm((int32_t)onnx_attr_int(&t->c, "to", 0), &dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "cast type");
+    if (!strcmp(op, "Cast") || !strcmp(op, "CastLike")) { /* CastLike: to the second input's dtype */
+        fm_dtype dt = t->n->n_in > 1 && t->in[1] ? t->in[1]->dtype : FM_F32;
+        if (op[4] != 'L' && !onnx_dtype_to_fm((int32_t)onnx_attr_int(&t->c, "to", 0), &dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "cast type");
         fm_graph_attr a = fm_graph_attr_string("dtype", fm_dtype_name(dt));
         const char *x[1] = {in_name(t, 0)};
         return node(t, "cast", 1, x, out_name(t, 0), 1, &a);
@@ -900,9 +900,21 @@ static fm_status t_gather(tctx *t) {
  * a xor b = (a != b), not a = (a == false); and IsNaN(x) = (x != x). */
 static fm_status t_logical(tctx *t) {
     const char *op = t->n->op->name;
-    for (int k = 0; k < t->n->n_in && strcmp(op, "IsNaN"); k++)
+    for (int k = 0; k < t->n->n_in && strncmp(op, "Is", 2); k++)
         if (t->in[k]->dtype != FM_BOOL) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of non-bool inputs has no graph form", op);
     const char *a = in_name(t, 0), *b = t->n->n_in > 1 ? in_name(t, 1) : NULL;
+    if (!strcmp(op, "IsInf")) { /* x == inf, x == -inf, or both: where(p, p, n) */
+        const fm_dtype dt = t->in[0]->dtype;
+        if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "IsInf of %s has no graph form", fm_dtype_name(dt));
+        const bool pos = onnx_attr_int(&t->c, "detect_positive", 1) != 0, neg = onnx_attr_int(&t->c, "detect_negative", 1) != 0;
+        char c1[300], c2[300], t1[300], t2[300];
+        const char *pi = scalar_const(t, pos ? INFINITY : NAN, dt, c1, sizeof c1), *ni = scalar_const(t, -INFINITY, dt, c2, sizeof c2);
+        const char *p = neg && pos ? tmp_name(t, t1, sizeof t1) : out_name(t, 0), *n = neg && pos ? tmp_name(t, t2, sizeof t2) : out_name(t, 0);
+        if (!pi || !ni || ((pos || !neg) && node(t, "eq", 2, (const char *[]){a, pi}, p, 0, NULL)) ||
+            (neg && node(t, "eq", 2, (const char *[]){a, ni}, n, 0, NULL)))
+            return fm_last_status();
+        return neg && pos ? node(t, "where", 3, (const char *[]){p, p, n}, out_name(t, 0), 0, NULL) : FM_OK;
+    }
     if (!strcmp(op, "And") || !strcmp(op, "Or")) {
         const char *ins[3] = {a, op[0] == 'A' ? b : a, op[0] == 'A' ? a : b};
         return node(t, "where", 3, ins, out_name(t, 0), 0, NULL);
@@ -918,6 +930,63 @@ static fm_status t_logical(tctx *t) {
     fm_tensor_release(no);
     const char *ins[2] = {a, f};
     return st ? st : node(t, "eq", 2, ins, out_name(t, 0), 0, NULL);
+}
+
+/* Whether dim d of input k has one size at all three import probes. */
+static bool fixed_dim(const tctx *t, int k, int d) {
+    const int s = t->n->in[k];
+    const fm_tensor *a = t->x->va[s], *b = t->x->vb[s], *c = t->x->vc ? t->x->vc[s] : NULL;
+    return a->shape[d] == b->shape[d] && (!t->x->n_syms || (c && c->shape[d] == a->shape[d]));
+}
+
+/* Trilu on fixed last two dims [M, N]: where(mask, x, 0) with the constant mask
+ * j - i >= k (upper) or j - i <= k (lower). */
+static fm_status t_trilu(tctx *t) {
+    const fm_tensor *x = t->in[0];
+    const int nd = x->ndim;
+    if (nd < 2 || !fixed_dim(t, 0, nd - 2) || !fixed_dim(t, 0, nd - 1))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Trilu has a graph form on fixed last two dims only");
+    if (need_folded(t, 1, "k")) return fm_last_status();
+    const int64_t M = x->shape[nd - 2], N = x->shape[nd - 1], k = t->n->n_in > 1 && t->in[1] ? (int64_t)fm_tensor_item(t->in[1]) : 0;
+    const bool upper = onnx_attr_int(&t->c, "upper", 1) != 0;
+    if (M * N > (INT64_C(1) << 26)) return fm_set_error(FM_ERR_UNSUPPORTED, "Trilu over %lld x %lld: the mask is too large", (long long)M, (long long)N);
+    double *m = malloc(sizeof(double) * (size_t)(M * N + 1));
+    if (!m) return fm_set_error(FM_ERR_OOM, "Trilu: out of host memory");
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) m[i * N + j] = upper ? j - i >= k : j - i <= k;
+    char mb[300], zb[300];
+    const int64_t sh[2] = {M, N};
+    const char *mask = const_of(t, 2, sh, m, FM_BOOL, mb, sizeof mb), *zero = mask ? scalar_const(t, 0.0, x->dtype, zb, sizeof zb) : NULL;
+    free(m);
+    return zero ? node(t, "where", 3, (const char *[]){mask, in_name(t, 0), zero}, out_name(t, 0), 0, NULL) : fm_last_status();
+}
+
+/* Hardmax (opset 13's: along one axis) on a fixed axis: 1 where the index equals the
+ * first largest's (argmax with the dim kept), as x's dtype. */
+static fm_status t_hardmax(tctx *t) {
+    const fm_tensor *x = t->in[0];
+    const int nd = x->ndim;
+    int64_t axis = onnx_attr_int(&t->c, "axis", t->c.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += nd;
+    if (axis < 0 || axis >= nd) return fm_set_error(FM_ERR_INVALID, "axis out of range for rank %d", nd);
+    if (t->c.opset < 13 && axis != nd - 1)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Hardmax before opset 13 over more than the last axis has no graph form");
+    if (!fm_dtype_is_float(x->dtype) || !fixed_dim(t, 0, (int)axis) || x->shape[axis] > (INT64_C(1) << 24))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "Hardmax has a graph form on a fixed axis of a float input only");
+    const int64_t n = x->shape[axis];
+    int64_t sh[FM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) sh[d] = d == axis ? n : 1;
+    double *ar = malloc(sizeof(double) * (size_t)(n + 1));
+    if (!ar) return fm_set_error(FM_ERR_OOM, "Hardmax: out of host memory");
+    for (int64_t i = 0; i < n; i++) ar[i] = (double)i;
+    char ab[300], ib[300], eb[300];
+    const char *iota = const_of(t, nd, sh, ar, FM_I64, ab, sizeof ab), *x0 = in_name(t, 0);
+    free(ar);
+    const char *idx = tmp_name(t, ib, sizeof ib), *hit = tmp_name(t, eb, sizeof eb);
+    fm_graph_attr a[2] = {fm_graph_attr_int("axis", axis), fm_graph_attr_int("keepdim", 1)};
+    fm_graph_attr c = fm_graph_attr_string("dtype", fm_dtype_name(x->dtype));
+    if (!iota || node(t, "argmax", 1, &x0, idx, 2, a) || node(t, "eq", 2, (const char *[]){idx, iota}, hit, 0, NULL)) return fm_last_status();
+    return node(t, "cast", 1, &hit, out_name(t, 0), 1, &c);
 }
 
 static fm_status t_slice(tctx *t) {
@@ -1005,7 +1074,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
          "ReduceLogSum,ArgMax,ArgMin,", t_reduce},
         {",Reshape,Flatten,", t_reshape},
         {",Squeeze,Unsqueeze,", t_squeeze_unsqueeze},
-        {",Transpose,Concat,Cast,", t_transpose_concat},
+        {",Transpose,Concat,Cast,CastLike,", t_transpose_concat},
         {",Gather,", t_gather},
         {",Slice,", t_slice},
         {",Expand,", t_expand},
@@ -1017,7 +1086,9 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Resize,Upsample,", t_resize},
         {",Tile,", t_tile},
         {",GatherElements,", t_gather_elements},
-        {",And,Or,Xor,Not,IsNaN,", t_logical},
+        {",And,Or,Xor,Not,IsNaN,IsInf,", t_logical},
+        {",Trilu,", t_trilu},
+        {",Hardmax,", t_hardmax},
     };
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);
