@@ -70,8 +70,16 @@ static fm_status t_simple(tctx *t, const char *op) {
         return fm_set_error(FM_ERR_UNSUPPORTED, "a training_mode that is not a constant false has no graph form");
     if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
     int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
-    if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "Max/Min of %d inputs has no graph form (2 only)", n_in);
+    if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2) { /* a chain of pairs; one input: itself */
+        char b[2][300];
+        const char *acc = in_name(t, 0);
+        for (int k = 1; k < n_in; k++) {
+            const char *o = k == n_in - 1 ? out_name(t, 0) : tmp_name(t, b[k % 2], sizeof b[0]);
+            if (node(t, op, 2, (const char *[]){acc, in_name(t, k)}, o, 0, NULL)) return fm_last_status();
+            acc = o;
+        }
+        return n_in > 1 ? FM_OK : node(t, "identity", 1, &acc, out_name(t, 0), 0, NULL);
+    }
     if (!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype))
         return fm_set_error(FM_ERR_UNSUPPORTED, "integer Div has no graph form");
     if (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype)))
@@ -144,17 +152,48 @@ static fm_status t_activation(tctx *t) {
     return node(t, "clamp", 1, x, out_name(t, 0), 2, a);
 }
 
+/* Gemm with transA, alpha or beta: permutes of the transposed operands, matmul, alpha times
+ * the product, plus beta times C (beta 0: no C). */
+static fm_status t_gemm_general(tctx *t, bool ta, bool tb, double alpha, double beta) {
+    const fm_dtype dt = t->in[0]->dtype;
+    if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "Gemm of %s with transA, alpha or beta has no graph form", fm_dtype_name(dt));
+    char b[7][300];
+    const char *op[2] = {in_name(t, 0), in_name(t, 1)};
+    const int64_t sw[2] = {1, 0};
+    fm_graph_attr pa = fm_graph_attr_ints("perm", 2, sw);
+    for (int k = 0; k < 2; k++) {
+        if (!(k ? tb : ta)) continue;
+        const char *p = tmp_name(t, b[k], sizeof b[k]);
+        if (node(t, "permute", 1, &op[k], p, 1, &pa)) return fm_last_status();
+        op[k] = p;
+    }
+    const char *prod = alpha != 1.0 || beta != 0.0 ? tmp_name(t, b[2], sizeof b[2]) : out_name(t, 0);
+    if (node(t, "matmul", 2, op, prod, 0, NULL)) return fm_last_status();
+    if (alpha != 1.0) {
+        const char *al = scalar_const(t, alpha, dt, b[3], sizeof b[3]), *sc = beta != 0.0 ? tmp_name(t, b[4], sizeof b[4]) : out_name(t, 0);
+        if (!al || node(t, "mul", 2, (const char *[]){prod, al}, sc, 0, NULL)) return fm_last_status();
+        prod = sc;
+    }
+    if (beta == 0.0) return FM_OK;
+    const char *c = in_name(t, 2);
+    if (beta != 1.0) {
+        const char *be = scalar_const(t, beta, dt, b[5], sizeof b[5]), *cs = tmp_name(t, b[6], sizeof b[6]);
+        if (!be || node(t, "mul", 2, (const char *[]){c, be}, cs, 0, NULL)) return fm_last_status();
+        c = cs;
+    }
+    return node(t, "add", 2, (const char *[]){prod, c}, out_name(t, 0), 0, NULL);
+}
+
 static fm_status t_gemm(tctx *t) {
     double alpha = onnx_attr_float(&t->c, "alpha", 1.0f), beta = onnx_attr_float(&t->c, "beta", 1.0f);
     bool ta = onnx_attr_int(&t->c, "transA", 0), tb = onnx_attr_int(&t->c, "transB", 0);
     bool bias = t->n->n_in > 2 && t->n->in[2] >= 0 && beta != 0;
-    if (ta || alpha != 1.0 || (bias && beta != 1.0))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "Gemm with transA, alpha != 1 or beta != 1 has no graph form");
     char t1[256];
     const char *out = out_name(t, 0);
+    if (ta || alpha != 1.0 || (bias && beta != 1.0)) return t_gemm_general(t, ta, tb, alpha, bias ? beta : 0.0);
     if (tb) { /* B [N, K]: the linear layer's layout */
         const char *ins[3] = {in_name(t, 0), in_name(t, 1), bias ? in_name(t, 2) : ""};
-        if (bias && t->in[2]->ndim != 1) return fm_set_error(FM_ERR_UNSUPPORTED, "Gemm bias must be 1-D for the graph form");
+        if (bias && t->in[2]->ndim != 1) return t_gemm_general(t, false, true, 1.0, 1.0); /* a 2-D C: matmul and add */
         return node(t, "linear", bias ? 3 : 2, ins, out, 0, NULL);
     }
     const char *mm_out = bias ? tmp_name(t, t1, sizeof t1) : out, *ins[2] = {in_name(t, 0), in_name(t, 1)};
