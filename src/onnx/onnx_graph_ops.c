@@ -219,8 +219,33 @@ static fm_status t_softmax(tctx *t) {
     return node(t, "cast", 1, &y, out_name(t, 0), 1, &f16);
 }
 
+/* Whether output k of the node is read (or a graph output). */
+static bool output_used(const tctx *t, int k) { return k < t->n->n_out && t->n->out[k] >= 0 && t->x->m->last_use[t->n->out[k]] >= 0; }
+
+/* LayerNormalization's Mean and InvStdDev outputs (f32/f64 input), when read: the mean over
+ * the normalized dims (kept), and 1 / sqrt(mean((x - mean)^2) + eps). */
+static fm_status layer_norm_stats(tctx *t, int64_t axis, double eps) {
+    const fm_dtype dt = t->in[0]->dtype;
+    if (!output_used(t, 1) && !output_used(t, 2)) return FM_OK;
+    if (dt != FM_F32 && dt != FM_F64) return fm_set_error(FM_ERR_UNSUPPORTED, "LayerNormalization's Mean and InvStdDev of %s have no graph form", fm_dtype_name(dt));
+    int64_t ax[FM_MAX_DIMS];
+    int n = 0;
+    for (int64_t d = axis; d < t->in[0]->ndim; d++) ax[n++] = d;
+    fm_graph_attr a[2] = {fm_graph_attr_ints("axes", n, ax), fm_graph_attr_int("keepdim", 1)};
+    char b[8][300];
+    const char *x = in_name(t, 0), *mean = output_used(t, 1) ? out_name(t, 1) : tmp_name(t, b[0], sizeof b[0]);
+    if (node(t, "mean", 1, &x, mean, 2, a) || !output_used(t, 2)) return fm_last_status();
+    const char *d = tmp_name(t, b[1], sizeof b[1]), *sq = tmp_name(t, b[2], sizeof b[2]), *var = tmp_name(t, b[3], sizeof b[3]);
+    const char *e = scalar_const(t, eps, dt, b[4], sizeof b[4]), *ve = tmp_name(t, b[5], sizeof b[5]), *sd = tmp_name(t, b[6], sizeof b[6]);
+    const char *one = scalar_const(t, 1.0, dt, b[7], sizeof b[7]);
+    if (!e || !one || node(t, "sub", 2, (const char *[]){x, mean}, d, 0, NULL) || node(t, "mul", 2, (const char *[]){d, d}, sq, 0, NULL) ||
+        node(t, "mean", 1, &sq, var, 2, a) || node(t, "add", 2, (const char *[]){var, e}, ve, 0, NULL) || node(t, "sqrt", 1, &ve, sd, 0, NULL))
+        return fm_last_status();
+    return node(t, "div", 2, (const char *[]){one, sd}, out_name(t, 2), 0, NULL);
+}
+
 static fm_status t_norm(tctx *t) {
-    if (only_first_output(t)) return fm_last_status();
+    if (strcmp(t->n->op->name, "LayerNormalization") && only_first_output(t)) return fm_last_status();
     double eps = onnx_attr_float(&t->c, "epsilon", 1e-5f);
     fm_graph_attr a[2] = {fm_graph_attr_float("eps", eps)};
     if (!strcmp(t->n->op->name, "BatchNormalization")) {
@@ -251,7 +276,7 @@ static fm_status t_norm(tctx *t) {
             return fm_set_error(FM_ERR_UNSUPPORTED, "LayerNormalization scale/bias must have the normalized shape for the graph form");
     a[1] = fm_graph_attr_int("n_norm_dims", nn);
     const char *ins[3] = {in_name(t, 0), in_name(t, 1), t->n->n_in > 2 ? in_name(t, 2) : ""};
-    return node(t, "layer_norm", 3, ins, out_name(t, 0), 2, a);
+    return node(t, "layer_norm", 3, ins, out_name(t, 0), 2, a) ? fm_last_status() : layer_norm_stats(t, axis, eps);
 }
 
 /* Conv and pools over 1 or 2 spatial dims, as 2-D windows (1-D: the second dim, the
