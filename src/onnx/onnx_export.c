@@ -182,6 +182,9 @@ typedef struct {
     const gtype *t0; /* the first input's type */
 } xnode;
 
+/* Input k when given: NULL when the node has fewer inputs or names it "" (absent). */
+static const char *opt_in(const xnode *x, int k) { return k < x->n->n_in && x->in[k] && *x->in[k] ? x->in[k] : NULL; }
+
 #define EMIT(op, NA, ...) emit(x->e, op, (const char *[]){__VA_ARGS__}, NA)
 #define INS(...) (const char *[]){__VA_ARGS__, NULL}
 #define OUTS(...) (const char *[]){__VA_ARGS__, NULL}
@@ -225,12 +228,12 @@ static fm_status x_norm(xnode *x, const char *op) {
         if (strcmp(g_node_attr(x->n, "layout") && g_node_attr(x->n, "layout")->s ? g_node_attr(x->n, "layout")->s : "NCHW", "NCHW"))
             return fm_set_error(FM_ERR_UNSUPPORTED, "NHWC batch_norm has no ONNX form");
         int64_t c = x->t0->d[1];
-        const char *w = *x->in[1] ? x->in[1] : const_fill(e, c, 1, x->t0->dt), *b = *x->in[2] ? x->in[2] : const_fill(e, c, 0, x->t0->dt);
+        const char *w = opt_in(x, 1) ? x->in[1] : const_fill(e, c, 1, x->t0->dt), *b = opt_in(x, 2) ? x->in[2] : const_fill(e, c, 0, x->t0->dt);
         return emit(e, "BatchNormalization", INS(x->in[0], w, b, x->in[3], x->in[4]), OUTS(x->out[0]), 1, a_float(e, "epsilon", eps));
     }
     if (!strcmp(op, "rms_norm")) { /* x / sqrt(mean(x^2) + eps) * w */
         const char *sq = tmp_name(e), *ms = tmp_name(e), *ad = tmp_name(e), *rt = tmp_name(e), *rc = tmp_name(e);
-        const char *nx = *x->in[1] ? tmp_name(e) : x->out[0];
+        const char *nx = opt_in(x, 1) ? tmp_name(e) : x->out[0];
         int64_t last = -1;
         fm_status s = emit(e, "Mul", INS(x->in[0], x->in[0]), OUTS(sq), 0);
         if (!s) s = emit(e, "ReduceMean", INS(sq), OUTS(ms), 2, a_ints(e, "axes", 1, &last), a_int(e, "keepdims", 1));
@@ -238,7 +241,7 @@ static fm_status x_norm(xnode *x, const char *op) {
         if (!s) s = emit(e, "Sqrt", INS(ad), OUTS(rt), 0);
         if (!s) s = emit(e, "Reciprocal", INS(rt), OUTS(rc), 0);
         if (!s) s = emit(e, "Mul", INS(x->in[0], rc), OUTS(nx), 0);
-        if (!s && *x->in[1]) s = emit(e, "Mul", INS(nx, x->in[1]), OUTS(x->out[0]), 0);
+        if (!s && opt_in(x, 1)) s = emit(e, "Mul", INS(nx, x->in[1]), OUTS(x->out[0]), 0);
         return s;
     }
     /* layer_norm, add_layer_norm (sum = x + h first) */
@@ -248,8 +251,8 @@ static fm_status x_norm(xnode *x, const char *op) {
     fm_status s = FM_OK;
     if (add) {
         src = x->out[0];
-        s = emit(e, "Add", INS(x->in[0], *x->in[1] ? x->in[1] : x->in[0]), OUTS(src), 0);
-        if (!*x->in[1]) return fm_set_error(FM_ERR_UNSUPPORTED, "add_layer_norm without h has no ONNX form");
+        s = emit(e, "Add", INS(x->in[0], opt_in(x, 1) ? x->in[1] : x->in[0]), OUTS(src), 0);
+        if (!opt_in(x, 1)) return fm_set_error(FM_ERR_UNSUPPORTED, "add_layer_norm without h has no ONNX form");
     }
     const int iw = add ? 2 : 1; /* inputs past the node's own count are absent */
     const char *w = x->n->n_in > iw ? x->in[iw] : "", *b = x->n->n_in > iw + 1 ? x->in[iw + 1] : "";
@@ -274,7 +277,7 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
         const int64_t relu = at_int(x->n, "relu", 0), pool = at_int(x->n, "pool", 0), kp[2] = {pool, pool}, p0[4] = {0, 0, 0, 0};
         const double hi = at_float(x->n, "max", INFINITY); /* ReLU6: Clip(0, 6) */
         const bool act = relu || hi < INFINITY;
-        const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
+        const char *ins[4] = {x->in[0], x->in[1], opt_in(x, 2), NULL};
         const char *c = act || pool > 1 ? tmp_name(e) : x->out[0], *r = act && pool > 1 ? tmp_name(e) : x->out[0];
         fm_status s = emit(e, "Conv", ins, OUTS(c), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
                            a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
@@ -289,7 +292,7 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
     if (!strcmp(op, "conv_transpose2d")) {
         int64_t opd[2] = {0, 0};
         if (at_ints(x->n, "output_padding", opd, 2) == 1) opd[1] = opd[0];
-        const char *ins[4] = {x->in[0], x->in[1], *x->in[2] ? x->in[2] : NULL, NULL};
+        const char *ins[4] = {x->in[0], x->in[1], opt_in(x, 2), NULL};
         return emit(e, "ConvTranspose", ins, OUTS(x->out[0]), 5, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
                     a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)), a_ints(e, "output_padding", 2, opd));
     }
@@ -615,7 +618,7 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
     if (!strcmp(op, "attention_kv")) return x_attention_kv(x);
     if (!strcmp(op, "linear") || !strcmp(op, "linear_fused")) { /* fused: then Relu when relu = 1 */
-        const char *b = *x->in[2] ? x->in[2] : NULL, *y = at_int(x->n, "relu", 0) ? tmp_name(e) : x->out[0];
+        const char *b = opt_in(x, 2), *y = at_int(x->n, "relu", 0) ? tmp_name(e) : x->out[0];
         fm_status s;
         if (x->t0->ndim == 2) {
             const char *ins[4] = {x->in[0], x->in[1], b, NULL};

@@ -48,6 +48,13 @@ static fm_status need_folded(tctx *t, int k, const char *what) {
     return FM_OK;
 }
 
+/* Whether dim d of input k has one size at all three import probes. */
+static bool fixed_dim(const tctx *t, int k, int d) {
+    const int s = t->n->in[k];
+    const fm_tensor *a = t->x->va[s], *b = t->x->vb[s], *c = t->x->vc ? t->x->vc[s] : NULL;
+    return a->shape[d] == b->shape[d] && (!t->x->n_syms || (c && c->shape[d] == a->shape[d]));
+}
+
 static fm_status only_first_output(tctx *t) {
     for (int k = 1; k < t->n->n_out; k++)
         if (t->n->out[k] >= 0 && t->x->m->last_use[t->n->out[k]] >= 0)
@@ -343,11 +350,132 @@ static const char *window_input(tctx *t, const char *x2, const int64_t more[4], 
     return node(t, "pad", 1, x, y, fill != 0 ? 2 : 1, a) ? NULL : y;
 }
 
+/* A slice along one axis into a fresh name in buf: [start, end) by step. */
+static const char *slice_into(tctx *t, const char *x, int64_t axis, int64_t start, int64_t end, int64_t step, char *buf, size_t nb) {
+    fm_graph_attr a[4] = {fm_graph_attr_int("axis", axis), fm_graph_attr_ints("start", 1, &start), fm_graph_attr_ints("end", 1, &end),
+                          fm_graph_attr_int("step", step)};
+    const char *y = tmp_name(t, buf, nb);
+    return node(t, "slice", 1, &x, y, 4, a) ? NULL : y;
+}
+
+/* A node of op with one input and one ints attribute into a fresh name in buf. */
+static const char *with_ints(tctx *t, const char *op, const char *x, const char *attr, int n, const int64_t *v, char *buf, size_t nb) {
+    fm_graph_attr a = fm_graph_attr_ints(attr, n, v);
+    const char *y = tmp_name(t, buf, nb);
+    return x && !node(t, op, 1, &x, y, 1, &a) ? y : NULL;
+}
+
+/* The 3-D geometry of a Conv or pool on fixed D, H and W: kernel, strides, dilations and the
+ * begin/end pads (auto_pad resolved), in k, s, d, pb, pe; out the output's D, H, W. */
+static fm_status window3d_geom(tctx *t, bool conv, int64_t k[3], int64_t s[3], int64_t d[3], int64_t pb[3], int64_t pe[3], int64_t out[3]) {
+    for (int i = 2; i < 5; i++)
+        if (!fixed_dim(t, 0, i)) return fm_set_error(FM_ERR_UNSUPPORTED, "3-D windows have a graph form on fixed depth, height and width only");
+    int nk, ns, nd, np;
+    const int64_t *kv = onnx_attr_ints(&t->c, "kernel_shape", &nk), *sv = onnx_attr_ints(&t->c, "strides", &ns);
+    const int64_t *dv = onnx_attr_ints(&t->c, "dilations", &nd), *pv = onnx_attr_ints(&t->c, "pads", &np);
+    char buf[32];
+    const char *ap = onnx_attr_string(&t->c, "auto_pad", "NOTSET", buf, sizeof buf);
+    for (int i = 0; i < 3; i++) {
+        const int64_t in = t->in[0]->shape[2 + i];
+        k[i] = kv && nk == 3 ? kv[i] : conv ? t->in[1]->shape[2 + i] : 0;
+        s[i] = sv && ns == 3 ? sv[i] : 1, d[i] = dv && nd == 3 ? dv[i] : 1;
+        pb[i] = pv && np == 6 ? pv[i] : 0, pe[i] = pv && np == 6 ? pv[i + 3] : 0;
+        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+            int64_t total = ((in + s[i] - 1) / s[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in;
+            total = total > 0 ? total : 0;
+            pb[i] = pe[i] = total / 2;
+            *(ap[5] == 'U' ? &pe[i] : &pb[i]) += total % 2;
+        } else if (!strcmp(ap, "VALID")) pb[i] = pe[i] = 0;
+        const int64_t span = (k[i] - 1) * d[i] + 1, full = in + pb[i] + pe[i];
+        if (k[i] < 1 || s[i] < 1 || d[i] < 1 || pb[i] < 0 || pe[i] < 0 || full < span)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "a 3-D window with kernel %lld, stride %lld, dilation %lld and pads %lld, %lld on %lld has no graph form",
+                                (long long)k[i], (long long)s[i], (long long)d[i], (long long)pb[i], (long long)pe[i], (long long)in);
+        out[i] = (full - span) / s[i] + 1;
+    }
+    return FM_OK;
+}
+
+/* Conv, MaxPool and AveragePool over 3 spatial dims on fixed D, H and W, as 2-D windows on
+ * frames folded into the batch ([N, C, D, H, W] -> [N D, C, H, W]), after a pad node for
+ * all the pads: a conv sums one 2-D conv per kernel depth offset (the frames that offset
+ * reads, strided), as the interpreter does; a pool runs the 2-D pool on every frame, then
+ * takes the max (or the mean) of the kernel's depth offsets, each a strided slice. */
+static fm_status t_window3d(tctx *t, bool conv, bool is_max) {
+    int64_t k[3], s[3], d[3], pb[3], pe[3], o[3];
+    if (window3d_geom(t, conv, k, s, d, pb, pe, o)) return fm_last_status();
+    if (!conv && (d[0] != 1 || d[1] != 1 || d[2] != 1 || onnx_attr_int(&t->c, "ceil_mode", 0)))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "a 3-D pool with dilation or ceil_mode has no graph form");
+    const bool padded = pb[0] || pb[1] || pb[2] || pe[0] || pe[1] || pe[2];
+    if (!conv && !is_max && padded && !onnx_attr_int(&t->c, "count_include_pad", 0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "a padded 3-D average pool that leaves the pads out of its count has no graph form");
+    const int64_t C = t->in[0]->shape[1], Dp = t->in[0]->shape[2] + pb[0] + pe[0], Hp = t->in[0]->shape[3] + pb[1] + pe[1];
+    const int64_t Wp = t->in[0]->shape[4] + pb[2] + pe[2], M = conv ? t->in[1]->shape[0] : C, to_frames[5] = {0, 2, 1, 3, 4};
+    char b[12][300];
+    const char *x = in_name(t, 0);
+    if (padded) {
+        const int64_t pads[10] = {0, 0, pb[0], pb[1], pb[2], 0, 0, pe[0], pe[1], pe[2]};
+        fm_graph_attr pa[2] = {fm_graph_attr_ints("pads", 10, pads), fm_graph_attr_float("value", is_max ? -INFINITY : 0.0)};
+        const char *xp = tmp_name(t, b[0], sizeof b[0]);
+        if (node(t, "pad", 1, &x, xp, is_max ? 2 : 1, pa)) return fm_last_status();
+        x = xp;
+    }
+    const int64_t fr[4] = {-1, C, Hp, Wp}, s2[2] = {s[1], s[2]}, d2[2] = {d[1], d[2]}, z2[2] = {0, 0}, k2[2] = {k[1], k[2]};
+    fm_graph_attr w2[4] = {fm_graph_attr_ints("stride", 2, s2), fm_graph_attr_ints("padding", 2, z2), fm_graph_attr_ints("dilation", 2, d2),
+                           fm_graph_attr_int("groups", onnx_attr_int(&t->c, "group", 1))};
+    const char *acc = NULL;
+    if (conv) {
+        const int64_t wsh[4] = {M, t->in[1]->shape[1], k[1], k[2]};
+        for (int64_t kz = 0; kz < k[0]; kz++) {
+            const char *xs = slice_into(t, x, 2, kz * d[0], kz * d[0] + (o[0] - 1) * s[0] + 1, s[0], b[1], sizeof b[1]);
+            const char *xr = with_ints(t, "reshape", with_ints(t, "permute", xs, "perm", 5, to_frames, b[2], sizeof b[2]), "shape", 4, fr, b[3], sizeof b[3]);
+            const char *wk = with_ints(t, "reshape", slice_into(t, in_name(t, 1), 2, kz, kz + 1, 1, b[4], sizeof b[4]), "shape", 4, wsh, b[5], sizeof b[5]);
+            const char *y = tmp_name(t, b[6 + kz % 2], sizeof b[6]), *sum = tmp_name(t, b[8 + kz % 2], sizeof b[8]);
+            if (!xs || !xr || !wk || node(t, "conv2d", 2, (const char *[]){xr, wk}, y, 4, w2) ||
+                (acc && node(t, "add", 2, (const char *[]){acc, y}, sum, 0, NULL)))
+                return fm_last_status();
+            acc = acc ? sum : y;
+        }
+    } else {
+        const char *xr = with_ints(t, "reshape", with_ints(t, "permute", x, "perm", 5, to_frames, b[1], sizeof b[1]), "shape", 4, fr, b[2], sizeof b[2]);
+        fm_graph_attr pa[3] = {fm_graph_attr_ints("kernel", 2, k2), fm_graph_attr_ints("stride", 2, s2), fm_graph_attr_ints("padding", 2, z2)};
+        const char *pooled = tmp_name(t, b[3], sizeof b[3]);
+        if (!xr || node(t, is_max ? "max_pool2d" : "avg_pool2d", 1, &xr, pooled, 3, pa)) return fm_last_status();
+        const int64_t back[5] = {-1, Dp, C, o[1], o[2]};
+        const char *fr5 = with_ints(t, "reshape", pooled, "shape", 5, back, b[4], sizeof b[4]);
+        for (int64_t kz = 0; fr5 && kz < k[0]; kz++) {
+            const char *xs = slice_into(t, fr5, 1, kz, kz + (o[0] - 1) * s[0] + 1, s[0], b[5 + kz % 2], sizeof b[5]);
+            const char *sum = tmp_name(t, b[7 + kz % 2], sizeof b[7]);
+            if (!xs || (acc && node(t, is_max ? "maximum" : "add", 2, (const char *[]){acc, xs}, sum, 0, NULL))) return fm_last_status();
+            acc = acc ? sum : xs;
+        }
+        if (!fr5) return fm_last_status();
+        if (!is_max) {
+            const char *inv = scalar_const(t, 1.0 / (double)k[0], t->in[0]->dtype, b[9], sizeof b[9]), *m = tmp_name(t, b[10], sizeof b[10]);
+            if (!inv || node(t, "mul", 2, (const char *[]){acc, inv}, m, 0, NULL)) return fm_last_status();
+            acc = m;
+        }
+        const int64_t back_perm[5] = {0, 2, 1, 3, 4};
+        fm_graph_attr pp = fm_graph_attr_ints("perm", 5, back_perm);
+        return node(t, "permute", 1, &acc, out_name(t, 0), 1, &pp);
+    }
+    /* the conv's sum [N Do, M, Ho, Wo] -> [N, M, Do, Ho, Wo], then the bias per channel */
+    const int64_t five[5] = {-1, o[0], M, o[1], o[2]};
+    const bool bias = t->n->n_in > 2 && t->n->in[2] >= 0;
+    const char *y5 = with_ints(t, "reshape", acc, "shape", 5, five, b[1], sizeof b[1]);
+    fm_graph_attr pp = fm_graph_attr_ints("perm", 5, to_frames);
+    const char *yp = bias ? tmp_name(t, b[2], sizeof b[2]) : out_name(t, 0);
+    if (!y5 || node(t, "permute", 1, &y5, yp, 1, &pp) || !bias) return fm_last_status();
+    const int64_t bs[4] = {M, 1, 1, 1};
+    const char *br = with_ints(t, "reshape", in_name(t, 2), "shape", 4, bs, b[3], sizeof b[3]);
+    return br ? node(t, "add", 2, (const char *[]){yp, br}, out_name(t, 0), 0, NULL) : fm_last_status();
+}
+
 static fm_status t_conv_pool(tctx *t) {
     const char *op = t->n->op->name;
     bool conv = !strcmp(op, "Conv"), is_max = !strcmp(op, "MaxPool");
     int64_t k[2], s[2], d[2], p[2], more[4];
     char buf[300];
+    if (t->in[0]->ndim == 5) return only_first_output(t) ? fm_last_status() : t_window3d(t, conv, is_max);
     if (only_first_output(t) || window2d(t, conv ? t->in[1]->shape + 2 : NULL, k, s, d, p, more)) return fm_last_status();
     const bool uneven = more[0] || more[1] || more[2] || more[3];
     /* an average that leaves uneven pads out of its count (TensorFlow's SAME): the pool counting
@@ -994,13 +1122,6 @@ static fm_status t_logical(tctx *t) {
     fm_tensor_release(no);
     const char *ins[2] = {a, f};
     return st ? st : node(t, "eq", 2, ins, out_name(t, 0), 0, NULL);
-}
-
-/* Whether dim d of input k has one size at all three import probes. */
-static bool fixed_dim(const tctx *t, int k, int d) {
-    const int s = t->n->in[k];
-    const fm_tensor *a = t->x->va[s], *b = t->x->vb[s], *c = t->x->vc ? t->x->vc[s] : NULL;
-    return a->shape[d] == b->shape[d] && (!t->x->n_syms || (c && c->shape[d] == a->shape[d]));
 }
 
 /* Trilu on fixed last two dims [M, N]: where(mask, x, 0) with the constant mask
