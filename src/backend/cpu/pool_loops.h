@@ -33,9 +33,19 @@ static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T
                 row[w] = ((a > m) | (a != a)) ? a : m; /* NaN wins; non-short-circuit: vectorizes */
             }
         }
+        const T *restrict wsr = ws;
+        T *restrict y = yp + oh * Wo;
+        if (sw == 2 && kw == 3) { /* ResNet's and SqueezeNet's 3x3/2: the three columns of each window
+                                   * read strided (the compiler deinterleaves them) */
+            for (int64_t ow = 0; ow < Wo; ow++) {
+                const T a = wsr[2 * ow], b = wsr[2 * ow + 1], c = wsr[2 * ow + 2];
+                const T m = ((b > a) | (b != b)) ? b : a;
+                y[ow] = ((c > m) | (c != c)) ? c : m;
+            }
+            continue;
+        }
         /* the window's max at every column (contiguous, vectorized), then every sw-th */
         T *restrict hm = ws + Wp + kw + sw;
-        const T *restrict wsr = ws;
         const int64_t nc = (Wo - 1) * sw + 1;
         for (int64_t c = 0; c < nc; c++) hm[c] = wsr[c];
         for (int64_t j = 1; j < kw; j++)
@@ -43,7 +53,6 @@ static void SFX(maxpool_nchw_noidx)(const fm_pool_geom *g, const T *xp, T *yp, T
                 const T a = wsr[c + j], m = hm[c];
                 hm[c] = ((a > m) | (a != a)) ? a : m;
             }
-        T *restrict y = yp + oh * Wo;
         for (int64_t ow = 0; ow < Wo; ow++) y[ow] = hm[ow * sw];
     }
 }
