@@ -149,11 +149,11 @@ static int conv2d_forward(void) {
                                   {2, 3, 1, 70, 3, 1, 7, 1, 1, 0, 3},
                                   /* narrow planes, several rows at once (4 rows of one vector, 2 of two,
                                    * then single rows): 7x7, 27 wide, 10 wide with 5x5 at stride 2; stride
-                                   * 2 on rows up to 64 wide split by masked vectors (45 and 40 columns:
-                                   * a full and a partial chunk; pads 1 and 2: odd and even pw) */
+                                   * 2 on rows up to 128 wide split by masked vectors (45, 40 and 100 columns:
+                                   * full and partial chunks; pads 1 and 2: odd and even pw) */
                                   {2, 6, 7, 7, 1, 3, 3, 1, 1, 1, 1},      {1, 5, 27, 27, 1, 3, 3, 1, 1, 1, 1},
                                   {1, 4, 12, 10, 1, 5, 5, 2, 2, 2, 2},    {2, 4, 14, 45, 1, 3, 3, 2, 2, 1, 1},
-                                  {1, 3, 13, 40, 2, 3, 3, 2, 2, 0, 2}};
+                                  {1, 3, 13, 40, 2, 3, 3, 2, 2, 0, 2},    {1, 3, 9, 100, 1, 3, 3, 2, 2, 1, 1}};
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const dwshape *h = &shapes[i];
             fm_tensor *x = op_randn(4, (int64_t[]){h->N, h->C, h->H, h->W}, FM_F32, 40 + (uint64_t)i);

@@ -71,12 +71,13 @@ static inline void SFX(dw_narrow_rows)(const float *ws, int64_t wq, int64_t sh, 
 
 /* Row xr of W floats into its sw phase rows (phase r at row + r * phase): padded
  * column q * sw + r, that is input column q * sw + r - pw, goes to q. Per phase a
- * strided read; at stride 2 on rows up to 64 wide an ISA's DW_SPLIT2_ROW when it has one
+ * strided read; at stride 2 on rows up to 128 wide an ISA's DW_SPLIT2_ROW when it has one
  * (AVX-512: masked vectors; MobileNetV2's 576-channel 14 -> 7 layer 0.33 -> 0.17 ms at
  * batch 8, 2 threads, AMD EPYC Zen 5, the scalar ends of the strided loop were most of it). */
 static inline void SFX(dw_split_row)(const float *restrict xr, float *restrict row, int64_t W, int64_t pw, int64_t sw, int64_t phase) {
 #ifdef DW_SPLIT2_ROW
-    if (sw == 2 && W <= 64) { /* wider rows: the loops below (MobileNetV2's 112-wide layer, memory-bound, ran 25% slower) */
+    if (sw == 2 && W <= 128) { /* wider rows keep the loops below: 200 and 256 columns ran 1.6-1.7x slower split by
+                                * masked vectors (32 and 24 channels, batch 8); 112 columns 1.1-2.6x faster */
         DW_SPLIT2_ROW(xr, row, W, pw, phase);
         return;
     }
