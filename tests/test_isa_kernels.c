@@ -75,6 +75,8 @@ void fm_bias_gelu_bwd_row_f32_avx512(const float *dy, const float *x, const floa
 
 void fm_colsum_f32_avx2(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
 void fm_colsum_f32_avx512(const float *x, int64_t R, int64_t ld, int64_t nc, double *acc);
+double fm_rowsum_f32_avx2(const float *p, int64_t n);
+double fm_rowsum_f32_avx512(const float *p, int64_t n);
 
 static bool w512; /* the CPU has the AVX-512 level */
 /* the AVX-512 kernel f, or its AVX2 twin where the CPU has no AVX-512 */
@@ -934,6 +936,34 @@ static void test_colsum(void) {
     free(x);
 }
 
+/* row sums (reduce_cpu.c's rowsum_f32: element k to partial k mod 32, then a fixed tree)
+ * at every length up to 100 and a few long ones, the special values among them, bitwise
+ * the scalar definition at both vector levels (a NaN: NaN at all three) */
+static void test_rowsum(void) {
+    const int64_t cap = 5000;
+    float *x = malloc(sizeof(float) * (size_t)cap);
+    if (!x) { CHECK(!"out of memory"); return; }
+    uint64_t seed = 23;
+    for (int64_t i = 0; i < cap; i++) x[i] = 8.0f * frand(&seed) * (i % 7 == 3 ? 1e15f : i % 5 == 1 ? 1e-12f : 1.0f); /* wide exponents: the order shows */
+    int bad = -1;
+    fill(x, 22, 8.0f); /* the special values among the first N */
+    for (int64_t n = 0; n <= 3900 && bad < 0; n += n < 100 ? 1 : 1031) {
+        for (int sp = 0; sp < 2 && bad < 0; sp++) {
+            const float *p = sp ? x : x + 1040; /* past fill's N: plain values */
+            double s[32] = {0}, t[8];
+            for (int64_t k = 0; k < n; k++) s[k & 31] += p[k];
+            for (int j = 0; j < 8; j++) t[j] = (s[j] + s[j + 8]) + (s[j + 16] + s[j + 24]);
+            const double ref = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+            const double a2 = fm_rowsum_f32_avx2(p, n), a5 = w512 ? fm_rowsum_f32_avx512(p, n) : a2;
+            const bool nr = ref != ref;
+            if (nr ? !(a2 != a2 && a5 != a5) : (memcmp(&a2, &ref, sizeof ref) || memcmp(&a5, &ref, sizeof ref))) bad = (int)n;
+            if (bad >= 0) CHECK_MSG(0, "rowsum n %d (%s): avx2 %.17g avx512 %.17g scalar %.17g", bad, sp ? "special values" : "plain", a2, a5, ref);
+        }
+    }
+    CHECK(bad < 0);
+    free(x);
+}
+
 int main(void) {
     fm_isa max = fm_isa_max_for(fm_cpu_get_features());
     if (max < FM_ISA_AVX2) {
@@ -963,5 +993,6 @@ int main(void) {
     test_conv_wino_unpooled();
     test_attention();
     test_colsum();
+    test_rowsum();
     TEST_DONE();
 }
