@@ -53,8 +53,8 @@ static inline __attribute__((always_inline)) void SFX(dw_block)(const int NB, co
     }
 }
 
-/* Output rows [oh, oh + nr) of a plane whose rows fit in one or two vectors (Wo <= 2 VL):
- * 4 rows of one vector or 2 rows of two at once, single rows for the rest. */
+/* Every output row of a plane whose rows fit in one or two vectors (Wo <= 2 VL): 4 rows
+ * of one vector or 2 rows of two at once, single rows for the rest. */
 static inline void SFX(dw_narrow_rows)(const float *ws, int64_t wq, int64_t sh, const int64_t *off, const float *w, int64_t taps,
                                         float bias, V lov, V hiv, float *y, int64_t Ho, int64_t Wo) {
     const int nb = Wo > VL ? 2 : 1, nr = nb == 1 ? 4 : 2;

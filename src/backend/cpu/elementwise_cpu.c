@@ -264,6 +264,15 @@ static int64_t op_offset(const operand *o, int ndim, const int64_t *shape, int64
     return off;
 }
 
+/* n copies of v: cloned per vector width (this file is built for the baseline ISA, whose
+ * 4-float stores made filling a per-row scale's buffer as slow as the product itself: the
+ * SE blocks' [N, C, H, W] x [N, C, 1, 1], 2 threads, AMD EPYC Zen 5). The same bits at
+ * every width. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void fill_f32(float *restrict b, float v, int64_t n) {
+    for (int64_t r = 0; r < n; r++) b[r] = v;
+}
+
 static void gather(const ew_exec *e, const operand *o, int64_t start, int64_t n, void *buf) {
     size_t es = fm_dtype_size(o->dt);
     if (o->contig) {
@@ -300,10 +309,8 @@ static void gather(const ew_exec *e, const operand *o, int64_t start, int64_t n,
             if (o->dt == FM_F32) {
                 const float *s = (const float *)o->base + off;
                 if (inner_st == 1) memcpy(b, s, (size_t)run * sizeof *b); /* a broadcast bias row */
-                else if (inner_st == 0) { /* a per-row scale: one value over the run */
-                    const float v = s[0];
-                    for (int64_t r = 0; r < run; r++) b[r] = v;
-                } else for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
+                else if (inner_st == 0) fill_f32(b, s[0], run); /* a per-row scale: one value over the run */
+                else for (int64_t r = 0; r < run; r++) b[r] = s[r * inner_st];
             } else {
                 for (int64_t r = 0; r < run; r++) b[r] = (float)fm_load_f64(o->base + (off + r * inner_st) * (int64_t)es, o->dt);
             }
