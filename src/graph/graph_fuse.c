@@ -456,11 +456,7 @@ fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t nn) {
  * dims there, and a reshape whose output has its input's shape (fixed and dynamic dims
  * alike) is bypassed. Conv, ReLU and the next conv then meet, for fuse-conv-act. */
 
-static bool same_type(const fm_graph *g, int a, int b) {
-    const gvalue *x = &g->values[a], *y = &g->values[b];
-    return x->t.dt == y->t.dt && x->t.ndim == y->t.ndim && !memcmp(x->t.d, y->t.d, sizeof(int64_t) * (size_t)x->t.ndim) &&
-           !memcmp(x->probe2, y->probe2, sizeof(int64_t) * (size_t)x->t.ndim);
-}
+static bool same_type(const fm_graph *g, int a, int b) { return g->values[a].t.dt == g->values[b].t.dt && same_shape(g, a, b); }
 
 /* Whether value b's dim d is value a's dim d (fixed and dynamic alike). */
 static bool same_dim(const fm_graph *g, int a, int b, int d) {
@@ -527,7 +523,7 @@ static int fold_reshape_node(rw_fuse *f, int i) {
 }
 
 fm_graph *g_pass_fold_reshape(const fm_graph *g, char *note, size_t nn) {
-    int moved = 0, bypassed = 0, merged = 0, n[3];
+    int moved = 0, n[3];
     fm_graph *cur = NULL;
     for (int round = 0; round < 8; round++) { /* one elementwise op per round */
         fm_graph *next = rw_fuse_pass(cur ? cur : g, sink_reshape_node, n);
@@ -539,8 +535,7 @@ fm_graph *g_pass_fold_reshape(const fm_graph *g, char *note, size_t nn) {
     fm_graph *out = rw_fuse_pass(cur, fold_reshape_node, n);
     fm_graph_free(cur);
     if (!out) return NULL;
-    bypassed = n[0], merged = n[1];
     snprintf(note, nn, "%d reshapes moved past elementwise ops, %d reshapes of a reshape read its input, %d reshapes to the "
-             "input's own shape bypassed", moved, merged, bypassed);
+             "input's own shape bypassed", moved, n[1], n[0]);
     return out;
 }

@@ -55,6 +55,19 @@ static bool fixed_dim(const tctx *t, int k, int d) {
     return a->shape[d] == b->shape[d] && (!t->x->n_syms || (c && c->shape[d] == a->shape[d]));
 }
 
+/* Every input folded left by the binary op into out (a n-1 node chain; one input: an
+ * identity): Sum, Max, Min, and Mean's sum. */
+static fm_status fold_inputs(tctx *t, const char *op, const char *out) {
+    char b[2][300];
+    const char *acc = in_name(t, 0);
+    for (int k = 1; k < t->n->n_in; k++) {
+        const char *o = k == t->n->n_in - 1 ? out : tmp_name(t, b[k % 2], sizeof b[0]);
+        if (node(t, op, 2, (const char *[]){acc, in_name(t, k)}, o, 0, NULL)) return fm_last_status();
+        acc = o;
+    }
+    return t->n->n_in > 1 ? FM_OK : node(t, "identity", 1, &acc, out, 0, NULL);
+}
+
 static fm_status only_first_output(tctx *t) {
     for (int k = 1; k < t->n->n_out; k++)
         if (t->n->out[k] >= 0 && t->x->m->last_use[t->n->out[k]] >= 0)
@@ -77,16 +90,7 @@ static fm_status t_simple(tctx *t, const char *op) {
         return fm_set_error(FM_ERR_UNSUPPORTED, "a training_mode that is not a constant false has no graph form");
     if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
     int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
-    if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2) { /* a chain of pairs; one input: itself */
-        char b[2][300];
-        const char *acc = in_name(t, 0);
-        for (int k = 1; k < n_in; k++) {
-            const char *o = k == n_in - 1 ? out_name(t, 0) : tmp_name(t, b[k % 2], sizeof b[0]);
-            if (node(t, op, 2, (const char *[]){acc, in_name(t, k)}, o, 0, NULL)) return fm_last_status();
-            acc = o;
-        }
-        return n_in > 1 ? FM_OK : node(t, "identity", 1, &acc, out_name(t, 0), 0, NULL);
-    }
+    if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2) return fold_inputs(t, op, out_name(t, 0));
     if (!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype))
         return fm_set_error(FM_ERR_UNSUPPORTED, "integer Div has no graph form");
     if (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype)))
@@ -483,10 +487,8 @@ static fm_status t_conv_pool(tctx *t) {
     const bool exclude = uneven && !conv && !is_max && !onnx_attr_int(&t->c, "count_include_pad", 0);
     /* static: the same at every probe (two sizes can agree by chance after a stride: 5 and 7
      * both pool to 2 after a stride-2 conv and a stride-2 pool; the third probe's 9 gives 3) */
-    const int in0 = t->n->in[0];
-    const fm_tensor *va = t->x->va[in0], *vb = t->x->vb[in0], *vc = t->x->vc ? t->x->vc[in0] : NULL;
-    for (int i = 2; exclude && i < va->ndim; i++)
-        if (onnx_attr_int(&t->c, "ceil_mode", 0) || va->shape[i] != vb->shape[i] || (t->x->n_syms && (!vc || vc->shape[i] != va->shape[i])))
+    for (int i = 2; exclude && i < t->in[0]->ndim; i++)
+        if (onnx_attr_int(&t->c, "ceil_mode", 0) || !fixed_dim(t, 0, i))
             return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads left out of its count has a graph form on static "
                                 "spatial dims without ceil_mode only");
     char b2[300], b3[300], b4[300];
@@ -558,14 +560,16 @@ static fm_status t_pointwise_more(tctx *t) {
     if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", op, fm_dtype_name(dt));
     char b[6][300];
     const double alpha = onnx_attr_float(&t->c, "alpha", 1.0f);
-    const char *one = scalar_const(t, 1.0, dt, b[0], sizeof b[0]), *zero = scalar_const(t, 0.0, dt, b[1], sizeof b[1]);
+    const bool mean = !strcmp(op, "Mean"), softsign = !strcmp(op, "Softsign"), thresh = !strcmp(op, "ThresholdedRelu");
+    const char *one = mean || thresh ? "" : scalar_const(t, 1.0, dt, b[0], sizeof b[0]); /* each constant only where it is read */
+    const char *zero = mean || softsign ? "" : scalar_const(t, 0.0, dt, b[1], sizeof b[1]);
     const char *t1 = tmp_name(t, b[2], sizeof b[2]), *t2 = tmp_name(t, b[3], sizeof b[3]);
     if (!one || !zero) return fm_last_status();
-    if (!strcmp(op, "Softsign")) {
+    if (softsign) {
         if (node(t, "abs", 1, &x, t1, 0, NULL) || node(t, "add", 2, (const char *[]){t1, one}, t2, 0, NULL)) return fm_last_status();
         return node(t, "div", 2, (const char *[]){x, t2}, y, 0, NULL);
     }
-    if (!strcmp(op, "ThresholdedRelu")) {
+    if (thresh) {
         const char *al = scalar_const(t, alpha, dt, b[4], sizeof b[4]);
         if (!al || node(t, "gt", 2, (const char *[]){x, al}, t1, 0, NULL)) return fm_last_status();
         return node(t, "where", 3, (const char *[]){t1, x, zero}, y, 0, NULL);
@@ -582,15 +586,10 @@ static fm_status t_pointwise_more(tctx *t) {
             return fm_last_status();
         return node(t, "add", 2, (const char *[]){r, ng}, y, 0, NULL);
     }
-    /* Mean */
-    const char *acc = x;
-    for (int k = 1; k < t->n->n_in; k++) {
-        const char *o = tmp_name(t, b[2 + k % 2], sizeof b[2]);
-        if (node(t, "add", 2, (const char *[]){acc, in_name(t, k)}, o, 0, NULL)) return fm_last_status();
-        acc = o;
-    }
+    /* Mean: the sum into t1, then 1 / n times it */
     const char *inv = scalar_const(t, 1.0 / t->n->n_in, dt, b[4], sizeof b[4]);
-    return inv ? node(t, "mul", 2, (const char *[]){acc, inv}, y, 0, NULL) : fm_last_status();
+    if (!inv || fold_inputs(t, "add", t1)) return fm_last_status();
+    return node(t, "mul", 2, (const char *[]){t1, inv}, y, 0, NULL);
 }
 
 /* PRelu, Elu and Selu as where(x > 0, x, the negative branch) of graph ops; Reciprocal as
@@ -599,15 +598,7 @@ static fm_status t_pointwise(tctx *t) {
     const char *op = t->n->op->name, *x = in_name(t, 0);
     const fm_dtype dt = t->in[0]->dtype;
     char b[6][300];
-    if (!strcmp(op, "Sum")) {
-        const char *acc = x;
-        for (int k = 1; k < t->n->n_in; k++) {
-            const char *ins[2] = {acc, in_name(t, k)}, *o = k == t->n->n_in - 1 ? out_name(t, 0) : tmp_name(t, b[k % 2], sizeof b[0]);
-            if (node(t, "add", 2, ins, o, 0, NULL)) return fm_last_status();
-            acc = o;
-        }
-        return t->n->n_in > 1 ? FM_OK : node(t, "identity", 1, &acc, out_name(t, 0), 0, NULL);
-    }
+    if (!strcmp(op, "Sum")) return fold_inputs(t, "add", out_name(t, 0));
     if (!fm_dtype_is_float(dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "%s of %s has no graph form", op, fm_dtype_name(dt));
     if (!strcmp(op, "Reciprocal")) {
         const char *one = scalar_const(t, 1.0, dt, b[0], sizeof b[0]), *ins[2] = {one, x};
