@@ -31,8 +31,9 @@ static const char *g_save_gpt; /* --save-gpt DIR */
 
 static void measure(const char *model, int64_t batch, const char *what, run_fn f, void *ctx, int rounds, const fm_graph *cg) {
     side s[3] = {{"eager", {0}, 0}, {"graph", {0}, 0}, {"compiled", {0}, 0}};
-    for (int w = 0; w < 3; w++) { /* warm-up, and the peak of one run */
+    for (int w = 0; w < 3; w++) { /* warm-up (a graph plans its arena at a shape's second run), and the peak of one run */
         if (g_only >= 0 && w != g_only) continue;
+        if (f(ctx, w) != FM_OK) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
         fm_memory_stats a, b;
         fm_memory_stats_get(FM_CPU, &a);
         fm_memory_reset_peak(FM_CPU);
@@ -53,9 +54,9 @@ static void measure(const char *model, int64_t batch, const char *what, run_fn f
     if (cg) fm_graph_plan_memory(cg, batch, &p); /* plans bind only "batch": other dims stay at their hints */
     printf("{\"model\": \"%s\", \"batch\": %lld, \"workload\": \"%s\", \"eager_ms\": %.3f, \"graph_ms\": %.3f, \"compiled_ms\": %.3f, "
            "\"compiled_vs_eager\": %.3f, \"eager_peak_bytes\": %zu, \"graph_peak_bytes\": %zu, \"compiled_peak_bytes\": %zu, "
-           "\"planned_arena_bytes\": %zu, \"planned_live_peak_bytes\": %zu}\n",
+           "\"planned_arena_bytes\": %zu, \"planned_live_peak_bytes\": %zu, \"run_arena_bytes\": %zu, \"output_bytes\": %zu, \"run_uses_arena\": %s}\n",
            model, (long long)batch, what, 1e3 * med[0], 1e3 * med[1], 1e3 * med[2], med[0] > 0 && med[2] > 0 ? med[0] / med[2] : 0.0, s[0].peak, s[1].peak, s[2].peak,
-           p.planned_bytes, p.live_peak_bytes);
+           p.planned_bytes, p.live_peak_bytes, p.run_arena_bytes, p.output_bytes, p.run_uses_arena ? "true" : "false");
     fflush(stdout);
 }
 

@@ -32,10 +32,12 @@ times `fathom compile FILE` (the batch stays dynamic) against ORT on the file at
 --base DIR adds a third side: another build's libfathom.so running the graph that
 build's own `fathom compile` (GPT: `bench_graph --save-gpt`) made from the same
 model, timed in the same alternation (before/after pairs on a shared machine); its
-outputs must agree too.
+outputs must agree too. --no-arena-base (cnn, mlp, vision) makes the third side this
+build's graph run without its arena (fm_graph_run_options.no_arena), so "base_over_fathom"
+is what the arena buys.
 
 Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|bert|vision]
-                                [--vision NAME,...] [--base DIR]
+                                [--vision NAME,...] [--base DIR | --no-arena-base]
 """
 import argparse
 import ctypes
@@ -84,9 +86,15 @@ def run(cmd):
         sys.exit(f"bench_graph_ort: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
 
 
+class RunOptions(ctypes.Structure):
+    """fm_graph_run_options (fathom/graph.h)"""
+    _fields_ = [("kv_append", ctypes.c_bool), ("kv_capacity", ctypes.c_int64), ("no_arena", ctypes.c_bool)]
+
+
 class Fathom:
-    def __init__(self, lib_path, graph_dir):
+    def __init__(self, lib_path, graph_dir, no_arena=False):
         self.lib = ctypes.CDLL(lib_path)
+        self.opts = RunOptions(False, 0, True) if no_arena else None
         L = self.lib
         L.fm_graph_load.restype = ctypes.c_void_p
         L.fm_graph_load.argtypes = [ctypes.c_char_p]
@@ -94,6 +102,9 @@ class Fathom:
         L.fm_tensor_from_data.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
         L.fm_graph_run.restype = ctypes.c_int
         L.fm_graph_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        L.fm_graph_run_ex.restype = ctypes.c_int
+        L.fm_graph_run_ex.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+                                      ctypes.POINTER(RunOptions)]
         L.fm_tensor_data.restype = ctypes.c_void_p
         L.fm_tensor_data.argtypes = [ctypes.c_void_p]
         L.fm_tensor_release.argtypes = [ctypes.c_void_p]
@@ -104,6 +115,11 @@ class Fathom:
             sys.exit(f"bench_graph_ort: fm_graph_load: {L.fm_last_error().decode()}")
         self.x = None
 
+    def graph_run(self, ins, outs):
+        if self.opts is None:
+            return self.lib.fm_graph_run(self.g, ins, outs)
+        return self.lib.fm_graph_run_ex(self.g, ins, outs, ctypes.byref(self.opts))
+
     def set_input(self, x):
         if self.x:
             self.lib.fm_tensor_release(self.x)
@@ -113,7 +129,7 @@ class Fathom:
     def run(self, n_out):
         ins = (ctypes.c_void_p * 1)(self.x)
         outs = (ctypes.c_void_p * 1)()
-        if self.lib.fm_graph_run(self.g, ins, outs) != 0:
+        if self.graph_run(ins, outs) != 0:
             sys.exit(f"bench_graph_ort: fm_graph_run: {self.lib.fm_last_error().decode()}")
         y = np.ctypeslib.as_array(ctypes.cast(self.lib.fm_tensor_data(outs[0]), ctypes.POINTER(ctypes.c_float)),
                                   shape=(n_out,)).copy()
@@ -129,7 +145,7 @@ class Fathom:
             ts.append(L.fm_tensor_from_data(x.ctypes.data, x.ndim, shape, FM_I64 if x.dtype == np.int64 else FM_F32))
         ins = (ctypes.c_void_p * len(ts))(*ts)
         outs = (ctypes.c_void_p * len(ts))()
-        st = L.fm_graph_run(self.g, ins, outs)
+        st = self.graph_run(ins, outs)
         for t in ts:
             L.fm_tensor_release(t)
         if st != 0:
@@ -348,6 +364,7 @@ def bench_vision(a, ort, lib, d):
                           dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
         run([os.path.join(a.build, "fathom"), "compile", path, "-o", f"{d}/{name}_c"])
         fm, sess = Fathom(lib, f"{d}/{name}_c"), session(ort, path, a.threads)
+        base = Fathom(lib, f"{d}/{name}_c", no_arena=True) if a.no_arena_base else None
         for batch in (1, 8):
             x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
             outs = fm.run_many([x])
@@ -357,7 +374,9 @@ def bench_vision(a, ort, lib, d):
             err = float(np.max(np.abs(yf - yo)) / max(1e-30, float(np.max(np.abs(yo)))))
             if err > 1e-4:
                 sys.exit(f"bench_graph_ort: {name} outputs differ at batch {batch}: {err:.3g} relative")
-            tf, to, cf, co = [], [], [], []
+            tf, to, cf, co, tb, cb = [], [], [], [], [], []
+            if base:
+                base.release(base.run_many([x]), 1)
             for _ in range(a.rounds):
                 t0, c0 = time.perf_counter(), time.thread_time()
                 fm.release(fm.run_many([x]), 1)
@@ -365,9 +384,16 @@ def bench_vision(a, ort, lib, d):
                 t0, c0 = time.perf_counter(), time.thread_time()
                 sess.run(None, {"x": x})
                 to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
-            print(f'{{"model": "{name} (torchvision, torch.onnx.export)", "batch": {batch}, {timing(a, tf, to, cf, co)}, '
+                if base:
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    base.release(base.run_many([x]), 1)
+                    tb.append(time.perf_counter() - t0), cb.append(time.thread_time() - c0)
+            t = timing(a, tf, to, cf, co, tb or None, cb or None)
+            print(f'{{"model": "{name} (torchvision, torch.onnx.export)", "batch": {batch}, {t}, '
                   f'"max_rel_diff": {err:.2e}}}', flush=True)
         fm.close()
+        if base:
+            base.close()
 
 
 def main():
@@ -378,6 +404,9 @@ def main():
     ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "vision", "both"], default="both")
     ap.add_argument("--vision", default=VISION, help="--model vision: torchvision model names, comma-separated")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
+    ap.add_argument("--no-arena-base", action="store_true",
+                    help="(cnn, mlp, vision) the third side is this build running each call without its arena "
+                         "(fm_graph_run_options.no_arena): the arena's effect, in one alternation")
     a = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -404,7 +433,9 @@ def main():
         run([fathom, "export", f"{d}/compiled", "-o", f"{d}/model.onnx"])
         fm = Fathom(lib, f"{d}/compiled")
         base = None
-        if a.base:  # the other build's compile of the same model, its library under another file name
+        if a.no_arena_base:  # this build's graph, each run without the arena
+            base = Fathom(lib, f"{d}/compiled", no_arena=True)
+        elif a.base:  # the other build's compile of the same model, its library under another file name
             run([os.path.join(a.base, "fathom"), "compile", f"{d}/model", "-o", f"{d}/compiled_base"])
             shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base.so")
             base = Fathom(f"{d}/libfathom_base.so", f"{d}/compiled_base")

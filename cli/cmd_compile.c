@@ -25,10 +25,11 @@ static void usage(FILE *f) {
 }
 
 static void print_plan(const char *what, const fm_memory_plan *p) {
-    char a[32], b[32], c[32];
-    printf("  %-9s %s all intermediates, %s live peak, %s planned arena (%d values)\n", what,
+    char a[32], b[32], c[32], d[32], e[32];
+    printf("  %-9s %s all intermediates, %s live peak, %s planned arena (%d values); a CPU run: %s block + %s outputs%s\n", what,
            fm_format_bytes(p->naive_bytes, a, sizeof a), fm_format_bytes(p->live_peak_bytes, b, sizeof b),
-           fm_format_bytes(p->planned_bytes, c, sizeof c), p->n_values);
+           fm_format_bytes(p->planned_bytes, c, sizeof c), p->n_values, fm_format_bytes(p->run_arena_bytes, d, sizeof d),
+           fm_format_bytes(p->output_bytes, e, sizeof e), p->run_uses_arena ? "" : " (too much above the live peak: it allocates per value)");
 }
 
 static void print_report(const fm_compile_report *r, const fm_memory_plan *before, const fm_memory_plan *after) {

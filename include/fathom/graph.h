@@ -151,10 +151,15 @@ FM_API fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_te
  * then be non-contiguous views; no tensor a caller holds changes value (the rows
  * written lie beyond every view of that storage). kv_capacity: the rows per head
  * such a cache gets when one is made (the longest sequence the caller expects;
- * 0 or too few: twice the present length, at least 64). */
+ * 0 or too few: twice the present length, at least 64).
+ * no_arena: on the CPU a run places its intermediates at the offsets of the
+ * graph's memory plan in one block (docs/GRAPH.md, "Memory plan"), once the same
+ * dim values have run before; true allocates each one on its own instead (as
+ * FATHOM_GRAPH_ARENA=0 does for every run). The outputs are the same either way. */
 typedef struct fm_graph_run_options {
     bool kv_append;
     int64_t kv_capacity;
+    bool no_arena;
 } fm_graph_run_options;
 FM_API fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt);
 /* The same by name: any order of inputs, and only the outputs asked for. */
@@ -185,12 +190,20 @@ FM_API fm_status fm_graph_attach_file(fm_graph *g, const char *name, const char 
 
 /* ---- compiling ---- */
 /* Memory of one run at the planning sizes (dim hints; batch > 0 overrides the
- * dim "batch"): all intermediates summed (no reuse), the peak of live bytes
- * (freed after the last reader), and the arena a greedy offset plan needs. */
+ * dim "batch"): all node values summed (no reuse), the peak of live bytes
+ * (freed after the last reader), and the arena a greedy offset plan needs, all
+ * with the graph outputs counted in. What a CPU run takes: run_arena_bytes, the
+ * block for the intermediates alone (outputs outlive the run, so they are not in
+ * it), and output_bytes, the outputs allocated on their own. run_uses_arena: the
+ * runner uses the block at these sizes (it does when the block plus the outputs
+ * exceed the live peak by at most 1/8 of it or 1 MiB; else each value is allocated
+ * on its own). */
 typedef struct fm_memory_plan {
     int64_t batch;
     int n_values;
     size_t naive_bytes, live_peak_bytes, planned_bytes;
+    size_t run_arena_bytes, output_bytes;
+    bool run_uses_arena;
 } fm_memory_plan;
 FM_API fm_status fm_graph_plan_memory(const fm_graph *g, int64_t batch, fm_memory_plan *out);
 typedef struct fm_compile_pass_report {

@@ -7,6 +7,23 @@ typedef struct fm_post_hook { void (*fn)(fm_tensor *, void *); void *ctx; struct
 
 fm_storage *fm_storage_new(size_t nbytes, fm_device dev);
 void fm_storage_release(fm_storage *s);
+/* Planned placement (the graph runner's arena, src/graph/graph_arena.c): while a
+ * list of slots is set on the calling thread, the first storage that thread asks
+ * for on a slot's device with exactly the slot's byte count gets the slot's memory
+ * (borrowed: the storage calls deleter(ctx, data) when it dies) instead of an
+ * allocation; the slot is then taken and *live set to 1. Sizes that match no slot
+ * allocate as usual, so an op's scratch of another size is unaffected. */
+typedef struct fm_storage_slot {
+    fm_device dev;
+    void *data;
+    size_t nbytes;
+    void (*deleter)(void *ctx, void *data);
+    void *ctx;
+    unsigned char *live;
+    bool taken;
+} fm_storage_slot;
+/* Sets the calling thread's slot list (NULL, 0: none); returns the previous list's length via *prev_n. */
+fm_storage_slot *fm_storage_slots_set(fm_storage_slot *slots, int n, int *prev_n);
 fm_tensor *fm_tensor_alloc_header(void);
 void fm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 fm_status fm_check_shape(const char *op, int ndim, const int64_t *shape);

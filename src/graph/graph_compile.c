@@ -10,7 +10,8 @@
  * all intermediates (no reuse: a graph that keeps everything), the peak of
  * live bytes (what freeing after the last reader reaches, as fm_graph_run
  * does, before allocator rounding), and the planned arena (>= the live peak;
- * the gap is fragmentation). The runner does not use the arena yet. */
+ * the gap is fragmentation). The runner places its intermediates in such an
+ * arena, planned at the run's sizes (graph_arena.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,56 +61,110 @@ fm_graph *fm_graph_pass(const fm_graph *g, const char *name, char *note, size_t 
     return NULL;
 }
 
-typedef struct span { int64_t size, off; int first, last; } span;
-
 static int by_size(const void *a, const void *b) {
-    const span *x = a, *y = b;
+    const g_span *x = a, *y = b;
     return x->size < y->size ? 1 : x->size > y->size ? -1 : x->first - y->first;
 }
 
-fm_status fm_graph_plan_memory(const fm_graph *g, int64_t batch, fm_memory_plan *out) {
-    if (!g || !out || !g->validated) return fm_set_error(FM_ERR_INVALID, "memory plan: needs a validated graph");
-    memset(out, 0, sizeof *out);
-    int64_t vals[G_MAX_SYMS];
-    for (int s = 0; s < g->n_syms; s++) vals[s] = batch > 0 && !strcmp(g->syms[s].name, "batch") ? batch : g->syms[s].hint;
-    gtype *t = calloc((size_t)g->n_values + 1, sizeof *t);
-    span *sp = calloc((size_t)g->n_values + 1, sizeof *sp);
-    fm_status st = t && sp ? g_infer_types(g, vals, t) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+int g_plan_spans(const fm_graph *g, const int64_t *vals, bool with_outputs, g_span *sp, int64_t *all_bytes) {
+    const size_t nv = (size_t)g->n_values + 1;
+    gtype *t = calloc(nv, sizeof *t);
+    int *root = malloc(nv * sizeof *root), *last = malloc(nv * sizeof *last);
+    bool *held = calloc(nv, sizeof *held);
+    fm_status st = t && root && last && held ? g_infer_types(g, vals, t) : fm_set_error(FM_ERR_OOM, "graph: out of host memory");
     int n = 0;
     for (int v = 0; st == FM_OK && v < g->n_values; v++) {
         const gvalue *val = &g->values[v];
-        if (val->kind != GV_NODE) continue;
+        root[v] = v;
+        last[v] = val->is_output ? g->n_nodes : val->last_use < 0 ? val->producer : val->last_use;
+        held[v] = val->is_output;
+    }
+    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) { /* a view's memory is its input's (values in node order) */
+        const gnode *nd = &g->nodes[i];
+        if (!g_op_is_view(nd->op) || nd->n_in < 1 || nd->in[0] < 0) continue;
+        const int x = nd->in[0], v = nd->out[0];
+        root[v] = g->values[x].kind == GV_NODE ? root[x] : -1; /* -1: a view of an input or a constant */
+        if (root[v] < 0) continue;
+        if (last[v] > last[root[v]]) last[root[v]] = last[v];
+        held[root[v]] |= held[v];
+    }
+    for (int v = 0; st == FM_OK && v < g->n_values; v++) {
+        const gvalue *val = &g->values[v];
         int64_t bytes = (int64_t)fm_dtype_size(t[v].dt);
         for (int d = 0; d < t[v].ndim; d++) bytes *= t[v].d[d];
-        bytes = (bytes + 63) / 64 * 64;
-        sp[n++] = (span){bytes, 0, val->producer, val->is_output ? g->n_nodes : val->last_use < 0 ? val->producer : val->last_use};
-        out->naive_bytes += (size_t)bytes;
+        if (all_bytes) all_bytes[v] = bytes;
+        if (val->kind != GV_NODE || root[v] != v || (held[v] && !with_outputs)) continue;
+        sp[n++] = (g_span){(bytes + 63) / 64 * 64, 0, bytes, val->producer, last[v], v, held[v]};
     }
-    for (int i = 0; st == FM_OK && i < g->n_nodes; i++) { /* live bytes while node i runs */
+    free(t);
+    free(root);
+    free(last);
+    free(held);
+    return st == FM_OK ? n : -1;
+}
+
+/* Placed values that share a node's run with the one being placed, by offset:
+ * the lowest offset clear of them all is found in one sweep. */
+static int by_off(const void *a, const void *b) {
+    const g_span *x = *(const g_span *const *)a, *y = *(const g_span *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int64_t g_plan_place(g_span *sp, int n) {
+    qsort(sp, (size_t)n, sizeof *sp, by_size);
+    const g_span **near = malloc(((size_t)n + 1) * sizeof *near);
+    if (!near) { fm_set_error(FM_ERR_OOM, "graph: out of host memory"); return -1; }
+    int64_t arena = 0;
+    for (int k = 0; k < n; k++) {
+        int m = 0;
+        for (int j = 0; j < k; j++)
+            if (sp[j].first <= sp[k].last && sp[k].first <= sp[j].last) near[m++] = &sp[j];
+        qsort(near, (size_t)m, sizeof *near, by_off);
+        int64_t off = 0;
+        for (int j = 0; j < m && near[j]->off < off + sp[k].size; j++)
+            if (near[j]->off + near[j]->size > off) off = near[j]->off + near[j]->size;
+        sp[k].off = off;
+        if (off + sp[k].size > arena) arena = off + sp[k].size;
+    }
+    free(near);
+    return arena;
+}
+
+fm_status g_plan_memory_at(const fm_graph *g, const int64_t *vals, fm_memory_plan *out) {
+    memset(out, 0, sizeof *out);
+    g_span *sp = calloc((size_t)g->n_values + 1, sizeof *sp);
+    if (!sp) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
+    int n = g_plan_spans(g, vals, true, sp, NULL);
+    for (int k = 0; k < n; k++) out->naive_bytes += (size_t)sp[k].size;
+    for (int i = 0; i < g->n_nodes; i++) { /* live bytes while node i runs */
         size_t live = 0;
         for (int k = 0; k < n; k++) live += sp[k].first <= i && i <= sp[k].last ? (size_t)sp[k].size : 0;
         if (live > out->live_peak_bytes) out->live_peak_bytes = live;
     }
-    qsort(sp, (size_t)n, sizeof *sp, by_size);
-    for (int k = 0; st == FM_OK && k < n; k++) {
-        int64_t off = 0;
-        for (bool moved = true; moved;) { /* the lowest offset clear of every placed, overlapping-in-time value */
-            moved = false;
-            for (int j = 0; j < k; j++)
-                if (sp[j].first <= sp[k].last && sp[k].first <= sp[j].last && off < sp[j].off + sp[j].size && sp[j].off < off + sp[k].size) {
-                    off = sp[j].off + sp[j].size;
-                    moved = true;
-                }
-        }
-        sp[k].off = off;
-        if ((size_t)(off + sp[k].size) > out->planned_bytes) out->planned_bytes = (size_t)(off + sp[k].size);
-    }
+    for (int k = 0; k < n; k++) out->output_bytes += sp[k].out ? (size_t)sp[k].bytes : 0;
+    int64_t arena = n >= 0 ? g_plan_place(sp, n) : -1;
+    int m = arena >= 0 ? g_plan_spans(g, vals, false, sp, NULL) : -1; /* the runner's block: intermediates only */
+    int64_t block = m >= 0 ? g_plan_place(sp, m) : -1;
+    free(sp);
+    if (arena < 0 || block < 0) return fm_last_status();
+    out->planned_bytes = (size_t)arena;
+    out->run_arena_bytes = (size_t)block;
     out->n_values = n;
+    /* The block is held for the whole run, so outputs made along the way add to all of it:
+     * a graph whose outputs pile up (a GPT's present caches) would peak higher with it.
+     * The runner takes it when that costs at most 1/8 of the live peak, or 1 MiB. */
+    const size_t slack = out->live_peak_bytes / 8 > ((size_t)1 << 20) ? out->live_peak_bytes / 8 : (size_t)1 << 20;
+    out->run_uses_arena = block > 0 && out->run_arena_bytes + out->output_bytes <= out->live_peak_bytes + slack;
     int sb = g_find_sym(g, "batch");
     out->batch = sb >= 0 ? vals[sb] : 0;
-    free(t);
-    free(sp);
-    return st;
+    return FM_OK;
+}
+
+fm_status fm_graph_plan_memory(const fm_graph *g, int64_t batch, fm_memory_plan *out) {
+    if (!g || !out || !g->validated) return fm_set_error(FM_ERR_INVALID, "memory plan: needs a validated graph");
+    int64_t vals[G_MAX_SYMS];
+    for (int s = 0; s < g->n_syms; s++) vals[s] = batch > 0 && !strcmp(g->syms[s].name, "batch") ? batch : g->syms[s].hint;
+    return g_plan_memory_at(g, vals, out);
 }
 
 /* Random inputs at the dim hints: floats from N(0, 1), integers 0. */

@@ -56,6 +56,8 @@ typedef struct gnode {
 
 typedef struct gsym { char *name; int64_t hint; } gsym;
 
+typedef struct g_plan_cache g_plan_cache;
+
 struct fm_graph {
     int n_values, cap_values;
     gvalue *values;
@@ -78,7 +80,41 @@ struct fm_graph {
      * conv2d_fused's and linear_fused's packed constant weights; NULL or n_prep entries */
     fm_tensor **prep;
     int n_prep;
+    /* CPU graphs: the runner's memory plans by dim values (graph_arena.c), made at g_prepare */
+    g_plan_cache *plans;
 };
+
+/* ---- graph_compile.c: the memory plan ---- */
+/* One node value's bytes (size: rounded up to 64; bytes: exact), its arena offset
+ * once placed, and its lifetime in node indices (graph outputs: to the end); out:
+ * a graph output holds it (it is one, or one is a view of it). */
+typedef struct g_span { int64_t size, off, bytes; int first, last, v; bool out; } g_span;
+/* The node values' spans at these dim values (sp has room for n_values; with_outputs
+ * false leaves out the values graph outputs hold); their count, or -1 (error set).
+ * The output of a view op (g_op_is_view) has no span: it lives in its input's
+ * memory, whose span lasts as long as the view does. all_bytes (NULL, or room for
+ * n_values): every value's exact bytes at these dim values, spans or not. */
+int g_plan_spans(const fm_graph *g, const int64_t *vals, bool with_outputs, g_span *sp, int64_t *all_bytes);
+/* fm_graph_plan_memory at these dim values. */
+fm_status g_plan_memory_at(const fm_graph *g, const int64_t *vals, fm_memory_plan *out);
+/* Offsets in one arena, greedily, largest first, each at the lowest offset clear of
+ * every placed value alive at the same time (sorts sp); the arena's bytes, or -1. */
+int64_t g_plan_place(g_span *sp, int n);
+
+/* ---- graph_arena.c: the runner's arena ---- */
+typedef struct g_arena_run g_arena_run;
+g_plan_cache *g_plan_cache_new(void);
+void g_plan_cache_free(g_plan_cache *c);
+/* The run's arena at these dim values, or NULL: none for this run (not planned yet:
+ * a shape gets its plan the second time it runs; or the plan failed, its error cleared). */
+g_arena_run *g_arena_begin(const fm_graph *g, const int64_t *syms);
+/* Offers node i's planned outputs their places (the calling thread's storage slots)
+ * around its run; g_arena_node_end takes them back. */
+void g_arena_node_begin(g_arena_run *r, const gnode *n);
+void g_arena_node_end(g_arena_run *r);
+void g_arena_end(g_arena_run *r);
+/* Whether s is a place in some run's arena (a graph output there is copied out). */
+bool g_arena_owns(const fm_storage *s);
 
 /* ---- graph_run.c ---- */
 /* Makes what runs on the graph's device reuse (prep), after validation; frees it. */
@@ -135,6 +171,10 @@ const char *g_tshape(const gtype *t, char *buf, size_t n);
 fm_status g_norm_axis(int64_t axis, int ndim, int *out);
 /* Index of op `name`, or -1. */
 int g_op_find(const char *name);
+/* Whether op's output is a view of its input 0 (no memory of its own) when the input allows:
+ * the shape ops (reshape, permute, transpose, slice, squeeze, unsqueeze, flatten, expand)
+ * and the identities (identity, dropout). */
+bool g_op_is_view(const char *op);
 const g_op_spec *g_op_spec_at(int i);
 int g_op_count(void);
 

@@ -397,3 +397,10 @@ int g_op_find(const char *name) {
         if (!strcmp(g_op_spec_at(i)->name, name)) return i;
     return -1;
 }
+
+bool g_op_is_view(const char *op) {
+    static const char *const k_views[] = {"reshape", "permute", "transpose", "slice", "squeeze", "unsqueeze", "flatten", "expand", "identity", "dropout"};
+    for (size_t i = 0; op && i < sizeof k_views / sizeof k_views[0]; i++)
+        if (!strcmp(op, k_views[i])) return true;
+    return false;
+}

@@ -15,6 +15,8 @@ void g_unprepare(fm_graph *g) {
     free(g->prep);
     g->prep = NULL;
     g->n_prep = 0;
+    g_plan_cache_free(g->plans);
+    g->plans = NULL;
 }
 
 /* conv2d_fused and linear_fused nodes with constant f32 weights get them packed
@@ -25,6 +27,7 @@ void g_unprepare(fm_graph *g) {
 fm_status g_prepare(fm_graph *g) {
     g_unprepare(g);
     if (g->device.type != FM_DEV_CPU && g->device.type != FM_DEV_CHECK) return FM_OK;
+    if (g->device.type == FM_DEV_CPU && !(g->plans = g_plan_cache_new())) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
         const bool conv = !strcmp(n->op, "conv2d_fused"), lin = !strcmp(n->op, "linear_fused");
@@ -101,18 +104,23 @@ static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, co
 }
 
 /* A graph output that shares storage with a constant is copied, so the caller
- * can never write into the weights through it. */
+ * can never write into the weights through it; one that is a view of an
+ * intermediate placed in the run's arena too, so that it does not hold the arena. */
 static fm_tensor *detach_output(const fm_graph *g, fm_tensor *t) {
+    if (g_arena_owns(t->storage)) return fm_clone(t);
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == GV_CONST && g->values[v].tensor->storage == t->storage) return fm_clone(t);
     return fm_tensor_retain(t);
 }
 
 static fm_status run_all(const fm_graph *g, fm_tensor **env, const int64_t *syms, int n_out, const int *out_v, fm_tensor **outputs,
-                         const fm_graph_run_options *opt) {
+                         const fm_graph_run_options *opt, g_arena_run *arena) {
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
-        if (run_node(g, n, env, syms, opt)) return fm_last_status();
+        g_arena_node_begin(arena, n);
+        fm_status st = run_node(g, n, env, syms, opt);
+        g_arena_node_end(arena);
+        if (st) return st;
         for (int k = 0; k < n->n_in; k++) { /* intermediates die after their last reader */
             int v = n->in[k];
             if (v >= 0 && g->values[v].last_use == i && !g->values[v].is_output && g->values[v].kind == GV_NODE && env[v]) {
@@ -152,10 +160,12 @@ static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_o
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == GV_CONST) env[v] = fm_tensor_retain(g->values[v].tensor);
     bool prev = fm_set_grad_enabled(false);
-    if (st == FM_OK) st = run_all(g, env, syms, n_out, out_v, outputs, opt);
+    g_arena_run *arena = st == FM_OK && !(opt && opt->no_arena) ? g_arena_begin(g, syms) : NULL;
+    if (st == FM_OK) st = run_all(g, env, syms, n_out, out_v, outputs, opt, arena);
     fm_set_grad_enabled(prev);
     for (int v = 0; v < g->n_values; v++) fm_tensor_release(env[v]);
     free(env);
+    g_arena_end(arena);
     return st;
 }
 
