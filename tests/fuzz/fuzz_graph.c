@@ -1,9 +1,10 @@
 /* Graph directories (src/graph): the input is graph.json; weights.safetensors
  * is a fixed file (graph_weights.h: f32 "w" and "b", and tables for the quantized
  * ops), so fuzzed graphs can use constants; every seed declares all eight
- * (tests/data/graph). A graph that loads is also run once on zeros (dynamic dims at
+ * (tests/data/graph). A graph that loads is also run on zeros (dynamic dims at
  * 2), when its values are small, so the checks in front of every op front end
- * are exercised too, and the structural passes that read the graph's producers
+ * are exercised too; twice, and the second run (the one the runner's arena plans
+ * and places) must give the same outputs; and the structural passes that read the graph's producers
  * and value types (fold-reshape, cse, dce) run on it; their result is freed. */
 #include <sys/stat.h>
 
@@ -21,6 +22,16 @@ static void setup(void) {
     char p[600];
     snprintf(p, sizeof p, "%s/weights.safetensors", g_dir);
     if (graph_weights_save(p) != FM_OK) abort();
+}
+
+/* The same shape and the same values (NaN equal to NaN). */
+static bool same_values(const fm_tensor *a, const fm_tensor *b) {
+    if (a->ndim != b->ndim || a->dtype != b->dtype || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return false;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
+        double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
+        if (x != y && !(x != x && y != y)) return false;
+    }
+    return true;
 }
 
 static void run_once(fm_graph *g) {
@@ -47,8 +58,15 @@ static void run_once(fm_graph *g) {
         for (int d = 0; d < io.ndim; d++) numel *= io.shape[d] < 0 ? 64 : io.shape[d] ? io.shape[d] : 1;
         if (numel > 65536) ok = false;
     }
-    if (ok && fm_graph_run(g, in, out) == FM_OK)
-        for (int i = 0; i < fm_graph_num_outputs(g); i++) fm_tensor_release(out[i]);
+    if (ok && fm_graph_run(g, in, out) == FM_OK) {
+        fm_tensor *again[16] = {0};
+        if (fm_graph_run(g, in, again) != FM_OK) abort(); /* the shape's second run: in the planned arena */
+        for (int i = 0; i < fm_graph_num_outputs(g); i++) {
+            if (!same_values(out[i], again[i])) abort();
+            fm_tensor_release(out[i]);
+            fm_tensor_release(again[i]);
+        }
+    }
     for (int i = 0; i < n; i++) fm_tensor_release(in[i]);
 }
 
