@@ -164,12 +164,18 @@ fm_graph *g_pass_fold_pad_conv(const fm_graph *g, char *note, size_t nn) {
 }
 
 /* add(x, h) read by layer_norm(., w, b) over the last dim, both operands of one shape. */
+/* The same shape as value x, at both probe sizes (no broadcasting). */
+static bool same_shape(const fm_graph *g, int a, int x) {
+    const gvalue *va = &g->values[a], *vx = &g->values[x];
+    return va->t.ndim == vx->t.ndim && !memcmp(va->t.d, vx->t.d, sizeof(int64_t) * (size_t)vx->t.ndim) &&
+           !memcmp(va->probe2, vx->probe2, sizeof(int64_t) * (size_t)vx->t.ndim);
+}
+
 static int add_ln_match(const fm_graph *g, int i) {
     const gnode *a = &g->nodes[i];
     if (strcmp(a->op, "add")) return -1;
     const gtype *x = &g->values[a->in[0]].t, *h = &g->values[a->in[1]].t;
-    if (x->ndim != h->ndim || memcmp(x->d, h->d, sizeof(int64_t) * (size_t)x->ndim) || x->dt != FM_F32 || x->ndim < 1 || h->dt != FM_F32 ||
-        memcmp(g->values[a->in[0]].probe2, g->values[a->in[1]].probe2, sizeof(int64_t) * (size_t)x->ndim))
+    if (x->dt != FM_F32 || h->dt != FM_F32 || x->ndim < 1 || !same_shape(g, a->in[0], a->in[1]))
         return -1; /* no broadcasting, at either probe size */
     for (int j = i + 1; j < g->n_nodes; j++) {
         const gnode *n = &g->nodes[j];
@@ -381,13 +387,6 @@ fm_graph *g_pass_matmul_to_linear(const fm_graph *g, char *note, size_t nn) {
     return out;
 }
 
-/* The same shape as value x, at both probe sizes (no broadcasting in the chain). */
-static bool same_shape(const fm_graph *g, int a, int x) {
-    const gvalue *va = &g->values[a], *vx = &g->values[x];
-    return va->t.ndim == vx->t.ndim && !memcmp(va->t.d, vx->t.d, sizeof(int64_t) * (size_t)vx->t.ndim) &&
-           !memcmp(va->probe2, vx->probe2, sizeof(int64_t) * (size_t)vx->t.ndim);
-}
-
 /* Node n as a chain step on the running value v, x being the chain's input: its step,
  * or false. */
 static bool as_step(const fm_graph *g, const gnode *n, int v, int x, fm_ew_step *s) {
@@ -466,15 +465,11 @@ static bool same_dim(const fm_graph *g, int a, int b, int d) {
 
 /* Whether node u gives the same values before reshape node r as after it. */
 static bool commutes(const fm_graph *g, const gnode *u, const gnode *r) {
-    static const char *const ops[] = {"relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "leaky_relu",
-                                      "clamp", "abs", "neg", "exp", "log", "sqrt", "softplus"};
     if (u->n_out != 1) return false;
     if (!strcmp(u->op, "batch_norm")) /* per channel (dim 1): the reshape keeps dims 0 and 1 */
         return !strcmp(str_attr(u, "layout", "NCHW"), "NCHW") && same_dim(g, r->in[0], r->out[0], 0) &&
                same_dim(g, r->in[0], r->out[0], 1) && g->values[r->in[0]].t.ndim >= 3;
-    for (size_t k = 0; u->n_in == 1 && k < sizeof ops / sizeof ops[0]; k++)
-        if (!strcmp(u->op, ops[k])) return true;
-    return false;
+    return u->n_in == 1 && g_op_is_pointwise(u->op);
 }
 
 /* reshape A -> u -> (more such ops) -> reshape: u = A's sole reader, and the chain of sole

@@ -175,6 +175,9 @@ int g_op_find(const char *name);
  * the shape ops (reshape, permute, transpose, slice, squeeze, unsqueeze, flatten, expand)
  * and the identities (identity, dropout). */
 bool g_op_is_view(const char *op);
+/* Whether op is a one-input elementwise op (neg, exp, relu, gelu, clamp, ...: the table's
+ * unary entries), whose output element i depends on input element i alone. */
+bool g_op_is_pointwise(const char *op);
 const g_op_spec *g_op_spec_at(int i);
 int g_op_count(void);
 

@@ -398,6 +398,12 @@ int g_op_find(const char *name) {
     return -1;
 }
 
+bool g_op_is_pointwise(const char *op) {
+    int i = g_op_find(op);
+    const g_op_spec *sp = i >= 0 ? g_op_spec_at(i) : NULL;
+    return sp && (sp->run == run_unary || sp->run == run_leaky_relu || sp->run == run_clamp);
+}
+
 bool g_op_is_view(const char *op) {
     static const char *const k_views[] = {"reshape", "permute", "transpose", "slice", "squeeze", "unsqueeze", "flatten", "expand", "identity", "dropout"};
     for (size_t i = 0; op && i < sizeof k_views / sizeof k_views[0]; i++)

@@ -48,11 +48,20 @@ static fm_status need_folded(tctx *t, int k, const char *what) {
     return FM_OK;
 }
 
-/* Whether dim d of input k has one size at all three import probes. */
-static bool fixed_dim(const tctx *t, int k, int d) {
-    const int s = t->n->in[k];
+/* Whether dim d of value slot s has one size at all three import probes. */
+static bool fixed_slot_dim(const tctx *t, int s, int d) {
     const fm_tensor *a = t->x->va[s], *b = t->x->vb[s], *c = t->x->vc ? t->x->vc[s] : NULL;
     return a->shape[d] == b->shape[d] && (!t->x->n_syms || (c && c->shape[d] == a->shape[d]));
+}
+
+/* Whether dim d of input k has one size at all three import probes. */
+static bool fixed_dim(const tctx *t, int k, int d) { return fixed_slot_dim(t, t->n->in[k], d); }
+
+/* Whether dim d of slots s and u has the same size at each of the three import probes. */
+static bool same_dim_at_probes(const tctx *t, int s, int u, int d) {
+    const onnx_graph_ctx *x = t->x;
+    return x->va[s]->shape[d] == x->va[u]->shape[d] && x->vb[s]->shape[d] == x->vb[u]->shape[d] &&
+           (!x->n_syms || (x->vc && x->vc[s] && x->vc[u] && x->vc[s]->shape[d] == x->vc[u]->shape[d]));
 }
 
 /* Every input folded left by the binary op into out (a n-1 node chain; one input: an
@@ -297,28 +306,14 @@ static fm_status t_norm(tctx *t) {
 static fm_status window2d(tctx *t, const int64_t *kshape, int64_t k[2], int64_t s[2], int64_t d[2], int64_t p[2], int64_t more[4]) {
     const int nsp = t->in[0]->ndim - 2;
     if (nsp != 1 && nsp != 2) return fm_set_error(FM_ERR_UNSUPPORTED, "only 1 or 2 spatial dims have a graph form (this input has %d)", nsp);
-    int nk, ns, nd, np;
-    const int64_t *kv = onnx_attr_ints(&t->c, "kernel_shape", &nk), *sv = onnx_attr_ints(&t->c, "strides", &ns);
-    const int64_t *dv = onnx_attr_ints(&t->c, "dilations", &nd), *pv = onnx_attr_ints(&t->c, "pads", &np);
-    char buf[32];
-    const char *ap = onnx_attr_string(&t->c, "auto_pad", "NOTSET", buf, sizeof buf);
+    onnx_window w;
+    if (onnx_window_of(&t->c, t->in[0], kshape, &w)) return fm_last_status();
     k[0] = s[0] = d[0] = 1, p[0] = more[0] = more[2] = 0; /* 1-D: the first dim stays as it is */
     for (int i = 0; i < nsp; i++) {
         const int j = i + 2 - nsp;
-        k[j] = kv && nk == nsp ? kv[i] : kshape ? kshape[i] : 0;
-        s[j] = sv && ns == nsp ? sv[i] : 1;
-        d[j] = dv && nd == nsp ? dv[i] : 1;
-        int64_t pb = pv && np == 2 * nsp ? pv[i] : 0, pe = pv && np == 2 * nsp ? pv[i + nsp] : 0;
-        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
-            int64_t in = t->in[0]->shape[2 + i], out = (in + s[j] - 1) / s[j];
-            int64_t total = (out - 1) * s[j] + (k[j] - 1) * d[j] + 1 - in;
-            total = total > 0 ? total : 0;
-            pb = pe = total / 2;
-            *(ap[5] == 'U' ? &pe : &pb) += total % 2; /* the odd one at the end (UPPER) or the beginning */
-        } else if (!strcmp(ap, "VALID")) pb = pe = 0;
-        if (pb < 0 || pe < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "negative pads have no graph form");
-        p[j] = pb < pe ? pb : pe;
-        more[j] = pb - p[j], more[2 + j] = pe - p[j];
+        k[j] = w.k[i], s[j] = w.s[i], d[j] = w.d[i];
+        p[j] = w.pb[i] < w.pe[i] ? w.pb[i] : w.pe[i];
+        more[j] = w.pb[i] - p[j], more[2 + j] = w.pe[i] - p[j];
     }
     return FM_OK;
 }
@@ -374,24 +369,13 @@ static const char *with_ints(tctx *t, const char *op, const char *x, const char 
 static fm_status window3d_geom(tctx *t, bool conv, int64_t k[3], int64_t s[3], int64_t d[3], int64_t pb[3], int64_t pe[3], int64_t out[3]) {
     for (int i = 2; i < 5; i++)
         if (!fixed_dim(t, 0, i)) return fm_set_error(FM_ERR_UNSUPPORTED, "3-D windows have a graph form on fixed depth, height and width only");
-    int nk, ns, nd, np;
-    const int64_t *kv = onnx_attr_ints(&t->c, "kernel_shape", &nk), *sv = onnx_attr_ints(&t->c, "strides", &ns);
-    const int64_t *dv = onnx_attr_ints(&t->c, "dilations", &nd), *pv = onnx_attr_ints(&t->c, "pads", &np);
-    char buf[32];
-    const char *ap = onnx_attr_string(&t->c, "auto_pad", "NOTSET", buf, sizeof buf);
+    onnx_window w;
+    if (onnx_window_of(&t->c, t->in[0], conv ? t->in[1]->shape + 2 : NULL, &w)) return fm_last_status();
     for (int i = 0; i < 3; i++) {
         const int64_t in = t->in[0]->shape[2 + i];
-        k[i] = kv && nk == 3 ? kv[i] : conv ? t->in[1]->shape[2 + i] : 0;
-        s[i] = sv && ns == 3 ? sv[i] : 1, d[i] = dv && nd == 3 ? dv[i] : 1;
-        pb[i] = pv && np == 6 ? pv[i] : 0, pe[i] = pv && np == 6 ? pv[i + 3] : 0;
-        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
-            int64_t total = ((in + s[i] - 1) / s[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in;
-            total = total > 0 ? total : 0;
-            pb[i] = pe[i] = total / 2;
-            *(ap[5] == 'U' ? &pe[i] : &pb[i]) += total % 2;
-        } else if (!strcmp(ap, "VALID")) pb[i] = pe[i] = 0;
+        k[i] = w.k[i], s[i] = w.s[i], d[i] = w.d[i], pb[i] = w.pb[i], pe[i] = w.pe[i];
         const int64_t span = (k[i] - 1) * d[i] + 1, full = in + pb[i] + pe[i];
-        if (k[i] < 1 || s[i] < 1 || d[i] < 1 || pb[i] < 0 || pe[i] < 0 || full < span)
+        if (full < span)
             return fm_set_error(FM_ERR_UNSUPPORTED, "a 3-D window with kernel %lld, stride %lld, dilation %lld and pads %lld, %lld on %lld has no graph form",
                                 (long long)k[i], (long long)s[i], (long long)d[i], (long long)pb[i], (long long)pe[i], (long long)in);
         out[i] = (full - span) / s[i] + 1;
@@ -734,11 +718,11 @@ static fm_status t_resize(tctx *t) {
     for (int d = 0; d < t->in[0]->ndim && st == FM_OK; d++) { /* a dim the plan leaves alone must stay so at the other probe */
         bool resized = false;
         for (int i = 0; i < na; i++) resized |= ax[i].ax == d;
-        if (!resized && t->x->vb[so]->shape[d] != t->x->vb[si]->shape[d])
+        if (!resized && !same_dim_at_probes(t, so, si, d))
             st = fm_set_error(FM_ERR_UNSUPPORTED, "a Resize whose sizes follow a dynamic dim (axis %d) has no graph form", d);
     }
     for (int i = 0; i < na && st == FM_OK; i++)
-        if (t->x->va[si]->shape[ax[i].ax] != t->x->vb[si]->shape[ax[i].ax] || t->x->va[so]->shape[ax[i].ax] != t->x->vb[so]->shape[ax[i].ax])
+        if (!fixed_slot_dim(t, si, ax[i].ax) || !fixed_slot_dim(t, so, ax[i].ax))
             st = fm_set_error(FM_ERR_UNSUPPORTED, "a Resize along a dynamic dim (axis %d) has no graph form: fix its size with --dim", ax[i].ax);
     const char *cur = in_name(t, 0);
     char bufs[2][300];
@@ -835,8 +819,7 @@ static fm_status t_argmax(tctx *t, bool is_min, int64_t keep) {
     if (axis < 0) axis += nd;
     const bool last = onnx_attr_int(&t->c, "select_last_index", 0) != 0;
     const int64_t n = t->in[0]->shape[axis];
-    const fm_tensor *vb = t->x->vb[t->n->in[0]];
-    if (last && (vb->shape[axis] != n || n < 1 || n > (INT64_C(1) << 24)))
+    if (last && (!fixed_dim(t, 0, (int)axis) || n < 1 || n > (INT64_C(1) << 24)))
         return fm_set_error(FM_ERR_UNSUPPORTED, "select_last_index has a graph form on a fixed, nonempty axis only");
     fm_graph_attr a[2] = {fm_graph_attr_int("axis", axis), fm_graph_attr_int("keepdim", keep)};
     char nb[300], rb[300], ib[300], cb[300];

@@ -151,6 +151,18 @@ fm_status onnx_tensor_ints(const onnx_op_ctx *c, int input, int64_t *vals, int m
 /* Records an error naming the node; returns `st`. */
 fm_status onnx_node_error(const onnx_op_ctx *c, fm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The spatial geometry of a Conv/ConvTranspose/pool node (the interpreter's, and the
+ * graph form's): kernel (kernel_shape, else kshape, the weight's spatial dims),
+ * strides, dilations and (begin, end) pads per spatial dim, auto_pad resolved on x's
+ * sizes. Errors (named for the node): 0 or more than 3 spatial dims, non-positive
+ * kernel/stride/dilation, negative pads, an unknown auto_pad. */
+#define ONNX_MAX_SPATIAL 3
+typedef struct onnx_window {
+    int nsp;
+    int64_t k[ONNX_MAX_SPATIAL], s[ONNX_MAX_SPATIAL], d[ONNX_MAX_SPATIAL], pb[ONNX_MAX_SPATIAL], pe[ONNX_MAX_SPATIAL];
+} onnx_window;
+fm_status onnx_window_of(const onnx_op_ctx *c, const fm_tensor *x, const int64_t *kshape, onnx_window *w);
 /* out[0] = t, or the last error when t is NULL. */
 fm_status onnx_set_out(onnx_op_ctx *c, int i, fm_tensor *t);
 /* Pad's mode, its pads as fm_pad takes them for an ndim-dim input (all: 2 ndim values) and

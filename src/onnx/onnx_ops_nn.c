@@ -54,15 +54,10 @@ static fm_tensor *pad_dim(fm_tensor *x, int d, int64_t before, int64_t after, do
     return y;
 }
 
-/* The spatial geometry of a conv/pool node: kernel, strides, dilations and
- * (begin, end) pads per spatial dim, from the attributes and auto_pad. */
-#define MAX_SP 3
-typedef struct {
-    int nsp;
-    int64_t k[MAX_SP], s[MAX_SP], d[MAX_SP], pb[MAX_SP], pe[MAX_SP];
-} window;
+typedef onnx_window window;
+#define MAX_SP ONNX_MAX_SPATIAL
 
-static fm_status window_of(const onnx_op_ctx *c, const fm_tensor *x, const int64_t *kshape, window *w) {
+fm_status onnx_window_of(const onnx_op_ctx *c, const fm_tensor *x, const int64_t *kshape, onnx_window *w) {
     w->nsp = x->ndim - 2;
     if (w->nsp < 1 || w->nsp > MAX_SP)
         return onnx_node_error(c, FM_ERR_UNSUPPORTED, "%d spatial dimensions; fathom supports 1 to 3", w->nsp);
@@ -147,7 +142,7 @@ static fm_status op_conv(onnx_op_ctx *c) {
     fm_tensor *x = c->in[0], *wt = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
     if (wt->ndim != x->ndim) return onnx_node_error(c, FM_ERR_INVALID, "weight rank %d does not match input rank %d", wt->ndim, x->ndim);
     window w;
-    if (window_of(c, x, wt->shape + 2, &w)) return fm_last_status();
+    if (onnx_window_of(c, x, wt->shape + 2, &w)) return fm_last_status();
     fm_conv2d_params p = fm_conv2d_default_params();
     p.groups = (int)onnx_attr_int(c, "group", 1);
     bool sym = true;
@@ -361,7 +356,7 @@ static fm_status max_pool_indices(onnx_op_ctx *c, fm_tensor *x, const window *w,
 static fm_status pool(onnx_op_ctx *c, bool is_max) {
     fm_tensor *x = c->in[0];
     window w;
-    if (window_of(c, x, NULL, &w)) return fm_last_status();
+    if (onnx_window_of(c, x, NULL, &w)) return fm_last_status();
     bool include_pad = onnx_attr_int(c, "count_include_pad", 0) != 0, ceil_mode = onnx_attr_int(c, "ceil_mode", 0) != 0;
     bool col_major = onnx_attr_int(c, "storage_order", 0) != 0;
     if (is_max && c->n_out > 1 && c->out) return max_pool_indices(c, x, &w, ceil_mode, col_major);
