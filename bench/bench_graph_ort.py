@@ -25,6 +25,8 @@ on that file against `fathom compile FILE --dim s=128` (the batch stays dynamic)
 128 tokens, a quarter of each second row padded; then `fathom quantize --int8 --dynamic` of that
 graph against ORT's quantize_dynamic (QInt8 weights) of the file, with the smallest cosine
 between each side's mean-pooled sentence embeddings and ORT's fp32 ones.
+--model ffn exports a transformer feed-forward block at MiniLM's width (384-1536-384) with GELU,
+SiLU or tanh-GELU between its linears, at 128 and 1024 rows.
 --model vision exports torchvision image classifiers (ResNet-18, MobileNetV2, MobileNetV3-Small,
 EfficientNet-B0, RegNetY-400MF, SqueezeNet 1.0, ViT-B/16, Swin-T by default, or --vision NAME,...; random
 weights: speed does not depend on them; 224x224, dynamic batch, torch.onnx.export opset 17) and
@@ -344,6 +346,50 @@ def bench_bert(a, ort, lib, d):
 VISION = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,regnet_y_400mf,squeezenet1_0,vit_b_16,swin_t"
 
 
+def time_exported(a, ort, lib, d, name, what, m, xs, out_shape):
+    """torch module m exported to ONNX (dim 0 dynamic), `fathom compile`d, and timed against ORT
+    on the file, one row per input in xs; out_shape(x) is the output's shape. --no-arena-base adds
+    this build without its arena, --base another build's compile of the same file."""
+    import torch
+    path = f"{d}/{name}.onnx"
+    torch.onnx.export(m, (torch.from_numpy(xs[0]),), path, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
+    run([os.path.join(a.build, "fathom"), "compile", path, "-o", f"{d}/{name}_c"])
+    fm, sess, base = Fathom(lib, f"{d}/{name}_c"), session(ort, path, a.threads), None
+    if a.no_arena_base:
+        base = Fathom(lib, f"{d}/{name}_c", no_arena=True)
+    elif a.base:
+        run([os.path.join(a.base, "fathom"), "compile", path, "-o", f"{d}/{name}_cb"])
+        shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base_{name}.so")
+        base = Fathom(f"{d}/libfathom_base_{name}.so", f"{d}/{name}_cb")
+    for x in xs:
+        yo, err = sess.run(None, {"x": x})[0], 0.0
+        for side in [fm] + ([base] if base else []):
+            outs = side.run_many([x])
+            y = side.outputs(outs, [out_shape(x)])[0]
+            side.release(outs, 1)
+            err = max(err, float(np.max(np.abs(y - yo)) / max(1e-30, float(np.max(np.abs(yo))))))
+            if err > 1e-4:
+                sys.exit(f"bench_graph_ort: {name} outputs differ at batch {x.shape[0]}: {err:.3g} relative")
+        tf, to, cf, co, tb, cb = [], [], [], [], [], []
+        for _ in range(a.rounds):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fm.release(fm.run_many([x]), 1)
+            tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            sess.run(None, {"x": x})
+            to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
+            if base:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                base.release(base.run_many([x]), 1)
+                tb.append(time.perf_counter() - t0), cb.append(time.thread_time() - c0)
+        t = timing(a, tf, to, cf, co, tb or None, cb or None)
+        print(f'{{"model": "{name} ({what})", "batch": {x.shape[0]}, {t}, "max_rel_diff": {err:.2e}}}', flush=True)
+    fm.close()
+    if base:
+        base.close()
+
+
 def bench_vision(a, ort, lib, d):
     """torchvision classifiers exported by torch.onnx.export: fathom compile vs ORT on the file"""
     try:
@@ -359,41 +405,25 @@ def bench_vision(a, ort, lib, d):
             for p in m.parameters():
                 if p.abs().max() == 0:
                     p.normal_(0, 0.02)
-        path = f"{d}/{name}.onnx"
-        torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), path, input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
-        run([os.path.join(a.build, "fathom"), "compile", path, "-o", f"{d}/{name}_c"])
-        fm, sess = Fathom(lib, f"{d}/{name}_c"), session(ort, path, a.threads)
-        base = Fathom(lib, f"{d}/{name}_c", no_arena=True) if a.no_arena_base else None
-        for batch in (1, 8):
-            x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
-            outs = fm.run_many([x])
-            yf = fm.outputs(outs, [(batch, 1000)])[0]
-            fm.release(outs, 1)
-            yo = sess.run(None, {"x": x})[0]
-            err = float(np.max(np.abs(yf - yo)) / max(1e-30, float(np.max(np.abs(yo)))))
-            if err > 1e-4:
-                sys.exit(f"bench_graph_ort: {name} outputs differ at batch {batch}: {err:.3g} relative")
-            tf, to, cf, co, tb, cb = [], [], [], [], [], []
-            if base:
-                base.release(base.run_many([x]), 1)
-            for _ in range(a.rounds):
-                t0, c0 = time.perf_counter(), time.thread_time()
-                fm.release(fm.run_many([x]), 1)
-                tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
-                t0, c0 = time.perf_counter(), time.thread_time()
-                sess.run(None, {"x": x})
-                to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
-                if base:
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    base.release(base.run_many([x]), 1)
-                    tb.append(time.perf_counter() - t0), cb.append(time.thread_time() - c0)
-            t = timing(a, tf, to, cf, co, tb or None, cb or None)
-            print(f'{{"model": "{name} (torchvision, torch.onnx.export)", "batch": {batch}, {t}, '
-                  f'"max_rel_diff": {err:.2e}}}', flush=True)
-        fm.close()
-        if base:
-            base.close()
+        xs = [rng.standard_normal((batch, 3, 224, 224)).astype(np.float32) for batch in (1, 8)]
+        time_exported(a, ort, lib, d, name, "torchvision, torch.onnx.export", m, xs, lambda x: (x.shape[0], 1000))
+
+
+def bench_ffn(a, ort, lib, d):
+    """A transformer's feed-forward blocks at MiniLM's width (384 -> 1536 -> 384), with the
+    activations compile fuses into the first linear: GELU (erf), SiLU, tanh-GELU; rows = batch
+    x 128 tokens at batch 1 and 8"""
+    try:
+        import torch
+    except ImportError as e:
+        sys.exit(f"bench_graph_ort: --model ffn needs torch ({e})")
+    torch.manual_seed(0)
+    rng = np.random.default_rng(13)
+    xs = [rng.standard_normal((rows, 384)).astype(np.float32) for rows in (128, 1024)]
+    for act in ("gelu", "silu", "gelu_tanh"):
+        f = torch.nn.GELU() if act == "gelu" else torch.nn.SiLU() if act == "silu" else torch.nn.GELU(approximate="tanh")
+        m = torch.nn.Sequential(torch.nn.Linear(384, 1536), f, torch.nn.Linear(1536, 384)).eval()
+        time_exported(a, ort, lib, d, f"ffn_{act}", "384-1536-384, rows = batch x 128", m, xs, lambda x: (x.shape[0], 384))
 
 
 def main():
@@ -401,7 +431,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "vision", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "vision", "ffn", "both"], default="both")
     ap.add_argument("--vision", default=VISION, help="--model vision: torchvision model names, comma-separated")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
     ap.add_argument("--no-arena-base", action="store_true",
@@ -422,6 +452,8 @@ def main():
             return bench_bert(a, ort, lib, d)
         if a.model == "vision":
             return bench_vision(a, ort, lib, d)
+        if a.model == "ffn":
+            return bench_ffn(a, ort, lib, d)
         if a.model in ("gpt", "both"):
             bench_gpt(a, ort, lib, d)
         if a.model == "gpt":

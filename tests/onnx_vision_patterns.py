@@ -201,6 +201,25 @@ def audio_model(length, pool_pads=(0, 1)):
     return build("audio", n, inits, ["b", 4, length], ["b", 4, None])
 
 
+def mlp_acts_model():
+    """an MLP with the activations compile fuses into its linears: GELU (erf, as torch exports
+    it), SiLU (Sigmoid and Mul), Sigmoid, Tanh: x [b, 16]"""
+    rng = np.random.default_rng(29)
+    f32 = np.float32
+    inits = [init(f"w{i}", rng.standard_normal((16, 16)).astype(f32) * 0.3) for i in range(4)]
+    inits += [init(f"b{i}", rng.standard_normal(16).astype(f32) * 0.1) for i in range(4)]
+    inits += [init("sqrt2", np.array(np.sqrt(2), f32)), init("one", np.array(1, f32)), init("half", np.array(0.5, f32))]
+    n = [helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], transB=1),
+         helper.make_node("Div", ["h0", "sqrt2"], ["e0"]), helper.make_node("Erf", ["e0"], ["e1"]),
+         helper.make_node("Add", ["e1", "one"], ["e2"]), helper.make_node("Mul", ["h0", "e2"], ["e3"]),
+         helper.make_node("Mul", ["e3", "half"], ["a0"]),
+         helper.make_node("MatMul", ["a0", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["h1"]),
+         helper.make_node("Sigmoid", ["h1"], ["s1"]), helper.make_node("Mul", ["h1", "s1"], ["a1"]),
+         helper.make_node("Gemm", ["a1", "w2", "b2"], ["h2"], transB=1), helper.make_node("Sigmoid", ["h2"], ["a2"]),
+         helper.make_node("Gemm", ["a2", "w3", "b3"], ["h3"], transB=1), helper.make_node("Tanh", ["h3"], ["y"])]
+    return build("mlp_acts", n, inits, ["b", 16], ["b", 16])
+
+
 def main():
     out = sys.argv[1]
     save(model(), f"{out}/vision.onnx")
@@ -212,6 +231,8 @@ def main():
     save(gan_model(), f"{out}/gan.onnx")
     save(resize_model(), f"{out}/resize.onnx")
     save(tile_model(), f"{out}/tile.onnx")
+    save(mlp_acts_model(), f"{out}/mlp_acts.onnx")
+    np.save(f"{out}/m.npy", np.random.default_rng(13).standard_normal((5, 16)).astype(np.float32))
     save(audio_model(37), f"{out}/audio.onnx")
     save(audio_model("t", (1, 1)), f"{out}/audio_dyn.onnx")
     save(audio_model("t"), f"{out}/audio_dyn_uneven.onnx")

@@ -11,6 +11,7 @@
 #include "fathom/gpt.h"
 #include "fathom/io.h"
 #include "fathom/nn.h"
+#include "fathom/quant.h"
 #include "fuzz/graph_weights.h"
 #include "graph/graph_internal.h" /* a rewritten node's attributes */
 #include "test_util.h"
@@ -647,6 +648,86 @@ static void test_fuse_linear_act_by_hand(void) {
     fm_tensor_release_n(3, w1, b1, w2);
 }
 
+/* fuse-linear-act with the other activations: linear + gelu, + silu (fuse-silu's), +
+ * sigmoid, + tanh, + gelu_tanh on a linear without bias each become one linear_fused with
+ * act; the result matches the unfused graph. Then the quantizer keeps each activation:
+ * int8 (dynamic) takes the GELUs into its epilogue and puts silu, sigmoid and tanh after
+ * as nodes; int4 puts every one after as a node; both compute what the unfused graph
+ * quantized the same way computes. And the act
+ * attribute is checked at load: an unknown name, or act beside relu = 1, is refused. */
+/* fuse-bias-gelu on a linear whose weight is a graph input (one with a constant weight is
+ * fuse-linear-act's): linear without bias, then bias_gelu_tanh. */
+static void test_fuse_bias_gelu_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    fm_tensor *b = randn(1, (int64_t[]){24}, 71);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 16}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_input(g, "w", FM_F32, 2, (int64_t[]){24, 16}, NULL) == FM_OK && fm_graph_add_const(g, "b", b) == FM_OK);
+    CHECK(fm_graph_add_node(g, "linear", NULL, 3, (const char *[]){"x", "w", "b"}, 1, (const char *[]){"h"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_node(g, "gelu_tanh", NULL, 1, (const char *[]){"h"}, 1, (const char *[]){"y"}, 0, NULL) == FM_OK);
+    CHECK(fm_graph_add_output(g, "y") == FM_OK);
+    char note[256] = "";
+    fm_graph *p = pass_by_hand(g, "batch", 9, "fuse-bias-gelu", 1e-5, note, sizeof note);
+    CHECK_MSG(p && count_op(p, "bias_gelu_tanh") == 1 && count_op(p, "gelu_tanh") == 0, "fuse-bias-gelu by hand: %s", note);
+    fm_graph_free(p);
+    fm_graph_free(g);
+    fm_tensor_release(b);
+}
+
+static void test_fuse_linear_acts_by_hand(void) {
+    static const char *const acts[] = {"gelu", "silu", "sigmoid", "tanh", "gelu_tanh"};
+    fm_graph *g = fm_graph_new();
+    fm_tensor *w = randn(2, (int64_t[]){64, 64}, 61), *b = randn(1, (int64_t[]){64}, 62);
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 2, (int64_t[]){-1, 64}, (const char *[]){"batch", NULL}) == FM_OK);
+    CHECK(fm_graph_add_const(g, "w", w) == FM_OK && fm_graph_add_const(g, "b", b) == FM_OK);
+    char cur[32] = "x", h[32], y[32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(h, sizeof h, "h%d", i), snprintf(y, sizeof y, "y%d", i);
+        const char *ins[3] = {cur, "w", "b"}, *ho = h, *yo = y, *hi = h;
+        CHECK(fm_graph_add_node(g, "linear", NULL, i == 4 ? 2 : 3, ins, 1, &ho, 0, NULL) == FM_OK);
+        CHECK_MSG(fm_graph_add_node(g, acts[i], NULL, 1, &hi, 1, &yo, 0, NULL) == FM_OK, "%s", fm_last_error());
+        snprintf(cur, sizeof cur, "%s", y);
+    }
+    CHECK(fm_graph_add_output(g, cur) == FM_OK);
+    char note[256] = "";
+    fm_graph *p = pass_by_hand(g, "batch", 70, "fuse-linear-act", 1e-5, note, sizeof note);
+    int with_act = 0;
+    for (int i = 0; p && i < p->n_nodes; i++) {
+        const gattr *a = g_node_attr(&p->nodes[i], "act");
+        with_act += !strcmp(p->nodes[i].op, "linear_fused") && a && a->type == FM_ATTR_STRING && !strcmp(a->s, acts[with_act]);
+    }
+    CHECK_MSG(p && p->n_nodes == 5 && with_act == 5 && strstr(note, "5 with another activation"), "fuse-linear-act, other activations: %s", note);
+    const fm_quant_mode modes[2] = {FM_QUANT_INT8_DYNAMIC, FM_QUANT_INT4};
+    for (int m = 0; m < 2 && p; m++) {
+        fm_quant_options o;
+        fm_quant_options_init(&o);
+        o.mode = modes[m];
+        fm_graph *q = fm_graph_quantize(p, &o, NULL), *qu = fm_graph_quantize(g, &o, NULL); /* fused, and unfused as traced */
+        double d = 1;
+        CHECK_MSG(q && qu && fm_graph_compare(qu, q, &d) == FM_OK && d < 1e-5, "quantized linear_fused with act (%s): %g from the unfused graph quantized %s",
+                  m ? "int4" : "int8", d, fm_last_error());
+        fm_graph_free(qu);
+        const int after = m ? 5 : 3; /* int8: silu, sigmoid, tanh as nodes; int4: all five */
+        int nodes = 0;
+        for (int i = 0; i < 5; i++) nodes += q ? count_op(q, acts[i]) : 0;
+        CHECK_MSG(nodes == after, "quantized linear_fused with act (%s): %d activation nodes, %d expected", m ? "int4" : "int8", nodes, after);
+        fm_graph_free(q);
+    }
+    fm_graph_free(p);
+    fm_graph_free(g);
+    const char *bad[2][2] = {{"act", "swish"}, {"relu", "gelu"}};
+    for (int k = 0; k < 2; k++) {
+        fm_graph *e = fm_graph_new();
+        CHECK(fm_graph_add_input(e, "x", FM_F32, 2, (int64_t[]){3, 64}, NULL) == FM_OK && fm_graph_add_const(e, "w", w) == FM_OK);
+        fm_graph_attr at[2] = {fm_graph_attr_string("act", bad[k][1]), fm_graph_attr_int("relu", 1)};
+        CHECK(fm_graph_add_node(e, "linear_fused", "lf", 2, (const char *[]){"x", "w"}, 1, (const char *[]){"y"}, k + 1, at) == FM_OK);
+        CHECK(fm_graph_add_output(e, "y") == FM_OK);
+        CHECK(fm_graph_validate(e) != FM_OK);
+        CHECK_ERR_CONTAINS(k ? "'relu' and 'act' both give an activation" : "unknown activation 'swish'");
+        fm_graph_free(e);
+    }
+    fm_tensor_release_n(2, w, b);
+}
+
 /* The fused attention against the unfused graph at a prompt (no past), a decode
  * step and a chunk after a past (the three paths of attention_kv), every output. */
 static void check_attention_paths(const fm_graph *g, const fm_graph *p, int n_layer, int64_t kv, int64_t D, int64_t vocab) {
@@ -742,6 +823,8 @@ static void test_passes(void) {
     fm_module_free(m);
     test_fuse_conv_act_by_hand();
     test_fuse_linear_act_by_hand();
+    test_fuse_linear_acts_by_hand();
+    test_fuse_bias_gelu_by_hand();
     test_fold_pad_conv_by_hand();
     test_matmul_to_linear_by_hand();
     test_fuse_silu_by_hand();
@@ -754,12 +837,17 @@ static void test_passes(void) {
     fm_gpt *gm = fm_gpt_new(&c, NULL);
     g = gm ? fm_graph_from_gpt(gm) : NULL;
     CHECK_MSG(g != NULL, "%s", fm_last_error());
-    const char *fusions[3][2] = {{"fuse-add-layer-norm", "add_layer_norm"}, {"fuse-bias-gelu", "bias_gelu_tanh"}, {"fuse-attention", "attention_kv"}};
-    for (int i = 0; g && i < 3; i++) {
+    /* fuse-bias-gelu leaves linears with constant weights to fuse-linear-act (linear_fused
+     * applies bias and GELU as it stores): on the GPT it fuses none, and the compiled graph
+     * has one linear_fused with act gelu_tanh per block */
+    const char *fusions[4][2] = {{"fuse-add-layer-norm", "add_layer_norm"}, {"fuse-bias-gelu", "bias_gelu_tanh"},
+                                 {"fuse-attention", "attention_kv"}, {"fuse-linear-act", "linear_fused"}};
+    for (int i = 0; g && i < 4; i++) {
         p = fm_graph_pass(g, fusions[i][0], NULL, 0);
         d = 1;
         CHECK_MSG(p && fm_graph_compare(g, p, &d) == FM_OK && d <= 1e-5, "%s: diff %g %s", fusions[i][0], d, fm_last_error());
-        CHECK_MSG(p && count_op(p, fusions[i][1]) >= 2, "%s fused nothing", fusions[i][0]);
+        CHECK_MSG(p && (i == 1 ? count_op(p, fusions[i][1]) == 0 : count_op(p, fusions[i][1]) >= 2), "%s: %d %s", fusions[i][0],
+                  p ? count_op(p, fusions[i][1]) : -1, fusions[i][1]);
         if (p && i == 2) check_attention_paths(g, p, c.n_layer, c.n_kv_head, c.n_embd / c.n_head, c.vocab_size);
         fm_graph_free(p);
     }
@@ -767,6 +855,12 @@ static void test_passes(void) {
     p = g ? fm_graph_compile(g, &rep) : NULL;
     CHECK_MSG(p != NULL, "%s", fm_last_error());
     CHECK(p && rep.max_rel_diff <= 1e-4 && fm_graph_num_nodes(p) < fm_graph_num_nodes(g));
+    int gelu_fused = 0;
+    for (int i = 0; p && i < p->n_nodes; i++) {
+        const gattr *a = g_node_attr(&p->nodes[i], "act");
+        gelu_fused += !strcmp(p->nodes[i].op, "linear_fused") && a && a->type == FM_ATTR_STRING && !strcmp(a->s, "gelu_tanh");
+    }
+    CHECK_MSG(gelu_fused == c.n_layer && count_op(p, "bias_gelu_tanh") == 0, "compiled GPT: %d linear_fused with gelu_tanh", gelu_fused);
     CHECK(rep.plan_after.planned_bytes >= rep.plan_after.live_peak_bytes && rep.plan_after.naive_bytes >= rep.plan_after.live_peak_bytes);
     CHECK(rep.plan_after.live_peak_bytes > 0);
     fm_graph_free(p);

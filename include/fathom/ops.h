@@ -180,6 +180,13 @@ FM_API fm_tensor *fm_conv2d_fused_capped(fm_tensor *x, fm_tensor *w, fm_tensor *
  * linear's GEMM, then ReLU. fm_linear_fused_pack: w f32 [N, K] -> a 1-D f32 tensor of
  * 3 + ceil(N/16)*16*K floats (a header, then 16-column panels [K][16]). */
 FM_API fm_tensor *fm_linear_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, bool relu);
+/* fm_linear_fused with an activation named act: NULL or "none", "relu", "gelu" (erf),
+ * "gelu_tanh", "silu", "sigmoid" or "tanh" (the values fm_gelu and the rest give on the
+ * product; on the CPU applied to each block of outputs as it is written). */
+FM_API fm_tensor *fm_linear_fused_act(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const char *act);
+/* The activation name of fm_linear_fused_act: *relu 1 for "relu", else *op the fm_op_id of
+ * the others (-1: none); an error naming the choices for another name. */
+FM_API fm_status fm_linear_act_parse(const char *act, int *relu, int *op);
 FM_API fm_tensor *fm_linear_fused_pack(fm_tensor *w);
 typedef struct fm_pool2d_params {
     int kernel[2], stride[2], padding[2];

@@ -71,7 +71,9 @@ static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) {
 /* LINEAR_FUSED: in = {x [..., K], w [N, K], b [N]|NULL, packed|NULL}; out = {y [..., N]}:
  * x w^T + b, then ReLU if relu. LINEAR_FUSED_PACK: in = {w [N, K] f32}; out = {1-D f32 of
  * 3 + this many floats}: a header, then the weights in panels of 16 output columns. */
-typedef struct fm_linear_fused_attrs { int relu; } fm_linear_fused_attrs;
+/* LINEAR_FUSED: relu, or act (1: apply act_op, a one-input op without attributes:
+ * GELU, GELU_TANH, SILU, SIGMOID or TANH) to the outputs after the bias. */
+typedef struct fm_linear_fused_attrs { int relu, act; fm_op_id act_op; } fm_linear_fused_attrs;
 /* EW_CHAIN: in = {x}, out = {y}, both contiguous, one shape, f32 */
 typedef struct fm_ew_chain_attrs { int n; fm_ew_step steps[FM_EW_CHAIN_MAX]; } fm_ew_chain_attrs;
 static inline int64_t fm_linear_fused_pack_numel(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }

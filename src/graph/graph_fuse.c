@@ -213,6 +213,8 @@ static int bias_gelu_node(rw_fuse *f, int i) {
     int j = !strcmp(l->op, "linear") && l->n_in > 2 && l->in[2] >= 0 && g->values[l->out[0]].t.dt == FM_F32
                 ? sole_reader(g, f->uses, l->out[0]) : -1;
     if (j < 0 || strcmp(g->nodes[j].op, "gelu_tanh")) return -1;
+    const fm_tensor *w = cst(g, l->in[1]);
+    if (w && w->dtype == FM_F32 && w->ndim == 2) return -1; /* fuse-linear-act's: linear_fused applies bias and GELU as it stores */
     char mid[300];
     snprintf(mid, sizeof mid, "%s.nobias", g->values[l->out[0]].name);
     const char *ins[3] = {rw_name(&f->r, l->in[0]), rw_name(&f->r, l->in[1]), ""}, *bg[2] = {mid, rw_name(&f->r, l->in[2])};
@@ -324,12 +326,15 @@ static int linear_act_node(rw_fuse *f, int i) {
     const gnode *l = &g->nodes[i];
     const fm_tensor *w = !strcmp(l->op, "linear") && g->values[l->out[0]].t.dt == FM_F32 ? cst(g, l->in[1]) : NULL;
     if (!w || w->ndim != 2) return -1;
-    int j = sole_reader(g, f->uses, l->out[0]);
-    const bool relu = j >= 0 && !strcmp(g->nodes[j].op, "relu") && g->nodes[j].n_in == 1;
+    int j = sole_reader(g, f->uses, l->out[0]), r = 0, op = -1;
+    const gnode *a = j >= 0 ? &g->nodes[j] : NULL; /* the activation after it, which linear_fused applies */
+    const bool act = a && a->n_in == 1 && a->n_out == 1 && fm_linear_act_parse(a->op, &r, &op) == FM_OK && (r || op >= 0);
+    if (!act) fm_clear_error();
     const char *ins[3] = {rw_name(&f->r, l->in[0]), rw_name(&f->r, l->in[1]), l->n_in > 2 ? rw_name(&f->r, l->in[2]) : ""};
-    const char *outs[1] = {g->values[(relu ? g->nodes[j].out[0] : l->out[0])].name};
-    fm_graph_attr extra[1] = {fm_graph_attr_int("relu", relu ? 1 : 0)};
-    if (relu) f->skip[j] = true, f->tally[1]++;
+    const char *outs[1] = {g->values[(act ? a->out[0] : l->out[0])].name};
+    /* relu as the attribute earlier versions wrote (the quantizer reads it); the rest as act */
+    fm_graph_attr extra[1] = {act && !r ? fm_graph_attr_string("act", a->op) : fm_graph_attr_int("relu", r)};
+    if (act) f->skip[j] = true, f->tally[r ? 1 : 2]++;
     f->tally[0]++;
     return rw_node_with(&f->r, l, "linear_fused", 3, ins, 1, outs, 1, extra);
 }
@@ -337,7 +342,9 @@ static int linear_act_node(rw_fuse *f, int i) {
 fm_graph *g_pass_fuse_linear_act(const fm_graph *g, char *note, size_t nn) {
     int n[3];
     fm_graph *out = rw_fuse_pass(g, linear_act_node, n);
-    if (out) snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them)", n[0], n[1]);
+    if (out)
+        snprintf(note, nn, "%d linears with constant weights made linear_fused (%d with the ReLU after them, %d with another activation)",
+                 n[0], n[1], n[2]);
     return out;
 }
 

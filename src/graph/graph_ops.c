@@ -300,34 +300,52 @@ static fm_status run_linear(const gctx *c, fm_tensor *const *in, fm_tensor **out
     return out[0] ? FM_OK : fm_last_status();
 }
 
-/* linear_fused (fuse-linear-act): linear's inputs, relu (0/1), f32 or f64 */
-static fm_status fused_relu(const gctx *c, int64_t *relu) {
-    if (ga_int(c, "relu", 0, relu)) return fm_last_status();
-    if (*relu != 0 && *relu != 1) return fm_set_error(FM_ERR_INVALID, "attribute 'relu' must be 0 or 1, got %lld", (long long)*relu);
+/* linear_fused (fuse-linear-act): linear's inputs, relu (0/1) or act (fm_linear_fused_act's
+ * names), f32 or f64. The activation's name, or NULL for none, into *act. */
+static fm_status fused_act(const gctx *c, const char **act) {
+    int64_t relu = 0;
+    int r = 0, op = -1;
+    if (ga_int(c, "relu", 0, &relu)) return fm_last_status();
+    if (relu != 0 && relu != 1) return fm_set_error(FM_ERR_INVALID, "attribute 'relu' must be 0 or 1, got %lld", (long long)relu);
+    const char *a = ga_string(c, "act", NULL);
+    if (a && fm_linear_act_parse(a, &r, &op)) return fm_last_status();
+    if (relu && a && (r || op >= 0)) return fm_set_error(FM_ERR_INVALID, "attributes 'relu' and 'act' both give an activation; keep one");
+    *act = relu ? "relu" : a && (r || op >= 0) ? a : NULL;
     return FM_OK;
 }
 
 static fm_status inf_linear_fused(const gctx *c, const gtype *in, gtype *out) {
-    int64_t relu = 0;
-    if (fused_relu(c, &relu) || inf_linear(c, in, out)) return fm_last_status();
+    const char *act = NULL;
+    if (fused_act(c, &act) || inf_linear(c, in, out)) return fm_last_status();
     if (in[0].dt != FM_F32 && in[0].dt != FM_F64) return fm_set_error(FM_ERR_INVALID, "input must be f32 or f64, got %s", fm_dtype_name(in[0].dt));
     return FM_OK;
 }
 
+/* fm_gelu and the rest by linear_fused's activation name (not relu). */
+static fm_tensor *act_by_name(const char *act, fm_tensor *y) {
+    static const struct { const char *name; fm_tensor *(*fn)(fm_tensor *); } k[] = {
+        {"relu", fm_relu}, {"gelu", fm_gelu}, {"gelu_tanh", fm_gelu_tanh}, {"silu", fm_silu}, {"sigmoid", fm_sigmoid}, {"tanh", fm_tanh},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(act, k[i].name)) return k[i].fn(y);
+    fm_set_error(FM_ERR_INTERNAL, "linear_fused: activation '%s' has no op", act);
+    return NULL;
+}
+
 /* The fused kernel where the device has it (CPU, check), with the weights packed
- * at load (g_prepare) when they are; elsewhere linear, then relu. */
+ * at load (g_prepare) when they are; elsewhere linear, then the activation's op. */
 static fm_status run_linear_fused(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
-    int64_t relu = 0;
-    if (fused_relu(c, &relu)) return fm_last_status();
+    const char *act = NULL;
+    if (fused_act(c, &act)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
     if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) {
         ptrdiff_t i = c->n - c->g->nodes;
         fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
-        out[0] = fm_linear_fused(in[0], in[1], in[2], packed, relu != 0);
+        out[0] = fm_linear_fused_act(in[0], in[1], in[2], packed, act);
         return out[0] ? FM_OK : fm_last_status();
     }
     fm_tensor *y = fm_linear(in[0], in[1], in[2]), *t = NULL;
-    if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
+    if (y && act) t = act_by_name(act, y), fm_tensor_release(y), y = t;
     out[0] = y;
     return y ? FM_OK : fm_last_status();
 }
@@ -369,7 +387,7 @@ const g_op_spec g_ops_core[] = {
     {"argmax", 1, 1, 1, "axis,keepdim", inf_argmax, run_argmax, NULL},
     {"matmul", 2, 2, 1, "", inf_matmul, run_binary, FN(fm_matmul)},
     {"linear", 2, 3, 1, "", inf_linear, run_linear, NULL},
-    {"linear_fused", 2, 3, 1, "relu", inf_linear_fused, run_linear_fused, NULL},
+    {"linear_fused", 2, 3, 1, "relu,act", inf_linear_fused, run_linear_fused, NULL},
     {"softmax", 1, 1, 1, "axis", inf_softmax, run_softmax, NULL},
     {"log_softmax", 1, 1, 1, "axis", inf_softmax, run_softmax, NULL},
 };

@@ -40,11 +40,32 @@ static const fm_tensor *f32_const2(const fm_graph *g, int v) {
                ? g->values[v].tensor : NULL;
 }
 
-/* A linear_fused node (fathom compile's fuse-linear-act) with its ReLU: the
- * quantized node keeps it (int8: in its epilogue; int4: a relu node after). */
-static bool fused_relu(const gnode *n) {
-    const gattr *a = strcmp(n->op, "linear_fused") ? NULL : g_node_attr(n, "relu");
-    return a && a->type == FM_ATTR_INT && a->i == 1;
+/* A linear_fused node's activation (fathom compile's fuse-linear-act: relu = 1, or act),
+ * or NULL: the quantized node keeps it (int8: a ReLU or GELU in its epilogue, another
+ * one as a node after; int4: a node after). */
+static const char *fused_act(const gnode *n) {
+    if (strcmp(n->op, "linear_fused")) return NULL;
+    const gattr *a = g_node_attr(n, "relu"), *b = g_node_attr(n, "act");
+    if (a && a->type == FM_ATTR_INT && a->i == 1) return "relu";
+    return b && b->type == FM_ATTR_STRING && strcmp(b->s, "none") ? b->s : NULL;
+}
+static bool fused_relu(const gnode *n) { return fused_act(n) && !strcmp(fused_act(n), "relu"); }
+
+/* The quantized node's output: out itself, or (an activation that goes after it as a node,
+ * act_node) a name for the product in buf. */
+static const char *product_name(const char *out, const char *act_node, char *buf, size_t nb) {
+    if (!act_node) return out;
+    snprintf(buf, nb, "%s.q_product", out);
+    return buf;
+}
+
+/* The activation node after a quantized node that could not take it: act_node on pre into out. */
+static fm_status act_node_after(rw *r, const gnode *n, const char *act_node, const char *pre, const char *out, char *how, size_t nh) {
+    char an[300];
+    size_t l = strlen(how);
+    if (l < nh) snprintf(how + l, nh - l, ", + a %s node", act_node);
+    snprintf(an, sizeof an, "%s.%s", n->name, act_node);
+    return fm_graph_add_node(r->dst, act_node, an, 1, &pre, 1, &out, 0, NULL);
 }
 
 /* Convolutions whose window holds fewer weights stay fp32 (a one-channel image's first 3x3, an
@@ -110,7 +131,7 @@ static qkind classify(const fm_graph *g, const gnode *n, fm_quant_mode mode, cha
 static int act_after(const fm_graph *g, const int *uses, int i, bool panels) {
     const gnode *n = &g->nodes[i];
     const int v = n->out[0];
-    if (n->n_out != 1 || uses[v] != 1 || g->values[v].is_output || fused_relu(n)) return -1;
+    if (n->n_out != 1 || uses[v] != 1 || g->values[v].is_output || fused_act(n)) return -1;
     for (int j = i + 1; j < g->n_nodes; j++) {
         const gnode *a = &g->nodes[j];
         if (a->n_in < 1 || a->in[0] != v) continue;
@@ -242,22 +263,29 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     int8_names nm;
     int8_names_of(wn, t, panels, &nm);
     if (int8_weight(r, n, k, &nm, panels)) return fm_last_status();
-    const bool relu = act && !strcmp(act->op, "relu"), gelu = act && !relu, act_bias = act && !strcmp(act->op, "bias_gelu_tanh");
+    /* own: the linear_fused's own activation; act: a node after it (never both, act_after) */
+    const char *own = fused_act(n), *gname = act ? act->op : own;
+    const bool own_gelu = own && panels && (!strcmp(own, "gelu") || !strcmp(own, "gelu_tanh"));
+    const char *after = own && strcmp(own, "relu") && !own_gelu ? own : NULL;
+    const bool relu = (act && !strcmp(act->op, "relu")) || fused_relu(n), gelu = (act && !relu) || own_gelu;
+    const bool act_bias = act && !strcmp(act->op, "bias_gelu_tanh");
     const char *bias = act_bias ? rw_name(r, act->in[1]) : k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
     const char *ins[5] = {rw_name(r, n->in[0]), nm.q, nm.s, bias, panels ? nm.u : ""};
     const int n_in = panels ? 5 : bias[0] ? 4 : 3;
-    const char *out = g->values[(act ? act : n)->out[0]].name;
+    char pb[320];
+    const char *final = g->values[(act ? act : n)->out[0]].name, *out = product_name(final, after, pb, sizeof pb);
     float s = 0.0f;
     int zero = 0;
     act_quant_params(range, &s, &zero, how, nh);
     size_t l = strlen(how);
     if (act && l < nh) snprintf(how + l, nh - l, ", + %s '%s' fused", act->op, act->name);
-    else if (fused_relu(n) && l < nh) snprintf(how + l, nh - l, ", + its relu");
-    fm_graph_attr a[5] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu || fused_relu(n) ? 1 : 0),
-                          fm_graph_attr_int(gelu && !strcmp(act->op, "gelu") ? "gelu" : "gelu_tanh", 1), fm_graph_attr_float("a_scale", s),
+    else if (own && !after && l < nh) snprintf(how + l, nh - l, ", + its %s", own);
+    fm_graph_attr a[5] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_int("relu", relu ? 1 : 0),
+                          fm_graph_attr_int(gelu && !strcmp(gname, "gelu") ? "gelu" : "gelu_tanh", 1), fm_graph_attr_float("a_scale", s),
                           fm_graph_attr_int("a_zero", zero)};
     if (!gelu) a[2] = a[3], a[3] = a[4]; /* no GELU attribute: the graph as earlier versions wrote it */
-    return add_node_to(r, n, out, "qlinear_int8", n_in, ins, (range ? 4 : 2) + (gelu ? 1 : 0), a);
+    fm_status st = add_node_to(r, n, out, "qlinear_int8", n_in, ins, (range ? 4 : 2) + (gelu ? 1 : 0), a);
+    return st || !after ? st : act_node_after(r, n, after, out, final, how, nh);
 }
 
 /* An embedding in int8 modes: the table as the int8 panels and row scales that a tied
@@ -305,15 +333,11 @@ static fm_status quant_int4(rw *r, const gnode *n, qkind k, const fm_quant_optio
     }
     const char *bias = k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
     const char *ins[5] = {rw_name(r, n->in[0]), pn, sn, o->with_min ? mn : "", bias};
-    if (!fused_relu(n)) return add_node(r, n, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a);
-    char pre[300], rn[300]; /* qlinear_int4 has no ReLU: a relu node after it */
-    const char *out = g->values[n->out[0]].name, *pp = pre;
-    snprintf(pre, sizeof pre, "%s.int4_linear", out);
-    snprintf(rn, sizeof rn, "%s.relu", n->name);
-    size_t l = strlen(how);
-    if (l < nh) snprintf(how + l, nh - l, ", + a relu node");
-    if (add_node_to(r, n, pre, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a)) return fm_last_status();
-    return fm_graph_add_node(r->dst, "relu", rn, 1, &pp, 1, &out, 0, NULL);
+    const char *own = fused_act(n); /* qlinear_int4 has no activation: a node after it */
+    char pb[320];
+    const char *final = g->values[n->out[0]].name, *out = product_name(final, own, pb, sizeof pb);
+    if (add_node_to(r, n, out, "qlinear_int4", bias[0] ? 5 : o->with_min ? 4 : 3, ins, 1, &a)) return fm_last_status();
+    return own ? act_node_after(r, n, own, out, final, how, nh) : FM_OK;
 }
 
 /* The next item of the comma-separated list at *p (moving *p past it) into item, or false at its end. */

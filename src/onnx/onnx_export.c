@@ -617,8 +617,10 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "qkv_split_heads")) return x_qkv_split_heads(x);
     if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
     if (!strcmp(op, "attention_kv")) return x_attention_kv(x);
-    if (!strcmp(op, "linear") || !strcmp(op, "linear_fused")) { /* fused: then Relu when relu = 1 */
-        const char *b = opt_in(x, 2), *y = at_int(x->n, "relu", 0) ? tmp_name(e) : x->out[0];
+    if (!strcmp(op, "linear") || !strcmp(op, "linear_fused")) { /* fused: then its activation (relu = 1, or act) */
+        const gattr *ga = g_node_attr(x->n, "act");
+        const char *act = at_int(x->n, "relu", 0) ? "relu" : ga && ga->type == FM_ATTR_STRING && strcmp(ga->s, "none") ? ga->s : NULL;
+        const char *b = opt_in(x, 2), *y = act ? tmp_name(e) : x->out[0];
         fm_status s;
         if (x->t0->ndim == 2) {
             const char *ins[4] = {x->in[0], x->in[1], b, NULL};
@@ -630,8 +632,11 @@ static fm_status x_misc(xnode *x, const char *op) {
             if (!s) s = emit(e, "MatMul", INS(x->in[0], wt), OUTS(mm), 0);
             if (!s && b) s = emit(e, "Add", INS(mm, b), OUTS(y), 0);
         }
-        if (!s && y != x->out[0]) s = emit(e, "Relu", INS(y), OUTS(x->out[0]), 0);
-        return s;
+        if (s || !act) return s;
+        if (!strcmp(act, "gelu") || !strcmp(act, "gelu_tanh")) return x_gelu(x, act[4] == '_', y, x->out[0]);
+        if (!strcmp(act, "silu"))
+            return emit(e, "Sigmoid", INS(y), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(y, t), OUTS(x->out[0]), 0);
+        return emit(e, !strcmp(act, "relu") ? "Relu" : !strcmp(act, "tanh") ? "Tanh" : "Sigmoid", INS(y), OUTS(x->out[0]), 0);
     }
     return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
 }

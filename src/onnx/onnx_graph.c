@@ -260,7 +260,7 @@ static fm_status build_graph(onnx_graph_ctx *x) {
         if (all_folded || shape_only || x->skip[i]) continue;
         if (x->gelu_in[i] >= 0) {
             const char *in = m->value_names[x->gelu_in[i]], *out = m->value_names[m->nodes[i].out[0]];
-            st = fm_graph_add_node(x->g, "gelu", NULL, 1, &in, 1, &out, 0, NULL);
+            st = fm_graph_add_node(x->g, x->gelu_tanh[i] ? "gelu_tanh" : "gelu", NULL, 1, &in, 1, &out, 0, NULL);
         } else st = emit_node(x, i);
     }
     for (int i = 0; i < m->n_outputs && !st; i++) {
@@ -284,11 +284,12 @@ fm_graph *fm_onnx_to_graph(fm_onnx_model *m) {
     x.va = calloc(n, sizeof *x.va), x.vb = calloc(n, sizeof *x.vb);
     x.folded = calloc(n, 1), x.shape_like = calloc(n, 1), x.emitted = calloc(n, 1);
     x.gelu_in = calloc((size_t)m->n_nodes + 1, sizeof(int)), x.skip = calloc((size_t)m->n_nodes + 1, 1);
-    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip
+    x.gelu_tanh = calloc((size_t)m->n_nodes + 1, 1);
+    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip || !x.gelu_tanh
                        ? fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path)
                        : build_graph(&x);
     for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(3, x.va[s], x.vb[s], x.vc ? x.vc[s] : NULL);
-    free(x.va), free(x.vb), free(x.vc), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip);
+    free(x.va), free(x.vb), free(x.vc), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip), free(x.gelu_tanh);
     if (st) {
         fm_graph_free(x.g);
         return NULL;

@@ -5,7 +5,10 @@
  * or the Div be a Mul by 1 / sqrt 2. Each such chain, with every intermediate
  * read only by the next step, becomes the graph's `gelu` (0.5 x (1 + erf(x /
  * sqrt 2)), the same function) at the chain's last node; the other nodes are
- * skipped. An Erf outside the pattern stays refused by the translation. */
+ * skipped. An Erf outside the pattern stays refused by the translation. The tanh
+ * GELU (GPT-2's, nn.GELU(approximate='tanh')) likewise: x^3 as Pow(x, 3) or two Muls,
+ * times 0.044715, plus x, times sqrt(2 / pi), Tanh, then the same Add 1 and halving;
+ * it becomes `gelu_tanh`. */
 #include "onnx/onnx_internal.h"
 
 #include <math.h>
@@ -43,12 +46,47 @@ static int times_const(const fuse_ctx *f, int node, double v) {
     return is_const(f, n->in[1], v) ? n->in[0] : is_const(f, n->in[0], v) ? n->in[1] : -1;
 }
 
-/* The GELU around Erf node e: fills x->gelu_in / x->skip when it matches. */
-static void match_at(const fuse_ctx *f, int e) {
+/* The node making slot s when s is read once (an intermediate of the pattern), else -1. */
+static int sole_producer(const fuse_ctx *f, int s) { return s >= 0 && f->uses[s] == 1 ? f->producer[s] : -1; }
+
+/* The slot of x when node c computes x^3 (Pow(x, 3), x * (x * x) or (x * x) * x, the
+ * square read once), else -1; the square's node into *sq (-1 for Pow). */
+static int cube_of(const fuse_ctx *f, int c, int *sq) {
+    *sq = -1;
+    if (c < 0) return -1;
+    const onnx_node *n = &f->x->m->nodes[c];
+    if (is_op(f, c, "Pow")) return is_const(f, n->in[1], 3.0) ? n->in[0] : -1;
+    if (!is_op(f, c, "Mul")) return -1;
+    for (int k = 0; k < 2; k++) {
+        int q = sole_producer(f, n->in[1 - k]);
+        if (is_op(f, q, "Mul") && f->x->m->nodes[q].in[0] == n->in[k] && f->x->m->nodes[q].in[1] == n->in[k]) return *sq = q, n->in[k];
+    }
+    return -1;
+}
+
+/* The tanh GELU's inner part before Tanh node t: sqrt(2/pi) * (x + 0.044715 x^3), each
+ * step read once by the next. The slot of x, else -1; its nodes into nodes[0..4] (-1: none). */
+static int tanh_inner(const fuse_ctx *f, int t, int nodes[5]) {
+    const onnx_node *tn = &f->x->m->nodes[t];
+    int pm = sole_producer(f, tn->in[0]), a = times_const(f, pm, sqrt(2.0 / M_PI)), pa = sole_producer(f, a);
+    if (!is_op(f, pa, "Add")) return -1;
+    for (int k = 0; k < 2; k++) {
+        const int xs = f->x->m->nodes[pa].in[k], pt = sole_producer(f, f->x->m->nodes[pa].in[1 - k]);
+        int c = times_const(f, pt, 0.044715), sq;
+        if (c < 0 || cube_of(f, sole_producer(f, c), &sq) != xs) continue;
+        nodes[0] = pm, nodes[1] = pa, nodes[2] = pt, nodes[3] = sole_producer(f, c), nodes[4] = sq;
+        return xs;
+    }
+    return -1;
+}
+
+/* The GELU around Erf (or, tanh_form, Tanh) node e: fills x->gelu_in / x->skip when it matches. */
+static void match_at(const fuse_ctx *f, int e, bool tanh_form) {
     onnx_graph_ctx *x = (onnx_graph_ctx *)f->x;
     const onnx_node *en = &x->m->nodes[e];
-    int d = en->in[0], pd = d >= 0 && f->uses[d] == 1 ? f->producer[d] : -1, xs = -1;
-    if (is_op(f, pd, "Div") && is_const(f, x->m->nodes[pd].in[1], sqrt(2.0))) xs = x->m->nodes[pd].in[0];
+    int d = en->in[0], pd = d >= 0 && f->uses[d] == 1 ? f->producer[d] : -1, xs = -1, inner[5] = {-1, -1, -1, -1, -1};
+    if (tanh_form) xs = tanh_inner(f, e, inner), pd = -1;
+    else if (is_op(f, pd, "Div") && is_const(f, x->m->nodes[pd].in[1], sqrt(2.0))) xs = x->m->nodes[pd].in[0];
     else xs = times_const(f, pd, sqrt(0.5));
     int add = only_reader(f, en->out[0]);
     if (xs < 0 || !is_op(f, add, "Add") || !is_const(f, other_in(f, add, en->out[0]), 1.0)) return;
@@ -64,10 +102,14 @@ static void match_at(const fuse_ctx *f, int e) {
         last = only_reader(f, x->m->nodes[m1].out[0]);
         if (!is_op(f, last, "Mul") || other_in(f, last, x->m->nodes[m1].out[0]) != xs) return;
     } else return;
-    x->skip[pd] = x->skip[e] = x->skip[add] = true;
+    if (pd >= 0) x->skip[pd] = true;
+    for (int k = 0; k < 5; k++)
+        if (inner[k] >= 0) x->skip[inner[k]] = true;
+    x->skip[e] = x->skip[add] = true;
     if (m1 != last) x->skip[m1] = true;
     if (half >= 0) x->skip[half] = true;
     x->gelu_in[last] = xs;
+    x->gelu_tanh[last] = tanh_form;
 }
 
 fm_status onnx_graph_match_gelu(onnx_graph_ctx *x) {
@@ -88,7 +130,8 @@ fm_status onnx_graph_match_gelu(onnx_graph_ctx *x) {
     }
     for (int i = 0; i < m->n_outputs; i++) f.uses[m->outputs[i]] += 2; /* an output is never an intermediate */
     for (int i = 0; i < m->n_nodes; i++)
-        if (!strcmp(m->nodes[i].op->name, "Erf") && m->nodes[i].n_in == 1 && !x->skip[i]) match_at(&f, i);
+        if ((!strcmp(m->nodes[i].op->name, "Erf") || !strcmp(m->nodes[i].op->name, "Tanh")) && m->nodes[i].n_in == 1 && !x->skip[i])
+            match_at(&f, i, m->nodes[i].op->name[0] == 'T');
     free(f.producer), free(f.uses), free(f.reader);
     return FM_OK;
 }

@@ -95,7 +95,8 @@ typedef struct onnx_graph_ctx {
     bool *folded;             /* computed from constants: a graph constant */
     bool *shape_like;         /* computed from shapes only, but follows a dynamic dim */
     bool *emitted;            /* already a graph input or constant */
-    int *gelu_in;             /* per node: the slot of x where the node ends an Erf GELU (onnx_graph_fuse.c), else -1 */
+    int *gelu_in;             /* per node: the slot of x where the node ends a GELU (onnx_graph_fuse.c), else -1 */
+    bool *gelu_tanh;          /* per node: that GELU is the tanh form */
     bool *skip;               /* per node: inside such a GELU, not emitted */
     char syms[ONNX_GRAPH_MAX_SYMS][64];
     int n_syms, tmp;
@@ -103,8 +104,9 @@ typedef struct onnx_graph_ctx {
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int node);
 bool onnx_graph_shape_input_ok(const char *op, int input);
 fm_status onnx_graph_const(onnx_graph_ctx *x, int slot);
-/* Finds the exported erf GELU, x * 0.5 * (1 + Erf(x / sqrt 2)) in its usual orders,
- * and marks it for one graph `gelu` (gelu_in, skip); needs `folded`. */
+/* Finds the exported erf GELU, x * 0.5 * (1 + Erf(x / sqrt 2)), and the tanh one,
+ * x * 0.5 * (1 + Tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in their usual orders, and
+ * marks each for one graph `gelu` or `gelu_tanh` (gelu_in, gelu_tanh, skip); needs `folded`. */
 fm_status onnx_graph_match_gelu(onnx_graph_ctx *x);
 
 /* ---- ops (onnx_ops*.c) ---- */

@@ -34,7 +34,27 @@ fm_tensor *fm_linear_fused_pack(fm_tensor *w) {
 }
 
 fm_tensor *fm_linear_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, bool relu) {
+    return fm_linear_fused_act(x, w, b, packed, relu ? "relu" : NULL);
+}
+
+/* The activations linear_fused applies: name -> op (relu has its own flag). */
+static const struct { const char *name; fm_op_id op; } k_acts[] = {
+    {"gelu", FM_OP_GELU}, {"gelu_tanh", FM_OP_GELU_TANH}, {"silu", FM_OP_SILU}, {"sigmoid", FM_OP_SIGMOID}, {"tanh", FM_OP_TANH},
+};
+
+fm_status fm_linear_act_parse(const char *act, int *relu, int *op) {
+    *relu = 0, *op = -1;
+    if (!act || !*act || !strcmp(act, "none")) return FM_OK;
+    if (!strcmp(act, "relu")) { *relu = 1; return FM_OK; }
+    for (size_t i = 0; i < sizeof k_acts / sizeof k_acts[0]; i++)
+        if (!strcmp(act, k_acts[i].name)) { *op = (int)k_acts[i].op; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "linear_fused: unknown activation '%s' (none, relu, gelu, gelu_tanh, silu, sigmoid or tanh)", act);
+}
+
+fm_tensor *fm_linear_fused_act(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const char *act) {
     char sx[128], sw[128];
+    int relu = 0, act_op = -1;
+    if (fm_linear_act_parse(act, &relu, &act_op)) return NULL;
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "linear_fused: %s is NULL", x ? "weight" : "input"); return NULL; }
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         fm_set_error(FM_ERR_INVALID, "linear_fused: input %s does not match weight %s (expected weight [out, %lld])",
@@ -68,7 +88,7 @@ fm_tensor *fm_linear_fused(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *
     ys[x->ndim - 1] = w->shape[0];
     fm_tensor *y = fm_tensor_empty(x->ndim, ys, x->dtype, fm_tensor_device(x));
     if (!y) return NULL;
-    fm_linear_fused_attrs a = {relu ? 1 : 0};
+    fm_linear_fused_attrs a = {relu, act_op >= 0, act_op >= 0 ? (fm_op_id)act_op : FM_OP_RELU};
     fm_op_call call;
     memset(&call, 0, sizeof call);
     call.op = FM_OP_LINEAR_FUSED, call.n_in = 4, call.n_out = 1;

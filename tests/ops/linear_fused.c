@@ -160,7 +160,49 @@ static int linear_fused_errors(void) {
     OP_END;
 }
 
-static int linear_fused_pack_cases(void) { return linear_fused_cases() + linear_fused_errors(); }
+/* The other activations (fm_linear_fused_act): GELU (erf and tanh), SiLU, sigmoid, tanh
+ * against linear then the op, with and without packed weights, at shapes where the
+ * threads split the panels (few rows) and the rows (many: several 60-row activation
+ * blocks and a tail), and f64 (the GEMM path); a NaN row stays NaN; an unknown name is
+ * refused, naming the choices. */
+static int linear_fused_acts(void) {
+    OP_BEGIN;
+    static const char *const acts[] = {"gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+    fm_tensor *(*const ops[])(fm_tensor *) = {fm_gelu, fm_gelu_tanh, fm_silu, fm_sigmoid, fm_tanh};
+    const int64_t shapes[][3] = {{3, 200, 64}, {200, 70, 96}, {7, 33, 19}, {1, 1, 300}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        fm_tensor *x = op_randn(2, (int64_t[]){M, K}, FM_F32, 400 + i), *w = op_randn(2, (int64_t[]){N, K}, FM_F32, 500 + i);
+        fm_tensor *b = op_randn(1, &N, FM_F32, 600 + i), *pk = fm_linear_fused_pack(w), *l = fm_linear(x, w, b);
+        fm_tensor *xd = fm_to_dtype(x, FM_F64), *wd = fm_to_dtype(w, FM_F64), *bd = fm_to_dtype(b, FM_F64), *ld = fm_linear(xd, wd, bd);
+        for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+            fm_tensor *ref = ops[a](l), *refd = ops[a](ld);
+            for (int packed = 0; packed < 2; packed++) {
+                fm_tensor *y = fm_linear_fused_act(x, w, b, packed ? pk : NULL, acts[a]);
+                double d = y ? max_abs(y, ref) : INFINITY;
+                CHECK_MSG(d <= 2e-5 * sqrt((double)K), "linear_fused %s M%lld N%lld K%lld packed %d: %.3g from linear + %s", acts[a], (long long)M,
+                          (long long)N, (long long)K, packed, d, acts[a]);
+                fm_tensor_release(y);
+            }
+            fm_tensor *yd = fm_linear_fused_act(xd, wd, bd, NULL, acts[a]);
+            CHECK_MSG(yd && refd && max_abs(yd, refd) <= 1e-12, "linear_fused %s f64: %s", acts[a], fm_last_error());
+            fm_tensor_release_n(3, ref, refd, yd);
+        }
+        fm_tensor_release_n(9, x, w, b, pk, l, xd, wd, bd, ld);
+    }
+    fm_tensor *x = op_randn(2, (int64_t[]){5, 8}, FM_F32, 7), *w = op_randn(2, (int64_t[]){20, 8}, FM_F32, 8), *pk = fm_linear_fused_pack(w);
+    fm_tensor_set(x, 2 * 8 + 3, NAN);
+    fm_tensor *y = fm_linear_fused_act(x, w, NULL, pk, "silu");
+    int nan_row = y != NULL;
+    for (int64_t n = 0; y && n < 20; n++) nan_row &= isnan(fm_tensor_get(y, 2 * 20 + n)) && !isnan(fm_tensor_get(y, 1 * 20 + n));
+    CHECK_MSG(nan_row, "linear_fused silu: a NaN input must give NaN in its row only");
+    CHECK(!fm_linear_fused_act(x, w, NULL, pk, "swish"));
+    CHECK_ERR_CONTAINS("unknown activation 'swish' (none, relu, gelu, gelu_tanh, silu, sigmoid or tanh)");
+    fm_tensor_release_n(4, x, w, pk, y);
+    OP_END;
+}
+
+static int linear_fused_pack_cases(void) { return linear_fused_cases() + linear_fused_errors() + linear_fused_acts(); }
 
 OP_TEST("linear_fused", linear_fused_forward, NULL)
 OP_TEST("linear_fused_pack", linear_fused_pack_cases, NULL)
