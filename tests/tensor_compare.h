@@ -1,8 +1,10 @@
-/* Whole-tensor comparisons for the tests: the largest magnitude, and the largest
- * difference relative to it (NaN, a missing tensor or a size mismatch: infinity). */
+/* Whole-tensor comparisons for the tests: the largest magnitude, the largest
+ * difference relative to it (NaN, a missing tensor or a size mismatch: infinity),
+ * and bitwise equality. */
 #ifndef FATHOM_TENSOR_COMPARE_H
 #define FATHOM_TENSOR_COMPARE_H
 #include <math.h>
+#include <string.h>
 
 #include "fathom/tensor.h"
 
@@ -22,5 +24,14 @@ static inline double t_rel_err(fm_tensor *a, fm_tensor *b) {
     }
     double s = t_max_abs(b);
     return s > 0 ? m / s : m;
+}
+/* a and b: the same shape and the same bits (read through their strides) */
+static inline bool t_same_bits(const fm_tensor *a, const fm_tensor *b) {
+    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return false;
+    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
+        double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
+        if (memcmp(&x, &y, sizeof x)) return false;
+    }
+    return true;
 }
 #endif

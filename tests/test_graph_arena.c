@@ -15,6 +15,7 @@
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/memory.h"
+#include "tensor_compare.h"
 #include "test_util.h"
 
 static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
@@ -23,15 +24,6 @@ static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
     return fm_tensor_randn(ndim, shape, FM_F32, &r);
 }
 
-/* a and b: same shape and the same bits (read through their strides) */
-static bool same_bits(const fm_tensor *a, const fm_tensor *b) {
-    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return false;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
-        double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
-        if (memcmp(&x, &y, sizeof x)) return false;
-    }
-    return true;
-}
 
 static fm_tensor *run1(const fm_graph *g, fm_tensor *x, bool no_arena) {
     fm_graph_run_options o = {.no_arena = no_arena};
@@ -67,7 +59,7 @@ static void test_chain(void) {
     fm_tensor *y2 = run1(g, x, false); /* planned */
     fm_memory_stats_get(FM_CPU, &s2);
     uint64_t first = s1.n_allocs - s0.n_allocs, second = s2.n_allocs - s1.n_allocs;
-    CHECK_MSG(same_bits(ref, y1) && same_bits(ref, y2), "chain: the outputs differ with the arena");
+    CHECK_MSG(t_same_bits(ref, y1) && t_same_bits(ref, y2), "chain: the outputs differ with the arena");
     /* first: 4 intermediates + the output; second: the block + the output */
     CHECK_MSG(first >= 5 && second == 2, "chain: %llu allocations in the first run, %llu in the planned one (5 and 2 expected)",
               (unsigned long long)first, (unsigned long long)second);
@@ -83,7 +75,7 @@ static void test_chain(void) {
               s2.allocated - base, out_bytes);
     /* another batch size runs without a plan first, and right */
     fm_tensor *x3 = randn(2, (int64_t[]){3, 4096}, 2), *r3 = run1(g, x3, true), *y3 = run1(g, x3, false), *z3 = run1(g, x3, false);
-    CHECK(same_bits(r3, y3) && same_bits(r3, z3));
+    CHECK(t_same_bits(r3, y3) && t_same_bits(r3, z3));
     fm_tensor_release_n(8, x, ref, y1, y2, x3, r3, y3, z3);
     fm_graph_free(g);
 }
@@ -120,7 +112,7 @@ static void test_views(void) {
     /* the view output sv was copied out: the run's block went back when it ended */
     CHECK_MSG(s1.allocated - s0.allocated == 2 * 8 * 2048 * 4, "views: %zu bytes held after the run (the two outputs' %d expected)",
               s1.allocated - s0.allocated, 2 * 8 * 2048 * 4);
-    CHECK_MSG(same_bits(ref[0], out[0]) && same_bits(ref[1], out[1]), "views: the outputs differ with the arena");
+    CHECK_MSG(t_same_bits(ref[0], out[0]) && t_same_bits(ref[1], out[1]), "views: the outputs differ with the arena");
     bool exact = true; /* y = relu(x) + tanh(exp(-x)), as the ops compute it */
     for (int64_t i = 0; i < 8 * 2048 && exact; i++) {
         float xi = (float)fm_tensor_get(x, i), e = expf(-xi);
@@ -129,8 +121,8 @@ static void test_views(void) {
     CHECK_MSG(exact, "views: y is not relu(x) + tanh(exp(-x))");
     in[0] = x2; /* reuses the memory the first runs' arenas had */
     CHECK(fm_graph_run(g, in, out2) == FM_OK);
-    CHECK_MSG(same_bits(ref[1], out[1]), "views: an earlier output changed when the graph ran again");
-    CHECK(!same_bits(out[1], out2[1]));
+    CHECK_MSG(t_same_bits(ref[1], out[1]), "views: an earlier output changed when the graph ran again");
+    CHECK(!t_same_bits(out[1], out2[1]));
     for (int k = 0; k < 2; k++) fm_tensor_release_n(3, ref[k], out[k], out2[k]);
     fm_tensor_release_n(2, x, x2);
     fm_graph_free(g);
@@ -177,7 +169,7 @@ static void test_cnn_threads(void) {
         CHECK(pthread_create(&t, NULL, run_job, &j[1]) == 0);
         run_job(&j[0]);
         pthread_join(t, NULL);
-        CHECK_MSG(same_bits(ref, j[0].y) && same_bits(ref, j[1].y), "%s CNN: two threads' outputs differ from one run without the arena",
+        CHECK_MSG(t_same_bits(ref, j[0].y) && t_same_bits(ref, j[1].y), "%s CNN: two threads' outputs differ from one run without the arena",
                   k ? "compiled" : "traced");
         fm_tensor_release_n(4, x, ref, j[0].y, j[1].y);
     }
@@ -205,7 +197,7 @@ static void test_gpt(void) {
         fm_tensor *ref = fm_graph_gpt_forward(gg, tok); /* the shape's first run: no plan yet */
         for (int rep_i = 0; rep_i < 3 && ref; rep_i++) {
             fm_tensor *y = fm_graph_gpt_forward(gg, tok);
-            CHECK_MSG(same_bits(ref, y), "%s GPT graph: run %d's logits differ", k ? "compiled" : "traced", rep_i);
+            CHECK_MSG(t_same_bits(ref, y), "%s GPT graph: run %d's logits differ", k ? "compiled" : "traced", rep_i);
             fm_tensor_release(y);
         }
         fm_tensor_release(ref);

@@ -14,6 +14,7 @@
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/memory.h"
+#include "tensor_compare.h"
 #include "test_util.h"
 
 static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
@@ -22,15 +23,6 @@ static fm_tensor *randn(int ndim, const int64_t *shape, uint64_t seed) {
     return fm_tensor_randn(ndim, shape, FM_F32, &r);
 }
 
-/* a and b: same shape and the same bits (read through their strides) */
-static bool same_bits(const fm_tensor *a, const fm_tensor *b) {
-    if (!a || !b || a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) return false;
-    for (int64_t i = 0; i < fm_tensor_numel(a); i++) {
-        double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
-        if (memcmp(&x, &y, sizeof x)) return false;
-    }
-    return true;
-}
 
 static fm_graph *gpt_graph(bool llama, fm_gpt **out_m) {
     fm_gpt_config c = fm_gpt_config_default(llama ? FM_GPT_LLAMA : FM_GPT_GPT2);
@@ -76,7 +68,7 @@ static void loop_matches(const fm_graph *g, const char *what, int64_t capacity) 
         fm_status sa = fm_graph_run(g, ia, oa), sb = fm_graph_run_ex(g, ib, ob, &opt);
         CHECK_MSG(sa == FM_OK && sb == FM_OK, "%s step %d: %s", what, s, fm_last_error());
         if (sa || sb) break;
-        for (int k = 0; k < n; k++) CHECK_MSG(same_bits(oa[k], ob[k]), "%s step %d output %d differs", what, s, k);
+        for (int k = 0; k < n; k++) CHECK_MSG(t_same_bits(oa[k], ob[k]), "%s step %d output %d differs", what, s, k);
         for (int k = 1; s > 0 && k < n; k++, checked++) in_place += ob[k]->storage == ib[k]->storage;
         int64_t tok = (s * 13 + 1) % 50;
         for (int k = 0; k < n; k++) {
@@ -120,8 +112,8 @@ static void never_changes_held_tensors(const fm_graph *g) {
     CHECK(fm_graph_run_ex(g, p, b, &opt) == FM_OK);
     CHECK(fm_graph_run(g, p, ref) == FM_OK);
     for (int k = 0; k < n; k++) {
-        CHECK_MSG(same_bits(b[k], ref[k]), "branch B output %d differs from concatenating", k);
-        CHECK_MSG(same_bits(a[k], a_copy[k]), "branch B changed A's output %d", k);
+        CHECK_MSG(t_same_bits(b[k], ref[k]), "branch B output %d differs from concatenating", k);
+        CHECK_MSG(t_same_bits(a[k], a_copy[k]), "branch B changed A's output %d", k);
         if (k) CHECK_MSG(b[k]->storage != p[k]->storage, "branch B output %d wrote into a shared cache", k);
     }
     release_all(b, n);
@@ -131,7 +123,7 @@ static void never_changes_held_tensors(const fm_graph *g) {
     CHECK(fm_graph_run_ex(g, p, b, &opt) == FM_OK);
     CHECK(fm_graph_run(g, p, ref) == FM_OK);
     for (int k = 0; k < n; k++) {
-        CHECK_MSG(same_bits(b[k], ref[k]), "after the branch output %d differs", k);
+        CHECK_MSG(t_same_bits(b[k], ref[k]), "after the branch output %d differs", k);
         if (k) CHECK_MSG(b[k]->storage == p[k]->storage, "after the branch output %d not in place", k);
     }
     release_all(b, n);
@@ -152,7 +144,7 @@ static void never_changes_held_tensors(const fm_graph *g) {
     CHECK(fm_graph_run_ex(g, full, b, &opt) == FM_OK);
     CHECK(fm_graph_run(g, full, ref) == FM_OK);
     for (int k = 0; k < n; k++) {
-        CHECK_MSG(same_bits(b[k], ref[k]), "full cache: output %d differs", k);
+        CHECK_MSG(t_same_bits(b[k], ref[k]), "full cache: output %d differs", k);
         if (k) CHECK_MSG(b[k] && b[k]->storage != full[k]->storage && b[k]->shape[2] == 33, "full cache: output %d", k);
     }
     release_all(b, n);
@@ -169,8 +161,8 @@ static void never_changes_held_tensors(const fm_graph *g) {
     CHECK(fm_graph_run_ex(g, full, b, &opt) == FM_OK);
     CHECK(fm_graph_run(g, full, ref) == FM_OK);
     for (int k = 0; k < n; k++) {
-        CHECK_MSG(same_bits(b[k], ref[k]), "shared cache: output %d differs", k);
-        if (k) CHECK_MSG(same_bits(whole[k], before[k]) && b[k]->storage != whole[k]->storage, "shared cache %d was written", k);
+        CHECK_MSG(t_same_bits(b[k], ref[k]), "shared cache: output %d differs", k);
+        if (k) CHECK_MSG(t_same_bits(whole[k], before[k]) && b[k]->storage != whole[k]->storage, "shared cache %d was written", k);
     }
     release_all(b, n);
     release_all(ref, n);
@@ -191,7 +183,7 @@ static void never_changes_held_tensors(const fm_graph *g) {
     CHECK(fm_graph_run_ex(g, full, b, &opt) == FM_OK);
     CHECK(fm_graph_run(g, full, ref) == FM_OK);
     for (int k = 0; k < n; k++) {
-        CHECK_MSG(same_bits(b[k], ref[k]), "borrowed: output %d differs", k);
+        CHECK_MSG(t_same_bits(b[k], ref[k]), "borrowed: output %d differs", k);
         if (!k) continue;
         bool untouched = true;
         for (size_t i = 0; i < per; i++) untouched &= mem[k][i] == (float)(i % 97) * 0.01f - 0.4f;
@@ -234,7 +226,7 @@ static void sdpa_row_strided(void) {
                       *vc = randn(4, (int64_t[]){B, KV, cap, D}, 3);
             fm_tensor *k = fm_narrow(kc, 2, 0, Tk), *v = fm_narrow(vc, 2, 0, Tk), *k2 = fm_contiguous(k), *v2 = fm_contiguous(v);
             fm_tensor *y = fm_scaled_dot_product_attention(q, k, v, false, 0), *y2 = fm_scaled_dot_product_attention(q, k2, v2, false, 0);
-            CHECK_MSG(y && y2 && same_bits(y, y2), "sdpa on strided k/v (Tq %lld, Tk %lld) differs", (long long)Tq, (long long)Tk);
+            CHECK_MSG(y && y2 && t_same_bits(y, y2), "sdpa on strided k/v (Tq %lld, Tk %lld) differs", (long long)Tq, (long long)Tk);
             fm_tensor_release_n(9, q, kc, vc, k, v, k2, v2, y, y2);
         }
 }
