@@ -88,6 +88,15 @@ def run(cmd):
         sys.exit(f"bench_graph_ort: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
 
 
+def settle(a):
+    """With --base, two copies of libfathom run in one process, each with its own thread pool, whose
+    workers spin up to 1 ms after a call before they sleep: the side that ran right after the other
+    library's lost the cores to its spinners (the same build on both sides measured 0.55-0.87x of
+    itself). A pause longer than the spin before each timed call leaves every side idle cores."""
+    if a.base:
+        time.sleep(0.003)
+
+
 class RunOptions(ctypes.Structure):
     """fm_graph_run_options (fathom/graph.h)"""
     _fields_ = [("kv_append", ctypes.c_bool), ("kv_capacity", ctypes.c_int64), ("no_arena", ctypes.c_bool)]
@@ -240,15 +249,18 @@ def bench_gpt(a, ort, lib, d):
         inner = 1 if batch * seq >= 64 * 8 else 8
         tf, to, cf, co, tb, cb = [], [], [], [], [], []
         for _ in range(a.rounds):
+            settle(a)
             t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(inner):
                 fm.release(fm.run_many(feed), len(shapes))
             tf.append((time.perf_counter() - t0) / inner), cf.append((time.thread_time() - c0) / inner)
+            settle(a)
             t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(inner):
                 sess.run(None, dict(zip(names, feed)))
             to.append((time.perf_counter() - t0) / inner), co.append((time.thread_time() - c0) / inner)
             if base:
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(inner):
                     base.release(base.run_many(feed), len(shapes))
@@ -331,9 +343,11 @@ def bench_bert(a, ort, lib, d):
                          f'"ort_cosine_min": {mean_pool_cosine(yo[0], ref, mask):.4f}')
             tf, to, cf, co = [], [], [], []
             for _ in range(a.rounds):
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 fm.release(fm.run_many(feed), 2)
                 tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 sess.run(None, dict(zip(names, feed)))
                 to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
@@ -373,13 +387,16 @@ def time_exported(a, ort, lib, d, name, what, m, xs, out_shape):
                 sys.exit(f"bench_graph_ort: {name} outputs differ at batch {x.shape[0]}: {err:.3g} relative")
         tf, to, cf, co, tb, cb = [], [], [], [], [], []
         for _ in range(a.rounds):
+            settle(a)
             t0, c0 = time.perf_counter(), time.thread_time()
             fm.release(fm.run_many([x]), 1)
             tf.append(time.perf_counter() - t0), cf.append(time.thread_time() - c0)
+            settle(a)
             t0, c0 = time.perf_counter(), time.thread_time()
             sess.run(None, {"x": x})
             to.append(time.perf_counter() - t0), co.append(time.thread_time() - c0)
             if base:
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 base.release(base.run_many([x]), 1)
                 tb.append(time.perf_counter() - t0), cb.append(time.thread_time() - c0)
@@ -488,15 +505,18 @@ def main():
             inner = max(1, 64 // batch)  # enough calls per sample that the clock's resolution does not matter
             tf, to, cf, co, tb, cb = [], [], [], [], [], []
             for _ in range(a.rounds):
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(inner):
                     fm.run(batch * 10)
                 tf.append((time.perf_counter() - t0) / inner), cf.append((time.thread_time() - c0) / inner)
+                settle(a)
                 t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(inner):
                     sess.run(None, {iname: x})
                 to.append((time.perf_counter() - t0) / inner), co.append((time.thread_time() - c0) / inner)
                 if base:
+                    settle(a)
                     t0, c0 = time.perf_counter(), time.thread_time()
                     for _ in range(inner):
                         base.run(batch * 10)
