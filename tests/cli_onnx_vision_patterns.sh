@@ -129,11 +129,12 @@ roundtrip gan g.npy layer_norm 3 "three layer_norm nodes (the instance norms)"
 roundtrip resize r.npy index_select 18 "eighteen index_select nodes"
 # Tile as an index_select per repeated axis, GatherElements with negative constant indices as gather
 roundtrip tile r.npy gather 1 "one gather node"
-# linears with GELU (erf), SiLU, Sigmoid and Tanh after them: each one linear_fused with its activation
-roundtrip mlp_acts m.npy linear_fused 4 "four linear_fused nodes"
+# linears with GELU (erf), SiLU, Sigmoid, Tanh and GELU's tanh form (x*x*x, then Pow(x, 3)) after them:
+# each one linear_fused with its activation
+roundtrip mlp_acts m.npy linear_fused 6 "six linear_fused nodes"
 acts=$(python3 -c "import json, sys; print(','.join(n['attrs'].get('act', '-') for n in json.load(open(sys.argv[1]))['nodes'] if n['op'] == 'linear_fused'))" \
   "$d/mlp_acts_c/graph.json" 2>&1)
-check "mlp_acts: the activations are the linear_fused nodes' own (got $acts)" '[ "$acts" = "gelu,silu,sigmoid,tanh" ]'
+check "mlp_acts: the activations are the linear_fused nodes' own (got $acts)" '[ "$acts" = "gelu,silu,sigmoid,tanh,gelu_tanh,gelu_tanh" ]'
 # 1-D convs and pools (speech models) as 2-D ones on [N, C, 1, L]; the length fixed, then dynamic
 roundtrip audio a.npy conv_transpose2d 1 "one conv_transpose2d node"
 roundtrip audio_dyn a.npy max_pool2d 1 "one max_pool2d node"

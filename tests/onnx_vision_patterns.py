@@ -201,14 +201,27 @@ def audio_model(length, pool_pads=(0, 1)):
     return build("audio", n, inits, ["b", 4, length], ["b", 4, None])
 
 
+def tanh_gelu(h, y, pow_form):
+    """GELU's tanh form as torch exports it (x*x*x, or Pow(x, 3) as older exports and GPT-2's
+    code give it), h -> y"""
+    cube = [helper.make_node("Pow", [h, "three"], [h + "c"])] if pow_form else \
+        [helper.make_node("Mul", [h, h], [h + "s"]), helper.make_node("Mul", [h, h + "s"], [h + "c"])]
+    return cube + [helper.make_node("Mul", ["k044", h + "c"], [h + "k"]), helper.make_node("Add", [h, h + "k"], [h + "i"]),
+                   helper.make_node("Mul", ["sqrt2pi", h + "i"], [h + "m"]), helper.make_node("Tanh", [h + "m"], [h + "t"]),
+                   helper.make_node("Add", ["one", h + "t"], [h + "p"]), helper.make_node("Mul", [h, h + "p"], [h + "q"]),
+                   helper.make_node("Mul", ["half", h + "q"], [y])]
+
+
 def mlp_acts_model():
     """an MLP with the activations compile fuses into its linears: GELU (erf, as torch exports
-    it), SiLU (Sigmoid and Mul), Sigmoid, Tanh: x [b, 16]"""
+    it), SiLU (Sigmoid and Mul), Sigmoid, Tanh, GELU's tanh form (both cube forms): x [b, 16]"""
     rng = np.random.default_rng(29)
     f32 = np.float32
-    inits = [init(f"w{i}", rng.standard_normal((16, 16)).astype(f32) * 0.3) for i in range(4)]
-    inits += [init(f"b{i}", rng.standard_normal(16).astype(f32) * 0.1) for i in range(4)]
+    inits = [init(f"w{i}", rng.standard_normal((16, 16)).astype(f32) * 0.3) for i in range(6)]
+    inits += [init(f"b{i}", rng.standard_normal(16).astype(f32) * 0.1) for i in range(6)]
     inits += [init("sqrt2", np.array(np.sqrt(2), f32)), init("one", np.array(1, f32)), init("half", np.array(0.5, f32))]
+    inits += [init("three", np.array(3, f32)), init("k044", np.array(0.044715, f32)),
+              init("sqrt2pi", np.array(np.sqrt(2 / np.pi), f32))]
     n = [helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], transB=1),
          helper.make_node("Div", ["h0", "sqrt2"], ["e0"]), helper.make_node("Erf", ["e0"], ["e1"]),
          helper.make_node("Add", ["e1", "one"], ["e2"]), helper.make_node("Mul", ["h0", "e2"], ["e3"]),
@@ -216,7 +229,9 @@ def mlp_acts_model():
          helper.make_node("MatMul", ["a0", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["h1"]),
          helper.make_node("Sigmoid", ["h1"], ["s1"]), helper.make_node("Mul", ["h1", "s1"], ["a1"]),
          helper.make_node("Gemm", ["a1", "w2", "b2"], ["h2"], transB=1), helper.make_node("Sigmoid", ["h2"], ["a2"]),
-         helper.make_node("Gemm", ["a2", "w3", "b3"], ["h3"], transB=1), helper.make_node("Tanh", ["h3"], ["y"])]
+         helper.make_node("Gemm", ["a2", "w3", "b3"], ["h3"], transB=1), helper.make_node("Tanh", ["h3"], ["a3"]),
+         helper.make_node("Gemm", ["a3", "w4", "b4"], ["h4"], transB=1)] + tanh_gelu("h4", "a4", False) + \
+        [helper.make_node("Gemm", ["a4", "w5", "b5"], ["h5"], transB=1)] + tanh_gelu("h5", "y", True)
     return build("mlp_acts", n, inits, ["b", 16], ["b", 16])
 
 
