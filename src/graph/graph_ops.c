@@ -321,14 +321,13 @@ static fm_status inf_linear_fused(const gctx *c, const gtype *in, gtype *out) {
     return FM_OK;
 }
 
-/* fm_gelu and the rest by linear_fused's activation name (not relu). */
+/* The graph op named act on y, through the op table's front end (linear_fused's
+ * activations are all its one-input elementwise entries: relu, gelu, silu, ...). */
 static fm_tensor *act_by_name(const char *act, fm_tensor *y) {
-    static const struct { const char *name; fm_tensor *(*fn)(fm_tensor *); } k[] = {
-        {"relu", fm_relu}, {"gelu", fm_gelu}, {"gelu_tanh", fm_gelu_tanh}, {"silu", fm_silu}, {"sigmoid", fm_sigmoid}, {"tanh", fm_tanh},
-    };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (!strcmp(act, k[i].name)) return k[i].fn(y);
-    fm_set_error(FM_ERR_INTERNAL, "linear_fused: activation '%s' has no op", act);
+    const int i = g_op_find(act);
+    const g_op_spec *sp = i >= 0 ? g_op_spec_at(i) : NULL;
+    if (sp && sp->run == run_unary && sp->fn) return ((unary_fn)sp->fn)(y);
+    fm_set_error(FM_ERR_INTERNAL, "linear_fused: activation '%s' has no one-input op", act);
     return NULL;
 }
 
