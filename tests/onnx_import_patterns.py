@@ -5,7 +5,9 @@
                  the attention-mask construction from Shape, Range, a 2-D-index
                  Gather of the flattened mask, the logical ops and IsNaN, an
                  attention on x, and the exact GELU exported in three orders.
-  erf.onnx       an Erf that is not a GELU.
+  erf.onnx       an Erf that is not a GELU (xe.npy its input).
+  positions.onnx RoBERTa's position ids (CumSum of the non-padding mask) and a float
+                 exclusive, reversed CumSum (ids.npy, xp.npy its inputs).
   reversed.onnx  rows gathered in reverse order by indices made from Range over a
                  dynamic dim (refused: only every row in order is a reshape).
   minbatch.onnx  x * min(b, 3): the same at b = 3 and 4, not at 2 (must not fold).
@@ -73,6 +75,24 @@ def erf_alone():
     return helper.make_model(helper.make_graph(n, "erf", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
 
 
+def positions():
+    """RoBERTa's position ids from its input ids (padding id 1): cumsum(ids != 1) * (ids != 1) + 1,
+    with CumSum's axis a constant; and a float running sum, exclusive and reversed, over the
+    middle axis of x. Batch and sequence dynamic."""
+    i64 = np.int64
+    n = [const("pad", 1, i64), const("ax1", 1, i64), const("axm", -2, i64),
+         helper.make_node("Equal", ["ids", "pad"], ["is_pad"]), helper.make_node("Not", ["is_pad"], ["keep_b"]),
+         helper.make_node("Cast", ["keep_b"], ["keep"], to=TensorProto.INT64),
+         helper.make_node("CumSum", ["keep", "ax1"], ["run"]), helper.make_node("Mul", ["run", "keep"], ["run_k"]),
+         helper.make_node("Add", ["run_k", "pad"], ["pos"]),
+         helper.make_node("CumSum", ["x", "axm"], ["xs"], exclusive=1, reverse=1)]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 4])
+    outs = [helper.make_tensor_value_info("pos", TensorProto.INT64, ["b", "s"]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, ["b", "s", 4])]
+    return helper.make_model(helper.make_graph(n, "positions", [ids, x], outs), opset_imports=[helper.make_opsetid("", 17)])
+
+
 def reversed_rows():
     """x [b, 2] gathered in reverse row order by indices made from Range over b: not every
     row in order, so the graph import must refuse it while b is dynamic"""
@@ -100,7 +120,8 @@ def min_batch():
 
 def main():
     out = sys.argv[1]
-    for name, m in (("patterns", patterns()), ("erf", erf_alone()), ("reversed", reversed_rows()), ("minbatch", min_batch())):
+    for name, m in (("patterns", patterns()), ("erf", erf_alone()), ("reversed", reversed_rows()), ("minbatch", min_batch()),
+                    ("positions", positions())):
         m.ir_version = 8
         checker.check_model(m)
         save(m, f"{out}/{name}.onnx")
@@ -115,6 +136,9 @@ def main():
     mask3[0, 2:] = 0
     np.save(f"{out}/mask3.npy", mask3)
     np.save(f"{out}/x2.npy", np.array([[1, 2], [3, 4]], np.float32))
+    np.save(f"{out}/ids.npy", np.array([[0, 31, 7, 2, 1, 1], [0, 5, 9, 12, 44, 2]], np.int64))
+    np.save(f"{out}/xp.npy", rng.standard_normal((2, 6, 4)).astype(np.float32))
+    np.save(f"{out}/xe.npy", np.array([[-2, -0.5, 0], [0.3, 1, 3]], np.float32))
 
 
 main()

@@ -1009,8 +1009,11 @@ static void conformance(fm_dtype dt) {
     int64_t s23[] = {37, 129}, s1[] = {129}, s3[] = {4, 37, 129};
     for (int k = 0; k < n_unary; k++) {
         conf_case c = {.label = fm_op_get_info(unary[k])->name, .op = unary[k], .n_in = 1, .n_out = 1, .attrs = &ua};
-        bool pos = unary[k] == FM_OP_LOG || unary[k] == FM_OP_SQRT || unary[k] == FM_OP_RSQRT;
-        fm_tensor *base = rand_tensor(2, (int64_t[]){129, 37}, dt, pos ? 0.1 : -3, 3, 11 + k);
+        fm_op_id o = unary[k];
+        bool pos = o == FM_OP_LOG || o == FM_OP_SQRT || o == FM_OP_RSQRT, unit = o == FM_OP_ASIN || o == FM_OP_ACOS || o == FM_OP_ATANH;
+        /* each op's domain: x > 0, |x| < 1, x > 1 (acosh) or [-3, 3] */
+        double lo = pos ? 0.1 : unit ? -0.9 : o == FM_OP_ACOSH ? 1.1 : -3, hi = unit ? 0.9 : 3;
+        fm_tensor *base = rand_tensor(2, (int64_t[]){129, 37}, dt, lo, hi, 11 + k);
         c.in[0] = fm_transpose(base, 0, 1); /* a strided input */
         fm_tensor_release(base);
         c.out[0] = spec(2, s23, dt);
@@ -1027,7 +1030,7 @@ static void conformance(fm_dtype dt) {
         /* contiguous, 16-byte rows: the vector path (ew_vec_kernel) */
         conf_case v = {.label = fm_op_get_info(unary[k])->name, .op = unary[k], .n_in = 1, .n_out = 1, .attrs = &ua};
         int64_t sv[2] = {6, 64};
-        v.in[0] = rand_tensor(2, sv, dt, pos ? 0.1 : -3, 3, 150 + k);
+        v.in[0] = rand_tensor(2, sv, dt, lo, hi, 150 + k);
         v.out[0] = spec(2, sv, dt);
         run_case(&v, dt);
         case_free(&v);
@@ -1282,6 +1285,21 @@ static void conformance(fm_dtype dt) {
         o.out[0] = spec(2, (int64_t[]){n, 10}, FM_F32);
         run_case(&o, dt);
         case_free(&o);
+    }
+    for (int m = 0; m < 4; m++) { /* cumsum along the middle and last axes, each mode; an i64 one exact */
+        fm_cumsum_attrs ca = {m < 2 ? 1 : 2, (m & 1) != 0, m >= 2};
+        conf_case c = {.label = "cumsum", .op = FM_OP_CUMSUM, .n_in = 1, .n_out = 1, .attrs = &ca};
+        c.in[0] = rand_tensor(3, (int64_t[]){4, 37, 129}, dt, -1, 1, 1310 + m);
+        c.out[0] = spec(3, (int64_t[]){4, 37, 129}, dt);
+        run_case(&c, dt);
+        case_free(&c);
+        conf_case ci = {.label = "cumsum i64", .op = FM_OP_CUMSUM, .n_in = 1, .n_out = 1, .attrs = &ca};
+        ci.in[0] = index_tensor(2, (int64_t[]){4, 37}, 1000, 1320 + m);
+        ca.axis = 1;
+        ci.out[0] = spec(2, (int64_t[]){4, 37}, FM_I64);
+        ci.out[0].exact = 1;
+        run_case(&ci, dt);
+        case_free(&ci);
     }
     {   /* qkv_split_heads (+ backward with a missing dk), grouped-query */
         int64_t B = 2, T = 9, H = 4, KV = 2, D = 16, W = (H + 2 * KV) * D;

@@ -63,6 +63,22 @@ FM_API fm_tensor *fm_sqrt(fm_tensor *a);
 FM_API fm_tensor *fm_rsqrt(fm_tensor *a);
 FM_API fm_tensor *fm_sin(fm_tensor *a);
 FM_API fm_tensor *fm_cos(fm_tensor *a);
+FM_API fm_tensor *fm_tan(fm_tensor *a);
+FM_API fm_tensor *fm_asin(fm_tensor *a);
+FM_API fm_tensor *fm_acos(fm_tensor *a);
+FM_API fm_tensor *fm_atan(fm_tensor *a);
+FM_API fm_tensor *fm_sinh(fm_tensor *a);
+FM_API fm_tensor *fm_cosh(fm_tensor *a);
+FM_API fm_tensor *fm_asinh(fm_tensor *a);
+FM_API fm_tensor *fm_acosh(fm_tensor *a);
+FM_API fm_tensor *fm_atanh(fm_tensor *a);
+FM_API fm_tensor *fm_erf(fm_tensor *a);
+/* floor, ceil, round (half to even, as ONNX's Round and torch.round) and sign (-1, 0, 1;
+ * NaN stays NaN): their gradient is 0, as in PyTorch */
+FM_API fm_tensor *fm_floor(fm_tensor *a);
+FM_API fm_tensor *fm_ceil(fm_tensor *a);
+FM_API fm_tensor *fm_round(fm_tensor *a);
+FM_API fm_tensor *fm_sign(fm_tensor *a);
 FM_API fm_tensor *fm_tanh(fm_tensor *a);
 FM_API fm_tensor *fm_sigmoid(fm_tensor *a);
 FM_API fm_tensor *fm_relu(fm_tensor *a);
@@ -110,6 +126,10 @@ FM_API fm_tensor *fm_argmax(fm_tensor *a, int axis, bool keepdim);
 FM_API fm_tensor *fm_var(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
 FM_API fm_tensor *fm_std(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
 FM_API fm_tensor *fm_logsumexp(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+/* The running sum along axis, in a's dtype (integers exact, wrapping on overflow; floats
+ * accumulated in double on the CPU): y[i] = a[0] + ... + a[i]; exclusive: a[0] + ... + a[i-1]
+ * (0 first); reverse: from the end (a[i] + ... + a[n-1]). ONNX's CumSum, torch.cumsum. */
+FM_API fm_tensor *fm_cumsum(fm_tensor *a, int axis, bool exclusive, bool reverse);
 /* Sum `a` down to `shape` (the inverse of broadcasting). */
 FM_API fm_tensor *fm_sum_to(fm_tensor *a, int ndim, const int64_t *shape);
 

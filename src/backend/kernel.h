@@ -23,6 +23,12 @@ typedef struct fm_op_call {
     const void *attrs;              /* backend/kernel_attrs.h */
 } fm_op_call;
 
+/* The unary ops whose kernels take integer tensors (the rest need floats). */
+static inline bool fm_ew_unary_takes_ints(fm_op_id op) {
+    return op == FM_OP_COPY || op == FM_OP_NEG || op == FM_OP_ABS || op == FM_OP_RELU || op == FM_OP_CLAMP ||
+           op == FM_OP_SIGN || op == FM_OP_FLOOR || op == FM_OP_CEIL || op == FM_OP_ROUND;
+}
+
 /* Whether a low-precision call may run a slice of its batch at a time (op_info.c):
  * SDPA and its backward treat each batch element on its own, so a call whose tensors
  * are all contiguous and lead with the same batch B > 1 gives the same bits sliced.

@@ -16,6 +16,8 @@ typedef struct fm_unary_bwd_attrs { fm_op_id fwd; fm_unary_attrs fa; } fm_unary_
 typedef struct fm_reduce_attrs { unsigned axes_mask; int correction; } fm_reduce_attrs;
 /* MAX_DIM, MIN_DIM, ARGMAX: one axis; outputs keepdim-shaped. */
 typedef struct fm_dim_attrs { int axis; } fm_dim_attrs;
+/* CUMSUM: the axis; exclusive (element i sums those before it), reverse (from the end). */
+typedef struct fm_cumsum_attrs { int axis; bool exclusive, reverse; } fm_cumsum_attrs;
 
 /* SOFTMAX, LOG_SOFTMAX and their backward: axis (the front end passes the last axis
  * contiguous; kernels may assume axis == ndim-1 of contiguous inputs). */

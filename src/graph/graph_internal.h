@@ -190,6 +190,8 @@ fm_status g_attr_float(const gattr *a, const char *name, double def, double *out
 /* INTS with expressions evaluated; *n = -1 when absent. max: capacity of out. */
 fm_status ga_ints(const gctx *c, const char *name, int64_t *out, int *n, int max);
 const char *ga_string(const gctx *c, const char *name, const char *def);
+/* A linear_fused node's activation ("relu", an fm_linear_fused_act name) or NULL, checked. */
+fm_status g_linear_fused_act(const gnode *n, const char **act);
 /* conv2d's attributes (stride, padding, dilation, groups, layout) and its shape rule
  * (in = {x, w, bias}), for the ops that take a convolution's geometry (qconv2d_int8) */
 fm_status g_conv_params(const gctx *c, fm_conv2d_params *p);

@@ -254,6 +254,34 @@ static fm_status run_argmax(const gctx *c, fm_tensor *const *in, fm_tensor **out
     return out[0] ? FM_OK : fm_last_status();
 }
 
+/* cumsum: axis (default 0), exclusive and reverse (0/1): fm_cumsum; the input's shape and dtype. */
+static fm_status cumsum_attrs(const gctx *c, int ndim, int *axis, bool *excl, bool *rev) {
+    int64_t a = 0, e = 0, r = 0;
+    if (ga_int(c, "axis", 0, &a) || ga_int(c, "exclusive", 0, &e) || ga_int(c, "reverse", 0, &r)) return fm_last_status();
+    if ((e != 0 && e != 1) || (r != 0 && r != 1))
+        return fm_set_error(FM_ERR_INVALID, "attributes 'exclusive' and 'reverse' must be 0 or 1, got %lld and %lld", (long long)e, (long long)r);
+    *excl = e != 0;
+    *rev = r != 0;
+    return g_norm_axis(a, ndim, axis);
+}
+
+static fm_status inf_cumsum(const gctx *c, const gtype *in, gtype *out) {
+    int axis = 0;
+    bool e = false, r = false;
+    if (in[0].dt == FM_BOOL) return fm_set_error(FM_ERR_INVALID, "needs a numeric input, got bool");
+    if (cumsum_attrs(c, in[0].ndim, &axis, &e, &r)) return fm_last_status();
+    out[0] = in[0];
+    return FM_OK;
+}
+
+static fm_status run_cumsum(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int axis = 0;
+    bool e = false, r = false;
+    if (cumsum_attrs(c, in[0]->ndim, &axis, &e, &r)) return fm_last_status();
+    out[0] = fm_cumsum(in[0], axis, e, r);
+    return out[0] ? FM_OK : fm_last_status();
+}
+
 /* ---- matmul, linear, softmax ---- */
 
 static fm_status inf_matmul(const gctx *c, const gtype *in, gtype *out) {
@@ -301,18 +329,22 @@ static fm_status run_linear(const gctx *c, fm_tensor *const *in, fm_tensor **out
 }
 
 /* linear_fused (fuse-linear-act): linear's inputs, relu (0/1) or act (fm_linear_fused_act's
- * names), f32 or f64. The activation's name, or NULL for none, into *act. */
-static fm_status fused_act(const gctx *c, const char **act) {
-    int64_t relu = 0;
-    int r = 0, op = -1;
-    if (ga_int(c, "relu", 0, &relu)) return fm_last_status();
+ * names), f32 or f64. Node n's activation, or NULL for none, into *act (graph_quant.c keeps
+ * it on the quantized node). */
+fm_status g_linear_fused_act(const gnode *n, const char **act) {
+    const gattr *ra = g_node_attr(n, "relu"), *aa = g_node_attr(n, "act");
+    if (ra && ra->type != FM_ATTR_INT) return attr_type_err("relu", "an integer");
+    if (aa && aa->type != FM_ATTR_STRING) return attr_type_err("act", "a string");
+    const int64_t relu = ra ? ra->i : 0;
     if (relu != 0 && relu != 1) return fm_set_error(FM_ERR_INVALID, "attribute 'relu' must be 0 or 1, got %lld", (long long)relu);
-    const char *a = ga_string(c, "act", NULL);
+    const char *a = aa ? aa->s : NULL;
+    int r = 0, op = -1;
     if (a && fm_linear_act_parse(a, &r, &op)) return fm_last_status();
     if (relu && a && (r || op >= 0)) return fm_set_error(FM_ERR_INVALID, "attributes 'relu' and 'act' both give an activation; keep one");
     *act = relu ? "relu" : a && (r || op >= 0) ? a : NULL;
     return FM_OK;
 }
+static fm_status fused_act(const gctx *c, const char **act) { return g_linear_fused_act(c->n, act); }
 
 static fm_status inf_linear_fused(const gctx *c, const gtype *in, gtype *out) {
     const char *act = NULL;
@@ -372,6 +404,10 @@ const g_op_spec g_ops_core[] = {
     UN(sqrt, inf_unary_float), UN(rsqrt, inf_unary_float), UN(sin, inf_unary_float), UN(cos, inf_unary_float),
     UN(tanh, inf_unary_float), UN(sigmoid, inf_unary_float), UN(relu, inf_unary), UN(gelu, inf_unary_float),
     UN(gelu_tanh, inf_unary_float), UN(silu, inf_unary_float), UN(softplus, inf_unary_float),
+    UN(tan, inf_unary_float), UN(asin, inf_unary_float), UN(acos, inf_unary_float), UN(atan, inf_unary_float),
+    UN(sinh, inf_unary_float), UN(cosh, inf_unary_float), UN(asinh, inf_unary_float), UN(acosh, inf_unary_float),
+    UN(atanh, inf_unary_float), UN(erf, inf_unary_float), UN(floor, inf_unary), UN(ceil, inf_unary),
+    UN(round, inf_unary), UN(sign, inf_unary),
     {"leaky_relu", 1, 1, 1, "negative_slope", inf_unary, run_leaky_relu, NULL},
     {"clamp", 1, 1, 1, "min,max", inf_unary, run_clamp, NULL},
     {"identity", 1, 1, 1, "", inf_unary_any, run_identity, NULL},
@@ -384,6 +420,7 @@ const g_op_spec g_ops_core[] = {
     {"var", 1, 1, 1, "axes,keepdim,correction", inf_reduce, run_reduce, NULL},
     {"std", 1, 1, 1, "axes,keepdim,correction", inf_reduce, run_reduce, NULL},
     {"argmax", 1, 1, 1, "axis,keepdim", inf_argmax, run_argmax, NULL},
+    {"cumsum", 1, 1, 1, "axis,exclusive,reverse", inf_cumsum, run_cumsum, NULL},
     {"matmul", 2, 2, 1, "", inf_matmul, run_binary, FN(fm_matmul)},
     {"linear", 2, 3, 1, "", inf_linear, run_linear, NULL},
     {"linear_fused", 2, 3, 1, "relu,act", inf_linear_fused, run_linear_fused, NULL},

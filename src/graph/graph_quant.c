@@ -44,12 +44,9 @@ static const fm_tensor *f32_const2(const fm_graph *g, int v) {
  * or NULL: the quantized node keeps it (int8: a ReLU or GELU in its epilogue, another
  * one as a node after; int4: a node after). */
 static const char *fused_act(const gnode *n) {
-    if (strcmp(n->op, "linear_fused")) return NULL;
-    const gattr *a = g_node_attr(n, "relu"), *b = g_node_attr(n, "act");
-    if (a && a->type == FM_ATTR_INT && a->i == 1) return "relu";
-    return b && b->type == FM_ATTR_STRING && strcmp(b->s, "none") ? b->s : NULL;
+    const char *act = NULL; /* the graph was checked when it was loaded or built */
+    return strcmp(n->op, "linear_fused") || g_linear_fused_act(n, &act) ? NULL : act;
 }
-static bool fused_relu(const gnode *n) { return fused_act(n) && !strcmp(fused_act(n), "relu"); }
 
 /* The quantized node's output: out itself, or (an activation that goes after it as a node,
  * act_node) a name for the product in buf. */
@@ -267,7 +264,7 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     const char *own = fused_act(n), *gname = act ? act->op : own;
     const bool own_gelu = own && panels && (!strcmp(own, "gelu") || !strcmp(own, "gelu_tanh"));
     const char *after = own && strcmp(own, "relu") && !own_gelu ? own : NULL;
-    const bool relu = (act && !strcmp(act->op, "relu")) || fused_relu(n), gelu = (act && !relu) || own_gelu;
+    const bool relu = (act && !strcmp(act->op, "relu")) || (own && !strcmp(own, "relu")), gelu = (act && !relu) || own_gelu;
     const bool act_bias = act && !strcmp(act->op, "bias_gelu_tanh");
     const char *bias = act_bias ? rw_name(r, act->in[1]) : k == K_LINEAR && n->n_in > 2 ? rw_name(r, n->in[2]) : "";
     const char *ins[5] = {rw_name(r, n->in[0]), nm.q, nm.s, bias, panels ? nm.u : ""};

@@ -604,6 +604,9 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "silu"))
         return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
     if (!strcmp(op, "ew_chain")) return x_ew_chain(x);
+    if (!strcmp(op, "cumsum"))
+        return emit(e, "CumSum", INS(x->in[0], const_scalar(e, (double)at_int(x->n, "axis", 0), FM_I64)), OUTS(x->out[0]), 2,
+                    a_int(e, "exclusive", at_int(x->n, "exclusive", 0)), a_int(e, "reverse", at_int(x->n, "reverse", 0)));
     if (!strcmp(op, "leaky_relu"))
         return emit(e, "LeakyRelu", INS(x->in[0]), OUTS(x->out[0]), 1, a_float(e, "alpha", at_float(x->n, "negative_slope", 0.01)));
     if (!strcmp(op, "clamp"))
@@ -655,7 +658,10 @@ static const struct { const char *g, *onnx; } k_direct[] = {
     {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"}, {"softplus", "Softplus"}, {"identity", "Identity"},
     {"dropout", "Identity"}, {"contiguous", "Identity"}, {"add", "Add"}, {"sub", "Sub"}, {"mul", "Mul"}, {"div", "Div"},
     {"pow", "Pow"}, {"maximum", "Max"}, {"minimum", "Min"}, {"eq", "Equal"}, {"lt", "Less"}, {"le", "LessOrEqual"},
-    {"gt", "Greater"}, {"ge", "GreaterOrEqual"}, {"where", "Where"}, {"matmul", "MatMul"},
+    {"gt", "Greater"}, {"ge", "GreaterOrEqual"}, {"where", "Where"}, {"matmul", "MatMul"}, {"tan", "Tan"},
+    {"asin", "Asin"}, {"acos", "Acos"}, {"atan", "Atan"}, {"sinh", "Sinh"}, {"cosh", "Cosh"}, {"asinh", "Asinh"},
+    {"acosh", "Acosh"}, {"atanh", "Atanh"}, {"erf", "Erf"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"},
+    {"sign", "Sign"},
 };
 
 static fm_status x_node(exporter *e, int i) {
@@ -667,6 +673,9 @@ static fm_status x_node(exporter *e, int i) {
     if (n->n_in < 1 || n->in[0] < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
     x.t0 = &g->values[n->in[0]].t;
     if (!strcmp(n->op, "where") && g->values[n->out[0]].t.dt == FM_BOOL) return x_where_bool(&x);
+    /* ONNX's Floor, Ceil and Round take floats only; on integers they are the identity */
+    if ((!strcmp(n->op, "floor") || !strcmp(n->op, "ceil") || !strcmp(n->op, "round")) && !fm_dtype_is_float(x.t0->dt))
+        return emit(e, "Identity", x.in, OUTS(x.out[0]), 0);
     for (size_t k = 0; k < sizeof k_direct / sizeof *k_direct; k++)
         if (!strcmp(n->op, k_direct[k].g)) return emit(e, k_direct[k].onnx, x.in, OUTS(x.out[0]), 0);
     const char *op = n->op;

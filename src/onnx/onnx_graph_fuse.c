@@ -1,11 +1,12 @@
 /* Patterns of exported models that become one graph op at import.
  *
- * The graph has no Erf: PyTorch exports the exact GELU (BERT's, nn.GELU()) as
+ * PyTorch exports the exact GELU (BERT's, nn.GELU()) as
  * Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5, and the 0.5 may come first
  * or the Div be a Mul by 1 / sqrt 2. Each such chain, with every intermediate
  * read only by the next step, becomes the graph's `gelu` (0.5 x (1 + erf(x /
  * sqrt 2)), the same function) at the chain's last node; the other nodes are
- * skipped. An Erf outside the pattern stays refused by the translation. The tanh
+ * skipped (one pass over memory instead of five). An Erf outside the pattern becomes
+ * the graph's `erf` in the translation. The tanh
  * GELU (GPT-2's, nn.GELU(approximate='tanh')) likewise: x^3 as Pow(x, 3) or two Muls,
  * times 0.044715, plus x, times sqrt(2 / pi), Tanh, then the same Add 1 and halving;
  * it becomes `gelu_tanh`. */

@@ -90,6 +90,9 @@ static const struct { const char *onnx, *graph; } k_simple[] = {
     {"Dropout", "identity"}, {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"},
     {"Equal", "eq"}, {"Less", "lt"}, {"LessOrEqual", "le"}, {"Greater", "gt"}, {"GreaterOrEqual", "ge"},
     {"Where", "where"}, {"Max", "maximum"}, {"Min", "minimum"}, {"MatMul", "matmul"},
+    {"Tan", "tan"}, {"Asin", "asin"}, {"Acos", "acos"}, {"Atan", "atan"}, {"Sinh", "sinh"}, {"Cosh", "cosh"},
+    {"Asinh", "asinh"}, {"Acosh", "acosh"}, {"Atanh", "atanh"}, {"Erf", "erf"}, {"Floor", "floor"},
+    {"Ceil", "ceil"}, {"Round", "round"}, {"Sign", "sign"},
 };
 
 static fm_status t_simple(tctx *t, const char *op) {
@@ -1122,6 +1125,18 @@ static fm_status t_trilu(tctx *t) {
 
 /* Hardmax (opset 13's: along one axis) on a fixed axis: 1 where the index equals the
  * first largest's (argmax with the dim kept), as x's dtype. */
+/* CumSum with a constant axis: the graph's cumsum (RoBERTa's position ids: cumsum of the mask). */
+static fm_status t_cumsum(tctx *t) {
+    if (need_folded(t, 1, "axis")) return fm_last_status();
+    const int nd = t->in[0]->ndim;
+    int64_t axis = (int64_t)fm_tensor_item(t->in[1]), ex = onnx_attr_int(&t->c, "exclusive", 0), rev = onnx_attr_int(&t->c, "reverse", 0);
+    if (axis < -nd || axis >= (nd ? nd : 1)) return fm_set_error(FM_ERR_INVALID, "axis %lld out of range for rank %d", (long long)axis, nd);
+    fm_graph_attr a[3] = {fm_graph_attr_int("axis", axis < 0 ? axis + nd : axis), fm_graph_attr_int("exclusive", ex != 0),
+                          fm_graph_attr_int("reverse", rev != 0)};
+    const char *x0 = in_name(t, 0);
+    return node(t, "cumsum", 1, &x0, out_name(t, 0), 3, a);
+}
+
 static fm_status t_hardmax(tctx *t) {
     const fm_tensor *x = t->in[0];
     const int nd = x->ndim;
@@ -1248,6 +1263,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",And,Or,Xor,Not,IsNaN,IsInf,", t_logical},
         {",Trilu,", t_trilu},
         {",Hardmax,", t_hardmax},
+        {",CumSum,", t_cumsum},
     };
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);

@@ -1,11 +1,12 @@
 /* ONNX ops that fathom has no kernel for and that no composition of fathom ops
- * gives exactly (erf, rounding, inverse trigonometry, integer modulo, running
- * sums, ...): the input is brought to the host as a contiguous f64 (floats) or
- * i64 (integers, bools) buffer, computed there, and the result is returned in
- * the input's dtype on the input's device. These are the ops exported models use
- * around the heavy layers (BERT's GELU is Erf arithmetic, position ids are
- * CumSum), so a host round trip costs little next to the matmuls; a device
- * kernel would be a new fathom op. Also RMSNormalization and Swish, composed. */
+ * gives exactly (integer modulo, running sums, ...): the input is brought to the
+ * host as a contiguous f64 (floats) or i64 (integers, bools) buffer, computed
+ * there, and the result is returned in the input's dtype on the input's device.
+ * These are the ops exported models use around the heavy layers (position ids
+ * were CumSum), so a host round trip costs little next to the matmuls; a device
+ * kernel would be a new fathom op. Erf, the rounding ops, Sign, the
+ * (inverse, hyperbolic) trigonometry and CumSum run fathom's own ops since they
+ * became ones. Also RMSNormalization and Swish, composed. */
 #include "onnx/onnx_internal.h"
 
 #include <math.h>
@@ -31,41 +32,30 @@ static fm_tensor *host_like(const fm_tensor *x, fm_dtype dt) { return fm_tensor_
 
 static fm_dtype host_dtype(fm_dtype dt) { return fm_dtype_is_float(dt) ? FM_F64 : FM_I64; }
 
-/* ---- unary maths, in double ---- */
-static double sign_of(double v) { return v > 0 ? 1 : v < 0 ? -1 : v; }
-static double round_even(double v) { return nearbyint(v); } /* the default rounding mode: half to even */
-
-static fm_status unary_host(onnx_op_ctx *c, double (*fn)(double), bool float_only) {
+/* ---- unary maths: fathom's ops (on the input's device) ---- */
+static fm_status unary_core(onnx_op_ctx *c, fm_tensor *(*fn)(fm_tensor *), bool float_only) {
     fm_tensor *x = c->in[0];
     if (float_only && !fm_dtype_is_float(x->dtype))
         return onnx_node_error(c, FM_ERR_UNSUPPORTED, "needs a floating-point input; got %s", fm_dtype_name(x->dtype));
-    fm_tensor *h = onnx_host(x, FM_F64), *y = h ? host_like(h, FM_F64) : NULL;
-    if (y) {
-        const double *s = fm_tensor_data(h);
-        double *d = fm_tensor_data(y);
-        int64_t n = fm_tensor_numel(h);
-        for (int64_t i = 0; i < n; i++) d[i] = fn(s[i]);
-    }
-    fm_tensor_release(h);
-    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+    return onnx_set_out(c, 0, fn(x));
 }
 
-#define HOST_UNARY(NAME, FN, FLOAT_ONLY) \
-    static fm_status NAME(onnx_op_ctx *c) { return unary_host(c, FN, FLOAT_ONLY); }
-HOST_UNARY(op_erf, erf, true)
-HOST_UNARY(op_floor, floor, true)
-HOST_UNARY(op_ceil, ceil, true)
-HOST_UNARY(op_round, round_even, true)
-HOST_UNARY(op_sign, sign_of, false)
-HOST_UNARY(op_tan, tan, true)
-HOST_UNARY(op_sinh, sinh, true)
-HOST_UNARY(op_cosh, cosh, true)
-HOST_UNARY(op_asin, asin, true)
-HOST_UNARY(op_acos, acos, true)
-HOST_UNARY(op_atan, atan, true)
-HOST_UNARY(op_asinh, asinh, true)
-HOST_UNARY(op_acosh, acosh, true)
-HOST_UNARY(op_atanh, atanh, true)
+#define CORE_UNARY(NAME, FN, FLOAT_ONLY) \
+    static fm_status NAME(onnx_op_ctx *c) { return unary_core(c, FN, FLOAT_ONLY); }
+CORE_UNARY(op_erf, fm_erf, true)
+CORE_UNARY(op_floor, fm_floor, true)
+CORE_UNARY(op_ceil, fm_ceil, true)
+CORE_UNARY(op_round, fm_round, true)
+CORE_UNARY(op_sign, fm_sign, false)
+CORE_UNARY(op_tan, fm_tan, true)
+CORE_UNARY(op_sinh, fm_sinh, true)
+CORE_UNARY(op_cosh, fm_cosh, true)
+CORE_UNARY(op_asin, fm_asin, true)
+CORE_UNARY(op_acos, fm_acos, true)
+CORE_UNARY(op_atan, fm_atan, true)
+CORE_UNARY(op_asinh, fm_asinh, true)
+CORE_UNARY(op_acosh, fm_acosh, true)
+CORE_UNARY(op_atanh, fm_atanh, true)
 
 /* IsNaN and IsInf: a bool tensor. */
 static fm_status is_class(onnx_op_ctx *c, bool nan) {
@@ -156,7 +146,7 @@ static fm_status op_trilu(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, y);
 }
 
-/* ---- CumSum along one axis (the axis is an input), exclusive and/or reverse ---- */
+/* ---- CumSum along one axis (the axis is an input), exclusive and/or reverse: fm_cumsum ---- */
 static fm_status op_cumsum(onnx_op_ctx *c) {
     fm_tensor *x = c->in[0];
     int64_t ax;
@@ -164,35 +154,9 @@ static fm_status op_cumsum(onnx_op_ctx *c) {
     if (onnx_tensor_ints(c, 1, &ax, 1, &n)) return fm_last_status();
     if (n != 1) return onnx_node_error(c, FM_ERR_INVALID, "axis must hold one value");
     if (fm_norm_axis("CumSum", (int)ax, x->ndim, &axis)) return fm_last_status();
+    if (x->dtype == FM_BOOL) return onnx_node_error(c, FM_ERR_UNSUPPORTED, "needs a numeric input; got bool");
     bool excl = onnx_attr_int(c, "exclusive", 0) != 0, rev = onnx_attr_int(c, "reverse", 0) != 0;
-    fm_dtype hd = host_dtype(x->dtype);
-    fm_tensor *h = onnx_host(x, hd), *y = h ? host_like(h, hd) : NULL;
-    if (y) {
-        int64_t len = x->shape[axis], inner = 1, outer = 1;
-        for (int i = axis + 1; i < x->ndim; i++) inner *= x->shape[i];
-        for (int i = 0; i < axis; i++) outer *= x->shape[i];
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t in = 0; in < inner; in++) {
-                double sf = 0;
-                int64_t si = 0;
-                for (int64_t t = 0; t < len; t++) {
-                    int64_t j = rev ? len - 1 - t : t, at = (o * len + j) * inner + in;
-                    if (hd == FM_F64) {
-                        double v = ((const double *)fm_tensor_data(h))[at];
-                        if (!excl) sf += v;
-                        ((double *)fm_tensor_data(y))[at] = sf;
-                        if (excl) sf += v;
-                    } else {
-                        int64_t v = ((const int64_t *)fm_tensor_data(h))[at];
-                        if (!excl) si += v;
-                        ((int64_t *)fm_tensor_data(y))[at] = si;
-                        if (excl) si += v;
-                    }
-                }
-            }
-    }
-    fm_tensor_release(h);
-    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+    return onnx_set_out(c, 0, fm_cumsum(x, axis, excl, rev));
 }
 
 /* ---- Hardmax: 1 at the first maximum along the axis, 0 elsewhere ---- */

@@ -261,3 +261,37 @@ static fm_tensor *dim_reduce(fm_op_id op, fm_tensor *x, int axis, bool keepdim, 
 fm_tensor *fm_max_dim(fm_tensor *a, int axis, bool k, fm_tensor **i) { return dim_reduce(FM_OP_MAX_DIM, a, axis, k, i); }
 fm_tensor *fm_min_dim(fm_tensor *a, int axis, bool k, fm_tensor **i) { return dim_reduce(FM_OP_MIN_DIM, a, axis, k, i); }
 fm_tensor *fm_argmax(fm_tensor *a, int axis, bool k) { return dim_reduce(FM_OP_ARGMAX, a, axis, k, NULL); }
+
+/* ---- running sums ---- */
+
+static fm_tensor *cumsum(fm_tensor *x, int axis, bool exclusive, bool reverse, bool record);
+
+/* dx = the running sum of dy the other way round (an exclusive sum's gradient is exclusive too). */
+static fm_status cumsum_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    const fm_cumsum_attrs *a = FM_NODE_ATTRS(n, fm_cumsum_attrs);
+    gin[0] = cumsum(gout[0], a->axis, a->exclusive, !a->reverse, false);
+    return gin[0] ? FM_OK : fm_last_status();
+}
+
+static fm_tensor *cumsum(fm_tensor *x, int axis, bool exclusive, bool reverse, bool record) {
+    if (!x) { fm_set_error(FM_ERR_INVALID, "cumsum: input is NULL"); return NULL; }
+    if (x->dtype == FM_BOOL) { fm_set_error(FM_ERR_INVALID, "cumsum: needs a numeric input, got bool (cast it first)"); return NULL; }
+    int a = 0;
+    if (x->ndim && fm_norm_axis("cumsum", axis, x->ndim, &a)) return NULL;
+    fm_tensor *xc = fm_contiguous(x);
+    fm_tensor *y = xc ? fm_tensor_empty(x->ndim, x->shape, x->dtype, x->storage->device) : NULL;
+    if (!y) { fm_tensor_release(xc); return NULL; }
+    fm_cumsum_attrs at = {a, exclusive, reverse};
+    fm_op_call c = {.op = FM_OP_CUMSUM, .n_in = 1, .n_out = 1, .in = {xc}, .out = {y}, .attrs = &at};
+    fm_status st = fm_dispatch(&c);
+    fm_tensor_release(xc);
+    if (st) { fm_tensor_release(y); return NULL; }
+    fm_node *n = record ? fm_node_begin(FM_OP_CUMSUM, 1, &x, cumsum_backward) : NULL;
+    if (n) {
+        FM_NODE_SET_ATTRS(n, at);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}
+
+fm_tensor *fm_cumsum(fm_tensor *a, int axis, bool exclusive, bool reverse) { return cumsum(a, axis, exclusive, reverse, true); }

@@ -31,9 +31,18 @@ static double ref_clamp(double x) { return x < -0.5 ? -0.5 : (x > 0.7 ? 0.7 : x)
 static fm_tensor *leaky01(fm_tensor *x) { return fm_leaky_relu(x, 0.1); }
 static fm_tensor *clamp_ab(fm_tensor *x) { return fm_clamp(x, -0.5, 0.7); }
 
-static const struct { const char *name; unary_fn fn; double (*ref)(double); int positive; } k_unary[] = {
-    {"neg", fm_neg, ref_neg, 0}, {"abs", fm_abs, fabs, 0}, {"exp", fm_exp, exp, 0}, {"log", fm_log, log, 1},
-    {"sqrt", fm_sqrt, sqrt, 1}, {"rsqrt", fm_rsqrt, ref_rsqrt, 1}, {"sin", fm_sin, sin, 0}, {"cos", fm_cos, cos, 0},
+static double ref_round(double x) { return nearbyint(x); } /* half to even */
+static double ref_sign(double x) { return x > 0 ? 1 : x < 0 ? -1 : x; }
+
+/* Where each op is tested: all reals, x > 0, |x| < 1 (asin, acos, atanh), x > 1 (acosh). */
+enum { DOM_REAL, DOM_POS, DOM_UNIT, DOM_ABOVE1 };
+static const struct { const char *name; unary_fn fn; double (*ref)(double); int domain; } k_unary[] = {
+    {"neg", fm_neg, ref_neg, 0}, {"abs", fm_abs, fabs, 0}, {"exp", fm_exp, exp, 0}, {"log", fm_log, log, DOM_POS},
+    {"sqrt", fm_sqrt, sqrt, DOM_POS}, {"rsqrt", fm_rsqrt, ref_rsqrt, DOM_POS}, {"sin", fm_sin, sin, 0}, {"cos", fm_cos, cos, 0},
+    {"tan", fm_tan, tan, 0}, {"asin", fm_asin, asin, DOM_UNIT}, {"acos", fm_acos, acos, DOM_UNIT}, {"atan", fm_atan, atan, 0},
+    {"sinh", fm_sinh, sinh, 0}, {"cosh", fm_cosh, cosh, 0}, {"asinh", fm_asinh, asinh, 0},
+    {"acosh", fm_acosh, acosh, DOM_ABOVE1}, {"atanh", fm_atanh, atanh, DOM_UNIT}, {"erf", fm_erf, erf, 0},
+    {"floor", fm_floor, floor, 0}, {"ceil", fm_ceil, ceil, 0}, {"round", fm_round, ref_round, 0}, {"sign", fm_sign, ref_sign, 0},
     {"tanh", fm_tanh, tanh, 0}, {"sigmoid", fm_sigmoid, ref_sigmoid, 0}, {"relu", fm_relu, ref_relu, 0},
     {"leaky_relu", leaky01, ref_leaky, 0}, {"gelu", fm_gelu, ref_gelu, 0}, {"gelu_tanh", fm_gelu_tanh, ref_gelu_tanh, 0},
     {"silu", fm_silu, ref_silu, 0}, {"clamp", clamp_ab, ref_clamp, 0}, {"softplus", fm_softplus, ref_softplus, 0},
@@ -175,6 +184,37 @@ static void relu_infinities(void) {
     }
 }
 
+/* round is half to even (ONNX's Round, torch.round) in f32 and f64; sign keeps -0 and
+ * NaN; sign, floor and round take integer tensors (exact, the input's dtype). */
+static void rounding_specials(void) {
+    const int64_t n = 9;
+    const double v[9] = {0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999, -0.0, 7};
+    const double want_round[9] = {0, 2, 2, -0.0, -2, -2, 2, -0.0, 7}, want_sign[9] = {1, 1, 1, -1, -1, -1, 1, -0.0, 1};
+    for (int f64 = 0; f64 < 2; f64++) {
+        fm_tensor *x = from(v, 1, &n, f64 ? FM_F64 : FM_F32), *r = fm_round(x), *s = fm_sign(x);
+        for (int i = 0; r && s && i < n; i++) {
+            CHECK_MSG(fm_tensor_get(r, i) == want_round[i], "round(%g) = %g", v[i], fm_tensor_get(r, i));
+            CHECK_MSG(fm_tensor_get(s, i) == want_sign[i] && signbit(fm_tensor_get(s, i)) == signbit(want_sign[i]),
+                      "sign(%g) = %g", v[i], fm_tensor_get(s, i));
+        }
+        CHECK(r && s);
+        fm_tensor_release_n(3, x, r, s);
+    }
+    const double vi[5] = {-7, 0, 3, -1, 12};
+    fm_dtype idt[2] = {FM_I64, FM_I32};
+    for (int d = 0; d < 2; d++) {
+        const int64_t ni = 5;
+        fm_tensor *x = from(vi, 1, &ni, idt[d]), *s = fm_sign(x), *f = fm_floor(x);
+        CHECK_MSG(s && f && s->dtype == idt[d] && f->dtype == idt[d], "sign/floor of %s: %s", fm_dtype_name(idt[d]), fm_last_error());
+        for (int i = 0; s && f && i < ni; i++)
+            CHECK(fm_tensor_get(s, i) == ref_sign(vi[i]) && fm_tensor_get(f, i) == vi[i]);
+        fm_tensor_release_n(3, x, s, f);
+    }
+    fm_tensor *b = fm_tensor_zeros(1, &n, FM_I64, FM_CPU), *t = fm_tan(b);
+    CHECK_MSG(!t && strstr(fm_last_error(), "tan"), "tan of an integer tensor is refused: %s", fm_last_error());
+    fm_tensor_release_n(2, b, t);
+}
+
 /* Values over a wide range, including the SIMD tails (n = 37 is not a multiple of 8). */
 static int unary_forward_named(const char *name) {
     OP_BEGIN;
@@ -183,7 +223,8 @@ static int unary_forward_named(const char *name) {
     double v[37];
     for (int i = 0; i < n; i++) {
         double x = -9.0 + 18.0 * i / (n - 1) + 0.013;
-        v[i] = k_unary[u].positive ? fabs(x) + 0.01 : x;
+        int dom = k_unary[u].domain;
+        v[i] = dom == DOM_POS ? fabs(x) + 0.01 : dom == DOM_UNIT ? x / 9.5 : dom == DOM_ABOVE1 ? fabs(x) + 1.01 : x;
     }
     fm_dtype dts[] = {FM_F32, FM_F64, FM_F16, FM_BF16};
     double tols[] = {2e-6, 1e-12, 2e-3, 1.6e-2};
@@ -208,7 +249,7 @@ static int unary_forward_named(const char *name) {
     fm_rng r;
     fm_rng_init(&r, 7);
     fm_tensor *m = fm_tensor_rand(2, sh, FM_F32, &r);
-    fm_tensor *ma = fm_add_scalar(m, 0.1);
+    fm_tensor *ma = fm_add_scalar(m, k_unary[u].domain == DOM_ABOVE1 ? 1.1 : k_unary[u].domain == DOM_UNIT ? -0.5 : 0.1);
     fm_tensor *mt = fm_transpose(ma, 0, 1);
     fm_tensor *y = k_unary[u].fn(mt);
     CHECK(y && y->shape[0] == 6 && y->shape[1] == 4);
@@ -227,7 +268,8 @@ static int unary_forward_named(const char *name) {
     if (!strcmp(name, "relu")) relu_infinities();
     if (!strcmp(name, "gelu") || !strcmp(name, "gelu_tanh")) gelu_f32_sweep(name);
     if (!strcmp(name, "gelu_tanh")) scalar_math_float_check();
-    if (!k_unary[u].positive) large_output_check(name, k_unary[u].fn, NULL);
+    if (!strcmp(name, "round") || !strcmp(name, "sign")) rounding_specials();
+    if (k_unary[u].domain == DOM_REAL) large_output_check(name, k_unary[u].fn, NULL);
     OP_END;
 }
 
@@ -240,13 +282,19 @@ static int unary_grad_named(const char *name) {
     fm_rng r;
     fm_rng_init(&r, 11);
     fm_tensor *base = fm_tensor_randn(2, sh, FM_F64, &r);
-    if (k_unary[u].positive || !strcmp(name, "abs") || !strcmp(name, "relu") || !strcmp(name, "leaky_relu") || !strcmp(name, "clamp")) {
+    int dom = k_unary[u].domain;
+    if (dom == DOM_UNIT || dom == DOM_ABOVE1)
+        for (int i = 0; i < 15; i++) {
+            double x = fm_tensor_get(base, i);
+            fm_tensor_set(base, i, dom == DOM_UNIT ? 0.9 * x / (1 + fabs(x)) : fabs(x) + 1.2);
+        }
+    if (dom == DOM_POS || !strcmp(name, "abs") || !strcmp(name, "relu") || !strcmp(name, "leaky_relu") || !strcmp(name, "clamp")) {
         /* keep away from kinks (and from 0 for log/sqrt) so finite differences are valid */
         for (int i = 0; i < 15; i++) {
             double x = fm_tensor_get(base, i);
             double ax = fabs(x) + 0.2;
             if (!strcmp(name, "clamp")) ax = (i % 3 == 0) ? 0.9 + 0.1 * i : 0.05 * i - 0.3;
-            fm_tensor_set(base, i, k_unary[u].positive ? ax : (x < 0 ? -ax : ax));
+            fm_tensor_set(base, i, dom == DOM_POS ? ax : (x < 0 ? -ax : ax));
         }
     }
     /* gradient through a transposed (non-contiguous) leaf */
@@ -271,6 +319,20 @@ UNARY_TESTS("sqrt", sqrt_)
 UNARY_TESTS("rsqrt", rsqrt)
 UNARY_TESTS("sin", sin_)
 UNARY_TESTS("cos", cos_)
+UNARY_TESTS("tan", tan_)
+UNARY_TESTS("asin", asin_)
+UNARY_TESTS("acos", acos_)
+UNARY_TESTS("atan", atan_)
+UNARY_TESTS("sinh", sinh_)
+UNARY_TESTS("cosh", cosh_)
+UNARY_TESTS("asinh", asinh_)
+UNARY_TESTS("acosh", acosh_)
+UNARY_TESTS("atanh", atanh_)
+UNARY_TESTS("erf", erf_)
+UNARY_TESTS("floor", floor_)
+UNARY_TESTS("ceil", ceil_)
+UNARY_TESTS("round", round_)
+UNARY_TESTS("sign", sign_)
 UNARY_TESTS("tanh", tanh_)
 UNARY_TESTS("sigmoid", sigmoid)
 UNARY_TESTS("relu", relu)

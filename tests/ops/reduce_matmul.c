@@ -171,6 +171,86 @@ OP_TEST("min_dim", mindim_fwd, mindim_grad)
 static int argmax_fwd(void) { return maxdim_fwd_impl(true); }
 OP_TEST("argmax", argmax_fwd, NULL)
 
+/* ---- cumsum: every axis of a [3, 4, 5] tensor (outer, middle, last), inclusive or
+ * exclusive, forward or reversed, against a plain loop, in f32/f64/f16/bf16/i64/i32/i8;
+ * a transposed input; integer wrapping; bool refused ---- */
+static double cumsum_ref(const double *v, const int64_t *sh, int axis, bool excl, bool rev, int64_t i) {
+    int64_t st[3] = {sh[1] * sh[2], sh[2], 1}, pos = i / st[axis] % sh[axis];
+    double acc = 0;
+    for (int64_t k = 0; k < sh[axis]; k++) {
+        bool in = rev ? (excl ? k > pos : k >= pos) : (excl ? k < pos : k <= pos);
+        if (in) acc += v[i + (k - pos) * st[axis]];
+    }
+    return acc;
+}
+
+static int cumsum_fwd(void) {
+    OP_BEGIN;
+    const int64_t sh[3] = {3, 4, 5}, n = 60;
+    double v[60];
+    for (int i = 0; i < n; i++) v[i] = (double)((i * 37) % 19) - 9 + 0.25 * (i % 3);
+    const fm_dtype dts[7] = {FM_F32, FM_F64, FM_F16, FM_BF16, FM_I64, FM_I32, FM_I8};
+    for (int d = 0; d < 7; d++) {
+        fm_tensor *x = fm_tensor_empty(3, sh, dts[d], FM_CPU);
+        for (int i = 0; i < n; i++) fm_tensor_set(x, i, v[i]);
+        double xv[60];
+        for (int i = 0; i < n; i++) xv[i] = fm_tensor_get(x, i); /* the values as stored (integers truncated) */
+        const double tol = dts[d] == FM_F16 ? 0.1 : dts[d] == FM_BF16 ? 0.5 : dts[d] == FM_F32 ? 1e-5 : 0;
+        for (int axis = -1; axis < 3; axis++)
+            for (int m = 0; m < 4; m++) {
+                bool excl = m & 1, rev = m & 2;
+                fm_tensor *y = fm_cumsum(x, axis, excl, rev);
+                CHECK_MSG(y && y->dtype == dts[d], "cumsum %s axis %d: %s", fm_dtype_name(dts[d]), axis, fm_last_error());
+                int ax = axis < 0 ? axis + 3 : axis;
+                for (int64_t i = 0; y && i < n; i++) {
+                    double want = cumsum_ref(xv, sh, ax, excl, rev, i), got = fm_tensor_get(y, i);
+                    CHECK_MSG(fabs(got - want) <= tol, "cumsum %s axis %d excl %d rev %d [%lld]: %g want %g",
+                              fm_dtype_name(dts[d]), axis, excl, rev, (long long)i, got, want);
+                }
+                fm_tensor_release(y);
+            }
+        fm_tensor_release(x);
+    }
+    /* a transposed (non-contiguous) input: the sum runs along the view's axis */
+    fm_tensor *m = fm_tensor_from_data((float[]){1, 2, 3, 4, 5, 6}, 2, (int64_t[]){2, 3}, FM_F32);
+    fm_tensor *t = fm_transpose(m, 0, 1), *y = fm_cumsum(t, 1, false, false); /* [[1, 5], [2, 7], [3, 9]] */
+    const float want[6] = {1, 5, 2, 7, 3, 9};
+    for (int i = 0; y && i < 6; i++) CHECK(fm_tensor_get(y, i) == want[i]);
+    CHECK(y != NULL);
+    fm_tensor_release_n(3, m, t, y);
+    /* integers wrap as two's complement (numpy, ONNX Runtime) */
+    fm_tensor *b = fm_tensor_from_data((int8_t[]){100, 100, -56}, 1, (int64_t[]){3}, FM_I8), *by = fm_cumsum(b, 0, false, false);
+    CHECK(by && fm_tensor_get(by, 0) == 100 && fm_tensor_get(by, 1) == -56 && fm_tensor_get(by, 2) == -112);
+    fm_tensor_release_n(2, b, by);
+    /* bad input */
+    fm_tensor *bo = fm_tensor_zeros(1, (int64_t[]){3}, FM_BOOL, FM_CPU);
+    CHECK(fm_cumsum(bo, 0, false, false) == NULL);
+    CHECK_ERR_CONTAINS("bool");
+    fm_tensor *f = fm_tensor_zeros(1, (int64_t[]){3}, FM_F32, FM_CPU);
+    CHECK(fm_cumsum(f, 1, false, false) == NULL);
+    CHECK_ERR_CONTAINS("out of range");
+    CHECK(fm_cumsum(NULL, 0, false, false) == NULL);
+    fm_tensor_release_n(2, bo, f);
+    OP_END;
+}
+
+static fm_tensor *gc_cumsum(fm_tensor **in, void *ctx) {
+    int m = (int)(intptr_t)ctx;
+    return fm_cumsum(in[0], m >> 2 ? 0 : -1, m & 1, m & 2);
+}
+static int cumsum_grad(void) {
+    OP_BEGIN;
+    fm_rng r;
+    fm_rng_init(&r, 12);
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){3, 4}, FM_F64, &r);
+    fm_tensor_requires_grad_(x, true);
+    fm_tensor *ins[1] = {x};
+    for (int m = 0; m < 8; m++) CHECK_MSG(gradcheck("cumsum", gc_cumsum, 1, ins, (void *)(intptr_t)m, 1e-6, 1e-6), "cumsum mode %d", m);
+    fm_tensor_release(x);
+    OP_END;
+}
+OP_TEST("cumsum", cumsum_fwd, cumsum_grad)
+
 /* ---- matmul ---- */
 static void ref_mm(const fm_tensor *a, const fm_tensor *b, int64_t M, int64_t K, int64_t N, int64_t ao, int64_t bo, double *out) {
     for (int64_t i = 0; i < M; i++) for (int64_t j = 0; j < N; j++) {

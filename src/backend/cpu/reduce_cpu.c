@@ -225,8 +225,66 @@ static fm_status k_reduce(const fm_op_call *c) {
     return FM_OK;
 }
 
-/* Every op of the REDUCE group of ops.def. */
+/* ---- CUMSUM: one line (a fixed outer index and inner index) per item, run down the axis;
+ * floats accumulate in double, integers in int64 (wrapping, as numpy and ONNX Runtime). ---- */
+typedef struct scan {
+    const char *x;
+    char *y;
+    fm_dtype dt;
+    int64_t n, inner;
+    bool exclusive, reverse;
+} scan;
+
+static void scan_range(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const scan *s = ctx;
+    const int64_t es = (int64_t)fm_dtype_size(s->dt);
+    const bool integer = !fm_dtype_is_float(s->dt);
+    for (int64_t l = begin; l < end; l++) {
+        const int64_t base = l / s->inner * s->n * s->inner + l % s->inner;
+        double acc = 0;
+        uint64_t iacc = 0;
+        for (int64_t k = 0; k < s->n; k++) {
+            const int64_t at = (base + (s->reverse ? s->n - 1 - k : k) * s->inner) * es;
+            if (integer) {
+                const uint64_t v = (uint64_t)fm_load_i64(s->x + at, s->dt);
+                if (!s->exclusive) iacc += v;
+                int64_t w = (int64_t)iacc; /* two's complement: the low bits are the wrapped sum */
+                switch (s->dt) {
+                case FM_I64: memcpy(s->y + at, &w, 8); break;
+                case FM_I32: { int32_t t = (int32_t)(uint32_t)iacc; memcpy(s->y + at, &t, 4); break; }
+                case FM_I8: { int8_t t = (int8_t)(uint8_t)iacc; memcpy(s->y + at, &t, 1); break; }
+                default: { uint8_t t = (uint8_t)iacc; memcpy(s->y + at, &t, 1); break; }
+                }
+                if (s->exclusive) iacc += v;
+            } else {
+                const double v = s->dt == FM_F32 ? (double)((const float *)s->x)[at / 4] : fm_load_f64(s->x + at, s->dt);
+                if (!s->exclusive) acc += v;
+                fm_store_f64(s->y + at, s->dt, acc);
+                if (s->exclusive) acc += v;
+            }
+        }
+    }
+}
+
+static fm_status k_cumsum(const fm_op_call *c) {
+    const fm_cumsum_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0];
+    if (x->dtype == FM_BOOL) return fm_cpu_unsupported_dtype(c, x->dtype);
+    int64_t outer = 1, n = x->ndim ? x->shape[a->axis] : 1, inner = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i < a->axis) outer *= x->shape[i];
+        else if (i > a->axis) inner *= x->shape[i];
+    }
+    scan s = {(const char *)fm_tensor_data(x), (char *)fm_tensor_data(c->out[0]), x->dtype, n, inner, a->exclusive, a->reverse};
+    if (outer * inner * n == 0) return FM_OK;
+    fm_parallel_for(outer * inner, n >= 4096 ? 1 : 4096 / n + 1, scan_range, &s);
+    return FM_OK;
+}
+
+/* Every op of the REDUCE group of ops.def, and CUMSUM. */
 void fm_cpu_kernels_reduce(fm_backend *b) {
     for (int op = 0; op < FM_OP_COUNT; op++)
         if (fm_op_get_info((fm_op_id)op)->group == FM_GROUP_REDUCE) b->kernels[op] = k_reduce;
+    b->kernels[FM_OP_CUMSUM] = k_cumsum;
 }

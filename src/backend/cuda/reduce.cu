@@ -243,8 +243,55 @@ static fm_status k_reduce(const fm_op_call *c) {
     return fm_cuda_check_launch(fm_cuda_op_name(c));
 }
 
-/* Every op of the REDUCE group of ops.def. */
+/* CUMSUM: one thread per line (a fixed outer and inner index) down the axis, as the CPU:
+ * floats accumulate in double, integers in int64, wrapping. Neighbouring threads take
+ * neighbouring inner indices, so reads coalesce when inner > 1. */
+__global__ void cumsum_kernel(const void *x, void *y, int dt, int64_t lines, int64_t n, int64_t inner, bool excl, bool rev) {
+    const bool integer = dt != FM_F32 && dt != FM_F64 && dt != FM_F16 && dt != FM_BF16;
+    for (int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; l < lines; l += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t base = l / inner * n * inner + l % inner;
+        double acc = 0;
+        unsigned long long iacc = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t at = base + (rev ? n - 1 - k : k) * inner;
+            if (integer) {
+                const unsigned long long v = (unsigned long long)fm_ld<long long>(x, dt, at);
+                if (!excl) iacc += v;
+                switch (dt) {
+                case FM_I64: ((long long *)y)[at] = (long long)iacc; break;
+                case FM_I32: ((int *)y)[at] = (int)(unsigned)iacc; break;
+                case FM_I8: ((signed char *)y)[at] = (signed char)(unsigned char)iacc; break;
+                default: ((unsigned char *)y)[at] = (unsigned char)iacc; break;
+                }
+                if (excl) iacc += v;
+            } else {
+                const double v = fm_ld<double>(x, dt, at);
+                if (!excl) acc += v;
+                fm_st<double>(y, dt, at, acc);
+                if (excl) acc += v;
+            }
+        }
+    }
+}
+
+static fm_status k_cumsum(const fm_op_call *c) {
+    const fm_cumsum_attrs *a = (const fm_cumsum_attrs *)c->attrs;
+    const fm_tensor *x = c->in[0];
+    if (x->dtype == FM_BOOL) return fm_cuda_unsupported_dtype(c, x->dtype);
+    int64_t outer = 1, n = x->ndim ? x->shape[a->axis] : 1, inner = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i < a->axis) outer *= x->shape[i];
+        else if (i > a->axis) inner *= x->shape[i];
+    }
+    if (outer * n * inner == 0) return FM_OK;
+    cumsum_kernel<<<fm_cuda_blocks(outer * inner, 256), 256, 0, fm_cuda_stream()>>>(
+        fm_tensor_data(x), fm_tensor_data(c->out[0]), x->dtype, outer * inner, n, inner, a->exclusive, a->reverse);
+    return fm_cuda_check_launch(fm_cuda_op_name(c));
+}
+
+/* Every op of the REDUCE group of ops.def, and CUMSUM. */
 extern "C" void fm_cuda_kernels_reduce(fm_backend *b) {
     for (int op = 0; op < FM_OP_COUNT; op++)
         if (fm_op_get_info((fm_op_id)op)->group == FM_GROUP_REDUCE) b->kernels[op] = k_reduce;
+    b->kernels[FM_OP_CUMSUM] = k_cumsum;
 }
