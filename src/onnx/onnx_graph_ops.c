@@ -95,6 +95,24 @@ static const struct { const char *onnx, *graph; } k_simple[] = {
     {"Ceil", "ceil"}, {"Round", "round"}, {"Sign", "sign"},
 };
 
+/* Integer Div and Pow, and Pow with an exponent of another dtype, as the interpreter runs
+ * them (onnx_ops_math.c): a float base takes the exponent cast to its dtype; integers are
+ * divided (truncating, as C and ONNX Runtime) or raised in f64 and cast back. */
+static fm_status t_through_cast(tctx *t, const char *op) {
+    const fm_dtype dt = t->in[0]->dtype, wide = fm_dtype_is_float(dt) ? dt : FM_F64;
+    char b[3][300];
+    const char *in[2] = {in_name(t, 0), in_name(t, 1)}, *w[2];
+    for (int k = 0; k < 2; k++) {
+        fm_graph_attr a = fm_graph_attr_string("dtype", fm_dtype_name(wide));
+        w[k] = t->in[k]->dtype == wide ? in[k] : tmp_name(t, b[k], sizeof b[k]);
+        if (w[k] != in[k] && node(t, "cast", 1, &in[k], w[k], 1, &a)) return fm_last_status();
+    }
+    if (wide == dt) return node(t, op, 2, w, out_name(t, 0), 0, NULL);
+    const char *r = tmp_name(t, b[2], sizeof b[2]);
+    fm_graph_attr a = fm_graph_attr_string("dtype", fm_dtype_name(dt));
+    return node(t, op, 2, w, r, 0, NULL) || node(t, "cast", 1, &r, out_name(t, 0), 1, &a) ? fm_last_status() : FM_OK;
+}
+
 static fm_status t_simple(tctx *t, const char *op) {
     if (only_first_output(t)) return fm_last_status();
     if (!strcmp(t->n->op->name, "Dropout") && t->n->n_in > 2 && t->n->in[2] >= 0 &&
@@ -103,10 +121,9 @@ static fm_status t_simple(tctx *t, const char *op) {
     if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
     int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
     if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2) return fold_inputs(t, op, out_name(t, 0));
-    if (!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "integer Div has no graph form");
-    if (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype)))
-        return fm_set_error(FM_ERR_UNSUPPORTED, "Pow of integers or with an exponent of another dtype has no graph form");
+    if ((!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype)) ||
+        (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype))))
+        return t_through_cast(t, op);
     const char *ins[3] = {in_name(t, 0), n_in > 1 ? in_name(t, 1) : "", n_in > 2 ? in_name(t, 2) : ""};
     return node(t, op, n_in, ins, out_name(t, 0), 0, NULL);
 }
