@@ -7,9 +7,10 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR]
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR] [--cold]
  * (--batch: the fashion-cnn rows at that batch only, for a profiler)
- * (--only runs one side alone, for a profiler: its JSON row gives 0 for the others;
+ * (--cold flushes the caches before every timed run, 64 MiB written and read;
+ * --only runs one side alone, for a profiler: its JSON row gives 0 for the others;
  * --save-gpt writes the kjv-gpt-shaped graph to DIR/graph and compiled to DIR/compiled
  * and exits, for bench_graph_ort.py) */
 #include <stdio.h>
@@ -28,6 +29,19 @@ typedef struct side { const char *name; double t[1024]; size_t peak; } side;
 typedef fm_status (*run_fn)(void *ctx, int which); /* which: 0 eager, 1 graph, 2 compiled */
 static int g_only = -1; /* --only: the one side to run, or -1 for all three */
 static const char *g_save_gpt; /* --save-gpt DIR */
+static int g_cold; /* --cold: every timed run starts with the caches flushed */
+
+/* Writes and reads 64 MiB (more than this machine's caches) so that the next run starts cold. */
+static void flush_caches(void) {
+    static unsigned char *buf;
+    static volatile unsigned sink;
+    const size_t n = (size_t)64 << 20;
+    if (!buf && !(buf = malloc(n))) return;
+    memset(buf, (int)(sink & 0xff) + 1, n);
+    unsigned s = 0;
+    for (size_t i = 0; i < n; i += 64) s += buf[i];
+    sink = s;
+}
 
 static void measure(const char *model, int64_t batch, const char *what, run_fn f, void *ctx, int rounds, const fm_graph *cg) {
     side s[3] = {{"eager", {0}, 0}, {"graph", {0}, 0}, {"compiled", {0}, 0}};
@@ -44,6 +58,7 @@ static void measure(const char *model, int64_t batch, const char *what, run_fn f
     for (int r = 0; r < rounds; r++)
         for (int w = 0; w < 3; w++) {
             if (g_only >= 0 && w != g_only) continue;
+            if (g_cold) flush_caches();
             double t0 = bench_now_s();
             if (f(ctx, w) != FM_OK) { fprintf(stderr, "bench_graph: %s\n", fm_last_error()); exit(1); }
             s[w].t[r] = bench_now_s() - t0;
@@ -182,13 +197,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) g_batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--save-gpt") && i + 1 < argc) g_save_gpt = argv[++i], model = "gpt";
+        else if (!strcmp(argv[i], "--cold")) g_cold = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *o = argv[++i];
             g_only = !strcmp(o, "eager") ? 0 : !strcmp(o, "graph") ? 1 : !strcmp(o, "compiled") ? 2 : -2;
         } else g_only = -2;
     }
     if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt")) || (g_batch != 0 && g_batch != 1 && g_batch != 32)) {
-        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR]\n");
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR] [--cold]\n");
         return 2;
     }
     if (rounds < 1 || rounds > 1024) rounds = 15;
