@@ -2,8 +2,9 @@
 # `fathom import|compile --dim` and `fathom run GRAPH_DIR` on what torch.onnx.export puts in a
 # Hugging Face BERT (tests/onnx_import_patterns.py writes the models): the attention-mask
 # arithmetic on Shape/Range, a Gather with 2-D indices, And/Or/Xor/Not/IsNaN, and the exact
-# GELU in three orders. Without --dim the import is refused with the dynamic dims named; with
-# them the graph holds three `gelu` nodes and no erf, and its outputs equal the interpreter's
+# GELU in three orders. Without --dim both dims stay dynamic (arange, dim_size and an
+# index_select carry the mask's arithmetic); with them the graph holds three `gelu` nodes and
+# no erf, and its outputs equal the interpreter's
 # (and ONNX Runtime's when installed) within 1e-5. Bad --dim values exit 2 naming the dims,
 # and nothing is written. An Erf that is no GELU becomes the graph's `erf`.
 set -uo pipefail
@@ -16,8 +17,37 @@ d=$tmp
 python3 "$here/onnx_import_patterns.py" "$d" || { echo "FAIL: writing the models"; exit 1; }
 ins=(--input "x=$d/x.npy" --input "mask=$d/mask.npy")
 
-err=$("$bin" import "$d/patterns.onnx" -o "$d/dyn" 2>&1); rc=$?
-check "both dims dynamic: refused, exit 1, --dim suggested" '[ $rc = 1 ] && [[ "$err" == *"--dim NAME=SIZE"* ]] && [ ! -e "$d/dyn" ]'
+# both dims dynamic: the mask's Range over s becomes an arange, its flat index b * s + j a
+# dim_size times an arange, the Gather of the flattened mask an index_select
+out=$("$bin" import "$d/patterns.onnx" -o "$d/dyn" 2>&1); rc=$?
+check "both dims dynamic: imported, b and s kept dynamic" '[ $rc = 0 ] && [[ "$out" == *"inputs: x f32 [b, s, 4] mask i64 [b, s]"* ]]'
+for n in "" 3; do
+  "$bin" run "$d/patterns.onnx" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/dyn_eager$n" >/dev/null; rc1=$?
+  "$bin" run "$d/dyn" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/dyn_graph$n" >/dev/null; rc2=$?
+  worst=$(python3 -c "
+import sys, numpy as np
+a, b = sys.argv[1], sys.argv[2]
+print(max(float(np.max(np.abs(np.load(f'{a}/{k}.npy') - np.load(f'{b}/{k}.npy')))) for k in ('attn', 'gelu')))" "$d/dyn_eager$n" "$d/dyn_graph$n")
+  check "both dims dynamic, batch ${n:-2}: the interpreter's outputs (worst $worst)" \
+    '[ "$rc1$rc2" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
+done
+# exported back to ONNX (arange as Shape, Squeeze and Range; dim_size as Shape and Squeeze),
+# the file runs at batch 3 with the same outputs (and in ONNX Runtime when installed)
+"$bin" export "$d/dyn" -o "$d/dyn_rt.onnx" >/dev/null; rc=$?
+"$bin" run "$d/dyn_rt.onnx" --input "x=$d/x3.npy" --input "mask=$d/mask3.npy" --output "$d/dyn_rt3" >/dev/null; rc1=$?
+worst=$(python3 -c "
+import sys, numpy as np
+d = sys.argv[1]
+w = max(float(np.max(np.abs(np.load(f'{d}/dyn_rt3/{k}.npy') - np.load(f'{d}/dyn_eager3/{k}.npy')))) for k in ('attn', 'gelu'))
+try:
+    import onnxruntime as ort
+    r = ort.InferenceSession(f'{d}/dyn_rt.onnx', providers=['CPUExecutionProvider']).run(None, {'x': np.load(f'{d}/x3.npy'), 'mask': np.load(f'{d}/mask3.npy')})
+    w = max(w, max(float(np.max(np.abs(a - np.load(f'{d}/dyn_eager3/{k}.npy')))) for a, k in zip(r, ('attn', 'gelu'))))
+except ImportError:
+    pass
+print(w)" "$d" 2>&1)
+check "the dynamic graph exported to ONNX runs at batch 3 with the same outputs (worst $worst)" \
+  '[ "$rc$rc1" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
 err=$("$bin" import "$d/patterns.onnx" -o "$d/g" --dim b=2 --dim q=5 2>&1); rc=$?
 check "an unknown --dim name: exit 2, the dims listed" '[ $rc = 2 ] && [[ "$err" == *"no dynamic input dim named '"'"'q'"'"' (its dynamic dims: b, s)"* ]] && [ ! -e "$d/g" ]'
 for bad in b=0 b=-3 b=x b= =2 b; do

@@ -312,6 +312,74 @@ static fm_status inf_pad(const gctx *c, const gtype *in, gtype *out) {
     return fm_pad_shape(in[0].ndim, in[0].d, pads, mode, out[0].d);
 }
 
+/* arange: start, start + step, ... as many as x has along axis (a 1-D tensor of dtype, i64
+ * by default): position ids and masks over a dynamic sequence length, the ONNX import's
+ * Range over a dim's size. Only x's shape is read. */
+static fm_status arange_args(const gctx *c, int ndim, int *axis, double *start, double *step, fm_dtype *dt) {
+    int64_t a = 0;
+    const char *s = ga_string(c, "dtype", "i64");
+    if (ga_int(c, "axis", 0, &a) || ga_float(c, "start", 0, start) || ga_float(c, "step", 1, step)) return fm_last_status();
+    if (!s || fm_dtype_from_name(s, dt) != FM_OK || *dt == FM_BOOL)
+        return fm_set_error(FM_ERR_INVALID, "attribute 'dtype' must name a numeric dtype (i64, i32, f32, ...)");
+    if (!(*step == *step) || *step == 0) return fm_set_error(FM_ERR_INVALID, "attribute 'step' must be a nonzero number");
+    return g_norm_axis(a, ndim, axis);
+}
+
+static fm_status inf_arange(const gctx *c, const gtype *in, gtype *out) {
+    int axis = 0;
+    double start, step;
+    fm_dtype dt;
+    if (in[0].ndim < 1) return fm_set_error(FM_ERR_INVALID, "needs an input with at least 1 dim");
+    if (arange_args(c, in[0].ndim, &axis, &start, &step, &dt)) return fm_last_status();
+    out[0].dt = dt;
+    out[0].ndim = 1;
+    out[0].d[0] = in[0].d[axis];
+    return FM_OK;
+}
+
+static fm_status run_arange(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int axis = 0;
+    double start = 0, step = 1;
+    fm_dtype dt = FM_I64;
+    if (in[0]->ndim < 1) return fm_set_error(FM_ERR_INVALID, "needs an input with at least 1 dim");
+    if (arange_args(c, in[0]->ndim, &axis, &start, &step, &dt)) return fm_last_status();
+    const int64_t n = in[0]->shape[axis];
+    fm_tensor *h = fm_tensor_empty(1, &n, dt, FM_CPU);
+    for (int64_t i = 0; h && i < n; i++) fm_tensor_set(h, i, start + (double)i * step);
+    if (!h || in[0]->storage->device.type == FM_DEV_CPU) RUN_DONE(h);
+    fm_tensor *d = fm_tensor_to(h, in[0]->storage->device);
+    fm_tensor_release(h);
+    RUN_DONE(d);
+}
+
+/* dim_size: x's size along axis as a 0-d tensor of dtype (i64 by default), for arithmetic
+ * on a dynamic dim (a mask's flat index b * s + j). Only x's shape is read. */
+static fm_status dim_size_args(const gctx *c, int ndim, int *axis, fm_dtype *dt) {
+    int64_t a = 0;
+    const char *s = ga_string(c, "dtype", "i64");
+    if (ga_int(c, "axis", 0, &a)) return fm_last_status();
+    if (!s || fm_dtype_from_name(s, dt) != FM_OK || *dt == FM_BOOL)
+        return fm_set_error(FM_ERR_INVALID, "attribute 'dtype' must name a numeric dtype (i64, i32, f32, ...)");
+    if (ndim < 1) return fm_set_error(FM_ERR_INVALID, "needs an input with at least 1 dim");
+    return g_norm_axis(a, ndim, axis);
+}
+
+static fm_status inf_dim_size(const gctx *c, const gtype *in, gtype *out) {
+    int axis = 0;
+    fm_dtype dt = FM_I64;
+    if (dim_size_args(c, in[0].ndim, &axis, &dt)) return fm_last_status();
+    out[0].dt = dt;
+    out[0].ndim = 0;
+    return FM_OK;
+}
+
+static fm_status run_dim_size(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int axis = 0;
+    fm_dtype dt = FM_I64;
+    if (dim_size_args(c, in[0]->ndim, &axis, &dt)) return fm_last_status();
+    RUN_DONE(fm_tensor_full(0, NULL, (double)in[0]->shape[axis], dt, in[0]->storage->device));
+}
+
 static fm_status run_pad(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     int64_t pads[2 * FM_MAX_DIMS];
     fm_pad_mode mode;
@@ -333,5 +401,7 @@ const g_op_spec g_ops_shape[] = {
     {"cast", 1, 1, 1, "dtype", inf_cast, run_cast, NULL},
     {"contiguous", 1, 1, 1, "", inf_same, run_contiguous, NULL},
     {"pad", 1, 1, 1, "pads,mode,value", inf_pad, run_pad, NULL},
+    {"arange", 1, 1, 1, "axis,start,step,dtype", inf_arange, run_arange, NULL},
+    {"dim_size", 1, 1, 1, "axis,dtype", inf_dim_size, run_dim_size, NULL},
 };
 const int g_n_ops_shape = (int)(sizeof g_ops_shape / sizeof g_ops_shape[0]);

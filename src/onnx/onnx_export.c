@@ -593,6 +593,28 @@ static fm_status x_ew_chain(xnode *x) {
     return s;
 }
 
+/* dim_size: x's size along axis, Shape then Squeeze (then Cast); arange: Range(start,
+ * start + n step, step) over that size n, in the node's dtype. */
+static fm_status x_dim_data(xnode *x, const char *op) {
+    exporter *e = x->e;
+    const int64_t axis = at_int(x->n, "axis", 0);
+    const gattr *da = g_node_attr(x->n, "dtype");
+    fm_dtype dt = FM_I64;
+    if (da && da->type == FM_ATTR_STRING && fm_dtype_from_name(da->s, &dt)) return fm_last_status();
+    const char *sh = tmp_name(e), *last = !strcmp(op, "dim_size") ? x->out[0] : tmp_name(e);
+    const char *sq = dt == FM_I64 ? last : tmp_name(e);
+    fm_status s = emit(e, "Shape", INS(x->in[0]), OUTS(sh), 2, a_int(e, "start", axis), a_int(e, "end", axis + 1));
+    if (!s) s = emit(e, "Squeeze", INS(sh, const_i64(e, 1, (int64_t[]){0})), OUTS(sq), 0);
+    if (!s && dt != FM_I64) s = emit(e, "Cast", INS(sq), OUTS(last), 1, a_int(e, "to", onnx_dtype_from_fm(dt)));
+    if (s || !strcmp(op, "dim_size")) return s;
+    const char *start = const_scalar(e, at_float(x->n, "start", 0), dt), *step = const_scalar(e, at_float(x->n, "step", 1), dt);
+    const char *span = tmp_name(e), *lim = tmp_name(e);
+    s = emit(e, "Mul", INS(last, step), OUTS(span), 0);
+    if (!s) s = emit(e, "Add", INS(start, span), OUTS(lim), 0);
+    if (!s) s = emit(e, "Range", INS(start, lim, step), OUTS(x->out[0]), 0);
+    return s;
+}
+
 static fm_status x_misc(xnode *x, const char *op) {
     exporter *e = x->e;
     const char *t = NULL;
@@ -604,6 +626,7 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "silu"))
         return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
     if (!strcmp(op, "ew_chain")) return x_ew_chain(x);
+    if (!strcmp(op, "dim_size") || !strcmp(op, "arange")) return x_dim_data(x, op);
     if (!strcmp(op, "cumsum"))
         return emit(e, "CumSum", INS(x->in[0], const_scalar(e, (double)at_int(x->n, "axis", 0), FM_I64)), OUTS(x->out[0]), 2,
                     a_int(e, "exclusive", at_int(x->n, "exclusive", 0)), a_int(e, "reverse", at_int(x->n, "reverse", 0)));

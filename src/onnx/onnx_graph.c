@@ -144,13 +144,24 @@ static bool same_values(const fm_tensor *a, const fm_tensor *b) {
     return true;
 }
 
+/* Whether node n makes data of the graph from a dynamic dim's size: a Range over it,
+ * ConstantOfShape of a shape that follows it, a constant sliced to it (position ids and
+ * masks over the sequence). They become arange, expand and slice nodes with that dim's
+ * expression; what reads them is data as any other. */
+static bool makes_dim_data(const onnx_graph_ctx *x, const onnx_node *n) {
+    bool any = false;
+    for (int k = 0; k < n->n_in; k++) any |= n->in[k] >= 0 && x->shape_like[n->in[k]];
+    const char *op = n->op->name;
+    return any && (!strcmp(op, "Range") || !strcmp(op, "ConstantOfShape") ||
+                   (!strcmp(op, "Slice") && n->n_in > 0 && n->in[0] >= 0 && x->folded[n->in[0]]));
+}
+
 /* Which values are folded: computed from constants and shapes only (Shape and
  * Size read only their input's shape), with the same result under both probes.
  * A value computed from a dynamic dim's size must also agree at a third probe (vc,
  * NULL when that run failed: then it is not folded). The rest of what is computed
  * from constants and shapes only follows a dynamic dim (shape_like): a Reshape or
- * Expand target, or a Range over a dim; its readers decide whether the graph can
- * hold it. */
+ * Expand target; its readers decide whether the graph can hold it. */
 static void mark_folded(onnx_graph_ctx *x, fm_tensor *const *vc) {
     const fm_onnx_model *m = x->m;
     for (int s = 0; s < m->n_values; s++) x->folded[s] = m->constants[s] != NULL;
@@ -167,6 +178,7 @@ static void mark_folded(onnx_graph_ctx *x, fm_tensor *const *vc) {
         if (!strcmp(n->op->name, "Expand") && n->n_in > 1 && n->in[0] >= 0 && x->folded[n->in[0]] && n->in[1] >= 0 &&
             x->shape_like[n->in[1]])
             consts = shapes = false;
+        if (makes_dim_data(x, n)) consts = shapes = false;
         for (int k = 0; k < n->n_out; k++) {
             int s = n->out[k];
             if (s < 0) continue;
@@ -189,7 +201,7 @@ static fm_status emit_node(onnx_graph_ctx *x, int i) {
     const onnx_node *n = &x->m->nodes[i];
     for (int k = 0; k < n->n_in; k++) {
         int s = n->in[k];
-        if (s >= 0 && x->shape_like[s] && !onnx_graph_shape_input_ok(n->op->name, k)) {
+        if (s >= 0 && x->shape_like[s] && !onnx_graph_shape_input_ok(n->op->name, k) && onnx_graph_materialize(x, s)) {
             char dims[256] = "";
             for (int d = 0; d < x->n_syms && strlen(dims) + strlen(x->syms[d]) + 3 < sizeof dims; d++)
                 strcat(strcat(dims, d ? ", " : ""), x->syms[d]);

@@ -998,17 +998,23 @@ static fm_status t_transpose_concat(tctx *t) {
 
 /* Value `in` reshaped to the node's output shape as the probes saw it: a dim that
  * differs between them is 0 (the input's size there) before index `keep`, where
- * the input's dims still line up with the output's, and -1 (inferred) after it,
- * one at most. */
+ * the input's dims still line up with the output's; after it, the dynamic dim of
+ * the model's inputs it is (a dim expression), else -1 (inferred), one at most. */
 static fm_status reshape_to_output(tctx *t, const char *in, int64_t keep) {
     const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
     int64_t sh[FM_MAX_DIMS];
+    const char *dims[FM_MAX_DIMS] = {0};
     int infer = 0;
-    for (int i = 0; i < oa->ndim; i++) sh[i] = oa->shape[i] == ob->shape[i] ? oa->shape[i] : i < keep ? 0 : (infer++, -1);
+    for (int i = 0; i < oa->ndim; i++) {
+        if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
+        else if (i < keep || (dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
+        else sh[i] = -1, infer++;
+    }
     if (infer > 1)
         return fm_set_error(FM_ERR_UNSUPPORTED, "the output has two dims that follow dynamic dims where the graph can infer one; "
                             "fix one of them to a size (`--dim NAME=SIZE`)");
     fm_graph_attr r = fm_graph_attr_ints("shape", oa->ndim, sh);
+    r.dims = dims;
     return node(t, "reshape", 1, &in, out_name(t, 0), 1, &r);
 }
 
@@ -1048,8 +1054,40 @@ static bool is_iota(const fm_tensor *idx, const fm_tensor *data) {
  * data.shape[1:], the dims that follow a dynamic dim written as -1 (one at most). */
 static fm_status gather_all_rows(tctx *t) { return reshape_to_output(t, in_name(t, 0), 0); }
 
-/* Gather: an embedding lookup (constant 2-D table, axis 0), or constant indices
- * as index_select (1-D) / slice + squeeze (a scalar). */
+/* Gather with indices that are data of the graph (a mask's flat index over the batch and
+ * the sequence, a graph input): index_select of the indices flattened, then the output's
+ * shape. Negative indices count from the end where the dim gathered along is fixed (a
+ * where over them); along a dynamic dim they fail when the graph runs. */
+static fm_status gather_data(tctx *t, int64_t axis) {
+    const int sx = t->n->in[0];
+    const fm_tensor *idx = t->in[1];
+    const fm_dtype it = idx->dtype;
+    if (it != FM_I64 && it != FM_I32) return fm_set_error(FM_ERR_UNSUPPORTED, "Gather indices of %s have no graph form", fm_dtype_name(it));
+    char b[5][300], c0[300], cd[300];
+    const char *cur = in_name(t, 1);
+    const int64_t dim = t->x->va[sx]->shape[axis];
+    if (fixed_dim(t, 0, (int)axis)) {
+        const char *zero = scalar_const(t, 0, it, c0, sizeof c0), *dd = scalar_const(t, (double)dim, it, cd, sizeof cd);
+        const char *neg = tmp_name(t, b[0], sizeof b[0]), *up = tmp_name(t, b[1], sizeof b[1]), *w = tmp_name(t, b[2], sizeof b[2]);
+        if (node(t, "lt", 2, (const char *[]){cur, zero}, neg, 0, NULL) || node(t, "add", 2, (const char *[]){cur, dd}, up, 0, NULL) ||
+            node(t, "where", 3, (const char *[]){neg, up, cur}, w, 0, NULL))
+            return fm_last_status();
+        cur = w;
+    }
+    if (idx->ndim != 1) {
+        const char *flat = tmp_name(t, b[3], sizeof b[3]);
+        fm_graph_attr r = fm_graph_attr_ints("shape", 1, (int64_t[]){-1});
+        if (node(t, "reshape", 1, &cur, flat, 1, &r)) return fm_last_status();
+        cur = flat;
+    }
+    const char *sel = idx->ndim == 1 ? out_name(t, 0) : tmp_name(t, b[4], sizeof b[4]);
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    if (node(t, "index_select", 2, (const char *[]){in_name(t, 0), cur}, sel, 1, &a)) return fm_last_status();
+    return idx->ndim == 1 ? FM_OK : reshape_to_output(t, sel, axis);
+}
+
+/* Gather: an embedding lookup (constant 2-D table, axis 0), constant indices as
+ * index_select (1-D) / slice + squeeze (a scalar), or data indices (gather_data). */
 static fm_status t_gather(tctx *t) {
     int64_t axis = onnx_attr_int(&t->c, "axis", 0);
     if (axis < 0) axis += t->in[0]->ndim;
@@ -1063,7 +1101,7 @@ static fm_status t_gather(tctx *t) {
     if (t->x->shape_like[si])
         return fm_set_error(FM_ERR_UNSUPPORTED, "indices computed from the size of a dynamic dim (other than every row in "
                             "order) have no graph form; fix the dynamic dims to sizes (`--dim NAME=SIZE`)");
-    if (need_folded(t, 1, "indices")) return fm_last_status();
+    if (!t->x->folded[si]) return gather_data(t, axis);
     const fm_tensor *idx = t->in[1];
     int64_t dim = t->x->va[sx]->shape[axis];
     if (t->x->vb[sx]->shape[axis] != dim) return fm_set_error(FM_ERR_UNSUPPORTED, "gathering along a dynamic dim has no graph form");
@@ -1154,6 +1192,83 @@ static fm_status t_cumsum(tctx *t) {
     return node(t, "cumsum", 1, &x0, out_name(t, 0), 3, a);
 }
 
+/* A graph input whose dim has the probe sizes (a, b), by its name, and that dim: what an
+ * arange over a dynamic dim reads its length from. */
+static const char *input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
+    const fm_onnx_model *m = x->m;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const fm_tensor *va = x->va[m->inputs[i].slot], *vb = x->vb[m->inputs[i].slot];
+        for (int d = 0; va && vb && d < va->ndim; d++)
+            if (va->shape[d] == a && vb->shape[d] == b) {
+                *dim = d;
+                return m->value_names[m->inputs[i].slot];
+            }
+    }
+    return NULL;
+}
+
+fm_status onnx_graph_materialize(onnx_graph_ctx *x, int s) {
+    if (x->emitted[s]) return FM_OK;
+    const fm_tensor *a = x->va[s], *b = x->vb[s], *c = x->vc ? x->vc[s] : NULL;
+    int dim = 0;
+    const char *src = a->ndim <= 1 && fm_tensor_numel(a) == 1 && fm_tensor_numel(b) == 1
+                          ? input_with_dim(x, (int64_t)fm_tensor_get(a, 0), (int64_t)fm_tensor_get(b, 0), &dim) : NULL;
+    if (src && x->vc) { /* the third probe agrees too */
+        const fm_tensor *ic = NULL;
+        for (int i = 0; i < x->m->n_inputs; i++)
+            if (!strcmp(x->m->value_names[x->m->inputs[i].slot], src)) ic = x->vc[x->m->inputs[i].slot];
+        if (!c || !ic || fm_tensor_numel(c) != 1 || (int64_t)fm_tensor_get(c, 0) != ic->shape[dim]) src = NULL;
+    }
+    if (!src) return fm_set_error(FM_ERR_UNSUPPORTED, "not one dynamic dim's size");
+    char buf[300];
+    const char *name = x->m->value_names[s], *mid = a->ndim ? buf : name;
+    if (a->ndim) snprintf(buf, sizeof buf, "%s/dim", name);
+    fm_graph_attr at[2] = {fm_graph_attr_int("axis", dim), fm_graph_attr_string("dtype", fm_dtype_name(a->dtype))};
+    fm_status st = fm_graph_add_node(x->g, "dim_size", NULL, 1, &src, 1, &mid, 2, at);
+    fm_graph_attr u = fm_graph_attr_int("axis", 0);
+    if (!st && a->ndim) st = fm_graph_add_node(x->g, "unsqueeze", NULL, 1, &mid, 1, &name, 1, &u);
+    x->emitted[s] = !st;
+    return st;
+}
+
+/* Range(start, limit, delta) with a constant start and delta whose length is a dynamic dim
+ * of the model's inputs (position ids, a mask's row indices): arange over that input's dim. */
+static fm_status t_range(tctx *t) {
+    if (need_folded(t, 0, "start") || need_folded(t, 2, "delta") || (!t->x->shape_like[t->n->in[1]] && need_folded(t, 1, "limit")))
+        return fm_last_status();
+    const int so = t->n->out[0];
+    const int64_t la = t->x->va[so]->shape[0], lb = t->x->vb[so]->shape[0];
+    int dim = 0;
+    const char *src = la != lb ? input_with_dim(t->x, la, lb, &dim) : NULL;
+    if (!src) return fm_set_error(FM_ERR_UNSUPPORTED, "a Range whose length is not a dynamic dim of the model's inputs has no graph form");
+    const fm_dtype dt = t->x->va[so]->dtype;
+    fm_graph_attr a[4] = {fm_graph_attr_int("axis", dim), fm_graph_attr_float("start", fm_tensor_item(t->in[0])),
+                          fm_graph_attr_float("step", fm_tensor_item(t->in[2])), fm_graph_attr_string("dtype", fm_dtype_name(dt))};
+    return node(t, "arange", 1, &src, out_name(t, 0), 4, a);
+}
+
+/* ConstantOfShape of a shape that follows dynamic dims: its one value expanded to the shape,
+ * each dynamic dim written as its expression. */
+static fm_status t_constant_of_shape(tctx *t) {
+    if (!t->x->shape_like[t->n->in[0]] && need_folded(t, 0, "shape")) return fm_last_status();
+    const fm_tensor *oa = t->x->va[t->n->out[0]], *ob = t->x->vb[t->n->out[0]];
+    int64_t sh[FM_MAX_DIMS], ones[FM_MAX_DIMS];
+    const char *dims[FM_MAX_DIMS] = {0};
+    for (int i = 0; i < oa->ndim; i++) {
+        ones[i] = 1;
+        if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
+        else if ((dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
+        else return fm_set_error(FM_ERR_UNSUPPORTED, "a ConstantOfShape dim computed from dynamic dims that is not one of them has no graph form");
+    }
+    double v = oa->ndim && fm_tensor_numel(oa) ? fm_tensor_get(oa, 0) : 0;
+    char cb[300];
+    const char *c = const_of(t, oa->ndim, ones, &v, oa->dtype, cb, sizeof cb);
+    if (!c) return fm_last_status();
+    fm_graph_attr a = fm_graph_attr_ints("shape", oa->ndim, sh);
+    a.dims = dims;
+    return node(t, "expand", 1, &c, out_name(t, 0), 1, &a);
+}
+
 static fm_status t_hardmax(tctx *t) {
     const fm_tensor *x = t->in[0];
     const int nd = x->ndim;
@@ -1180,14 +1295,34 @@ static fm_status t_hardmax(tctx *t) {
     return node(t, "cast", 1, &hit, out_name(t, 0), 1, &c);
 }
 
+/* Slice bound input k (starts 1, ends 2) as graph ints: constant elements as they are, one
+ * that follows a dynamic dim (a constant sliced to the sequence length) as that dim's
+ * expression in dims[]; NULL dims when every element is constant. */
+static fm_status slice_bounds(tctx *t, int k, int64_t *v, int *n, const char **dims) {
+    for (int i = 0; i < FM_MAX_DIMS; i++) dims[i] = NULL;
+    int s = t->n->in[k];
+    if (onnx_tensor_ints(&t->c, k, v, FM_MAX_DIMS, n)) return fm_last_status();
+    if (t->x->folded[s]) return FM_OK;
+    if (!t->x->shape_like[s]) return need_folded(t, k, "starts/ends/axes/steps");
+    const fm_tensor *b = t->x->vb[s];
+    if (fm_tensor_numel(b) != *n) return fm_set_error(FM_ERR_UNSUPPORTED, "slice bounds of different lengths at the probes");
+    for (int i = 0; i < *n; i++) {
+        int64_t vb = (int64_t)fm_tensor_get(b, i);
+        if (vb != v[i] && !(dims[i] = sym_for(t, v[i], vb)))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "a slice bound computed from dynamic dims that is not one of them has no graph form");
+    }
+    return FM_OK;
+}
+
 static fm_status t_slice(tctx *t) {
     int64_t st[FM_MAX_DIMS], en[FM_MAX_DIMS], ax[FM_MAX_DIMS], sp[FM_MAX_DIMS];
+    const char *sd[FM_MAX_DIMS], *ed[FM_MAX_DIMS];
     int ns = 0, ne = 0, na = 0, np = 0;
     if (t->c.opset < 10) return fm_set_error(FM_ERR_UNSUPPORTED, "Slice before opset 10 has no graph form");
-    for (int k = 1; k < t->n->n_in; k++)
-        if (need_folded(t, k, "starts/ends/axes/steps")) return fm_last_status();
-    if (onnx_tensor_ints(&t->c, 1, st, FM_MAX_DIMS, &ns) || onnx_tensor_ints(&t->c, 2, en, FM_MAX_DIMS, &ne) ||
-        (t->n->n_in > 3 && t->n->in[3] >= 0 && onnx_tensor_ints(&t->c, 3, ax, FM_MAX_DIMS, &na)) ||
+    for (int k = 3; k < t->n->n_in; k++)
+        if (need_folded(t, k, "axes/steps")) return fm_last_status();
+    if (slice_bounds(t, 1, st, &ns, sd) || slice_bounds(t, 2, en, &ne, ed)) return fm_last_status();
+    if ((t->n->n_in > 3 && t->n->in[3] >= 0 && onnx_tensor_ints(&t->c, 3, ax, FM_MAX_DIMS, &na)) ||
         (t->n->n_in > 4 && t->n->in[4] >= 0 && onnx_tensor_ints(&t->c, 4, sp, FM_MAX_DIMS, &np)))
         return fm_last_status();
     const char *cur = in_name(t, 0);
@@ -1198,6 +1333,7 @@ static fm_status t_slice(tctx *t) {
         const char *out = i == ns - 1 ? out_name(t, 0) : tmp_name(t, bufs[i % 2], sizeof bufs[0]);
         fm_graph_attr a[4] = {fm_graph_attr_int("axis", na ? ax[i] : i), fm_graph_attr_ints("start", 1, &st[i]),
                               fm_graph_attr_ints("end", 1, &en[i]), fm_graph_attr_int("step", step)};
+        a[1].dims = &sd[i], a[2].dims = &ed[i];
         if (node(t, "slice", 1, &cur, out, 4, a)) return fm_last_status();
         cur = out;
     }
@@ -1245,7 +1381,9 @@ static fm_status t_pad(tctx *t) {
 
 bool onnx_graph_shape_input_ok(const char *op, int input) {
     return (input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather"))) || /* Gather: t_gather */
-           (input == 3 && !strcmp(op, "Resize")); /* sizes that carry the batch along: t_resize checks the resized dims */
+           (input == 3 && !strcmp(op, "Resize")) || /* sizes that carry the batch along: t_resize checks the resized dims */
+           !strcmp(op, "Range") || !strcmp(op, "ConstantOfShape") || /* t_range, t_constant_of_shape */
+           (!strcmp(op, "Slice") && (input == 1 || input == 2)); /* bounds that are a dynamic dim: slice_bounds */
 }
 
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
@@ -1281,6 +1419,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Trilu,", t_trilu},
         {",Hardmax,", t_hardmax},
         {",CumSum,", t_cumsum},
+        {",Range,", t_range},
+        {",ConstantOfShape,", t_constant_of_shape},
     };
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);

@@ -103,6 +103,9 @@ typedef struct onnx_graph_ctx {
 } onnx_graph_ctx;
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int node);
 bool onnx_graph_shape_input_ok(const char *op, int input);
+/* Value slot, computed from shapes only and one of the dynamic dims' sizes (a scalar), as a
+ * dim_size node reading that dim of a graph input, so that data ops can read it. */
+fm_status onnx_graph_materialize(onnx_graph_ctx *x, int slot);
 fm_status onnx_graph_const(onnx_graph_ctx *x, int slot);
 /* Finds the exported erf GELU, x * 0.5 * (1 + Erf(x / sqrt 2)), and the tanh one,
  * x * 0.5 * (1 + Tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in their usual orders, and

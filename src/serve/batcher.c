@@ -87,6 +87,20 @@ static bool is_preferred(const fm_model_config *c, int64_t rows) {
  * as soon as a batch of two or more forms, which happens without any wait when
  * requests queue up behind a running batch: with several clients the batches
  * come back by themselves, with one the delay is never paid again. */
+/* Whether r's inputs have q's per-sample shapes (every dim after the batch): requests
+ * joined into one batch must, and with a model whose other dims are dynamic too (a
+ * sequence length) they need not. */
+static bool same_samples(const fm_serve_req *q, const fm_serve_req *r) {
+    for (int i = 0; i < FM_SERVE_MAX_IO; i++) {
+        const fm_tensor *a = q->in[i], *x = r->in[i];
+        if (!a || !x) { if (a != x) return false; continue; }
+        if (a->ndim != x->ndim || a->dtype != x->dtype) return false;
+        for (int d = 1; d < a->ndim; d++)
+            if (a->shape[d] != x->shape[d]) return false;
+    }
+    return true;
+}
+
 static int choose(fm_batcher *b, int64_t now, int64_t *wake_ns) {
     const fm_model_config *c = &b->cfg;
     if (!c->dynamic_batching) return 1;
@@ -94,6 +108,8 @@ static int choose(fm_batcher *b, int64_t now, int64_t *wake_ns) {
     int take = 0, best_pref = 0;
     bool full = false;
     for (fm_serve_req *r = b->head; r; r = r->next) {
+        /* the first request of other per-sample shapes ends the batch (it heads the next: order kept) */
+        if (take && !same_samples(b->head, r)) { full = true; break; }
         if (rows + r->rows > c->max_batch_size) { full = true; break; }
         rows += r->rows;
         take++;

@@ -213,8 +213,8 @@ def onnx_checks(s, ref):
 def write_onnx_patterns(repo):
     """What torch.onnx.export writes for a BERT (tests/onnx_import_patterns.py): 'onx-seq', whose config
     declares the per-sample dims (x [5, 4], mask [5]) so that the sequence dim is fixed at import and
-    the batch stays dynamic; 'onx-nodims', the same file with no dims declared, which cannot be
-    imported (its mask arithmetic follows both dims) and is refused with the fix named."""
+    the batch stays dynamic; 'onx-nodims', the same file with no dims declared, imported with both
+    the batch and the sequence dynamic."""
     d = os.path.join(TMP, "patterns")
     os.makedirs(d, exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -223,7 +223,7 @@ def write_onnx_patterns(repo):
     for model, cfg in (("onx-seq", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 1000},
                                     "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [5, 4]},
                                               {"name": "mask", "data_type": "TYPE_INT64", "dims": [5]}]}),
-                       ("onx-nodims", {"max_batch_size": 8})):
+                       ("onx-nodims", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 100000}})):
         os.makedirs(os.path.join(repo, model, "1"), exist_ok=True)
         shutil.copy(os.path.join(d, "patterns.onnx"), os.path.join(repo, model, "1", "model.onnx"))
         json.dump(cfg, open(os.path.join(repo, model, "config.json"), "w"))
@@ -247,10 +247,50 @@ def onnx_patterns_checks(s, d, ref):
     err = max((abs(a - b_) for k in ("attn", "gelu") for a, b_ in zip(outs.get(k, []), ref.get(k, []))), default=None)
     check(st == 200 and all(len(outs.get(k, [])) == len(ref.get(k, [1])) for k in ("attn", "gelu")) and err is not None and err < 1e-5,
           "ONNX BERT-pattern model, batch 2 (dims from the config), equals fathom run on the file: %s" % (err if st == 200 else j))
-    st, idx = s.json("POST", "/v2/repository/index")
-    reasons = {m["name"]: m.get("reason", "") for m in idx} if st == 200 else {}
-    check("--dim NAME=SIZE" in reasons.get("onx-nodims", "") or "to a size" in reasons.get("onx-nodims", ""),
-          "the same without declared dims is refused, the fix named: %s" % reasons.get("onx-nodims"))
+    # no dims declared: both the batch and the sequence stay dynamic (arange, dim_size and an
+    # index_select carry the mask's arithmetic), and a request of any sequence length runs
+    # concurrent requests of 5 and of 3 tokens, the model's first (its batcher waits for
+    # company, as 'burst' below): the batcher joins only requests of one
+    # per-sample shape, so each gets its own length's outputs (a batch of mixed lengths would
+    # fail as a whole); the 5-token ones equal sample 0 of the batch-2 run
+    res = {}
+
+    def worker(k):
+        L = 5 if k % 2 == 0 else 3
+        xs, ms = x[:1, :L], mask[:1, :L]
+        st, j = s.json("POST", "/v2/models/onx-nodims/infer",
+                       {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(xs.shape), "data": xs.reshape(-1).tolist()},
+                                   {"name": "mask", "datatype": "INT64", "shape": list(ms.shape), "data": ms.reshape(-1).tolist()}]})
+        res[k] = (L, st, {o["name"]: o for o in j.get("outputs", [])} if st == 200 else j)
+    th = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    bad_ = [(k, r[1]) for k, r in res.items() if r[1] != 200 or r[2]["gelu"]["shape"] != [1, r[0], 4]]
+    err5 = max((abs(a - b_) for L, st, o in res.values() if st == 200 and L == 5
+                for a, b_ in zip(o["gelu"]["data"], ref.get("gelu", [])[:20])), default=None)
+    check(len(res) == 8 and not bad_ and err5 is not None and err5 < 1e-5,
+          "8 concurrent requests of 5 and 3 tokens to the dynamic-sequence model: each its own length's outputs "
+          "(5-token ones within %s of the reference): failures %s" % (err5, bad_))
+    st, j = s.json("GET", "/v2/models/onx-nodims")
+    check(st == 200 and [i["shape"] for i in j.get("inputs", [])] == [[-1, -1, 4], [-1, -1]],
+          "the same without declared dims: batch and sequence dynamic in the metadata: %s" % j)
+    st, j = s.json("POST", "/v2/models/onx-nodims/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()},
+                               {"name": "mask", "datatype": "INT64", "shape": list(mask.shape), "data": mask.reshape(-1).tolist()}]})
+    outs = {o["name"]: o["data"] for o in j.get("outputs", [])} if st == 200 else {}
+    err = max((abs(a - b_) for k in ("attn", "gelu") for a, b_ in zip(outs.get(k, []), ref.get(k, []))), default=None)
+    check(st == 200 and all(len(outs.get(k, [])) == len(ref.get(k, [1])) for k in ("attn", "gelu")) and err is not None and err < 1e-5,
+          "the same without declared dims, batch 2 of 5 tokens, equals fathom run on the file: %s" % (err if st == 200 else j))
+    x3, m3 = x[:1, :3], mask[:1, :3]
+    st, j = s.json("POST", "/v2/models/onx-nodims/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x3.shape), "data": x3.reshape(-1).tolist()},
+                               {"name": "mask", "datatype": "INT64", "shape": list(m3.shape), "data": m3.reshape(-1).tolist()}]})
+    outs = {o["name"]: o for o in j.get("outputs", [])} if st == 200 else {}
+    check(st == 200 and outs.get("gelu", {}).get("shape") == [1, 3, 4] and outs.get("attn", {}).get("shape") == [1, 1, 3, 4],
+          "the same without declared dims, batch 1 of 3 tokens: outputs of that sequence length: %s" % (
+              {k: v.get("shape") for k, v in outs.items()} if st == 200 else j))
 
 
 EMB_DIM = 32  # an int4 group (32) divides it, so the table also quantizes (model emb-q4)
