@@ -152,16 +152,17 @@ x = np.load(f'{d}/xp.npy')
 want = np.flip(np.cumsum(np.flip(x, 1), 1), 1) - x  # exclusive, reversed
 worst = float(np.max(np.abs(xs - want)))
 worst = max(worst, float(np.max(np.abs(np.load(f'{d}/pos_eager/xs.npy') - want))))
+assert (np.load(f'{d}/pos_graph/cls.npy') == x[:, 0]).all() and (np.load(f'{d}/pos_graph/last.npy') == x[:, -1]).all()
 try:
     import onnxruntime as ort
     s = ort.InferenceSession(f'{d}/positions.onnx', providers=['CPUExecutionProvider'])
-    rp, rx = s.run(None, {'ids': np.load(f'{d}/ids.npy'), 'x': x})
+    rp, rx = s.run(None, {'ids': np.load(f'{d}/ids.npy'), 'x': x})[:2]
     assert (rp == pos).all()
     worst = max(worst, float(np.max(np.abs(rx - xs))))
 except ImportError:
     pass
 print(worst)" "$d" 2>&1); rc3=$?
-check "CumSum: two graph cumsum nodes, position ids exact, the float sum within 1e-5 of numpy (and ORT) ($worst)" \
+check "CumSum: two graph cumsum nodes, position ids exact, the float sum within 1e-5 of numpy (and ORT), the first and last tokens exact ($worst)" \
   '[ "$rc$rc1$rc2$rc3" = 0000 ] && [ "$(tr " " "\n" <<< "$ops" | grep -c "^cumsum$")" = 2 ] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 "$bin" export "$d/pos" -o "$d/pos_rt.onnx" >/dev/null 2>&1; rc=$?
 "$bin" run "$d/pos_rt.onnx" --input "ids=$d/ids.npy" --input "x=$d/xp.npy" --output "$d/pos_rt" >/dev/null; rc1=$?

@@ -1104,15 +1104,21 @@ static fm_status t_gather(tctx *t) {
     if (!t->x->folded[si]) return gather_data(t, axis);
     const fm_tensor *idx = t->in[1];
     int64_t dim = t->x->va[sx]->shape[axis];
-    if (t->x->vb[sx]->shape[axis] != dim) return fm_set_error(FM_ERR_UNSUPPORTED, "gathering along a dynamic dim has no graph form");
-    if (idx->ndim == 0) {
+    const bool dynamic = !fixed_dim(t, 0, (int)axis);
+    if (dynamic && idx->ndim > 0) { /* constant indices along a dynamic dim: as data, none negative */
+        for (int64_t i = 0; i < fm_tensor_numel(idx); i++)
+            if (fm_tensor_get(idx, i) < 0)
+                return fm_set_error(FM_ERR_UNSUPPORTED, "negative indices along a dynamic dim have no graph form");
+        return gather_data(t, axis);
+    }
+    if (idx->ndim == 0) { /* a slice of one (from the end when negative: a dynamic dim's last token) and a squeeze */
         int64_t i = (int64_t)fm_tensor_item(idx);
-        if (i < 0) i += dim;
+        if (i < 0 && !dynamic) i += dim;
         char buf[256];
         const char *mid = tmp_name(t, buf, sizeof buf), *x[1] = {in_name(t, 0)};
         int64_t st[1] = {i}, en[1] = {i + 1};
         fm_graph_attr a[3] = {fm_graph_attr_int("axis", axis), fm_graph_attr_ints("start", 1, st), fm_graph_attr_ints("end", 1, en)};
-        if (node(t, "slice", 1, x, mid, 3, a)) return fm_last_status();
+        if (node(t, "slice", 1, x, mid, i == -1 ? 2 : 3, a)) return fm_last_status(); /* -1: to the end */
         fm_graph_attr s = fm_graph_attr_int("axis", axis);
         return node(t, "squeeze", 1, &mid, out_name(t, 0), 1, &s);
     }
