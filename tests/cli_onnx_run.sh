@@ -79,6 +79,11 @@ nogf=/usr/share/libonnx-testdata/data/node/test_mod_mixed_sign_float32
 err=$("$bin" import "$nogf/model.onnx" -o "$d/g2" 2>&1); rc=$?
 check "import of an op with no graph form: node named, exit 1, nothing written" \
   '[ $rc = 1 ] && [[ "$err" == *"(Mod): has no graph form"* ]] && [ ! -e "$d/g2" ]'
+# a Resize whose scales are a graph input (data): refused before the shape probes, naming the input
+rz=/usr/share/libonnx-testdata/data/node/test_resize_downsample_scales_nearest
+err=$("$bin" import "$rz/model.onnx" -o "$d/g3" 2>&1); rc=$?
+check "import of a Resize with its scales as a graph input: the input named, exit 1, nothing written" \
+  '[ $rc = 1 ] && [[ "$err" == *"(Resize): input 2 is the graph input '"'"'scales'"'"'"* ]] && [ ! -e "$d/g3" ]'
 # fathom compile takes an .onnx file too (through the same conversion)
 out=$("$bin" compile "$case_dir/model.onnx" -o "$d/c" 2>&1); rc=$?
 check "compile model.onnx writes a graph" '[ $rc = 0 ] && [ -s "$d/c/graph.json" ]'

@@ -247,8 +247,42 @@ static fm_tensor **third_probe(onnx_graph_ctx *x, fm_tensor *const *pa) {
     return vc;
 }
 
+/* The inputs of each op that set a shape or a parameter (a bit per input): the graph's ops
+ * take those as attributes, so one that is a graph input (data) has no graph form. Found
+ * before the probes, whose zero inputs would otherwise fail there with a confusing reason
+ * (a Resize with "scale 0"). */
+static unsigned param_inputs(const char *op, int opset) {
+    static const struct { const char *op; unsigned mask; } k[] = {
+        {"Reshape", 2}, {"Expand", 2}, {"Slice", 30}, {"Squeeze", 2}, {"Unsqueeze", 2}, {"Tile", 2}, {"Pad", 14},
+        {"Resize", 14}, {"Upsample", 2}, {"Range", 7}, {"ConstantOfShape", 1}, {"CumSum", 2}, {"Trilu", 2},
+        {"Split", 2}, {"OneHot", 2},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+        if (!strcmp(op, k[i].op)) return !strcmp(op, "Slice") && opset < 10 ? 0 : k[i].mask;
+    return 0;
+}
+
+static fm_status check_param_inputs(const onnx_graph_ctx *x) {
+    const fm_onnx_model *m = x->m;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const onnx_node *n = &m->nodes[i];
+        const unsigned mask = param_inputs(n->op->name, m->opset);
+        for (int k = 0; k < n->n_in && k < 32; k++) {
+            if (!(mask >> k & 1) || n->in[k] < 0) continue;
+            for (int j = 0; j < m->n_inputs; j++)
+                if (m->inputs[j].slot == n->in[k])
+                    return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): input %d is the graph input '%s', data that the "
+                                        "graph form cannot take as a shape or parameter (make it an initializer; `fathom run` "
+                                        "runs this model directly)", m->path, i, n->proto->name ? n->proto->name : "",
+                                        n->op->name, k, m->value_names[n->in[k]]);
+        }
+    }
+    return FM_OK;
+}
+
 static fm_status build_graph(onnx_graph_ctx *x) {
     const fm_onnx_model *m = x->m;
+    if (check_param_inputs(x)) return fm_last_status();
     fm_tensor *pa[64] = {0}, *pb[64] = {0}, *oa[256] = {0}, *ob[256] = {0}, **vc = NULL;
     fm_status st = m->n_inputs > 64 || m->n_outputs > 256
                        ? fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many inputs or outputs", m->path)
