@@ -15,12 +15,14 @@ static void import_usage(FILE *f) {
     fprintf(f, "usage: fathom import MODEL.onnx -o DIR [--dim NAME=SIZE ...]\n\n"
                "Converts an ONNX model to fathom's inference graph (DIR/graph.json and\n"
                "DIR/weights.safetensors, written atomically). Constants and shape arithmetic\n"
-               "are folded; dynamic dims (ONNX dim_param) stay dynamic. A node with no graph\n"
-               "form is named in the error; `fathom run` still runs such a model.\n\n"
+               "are folded; dynamic dims (ONNX dim_param) stay dynamic, including the batch and\n"
+               "sequence of a transformer exported by torch.onnx.export (its position ids and\n"
+               "masks become graph ops over them). A node with no graph form is named in the\n"
+               "error; `fathom run` still runs such a model.\n\n"
                "  --dim NAME=SIZE  fix the dynamic input dim NAME (its dim_param, or INPUT_dK for an\n"
                "                   unnamed one) to SIZE in the graph, so that shape arithmetic which\n"
-               "                   follows it folds (a BERT exported by torch.onnx.export needs its\n"
-               "                   batch and sequence dims fixed); repeatable\n");
+               "                   follows it folds (what the graph cannot follow otherwise, such as\n"
+               "                   min(b, 3), is refused naming the dims to fix); repeatable\n");
 }
 
 #define MAX_DIM_SPECS 16
