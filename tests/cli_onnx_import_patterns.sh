@@ -21,16 +21,22 @@ ins=(--input "x=$d/x.npy" --input "mask=$d/mask.npy")
 # dim_size times an arange, the Gather of the flattened mask an index_select
 out=$("$bin" import "$d/patterns.onnx" -o "$d/dyn" 2>&1); rc=$?
 check "both dims dynamic: imported, b and s kept dynamic" '[ $rc = 0 ] && [[ "$out" == *"inputs: x f32 [b, s, 4] mask i64 [b, s]"* ]]'
-for n in "" 3; do
-  "$bin" run "$d/patterns.onnx" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/dyn_eager$n" >/dev/null; rc1=$?
-  "$bin" run "$d/dyn" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/dyn_graph$n" >/dev/null; rc2=$?
-  worst=$(python3 -c "
+# graph_vs_eager GRAPH TAG WHAT: patterns.onnx through the interpreter and GRAPH at batch 2
+# and 3 (outputs in $d/TAG_eager$n and $d/TAG_graph$n), within 1e-5 of each other
+graph_vs_eager() {
+  local n rc1 rc2 worst
+  for n in "" 3; do
+    "$bin" run "$d/patterns.onnx" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/$2_eager$n" >/dev/null; rc1=$?
+    "$bin" run "$1" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/$2_graph$n" >/dev/null; rc2=$?
+    worst=$(python3 -c "
 import sys, numpy as np
 a, b = sys.argv[1], sys.argv[2]
-print(max(float(np.max(np.abs(np.load(f'{a}/{k}.npy') - np.load(f'{b}/{k}.npy')))) for k in ('attn', 'gelu')))" "$d/dyn_eager$n" "$d/dyn_graph$n")
-  check "both dims dynamic, batch ${n:-2}: the interpreter's outputs (worst $worst)" \
-    '[ "$rc1$rc2" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
-done
+print(max(float(np.max(np.abs(np.load(f'{a}/{k}.npy') - np.load(f'{b}/{k}.npy')))) for k in ('attn', 'gelu')))" "$d/$2_eager$n" "$d/$2_graph$n")
+    check "$3 at batch ${n:-2} equals the interpreter (worst $worst)" \
+      '[ "$rc1$rc2" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
+  done
+}
+graph_vs_eager "$d/dyn" dyn "the graph with both dims dynamic"
 # exported back to ONNX (arange as Shape, Squeeze and Range; dim_size as Shape and Squeeze),
 # the file runs at batch 3 with the same outputs (and in ONNX Runtime when installed)
 "$bin" export "$d/dyn" -o "$d/dyn_rt.onnx" >/dev/null; rc=$?
@@ -93,16 +99,7 @@ check "graph and compiled outputs equal the interpreter's (and ORT's) within 1e-
 # row in order becomes a reshape), and one graph runs batch 2 and batch 3
 out=$("$bin" import "$d/patterns.onnx" -o "$d/gb" --dim s=5); rc=$?
 check "import with --dim s=5 keeps b dynamic" '[ $rc = 0 ] && [[ "$out" == *"inputs: x f32 [b, 5, 4] mask i64 [b, 5]"* ]]'
-for n in "" 3; do
-  "$bin" run "$d/patterns.onnx" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/eager_b$n" >/dev/null; rc1=$?
-  "$bin" run "$d/gb" --input "x=$d/x$n.npy" --input "mask=$d/mask$n.npy" --output "$d/graph_b$n" >/dev/null; rc2=$?
-  worst=$(python3 -c "
-import sys, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-print(max(float(np.max(np.abs(np.load(f'{a}/{k}.npy') - np.load(f'{b}/{k}.npy')))) for k in ('attn', 'gelu')))" "$d/eager_b$n" "$d/graph_b$n")
-  check "dynamic-batch graph at batch ${n:-2} equals the interpreter (worst $worst)" \
-    '[ "$rc1$rc2" = 00 ] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 1e-5)" "$worst"'
-done
+graph_vs_eager "$d/gb" b "dynamic-batch graph"
 # fathom bench: --batch is the graph's batch dim whatever the file named it (here "b")
 out=$("$bin" bench "$d/gb" --batch 3 --iters 2 --warmup 0 --json 2>&1); rc=$?
 check "bench --batch 3 on the dim named b" '[ $rc = 0 ] && [[ "$out" == *"\"batch\":3"* ]] && [[ "$out" == *"x f32 [3, 5, 4]"* ]]'

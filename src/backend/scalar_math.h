@@ -60,4 +60,36 @@ FM_SCALAR_MATH(double, _d, exp, erfc, log1p)
 FM_SCALAR_MATH(float, _f, expf, erfcf, log1pf)
 #undef FM_SCALAR_MATH
 
+/* The switch cases of the math library's unary ops, for both backends' unary switches
+ * (T: double on the CPU; the compute type on CUDA, where the names are its overloads):
+ * y = f(x), and df/dx from x. round is half to even (rint, in the default rounding
+ * mode); floor, ceil, round and sign have a zero gradient, as in PyTorch. */
+#define FM_LIBM_UNARY_CASES(T)                                                     \
+    case FM_OP_TAN: return tan(x);                                                 \
+    case FM_OP_ASIN: return asin(x);                                               \
+    case FM_OP_ACOS: return acos(x);                                               \
+    case FM_OP_ATAN: return atan(x);                                               \
+    case FM_OP_SINH: return sinh(x);                                               \
+    case FM_OP_COSH: return cosh(x);                                               \
+    case FM_OP_ASINH: return asinh(x);                                             \
+    case FM_OP_ACOSH: return acosh(x);                                             \
+    case FM_OP_ATANH: return atanh(x);                                             \
+    case FM_OP_ERF: return erf(x);                                                 \
+    case FM_OP_FLOOR: return floor(x);                                             \
+    case FM_OP_CEIL: return ceil(x);                                               \
+    case FM_OP_ROUND: return rint(x);                                              \
+    case FM_OP_SIGN: return x > (T)0 ? (T)1 : x < (T)0 ? (T)-1 : x; /* 0, NaN stay */
+#define FM_LIBM_UNARY_DERIV_CASES(T)                                               \
+    case FM_OP_TAN: return (T)1 / (cos(x) * cos(x));                               \
+    case FM_OP_ASIN: return (T)1 / sqrt((T)1 - x * x);                             \
+    case FM_OP_ACOS: return (T)-1 / sqrt((T)1 - x * x);                            \
+    case FM_OP_ATAN: return (T)1 / ((T)1 + x * x);                                 \
+    case FM_OP_SINH: return cosh(x);                                               \
+    case FM_OP_COSH: return sinh(x);                                               \
+    case FM_OP_ASINH: return (T)1 / sqrt(x * x + (T)1);                            \
+    case FM_OP_ACOSH: return (T)1 / sqrt(x * x - (T)1);                            \
+    case FM_OP_ATANH: return (T)1 / ((T)1 - x * x);                                \
+    case FM_OP_ERF: return (T)1.1283791670955126 * exp(-x * x); /* 2 / sqrt(pi) */ \
+    case FM_OP_FLOOR: case FM_OP_CEIL: case FM_OP_ROUND: case FM_OP_SIGN: return (T)0;
+
 #endif

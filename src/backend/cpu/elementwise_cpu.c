@@ -41,20 +41,7 @@ double fm_ew_unary_scalar(fm_op_id op, const fm_unary_attrs *at, double x) {
     case FM_OP_RSQRT: return 1.0 / sqrt(x);
     case FM_OP_SIN: return sin(x);
     case FM_OP_COS: return cos(x);
-    case FM_OP_TAN: return tan(x);
-    case FM_OP_ASIN: return asin(x);
-    case FM_OP_ACOS: return acos(x);
-    case FM_OP_ATAN: return atan(x);
-    case FM_OP_SINH: return sinh(x);
-    case FM_OP_COSH: return cosh(x);
-    case FM_OP_ASINH: return asinh(x);
-    case FM_OP_ACOSH: return acosh(x);
-    case FM_OP_ATANH: return atanh(x);
-    case FM_OP_ERF: return erf(x);
-    case FM_OP_FLOOR: return floor(x);
-    case FM_OP_CEIL: return ceil(x);
-    case FM_OP_ROUND: return nearbyint(x); /* the default rounding mode: half to even */
-    case FM_OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x; /* 0 and NaN stay */
+    FM_LIBM_UNARY_CASES(double)
     case FM_OP_TANH: return tanh(x);
     case FM_OP_SIGMOID: return fm_sigmoid_d(x);
     case FM_OP_RELU: return x > 0 || x != x ? x : 0.0; /* NaN stays NaN; -inf gives 0 */
@@ -79,17 +66,7 @@ double fm_ew_unary_deriv_scalar(fm_op_id op, const fm_unary_attrs *at, double x,
     case FM_OP_RSQRT: return -0.5 * y * y * y;
     case FM_OP_SIN: return cos(x);
     case FM_OP_COS: return -sin(x);
-    case FM_OP_TAN: return 1.0 / (cos(x) * cos(x));
-    case FM_OP_ASIN: return 1.0 / sqrt(1 - x * x);
-    case FM_OP_ACOS: return -1.0 / sqrt(1 - x * x);
-    case FM_OP_ATAN: return 1.0 / (1 + x * x);
-    case FM_OP_SINH: return cosh(x);
-    case FM_OP_COSH: return sinh(x);
-    case FM_OP_ASINH: return 1.0 / sqrt(x * x + 1);
-    case FM_OP_ACOSH: return 1.0 / sqrt(x * x - 1);
-    case FM_OP_ATANH: return 1.0 / (1 - x * x);
-    case FM_OP_ERF: return 1.1283791670955126 * exp(-x * x); /* 2 / sqrt(pi) */
-    case FM_OP_FLOOR: case FM_OP_CEIL: case FM_OP_ROUND: case FM_OP_SIGN: return 0;
+    FM_LIBM_UNARY_DERIV_CASES(double)
     case FM_OP_TANH: return 1 - y * y;
     case FM_OP_SIGMOID: return y * (1 - y);
     case FM_OP_RELU: return x > 0 ? 1 : 0;

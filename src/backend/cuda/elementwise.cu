@@ -43,20 +43,7 @@ __device__ __forceinline__ T unary_f(int op, T a, T b, T x) {
     case FM_OP_RSQRT: return (T)1 / sqrt(x);
     case FM_OP_SIN: return sin(x);
     case FM_OP_COS: return cos(x);
-    case FM_OP_TAN: return tan(x);
-    case FM_OP_ASIN: return asin(x);
-    case FM_OP_ACOS: return acos(x);
-    case FM_OP_ATAN: return atan(x);
-    case FM_OP_SINH: return sinh(x);
-    case FM_OP_COSH: return cosh(x);
-    case FM_OP_ASINH: return asinh(x);
-    case FM_OP_ACOSH: return acosh(x);
-    case FM_OP_ATANH: return atanh(x);
-    case FM_OP_ERF: return erf(x);
-    case FM_OP_FLOOR: return floor(x);
-    case FM_OP_CEIL: return ceil(x);
-    case FM_OP_ROUND: return rint(x); /* half to even, as the CPU's nearbyint */
-    case FM_OP_SIGN: return x > (T)0 ? (T)1 : x < (T)0 ? (T)-1 : x; /* 0 and NaN stay */
+    FM_LIBM_UNARY_CASES(T)
     case FM_OP_TANH: return tanh(x);
     case FM_OP_SIGMOID: return SM(fm_sigmoid, x);
     case FM_OP_RELU: return x > (T)0 || x != x ? x : (T)0; /* NaN stays NaN; -inf gives 0 */
@@ -81,17 +68,7 @@ __device__ __forceinline__ T unary_deriv(int op, T a, T b, T x, T y) {
     case FM_OP_RSQRT: return (T)-0.5 * y * y * y;
     case FM_OP_SIN: return cos(x);
     case FM_OP_COS: return -sin(x);
-    case FM_OP_TAN: return (T)1 / (cos(x) * cos(x));
-    case FM_OP_ASIN: return (T)1 / sqrt((T)1 - x * x);
-    case FM_OP_ACOS: return (T)-1 / sqrt((T)1 - x * x);
-    case FM_OP_ATAN: return (T)1 / ((T)1 + x * x);
-    case FM_OP_SINH: return cosh(x);
-    case FM_OP_COSH: return sinh(x);
-    case FM_OP_ASINH: return (T)1 / sqrt(x * x + (T)1);
-    case FM_OP_ACOSH: return (T)1 / sqrt(x * x - (T)1);
-    case FM_OP_ATANH: return (T)1 / ((T)1 - x * x);
-    case FM_OP_ERF: return (T)1.1283791670955126 * exp(-x * x); /* 2 / sqrt(pi) */
-    case FM_OP_FLOOR: case FM_OP_CEIL: case FM_OP_ROUND: case FM_OP_SIGN: return (T)0;
+    FM_LIBM_UNARY_DERIV_CASES(T)
     case FM_OP_TANH: return (T)1 - y * y;
     case FM_OP_SIGMOID: return y * ((T)1 - y);
     case FM_OP_RELU: return x > (T)0 ? (T)1 : (T)0;
