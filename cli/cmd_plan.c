@@ -22,6 +22,10 @@ static void usage(FILE *f) {
           "  --model PATH           a safetensors file, a Hugging Face config.json (llama, mistral, mixtral,\n"
           "                         qwen2, gemma, gpt2, bert; no weights needed) or a directory holding\n"
           "                         either; a fathom model directory (headers only are read)\n"
+          "  --model MODEL.onnx|GRAPH_DIR   an inference graph (an ONNX file, imported as `fathom import`\n"
+          "                         does, or a graph directory): one inference by fathom's graph runner on the\n"
+          "                         meta device: weights, inputs, the run's peak, FLOPs and bytes; takes --batch,\n"
+          "                         --dim NAME=SIZE (repeatable: the other dynamic dims) and --json\n"
           "  --model RECIPE         a fathom recipe (.ini or a built-in name): the peak memory of its\n"
           "                         `fathom train` run on this CPU; takes --batch (default: the recipe's),\n"
           "                         --precision fp32|bf16|fp16, --checkpointing none|blocks|selective\n"
@@ -146,7 +150,7 @@ static const char *const known_opts[] = {
     "--gpus", "--tokens", "--requests-per-second", "--output-tokens", "--lora-rank",
     "--attention", "--kv-cache-dtype", "--decode-kv-reads", "--no-master-weights", "--optimizer-in-backward", "--offload-optimizer", "--chunked-loss",
     "--fused-loss", "--no-dropout", "--mfu", "--decode-efficiency", "--context-gib", "--headroom", "--gpu", "--pricing", "--budget", "--gpu-db",
-    "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval", "--ranks",
+    "--json", "--explain", "--list-presets", "--list-gpus", "--help", "--grad-accum", "--no-eval", "--ranks", "--dim",
 };
 
 /* Options a recipe plan (fathom's own CPU run) takes; the others describe GPU jobs. */
@@ -206,6 +210,10 @@ typedef struct plan_args {
     int batch_given, precision_given, no_eval;
     long long grad_accum, ranks;
     const char *ckpt_text, *foreign;
+    const char *dims[FM_PLAN_GRAPH_MAX_DIMS]; /* graph plans: --dim NAME=SIZE */
+    int n_dims;
+    char **argv; /* the options as given (a graph plan names the first it does not take) */
+    int n_argv;
 } plan_args;
 
 /* One option with its value (NULL for flags). Returns 0 to go on, else the exit code. */
@@ -236,6 +244,10 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
     else if (!strcmp(opt, "--no-dropout")) job->no_dropout = 1;
     else if (!strcmp(opt, "--sequence-parallel")) job->sequence_parallel = 1;
     else if (!strcmp(opt, "--no-eval")) a->no_eval = 1;
+    else if (!strcmp(opt, "--dim")) {
+        if (a->n_dims >= FM_PLAN_GRAPH_MAX_DIMS) { fm_cli_error("--dim: at most %d", FM_PLAN_GRAPH_MAX_DIMS); return 2; }
+        a->dims[a->n_dims++] = val;
+    }
     INT_OPT("--grad-accum", 1, 1000000, a->grad_accum)
     INT_OPT("--ranks", 1, 65536, a->ranks)
     INT_OPT("--layers", 1, 10000, a->layers)
@@ -297,6 +309,7 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
 
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
+    a->argv = argv + 1, a->n_argv = argc - 1;
     fm_plan_job_defaults(&a->job);
     a->grad_accum = 1;
     for (int i = 1; i < argc; i++) {
@@ -332,6 +345,53 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             !strcmp(opt, "--kv-heads") || !strcmp(opt, "--ffn") || !strcmp(opt, "--vocab") || !strcmp(opt, "--max-seq"))
             a->dims_given = 1;
     }
+    return 0;
+}
+
+/* `--model MODEL.onnx|GRAPH_DIR`: one inference by fathom's graph runner on the meta device. */
+static int plan_graph(const plan_args *a) {
+    const char *foreign = a->explain ? "--explain" : NULL;
+    static const char *const ok[] = {"--model", "--batch", "--dim", "--json"};
+    for (int i = 0; i < a->n_argv && !foreign; i++) {
+        if (strncmp(a->argv[i], "--", 2)) continue;
+        bool fine = false;
+        for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) fine |= !strncmp(a->argv[i], ok[k], strlen(ok[k]));
+        if (!fine) foreign = a->argv[i];
+    }
+    if (foreign) {
+        fm_cli_error("%s does not apply to an inference graph: `fathom plan --model MODEL.onnx|GRAPH_DIR` runs one inference "
+                     "and takes --batch, --dim NAME=SIZE and --json", foreign);
+        return 2;
+    }
+    fm_plan_graph_opts o;
+    fm_plan_graph_defaults(&o);
+    if (a->batch_given) o.batch = a->job.batch;
+    char names[FM_PLAN_GRAPH_MAX_DIMS][64];
+    for (int k = 0; k < a->n_dims; k++) {
+        const char *eq = strchr(a->dims[k], '=');
+        char *end = NULL;
+        long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+        if (!eq || eq == a->dims[k] || (size_t)(eq - a->dims[k]) >= sizeof names[0] || !end || end == eq + 1 || *end || v < 1 ||
+            v >= (1LL << 31)) {
+            fm_cli_error("--dim %s: expected NAME=SIZE with SIZE in [1, 2^31)", a->dims[k]);
+            return 2;
+        }
+        memcpy(names[k], a->dims[k], (size_t)(eq - a->dims[k]));
+        names[k][eq - a->dims[k]] = 0;
+        o.dim_names[k] = names[k], o.dim_values[k] = v;
+    }
+    o.n_dims = a->n_dims;
+    fm_plan_graph_run run;
+    fm_status st = fm_plan_run_graph(a->model_path, &o, &run);
+    if (st) {
+        fm_cli_error("%s", fm_last_error());
+        return st == FM_ERR_INVALID ? 2 : 1;
+    }
+    char *text = a->json ? fm_plan_graph_render_json(&run) : fm_plan_graph_render_text(&run);
+    if (!text) { fm_cli_error("%s", fm_last_error()); return 1; }
+    fputs(text, stdout);
+    if (a->json) fputc('\n', stdout);
+    free(text);
     return 0;
 }
 
@@ -444,6 +504,11 @@ int fm_cmd_plan(int argc, char **argv) {
     if (a.list_p) { list_presets(); return 0; }
     if (a.json && a.explain) {
         fm_cli_error("--json and --explain both take over the output; choose one");
+        return 2;
+    }
+    if (a.model_path && fm_plan_is_graph_model(a.model_path)) return plan_graph(&a);
+    if (a.n_dims) {
+        fm_cli_error("--dim applies to an inference graph (--model MODEL.onnx or a graph directory)");
         return 2;
     }
     if (a.model_path && fm_plan_is_recipe(a.model_path)) return plan_recipe(&a);

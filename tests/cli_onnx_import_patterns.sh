@@ -133,6 +133,27 @@ x = [-2, -0.5, 0, 0.3, 1, 3]
 print(max(abs(a - math.erf(v)) for a, v in zip(o, x)))" "$out" 2>/dev/null)
 check "an Erf outside the GELU pattern: the graph's erf, erf's values within 1e-6 ($err)" \
   '[ "$rc$rc2" = 00 ] && [ "$ops" = erf ] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-6)" "$err"'
+# fathom plan on the file and on the graph: one inference on the meta device (weights, inputs,
+# the run's peak, FLOPs), the dynamic dims sized by --batch and --dim; a dim left unsized, an
+# unknown --dim and a GPU-plan option are usage errors
+out=$("$bin" plan --model "$d/patterns.onnx" --batch 2 --dim s=5 --json); rc=$?
+check "plan --model FILE.onnx --batch 2 --dim s=5: the inputs sized, a peak and FLOPs" \
+  '[ $rc = 0 ] && python3 -c "
+import json, sys
+j = json.loads(sys.argv[1])
+assert j[\"kind\"] == \"onnx\" and j[\"inputs\"] == \"x f32 [2, 5, 4], mask i64 [2, 5]\", j
+assert j[\"memory\"][\"run_peak\"] > 0 and j[\"memory\"][\"inputs\"] > 0 and j[\"flops\"] > 0, j" "$out"'
+out=$("$bin" plan --model "$d/dyn" --batch 3 --dim s=7); rc=$?
+check "plan --model GRAPH_DIR (both dims dynamic) --batch 3 --dim s=7: text report" \
+  '[ $rc = 0 ] && [[ "$out" == *"inputs x f32 [3, 7, 4], mask i64 [3, 7]"* ]] && [[ "$out" == *"GFLOP"* ]]'
+err=$("$bin" plan --model "$d/dyn" --batch 3 2>&1); rc=$?
+check "plan of a graph with s unsized: exit 2, the fix named" '[ $rc = 2 ] && [[ "$err" == *"give its size with --dim s=N"* ]]'
+err=$("$bin" plan --model "$d/dyn" --dim q=3 --dim s=2 2>&1); rc=$?
+check "plan --dim q=3 (no such dim): exit 2, the dims listed" '[ $rc = 2 ] && [[ "$err" == *"no dynamic dim of that name (its dynamic dims: b, s)"* ]]'
+err=$("$bin" plan --model "$d/dyn" --dim s=2 --gpu h100 2>&1); rc=$?
+check "plan of a graph with --gpu: exit 2" '[ $rc = 2 ] && [[ "$err" == *"--gpu does not apply to an inference graph"* ]]'
+err=$("$bin" plan --model "$d/dyn" --dim s=0 2>&1); rc=$?
+check "plan --dim s=0: exit 2" '[ $rc = 2 ] && [[ "$err" == *"SIZE in [1, 2^31)"* ]]'
 # CumSum with a constant axis: the graph's cumsum, both dims dynamic; RoBERTa's position ids
 # [[2, 3, 4, 5, 1, 1], [2, 3, 4, 5, 6, 7]] (positions start after the padding id 1, which keeps 1)
 "$bin" import "$d/positions.onnx" -o "$d/pos" >/dev/null; rc=$?

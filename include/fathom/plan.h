@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "fathom/error.h" /* fm_status and fm_last_error() for every call below */
+#include "fathom/tensor.h" /* fm_device */
 
 #ifdef __cplusplus
 extern "C" {
@@ -346,6 +347,44 @@ FM_API void fm_plan_run_free(fm_plan_run *r);
 FM_API char *fm_plan_run_render_text(const fm_plan_run *r);
 FM_API char *fm_plan_run_render_json(const fm_plan_run *r);
 FM_API char *fm_plan_run_render_explain(const fm_plan_run *r);
+
+/* ---- an inference graph: `fathom plan --model MODEL.onnx|GRAPH_DIR` ----
+ * One inference by fathom's graph runner (the ONNX file imported as `fathom import` does)
+ * on the meta device, with the real allocator's accounting: the weights as they sit on a
+ * device, the inputs, the run's peak above them (allocating per node, as on a GPU: the
+ * CPU runner's arena is not used there) and the FLOPs and bytes its kernels count. */
+#define FM_PLAN_GRAPH_MAX_DIMS 16
+typedef struct fm_plan_graph_opts {
+    int64_t batch;                                   /* the batch dim (named "batch", else input 0's dim 0 when
+                                                      * dynamic); 0: 1 */
+    int n_dims;                                      /* other dynamic dims by name (an unset one is refused) */
+    const char *dim_names[FM_PLAN_GRAPH_MAX_DIMS];
+    int64_t dim_values[FM_PLAN_GRAPH_MAX_DIMS];
+    fm_device device;                                /* the meta device by default; the CPU to check it */
+} fm_plan_graph_opts;
+FM_API void fm_plan_graph_defaults(fm_plan_graph_opts *o);
+
+typedef struct fm_plan_graph_run {
+    char path[512];
+    char kind[8];          /* "onnx" or "graph" */
+    int nodes, consts;
+    char inputs[512];      /* "input_ids i64 [8, 128], attention_mask i64 [8, 128]" */
+    int64_t params;        /* elements of the floating-point constants */
+    double weights;        /* bytes the graph's constants take on the device */
+    double input_bytes;    /* the inputs' bytes */
+    double peak;           /* the run's peak above weights and inputs (activations, scratch, outputs) */
+    double output_bytes;   /* the outputs' bytes */
+    double flops, bytes;   /* what the run's kernels compute and move (the profiler's counts) */
+    char peak_at[96];      /* the kernel after which the peak was first seen */
+} fm_plan_graph_run;
+/* True when `model` is an .onnx file or a graph directory (fm_graph_dir_is_graph). */
+FM_API int fm_plan_is_graph_model(const char *model);
+/* Plans one inference of `model`. A dynamic dim with no size, an unknown --dim name or a size
+ * below 1 fails with FM_ERR_INVALID naming the dims; a file that does not load or convert
+ * fails with the loader's message. */
+FM_API fm_status fm_plan_run_graph(const char *model, const fm_plan_graph_opts *o, fm_plan_graph_run *out);
+FM_API char *fm_plan_graph_render_text(const fm_plan_graph_run *r);
+FM_API char *fm_plan_graph_render_json(const fm_plan_graph_run *r);
 
 #ifdef __cplusplus
 }

@@ -369,7 +369,7 @@ static fm_status run_linear_fused(const gctx *c, fm_tensor *const *in, fm_tensor
     const char *act = NULL;
     if (fused_act(c, &act)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
-    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) {
+    if (g_cpu_kernels(dev)) {
         ptrdiff_t i = c->n - c->g->nodes;
         fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
         out[0] = fm_linear_fused_act(in[0], in[1], in[2], packed, act);

@@ -310,7 +310,7 @@ static fm_status run_ew_chain(const gctx *c, fm_tensor *const *in, fm_tensor **o
     int n;
     if (chain_steps(c, st, &n)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
-    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) RUN_DONE(fm_ew_chain(in[0], n, st));
+    if (g_cpu_kernels(dev)) RUN_DONE(fm_ew_chain(in[0], n, st));
     fm_tensor *v = fm_tensor_retain(in[0]);
     for (int i = 0; v && i < n; i++) {
         fm_tensor *t = chain_step_op(v, in[0], &st[i]);
@@ -351,7 +351,7 @@ static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor
     double hi;
     if (conv_params(c, &p) || fused_params(c, &relu, &pool) || ga_float(c, "max", INFINITY, &hi)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
-    if (dev == FM_DEV_CPU || dev == FM_DEV_CHECK) { /* with the weights packed at load (g_prepare), when they are */
+    if (g_cpu_kernels(dev)) { /* with the weights packed at load (g_prepare), when they are */
         ptrdiff_t i = c->n - c->g->nodes;
         fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
         RUN_DONE(fm_conv2d_fused_capped(in[0], in[1], in[2], packed, &p, relu != 0, hi, (int)pool));

@@ -23,10 +23,11 @@ void g_unprepare(fm_graph *g) {
  * once for the CPU kernels (fm_conv2d_fused_pack, fm_linear_fused_pack): a call
  * would otherwise repack them each time (5% of a fashion-cnn forward at batch 1
  * for the convs; OpenBLAS packs a linear's weights in every call). The packed
- * copies are the graph's, freed with it. Other devices run the nodes unfused. */
+ * copies are the graph's, freed with it (on the meta device, accounted). Other devices
+ * run the nodes unfused. */
 fm_status g_prepare(fm_graph *g) {
     g_unprepare(g);
-    if (g->device.type != FM_DEV_CPU && g->device.type != FM_DEV_CHECK) return FM_OK;
+    if (!g_cpu_kernels(g->device.type)) return FM_OK;
     if (g->device.type == FM_DEV_CPU && !(g->plans = g_plan_cache_new())) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];

@@ -27,7 +27,9 @@
 #include "fathom/train_step.h"
 #include "dist/dist_internal.h" /* dist_plan_group: a rank's collectives in a planned run */
 #include "gpt/gpt_internal.h"
+#include "fathom/graph.h"
 #include "plan/plan_step.h"
+#include "profile/op_cost.h" /* what a planned inference's kernels compute and move */
 
 void plan_step_defaults(plan_step_opts *o) {
     memset(o, 0, sizeof *o);
@@ -48,6 +50,8 @@ typedef struct watch {
     plan_sb *log;
     int step;
     const char *stage; /* what the step is in: "forward" (backward kernels are told apart), "optimizer", ... */
+    bool count;        /* sum the kernels' FLOPs and bytes (an inference graph's run) */
+    double flops, bytes;
 } watch;
 
 static void watch_stage(watch *w, int step, const char *stage) {
@@ -58,6 +62,7 @@ static void watch_stage(watch *w, int step, const char *stage) {
 static void after_kernel(fm_dispatch_event *ev, void *user) {
     watch *w = user;
     fm_memory_stats s;
+    if (w->count) w->flops += fm_op_flops(ev->call), w->bytes += fm_op_bytes(ev->call);
     if (fm_memory_stats_get(w->dev, &s) != FM_OK) return;
     char phase[48];
     snprintf(phase, sizeof phase, "step %d %s", w->step, fm_in_backward ? "backward" : w->stage ? w->stage : "forward");
@@ -354,6 +359,47 @@ done:
     fm_gpt_free(u.m);
     fm_dist_finalize(u.tp);
     fm_dist_finalize(u.dp);
+    watch_final(&w, out);
+    return st;
+}
+
+/* ---------------- an inference graph (src/graph's runner) ---------------- */
+
+fm_status plan_step_graph(fm_graph *g, const int64_t (*shapes)[FM_MAX_DIMS], const plan_step_opts *o, plan_step_mem *out,
+                          double *flops, double *bytes, size_t *output_bytes) {
+    memset(out, 0, sizeof *out);
+    *flops = *bytes = 0;
+    *output_bytes = 0;
+    fm_status st = fm_device_validate(o->dev);
+    if (st) return st;
+    watch w;
+    watch_begin(&w, o, out);
+    fm_mem_category mc = fm_memory_tag_push(FM_MEM_WEIGHTS);
+    st = fm_graph_to_device(g, o->dev);
+    fm_memory_tag_pop(mc);
+    const int n_in = fm_graph_num_inputs(g), n_out = fm_graph_num_outputs(g);
+    fm_tensor **in = calloc((size_t)n_in + 1, sizeof *in), **outs = calloc((size_t)n_out + 1, sizeof *outs);
+    if (!st && (!in || !outs)) st = fm_set_error(FM_ERR_OOM, "out of host memory");
+    for (int i = 0; i < n_in && !st; i++) { /* zeros: ids that index any table */
+        fm_graph_io io;
+        if (!(st = fm_graph_input_info(g, i, &io)) && !(in[i] = fm_tensor_zeros(io.ndim, shapes[i], io.dtype, o->dev)))
+            st = fm_last_status();
+        out->batch += bytes_of(in[i]);
+    }
+    if (!st) {
+        watch_reset(&w, out);
+        watch_stage(&w, 0, "inference");
+        w.count = true;
+        const fm_graph_run_options ro = {.no_arena = true}; /* allocating per node, as every device but the CPU */
+        st = fm_graph_run_ex(g, in, outs, &ro);
+        watch_end(&w, out);
+        *flops = w.flops, *bytes = w.bytes;
+        for (int i = 0; i < n_out && !st; i++) *output_bytes += bytes_of(outs[i]);
+    }
+    fm_dispatch_set_hook(NULL, NULL, NULL);
+    for (int i = 0; in && i < n_in; i++) fm_tensor_release(in[i]);
+    for (int i = 0; outs && i < n_out; i++) fm_tensor_release(outs[i]);
+    free(in), free(outs);
     watch_final(&w, out);
     return st;
 }

@@ -44,4 +44,10 @@ fm_status plan_step_recipe(const fm_recipe *r, const plan_step_opts *o, plan_ste
 /* A GPT as `fathom train` trains a GPT recipe (src/gpt/gpt_train.c), with go's
  * model, optimizer settings and seed. */
 fm_status plan_step_gpt(const fm_gpt_train_opts *go, const plan_step_opts *o, plan_step_mem *out);
+/* One inference of graph g by fathom's graph runner on o->dev (g moves there; its arena
+ * off), its inputs zeros of shapes[i]: out->resident the weights and inputs, out->peak
+ * the run's peak; the kernels' FLOPs and bytes, and the outputs' bytes. */
+struct fm_graph;
+fm_status plan_step_graph(struct fm_graph *g, const int64_t (*shapes)[FM_MAX_DIMS], const plan_step_opts *o, plan_step_mem *out,
+                          double *flops, double *bytes, size_t *output_bytes);
 #endif
