@@ -96,20 +96,28 @@ static void wino_rows(void *ctx, int64_t b, int64_t e, int tid) {
 
 /* The input x unpadded (ph, pw) and the lanes kernel's packed weights (run_lanes) ->
  * the Winograd kernel; the transformed weights uw when packed (form 4), else made from wp. */
-static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int64_t W, int64_t ph, int64_t pw, const float *wp,
-                          const float *uw) {
-    wino_job j;
-    memset(&j, 0, sizeof j);
-    fm_conv_wino *d = &j.d;
-    d->x = x, d->H = H, d->W = W, d->ph = ph, d->pw = pw, d->bias = l->bias, d->y = l->y, d->relu = l->relu;
+/* The Winograd job's geometry and its workspaces (one of wsn floats per pool thread, nws). */
+static void wino_setup(wino_job *j, const fm_conv_lanes *l, int64_t H, int64_t W, int64_t ph, int64_t pw) {
+    memset(j, 0, sizeof *j);
+    fm_conv_wino *d = &j->d;
+    d->H = H, d->W = W, d->ph = ph, d->pw = pw, d->bias = l->bias, d->y = l->y, d->relu = l->relu;
     d->N = l->N, d->C = l->C, d->O = l->O, d->Hp = l->Hp, d->WS = l->WS, d->Hy = l->Hy, d->Wy = l->Wy, d->pool = l->pool;
     if (!d->pool) /* the tiles cover the output, halves rounded up */
         d->Ho = l->Hy, d->Wo = l->Wy, d->Hy = (l->Hy + 1) / 2, d->Wy = (l->Wy + 1) / 2;
     fm_conv_wino_plan(d);
-    j.nws = fm_num_threads() < 1 ? 1 : fm_num_threads();
-    j.wsn = fm_conv_wino_ws_floats(d);
+    j->nws = fm_num_threads() < 1 ? 1 : fm_num_threads();
+    j->wsn = fm_conv_wino_ws_floats(d);
     const int64_t tasks = fm_conv_wino_tasks(d);
-    if (j.nws > tasks) j.nws = (int)tasks;
+    if (j->nws > tasks) j->nws = (int)tasks;
+}
+
+static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int64_t W, int64_t ph, int64_t pw, const float *wp,
+                          const float *uw) {
+    wino_job j;
+    wino_setup(&j, l, H, W, ph, pw);
+    fm_conv_wino *d = &j.d;
+    d->x = x;
+    const int64_t tasks = fm_conv_wino_tasks(d);
     fm_tensor *u = uw ? NULL : scratch(fm_conv_wino_u_floats(d->C, d->O), FM_F32), *ws = scratch(j.nws * j.wsn, FM_F32);
     if ((!uw && !u) || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
     if (!uw) fm_conv_wino_weights_avx512(wp, fm_tensor_data(u), d->O, d->C);
@@ -207,23 +215,32 @@ static fm_tensor *padded_input(const fm_tensor *x, int64_t Hp, int64_t WS, int64
     return xp;
 }
 
+/* The lanes kernel's geometry for call c; whether it runs as Winograd. */
+static bool lanes_setup(const fm_op_call *c, fm_conv_lanes *d) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    memset(d, 0, sizeof *d);
+    d->N = x->shape[0], d->C = x->shape[1], d->O = w->shape[0], d->KH = w->shape[2], d->KW = w->shape[3];
+    const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
+    d->Ho = H + 2 * ph - d->KH + 1, d->Wo = W + 2 * pw - d->KW + 1, d->Hy = y->shape[2], d->Wy = y->shape[3];
+    d->relu = a->relu, d->pool = a->pool > 1 ? 2 : 0;
+    d->Hp = H + 2 * ph, d->WS = W + 2 * pw; /* the tiles read rows < Ho + kH - 1, columns < Wo + kW - 1 */
+    /* input channels per pass: a pass's weights for a full block (32 channels) in 16 KB, passes balanced */
+    const int64_t fit = 4096 / (d->KH * d->KW * 8 * FM_CONV_LANES_NV);
+    const int64_t passes = fit < 1 ? d->C : (d->C + fit - 1) / fit;
+    d->cc = (d->C + passes - 1) / passes;
+    return fm_cpu_use_avx512() && fm_conv_wino_fits(d->C, d->O, d->KH, d->KW, d->pool, d->Hy, d->Wy);
+}
+
 /* The lanes kernel (conv_lanes.h), AVX2 or AVX-512. */
 static fm_status run_lanes(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     const fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
     fm_conv_lanes d;
-    memset(&d, 0, sizeof d);
-    d.N = x->shape[0], d.C = x->shape[1], d.O = w->shape[0], d.KH = w->shape[2], d.KW = w->shape[3];
+    const bool wino = lanes_setup(c, &d);
     const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
-    d.Ho = H + 2 * ph - d.KH + 1, d.Wo = W + 2 * pw - d.KW + 1, d.Hy = y->shape[2], d.Wy = y->shape[3];
-    d.relu = a->relu, d.pool = a->pool > 1 ? 2 : 0;
-    d.Hp = H + 2 * ph, d.WS = W + 2 * pw; /* the tiles read rows < Ho + kH - 1, columns < Wo + kW - 1 */
-    /* input channels per pass: a pass's weights for a full block (32 channels) in 16 KB, passes balanced */
-    const int64_t per = d.C * d.KH * d.KW, fit = 4096 / (d.KH * d.KW * 8 * FM_CONV_LANES_NV);
-    const int64_t passes = fit < 1 ? d.C : (d.C + fit - 1) / fit;
-    d.cc = (d.C + passes - 1) / passes;
+    const int64_t per = d.C * d.KH * d.KW;
     const float *given = prepacked(c, PACK_LANES);
-    const bool wino = fm_cpu_use_avx512() && fm_conv_wino_fits(d.C, d.O, d.KH, d.KW, d.pool, d.Hy, d.Wy);
     fm_tensor *xp = wino ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true); /* Winograd reads x as it is */
     fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
     if ((!wino && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
@@ -242,6 +259,13 @@ static fm_status run_lanes(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* The pixel tile's column blocks, and its padded rows' length (64-byte multiples). */
+static int64_t direct_blocks(const fm_conv_direct *d) {
+    const int64_t VL = FM_CONV_DIRECT_VL_AVX512, cols = d->pool ? 2 * d->Wy : d->Wo;
+    return (cols + VL - 1) / VL;
+}
+static int64_t direct_ws(const fm_conv_direct *d) { return (direct_blocks(d) * FM_CONV_DIRECT_VL_AVX512 + d->KW - 1 + 15) / 16 * 16; }
+
 /* The AVX-512 pixel tile (conv_direct.h). */
 static fm_status run_direct(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
@@ -254,9 +278,9 @@ static fm_status run_direct(const fm_op_call *c) {
     const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
     d->Ho = H + 2 * ph - d->KH + 1, d->Wo = W + 2 * pw - d->KW + 1;
     d->Hy = y->shape[2], d->Wy = y->shape[3], d->relu = a->relu, d->pool = a->pool > 1 ? 2 : 0;
-    const int64_t cols = d->pool ? 2 * d->Wy : d->Wo, blocks = (cols + VL - 1) / VL;
-    d->WS = (blocks * VL + d->KW - 1 + 15) / 16 * 16; /* rows 64-byte multiples */
-    d->Hp = H + 2 * ph + 1;                           /* + a zero row for the odd last row pair */
+    const int64_t blocks = direct_blocks(d);
+    d->WS = direct_ws(d);
+    d->Hp = H + 2 * ph + 1; /* + a zero row for the odd last row pair */
     const float *given = prepacked(c, PACK_AVX512);
     fm_tensor *xp = padded_input(x, d->Hp, d->WS, ph, pw, false), *wp = given ? NULL : scratch(fm_tensor_numel(w), FM_F32);
     if (!xp || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
@@ -363,18 +387,76 @@ static bool pointwise_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *
     return a->pool <= 1 && fm_cpu_use_avx512() && w->shape[2] == 1 && w->shape[3] == 1 && !a->p.padding[0] && !a->p.padding[1];
 }
 
-static fm_status conv2d_fused_kernel(const fm_op_call *c) {
+/* Whether c->in[3] has the packed weights' size (the form is this level's: a graph packs
+ * them with conv2d_fused_pack in the same process); the data is not read. */
+static bool packed_given(const fm_op_call *c) {
+    const fm_tensor *pk = c->in[3], *w = c->in[1];
+    const int64_t O = w->shape[0], per = w->shape[1] * w->shape[2] * w->shape[3];
+    return pk && pk->dtype == FM_F32 && pk->ndim == 1 && pk->shape[0] == 3 + fm_conv2d_fused_pack_numel(O, per);
+}
+
+/* Which kernel conv2d_fused_kernel runs for c: 1 the lanes kernel, 2 the pixel tile, 0 the reference. */
+static int fused_path(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     const fm_tensor *x = c->in[0], *w = c->in[1];
+    if (direct_geometry(a, x) && a->hi == INFINITY && !small_unpooled(a, c->out[0]) && !pointwise_unpooled(a, w)) {
+        if (fm_cpu_use_avx512()) return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? 1 : 2;
+        if (fm_cpu_use_avx2()) return 1;
+    }
+    return 0;
+}
+
+int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t *ref_t) {
+    const fm_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    *ref_t = -1;
+    for (int i = 0; i < 4; i++) floats[i] = -1;
+    if ((x->dtype != FM_F32 && x->dtype != FM_F64) || fm_tensor_numel(y) == 0) return 0;
+    const int path = fused_path(c);
+    const bool given = packed_given(c);
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int64_t per = C * w->shape[2] * w->shape[3];
+    if (path == 1) { /* run_lanes: the padded input unless Winograd, the packed weights unless given; run_wino's */
+        fm_conv_lanes d;
+        const bool wino = lanes_setup(c, &d);
+        if (!wino) floats[0] = N * C * d.Hp * d.WS;
+        if (!given) floats[1] = fm_conv_lanes_packed_numel(d.O, per);
+        if (wino) {
+            const fm_conv2d_fused_attrs *a = c->attrs;
+            wino_job j;
+            wino_setup(&j, &d, H, W, a->p.padding[0], a->p.padding[1]);
+            if (!(given && pack_form(w) == PACK_LANES_WINO)) floats[2] = fm_conv_wino_u_floats(C, d.O);
+            floats[3] = j.nws * j.wsn;
+        }
+        return 4;
+    }
+    if (path == 2) { /* run_direct: the padded input, the packed weights unless given */
+        const fm_conv2d_fused_attrs *a = c->attrs;
+        fm_conv_direct d;
+        memset(&d, 0, sizeof d);
+        d.KW = w->shape[3], d.Wo = W + 2 * a->p.padding[1] - d.KW + 1, d.Wy = y->shape[3], d.pool = a->pool > 1 ? 2 : 0;
+        floats[0] = N * C * (H + 2 * a->p.padding[0] + 1) * direct_ws(&d);
+        if (!given) floats[1] = fm_tensor_numel(w);
+        return 2;
+    }
+    const fm_conv2d_fused_attrs *a = c->attrs; /* run_reference: the unpooled output, then conv2d's own scratch */
+    if (a->pool > 1) {
+        const int hx = a->p.layout == FM_NHWC ? 1 : 2;
+        int64_t n = fm_tensor_numel(y) / (y->shape[hx] * y->shape[hx + 1]);
+        for (int i = 0; i < 2; i++)
+            n *= (x->shape[hx + i] + 2 * (int64_t)a->p.padding[i] - ((int64_t)a->p.dilation[i] * (w->shape[2 + i] - 1) + 1)) /
+                     a->p.stride[i] + 1;
+        *ref_t = n;
+    }
+    return -1;
+}
+
+static fm_status conv2d_fused_kernel(const fm_op_call *c) {
+    const fm_tensor *x = c->in[0];
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
     /* a cap (ReLU6) only in the reference path's epilogue */
-    if (direct_geometry(a, x) && a->hi == INFINITY && !small_unpooled(a, c->out[0]) && !pointwise_unpooled(a, w)) {
-        if (fm_cpu_use_avx512())
-            return lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]) ? run_lanes(c) : run_direct(c);
-        if (fm_cpu_use_avx2()) return run_lanes(c);
-    }
-    return run_reference(c);
+    const int path = fused_path(c);
+    return path == 1 ? run_lanes(c) : path == 2 ? run_direct(c) : run_reference(c);
 }
 
 void fm_cpu_kernels_conv_fused(fm_backend *b) {
