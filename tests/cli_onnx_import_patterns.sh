@@ -171,6 +171,7 @@ want = np.flip(np.cumsum(np.flip(x, 1), 1), 1) - x  # exclusive, reversed
 worst = float(np.max(np.abs(xs - want)))
 worst = max(worst, float(np.max(np.abs(np.load(f'{d}/pos_eager/xs.npy') - want))))
 assert (np.load(f'{d}/pos_graph/cls.npy') == x[:, 0]).all() and (np.load(f'{d}/pos_graph/last.npy') == x[:, -1]).all()
+assert (np.load(f'{d}/pos_graph/ends.npy') == x[:, [-1, 0, -2]]).all()
 try:
     import onnxruntime as ort
     s = ort.InferenceSession(f'{d}/positions.onnx', providers=['CPUExecutionProvider'])
@@ -180,7 +181,7 @@ try:
 except ImportError:
     pass
 print(worst)" "$d" 2>&1); rc3=$?
-check "CumSum: two graph cumsum nodes, position ids exact, the float sum within 1e-5 of numpy (and ORT), the first and last tokens exact ($worst)" \
+check "CumSum: two graph cumsum nodes, position ids exact, the float sum within 1e-5 of numpy (and ORT), the first, last and tokens -1, 0, -2 exact ($worst)" \
   '[ "$rc$rc1$rc2$rc3" = 0000 ] && [ "$(tr " " "\n" <<< "$ops" | grep -c "^cumsum$")" = 2 ] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 1e-5)" "$worst"'
 "$bin" export "$d/pos" -o "$d/pos_rt.onnx" >/dev/null 2>&1; rc=$?
 "$bin" run "$d/pos_rt.onnx" --input "ids=$d/ids.npy" --input "x=$d/xp.npy" --output "$d/pos_rt" >/dev/null; rc1=$?

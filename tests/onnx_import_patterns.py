@@ -7,8 +7,9 @@
                  attention on x, and the exact GELU exported in three orders.
   erf.onnx       an Erf that is not a GELU (xe.npy its input).
   positions.onnx RoBERTa's position ids (CumSum of the non-padding mask), a float
-                 exclusive, reversed CumSum, and the first and last tokens (Gather of index
-                 0 and -1 along the dynamic sequence) (ids.npy, xp.npy its inputs).
+                 exclusive, reversed CumSum, the first and last tokens (Gather of index
+                 0 and -1 along the dynamic sequence) and tokens -1, 0, -2 (ids.npy, xp.npy
+                 its inputs).
   reversed.onnx  rows gathered in reverse order by indices made from Range over a
                  dynamic dim (refused: only every row in order is a reshape).
   minbatch.onnx  x * min(b, 3): the same at b = 3 and 4, not at 2 (must not fold).
@@ -89,13 +90,17 @@ def positions():
          helper.make_node("CumSum", ["x", "axm"], ["xs"], exclusive=1, reverse=1),
          # a BERT pooler's first token and a decoder's last one: constant indices along the dynamic s
          const("first", 0, i64), const("lastp", -1, i64),
-         helper.make_node("Gather", ["x", "first"], ["cls"], axis=1), helper.make_node("Gather", ["x", "lastp"], ["last"], axis=1)]
+         helper.make_node("Gather", ["x", "first"], ["cls"], axis=1), helper.make_node("Gather", ["x", "lastp"], ["last"], axis=1),
+         # constant indices, two of them negative, along the dynamic s
+         helper.make_node("Constant", [], ["picks"], value=numpy_helper.from_array(np.array([-1, 0, -2], i64))),
+         helper.make_node("Gather", ["x", "picks"], ["ends"], axis=1)]
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 4])
     outs = [helper.make_tensor_value_info("pos", TensorProto.INT64, ["b", "s"]),
             helper.make_tensor_value_info("xs", TensorProto.FLOAT, ["b", "s", 4]),
             helper.make_tensor_value_info("cls", TensorProto.FLOAT, ["b", 4]),
-            helper.make_tensor_value_info("last", TensorProto.FLOAT, ["b", 4])]
+            helper.make_tensor_value_info("last", TensorProto.FLOAT, ["b", 4]),
+            helper.make_tensor_value_info("ends", TensorProto.FLOAT, ["b", 3, 4])]
     return helper.make_model(helper.make_graph(n, "positions", [ids, x], outs), opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -1056,8 +1056,8 @@ static fm_status gather_all_rows(tctx *t) { return reshape_to_output(t, in_name(
 
 /* Gather with indices that are data of the graph (a mask's flat index over the batch and
  * the sequence, a graph input): index_select of the indices flattened, then the output's
- * shape. Negative indices count from the end where the dim gathered along is fixed (a
- * where over them); along a dynamic dim they fail when the graph runs. */
+ * shape. Negative indices count from the end (a where over them adding the dim's size: a
+ * constant, or a dim_size node when the dim gathered along is dynamic). */
 static fm_status gather_data(tctx *t, int64_t axis) {
     const int sx = t->n->in[0];
     const fm_tensor *idx = t->in[1];
@@ -1066,11 +1066,14 @@ static fm_status gather_data(tctx *t, int64_t axis) {
     char b[5][300], c0[300], cd[300];
     const char *cur = in_name(t, 1);
     const int64_t dim = t->x->va[sx]->shape[axis];
-    if (fixed_dim(t, 0, (int)axis)) {
-        const char *zero = scalar_const(t, 0, it, c0, sizeof c0), *dd = scalar_const(t, (double)dim, it, cd, sizeof cd);
+    {
+        const char *zero = scalar_const(t, 0, it, c0, sizeof c0), *dd = cd, *x0 = in_name(t, 0);
         const char *neg = tmp_name(t, b[0], sizeof b[0]), *up = tmp_name(t, b[1], sizeof b[1]), *w = tmp_name(t, b[2], sizeof b[2]);
-        if (node(t, "lt", 2, (const char *[]){cur, zero}, neg, 0, NULL) || node(t, "add", 2, (const char *[]){cur, dd}, up, 0, NULL) ||
-            node(t, "where", 3, (const char *[]){neg, up, cur}, w, 0, NULL))
+        fm_graph_attr da[2] = {fm_graph_attr_int("axis", axis), fm_graph_attr_string("dtype", fm_dtype_name(it))};
+        if (fixed_dim(t, 0, (int)axis)) dd = scalar_const(t, (double)dim, it, cd, sizeof cd);
+        else if (node(t, "dim_size", 1, &x0, tmp_name(t, cd, sizeof cd), 2, da)) return fm_last_status();
+        if (!zero || !dd || node(t, "lt", 2, (const char *[]){cur, zero}, neg, 0, NULL) ||
+            node(t, "add", 2, (const char *[]){cur, dd}, up, 0, NULL) || node(t, "where", 3, (const char *[]){neg, up, cur}, w, 0, NULL))
             return fm_last_status();
         cur = w;
     }
@@ -1105,12 +1108,7 @@ static fm_status t_gather(tctx *t) {
     const fm_tensor *idx = t->in[1];
     int64_t dim = t->x->va[sx]->shape[axis];
     const bool dynamic = !fixed_dim(t, 0, (int)axis);
-    if (dynamic && idx->ndim > 0) { /* constant indices along a dynamic dim: as data, none negative */
-        for (int64_t i = 0; i < fm_tensor_numel(idx); i++)
-            if (fm_tensor_get(idx, i) < 0)
-                return fm_set_error(FM_ERR_UNSUPPORTED, "negative indices along a dynamic dim have no graph form");
-        return gather_data(t, axis);
-    }
+    if (dynamic && idx->ndim > 0) return gather_data(t, axis); /* constant indices along a dynamic dim: as data */
     if (idx->ndim == 0) { /* a slice of one (from the end when negative: a dynamic dim's last token) and a squeeze */
         int64_t i = (int64_t)fm_tensor_item(idx);
         if (i < 0 && !dynamic) i += dim;
