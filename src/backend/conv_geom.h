@@ -91,9 +91,10 @@ static inline fm_pool_geom fm_pool_geometry(const fm_pool2d_params *p, const fm_
 /* conv2d_fused's CPU kernel (cpu/conv_fused_cpu.c): the f32 blocks it takes from fathom's
  * allocator for call c, all alive together, in the order it takes them (floats[i] < 0: not
  * taken; the padded input, the packed weights, the Winograd weights and workspaces), and 4 or
- * 2; or -1 when the call runs conv2d's own kernel, after an unpooled output of *ref_t
- * elements of the output's dtype (-1: none). The meta device replays them (meta_scratch.c). */
+ * 2; or -1 when the call runs conv2d's own kernel, after an unpooled output of shape
+ * ref_shape in the output's dtype (ref_shape[0] < 0: none, the conv writes the output). The
+ * meta device replays them (meta_scratch.c). */
 struct fm_op_call;
-int fm_cpu_conv2d_fused_scratch(const struct fm_op_call *c, int64_t floats[4], int64_t *ref_t);
+int fm_cpu_conv2d_fused_scratch(const struct fm_op_call *c, int64_t floats[4], int64_t ref_shape[4]);
 
 #endif

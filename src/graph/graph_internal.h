@@ -144,12 +144,13 @@ fm_status g_expr_check(const fm_graph *g, const char *expr);
 /* Evaluates with symbol values vals[sym id]. */
 fm_status g_expr_eval(const fm_graph *g, const char *expr, const int64_t *vals, int64_t *out);
 
-/* ---- the op table (graph_ops.c) ---- */
-/* What an op's rules see: the node, the graph (for expressions) and the
- * current symbol values. */
 /* Devices that run the CPU's kernels (the CPU, the checked device, the meta device's
  * accounting of them): the fused and packed graph kernels run there; elsewhere unfused. */
 static inline bool g_cpu_kernels(fm_device_type t) { return t == FM_DEV_CPU || t == FM_DEV_CHECK || t == FM_DEV_META; }
+
+/* ---- the op table (graph_ops.c) ---- */
+/* What an op's rules see: the node, the graph (for expressions) and the
+ * current symbol values. */
 typedef struct gctx { const fm_graph *g; const gnode *n; const int64_t *syms; const fm_graph_run_options *opt; /* NULL: defaults */ } gctx;
 /* The in-place KV cache (fm_graph_run_options.kv_append, graph_ops_attn.c):
  * whether this run wants it (and the graph is on the CPU), and present = past ++ x

@@ -315,12 +315,18 @@ static fm_status inf_pad(const gctx *c, const gtype *in, gtype *out) {
 /* arange: start, start + step, ... as many as x has along axis (a 1-D tensor of dtype, i64
  * by default): position ids and masks over a dynamic sequence length, the ONNX import's
  * Range over a dim's size. Only x's shape is read. */
-static fm_status arange_args(const gctx *c, int ndim, int *axis, double *start, double *step, fm_dtype *dt) {
-    int64_t a = 0;
+/* arange's and dim_size's attribute 'dtype': a numeric dtype, i64 by default. */
+static fm_status numeric_dtype(const gctx *c, fm_dtype *dt) {
     const char *s = ga_string(c, "dtype", "i64");
-    if (ga_int(c, "axis", 0, &a) || ga_float(c, "start", 0, start) || ga_float(c, "step", 1, step)) return fm_last_status();
     if (!s || fm_dtype_from_name(s, dt) != FM_OK || *dt == FM_BOOL)
         return fm_set_error(FM_ERR_INVALID, "attribute 'dtype' must name a numeric dtype (i64, i32, f32, ...)");
+    return FM_OK;
+}
+
+static fm_status arange_args(const gctx *c, int ndim, int *axis, double *start, double *step, fm_dtype *dt) {
+    int64_t a = 0;
+    if (ga_int(c, "axis", 0, &a) || ga_float(c, "start", 0, start) || ga_float(c, "step", 1, step) || numeric_dtype(c, dt))
+        return fm_last_status();
     if (!(*step == *step) || *step == 0) return fm_set_error(FM_ERR_INVALID, "attribute 'step' must be a nonzero number");
     return g_norm_axis(a, ndim, axis);
 }
@@ -356,10 +362,7 @@ static fm_status run_arange(const gctx *c, fm_tensor *const *in, fm_tensor **out
  * on a dynamic dim (a mask's flat index b * s + j). Only x's shape is read. */
 static fm_status dim_size_args(const gctx *c, int ndim, int *axis, fm_dtype *dt) {
     int64_t a = 0;
-    const char *s = ga_string(c, "dtype", "i64");
-    if (ga_int(c, "axis", 0, &a)) return fm_last_status();
-    if (!s || fm_dtype_from_name(s, dt) != FM_OK || *dt == FM_BOOL)
-        return fm_set_error(FM_ERR_INVALID, "attribute 'dtype' must name a numeric dtype (i64, i32, f32, ...)");
+    if (ga_int(c, "axis", 0, &a) || numeric_dtype(c, dt)) return fm_last_status();
     if (ndim < 1) return fm_set_error(FM_ERR_INVALID, "needs an input with at least 1 dim");
     return g_norm_axis(a, ndim, axis);
 }

@@ -1057,7 +1057,8 @@ static fm_status gather_all_rows(tctx *t) { return reshape_to_output(t, in_name(
 /* Gather with indices that are data of the graph (a mask's flat index over the batch and
  * the sequence, a graph input): index_select of the indices flattened, then the output's
  * shape. Negative indices count from the end (a where over them adding the dim's size: a
- * constant, or a dim_size node when the dim gathered along is dynamic). */
+ * constant, or a dim_size node when the dim gathered along is dynamic; not needed for
+ * constant indices none of which is negative). */
 static fm_status gather_data(tctx *t, int64_t axis) {
     const int sx = t->n->in[0];
     const fm_tensor *idx = t->in[1];
@@ -1066,7 +1067,9 @@ static fm_status gather_data(tctx *t, int64_t axis) {
     char b[5][300], c0[300], cd[300];
     const char *cur = in_name(t, 1);
     const int64_t dim = t->x->va[sx]->shape[axis];
-    {
+    bool neg_possible = !t->x->folded[t->n->in[1]]; /* constant indices: only when one is negative */
+    for (int64_t i = 0; !neg_possible && i < fm_tensor_numel(idx); i++) neg_possible = fm_tensor_get(idx, i) < 0;
+    if (neg_possible) {
         const char *zero = scalar_const(t, 0, it, c0, sizeof c0), *dd = cd, *x0 = in_name(t, 0);
         const char *neg = tmp_name(t, b[0], sizeof b[0]), *up = tmp_name(t, b[1], sizeof b[1]), *w = tmp_name(t, b[2], sizeof b[2]);
         fm_graph_attr da[2] = {fm_graph_attr_int("axis", axis), fm_graph_attr_string("dtype", fm_dtype_name(it))};
@@ -1182,8 +1185,6 @@ static fm_status t_trilu(tctx *t) {
     return zero ? node(t, "where", 3, (const char *[]){mask, in_name(t, 0), zero}, out_name(t, 0), 0, NULL) : fm_last_status();
 }
 
-/* Hardmax (opset 13's: along one axis) on a fixed axis: 1 where the index equals the
- * first largest's (argmax with the dim kept), as x's dtype. */
 /* CumSum with a constant axis: the graph's cumsum (RoBERTa's position ids: cumsum of the mask). */
 static fm_status t_cumsum(tctx *t) {
     if (need_folded(t, 1, "axis")) return fm_last_status();
@@ -1196,34 +1197,31 @@ static fm_status t_cumsum(tctx *t) {
     return node(t, "cumsum", 1, &x0, out_name(t, 0), 3, a);
 }
 
-/* A graph input whose dim has the probe sizes (a, b), by its name, and that dim: what an
- * arange over a dynamic dim reads its length from. */
-static const char *input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
+/* The value slot of a graph input whose dim has the probe sizes (a, b), and that dim (-1:
+ * none): what an arange over a dynamic dim reads its length from. */
+static int input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
     const fm_onnx_model *m = x->m;
     for (int i = 0; i < m->n_inputs; i++) {
         const fm_tensor *va = x->va[m->inputs[i].slot], *vb = x->vb[m->inputs[i].slot];
         for (int d = 0; va && vb && d < va->ndim; d++)
             if (va->shape[d] == a && vb->shape[d] == b) {
                 *dim = d;
-                return m->value_names[m->inputs[i].slot];
+                return m->inputs[i].slot;
             }
     }
-    return NULL;
+    return -1;
 }
 
 fm_status onnx_graph_materialize(onnx_graph_ctx *x, int s) {
     if (x->emitted[s]) return FM_OK;
     const fm_tensor *a = x->va[s], *b = x->vb[s], *c = x->vc ? x->vc[s] : NULL;
     int dim = 0;
-    const char *src = a->ndim <= 1 && fm_tensor_numel(a) == 1 && fm_tensor_numel(b) == 1
-                          ? input_with_dim(x, (int64_t)fm_tensor_get(a, 0), (int64_t)fm_tensor_get(b, 0), &dim) : NULL;
-    if (src && x->vc) { /* the third probe agrees too */
-        const fm_tensor *ic = NULL;
-        for (int i = 0; i < x->m->n_inputs; i++)
-            if (!strcmp(x->m->value_names[x->m->inputs[i].slot], src)) ic = x->vc[x->m->inputs[i].slot];
-        if (!c || !ic || fm_tensor_numel(c) != 1 || (int64_t)fm_tensor_get(c, 0) != ic->shape[dim]) src = NULL;
-    }
-    if (!src) return fm_set_error(FM_ERR_UNSUPPORTED, "not one dynamic dim's size");
+    int in = a->ndim <= 1 && fm_tensor_numel(a) == 1 && fm_tensor_numel(b) == 1
+                 ? input_with_dim(x, (int64_t)fm_tensor_get(a, 0), (int64_t)fm_tensor_get(b, 0), &dim) : -1;
+    if (in >= 0 && x->vc && (!c || !x->vc[in] || fm_tensor_numel(c) != 1 || (int64_t)fm_tensor_get(c, 0) != x->vc[in]->shape[dim]))
+        in = -1; /* the third probe must agree too */
+    if (in < 0) return fm_set_error(FM_ERR_UNSUPPORTED, "not one dynamic dim's size");
+    const char *src = x->m->value_names[in];
     char buf[300];
     const char *name = x->m->value_names[s], *mid = a->ndim ? buf : name;
     if (a->ndim) snprintf(buf, sizeof buf, "%s/dim", name);
@@ -1243,7 +1241,8 @@ static fm_status t_range(tctx *t) {
     const int so = t->n->out[0];
     const int64_t la = t->x->va[so]->shape[0], lb = t->x->vb[so]->shape[0];
     int dim = 0;
-    const char *src = la != lb ? input_with_dim(t->x, la, lb, &dim) : NULL;
+    const int in = la != lb ? input_with_dim(t->x, la, lb, &dim) : -1;
+    const char *src = in >= 0 ? vname(t, in) : NULL;
     if (!src) return fm_set_error(FM_ERR_UNSUPPORTED, "a Range whose length is not a dynamic dim of the model's inputs has no graph form");
     const fm_dtype dt = t->x->va[so]->dtype;
     fm_graph_attr a[4] = {fm_graph_attr_int("axis", dim), fm_graph_attr_float("start", fm_tensor_item(t->in[0])),
@@ -1273,6 +1272,8 @@ static fm_status t_constant_of_shape(tctx *t) {
     return node(t, "expand", 1, &c, out_name(t, 0), 1, &a);
 }
 
+/* Hardmax (opset 13's: along one axis) on a fixed axis: 1 where the index equals the
+ * first largest's (argmax with the dim kept), as x's dtype. */
 static fm_status t_hardmax(tctx *t) {
     const fm_tensor *x = t->in[0];
     const int nd = x->ndim;

@@ -78,15 +78,6 @@ static bool is_preferred(const fm_model_config *c, int64_t rows) {
     return false;
 }
 
-/* Under b->mu: how many requests from the head to run now (0: wait until *wake_ns).
- *
- * The wait for company is adaptive. A lone closed-loop client never has
- * company, so waiting the full delay only adds it to every request (p50 1.1 ms
- * against 0.5 ms without batching at a 500 us delay). So once a wait has ended
- * with one request, later requests run at once (b->lone); the waiting resumes
- * as soon as a batch of two or more forms, which happens without any wait when
- * requests queue up behind a running batch: with several clients the batches
- * come back by themselves, with one the delay is never paid again. */
 /* Whether r's inputs have q's per-sample shapes (every dim after the batch): requests
  * joined into one batch must, and with a model whose other dims are dynamic too (a
  * sequence length) they need not. */
@@ -101,6 +92,15 @@ static bool same_samples(const fm_serve_req *q, const fm_serve_req *r) {
     return true;
 }
 
+/* Under b->mu: how many requests from the head to run now (0: wait until *wake_ns).
+ *
+ * The wait for company is adaptive. A lone closed-loop client never has
+ * company, so waiting the full delay only adds it to every request (p50 1.1 ms
+ * against 0.5 ms without batching at a 500 us delay). So once a wait has ended
+ * with one request, later requests run at once (b->lone); the waiting resumes
+ * as soon as a batch of two or more forms, which happens without any wait when
+ * requests queue up behind a running batch: with several clients the batches
+ * come back by themselves, with one the delay is never paid again. */
 static int choose(fm_batcher *b, int64_t now, int64_t *wake_ns) {
     const fm_model_config *c = &b->cfg;
     if (!c->dynamic_batching) return 1;

@@ -340,18 +340,27 @@ static void epilogue(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* The conv's output before the pool, [N, C, Ho, Wo] (or NHWC): y's shape with the conv's
+ * spatial dims ((H + 2p - span) / s + 1). */
+static void unpooled_shape(const fm_op_call *c, int64_t ts[4]) {
+    const fm_conv2d_fused_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    memcpy(ts, y->shape, 4 * sizeof *ts);
+    const int hx = a->p.layout == FM_NHWC ? 1 : 2;
+    for (int i = 0; i < 2; i++) {
+        int64_t span = (int64_t)a->p.dilation[i] * (w->shape[2 + i] - 1) + 1;
+        ts[hx + i] = (x->shape[hx + i] + 2 * (int64_t)a->p.padding[i] - span) / a->p.stride[i] + 1;
+    }
+}
+
 static fm_status run_reference(const fm_op_call *c) {
     const fm_conv2d_fused_attrs *a = c->attrs;
     fm_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
     const bool nhwc = a->p.layout == FM_NHWC;
     const int64_t k = a->pool > 1 ? a->pool : 1;
+    const int hx = nhwc ? 1 : 2;
     int64_t ts[4];
-    memcpy(ts, y->shape, sizeof ts);
-    const int hx = nhwc ? 1 : 2; /* conv output dims: ((H + 2p - kh) / s) + 1 */
-    for (int i = 0; i < 2; i++) {
-        int64_t span = (int64_t)a->p.dilation[i] * (w->shape[2 + i] - 1) + 1;
-        ts[hx + i] = (x->shape[hx + i] + 2 * (int64_t)a->p.padding[i] - span) / a->p.stride[i] + 1;
-    }
+    unpooled_shape(c, ts);
     fm_tensor *t = k > 1 ? fm_tensor_empty(4, ts, y->dtype, FM_CPU) : fm_tensor_retain(y);
     if (!t) return fm_last_status();
     /* without a pool the conv applies the activation in its own epilogue (t is y) */
@@ -406,9 +415,9 @@ static int fused_path(const fm_op_call *c) {
     return 0;
 }
 
-int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t *ref_t) {
+int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t ref_shape[4]) {
     const fm_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
-    *ref_t = -1;
+    ref_shape[0] = -1;
     for (int i = 0; i < 4; i++) floats[i] = -1;
     if ((x->dtype != FM_F32 && x->dtype != FM_F64) || fm_tensor_numel(y) == 0) return 0;
     const int path = fused_path(c);
@@ -439,14 +448,7 @@ int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t 
         return 2;
     }
     const fm_conv2d_fused_attrs *a = c->attrs; /* run_reference: the unpooled output, then conv2d's own scratch */
-    if (a->pool > 1) {
-        const int hx = a->p.layout == FM_NHWC ? 1 : 2;
-        int64_t n = fm_tensor_numel(y) / (y->shape[hx] * y->shape[hx + 1]);
-        for (int i = 0; i < 2; i++)
-            n *= (x->shape[hx + i] + 2 * (int64_t)a->p.padding[i] - ((int64_t)a->p.dilation[i] * (w->shape[2 + i] - 1) + 1)) /
-                     a->p.stride[i] + 1;
-        *ref_t = n;
-    }
+    if (a->pool > 1) unpooled_shape(c, ref_shape);
     return -1;
 }
 

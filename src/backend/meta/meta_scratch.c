@@ -136,20 +136,12 @@ static fm_status norm_bwd(const fm_op_call *c, fm_device dev, bool rms) {
 /* conv2d_fused_kernel (conv_fused_cpu.c, which names its blocks): the direct kernels'
  * blocks, or the reference path's unpooled output and conv2d's scratch under it. */
 static fm_status conv_fused(const fm_op_call *c, fm_device dev) {
-    int64_t f[4], ref_t;
-    const int n = fm_cpu_conv2d_fused_scratch(c, f, &ref_t);
+    int64_t f[4], ts[4];
+    const int n = fm_cpu_conv2d_fused_scratch(c, f, ts);
     if (n >= 0) return hold(dev, n, f, (fm_dtype[]){FM_F32, FM_F32, FM_F32, FM_F32});
-    const fm_conv2d_fused_attrs *a = c->attrs;
     fm_tensor *y = c->out[0], *t = NULL;
-    if (ref_t >= 0) { /* [N, C, Ho, Wo] (or NHWC) before the pool */
-        const int hx = a->p.layout == FM_NHWC ? 1 : 2;
-        int64_t ts[4];
-        memcpy(ts, y->shape, sizeof ts);
-        for (int i = 0; i < 2; i++)
-            ts[hx + i] = (c->in[0]->shape[hx + i] + 2 * (int64_t)a->p.padding[i] -
-                          ((int64_t)a->p.dilation[i] * (c->in[1]->shape[2 + i] - 1) + 1)) / a->p.stride[i] + 1;
-        if (!(t = fm_tensor_empty(4, ts, y->dtype, dev))) return fm_last_status();
-    }
+    if (ts[0] >= 0 && !(t = fm_tensor_empty(4, ts, y->dtype, dev))) return fm_last_status();
+    const fm_conv2d_fused_attrs *a = c->attrs;
     fm_conv2d_attrs ca = {a->p, FM_F32};
     fm_op_call cc = {.op = FM_OP_CONV2D, .n_in = 3, .n_out = 1, .in = {c->in[0], c->in[1], c->in[2]}, .out = {t ? t : y}, .attrs = &ca};
     fm_status st = conv_fwd(&cc, dev);
