@@ -163,6 +163,14 @@ static int recipe_option(const char *opt) {
     return 0;
 }
 
+/* Options a graph plan (one inference of an ONNX file or graph directory) takes. */
+static int graph_option(const char *opt) {
+    static const char *const ok[] = {"--model", "--batch", "--dim", "--json"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(opt, ok[i])) return 1;
+    return 0;
+}
+
 /* Levenshtein distance for "did you mean" on misspelt options. */
 static int distance(const char *a, const char *b) {
     size_t n = strlen(a), m = strlen(b);
@@ -212,8 +220,7 @@ typedef struct plan_args {
     const char *ckpt_text, *foreign;
     const char *dims[FM_PLAN_GRAPH_MAX_DIMS]; /* graph plans: --dim NAME=SIZE */
     int n_dims;
-    char **argv; /* the options as given (a graph plan names the first it does not take) */
-    int n_argv;
+    const char *graph_foreign; /* the first option a graph plan does not take */
 } plan_args;
 
 /* One option with its value (NULL for flags). Returns 0 to go on, else the exit code. */
@@ -309,11 +316,11 @@ static int apply_option(plan_args *a, const char *opt, const char *val) {
 
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
-    a->argv = argv + 1, a->n_argv = argc - 1;
     fm_plan_job_defaults(&a->job);
     a->grad_accum = 1;
     for (int i = 1; i < argc; i++) {
         char *opt = argv[i], *val = NULL;
+        const char *given = argv[i]; /* the option as written ("--gpu" or "--gpu=h100"), outliving buf */
         char buf[64];
         if (strncmp(opt, "--", 2) && strcmp(opt, "-h")) {
             fm_cli_error("unexpected argument \"%s\" (options start with --; see fathom plan --help)", opt);
@@ -333,7 +340,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             if (i + 1 >= argc) { fm_cli_error("%s needs a value", opt); return 2; }
             val = argv[++i];
         }
-        if (!recipe_option(opt) && !a->foreign) a->foreign = argv[i][1] == '-' ? opt : argv[i];
+        if (!recipe_option(opt) && !a->foreign) a->foreign = given;
+        if (!graph_option(opt) && !a->graph_foreign) a->graph_foreign = given;
         if (!strcmp(opt, "--task") && strcmp(val, "train") && !a->foreign) a->foreign = "--task";
         if (!strcmp(opt, "--batch")) a->batch_given = 1;
         if (!strcmp(opt, "--precision")) a->precision_given = 1;
@@ -350,14 +358,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 
 /* `--model MODEL.onnx|GRAPH_DIR`: one inference by fathom's graph runner on the meta device. */
 static int plan_graph(const plan_args *a) {
-    const char *foreign = a->explain ? "--explain" : NULL;
-    static const char *const ok[] = {"--model", "--batch", "--dim", "--json"};
-    for (int i = 0; i < a->n_argv && !foreign; i++) {
-        if (strncmp(a->argv[i], "--", 2)) continue;
-        bool fine = false;
-        for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) fine |= !strncmp(a->argv[i], ok[k], strlen(ok[k]));
-        if (!fine) foreign = a->argv[i];
-    }
+    const char *foreign = a->graph_foreign;
     if (foreign) {
         fm_cli_error("%s does not apply to an inference graph: `fathom plan --model MODEL.onnx|GRAPH_DIR` runs one inference "
                      "and takes --batch, --dim NAME=SIZE and --json", foreign);

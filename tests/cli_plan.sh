@@ -147,7 +147,8 @@ expect 1 "badgpt.ini: line 3:" --model "$TMP/badgpt.ini"
 expect 0 "fathom CPU run: peak" --model fashion-cnn --precision bf16 --batch 8 # batch norm in f32 under autocast
 expect 2 "needs a model with blocks" --model fashion-mlp --checkpointing selective
 expect 0 "bf16, batch 128, test set loaded" --model fashion-mlp --precision bf16 --grad-accum 2
-expect 2 "does not apply to a recipe" --model fashion-mlp --gpu 4090
+expect 2 "--gpu does not apply to a recipe" --model fashion-mlp --gpu 4090
+expect 2 "--gpu=4090 does not apply to a recipe" --model fashion-mlp --gpu=4090
 expect 2 "not divisible by --grad-accum" --model kjv-gpt --batch 6 --grad-accum 4
 expect 2 "applies to recipe plans only" --preset gpt2-124m --no-eval
 
