@@ -13,7 +13,8 @@ Also writes x.npy (batch 2) and x3.npy (batch 3), and scatter.onnx: data [b, 4, 
 float through a Pad with zero pads (Swin pads to the window: nothing at 224x224), then
 ScatterND (2-D indices, reduction add, a negative index) and ScatterElements (axis 2,
 negative indices) from constant indices and updates; with s.npy [2, 4, 6] and
-bad_scatter.onnx, whose ScatterND index is out of range.
+bad_scatter.onnx, whose ScatterND index is out of range. And scatter_data.onnx: x [b, 4, 6]
+through ScatterElements, Mod and ScatterND whose indices and updates are computed from x.
 
 And pads.onnx, the padding that TensorFlow models converted by tf2onnx carry: x [b, 3, 16,
 15] through Pad reflect (uneven), a 3x3/2 Conv with auto_pad SAME_UPPER (its total pad odd
@@ -96,6 +97,25 @@ def scatter_model(bad=False):
     m.ir_version = 8
     checker.check_model(m)
     return m
+
+
+def scatter_data_model():
+    """Scatters whose indices and updates are data: ScatterElements (reduction add) at each
+    row's argmax, given as a negative index, of twice the row's max; Mod (fmod) by 0.75; then,
+    on the data transposed to [4, 6, b], ScatterND (reduction mul, a negative index) of two
+    rows of means."""
+    f32, i64 = np.float32, np.int64
+    inits = [init("six", np.array(6, i64)), init("two", np.array(2, f32)), init("m", np.array(0.75, f32)),
+             init("ind", np.array([[1, 2], [-1, 0]], i64)), init("s0", np.array([0], i64)), init("s2", np.array([2], i64))]
+    n = [helper.make_node("ArgMax", ["x"], ["am"], axis=2, keepdims=1), helper.make_node("Sub", ["am", "six"], ["neg"]),
+         helper.make_node("ReduceMax", ["x"], ["mx"], axes=[2], keepdims=1), helper.make_node("Mul", ["mx", "two"], ["upd"]),
+         helper.make_node("ScatterElements", ["x", "neg", "upd"], ["s"], axis=2, reduction="add"),
+         helper.make_node("Mod", ["s", "m"], ["md"], fmod=1), helper.make_node("Transpose", ["md"], ["t"], perm=[1, 2, 0]),
+         helper.make_node("ReduceMean", ["t"], ["su"], axes=[0], keepdims=0),
+         helper.make_node("Slice", ["su", "s0", "s2", "s0"], ["u2"]),
+         helper.make_node("ScatterND", ["t", "ind", "u2"], ["r"], reduction="mul"),
+         helper.make_node("Transpose", ["r"], ["y"], perm=[2, 0, 1])]
+    return build("scatter_data", n, inits, ["b", 4, 6], ["b", 4, 6])
 
 
 def build(name, nodes, inits, x_shape, y_shape, opset=17):
@@ -240,6 +260,7 @@ def main():
     save(model(), f"{out}/vision.onnx")
     save(scatter_model(), f"{out}/scatter.onnx")
     save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
+    save(scatter_data_model(), f"{out}/scatter_data.onnx")
     save(pads_model(), f"{out}/pads.onnx")
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     save(upsample_model(), f"{out}/upsample.onnx")

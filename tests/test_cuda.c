@@ -811,7 +811,7 @@ static void bn_cases(fm_dtype dt) {
     }
 }
 
-/* cat (variadic, strided inputs, an empty one), gather, scatter_add, index_add. */
+/* cat (variadic, strided inputs, an empty one), gather, scatter_add, scatter, scatter_nd, index_add. */
 static void index_cases(fm_dtype dt) {
     if (!g_cpu_only) {
         fm_axis_attrs aa = {1};
@@ -876,6 +876,33 @@ static void index_cases(fm_dtype dt) {
             s.out[0] = spec(3, ts_, dt);
             run_case(&s, dt);
             case_free(&s);
+            /* scatter, each reduction: in = {t, index, src}; repeats apply in index order on both */
+            for (int r = 0; r <= FM_SCATTER_AMIN; r++) {
+                fm_scatter_attrs sa = {ax, r};
+                conf_case sc = {.label = "scatter", .op = FM_OP_SCATTER, .n_in = 3, .n_out = 1, .attrs = &sa};
+                sc.in[0] = rand_tensor(3, ts_, dt, -1, 1, 2570 + ax);
+                sc.in[1] = fm_tensor_retain(c.in[1]);
+                sc.in[2] = rand_tensor(3, ish, dt, -1, 1, 2580 + ax);
+                sc.out[0] = spec(3, ts_, dt);
+                sc.out[0].exact = r == FM_SCATTER_NONE;
+                run_case(&sc, dt);
+                case_free(&sc);
+            }
+            /* scatter_nd: 6 tuples of ax + 1 indices into [5, 9, 17] (repeats included), slices of the rest */
+            {
+                fm_scatter_attrs sa = {0, ax % 2 ? FM_SCATTER_ADD : FM_SCATTER_NONE};
+                int64_t nsh[2] = {6, ax + 1}, ush[3] = {6, 0, 0};
+                int un = 1;
+                for (int d = ax + 1; d < 3; d++) ush[un++] = ts_[d];
+                conf_case nd = {.label = "scatter_nd", .op = FM_OP_SCATTER_ND, .n_in = 3, .n_out = 1, .attrs = &sa};
+                nd.in[0] = rand_tensor(3, ts_, dt, -1, 1, 2590 + ax);
+                nd.in[1] = index_tensor(2, nsh, ts_[0], 2595 + ax);
+                nd.in[2] = rand_tensor(un, ush, dt, -1, 1, 2598 + ax);
+                nd.out[0] = spec(3, ts_, dt);
+                nd.out[0].exact = sa.reduce == FM_SCATTER_NONE;
+                run_case(&nd, dt);
+                case_free(&nd);
+            }
             /* index_add: index 1-D along the axis (repeats included) */
             int64_t L = 11, srcs[3] = {ts_[0], ts_[1], ts_[2]};
             srcs[ax] = L;

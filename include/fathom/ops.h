@@ -100,6 +100,11 @@ FM_API fm_tensor *fm_div(fm_tensor *a, fm_tensor *b);
 FM_API fm_tensor *fm_pow(fm_tensor *a, fm_tensor *b);
 FM_API fm_tensor *fm_maximum(fm_tensor *a, fm_tensor *b);
 FM_API fm_tensor *fm_minimum(fm_tensor *a, fm_tensor *b);
+/* a - trunc(a / b) * b, the dividend's sign (torch.fmod, C fmod, ONNX Mod fmod=1) and
+ * a - floor(a / b) * b, the divisor's (torch.remainder, Python %, ONNX Mod fmod=0), computed
+ * as fmod exactly; integers (exact up to 2^53) give 0 for a divisor of 0. */
+FM_API fm_tensor *fm_fmod(fm_tensor *a, fm_tensor *b);
+FM_API fm_tensor *fm_remainder(fm_tensor *a, fm_tensor *b);
 /* scalar conveniences (scalar takes a's dtype) */
 FM_API fm_tensor *fm_add_scalar(fm_tensor *a, double s);
 FM_API fm_tensor *fm_mul_scalar(fm_tensor *a, double s);
@@ -231,6 +236,21 @@ FM_API fm_tensor *fm_stack(int n, fm_tensor *const *ts, int axis);
 FM_API fm_status fm_split(fm_tensor *t, int axis, int n, const int64_t *sizes, fm_tensor **out);
 FM_API fm_tensor *fm_gather(fm_tensor *t, int axis, fm_tensor *index);       /* torch.gather */
 FM_API fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index); /* index 1-D */
+/* How scatter combines an update with the element it lands on (torch.scatter_reduce's
+ * include_self=True): replace, add, multiply, keep the larger or the smaller (NaN wins). */
+typedef enum fm_scatter_reduce { FM_SCATTER_NONE = 0, FM_SCATTER_ADD, FM_SCATTER_MUL, FM_SCATTER_AMAX, FM_SCATTER_AMIN } fm_scatter_reduce;
+FM_API const char *fm_scatter_reduce_name(fm_scatter_reduce r); /* none, add, mul, amax, amin */
+FM_API fm_status fm_scatter_reduce_parse(const char *name, fm_scatter_reduce *r);
+/* A copy of t with y[.., index[i..], ..] (index's position i along axis) = src[i..] combined
+ * by reduce (torch.scatter / scatter_reduce, ONNX ScatterElements). index: i64/i32 in
+ * [0, t.shape[axis]), t's rank, no larger than t off the axis; src: t's dtype and device, at
+ * least index's shape (the part of that shape is read). Duplicate indices apply in index
+ * order (the last wins for none). Gradients for none and add. */
+FM_API fm_tensor *fm_scatter(fm_tensor *t, int axis, fm_tensor *index, fm_tensor *src, fm_scatter_reduce reduce);
+/* ONNX ScatterND: indices [..., k] (i64/i32, k <= t's rank, negative from the end) name
+ * slices t[i0, .., ik-1] that updates [..., t.shape[k:]...] replace or combine with, in order.
+ * No gradient. */
+FM_API fm_tensor *fm_scatter_nd(fm_tensor *t, fm_tensor *indices, fm_tensor *updates, fm_scatter_reduce reduce);
 FM_API fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 result */
 /* x padded along each dim d by pads[d] elements before it and pads[ndim + d] after it
  * (ONNX Pad's order; torch.nn.functional.pad lists the dims the other way round); a

@@ -90,6 +90,8 @@ typedef struct fm_bn_attrs { int training; double momentum, eps; fm_layout layou
 /* CAT: in = n tensors; GATHER/SCATTER_ADD/INDEX_SELECT/INDEX_ADD: axis.
  * SCATTER_ADD in = {base(zeros), index, src}; INDEX_ADD in = {base(zeros), index, src}. */
 typedef struct fm_axis_attrs { int axis; } fm_axis_attrs;
+/* SCATTER: in = {t, index, src (index's shape)}; SCATTER_ND: in = {t, indices, updates}, axis unused. */
+typedef struct fm_scatter_attrs { int axis; int reduce; /* fm_scatter_reduce */ } fm_scatter_attrs;
 typedef struct fm_one_hot_attrs { int64_t num_classes; } fm_one_hot_attrs;
 
 /* SDPA: in = {q, k, v}; out = {o [B,H,Tq,D], lse [B,H,Tq] f32}.

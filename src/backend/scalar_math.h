@@ -92,4 +92,22 @@ FM_SCALAR_MATH(float, _f, expf, erfcf, log1pf)
     case FM_OP_ERF: return (T)1.1283791670955126 * exp(-x * x); /* 2 / sqrt(pi) */ \
     case FM_OP_FLOOR: case FM_OP_CEIL: case FM_OP_ROUND: case FM_OP_SIGN: return (T)0;
 
+/* The divisor's sign (Python's %, torch.remainder) from C's exact fmod, for both backends. */
+FM_HD static inline double fm_remainder_d(double a, double b) {
+    double r = fmod(a, b);
+    return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+
+/* An update v combined with the element d it lands on, by fm_scatter_reduce (0 none, 1 add,
+ * 2 mul, 3 amax, 4 amin); NaN wins amax and amin, as in torch. */
+FM_HD static inline double fm_scatter_combine_d(int r, double d, double v) {
+    switch (r) {
+    case 1: return d + v;
+    case 2: return d * v;
+    case 3: return (d != d || v != v) ? d + v : d > v ? d : v;
+    case 4: return (d != d || v != v) ? d + v : d < v ? d : v;
+    default: return v;
+    }
+}
+
 #endif

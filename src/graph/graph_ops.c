@@ -413,7 +413,7 @@ const g_op_spec g_ops_core[] = {
     {"identity", 1, 1, 1, "", inf_unary_any, run_identity, NULL},
     {"dropout", 1, 1, 1, "p", inf_unary_any, run_identity, NULL}, /* inference: the identity */
     BIN(add, inf_binary), BIN(sub, inf_binary), BIN(mul, inf_binary), BIN(div, inf_binary), BIN(pow, inf_binary),
-    BIN(maximum, inf_binary), BIN(minimum, inf_binary), BIN(eq, inf_compare), BIN(ne, inf_compare),
+    BIN(maximum, inf_binary), BIN(minimum, inf_binary), BIN(fmod, inf_binary), BIN(remainder, inf_binary), BIN(eq, inf_compare), BIN(ne, inf_compare),
     BIN(lt, inf_compare), BIN(le, inf_compare), BIN(gt, inf_compare), BIN(ge, inf_compare),
     {"where", 3, 3, 1, "", inf_where, run_where, NULL},
     RED(sum), RED(mean), RED(amax), RED(amin), RED(logsumexp),

@@ -81,7 +81,7 @@ static fm_status run_add_layer_norm(const gctx *c, fm_tensor *const *in, fm_tens
     return fm_add_layer_norm(in[0], in[1], in[2], in[3], eps, &out[0], &out[1]);
 }
 
-/* ---- embedding, gather, index_select, one_hot ---- */
+/* ---- embedding, gather, scatter, scatter_nd, index_select, one_hot ---- */
 
 static fm_status inf_embedding(const gctx *c, const gtype *in, gtype *out) {
     (void)c;
@@ -138,6 +138,63 @@ static fm_status run_gather(const gctx *c, fm_tensor *const *in, fm_tensor **out
     int64_t axis = 0;
     if (ga_int(c, "axis", 0, &axis)) return fm_last_status();
     RUN_DONE(fm_gather(in[0], (int)axis, in[1]));
+}
+
+/* scatter (torch.scatter / scatter_reduce, ONNX ScatterElements): in = {t, index, src},
+ * attributes axis and reduce (none, add, mul, amax, amin); scatter_nd (ONNX ScatterND):
+ * in = {t, indices [..., k], updates}, attribute reduce. Both give t's type. */
+static fm_status scatter_attrs(const gctx *c, int ndim, int *ax, fm_scatter_reduce *r) {
+    int64_t axis = 0;
+    if (ax && (ga_int(c, "axis", 0, &axis) || g_norm_axis(axis, ndim, ax))) return fm_last_status();
+    return fm_scatter_reduce_parse(ga_string(c, "reduce", "none"), r);
+}
+
+static fm_status scatter_types(const gtype *in) {
+    if (in[1].dt != FM_I64 && in[1].dt != FM_I32) return fm_set_error(FM_ERR_INVALID, "index must be i64 or i32, got %s", fm_dtype_name(in[1].dt));
+    if (in[2].dt != in[0].dt) return fm_set_error(FM_ERR_INVALID, "src is %s but the input %s", fm_dtype_name(in[2].dt), fm_dtype_name(in[0].dt));
+    return in[0].ndim ? FM_OK : fm_set_error(FM_ERR_INVALID, "the input must have at least one dim");
+}
+
+static fm_status inf_scatter(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96], s2[96];
+    int ax;
+    fm_scatter_reduce r;
+    if (scatter_types(in) || scatter_attrs(c, in[0].ndim, &ax, &r)) return fm_last_status();
+    bool ok = in[1].ndim == in[0].ndim && in[2].ndim == in[0].ndim;
+    for (int d = 0; ok && d < in[0].ndim; d++) ok = (d == ax || in[1].d[d] <= in[0].d[d]) && in[1].d[d] <= in[2].d[d];
+    if (!ok) return fm_set_error(FM_ERR_INVALID, "index %s does not fit input %s and src (one rank; index no larger than src, nor than the input off axis %d)",
+                                 g_tshape(&in[1], s1, sizeof s1), g_tshape(&in[0], s2, sizeof s2), ax);
+    out[0] = in[0];
+    return FM_OK;
+}
+
+static fm_status run_scatter(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int ax;
+    fm_scatter_reduce r;
+    if (scatter_attrs(c, in[0]->ndim, &ax, &r)) return fm_last_status();
+    RUN_DONE(fm_scatter(in[0], ax, in[1], in[2], r));
+}
+
+static fm_status inf_scatter_nd(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96], s2[96], s3[96];
+    fm_scatter_reduce r;
+    if (scatter_types(in) || scatter_attrs(c, 0, NULL, &r)) return fm_last_status();
+    const int ni = in[1].ndim, nt = in[0].ndim;
+    const int64_t k = ni ? in[1].d[ni - 1] : 0;
+    bool ok = k >= 1 && k <= nt && in[2].ndim == ni - 1 + nt - k;
+    for (int d = 0; ok && d < ni - 1; d++) ok = in[2].d[d] == in[1].d[d];
+    for (int d = (int)k; ok && d < nt; d++) ok = in[2].d[ni - 1 + d - k] == in[0].d[d];
+    if (!ok) return fm_set_error(FM_ERR_INVALID, "indices %s and updates %s do not fit input %s (indices [..., k], k <= the input's rank; "
+                                 "updates indices.shape[:-1] + input.shape[k:])", g_tshape(&in[1], s1, sizeof s1),
+                                 g_tshape(&in[2], s2, sizeof s2), g_tshape(&in[0], s3, sizeof s3));
+    out[0] = in[0];
+    return FM_OK;
+}
+
+static fm_status run_scatter_nd(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    fm_scatter_reduce r;
+    if (scatter_attrs(c, 0, NULL, &r)) return fm_last_status();
+    RUN_DONE(fm_scatter_nd(in[0], in[1], in[2], r));
 }
 
 static fm_status inf_one_hot(const gctx *c, const gtype *in, gtype *out) {
@@ -444,6 +501,8 @@ const g_op_spec g_ops_nn[] = {
     {"embedding", 2, 2, 1, "", inf_embedding, run_embedding, NULL},
     {"index_select", 2, 2, 1, "axis", inf_index_select, run_index_select, NULL},
     {"gather", 2, 2, 1, "axis", inf_gather, run_gather, NULL},
+    {"scatter", 3, 3, 1, "axis,reduce", inf_scatter, run_scatter, NULL},
+    {"scatter_nd", 3, 3, 1, "reduce", inf_scatter_nd, run_scatter_nd, NULL},
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
     {"conv_transpose2d", 2, 3, 1, "stride,padding,dilation,groups,layout,output_padding", inf_conv_transpose2d, run_conv_transpose2d, NULL},

@@ -475,6 +475,18 @@ static fm_status x_causal_attention(xnode *x) {
     return s;
 }
 
+/* scatter as ScatterElements, scatter_nd as ScatterND; opset 17 takes the reductions none,
+ * add and mul (max and min came in 18). */
+static fm_status x_scatter(xnode *x, const char *op) {
+    const gattr *a = g_node_attr(x->n, "reduce");
+    const char *r = a && a->s ? a->s : "none";
+    if (strcmp(r, "none") && strcmp(r, "add") && strcmp(r, "mul"))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "reduce '%s' has no ONNX form at opset 17 (ScatterElements and ScatterND took max and min in 18)", r);
+    if (op[7] == '_') return emit(x->e, "ScatterND", INS(x->in[0], x->in[1], x->in[2]), OUTS(x->out[0]), 1, a_string(x->e, "reduction", r));
+    return emit(x->e, "ScatterElements", INS(x->in[0], x->in[1], x->in[2]), OUTS(x->out[0]), 2, a_int(x->e, "axis", at_int(x->n, "axis", 0)),
+                a_string(x->e, "reduction", r));
+}
+
 static fm_status x_shape(xnode *x, const char *op) {
     exporter *e = x->e;
     int64_t v[FM_MAX_DIMS];
@@ -533,10 +545,25 @@ static fm_status x_shape(xnode *x, const char *op) {
         return emit(e, "Cast", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "to", onnx_dtype_from_fm(dt)));
     }
     if (!strcmp(op, "embedding")) return emit(e, "Gather", INS(x->in[0], x->in[1]), OUTS(x->out[0]), 0);
+    if (!strcmp(op, "scatter") || !strcmp(op, "scatter_nd")) return x_scatter(x, op);
     if (!strcmp(op, "index_select") || !strcmp(op, "gather"))
         return emit(e, op[0] == 'i' ? "Gather" : "GatherElements", INS(x->in[0], x->in[1]), OUTS(x->out[0]), 1,
                     a_int(e, "axis", at_int(x->n, "axis", 0)));
     return fm_set_error(FM_ERR_UNSUPPORTED, "no ONNX form");
+}
+
+/* fmod as Mod fmod=1; remainder as Mod fmod=0 on integers, and on floats (which ONNX's Mod
+ * takes with fmod=1 only) as r = Mod(a, b, fmod=1) moved by b where r != 0 and r, b differ in sign. */
+static fm_status x_mod(xnode *x, const char *op) {
+    exporter *e = x->e;
+    const bool fl = fm_dtype_is_float(x->t0->dt);
+    if (op[0] == 'f' || !fl) return emit(e, "Mod", INS(x->in[0], x->in[1]), OUTS(x->out[0]), 1, a_int(e, "fmod", op[0] == 'f'));
+    const char *z = const_scalar(e, 0, x->t0->dt), *r = tmp_name(e), *rz = tmp_name(e), *nz = tmp_name(e), *rn = tmp_name(e);
+    const char *bn = tmp_name(e), *sx = tmp_name(e), *fix = tmp_name(e), *rb = tmp_name(e);
+    return emit(e, "Mod", INS(x->in[0], x->in[1]), OUTS(r), 1, a_int(e, "fmod", 1)) || emit(e, "Equal", INS(r, z), OUTS(rz), 0) ||
+           emit(e, "Not", INS(rz), OUTS(nz), 0) || emit(e, "Less", INS(r, z), OUTS(rn), 0) || emit(e, "Less", INS(x->in[1], z), OUTS(bn), 0) ||
+           emit(e, "Xor", INS(rn, bn), OUTS(sx), 0) || emit(e, "And", INS(nz, sx), OUTS(fix), 0) ||
+           emit(e, "Add", INS(r, x->in[1]), OUTS(rb), 0) || emit(e, "Where", INS(fix, rb, r), OUTS(x->out[0]), 0);
 }
 
 /* attention_kv (fathom compile's fuse-attention): the split, the two cache Concats,
@@ -626,6 +653,7 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "silu"))
         return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
     if (!strcmp(op, "ew_chain")) return x_ew_chain(x);
+    if (!strcmp(op, "fmod") || !strcmp(op, "remainder")) return x_mod(x, op);
     if (!strcmp(op, "dim_size") || !strcmp(op, "arange")) return x_dim_data(x, op);
     if (!strcmp(op, "cumsum"))
         return emit(e, "CumSum", INS(x->in[0], const_scalar(e, (double)at_int(x->n, "axis", 0), FM_I64)), OUTS(x->out[0]), 2,
@@ -705,7 +733,7 @@ static fm_status x_node(exporter *e, int i) {
     static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
     static const char *const pools = ",conv2d,conv2d_fused,conv_transpose2d,max_pool2d,avg_pool2d,";
     static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
-    static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,pad,";
+    static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,scatter,scatter_nd,pad,";
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);
     if (strstr(norms, key)) return x_norm(&x, op);

@@ -113,18 +113,51 @@ static fm_status t_through_cast(tctx *t, const char *op) {
     return node(t, op, 2, w, r, 0, NULL) || node(t, "cast", 1, &r, out_name(t, 0), 1, &a) ? fm_last_status() : FM_OK;
 }
 
+/* Before opset 7 B broadcast onto A only with broadcast=1, its dims aligned at A's `axis`
+ * (default: the trailing dims): B reshaped with trailing 1s (its own dims kept by the
+ * graph's 0) makes that numpy's rule, as the interpreter's legacy_b does. */
+static const char *legacy_broadcast(tctx *t, char *buf, size_t nb) {
+    const int na = t->in[0]->ndim, nbd = t->in[1]->ndim;
+    int64_t axis = onnx_attr_int(&t->c, "axis", na - nbd), sh[FM_MAX_DIMS];
+    if (axis < 0) axis += na;
+    if (axis < 0 || axis + nbd > na) {
+        fm_set_error(FM_ERR_INVALID, "broadcast axis %lld does not fit B's %d dimensions into A's %d", (long long)axis, nbd, na);
+        return NULL;
+    }
+    const int n = na - (int)axis;
+    if (n == nbd) return in_name(t, 1);
+    for (int d = 0; d < n; d++) sh[d] = d < nbd ? 0 : 1;
+    fm_graph_attr a = fm_graph_attr_ints("shape", n, sh);
+    const char *b = in_name(t, 1), *y = tmp_name(t, buf, nb);
+    return node(t, "reshape", 1, &b, y, 1, &a) ? NULL : y;
+}
+
+/* Dropout's mask at inference: true everywhere, as where(x != x, x != x, x == x) (a NaN
+ * compares unequal to itself, so each element takes one of two true values). */
+static fm_status dropout_mask(tctx *t) {
+    char b[2][300];
+    const char *x = in_name(t, 0), *ne = tmp_name(t, b[0], sizeof b[0]), *eq = tmp_name(t, b[1], sizeof b[1]);
+    return node(t, "ne", 2, (const char *[]){x, x}, ne, 0, NULL) || node(t, "eq", 2, (const char *[]){x, x}, eq, 0, NULL) ||
+                   node(t, "where", 3, (const char *[]){ne, ne, eq}, out_name(t, 1), 0, NULL)
+               ? fm_last_status()
+               : FM_OK;
+}
+
 static fm_status t_simple(tctx *t, const char *op) {
-    if (only_first_output(t)) return fm_last_status();
-    if (!strcmp(t->n->op->name, "Dropout") && t->n->n_in > 2 && t->n->in[2] >= 0 &&
-        (!t->x->folded[t->n->in[2]] || fm_tensor_item(t->in[2]) != 0))
+    const bool dropout = !strcmp(t->n->op->name, "Dropout");
+    if (dropout && t->n->n_in > 2 && t->n->in[2] >= 0 && (!t->x->folded[t->n->in[2]] || fm_tensor_item(t->in[2]) != 0))
         return fm_set_error(FM_ERR_UNSUPPORTED, "a training_mode that is not a constant false has no graph form");
-    if (t->c.opset < 7 && onnx_attr(&t->c, "broadcast")) return fm_set_error(FM_ERR_UNSUPPORTED, "legacy broadcast has no graph form");
+    if (dropout && t->n->n_out > 1 && t->n->out[1] >= 0 && t->x->m->last_use[t->n->out[1]] >= 0 && dropout_mask(t)) return fm_last_status();
+    if (!dropout && only_first_output(t)) return fm_last_status();
     int n_in = !strcmp(op, "identity") ? 1 : t->n->n_in;
     if ((!strcmp(op, "maximum") || !strcmp(op, "minimum")) && n_in != 2) return fold_inputs(t, op, out_name(t, 0));
     if ((!strcmp(op, "div") && !fm_dtype_is_float(t->in[0]->dtype)) ||
         (!strcmp(op, "pow") && (t->in[0]->dtype != t->in[1]->dtype || !fm_dtype_is_float(t->in[0]->dtype))))
         return t_through_cast(t, op);
     const char *ins[3] = {in_name(t, 0), n_in > 1 ? in_name(t, 1) : "", n_in > 2 ? in_name(t, 2) : ""};
+    char lb[300];
+    if (n_in == 2 && t->c.opset < 7 && onnx_attr_int(&t->c, "broadcast", 0) && !(ins[1] = legacy_broadcast(t, lb, sizeof lb)))
+        return fm_last_status();
     return node(t, op, n_in, ins, out_name(t, 0), 0, NULL);
 }
 
@@ -184,7 +217,18 @@ static fm_status t_activation(tctx *t) {
     double lo = -INFINITY, hi = INFINITY;
     if (t->c.opset < 11) lo = onnx_attr_float(&t->c, "min", -INFINITY), hi = onnx_attr_float(&t->c, "max", INFINITY);
     else {
-        if (need_folded(t, 1, "min") || need_folded(t, 2, "max")) return fm_last_status();
+        const bool has[2] = {t->n->n_in > 1 && t->n->in[1] >= 0, t->n->n_in > 2 && t->n->in[2] >= 0};
+        if ((has[0] && !t->x->folded[t->n->in[1]]) || (has[1] && !t->x->folded[t->n->in[2]])) { /* bounds that are data */
+            char b[300];
+            const char *cur = x[0];
+            for (int k = 0; k < 2; k++) {
+                if (!has[k]) continue;
+                const char *o = k == 1 || !has[1] ? out_name(t, 0) : tmp_name(t, b, sizeof b);
+                if (node(t, k ? "minimum" : "maximum", 2, (const char *[]){cur, in_name(t, k + 1)}, o, 0, NULL)) return fm_last_status();
+                cur = o;
+            }
+            return FM_OK; /* min above max gives max everywhere, as ONNX's Clip */
+        }
         if (t->n->n_in > 1 && t->in[1]) lo = fm_tensor_item(t->in[1]);
         if (t->n->n_in > 2 && t->in[2]) hi = fm_tensor_item(t->in[2]);
     }
@@ -478,6 +522,65 @@ static fm_status t_window3d(tctx *t, bool conv, bool is_max) {
     return br ? node(t, "add", 2, (const char *[]){yp, br}, out_name(t, 0), 0, NULL) : fm_last_status();
 }
 
+/* A 2-D pool that max_pool2d / avg_pool2d do not take (dilation, or pads over half the
+ * kernel): the input padded by p (-inf for max, 0 for an average), one strided slice of it
+ * per kernel tap, and their maximum or sum; an average is divided by the taps counted (all
+ * of them with count_include_pad, else those inside the input: a constant per output
+ * position). xin holds x2 with the uneven pads (more) added; static spatial dims, no ceil_mode. */
+static fm_status t_pool_taps(tctx *t, const char *xin, const int64_t k[2], const int64_t s[2], const int64_t d[2], const int64_t p[2],
+                             const int64_t more[4], bool is_max, const char *y2) {
+    const int one = t->in[0]->ndim == 3;
+    if (onnx_attr_int(&t->c, "ceil_mode", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "a dilated pool, or one with pads over half the kernel, with ceil_mode has no graph form");
+    for (int i = 2; i < t->in[0]->ndim; i++)
+        if (!fixed_dim(t, 0, i)) return fm_set_error(FM_ERR_UNSUPPORTED, "a dilated pool, or one with pads over half the kernel, has a graph form on static spatial dims only");
+    const int64_t hw[2] = {one ? 1 : t->in[0]->shape[2], t->in[0]->shape[3 - one]};
+    int64_t o[2];
+    for (int q = 0; q < 2; q++) {
+        o[q] = (hw[q] + more[q] + more[2 + q] + 2 * p[q] - d[q] * (k[q] - 1) - 1) / s[q] + 1;
+        if (o[q] < 1) return fm_set_error(FM_ERR_INVALID, "the pool's window is larger than its padded input");
+    }
+    char b[8][300];
+    const char *x = xin;
+    if (p[0] || p[1]) {
+        const int64_t pads[8] = {0, 0, p[0], p[1], 0, 0, p[0], p[1]};
+        fm_graph_attr a[2] = {fm_graph_attr_ints("pads", 8, pads), fm_graph_attr_float("value", is_max ? -INFINITY : 0.0)};
+        if (node(t, "pad", 1, &xin, x = tmp_name(t, b[0], sizeof b[0]), is_max ? 2 : 1, a)) return fm_last_status();
+    }
+    const bool count_all = is_max || onnx_attr_int(&t->c, "count_include_pad", 0);
+    const char *acc = NULL;
+    for (int64_t i = 0; i < k[0]; i++)
+        for (int64_t j = 0; j < k[1]; j++) {
+            const int64_t tap = i * k[1] + j, last = tap == k[0] * k[1] - 1;
+            const char *rows = slice_into(t, x, 2, i * d[0], i * d[0] + (o[0] - 1) * s[0] + 1, s[0], b[1], sizeof b[1]);
+            const char *cell = rows ? slice_into(t, rows, 3, j * d[1], j * d[1] + (o[1] - 1) * s[1] + 1, s[1], b[2 + tap % 2], sizeof b[2]) : NULL;
+            if (!cell) return fm_last_status();
+            if (!acc) { acc = cell; continue; }
+            const char *r = last && is_max ? y2 : tmp_name(t, b[4 + tap % 2], sizeof b[4]);
+            if (node(t, is_max ? "maximum" : "add", 2, (const char *[]){acc, cell}, r, 0, NULL)) return fm_last_status();
+            acc = r;
+        }
+    if (is_max && acc != y2 && node(t, "identity", 1, &acc, y2, 0, NULL)) return fm_last_status(); /* a 1x1 window */
+    if (is_max) return back_1d(t, y2);
+    double *div = malloc(sizeof(double) * (size_t)(o[0] * o[1]));
+    if (!div) return fm_set_error(FM_ERR_OOM, "AveragePool: out of host memory");
+    for (int64_t i = 0; i < o[0]; i++)
+        for (int64_t j = 0; j < o[1]; j++) {
+            int64_t cells = 1, at[2] = {i, j};
+            for (int q = 0; q < 2 && !count_all; q++) {
+                int64_t in = 0;
+                for (int64_t kk = 0; kk < k[q]; kk++) {
+                    const int64_t pos = at[q] * s[q] - p[q] - more[q] + kk * d[q];
+                    in += pos >= 0 && pos < hw[q];
+                }
+                cells *= in;
+            }
+            div[i * o[1] + j] = count_all ? 1.0 / (double)(k[0] * k[1]) : cells > 0 ? 1.0 / (double)cells : 0;
+        }
+    const char *c = const_of(t, 2, o, div, t->in[0]->dtype, b[6], sizeof b[6]);
+    free(div);
+    return c && !node(t, "mul", 2, (const char *[]){acc, c}, y2, 0, NULL) ? back_1d(t, y2) : fm_last_status();
+}
+
 static fm_status t_conv_pool(tctx *t) {
     const char *op = t->n->op->name;
     bool conv = !strcmp(op, "Conv"), is_max = !strcmp(op, "MaxPool");
@@ -505,8 +608,7 @@ static fm_status t_conv_pool(tctx *t) {
         const char *ins[3] = {xin, as_2d(t, in_name(t, 1), b4, sizeof b4), t->n->n_in > 2 ? in_name(t, 2) : ""};
         return node(t, "conv2d", 3, ins, y2, 4, a) ? fm_last_status() : back_1d(t, y2);
     }
-    if (d[0] != 1 || d[1] != 1 || 2 * p[0] > k[0] || 2 * p[1] > k[1])
-        return fm_set_error(FM_ERR_UNSUPPORTED, "dilation or pads over half the kernel have no graph form");
+    if (d[0] != 1 || d[1] != 1 || 2 * p[0] > k[0] || 2 * p[1] > k[1]) return t_pool_taps(t, xin, k, s, d, p, more, is_max, y2);
     const int64_t ceil_mode = onnx_attr_int(&t->c, "ceil_mode", 0) != 0;
     a[2] = fm_graph_attr_ints("kernel", 2, k);
     int na = 3;
@@ -787,39 +889,85 @@ static fm_status t_tile(tctx *t) {
     return last >= 0 ? FM_OK : node(t, "identity", 1, &cur, out_name(t, 0), 0, NULL);
 }
 
-/* GatherElements: the graph's gather (torch.gather), whose indices are never negative: constant
- * indices with negative entries become a constant with the dim's size added to them, computed
- * ones go through where(i < 0, i + size, i). Either way the axis must be static. */
-static fm_status t_gather_elements(tctx *t) {
-    int64_t axis = onnx_attr_int(&t->c, "axis", 0);
-    const int nd = t->in[0]->ndim;
-    if (axis < 0) axis += nd;
-    if (axis < 0 || axis >= nd) return fm_set_error(FM_ERR_INVALID, "axis out of range");
+/* The indices of GatherElements and ScatterElements (input 1) for the graph's gather and
+ * scatter, whose indices are never negative: constant indices with negative entries become
+ * a constant with the dim's size added to them, computed ones go through
+ * where(i < 0, i + size, i). *name is the value to use (bufs: 5 names' room); the axis must
+ * be static when anything is wrapped. */
+static fm_status elements_indices(tctx *t, int64_t axis, const char **name, char (*b)[300]) {
     const int64_t dim = t->in[0]->shape[axis], k = fm_tensor_numel(t->in[1]);
-    if (t->x->vb[t->n->in[0]]->shape[axis] != dim) return fm_set_error(FM_ERR_UNSUPPORTED, "a GatherElements along a dynamic dim has no graph form");
-    fm_graph_attr a = fm_graph_attr_int("axis", axis);
-    const char *ins[2] = {in_name(t, 0), in_name(t, 1)};
-    char b[4][300];
+    const bool dynamic = t->x->vb[t->n->in[0]]->shape[axis] != dim;
+    *name = in_name(t, 1);
     if (!t->x->folded[t->n->in[1]]) { /* computed indices: wrapped at run time */
+        if (dynamic) return fm_set_error(FM_ERR_UNSUPPORTED, "computed indices along a dynamic dim have no graph form");
         const fm_dtype it = t->in[1]->dtype;
         const char *z = scalar_const(t, 0, it, b[0], sizeof b[0]), *n = scalar_const(t, (double)dim, it, b[1], sizeof b[1]);
-        const char *neg = tmp_name(t, b[2], sizeof b[2]), *up = tmp_name(t, b[3], sizeof b[3]), *idx = ins[1];
+        const char *neg = tmp_name(t, b[2], sizeof b[2]), *up = tmp_name(t, b[3], sizeof b[3]), *idx = *name;
         if (!z || !n || node(t, "lt", 2, (const char *[]){idx, z}, neg, 0, NULL) || node(t, "add", 2, (const char *[]){idx, n}, up, 0, NULL))
             return fm_last_status();
-        char wb[300];
-        ins[1] = tmp_name(t, wb, sizeof wb);
-        if (node(t, "where", 3, (const char *[]){neg, up, idx}, ins[1], 0, NULL)) return fm_last_status();
-        return node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
+        *name = tmp_name(t, b[4], sizeof b[4]);
+        return node(t, "where", 3, (const char *[]){neg, up, idx}, *name, 0, NULL);
     }
     double *v = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
     fm_tensor *c = fm_contiguous(t->in[1]);
-    fm_status st = v && c ? fm_tensor_copy_to_host(c, v, FM_F64) : fm_set_error(FM_ERR_OOM, "GatherElements: out of memory");
+    fm_status st = v && c ? fm_tensor_copy_to_host(c, v, FM_F64) : fm_set_error(FM_ERR_OOM, "%s: out of memory", t->n->op->name);
     bool neg = false;
     for (int64_t i = 0; st == FM_OK && i < k; i++) neg |= v[i] < 0, v[i] += v[i] < 0 ? (double)dim : 0;
-    if (st == FM_OK && neg && !(ins[1] = const_of(t, t->in[1]->ndim, t->in[1]->shape, v, FM_I64, b[0], sizeof b[0]))) st = fm_last_status();
+    if (st == FM_OK && neg && dynamic) st = fm_set_error(FM_ERR_UNSUPPORTED, "negative indices along a dynamic dim have no graph form");
+    if (st == FM_OK && neg && !(*name = const_of(t, t->in[1]->ndim, t->in[1]->shape, v, FM_I64, b[0], sizeof b[0]))) st = fm_last_status();
     free(v);
     fm_tensor_release(c);
-    return st ? st : node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
+    return st;
+}
+
+static fm_status elements_axis(tctx *t, int64_t *axis) {
+    const int nd = t->in[0]->ndim;
+    *axis = onnx_attr_int(&t->c, "axis", 0);
+    if (*axis < 0) *axis += nd;
+    return *axis >= 0 && *axis < nd ? FM_OK : fm_set_error(FM_ERR_INVALID, "axis out of range");
+}
+
+/* GatherElements: the graph's gather (torch.gather). */
+static fm_status t_gather_elements(tctx *t) {
+    int64_t axis;
+    char b[5][300];
+    const char *ins[2] = {in_name(t, 0), NULL};
+    if (elements_axis(t, &axis) || elements_indices(t, axis, &ins[1], b)) return fm_last_status();
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    return node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
+}
+
+/* ONNX's reduction attribute (none, add, mul, max, min) as the graph's reduce. */
+static fm_status scatter_reduction(tctx *t, const char **reduce) {
+    char buf[16];
+    const char *r = onnx_attr_string(&t->c, "reduction", "none", buf, sizeof buf);
+    static const char *const from[] = {"none", "add", "mul", "max", "min"}, *const to[] = {"none", "add", "mul", "amax", "amin"};
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(r, from[k])) { *reduce = to[k]; return FM_OK; }
+    return fm_set_error(FM_ERR_UNSUPPORTED, "reduction '%s' is not one of none, add, mul, max, min", r);
+}
+
+/* ScatterElements (and opset 9's Scatter): the graph's scatter; ScatterND: scatter_nd, whose
+ * indices may be negative. */
+static fm_status t_scatter(tctx *t) {
+    const char *reduce = "none";
+    if (scatter_reduction(t, &reduce)) return fm_last_status();
+    const char *ins[3] = {in_name(t, 0), in_name(t, 1), in_name(t, 2)};
+    fm_graph_attr a[2] = {fm_graph_attr_string("reduce", reduce), {0}};
+    if (!strcmp(t->n->op->name, "ScatterND")) return node(t, "scatter_nd", 3, ins, out_name(t, 0), 1, a);
+    int64_t axis;
+    char b[5][300];
+    if (elements_axis(t, &axis) || elements_indices(t, axis, &ins[1], b)) return fm_last_status();
+    a[1] = fm_graph_attr_int("axis", axis);
+    return node(t, "scatter", 3, ins, out_name(t, 0), 2, a);
+}
+
+/* Mod: fmod=1 the graph's fmod (the dividend's sign), fmod=0 remainder (the divisor's,
+ * integers only as ONNX requires). */
+static fm_status t_mod(tctx *t) {
+    const bool fm = onnx_attr_int(&t->c, "fmod", 0) != 0;
+    if (!fm && fm_dtype_is_float(t->in[0]->dtype)) return fm_set_error(FM_ERR_INVALID, "fmod=0 with floating-point inputs (ONNX requires fmod=1)");
+    return node(t, fm ? "fmod" : "remainder", 2, (const char *[]){in_name(t, 0), in_name(t, 1)}, out_name(t, 0), 0, NULL);
 }
 
 /* The reductions that are a sum of a function of x (then, for ReduceL2 and ReduceLogSum, one
@@ -1420,6 +1568,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Resize,Upsample,", t_resize},
         {",Tile,", t_tile},
         {",GatherElements,", t_gather_elements},
+        {",ScatterElements,Scatter,ScatterND,", t_scatter},
+        {",Mod,", t_mod},
         {",And,Or,Xor,Not,IsNaN,IsInf,", t_logical},
         {",Trilu,", t_trilu},
         {",Hardmax,", t_hardmax},

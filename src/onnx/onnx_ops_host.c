@@ -1,12 +1,12 @@
 /* ONNX ops that fathom has no kernel for and that no composition of fathom ops
- * gives exactly (integer modulo, running sums, ...): the input is brought to the
+ * gives exactly (IsNaN, IsInf, Hardmax, ...): the input is brought to the
  * host as a contiguous f64 (floats) or i64 (integers, bools) buffer, computed
  * there, and the result is returned in the input's dtype on the input's device.
  * These are the ops exported models use around the heavy layers (position ids
  * were CumSum), so a host round trip costs little next to the matmuls; a device
  * kernel would be a new fathom op. Erf, the rounding ops, Sign, the
- * (inverse, hyperbolic) trigonometry and CumSum run fathom's own ops since they
- * became ones. Also RMSNormalization and Swish, composed. */
+ * (inverse, hyperbolic) trigonometry, CumSum, Mod and the scatters run fathom's own
+ * ops since they became ones. Also RMSNormalization and Swish, composed. */
 #include "onnx/onnx_internal.h"
 
 #include <math.h>
@@ -29,8 +29,6 @@ fm_tensor *onnx_host_back(fm_tensor *y, fm_dtype dt, fm_device dev) {
 
 /* A new CPU tensor of x's shape and dtype dt (uninitialized). */
 static fm_tensor *host_like(const fm_tensor *x, fm_dtype dt) { return fm_tensor_empty(x->ndim, x->shape, dt, FM_CPU); }
-
-static fm_dtype host_dtype(fm_dtype dt) { return fm_dtype_is_float(dt) ? FM_F64 : FM_I64; }
 
 /* ---- unary maths: fathom's ops (on the input's device) ---- */
 static fm_status unary_core(onnx_op_ctx *c, fm_tensor *(*fn)(fm_tensor *), bool float_only) {
@@ -76,54 +74,15 @@ static fm_status is_class(onnx_op_ctx *c, bool nan) {
 static fm_status op_isnan(onnx_op_ctx *c) { return is_class(c, true); }
 static fm_status op_isinf(onnx_op_ctx *c) { return is_class(c, false); }
 
-/* ---- Mod: numpy broadcasting; fmod=0 takes the divisor's sign (integers only),
- * fmod=1 the dividend's (C fmod). An integer division by zero gives 0 (ONNX
- * leaves it undefined; C would trap). ---- */
-static fm_status broadcast_shape(const onnx_op_ctx *c, const fm_tensor *a, const fm_tensor *b, int *nd, int64_t *sh) {
-    *nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-    for (int i = 0; i < *nd; i++) {
-        int ia = i - (*nd - a->ndim), ib = i - (*nd - b->ndim);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return onnx_node_error(c, FM_ERR_INVALID, "inputs of shapes that do not broadcast (dim %d: %lld vs %lld)", i,
-                                   (long long)da, (long long)db);
-        sh[i] = da == 1 ? db : da;
-    }
-    return FM_OK;
-}
-
-static int64_t mod_i64(int64_t a, int64_t b, bool fmod_) {
-    if (b == 0 || (b == -1 && a == INT64_MIN)) return 0;
-    int64_t r = a % b;
-    if (!fmod_ && r != 0 && ((r < 0) != (b < 0))) r += b;
-    return r;
-}
-
+/* ---- Mod: fmod=1 fm_fmod (the dividend's sign), fmod=0 fm_remainder (the divisor's,
+ * integers only as ONNX requires); an integer division by zero gives 0 (ONNX leaves it
+ * undefined). ---- */
 static fm_status op_mod(onnx_op_ctx *c) {
     fm_tensor *a = c->in[0], *b = c->in[1];
-    bool fm = onnx_attr_int(c, "fmod", 0) != 0, fl = fm_dtype_is_float(a->dtype);
+    bool fm = onnx_attr_int(c, "fmod", 0) != 0;
     if (a->dtype != b->dtype) return onnx_node_error(c, FM_ERR_INVALID, "inputs of different dtypes");
-    if (fl && !fm) return onnx_node_error(c, FM_ERR_INVALID, "fmod=0 with floating-point inputs (ONNX requires fmod=1)");
-    int nd;
-    int64_t sh[FM_MAX_DIMS];
-    if (broadcast_shape(c, a, b, &nd, sh)) return fm_last_status();
-    fm_dtype hd = host_dtype(a->dtype);
-    fm_tensor *ea = fm_expand(a, nd, sh), *eb = ea ? fm_expand(b, nd, sh) : NULL;
-    fm_tensor *ha = eb ? onnx_host(ea, hd) : NULL, *hb = ha ? onnx_host(eb, hd) : NULL, *y = hb ? host_like(ha, hd) : NULL;
-    if (y) {
-        int64_t n = fm_tensor_numel(y);
-        if (fl) {
-            const double *x0 = fm_tensor_data(ha), *x1 = fm_tensor_data(hb);
-            double *d = fm_tensor_data(y);
-            for (int64_t i = 0; i < n; i++) d[i] = fmod(x0[i], x1[i]);
-        } else {
-            const int64_t *x0 = fm_tensor_data(ha), *x1 = fm_tensor_data(hb);
-            int64_t *d = fm_tensor_data(y);
-            for (int64_t i = 0; i < n; i++) d[i] = mod_i64(x0[i], x1[i], fm);
-        }
-    }
-    REL(ea, eb, ha, hb);
-    return onnx_set_out(c, 0, onnx_host_back(y, a->dtype, a->storage->device));
+    if (fm_dtype_is_float(a->dtype) && !fm) return onnx_node_error(c, FM_ERR_INVALID, "fmod=0 with floating-point inputs (ONNX requires fmod=1)");
+    return onnx_set_out(c, 0, fm ? fm_fmod(a, b) : fm_remainder(a, b));
 }
 
 /* ---- Trilu: a [rows, cols] mask, broadcast over the leading dims ---- */
@@ -186,107 +145,38 @@ static fm_status op_hardmax(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
 }
 
-/* ---- ScatterND, ScatterElements (and opset 9's Scatter): a copy of data with slices
- * or elements replaced, or combined by the reduction (add, mul, max, min), by updates.
- * Negative indices count from the end; one out of range is an error naming it. Swin's
- * shifted-window mask is built with ScatterND. ---- */
-typedef enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } red_kind;
-
-static fm_status reduction_of(onnx_op_ctx *c, red_kind *r) {
+/* ---- ScatterND, ScatterElements (and opset 9's Scatter): fm_scatter_nd and fm_scatter, a
+ * copy of data with slices or elements replaced, or combined by the reduction (add, mul,
+ * max, min), by updates. Negative indices count from the end (ScatterElements': wrapped
+ * here, as fm_scatter takes none); one out of range is the kernel's error naming it.
+ * Swin's shifted-window mask is built with ScatterND. ---- */
+static fm_status reduction_of(onnx_op_ctx *c, fm_scatter_reduce *r) {
     char buf[16];
     const char *s = onnx_attr_string(c, "reduction", "none", buf, sizeof buf);
     static const char *const names[] = {"none", "add", "mul", "max", "min"};
     for (int k = 0; k < 5; k++)
-        if (!strcmp(s, names[k])) { *r = (red_kind)k; return FM_OK; }
+        if (!strcmp(s, names[k])) { *r = (fm_scatter_reduce)k; return FM_OK; } /* fm_scatter_reduce's order */
     return onnx_node_error(c, FM_ERR_UNSUPPORTED, "reduction '%s' is not one of none, add, mul, max, min", s);
 }
 
-/* y[di] = u[ui], or combined with it; f64 (floats) or i64 (integers) host buffers */
-static void scatter_one(fm_dtype hd, void *y, int64_t di, const void *u, int64_t ui, red_kind r) {
-    if (hd == FM_F64) {
-        double *d = (double *)y + di, v = ((const double *)u)[ui];
-        *d = r == RED_ADD ? *d + v : r == RED_MUL ? *d * v : r == RED_MAX ? fmax(*d, v) : r == RED_MIN ? fmin(*d, v) : v;
-    } else {
-        int64_t *d = (int64_t *)y + di, v = ((const int64_t *)u)[ui];
-        *d = r == RED_ADD ? *d + v : r == RED_MUL ? *d * v : r == RED_MAX ? (*d > v ? *d : v) : r == RED_MIN ? (*d < v ? *d : v) : v;
-    }
-}
-
-/* Index v along a dim of size n, negative from the end: the index, or -1 when out of range. */
-static int64_t wrap_index(int64_t v, int64_t n) {
-    if (v < 0) v += n;
-    return v >= 0 && v < n ? v : -1;
-}
-
-/* Host copies: data as a fresh y (never the input's storage), indices as i64, updates in y's type. */
-static fm_status scatter_host(onnx_op_ctx *c, fm_dtype hd, fm_tensor **y, fm_tensor **ih, fm_tensor **uh) {
-    fm_tensor *h = onnx_host(c->in[0], hd);
-    *y = h ? host_like(h, hd) : NULL;
-    if (*y) memcpy(fm_tensor_data(*y), fm_tensor_data(h), fm_tensor_nbytes(h));
-    fm_tensor_release(h);
-    *ih = *y ? onnx_host(c->in[1], FM_I64) : NULL;
-    *uh = *ih ? onnx_host(c->in[2], hd) : NULL;
-    return *uh ? FM_OK : fm_last_status();
-}
-
 static fm_status op_scatter_nd(onnx_op_ctx *c) {
-    fm_tensor *x = c->in[0], *ind = c->in[1], *up = c->in[2];
-    red_kind red = RED_NONE;
+    fm_scatter_reduce red = FM_SCATTER_NONE;
     if (reduction_of(c, &red)) return fm_last_status();
-    const int64_t k = ind->ndim ? ind->shape[ind->ndim - 1] : 0;
-    if (k < 1 || k > x->ndim) return onnx_node_error(c, FM_ERR_INVALID, "indices' last dim %lld must be in [1, %d]", (long long)k, x->ndim);
-    int64_t n = 1, slice = 1;
-    bool ok = up->ndim == ind->ndim - 1 + x->ndim - k;
-    for (int d = 0; ok && d < ind->ndim - 1; d++) ok = up->shape[d] == ind->shape[d], n *= ind->shape[d];
-    for (int d = (int)k; ok && d < x->ndim; d++) ok = up->shape[ind->ndim - 1 + d - k] == x->shape[d], slice *= x->shape[d];
-    if (!ok) return onnx_node_error(c, FM_ERR_INVALID, "updates must have the shape indices.shape[:-1] + data.shape[%lld:]", (long long)k);
-    fm_dtype hd = host_dtype(x->dtype);
-    fm_tensor *y, *ih, *uh;
-    fm_status st = scatter_host(c, hd, &y, &ih, &uh);
-    const int64_t *iv = ih ? fm_tensor_data(ih) : NULL;
-    for (int64_t i = 0; st == FM_OK && i < n; i++) {
-        int64_t off = 0;
-        for (int64_t d = 0; d < k && st == FM_OK; d++) {
-            const int64_t v = wrap_index(iv[i * k + d], x->shape[d]);
-            if (v < 0) st = onnx_node_error(c, FM_ERR_INVALID, "index %lld is out of range for dim %lld of size %lld", (long long)iv[i * k + d],
-                                            (long long)d, (long long)x->shape[d]);
-            off = off * x->shape[d] + v;
-        }
-        for (int64_t j = 0; st == FM_OK && j < slice; j++) scatter_one(hd, fm_tensor_data(y), off * slice + j, fm_tensor_data(uh), i * slice + j, red);
-    }
-    REL(ih, uh);
-    if (st) { fm_tensor_release(y); return st; }
-    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+    return onnx_set_out(c, 0, fm_scatter_nd(c->in[0], c->in[1], c->in[2], red));
 }
 
 static fm_status op_scatter_elements(onnx_op_ctx *c) {
-    fm_tensor *x = c->in[0], *ind = c->in[1], *up = c->in[2];
-    red_kind red = RED_NONE;
+    fm_tensor *x = c->in[0], *ind = c->in[1];
+    fm_scatter_reduce red = FM_SCATTER_NONE;
     int axis;
     if (reduction_of(c, &red) || fm_norm_axis("ScatterElements", (int)onnx_attr_int(c, "axis", 0), x->ndim, &axis))
         return fm_last_status();
-    bool ok = ind->ndim == x->ndim && up->ndim == x->ndim;
-    for (int d = 0; ok && d < x->ndim; d++) ok = ind->shape[d] == up->shape[d] && (d == axis || ind->shape[d] <= x->shape[d]);
-    if (!ok) return onnx_node_error(c, FM_ERR_INVALID, "indices and updates must have one shape, data's rank and no larger dims off the axis");
-    fm_dtype hd = host_dtype(x->dtype);
-    fm_tensor *y, *ih, *uh;
-    fm_status st = scatter_host(c, hd, &y, &ih, &uh);
-    const int64_t n = ih ? fm_tensor_numel(ih) : 0, *iv = ih ? fm_tensor_data(ih) : NULL;
-    int64_t pos[FM_MAX_DIMS] = {0};
-    for (int64_t i = 0; st == FM_OK && i < n; i++) { /* pos: element i's multi-index in indices */
-        const int64_t v = wrap_index(iv[i], x->shape[axis]);
-        if (v < 0) {
-            st = onnx_node_error(c, FM_ERR_INVALID, "index %lld is out of range for axis %d of size %lld", (long long)iv[i], axis, (long long)x->shape[axis]);
-            break;
-        }
-        int64_t off = 0;
-        for (int d = 0; d < x->ndim; d++) off = off * x->shape[d] + (d == axis ? v : pos[d]);
-        scatter_one(hd, fm_tensor_data(y), off, fm_tensor_data(uh), i, red);
-        for (int d = x->ndim - 1; d >= 0 && ++pos[d] == ind->shape[d]; d--) pos[d] = 0;
-    }
-    REL(ih, uh);
-    if (st) { fm_tensor_release(y); return st; }
-    return onnx_set_out(c, 0, onnx_host_back(y, x->dtype, x->storage->device));
+    fm_tensor *z = fm_tensor_zeros(0, NULL, ind->dtype, fm_tensor_device(ind));
+    fm_tensor *n = z ? fm_tensor_full(0, NULL, (double)x->shape[axis], ind->dtype, fm_tensor_device(ind)) : NULL;
+    fm_tensor *neg = n ? fm_lt(ind, z) : NULL, *up = neg ? fm_add(ind, n) : NULL, *w = up ? fm_where(neg, up, ind) : NULL;
+    fm_tensor *y = w ? fm_scatter(x, axis, w, c->in[2], red) : NULL;
+    REL(z, n, neg, up, w);
+    return onnx_set_out(c, 0, y);
 }
 
 /* ---- composed ---- */

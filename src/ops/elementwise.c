@@ -169,6 +169,23 @@ static fm_status binary_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
         fm_tensor_release_n(6, w, eq, wf, ef, half, wa);
         break;
     }
+    case FM_OP_FMOD:
+    case FM_OP_REMAINDER: /* a - q b with q = trunc(a / b) or floor(a / b), piecewise constant */
+        if (na) ta = fm_tensor_retain(g);
+        if (nb) {
+            fm_tensor *q = fm_div(a, b), *fl = q ? fm_floor(q) : NULL, *qi = fl;
+            if (fl && n->op == FM_OP_FMOD) { /* trunc: ceil below zero */
+                fm_tensor *z = fm_tensor_zeros(0, NULL, q->dtype, q->storage->device), *neg = z ? fm_lt(q, z) : NULL;
+                fm_tensor *ce = neg ? fm_ceil(q) : NULL;
+                qi = ce ? fm_where(neg, ce, fl) : NULL;
+                fm_tensor_release_n(3, z, neg, ce);
+            }
+            t1 = qi ? fm_mul(g, qi) : NULL;
+            tb = t1 ? fm_neg(t1) : NULL;
+            if (qi != fl) fm_tensor_release(qi);
+            fm_tensor_release_n(2, q, fl);
+        }
+        break;
     default: return fm_set_error(FM_ERR_INTERNAL, "binary backward: unexpected op %s", n->name);
     }
     fm_tensor_release_n(2, t1, t2);
@@ -233,6 +250,8 @@ fm_tensor *fm_div(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_DIV, a, b); 
 fm_tensor *fm_pow(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_POW, a, b); }
 fm_tensor *fm_maximum(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_MAXIMUM, a, b); }
 fm_tensor *fm_minimum(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_MINIMUM, a, b); }
+fm_tensor *fm_fmod(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_FMOD, a, b); }
+fm_tensor *fm_remainder(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_REMAINDER, a, b); }
 fm_tensor *fm_eq(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_EQ, a, b); }
 fm_tensor *fm_ne(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_NE, a, b); }
 fm_tensor *fm_lt(fm_tensor *a, fm_tensor *b) { return binary(FM_OP_LT, a, b); }

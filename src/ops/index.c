@@ -310,6 +310,130 @@ fm_tensor *fm_index_select(fm_tensor *t, int axis, fm_tensor *index) {
     return index_op(FM_OP_INDEX_SELECT, t, ax, index, t->ndim, shape);
 }
 
+/* ---- scatter / scatter_nd ---- */
+
+static const char *const scatter_names[] = {"none", "add", "mul", "amax", "amin"};
+
+const char *fm_scatter_reduce_name(fm_scatter_reduce r) { return (unsigned)r < 5 ? scatter_names[r] : "?"; }
+
+fm_status fm_scatter_reduce_parse(const char *name, fm_scatter_reduce *r) {
+    for (int i = 0; name && i < 5; i++)
+        if (!strcmp(name, scatter_names[i])) { *r = (fm_scatter_reduce)i; return FM_OK; }
+    return fm_set_error(FM_ERR_INVALID, "scatter: reduce '%s' is not one of none, add, mul, amax, amin", name ? name : "(null)");
+}
+
+/* none: t's gradient is zero where an update replaced it, src's the gradient read back at
+ * the indices; add: t's gradient passes through. */
+static fm_status scatter_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    const fm_scatter_attrs *a = FM_NODE_ATTRS(n, fm_scatter_attrs);
+    fm_tensor *g = gout[0], *idx = n->saved[0];
+    if (!g) { /* no gradient reached the output: zeros */
+        for (int i = 0; i < 2; i++) {
+            const fm_tensor *x = i ? idx : NULL;
+            if (fm_node_needs_grad(n, i) &&
+                !(gin[i] = x ? fm_tensor_zeros(x->ndim, x->shape, n->out_dtype[0], n->out_device[0])
+                             : fm_tensor_zeros(n->out_ndim[0], n->out_shape[0], n->out_dtype[0], n->out_device[0])))
+                return fm_last_status();
+        }
+        return FM_OK;
+    }
+    if (fm_node_needs_grad(n, 0)) {
+        if (a->reduce == FM_SCATTER_ADD) gin[0] = fm_tensor_retain(g);
+        else {
+            fm_tensor *z = fm_tensor_zeros(idx->ndim, idx->shape, g->dtype, fm_tensor_device(g));
+            gin[0] = z ? fm_scatter(g, a->axis, idx, z, FM_SCATTER_NONE) : NULL;
+            fm_tensor_release(z);
+        }
+        if (!gin[0]) return fm_last_status();
+    }
+    if (fm_node_needs_grad(n, 1) && !(gin[1] = fm_gather(g, a->axis, idx))) return fm_last_status();
+    return FM_OK;
+}
+
+/* The common checks of scatter and scatter_nd: non-NULL, one dtype and device, integer indices,
+ * and no gradient asked of a form that has none. */
+static bool scatter_args_ok(const char *op, fm_tensor *t, fm_tensor *index, fm_tensor *src, fm_scatter_reduce reduce, bool has_grad) {
+    if (!t || !index || !src) { fm_set_error(FM_ERR_INVALID, "%s: %s is NULL", op, !t ? "input" : !index ? "index" : "src"); return false; }
+    if ((unsigned)reduce > FM_SCATTER_AMIN) { fm_set_error(FM_ERR_INVALID, "%s: unknown reduce %d", op, (int)reduce); return false; }
+    if (!is_index_dtype(index->dtype)) {
+        fm_set_error(FM_ERR_INVALID, "%s: index must be i64 or i32, got %s", op, fm_dtype_name(index->dtype));
+        return false;
+    }
+    if (src->dtype != t->dtype) {
+        fm_set_error(FM_ERR_INVALID, "%s: src has dtype %s but the input %s", op, fm_dtype_name(src->dtype), fm_dtype_name(t->dtype));
+        return false;
+    }
+    if (!fm_device_eq(fm_tensor_device(t), fm_tensor_device(index)) || !fm_device_eq(fm_tensor_device(t), fm_tensor_device(src))) {
+        fm_set_error(FM_ERR_INVALID, "%s: input, index and src are not on one device", op);
+        return false;
+    }
+    if (t->ndim == 0) { fm_set_error(FM_ERR_INVALID, "%s: the input must have at least one dim", op); return false; }
+    if (fm_grad_enabled() && (t->requires_grad || src->requires_grad) && !has_grad) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s with reduce '%s' has no gradient (scatter's none and add do); run it without grad",
+                     op, fm_scatter_reduce_name(reduce));
+        return false;
+    }
+    return true;
+}
+
+static fm_tensor *scatter_dispatch(fm_op_id op, fm_tensor *t, fm_tensor *index, fm_tensor *src, const fm_scatter_attrs *at) {
+    fm_tensor *y = fm_tensor_empty(t->ndim, t->shape, t->dtype, fm_tensor_device(t));
+    if (!y) return NULL;
+    fm_op_call call = {.op = op, .n_in = 3, .n_out = 1, .in = {t, index, src}, .out = {y}, .attrs = at};
+    if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}
+
+fm_tensor *fm_scatter(fm_tensor *t, int axis, fm_tensor *index, fm_tensor *src, fm_scatter_reduce reduce) {
+    char s1[96], s2[96], s3[96];
+    if (!scatter_args_ok("scatter", t, index, src, reduce, reduce == FM_SCATTER_NONE || reduce == FM_SCATTER_ADD)) return NULL;
+    int ax;
+    if (fm_norm_axis("scatter", axis, t->ndim, &ax) != FM_OK) return NULL;
+    bool ok = index->ndim == t->ndim && src->ndim == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++) ok = (d == ax || index->shape[d] <= t->shape[d]) && index->shape[d] <= src->shape[d];
+    if (!ok) {
+        fm_set_error(FM_ERR_INVALID, "scatter: index %s does not fit input %s and src %s (one rank; index no larger than src, nor "
+                     "than the input except along axis %d)", fm_shape_str(index->ndim, index->shape, s1, sizeof s1),
+                     fm_shape_str(t->ndim, t->shape, s2, sizeof s2), fm_shape_str(src->ndim, src->shape, s3, sizeof s3), ax);
+        return NULL;
+    }
+    fm_tensor *part = fm_tensor_retain(src); /* src's part of index's shape, as torch reads it */
+    for (int d = 0; part && d < t->ndim; d++)
+        if (part->shape[d] != index->shape[d]) {
+            fm_tensor *nw = fm_narrow(part, d, 0, index->shape[d]);
+            fm_tensor_release(part);
+            part = nw;
+        }
+    fm_scatter_attrs at = {ax, (int)reduce};
+    fm_tensor *y = part ? scatter_dispatch(FM_OP_SCATTER, t, index, part, &at) : NULL;
+    fm_node *n = y ? fm_node_begin(FM_OP_SCATTER, 2, (fm_tensor *[]){t, part}, scatter_backward) : NULL;
+    if (n) {
+        fm_node_save(n, 0, index);
+        FM_NODE_SET_ATTRS(n, at);
+        fm_node_finish(n, 1, &y);
+    }
+    fm_tensor_release(part);
+    return y;
+}
+
+fm_tensor *fm_scatter_nd(fm_tensor *t, fm_tensor *indices, fm_tensor *updates, fm_scatter_reduce reduce) {
+    char s1[96], s2[96], s3[96];
+    if (!scatter_args_ok("scatter_nd", t, indices, updates, reduce, false)) return NULL;
+    const int64_t k = indices->ndim ? indices->shape[indices->ndim - 1] : 0;
+    bool ok = k >= 1 && k <= t->ndim && updates->ndim == indices->ndim - 1 + t->ndim - k;
+    for (int d = 0; ok && d < indices->ndim - 1; d++) ok = updates->shape[d] == indices->shape[d];
+    for (int d = (int)k; ok && d < t->ndim; d++) ok = updates->shape[indices->ndim - 1 + d - k] == t->shape[d];
+    if (!ok) {
+        fm_set_error(FM_ERR_INVALID, "scatter_nd: indices %s and updates %s do not fit input %s (indices [..., k] with 1 <= k <= "
+                     "the input's rank; updates of shape indices.shape[:-1] + input.shape[k:])",
+                     fm_shape_str(indices->ndim, indices->shape, s1, sizeof s1), fm_shape_str(updates->ndim, updates->shape, s2, sizeof s2),
+                     fm_shape_str(t->ndim, t->shape, s3, sizeof s3));
+        return NULL;
+    }
+    fm_scatter_attrs at = {0, (int)reduce};
+    return scatter_dispatch(FM_OP_SCATTER_ND, t, indices, updates, &at);
+}
+
 fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes) {
     if (!index) { fm_set_error(FM_ERR_INVALID, "one_hot: index is NULL"); return NULL; }
     if (index->dtype != FM_I64 && index->dtype != FM_I32 && index->dtype != FM_U8 && index->dtype != FM_I8) {

@@ -358,11 +358,19 @@ static double r_lt(double a, double b) { return a < b; }
 static double r_le(double a, double b) { return a <= b; }
 static double r_gt(double a, double b) { return a > b; }
 static double r_ge(double a, double b) { return a >= b; }
+static double r_fmod(double a, double b) { return b == 0 ? 0 : fmod(a, b); } /* integers by 0 give 0 */
+static double r_rem(double a, double b) {
+    if (b == 0) return 0;
+    double r = fmod(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
 static const struct { const char *name; binary_fn fn; double (*ref)(double, double); int cmp, positive, intok; } k_bin[] = {
     {"add", fm_add, r_add, 0, 0, 1}, {"sub", fm_sub, r_sub, 0, 0, 1}, {"mul", fm_mul, r_mul, 0, 0, 1},
     {"div", fm_div, r_div, 0, 1, 0}, {"pow", fm_pow, r_pow, 0, 1, 0}, {"maximum", fm_maximum, r_max, 0, 0, 1},
     {"minimum", fm_minimum, r_min, 0, 0, 1}, {"eq", fm_eq, r_eq, 1, 0, 1}, {"ne", fm_ne, r_ne, 1, 0, 1},
     {"lt", fm_lt, r_lt, 1, 0, 1}, {"le", fm_le, r_le, 1, 0, 1}, {"gt", fm_gt, r_gt, 1, 0, 1}, {"ge", fm_ge, r_ge, 1, 0, 1},
+    /* positive floats (no float division by 0); the integer cases have every sign and 0 */
+    {"fmod", fm_fmod, r_fmod, 0, 1, 1}, {"remainder", fm_remainder, r_rem, 0, 1, 1},
 };
 static int find_bin(const char *n) {
     for (size_t i = 0; i < sizeof k_bin / sizeof k_bin[0]; i++) if (!strcmp(k_bin[i].name, n)) return (int)i;
@@ -497,6 +505,36 @@ BIN_TESTS("div", div_)
 BIN_TESTS("pow", pow_)
 BIN_TESTS("maximum", maximum)
 BIN_TESTS("minimum", minimum)
+/* the sign rules on both sides of 0, floats and integers, and a float divisor of 0 (NaN) */
+static int mod_signs(const char *name) {
+    OP_BEGIN;
+    const double a[6] = {-7, 7, -7, 7, -5.5, 5.5}, b[6] = {3, -3, -3, 3, 2, -2};
+    const double want_fmod[6] = {-1, 1, -1, 1, -1.5, 1.5}, want_rem[6] = {2, -2, -1, 1, 0.5, -0.5};
+    const bool rem = !strcmp(name, "remainder");
+    for (int d = 0; d < 2; d++) {
+        const fm_dtype dt = d ? FM_I64 : FM_F32;
+        const int n = d ? 4 : 6;
+        fm_tensor *x = fm_tensor_empty(1, (int64_t[]){n}, dt, FM_CPU), *yv = fm_tensor_empty(1, (int64_t[]){n}, dt, FM_CPU);
+        for (int i = 0; i < n; i++) fm_tensor_set(x, i, a[i]), fm_tensor_set(yv, i, b[i]);
+        fm_tensor *r = rem ? fm_remainder(x, yv) : fm_fmod(x, yv);
+        for (int i = 0; r && i < n; i++)
+            CHECK_MSG(fm_tensor_get(r, i) == (rem ? want_rem : want_fmod)[i], "%s(%g, %g) %s: %g", name, a[i], b[i], fm_dtype_name(dt),
+                      fm_tensor_get(r, i));
+        CHECK(r != NULL);
+        fm_tensor_release_n(3, x, yv, r);
+    }
+    fm_tensor *x = fm_tensor_full(1, (int64_t[]){2}, 3.0, FM_F64, FM_CPU), *z = fm_tensor_zeros(1, (int64_t[]){2}, FM_F64, FM_CPU);
+    fm_tensor *r = rem ? fm_remainder(x, z) : fm_fmod(x, z);
+    CHECK(r && isnan(fm_tensor_get(r, 0)));
+    fm_tensor_release_n(3, x, z, r);
+    OP_END;
+}
+static int fmod_fwd(void) { return binary_forward_named("fmod") + mod_signs("fmod"); }
+static int fmod_grad(void) { return binary_grad_named("fmod"); }
+OP_TEST("fmod", fmod_fwd, fmod_grad)
+static int remainder_fwd(void) { return binary_forward_named("remainder") + mod_signs("remainder"); }
+static int remainder_grad(void) { return binary_grad_named("remainder"); }
+OP_TEST("remainder", remainder_fwd, remainder_grad)
 CMP_TESTS("eq", eq)
 CMP_TESTS("ne", ne)
 CMP_TESTS("lt", lt)

@@ -1,4 +1,4 @@
-/* Tests of cat (with stack and split), gather, index_select, one_hot and pad: values
+/* Tests of cat (with stack and split), gather, scatter, scatter_nd, index_select, one_hot and pad: values
  * against references computed here, several dtypes and non-contiguous inputs,
  * gradient checks in f64 (repeated indices accumulate), and bad input: shape
  * mismatches, bad axes, wrong index dtypes, indices out of range. */
@@ -462,8 +462,176 @@ static int pad_grad(void) {
     OP_END;
 }
 
+/* ---------------------------------------------------- scatter, scatter_nd */
+
+static double ref_combine(int r, double d, double v) {
+    switch (r) {
+    case FM_SCATTER_ADD: return d + v;
+    case FM_SCATTER_MUL: return d * v;
+    case FM_SCATTER_AMAX: return d > v ? d : v;
+    case FM_SCATTER_AMIN: return d < v ? d : v;
+    default: return v;
+    }
+}
+
+/* y against t with src applied element by element in index order (duplicates included). */
+static void check_scatter(fm_tensor *t, int ax, fm_tensor *idx, fm_tensor *src, int r, const char *what) {
+    fm_tensor *y = fm_scatter(t, ax, idx, src, (fm_scatter_reduce)r);
+    CHECK_MSG(y != NULL, "scatter %s: %s", what, fm_last_error());
+    if (!y) return;
+    const int64_t n = fm_tensor_numel(t);
+    double *want = malloc(sizeof(double) * (size_t)n);
+    int64_t ix[FM_MAX_DIMS];
+    for (int64_t e = 0; e < n; e++) unravel(e, t->ndim, t->shape, ix), want[e] = at(t, ix);
+    const int a = ax < 0 ? ax + t->ndim : ax;
+    for (int64_t e = 0; e < fm_tensor_numel(idx); e++) {
+        unravel(e, idx->ndim, idx->shape, ix);
+        const double v = at(src, ix);
+        ix[a] = (int64_t)fm_tensor_get(idx, e);
+        int64_t flat = 0;
+        for (int d = 0; d < t->ndim; d++) flat = flat * t->shape[d] + ix[d];
+        want[flat] = ref_combine(r, want[flat], v);
+    }
+    int bad = 0;
+    for (int64_t e = 0; e < n; e++) bad += fabs(fm_tensor_get(y, e) - want[e]) > 1e-5 * (1 + fabs(want[e]));
+    CHECK_MSG(bad == 0 && y->dtype == t->dtype, "scatter %s reduce %s: %d wrong elements", what, fm_scatter_reduce_name((fm_scatter_reduce)r), bad);
+    free(want);
+    fm_tensor_release(y);
+}
+
+static int scatter_forward(void) {
+    OP_BEGIN;
+    fm_dtype dts[3] = {FM_F32, FM_F64, FM_I64};
+    for (int k = 0; k < 3; k++)
+        for (int th = 1; th <= 2; th++) {
+            fm_set_num_threads(th);
+            fm_tensor *t64 = op_randn(3, (int64_t[]){4, 5, 3}, FM_F64, 50), *ts = fm_mul_scalar(t64, 4);
+            fm_tensor *t = fm_to_dtype(ts, dts[k]), *tt = fm_transpose(t, 0, 2); /* [3, 5, 4], a strided view */
+            fm_tensor *s64 = op_randn(3, (int64_t[]){5, 6, 3}, FM_F64, 51), *ss = fm_mul_scalar(s64, 4), *src = fm_to_dtype(ss, dts[k]);
+            int64_t iv[3 * 4 * 2];
+            for (int i = 0; i < 24; i++) iv[i] = (i * 7 + i / 5) % 3; /* repeats along every axis */
+            fm_tensor *idx = fm_tensor_from_data(iv, 3, (int64_t[]){3, 4, 2}, FM_I64);
+            int32_t iv32[24];
+            for (int i = 0; i < 24; i++) iv32[i] = (int32_t)((i * 5 + 1) % 4);
+            fm_tensor *idx32 = fm_tensor_from_data(iv32, 3, (int64_t[]){3, 4, 2}, FM_I32);
+            for (int r = 0; r <= FM_SCATTER_AMIN; r++) {
+                check_scatter(t, 0, idx, src, r, "axis 0, src larger than index");
+                check_scatter(t, 1, idx, src, r, "axis 1");
+                check_scatter(t, -1, idx, src, r, "axis -1");
+                check_scatter(tt, 2, idx32, src, r, "transposed input, i32 index along axis 2");
+            }
+            fm_tensor_release_n(9, t64, ts, t, tt, s64, ss, src, idx, idx32);
+        }
+    fm_set_num_threads(0);
+    /* bad input */
+    fm_tensor *t = op_randn(2, (int64_t[]){3, 4}, FM_F32, 52), *src = op_randn(2, (int64_t[]){3, 4}, FM_F32, 53);
+    fm_tensor *ibad = fm_tensor_from_data((int64_t[]){0, 4}, 2, (int64_t[]){1, 2}, FM_I64);
+    fm_tensor *ineg = fm_tensor_from_data((int64_t[]){-1}, 2, (int64_t[]){1, 1}, FM_I64);
+    fm_tensor *ifl = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_F32, FM_CPU), *ibig = fm_tensor_zeros(2, (int64_t[]){4, 1}, FM_I64, FM_CPU);
+    fm_tensor *s64 = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F64, FM_CPU), *small = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_F32, FM_CPU);
+    CHECK(fm_scatter(t, 1, ibad, src, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("scatter: index 4 is out of range for axis 1 with size 4");
+    CHECK(fm_scatter(t, 1, ineg, src, FM_SCATTER_ADD) == NULL);
+    CHECK_ERR_CONTAINS("scatter: index -1 is out of range");
+    CHECK(fm_scatter(t, 1, ifl, src, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("scatter: index must be i64 or i32, got f32");
+    CHECK(fm_scatter(t, 1, ibig, src, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("does not fit input [3, 4]");
+    CHECK(fm_scatter(t, 0, ibig, small, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("does not fit input");
+    CHECK(fm_scatter(t, 0, ineg, s64, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("scatter: src has dtype f64 but the input f32");
+    CHECK(fm_scatter(t, 2, ineg, src, FM_SCATTER_NONE) == NULL);
+    CHECK(fm_scatter(t, 0, ineg, src, (fm_scatter_reduce)9) == NULL);
+    CHECK_ERR_CONTAINS("unknown reduce 9");
+    fm_scatter_reduce red;
+    CHECK(fm_scatter_reduce_parse("amax", &red) == FM_OK && red == FM_SCATTER_AMAX);
+    CHECK(fm_scatter_reduce_parse("max", &red) != FM_OK);
+    CHECK_ERR_CONTAINS("reduce 'max' is not one of none, add, mul, amax, amin");
+    fm_tensor_requires_grad_(src, true);
+    fm_tensor *i0 = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_I64, FM_CPU);
+    CHECK(fm_scatter(t, 0, i0, src, FM_SCATTER_MUL) == NULL);
+    CHECK_ERR_CONTAINS("scatter with reduce 'mul' has no gradient");
+    fm_tensor_release_n(9, t, src, ibad, ineg, ifl, ibig, s64, small, i0);
+    OP_END;
+}
+
+typedef struct sc_gc { int ax; fm_tensor *idx; fm_scatter_reduce r; } sc_gc;
+static fm_tensor *sc_gc_fn(fm_tensor **in, void *ctx) {
+    const sc_gc *c = ctx;
+    return fm_scatter(in[0], c->ax, c->idx, in[1], c->r);
+}
+
+static int scatter_grad(void) {
+    OP_BEGIN;
+    fm_tensor *t = op_randn(3, (int64_t[]){4, 5, 3}, FM_F64, 54), *src = op_randn(3, (int64_t[]){3, 4, 2}, FM_F64, 55);
+    fm_tensor_requires_grad_(t, true);
+    fm_tensor_requires_grad_(src, true);
+    int64_t iv[24]; /* distinct along axis 1 within each line (none's gradient is defined then) */
+    for (int i = 0; i < 24; i++) iv[i] = ((i / 2) % 4 + i / 8 + i % 2) % 5;
+    fm_tensor *idx = fm_tensor_from_data(iv, 3, (int64_t[]){3, 4, 2}, FM_I64);
+    fm_tensor *in[2] = {t, src};
+    sc_gc none = {1, idx, FM_SCATTER_NONE}, add = {1, idx, FM_SCATTER_ADD};
+    CHECK(gradcheck("scatter none", sc_gc_fn, 2, in, &none, 1e-6, 1e-6));
+    CHECK(gradcheck("scatter add", sc_gc_fn, 2, in, &add, 1e-6, 1e-6));
+    fm_tensor_release_n(3, t, src, idx);
+    OP_END;
+}
+
+static int scatter_nd_forward(void) {
+    OP_BEGIN;
+    const int64_t sh[3] = {4, 3, 5};
+    fm_dtype dts[2] = {FM_F64, FM_I32};
+    for (int d = 0; d < 2; d++)
+        for (int k = 1; k <= 3; k++)
+            for (int r = 0; r <= FM_SCATTER_AMIN; r++) {
+                fm_tensor *t64 = op_randn(3, sh, FM_F64, 60), *ts = fm_mul_scalar(t64, 5), *t = fm_to_dtype(ts, dts[d]);
+                const int64_t m = 6; /* tuples, two of them the same slice (one through a negative index) */
+                int64_t iv[6 * 3], ish[3] = {2, 3, k}, ush[5] = {2, 3}, un = m;
+                for (int64_t i = 0; i < m; i++)
+                    for (int j = 0; j < k; j++) iv[i * k + j] = (i * (j + 2) + j) % sh[j];
+                iv[5 * k] = iv[0] - sh[0]; /* update 5 lands where update 0 did, counted from the end */
+                for (int j = 1; j < k; j++) iv[5 * k + j] = iv[j];
+                for (int j = k; j < 3; j++) ush[2 + j - k] = sh[j], un *= sh[j];
+                fm_tensor *idx = fm_tensor_from_data(iv, 3, ish, FM_I64), *u64 = op_randn(2 + 3 - k, ush, FM_F64, 61 + k);
+                fm_tensor *us = fm_mul_scalar(u64, 5), *up = fm_to_dtype(us, dts[d]);
+                fm_tensor *y = fm_scatter_nd(t, idx, up, (fm_scatter_reduce)r);
+                CHECK_MSG(y != NULL, "scatter_nd k %d: %s", k, fm_last_error());
+                double want[60];
+                for (int e = 0; e < 60; e++) want[e] = fm_tensor_get(t, e);
+                const int64_t slice = un / m;
+                for (int64_t i = 0; i < m; i++) {
+                    int64_t o = 0;
+                    for (int j = 0; j < k; j++) o = o * sh[j] + (iv[i * k + j] + sh[j]) % sh[j];
+                    for (int64_t e = 0; e < slice; e++) want[o * slice + e] = ref_combine(r, want[o * slice + e], fm_tensor_get(up, i * slice + e));
+                }
+                int bad = 0;
+                for (int e = 0; y && e < 60; e++) bad += fabs(fm_tensor_get(y, e) - want[e]) > 1e-9 * (1 + fabs(want[e]));
+                CHECK_MSG(bad == 0, "scatter_nd %s k %d reduce %s: %d wrong", fm_dtype_name(dts[d]), k, fm_scatter_reduce_name((fm_scatter_reduce)r), bad);
+                fm_tensor_release_n(8, t64, ts, t, idx, u64, us, up, y);
+            }
+    /* bad input */
+    fm_tensor *t = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F32, FM_CPU), *u = fm_tensor_zeros(2, (int64_t[]){2, 4}, FM_F32, FM_CPU);
+    fm_tensor *ibad = fm_tensor_from_data((int64_t[]){1, -4}, 2, (int64_t[]){2, 1}, FM_I64);
+    fm_tensor *ik3 = fm_tensor_zeros(2, (int64_t[]){2, 3}, FM_I64, FM_CPU), *iok = fm_tensor_zeros(2, (int64_t[]){2, 1}, FM_I64, FM_CPU);
+    fm_tensor *u3 = fm_tensor_zeros(2, (int64_t[]){2, 3}, FM_F32, FM_CPU);
+    CHECK(fm_scatter_nd(t, ibad, u, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("scatter_nd: index -4 (update 1) is out of range for dim 0 with size 3 (valid: -3..2)");
+    CHECK(fm_scatter_nd(t, ik3, u, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("do not fit input [3, 4]");
+    CHECK(fm_scatter_nd(t, iok, u3, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("updates of shape indices.shape[:-1] + input.shape[k:]");
+    fm_tensor_requires_grad_(u, true);
+    CHECK(fm_scatter_nd(t, iok, u, FM_SCATTER_NONE) == NULL);
+    CHECK_ERR_CONTAINS("scatter_nd with reduce 'none' has no gradient");
+    fm_tensor_release_n(6, t, u, ibad, ik3, iok, u3);
+    OP_END;
+}
+
 OP_TEST("cat", cat_forward, cat_grad)
 OP_TEST("gather", gather_forward, gather_grad)
 OP_TEST("index_select", index_select_forward, index_select_grad)
 OP_TEST("one_hot", one_hot_forward, NULL)
+OP_TEST("scatter", scatter_forward, scatter_grad)
+OP_TEST("scatter_nd", scatter_nd_forward, NULL)
 OP_TEST("index_select", pad_forward, pad_grad) /* fm_pad: cat, slice and index_select put together */

@@ -89,6 +89,8 @@ double fm_ew_binary_scalar(fm_op_id op, double a, double b) {
     case FM_OP_POW: return pow(a, b);
     case FM_OP_MAXIMUM: return (a != a || b != b) ? NAN : (a > b ? a : b);
     case FM_OP_MINIMUM: return (a != a || b != b) ? NAN : (a < b ? a : b);
+    case FM_OP_FMOD: return fmod(a, b);
+    case FM_OP_REMAINDER: return fm_remainder_d(a, b);
     case FM_OP_EQ: return a == b;
     case FM_OP_NE: return a != b;
     case FM_OP_LT: return a < b;

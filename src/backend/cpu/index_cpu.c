@@ -1,4 +1,4 @@
-/* CPU kernels for cat, gather, scatter_add, index_select, index_add and one_hot.
+/* CPU kernels for cat, gather, scatter_add, scatter, scatter_nd, index_select, index_add and one_hot.
  *
  * Data movement (cat, gather, index_select) works for every dtype by element
  * size. The accumulating backwards (scatter_add, index_add) split work so that
@@ -6,9 +6,13 @@
  * results do not depend on the thread count. Indices are validated in a serial
  * pass before anything is written. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/scalar_math.h"
+#include "backend/scatter_nd.h"
+#include "core/dtype_internal.h"
 #include "core/parallel.h"
 
 static fm_status index_error(const char *op, int64_t v, int axis, int64_t size) {
@@ -242,6 +246,102 @@ static fm_status scatter_add_kernel(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* ------------------------------------------------- scatter / scatter_nd */
+
+/* One update: moved as raw bytes (none: every dtype) or combined in f64 (exact for every
+ * dtype but integers beyond 2^53, which the reductions round as the other integer ops do). */
+static inline void scatter_elem(char *dst, const char *src, fm_dtype dt, size_t es, int reduce) {
+    if (reduce == FM_SCATTER_NONE) copy_elem(dst, src, es);
+    else fm_store_f64(dst, dt, fm_scatter_combine_d(reduce, fm_load_f64(dst, dt), fm_load_f64(src, dt)));
+}
+
+typedef struct scatter_job {
+    gather_job j;
+    int reduce;
+} scatter_job;
+
+static void scatter_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const scatter_job *s = ctx;
+    const gather_job *j = &s->j;
+    int64_t ts = j->g.ndim ? j->g.tstride[j->g.ax] : 1, es = (int64_t)j->es;
+    for (int64_t L = b; L < e; L++) {
+        int64_t io, to;
+        line_offsets(&j->g, L, &io, &to);
+        for (int64_t a = 0; a < j->g.A; a++, io += j->g.inner)
+            scatter_elem(j->dst + (to + load_index(j->idx, j->idt, io) * ts) * es, j->src + io * es, j->dt, j->es, s->reduce);
+    }
+}
+
+/* in = {t, index, src (index's shape)}: out = t, then each src element replaces or combines
+ * with out's element at its index along the axis. Lines own disjoint parts of out and walk
+ * the index in order, so duplicates apply in index order whatever the thread count. */
+static fm_status scatter_kernel(const fm_op_call *c) {
+    const fm_scatter_attrs *a = c->attrs;
+    fm_tensor *t = c->in[0], *idx = c->in[1], *src = c->in[2], *y = c->out[0];
+    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cpu_unsupported_dtype(c, t->dtype);
+    line_geom g;
+    line_geom_init(&g, t, idx, a->axis);
+    int64_t bad = find_bad_index(idx, g.T);
+    if (bad >= 0) return index_error("scatter", load_index(fm_tensor_data(idx), idx->dtype, bad), a->axis, g.T);
+    if (fm_tensor_data(y) != fm_tensor_data(t)) memcpy(fm_tensor_data(y), fm_tensor_data(t), fm_tensor_nbytes(y));
+    scatter_job s = {.j = {.g = g, .idx = fm_tensor_data(idx), .idt = idx->dtype, .src = fm_tensor_data(src),
+                           .dst = fm_tensor_data(y), .es = fm_dtype_size(t->dtype), .dt = t->dtype},
+                     .reduce = a->reduce};
+    int64_t lines = g.A ? fm_tensor_numel(idx) / g.A : 0;
+    int64_t grain = 4096 / (g.A > 0 ? g.A : 1);
+    if (lines > 0) fm_parallel_for(lines, grain < 1 ? 1 : grain, scatter_task, &s);
+    return FM_OK;
+}
+
+typedef struct scatter_nd_job {
+    const int64_t *off;   /* each update's first element in the output */
+    int64_t m, slice, colblk;
+    const char *src; char *dst; size_t es;
+    fm_dtype dt;
+    int reduce;
+} scatter_nd_job;
+
+/* Tasks own column blocks of the slices and apply the m updates to them in order. */
+static void scatter_nd_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const scatter_nd_job *j = ctx;
+    for (int64_t blk = b; blk < e; blk++) {
+        int64_t c0 = blk * j->colblk, c1 = c0 + j->colblk < j->slice ? c0 + j->colblk : j->slice;
+        for (int64_t i = 0; i < j->m; i++) {
+            if (j->reduce == FM_SCATTER_NONE) {
+                memcpy(j->dst + (j->off[i] + c0) * j->es, j->src + (i * j->slice + c0) * j->es, (size_t)(c1 - c0) * j->es);
+                continue;
+            }
+            for (int64_t k = c0; k < c1; k++)
+                scatter_elem(j->dst + (j->off[i] + k) * j->es, j->src + (i * j->slice + k) * j->es, j->dt, j->es, j->reduce);
+        }
+    }
+}
+
+/* in = {t, indices [..., k], updates}: every index tuple (negative from the end) is checked and
+ * turned into an offset first, then the updates are applied in order. */
+static fm_status scatter_nd_kernel(const fm_op_call *c) {
+    const fm_scatter_attrs *a = c->attrs;
+    fm_tensor *t = c->in[0], *idx = c->in[1], *up = c->in[2], *y = c->out[0];
+    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cpu_unsupported_dtype(c, t->dtype);
+    const int k = (int)idx->shape[idx->ndim - 1];
+    int64_t m = k ? fm_tensor_numel(idx) / k : 0, slice = 1;
+    for (int d = k; d < t->ndim; d++) slice *= t->shape[d];
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(m > 0 ? m : 1));
+    if (!off) return fm_set_error(FM_ERR_OOM, "scatter_nd: out of host memory for %" PRId64 " offsets", m);
+    fm_status st = fm_scatter_nd_offsets(fm_tensor_data(idx), idx->dtype, m, k, t->shape, slice, off);
+    if (st) { free(off); return st; }
+    if (fm_tensor_data(y) != fm_tensor_data(t)) memcpy(fm_tensor_data(y), fm_tensor_data(t), fm_tensor_nbytes(y));
+    scatter_nd_job j = {.off = off, .m = m, .slice = slice, .src = fm_tensor_data(up), .dst = fm_tensor_data(y),
+                        .es = fm_dtype_size(t->dtype), .dt = t->dtype, .reduce = a->reduce};
+    j.colblk = slice < 1024 ? (slice > 0 ? slice : 1) : 1024;
+    int64_t blocks = (slice + j.colblk - 1) / j.colblk;
+    if (m > 0 && blocks > 0) fm_parallel_for(blocks, m * j.colblk >= 65536 ? 1 : blocks, scatter_nd_task, &j);
+    free(off);
+    return FM_OK;
+}
+
 /* ----------------------------------------------- index_select / index_add */
 
 typedef struct isel_job {
@@ -340,6 +440,8 @@ void fm_cpu_kernels_index(fm_backend *b) {
     b->kernels[FM_OP_CAT] = cat_kernel;
     b->kernels[FM_OP_GATHER] = gather_kernel;
     b->kernels[FM_OP_SCATTER_ADD] = scatter_add_kernel;
+    b->kernels[FM_OP_SCATTER] = scatter_kernel;
+    b->kernels[FM_OP_SCATTER_ND] = scatter_nd_kernel;
     b->kernels[FM_OP_INDEX_SELECT] = index_select_kernel;
     b->kernels[FM_OP_INDEX_ADD] = index_add_kernel;
     b->kernels[FM_OP_ONE_HOT] = one_hot_kernel;

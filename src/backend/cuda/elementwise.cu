@@ -92,6 +92,8 @@ __device__ __forceinline__ T binary_f(int op, T a, T b) {
     case FM_OP_POW: return pow(a, b);
     case FM_OP_MAXIMUM: return (a != a || b != b) ? (T)NAN : (a > b ? a : b);
     case FM_OP_MINIMUM: return (a != a || b != b) ? (T)NAN : (a < b ? a : b);
+    case FM_OP_FMOD: return (T)fmod((double)a, (double)b);
+    case FM_OP_REMAINDER: return (T)fm_remainder_d((double)a, (double)b);
     case FM_OP_EQ: return (T)(a == b);
     case FM_OP_NE: return (T)(a != b);
     case FM_OP_LT: return (T)(a < b);

@@ -1,4 +1,4 @@
-/* CUDA kernels for indexing ops: cat, gather, scatter_add, index_select,
+/* CUDA kernels for indexing ops: cat, gather, scatter_add, scatter, scatter_nd, index_select,
  * index_add and one_hot, with the CPU kernels' semantics (index_cpu.c).
  *
  * Data movement (cat, gather, index_select) works for every dtype by element
@@ -11,6 +11,8 @@
  * and reported with the CPU's wording. */
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/scalar_math.h"
+#include "backend/scatter_nd.h"
 
 __device__ __forceinline__ int64_t idx_at(const void *p, int dt, int64_t i) {
     return dt == FM_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
@@ -314,6 +316,88 @@ static fm_status k_scatter_add(const fm_op_call *c) {
     return fm_cuda_check_launch("scatter_add");
 }
 
+/* scatter / scatter_nd: the updates of one output element are applied by one thread in index
+ * order, the CPU's order (scatter: a thread per line; scatter_nd: a thread per slice column,
+ * walking the updates). none moves raw elements; the reductions combine in double
+ * (fm_scatter_combine_d, shared with the CPU). */
+__device__ __forceinline__ void scatter_put(void *dst, int64_t p, const void *src, int64_t q, int dt, int es, int r) {
+    if (r == FM_SCATTER_NONE) {
+        for (int b = 0; b < es; b++) ((char *)dst)[p * es + b] = ((const char *)src)[q * es + b];
+        return;
+    }
+    fm_st<double>(dst, dt, p, fm_scatter_combine_d(r, fm_ld<double>(dst, dt, p), fm_ld<double>(src, dt, q)));
+}
+
+__global__ void scatter_k(line_geom g, void *dst, const void *src, int dt, int es, const void *idx, int idt, int64_t lines, int r) {
+    int64_t ts = g.ndim ? g.tstride[g.ax] : 1;
+    for (int64_t L = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; L < lines; L += (int64_t)gridDim.x * blockDim.x) {
+        int64_t io, to;
+        line_offsets(g, L, &io, &to);
+        for (int64_t a = 0; a < g.A; a++, io += g.inner) scatter_put(dst, to + idx_at(idx, idt, io) * ts, src, io, dt, es, r);
+    }
+}
+
+__global__ void scatter_nd_k(void *dst, const void *src, int dt, int es, const int64_t *off, int64_t m, int64_t slice, int r) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < slice; k += (int64_t)gridDim.x * blockDim.x)
+        for (int64_t i = 0; i < m; i++) scatter_put(dst, off[i] + k, src, i * slice + k, dt, es, r);
+}
+
+static fm_status scatter_begin(const fm_op_call *c, const fm_tensor *t, fm_tensor *y) {
+    const fm_scatter_attrs *a = (const fm_scatter_attrs *)c->attrs;
+    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cuda_unsupported_dtype(c, t->dtype);
+    if (fm_tensor_data(y) == fm_tensor_data(t) || !fm_tensor_numel(y)) return FM_OK;
+    return fm_cuda_check(cudaMemcpyAsync(fm_tensor_data(y), fm_tensor_data(t), fm_tensor_nbytes(y), cudaMemcpyDeviceToDevice, fm_cuda_stream()),
+                         fm_cuda_op_name(c));
+}
+
+static fm_status k_scatter(const fm_op_call *c) {
+    const fm_scatter_attrs *a = (const fm_scatter_attrs *)c->attrs;
+    fm_tensor *t = c->in[0], *idx = c->in[1], *src = c->in[2], *y = c->out[0];
+    line_geom g = make_line_geom(t, idx, a->axis);
+    int64_t pos, val;
+    fm_status st = first_bad(c, idx, g.T, &pos, &val);
+    if (st) return st;
+    if (pos >= 0) return index_error("scatter", val, a->axis, g.T);
+    if ((st = scatter_begin(c, t, y))) return st;
+    int64_t lines = g.A ? fm_tensor_numel(idx) / g.A : 0;
+    if (lines > 0)
+        scatter_k<<<fm_cuda_blocks(lines, 128), 128, 0, fm_cuda_stream()>>>(g, fm_tensor_data(y), fm_tensor_data(src), y->dtype,
+                                                                            (int)fm_dtype_size(y->dtype), fm_tensor_data(idx), idx->dtype, lines, a->reduce);
+    return fm_cuda_check_launch("scatter");
+}
+
+/* The index tuples are read back to the host, checked and turned into offsets there
+ * (backend/scatter_nd.h, the CPU's code), then copied to the device. */
+static fm_status k_scatter_nd(const fm_op_call *c) {
+    const fm_scatter_attrs *a = (const fm_scatter_attrs *)c->attrs;
+    fm_tensor *t = c->in[0], *idx = c->in[1], *up = c->in[2], *y = c->out[0];
+    const int k = (int)idx->shape[idx->ndim - 1];
+    int64_t m = k ? fm_tensor_numel(idx) / k : 0, slice = 1;
+    for (int d = k; d < t->ndim; d++) slice *= t->shape[d];
+    size_t ib = fm_tensor_nbytes(idx), ob = sizeof(int64_t) * (size_t)(m > 0 ? m : 1);
+    void *hi = malloc(ib ? ib : 1);
+    int64_t *off = (int64_t *)malloc(ob);
+    fm_status st = hi && off ? FM_OK : fm_set_error(FM_ERR_OOM, "scatter_nd: out of host memory for %lld index tuples", (long long)m);
+    if (!st && ib) st = fm_cuda_check(cudaMemcpy(hi, fm_tensor_data(idx), ib, cudaMemcpyDeviceToHost), "scatter_nd");
+    if (!st) st = fm_scatter_nd_offsets(hi, idx->dtype, m, k, t->shape, slice, off);
+    free(hi);
+    int64_t *doff = NULL;
+    if (!st) st = scatter_begin(c, t, y);
+    if (!st && m > 0 && slice > 0) {
+        if (!(doff = (int64_t *)fm_cuda_scratch_alloc(ob))) st = fm_last_status();
+        if (!st) st = fm_cuda_check(cudaMemcpyAsync(doff, off, ob, cudaMemcpyHostToDevice, fm_cuda_stream()), "scatter_nd");
+        if (!st) {
+            scatter_nd_k<<<fm_cuda_blocks(slice, 128), 128, 0, fm_cuda_stream()>>>(fm_tensor_data(y), fm_tensor_data(up), y->dtype,
+                                                                                  (int)fm_dtype_size(y->dtype), doff, m, slice, a->reduce);
+            st = fm_cuda_check_launch("scatter_nd");
+        }
+        if (!st) st = fm_cuda_check(cudaStreamSynchronize(fm_cuda_stream()), "scatter_nd"); /* off is freed next */
+        if (doff) fm_cuda_scratch_free(doff);
+    }
+    free(off);
+    return st;
+}
+
 static fm_status k_index_add(const fm_op_call *c) {
     const fm_axis_attrs *a = (const fm_axis_attrs *)c->attrs;
     fm_tensor *base = c->in[0], *idx = c->in[1], *src = c->in[2], *y = c->out[0];
@@ -341,6 +425,8 @@ extern "C" void fm_cuda_kernels_index(fm_backend *b) {
     b->kernels[FM_OP_CAT] = k_cat;
     b->kernels[FM_OP_GATHER] = k_gather;
     b->kernels[FM_OP_SCATTER_ADD] = k_scatter_add;
+    b->kernels[FM_OP_SCATTER] = k_scatter;
+    b->kernels[FM_OP_SCATTER_ND] = k_scatter_nd;
     b->kernels[FM_OP_INDEX_ADD] = k_index_add;
     b->kernels[FM_OP_INDEX_SELECT] = k_index_select;
     b->kernels[FM_OP_ONE_HOT] = k_one_hot;
