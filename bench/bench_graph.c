@@ -7,7 +7,7 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR] [--cold]
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR] [--cold]
  * (--batch: the fashion-cnn rows at that batch only, for a profiler)
  * (--cold flushes the caches before every timed run, 64 MiB written and read;
  * --only runs one side alone, for a profiler: its JSON row gives 0 for the others;
@@ -142,9 +142,12 @@ static fm_status gpt_run(void *ctx, int which) {
     return st;
 }
 
-static void bench_gpt(int rounds) {
-    fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);
-    c.n_layer = 4, c.n_head = 4, c.n_kv_head = 4, c.n_embd = 128, c.ffn_hidden = 512, c.block_size = 128, c.vocab_size = 512, c.dropout = 0;
+/* kjv-gpt's shape (4 layers of width 128, 4 heads, MLP 512, vocab 512); llama: the same as a
+ * Llama (RMSNorm, RoPE, SwiGLU with 512 hidden, 2 KV heads). */
+static void bench_gpt(int rounds, bool llama) {
+    fm_gpt_config c = fm_gpt_config_default(llama ? FM_GPT_LLAMA : FM_GPT_GPT2);
+    c.n_layer = 4, c.n_head = 4, c.n_kv_head = llama ? 2 : 4, c.n_embd = 128, c.ffn_hidden = 512, c.block_size = 128, c.vocab_size = 512, c.dropout = 0;
+    const char *name = llama ? "kjv-llama" : "kjv-gpt";
     fm_rng rng;
     fm_rng_init(&rng, 2);
     gptb k = {fm_gpt_new(&c, &rng), NULL, NULL, NULL, NULL, 1 + 2 * c.n_layer, NULL, false};
@@ -167,7 +170,7 @@ static void bench_gpt(int rounds) {
     for (int b = 0; b < 2; b++) {
         for (int i = 1; i < k.n_in; i++) k.in[i] = fm_tensor_zeros(4, (int64_t[]){batches[b], c.n_kv_head, 0, D}, FM_F32, FM_CPU);
         k.idx = fm_tensor_zeros(2, (int64_t[]){batches[b], 64}, FM_I64, FM_CPU);
-        measure("kjv-gpt", batches[b], "prompt of 64 tokens", gpt_run, &k, rounds, NULL);
+        measure(name, batches[b], "prompt of 64 tokens", gpt_run, &k, rounds, NULL);
         fm_tensor_release(k.idx);
         for (int i = 1; i < k.n_in; i++) fm_tensor_release(k.in[i]);
     }
@@ -178,7 +181,7 @@ static void bench_gpt(int rounds) {
     fm_tensor_release_n(2, pre, pre_out);
     for (int i = 1; i < k.n_in; i++) k.in[i] = fm_tensor_zeros(4, (int64_t[]){1, c.n_kv_head, 64, D}, FM_F32, FM_CPU);
     k.idx = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_I64, FM_CPU);
-    measure("kjv-gpt", 1, "decode step after 64 cached tokens", gpt_run, &k, rounds, NULL);
+    measure(name, 1, "decode step after 64 cached tokens", gpt_run, &k, rounds, NULL);
     fm_tensor_release(k.idx);
     for (int i = 1; i < k.n_in; i++) fm_tensor_release(k.in[i]);
     fm_gpt_kv_cache_free(k.kv);
@@ -203,13 +206,14 @@ int main(int argc, char **argv) {
             g_only = !strcmp(o, "eager") ? 0 : !strcmp(o, "graph") ? 1 : !strcmp(o, "compiled") ? 2 : -2;
         } else g_only = -2;
     }
-    if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt")) || (g_batch != 0 && g_batch != 1 && g_batch != 32)) {
-        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR] [--cold]\n");
+    if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt") && strcmp(model, "llama")) || (g_batch != 0 && g_batch != 1 && g_batch != 32)) {
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR] [--cold]\n");
         return 2;
     }
     if (rounds < 1 || rounds > 1024) rounds = 15;
     fm_set_grad_enabled(false);
     if (!model || !strcmp(model, "cnn")) bench_cnn(rounds);
-    if (!model || !strcmp(model, "gpt")) bench_gpt(rounds);
+    if (!model || !strcmp(model, "gpt")) bench_gpt(rounds, false);
+    if (model && !strcmp(model, "llama")) bench_gpt(rounds, true);
     return 0;
 }

@@ -57,6 +57,13 @@ for g in 32 64; do
 done
 expect 0 "int4 g32 with min" "$bin" quantize "$tmp/m" -o "$tmp/q4m" --int4 --with-min
 check_model "$tmp/q4m" "int4 g32 with min"
+# fathom plan counts a quantized graph's parameters as the fp32 model's (int8 panels' padding and
+# int4's packing undone, scales not counted), and plans its run (the int8 codes' scratch replayed)
+"$bin" compile "$tmp/m" -o "$tmp/mc" >/dev/null 2>&1
+params() { "$bin" plan --model "$1" --json 2>/dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['params'])" 2>/dev/null; }
+p0=$(params "$tmp/mc"); p8=$(params "$tmp/q8d"); p8s=$(params "$tmp/q8n"); p4=$(params "$tmp/q4m")
+[[ -n $p0 && $p0 -gt 1000 && $p8 == "$p0" && $p8s == "$p0" && $p4 == "$p0" ]] && ok "plan: $p0 parameters fp32, int8 and int4 alike" \
+  || bad "plan parameters: fp32 '$p0', int8 dynamic '$p8', static '$p8s', int4 '$p4'"
 # --ops and --exclude (ONNX Runtime's op_types_to_quantize and nodes_to_exclude): the last linear kept fp32 by name
 out=$("$bin" quantize "$tmp/m" -o "$tmp/q8x" --int8 --dynamic --ops linear --exclude 3 2>&1)
 [[ $? == 0 && $out == *"1 of 4 nodes quantized"* && $out == *"fp32: excluded (--exclude)"* ]] && ok "--exclude keeps the named node fp32" || bad "--exclude: $out"

@@ -1347,6 +1347,16 @@ static void conformance(fm_dtype dt) {
         case_free(&b);
         case_free(&c);
     }
+    for (int inv = 0; inv < 2; inv++) { /* rope and its transpose (the gradient) */
+        fm_rope_attrs ra = {inv};
+        conf_case r = {.label = inv ? "rope (inverse)" : "rope", .op = FM_OP_ROPE, .n_in = 3, .n_out = 1, .attrs = &ra};
+        r.in[0] = rand_tensor(4, (int64_t[]){2, 3, 7, 16}, dt, -2, 2, 1450 + inv);
+        r.in[1] = rand_tensor(2, (int64_t[]){7, 16}, dt, -1, 1, 1452);
+        r.in[2] = rand_tensor(2, (int64_t[]){7, 16}, dt, -1, 1, 1453);
+        r.out[0] = spec(4, (int64_t[]){2, 3, 7, 16}, dt);
+        run_case(&r, dt);
+        case_free(&r);
+    }
     {   /* bias_gelu_tanh and add_layer_norm (+ backward): 150 rows span several gradient chunks */
         int64_t M = 150, xs[2] = {150, 130}, vs[1] = {130};
         const fm_dtype sdt = dt == FM_F64 ? FM_F64 : FM_F32; /* statistics: f32, f64 for f64 */

@@ -754,6 +754,30 @@ static void check_attention_paths(const fm_graph *g, const fm_graph *p, int n_la
     }
 }
 
+/* A Llama graph (grouped-query): fuse-rope alone (after cse, which merges the two ropes' table
+ * slices) makes a rope of each block's q and k, equal to the unfused graph bit for bit; then
+ * fuse-attention takes each block's ropes into its attention_kv, checked on its three paths. */
+static void test_rope_passes(void) {
+    fm_gpt_config c = fm_gpt_config_default(FM_GPT_LLAMA);
+    c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 32, c.ffn_hidden = 48, c.block_size = 16, c.vocab_size = 20, c.dropout = 0;
+    fm_gpt *gm = fm_gpt_new(&c, NULL);
+    fm_graph *g = gm ? fm_graph_from_gpt(gm) : NULL, *s = g ? fm_graph_pass(g, "cse", NULL, 0) : NULL;
+    fm_graph *r = s ? fm_graph_pass(s, "fuse-rope", NULL, 0) : NULL, *a = r ? fm_graph_pass(r, "fuse-attention", NULL, 0) : NULL;
+    CHECK_MSG(a != NULL, "llama passes: %s", fm_last_error());
+    double d = 1;
+    CHECK_MSG(r && fm_graph_compare(s, r, &d) == FM_OK && d == 0, "fuse-rope: diff %g %s", d, fm_last_error());
+    CHECK_MSG(r && count_op(r, "rope") == 2 * c.n_layer && count_op(r, "neg") == 0 && count_op(r, "cat") == 2 * c.n_layer,
+              "fuse-rope: %d ropes, %d negs, %d cats", r ? count_op(r, "rope") : -1, r ? count_op(r, "neg") : -1, r ? count_op(r, "cat") : -1);
+    CHECK_MSG(a && count_op(a, "attention_kv") == c.n_layer && count_op(a, "rope") == 0, "fuse-attention on ropes: %d attention_kv, %d ropes",
+              a ? count_op(a, "attention_kv") : -1, a ? count_op(a, "rope") : -1);
+    if (a) check_attention_paths(g, a, c.n_layer, c.n_kv_head, c.n_embd / c.n_head, c.vocab_size);
+    fm_graph_free(a);
+    fm_graph_free(r);
+    fm_graph_free(s);
+    fm_graph_free(g);
+    fm_gpt_free(gm);
+}
+
 static void test_passes(void) {
     fm_graph *g = fm_graph_new();
     fm_tensor *w = randn(2, (int64_t[]){8, 6}, 1);
@@ -851,6 +875,7 @@ static void test_passes(void) {
         if (p && i == 2) check_attention_paths(g, p, c.n_layer, c.n_kv_head, c.n_embd / c.n_head, c.vocab_size);
         fm_graph_free(p);
     }
+    test_rope_passes();
     fm_compile_report rep;
     p = g ? fm_graph_compile(g, &rep) : NULL;
     CHECK_MSG(p != NULL, "%s", fm_last_error());

@@ -13,6 +13,7 @@
 
 #include "fathom/fathom.h"
 #include "fathom/graph.h"
+#include "fathom/quant.h"
 #include "backend/meta/meta_scratch.h"
 #include "plan/plan_step.h"
 #include "test_util.h"
@@ -173,7 +174,28 @@ static void gpt_case(fm_dtype prec, fm_checkpointing ck, int accum) {
  * on meta: the run's peak above what it starts with, where it falls, the FLOPs and bytes its
  * kernels count and the outputs' bytes are the same (`fathom plan --model GRAPH` reports the
  * meta run). */
-static void graph_case(bool compiled) {
+/* The graph cases: traced, compiled, and the compiled graph quantized (int8 dynamic: qconv2d_int8
+ * and qlinear_int8 with their activation codes' scratch; int8 static; int4 weights). */
+enum { G_TRACED, G_COMPILED, G_INT8_DYNAMIC, G_INT8_STATIC, G_INT4 };
+static const char *const k_graph_case[] = {"fashion-cnn graph", "fashion-cnn graph, compiled", "fashion-cnn graph, int8 dynamic",
+                                           "fashion-cnn graph, int8 static", "fashion-cnn graph, int4"};
+
+static fm_graph *quantized(fm_graph *g, int mode) {
+    fm_quant_options o;
+    fm_quant_options_init(&o);
+    o.mode = mode == G_INT8_DYNAMIC ? FM_QUANT_INT8_DYNAMIC : mode == G_INT8_STATIC ? FM_QUANT_INT8_STATIC : FM_QUANT_INT4;
+    fm_rng rng;
+    fm_rng_init(&rng, 3);
+    fm_tensor *cal = mode == G_INT8_STATIC ? fm_tensor_randn(4, (int64_t[]){8, 1, 28, 28}, FM_F32, &rng) : NULL;
+    o.calib = cal;
+    fm_graph *q = fm_graph_quantize(g, &o, NULL);
+    fm_tensor_release(cal);
+    fm_graph_free(g);
+    return q;
+}
+
+static void graph_case(int mode) {
+    const bool compiled = mode != G_TRACED;
     fm_recipe r;
     if (fm_recipe_load("fashion-cnn", &r) != FM_OK) { CHECK_MSG(0, "fashion-cnn: %s", fm_last_error()); return; }
     fm_rng rng;
@@ -187,6 +209,7 @@ static void graph_case(bool compiled) {
         fm_compile_report rep;
         g[d] = compiled && t && fm_graph_validate(t) == FM_OK ? fm_graph_compile(t, &rep) : t;
         if (compiled) fm_graph_free(t);
+        if (g[d] && mode > G_COMPILED) g[d] = quantized(g[d], mode);
     }
     CHECK_MSG(g[0] && g[1], "fashion-cnn graph: %s", fm_last_error());
     const int64_t shapes[1][FM_MAX_DIMS] = {{16, 1, 28, 28}};
@@ -200,15 +223,14 @@ static void graph_case(bool compiled) {
         o.dev = META;
         CHECK_MSG(plan_step_graph(g[1], shapes, &o, &mm, &fmeta, &bmeta, &om) == FM_OK, "graph meta: %s", fm_last_error());
         const size_t rc = c.peak - c.resident, rm = mm.peak - mm.resident;
-        CHECK_MSG(rc == rm && rc > 0, "%s graph: run peak cpu %zu meta %zu", compiled ? "compiled" : "traced", rc, rm);
+        CHECK_MSG(rc == rm && rc > 0, "%s: run peak cpu %zu meta %zu", k_graph_case[mode], rc, rm);
         CHECK_MSG(!strcmp(c.peak_at, mm.peak_at), "graph: peak at '%s' (cpu) and '%s' (meta)", c.peak_at, mm.peak_at);
-        CHECK_MSG(fc == fmeta && bc == bmeta && fc > 2.0 * 16 * 400000, "graph: flops cpu %.0f meta %.0f, bytes cpu %.0f meta %.0f",
-                  fc, fmeta, bc, bmeta);
+        CHECK_MSG(fc == fmeta && bc == bmeta && fc > 2.0 * 16 * 400000, "%s: flops cpu %.0f meta %.0f, bytes cpu %.0f meta %.0f",
+                  k_graph_case[mode], fc, fmeta, bc, bmeta);
         /* at the end meta still holds the weights the graph moved there; nothing else is left */
         CHECK_MSG(oc == om && oc > 0 && c.end == 0 && mm.end == mm.resident - mm.batch, "graph: outputs cpu %zu meta %zu, left %zu / %zu",
                   oc, om, c.end, mm.end);
-        fprintf(stderr, "%-34s run peak %9zu meta, %9zu cpu  (at %s), %.3g GFLOP\n",
-                compiled ? "fashion-cnn graph, compiled" : "fashion-cnn graph", rm, rc, mm.peak_at, fmeta / 1e9);
+        fprintf(stderr, "%-34s run peak %9zu meta, %9zu cpu  (at %s), %.3g GFLOP\n", k_graph_case[mode], rm, rc, mm.peak_at, fmeta / 1e9);
     }
     fm_graph_free(g[0]);
     fm_graph_free(g[1]);
@@ -241,8 +263,7 @@ int main(void) {
     for (int p = 0; p < 2; p++)
         for (int ck = 0; ck < 3; ck++) gpt_case(p ? FM_BF16 : FM_F32, (fm_checkpointing)ck, 1);
     gpt_case(FM_BF16, FM_CKPT_NONE, 2);
-    graph_case(false);
-    graph_case(true);
+    for (int mode = G_TRACED; mode <= G_INT4; mode++) graph_case(mode);
     test_scratch_matters();
     TEST_DONE();
 }

@@ -104,7 +104,8 @@ static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_co
     for (int i = 0; i < n_io; i++) fm_tensor_release_n(2, gin[i], oin[i]);
 }
 
-static void one_model(fm_gpt_config c, const char *dir, const char *tag) {
+/* compiled: the graph after fathom compile (attention_kv nodes, Llama's with their ropes inside) */
+static void one_model(fm_gpt_config c, const char *dir, const char *tag, bool compiled) {
     fm_rng r;
     fm_rng_init(&r, 42);
     fm_gpt *m = fm_gpt_new(&c, &r);
@@ -114,6 +115,13 @@ static void one_model(fm_gpt_config c, const char *dir, const char *tag) {
             CHECK(fm_tensor_normal_(fm_gpt_parameters(m)->items[i].tensor, 0.0, 0.5, &r) == FM_OK);
     fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;
     CHECK_MSG(g != NULL, "%s: %s", tag, fm_last_error());
+    if (g && compiled) {
+        fm_compile_report rep;
+        fm_graph *cg = fm_graph_compile(g, &rep);
+        CHECK_MSG(cg != NULL, "%s: compile: %s", tag, fm_last_error());
+        fm_graph_free(g);
+        g = cg;
+    }
     char path[600];
     snprintf(path, sizeof path, "%s/%s.onnx", dir, tag);
     fm_status st = g ? fm_graph_export_onnx(g, path) : FM_ERR_INVALID;
@@ -132,20 +140,22 @@ int main(void) {
     fm_gpt_config a = fm_gpt_config_default(FM_GPT_GPT2);
     a.n_layer = 2, a.n_head = 4, a.n_kv_head = 4, a.n_embd = 32, a.block_size = 32, a.vocab_size = 61, a.ffn_hidden = 128;
     a.dropout = 0, a.bias = true;
-    one_model(a, dir, "gpt2");
+    one_model(a, dir, "gpt2", false);
+    one_model(a, dir, "gpt2_compiled", true);
     fm_gpt_config b = fm_gpt_config_default(FM_GPT_LLAMA);
     b.n_layer = 2, b.n_head = 4, b.n_kv_head = 2, b.n_embd = 32, b.block_size = 32, b.vocab_size = 61, b.ffn_hidden = 96;
     b.dropout = 0, b.untied_head = true, b.rope_theta = 500000;
-    one_model(b, dir, "llama");
+    one_model(b, dir, "llama", false);
+    one_model(b, dir, "llama_compiled", true);
     fm_gpt_config q = b;
     q.qkv_bias = true, q.untied_head = false, q.n_kv_head = 1, q.rope_theta = 1e6;
-    one_model(q, dir, "qwen2");
+    one_model(q, dir, "qwen2", false);
     /* heads that do not tile n_embd (a head-pruned GPT-2: 3 heads of 8 over 32) */
     fm_gpt_config h = a;
     h.n_head = 3, h.n_kv_head = 3, h.head_dim = 8;
-    one_model(h, dir, "gpt2_head_dim");
+    one_model(h, dir, "gpt2_head_dim", false);
     char cmd[1024], why[2048];
-    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 llama qwen2 gpt2_head_dim 2>&1", hf_python(), dir, STEPS);
+    snprintf(cmd, sizeof cmd, "%s tests/onnx_gpt_ort_check.py '%s' %d gpt2 gpt2_compiled llama llama_compiled qwen2 gpt2_head_dim 2>&1", hf_python(), dir, STEPS);
     FILE *f = popen(cmd, "r");
     size_t o = 0;
     why[0] = 0;

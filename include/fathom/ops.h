@@ -284,6 +284,11 @@ FM_API fm_status fm_qkv_split_heads(fm_tensor *qkv, int n_head, int n_kv_head, f
  * the fused layout directly. scale <= 0 means 1/sqrt(D). Where the device's backend
  * has no fused kernel (or for f16/bf16), it runs as those three steps. */
 FM_API fm_tensor *fm_sdpa_qkv(fm_tensor *qkv, int n_head, int n_kv_head, bool causal, double scale);
+/* Rotary position embedding in the rotate-half form (Llama, GPT-NeoX, what Hugging Face's
+ * rotate_half computes): x [..., T, D] (D even) with the tables' rows cos, sin [T, D] of
+ * x's positions: y = x * cos + [-x[D/2:], x[:D/2]] * sin, in one pass (the composition is
+ * two slices, a neg, a cat, two muls and an add). Gradient for x. */
+FM_API fm_tensor *fm_rope(fm_tensor *x, fm_tensor *cos, fm_tensor *sin);
 /* Inference: y = the steps applied in order to each element of x (f32), in one pass over
  * memory instead of one per step; v is the running value, x the input element. */
 typedef enum fm_ew_step_op {

@@ -96,5 +96,10 @@ static inline fm_pool_geom fm_pool_geometry(const fm_pool2d_params *p, const fm_
  * meta device replays them (meta_scratch.c). */
 struct fm_op_call;
 int fm_cpu_conv2d_fused_scratch(const struct fm_op_call *c, int64_t floats[4], int64_t ref_shape[4]);
+/* qconv2d_int8's CPU kernel (cpu/qconv_cpu.c): the blocks it takes, all alive together, in
+ * order (n[i] elements of dt[i]), and their count (0: none). */
+int fm_cpu_qconv8_scratch(const struct fm_op_call *c, int64_t n[4], fm_dtype dt[4]);
+/* qlinear_int8's (cpu/quant_cpu.c): the u8 activation codes' block, in elements. */
+int64_t fm_cpu_qlinear8_scratch(const struct fm_op_call *c);
 
 #endif

@@ -101,6 +101,8 @@ typedef struct fm_sdpa_attrs { int causal; double scale; int lowp; } fm_sdpa_att
 /* QKV_SPLIT_HEADS: in = {qkv [B,T,(H+2KV)*D]}; out = {q [B,H,T,D], k, v [B,KV,T,D]}.
  * QKV_SPLIT_HEADS_BACKWARD: in = {dq, dk, dv} (each may be NULL: zero); out = {dqkv}. */
 typedef struct fm_qkv_split_attrs { int64_t n_head, n_kv_head, head_dim; } fm_qkv_split_attrs;
+/* ROPE: in = {x, cos, sin}; inverse: the transposed rotation (the gradient). */
+typedef struct fm_rope_attrs { int inverse; } fm_rope_attrs;
 /* SDPA_QKV: in = {qkv [B,T,(H+2KV)*D] contiguous}; out = {y [B,T,H*D], lse [B,H,T] f32}.
  * SDPA_QKV_BACKWARD: in = {dy [B,T,H*D], qkv, y, lse}; out = {dqkv [B,T,(H+2KV)*D]}. */
 /* lowp: FM_BF16 for the products in bf16 on f32 operands (fm_sdpa_qkv_mixed; the CPU kernels

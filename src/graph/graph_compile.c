@@ -34,6 +34,7 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"fuse-conv-act", g_pass_fuse_conv_act},
     {"fuse-linear-act", g_pass_fuse_linear_act},
     {"fuse-elementwise", g_pass_fuse_elementwise},
+    {"fuse-rope", g_pass_fuse_rope},
     {"fuse-attention", g_pass_fuse_attention},
     {"dce", g_pass_dce},
 };

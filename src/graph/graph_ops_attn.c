@@ -159,6 +159,11 @@ static fm_status inf_attention_kv(const gctx *c, const gtype *in, gtype *out) {
         if (in[i].dt != in[0].dt || in[i].ndim != 4 || in[i].d[0] != B || in[i].d[1] != KV || in[i].d[3] != D || in[i].d[2] != in[1].d[2])
             return fm_set_error(FM_ERR_INVALID, "past %s must be [%lld, %lld, past, %lld] of the qkv's dtype (qkv %s)", g_tshape(&in[i], s1, sizeof s1),
                                 (long long)B, (long long)KV, (long long)D, g_tshape(&in[0], s2, sizeof s2));
+    if (c->n->n_in > 3) /* a rope's cos and sin for the T new positions */
+        for (int i = 3; i < 5; i++)
+            if (i >= c->n->n_in || in[i].dt != in[0].dt || in[i].ndim != 2 || in[i].d[0] != T || in[i].d[1] != D || D % 2)
+                return fm_set_error(FM_ERR_INVALID, "rope tables (inputs 3 and 4) must be [%lld, %lld] of the qkv's dtype, both given", (long long)T,
+                                    (long long)D);
     out[0] = (gtype){in[0].dt, 3, {B, T, H * D}};
     out[1] = out[2] = (gtype){in[0].dt, 4, {B, KV, in[1].d[2] + T, D}};
     return FM_OK;
@@ -236,18 +241,28 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     if (ga_int(c, "n_head", 0, &H) || ga_int(c, "n_kv_head", H, &KV) || ga_float(c, "scale", 0, &scale)) return fm_last_status();
     fm_tensor *q = NULL, *k = NULL, *v = NULL, *y = NULL, *t = NULL;
     if (fm_qkv_split_heads(in[0], (int)H, (int)KV, &q, &k, &v)) return fm_last_status();
+    const bool rope = c->n->n_in > 3;
+    for (int r = 0; rope && r < 2; r++) { /* q and k rotated for their positions (fuse-rope's rope, Llama's) */
+        fm_tensor **x = r ? &k : &q, *rx = fm_rope(*x, in[3], in[4]);
+        fm_tensor_release(*x);
+        *x = rx;
+        if (!rx) { fm_tensor_release_n(3, q, k, v); return fm_last_status(); }
+    }
     const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
     const bool app = g_kv_append_on(c); /* caches with room (a prompt's too: its first decode step appends in place) */
     if (app) {
         out[1] = g_kv_append(c, in[1], k);
         out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
     }
-    if (L == T) { /* a prompt: no past */
+    if (L == T && !rope) { /* a prompt: no past */
         if (out[1] || !app) out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
         if (!app) out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
-    } else {
-        if (!app) out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
-        if (out[1] && out[2]) y = T == 1 ? fm_scaled_dot_product_attention(q, out[1], out[2], false, scale) : masked_attention(q, out[1], out[2], scale);
+    } else { /* a decode step, or a prompt whose q and k were rotated (not the projection's) */
+        if (!app && L == T) out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
+        else if (!app) out[1] = fm_cat(2, (fm_tensor *[]){in[1], k}, 2), out[2] = fm_cat(2, (fm_tensor *[]){in[2], v}, 2);
+        if (out[1] && out[2])
+            y = L == T ? fm_scaled_dot_product_attention(q, k, v, true, scale)
+              : T == 1 ? fm_scaled_dot_product_attention(q, out[1], out[2], false, scale) : masked_attention(q, out[1], out[2], scale);
         if (y) t = fm_transpose(y, 1, 2);
         if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});
     }
@@ -258,11 +273,31 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     return st;
 }
 
+/* rope: x [..., T, D] (D even) with cos, sin [T, D] of x's dtype: fm_rope. */
+static fm_status inf_rope(const gctx *c, const gtype *in, gtype *out) {
+    (void)c;
+    char s1[96], s2[96];
+    if (need_float(&in[0], "x")) return fm_last_status();
+    const int nd = in[0].ndim;
+    bool ok = nd >= 2 && in[0].d[nd - 1] % 2 == 0;
+    for (int k = 1; ok && k < 3; k++) ok = in[k].dt == in[0].dt && in[k].ndim == 2 && in[k].d[0] == in[0].d[nd - 2] && in[k].d[1] == in[0].d[nd - 1];
+    if (!ok) return fm_set_error(FM_ERR_INVALID, "x %s needs [..., T, D] with D even, and cos and sin [T, D] of its dtype (cos %s)",
+                                 g_tshape(&in[0], s1, sizeof s1), g_tshape(&in[1], s2, sizeof s2));
+    out[0] = in[0];
+    return FM_OK;
+}
+
+static fm_status run_rope(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    (void)c;
+    RUN_DONE(fm_rope(in[0], in[1], in[2]));
+}
+
 const g_op_spec g_ops_attn[] = {
     {"scaled_dot_product_attention", 3, 3, 1, "causal,scale", inf_sdpa, run_sdpa, NULL},
     {"causal_attention", 3, 3, 1, "scale", inf_causal_attention, run_causal_attention, NULL},
     {"sdpa_qkv", 1, 1, 1, "n_head,n_kv_head,causal,scale", inf_sdpa_qkv, run_sdpa_qkv, NULL},
     {"qkv_split_heads", 1, 1, 3, "n_head,n_kv_head", inf_qkv_split, run_qkv_split, NULL},
-    {"attention_kv", 3, 3, 3, "n_head,n_kv_head,scale", inf_attention_kv, run_attention_kv, NULL},
+    {"attention_kv", 3, 5, 3, "n_head,n_kv_head,scale", inf_attention_kv, run_attention_kv, NULL},
+    {"rope", 3, 3, 1, "", inf_rope, run_rope, NULL},
 };
 const int g_n_ops_attn = (int)(sizeof g_ops_attn / sizeof g_ops_attn[0]);

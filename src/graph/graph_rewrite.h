@@ -59,5 +59,6 @@ fm_graph *g_pass_matmul_to_linear(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_silu(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fold_reshape(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fuse_rope(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t n);
 #endif

@@ -566,6 +566,19 @@ static fm_status x_mod(xnode *x, const char *op) {
            emit(e, "Add", INS(r, x->in[1]), OUTS(rb), 0) || emit(e, "Where", INS(fix, rb, r), OUTS(x->out[0]), 0);
 }
 
+/* rope(x, cos, sin) as the rotate-half composition it fused: the halves of x's last axis (D),
+ * Neg, Concat, two Muls and an Add. */
+static fm_status x_rope(exporter *e, const char *x, const char *cs, const char *sn, int64_t D, const char *y) {
+    const int64_t last = -1, z = 0, h = D / 2, d = D;
+    const char *ax = const_i64(e, 1, &last), *x1 = tmp_name(e), *x2 = tmp_name(e), *n2 = tmp_name(e), *rot = tmp_name(e), *a = tmp_name(e), *b = tmp_name(e);
+    return emit(e, "Slice", INS(x, const_i64(e, 1, &z), const_i64(e, 1, &h), ax), OUTS(x1), 0) ||
+                   emit(e, "Slice", INS(x, const_i64(e, 1, &h), const_i64(e, 1, &d), ax), OUTS(x2), 0) || emit(e, "Neg", INS(x2), OUTS(n2), 0) ||
+                   emit(e, "Concat", INS(n2, x1), OUTS(rot), 1, a_int(e, "axis", -1)) || emit(e, "Mul", INS(x, cs), OUTS(a), 0) ||
+                   emit(e, "Mul", INS(rot, sn), OUTS(b), 0) || emit(e, "Add", INS(a, b), OUTS(y), 0)
+               ? fm_last_status()
+               : FM_OK;
+}
+
 /* attention_kv (fathom compile's fuse-attention): the split, the two cache Concats,
  * causal_attention and the head merge it stands for. */
 static fm_status x_attention_kv(xnode *x) {
@@ -580,6 +593,12 @@ static fm_status x_attention_kv(xnode *x) {
     a.in[0] = s.out[0], a.in[1] = x->out[1], a.in[2] = x->out[2], a.out[0] = tmp_name(e), a.t0 = &qt;
     const char *t = tmp_name(e);
     fm_status st = x_qkv_split_heads(&s);
+    if (x->n->n_in > 3) { /* q and k rotated first (the ropes fuse-attention took in) */
+        const char *qr = tmp_name(e), *kr = tmp_name(e);
+        if (!st) st = x_rope(e, s.out[0], x->in[3], x->in[4], D, qr);
+        if (!st) st = x_rope(e, s.out[1], x->in[3], x->in[4], D, kr);
+        a.in[0] = qr, s.out[1] = kr;
+    }
     if (!st) st = emit(e, "Concat", INS(x->in[1], s.out[1]), OUTS(x->out[1]), 1, a_int(e, "axis", 2));
     if (!st) st = emit(e, "Concat", INS(x->in[2], s.out[2]), OUTS(x->out[2]), 1, a_int(e, "axis", 2));
     if (!st) st = x_causal_attention(&a);
@@ -654,6 +673,7 @@ static fm_status x_misc(xnode *x, const char *op) {
         return emit(e, "Sigmoid", INS(x->in[0]), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(x->in[0], t), OUTS(x->out[0]), 0);
     if (!strcmp(op, "ew_chain")) return x_ew_chain(x);
     if (!strcmp(op, "fmod") || !strcmp(op, "remainder")) return x_mod(x, op);
+    if (!strcmp(op, "rope")) return x_rope(e, x->in[0], x->in[1], x->in[2], x->t0->d[x->t0->ndim - 1], x->out[0]);
     if (!strcmp(op, "dim_size") || !strcmp(op, "arange")) return x_dim_data(x, op);
     if (!strcmp(op, "cumsum"))
         return emit(e, "CumSum", INS(x->in[0], const_scalar(e, (double)at_int(x->n, "axis", 0), FM_I64)), OUTS(x->out[0]), 2,

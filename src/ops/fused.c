@@ -42,6 +42,55 @@ static fm_status qkv_split_backward(fm_node *n, fm_tensor *const *grad_out, fm_t
     return FM_OK;
 }
 
+/* ---- rope ---- */
+
+static fm_tensor *rope_call(fm_tensor *x, fm_tensor *cs, fm_tensor *sn, int inverse) {
+    fm_tensor *y = fm_tensor_empty(x->ndim, x->shape, x->dtype, fm_tensor_device(x));
+    fm_rope_attrs a = {inverse};
+    fm_op_call call = {.op = FM_OP_ROPE, .n_in = 3, .n_out = 1, .in = {x, cs, sn}, .out = {y}, .attrs = &a};
+    if (y && fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
+    return y;
+}
+
+/* y is linear in x: dx is the transposed rotation of dy (the kernel's inverse) */
+static fm_status rope_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor **grad_in) {
+    if (!fm_node_needs_grad(n, 0) || !grad_out[0]) return FM_OK;
+    return (grad_in[0] = rope_call(grad_out[0], n->saved[0], n->saved[1], 1)) ? FM_OK : fm_last_status();
+}
+
+fm_tensor *fm_rope(fm_tensor *x, fm_tensor *cs, fm_tensor *sn) {
+    char s1[96], s2[96], s3[96];
+    if (!x || !cs || !sn) { fm_set_error(FM_ERR_INVALID, "rope: %s is NULL", !x ? "x" : !cs ? "cos" : "sin"); return NULL; }
+    if (!fm_dtype_is_float(x->dtype) || cs->dtype != x->dtype || sn->dtype != x->dtype) {
+        fm_set_error(FM_ERR_INVALID, "rope: x, cos and sin must share one floating-point dtype, got %s, %s, %s", fm_dtype_name(x->dtype),
+                     fm_dtype_name(cs->dtype), fm_dtype_name(sn->dtype));
+        return NULL;
+    }
+    const int64_t T = x->ndim >= 2 ? x->shape[x->ndim - 2] : -1, D = x->ndim >= 2 ? x->shape[x->ndim - 1] : -1;
+    bool ok = x->ndim >= 2 && D > 0 && D % 2 == 0;
+    for (int k = 0; k < 2; k++) {
+        const fm_tensor *t = k ? sn : cs;
+        ok = ok && t->ndim == 2 && t->shape[0] == T && t->shape[1] == D;
+    }
+    if (!ok) {
+        fm_set_error(FM_ERR_INVALID, "rope: x %s needs [..., T, D] with D even, and cos %s and sin %s [T, D]", fm_shape_str(x->ndim, x->shape, s1, sizeof s1),
+                     fm_shape_str(cs->ndim, cs->shape, s2, sizeof s2), fm_shape_str(sn->ndim, sn->shape, s3, sizeof s3));
+        return NULL;
+    }
+    if (!fm_device_eq(fm_tensor_device(x), fm_tensor_device(cs)) || !fm_device_eq(fm_tensor_device(x), fm_tensor_device(sn))) {
+        fm_set_error(FM_ERR_INVALID, "rope: x, cos and sin are not on one device");
+        return NULL;
+    }
+    fm_tensor *y = rope_call(x, cs, sn, 0);
+    fm_node *n = y ? fm_node_begin(FM_OP_ROPE, 1, &x, rope_backward) : NULL;
+    if (n) {
+        fm_node_save(n, 0, cs);
+        fm_node_save(n, 1, sn);
+        fm_node_finish(n, 1, &y);
+    }
+    return y;
+}
+
 /* qkv [B, T, (n_head + 2*n_kv_head) * D] with D >= 1 */
 static fm_status qkv_geometry(const char *op, const fm_tensor *qkv, int n_head, int n_kv_head, fm_qkv_split_attrs *a) {
     char s[128];

@@ -106,6 +106,44 @@ static fm_status input_shapes(const fm_graph *g, const fm_plan_graph_opts *o, co
     return FM_OK;
 }
 
+/* The weights a quantized node stands for, counted as the fp32 model's (int8 panels' padding
+ * and int4's two codes a byte undone), with its weight and scale constants marked in aux so
+ * they are not counted again; 0 for other nodes. */
+static int64_t quantized_weights(const fm_graph *g, const gnode *n, bool *aux) {
+    const char *op = n->op;
+    const bool q8 = !strcmp(op, "qlinear_int8") || !strcmp(op, "qconv2d_int8"), q4 = !strcmp(op, "qlinear_int4") || !strcmp(op, "qembedding_int4");
+    const bool e8 = !strcmp(op, "qembedding_int8");
+    if (!q8 && !q4 && !e8) return 0;
+    const int skip_bias = q8 ? 3 : -1; /* qlinear_int8/qconv2d_int8's input 3 is a float bias: a parameter */
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && g->values[n->in[k]].kind == GV_CONST && k != skip_bias && !(q4 && k == 4 && !strcmp(op, "qlinear_int4"))) aux[n->in[k]] = true;
+    const int wi = q8 || !strcmp(op, "qlinear_int4") ? 1 : 0; /* the embeddings' weight comes first */
+    const gvalue *w = n->in[wi] >= 0 ? &g->values[n->in[wi]] : NULL;
+    if (q4) return w && w->tensor ? 2 * fm_tensor_numel(w->tensor) : 0;
+    const gvalue *sc = &g->values[n->in[q8 ? 2 : 1]], *x = q8 ? &g->values[n->in[0]] : NULL;
+    const int64_t rows = sc->tensor ? fm_tensor_numel(sc->tensor) : 0;
+    if (e8) { const gattr *d = g_node_attr(n, "dim"); return rows * (d ? d->i : 0); }
+    if (!strcmp(op, "qlinear_int8")) return rows * (x->t.ndim ? x->t.d[x->t.ndim - 1] : 0);
+    const gattr *kr = g_node_attr(n, "kernel");
+    const int64_t kk = kr && kr->n == 2 ? kr->ints[0].v * kr->ints[1].v : 1;
+    return rows * (x->t.ndim > 1 ? x->t.d[1] : 0) * kk;
+}
+
+/* The model's parameters: float constants, and the weights quantized nodes hold (as many as
+ * before quantization; their scales, zero sums and offsets not counted). */
+static long long graph_params(const fm_graph *g) {
+    bool *aux = calloc((size_t)g->n_values + 1, sizeof *aux);
+    long long p = 0;
+    if (!aux) return -1;
+    for (int i = 0; i < g->n_nodes; i++) p += quantized_weights(g, &g->nodes[i], aux);
+    for (int v = 0; v < g->n_values; v++) {
+        const fm_tensor *t = g->values[v].kind == GV_CONST && !aux[v] ? g->values[v].tensor : NULL;
+        if (t && fm_dtype_is_float(t->dtype)) p += fm_tensor_numel(t);
+    }
+    free(aux);
+    return p;
+}
+
 fm_status fm_plan_run_graph(const char *model, const fm_plan_graph_opts *o, fm_plan_graph_run *out) {
     memset(out, 0, sizeof *out);
     if (!model || !o) return fm_set_error(FM_ERR_INVALID, "plan graph: model and options must not be NULL");
@@ -121,10 +159,7 @@ fm_status fm_plan_run_graph(const char *model, const fm_plan_graph_opts *o, fm_p
     int64_t (*shapes)[FM_MAX_DIMS] = calloc((size_t)fm_graph_num_inputs(g) + 1, sizeof *shapes);
     fm_status st = shapes ? input_shapes(g, o, used, shapes, out) : fm_set_error(FM_ERR_OOM, "out of host memory");
     out->nodes = fm_graph_num_nodes(g), out->consts = fm_graph_num_consts(g);
-    for (int v = 0; v < g->n_values; v++) {
-        const fm_tensor *t = g->values[v].kind == GV_CONST ? g->values[v].tensor : NULL;
-        if (t && fm_dtype_is_float(t->dtype)) out->params += fm_tensor_numel(t);
-    }
+    out->params = graph_params(g);
     plan_step_opts so;
     plan_step_defaults(&so);
     so.dev = o->device;

@@ -11,6 +11,7 @@
 
 #include "fathom/autograd.h"
 #include "fathom/ops.h"
+#include "core/parallel.h" /* fm_set_num_threads */
 
 /* q/k/v the slow way: narrow the fused last dim, split heads, move them before T */
 static fm_tensor *fz_ref(fm_tensor *qkv, int64_t start, int64_t heads, int64_t D) {
@@ -527,3 +528,63 @@ static int add_ln_grad(void) {
 }
 
 OP_TEST("add_layer_norm", add_ln_forward, add_ln_grad)
+
+/* ---- rope: against the composition it replaces (bitwise in f32 and f64, a strided x, every
+ * thread count), the bf16 path through f32, its gradient, and bad input ---- */
+static fm_tensor *rope_ref(fm_tensor *x, fm_tensor *cs, fm_tensor *sn) {
+    const int64_t D = x->shape[x->ndim - 1];
+    fm_tensor *x1 = fm_narrow(x, x->ndim - 1, 0, D / 2), *x2 = fm_narrow(x, x->ndim - 1, D / 2, D / 2), *nx2 = fm_neg(x2);
+    fm_tensor *rot = fm_cat(2, (fm_tensor *[]){nx2, x1}, x->ndim - 1), *a = fm_mul(x, cs), *b = fm_mul(rot, sn), *y = fm_add(a, b);
+    fm_tensor_release_n(6, x1, x2, nx2, rot, a, b);
+    return y;
+}
+
+static int rope_forward(void) {
+    OP_BEGIN;
+    fm_dtype dts[2] = {FM_F32, FM_F64};
+    for (int d = 0; d < 2; d++)
+        for (int th = 1; th <= 2; th++) {
+            fm_set_num_threads(th);
+            fm_tensor *xb = op_randn(4, (int64_t[]){2, 5, 3, 8}, dts[d], 70), *x = fm_transpose(xb, 1, 2); /* [2, 3, 5, 8] strided */
+            fm_tensor *cs = op_randn(2, (int64_t[]){5, 8}, dts[d], 71), *sn = op_randn(2, (int64_t[]){5, 8}, dts[d], 72);
+            fm_tensor *y = fm_rope(x, cs, sn), *r = rope_ref(x, cs, sn);
+            CHECK_MSG(y && r && fz_maxdiff(y, r) == 0.0, "rope %s, %d threads: differs from the composition by %g", fm_dtype_name(dts[d]), th,
+                      fz_maxdiff(y, r));
+            fm_tensor *x2 = op_randn(2, (int64_t[]){5, 8}, dts[d], 73), *y2 = fm_rope(x2, cs, sn), *r2 = rope_ref(x2, cs, sn);
+            CHECK_MSG(y2 && fz_maxdiff(y2, r2) == 0.0, "rope 2-D %s", fm_dtype_name(dts[d]));
+            fm_tensor_release_n(9, xb, x, cs, sn, y, r, x2, y2, r2);
+        }
+    fm_set_num_threads(0);
+    /* bf16 runs through f32 and rounds once */
+    fm_tensor *x = op_randn(3, (int64_t[]){2, 4, 6}, FM_F32, 74), *cs = op_randn(2, (int64_t[]){4, 6}, FM_F32, 75), *sn = op_randn(2, (int64_t[]){4, 6}, FM_F32, 76);
+    fm_tensor *xb = fm_to_dtype(x, FM_BF16), *cb = fm_to_dtype(cs, FM_BF16), *sb = fm_to_dtype(sn, FM_BF16);
+    fm_tensor *yb = fm_rope(xb, cb, sb), *yf = fm_rope(x, cs, sn);
+    CHECK_MSG(yb && yb->dtype == FM_BF16 && fz_maxdiff(yb, yf) < 0.1, "rope bf16: %s, %g", fm_last_error(), fz_maxdiff(yb, yf));
+    /* bad input */
+    fm_tensor *odd = op_randn(2, (int64_t[]){4, 5}, FM_F32, 77), *c5 = op_randn(2, (int64_t[]){4, 5}, FM_F32, 78), *c3 = op_randn(2, (int64_t[]){3, 6}, FM_F32, 79);
+    CHECK(fm_rope(odd, c5, c5) == NULL);
+    CHECK_ERR_CONTAINS("with D even");
+    CHECK(fm_rope(x, c3, sn) == NULL);
+    CHECK_ERR_CONTAINS("rope: x [2, 4, 6] needs [..., T, D] with D even, and cos [3, 6] and sin [4, 6] [T, D]");
+    CHECK(fm_rope(x, cb, sn) == NULL);
+    CHECK_ERR_CONTAINS("one floating-point dtype");
+    CHECK(fm_rope(NULL, cs, sn) == NULL);
+    fm_tensor_release_n(12, x, cs, sn, xb, cb, sb, yb, yf, odd, c5, c3, NULL);
+    OP_END;
+}
+
+static fm_tensor *rope_gc(fm_tensor **in, void *ctx) {
+    fm_tensor **t = ctx;
+    return fm_rope(in[0], t[0], t[1]);
+}
+
+static int rope_grad(void) {
+    OP_BEGIN;
+    fm_tensor *x = op_randn(4, (int64_t[]){2, 2, 3, 6}, FM_F64, 80);
+    fm_tensor *tab[2] = {op_randn(2, (int64_t[]){3, 6}, FM_F64, 81), op_randn(2, (int64_t[]){3, 6}, FM_F64, 82)};
+    fm_tensor_requires_grad_(x, true);
+    CHECK(gradcheck("rope", rope_gc, 1, &x, tab, 1e-6, 1e-6));
+    fm_tensor_release_n(3, x, tab[0], tab[1]);
+    OP_END;
+}
+OP_TEST("rope", rope_forward, rope_grad)

@@ -404,7 +404,48 @@ static fm_status add_ln_bwd_kernel(const fm_op_call *c) {
     return FM_OK;
 }
 
+/* ---- rope: y = x * cos + rotate_half(x) * sin (inverse: the transpose, dx from dy: each half's
+ * sin from the other half, negated), row by row; the
+ * products and the sum rounded as the composition's mul, mul and add (no FMA at this ISA
+ * level), so the fused graph equals the unfused one bit for bit ---- */
+typedef struct rope_job { const char *x, *c, *s; char *y; int64_t T, D; bool f64; bool inverse; } rope_job;
+
+#define ROPE_ROW(TY)                                                                                        \
+    do {                                                                                                    \
+        const TY *x = (const TY *)j->x + r * D, *c = (const TY *)j->c + t * D, *s = (const TY *)j->s + t * D; \
+        TY *y = (TY *)j->y + r * D;                                                                         \
+        for (int64_t i = 0; i < h; i++) {                                                                   \
+            const TY si = j->inverse ? -s[i + h] : s[i], sh = j->inverse ? -s[i] : s[i + h];                \
+            const TY lo = x[i] * c[i], hi = x[i + h] * c[i + h], rl = -x[i + h] * si, rh = x[i] * sh;       \
+            y[i] = lo + rl;                                                                                 \
+            y[i + h] = hi + rh;                                                                             \
+        }                                                                                                   \
+    } while (0)
+
+static void rope_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const rope_job *j = ctx;
+    const int64_t D = j->D, h = D / 2;
+    for (int64_t r = b; r < e; r++) {
+        const int64_t t = r % j->T;
+        if (j->f64) ROPE_ROW(double);
+        else ROPE_ROW(float);
+    }
+}
+
+static fm_status rope_kernel(const fm_op_call *c) {
+    const fm_rope_attrs *a = c->attrs;
+    const fm_tensor *x = c->in[0];
+    if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
+    rope_job j = {fm_tensor_data(x), fm_tensor_data(c->in[1]), fm_tensor_data(c->in[2]), fm_tensor_data(c->out[0]), x->shape[x->ndim - 2],
+                  x->shape[x->ndim - 1], x->dtype == FM_F64, a->inverse != 0};
+    const int64_t rows = j.D ? fm_tensor_numel(x) / j.D : 0, grain = 8192 / (j.D > 0 ? j.D : 1);
+    if (rows > 0) fm_parallel_for(rows, grain < 1 ? 1 : grain, rope_task, &j);
+    return FM_OK;
+}
+
 void fm_cpu_kernels_fused(fm_backend *b) {
+    b->kernels[FM_OP_ROPE] = rope_kernel;
     b->kernels[FM_OP_QKV_SPLIT_HEADS] = qkv_split_kernel;
     b->kernels[FM_OP_QKV_SPLIT_HEADS_BACKWARD] = qkv_split_bwd_kernel;
     b->kernels[FM_OP_BIAS_GELU_TANH] = bias_gelu_kernel;

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/conv_geom.h" /* fm_cpu_qconv8_scratch */
 #include "backend/cpu/qconv.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/quant_kernels.h"
@@ -232,11 +233,23 @@ static void q8_scale_of(qconv_job *j) {
     j->zb = (uint8_t)j->zero;
 }
 
-static fm_status run_chunked(qconv_job *j) {
-    const int64_t N = j->N, nx = j->out512 ? 1 : N * j->C * j->H * j->W, nh = N * j->img + QCONV_SLACK;
+/* The chunked path's blocks: the codes (u8), NHWC codes (u8), columns (u8), staging (f32)
+ * element counts, and the samples a chunk. */
+static int64_t chunked_sizes(const qconv_job *j, int64_t n[4]) {
+    const int64_t N = j->N;
     int64_t nb = QCONV_CHUNK_BYTES / (j->P * (j->direct ? 0 : j->lda) + j->P * j->O * (int64_t)sizeof(float));
     nb = nb < 1 ? 1 : nb > N ? N : nb;
-    const int64_t ncol = j->direct ? 1 : nb * j->P * j->lda + QCONV_SLACK, nyt = nb * j->P * j->O;
+    n[0] = j->out512 ? 1 : N * j->C * j->H * j->W;
+    n[1] = N * j->img + QCONV_SLACK;
+    n[2] = j->direct ? 1 : nb * j->P * j->lda + QCONV_SLACK;
+    n[3] = nb * j->P * j->O;
+    return nb;
+}
+
+static fm_status run_chunked(qconv_job *j) {
+    const int64_t N = j->N;
+    int64_t sz[4];
+    const int64_t nb = chunked_sizes(j, sz), nx = sz[0], nh = sz[1], ncol = sz[2], nyt = sz[3];
     fm_tensor *tq = fm_tensor_empty(1, &nx, FM_U8, FM_CPU), *th = fm_tensor_empty(1, &nh, FM_U8, FM_CPU);
     fm_tensor *tc = fm_tensor_empty(1, &ncol, FM_U8, FM_CPU), *ty = fm_tensor_empty(1, &nyt, FM_F32, FM_CPU);
     if (!tq || !th || !tc || !ty) {
@@ -287,10 +300,14 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-static fm_status run_per_sample(qconv_job *j, int nt) {
-    const int64_t CHW = j->C * j->H * j->W;
-    j->s8 = CHW + j->img + (j->direct ? 0 : j->P * j->lda) + 2 * QCONV_SLACK + 64;
+/* The per-sample path's per-thread block sizes (u8 codes, NHWC codes and columns; f32 staging). */
+static void sample_sizes(qconv_job *j) {
+    j->s8 = j->C * j->H * j->W + j->img + (j->direct ? 0 : j->P * j->lda) + 2 * QCONV_SLACK + 64;
     j->s32 = j->P * j->O + 16;
+}
+
+static fm_status run_per_sample(qconv_job *j, int nt) {
+    sample_sizes(j);
     const int64_t n8 = nt * j->s8, n32 = nt * j->s32;
     fm_tensor *t8 = fm_tensor_empty(1, &n8, FM_U8, FM_CPU), *t32 = fm_tensor_empty(1, &n32, FM_F32, FM_CPU);
     if (!t8 || !t32) {
@@ -305,12 +322,11 @@ static fm_status run_per_sample(qconv_job *j, int nt) {
     return FM_OK;
 }
 
-/* QCONV2D_INT8: in = {x, panels, w_scale, bias|NULL, w_sum} (backend/kernel_attrs.h) */
-static fm_status qconv8_kernel(const fm_op_call *c) {
+/* The job's geometry for call c (no data pointers or epilogue); false when there is no work. */
+static bool qconv_setup(const fm_op_call *c, qconv_job *jp) {
     const fm_qconv8_attrs *at = c->attrs;
     const fm_tensor *x = c->in[0], *y = c->out[0];
-    qconv_job j = {.at = at, .N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .O = y->shape[1],
-                   .x = fm_tensor_data(x), .panels = fm_tensor_data(c->in[1]), .y = fm_tensor_data(y), .impl = fm_q8_impl_best()};
+    qconv_job j = {.at = at, .N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .O = y->shape[1]};
     j.Ho = fm_conv2d_out_size(j.H, at->kh, at->stride[0], at->padding[0], at->dilation[0]);
     j.Wo = fm_conv2d_out_size(j.W, at->kw, at->stride[1], at->padding[1], at->dilation[1]);
     j.P = j.Ho * j.Wo;
@@ -322,15 +338,41 @@ static fm_status qconv8_kernel(const fm_op_call *c) {
     j.Wpad = j.W + 2 * (int64_t)at->padding[1];
     j.img = j.Hpad * j.Wpad * j.C;
     j.direct = at->kh == 1 && at->kw == 1 && at->stride[0] == 1 && at->stride[1] == 1 && at->padding[0] == 0 && at->padding[1] == 0 && j.lda == j.C;
-    if (j.N == 0 || j.P == 0 || j.O == 0) return FM_OK;
+    *jp = j;
+    return j.N != 0 && j.P != 0 && j.O != 0;
+}
+
+/* one sample a task when every thread gets one and a sample's scratch fits a core's L2 */
+static bool per_sample(const qconv_job *j, int nt) {
+    const int64_t per = j->C * j->H * j->W + j->img + j->P * j->lda + 4 * j->P * j->O;
+    return j->N >= nt && nt > 1 && per <= (1 << 20);
+}
+
+int fm_cpu_qconv8_scratch(const fm_op_call *c, int64_t n[4], fm_dtype dt[4]) {
+    qconv_job j;
+    if (!qconv_setup(c, &j)) return 0;
+    const int nt = fm_num_threads();
+    if (per_sample(&j, nt)) {
+        sample_sizes(&j);
+        n[0] = nt * j.s8, n[1] = nt * j.s32, dt[0] = FM_U8, dt[1] = FM_F32;
+        return 2;
+    }
+    chunked_sizes(&j, n);
+    dt[0] = dt[1] = dt[2] = FM_U8, dt[3] = FM_F32;
+    return 4;
+}
+
+/* QCONV2D_INT8: in = {x, panels, w_scale, bias|NULL, w_sum} (backend/kernel_attrs.h) */
+static fm_status qconv8_kernel(const fm_op_call *c) {
+    const fm_qconv8_attrs *at = c->attrs;
+    qconv_job j;
+    if (!qconv_setup(c, &j)) return FM_OK;
+    j.x = fm_tensor_data(c->in[0]), j.panels = fm_tensor_data(c->in[1]), j.y = fm_tensor_data(c->out[0]), j.impl = fm_q8_impl_best();
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
                          NULL, j.O, at->relu ? FM_QACT_RELU : FM_QACT_NONE, NULL, NULL};
     j.ep = &ep;
     const int nt = fm_num_threads();
-    /* one sample a task when every thread gets one and a sample's scratch fits a core's L2 */
-    const int64_t per = j.C * j.H * j.W + j.img + j.P * j.lda + 4 * j.P * j.O;
-    if (j.N >= nt && nt > 1 && per <= (1 << 20)) return run_per_sample(&j, nt);
-    return run_chunked(&j);
+    return per_sample(&j, nt) ? run_per_sample(&j, nt) : run_chunked(&j);
 }
 
 void fm_cpu_kernels_qconv(fm_backend *b) { b->kernels[FM_OP_QCONV2D_INT8] = qconv8_kernel; }

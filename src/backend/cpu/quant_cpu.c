@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/conv_geom.h" /* fm_cpu_qlinear8_scratch */
 #include "backend/cpu/quant_kernels.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
@@ -122,6 +123,12 @@ void fm_q8_quantize_rows(const float *xp, int64_t M, int64_t K, int64_t lda, dou
     fm_parallel_for(blocks, 1, codes_task, &j);
 }
 
+int64_t fm_cpu_qlinear8_scratch(const fm_op_call *c) {
+    const fm_tensor *x = c->in[0];
+    const int64_t K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0, lda = c->in[1]->ndim == 4 ? 4 * ((K + 3) / 4) : K;
+    return M * lda > 0 ? M * lda : 1;
+}
+
 /* Per-row dynamic (FM_QLINEAR_INT8_PER_ROW): each row's codes at its own range, then
  * the kernels' epilogue with the row's scale and zero point (fm_q8_epilogue.row_scale).
  * The integer sums are exact and the epilogue reads only the row's values, so a row's
@@ -133,7 +140,7 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
     const int64_t N = c->in[2]->shape[0], K = x->shape[x->ndim - 1], M = K ? fm_tensor_numel(x) / K : 0;
     const int64_t lda = 4 * ((K + 3) / 4);
     if (w->ndim != 4) return fm_set_error(FM_ERR_INVALID, "qlinear_int8: per-row activation scales take the weights as panels");
-    int64_t qn = M * lda > 0 ? M * lda : 1;
+    int64_t qn = fm_cpu_qlinear8_scratch(c);
     fm_tensor *qt = fm_tensor_zeros(1, &qn, FM_U8, FM_CPU); /* zeros past K: the panels' padding */
     uint8_t *q = qt ? fm_tensor_data(qt) : NULL;
     float *sc = malloc(sizeof(float) * (size_t)(M > 0 ? M : 1));
@@ -173,7 +180,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     const int64_t lda = panels ? 4 * ((K + 3) / 4) : K;
     /* the codes in a tensor of the caching allocator: a block reused call after call, where a
      * malloc of the prefill's 256 KiB went to mmap and faulted its pages in on every call */
-    int64_t qn = M * lda > 0 ? M * lda : 1;
+    int64_t qn = fm_cpu_qlinear8_scratch(c);
     fm_tensor *qt = fm_tensor_empty(1, &qn, FM_U8, FM_CPU);
     uint8_t *q = qt ? fm_tensor_data(qt) : NULL;
     int32_t *wsum = panels ? NULL : malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));

@@ -315,7 +315,38 @@ static fm_status k_add_ln_bwd(const fm_op_call *c) {
     return fm_cuda_check_launch(fm_cuda_op_name(c));
 }
 
+/* rope: one thread per pair (i, i + D/2) of a row, as the CPU's (fused_cpu.c) */
+template <typename A>
+__global__ void rope_k(const void *x, const void *cs, const void *sn, void *y, int dt, int64_t T, int64_t D, int64_t pairs, int inverse) {
+    const int64_t h = D / 2;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = p / h, i = p % h, t = r % T, o = r * D + i, u = t * D + i;
+        A si = fm_ld<A>(sn, dt, u), sh = fm_ld<A>(sn, dt, u + h);
+        if (inverse) { const A t = si; si = -sh, sh = -t; } /* the transpose: each half's sin from the other half */
+        const A xl = fm_ld<A>(x, dt, o), xh = fm_ld<A>(x, dt, o + h);
+        const A lo = xl * fm_ld<A>(cs, dt, u), hi = xh * fm_ld<A>(cs, dt, u + h), rl = -xh * si, rh = xl * sh;
+        fm_st<A>(y, dt, o, lo + rl);
+        fm_st<A>(y, dt, o + h, hi + rh);
+    }
+}
+
+static fm_status k_rope(const fm_op_call *c) {
+    const fm_rope_attrs *a = (const fm_rope_attrs *)c->attrs;
+    const fm_tensor *x = c->in[0];
+    const int64_t D = x->shape[x->ndim - 1], T = x->shape[x->ndim - 2], pairs = fm_tensor_numel(x) / 2;
+    if (!pairs) return FM_OK;
+    const unsigned bl = fm_cuda_blocks(pairs, 256);
+    if (x->dtype == FM_F64)
+        rope_k<double><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(x), fm_tensor_data(c->in[1]), fm_tensor_data(c->in[2]),
+                                                          fm_tensor_data(c->out[0]), x->dtype, T, D, pairs, a->inverse);
+    else
+        rope_k<float><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(x), fm_tensor_data(c->in[1]), fm_tensor_data(c->in[2]),
+                                                         fm_tensor_data(c->out[0]), x->dtype, T, D, pairs, a->inverse);
+    return fm_cuda_check_launch("rope");
+}
+
 extern "C" void fm_cuda_kernels_fused(fm_backend *b) {
+    b->kernels[FM_OP_ROPE] = k_rope;
     b->kernels[FM_OP_QKV_SPLIT_HEADS] = k_qkv_split;
     b->kernels[FM_OP_QKV_SPLIT_HEADS_BACKWARD] = k_qkv_split_bwd;
     b->kernels[FM_OP_BIAS_GELU_TANH] = k_bias_gelu;

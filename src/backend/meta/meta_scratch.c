@@ -150,8 +150,14 @@ static fm_status conv_fused(const fm_op_call *c, fm_device dev) {
 }
 
 static fm_status inner_scratch(const fm_op_call *c, fm_device dev) {
+    int64_t n[4];
+    fm_dtype dt[4];
     switch (c->op) {
     case FM_OP_CONV2D_FUSED: return conv_fused(c, dev);
+    case FM_OP_QCONV2D_INT8: /* qconv_cpu.c: codes, NHWC codes, columns and staging (or per-thread ones) */
+        return hold(dev, fm_cpu_qconv8_scratch(c, n, dt), n, dt);
+    case FM_OP_QLINEAR_INT8: /* quant_cpu.c: the activation codes */
+        return hold(dev, 1, (int64_t[]){fm_cpu_qlinear8_scratch(c)}, (fm_dtype[]){FM_U8});
     case FM_OP_CONV2D: return conv_fwd(c, dev);
     case FM_OP_CONV2D_BACKWARD: return conv_bwd(c, dev);
     case FM_OP_BATCH_NORM: return batch_norm(c, dev, false);
