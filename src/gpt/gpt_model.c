@@ -471,10 +471,17 @@ static fm_tensor *dropout(fm_gpt *m, fm_tensor *x) {
     return fm_dropout(x, m->cfg.dropout, m->training && m->cfg.dropout > 0, m->rng);
 }
 
-/* x [B, h, T, D] rotated for positions pos0 .. pos0+T-1 (rotate-half form). */
+/* x [B, h, T, D] rotated for positions pos0 .. pos0+T-1 (rotate-half form): fm_rope in one
+ * pass when x has the tables' dtype (the same products and sums as the composition below,
+ * which keeps autocast's mixed bf16/f16 x and f32 tables as they were). */
 static fm_tensor *rope(const fm_gpt *m, fm_tensor *x, int64_t pos0, int64_t T) {
     const int64_t D = x->shape[3];
     fm_tensor *cs = fm_narrow(m->rope_cos, 0, pos0, T), *sn = fm_narrow(m->rope_sin, 0, pos0, T);
+    if (cs && sn && x->dtype == cs->dtype && !m->unfused) {
+        fm_tensor *y = fm_rope(x, cs, sn);
+        fm_tensor_release_n(2, cs, sn);
+        return y;
+    }
     fm_tensor *x1 = fm_narrow(x, 3, 0, D / 2), *x2 = fm_narrow(x, 3, D / 2, D / 2);
     fm_tensor *nx2 = x2 ? fm_neg(x2) : NULL;
     fm_tensor *rot = nx2 && x1 ? fm_cat(2, (fm_tensor *[]){nx2, x1}, 3) : NULL;
