@@ -529,21 +529,20 @@ static int scatter_forward(void) {
     fm_tensor *ineg = fm_tensor_from_data((int64_t[]){-1}, 2, (int64_t[]){1, 1}, FM_I64);
     fm_tensor *ifl = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_F32, FM_CPU), *ibig = fm_tensor_zeros(2, (int64_t[]){4, 1}, FM_I64, FM_CPU);
     fm_tensor *s64 = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_F64, FM_CPU), *small = fm_tensor_zeros(2, (int64_t[]){1, 1}, FM_F32, FM_CPU);
-    CHECK(fm_scatter(t, 1, ibad, src, FM_SCATTER_NONE) == NULL);
-    CHECK_ERR_CONTAINS("scatter: index 4 is out of range for axis 1 with size 4");
-    CHECK(fm_scatter(t, 1, ineg, src, FM_SCATTER_ADD) == NULL);
-    CHECK_ERR_CONTAINS("scatter: index -1 is out of range");
-    CHECK(fm_scatter(t, 1, ifl, src, FM_SCATTER_NONE) == NULL);
-    CHECK_ERR_CONTAINS("scatter: index must be i64 or i32, got f32");
-    CHECK(fm_scatter(t, 1, ibig, src, FM_SCATTER_NONE) == NULL);
-    CHECK_ERR_CONTAINS("does not fit input [3, 4]");
-    CHECK(fm_scatter(t, 0, ibig, small, FM_SCATTER_NONE) == NULL);
-    CHECK_ERR_CONTAINS("does not fit input");
-    CHECK(fm_scatter(t, 0, ineg, s64, FM_SCATTER_NONE) == NULL);
-    CHECK_ERR_CONTAINS("scatter: src has dtype f64 but the input f32");
-    CHECK(fm_scatter(t, 2, ineg, src, FM_SCATTER_NONE) == NULL);
-    CHECK(fm_scatter(t, 0, ineg, src, (fm_scatter_reduce)9) == NULL);
-    CHECK_ERR_CONTAINS("unknown reduce 9");
+    const struct { int axis; fm_tensor *index, *src; int reduce; const char *err; } bad[] = {
+        {1, ibad, src, FM_SCATTER_NONE, "scatter: index 4 is out of range for axis 1 with size 4"},
+        {1, ineg, src, FM_SCATTER_ADD, "scatter: index -1 is out of range"},
+        {1, ifl, src, FM_SCATTER_NONE, "scatter: index must be i64 or i32, got f32"},
+        {1, ibig, src, FM_SCATTER_NONE, "does not fit input [3, 4]"},
+        {0, ibig, small, FM_SCATTER_NONE, "does not fit input"},
+        {0, ineg, s64, FM_SCATTER_NONE, "scatter: src has dtype f64 but the input f32"},
+        {2, ineg, src, FM_SCATTER_NONE, "axis 2"},
+        {0, ineg, src, 9, "unknown reduce 9"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        CHECK_MSG(fm_scatter(t, bad[k].axis, bad[k].index, bad[k].src, (fm_scatter_reduce)bad[k].reduce) == NULL, "bad scatter %zu", k);
+        CHECK_ERR_CONTAINS(bad[k].err);
+    }
     fm_scatter_reduce red;
     CHECK(fm_scatter_reduce_parse("amax", &red) == FM_OK && red == FM_SCATTER_AMAX);
     CHECK(fm_scatter_reduce_parse("max", &red) != FM_OK);
