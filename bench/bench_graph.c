@@ -7,7 +7,7 @@
  * allocated bytes during one run of each and (fashion-cnn) the compiled graph's
  * memory plan; the GPT's plan would bind only batch (seq and past stay at their
  * hints), so it is not printed for those rows (0).
- * Usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR] [--cold]
+ * Usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32] [--save-gpt DIR | --save-llama DIR] [--cold]
  * (--batch: the fashion-cnn rows at that batch only, for a profiler)
  * (--cold flushes the caches before every timed run, 64 MiB written and read;
  * --only runs one side alone, for a profiler: its JSON row gives 0 for the others;
@@ -28,7 +28,7 @@
 typedef struct side { const char *name; double t[1024]; size_t peak; } side;
 typedef fm_status (*run_fn)(void *ctx, int which); /* which: 0 eager, 1 graph, 2 compiled */
 static int g_only = -1; /* --only: the one side to run, or -1 for all three */
-static const char *g_save_gpt; /* --save-gpt DIR */
+static const char *g_save_gpt; /* --save-gpt DIR, --save-llama DIR */
 static int g_cold; /* --cold: every timed run starts with the caches flushed */
 
 /* Writes and reads 64 MiB (more than this machine's caches) so that the next run starts cold. */
@@ -200,6 +200,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) g_batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--save-gpt") && i + 1 < argc) g_save_gpt = argv[++i], model = "gpt";
+        else if (!strcmp(argv[i], "--save-llama") && i + 1 < argc) g_save_gpt = argv[++i], model = "llama";
         else if (!strcmp(argv[i], "--cold")) g_cold = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             const char *o = argv[++i];
@@ -207,7 +208,7 @@ int main(int argc, char **argv) {
         } else g_only = -2;
     }
     if (g_only == -2 || (model && strcmp(model, "cnn") && strcmp(model, "gpt") && strcmp(model, "llama")) || (g_batch != 0 && g_batch != 1 && g_batch != 32)) {
-        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR] [--cold]\n");
+        fprintf(stderr, "usage: bench_graph [--rounds N] [--model cnn|gpt|llama] [--only eager|graph|compiled] [--batch 1|32 (cnn)] [--save-gpt DIR | --save-llama DIR] [--cold]\n");
         return 2;
     }
     if (rounds < 1 || rounds > 1024) rounds = 15;

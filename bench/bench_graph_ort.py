@@ -38,7 +38,7 @@ outputs must agree too. --no-arena-base (cnn, mlp, vision) makes the third side 
 build's graph run without its arena (fm_graph_run_options.no_arena), so "base_over_fathom"
 is what the arena buys.
 
-Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|bert|vision]
+Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--model cnn|mlp|gpt|llama|bert|vision]
                                 [--vision NAME,...] [--base DIR | --no-arena-base]
 """
 import argparse
@@ -213,21 +213,23 @@ def session(ort, path, threads):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def bench_gpt(a, ort, lib, d):
-    """the kjv-gpt shape: a 64-token prompt at batch 1 and 32, one decode step after 64 at batch 1"""
-    os.makedirs(f"{d}/gpt")
-    run([os.path.join(a.build, "bench_graph"), "--save-gpt", f"{d}/gpt"])
-    run([os.path.join(a.build, "fathom"), "export", f"{d}/gpt/compiled", "-o", f"{d}/gpt.onnx"])
-    fm = Fathom(lib, f"{d}/gpt/compiled")
+def bench_gpt(a, ort, lib, d, llama=False):
+    """the kjv-gpt shape (llama: the same as a Llama with 2 KV heads, bench_graph --model llama):
+    a 64-token prompt at batch 1 and 32, one decode step after 64 at batch 1"""
+    tag, save = ("llama", "--save-llama") if llama else ("gpt", "--save-gpt")
+    os.makedirs(f"{d}/{tag}")
+    run([os.path.join(a.build, "bench_graph"), save, f"{d}/{tag}"])
+    run([os.path.join(a.build, "fathom"), "export", f"{d}/{tag}/compiled", "-o", f"{d}/{tag}.onnx"])
+    fm = Fathom(lib, f"{d}/{tag}/compiled")
     base = None
     if a.base:  # the other build's graph of the same (seeded) model, compiled by it
-        os.makedirs(f"{d}/gpt_base")
-        run([os.path.join(a.base, "bench_graph"), "--save-gpt", f"{d}/gpt_base"])
-        shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base_gpt.so")
-        base = Fathom(f"{d}/libfathom_base_gpt.so", f"{d}/gpt_base/compiled")
-    sess = session(ort, f"{d}/gpt.onnx", a.threads)
+        os.makedirs(f"{d}/{tag}_base")
+        run([os.path.join(a.base, "bench_graph"), save, f"{d}/{tag}_base"])
+        shutil.copy(os.path.join(a.base, "libfathom.so"), f"{d}/libfathom_base_{tag}.so")
+        base = Fathom(f"{d}/libfathom_base_{tag}.so", f"{d}/{tag}_base/compiled")
+    sess = session(ort, f"{d}/{tag}.onnx", a.threads)
     names = [i.name for i in sess.get_inputs()]
-    n_layer, kv, hd, vocab = 4, 4, 32, 512
+    n_layer, kv, hd, vocab = 4, 2 if llama else 4, 32, 512
     rng = np.random.default_rng(3)
     for batch, seq, past, what in ((1, 64, 0, "prompt of 64 tokens"), (32, 64, 0, "prompt of 64 tokens"),
                                    (1, 1, 64, "decode step after 64 cached tokens")):
@@ -245,7 +247,7 @@ def bench_gpt(a, ort, lib, d):
             base.release(outs, len(shapes))
             err = max([err] + [float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y))))) for x, y in zip(yb, yo)])
         if err > 1e-4:
-            sys.exit(f"bench_graph_ort: gpt outputs differ at batch {batch}: {err:.3g} relative")
+            sys.exit(f"bench_graph_ort: {tag} outputs differ at batch {batch}: {err:.3g} relative")
         inner = 1 if batch * seq >= 64 * 8 else 8
         tf, to, cf, co, tb, cb = [], [], [], [], [], []
         for _ in range(a.rounds):
@@ -265,7 +267,7 @@ def bench_gpt(a, ort, lib, d):
                 for _ in range(inner):
                     base.release(base.run_many(feed), len(shapes))
                 tb.append((time.perf_counter() - t0) / inner), cb.append((time.thread_time() - c0) / inner)
-        print(f'{{"model": "kjv-gpt", "batch": {batch}, "workload": "{what}", {timing(a, tf, to, cf, co, tb, cb)}, "max_rel_diff": {err:.2e}}}', flush=True)
+        print(f'{{"model": "kjv-{tag}", "batch": {batch}, "workload": "{what}", {timing(a, tf, to, cf, co, tb, cb)}, "max_rel_diff": {err:.2e}}}', flush=True)
     fm.close()
     if base:
         base.close()
@@ -451,7 +453,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "bert", "vision", "ffn", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "llama", "bert", "vision", "ffn", "both"], default="both")
     ap.add_argument("--vision", default=VISION, help="--model vision: torchvision model names, comma-separated")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
     ap.add_argument("--no-arena-base", action="store_true",
@@ -474,6 +476,8 @@ def main():
             return bench_vision(a, ort, lib, d)
         if a.model == "ffn":
             return bench_ffn(a, ort, lib, d)
+        if a.model == "llama":
+            return bench_gpt(a, ort, lib, d, llama=True)
         if a.model in ("gpt", "both"):
             bench_gpt(a, ort, lib, d)
         if a.model == "gpt":
