@@ -937,23 +937,13 @@ static fm_status t_gather_elements(tctx *t) {
     return node(t, "gather", 2, ins, out_name(t, 0), 1, &a);
 }
 
-/* ONNX's reduction attribute (none, add, mul, max, min) as the graph's reduce. */
-static fm_status scatter_reduction(tctx *t, const char **reduce) {
-    char buf[16];
-    const char *r = onnx_attr_string(&t->c, "reduction", "none", buf, sizeof buf);
-    static const char *const from[] = {"none", "add", "mul", "max", "min"}, *const to[] = {"none", "add", "mul", "amax", "amin"};
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(r, from[k])) { *reduce = to[k]; return FM_OK; }
-    return fm_set_error(FM_ERR_UNSUPPORTED, "reduction '%s' is not one of none, add, mul, max, min", r);
-}
-
 /* ScatterElements (and opset 9's Scatter): the graph's scatter; ScatterND: scatter_nd, whose
  * indices may be negative. */
 static fm_status t_scatter(tctx *t) {
-    const char *reduce = "none";
-    if (scatter_reduction(t, &reduce)) return fm_last_status();
+    fm_scatter_reduce red = FM_SCATTER_NONE;
+    if (onnx_scatter_reduction(&t->c, &red)) return fm_last_status();
     const char *ins[3] = {in_name(t, 0), in_name(t, 1), in_name(t, 2)};
-    fm_graph_attr a[2] = {fm_graph_attr_string("reduce", reduce), {0}};
+    fm_graph_attr a[2] = {fm_graph_attr_string("reduce", fm_scatter_reduce_name(red)), {0}};
     if (!strcmp(t->n->op->name, "ScatterND")) return node(t, "scatter_nd", 3, ins, out_name(t, 0), 1, a);
     int64_t axis;
     char b[5][300];
@@ -962,11 +952,10 @@ static fm_status t_scatter(tctx *t) {
     return node(t, "scatter", 3, ins, out_name(t, 0), 2, a);
 }
 
-/* Mod: fmod=1 the graph's fmod (the dividend's sign), fmod=0 remainder (the divisor's,
- * integers only as ONNX requires). */
+/* Mod: fmod=1 the graph's fmod (the dividend's sign), fmod=0 remainder (the divisor's; the
+ * interpreter's probes have refused it on floats, as ONNX does). */
 static fm_status t_mod(tctx *t) {
     const bool fm = onnx_attr_int(&t->c, "fmod", 0) != 0;
-    if (!fm && fm_dtype_is_float(t->in[0]->dtype)) return fm_set_error(FM_ERR_INVALID, "fmod=0 with floating-point inputs (ONNX requires fmod=1)");
     return node(t, fm ? "fmod" : "remainder", 2, (const char *[]){in_name(t, 0), in_name(t, 1)}, out_name(t, 0), 0, NULL);
 }
 

@@ -142,6 +142,8 @@ extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_
 fm_tensor *onnx_host(fm_tensor *x, fm_dtype dt);
 /* y (CPU) converted to dt on dev; takes y's reference (NULL passes through). */
 fm_tensor *onnx_host_back(fm_tensor *y, fm_dtype dt, fm_device dev);
+/* ScatterElements' and ScatterND's reduction attribute (none, add, mul, max, min) as fathom's. */
+fm_status onnx_scatter_reduction(onnx_op_ctx *c, fm_scatter_reduce *r);
 
 /* attributes (onnx_attrs.c) */
 const Onnx__AttributeProto *onnx_attr(const onnx_op_ctx *c, const char *name);

@@ -150,7 +150,7 @@ static fm_status op_hardmax(onnx_op_ctx *c) {
  * max, min), by updates. Negative indices count from the end (ScatterElements': wrapped
  * here, as fm_scatter takes none); one out of range is the kernel's error naming it.
  * Swin's shifted-window mask is built with ScatterND. ---- */
-static fm_status reduction_of(onnx_op_ctx *c, fm_scatter_reduce *r) {
+fm_status onnx_scatter_reduction(onnx_op_ctx *c, fm_scatter_reduce *r) {
     char buf[16];
     const char *s = onnx_attr_string(c, "reduction", "none", buf, sizeof buf);
     static const char *const names[] = {"none", "add", "mul", "max", "min"};
@@ -161,7 +161,7 @@ static fm_status reduction_of(onnx_op_ctx *c, fm_scatter_reduce *r) {
 
 static fm_status op_scatter_nd(onnx_op_ctx *c) {
     fm_scatter_reduce red = FM_SCATTER_NONE;
-    if (reduction_of(c, &red)) return fm_last_status();
+    if (onnx_scatter_reduction(c, &red)) return fm_last_status();
     return onnx_set_out(c, 0, fm_scatter_nd(c->in[0], c->in[1], c->in[2], red));
 }
 
@@ -169,7 +169,7 @@ static fm_status op_scatter_elements(onnx_op_ctx *c) {
     fm_tensor *x = c->in[0], *ind = c->in[1];
     fm_scatter_reduce red = FM_SCATTER_NONE;
     int axis;
-    if (reduction_of(c, &red) || fm_norm_axis("ScatterElements", (int)onnx_attr_int(c, "axis", 0), x->ndim, &axis))
+    if (onnx_scatter_reduction(c, &red) || fm_norm_axis("ScatterElements", (int)onnx_attr_int(c, "axis", 0), x->ndim, &axis))
         return fm_last_status();
     fm_tensor *z = fm_tensor_zeros(0, NULL, ind->dtype, fm_tensor_device(ind));
     fm_tensor *n = z ? fm_tensor_full(0, NULL, (double)x->shape[axis], ind->dtype, fm_tensor_device(ind)) : NULL;
