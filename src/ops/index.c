@@ -368,6 +368,11 @@ static bool scatter_args_ok(const char *op, fm_tensor *t, fm_tensor *index, fm_t
         return false;
     }
     if (t->ndim == 0) { fm_set_error(FM_ERR_INVALID, "%s: the input must have at least one dim", op); return false; }
+    if (reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) {
+        fm_set_error(FM_ERR_UNSUPPORTED, "%s: reduce '%s' needs a numeric dtype of at most 8 bytes; got %s (reduce 'none' takes any)",
+                     op, fm_scatter_reduce_name(reduce), fm_dtype_name(t->dtype));
+        return false;
+    }
     if (fm_grad_enabled() && (t->requires_grad || src->requires_grad) && !has_grad) {
         fm_set_error(FM_ERR_UNSUPPORTED, "%s with reduce '%s' has no gradient (scatter's none and add do); run it without grad",
                      op, fm_scatter_reduce_name(reduce));

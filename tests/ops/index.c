@@ -623,7 +623,12 @@ static int scatter_nd_forward(void) {
     fm_tensor_requires_grad_(u, true);
     CHECK(fm_scatter_nd(t, iok, u, FM_SCATTER_NONE) == NULL);
     CHECK_ERR_CONTAINS("scatter_nd with reduce 'none' has no gradient");
-    fm_tensor_release_n(6, t, u, ibad, ik3, iok, u3);
+    fm_tensor *tb = fm_tensor_zeros(2, (int64_t[]){3, 4}, FM_BOOL, FM_CPU), *ub = fm_tensor_zeros(2, (int64_t[]){2, 4}, FM_BOOL, FM_CPU);
+    CHECK(fm_scatter_nd(tb, iok, ub, FM_SCATTER_ADD) == NULL); /* the front end refuses it, on every device */
+    CHECK_ERR_CONTAINS("scatter_nd: reduce 'add' needs a numeric dtype of at most 8 bytes; got bool");
+    fm_tensor *yb = fm_scatter_nd(tb, iok, ub, FM_SCATTER_NONE);
+    CHECK(yb != NULL);
+    fm_tensor_release_n(9, t, u, ibad, ik3, iok, u3, tb, ub, yb);
     OP_END;
 }
 

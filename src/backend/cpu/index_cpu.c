@@ -279,7 +279,6 @@ static void scatter_task(void *ctx, int64_t b, int64_t e, int tid) {
 static fm_status scatter_kernel(const fm_op_call *c) {
     const fm_scatter_attrs *a = c->attrs;
     fm_tensor *t = c->in[0], *idx = c->in[1], *src = c->in[2], *y = c->out[0];
-    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cpu_unsupported_dtype(c, t->dtype);
     line_geom g;
     line_geom_init(&g, t, idx, a->axis);
     int64_t bad = find_bad_index(idx, g.T);
@@ -324,7 +323,6 @@ static void scatter_nd_task(void *ctx, int64_t b, int64_t e, int tid) {
 static fm_status scatter_nd_kernel(const fm_op_call *c) {
     const fm_scatter_attrs *a = c->attrs;
     fm_tensor *t = c->in[0], *idx = c->in[1], *up = c->in[2], *y = c->out[0];
-    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cpu_unsupported_dtype(c, t->dtype);
     const int k = (int)idx->shape[idx->ndim - 1];
     int64_t m = k ? fm_tensor_numel(idx) / k : 0, slice = 1;
     for (int d = k; d < t->ndim; d++) slice *= t->shape[d];

@@ -343,8 +343,6 @@ __global__ void scatter_nd_k(void *dst, const void *src, int dt, int es, const i
 }
 
 static fm_status scatter_begin(const fm_op_call *c, const fm_tensor *t, fm_tensor *y) {
-    const fm_scatter_attrs *a = (const fm_scatter_attrs *)c->attrs;
-    if (a->reduce != FM_SCATTER_NONE && (t->dtype == FM_BOOL || fm_dtype_size(t->dtype) > 8)) return fm_cuda_unsupported_dtype(c, t->dtype);
     if (fm_tensor_data(y) == fm_tensor_data(t) || !fm_tensor_numel(y)) return FM_OK;
     return fm_cuda_check(cudaMemcpyAsync(fm_tensor_data(y), fm_tensor_data(t), fm_tensor_nbytes(y), cudaMemcpyDeviceToDevice, fm_cuda_stream()),
                          fm_cuda_op_name(c));
