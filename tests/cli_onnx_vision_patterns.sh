@@ -131,6 +131,8 @@ roundtrip resize r.npy index_select 18 "eighteen index_select nodes"
 roundtrip tile r.npy gather 1 "one gather node"
 # ScatterElements, Mod and ScatterND on computed indices (negative ones wrapped by a where) and updates
 roundtrip scatter_data s.npy scatter 1 "one scatter node"
+# TopK (smallest and largest, values and indices used) with constant K: two topk nodes
+roundtrip topk s.npy topk 2 "two topk nodes"
 # linears with GELU (erf), SiLU, Sigmoid, Tanh and GELU's tanh form (x*x*x, then Pow(x, 3)) after them:
 # each one linear_fused with its activation
 roundtrip mlp_acts m.npy linear_fused 6 "six linear_fused nodes"

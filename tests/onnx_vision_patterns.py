@@ -14,7 +14,8 @@ float through a Pad with zero pads (Swin pads to the window: nothing at 224x224)
 ScatterND (2-D indices, reduction add, a negative index) and ScatterElements (axis 2,
 negative indices) from constant indices and updates; with s.npy [2, 4, 6] and
 bad_scatter.onnx, whose ScatterND index is out of range. And scatter_data.onnx: x [b, 4, 6]
-through ScatterElements, Mod and ScatterND whose indices and updates are computed from x.
+through ScatterElements, Mod and ScatterND whose indices and updates are computed from x;
+topk.onnx, two TopKs with constant K (smallest along axis 1, largest along the last axis).
 
 And pads.onnx, the padding that TensorFlow models converted by tf2onnx carry: x [b, 3, 16,
 15] through Pad reflect (uneven), a 3x3/2 Conv with auto_pad SAME_UPPER (its total pad odd
@@ -116,6 +117,20 @@ def scatter_data_model():
          helper.make_node("ScatterND", ["t", "ind", "u2"], ["r"], reduction="mul"),
          helper.make_node("Transpose", ["r"], ["y"], perm=[2, 0, 1])]
     return build("scatter_data", n, inits, ["b", 4, 6], ["b", 4, 6])
+
+
+def topk_model():
+    """TopK with constant K: the 2 smallest of x [b, 4, 6] along axis 1, their indices cast and
+    added, then the 3 largest of that along the last axis (negative axis), values times
+    (index + 1): y [b, 2, 3]."""
+    i64 = np.int64
+    inits = [init("k2", np.array([2], i64)), init("k3", np.array([3], i64)), init("one", np.array(1, i64))]
+    n = [helper.make_node("TopK", ["x", "k2"], ["v2", "i2"], axis=1, largest=0),
+         helper.make_node("Cast", ["i2"], ["f2"], to=TensorProto.FLOAT), helper.make_node("Add", ["v2", "f2"], ["z"]),
+         helper.make_node("TopK", ["z", "k3"], ["v3", "i3"], axis=-1),
+         helper.make_node("Add", ["i3", "one"], ["i31"]), helper.make_node("Cast", ["i31"], ["f3"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["v3", "f3"], ["y"])]
+    return build("topk", n, inits, ["b", 4, 6], ["b", 2, 3])
 
 
 def build(name, nodes, inits, x_shape, y_shape, opset=17):
@@ -261,6 +276,7 @@ def main():
     save(scatter_model(), f"{out}/scatter.onnx")
     save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
     save(scatter_data_model(), f"{out}/scatter_data.onnx")
+    save(topk_model(), f"{out}/topk.onnx")
     save(pads_model(), f"{out}/pads.onnx")
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     save(upsample_model(), f"{out}/upsample.onnx")

@@ -1142,6 +1142,21 @@ static void conformance(fm_dtype dt) {
             a.out[0] = spec(3, os, FM_I64);
             run_case(&a, dt);
             case_free(&a);
+            /* topk: a few largest, the smallest, and (axis 1) the whole axis sorted; ties of the
+             * half types come lower index first on both */
+            for (int q = 0; q < 3; q++) {
+                fm_topk_attrs ta = {q == 2 ? s3[ax] : 5 + q, ax, q != 1};
+                int64_t ks[3] = {s3[0], s3[1], s3[2]};
+                ks[ax] = ta.k;
+                if (q == 2 && ax == 2) continue;
+                conf_case tk = {.label = "topk", .op = FM_OP_TOPK, .n_in = 1, .n_out = 2, .attrs = &ta};
+                tk.in[0] = rand_tensor(3, s3, dt, -2, 2, 620 + ax + 10 * q);
+                tk.out[0] = spec(3, ks, dt);
+                tk.out[0].exact = 1;
+                tk.out[1] = spec(3, ks, FM_I64);
+                run_case(&tk, dt);
+                case_free(&tk);
+            }
         }
     }
     {   /* matmul: plain, transposed operand, batch broadcast */

@@ -252,6 +252,12 @@ FM_API fm_tensor *fm_scatter(fm_tensor *t, int axis, fm_tensor *index, fm_tensor
  * No gradient. */
 FM_API fm_tensor *fm_scatter_nd(fm_tensor *t, fm_tensor *indices, fm_tensor *updates, fm_scatter_reduce reduce);
 FM_API fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes);         /* FM_F32 result */
+/* The k largest (largest = true) or smallest elements of x along axis (torch.topk, ONNX
+ * TopK), always in order: *values has x's dtype, *indices is i64, both x's shape with k
+ * along the axis. Equal values come lower index first; NaN ranks above every number (first
+ * when largest, last otherwise). 0 <= k <= x.shape[axis]. The gradient flows to the chosen
+ * elements of x. On failure both outputs are NULL. */
+FM_API fm_status fm_topk(fm_tensor *x, int64_t k, int axis, bool largest, fm_tensor **values, fm_tensor **indices);
 /* x padded along each dim d by pads[d] elements before it and pads[ndim + d] after it
  * (ONNX Pad's order; torch.nn.functional.pad lists the dims the other way round); a
  * negative amount crops. constant: `value`; edge: the border element repeated; reflect:

@@ -93,6 +93,8 @@ typedef struct fm_axis_attrs { int axis; } fm_axis_attrs;
 /* SCATTER: in = {t, index, src (index's shape)}; SCATTER_ND: in = {t, indices, updates}, axis unused. */
 typedef struct fm_scatter_attrs { int axis; int reduce; /* fm_scatter_reduce */ } fm_scatter_attrs;
 typedef struct fm_one_hot_attrs { int64_t num_classes; } fm_one_hot_attrs;
+/* TOPK: in = {x (contiguous)}, out = {values, indices i64}, each x's shape with k along axis. */
+typedef struct fm_topk_attrs { int64_t k; int axis; int largest; } fm_topk_attrs;
 
 /* SDPA: in = {q, k, v}; out = {o [B,H,Tq,D], lse [B,H,Tq] f32}.
  * SDPA_BACKWARD: in = {dout, q, k, v, out, lse}; out = {dq, dk, dv}. */

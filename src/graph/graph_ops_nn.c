@@ -1,5 +1,6 @@
 /* The graph's op table, part 2: layers (normalizations, embedding, convolution,
  * pooling, batch norm in inference form, bias+GELU; attention is in graph_ops_attn.c). Rules as in graph_ops.c: infer checks like the front end; run calls it. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,39 @@ static fm_status run_one_hot(const gctx *c, fm_tensor *const *in, fm_tensor **ou
     int64_t nc = 0;
     if (ga_int(c, "num_classes", -1, &nc)) return fm_last_status();
     RUN_DONE(fm_one_hot(in[0], nc));
+}
+
+/* topk (torch.topk, ONNX TopK): attributes k, axis (-1), largest (1); out = {values (x's
+ * type), indices i64}, x's shape with k along the axis, always sorted. */
+static fm_status topk_attrs(const gctx *c, int ndim, int64_t *k, int *ax, bool *largest) {
+    int64_t axis = -1, lg = 1;
+    if (ga_int(c, "k", -1, k) || ga_int(c, "axis", -1, &axis) || ga_int(c, "largest", 1, &lg) || g_norm_axis(axis, ndim, ax))
+        return fm_last_status();
+    *largest = lg != 0;
+    return FM_OK;
+}
+
+static fm_status inf_topk(const gctx *c, const gtype *in, gtype *out) {
+    int64_t k;
+    int ax;
+    bool lg = true;
+    if (!in[0].ndim) return fm_set_error(FM_ERR_INVALID, "the input must have at least one dim");
+    if (topk_attrs(c, in[0].ndim, &k, &ax, &lg)) return fm_last_status();
+    if (k < 0 || k > in[0].d[ax])
+        return fm_set_error(FM_ERR_INVALID, "k = %" PRId64 " is outside [0, %" PRId64 "], the size of axis %d", k, in[0].d[ax], ax);
+    out[0] = in[0];
+    out[0].d[ax] = k;
+    out[1] = out[0];
+    out[1].dt = FM_I64;
+    return FM_OK;
+}
+
+static fm_status run_topk(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    int64_t k;
+    int ax;
+    bool lg = true;
+    if (topk_attrs(c, in[0]->ndim, &k, &ax, &lg)) return fm_last_status();
+    return fm_topk(in[0], k, ax, lg, &out[0], &out[1]);
 }
 
 /* ---- convolution, pooling, batch norm ---- */
@@ -504,6 +538,7 @@ const g_op_spec g_ops_nn[] = {
     {"scatter", 3, 3, 1, "axis,reduce", inf_scatter, run_scatter, NULL},
     {"scatter_nd", 3, 3, 1, "reduce", inf_scatter_nd, run_scatter_nd, NULL},
     {"one_hot", 1, 1, 1, "num_classes", inf_one_hot, run_one_hot, NULL},
+    {"topk", 1, 1, 2, "k,axis,largest", inf_topk, run_topk, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
     {"conv_transpose2d", 2, 3, 1, "stride,padding,dilation,groups,layout,output_padding", inf_conv_transpose2d, run_conv_transpose2d, NULL},
     {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool,max", inf_conv2d_fused, run_conv2d_fused, NULL},

@@ -678,6 +678,11 @@ static fm_status x_misc(xnode *x, const char *op) {
     if (!strcmp(op, "cumsum"))
         return emit(e, "CumSum", INS(x->in[0], const_scalar(e, (double)at_int(x->n, "axis", 0), FM_I64)), OUTS(x->out[0]), 2,
                     a_int(e, "exclusive", at_int(x->n, "exclusive", 0)), a_int(e, "reverse", at_int(x->n, "reverse", 0)));
+    if (!strcmp(op, "topk")) {
+        const int64_t k = at_int(x->n, "k", 0);
+        return emit(e, "TopK", INS(x->in[0], const_i64(e, 1, &k)), OUTS(x->out[0], x->out[1]), 3, a_int(e, "axis", at_int(x->n, "axis", -1)),
+                    a_int(e, "largest", at_int(x->n, "largest", 1)), a_int(e, "sorted", 1));
+    }
     if (!strcmp(op, "leaky_relu"))
         return emit(e, "LeakyRelu", INS(x->in[0]), OUTS(x->out[0]), 1, a_float(e, "alpha", at_float(x->n, "negative_slope", 0.01)));
     if (!strcmp(op, "clamp"))

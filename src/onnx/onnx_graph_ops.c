@@ -1334,6 +1334,20 @@ static fm_status t_cumsum(tctx *t) {
     return node(t, "cumsum", 1, &x0, out_name(t, 0), 3, a);
 }
 
+/* TopK with a constant k: the graph's topk, values and indices. */
+static fm_status t_topk(tctx *t) {
+    int64_t k;
+    if (need_folded(t, 1, "K") || onnx_topk_k(&t->c, &k)) return fm_last_status();
+    const int nd = t->in[0]->ndim;
+    int64_t axis = onnx_attr_int(&t->c, "axis", -1);
+    if (axis < -nd || axis >= nd) return fm_set_error(FM_ERR_INVALID, "axis %lld out of range for rank %d", (long long)axis, nd);
+    fm_graph_attr a[3] = {fm_graph_attr_int("k", k), fm_graph_attr_int("axis", axis < 0 ? axis + nd : axis),
+                          fm_graph_attr_int("largest", onnx_attr_int(&t->c, "largest", 1) != 0)};
+    char b[300];
+    const char *x0 = in_name(t, 0), *outs[2] = {out_name(t, 0), t->n->n_out > 1 && t->n->out[1] >= 0 ? out_name(t, 1) : tmp_name(t, b, sizeof b)};
+    return x0 ? fm_graph_add_node(t->x->g, "topk", NULL, 1, &x0, 2, outs, 3, a) : fm_last_status();
+}
+
 /* The value slot of a graph input whose dim has the probe sizes (a, b), and that dim (-1:
  * none): what an arange over a dynamic dim reads its length from. */
 static int input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
@@ -1563,6 +1577,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Trilu,", t_trilu},
         {",Hardmax,", t_hardmax},
         {",CumSum,", t_cumsum},
+        {",TopK,", t_topk},
         {",Range,", t_range},
         {",ConstantOfShape,", t_constant_of_shape},
     };

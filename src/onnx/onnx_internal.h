@@ -135,7 +135,7 @@ typedef struct onnx_op {
 
 const onnx_op *onnx_find_op(const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
-extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[];
+extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[];
 
 /* host computation (onnx_ops_host.c), for ops with no fathom kernel */
 /* x as a new contiguous CPU tensor of dtype dt. */
@@ -155,6 +155,8 @@ const int64_t *onnx_attr_ints(const onnx_op_ctx *c, const char *name, int *n);
 const char *onnx_attr_string(const onnx_op_ctx *c, const char *name, const char *dflt, char *buf, size_t n);
 /* An integer tensor input's values (at most max); FM_ERR_INVALID naming the input. */
 fm_status onnx_tensor_ints(const onnx_op_ctx *c, int input, int64_t *vals, int max, int *n);
+/* TopK's k, from the attribute (opset < 10) or the input (onnx_ops_math.c). */
+fm_status onnx_topk_k(onnx_op_ctx *c, int64_t *k);
 /* Records an error naming the node; returns `st`. */
 fm_status onnx_node_error(const onnx_op_ctx *c, fm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

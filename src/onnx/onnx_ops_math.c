@@ -393,6 +393,29 @@ static fm_status arg_reduce(onnx_op_ctx *c, bool is_min) {
 static fm_status op_argmax(onnx_op_ctx *c) { return arg_reduce(c, false); }
 static fm_status op_argmin(onnx_op_ctx *c) { return arg_reduce(c, true); }
 
+/* TopK's k: an attribute before opset 10, then a one-element input. */
+fm_status onnx_topk_k(onnx_op_ctx *c, int64_t *k) {
+    if (c->opset < 10) {
+        *k = onnx_attr_int(c, "k", -1);
+        return FM_OK;
+    }
+    int n = 0;
+    if (c->n_in < 2 || !c->in[1]) return onnx_node_error(c, FM_ERR_INVALID, "input K is missing (opset 10 on takes k as an input)");
+    if (onnx_tensor_ints(c, 1, k, 1, &n)) return fm_last_status();
+    return n == 1 ? FM_OK : onnx_node_error(c, FM_ERR_INVALID, "K must hold one value, got %d", n);
+}
+
+/* TopK: values and indices, always sorted (which sorted = 0 allows). */
+static fm_status op_topk(onnx_op_ctx *c) {
+    int64_t k;
+    if (onnx_topk_k(c, &k)) return fm_last_status();
+    fm_tensor *v = NULL, *i = NULL;
+    if (fm_topk(c->in[0], k, (int)onnx_attr_int(c, "axis", -1), onnx_attr_int(c, "largest", 1) != 0, &v, &i)) return fm_last_status();
+    fm_status st = onnx_set_out(c, 0, v);
+    if (st) fm_tensor_release(i);
+    return st ? st : onnx_set_out(c, 1, i);
+}
+
 #define RED_ATTRS "axes,keepdims,noop_with_empty_axes"
 const onnx_op onnx_ops_math[] = {
     {"Abs", 6, 1, 1, 1, "", op_abs},          {"Neg", 6, 1, 1, 1, "", op_neg},
@@ -427,5 +450,6 @@ const onnx_op onnx_ops_math[] = {
     {"ReduceLogSum", 1, 1, 2, 1, RED_ATTRS, op_reduce_logsum},
     {"ArgMax", 1, 1, 1, 1, "axis,keepdims,select_last_index", op_argmax},
     {"ArgMin", 1, 1, 1, 1, "axis,keepdims,select_last_index", op_argmin},
+    {"TopK", 1, 1, 2, 2, "axis,k,largest,sorted", op_topk},
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };

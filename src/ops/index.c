@@ -7,6 +7,7 @@
  * with the internal SCATTER_ADD / INDEX_ADD kernels. Index values are checked
  * by the kernels (the front end never reads data): an index out of range is
  * FM_ERR_INVALID naming the index and the bound. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -470,6 +471,54 @@ fm_tensor *fm_one_hot(fm_tensor *index, int64_t num_classes) {
     call.attrs = &at;
     if (fm_dispatch(&call) != FM_OK) { fm_tensor_release(y); return NULL; }
     return y;
+}
+
+/* ---- topk ---- */
+
+typedef struct topk_node { fm_topk_attrs a; int64_t n; /* x's size along the axis */ } topk_node;
+
+/* The values' gradient goes back to the elements they were taken from (distinct within a
+ * line, so scatter's replace is the sum); the rest of x gets zero. */
+static fm_status topk_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
+    const topk_node *t = FM_NODE_ATTRS(n, topk_node);
+    int64_t sh[FM_MAX_DIMS];
+    memcpy(sh, n->out_shape[0], sizeof(int64_t) * (size_t)n->out_ndim[0]);
+    sh[t->a.axis] = t->n;
+    fm_tensor *z = fm_tensor_zeros(n->out_ndim[0], sh, n->out_dtype[0], n->out_device[0]);
+    gin[0] = z && gout[0] ? fm_scatter(z, t->a.axis, n->saved[0], gout[0], FM_SCATTER_NONE) : fm_tensor_retain(z);
+    fm_tensor_release(z);
+    return gin[0] ? FM_OK : fm_last_status();
+}
+
+fm_status fm_topk(fm_tensor *x, int64_t k, int axis, bool largest, fm_tensor **values, fm_tensor **indices) {
+    if (!values || !indices) return fm_set_error(FM_ERR_INVALID, "topk: values and indices must not be NULL");
+    *values = *indices = NULL;
+    if (!x) return fm_set_error(FM_ERR_INVALID, "topk: input is NULL");
+    if (x->ndim == 0) return fm_set_error(FM_ERR_INVALID, "topk: the input must have at least one dim");
+    int ax;
+    if (fm_norm_axis("topk", axis, x->ndim, &ax)) return fm_last_status();
+    if (k < 0 || k > x->shape[ax])
+        return fm_set_error(FM_ERR_INVALID, "topk: k = %" PRId64 " is outside [0, %" PRId64 "], the size of axis %d", k, x->shape[ax], ax);
+    int64_t sh[FM_MAX_DIMS];
+    memcpy(sh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    sh[ax] = k;
+    fm_tensor *v = fm_tensor_empty(x->ndim, sh, x->dtype, fm_tensor_device(x)), *i = fm_tensor_empty(x->ndim, sh, FM_I64, fm_tensor_device(x));
+    fm_topk_attrs at = {k, ax, largest};
+    fm_op_call call = {.op = FM_OP_TOPK, .n_in = 1, .n_out = 2, .in = {x}, .out = {v, i}, .attrs = &at};
+    if (!v || !i || fm_dispatch(&call) != FM_OK) {
+        fm_tensor_release_n(2, v, i);
+        return fm_last_status();
+    }
+    fm_node *n = fm_node_begin(FM_OP_TOPK, 1, &x, topk_backward);
+    if (n) {
+        topk_node tn = {at, x->shape[ax]};
+        FM_NODE_SET_ATTRS(n, tn);
+        fm_node_save(n, 0, i);
+        fm_node_finish(n, 1, &v);
+    }
+    *values = v;
+    *indices = i;
+    return FM_OK;
 }
 
 static const char *const pad_names[] = {"constant", "edge", "reflect", "wrap"};

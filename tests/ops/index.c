@@ -4,6 +4,7 @@
  * mismatches, bad axes, wrong index dtypes, indices out of range. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "test_util.h"
 #include "op_test.h"
@@ -632,7 +633,107 @@ static int scatter_nd_forward(void) {
     OP_END;
 }
 
+/* ------------------------------------------------------------------ topk */
+
+/* Does the element b come before a in topk's order? NaN ranks above every number; equal
+ * values: the lower index first. */
+static bool tk_before(double b, int64_t ib, double a, int64_t ia, bool largest) {
+    bool nb = isnan(b), na = isnan(a);
+    int r = nb || na ? (int)nb - (int)na : (b > a) - (b < a);
+    if (!largest) r = -r; /* smallest first: NaN last */
+    return r > 0 || (r == 0 && ib < ia);
+}
+
+/* Every element's place in the order is the count of elements before it (a reference that
+ * shares nothing with the kernel's heap and sort); those with a place below k must be there. */
+static int check_topk(fm_tensor *x, int64_t k, int axis, bool largest, const char *what) {
+    fm_tensor *v = NULL, *ix = NULL;
+    fm_status st = fm_topk(x, k, axis, largest, &v, &ix);
+    CHECK_MSG(st == FM_OK && v && ix, "topk %s: %s", what, fm_last_error());
+    if (st) return 1;
+    int ax = axis < 0 ? axis + x->ndim : axis, bad = 0;
+    CHECK_MSG(v->dtype == x->dtype && ix->dtype == FM_I64 && v->shape[ax] == k, "topk %s: dtypes or shape", what);
+    int64_t id[FM_MAX_DIMS], jd[FM_MAX_DIMS];
+    for (int64_t e = 0; e < fm_tensor_numel(x); e++) {
+        unravel(e, x->ndim, x->shape, id);
+        memcpy(jd, id, sizeof id);
+        double a = at(x, id);
+        int64_t place = 0;
+        for (jd[ax] = 0; jd[ax] < x->shape[ax]; jd[ax]++) place += tk_before(at(x, jd), jd[ax], a, id[ax], largest);
+        if (place >= k) continue;
+        jd[ax] = place;
+        double got = at(v, jd);
+        bad += at(ix, jd) != (double)id[ax] || !(got == a || (isnan(got) && isnan(a)));
+    }
+    CHECK_MSG(bad == 0, "topk %s k %lld %s: %d wrong", what, (long long)k, largest ? "largest" : "smallest", bad);
+    fm_tensor_release_n(2, v, ix);
+    return bad != 0;
+}
+
+static int topk_forward(void) {
+    OP_BEGIN;
+    const int64_t sh[3] = {3, 7, 4};
+    fm_dtype dts[4] = {FM_F32, FM_F64, FM_I32, FM_I64};
+    for (int d = 0; d < 4; d++) {
+        fm_tensor *r = op_randn(3, sh, FM_F64, 70), *r3 = fm_mul_scalar(r, 2), *rr = fm_round(r3); /* ties */
+        if (fm_dtype_is_float(dts[d])) fm_tensor_set(rr, 5, NAN), fm_tensor_set(rr, 40, NAN), fm_tensor_set(rr, 41, NAN);
+        fm_tensor *x = fm_to_dtype(rr, dts[d]);
+        for (int ax = -1; ax < 3; ax++)
+            for (int lg = 0; lg < 2; lg++) {
+                int64_t n = sh[ax < 0 ? 2 : ax], ks[4] = {0, 1, n / 2, n};
+                for (int q = 0; q < 4; q++) check_topk(x, ks[q], ax, lg, fm_dtype_name(dts[d]));
+            }
+        fm_tensor *xt = fm_transpose(x, 0, 2); /* a strided view */
+        check_topk(xt, 2, 1, true, "transposed");
+        fm_tensor_release_n(5, r, r3, rr, x, xt);
+    }
+    /* long lines: the heap (k small) and the sort (k large), on one thread and on several */
+    fm_tensor *r = op_randn(2, (int64_t[]){3, 1000}, FM_F32, 71), *r8 = fm_mul_scalar(r, 8), *x = fm_round(r8);
+    for (int t = 1; t <= 2; t++) {
+        fm_set_num_threads(t);
+        check_topk(x, 5, 1, true, "heap");
+        check_topk(x, 7, 1, false, "heap");
+        check_topk(x, 400, 1, true, "sort");
+    }
+    fm_set_num_threads(0);
+    /* bad input */
+    fm_tensor *v = NULL, *i = NULL, *s = fm_tensor_scalar(1.0, FM_F32);
+    CHECK(fm_topk(x, 1001, 1, true, &v, &i) != FM_OK && !v && !i);
+    CHECK_ERR_CONTAINS("topk: k = 1001 is outside [0, 1000], the size of axis 1");
+    CHECK(fm_topk(x, -1, 1, true, &v, &i) != FM_OK);
+    CHECK_ERR_CONTAINS("topk: k = -1 is outside");
+    CHECK(fm_topk(x, 1, 2, true, &v, &i) != FM_OK);
+    CHECK_ERR_CONTAINS("topk");
+    CHECK(fm_topk(s, 1, 0, true, &v, &i) != FM_OK);
+    CHECK_ERR_CONTAINS("topk: the input must have at least one dim");
+    CHECK(fm_topk(NULL, 1, 0, true, &v, &i) != FM_OK);
+    CHECK_ERR_CONTAINS("topk: input is NULL");
+    fm_tensor_release_n(4, r, r8, x, s);
+    OP_END;
+}
+
+typedef struct tk_gc { int64_t k; int ax; bool largest; } tk_gc;
+static fm_tensor *tk_gc_fn(fm_tensor **in, void *ctx) {
+    const tk_gc *c = ctx;
+    fm_tensor *v = NULL, *i = NULL;
+    fm_topk(in[0], c->k, c->ax, c->largest, &v, &i);
+    fm_tensor_release(i);
+    return v;
+}
+
+static int topk_grad(void) {
+    OP_BEGIN;
+    fm_tensor *x = op_randn(3, (int64_t[]){3, 6, 4}, FM_F64, 72); /* distinct values: the choice is stable under the probe */
+    fm_tensor_requires_grad_(x, true);
+    tk_gc a = {3, 1, true}, b = {2, -1, false};
+    CHECK(gradcheck("topk largest", tk_gc_fn, 1, &x, &a, 1e-6, 1e-6));
+    CHECK(gradcheck("topk smallest", tk_gc_fn, 1, &x, &b, 1e-6, 1e-6));
+    fm_tensor_release(x);
+    OP_END;
+}
+
 OP_TEST("cat", cat_forward, cat_grad)
+OP_TEST("topk", topk_forward, topk_grad)
 OP_TEST("gather", gather_forward, gather_grad)
 OP_TEST("index_select", index_select_forward, index_select_grad)
 OP_TEST("one_hot", one_hot_forward, NULL)

@@ -35,6 +35,7 @@ static void build(void) {
     fm_cpu_kernels_pool(&g_cpu);
     fm_cpu_kernels_batch_norm(&g_cpu);
     fm_cpu_kernels_index(&g_cpu);
+    fm_cpu_kernels_topk(&g_cpu);
     fm_cpu_kernels_attention(&g_cpu);
     fm_cpu_kernels_fused(&g_cpu);
     fm_cpu_kernels_optim(&g_cpu);

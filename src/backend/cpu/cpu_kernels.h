@@ -30,7 +30,8 @@ void fm_cpu_kernels_ew_chain(fm_backend *b);     /* ew_chain (elementwise steps 
 fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi);
 void fm_cpu_kernels_pool(fm_backend *b);        /* max_pool2d, avg_pool2d (+backward) */
 void fm_cpu_kernels_batch_norm(fm_backend *b);  /* batch_norm (+backward) */
-void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, index_select, index_add, one_hot */
+void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, scatter, scatter_nd, index_select, index_add, one_hot */
+void fm_cpu_kernels_topk(fm_backend *b);        /* topk */
 void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
 void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */
 void fm_cpu_kernels_fused(fm_backend *b);       /* qkv_split_heads (+backward) */

@@ -1,5 +1,5 @@
 /* CUDA kernels for indexing ops: cat, gather, scatter_add, scatter, scatter_nd, index_select,
- * index_add and one_hot, with the CPU kernels' semantics (index_cpu.c).
+ * index_add, one_hot and topk, with the CPU kernels' semantics (index_cpu.c, topk_cpu.c).
  *
  * Data movement (cat, gather, index_select) works for every dtype by element
  * size. The accumulating backwards are deterministic without float atomics:
@@ -419,7 +419,81 @@ static fm_status k_index_add(const fm_op_call *c) {
     return fm_cuda_check_launch("index_add");
 }
 
+/* topk: a block per line and k rounds; each round every thread finds, among its elements, the
+ * first (in the output's order: value, then index) that comes after the previous round's pick,
+ * and the block reduces those to one. The order is the CPU's (topk_cpu.c): NaN above every
+ * number, equal values lower index first; integers compare as i64, floats as f64. O(k n /
+ * 256) per line: made for sampling's and detection's k (a few to a few hundred); k near a
+ * long line's length would want a sort instead. */
+struct tk_key { double f; long long n, i; };
+
+__device__ __forceinline__ tk_key tk_load(const void *x, int dt, bool fl, int64_t p, int64_t i) {
+    tk_key k = {0, 0, (long long)i};
+    if (fl) k.f = fm_ld<double>(x, dt, p);
+    else k.n = dt == FM_I64 ? ((const long long *)x)[p] : dt == FM_I32 ? ((const int *)x)[p]
+             : dt == FM_I8 ? ((const signed char *)x)[p] : ((const unsigned char *)x)[p];
+    return k;
+}
+
+/* Whether a comes before b. */
+__device__ __forceinline__ bool tk_first(const tk_key &a, const tk_key &b, bool fl, bool largest) {
+    bool na = fl && a.f != a.f, nb = fl && b.f != b.f;
+    int r = na || nb ? (int)na - (int)nb : fl ? (a.f > b.f) - (a.f < b.f) : (a.n > b.n) - (a.n < b.n);
+    if (!largest) r = -r;
+    return r > 0 || (r == 0 && a.i < b.i);
+}
+
+#define TK_THREADS 256
+__global__ void topk_k(const char *x, char *val, long long *idx, int dt, int es, bool fl, bool largest, int64_t n, int64_t k,
+                       int64_t inner, int64_t lines) {
+    __shared__ tk_key best[TK_THREADS];
+    __shared__ int has[TK_THREADS];
+    const int t = threadIdx.x;
+    for (int64_t L = blockIdx.x; L < lines; L += gridDim.x) {
+        const int64_t o = L / inner, in = L % inner, base = o * n * inner + in;
+        tk_key prev = {0, 0, -1};
+        for (int64_t r = 0; r < k; r++) {
+            tk_key mine = {0, 0, -1};
+            int got = 0;
+            for (int64_t i = t; i < n; i += TK_THREADS) {
+                tk_key c = tk_load(x, dt, fl, base + i * inner, i);
+                if (r && !tk_first(prev, c, fl, largest)) continue; /* taken already */
+                if (!got || tk_first(c, mine, fl, largest)) mine = c, got = 1;
+            }
+            best[t] = mine, has[t] = got;
+            __syncthreads();
+            for (int s = TK_THREADS / 2; s > 0; s >>= 1) {
+                if (t < s && has[t + s] && (!has[t] || tk_first(best[t + s], best[t], fl, largest))) best[t] = best[t + s], has[t] = 1;
+                __syncthreads();
+            }
+            prev = best[0];
+            if (t == 0) {
+                const int64_t to = (o * k + r) * inner + in;
+                for (int b = 0; b < es; b++) val[to * es + b] = x[(base + prev.i * inner) * es + b];
+                idx[to] = prev.i;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* in = {x (contiguous)}, out = {values, indices i64}. */
+static fm_status k_topk(const fm_op_call *c) {
+    const fm_topk_attrs *a = (const fm_topk_attrs *)c->attrs;
+    const fm_tensor *x = c->in[0];
+    int64_t n = x->shape[a->axis], inner = 1;
+    for (int d = a->axis + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t lines = n ? fm_tensor_numel(x) / n : 0;
+    if (!a->k || !lines) return FM_OK;
+    unsigned bl = (unsigned)(lines < 65535 ? lines : 65535);
+    topk_k<<<bl, TK_THREADS, 0, fm_cuda_stream()>>>((const char *)fm_tensor_data(x), (char *)fm_tensor_data(c->out[0]),
+                                                   (long long *)fm_tensor_data(c->out[1]), x->dtype, (int)fm_dtype_size(x->dtype),
+                                                   fm_dtype_is_float(x->dtype), a->largest != 0, n, a->k, inner, lines);
+    return fm_cuda_check_launch("topk");
+}
+
 extern "C" void fm_cuda_kernels_index(fm_backend *b) {
+    b->kernels[FM_OP_TOPK] = k_topk;
     b->kernels[FM_OP_CAT] = k_cat;
     b->kernels[FM_OP_GATHER] = k_gather;
     b->kernels[FM_OP_SCATTER_ADD] = k_scatter_add;
