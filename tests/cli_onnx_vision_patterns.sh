@@ -133,6 +133,14 @@ roundtrip tile r.npy gather 1 "one gather node"
 roundtrip scatter_data s.npy scatter 1 "one scatter node"
 # TopK (smallest and largest, values and indices used) with constant K: two topk nodes
 roundtrip topk s.npy topk 2 "two topk nodes"
+# GatherND (negative indices, batch_dims 1) and OneHot with constant depth: two index_select nodes
+roundtrip index_ops s.npy index_select 2 "two index_select nodes (the GatherNDs)"
+err=$("$bin" run "$d/bad_gather_nd.onnx" --input "x=$d/s.npy" 2>&1); rc1=$?
+"$bin" import "$d/bad_gather_nd.onnx" -o "$d/bgn" >/dev/null 2>&1; rc2=$?
+check "an out-of-range GatherND index: exit 1 (run and import), named; nothing written" \
+  '[ "$rc1$rc2" = 11 ] && [[ "$err" == *"(GatherND): index 6 (tuple 0) is out of range for dim 1 of size 6"* ]] && [ ! -e "$d/bgn" ]'
+# DepthToSpace (CRD, DCR), SpaceToDepth, Shrink, MeanVarianceNormalization, LRN: three permutes
+roundtrip layout_ops l.npy permute 3 "three permute nodes (the depth/space moves)"
 # linears with GELU (erf), SiLU, Sigmoid, Tanh and GELU's tanh form (x*x*x, then Pow(x, 3)) after them:
 # each one linear_fused with its activation
 roundtrip mlp_acts m.npy linear_fused 6 "six linear_fused nodes"

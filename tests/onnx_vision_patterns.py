@@ -15,7 +15,9 @@ ScatterND (2-D indices, reduction add, a negative index) and ScatterElements (ax
 negative indices) from constant indices and updates; with s.npy [2, 4, 6] and
 bad_scatter.onnx, whose ScatterND index is out of range. And scatter_data.onnx: x [b, 4, 6]
 through ScatterElements, Mod and ScatterND whose indices and updates are computed from x;
-topk.onnx, two TopKs with constant K (smallest along axis 1, largest along the last axis).
+topk.onnx, two TopKs with constant K (smallest along axis 1, largest along the last axis);
+index_ops.onnx (GatherND, with batch_dims too, and OneHot) and layout_ops.onnx (l.npy [2, 8, 4,
+6]: DepthToSpace both modes, SpaceToDepth, Shrink, MeanVarianceNormalization, LRN).
 
 And pads.onnx, the padding that TensorFlow models converted by tf2onnx carry: x [b, 3, 16,
 15] through Pad reflect (uneven), a 3x3/2 Conv with auto_pad SAME_UPPER (its total pad odd
@@ -131,6 +133,43 @@ def topk_model():
          helper.make_node("Add", ["i3", "one"], ["i31"]), helper.make_node("Cast", ["i31"], ["f3"], to=TensorProto.FLOAT),
          helper.make_node("Mul", ["v3", "f3"], ["y"])]
     return build("topk", n, inits, ["b", 4, 6], ["b", 2, 3])
+
+
+def index_model():
+    """GatherND on a fixed [4, 6] (the batch summed out) with negative indices, and with
+    batch_dims 1; OneHot (constant depth and values, negative axis) of each row's argmax:
+    y [b, 4, 1, 6] = one_hot * gathered + batch-gathered."""
+    i64, f32 = np.int64, np.float32
+    inits = [init("ax0", np.array([0], i64)), init("ind", np.array([[1, -1], [3, 0], [0, 2], [-4, 5], [2, -6], [1, 1]], i64)),
+             init("indb", np.array([[5], [-1], [0], [2]], i64)), init("depth", np.array([6], i64)),
+             init("vals", np.array([0.5, 2.0], f32)), init("shp", np.array([4, 1, 1], i64))]
+    n = [helper.make_node("ReduceSum", ["x", "ax0"], ["s"], keepdims=0),
+         helper.make_node("GatherND", ["s", "ind"], ["g"]), helper.make_node("GatherND", ["s", "indb"], ["gb"], batch_dims=1),
+         helper.make_node("ArgMax", ["x"], ["am"], axis=2, keepdims=1),
+         helper.make_node("OneHot", ["am", "depth", "vals"], ["oh"], axis=-1),
+         helper.make_node("Mul", ["oh", "g"], ["m"]), helper.make_node("Reshape", ["gb", "shp"], ["gbr"]),
+         helper.make_node("Add", ["m", "gbr"], ["y"])]
+    return build("index_ops", n, inits, ["b", 4, 6], ["b", 4, 1, 6])
+
+
+def bad_gather_nd_model():
+    """GatherND with the constant index 6 into a dim of 6: refused by name (interpreter and import)."""
+    i64 = np.int64
+    inits = [init("ax0", np.array([0], i64)), init("ind", np.array([[1, 6]], i64))]
+    n = [helper.make_node("ReduceSum", ["x", "ax0"], ["s"], keepdims=0), helper.make_node("GatherND", ["s", "ind"], ["y"])]
+    return build("bad_gather_nd", n, inits, ["b", 4, 6], [1])
+
+
+def layout_model():
+    """x [b, 8, 4, 6] through DepthToSpace (CRD), Shrink, SpaceToDepth, MeanVarianceNormalization,
+    LRN (size 3) and DepthToSpace (DCR): y [b, 2, 8, 12]."""
+    n = [helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=2, mode="CRD"),
+         helper.make_node("Shrink", ["d"], ["sh"], lambd=0.3, bias=0.1),
+         helper.make_node("SpaceToDepth", ["sh"], ["s2d"], blocksize=2),
+         helper.make_node("MeanVarianceNormalization", ["s2d"], ["mv"]),
+         helper.make_node("LRN", ["mv"], ["l"], size=3, alpha=0.02, beta=0.6, bias=1.5),
+         helper.make_node("DepthToSpace", ["l"], ["y"], blocksize=2, mode="DCR")]
+    return build("layout_ops", n, [], ["b", 8, 4, 6], ["b", 2, 8, 12])
 
 
 def build(name, nodes, inits, x_shape, y_shape, opset=17):
@@ -277,6 +316,10 @@ def main():
     save(scatter_model(bad=True), f"{out}/bad_scatter.onnx")
     save(scatter_data_model(), f"{out}/scatter_data.onnx")
     save(topk_model(), f"{out}/topk.onnx")
+    save(index_model(), f"{out}/index_ops.onnx")
+    save(layout_model(), f"{out}/layout_ops.onnx")
+    save(bad_gather_nd_model(), f"{out}/bad_gather_nd.onnx")
+    np.save(f"{out}/l.npy", np.random.default_rng(14).standard_normal((2, 8, 4, 6)).astype(np.float32))
     save(pads_model(), f"{out}/pads.onnx")
     np.save(f"{out}/p.npy", np.random.default_rng(5).standard_normal((2, 3, 16, 15)).astype(np.float32))
     save(upsample_model(), f"{out}/upsample.onnx")

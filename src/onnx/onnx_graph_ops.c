@@ -1348,6 +1348,215 @@ static fm_status t_topk(tctx *t) {
     return x0 ? fm_graph_add_node(t->x->g, "topk", NULL, 1, &x0, 2, outs, 3, a) : fm_last_status();
 }
 
+/* DepthToSpace / SpaceToDepth: the interpreter's reshape, permute and reshape, with C, H
+ * and W fixed and the batch copied through (a 0 in the shapes). */
+static fm_status t_space_depth(tctx *t) {
+    const fm_tensor *x = t->in[0];
+    if (x->ndim != 4) return fm_set_error(FM_ERR_INVALID, "input must be [N, C, H, W]; got rank %d", x->ndim);
+    for (int d = 1; d < 4; d++)
+        if (!fixed_dim(t, 0, d)) return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form with C, H and W fixed (dim %d varies)", d);
+    onnx_space_depth p;
+    if (onnx_space_depth_plan(&t->c, x->shape, &p)) return fm_last_status();
+    p.mid[0] = 0, p.out[0] = 0;
+    int64_t perm[6];
+    for (int i = 0; i < 6; i++) perm[i] = p.perm[i];
+    char b1[300], b2[300];
+    const char *x0 = in_name(t, 0), *m = tmp_name(t, b1, sizeof b1), *q = tmp_name(t, b2, sizeof b2);
+    fm_graph_attr a1 = fm_graph_attr_ints("shape", 6, p.mid), a2 = fm_graph_attr_ints("perm", 6, perm), a3 = fm_graph_attr_ints("shape", 4, p.out);
+    if (node(t, "reshape", 1, &x0, m, 1, &a1) || node(t, "permute", 1, &m, q, 1, &a2)) return fm_last_status();
+    return node(t, "reshape", 1, &q, out_name(t, 0), 1, &a3);
+}
+
+/* GatherND's flat rows (into data as [prod(shape[:b+k]), rest...]) from the index tuples:
+ * negative indices wrapped, each tuple dotted with the row strides, the batch's block added,
+ * and a tuple with any index out of range sent to row -1, which index_select refuses at run
+ * time (instead of landing on some other row). */
+static const char *gather_nd_rows(tctx *t, int b, int k, char (*nb)[300]) {
+    const fm_tensor *data = t->in[0], *idx = t->in[1];
+    const int q = idx->ndim;
+    const fm_dtype it = idx->dtype;
+    double dims[FM_MAX_DIMS], st[FM_MAX_DIMS], blk = 1;
+    for (int j = k - 1; j >= 0; j--) dims[j] = (double)data->shape[b + j], st[j] = blk, blk *= dims[j];
+    const int64_t kk = k;
+    const char *i0 = in_name(t, 1), *z = scalar_const(t, 0, it, nb[0], 300), *dv = const_of(t, 1, &kk, dims, it, nb[1], 300);
+    const char *sv = const_of(t, 1, &kk, st, it, nb[2], 300), *m1 = scalar_const(t, -1, it, nb[3], 300);
+    const char *neg = tmp_name(t, nb[4], 300), *up = tmp_name(t, nb[5], 300), *w = tmp_name(t, nb[6], 300);
+    const char *lo = tmp_name(t, nb[7], 300), *hi = tmp_name(t, nb[8], 300), *bad = tmp_name(t, nb[9], 300);
+    const char *badi = tmp_name(t, nb[10], 300), *anyb = tmp_name(t, nb[11], 300), *pr = tmp_name(t, nb[12], 300);
+    const char *fl = tmp_name(t, nb[13], 300), *row = tmp_name(t, nb[14], 300), *mx = tmp_name(t, nb[18], 300);
+    fm_graph_attr ax[2] = {fm_graph_attr_ints("axes", 1, (int64_t[]){q - 1}), fm_graph_attr_int("keepdim", 0)};
+    fm_graph_attr cast = fm_graph_attr_string("dtype", fm_dtype_name(it));
+    if (!z || !dv || !sv || !m1 || node(t, "lt", 2, (const char *[]){i0, z}, neg, 0, NULL) ||
+        node(t, "add", 2, (const char *[]){i0, dv}, up, 0, NULL) || node(t, "where", 3, (const char *[]){neg, up, i0}, w, 0, NULL) ||
+        node(t, "lt", 2, (const char *[]){w, z}, lo, 0, NULL) || node(t, "ge", 2, (const char *[]){w, dv}, hi, 0, NULL) ||
+        node(t, "cast", 1, &lo, bad, 1, &cast) || node(t, "cast", 1, &hi, badi, 1, &cast) ||
+        node(t, "maximum", 2, (const char *[]){bad, badi}, mx, 0, NULL) || node(t, "amax", 1, &mx, anyb, 2, ax) || /* any out of range */
+        node(t, "mul", 2, (const char *[]){w, sv}, pr, 0, NULL) || node(t, "sum", 1, &pr, fl, 2, ax))
+        return NULL;
+    const char *flb = fl;
+    if (b > 0) { /* the batch's block: prod(shape[b:b+k]) times its linear position */
+        int64_t bsh[FM_MAX_DIMS], nbat = 1;
+        for (int d = 0; d < q - 1; d++) bsh[d] = d < b ? idx->shape[d] : 1, nbat *= d < b ? idx->shape[d] : 1;
+        double *off = malloc(sizeof(double) * (size_t)nbat);
+        if (!off) return fm_set_error(FM_ERR_OOM, "GatherND: out of host memory"), NULL;
+        for (int64_t i = 0; i < nbat; i++) off[i] = (double)i * blk;
+        const char *oc = const_of(t, q - 1, bsh, off, it, nb[15], 300);
+        free(off);
+        flb = tmp_name(t, nb[16], 300);
+        if (!oc || node(t, "add", 2, (const char *[]){fl, oc}, flb, 0, NULL)) return NULL;
+    }
+    const char *gt0 = tmp_name(t, nb[17], 300);
+    if (node(t, "gt", 2, (const char *[]){anyb, z}, gt0, 0, NULL) || node(t, "where", 3, (const char *[]){gt0, m1, flb}, row, 0, NULL))
+        return NULL;
+    return row;
+}
+
+/* GatherND on data of fixed shape: one index_select of its rows (gather_nd_rows). */
+static fm_status t_gather_nd(tctx *t) {
+    const fm_tensor *data = t->in[0], *idx = t->in[1];
+    const int b = (int)onnx_attr_int(&t->c, "batch_dims", 0), r = data->ndim, q = idx->ndim;
+    if (onnx_gather_nd_check(&t->c, r, data->shape, q, idx->shape, b)) return fm_last_status();
+    for (int d = 0; d < r; d++)
+        if (!fixed_dim(t, 0, d)) return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form on data of fixed shape (dim %d varies)", d);
+    const int k = (int)idx->shape[q - 1];
+    char nb[19][300], b1[300], b2[300];
+    const char *row = gather_nd_rows(t, b, k, nb);
+    if (!row) return fm_last_status();
+    int64_t fsh[FM_MAX_DIMS], rows = 1, flat = -1;
+    int fn = 1;
+    for (int d = 0; d < b + k; d++) rows *= data->shape[d];
+    fsh[0] = rows;
+    for (int d = b + k; d < r; d++) fsh[fn++] = data->shape[d];
+    fm_graph_attr a1 = fm_graph_attr_ints("shape", 1, &flat), a2 = fm_graph_attr_ints("shape", fn, fsh), a3 = fm_graph_attr_int("axis", 0);
+    const char *x0 = in_name(t, 0), *r1 = tmp_name(t, b1, sizeof b1), *df = tmp_name(t, b2, sizeof b2), *sel;
+    char b3[300];
+    sel = tmp_name(t, b3, sizeof b3);
+    if (node(t, "reshape", 1, &row, r1, 1, &a1) || node(t, "reshape", 1, &x0, df, 1, &a2) ||
+        node(t, "index_select", 2, (const char *[]){df, r1}, sel, 1, &a3))
+        return fm_last_status();
+    return reshape_to_output(t, sel, 0);
+}
+
+/* OneHot with constant depth and values: where(index (wrapped) == position, on, off), the
+ * positions a constant laid along the new axis. */
+static fm_status t_one_hot(tctx *t) {
+    if (need_folded(t, 1, "depth") || need_folded(t, 2, "values")) return fm_last_status();
+    const fm_tensor *idx = t->in[0], *vals = t->in[2];
+    if (fm_dtype_is_float(idx->dtype) || fm_tensor_numel(vals) != 2 || fm_tensor_numel(t->in[1]) != 1)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form for integer indices, one depth and two values");
+    const double dd = fm_tensor_item(t->in[1]);
+    if (!(dd >= 1 && dd <= 65536)) return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form for depth in [1, 65536], got %g", dd);
+    const int64_t depth = (int64_t)dd, q = idx->ndim;
+    int64_t axis = onnx_attr_int(&t->c, "axis", -1);
+    if (axis < -(q + 1) || axis > q) return fm_set_error(FM_ERR_INVALID, "axis %lld out of range for rank %lld", (long long)axis, (long long)q + 1);
+    if (axis < 0) axis += q + 1;
+    int64_t psh[FM_MAX_DIMS];
+    for (int d = 0; d <= q; d++) psh[d] = d == axis ? depth : 1;
+    double *pv = malloc(sizeof(double) * (size_t)depth), ov[2] = {fm_tensor_get(vals, 0), fm_tensor_get(vals, 1)};
+    if (!pv) return fm_set_error(FM_ERR_OOM, "OneHot: out of host memory");
+    for (int64_t i = 0; i < depth; i++) pv[i] = (double)i;
+    char nb[9][300];
+    const fm_dtype it = idx->dtype;
+    const char *pos = const_of(t, (int)q + 1, psh, pv, it, nb[0], 300), *i0 = in_name(t, 0);
+    free(pv);
+    const char *z = scalar_const(t, 0, it, nb[1], 300), *dc = scalar_const(t, (double)depth, it, nb[2], 300);
+    const char *off = scalar_const(t, ov[0], vals->dtype, nb[3], 300), *on = scalar_const(t, ov[1], vals->dtype, nb[4], 300);
+    const char *neg = tmp_name(t, nb[5], 300), *up = tmp_name(t, nb[6], 300), *w = tmp_name(t, nb[7], 300), *wu = tmp_name(t, nb[8], 300);
+    char b9[300];
+    const char *mask = tmp_name(t, b9, sizeof b9);
+    fm_graph_attr ua = fm_graph_attr_int("axis", axis);
+    if (!pos || !z || !dc || !off || !on || node(t, "lt", 2, (const char *[]){i0, z}, neg, 0, NULL) ||
+        node(t, "add", 2, (const char *[]){i0, dc}, up, 0, NULL) || node(t, "where", 3, (const char *[]){neg, up, i0}, w, 0, NULL) ||
+        node(t, "unsqueeze", 1, &w, wu, 1, &ua) || node(t, "eq", 2, (const char *[]){wu, pos}, mask, 0, NULL))
+        return fm_last_status();
+    return node(t, "where", 3, (const char *[]){mask, on, off}, out_name(t, 0), 0, NULL);
+}
+
+/* EyeLike of a fixed shape: a constant. */
+static fm_status t_eye_like(tctx *t) {
+    const fm_tensor *x = t->in[0];
+    if (x->ndim != 2 || !fixed_dim(t, 0, 0) || !fixed_dim(t, 0, 1) || x->shape[0] * x->shape[1] > (INT64_C(1) << 24))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form for a 2-D input of fixed shape (at most 2^24 elements)");
+    fm_dtype dt = x->dtype;
+    const int64_t odt = onnx_attr_int(&t->c, "dtype", 0), k = onnx_attr_int(&t->c, "k", 0), R = x->shape[0], C = x->shape[1];
+    if (odt && !onnx_dtype_to_fm((int32_t)odt, &dt)) return fm_set_error(FM_ERR_UNSUPPORTED, "dtype %lld", (long long)odt);
+    double *v = calloc((size_t)(R * C + 1), sizeof(double));
+    if (!v) return fm_set_error(FM_ERR_OOM, "EyeLike: out of host memory");
+    for (int64_t i = 0; i < R; i++)
+        if (i + k >= 0 && i + k < C) v[i * C + i + k] = 1;
+    char b[300];
+    const char *e = const_of(t, 2, x->shape, v, dt, b, sizeof b);
+    free(v);
+    return e ? node(t, "identity", 1, &e, out_name(t, 0), 0, NULL) : fm_last_status();
+}
+
+/* Shrink: where(x < -lambd, x + bias, where(x > lambd, x - bias, 0)). */
+static fm_status t_shrink(tctx *t) {
+    const fm_dtype dt = t->in[0]->dtype;
+    const double l = onnx_attr_float(&t->c, "lambd", 0.5f), bias = onnx_attr_float(&t->c, "bias", 0.0f);
+    char nb[10][300];
+    const char *x = in_name(t, 0), *nl = scalar_const(t, -l, dt, nb[0], 300), *pl = scalar_const(t, l, dt, nb[1], 300);
+    const char *z = scalar_const(t, 0, dt, nb[2], 300), *bc = scalar_const(t, bias, dt, nb[3], 300);
+    const char *lo = tmp_name(t, nb[4], 300), *hi = tmp_name(t, nb[5], 300), *xa = tmp_name(t, nb[6], 300), *xs = tmp_name(t, nb[7], 300);
+    const char *h = tmp_name(t, nb[8], 300);
+    if (!nl || !pl || !z || !bc || node(t, "lt", 2, (const char *[]){x, nl}, lo, 0, NULL) || node(t, "gt", 2, (const char *[]){x, pl}, hi, 0, NULL) ||
+        node(t, "add", 2, (const char *[]){x, bc}, xa, 0, NULL) || node(t, "sub", 2, (const char *[]){x, bc}, xs, 0, NULL) ||
+        node(t, "where", 3, (const char *[]){hi, xs, z}, h, 0, NULL))
+        return fm_last_status();
+    return node(t, "where", 3, (const char *[]){lo, xa, h}, out_name(t, 0), 0, NULL);
+}
+
+/* MeanVarianceNormalization: ONNX's function body, (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9). */
+static fm_status t_mvn(tctx *t) {
+    int n = 0;
+    int64_t ax[FM_MAX_DIMS] = {0, 2, 3};
+    const int64_t *a = onnx_attr_ints(&t->c, "axes", &n);
+    if (!a) n = 3;
+    for (int i = 0; a && i < n && i < FM_MAX_DIMS; i++) ax[i] = a[i];
+    if (!fm_dtype_is_float(t->in[0]->dtype)) return fm_set_error(FM_ERR_INVALID, "input must be floating-point");
+    fm_graph_attr ra[2] = {fm_graph_attr_ints("axes", n, ax), fm_graph_attr_int("keepdim", 1)};
+    char nb[9][300];
+    const char *x = in_name(t, 0), *m = tmp_name(t, nb[0], 300), *x2 = tmp_name(t, nb[1], 300), *m2 = tmp_name(t, nb[2], 300);
+    const char *mm = tmp_name(t, nb[3], 300), *var = tmp_name(t, nb[4], 300), *sd = tmp_name(t, nb[5], 300);
+    const char *eps = scalar_const(t, 1e-9, t->in[0]->dtype, nb[6], 300), *den = tmp_name(t, nb[7], 300), *xc = tmp_name(t, nb[8], 300);
+    if (!eps || node(t, "mean", 1, &x, m, 2, ra) || node(t, "mul", 2, (const char *[]){x, x}, x2, 0, NULL) ||
+        node(t, "mean", 1, &x2, m2, 2, ra) || node(t, "mul", 2, (const char *[]){m, m}, mm, 0, NULL) ||
+        node(t, "sub", 2, (const char *[]){m2, mm}, var, 0, NULL) || node(t, "sqrt", 1, &var, sd, 0, NULL) ||
+        node(t, "add", 2, (const char *[]){sd, eps}, den, 0, NULL) || node(t, "sub", 2, (const char *[]){x, m}, xc, 0, NULL))
+        return fm_last_status();
+    return node(t, "div", 2, (const char *[]){xc, den}, out_name(t, 0), 0, NULL);
+}
+
+/* LRN: the squares zero-padded along the channels, `size` shifted slices summed, then
+ * x / (bias + alpha / size * sum)^beta, as the interpreter (onnx_ops_misc.c). */
+static fm_status t_lrn(tctx *t) {
+    const fm_tensor *x = t->in[0];
+    const int nd = x->ndim;
+    const int64_t size = onnx_attr_int(&t->c, "size", 0), C = nd > 1 ? x->shape[1] : 0;
+    if (size < 1 || size > 64 || nd < 3 || !fixed_dim(t, 0, 1) || !fm_dtype_is_float(x->dtype))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form for a float [N, C, ...] of fixed C with size in [1, 64]");
+    const double alpha = onnx_attr_float(&t->c, "alpha", 1e-4f), beta = onnx_attr_float(&t->c, "beta", 0.75f), bias = onnx_attr_float(&t->c, "bias", 1.0f);
+    int64_t pads[2 * FM_MAX_DIMS] = {0};
+    pads[1] = (size - 1) / 2, pads[nd + 1] = size / 2;
+    fm_graph_attr pa[2] = {fm_graph_attr_ints("pads", 2 * nd, pads), fm_graph_attr_string("mode", "constant")};
+    char nb[8][300], sb[2][300], ab[2][300];
+    const char *x0 = in_name(t, 0), *sq = tmp_name(t, nb[0], 300), *pd = tmp_name(t, nb[1], 300), *acc = NULL;
+    if (node(t, "mul", 2, (const char *[]){x0, x0}, sq, 0, NULL) || node(t, "pad", 1, &sq, pd, 2, pa)) return fm_last_status();
+    for (int64_t i = 0; i < size; i++) {
+        fm_graph_attr sa[4] = {fm_graph_attr_int("axis", 1), fm_graph_attr_int("start", i), fm_graph_attr_int("end", i + C), fm_graph_attr_int("step", 1)};
+        const char *sl = tmp_name(t, sb[i % 2], 300), *sum = i ? tmp_name(t, ab[i % 2], 300) : sl;
+        if (node(t, "slice", 1, &pd, sl, 4, sa) || (i && node(t, "add", 2, (const char *[]){acc, sl}, sum, 0, NULL))) return fm_last_status();
+        acc = sum;
+    }
+    const fm_dtype dt = x->dtype;
+    const char *k = scalar_const(t, alpha / (double)size, dt, nb[2], 300), *b = scalar_const(t, bias, dt, nb[3], 300);
+    const char *e = scalar_const(t, beta, dt, nb[4], 300), *sc = tmp_name(t, nb[5], 300), *bs = tmp_name(t, nb[6], 300), *p = tmp_name(t, nb[7], 300);
+    if (!k || !b || !e || node(t, "mul", 2, (const char *[]){acc, k}, sc, 0, NULL) || node(t, "add", 2, (const char *[]){sc, b}, bs, 0, NULL) ||
+        node(t, "pow", 2, (const char *[]){bs, e}, p, 0, NULL))
+        return fm_last_status();
+    return node(t, "div", 2, (const char *[]){x0, p}, out_name(t, 0), 0, NULL);
+}
+
 /* The value slot of a graph input whose dim has the probe sizes (a, b), and that dim (-1:
  * none): what an arange over a dynamic dim reads its length from. */
 static int input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
@@ -1578,6 +1787,13 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Hardmax,", t_hardmax},
         {",CumSum,", t_cumsum},
         {",TopK,", t_topk},
+        {",DepthToSpace,SpaceToDepth,", t_space_depth},
+        {",GatherND,", t_gather_nd},
+        {",OneHot,", t_one_hot},
+        {",EyeLike,", t_eye_like},
+        {",Shrink,", t_shrink},
+        {",MeanVarianceNormalization,", t_mvn},
+        {",LRN,", t_lrn},
         {",Range,", t_range},
         {",ConstantOfShape,", t_constant_of_shape},
     };

@@ -135,7 +135,15 @@ typedef struct onnx_op {
 
 const onnx_op *onnx_find_op(const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
-extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[];
+extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[],
+    onnx_ops_misc[];
+
+/* DepthToSpace / SpaceToDepth of an [N, C, H, W] x: reshape to mid, permute, reshape to out
+ * (onnx_ops_misc.c; the interpreter and the graph form). */
+typedef struct onnx_space_depth { int64_t mid[6]; int perm[6]; int64_t out[4]; } onnx_space_depth;
+fm_status onnx_space_depth_plan(const onnx_op_ctx *c, const int64_t *xs, onnx_space_depth *p);
+/* GatherND's ranks, batch_dims and the batch dims' sizes checked (data rank r, indices rank q). */
+fm_status onnx_gather_nd_check(const onnx_op_ctx *c, int r, const int64_t *ds, int q, const int64_t *is, int b);
 
 /* host computation (onnx_ops_host.c), for ops with no fathom kernel */
 /* x as a new contiguous CPU tensor of dtype dt. */
