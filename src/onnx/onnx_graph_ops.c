@@ -1557,6 +1557,103 @@ static fm_status t_lrn(tctx *t) {
     return node(t, "div", 2, (const char *[]){x0, p}, out_name(t, 0), 0, NULL);
 }
 
+/* ---- Einsum: the plan of onnx_einsum.c emitted as graph nodes; handles are value names ---- */
+
+static char *g_fresh(tctx *t) {
+    char b[300];
+    return strdup(tmp_name(t, b, sizeof b));
+}
+static char *g_one(tctx *t, const char *op, int n_in, const char *const *ins, int na, const fm_graph_attr *a) {
+    char *o = g_fresh(t);
+    if (o && node(t, op, n_in, ins, o, na, a)) free(o), o = NULL;
+    return o;
+}
+static void *ge_retain(void *c, void *h) { (void)c; return strdup(h); }
+static void ge_release(void *c, void *h) { (void)c; free(h); }
+static void *ge_permute(void *c, void *h, int nd, const int *perm) {
+    int64_t p[FM_MAX_DIMS];
+    for (int i = 0; i < nd; i++) p[i] = perm[i];
+    fm_graph_attr a = fm_graph_attr_ints("perm", nd, p);
+    return g_one(c, "permute", 1, (const char *[]){h}, 1, &a);
+}
+static void *ge_reshape(void *c, void *h, int nd, const int64_t *sz, int n, const int64_t *sh, int nkeep) {
+    (void)nd, (void)sz;
+    int64_t s[FM_MAX_DIMS];
+    for (int i = 0; i < n; i++) s[i] = i < nkeep ? 0 : sh[i]; /* the leading dims copied: they may be dynamic */
+    fm_graph_attr a = fm_graph_attr_ints("shape", n, s);
+    return g_one(c, "reshape", 1, (const char *[]){h}, 1, &a);
+}
+static void *ge_sum(void *c, void *h, int nd, const int64_t *sz, int n, const int *axes) {
+    (void)nd, (void)sz;
+    int64_t ax[FM_MAX_DIMS];
+    for (int i = 0; i < n; i++) ax[i] = axes[i];
+    fm_graph_attr a[2] = {fm_graph_attr_ints("axes", n, ax), fm_graph_attr_int("keepdim", 0)};
+    return g_one(c, "sum", 1, (const char *[]){h}, 2, a);
+}
+static void *ge_matmul(void *c, void *a, void *b) { return g_one(c, "matmul", 2, (const char *[]){a, b}, 0, NULL); }
+static void *ge_expand(void *c, void *h, int nd, const int64_t *sz, const int64_t *want) {
+    int64_t w[FM_MAX_DIMS];
+    for (int i = 0; i < nd; i++) w[i] = want[i] == sz[i] ? -1 : want[i]; /* -1 keeps a dim, dynamic or not */
+    fm_graph_attr a = fm_graph_attr_ints("shape", nd, w);
+    return g_one(c, "expand", 1, (const char *[]){h}, 1, &a);
+}
+static void *ge_diag(void *c, void *h, int nd, const int64_t *sz, int64_t n) {
+    int64_t sh[FM_MAX_DIMS];
+    for (int i = 0; i < nd - 2; i++) sh[i] = 0;
+    sh[nd - 2] = n * n;
+    fm_graph_attr r = fm_graph_attr_ints("shape", nd - 1, sh), ax = fm_graph_attr_int("axis", nd - 2);
+    (void)sz;
+    double *iv = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!iv) return fm_set_error(FM_ERR_OOM, "Einsum: out of host memory"), NULL;
+    for (int64_t i = 0; i < n; i++) iv[i] = (double)(i * (n + 1));
+    char b[300];
+    const char *idx = const_of(c, 1, &n, iv, FM_I64, b, sizeof b);
+    free(iv);
+    char *f = idx ? g_one(c, "reshape", 1, (const char *[]){h}, 1, &r) : NULL, *y = f ? g_one(c, "index_select", 2, (const char *[]){f, idx}, 1, &ax) : NULL;
+    free(f);
+    return y;
+}
+
+/* Dims that vary between the probes must carry labels every operand and the output have,
+ * once each (they stay leading batch dims, never merged into a matrix). */
+static fm_status einsum_dynamic_ok(tctx *t, const onnx_einsum *p) {
+    for (int i = 0; i < p->n_in; i++)
+        for (int d = 0; d < p->nd[i]; d++) {
+            if (fixed_dim(t, i, d)) continue;
+            const int l = p->lab[i][d];
+            bool ok = false;
+            for (int k = 0; k < p->nout; k++) ok |= p->out[k] == l;
+            for (int j = 0; ok && j < p->n_in; j++) {
+                int c = 0;
+                for (int e = 0; e < p->nd[j]; e++) c += p->lab[j][e] == l;
+                ok = c == 1;
+            }
+            if (!ok) return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form where only labels that every operand and the output "
+                                         "have once vary in size (operand %d's dim %d varies)", i, d);
+        }
+    return FM_OK;
+}
+
+static fm_status t_einsum(tctx *t) {
+    char eq[256];
+    if (!onnx_attr_string(&t->c, "equation", NULL, eq, sizeof eq)) return fm_set_error(FM_ERR_INVALID, "needs the equation attribute");
+    const int n = t->n->n_in;
+    int ranks[ONNX_EINSUM_MAX_IN];
+    const int64_t *shapes[ONNX_EINSUM_MAX_IN];
+    void *ins[ONNX_EINSUM_MAX_IN];
+    if (n > ONNX_EINSUM_MAX_IN) return fm_set_error(FM_ERR_UNSUPPORTED, "more than %d operands", ONNX_EINSUM_MAX_IN);
+    for (int i = 0; i < n; i++) ranks[i] = t->in[i]->ndim, shapes[i] = t->in[i]->shape;
+    onnx_einsum p;
+    if (onnx_einsum_parse(eq, n, ranks, &p) || einsum_dynamic_ok(t, &p)) return fm_last_status();
+    for (int i = 0; i < n; i++)
+        if (!(ins[i] = (void *)in_name(t, i))) return fm_last_status();
+    const onnx_einsum_exec ex = {t, ge_retain, ge_release, ge_permute, ge_reshape, ge_sum, ge_matmul, ge_expand, ge_diag};
+    char *y = onnx_einsum_run(&p, &ex, ins, shapes);
+    fm_status st = y ? node(t, "identity", 1, (const char *[]){y}, out_name(t, 0), 0, NULL) : fm_last_status();
+    free(y);
+    return st;
+}
+
 /* The value slot of a graph input whose dim has the probe sizes (a, b), and that dim (-1:
  * none): what an arange over a dynamic dim reads its length from. */
 static int input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
@@ -1794,6 +1891,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",Shrink,", t_shrink},
         {",MeanVarianceNormalization,", t_mvn},
         {",LRN,", t_lrn},
+        {",Einsum,", t_einsum},
         {",Range,", t_range},
         {",ConstantOfShape,", t_constant_of_shape},
     };

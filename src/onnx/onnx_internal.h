@@ -142,6 +142,28 @@ extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_
  * (onnx_ops_misc.c; the interpreter and the graph form). */
 typedef struct onnx_space_depth { int64_t mid[6]; int perm[6]; int64_t out[4]; } onnx_space_depth;
 fm_status onnx_space_depth_plan(const onnx_op_ctx *c, const int64_t *xs, onnx_space_depth *p);
+/* Einsum (onnx_einsum.c): the equation parsed into labels per operand dim ('a'..'z',
+ * 'A'..'Z'; the ellipsis' dims 128 + i, right-aligned) and the output's, then run as steps
+ * through an executor: fathom ops for the interpreter, graph nodes for the graph form.
+ * Handles are the executor's (tensors, value names); each step returns a new handle. */
+#define ONNX_EINSUM_MAX_IN 8
+typedef struct onnx_einsum { int n_in, nd[ONNX_EINSUM_MAX_IN], lab[ONNX_EINSUM_MAX_IN][FM_MAX_DIMS], nout, out[FM_MAX_DIMS]; } onnx_einsum;
+typedef struct onnx_einsum_exec {
+    void *ctx;
+    void *(*retain)(void *ctx, void *h);
+    void (*release)(void *ctx, void *h);
+    void *(*permute)(void *ctx, void *h, int nd, const int *perm);
+    /* h (nd dims of sizes sz) to n dims sh; the first nkeep dims are h's own (dynamic ones may be among them) */
+    void *(*reshape)(void *ctx, void *h, int nd, const int64_t *sz, int n, const int64_t *sh, int nkeep);
+    void *(*sum)(void *ctx, void *h, int nd, const int64_t *sz, int n, const int *axes);
+    void *(*matmul)(void *ctx, void *a, void *b);
+    void *(*expand)(void *ctx, void *h, int nd, const int64_t *sz, const int64_t *want);
+    void *(*diag)(void *ctx, void *h, int nd, const int64_t *sz, int64_t n); /* last two dims (n, n) to (n) */
+} onnx_einsum_exec;
+fm_status onnx_einsum_parse(const char *eq, int n_in, const int *ranks, onnx_einsum *p);
+/* The result's handle, or NULL with the error set; shapes[i]: operand i's sizes. */
+void *onnx_einsum_run(const onnx_einsum *p, const onnx_einsum_exec *x, void *const *in, const int64_t *const *shapes);
+fm_status onnx_op_einsum(onnx_op_ctx *c);
 /* GatherND's ranks, batch_dims and the batch dims' sizes checked (data rank r, indices rank q). */
 fm_status onnx_gather_nd_check(const onnx_op_ctx *c, int r, const int64_t *ds, int q, const int64_t *is, int b);
 

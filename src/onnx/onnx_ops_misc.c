@@ -224,5 +224,6 @@ const onnx_op onnx_ops_misc[] = {
     {"Shrink", 9, 1, 1, 1, "bias,lambd", op_shrink},
     {"MeanVarianceNormalization", 9, 1, 1, 1, "axes", op_mvn},
     {"LRN", 1, 1, 1, 1, "alpha,beta,bias,size", op_lrn},
+    {"Einsum", 12, 1, ONNX_EINSUM_MAX_IN, 1, "equation", onnx_op_einsum},
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Einsum through `fathom run` (the interpreter) and its graph form (`fathom compile`), against
+# numpy.einsum and ONNX Runtime: matmuls, attention's equations with a dynamic batch, diagonals,
+# sums, three operands, the ellipsis; and refusals (tests/onnx_einsum_check.py). Skipped (77)
+# when numpy or onnx is missing.
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/cli_lib.sh"
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+cli_begin fathom_cli_onnx_einsum
+out=$("$py" "$here/onnx_einsum_check.py" "$bin" "$tmp" 2>&1); rc=$?
+echo "$out"
+[ $rc = 77 ] && exit 77
+check "Einsum (interpreter and graph) equal to numpy and ONNX Runtime; bad equations refused" '[ $rc = 0 ]'
+cli_end cli_onnx_einsum
