@@ -131,6 +131,10 @@ FM_API fm_tensor *fm_argmax(fm_tensor *a, int axis, bool keepdim);
 FM_API fm_tensor *fm_var(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
 FM_API fm_tensor *fm_std(fm_tensor *a, int n_axes, const int *axes, int correction, bool keepdim);
 FM_API fm_tensor *fm_logsumexp(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
+/* The product over axes (computed in f64; integer inputs keep their dtype, exact while the
+ * product stays below 2^53 in magnitude); the empty product is 1. Its gradient is exact with
+ * zeros: the product of the others. */
+FM_API fm_tensor *fm_prod(fm_tensor *a, int n_axes, const int *axes, bool keepdim);
 /* The running sum along axis, in a's dtype (integers exact, wrapping on overflow; floats
  * accumulated in double on the CPU): y[i] = a[0] + ... + a[i]; exclusive: a[0] + ... + a[i-1]
  * (0 first); reverse: from the end (a[i] + ... + a[n-1]). ONNX's CumSum, torch.cumsum. */

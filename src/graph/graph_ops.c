@@ -203,7 +203,7 @@ static fm_status inf_reduce(const gctx *c, const gtype *in, gtype *out) {
     bool kd = false;
     if (reduce_axes(c, in[0].ndim, axes, &na, &kd)) return fm_last_status();
     const char *op = c->n->op;
-    bool need_float = strcmp(op, "sum") && strcmp(op, "amax") && strcmp(op, "amin");
+    bool need_float = strcmp(op, "sum") && strcmp(op, "amax") && strcmp(op, "amin") && strcmp(op, "prod");
     if (need_float && !fm_dtype_is_float(in[0].dt))
         return fm_set_error(FM_ERR_INVALID, "needs a floating-point input, got %s", fm_dtype_name(in[0].dt));
     unsigned mask = 0;
@@ -416,7 +416,7 @@ const g_op_spec g_ops_core[] = {
     BIN(maximum, inf_binary), BIN(minimum, inf_binary), BIN(fmod, inf_binary), BIN(remainder, inf_binary), BIN(eq, inf_compare), BIN(ne, inf_compare),
     BIN(lt, inf_compare), BIN(le, inf_compare), BIN(gt, inf_compare), BIN(ge, inf_compare),
     {"where", 3, 3, 1, "", inf_where, run_where, NULL},
-    RED(sum), RED(mean), RED(amax), RED(amin), RED(logsumexp),
+    RED(sum), RED(mean), RED(amax), RED(amin), RED(logsumexp), RED(prod),
     {"var", 1, 1, 1, "axes,keepdim,correction", inf_reduce, run_reduce, NULL},
     {"std", 1, 1, 1, "axes,keepdim,correction", inf_reduce, run_reduce, NULL},
     {"argmax", 1, 1, 1, "axis,keepdim", inf_argmax, run_argmax, NULL},

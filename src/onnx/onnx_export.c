@@ -320,7 +320,7 @@ static fm_status x_reduce(xnode *x, const char *op) {
         return emit(e, "ReduceSum", INS(x->in[0], const_i64(e, n, ax)), OUTS(x->out[0]), 1, a_int(e, "keepdims", keep));
     }
     const char *o = !strcmp(op, "mean") ? "ReduceMean" : !strcmp(op, "amax") ? "ReduceMax" : !strcmp(op, "amin") ? "ReduceMin"
-                                                                                                : "ReduceLogSumExp";
+                  : !strcmp(op, "prod") ? "ReduceProd" : "ReduceLogSumExp";
     if (n <= 0) return emit(e, o, INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "keepdims", keep));
     return emit(e, o, INS(x->in[0]), OUTS(x->out[0]), 2, a_ints(e, "axes", n, ax), a_int(e, "keepdims", keep));
 }
@@ -757,7 +757,7 @@ static fm_status x_node(exporter *e, int i) {
     const char *op = n->op;
     static const char *const norms = ",layer_norm,add_layer_norm,rms_norm,batch_norm,";
     static const char *const pools = ",conv2d,conv2d_fused,conv_transpose2d,max_pool2d,avg_pool2d,";
-    static const char *const reds = ",sum,mean,amax,amin,logsumexp,argmax,";
+    static const char *const reds = ",sum,mean,amax,amin,logsumexp,prod,argmax,";
     static const char *const shapes = ",reshape,expand,permute,transpose,slice,unsqueeze,squeeze,flatten,cat,cast,embedding,index_select,gather,scatter,scatter_nd,pad,";
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);

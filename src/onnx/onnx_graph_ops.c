@@ -1009,7 +1009,8 @@ static fm_status t_reduce(tctx *t) {
         gop = strstr(op, "Max") ? "amax" : "mean";
     } else {
         gop = !strcmp(op, "ReduceSum") ? "sum" : !strcmp(op, "ReduceMean") ? "mean" : !strcmp(op, "ReduceMax") ? "amax"
-            : !strcmp(op, "ReduceMin") ? "amin" : !strcmp(op, "ReduceLogSumExp") ? "logsumexp" : reduce_composite(op) ? "sum" : NULL;
+            : !strcmp(op, "ReduceMin") ? "amin" : !strcmp(op, "ReduceLogSumExp") ? "logsumexp" : !strcmp(op, "ReduceProd") ? "prod"
+            : reduce_composite(op) ? "sum" : NULL;
         if (!gop) return fm_set_error(FM_ERR_UNSUPPORTED, "no graph form");
         bool as_input = t->c.opset >= (!strcmp(op, "ReduceSum") ? 13 : 18); /* axes became an input */
         if (as_input && t->n->n_in > 1 && t->n->in[1] >= 0) {
@@ -1862,7 +1863,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",LayerNormalization,BatchNormalization,InstanceNormalization,", t_norm},
         {",Conv,MaxPool,AveragePool,", t_conv_pool},
         {",GlobalAveragePool,GlobalMaxPool,ReduceSum,ReduceMean,ReduceMax,ReduceMin,ReduceLogSumExp,ReduceSumSquare,ReduceL1,ReduceL2,"
-         "ReduceLogSum,ArgMax,ArgMin,", t_reduce},
+         "ReduceLogSum,ReduceProd,ArgMax,ArgMin,", t_reduce},
         {",Reshape,Flatten,", t_reshape},
         {",Squeeze,Unsqueeze,", t_squeeze_unsqueeze},
         {",Transpose,Concat,Cast,CastLike,", t_transpose_concat},

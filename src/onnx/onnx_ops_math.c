@@ -277,7 +277,7 @@ static fm_status op_cast(onnx_op_ctx *c) {
 static fm_status op_cast_like(onnx_op_ctx *c) { return onnx_set_out(c, 0, fm_to_dtype(c->in[0], c->in[1]->dtype)); }
 
 /* ---- reductions ---- */
-typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_LSE, R_SUMSQ, R_L1, R_L2, R_LOGSUM } reduce_kind;
+typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_LSE, R_SUMSQ, R_L1, R_L2, R_LOGSUM, R_PROD } reduce_kind;
 
 static fm_tensor *reduce_as(reduce_kind k, fm_tensor *x, int n, const int *axes, bool keep) {
     fm_tensor *t = NULL, *y = NULL;
@@ -287,6 +287,7 @@ static fm_tensor *reduce_as(reduce_kind k, fm_tensor *x, int n, const int *axes,
     case R_MAX: return fm_amax(x, n, axes, keep);
     case R_MIN: return fm_amin(x, n, axes, keep);
     case R_LSE: return fm_logsumexp(x, n, axes, keep);
+    case R_PROD: return fm_prod(x, n, axes, keep);
     case R_SUMSQ: case R_L2: t = fm_mul(x, x); break;
     case R_L1: t = fm_abs(x); break;
     case R_LOGSUM: t = fm_tensor_retain(x); break;
@@ -346,7 +347,7 @@ static fm_status reduce(onnx_op_ctx *c, reduce_kind k, int axes_input_opset) {
     bool keep = onnx_attr_int(c, "keepdims", 1) != 0;
     if (x->ndim == 0) return onnx_set_out(c, 0, fm_tensor_retain(x));
     if ((k == R_MAX || k == R_MIN) && reduces_empty(x, n, axes)) return onnx_set_out(c, 0, reduce_identity(x, n, axes, keep, k == R_MAX));
-    if (k != R_SUM && k != R_MAX && k != R_MIN && !need_float(c, x)) return fm_last_status();
+    if (k != R_SUM && k != R_MAX && k != R_MIN && k != R_PROD && !need_float(c, x)) return fm_last_status();
     fm_tensor *y = reduce_as(k, x, n, n ? axes : NULL, keep);
     if (y && y->dtype != x->dtype) { /* integer sums come back int64 */
         fm_tensor *t = fm_to_dtype(y, x->dtype);
@@ -364,6 +365,7 @@ static fm_status op_reduce_sumsq(onnx_op_ctx *c) { return reduce(c, R_SUMSQ, 18)
 static fm_status op_reduce_l1(onnx_op_ctx *c) { return reduce(c, R_L1, 18); }
 static fm_status op_reduce_l2(onnx_op_ctx *c) { return reduce(c, R_L2, 18); }
 static fm_status op_reduce_logsum(onnx_op_ctx *c) { return reduce(c, R_LOGSUM, 18); }
+static fm_status op_reduce_prod(onnx_op_ctx *c) { return reduce(c, R_PROD, 18); }
 
 /* x reversed along dim d (a gather with reversed indices). */
 static fm_tensor *flip(fm_tensor *x, int d) {
@@ -447,7 +449,7 @@ const onnx_op onnx_ops_math[] = {
     {"ReduceMax", 1, 1, 2, 1, RED_ATTRS, op_reduce_max},       {"ReduceMin", 1, 1, 2, 1, RED_ATTRS, op_reduce_min},
     {"ReduceLogSumExp", 1, 1, 2, 1, RED_ATTRS, op_reduce_lse}, {"ReduceSumSquare", 1, 1, 2, 1, RED_ATTRS, op_reduce_sumsq},
     {"ReduceL1", 1, 1, 2, 1, RED_ATTRS, op_reduce_l1},         {"ReduceL2", 1, 1, 2, 1, RED_ATTRS, op_reduce_l2},
-    {"ReduceLogSum", 1, 1, 2, 1, RED_ATTRS, op_reduce_logsum},
+    {"ReduceLogSum", 1, 1, 2, 1, RED_ATTRS, op_reduce_logsum}, {"ReduceProd", 1, 1, 2, 1, RED_ATTRS, op_reduce_prod},
     {"ArgMax", 1, 1, 1, 1, "axis,keepdims,select_last_index", op_argmax},
     {"ArgMin", 1, 1, 1, 1, "axis,keepdims,select_last_index", op_argmin},
     {"TopK", 1, 1, 2, 2, "axis,k,largest,sorted", op_topk},

@@ -117,6 +117,19 @@ static fm_tensor *expand_back(fm_tensor *g, const fm_node *n, const fm_tensor *x
     return e;
 }
 
+/* d prod / d x_i, exact with zeros: prod / x_i where the slice has no zero; where it has one,
+ * the product of the others at the zero and 0 elsewhere; where it has more, 0. */
+static fm_tensor *prod_grad_factor(fm_tensor *x, int na, const int *axes) {
+    fm_tensor *z0 = fm_tensor_zeros(0, NULL, x->dtype, x->storage->device), *one = fm_tensor_full(0, NULL, 1, x->dtype, x->storage->device);
+    fm_tensor *isz = z0 ? fm_eq(x, z0) : NULL, *zf = isz ? fm_to_dtype(isz, x->dtype) : NULL, *nz = zf ? fm_sum(zf, na, axes, true) : NULL;
+    fm_tensor *xs = isz && one ? fm_where(isz, one, x) : NULL, *pn = xs ? fm_prod(xs, na, axes, true) : NULL;
+    fm_tensor *none = pn ? fm_div(pn, xs) : NULL, *at0 = pn ? fm_where(isz, pn, z0) : NULL;
+    fm_tensor *n0 = nz ? fm_eq(nz, z0) : NULL, *n1 = nz ? fm_eq(nz, one) : NULL;
+    fm_tensor *w1 = n1 && at0 ? fm_where(n1, at0, z0) : NULL, *r = n0 && none && w1 ? fm_where(n0, none, w1) : NULL;
+    fm_tensor_release_n(12, z0, one, isz, zf, nz, xs, pn, none, at0, n0, n1, w1);
+    return r;
+}
+
 static fm_status reduce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor **gin) {
     const red_attrs *a = FM_NODE_ATTRS(n, red_attrs);
     fm_tensor *x = n->saved[0], *y = n->saved[1];
@@ -156,6 +169,14 @@ static fm_status reduce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
         fm_tensor_release_n(3, mu, d, s);
         break;
     }
+    case FM_OP_PROD: {
+        int axes[FM_MAX_DIMS], na = 0;
+        for (int i = 0; i < x->ndim; i++) if (a->mask >> i & 1) axes[na++] = i;
+        fm_tensor *f = prod_grad_factor(x, na, axes);
+        r = f ? fm_mul(ge, f) : NULL;
+        fm_tensor_release(f);
+        break;
+    }
     case FM_OP_LOGSUMEXP: {
         fm_tensor *ye = expand_back(y, n, x);
         fm_tensor *d = ye ? fm_sub(x, ye) : NULL, *p = d ? fm_exp(d) : NULL;
@@ -174,7 +195,7 @@ static fm_status reduce_backward(fm_node *n, fm_tensor *const *gout, fm_tensor *
 static fm_tensor *reduce(fm_op_id op, fm_tensor *x, int n_axes, const int *axes, int correction, bool keepdim) {
     const char *name = fm_op_get_info(op)->name;
     if (!x) { fm_set_error(FM_ERR_INVALID, "%s: input is NULL", name); return NULL; }
-    if (op != FM_OP_SUM && op != FM_OP_AMAX && op != FM_OP_AMIN && !fm_dtype_is_float(x->dtype)) {
+    if (op != FM_OP_SUM && op != FM_OP_AMAX && op != FM_OP_AMIN && op != FM_OP_PROD && !fm_dtype_is_float(x->dtype)) {
         fm_set_error(FM_ERR_INVALID, "%s: needs a floating-point tensor (got %s)", name, fm_dtype_name(x->dtype));
         return NULL;
     }
@@ -209,6 +230,7 @@ fm_tensor *fm_std(fm_tensor *a, int n, const int *ax, int c, bool k) {
     return reduce(FM_OP_STD, a, n, ax, c, k);
 }
 fm_tensor *fm_logsumexp(fm_tensor *a, int n, const int *ax, bool k) { return reduce(FM_OP_LOGSUMEXP, a, n, ax, 0, k); }
+fm_tensor *fm_prod(fm_tensor *a, int n, const int *ax, bool k) { return reduce(FM_OP_PROD, a, n, ax, 0, k); }
 
 /* ---- max/min along one axis, with indices ---- */
 

@@ -24,6 +24,11 @@ static double ref_reduce(const char *name, const double *v, int n) {
     for (int i = 0; i < n; i++) { q += (v[i] - mu) * (v[i] - mu); e += exp(v[i] - m); }
     if (!strcmp(name, "var")) return q / (n - 1);
     if (!strcmp(name, "std")) return sqrt(q / (n - 1));
+    if (!strcmp(name, "prod")) {
+        double pr = 1;
+        for (int i = 0; i < n; i++) pr *= v[i];
+        return pr;
+    }
     return m + log(e); /* logsumexp */
 }
 
@@ -34,6 +39,7 @@ static red_fn red_of(const char *n) {
     if (!strcmp(n, "amin")) return fm_amin;
     if (!strcmp(n, "var")) return var1;
     if (!strcmp(n, "std")) return std1;
+    if (!strcmp(n, "prod")) return fm_prod;
     return fm_logsumexp;
 }
 
@@ -126,6 +132,27 @@ RED_TESTS("amin", amin)
 RED_TESTS("var", var)
 RED_TESTS("std", std)
 RED_TESTS("logsumexp", logsumexp)
+RED_TESTS("prod", prod)
+
+/* prod's gradient where slices hold one zero and two zeros; integer products keep their dtype */
+static int prod_zeros(void) {
+    OP_BEGIN;
+    fm_tensor *x = fm_tensor_from_data((double[]){2, 0, 3, 0, 0, 5, 1.5, -2, 4}, 2, (int64_t[]){3, 3}, FM_F64);
+    fm_tensor_requires_grad_(x, true);
+    int ax = 1;
+    fm_tensor *y = fm_prod(x, 1, &ax, false), *s = y ? fm_sum(y, 0, NULL, false) : NULL;
+    CHECK(s && fm_backward(s, NULL, false) == FM_OK && x->grad);
+    const double want[9] = {0, 6, 0, 0, 0, 0, -8, 6, -3}; /* one zero: the others' product there; two: 0 */
+    for (int i = 0; x->grad && i < 9; i++) CHECK_NEAR(fm_tensor_get(x->grad, i), want[i], 1e-12);
+    fm_tensor *xi = fm_tensor_from_data((int32_t[]){3, -4, 5, 7}, 1, (int64_t[]){4}, FM_I32), *pi = fm_prod(xi, 0, NULL, false);
+    CHECK(pi && pi->dtype == FM_I32 && fm_tensor_item(pi) == -420);
+    int64_t z = 0;
+    fm_tensor *e = fm_tensor_zeros(1, &z, FM_F32, FM_CPU), *pe = fm_prod(e, 0, NULL, false);
+    CHECK(pe && fm_tensor_item(pe) == 1); /* the empty product */
+    fm_tensor_release_n(7, x, y, s, xi, pi, e, pe);
+    OP_END;
+}
+OP_TEST("prod", prod_zeros, NULL)
 
 static int maxdim_fwd_impl(bool is_max) {
     OP_BEGIN;

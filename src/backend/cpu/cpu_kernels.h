@@ -17,7 +17,7 @@
 void fm_backend_cpu_reg(void);
 
 void fm_cpu_kernels_elementwise(fm_backend *b); /* unary, binary, compare, where, copy, clamp */
-void fm_cpu_kernels_reduce(fm_backend *b);      /* sum mean amax amin max/min_dim argmax var std logsumexp */
+void fm_cpu_kernels_reduce(fm_backend *b);      /* sum mean amax amin max/min_dim argmax var std logsumexp prod */
 void fm_cpu_kernels_matmul(fm_backend *b);
 void fm_cpu_kernels_softmax(fm_backend *b);     /* softmax, log_softmax, cross_entropy, mse (+backward) */
 void fm_cpu_kernels_norm(fm_backend *b);        /* layer_norm, rms_norm, embedding, dropout (+backward) */

@@ -98,6 +98,11 @@ static double reduce_one(const red *r, int64_t o, int64_t in, int64_t *arg) {
         double var = den > 0 ? m2 / den : NAN;
         return r->op == FM_OP_STD ? sqrt(var) : var;
     }
+    case FM_OP_PROD: {
+        double s = 1;
+        for (int64_t k = 0; k < R; k++) s *= ld(r, base + k * st);
+        return s;
+    }
     case FM_OP_LOGSUMEXP: {
         double m = -INFINITY;
         for (int64_t k = 0; k < R; k++) { double v = ld(r, base + k * st); if (v > m || v != v) m = v; }
@@ -200,6 +205,7 @@ static fm_status k_reduce(const fm_op_call *c) {
         if (c->op == FM_OP_SUM) { for (int64_t j = 0; j < nout; j++) store(r.out, j, 0); return FM_OK; }
         if (c->op == FM_OP_MEAN || c->op == FM_OP_VAR || c->op == FM_OP_STD) { for (int64_t j = 0; j < nout; j++) store(r.out, j, NAN); return FM_OK; }
         if (c->op == FM_OP_LOGSUMEXP) { for (int64_t j = 0; j < nout; j++) store(r.out, j, -INFINITY); return FM_OK; }
+        if (c->op == FM_OP_PROD) { for (int64_t j = 0; j < nout; j++) store(r.out, j, 1); return FM_OK; }
         return fm_set_error(FM_ERR_INVALID, "%s: cannot reduce over an empty dimension", fm_op_get_info(c->op)->name);
     }
     if (nout == 1 && r.R > 2 * BLOCK && (c->op == FM_OP_SUM || c->op == FM_OP_MEAN)) {

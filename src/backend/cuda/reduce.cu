@@ -41,7 +41,7 @@ __device__ void write_out(const red_params &p, int64_t j, double v, int64_t arg)
 
 /* One block per output row (inner == 1). */
 __global__ void red_rows(red_params p) {
-    __shared__ double sh[32];
+    __shared__ double sh[33]; /* 32 warps; [32]: the product's running value */
     __shared__ int64_t shi[32];
     int64_t j = blockIdx.x;
     const int64_t base = j * p.R;
@@ -66,6 +66,22 @@ __global__ void red_rows(red_params p) {
                 if (shi[w] >= 0 && (bi < 0 || better(mx, sh[w], shi[w], best, bi))) { best = sh[w]; bi = shi[w]; }
             write_out(p, j, best, bi);
         }
+        return;
+    }
+    if (p.op == FM_OP_PROD) { /* a product per thread, then thread 0 multiplies them in thread order */
+        double q = 1;
+        for (int64_t k = tid; k < p.R; k += nt) q *= fm_ld<double>(p.x, p.dt, base + k);
+        for (int w = 0; w < nt; w += 32) { /* sh holds one warp's worth at a time */
+            if (tid >= w && tid < w + 32) sh[tid - w] = q;
+            __syncthreads();
+            if (tid == 0) {
+                double acc = w ? sh[32] : 1;
+                for (int i = 0; i < 32 && w + i < nt; i++) acc *= sh[i];
+                sh[32] = acc;
+            }
+            __syncthreads();
+        }
+        if (tid == 0) write_out(p, j, sh[32], 0);
         return;
     }
     if (p.op == FM_OP_LOGSUMEXP) {
@@ -121,6 +137,10 @@ __global__ void red_cols(red_params p) {
             double s = 0;
             for (int64_t k = 0; k < p.R; k++) s += exp(fm_ld<double>(p.x, p.dt, base + k * st) - m);
             write_out(p, j, m + log(s), 0);
+        } else if (p.op == FM_OP_PROD) {
+            double q = 1;
+            for (int64_t k = 0; k < p.R; k++) q *= fm_ld<double>(p.x, p.dt, base + k * st);
+            write_out(p, j, q, 0);
         } else if (p.op == FM_OP_SUM || p.op == FM_OP_MEAN) {
             double s = 0;
             for (int64_t k = 0; k < p.R; k++) s += fm_ld<double>(p.x, p.dt, base + k * st);
@@ -207,6 +227,7 @@ static fm_status k_reduce(const fm_op_call *c) {
         if (c->op == FM_OP_SUM) v = 0;
         else if (c->op == FM_OP_MEAN || c->op == FM_OP_VAR || c->op == FM_OP_STD) v = NAN;
         else if (c->op == FM_OP_LOGSUMEXP) v = -INFINITY;
+        else if (c->op == FM_OP_PROD) v = 1;
         else return fm_set_error(FM_ERR_INVALID, "%s: cannot reduce over an empty dimension", fm_cuda_op_name(c));
         fill_kernel<<<fm_cuda_blocks(nout, 256), 256, 0, s>>>(p.out, p.out_dt, nout, v);
         return fm_cuda_check_launch(fm_cuda_op_name(c));
