@@ -21,8 +21,8 @@ static fm_tensor *scalar_like(const fm_tensor *x, double v) { return fm_tensor_f
 fm_status onnx_space_depth_plan(const onnx_op_ctx *c, const int64_t *xs, onnx_space_depth *p) {
     const bool to_space = !strcmp(c->node->op_type, "DepthToSpace");
     const int64_t b = onnx_attr_int(c, "blocksize", 0), N = xs[0], C = xs[1], H = xs[2], W = xs[3];
-    char mode[8];
-    onnx_attr_string(c, "mode", "DCR", mode, sizeof mode);
+    char buf[8];
+    const char *mode = onnx_attr_string(c, "mode", "DCR", buf, sizeof buf);
     if (b < 1) return onnx_node_error(c, FM_ERR_INVALID, "blocksize must be >= 1, got %" PRId64, b);
     const bool crd = to_space && !strcmp(mode, "CRD");
     if (to_space && !crd && strcmp(mode, "DCR")) return onnx_node_error(c, FM_ERR_INVALID, "mode '%s' is not DCR or CRD", mode);
