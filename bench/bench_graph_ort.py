@@ -25,6 +25,8 @@ on that file against `fathom compile FILE --dim s=128` (the batch stays dynamic)
 128 tokens, a quarter of each second row padded; then `fathom quantize --int8 --dynamic` of that
 graph against ORT's quantize_dynamic (QInt8 weights) of the file, with the smallest cosine
 between each side's mean-pooled sentence embeddings and ORT's fp32 ones.
+--model qdq quantizes fashion-mlp and that feed-forward block with ONNX Runtime's quantize_static
+(QDQ format, per-channel int8) and times `fathom compile` of the QDQ file against ORT on it.
 --model ffn exports a transformer feed-forward block at MiniLM's width (384-1536-384) with GELU,
 SiLU or tanh-GELU between its linears, at 128 and 1024 rows.
 --model vision exports torchvision image classifiers (ResNet-18, MobileNetV2, MobileNetV3-Small,
@@ -43,6 +45,7 @@ Usage: bench/bench_graph_ort.py [--build build] [--rounds 15] [--threads 2] [--m
 """
 import argparse
 import ctypes
+import json
 import os
 import shutil
 import statistics
@@ -365,14 +368,24 @@ def bench_bert(a, ort, lib, d):
 VISION = "resnet18,mobilenet_v2,mobilenet_v3_small,efficientnet_b0,regnet_y_400mf,squeezenet1_0,vit_b_16,swin_t"
 
 
+def export(m, x, path):
+    import torch
+    torch.onnx.export(m, (torch.from_numpy(x),), path, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
+
+
 def time_exported(a, ort, lib, d, name, what, m, xs, out_shape):
     """torch module m exported to ONNX (dim 0 dynamic), `fathom compile`d, and timed against ORT
     on the file, one row per input in xs; out_shape(x) is the output's shape. --no-arena-base adds
     this build without its arena, --base another build's compile of the same file."""
-    import torch
     path = f"{d}/{name}.onnx"
-    torch.onnx.export(m, (torch.from_numpy(xs[0]),), path, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False)
+    export(m, xs[0], path)
+    time_file(a, ort, lib, d, name, what, path, xs, out_shape, 1e-4)
+
+
+def time_file(a, ort, lib, d, name, what, path, xs, out_shape, tol):
+    """The ONNX file at path `fathom compile`d and timed against ORT on the file (time_exported);
+    the outputs must agree within tol of the largest magnitude."""
     run([os.path.join(a.build, "fathom"), "compile", path, "-o", f"{d}/{name}_c"])
     fm, sess, base = Fathom(lib, f"{d}/{name}_c"), session(ort, path, a.threads), None
     if a.no_arena_base:
@@ -388,7 +401,7 @@ def time_exported(a, ort, lib, d, name, what, m, xs, out_shape):
             y = side.outputs(outs, [out_shape(x)])[0]
             side.release(outs, 1)
             err = max(err, float(np.max(np.abs(y - yo)) / max(1e-30, float(np.max(np.abs(yo))))))
-            if err > 1e-4:
+            if err > tol:
                 sys.exit(f"bench_graph_ort: {name} outputs differ at batch {x.shape[0]}: {err:.3g} relative")
         tf, to, cf, co, tb, cb = [], [], [], [], [], []
         for _ in range(a.rounds):
@@ -448,12 +461,55 @@ def bench_ffn(a, ort, lib, d):
         time_exported(a, ort, lib, d, f"ffn_{act}", "384-1536-384, rows = batch x 128", m, xs, lambda x: (x.shape[0], 384))
 
 
+def bench_qdq(a, ort, lib, d):
+    """int8 models in ONNX's QDQ format, as ONNX Runtime's quantize_static writes them (per-channel
+    int8 weights, int8 activations calibrated on 8 batches): fashion-mlp (784-1024-1024-10, ReLU)
+    at batch 1 and 128 and the 384-1536-384 GELU feed-forward block at 1024 rows; fathom compiles
+    each QuantizeLinear-DequantizeLinear-MatMul into its int8 qlinear_int8, ORT fuses the same into
+    its int8 kernels. Outputs agree within 2% of their largest magnitude (a step or two of the
+    output's quantization grid where the two round a tie differently)."""
+    try:
+        import torch
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    except ImportError as e:
+        sys.exit(f"bench_graph_ort: --model qdq needs torch and onnxruntime's quantization tool ({e})")
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(17)
+    models = [("qdq_mlp", "fashion-mlp 784-1024-1024-10, QDQ int8",
+               torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                   torch.nn.Linear(1024, 10)), 784, (1, 128)),
+              ("qdq_ffn", "384-1536-384 GELU, QDQ int8",
+               torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 384)), 384, (1024,))]
+    for name, what, m, k, rows in models:
+        xs = [rng.standard_normal((r, k)).astype(np.float32) for r in rows]
+        export(m.eval(), xs[0], f"{d}/{name}_f32.onnx")
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.it = iter([{"x": rng.standard_normal((32, k)).astype(np.float32)} for _ in range(8)])
+
+            def get_next(self):
+                return next(self.it, None)
+        quantize_static(f"{d}/{name}_f32.onnx", f"{d}/{name}.onnx", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        n = sum(nd["op"] == "qlinear_int8" for nd in json.load(open(run_compile(a, f"{d}/{name}.onnx", f"{d}/{name}_c")))["nodes"])
+        print(f'{{"model": "{name}", "qlinear_int8_nodes": {n}}}', flush=True)
+        time_file(a, ort, lib, d, name, what, f"{d}/{name}.onnx", xs, lambda x: (x.shape[0], m[-1].out_features), 0.02)
+
+
+def run_compile(a, path, out):
+    run([os.path.join(a.build, "fathom"), "compile", path, "-o", out])
+    return f"{out}/graph.json"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "llama", "bert", "vision", "ffn", "both"], default="both")
+    ap.add_argument("--model", choices=["cnn", "mlp", "gpt", "llama", "bert", "vision", "ffn", "qdq", "both"], default="both")
     ap.add_argument("--vision", default=VISION, help="--model vision: torchvision model names, comma-separated")
     ap.add_argument("--base", help="another build directory to time in the same alternation")
     ap.add_argument("--no-arena-base", action="store_true",
@@ -476,6 +532,8 @@ def main():
             return bench_vision(a, ort, lib, d)
         if a.model == "ffn":
             return bench_ffn(a, ort, lib, d)
+        if a.model == "qdq":
+            return bench_qdq(a, ort, lib, d)
         if a.model == "llama":
             return bench_gpt(a, ort, lib, d, llama=True)
         if a.model in ("gpt", "both"):

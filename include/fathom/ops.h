@@ -314,6 +314,7 @@ typedef enum fm_ew_step_op {
     FM_EW_TANH,
     FM_EW_MUL_X, /* v * x */
     FM_EW_ADD_X, /* v + x */
+    FM_EW_ROUND, /* to the nearest integer, halves to even (ONNX Round, QuantizeLinear) */
     FM_EW_OP_COUNT
 } fm_ew_step_op;
 typedef struct fm_ew_step { fm_ew_step_op op; float a, b; } fm_ew_step;

@@ -22,7 +22,7 @@
  *   sigmoid(x) -> mul with x          =>  silu(x) (SiLU/Swish as exported: EfficientNet's
  *       activations; one pass over the tensor instead of two and no intermediate);
  *   2 to 8 f32 elementwise steps in a row (add/sub/mul/div by a scalar constant or by
- *       the chain's input, relu, clamp, sigmoid, tanh), no broadcasting
+ *       the chain's input, relu, clamp, sigmoid, tanh, round), no broadcasting
  *                                     =>  ew_chain (one pass over memory: HardSwish's
  *       mul, add, clamp, mul).
  *   pad (zeros, as much before as after each spatial dim) -> conv2d
@@ -400,7 +400,8 @@ static bool as_step(const fm_graph *g, const gnode *n, int v, int x, fm_ew_step 
     if (n->n_out != 1 || g->values[n->out[0]].t.dt != FM_F32 || !same_shape(g, n->out[0], x)) return false;
     double lo, hi;
     if (n->n_in == 1 && n->in[0] == v) {
-        static const struct { const char *op; fm_ew_step_op code; } un[] = {{"relu", FM_EW_RELU}, {"sigmoid", FM_EW_SIGMOID}, {"tanh", FM_EW_TANH}};
+        static const struct { const char *op; fm_ew_step_op code; } un[] = {
+            {"relu", FM_EW_RELU}, {"sigmoid", FM_EW_SIGMOID}, {"tanh", FM_EW_TANH}, {"round", FM_EW_ROUND}};
         for (size_t k = 0; k < sizeof un / sizeof un[0]; k++)
             if (!strcmp(n->op, un[k].op)) { *s = (fm_ew_step){un[k].code, 0, 0}; return true; }
         if (clamp_bounds(n, &lo, &hi)) { *s = (fm_ew_step){FM_EW_CLAMP, (float)lo, (float)hi}; return true; }

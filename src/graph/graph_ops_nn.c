@@ -391,6 +391,7 @@ static fm_tensor *chain_step_op(fm_tensor *v, fm_tensor *x, const fm_ew_step *s)
     case FM_EW_TANH: return fm_tanh(v);
     case FM_EW_MUL_X: return fm_mul(v, x);
     case FM_EW_ADD_X: return fm_add(v, x);
+    case FM_EW_ROUND: return fm_round(v);
     default: fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step"); return NULL;
     }
 }

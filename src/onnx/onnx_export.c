@@ -632,6 +632,7 @@ static fm_status x_ew_chain(xnode *x) {
         case FM_EW_TANH: s = emit(e, "Tanh", INS(v), OUTS(o), 0); break;
         case FM_EW_MUL_X: s = emit(e, "Mul", INS(v, x->in[0]), OUTS(o), 0); break;
         case FM_EW_ADD_X: s = emit(e, "Add", INS(v, x->in[0]), OUTS(o), 0); break;
+        case FM_EW_ROUND: s = emit(e, "Round", INS(v), OUTS(o), 0); break;
         default: s = fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step %lld", (long long)ops->ints[i].v);
         }
         v = o;

@@ -4,6 +4,8 @@
  * with the graph's 0 (the input's size there) or -1 (inferred / kept). */
 #include "onnx/onnx_internal.h"
 
+#include "fathom/quant.h" /* fm_pack_weight_int8: QDQ MatMuls as int8 panels */
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -268,7 +270,11 @@ static fm_status t_gemm_general(tctx *t, bool ta, bool tb, double alpha, double 
     return node(t, "add", 2, (const char *[]){prod, c}, out_name(t, 0), 0, NULL);
 }
 
-static fm_status t_gemm(tctx *t) {
+static int gemm_qdq(tctx *t, int me);
+
+static fm_status t_gemm(tctx *t, int me) {
+    const int q = gemm_qdq(t, me);
+    if (q >= 0) return (fm_status)q;
     double alpha = onnx_attr_float(&t->c, "alpha", 1.0f), beta = onnx_attr_float(&t->c, "beta", 1.0f);
     bool ta = onnx_attr_int(&t->c, "transA", 0), tb = onnx_attr_int(&t->c, "transB", 0);
     bool bias = t->n->n_in > 2 && t->n->in[2] >= 0 && beta != 0;
@@ -1655,6 +1661,212 @@ static fm_status t_einsum(tctx *t) {
     return st;
 }
 
+/* ---- QuantizeLinear / DequantizeLinear (QDQ models), and MatMul between them as int8 ---- */
+
+/* Input k (a folded scale or zero point: one value, or one per index along axis of x) as a
+ * graph constant of dtype dt shaped to broadcast against x. */
+static const char *qdq_param(tctx *t, int k, int64_t axis, fm_dtype dt, char *buf, size_t n) {
+    const fm_tensor *v = t->in[k], *x = t->in[0];
+    const int64_t m = fm_tensor_numel(v);
+    int64_t sh[FM_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) sh[d] = d == axis ? m : 1;
+    double *vals = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
+    if (!vals) return fm_set_error(FM_ERR_OOM, "out of host memory"), NULL;
+    for (int64_t i = 0; i < m; i++) vals[i] = fm_tensor_get(v, i);
+    const char *r = m == 1 ? const_of(t, 0, NULL, vals, dt, buf, n) : const_of(t, x->ndim, sh, vals, dt, buf, n);
+    free(vals);
+    return r;
+}
+
+/* The axis of QuantizeLinear/DequantizeLinear node t's scale: -1 when it is one value, else
+ * the normalized axis (its length checked); refused for blocked scales and data scales. */
+static fm_status qdq_axis(tctx *t, int64_t *axis) {
+    const fm_tensor *x = t->in[0], *s = t->in[1];
+    if (need_folded(t, 1, "scale") || need_folded(t, 2, "zero point")) return fm_last_status();
+    if (onnx_attr_int(&t->c, "block_size", 0)) return fm_set_error(FM_ERR_UNSUPPORTED, "blocked scales have no graph form");
+    *axis = -1;
+    if (fm_tensor_numel(s) == 1) return FM_OK;
+    int64_t a = onnx_attr_int(&t->c, "axis", 1);
+    if (a < 0) a += x->ndim;
+    if (a < 0 || a >= x->ndim || s->ndim != 1 || s->shape[0] != x->shape[a] || !fixed_dim(t, 0, (int)a))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form for one scale, or one per index of a fixed axis");
+    *axis = a;
+    return FM_OK;
+}
+
+/* QuantizeLinear: cast(clamp(round(x / scale) + zero_point, type's range)); the value before
+ * the cast is named "<output>/qf" so that a DequantizeLinear of the same parameters reads it
+ * without the casts (t_dequantize), and the pair becomes one ew_chain when compiled. A NaN x
+ * gives 0 here (the interpreter and ONNX Runtime: the type's minimum, the same for uint8). */
+static fm_status t_quantize(tctx *t) {
+    int64_t axis;
+    if (qdq_axis(t, &axis)) return fm_last_status();
+    const fm_tensor *x = t->in[0], *z = t->n->n_in > 2 && t->n->in[2] >= 0 ? t->in[2] : NULL;
+    const fm_dtype dt = z ? z->dtype : FM_U8;
+    if ((dt != FM_U8 && dt != FM_I8) || !fm_dtype_is_float(x->dtype) || onnx_attr_int(&t->c, "output_dtype", 0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form from a float x to uint8 or int8 (its zero point's type)");
+    char nb[6][300];
+    const char *x0 = in_name(t, 0), *sc = qdq_param(t, 1, axis, x->dtype, nb[0], 300), *q = tmp_name(t, nb[1], 300), *r = tmp_name(t, nb[2], 300);
+    const char *zc = z ? qdq_param(t, 2, axis, x->dtype, nb[3], 300) : NULL, *zs = z ? tmp_name(t, nb[4], 300) : r, *c = nb[5];
+    snprintf(nb[5], 300, "%s/qf", out_name(t, 0));
+    fm_graph_attr cl[2] = {fm_graph_attr_float("min", dt == FM_U8 ? 0 : -128), fm_graph_attr_float("max", dt == FM_U8 ? 255 : 127)};
+    fm_graph_attr ca = fm_graph_attr_string("dtype", fm_dtype_name(dt));
+    if (!sc || (z && !zc) || node(t, "div", 2, (const char *[]){x0, sc}, q, 0, NULL) || node(t, "round", 1, &q, r, 0, NULL) ||
+        (z && node(t, "add", 2, (const char *[]){r, zc}, zs, 0, NULL)) || node(t, "clamp", 1, &zs, c, 2, cl))
+        return fm_last_status();
+    return node(t, "cast", 1, &c, out_name(t, 0), 1, &ca);
+}
+
+static int producer_of(const tctx *t, int s, int before);
+static bool node_is(const tctx *t, int i, const char *op);
+
+/* Whether folded slots a and b hold the same values (one may be absent: all zeros). */
+static bool same_values(const tctx *t, int a, int b) {
+    const fm_tensor *x = a >= 0 ? t->x->va[a] : NULL, *y = b >= 0 ? t->x->va[b] : NULL;
+    if ((a >= 0 && !t->x->folded[a]) || (b >= 0 && !t->x->folded[b])) return false;
+    const int64_t n = x ? fm_tensor_numel(x) : y ? fm_tensor_numel(y) : 0;
+    if (x && y && (x->dtype != y->dtype || fm_tensor_numel(y) != n)) return false;
+    for (int64_t i = 0; i < n; i++)
+        if ((x ? fm_tensor_get(x, i) : 0) != (y ? fm_tensor_get(y, i) : 0)) return false;
+    return true;
+}
+
+/* The float name of the QuantizeLinear before DequantizeLinear node t when both have the same
+ * scale, zero point and axis ("<q output>/qf", t_quantize), else NULL. */
+static const char *quantized_float(tctx *t, int me, char *buf, size_t n) {
+    const int q = producer_of(t, t->n->in[0], me);
+    if (!node_is(t, q, "QuantizeLinear")) return NULL;
+    const onnx_node *qn = &t->x->m->nodes[q];
+    const int zq = qn->n_in > 2 ? qn->in[2] : -1, zd = t->n->n_in > 2 ? t->n->in[2] : -1;
+    if (!same_values(t, qn->in[1], t->n->in[1]) || !same_values(t, zq, zd) || (zq < 0) != (zd < 0) ||
+        onnx_attr_int(&(onnx_op_ctx){.node = qn->proto}, "axis", 1) != onnx_attr_int(&t->c, "axis", 1) ||
+        t->in[1]->dtype != t->x->va[qn->in[0]]->dtype)
+        return NULL;
+    snprintf(buf, n, "%s/qf", vname(t, t->n->in[0]));
+    return buf;
+}
+
+/* DequantizeLinear: (cast(x) - zero_point) * scale, in the scale's dtype; after a
+ * QuantizeLinear of the same parameters, from its float value (quantized_float). */
+static fm_status t_dequantize(tctx *t, int me) {
+    int64_t axis;
+    if (qdq_axis(t, &axis)) return fm_last_status();
+    const fm_tensor *x = t->in[0], *z = t->n->n_in > 2 && t->n->in[2] >= 0 ? t->in[2] : NULL;
+    const fm_dtype dt = t->in[1]->dtype;
+    if ((x->dtype != FM_U8 && x->dtype != FM_I8 && x->dtype != FM_I32) || !fm_dtype_is_float(dt) || onnx_attr_int(&t->c, "output_dtype", 0))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form from uint8, int8 or int32 to the scale's float type");
+    char nb[5][300];
+    fm_graph_attr ca = fm_graph_attr_string("dtype", fm_dtype_name(dt));
+    const char *x0 = in_name(t, 0), *f = tmp_name(t, nb[0], 300), *sc = qdq_param(t, 1, axis, dt, nb[1], 300);
+    const char *zc = z ? qdq_param(t, 2, axis, dt, nb[2], 300) : NULL, *d = z ? tmp_name(t, nb[3], 300) : f;
+    const char *qf = quantized_float(t, me, nb[4], 300);
+    if (qf) f = qf, d = z ? d : qf;
+    if (!sc || (z && !zc) || (!qf && node(t, "cast", 1, &x0, f, 1, &ca)) || (z && node(t, "sub", 2, (const char *[]){f, zc}, d, 0, NULL)))
+        return fm_last_status();
+    return node(t, "mul", 2, (const char *[]){d, sc}, out_name(t, 0), 0, NULL);
+}
+
+/* The node before `before` that writes slot s, or -1. */
+static int producer_of(const tctx *t, int s, int before) {
+    for (int i = before - 1; s >= 0 && i >= 0; i--)
+        for (int k = 0; k < t->x->m->nodes[i].n_out; k++)
+            if (t->x->m->nodes[i].out[k] == s) return i;
+    return -1;
+}
+
+static bool node_is(const tctx *t, int i, const char *op) { return i >= 0 && !strcmp(t->x->m->nodes[i].op->name, op); }
+
+/* One folded value of slot s (a scalar scale or zero point), or NAN. */
+static double folded_scalar(const tctx *t, int s) {
+    const fm_tensor *v = s >= 0 && t->x->folded[s] ? t->x->va[s] : NULL;
+    return v && fm_tensor_numel(v) == 1 ? fm_tensor_get(v, 0) : NAN;
+}
+
+typedef struct qdq_mm { int x_slot, wq_slot, ws_slot, bias_slot; bool nk; double a_scale; int a_zero; } qdq_mm;
+
+/* MatMul(DequantizeLinear(QuantizeLinear(x, s, z), s, z), DequantizeLinear(Wq, ws, 0)) with
+ * Wq an int8 constant [K, N] (nk: Gemm's transB, [N, K]), ws one value or one per output, s
+ * and z one value each: what ONNX Runtime's quantize_static writes around a MatMul or a
+ * linear's Gemm (QDQ format). */
+static bool match_qdq_matmul(const tctx *t, int me, bool nk, qdq_mm *m) {
+    const onnx_node *n = t->n;
+    const int da = producer_of(t, n->in[0], me), db = producer_of(t, n->in[1], me);
+    if (!node_is(t, da, "DequantizeLinear") || !node_is(t, db, "DequantizeLinear") || !t->x->folded[n->in[1]]) return false;
+    const onnx_node *a = &t->x->m->nodes[da], *b = &t->x->m->nodes[db];
+    const int q = producer_of(t, a->in[0], da);
+    if (!node_is(t, q, "QuantizeLinear") || a->n_in < 3 || b->n_in < 2) return false;
+    const onnx_node *qn = &t->x->m->nodes[q];
+    const double s = folded_scalar(t, a->in[1]), z = folded_scalar(t, a->in[2]), qs = folded_scalar(t, qn->in[1]);
+    const double qz = qn->n_in > 2 ? folded_scalar(t, qn->in[2]) : NAN;
+    const fm_tensor *zt = t->x->va[a->in[2]], *wq = t->x->va[b->in[0]], *ws = t->x->va[b->in[1]];
+    if (!(s > 0) || s != qs || z != qz || !t->x->folded[b->in[0]] || !t->x->folded[b->in[1]] || wq->dtype != FM_I8 || wq->ndim != 2) return false;
+    if (fm_tensor_numel(ws) != 1 && !(ws->ndim == 1 && ws->shape[0] == wq->shape[nk ? 0 : 1] &&
+                                      onnx_attr_int(&(onnx_op_ctx){.node = b->proto}, "axis", 1) == (nk ? 0 : 1)))
+        return false;
+    if (onnx_attr_int(&(onnx_op_ctx){.node = b->proto}, "block_size", 0)) return false;
+    const fm_tensor *wz = b->n_in > 2 && b->in[2] >= 0 ? t->x->va[b->in[2]] : NULL;
+    for (int64_t i = 0; wz && i < fm_tensor_numel(wz); i++)
+        if (fm_tensor_get(wz, i) != 0) return false; /* symmetric weights only: the int8 kernels' */
+    *m = (qdq_mm){qn->in[0], b->in[0], b->in[1], -1, nk, s, (int)z + (zt->dtype == FM_I8 ? 128 : 0)}; /* int8 codes as uint8 ones, 128 up */
+    return m->a_zero >= 0 && m->a_zero <= 255;
+}
+
+/* The weight [N, K] int8 and its scales [N] f32 of a matched MatMul, as graph constants:
+ * panels with row sums (layout vnni16x4), or rows when a code is -128 (no panel form). */
+static fm_status qdq_weights(tctx *t, const qdq_mm *m, char (*nb)[300], const char **ins, bool *panels) {
+    const fm_tensor *wq = t->x->va[m->wq_slot], *ws = t->x->va[m->ws_slot];
+    const int64_t N = wq->shape[m->nk ? 0 : 1], nsh[1] = {N};
+    fm_tensor *wt = m->nk ? fm_tensor_retain((fm_tensor *)wq) : fm_transpose((fm_tensor *)wq, 0, 1), *q = wt ? fm_contiguous(wt) : NULL, *p = NULL, *u = NULL;
+    fm_tensor *sv = fm_tensor_empty(1, nsh, FM_F32, FM_CPU);
+    for (int64_t i = 0; sv && i < N; i++) ((float *)fm_tensor_data(sv))[i] = (float)fm_tensor_get(ws, fm_tensor_numel(ws) == 1 ? 0 : i);
+    *panels = q && sv && q->shape[1] <= 32768 && fm_pack_weight_int8(q, &p, &u) == FM_OK;
+    fm_status st = q && sv ? FM_OK : fm_last_status();
+    ins[1] = tmp_name(t, nb[0], 300), ins[2] = tmp_name(t, nb[1], 300), ins[4] = *panels ? tmp_name(t, nb[2], 300) : "";
+    ins[3] = m->bias_slot >= 0 ? vname(t, m->bias_slot) : "";
+    if (!st && m->bias_slot >= 0) st = onnx_graph_const(t->x, m->bias_slot);
+    if (!st) st = fm_graph_add_const(t->x->g, ins[1], *panels ? p : q);
+    if (!st) st = fm_graph_add_const(t->x->g, ins[2], sv);
+    if (!st && *panels) st = fm_graph_add_const(t->x->g, ins[4], u);
+    fm_tensor_release_n(5, wt, q, p, u, sv);
+    return st;
+}
+
+/* The qlinear_int8 of a matched MatMul or Gemm (match_qdq_matmul). */
+static fm_status qdq_linear(tctx *t, const qdq_mm *mm) {
+    const qdq_mm m = *mm;
+    char nb[3][300];
+    const char *ins[5];
+    bool panels = false;
+    fm_clear_error();
+    if (qdq_weights(t, &m, nb, ins, &panels)) return fm_last_status();
+    ins[0] = vname(t, m.x_slot);
+    if (t->x->folded[m.x_slot] && onnx_graph_const(t->x, m.x_slot)) return fm_last_status();
+    fm_graph_attr a[3] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_float("a_scale", m.a_scale),
+                          fm_graph_attr_int("a_zero", m.a_zero)};
+    return node(t, "qlinear_int8", panels ? 5 : m.bias_slot >= 0 ? 4 : 3, ins, out_name(t, 0), 3, a);
+}
+
+/* MatMul: an int8 qlinear_int8 where it sits between QDQ pairs (match_qdq_matmul), the graph's
+ * matmul otherwise. */
+static fm_status t_matmul(tctx *t, int me) {
+    qdq_mm m;
+    return match_qdq_matmul(t, me, false, &m) ? qdq_linear(t, &m) : t_simple(t, "matmul");
+}
+
+/* Gemm between QDQ pairs (transA 0, alpha 1, a bias of beta 1 that is a constant [N]) as
+ * qlinear_int8, else -1 for the float forms. */
+static int gemm_qdq(tctx *t, int me) {
+    qdq_mm m;
+    const bool tb = onnx_attr_int(&t->c, "transB", 0) != 0;
+    const int c = t->n->n_in > 2 ? t->n->in[2] : -1;
+    if (onnx_attr_int(&t->c, "transA", 0) || onnx_attr_float(&t->c, "alpha", 1.0f) != 1.0f || !match_qdq_matmul(t, me, tb, &m)) return -1;
+    if (c >= 0 && (onnx_attr_float(&t->c, "beta", 1.0f) != 1.0f || !t->x->folded[c] || t->in[2]->ndim != 1 ||
+                   !fm_dtype_is_float(t->in[2]->dtype) || t->in[2]->shape[0] != t->x->va[m.wq_slot]->shape[tb ? 0 : 1]))
+        return -1;
+    m.bias_slot = c;
+    return qdq_linear(t, &m);
+}
+
 /* The value slot of a graph input whose dim has the probe sizes (a, b), and that dim (-1:
  * none): what an arange over a dynamic dim reads its length from. */
 static int input_with_dim(const onnx_graph_ctx *x, int64_t a, int64_t b, int *dim) {
@@ -1854,11 +2066,13 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
     for (int k = 0; k < t.n->n_in && k < 64; k++) t.in[k] = t.n->in[k] >= 0 ? x->va[t.n->in[k]] : NULL;
     t.c = (onnx_op_ctx){.model = x->m, .node = t.n->proto, .opset = x->m->opset, .n_in = t.n->n_in, .in = t.in};
     const char *op = t.n->op->name;
+    if (!strcmp(op, "MatMul")) return t_matmul(&t, i);
+    if (!strcmp(op, "Gemm")) return t_gemm(&t, i);
+    if (!strcmp(op, "DequantizeLinear")) return t_dequantize(&t, i);
     for (size_t k = 0; k < sizeof k_simple / sizeof *k_simple; k++)
         if (!strcmp(op, k_simple[k].onnx)) return t_simple(&t, k_simple[k].graph);
     static const struct { const char *names; fm_status (*fn)(tctx *); } fams[] = {
         {",LeakyRelu,Gelu,Clip,HardSigmoid,HardSwish,", t_activation},
-        {",Gemm,", t_gemm},
         {",Softmax,LogSoftmax,", t_softmax},
         {",LayerNormalization,BatchNormalization,InstanceNormalization,", t_norm},
         {",Conv,MaxPool,AveragePool,", t_conv_pool},
@@ -1893,6 +2107,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",MeanVarianceNormalization,", t_mvn},
         {",LRN,", t_lrn},
         {",Einsum,", t_einsum},
+        {",QuantizeLinear,", t_quantize},
         {",Range,", t_range},
         {",ConstantOfShape,", t_constant_of_shape},
     };

@@ -333,6 +333,7 @@ static double ew_ref(const fm_ew_step *s, double v, double x) {
     case FM_EW_TANH: return tanh(v);
     case FM_EW_MUL_X: return v * x;
     case FM_EW_ADD_X: return v + x;
+    case FM_EW_ROUND: return nearbyint(v);
     default: return NAN;
     }
 }
@@ -342,14 +343,16 @@ static double ew_ref(const fm_ew_step *s, double v, double x) {
  * against the four ops it replaces; bad steps refused. */
 static int ew_chain_forward(void) {
     OP_BEGIN;
-    const fm_ew_step chains[][5] = {
+    const fm_ew_step chains[][6] = {
         {{FM_EW_MUL, 1.0f / 6, 0}, {FM_EW_ADD, 0.5f, 0}, {FM_EW_CLAMP, 0, 1}, {FM_EW_MUL_X, 0, 0}}, /* HardSwish */
         {{FM_EW_SUB, 0.25f, 0}, {FM_EW_RSUB, 2, 0}, {FM_EW_DIV, 3, 0}, {FM_EW_RDIV, 1.5f, 0}, {FM_EW_TANH, 0, 0}},
         {{FM_EW_SIGMOID, 0, 0}, {FM_EW_ADD_X, 0, 0}, {FM_EW_RELU, 0, 0}},
+        /* a QuantizeLinear-DequantizeLinear pair (a power-of-two scale: exact in float and double) */
+        {{FM_EW_DIV, 0.0625f, 0}, {FM_EW_ROUND, 0, 0}, {FM_EW_ADD, 3, 0}, {FM_EW_CLAMP, -128, 127}, {FM_EW_SUB, 3, 0}, {FM_EW_MUL, 0.0625f, 0}},
     };
-    const int lens[3] = {4, 5, 3};
+    const int lens[4] = {4, 5, 3, 6};
     const int64_t sizes[3] = {7, 1037, 2 * 512};
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 4; c++)
         for (int z = 0; z < 3; z++) {
             fm_tensor *x = op_randn(1, (int64_t[]){sizes[z]}, FM_F32, 60 + (uint64_t)z);
             fm_tensor_set(x, sizes[z] / 2, NAN);

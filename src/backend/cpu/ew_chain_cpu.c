@@ -33,6 +33,7 @@ static void step(const fm_ew_step *s, float *restrict v, const float *restrict x
     case FM_EW_TANH: for (int64_t i = 0; i < m; i++) v[i] = tanhf(v[i]); break;
     case FM_EW_MUL_X: for (int64_t i = 0; i < m; i++) v[i] *= x[i]; break;
     case FM_EW_ADD_X: for (int64_t i = 0; i < m; i++) v[i] += x[i]; break;
+    case FM_EW_ROUND: for (int64_t i = 0; i < m; i++) v[i] = nearbyintf(v[i]); break;
     default: break;
     }
 }
