@@ -466,11 +466,13 @@ def bench_qdq(a, ort, lib, d):
     int8 weights, int8 activations calibrated on 8 batches): fashion-mlp (784-1024-1024-10, ReLU)
     at batch 1 and 128 and the 384-1536-384 GELU feed-forward block at 1024 rows; fathom compiles
     each QuantizeLinear-DequantizeLinear-MatMul into its int8 qlinear_int8, ORT fuses the same into
-    its int8 kernels. Outputs agree within 2% of their largest magnitude (a step or two of the
-    output's quantization grid where the two round a tie differently)."""
+    its int8 kernels. Then the same models through quantize_dynamic (DynamicQuantizeLinear,
+    MatMulInteger, Cast, Mul), which fathom compiles into dynamic qlinear_int8. Outputs agree
+    within 2% of their largest magnitude (a step or two of the output's quantization grid where
+    the two round a tie differently)."""
     try:
         import torch
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
     except ImportError as e:
         sys.exit(f"bench_graph_ort: --model qdq needs torch and onnxruntime's quantization tool ({e})")
     import logging
@@ -494,9 +496,11 @@ def bench_qdq(a, ort, lib, d):
                 return next(self.it, None)
         quantize_static(f"{d}/{name}_f32.onnx", f"{d}/{name}.onnx", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-        n = sum(nd["op"] == "qlinear_int8" for nd in json.load(open(run_compile(a, f"{d}/{name}.onnx", f"{d}/{name}_c")))["nodes"])
-        print(f'{{"model": "{name}", "qlinear_int8_nodes": {n}}}', flush=True)
-        time_file(a, ort, lib, d, name, what, f"{d}/{name}.onnx", xs, lambda x: (x.shape[0], m[-1].out_features), 0.02)
+        quantize_dynamic(f"{d}/{name}_f32.onnx", f"{d}/{name}_dyn.onnx", weight_type=QuantType.QInt8)
+        for nm, wh in ((name, what), (f"{name}_dyn", what.replace("QDQ int8", "dynamic int8"))):
+            n = sum(nd["op"] == "qlinear_int8" for nd in json.load(open(run_compile(a, f"{d}/{nm}.onnx", f"{d}/{nm}_c")))["nodes"])
+            print(f'{{"model": "{nm}", "qlinear_int8_nodes": {n}}}', flush=True)
+            time_file(a, ort, lib, d, nm, wh, f"{d}/{nm}.onnx", xs, lambda x: (x.shape[0], m[-1].out_features), 0.02)
 
 
 def run_compile(a, path, out):

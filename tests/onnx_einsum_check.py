@@ -101,7 +101,14 @@ def check(k, eq, shapes, dynamic):
 def refusals():
     global fails
     for k, (eq, shapes, want) in enumerate([("ijk,jk->i", [(3, 4), (4, 5)], "names 3 dims but its operand has 2"),
-                                            ("ij,jk->ik", [(3, 4), (5, 2)], "label 'j' has sizes")]):
+                                            ("ij,jk->ik", [(3, 4), (5, 2)], "label 'j' has sizes"),
+                                            ("i.j->i", [(3, 4)], "a '.' outside one '...' per term"),
+                                            ("...i...->i", [(3, 4)], "a '.' outside one '...' per term"),
+                                            ("ij->k", [(3, 4)], "output label 'k' is in no operand"),
+                                            ("ij->ii", [(3, 4)], "output label 'i' appears twice"),
+                                            ("i1->i", [(3, 4)], "'1' is not a label"),
+                                            ("ij,jk->ik", [(3, 4)], "has not 1 terms for 1 operands"),
+                                            ("ii->i", [(3, 4)], "label 'i' has sizes 3 and 4 in one operand")]):
         path = f"{D}/bad{k}.onnx"
         names = model(eq, shapes, False, path)
         xs = [np.ones(s, np.float32) for s in shapes]

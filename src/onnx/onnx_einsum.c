@@ -19,15 +19,15 @@ static fm_status parse_term(const char *s, size_t n, int rank, int E, int *lab, 
     int named = 0, dots = -1;
     for (size_t i = 0; i < n; i++) {
         if (s[i] == '.') {
-            if (i + 3 > n || strncmp(s + i, "...", 3) || dots >= 0) return fm_set_error(FM_ERR_INVALID, "Einsum: a '.' outside one '...' per term");
+            if (i + 3 > n || strncmp(s + i, "...", 3) || dots >= 0) return fm_set_error(FM_ERR_INVALID, "a '.' outside one '...' per term");
             dots = named, i += 2;
         } else if (is_label(s[i])) named++;
-        else if (s[i] != ' ') return fm_set_error(FM_ERR_INVALID, "Einsum: '%c' is not a label (a-z, A-Z) or '...'", s[i]);
+        else if (s[i] != ' ') return fm_set_error(FM_ERR_INVALID, "'%c' is not a label (a-z, A-Z) or '...'", s[i]);
     }
     const int e = dots >= 0 ? rank - named : 0;
     if (rank >= 0 && (e < 0 || (dots < 0 && named != rank)))
-        return fm_set_error(FM_ERR_INVALID, "Einsum: term '%.*s' names %d dims but its operand has %d", (int)n, s, named, rank);
-    if (named + e > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "Einsum: term '%.*s' has too many dims", (int)n, s);
+        return fm_set_error(FM_ERR_INVALID, "term '%.*s' names %d dims but its operand has %d", (int)n, s, named, rank);
+    if (named + e > FM_MAX_DIMS) return fm_set_error(FM_ERR_INVALID, "term '%.*s' has too many dims", (int)n, s);
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         if (s[i] == '.') {
@@ -62,13 +62,13 @@ static void implicit_output(onnx_einsum *p, int E) {
 
 fm_status onnx_einsum_parse(const char *eq, int n_in, const int *ranks, onnx_einsum *p) {
     memset(p, 0, sizeof *p);
-    if (n_in < 1 || n_in > ONNX_EINSUM_MAX_IN) return fm_set_error(FM_ERR_INVALID, "Einsum: takes 1 to %d operands", ONNX_EINSUM_MAX_IN);
+    if (n_in < 1 || n_in > ONNX_EINSUM_MAX_IN) return fm_set_error(FM_ERR_INVALID, "takes 1 to %d operands", ONNX_EINSUM_MAX_IN);
     const char *arrow = strstr(eq, "->"), *end = arrow ? arrow : eq + strlen(eq), *s = eq;
     int E = 0, ell[ONNX_EINSUM_MAX_IN];
     p->n_in = n_in;
     for (int i = 0; i < n_in; i++) {
         const char *c = memchr(s, ',', (size_t)(end - s));
-        if ((i < n_in - 1) != (c != NULL)) return fm_set_error(FM_ERR_INVALID, "Einsum: '%s' has not %d terms for %d operands", eq, n_in, n_in);
+        if ((i < n_in - 1) != (c != NULL)) return fm_set_error(FM_ERR_INVALID, "'%s' has not %d terms for %d operands", eq, n_in, n_in);
         const char *te = c ? c : end;
         if (parse_term(s, (size_t)(te - s), ranks[i], 0, p->lab[i], &p->nd[i], &ell[i])) return fm_last_status();
         if (ell[i] > E) E = ell[i];
@@ -84,9 +84,9 @@ fm_status onnx_einsum_parse(const char *eq, int n_in, const int *ranks, onnx_ein
     if (parse_term(arrow + 2, strlen(arrow + 2), -1, E, p->out, &p->nout, NULL)) return fm_last_status();
     for (int k = 0; k < p->nout; k++) {
         for (int j = 0; j < k; j++)
-            if (p->out[j] == p->out[k]) return fm_set_error(FM_ERR_INVALID, "Einsum: output label '%c' appears twice", p->out[k]);
+            if (p->out[j] == p->out[k]) return fm_set_error(FM_ERR_INVALID, "output label '%c' appears twice", p->out[k]);
         if (p->out[k] < ES_ELL && !count_of(p, p->out[k]))
-            return fm_set_error(FM_ERR_INVALID, "Einsum: output label '%c' is in no operand", p->out[k]);
+            return fm_set_error(FM_ERR_INVALID, "output label '%c' is in no operand", p->out[k]);
     }
     return FM_OK;
 }
@@ -107,7 +107,7 @@ static bool has(const int *l, int n, int x) {
 }
 
 static fm_status step(const onnx_einsum_exec *x, es_val *v, void *nh) {
-    if (!nh) return fm_last_status() ? fm_last_status() : fm_set_error(FM_ERR_INTERNAL, "Einsum: a step failed");
+    if (!nh) return fm_last_status() ? fm_last_status() : fm_set_error(FM_ERR_INTERNAL, "a step failed");
     x->release(x->ctx, v->h);
     v->h = nh;
     return FM_OK;
@@ -127,7 +127,7 @@ static fm_status permute_to(const onnx_einsum_exec *x, es_val *v, const int *ord
 /* The first label that appears twice in v becomes one dim (the diagonal), moved last. */
 static fm_status take_diagonal(const onnx_einsum_exec *x, es_val *v, int d1, int d2) {
     if (v->sz[d1] != v->sz[d2])
-        return fm_set_error(FM_ERR_INVALID, "Einsum: label '%c' has sizes %lld and %lld in one operand", v->lab[d1], (long long)v->sz[d1], (long long)v->sz[d2]);
+        return fm_set_error(FM_ERR_INVALID, "label '%c' has sizes %lld and %lld in one operand", v->lab[d1], (long long)v->sz[d1], (long long)v->sz[d2]);
     int order[FM_MAX_DIMS], k = 0;
     for (int d = 0; d < v->nd; d++)
         if (d != d1 && d != d2) order[k++] = d;
@@ -181,7 +181,7 @@ static fm_status to_matrix(const onnx_einsum_exec *x, es_val *v, const es_val *o
         for (int e = 0; e < o->nd; e++)
             if (o->lab[e] == v->lab[d] && o->sz[e] != v->sz[d]) {
                 if (v->sz[d] != 1 && o->sz[e] != 1)
-                    return fm_set_error(FM_ERR_INVALID, "Einsum: label '%c' has sizes %lld and %lld", v->lab[d] < ES_ELL ? v->lab[d] : '.',
+                    return fm_set_error(FM_ERR_INVALID, "label '%c' has sizes %lld and %lld", v->lab[d] < ES_ELL ? v->lab[d] : '.',
                                         (long long)v->sz[d], (long long)o->sz[e]);
                 if (v->sz[d] == 1) want[d] = o->sz[e], grow = true;
             }
@@ -254,7 +254,7 @@ void *onnx_einsum_run(const onnx_einsum *p, const onnx_einsum_exec *x, void *con
         order[k] = -1;
         for (int d = 0; d < v[0].nd; d++)
             if (v[0].lab[d] == p->out[k]) order[k] = d;
-        if (order[k] < 0) st = fm_set_error(FM_ERR_INVALID, "Einsum: output label '%c' is in no operand", p->out[k] < ES_ELL ? p->out[k] : '.');
+        if (order[k] < 0) st = fm_set_error(FM_ERR_INVALID, "output label '%c' is in no operand", p->out[k] < ES_ELL ? p->out[k] : '.');
     }
     if (!st) st = permute_to(x, &v[0], order);
     for (int i = st ? 0 : 1; i < p->n_in; i++)

@@ -296,7 +296,7 @@ static fm_status build_graph(onnx_graph_ctx *x) {
     if (st) return st;
     mark_folded(x, vc);
     x->vc = vc; /* released by the caller, after the nodes */
-    if ((st = onnx_graph_match_gelu(x))) return st;
+    if ((st = onnx_graph_match_gelu(x)) || (st = onnx_graph_match_dynamic_int8(x))) return st;
     for (int i = 0; i < m->n_inputs; i++) x->emitted[m->inputs[i].slot] = true;
     for (int i = 0; i < m->n_nodes && !st; i++) {
         bool all_folded = true;
@@ -331,11 +331,14 @@ fm_graph *fm_onnx_to_graph(fm_onnx_model *m) {
     x.folded = calloc(n, 1), x.shape_like = calloc(n, 1), x.emitted = calloc(n, 1);
     x.gelu_in = calloc((size_t)m->n_nodes + 1, sizeof(int)), x.skip = calloc((size_t)m->n_nodes + 1, 1);
     x.gelu_tanh = calloc((size_t)m->n_nodes + 1, 1);
-    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip || !x.gelu_tanh
+    x.dyn_out = calloc((size_t)m->n_nodes + 1, sizeof(int)), x.dyn_scale = calloc((size_t)m->n_nodes + 1, sizeof(int));
+    fm_status st = !x.g || !x.va || !x.vb || !x.folded || !x.shape_like || !x.emitted || !x.gelu_in || !x.skip || !x.gelu_tanh || !x.dyn_out ||
+                           !x.dyn_scale
                        ? fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path)
                        : build_graph(&x);
     for (int s = 0; x.va && x.vb && s < m->n_values; s++) fm_tensor_release_n(3, x.va[s], x.vb[s], x.vc ? x.vc[s] : NULL);
     free(x.va), free(x.vb), free(x.vc), free(x.folded), free(x.shape_like), free(x.emitted), free(x.gelu_in), free(x.skip), free(x.gelu_tanh);
+    free(x.dyn_out), free(x.dyn_scale);
     if (st) {
         fm_graph_free(x.g);
         return NULL;

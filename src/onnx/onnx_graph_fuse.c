@@ -9,7 +9,12 @@
  * the graph's `erf` in the translation. The tanh
  * GELU (GPT-2's, nn.GELU(approximate='tanh')) likewise: x^3 as Pow(x, 3) or two Muls,
  * times 0.044715, plus x, times sqrt(2 / pi), Tanh, then the same Add 1 and halving;
- * it becomes `gelu_tanh`. */
+ * it becomes `gelu_tanh`.
+ *
+ * ONNX Runtime's quantize_dynamic writes each MatMul as DynamicQuantizeLinear(x) ->
+ * MatMulInteger(q, Wq, zp) -> Cast -> Mul by (x_scale * w_scale): with Wq a symmetric int8
+ * constant, that is fathom's dynamic qlinear_int8 (the same per-tensor uint8 quantization of x
+ * per call), which the MatMulInteger becomes; the Cast and the Muls are skipped. */
 #include "onnx/onnx_internal.h"
 
 #include <math.h>
@@ -29,6 +34,13 @@ static bool is_op(const fuse_ctx *f, int node, const char *op) {
 static bool is_const(const fuse_ctx *f, int s, double v) {
     const fm_tensor *t = s >= 0 && f->x->folded[s] ? f->x->va[s] : NULL;
     return t && fm_dtype_is_float(t->dtype) && fm_tensor_numel(t) == 1 && fabs(fm_tensor_get(t, 0) - v) <= 1e-5 * fabs(v);
+}
+
+/* Whether node i reads slot s. */
+static bool has_in(const onnx_graph_ctx *x, int i, int s) {
+    for (int k = 0; k < x->m->nodes[i].n_in; k++)
+        if (x->m->nodes[i].in[k] == s) return true;
+    return false;
 }
 
 /* For a two-input node whose input `s` is known: the other input. */
@@ -113,26 +125,93 @@ static void match_at(const fuse_ctx *f, int e, bool tanh_form) {
     x->gelu_tanh[last] = tanh_form;
 }
 
-fm_status onnx_graph_match_gelu(onnx_graph_ctx *x) {
+static void fuse_end(fuse_ctx *f) { free(f->producer), free(f->uses), free(f->reader); }
+
+static fm_status fuse_begin(onnx_graph_ctx *x, fuse_ctx *f) {
     const fm_onnx_model *m = x->m;
-    fuse_ctx f = {x, malloc(sizeof(int) * ((size_t)m->n_values + 1)), calloc((size_t)m->n_values + 1, sizeof(int)),
-                  malloc(sizeof(int) * ((size_t)m->n_values + 1))};
-    if (!f.producer || !f.uses || !f.reader) {
-        free(f.producer), free(f.uses), free(f.reader);
+    *f = (fuse_ctx){x, malloc(sizeof(int) * ((size_t)m->n_values + 1)), calloc((size_t)m->n_values + 1, sizeof(int)),
+                    malloc(sizeof(int) * ((size_t)m->n_values + 1))};
+    if (!f->producer || !f->uses || !f->reader) {
+        fuse_end(f);
         return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     }
-    for (int s = 0; s < m->n_values; s++) f.producer[s] = f.reader[s] = -1;
+    for (int s = 0; s < m->n_values; s++) f->producer[s] = f->reader[s] = -1;
     for (int i = 0; i < m->n_nodes; i++) {
-        x->gelu_in[i] = -1;
         for (int k = 0; k < m->nodes[i].n_out; k++)
-            if (m->nodes[i].out[k] >= 0) f.producer[m->nodes[i].out[k]] = i;
+            if (m->nodes[i].out[k] >= 0) f->producer[m->nodes[i].out[k]] = i;
         for (int k = 0; k < m->nodes[i].n_in; k++)
-            if (m->nodes[i].in[k] >= 0) f.uses[m->nodes[i].in[k]]++, f.reader[m->nodes[i].in[k]] = i;
+            if (m->nodes[i].in[k] >= 0) f->uses[m->nodes[i].in[k]]++, f->reader[m->nodes[i].in[k]] = i;
     }
-    for (int i = 0; i < m->n_outputs; i++) f.uses[m->outputs[i]] += 2; /* an output is never an intermediate */
+    for (int i = 0; i < m->n_outputs; i++) f->uses[m->outputs[i]] += 2; /* an output is never an intermediate */
+    return FM_OK;
+}
+
+fm_status onnx_graph_match_gelu(onnx_graph_ctx *x) {
+    const fm_onnx_model *m = x->m;
+    fuse_ctx f;
+    if (fuse_begin(x, &f)) return fm_last_status();
+    for (int i = 0; i < m->n_nodes; i++) x->gelu_in[i] = -1;
     for (int i = 0; i < m->n_nodes; i++)
         if ((!strcmp(m->nodes[i].op->name, "Erf") || !strcmp(m->nodes[i].op->name, "Tanh")) && m->nodes[i].n_in == 1 && !x->skip[i])
             match_at(&f, i, m->nodes[i].op->name[0] == 'T');
-    free(f.producer), free(f.uses), free(f.reader);
+    fuse_end(&f);
+    return FM_OK;
+}
+
+/* Folded slot s holds only zeros (or is absent). */
+static bool zeros_or_none(const fuse_ctx *f, int s) {
+    if (s < 0) return true;
+    const fm_tensor *t = f->x->folded[s] ? f->x->va[s] : NULL;
+    for (int64_t i = 0; t && i < fm_tensor_numel(t); i++)
+        if (fm_tensor_get(t, i) != 0) return false;
+    return t != NULL;
+}
+
+/* The dynamic int8 pattern at MatMulInteger node i (the header's): marks it, else leaves it. */
+static void match_dynamic_at(const fuse_ctx *f, int i) {
+    onnx_graph_ctx *x = (onnx_graph_ctx *)f->x;
+    const onnx_node *n = &x->m->nodes[i];
+    const int dq = n->in[0] >= 0 ? f->producer[n->in[0]] : -1;
+    if (dq < 0 || strcmp(x->m->nodes[dq].op->name, "DynamicQuantizeLinear") || n->n_in < 3 || x->m->nodes[dq].n_out < 3) return;
+    const onnx_node *d = &x->m->nodes[dq];
+    const fm_tensor *w = n->in[1] >= 0 && x->folded[n->in[1]] ? x->va[n->in[1]] : NULL;
+    if (d->out[0] != n->in[0] || d->out[2] != n->in[2] || !w || w->dtype != FM_I8 || w->ndim != 2 || !zeros_or_none(f, n->n_in > 3 ? n->in[3] : -1))
+        return;
+    const int c = only_reader(f, n->out[0]);
+    if (c < 0 || strcmp(x->m->nodes[c].op->name, "Cast") || onnx_attr_int(&(onnx_op_ctx){.node = x->m->nodes[c].proto}, "to", 0) != 1) return;
+    const int mul = only_reader(f, x->m->nodes[c].out[0]);
+    if (!is_op(f, mul, "Mul")) return;
+    const int sc = other_in(f, mul, x->m->nodes[c].out[0]), ms = sole_producer(f, sc);
+    if (!is_op(f, ms, "Mul")) return;
+    const int ws = other_in(f, ms, d->out[1]);
+    const fm_tensor *wt = ws >= 0 && x->folded[ws] ? x->va[ws] : NULL;
+    if (!has_in(x, ms, d->out[1]) || !wt || wt->dtype != FM_F32 || (fm_tensor_numel(wt) != 1 && fm_tensor_numel(wt) != w->shape[1])) return;
+    x->dyn_out[i] = x->m->nodes[mul].out[0], x->dyn_scale[i] = ws;
+    x->skip[c] = x->skip[mul] = x->skip[ms] = true;
+}
+
+/* Whether every reader of node dq's outputs is skipped or a matched MatMulInteger. */
+static bool all_readers_fused(const onnx_graph_ctx *x, int dq) {
+    const onnx_node *d = &x->m->nodes[dq];
+    for (int i = 0; i < x->m->n_nodes; i++)
+        for (int k = 0; k < x->m->nodes[i].n_in; k++)
+            for (int o = 0; o < d->n_out; o++)
+                if (d->out[o] >= 0 && x->m->nodes[i].in[k] == d->out[o] && !x->skip[i] && x->dyn_out[i] < 0) return false;
+    for (int o = 0; o < d->n_out; o++)
+        for (int j = 0; j < x->m->n_outputs; j++)
+            if (d->out[o] >= 0 && x->m->outputs[j] == d->out[o]) return false;
+    return true;
+}
+
+fm_status onnx_graph_match_dynamic_int8(onnx_graph_ctx *x) {
+    const fm_onnx_model *m = x->m;
+    fuse_ctx f;
+    if (fuse_begin(x, &f)) return fm_last_status();
+    for (int i = 0; i < m->n_nodes; i++) x->dyn_out[i] = x->dyn_scale[i] = -1;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].op->name, "MatMulInteger") && !x->skip[i]) match_dynamic_at(&f, i);
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].op->name, "DynamicQuantizeLinear") && all_readers_fused(x, i)) x->skip[i] = true;
+    fuse_end(&f);
     return FM_OK;
 }

@@ -1611,7 +1611,7 @@ static void *ge_diag(void *c, void *h, int nd, const int64_t *sz, int64_t n) {
     fm_graph_attr r = fm_graph_attr_ints("shape", nd - 1, sh), ax = fm_graph_attr_int("axis", nd - 2);
     (void)sz;
     double *iv = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!iv) return fm_set_error(FM_ERR_OOM, "Einsum: out of host memory"), NULL;
+    if (!iv) return fm_set_error(FM_ERR_OOM, "out of host memory"), NULL;
     for (int64_t i = 0; i < n; i++) iv[i] = (double)(i * (n + 1));
     char b[300];
     const char *idx = const_of(c, 1, &n, iv, FM_I64, b, sizeof b);
@@ -1831,8 +1831,9 @@ static fm_status qdq_weights(tctx *t, const qdq_mm *m, char (*nb)[300], const ch
     return st;
 }
 
-/* The qlinear_int8 of a matched MatMul or Gemm (match_qdq_matmul). */
-static fm_status qdq_linear(tctx *t, const qdq_mm *mm) {
+/* The qlinear_int8 of a matched MatMul or Gemm (match_qdq_matmul), or of a dynamic int8
+ * MatMulInteger (a_scale 0), written to out. */
+static fm_status qdq_linear_to(tctx *t, const qdq_mm *mm, const char *out) {
     const qdq_mm m = *mm;
     char nb[3][300];
     const char *ins[5];
@@ -1843,7 +1844,20 @@ static fm_status qdq_linear(tctx *t, const qdq_mm *mm) {
     if (t->x->folded[m.x_slot] && onnx_graph_const(t->x, m.x_slot)) return fm_last_status();
     fm_graph_attr a[3] = {fm_graph_attr_string("layout", panels ? "vnni16x4" : "rows"), fm_graph_attr_float("a_scale", m.a_scale),
                           fm_graph_attr_int("a_zero", m.a_zero)};
-    return node(t, "qlinear_int8", panels ? 5 : m.bias_slot >= 0 ? 4 : 3, ins, out_name(t, 0), 3, a);
+    return node(t, "qlinear_int8", panels ? 5 : m.bias_slot >= 0 ? 4 : 3, ins, out, 3, a);
+}
+
+static fm_status qdq_linear(tctx *t, const qdq_mm *m) { return qdq_linear_to(t, m, out_name(t, 0)); }
+
+/* MatMulInteger inside ONNX Runtime's dynamic int8 MatMul (onnx_graph_match_dynamic_int8): a
+ * dynamic qlinear_int8 from the DynamicQuantizeLinear's float input to the final Mul's output. */
+static fm_status t_matmul_integer(tctx *t, int me) {
+    if (t->x->dyn_out[me] < 0)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form only inside ONNX Runtime's dynamic int8 MatMul (DynamicQuantizeLinear, "
+                            "MatMulInteger on a symmetric int8 constant weight, Cast, Mul by the two scales)");
+    const int dq = producer_of(t, t->n->in[0], me);
+    const qdq_mm m = {t->x->m->nodes[dq].in[0], t->n->in[1], t->x->dyn_scale[me], -1, false, 0, 0};
+    return qdq_linear_to(t, &m, vname(t, t->x->dyn_out[me]));
 }
 
 /* MatMul: an int8 qlinear_int8 where it sits between QDQ pairs (match_qdq_matmul), the graph's
@@ -2069,6 +2083,7 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
     if (!strcmp(op, "MatMul")) return t_matmul(&t, i);
     if (!strcmp(op, "Gemm")) return t_gemm(&t, i);
     if (!strcmp(op, "DequantizeLinear")) return t_dequantize(&t, i);
+    if (!strcmp(op, "MatMulInteger")) return t_matmul_integer(&t, i);
     for (size_t k = 0; k < sizeof k_simple / sizeof *k_simple; k++)
         if (!strcmp(op, k_simple[k].onnx)) return t_simple(&t, k_simple[k].graph);
     static const struct { const char *names; fm_status (*fn)(tctx *); } fams[] = {

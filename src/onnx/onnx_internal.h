@@ -97,7 +97,9 @@ typedef struct onnx_graph_ctx {
     bool *emitted;            /* already a graph input or constant */
     int *gelu_in;             /* per node: the slot of x where the node ends a GELU (onnx_graph_fuse.c), else -1 */
     bool *gelu_tanh;          /* per node: that GELU is the tanh form */
-    bool *skip;               /* per node: inside such a GELU, not emitted */
+    bool *skip;               /* per node: inside such a GELU (or a dynamic int8 pattern), not emitted */
+    int *dyn_out, *dyn_scale; /* per MatMulInteger node of onnx_graph_match_dynamic_int8: the pattern's output slot
+                                 and the weight scale's slot, else -1 */
     char syms[ONNX_GRAPH_MAX_SYMS][64];
     int n_syms, tmp;
 } onnx_graph_ctx;
@@ -111,6 +113,11 @@ fm_status onnx_graph_const(onnx_graph_ctx *x, int slot);
  * x * 0.5 * (1 + Tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in their usual orders, and
  * marks each for one graph `gelu` or `gelu_tanh` (gelu_in, gelu_tanh, skip); needs `folded`. */
 fm_status onnx_graph_match_gelu(onnx_graph_ctx *x);
+/* Finds what ONNX Runtime's quantize_dynamic writes around a MatMul: DynamicQuantizeLinear(x)
+ * -> MatMulInteger(q, Wq int8 constant, zp) -> Cast(float) -> Mul by (x_scale * w_scale), and
+ * marks it for one dynamic qlinear_int8 at the MatMulInteger (dyn_out, dyn_scale; the rest
+ * skipped, the DynamicQuantizeLinear too when every reader is such a pattern); needs `folded`. */
+fm_status onnx_graph_match_dynamic_int8(onnx_graph_ctx *x);
 
 /* ---- ops (onnx_ops*.c) ---- */
 typedef struct onnx_op_ctx {
