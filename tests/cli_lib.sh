@@ -23,6 +23,11 @@
 #                       NLINES lines of "TEXT N." into OUT (uses $bin; the
 #                       corpus and recipe go in $tmp); exits 1 if training fails
 #   cli_end NAME        prints the summary; exits 1 if any check failed
+#   cli_py_check NAME SCRIPT WHAT
+#                       a whole test whose checks are the Python file tests/SCRIPT (run as
+#                       SCRIPT FATHOM_BIN TMPDIR under the worktree's .venv python when there
+#                       is one): prints its report, skips (77) when it does, checks that it
+#                       passed (WHAT), then cli_end NAME
 # A script sources it as: . "$(dirname "$0")/cli_lib.sh"
 
 cli_begin() {
@@ -111,4 +116,15 @@ INI
 cli_end() {
   if ((fails)); then echo "$1: $fails failure(s)"; exit 1; fi
   echo "$1: all passed"
+}
+
+cli_py_check() {
+  local py=python3 out rc
+  [ -x .venv/bin/python ] && py=.venv/bin/python
+  cli_begin "fathom_$1"
+  out=$("$py" "$here/$2" "$bin" "$tmp" 2>&1); rc=$?
+  echo "$out"
+  [ $rc = 77 ] && exit 77
+  check "$3" '[ $rc = 0 ]'
+  cli_end "$1"
 }

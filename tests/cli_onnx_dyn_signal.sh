@@ -7,11 +7,4 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/cli_lib.sh"
-py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
-cli_begin fathom_cli_onnx_dyn_signal
-out=$("$py" "$here/onnx_dyn_signal_check.py" "$bin" "$tmp" 2>&1); rc=$?
-echo "$out"
-[ $rc = 77 ] && exit 77
-check "the data-dependent-shape and signal ops equal to ONNX Runtime and numpy, and their refusals" '[ $rc = 0 ]'
-cli_end cli_onnx_dyn_signal
+cli_py_check cli_onnx_dyn_signal onnx_dyn_signal_check.py "the data-dependent-shape and signal ops equal to ONNX Runtime and numpy, and their refusals"

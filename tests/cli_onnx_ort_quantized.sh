@@ -8,11 +8,4 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/cli_lib.sh"
-py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
-cli_begin fathom_cli_onnx_ort_quant
-out=$("$py" "$here/onnx_ort_quantized_check.py" "$bin" "$tmp" 2>&1); rc=$?
-echo "$out"
-[ $rc = 77 ] && exit 77
-check "ONNX Runtime's quantized models and the quantization ops equal to ONNX Runtime" '[ $rc = 0 ]'
-cli_end cli_onnx_ort_quantized
+cli_py_check cli_onnx_ort_quantized onnx_ort_quantized_check.py "ONNX Runtime's quantized models and the quantization ops equal to ONNX Runtime"

@@ -7,11 +7,4 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/cli_lib.sh"
-py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
-cli_begin fathom_cli_onnx_qdq
-out=$("$py" "$here/onnx_qdq_check.py" "$bin" "$tmp" 2>&1); rc=$?
-echo "$out"
-[ $rc = 77 ] && exit 77
-check "QDQ models compiled to qlinear_int8, outputs equal to the interpreter and ONNX Runtime" '[ $rc = 0 ]'
-cli_end cli_onnx_qdq
+cli_py_check cli_onnx_qdq onnx_qdq_check.py "QDQ models compiled to qlinear_int8, outputs equal to the interpreter and ONNX Runtime"

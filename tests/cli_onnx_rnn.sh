@@ -9,11 +9,4 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/cli_lib.sh"
-py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
-cli_begin fathom_cli_onnx_rnn
-out=$("$py" "$here/onnx_rnn_check.py" "$bin" "$tmp" 2>&1); rc=$?
-echo "$out"
-[ $rc = 77 ] && exit 77
-check "LSTM, GRU and RNN equal to PyTorch and ONNX Runtime; bad nodes refused" '[ $rc = 0 ]'
-cli_end cli_onnx_rnn
+cli_py_check cli_onnx_rnn onnx_rnn_check.py "LSTM, GRU and RNN equal to PyTorch and ONNX Runtime; bad nodes refused"

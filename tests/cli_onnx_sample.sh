@@ -7,11 +7,4 @@ set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/cli_lib.sh"
-py=python3
-[ -x .venv/bin/python ] && py=.venv/bin/python
-cli_begin fathom_cli_onnx_sample
-out=$("$py" "$here/onnx_sample_check.py" "$bin" "$tmp" 2>&1); rc=$?
-echo "$out"
-[ $rc = 77 ] && exit 77
-check "GridSample and RoiAlign equal to ONNX Runtime; bad inputs refused" '[ $rc = 0 ]'
-cli_end cli_onnx_sample
+cli_py_check cli_onnx_sample onnx_sample_check.py "GridSample and RoiAlign equal to ONNX Runtime; bad inputs refused"

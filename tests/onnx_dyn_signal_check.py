@@ -39,7 +39,6 @@ Tolerances:
   onnx_dyn_signal_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
 import os
-import subprocess
 import sys
 
 try:
@@ -50,17 +49,10 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
+from onnx_check_lib import D, fathom_run, finish, report  # noqa: E402 (after the skip above)
 
-FATHOM, D = sys.argv[1], sys.argv[2]
 ETYPE = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.int64): T.INT64,
          np.dtype(np.int32): T.INT32, np.dtype(np.bool_): T.BOOL, np.dtype(np.uint8): T.UINT8}
-fails = 0
-
-
-def report(ok, msg):
-    global fails
-    print(("ok: " if ok else "FAIL: ") + msg)
-    fails += not ok
 
 
 def model(tag, op, feeds, n_out=1, opset=17, order=None, **attrs):
@@ -78,21 +70,6 @@ def model(tag, op, feeds, n_out=1, opset=17, order=None, **attrs):
     p = os.path.join(D, tag + ".onnx")
     onnx.save(m, p)
     return p
-
-
-def fathom_run(path, feeds, tag, device="cpu"):
-    """(outputs list in model order, None) or (None, (exit code, stderr))."""
-    out = os.path.join(D, f"{tag}_{device}_out")
-    args = [FATHOM, "run", path, "--output", out, "--device", device]
-    for k, v in feeds.items():
-        f = os.path.join(D, f"{tag}_{k}.npy")
-        np.save(f, v)
-        args += ["--input", f"{k}={f}"]
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode:
-        return None, (r.returncode, r.stderr.strip())
-    files = {f[:-4]: os.path.join(out, f) for f in os.listdir(out) if f.endswith(".npy")}
-    return [np.load(files[f"y{i}"]) for i in range(len(files))], None
 
 
 def ort_run(path, feeds):
@@ -116,7 +93,9 @@ def run_both(tag, path, feeds):
     if got is None:
         report(False, f"{tag}: fathom refused it: {err}")
         return None
+    got = [got[f"y{i}"] for i in range(len(got))]  # the model's outputs y0, y1, ... in order
     dev, err = fathom_run(path, feeds, tag, "check")
+    dev = [dev[f"y{i}"] for i in range(len(dev))] if dev is not None else None
     report(dev is not None and all(same(a, b) for a, b in zip(got, dev)),
            f"{tag}: --device check equal to the CPU" + ("" if dev is not None else f" (refused: {err})"))
     return got
@@ -367,5 +346,4 @@ if __name__ == "__main__":
     dft_cases()
     signal_cases()
     refusals()
-    print(f"onnx_dyn_signal_check: {fails} failed")
-    sys.exit(1 if fails else 0)
+    finish("onnx_dyn_signal_check")

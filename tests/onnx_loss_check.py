@@ -23,7 +23,6 @@ Tolerances, element for element, NaN where the reference has NaN:
   onnx_loss_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
 import os
-import subprocess
 import sys
 
 try:
@@ -34,24 +33,17 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
+from onnx_check_lib import D, fathom_run, finish, report  # noqa: E402 (after the skip above)
 try:
     import torch
     import torch.nn.functional as F
 except ImportError:
     torch = None
 
-FATHOM, D = sys.argv[1], sys.argv[2]
 NLL, SCE = "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"
 ETYPE = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.float16): T.FLOAT16,
          np.dtype(np.int64): T.INT64, np.dtype(np.int32): T.INT32}
 TOL = {np.dtype(np.float32): (1e-6, 1e-5), np.dtype(np.float64): (1e-12, 1e-12), np.dtype(np.float16): (1e-3, 4e-3)}
-fails = 0
-
-
-def report(ok, msg):
-    global fails
-    print(("ok: " if ok else "FAIL: ") + msg)
-    fails += not ok
 
 
 def model(tag, op, feeds, opset, n_out=1, **attrs):
@@ -65,20 +57,6 @@ def model(tag, op, feeds, opset, n_out=1, **attrs):
     p = os.path.join(D, tag + ".onnx")
     onnx.save(m, p)
     return p
-
-
-def fathom_run(path, feeds, tag, device="cpu"):
-    """(outputs dict, None) or (None, (exit code, stderr))."""
-    out = os.path.join(D, f"{tag}_{device}_out")
-    args = [FATHOM, "run", path, "--output", out, "--device", device]
-    for k, v in feeds.items():
-        f = os.path.join(D, f"{tag}_{k}.npy")
-        np.save(f, v)
-        args += ["--input", f"{k}={f}"]
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode:
-        return None, (r.returncode, r.stderr.strip())
-    return {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy")}, None
 
 
 def close(got, want):
@@ -211,5 +189,4 @@ if __name__ == "__main__":
     print(f"onnxruntime {ort.__version__}; torch {torch.__version__ if torch else 'not installed (no torch comparisons)'}")
     cases()
     refusals()
-    print(f"onnx_loss_check: {fails} failed")
-    sys.exit(1 if fails else 0)
+    finish("onnx_loss_check")

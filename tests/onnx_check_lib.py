@@ -1,0 +1,43 @@
+"""What the tests/onnx_*_check.py scripts share: their arguments (the fathom binary and a scratch
+directory), the report lines and the failure count, `fathom run` on an ONNX file with numpy inputs,
+and the exit. A script imports it first: `from onnx_check_lib import D, FATHOM, fathom_run, finish,
+report` (the tests/ directory is the script's own, so it is on the path)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+FATHOM, D = sys.argv[1], sys.argv[2]
+fails = 0
+
+
+def report(ok, msg):
+    """One "ok: " or "FAIL: " line; failures are counted for finish()."""
+    global fails
+    print(("ok: " if ok else "FAIL: ") + msg)
+    fails += not ok
+
+
+def fathom_run(path, feeds, tag, device="cpu"):
+    """`fathom run path` with each feed saved as TAG_NAME.npy: (outputs by name, None), or (None,
+    (exit code, stderr and stdout)). A sanitized build's report in stderr is a failure of its own,
+    refusals included."""
+    out = os.path.join(D, f"{tag}_{device}_out")
+    args = [FATHOM, "run", path, "--output", out, "--device", device]
+    for k, v in feeds.items():
+        f = os.path.join(D, f"{tag}_{k}.npy")
+        np.save(f, v)
+        args += ["--input", f"{k}={f}"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if "Sanitizer" in r.stderr or "runtime error:" in r.stderr:
+        report(False, f"{tag}: sanitizer report: {r.stderr.strip()[:2000]}")
+    if r.returncode:
+        return None, (r.returncode, (r.stderr + r.stdout).strip())
+    return {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy")}, None
+
+
+def finish(name):
+    """Prints the count and exits: 1 when any check failed."""
+    print(f"{name}: {fails} failed")
+    sys.exit(1 if fails else 0)
