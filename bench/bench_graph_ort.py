@@ -481,26 +481,34 @@ def bench_qdq(a, ort, lib, d):
     rng = np.random.default_rng(17)
     models = [("qdq_mlp", "fashion-mlp 784-1024-1024-10, QDQ int8",
                torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                                   torch.nn.Linear(1024, 10)), 784, (1, 128)),
+                                   torch.nn.Linear(1024, 10)), (784,), (1, 128), 10),
               ("qdq_ffn", "384-1536-384 GELU, QDQ int8",
-               torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 384)), 384, (1024,))]
-    for name, what, m, k, rows in models:
-        xs = [rng.standard_normal((r, k)).astype(np.float32) for r in rows]
+               torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 384)), (384,), (1024,), 384)]
+    try:
+        import torchvision
+        models.append(("qdq_resnet18", "torchvision ResNet-18 224x224, QDQ int8", torchvision.models.resnet18(weights=None), (3, 224, 224),
+                       (1, 8), 1000))
+    except ImportError:
+        print("# no torchvision: ResNet-18 left out", flush=True)
+    for name, what, m, k, rows, n_out in models:
+        xs = [rng.standard_normal((r,) + k).astype(np.float32) for r in rows]
         export(m.eval(), xs[0], f"{d}/{name}_f32.onnx")
 
         class Reader(CalibrationDataReader):
             def __init__(self):
-                self.it = iter([{"x": rng.standard_normal((32, k)).astype(np.float32)} for _ in range(8)])
+                self.it = iter([{"x": rng.standard_normal((32 if len(k) == 1 else 2,) + k).astype(np.float32)} for _ in range(8)])
 
             def get_next(self):
                 return next(self.it, None)
         quantize_static(f"{d}/{name}_f32.onnx", f"{d}/{name}.onnx", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-        quantize_dynamic(f"{d}/{name}_f32.onnx", f"{d}/{name}_dyn.onnx", weight_type=QuantType.QInt8)
-        for nm, wh in ((name, what), (f"{name}_dyn", what.replace("QDQ int8", "dynamic int8"))):
-            n = sum(nd["op"] == "qlinear_int8" for nd in json.load(open(run_compile(a, f"{d}/{nm}.onnx", f"{d}/{nm}_c")))["nodes"])
-            print(f'{{"model": "{nm}", "qlinear_int8_nodes": {n}}}', flush=True)
-            time_file(a, ort, lib, d, nm, wh, f"{d}/{nm}.onnx", xs, lambda x: (x.shape[0], m[-1].out_features), 0.02)
+        dyn = len(k) == 1  # quantize_dynamic leaves convolutions in float
+        if dyn:
+            quantize_dynamic(f"{d}/{name}_f32.onnx", f"{d}/{name}_dyn.onnx", weight_type=QuantType.QInt8)
+        for nm, wh in ((name, what),) + (((f"{name}_dyn", what.replace("QDQ int8", "dynamic int8")),) if dyn else ()):
+            n = sum(nd["op"] in ("qlinear_int8", "qconv2d_int8") for nd in json.load(open(run_compile(a, f"{d}/{nm}.onnx", f"{d}/{nm}_c")))["nodes"])
+            print(f'{{"model": "{nm}", "int8_nodes": {n}}}', flush=True)
+            time_file(a, ort, lib, d, nm, wh, f"{d}/{nm}.onnx", xs, lambda x: (x.shape[0], n_out), 0.02)
 
 
 def run_compile(a, path, out):

@@ -587,6 +587,8 @@ static fm_status t_pool_taps(tctx *t, const char *xin, const int64_t k[2], const
     return c && !node(t, "mul", 2, (const char *[]){acc, c}, y2, 0, NULL) ? back_1d(t, y2) : fm_last_status();
 }
 
+static int conv_qdq(tctx *t, const int64_t *k, const int64_t *s, const int64_t *d, const int64_t *p);
+
 static fm_status t_conv_pool(tctx *t) {
     const char *op = t->n->op->name;
     bool conv = !strcmp(op, "Conv"), is_max = !strcmp(op, "MaxPool");
@@ -604,6 +606,10 @@ static fm_status t_conv_pool(tctx *t) {
         if (onnx_attr_int(&t->c, "ceil_mode", 0) || !fixed_dim(t, 0, i))
             return fm_set_error(FM_ERR_UNSUPPORTED, "an average pool with uneven pads left out of its count has a graph form on static "
                                 "spatial dims without ceil_mode only");
+    if (conv && t->in[0]->ndim == 4 && !uneven) {
+        const int q = conv_qdq(t, k, s, d, p);
+        if (q >= 0) return (fm_status)q;
+    }
     char b2[300], b3[300], b4[300];
     const char *x2 = as_2d(t, in_name(t, 0), b2, sizeof b2), *xin = x2 ? window_input(t, x2, more, is_max ? -INFINITY : 0.0, buf, sizeof buf) : NULL;
     if (!xin) return fm_last_status();
@@ -1788,18 +1794,33 @@ typedef struct qdq_mm { int x_slot, wq_slot, ws_slot, bias_slot; bool nk; double
  * Wq an int8 constant [K, N] (nk: Gemm's transB, [N, K]), ws one value or one per output, s
  * and z one value each: what ONNX Runtime's quantize_static writes around a MatMul or a
  * linear's Gemm (QDQ format). */
+/* Input slot v of node me as DequantizeLinear(QuantizeLinear(x, s, z), s, z), s and z one
+ * value each: x's slot (-1: no match), *s and *z, the zero point as a uint8 code (int8 ones are
+ * the same values 128 up). */
+static int qdq_act(const tctx *t, int me, int v, double *s, int *z) {
+    const int da = producer_of(t, v, me);
+    if (!node_is(t, da, "DequantizeLinear")) return -1;
+    const onnx_node *a = &t->x->m->nodes[da];
+    const int q = producer_of(t, a->in[0], da);
+    if (!node_is(t, q, "QuantizeLinear") || a->n_in < 3) return -1;
+    const onnx_node *qn = &t->x->m->nodes[q];
+    const double sc = folded_scalar(t, a->in[1]), zp = folded_scalar(t, a->in[2]), qs = folded_scalar(t, qn->in[1]);
+    const double qz = qn->n_in > 2 ? folded_scalar(t, qn->in[2]) : NAN;
+    if (!(sc > 0) || sc != qs || zp != qz) return -1;
+    *s = sc, *z = (int)zp + (t->x->va[a->in[2]]->dtype == FM_I8 ? 128 : 0);
+    return *z >= 0 && *z <= 255 ? qn->in[0] : -1;
+}
+
 static bool match_qdq_matmul(const tctx *t, int me, bool nk, qdq_mm *m) {
     const onnx_node *n = t->n;
-    const int da = producer_of(t, n->in[0], me), db = producer_of(t, n->in[1], me);
-    if (!node_is(t, da, "DequantizeLinear") || !node_is(t, db, "DequantizeLinear") || !t->x->folded[n->in[1]]) return false;
-    const onnx_node *a = &t->x->m->nodes[da], *b = &t->x->m->nodes[db];
-    const int q = producer_of(t, a->in[0], da);
-    if (!node_is(t, q, "QuantizeLinear") || a->n_in < 3 || b->n_in < 2) return false;
-    const onnx_node *qn = &t->x->m->nodes[q];
-    const double s = folded_scalar(t, a->in[1]), z = folded_scalar(t, a->in[2]), qs = folded_scalar(t, qn->in[1]);
-    const double qz = qn->n_in > 2 ? folded_scalar(t, qn->in[2]) : NAN;
-    const fm_tensor *zt = t->x->va[a->in[2]], *wq = t->x->va[b->in[0]], *ws = t->x->va[b->in[1]];
-    if (!(s > 0) || s != qs || z != qz || !t->x->folded[b->in[0]] || !t->x->folded[b->in[1]] || wq->dtype != FM_I8 || wq->ndim != 2) return false;
+    double s;
+    int z;
+    const int xs = qdq_act(t, me, n->in[0], &s, &z), db = producer_of(t, n->in[1], me);
+    if (xs < 0 || !node_is(t, db, "DequantizeLinear") || !t->x->folded[n->in[1]]) return false;
+    const onnx_node *b = &t->x->m->nodes[db];
+    if (b->n_in < 2) return false;
+    const fm_tensor *wq = t->x->va[b->in[0]], *ws = t->x->va[b->in[1]];
+    if (!t->x->folded[b->in[0]] || !t->x->folded[b->in[1]] || wq->dtype != FM_I8 || wq->ndim != 2) return false;
     if (fm_tensor_numel(ws) != 1 && !(ws->ndim == 1 && ws->shape[0] == wq->shape[nk ? 0 : 1] &&
                                       onnx_attr_int(&(onnx_op_ctx){.node = b->proto}, "axis", 1) == (nk ? 0 : 1)))
         return false;
@@ -1807,8 +1828,53 @@ static bool match_qdq_matmul(const tctx *t, int me, bool nk, qdq_mm *m) {
     const fm_tensor *wz = b->n_in > 2 && b->in[2] >= 0 ? t->x->va[b->in[2]] : NULL;
     for (int64_t i = 0; wz && i < fm_tensor_numel(wz); i++)
         if (fm_tensor_get(wz, i) != 0) return false; /* symmetric weights only: the int8 kernels' */
-    *m = (qdq_mm){qn->in[0], b->in[0], b->in[1], -1, nk, s, (int)z + (zt->dtype == FM_I8 ? 128 : 0)}; /* int8 codes as uint8 ones, 128 up */
-    return m->a_zero >= 0 && m->a_zero <= 255;
+    *m = (qdq_mm){xs, b->in[0], b->in[1], -1, nk, s, z};
+    return true;
+}
+
+/* The weight of a Conv at node me as DequantizeLinear of an int8 constant whose per-channel
+ * scales fathom's own per-channel quantization of the dequantized weight reproduces (so its
+ * panels hold the model's codes): the panels, scales and row sums as graph constants. */
+static fm_status qdq_conv_weight(tctx *t, int me, const char **ins, char (*nb)[300]) {
+    const int db = producer_of(t, t->n->in[1], me);
+    if (!node_is(t, db, "DequantizeLinear") || !t->x->folded[t->n->in[1]]) return FM_ERR_UNSUPPORTED;
+    const onnx_node *b = &t->x->m->nodes[db];
+    const fm_tensor *wq = t->x->va[b->in[0]], *ws = b->n_in > 1 ? t->x->va[b->in[1]] : NULL, *w = t->x->va[t->n->in[1]];
+    if (!t->x->folded[b->in[0]] || !ws || wq->dtype != FM_I8 || w->dtype != FM_F32 || w->ndim != 4) return FM_ERR_UNSUPPORTED;
+    fm_tensor *p = NULL, *sc = NULL, *u = NULL;
+    fm_status st = fm_quantize_conv_weight_int8(w, &p, &sc, &u);
+    for (int64_t o = 0; !st && o < w->shape[0]; o++) { /* the model's scale per channel, else no fusion */
+        const double want = fm_tensor_get(ws, fm_tensor_numel(ws) == 1 ? 0 : o), got = ((const float *)fm_tensor_data(sc))[o];
+        if (fm_tensor_numel(ws) != 1 && fm_tensor_numel(ws) != w->shape[0]) st = FM_ERR_UNSUPPORTED;
+        else if (fabs(got - want) > 1e-6 * want) st = FM_ERR_UNSUPPORTED;
+    }
+    ins[1] = tmp_name(t, nb[0], 300), ins[2] = tmp_name(t, nb[1], 300), ins[4] = tmp_name(t, nb[2], 300);
+    if (!st) st = fm_graph_add_const(t->x->g, ins[1], p);
+    if (!st) st = fm_graph_add_const(t->x->g, ins[2], sc);
+    if (!st) st = fm_graph_add_const(t->x->g, ins[4], u);
+    fm_tensor_release_n(3, p, sc, u);
+    return st;
+}
+
+/* A 2-D Conv (groups 1, even pads) between a Q/DQ pair and a DequantizeLinear of an int8
+ * constant weight (qdq_conv_weight): qconv2d_int8 with the pair's scale; -1 when it does not
+ * match (the float conv2d then). */
+static int conv_qdq(tctx *t, const int64_t *k, const int64_t *s, const int64_t *d, const int64_t *p) {
+    const int me = (int)(t->n - t->x->m->nodes);
+    double as;
+    int az;
+    const int xs = qdq_act(t, me, t->n->in[0], &as, &az), c = t->n->n_in > 2 ? t->n->in[2] : -1;
+    if (xs < 0 || onnx_attr_int(&t->c, "group", 1) != 1 || (c >= 0 && (!t->x->folded[c] || t->in[2]->dtype != FM_F32))) return -1;
+    char nb[3][300];
+    const char *ins[5] = {vname(t, xs), NULL, NULL, c >= 0 ? vname(t, c) : "", NULL};
+    fm_status st = qdq_conv_weight(t, me, ins, nb);
+    if (st == FM_ERR_UNSUPPORTED) return fm_clear_error(), -1;
+    if (!st && t->x->folded[xs]) st = onnx_graph_const(t->x, xs);
+    if (!st && c >= 0) st = onnx_graph_const(t->x, c);
+    if (st) return (int)st;
+    fm_graph_attr a[6] = {fm_graph_attr_ints("stride", 2, s), fm_graph_attr_ints("padding", 2, p), fm_graph_attr_ints("dilation", 2, d),
+                          fm_graph_attr_ints("kernel", 2, k), fm_graph_attr_float("a_scale", as), fm_graph_attr_int("a_zero", az)};
+    return (int)node(t, "qconv2d_int8", 5, ins, out_name(t, 0), 6, a);
 }
 
 /* The weight [N, K] int8 and its scales [N] f32 of a matched MatMul, as graph constants:
