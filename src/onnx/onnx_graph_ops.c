@@ -1842,7 +1842,7 @@ static fm_status qdq_conv_weight(tctx *t, int me, const char **ins, char (*nb)[3
     const fm_tensor *wq = t->x->va[b->in[0]], *ws = b->n_in > 1 ? t->x->va[b->in[1]] : NULL, *w = t->x->va[t->n->in[1]];
     if (!t->x->folded[b->in[0]] || !ws || wq->dtype != FM_I8 || w->dtype != FM_F32 || w->ndim != 4) return FM_ERR_UNSUPPORTED;
     fm_tensor *p = NULL, *sc = NULL, *u = NULL;
-    fm_status st = fm_quantize_conv_weight_int8(w, &p, &sc, &u);
+    fm_status st = fm_quantize_conv_weight_int8(w, &p, &sc, &u) ? FM_ERR_UNSUPPORTED : FM_OK; /* past the panels' limits: float */
     for (int64_t o = 0; !st && o < w->shape[0]; o++) { /* the model's scale per channel, else no fusion */
         const double want = fm_tensor_get(ws, fm_tensor_numel(ws) == 1 ? 0 : o), got = ((const float *)fm_tensor_data(sc))[o];
         if (fm_tensor_numel(ws) != 1 && fm_tensor_numel(ws) != w->shape[0]) st = FM_ERR_UNSUPPORTED;
@@ -1864,7 +1864,8 @@ static int conv_qdq(tctx *t, const int64_t *k, const int64_t *s, const int64_t *
     double as;
     int az;
     const int xs = qdq_act(t, me, t->n->in[0], &as, &az), c = t->n->n_in > 2 ? t->n->in[2] : -1;
-    if (xs < 0 || onnx_attr_int(&t->c, "group", 1) != 1 || (c >= 0 && (!t->x->folded[c] || t->in[2]->dtype != FM_F32))) return -1;
+    if (xs < 0 || onnx_attr_int(&t->c, "group", 1) != 1 || (c >= 0 && (!t->x->folded[c] || t->in[2]->dtype != FM_F32)) || k[0] > 64 || k[1] > 64)
+        return -1;
     char nb[3][300];
     const char *ins[5] = {vname(t, xs), NULL, NULL, c >= 0 ? vname(t, c) : "", NULL};
     fm_status st = qdq_conv_weight(t, me, ins, nb);
