@@ -6,7 +6,7 @@ coordinates in [-1.6, 1.6]), 2-D; linear and nearest over 3-D volumes. RoiAlign:
 half_pixel and output_half_pixel, sampling_ratio 0 (adaptive) and 2, boxes partly outside the
 image. Tolerance: 1e-5 relative to the largest magnitude (fathom samples in f64, ONNX Runtime
 in float32). Refusals: a grid whose last dim is not the spatial rank, a batch index out of
-range, exit 1 naming the node.
+range, and (not a sampling op) a Tile whose repeats overflow, exit 1 naming the node.
 
   onnx_sample_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
@@ -89,5 +89,7 @@ for mode in ("avg", "max"):
                     16, f"roi{mode}{ctm}{sr}")
 refused("GridSample", {"x": x, "g": grid[..., :1].copy()}, {}, 20, "badgs", "does not fit X")
 refused("RoiAlign", {"x": xr, "rois": rois, "bi": np.array([0, 1, 2, 0], np.int64)}, {}, 16, "badroi", "batch_indices[2] = 2 is outside [0, 2)")
+# not a sampling op: Tile with repeats whose product with the dim overflows int64 (fuzz_onnx found it)
+refused("Tile", {"x": x[0, 0], "r": np.array([2 ** 62, 1], np.int64)}, {}, 13, "badtile", "more than 2^40 elements")
 print(f"{fails} failures")
 sys.exit(1 if fails else 0)

@@ -265,6 +265,9 @@ static fm_status op_tile(onnx_op_ctx *c) {
     if (2 * n > FM_MAX_DIMS) return onnx_node_error(c, FM_ERR_UNSUPPORTED, "Tile supports at most 4 dimensions");
     for (int i = 0; i < n; i++) {
         if (rep[i] < 0) return onnx_node_error(c, FM_ERR_INVALID, "negative repeat");
+        if (rep[i] && x->shape[i] > (INT64_C(1) << 40) / rep[i]) /* the product must not overflow (found by fuzz_onnx) */
+            return onnx_node_error(c, FM_ERR_INVALID, "repeats %lld times dim %d of size %lld: more than 2^40 elements along it",
+                                   (long long)rep[i], i, (long long)x->shape[i]);
         sh[2 * i] = 1, sh[2 * i + 1] = x->shape[i];
         big[2 * i] = rep[i], big[2 * i + 1] = x->shape[i];
         out[i] = rep[i] * x->shape[i];
