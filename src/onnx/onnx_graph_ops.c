@@ -1737,17 +1737,24 @@ static bool same_values(const tctx *t, int a, int b) {
     return true;
 }
 
-/* The float name of the QuantizeLinear before DequantizeLinear node t when both have the same
- * scale, zero point and axis ("<q output>/qf", t_quantize), else NULL. */
-static const char *quantized_float(tctx *t, int me, char *buf, size_t n) {
-    const int q = producer_of(t, t->n->in[0], me);
-    if (!node_is(t, q, "QuantizeLinear")) return NULL;
+/* The QuantizeLinear node that DequantizeLinear d (node index at) reads, when both have the
+ * same scale, zero point and axis (a fake-quantization pair), else -1. */
+static int quantize_pair(const tctx *t, const onnx_node *d, int at) {
+    const int q = producer_of(t, d->in[0], at);
+    if (!node_is(t, q, "QuantizeLinear") || d->n_in < 2) return -1;
     const onnx_node *qn = &t->x->m->nodes[q];
-    const int zq = qn->n_in > 2 ? qn->in[2] : -1, zd = t->n->n_in > 2 ? t->n->in[2] : -1;
-    if (!same_values(t, qn->in[1], t->n->in[1]) || !same_values(t, zq, zd) || (zq < 0) != (zd < 0) ||
-        onnx_attr_int(&(onnx_op_ctx){.node = qn->proto}, "axis", 1) != onnx_attr_int(&t->c, "axis", 1) ||
-        t->in[1]->dtype != t->x->va[qn->in[0]]->dtype)
-        return NULL;
+    const int zq = qn->n_in > 2 ? qn->in[2] : -1, zd = d->n_in > 2 ? d->in[2] : -1;
+    if (!same_values(t, qn->in[1], d->in[1]) || !same_values(t, zq, zd) || (zq < 0) != (zd < 0) ||
+        onnx_attr_int(&(onnx_op_ctx){.node = qn->proto}, "axis", 1) != onnx_attr_int(&(onnx_op_ctx){.node = d->proto}, "axis", 1))
+        return -1;
+    return q;
+}
+
+/* The float name of the QuantizeLinear before DequantizeLinear node t when they form a pair
+ * (quantize_pair) on a float of the scale's dtype ("<q output>/qf", t_quantize), else NULL. */
+static const char *quantized_float(tctx *t, int me, char *buf, size_t n) {
+    const int q = quantize_pair(t, t->n, me);
+    if (q < 0 || t->in[1]->dtype != t->x->va[t->x->m->nodes[q].in[0]]->dtype) return NULL;
     snprintf(buf, n, "%s/qf", vname(t, t->n->in[0]));
     return buf;
 }
@@ -1801,14 +1808,12 @@ static int qdq_act(const tctx *t, int me, int v, double *s, int *z) {
     const int da = producer_of(t, v, me);
     if (!node_is(t, da, "DequantizeLinear")) return -1;
     const onnx_node *a = &t->x->m->nodes[da];
-    const int q = producer_of(t, a->in[0], da);
-    if (!node_is(t, q, "QuantizeLinear") || a->n_in < 3) return -1;
-    const onnx_node *qn = &t->x->m->nodes[q];
-    const double sc = folded_scalar(t, a->in[1]), zp = folded_scalar(t, a->in[2]), qs = folded_scalar(t, qn->in[1]);
-    const double qz = qn->n_in > 2 ? folded_scalar(t, qn->in[2]) : NAN;
-    if (!(sc > 0) || sc != qs || zp != qz) return -1;
+    const int q = quantize_pair(t, a, da);
+    if (q < 0 || a->n_in < 3) return -1;
+    const double sc = folded_scalar(t, a->in[1]), zp = folded_scalar(t, a->in[2]);
+    if (!(sc > 0) || zp != zp) return -1; /* one scale and one zero point */
     *s = sc, *z = (int)zp + (t->x->va[a->in[2]]->dtype == FM_I8 ? 128 : 0);
-    return *z >= 0 && *z <= 255 ? qn->in[0] : -1;
+    return *z >= 0 && *z <= 255 ? t->x->m->nodes[q].in[0] : -1;
 }
 
 static bool match_qdq_matmul(const tctx *t, int me, bool nk, qdq_mm *m) {
