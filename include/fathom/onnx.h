@@ -32,6 +32,9 @@ FM_API int fm_onnx_output_count(const fm_onnx_model *m);
 FM_API const char *fm_onnx_output_name(const fm_onnx_model *m, int i);
 /* The opset of the default ("ai.onnx") domain the model imports. */
 FM_API int fm_onnx_opset(const fm_onnx_model *m);
+/* The most iterations one Loop node may run in fm_onnx_run (0, the default: no limit, as
+ * ONNX Runtime; a Loop whose trip count and condition would go past it fails naming it). */
+FM_API fm_status fm_onnx_set_max_iterations(fm_onnx_model *m, int64_t n);
 
 /* Runs the model. inputs[i] feeds the input named names[i] (names NULL: the
  * inputs in declaration order, n_inputs == fm_onnx_input_count). Every input

@@ -48,6 +48,8 @@ typedef struct onnx_node {
     const struct onnx_op *op;
     int *in, *out; /* value slots; -1: an omitted optional input/output */
     int n_in, n_out;
+    int *imp, n_imp;              /* the values of this graph its subgraphs read (If, Loop, Scan bodies) */
+    struct fm_onnx_model **subs;  /* per attribute: the subgraph of a GRAPH attribute, else NULL (NULL: none) */
 } onnx_node;
 
 typedef struct onnx_input {
@@ -58,10 +60,14 @@ typedef struct onnx_input {
 } onnx_input;
 
 struct fm_onnx_model {
-    char *path;  /* as given, for errors */
+    char *path;  /* as given, for errors (a subgraph's: its node and attribute appended) */
     char *dir;   /* its directory: external data is read from here */
-    Onnx__ModelProto *proto;
+    Onnx__ModelProto *proto; /* NULL in a subgraph (its model owns the messages) */
+    const Onnx__GraphProto *graph; /* proto->graph, or the subgraph's */
     int opset;
+    int *cap_local, *cap_outer, n_cap; /* a subgraph's values from the enclosing graph: its slot, the slot there */
+    struct fm_onnx_model *root; /* the model loaded from the file (itself there) */
+    int64_t max_iterations;     /* the root's: fm_onnx_set_max_iterations (0: no limit) */
     int n_values;
     char **value_names;      /* borrowed from proto */
     fm_tensor **constants;   /* per slot: initializer, or NULL */
@@ -127,6 +133,9 @@ typedef struct onnx_op_ctx {
     int n_in, n_out;
     fm_tensor **in;  /* NULL where an optional input is omitted */
     fm_tensor **out; /* the op sets each one it produces (new references) */
+    fm_tensor **scope;  /* the running graph's values: what its subgraphs capture (NULL outside a run) */
+    fm_device dev;      /* the device the graph runs on */
+    struct fm_onnx_model *const *subs; /* per attribute: its subgraph (onnx_node.subs) */
 } onnx_op_ctx;
 
 typedef fm_status (*onnx_op_fn)(onnx_op_ctx *c);
@@ -140,10 +149,17 @@ typedef struct onnx_op {
     onnx_op_fn fn;
 } onnx_op;
 
+/* Runs the subgraph of the attribute `attr` of c's node (If's branches, Loop's and Scan's body) on
+ * c's device: in[] are its inputs in order (n_in of them), out[] receives its n_outputs outputs
+ * (new references); the values it reads from the enclosing graphs come from c->scope. */
+fm_onnx_model *onnx_subgraph(const onnx_op_ctx *c, const char *attr);
+fm_status onnx_run_subgraph(const onnx_op_ctx *c, fm_onnx_model *sub, int n_in, fm_tensor *const *in, fm_tensor **out);
+
 const onnx_op *onnx_find_op(const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
 extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[],
-    onnx_ops_rnn[], onnx_ops_loss[], onnx_ops_misc[], onnx_ops_dyn[], onnx_ops_signal[], onnx_ops_sample[], onnx_ops_attn[], onnx_ops_extra[];
+    onnx_ops_rnn[], onnx_ops_loss[], onnx_ops_misc[], onnx_ops_dyn[], onnx_ops_signal[], onnx_ops_sample[], onnx_ops_attn[], onnx_ops_extra[],
+    onnx_ops_flow[];
 
 /* DepthToSpace / SpaceToDepth of an [N, C, H, W] x: reshape to mid, permute, reshape to out
  * (onnx_ops_misc.c; the interpreter and the graph form). */

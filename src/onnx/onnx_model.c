@@ -1,7 +1,14 @@
 /* ModelProto -> fm_onnx_model: every value name gets a slot, initializers become
  * tensors, declared types are checked against them, and every node is checked
  * against the op table (op, opset, inputs, attributes) so that an unsupported
- * model fails at load with the node named, never half-way through a run. */
+ * model fails at load with the node named, never half-way through a run.
+ *
+ * A GRAPH attribute (If's branches, Loop's and Scan's body) becomes a model of its
+ * own, built the same way while its node is loaded. A name it reads that none of its
+ * own initializers, inputs or nodes define is looked up in the enclosing graphs, as
+ * far as they are loaded (ONNX's lexical scope): the subgraph gets a slot captured
+ * from the graph around it, and that graph's node keeps the value alive (an implicit
+ * input) until it has run. */
 #include "onnx/onnx_internal.h"
 
 #include <inttypes.h>
@@ -16,6 +23,15 @@ typedef struct {
     int *vals;
     size_t cap;
 } name_map;
+
+/* A graph being loaded: its model and names, the node being loaded (whose subgraphs are
+ * being built) and the graph around it (NULL for the main graph). */
+typedef struct scope {
+    fm_onnx_model *m;
+    name_map *nm;
+    onnx_node *cur;
+    struct scope *up;
+} scope;
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
@@ -33,6 +49,24 @@ static int slot_of(fm_onnx_model *m, name_map *nm, char *name, bool add) {
     nm->vals[i] = m->n_values;
     m->value_names[m->n_values] = name;
     return m->n_values++;
+}
+
+/* The slot of `name` as the graph of sc sees it: its own, or one captured from the
+ * enclosing graphs (created, and recorded as an implicit input of their node); -1: none. */
+static int scope_find(scope *sc, char *name) {
+    fm_onnx_model *m = sc->m;
+    int s = slot_of(m, sc->nm, name, false);
+    if (s >= 0 || !sc->up) return s;
+    int outer = scope_find(sc->up, name);
+    if (outer < 0) return -1;
+    onnx_node *n = sc->up->cur;
+    bool seen = false;
+    for (int k = 0; k < n->n_imp; k++) seen |= n->imp[k] == outer;
+    if (!seen) n->imp[n->n_imp++] = outer;
+    s = slot_of(m, sc->nm, name, true);
+    m->cap_local[m->n_cap] = s;
+    m->cap_outer[m->n_cap++] = outer;
+    return s;
 }
 
 static fm_status model_error(const fm_onnx_model *m, fm_status st, const char *fmt, const char *a, const char *b) {
@@ -92,7 +126,7 @@ static fm_status check_against_initializer(const fm_onnx_model *m, const Onnx__V
 }
 
 static fm_status load_initializers(fm_onnx_model *m, name_map *nm) {
-    const Onnx__GraphProto *g = m->proto->graph;
+    const Onnx__GraphProto *g = m->graph;
     for (size_t i = 0; i < g->n_initializer; i++) {
         Onnx__TensorProto *tp = g->initializer[i];
         if (!tp->name || !*tp->name) return model_error(m, FM_ERR_FORMAT, "initializer %s has no name", "", NULL);
@@ -107,7 +141,7 @@ static fm_status load_initializers(fm_onnx_model *m, name_map *nm) {
 }
 
 static fm_status load_inputs(fm_onnx_model *m, name_map *nm) {
-    const Onnx__GraphProto *g = m->proto->graph;
+    const Onnx__GraphProto *g = m->graph;
     m->inputs = calloc(g->n_input + 1, sizeof *m->inputs);
     if (!m->inputs) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (size_t i = 0; i < g->n_input; i++) {
@@ -166,8 +200,81 @@ static fm_status check_node(fm_onnx_model *m, int i, const Onnx__NodeProto *np, 
     return FM_OK;
 }
 
-static fm_status load_nodes(fm_onnx_model *m, name_map *nm) {
-    const Onnx__GraphProto *g = m->proto->graph;
+static fm_status build_graph(scope *sc);
+
+/* An upper bound on the names a graph reads: its nodes' inputs and its outputs, nested
+ * graphs included (each name it captures from the graphs around it is one of them). */
+static size_t graph_refs(const Onnx__GraphProto *g) {
+    size_t n = g->n_output;
+    for (size_t i = 0; i < g->n_node; i++) {
+        n += g->node[i]->n_input;
+        for (size_t a = 0; a < g->node[i]->n_attribute; a++)
+            if (g->node[i]->attribute[a]->g) n += graph_refs(g->node[i]->attribute[a]->g);
+    }
+    return n;
+}
+
+/* Each GRAPH attribute of node i becomes a model built in the scope of this graph. */
+static fm_status load_subgraphs(scope *sc, int i, onnx_node *n) {
+    fm_onnx_model *m = sc->m;
+    const Onnx__NodeProto *np = n->proto;
+    for (size_t a = 0; a < np->n_attribute; a++) {
+        const Onnx__AttributeProto *at = np->attribute[a];
+        if (at->n_graphs) return node_error(m, i, np, "attribute '%s' holds a list of graphs (not supported)", at->name);
+        if (!at->g) continue;
+        if (!n->subs && !(n->subs = calloc(np->n_attribute, sizeof *n->subs)))
+            return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+        fm_onnx_model *s = calloc(1, sizeof *s);
+        char path[1024];
+        snprintf(path, sizeof path, "%s: node %d '%s' (%s) %s", m->path, i, np->name ? np->name : "", np->op_type, at->name);
+        if (!s || !(s->path = strdup(path)) || !(s->dir = strdup(m->dir))) {
+            fm_onnx_free(s);
+            return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+        }
+        n->subs[a] = s;
+        s->root = m->root;
+        s->graph = at->g;
+        s->opset = m->opset;
+        sc->cur = n;
+        scope inner = {.m = s, .up = sc};
+        if (build_graph(&inner)) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+static fm_status load_node_inputs(scope *sc, int i, onnx_node *n) {
+    const Onnx__NodeProto *np = n->proto;
+    for (int k = 0; k < n->n_in; k++) {
+        /* an empty name omits an optional input; the required ones (the first min_in, and
+         * every input of a variadic op) must be named */
+        if (!*np->input[k] && (k < n->op->min_in || n->op->max_in < 0)) {
+            char which[16];
+            snprintf(which, sizeof which, "%d", k);
+            return node_error(sc->m, i, np, "input %s is required, but its name is empty (an omitted input)", which);
+        }
+        n->in[k] = *np->input[k] ? scope_find(sc, np->input[k]) : -1;
+        if (*np->input[k] && n->in[k] < 0)
+            return node_error(sc->m, i, np, "input '%s' is not produced by an earlier node, an initializer or a graph input "
+                              "(nodes must be in topological order)", np->input[k]);
+    }
+    return FM_OK;
+}
+
+/* After the subgraphs: they cannot see the node's own outputs. */
+static fm_status load_node_outputs(scope *sc, int i, onnx_node *n) {
+    const Onnx__NodeProto *np = n->proto;
+    for (int k = 0; k < n->n_out; k++) {
+        if (!*np->output[k]) { n->out[k] = -1; continue; }
+        if (slot_of(sc->m, sc->nm, np->output[k], false) >= 0)
+            return node_error(sc->m, i, np, "output '%s' is already defined (ONNX values are assigned once)", np->output[k]);
+        n->out[k] = slot_of(sc->m, sc->nm, np->output[k], true);
+    }
+    return FM_OK;
+}
+
+static fm_status load_nodes(scope *sc) {
+    fm_onnx_model *m = sc->m;
+    const Onnx__GraphProto *g = m->graph;
     m->nodes = calloc(g->n_node + 1, sizeof *m->nodes);
     if (!m->nodes) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (size_t i = 0; i < g->n_node; i++) {
@@ -180,53 +287,45 @@ static fm_status load_nodes(fm_onnx_model *m, name_map *nm) {
         n->in = malloc((np->n_input + np->n_output + 1) * sizeof(int));
         if (!n->in) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
         n->out = n->in + np->n_input;
-        for (int k = 0; k < n->n_in; k++) {
-            /* an empty name omits an optional input; the required ones (the first min_in, and
-             * every input of a variadic op) must be named */
-            if (!*np->input[k] && (k < n->op->min_in || n->op->max_in < 0)) {
-                char which[16];
-                snprintf(which, sizeof which, "%d", k);
-                return node_error(m, (int)i, np, "input %s is required, but its name is empty (an omitted input)", which);
-            }
-            n->in[k] = *np->input[k] ? slot_of(m, nm, np->input[k], false) : -1;
-            if (*np->input[k] && n->in[k] < 0)
-                return node_error(m, (int)i, np, "input '%s' is not produced by an earlier node, an initializer or a graph input "
-                                  "(nodes must be in topological order)", np->input[k]);
-        }
-        for (int k = 0; k < n->n_out; k++) {
-            if (!*np->output[k]) { n->out[k] = -1; continue; }
-            if (slot_of(m, nm, np->output[k], false) >= 0)
-                return node_error(m, (int)i, np, "output '%s' is already defined (ONNX values are assigned once)", np->output[k]);
-            n->out[k] = slot_of(m, nm, np->output[k], true);
-        }
+        size_t refs = 0;
+        for (size_t a = 0; a < np->n_attribute; a++)
+            if (np->attribute[a]->g) refs += graph_refs(np->attribute[a]->g);
+        if (refs && !(n->imp = malloc(refs * sizeof(int)))) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+        if (load_node_inputs(sc, (int)i, n) || load_subgraphs(sc, (int)i, n) || load_node_outputs(sc, (int)i, n))
+            return fm_last_status();
     }
     return FM_OK;
 }
 
-static fm_status load_outputs(fm_onnx_model *m, name_map *nm) {
-    const Onnx__GraphProto *g = m->proto->graph;
+static fm_status load_outputs(scope *sc) {
+    fm_onnx_model *m = sc->m;
+    const Onnx__GraphProto *g = m->graph;
     m->outputs = calloc(g->n_output + 1, sizeof(int));
     if (!m->outputs) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (size_t i = 0; i < g->n_output; i++) {
-        const char *name = g->output[i]->name ? g->output[i]->name : "";
-        int s = slot_of(m, nm, g->output[i]->name ? g->output[i]->name : "", false);
+        char *name = g->output[i]->name;
+        int s = name && *name ? scope_find(sc, name) : -1;
         if (s < 0) return model_error(m, FM_ERR_FORMAT, "graph output '%s' is produced by no node, initializer or input", name, NULL);
         onnx_input d;
         if (declared_type(m, g->output[i], &d)) return fm_last_status();
         m->outputs[m->n_outputs++] = s;
     }
     for (int s = 0; s < m->n_values; s++) m->last_use[s] = -1;
-    for (int i = 0; i < m->n_nodes; i++)
+    for (int i = 0; i < m->n_nodes; i++) {
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) m->last_use[m->nodes[i].in[k]] = i;
+        for (int k = 0; k < m->nodes[i].n_imp; k++) m->last_use[m->nodes[i].imp[k]] = i;
+    }
     for (int i = 0; i < m->n_outputs; i++) m->last_use[m->outputs[i]] = m->n_nodes;
     return FM_OK;
 }
 
-/* Slots are allocated for every name the graph can define. */
-static fm_status alloc_slots(fm_onnx_model *m, name_map *nm) {
-    const Onnx__GraphProto *g = m->proto->graph;
-    size_t n = g->n_initializer + g->n_input + 1;
+/* Slots are allocated for every name the graph can define or capture. */
+static fm_status alloc_slots(scope *sc) {
+    fm_onnx_model *m = sc->m;
+    name_map *nm = sc->nm;
+    const Onnx__GraphProto *g = m->graph;
+    size_t refs = sc->up ? graph_refs(g) : 0, n = g->n_initializer + g->n_input + refs + 1;
     for (size_t i = 0; i < g->n_node; i++) n += g->node[i]->n_output;
     nm->cap = 16;
     while (nm->cap < 2 * n) nm->cap *= 2;
@@ -235,24 +334,35 @@ static fm_status alloc_slots(fm_onnx_model *m, name_map *nm) {
     m->value_names = calloc(n, sizeof *m->value_names);
     m->constants = calloc(n, sizeof *m->constants);
     m->last_use = calloc(n, sizeof *m->last_use);
-    if (!nm->keys || !nm->vals || !m->value_names || !m->constants || !m->last_use)
+    m->cap_local = calloc(refs + 1, sizeof *m->cap_local);
+    m->cap_outer = calloc(refs + 1, sizeof *m->cap_outer);
+    if (!nm->keys || !nm->vals || !m->value_names || !m->constants || !m->last_use || !m->cap_local || !m->cap_outer)
         return fm_set_error(FM_ERR_OOM, "%s: out of memory for %zu values", m->path, n);
     return FM_OK;
+}
+
+static fm_status build_graph(scope *sc) {
+    name_map nm = {0};
+    sc->nm = &nm;
+    fm_status s = alloc_slots(sc);
+    if (!s) s = load_initializers(sc->m, &nm);
+    if (!s) s = load_inputs(sc->m, &nm);
+    if (!s) s = load_nodes(sc);
+    if (!s) s = load_outputs(sc);
+    free(nm.keys);
+    free(nm.vals);
+    sc->nm = NULL;
+    return s;
 }
 
 static fm_status build(fm_onnx_model *m) {
     if (!m->proto->graph) return model_error(m, FM_ERR_FORMAT, "the model has no graph (not an ONNX model?)%s", "", NULL);
     if ((m->opset = find_opset(m->proto)) < 0)
         return model_error(m, FM_ERR_FORMAT, "the model imports no opset of the default ONNX domain%s", "", NULL);
-    name_map nm = {0};
-    fm_status s = alloc_slots(m, &nm);
-    if (!s) s = load_initializers(m, &nm);
-    if (!s) s = load_inputs(m, &nm);
-    if (!s) s = load_nodes(m, &nm);
-    if (!s) s = load_outputs(m, &nm);
-    free(nm.keys);
-    free(nm.vals);
-    return s;
+    m->graph = m->proto->graph;
+    m->root = m;
+    scope sc = {.m = m};
+    return build_graph(&sc);
 }
 
 fm_onnx_model *fm_onnx_load(const char *path) {
@@ -283,7 +393,14 @@ void fm_onnx_free(fm_onnx_model *m) {
     for (int s = 0; s < m->n_values; s++) fm_tensor_release(m->constants[s]);
     for (int s = 0; m->dev_constants && s < m->n_values; s++) fm_tensor_release(m->dev_constants[s]);
     free(m->dev_constants);
-    for (int i = 0; i < m->n_nodes; i++) free(m->nodes[i].in);
+    for (int i = 0; i < m->n_nodes; i++) {
+        for (size_t a = 0; m->nodes[i].subs && a < m->nodes[i].proto->n_attribute; a++) fm_onnx_free(m->nodes[i].subs[a]);
+        free(m->nodes[i].subs);
+        free(m->nodes[i].imp);
+        free(m->nodes[i].in);
+    }
+    free(m->cap_local);
+    free(m->cap_outer);
     free(m->nodes);
     free(m->inputs);
     free(m->outputs);
@@ -305,3 +422,9 @@ const char *fm_onnx_output_name(const fm_onnx_model *m, int i) {
     return m && i >= 0 && i < m->n_outputs ? m->value_names[m->outputs[i]] : NULL;
 }
 int fm_onnx_opset(const fm_onnx_model *m) { return m ? m->opset : 0; }
+
+fm_status fm_onnx_set_max_iterations(fm_onnx_model *m, int64_t n) {
+    if (!m || n < 0) return fm_set_error(FM_ERR_INVALID, "fm_onnx_set_max_iterations: NULL model or a negative limit");
+    m->max_iterations = n;
+    return FM_OK;
+}

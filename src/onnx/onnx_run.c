@@ -119,7 +119,8 @@ static fm_status run_node(const fm_onnx_model *m, int i, fm_tensor **vals, fm_de
                                 "its producer does not give)", m->path, i, n->proto->name ? n->proto->name : "",
                                 n->proto->op_type, m->value_names[n->in[k]]);
     }
-    onnx_op_ctx c = {.model = m, .node = n->proto, .opset = m->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in, .out = out};
+    onnx_op_ctx c = {.model = m, .node = n->proto, .opset = m->opset, .n_in = n->n_in, .n_out = n->n_out, .in = in, .out = out,
+                     .scope = vals, .dev = dev, .subs = n->subs};
     fm_clear_error();
     fm_status s = n->op->fn(&c);
     if (s) {
@@ -151,28 +152,37 @@ fm_status fm_onnx_run(fm_onnx_model *m, int n_inputs, const char *const *names, 
     return onnx_execute(m, n_inputs, names, inputs, outputs, NULL);
 }
 
-fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
-                       fm_tensor **outputs, fm_tensor **keep) {
-    if (!m || !outputs || (n_inputs && !inputs) || n_inputs < 0)
-        return fm_set_error(FM_ERR_INVALID, "fm_onnx_run: NULL model, inputs or outputs");
-    for (int i = 0; i < m->n_outputs; i++) outputs[i] = NULL;
-    fm_device dev;
+/* Runs m on dev: its inputs bound (by name, or in order when names is NULL), the values it
+ * captures from the graph around it taken from outer. */
+static fm_status execute_on(fm_onnx_model *m, fm_device dev, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                            fm_tensor **outputs, fm_tensor **keep, fm_tensor *const *outer) {
     fm_tensor **consts = NULL;
-    if (run_device(m, n_inputs, names, inputs, &dev) || constants_on(m, dev, &consts)) return fm_last_status();
+    if (constants_on(m, dev, &consts)) return fm_last_status();
     fm_tensor **vals = calloc((size_t)m->n_values + 1, sizeof *vals);
     if (!vals) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (int s = 0; s < m->n_values; s++)
         if (consts[s]) vals[s] = fm_tensor_retain(consts[s]);
+    fm_status st = FM_OK;
+    for (int k = 0; k < m->n_cap; k++) {
+        fm_tensor *t = outer ? outer[m->cap_outer[k]] : NULL;
+        if (!t) { /* the enclosing graph released or never computed it */
+            st = fm_set_error(FM_ERR_INVALID, "%s: value '%s' of the enclosing graph is not available", m->path,
+                              m->value_names[m->cap_local[k]]);
+            break;
+        }
+        vals[m->cap_local[k]] = fm_tensor_retain(t);
+    }
     bool prev = fm_set_grad_enabled(false);
-    fm_status st = bind_inputs(m, n_inputs, names, inputs, vals);
+    if (!st) st = bind_inputs(m, n_inputs, names, inputs, vals);
     if (keep && !st)
         for (int s = 0; s < m->n_values; s++) keep[s] = vals[s] ? fm_tensor_retain(vals[s]) : NULL;
     for (int i = 0; !st && i < m->n_nodes; i++) {
         st = run_node(m, i, vals, dev);
         for (int k = 0; keep && !st && k < m->nodes[i].n_out; k++)
             if (m->nodes[i].out[k] >= 0) keep[m->nodes[i].out[k]] = fm_tensor_retain(vals[m->nodes[i].out[k]]);
-        for (int k = 0; !st && k < m->nodes[i].n_in; k++) {
-            int s = m->nodes[i].in[k];
+        const onnx_node *n = &m->nodes[i];
+        for (int k = 0; !st && k < n->n_in + n->n_imp; k++) {
+            int s = k < n->n_in ? n->in[k] : n->imp[k - n->n_in];
             if (s >= 0 && m->last_use[s] == i) {
                 fm_tensor_release(vals[s]);
                 vals[s] = NULL;
@@ -193,4 +203,27 @@ fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names,
     free(vals);
     fm_set_grad_enabled(prev);
     return st;
+}
+
+fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                       fm_tensor **outputs, fm_tensor **keep) {
+    if (!m || !outputs || (n_inputs && !inputs) || n_inputs < 0)
+        return fm_set_error(FM_ERR_INVALID, "fm_onnx_run: NULL model, inputs or outputs");
+    for (int i = 0; i < m->n_outputs; i++) outputs[i] = NULL;
+    fm_device dev;
+    if (run_device(m, n_inputs, names, inputs, &dev)) return fm_last_status();
+    return execute_on(m, dev, n_inputs, names, inputs, outputs, keep, NULL);
+}
+
+fm_onnx_model *onnx_subgraph(const onnx_op_ctx *c, const char *attr) {
+    for (size_t a = 0; c->subs && a < c->node->n_attribute; a++)
+        if (c->subs[a] && c->node->attribute[a]->name && !strcmp(c->node->attribute[a]->name, attr)) return c->subs[a];
+    return NULL;
+}
+
+fm_status onnx_run_subgraph(const onnx_op_ctx *c, fm_onnx_model *sub, int n_in, fm_tensor *const *in, fm_tensor **out) {
+    for (int i = 0; i < sub->n_outputs; i++) out[i] = NULL;
+    if (n_in != sub->n_inputs)
+        return fm_set_error(FM_ERR_INVALID, "%s: the graph declares %d inputs; the op gives it %d", sub->path, sub->n_inputs, n_in);
+    return execute_on(sub, c->dev, n_in, NULL, in, out, NULL, c->scope);
 }
