@@ -37,7 +37,7 @@ static const char *output_name(const run_target *t, int i) { return io_name(t, i
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: fathom run MODEL.onnx|GRAPH_DIR --input NAME=FILE [--input NAME=FILE ...] [--output DIR | --json]\n"
-               "                  [--device D]\n\n"
+               "                  [--device D] [--max-iterations N]\n\n"
                "Runs an ONNX model (opsets 7 and later; docs/ONNX.md lists the ops), or an inference\n"
                "graph directory (`fathom import`, `fathom compile`), on arrays.\n"
                "FILE is a .npy array or a serialized ONNX TensorProto (.pb). With one model\n"
@@ -51,7 +51,9 @@ static void run_usage(FILE *f) {
                "  --json             print the outputs (name, dtype, shape, values) as one JSON object\n"
                "                     (NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n"
                "  --device D         run the model on D: cpu (default), cuda, cuda:N, check; the inputs\n"
-               "                     are copied there, the outputs back\n");
+               "                     are copied there, the outputs back\n"
+               "  --max-iterations N an ONNX Loop that would run more than N iterations fails instead\n"
+               "                     (default: no limit, as ONNX Runtime)\n");
 }
 
 static fm_tensor *read_array(const char *path) {
@@ -268,12 +270,13 @@ static fm_status run_target_run(const run_target *t, int n_in, const char *const
     return fm_graph_run_named(t->graph, n_in, names, ins, n_outputs(t), on, outs);
 }
 
-static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json, fm_device dev) {
+static int run_model(const char *model, int n_in, char **specs, const char *out_dir, bool json, fm_device dev, long long max_iter) {
     bool replace = false;
     int crc = out_dir ? check_out_dir(out_dir, &replace) : 0;
     if (crc) return crc;
     run_target m = {0};
     int rc = load_target(model, &m, dev);
+    if (!rc && m.onnx && max_iter) fm_onnx_set_max_iterations(m.onnx, max_iter);
     const char *names[MAX_RUN_INPUTS];
     fm_tensor *ins[MAX_RUN_INPUTS] = {0}, *outs[256] = {0};
     if (!rc && n_outputs(&m) > 256) { fm_cli_error("run: %s has more than 256 outputs", model); rc = 1; }
@@ -313,11 +316,16 @@ int fm_cmd_run(int argc, char **argv) {
     char *specs[MAX_RUN_INPUTS];
     int n_in = 0;
     bool json = false;
+    long long max_iter = 0;
     fm_device dev = FM_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--max-iterations")) {
+            if (!fm_cli_parse_int("run", a, i + 1 < argc ? argv[++i] : NULL, 1, &max_iter)) { run_usage(stderr); return 2; }
+            continue;
+        }
         if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
             const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             int drc = fm_cli_device("run", v, &dev);
@@ -337,5 +345,5 @@ int fm_cmd_run(int argc, char **argv) {
     }
     if (!model) { fm_cli_error("run: no model given"); run_usage(stderr); return 2; }
     if (json && out_dir) { fm_cli_error("run: --json and --output exclude each other"); run_usage(stderr); return 2; }
-    return run_model(model, n_in, specs, out_dir, json, dev);
+    return run_model(model, n_in, specs, out_dir, json, dev, max_iter);
 }

@@ -7,10 +7,11 @@ reading a value two graphs up. Scan (opset 16): two states, reversed input and o
 axes 1, and opset 8's batched form. Tolerance 1e-5 relative. Refusals (exit non-zero, the node
 named): a Loop with neither trip count nor condition, a branch giving the wrong number of
 outputs, a body of the wrong arity, a subgraph naming a value no graph defines, scan inputs of
-different lengths.
+different lengths, and a Loop past `fathom run --max-iterations`.
 
   onnx_flow_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
+import subprocess
 import sys
 
 try:
@@ -21,9 +22,14 @@ except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
 
-from onnx_check_lib import D, fathom_run, finish, report
+from onnx_check_lib import D, FATHOM, fathom_run, finish, report
 
 F, I, B = T.FLOAT, T.INT64, T.BOOL
+
+
+def npy(name, a):
+    np.save(f"{D}/lim_{name}.npy", a)
+    return f"{D}/lim_{name}.npy"
 
 
 def vi(name, t, shape=None):
@@ -116,6 +122,10 @@ p = save_model([h.make_node("Scan", ["", "s0", "xs"], ["s_out", "ys"], body=body
 compare("scan_opset8", p, {"s0": np.zeros((2, 2), np.float32), "xs": rng.standard_normal((2, 5, 2)).astype(np.float32)})
 
 # refusals
+r = subprocess.run([FATHOM, "run", f"{D}/loop_for.onnx", "--max-iterations", "3", "--json"] +
+                   [a for k, v in (("M", np.array(5, np.int64)), ("x", x), ("a0", x)) for a in ("--input", f"{k}={npy(k, v)}")],
+                   capture_output=True, text=True)
+report(r.returncode == 1 and "ran past the limit of 3 iterations" in r.stderr, f"loop --max-iterations 3 refused: {r.stderr.strip()}")
 body = h.make_graph([h.make_node("Identity", ["cin"], ["cout"]), h.make_node("Identity", ["v"], ["v2"])], "b",
                     [vi("i", I, []), vi("cin", B, []), vi("v", F)], [vi("cout", B, []), vi("v2", F)])
 p = save_model([h.make_node("Loop", ["", "", "v0"], ["v_out"], body=body)], [vi("v0", F, [2])], [vi("v_out", F)], f"{D}/endless.onnx")

@@ -30,6 +30,12 @@ FM_API int fm_onnx_input_count(const fm_onnx_model *m);
 FM_API const char *fm_onnx_input_name(const fm_onnx_model *m, int i);
 FM_API int fm_onnx_output_count(const fm_onnx_model *m);
 FM_API const char *fm_onnx_output_name(const fm_onnx_model *m, int i);
+/* Input i's (output i's) name, element type and shape as the file declares them
+ * (FM_DIM_DYNAMIC where a dim is symbolic or unknown; dim_names NULL); the name stays
+ * the model's. FM_ERR_UNSUPPORTED when the file declares no rank or no element type
+ * fathom has. */
+FM_API fm_status fm_onnx_input_info(const fm_onnx_model *m, int i, fm_graph_io *io);
+FM_API fm_status fm_onnx_output_info(const fm_onnx_model *m, int i, fm_graph_io *io);
 /* The opset of the default ("ai.onnx") domain the model imports. */
 FM_API int fm_onnx_opset(const fm_onnx_model *m);
 /* The most iterations one Loop node may run in fm_onnx_run (0, the default: no limit, as

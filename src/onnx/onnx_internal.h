@@ -79,6 +79,7 @@ struct fm_onnx_model {
     onnx_input *inputs;
     int n_inputs;
     int *outputs;
+    onnx_input *out_decl; /* per output: its declared type (slot unused) */
     int n_outputs;
     char fixed_dims[16][64]; /* fm_onnx_set_dim: dynamic dims given a size for the graph form */
     int64_t fixed_sizes[16];

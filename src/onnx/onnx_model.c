@@ -301,13 +301,14 @@ static fm_status load_outputs(scope *sc) {
     fm_onnx_model *m = sc->m;
     const Onnx__GraphProto *g = m->graph;
     m->outputs = calloc(g->n_output + 1, sizeof(int));
-    if (!m->outputs) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
+    m->out_decl = calloc(g->n_output + 1, sizeof *m->out_decl);
+    if (!m->outputs || !m->out_decl) return fm_set_error(FM_ERR_OOM, "%s: out of memory", m->path);
     for (size_t i = 0; i < g->n_output; i++) {
         char *name = g->output[i]->name;
         int s = name && *name ? scope_find(sc, name) : -1;
         if (s < 0) return model_error(m, FM_ERR_FORMAT, "graph output '%s' is produced by no node, initializer or input", name, NULL);
-        onnx_input d;
-        if (declared_type(m, g->output[i], &d)) return fm_last_status();
+        if (declared_type(m, g->output[i], &m->out_decl[m->n_outputs])) return fm_last_status();
+        m->out_decl[m->n_outputs].slot = s;
         m->outputs[m->n_outputs++] = s;
     }
     for (int s = 0; s < m->n_values; s++) m->last_use[s] = -1;
@@ -404,6 +405,7 @@ void fm_onnx_free(fm_onnx_model *m) {
     free(m->nodes);
     free(m->inputs);
     free(m->outputs);
+    free(m->out_decl);
     free(m->constants);
     free(m->last_use);
     free(m->value_names);
@@ -422,6 +424,32 @@ const char *fm_onnx_output_name(const fm_onnx_model *m, int i) {
     return m && i >= 0 && i < m->n_outputs ? m->value_names[m->outputs[i]] : NULL;
 }
 int fm_onnx_opset(const fm_onnx_model *m) { return m ? m->opset : 0; }
+
+static fm_status io_info(const fm_onnx_model *m, const onnx_input *d, const char *what, fm_graph_io *io) {
+    const char *name = m->value_names[d->slot];
+    fm_dtype dt;
+    if (d->ndim < 0 || !d->elem_type)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' declares no %s", m->path, what, name, d->ndim < 0 ? "rank" : "element type");
+    if (!onnx_dtype_to_fm(d->elem_type, &dt))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' has element type %s, which fathom does not support", m->path, what, name,
+                            onnx_dtype_name(d->elem_type));
+    memset(io, 0, sizeof *io);
+    io->name = name;
+    io->dtype = dt;
+    io->ndim = d->ndim;
+    for (int k = 0; k < d->ndim; k++) io->shape[k] = d->dims[k] >= 0 ? d->dims[k] : FM_DIM_DYNAMIC;
+    return FM_OK;
+}
+
+fm_status fm_onnx_input_info(const fm_onnx_model *m, int i, fm_graph_io *io) {
+    if (!m || !io || i < 0 || i >= m->n_inputs) return fm_set_error(FM_ERR_INVALID, "fm_onnx_input_info: no input %d", i);
+    return io_info(m, &m->inputs[i], "input", io);
+}
+
+fm_status fm_onnx_output_info(const fm_onnx_model *m, int i, fm_graph_io *io) {
+    if (!m || !io || i < 0 || i >= m->n_outputs) return fm_set_error(FM_ERR_INVALID, "fm_onnx_output_info: no output %d", i);
+    return io_info(m, &m->out_decl[i], "output", io);
+}
 
 fm_status fm_onnx_set_max_iterations(fm_onnx_model *m, int64_t n) {
     if (!m || n < 0) return fm_set_error(FM_ERR_INVALID, "fm_onnx_set_max_iterations: NULL model or a negative limit");

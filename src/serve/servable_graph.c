@@ -1,6 +1,7 @@
 /* The servable for an inference graph directory (graph.json + weights.safetensors,
  * include/fathom/graph.h): what the ONNX importer and `fathom compile` write; and
- * for an .onnx file, imported into that graph when it loads.
+ * for an .onnx file, imported into that graph when it loads (or, when the import
+ * refuses it, run by the ONNX interpreter).
  * Every input and output must have a dynamic first dimension (the batch); the
  * other dims are reported as declared (-1 where dynamic). An integer input that
  * indexes an embedding table on a constant gets the table's rows as its id_limit.
@@ -84,10 +85,69 @@ fm_servable *fm_servable_open_graph(const char *dir, fm_device dev) {
     return g ? from_graph(g, dir, dev, "fathom_graph") : NULL;
 }
 
+/* ---- an ONNX file the graph import refuses: run by the interpreter ---- */
+
+typedef struct { fm_onnx_model *m; fm_device dev; } onnx_servable;
+
+static fm_status onnx_run_batch(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
+    onnx_servable *o = s->impl;
+    fm_tensor *din[FM_SERVE_MAX_IO] = {0};
+    const bool cpu = o->dev.type == FM_DEV_CPU;
+    fm_status st = FM_OK;
+    for (int i = 0; !cpu && i < s->n_inputs && !st; i++)
+        if (!(din[i] = fm_tensor_to(in[i], o->dev))) st = fm_last_status();
+    if (!st) st = fm_onnx_run(o->m, s->n_inputs, NULL, cpu ? in : din, out);
+    for (int i = 0; i < s->n_inputs; i++) fm_tensor_release(din[i]);
+    for (int j = 0; !cpu && !st && j < s->n_outputs; j++) {
+        fm_tensor *h = fm_tensor_to(out[j], FM_CPU);
+        if (!h) st = fm_last_status();
+        fm_tensor_release(out[j]);
+        out[j] = h;
+    }
+    if (st)
+        for (int j = 0; j < s->n_outputs; j++) { fm_tensor_release(out[j]); out[j] = NULL; }
+    return st;
+}
+
+static void onnx_servable_free(fm_servable *s) {
+    onnx_servable *o = s->impl;
+    if (o) fm_onnx_free(o->m);
+    free(o);
+    free(s);
+}
+
+/* Wraps a loaded model (owned from here) for the interpreter; NULL with the error set. */
+static fm_servable *from_onnx_interpreter(fm_onnx_model *m, const char *path, fm_device dev) {
+    fm_servable *s = calloc(1, sizeof *s);
+    onnx_servable *o = s ? calloc(1, sizeof *o) : NULL;
+    if (!o) { free(s); fm_onnx_free(m); fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
+    o->m = m, o->dev = dev;
+    s->impl = o;
+    s->platform = "fathom_onnx";
+    s->run = onnx_run_batch;
+    s->free = onnx_servable_free;
+    s->n_inputs = fm_onnx_input_count(m);
+    s->n_outputs = fm_onnx_output_count(m);
+    fm_status st = FM_OK;
+    if (s->n_inputs > FM_SERVE_MAX_IO || s->n_outputs > FM_SERVE_MAX_IO)
+        st = fm_set_error(FM_ERR_UNSUPPORTED, "%s: the model has %d inputs and %d outputs; the server takes at most %d of each",
+                          path, s->n_inputs, s->n_outputs, FM_SERVE_MAX_IO);
+    fm_graph_io gi;
+    for (int i = 0; i < s->n_inputs && !st; i++)
+        if (!(st = fm_onnx_input_info(m, i, &gi))) st = describe(&s->inputs[i], &gi, path, "input");
+    for (int j = 0; j < s->n_outputs && !st; j++)
+        if (!(st = fm_onnx_output_info(m, j, &gi))) st = describe(&s->outputs[j], &gi, path, "output");
+    if (st) { onnx_servable_free(s); return NULL; }
+    return s;
+}
+
 /* An ONNX file, imported into the inference graph at load (fm_onnx_to_graph), so
  * it runs as a graph directory would: batched on its dynamic first dimension. The
  * sizes the config declares for the other dims fix them first (per sample: dim i
- * of a declared input is the model's dim i + 1). */
+ * of a declared input is the model's dim i + 1). A model the import refuses (an op
+ * with no graph form: If, Loop, Scan, the recurrent ops, data-dependent shapes) is
+ * served by the ONNX interpreter instead, as `fathom run` runs it: the same outputs,
+ * without the graph's fusions and memory plan. */
 fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl);
 fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl) {
     fm_onnx_model *m = fm_onnx_load(path);
@@ -99,6 +159,13 @@ fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_ser
                 ok = false;
             }
     fm_graph *g = ok ? fm_onnx_to_graph(m) : NULL;
-    fm_onnx_free(m);
-    return g ? from_graph(g, path, dev, "fathom_onnx") : NULL;
+    if (g || !ok) {
+        fm_onnx_free(m);
+        return g ? from_graph(g, path, dev, "fathom_onnx") : NULL;
+    }
+    char why[768];
+    snprintf(why, sizeof why, "%s", fm_last_error());
+    fm_servable *s = from_onnx_interpreter(m, path, dev);
+    if (!s) fm_error_prefix("%s: its graph import refused it (%s), and the ONNX interpreter cannot serve it either", path, why);
+    return s;
 }

@@ -210,6 +210,63 @@ def onnx_checks(s, ref):
           "a platform the folder does not hold is refused: %s" % reasons.get("wrong-platform"))
 
 
+def write_onnx_interp(repo):
+    """'onx-lstm': an LSTM (ONNX LSTM, the batch moved first around it) over 4 steps, then a Scan summing its
+    hidden states step by step: ops with no graph form, so the server runs the file with the ONNX
+    interpreter (as `fathom run` does). Its reference is ONNX Runtime on the same file (skipped
+    without onnx and onnxruntime)."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto as T, helper as h, save
+    except ImportError as e:
+        skips.append("the ONNX-interpreter model (needs numpy, onnx, onnxruntime: %s)" % e)
+        return None
+    rng = np.random.default_rng(5)
+    W, R = rng.standard_normal((1, 20, 3)).astype(np.float32) * 0.5, rng.standard_normal((1, 20, 5)).astype(np.float32) * 0.5
+    Bv = rng.standard_normal((1, 40)).astype(np.float32) * 0.1
+    body = h.make_graph([h.make_node("Add", ["s", "yt"], ["s2"])], "sum",
+                        [h.make_tensor_value_info("s", T.FLOAT, ["b", 5]), h.make_tensor_value_info("yt", T.FLOAT, ["b", 5])],
+                        [h.make_tensor_value_info("s2", T.FLOAT, ["b", 5])])
+    nodes = [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),  # [4, batch, 3]: ONNX Runtime has no batch-first LSTM
+             h.make_node("LSTM", ["xt", "W", "R", "B"], ["Y", "Y_h"], hidden_size=5),
+             h.make_node("Squeeze", ["Y", "ax1"], ["Yq"]), h.make_node("Transpose", ["Yq"], ["Ys"], perm=[1, 0, 2]),  # [batch, 4, 5]
+             h.make_node("Squeeze", ["Y_h", "ax0"], ["H"]),  # [batch, 5]
+             h.make_node("Mul", ["H", "zero"], ["s0"]),
+             h.make_node("Scan", ["s0", "Ys"], ["total"], body=body, num_scan_inputs=1, scan_input_axes=[1]),  # over the 4 steps
+             h.make_node("Unsqueeze", ["total", "ax1"], ["t3"]), h.make_node("Add", ["Ys", "t3"], ["z"])]
+    inits = [h.make_tensor("W", T.FLOAT, W.shape, W.ravel()), h.make_tensor("R", T.FLOAT, R.shape, R.ravel()),
+             h.make_tensor("B", T.FLOAT, Bv.shape, Bv.ravel()), h.make_tensor("ax0", T.INT64, [1], [0]),
+             h.make_tensor("ax1", T.INT64, [1], [1]), h.make_tensor("zero", T.FLOAT, [], [0.0])]
+    g = h.make_graph(nodes, "lstm", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4, 3])],
+                     [h.make_tensor_value_info("z", T.FLOAT, ["batch", 4, 5])], initializer=inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    os.makedirs(os.path.join(repo, "onx-lstm", "1"), exist_ok=True)
+    path = os.path.join(repo, "onx-lstm", "1", "model.onnx")
+    save(m, path)
+    json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 2000}},
+              open(os.path.join(repo, "onx-lstm", "config.json"), "w"))
+    x = rng.standard_normal((3, 4, 3)).astype(np.float32)
+    return x, ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def onnx_interp_checks(s, ref):
+    if ref is None:
+        return
+    x, want = ref
+    st, j = s.json("GET", "/v2/models/onx-lstm")
+    check(st == 200 and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4, 3]}]
+          and j["outputs"] == [{"name": "z", "datatype": "FP32", "shape": [-1, 4, 5]}],
+          "ONNX model with no graph form (LSTM, Scan), served by the interpreter: metadata %s" % j)
+    st, j = s.json("POST", "/v2/models/onx-lstm/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()}]})
+    got = j["outputs"][0]["data"] if st == 200 else []
+    err = max((abs(a - b_) for a, b_ in zip(got, want.reshape(-1).tolist())), default=None)
+    check(st == 200 and len(got) == want.size and err is not None and err < 1e-5,
+          "ONNX model with no graph form (LSTM, Scan), batch 3, equals ONNX Runtime: %s" % (err if st == 200 else j))
+
+
 def write_onnx_patterns(repo):
     """What torch.onnx.export writes for a BERT (tests/onnx_import_patterns.py): 'onx-seq', whose config
     declares the per-sample dims (x [5, 4], mask [5]) so that the sequence dim is fixed at import and
@@ -654,6 +711,7 @@ def main():
     graph_ref = write_graph(os.path.join(repo, "g", "1"))
     write_onnx(repo)
     pat_dir, pat_ref = write_onnx_patterns(repo)
+    interp_ref = write_onnx_interp(repo)
     write_emb_graph(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
@@ -661,6 +719,7 @@ def main():
         graph_checks(s, graph_ref)
         onnx_checks(s, graph_ref)
         onnx_patterns_checks(s, pat_dir, pat_ref)
+        onnx_interp_checks(s, interp_ref)
         emb_checks(s)
         tritonclient_checks(s)
         batching_checks(s)
