@@ -175,10 +175,14 @@ static fm_status op_conv(onnx_op_ctx *c) {
  * each dim's two pads, its output_padding what the end still needs (o), and a crop after it of
  * what the uneven pads remove (ONNX: out = s (in - 1) + output_padding + (k - 1) d + 1 - pads;
  * output_shape or SAME_* give the pads, the odd one at the end for SAME_UPPER). */
-fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, onnx_convt *g) {
+/* Per spatial dim of a ConvTranspose (1 to 3): stride, dilation, output padding, the full
+ * size (output padding included) and the pads to remove at each end (negative: zeros added). */
+typedef struct { int nsp; int64_t s[3], d[3], o[3], full[3], pb[3], pe[3]; } convt_dims;
+
+static fm_status convt_dims_of(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, convt_dims *g) {
     const int nsp = x->ndim - 2;
-    if (nsp < 1 || nsp > 2 || wt->ndim != x->ndim)
-        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "ConvTranspose over %d spatial dims (input rank %d, weight rank %d): 1 and 2 are supported",
+    if (nsp < 1 || nsp > 3 || wt->ndim != x->ndim)
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "ConvTranspose over %d spatial dims (input rank %d, weight rank %d): 1 to 3 are supported",
                                nsp, x->ndim, wt->ndim);
     int n_s, n_d, n_p, n_op, n_os;
     const int64_t *st = onnx_attr_ints(c, "strides", &n_s), *di = onnx_attr_ints(c, "dilations", &n_d), *pa = onnx_attr_ints(c, "pads", &n_p);
@@ -187,12 +191,8 @@ fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_ten
     const char *ap = onnx_attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
     if ((st && n_s != nsp) || (di && n_d != nsp) || (pa && n_p != 2 * nsp) || (opd && n_op != nsp) || (os && n_os != nsp && n_os != x->ndim))
         return onnx_node_error(c, FM_ERR_INVALID, "strides, dilations, output_padding and output_shape need %d values, pads %d", nsp, 2 * nsp);
-    memset(g, 0, sizeof *g);
-    g->p = fm_conv2d_default_params();
-    g->p.groups = (int)onnx_attr_int(c, "group", 1);
     g->nsp = nsp;
     for (int i = 0; i < nsp; i++) {
-        const int j = i + 2 - nsp; /* 1-D runs as [N, C, 1, W]: its dim is the second */
         const int64_t s = st ? st[i] : 1, d = di ? di[i] : 1, o = opd ? opd[i] : 0, k = wt->shape[2 + i], in = x->shape[2 + i];
         if (s < 1 || d < 1 || o < 0 || o >= s || s > 1 << 16 || d > 1 << 16)
             return onnx_node_error(c, FM_ERR_UNSUPPORTED, "strides %lld, dilations %lld, output_padding %lld (output_padding below the stride)",
@@ -207,18 +207,95 @@ fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_ten
         } else if (!strcmp(ap, "VALID")) pb = pe = 0;
         if (full - pb - pe < 1 || pb > full || pe > full || pb < -full || pe < -full)
             return onnx_node_error(c, FM_ERR_INVALID, "pads %lld, %lld leave no output of the full %lld", (long long)pb, (long long)pe, (long long)full);
+        g->s[i] = s, g->d[i] = d, g->o[i] = o, g->full[i] = full, g->pb[i] = pb, g->pe[i] = pe;
+    }
+    return FM_OK;
+}
+
+fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_tensor *wt, onnx_convt *g) {
+    convt_dims cd;
+    if (convt_dims_of(c, x, wt, &cd)) return fm_last_status();
+    if (cd.nsp > 2)
+        return onnx_node_error(c, FM_ERR_UNSUPPORTED, "ConvTranspose over 3 spatial dims has no graph form (fathom run runs it)");
+    memset(g, 0, sizeof *g);
+    g->p = fm_conv2d_default_params();
+    g->p.groups = (int)onnx_attr_int(c, "group", 1);
+    g->nsp = cd.nsp;
+    for (int i = 0; i < cd.nsp; i++) {
+        const int j = i + 2 - cd.nsp; /* 1-D runs as [N, C, 1, W]: its dim is the second */
+        const int64_t s = cd.s[i], o = cd.o[i], pb = cd.pb[i], pe = cd.pe[i];
         /* fm's own padding p and output padding oo; then what to crop (negative: add) at each end */
         const int64_t mn = pb < pe ? pb : pe, p = mn > 0 ? mn : 0, need = o - pe + p, oo = need < 0 ? 0 : need < s ? need : s - 1;
-        g->p.stride[j] = (int)s, g->p.dilation[j] = (int)d, g->p.padding[j] = (int)p, g->op[j] = (int)oo;
+        g->p.stride[j] = (int)s, g->p.dilation[j] = (int)cd.d[i], g->p.padding[j] = (int)p, g->op[j] = (int)oo;
         g->crop_b[j] = pb - p, g->crop_e[j] = oo - need;
         g->extends |= g->crop_b[j] < 0 || g->crop_e[j] < 0;
     }
     return FM_OK;
 }
 
+/* ConvTranspose over 3 spatial dims: per kernel depth offset kz, one 2-D transposed conv of
+ * every input frame (folded into the batch; full size, no padding), whose output frames land
+ * at depths zi s + kz d: spread to stride s with zero frames between, shifted by kz d, summed.
+ * Then the pads are cut (or zeros added, output_padding at the end) and the bias added. */
+static fm_tensor *convt3d_full(fm_tensor *x, fm_tensor *wt, const convt_dims *g, int groups) {
+    const int64_t N = x->shape[0], C = x->shape[1], D = x->shape[2], M = wt->shape[1] * groups, s = g->s[0];
+    const int64_t FD = g->full[0] - g->o[0], span = (D - 1) * s + 1;
+    fm_conv2d_params p = fm_conv2d_default_params();
+    p.groups = groups;
+    for (int j = 0; j < 2; j++) p.stride[j] = (int)g->s[1 + j], p.dilation[j] = (int)g->d[1 + j];
+    static const int to_frames[5] = {0, 2, 1, 3, 4};
+    const int64_t fr[4] = {N * D, C, x->shape[3], x->shape[4]};
+    fm_tensor *xt = fm_permute(x, to_frames), *xf = xt ? fm_reshape(xt, 4, fr) : NULL, *acc = NULL;
+    fm_tensor_release(xt);
+    for (int64_t kz = 0; xf && kz < wt->shape[2]; kz++) {
+        fm_tensor *wk = fm_select(wt, 2, kz), *wc = wk ? fm_contiguous(wk) : NULL, *z = wc ? fm_conv_transpose2d(xf, wc, NULL, &p, NULL) : NULL;
+        fm_tensor *z6 = NULL, *sp = NULL;
+        if (z) { /* [N, D, 1, M, h, w], then s - 1 zero frames after each */
+            const int64_t sh6[6] = {N, D, 1, M, z->shape[2], z->shape[3]}, zs[6] = {N, D, s - 1, M, z->shape[2], z->shape[3]};
+            fm_tensor *a = fm_reshape(z, 6, sh6), *zr = s > 1 && a ? fm_tensor_zeros(6, zs, z->dtype, z->storage->device) : NULL;
+            fm_tensor *parts[2] = {a, zr}, *cat = a && (s == 1 || zr) ? (s > 1 ? fm_cat(2, parts, 2) : fm_tensor_retain(a)) : NULL;
+            const int64_t sh5[5] = {N, D * s, M, z->shape[2], z->shape[3]};
+            z6 = cat ? fm_reshape(cat, 5, sh5) : NULL;
+            REL(a, zr, cat);
+        }
+        if (z6) {
+            const int64_t pads[10] = {0, kz * g->d[0], 0, 0, 0, 0, FD - span - kz * g->d[0], 0, 0, 0};
+            fm_tensor *nr = fm_narrow(z6, 1, 0, span);
+            sp = nr ? fm_pad(nr, pads, FM_PAD_CONSTANT, 0) : NULL;
+            fm_tensor_release(nr);
+        }
+        fm_tensor *sum = sp && acc ? fm_add(acc, sp) : sp ? fm_tensor_retain(sp) : NULL;
+        REL(wk, wc, z, z6, sp, acc);
+        if (!(acc = sum)) break;
+    }
+    fm_tensor_release(xf);
+    fm_tensor *y = acc ? fm_permute(acc, to_frames) : NULL;
+    fm_tensor_release(acc);
+    return y;
+}
+
+static fm_status op_conv_transpose3d(onnx_op_ctx *c, const convt_dims *g) {
+    fm_tensor *x = c->in[0], *wt = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    const int64_t groups = onnx_attr_int(c, "group", 1);
+    if (groups < 1 || x->shape[1] % groups || wt->shape[0] != x->shape[1])
+        return onnx_node_error(c, FM_ERR_INVALID, "group %lld, input channels %lld and weight [%lld, ...] disagree", (long long)groups,
+                               (long long)x->shape[1], (long long)wt->shape[0]);
+    fm_tensor *yf = convt3d_full(x, wt, g, (int)groups);
+    int64_t pads[10] = {0};
+    for (int i = 0; i < 3; i++) pads[2 + i] = -g->pb[i], pads[7 + i] = g->o[i] - g->pe[i];
+    fm_tensor *y = yf ? fm_pad(yf, pads, FM_PAD_CONSTANT, 0) : NULL;
+    fm_tensor *br = y && b ? fm_reshape(b, 5, (int64_t[]){1, b->shape[0], 1, 1, 1}) : NULL, *yb = br ? fm_add(y, br) : fm_tensor_retain(y);
+    REL(yf, y, br);
+    return onnx_set_out(c, 0, yb);
+}
+
 /* ConvTranspose: fm_conv_transpose2d (1-D as [N, C, 1, W]), then the uneven pads' crop. */
 static fm_status op_conv_transpose(onnx_op_ctx *c) {
     fm_tensor *x = c->in[0], *wt = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    if (x->ndim == 5) {
+        convt_dims cd;
+        return convt_dims_of(c, x, wt, &cd) ? fm_last_status() : op_conv_transpose3d(c, &cd);
+    }
     onnx_convt g;
     if (onnx_convt_geom(c, x, wt, &g)) return fm_last_status();
     const bool one = g.nsp == 1;
