@@ -14,10 +14,8 @@
 #include "fathom/onnx.h"
 #include "serve/servable.h"
 
-static fm_status graph_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
-    fm_graph *g = s->impl;
-    if (fm_graph_run(g, in, out) != FM_OK) return fm_last_status();
-    if (fm_graph_device(g).type == FM_DEV_CPU) return FM_OK;
+/* The outputs of a device run copied to the host for the response (all released on an error). */
+static fm_status outputs_to_host(const fm_servable *s, fm_tensor **out) {
     fm_status st = FM_OK;
     for (int j = 0; j < s->n_outputs; j++) {
         fm_tensor *h = st == FM_OK ? fm_tensor_to(out[j], FM_CPU) : NULL;
@@ -28,6 +26,12 @@ static fm_status graph_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out
     if (st)
         for (int j = 0; j < s->n_outputs; j++) { fm_tensor_release(out[j]); out[j] = NULL; }
     return st;
+}
+
+static fm_status graph_run(fm_servable *s, fm_tensor *const *in, fm_tensor **out) {
+    fm_graph *g = s->impl;
+    if (fm_graph_run(g, in, out) != FM_OK) return fm_last_status();
+    return fm_graph_device(g).type == FM_DEV_CPU ? FM_OK : outputs_to_host(s, out);
 }
 
 static void graph_free(fm_servable *s) {
@@ -98,15 +102,7 @@ static fm_status onnx_run_batch(fm_servable *s, fm_tensor *const *in, fm_tensor 
         if (!(din[i] = fm_tensor_to(in[i], o->dev))) st = fm_last_status();
     if (!st) st = fm_onnx_run(o->m, s->n_inputs, NULL, cpu ? in : din, out);
     for (int i = 0; i < s->n_inputs; i++) fm_tensor_release(din[i]);
-    for (int j = 0; !cpu && !st && j < s->n_outputs; j++) {
-        fm_tensor *h = fm_tensor_to(out[j], FM_CPU);
-        if (!h) st = fm_last_status();
-        fm_tensor_release(out[j]);
-        out[j] = h;
-    }
-    if (st)
-        for (int j = 0; j < s->n_outputs; j++) { fm_tensor_release(out[j]); out[j] = NULL; }
-    return st;
+    return st || cpu ? st : outputs_to_host(s, out);
 }
 
 static void onnx_servable_free(fm_servable *s) {
