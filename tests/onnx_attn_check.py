@@ -15,6 +15,18 @@ dim is shorter than the keys (opset 24: padded with -inf).
 RotaryEmbedding: 4-D and 3-D (num_heads) inputs, with position_ids and without (per-token
 caches), interleaved or not, partial rotation (rotary_embedding_dim), float16.
 
+The graph form (`fathom compile MODEL -o DIR`, then `fathom run DIR`) against the interpreter, each
+model with dynamic dims run at two or three sizes through one compiled graph: grouped-query causal
+with a past (causal_attention; a past of 0 and a one-token decode step among the sizes), causal with
+a past and another key length than the queries', with softcap and a value head size of its own (composed), a
+float mask with qk_matmul_output, a bool mask shorter than the keys (padded) with a past and
+is_causal, 3-D inputs (scaled_dot_product_attention; and composed, causal with their own value head
+size), nonpad_kv_seqlen with is_causal, float16 (scaled_dot_product_attention in float32), and
+RotaryEmbedding 4-D, batch one (the graph's rope), 3-D interleaved partial and without
+position_ids: within 1e-5 of the largest magnitude of the interpreter's output (float16: the
+float16 tolerance below, one rounding apart). Refused by `fathom compile`: a dynamic head size,
+and a mask whose padding follows the dynamic dims.
+
 Every model also runs with --device check (the CPU's kernels behind the device interface),
 which must give the CPU's outputs bit for bit. Then models fathom must refuse with exit code 1
 and an error naming the node's op and the problem: q_num_heads not a multiple of kv_num_heads,
@@ -31,7 +43,9 @@ Tolerances, element for element (NaN where the reference has NaN):
 
   onnx_attn_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
+import json
 import os
+import subprocess
 import sys
 
 try:
@@ -42,7 +56,7 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
-from onnx_check_lib import D, fathom_run, finish, report  # noqa: E402 (after the skip above)
+from onnx_check_lib import D, FATHOM, fathom_run, finish, report  # noqa: E402 (after the skip above)
 
 ETYPE = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.float16): T.FLOAT16,
          np.dtype(np.int64): T.INT64, np.dtype(np.bool_): T.BOOL}
@@ -55,9 +69,10 @@ def rnd(*shape, dt=np.float32):
     return rng.standard_normal(shape).astype(dt)
 
 
-def model(tag, op, feeds, inputs, outputs, opset, **attrs):
-    """One node reading `inputs` (feed names, "" for an omitted one); outputs typed as the first feed."""
-    ins = [helper.make_tensor_value_info(k, ETYPE[v.dtype], list(v.shape)) for k, v in feeds.items()]
+def model(tag, op, feeds, inputs, outputs, opset, dims=None, **attrs):
+    """One node reading `inputs` (feed names, "" for an omitted one); outputs typed as the first feed.
+    dims: per feed name, its declared shape with dim names for the dynamic dims (else the feed's)."""
+    ins = [helper.make_tensor_value_info(k, ETYPE[v.dtype], (dims or {}).get(k, list(v.shape))) for k, v in feeds.items()]
     et = ETYPE[next(iter(feeds.values())).dtype]
     outs = [helper.make_tensor_value_info(o, et, None) for o in outputs if o]
     node = helper.make_node(op, inputs, outputs, name=tag, **attrs)
@@ -228,6 +243,118 @@ def rope_cases():
     rope("rope_fp16", x4.astype(np.float16), cos.astype(np.float16), sin.astype(np.float16), pos, interleaved=1)
 
 
+def graph_form(tag, op, inputs, outputs, dims, runs, opset=23, fused=None, **attrs):
+    """`fathom compile` of a model with dynamic dims (dims: each feed's declared shape), then `fathom run`
+    of the graph against the interpreter on each feed set of runs (one compiled graph, several sizes):
+    within 1e-5 of the largest magnitude of the interpreter's output (float16: one float16 rounding,
+    TOL's); fused: a graph op the compiled graph must hold (the fused attention or rope)."""
+    p = model(tag, op, runs[0], inputs, outputs, opset, dims, **attrs)
+    out = os.path.join(D, tag + "_graph")
+    r = subprocess.run([FATHOM, "compile", p, "-o", out], capture_output=True, text=True)
+    if r.returncode:
+        report(False, f"{tag}: fathom compile failed: {(r.stderr + r.stdout).strip()[:600]}")
+        return
+    if fused:
+        with open(os.path.join(out, "graph.json")) as f:
+            ops = [n["op"] for n in json.load(f)["nodes"]]
+        report(fused in ops, f"{tag}: the compiled graph runs {fused}" + ("" if fused in ops else f"; its ops: {ops}"))
+    for i, feeds in enumerate(runs):
+        want, err = fathom_run(p, feeds, f"{tag}_{i}_i")
+        got, gerr = fathom_run(out, feeds, f"{tag}_{i}_g")
+        what = f"{tag} graph form, {', '.join(f'{k} {list(v.shape)}' for k, v in feeds.items() if k in ('Q', 'K', 'X'))}"
+        if want is None or got is None:
+            report(False, f"{what}: {'interpreter' if want is None else 'graph'} failed: {err or gerr}")
+            continue
+        msgs, ok = [], True
+        for k, w in want.items():
+            g = got.get(k)
+            if g is None or g.dtype != w.dtype or g.shape != w.shape:
+                ok, msgs = False, msgs + [f"{k}: {None if g is None else (g.dtype, g.shape)} vs {(w.dtype, w.shape)}"]
+                continue
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            same_nan = np.array_equal(np.isnan(g64), np.isnan(w64))
+            fin = ~np.isnan(w64) & (g64 != w64)
+            d = np.abs(g64[fin] - w64[fin])
+            lim = 1e-5 * max(1.0, float(np.max(np.abs(w64[np.isfinite(w64)]), initial=0)))
+            good = same_nan and bool(np.all(d <= (lim if w.dtype != np.float16 else TOL[w.dtype][0] + TOL[w.dtype][1] * np.abs(w64[fin]))))
+            ok &= good
+            msgs.append(f"{k} max |diff| {float(np.max(d, initial=0)):.3g}" + ("" if same_nan else "; NaN differs"))
+        report(ok, f"{what} vs the interpreter: " + "; ".join(msgs))
+
+
+def graph_cases():
+    """The graph form (`fathom compile`): the fused attention where it fits, compositions of graph ops
+    for the rest, at two or three sizes of the dynamic dims through one compiled graph."""
+    f = lambda *s: rnd(*s)  # noqa: E731
+    gqa = dict(Q=["b", 6, "s", 8], K=["b", 2, "s", 8], V=["b", 2, "s", 8], past_key=["b", 2, "p", 8], past_value=["b", 2, "p", 8])
+    runs = [dict(Q=f(b, 6, s, 8), K=f(b, 2, s, 8), V=f(b, 2, s, 8), past_key=f(b, 2, p, 8), past_value=f(b, 2, p, 8))
+            for b, s, p in ((2, 4, 5), (1, 1, 9), (3, 3, 0))]
+    graph_form("g_gqa_causal_past", "Attention", ["Q", "K", "V", "", "past_key", "past_value"], ATT_OUT[:3], gqa, runs,
+               fused="causal_attention", is_causal=1)
+    cross = dict(gqa, K=["b", 2, "t", 8], V=["b", 2, "t", 12], past_value=["b", 2, "p", 12])
+    runs = [dict(Q=f(b, 6, s, 8), K=f(b, 2, t, 8), V=f(b, 2, t, 12), past_key=f(b, 2, p, 8), past_value=f(b, 2, p, 12))
+            for b, s, t, p in ((2, 4, 6, 5), (1, 3, 1, 2))]
+    graph_form("g_gqa_causal_cross_past_softcap", "Attention", ["Q", "K", "V", "", "past_key", "past_value"], ATT_OUT[:3], cross, runs,
+               is_causal=1, softcap=1.5)
+    mk = dict(Q=["b", 4, "s", 8], K=["b", 4, "t", 8], V=["b", 4, "t", 8], attn_mask=["b", 1, "s", "t"])
+    runs = [dict(Q=f(b, 4, s, 8), K=f(b, 4, t, 8), V=f(b, 4, t, 8), attn_mask=f(b, 1, s, t)) for b, s, t in ((2, 4, 6), (1, 5, 3))]
+    graph_form("g_mask_float_qk", "Attention", ["Q", "K", "V", "attn_mask"], ["Y", "", "", "qk"], mk, runs, qk_matmul_output_mode=2)
+    pm = dict(gqa, attn_mask=["s", "s"])
+    runs = [dict(Q=f(b, 6, s, 8), K=f(b, 2, s, 8), V=f(b, 2, s, 8), attn_mask=rng.random((s, s)) > 0.3, past_key=f(b, 2, 3, 8),
+                 past_value=f(b, 2, 3, 8)) for b, s in ((2, 4), (1, 6))]
+    graph_form("g_mask_bool_short_past_causal", "Attention", ["Q", "K", "V", "attn_mask", "past_key", "past_value"], ATT_OUT[:3],
+               dict(pm, past_key=["b", 2, 3, 8], past_value=["b", 2, 3, 8]), runs, opset=24, is_causal=1)
+    d3 = dict(Q=["b", "s", 48], K=["b", "t", 16], V=["b", "t", 16])
+    runs = [dict(Q=f(b, s, 48), K=f(b, t, 16), V=f(b, t, 16)) for b, s, t in ((2, 4, 6), (1, 5, 2))]
+    graph_form("g_3d_gqa", "Attention", ["Q", "K", "V"], ["Y"], d3, runs, fused="scaled_dot_product_attention", q_num_heads=6,
+               kv_num_heads=2)
+    runs = [dict(Q=f(b, s, 48), K=f(b, t, 16), V=f(b, t, 24)) for b, s, t in ((2, 4, 6), (1, 5, 2))]
+    graph_form("g_3d_gqa_dv_causal", "Attention", ["Q", "K", "V"], ["Y"], dict(d3, V=["b", "t", 24]), runs, is_causal=1, q_num_heads=6,
+               kv_num_heads=2)
+    np_ = dict(Q=["b", 4, "s", 8], K=["b", 4, "t", 8], V=["b", 4, "t", 8], nonpad_kv_seqlen=["b"])
+    runs = [dict(Q=f(b, 4, s, 8), K=f(b, 4, t, 8), V=f(b, 4, t, 8), nonpad_kv_seqlen=rng.integers(1, t + 1, b).astype(np.int64))
+            for b, s, t in ((2, 4, 6), (3, 2, 5))]
+    graph_form("g_o24_nonpad_causal", "Attention", ["Q", "K", "V", "", "", "", "nonpad_kv_seqlen"], ["Y"], np_, runs, opset=24, is_causal=1)
+    h = lambda a: a.astype(np.float16)  # noqa: E731
+    runs = [dict(Q=h(f(b, 6, s, 8)), K=h(f(b, 2, s, 8)), V=h(f(b, 2, s, 8))) for b, s in ((2, 4), (1, 3))]
+    graph_form("g_fp16_gqa", "Attention", ["Q", "K", "V"], ["Y"], {k: gqa[k] for k in "QKV"}, runs, fused="scaled_dot_product_attention")
+    P = 40
+    ang = rng.uniform(0, 6.3, (P, 8))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    ids = lambda b, s: rng.integers(0, P, (b, s)).astype(np.int64)  # noqa: E731
+    rp = dict(X=["b", 3, "s", 16], cos_cache=[P, 8], sin_cache=[P, 8], position_ids=["b", "s"])
+    runs = [dict(X=f(b, 3, s, 16), cos_cache=cos, sin_cache=sin, position_ids=ids(b, s)) for b, s in ((2, 5), (1, 2))]
+    graph_form("g_rope_4d", "RotaryEmbedding", ["X", "cos_cache", "sin_cache", "position_ids"], ["Y"], rp, runs)
+    runs = [dict(X=f(1, 3, s, 16), cos_cache=cos, sin_cache=sin, position_ids=ids(1, s)) for s in (5, 2)]
+    graph_form("g_rope_batch1", "RotaryEmbedding", ["X", "cos_cache", "sin_cache", "position_ids"], ["Y"],
+               dict(rp, X=[1, 3, "s", 16], position_ids=[1, "s"]), runs, fused="rope")
+    c4, s4 = cos[:, :4].copy(), sin[:, :4].copy()
+    runs = [dict(X=f(b, s, 48), cos_cache=c4, sin_cache=s4, position_ids=ids(b, s)) for b, s in ((2, 5), (1, 3))]
+    graph_form("g_rope_3d_interleaved_partial", "RotaryEmbedding", ["X", "cos_cache", "sin_cache", "position_ids"], ["Y"],
+               dict(X=["b", "s", 48], cos_cache=[P, 4], sin_cache=[P, 4], position_ids=["b", "s"]), runs, num_heads=3, interleaved=1,
+               rotary_embedding_dim=8)
+    runs = [dict(X=f(b, 3, s, 16), cos_cache=cos[ids(b, s)], sin_cache=sin[ids(b, s)]) for b, s in ((2, 5), (1, 3))]
+    graph_form("g_rope_no_position_ids", "RotaryEmbedding", ["X", "cos_cache", "sin_cache"], ["Y"],
+               dict(X=["b", 3, "s", 16], cos_cache=["b", "s", 8], sin_cache=["b", "s", 8]), runs)
+
+
+def graph_refusals():
+    """What the graph form refuses (exit 1 from `fathom compile`, naming the node's op and why)."""
+    cases = [("gbad_head_size", dict(Q=rnd(2, 4, 3, 8), K=rnd(2, 4, 3, 8), V=rnd(2, 4, 3, 8)), ["Q", "K", "V"],
+              dict(Q=[2, 4, 3, "d"], K=[2, 4, 3, "d"], V=[2, 4, 3, "d"]), 23,
+              ["(Attention)", "has a graph form with fixed head counts and head sizes (input 0's dim 3 varies)"]),
+             ("gbad_mask_pad", dict(Q=rnd(2, 4, 3, 8), K=rnd(2, 4, 5, 8), V=rnd(2, 4, 5, 8), attn_mask=rnd(3, 4)),
+              ["Q", "K", "V", "attn_mask"], dict(Q=[2, 4, "s", 8], K=[2, 4, "t", 8], V=[2, 4, "t", 8], attn_mask=["s", 4]), 24,
+              ["(Attention)", "an attn_mask whose last dim falls short of the total key length by an amount that follows the "
+               "dynamic dims"])]
+    for tag, feeds, inputs, dims, opset, needles in cases:
+        p = model(tag, "Attention", feeds, inputs, ["Y"], opset, dims)
+        r = subprocess.run([FATHOM, "compile", p, "-o", os.path.join(D, tag + "_graph")], capture_output=True, text=True)
+        msg = (r.stderr + r.stdout).strip()
+        ok = r.returncode == 1 and all(s in msg for s in needles)
+        report(ok, f"{tag}: fathom compile exits 1 naming {'; '.join(needles)}" + ("" if ok else f"; got {r.returncode}: {msg[:400]}"))
+
+
 def refusals():
     q, k, v = rnd(2, 4, 3, 8), rnd(2, 4, 5, 8), rnd(2, 4, 5, 8)
     att = ("Attention", ["Q", "K", "V"])
@@ -267,5 +394,7 @@ if __name__ == "__main__":
     print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}")
     attention_cases()
     rope_cases()
+    graph_cases()
     refusals()
+    graph_refusals()
     finish("onnx_attn_check")

@@ -440,40 +440,51 @@ static const char *repeat_kv(exporter *e, const char *t, int64_t H, int64_t KV, 
     return r;
 }
 
-/* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D], the queries being the
- * last T positions: query i sees keys j <= L - T + i. Scores, a Where over the mask
- * (built from Range over T and L, so one file serves the prompt and each decode
- * step), Softmax, values. */
-static fm_status x_causal_attention(xnode *x) {
+/* The causal mask on the scaled scores ss of q [B, H, T, D] against k [B, H, L, D] into out:
+ * query i sees keys j <= i + (L - T) (shifted: causal_attention's queries are the last T
+ * positions) or j <= i (scaled_dot_product_attention's top-left mask). Built from Range over T
+ * and L, so one file serves every length. */
+static fm_status x_causal_mask(exporter *e, const char *q, const char *k, const char *ss, bool shifted, fm_dtype dt, const char *out) {
+    const int64_t one = 1;
+    const char *T = tmp_name(e), *L = tmp_name(e), *Ts = tmp_name(e), *Ls = tmp_name(e), *off = tmp_name(e), *rows = tmp_name(e),
+               *cols = tmp_name(e), *rows2 = tmp_name(e), *lim = shifted ? tmp_name(e) : rows2, *cond = tmp_name(e);
+    const char *zero = const_scalar(e, 0, FM_I64), *step = const_scalar(e, 1, FM_I64);
+    fm_status s = emit(e, "Shape", INS(q), OUTS(T), 2, a_int(e, "start", 2), a_int(e, "end", 3));
+    if (!s) s = emit(e, "Shape", INS(k), OUTS(L), 2, a_int(e, "start", 2), a_int(e, "end", 3));
+    if (!s) s = emit(e, "Squeeze", INS(T), OUTS(Ts), 0);
+    if (!s) s = emit(e, "Squeeze", INS(L), OUTS(Ls), 0);
+    if (!s) s = emit(e, "Range", INS(zero, Ts, step), OUTS(rows), 0);
+    if (!s) s = emit(e, "Range", INS(zero, Ls, step), OUTS(cols), 0);
+    if (!s) s = emit(e, "Unsqueeze", INS(rows, const_i64(e, 1, &one)), OUTS(rows2), 0);
+    if (!s && shifted) s = emit(e, "Sub", INS(Ls, Ts), OUTS(off), 0);
+    if (!s && shifted) s = emit(e, "Add", INS(rows2, off), OUTS(lim), 0);
+    if (!s) s = emit(e, "LessOrEqual", INS(cols, lim), OUTS(cond), 0);
+    if (!s) s = emit(e, "Where", INS(cond, ss, const_scalar(e, -INFINITY, dt)), OUTS(out), 0);
+    return s;
+}
+
+/* causal_attention (mask 2: q [B, H, T, D] against k, v [B, KV, L, D], the queries being the
+ * last T positions: query i sees keys j <= L - T + i) and scaled_dot_product_attention (its
+ * causal flag: mask 1, top-left, j <= i; else 0, none): scores, the mask, Softmax, values. */
+static fm_status x_attention(xnode *x, int mask) {
     exporter *e = x->e;
     const gtype *kt = &e->g->values[x->n->in[1]].t;
-    int64_t H = x->t0->d[1], D = x->t0->d[3], KV = kt->d[1], perm[4] = {0, 1, 3, 2}, one = 1;
+    int64_t H = x->t0->d[1], D = x->t0->d[3], KV = kt->d[1], perm[4] = {0, 1, 3, 2};
     double scale = at_float(x->n, "scale", 0);
     if (scale <= 0) scale = 1.0 / sqrt((double)D);
     const char *k = repeat_kv(e, x->in[1], H, KV, D), *v = k ? repeat_kv(e, x->in[2], H, KV, D) : NULL;
     if (!v) return fm_last_status();
-    const char *ktr = tmp_name(e), *sc = tmp_name(e), *ss = tmp_name(e), *T = tmp_name(e), *L = tmp_name(e), *Ts = tmp_name(e),
-               *Ls = tmp_name(e), *off = tmp_name(e), *rows = tmp_name(e), *cols = tmp_name(e), *rows2 = tmp_name(e),
-               *lim = tmp_name(e), *cond = tmp_name(e), *msk = tmp_name(e), *p = tmp_name(e);
-    const char *zero = const_scalar(e, 0, FM_I64), *step = const_scalar(e, 1, FM_I64);
+    const char *ktr = tmp_name(e), *sc = tmp_name(e), *ss = tmp_name(e), *msk = mask ? tmp_name(e) : ss, *p = tmp_name(e);
     fm_status s = emit(e, "Transpose", INS(k), OUTS(ktr), 1, a_ints(e, "perm", 4, perm));
     if (!s) s = emit(e, "MatMul", INS(x->in[0], ktr), OUTS(sc), 0);
     if (!s) s = emit(e, "Mul", INS(sc, const_scalar(e, scale, x->t0->dt)), OUTS(ss), 0);
-    if (!s) s = emit(e, "Shape", INS(x->in[0]), OUTS(T), 2, a_int(e, "start", 2), a_int(e, "end", 3));
-    if (!s) s = emit(e, "Shape", INS(k), OUTS(L), 2, a_int(e, "start", 2), a_int(e, "end", 3));
-    if (!s) s = emit(e, "Squeeze", INS(T), OUTS(Ts), 0);
-    if (!s) s = emit(e, "Squeeze", INS(L), OUTS(Ls), 0);
-    if (!s) s = emit(e, "Sub", INS(Ls, Ts), OUTS(off), 0);
-    if (!s) s = emit(e, "Range", INS(zero, Ts, step), OUTS(rows), 0);
-    if (!s) s = emit(e, "Range", INS(zero, Ls, step), OUTS(cols), 0);
-    if (!s) s = emit(e, "Unsqueeze", INS(rows, const_i64(e, 1, &one)), OUTS(rows2), 0);
-    if (!s) s = emit(e, "Add", INS(rows2, off), OUTS(lim), 0);
-    if (!s) s = emit(e, "LessOrEqual", INS(cols, lim), OUTS(cond), 0);
-    if (!s) s = emit(e, "Where", INS(cond, ss, const_scalar(e, -INFINITY, x->t0->dt)), OUTS(msk), 0);
+    if (!s && mask) s = x_causal_mask(e, x->in[0], k, ss, mask == 2, x->t0->dt, msk);
     if (!s) s = emit(e, "Softmax", INS(msk), OUTS(p), 1, a_int(e, "axis", -1));
     if (!s) s = emit(e, "MatMul", INS(p, v), OUTS(x->out[0]), 0);
     return s;
 }
+
+static fm_status x_causal_attention(xnode *x) { return x_attention(x, 2); }
 
 /* scatter as ScatterElements, scatter_nd as ScatterND; opset 17 takes the reductions none,
  * add and mul (max and min came in 18). */
@@ -696,6 +707,7 @@ static fm_status x_misc(xnode *x, const char *op) {
         return emit(e, op[0] == 's' ? "Softmax" : "LogSoftmax", INS(x->in[0]), OUTS(x->out[0]), 1, a_int(e, "axis", at_int(x->n, "axis", -1)));
     if (!strcmp(op, "qkv_split_heads")) return x_qkv_split_heads(x);
     if (!strcmp(op, "causal_attention")) return x_causal_attention(x);
+    if (!strcmp(op, "scaled_dot_product_attention")) return x_attention(x, at_int(x->n, "causal", 0) ? 1 : 0);
     if (!strcmp(op, "attention_kv")) return x_attention_kv(x);
     if (!strcmp(op, "linear") || !strcmp(op, "linear_fused")) { /* fused: then its activation (relu = 1, or act) */
         const gattr *ga = g_node_attr(x->n, "act");

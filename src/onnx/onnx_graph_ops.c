@@ -2140,6 +2140,320 @@ static fm_status t_pad(tctx *t) {
     return node(t, "pad", 1, x, out_name(t, 0), mode == FM_PAD_CONSTANT && v != 0 ? 3 : 2, a);
 }
 
+/* ---- Attention and RotaryEmbedding (onnx_ops_attn.c's semantics) as graph nodes ---- */
+
+/* The intermediate names of a composition: each step writes a fresh name (or dst, when given)
+ * and returns it, or NULL (the error set) when it or one of its inputs failed, so that a chain
+ * of steps needs one check at its end. */
+#define GN_MAX 64
+typedef struct gnames { tctx *t; int n; char b[GN_MAX][300]; } gnames;
+
+static char *gn_buf(gnames *g) {
+    if (g->n < GN_MAX) return g->b[g->n++];
+    fm_set_error(FM_ERR_UNSUPPORTED, "more than %d intermediate values", GN_MAX);
+    return NULL;
+}
+
+static const char *gn_op(gnames *g, const char *dst, const char *op, int n_in, const char *const *ins, int na, const fm_graph_attr *a) {
+    for (int i = 0; i < n_in; i++)
+        if (!ins[i]) return NULL;
+    char *b = dst ? NULL : gn_buf(g);
+    const char *o = dst ? dst : b ? tmp_name(g->t, b, sizeof g->b[0]) : NULL;
+    return o && !node(g->t, op, n_in, ins, o, na, a) ? o : NULL;
+}
+
+static const char *gn_1(gnames *g, const char *dst, const char *op, const char *x, int na, const fm_graph_attr *a) { return gn_op(g, dst, op, 1, &x, na, a); }
+static const char *gn_2(gnames *g, const char *dst, const char *op, const char *x, const char *y) {
+    return gn_op(g, dst, op, 2, (const char *[]){x, y}, 0, NULL);
+}
+static const char *gn_axis(gnames *g, const char *op, const char *x, int64_t axis) {
+    fm_graph_attr a = fm_graph_attr_int("axis", axis);
+    return gn_1(g, NULL, op, x, 1, &a);
+}
+static const char *gn_ints(gnames *g, const char *dst, const char *op, const char *x, const char *attr, int n, const int64_t *v) {
+    fm_graph_attr a = fm_graph_attr_ints(attr, n, v);
+    return gn_1(g, dst, op, x, 1, &a);
+}
+static const char *gn_scalar(gnames *g, double v, fm_dtype dt) {
+    char *b = gn_buf(g);
+    return b ? scalar_const(g->t, v, dt, b, sizeof g->b[0]) : NULL;
+}
+/* x (dtype from) as dtype to: x itself, or a cast (written to dst when given; an identity there when the types agree). */
+static const char *gn_cast(gnames *g, const char *dst, const char *x, fm_dtype from, fm_dtype to) {
+    if (from == to) return dst ? gn_1(g, dst, "identity", x, 0, NULL) : x;
+    fm_graph_attr a = fm_graph_attr_string("dtype", fm_dtype_name(to));
+    return gn_1(g, dst, "cast", x, 1, &a);
+}
+/* 0 where cond, -inf elsewhere (dtype dt). */
+static const char *gn_bias_of(gnames *g, const char *cond, fm_dtype dt) {
+    const char *z = gn_scalar(g, 0, dt), *ninf = gn_scalar(g, -INFINITY, dt);
+    return gn_op(g, NULL, "where", 3, (const char *[]){cond, z, ninf}, 0, NULL);
+}
+
+/* Size of dim d of input k at import probe i (0: a, 1: b, 2: c), or -1 when there is no such probe. */
+static int64_t probe_dim(const tctx *t, int k, int d, int i) {
+    const onnx_graph_ctx *x = t->x;
+    const int s = t->n->in[k];
+    const fm_tensor *v = i == 0 ? x->va[s] : i == 1 ? x->vb[s] : x->vc ? x->vc[s] : NULL;
+    return v ? v->shape[d] : -1;
+}
+
+typedef struct gattn {
+    gnames g;
+    onnx_attn_plan p;
+    fm_dtype qdt, kdt, vdt;
+    const char *q, *k, *v;       /* 4-D [B, heads, S, D] in their own types; k and v after the past */
+    const char *kw, *vw, *cols;  /* k and v in the math's type; the keys' positions 0 .. total - 1 (i64) */
+} gattn;
+
+/* Head counts and head sizes must be fixed (the splits and merges are reshapes by them); an
+ * attn_mask shorter than the keys is padded by an amount that must be the same at every probe
+ * (*pad). */
+static fm_status attn_graph_check(tctx *t, const onnx_attn_plan *p, int64_t *pad) {
+    static const int dims3[] = {2}, dims4[] = {1, 3};
+    for (int k = 0; k < 6; k++) {
+        if (k >= t->n->n_in || t->n->in[k] < 0 || k == 3) continue;
+        const bool r3 = p->rank3 && k < 3;
+        for (int i = 0; i < (r3 ? 1 : 2); i++)
+            if (!fixed_dim(t, k, (r3 ? dims3 : dims4)[i]))
+                return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form with fixed head counts and head sizes (input %d's dim %d varies)", k,
+                                    (r3 ? dims3 : dims4)[i]);
+    }
+    *pad = 0;
+    if (!p->has_mask) return FM_OK;
+    const int nm = t->in[3]->ndim, np = t->x->n_syms ? 3 : 1;
+    for (int i = 0; i < np; i++) {
+        const int64_t kv = probe_dim(t, 1, p->rank3 ? 1 : 2, i), past = p->has_past ? probe_dim(t, 4, 2, i) : 0, last = probe_dim(t, 3, nm - 1, i);
+        if (kv < 0 || past < 0 || last < 0 || (i && kv + past - last != *pad))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "an attn_mask whose last dim falls short of the total key length by an amount that "
+                                "follows the dynamic dims has no graph form");
+        *pad = kv + past - last;
+    }
+    return FM_OK;
+}
+
+/* Q, K and V as 4-D in their own types (3-D: reshape and permute), K and V after past_key and
+ * past_value (a cat): present_key and present_value, written to outputs 1 and 2 when read. */
+static fm_status attn_graph_heads(gattn *a) {
+    tctx *t = a->g.t;
+    const onnx_attn_plan *p = &a->p;
+    const int64_t heads[3] = {p->hq, p->hkv, p->hkv}, size[3] = {p->d, p->d, p->dv}, perm[4] = {0, 2, 1, 3};
+    const char **dst[3] = {&a->q, &a->k, &a->v};
+    for (int i = 0; i < 3; i++) {
+        const char *x = in_name(t, i), *pres = i && output_used(t, i) ? out_name(t, i) : NULL, *fin = p->has_past ? NULL : pres;
+        if (p->rank3) {
+            const int64_t sh[4] = {0, 0, heads[i], size[i]};
+            x = gn_ints(&a->g, fin, "permute", gn_ints(&a->g, NULL, "reshape", x, "shape", 4, sh), "perm", 4, perm);
+        } else if (fin) {
+            x = gn_1(&a->g, fin, "identity", x, 0, NULL);
+        }
+        if (i && p->has_past) {
+            fm_graph_attr ax = fm_graph_attr_int("axis", 2);
+            x = gn_op(&a->g, pres, "cat", 2, (const char *[]){in_name(t, i + 3), x}, 1, &ax);
+        }
+        if (!(*dst[i] = x)) return fm_last_status();
+    }
+    return FM_OK;
+}
+
+/* attn_mask as a float bias (dtype wt), its last dim padded with -inf by pad. */
+static const char *attn_mask_bias(gattn *a, int64_t pad) {
+    tctx *t = a->g.t;
+    const fm_dtype dt = t->in[3]->dtype, wt = a->p.wt;
+    const int nd = t->in[3]->ndim;
+    const char *m = in_name(t, 3);
+    m = dt == FM_BOOL ? gn_bias_of(&a->g, m, wt) : gn_cast(&a->g, NULL, m, dt, wt);
+    if (!pad) return m;
+    int64_t pads[2 * FM_MAX_DIMS] = {0};
+    pads[2 * nd - 1] = pad;
+    fm_graph_attr pa[3] = {fm_graph_attr_ints("pads", 2 * nd, pads), fm_graph_attr_string("mode", "constant"), fm_graph_attr_float("value", -INFINITY)};
+    return gn_1(&a->g, NULL, "pad", m, 3, pa);
+}
+
+/* is_causal's bias [Sq, total]: key j is masked for query i when j > past + i. */
+static const char *attn_causal_bias(gattn *a) {
+    tctx *t = a->g.t;
+    const bool fixed_past = !a->p.has_past || fixed_dim(t, 4, 2);
+    fm_graph_attr ar[3] = {fm_graph_attr_int("axis", 2), fm_graph_attr_float("start", fixed_past ? (double)a->p.past : 0),
+                           fm_graph_attr_string("dtype", "i64")};
+    const char *rows = gn_1(&a->g, NULL, "arange", a->q, 3, ar);
+    if (!fixed_past) /* the past's length read at run time */
+        rows = gn_2(&a->g, NULL, "add", rows, gn_1(&a->g, NULL, "dim_size", in_name(t, 4), 1, (fm_graph_attr[]){ar[0]}));
+    const char *ok = gn_2(&a->g, NULL, "le", a->cols, gn_axis(&a->g, "unsqueeze", rows, 1));
+    return gn_bias_of(&a->g, ok, a->p.wt);
+}
+
+/* nonpad_kv_seqlen's bias [B, 1, 1, total]: key j is padding in batch b when j >= nonpad[b]. */
+static const char *attn_nonpad_bias(gattn *a) {
+    tctx *t = a->g.t;
+    const char *n = gn_axis(&a->g, "unsqueeze", gn_cast(&a->g, NULL, in_name(t, 6), t->in[6]->dtype, FM_I64), 1);
+    const char *b = gn_bias_of(&a->g, gn_2(&a->g, NULL, "lt", a->cols, n), a->p.wt);
+    return gn_axis(&a->g, "unsqueeze", gn_axis(&a->g, "unsqueeze", b, 1), 1);
+}
+
+/* The sum of the mask, causal and padding biases: "" when there is none, NULL on an error. */
+static const char *attn_graph_bias(gattn *a, int64_t pad) {
+    const char *parts[3] = {a->p.has_mask ? attn_mask_bias(a, pad) : "", a->p.causal ? attn_causal_bias(a) : "",
+                            a->p.has_nonpad ? attn_nonpad_bias(a) : ""}, *acc = "";
+    for (int i = 0; i < 3 && acc; i++)
+        acc = !parts[i] ? NULL : !*parts[i] ? acc : !*acc ? parts[i] : gn_2(&a->g, NULL, "add", acc, parts[i]);
+    return acc;
+}
+
+/* x [B, Hq, S, N] @ y [B, Hkv, N, M] -> [B, Hq, S, M], query head h with kv head h / (Hq / Hkv):
+ * x viewed as [B, Hkv, (Hq / Hkv) S, N], so K and V are never repeated. */
+static const char *gn_grouped_matmul(gnames *g, const char *dst, const char *x, const char *y, int64_t hq, int64_t hkv) {
+    if (hq == hkv) return gn_2(g, dst, "matmul", x, y);
+    const int64_t in[4] = {0, hkv, -1, 0}, out[4] = {0, hq, -1, 0};
+    const char *xg = gn_ints(g, NULL, "reshape", x, "shape", 4, in);
+    return gn_ints(g, dst, "reshape", gn_2(g, NULL, "matmul", xg, y), "shape", 4, out);
+}
+
+/* The composed attention (dtype wt) into dst; *qk the scores qk_matmul_output_mode picks. */
+static const char *attn_graph_compose(gattn *a, const char *bias, const char *dst, const char **qk) {
+    gnames *g = &a->g;
+    const onnx_attn_plan *p = &a->p;
+    const fm_dtype wt = p->wt;
+    const char *rs = gn_scalar(g, sqrt(p->scale > 0 ? p->scale : 1.0 / sqrt((double)p->d)), wt);
+    const char *qs = gn_2(g, NULL, "mul", gn_cast(g, NULL, a->q, a->qdt, wt), rs), *ks = gn_2(g, NULL, "mul", a->kw, rs);
+    fm_graph_attr tr[2] = {fm_graph_attr_int("dim0", 2), fm_graph_attr_int("dim1", 3)};
+    const char *s[4];
+    s[0] = s[1] = gn_grouped_matmul(g, NULL, qs, gn_1(g, NULL, "transpose", ks, 2, tr), p->hq, p->hkv);
+    if (p->softcap > 0) {
+        const char *th = gn_1(g, NULL, "tanh", gn_2(g, NULL, "mul", s[0], gn_scalar(g, 1.0 / p->softcap, wt)), 0, NULL);
+        s[1] = gn_2(g, NULL, "mul", th, gn_scalar(g, p->softcap, wt));
+    }
+    s[2] = *bias ? gn_2(g, NULL, "add", s[1], bias) : s[1];
+    const char *sm = gn_axis(g, "softmax", gn_cast(g, NULL, s[2], wt, p->sm_dt), 3);
+    s[3] = gn_cast(g, NULL, sm, p->sm_dt, wt);
+    *qk = s[p->mode];
+    return gn_grouped_matmul(g, dst, s[3], a->vw, p->hq, p->hkv);
+}
+
+/* Without a mask, softcap, padding or qk output, and with one head size: the fused attention
+ * in f32. is_causal with as many new keys as queries (same_seq) is causal_attention (query i
+ * sees keys j <= L - Sq + i = past + i, the KV cache's alignment); otherwise, with no past, it
+ * is scaled_dot_product_attention's top-left mask (j <= i), as ONNX's. */
+static const char *attn_graph_fused(gattn *a, const char *dst, bool same_seq) {
+    const bool ca = a->p.causal && same_seq;
+    fm_graph_attr at[2] = {fm_graph_attr_float("scale", a->p.scale), fm_graph_attr_int("causal", a->p.causal)};
+    const char *q = gn_cast(&a->g, NULL, a->q, a->qdt, FM_F32);
+    return gn_op(&a->g, dst, ca ? "causal_attention" : "scaled_dot_product_attention", 3, (const char *[]){q, a->kw, a->vw}, ca ? 1 : 2, at);
+}
+
+static fm_status t_attention(tctx *t) {
+    gattn *a = calloc(1, sizeof *a);
+    if (!a) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    a->g.t = t;
+    t->c.n_out = t->n->n_out;
+    int64_t pad = 0;
+    fm_status st = onnx_attention_plan(&t->c, &a->p) || attn_graph_check(t, &a->p, &pad) || attn_graph_heads(a) ? fm_last_status() : FM_OK;
+    const onnx_attn_plan *p = &a->p;
+    const bool want_qk = p->want_qk && output_used(t, 3);
+    const bool same_seq = !st && same_dim_at_probes(t, t->n->in[0], t->n->in[1], p->rank3 ? 1 : 2);
+    const bool fused = p->wt == FM_F32 && p->sm_dt == FM_F32 && !p->has_mask && !p->has_nonpad && p->softcap == 0 && !want_qk &&
+                       p->d == p->dv && (!p->causal || !p->has_past || same_seq);
+    const fm_dtype wt = fused ? FM_F32 : p->wt;
+    a->qdt = t->in[0]->dtype, a->kdt = t->in[1]->dtype, a->vdt = t->in[2]->dtype;
+    const bool cast_y = wt != a->qdt;
+    const char *y = NULL, *qk = NULL, *ydst = !p->rank3 && !cast_y ? out_name(t, 0) : NULL;
+    if (!st) {
+        fm_graph_attr ar[3] = {fm_graph_attr_int("axis", 2), fm_graph_attr_float("start", 0), fm_graph_attr_string("dtype", "i64")};
+        a->kw = gn_cast(&a->g, NULL, a->k, a->kdt, wt), a->vw = gn_cast(&a->g, NULL, a->v, a->vdt, wt);
+        a->cols = fused ? "" : gn_1(&a->g, NULL, "arange", a->k, 3, ar);
+        const char *bias = fused ? "" : attn_graph_bias(a, pad);
+        y = !bias ? NULL : fused ? attn_graph_fused(a, ydst, same_seq) : attn_graph_compose(a, bias, ydst, &qk);
+    }
+    if (y && p->rank3) { /* [B, Hq, Sq, Dv] -> [B, Sq, Hq Dv] */
+        const int64_t perm[4] = {0, 2, 1, 3}, sh[3] = {0, 0, p->hq * p->dv};
+        y = gn_ints(&a->g, cast_y ? NULL : out_name(t, 0), "reshape", gn_ints(&a->g, NULL, "permute", y, "perm", 4, perm), "shape", 3, sh);
+    }
+    if (y && cast_y) y = gn_cast(&a->g, out_name(t, 0), y, wt, a->qdt);
+    if (y && want_qk && !gn_cast(&a->g, out_name(t, 3), qk, wt, a->qdt)) y = NULL;
+    if (!st && !y) st = fm_last_status();
+    free(a);
+    return st;
+}
+
+/* RotaryEmbedding's cos or sin rows for each token: cache[position_ids] (an embedding lookup)
+ * or the cache itself, [B, S, rd / 2], in dtype wt. */
+static const char *rope_graph_rows(gnames *g, int k, bool pos, fm_dtype wt) {
+    tctx *t = g->t;
+    const char *c = in_name(t, k);
+    if (pos) c = gn_op(g, NULL, "embedding", 2, (const char *[]){c, in_name(t, 3)}, 0, NULL);
+    return gn_cast(g, NULL, c, t->in[k]->dtype, wt);
+}
+
+/* The rotation of xr [.., rd] by cs, sn (broadcasting to [.., rd / 2]) into dst (NULL: a fresh
+ * name): (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2), x1 and x2 the halves or (interleaved)
+ * the even and odd elements. */
+static const char *rope_graph_rotate(gnames *g, const char *dst, const char *xr, const char *cs, const char *sn, const onnx_rope_plan *r) {
+    const int64_t half = r->rd / 2, st = r->interleaved ? 2 : 1, b1[2] = {0, r->interleaved ? r->rd : half}, b2[2] = {r->interleaved ? 1 : half, r->rd};
+    fm_graph_attr a1[4] = {fm_graph_attr_int("axis", 3), fm_graph_attr_ints("start", 1, &b1[0]), fm_graph_attr_ints("end", 1, &b1[1]),
+                           fm_graph_attr_int("step", st)};
+    fm_graph_attr a2[4] = {a1[0], fm_graph_attr_ints("start", 1, &b2[0]), fm_graph_attr_ints("end", 1, &b2[1]), a1[3]};
+    const char *x1 = gn_1(g, NULL, "slice", xr, 4, a1), *x2 = gn_1(g, NULL, "slice", xr, 4, a2);
+    const char *re = gn_2(g, NULL, "sub", gn_2(g, NULL, "mul", cs, x1), gn_2(g, NULL, "mul", sn, x2));
+    const char *im = gn_2(g, NULL, "add", gn_2(g, NULL, "mul", sn, x1), gn_2(g, NULL, "mul", cs, x2));
+    fm_graph_attr ax = fm_graph_attr_int("axis", r->interleaved ? 4 : 3);
+    if (!r->interleaved) return gn_op(g, dst, "cat", 2, (const char *[]){re, im}, 1, &ax);
+    const char *pair = gn_op(g, NULL, "cat", 2, (const char *[]){gn_axis(g, "unsqueeze", re, 4), gn_axis(g, "unsqueeze", im, 4)}, 1, &ax);
+    return gn_ints(g, dst, "reshape", pair, "shape", 4, (const int64_t[]){0, 0, 0, r->rd});
+}
+
+/* The graph's rope (rotate-half, cos and sin [S, D]) into dst: the rows [1, S, D / 2] of a batch
+ * of one, each doubled along the last dim. */
+static const char *rope_graph_fused(gnames *g, const char *dst, const char *x, bool pos, fm_dtype wt, const onnx_rope_plan *r) {
+    const char *tab[2];
+    for (int i = 0; i < 2; i++) {
+        const char *h = gn_ints(g, NULL, "reshape", rope_graph_rows(g, 1 + i, pos, wt), "shape", 2, (const int64_t[]){-1, r->d / 2});
+        fm_graph_attr ax = fm_graph_attr_int("axis", 1);
+        tab[i] = gn_op(g, NULL, "cat", 2, (const char *[]){h, h}, 1, &ax);
+    }
+    return gn_op(g, dst, "rope", 3, (const char *[]){x, tab[0], tab[1]}, 0, NULL);
+}
+
+/* Composed: X viewed as [B, H, S, D] (3-D: [B, S, H, D]), the rows given a heads dim, the
+ * rotated part and the rest concatenated, into dst. */
+static const char *rope_graph_compose(gnames *g, const char *dst, const char *x, bool pos, fm_dtype wt, const onnx_rope_plan *r) {
+    const int64_t axis = r->rank3 ? 2 : 1, b[4] = {0, r->rd, r->rd, r->d};
+    const char *x4 = r->rank3 ? gn_ints(g, NULL, "reshape", x, "shape", 4, (const int64_t[]){0, 0, r->h, r->d}) : x;
+    const char *cs = gn_axis(g, "unsqueeze", rope_graph_rows(g, 1, pos, wt), axis), *sn = gn_axis(g, "unsqueeze", rope_graph_rows(g, 2, pos, wt), axis);
+    fm_graph_attr a[4] = {fm_graph_attr_int("axis", 3), fm_graph_attr_ints("start", 1, &b[0]), fm_graph_attr_ints("end", 1, &b[1]),
+                          fm_graph_attr_int("step", 1)};
+    const bool part = r->rd < r->d;
+    const char *y = rope_graph_rotate(g, part || r->rank3 ? NULL : dst, part ? gn_1(g, NULL, "slice", x4, 4, a) : x4, cs, sn, r);
+    if (part) {
+        a[1] = fm_graph_attr_ints("start", 1, &b[2]), a[2] = fm_graph_attr_ints("end", 1, &b[3]);
+        fm_graph_attr ax = fm_graph_attr_int("axis", 3);
+        y = gn_op(g, r->rank3 ? NULL : dst, "cat", 2, (const char *[]){y, gn_1(g, NULL, "slice", x4, 4, a)}, 1, &ax);
+    }
+    return r->rank3 ? gn_ints(g, dst, "reshape", y, "shape", 3, (const int64_t[]){0, 0, r->h * r->d}) : y;
+}
+
+/* RotaryEmbedding in f32 (f64 for f64 X), as the interpreter: the graph's rope for a batch of one
+ * 4-D X rotating whole heads in halves, composed otherwise. */
+static fm_status t_rotary(tctx *t) {
+    onnx_rope_plan r;
+    t->c.n_out = t->n->n_out;
+    if (onnx_rope_check(&t->c, &r)) return fm_last_status();
+    for (int d = r.rank3 ? 2 : 1; d < 4; d += 2)
+        if (d < t->in[0]->ndim && !fixed_dim(t, 0, d))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form with a fixed head count and head size (X's dim %d varies)", d);
+    gnames *g = calloc(1, sizeof *g);
+    if (!g) return fm_set_error(FM_ERR_OOM, "out of host memory");
+    g->t = t;
+    const fm_dtype xdt = t->in[0]->dtype, wt = xdt == FM_F64 ? FM_F64 : FM_F32;
+    const bool pos = t->n->n_in > 3 && t->n->in[3] >= 0, cast_y = wt != xdt;
+    const char *x = gn_cast(g, NULL, in_name(t, 0), xdt, wt), *dst = cast_y ? NULL : out_name(t, 0);
+    const char *y = !r.interleaved && r.rd == r.d && !r.rank3 && fixed_dim(t, 0, 0) && r.b == 1 ? rope_graph_fused(g, dst, x, pos, wt, &r)
+                                                                                               : rope_graph_compose(g, dst, x, pos, wt, &r);
+    if (y && cast_y) y = gn_cast(g, out_name(t, 0), y, wt, xdt);
+    fm_status st = y ? FM_OK : fm_last_status();
+    free(g);
+    return st;
+}
+
 bool onnx_graph_shape_input_ok(const char *op, int input) {
     return (input == 1 && (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Gather"))) || /* Gather: t_gather */
            (input == 3 && !strcmp(op, "Resize")) || /* sizes that carry the batch along: t_resize checks the resized dims */
@@ -2197,6 +2511,8 @@ fm_status onnx_graph_translate(onnx_graph_ctx *x, int i) {
         {",QuantizeLinear,", t_quantize},
         {",Range,", t_range},
         {",ConstantOfShape,", t_constant_of_shape},
+        {",Attention,", t_attention},
+        {",RotaryEmbedding,", t_rotary},
     };
     char key[64];
     snprintf(key, sizeof key, ",%s,", op);

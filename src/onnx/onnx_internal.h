@@ -242,5 +242,20 @@ fm_status onnx_convt_geom(const onnx_op_ctx *c, const fm_tensor *x, const fm_ten
  * w[o n + k] (malloc'd: the caller frees idx and w of every entry, also on an error). */
 typedef struct onnx_resize_axis { int ax, n; int64_t in, out; int64_t *idx; double *w; } onnx_resize_axis;
 fm_status onnx_resize_plan(onnx_op_ctx *c, const fm_tensor *x, onnx_resize_axis *axes, int *n_axes);
+/* Attention and RotaryEmbedding as the interpreter checks them (onnx_ops_attn.c; the
+ * interpreter and the graph form). Attention: sizes as [batch, heads, seq, head_size] (3-D
+ * inputs split by q_num_heads / kv_num_heads), past the past's length (0: none given), total =
+ * past + K's; scale 0: 1 / sqrt(d); wt the math's dtype, sm_dt the softmax's; mode the
+ * qk_matmul_output_mode. RotaryEmbedding: batch, seq, heads, head size, rotated dims (rd). */
+typedef struct onnx_attn_plan {
+    int64_t b, hq, hkv, sq, skv, past, total, d, dv;
+    bool rank3, causal, want_qk, has_past, has_mask, has_nonpad;
+    double scale, softcap;
+    int mode;
+    fm_dtype wt, sm_dt;
+} onnx_attn_plan;
+fm_status onnx_attention_plan(onnx_op_ctx *c, onnx_attn_plan *p);
+typedef struct onnx_rope_plan { int64_t b, s, h, d, rd; bool rank3, interleaved; } onnx_rope_plan;
+fm_status onnx_rope_check(onnx_op_ctx *c, onnx_rope_plan *r);
 
 #endif

@@ -19,7 +19,10 @@
  * RotaryEmbedding: X [batch, heads, seq, head_size] or [batch, seq, hidden] (num_heads splits
  * it); the first rotary_embedding_dim (0: all) of each head rotate with cos / sin rows
  * (cos_cache[position_ids] or, without position_ids, the caches as [batch, seq, dim / 2]),
- * pairing the two halves or (interleaved) the even and odd elements; the rest pass. */
+ * pairing the two halves or (interleaved) the even and odd elements; the rest pass.
+ *
+ * onnx_attention_plan and onnx_rope_check give the graph form (onnx_graph_ops.c: t_attention,
+ * t_rotary) these checks and sizes, so that both forms accept and refuse the same nodes. */
 #include "onnx/onnx_internal.h"
 
 #include <inttypes.h>
@@ -373,14 +376,24 @@ static fm_status op_attention(onnx_op_ctx *c) {
     return st;
 }
 
+/* The interpreter's checks and sizes for the graph form (the probe values' tensors released). */
+fm_status onnx_attention_plan(onnx_op_ctx *c, onnx_attn_plan *p) {
+    attn_args a = {0};
+    fm_status st = attn_prepare(c, &a);
+    if (!st)
+        *p = (onnx_attn_plan){.b = a.b, .hq = a.hq, .hkv = a.hkv, .sq = a.sq, .skv = a.skv, .past = a.past, .total = a.total,
+                              .d = a.d, .dv = a.dv, .rank3 = a.rank3, .causal = a.causal, .want_qk = a.want_qk,
+                              .has_past = c->n_in > 4 && c->in[4], .has_mask = a.mask != NULL, .has_nonpad = a.nonpad != NULL,
+                              .scale = a.scale, .softcap = a.softcap, .mode = a.mode, .wt = a.wt, .sm_dt = a.sm_dt};
+    REL(a.q, a.k, a.v);
+    return st;
+}
+
 /* ---------------------------------------------------------------- RotaryEmbedding */
 
-typedef struct rope_args {
-    int64_t b, s, h, d, rd; /* batch, seq, heads, head size, rotated dims */
-    bool rank3, interleaved;
-} rope_args;
+typedef onnx_rope_plan rope_args; /* batch, seq, heads, head size, rotated dims */
 
-static fm_status rope_check(onnx_op_ctx *c, rope_args *r) {
+fm_status onnx_rope_check(onnx_op_ctx *c, rope_args *r) {
     fm_tensor *x = c->in[0], *cs = c->in[1], *sn = c->in[2], *pos = c->n_in > 3 ? c->in[3] : NULL;
     char s1[96], s2[96];
     int64_t nh = onnx_attr_int(c, "num_heads", 0), rd = onnx_attr_int(c, "rotary_embedding_dim", 0);
@@ -464,7 +477,7 @@ static fm_tensor *rope_rotate(fm_tensor *xr, fm_tensor *cs, fm_tensor *sn, const
 
 static fm_status op_rotary_embedding(onnx_op_ctx *c) {
     rope_args r;
-    if (rope_check(c, &r)) return fm_last_status();
+    if (onnx_rope_check(c, &r)) return fm_last_status();
     fm_tensor *x = c->in[0], *pos = c->n_in > 3 ? c->in[3] : NULL;
     fm_dtype wt = x->dtype == FM_F64 ? FM_F64 : FM_F32;
     /* 4-D X stays [B, H, S, D] (the rows get a heads dim at 1); 3-D X is viewed as [B, S, H, D] */
