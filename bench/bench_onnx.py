@@ -6,6 +6,7 @@ Models are built in PyTorch with seeded random weights and written with torch.on
   mlp      784-512-256-10 with ReLU (the fashion-mlp shape)
   resnet   a ResNet-like CNN on 3x32x32: conv-bn-relu stem, four basic residual blocks
            (16, 32, 64, 64 channels, stride 2 in three), global average pool, linear
+  lstm     a 2-layer LSTM (64 -> 128, batch_first) over 32 steps, its last step through a Linear
 Each is run at batch 1 and 32 on the same input by
   fathom: build/bench_onnx_run (the interpreter, as `fathom run`, and the compiled graph,
           as `fathom compile`), ONNX Runtime 1.x CPU (all graph optimizations, 2 intra-op
@@ -61,6 +62,19 @@ def resnet():
 
 def mlp():
     return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+class LSTMHead(nn.Module):
+    """A sequence classifier: a 2-layer nn.LSTM (batch_first) over 32 steps of 64 features, its last
+    step through a Linear; torch.onnx.export writes two ONNX LSTM nodes (no graph form: fathom runs it
+    with the interpreter, as `fathom run` and `fathom serve` do)."""
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(64, 128, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0][:, -1])
 
 
 def randomize_bn(model):
@@ -143,6 +157,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--models", default="mlp,resnet,lstm", help="comma-separated: mlp, resnet, lstm")
     args = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -153,8 +168,9 @@ def main():
     emit({"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t"), "threads": 2,
           "torch": torch.__version__, "onnxruntime": ort.__version__, "load_1min": os.getloadavg()[0]})
     with tempfile.TemporaryDirectory() as tmp:
-        bench_model(args, "mlp", mlp(), (784,), ort, tmp)
-        bench_model(args, "resnet", resnet(), (3, 32, 32), ort, tmp)
+        for name, make, shape in (("mlp", mlp, (784,)), ("resnet", resnet, (3, 32, 32)), ("lstm", LSTMHead, (32, 64))):
+            if name in args.models.split(","):
+                bench_model(args, name, make(), shape, ort, tmp)
     return 0
 
 

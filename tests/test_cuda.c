@@ -1372,6 +1372,16 @@ static void conformance(fm_dtype dt) {
         run_case(&r, dt);
         case_free(&r);
     }
+    {   /* lstm_cell: 5 rows of 37 hidden units, gates wide enough to saturate */
+        conf_case l = {.label = "lstm_cell", .op = FM_OP_LSTM_CELL, .n_in = 3, .n_out = 2};
+        l.in[0] = rand_tensor(2, (int64_t[]){5, 148}, dt, -6, 6, 1460);
+        l.in[1] = rand_tensor(2, (int64_t[]){5, 148}, dt, -2, 2, 1461);
+        l.in[2] = rand_tensor(2, (int64_t[]){5, 37}, dt, -2, 2, 1462);
+        l.out[0] = spec(2, (int64_t[]){5, 37}, dt);
+        l.out[1] = spec(2, (int64_t[]){5, 37}, dt);
+        run_case(&l, dt);
+        case_free(&l);
+    }
     {   /* bias_gelu_tanh and add_layer_norm (+ backward): 150 rows span several gradient chunks */
         int64_t M = 150, xs[2] = {150, 130}, vs[1] = {130};
         const fm_dtype sdt = dt == FM_F64 ? FM_F64 : FM_F32; /* statistics: f32, f64 for f64 */

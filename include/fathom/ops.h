@@ -320,6 +320,12 @@ typedef enum fm_ew_step_op {
 typedef struct fm_ew_step { fm_ew_step_op op; float a, b; } fm_ew_step;
 #define FM_EW_CHAIN_MAX 8
 FM_API fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps);
+/* Inference: one LSTM step's gates in one pass, after the step's two matmuls. xg, hg [B, 4H]
+ * (x W^T + biases, and h R^T; the gates in ONNX's order i, o, f, g), c [B, H], all f32 or all
+ * f64 on one device: returns h' = sigmoid(o) tanh(c') and sets *c_out = c' = sigmoid(f) c +
+ * sigmoid(i) tanh(g) (ONNX's LSTM with its default activations; nn.LSTM's order is i, f, g, o).
+ * The composition is two adds, three sigmoids, two tanhs, three muls and an add. */
+FM_API fm_tensor *fm_lstm_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *c, fm_tensor **c_out);
 /* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
  * in front, added in the same pass; the backward writes dx and sums db in one pass. */
 FM_API fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);

@@ -317,9 +317,22 @@ static fm_tensor *lstm_gate(const rnn *s, const rnn_dir *d, const rnn_act *a, fm
     return y;
 }
 
+/* The default activations (sigmoid, tanh, tanh), no clip, peepholes or input_forget: the step
+ * after its matmul is fm_lstm_cell, one pass (what exported nn.LSTMs are). */
+static bool lstm_plain(const rnn *s, const rnn_dir *d) {
+    return !s->has_clip && !s->input_forget && !d->p && (s->dt == FM_F32 || s->dt == FM_F64) && d->act[0].kind == ACT_SIGMOID &&
+           d->act[1].kind == ACT_TANH && d->act[2].kind == ACT_TANH;
+}
+
 /* W's gate order is i, o, f, c; P's i, o, f. input_forget couples f = 1 - i. */
 static fm_status lstm_step(const rnn *s, rnn_dir *d, fm_tensor *xt, fm_tensor **hn, fm_tensor **cn) {
-    fm_tensor *hr = fm_linear(d->h, d->r, NULL), *g = hr ? fm_add(xt, hr) : NULL;
+    fm_tensor *hr = fm_linear(d->h, d->r, NULL), *g = NULL;
+    if (hr && lstm_plain(s, d)) {
+        *hn = fm_lstm_cell(xt, hr, d->cs, cn);
+        fm_tensor_release(hr);
+        return *hn ? FM_OK : fm_last_status();
+    }
+    g = hr ? fm_add(xt, hr) : NULL;
     fm_tensor_release(hr);
     fm_tensor *i = g ? lstm_gate(s, d, &d->act[0], g, 0, 0, d->cs) : NULL, *f = NULL, *ni = NULL;
     if (i && s->input_forget) {

@@ -420,6 +420,36 @@ fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_te
     return FM_OK;
 }
 
+fm_tensor *fm_lstm_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *c, fm_tensor **c_out) {
+    if (c_out) *c_out = NULL;
+    if (!xg || !hg || !c || !c_out) { fm_set_error(FM_ERR_INVALID, "lstm_cell: NULL input or c_out"); return NULL; }
+    if (c->dtype != FM_F32 && c->dtype != FM_F64) {
+        fm_set_error(FM_ERR_INVALID, "lstm_cell: needs f32 or f64, got %s", fm_dtype_name(c->dtype));
+        return NULL;
+    }
+    const int64_t B = c->ndim == 2 ? c->shape[0] : -1, H = c->ndim == 2 ? c->shape[1] : -1;
+    for (int i = 0; i < 2; i++) {
+        const fm_tensor *g = i ? hg : xg;
+        if (g->dtype != c->dtype || g->ndim != 2 || g->shape[0] != B || g->shape[1] != 4 * H || B < 0) {
+            char a[64], b[64];
+            fm_set_error(FM_ERR_INVALID, "lstm_cell: %s is %s %s; with c %s %s it must be [B, 4H] = [%lld, %lld] of c's dtype",
+                         i ? "hg" : "xg", fm_dtype_name(g->dtype), fm_shape_str(g->ndim, g->shape, a, sizeof a), fm_dtype_name(c->dtype),
+                         fm_shape_str(c->ndim, c->shape, b, sizeof b), (long long)B, (long long)(4 * H));
+            return NULL;
+        }
+    }
+    fm_tensor *h = fm_tensor_empty(2, c->shape, c->dtype, fm_tensor_device(c)), *cn = h ? fm_tensor_empty(2, c->shape, c->dtype, fm_tensor_device(c)) : NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_LSTM_CELL, call.n_in = 3, call.n_out = 2, call.in[0] = xg, call.in[1] = hg, call.in[2] = c, call.out[0] = h, call.out[1] = cn;
+    if (!cn || fm_dispatch(&call) != FM_OK) {
+        fm_tensor_release_n(2, h, cn);
+        return NULL;
+    }
+    *c_out = cn;
+    return h;
+}
+
 fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps) {
     if (!x) { fm_set_error(FM_ERR_INVALID, "ew_chain: input is NULL"); return NULL; }
     if (x->dtype != FM_F32) { fm_set_error(FM_ERR_INVALID, "ew_chain: needs f32, got %s (run the steps as ops)", fm_dtype_name(x->dtype)); return NULL; }

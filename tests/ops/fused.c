@@ -398,6 +398,58 @@ static int ew_chain_forward(void) {
 
 OP_TEST("ew_chain", ew_chain_forward, NULL)
 
+/* ---------------- lstm_cell ---------------- */
+
+/* lstm_cell against a double reference (f32, f64) at hidden sizes that leave tails for the
+ * 8- and 16-lane rows, gates large enough to saturate; against the composition of fathom's
+ * own ops; bad shapes and dtypes refused. */
+static int lstm_cell_forward(void) {
+    OP_BEGIN;
+    const fm_dtype dts[2] = {FM_F32, FM_F64};
+    const int64_t Hs[4] = {1, 19, 32, 37};
+    for (int di = 0; di < 2; di++)
+        for (int hi = 0; hi < 4; hi++) {
+            const int64_t B = 5, H = Hs[hi];
+            fm_tensor *x0 = op_randn(2, (int64_t[]){B, 4 * H}, dts[di], 80 + (uint64_t)hi), *xg = fm_mul_scalar(x0, 4.0);
+            fm_tensor *hg = op_randn(2, (int64_t[]){B, 4 * H}, dts[di], 81), *c = op_randn(2, (int64_t[]){B, H}, dts[di], 82), *cn = NULL;
+            fm_tensor *h = fm_lstm_cell(xg, hg, c, &cn);
+            CHECK_MSG(h && cn && h->dtype == dts[di] && h->shape[0] == B && h->shape[1] == H, "lstm_cell: %s", fm_last_error());
+            const double tol = dts[di] == FM_F32 ? 2e-6 : 1e-13;
+            for (int64_t b = 0; h && cn && b < B; b++)
+                for (int64_t k = 0; k < H; k++) {
+                    double g[4];
+                    for (int q = 0; q < 4; q++) g[q] = fm_tensor_get(xg, b * 4 * H + q * H + k) + fm_tensor_get(hg, b * 4 * H + q * H + k);
+                    const double sg = 1 / (1 + exp(-g[0])), so = 1 / (1 + exp(-g[1])), sf = 1 / (1 + exp(-g[2]));
+                    const double cv = sf * fm_tensor_get(c, b * H + k) + sg * tanh(g[3]), hv = so * tanh(cv);
+                    CHECK_NEAR(fm_tensor_get(cn, b * H + k), cv, tol * (1 + fabs(cv)));
+                    CHECK_NEAR(fm_tensor_get(h, b * H + k), hv, tol * (1 + fabs(hv)));
+                }
+            /* the composition of fathom's ops */
+            fm_tensor *gs = fm_add(xg, hg), *gi = fm_narrow(gs, 1, 0, H), *go = fm_narrow(gs, 1, H, H), *gf = fm_narrow(gs, 1, 2 * H, H);
+            fm_tensor *gg = fm_narrow(gs, 1, 3 * H, H), *si = fm_sigmoid(gi), *so = fm_sigmoid(go), *sf = fm_sigmoid(gf), *tg = fm_tanh(gg);
+            fm_tensor *fc = fm_mul(sf, c), *ig = fm_mul(si, tg), *rc = fm_add(fc, ig), *tc = fm_tanh(rc), *rh = fm_mul(so, tc);
+            for (int64_t e = 0; h && rh && e < B * H; e++) {
+                CHECK_NEAR(fm_tensor_get(h, e), fm_tensor_get(rh, e), 4 * tol);
+                CHECK_NEAR(fm_tensor_get(cn, e), fm_tensor_get(rc, e), 4 * tol * (1 + fabs(fm_tensor_get(rc, e))));
+            }
+            fm_tensor_release_n(20, x0, xg, hg, c, cn, h, gs, gi, go, gf, gg, si, so, sf, tg, fc, ig, rc, tc, rh);
+        }
+    fm_tensor *xg = op_randn(2, (int64_t[]){2, 12}, FM_F32, 90), *c = op_randn(2, (int64_t[]){2, 3}, FM_F32, 91), *cn = NULL;
+    fm_tensor *bad = op_randn(2, (int64_t[]){2, 11}, FM_F32, 92), *c64 = op_randn(2, (int64_t[]){2, 3}, FM_F64, 93);
+    fm_tensor *ci = fm_tensor_zeros(2, (int64_t[]){2, 3}, FM_I32, FM_CPU);
+    CHECK(!fm_lstm_cell(xg, bad, c, &cn) && !cn);
+    CHECK_ERR_CONTAINS("it must be [B, 4H] = [2, 12]");
+    CHECK(!fm_lstm_cell(xg, xg, c64, &cn));
+    CHECK_ERR_CONTAINS("of c's dtype");
+    CHECK(!fm_lstm_cell(xg, xg, ci, &cn));
+    CHECK_ERR_CONTAINS("needs f32 or f64");
+    CHECK(!fm_lstm_cell(xg, xg, c, NULL));
+    fm_tensor_release_n(5, xg, c, bad, c64, ci);
+    OP_END;
+}
+
+OP_TEST("lstm_cell", lstm_cell_forward, NULL)
+
 /* ---------------- residual add + layer norm ---------------- */
 
 static int add_ln_forward(void) {

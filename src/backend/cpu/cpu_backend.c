@@ -38,6 +38,7 @@ static void build(void) {
     fm_cpu_kernels_topk(&g_cpu);
     fm_cpu_kernels_attention(&g_cpu);
     fm_cpu_kernels_fused(&g_cpu);
+    fm_cpu_kernels_lstm(&g_cpu);
     fm_cpu_kernels_optim(&g_cpu);
     fm_cpu_kernels_quant(&g_cpu);
     fm_cpu_kernels_qconv(&g_cpu);

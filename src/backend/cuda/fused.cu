@@ -345,7 +345,39 @@ static fm_status k_rope(const fm_op_call *c) {
     return fm_cuda_check_launch("rope");
 }
 
+/* lstm_cell: one thread per hidden unit of a row, as the CPU's (lstm_cpu.c), in float
+ * (double for f64) */
+template <typename A>
+__global__ void lstm_cell_k(const void *xg, const void *hg, const void *cs, void *h, void *cn, int dt, int64_t H, int64_t n) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / H, k = e % H, g = r * 4 * H + k;
+        const A one = 1;
+        const A i = one / (one + exp(-(fm_ld<A>(xg, dt, g) + fm_ld<A>(hg, dt, g))));
+        const A o = one / (one + exp(-(fm_ld<A>(xg, dt, g + H) + fm_ld<A>(hg, dt, g + H))));
+        const A f = one / (one + exp(-(fm_ld<A>(xg, dt, g + 2 * H) + fm_ld<A>(hg, dt, g + 2 * H))));
+        const A gg = tanh(fm_ld<A>(xg, dt, g + 3 * H) + fm_ld<A>(hg, dt, g + 3 * H));
+        const A cv = f * fm_ld<A>(cs, dt, e) + i * gg;
+        fm_st<A>(cn, dt, e, cv);
+        fm_st<A>(h, dt, e, o * tanh(cv));
+    }
+}
+
+static fm_status k_lstm_cell(const fm_op_call *c) {
+    const fm_tensor *cs = c->in[2];
+    const int64_t n = fm_tensor_numel(cs), H = cs->shape[1];
+    if (!n) return FM_OK;
+    const unsigned bl = fm_cuda_blocks(n, 256);
+    if (cs->dtype == FM_F64)
+        lstm_cell_k<double><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(cs),
+                                                               fm_tensor_data(c->out[0]), fm_tensor_data(c->out[1]), cs->dtype, H, n);
+    else
+        lstm_cell_k<float><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(cs),
+                                                              fm_tensor_data(c->out[0]), fm_tensor_data(c->out[1]), cs->dtype, H, n);
+    return fm_cuda_check_launch("lstm_cell");
+}
+
 extern "C" void fm_cuda_kernels_fused(fm_backend *b) {
+    b->kernels[FM_OP_LSTM_CELL] = k_lstm_cell;
     b->kernels[FM_OP_ROPE] = k_rope;
     b->kernels[FM_OP_QKV_SPLIT_HEADS] = k_qkv_split;
     b->kernels[FM_OP_QKV_SPLIT_HEADS_BACKWARD] = k_qkv_split_bwd;
