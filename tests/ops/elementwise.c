@@ -610,6 +610,19 @@ static int copy_fwd(void) {
         CHECK(fm_tensor_get(x16, i) == fm_f16_to_f32(fm_f32_to_f16(v)));
     }
     fm_tensor_release_n(12, a, a2, t, c, f, h, bf, i8, x, xs, x16, NULL);
+    /* int64 beyond 2^53 copies and selects exactly (strided, broadcast, where) */
+    const int64_t big64[4] = {(INT64_C(1) << 62) + 1, -(INT64_C(1) << 61) - 3, (INT64_C(1) << 53) + 1, INT64_MAX};
+    fm_tensor *w64 = fm_tensor_from_data(big64, 2, (int64_t[]){2, 2}, FM_I64), *tr = w64 ? fm_transpose(w64, 0, 1) : NULL;
+    fm_tensor *tc = tr ? fm_contiguous(tr) : NULL, *row = w64 ? fm_narrow(w64, 0, 1, 1) : NULL;
+    fm_tensor *ex = row ? fm_expand(row, 2, (int64_t[]){3, 2}) : NULL, *ec = ex ? fm_contiguous(ex) : NULL;
+    const uint8_t pick[4] = {1, 0, 0, 1};
+    fm_tensor *cond = fm_tensor_from_data(pick, 2, (int64_t[]){2, 2}, FM_BOOL), *wh = cond && tc ? fm_where(cond, w64, tc) : NULL;
+    CHECK(tc && ec && wh);
+    const int64_t *pt = tc ? fm_tensor_data(tc) : NULL, *pe = ec ? fm_tensor_data(ec) : NULL, *pw = wh ? fm_tensor_data(wh) : NULL;
+    CHECK(pt && pt[0] == big64[0] && pt[1] == big64[2] && pt[2] == big64[1] && pt[3] == big64[3]);
+    for (int i = 0; pe && i < 6; i++) CHECK(pe[i] == big64[2 + i % 2]);
+    CHECK(pw && pw[0] == big64[0] && pw[1] == big64[2] && pw[2] == big64[1] && pw[3] == big64[3]);
+    fm_tensor_release_n(8, w64, tr, tc, row, ex, ec, cond, wh);
     OP_END;
 }
 static fm_tensor *gc_copy(fm_tensor **in, void *ctx) { (void)ctx; return fm_contiguous(in[0]); }

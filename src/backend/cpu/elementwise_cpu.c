@@ -454,11 +454,35 @@ static fm_status ew_run(const ew_job *job, fm_tensor *out, int n_in, fm_tensor *
 
 /* ---- kernels ---- */
 
+/* int64 copies and selections (copy, where) element by element, exact: the double compute
+ * type would round values beyond 2^53 (hashed ids, int64 bit patterns). A contiguous copy
+ * is one memcpy. */
+static fm_status i64_select(const fm_op_call *c) {
+    fm_tensor *out = c->out[0];
+    const int64_t n = fm_tensor_numel(out);
+    const bool where = c->op == FM_OP_WHERE;
+    operand o, in[3];
+    make_operand(&o, out, out->ndim, out->shape);
+    for (int k = 0; k < (where ? 3 : 1); k++) make_operand(&in[k], c->in[k], out->ndim, out->shape);
+    if (!where && o.contig && in[0].contig) {
+        if (n) memcpy(o.base, in[0].base, (size_t)n * sizeof(int64_t));
+        return FM_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const operand *src = &in[0];
+        if (where) src = fm_load_f64(in[0].base + op_offset(&in[0], out->ndim, out->shape, i) * (int64_t)fm_dtype_size(in[0].dt), in[0].dt) != 0
+                             ? &in[1] : &in[2];
+        memcpy(o.base + op_offset(&o, out->ndim, out->shape, i) * 8, src->base + op_offset(src, out->ndim, out->shape, i) * 8, 8);
+    }
+    return FM_OK;
+}
+
 static fm_status k_unary(const fm_op_call *c) {
     ew_job j = {.op = c->op, .kind = 0};
     if (c->attrs) j.at = *(const fm_unary_attrs *)c->attrs;
     fm_dtype dt = c->in[0]->dtype;
     if (!fm_dtype_is_float(dt) && !fm_ew_unary_takes_ints(c->op)) return fm_cpu_unsupported_dtype(c, dt);
+    if (c->op == FM_OP_COPY && dt == FM_I64 && c->out[0]->dtype == FM_I64) return i64_select(c);
     fm_dtype ct = compute_type(c->out[0]->dtype);
     if (c->op == FM_OP_COPY && c->in[0]->dtype == FM_F64) ct = FM_F64;
     return ew_run(&j, c->out[0], 1, c->in, ct);
@@ -480,6 +504,7 @@ static fm_status k_binary(const fm_op_call *c) {
 }
 
 static fm_status k_where(const fm_op_call *c) {
+    if (c->out[0]->dtype == FM_I64 && c->in[1]->dtype == FM_I64 && c->in[2]->dtype == FM_I64) return i64_select(c);
     ew_job j = {.op = FM_OP_WHERE, .kind = 3};
     return ew_run(&j, c->out[0], 3, c->in, compute_type(c->out[0]->dtype));
 }
