@@ -74,7 +74,7 @@ static case_kind classify(const Onnx__ModelProto *m, char *why, size_t wn) {
         for (size_t a = 0; a < n->n_attribute; a++)
             train |= n->attribute[a]->name && !strcmp(n->attribute[a]->name, "training_mode") && n->attribute[a]->i;
         if (train) { snprintf(why, wn, "%s in training mode", n->op_type); return C_SKIP_TRAINING; }
-        if ((n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) || !onnx_find_op(n->op_type)) {
+        if (!onnx_find_op_domain(n->domain, n->op_type)) {
             snprintf(why, wn, "%s%s%s", n->op_type, n->domain && *n->domain ? " in domain " : "", n->domain ? n->domain : "");
             return C_SKIP_OP;
         }

@@ -7,7 +7,9 @@ reading a value two graphs up. Scan (opset 16): two states, reversed input and o
 axes 1, and opset 8's batched form. Tolerance 1e-5 relative. Refusals (exit non-zero, the node
 named): a Loop with neither trip count nor condition, a branch giving the wrong number of
 outputs, a body of the wrong arity, a subgraph naming a value no graph defines, scan inputs of
-different lengths, and a Loop past `fathom run --max-iterations`.
+different lengths, and a Loop past `fathom run --max-iterations`. And ai.onnx.preview's
+FlexAttention, whose score_mod and prob_mod are subgraphs too, against ONNX's reference evaluator
+(ONNX Runtime has no preview ops), with a score_mod of the wrong output shape refused.
 
   onnx_flow_check.py FATHOM_BIN TMPDIR
 Exit 77 when numpy, onnx or onnxruntime is missing."""
@@ -120,6 +122,46 @@ body8 = h.make_graph([h.make_node("Add", ["s", "xt"], ["s2"]), h.make_node("Iden
 p = save_model([h.make_node("Scan", ["", "s0", "xs"], ["s_out", "ys"], body=body8, num_scan_inputs=1, directions=[1])],
                [vi("s0", F, [2, 2]), vi("xs", F, [2, 5, 2])], [vi("s_out", F), vi("ys", F)], f"{D}/scan8.onnx", opset=8)
 compare("scan_opset8", p, {"s0": np.zeros((2, 2), np.float32), "xs": rng.standard_normal((2, 5, 2)).astype(np.float32)})
+
+# FlexAttention (ai.onnx.preview; ONNX Runtime has none: ONNX's reference evaluator is the peer):
+# grouped-query heads, a score_mod adding a scaled relative-position bias (its reference evaluator
+# gives a mod graph no outer scope, so the scale is the subgraph's own), a prob_mod, and a score_mod
+# whose output shape is wrong (refused)
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+
+def flex_model(path, score_mod=None, prob_mod=None, inits=()):
+    attrs = {k: v for k, v in (("score_mod", score_mod), ("prob_mod", prob_mod)) if v is not None}
+    node = h.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", **attrs)
+    g = h.make_graph([node], "flex", [vi("q", F, [2, 4, 5, 8]), vi("k", F, [2, 2, 6, 8]), vi("v", F, [2, 2, 6, 3])],
+                     [vi("y", F)], initializer=list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 23), h.make_opsetid("ai.onnx.preview", 1)])
+    m.ir_version = 10
+    save(m, path)
+    return m
+
+
+sm = h.make_graph([h.make_node("Shape", ["s"], ["sh"]), h.make_node("Gather", ["sh", "i2"], ["L"]), h.make_node("Gather", ["sh", "i3"], ["S"]),
+                   h.make_node("Range", ["z", "L", "o"], ["qr"]), h.make_node("Range", ["z", "S", "o"], ["kr"]),
+                   h.make_node("Unsqueeze", ["qr", "o1"], ["qc"]), h.make_node("Sub", ["qc", "kr"], ["rel"]),
+                   h.make_node("Cast", ["rel"], ["relf"], to=F), h.make_node("Mul", ["relf", "w"], ["bias"]),
+                   h.make_node("Add", ["s", "bias"], ["so"])], "score_mod", [vi("s", F, ["B", "H", "L", "S"])], [vi("so", F, ["B", "H", "L", "S"])],
+                  initializer=[h.make_tensor("i2", I, [], [2]), h.make_tensor("i3", I, [], [3]), h.make_tensor("z", I, [], [0]),
+                               h.make_tensor("o", I, [], [1]), h.make_tensor("o1", I, [1], [1]), h.make_tensor("w", F, [], [0.3])])
+pm = h.make_graph([h.make_node("Mul", ["p", "p"], ["po"])], "prob_mod", [vi("p", F, ["B", "H", "L", "S"])], [vi("po", F, ["B", "H", "L", "S"])])
+feeds = {"q": rng.standard_normal((2, 4, 5, 8)).astype(np.float32), "k": rng.standard_normal((2, 2, 6, 8)).astype(np.float32),
+         "v": rng.standard_normal((2, 2, 6, 3)).astype(np.float32)}
+for tag, kw in (("flex_gqa", {}), ("flex_score_mod", {"score_mod": sm}), ("flex_both_mods", {"score_mod": sm, "prob_mod": pm})):
+    m = flex_model(f"{D}/{tag}.onnx", **kw)
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got, err = fathom_run(f"{D}/{tag}.onnx", feeds, tag)
+    y = got.get("y") if got else None
+    ok = y is not None and y.shape == want.shape and float(np.max(np.abs(y - want))) <= 1e-5 * max(1.0, float(np.max(np.abs(want))))
+    report(ok, f"{tag}: FlexAttention {want.shape} against ONNX's reference" + ("" if ok else f": {err if err else np.max(np.abs(y - want))}"))
+bad = h.make_graph([h.make_node("ReduceSum", ["s", "ax"], ["so"], keepdims=1)], "score_mod", [vi("s", F, ["B", "H", "L", "S"])], [vi("so", F)],
+                   initializer=[h.make_tensor("ax", I, [1], [3])])
+flex_model(f"{D}/flex_bad.onnx", score_mod=bad)
+refused("flex_score_mod_shape", f"{D}/flex_bad.onnx", feeds, "score_mod gave f32 [2, 4, 5, 1] for its input f32 [2, 4, 5, 6]")
 
 # refusals
 r = subprocess.run([FATHOM, "run", f"{D}/loop_for.onnx", "--max-iterations", "3", "--json"] +

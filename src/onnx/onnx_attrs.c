@@ -17,6 +17,15 @@ const onnx_op *onnx_find_op(const char *name) {
     return NULL;
 }
 
+const onnx_op *onnx_find_op_domain(const char *domain, const char *name) {
+    if (!name) return NULL;
+    if (!domain || !*domain || !strcmp(domain, "ai.onnx")) return onnx_find_op(name);
+    if (strcmp(domain, "ai.onnx.preview")) return NULL;
+    for (const onnx_op *o = onnx_ops_preview; o->name; o++)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
 fm_status onnx_node_error(const onnx_op_ctx *c, fm_status st, const char *fmt, ...) {
     char msg[512];
     va_list ap;

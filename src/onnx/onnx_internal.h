@@ -157,10 +157,13 @@ fm_onnx_model *onnx_subgraph(const onnx_op_ctx *c, const char *attr);
 fm_status onnx_run_subgraph(const onnx_op_ctx *c, fm_onnx_model *sub, int n_in, fm_tensor *const *in, fm_tensor **out);
 
 const onnx_op *onnx_find_op(const char *name);
+/* The op of a node's domain: the default one ("", "ai.onnx") or "ai.onnx.preview"
+ * (onnx_ops_preview); NULL for others and for names neither lists. */
+const onnx_op *onnx_find_op_domain(const char *domain, const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
 extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[],
     onnx_ops_rnn[], onnx_ops_loss[], onnx_ops_misc[], onnx_ops_dyn[], onnx_ops_signal[], onnx_ops_sample[], onnx_ops_attn[], onnx_ops_extra[],
-    onnx_ops_flow[], onnx_ops_linattn[], onnx_ops_more[];
+    onnx_ops_flow[], onnx_ops_linattn[], onnx_ops_more[], onnx_ops_preview[];
 
 /* DepthToSpace / SpaceToDepth of an [N, C, H, W] x: reshape to mid, permute, reshape to out
  * (onnx_ops_misc.c; the interpreter and the graph form). */

@@ -176,12 +176,13 @@ static fm_status node_error(const fm_onnx_model *m, int i, const Onnx__NodeProto
 }
 
 static fm_status check_node(fm_onnx_model *m, int i, const Onnx__NodeProto *np, const onnx_op **op) {
-    if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx"))
-        return node_error(m, i, np, "op domain '%s' is not supported (only the default ONNX domain is)", np->domain);
-    if (!np->op_type || !(*op = onnx_find_op(np->op_type)))
+    const bool dflt = !np->domain || !*np->domain || !strcmp(np->domain, "ai.onnx");
+    if (!dflt && strcmp(np->domain, "ai.onnx.preview"))
+        return node_error(m, i, np, "op domain '%s' is not supported (the default ONNX domain and ai.onnx.preview are)", np->domain);
+    if (!np->op_type || !(*op = onnx_find_op_domain(np->domain, np->op_type)))
         return node_error(m, i, np, "op %s is not supported by fathom (docs/ONNX.md lists the supported ops)",
                           np->op_type ? np->op_type : "(none)");
-    if (m->opset < (*op)->min_opset) {
+    if (dflt && m->opset < (*op)->min_opset) {
         char v[64];
         snprintf(v, sizeof v, "%d (fathom implements it from opset %d)", m->opset, (*op)->min_opset);
         return node_error(m, i, np, "opset %s", v);

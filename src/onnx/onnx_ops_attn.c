@@ -499,6 +499,75 @@ static fm_status op_rotary_embedding(onnx_op_ctx *c) {
     return onnx_set_out(c, 0, out);
 }
 
+/* ---------------------------------------------------------------- FlexAttention */
+
+/* ai.onnx.preview's FlexAttention (what PyTorch's flex_attention exports): Q [B, Hq, S, D],
+ * K [B, Hkv, L, D], V [B, Hkv, L, Dv]; scores = Q K^T scale in softmax_precision's type
+ * (float32, float64 for float64 inputs by default), then the score_mod subgraph on them, the
+ * softmax over the keys, the prob_mod subgraph on the probabilities, and the product with V
+ * (query head h with kv head h / (Hq / Hkv)), in Q's type. The subgraphs run as If's branches
+ * do (onnx_run_subgraph), one rank-4 tensor in and out of the same shape. */
+static fm_status flex_mod(onnx_op_ctx *c, const char *attr, fm_tensor **x) {
+    fm_onnx_model *g = onnx_subgraph(c, attr);
+    if (!g) return FM_OK;
+    if (g->n_inputs != 1 || g->n_outputs != 1)
+        return onnx_node_error(c, FM_ERR_INVALID, "%s must take 1 input and give 1 output; it has %d and %d", attr, g->n_inputs,
+                               g->n_outputs);
+    fm_tensor *y = NULL;
+    if (onnx_run_subgraph(c, g, 1, x, &y)) return fm_last_status();
+    char a[64], b[64];
+    if (y->ndim != 4 || memcmp(y->shape, (*x)->shape, sizeof(int64_t) * 4) || y->dtype != (*x)->dtype) {
+        fm_status st = onnx_node_error(c, FM_ERR_INVALID, "%s gave %s %s for its input %s %s (the same shape and type are required)", attr,
+                                       fm_dtype_name(y->dtype), shp(y, a, sizeof a), fm_dtype_name((*x)->dtype), shp(*x, b, sizeof b));
+        fm_tensor_release(y);
+        return st;
+    }
+    fm_tensor_release(*x);
+    *x = y;
+    return FM_OK;
+}
+
+static fm_status flex_check(onnx_op_ctx *c, fm_dtype *wt) {
+    const fm_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    char a[64], b[64], d[64];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] < 1 ||
+        v->shape[1] != k->shape[1] || q->shape[1] % k->shape[1] || k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2])
+        return onnx_node_error(c, FM_ERR_INVALID, "Q %s, K %s, V %s: they must be [B, Hq, S, D], [B, Hkv, L, D], [B, Hkv, L, Dv] with Hkv "
+                               "dividing Hq", shp(q, a, sizeof a), shp(k, b, sizeof b), shp(v, d, sizeof d));
+    if (!fm_dtype_is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
+        return onnx_node_error(c, FM_ERR_INVALID, "Q, K and V must share one floating-point type; got %s, %s, %s", fm_dtype_name(q->dtype),
+                               fm_dtype_name(k->dtype), fm_dtype_name(v->dtype));
+    const int64_t sp = onnx_attr_int(c, "softmax_precision", 0);
+    *wt = q->dtype == FM_F64 ? FM_F64 : FM_F32;
+    if (sp && !onnx_dtype_to_fm((int32_t)sp, wt))
+        return onnx_node_error(c, FM_ERR_INVALID, "softmax_precision %lld is not a type fathom has", (long long)sp);
+    if (!fm_dtype_is_float(*wt)) return onnx_node_error(c, FM_ERR_INVALID, "softmax_precision must be a floating-point type");
+    return FM_OK;
+}
+
+static fm_status op_flex_attention(onnx_op_ctx *c) {
+    fm_dtype wt;
+    if (flex_check(c, &wt)) return fm_last_status();
+    const int64_t hkv = c->in[1]->shape[1];
+    double scale = onnx_attr_float(c, "scale", 0.0f);
+    if (scale == 0) scale = 1.0 / sqrt((double)c->in[0]->shape[3]);
+    fm_tensor *q = as_dtype(c->in[0], wt), *k = q ? as_dtype(c->in[1], wt) : NULL, *v = k ? as_dtype(c->in[2], wt) : NULL;
+    fm_tensor *kt = v ? fm_transpose(k, 2, 3) : NULL, *s0 = kt ? grouped_matmul(q, kt, hkv) : NULL;
+    fm_tensor *s = s0 ? fm_mul_scalar(s0, scale) : NULL, *p = NULL, *y = NULL;
+    fm_status st = s ? flex_mod(c, "score_mod", &s) : fm_last_status();
+    if (!st && !(p = fm_softmax(s, 3))) st = fm_last_status();
+    if (!st) st = flex_mod(c, "prob_mod", &p);
+    fm_tensor *yw = st ? NULL : grouped_matmul(p, v, hkv);
+    if (!st && !(y = yw ? as_dtype(yw, c->in[0]->dtype) : NULL)) st = fm_last_status();
+    REL(q, k, v, kt, s0, s, p, yw);
+    return st ? st : onnx_set_out(c, 0, y);
+}
+
+const onnx_op onnx_ops_preview[] = {
+    {"FlexAttention", 1, 3, 3, 1, "scale,softmax_precision,score_mod,prob_mod", op_flex_attention},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
+
 const onnx_op onnx_ops_attn[] = {
     {"Attention", 23, 3, 7, 4, "is_causal,kv_num_heads,q_num_heads,qk_matmul_output_mode,scale,softcap,softmax_precision", op_attention},
     {"RotaryEmbedding", 23, 3, 4, 1, "interleaved,num_heads,rotary_embedding_dim", op_rotary_embedding},
