@@ -7,6 +7,7 @@ Models are built in PyTorch with seeded random weights and written with torch.on
   resnet   a ResNet-like CNN on 3x32x32: conv-bn-relu stem, four basic residual blocks
            (16, 32, 64, 64 channels, stride 2 in three), global average pool, linear
   lstm     a 2-layer LSTM (64 -> 128, batch_first) over 32 steps, its last step through a Linear
+  gru      the same with a 2-layer GRU
 Each is run at batch 1 and 32 on the same input by
   fathom: build/bench_onnx_run (the interpreter, as `fathom run`, and the compiled graph,
           as `fathom compile`), ONNX Runtime 1.x CPU (all graph optimizations, 2 intra-op
@@ -75,6 +76,13 @@ class LSTMHead(nn.Module):
 
     def forward(self, x):
         return self.fc(self.rnn(x)[0][:, -1])
+
+
+class GRUHead(LSTMHead):
+    """LSTMHead with a 2-layer nn.GRU (64 -> 128) instead: two ONNX GRU nodes (linear_before_reset 1)."""
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(64, 128, num_layers=2, batch_first=True)
 
 
 def randomize_bn(model):
@@ -157,7 +165,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--models", default="mlp,resnet,lstm", help="comma-separated: mlp, resnet, lstm")
+    ap.add_argument("--models", default="mlp,resnet,lstm,gru", help="comma-separated: mlp, resnet, lstm, gru")
     args = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -168,7 +176,7 @@ def main():
     emit({"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t"), "threads": 2,
           "torch": torch.__version__, "onnxruntime": ort.__version__, "load_1min": os.getloadavg()[0]})
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make, shape in (("mlp", mlp, (784,)), ("resnet", resnet, (3, 32, 32)), ("lstm", LSTMHead, (32, 64))):
+        for name, make, shape in (("mlp", mlp, (784,)), ("resnet", resnet, (3, 32, 32)), ("lstm", LSTMHead, (32, 64)), ("gru", GRUHead, (32, 64))):
             if name in args.models.split(","):
                 bench_model(args, name, make(), shape, ort, tmp)
     return 0

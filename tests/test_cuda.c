@@ -1381,6 +1381,13 @@ static void conformance(fm_dtype dt) {
         l.out[1] = spec(2, (int64_t[]){5, 37}, dt);
         run_case(&l, dt);
         case_free(&l);
+        conf_case gr = {.label = "gru_cell", .op = FM_OP_GRU_CELL, .n_in = 3, .n_out = 1};
+        gr.in[0] = rand_tensor(2, (int64_t[]){5, 111}, dt, -6, 6, 1463);
+        gr.in[1] = rand_tensor(2, (int64_t[]){5, 111}, dt, -2, 2, 1464);
+        gr.in[2] = rand_tensor(2, (int64_t[]){5, 37}, dt, -1, 1, 1465);
+        gr.out[0] = spec(2, (int64_t[]){5, 37}, dt);
+        run_case(&gr, dt);
+        case_free(&gr);
     }
     {   /* bias_gelu_tanh and add_layer_norm (+ backward): 150 rows span several gradient chunks */
         int64_t M = 150, xs[2] = {150, 130}, vs[1] = {130};

@@ -326,6 +326,11 @@ FM_API fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps
  * sigmoid(i) tanh(g) (ONNX's LSTM with its default activations; nn.LSTM's order is i, f, g, o).
  * The composition is two adds, three sigmoids, two tanhs, three muls and an add. */
 FM_API fm_tensor *fm_lstm_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *c, fm_tensor **c_out);
+/* Inference: one GRU step's gates in one pass, after the step's two matmuls (ONNX's GRU with
+ * linear_before_reset, what nn.GRU exports, and its default activations). xg [B, 3H] (x W^T + Wb),
+ * hg [B, 3H] (h R^T + Rb), h [B, H], gate order z, r, n, all f32 or all f64 on one device: returns
+ * h' = (1 - z) n + z h with z = sigmoid(xz + hz), r = sigmoid(xr + hr), n = tanh(xn + r hn). */
+FM_API fm_tensor *fm_gru_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *h);
 /* gelu_tanh(x + b) for x [..., N], b [N] (same float dtype): the bias of the linear
  * in front, added in the same pass; the backward writes dx and sums db in one pass. */
 FM_API fm_tensor *fm_bias_gelu_tanh(fm_tensor *x, fm_tensor *b);

@@ -354,12 +354,18 @@ static fm_status lstm_step(const rnn *s, rnn_dir *d, fm_tensor *xt, fm_tensor **
     return FM_OK;
 }
 
-/* W's gate order is z, r, h. linear_before_reset applies r after H Rh^T + Rbh. */
+/* W's gate order is z, r, h. linear_before_reset applies r after H Rh^T + Rbh. With it (what
+ * nn.GRU exports), the default activations and no clip, the step after its matmul is fm_gru_cell. */
 static fm_status gru_step(const rnn *s, rnn_dir *d, fm_tensor *xt, fm_tensor **hn) {
     int64_t hid = s->hid;
     fm_tensor *hr = NULL, *hr_zr = NULL, *rh = NULL, *q = NULL;
     if (s->lbr) {
         hr = fm_linear(d->h, d->r, d->rb);
+        if (hr && !s->has_clip && (s->dt == FM_F32 || s->dt == FM_F64) && d->act[0].kind == ACT_SIGMOID && d->act[1].kind == ACT_TANH) {
+            *hn = fm_gru_cell(xt, hr, d->h);
+            fm_tensor_release(hr);
+            return *hn ? FM_OK : fm_last_status();
+        }
         hr_zr = hr ? fm_narrow(hr, 1, 0, 2 * hid) : NULL;
     } else hr_zr = fm_linear(d->h, d->r_zr, NULL);
     fm_tensor *x_zr = hr_zr ? fm_narrow(xt, 1, 0, 2 * hid) : NULL, *g = x_zr ? fm_add(x_zr, hr_zr) : NULL;

@@ -420,34 +420,48 @@ fm_status fm_add_layer_norm(fm_tensor *x, fm_tensor *h, fm_tensor *weight, fm_te
     return FM_OK;
 }
 
-fm_tensor *fm_lstm_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *c, fm_tensor **c_out) {
-    if (c_out) *c_out = NULL;
-    if (!xg || !hg || !c || !c_out) { fm_set_error(FM_ERR_INVALID, "lstm_cell: NULL input or c_out"); return NULL; }
-    if (c->dtype != FM_F32 && c->dtype != FM_F64) {
-        fm_set_error(FM_ERR_INVALID, "lstm_cell: needs f32 or f64, got %s", fm_dtype_name(c->dtype));
-        return NULL;
-    }
-    const int64_t B = c->ndim == 2 ? c->shape[0] : -1, H = c->ndim == 2 ? c->shape[1] : -1;
+/* An RNN cell's operands: s [B, H] (c or h) f32 or f64, xg and hg [B, gates H] of its dtype. */
+static fm_status cell_check(const char *op, const fm_tensor *xg, const fm_tensor *hg, const fm_tensor *s, int gates) {
+    if (!xg || !hg || !s) return fm_set_error(FM_ERR_INVALID, "%s: NULL input", op);
+    if (s->dtype != FM_F32 && s->dtype != FM_F64) return fm_set_error(FM_ERR_INVALID, "%s: needs f32 or f64, got %s", op, fm_dtype_name(s->dtype));
+    const int64_t B = s->ndim == 2 ? s->shape[0] : -1, H = s->ndim == 2 ? s->shape[1] : -1;
     for (int i = 0; i < 2; i++) {
         const fm_tensor *g = i ? hg : xg;
-        if (g->dtype != c->dtype || g->ndim != 2 || g->shape[0] != B || g->shape[1] != 4 * H || B < 0) {
+        if (g->dtype != s->dtype || g->ndim != 2 || g->shape[0] != B || g->shape[1] != gates * H || B < 0) {
             char a[64], b[64];
-            fm_set_error(FM_ERR_INVALID, "lstm_cell: %s is %s %s; with c %s %s it must be [B, 4H] = [%lld, %lld] of c's dtype",
-                         i ? "hg" : "xg", fm_dtype_name(g->dtype), fm_shape_str(g->ndim, g->shape, a, sizeof a), fm_dtype_name(c->dtype),
-                         fm_shape_str(c->ndim, c->shape, b, sizeof b), (long long)B, (long long)(4 * H));
-            return NULL;
+            return fm_set_error(FM_ERR_INVALID, "%s: %s is %s %s; with the state %s %s it must be [B, %dH] = [%lld, %lld] of its dtype", op,
+                                i ? "hg" : "xg", fm_dtype_name(g->dtype), fm_shape_str(g->ndim, g->shape, a, sizeof a), fm_dtype_name(s->dtype),
+                                fm_shape_str(s->ndim, s->shape, b, sizeof b), gates, (long long)B, (long long)(gates * H));
         }
     }
-    fm_tensor *h = fm_tensor_empty(2, c->shape, c->dtype, fm_tensor_device(c)), *cn = h ? fm_tensor_empty(2, c->shape, c->dtype, fm_tensor_device(c)) : NULL;
+    return FM_OK;
+}
+
+/* Runs cell op on (xg, hg, s) into n_out new [B, H] tensors; NULL outputs on an error. */
+static fm_status cell_run(fm_op_id op, fm_tensor *xg, fm_tensor *hg, fm_tensor *s, int n_out, fm_tensor **out) {
     fm_op_call call;
     memset(&call, 0, sizeof call);
-    call.op = FM_OP_LSTM_CELL, call.n_in = 3, call.n_out = 2, call.in[0] = xg, call.in[1] = hg, call.in[2] = c, call.out[0] = h, call.out[1] = cn;
-    if (!cn || fm_dispatch(&call) != FM_OK) {
-        fm_tensor_release_n(2, h, cn);
-        return NULL;
-    }
-    *c_out = cn;
-    return h;
+    call.op = op, call.n_in = 3, call.n_out = n_out, call.in[0] = xg, call.in[1] = hg, call.in[2] = s;
+    bool ok = true;
+    for (int i = 0; i < n_out; i++) ok &= (call.out[i] = out[i] = ok ? fm_tensor_empty(2, s->shape, s->dtype, fm_tensor_device(s)) : NULL) != NULL;
+    if (ok && fm_dispatch(&call) == FM_OK) return FM_OK;
+    for (int i = 0; i < n_out; i++) { fm_tensor_release(out[i]); out[i] = NULL; }
+    return fm_last_status();
+}
+
+fm_tensor *fm_lstm_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *c, fm_tensor **c_out) {
+    if (c_out) *c_out = NULL;
+    if (!c_out) { fm_set_error(FM_ERR_INVALID, "lstm_cell: c_out is NULL"); return NULL; }
+    fm_tensor *out[2] = {0};
+    if (cell_check("lstm_cell", xg, hg, c, 4) || cell_run(FM_OP_LSTM_CELL, xg, hg, c, 2, out)) return NULL;
+    *c_out = out[1];
+    return out[0];
+}
+
+fm_tensor *fm_gru_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *h) {
+    fm_tensor *out[1] = {0};
+    if (cell_check("gru_cell", xg, hg, h, 3) || cell_run(FM_OP_GRU_CELL, xg, hg, h, 1, out)) return NULL;
+    return out[0];
 }
 
 fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps) {

@@ -440,7 +440,7 @@ static int lstm_cell_forward(void) {
     CHECK(!fm_lstm_cell(xg, bad, c, &cn) && !cn);
     CHECK_ERR_CONTAINS("it must be [B, 4H] = [2, 12]");
     CHECK(!fm_lstm_cell(xg, xg, c64, &cn));
-    CHECK_ERR_CONTAINS("of c's dtype");
+    CHECK_ERR_CONTAINS("of its dtype");
     CHECK(!fm_lstm_cell(xg, xg, ci, &cn));
     CHECK_ERR_CONTAINS("needs f32 or f64");
     CHECK(!fm_lstm_cell(xg, xg, c, NULL));
@@ -449,6 +449,47 @@ static int lstm_cell_forward(void) {
 }
 
 OP_TEST("lstm_cell", lstm_cell_forward, NULL)
+
+/* gru_cell against a double reference (f32, f64) at hidden sizes with 8- and 16-lane tails, and
+ * against the composition of fathom's ops; bad shapes refused. */
+static int gru_cell_forward(void) {
+    OP_BEGIN;
+    const fm_dtype dts[2] = {FM_F32, FM_F64};
+    const int64_t Hs[4] = {1, 19, 32, 37};
+    for (int di = 0; di < 2; di++)
+        for (int hi = 0; hi < 4; hi++) {
+            const int64_t B = 4, H = Hs[hi];
+            fm_tensor *x0 = op_randn(2, (int64_t[]){B, 3 * H}, dts[di], 84 + (uint64_t)hi), *xg = fm_mul_scalar(x0, 4.0);
+            fm_tensor *hg = op_randn(2, (int64_t[]){B, 3 * H}, dts[di], 85), *h = op_randn(2, (int64_t[]){B, H}, dts[di], 86);
+            fm_tensor *y = fm_gru_cell(xg, hg, h);
+            CHECK_MSG(y && y->dtype == dts[di] && y->shape[0] == B && y->shape[1] == H, "gru_cell: %s", fm_last_error());
+            const double tol = dts[di] == FM_F32 ? 2e-6 : 1e-13;
+            for (int64_t b = 0; y && b < B; b++)
+                for (int64_t k = 0; k < H; k++) {
+                    const int64_t g = b * 3 * H + k;
+                    const double z = 1 / (1 + exp(-(fm_tensor_get(xg, g) + fm_tensor_get(hg, g))));
+                    const double r = 1 / (1 + exp(-(fm_tensor_get(xg, g + H) + fm_tensor_get(hg, g + H))));
+                    const double n = tanh(fm_tensor_get(xg, g + 2 * H) + r * fm_tensor_get(hg, g + 2 * H));
+                    const double want = (1 - z) * n + z * fm_tensor_get(h, b * H + k);
+                    CHECK_NEAR(fm_tensor_get(y, b * H + k), want, tol * (1 + fabs(want)));
+                }
+            /* the composition: z, r = sigmoid(x + h) of the first 2H, n = tanh(xn + r hn), n + z (h - n) */
+            fm_tensor *xs = fm_narrow(xg, 1, 0, 2 * H), *hs = fm_narrow(hg, 1, 0, 2 * H), *zr0 = fm_add(xs, hs), *zr = fm_sigmoid(zr0);
+            fm_tensor *z = fm_narrow(zr, 1, 0, H), *r = fm_narrow(zr, 1, H, H), *hn = fm_narrow(hg, 1, 2 * H, H), *xn = fm_narrow(xg, 1, 2 * H, H);
+            fm_tensor *rh = fm_mul(r, hn), *pre = fm_add(xn, rh), *n = fm_tanh(pre), *df = fm_sub(h, n), *zd = fm_mul(z, df), *ref = fm_add(n, zd);
+            for (int64_t e = 0; y && ref && e < B * H; e++) CHECK_NEAR(fm_tensor_get(y, e), fm_tensor_get(ref, e), 4 * tol);
+            fm_tensor_release_n(19, x0, xg, hg, h, y, xs, hs, zr0, zr, z, r, hn, xn, rh, pre, n, df, zd, ref);
+        }
+    fm_tensor *xg = op_randn(2, (int64_t[]){2, 9}, FM_F32, 94), *h = op_randn(2, (int64_t[]){2, 3}, FM_F32, 95);
+    fm_tensor *bad = op_randn(2, (int64_t[]){2, 12}, FM_F32, 96);
+    CHECK(!fm_gru_cell(xg, bad, h));
+    CHECK_ERR_CONTAINS("it must be [B, 3H] = [2, 9]");
+    CHECK(!fm_gru_cell(xg, xg, NULL));
+    fm_tensor_release_n(3, xg, h, bad);
+    OP_END;
+}
+
+OP_TEST("gru_cell", gru_cell_forward, NULL)
 
 /* ---------------- residual add + layer norm ---------------- */
 

@@ -34,7 +34,7 @@ void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, sca
 void fm_cpu_kernels_topk(fm_backend *b);        /* topk */
 void fm_cpu_kernels_attention(fm_backend *b);   /* sdpa (+backward) */
 void fm_cpu_kernels_lowp(fm_backend *b);        /* bf16/fp16 storage for f32-only kernels (register last) */
-void fm_cpu_kernels_lstm(fm_backend *b);        /* lstm_cell */
+void fm_cpu_kernels_lstm(fm_backend *b);        /* lstm_cell, gru_cell */
 void fm_cpu_kernels_fused(fm_backend *b);       /* qkv_split_heads (+backward) */
 void fm_cpu_kernels_qconv(fm_backend *b);       /* qconv2d_int8 */
 void fm_cpu_kernels_quant(fm_backend *b);       /* qlinear_int8, qlinear_int4, qembedding_int4 */

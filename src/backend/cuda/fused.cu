@@ -362,6 +362,33 @@ __global__ void lstm_cell_k(const void *xg, const void *hg, const void *cs, void
     }
 }
 
+/* gru_cell: one thread per hidden unit of a row, as the CPU's (rnn_cell_cpu.c) */
+template <typename A>
+__global__ void gru_cell_k(const void *xg, const void *hg, const void *hs, void *hn, int dt, int64_t H, int64_t n) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / H, k = e % H, g = r * 3 * H + k;
+        const A one = 1;
+        const A z = one / (one + exp(-(fm_ld<A>(xg, dt, g) + fm_ld<A>(hg, dt, g))));
+        const A rr = one / (one + exp(-(fm_ld<A>(xg, dt, g + H) + fm_ld<A>(hg, dt, g + H))));
+        const A nn = tanh(fm_ld<A>(xg, dt, g + 2 * H) + rr * fm_ld<A>(hg, dt, g + 2 * H));
+        fm_st<A>(hn, dt, e, nn + z * (fm_ld<A>(hs, dt, e) - nn));
+    }
+}
+
+static fm_status k_gru_cell(const fm_op_call *c) {
+    const fm_tensor *hs = c->in[2];
+    const int64_t n = fm_tensor_numel(hs), H = hs->shape[1];
+    if (!n) return FM_OK;
+    const unsigned bl = fm_cuda_blocks(n, 256);
+    if (hs->dtype == FM_F64)
+        gru_cell_k<double><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(hs),
+                                                              fm_tensor_data(c->out[0]), hs->dtype, H, n);
+    else
+        gru_cell_k<float><<<bl, 256, 0, fm_cuda_stream()>>>(fm_tensor_data(c->in[0]), fm_tensor_data(c->in[1]), fm_tensor_data(hs),
+                                                             fm_tensor_data(c->out[0]), hs->dtype, H, n);
+    return fm_cuda_check_launch("gru_cell");
+}
+
 static fm_status k_lstm_cell(const fm_op_call *c) {
     const fm_tensor *cs = c->in[2];
     const int64_t n = fm_tensor_numel(cs), H = cs->shape[1];
@@ -378,6 +405,7 @@ static fm_status k_lstm_cell(const fm_op_call *c) {
 
 extern "C" void fm_cuda_kernels_fused(fm_backend *b) {
     b->kernels[FM_OP_LSTM_CELL] = k_lstm_cell;
+    b->kernels[FM_OP_GRU_CELL] = k_gru_cell;
     b->kernels[FM_OP_ROPE] = k_rope;
     b->kernels[FM_OP_QKV_SPLIT_HEADS] = k_qkv_split;
     b->kernels[FM_OP_QKV_SPLIT_HEADS_BACKWARD] = k_qkv_split_bwd;

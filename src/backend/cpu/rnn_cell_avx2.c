@@ -1,11 +1,12 @@
-/* AVX2 row of lstm_cell (lstm_cpu.c): lstm_avx512.c's loop 8 units at a time with
- * fm_sigmoid256 and fm_tanh256; the tail through a zero-padded block. */
+/* AVX2 rows of lstm_cell and gru_cell (rnn_cell_cpu.c): rnn_cell_avx512.c's loops 8 units at a
+ * time with fm_sigmoid256 and fm_tanh256; the tail through a zero-padded block. */
 #include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/simd_avx2.h"
 
 void fm_lstm_row_f32_avx2(const float *xg, const float *hg, const float *c, float *h, float *cn, int64_t H);
+void fm_gru_row_f32_avx2(const float *xg, const float *hg, const float *h, float *hn, int64_t H);
 
 static void lstm8(const float *xg, const float *hg, const float *c, float *h, float *cn, int64_t H, int64_t k) {
 #define GATE(q) _mm256_add_ps(_mm256_loadu_ps(xg + (q) * H + k), _mm256_loadu_ps(hg + (q) * H + k))
@@ -31,4 +32,27 @@ void fm_lstm_row_f32_avx2(const float *xg, const float *hg, const float *c, floa
     lstm8(bx, bh, bc, oh, oc, 8, 0);
     memcpy(h + k, oh, (size_t)r * sizeof(float));
     memcpy(cn + k, oc, (size_t)r * sizeof(float));
+}
+
+static void gru8(const float *xg, const float *hg, const float *h, float *hn, int64_t H, int64_t k) {
+#define LD(p, q) _mm256_loadu_ps((p) + (q) * H + k)
+    const __m256 z = fm_sigmoid256(_mm256_add_ps(LD(xg, 0), LD(hg, 0))), r = fm_sigmoid256(_mm256_add_ps(LD(xg, 1), LD(hg, 1)));
+    const __m256 n = fm_tanh256(_mm256_fmadd_ps(r, LD(hg, 2), LD(xg, 2)));
+#undef LD
+    _mm256_storeu_ps(hn + k, _mm256_fmadd_ps(z, _mm256_sub_ps(_mm256_loadu_ps(h + k), n), n));
+}
+
+void fm_gru_row_f32_avx2(const float *xg, const float *hg, const float *h, float *hn, int64_t H) {
+    int64_t k = 0;
+    for (; k + 8 <= H; k += 8) gru8(xg, hg, h, hn, H, k);
+    if (k == H) return;
+    float bx[24] = {0}, bh[24] = {0}, bp[8] = {0}, o[8];
+    const int64_t r = H - k;
+    for (int q = 0; q < 3; q++) {
+        memcpy(bx + q * 8, xg + q * H + k, (size_t)r * sizeof(float));
+        memcpy(bh + q * 8, hg + q * H + k, (size_t)r * sizeof(float));
+    }
+    memcpy(bp, h + k, (size_t)r * sizeof(float));
+    gru8(bx, bh, bp, o, 8, 0);
+    memcpy(hn + k, o, (size_t)r * sizeof(float));
 }
