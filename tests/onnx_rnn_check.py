@@ -74,6 +74,9 @@ class Wrap(torch.nn.Module):
 def torch_models():
     cases = [
         ("lstm_2l_bi_bf", torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True), (3, 6, 5), ["y", "hn", "cn"]),
+        # batch >= 8: the recurrent product through the packed weights (onnx_ops_rnn.c)
+        ("lstm_batch9", torch.nn.LSTM(6, 19, bidirectional=True, batch_first=True), (9, 5, 6), ["y", "hn", "cn"]),
+        ("gru_batch9", torch.nn.GRU(6, 19, num_layers=2, batch_first=True), (9, 5, 6), ["y", "hn"]),
         ("gru_bi", torch.nn.GRU(4, 6, bidirectional=True), (5, 2, 4), ["y", "hn"]),
         ("rnn_tanh", torch.nn.RNN(4, 5, num_layers=2, nonlinearity="tanh"), (6, 3, 4), ["y", "hn"]),
         ("rnn_relu", torch.nn.RNN(4, 5, nonlinearity="relu", batch_first=True), (2, 7, 4), ["y", "hn"]),
