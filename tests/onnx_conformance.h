@@ -1,10 +1,15 @@
 /* The ONNX backend-test runner shared by tests/test_onnx_conformance.c: runs the
  * cases of one suite directory (<case>/model.onnx + test_data_set_0/{input,output}_N.pb)
  * and sorts each into pass, fail or skip. A case is skipped only for a reason read
- * from the model itself (an op fathom does not list, a training-domain op, a
- * sequence/map/optional value, an element type fathom lacks); every other case is
- * "claimed" and must pass: its outputs match within rtol 1e-3, atol 1e-7 (the
- * tolerances of ONNX's own backend tests), with equal dtypes and shapes. */
+ * from the model itself (an op fathom does not list, a training-domain op, a map or
+ * sparse value or a sequence/optional of such, an element type fathom lacks); every
+ * other case is "claimed" and must pass: its outputs match within rtol 1e-3, atol 1e-7
+ * (the tolerances of ONNX's own backend tests), with equal dtypes and shapes; a sequence
+ * output has the expected number of tensors, each matching; an optional is empty when
+ * expected so, else its element matches. The .pb of an input or output the model declares
+ * a sequence or optional is a SequenceProto or OptionalProto (onnx-data.proto, which
+ * Debian's libonnx-dev does not ship, so those two are read from the wire here; the
+ * TensorProtos inside them through protobuf-c). */
 #ifndef FATHOM_TESTS_ONNX_CONFORMANCE_H
 #define FATHOM_TESTS_ONNX_CONFORMANCE_H
 #include <dirent.h>
@@ -36,11 +41,17 @@ typedef struct {
     fm_device dev;
 } suite_result;
 
-static bool type_is_tensor(const Onnx__ValueInfoProto *vi, int32_t *elem) {
+/* A graph input's or output's declared type: false for a map, a sparse tensor or a sequence
+ * or optional of those; else *elem is the element type of the tensor (of a sequence's or
+ * optional's tensors; 0: not declared). */
+static bool type_is_supported(const Onnx__ValueInfoProto *vi, int32_t *elem) {
     *elem = 0;
-    if (!vi->type) return true;
-    if (vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) return false;
-    if (vi->type->tensor_type->has_elem_type) *elem = vi->type->tensor_type->elem_type;
+    const Onnx__TypeProto *t = vi->type;
+    if (t && t->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE) t = t->optional_type->elem_type;
+    if (t && t->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE) t = t->sequence_type->elem_type;
+    if (!t) return true;
+    if (t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) return false;
+    if (t->tensor_type->has_elem_type) *elem = t->tensor_type->elem_type;
     return true;
 }
 
@@ -84,7 +95,10 @@ static case_kind classify(const Onnx__ModelProto *m, char *why, size_t wn) {
     size_t counts[2] = {g->n_input, g->n_output};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; i < counts[l]; i++) {
-            if (!type_is_tensor(lists[l][i], &el)) { snprintf(why, wn, "'%s' is not a tensor", lists[l][i]->name); return C_SKIP_TYPE; }
+            if (!type_is_supported(lists[l][i], &el)) {
+                snprintf(why, wn, "'%s' is a map or sparse value, or holds one", lists[l][i]->name);
+                return C_SKIP_TYPE;
+            }
             if (el && !onnx_dtype_to_fm(el, &dt)) { snprintf(why, wn, "'%s' is %s", lists[l][i]->name, onnx_dtype_name(el)); return C_SKIP_DTYPE; }
         }
     for (size_t i = 0; i < g->n_initializer; i++)
@@ -116,6 +130,17 @@ static bool outputs_match(const fm_tensor *got, const fm_tensor *want, char *why
     return true;
 }
 
+/* A TensorProto read from the test data. ONNX 1.12's test data stores bfloat16 tensors as
+ * uint16 (numpy had no bfloat16); fathom has no uint16, so a uint16 .pb in a claimed case is
+ * the bfloat16 bits. */
+static fm_tensor *tensor_of_pb(Onnx__TensorProto *tp, const char *path) {
+    if (tp->has_data_type && tp->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__UINT16)
+        tp->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+    fm_tensor *t = onnx_tensor_from_proto(tp, NULL, path);
+    protobuf_c_message_free_unpacked(&tp->base, NULL);
+    return t;
+}
+
 static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
     unsigned char *buf;
     size_t n;
@@ -124,13 +149,119 @@ static fm_tensor *read_pb(const char *path, char *name, size_t nn) {
     free(buf);
     if (!tp) return NULL;
     snprintf(name, nn, "%s", tp->name ? tp->name : "");
-    /* ONNX 1.12's test data stores bfloat16 tensors as uint16 (numpy had no bfloat16);
-     * fathom has no uint16, so a uint16 .pb in a claimed case is the bfloat16 bits */
-    if (tp->has_data_type && tp->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__UINT16)
-        tp->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
-    fm_tensor *t = onnx_tensor_from_proto(tp, NULL, path);
-    protobuf_c_message_free_unpacked(&tp->base, NULL);
-    return t;
+    return tensor_of_pb(tp, path);
+}
+
+/* ---- SequenceProto and OptionalProto, from the protobuf wire format ---- */
+typedef struct { const uint8_t *p, *end; } pb_in;
+
+static bool pb_varint(pb_in *r, uint64_t *v) {
+    *v = 0;
+    for (int sh = 0; sh < 64 && r->p < r->end; sh += 7) {
+        const uint8_t b = *r->p++;
+        *v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+/* The next field: 1 (its number in *field; a length-delimited one's bytes in *data, *n,
+ * else *data NULL), 0 at the end, -1 on corrupt data. */
+static int pb_next(pb_in *r, int *field, const uint8_t **data, size_t *n) {
+    uint64_t tag, v;
+    *field = 0, *data = NULL, *n = 0;
+    if (r->p == r->end) return 0;
+    if (!pb_varint(r, &tag)) return -1;
+    *field = (int)(tag >> 3);
+    switch (tag & 7) {
+    case 0: return pb_varint(r, &v) ? 1 : -1;
+    case 1: return r->end - r->p >= 8 ? (r->p += 8, 1) : -1;
+    case 5: return r->end - r->p >= 4 ? (r->p += 4, 1) : -1;
+    case 2:
+        if (!pb_varint(r, &v) || v > (uint64_t)(r->end - r->p)) return -1;
+        *data = r->p, *n = (size_t)v, r->p += v;
+        return 1;
+    default: return -1;
+    }
+}
+
+/* A SequenceProto (optional false) or OptionalProto of tensors from its bytes; a sequence
+ * is of dtype dt when typed (its tensors must have it); name receives the proto's. */
+static onnx_value *parse_value(const uint8_t *p, size_t len, bool optional, fm_dtype dt, bool typed, char *name, size_t nn,
+                               const char *path) {
+    pb_in r = {p, p + len};
+    onnx_value *v = optional ? onnx_opt_new(NULL, NULL) : onnx_seq_new(dt, typed, 0);
+    int f = 0, st;
+    const uint8_t *d = NULL;
+    size_t n = 0;
+    while (v && (st = pb_next(&r, &f, &d, &n)) != 0) {
+        const char *bad = st < 0 ? "corrupt data" : (f == 4 || f == 6 || f == 7 || (f == 5 && !optional)) && d
+                                                        ? "a map, sparse tensor or nested sequence or optional (not supported)" : NULL;
+        if (f == 1 && d && name) snprintf(name, nn, "%.*s", (int)(n < 127 ? n : 127), (const char *)d);
+        if (!bad && f == 3 && d) {
+            Onnx__TensorProto *tp = (Onnx__TensorProto *)onnx_unpack(&onnx__tensor_proto__descriptor, d, n, path);
+            fm_tensor *t = tp ? tensor_of_pb(tp, path) : NULL;
+            if (!t) bad = fm_last_error();
+            else if (!optional && onnx_seq_push(v, t)) bad = fm_last_error();
+            else if (optional && !v->t && !v->v) v->t = t;
+            else if (optional) {
+                bad = "two elements in an optional";
+                fm_tensor_release(t);
+            }
+        } else if (!bad && f == 5 && d) {
+            if (v->t || v->v) bad = "two elements in an optional";
+            else if (!(v->v = parse_value(d, n, false, dt, typed, NULL, 0, path))) bad = fm_last_error();
+        }
+        if (bad) {
+            fm_set_error(FM_ERR_FORMAT, "%s: %s", path, bad);
+            onnx_value_release(v);
+            v = NULL;
+        }
+    }
+    return v;
+}
+
+/* Test data file `path`: a TensorProto into *t where decl declares a tensor (or nothing),
+ * else a SequenceProto or OptionalProto into *v. false with the error set. */
+static bool read_data(const char *path, const onnx_input *decl, fm_tensor **t, onnx_value **v, char *name, size_t nn) {
+    *t = NULL, *v = NULL, *name = 0;
+    if (!decl || decl->kind == ONNX_TENSOR) return (*t = read_pb(path, name, nn)) != NULL;
+    unsigned char *buf;
+    size_t n;
+    if (fm_data_read_file(path, &buf, &n)) return false;
+    fm_dtype dt = FM_F32;
+    const bool typed = decl->item_type && onnx_dtype_to_fm(decl->item_type, &dt);
+    *v = parse_value(buf, n, decl->kind == ONNX_OPT, dt, typed, name, nn, path);
+    free(buf);
+    return *v != NULL;
+}
+
+/* A sequence or optional output against the expected one. */
+static bool values_match(const onnx_value *got, const onnx_value *want, char *why, size_t wn) {
+    if (!got || got->kind != want->kind) {
+        snprintf(why, wn, "%s, expected %s", got ? onnx_value_what(got) : "a tensor", onnx_value_what(want));
+        return false;
+    }
+    if (want->kind == ONNX_OPT) {
+        if (!want->t != !got->t || !want->v != !got->v) {
+            snprintf(why, wn, "optional holds %s, expected %s", got->t ? "a tensor" : got->v ? "a sequence" : "nothing",
+                     want->t ? "a tensor" : want->v ? "a sequence" : "nothing");
+            return false;
+        }
+        return want->t ? outputs_match(got->t, want->t, why, wn) : want->v ? values_match(got->v, want->v, why, wn) : true;
+    }
+    if (got->n != want->n) {
+        snprintf(why, wn, "a sequence of %d tensors, expected %d", got->n, want->n);
+        return false;
+    }
+    for (int i = 0; i < want->n; i++) {
+        char w[200];
+        if (!outputs_match(got->items[i], want->items[i], w, sizeof w)) {
+            snprintf(why, wn, "tensor %d of the sequence: %s", i, w);
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Outputs on a device brought to the host to compare (false: why says why). */
@@ -215,70 +346,124 @@ static int graph_case(const char *dir, fm_onnx_model *m, fm_tensor *const *in, c
     return ok;
 }
 
+/* The graph form of a passing case (r->graph), counted in r. */
+static void graph_check(const char *dir, fm_onnx_model *m, fm_tensor *const *in, const char *const *names, bool by_name, int nin,
+                        suite_result *r) {
+    const char *model_names[64];
+    for (int i = 0; i < nin; i++) model_names[i] = by_name ? names[i] : fm_onnx_input_name(m, i);
+    char gw[1024] = "";
+    int ex = -2, g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw, &ex, r->dev);
+    if (g > 0) r->graph_pass++;
+    else if (g == 0) r->graph_fail++;
+    else r->graph_refused++;
+    if (g <= 0 && r->list) fprintf(r->list, "%s\tgraph %s\t%s\n", dir, g ? "refused" : "FAIL", gw);
+    if (ex > 0) r->export_pass++;
+    else if (ex == 0) r->export_fail++;
+    else if (ex == -1) r->export_refused++;
+    if (ex >= -1 && ex <= 0 && r->list) fprintf(r->list, "%s\texport %s\t%s\n", dir, ex ? "refused" : "FAIL", gw);
+}
+
+static bool same_device(fm_device a, fm_device b) { return a.type == b.type && a.index == b.index; }
+
+/* Output i (a tensor, or a sequence or optional) checked to be on dev and brought to the host. */
+static bool output_home(fm_tensor **t, onnx_value **v, int i, fm_device dev, bool check_dev, char *why, size_t wn) {
+    fm_device d = FM_CPU;
+    bool has = *t ? (d = (*t)->storage->device, true) : onnx_value_device(*v, &d);
+    if (has && check_dev && !same_device(d, dev)) {
+        snprintf(why, wn, "output %d is on another device than the inputs", i);
+        return false;
+    }
+    if (!has || d.type == FM_DEV_CPU) return true;
+    if (*t) {
+        fm_tensor *h = fm_tensor_to(*t, FM_CPU);
+        fm_tensor_release(*t);
+        *t = h;
+    } else {
+        onnx_value *h = onnx_value_to(*v, FM_CPU);
+        onnx_value_release(*v);
+        *v = h;
+    }
+    if (!*t && !*v) snprintf(why, wn, "output %d to the host: %s", i, fm_last_error());
+    return *t || *v;
+}
+
+/* The case's inputs (in model order; a name each where the files give one) on r->dev:
+ * the number read, or -1 (why says why). */
+static int read_inputs(const char *dir, fm_onnx_model *m, fm_tensor **in, onnx_value **xin, char names_buf[][128], bool *by_name,
+                       const suite_result *r, char *why, size_t wn) {
+    char path[4200];
+    int nin = 0;
+    *by_name = true;
+    for (; nin < 64; nin++) {
+        snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, nin);
+        if (access(path, R_OK)) break;
+        if (!read_data(path, nin < m->n_inputs ? &m->inputs[nin] : NULL, &in[nin], &xin[nin], names_buf[nin], 128)) {
+            snprintf(why, wn, "input %d: %s", nin, fm_last_error());
+            return -1;
+        }
+        *by_name &= names_buf[nin][0] != 0;
+        if (r->dev.type == FM_DEV_CPU) continue;
+        fm_tensor *d = in[nin] ? fm_tensor_to(in[nin], r->dev) : NULL;
+        onnx_value *dv = xin[nin] ? onnx_value_to(xin[nin], r->dev) : NULL;
+        fm_tensor_release(in[nin]);
+        onnx_value_release(xin[nin]);
+        in[nin] = d, xin[nin] = dv;
+        if (!d && !dv) {
+            snprintf(why, wn, "input %d to the device: %s", nin, fm_last_error());
+            return -1;
+        }
+    }
+    return nin;
+}
+
+/* Output i against output_i.pb (false: why says why). */
+static bool output_matches(const char *dir, fm_onnx_model *m, int i, const fm_tensor *got, const onnx_value *xgot, char *why,
+                           size_t wn) {
+    char path[4200], nm[128], w[256];
+    snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i);
+    fm_tensor *want = NULL;
+    onnx_value *xwant = NULL;
+    bool ok = read_data(path, &m->out_decl[i], &want, &xwant, nm, sizeof nm);
+    if (!ok) snprintf(w, sizeof w, "%s", fm_last_error());
+    else if (want && !got) {
+        snprintf(w, sizeof w, "%s, expected a tensor", onnx_value_what(xgot));
+        ok = false;
+    } else ok = want ? outputs_match(got, want, w, sizeof w) : values_match(xgot, xwant, w, sizeof w);
+    if (!ok) snprintf(why, wn, "output %d '%s': %s", i, fm_onnx_output_name(m, i), w);
+    fm_tensor_release(want);
+    onnx_value_release(xwant);
+    return ok;
+}
+
 /* Runs one case: C_PASS or C_FAIL (why says what failed). */
 static case_kind run_case(const char *dir, fm_onnx_model *m, char *why, size_t wn, suite_result *r) {
     fm_tensor *in[64] = {0}, *out[64] = {0};
-    char names_buf[64][128], path[4200];
+    onnx_value *xin[64] = {0}, *xout[64] = {0};
+    char names_buf[64][128];
     const char *names[64];
-    int nin = 0, nout = fm_onnx_output_count(m);
-    bool by_name = true;
-    for (; nin < 64; nin++) {
-        snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, nin);
-        FILE *f = fopen(path, "rb");
-        if (!f) break;
-        fclose(f);
-        if (!(in[nin] = read_pb(path, names_buf[nin], sizeof names_buf[nin]))) {
-            snprintf(why, wn, "input %d: %s", nin, fm_last_error());
-            goto fail;
-        }
-        names[nin] = names_buf[nin];
-        by_name &= names_buf[nin][0] != 0;
+    int nout = fm_onnx_output_count(m);
+    bool by_name = true, ok = true;
+    int nin = read_inputs(dir, m, in, xin, names_buf, &by_name, r, why, wn);
+    for (int i = 0; i < nin; i++) names[i] = names_buf[i];
+    if (nin < 0) ok = false;
+    else if (nout > 64) ok = false, snprintf(why, wn, "too many outputs");
+    else if (onnx_execute_values(m, nin, by_name ? (const char *const *)names : NULL, in, xin, out, xout)) {
+        snprintf(why, wn, "%s", fm_last_error());
+        ok = false;
     }
-    if (nout > 64) { snprintf(why, wn, "too many outputs"); goto fail; }
-    for (int i = 0; i < nin && r->dev.type != FM_DEV_CPU; i++) {
-        fm_tensor *d = fm_tensor_to(in[i], r->dev);
-        fm_tensor_release(in[i]);
-        if (!(in[i] = d)) { snprintf(why, wn, "input %d to the device: %s", i, fm_last_error()); goto fail; }
+    bool on_dev = false; /* no input holding a tensor (none, or empty optionals): it runs on the CPU */
+    fm_device d;
+    for (int i = 0; i < nin; i++) on_dev |= in[i] || onnx_value_device(xin[i], &d);
+    for (int i = 0; ok && i < nout; i++)
+        ok = output_home(&out[i], &xout[i], i, r->dev, on_dev && r->dev.type != FM_DEV_CPU, why, wn);
+    for (int i = 0; ok && i < nout; i++) ok = output_matches(dir, m, i, out[i], xout[i], why, wn);
+    if (ok && r->graph) graph_check(dir, m, in, names, by_name, nin, r);
+    for (int i = 0; i < 64; i++) {
+        fm_tensor_release_n(2, in[i], out[i]);
+        onnx_value_release(xin[i]);
+        onnx_value_release(xout[i]);
     }
-    if (fm_onnx_run(m, nin, by_name ? names : NULL, in, out)) { snprintf(why, wn, "%s", fm_last_error()); goto fail; }
-    for (int i = 0; i < nout && nin && r->dev.type != FM_DEV_CPU; i++) { /* no inputs: it runs on the CPU */
-        if (out[i]->storage->device.type != r->dev.type || out[i]->storage->device.index != r->dev.index) {
-            snprintf(why, wn, "output %d is on another device than the inputs", i);
-            goto fail;
-        }
-        fm_tensor *h = fm_tensor_to(out[i], FM_CPU);
-        fm_tensor_release(out[i]);
-        if (!(out[i] = h)) { snprintf(why, wn, "output %d to the host: %s", i, fm_last_error()); goto fail; }
-    }
-    for (int i = 0; i < nout; i++) {
-        char nm[128];
-        snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i);
-        fm_tensor *want = read_pb(path, nm, sizeof nm);
-        char w[256];
-        bool ok = want && outputs_match(out[i], want, w, sizeof w);
-        if (!ok) snprintf(why, wn, "output %d '%s': %s", i, fm_onnx_output_name(m, i), want ? w : fm_last_error());
-        fm_tensor_release(want);
-        if (!ok) goto fail;
-    }
-    if (r->graph) {
-        const char *model_names[64];
-        for (int i = 0; i < nin; i++) model_names[i] = by_name ? names[i] : fm_onnx_input_name(m, i);
-        char gw[1024] = "";
-        int ex = -2, g = graph_case(dir, m, in, model_names, nin, gw, sizeof gw, &ex, r->dev);
-        if (g > 0) r->graph_pass++;
-        else if (g == 0) r->graph_fail++;
-        else r->graph_refused++;
-        if (g <= 0 && r->list) fprintf(r->list, "%s\tgraph %s\t%s\n", dir, g ? "refused" : "FAIL", gw);
-        if (ex > 0) r->export_pass++;
-        else if (ex == 0) r->export_fail++;
-        else if (ex == -1) r->export_refused++;
-        if (ex >= -1 && ex <= 0 && r->list) fprintf(r->list, "%s\texport %s\t%s\n", dir, ex ? "refused" : "FAIL", gw);
-    }
-    for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
-    return C_PASS;
-fail:
-    for (int i = 0; i < 64; i++) fm_tensor_release_n(2, in[i], out[i]);
-    return C_FAIL;
+    return ok ? C_PASS : C_FAIL;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

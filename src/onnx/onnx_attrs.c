@@ -10,7 +10,7 @@
 const onnx_op *onnx_find_op(const char *name) {
     const onnx_op *lists[] = {onnx_ops_math, onnx_ops_nn, onnx_ops_shape, onnx_ops_host, onnx_ops_resize, onnx_ops_quant, onnx_ops_rnn, onnx_ops_loss, onnx_ops_misc,
                               onnx_ops_dyn, onnx_ops_signal, onnx_ops_sample, onnx_ops_attn, onnx_ops_extra, onnx_ops_flow,
-                              onnx_ops_linattn, onnx_ops_more};
+                              onnx_ops_linattn, onnx_ops_more, onnx_ops_seq};
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (const onnx_op *o = lists[l]; o->name; o++)
             if (!strcmp(o->name, name)) return o;

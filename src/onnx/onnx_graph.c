@@ -280,9 +280,27 @@ static fm_status check_param_inputs(const onnx_graph_ctx *x) {
     return FM_OK;
 }
 
+/* Sequences and optionals have no graph form: a model that declares one as an input or
+ * output, or has a node of their ops, is refused naming it. */
+static fm_status refuse_values(const fm_onnx_model *m) {
+    for (int i = 0; i < m->n_inputs + m->n_outputs; i++) {
+        const onnx_input *d = i < m->n_inputs ? &m->inputs[i] : &m->out_decl[i - m->n_inputs];
+        if (d->kind != ONNX_TENSOR)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' is %s, which the graph form does not have", m->path,
+                                i < m->n_inputs ? "input" : "output", m->value_names[d->slot],
+                                d->kind == ONNX_SEQ ? "a sequence" : "an optional");
+    }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (onnx_op_makes_values(m->nodes[i].op))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: node %d '%s' (%s): sequences and optionals have no graph form (`fathom run` "
+                                "runs this model directly)", m->path, i, m->nodes[i].proto->name ? m->nodes[i].proto->name : "",
+                                m->nodes[i].op->name);
+    return FM_OK;
+}
+
 static fm_status build_graph(onnx_graph_ctx *x) {
     const fm_onnx_model *m = x->m;
-    if (check_param_inputs(x)) return fm_last_status();
+    if (refuse_values(m) || check_param_inputs(x)) return fm_last_status();
     fm_tensor *pa[64] = {0}, *pb[64] = {0}, *oa[256] = {0}, *ob[256] = {0}, **vc = NULL;
     fm_status st = m->n_inputs > 64 || m->n_outputs > 256
                        ? fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many inputs or outputs", m->path)

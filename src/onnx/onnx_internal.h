@@ -9,7 +9,8 @@
  *                  its last use
  *   onnx_ops_*.c   the ops: each a function on an onnx_op_ctx, listed in its
  *                  family's table with its opset range and attributes; _host.c
- *                  computes on the host what fathom has no kernel for */
+ *                  computes on the host what fathom has no kernel for; _seq.c the
+ *                  sequence and optional values and their ops */
 #ifndef FATHOM_ONNX_INTERNAL_H
 #define FATHOM_ONNX_INTERNAL_H
 #include <onnx.pb-c.h>
@@ -42,6 +43,43 @@ const char *onnx_dtype_name(int32_t onnx_type);
  * errors. */
 fm_tensor *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *dir, const char *what);
 
+/* ---- sequence and optional values (onnx_ops_seq.c) ----
+ * The ONNX values that are not tensors: a sequence of tensors, and an optional that is
+ * empty or holds a tensor or a sequence. They flow through the same value slots as
+ * tensors, in an array beside the tensors' (a slot holds a tensor or a value, never
+ * both), allocated only for models that can make one (onnx_op_makes_values, or a graph
+ * input declared as one). A value is immutable once made and refcounted as tensors are
+ * (not atomically: a value lives in one run); it is released after its last reader as a
+ * tensor is. Only the ops that take them (onnx_op_takes_values: the sequence and
+ * optional ops, Identity, If, Loop) see them, through onnx_op_ctx.xin and xout; a node of
+ * any other op given one fails naming the input. */
+typedef enum { ONNX_TENSOR, ONNX_SEQ, ONNX_OPT } onnx_kind;
+typedef struct onnx_value {
+    int refs;
+    onnx_kind kind;       /* ONNX_SEQ or ONNX_OPT */
+    fm_dtype dtype;       /* seq: its tensors' dtype, when typed */
+    bool typed;           /* seq: dtype is known (SequenceEmpty's dtype, or its first tensor's) */
+    int n, cap;           /* seq: its tensors, in order */
+    fm_tensor **items;
+    fm_tensor *t;         /* opt: the tensor it holds, or NULL */
+    struct onnx_value *v; /* opt: the sequence it holds, or NULL (both NULL: an empty optional) */
+} onnx_value;
+/* An empty sequence (of dtype dt when typed), room for cap tensors; NULL with the error set. */
+onnx_value *onnx_seq_new(fm_dtype dt, bool typed, int cap);
+/* Appends t, taking its reference (released on an error too); the sequence's dtype
+ * when untyped, else t must have it. */
+fm_status onnx_seq_push(onnx_value *s, fm_tensor *t);
+/* An optional holding t or v (NULL, NULL: empty), taking their references. */
+onnx_value *onnx_opt_new(fm_tensor *t, onnx_value *v);
+onnx_value *onnx_value_retain(onnx_value *v);
+void onnx_value_release(onnx_value *v);
+/* "a sequence", "an empty optional", "an optional" (for messages). */
+const char *onnx_value_what(const onnx_value *v);
+/* The device of v's first tensor (false: it holds none). */
+bool onnx_value_device(const onnx_value *v, fm_device *dev);
+/* v with every tensor on dev (a new reference; v's own when they all are there). */
+onnx_value *onnx_value_to(onnx_value *v, fm_device dev);
+
 /* ---- the model (onnx_model.c) ---- */
 typedef struct onnx_node {
     const Onnx__NodeProto *proto;
@@ -50,11 +88,14 @@ typedef struct onnx_node {
     int n_in, n_out;
     int *imp, n_imp;              /* the values of this graph its subgraphs read (If, Loop, Scan bodies) */
     struct fm_onnx_model **subs;  /* per attribute: the subgraph of a GRAPH attribute, else NULL (NULL: none) */
+    bool values;                  /* its op takes or gives sequences and optionals (onnx_op_takes_values) */
 } onnx_node;
 
 typedef struct onnx_input {
     int slot;
-    int32_t elem_type; /* 0: not declared */
+    onnx_kind kind;    /* declared a tensor (or not declared), a sequence or an optional */
+    int32_t item_type; /* a sequence's or optional's tensors' element type (0: not declared) */
+    int32_t elem_type; /* a tensor's; 0: not declared (and for a sequence or optional) */
     int ndim;          /* -1: rank not declared */
     int64_t dims[FM_MAX_DIMS]; /* -1: symbolic or unknown */
 } onnx_input;
@@ -68,6 +109,8 @@ struct fm_onnx_model {
     int *cap_local, *cap_outer, n_cap; /* a subgraph's values from the enclosing graph: its slot, the slot there */
     struct fm_onnx_model *root; /* the model loaded from the file (itself there) */
     int64_t max_iterations;     /* the root's: fm_onnx_set_max_iterations (0: no limit) */
+    bool has_values;            /* the root's: an op that makes sequences or optionals, or a graph input declared as
+                                   one, is somewhere in it (its runs keep a slot array for them) */
     int n_values;
     char **value_names;      /* borrowed from proto */
     fm_tensor **constants;   /* per slot: initializer, or NULL */
@@ -91,6 +134,13 @@ struct fm_onnx_model {
  * value computed (constants and inputs included), for the graph import. */
 fm_status onnx_execute(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
                        fm_tensor **outputs, fm_tensor **keep);
+/* fm_onnx_run with sequence and optional values (the conformance runner's entry point):
+ * input i is inputs[i] or, where that is NULL, xinputs[i] (either array may be NULL: all
+ * of the other kind); output i comes in outputs[i] when it is a tensor, else in xoutputs[i]
+ * (a new reference; the other NULL). fm_onnx_run is this with xinputs and xoutputs NULL:
+ * a model that declares a sequence or optional input or output is refused there. */
+fm_status onnx_execute_values(fm_onnx_model *m, int n_inputs, const char *const *names, fm_tensor *const *inputs,
+                              onnx_value *const *xinputs, fm_tensor **outputs, onnx_value **xoutputs);
 
 /* ---- the graph form (onnx_graph.c, onnx_graph_ops.c) ---- */
 #define ONNX_GRAPH_MAX_SYMS 16
@@ -135,6 +185,11 @@ typedef struct onnx_op_ctx {
     fm_tensor **in;  /* NULL where an optional input is omitted */
     fm_tensor **out; /* the op sets each one it produces (new references) */
     fm_tensor **scope;  /* the running graph's values: what its subgraphs capture (NULL outside a run) */
+    /* Sequences and optionals, for the ops that take them (onnx_node.values; NULL for the others):
+     * xin[k] is input k where it is one (in[k] NULL then); the op sets xout[k] (a new reference)
+     * instead of out[k] for such a result; xscope is the running graph's values of that kind
+     * (NULL when the model makes none). */
+    onnx_value **xin, **xout, **xscope;
     fm_device dev;      /* the device the graph runs on */
     struct fm_onnx_model *const *subs; /* per attribute: its subgraph (onnx_node.subs) */
 } onnx_op_ctx;
@@ -155,6 +210,15 @@ typedef struct onnx_op {
  * (new references); the values it reads from the enclosing graphs come from c->scope. */
 fm_onnx_model *onnx_subgraph(const onnx_op_ctx *c, const char *attr);
 fm_status onnx_run_subgraph(const onnx_op_ctx *c, fm_onnx_model *sub, int n_in, fm_tensor *const *in, fm_tensor **out);
+/* The same with sequence and optional values: input i is in[i] or, where that is NULL,
+ * xin[i]; output i comes in out[i] or xout[i] (xin, xout may be NULL: tensors only, and a
+ * subgraph giving a value then fails naming it). */
+fm_status onnx_run_subgraph_values(const onnx_op_ctx *c, fm_onnx_model *sub, int n_in, fm_tensor *const *in,
+                                   onnx_value *const *xin, fm_tensor **out, onnx_value **xout);
+/* The sequence and optional ops (onnx_ops_seq.c) make such values; they, Identity, If and
+ * Loop take them (and pass them on). */
+bool onnx_op_makes_values(const onnx_op *op);
+bool onnx_op_takes_values(const onnx_op *op);
 
 const onnx_op *onnx_find_op(const char *name);
 /* The op of a node's domain: the default one ("", "ai.onnx") or "ai.onnx.preview"
@@ -163,7 +227,7 @@ const onnx_op *onnx_find_op_domain(const char *domain, const char *name);
 /* The op lists of each family (NULL-name terminated), joined by onnx_find_op. */
 extern const onnx_op onnx_ops_math[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_host[], onnx_ops_resize[], onnx_ops_quant[],
     onnx_ops_rnn[], onnx_ops_loss[], onnx_ops_misc[], onnx_ops_dyn[], onnx_ops_signal[], onnx_ops_sample[], onnx_ops_attn[], onnx_ops_extra[],
-    onnx_ops_flow[], onnx_ops_linattn[], onnx_ops_more[], onnx_ops_preview[];
+    onnx_ops_flow[], onnx_ops_linattn[], onnx_ops_more[], onnx_ops_seq[], onnx_ops_preview[];
 
 /* DepthToSpace / SpaceToDepth of an [N, C, H, W] x: reshape to mid, permute, reshape to out
  * (onnx_ops_misc.c; the interpreter and the graph form). */

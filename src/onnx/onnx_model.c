@@ -84,15 +84,34 @@ static int find_opset(const Onnx__ModelProto *p) {
     return -1;
 }
 
-/* A declared tensor type -> elem type, rank, dims (-1 where symbolic). */
+/* A declared sequence or optional type: its kind and its tensors' element type. Sequences
+ * hold tensors; an optional holds a tensor or such a sequence. */
+static fm_status declared_value_type(const fm_onnx_model *m, const Onnx__ValueInfoProto *vi, const Onnx__TypeProto *tp,
+                                     onnx_input *in) {
+    const bool seq = tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE;
+    in->kind = seq ? ONNX_SEQ : ONNX_OPT;
+    const Onnx__TypeProto *e = seq ? tp->sequence_type->elem_type : tp->optional_type->elem_type;
+    if (!seq && e && e->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE) e = e->sequence_type->elem_type;
+    if (e && e->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+        return model_error(m, FM_ERR_UNSUPPORTED, "'%s' is %s of maps, sequences or sparse tensors; fathom's sequences and optionals "
+                           "hold tensors", vi->name, seq ? "a sequence" : "an optional");
+    if (e && e->tensor_type->has_elem_type) in->item_type = e->tensor_type->elem_type;
+    return FM_OK;
+}
+
+/* A declared type -> elem type, rank, dims (-1 where symbolic) of a tensor; the kind and the
+ * element type of a sequence or optional. */
 static fm_status declared_type(const fm_onnx_model *m, const Onnx__ValueInfoProto *vi, onnx_input *in) {
     const Onnx__TypeProto *tp = vi->type;
-    in->elem_type = 0;
+    in->elem_type = in->item_type = 0;
     in->ndim = -1;
+    in->kind = ONNX_TENSOR;
     if (!tp) return FM_OK;
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE || tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE)
+        return declared_value_type(m, vi, tp, in);
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
-        return model_error(m, FM_ERR_UNSUPPORTED, "'%s' is a sequence, map, optional or sparse value; fathom runs dense tensors only",
-                           vi->name, NULL);
+        return model_error(m, FM_ERR_UNSUPPORTED, "'%s' is a map or sparse value (or of no type); fathom runs dense tensors, "
+                           "sequences of them and optionals", vi->name, NULL);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (tt->has_elem_type) in->elem_type = tt->elem_type;
     if (!tt->shape) return FM_OK;
@@ -111,7 +130,9 @@ static fm_status check_against_initializer(const fm_onnx_model *m, const Onnx__V
     onnx_input d;
     if (declared_type(m, vi, &d)) return fm_last_status();
     char why[256] = "";
-    if (d.elem_type && d.elem_type != onnx_dtype_from_fm(t->dtype))
+    if (d.kind != ONNX_TENSOR)
+        snprintf(why, sizeof why, "declared %s but an initializer is a tensor", d.kind == ONNX_SEQ ? "a sequence" : "an optional");
+    else if (d.elem_type && d.elem_type != onnx_dtype_from_fm(t->dtype))
         snprintf(why, sizeof why, "declared element type %s but the initializer holds %s", onnx_dtype_name(d.elem_type),
                  fm_dtype_name(t->dtype));
     else if (d.ndim >= 0 && d.ndim != t->ndim)
@@ -155,9 +176,11 @@ static fm_status load_inputs(fm_onnx_model *m, name_map *nm) {
         onnx_input *in = &m->inputs[m->n_inputs];
         if (declared_type(m, vi, in)) return fm_last_status();
         fm_dtype dt;
-        if (in->elem_type && !onnx_dtype_to_fm(in->elem_type, &dt))
+        const int32_t et = in->kind == ONNX_TENSOR ? in->elem_type : in->item_type;
+        if (et && !onnx_dtype_to_fm(et, &dt))
             return model_error(m, FM_ERR_UNSUPPORTED, "input '%s' has element type %s, which fathom does not support", vi->name,
-                               onnx_dtype_name(in->elem_type));
+                               onnx_dtype_name(et));
+        if (in->kind != ONNX_TENSOR) m->root->has_values = true;
         in->slot = s;
         m->n_inputs++;
     }
@@ -283,6 +306,8 @@ static fm_status load_nodes(scope *sc) {
         onnx_node *n = &m->nodes[m->n_nodes++];
         n->proto = np;
         if (check_node(m, (int)i, np, &n->op)) return fm_last_status();
+        n->values = onnx_op_takes_values(n->op);
+        if (onnx_op_makes_values(n->op)) m->root->has_values = true;
         n->n_in = (int)np->n_input;
         n->n_out = (int)np->n_output;
         n->in = malloc((np->n_input + np->n_output + 1) * sizeof(int));
@@ -429,6 +454,9 @@ int fm_onnx_opset(const fm_onnx_model *m) { return m ? m->opset : 0; }
 static fm_status io_info(const fm_onnx_model *m, const onnx_input *d, const char *what, fm_graph_io *io) {
     const char *name = m->value_names[d->slot];
     fm_dtype dt;
+    if (d->kind != ONNX_TENSOR)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' is %s, not a tensor (fm_onnx_run and `fathom run` take and give "
+                            "tensors only)", m->path, what, name, d->kind == ONNX_SEQ ? "a sequence" : "an optional");
     if (d->ndim < 0 || !d->elem_type)
         return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' declares no %s", m->path, what, name, d->ndim < 0 ? "rank" : "element type");
     if (!onnx_dtype_to_fm(d->elem_type, &dt))

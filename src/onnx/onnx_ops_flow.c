@@ -5,7 +5,9 @@
  * stacked at the end (fm_stack), along a new axis 0 for Loop and the output's axis for
  * Scan. Exporters write If for data-dependent branches (torch.cond, TensorFlow's cond),
  * Loop for generation and beam search loops, Scan for recurrences; ONNX's own function
- * bodies (AffineGrid, Range, LinearAttention's expansions) use them too. */
+ * bodies (AffineGrid, Range, LinearAttention's expansions) use them too. If's branches may
+ * give sequences and optionals, and Loop may carry them (a sequence built over the
+ * iterations, an optional that starts empty); Loop's scan outputs and Scan are tensors. */
 #include "onnx/onnx_internal.h"
 
 #include <inttypes.h>
@@ -42,6 +44,8 @@ static fm_onnx_model *body_of(const onnx_op_ctx *c, const char *attr) {
 /* ---- If ---- */
 
 static fm_status op_if(onnx_op_ctx *c) {
+    if (c->xin && c->xin[0])
+        return onnx_node_error(c, FM_ERR_INVALID, "the condition (input 0) is %s; it must be a tensor", onnx_value_what(c->xin[0]));
     bool cond = false;
     if (truth(c, c->in[0], "the condition (input 0)", &cond)) return fm_last_status();
     fm_onnx_model *b = body_of(c, cond ? "then_branch" : "else_branch");
@@ -50,8 +54,12 @@ static fm_status op_if(onnx_op_ctx *c) {
         return onnx_node_error(c, FM_ERR_INVALID, "the %s branch gives %d outputs; the node has %d", cond ? "then" : "else",
                                b->n_outputs, c->n_out);
     fm_tensor *out[FLOW_MAX];
-    if (onnx_run_subgraph(c, b, 0, NULL, out)) return fm_last_status();
-    for (int i = 0; i < c->n_out; i++) c->out[i] = out[i];
+    onnx_value *xout[FLOW_MAX]; /* a branch may give sequences and optionals */
+    if (onnx_run_subgraph_values(c, b, 0, NULL, NULL, out, c->xout ? xout : NULL)) return fm_last_status();
+    for (int i = 0; i < c->n_out; i++) {
+        c->out[i] = out[i];
+        if (c->xout) c->xout[i] = xout[i];
+    }
     return FM_OK;
 }
 
@@ -134,6 +142,8 @@ typedef struct {
 static fm_status loop_plan_of(onnx_op_ctx *c, loop_plan *p) {
     if (!(p->b = body_of(c, "body"))) return fm_last_status();
     if (c->n_in < 2) return onnx_node_error(c, FM_ERR_INVALID, "takes the trip count and the condition (either may be empty) first");
+    for (int k = 0; k < 2 && c->xin; k++)
+        if (c->xin[k]) return onnx_node_error(c, FM_ERR_INVALID, "input %d is %s; it must be a tensor", k, onnx_value_what(c->xin[k]));
     p->n_carry = c->n_in - 2;
     p->n_scan = p->b->n_outputs - 1 - p->n_carry;
     if (p->b->n_inputs != p->n_carry + 2 || p->n_scan < 0 || p->b->n_outputs > FLOW_MAX)
@@ -157,39 +167,66 @@ static fm_status loop_plan_of(onnx_op_ctx *c, loop_plan *p) {
     return FM_OK;
 }
 
+/* The loop-carried values: a tensor, or a sequence or optional, each. */
+typedef struct { fm_tensor *t[FLOW_MAX]; onnx_value *x[FLOW_MAX]; } loop_carry;
+
+/* The body's outputs after the condition: carried values kept, scan values stacked. */
+static fm_status loop_keep(onnx_op_ctx *c, loop_plan *p, fm_tensor **out, onnx_value **xout, loop_carry *carry, stack_list *scans) {
+    fm_status s = FM_OK;
+    for (int k = 0; k < p->n_carry; k++) {
+        fm_tensor_release(carry->t[k]);
+        onnx_value_release(carry->x[k]);
+        carry->t[k] = out[1 + k], carry->x[k] = xout[1 + k];
+        out[1 + k] = NULL, xout[1 + k] = NULL;
+    }
+    for (int k = 0; k < p->n_scan; k++) {
+        const int j = 1 + p->n_carry + k;
+        if (!s && xout[j])
+            s = onnx_node_error(c, FM_ERR_INVALID, "the body's scan output %d is %s; scan outputs are tensors", k,
+                                onnx_value_what(xout[j]));
+        if (!s) s = stack_push(&scans[k], out[j]);
+        else fm_tensor_release(out[j]);
+        onnx_value_release(xout[j]);
+        out[j] = NULL, xout[j] = NULL;
+    }
+    return s;
+}
+
 /* One iteration: the body on (i, cond, carried); carried and cond updated, scan values kept. */
-static fm_status loop_step(onnx_op_ctx *c, loop_plan *p, int64_t i, fm_tensor **carry, stack_list *scans) {
+static fm_status loop_step(onnx_op_ctx *c, loop_plan *p, int64_t i, loop_carry *carry, stack_list *scans) {
     fm_tensor *in[FLOW_MAX + 2] = {0}, *out[FLOW_MAX] = {0};
+    onnx_value *xin[FLOW_MAX + 2], *xout[FLOW_MAX]; /* the body's: zeroed below, as far as it has them */
+    bool any = false;
+    for (int k = 0; k < p->n_carry; k++) any |= (xin[2 + k] = carry->x[k]) != NULL;
+    xin[0] = xin[1] = NULL;
+    for (int k = 0; k < p->b->n_outputs; k++) xout[k] = NULL;
     in[0] = fm_tensor_full(0, NULL, (double)i, FM_I64, c->dev);
     in[1] = fm_tensor_full(0, NULL, p->cond ? 1.0 : 0.0, FM_BOOL, c->dev);
     if (!in[0] || !in[1]) {
         REL(in[0], in[1]);
         return fm_last_status();
     }
-    for (int k = 0; k < p->n_carry; k++) in[2 + k] = carry[k];
-    fm_status s = onnx_run_subgraph(c, p->b, p->n_carry + 2, in, out);
+    for (int k = 0; k < p->n_carry; k++) in[2 + k] = carry->t[k];
+    fm_status s = onnx_run_subgraph_values(c, p->b, p->n_carry + 2, in, any ? xin : NULL, out, xout);
     REL(in[0], in[1]);
     if (s) return s;
-    if (p->has_cond) s = truth(c, out[0], "the body's condition output", &p->cond);
-    for (int k = 0; k < p->n_carry; k++) {
-        fm_tensor_release(carry[k]);
-        carry[k] = out[1 + k], out[1 + k] = NULL;
-    }
-    for (int k = 0; k < p->n_scan; k++) {
-        if (!s) s = stack_push(&scans[k], out[1 + p->n_carry + k]);
-        else fm_tensor_release(out[1 + p->n_carry + k]);
-        out[1 + p->n_carry + k] = NULL;
-    }
+    if (xout[0]) s = onnx_node_error(c, FM_ERR_INVALID, "the body's condition output is %s; it must be a tensor", onnx_value_what(xout[0]));
+    else if (p->has_cond) s = truth(c, out[0], "the body's condition output", &p->cond);
+    fm_status k = loop_keep(c, p, out, xout, carry, scans);
     fm_tensor_release(out[0]);
-    return s;
+    onnx_value_release(xout[0]);
+    return s ? s : k;
 }
 
 static fm_status op_loop(onnx_op_ctx *c) {
     loop_plan p = {0};
     if (loop_plan_of(c, &p)) return fm_last_status();
-    fm_tensor *carry[FLOW_MAX] = {0};
+    loop_carry carry = {{0}, {0}};
     stack_list scans[FLOW_MAX] = {{0}};
-    for (int k = 0; k < p.n_carry; k++) carry[k] = fm_tensor_retain(c->in[2 + k]);
+    for (int k = 0; k < p.n_carry; k++) {
+        carry.t[k] = fm_tensor_retain(c->in[2 + k]);
+        carry.x[k] = c->xin ? onnx_value_retain(c->xin[2 + k]) : NULL;
+    }
     const int64_t lim = c->model->root ? c->model->root->max_iterations : 0;
     fm_status s = FM_OK;
     for (int64_t i = 0; !s && (p.trip < 0 || i < p.trip) && (!p.has_cond || p.cond); i++) {
@@ -197,13 +234,22 @@ static fm_status op_loop(onnx_op_ctx *c) {
             s = onnx_node_error(c, FM_ERR_INVALID, "ran past the limit of %" PRId64 " iterations (fm_onnx_set_max_iterations)", lim);
             break;
         }
-        s = loop_step(c, &p, i, carry, scans);
+        s = loop_step(c, &p, i, &carry, scans);
     }
     for (int k = 0; !s && k < c->n_out; k++)
-        if (k < p.n_carry) c->out[k] = carry[k], carry[k] = NULL;
-        else if (!(c->out[k] = stack_out(c, &scans[k - p.n_carry], p.b, 1 + k, 0, false))) s = fm_last_status();
-    if (s) release_all(c->out, c->n_out);
-    release_all(carry, p.n_carry);
+        if (k < p.n_carry && carry.x[k] && !c->xout)
+            s = onnx_node_error(c, FM_ERR_INTERNAL, "loop-carried value %d is %s, which this node cannot give", k,
+                                onnx_value_what(carry.x[k]));
+        else if (k < p.n_carry) {
+            c->out[k] = carry.t[k], carry.t[k] = NULL;
+            if (c->xout) c->xout[k] = carry.x[k], carry.x[k] = NULL;
+        } else if (!(c->out[k] = stack_out(c, &scans[k - p.n_carry], p.b, 1 + k, 0, false))) s = fm_last_status();
+    if (s) {
+        release_all(c->out, c->n_out);
+        for (int k = 0; c->xout && k < c->n_out; k++) onnx_value_release(c->xout[k]), c->xout[k] = NULL;
+    }
+    release_all(carry.t, p.n_carry);
+    for (int k = 0; k < p.n_carry; k++) onnx_value_release(carry.x[k]);
     for (int k = 0; k < p.n_scan; k++) stack_free(&scans[k]);
     return s;
 }
