@@ -37,6 +37,16 @@ def fathom_run(path, feeds, tag, device="cpu"):
     return {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy")}, None
 
 
+def report_outputs(tag, names, refs, got, rel=1e-5):
+    """One report line per output name: fathom's (got, by name) equal to the reference (refs, in the
+    order of names) in shape and dtype and within rel of the reference's largest magnitude."""
+    for n, r in zip(names, refs):
+        y = got.get(n)
+        ok = y is not None and y.shape == r.shape and y.dtype == r.dtype and \
+            float(np.max(np.abs(y.astype(np.float64) - r), initial=0)) <= rel * max(1.0, float(np.max(np.abs(r), initial=0)))
+        report(ok, f"{tag}: output {n} {r.shape} {r.dtype}" + ("" if ok else f": fathom {None if y is None else (y.shape, y.dtype)} {y}, reference {r}"))
+
+
 def finish(name):
     """Prints the count and exits: 1 when any check failed."""
     print(f"{name}: {fails} failed")

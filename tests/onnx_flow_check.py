@@ -24,7 +24,7 @@ except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
 
-from onnx_check_lib import D, FATHOM, fathom_run, finish, report
+from onnx_check_lib import D, FATHOM, fathom_run, finish, report, report_outputs
 
 F, I, B = T.FLOAT, T.INT64, T.BOOL
 
@@ -53,11 +53,7 @@ def compare(tag, path, feeds, ort_ok=True):
     if err:
         report(False, f"{tag}: fathom refused: {err}")
         return
-    for n, r in zip(names, ref):
-        y = got.get(n)
-        ok = y is not None and y.shape == r.shape and y.dtype == r.dtype and \
-            float(np.max(np.abs(y.astype(np.float64) - r), initial=0)) <= 1e-5 * max(1.0, float(np.max(np.abs(r), initial=0)))
-        report(ok, f"{tag}: output {n} {r.shape}" + ("" if ok else f": fathom {None if y is None else (y.shape, y.dtype)} {y}, ORT {r}"))
+    report_outputs(tag, names, ref, got)
 
 
 def refused(tag, path, feeds, want):

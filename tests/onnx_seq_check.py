@@ -26,7 +26,7 @@ except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
 
-from onnx_check_lib import D, fathom_run, finish, report
+from onnx_check_lib import D, fathom_run, finish, report, report_outputs
 
 ort.set_default_logger_severity(4)  # the refusals below are expected; their ONNX Runtime errors are caught
 
@@ -68,11 +68,7 @@ def compare(tag, path, feeds):
     if err:
         report(False, f"{tag}: fathom refused: {err}")
         return
-    for n, r in zip(names, ref):
-        y = got.get(n)
-        ok = y is not None and y.shape == r.shape and y.dtype == r.dtype and \
-            float(np.max(np.abs(y.astype(np.float64) - r), initial=0)) <= 1e-5 * max(1.0, float(np.max(np.abs(r), initial=0)))
-        report(ok, f"{tag}: output {n} {r.shape} {r.dtype}" + ("" if ok else f": fathom {None if y is None else (y.shape, y.dtype)} {y}, ORT {r}"))
+    report_outputs(tag, names, ref, got)
     dev, err = fathom_run(path, feeds, tag, device="check")
     same = dev is not None and all(np.array_equal(dev[n], got[n]) and dev[n].dtype == got[n].dtype for n in names)
     report(same, f"{tag}: on the check device, the CPU's outputs bit for bit" + ("" if same else f": {err}"))
