@@ -85,6 +85,14 @@ p = save_model([h.make_node("Loop", ["M", "", "a0"], ["acc_out", "scans"], body=
                [vi("M", I, []), vi("x", F, [3, 4]), vi("a0", F, [3, 4])], [vi("acc_out", F), vi("scans", F)], f"{D}/loop_for.onnx")
 compare("loop_for", p, {"M": np.array(5, np.int64), "x": x, "a0": np.ones((3, 4), np.float32)})
 compare("loop_zero_trips", p, {"M": np.array(0, np.int64), "x": x, "a0": np.ones((3, 4), np.float32)})
+# a body scan output declared with a negative dim (a bad file): zero trips give an empty output, no crash
+bad_body = h.make_graph([h.make_node("Identity", ["cin"], ["cout"]), h.make_node("Identity", ["acc"], ["acc2"]),
+                         h.make_node("Identity", ["acc"], ["sc"])], "body",
+                        [vi("i", I, []), vi("cin", B, []), vi("acc", F)], [vi("cout", B, []), vi("acc2", F), vi("sc", F, [-3, 4])])
+p = save_model([h.make_node("Loop", ["M", "", "a0"], ["acc_out", "scans"], body=bad_body)], [vi("M", I, []), vi("a0", F, [3, 4])],
+               [vi("acc_out", F), vi("scans", F)], f"{D}/loop_negdim.onnx")
+got, err = fathom_run(p, {"M": np.array(0, np.int64), "a0": np.ones((3, 4), np.float32)}, "loop_negdim")
+report(err is None and got["scans"].shape[0] == 0, f"loop_negative_declared_dim: zero trips give {None if err else got['scans'].shape} {err or ''}")
 
 # Loop (while): v = v * 1.5 while sum(v) < limit, also capped by M; nested If reading x (two graphs up)
 inner_t = h.make_graph([h.make_node("Add", ["v2", "x"], ["it"])], "it", [], [vi("it", F)])

@@ -99,7 +99,8 @@ static fm_tensor *empty_output(const fm_onnx_model *b, int out, int axis, fm_dev
         d.elem_type = tt->has_elem_type ? tt->elem_type : 0;
         d.ndim = tt->shape && tt->shape->n_dim < FM_MAX_DIMS ? (int)tt->shape->n_dim : 0;
         for (int k = 0; k < d.ndim; k++)
-            d.dims[k] = tt->shape->dim[k]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? tt->shape->dim[k]->dim_value : 1;
+            d.dims[k] = tt->shape->dim[k]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && tt->shape->dim[k]->dim_value >= 0
+                            ? tt->shape->dim[k]->dim_value : 1; /* a negative declared dim (a bad file) as unknown */
     }
     fm_dtype dt = FM_F32;
     if (d.elem_type) onnx_dtype_to_fm(d.elem_type, &dt);
