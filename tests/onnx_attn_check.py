@@ -56,7 +56,7 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
-from onnx_check_lib import D, FATHOM, fathom_run, finish, report  # noqa: E402 (after the skip above)
+from onnx_check_lib import D, FATHOM, close_within, fathom_run, finish, report  # noqa: E402 (after the skip above)
 
 ETYPE = {np.dtype(np.float32): T.FLOAT, np.dtype(np.float64): T.DOUBLE, np.dtype(np.float16): T.FLOAT16,
          np.dtype(np.int64): T.INT64, np.dtype(np.bool_): T.BOOL}
@@ -84,15 +84,7 @@ def model(tag, op, feeds, inputs, outputs, opset, dims=None, **attrs):
 
 
 def close(got, want):
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False, f"{got.dtype}{got.shape} vs {want.dtype}{want.shape}"
-    atol, rtol = TOL[want.dtype]
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    nan_ok = np.array_equal(np.isnan(g), np.isnan(w))
-    fin = ~np.isnan(w) & (g != w)  # equal values (infinities among them) need no tolerance
-    err = np.abs(g[fin] - w[fin]) - (atol + rtol * np.abs(w[fin])) if fin.any() else np.zeros(1)
-    d = float(np.max(np.abs(g[fin] - w[fin]), initial=0))
-    return nan_ok and bool(np.all(err <= 0)), f"max |diff| {d:.3g}" + ("" if nan_ok else "; NaN differs")
+    return close_within(got, want, *TOL[want.dtype])
 
 
 def run_both(tag, p, feeds):

@@ -37,6 +37,20 @@ def fathom_run(path, feeds, tag, device="cpu"):
     return {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy")}, None
 
 
+def close_within(got, want, atol, rtol):
+    """(ok, what): same dtype and shape, NaN where the reference has NaN, and every other element
+    within atol + rtol |want| (equal values, infinities among them, need no tolerance)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False, f"{got.dtype}{got.shape} vs {want.dtype}{want.shape}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    nan_ok = np.array_equal(np.isnan(g), np.isnan(w))
+    fin = ~np.isnan(w) & (g != w)
+    err = np.abs(g[fin] - w[fin]) - (atol + rtol * np.abs(w[fin])) if fin.any() else np.zeros(1)
+    d = float(np.max(np.abs(g[fin] - w[fin]), initial=0))
+    return nan_ok and bool(np.all(err <= 0)), f"max |diff| {d:.3g}" + ("" if nan_ok else f"; NaN at {np.argwhere(np.isnan(g)).tolist()[:4]} vs "
+                                                                          f"{np.argwhere(np.isnan(w)).tolist()[:4]}")
+
+
 def report_outputs(tag, names, refs, got, rel=1e-5):
     """One report line per output name: fathom's (got, by name) equal to the reference (refs, in the
     order of names) in shape and dtype and within rel of the reference's largest magnitude."""

@@ -33,7 +33,7 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime ({e.name} missing)")
     sys.exit(77)
-from onnx_check_lib import D, fathom_run, finish, report  # noqa: E402 (after the skip above)
+from onnx_check_lib import D, close_within, fathom_run, finish, report  # noqa: E402 (after the skip above)
 try:
     import torch
     import torch.nn.functional as F
@@ -60,17 +60,7 @@ def model(tag, op, feeds, opset, n_out=1, **attrs):
 
 
 def close(got, want):
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False, f"{got.dtype}{got.shape} vs {want.dtype}{want.shape}"
-    atol, rtol = TOL[want.dtype]
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    nan_ok = np.array_equal(np.isnan(g), np.isnan(w))
-    fin = ~np.isnan(w)
-    err = np.abs(g[fin] - w[fin]) - (atol + rtol * np.abs(w[fin])) if fin.any() else np.zeros(1)
-    ok = nan_ok and bool(np.all(err <= 0))
-    d = float(np.max(np.abs(g[fin] - w[fin]))) if fin.any() else 0.0
-    return ok, f"max |diff| {d:.3g}" + ("" if nan_ok else f"; NaN at {np.argwhere(np.isnan(g)).tolist()[:4]} vs "
-                                        f"{np.argwhere(np.isnan(w)).tolist()[:4]}")
+    return close_within(got, want, *TOL[want.dtype])
 
 
 def torch_ref(op, feeds, reduction, ignore_index):
