@@ -37,6 +37,53 @@ def fathom_run(path, feeds, tag, device="cpu"):
     return {f[:-4]: np.load(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy")}, None
 
 
+INTEGER_PRODUCTS = {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"}
+
+
+def ort_u8s8_exact():
+    """Whether ONNX Runtime's uint8 x int8 integer products are exact on this CPU. On x86 without
+    VNNI (AVX-VNNI or AVX512-VNNI) its kernels multiply with vpmaddubsw, whose sums of two
+    products saturate at int16 (ONNX Runtime's quantization documentation says so and advises
+    reduce_range); measured on an AMD EPYC Zen 3: MatMulInteger, QLinearConv and QLinearMatMul
+    off by up to 26 of 255 where ONNX's reference evaluator and fathom agree exactly."""
+    import platform
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return True
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return True
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+ORT_U8S8_EXACT = ort_u8s8_exact()
+
+
+def reference_instead_of_ort(path):
+    """Whether a test should compare the model at path with ONNX's reference evaluator rather than
+    with ONNX Runtime run op by op: it multiplies integers (INTEGER_PRODUCTS, or a quantize_dynamic
+    MatMul) and ONNX Runtime's uint8 x int8 products are not exact here (ort_u8s8_exact)."""
+    if ORT_U8S8_EXACT:
+        return False
+    import onnx
+    return any(n.op_type in INTEGER_PRODUCTS for n in onnx.load(path).graph.node)
+
+
+def reference_run(path, feeds):
+    """The outputs by name of ONNX's own reference evaluator (onnx.reference, numpy) on the model."""
+    import onnx
+    from onnx import version_converter
+    from onnx.reference import ReferenceEvaluator
+    m = onnx.load(path)
+    # the evaluator implements DequantizeLinear only from opset 19 on: the model converted up (the
+    # quantization ops' later versions take the earlier ones' models unchanged)
+    if any(o.domain in ("", "ai.onnx") and o.version < 21 for o in m.opset_import):
+        m = version_converter.convert_version(m, 21)
+    ev = ReferenceEvaluator(m)
+    return dict(zip(ev.output_names, ev.run(None, feeds)))
+
+
 def close_within(got, want, atol, rtol):
     """(ok, what): same dtype and shape, NaN where the reference has NaN, and every other element
     within atol + rtol |want| (equal values, infinities among them, need no tolerance)."""

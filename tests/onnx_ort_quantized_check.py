@@ -43,7 +43,8 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime with its quantization tool ({e.name} missing)")
     sys.exit(77)
-from onnx_check_lib import D, fathom_run, finish, report  # noqa: E402 (after the skip above)
+from onnx_check_lib import (ORT_U8S8_EXACT, D, fathom_run, finish, reference_instead_of_ort,  # noqa: E402 (after the skip)
+                            reference_run, report)
 
 logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process
 
@@ -123,15 +124,21 @@ def check_model(path, what, x, need):
         report(False, f"{what}: fathom refused it: {err}")
         return
     step = out_step(path)
+    use_ref = reference_instead_of_ort(path)
     for optimize in (False, True):
-        want = ort_run(path, feeds, optimize)["y"]
+        want = (reference_run(path, feeds) if use_ref and not optimize else ort_run(path, feeds, optimize))["y"]
         d = float(np.max(np.abs(got["y"] - want)))
+        peer = "ONNX's reference evaluator (ORT's u8 x s8 products saturate on this CPU)" if use_ref and not optimize else "ORT"
+        if optimize and not ORT_U8S8_EXACT:  # its fused integer kernels saturate here: printed, not checked
+            print(f"info: {what} vs ORT optimized: max |diff| {d:.3g}{f' ({d / step:.3g} steps)' if step else ''}, not checked: "
+                  "without VNNI ONNX Runtime's u8 x s8 products saturate (onnx_check_lib.ort_u8s8_exact)")
+            continue
         if step is None:  # float output: dynamic quantization
             tol = 1e-6 * float(np.max(np.abs(want))) if not optimize else 1e-2 * float(np.ptp(want))
-            msg = f"{what} ({', '.join(ops)}) vs ORT{' optimized' if optimize else ''}: max |diff| {d:.3g} (allowed {tol:.3g})"
+            msg = f"{what} ({', '.join(ops)}) vs {peer}{' optimized' if optimize else ''}: max |diff| {d:.3g} (allowed {tol:.3g})"
         else:
             tol = step * (3 if optimize else 1) * (1 + 1e-6)
-            msg = (f"{what} ({', '.join(ops)}) vs ORT{' optimized' if optimize else ''}: max |diff| {d / step:.3g} steps "
+            msg = (f"{what} ({', '.join(ops)}) vs {peer}{' optimized' if optimize else ''}: max |diff| {d / step:.3g} steps "
                    f"of {step:.3g} (allowed {tol / step:.3g}); {int(np.sum(got['y'] != want))} of {want.size} differ")
         report(got["y"].shape == want.shape and d <= tol, msg)
 
@@ -184,14 +191,16 @@ def same(a, b):
 
 def check_op(tag, op, feeds, consts, n_out=1, opset=13, order=None, **attrs):
     p = one_op(tag, op, feeds, consts, n_out, opset, order, **attrs)
-    want = ort_run(p, feeds)
+    use_ref = reference_instead_of_ort(p)
+    want = reference_run(p, feeds) if use_ref else ort_run(p, feeds)
+    peer = "ONNX's reference evaluator (ORT's u8 x s8 products saturate on this CPU)" if use_ref else "ORT"
     got, err = fathom_run(p, feeds, tag)
     if got is None:
         report(False, f"{tag}: fathom refused it: {err}")
         return
     bad = [k for k in want if not same(got[k], want[k])]
-    report(not bad, f"{tag} ({op}): " + ("equal to ORT" if not bad else
-           "; ".join(f"{k} {got[k].dtype}{got[k].shape} {got[k].ravel()[:8]} vs ORT {want[k].dtype}{want[k].shape} {want[k].ravel()[:8]}" for k in bad)))
+    report(not bad, f"{tag} ({op}): " + (f"equal to {peer}" if not bad else
+           "; ".join(f"{k} {got[k].dtype}{got[k].shape} {got[k].ravel()[:8]} vs {peer} {want[k].dtype}{want[k].shape} {want[k].ravel()[:8]}" for k in bad)))
 
 
 def single_ops():

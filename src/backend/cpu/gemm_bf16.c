@@ -260,6 +260,11 @@ static bool f32_wanted(const fm_cpu_features *f) {
         snprintf(g_f32.note, sizeof g_f32.note, "FATHOM_GEMM_F32=openblas");
         return false;
     }
+    if (asked == FM_F32_PROVIDER_FATHOM && fm_isa_max_for(f) < FM_ISA_AVX512) { /* no kernel of fathom's own here */
+        snprintf(g_f32.note, sizeof g_f32.note,
+                 "FATHOM_GEMM_F32=fathom asks for fathom's f32 kernel, which needs AVX-512: this CPU's default (OpenBLAS) is used");
+        return false;
+    }
     if (asked != FM_F32_PROVIDER_DEFAULT) return true; /* fathom: gemm_f32_avx512.c, the rest oneDNN */
     if (fm_isa_max_for(f) < FM_ISA_AVX512) {
         snprintf(g_f32.note, sizeof g_f32.note,

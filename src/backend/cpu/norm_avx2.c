@@ -70,10 +70,10 @@ void fm_layernorm_row_f32_avx2(const float *x, const float *w, const float *b, f
     } else {
         for (; i + 8 <= n; i += 8) fm_store8(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vo), stream);
     }
-    for (; i < n; i++) {
-        float h = (x[i] - mean) * rstd;
-        if (w) h *= w[i];
-        if (b) h += b[i];
+    for (; i < n; i++) { /* the vector loops' arithmetic, so that the tail rounds as they do (and as fused_avx2.c's add + norm row) */
+        float h = fmaf(x[i], rstd, -mean * rstd);
+        if (w) h = b ? fmaf(h, w[i], b[i]) : h * w[i];
+        else if (b) h += b[i];
         y[i] = h;
     }
     if (stream) _mm_sfence();
