@@ -3,7 +3,7 @@
  * load from other processes falls on both alike. One thread; run it with
  * FATHOM_BENCH_CLOCK=cpu on a shared machine (CPU time, bench_util.h).
  *
- *   FATHOM_BENCH_CLOCK=cpu build/bench_isa_kernels [--rounds N] [--only gemv|linear|conv]
+ *   FATHOM_BENCH_CLOCK=cpu build/bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino]
  *
  * gemv: y = W x for a linear's [N, K] weight (the decode step), "hot" on one
  * weight (in L2 when it fits) and "cold" cycling over enough copies of it to
@@ -14,13 +14,18 @@
  * fashion-cnn's layers: the lanes kernel (conv_lanes.h) at AVX2 and AVX-512, and
  * the AVX-512 pixel tile (conv_direct.h), all tasks on one thread, on inputs
  * padded and weights packed beforehand. Each line prints the median time per call of
- * both, the ratio avx2/avx512 and whether the outputs are bitwise equal. */
+ * both, the ratio avx2/avx512 and whether the outputs are bitwise equal.
+ * wino (runs on an AVX2-only CPU too): for 3x3 stride-1 convs, the lanes kernel against
+ * the Winograd F(2x2, 3x3) kernel (conv_wino.h) at the AVX2 level, and at AVX-512 where
+ * the CPU has it, on fashion-cnn's conv2 and the 3x3 layers of ResNet-18 and
+ * SqueezeNet 1.0 at batch 1 and 8: which kernel conv2d_fused should pick. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/conv_direct.h"
 #include "backend/cpu/conv_lanes.h"
+#include "backend/cpu/conv_wino.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/linear_packed.h"
 #include "bench_util.h"
@@ -210,18 +215,100 @@ static void bench_conv(int rounds) {
     free(t2), free(t5), free(td);
 }
 
+/* the lanes kernel against Winograd, per level (see the top) */
+static void bench_wino(int rounds) {
+    typedef struct { const char *what; int64_t N, C, O, H, W; int pool; } shp;
+    const shp shapes[] = {
+        {"cnn conv2", 1, 32, 64, 14, 14, 2},    {"cnn conv2", 32, 32, 64, 14, 14, 2},  {"r18 64@56", 1, 64, 64, 56, 56, 0},
+        {"r18 64@56", 8, 64, 64, 56, 56, 0},    {"r18 128@28", 1, 128, 128, 28, 28, 0}, {"r18 128@28", 8, 128, 128, 28, 28, 0},
+        {"r18 256@14", 1, 256, 256, 14, 14, 0}, {"r18 256@14", 8, 256, 256, 14, 14, 0}, {"r18 512@7", 1, 512, 512, 7, 7, 0},
+        {"r18 512@7", 8, 512, 512, 7, 7, 0},    {"sq 16->64@55", 8, 16, 64, 55, 55, 0}, {"sq 48->192@13", 8, 48, 192, 13, 13, 0},
+    };
+    const bool w512 = fm_cpu_use_avx512();
+    printf("\n%-13s %3s %3s %3s %5s %4s %10s %10s %10s %8s %8s %8s\n", "3x3 conv", "N", "C", "O", "HxW", "pool", "lanes us",
+           "wino2 us", "wino5 us", "lanes/w2", "GFLOP/s", "bitwise");
+    double *tl = malloc(sizeof(double) * (size_t)rounds), *t2 = malloc(sizeof(double) * (size_t)rounds), *t5 = malloc(sizeof(double) * (size_t)rounds);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shp *h = &shapes[s];
+        const int64_t per = h->C * 9, Ho = h->H, Wo = h->W; /* pad 1 */
+        const int64_t Hy = h->pool ? Ho / 2 : Ho, Wy = h->pool ? Wo / 2 : Wo, nx = h->N * h->C * h->H * h->W;
+        float *x = xalloc(sizeof(float) * (size_t)nx), *w = xalloc(sizeof(float) * (size_t)(h->O * per)), *b = xalloc(sizeof(float) * (size_t)h->O);
+        fill(x, (size_t)nx, 6), fill(w, (size_t)(h->O * per), 7), fill(b, (size_t)h->O, 8);
+        const size_t ny = (size_t)(h->N * h->O * Hy * Wy);
+        float *yl = xalloc(sizeof(float) * ny), *y2 = xalloc(sizeof(float) * ny), *y5 = xalloc(sizeof(float) * ny);
+        fm_conv_lanes d;
+        memset(&d, 0, sizeof d);
+        d.N = h->N, d.C = h->C, d.O = h->O, d.KH = d.KW = 3, d.Ho = Ho, d.Wo = Wo, d.Hy = Hy, d.Wy = Wy, d.relu = 1, d.pool = h->pool,
+        d.Hp = h->H + 2, d.WS = h->W + 2;
+        const int64_t fit = 4096 / (9 * 8 * FM_CONV_LANES_NV), passes = fit < 1 ? d.C : (d.C + fit - 1) / fit;
+        d.cc = (d.C + passes - 1) / passes;
+        float *xl = xalloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wl = xalloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
+        for (int64_t p = 0; p < h->N * h->C; p++) pad_plane(x + p * h->H * h->W, xl + p * d.Hp * d.WS, h->H, h->W, d.Hp, d.WS, 1, 1);
+        fm_conv_lanes_pack(w, wl, h->O, per);
+        d.xp = xl, d.wp = wl, d.bias = b, d.y = yl;
+        fm_conv_lanes_plan(&d);
+        const int64_t tasks = fm_conv_lanes_tasks(&d);
+        /* Winograd: as run_wino in conv_fused_cpu.c (tiles: the pooled outputs, or the output halved) */
+        fm_conv_wino g;
+        memset(&g, 0, sizeof g);
+        g.N = h->N, g.C = h->C, g.O = h->O, g.pool = h->pool, g.relu = 1, g.bias = b, g.H = h->H, g.W = h->W, g.ph = g.pw = 1;
+        g.Hy = h->pool ? Hy : (Ho + 1) / 2, g.Wy = h->pool ? Wy : (Wo + 1) / 2, g.Ho = Ho, g.Wo = Wo;
+        fm_conv_wino_avx2_geometry(h->H, h->W, 1, 1, g.Hy, g.Wy, &g.Hp, &g.WS);
+        fm_conv_wino_plan(&g);
+        float *xg = xalloc(sizeof(float) * (size_t)(h->N * h->C * g.Hp * g.WS)), *u = xalloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(h->C, h->O));
+        float *ws = xalloc(sizeof(float) * (size_t)fm_conv_wino_ws_floats(&g));
+        for (int64_t p = 0; p < h->N * h->C; p++) pad_plane(x + p * h->H * h->W, xg + p * g.Hp * g.WS, h->H, h->W, g.Hp, g.WS, 1, 1);
+        fm_conv_wino_weights_avx2(wl, u, h->O, h->C);
+        g.xp = xg, g.u = u;
+        fm_conv_wino g5 = g;
+        g.y = y2, g5.y = y5, g5.x = x; /* AVX-512 reads the input unpadded, as conv2d_fused runs it */
+        const int64_t wt = fm_conv_wino_tasks(&g);
+        const double flop = 2.0 * (double)(h->N * h->O * Ho * Wo * per);
+        const int inner = (int)(2e7 / flop) + 1;
+        for (int r = 0; r < rounds; r++) {
+            double t0 = bench_now_s();
+            for (int i = 0; i < inner; i++) {
+                if (w512) fm_conv_lanes_rows_avx512(&d, 0, tasks);
+                else fm_conv_lanes_rows_avx2(&d, 0, tasks);
+            }
+            double t1 = bench_now_s();
+            for (int i = 0; i < inner; i++) fm_conv_wino_rows_avx2(&g, 0, wt, ws);
+            double t3 = bench_now_s();
+            for (int i = 0; w512 && i < inner; i++) fm_conv_wino_rows_avx512(&g5, 0, wt, ws);
+            double t4 = bench_now_s();
+            tl[r] = (t1 - t0) / inner, t2[r] = (t3 - t1) / inner, t5[r] = (t4 - t3) / inner;
+        }
+        const double a = bench_median(tl, rounds), c2 = bench_median(t2, rounds), c5 = bench_median(t5, rounds);
+        char hw[16];
+        snprintf(hw, sizeof hw, "%lldx%lld", (long long)h->H, (long long)h->W);
+        printf("%-13s %3lld %3lld %3lld %5s %4s %10.1f %10.1f %10.1f %8.2f %8.1f %8s\n", h->what, (long long)h->N, (long long)h->C,
+               (long long)h->O, hw, h->pool ? "2x2" : "-", a * 1e6, c2 * 1e6, w512 ? c5 * 1e6 : 0.0, a / c2, flop / c2 * 1e-9,
+               !w512 ? "-" : !memcmp(y2, y5, sizeof(float) * ny) ? "yes" : "NO");
+        fflush(stdout);
+        free(x), free(w), free(b), free(yl), free(y2), free(y5), free(xl), free(wl), free(xg), free(u), free(ws);
+    }
+    free(tl), free(t2), free(t5);
+}
+
 int main(int argc, char **argv) {
     int rounds = 21;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else { fprintf(stderr, "usage: bench_isa_kernels [--rounds N] [--only gemv|linear|conv]\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino]\n"); return 2; }
     }
     if (rounds < 1 || rounds > 10000) { fprintf(stderr, "bench_isa_kernels: --rounds must be in [1, 10000]\n"); return 2; }
-    if (only && strcmp(only, "gemv") && strcmp(only, "linear") && strcmp(only, "conv")) {
-        fprintf(stderr, "bench_isa_kernels: --only takes gemv, linear or conv, not '%s'\n", only);
+    if (only && strcmp(only, "gemv") && strcmp(only, "linear") && strcmp(only, "conv") && strcmp(only, "wino")) {
+        fprintf(stderr, "bench_isa_kernels: --only takes gemv, linear, conv or wino, not '%s'\n", only);
         return 2;
+    }
+    if (only && !strcmp(only, "wino")) {
+        if (!fm_cpu_use_avx2()) { fprintf(stderr, "bench_isa_kernels: --only wino needs the AVX2 level (FATHOM_ISA unset)\n"); return 77; }
+        printf("CPU: %s; one thread; median of %d alternating rounds; clock: %s\n", fm_cpu_get_features()->model, rounds,
+               getenv("FATHOM_BENCH_CLOCK") ? getenv("FATHOM_BENCH_CLOCK") : "wall");
+        bench_wino(rounds);
+        return 0;
     }
     if (!fm_cpu_use_avx512()) { fprintf(stderr, "bench_isa_kernels: needs the AVX-512 level (FATHOM_ISA unset)\n"); return 77; }
     printf("CPU: %s; one thread; median of %d alternating rounds; clock: %s\n", fm_cpu_get_features()->model, rounds,

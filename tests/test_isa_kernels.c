@@ -666,8 +666,9 @@ static void test_conv_lanes(void) {
 }
 #pragma pop_macro("N")
 
-/* conv2d_fused's Winograd F(2x2, 3x3) kernel with the 2x2 pool (conv_wino.h; AVX-512
- * only, skipped without it), set up as conv_fused_cpu.c's run_wino, against a
+/* conv2d_fused's Winograd F(2x2, 3x3) kernel with the 2x2 pool (conv_wino.h; the
+ * AVX2 level, and the AVX-512 one bitwise against it where the CPU has it: wino_levels),
+ * set up as conv_fused_cpu.c's run_wino, against a
  * double reference of every pooled output: the conv at the window's 4 pixels, the
  * max, bias, ReLU. The transforms round differently from a direct sum, so the
  * bound is 8x the direct sum's (K + 2) eps bound on the window's largest |terms|
@@ -677,8 +678,35 @@ static void test_conv_lanes(void) {
  * row/column), no padding, a NaN in the input, and tasks run in pieces. */
 #pragma push_macro("N")
 #undef N /* fm_conv_wino's field */
+/* The Winograd kernel's AVX2 level on d into y; with AVX-512 here, its AVX-512 level
+ * into y5 too, which must be bitwise y (the same arithmetic in the same order): the
+ * AVX-512 kernel reads the input unpadded when d->x is set, the AVX2 one always xp.
+ * Tasks run two at a time (a task's pieces). Returns false (and says why) on a difference. */
+static bool wino_levels(fm_conv_wino *d, const float *wp, float *u, float *ws, float *y, float *y5, int64_t ny) {
+    const int64_t tasks = fm_conv_wino_tasks(d);
+    fm_conv_wino_weights_avx2(wp, u, d->O, d->C);
+    const float *x = d->x;
+    d->x = NULL, d->y = y;
+    for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx2(d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
+    d->x = x;
+    if (!w512) return true;
+    float *u5 = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(d->C, d->O));
+    if (!u5) return false;
+    fm_conv_wino_weights_avx512(wp, u5, d->O, d->C);
+    int wh = -1;
+    bool ok = same_bits(u, u5, (int)fm_conv_wino_u_floats(d->C, d->O), &wh);
+    CHECK_MSG(ok, "conv wino weights: avx2 %g avx512 %g at %d", wh >= 0 ? u[wh] : 0, wh >= 0 ? u5[wh] : 0, wh);
+    d->u = u5, d->y = y5;
+    for (int64_t t0 = 0; t0 < tasks; t0 += 3) fm_conv_wino_rows_avx512(d, t0, t0 + 3 < tasks ? t0 + 3 : tasks, ws);
+    d->u = u, d->y = y;
+    const bool same = same_bits(y, y5, (int)ny, &wh);
+    CHECK_MSG(same, "conv wino N%lld C%lld O%lld pool %d: avx2 %g avx512 %g at %d", (long long)d->N, (long long)d->C, (long long)d->O, d->pool,
+              wh >= 0 ? y[wh] : 0, wh >= 0 ? y5[wh] : 0, wh);
+    free(u5);
+    return ok && same;
+}
+
 static void test_conv_wino(void) {
-    if (!w512) return;
     typedef struct { int64_t N, C, O, H, W, pad; int relu; } shp;
     const shp shapes[] = {
         {2, 32, 64, 14, 14, 1, 1}, {1, 8, 16, 5, 5, 1, 0},   {1, 16, 48, 9, 11, 1, 1}, {3, 12, 80, 30, 17, 1, 1},
@@ -690,16 +718,16 @@ static void test_conv_wino(void) {
         fm_conv_wino d;
         memset(&d, 0, sizeof d);
         const int64_t Ho = h->H + 2 * h->pad - 2, Wo = h->W + 2 * h->pad - 2, per = h->C * 9;
-        d.N = h->N, d.C = h->C, d.O = h->O, d.Hp = h->H + 2 * h->pad, d.WS = h->W + 2 * h->pad, d.Hy = Ho / 2, d.Wy = Wo / 2;
-        d.relu = h->relu, d.pool = 2;
+        d.N = h->N, d.C = h->C, d.O = h->O, d.Hy = Ho / 2, d.Wy = Wo / 2, d.relu = h->relu, d.pool = 2;
+        fm_conv_wino_avx2_geometry(h->H, h->W, h->pad, h->pad, d.Hy, d.Wy, &d.Hp, &d.WS);
         CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 2, d.Hy, d.Wy), "conv wino shape %zu should fit", s);
         fm_conv_wino_plan(&d);
         const int64_t ny = h->N * h->O * d.Hy * d.Wy, nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
         float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
         float *u = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(h->C, h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
-        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)ny);
-        if (!x || !w || !xp || !wp || !u || !ws || !b || !y) { CHECK(!"out of memory"); return; }
+        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)ny), *y5 = malloc(sizeof(float) * (size_t)ny);
+        if (!x || !w || !xp || !wp || !u || !ws || !b || !y || !y5) { CHECK(!"out of memory"); return; }
         for (int64_t i = 0; i < nx; i++) x[i] = 2 * frand(&seed);
         for (int64_t i = 0; i < h->O * per; i++) w[i] = frand(&seed);
         for (int64_t i = 0; i < h->O; i++) b[i] = frand(&seed);
@@ -708,11 +736,9 @@ static void test_conv_wino(void) {
         for (int64_t p = 0; p < h->N * h->C; p++)
             fm_conv_lanes_pad_avx2(x + p * h->H * h->W, xp + p * d.Hp * d.WS, h->H, h->W, d.Hp, d.WS, h->pad, h->pad);
         fm_conv_lanes_pack(w, wp, h->O, per);
-        fm_conv_wino_weights_avx512(wp, u, h->O, h->C);
-        d.xp = xp, d.u = u, d.bias = b, d.y = y;
-        for (int64_t i = 0; i < ny; i++) y[i] = -7.0f;
-        const int64_t tasks = fm_conv_wino_tasks(&d);
-        for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx512(&d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
+        d.xp = xp, d.u = u, d.bias = b;
+        for (int64_t i = 0; i < ny; i++) y[i] = y5[i] = -7.0f;
+        wino_levels(&d, wp, u, ws, y, y5, ny);
         int64_t bad = -1, nans = 0;
         double worst = 0;
         for (int64_t n = 0; n < h->N; n++)
@@ -756,15 +782,15 @@ static void test_conv_wino(void) {
                   (long long)h->C, (long long)h->O, (long long)h->H, (long long)h->W, (long long)h->pad, (long long)bad,
                   bad >= 0 ? y[bad] : 0, worst);
         if (nan_at >= 0) CHECK_MSG(nans > 0, "conv wino: the NaN in the input reached no output");
-        free(x), free(w), free(xp), free(wp), free(u), free(ws), free(b), free(y);
+        free(x), free(w), free(xp), free(wp), free(u), free(ws), free(b), free(y), free(y5);
     }
 }
 
-/* The same kernel without the pool, reading the input unpadded (as conv_fused_cpu.c
- * calls it): every output of odd and even sizes (the last tile row and column cut
- * short) against a double sum, within the same bound; nothing written past the output. */
+/* The same kernel without the pool, as conv_fused_cpu.c calls it (AVX-512 reading the
+ * input unpadded, AVX2 the padded copy): every output of odd and even sizes (the last
+ * tile row and column cut short) against a double sum, within the same bound; nothing
+ * written past the output. */
 static void test_conv_wino_unpooled(void) {
-    if (!w512) return;
     typedef struct { int64_t N, C, O, H, W, pad; int relu; } shp;
     const shp shapes[] = {{1, 16, 32, 9, 13, 1, 1}, {2, 8, 16, 12, 12, 1, 0}, {1, 24, 48, 7, 5, 0, 1}, {1, 32, 64, 15, 30, 1, 0}};
     uint64_t seed = 77;
@@ -781,17 +807,19 @@ static void test_conv_wino_unpooled(void) {
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
         float *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
         float *u = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(h->C, h->O)), *ws = malloc(sizeof(float) * (size_t)wsn);
-        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)(ny + 64));
-        if (!x || !w || !wp || !u || !ws || !b || !y) { CHECK(!"out of memory"); return; }
+        fm_conv_wino_avx2_geometry(h->H, h->W, h->pad, h->pad, d.Hy, d.Wy, &d.Hp, &d.WS);
+        float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS));
+        float *b = malloc(sizeof(float) * (size_t)h->O), *y = malloc(sizeof(float) * (size_t)(ny + 64)), *y5 = malloc(sizeof(float) * (size_t)(ny + 64));
+        if (!x || !w || !wp || !u || !ws || !b || !y || !y5 || !xp) { CHECK(!"out of memory"); return; }
         for (int64_t i = 0; i < nx; i++) x[i] = 2 * frand(&seed);
         for (int64_t i = 0; i < h->O * per; i++) w[i] = frand(&seed);
         for (int64_t i = 0; i < h->O; i++) b[i] = frand(&seed);
         fm_conv_lanes_pack(w, wp, h->O, per);
-        fm_conv_wino_weights_avx512(wp, u, h->O, h->C);
-        d.x = x, d.u = u, d.bias = b, d.y = y;
-        for (int64_t i = 0; i < ny + 64; i++) y[i] = -7.0f;
-        const int64_t tasks = fm_conv_wino_tasks(&d);
-        for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx512(&d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
+        for (int64_t p = 0; p < h->N * h->C; p++)
+            fm_conv_lanes_pad_avx2(x + p * h->H * h->W, xp + p * d.Hp * d.WS, h->H, h->W, d.Hp, d.WS, h->pad, h->pad);
+        d.x = x, d.xp = xp, d.u = u, d.bias = b;
+        for (int64_t i = 0; i < ny + 64; i++) y[i] = y5[i] = -7.0f;
+        wino_levels(&d, wp, u, ws, y, y5, ny + 64);
         int64_t bad = -1;
         for (int64_t i = 0; i < h->N * h->O * Ho * Wo && bad < 0; i++) {
             const int64_t n = i / (h->O * Ho * Wo), o = i / (Ho * Wo) % h->O, oh = i / Wo % Ho, ow = i % Wo;
@@ -811,7 +839,7 @@ static void test_conv_wino_unpooled(void) {
             if (y[i] != -7.0f) bad = i;
         CHECK_MSG(bad < 0, "unpooled conv wino N%lld C%lld O%lld %lldx%lld pad %lld: output %lld is %g", (long long)h->N, (long long)h->C,
                   (long long)h->O, (long long)h->H, (long long)h->W, (long long)h->pad, (long long)bad, bad >= 0 ? y[bad] : 0);
-        free(x), free(w), free(wp), free(u), free(ws), free(b), free(y);
+        free(x), free(w), free(wp), free(u), free(ws), free(b), free(y), free(y5), free(xp);
     }
 }
 #pragma pop_macro("N")

@@ -20,7 +20,11 @@
  *   64->64 and 64->96 3x3 layers (even on 32->64 at batch 1), the pixel tile
  *   1.1-1.2x faster on 1->32 (9 weights a channel) and on a 5x5 with 24
  *   channels (a half-empty vector);
- * - AVX2: conv_lanes.h (output channels along the lanes), any channel count. It
+ * - AVX2: the same Winograd kernel for the same convs (conv_wino_avx2.c, bitwise
+ *   the AVX-512 one's outputs, from a padded copy of the input). Measured on an AMD
+ *   EPYC Zen 3, fashion-cnn's compiled graph: see docs/PERFORMANCE.md, "Zen 3:
+ *   Winograd on AVX2";
+ * - AVX2 otherwise: conv_lanes.h (output channels along the lanes), any channel count. It
  *   replaced an AVX2 build of conv_direct.h's tile (6 channels x 2 rows), which
  *   it beat on every fashion-cnn-like shape measured on Zen 3, 1->32 included
  *   (docs/PERFORMANCE.md).
@@ -82,20 +86,28 @@ static void lanes_rows(void *ctx, int64_t b, int64_t e, int tid) {
  * allocates its own. */
 typedef struct wino_job { fm_conv_wino d; float *ws; int64_t wsn; int nws; atomic_int failed; } wino_job;
 
+static void wino_run(const fm_conv_wino *d, int64_t b, int64_t e, float *ws) {
+    if (fm_cpu_use_avx512()) fm_conv_wino_rows_avx512(d, b, e, ws);
+    else fm_conv_wino_rows_avx2(d, b, e, ws);
+}
+
+static void wino_weights(const float *wp, float *u, int64_t O, int64_t C) {
+    if (fm_cpu_use_avx512()) fm_conv_wino_weights_avx512(wp, u, O, C);
+    else fm_conv_wino_weights_avx2(wp, u, O, C);
+}
+
 static void wino_rows(void *ctx, int64_t b, int64_t e, int tid) {
     wino_job *j = ctx;
     if (tid >= 0 && tid < j->nws) {
-        fm_conv_wino_rows_avx512(&j->d, b, e, j->ws + (int64_t)tid * j->wsn);
+        wino_run(&j->d, b, e, j->ws + (int64_t)tid * j->wsn);
         return;
     }
     float *ws = malloc(sizeof(float) * (size_t)j->wsn);
     if (!ws) { atomic_store(&j->failed, 1); return; }
-    fm_conv_wino_rows_avx512(&j->d, b, e, ws);
+    wino_run(&j->d, b, e, ws);
     free(ws);
 }
 
-/* The input x unpadded (ph, pw) and the lanes kernel's packed weights (run_lanes) ->
- * the Winograd kernel; the transformed weights uw when packed (form 4), else made from wp. */
 /* The Winograd job's geometry and its workspaces (one of wsn floats per pool thread, nws). */
 static void wino_setup(wino_job *j, const fm_conv_lanes *l, int64_t H, int64_t W, int64_t ph, int64_t pw) {
     memset(j, 0, sizeof *j);
@@ -111,16 +123,21 @@ static void wino_setup(wino_job *j, const fm_conv_lanes *l, int64_t H, int64_t W
     if (j->nws > tasks) j->nws = (int)tasks;
 }
 
+/* The lanes kernel's geometry and packed weights (run_lanes) -> the Winograd kernel,
+ * reading the input x unpadded (ph, pw) on AVX-512 and the padded copy l->xp (to
+ * fm_conv_wino_avx2_geometry) on AVX2; the transformed weights uw when packed (form
+ * 4), else made from wp. */
 static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int64_t W, int64_t ph, int64_t pw, const float *wp,
                           const float *uw) {
     wino_job j;
     wino_setup(&j, l, H, W, ph, pw);
     fm_conv_wino *d = &j.d;
-    d->x = x;
+    if (fm_cpu_use_avx512()) d->x = x;
+    else d->xp = l->xp;
     const int64_t tasks = fm_conv_wino_tasks(d);
     fm_tensor *u = uw ? NULL : scratch(fm_conv_wino_u_floats(d->C, d->O), FM_F32), *ws = scratch(j.nws * j.wsn, FM_F32);
     if ((!uw && !u) || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
-    if (!uw) fm_conv_wino_weights_avx512(wp, fm_tensor_data(u), d->O, d->C);
+    if (!uw) wino_weights(wp, fm_tensor_data(u), d->O, d->C);
     d->u = uw ? uw : fm_tensor_data(u), j.ws = fm_tensor_data(ws);
     const int64_t work = 2 * 16 * d->C * d->O * fm_conv_wino_max_tiles(d);
     fm_parallel_for(tasks, grain_for(tasks, work / 4), wino_rows, &j);
@@ -145,8 +162,8 @@ static bool direct_geometry(const fm_conv2d_fused_attrs *a, const fm_tensor *x) 
 /* The packed form of the weights (conv2d_fused_pack): a header {form, O, C*kH*kW}
  * (small integers, exact in f32), then the blocks. Form 1: the AVX-512 blocks
  * (fm_conv_direct_pack), 3: the lanes kernels' (fm_conv_lanes_pack, AVX2 and AVX-512; O
- * rounded up to 8), 4: form 3's, then the Winograd weights (AVX-512, a 3x3 conv that
- * fm_conv_wino_fits: fm_conv_wino_weights_avx512 at the first 64-byte boundary
+ * rounded up to 8), 4: form 3's, then the Winograd weights (AVX2 or AVX-512, a 3x3 conv that
+ * fm_conv_wino_fits: fm_conv_wino_weights_* at the first 64-byte boundary
  * after them, so a call need not transform them: 4-5% of fashion-cnn's compiled
  * graph at batch 1), 0: no direct kernel at this level (the weights copied as
  * they are; conv2d_fused ignores them). (2 was the AVX2 pixel tile's form.) The
@@ -158,11 +175,9 @@ static int64_t wino_offset(int64_t O, int64_t per) { return (3 + fm_conv_lanes_p
 
 /* The form this level runs for weights w (f32 [O, C, kH, kW]). */
 static int pack_form(const fm_tensor *w) {
-    if (fm_cpu_use_avx512()) {
-        if (!lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3])) return PACK_AVX512;
-        return fm_conv_wino_fits(w->shape[1], w->shape[0], w->shape[2], w->shape[3], 2, 1, 1) ? PACK_LANES_WINO : PACK_LANES;
-    }
-    return fm_cpu_use_avx2() ? PACK_LANES : PACK_NONE;
+    if (fm_cpu_use_avx512() && !lanes_at_avx512(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3])) return PACK_AVX512;
+    if (!fm_cpu_use_avx2()) return PACK_NONE;
+    return fm_conv_wino_fits(w->shape[1], w->shape[0], w->shape[2], w->shape[3], 2, 1, 1) ? PACK_LANES_WINO : PACK_LANES;
 }
 
 static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
@@ -179,7 +194,7 @@ static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
     if (form == PACK_LANES_WINO) {
         const int64_t at = wino_offset(O, per);
         memset(y + used, 0, sizeof(float) * (size_t)(at - used));
-        fm_conv_wino_weights_avx512(y + 3, y + at, O, w->shape[1]);
+        wino_weights(y + 3, y + at, O, w->shape[1]);
         used = at + fm_conv_wino_u_floats(w->shape[1], O);
     }
     memset(y + used, 0, sizeof(float) * (size_t)(3 + fm_conv2d_fused_pack_numel(O, per) - used)); /* the rest of the tensor */
@@ -229,7 +244,10 @@ static bool lanes_setup(const fm_op_call *c, fm_conv_lanes *d) {
     const int64_t fit = 4096 / (d->KH * d->KW * 8 * FM_CONV_LANES_NV);
     const int64_t passes = fit < 1 ? d->C : (d->C + fit - 1) / fit;
     d->cc = (d->C + passes - 1) / passes;
-    return fm_cpu_use_avx512() && fm_conv_wino_fits(d->C, d->O, d->KH, d->KW, d->pool, d->Hy, d->Wy);
+    const bool wino = fm_cpu_use_avx2() && fm_conv_wino_fits(d->C, d->O, d->KH, d->KW, d->pool, d->Hy, d->Wy);
+    if (wino && !fm_cpu_use_avx512()) /* AVX2 Winograd: the padded copy, to its geometry (from the tiles) */
+        fm_conv_wino_avx2_geometry(H, W, ph, pw, d->pool ? d->Hy : (d->Hy + 1) / 2, d->pool ? d->Wy : (d->Wy + 1) / 2, &d->Hp, &d->WS);
+    return wino;
 }
 
 /* The lanes kernel (conv_lanes.h), AVX2 or AVX-512. */
@@ -241,14 +259,15 @@ static fm_status run_lanes(const fm_op_call *c) {
     const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
     const int64_t per = d.C * d.KH * d.KW;
     const float *given = prepacked(c, PACK_LANES);
-    fm_tensor *xp = wino ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true); /* Winograd reads x as it is */
+    /* AVX-512 Winograd reads x as it is */
+    fm_tensor *xp = wino && fm_cpu_use_avx512() ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true);
     fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
-    if ((!wino && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    if ((!(wino && fm_cpu_use_avx512()) && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
     d.xp = xp ? fm_tensor_data(xp) : NULL, d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
     if (wino) {
         const fm_status st = run_wino(&d, fm_tensor_data(x), H, W, ph, pw, d.wp, prepacked_wino(c));
-        fm_tensor_release(wp);
+        fm_tensor_release_n(2, xp, wp);
         return st;
     }
     fm_conv_lanes_plan(&d);
@@ -424,10 +443,10 @@ int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t 
     const bool given = packed_given(c);
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     const int64_t per = C * w->shape[2] * w->shape[3];
-    if (path == 1) { /* run_lanes: the padded input unless Winograd, the packed weights unless given; run_wino's */
+    if (path == 1) { /* run_lanes: the padded input unless AVX-512 Winograd, the packed weights unless given; run_wino's */
         fm_conv_lanes d;
         const bool wino = lanes_setup(c, &d);
-        if (!wino) floats[0] = N * C * d.Hp * d.WS;
+        if (!(wino && fm_cpu_use_avx512())) floats[0] = N * C * d.Hp * d.WS;
         if (!given) floats[1] = fm_conv_lanes_packed_numel(d.O, per);
         if (wino) {
             const fm_conv2d_fused_attrs *a = c->attrs;

@@ -1,5 +1,5 @@
 /* Winograd F(2x2, 3x3) for conv2d_fused's 3x3 stride-1 convs, with the 2x2 max
- * pool after them or without a pool (conv_fused_cpu.c), on AVX-512.
+ * pool after them or without a pool (conv_fused_cpu.c), on AVX-512 and AVX2.
  *
  * A 2x2 output tile of a 3x3 stride-1 conv is A^T [(G g G^T) .* (B^T d B)] A
  * for the 4x4 input patch d and the 3x3 filter g: per tile and channel pair, 16
@@ -65,9 +65,21 @@ static inline void fm_conv_wino_plan(fm_conv_wino *d) {
 static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk; }
 /* The most tiles of a task, and one workspace's size in floats (V, M). */
 static inline int64_t fm_conv_wino_max_tiles(const fm_conv_wino *d) { return (d->Hy + d->nblk - 1) / d->nblk * d->Wy; }
+/* V's rows (one per transform position and input channel) for nt tiles: the AVX2 kernel
+ * stores 8 tiles a step and lets a row's last step run into this slack. */
+static inline int64_t fm_conv_wino_v_stride(int64_t nt) { return nt + 8; }
 static inline int64_t fm_conv_wino_ws_floats(const fm_conv_wino *d) {
     const int64_t t = fm_conv_wino_max_tiles(d);
-    return 16 * d->C * t + 16 * t * d->O + 16;
+    return 16 * d->C * fm_conv_wino_v_stride(t) + 16 * t * d->O + 16;
+}
+/* The padded copy the AVX2 kernel reads (xp; it has no unpadded path): at least the
+ * conv's own padding, rows for every tile's 4x4 patch (2 Hy + 2), and columns for its
+ * steps of 8 tiles (16 columns and 2 more a step) read with whole-vector loads. */
+static inline void fm_conv_wino_avx2_geometry(int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t Hy, int64_t Wy, int64_t *Hp,
+                                              int64_t *WS) {
+    const int64_t rows = 2 * Hy + 2, cols = 16 * ((Wy + 7) / 8) + 2;
+    *Hp = H + 2 * ph > rows ? H + 2 * ph : rows;
+    *WS = W + 2 * pw > cols ? W + 2 * pw : cols;
 }
 
 static inline int64_t fm_conv_wino_u_stride(int64_t C, int64_t O) { return C * O + 16; }
@@ -78,4 +90,9 @@ void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C
 /* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats). Call
  * only when fm_cpu_use_avx512() is true. */
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
+/* The same on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs: U made the same way
+ * (fm_conv_wino_weights_avx2 gives the same floats), the input from xp only, padded to
+ * fm_conv_wino_avx2_geometry (d->x is ignored). Call only when fm_cpu_use_avx2() is true. */
+void fm_conv_wino_weights_avx2(const float *wp, float *u, int64_t O, int64_t C);
+void fm_conv_wino_rows_avx2(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
 #endif
