@@ -681,7 +681,7 @@ static void test_conv_lanes(void) {
 /* The Winograd kernel's AVX2 level on d into y; with AVX-512 here, its AVX-512 level
  * into y5 too, which must be bitwise y (the same arithmetic in the same order): the
  * AVX-512 kernel reads the input unpadded when d->x is set, the AVX2 one always xp.
- * Tasks run two at a time (a task's pieces). Returns false (and says why) on a difference. */
+ * Tasks run two at a time (a task's pieces), the channel runs fm_conv_wino_split_channels made included. Returns false (and says why) on a difference. */
 static bool wino_levels(fm_conv_wino *d, const float *wp, float *u, float *ws, float *y, float *y5, int64_t ny) {
     const int64_t tasks = fm_conv_wino_tasks(d);
     fm_conv_wino_weights_avx2(wp, u, d->O, d->C);
@@ -696,9 +696,10 @@ static bool wino_levels(fm_conv_wino *d, const float *wp, float *u, float *ws, f
     int wh = -1;
     bool ok = same_bits(u, u5, (int)fm_conv_wino_u_floats(d->C, d->O), &wh);
     CHECK_MSG(ok, "conv wino weights: avx2 %g avx512 %g at %d", wh >= 0 ? u[wh] : 0, wh >= 0 ? u5[wh] : 0, wh);
-    d->u = u5, d->y = y5;
-    for (int64_t t0 = 0; t0 < tasks; t0 += 3) fm_conv_wino_rows_avx512(d, t0, t0 + 3 < tasks ? t0 + 3 : tasks, ws);
-    d->u = u, d->y = y;
+    fm_conv_wino d5 = *d; /* the AVX-512 kernel splits no channels */
+    d5.u = u5, d5.y = y5, d5.nob = 1;
+    const int64_t tasks5 = fm_conv_wino_tasks(&d5);
+    for (int64_t t0 = 0; t0 < tasks5; t0 += 3) fm_conv_wino_rows_avx512(&d5, t0, t0 + 3 < tasks5 ? t0 + 3 : tasks5, ws);
     const bool same = same_bits(y, y5, (int)ny, &wh);
     CHECK_MSG(same, "conv wino N%lld C%lld O%lld pool %d: avx2 %g avx512 %g at %d", (long long)d->N, (long long)d->C, (long long)d->O, d->pool,
               wh >= 0 ? y[wh] : 0, wh >= 0 ? y5[wh] : 0, wh);
@@ -722,6 +723,7 @@ static void test_conv_wino(void) {
         fm_conv_wino_avx2_geometry(h->H, h->W, h->pad, h->pad, d.Hy, d.Wy, &d.Hp, &d.WS);
         CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 2, d.Hy, d.Wy), "conv wino shape %zu should fit", s);
         fm_conv_wino_plan(&d);
+        fm_conv_wino_split_channels(&d, 4); /* AVX2: channel runs where a shape has fewer than 4 row runs */
         const int64_t ny = h->N * h->O * d.Hy * d.Wy, nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
         float *xp = malloc(sizeof(float) * (size_t)(h->N * h->C * d.Hp * d.WS)), *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));
@@ -803,6 +805,7 @@ static void test_conv_wino_unpooled(void) {
         d.H = h->H, d.W = h->W, d.ph = d.pw = h->pad;
         CHECK_MSG(fm_conv_wino_fits(d.C, d.O, 3, 3, 0, Ho, Wo), "unpooled conv wino shape %zu should fit", s);
         fm_conv_wino_plan(&d);
+        fm_conv_wino_split_channels(&d, 4);
         const int64_t nx = h->N * h->C * h->H * h->W, wsn = fm_conv_wino_ws_floats(&d);
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)(h->O * per));
         float *wp = malloc(sizeof(float) * (size_t)fm_conv_lanes_packed_numel(h->O, per));

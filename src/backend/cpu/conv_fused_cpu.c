@@ -118,6 +118,7 @@ static void wino_setup(wino_job *j, const fm_conv_lanes *l, int64_t H, int64_t W
         d->Ho = l->Hy, d->Wo = l->Wy, d->Hy = (l->Hy + 1) / 2, d->Wy = (l->Wy + 1) / 2;
     fm_conv_wino_plan(d);
     j->nws = fm_num_threads() < 1 ? 1 : fm_num_threads();
+    if (!fm_cpu_use_avx512()) fm_conv_wino_split_channels(d, j->nws);
     j->wsn = fm_conv_wino_ws_floats(d);
     const int64_t tasks = fm_conv_wino_tasks(d);
     if (j->nws > tasks) j->nws = (int)tasks;
@@ -139,7 +140,7 @@ static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int
     if ((!uw && !u) || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
     if (!uw) wino_weights(wp, fm_tensor_data(u), d->O, d->C);
     d->u = uw ? uw : fm_tensor_data(u), j.ws = fm_tensor_data(ws);
-    const int64_t work = 2 * 16 * d->C * d->O * fm_conv_wino_max_tiles(d);
+    const int64_t work = 2 * 16 * d->C * d->O * fm_conv_wino_max_tiles(d) / d->nob;
     fm_parallel_for(tasks, grain_for(tasks, work / 4), wino_rows, &j);
     fm_tensor_release_n(2, u, ws);
     if (atomic_load(&j.failed)) return fm_set_error(FM_ERR_OOM, "conv2d_fused: no memory for a Winograd workspace");

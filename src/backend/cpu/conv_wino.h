@@ -40,6 +40,7 @@ typedef struct fm_conv_wino {
     int relu, pool;    /* pool 2 (tiles pooled) or 0 */
     int64_t Ho, Wo;    /* pool 0: the output's size */
     int64_t nblk;      /* tile-row runs per sample (fm_conv_wino_plan) */
+    int64_t nob;       /* output-channel runs per tile-row run (AVX2: fm_conv_wino_split_channels; else 1) */
     /* When x is set, the input is read from it unpadded instead of from xp: [N][C][H][W]
      * with ph, pw zero rows and columns around it (rows and columns outside read as
      * zeros through the load masks), so the caller skips the padded copy. */
@@ -61,8 +62,19 @@ enum { FM_CONV_WINO_TASK_TILES = 24 };
 static inline void fm_conv_wino_plan(fm_conv_wino *d) {
     int64_t nb = d->Hy * d->Wy / FM_CONV_WINO_TASK_TILES;
     d->nblk = nb < 1 ? 1 : nb > d->Hy ? d->Hy : nb;
+    d->nob = 1;
 }
-static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk; }
+/* The AVX2 kernel only: when the samples' tile-row runs are fewer than threads (a small
+ * output at batch 1: ResNet-18's 7x7 layers are one run), split each run's output channels
+ * into runs of whole 16-channel blocks as well, so that every thread gets a task; each such
+ * task transforms its input itself. */
+static inline void fm_conv_wino_split_channels(fm_conv_wino *d, int threads) {
+    const int64_t runs = d->N * d->nblk, blocks = d->O / 16;
+    if (runs >= threads) return;
+    const int64_t want = (threads + runs - 1) / runs;
+    d->nob = want < blocks ? want : blocks;
+}
+static inline int64_t fm_conv_wino_tasks(const fm_conv_wino *d) { return d->N * d->nblk * d->nob; }
 /* The most tiles of a task, and one workspace's size in floats (V, M). */
 static inline int64_t fm_conv_wino_max_tiles(const fm_conv_wino *d) { return (d->Hy + d->nblk - 1) / d->nblk * d->Wy; }
 /* V's rows (one per transform position and input channel) for nt tiles: the AVX2 kernel
@@ -87,8 +99,8 @@ static inline int64_t fm_conv_wino_u_floats(int64_t C, int64_t O) { return 16 * 
 
 /* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O]. */
 void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C);
-/* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats). Call
- * only when fm_cpu_use_avx512() is true. */
+/* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats), d->nob
+ * being 1. Call only when fm_cpu_use_avx512() is true. */
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
 /* The same on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs: U made the same way
  * (fm_conv_wino_weights_avx2 gives the same floats), the input from xp only, padded to

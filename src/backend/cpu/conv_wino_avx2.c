@@ -171,12 +171,12 @@ static inline __m256 bias_relu(const fm_conv_wino *d, __m256 v, __m256 bias) {
 /* Without a pool: 4 tiles of a tile row at a time (8 output columns), per 8
  * channels: bias and ReLU on the tiles' outputs, an 8x8 transpose of each output
  * row's values, one store per channel and row inside the Ho x Wo output. */
-static void store_rows(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW, int64_t t0) {
+static void store_rows(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW, int64_t t0, int64_t olo, int64_t ohi) {
     const int64_t O = d->O, S = nt * O, Wy = d->Wy, g0 = t0 / Wy; /* a task holds whole tile rows */
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t rr = 0; rr < nt / Wy; rr++) {
         const int64_t oh = 2 * (g0 + rr);
-        for (int64_t o0 = 0; o0 < O; o0 += 8) {
+        for (int64_t o0 = olo; o0 < ohi; o0 += 8) {
             const __m256 bias = d->bias ? _mm256_loadu_ps(d->bias + o0) : zero;
             for (int64_t gc0 = 0; gc0 < Wy; gc0 += 4) {
                 const int64_t n4 = Wy - gc0 < 4 ? Wy - gc0 : 4, cols = d->Wo - 2 * gc0 < 8 ? d->Wo - 2 * gc0 : 8;
@@ -201,15 +201,16 @@ static void store_rows(const fm_conv_wino *d, const float *M, int64_t nt, float 
 /* A^T m A of each tile, then with the pool the max of its 4 outputs, bias, ReLU;
  * 8 tiles (consecutive pooled pixels) x 8 channels transposed to runs of 8 pixels
  * in each channel's plane (y at plane o0 = 0, HW floats a plane); without, store_rows.
- * t0: the task's first tile. */
-static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW, int64_t t0) {
+ * t0: the task's first tile; [olo, ohi): its output channels. */
+static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, float *y, int64_t HW, int64_t t0, int64_t olo,
+                             int64_t ohi) {
     if (!d->pool) {
-        store_rows(d, M, nt, y, HW, t0);
+        store_rows(d, M, nt, y, HW, t0, olo, ohi);
         return;
     }
     const int64_t O = d->O, S = nt * O;
     const __m256 zero = _mm256_setzero_ps();
-    for (int64_t o0 = 0; o0 < O; o0 += 8) {
+    for (int64_t o0 = olo; o0 < ohi; o0 += 8) {
         const __m256 bias = d->bias ? _mm256_loadu_ps(d->bias + o0) : zero;
         for (int64_t t = 0; t < nt; t += 8) {
             const int64_t n8 = nt - t < 8 ? nt - t : 8;
@@ -229,7 +230,7 @@ static void output_transform(const fm_conv_wino *d, const float *M, int64_t nt, 
     }
 }
 
-static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float *ws) {
+static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, int64_t olo, int64_t ohi, float *ws) {
     const int64_t nt = (r1 - r0) * d->Wy, C = d->C, O = d->O, vs = fm_conv_wino_v_stride(nt);
     float *V = ws, *M = V + 16 * C * vs;
     input_transform(d, n, r0, r1, V, vs);
@@ -242,7 +243,7 @@ static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float
     for (int xi = 0; xi < 16; xi++) {
         const float *Vx = V + xi * C * vs, *Ux = d->u + xi * fm_conv_wino_u_stride(C, O);
         float *Mx = M + xi * nt * O;
-        for (int64_t o0 = 0; o0 < O; o0 += 16)
+        for (int64_t o0 = olo; o0 < ohi; o0 += 16)
             for (int64_t g = 0, t = 0; g < ng; g++) {
                 const int64_t te = (g + 1) * nt / ng;
                 tiles[te - t - 1](Vx + t, vs, Ux + o0, O, C, Mx + t * O + o0);
@@ -250,12 +251,13 @@ static void task(const fm_conv_wino *d, int64_t n, int64_t r0, int64_t r1, float
             }
     }
     const int64_t HW = d->pool ? d->Hy * d->Wy : d->Ho * d->Wo;
-    output_transform(d, M, nt, d->y + n * O * HW, HW, r0 * d->Wy);
+    output_transform(d, M, nt, d->y + n * O * HW, HW, r0 * d->Wy, olo, ohi);
 }
 
 void fm_conv_wino_rows_avx2(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws) {
+    const int64_t nob = d->nob > 0 ? d->nob : 1, per = d->nblk * nob, blocks = d->O / 16;
     for (int64_t k = begin; k < end; k++) {
-        const int64_t n = k / d->nblk, b = k % d->nblk;
-        task(d, n, b * d->Hy / d->nblk, (b + 1) * d->Hy / d->nblk, ws);
+        const int64_t n = k / per, b = k % per / nob, ob = k % nob;
+        task(d, n, b * d->Hy / d->nblk, (b + 1) * d->Hy / d->nblk, ob * blocks / nob * 16, (ob + 1) * blocks / nob * 16, ws);
     }
 }
