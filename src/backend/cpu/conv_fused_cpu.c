@@ -408,12 +408,16 @@ static bool small_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *y) {
     return tiles < FM_CONV_WINO_TASK_TILES * (int64_t)(fm_num_threads() < 1 ? 1 : fm_num_threads());
 }
 
-/* At the AVX-512 level an unpadded 1x1 conv without a pool (ResNet-50's bottlenecks)
- * runs conv2d's kernel, which hands the input to the GEMM as it is: same machine and
- * method, 256->64 at 56x56 0.26 ms against 0.76 in the lanes kernel, 512->128 at 28x28
- * 0.26 against 0.51, 1024->256 at 14x14 0.28 against 0.49, 2048->512 at 7x7 equal. */
+/* At the AVX-512 and AVX2 levels an unpadded 1x1 conv without a pool (ResNet-50's
+ * bottlenecks, SqueezeNet's squeeze and expand layers) runs conv2d's kernel, which hands
+ * the input to the GEMM as it is: same machine and method, 256->64 at 56x56 0.26 ms
+ * against 0.76 in the lanes kernel, 512->128 at 28x28 0.26 against 0.51, 1024->256 at
+ * 14x14 0.28 against 0.49, 2048->512 at 7x7 equal. On an AMD EPYC Zen 3 (AVX2) the
+ * lanes kernel's 1x1 tiles were a third of SqueezeNet 1.0's compiled graph at batch 8;
+ * through the GEMM the graph ran about 1.4x faster (docs/PERFORMANCE.md, "Zen 3:
+ * Winograd on AVX2"). */
 static bool pointwise_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *w) {
-    return a->pool <= 1 && fm_cpu_use_avx512() && w->shape[2] == 1 && w->shape[3] == 1 && !a->p.padding[0] && !a->p.padding[1];
+    return a->pool <= 1 && fm_cpu_use_avx2() && w->shape[2] == 1 && w->shape[3] == 1 && !a->p.padding[0] && !a->p.padding[1];
 }
 
 /* Whether c->in[3] has the packed weights' size (the form is this level's: a graph packs
