@@ -505,7 +505,10 @@ bool fm_cpu_gemm_bf16(const fm_cpu_gemm_args *g, const float *bias, bool c_bf16)
         fm_kernel_note_lowp_products();
         return true;
     }
-    if (fm_cpu_gemm_bf16_amx(g, bias, c_bf16)) {
+    /* the level checked here, not only inside: gemm_amx.c is compiled for AMX and AVX-512,
+     * and a sanitized build's prologue there already uses AVX-512 stores (an AVX2-only CPU
+     * stopped on one: Illegal instruction, AMD EPYC Zen 3) */
+    if (fm_cpu_use_amx() && fm_cpu_gemm_bf16_amx(g, bias, c_bf16)) {
         fm_kernel_note_lowp_products();
         return true;
     }
