@@ -690,21 +690,15 @@ static bool wino_levels(fm_conv_wino *d, const float *wp, float *u, float *ws, f
     for (int64_t t0 = 0; t0 < tasks; t0 += 2) fm_conv_wino_rows_avx2(d, t0, t0 + 2 < tasks ? t0 + 2 : tasks, ws);
     d->x = x;
     if (!w512) return true;
-    float *u5 = malloc(sizeof(float) * (size_t)fm_conv_wino_u_floats(d->C, d->O));
-    if (!u5) return false;
-    fm_conv_wino_weights_avx512(wp, u5, d->O, d->C);
     int wh = -1;
-    bool ok = same_bits(u, u5, (int)fm_conv_wino_u_floats(d->C, d->O), &wh);
-    CHECK_MSG(ok, "conv wino weights: avx2 %g avx512 %g at %d", wh >= 0 ? u[wh] : 0, wh >= 0 ? u5[wh] : 0, wh);
     fm_conv_wino d5 = *d; /* the AVX-512 kernel splits no channels */
-    d5.u = u5, d5.y = y5, d5.nob = 1;
+    d5.y = y5, d5.nob = 1;
     const int64_t tasks5 = fm_conv_wino_tasks(&d5);
     for (int64_t t0 = 0; t0 < tasks5; t0 += 3) fm_conv_wino_rows_avx512(&d5, t0, t0 + 3 < tasks5 ? t0 + 3 : tasks5, ws);
     const bool same = same_bits(y, y5, (int)ny, &wh);
     CHECK_MSG(same, "conv wino N%lld C%lld O%lld pool %d: avx2 %g avx512 %g at %d", (long long)d->N, (long long)d->C, (long long)d->O, d->pool,
               wh >= 0 ? y[wh] : 0, wh >= 0 ? y5[wh] : 0, wh);
-    free(u5);
-    return ok && same;
+    return same;
 }
 
 static void test_conv_wino(void) {

@@ -97,14 +97,14 @@ static inline void fm_conv_wino_avx2_geometry(int64_t H, int64_t W, int64_t ph, 
 static inline int64_t fm_conv_wino_u_stride(int64_t C, int64_t O) { return C * O + 16; }
 static inline int64_t fm_conv_wino_u_floats(int64_t C, int64_t O) { return 16 * fm_conv_wino_u_stride(C, O); }
 
-/* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O]. */
-void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C);
 /* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats), d->nob
  * being 1. Call only when fm_cpu_use_avx512() is true. */
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
-/* The same on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs: U made the same way
- * (fm_conv_wino_weights_avx2 gives the same floats), the input from xp only, padded to
- * fm_conv_wino_avx2_geometry (d->x is ignored). Call only when fm_cpu_use_avx2() is true. */
+/* The same on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs, the input from xp
+ * only, padded to fm_conv_wino_avx2_geometry (d->x is ignored). Call only when
+ * fm_cpu_use_avx2() is true. */
+/* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O], for both
+ * levels. Call only when fm_cpu_use_avx2() is true. */
 void fm_conv_wino_weights_avx2(const float *wp, float *u, int64_t O, int64_t C);
 void fm_conv_wino_rows_avx2(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
 #endif

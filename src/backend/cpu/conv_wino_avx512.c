@@ -1,5 +1,6 @@
 /* Winograd F(2x2, 3x3) with the 2x2 max pool, bias and ReLU on AVX-512
- * (conv_wino.h has the scheme and the layouts).
+ * (conv_wino.h has the scheme and the layouts). The weights are transformed by
+ * conv_wino_avx2.c's fm_conv_wino_weights_avx2 at both levels (once, at pack time).
  *
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
  * A^T = [1 1 1 0; 0 1 -1 -1]. */
@@ -8,36 +9,6 @@
 
 #include "backend/cpu/conv_lanes.h"
 #include "backend/cpu/conv_wino.h"
-
-void fm_conv_wino_weights_avx512(const float *wp, float *u, int64_t O, int64_t C) {
-    const int64_t per = C * 9, lanes = fm_conv_lanes_vectors(O) * 8;
-    const __m512 half = _mm512_set1_ps(0.5f);
-    const int64_t us = fm_conv_wino_u_stride(C, O);
-    for (int64_t o0 = 0; o0 < O; o0 += 16) {
-        /* o0's 16 channels in the lanes packing: block o0 / 32, width 32 (16 for a last half block) */
-        const int64_t bi = o0 / 32, width = lanes - bi * 32 < 32 ? lanes - bi * 32 : 32;
-        const float *base = wp + bi * 32 * per + o0 % 32;
-        for (int64_t c = 0; c < C; c++) {
-            __m512 g[9], t[4][3];
-            for (int k = 0; k < 9; k++) g[k] = _mm512_loadu_ps(base + (c * 9 + k) * width);
-            for (int j = 0; j < 3; j++) { /* G g: the rows */
-                const __m512 ac = _mm512_add_ps(g[j], g[6 + j]);
-                t[0][j] = g[j];
-                t[1][j] = _mm512_mul_ps(half, _mm512_add_ps(ac, g[3 + j]));
-                t[2][j] = _mm512_mul_ps(half, _mm512_sub_ps(ac, g[3 + j]));
-                t[3][j] = g[6 + j];
-            }
-            for (int i = 0; i < 4; i++) { /* (G g) G^T: the columns */
-                const __m512 ac = _mm512_add_ps(t[i][0], t[i][2]);
-                float *dst = u + 4 * i * us + c * O + o0;
-                _mm512_storeu_ps(dst, t[i][0]);
-                _mm512_storeu_ps(dst + us, _mm512_mul_ps(half, _mm512_add_ps(ac, t[i][1])));
-                _mm512_storeu_ps(dst + 2 * us, _mm512_mul_ps(half, _mm512_sub_ps(ac, t[i][1])));
-                _mm512_storeu_ps(dst + 3 * us, t[i][2]);
-            }
-        }
-    }
-}
 
 /* B^T d B for tile rows [r0, r1) of sample n into V [16][C][nt]: per channel and
  * tile row, 7 tiles at a time (16 input columns in one vector). */
