@@ -22,8 +22,8 @@
  *   channels (a half-empty vector);
  * - AVX2: the same Winograd kernel for the same convs (conv_wino_avx2.c, bitwise
  *   the AVX-512 one's outputs, from a padded copy of the input). Measured on an AMD
- *   EPYC Zen 3, fashion-cnn's compiled graph: see docs/PERFORMANCE.md, "Zen 3:
- *   Winograd on AVX2";
+ *   EPYC Zen 3: 1.25-1.79x the lanes kernel per layer, fashion-cnn's compiled graph
+ *   1.23-1.39x at batch 32 (docs/PERFORMANCE.md, "AMD EPYC Zen 3 again");
  * - AVX2 otherwise: conv_lanes.h (output channels along the lanes), any channel count. It
  *   replaced an AVX2 build of conv_direct.h's tile (6 channels x 2 rows), which
  *   it beat on every fashion-cnn-like shape measured on Zen 3, 1->32 included
@@ -412,8 +412,8 @@ static bool small_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *y) {
  * against 0.76 in the lanes kernel, 512->128 at 28x28 0.26 against 0.51, 1024->256 at
  * 14x14 0.28 against 0.49, 2048->512 at 7x7 equal. On an AMD EPYC Zen 3 (AVX2) the
  * lanes kernel's 1x1 tiles were a third of SqueezeNet 1.0's compiled graph at batch 8;
- * through the GEMM the graph ran about 1.4x faster (docs/PERFORMANCE.md, "Zen 3:
- * Winograd on AVX2"). */
+ * through the GEMM the graph ran 1.43-1.55x faster (docs/PERFORMANCE.md, "AMD EPYC
+ * Zen 3 again"). */
 static bool pointwise_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *w) {
     return a->pool <= 1 && fm_cpu_use_avx2() && w->shape[2] == 1 && w->shape[3] == 1 && !a->p.padding[0] && !a->p.padding[1];
 }
