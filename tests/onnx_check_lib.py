@@ -62,12 +62,16 @@ ORT_U8S8_EXACT = ort_u8s8_exact()
 
 def reference_instead_of_ort(path):
     """Whether a test should compare the model at path with ONNX's reference evaluator rather than
-    with ONNX Runtime run op by op: it multiplies integers (INTEGER_PRODUCTS, or a quantize_dynamic
-    MatMul) and ONNX Runtime's uint8 x int8 products are not exact here (ort_u8s8_exact)."""
+    with ONNX Runtime run op by op: it multiplies integers (INTEGER_PRODUCTS; quantize_dynamic's
+    MatMulInteger among them) and ONNX Runtime's uint8 x int8 products are not exact here
+    (ort_u8s8_exact)."""
     if ORT_U8S8_EXACT:
         return False
     import onnx
     return any(n.op_type in INTEGER_PRODUCTS for n in onnx.load(path).graph.node)
+
+
+REFERENCE_PEER = "ONNX's reference evaluator (ORT's u8 x s8 products saturate on this CPU)"
 
 
 def reference_run(path, feeds):

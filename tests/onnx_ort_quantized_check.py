@@ -43,8 +43,8 @@ try:
 except ImportError as e:
     print(f"SKIP: needs numpy, onnx and onnxruntime with its quantization tool ({e.name} missing)")
     sys.exit(77)
-from onnx_check_lib import (ORT_U8S8_EXACT, D, fathom_run, finish, reference_instead_of_ort,  # noqa: E402 (after the skip)
-                            reference_run, report)
+from onnx_check_lib import (ORT_U8S8_EXACT, REFERENCE_PEER, D, fathom_run, finish,  # noqa: E402 (after the skip)
+                            reference_instead_of_ort, reference_run, report)
 
 logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process
 
@@ -128,7 +128,7 @@ def check_model(path, what, x, need):
     for optimize in (False, True):
         want = (reference_run(path, feeds) if use_ref and not optimize else ort_run(path, feeds, optimize))["y"]
         d = float(np.max(np.abs(got["y"] - want)))
-        peer = "ONNX's reference evaluator (ORT's u8 x s8 products saturate on this CPU)" if use_ref and not optimize else "ORT"
+        peer = REFERENCE_PEER if use_ref and not optimize else "ORT"
         if optimize and not ORT_U8S8_EXACT:  # its fused integer kernels saturate here: printed, not checked
             print(f"info: {what} vs ORT optimized: max |diff| {d:.3g}{f' ({d / step:.3g} steps)' if step else ''}, not checked: "
                   "without VNNI ONNX Runtime's u8 x s8 products saturate (onnx_check_lib.ort_u8s8_exact)")
@@ -193,7 +193,7 @@ def check_op(tag, op, feeds, consts, n_out=1, opset=13, order=None, **attrs):
     p = one_op(tag, op, feeds, consts, n_out, opset, order, **attrs)
     use_ref = reference_instead_of_ort(p)
     want = reference_run(p, feeds) if use_ref else ort_run(p, feeds)
-    peer = "ONNX's reference evaluator (ORT's u8 x s8 products saturate on this CPU)" if use_ref else "ORT"
+    peer = REFERENCE_PEER if use_ref else "ORT"
     got, err = fathom_run(p, feeds, tag)
     if got is None:
         report(False, f"{tag}: fathom refused it: {err}")

@@ -91,9 +91,6 @@ static void wino_run(const fm_conv_wino *d, int64_t b, int64_t e, float *ws) {
     else fm_conv_wino_rows_avx2(d, b, e, ws);
 }
 
-/* one transform for both levels (an AVX-512 CPU has AVX2): U is the same either way */
-static void wino_weights(const float *wp, float *u, int64_t O, int64_t C) { fm_conv_wino_weights_avx2(wp, u, O, C); }
-
 static void wino_rows(void *ctx, int64_t b, int64_t e, int tid) {
     wino_job *j = ctx;
     if (tid >= 0 && tid < j->nws) {
@@ -136,7 +133,7 @@ static fm_status run_wino(const fm_conv_lanes *l, const float *x, int64_t H, int
     const int64_t tasks = fm_conv_wino_tasks(d);
     fm_tensor *u = uw ? NULL : scratch(fm_conv_wino_u_floats(d->C, d->O), FM_F32), *ws = scratch(j.nws * j.wsn, FM_F32);
     if ((!uw && !u) || !ws) { fm_tensor_release_n(2, u, ws); return fm_last_status(); }
-    if (!uw) wino_weights(wp, fm_tensor_data(u), d->O, d->C);
+    if (!uw) fm_conv_wino_weights_avx2(wp, fm_tensor_data(u), d->O, d->C); /* one transform for both levels */
     d->u = uw ? uw : fm_tensor_data(u), j.ws = fm_tensor_data(ws);
     const int64_t work = 2 * 16 * d->C * d->O * fm_conv_wino_max_tiles(d) / d->nob;
     fm_parallel_for(tasks, grain_for(tasks, work / 4), wino_rows, &j);
@@ -193,7 +190,7 @@ static fm_status conv2d_fused_pack_kernel(const fm_op_call *c) {
     if (form == PACK_LANES_WINO) {
         const int64_t at = wino_offset(O, per);
         memset(y + used, 0, sizeof(float) * (size_t)(at - used));
-        wino_weights(y + 3, y + at, O, w->shape[1]);
+        fm_conv_wino_weights_avx2(y + 3, y + at, O, w->shape[1]);
         used = at + fm_conv_wino_u_floats(w->shape[1], O);
     }
     memset(y + used, 0, sizeof(float) * (size_t)(3 + fm_conv2d_fused_pack_numel(O, per) - used)); /* the rest of the tensor */
@@ -258,10 +255,10 @@ static fm_status run_lanes(const fm_op_call *c) {
     const int64_t H = x->shape[2], W = x->shape[3], ph = a->p.padding[0], pw = a->p.padding[1];
     const int64_t per = d.C * d.KH * d.KW;
     const float *given = prepacked(c, PACK_LANES);
-    /* AVX-512 Winograd reads x as it is */
-    fm_tensor *xp = wino && fm_cpu_use_avx512() ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true);
+    const bool unpadded = wino && fm_cpu_use_avx512(); /* AVX-512 Winograd reads x as it is */
+    fm_tensor *xp = unpadded ? NULL : padded_input(x, d.Hp, d.WS, ph, pw, true);
     fm_tensor *wp = given ? NULL : scratch(fm_conv_lanes_packed_numel(d.O, per), FM_F32);
-    if ((!(wino && fm_cpu_use_avx512()) && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
+    if ((!unpadded && !xp) || (!given && !wp)) { fm_tensor_release_n(2, xp, wp); return fm_last_status(); }
     if (!given) fm_conv_lanes_pack(fm_tensor_data(w), fm_tensor_data(wp), d.O, per);
     d.xp = xp ? fm_tensor_data(xp) : NULL, d.wp = given ? given : fm_tensor_data(wp), d.bias = b ? fm_tensor_data(b) : NULL, d.y = fm_tensor_data(y);
     if (wino) {

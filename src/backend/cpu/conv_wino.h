@@ -100,11 +100,11 @@ static inline int64_t fm_conv_wino_u_floats(int64_t C, int64_t O) { return 16 * 
 /* Runs tasks [begin, end) in the workspace ws (fm_conv_wino_ws_floats floats), d->nob
  * being 1. Call only when fm_cpu_use_avx512() is true. */
 void fm_conv_wino_rows_avx512(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
-/* The same on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs, the input from xp
- * only, padded to fm_conv_wino_avx2_geometry (d->x is ignored). Call only when
- * fm_cpu_use_avx2() is true. */
 /* Packed lanes weights (fm_conv_lanes_pack of [O][C][3][3]) -> U [16][C][O], for both
- * levels. Call only when fm_cpu_use_avx2() is true. */
+ * levels (conv_wino_avx2.c). Call only when fm_cpu_use_avx2() is true. */
 void fm_conv_wino_weights_avx2(const float *wp, float *u, int64_t O, int64_t C);
+/* The same tasks on AVX2 (conv_wino_avx2.c), bitwise the AVX-512 outputs, the input from
+ * xp only, padded to fm_conv_wino_avx2_geometry (d->x is ignored). Call only when
+ * fm_cpu_use_avx2() is true. */
 void fm_conv_wino_rows_avx2(const fm_conv_wino *d, int64_t begin, int64_t end, float *ws);
 #endif
