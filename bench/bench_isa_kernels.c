@@ -3,7 +3,7 @@
  * load from other processes falls on both alike. One thread; run it with
  * FATHOM_BENCH_CLOCK=cpu on a shared machine (CPU time, bench_util.h).
  *
- *   FATHOM_BENCH_CLOCK=cpu build/bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino]
+ *   FATHOM_BENCH_CLOCK=cpu build/bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino|mobile]
  *
  * gemv: y = W x for a linear's [N, K] weight (the decode step), "hot" on one
  * weight (in L2 when it fits) and "cold" cycling over enough copies of it to
@@ -18,18 +18,28 @@
  * wino (runs on an AVX2-only CPU too): for 3x3 stride-1 convs, the lanes kernel against
  * the Winograd F(2x2, 3x3) kernel (conv_wino.h) at the AVX2 level, and at AVX-512 where
  * the CPU has it, on fashion-cnn's conv2 and the 3x3 layers of ResNet-18 and
- * SqueezeNet 1.0 at batch 1 and 8: which kernel conv2d_fused should pick. */
+ * SqueezeNet 1.0 at batch 1 and 8: which kernel conv2d_fused should pick.
+ * mobile (AVX2 level): MobileNetV2's layers at batch 8 (224x224 input) on one pool
+ * thread: each 1x1 conv through conv_pw.h's kernel (bias and ReLU6 in it) against the
+ * route it replaced at the AVX2 level (fm_cpu_gemm per sample, then a bias and clamp
+ * pass), with the largest difference between the two; then each depthwise 3x3 conv
+ * (conv_dw.h) at the level in use, in GFLOP/s. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/conv_direct.h"
+#include "backend/cpu/conv_dw.h"
 #include "backend/cpu/conv_lanes.h"
+#include "backend/cpu/conv_pw.h"
 #include "backend/cpu/conv_wino.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemv_avx2.h"
 #include "backend/cpu/linear_packed.h"
 #include "bench_util.h"
 #include "core/cpu_features.h"
+#include "core/parallel.h"
 
 static void fill(float *p, size_t n, unsigned s) {
     for (size_t i = 0; i < n; i++) { s = s * 1103515245u + 12345u; p[i] = (float)((s >> 9) & 0xFFFF) / 65536.0f - 0.5f; }
@@ -290,17 +300,103 @@ static void bench_wino(int rounds) {
     free(tl), free(t2), free(t5);
 }
 
+/* conv2d's 1x1 route before conv_pw.h, as conv2d_cpu.c ran it: per sample one GEMM
+ * (beta 0), then the bias and the clamp over the output */
+static void pw_by_gemm(const fm_conv_pw *d) {
+    for (int64_t n = 0; n < d->N; n++) {
+        float *y = d->y + n * d->y_stride;
+        fm_cpu_gemm(&(fm_cpu_gemm_args){FM_F32, false, false, d->O, d->P, d->C, d->w, d->C, d->x + n * d->x_stride, d->P, 0.0, y,
+                                        d->P});
+        for (int64_t o = 0; o < d->O; o++)
+            for (int64_t p = 0; p < d->P; p++) {
+                const float v = y[o * d->P + p] + d->bias[o];
+                y[o * d->P + p] = v < d->lo ? d->lo : v > d->hi ? d->hi : v;
+            }
+    }
+}
+
+/* MobileNetV2's 1x1 and depthwise layers (see the top) */
+static void bench_mobile(int rounds) {
+    typedef struct { int64_t C, O, HW; int relu6; } pws;
+    const pws pw[] = {{32, 16, 112, 0},  {16, 96, 112, 1},  {96, 24, 56, 0},   {24, 144, 56, 1},  {144, 24, 56, 0},
+                      {144, 32, 28, 0},  {32, 192, 28, 1},  {192, 32, 28, 0},  {192, 64, 14, 0},  {64, 384, 14, 1},
+                      {384, 64, 14, 0},  {384, 96, 14, 0},  {96, 576, 14, 1},  {576, 96, 14, 0},  {576, 160, 7, 0},
+                      {160, 960, 7, 1},  {960, 160, 7, 0},  {960, 320, 7, 0},  {320, 1280, 7, 1}};
+    const int64_t N = 8;
+    printf("\n%-9s %4s %5s %7s %10s %10s %7s %9s %9s\n", "1x1 conv", "C", "O", "HxW", "pw us", "gemm us", "gemm/pw",
+           "GFLOP/s", "max diff");
+    double *ta = malloc(sizeof(double) * (size_t)rounds), *tb = malloc(sizeof(double) * (size_t)rounds);
+    for (size_t s = 0; s < sizeof pw / sizeof pw[0]; s++) {
+        const pws *h = &pw[s];
+        const int64_t P = h->HW * h->HW;
+        float *x = xalloc(sizeof(float) * (size_t)(N * h->C * P)), *w = xalloc(sizeof(float) * (size_t)(h->O * h->C));
+        float *b = xalloc(sizeof(float) * (size_t)h->O), *y1 = xalloc(sizeof(float) * (size_t)(N * h->O * P)),
+              *y2 = xalloc(sizeof(float) * (size_t)(N * h->O * P));
+        fill(x, (size_t)(N * h->C * P), 11), fill(w, (size_t)(h->O * h->C), 12), fill(b, (size_t)h->O, 13);
+        fm_conv_pw d = {x, w, b, y1, N, h->C, h->O, P, h->C * P, h->O * P, h->relu6 ? 0.0f : -INFINITY, h->relu6 ? 6.0f : INFINITY},
+                   d2 = d;
+        d2.y = y2;
+        const double flop = 2.0 * (double)(N * h->O * h->C * P);
+        const int inner = (int)(2e8 / flop) + 1;
+        for (int r = 0; r < rounds; r++) {
+            double t0 = bench_now_s();
+            for (int i = 0; i < inner; i++) fm_conv_pw_run_avx2(&d);
+            double t1 = bench_now_s();
+            for (int i = 0; i < inner; i++) pw_by_gemm(&d2);
+            double t2 = bench_now_s();
+            ta[r] = (t1 - t0) / inner, tb[r] = (t2 - t1) / inner;
+        }
+        double diff = 0;
+        for (int64_t i = 0; i < N * h->O * P; i++) diff = fabs(y1[i] - y2[i]) > diff ? fabs(y1[i] - y2[i]) : diff;
+        const double a = bench_median(ta, rounds), c = bench_median(tb, rounds);
+        char hw[16];
+        snprintf(hw, sizeof hw, "%lldx%lld", (long long)h->HW, (long long)h->HW);
+        printf("%-9s %4lld %5lld %7s %10.1f %10.1f %7.2f %9.1f %9.2g\n", h->relu6 ? "relu6" : "-", (long long)h->C,
+               (long long)h->O, hw, a * 1e6, c * 1e6, c / a, flop / a * 1e-9, diff);
+        fflush(stdout);
+        free(x), free(w), free(b), free(y1), free(y2);
+    }
+    typedef struct { int64_t C, HW, s; } dws;
+    const dws dw[] = {{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2}, {192, 28, 1},
+                      {192, 28, 2}, {384, 14, 1}, {576, 14, 1}, {576, 14, 2}, {960, 7, 1}};
+    printf("\n%-9s %4s %7s %2s %10s %9s\n", "3x3 dw", "C", "HxW", "s", "us", "GFLOP/s");
+    for (size_t s = 0; s < sizeof dw / sizeof dw[0]; s++) {
+        const dws *h = &dw[s];
+        const int64_t Ho = (h->HW + 2 - 3) / h->s + 1;
+        float *x = xalloc(sizeof(float) * (size_t)(N * h->C * h->HW * h->HW)), *w = xalloc(sizeof(float) * (size_t)(h->C * 9));
+        float *b = xalloc(sizeof(float) * (size_t)h->C), *y = xalloc(sizeof(float) * (size_t)(N * h->C * Ho * Ho));
+        fill(x, (size_t)(N * h->C * h->HW * h->HW), 14), fill(w, (size_t)(h->C * 9), 15), fill(b, (size_t)h->C, 16);
+        const fm_conv_dw d = {x, w, b, y, N, h->C, h->HW, h->HW, h->C, Ho, Ho, 3, 3, h->s, h->s, 1, 1, 0.0f, 6.0f};
+        const double flop = 2.0 * (double)(N * h->C * Ho * Ho * 9);
+        const int inner = (int)(5e7 / flop) + 1;
+        for (int r = 0; r < rounds; r++) {
+            double t0 = bench_now_s();
+            for (int i = 0; i < inner; i++)
+                if (fm_conv_dw_run(&d) != FM_OK) { fprintf(stderr, "bench_isa_kernels: %s\n", fm_last_error()); exit(1); }
+            ta[r] = (bench_now_s() - t0) / inner;
+        }
+        const double a = bench_median(ta, rounds);
+        char hw[16];
+        snprintf(hw, sizeof hw, "%lldx%lld", (long long)h->HW, (long long)h->HW);
+        printf("%-9s %4lld %7s %2lld %10.1f %9.1f\n", "relu6", (long long)h->C, hw, (long long)h->s, a * 1e6, flop / a * 1e-9);
+        fflush(stdout);
+        free(x), free(w), free(b), free(y);
+    }
+    free(ta), free(tb);
+}
+
 int main(int argc, char **argv) {
     int rounds = 21;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else { fprintf(stderr, "usage: bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino]\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_isa_kernels [--rounds N] [--only gemv|linear|conv|wino|mobile]\n"); return 2; }
     }
     if (rounds < 1 || rounds > 10000) { fprintf(stderr, "bench_isa_kernels: --rounds must be in [1, 10000]\n"); return 2; }
-    if (only && strcmp(only, "gemv") && strcmp(only, "linear") && strcmp(only, "conv") && strcmp(only, "wino")) {
-        fprintf(stderr, "bench_isa_kernels: --only takes gemv, linear, conv or wino, not '%s'\n", only);
+    if (only && strcmp(only, "gemv") && strcmp(only, "linear") && strcmp(only, "conv") && strcmp(only, "wino") &&
+        strcmp(only, "mobile")) {
+        fprintf(stderr, "bench_isa_kernels: --only takes gemv, linear, conv, wino or mobile, not '%s'\n", only);
         return 2;
     }
     if (only && !strcmp(only, "wino")) {
@@ -308,6 +404,15 @@ int main(int argc, char **argv) {
         printf("CPU: %s; one thread; median of %d alternating rounds; clock: %s\n", fm_cpu_get_features()->model, rounds,
                getenv("FATHOM_BENCH_CLOCK") ? getenv("FATHOM_BENCH_CLOCK") : "wall");
         bench_wino(rounds);
+        return 0;
+    }
+    if (only && !strcmp(only, "mobile")) {
+        if (!fm_cpu_use_avx2()) { fprintf(stderr, "bench_isa_kernels: --only mobile needs the AVX2 level\n"); return 77; }
+        fm_set_num_threads(1);
+        printf("CPU: %s; one thread; median of %d alternating rounds; clock: %s\n", fm_cpu_get_features()->model, rounds,
+               getenv("FATHOM_BENCH_CLOCK") ? getenv("FATHOM_BENCH_CLOCK") : "wall");
+        bench_mobile(rounds);
+        fm_parallel_shutdown();
         return 0;
     }
     if (!fm_cpu_use_avx512()) { fprintf(stderr, "bench_isa_kernels: needs the AVX-512 level (FATHOM_ISA unset)\n"); return 77; }

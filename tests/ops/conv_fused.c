@@ -168,6 +168,16 @@ static int conv2d_fused_forward(void) {
         {1, 24, 14, 14, 64, 3, 1, 1, 1, 1, 0, 0, NC, FM_F32},
         {1, 8, 11, 8, 16, 3, 1, 0, 1, 1, 1, 1, NC, FM_F32},
         {1, 32, 28, 30, 48, 3, 1, 1, 1, 1, 1, 0, NC, FM_F32},
+        /* 1x1 unpadded (AVX2: conv_pw.h's kernel, 16 pixels of the batch a tile): 7x7 planes,
+         * so tiles span two samples, and 13 channels (panels of 6, 6, 1); one pixel a sample
+         * (a tile spans 16, the last tile mostly past the batch); 4 pixels a sample; one input
+         * channel; groups; a pool after it */
+        {3, 37, 7, 7, 13, 1, 1, 0, 1, 1, 1, 0, NC, FM_F32},
+        {2, 5, 1, 1, 20, 1, 1, 0, 1, 1, 0, 0, NC, FM_F32},
+        {21, 3, 2, 2, 8, 1, 1, 0, 1, 1, 1, 0, NC, FM_F32},
+        {1, 1, 17, 19, 7, 1, 1, 0, 1, 1, 1, 0, NC, FM_F32},
+        {2, 8, 4, 5, 6, 1, 1, 0, 1, 2, 0, 0, NC, FM_F32},
+        {2, 6, 8, 10, 12, 1, 1, 0, 1, 1, 1, 2, NC, FM_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + 3 * i, false);
     check_case(&cases[1], 99, true); /* a NaN input reaches the pooled outputs over it */
@@ -178,6 +188,7 @@ static int conv2d_fused_forward(void) {
     check_case(&cases[20], 95, true); /* lanes: NaN through a short run */
     check_case(&cases[22], 94, true); /* lanes: NaN through a group of row pairs */
     check_case(&cases[25], 93, true); /* Winograd: NaN through the transforms */
+    check_case(&cases[34], 92, true); /* 1x1: NaN through a tile that spans four samples */
     /* bad input */
     fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 5, 5}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
     fm_tensor *xh = fm_to_dtype(x, FM_BF16), *wh = fm_to_dtype(w, FM_BF16), *w3 = op_randn(4, (int64_t[]){4, 3, 3, 3}, FM_F32, 3);

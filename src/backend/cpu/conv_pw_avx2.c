@@ -1,0 +1,150 @@
+/* The 1x1 convolution's AVX2 kernel and its runner (conv_pw.h says why it exists
+ * and how the work is laid out). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/conv_pw.h"
+#include "core/parallel.h"
+
+enum { MR = 6, NR = 16 };
+
+typedef struct pw_job {
+    const fm_conv_pw *d;
+    float *bufs;         /* per pool thread: the packed columns [C][NR], then a [MR][NR] tile */
+    int64_t per;         /* floats per thread */
+    int64_t nop;         /* 6-row panels of the output channels */
+    int64_t split, opc;  /* output-channel chunks per column tile, panels per chunk */
+    bool clamp;
+} pw_job;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The 16 columns from q0 (a pixel of the whole batch, n * P + p) of every input
+ * channel into b [C][NR]: straight copies when they lie in one sample, else piece by
+ * piece, with zeros past the batch's last pixel. */
+static void pack_columns(const fm_conv_pw *d, int64_t q0, float *b) {
+    const int64_t C = d->C, P = d->P;
+    int64_t n = q0 / P, p = q0 % P;
+    if (p + NR <= P) {
+        const float *src = d->x + n * d->x_stride + p;
+        for (int64_t k = 0; k < C; k++, src += P) {
+            _mm256_store_ps(b + k * NR, _mm256_loadu_ps(src));
+            _mm256_store_ps(b + k * NR + 8, _mm256_loadu_ps(src + 8));
+        }
+        return;
+    }
+    for (int64_t j = 0; j < NR; n++, p = 0) {
+        if (n >= d->N) {
+            for (int64_t k = 0; k < C; k++) memset(b + k * NR + j, 0, (size_t)(NR - j) * sizeof(float));
+            return;
+        }
+        const int64_t len = min64(NR - j, P - p);
+        const float *src = d->x + n * d->x_stride + p;
+        for (int64_t k = 0; k < C; k++) memcpy(b + k * NR + j, src + k * P, (size_t)len * sizeof(float));
+        j += len;
+    }
+}
+
+/* A finished tile's rows [0, rows) from t [MR][NR] to the samples its columns belong to. */
+static void scatter_tile(const fm_conv_pw *d, const float *t, int64_t rows, int64_t o0, int64_t q0) {
+    const int64_t P = d->P;
+    int64_t n = q0 / P, p = q0 % P;
+    for (int64_t j = 0; j < NR && n < d->N; n++, p = 0) {
+        const int64_t len = min64(NR - j, P - p);
+        float *dst = d->y + n * d->y_stride + o0 * P + p;
+        for (int64_t r = 0; r < rows; r++) memcpy(dst + r * P, t + r * NR + j, (size_t)len * sizeof(float));
+        j += len;
+    }
+}
+
+#define PW_ROW(r)                                                                          \
+    do {                                                                                   \
+        const __m256 a = _mm256_broadcast_ss(a##r + k);                                    \
+        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                         \
+        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                         \
+    } while (0)
+
+/* Row r of the tile: bias, clamp (max(lo, v) and min(hi, v) keep a NaN sum), store. */
+#define PW_FINISH(r)                                                                       \
+    if (r < rows) {                                                                        \
+        const __m256 bv = _mm256_set1_ps(d->bias ? d->bias[o0 + r] : 0.0f);                \
+        __m256 v0 = _mm256_add_ps(c##r##0, bv), v1 = _mm256_add_ps(c##r##1, bv);           \
+        if (j->clamp) {                                                                    \
+            v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));                                 \
+            v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));                                 \
+        }                                                                                  \
+        _mm256_storeu_ps(dst + r * ld, v0);                                                \
+        _mm256_storeu_ps(dst + r * ld + 8, v1);                                            \
+    }
+
+/* Output channels [o0, o0 + 6) (those below O) at the 16 packed columns b from q0:
+ * twelve accumulators over the C input channels, then the bias and clamp, stored
+ * into y when the columns are 16 of one sample, else through t. Rows past O read
+ * the last row's weights (in bounds) and are not stored. */
+static void tile(const pw_job *j, const float *b, int64_t o0, int64_t q0, float *t) {
+    const fm_conv_pw *d = j->d;
+    const int64_t C = d->C, O = d->O, rows = min64(MR, O - o0);
+    const float *a0 = d->w + min64(o0 + 0, O - 1) * C, *a1 = d->w + min64(o0 + 1, O - 1) * C,
+                *a2 = d->w + min64(o0 + 2, O - 1) * C, *a3 = d->w + min64(o0 + 3, O - 1) * C,
+                *a4 = d->w + min64(o0 + 4, O - 1) * C, *a5 = d->w + min64(o0 + 5, O - 1) * C;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+           c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t k = 0; k < C; k++) {
+        const __m256 b0 = _mm256_load_ps(b + k * NR), b1 = _mm256_load_ps(b + k * NR + 8);
+        PW_ROW(0);
+        PW_ROW(1);
+        PW_ROW(2);
+        PW_ROW(3);
+        PW_ROW(4);
+        PW_ROW(5);
+    }
+    const int64_t n = q0 / d->P, p = q0 % d->P;
+    const bool direct = p + NR <= d->P;
+    float *dst = direct ? d->y + n * d->y_stride + o0 * d->P + p : t;
+    const int64_t ld = direct ? d->P : NR;
+    const __m256 lo = _mm256_set1_ps(d->lo), hi = _mm256_set1_ps(d->hi);
+    PW_FINISH(0)
+    PW_FINISH(1)
+    PW_FINISH(2)
+    PW_FINISH(3)
+    PW_FINISH(4)
+    PW_FINISH(5)
+    if (!direct) scatter_tile(d, t, rows, o0, q0);
+}
+
+/* Items [b, e): item i is column tile i / split and its output-channel chunk i % split.
+ * A run of items on one tile packs its columns once. */
+static void pw_task(void *ctx, int64_t b, int64_t e, int tid) {
+    const pw_job *j = ctx;
+    float *cols = j->bufs + tid * j->per, *t = cols + j->d->C * NR;
+    int64_t packed = -1;
+    for (int64_t i = b; i < e; i++) {
+        const int64_t q0 = i / j->split * NR, oc = i % j->split;
+        if (q0 != packed) pack_columns(j->d, q0, cols), packed = q0;
+        const int64_t op_end = min64(j->nop, (oc + 1) * j->opc);
+        for (int64_t op = oc * j->opc; op < op_end; op++) tile(j, cols, op * MR, q0, t);
+    }
+}
+
+bool fm_conv_pw_run_avx2(const fm_conv_pw *d) {
+    const int64_t Q = d->N * d->P, ntiles = (Q + NR - 1) / NR, nop = (d->O + MR - 1) / MR;
+    if (Q == 0 || d->O == 0) return true;
+    const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
+    pw_job j = {.d = d, .per = (d->C + MR) * NR, .nop = nop, .split = 1,
+                .clamp = !(d->lo == -INFINITY && d->hi == INFINITY)};
+    /* at least 4 items per thread when the columns alone give fewer (batch 1 at 7x7) */
+    if (ntiles < 4 * nt) j.split = min64(nop, (4 * nt + ntiles - 1) / ntiles);
+    j.opc = (nop + j.split - 1) / j.split;
+    j.split = (nop + j.opc - 1) / j.opc;
+    const size_t bytes = (size_t)(j.per * nt) * sizeof(float);
+    j.bufs = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!j.bufs) return false;
+    /* about 16k multiply-adds per claim (a 6 x 16 tile step is 96); with C == 0 every
+     * output is its bias, clamped */
+    const int64_t per_item = j.opc * d->C * MR * NR, grain = per_item >= 16384 ? 1 : 16384 / (per_item > 0 ? per_item : 1);
+    fm_parallel_for_dynamic(ntiles * j.split, grain, pw_task, &j);
+    free(j.bufs);
+    return true;
+}
