@@ -153,7 +153,15 @@ static int conv2d_forward(void) {
                                    * full and partial chunks; pads 1 and 2: odd and even pw) */
                                   {2, 6, 7, 7, 1, 3, 3, 1, 1, 1, 1},      {1, 5, 27, 27, 1, 3, 3, 1, 1, 1, 1},
                                   {1, 4, 12, 10, 1, 5, 5, 2, 2, 2, 2},    {2, 4, 14, 45, 1, 3, 3, 2, 2, 1, 1},
-                                  {1, 3, 13, 40, 2, 3, 3, 2, 2, 0, 2},    {1, 3, 9, 100, 1, 3, 3, 2, 2, 1, 1}};
+                                  {1, 3, 13, 40, 2, 3, 3, 2, 2, 0, 2},    {1, 3, 9, 100, 1, 3, 3, 2, 2, 1, 1},
+                                  /* AVX2: rows of two vectors 4 at a time with 1 and 3 left over (13 and
+                                   * 11 rows); a row's partial last vector stored whole over the next rows
+                                   * (1 and 3 wide: over several), the plane's last row masked; stride 2 on
+                                   * 14, 3 and 17 columns (one partial chunk; a full one and one column) */
+                                  {2, 4, 13, 12, 1, 3, 3, 1, 1, 1, 1},    {1, 3, 11, 16, 1, 3, 3, 1, 1, 1, 1},
+                                  {2, 5, 9, 1, 1, 3, 3, 1, 1, 1, 1},      {1, 6, 3, 3, 1, 3, 3, 1, 1, 1, 1},
+                                  {2, 8, 14, 14, 1, 3, 3, 2, 2, 1, 1},    {1, 3, 6, 3, 1, 3, 3, 2, 2, 1, 1},
+                                  {1, 3, 10, 17, 1, 3, 3, 2, 2, 0, 0}};
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const dwshape *h = &shapes[i];
             fm_tensor *x = op_randn(4, (int64_t[]){h->N, h->C, h->H, h->W}, FM_F32, 40 + (uint64_t)i);

@@ -20,6 +20,16 @@
  * of the kernel's time on MobileNetV2, whose rows of 7-56 mostly end in one). */
 
 enum { SFX(DW_NB) = 4 };
+
+/* DW_SPILL (the ISA file's choice; 0 here): a row's last, partial vector is stored whole
+ * when the floats past the row's end are still in the plane. Every such float belongs to
+ * a later row or a later block of this row, stored after it (rows and blocks go in
+ * order, and a plane is one task's), so the store writes nothing that stays. For AVX2
+ * on AMD, where vmaskmovps to memory is slow: MobileNetV2's 14x14 rows (a vector and 6
+ * lanes) spent most of their time in it (AMD EPYC Zen 3). */
+#ifndef DW_SPILL
+#define DW_SPILL 0
+#endif
 _Static_assert(SFX(DW_NB) * VL <= FM_CONV_DW_SLACK, "a block fits in a row's slack");
 
 /* One block of NB vectors of NR output rows from column ow: the sum over the taps
@@ -31,7 +41,8 @@ _Static_assert(SFX(DW_NB) * VL <= FM_CONV_DW_SLACK, "a block fits in a row's sla
  * layer ran at half ONNX Runtime's speed, 2 threads, AMD EPYC Zen 5). */
 static inline __attribute__((always_inline)) void SFX(dw_block)(const int NB, const int NR, const float *r, int64_t rstep,
                                                                  const int64_t *off, const float *w, int64_t taps, float bias,
-                                                                 V lov, V hiv, float *yr, int64_t ystep, int64_t m) {
+                                                                 V lov, V hiv, float *yr, int64_t ystep, int64_t m,
+                                                                 const float *yend) {
     V acc[4][SFX(DW_NB)];
     for (int q = 0; q < NR; q++)
         for (int k = 0; k < NB; k++) acc[q][k] = VSET1(bias);
@@ -48,25 +59,43 @@ static inline __attribute__((always_inline)) void SFX(dw_block)(const int NB, co
         float *yq = yr + q * ystep;
         for (int k = 0; k < NB - 1; k++) VSTOREU(yq + k * VL, VMIN(hiv, VMAX(lov, acc[q][k])));
         const V last = VMIN(hiv, VMAX(lov, acc[q][NB - 1]));
-        if (n == VL) VSTOREU(yq + (NB - 1) * VL, last);
+        if (n == VL || (DW_SPILL && yq + NB * VL <= yend)) VSTOREU(yq + (NB - 1) * VL, last);
         else VSTOREN(yq + (NB - 1) * VL, last, n);
     }
 }
 
 /* Every output row of a plane whose rows fit in one or two vectors (Wo <= 2 VL): 4 rows
- * of one vector or 2 rows of two at once, single rows for the rest. */
+ * of one vector or 2 rows of two at once (DW_NARROW2 rows of two where the ISA file sets
+ * it), and the rows left over as one block of fewer rows: single rows (one chain of
+ * dependent FMAs each) left a 7-row plane's last three bound by the FMA latency. */
+#ifndef DW_NARROW2
+#define DW_NARROW2 2
+#endif
 static inline void SFX(dw_narrow_rows)(const float *ws, int64_t wq, int64_t sh, const int64_t *off, const float *w, int64_t taps,
                                         float bias, V lov, V hiv, float *y, int64_t Ho, int64_t Wo) {
-    const int nb = Wo > VL ? 2 : 1, nr = nb == 1 ? 4 : 2;
+    const int nb = Wo > VL ? 2 : 1, nr = nb == 1 ? 4 : DW_NARROW2;
+    const int64_t rs = sh * wq;
+    const float *yend = y + Ho * Wo;
     int64_t oh = 0;
     for (; oh + nr <= Ho; oh += nr) {
-        if (nb == 1) SFX(dw_block)(1, 4, ws + oh * sh * wq, sh * wq, off, w, taps, bias, lov, hiv, y + oh * Wo, Wo, Wo);
-        else SFX(dw_block)(2, 2, ws + oh * sh * wq, sh * wq, off, w, taps, bias, lov, hiv, y + oh * Wo, Wo, Wo);
+        if (nb == 1) SFX(dw_block)(1, 4, ws + oh * rs, rs, off, w, taps, bias, lov, hiv, y + oh * Wo, Wo, Wo, yend);
+        else SFX(dw_block)(2, DW_NARROW2, ws + oh * rs, rs, off, w, taps, bias, lov, hiv, y + oh * Wo, Wo, Wo, yend);
     }
-    for (; oh < Ho; oh++) {
-        if (nb == 1) SFX(dw_block)(1, 1, ws + oh * sh * wq, 0, off, w, taps, bias, lov, hiv, y + oh * Wo, 0, Wo);
-        else SFX(dw_block)(2, 1, ws + oh * sh * wq, 0, off, w, taps, bias, lov, hiv, y + oh * Wo, 0, Wo);
-    }
+    const int64_t left = Ho - oh;
+    const float *r = ws + oh * rs;
+    float *yr = y + oh * Wo;
+    if (nb == 1) switch (left) {
+        case 1: SFX(dw_block)(1, 1, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        case 2: SFX(dw_block)(1, 2, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        case 3: SFX(dw_block)(1, 3, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        default: break;
+        }
+    else switch (left) {
+        case 1: SFX(dw_block)(2, 1, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        case 2: SFX(dw_block)(2, 2, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        case 3: SFX(dw_block)(2, 3, r, rs, off, w, taps, bias, lov, hiv, yr, Wo, Wo, yend); break;
+        default: break;
+        }
 }
 
 /* Row xr of W floats into its sw phase rows (phase r at row + r * phase): padded
@@ -110,6 +139,7 @@ static void SFX(dw_planes)(const fm_conv_dw *d, int64_t b, int64_t e, float *ws,
         const int64_t n = p / O, o = p % O;
         const float *x = d->x + (n * C + o / mult) * H * W, *w = d->w + o * taps;
         float *y = d->y + p * Ho * Wo;
+        const float *yend = y + Ho * Wo;
         if (p == b || mult == 1 || o % mult == 0) /* the padded, phase-split input plane */
             for (int64_t h = 0; h < H; h++) {
                 float *row = ws + (h + ph) * wq;
@@ -128,10 +158,10 @@ static void SFX(dw_planes)(const fm_conv_dw *d, int64_t b, int64_t e, float *ws,
                 const int64_t left = Wo - ow, m = left < SFX(DW_NB) * VL ? left : SFX(DW_NB) * VL;
                 float *yr = y + oh * Wo + ow;
                 switch ((m + VL - 1) / VL) { /* as few vectors as the columns left need */
-                case 1: SFX(dw_block)(1, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m); break;
-                case 2: SFX(dw_block)(2, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m); break;
-                case 3: SFX(dw_block)(3, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m); break;
-                default: SFX(dw_block)(SFX(DW_NB), 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m); break;
+                case 1: SFX(dw_block)(1, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m, yend); break;
+                case 2: SFX(dw_block)(2, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m, yend); break;
+                case 3: SFX(dw_block)(3, 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m, yend); break;
+                default: SFX(dw_block)(SFX(DW_NB), 1, rrow + ow, 0, off, w, taps, bias, lov, hiv, yr, 0, m, yend); break;
                 }
             }
         }
