@@ -217,16 +217,29 @@ static void pointwise_samples(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* At the AVX2 level (not AVX-512: not measured against its sgemm there), f32 1x1 convs
- * run conv_pw.h's kernel, bias and clamp included, one group after another; false when
- * not taken or its buffers could not be had. */
+/* At the AVX2 level (not AVX-512: not measured against its sgemm there) an f32 conv's
+ * products run conv_pw.h's kernel, bias and clamp included: a 1x1 conv's on its input
+ * (pointwise_avx2, one group after another), any other's on the im2col columns of nb
+ * samples from n0 and group gi (columns_avx2). False when not taken or its buffers could
+ * not be had (the sgemm route then runs). */
+static bool pw_level(fm_dtype dt) { return dt == FM_F32 && fm_cpu_use_avx2() && !fm_cpu_use_avx512(); }
+
+static bool columns_avx2(const fm_conv_geom *g, fm_dtype dt, const void *cols, int64_t n0, int64_t nb, int64_t gi,
+                         const void *w, const void *bias, void *y, conv_act act) {
+    if (!pw_level(dt)) return false;
+    const fm_conv_pw d = {cols, (const float *)w + gi * g->Og * g->K, bias ? (const float *)bias + gi * g->Og : NULL,
+                          (float *)y + (n0 * g->O + gi * g->Og) * g->P, nb, g->K, g->Og, g->P, g->P, g->O * g->P,
+                          nb * g->P, (float)act.lo, (float)act.hi};
+    return fm_conv_pw_run_avx2(&d);
+}
+
 static bool pointwise_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, const void *w, const void *bias, void *y,
                            conv_act act) {
-    if (dt != FM_F32 || !fm_cpu_use_avx2() || fm_cpu_use_avx512()) return false;
+    if (!pw_level(dt)) return false;
     for (int64_t gi = 0; gi < g->G; gi++) {
         const fm_conv_pw d = {(const float *)x + gi * g->Cg * g->P, (const float *)w + gi * g->Og * g->Cg,
                               bias ? (const float *)bias + gi * g->Og : NULL, (float *)y + gi * g->Og * g->P,
-                              g->N, g->Cg, g->Og, g->P, g->C * g->P, g->O * g->P, (float)act.lo, (float)act.hi};
+                              g->N, g->Cg, g->Og, g->P, g->C * g->P, g->O * g->P, g->P, (float)act.lo, (float)act.hi};
         if (!fm_conv_pw_run_avx2(&d)) return false; /* the sgemm route redoes every group */
     }
     return true;
@@ -252,6 +265,7 @@ static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dt
                           .cols = fm_tensor_data(cols), .ldc = nb * g->P, .tmp = tmp ? fm_tensor_data(tmp) : NULL,
                           .y = y, .bias = bias};
             fm_parallel_for(nb * g->Cg, grain_for(nb * g->Cg, g->K / g->Cg * g->P), f->im2col_nchw, &j);
+            if (columns_avx2(g, dt, j.cols, n0, nb, gi, w, bias, y, act)) continue;
             if (conv_direct(g, nb)) { /* one GEMM per sample, straight into y: no scatter */
                 direct_fwd df = {g, dt, gi, j.o0, n0, nb, w, j.cols, bias, y, act};
                 /* samples in parallel: a first layer's per-sample GEMM (e.g. 32x784x9) is too

@@ -20,18 +20,23 @@
  * in its thread's buffer and runs every 6-row panel of its output-channel range
  * over them: 12 accumulators, per step two loads of the columns, six broadcasts
  * of the weights and twelve FMAs. Only the AVX2 build exists; the caller runs it
- * at the AVX2 level (not measured against the AVX-512 sgemm). */
+ * at the AVX2 level (not measured against the AVX-512 sgemm).
+ *
+ * conv2d runs its other convs' products through it too, on their im2col columns (a
+ * K x N * P matrix: the same sums with K = C * kh * kw): MobileNetV2's and ResNet's
+ * stride-2 stems and strided 3x3 layers. */
 #ifndef FATHOM_CONV_PW_H
 #define FATHOM_CONV_PW_H
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct fm_conv_pw {
-    const float *x;    /* [N][C][P] at x_stride floats per sample */
+    const float *x;    /* [N][C][P]: sample n's channel c at x + n * x_stride + c * ldx */
     const float *w;    /* [O][C] */
     const float *bias; /* [O] or NULL */
     float *y;          /* [N][O][P] at y_stride floats per sample */
     int64_t N, C, O, P, x_stride, y_stride;
+    int64_t ldx;       /* P for an input tensor; conv2d's im2col columns [C][N * P]: N * P, x_stride P */
     float lo, hi;      /* outputs clamped to [lo, hi]; -inf, inf: no clamp (NaN passes through either way) */
 } fm_conv_pw;
 

@@ -30,7 +30,7 @@ static void pack_columns(const fm_conv_pw *d, int64_t q0, float *b) {
     int64_t n = q0 / P, p = q0 % P;
     if (p + NR <= P) {
         const float *src = d->x + n * d->x_stride + p;
-        for (int64_t k = 0; k < C; k++, src += P) {
+        for (int64_t k = 0; k < C; k++, src += d->ldx) {
             _mm256_store_ps(b + k * NR, _mm256_loadu_ps(src));
             _mm256_store_ps(b + k * NR + 8, _mm256_loadu_ps(src + 8));
         }
@@ -43,7 +43,7 @@ static void pack_columns(const fm_conv_pw *d, int64_t q0, float *b) {
         }
         const int64_t len = min64(NR - j, P - p);
         const float *src = d->x + n * d->x_stride + p;
-        for (int64_t k = 0; k < C; k++) memcpy(b + k * NR + j, src + k * P, (size_t)len * sizeof(float));
+        for (int64_t k = 0; k < C; k++) memcpy(b + k * NR + j, src + k * d->ldx, (size_t)len * sizeof(float));
         j += len;
     }
 }
