@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/cpu_features.h"
 #include "fathom/ops.h"
 #include "fathom/tensor.h"
 
@@ -56,6 +57,14 @@ static inline fm_conv_geom fm_conv_geometry(const fm_conv2d_params *p, const fm_
 enum { FM_CONV_DW_SLACK = 64 };
 static inline bool fm_conv_dw_direct(const fm_conv_geom *g, fm_dtype dt) {
     return dt == FM_F32 && !g->nhwc && g->G > 1 && g->Cg == 1 && g->dh == 1 && g->dw == 1;
+}
+/* conv2d_cpu.c's grouped convs at the AVX2 level (not depthwise, not 1x1): one pool task
+ * per sample and group runs the group's im2col and its product (backend/cpu/conv_pw.h)
+ * in buffers of its own, from malloc (uncounted, as the GEMM's packing): none of the
+ * caching allocator's scratch, which the meta device replays as none. */
+static inline bool fm_conv_grouped_avx2(const fm_conv_geom *g, fm_dtype dt) {
+    return dt == FM_F32 && !g->nhwc && g->G > 1 && !g->pointwise && !fm_conv_dw_direct(g, dt) && g->K > 0 &&
+           fm_cpu_use_avx2() && !fm_cpu_use_avx512();
 }
 static inline int64_t fm_conv_dw_scratch_floats(int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t sw, int64_t kw) {
     return sw * (H + 2 * ph) * ((W + 2 * pw + sw - 1) / sw + FM_CONV_DW_SLACK + kw);

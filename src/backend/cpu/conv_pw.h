@@ -44,4 +44,10 @@ typedef struct fm_conv_pw {
  * be allocated (malloc, as sgemm's packing; nothing was written): the caller then
  * takes the sgemm route. */
 bool fm_conv_pw_run_avx2(const fm_conv_pw *d);
+
+/* The same on the calling thread, with the caller's buffer of fm_conv_pw_serial_floats(d)
+ * floats, 32-byte aligned: for a caller that runs many small convs as one pool task each
+ * (conv2d's grouped convs, one sample and group a task). */
+int64_t fm_conv_pw_serial_floats(const fm_conv_pw *d);
+void fm_conv_pw_serial_avx2(const fm_conv_pw *d, float *buf);
 #endif

@@ -60,59 +60,54 @@ static void scatter_tile(const fm_conv_pw *d, const float *t, int64_t rows, int6
     }
 }
 
-#define PW_ROW(r)                                                                          \
-    do {                                                                                   \
-        const __m256 a = _mm256_broadcast_ss(a##r + k);                                    \
-        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                         \
-        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                         \
-    } while (0)
-
-/* Row r of the tile: bias, clamp (max(lo, v) and min(hi, v) keep a NaN sum), store. */
-#define PW_FINISH(r)                                                                       \
-    if (r < rows) {                                                                        \
-        const __m256 bv = _mm256_set1_ps(d->bias ? d->bias[o0 + r] : 0.0f);                \
-        __m256 v0 = _mm256_add_ps(c##r##0, bv), v1 = _mm256_add_ps(c##r##1, bv);           \
-        if (j->clamp) {                                                                    \
-            v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));                                 \
-            v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));                                 \
-        }                                                                                  \
-        _mm256_storeu_ps(dst + r * ld, v0);                                                \
-        _mm256_storeu_ps(dst + r * ld + 8, v1);                                            \
-    }
-
-/* Output channels [o0, o0 + 6) (those below O) at the 16 packed columns b from q0:
- * twelve accumulators over the C input channels, then the bias and clamp, stored
- * into y when the columns are 16 of one sample, else through t. Rows past O read
- * the last row's weights (in bounds) and are not stored. */
-static void tile(const pw_job *j, const float *b, int64_t o0, int64_t q0, float *t) {
+/* Output channels [o0, o0 + R) (those below O) at the 16 packed columns b from q0:
+ * 2 R accumulators over the C input channels, then the bias and the clamp (max(lo, v)
+ * and min(hi, v) keep a NaN sum), stored into y when the columns are 16 of one sample,
+ * else through t. Rows past O read the last row's weights (in bounds) and are not
+ * stored. R is 6, or 4 or 2 for a last panel of fewer rows (an 8-channel group: 6 + 2,
+ * not 6 + 6). */
+static inline __attribute__((always_inline)) void tile_rows(const int R, const pw_job *j, const float *b, int64_t o0,
+                                                             int64_t q0, float *t) {
     const fm_conv_pw *d = j->d;
-    const int64_t C = d->C, O = d->O, rows = min64(MR, O - o0);
-    const float *a0 = d->w + min64(o0 + 0, O - 1) * C, *a1 = d->w + min64(o0 + 1, O - 1) * C,
-                *a2 = d->w + min64(o0 + 2, O - 1) * C, *a3 = d->w + min64(o0 + 3, O - 1) * C,
-                *a4 = d->w + min64(o0 + 4, O - 1) * C, *a5 = d->w + min64(o0 + 5, O - 1) * C;
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-           c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const int64_t C = d->C, O = d->O, rows = min64(R, O - o0);
+    const float *a[MR];
+    __m256 c[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) a[r] = d->w + min64(o0 + r, O - 1) * C, c[r][0] = c[r][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < C; k++) {
         const __m256 b0 = _mm256_load_ps(b + k * NR), b1 = _mm256_load_ps(b + k * NR + 8);
-        PW_ROW(0);
-        PW_ROW(1);
-        PW_ROW(2);
-        PW_ROW(3);
-        PW_ROW(4);
-        PW_ROW(5);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 av = _mm256_broadcast_ss(a[r] + k);
+            c[r][0] = _mm256_fmadd_ps(av, b0, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(av, b1, c[r][1]);
+        }
     }
     const int64_t n = q0 / d->P, p = q0 % d->P;
     const bool direct = p + NR <= d->P;
     float *dst = direct ? d->y + n * d->y_stride + o0 * d->P + p : t;
     const int64_t ld = direct ? d->P : NR;
     const __m256 lo = _mm256_set1_ps(d->lo), hi = _mm256_set1_ps(d->hi);
-    PW_FINISH(0)
-    PW_FINISH(1)
-    PW_FINISH(2)
-    PW_FINISH(3)
-    PW_FINISH(4)
-    PW_FINISH(5)
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        if (r >= rows) break;
+        const __m256 bv = _mm256_set1_ps(d->bias ? d->bias[o0 + r] : 0.0f);
+        __m256 v0 = _mm256_add_ps(c[r][0], bv), v1 = _mm256_add_ps(c[r][1], bv);
+        if (j->clamp) {
+            v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
+            v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
+        }
+        _mm256_storeu_ps(dst + r * ld, v0);
+        _mm256_storeu_ps(dst + r * ld + 8, v1);
+    }
     if (!direct) scatter_tile(d, t, rows, o0, q0);
+}
+
+static void tile(const pw_job *j, const float *b, int64_t o0, int64_t q0, float *t) {
+    const int64_t rows = j->d->O - o0;
+    if (rows > 4) tile_rows(6, j, b, o0, q0, t);
+    else if (rows > 2) tile_rows(4, j, b, o0, q0, t);
+    else tile_rows(2, j, b, o0, q0, t);
 }
 
 /* Items [b, e): item i is block i / split of nb column tiles and its output-channel
@@ -141,29 +136,50 @@ static void pw_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-bool fm_conv_pw_run_avx2(const fm_conv_pw *d) {
+/* The job for d on nt threads (bufs unset); its items. */
+static int64_t plan(const fm_conv_pw *d, int nt, pw_job *j) {
     const int64_t Q = d->N * d->P, nop = (d->O + MR - 1) / MR;
-    if (Q == 0 || d->O == 0) return true;
-    const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
-    pw_job j = {.d = d, .ntiles = (Q + NR - 1) / NR, .nop = nop, .split = 1,
-                .clamp = !(d->lo == -INFINITY && d->hi == INFINITY)};
+    *j = (pw_job){.d = d, .ntiles = (Q + NR - 1) / NR, .nop = nop, .split = 1,
+                  .clamp = !(d->lo == -INFINITY && d->hi == INFINITY)};
     /* up to 16 tiles a block, their packed columns within 128 KiB (half a Zen 3 L2) */
-    j.nb = d->C > 0 ? min64(16, 2048 / d->C) : 16;
-    if (j.nb < 1) j.nb = 1;
-    const int64_t nblk = (j.ntiles + j.nb - 1) / j.nb;
+    j->nb = d->C > 0 ? min64(16, 2048 / d->C) : 16;
+    if (j->nb < 1) j->nb = 1;
+    if (j->nb > j->ntiles) j->nb = j->ntiles;
+    const int64_t nblk = (j->ntiles + j->nb - 1) / j->nb;
     /* at least 4 items per thread when the blocks alone give fewer (batch 1 at 7x7) */
-    if (nblk < 4 * nt) j.split = min64(nop, (4 * nt + nblk - 1) / nblk);
-    j.opc = (nop + j.split - 1) / j.split;
-    j.split = (nop + j.opc - 1) / j.opc;
-    j.per = (d->C * j.nb + MR) * NR;
+    if (nt > 1 && nblk < 4 * nt) j->split = min64(nop, (4 * nt + nblk - 1) / nblk);
+    j->opc = (nop + j->split - 1) / j->split;
+    j->split = (nop + j->opc - 1) / j->opc;
+    j->per = (d->C * j->nb + MR) * NR;
+    return nblk * j->split;
+}
+
+bool fm_conv_pw_run_avx2(const fm_conv_pw *d) {
+    if (d->N * d->P == 0 || d->O == 0) return true;
+    const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
+    pw_job j;
+    const int64_t items = plan(d, nt, &j);
     const size_t bytes = (size_t)(j.per * nt) * sizeof(float);
     j.bufs = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!j.bufs) return false;
     /* about 64k multiply-adds per claim (a 6 x 16 tile step is 96); with C == 0 every
      * output is its bias, clamped */
-    const int64_t per_item = j.opc * d->C * MR * NR * min64(j.nb, j.ntiles),
-                  grain = per_item >= 65536 ? 1 : 65536 / (per_item > 0 ? per_item : 1);
-    fm_parallel_for_dynamic(nblk * j.split, grain, pw_task, &j);
+    const int64_t per_item = j.opc * d->C * MR * NR * j.nb, grain = per_item >= 65536 ? 1 : 65536 / (per_item > 0 ? per_item : 1);
+    fm_parallel_for_dynamic(items, grain, pw_task, &j);
     free(j.bufs);
     return true;
+}
+
+int64_t fm_conv_pw_serial_floats(const fm_conv_pw *d) {
+    pw_job j;
+    plan(d, 1, &j);
+    return (j.per + 15) / 16 * 16;
+}
+
+void fm_conv_pw_serial_avx2(const fm_conv_pw *d, float *buf) {
+    if (d->N * d->P == 0 || d->O == 0) return;
+    pw_job j;
+    const int64_t items = plan(d, 1, &j);
+    j.bufs = buf;
+    pw_task(&j, 0, items, 0);
 }
