@@ -333,7 +333,7 @@ static void bench_mobile(int rounds) {
         float *b = xalloc(sizeof(float) * (size_t)h->O), *y1 = xalloc(sizeof(float) * (size_t)(N * h->O * P)),
               *y2 = xalloc(sizeof(float) * (size_t)(N * h->O * P));
         fill(x, (size_t)(N * h->C * P), 11), fill(w, (size_t)(h->O * h->C), 12), fill(b, (size_t)h->O, 13);
-        fm_conv_pw d = {x, w, b, y1, N, h->C, h->O, P, h->C * P, h->O * P, P, h->relu6 ? 0.0f : -INFINITY, h->relu6 ? 6.0f : INFINITY},
+        fm_conv_pw d = {x, w, b, y1, N, h->C, h->O, P, h->C * P, h->O * P, P, h->relu6 ? 0.0f : -INFINITY, h->relu6 ? 6.0f : INFINITY, NULL},
                    d2 = d;
         d2.y = y2;
         const double flop = 2.0 * (double)(N * h->O * h->C * P);

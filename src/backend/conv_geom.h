@@ -66,6 +66,13 @@ static inline bool fm_conv_grouped_avx2(const fm_conv_geom *g, fm_dtype dt) {
     return dt == FM_F32 && !g->nhwc && g->G > 1 && !g->pointwise && !fm_conv_dw_direct(g, dt) && g->K > 0 &&
            fm_cpu_use_avx2() && !fm_cpu_use_avx512();
 }
+/* conv2d_cpu.c's strided convs of one group at the AVX2 level: conv_pw.h's kernel gathers
+ * each tile's columns from the input (no im2col buffer; its own buffers from malloc, none
+ * of the caching allocator's scratch). */
+static inline bool fm_conv_strided_avx2(const fm_conv_geom *g, fm_dtype dt) {
+    return dt == FM_F32 && !g->nhwc && g->G == 1 && (g->sh > 1 || g->sw > 1) && g->K > 0 && fm_cpu_use_avx2() &&
+           !fm_cpu_use_avx512();
+}
 static inline int64_t fm_conv_dw_scratch_floats(int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t sw, int64_t kw) {
     return sw * (H + 2 * ph) * ((W + 2 * pw + sw - 1) / sw + FM_CONV_DW_SLACK + kw);
 }

@@ -231,7 +231,7 @@ static bool columns_avx2(const fm_conv_geom *g, fm_dtype dt, const void *cols, i
     if (!pw_level(g, dt)) return false;
     const fm_conv_pw d = {cols, (const float *)w + gi * g->Og * g->K, bias ? (const float *)bias + gi * g->Og : NULL,
                           (float *)y + (n0 * g->O + gi * g->Og) * g->P, nb, g->K, g->Og, g->P, g->P, g->O * g->P,
-                          nb * g->P, (float)act.lo, (float)act.hi};
+                          nb * g->P, (float)act.lo, (float)act.hi, NULL};
     return fm_conv_pw_run_avx2(&d);
 }
 
@@ -241,7 +241,8 @@ static bool pointwise_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, co
     for (int64_t gi = 0; gi < g->G; gi++) {
         const fm_conv_pw d = {(const float *)x + gi * g->Cg * g->P, (const float *)w + gi * g->Og * g->Cg,
                               bias ? (const float *)bias + gi * g->Og : NULL, (float *)y + gi * g->Og * g->P,
-                              g->N, g->Cg, g->Og, g->P, g->C * g->P, g->O * g->P, g->P, (float)act.lo, (float)act.hi};
+                              g->N, g->Cg, g->Og, g->P, g->C * g->P, g->O * g->P, g->P, (float)act.lo, (float)act.hi,
+                              NULL};
         if (!fm_conv_pw_run_avx2(&d)) return false; /* the sgemm route redoes every group */
     }
     return true;
@@ -270,7 +271,7 @@ static void grouped_task(void *ctx, int64_t b, int64_t e, int tid) {
         im2col_nchw_f32(&j, 0, g->Cg, tid);
         const fm_conv_pw d = {cols, q->w + gi * g->Og * g->K, q->bias ? q->bias + gi * g->Og : NULL,
                               q->y + (n * g->O + gi * g->Og) * g->P, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P,
-                              (float)q->act.lo, (float)q->act.hi};
+                              (float)q->act.lo, (float)q->act.hi, NULL};
         fm_conv_pw_serial_avx2(&d, cols + q->pwoff);
     }
 }
@@ -278,7 +279,7 @@ static void grouped_task(void *ctx, int64_t b, int64_t e, int tid) {
 static bool grouped_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, const void *w, const void *bias, void *y,
                          conv_act act) {
     if (!fm_conv_grouped_avx2(g, dt)) return false;
-    const fm_conv_pw one = {NULL, NULL, NULL, NULL, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P, 0.0f, 0.0f};
+    const fm_conv_pw one = {NULL, NULL, NULL, NULL, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P, 0.0f, 0.0f, NULL};
     const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
     grp_job q = {g, x, w, bias, y, NULL, 0, (g->K * g->P + 15) / 16 * 16, act};
     q.per = q.pwoff + fm_conv_pw_serial_floats(&one);
@@ -289,11 +290,21 @@ static bool grouped_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, cons
     return true;
 }
 
+/* fm_conv_strided_avx2's route: the product with the conv's geometry, no im2col. */
+static bool strided_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, const void *w, const void *bias, void *y,
+                         conv_act act) {
+    if (!fm_conv_strided_avx2(g, dt)) return false;
+    const fm_conv_pw_geom cg = {g->C, g->H, g->W, g->Wo, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw};
+    const fm_conv_pw d = {x, w, bias, y, g->N, g->K, g->O, g->P, g->C * g->H * g->W, g->O * g->P, 0,
+                          (float)act.lo, (float)act.hi, &cg};
+    return fm_conv_pw_run_avx2(&d);
+}
+
 static fm_status conv2d_fwd_nchw(const fm_conv_geom *g, const conv_fns *f, fm_dtype dt, const void *x,
                                  const void *w, const void *bias, void *y, conv_act act) {
     size_t es = fm_dtype_size(dt);
     if (g->pointwise && pointwise_avx2(g, dt, x, w, bias, y, act)) return FM_OK;
-    if (grouped_avx2(g, dt, x, w, bias, y, act)) return FM_OK;
+    if (grouped_avx2(g, dt, x, w, bias, y, act) || strided_avx2(g, dt, x, w, bias, y, act)) return FM_OK;
     if (g->pointwise) {
         pw_job j = {g, dt, x, w, bias, y, act};
         if (g->N >= fm_num_threads() && g->N > 1) fm_parallel_for(g->N, 1, pointwise_samples, &j);

@@ -22,13 +22,22 @@
  * of the weights and twelve FMAs. Only the AVX2 build exists; the caller runs it
  * at the AVX2 level (not measured against the AVX-512 sgemm).
  *
- * conv2d runs its other convs' products through it too, on their im2col columns (a
- * K x N * P matrix: the same sums with K = C * kh * kw): MobileNetV2's and ResNet's
- * stride-2 stems and strided 3x3 layers. */
+ * conv2d runs its other convs' products through it too (the same sums with K = C * kh *
+ * kw): grouped convs on their im2col columns, strided ones (the stems of SqueezeNet,
+ * MobileNet and ResNet, ResNet's stride-2 layers) gathering each tile's columns from the
+ * input themselves (fm_conv_pw_geom): SqueezeNet's 7x7 stem wrote and read back 7 MB of
+ * im2col columns per sample, and split that im2col over its 3 input channels. */
 #ifndef FATHOM_CONV_PW_H
 #define FATHOM_CONV_PW_H
 #include <stdbool.h>
 #include <stdint.h>
+
+/* A conv whose im2col the kernel gathers itself, tile by tile (fm_conv_pw.conv): the
+ * input [N][Cin][H][W], kernel kh x kw, strides, padding and dilation; rows k = (c * kh +
+ * i) * kw + j of the product, as conv2d's im2col orders them. */
+typedef struct fm_conv_pw_geom {
+    int64_t Cin, H, W, Wo, kh, kw, sh, sw, ph, pw, dh, dw;
+} fm_conv_pw_geom;
 
 typedef struct fm_conv_pw {
     const float *x;    /* [N][C][P]: sample n's channel c at x + n * x_stride + c * ldx */
@@ -38,6 +47,8 @@ typedef struct fm_conv_pw {
     int64_t N, C, O, P, x_stride, y_stride;
     int64_t ldx;       /* P for an input tensor; conv2d's im2col columns [C][N * P]: N * P, x_stride P */
     float lo, hi;      /* outputs clamped to [lo, hi]; -inf, inf: no clamp (NaN passes through either way) */
+    const fm_conv_pw_geom *conv; /* NULL, or x is that conv's input (x_stride = Cin * H * W, C = Cin * kh * kw,
+                                  * P = Ho * Wo, ldx unused): no im2col buffer, each tile gathers its columns */
 } fm_conv_pw;
 
 /* Runs the conv on the thread pool. false only when its packing buffers could not

@@ -48,6 +48,44 @@ static void pack_columns(const fm_conv_pw *d, int64_t q0, float *b) {
     }
 }
 
+/* The same for a conv's input (d->conv): the 16 output pixels from q0, run by run of
+ * pixels in one output row, each row k = (c, i, j) of the product gathered from input row
+ * ih = oh * sh - ph + i * dh, columns iw = ow * sw - pw + j * dw (zeros outside the input). */
+static void pack_conv(const fm_conv_pw *d, int64_t q0, float *b) {
+    const fm_conv_pw_geom *g = d->conv;
+    const int64_t P = d->P, H = g->H, W = g->W, sw = g->sw;
+    int64_t n = q0 / P, p = q0 % P;
+    for (int64_t j = 0; j < NR;) {
+        if (n >= d->N) {
+            for (int64_t k = 0; k < d->C; k++) memset(b + k * NR + j, 0, (size_t)(NR - j) * sizeof(float));
+            return;
+        }
+        const int64_t oh = p / g->Wo, ow = p % g->Wo, len = min64(NR - j, g->Wo - ow);
+        for (int64_t c = 0; c < g->Cin; c++)
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+                const float *src = d->x + n * d->x_stride + (c * H + ih) * W;
+                for (int64_t jj = 0; jj < g->kw; jj++) {
+                    float *dst = b + ((c * g->kh + i) * g->kw + jj) * NR + j;
+                    const int64_t iw0 = ow * sw - g->pw + jj * g->dw;
+                    /* t in [lo, hi): iw0 + t * sw inside the row */
+                    int64_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0, hi = iw0 < W ? (W - iw0 + sw - 1) / sw : 0;
+                    if (ih < 0 || ih >= H) lo = hi = 0;
+                    if (hi > len) hi = len;
+                    if (lo > hi) lo = hi;
+                    for (int64_t t = 0; t < lo; t++) dst[t] = 0.0f;
+                    if (sw == 2)
+                        for (int64_t t = lo; t < hi; t++) dst[t] = src[iw0 + 2 * t];
+                    else
+                        for (int64_t t = lo; t < hi; t++) dst[t] = src[iw0 + t * sw];
+                    for (int64_t t = hi; t < len; t++) dst[t] = 0.0f;
+                }
+            }
+        j += len, p += len;
+        if (p == P) n++, p = 0;
+    }
+}
+
 /* A finished tile's rows [0, rows) from t [MR][NR] to the samples its columns belong to. */
 static void scatter_tile(const fm_conv_pw *d, const float *t, int64_t rows, int64_t o0, int64_t q0) {
     const int64_t P = d->P;
@@ -127,7 +165,10 @@ static void pw_task(void *ctx, int64_t b, int64_t e, int tid) {
     for (int64_t i = b; i < e; i++) {
         const int64_t blk = i / j->split, oc = i % j->split, t0 = blk * j->nb, t1 = min64(j->ntiles, t0 + j->nb);
         if (blk != packed)
-            for (int64_t ti = t0; ti < t1; ti++) pack_columns(j->d, ti * NR, cols + (ti - t0) * C * NR);
+            for (int64_t ti = t0; ti < t1; ti++) {
+                if (j->d->conv) pack_conv(j->d, ti * NR, cols + (ti - t0) * C * NR);
+                else pack_columns(j->d, ti * NR, cols + (ti - t0) * C * NR);
+            }
         packed = blk;
         const int64_t op_end = min64(j->nop, (oc + 1) * j->opc);
         for (int64_t og = oc * j->opc; og < op_end; og += PW_GROUP)

@@ -63,7 +63,7 @@ static fm_status conv_fwd(const fm_op_call *c, fm_device dev) {
                     (fm_dtype[]){FM_F32, FM_I64});
     }
     if (g.nhwc) return hold(dev, 2, (int64_t[]){g.O * g.K, g.pointwise ? -1 : nc * g.P * g.K}, (fm_dtype[]){dt, dt});
-    if (g.pointwise || fm_conv_grouped_avx2(&g, dt)) return FM_OK;
+    if (g.pointwise || fm_conv_grouped_avx2(&g, dt) || fm_conv_strided_avx2(&g, dt)) return FM_OK;
     return hold(dev, 2, (int64_t[]){g.K * nc * g.P, conv_direct(&g, nc) ? -1 : g.Og * nc * g.P}, (fm_dtype[]){dt, dt});
 }
 
