@@ -219,9 +219,11 @@ static void pointwise_samples(void *ctx, int64_t b, int64_t e, int tid) {
 
 /* At the AVX2 level (not AVX-512: not measured against its sgemm there) an f32 conv's
  * products run conv_pw.h's kernel, bias and clamp included: a 1x1 conv's on its input
- * (pointwise_avx2, one group after another), any other's on the im2col columns of nb
- * samples from n0 and group gi (columns_avx2). False when not taken or its buffers could
- * not be had (the sgemm route then runs). */
+ * (pointwise_avx2, one group after another), a grouped conv's per sample and group
+ * (grouped_avx2), a strided one's gathering its columns from the input (strided_avx2),
+ * any other's on the im2col columns of nb samples from n0 and group gi (columns_avx2).
+ * Each is false when not taken or its buffers could not be had (the sgemm route then
+ * runs). */
 static bool pw_level(const fm_conv_geom *g, fm_dtype dt) {
     return dt == FM_F32 && g->K > 0 && fm_cpu_use_avx2() && !fm_cpu_use_avx512();
 }
