@@ -550,8 +550,12 @@ static fm_tensor *pad_constant_dim(fm_tensor *y, int d, int64_t b, int64_t e, do
 /* edge, reflect, wrap along one dim: an index_select of the source position of every output element */
 static fm_tensor *pad_gather_dim(fm_tensor *y, int d, int64_t b, int64_t e, fm_pad_mode mode) {
     const int64_t n = y->shape[d], m = n + b + e;
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(m > 0 ? m : 1));
-    if (!idx) { fm_set_error(FM_ERR_OOM, "pad: out of host memory for %lld indices", (long long)m); return NULL; }
+    /* the indices from fathom's allocator, not malloc: its memory limit refuses an amount
+     * that passed fm_pad_shape (up to 2^40 a side) but cannot be held (the ONNX fuzzer's
+     * Pad of 2^33 asked malloc for 64 GiB) */
+    fm_tensor *h = fm_tensor_empty(1, (int64_t[]){m}, FM_I64, FM_CPU), *it = h;
+    if (!h) return NULL;
+    int64_t *idx = fm_tensor_data(h);
     for (int64_t i = 0; i < m; i++) {
         int64_t j = i - b;
         if (mode == FM_PAD_REFLECT) j = j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j;
@@ -559,9 +563,7 @@ static fm_tensor *pad_gather_dim(fm_tensor *y, int d, int64_t b, int64_t e, fm_p
         else j = j < 0 ? 0 : j >= n ? n - 1 : j;
         idx[i] = j;
     }
-    fm_tensor *h = fm_tensor_from_data(idx, 1, (int64_t[]){m}, FM_I64), *it = h;
-    free(idx);
-    if (h && fm_tensor_device(y).type != FM_DEV_CPU) {
+    if (fm_tensor_device(y).type != FM_DEV_CPU) {
         it = fm_tensor_to(h, fm_tensor_device(y));
         fm_tensor_release(h);
     }
