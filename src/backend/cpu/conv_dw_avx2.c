@@ -31,7 +31,7 @@ static inline void dw_split2_row_avx2(const float *xr, float *row, int64_t W, in
         if (n == 16) a = _mm256_loadu_ps(xr + i0), b = _mm256_loadu_ps(xr + i0 + 8);
         else {
             a = _mm256_maskload_ps(xr + i0, lanes(n < 8 ? n : 8));
-            b = _mm256_maskload_ps(xr + i0 + 8, lanes(n < 8 ? 0 : n - 8));
+            b = n > 8 ? _mm256_maskload_ps(xr + i0 + 8, lanes(n - 8)) : _mm256_setzero_ps();
         }
         /* [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6]; the odd lanes alike */
         const __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));

@@ -64,13 +64,14 @@ static void pack_conv(const fm_conv_pw *d, int64_t q0, float *b) {
         for (int64_t c = 0; c < g->Cin; c++)
             for (int64_t i = 0; i < g->kh; i++) {
                 const int64_t ih = oh * g->sh - g->ph + i * g->dh;
-                const float *src = d->x + n * d->x_stride + (c * H + ih) * W;
+                const bool row_in = ih >= 0 && ih < H; /* else the row is zeros and src is not formed */
+                const float *src = row_in ? d->x + n * d->x_stride + (c * H + ih) * W : d->x;
                 for (int64_t jj = 0; jj < g->kw; jj++) {
                     float *dst = b + ((c * g->kh + i) * g->kw + jj) * NR + j;
                     const int64_t iw0 = ow * sw - g->pw + jj * g->dw;
                     /* t in [lo, hi): iw0 + t * sw inside the row */
                     int64_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0, hi = iw0 < W ? (W - iw0 + sw - 1) / sw : 0;
-                    if (ih < 0 || ih >= H) lo = hi = 0;
+                    if (!row_in) lo = hi = 0;
                     if (hi > len) hi = len;
                     if (lo > hi) lo = hi;
                     for (int64_t t = 0; t < lo; t++) dst[t] = 0.0f;
