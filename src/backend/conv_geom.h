@@ -58,20 +58,23 @@ enum { FM_CONV_DW_SLACK = 64 };
 static inline bool fm_conv_dw_direct(const fm_conv_geom *g, fm_dtype dt) {
     return dt == FM_F32 && !g->nhwc && g->G > 1 && g->Cg == 1 && g->dh == 1 && g->dw == 1;
 }
+/* Whether conv2d's f32 products run conv_pw.h's kernel (the AVX2 level, not AVX-512:
+ * not measured against the AVX-512 sgemm there; K > 0: something to sum). */
+static inline bool fm_conv_pw_level(const fm_conv_geom *g, fm_dtype dt) {
+    return dt == FM_F32 && g->K > 0 && fm_cpu_use_avx2() && !fm_cpu_use_avx512();
+}
 /* conv2d_cpu.c's grouped convs at the AVX2 level (not depthwise, not 1x1): one pool task
  * per sample and group runs the group's im2col and its product (backend/cpu/conv_pw.h)
  * in buffers of its own, from malloc (uncounted, as the GEMM's packing): none of the
  * caching allocator's scratch, which the meta device replays as none. */
 static inline bool fm_conv_grouped_avx2(const fm_conv_geom *g, fm_dtype dt) {
-    return dt == FM_F32 && !g->nhwc && g->G > 1 && !g->pointwise && !fm_conv_dw_direct(g, dt) && g->K > 0 &&
-           fm_cpu_use_avx2() && !fm_cpu_use_avx512();
+    return fm_conv_pw_level(g, dt) && !g->nhwc && g->G > 1 && !g->pointwise && !fm_conv_dw_direct(g, dt);
 }
 /* conv2d_cpu.c's strided convs of one group at the AVX2 level: conv_pw.h's kernel gathers
  * each tile's columns from the input (no im2col buffer; its own buffers from malloc, none
  * of the caching allocator's scratch). */
 static inline bool fm_conv_strided_avx2(const fm_conv_geom *g, fm_dtype dt) {
-    return dt == FM_F32 && !g->nhwc && g->G == 1 && (g->sh > 1 || g->sw > 1) && g->K > 0 && fm_cpu_use_avx2() &&
-           !fm_cpu_use_avx512();
+    return fm_conv_pw_level(g, dt) && !g->nhwc && g->G == 1 && (g->sh > 1 || g->sw > 1);
 }
 static inline int64_t fm_conv_dw_scratch_floats(int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t sw, int64_t kw) {
     return sw * (H + 2 * ph) * ((W + 2 * pw + sw - 1) / sw + FM_CONV_DW_SLACK + kw);

@@ -217,20 +217,16 @@ static void pointwise_samples(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* At the AVX2 level (not AVX-512: not measured against its sgemm there) an f32 conv's
- * products run conv_pw.h's kernel, bias and clamp included: a 1x1 conv's on its input
+/* At the AVX2 level (fm_conv_pw_level: backend/conv_geom.h) an f32 conv's products run
+ * conv_pw.h's kernel, bias and clamp included: a 1x1 conv's on its input
  * (pointwise_avx2, one group after another), a grouped conv's per sample and group
  * (grouped_avx2), a strided one's gathering its columns from the input (strided_avx2),
  * any other's on the im2col columns of nb samples from n0 and group gi (columns_avx2).
  * Each is false when not taken or its buffers could not be had (the sgemm route then
  * runs). */
-static bool pw_level(const fm_conv_geom *g, fm_dtype dt) {
-    return dt == FM_F32 && g->K > 0 && fm_cpu_use_avx2() && !fm_cpu_use_avx512();
-}
-
 static bool columns_avx2(const fm_conv_geom *g, fm_dtype dt, const void *cols, int64_t n0, int64_t nb, int64_t gi,
                          const void *w, const void *bias, void *y, conv_act act) {
-    if (!pw_level(g, dt)) return false;
+    if (!fm_conv_pw_level(g, dt)) return false;
     const fm_conv_pw d = {cols, (const float *)w + gi * g->Og * g->K, bias ? (const float *)bias + gi * g->Og : NULL,
                           (float *)y + (n0 * g->O + gi * g->Og) * g->P, nb, g->K, g->Og, g->P, g->P, g->O * g->P,
                           nb * g->P, (float)act.lo, (float)act.hi, NULL};
@@ -239,7 +235,7 @@ static bool columns_avx2(const fm_conv_geom *g, fm_dtype dt, const void *cols, i
 
 static bool pointwise_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, const void *w, const void *bias, void *y,
                            conv_act act) {
-    if (!pw_level(g, dt)) return false;
+    if (!fm_conv_pw_level(g, dt)) return false;
     for (int64_t gi = 0; gi < g->G; gi++) {
         const fm_conv_pw d = {(const float *)x + gi * g->Cg * g->P, (const float *)w + gi * g->Og * g->Cg,
                               bias ? (const float *)bias + gi * g->Og : NULL, (float *)y + gi * g->Og * g->P,
