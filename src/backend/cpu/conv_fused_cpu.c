@@ -410,7 +410,8 @@ static bool small_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *y) {
  * 14x14 0.28 against 0.49, 2048->512 at 7x7 equal. On an AMD EPYC Zen 3 (AVX2) the
  * lanes kernel's 1x1 tiles were a third of SqueezeNet 1.0's compiled graph at batch 8;
  * through the GEMM the graph ran 1.43-1.55x faster (docs/PERFORMANCE.md, "AMD EPYC
- * Zen 3 again"). */
+ * Zen 3 again"). At the AVX2 level conv2d's kernel now runs the product itself, with the
+ * bias and clamp (conv_pw.h), rather than the GEMM and an epilogue pass. */
 static bool pointwise_unpooled(const fm_conv2d_fused_attrs *a, const fm_tensor *w) {
     return a->pool <= 1 && fm_cpu_use_avx2() && w->shape[2] == 1 && w->shape[3] == 1 && !a->p.padding[0] && !a->p.padding[1];
 }
