@@ -11,6 +11,7 @@
 #include "gradcheck.h"
 
 #include "fathom/autograd.h"
+#include "fathom/memory.h"
 #include "fathom/ops.h"
 #include "core/parallel.h" /* fm_set_num_threads: results must not depend on it */
 
@@ -434,6 +435,13 @@ static int pad_forward(void) {
     CHECK_ERR_CONTAINS("dim 1 of [5, 3, 4] leaves a negative or too large size");
     CHECK(fm_pad(x, NULL, FM_PAD_EDGE, 0) == NULL);
     CHECK_ERR_CONTAINS("pad: pads is NULL");
+    /* an edge pad within the 2^40 bound but too large to hold (2^33 rows: 64 GiB of indices
+     * alone): refused by the memory limit as out of memory, nothing allocated past it (the
+     * ONNX fuzzer's input; its indices went to malloc before) */
+    CHECK(fm_memory_set_limit(FM_CPU, (size_t)64 << 20) == FM_OK);
+    CHECK(fm_pad(x, (const int64_t[]){0, 0, 0, INT64_C(1) << 33, 0, 0}, FM_PAD_EDGE, 0) == NULL);
+    CHECK(fm_last_status() == FM_ERR_OOM);
+    CHECK(fm_memory_set_limit(FM_CPU, 0) == FM_OK);
     CHECK(fm_pad_mode_parse("mirror", &mode) != FM_OK);
     CHECK_ERR_CONTAINS("pad: mode 'mirror' is not one of constant, edge, reflect, wrap");
     fm_tensor *empty = fm_tensor_zeros(2, (int64_t[]){0, 3}, FM_F32, FM_CPU);
