@@ -30,7 +30,7 @@
  * (GPT-2-small's int8/int4 weights fit in a 260 MB L3). Needs about 14 GB of memory.
  * With --generate: only the decode loop table (bench_generate: generation's steps, the caches
  * concatenated and appended in place; the decode figure of docs/QUANTIZE.md).
- * With --profile-prefill fp32|int8: only that side of the prefill (2), run 10 x rounds times (for perf record;
+ * With --profile-prefill fp32|int8|int8-7bit: only that side of the prefill (2), run 10 x rounds times (for perf record;
  * FATHOM_BENCH_TRACE=FILE also writes fathom's profiler trace of the runs, for `fathom profile FILE`).
  * With --profile-decode fp32|int8|int4-gN: only that side's decode loop, `rounds` loops (for perf record;
  * FATHOM_BENCH_TRACE=FILE traces the loops after the first).
@@ -104,16 +104,20 @@ static fm_tensor *randn(int nd, const int64_t *shape, uint64_t seed) {
     return fm_tensor_randn(nd, shape, FM_F32, &r);
 }
 
-static fm_graph *quantize(const fm_graph *g, fm_quant_mode m, int group, const fm_tensor *calib) {
+/* rr: 7-bit int8 weights (fathom quantize --reduce-range) */
+static fm_graph *quantize_rr(const fm_graph *g, fm_quant_mode m, int group, const fm_tensor *calib, bool rr) {
     fm_quant_options o;
     fm_quant_options_init(&o);
     o.mode = m;
     o.group = group;
     o.calib = calib;
+    o.reduce_range = rr;
     fm_graph *q = fm_graph_quantize(g, &o, NULL);
     if (!q) die("quantize");
     return q;
 }
+
+static fm_graph *quantize(const fm_graph *g, fm_quant_mode m, int group, const fm_tensor *calib) { return quantize_rr(g, m, group, calib, false); }
 
 static size_t weight_bytes(const char *dir) {
     char p[600];
@@ -153,26 +157,30 @@ static void bench_kernels(int rounds) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
         fm_tensor *x = randn(2, (int64_t[]){M, K}, 5), *w = randn(2, (int64_t[]){N, K}, 6), *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+        fm_tensor *q7 = NULL, *sc7 = NULL, *p7 = NULL, *u7 = NULL; /* 7-bit weights (--reduce-range) */
         if (fm_quantize_weight_int8(w, &q, &sc) || fm_pack_weight_int8(q, &p, &u)) die("pack");
+        if (fm_quantize_weight_int8_range(w, 63, &q7, &sc7) || fm_pack_weight_int8(q7, &p7, &u7)) die("pack");
         const int reps = (int)(2e8 / (double)(M * N * K)) + 1;
-        double t[2][64];
+        double t[3][64];
         for (int r = -1; r < rounds; r++)
-            for (int side = 0; side < 2; side++) {
+            for (int side = 0; side < 3; side++) {
                 double t0 = now_s();
                 for (int k = 0; k < reps; k++) {
-                    fm_tensor *y = side ? fm_qlinear_int8_packed(x, p, sc, u, NULL, 0.02, 128, false) : fm_linear(x, w, NULL);
+                    fm_tensor *y = side == 2 ? fm_qlinear_int8_packed(x, p7, sc7, u7, NULL, 0.02, 128, false)
+                                   : side ? fm_qlinear_int8_packed(x, p, sc, u, NULL, 0.02, 128, false) : fm_linear(x, w, NULL);
                     if (!y) die("kernel");
                     fm_tensor_release(y);
                 }
                 if (r >= 0) t[side][r] = (now_s() - t0) / reps;
             }
         double f = 2.0 * (double)(M * N * K), m0 = bench_median(t[0], rounds), m1 = bench_median(t[1], rounds);
-        double b0 = best_of(t[0], rounds), b1 = best_of(t[1], rounds);
+        double b0 = best_of(t[0], rounds), b1 = best_of(t[1], rounds), m2 = bench_median(t[2], rounds), b2 = best_of(t[2], rounds);
         printf("{\"gemm\": [%lld, %lld, %lld], \"fp32_gflops\": %.1f, \"int8_panels_gops\": %.1f, \"ratio\": %.2f, \"best_fp32_gflops\": %.1f, "
-               "\"best_int8_gops\": %.1f, \"best_ratio\": %.2f}\n", (long long)M, (long long)N, (long long)K, f / m0 / 1e9, f / m1 / 1e9, m0 / m1,
-               f / b0 / 1e9, f / b1 / 1e9, b0 / b1);
+               "\"best_int8_gops\": %.1f, \"best_ratio\": %.2f, \"int8_7bit_gops\": %.1f, \"ratio_7bit\": %.2f, \"best_ratio_7bit\": %.2f}\n",
+               (long long)M, (long long)N, (long long)K, f / m0 / 1e9, f / m1 / 1e9, m0 / m1, f / b0 / 1e9, f / b1 / 1e9, b0 / b1, f / m2 / 1e9,
+               m0 / m2, b0 / b2);
         fflush(stdout);
-        fm_tensor_release_n(6, x, w, q, sc, p, u);
+        fm_tensor_release_n(10, x, w, q, sc, p, u, q7, sc7, p7, u7);
     }
 }
 
@@ -244,14 +252,17 @@ static void bench_mlp(int rounds, const char *ort_python) {
     fm_graph *g = mlp_graph();
     fm_tensor *calib = randn(2, (int64_t[]){256, 784}, 3), *x = randn(2, (int64_t[]){128, 784}, 4);
     fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
-    side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
-    time_sides(s, 3, &x, 1, rounds, NULL);
-    double m[3], b[3];
-    for (int i = 0; i < 3; i++) { b[i] = best_of(s[i].t, rounds); m[i] = bench_median(s[i].t, rounds); }
+    fm_graph *qd7 = quantize_rr(g, FM_QUANT_INT8_DYNAMIC, 0, NULL, true), *qs7 = quantize_rr(g, FM_QUANT_INT8_STATIC, 0, calib, true);
+    side s[5] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}, {"int8 dynamic 7-bit", qd7, {0}}, {"int8 static 7-bit", qs7, {0}}};
+    time_sides(s, 5, &x, 1, rounds, NULL);
+    double m[5], b[5];
+    for (int i = 0; i < 5; i++) { b[i] = best_of(s[i].t, rounds); m[i] = bench_median(s[i].t, rounds); }
     printf("{\"model\": \"fashion-mlp (784-1024-1024-10)\", \"batch\": 128, \"fp32_ms\": %.3f, \"int8_dynamic_ms\": %.3f, \"int8_static_ms\": %.3f, "
            "\"int8_dynamic_speedup\": %.2f, \"int8_static_speedup\": %.2f, \"best_fp32_ms\": %.3f, \"best_int8_dynamic_ms\": %.3f, "
-           "\"best_int8_static_ms\": %.3f, \"best_dynamic_speedup\": %.2f, \"best_static_speedup\": %.2f}\n", 1e3 * m[0], 1e3 * m[1], 1e3 * m[2],
-           m[0] / m[1], m[0] / m[2], 1e3 * b[0], 1e3 * b[1], 1e3 * b[2], b[0] / b[1], b[0] / b[2]);
+           "\"best_int8_static_ms\": %.3f, \"best_dynamic_speedup\": %.2f, \"best_static_speedup\": %.2f, \"int8_dynamic_7bit_ms\": %.3f, "
+           "\"int8_static_7bit_ms\": %.3f, \"int8_dynamic_7bit_speedup\": %.2f, \"int8_static_7bit_speedup\": %.2f, \"best_dynamic_7bit_speedup\": %.2f, "
+           "\"best_static_7bit_speedup\": %.2f}\n", 1e3 * m[0], 1e3 * m[1], 1e3 * m[2], m[0] / m[1], m[0] / m[2], 1e3 * b[0], 1e3 * b[1], 1e3 * b[2],
+           b[0] / b[1], b[0] / b[2], 1e3 * m[3], 1e3 * m[4], m[0] / m[3], m[0] / m[4], b[0] / b[3], b[0] / b[4]);
     fflush(stdout);
     if (ort_python) { /* the same model through ONNX Runtime: exported here, quantized by ORT there */
         char dir[256], onnx[300], np[300], cmd[1200];
@@ -268,6 +279,8 @@ static void bench_mlp(int rounds, const char *ort_python) {
     fm_tensor_release_n(2, calib, x);
     fm_graph_free(qd);
     fm_graph_free(qs);
+    fm_graph_free(qd7);
+    fm_graph_free(qs7);
     fm_graph_free(g);
 }
 
@@ -295,17 +308,18 @@ static void bench_cnn(const char *dir, int rounds, const char *ort_python, const
     int64_t shape[4] = {256, in.shape[1], in.shape[2], in.shape[3]};
     fm_tensor *calib = randn(4, shape, 3);
     fm_graph *qd = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), *qs = quantize(g, FM_QUANT_INT8_STATIC, 0, calib);
+    fm_graph *qs7 = quantize_rr(g, FM_QUANT_INT8_STATIC, 0, calib, true); /* 7-bit weights (--reduce-range) */
     for (int bi = 0; bi < n_batches; bi++) {
         shape[0] = batches[bi];
         fm_tensor *x = randn(4, shape, 4);
-        side s[3] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}};
-        time_sides(s, 3, &x, 1, rounds, NULL);
-        double md[3], b[3];
-        for (int i = 0; i < 3; i++) { b[i] = best_of(s[i].t, rounds); md[i] = bench_median(s[i].t, rounds); }
+        side s[4] = {{"fp32", g, {0}}, {"int8 dynamic", qd, {0}}, {"int8 static", qs, {0}}, {"int8 static 7-bit", qs7, {0}}};
+        time_sides(s, 4, &x, 1, rounds, NULL);
+        double md[4], b[4];
+        for (int i = 0; i < 4; i++) { b[i] = best_of(s[i].t, rounds); md[i] = bench_median(s[i].t, rounds); }
         printf("{\"model\": \"%s (compiled)\", \"batch\": %d, \"fp32_ms\": %.4f, \"int8_dynamic_ms\": %.4f, \"int8_static_ms\": %.4f, "
                "\"int8_dynamic_speedup\": %.2f, \"int8_static_speedup\": %.2f, \"best_fp32_ms\": %.4f, \"best_int8_dynamic_ms\": %.4f, "
-               "\"best_int8_static_ms\": %.4f}\n", dir, batches[bi], 1e3 * md[0], 1e3 * md[1], 1e3 * md[2], md[0] / md[1], md[0] / md[2],
-               1e3 * b[0], 1e3 * b[1], 1e3 * b[2]);
+               "\"best_int8_static_ms\": %.4f, \"int8_static_7bit_ms\": %.4f, \"int8_static_7bit_speedup\": %.2f}\n", dir, batches[bi], 1e3 * md[0],
+               1e3 * md[1], 1e3 * md[2], md[0] / md[1], md[0] / md[2], 1e3 * b[0], 1e3 * b[1], 1e3 * b[2], 1e3 * md[3], md[0] / md[3]);
         fflush(stdout);
         fm_tensor_release(x);
     }
@@ -327,6 +341,7 @@ static void bench_cnn(const char *dir, int rounds, const char *ort_python, const
     fm_tensor_release(calib);
     fm_graph_free(qd);
     fm_graph_free(qs);
+    fm_graph_free(qs7);
     fm_graph_free(g);
     fm_graph_free(m);
 }
@@ -462,12 +477,14 @@ static fm_graph *compiled_gpt_graph(const gpt_shape *sh) {
 
 static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) {
     fm_graph *g = g_compiled ? compiled_gpt_graph(sh) : gpt_graph(sh);
-    fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL};
-    const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
+    fm_graph *q[6] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), NULL, NULL, NULL, NULL};
+    const char *names[6] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128", "int8 7-bit"};
     int n = 2;
     if (!prefill)
         for (int k = 0; k < 3; k++) q[n++] = quantize(g, FM_QUANT_INT4, 32 << k, NULL);
-    side s[5];
+    else
+        names[n] = names[5], q[n++] = quantize_rr(g, FM_QUANT_INT8_DYNAMIC, 0, NULL, true); /* the prefill's rows: the 7-bit tile */
+    side s[6];
     for (int i = 0; i < n; i++) s[i] = (side){names[i], q[i], {0}};
     const int n_in = fm_graph_num_inputs(g);
     fm_tensor **in = prefill ? gpt_inputs(g, 8, 64, 0, 0) : gpt_inputs(g, 1, 1, 64, 0);
@@ -490,11 +507,13 @@ static void bench_gpt(const gpt_shape *sh, int rounds, bool prefill, double bw) 
     fm_graph_free(g);
 }
 
-/* --profile-prefill SIDE: only SIDE's (fp32 or int8) prefill of the kjv-gpt
- * shape, 10 x rounds runs, for `perf record` (the profile in docs/QUANTIZE.md) */
+/* --profile-prefill SIDE: only SIDE's (fp32, int8 or int8-7bit: --reduce-range's weights) prefill of
+ * the kjv-gpt shape, 10 x rounds runs, for `perf record` (the profile in docs/QUANTIZE.md) */
 static void profile_prefill(const char *side, int rounds) {
     const gpt_shape kjv = {"kjv-gpt shape (4 x 128, vocab 512)", 4, 128, 512};
-    fm_graph *g = g_compiled ? compiled_gpt_graph(&kjv) : gpt_graph(&kjv), *q = strcmp(side, "int8") ? NULL : quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
+    const bool i8 = !strcmp(side, "int8"), i7 = !strcmp(side, "int8-7bit");
+    if (!i8 && !i7 && strcmp(side, "fp32")) die("--profile-prefill takes fp32, int8 or int8-7bit");
+    fm_graph *g = g_compiled ? compiled_gpt_graph(&kjv) : gpt_graph(&kjv), *q = i8 || i7 ? quantize_rr(g, FM_QUANT_INT8_DYNAMIC, 0, NULL, i7) : NULL;
     const int n_in = fm_graph_num_inputs(g);
     fm_tensor **in = gpt_inputs(g, 8, 64, 0, 0), *out[64];
     const char *trace = getenv("FATHOM_BENCH_TRACE"); /* a Chrome trace of the runs after the first (fathom profile) */
@@ -506,7 +525,7 @@ static void profile_prefill(const char *side, int rounds) {
     }
     if (trace && *trace && fm_profiler_stop() != FM_OK) die("profiler");
     printf("{\"model\": \"%s\", \"workload\": \"prefill 8 x 64 tokens\", \"side\": \"%s\", \"runs\": %d, \"ms\": %.3f}\n", kjv.name,
-           q ? "int8" : "fp32", 10 * rounds, 1e3 * (now_s() - t0) / (10 * rounds));
+           side, 10 * rounds, 1e3 * (now_s() - t0) / (10 * rounds));
     free_inputs(in, n_in);
     if (q) fm_graph_free(q);
     fm_graph_free(g);

@@ -1,6 +1,7 @@
 """ONNX Runtime's side of bench_quant: the MLP that bench_quant exported runs
 in fp32, after quantize_dynamic (u8 activations, s8 weights) and after
 quantize_static (QDQ, MinMax calibration on the same samples bench_quant used),
+each also with reduce_range=True (7-bit weights, as fathom quantize --reduce-range),
 at BATCH (default 128; the input's other dims are the calibration samples'), single
 session per side, intra-op threads = FATHOM_NUM_THREADS or all cores; alternating
 rounds, medians and best rounds, JSON lines like bench_quant's.
@@ -34,12 +35,16 @@ def main():
     if threads:
         opts.intra_op_num_threads = threads
     tmp = tempfile.mkdtemp()
-    dyn, st = os.path.join(tmp, "dyn.onnx"), os.path.join(tmp, "static.onnx")
-    quantize_dynamic(model, dyn, weight_type=QuantType.QInt8)
+    paths = {k: os.path.join(tmp, k + ".onnx") for k in ("dyn", "static", "dyn_rr", "static_rr")}
     name = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"]).get_inputs()[0].name
-    quantize_static(model, st, Reader(name, calib), activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+    for rr in (False, True):
+        sfx = "_rr" if rr else ""
+        quantize_dynamic(model, paths["dyn" + sfx], weight_type=QuantType.QInt8, reduce_range=rr)
+        quantize_static(model, paths["static" + sfx], Reader(name, calib), activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=True, reduce_range=rr)
     sides = {k: ort.InferenceSession(p, opts, providers=["CPUExecutionProvider"]) for k, p in
-             (("fp32", model), ("quantize_dynamic", dyn), ("quantize_static", st))}
+             (("fp32", model), ("quantize_dynamic", paths["dyn"]), ("quantize_static", paths["static"]),
+              ("quantize_dynamic_rr", paths["dyn_rr"]), ("quantize_static_rr", paths["static_rr"]))}
     x = np.random.default_rng(4).standard_normal((batch,) + calib.shape[1:]).astype(np.float32)
     times = {k: [] for k in sides}
     for r in range(rounds + 1):
@@ -56,7 +61,11 @@ def main():
                       "dynamic_speedup": round(med["fp32"] / med["quantize_dynamic"], 2),
                       "static_speedup": round(med["fp32"] / med["quantize_static"], 2),
                       "best_fp32_ms": round(1e3 * best["fp32"], 3), "best_quantize_dynamic_ms": round(1e3 * best["quantize_dynamic"], 3),
-                      "best_quantize_static_ms": round(1e3 * best["quantize_static"], 3)}), flush=True)
+                      "best_quantize_static_ms": round(1e3 * best["quantize_static"], 3),
+                      "reduce_range_dynamic_ms": round(1e3 * med["quantize_dynamic_rr"], 3),
+                      "reduce_range_static_ms": round(1e3 * med["quantize_static_rr"], 3),
+                      "reduce_range_dynamic_speedup": round(med["fp32"] / med["quantize_dynamic_rr"], 2),
+                      "reduce_range_static_speedup": round(med["fp32"] / med["quantize_static_rr"], 2)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `fathom quantize`: an MLP trained here on synthetic images is quantized each
 # way (int8 dynamic, int8 calibrated from the recipe's data with each method
-# and from an .npy file, int4 g32/g64 with and without min); every result
+# and from an .npy file, both with 7-bit weights (--reduce-range), int4 g32/g64
+# with and without min); every result
 # runs through eval (accuracy within 0.5 points of fp32 on 400 test images) and
 # predict, and the command lists what it quantized. Bad input is refused with
 # its reason and nothing is written: calibration data of the wrong shape or
@@ -51,6 +52,19 @@ for method in minmax percentile entropy; do
 done
 expect 0 "int8 static" "$bin" quantize "$tmp/m" -o "$tmp/q8n" --int8 --calibrate "$tmp/calib.npy"
 check_model "$tmp/q8n" "int8 static (.npy file)"
+# --reduce-range: 7-bit weight codes ([-63, 63]; the AVX2 int8 tile's fast form), dynamic and calibrated
+expect 0 "int8 dynamic (per-row 7-bit weights" "$bin" quantize "$tmp/m" -o "$tmp/q7d" --int8 --dynamic --reduce-range
+check_model "$tmp/q7d" "int8 dynamic, 7-bit weights"
+expect 0 "int8 static (7-bit weights, activations" "$bin" quantize "$tmp/m" -o "$tmp/q7s" --int8 --calibrate recipe --reduce-range --samples 200
+check_model "$tmp/q7s" "int8 static, 7-bit weights"
+codes() { python3 -c '
+import sys
+from safetensors.numpy import load_file
+w = load_file(sys.argv[1] + "/weights.safetensors")
+print(max(int(abs(v.astype("int32")).max()) for k, v in w.items() if k.endswith(".int8_panels")))' "$1" 2>/dev/null; }
+c8=$(codes "$tmp/q8d"); c7=$(codes "$tmp/q7d"); c7s=$(codes "$tmp/q7s")
+[[ $c8 == 127 && $c7 == 63 && $c7s == 63 ]] && ok "largest weight code: 127 (8-bit), 63 (--reduce-range)" \
+  || bad "largest weight codes: 8-bit '$c8', 7-bit dynamic '$c7', 7-bit static '$c7s'"
 for g in 32 64; do
   expect 0 "int4 g$g symmetric" "$bin" quantize "$tmp/m" -o "$tmp/q4_$g" --int4 --group "$g"
   check_model "$tmp/q4_$g" "int4 g$g"
@@ -109,6 +123,7 @@ expect 2 "choose one of --int8 and --int4" "$bin" quantize "$tmp/m" -o "$tmp/x7"
 expect 2 "exactly one of --dynamic and --calibrate" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int8
 expect 2 "exactly one of --dynamic and --calibrate" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int8 --dynamic --calibrate recipe
 expect 2 "--group 48 must be 32, 64 or 128" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int4 --group 48
+expect 2 "--reduce-range (7-bit int8 weights) applies to --int8, not to --int4" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int4 --reduce-range
 expect 2 "--method 'kl'" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int8 --calibrate recipe --method kl
 expect 2 "no output directory" "$bin" quantize "$tmp/m" --int8 --dynamic
 expect 2 "unknown option" "$bin" quantize "$tmp/m" -o "$tmp/x7" --int9

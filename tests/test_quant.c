@@ -421,6 +421,48 @@ static void test_dynamic_blocks(void) {
     fm_tensor_release_n(7, x, w, q, sc, p, u, ys);
 }
 
+/* 7-bit weights (fm_quantize_weight_int8_range with 63, `fathom quantize --reduce-range`): codes
+ * in [-63, 63], each row reaching 63 at its largest weight, scale = max |w| / 63; on panels, from
+ * FM_Q8_NARROW_MIN_M rows (the AVX2 level's narrow tile), bitwise the rows layout's product
+ * (another kernel: fm_q8_gemm's tiles), dynamic and static, with a bias and ReLU; a code range
+ * outside [1, 127] is refused. */
+static void test_reduce_range(void) {
+    fm_rng r;
+    fm_rng_init(&r, 31);
+    const int64_t M = 40, N = 37, K = 301;
+    fm_tensor *x = fm_tensor_randn(2, (int64_t[]){M, K}, FM_F32, &r), *w = fm_tensor_randn(2, (int64_t[]){N, K}, FM_F32, &r);
+    fm_tensor *b = fm_tensor_randn(1, (int64_t[]){N}, FM_F32, &r), *q = NULL, *sc = NULL, *p = NULL, *u = NULL;
+    CHECK(fm_quantize_weight_int8_range(w, 63, &q, &sc) == FM_OK && fm_pack_weight_int8(q, &p, &u) == FM_OK);
+    bool in_range = q && sc;
+    for (int64_t n = 0; in_range && n < N; n++) {
+        const int8_t *row = (const int8_t *)fm_tensor_data(q) + n * K;
+        const float *wr = (const float *)fm_tensor_data(w) + n * K;
+        int big = 0;
+        float amax = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            big = abs(row[k]) > big ? abs(row[k]) : big;
+            amax = fabsf(wr[k]) > amax ? fabsf(wr[k]) : amax;
+        }
+        in_range = big == 63 && ((const float *)fm_tensor_data(sc))[n] == amax / 63.0f;
+    }
+    CHECK_MSG(in_range, "7-bit codes: every row's largest code must be 63 with scale max |w| / 63");
+    for (int relu = 0; relu < 2; relu++)
+        for (int st = 0; st < 2; st++) {
+            const double as = st ? 0.02 : 0.0;
+            const int az = st ? 120 : 0;
+            fm_tensor *y0 = fm_qlinear_int8_packed(x, p, sc, u, b, as, az, relu), *y1 = fm_qlinear_int8(x, q, sc, b, as, az);
+            fm_tensor *y1r = relu && y1 ? fm_relu(y1) : NULL, *ref = relu ? y1r : y1;
+            CHECK_MSG(y0 && ref && !memcmp(fm_tensor_data(y0), fm_tensor_data(ref), sizeof(float) * (size_t)(M * N)),
+                      "7-bit panels (relu %d, %s) differ from the rows layout's product", relu, st ? "static" : "dynamic");
+            fm_tensor_release_n(3, y0, y1, y1r);
+        }
+    fm_tensor *q2 = NULL, *s2 = NULL;
+    CHECK(fm_quantize_weight_int8_range(w, 128, &q2, &s2) != FM_OK && !q2 && !s2);
+    CHECK_ERR_CONTAINS("must be in [1, 127]");
+    CHECK(fm_quantize_weight_int8_range(w, 0, &q2, &s2) != FM_OK && !q2 && !s2);
+    fm_tensor_release_n(7, x, w, b, q, sc, p, u);
+}
+
 /* FM_QLINEAR_INT8_PER_ROW: each row is bitwise the per-call dynamic product of that
  * row alone (the same range, codes and epilogue), whatever rows share the call, with
  * a bias and a ReLU; a row of zeros beside large rows keeps its own (zero) range. */
@@ -469,6 +511,7 @@ int main(void) {
     test_rows_layout();
     test_dynamic_blocks();
     test_per_row();
+    test_reduce_range();
     test_gpt();
     test_gelu_fusion();
     char cmd[300];

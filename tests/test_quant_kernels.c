@@ -71,7 +71,7 @@ static void test_q8(void) {
  * padded to 4 ceil(K/4) bytes with zeros. Every implementation against the
  * scalar reference on the rows (an independent check of the packing), in
  * integers and through the epilogue, with and without bias and fused ReLU. */
-static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl impl, int epi) {
+static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl impl, int epi, bool narrow) {
     const int64_t Kq = (K + 3) / 4, lda = 4 * Kq, Np = (N + 15) / 16;
     uint8_t *A = malloc((size_t)(M * K + 1)), *Ap = calloc((size_t)(M * lda + 1), 1);
     int8_t *B = malloc((size_t)(N * K + 1)), *P = calloc((size_t)(Np * Kq * 64), 1);
@@ -79,6 +79,8 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
     float *sc = malloc(4 * (size_t)N), *bias = malloc(4 * (size_t)N), *y0 = calloc((size_t)(M * N + 1), 4), *y1 = calloc((size_t)(M * N + 1), 4);
     fill8(A, B, M * K, N * K, f);
     for (int64_t i = 0; i < N * K; i++) B[i] = B[i] == -128 ? -127 : B[i]; /* the panels' range (fm_pack_weight_int8) */
+    if (narrow) /* 7-bit weights: [-64, 64], the extremes kept (255 x 64 x 2 = 32640, vpmaddubsw's edge) */
+        for (int64_t i = 0; i < N * K; i++) B[i] = B[i] > 64 ? 64 : B[i] < -64 ? -64 : B[i];
     for (int64_t m = 0; m < M; m++) memcpy(Ap + m * lda, A + m * K, (size_t)K);
     for (int64_t n = 0; n < N; n++) {
         int32_t s = 0;
@@ -89,21 +91,44 @@ static int64_t q8p_case(int64_t M, int64_t N, int64_t K, fill_kind f, fm_q8_impl
     }
     /* epi: 0 integers, 1 epilogue with bias, 2 bias + relu, 3 relu without bias, 4 bias + tanh GELU, 5 bias + exact GELU
      * (the vector kernels' GELU against the reference's double one: within 2e-6 relative or 1e-7, not bitwise;
-     * test_quant holds the fused GELU bitwise to the separate bias + GELU op) */
-    static const int act_of[6] = {FM_QACT_NONE, FM_QACT_NONE, FM_QACT_RELU, FM_QACT_RELU, FM_QACT_GELU_TANH, FM_QACT_GELU};
-    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, act_of[epi], NULL, NULL}, ep1 = ep0;
+     * test_quant holds the fused GELU bitwise to the separate bias + GELU op), 6 bias with a scale and zero point per row */
+    static const int act_of[7] = {FM_QACT_NONE, FM_QACT_NONE, FM_QACT_RELU, FM_QACT_RELU, FM_QACT_GELU_TANH, FM_QACT_GELU, FM_QACT_NONE};
+    float *rs = malloc(4 * (size_t)M);
+    int32_t *rz = malloc(4 * (size_t)M);
+    for (int64_t m = 0; m < M; m++) { rs[m] = 0.01f + 0.003f * (float)(m % 5); rz[m] = (int32_t)(m * 37 % 256); }
+    fm_q8_epilogue ep0 = {0.02f, 37, sc, ws, epi == 3 ? NULL : bias, y0, N, act_of[epi], epi == 6 ? rs : NULL, epi == 6 ? rz : NULL}, ep1 = ep0;
     ep1.y = y1;
     fm_q8_gemm g0 = {M, N, K, A, K, B, K, C0, N, epi ? &ep0 : NULL};
-    fm_q8_pgemm g1 = {M, N, K, Ap, lda, P, C1, N, epi ? &ep1 : NULL};
+    fm_q8_pgemm g1 = {M, N, K, Ap, lda, P, C1, N, epi ? &ep1 : NULL, false};
     fm_q8_gemm_run(&g0, FM_Q8_REF);
     fm_q8_pgemm_run(&g1, impl);
     int64_t bad = 0, neg = 0;
+    if (impl == FM_Q8_AVX2) { /* the AVX2 tile's two forms called directly, every M: the drivers pick the narrow one only from
+                               * FM_Q8_NARROW_MIN_M rows, after a scan of the panels that must agree with the weights */
+        bool scan = fm_q8_panels_narrow_avx2(P, Np * Kq * 64), want = true;
+        for (int64_t i = 0; i < N * K; i++) want &= B[i] >= -64 && B[i] <= 64;
+        bad += scan != want;
+        if (want) {
+            int32_t *C2 = calloc((size_t)(M * N + 1), 4);
+            float *y2 = calloc((size_t)(M * N + 1), 4);
+            fm_q8_epilogue ep2 = ep0;
+            ep2.y = y2;
+            fm_q8_pgemm g2 = {M, N, K, Ap, lda, P, C2, N, epi ? &ep2 : NULL, true};
+            fm_q8_pgemm_tile_avx2(&g2, 0, M, 0, Np);
+            for (int64_t i = 0; i < M * N; i++) {
+                if (epi >= 4 && epi <= 5) bad += !(fabsf(y0[i] - y2[i]) <= 2e-6f * fabsf(y0[i]) + 1e-7f);
+                else bad += epi ? memcmp(&y0[i], &y2[i], 4) != 0 : C0[i] != C2[i];
+            }
+            free(C2);
+            free(y2);
+        }
+    }
     for (int64_t i = 0; i < M * N; i++) {
-        if (epi >= 4) bad += !(fabsf(y0[i] - y1[i]) <= 2e-6f * fabsf(y0[i]) + 1e-7f);
+        if (epi >= 4 && epi <= 5) bad += !(fabsf(y0[i] - y1[i]) <= 2e-6f * fabsf(y0[i]) + 1e-7f);
         else bad += epi ? memcmp(&y0[i], &y1[i], 4) != 0 : C0[i] != C1[i];
         neg += (epi == 2 || epi == 3) && y1[i] < 0;
     }
-    free(A); free(Ap); free(B); free(P); free(C0); free(C1); free(ws); free(sc); free(bias); free(y0); free(y1);
+    free(A); free(Ap); free(B); free(P); free(C0); free(C1); free(ws); free(sc); free(bias); free(y0); free(y1); free(rs); free(rz);
     return bad + neg;
 }
 
@@ -119,9 +144,9 @@ static void test_q8_panels(void) {
     for (int i = 0; i < 4; i++) {
         if (!have[i]) { TEST_SKIP("int8 panels %s: this CPU lacks it", fm_q8_impl_name(impls[i])); continue; }
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int f = 0; f < 3; f++)
-                for (int epi = 0; epi < 6; epi++) {
-                    int64_t bad = q8p_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)f, impls[i], epi);
+            for (int f = 0; f < 6; f++) /* fills 3..5: the same with 7-bit weights (narrow panels) */
+                for (int epi = 0; epi < 7; epi++) {
+                    int64_t bad = q8p_case(shapes[s][0], shapes[s][1], shapes[s][2], (fill_kind)(f % 3), impls[i], epi, f >= 3);
                     CHECK_MSG(bad == 0, "panels %s M %lld N %lld K %lld fill %d epilogue %d: %lld elements differ from the scalar reference",
                               fm_q8_impl_name(impls[i]), (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], f, epi,
                               (long long)bad);

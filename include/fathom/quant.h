@@ -18,6 +18,12 @@ extern "C" {
 
 /* w f32 [N, K] (host) -> *q i8 [N, K] and *scale f32 [N]. */
 FM_API fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor **scale);
+/* The same with codes in [-qmax, qmax] (1..127; scale = max |w| / qmax). 63 is "7-bit"
+ * weights, ONNX Runtime's reduce_range: every pair of u8 x s8 products then fits
+ * vpmaddubsw's 16 bits, and on an AVX2 CPU without VNNI the int8 product runs with 4
+ * multiply operations per 64 multiply-adds instead of 7 (docs/QUANTIZE.md), at half the
+ * weight resolution. Every CPU level gives the same integers either way. */
+FM_API fm_status fm_quantize_weight_int8_range(const fm_tensor *w, int qmax, fm_tensor **q, fm_tensor **scale);
 /* q i8 [N, K] (host, as fm_quantize_weight_int8 makes it) -> *panels i8
  * [ceil(N/16), ceil(K/4), 16, 4], the layout fm_qlinear_int8_packed reads (panel
  * n/16, step k/4, then 16 columns x 4 bytes; zeros past N and K), and *row_sums
@@ -31,6 +37,9 @@ FM_API fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_
  * zero columns to a multiple of 64 from 64 on (of 4 below), the whole steps of the AMX
  * tiles: *panels [ceil(O/16), Kp/4, 16, 4], *scale f32 [O], *row_sums i32 [O]. K at most 32768. */
 FM_API fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, fm_tensor **scale, fm_tensor **row_sums);
+/* The same with codes in [-qmax, qmax] (fm_quantize_weight_int8_range). */
+FM_API fm_status fm_quantize_conv_weight_int8_range(const fm_tensor *w, int qmax, fm_tensor **panels, fm_tensor **scale,
+                                                    fm_tensor **row_sums);
 /* w f32 [N, K] (host) -> *packed u8 [N, K/2], *scale f16 [N, K/group] and, when
  * with_min, *min f16 [N, K/group] (else *min = NULL). group must divide K. */
 FM_API fm_status fm_quantize_weight_int4(const fm_tensor *w, int group, bool with_min, fm_tensor **packed, fm_tensor **scale,
@@ -58,6 +67,10 @@ typedef struct fm_quant_options {
      * the graph lacks is an error that names it. */
     const char *op_types;
     const char *exclude;
+    /* int8 modes: weight codes in [-63, 63] instead of [-127, 127] (ONNX Runtime's
+     * reduce_range; fm_quantize_weight_int8_range): faster on AVX2 CPUs without VNNI,
+     * half the weight resolution; no effect on speed where VNNI or AMX run the product */
+    bool reduce_range;
 } fm_quant_options;
 FM_API void fm_quant_options_init(fm_quant_options *o);
 /* What became of each compute node. */

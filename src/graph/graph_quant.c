@@ -186,10 +186,10 @@ static void int8_names_of(const char *wn, const char *t, bool panels, int8_names
 
 /* The int8 weight of node n as constants in dst: panels (layout vnni16x4) with
  * their row sums, or rows [N, K] past the panels' 32768 input features. */
-static fm_status int8_weight(rw *r, const gnode *n, qkind k, const int8_names *nm, bool panels) {
+static fm_status int8_weight(rw *r, const gnode *n, qkind k, const int8_names *nm, bool panels, int qmax) {
     if (g_find_value(r->dst, nm->q) >= 0) return FM_OK; /* a weight two nodes share */
     fm_tensor *w = weight_nk(r->src, n, k), *q = NULL, *s = NULL, *p = NULL, *u = NULL;
-    fm_status st = w ? fm_quantize_weight_int8(w, &q, &s) : fm_last_status();
+    fm_status st = w ? fm_quantize_weight_int8_range(w, qmax, &q, &s) : fm_last_status();
     if (st == FM_OK && panels) st = fm_pack_weight_int8(q, &p, &u);
     if (st == FM_OK) st = add_consts(r, 3, (const char *[]){nm->q, nm->s, nm->u}, (fm_tensor *[]){panels ? p : q, s, u});
     fm_tensor_release_n(5, w, q, s, p, u);
@@ -198,11 +198,12 @@ static fm_status int8_weight(rw *r, const gnode *n, qkind k, const int8_names *n
 
 /* The activations' scale and zero point: static from the calibrated range (the ones the
  * kernels' dynamic path would pick for it), or 0 and 0 (dynamic); how says which. */
-static void act_quant_params(const float *range, float *s, int *zero, char *how, size_t nh) {
+static void act_quant_params(const float *range, int qmax, float *s, int *zero, char *how, size_t nh) {
     *s = 0.0f;
     *zero = 0;
+    const char *bits = qmax < 127 ? "7-bit " : "";
     if (!range) {
-        snprintf(how, nh, "int8 dynamic (per-row weights, activation scale per call)");
+        snprintf(how, nh, "int8 dynamic (per-row %sweights, activation scale per call)", bits);
         return;
     }
     float lo = fminf(range[0], 0.0f), hi = fmaxf(range[1], 0.0f);
@@ -210,13 +211,13 @@ static void act_quant_params(const float *range, float *s, int *zero, char *how,
     if (!(*s > 0) || !isfinite(*s)) *s = 1.0f;
     float z = nearbyintf(-lo / *s);
     *zero = (int)(z < 0 ? 0 : z > 255 ? 255 : z);
-    snprintf(how, nh, "int8 static (activations [%.4g, %.4g]: scale %.4g, zero %d)", lo, hi, *s, *zero);
+    snprintf(how, nh, "int8 static (%sactivations [%.4g, %.4g]: scale %.4g, zero %d)", qmax < 127 ? "7-bit weights, " : "", lo, hi, *s, *zero);
 }
 
 /* A convolution (K_CONV) as qconv2d_int8: its weight as fm_quantize_conv_weight_int8 makes
  * it, its attributes (stride, padding, dilation; conv2d_fused's ReLU, cap and pool) as they
  * are. act: a relu after a plain conv2d (act_after), or NULL. */
-static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gnode *act, char *how, size_t nh) {
+static fm_status quant_conv(rw *r, const gnode *n, const float *range, int qmax, const gnode *act, char *how, size_t nh) {
     const fm_graph *g = r->src;
     fm_tensor *w = g->values[n->in[1]].tensor;
     const char *wn = g->values[n->in[1]].name;
@@ -226,14 +227,14 @@ static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gno
     snprintf(un, sizeof un, "%s.int8_conv_sum", wn);
     if (g_find_value(r->dst, qn) < 0) { /* a weight two nodes share is stored once */
         fm_tensor *p = NULL, *sc = NULL, *u = NULL;
-        fm_status st = fm_quantize_conv_weight_int8(w, &p, &sc, &u);
+        fm_status st = fm_quantize_conv_weight_int8_range(w, qmax, &p, &sc, &u);
         if (st == FM_OK) st = add_consts(r, 3, (const char *[]){qn, sn, un}, (fm_tensor *[]){p, sc, u});
         fm_tensor_release_n(3, p, sc, u);
         if (st) return st;
     }
     float s;
     int zero;
-    act_quant_params(range, &s, &zero, how, nh);
+    act_quant_params(range, qmax, &s, &zero, how, nh);
     /* the node's own attributes carry over (conv2d's and conv2d_fused's are all qconv2d_int8's:
      * stride, padding, dilation, groups, layout, relu, max, pool), then the int8 ones */
     const int64_t pool = g_node_int(n, "pool", 0), k[2] = {w->shape[2], w->shape[3]};
@@ -252,14 +253,14 @@ static fm_status quant_conv(rw *r, const gnode *n, const float *range, const gno
 }
 
 /* act: the activation node fused into this one's epilogue (act_after; its output is the new node's), or NULL */
-static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, const gnode *act, char *how, size_t nh) {
+static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, int qmax, const gnode *act, char *how, size_t nh) {
     const fm_graph *g = r->src;
     const char *t = k == K_MATMUL ? ".T" : "", *wn = g->values[n->in[1]].name;
     const int64_t K = g->values[n->in[1]].tensor->shape[k == K_MATMUL ? 0 : 1];
     const bool panels = K <= 32768; /* the panels' 32-bit sums */
     int8_names nm;
     int8_names_of(wn, t, panels, &nm);
-    if (int8_weight(r, n, k, &nm, panels)) return fm_last_status();
+    if (int8_weight(r, n, k, &nm, panels, qmax)) return fm_last_status();
     /* own: the linear_fused's own activation; act: a node after it (never both, act_after) */
     const char *own = fused_act(n), *gname = act ? act->op : own;
     const bool own_gelu = own && panels && (!strcmp(own, "gelu") || !strcmp(own, "gelu_tanh"));
@@ -273,7 +274,7 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
     const char *final = g->values[(act ? act : n)->out[0]].name, *out = product_name(final, after, pb, sizeof pb);
     float s = 0.0f;
     int zero = 0;
-    act_quant_params(range, &s, &zero, how, nh);
+    act_quant_params(range, qmax, &s, &zero, how, nh);
     size_t l = strlen(how);
     if (act && l < nh) snprintf(how + l, nh - l, ", + %s '%s' fused", act->op, act->name);
     else if (own && !after && l < nh) snprintf(how + l, nh - l, ", + its %s", own);
@@ -288,13 +289,13 @@ static fm_status quant_int8(rw *r, const gnode *n, qkind k, const float *range, 
 /* An embedding in int8 modes: the table as the int8 panels and row scales that a tied
  * output layer's qlinear_int8 reads too (the same names, so the two share one copy);
  * weight-only, whatever the activations' mode. */
-static fm_status quant_int8_table(rw *r, const gnode *n, char *how, size_t nh) {
+static fm_status quant_int8_table(rw *r, const gnode *n, int qmax, char *how, size_t nh) {
     const char *wn = r->src->values[n->in[0]].name;
     const int64_t D = r->src->values[n->in[0]].tensor->shape[1];
     int8_names nm;
     int8_names_of(wn, "", true, &nm);
-    if (int8_weight(r, n, K_EMBEDDING, &nm, true)) return fm_last_status();
-    snprintf(how, nh, "int8 table (per-row scales, the int8 panels)");
+    if (int8_weight(r, n, K_EMBEDDING, &nm, true, qmax)) return fm_last_status();
+    snprintf(how, nh, "int8 table (per-row scales, the int8 panels%s)", qmax < 127 ? ", 7-bit codes" : "");
     const char *ins[3] = {nm.q, nm.s, rw_name(r, n->in[1])};
     fm_graph_attr a = fm_graph_attr_int("dim", D);
     return add_node(r, n, "qembedding_int8", 3, ins, 1, &a);
@@ -390,6 +391,8 @@ static fm_status check_opts(const fm_graph *g, const fm_quant_options *o) {
     if (fm_graph_device(g).type != FM_DEV_CPU) return fm_set_error(FM_ERR_INVALID, "quantize: the graph must be on the CPU (quantize before fm_graph_to_device)");
     if (o->mode == FM_QUANT_INT4 && o->group != 32 && o->group != 64 && o->group != 128)
         return fm_set_error(FM_ERR_INVALID, "quantize: --group %d must be 32, 64 or 128", o->group);
+    if (o->mode == FM_QUANT_INT4 && o->reduce_range)
+        return fm_set_error(FM_ERR_INVALID, "quantize: --reduce-range (7-bit int8 weights) applies to --int8, not to --int4");
     if (o->mode == FM_QUANT_INT8_STATIC && !o->calib) return fm_set_error(FM_ERR_INVALID, "quantize: static int8 needs calibration data");
     if (o->method == FM_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
         return fm_set_error(FM_ERR_INVALID, "quantize: percentile %g must be in (50, 100]", o->percentile);
@@ -427,6 +430,7 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
     if (st == FM_OK && o->mode == FM_QUANT_INT8_STATIC) st = static_ranges(g, o, kinds, ranges);
     bool begun = st == FM_OK && rw_begin(&r, g) == FM_OK;
     if (st == FM_OK && !begun) st = fm_last_status();
+    const int qmax = o->reduce_range ? 63 : 127; /* int8 weight codes in [-qmax, qmax] */
     int nq = 0, *uses = st == FM_OK && o->mode != FM_QUANT_INT4 ? rw_use_counts(g) : NULL;
     if (st == FM_OK && o->mode != FM_QUANT_INT4 && !uses) st = fm_last_status();
     for (int i = 0; st == FM_OK && i < g->n_nodes; i++) {
@@ -434,7 +438,7 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         if (kinds[i] == K_FUSED) continue;
         if (kinds[i] == K_NONE) { st = rw_copy_node(&r, n); continue; }
         if (o->mode != FM_QUANT_INT4 && kinds[i] == K_EMBEDDING) {
-            st = quant_int8_table(&r, n, nodes[i].how, sizeof nodes[i].how);
+            st = quant_int8_table(&r, n, qmax, nodes[i].how, sizeof nodes[i].how);
             nodes[i].quantized = true;
             nq++;
             continue;
@@ -451,9 +455,9 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
             snprintf(nodes[j].how, sizeof nodes[j].how, "fused into '%s' (int8 epilogue)", n->name);
         }
         const float *range = o->mode == FM_QUANT_INT8_STATIC ? &ranges[2 * i] : NULL;
-        if (kinds[i] == K_CONV) st = quant_conv(&r, n, range, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
+        if (kinds[i] == K_CONV) st = quant_conv(&r, n, range, qmax, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
         else st = o->mode == FM_QUANT_INT4 ? quant_int4(&r, n, kinds[i], o, nodes[i].how, sizeof nodes[i].how)
-                                      : quant_int8(&r, n, kinds[i], range, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
+                                      : quant_int8(&r, n, kinds[i], range, qmax, j >= 0 ? &g->nodes[j] : NULL, nodes[i].how, sizeof nodes[i].how);
         nodes[i].quantized = true;
         nq++;
     }

@@ -16,9 +16,12 @@ static fm_status check_w(const char *fn, const fm_tensor *w) {
     return FM_OK;
 }
 
-fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor **scale) {
+fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor **scale) { return fm_quantize_weight_int8_range(w, 127, q, scale); }
+
+fm_status fm_quantize_weight_int8_range(const fm_tensor *w, int qmax, fm_tensor **q, fm_tensor **scale) {
     *q = *scale = NULL;
     if (check_w("quantize int8", w)) return fm_last_status();
+    if (qmax < 1 || qmax > 127) return fm_set_error(FM_ERR_INVALID, "quantize int8: the code range %d must be in [1, 127] (127: 8-bit, 63: 7-bit)", qmax);
     fm_tensor *wc = fm_contiguous((fm_tensor *)w);
     if (!wc) return fm_last_status();
     const int64_t N = w->shape[0], K = w->shape[1];
@@ -30,11 +33,11 @@ fm_status fm_quantize_weight_int8(const fm_tensor *w, fm_tensor **q, fm_tensor *
     for (int64_t n = 0; n < N; n++) {
         float amax = 0.0f;
         for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(p[n * K + k]));
-        float s = amax > 0 && isfinite(amax) ? amax / 127.0f : 1.0f, inv = 1.0f / s;
+        const float hi = (float)qmax, s = amax > 0 && isfinite(amax) ? amax / hi : 1.0f, inv = 1.0f / s;
         ps[n] = s;
         for (int64_t k = 0; k < K; k++) {
             float v = nearbyintf(p[n * K + k] * inv);
-            pq[n * K + k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            pq[n * K + k] = (int8_t)(v > hi ? hi : v < -hi ? -hi : v);
         }
     }
     fm_tensor_release(wc);
@@ -78,6 +81,10 @@ fm_status fm_pack_weight_int8(const fm_tensor *q, fm_tensor **panels, fm_tensor 
 }
 
 fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, fm_tensor **scale, fm_tensor **row_sums) {
+    return fm_quantize_conv_weight_int8_range(w, 127, panels, scale, row_sums);
+}
+
+fm_status fm_quantize_conv_weight_int8_range(const fm_tensor *w, int qmax, fm_tensor **panels, fm_tensor **scale, fm_tensor **row_sums) {
     char a[128];
     *panels = *scale = *row_sums = NULL;
     if (!w || w->ndim != 4 || w->dtype != FM_F32 || fm_tensor_device(w).type != FM_DEV_CPU)
@@ -88,7 +95,7 @@ fm_status fm_quantize_conv_weight_int8(const fm_tensor *w, fm_tensor **panels, f
     fm_tensor_release(t);
     if (c) r = fm_reshape(c, 2, (const int64_t[]){w->shape[0], w->shape[1] * w->shape[2] * w->shape[3]});
     fm_tensor_release(c);
-    fm_status st = r ? fm_quantize_weight_int8(r, &q, scale) : fm_last_status();
+    fm_status st = r ? fm_quantize_weight_int8_range(r, qmax, &q, scale) : fm_last_status();
     const int64_t O = w->shape[0], K = w->shape[1] * w->shape[2] * w->shape[3], Kp = fm_qconv_panel_k(K);
     fm_tensor *qp = st == FM_OK ? fm_tensor_zeros(2, (const int64_t[]){O, Kp}, FM_I8, FM_CPU) : NULL; /* zero columns to Kp */
     if (st == FM_OK && !qp) st = fm_last_status();

@@ -272,7 +272,7 @@ static fm_status run_chunked(qconv_job *j) {
     for (j->n0 = 0; j->n0 < N; j->n0 += nb) {
         const int64_t cnt = N - j->n0 < nb ? N - j->n0 : nb, M = cnt * j->P;
         if (!j->direct) fm_parallel_for(M, 64, im2col_task, j);
-        fm_q8_pgemm g = {M, j->O, j->lda, j->direct ? j->xh + j->n0 * j->P * j->C : j->col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
+        fm_q8_pgemm g = {M, j->O, j->lda, j->direct ? j->xh + j->n0 * j->P * j->C : j->col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep, false};
         fm_q8_pgemm_run(&g, j->impl);
         fm_parallel_for(cnt * ((j->out.Pp + QCONV_TBLOCK - 1) / QCONV_TBLOCK), 4, out_task, j);
     }
@@ -294,7 +294,7 @@ static void sample_task(void *ctx, int64_t b, int64_t e, int tid) {
         if (!j->out512) fm_q8_codes_at_level(j->x + n * CHW, CHW, j->scale, j->zero, xq);
         codes_nhwc(j, n, xq, xh, 0, j->H);
         if (!j->direct) im2col_rows(j, xh, col, 0, j->P, true);
-        fm_q8_pgemm g = {j->P, j->O, j->lda, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep};
+        fm_q8_pgemm g = {j->P, j->O, j->lda, j->direct ? xh : col, j->direct ? j->C : j->lda, j->panels, NULL, 0, &ep, false};
         fm_q8_pgemm_serial(&g, j->impl);
         out_rows(j, yt, j->y + n * j->O * Pp, 0, Pp);
     }

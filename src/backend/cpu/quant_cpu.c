@@ -162,7 +162,7 @@ static fm_status qlinear8_rows_kernel(const fm_op_call *c) {
     }
     fm_q8_epilogue ep = {0.0f, 0, fm_tensor_data(c->in[2]), fm_tensor_data(c->in[4]), c->in[3] ? fm_tensor_data(c->in[3]) : NULL,
                          fm_tensor_data(c->out[0]), N, at->act, sc, zp};
-    fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
+    fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep, false};
     fm_q8_pgemm_run(&g, fm_q8_impl_best());
     fm_tensor_release(qt);
     free(sc);
@@ -191,7 +191,7 @@ static fm_status qlinear8_kernel(const fm_op_call *c) {
     fm_q8_epilogue ep = {scale, zero, fm_tensor_data(c->in[2]), panels ? fm_tensor_data(c->in[4]) : wsum,
                          c->in[3] ? fm_tensor_data(c->in[3]) : NULL, fm_tensor_data(c->out[0]), N, at->act, NULL, NULL};
     if (panels) {
-        fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep};
+        fm_q8_pgemm g = {M, N, K, q, lda, fm_tensor_data(w), NULL, 0, &ep, false};
         fm_q8_pgemm_run(&g, fm_q8_impl_best());
     } else {
         fm_q8_gemm g = {M, N, K, q, K, fm_tensor_data(w), K, NULL, 0, &ep};

@@ -106,10 +106,22 @@ typedef struct fm_q8_pgemm {
     const int8_t *P;       /* panels */
     int32_t *C; int64_t ldc; /* s32 out when ep is NULL */
     const fm_q8_epilogue *ep;
+    /* set by the drivers at the AVX2 level (callers leave it false): every weight code is
+     * in [-64, 64] ("7-bit" weights, fm_quantize_weight_int8_range), so the AVX2 tile
+     * multiplies the u8 codes as they are (fm_q8_panels_narrow_avx2) */
+    bool narrow;
 } fm_q8_pgemm;
 void fm_q8_pgemm_tile_ref(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
-/* The AVX2 tile reads A as s8 codes a - 128 (each byte xor 0x80), which fm_q8_pgemm_run prepares. */
+/* The AVX2 tile reads A as s8 codes a - 128 (each byte xor 0x80), which fm_q8_pgemm_run
+ * prepares; with g->narrow, A's u8 codes as they are. */
 void fm_q8_pgemm_tile_avx2(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+/* Whether every one of the n panel bytes at P is in [-64, 64] (stops at the first that is
+ * not): then a pair of u8 x s8 products sums to at most 2 x 255 x 64 = 32640, inside
+ * vpmaddubsw's 16 bits, and the AVX2 tile needs no sign trick. */
+bool fm_q8_panels_narrow_avx2(const int8_t *P, int64_t n);
+/* The fewest rows for which the AVX2 drivers look for narrow panels (the scan reads every
+ * weight byte once; below this the sign trick's two extra operations a step cost less). */
+#define FM_Q8_NARROW_MIN_M 16
 void fm_q8_pgemm_tile_vnni(const fm_q8_pgemm *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 /* The same on AMX-INT8 tiles (quant_panel_amx.c; the parts tiles cannot take go to the
  * VNNI tile); false, with nothing written, when K is not a multiple of 64. */

@@ -94,9 +94,18 @@ static void rows_task(void *ctx, int64_t t0, int64_t t1, int tid) {
 
 /* The AVX2 tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code into a copy that
  * *g points to after (freed by the caller: the return value); out of memory, *impl becomes
- * the reference (slower, the same integers). Other levels: nothing to do, NULL. */
+ * the reference (slower, the same integers). Narrow panels (every weight in [-64, 64]; looked
+ * for from FM_Q8_NARROW_MIN_M rows, once per call, so a weight changed between calls is seen)
+ * take the codes as they are: *g becomes a copy with narrow set, and nothing is allocated.
+ * Other levels: nothing to do, NULL. */
 static uint8_t *flip_codes(const fm_q8_pgemm **g, fm_q8_pgemm *flipped, fm_q8_impl *impl) {
     if (*impl != FM_Q8_AVX2) return NULL;
+    if ((*g)->M >= FM_Q8_NARROW_MIN_M && fm_q8_panels_narrow_avx2((*g)->P, ((*g)->N + 15) / 16 * (((*g)->K + 3) / 4) * 64)) {
+        *flipped = **g;
+        flipped->narrow = true;
+        *g = flipped;
+        return NULL;
+    }
     const int64_t n = ((*g)->M - 1) * (*g)->lda + 4 * (((*g)->K + 3) / 4);
     uint8_t *as = malloc((size_t)n);
     if (!as) { *impl = FM_Q8_REF; return NULL; }
