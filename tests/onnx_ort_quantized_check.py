@@ -3,7 +3,8 @@
 A small MLP (MatMul, Add, Relu) and a small CNN (Conv, Relu, Flatten, MatMul), seeded random
 weights, each quantized four ways: quantize_dynamic (DynamicQuantizeLinear, MatMulInteger,
 ConvInteger), quantize_static in QDQ format (per tensor and per channel: QuantizeLinear and
-DequantizeLinear around the float ops) and in QOperator format (QLinearMatMul, QLinearConv).
+DequantizeLinear around the float ops; per channel also with reduce_range, 7-bit weights) and in
+QOperator format (QLinearMatMul, QLinearConv).
 Then single-op models with inputs chosen to hit the edges (round-half-to-even ties,
 saturation, NaN and infinite x, zero, negative and NaN scales, per-axis and blocked scales,
 int32 DequantizeLinear, an all-zero DynamicQuantizeLinear, uint8 and int8 MatMulInteger /
@@ -150,16 +151,18 @@ def quantized_models():
         q = os.path.join(D, f"{name}_dyn.onnx")
         quantize_dynamic(fp, q, weight_type=QuantType.QUInt8 if name == "cnn" else QuantType.QInt8)
         check_model(q, f"{name} quantize_dynamic", x, ["DynamicQuantizeLinear", "MatMulInteger"] + ["ConvInteger"] * (name == "cnn"))
-        for fmt, per_channel, act in ((QuantFormat.QDQ, False, QuantType.QUInt8), (QuantFormat.QDQ, True, QuantType.QInt8),
-                                      (QuantFormat.QOperator, False, QuantType.QUInt8),
-                                      (QuantFormat.QOperator, True, QuantType.QUInt8)):
-            tag = f"{name}_{'qdq' if fmt == QuantFormat.QDQ else 'qop'}_{'pc' if per_channel else 'pt'}_{act.name}"
+        # rr: reduce_range (7-bit weights, codes in [-64, 64]: the AVX2 int8 tile's narrow form from 16 rows)
+        for fmt, per_channel, act, rr in ((QuantFormat.QDQ, False, QuantType.QUInt8, False), (QuantFormat.QDQ, True, QuantType.QInt8, False),
+                                          (QuantFormat.QDQ, True, QuantType.QUInt8, True),
+                                          (QuantFormat.QOperator, False, QuantType.QUInt8, False),
+                                          (QuantFormat.QOperator, True, QuantType.QUInt8, False)):
+            tag = f"{name}_{'qdq' if fmt == QuantFormat.QDQ else 'qop'}_{'pc' if per_channel else 'pt'}_{act.name}{'_rr' if rr else ''}"
             q = os.path.join(D, tag + ".onnx")
             # QOperator's Add and Relu would be com.microsoft ops (QLinearAdd): MatMul and Conv only
             quantize_static(fp, q, Reader(shape), quant_format=fmt, per_channel=per_channel, activation_type=act,
-                            weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Conv"])
+                            weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Conv"], reduce_range=rr)
             check_model(q, f"{name} quantize_static {fmt.name} {'per channel' if per_channel else 'per tensor'} "
-                        f"{act.name} activations", x, ["QuantizeLinear", "DequantizeLinear"] if fmt == QuantFormat.QDQ else
+                        f"{act.name} activations{', reduce_range' if rr else ''}", x, ["QuantizeLinear", "DequantizeLinear"] if fmt == QuantFormat.QDQ else
                         ["QuantizeLinear", "QLinearMatMul"] + ["QLinearConv"] * (name == "cnn"))
 
 
