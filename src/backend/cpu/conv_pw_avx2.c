@@ -150,10 +150,7 @@ static void chain_rows(const fm_conv_pw *d, int64_t o0, int64_t o1, int64_t q0, 
     o1 = min64(o1, d->O), q1 = min64(q1, d->N * P);
     for (int64_t q = q0; q < q1;) {
         const int64_t n = q / P, p = q % P, len = min64(q1 - q, P - p);
-        if (len == P) /* whole planes of one sample: its rows o0..o1 are one run */
-            fm_cpu_ew_chain_inplace(d->chain, d->y + n * d->y_stride + o0 * P, (o1 - o0) * P);
-        else
-            for (int64_t o = o0; o < o1; o++) fm_cpu_ew_chain_inplace(d->chain, d->y + n * d->y_stride + o * P + p, len);
+        for (int64_t o = o0; o < o1; o++) fm_cpu_ew_chain_inplace(d->chain, d->y + n * d->y_stride + o * P + p, len);
         q += len;
     }
 }
