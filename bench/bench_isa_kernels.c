@@ -333,7 +333,7 @@ static void bench_mobile(int rounds) {
         float *b = xalloc(sizeof(float) * (size_t)h->O), *y1 = xalloc(sizeof(float) * (size_t)(N * h->O * P)),
               *y2 = xalloc(sizeof(float) * (size_t)(N * h->O * P));
         fill(x, (size_t)(N * h->C * P), 11), fill(w, (size_t)(h->O * h->C), 12), fill(b, (size_t)h->O, 13);
-        fm_conv_pw d = {x, w, b, y1, N, h->C, h->O, P, h->C * P, h->O * P, P, h->relu6 ? 0.0f : -INFINITY, h->relu6 ? 6.0f : INFINITY, NULL, NULL},
+        fm_conv_pw d = {x, w, b, y1, N, h->C, h->O, P, h->C * P, h->O * P, P, h->relu6 ? 0.0f : -INFINITY, h->relu6 ? 6.0f : INFINITY, NULL},
                    d2 = d;
         d2.y = y2;
         const double flop = 2.0 * (double)(N * h->O * h->C * P);
@@ -366,7 +366,7 @@ static void bench_mobile(int rounds) {
         float *x = xalloc(sizeof(float) * (size_t)(N * h->C * h->HW * h->HW)), *w = xalloc(sizeof(float) * (size_t)(h->C * 9));
         float *b = xalloc(sizeof(float) * (size_t)h->C), *y = xalloc(sizeof(float) * (size_t)(N * h->C * Ho * Ho));
         fill(x, (size_t)(N * h->C * h->HW * h->HW), 14), fill(w, (size_t)(h->C * 9), 15), fill(b, (size_t)h->C, 16);
-        const fm_conv_dw d = {x, w, b, y, N, h->C, h->HW, h->HW, h->C, Ho, Ho, 3, 3, h->s, h->s, 1, 1, 0.0f, 6.0f, NULL};
+        const fm_conv_dw d = {x, w, b, y, N, h->C, h->HW, h->HW, h->C, Ho, Ho, 3, 3, h->s, h->s, 1, 1, 0.0f, 6.0f};
         const double flop = 2.0 * (double)(N * h->C * Ho * Ho * 9);
         const int inner = (int)(5e7 / flop) + 1;
         for (int r = 0; r < rounds; r++) {

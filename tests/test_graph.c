@@ -585,53 +585,6 @@ static void test_fuse_elementwise_by_hand(void) {
     fm_tensor_release_n(3, c6, ch, bv);
 }
 
-/* fuse-elementwise after convolutions: HardSwish as exported after a 3x3 conv (its output read by
- * the first mul and the last) and a SiLU after a 1x1 conv become conv2d_fused nodes with those
- * steps ("ops"), no elementwise node left of them; a conv whose output a graph output reads too
- * keeps its own node and its sigmoid. The outputs before and after agree (fm_graph_compare); the
- * result quantized to int8 runs each conv's steps as an ew_chain node after its int8 conv, with the
- * outputs of the graph before the pass quantized the same way. */
-static void test_fuse_conv_steps_by_hand(void) {
-    fm_graph *g = fm_graph_new();
-    fm_tensor *c6 = fm_tensor_full(0, NULL, 1.0 / 6, FM_F32, FM_CPU), *ch = fm_tensor_full(0, NULL, 0.5, FM_F32, FM_CPU);
-    fm_tensor *w1 = randn(4, (int64_t[]){40, 8, 3, 3}, 61), *b1 = randn(1, (int64_t[]){40}, 62), *w2 = randn(4, (int64_t[]){16, 40, 1, 1}, 63);
-    CHECK(fm_graph_add_input(g, "x", FM_F32, 4, (int64_t[]){-1, 8, 9, 11}, (const char *[]){"batch", NULL, NULL, NULL}) == FM_OK);
-    CHECK(fm_graph_add_const(g, "c6", c6) == FM_OK && fm_graph_add_const(g, "ch", ch) == FM_OK);
-    CHECK(fm_graph_add_const(g, "w1", w1) == FM_OK && fm_graph_add_const(g, "b1", b1) == FM_OK && fm_graph_add_const(g, "w2", w2) == FM_OK);
-    fm_graph_attr pad = fm_graph_attr_int("padding", 1), cl[2] = {fm_graph_attr_float("min", 0), fm_graph_attr_float("max", 1)};
-    CHECK(fm_graph_add_node(g, "conv2d", "c1", 3, (const char *[]){"x", "w1", "b1"}, 1, (const char *[]){"h"}, 1, &pad) == FM_OK);
-    CHECK(fm_graph_add_node(g, "mul", "m1", 2, (const char *[]){"h", "c6"}, 1, (const char *[]){"h1"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "add", "a1", 2, (const char *[]){"h1", "ch"}, 1, (const char *[]){"h2"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "clamp", "k1", 1, (const char *[]){"h2"}, 1, (const char *[]){"h3"}, 2, cl) == FM_OK);
-    CHECK(fm_graph_add_node(g, "mul", "m2", 2, (const char *[]){"h", "h3"}, 1, (const char *[]){"a"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "conv2d", "c2", 2, (const char *[]){"a", "w2"}, 1, (const char *[]){"u"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "silu", "s1", 1, (const char *[]){"u"}, 1, (const char *[]){"y1"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "conv2d", "c3", 2, (const char *[]){"a", "w2"}, 1, (const char *[]){"v"}, 0, NULL) == FM_OK);
-    CHECK(fm_graph_add_node(g, "sigmoid", "s2", 1, (const char *[]){"v"}, 1, (const char *[]){"y2"}, 0, NULL) == FM_OK);
-    const char *outs[3] = {"y1", "v", "y2"};
-    for (int i = 0; i < 3; i++) CHECK(fm_graph_add_output(g, outs[i]) == FM_OK);
-    char note[256] = "";
-    /* 1e-5: the 3x3 conv now takes conv2d_fused's direct kernels (Winograd or lanes), not conv2d's GEMM */
-    fm_graph *p = pass_by_hand(g, "batch", 3, "fuse-elementwise", 1e-5, note, sizeof note);
-    int with_steps = 0;
-    for (int i = 0; p && i < p->n_nodes; i++) with_steps += !strcmp(p->nodes[i].op, "conv2d_fused") && g_node_attr(&p->nodes[i], "ops");
-    CHECK_MSG(p && with_steps == 2 && count_op(p, "conv2d") == 1 && count_op(p, "silu") == 0 && count_op(p, "mul") == 0 &&
-                  count_op(p, "clamp") == 0 && count_op(p, "sigmoid") == 1 && count_op(p, "ew_chain") == 0 && strstr(note, "2 after a convolution"),
-              "fuse-elementwise after convs: %d convs with steps: %s", with_steps, note);
-    fm_quant_options o;
-    fm_quant_options_init(&o);
-    fm_graph *q = p ? fm_graph_quantize(p, &o, NULL) : NULL, *q0 = fm_graph_quantize(g, &o, NULL); /* q0: the graph before the pass */
-    double d = 1;
-    CHECK_MSG(q && q0 && count_op(q, "qconv2d_int8") == 3 && count_op(q, "ew_chain") == 2 && fm_graph_compare(q0, q, &d) == FM_OK && d < 1e-5,
-              "int8 of the fused convs: %d qconv2d_int8, %d ew_chain, diff %g from the int8 graph before the pass: %s",
-              q ? count_op(q, "qconv2d_int8") : -1, q ? count_op(q, "ew_chain") : -1, d, fm_last_error());
-    fm_graph_free(q0);
-    fm_graph_free(q);
-    fm_graph_free(p);
-    fm_graph_free(g);
-    fm_tensor_release_n(5, c6, ch, w1, b1, w2);
-}
-
 /* fold-pad-conv on a built graph: a zero pad with as much before as after each spatial dim,
  * read only by a conv2d, becomes that conv's padding (1 -> 3 and 2 on H and W); an uneven
  * pad, a pad of 0.5, a reflect pad and a pad that a graph output reads too stay pads. */
@@ -900,7 +853,6 @@ static void test_passes(void) {
     test_matmul_to_linear_by_hand();
     test_fuse_silu_by_hand();
     test_fuse_elementwise_by_hand();
-    test_fuse_conv_steps_by_hand();
     test_fold_reshape_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */

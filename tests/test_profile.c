@@ -228,7 +228,7 @@ static void test_inference_op_flops(void) {
     int64_t cx[4] = {2, 3, 10, 10}, cw[4] = {5, 3, 3, 3}, cy[4] = {2, 5, 5, 5};
     fm_tensor *xc = fm_tensor_randn(4, cx, FM_F32, NULL), *wc = fm_tensor_randn(4, cw, FM_F32, NULL);
     fm_tensor *yc = fm_tensor_randn(4, cy, FM_F32, NULL);
-    fm_conv2d_fused_attrs a = {fm_conv2d_default_params(), 1, 2, INFINITY, {0}};
+    fm_conv2d_fused_attrs a = {fm_conv2d_default_params(), 1, 2, INFINITY};
     a.p.padding[0] = a.p.padding[1] = 1;
     fm_op_call cf = {FM_OP_CONV2D_FUSED, 2, 1, {xc, wc}, {yc}, NULL, &a};
     CHECK_NEAR(fm_op_flops(&cf), 2.0 * (2 * 5 * 10 * 10) * (3 * 3 * 3), 0);

@@ -315,20 +315,11 @@ typedef enum fm_ew_step_op {
     FM_EW_MUL_X, /* v * x */
     FM_EW_ADD_X, /* v + x */
     FM_EW_ROUND, /* to the nearest integer, halves to even (ONNX Round, QuantizeLinear) */
-    FM_EW_SILU,  /* v * sigmoid(v), bitwise what fm_silu gives on the same CPU */
     FM_EW_OP_COUNT
 } fm_ew_step_op;
 typedef struct fm_ew_step { fm_ew_step_op op; float a, b; } fm_ew_step;
 #define FM_EW_CHAIN_MAX 8
 FM_API fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps);
-/* Inference: fm_conv2d_fused_capped (pool 0 or 1), then the n_steps (at most FM_EW_CHAIN_MAX)
- * elementwise steps of fm_ew_chain on its outputs, x in the steps being the conv's output
- * (after the ReLU and cap), f32 only. The CPU applies them to each part of the output right
- * after the part is computed, while it is in cache, instead of a pass over the whole tensor
- * after (fathom compile's fuse-elementwise puts a SiLU or a HardSwish after a conv here);
- * the result is bitwise the conv followed by fm_ew_chain. n_steps 0: fm_conv2d_fused_capped. */
-FM_API fm_tensor *fm_conv2d_fused_chain(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *p,
-                                        bool relu, double hi, int pool, int n_steps, const fm_ew_step *steps);
 /* Inference: one LSTM step's gates in one pass, after the step's two matmuls. xg, hg [B, 4H]
  * (x W^T + biases, and h R^T; the gates in ONNX's order i, o, f, g), c [B, H], all f32 or all
  * f64 on one device: returns h' = sigmoid(o) tanh(c') and sets *c_out = c' = sigmoid(f) c +

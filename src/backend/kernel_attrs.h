@@ -60,11 +60,8 @@ static inline int64_t fm_conv2d_out_size(int64_t in, int k, int s, int p, int d)
 }
 /* CONV2D_FUSED: in = {x, w, b|NULL}; out = {y}: max_pool(relu(conv2d(x))) with ReLU if relu
  * and a pool x pool window at stride pool, no padding, when pool > 1. */
-/* EW_CHAIN: in = {x}, out = {y}, both contiguous, one shape, f32 */
-typedef struct fm_ew_chain_attrs { int n; fm_ew_step steps[FM_EW_CHAIN_MAX]; } fm_ew_chain_attrs;
-/* hi: an upper bound the outputs are clamped to after the ReLU (ReLU6: relu 1, hi 6), INFINITY for none;
- * chain: elementwise steps after the cap (fm_conv2d_fused_chain; n 0: none; f32, pool <= 1) */
-typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; double hi; fm_ew_chain_attrs chain; } fm_conv2d_fused_attrs;
+/* hi: an upper bound the outputs are clamped to after the ReLU (ReLU6: relu 1, hi 6), INFINITY for none */
+typedef struct fm_conv2d_fused_attrs { fm_conv2d_params p; int relu, pool; double hi; } fm_conv2d_fused_attrs;
 /* CONV2D_FUSED_PACK: in = {w [O, C, kH, kW]}; out = {1-D f32 of 3 + this many floats}: a
  * header, then the weights in the device's form (the CPU's AVX2 form pads O to 8s). When
  * per = C*kH*kW is a multiple of 9 there is room after them for the CPU's Winograd
@@ -79,7 +76,8 @@ static inline int64_t fm_conv2d_fused_pack_numel(int64_t O, int64_t per) {
 /* LINEAR_FUSED: relu, or act (1: apply act_op, a one-input op without attributes:
  * GELU, GELU_TANH, SILU, SIGMOID or TANH) to the outputs after the bias. */
 typedef struct fm_linear_fused_attrs { int relu, act; fm_op_id act_op; } fm_linear_fused_attrs;
-/* EW_CHAIN: fm_ew_chain_attrs (above conv2d_fused's) */
+/* EW_CHAIN: in = {x}, out = {y}, both contiguous, one shape, f32 */
+typedef struct fm_ew_chain_attrs { int n; fm_ew_step steps[FM_EW_CHAIN_MAX]; } fm_ew_chain_attrs;
 static inline int64_t fm_linear_fused_pack_numel(int64_t N, int64_t K) { return (N + 15) / 16 * 16 * K; }
 /* pools: MAX_POOL2D out = {y, argmax indices i64 | NULL (no backward: not computed)}; MAX_POOL2D_BACKWARD in = {dy, x, indices};
  * AVG_POOL2D_BACKWARD in = {dy}, out = {dx} whose shape is preset by the front end. */

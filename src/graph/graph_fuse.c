@@ -401,7 +401,7 @@ static bool as_step(const fm_graph *g, const gnode *n, int v, int x, fm_ew_step 
     double lo, hi;
     if (n->n_in == 1 && n->in[0] == v) {
         static const struct { const char *op; fm_ew_step_op code; } un[] = {
-            {"relu", FM_EW_RELU}, {"sigmoid", FM_EW_SIGMOID}, {"tanh", FM_EW_TANH}, {"round", FM_EW_ROUND}, {"silu", FM_EW_SILU}};
+            {"relu", FM_EW_RELU}, {"sigmoid", FM_EW_SIGMOID}, {"tanh", FM_EW_TANH}, {"round", FM_EW_ROUND}};
         for (size_t k = 0; k < sizeof un / sizeof un[0]; k++)
             if (!strcmp(n->op, un[k].op)) { *s = (fm_ew_step){un[k].code, 0, 0}; return true; }
         if (clamp_bounds(n, &lo, &hi)) { *s = (fm_ew_step){FM_EW_CLAMP, (float)lo, (float)hi}; return true; }
@@ -419,69 +419,21 @@ static bool as_step(const fm_graph *g, const gnode *n, int v, int x, fm_ew_step 
     return true;
 }
 
-/* The chain of steps reading value x from node `first` on (as_step): its steps and nodes, the
- * value it ends in (*end); its length. */
-static int chain_from(rw_fuse *f, int first, int x, fm_ew_step *st, int *nodes, int *end) {
-    const fm_graph *g = f->g;
-    int n = 0, v = x, cur = first;
-    while (n < FM_EW_CHAIN_MAX && cur >= 0 && as_step(g, &g->nodes[cur], v, x, &st[n])) {
-        nodes[n++] = cur;
-        v = g->nodes[cur].out[0];
-        cur = sole_reader(g, f->uses, v);
-    }
-    *end = v;
-    return n;
-}
-
-/* How many of node n's inputs are value v. */
-static int reads(const gnode *n, int v) {
-    int c = 0;
-    for (int k = 0; k < n->n_in; k++) c += n->in[k] == v;
-    return c;
-}
-
-/* An f32 conv2d, or a conv2d_fused without a pool or steps, whose output only a chain of
- * elementwise steps reads (a SiLU, HardSwish's mul, add, clamp, mul: every reader of the
- * output in the chain): one conv2d_fused with the steps ("ops", "args"), which the CPU runs
- * on each part of the output as it is stored, not in a pass over the whole tensor after. */
-static int conv_chain_node(rw_fuse *f, int i) {
-    const fm_graph *g = f->g;
-    const gnode *c = &g->nodes[i];
-    const bool fused = !strcmp(c->op, "conv2d_fused");
-    if ((!fused && strcmp(c->op, "conv2d")) || c->n_out != 1) return -1;
-    const int x = c->out[0];
-    if (g->values[x].t.dt != FM_F32 || (fused && (num_attr(c, "pool", 0) > 1 || g_node_attr(c, "ops")))) return -1;
-    int first = -1;
-    for (int k = i + 1; k < g->n_nodes && first < 0; k++)
-        if (reads(&g->nodes[k], x)) first = k;
-    fm_ew_step st[FM_EW_CHAIN_MAX];
-    int nodes[FM_EW_CHAIN_MAX], end, n = first >= 0 ? chain_from(f, first, x, st, nodes, &end) : 0, in_chain = 0;
-    for (int k = 0; k < n; k++) in_chain += reads(&g->nodes[nodes[k]], x);
-    if (n < 1 || in_chain != f->uses[x]) return -1; /* another reader (or a graph output) needs the conv's own output */
-    int64_t ops[FM_EW_CHAIN_MAX];
-    double args[2 * FM_EW_CHAIN_MAX];
-    for (int k = 0; k < n; k++) ops[k] = st[k].op, args[2 * k] = st[k].a, args[2 * k + 1] = st[k].b;
-    fm_graph_attr at[4] = {fm_graph_attr_ints("ops", n, ops), fm_graph_attr_floats("args", 2 * n, args), fm_graph_attr_int("relu", 0),
-                           fm_graph_attr_int("pool", 0)};
-    const char *ins[3] = {rw_name(&f->r, c->in[0]), rw_name(&f->r, c->in[1]), c->n_in > 2 ? rw_name(&f->r, c->in[2]) : ""};
-    const char *outs[1] = {g->values[end].name};
-    for (int k = 0; k < n; k++) f->skip[nodes[k]] = true;
-    f->tally[2]++;
-    return rw_node_with(&f->r, c, "conv2d_fused", c->n_in > 2 ? 3 : 2, ins, 1, outs, fused ? 2 : 4, at);
-}
-
 static int ew_chain_node(rw_fuse *f, int i) {
     const fm_graph *g = f->g;
     const gnode *n0 = &g->nodes[i];
-    const int conv = conv_chain_node(f, i);
-    if (conv >= 0) return conv;
     /* the chain's input: the first node's non-constant input */
     int x = -1;
     for (int k = 0; k < n0->n_in && x < 0; k++)
         if (n0->in[k] >= 0 && !cst(g, n0->in[k])) x = n0->in[k];
     if (x < 0 || g->values[x].t.dt != FM_F32) return -1;
     fm_ew_step st[FM_EW_CHAIN_MAX];
-    int nodes[FM_EW_CHAIN_MAX], v, n = chain_from(f, i, x, st, nodes, &v);
+    int nodes[FM_EW_CHAIN_MAX], n = 0, v = x, cur = i;
+    while (n < FM_EW_CHAIN_MAX && cur >= 0 && as_step(g, &g->nodes[cur], v, x, &st[n])) {
+        nodes[n++] = cur;
+        v = g->nodes[cur].out[0];
+        cur = sole_reader(g, f->uses, v);
+    }
     if (n < 2) return -1;
     int64_t ops[FM_EW_CHAIN_MAX];
     double args[2 * FM_EW_CHAIN_MAX];
@@ -498,9 +450,7 @@ static int ew_chain_node(rw_fuse *f, int i) {
 fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t nn) {
     int n[3];
     fm_graph *out = rw_fuse_pass(g, ew_chain_node, n);
-    if (out)
-        snprintf(note, nn, "%d chains of elementwise ops (%d ops) run as one ew_chain each, %d after a convolution run in its epilogue", n[0],
-                 n[1], n[2]);
+    if (out) snprintf(note, nn, "%d chains of elementwise ops (%d ops) run as one ew_chain each", n[0], n[1]);
     return out;
 }
 

@@ -392,7 +392,6 @@ static fm_tensor *chain_step_op(fm_tensor *v, fm_tensor *x, const fm_ew_step *s)
     case FM_EW_MUL_X: return fm_mul(v, x);
     case FM_EW_ADD_X: return fm_add(v, x);
     case FM_EW_ROUND: return fm_round(v);
-    case FM_EW_SILU: return fm_silu(v);
     default: fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step"); return NULL;
     }
 }
@@ -415,8 +414,7 @@ static fm_status run_ew_chain(const gctx *c, fm_tensor *const *in, fm_tensor **o
 
 /* conv2d_fused (fuse-conv-act): conv2d's attributes, relu (0/1), max (the cap after
  * it, ReLU6's 6; none when absent) and pool (0/1: none; k: a k x k max pool at stride
- * k, no padding); and (fuse-elementwise) "ops" and "args" as ew_chain's, steps after the
- * cap (f32, no pool; absent: none) */
+ * k, no padding) */
 static fm_status fused_params(const gctx *c, int64_t *relu, int64_t *pool) {
     if (ga_int(c, "relu", 0, relu) || ga_int(c, "pool", 0, pool)) return fm_last_status();
     if ((*relu != 0 && *relu != 1) || *pool < 0 || *pool > 64)
@@ -424,24 +422,12 @@ static fm_status fused_params(const gctx *c, int64_t *relu, int64_t *pool) {
     return FM_OK;
 }
 
-/* conv2d_fused's steps: *n 0 when it has none */
-static fm_status fused_chain(const gctx *c, fm_ew_step *st, int *n) {
-    *n = 0;
-    if (!g_node_attr(c->n, "ops") && !g_node_attr(c->n, "args")) return FM_OK;
-    return chain_steps(c, st, n);
-}
-
 static fm_status inf_conv2d_fused(const gctx *c, const gtype *in, gtype *out) {
     char s1[96];
     int64_t relu, pool;
     fm_conv2d_params p;
-    fm_ew_step st[FM_EW_CHAIN_MAX];
-    int n_steps;
-    if (fused_params(c, &relu, &pool) || fused_chain(c, st, &n_steps) || conv_params(c, &p) || inf_conv2d(c, in, out)) return fm_last_status();
+    if (fused_params(c, &relu, &pool) || conv_params(c, &p) || inf_conv2d(c, in, out)) return fm_last_status();
     if (in[0].dt != FM_F32 && in[0].dt != FM_F64) return fm_set_error(FM_ERR_INVALID, "input must be f32 or f64, got %s", fm_dtype_name(in[0].dt));
-    if (n_steps && (in[0].dt != FM_F32 || pool > 1))
-        return fm_set_error(FM_ERR_INVALID, "elementwise steps ('ops') after the conv need an f32 input and no pool, got %s and pool %lld",
-                            fm_dtype_name(in[0].dt), (long long)pool);
     for (int i = 0, ax = p.layout == FM_NHWC ? 1 : 2; pool > 1 && i < 2; i++) {
         if (out[0].d[ax + i] < pool)
             return fm_set_error(FM_ERR_INVALID, "pool %lld is larger than the conv output %s", (long long)pool, g_tshape(&out[0], s1, sizeof s1));
@@ -455,22 +441,16 @@ static fm_status run_conv2d_fused(const gctx *c, fm_tensor *const *in, fm_tensor
     fm_conv2d_params p;
     int64_t relu, pool;
     double hi;
-    fm_ew_step st[FM_EW_CHAIN_MAX];
-    int n_steps;
-    if (conv_params(c, &p) || fused_params(c, &relu, &pool) || fused_chain(c, st, &n_steps) || ga_float(c, "max", INFINITY, &hi))
-        return fm_last_status();
+    if (conv_params(c, &p) || fused_params(c, &relu, &pool) || ga_float(c, "max", INFINITY, &hi)) return fm_last_status();
     fm_device_type dev = fm_tensor_device(in[0]).type;
     if (g_cpu_kernels(dev)) { /* with the weights packed at load (g_prepare), when they are */
         ptrdiff_t i = c->n - c->g->nodes;
         fm_tensor *packed = c->g->prep && i >= 0 && i < c->g->n_prep ? c->g->prep[i] : NULL;
-        RUN_DONE(fm_conv2d_fused_chain(in[0], in[1], in[2], packed, &p, relu != 0, hi, (int)pool, n_steps, st));
+        RUN_DONE(fm_conv2d_fused_capped(in[0], in[1], in[2], packed, &p, relu != 0, hi, (int)pool));
     }
     fm_tensor *y = fm_conv2d(in[0], in[1], in[2], &p), *t = NULL;
     if (y && relu) t = fm_relu(y), fm_tensor_release(y), y = t;
     if (y && hi < INFINITY) t = fm_clamp(y, -INFINITY, hi), fm_tensor_release(y), y = t;
-    fm_tensor *cx = n_steps && y ? fm_tensor_retain(y) : NULL; /* the steps' x: the conv's output */
-    for (int k = 0; y && k < n_steps; k++) t = chain_step_op(y, cx, &st[k]), fm_tensor_release(y), y = t;
-    fm_tensor_release(cx);
     if (y && pool > 1) {
         fm_pool2d_params q = {.kernel = {(int)pool, (int)pool}, .stride = {(int)pool, (int)pool}, .layout = p.layout};
         t = fm_max_pool2d(y, &q), fm_tensor_release(y), y = t;
@@ -562,7 +542,7 @@ const g_op_spec g_ops_nn[] = {
     {"topk", 1, 1, 2, "k,axis,largest", inf_topk, run_topk, NULL},
     {"conv2d", 2, 3, 1, "stride,padding,dilation,groups,layout", inf_conv2d, run_conv2d, NULL},
     {"conv_transpose2d", 2, 3, 1, "stride,padding,dilation,groups,layout,output_padding", inf_conv_transpose2d, run_conv_transpose2d, NULL},
-    {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool,max,ops,args", inf_conv2d_fused, run_conv2d_fused, NULL},
+    {"conv2d_fused", 2, 3, 1, "stride,padding,dilation,groups,layout,relu,pool,max", inf_conv2d_fused, run_conv2d_fused, NULL},
     {"max_pool2d", 1, 1, 1, "kernel,stride,padding,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"avg_pool2d", 1, 1, 1, "kernel,stride,padding,count_include_pad,layout,ceil_mode", inf_pool, run_pool, NULL},
     {"batch_norm", 5, 5, 1, "eps,layout", inf_batch_norm, run_batch_norm, NULL},

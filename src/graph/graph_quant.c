@@ -249,22 +249,7 @@ static fm_status quant_conv(rw *r, const gnode *n, const float *range, int qmax,
     l = strlen(how);
     if (pool > 1 && l < nh) snprintf(how + l, nh - l, ", + its %lldx%lld max pool", (long long)pool, (long long)pool);
     const char *out = g->values[(act ? act : n)->out[0]].name;
-    const gattr *ops = g_node_attr(n, "ops"), *args = g_node_attr(n, "args");
-    if (!ops) return rw_node_with(r, n, "qconv2d_int8", 5, ins, 1, &out, ne, extra);
-    /* conv2d_fused's elementwise steps (a SiLU, HardSwish: fuse-elementwise) have no int8
-     * epilogue: an ew_chain node after the int8 conv runs them */
-    char pre[320], cn[320];
-    snprintf(pre, sizeof pre, "%s.q_conv", out);
-    snprintf(cn, sizeof cn, "%s.steps", n->name);
-    const char *pp = pre;
-    fm_status st = rw_node_drop(r, n, "qconv2d_int8", 5, ins, 1, &pp, ne, extra, ",ops,args,");
-    l = strlen(how);
-    if (l < nh) snprintf(how + l, nh - l, ", + its %d elementwise steps as an ew_chain node", ops->n);
-    const int ns = ops->n < FM_EW_CHAIN_MAX ? ops->n : FM_EW_CHAIN_MAX; /* the graph was validated: at most that many */
-    int64_t ov[FM_EW_CHAIN_MAX];
-    for (int q = 0; q < ns; q++) ov[q] = ops->ints[q].v;
-    const fm_graph_attr sa[2] = {fm_graph_attr_ints("ops", ns, ov), fm_graph_attr_floats("args", args ? args->n : 0, args ? args->floats : NULL)};
-    return st ? st : fm_graph_add_node(r->dst, "ew_chain", cn, 1, &pp, 1, &out, 2, sa);
+    return rw_node_with(r, n, "qconv2d_int8", 5, ins, 1, &out, ne, extra);
 }
 
 /* act: the activation node fused into this one's epilogue (act_after; its output is the new node's), or NULL */

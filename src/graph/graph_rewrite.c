@@ -85,21 +85,10 @@ fm_status rw_node_as(rw *r, const gnode *n, const char *op, int n_in, const char
 
 fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
                        int n_extra, const fm_graph_attr *extra) {
-    return rw_node_drop(r, n, op, n_in, ins, n_out, outs, n_extra, extra, NULL);
-}
-
-fm_status rw_node_drop(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
-                       int n_extra, const fm_graph_attr *extra, const char *drop) {
     fm_graph_attr a[64];
     const char *dims[64 * 64];
     int64_t ints[64 * 64];
     int na = attrs_of(n, a, dims, ints);
-    for (int k = 0; drop && k < na;) { /* ",name," in drop: left out */
-        char key[80];
-        snprintf(key, sizeof key, ",%s,", a[k].name);
-        if (strstr(drop, key)) a[k] = a[--na];
-        else k++;
-    }
     if (na + n_extra > 64) return fm_set_error(FM_ERR_INVALID, "graph rewrite: node '%s' has too many attributes", n->name);
     for (int k = 0; k < n_extra; k++) { /* an extra attribute replaces the node's own of its name */
         int at = 0;

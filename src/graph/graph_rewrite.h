@@ -24,9 +24,6 @@ fm_status rw_node_as(rw *r, const gnode *n, const char *op, int n_in, const char
 /* rw_node_as with extra attributes after n's (one of the same name as n's replaces it). */
 fm_status rw_node_with(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
                        int n_extra, const fm_graph_attr *extra);
-/* rw_node_with without n's attributes named in drop (",a,b," form; NULL: none). */
-fm_status rw_node_drop(rw *r, const gnode *n, const char *op, int n_in, const char *const *ins, int n_out, const char *const *outs,
-                       int n_extra, const fm_graph_attr *extra, const char *drop);
 /* Adds the outputs, validates, frees the rewrite state; the new graph or NULL. */
 fm_graph *rw_end(rw *r, fm_status st);
 /* How many nodes (and graph outputs) read each value; free() the array. */

@@ -263,8 +263,6 @@ static fm_status x_norm(xnode *x, const char *op) {
     return s;
 }
 
-static fm_status x_steps(xnode *x, const char *in, const char *out);
-
 static fm_status x_conv_pool(xnode *x, const char *op) {
     exporter *e = x->e;
     const gattr *lay = g_node_attr(x->n, "layout");
@@ -275,21 +273,20 @@ static fm_status x_conv_pool(xnode *x, const char *op) {
     if ((n = at_ints(x->n, "padding", pd, 2)) == 1) pd[1] = pd[0];
     if ((n = at_ints(x->n, "dilation", dl, 2)) == 1) dl[1] = dl[0];
     pads[0] = pads[2] = pd[0], pads[1] = pads[3] = pd[1];
-    if (!strcmp(op, "conv2d") || !strcmp(op, "conv2d_fused")) { /* fused: Conv, then Relu and MaxPool, then its steps */
+    if (!strcmp(op, "conv2d") || !strcmp(op, "conv2d_fused")) { /* fused: Conv, then Relu and MaxPool */
         const int64_t relu = at_int(x->n, "relu", 0), pool = at_int(x->n, "pool", 0), kp[2] = {pool, pool}, p0[4] = {0, 0, 0, 0};
         const double hi = at_float(x->n, "max", INFINITY); /* ReLU6: Clip(0, 6) */
-        const bool act = relu || hi < INFINITY, steps = g_node_attr(x->n, "ops") != NULL;
-        const char *ins[4] = {x->in[0], x->in[1], opt_in(x, 2), NULL}, *y = steps ? tmp_name(e) : x->out[0];
-        const char *c = act || pool > 1 ? tmp_name(e) : y, *r = act && pool > 1 ? tmp_name(e) : y;
+        const bool act = relu || hi < INFINITY;
+        const char *ins[4] = {x->in[0], x->in[1], opt_in(x, 2), NULL};
+        const char *c = act || pool > 1 ? tmp_name(e) : x->out[0], *r = act && pool > 1 ? tmp_name(e) : x->out[0];
         fm_status s = emit(e, "Conv", ins, OUTS(c), 4, a_ints(e, "strides", 2, st), a_ints(e, "pads", 4, pads),
                            a_ints(e, "dilations", 2, dl), a_int(e, "group", at_int(x->n, "groups", 1)));
         if (!s && hi < INFINITY)
             s = emit(e, "Clip", INS(c, const_scalar(e, relu ? 0.0 : -INFINITY, x->t0->dt), const_scalar(e, hi, x->t0->dt)), OUTS(r), 0), c = r;
         else if (!s && relu) s = emit(e, "Relu", INS(c), OUTS(r), 0), c = r;
         if (!s && pool > 1)
-            s = emit(e, "MaxPool", INS(c), OUTS(y), 3, a_ints(e, "kernel_shape", 2, kp), a_ints(e, "strides", 2, kp),
+            s = emit(e, "MaxPool", INS(c), OUTS(x->out[0]), 3, a_ints(e, "kernel_shape", 2, kp), a_ints(e, "strides", 2, kp),
                      a_ints(e, "pads", 4, p0));
-        if (!s && steps) s = x_steps(x, y, x->out[0]); /* SiLU, HardSwish: fuse-elementwise's steps */
         return s;
     }
     if (!strcmp(op, "conv_transpose2d")) {
@@ -622,18 +619,16 @@ static fm_status x_attention_kv(xnode *x) {
 }
 
 /* ew_chain: its steps as ONNX ops, one after the other (x: the chain's input). */
-/* The steps of node x ("ops", "args": ew_chain's, or conv2d_fused's after the conv) from value
- * in (the steps' x) to value out, one ONNX op per step (SiLU: Sigmoid and Mul). */
-static fm_status x_steps(xnode *x, const char *in, const char *out) {
+static fm_status x_ew_chain(xnode *x) {
     exporter *e = x->e;
     const gattr *ops = g_node_attr(x->n, "ops"), *args = g_node_attr(x->n, "args");
     if (!ops || ops->type != FM_ATTR_INTS || !args || args->type != FM_ATTR_FLOATS || args->n != 2 * ops->n)
-        return fm_set_error(FM_ERR_INVALID, "%s without its steps", x->n->op);
+        return fm_set_error(FM_ERR_INVALID, "ew_chain without its steps");
     const fm_dtype dt = x->t0->dt;
-    const char *v = in, *t;
+    const char *v = x->in[0];
     fm_status s = FM_OK;
     for (int i = 0; i < ops->n && !s; i++) {
-        const char *o = i == ops->n - 1 ? out : tmp_name(e);
+        const char *o = i == ops->n - 1 ? x->out[0] : tmp_name(e);
         const double a = args->floats[2 * i], b = args->floats[2 * i + 1];
         switch ((fm_ew_step_op)ops->ints[i].v) {
         case FM_EW_ADD: s = emit(e, "Add", INS(v, const_scalar(e, a, dt)), OUTS(o), 0); break;
@@ -646,18 +641,15 @@ static fm_status x_steps(xnode *x, const char *in, const char *out) {
         case FM_EW_RELU: s = emit(e, "Relu", INS(v), OUTS(o), 0); break;
         case FM_EW_SIGMOID: s = emit(e, "Sigmoid", INS(v), OUTS(o), 0); break;
         case FM_EW_TANH: s = emit(e, "Tanh", INS(v), OUTS(o), 0); break;
-        case FM_EW_MUL_X: s = emit(e, "Mul", INS(v, in), OUTS(o), 0); break;
-        case FM_EW_ADD_X: s = emit(e, "Add", INS(v, in), OUTS(o), 0); break;
+        case FM_EW_MUL_X: s = emit(e, "Mul", INS(v, x->in[0]), OUTS(o), 0); break;
+        case FM_EW_ADD_X: s = emit(e, "Add", INS(v, x->in[0]), OUTS(o), 0); break;
         case FM_EW_ROUND: s = emit(e, "Round", INS(v), OUTS(o), 0); break;
-        case FM_EW_SILU: s = emit(e, "Sigmoid", INS(v), OUTS(t = tmp_name(e)), 0) || emit(e, "Mul", INS(v, t), OUTS(o), 0); break;
         default: s = fm_set_error(FM_ERR_INVALID, "ew_chain: unknown step %lld", (long long)ops->ints[i].v);
         }
         v = o;
     }
     return s;
 }
-
-static fm_status x_ew_chain(xnode *x) { return x_steps(x, x->in[0], x->out[0]); }
 
 /* dim_size: x's size along axis, Shape then Squeeze (then Cast); arange: Range(start,
  * start + n step, step) over that size n, in the node's dtype. */

@@ -315,20 +315,9 @@ fm_tensor *fm_conv2d_fused_packed(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_t
 
 fm_tensor *fm_conv2d_fused_capped(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *pp, bool relu,
                                   double hi, int pool) {
-    return fm_conv2d_fused_chain(x, w, b, packed, pp, relu, hi, pool, 0, NULL);
-}
-
-fm_tensor *fm_conv2d_fused_chain(fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *packed, const fm_conv2d_params *pp, bool relu,
-                                 double hi, int pool, int n_steps, const fm_ew_step *steps) {
-    fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool, hi, {0}};
+    fm_conv2d_fused_attrs a = {pp ? *pp : fm_conv2d_default_params(), relu, pool, hi};
     if (isnan(hi)) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: the cap is NaN"); return NULL; }
     if (!x || !w) { fm_set_error(FM_ERR_INVALID, "conv2d_fused: %s is NULL", x ? "weight" : "input"); return NULL; }
-    if (fm_ew_chain_check("conv2d_fused", n_steps, steps, &a.chain)) return NULL;
-    if (n_steps && (x->dtype != FM_F32 || pool > 1)) {
-        fm_set_error(FM_ERR_INVALID, "conv2d_fused: elementwise steps after the conv need f32 and no pool (got %s, pool %d)",
-                     fm_dtype_name(x->dtype), pool);
-        return NULL;
-    }
     int64_t ys[4];
     if (conv_check("conv2d_fused", x, w, b, &a.p, ys)) return NULL;
     if (x->dtype != FM_F32 && x->dtype != FM_F64) {

@@ -464,25 +464,21 @@ fm_tensor *fm_gru_cell(fm_tensor *xg, fm_tensor *hg, fm_tensor *h) {
     return out[0];
 }
 
-fm_status fm_ew_chain_check(const char *op, int n_steps, const fm_ew_step *steps, fm_ew_chain_attrs *a) {
-    memset(a, 0, sizeof *a);
-    if (n_steps < 0 || n_steps > FM_EW_CHAIN_MAX || (n_steps && !steps))
-        return fm_set_error(FM_ERR_INVALID, "%s: %d steps (at most %d)", op, n_steps, FM_EW_CHAIN_MAX);
-    a->n = n_steps;
-    for (int i = 0; i < n_steps; i++) {
-        if ((int)steps[i].op < 0 || steps[i].op >= FM_EW_OP_COUNT || (steps[i].op == FM_EW_CLAMP && !(steps[i].a <= steps[i].b)))
-            return fm_set_error(FM_ERR_INVALID, "%s: step %d is not an elementwise step (op %d; a clamp needs min <= max)", op, i, (int)steps[i].op);
-        a->steps[i] = steps[i];
-    }
-    return FM_OK;
-}
-
 fm_tensor *fm_ew_chain(fm_tensor *x, int n_steps, const fm_ew_step *steps) {
     if (!x) { fm_set_error(FM_ERR_INVALID, "ew_chain: input is NULL"); return NULL; }
     if (x->dtype != FM_F32) { fm_set_error(FM_ERR_INVALID, "ew_chain: needs f32, got %s (run the steps as ops)", fm_dtype_name(x->dtype)); return NULL; }
-    if (n_steps < 1) { fm_set_error(FM_ERR_INVALID, "ew_chain: %d steps (1 to %d)", n_steps, FM_EW_CHAIN_MAX); return NULL; }
-    fm_ew_chain_attrs a;
-    if (fm_ew_chain_check("ew_chain", n_steps, steps, &a)) return NULL;
+    if (n_steps < 1 || n_steps > FM_EW_CHAIN_MAX || !steps) {
+        fm_set_error(FM_ERR_INVALID, "ew_chain: %d steps (1 to %d)", n_steps, FM_EW_CHAIN_MAX);
+        return NULL;
+    }
+    fm_ew_chain_attrs a = {.n = n_steps};
+    for (int i = 0; i < n_steps; i++) {
+        if ((int)steps[i].op < 0 || steps[i].op >= FM_EW_OP_COUNT || (steps[i].op == FM_EW_CLAMP && !(steps[i].a <= steps[i].b))) {
+            fm_set_error(FM_ERR_INVALID, "ew_chain: step %d is not an elementwise step (op %d; a clamp needs min <= max)", i, (int)steps[i].op);
+            return NULL;
+        }
+        a.steps[i] = steps[i];
+    }
     fm_tensor *y = fm_tensor_empty(x->ndim, x->shape, FM_F32, fm_tensor_device(x));
     if (!y) return NULL;
     fm_op_call call;

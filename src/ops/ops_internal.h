@@ -34,8 +34,4 @@ bool fm_mixed_device(const fm_tensor *t);
  * autocast: FM_BF16 for bf16 autocast on f32 x and w on a mixed device, else FM_F32 (no
  * mixing: fm_linear/fm_conv2d, with the op-by-op autocast where it applies). */
 fm_dtype fm_mixed_lowp(const fm_tensor *x, const fm_tensor *w);
-/* n_steps (0 to FM_EW_CHAIN_MAX) checked and copied into *a (fm_ew_chain's steps; fused.c):
- * an error naming op and the step otherwise. */
-struct fm_ew_chain_attrs;
-fm_status fm_ew_chain_check(const char *op, int n_steps, const fm_ew_step *steps, struct fm_ew_chain_attrs *a);
 #endif

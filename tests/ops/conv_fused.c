@@ -9,7 +9,6 @@
  * checked against the same double result. Also: NaN propagation and bad input. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "test_util.h"
 #include "op_test.h"
@@ -247,75 +246,5 @@ static int conv2d_fused_prepacked(void) {
     OP_END;
 }
 
-/* Elementwise steps after the conv (fm_conv2d_fused_chain, fathom compile's fuse-elementwise):
- * bitwise the conv (fm_conv2d_fused_capped) followed by fm_ew_chain, at every ISA level (test_ops),
- * on each of conv2d's routes that applies them as it stores (AVX2: the 1x1 kernel over several
- * column blocks, grouped, strided and im2col products; the depthwise kernel; the GEMM routes'
- * row epilogue elsewhere; NHWC's pass) and the direct kernels' pass after (a 3x3 stride-1
- * conv: lanes or Winograd). Steps: a SiLU, HardSwish (mul, add, clamp, times the conv's
- * output), a ReLU and ReLU6's cap then a SiLU; NaN through a SiLU. Bad input refused. */
-static int conv2d_fused_steps(void) {
-    OP_BEGIN;
-    const fm_ew_step silu[1] = {{FM_EW_SILU, 0, 0}};
-    const fm_ew_step hswish[4] = {{FM_EW_MUL, 1.0f / 6.0f, 0}, {FM_EW_ADD, 0.5f, 0}, {FM_EW_CLAMP, 0, 1}, {FM_EW_MUL_X, 0, 0}};
-    const fcase cases[] = {
-        {2, 24, 20, 30, 40, 1, 1, 0, 1, 1, 0, 0, FM_NCHW, FM_F32}, /* 1x1: 1200 columns, several blocks and groups of rows */
-        {3, 16, 7, 7, 13, 1, 1, 0, 1, 1, 0, 0, FM_NCHW, FM_F32},   /* 1x1: tiles that span samples */
-        {2, 12, 15, 17, 12, 3, 1, 1, 1, 12, 0, 0, FM_NCHW, FM_F32}, /* depthwise */
-        {2, 12, 16, 16, 12, 3, 2, 1, 1, 12, 0, 0, FM_NCHW, FM_F32}, /* depthwise, stride 2 */
-        {2, 16, 9, 9, 16, 3, 1, 1, 1, 2, 0, 0, FM_NCHW, FM_F32},   /* grouped */
-        {2, 3, 19, 21, 16, 3, 2, 1, 1, 1, 0, 0, FM_NCHW, FM_F32},  /* strided (a stem) */
-        {1, 4, 12, 12, 8, 3, 1, 2, 2, 1, 0, 0, FM_NCHW, FM_F32},   /* dilated: im2col columns */
-        {2, 8, 10, 11, 16, 3, 1, 1, 1, 1, 0, 0, FM_NCHW, FM_F32},  /* the direct kernels, then the steps' pass */
-        {2, 3, 10, 11, 8, 3, 1, 1, 1, 1, 0, 0, FM_NHWC, FM_F32},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const fcase *c = &cases[i];
-        fm_tensor *x = op_randn(4, (int64_t[]){c->N, c->C, c->H, c->W}, FM_F32, 300 + i);
-        fm_tensor *w = op_randn(4, (int64_t[]){c->O, c->C / c->g, c->k, c->k}, FM_F32, 400 + i), *b = op_randn(1, &c->O, FM_F32, 500 + i);
-        if (i == 1) fm_tensor_set(x, 7, NAN);
-        fm_conv2d_params p = fm_conv2d_default_params();
-        p.stride[0] = p.stride[1] = c->s, p.padding[0] = p.padding[1] = c->p, p.dilation[0] = p.dilation[1] = c->d, p.groups = c->g;
-        p.layout = c->layout;
-        fm_tensor *xin = c->layout == FM_NHWC ? fm_permute(x, (int[]){0, 2, 3, 1}) : fm_tensor_retain(x), *xc = fm_contiguous(xin);
-        for (int form = 0; form < 3; form++) {
-            const fm_ew_step *st = form == 1 ? hswish : silu;
-            const int ns = form == 1 ? 4 : 1, relu = form == 2;
-            const double hi = form == 2 ? 6.0 : INFINITY;
-            fm_tensor *y = fm_conv2d_fused_chain(xc, w, b, NULL, &p, relu, hi, 0, ns, st);
-            fm_tensor *t = fm_conv2d_fused_capped(xc, w, b, NULL, &p, relu, hi, 0), *r = t ? fm_ew_chain(t, ns, st) : NULL;
-            CHECK_MSG(y && r, "conv2d_fused with steps: %s", fm_last_error());
-            int64_t diff = -1;
-            for (int64_t k = 0; y && r && k < fm_tensor_numel(y) && diff < 0; k++) {
-                const float a = ((const float *)fm_tensor_data(y))[k], e = ((const float *)fm_tensor_data(r))[k];
-                if (memcmp(&a, &e, sizeof a) && !(isnan(a) && isnan(e))) diff = k;
-            }
-            CHECK_MSG(y && r && diff < 0, "conv2d_fused case %zu (k%lld s%d g%d %s) form %d: differs from the conv then ew_chain at %lld",
-                      i, (long long)c->k, c->s, c->g, c->layout == FM_NHWC ? "NHWC" : "NCHW", form, (long long)diff);
-            if (i == 1 && y) { /* the NaN input reaches the outputs over it */
-                int nans = 0;
-                for (int64_t k = 0; k < fm_tensor_numel(y); k++) nans += isnan(((const float *)fm_tensor_data(y))[k]);
-                CHECK_MSG(nans > 0, "conv2d_fused with steps: a NaN input left no NaN output");
-            }
-            fm_tensor_release_n(3, y, t, r);
-        }
-        fm_tensor_release_n(5, x, w, b, xin, xc);
-    }
-    fm_tensor *x = op_randn(4, (int64_t[]){1, 2, 6, 6}, FM_F32, 1), *w = op_randn(4, (int64_t[]){4, 2, 3, 3}, FM_F32, 2);
-    fm_tensor *xd = fm_to_dtype(x, FM_F64), *wd = fm_to_dtype(w, FM_F64);
-    const fm_ew_step bad[1] = {{(fm_ew_step_op)99, 0, 0}};
-    CHECK(!fm_conv2d_fused_chain(x, w, NULL, NULL, NULL, true, INFINITY, 2, 1, silu));
-    CHECK_ERR_CONTAINS("need f32 and no pool");
-    CHECK(!fm_conv2d_fused_chain(xd, wd, NULL, NULL, NULL, false, INFINITY, 0, 1, silu));
-    CHECK_ERR_CONTAINS("need f32 and no pool");
-    CHECK(!fm_conv2d_fused_chain(x, w, NULL, NULL, NULL, false, INFINITY, 0, 1, bad));
-    CHECK_ERR_CONTAINS("step 0 is not an elementwise step");
-    CHECK(!fm_conv2d_fused_chain(x, w, NULL, NULL, NULL, false, INFINITY, 0, FM_EW_CHAIN_MAX + 1, hswish));
-    CHECK_ERR_CONTAINS("at most 8");
-    fm_tensor_release_n(4, x, w, xd, wd);
-    OP_END;
-}
-
 OP_TEST("conv2d_fused", conv2d_fused_forward, NULL)
-OP_TEST("conv2d_fused", conv2d_fused_steps, NULL)
 OP_TEST("conv2d_fused_pack", conv2d_fused_prepacked, NULL)

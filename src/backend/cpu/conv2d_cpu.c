@@ -121,12 +121,9 @@ static void fill_bias(fm_dtype dt, void *dst, int64_t rows, int64_t cols, int64_
  * needed beta 1): ResNet-18 and MobileNetV2 at batch 1 ran 1.2-1.35x faster through
  * this than with the prefill (Intel Xeon model 167). Rows split over the pool (serial
  * when called from a pool task). */
-/* the clamp after the conv, then conv2d_fused's elementwise steps (NULL or n 0: none; f32) */
-typedef struct conv_act { double lo, hi; const fm_ew_chain_attrs *chain; } conv_act;
-static const conv_act k_no_act = {-INFINITY, INFINITY, NULL};
-static bool act_chain(conv_act a) { return a.chain && a.chain->n > 0; }
-static bool act_none(conv_act a) { return a.lo == -INFINITY && a.hi == INFINITY && !act_chain(a); }
-static bool act_clamp(conv_act a) { return a.lo != -INFINITY || a.hi != INFINITY; }
+typedef struct conv_act { double lo, hi; } conv_act; /* the clamp after the conv */
+static const conv_act k_no_act = {-INFINITY, INFINITY};
+static bool act_none(conv_act a) { return a.lo == -INFINITY && a.hi == INFINITY; }
 
 typedef struct epi_rows_job { fm_dtype dt; void *dst; int64_t cols; const void *bias; conv_act act; } epi_rows_job;
 
@@ -138,7 +135,7 @@ static void epi_rows_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const epi_rows_job *j = ctx;
     const int64_t n = j->cols; /* locals: under -fno-strict-aliasing the stores would reload j's fields */
-    const bool clamp = act_clamp(j->act);
+    const bool clamp = !act_none(j->act);
     for (int64_t r = b; r < e; r++) {
         if (j->dt == FM_F32) {
             float *restrict d = (float *)j->dst + r * n;
@@ -150,7 +147,6 @@ static void epi_rows_task(void *ctx, int64_t b, int64_t e, int tid) {
                 }
             else
                 for (int64_t c = 0; c < n; c++) d[c] += bv;
-            if (act_chain(j->act)) fm_cpu_ew_chain_inplace(j->act.chain, d, n); /* the row just written, in L1 */
         } else {
             double *restrict d = (double *)j->dst + r * n;
             const double bv = j->bias ? ((const double *)j->bias)[r] : 0.0, lo = j->act.lo, hi = j->act.hi;
@@ -233,7 +229,7 @@ static bool columns_avx2(const fm_conv_geom *g, fm_dtype dt, const void *cols, i
     if (!fm_conv_pw_level(g, dt)) return false;
     const fm_conv_pw d = {cols, (const float *)w + gi * g->Og * g->K, bias ? (const float *)bias + gi * g->Og : NULL,
                           (float *)y + (n0 * g->O + gi * g->Og) * g->P, nb, g->K, g->Og, g->P, g->P, g->O * g->P,
-                          nb * g->P, (float)act.lo, (float)act.hi, NULL, act.chain};
+                          nb * g->P, (float)act.lo, (float)act.hi, NULL};
     return fm_conv_pw_run_avx2(&d);
 }
 
@@ -244,7 +240,7 @@ static bool pointwise_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, co
         const fm_conv_pw d = {(const float *)x + gi * g->Cg * g->P, (const float *)w + gi * g->Og * g->Cg,
                               bias ? (const float *)bias + gi * g->Og : NULL, (float *)y + gi * g->Og * g->P,
                               g->N, g->Cg, g->Og, g->P, g->C * g->P, g->O * g->P, g->P, (float)act.lo, (float)act.hi,
-                              NULL, act.chain};
+                              NULL};
         if (!fm_conv_pw_run_avx2(&d)) return false; /* the sgemm route redoes every group */
     }
     return true;
@@ -273,7 +269,7 @@ static void grouped_task(void *ctx, int64_t b, int64_t e, int tid) {
         im2col_nchw_f32(&j, 0, g->Cg, tid);
         const fm_conv_pw d = {cols, q->w + gi * g->Og * g->K, q->bias ? q->bias + gi * g->Og : NULL,
                               q->y + (n * g->O + gi * g->Og) * g->P, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P,
-                              (float)q->act.lo, (float)q->act.hi, NULL, q->act.chain};
+                              (float)q->act.lo, (float)q->act.hi, NULL};
         fm_conv_pw_serial_avx2(&d, cols + q->pwoff);
     }
 }
@@ -281,7 +277,7 @@ static void grouped_task(void *ctx, int64_t b, int64_t e, int tid) {
 static bool grouped_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, const void *w, const void *bias, void *y,
                          conv_act act) {
     if (!fm_conv_grouped_avx2(g, dt)) return false;
-    const fm_conv_pw one = {NULL, NULL, NULL, NULL, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P, 0.0f, 0.0f, NULL, NULL};
+    const fm_conv_pw one = {NULL, NULL, NULL, NULL, 1, g->K, g->Og, g->P, g->P, g->O * g->P, g->P, 0.0f, 0.0f, NULL};
     const int nt = fm_num_threads() < 1 ? 1 : fm_num_threads();
     grp_job q = {g, x, w, bias, y, NULL, 0, (g->K * g->P + 15) / 16 * 16, act};
     q.per = q.pwoff + fm_conv_pw_serial_floats(&one);
@@ -298,7 +294,7 @@ static bool strided_avx2(const fm_conv_geom *g, fm_dtype dt, const void *x, cons
     if (!fm_conv_strided_avx2(g, dt)) return false;
     const fm_conv_pw_geom cg = {g->C, g->H, g->W, g->Wo, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw};
     const fm_conv_pw d = {x, w, bias, y, g->N, g->K, g->O, g->P, g->C * g->H * g->W, g->O * g->P, 0,
-                          (float)act.lo, (float)act.hi, &cg, act.chain};
+                          (float)act.lo, (float)act.hi, &cg};
     return fm_conv_pw_run_avx2(&d);
 }
 
@@ -512,7 +508,7 @@ static fm_status conv2d_forward(const fm_conv2d_attrs *a, fm_tensor *x, fm_tenso
     fm_status st;
     if (fm_conv_dw_direct(&g, x->dtype) && !fm_conv2d_lowp_products(a, x->dtype, g.K)) { /* conv_dw.h: not one thin GEMM per group */
         fm_conv_dw d = {fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y), g.N, g.C, g.H, g.W, g.O,
-                        g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, (float)act.lo, (float)act.hi, act.chain};
+                        g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, (float)act.lo, (float)act.hi};
         return fm_conv_dw_run(&d);
     }
     if (!g.nhwc && !fm_conv2d_lowp_products(a, x->dtype, g.K))
@@ -521,8 +517,7 @@ static fm_status conv2d_forward(const fm_conv2d_attrs *a, fm_tensor *x, fm_tenso
         st = conv2d_fwd_lowp(&g, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
     else
         st = conv2d_fwd_nhwc(&g, f, x->dtype, fm_tensor_data(x), fm_tensor_data(w), bias, fm_tensor_data(y));
-    /* elementwise, so any rows: y's last dim a row, the rows over the pool */
-    if (st == FM_OK) epi_rows(x->dtype, fm_tensor_data(y), y->shape[0] * y->shape[1] * y->shape[2], y->shape[3], NULL, act);
+    if (st == FM_OK) epi_rows(x->dtype, fm_tensor_data(y), 1, fm_tensor_numel(y), NULL, act);
     return st;
 }
 
@@ -532,12 +527,9 @@ static fm_status conv2d_kernel(const fm_op_call *c) {
     return conv2d_forward(a, c->in[0], c->in[1], c->in[2], c->out[0], k_no_act);
 }
 
-fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi,
-                                const fm_ew_chain_attrs *chain) {
+fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi) {
     fm_conv2d_attrs a = {*p, FM_F32};
-    if (chain && chain->n > 0 && x->dtype != FM_F32)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "conv2d_fused: elementwise steps after the conv need f32, got %s", fm_dtype_name(x->dtype));
-    return conv2d_forward(&a, x, w, b, y, (conv_act){lo, hi, chain});
+    return conv2d_forward(&a, x, w, b, y, (conv_act){lo, hi});
 }
 
 /* --------------------------------------------------------- conv backward */

@@ -6,7 +6,6 @@
 
 #include "backend/cpu/conv_dw.h"
 #include "backend/cpu/conv_shared.h"
-#include "backend/cpu/cpu_kernels.h" /* fm_cpu_ew_chain_inplace */
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
@@ -32,15 +31,7 @@ typedef struct dw_job {
 
 static void dw_task(void *ctx, int64_t b, int64_t e, int tid) {
     const dw_job *j = ctx;
-    const fm_conv_dw *d = j->d;
-    if (!d->chain || d->chain->n == 0) {
-        j->planes(d, b, e, j->ws + tid * j->per, j->off + tid * d->kh * d->kw);
-        return;
-    }
-    for (int64_t p = b; p < e; p++) { /* a plane, then its steps while it is in cache */
-        j->planes(d, p, p + 1, j->ws + tid * j->per, j->off + tid * d->kh * d->kw);
-        fm_cpu_ew_chain_inplace(d->chain, d->y + p * d->Ho * d->Wo, d->Ho * d->Wo);
-    }
+    j->planes(j->d, b, e, j->ws + tid * j->per, j->off + tid * j->d->kh * j->d->kw);
 }
 
 fm_status fm_conv_dw_run(const fm_conv_dw *d) {

@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "backend/conv_geom.h"
-#include "backend/kernel_attrs.h" /* fm_ew_chain_attrs */
 #include "fathom/error.h"
 
 typedef struct fm_conv_dw {
@@ -14,7 +13,6 @@ typedef struct fm_conv_dw {
     float *y;                  /* [N, O, Ho, Wo] */
     int64_t N, C, H, W, O, Ho, Wo, kh, kw, sh, sw, ph, pw;
     float lo, hi;              /* outputs clamped to [lo, hi]; -inf, inf: no activation */
-    const fm_ew_chain_attrs *chain; /* NULL, or elementwise steps after the clamp, run on each plane once it is done */
 } fm_conv_dw;
 
 /* Output planes [b, e) (plane = n * O + o) with a thread's scratch

@@ -379,8 +379,8 @@ static fm_status run_reference(const fm_op_call *c) {
     fm_tensor *t = k > 1 ? fm_tensor_empty(4, ts, y->dtype, FM_CPU) : fm_tensor_retain(y);
     if (!t) return fm_last_status();
     /* without a pool the conv applies the activation in its own epilogue (t is y) */
-    fm_status st = k == 1 ? fm_cpu_conv2d_forward(&a->p, x, w, b, t, a->relu ? 0.0 : -INFINITY, a->hi, &a->chain)
-                          : fm_cpu_conv2d_forward(&a->p, x, w, b, t, -INFINITY, INFINITY, NULL);
+    fm_status st = k == 1 ? fm_cpu_conv2d_forward(&a->p, x, w, b, t, a->relu ? 0.0 : -INFINITY, a->hi)
+                          : fm_cpu_conv2d_forward(&a->p, x, w, b, t, -INFINITY, INFINITY);
     if (st == FM_OK && k > 1) {
         epi_job j = {t, y, nhwc ? ts[3] : ts[1], ts[hx], ts[hx + 1], y->shape[hx], y->shape[hx + 1], k, nhwc, a->relu != 0, a->hi};
         fm_parallel_for(y->shape[0] * j.C, grain_for(0, j.Hy * j.Wy * k * k), epilogue, &j);
@@ -472,29 +472,13 @@ int fm_cpu_conv2d_fused_scratch(const fm_op_call *c, int64_t floats[4], int64_t 
     return -1;
 }
 
-/* The direct kernels' output through conv2d_fused's elementwise steps: a pass over y, one
- * task per sample (the reference path runs them inside conv2d's epilogues instead). */
-static void chain_samples(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    const fm_op_call *c = ctx;
-    const fm_conv2d_fused_attrs *a = c->attrs;
-    const int64_t per = fm_tensor_numel(c->out[0]) / c->out[0]->shape[0];
-    for (int64_t n = b; n < e; n++) fm_cpu_ew_chain_inplace(&a->chain, (float *)fm_tensor_data(c->out[0]) + n * per, per);
-}
-
 static fm_status conv2d_fused_kernel(const fm_op_call *c) {
     const fm_tensor *x = c->in[0];
-    const fm_conv2d_fused_attrs *a = c->attrs;
     if (x->dtype != FM_F32 && x->dtype != FM_F64) return fm_cpu_unsupported_dtype(c, x->dtype);
-    if (a->chain.n > 0 && x->dtype != FM_F32)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "conv2d_fused: elementwise steps after the conv need f32, got %s", fm_dtype_name(x->dtype));
     if (fm_tensor_numel(c->out[0]) == 0) return FM_OK;
     /* a cap (ReLU6) only in the reference path's epilogue */
     const int path = fused_path(c);
-    if (path == 0) return run_reference(c);
-    fm_status st = path == 1 ? run_lanes(c) : run_direct(c);
-    if (st == FM_OK && a->chain.n > 0) fm_parallel_for(c->out[0]->shape[0], 1, chain_samples, (void *)c);
-    return st;
+    return path == 1 ? run_lanes(c) : path == 2 ? run_direct(c) : run_reference(c);
 }
 
 void fm_cpu_kernels_conv_fused(fm_backend *b) {

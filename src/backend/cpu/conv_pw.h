@@ -32,8 +32,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend/kernel_attrs.h" /* fm_ew_chain_attrs */
-
 /* A conv whose im2col the kernel gathers itself, tile by tile (fm_conv_pw.conv): the
  * input [N][Cin][H][W], kernel kh x kw, strides, padding and dilation; rows k = (c * kh +
  * i) * kw + j of the product, as conv2d's im2col orders them. */
@@ -51,8 +49,6 @@ typedef struct fm_conv_pw {
     float lo, hi;      /* outputs clamped to [lo, hi]; -inf, inf: no clamp (NaN passes through either way) */
     const fm_conv_pw_geom *conv; /* NULL, or x is that conv's input (x_stride = Cin * H * W, C = Cin * kh * kw,
                                   * P = Ho * Wo, ldx unused): no im2col buffer, each tile gathers its columns */
-    const fm_ew_chain_attrs *chain; /* NULL, or elementwise steps after the clamp (conv2d_fused's), run on each
-                                     * group of rows of a column block as soon as it is stored (still in cache) */
 } fm_conv_pw;
 
 /* Runs the conv on the thread pool. false only when its packing buffers could not

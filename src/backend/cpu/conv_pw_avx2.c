@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "backend/cpu/conv_pw.h"
-#include "backend/cpu/cpu_kernels.h" /* fm_cpu_ew_chain_inplace */
 #include "core/parallel.h"
 
 enum { MR = 6, NR = 16, PW_GROUP = 4 }; /* PW_GROUP: 6-row panels run over a column tile before the next tile */
@@ -143,18 +142,6 @@ static inline __attribute__((always_inline)) void tile_rows(const int R, const p
     if (!direct) scatter_tile(d, t, rows, o0, q0);
 }
 
-/* conv2d_fused's elementwise steps on the output rows [o0, o1) (below O) at the columns
- * [q0, q1) (below N * P) just stored: one run per sample and row, while they are in cache. */
-static void chain_rows(const fm_conv_pw *d, int64_t o0, int64_t o1, int64_t q0, int64_t q1) {
-    const int64_t P = d->P;
-    o1 = min64(o1, d->O), q1 = min64(q1, d->N * P);
-    for (int64_t q = q0; q < q1;) {
-        const int64_t n = q / P, p = q % P, len = min64(q1 - q, P - p);
-        for (int64_t o = o0; o < o1; o++) fm_cpu_ew_chain_inplace(d->chain, d->y + n * d->y_stride + o * P + p, len);
-        q += len;
-    }
-}
-
 static void tile(const pw_job *j, const float *b, int64_t o0, int64_t q0, float *t) {
     const int64_t rows = j->d->O - o0;
     if (rows > 4) tile_rows(6, j, b, o0, q0, t);
@@ -185,11 +172,9 @@ static void pw_task(void *ctx, int64_t b, int64_t e, int tid) {
             }
         packed = blk;
         const int64_t op_end = min64(j->nop, (oc + 1) * j->opc);
-        for (int64_t og = oc * j->opc; og < op_end; og += PW_GROUP) {
+        for (int64_t og = oc * j->opc; og < op_end; og += PW_GROUP)
             for (int64_t ti = t0; ti < t1; ti++)
                 for (int64_t op = og; op < min64(op_end, og + PW_GROUP); op++) tile(j, cols + (ti - t0) * C * NR, op * MR, ti * NR, t);
-            if (j->d->chain && j->d->chain->n > 0) chain_rows(j->d, og * MR, min64(op_end, og + PW_GROUP) * MR, t0 * NR, t1 * NR);
-        }
     }
 }
 

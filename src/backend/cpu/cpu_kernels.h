@@ -26,17 +26,8 @@ void fm_cpu_kernels_conv_fused(fm_backend *b);  /* conv2d_fused (conv + ReLU + m
 void fm_cpu_kernels_linear_fused(fm_backend *b); /* linear_fused (packed weights, bias + ReLU epilogue, inference) */
 void fm_cpu_kernels_ew_chain(fm_backend *b);     /* ew_chain (elementwise steps in one pass, inference) */
 /* conv2d's forward kernel on CPU tensors (conv2d_cpu.c), its outputs then clamped to
- * [lo, hi] (ReLU: 0, INFINITY; none: -INFINITY, INFINITY) and, when chain is not NULL and
- * has steps (f32 only), run through them as each part of y is finished: conv2d_fused's
- * reference path. */
-fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi,
-                                const fm_ew_chain_attrs *chain);
-/* ew_chain's steps on y[0, n) in place, on the calling thread (ew_chain_cpu.c): bitwise the
- * EW_CHAIN kernel's output for that input, whatever n. */
-void fm_cpu_ew_chain_inplace(const fm_ew_chain_attrs *a, float *y, int64_t n);
-/* A one-input elementwise op without attributes (FM_OP_SILU, ...) on x[0, n) into y (may be x),
- * on the calling thread at the ISA level in use: bitwise the op's kernel (elementwise_cpu.c). */
-void fm_cpu_unary_f32(fm_op_id op, const float *x, float *y, int64_t n);
+ * [lo, hi] (ReLU: 0, INFINITY; none: -INFINITY, INFINITY): conv2d_fused's reference path. */
+fm_status fm_cpu_conv2d_forward(const fm_conv2d_params *p, fm_tensor *x, fm_tensor *w, fm_tensor *b, fm_tensor *y, double lo, double hi);
 void fm_cpu_kernels_pool(fm_backend *b);        /* max_pool2d, avg_pool2d (+backward) */
 void fm_cpu_kernels_batch_norm(fm_backend *b);  /* batch_norm (+backward) */
 void fm_cpu_kernels_index(fm_backend *b);       /* cat, gather, scatter_add, scatter, scatter_nd, index_select, index_add, one_hot */

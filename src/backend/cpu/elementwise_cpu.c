@@ -188,13 +188,6 @@ static void loop_f32(const ew_job *j, const float *const *in, float *out, int64_
     }
 }
 
-void fm_cpu_unary_f32(fm_op_id op, const float *x, float *y, int64_t n) {
-    const fm_unary_attrs at = {0};
-    if (fm_cpu_use_avx512() && fm_ew_unary_f32_avx512(op, &at, x, y, n, false)) return;
-    if (fm_cpu_use_avx2() && fm_ew_unary_f32_avx2(op, &at, x, y, n, false)) return;
-    for (int64_t i = 0; i < n; i++) y[i] = (float)fm_ew_unary_scalar(op, &at, x[i]);
-}
-
 /* ---- operands: geometry relative to the output's shape ---- */
 
 typedef struct operand {

@@ -34,7 +34,6 @@ static void step(const fm_ew_step *s, float *restrict v, const float *restrict x
     case FM_EW_MUL_X: for (int64_t i = 0; i < m; i++) v[i] *= x[i]; break;
     case FM_EW_ADD_X: for (int64_t i = 0; i < m; i++) v[i] += x[i]; break;
     case FM_EW_ROUND: for (int64_t i = 0; i < m; i++) v[i] = nearbyintf(v[i]); break;
-    case FM_EW_SILU: fm_cpu_unary_f32(FM_OP_SILU, v, v, m); break; /* the silu op's own vector code */
     default: break;
     }
 }
@@ -48,23 +47,6 @@ static void ew_blocks(void *ctx, int64_t b, int64_t e, int tid) {
         memcpy(v, j->x + i0, sizeof(float) * (size_t)m);
         for (int s = 0; s < j->a->n; s++) step(&j->a->steps[s], v, j->x + i0, m);
         memcpy(j->y + i0, v, sizeof(float) * (size_t)m);
-    }
-}
-
-void fm_cpu_ew_chain_inplace(const fm_ew_chain_attrs *a, float *y, int64_t n) {
-    bool reads_x = false;
-    for (int s = 0; s < a->n; s++) reads_x |= a->steps[s].op == FM_EW_MUL_X || a->steps[s].op == FM_EW_ADD_X;
-    if (!reads_x) { /* no step needs the input again: the steps on y itself, a block at a time (in L1) */
-        for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK)
-            for (int s = 0; s < a->n; s++) step(&a->steps[s], y + i0, NULL, n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK);
-        return;
-    }
-    _Alignas(64) float v[EW_BLOCK];
-    for (int64_t i0 = 0; i0 < n; i0 += EW_BLOCK) {
-        const int64_t m = n - i0 < EW_BLOCK ? n - i0 : EW_BLOCK;
-        memcpy(v, y + i0, sizeof(float) * (size_t)m);
-        for (int s = 0; s < a->n; s++) step(&a->steps[s], v, y + i0, m); /* y still holds the chain's input */
-        memcpy(y + i0, v, sizeof(float) * (size_t)m);
     }
 }
 
