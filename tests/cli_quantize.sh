@@ -65,6 +65,9 @@ print(max(int(abs(v.astype("int32")).max()) for k, v in w.items() if k.endswith(
 c8=$(codes "$tmp/q8d"); c7=$(codes "$tmp/q7d"); c7s=$(codes "$tmp/q7s")
 [[ $c8 == 127 && $c7 == 63 && $c7s == 63 ]] && ok "largest weight code: 127 (8-bit), 63 (--reduce-range)" \
   || bad "largest weight codes: 8-bit '$c8', 7-bit dynamic '$c7', 7-bit static '$c7s'"
+meta() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/graph.json")).get("meta", {}).get("int8_weights", "none"))' "$1" 2>/dev/null; }
+m8=$(meta "$tmp/q8d"); m7=$(meta "$tmp/q7d")
+[[ $m8 == none && $m7 == "7-bit (reduce_range)" ]] && ok "graph meta int8_weights: '$m7' (none without the flag)" || bad "graph meta int8_weights: '$m8', '$m7'"
 for g in 32 64; do
   expect 0 "int4 g$g symmetric" "$bin" quantize "$tmp/m" -o "$tmp/q4_$g" --int4 --group "$g"
   check_model "$tmp/q4_$g" "int4 g$g"

@@ -489,6 +489,8 @@ fm_graph *fm_graph_quantize(const fm_graph *g, const fm_quant_options *o, fm_qua
         out = NULL;
     }
     if (out && o->mode == FM_QUANT_INT8_DYNAMIC && fm_graph_set_meta(out, "quantized", "int8-dynamic")) { fm_graph_free(out); out = NULL; }
+    /* where the weights came from, for whoever reads the graph later: codes in [-63, 63] */
+    if (out && o->reduce_range && fm_graph_set_meta(out, "int8_weights", "7-bit (reduce_range)")) { fm_graph_free(out); out = NULL; }
     free(nodes);
     free(kinds);
     free(ranges);
