@@ -92,18 +92,18 @@ static void rows_task(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
-/* The AVX2 tiles read a - 128 as s8 (quant_panel_avx2.c): one xor per code into a copy that
+/* The codes as the AVX2 tiles read them (quant_panel_avx2.c): a - 128 as s8, one xor per code into a copy that
  * *g points to after (freed by the caller: the return value); out of memory, *impl becomes
  * the reference (slower, the same integers). Narrow panels (every weight in [-64, 64]; looked
  * for from FM_Q8_NARROW_MIN_M rows, once per call, so a weight changed between calls is seen)
  * take the codes as they are: *g becomes a copy with narrow set, and nothing is allocated.
  * Other levels: nothing to do, NULL. */
-static uint8_t *flip_codes(const fm_q8_pgemm **g, fm_q8_pgemm *flipped, fm_q8_impl *impl) {
+static uint8_t *avx2_codes(const fm_q8_pgemm **g, fm_q8_pgemm *own, fm_q8_impl *impl) {
     if (*impl != FM_Q8_AVX2) return NULL;
     if ((*g)->M >= FM_Q8_NARROW_MIN_M && fm_q8_panels_narrow_avx2((*g)->P, ((*g)->N + 15) / 16 * (((*g)->K + 3) / 4) * 64)) {
-        *flipped = **g;
-        flipped->narrow = true;
-        *g = flipped;
+        *own = **g;
+        own->narrow = true;
+        *g = own;
         return NULL;
     }
     const int64_t n = ((*g)->M - 1) * (*g)->lda + 4 * (((*g)->K + 3) / 4);
@@ -115,16 +115,16 @@ static uint8_t *flip_codes(const fm_q8_pgemm **g, fm_q8_pgemm *flipped, fm_q8_im
     const uint8_t *restrict src = (*g)->A;
     uint8_t *restrict dst = as;
     for (int64_t i = 0; i < n; i++) dst[i] = src[i] ^ 0x80;
-    *flipped = **g;
-    flipped->A = as;
-    *g = flipped;
+    *own = **g;
+    own->A = as;
+    *g = own;
     return as;
 }
 
 void fm_q8_pgemm_serial(const fm_q8_pgemm *g, fm_q8_impl impl) {
     if (g->M <= 0 || g->N <= 0) return;
-    fm_q8_pgemm flipped;
-    uint8_t *as = flip_codes(&g, &flipped, &impl);
+    fm_q8_pgemm own;
+    uint8_t *as = avx2_codes(&g, &own, &impl);
     const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
     pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
     ptask(&j, 0, n_nb * j.n_mb, 0);
@@ -141,8 +141,8 @@ void fm_q8_pgemm_run(const fm_q8_pgemm *g, fm_q8_impl impl) {
         fm_parallel_for(nt, 1, rows_task, &j);
         return;
     }
-    fm_q8_pgemm flipped;
-    uint8_t *as = flip_codes(&g, &flipped, &impl);
+    fm_q8_pgemm own;
+    uint8_t *as = avx2_codes(&g, &own, &impl);
     const int64_t Np = (g->N + 15) / 16, n_nb = (Np + Q8_NP - 1) / Q8_NP;
     pjob j = {g, impl, (g->M + Q8_MB - 1) / Q8_MB};
     /* below ~2^18 multiply-adds a thread hand-off costs more than it saves */
