@@ -39,11 +39,15 @@
  * 5-25% slower (docs/PERFORMANCE.md).
  *
  * The spin adapts per thread: it doubles (up to the budget) after a wait that
- * the spin satisfied and halves (down to SPIN_MIN_NS) after one that ended in
- * sleep. Back-to-back ops (a training or decode step) keep it long; a server
- * between requests, or a job whose other thread another process has
- * descheduled, shrinks it, so the pool stops burning CPU the oversubscribed
- * cores need. FATHOM_SPIN_US sets the budget (0: never spin);
+ * the spin satisfied, and after one that slept but was shorter than the budget
+ * (a longer spin would have caught it), and halves (down to SPIN_MIN_NS) after
+ * one longer than the budget. Back-to-back ops (a training or decode step) keep
+ * it long; a server between requests, or a job whose other thread another
+ * process has descheduled for longer than the budget, shrinks it, so the pool
+ * stops burning CPU the oversubscribed cores need. (It used to halve after any
+ * wait that slept: serial set-up work halved it to 1 us, and then the 50 us gaps
+ * of a decode step slept every time, never satisfied by a spin that would double
+ * it again: 60 context switches a token, 20-25% of a Zen 3's int4 decode.) FATHOM_SPIN_US sets the budget (0: never spin);
  * fm_parallel_set_spin_us sets it from code (the server keeps it short). */
 #define SPIN_DEFAULT_NS 1000000
 #define SPIN_MIN_NS 1000
@@ -88,26 +92,39 @@ static inline int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+static inline void spin_grow(int64_t *budget, int64_t max) {
+    *budget = *budget * 2 > max ? max : (*budget * 2 < SPIN_MIN_NS ? SPIN_MIN_NS : *budget * 2);
+}
+
 /* Spins up to *budget ns for cond(p, arg), checking the clock every 16 pauses;
- * adapts *budget; returns cond's last value. */
-static inline bool spin_until(bool (*cond)(void *, unsigned long), void *p, unsigned long arg, int64_t *budget) {
+ * returns cond's last value. On true *budget grows; on false the caller sleeps
+ * and then calls spin_slept with *t0, the time this call started. */
+static inline bool spin_until(bool (*cond)(void *, unsigned long), void *p, unsigned long arg, int64_t *budget, int64_t *t0) {
     int64_t max = spin_max_ns();
     if (*budget > max) *budget = max;
+    *t0 = now_ns();
     if (*budget > 0) {
-        int64_t limit = now_ns() + *budget;
+        int64_t limit = *t0 + *budget;
         do {
             for (int i = 0; i < 16; i++) {
                 if (cond(p, arg)) {
-                    *budget = *budget * 2 > max ? max : (*budget * 2 < SPIN_MIN_NS ? SPIN_MIN_NS : *budget * 2);
+                    spin_grow(budget, max);
                     return true;
                 }
                 CPU_RELAX();
             }
         } while (now_ns() < limit);
     }
-    if (cond(p, arg)) return true;
-    if (*budget > SPIN_MIN_NS) *budget /= 2;
-    return false;
+    return cond(p, arg);
+}
+
+/* After a wait that spin_until did not end and a sleep did: a wait shorter than
+ * the budget in force would have been caught by a spin that long (grow), a longer
+ * one would not (shrink) */
+static inline void spin_slept(int64_t *budget, int64_t t0) {
+    int64_t max = spin_max_ns();
+    if (now_ns() - t0 < max) spin_grow(budget, max);
+    else if (*budget > SPIN_MIN_NS) *budget /= 2;
 }
 
 #define MAX_THREADS 256
@@ -201,13 +218,15 @@ static void *worker(void *arg) {
          * it publishes, so locking it here put the worker to sleep in the kernel until the
          * caller's unlock woke it, microseconds late for every job. The chunks are claimed
          * atomically, so a stale n_chunks only makes this worker claim fewer of them. */
-        if (!spin_until(new_job, p, seen, &t_spin)) {
+        int64_t t0;
+        if (!spin_until(new_job, p, seen, &t_spin, &t0)) {
             pthread_mutex_lock(&p->mu);
             while (!p->shutdown && atomic_load_explicit(&p->generation, memory_order_relaxed) == seen)
                 pthread_cond_wait(&p->cv_work, &p->mu);
             int stop = p->shutdown;
             pthread_mutex_unlock(&p->mu);
             if (stop) break;
+            spin_slept(&t_spin, t0);
         }
         seen = atomic_load_explicit(&p->generation, memory_order_acquire);
         int nch = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
@@ -283,10 +302,13 @@ void fm_parallel_for(int64_t n, int64_t grain, fm_range_fn fn, void *ctx) {
     for (int k = 1; k < chunks; k++)
         if (claim(p, k)) finish_chunk(p, k);
     t_in_parallel = 0;
-    spin_until(job_done, p, (unsigned long)chunks, &t_spin);
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks) pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    int64_t t0;
+    if (!spin_until(job_done, p, (unsigned long)chunks, &t_spin, &t0)) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        spin_slept(&t_spin, t0);
+    }
     pthread_mutex_unlock(&job_mu);
 }
 
