@@ -79,6 +79,7 @@ static void die(const char *what) {
 
 /* Decode steps append to their caches in place (fm_graph_generate's way). */
 static const fm_graph_run_options g_decode_opts = {.kv_append = true, .kv_capacity = 64 + 128}; /* the decode loops' prompt + steps */
+static const fm_graph_run_options g_decode_opts16 = {.kv_append = true, .kv_capacity = 64 + 128, .kv_dtype = FM_F16}; /* the same, f16 caches */
 
 /* Alternating rounds over the sides, each running its graph on the same inputs. */
 static void time_sides(side *s, int n, fm_tensor *const *in, int n_out, int rounds, const fm_graph_run_options *opt) {
@@ -584,29 +585,33 @@ static void profile_decode(const char *side, int rounds) {
  * (fm_graph_generate's way), alternated over rounds: median ms a step each way, the
  * in-place tokens/s, its ratio to fp32's, and its fraction of the two bounds (the
  * weights' bytes a token over the copy bandwidth, the issue's, and over the read
- * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted). */
+ * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted);
+ * and a third way, appended in place to f16 caches (fm_graph_run_options.kv_dtype:
+ * the reads 4.7 MB a token): ms_kv16, its speed-up over the f32 caches, and its
+ * fraction of the copy bound. */
 static void bench_generate(int rounds, double bw, double cbw) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     fm_graph *g = compiled_gpt_graph(&big); /* then quantized: what `fathom quantize` makes of a trained GPT */
     const fm_graph *q[5] = {g, quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL), quantize(g, FM_QUANT_INT4, 32, NULL), quantize(g, FM_QUANT_INT4, 64, NULL),
                             quantize(g, FM_QUANT_INT4, 128, NULL)};
     const char *names[5] = {"fp32", "int8", "int4-g32", "int4-g64", "int4-g128"};
-    double t[5][2][64], fp32 = 0;
+    double t[5][3][64], fp32 = 0;
     for (int r = -1; r < rounds; r++)
         for (int i = 0; i < 5; i++)
-            for (int m = 0; m < 2; m++) {
-                double x = decode_loop(q[i], 64, 128, m ? &g_decode_opts : NULL);
+            for (int m = 0; m < 3; m++) {
+                double x = decode_loop(q[i], 64, 128, m == 2 ? &g_decode_opts16 : m ? &g_decode_opts : NULL);
                 if (r >= 0) t[i][m][r] = x;
             }
     for (int i = 0; i < 5; i++) {
         const size_t bytes = stored_weight_bytes(q[i]);
-        double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds);
+        double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds), h = bench_median(t[i][2], rounds);
         if (!i) fp32 = app;
         printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"ms_concat\": %.3f, "
                "\"ms_in_place\": %.3f, \"in_place_speedup\": %.2f, \"tokens_per_s\": %.1f, \"vs_fp32\": %.2f, \"weight_bytes\": %zu, "
-               "\"of_copy_bound\": %.2f, \"of_read_bound\": %.2f}\n",
+               "\"of_copy_bound\": %.2f, \"of_read_bound\": %.2f, \"ms_kv16\": %.3f, \"kv16_speedup\": %.2f, \"tokens_per_s_kv16\": %.1f, "
+               "\"of_copy_bound_kv16\": %.2f}\n",
                big.name, names[i], 1e3 * cat, 1e3 * app, cat / app, 1 / app, fp32 / app, bytes, (1 / app) / (cbw / (double)bytes),
-               (1 / app) / (bw / (double)bytes));
+               (1 / app) / (bw / (double)bytes), 1e3 * h, app / h, 1 / h, (1 / h) / (cbw / (double)bytes));
         fflush(stdout);
     }
     for (int i = 1; i < 5; i++) fm_graph_free((fm_graph *)q[i]);

@@ -6,7 +6,9 @@
  * never changes a tensor a caller still holds: a second run from the same past
  * (a branch), a past shared by another view, borrowed memory and a full cache
  * all take a new cache. And attention on row-strided K/V (the dispatcher no
- * longer copies them for the CPU kernel) gives the contiguous bits. */
+ * longer copies them for the CPU kernel) gives the contiguous bits. The f16 caches
+ * (kv_dtype FM_F16) follow the f32 ones within their rounding (kv16_loop). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,6 +218,83 @@ static void never_changes_held_tensors(const fm_graph *g) {
     free(in);
 }
 
+/* max |a - b| over max |a| */
+static double rel_diff(const fm_tensor *a, const fm_tensor *b) {
+    double d = 0, m = 0;
+    const int64_t n = fm_tensor_numel(a);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = fm_tensor_get(a, i), y = fm_tensor_get(b, i);
+        d = fabs(x - y) > d ? fabs(x - y) : d;
+        m = fabs(x) > m ? fabs(x) : m;
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* f16 caches (kv_dtype FM_F16) on a compiled graph: the prompt's presents are the f32
+ * run's rounded to f16 (the same bits), every step's presents are f16 and appended in
+ * place, and the logits stay within the f16 rounding of k and v of the f32 caches'
+ * (and differ from them: the halves were used). A past given in f32 is converted. The
+ * refusals name what is wrong: another kv_dtype, f16 without kv_append, a graph with no
+ * attention_kv nodes, and f16 pasts in a run that did not ask for them. */
+static void kv16_loop(const fm_graph *c, const fm_graph *uncompiled, const char *what) {
+    const int n = fm_graph_num_inputs(c);
+    fm_tensor **ia = first_inputs(c, 5, 1), **ib = first_inputs(c, 5, 1), *oa[16] = {0}, *ob[16] = {0};
+    const fm_graph_run_options opt = {.kv_append = true, .kv_capacity = 20, .kv_dtype = FM_F16};
+    double worst = 0;
+    int in_place = 0, checked = 0;
+    for (int s = 0; s < 12; s++) {
+        fm_status sa = fm_graph_run(c, ia, oa), sb = fm_graph_run_ex(c, ib, ob, &opt);
+        CHECK_MSG(sa == FM_OK && sb == FM_OK, "%s f16 KV step %d: %s", what, s, fm_last_error());
+        if (sa || sb) break;
+        const double e = rel_diff(oa[0], ob[0]);
+        worst = e > worst ? e : worst;
+        for (int k = 1; k < n; k++) {
+            CHECK_MSG(ob[k]->dtype == FM_F16 && ob[k]->shape[2] == oa[k]->shape[2], "%s step %d present %d: %s", what, s, k, fm_dtype_name(ob[k]->dtype));
+            if (s == 0) {
+                fm_tensor *r = fm_to_dtype(oa[k], FM_F16), *cb = fm_contiguous(ob[k]);
+                CHECK_MSG(r && cb && t_same_bits(r, cb), "%s: the prompt's present %d is not the f32 one rounded to f16", what, k);
+                fm_tensor_release_n(2, r, cb);
+            } else {
+                in_place += ob[k]->storage == ib[k]->storage;
+                checked++;
+            }
+        }
+        int64_t tok = (s * 13 + 1) % 50;
+        for (int k = 0; k < n; k++) {
+            fm_tensor_release(ia[k]);
+            fm_tensor_release(ib[k]);
+            ia[k] = k ? oa[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
+            ib[k] = k ? ob[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
+            if (!k) { fm_tensor_release(oa[0]); fm_tensor_release(ob[0]); }
+            oa[k] = ob[k] = NULL;
+        }
+    }
+    fprintf(stderr, "%s: f16 KV cache, largest logit difference over 12 steps %.3g of the largest logit\n", what, worst);
+    CHECK_MSG(worst > 0 && worst < 5e-3, "%s: f16 KV logits differ by %g of the largest logit", what, worst);
+    CHECK_MSG(checked > 0 && in_place == checked, "%s f16 KV: %d of %d presents appended in place", what, in_place, checked);
+    /* f32 pasts (ia: the f32 run's presents) into an f16 run: converted, f16 presents,
+     * the logits within the same bound of the f32 run's */
+    CHECK(fm_graph_run_ex(c, ia, ob, &opt) == FM_OK);
+    CHECK(fm_graph_run(c, ia, oa) == FM_OK);
+    CHECK_MSG(ob[1] && ob[1]->dtype == FM_F16 && oa[0] && ob[0] && rel_diff(oa[0], ob[0]) < 5e-3, "%s: f32 pasts into an f16 run", what);
+    release_all(oa, n);
+    release_all(ob, n);
+    /* the refusals */
+    fm_graph_run_options bad = opt;
+    bad.kv_dtype = FM_BF16;
+    CHECK(fm_graph_run_ex(c, ib, ob, &bad) == FM_ERR_INVALID && strstr(fm_last_error(), "bf16"));
+    bad.kv_dtype = FM_F16;
+    bad.kv_append = false;
+    CHECK(fm_graph_run_ex(c, ib, ob, &bad) == FM_ERR_INVALID && strstr(fm_last_error(), "kv_append"));
+    CHECK(fm_graph_run_ex(uncompiled, ib, ob, &opt) == FM_ERR_INVALID && strstr(fm_last_error(), "attention_kv"));
+    CHECK_MSG(fm_graph_run(c, ib, ob) == FM_ERR_INVALID && strstr(fm_last_error(), "must be f32, got f16"), "%s", fm_last_error());
+    for (int k = 0; k < n; k++) CHECK(ob[k] == NULL);
+    release_all(ia, n);
+    release_all(ib, n);
+    free(ia);
+    free(ib);
+}
+
 /* SDPA on K/V views with spare rows (what the in-place cache hands it): the
  * contiguous copies' bits, one query row (decode) and four, two batches, GQA. */
 static void sdpa_row_strided(void) {
@@ -252,6 +331,7 @@ int main(void) {
             CHECK_MSG(fused == 2 && ropes == 0, "compiled %s: %d attention_kv nodes, %d ropes", llama ? "llama" : "gpt2", fused, ropes);
             if (c) loop_matches(c, llama ? "llama compiled" : "gpt2 compiled", 20);
             if (c) never_changes_held_tensors(c);
+            if (c) kv16_loop(c, g, llama ? "llama compiled" : "gpt2 compiled");
             fm_graph_free(c);
         }
         never_changes_held_tensors(g);

@@ -160,6 +160,14 @@ typedef struct fm_graph_run_options {
     bool kv_append;
     int64_t kv_capacity;
     bool no_arena;
+    /* kv_dtype: FM_F32 (0: the caches in the graph's dtype) or FM_F16, with kv_append,
+     * on the CPU, in a graph with attention_kv nodes (a compiled GPT or Llama): the
+     * caches are made and kept in half precision (half the memory, and half the bytes
+     * each decode step reads; llama.cpp's default), the presents come back f16, and
+     * past inputs may be given f16 (as earlier presents) or f32 (converted). The
+     * attention then runs over the f16 keys and values (fm_sdpa_kv16): outputs differ
+     * from the f32 caches' by the f16 rounding of k and v (2^-11 relative). */
+    fm_dtype kv_dtype;
 } fm_graph_run_options;
 FM_API fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt);
 /* The same by name: any order of inputs, and only the outputs asked for. */

@@ -281,6 +281,12 @@ FM_API const char *fm_pad_mode_name(fm_pad_mode mode);
  * scale <= 0 means 1/sqrt(D). Tiled (flash-style): no Tq x Tk matrix is stored. */
 FM_API fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal,
                                            double scale);
+/* Inference attention over a KV cache kept in half precision (what a decode loop with
+ * fm_graph_run_options.kv_dtype FM_F16 runs): q [B,H,T,D] f32; k, v [B,Hkv,L,D] f16
+ * with L >= T, the past then these T rows, as views with any row strides; query i
+ * attends to keys [0, L - T + i]. Returns [B,H,T,D] f32; scale <= 0 means 1/sqrt(D).
+ * No gradient. CPU only. */
+FM_API fm_tensor *fm_sdpa_kv16(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale);
 
 /* ---- fused transformer helpers ---- */
 /* qkv [B, T, (n_head + 2*n_kv_head) * D] (a fused QKV projection) -> new contiguous

@@ -156,7 +156,8 @@ typedef struct gctx { const fm_graph *g; const gnode *n; const int64_t *syms; co
  * whether this run wants it (and the graph is on the CPU), and present = past ++ x
  * along axis 2 of [B, KV, P, D], appended in place when past allows. */
 bool g_kv_append_on(const gctx *c);
-fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x);
+bool g_kv16_on(const gctx *c);
+fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x, fm_dtype dt);
 typedef fm_status (*g_infer_fn)(const gctx *c, const gtype *in, gtype *out);
 typedef fm_status (*g_run_fn)(const gctx *c, fm_tensor *const *in, fm_tensor **out);
 typedef struct g_op_spec {

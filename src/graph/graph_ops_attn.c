@@ -176,7 +176,17 @@ static fm_status inf_attention_kv(const gctx *c, const gtype *in, gtype *out) {
  * small decode loop when it made the caches). */
 static fm_status put_rows(fm_tensor *dst, int64_t row0, fm_tensor *src) {
     const int64_t B = src->shape[0], KV = src->shape[1], n = src->shape[2], D = src->shape[3];
-    if (src->dtype == dst->dtype && src->strides[3] == 1 && (src->strides[2] == D || n == 1) && dst->strides[3] == 1 && dst->strides[2] == D) {
+    const bool by_rows = src->strides[3] == 1 && (src->strides[2] == D || n == 1) && dst->strides[3] == 1 && dst->strides[2] == D;
+    if (by_rows && src->dtype == FM_F32 && dst->dtype == FM_F16) { /* an f16 cache: the rows converted (F16C where there is one) */
+        const float *sp = fm_tensor_data(src);
+        uint16_t *dp = fm_tensor_data(dst);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < KV; h++)
+                fm_convert_f32_to_f16(sp + b * src->strides[0] + h * src->strides[1], dp + b * dst->strides[0] + h * dst->strides[1] + row0 * D,
+                                      (size_t)(n * D));
+        return FM_OK;
+    }
+    if (by_rows && src->dtype == dst->dtype) {
         const size_t es = fm_dtype_size(src->dtype);
         const char *sp = fm_tensor_data(src);
         char *dp = fm_tensor_data(dst);
@@ -194,6 +204,10 @@ static fm_status put_rows(fm_tensor *dst, int64_t row0, fm_tensor *src) {
 
 bool g_kv_append_on(const gctx *c) { return c->opt && c->opt->kv_append && fm_graph_device(c->g).type == FM_DEV_CPU; }
 
+/* fm_graph_run_options.kv_dtype FM_F16 (fm_graph_run_ex checked it comes with
+ * kv_append on the CPU): the attention_kv nodes keep their caches in f16 */
+bool g_kv16_on(const gctx *c) { return g_kv_append_on(c) && c->opt->kv_dtype == FM_F16; }
+
 /* g_kv_append: present = past ++ x along axis 2 as a view
  * [B, KV, L, D] of a cache with C >= L rows per head (strides KV C D, C D, D, 1).
  * When past is such a view at offset 0 with a spare row for each of x's, and its
@@ -202,12 +216,14 @@ bool g_kv_append_on(const gctx *c) { return c->opt && c->opt->kv_append && fm_gr
  * held tensor changes. The claim is the storage's reference count: the present
  * view is made first, and the append is in place only if that view and past are
  * the storage's only holders (two runs racing on one past both see more, or one
- * does, and copy). Otherwise a new cache gets past and x. */
-fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x) {
+ * does, and copy). Otherwise a new cache of dtype dt gets past and x (attention_kv's
+ * caches in f16 when the run asks, g_kv16_on: a past in f32 is converted as it is
+ * copied in; an in-place past is the cache's own dtype). */
+fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x, fm_dtype dt) {
     const int64_t B = past->shape[0], KV = past->shape[1], P = past->shape[2], D = past->shape[3], T = x->shape[2], L = P + T;
     const fm_storage *s = past->storage;
     const int64_t C = D > 0 ? past->strides[1] / D : 0;
-    const bool shaped = D > 0 && past->offset == 0 && past->strides[3] == 1 && past->strides[2] == D && past->strides[1] == C * D &&
+    const bool shaped = D > 0 && past->dtype == dt && past->offset == 0 && past->strides[3] == 1 && past->strides[2] == D && past->strides[1] == C * D &&
                         (B == 1 || past->strides[0] == KV * C * D) && C >= L && s->alloc && !s->deleter &&
                         s->nbytes / fm_dtype_size(past->dtype) >= (size_t)(B * KV * C * D);
     if (shaped) {
@@ -222,7 +238,7 @@ fm_tensor *g_kv_append(const gctx *c, fm_tensor *past, fm_tensor *x) {
         fm_tensor_release(pres);
     }
     int64_t want = c->opt->kv_capacity >= L ? c->opt->kv_capacity : 2 * L, cap = want > 64 ? want : 64;
-    fm_tensor *cache = fm_tensor_empty(4, (int64_t[]){B, KV, cap, D}, x->dtype, fm_tensor_device(x));
+    fm_tensor *cache = fm_tensor_empty(4, (int64_t[]){B, KV, cap, D}, dt, fm_tensor_device(x));
     if (!cache) fm_error_prefix("a KV cache with room for %lld positions (fm_graph_run_options.kv_capacity %lld)", (long long)cap,
                                 (long long)c->opt->kv_capacity);
     fm_tensor *pres = cache ? fm_narrow(cache, 2, 0, L) : NULL;
@@ -251,10 +267,15 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
     const bool app = g_kv_append_on(c); /* caches with room (a prompt's too: its first decode step appends in place) */
     if (app) {
-        out[1] = g_kv_append(c, in[1], k);
-        out[2] = out[1] ? g_kv_append(c, in[2], v) : NULL;
+        const fm_dtype dt = g_kv16_on(c) ? FM_F16 : k->dtype;
+        out[1] = g_kv_append(c, in[1], k, dt);
+        out[2] = out[1] ? g_kv_append(c, in[2], v, dt) : NULL;
     }
-    if (L == T && !rope) { /* a prompt: no past */
+    if (app && g_kv16_on(c) && L != T) { /* a past in the f16 caches: attention over them (a prompt's runs on its f32 k and v) */
+        if (out[1] && out[2]) y = fm_sdpa_kv16(q, out[1], out[2], scale);
+        if (y) t = fm_transpose(y, 1, 2);
+        if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});
+    } else if (L == T && !rope) { /* a prompt: no past */
         if (out[1] || !app) out[0] = fm_sdpa_qkv(in[0], (int)H, (int)KV, true, scale);
         if (!app) out[1] = fm_tensor_retain(k), out[2] = fm_tensor_retain(v);
     } else { /* a decode step, or a prompt whose q and k were rotated (not the projection's) */

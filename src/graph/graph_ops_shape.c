@@ -261,7 +261,7 @@ static fm_status run_cat(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
     const gnode *n = c->n;
     if (g_kv_append_on(c) && n->n_in == 2 && in[0]->ndim == 4 && in[1]->ndim == 4 && (axis == 2 || axis == -2) &&
         c->g->values[n->in[0]].kind == GV_INPUT && c->g->values[n->out[0]].is_output)
-        RUN_DONE(g_kv_append(c, in[0], in[1]));
+        RUN_DONE(g_kv_append(c, in[0], in[1], in[1]->dtype));
     RUN_DONE(fm_cat(c->n->n_in, in, (int)axis));
 }
 

@@ -64,10 +64,26 @@ fm_status fm_graph_to_device(fm_graph *g, fm_device dev) {
 }
 
 /* Checks one input against its declaration and binds its dynamic dims. */
-static fm_status bind_input(const fm_graph *g, const gvalue *val, const fm_tensor *t, int64_t *syms) {
+/* Whether value v is a past cache of an attention_kv node (its input 1 or 2) */
+static bool is_kv_past(const fm_graph *g, int v) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gnode *n = &g->nodes[i];
+        if (!strcmp(g_op_spec_at(n->spec)->name, "attention_kv") && n->n_in > 2 && (n->in[1] == v || n->in[2] == v)) return true;
+    }
+    return false;
+}
+
+/* fm_graph_run_options.kv_dtype FM_F16: attention_kv's caches may come in (and go
+ * out) f16 where the graph declares its own float dtype */
+static bool kv16_ok(const fm_graph *g, const fm_graph_run_options *opt, int v, fm_dtype got, fm_dtype declared) {
+    return opt && opt->kv_dtype == FM_F16 && got == FM_F16 && declared == FM_F32 && is_kv_past(g, v);
+}
+
+static fm_status bind_input(const fm_graph *g, int v, const fm_tensor *t, int64_t *syms, const fm_graph_run_options *opt) {
     char s1[96], s2[512];
+    const gvalue *val = &g->values[v];
     if (!t) return fm_set_error(FM_ERR_INVALID, "graph input '%s' is missing", val->name);
-    if (t->dtype != val->t.dt)
+    if (t->dtype != val->t.dt && !kv16_ok(g, opt, v, t->dtype, val->t.dt))
         return fm_set_error(FM_ERR_INVALID, "graph input '%s' must be %s, got %s", val->name, fm_dtype_name(val->t.dt), fm_dtype_name(t->dtype));
     bool ok = t->ndim == val->t.ndim;
     for (int d = 0; ok && d < t->ndim; d++) {
@@ -92,7 +108,7 @@ static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, co
     for (int k = 0; st == FM_OK && k < n->n_out; k++) {
         const gvalue *ov = &g->values[n->out[k]];
         if (!out[k]) st = fm_set_error(FM_ERR_INTERNAL, "output %d was not produced", k);
-        else if (out[k]->dtype != ov->t.dt)
+        else if (out[k]->dtype != ov->t.dt && !(k > 0 && g_kv16_on(&c) && out[k]->dtype == FM_F16))
             st = fm_set_error(FM_ERR_INTERNAL, "output %d is %s but shape inference said %s", k, fm_dtype_name(out[k]->dtype), fm_dtype_name(ov->t.dt));
     }
     if (st != FM_OK) {
@@ -150,7 +166,7 @@ static fm_status run_impl(const fm_graph *g, fm_tensor *const *by_input, int n_o
     int64_t syms[G_MAX_SYMS];
     for (int s = 0; s < G_MAX_SYMS; s++) syms[s] = -1;
     for (int i = 0; i < g->n_inputs; i++)
-        if (bind_input(g, &g->values[g->inputs[i]], by_input[i], syms)) return fm_last_status();
+        if (bind_input(g, g->inputs[i], by_input[i], syms, opt)) return fm_last_status();
     fm_tensor **env = calloc((size_t)g->n_values + 1, sizeof *env);
     if (!env) return fm_set_error(FM_ERR_OOM, "graph: out of host memory");
     fm_status st = FM_OK;
@@ -175,6 +191,18 @@ fm_status fm_graph_run(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **
 fm_status fm_graph_run_ex(const fm_graph *g, fm_tensor *const *inputs, fm_tensor **outputs, const fm_graph_run_options *opt) {
     if (!g || (!inputs && g->n_inputs) || !outputs) return fm_set_error(FM_ERR_INVALID, "graph run: NULL graph, inputs or outputs");
     if (opt && opt->kv_capacity < 0) return fm_set_error(FM_ERR_INVALID, "graph run: kv_capacity %lld is negative", (long long)opt->kv_capacity);
+    if (opt && opt->kv_dtype != FM_F32) {
+        if (opt->kv_dtype != FM_F16)
+            return fm_set_error(FM_ERR_INVALID, "graph run: kv_dtype %s is not a KV cache dtype (f32 or f16)", fm_dtype_name(opt->kv_dtype));
+        if (!opt->kv_append || fm_graph_device(g).type != FM_DEV_CPU)
+            return fm_set_error(FM_ERR_INVALID, "graph run: an f16 KV cache (kv_dtype f16) needs kv_append, on the CPU (this graph is on %s)",
+                                fm_graph_device(g).type == FM_DEV_CPU ? "the CPU, kv_append off" : "another device");
+        bool has = false;
+        for (int i = 0; i < g->n_nodes && !has; i++) has = !strcmp(g_op_spec_at(g->nodes[i].spec)->name, "attention_kv");
+        if (!has)
+            return fm_set_error(FM_ERR_INVALID, "graph run: an f16 KV cache (kv_dtype f16) needs the graph's attention_kv nodes: compile the "
+                                                "graph first (fathom compile fuses its KV attention)");
+    }
     return run_impl(g, inputs, g->n_outputs, g->outputs, outputs, opt);
 }
 

@@ -142,3 +142,47 @@ fm_tensor *fm_scaled_dot_product_attention_mixed(fm_tensor *q, fm_tensor *k, fm_
                                                  fm_dtype lowp) {
     return sdpa_impl(q, k, v, causal, scale, lowp == FM_BF16 ? FM_BF16 : FM_F32);
 }
+
+fm_tensor *fm_sdpa_kv16(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) {
+    const char *op = "sdpa_kv16";
+    char a[128], b[128];
+    if (!q || !k || !v) { fm_set_error(FM_ERR_INVALID, "%s: q, k and v must not be NULL", op); return NULL; }
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
+        fm_set_error(FM_ERR_INVALID, "%s: q, k, v must be 4-D [B, H, T, D] and [B, Hkv, L, D], got q %s, k %s", op, shp(q, a, sizeof a),
+                     shp(k, b, sizeof b));
+        return NULL;
+    }
+    if (q->dtype != FM_F32 || k->dtype != FM_F16 || v->dtype != FM_F16) {
+        fm_set_error(FM_ERR_INVALID, "%s: needs q f32 and k, v f16 (a half-precision KV cache), got q %s, k %s, v %s", op, fm_dtype_name(q->dtype),
+                     fm_dtype_name(k->dtype), fm_dtype_name(v->dtype));
+        return NULL;
+    }
+    if (!fm_device_eq(fm_tensor_device(q), fm_tensor_device(k)) || !fm_device_eq(fm_tensor_device(q), fm_tensor_device(v))) {
+        fm_set_error(FM_ERR_INVALID, "%s: q, k and v must be on the same device", op);
+        return NULL;
+    }
+    if (memcmp(k->shape, v->shape, sizeof(int64_t) * 4) != 0 || q->shape[0] != k->shape[0] || q->shape[3] != k->shape[3] || k->shape[1] <= 0 ||
+        q->shape[1] % k->shape[1] != 0 || k->shape[2] < q->shape[2] || q->shape[2] < 1) {
+        fm_set_error(FM_ERR_INVALID,
+                     "%s: q %s and k %s (v alike) must share batch and head size, kv heads must divide query heads, and the cache must hold "
+                     "at least the %lld query rows (its last rows are theirs)",
+                     op, shp(q, a, sizeof a), shp(k, b, sizeof b), (long long)q->shape[2]);
+        return NULL;
+    }
+    fm_sdpa_attrs attrs = {0, scale > 0 && isfinite(scale) ? scale : 1.0 / sqrt((double)q->shape[3]), FM_F32};
+    fm_tensor *out = fm_tensor_empty(4, q->shape, FM_F32, fm_tensor_device(q));
+    if (!out) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_SDPA_KV16;
+    call.n_in = 3;
+    call.n_out = 1;
+    call.in[0] = q; call.in[1] = k; call.in[2] = v;
+    call.out[0] = out;
+    call.attrs = &attrs;
+    if (fm_dispatch(&call) != FM_OK) {
+        fm_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}

@@ -15,6 +15,7 @@
  * Causal masking is top-left aligned (key j visible to query i iff j <= i), as
  * PyTorch's is_causal. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,7 +254,61 @@ static fm_status sdpa_qkv_backward_kernel(const fm_op_call *call) {
     return run_backward(call, &io, call->in[1]->dtype);
 }
 
+/* ---- sdpa_kv16: f32 queries over an f16 KV cache (attention_cpu.h) ---- */
+
+void fm_sdpa_kv16_row_ref(const fm_kv16_io *io, int64_t b, int64_t h, int64_t i, float *scratch) {
+    const int64_t D = io->D, n = io->L - io->T + i + 1, hk = h / (io->H / io->Hkv);
+    const float *q = io->q + fm_sdpa_row(io->lq, b, h, i);
+    const uint16_t *K = io->k + fm_sdpa_row(io->lk, b, hk, 0), *V = io->v + fm_sdpa_row(io->lv, b, hk, 0);
+    float *s = scratch, *acc = scratch + io->L, mx = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float a = 0.0f;
+        for (int64_t d = 0; d < D; d++) a += q[d] * io->scale * fm_f16_to_f32(K[j * io->lk.st + d]);
+        s[j] = a;
+        mx = a > mx ? a : mx;
+    }
+    for (int64_t j = 0; j < n; j++) sum += s[j] = expf(s[j] - mx);
+    for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < D; d++) acc[d] += s[j] * fm_f16_to_f32(V[j * io->lv.st + d]);
+    float *out = io->o + fm_sdpa_row(io->lo, b, h, i);
+    for (int64_t d = 0; d < D; d++) out[d] = acc[d] / sum;
+}
+
+typedef struct { const fm_kv16_io *io; int avx2; atomic_int oom; } kv16_ctx;
+
+static void kv16_range(void *vctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    kv16_ctx *c = vctx;
+    const fm_kv16_io *io = c->io;
+    float *scratch = malloc(sizeof(float) * (size_t)(io->L + 2 * io->D));
+    if (!scratch) { atomic_store(&c->oom, 1); return; }
+    for (int64_t r = r0; r < r1; r++) { /* r = flat (b, h, i) */
+        const int64_t i = r % io->T, bh = r / io->T;
+        if (c->avx2) fm_sdpa_kv16_row_avx2(io, bh / io->H, bh % io->H, i, scratch);
+        else fm_sdpa_kv16_row_ref(io, bh / io->H, bh % io->H, i, scratch);
+    }
+    free(scratch);
+}
+
+/* in = {q [B,H,T,D] f32, k, v [B,Hkv,L,D] f16}, rows with any strides (the graph's
+ * cache views); out = {[B,H,T,D] f32}; attrs fm_sdpa_attrs (its scale) */
+static fm_status sdpa_kv16_kernel(const fm_op_call *call) {
+    const fm_tensor *q = call->in[0], *k = call->in[1], *o = call->out[0];
+    const fm_sdpa_attrs *a = call->attrs;
+    fm_kv16_io io = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], 0.0f,
+                     fm_tensor_data(q), strided_lay(q), fm_tensor_data(k), fm_tensor_data(call->in[2]), strided_lay(k),
+                     strided_lay(call->in[2]), fm_tensor_data(o), strided_lay(o)};
+    io.scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)io.D));
+    kv16_ctx c = {&io, fm_cpu_use_avx2(), 0};
+    fm_parallel_for(io.B * io.H * io.T, 1, kv16_range, &c);
+    if (atomic_load(&c.oom)) return fm_set_error(FM_ERR_OOM, "sdpa_kv16: out of memory for a row's scratch");
+    return FM_OK;
+}
+
 void fm_cpu_kernels_attention(fm_backend *b) {
+    b->kernels[FM_OP_SDPA_KV16] = sdpa_kv16_kernel;
+    b->rows_strided[FM_OP_SDPA_KV16] = true;
     b->kernels[FM_OP_SDPA] = sdpa_kernel;
     b->rows_strided[FM_OP_SDPA] = true;
     b->kernels[FM_OP_SDPA_BACKWARD] = sdpa_backward_kernel;

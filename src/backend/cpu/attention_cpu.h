@@ -48,6 +48,25 @@ static inline void fm_sdpa_scale_rows(float *x, int64_t n, int64_t D, int64_t st
         for (int64_t d = 0; d < D; d++) x[i * st + d] *= s;
 }
 
+/* sdpa_kv16 (ops.def SDPA_KV16): f32 queries over a KV cache stored as f16 (the
+ * graph's decode with fm_graph_run_options.kv_dtype FM_F16). Query row i of T
+ * attends to keys [0, L - T + i] (the cache holds the past, then these T rows).
+ * One row: the scores q . k_j (f32 sums of the widened halves), their softmax, and
+ * the f32 sum of p_j v_j. scratch: L + 2 D floats. The AVX2 version (F16C) and the
+ * reference differ in summation order and exp (fm_exp256, about 1 ulp). */
+typedef struct fm_kv16_io {
+    int64_t B, H, Hkv, T, L, D;
+    float scale;
+    const float *q;
+    fm_sdpa_lay lq;
+    const uint16_t *k, *v;
+    fm_sdpa_lay lk, lv;
+    float *o;
+    fm_sdpa_lay lo;
+} fm_kv16_io;
+void fm_sdpa_kv16_row_ref(const fm_kv16_io *io, int64_t b, int64_t h, int64_t i, float *scratch);
+void fm_sdpa_kv16_row_avx2(const fm_kv16_io *io, int64_t b, int64_t h, int64_t i, float *scratch); /* only with fm_cpu_use_avx2() */
+
 /* attention_avx2.c and attention_avx512.c (f32 only, the loops of attention_simd.h);
  * they return -1 when scratch memory ran out. */
 int fm_sdpa_f32_avx2_forward(const fm_sdpa_io *io);
