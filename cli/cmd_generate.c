@@ -30,11 +30,14 @@ static int emit(int tok, void *ctx) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T] [--top-k K]\n"
-               "                      [--top-p P] [--seed S] [--no-cache] [--device D] [--precision P] [--quiet]\n"
+               "                      [--top-p P] [--seed S] [--no-cache] [--device D] [--precision P]\n"
+               "                      [--kv-cache f32|f16] [--quiet]\n"
                "  --device D   where the model and its KV cache live: cpu (default), cuda, cuda:N, check\n"
                "  --precision P  fp32 (default), bf16 or fp16: the forward (prompt and every decode step)\n"
                "               autocast to that dtype, as `fathom train --precision P` runs it; the weights\n"
-               "               and the KV cache stay f32 (not for graphs, which run as they were compiled)\n");
+               "               and the KV cache stay f32 (not for graphs, which run as they were compiled)\n"
+               "  --kv-cache T  a compiled graph's KV cache in f32 (default) or f16 (half its memory and\n"
+               "               of the bytes each token reads; logits within the f16 rounding of keys and values)\n");
 }
 
 /* a real number from the whole of v (no trailing text, not NaN or infinite) */
@@ -56,7 +59,7 @@ int fm_cmd_generate(int argc, char **argv) {
     fm_gpt_sample_params sp = {0.8, 0, 1.0, 0};
     bool cache = true, quiet = false;
     fm_device dev = FM_CPU;
-    fm_dtype prec = FM_F32;
+    fm_dtype prec = FM_F32, kv = FM_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc, ok = true;
@@ -77,15 +80,23 @@ int fm_cmd_generate(int argc, char **argv) {
             int prc = fm_cli_precision("generate", v, &prec);
             if (prc) return prc;
         }
+        else if (!strcmp(a, "--kv-cache") && has) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "f16")) kv = FM_F16;
+            else if (strcmp(v, "f32")) {
+                fm_cli_error("generate: --kv-cache takes f32 or f16, got '%s'", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (a[0] != '-' && !dir) dir = a;
         else {
             static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p",
-                                                "--seed", "--no-cache", "--quiet", "--device", "--precision"};
+                                                "--seed", "--no-cache", "--quiet", "--device", "--precision", "--kv-cache"};
             int known = 0;
-            for (int k = 0; k < 11; k++) known |= !strcmp(a, flags[k]);
+            for (int k = 0; k < 12; k++) known |= !strcmp(a, flags[k]);
             if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
-            else fm_cli_unknown_option("generate", a, flags, 11);
+            else fm_cli_unknown_option("generate", a, flags, 12);
             usage(stderr);
             return 2;
         }
@@ -103,6 +114,10 @@ int fm_cmd_generate(int argc, char **argv) {
     sp.top_k = (int)top_k;
     sp.seed = (uint64_t)seed;
     if (fm_graph_dir_is_graph(dir) && fm_cli_precision_for_graph("generate", dir, prec)) return 2;
+    if (kv == FM_F16 && !fm_graph_dir_is_graph(dir)) {
+        fm_cli_error("generate: --kv-cache f16 is for compiled graphs; %s is a trained model: run `fathom compile %s -o DIR` and generate from DIR", dir, dir);
+        return 2;
+    }
     fm_cli_gpt gp; /* a graph directory (`fathom compile`) runs its KV-cache graph */
     if (fm_cli_gpt_open(dir, NULL, &gp)) { fm_cli_error("%s", fm_last_error()); return 1; }
     fm_tokenizer *tok = gp.tok;
@@ -129,7 +144,7 @@ int fm_cmd_generate(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
-    fm_status gst = g ? fm_graph_generate(g, ids, (int)n, (int)tokens, &sp, NULL, &made, &limit, emit, tok)
+    fm_status gst = g ? fm_graph_generate_ex(g, ids, (int)n, (int)tokens, &sp, kv, NULL, &made, &limit, emit, tok)
                       : fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, tok);
     fm_autocast_set(prev_ac);
     if (gst != FM_OK) {
@@ -147,7 +162,7 @@ int fm_cmd_generate(int argc, char **argv) {
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (!quiet)
         fprintf(stderr, "fathom: %d tokens in %.2f s (%.1f tokens/s, %s, %s)\n", made, s, made / (s > 0 ? s : 1),
-                g ? "graph, KV cache" : cache ? "KV cache" : "no cache", fm_precision_name(prec));
+                g ? (kv == FM_F16 ? "graph, f16 KV cache" : "graph, KV cache") : cache ? "KV cache" : "no cache", fm_precision_name(prec));
 done:
     free(ids);
     fm_cli_gpt_close(&gp);

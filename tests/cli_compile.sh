@@ -58,6 +58,12 @@ a=$("$bin" generate "$tmp/gpt" --prompt "And the" --tokens 10 --temperature 0 --
 b=$("$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet 2>&1)
 [[ -n $a && $a == "$b" ]] && ok "generate: the graph gives the model's greedy text" || bad "generate differs: '$a' vs '$b'"
 expect 1 "not a GPT graph" "$bin" generate "$tmp/cnn.graph" --prompt "x" --tokens 2
+# an f16 KV cache (--kv-cache f16): the greedy text of this small model is the f32 cache's
+c=$("$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 10 --temperature 0 --quiet --kv-cache f16 2>&1)
+[[ -n $c && $c == "$b" ]] && ok "generate --kv-cache f16: the f32 cache's greedy text" || bad "generate --kv-cache f16 differs: '$c' vs '$b'"
+expect 0 "f16 KV cache" "$bin" generate "$tmp/gpt.graph" --prompt "And the" --tokens 3 --kv-cache f16
+expect 2 "is for compiled graphs" "$bin" generate "$tmp/gpt" --prompt "x" --tokens 2 --kv-cache f16
+expect 2 "--kv-cache takes f32 or f16, got 'q8'" "$bin" generate "$tmp/gpt.graph" --prompt "x" --tokens 2 --kv-cache q8
 # eval: the graph gives the model's loss on a text; without one a graph has no token file
 expect 1 "give a text to evaluate on with --text FILE" "$bin" eval "$tmp/gpt.graph"
 l1=$("$bin" eval "$tmp/gpt" --text "$tmp/corpus.txt" --json --quiet 2>&1) && l2=$("$bin" eval "$tmp/gpt.graph" --text "$tmp/corpus.txt" --json --quiet 2>&1) \

@@ -257,6 +257,12 @@ FM_API fm_tensor *fm_graph_gpt_forward(const fm_graph *g, fm_tensor *tokens);
 FM_API fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new,
                                    const struct fm_gpt_sample_params *p, int32_t *out, int *out_n, bool *hit_limit,
                                    int (*cb)(int token, void *ctx), void *ctx);
+/* The same with the KV caches in kv_dtype: FM_F32 (fm_graph_generate's), or FM_F16
+ * on the CPU for a compiled graph (attention_kv nodes): half the cache's memory and
+ * reads, outputs within its rounding (fm_graph_run_options.kv_dtype). */
+FM_API fm_status fm_graph_generate_ex(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new,
+                                      const struct fm_gpt_sample_params *p, fm_dtype kv_dtype, int32_t *out, int *out_n,
+                                      bool *hit_limit, int (*cb)(int token, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

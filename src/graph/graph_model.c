@@ -188,6 +188,11 @@ static fm_status last_row(const fm_tensor *logits, float *lg) {
 
 fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new, const fm_gpt_sample_params *p,
                             int32_t *out, int *out_n, bool *hit_limit, fm_gpt_token_fn cb, void *ctx) {
+    return fm_graph_generate_ex(g, prompt, n_prompt, n_new, p, FM_F32, out, out_n, hit_limit, cb, ctx);
+}
+
+fm_status fm_graph_generate_ex(const fm_graph *g, const int32_t *prompt, int n_prompt, int n_new, const fm_gpt_sample_params *p,
+                               fm_dtype kv_dtype, int32_t *out, int *out_n, bool *hit_limit, fm_gpt_token_fn cb, void *ctx) {
     if (out_n) *out_n = 0;
     if (hit_limit) *hit_limit = false;
     const char *kind = fm_graph_get_meta(g, "model_kind"), *bs = fm_graph_get_meta(g, "block_size"), *vs = fm_graph_get_meta(g, "vocab_size");
@@ -211,7 +216,7 @@ fm_status fm_graph_generate(const fm_graph *g, const int32_t *prompt, int n_prom
     if (st == FM_OK && !(in[0] = fm_tensor_from_data(ids, 2, (int64_t[]){1, n_prompt}, FM_I64))) st = fm_last_status();
     int len = n_prompt, made = 0;
     /* each step appends to the caches in place (they get room for the whole run) */
-    const fm_graph_run_options ro = {.kv_append = true, .kv_capacity = n_prompt + n_new < ctx_len ? n_prompt + n_new : ctx_len};
+    const fm_graph_run_options ro = {.kv_append = true, .kv_capacity = n_prompt + n_new < ctx_len ? n_prompt + n_new : ctx_len, .kv_dtype = kv_dtype};
     while (st == FM_OK && made < n_new) {
         if (len >= ctx_len) { if (hit_limit) *hit_limit = true; break; }
         if ((st = fm_graph_run_ex(g, in, res, &ro)) != FM_OK) break;
