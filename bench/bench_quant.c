@@ -557,11 +557,17 @@ static double decode_loop(const fm_graph *g, int prompt, int steps, const fm_gra
     return t;
 }
 
-/* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128) decode loop of the
+/* --profile-decode SIDE: only SIDE's (fp32, int8, int4-g32|64|128, each optionally with
+ * -kv16: f16 caches) decode loop of the
  * compiled GPT-2-small shape (prompt 64, 128 steps, caches appended in place), `rounds`
  * loops, for `perf record` */
-static void profile_decode(const char *side, int rounds) {
+static void profile_decode(const char *arg, int rounds) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
+    char side[32];
+    snprintf(side, sizeof side, "%s", arg);
+    const size_t sl = strlen(side);
+    const bool kv16 = sl > 5 && !strcmp(side + sl - 5, "-kv16"); /* SIDE-kv16: the f16 caches */
+    if (kv16) side[sl - 5] = 0;
     fm_graph *g = compiled_gpt_graph(&big), *q = NULL; /* as --generate's */
     if (!strcmp(side, "int8")) q = quantize(g, FM_QUANT_INT8_DYNAMIC, 0, NULL);
     else if (!strncmp(side, "int4-g", 6)) q = quantize(g, FM_QUANT_INT4, atoi(side + 6), NULL);
@@ -570,11 +576,11 @@ static void profile_decode(const char *side, int rounds) {
     double t = 0;
     for (int r = 0; r < rounds; r++) {
         if (trace && *trace && r == 1 && fm_profiler_start(trace) != FM_OK) die("profiler");
-        t += decode_loop(q ? q : g, 64, 128, &g_decode_opts);
+        t += decode_loop(q ? q : g, 64, 128, kv16 ? &g_decode_opts16 : &g_decode_opts);
     }
     if (trace && *trace && rounds > 1 && fm_profiler_stop() != FM_OK) die("profiler");
     printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"loops\": %d, \"ms\": %.3f}\n", big.name,
-           side, rounds, 1e3 * t / rounds);
+           arg, rounds, 1e3 * t / rounds);
     if (q) fm_graph_free(q);
     fm_graph_free(g);
 }
