@@ -38,6 +38,11 @@ double fm_op_flops(const fm_op_call *c) {
         double f = 4.0 * B * H * Tq * Tk * D; /* QK^T and PV */
         return a && a->causal ? f / 2 : f;
     }
+    case FM_OP_SDPA_KV16: { /* query i of T sees L - T + i + 1 keys: T L - T (T - 1) / 2 pairs, two products each */
+        const fm_tensor *q = c->in[0], *k = c->in[1];
+        double T = (double)q->shape[2], L = (double)k->shape[2];
+        return 4.0 * (double)q->shape[0] * (double)q->shape[1] * (T * L - T * (T - 1) / 2) * (double)q->shape[3];
+    }
     case FM_OP_SDPA_BACKWARD: {
         const fm_tensor *q = c->in[1], *k = c->in[2];
         double f = 8.0 * (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)k->shape[2] * (double)q->shape[3];
