@@ -58,6 +58,19 @@ static void release_all(fm_tensor **t, int n) {
     for (int i = 0; i < n; i++) { fm_tensor_release(t[i]); t[i] = NULL; }
 }
 
+/* Both loops' next inputs: step s's token, and each run's presents as its pasts */
+static void next_step(fm_tensor **ia, fm_tensor **ib, fm_tensor **oa, fm_tensor **ob, int n, int s) {
+    int64_t tok = (s * 13 + 1) % 50;
+    for (int k = 0; k < n; k++) {
+        fm_tensor_release(ia[k]);
+        fm_tensor_release(ib[k]);
+        ia[k] = k ? oa[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
+        ib[k] = k ? ob[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
+        if (!k) { fm_tensor_release(oa[0]); fm_tensor_release(ob[0]); }
+        oa[k] = ob[k] = NULL;
+    }
+}
+
 /* A decode loop of `steps` steps, concatenating (a) and in place (b), side by
  * side: every step's logits and presents the same bits; from the second step on
  * every present of b shares its past's storage (appended in place). */
@@ -72,15 +85,7 @@ static void loop_matches(const fm_graph *g, const char *what, int64_t capacity) 
         if (sa || sb) break;
         for (int k = 0; k < n; k++) CHECK_MSG(t_same_bits(oa[k], ob[k]), "%s step %d output %d differs", what, s, k);
         for (int k = 1; s > 0 && k < n; k++, checked++) in_place += ob[k]->storage == ib[k]->storage;
-        int64_t tok = (s * 13 + 1) % 50;
-        for (int k = 0; k < n; k++) {
-            fm_tensor_release(ia[k]);
-            fm_tensor_release(ib[k]);
-            ia[k] = k ? oa[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
-            ib[k] = k ? ob[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
-            if (!k) { fm_tensor_release(oa[0]); fm_tensor_release(ob[0]); }
-            oa[k] = ob[k] = NULL;
-        }
+        next_step(ia, ib, oa, ob, n, s);
     }
     /* with room for the whole loop every step after the first appends in place;
      * with the default growth (twice the length, at least 64) too at this length */
@@ -259,15 +264,7 @@ static void kv16_loop(const fm_graph *c, const fm_graph *uncompiled, const char 
                 checked++;
             }
         }
-        int64_t tok = (s * 13 + 1) % 50;
-        for (int k = 0; k < n; k++) {
-            fm_tensor_release(ia[k]);
-            fm_tensor_release(ib[k]);
-            ia[k] = k ? oa[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
-            ib[k] = k ? ob[k] : fm_tensor_from_data(&tok, 2, (int64_t[]){1, 1}, FM_I64);
-            if (!k) { fm_tensor_release(oa[0]); fm_tensor_release(ob[0]); }
-            oa[k] = ob[k] = NULL;
-        }
+        next_step(ia, ib, oa, ob, n, s);
     }
     fprintf(stderr, "%s: f16 KV cache, largest logit difference over 12 steps %.3g of the largest logit\n", what, worst);
     CHECK_MSG(worst > 0 && worst < 5e-3, "%s: f16 KV logits differ by %g of the largest logit", what, worst);
