@@ -266,12 +266,13 @@ static fm_status run_attention_kv(const gctx *c, fm_tensor *const *in, fm_tensor
     }
     const int64_t B = q->shape[0], T = q->shape[2], L = in[1]->shape[2] + T;
     const bool app = g_kv_append_on(c); /* caches with room (a prompt's too: its first decode step appends in place) */
+    const bool kv16 = g_kv16_on(c) && k->dtype == FM_F32; /* f16 caches for an f32 graph's keys and values */
     if (app) {
-        const fm_dtype dt = g_kv16_on(c) ? FM_F16 : k->dtype;
+        const fm_dtype dt = kv16 ? FM_F16 : k->dtype;
         out[1] = g_kv_append(c, in[1], k, dt);
         out[2] = out[1] ? g_kv_append(c, in[2], v, dt) : NULL;
     }
-    if (app && g_kv16_on(c) && L != T) { /* a past in the f16 caches: attention over them (a prompt's runs on its f32 k and v) */
+    if (kv16 && L != T) { /* a past in the f16 caches: attention over them (a prompt's runs on its f32 k and v) */
         if (out[1] && out[2]) y = fm_sdpa_kv16(q, out[1], out[2], scale);
         if (y) t = fm_transpose(y, 1, 2);
         if (t) out[0] = fm_reshape(t, 3, (int64_t[]){B, T, H * q->shape[3]});

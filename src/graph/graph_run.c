@@ -63,7 +63,6 @@ fm_status fm_graph_to_device(fm_graph *g, fm_device dev) {
     return g->validated ? g_prepare(g) : FM_OK;
 }
 
-/* Checks one input against its declaration and binds its dynamic dims. */
 /* Whether value v is a past cache of an attention_kv node (its input 1 or 2) */
 static bool is_kv_past(const fm_graph *g, int v) {
     for (int i = 0; i < g->n_nodes; i++) {
@@ -79,6 +78,7 @@ static bool kv16_ok(const fm_graph *g, const fm_graph_run_options *opt, int v, f
     return opt && opt->kv_dtype == FM_F16 && got == FM_F16 && declared == FM_F32 && is_kv_past(g, v);
 }
 
+/* Checks one input against its declaration and binds its dynamic dims. */
 static fm_status bind_input(const fm_graph *g, int v, const fm_tensor *t, int64_t *syms, const fm_graph_run_options *opt) {
     char s1[96], s2[512];
     const gvalue *val = &g->values[v];
@@ -108,7 +108,7 @@ static fm_status run_node(const fm_graph *g, const gnode *n, fm_tensor **env, co
     for (int k = 0; st == FM_OK && k < n->n_out; k++) {
         const gvalue *ov = &g->values[n->out[k]];
         if (!out[k]) st = fm_set_error(FM_ERR_INTERNAL, "output %d was not produced", k);
-        else if (out[k]->dtype != ov->t.dt && !(k > 0 && g_kv16_on(&c) && out[k]->dtype == FM_F16))
+        else if (out[k]->dtype != ov->t.dt && !(k > 0 && out[k]->dtype == FM_F16 && g_kv16_on(&c) && !strcmp(sp->name, "attention_kv")))
             st = fm_set_error(FM_ERR_INTERNAL, "output %d is %s but shape inference said %s", k, fm_dtype_name(out[k]->dtype), fm_dtype_name(ov->t.dt));
     }
     if (st != FM_OK) {
