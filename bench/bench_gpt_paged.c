@@ -16,7 +16,8 @@
  *   instead builds a GPT-2-small-shaped model (12 x 768, 12 heads, vocab 8192,
  *   context 128, random weights), traces and compiles its graph, quantizes it to
  *   int4 (g32) and int8 dynamic, and runs the table for each form as served
- *   (graph_gpt_paged.c), with each form's tokens/s over f32's at each n. */
+ *   (graph_gpt_paged.c), with each form's tokens/s over f32's at each n.
+ * FATHOM_BENCH_KV=f16: the cache's blocks in f16 (text_generation.kv_cache_dtype). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,8 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static fm_gpt_paged *start(fm_gpt *m, const fm_gpt_config *c, int n, int *seqs, int32_t *tok, float *lg) {
-    fm_gpt_paged *p = fm_gpt_paged_new_ex(m, g_q, 16 * (c->block_size / 16 + 1), 16, 16);
+    const char *kv = getenv("FATHOM_BENCH_KV"); /* f16: the cache's blocks in half precision */
+    fm_gpt_paged *p = fm_gpt_paged_new_ex(m, g_q, 16 * (c->block_size / 16 + 1), 16, 16, kv && !strcmp(kv, "f16") ? FM_F16 : FM_F32);
     if (!p) return NULL;
     for (int i = 0; i < n; i++) { seqs[i] = fm_gpt_paged_open(p); tok[i] = (i * 7 + 1) % c->vocab_size; }
     for (int t = 0; t < 32; t++)

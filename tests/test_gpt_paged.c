@@ -16,6 +16,7 @@
 /* set: heads that do not tile n_embd (3 heads of 8 over 32; Llama 2 heads in 1 kv group) */
 static bool narrow_heads;
 static bool untied; /* set: an output head of its own (lm_head), not the token embedding */
+static bool kv_f16; /* set: the cache's blocks in f16 (the logits within its rounding, not 1e-4) */
 
 static fm_gpt_config tiny(fm_gpt_arch arch) {
     fm_gpt_config c = fm_gpt_config_default(arch);
@@ -63,8 +64,11 @@ static void check_arch(fm_gpt_arch arch) {
     const int32_t toks[3][12] = {{1, 5, 9, 2, 33, 7, 7, 60, 4, 0, 0, 0}, {8, 8, 3, 21, 5, 6, 44, 1, 2, 3, 0, 0},
                                  {63, 0, 12, 13, 14, 15, 16, 0, 0, 0, 0, 0}};
     const int start[3] = {0, 2, 5}, stop[3] = {9, 12, 12};
-    fm_gpt_paged *p = fm_gpt_paged_new(m, 12, 4, 3);
+    fm_gpt_paged *p = fm_gpt_paged_new_ex(m, NULL, 12, 4, 3, kv_f16 ? FM_F16 : FM_F32);
     CHECK(p != NULL);
+    /* 2 layers x (k, v) x kv heads x 4 positions x head size, 4 or 2 bytes */
+    const size_t per = (size_t)2 * 2 * (size_t)c.n_kv_head * 4 * (size_t)(c.head_dim ? c.head_dim : c.n_embd / c.n_head);
+    CHECK_MSG(p && fm_gpt_paged_block_bytes(p) == per * (kv_f16 ? 2 : 4), "block bytes %zu", p ? fm_gpt_paged_block_bytes(p) : 0);
     int slot[3] = {-1, -1, -1};
     float *lg = malloc(sizeof(float) * 3 * 64);
     double worst = 0;
@@ -89,7 +93,12 @@ static void check_arch(fm_gpt_arch arch) {
             if (d > worst) worst = d;
         }
     }
-    CHECK_MSG(worst < 1e-4, "%s: paged logits differ from the full forward by %g", fm_gpt_arch_name(arch), worst);
+    if (kv_f16) { /* the halves' rounding (2^-11 relative) through two layers: above 0, well under 1e-2 */
+        fprintf(stderr, "%s, f16 KV blocks: paged logits within %.3g of the full forward\n", fm_gpt_arch_name(arch), worst);
+        CHECK_MSG(worst > 0 && worst < 1e-2, "%s f16 KV: paged logits differ from the full forward by %g", fm_gpt_arch_name(arch), worst);
+    } else {
+        CHECK_MSG(worst < 1e-4, "%s: paged logits differ from the full forward by %g", fm_gpt_arch_name(arch), worst);
+    }
     CHECK(shared >= 6 && steps == 12);
     /* blocks: B and C are still open (12 and 7 tokens: 3 + 2 blocks of 4) */
     CHECK_MSG(p && fm_gpt_paged_free_blocks(p) == 12 - 5, "free blocks %d", p ? fm_gpt_paged_free_blocks(p) : -1);
@@ -275,5 +284,19 @@ int main(void) {
     check_arch(FM_GPT_LLAMA);
     check_prefill(FM_GPT_GPT2);
     check_prefill(FM_GPT_LLAMA);
+    /* f16 blocks (kv_dtype FM_F16, what "kv_cache_dtype": "f16" gives the server) */
+    kv_f16 = true;
+    check_arch(FM_GPT_GPT2);
+    check_arch(FM_GPT_LLAMA);
+    kv_f16 = false;
+    {
+        fm_gpt_config c = tiny(FM_GPT_GPT2);
+        fm_rng r;
+        fm_rng_init(&r, 7);
+        fm_gpt *m = fm_gpt_new(&c, &r);
+        CHECK(fm_gpt_paged_new_ex(m, NULL, 4, 4, 1, FM_BF16) == NULL);
+        CHECK_ERR_CONTAINS("must be f32 or f16, got bf16");
+        fm_gpt_free(m);
+    }
     TEST_DONE();
 }

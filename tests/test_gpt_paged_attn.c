@@ -3,10 +3,12 @@
  * reference over head sizes that hit every tail (D % 8, D % 4 positions, and the
  * AVX-512 version's column groups of 1-4 zmm, its AVX2 fallback over 256), block
  * sizes 1-16 with the blocks scattered in the pool (a paged table's order),
- * 1-130 positions, and large score ranges (the softmax's max subtraction). */
+ * 1-130 positions, and large score ranges (the softmax's max subtraction); and the
+ * f16 versions (an f16 cache) against the reference on the same halves. */
 #include <stdlib.h>
 
 #include "core/cpu_features.h"
+#include "fathom/tensor.h" /* fm_convert_f32_to_f16 */
 #include "gpt/gpt_paged_attn.h"
 #include "test_util.h"
 
@@ -48,7 +50,7 @@ static void check_case(int D, int BT, int64_t n, float qscale, double tol, uint6
         kb[b] = K + at * BT * D;
         vb[b] = V + at * BT * D;
     }
-    fm_paged_head a = {q, kb, vb, D, BT, n, 0.25f, sc, o};
+    fm_paged_head a = {q, kb, vb, D, BT, n, 0.25f, sc, o, NULL, NULL};
     reference(&a, ref);
     void (*fns[3])(const fm_paged_head *) = {fm_paged_head_f32_scalar, fm_paged_head_f32_avx2, fm_paged_head_f32_avx512};
     const char *names[3] = {"scalar", "avx2", "avx512"};
@@ -63,6 +65,38 @@ static void check_case(int D, int BT, int64_t n, float qscale, double tol, uint6
         /* outputs are convex combinations of values in [-0.5, 0.5]; with scores in the
          * hundreds a float score's rounding moves the weights more */
         CHECK_MSG(worst < tol, "%s D %d BT %d n %lld q x%g: max error %g", names[f], D, BT, (long long)n, qscale, worst);
+    }
+    /* the f16 versions: the same blocks rounded to f16, against the reference on the
+     * rounded values (the f32 versions' bound: the rounding is in the data, not the sums) */
+    {
+        const size_t nel = (size_t)(pool_blocks * BT * D);
+        uint16_t *Kh = malloc(2 * nel), *Vh = malloc(2 * nel);
+        float *Kr = malloc(4 * nel), *Vr = malloc(4 * nel);
+        const uint16_t **khb = malloc(sizeof *khb * (size_t)nb), **vhb = malloc(sizeof *vhb * (size_t)nb);
+        const float **krb = malloc(sizeof *krb * (size_t)nb), **vrb = malloc(sizeof *vrb * (size_t)nb);
+        if (Kh && Vh && Kr && Vr && khb && vhb && krb && vrb) {
+            fm_convert_f32_to_f16(K, Kh, nel);
+            fm_convert_f32_to_f16(V, Vh, nel);
+            fm_convert_f16_to_f32(Kh, Kr, nel);
+            fm_convert_f16_to_f32(Vh, Vr, nel);
+            for (int64_t b = 0; b < nb; b++) {
+                const size_t at = (size_t)(kb[b] - K);
+                khb[b] = Kh + at, vhb[b] = Vh + at, krb[b] = Kr + at, vrb[b] = Vr + at;
+            }
+            fm_paged_head r = {q, krb, vrb, D, BT, n, 0.25f, sc, o, NULL, NULL}, h = {q, NULL, NULL, D, BT, n, 0.25f, sc, o, khb, vhb};
+            reference(&r, ref);
+            void (*hf[2])(const fm_paged_head *) = {fm_paged_head_f16_scalar, fm_paged_head_f16_avx2};
+            for (int f = 0; f < 2; f++) {
+                if (f == 1 && !fm_cpu_use_avx2()) continue;
+                hf[f](&h);
+                double worst = 0;
+                for (int e = 0; e < D; e++) worst = fabs(o[e] - ref[e]) > worst ? fabs(o[e] - ref[e]) : worst;
+                CHECK_MSG(worst < tol, "f16 %s D %d BT %d n %lld q x%g: max error %g", f ? "avx2" : "scalar", D, BT, (long long)n, qscale, worst);
+            }
+        } else {
+            CHECK(!"out of memory");
+        }
+        free(Kh); free(Vh); free(Kr); free(Vr); free(khb); free(vhb); free(krb); free(vrb);
     }
 done:
     free(K); free(V); free(q); free(sc); free(o); free(ref); free(kb); free(vb);

@@ -54,7 +54,7 @@ static double diff_vs_graph(const fm_graph *g, const int32_t *seq, int len, cons
  * step's logits against the graph's forward of that sequence's prefix. */
 static double run_interleaved(const fm_graph *g, fm_gpt *m, const fm_paged_weights *q, const char *what) {
     const int V = fm_gpt_get_config(m)->vocab_size;
-    fm_gpt_paged *p = fm_gpt_paged_new_ex(m, q, 12, 4, 3);
+    fm_gpt_paged *p = fm_gpt_paged_new_ex(m, q, 12, 4, 3, FM_F32);
     CHECK(p != NULL);
     if (!p) return INFINITY;
     int32_t seq[3][20];
@@ -86,7 +86,7 @@ static double run_interleaved(const fm_graph *g, fm_gpt *m, const fm_paged_weigh
     /* sequence 0 again, alone, one token a step: every logit bitwise the batched one
      * (f32's packed linears, int4's row-wise x codes, int8's per-row scales) */
     fm_gpt_paged_free(p);
-    p = fm_gpt_paged_new_ex(m, q, 12, 4, 1);
+    p = fm_gpt_paged_new_ex(m, q, 12, 4, 1, FM_F32);
     int s0 = p ? fm_gpt_paged_open(p) : -1;
     bool same = p && lg && seq0;
     for (int step = 0; same && step < 10; step++) {

@@ -20,7 +20,8 @@
 
 struct fm_gpt_paged {
     int n_layer, H, KV, D, BT, n_blocks, max_seqs, max_blocks_per_seq, block_size;
-    float **k, **v;      /* per layer: [n_blocks][KV][BT][D] (keys: [n_blocks][KV][D][BT], transposed per block) */
+    void **k, **v;       /* per layer: [n_blocks][KV][BT][D] (keys: [n_blocks][KV][D][BT], transposed per block), f32 or f16 */
+    bool f16;            /* the blocks in half precision (kv_dtype FM_F16) */
     int *free_list, n_free;
     int **table;         /* per sequence: its blocks */
     int *n_alloc;        /* per sequence: blocks in its table */
@@ -102,11 +103,15 @@ static fm_status pack_weights(const fm_gpt *m, fm_gpt_paged *p, const fm_paged_w
 }
 
 fm_gpt_paged *fm_gpt_paged_new(const fm_gpt *m, int n_blocks, int block_tokens, int max_seqs) {
-    return fm_gpt_paged_new_ex(m, NULL, n_blocks, block_tokens, max_seqs);
+    return fm_gpt_paged_new_ex(m, NULL, n_blocks, block_tokens, max_seqs, FM_F32);
 }
 
-fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs) {
+fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs, fm_dtype kv_dtype) {
     if (q && q->n_lin == 0 && !q->emb.w) q = NULL; /* none given */
+    if (kv_dtype != FM_F32 && kv_dtype != FM_F16) {
+        fm_set_error(FM_ERR_INVALID, "paged cache: the KV cache's dtype must be f32 or f16, got %s", fm_dtype_name(kv_dtype));
+        return NULL;
+    }
     /* the final norm's weight stands for the model's (wte may be a quantized table's placeholder) */
     if (m->lnf_w->dtype != FM_F32 || fm_tensor_device(m->lnf_w).type != FM_DEV_CPU) {
         fm_set_error(FM_ERR_UNSUPPORTED, "paged decoding needs an f32 model on the CPU");
@@ -132,6 +137,7 @@ fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, in
     p->n_blocks = n_blocks;
     p->max_seqs = max_seqs;
     p->block_size = m->cfg.block_size;
+    p->f16 = kv_dtype == FM_F16;
     p->max_blocks_per_seq = (m->cfg.block_size + block_tokens - 1) / block_tokens;
     size_t per_layer = (size_t)n_blocks * (size_t)p->KV * (size_t)block_tokens * (size_t)p->D;
     p->k = calloc((size_t)p->n_layer, sizeof *p->k);
@@ -142,7 +148,7 @@ fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, in
     p->n_alloc = calloc((size_t)max_seqs, sizeof(int));
     if (!p->k || !p->v || !p->free_list || !p->table || !p->len || !p->n_alloc) goto oom;
     for (int l = 0; l < p->n_layer; l++)
-        if (!(p->k[l] = malloc(per_layer * sizeof(float))) || !(p->v[l] = malloc(per_layer * sizeof(float)))) goto oom;
+        if (!(p->k[l] = malloc(per_layer * (p->f16 ? 2 : 4))) || !(p->v[l] = malloc(per_layer * (p->f16 ? 2 : 4)))) goto oom;
     for (int s = 0; s < max_seqs; s++) {
         if (!(p->table[s] = malloc(sizeof(int) * (size_t)p->max_blocks_per_seq))) goto oom;
         p->len[s] = -1;
@@ -185,6 +191,9 @@ void fm_gpt_paged_free(fm_gpt_paged *p) {
 int fm_gpt_paged_free_blocks(const fm_gpt_paged *p) { return p->n_free; }
 int fm_gpt_paged_total_blocks(const fm_gpt_paged *p) { return p->n_blocks; }
 int fm_gpt_paged_block_tokens(const fm_gpt_paged *p) { return p->BT; }
+size_t fm_gpt_paged_block_bytes(const fm_gpt_paged *p) {
+    return (size_t)2 * (size_t)p->n_layer * (size_t)p->KV * (size_t)p->BT * (size_t)p->D * (p->f16 ? 2 : 4);
+}
 int64_t fm_gpt_paged_len(const fm_gpt_paged *p, int seq) { return p->len[seq]; }
 
 int fm_gpt_paged_open(fm_gpt_paged *p) {
@@ -207,17 +216,27 @@ int fm_gpt_paged_need_n(const fm_gpt_paged *p, int seq, int k) {
 
 int fm_gpt_paged_need(const fm_gpt_paged *p, int seq) { return fm_gpt_paged_need_n(p, seq, 1); }
 
-/* Position t of sequence s, layer l, kv head g: the cached value row (t at a
- * block's start: the block, which for keys holds them transposed, D x BT). */
-static float *slot(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g) {
+/* Position t of sequence s, kv head g: the element offset of its cached value row in a
+ * layer's pool (t at a block's start: the block, which for keys holds them transposed,
+ * D x BT). */
+static size_t slot(const fm_gpt_paged *p, int s, int64_t t, int g) {
     int blk = p->table[s][t / p->BT];
-    return pool + (((size_t)blk * (size_t)p->KV + (size_t)g) * (size_t)p->BT + (size_t)(t % p->BT)) * (size_t)p->D;
+    return (((size_t)blk * (size_t)p->KV + (size_t)g) * (size_t)p->BT + (size_t)(t % p->BT)) * (size_t)p->D;
 }
 
-/* The key of position t into its block's transposed layout (gpt_paged_attn.h). */
-static void put_key(const fm_gpt_paged *p, float *pool, int s, int64_t t, int g, const float *k) {
-    float *kt = slot(p, pool, s, t - t % p->BT, g) + t % p->BT;
-    for (int e = 0; e < p->D; e++) kt[(size_t)e * (size_t)p->BT] = k[e];
+/* Position t's key into its block's transposed layout (gpt_paged_attn.h) and its value
+ * into its row, rounded to f16 for an f16 cache. */
+static void put_kv(const fm_gpt_paged *p, int l, int s, int64_t t, int g, const float *k, const float *v) {
+    const size_t kt = slot(p, s, t - t % p->BT, g) + (size_t)(t % p->BT), vt = slot(p, s, t, g);
+    if (p->f16) {
+        uint16_t *kp = (uint16_t *)p->k[l] + kt;
+        for (int e = 0; e < p->D; e++) kp[(size_t)e * (size_t)p->BT] = fm_f32_to_f16(k[e]);
+        fm_convert_f32_to_f16(v, (uint16_t *)p->v[l] + vt, (size_t)p->D);
+        return;
+    }
+    float *kp = (float *)p->k[l] + kt;
+    for (int e = 0; e < p->D; e++) kp[(size_t)e * (size_t)p->BT] = k[e];
+    memcpy((float *)p->v[l] + vt, v, sizeof(float) * (size_t)p->D);
 }
 
 /* Rotate-half RoPE of one head vector at position pos (as gpt_model.c's rope). */
@@ -252,7 +271,7 @@ static void attend_items(void *vctx, int64_t b, int64_t e, int tid) {
     const fm_gpt_paged *p = c->p;
     const int H = p->H, KV = p->KV, D = p->D, G = H / KV, W = (H + 2 * KV) * D;
     /* this call's scratch: one sequence's block pointers for one kv head, and the scores */
-    const float **kb = malloc(sizeof *kb * 2 * (size_t)p->max_blocks_per_seq);
+    const void **kb = malloc(sizeof *kb * 2 * (size_t)p->max_blocks_per_seq);
     float *scores = malloc(sizeof(float) * (size_t)p->block_size);
     if (!kb || !scores) {
         c->oom = 1;
@@ -260,17 +279,20 @@ static void attend_items(void *vctx, int64_t b, int64_t e, int tid) {
         free(scores);
         return;
     }
-    const float **vb = kb + p->max_blocks_per_seq;
+    const void **vb = kb + p->max_blocks_per_seq;
+    const size_t es = p->f16 ? 2 : 4;
     for (int64_t it = b; it < e; it++) {
         const int i = (int)(it / KV), g = (int)(it % KV), s = c->seqs[i];
         const int64_t pos = c->poss[i];
         const float *q = c->qkv + (size_t)i * W;
         for (int64_t blk = 0; blk * p->BT <= pos; blk++) {
-            kb[blk] = slot(p, p->k[c->l], s, blk * p->BT, g);
-            vb[blk] = slot(p, p->v[c->l], s, blk * p->BT, g);
+            kb[blk] = (const char *)p->k[c->l] + es * slot(p, s, blk * p->BT, g);
+            vb[blk] = (const char *)p->v[c->l] + es * slot(p, s, blk * p->BT, g);
         }
         for (int h = g * G; h < (g + 1) * G; h++) {
-            fm_paged_head a = {q + h * D, kb, vb, D, p->BT, pos + 1, c->scale, scores, c->att + (size_t)i * H * D + h * D};
+            fm_paged_head a = {q + h * D, NULL, NULL, D, p->BT, pos + 1, c->scale, scores, c->att + (size_t)i * H * D + h * D, NULL, NULL};
+            if (p->f16) a.kh = (const uint16_t *const *)kb, a.vh = (const uint16_t *const *)vb;
+            else a.k = (const float *const *)kb, a.v = (const float *const *)vb;
             c->head(&a);
         }
     }
@@ -302,16 +324,14 @@ static fm_status attend(const fm_gpt *m, fm_gpt_paged *p, int l, int n, const in
             for (int h = 0; h < H; h++) rope_vec(m, q + h * D, D, pos);
             for (int g = 0; g < KV; g++) rope_vec(m, k + g * D, D, pos);
         }
-        for (int g = 0; g < KV; g++) {
-            put_key(p, p->k[l], s, pos, g, k + g * D);
-            memcpy(slot(p, p->v[l], s, pos, g), v + g * D, sizeof(float) * (size_t)D);
-        }
+        for (int g = 0; g < KV; g++) put_kv(p, l, s, pos, g, k + g * D, v + g * D);
         work += 2 * (pos + 1) * H * D;
     }
     attend_ctx c = {p, l, seqs, poss, qkv, att, 1.0f / sqrtf((float)D),
-                    fm_cpu_use_avx512() ? fm_paged_head_f32_avx512
-                    : fm_cpu_use_avx2() ? fm_paged_head_f32_avx2
-                                        : fm_paged_head_f32_scalar,
+                    p->f16 ? (fm_cpu_use_avx2() ? fm_paged_head_f16_avx2 : fm_paged_head_f16_scalar)
+                    : fm_cpu_use_avx512() ? fm_paged_head_f32_avx512
+                    : fm_cpu_use_avx2()   ? fm_paged_head_f32_avx2
+                                          : fm_paged_head_f32_scalar,
                     0};
     const int64_t items = (int64_t)n * KV;
     if (work < g_parallel_min || items < 2) attend_items(&c, 0, items, 0);

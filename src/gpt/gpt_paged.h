@@ -40,12 +40,16 @@ typedef struct fm_paged_weights {
 void fm_paged_weights_free(fm_paged_weights *q);
 /* fm_gpt_paged_new with some weights in quantized form (q may be NULL: all f32; the
  * cache takes its own references). The model's tensors for those weights are not
- * read (gpt_new_bound's placeholders). */
-fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs);
+ * read (gpt_new_bound's placeholders). kv_dtype: the blocks' dtype, FM_F32 or FM_F16
+ * (half the memory a block takes and half the bytes a step reads; keys and values
+ * rounded to f16 as they are cached, the attention's sums in f32). */
+fm_gpt_paged *fm_gpt_paged_new_ex(const fm_gpt *m, const fm_paged_weights *q, int n_blocks, int block_tokens, int max_seqs, fm_dtype kv_dtype);
 void fm_gpt_paged_free(fm_gpt_paged *p);
 int fm_gpt_paged_free_blocks(const fm_gpt_paged *p);
 int fm_gpt_paged_total_blocks(const fm_gpt_paged *p);
 int fm_gpt_paged_block_tokens(const fm_gpt_paged *p);
+/* one block's keys and values over all layers, in bytes (half as many for f16 blocks) */
+size_t fm_gpt_paged_block_bytes(const fm_gpt_paged *p);
 /* A sequence slot (-1 when all max_seqs are taken); closing frees its blocks. */
 int fm_gpt_paged_open(fm_gpt_paged *p);
 void fm_gpt_paged_close(fm_gpt_paged *p, int seq);

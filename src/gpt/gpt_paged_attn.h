@@ -23,10 +23,18 @@ typedef struct fm_paged_head {
     float scale;
     float *scores;                 /* scratch, n floats */
     float *out;                    /* [D] */
+    /* an f16 cache (fm_gpt_paged_new_ex's kv_dtype FM_F16): the same blocks in half
+     * precision, read by the _f16 versions in place of k and v */
+    const uint16_t *const *kh, *const *vh;
 } fm_paged_head;
 
 void fm_paged_head_f32_scalar(const fm_paged_head *a);
 void fm_paged_head_f32_avx2(const fm_paged_head *a); /* only when fm_cpu_use_avx2() */
 /* only when fm_cpu_use_avx512(); head sizes not a multiple of 16 or over 256 run the AVX2 version */
 void fm_paged_head_f32_avx512(const fm_paged_head *a);
+/* The same over f16 blocks (kh, vh): f32 sums of the widened halves. The scalar one is
+ * the reference; the AVX2 one (F16C) also serves AVX-512 CPUs (the step reads half the
+ * bytes of an f32 cache; a 512-bit version is not written). */
+void fm_paged_head_f16_scalar(const fm_paged_head *a);
+void fm_paged_head_f16_avx2(const fm_paged_head *a); /* only when fm_cpu_use_avx2() */
 #endif

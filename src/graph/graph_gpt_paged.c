@@ -207,7 +207,7 @@ static fm_status check_paged(const fm_graph *g, fm_gpt *m, const fm_paged_weight
     for (int i = 0; i < T; i++) ids32[i] = (int32_t)(ids[i] = (11 * i + 3) % V);
     fm_tensor *tok = fm_tensor_from_data(ids, 2, (int64_t[]){1, T}, FM_I64), *ref = tok ? fm_graph_gpt_forward(g, tok) : NULL;
     fm_tensor *refc = ref ? fm_contiguous(ref) : NULL;
-    fm_gpt_paged *p = refc ? fm_gpt_paged_new_ex(m, q, (T + 15) / 16, 16, 1) : NULL;
+    fm_gpt_paged *p = refc ? fm_gpt_paged_new_ex(m, q, (T + 15) / 16, 16, 1, FM_F32) : NULL;
     float *lg = malloc(sizeof(float) * 2 * (size_t)V);
     fm_status st = p && lg ? FM_OK : fm_last_status();
     if (st == FM_OK && !lg) st = fm_set_error(FM_ERR_OOM, "out of host memory");

@@ -174,6 +174,13 @@ static fm_status parse_textgen(fm_model_config *c, const json_t *tg, const char 
     c->kv_block_tokens = (int)bt;
     c->prefill_chunk_tokens = (int)ch;
     c->stream_interval_tokens = (int)si;
+    const json_t *dt = json_object_get(tg, "kv_cache_dtype");
+    if (dt) {
+        const char *v = json_string_value(dt);
+        if (v && !strcmp(v, "f32")) c->kv_cache_dtype = FM_F32;
+        else if (v && !strcmp(v, "f16")) c->kv_cache_dtype = FM_F16;
+        else return fm_set_error(FM_ERR_FORMAT, "%s: \"kv_cache_dtype\" must be \"f32\" or \"f16\"", where);
+    }
     return FM_OK;
 }
 
@@ -310,10 +317,11 @@ json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
     }
     json_object_set_new(j, "version_policy", vp);
     if (*c->model_filename) json_object_set_new(j, "default_model_filename", json_string(c->model_filename));
-    if (c->kv_cache_blocks || c->kv_block_tokens || c->prefill_chunk_tokens || c->stream_interval_tokens || c->chat.set) {
-        json_t *tg = json_pack("{s:i,s:i,s:i,s:i}", "kv_cache_blocks", c->kv_cache_blocks, "kv_block_tokens", c->kv_block_tokens,
+    if (c->kv_cache_blocks || c->kv_block_tokens || c->prefill_chunk_tokens || c->stream_interval_tokens || c->chat.set ||
+        c->kv_cache_dtype == FM_F16) {
+        json_t *tg = json_pack("{s:i,s:i,s:i,s:i,s:s}", "kv_cache_blocks", c->kv_cache_blocks, "kv_block_tokens", c->kv_block_tokens,
                                "prefill_chunk_tokens", c->prefill_chunk_tokens, "stream_interval_tokens",
-                               c->stream_interval_tokens);
+                               c->stream_interval_tokens, "kv_cache_dtype", c->kv_cache_dtype == FM_F16 ? "f16" : "f32");
         if (c->chat.set) json_object_set_new(tg, "chat_template", fm_chat_template_json(&c->chat));
         json_object_set_new(j, "text_generation", tg);
     }

@@ -32,6 +32,7 @@ typedef struct fm_model_config {
     int64_t specific[FM_SERVE_MAX_SPECIFIC];
     /* text generation: KV cache blocks (0: half of max_batch_size full contexts) and tokens per block (0: 16) */
     int kv_cache_blocks, kv_block_tokens;
+    fm_dtype kv_cache_dtype;  /* the blocks' dtype: FM_F32 (default) or FM_F16 ("kv_cache_dtype") */
     int prefill_chunk_tokens; /* a step's token budget for prompt chunks (0: 256) */
     int stream_interval_tokens; /* a streamed completion's tokens per event after the first (0: 1) */
     fm_chat_template chat;

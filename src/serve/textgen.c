@@ -497,7 +497,7 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     /* default: half of what every sequence at full length would take, and at least one full context */
     int nb = c->kv_cache_blocks > 0 ? c->kv_cache_blocks : (t->max_seqs * per_seq + 1) / 2;
     if (c->kv_cache_blocks <= 0 && nb < per_seq) nb = per_seq;
-    t->p = fm_gpt_paged_new_ex(t->m, &t->q, nb, bt, t->max_seqs);
+    t->p = fm_gpt_paged_new_ex(t->m, &t->q, nb, bt, t->max_seqs, c->kv_cache_dtype);
     t->chunk = c->prefill_chunk_tokens > 0 ? c->prefill_chunk_tokens : 256;
     if (t->chunk < t->max_seqs) t->chunk = t->max_seqs;
     t->logits = malloc(sizeof(float) * (size_t)t->V * (size_t)t->max_seqs);

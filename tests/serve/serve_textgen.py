@@ -39,6 +39,10 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     for name, v in (("chunky", 4), ("bad-interval", 0)):
         shutil.copytree(gpt_dir, os.path.join(repo, name, "1"))
         json.dump({"text_generation": {"stream_interval_tokens": v}}, open(os.path.join(repo, name, "config.json"), "w"))
+    # the paged KV cache in f16, and a dtype it does not take (refused at load)
+    for name, v in (("half-kv", "f16"), ("bad-kv-dtype", "bf16")):
+        shutil.copytree(gpt_dir, os.path.join(repo, name, "1"))
+        json.dump({"text_generation": {"kv_cache_dtype": v}}, open(os.path.join(repo, name, "config.json"), "w"))
     os.makedirs(os.path.join(repo, "cls", "1"))
     shutil.copy(os.path.join(kserve_model, "model.safetensors"), os.path.join(repo, "cls", "1"))
     s = Server(repo)
@@ -196,6 +200,7 @@ def checks(s, check):
     st, j = s.json("POST", "/v2/models/tiny-gpt/infer", {"inputs": []})
     check(st == 400 and "/v1/completions" in j["error"], "KServe infer on a text model -> 400 pointing to /v1/completions")
     stream_interval(s, check, base, text, len(chunks))
+    half_kv(s, check)
     prefill(s, check)
     chat(s, check)
     continuous_batching(s, check)
@@ -226,6 +231,22 @@ def stream_interval(s, check, base, text, per_token_chunks):
     st, idx = s.json("POST", "/v2/repository/index")
     reason = {m["name"]: m.get("reason", "") for m in idx}.get("bad-interval", "") if st == 200 else ""
     check("stream_interval_tokens" in reason, "stream_interval_tokens 0 is refused at load: %s" % reason)
+
+
+def half_kv(s, check):
+    """text_generation.kv_cache_dtype f16: the config shows it, greedy completions are the f32 cache's
+    text for this small model (its logits move by about 2e-5), and bf16 is refused at load."""
+    st, j = s.json("GET", "/v2/models/half-kv/config")
+    check(st == 200 and j.get("text_generation", {}).get("kv_cache_dtype") == "f16",
+          "config shows kv_cache_dtype f16: %s" % j.get("text_generation"))
+    body = {"prompt": "and the", "max_tokens": 12, "temperature": 0}
+    sa, ja = complete(s, dict(body, model="plain"))
+    sb, jb = complete(s, dict(body, model="half-kv"))
+    check(sa == 200 and sb == 200 and ja["choices"][0]["text"] == jb["choices"][0]["text"],
+          "kv_cache_dtype f16: the f32 cache's greedy text (%r, %r)" % (ja.get("choices"), jb.get("choices")))
+    st, idx = s.json("POST", "/v2/repository/index")
+    reason = {m["name"]: m.get("reason", "") for m in idx}.get("bad-kv-dtype", "") if st == 200 else ""
+    check("kv_cache_dtype" in reason, "kv_cache_dtype bf16 is refused at load: %s" % reason)
 
 
 def prefill(s, check):
