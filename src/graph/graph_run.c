@@ -67,7 +67,7 @@ fm_status fm_graph_to_device(fm_graph *g, fm_device dev) {
 static bool is_kv_past(const fm_graph *g, int v) {
     for (int i = 0; i < g->n_nodes; i++) {
         const gnode *n = &g->nodes[i];
-        if (!strcmp(g_op_spec_at(n->spec)->name, "attention_kv") && n->n_in > 2 && (n->in[1] == v || n->in[2] == v)) return true;
+        if (n->n_in > 2 && (n->in[1] == v || n->in[2] == v) && !strcmp(g_op_spec_at(n->spec)->name, "attention_kv")) return true;
     }
     return false;
 }

@@ -10,14 +10,7 @@
 #include <math.h>
 
 #include "backend/cpu/attention_cpu.h"
-#include "backend/cpu/simd_avx2.h" /* fm_exp256 */
-
-static inline float hsum(__m256 a) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
+#include "backend/cpu/simd_avx2.h" /* fm_exp256, fm_hsum256 */
 
 static inline __m256 ld8h(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -46,16 +39,16 @@ void fm_sdpa_kv16_row_avx2(const fm_kv16_io *io, int64_t b, int64_t h, int64_t i
             a2 = _mm256_fmadd_ps(x, ld8h(k2 + d), a2);
             a3 = _mm256_fmadd_ps(x, ld8h(k3 + d), a3);
         }
-        s[j] = hsum(a0) + tail_dot(qs, k0, D8, D);
-        s[j + 1] = hsum(a1) + tail_dot(qs, k1, D8, D);
-        s[j + 2] = hsum(a2) + tail_dot(qs, k2, D8, D);
-        s[j + 3] = hsum(a3) + tail_dot(qs, k3, D8, D);
+        s[j] = fm_hsum256(a0) + tail_dot(qs, k0, D8, D);
+        s[j + 1] = fm_hsum256(a1) + tail_dot(qs, k1, D8, D);
+        s[j + 2] = fm_hsum256(a2) + tail_dot(qs, k2, D8, D);
+        s[j + 3] = fm_hsum256(a3) + tail_dot(qs, k3, D8, D);
     }
     for (; j < n; j++) {
         const uint16_t *kj = K + j * kst;
         __m256 a = _mm256_setzero_ps();
         for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qs + d), ld8h(kj + d), a);
-        s[j] = hsum(a) + tail_dot(qs, kj, D8, D);
+        s[j] = fm_hsum256(a) + tail_dot(qs, kj, D8, D);
     }
     for (j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
     const __m256 vmx = _mm256_set1_ps(mx);
@@ -66,7 +59,7 @@ void fm_sdpa_kv16_row_avx2(const fm_kv16_io *io, int64_t b, int64_t h, int64_t i
         _mm256_storeu_ps(s + j, p);
         vsum = _mm256_add_ps(vsum, p);
     }
-    float sum = hsum(vsum);
+    float sum = fm_hsum256(vsum);
     for (; j < n; j++) sum += s[j] = expf(s[j] - mx);
     int64_t d = 0;
     for (; d + 32 <= D; d += 32) {
