@@ -46,7 +46,7 @@ static void print_report(const fm_compile_report *r, const fm_memory_plan *befor
     print_plan("traced", before);
     print_plan("compiled", after);
     printf("  (\"live peak\" is what running node by node and freeing each value after its last reader needs;\n"
-           "   the planned arena is not used by the runner yet)\n");
+           "   on the CPU, runs from the second at a shape take the planned block in one allocation: docs/GRAPH.md)\n");
 }
 
 int fm_cmd_compile(int argc, char **argv) {

@@ -12,7 +12,12 @@
  *   2. ONNX Runtime runs the same steps on its own presents and its logits match
  *      the graph's within 1e-5 relative, and onnx.checker accepts the file
  *      (tests/onnx_gpt_ort_check.py; that part is skipped, 77, with the reason,
- *      when onnx or onnxruntime is missing). */
+ *      when onnx or onnxruntime is missing);
+ *   3. the file imported back as a graph (fm_onnx_to_graph, batch, seq and past
+ *      still dynamic: the position slice ends at past+seq, the causal mask's ranges
+ *      follow the present cache) gives the same logits and presents over the same
+ *      steps, on its own presents, within 1e-5 relative; and so does that graph
+ *      compiled. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +60,20 @@ static const char *const *io_names(const fm_graph *g, bool inputs, int n) {
 static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_config *c, const char *dir,
                       const char *tag) {
     const int n_io = 1 + 2 * c->n_layer, KV = c->n_kv_head ? c->n_kv_head : c->n_head, D = fm_gpt_head_dim(c);
-    fm_tensor *gin[64] = {0}, *oin[64] = {0}, *gout[64] = {0}, *oout[64] = {0};
+    fm_tensor *gin[64] = {0}, *oin[64] = {0}, *gout[64] = {0}, *oout[64] = {0}, *iin[2][64] = {{0}}, *iout[2][64] = {{0}};
+    fm_graph *ig[2] = {fm_onnx_to_graph(om), NULL}; /* the file as a graph; then compiled */
+    CHECK_MSG(ig[0] != NULL, "%s: the exported file as a graph: %s", tag, fm_last_error());
+    fm_compile_report rep;
+    ig[1] = ig[0] ? fm_graph_compile(ig[0], &rep) : NULL;
+    CHECK_MSG(!ig[0] || ig[1], "%s: the imported graph compiled: %s", tag, fm_last_error());
+    double worst_import = 0;
     const char *const *in_names = io_names(g, true, n_io);
     CHECK(in_names != NULL && fm_onnx_input_count(om) == n_io && fm_onnx_output_count(om) == n_io);
     if (!in_names) return;
     for (int i = 1; i < n_io; i++) {
         gin[i] = fm_tensor_zeros(4, (int64_t[]){1, KV, 0, D}, FM_F32, FM_CPU);
         oin[i] = fm_tensor_retain(gin[i]);
+        iin[0][i] = fm_tensor_retain(gin[i]), iin[1][i] = fm_tensor_retain(gin[i]);
     }
     double worst_logits = 0, worst_cache = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -74,6 +86,18 @@ static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_co
         fm_status gs = fm_graph_run(g, gin, gout), os = fm_onnx_run(om, n_io, in_names, oin, oout);
         CHECK_MSG(gs == FM_OK && os == FM_OK, "%s step %d: %s", tag, s, fm_last_error());
         if (gs || os) break;
+        for (int k = 0; k < 2 && ig[k]; k++) { /* the imported graph on its own presents */
+            fm_tensor_release(iin[k][0]);
+            iin[k][0] = fm_tensor_retain(tok);
+            fm_status is = fm_graph_run(ig[k], iin[k], iout[k]);
+            CHECK_MSG(is == FM_OK, "%s step %d, imported graph%s: %s", tag, s, k ? " compiled" : "", fm_last_error());
+            for (int i = 0; i < n_io; i++) {
+                worst_import = fmax(worst_import, is == FM_OK ? rel_diff(iout[k][i], gout[i]) : INFINITY);
+                if (i) fm_tensor_release(iin[k][i]), iin[k][i] = is == FM_OK ? iout[k][i] : NULL;
+                else fm_tensor_release(iout[k][i]);
+                iout[k][i] = NULL;
+            }
+        }
         worst_logits = fmax(worst_logits, rel_diff(oout[0], gout[0]));
         if (s == 0) { /* the graph against the model it was made from */
             fm_tensor *eager = fm_gpt_forward(m, tok, NULL, NULL);
@@ -101,7 +125,12 @@ static void run_steps(fm_gpt *m, fm_graph *g, fm_onnx_model *om, const fm_gpt_co
            worst_logits, worst_cache);
     CHECK_MSG(worst_logits <= 1e-5 && worst_cache <= 1e-5, "%s: exported file differs from the graph: %.3g / %.3g", tag,
               worst_logits, worst_cache);
-    for (int i = 0; i < n_io; i++) fm_tensor_release_n(2, gin[i], oin[i]);
+    printf("%s: the file imported as a graph (and compiled) vs the graph over %d steps: %.3g (relative)\n", tag, STEPS,
+           worst_import);
+    CHECK_MSG(worst_import <= 1e-5, "%s: the imported graph differs from the graph: %.3g", tag, worst_import);
+    for (int i = 0; i < n_io; i++) fm_tensor_release_n(4, gin[i], oin[i], iin[0][i], iin[1][i]);
+    fm_graph_free(ig[0]);
+    fm_graph_free(ig[1]);
 }
 
 /* compiled: the graph after fathom compile (attention_kv nodes, Llama's with their ropes inside) */

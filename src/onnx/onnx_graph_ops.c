@@ -12,11 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ONNX_EXPR_RING 32 /* more than one node's dim expressions (a Slice's starts and ends) */
 typedef struct {
     onnx_graph_ctx *x;
     const onnx_node *n;
     onnx_op_ctx c; /* attribute access; in[] are the probe-a values */
     fm_tensor *in[64];
+    char expr[ONNX_EXPR_RING][160]; /* sym_for3's expressions, until the node is added */
+    int n_expr;
 } tctx;
 
 static const char *vname(const tctx *t, int s) { return t->x->m->value_names[s]; }
@@ -1061,10 +1064,56 @@ static fm_status need_shape_input(tctx *t) {
 /* The dynamic dim (import symbol) whose probe sizes are a and b (declare_inputs in
  * onnx_graph.c sets sym k to 3 + 2k and 4 + 3k), or NULL: a target size that is
  * another input's dynamic dim becomes that dim expression. */
-static const char *sym_for(const tctx *t, int64_t a, int64_t b) {
-    for (int k = 0; k < t->x->n_syms; k++)
-        if (a == 3 + 2 * k && b == 4 + 3 * k) return t->x->syms[k];
-    return NULL;
+/* Dynamic dim k's size at probe p (0 a, 1 b, 2 c: onnx_graph.c's probes). */
+static int64_t sym_size(int k, int p) { return p == 0 ? 3 + 2 * k : p == 1 ? 4 + 3 * k : 2 + 7 * k; }
+
+static bool fits3(const int64_t *v, int i, int si, int j, int sj, int64_t d) {
+    for (int p = 0; p < 3; p++)
+        if (v[p] != si * sym_size(i, p) + (j >= 0 ? sj * sym_size(j, p) : 0) + d) return false;
+    return true;
+}
+
+/* A size that follows the dynamic dims, seen as a, b and c at the three probes (c is
+ * INT64_MIN without a third probe): one dim's name; or, where the third probe agrees and
+ * exactly one of these forms fits, "m*x", "x+d", "x+y+d" or "x-y+d" (the end of a
+ * position slice at past+seq, a mask's length): an expression kept in t's ring until the
+ * node is added. NULL when nothing, or more than one form, fits. */
+static const char *sym_for3(tctx *t, int64_t a, int64_t b, int64_t c) {
+    const onnx_graph_ctx *x = t->x;
+    for (int k = 0; k < x->n_syms; k++)
+        if (a == sym_size(k, 0) && b == sym_size(k, 1)) return x->syms[k];
+    if (c == INT64_MIN) return NULL;
+    const int64_t v[3] = {a, b, c};
+    int hits = 0;
+    char e[sizeof t->expr[0]] = "";
+    for (int i = 0; i < x->n_syms; i++) {
+        for (int m = 1; m <= 8; m++) { /* m*x + d, d = 0 only for m > 1 */
+            int64_t d = a - m * sym_size(i, 0);
+            if ((m > 1 && d) || (m == 1 && (!d || d < -(INT64_C(1) << 30) || d > (INT64_C(1) << 30))) || !fits3(v, i, m, -1, 0, d)) continue;
+            hits++;
+            if (m > 1) snprintf(e, sizeof e, "%d*%s", m, x->syms[i]);
+            else snprintf(e, sizeof e, "%s%+" PRId64, x->syms[i], d);
+        }
+        for (int j = 0; j < x->n_syms; j++)
+            for (int sj = -1; sj <= 1; sj += 2) {
+                if (j == i || (sj > 0 && j < i)) continue; /* x+y once; x-y and y-x both */
+                int64_t d = a - sym_size(i, 0) - sj * sym_size(j, 0);
+                if (d < -(INT64_C(1) << 30) || d > (INT64_C(1) << 30) || !fits3(v, i, 1, j, sj, d)) continue;
+                hits++;
+                if (d) snprintf(e, sizeof e, "%s%c%s%+" PRId64, x->syms[i], sj > 0 ? '+' : '-', x->syms[j], d);
+                else snprintf(e, sizeof e, "%s%c%s", x->syms[i], sj > 0 ? '+' : '-', x->syms[j]);
+            }
+    }
+    if (hits != 1) return NULL;
+    char *out = t->expr[t->n_expr++ % ONNX_EXPR_RING];
+    memcpy(out, e, sizeof e);
+    return out;
+}
+
+/* Dim d of value s as sym_for3 sees it at the three probes. */
+static const char *sym_dim(tctx *t, int s, int d) {
+    const fm_tensor *c = t->x->vc ? t->x->vc[s] : NULL;
+    return sym_for3(t, t->x->va[s]->shape[d], t->x->vb[s]->shape[d], c && d < c->ndim ? c->shape[d] : INT64_MIN);
 }
 
 static fm_status t_reshape(tctx *t) {
@@ -1077,7 +1126,7 @@ static fm_status t_reshape(tctx *t) {
     for (int i = 0; i < oa->ndim; i++) {
         if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
         else if (i < ia->ndim && oa->shape[i] == ia->shape[i] && ob->shape[i] == ib->shape[i]) sh[i] = 0;
-        else if ((dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
+        else if ((dims[i] = sym_dim(t, t->n->out[0], i))) sh[i] = 0;
         else sh[i] = -1, infer++;
     }
     if (infer > 1) return fm_set_error(FM_ERR_UNSUPPORTED, "a target shape with two dims that follow dynamic dims has no graph form");
@@ -1157,7 +1206,7 @@ static fm_status reshape_to_output(tctx *t, const char *in, int64_t keep) {
     int infer = 0;
     for (int i = 0; i < oa->ndim; i++) {
         if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
-        else if (i < keep || (dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
+        else if (i < keep || (dims[i] = sym_dim(t, t->n->out[0], i))) sh[i] = 0;
         else sh[i] = -1, infer++;
     }
     if (infer > 1)
@@ -1989,17 +2038,55 @@ fm_status onnx_graph_materialize(onnx_graph_ctx *x, int s) {
     return st;
 }
 
-/* Range(start, limit, delta) with a constant start and delta whose length is a dynamic dim
- * of the model's inputs (position ids, a mask's row indices): arange over that input's dim. */
+static bool dim_at_probes(const onnx_graph_ctx *x, int s, int d, int64_t a, int64_t b, int64_t c) {
+    const fm_tensor *va = x->va[s], *vb = x->vb[s], *vc = x->vc ? x->vc[s] : NULL;
+    return va && vb && d < va->ndim && d < vb->ndim && va->shape[d] == a && vb->shape[d] == b &&
+           (c == INT64_MIN || (vc && d < vc->ndim && vc->shape[d] == c));
+}
+
+/* A value the graph holds with a dim of sizes a and b at the probes (and c at the third,
+ * where there is one; INT64_MIN: none): a model input's, else, at all three probes, an
+ * output of an earlier node the graph has (the present cache, whose length past+seq a
+ * causal mask's Range follows). The slot, with *dim; -1 if none. */
+static int value_with_dim(const tctx *t, int64_t a, int64_t b, int64_t c, int *dim) {
+    const onnx_graph_ctx *x = t->x;
+    const fm_onnx_model *m = x->m;
+    for (int i = 0; i < m->n_inputs; i++)
+        for (int d = 0; d < FM_MAX_DIMS; d++)
+            if (dim_at_probes(x, m->inputs[i].slot, d, a, b, x->vc && x->vc[m->inputs[i].slot] ? c : INT64_MIN)) {
+                *dim = d;
+                return m->inputs[i].slot;
+            }
+    for (int j = 0; c != INT64_MIN && j < (int)(t->n - m->nodes); j++) {
+        const onnx_node *n = &m->nodes[j];
+        for (int k = 0; !x->skip[j] && k < n->n_out; k++) {
+            const int s = n->out[k];
+            if (s < 0 || x->folded[s] || x->shape_like[s]) continue;
+            for (int d = 0; d < FM_MAX_DIMS; d++)
+                if (dim_at_probes(x, s, d, a, b, c)) {
+                    *dim = d;
+                    return s;
+                }
+        }
+    }
+    return -1;
+}
+
+/* Range(start, limit, delta) with a constant start and delta whose length follows the
+ * dynamic dims (position ids, a mask's row and column indices): arange over the dim of a
+ * value that has that length (value_with_dim). */
 static fm_status t_range(tctx *t) {
     if (need_folded(t, 0, "start") || need_folded(t, 2, "delta") || (!t->x->shape_like[t->n->in[1]] && need_folded(t, 1, "limit")))
         return fm_last_status();
     const int so = t->n->out[0];
     const int64_t la = t->x->va[so]->shape[0], lb = t->x->vb[so]->shape[0];
+    const int64_t lc = t->x->vc && t->x->vc[so] ? t->x->vc[so]->shape[0] : INT64_MIN;
     int dim = 0;
-    const int in = la != lb ? input_with_dim(t->x, la, lb, &dim) : -1;
+    const int in = la != lb ? value_with_dim(t, la, lb, lc, &dim) : -1;
     const char *src = in >= 0 ? vname(t, in) : NULL;
-    if (!src) return fm_set_error(FM_ERR_UNSUPPORTED, "a Range whose length is not a dynamic dim of the model's inputs has no graph form");
+    if (!src)
+        return fm_set_error(FM_ERR_UNSUPPORTED, "a Range whose length is not a dim of the model's inputs or of a value computed "
+                            "before it has no graph form");
     const fm_dtype dt = t->x->va[so]->dtype;
     fm_graph_attr a[4] = {fm_graph_attr_int("axis", dim), fm_graph_attr_float("start", fm_tensor_item(t->in[0])),
                           fm_graph_attr_float("step", fm_tensor_item(t->in[2])), fm_graph_attr_string("dtype", fm_dtype_name(dt))};
@@ -2016,7 +2103,7 @@ static fm_status t_constant_of_shape(tctx *t) {
     for (int i = 0; i < oa->ndim; i++) {
         ones[i] = 1;
         if (oa->shape[i] == ob->shape[i]) sh[i] = oa->shape[i];
-        else if ((dims[i] = sym_for(t, oa->shape[i], ob->shape[i]))) sh[i] = 0;
+        else if ((dims[i] = sym_dim(t, t->n->out[0], i))) sh[i] = 0;
         else return fm_set_error(FM_ERR_UNSUPPORTED, "a ConstantOfShape dim computed from dynamic dims that is not one of them has no graph form");
     }
     double v = oa->ndim && fm_tensor_numel(oa) ? fm_tensor_get(oa, 0) : 0;
@@ -2067,9 +2154,10 @@ static fm_status slice_bounds(tctx *t, int k, int64_t *v, int *n, const char **d
     if (!t->x->shape_like[s]) return need_folded(t, k, "starts/ends/axes/steps");
     const fm_tensor *b = t->x->vb[s];
     if (fm_tensor_numel(b) != *n) return fm_set_error(FM_ERR_UNSUPPORTED, "slice bounds of different lengths at the probes");
+    const fm_tensor *c = t->x->vc ? t->x->vc[s] : NULL;
     for (int i = 0; i < *n; i++) {
-        int64_t vb = (int64_t)fm_tensor_get(b, i);
-        if (vb != v[i] && !(dims[i] = sym_for(t, v[i], vb)))
+        int64_t vb = (int64_t)fm_tensor_get(b, i), vc = c && fm_tensor_numel(c) == *n ? (int64_t)fm_tensor_get(c, i) : INT64_MIN;
+        if (vb != v[i] && !(dims[i] = sym_for3(t, v[i], vb, vc)))
             return fm_set_error(FM_ERR_UNSUPPORTED, "a slice bound computed from dynamic dims that is not one of them has no graph form");
     }
     return FM_OK;
@@ -2112,7 +2200,7 @@ static fm_status t_expand(tctx *t) {
         int j = i - (oa->ndim - ia->ndim);
         if (oa->shape[i] == ob->shape[i] && (j < 0 || ia->shape[j] == ib->shape[j])) sh[i] = oa->shape[i];
         else if (j >= 0 && oa->shape[i] == ia->shape[j] && ob->shape[i] == ib->shape[j]) sh[i] = -1;
-        else if ((j < 0 || (ia->shape[j] == 1 && ib->shape[j] == 1)) && (dims[i] = sym_for(t, oa->shape[i], ob->shape[i])))
+        else if ((j < 0 || (ia->shape[j] == 1 && ib->shape[j] == 1)) && (dims[i] = sym_dim(t, t->n->out[0], i)))
             sh[i] = 0; /* a size-1 dim expanded to a dynamic dim of the model's inputs (ViT's class token to the batch) */
         else return fm_set_error(FM_ERR_UNSUPPORTED, "an expanded dim that follows another input's dynamic dim has no graph form");
     }
