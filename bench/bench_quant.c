@@ -594,7 +594,8 @@ static void profile_decode(const char *arg, int rounds) {
  * bandwidth; the KV cache's reads, 9.4 MB a token at the mean context, not counted);
  * and a third way, appended in place to f16 caches (fm_graph_run_options.kv_dtype:
  * the reads 4.7 MB a token): ms_kv16, its speed-up over the f32 caches, and its
- * fraction of the copy bound. */
+ * fraction of the copy bound. A line before each side's gives the copy bound over all the bytes
+ * a step reads, the weights and the KV cache (of_copy_bound_with_kv, and _kv16_ for the f16 caches). */
 static void bench_generate(int rounds, double bw, double cbw) {
     const gpt_shape big = {"gpt2-small shape (12 x 768, vocab 8192)", 12, 768, 8192};
     fm_graph *g = compiled_gpt_graph(&big); /* then quantized: what `fathom quantize` makes of a trained GPT */
@@ -608,10 +609,17 @@ static void bench_generate(int rounds, double bw, double cbw) {
                 double x = decode_loop(q[i], 64, 128, m == 2 ? &g_decode_opts16 : m ? &g_decode_opts : NULL);
                 if (r >= 0) t[i][m][r] = x;
             }
+    /* what a step reads besides the weights: the past keys and values of every layer, at the
+     * mean past length of the 128 steps (64 + 64.5 positions), 4 bytes an element (2 in f16) */
+    const double kv_elems = 2.0 * big.n_layer * big.n_embd * (64 + 64.5);
     for (int i = 0; i < 5; i++) {
         const size_t bytes = stored_weight_bytes(q[i]);
         double cat = bench_median(t[i][0], rounds), app = bench_median(t[i][1], rounds), h = bench_median(t[i][2], rounds);
         if (!i) fp32 = app;
+        printf("{\"model\": \"%s\", \"side\": \"%s\", \"note\": \"all bytes a step reads: weights + KV cache\", "
+               "\"kv_bytes_f32\": %.0f, \"of_copy_bound_with_kv\": %.2f, \"kv_bytes_f16\": %.0f, \"of_copy_bound_kv16_with_kv\": %.2f}\n",
+               big.name, names[i], 4 * kv_elems, (1 / app) / (cbw / ((double)bytes + 4 * kv_elems)), 2 * kv_elems,
+               (1 / h) / (cbw / ((double)bytes + 2 * kv_elems)));
         printf("{\"model\": \"%s\", \"workload\": \"decode loop, prompt 64, 128 steps\", \"side\": \"%s\", \"ms_concat\": %.3f, "
                "\"ms_in_place\": %.3f, \"in_place_speedup\": %.2f, \"tokens_per_s\": %.1f, \"vs_fp32\": %.2f, \"weight_bytes\": %zu, "
                "\"of_copy_bound\": %.2f, \"of_read_bound\": %.2f, \"ms_kv16\": %.3f, \"kv16_speedup\": %.2f, \"tokens_per_s_kv16\": %.1f, "

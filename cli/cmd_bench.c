@@ -16,7 +16,6 @@
 #include "gpt_dir.h"
 #include "device_arg.h"
 #include "fathom/graph.h"
-#include "fathom/onnx.h"
 
 #define BENCH_MAX_IO 256
 #define BENCH_MAX_DIMS 16
@@ -46,17 +45,6 @@ static long long dim_value(const bench_dims *d, const char *name) {
     for (int i = 0; i < d->n; i++)
         if (name && !strcmp(d->name[i], name)) return d->value[i];
     return 1;
-}
-
-static fm_graph *bench_graph(const char *model) {
-    size_t n = strlen(model);
-    if (n > 5 && !strcmp(model + n - 5, ".onnx")) {
-        fm_onnx_model *m = fm_onnx_load(model);
-        fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
-        fm_onnx_free(m);
-        return g;
-    }
-    return fm_cli_graph_from_dir(model);
 }
 
 /* input i of g at the dims asked for, generated on the host */
@@ -171,7 +159,7 @@ static int resolve_dims(const fm_graph *g, bench_dims *d, long long batch, bool 
 
 static int bench_model(const char *model, fm_device dev, bench_dims *d, long long warmup, long long iters, bool json, long long batch,
                        bool batch_given) {
-    fm_graph *g = bench_graph(model);
+    fm_graph *g = fm_cli_graph_from_dir(model);
     if (!g) { fm_cli_error("bench: %s: %s", model, fm_last_error()); return 1; }
     const char *bname = NULL;
     int n_dims = d->n, rc = resolve_dims(g, d, batch, batch_given, &bname);

@@ -1,4 +1,4 @@
-/* `fathom quantize MODEL_DIR -o OUT_DIR (--int8 --dynamic | --int8 --calibrate DATA | --int4)`
+/* `fathom quantize MODEL_DIR|MODEL.onnx -o OUT_DIR (--int8 --dynamic | --int8 --calibrate DATA | --int4)`
  * [--reduce-range]:
  * the model's inference graph (traced as `fathom compile` does, or a graph
  * directory) with its linear/matmul and embedding weights (int8 also its
@@ -20,8 +20,8 @@
 #include "fathom/recipe.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom quantize MODEL_DIR -o OUT_DIR MODE [options]\n\n"
-               "Quantizes a trained model (or a graph directory made by `fathom compile`) and writes\n"
+    fprintf(f, "usage: fathom quantize MODEL_DIR|MODEL.onnx -o OUT_DIR MODE [options]\n\n"
+               "Quantizes a trained model (or a graph directory made by `fathom compile`, or an ONNX file) and writes\n"
                "a graph directory that predict, eval, generate, serve and the graph API run.\n\n"
                "modes:\n"
                "  --int8 --dynamic            int8 weights (per output channel), activations quantized per batch\n"

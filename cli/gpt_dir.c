@@ -5,9 +5,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpt_dir.h"
 #include "fathom/hf.h"
+#include "fathom/onnx.h"
 
 /* a graph meta value that must be a whole number in [1, INT_MAX] */
 static bool meta_whole(const char *v, long long *out) {
@@ -51,6 +53,13 @@ fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
 }
 
 fm_graph *fm_cli_graph_from_dir(const char *dir) {
+    const size_t n = strlen(dir);
+    if (n > 5 && !strcmp(dir + n - 5, ".onnx")) { /* an ONNX file, imported as `fathom import` does */
+        fm_onnx_model *m = fm_onnx_load(dir);
+        fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
+        fm_onnx_free(m);
+        return g;
+    }
     if (fm_graph_dir_is_graph(dir) || !fm_hf_is_model_dir(dir)) return fm_graph_from_model_dir(dir);
     fm_gpt *m = fm_hf_gpt_load(dir, NULL);
     fm_graph *g = m ? fm_graph_from_gpt(m) : NULL;

@@ -20,8 +20,9 @@ typedef struct fm_cli_gpt {
  * second time; taken over (freed on failure). NULL: dir is read here. */
 fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out);
 /* The inference graph of a directory, for compile, quantize, export and bench: a graph
- * directory, a trained model traced (fm_graph_from_model_dir), or a GPT in Hugging
- * Face layout (its KV-cache graph, with its tokenizer files attached). */
+ * directory, a trained model traced (fm_graph_from_model_dir), a GPT in Hugging
+ * Face layout (its KV-cache graph, with its tokenizer files attached), or a path
+ * ending in .onnx: that file as a graph (fm_onnx_to_graph, its dynamic dims kept). */
 fm_graph *fm_cli_graph_from_dir(const char *dir);
 fm_status fm_cli_gpt_to(fm_cli_gpt *p, fm_device dev);
 /* logits [B, T, V] for tokens [B, T] (no tape is wanted: the caller turns grad off) */

@@ -26,16 +26,24 @@ check "two qconv2d_int8 nodes in each ($(count "$d/qd" qconv2d_int8), $(count "$
   '[ "$(count "$d/qd" qconv2d_int8)" = 2 ] && [ "$(count "$d/qs" qconv2d_int8)" = 2 ] && [ "$(count "$d/qs" qlinear_int8)" = 1 ]'
 check "the report names the first conv's reason and the calibrated ranges" \
   '[[ "$out_s" == *"a window of 27 weights (kh kw C < 32)"* ]] && [[ "$out_s" == *"int8 static (activations ["* ]]'
-for side in c qd qs; do "$bin" run "$d/$side" --input "x=$d/x.npy" --output "$d/y_$side" >/dev/null || bad "run $side"; done
+# the .onnx file itself, not compiled first: quantize imports it as `fathom import` does
+# (and compiles it before quantizing, as for any graph), with the same int8 nodes
+out_f=$("$bin" quantize "$d/cnn.onnx" -o "$d/qf" --int8 --dynamic 2>&1); rc=$?
+check "quantize the .onnx file directly: exit 0, two qconv2d_int8 and the linear int8 ($out_f)" \
+  '[ $rc = 0 ] && [ "$(count "$d/qf" qconv2d_int8)" = 2 ] && [ "$(count "$d/qf" qlinear_int8)" = 1 ]'
+msg=$("$bin" quantize "$d/missing.onnx" -o "$d/x0" --int8 --dynamic 2>&1); rc=$?
+check "a missing .onnx file: exit 1, named, nothing written ($msg)" \
+  '[ $rc = 1 ] && [[ "$msg" == *"missing.onnx"* ]] && [ ! -e "$d/x0" ]'
+for side in c qd qs qf; do "$bin" run "$d/$side" --input "x=$d/x.npy" --output "$d/y_$side" >/dev/null || bad "run $side"; done
 res=$(python3 -c "
 import sys, numpy as np
 d = sys.argv[1]
 ref = np.load(f'{d}/y_c/logits.npy')
-for s in ('qd', 'qs'):
+for s in ('qd', 'qs', 'qf'):
     y = np.load(f'{d}/y_{s}/logits.npy')
     print(s, float(np.max(np.abs(y - ref)) / np.max(np.abs(ref))), int(np.sum(y.argmax(1) == ref.argmax(1))))" "$d")
 echo "$res"
-check "int8 logits within 0.05 of fp32 and the same top class on at least 5 of 6 inputs" \
+check "int8 logits (compiled then quantized, and quantized from the file) within 0.05 of fp32 and the same top class on at least 5 of 6 inputs" \
   'python3 -c "
 import sys
 for line in sys.argv[1].splitlines():
