@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "eval_gpt.h"
@@ -112,6 +113,7 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
     float *lg = malloc(sizeof(float) * (size_t)(o->batch * T * V));
     int64_t *x = malloc(sizeof(int64_t) * (size_t)(o->batch * T)), *y = malloc(sizeof(int64_t) * (size_t)(o->batch * T));
     fm_status st = lg && x && y ? FM_OK : fm_set_error(FM_ERR_OOM, "out of host memory (lower --batch)");
+    const bool progress = !o->quiet && isatty(STDERR_FILENO); /* a counter redrawn with \r: for a terminal only, not a log */
     for (int64_t w0 = 0; st == FM_OK && w0 < windows; w0 += o->batch) {
         const int64_t B = windows - w0 < o->batch ? windows - w0 : o->batch;
         for (int64_t b = 0; b < B; b++)
@@ -126,9 +128,9 @@ int fm_eval_gpt(const char *dir, fm_graph *g, const fm_eval_gpt_opts *o) {
         st = l ? fm_tensor_copy_to_host(l, lg, FM_F32) : fm_last_status();
         if (st == FM_OK) nll += nll_sum(lg, y, B * T, V);
         fm_tensor_release_n(2, xt, l);
-        if (!o->quiet) fprintf(stderr, "\reval: %lld / %lld windows", (long long)(w0 + B), (long long)windows);
+        if (progress) fprintf(stderr, "\reval: %lld / %lld windows", (long long)(w0 + B), (long long)windows);
     }
-    if (!o->quiet) fputc('\n', stderr);
+    if (progress) fputc('\n', stderr);
     if (p.m) fm_gpt_keep_lowp_weights(p.m, false);
     fm_set_grad_enabled(prev);
     free(lg);
