@@ -1433,15 +1433,46 @@ static fm_status t_space_depth(tctx *t) {
  * negative indices wrapped, each tuple dotted with the row strides, the batch's block added,
  * and a tuple with any index out of range sent to row -1, which index_select refuses at run
  * time (instead of landing on some other row). */
+/* GatherND's indexed dims b..b+k-1 of data and their row strides as [k] vectors, built at run
+ * time from dim_size nodes where a dim is dynamic (the batch and sequence of a mask's
+ * position table): dims into nb[1], strides into nb[2]. */
+static fm_status gather_nd_dyn_dims(tctx *t, int b, int k, fm_dtype it, char (*nb)[300]) {
+    char d[FM_MAX_DIMS][300], st[FM_MAX_DIMS][300], tmp[300];
+    const char *dn[FM_MAX_DIMS], *sn[FM_MAX_DIMS], *x0 = in_name(t, 0);
+    const fm_graph_attr one = fm_graph_attr_ints("shape", 1, (int64_t[]){1});
+    for (int j = 0; j < k; j++) {
+        if (fixed_dim(t, 0, b + j)) {
+            const double v = (double)t->in[0]->shape[b + j];
+            dn[j] = const_of(t, 1, (int64_t[]){1}, &v, it, d[j], 300);
+            if (!dn[j]) return fm_last_status();
+            continue;
+        }
+        fm_graph_attr da[2] = {fm_graph_attr_int("axis", b + j), fm_graph_attr_string("dtype", fm_dtype_name(it))};
+        const char *sz = tmp_name(t, tmp, sizeof tmp);
+        if (node(t, "dim_size", 1, &x0, sz, 2, da) || node(t, "reshape", 1, &sz, dn[j] = tmp_name(t, d[j], 300), 1, &one))
+            return fm_last_status();
+    }
+    const double unit = 1;
+    if (!(sn[k - 1] = const_of(t, 1, (int64_t[]){1}, &unit, it, st[k - 1], 300))) return fm_last_status();
+    for (int j = k - 2; j >= 0; j--)
+        if (node(t, "mul", 2, (const char *[]){sn[j + 1], dn[j + 1]}, sn[j] = tmp_name(t, st[j], 300), 0, NULL)) return fm_last_status();
+    fm_graph_attr ax = fm_graph_attr_int("axis", 0);
+    if (node(t, "cat", k, dn, tmp_name(t, nb[1], 300), 1, &ax)) return fm_last_status();
+    return node(t, "cat", k, sn, tmp_name(t, nb[2], 300), 1, &ax);
+}
+
 static const char *gather_nd_rows(tctx *t, int b, int k, char (*nb)[300]) {
     const fm_tensor *data = t->in[0], *idx = t->in[1];
     const int q = idx->ndim;
     const fm_dtype it = idx->dtype;
     double dims[FM_MAX_DIMS], st[FM_MAX_DIMS], blk = 1;
-    for (int j = k - 1; j >= 0; j--) dims[j] = (double)data->shape[b + j], st[j] = blk, blk *= dims[j];
+    bool dyn = false;
+    for (int j = k - 1; j >= 0; j--) dims[j] = (double)data->shape[b + j], st[j] = blk, blk *= dims[j], dyn |= !fixed_dim(t, 0, b + j);
     const int64_t kk = k;
-    const char *i0 = in_name(t, 1), *z = scalar_const(t, 0, it, nb[0], 300), *dv = const_of(t, 1, &kk, dims, it, nb[1], 300);
-    const char *sv = const_of(t, 1, &kk, st, it, nb[2], 300), *m1 = scalar_const(t, -1, it, nb[3], 300);
+    const char *i0 = in_name(t, 1), *z = scalar_const(t, 0, it, nb[0], 300), *dv = nb[1], *sv = nb[2];
+    if (dyn && gather_nd_dyn_dims(t, b, k, it, nb)) return NULL;
+    if (!dyn) dv = const_of(t, 1, &kk, dims, it, nb[1], 300), sv = const_of(t, 1, &kk, st, it, nb[2], 300);
+    const char *m1 = scalar_const(t, -1, it, nb[3], 300);
     const char *neg = tmp_name(t, nb[4], 300), *up = tmp_name(t, nb[5], 300), *w = tmp_name(t, nb[6], 300);
     const char *lo = tmp_name(t, nb[7], 300), *hi = tmp_name(t, nb[8], 300), *bad = tmp_name(t, nb[9], 300);
     const char *badi = tmp_name(t, nb[10], 300), *anyb = tmp_name(t, nb[11], 300), *pr = tmp_name(t, nb[12], 300);
@@ -1473,21 +1504,26 @@ static const char *gather_nd_rows(tctx *t, int b, int k, char (*nb)[300]) {
     return row;
 }
 
-/* GatherND on data of fixed shape: one index_select of its rows (gather_nd_rows). */
+/* GatherND: one index_select of data's rows (gather_nd_rows); the indexed dims may be
+ * dynamic where there are no batch dims (their sizes and strides then come from dim_size). */
 static fm_status t_gather_nd(tctx *t) {
     const fm_tensor *data = t->in[0], *idx = t->in[1];
     const int b = (int)onnx_attr_int(&t->c, "batch_dims", 0), r = data->ndim, q = idx->ndim;
     if (onnx_gather_nd_check(&t->c, r, data->shape, q, idx->shape, b)) return fm_last_status();
-    for (int d = 0; d < r; d++)
-        if (!fixed_dim(t, 0, d)) return fm_set_error(FM_ERR_UNSUPPORTED, "has a graph form on data of fixed shape (dim %d varies)", d);
     const int k = (int)idx->shape[q - 1];
+    bool dyn = false; /* the indexed dims may vary (gather_nd_dyn_dims) where there are no batch dims */
+    for (int d = 0; d < r; d++)
+        if (!fixed_dim(t, 0, d) && (b > 0 || d >= k))
+            return fm_set_error(FM_ERR_UNSUPPORTED, "has no graph form where dim %d of the data varies (%s)", d,
+                                b > 0 ? "with batch_dims, every dim must be fixed" : "past the indexed dims");
+        else dyn |= !fixed_dim(t, 0, d);
     char nb[19][300], b1[300], b2[300];
     const char *row = gather_nd_rows(t, b, k, nb);
     if (!row) return fm_last_status();
     int64_t fsh[FM_MAX_DIMS], rows = 1, flat = -1;
     int fn = 1;
     for (int d = 0; d < b + k; d++) rows *= data->shape[d];
-    fsh[0] = rows;
+    fsh[0] = dyn ? -1 : rows;
     for (int d = b + k; d < r; d++) fsh[fn++] = data->shape[d];
     fm_graph_attr a1 = fm_graph_attr_ints("shape", 1, &flat), a2 = fm_graph_attr_ints("shape", fn, fsh), a3 = fm_graph_attr_int("axis", 0);
     const char *x0 = in_name(t, 0), *r1 = tmp_name(t, b1, sizeof b1), *df = tmp_name(t, b2, sizeof b2), *sel;
