@@ -90,6 +90,7 @@ static int parse_args(int argc, char **argv, distill_args *a) {
         if (!ok) return 2;
     }
     if (!a->teacher || !a->student) { fm_cli_error("distill: %s", a->teacher ? "no --student RECIPE" : "no --teacher MODEL_DIR"); return 2; }
+    if (fm_cli_refuse_onnx("distill --teacher", a->teacher)) return 1;
     return -1;
 }
 

@@ -112,6 +112,8 @@ int fm_cmd_embed(int argc, char **argv) {
         fm_cli_error("embed: %s", !dir ? "no MODEL_DIR given" : "no text given (TEXT arguments or --file)");
         usage(stderr);
         rc = 2;
+    } else if (fm_cli_refuse_onnx("embed", dir)) {
+        rc = 1;
     } else {
         fm_hf_encoder *e = fm_hf_encoder_load(dir);
         if (!e || (int8 && fm_hf_encoder_quantize_int8(e))) { fm_cli_error("%s", fm_last_error()); rc = 1; }

@@ -165,6 +165,7 @@ int fm_cmd_eval(int argc, char **argv) {
         dir = a;
     }
     if (!dir) { fm_cli_error("eval: no model directory given"); eval_usage(stderr); return 2; }
+    if (fm_cli_refuse_onnx("eval", dir)) return 1;
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from; read once */
     bool gpt = is_gpt(dir, &g);
     if (fm_graph_dir_is_graph(dir) && fm_cli_precision_for_graph("eval", dir, prec)) { fm_graph_free(g); return 2; }

@@ -103,6 +103,7 @@ int fm_cmd_generate(int argc, char **argv) {
         if (!ok) return 2;
     }
     if (!dir || !prompt) { usage(stderr); return 2; }
+    if (fm_cli_refuse_onnx("generate", dir)) return 1;
     if (tokens > INT_MAX || top_k > INT_MAX) {
         fm_cli_error("generate: --tokens and --top-k must be at most %d", INT_MAX);
         return 2;

@@ -150,6 +150,7 @@ int fm_cmd_predict(int argc, char **argv) {
         predict_usage(stderr);
         return 2;
     }
+    if (fm_cli_refuse_onnx("predict", dir)) return 1;
     fm_recipe r;
     fm_module *m = NULL;
     fm_graph *g = NULL; /* a graph directory runs as the model it was made from */

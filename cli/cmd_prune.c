@@ -89,6 +89,7 @@ static int parse_args(int argc, char **argv, const char **in, const char **out, 
         }
     }
     if (!*in) { fm_cli_error("prune: no model directory given"); return 2; }
+    if (fm_cli_refuse_onnx("prune", *in)) return 1;
     if (!*out) { fm_cli_error("prune: no output directory (-o OUT_DIR)"); return 2; }
     if (!have_s) { fm_cli_error("prune: --sparsity S is required (the fraction to remove, e.g. 0.5)"); return 2; }
     o->global = scope ? scope == 1 : o->kind == FM_PRUNE_UNSTRUCTURED;

@@ -2,7 +2,8 @@
 # `fathom run MODEL.onnx` and `fathom import`: ONNX's conv_with_strides_padding case (Debian's
 # libonnx-testdata) gives the output documented by ONNX, printed, as JSON and as
 # a .npy written to --output; bad usage exits 2, a bad model or input exits 1 with
-# the file named, and no output file is left half-written.
+# the file named, and no output file is left half-written; predict, eval, generate, embed,
+# prune and distill refuse an ONNX file by name and offer `fathom run`.
 set -uo pipefail
 bin=$1
 case_dir=/usr/share/libonnx-testdata/data/node/test_conv_with_strides_padding
@@ -95,4 +96,11 @@ mkdir -p "$d/mp"
 out=$("$py" "$(dirname "$0")/onnx_maxpool_indices_check.py" "$bin" "$d/mp" 2>&1); rc=$?
 echo "$out" | tail -1
 if [ $rc != 77 ]; then check "MaxPool Indices equal to ONNX Runtime" '[ $rc = 0 ]'; fi
+# commands that want a model directory refuse an ONNX file by name, pointing at the ones that take it
+for c in "predict M x.npy" "eval M" "generate M --prompt a --tokens 1" "embed M hello" "prune M --sparsity 0.5 -o $d/pr" \
+         "distill --teacher M --student fashion-mlp --steps 1 --out $d/di"; do
+  err=$("$bin" ${c//M/$case_dir/model.onnx} 2>&1); rc=$?
+  check "${c%% *} on an .onnx file: exit 1, named, fathom run offered ($err)" \
+    '[ $rc = 1 ] && [[ "$err" == *"model.onnx is an ONNX file"* ]] && [[ "$err" == *"fathom run"* ]] && [ ! -e "$d/pr" ] && [ ! -e "$d/di" ]'
+done
 cli_end cli_onnx_run
