@@ -1,5 +1,5 @@
 /* `fathom bench MODEL [--device D] [--batch N] [--dim NAME=V ...] [--warmup N] [--iters N]
- * [--json]`: the inference latency of any model fathom runs - a trained model directory
+ * [--json] [--profile FILE]`: the inference latency of any model fathom runs - a trained model directory
  * (traced), a graph directory (compiled, quantized, imported) or an .onnx file - on
  * generated inputs of the model's declared shapes, as onnxruntime_perf_test or trtexec
  * report it: median, 90th and 99th percentile, mean and throughput. Each timed run
@@ -16,12 +16,14 @@
 #include "gpt_dir.h"
 #include "device_arg.h"
 #include "fathom/graph.h"
+#include "fathom/profile.h"
 
 #define BENCH_MAX_IO 256
 #define BENCH_MAX_DIMS 16
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: fathom bench MODEL [--device D] [--batch N] [--dim NAME=V ...] [--warmup N] [--iters N] [--json]\n\n"
+    fprintf(f, "usage: fathom bench MODEL [--device D] [--batch N] [--dim NAME=V ...] [--warmup N] [--iters N] [--json]\n"
+               "                    [--profile FILE]\n\n"
                "Times inference of MODEL on generated inputs of its declared shapes. MODEL is a trained\n"
                "model directory (traced as `fathom compile` does), a graph directory, or an .onnx file.\n\n"
                "  --device D      cpu (default), cuda, cuda:N, check\n"
@@ -30,7 +32,9 @@ static void bench_usage(FILE *f) {
                "  --dim NAME=V    another dynamic dim (a GPT graph's \"seq\" and \"past\"); unset ones are 1\n"
                "  --warmup N      untimed runs first (default 3)\n"
                "  --iters N       timed runs (default 20)\n"
-               "  --json          one JSON object on stdout instead of the text\n\n"
+               "  --json          one JSON object on stdout instead of the text\n"
+               "  --profile FILE  a Chrome trace of the timed runs, op by op (`fathom profile FILE` sums it;\n"
+               "                  chrome://tracing or Perfetto shows it)\n\n"
                "Float inputs are N(0,1) values, integer inputs ids below the table they index (else 1).\n"
                "A run's time includes copying every output to the host.\n");
 }
@@ -40,6 +44,13 @@ typedef struct bench_dims {
     const char *name[BENCH_MAX_DIMS];
     long long value[BENCH_MAX_DIMS];
 } bench_dims;
+
+typedef struct bench_opts {
+    fm_device dev;
+    long long warmup, iters, batch;
+    bool batch_given, json;
+    const char *profile; /* --profile FILE, or NULL */
+} bench_opts;
 
 static long long dim_value(const bench_dims *d, const char *name) {
     for (int i = 0; i < d->n; i++)
@@ -157,12 +168,32 @@ static int resolve_dims(const fm_graph *g, bench_dims *d, long long batch, bool 
     return 0;
 }
 
-static int bench_model(const char *model, fm_device dev, bench_dims *d, long long warmup, long long iters, bool json, long long batch,
-                       bool batch_given) {
+/* the warm-up and timed runs (the timed ones traced with --profile); 0 or 1 after saying why */
+static int bench_runs(const char *model, fm_graph *g, fm_tensor **ins, int n_out, const bench_opts *o, double *t) {
+    for (long long i = 0; i < o->warmup + o->iters; i++) {
+        if (i == o->warmup && o->profile && fm_profiler_start(o->profile)) {
+            fm_cli_error("bench: --profile %s: %s", o->profile, fm_last_error());
+            return 1;
+        }
+        double s = bench_once(g, ins, n_out);
+        if (s < 0) {
+            fm_cli_error("bench: %s: %s", model, fm_last_error());
+            if (o->profile && fm_profiler_enabled()) fm_profiler_stop();
+            return 1;
+        }
+        if (i >= o->warmup) t[i - o->warmup] = s;
+    }
+    if (o->profile && fm_profiler_stop()) { fm_cli_error("bench: --profile %s: %s", o->profile, fm_last_error()); return 1; }
+    return 0;
+}
+
+static int bench_model(const char *model, bench_dims *d, const bench_opts *o) {
+    const fm_device dev = o->dev;
+    const long long iters = o->iters;
     fm_graph *g = fm_cli_graph_from_dir(model);
     if (!g) { fm_cli_error("bench: %s: %s", model, fm_last_error()); return 1; }
     const char *bname = NULL;
-    int n_dims = d->n, rc = resolve_dims(g, d, batch, batch_given, &bname);
+    int n_dims = d->n, rc = resolve_dims(g, d, o->batch, o->batch_given, &bname);
     if (rc) { fm_graph_free(g); return rc; }
     int n_in = fm_graph_num_inputs(g), n_out = fm_graph_num_outputs(g);
     fm_tensor *ins[BENCH_MAX_IO] = {0};
@@ -181,12 +212,9 @@ static int bench_model(const char *model, fm_device dev, bench_dims *d, long lon
         size_t l = strlen(inputs);
         snprintf(inputs + l, sizeof inputs - l, "%s%s", i ? ", " : "", desc);
     }
-    for (long long i = 0; i < warmup + iters && !rc; i++) {
-        double s = bench_once(g, ins, n_out);
-        if (s < 0) { fm_cli_error("bench: %s: %s", model, fm_last_error()); rc = 1; }
-        else if (i >= warmup) t[i - warmup] = s;
-    }
-    if (!rc) bench_report(model, dev, bname ? dim_value(d, bname) : 1, inputs, t, (int)iters, json);
+    if (!rc) rc = bench_runs(model, g, ins, n_out, o, t);
+    if (!rc) bench_report(model, dev, bname ? dim_value(d, bname) : 1, inputs, t, (int)iters, o->json);
+    if (!rc && o->profile && !o->json) printf("trace:   %s (the %lld timed runs; `fathom profile %s` sums it)\n", o->profile, iters, o->profile);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
     free(t);
     d->n = n_dims; /* the batch entry names a string the graph owns */
@@ -195,26 +223,28 @@ static int bench_model(const char *model, fm_device dev, bench_dims *d, long lon
 }
 
 /* the options after the model's name; 0, or the exit code (2: usage) after saying why */
-static int bench_args(int argc, char **argv, const char **model, fm_device *dev, bench_dims *d, long long *warmup,
-                      long long *iters, long long *batch, bool *batch_given, bool *json) {
-    static const char *const opts[] = {"--device", "--batch", "--dim", "--warmup", "--iters", "--json", "--help"};
+static int bench_args(int argc, char **argv, const char **model, bench_dims *d, bench_opts *o) {
+    static const char *const opts[] = {"--device", "--batch", "--dim", "--warmup", "--iters", "--json", "--profile", "--help"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) { *json = true; continue; }
+        if (!strcmp(a, "--json")) { o->json = true; continue; }
         if (a[0] != '-') {
             if (*model) { fm_cli_error("bench: more than one model given ('%s' and '%s')", *model, a); return 2; }
             *model = a;
             continue;
         }
-        if (strcmp(a, "--device") && strcmp(a, "--batch") && strcmp(a, "--dim") && strcmp(a, "--warmup") && strcmp(a, "--iters")) {
+        if (strcmp(a, "--device") && strcmp(a, "--batch") && strcmp(a, "--dim") && strcmp(a, "--warmup") && strcmp(a, "--iters") &&
+            strcmp(a, "--profile")) {
             fm_cli_unknown_option("bench", a, opts, (int)(sizeof opts / sizeof *opts));
             return 2;
         }
         if (!v) { fm_cli_error("bench: %s needs a value", a); return 2; }
         i++;
-        if (!strcmp(a, "--batch")) *batch_given = true;
-        if (!strcmp(a, "--device")) {
-            int drc = fm_cli_device("bench", v, dev);
+        if (!strcmp(a, "--batch")) o->batch_given = true;
+        if (!strcmp(a, "--profile")) {
+            o->profile = v;
+        } else if (!strcmp(a, "--device")) {
+            int drc = fm_cli_device("bench", v, &o->dev);
             if (drc) return drc;
         } else if (!strcmp(a, "--dim")) {
             const char *eq = strchr(v, '=');
@@ -227,7 +257,7 @@ static int bench_args(int argc, char **argv, const char **model, fm_device *dev,
             if (!name) { fm_cli_error("bench: out of memory"); return 1; }
             d->name[d->n++] = name;
         } else if (!fm_cli_parse_int_range("bench", a, v, !strcmp(a, "--warmup") ? 0 : 1, !strcmp(a, "--batch") ? 1 << 20 : 1000000,
-                                           !strcmp(a, "--batch") ? batch : !strcmp(a, "--warmup") ? warmup : iters)) {
+                                           !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--warmup") ? &o->warmup : &o->iters)) {
             return 2;
         }
     }
@@ -240,12 +270,10 @@ int fm_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { bench_usage(stdout); return 0; }
     const char *model = NULL;
     bench_dims d = {0};
-    long long warmup = 3, iters = 20, batch = 1;
-    bool json = false, batch_given = false;
-    fm_device dev = FM_CPU;
-    int rc = bench_args(argc, argv, &model, &dev, &d, &warmup, &iters, &batch, &batch_given, &json);
+    bench_opts o = {.dev = FM_CPU, .warmup = 3, .iters = 20, .batch = 1};
+    int rc = bench_args(argc, argv, &model, &d, &o);
     if (rc == 2) bench_usage(stderr);
-    if (!rc) rc = bench_model(model, dev, &d, warmup, iters, json, batch, batch_given);
+    if (!rc) rc = bench_model(model, &d, &o);
     for (int i = 0; i < d.n; i++) free((char *)d.name[i]);
     return rc;
 }

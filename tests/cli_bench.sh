@@ -4,7 +4,8 @@
 # commands take it); the report's numbers are consistent (min <= median <= p90 <= p99,
 # throughput = batch / median); bad input (no model, an unknown option, bad numbers, a
 # --dim without NAME=, a model that is not one, a device this machine lacks) is refused
-# with its reason and the usage exit code where it is a usage error.
+# with its reason and the usage exit code where it is a usage error. --profile writes a
+# trace of the timed runs that `fathom profile` reads.
 # Usage: bash tests/cli_bench.sh <path-to-fathom-binary>
 set -uo pipefail
 bin=${1:?usage: cli_bench.sh FATHOM_BIN}
@@ -51,5 +52,14 @@ else
   bad "export to ONNX failed"
 fi
 expect 0 "throughput:" "$bin" bench "$tmp/cnn" --iters 3
+
+# --profile: a trace of the timed runs only (7 runs: the conv traced 7 times, not 7 + warm-up),
+# which `fathom profile` reads; a trace that cannot be written is refused by name
+out=$("$bin" bench "$tmp/cnn.graph" --iters 7 --warmup 2 --profile "$tmp/b.json" 2>&1); rc=$?
+check "--profile: exit 0, the trace named ($out)" '[ $rc = 0 ] && [[ "$out" == *"trace:   $tmp/b.json (the 7 timed runs"* ]]'
+prof=$("$bin" profile "$tmp/b.json" 2>&1)
+check "--profile: fathom profile sums 7 calls of the fused conv ($(echo "$prof" | grep -m1 conv))" \
+  '[[ "$(echo "$prof" | grep -m1 -E "^conv2d" | awk "{print \$2}")" = 7 ]]'
+expect 1 "--profile $tmp/none/b.json" "$bin" bench "$tmp/cnn.graph" --iters 2 --profile "$tmp/none/b.json"
 
 cli_end cli_bench
