@@ -33,13 +33,13 @@ static void print_plan(const char *what, const fm_memory_plan *p) {
 }
 
 static void print_report(const fm_compile_report *r, const fm_memory_plan *before, const fm_memory_plan *after) {
-    printf("%-20s %13s %13s %8s  %s\n", "pass", "nodes", "constants", "ms", "effect");
+    printf("%-22s %13s %13s %8s  %s\n", "pass", "nodes", "constants", "ms", "effect");
     for (int i = 0; i < r->n_passes; i++) {
         const fm_compile_pass_report *p = &r->passes[i];
         char nodes[32], consts[32];
         snprintf(nodes, sizeof nodes, "%d -> %d", p->nodes_before, p->nodes_after);
         snprintf(consts, sizeof consts, "%d -> %d", p->consts_before, p->consts_after);
-        printf("%-20s %13s %13s %8.1f  %s\n", p->name, nodes, consts, 1e3 * p->seconds, p->note);
+        printf("%-22s %13s %13s %8.1f  %s\n", p->name, nodes, consts, 1e3 * p->seconds, p->note);
     }
     printf("check: compiled vs uncompiled outputs on random inputs: max relative difference %.3g (limit 1e-4)\n", r->max_rel_diff);
     printf("memory plan (batch %lld):\n", (long long)before->batch);

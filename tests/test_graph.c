@@ -499,6 +499,69 @@ static void test_fuse_silu_by_hand(void) {
     fm_graph_free(g);
 }
 
+/* fuse-masked-attention on a built graph: attention written op by op as transformers'
+ * exports write it, batch and sequence dynamic. Block 1: q and k^T (a permute [0, 2, 3, 1]
+ * of the key projection) each scaled by a constant, their product plus the additive mask
+ * where(keep, 0, -inf) [b, 1, 1, s], softmax, the NaN guard where(ne(p, p), 0, p), times v.
+ * Block 2: k^T by transpose(2, 3), the scores divided by a constant, no mask, no guard.
+ * Both become sdpa_mask (the first with the mask, the second with a zero one); a third
+ * block whose scores are also a graph output stays, and so does a fourth whose mask is
+ * where(keep, 0, -1e4) (moderate values: not fused). Compared on random inputs at the dim
+ * hints, and with the second batch row keeping no key: both graphs give 0 there. */
+static void test_fuse_masked_attention_by_hand(void) {
+    fm_graph *g = fm_graph_new();
+    const char *bs[3] = {"batch", "seq", NULL};
+    CHECK(fm_graph_add_input(g, "x", FM_F32, 3, (int64_t[]){-1, -1, 16}, bs) == FM_OK);
+    CHECK(fm_graph_add_input(g, "keep", FM_BOOL, 4, (int64_t[]){-1, 1, 1, -1}, (const char *[]){"batch", NULL, NULL, "seq"}) == FM_OK);
+    fm_tensor *c1 = fm_tensor_scalar(0.5, FM_F32), *c2 = fm_tensor_scalar(0.7, FM_F32), *z = fm_tensor_scalar(0, FM_F32);
+    fm_tensor *ninf = fm_tensor_scalar(-INFINITY, FM_F32), *moderate = fm_tensor_scalar(-1e4, FM_F32);
+    CHECK(fm_graph_add_const(g, "c1", c1) == FM_OK && fm_graph_add_const(g, "c2", c2) == FM_OK && fm_graph_add_const(g, "zero", z) == FM_OK);
+    CHECK(fm_graph_add_const(g, "ninf", ninf) == FM_OK && fm_graph_add_const(g, "moderate", moderate) == FM_OK);
+    fm_graph_attr heads = fm_graph_attr_ints("shape", 4, (int64_t[]){0, 0, 2, 8}), p0213 = fm_graph_attr_ints("perm", 4, (int64_t[]){0, 2, 1, 3});
+    fm_graph_attr p0231 = fm_graph_attr_ints("perm", 4, (int64_t[]){0, 2, 3, 1}), sm = fm_graph_attr_int("axis", -1);
+    fm_graph_attr tr[2] = {fm_graph_attr_int("dim0", 2), fm_graph_attr_int("dim1", 3)};
+    struct { const char *op, *in[3]; int n_in; const char *out; const fm_graph_attr *a; int na; } k_nodes[] = {
+        {"reshape", {"x"}, 1, "xh", &heads, 1},           {"permute", {"xh"}, 1, "q", &p0213, 1},
+        {"permute", {"xh"}, 1, "kt", &p0231, 1},          {"neg", {"q"}, 1, "v", NULL, 0},
+        {"where", {"keep", "zero", "ninf"}, 3, "m", NULL, 0}, {"where", {"keep", "zero", "moderate"}, 3, "m4", NULL, 0},
+        {"mul", {"q", "c1"}, 2, "qs", NULL, 0},           {"mul", {"c2", "kt"}, 2, "kts", NULL, 0},
+        {"matmul", {"qs", "kts"}, 2, "s", NULL, 0},       {"add", {"s", "m"}, 2, "sm", NULL, 0},
+        {"softmax", {"sm"}, 1, "p", &sm, 1},              {"ne", {"p", "p"}, 2, "nan", NULL, 0},
+        {"where", {"nan", "zero", "p"}, 3, "pg", NULL, 0}, {"matmul", {"pg", "v"}, 2, "y1", NULL, 0},
+        {"transpose", {"v"}, 1, "vt", tr, 2},             {"matmul", {"y1", "vt"}, 2, "s2", NULL, 0},
+        {"div", {"s2", "c1"}, 2, "s2d", NULL, 0},         {"softmax", {"s2d"}, 1, "p2", &sm, 1},
+        {"matmul", {"p2", "y1"}, 2, "y2", NULL, 0},       {"matmul", {"y2", "kt"}, 2, "s3", NULL, 0},
+        {"softmax", {"s3"}, 1, "p3", &sm, 1},             {"matmul", {"p3", "q"}, 2, "y3", NULL, 0},
+        {"matmul", {"y3", "kt"}, 2, "s4", NULL, 0},       {"add", {"s4", "m4"}, 2, "s4m", NULL, 0},
+        {"softmax", {"s4m"}, 1, "p4", &sm, 1},            {"matmul", {"p4", "v"}, 2, "y4", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof k_nodes / sizeof k_nodes[0]; i++)
+        CHECK_MSG(fm_graph_add_node(g, k_nodes[i].op, NULL, k_nodes[i].n_in, k_nodes[i].in, 1, &k_nodes[i].out, k_nodes[i].na, k_nodes[i].a) == FM_OK,
+                  "%s: %s", k_nodes[i].out, fm_last_error());
+    CHECK(fm_graph_add_output(g, "y2") == FM_OK && fm_graph_add_output(g, "y4") == FM_OK && fm_graph_add_output(g, "s3") == FM_OK);
+    CHECK(fm_graph_set_dim_hint(g, "seq", 7) == FM_OK);
+    char note[256] = "";
+    fm_graph *p = pass_by_hand(g, "batch", 2, "fuse-masked-attention", 1e-5, note, sizeof note);
+    CHECK_MSG(p && count_op(p, "sdpa_mask") == 2 && count_op(p, "softmax") == 2 && count_op(p, "ne") == 0, "fuse-masked-attention by hand: %s",
+              note);
+    /* batch 2, seq 70 (two query tiles); the second row's keys all masked */
+    fm_tensor *in[2] = {randn(3, (int64_t[]){2, 70, 16}, 61), fm_tensor_zeros(4, (int64_t[]){2, 1, 1, 70}, FM_BOOL, FM_CPU)}, *oa[3] = {0}, *ob[3] = {0};
+    for (int64_t j = 0; j < 70; j++) fm_tensor_set(in[1], j, j % 9 != 4);
+    CHECK_MSG(p && fm_graph_run(g, in, oa) == FM_OK && fm_graph_run(p, in, ob) == FM_OK, "masked rows: %s", fm_last_error());
+    double worst = 0, big = 1e-30, row2 = 0;
+    const int64_t half = oa[0] ? fm_tensor_numel(oa[0]) / 2 : 0;
+    for (int64_t e = 0; oa[0] && ob[0] && e < fm_tensor_numel(oa[0]); e++) {
+        worst = fmax(worst, fabs(fm_tensor_get(oa[0], e) - fm_tensor_get(ob[0], e)));
+        big = fmax(big, fabs(fm_tensor_get(oa[0], e)));
+        if (e >= half) row2 = fmax(row2, fabs(fm_tensor_get(ob[0], e)));
+    }
+    CHECK_MSG(oa[0] && worst / big <= 1e-5 && row2 == 0, "fully masked rows: diff %g, the masked batch's largest output %g", worst / big, row2);
+    for (int i = 0; i < 3; i++) fm_tensor_release_n(2, oa[i], ob[i]);
+    fm_tensor_release_n(7, in[0], in[1], c1, c2, z, ninf, moderate);
+    fm_graph_free(p);
+    fm_graph_free(g);
+}
+
 /* fold-reshape on a built graph: a 1-D conv net as the ONNX import writes it (each conv a 2-D
  * one between reshapes to [N, C, 1, L] and back), with ReLU, a batch norm and tanh between
  * two convs, the batch and the length dynamic: the reshapes move past the three ops and the
@@ -854,6 +917,7 @@ static void test_passes(void) {
     test_fuse_silu_by_hand();
     test_fuse_elementwise_by_hand();
     test_fold_reshape_by_hand();
+    test_fuse_masked_attention_by_hand();
 
     /* add + layer_norm and linear bias + gelu_tanh: from a GPT-2 graph; then everything */
     fm_gpt_config c = fm_gpt_config_default(FM_GPT_GPT2);

@@ -222,7 +222,7 @@ typedef struct fm_compile_pass_report {
 } fm_compile_pass_report;
 typedef struct fm_compile_report {
     int n_passes;
-    fm_compile_pass_report passes[16];
+    fm_compile_pass_report passes[24];
     double max_rel_diff; /* compiled vs input graph on random inputs (max |diff| / max |output|) */
     fm_memory_plan plan_before, plan_after;
 } fm_compile_report;

@@ -287,6 +287,13 @@ FM_API fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm
  * attends to keys [0, L - T + i]. Returns [B,H,T,D] f32; scale <= 0 means 1/sqrt(D).
  * No gradient. CPU only. */
 FM_API fm_tensor *fm_sdpa_kv16(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale);
+/* Inference attention with an additive mask, as exported encoders (BERT) and decoders
+ * write it: softmax(q k^T * scale + mask) v, where mask (q's dtype) broadcasts to
+ * [B, H, Tq, Tk]; q [B,H,Tq,D], k, v [B,Hkv,Tk,D] f32 or f64 (views with unit-stride
+ * rows are read in place). A query whose every key is masked (-inf) gets 0, as
+ * transformers' exports make it. scale <= 0 means 1/sqrt(D). No gradient; CPU (on
+ * other devices the graph composes it from matmul, add and softmax). */
+FM_API fm_tensor *fm_sdpa_mask(fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *mask, double scale);
 
 /* ---- fused transformer helpers ---- */
 /* qkv [B, T, (n_head + 2*n_kv_head) * D] (a fused QKV projection) -> new contiguous

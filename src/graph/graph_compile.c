@@ -36,6 +36,7 @@ static const struct { const char *name; pass_fn fn; } k_passes[] = {
     {"fuse-elementwise", g_pass_fuse_elementwise},
     {"fuse-rope", g_pass_fuse_rope},
     {"fuse-attention", g_pass_fuse_attention},
+    {"fuse-masked-attention", g_pass_fuse_masked_attention},
     {"dce", g_pass_dce},
 };
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))

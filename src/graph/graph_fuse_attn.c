@@ -7,6 +7,7 @@
  * the transpose must have no other reader; the present caches may (they are outputs).
  * Llama's ropes (fuse-rope) between the split and the attention and cache may be taken in
  * too: attention_kv then rotates q and k itself. Anything else there leaves the block alone. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,5 +208,185 @@ fm_graph *g_pass_fuse_rope(const fm_graph *g, char *note, size_t nn) {
     fm_graph *out = rw_fuse_pass(g, rope_node, n), *clean = out && n[0] ? g_pass_dce(out, dn, sizeof dn) : out;
     if (clean != out) fm_graph_free(out); /* the matched nodes written before their add, now unread */
     if (clean) snprintf(note, nn, "%d rotary embeddings (slices, neg, cat, two products, an add) fused into rope", n[0]);
+    return clean;
+}
+
+/* ---- fuse-masked-attention: attention as exporters write it out op by op (BERT's
+ * and other imported encoders' padding masks; decoders' causal masks built at run time),
+ *   matmul(softmax(matmul(a, bt) [* or / c] [+ mask], last axis) [NaNs to 0], v)
+ * where a is q or q * c, bt is k transposed (a permute swapping the last two dims of
+ * what it makes, or transpose(2, 3)) or that times c, each c a scalar constant, and
+ * the NaN guard where(ne(p, p), 0, p) of transformers' exports; it becomes
+ * sdpa_mask(q, k, v, mask, scale) (a zero mask when there is none), k a permute of
+ * bt's source (or that source, under PyTorch dynamo's 3-D reshape-permute-reshape). The
+ * mask must be where(cond, a, b) of constants 0, -inf or below -1e30 (mask_values_safe). Every value in between must have no other reader. Matched at the last
+ * matmul: the nodes before it were copied already, and a dce drops them. ---- */
+
+typedef struct mattn {
+    int q, k_src, v, mask, perm_node; /* values; perm_node: the permute making bt, or -1 (a transpose) */
+    double scale;
+} mattn;
+
+static bool scalar_const(const fm_graph *g, int v, double *x) {
+    if (v < 0 || g->values[v].kind != GV_CONST || !g->values[v].tensor || fm_tensor_numel(g->values[v].tensor) != 1) return false;
+    *x = fm_tensor_item(g->values[v].tensor);
+    return isfinite(*x) && *x != 0;
+}
+
+/* v, or the other operand of mul(v, c) / mul(c, v) (then *scale times c) when v is that
+ * product with no other reader */
+static int unscaled(const fm_graph *g, const int *uses, int v, double *scale, bool div_ok) {
+    int p = producer(g, uses, v, "mul");
+    if (p < 0 && div_ok) p = producer(g, uses, v, "div");
+    if (p < 0) return v;
+    const gnode *n = &g->nodes[p];
+    double c;
+    const bool div = !strcmp(n->op, "div");
+    if (scalar_const(g, n->in[1], &c)) { *scale *= div ? 1.0 / c : c; return n->in[0]; }
+    if (!div && scalar_const(g, n->in[0], &c)) { *scale *= c; return n->in[1]; }
+    return v;
+}
+
+/* the node making v when it is op, whatever else reads v (-1: none) */
+static int made_by(const fm_graph *g, int v, const char *op) {
+    const int p = v >= 0 && g->values[v].kind == GV_NODE ? g->values[v].producer : -1;
+    return p >= 0 && !strcmp(g->nodes[p].op, op) ? p : -1;
+}
+
+/* bt = k transposed over its last two dims: k's source value and the permute node (-1: a
+ * transpose, then the source is k itself). bt may have other readers (another block's
+ * scores): its node stays for them, and k is a permute of its own. */
+static bool transposed_k(const fm_graph *g, int bt, int *src, int *perm_node) {
+    int p = made_by(g, bt, "permute");
+    if (p >= 0) {
+        const gattr *a = g_node_attr(&g->nodes[p], "perm");
+        if (!a || a->type != FM_ATTR_INTS || a->n != 4 || a->ints[0].expr || a->ints[1].expr || a->ints[2].expr || a->ints[3].expr) return false;
+        *src = g->nodes[p].in[0], *perm_node = p;
+        return true;
+    }
+    p = made_by(g, bt, "reshape"); /* PyTorch's dynamo export: reshape(permute(reshape(k, [B H, L, D]), [0, 2, 1]), [B, H, D, L]) */
+    const int t3 = p >= 0 ? made_by(g, g->nodes[p].in[0], "permute") : -1, r0 = t3 >= 0 ? made_by(g, g->nodes[t3].in[0], "reshape") : -1;
+    if (r0 >= 0) {
+        const gattr *a = g_node_attr(&g->nodes[t3], "perm");
+        const int k = g->nodes[r0].in[0];
+        const gvalue *kv = &g->values[k], *bv = &g->values[bt];
+        if (!a || a->type != FM_ATTR_INTS || a->n != 3 || a->ints[0].v != 0 || a->ints[1].v != 2 || a->ints[2].v != 1 || kv->t.ndim != 4 ||
+            bv->t.ndim != 4)
+            return false;
+        for (int q = 0; q < 2; q++) { /* [B, H, L, D] to [B, H, D, L] at both probe sizes */
+            const int64_t *kd = q ? kv->probe2 : kv->t.d, *bd = q ? bv->probe2 : bv->t.d;
+            if (kd[0] != bd[0] || kd[1] != bd[1] || kd[2] != bd[3] || kd[3] != bd[2]) return false;
+        }
+        *src = k, *perm_node = -1;
+        return true;
+    }
+    p = made_by(g, bt, "transpose");
+    if (p < 0) return false;
+    int64_t d0 = g_node_int(&g->nodes[p], "dim0", 0), d1 = g_node_int(&g->nodes[p], "dim1", 1);
+    d0 = d0 < 0 ? d0 + 4 : d0, d1 = d1 < 0 ? d1 + 4 : d1;
+    if (!((d0 == 2 && d1 == 3) || (d0 == 3 && d1 == 2)) || g->values[bt].t.ndim != 4) return false;
+    *src = g->nodes[p].in[0], *perm_node = -1;
+    return true;
+}
+
+/* softmax's input p_in, past the optional NaN guard: where(ne(p, p), 0, p) -> p */
+static int guarded_softmax(const fm_graph *g, const int *uses, int x) {
+    int w = producer(g, uses, x, "where");
+    if (w >= 0) {
+        const gnode *wn = &g->nodes[w];
+        double z = 1;
+        const int ne = producer(g, uses, wn->in[0], "ne"), p = wn->in[2];
+        const bool zero = wn->in[1] >= 0 && g->values[wn->in[1]].kind == GV_CONST && g->values[wn->in[1]].tensor &&
+                          fm_tensor_numel(g->values[wn->in[1]].tensor) == 1 && (z = fm_tensor_item(g->values[wn->in[1]].tensor)) == 0;
+        /* p is read by ne (twice) and by the where, by nothing else */
+        if (ne < 0 || !zero || g->nodes[ne].in[0] != p || g->nodes[ne].in[1] != p || uses[p] != 3 || g->values[p].is_output) return -1;
+        x = p;
+        const int s = g->values[x].kind == GV_NODE ? g->values[x].producer : -1;
+        return s >= 0 && !strcmp(g->nodes[s].op, "softmax") ? s : -1;
+    }
+    return producer(g, uses, x, "softmax");
+}
+
+/* A mask the kernel adds as the graph does: where(cond, a, b) of two constants, each 0, -inf
+ * or at most -1e30 (transformers' masks: float's lowest, or -inf). Its keys are then kept or
+ * dropped outright. A mask of moderate values (-1e4) leaves a row whose every key it
+ * covers to rounding (the scores' few bits above -1e4), which the fused sums would
+ * round differently: such masks stay unfused. */
+static bool mask_values_safe(const fm_graph *g, int mask) {
+    const int w = made_by(g, mask, "where");
+    for (int k = 1; w >= 0 && k < 3; k++) {
+        const int c = g->nodes[w].in[k];
+        if (c < 0 || g->values[c].kind != GV_CONST || !g->values[c].tensor || fm_tensor_numel(g->values[c].tensor) != 1) return false;
+        const double x = fm_tensor_item(g->values[c].tensor);
+        if (!(x == 0 || x <= -1e30)) return false;
+    }
+    return w >= 0;
+}
+
+static bool mattn_match(const fm_graph *g, const int *uses, int i, mattn *m) {
+    const gnode *y = &g->nodes[i];
+    if (strcmp(y->op, "matmul") || y->n_in != 2 || g->values[y->out[0]].t.ndim != 4) return false;
+    const int sm = guarded_softmax(g, uses, y->in[0]);
+    if (sm < 0) return false;
+    const gnode *s = &g->nodes[sm];
+    const int64_t ax = g_node_int(s, "axis", -1);
+    if (ax != -1 && ax != 3) return false;
+    int x = s->in[0], add = producer(g, uses, x, "add");
+    m->mask = -1, m->scale = 1;
+    if (add >= 0) { /* the scores plus the mask, either order */
+        const gnode *a = &g->nodes[add];
+        const int s0 = producer(g, uses, a->in[0], "matmul") >= 0 || producer(g, uses, a->in[0], "mul") >= 0 ||
+                       producer(g, uses, a->in[0], "div") >= 0 ? 0 : 1;
+        x = a->in[s0], m->mask = a->in[1 - s0];
+        if (!mask_values_safe(g, m->mask)) return false;
+    }
+    x = unscaled(g, uses, x, &m->scale, true);
+    const int mm = producer(g, uses, x, "matmul");
+    if (mm < 0) return false;
+    const int qa = unscaled(g, uses, g->nodes[mm].in[0], &m->scale, false), bt = unscaled(g, uses, g->nodes[mm].in[1], &m->scale, false);
+    if (!transposed_k(g, bt, &m->k_src, &m->perm_node)) return false;
+    m->q = qa, m->v = y->in[1];
+    const gtype *q = &g->values[m->q].t, *v = &g->values[m->v].t;
+    return q->ndim == 4 && v->ndim == 4 && (q->dt == FM_F32 || q->dt == FM_F64) && v->dt == q->dt &&
+           (m->mask < 0 || g->values[m->mask].t.dt == q->dt);
+}
+
+static int masked_attention_node(rw_fuse *f, int i) {
+    const fm_graph *g = f->g;
+    mattn m;
+    if (!mattn_match(g, f->uses, i, &m)) return -1;
+    const gnode *y = &g->nodes[i];
+    const char *out = g->values[y->out[0]].name, *k = rw_name(&f->r, m.k_src), *mask = m.mask >= 0 ? rw_name(&f->r, m.mask) : NULL;
+    char kn[300], mn[300];
+    fm_status st = FM_OK;
+    if (m.perm_node >= 0) { /* k itself: bt's permute with its last two dims swapped back */
+        const gattr *p = g_node_attr(&g->nodes[m.perm_node], "perm");
+        const int64_t perm[4] = {p->ints[0].v, p->ints[1].v, p->ints[3].v, p->ints[2].v};
+        fm_graph_attr a = fm_graph_attr_ints("perm", 4, perm);
+        snprintf(kn, sizeof kn, "%s.k", out);
+        st = fm_graph_add_node(f->r.dst, "permute", NULL, 1, &k, 1, (const char *[]){kn}, 1, &a);
+        k = kn;
+    }
+    if (!mask && !st) { /* no mask: a zero scalar */
+        fm_tensor *z = fm_tensor_zeros(0, NULL, g->values[m.q].t.dt, FM_CPU); /* as the other passes' new constants */
+        snprintf(mn, sizeof mn, "%s.mask", out);
+        st = z ? rw_const(&f->r, mn, z) : fm_last_status();
+        fm_tensor_release(z);
+        mask = mn;
+    }
+    if (st) return st;
+    f->tally[0]++;
+    f->tally[1] += m.mask >= 0;
+    fm_graph_attr sc = fm_graph_attr_float("scale", m.scale);
+    const char *ins[4] = {rw_name(&f->r, m.q), k, rw_name(&f->r, m.v), mask};
+    return rw_node_with(&f->r, y, "sdpa_mask", 4, ins, 1, &out, 1, &sc);
+}
+
+fm_graph *g_pass_fuse_masked_attention(const fm_graph *g, char *note, size_t nn) {
+    int n[3];
+    char dn[256];
+    fm_graph *out = rw_fuse_pass(g, masked_attention_node, n), *clean = out && n[0] ? g_pass_dce(out, dn, sizeof dn) : out;
+    if (clean != out) fm_graph_free(out); /* the matched nodes, written before the last matmul, now unread */
+    if (clean) snprintf(note, nn, "%d attentions written op by op (matmul, scale, mask add, softmax, matmul) fused into sdpa_mask, %d with a mask", n[0], n[1]);
     return clean;
 }

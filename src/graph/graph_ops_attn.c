@@ -49,6 +49,41 @@ static fm_status run_sdpa(const gctx *c, fm_tensor *const *in, fm_tensor **out) 
     RUN_DONE(fm_scaled_dot_product_attention(in[0], in[1], in[2], causal, scale));
 }
 
+/* sdpa_mask (fuse-masked-attention writes it): q, k, v as sdpa's, an additive mask that
+ * broadcasts to the scores [B, H, T, L]; fm_sdpa_mask on the CPU, elsewhere the graph's
+ * pattern again (matmul, scale, add, softmax, a fully masked row's NaNs to 0, matmul). */
+static fm_status inf_sdpa_mask(const gctx *c, const gtype *in, gtype *out) {
+    char s1[96];
+    if (inf_sdpa(c, in, out)) return fm_last_status();
+    const gtype *q = &in[0], *k = &in[1], *m = &in[3];
+    const int64_t full[4] = {q->d[0], q->d[1], q->d[2], k->d[2]};
+    if (m->dt != q->dt || m->ndim > 4) return fm_set_error(FM_ERR_INVALID, "the mask must be of q's dtype, with at most 4 dims");
+    for (int d = 0; d < m->ndim; d++)
+        if (m->d[d] != 1 && m->d[d] != full[4 - m->ndim + d])
+            return fm_set_error(FM_ERR_INVALID, "the mask %s does not broadcast to the scores", g_tshape(m, s1, sizeof s1));
+    return FM_OK;
+}
+
+static fm_tensor *composed_sdpa_mask(fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *m, double scale) {
+    fm_tensor *kt = fm_transpose(k, 2, 3), *s = kt ? fm_matmul(q, kt) : NULL, *ss = s ? fm_mul_scalar(s, scale) : NULL;
+    fm_tensor *sm = ss ? fm_add(ss, m) : NULL, *p = sm ? fm_softmax(sm, 3) : NULL, *nan = p ? fm_ne(p, p) : NULL;
+    fm_tensor *z = nan ? fm_tensor_scalar(0.0, p->dtype) : NULL, *zd = z ? fm_tensor_to(z, fm_tensor_device(p)) : NULL;
+    fm_tensor *pz = zd ? fm_where(nan, zd, p) : NULL, *y = pz ? fm_matmul(pz, v) : NULL;
+    fm_tensor_release_n(9, kt, s, ss, sm, p, nan, z, zd, pz);
+    return y;
+}
+
+static fm_status run_sdpa_mask(const gctx *c, fm_tensor *const *in, fm_tensor **out) {
+    bool causal = false;
+    double scale = 0;
+    if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
+    if (!(scale > 0)) scale = 1.0 / sqrt((double)in[0]->shape[3]);
+    if (fm_tensor_device(in[0]).type == FM_DEV_CPU) RUN_DONE(fm_sdpa_mask(in[0], in[1], in[2], in[3], scale));
+    if (in[1]->shape[1] != in[0]->shape[1]) /* fuse-masked-attention writes none such */
+        return fm_set_error(FM_ERR_UNSUPPORTED, "sdpa_mask off the CPU needs k and v with q's heads");
+    RUN_DONE(composed_sdpa_mask(in[0], in[1], in[2], in[3], scale));
+}
+
 /* causal_attention: q [B, H, T, D] against k, v [B, KV, L, D] with L >= T, the
  * queries being the last T positions (a KV cache's layout): query i sees keys
  * j <= L - T + i. One graph serves a prompt (L == T) and each decode step. */
@@ -317,6 +352,7 @@ static fm_status run_rope(const gctx *c, fm_tensor *const *in, fm_tensor **out) 
 const g_op_spec g_ops_attn[] = {
     {"scaled_dot_product_attention", 3, 3, 1, "causal,scale", inf_sdpa, run_sdpa, NULL},
     {"causal_attention", 3, 3, 1, "scale", inf_causal_attention, run_causal_attention, NULL},
+    {"sdpa_mask", 4, 4, 1, "scale", inf_sdpa_mask, run_sdpa_mask, NULL},
     {"sdpa_qkv", 1, 1, 1, "n_head,n_kv_head,causal,scale", inf_sdpa_qkv, run_sdpa_qkv, NULL},
     {"qkv_split_heads", 1, 1, 3, "n_head,n_kv_head", inf_qkv_split, run_qkv_split, NULL},
     {"attention_kv", 3, 5, 3, "n_head,n_kv_head,scale", inf_attention_kv, run_attention_kv, NULL},

@@ -61,4 +61,5 @@ fm_graph *g_pass_fuse_elementwise(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fold_reshape(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_rope(const fm_graph *g, char *note, size_t n);
 fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t n);
+fm_graph *g_pass_fuse_masked_attention(const fm_graph *g, char *note, size_t n);
 #endif

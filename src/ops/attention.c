@@ -18,8 +18,7 @@
 
 static const char *shp(const fm_tensor *t, char *buf, size_t n) { return fm_shape_str(t->ndim, t->shape, buf, n); }
 
-static fm_status sdpa_check(const fm_tensor *q, const fm_tensor *k, const fm_tensor *v) {
-    const char *op = "scaled_dot_product_attention";
+static fm_status sdpa_check(const char *op, const fm_tensor *q, const fm_tensor *k, const fm_tensor *v) {
     char a[128], b[128], c[128];
     if (!q || !k || !v) return fm_set_error(FM_ERR_INVALID, "%s: q, k and v must not be NULL", op);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
@@ -111,7 +110,7 @@ static fm_tensor *sdpa_impl(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causa
         fm_tensor_release_n(3, c[0], c[1], c[2]);
         return y;
     }
-    if (sdpa_check(q, k, v) != FM_OK) return NULL;
+    if (sdpa_check("scaled_dot_product_attention", q, k, v) != FM_OK) return NULL;
     if (!(scale > 0) || !isfinite(scale)) scale = 1.0 / sqrt((double)q->shape[3]);
     fm_sdpa_attrs attrs = {causal ? 1 : 0, scale, q->dtype == FM_F32 ? lowp : FM_F32};
     fm_device dev = fm_tensor_device(q);
@@ -146,6 +145,46 @@ fm_tensor *fm_scaled_dot_product_attention(fm_tensor *q, fm_tensor *k, fm_tensor
 fm_tensor *fm_scaled_dot_product_attention_mixed(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causal, double scale,
                                                  fm_dtype lowp) {
     return sdpa_impl(q, k, v, causal, scale, lowp == FM_BF16 ? FM_BF16 : FM_F32);
+}
+
+fm_tensor *fm_sdpa_mask(fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *mask, double scale) {
+    const char *op = "sdpa_mask";
+    char a[128], b[128];
+    if (sdpa_check(op, q, k, v) != FM_OK) return NULL;
+    if (!mask || mask->dtype != q->dtype || mask->ndim > 4 || !fm_device_eq(fm_tensor_device(mask), fm_tensor_device(q))) {
+        fm_set_error(FM_ERR_INVALID, "%s: the mask must be a tensor of q's dtype (%s) and device, of at most 4 dims%s%s", op,
+                     fm_dtype_name(q->dtype), mask ? ", got " : "", mask ? fm_dtype_name(mask->dtype) : " (got NULL)");
+        return NULL;
+    }
+    const int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+    for (int d = 0; d < mask->ndim; d++) {
+        const int64_t m = mask->shape[d], f = full[4 - mask->ndim + d];
+        if (m != 1 && m != f) {
+            fm_set_error(FM_ERR_INVALID, "%s: mask %s does not broadcast to the scores [B, H, Tq, Tk] = %s", op, shp(mask, a, sizeof a),
+                         fm_shape_str(4, full, b, sizeof b));
+            return NULL;
+        }
+    }
+    if (q->dtype != FM_F32 && q->dtype != FM_F64) {
+        fm_set_error(FM_ERR_INVALID, "%s: needs f32 or f64, got %s", op, fm_dtype_name(q->dtype));
+        return NULL;
+    }
+    fm_sdpa_attrs attrs = {0, scale > 0 && isfinite(scale) ? scale : 1.0 / sqrt((double)q->shape[3]), FM_F32};
+    fm_tensor *out = fm_tensor_empty(4, q->shape, q->dtype, fm_tensor_device(q));
+    if (!out) return NULL;
+    fm_op_call call;
+    memset(&call, 0, sizeof call);
+    call.op = FM_OP_SDPA_MASK;
+    call.n_in = 4;
+    call.n_out = 1;
+    call.in[0] = q; call.in[1] = k; call.in[2] = v; call.in[3] = mask;
+    call.out[0] = out;
+    call.attrs = &attrs;
+    if (fm_dispatch(&call) != FM_OK) {
+        fm_tensor_release(out);
+        return NULL;
+    }
+    return out;
 }
 
 fm_tensor *fm_sdpa_kv16(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) {

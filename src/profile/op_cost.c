@@ -30,7 +30,7 @@ double fm_op_flops(const fm_op_call *c) {
         int parts = (c->out[0] != NULL) + (c->out[1] != NULL);
         return per * parts;
     }
-    case FM_OP_SDPA: {
+    case FM_OP_SDPA: case FM_OP_SDPA_MASK: { /* sdpa_mask's attrs have causal 0 */
         const fm_tensor *q = c->in[0], *k = c->in[1];
         double B = (double)q->shape[0], H = (double)q->shape[1], Tq = (double)q->shape[2], D = (double)q->shape[3];
         double Tk = (double)k->shape[2];

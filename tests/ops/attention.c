@@ -373,3 +373,103 @@ static int sdpa_kv16_forward(void) {
 }
 
 OP_TEST("sdpa_kv16", sdpa_kv16_forward, NULL)
+
+/* sdpa_mask: softmax(q k^T scale + mask) v against a double reference, with masks of the
+ * shapes exports give ([B, 1, 1, Tk] padding, [Tq, Tk], the full [B, H, Tq, Tk]), keys
+ * masked with -inf (a whole row of one batch: its output must be 0), q, k and v as views
+ * of [B, T, H, D] projections (the kernels read their rows in place), grouped heads, odd
+ * head sizes, one query (the row path) and several tiles of queries and keys. */
+typedef struct mask_case { int64_t B, H, Hkv, Tq, Tk, D; int mask_kind; } mask_case;
+
+static fm_tensor *bthd_view(int64_t B, int64_t T, int64_t H, int64_t D, fm_rng *r, fm_tensor **base) {
+    *base = fm_tensor_randn(4, (int64_t[]){B, T, H, D}, FM_F32, r);
+    return *base ? fm_permute(*base, (int[]){0, 2, 1, 3}) : NULL; /* [B, H, T, D], not contiguous */
+}
+
+static fm_tensor *test_mask(const mask_case *c, fm_rng *r) {
+    const int64_t B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk;
+    if (c->mask_kind == 0) { /* padding: batch b keeps its first Tk - 3 b keys; the last batch none */
+        float *m = malloc(sizeof(float) * (size_t)(B * Tk));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < Tk; j++) m[b * Tk + j] = (b == B - 1 && B > 1) || j >= Tk - 3 * b ? -INFINITY : 0.0f;
+        fm_tensor *t = fm_tensor_from_data(m, 4, (int64_t[]){B, 1, 1, Tk}, FM_F32);
+        free(m);
+        return t;
+    }
+    if (c->mask_kind == 1) return fm_tensor_randn(2, (int64_t[]){Tq, Tk}, FM_F32, r);
+    return fm_tensor_randn(4, (int64_t[]){B, H, Tq, Tk}, FM_F32, r);
+}
+
+static double mask_ref_err(const mask_case *c, const fm_tensor *q, const fm_tensor *k, const fm_tensor *v, const fm_tensor *m,
+                           const fm_tensor *o) {
+    const int64_t B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk, D = c->D, g = c->H / c->Hkv;
+    fm_tensor *qc = fm_contiguous((fm_tensor *)q), *kc = fm_contiguous((fm_tensor *)k), *vc = fm_contiguous((fm_tensor *)v);
+    double err = 0, big = 0, *s = malloc(sizeof(double) * (size_t)Tk);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                double mx = -INFINITY, l = 0;
+                for (int64_t j = 0; j < Tk; j++) {
+                    double a = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        a += fm_tensor_get(qc, ((b * H + h) * Tq + i) * D + d) * fm_tensor_get(kc, ((b * c->Hkv + h / g) * Tk + j) * D + d);
+                    const int64_t mi = c->mask_kind == 0 ? b * Tk + j : c->mask_kind == 1 ? i * Tk + j : ((b * H + h) * Tq + i) * Tk + j;
+                    s[j] = a / sqrt((double)D) + fm_tensor_get(m, mi);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int64_t j = 0; mx > -INFINITY && j < Tk; j++) l += s[j] = exp(s[j] - mx);
+                for (int64_t d = 0; d < D; d++) {
+                    double y = 0;
+                    for (int64_t j = 0; l > 0 && j < Tk; j++) y += s[j] / l * fm_tensor_get(vc, ((b * c->Hkv + h / g) * Tk + j) * D + d);
+                    const double got = fm_tensor_get(o, ((b * H + h) * Tq + i) * D + d);
+                    err = fabs(got - y) > err || !(got == got) ? (got == got ? fabs(got - y) : INFINITY) : err;
+                    big = fabs(y) > big ? fabs(y) : big;
+                }
+            }
+    free(s);
+    fm_tensor_release_n(3, qc, kc, vc);
+    return big > 0 ? err / big : err;
+}
+
+static int sdpa_mask_forward(void) {
+    OP_BEGIN;
+    static const mask_case cases[] = {
+        {2, 4, 4, 70, 70, 32, 0},  /* an encoder's padding mask, two query tiles; the second batch all masked */
+        {3, 4, 2, 1, 130, 20, 0},  /* one query (the row path), grouped heads, odd D, three key tiles */
+        {1, 3, 3, 9, 17, 16, 1},   /* a [Tq, Tk] mask of finite values */
+        {2, 2, 1, 65, 66, 8, 2},   /* the full [B, H, Tq, Tk] mask */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mask_case *c = &cases[i];
+        fm_rng r;
+        fm_rng_init(&r, 70 + i);
+        fm_tensor *qb, *kb, *vb;
+        fm_tensor *q = bthd_view(c->B, c->Tq, c->H, c->D, &r, &qb), *k = bthd_view(c->B, c->Tk, c->Hkv, c->D, &r, &kb);
+        fm_tensor *v = bthd_view(c->B, c->Tk, c->Hkv, c->D, &r, &vb), *m = test_mask(c, &r);
+        fm_tensor *o = fm_sdpa_mask(q, k, v, m, 0);
+        CHECK_MSG(o != NULL, "sdpa_mask case %zu: %s", i, fm_last_error());
+        const double e = o ? mask_ref_err(c, q, k, v, m, o) : INFINITY;
+        CHECK_MSG(e < 2e-5, "sdpa_mask case %zu: relative error %g against the double reference", i, e);
+        if (o && c->mask_kind == 0 && c->B > 1) { /* the fully masked batch: exact zeros */
+            double worst = 0;
+            const int64_t per = c->H * c->Tq * c->D;
+            for (int64_t j = (c->B - 1) * per; j < c->B * per; j++) worst = fmax(worst, fabs(fm_tensor_get(o, j)));
+            CHECK_MSG(worst == 0, "sdpa_mask case %zu: a query with every key masked gave %g, not 0", i, worst);
+        }
+        fm_tensor_release_n(8, qb, kb, vb, q, k, v, m, o);
+    }
+    fm_rng r;
+    fm_rng_init(&r, 9);
+    fm_tensor *q = fm_tensor_randn(4, (int64_t[]){1, 2, 3, 8}, FM_F32, &r), *k = fm_tensor_randn(4, (int64_t[]){1, 2, 5, 8}, FM_F32, &r);
+    fm_tensor *bad = fm_tensor_randn(2, (int64_t[]){4, 5}, FM_F32, &r), *m64 = fm_tensor_zeros(2, (int64_t[]){3, 5}, FM_F64, FM_CPU);
+    CHECK(!fm_sdpa_mask(q, k, k, bad, 0));
+    CHECK_ERR_CONTAINS("does not broadcast to the scores [B, H, Tq, Tk] = [1, 2, 3, 5]");
+    CHECK(!fm_sdpa_mask(q, k, k, m64, 0));
+    CHECK_ERR_CONTAINS("q's dtype (f32)");
+    CHECK(!fm_sdpa_mask(q, k, k, NULL, 0));
+    CHECK_ERR_CONTAINS("got NULL");
+    fm_tensor_release_n(4, q, k, bad, m64);
+    OP_END;
+}
+
+OP_TEST("sdpa_mask", sdpa_mask_forward, NULL)

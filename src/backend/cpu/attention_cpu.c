@@ -64,15 +64,23 @@ static void ref_fwd_range(void *vctx, int64_t r0, int64_t r1, int tid) {
         int64_t koff = fm_sdpa_row(g->lk, b, h / group, 0), voff = fm_sdpa_row(g->lv, b, h / group, 0);
         int64_t n = g->causal ? (i + 1 < g->Tk ? i + 1 : g->Tk) : g->Tk;
         double mx = row_scores(c, fm_sdpa_row(g->lq, b, h, i), koff, n, s), l = 0;
+        if (g->mask) { /* sdpa_mask: the additive mask, then the max again */
+            const int64_t mo = b * g->msb + h * g->msh + i * g->msi;
+            mx = -INFINITY;
+            for (int64_t j = 0; j < n; j++) {
+                s[j] += ld(g->mask, c->dt, mo + j * g->msj);
+                if (s[j] > mx) mx = s[j];
+            }
+        }
         for (int64_t d = 0; d < D; d++) acc[d] = 0;
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = 0; mx > -INFINITY && j < n; j++) { /* every key masked: the output is 0 */
             double p = exp(s[j] - mx);
             l += p;
             for (int64_t d = 0; d < D; d++) acc[d] += p * ld(g->v, c->dt, voff + j * g->lv.st + d);
         }
         int64_t ooff = fm_sdpa_row(g->lo, b, h, i);
-        for (int64_t d = 0; d < D; d++) st(g->o, c->dt, ooff + d, acc[d] / l);
-        g->lse[r] = (float)(mx + log(l));
+        for (int64_t d = 0; d < D; d++) st(g->o, c->dt, ooff + d, l > 0 ? acc[d] / l : 0.0);
+        if (g->lse) g->lse[r] = (float)(mx + log(l));
     }
     free(s);
 }
@@ -212,6 +220,23 @@ static fm_status sdpa_backward_kernel(const fm_op_call *call) {
     return run_backward(call, &io, call->in[1]->dtype);
 }
 
+/* sdpa_mask: q [B,H,Tq,D], k/v [B,Hkv,Tk,D] in rows layout, mask broadcastable to
+ * [B,H,Tq,Tk] (its size-1 dims read with stride 0); out [B,H,Tq,D] */
+static fm_status sdpa_mask_kernel(const fm_op_call *call) {
+    fm_sdpa_io io;
+    const fm_tensor *m = call->in[3];
+    plain_io(call->in[0], call->in[1], call->attrs, &io);
+    io.lowp = FM_F32;
+    io.lq = strided_lay(call->in[0]), io.lk = strided_lay(call->in[1]), io.lv = strided_lay(call->in[2]);
+    io.q = fm_tensor_data(call->in[0]); io.k = fm_tensor_data(call->in[1]); io.v = fm_tensor_data(call->in[2]);
+    io.o = fm_tensor_data(call->out[0]);
+    int64_t ms[4] = {0, 0, 0, 0}; /* right-aligned to [B, H, Tq, Tk] */
+    for (int d = 0; d < m->ndim; d++) ms[4 - m->ndim + d] = m->shape[d] == 1 ? 0 : m->strides[d];
+    io.mask = fm_tensor_data(call->in[3]);
+    io.msb = ms[0], io.msh = ms[1], io.msi = ms[2], io.msj = ms[3];
+    return run_forward(call, &io, call->in[0]->dtype);
+}
+
 /* qkv [B,T,(H+2KV)*D] (and dqkv alike): q heads, then k heads, then v heads in
  * each row; the output (and its gradient) [B,T,H*D]. */
 static void qkv_io(const fm_tensor *qkv, const fm_sdpa_qkv_attrs *a, fm_sdpa_io *io) {
@@ -309,6 +334,8 @@ static fm_status sdpa_kv16_kernel(const fm_op_call *call) {
 void fm_cpu_kernels_attention(fm_backend *b) {
     b->kernels[FM_OP_SDPA_KV16] = sdpa_kv16_kernel;
     b->rows_strided[FM_OP_SDPA_KV16] = true;
+    b->kernels[FM_OP_SDPA_MASK] = sdpa_mask_kernel;
+    b->rows_strided[FM_OP_SDPA_MASK] = true;
     b->kernels[FM_OP_SDPA] = sdpa_kernel;
     b->rows_strided[FM_OP_SDPA] = true;
     b->kernels[FM_OP_SDPA_BACKWARD] = sdpa_backward_kernel;

@@ -35,8 +35,13 @@ typedef struct fm_sdpa_io {
     fm_sdpa_lay ldo;
     void *dq, *dk, *dv;     /* backward outputs */
     fm_sdpa_lay ldq, ldk, ldv;
-    float *lse;
+    float *lse;             /* forward: may be NULL (sdpa_mask keeps none) */
     int lowp;               /* FM_BF16: the products in bf16 where fm_sdpa_bf16_usable says so */
+    /* forward only (sdpa_mask): an additive mask, element (b, h, i, j) at
+     * b*msb + h*msh + i*msi + j*msj (0 along broadcast dims), added to the scaled
+     * scores; NULL: none. A query whose every key is masked (-inf) gets 0. */
+    const void *mask;
+    int64_t msb, msh, msi, msj;
 } fm_sdpa_io;
 
 /* n rows of D floats, row stride st: zeroed, or scaled by s (the gradients' last step) */

@@ -22,6 +22,7 @@
  * count. With many (batch, kv head) pairs one task owns a pair's dK/dV and the dQ
  * of its query heads; with few, dK/dV and dQ are split over key and query blocks
  * in two passes (see SDPA_BACKWARD). */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -198,8 +199,19 @@ static inline float row_score(const float *q, const float *k, int64_t D) {
     return s;
 }
 
+/* sdpa_mask: the mask's scores for query i (of this (b, h)) against keys j0 .. j0 + bk,
+ * added to S[r * ld] in the scores' log2 units. A finite mask value stays finite (no less
+ * than -FLT_MAX): exports mask with float's lowest value, and a query whose keys all carry
+ * it attends to them evenly, as the unfused softmax does; -inf stays -inf (then 0). */
+static inline void add_mask_row(const fm_sdpa_io *g, const float *mrow, int64_t j0, int bk, float *S, int64_t ld) {
+    for (int r = 0; r < bk; r++) {
+        const float m = mrow[(j0 + r) * g->msj], x = fmaf(m, 1.4426950408889634f, S[r * ld]);
+        S[r * ld] = m == -INFINITY ? m : fmaxf(x, -FLT_MAX);
+    }
+}
+
 static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const float *V, int64_t kend, float sc2, float *qs, float *S,
-                    float *O, float *out, float *lse) {
+                    float *O, float *out, float *lse, const float *mrow) {
     const int64_t D = g->D, kst = g->lk.st, vst = g->lv.st, dv = D / VW * VW;
     for (int64_t d = 0; d < D; d++) {
         qs[d] = Q[d] * sc2;
@@ -209,12 +221,12 @@ static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const f
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int bk = (int)min64(BK, kend - j0), bkv = (bk + VW - 1) / VW * VW;
         float mx = -INFINITY;
-        for (int r = 0; r < bk; r++) {
-            S[r] = row_score(qs, K + (j0 + r) * kst, D);
-            mx = S[r] > mx ? S[r] : mx;
-        }
+        for (int r = 0; r < bk; r++) S[r] = row_score(qs, K + (j0 + r) * kst, D);
+        if (mrow) add_mask_row(g, mrow, j0, bk, S, 1);
+        for (int r = 0; r < bk; r++) mx = S[r] > mx ? S[r] : mx;
         for (int r = bk; r < bkv; r++) S[r] = -INFINITY;
-        const float mnew = m > mx ? m : mx;
+        /* at least -FLT_MAX: keys all masked so far give exp2(-inf) = 0 and a zero sum, not NaN */
+        const float mnew = fmaxf(m > mx ? m : mx, -FLT_MAX);
         float al[VW];
         V_STOREU(al, V_EXP2_NEG(V_SET1(m - mnew)));
         float sum = 0.0f;
@@ -258,9 +270,9 @@ static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const f
             O[d] = o;
         }
     }
-    const float inv = 1.0f / l;
+    const float inv = l > 0 ? 1.0f / l : 0.0f; /* every key masked: 0, as transformers' exports make it */
     for (int64_t d = 0; d < D; d++) out[d] = O[d] * inv;
-    *lse = (m + log2f(l)) * 0.6931471805599453f;
+    if (lse) *lse = (m + log2f(l)) * 0.6931471805599453f;
 }
 
 /* QT[d][i] = Q[i][d] * sc2 for the block's bq queries, zero for i in [bq, BQ).
@@ -297,9 +309,10 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
         const float *Q = (const float *)g->q + fm_sdpa_row(g->lq, b, h, i0);
         const float *K = (const float *)g->k + fm_sdpa_row(g->lk, b, hk, 0);
         const float *V = (const float *)g->v + fm_sdpa_row(g->lv, b, hk, 0);
+        const float *mb = g->mask ? (const float *)g->mask + b * g->msb + h * g->msh + i0 * g->msi : NULL;
         if (bq == 1) {
             fwd_row(g, Q, K, V, g->causal ? min64(g->Tk, i0 + 1) : g->Tk, sc2, QT, S, O, (float *)g->o + fm_sdpa_row(g->lo, b, h, i0),
-                    g->lse + bh * g->Tq + i0);
+                    g->lse ? g->lse + bh * g->Tq + i0 : NULL, mb);
             continue;
         }
         V_PACK_QT(Q, qst, bq, D, sc2, QT);
@@ -319,6 +332,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     for (; i < first; i++) S[r * BQ + i] = -INFINITY;
                 }
             }
+            for (int64_t i = 0; mb && i < bq; i++) add_mask_row(g, mb + i * g->msi, j0, bk, S + i, BQ);
             for (int cb = 0; cb < nq; cb += VW) {
                 /* on the diagonal, keys past the block's last query are masked for all
                  * its columns: P there is 0 without computing it, but the P V product
@@ -338,7 +352,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                 for (; rm < rows; rm++) mx = V_MAX(mx, V_LOADU(S + rm * BQ + cb));
                 mx = V_MAX(V_MAX(mx, mx1), V_MAX(mx2, mx3));
                 VEC mold = V_LOADU(mrow + cb);
-                VEC mnew = V_MAX(mold, mx);
+                VEC mnew = V_MAX(V_MAX(mold, mx), V_SET1(-FLT_MAX)); /* as fwd_row: all masked so far gives 0s */
                 VEC alpha = V_EXP2_NEG(V_SUB(mold, mnew));
                 VEC sum = V_ZERO();
                 for (int r = 0; r < rows; r++) {
@@ -362,11 +376,11 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
             tile_gemm_tri(diag ? TRI_KHI : TRI_NONE, (int)bq, (int)D, bk, S, 1, BQ, V + j0 * vst, vst, O, Dp, 1);
         }
         float *out = (float *)g->o + fm_sdpa_row(g->lo, b, h, i0);
-        float *lse = g->lse + bh * g->Tq + i0;
+        float *lse = g->lse ? g->lse + bh * g->Tq + i0 : NULL;
         for (int64_t i = 0; i < bq; i++) {
-            float inv = 1.0f / lrow[i];
+            float inv = lrow[i] > 0 ? 1.0f / lrow[i] : 0.0f; /* every key masked: 0 */
             for (int64_t d = 0; d < D; d++) out[i * ost + d] = O[i * Dp + d] * inv;
-            lse[i] = (mrow[i] + log2f(lrow[i])) * 0.6931471805599453f;
+            if (lse) lse[i] = (mrow[i] + log2f(lrow[i])) * 0.6931471805599453f;
         }
     }
     free(buf);
