@@ -253,6 +253,27 @@ static int made_by(const fm_graph *g, int v, const char *op) {
     return p >= 0 && !strcmp(g->nodes[p].op, op) ? p : -1;
 }
 
+/* x when v is x's kv heads repeated for grouped-query attention, as exporters write
+ * Llama's repeat_kv: reshape(expand(unsqueeze(x, 2), [B, KV, G, L, D]), [B, KV G, L, D]);
+ * from5: v is the expand itself (the 5-D value); else v. sdpa_mask takes the KV heads. */
+static int unrepeated(const fm_graph *g, int v, bool from5) {
+    const int r = from5 ? -1 : made_by(g, v, "reshape"), e = made_by(g, from5 ? v : r >= 0 ? g->nodes[r].in[0] : -1, "expand");
+    const int u = e >= 0 ? made_by(g, g->nodes[e].in[0], "unsqueeze") : -1;
+    if (u < 0 || g_node_int(&g->nodes[u], "axis", -1) != 2) return v;
+    const int x = g->nodes[u].in[0];
+    const gvalue *xv = &g->values[x], *ev = &g->values[g->nodes[e].out[0]];
+    if (xv->t.ndim != 4 || ev->t.ndim != 5) return v;
+    for (int q = 0; q < 2; q++) { /* [B, KV, L, D] -> [B, KV, G, L, D] (-> [B, KV G, L, D]) */
+        const int64_t *xd = q ? xv->probe2 : xv->t.d, *ed = q ? ev->probe2 : ev->t.d;
+        if (ed[0] != xd[0] || ed[1] != xd[1] || ed[3] != xd[2] || ed[4] != xd[3]) return v;
+        if (!from5) {
+            const int64_t *vd = q ? g->values[v].probe2 : g->values[v].t.d;
+            if (g->values[v].t.ndim != 4 || vd[0] != xd[0] || vd[1] != ed[1] * ed[2] || vd[2] != xd[2] || vd[3] != xd[3]) return v;
+        }
+    }
+    return x;
+}
+
 /* bt = k transposed over its last two dims: k's source value and the permute node (-1: a
  * transpose, then the source is k itself). bt may have other readers (another block's
  * scores): its node stays for them, and k is a permute of its own. */
@@ -260,7 +281,9 @@ static bool transposed_k(const fm_graph *g, int bt, int *src, int *perm_node) {
     int p = made_by(g, bt, "permute");
     if (p >= 0) {
         const gattr *a = g_node_attr(&g->nodes[p], "perm");
-        if (!a || a->type != FM_ATTR_INTS || a->n != 4 || a->ints[0].expr || a->ints[1].expr || a->ints[2].expr || a->ints[3].expr) return false;
+        if (!a || a->type != FM_ATTR_INTS || a->n != 4) return false;
+        for (int d = 0; d < 4; d++)
+            if (a->ints[d].expr || a->ints[d].v < 0 || a->ints[d].v > 3) return false;
         *src = g->nodes[p].in[0], *perm_node = p;
         return true;
     }
@@ -268,14 +291,14 @@ static bool transposed_k(const fm_graph *g, int bt, int *src, int *perm_node) {
     const int t3 = p >= 0 ? made_by(g, g->nodes[p].in[0], "permute") : -1, r0 = t3 >= 0 ? made_by(g, g->nodes[t3].in[0], "reshape") : -1;
     if (r0 >= 0) {
         const gattr *a = g_node_attr(&g->nodes[t3], "perm");
-        const int k = g->nodes[r0].in[0];
+        const int k5 = g->nodes[r0].in[0], k = g->values[k5].t.ndim == 5 ? unrepeated(g, k5, true) : k5; /* Llama's repeated kv heads */
         const gvalue *kv = &g->values[k], *bv = &g->values[bt];
         if (!a || a->type != FM_ATTR_INTS || a->n != 3 || a->ints[0].v != 0 || a->ints[1].v != 2 || a->ints[2].v != 1 || kv->t.ndim != 4 ||
             bv->t.ndim != 4)
             return false;
-        for (int q = 0; q < 2; q++) { /* [B, H, L, D] to [B, H, D, L] at both probe sizes */
+        for (int q = 0; q < 2; q++) { /* [B, KV, L, D] to [B, H, D, L] (KV = H, or dividing it) at both probe sizes */
             const int64_t *kd = q ? kv->probe2 : kv->t.d, *bd = q ? bv->probe2 : bv->t.d;
-            if (kd[0] != bd[0] || kd[1] != bd[1] || kd[2] != bd[3] || kd[3] != bd[2]) return false;
+            if (kd[0] != bd[0] || kd[1] <= 0 || bd[1] % kd[1] || (k == k5 && kd[1] != bd[1]) || kd[2] != bd[3] || kd[3] != bd[2]) return false;
         }
         *src = k, *perm_node = -1;
         return true;
@@ -345,7 +368,11 @@ static bool mattn_match(const fm_graph *g, const int *uses, int i, mattn *m) {
     if (mm < 0) return false;
     const int qa = unscaled(g, uses, g->nodes[mm].in[0], &m->scale, false), bt = unscaled(g, uses, g->nodes[mm].in[1], &m->scale, false);
     if (!transposed_k(g, bt, &m->k_src, &m->perm_node)) return false;
-    m->q = qa, m->v = y->in[1];
+    m->q = qa, m->v = unrepeated(g, y->in[1], false);
+    /* k's heads (the permute's dim 1 when k is one) as v's: both grouped alike */
+    const gattr *pa = m->perm_node >= 0 ? g_node_attr(&g->nodes[m->perm_node], "perm") : NULL;
+    const int64_t kh = g->values[m->k_src].t.d[pa ? pa->ints[1].v : 1];
+    if (g->values[m->k_src].t.ndim != 4 || kh != g->values[m->v].t.d[1]) return false;
     const gtype *q = &g->values[m->q].t, *v = &g->values[m->v].t;
     return q->ndim == 4 && v->ndim == 4 && (q->dt == FM_F32 || q->dt == FM_F64) && v->dt == q->dt &&
            (m->mask < 0 || g->values[m->mask].t.dt == q->dt);

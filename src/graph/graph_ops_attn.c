@@ -64,12 +64,24 @@ static fm_status inf_sdpa_mask(const gctx *c, const gtype *in, gtype *out) {
     return FM_OK;
 }
 
-static fm_tensor *composed_sdpa_mask(fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *m, double scale) {
+/* x [B, KV, L, D] with each kv head repeated for its H / KV query heads: [B, H, L, D] */
+static fm_tensor *repeat_kv(fm_tensor *x, int64_t H) {
+    const int64_t B = x->shape[0], KV = x->shape[1], L = x->shape[2], D = x->shape[3];
+    if (KV == H) return fm_tensor_retain(x);
+    fm_tensor *u = fm_unsqueeze(x, 2), *e = u ? fm_expand(u, 5, (int64_t[]){B, KV, H / KV, L, D}) : NULL;
+    fm_tensor *r = e ? fm_reshape(e, 4, (int64_t[]){B, H, L, D}) : NULL;
+    fm_tensor_release_n(2, u, e);
+    return r;
+}
+
+static fm_tensor *composed_sdpa_mask(fm_tensor *q, fm_tensor *k0, fm_tensor *v0, fm_tensor *m, double scale) {
+    fm_tensor *k = repeat_kv(k0, q->shape[1]), *v = k ? repeat_kv(v0, q->shape[1]) : NULL;
+    if (!v) { fm_tensor_release(k); return NULL; }
     fm_tensor *kt = fm_transpose(k, 2, 3), *s = kt ? fm_matmul(q, kt) : NULL, *ss = s ? fm_mul_scalar(s, scale) : NULL;
     fm_tensor *sm = ss ? fm_add(ss, m) : NULL, *p = sm ? fm_softmax(sm, 3) : NULL, *nan = p ? fm_ne(p, p) : NULL;
     fm_tensor *z = nan ? fm_tensor_scalar(0.0, p->dtype) : NULL, *zd = z ? fm_tensor_to(z, fm_tensor_device(p)) : NULL;
     fm_tensor *pz = zd ? fm_where(nan, zd, p) : NULL, *y = pz ? fm_matmul(pz, v) : NULL;
-    fm_tensor_release_n(9, kt, s, ss, sm, p, nan, z, zd, pz);
+    fm_tensor_release_n(11, kt, s, ss, sm, p, nan, z, zd, pz, k, v);
     return y;
 }
 
@@ -79,8 +91,6 @@ static fm_status run_sdpa_mask(const gctx *c, fm_tensor *const *in, fm_tensor **
     if (sdpa_flags(c, &causal, &scale)) return fm_last_status();
     if (!(scale > 0)) scale = 1.0 / sqrt((double)in[0]->shape[3]);
     if (fm_tensor_device(in[0]).type == FM_DEV_CPU) RUN_DONE(fm_sdpa_mask(in[0], in[1], in[2], in[3], scale));
-    if (in[1]->shape[1] != in[0]->shape[1]) /* fuse-masked-attention writes none such */
-        return fm_set_error(FM_ERR_UNSUPPORTED, "sdpa_mask off the CPU needs k and v with q's heads");
     RUN_DONE(composed_sdpa_mask(in[0], in[1], in[2], in[3], scale));
 }
 
