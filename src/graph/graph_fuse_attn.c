@@ -394,6 +394,15 @@ static int masked_attention_node(rw_fuse *f, int i) {
         st = fm_graph_add_node(f->r.dst, "permute", NULL, 1, &k, 1, (const char *[]){kn}, 1, &a);
         k = kn;
     }
+    const int w = mask ? made_by(g, m.mask, "where") : -1, e = w >= 0 ? made_by(g, g->nodes[w].in[0], "expand") : -1;
+    if (e >= 0 && !st) { /* the mask before its condition was expanded (BERT's [B, 1, T, L] from [B, 1, 1, L]): the kernel
+                          * broadcasts it, one value per key instead of a value per query and key */
+        const gnode *wn = &g->nodes[w];
+        const char *wi[3] = {rw_name(&f->r, g->nodes[e].in[0]), rw_name(&f->r, wn->in[1]), rw_name(&f->r, wn->in[2])};
+        snprintf(mn, sizeof mn, "%s.mask", out);
+        st = fm_graph_add_node(f->r.dst, "where", NULL, 3, wi, 1, (const char *[]){mn}, 0, NULL);
+        mask = mn;
+    }
     if (!mask && !st) { /* no mask: a zero scalar */
         fm_tensor *z = fm_tensor_zeros(0, NULL, g->values[m.q].t.dt, FM_CPU); /* as the other passes' new constants */
         snprintf(mn, sizeof mn, "%s.mask", out);

@@ -199,14 +199,34 @@ static inline float row_score(const float *q, const float *k, int64_t D) {
     return s;
 }
 
-/* sdpa_mask: the mask's scores for query i (of this (b, h)) against keys j0 .. j0 + bk,
- * added to S[r * ld] in the scores' log2 units. A finite mask value stays finite (no less
- * than -FLT_MAX): exports mask with float's lowest value, and a query whose keys all carry
- * it attends to them evenly, as the unfused softmax does; -inf stays -inf (then 0). */
-static inline void add_mask_row(const fm_sdpa_io *g, const float *mrow, int64_t j0, int bk, float *S, int64_t ld) {
+/* sdpa_mask: mask value m added to score x in the scores' log2 units. A finite m keeps the
+ * sum finite (no less than -FLT_MAX): exports mask with float's lowest value, and a query
+ * whose keys all carry it attends to them evenly, as the unfused softmax does; -inf stays
+ * -inf (a query with every key so masked gets 0). */
+static inline float clamp_lo(float x) { return x > -FLT_MAX ? x : -FLT_MAX; } /* one maxss; fmaxf's NaN rules cost a call */
+static inline float mask_term(float m) { return clamp_lo(m * 1.4426950408889634f); }
+static inline float add_mask(float x, float m) { return m == -INFINITY ? m : clamp_lo(x + mask_term(m)); }
+
+/* the mask's tile for the block's bq queries (from mb, the block's first query's row) and keys
+ * j0 .. j0 + bk, added to S [key][query] (row stride BQ) */
+static void add_mask_tile(const fm_sdpa_io *g, const float *mb, int64_t j0, int bk, int64_t bq, float *S) {
     for (int r = 0; r < bk; r++) {
-        const float m = mrow[(j0 + r) * g->msj], x = fmaf(m, 1.4426950408889634f, S[r * ld]);
-        S[r * ld] = m == -INFINITY ? m : fmaxf(x, -FLT_MAX);
+        const float *mr = mb + (j0 + r) * g->msj;
+        float *row = S + r * BQ;
+        if (g->msi) { /* a value per query */
+            for (int64_t i = 0; i < bq; i++) row[i] = add_mask(row[i], mr[i * g->msi]);
+            continue;
+        }
+        const float m = mr[0]; /* one value for every query (a padding mask) */
+        if (m == 0) continue;  /* x + 0 is x */
+        if (m == -INFINITY) {
+            for (int64_t i = 0; i < bq; i++) row[i] = -INFINITY;
+            continue;
+        }
+        const VEC mv = V_SET1(mask_term(m)), lo = V_SET1(-FLT_MAX);
+        int64_t i = 0;
+        for (; i + VW <= bq; i += VW) V_STOREU(row + i, V_MAX(V_ADD(V_LOADU(row + i), mv), lo));
+        for (; i < bq; i++) row[i] = add_mask(row[i], m);
     }
 }
 
@@ -222,11 +242,11 @@ static void fwd_row(const fm_sdpa_io *g, const float *Q, const float *K, const f
         const int bk = (int)min64(BK, kend - j0), bkv = (bk + VW - 1) / VW * VW;
         float mx = -INFINITY;
         for (int r = 0; r < bk; r++) S[r] = row_score(qs, K + (j0 + r) * kst, D);
-        if (mrow) add_mask_row(g, mrow, j0, bk, S, 1);
+        for (int r = 0; mrow && r < bk; r++) S[r] = add_mask(S[r], mrow[(j0 + r) * g->msj]);
         for (int r = 0; r < bk; r++) mx = S[r] > mx ? S[r] : mx;
         for (int r = bk; r < bkv; r++) S[r] = -INFINITY;
         /* at least -FLT_MAX: keys all masked so far give exp2(-inf) = 0 and a zero sum, not NaN */
-        const float mnew = fmaxf(m > mx ? m : mx, -FLT_MAX);
+        const float mnew = clamp_lo(m > mx ? m : mx);
         float al[VW];
         V_STOREU(al, V_EXP2_NEG(V_SET1(m - mnew)));
         float sum = 0.0f;
@@ -332,7 +352,7 @@ static void fwd_range(void *vctx, int64_t t0, int64_t t1, int tid) {
                     for (; i < first; i++) S[r * BQ + i] = -INFINITY;
                 }
             }
-            for (int64_t i = 0; mb && i < bq; i++) add_mask_row(g, mb + i * g->msi, j0, bk, S + i, BQ);
+            if (mb) add_mask_tile(g, mb, j0, bk, bq, S);
             for (int cb = 0; cb < nq; cb += VW) {
                 /* on the diagonal, keys past the block's last query are masked for all
                  * its columns: P there is 0 without computing it, but the P V product
