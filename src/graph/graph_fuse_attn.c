@@ -119,10 +119,15 @@ fm_graph *g_pass_fuse_attention(const fm_graph *g, char *note, size_t nn) {
  * cat and the products must have no other reader. The pattern is matched at its add, after
  * its first nodes were copied: they are left without readers, and a dce drops them. ---- */
 
-static int producer(const fm_graph *g, const int *uses, int v, const char *op) {
-    if (v < 0 || uses[v] != 1 || g->values[v].is_output || g->values[v].kind != GV_NODE) return -1;
-    const int p = g->values[v].producer;
+/* the node making v when it is op, whatever else reads v (-1: none) */
+static int made_by(const fm_graph *g, int v, const char *op) {
+    const int p = v >= 0 && g->values[v].kind == GV_NODE ? g->values[v].producer : -1;
     return p >= 0 && !strcmp(g->nodes[p].op, op) ? p : -1;
+}
+
+/* made_by, when v has no other reader and is no graph output */
+static int producer(const fm_graph *g, const int *uses, int v, const char *op) {
+    return v < 0 || uses[v] != 1 || g->values[v].is_output ? -1 : made_by(g, v, op);
 }
 
 /* Node j slices x's last axis (of size D) at [0, D/2) (upper false) or [D/2, D) (upper true). */
@@ -219,19 +224,24 @@ fm_graph *g_pass_fuse_rope(const fm_graph *g, char *note, size_t nn) {
  * the NaN guard where(ne(p, p), 0, p) of transformers' exports; it becomes
  * sdpa_mask(q, k, v, mask, scale) (a zero mask when there is none), k a permute of
  * bt's source (or that source, under PyTorch dynamo's 3-D reshape-permute-reshape). The
- * mask must be where(cond, a, b) of constants 0, -inf or below -1e30 (mask_values_safe). Every value in between must have no other reader. Matched at the last
- * matmul: the nodes before it were copied already, and a dce drops them. ---- */
+ * mask must be where(cond, a, b) of constants 0, -inf or below -1e30 (mask_values_safe).
+ * The scores, masked scores and probabilities must have no other reader. Matched at the
+ * last matmul: the nodes before it were copied already, and a dce drops them. ---- */
 
 typedef struct mattn {
     int q, k_src, v, mask, perm_node; /* values; perm_node: the permute making bt, or -1 (a transpose) */
     double scale;
 } mattn;
 
-static bool scalar_const(const fm_graph *g, int v, double *x) {
+/* v is a one-element constant: its value in *x */
+static bool one_const(const fm_graph *g, int v, double *x) {
     if (v < 0 || g->values[v].kind != GV_CONST || !g->values[v].tensor || fm_tensor_numel(g->values[v].tensor) != 1) return false;
     *x = fm_tensor_item(g->values[v].tensor);
-    return isfinite(*x) && *x != 0;
+    return true;
 }
+
+/* a scale factor: a one-element constant, finite and not 0 */
+static bool scalar_const(const fm_graph *g, int v, double *x) { return one_const(g, v, x) && isfinite(*x) && *x != 0; }
 
 /* v, or the other operand of mul(v, c) / mul(c, v) (then *scale times c) when v is that
  * product with no other reader */
@@ -245,12 +255,6 @@ static int unscaled(const fm_graph *g, const int *uses, int v, double *scale, bo
     if (scalar_const(g, n->in[1], &c)) { *scale *= div ? 1.0 / c : c; return n->in[0]; }
     if (!div && scalar_const(g, n->in[0], &c)) { *scale *= c; return n->in[1]; }
     return v;
-}
-
-/* the node making v when it is op, whatever else reads v (-1: none) */
-static int made_by(const fm_graph *g, int v, const char *op) {
-    const int p = v >= 0 && g->values[v].kind == GV_NODE ? g->values[v].producer : -1;
-    return p >= 0 && !strcmp(g->nodes[p].op, op) ? p : -1;
 }
 
 /* x when v is x's kv heads repeated for grouped-query attention, as exporters write
@@ -319,8 +323,7 @@ static int guarded_softmax(const fm_graph *g, const int *uses, int x) {
         const gnode *wn = &g->nodes[w];
         double z = 1;
         const int ne = producer(g, uses, wn->in[0], "ne"), p = wn->in[2];
-        const bool zero = wn->in[1] >= 0 && g->values[wn->in[1]].kind == GV_CONST && g->values[wn->in[1]].tensor &&
-                          fm_tensor_numel(g->values[wn->in[1]].tensor) == 1 && (z = fm_tensor_item(g->values[wn->in[1]].tensor)) == 0;
+        const bool zero = one_const(g, wn->in[1], &z) && z == 0;
         /* p is read by ne (twice) and by the where, by nothing else */
         if (ne < 0 || !zero || g->nodes[ne].in[0] != p || g->nodes[ne].in[1] != p || uses[p] != 3 || g->values[p].is_output) return -1;
         x = p;
@@ -338,10 +341,8 @@ static int guarded_softmax(const fm_graph *g, const int *uses, int x) {
 static bool mask_values_safe(const fm_graph *g, int mask) {
     const int w = made_by(g, mask, "where");
     for (int k = 1; w >= 0 && k < 3; k++) {
-        const int c = g->nodes[w].in[k];
-        if (c < 0 || g->values[c].kind != GV_CONST || !g->values[c].tensor || fm_tensor_numel(g->values[c].tensor) != 1) return false;
-        const double x = fm_tensor_item(g->values[c].tensor);
-        if (!(x == 0 || x <= -1e30)) return false;
+        double x;
+        if (!one_const(g, g->nodes[w].in[k], &x) || !(x == 0 || x <= -1e30)) return false;
     }
     return w >= 0;
 }
@@ -371,8 +372,7 @@ static bool mattn_match(const fm_graph *g, const int *uses, int i, mattn *m) {
     m->q = qa, m->v = unrepeated(g, y->in[1], false);
     /* k's heads (the permute's dim 1 when k is one) as v's: both grouped alike */
     const gattr *pa = m->perm_node >= 0 ? g_node_attr(&g->nodes[m->perm_node], "perm") : NULL;
-    const int64_t kh = g->values[m->k_src].t.d[pa ? pa->ints[1].v : 1];
-    if (g->values[m->k_src].t.ndim != 4 || kh != g->values[m->v].t.d[1]) return false;
+    if (g->values[m->k_src].t.ndim != 4 || g->values[m->k_src].t.d[pa ? pa->ints[1].v : 1] != g->values[m->v].t.d[1]) return false;
     const gtype *q = &g->values[m->q].t, *v = &g->values[m->v].t;
     return q->ndim == 4 && v->ndim == 4 && (q->dt == FM_F32 || q->dt == FM_F64) && v->dt == q->dt &&
            (m->mask < 0 || g->values[m->mask].t.dt == q->dt);
