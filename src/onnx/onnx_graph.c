@@ -124,8 +124,8 @@ static fm_status declare_inputs(onnx_graph_ctx *x, fm_tensor **pa, fm_tensor **p
                 if (x->n_syms == ONNX_GRAPH_MAX_SYMS) return fm_set_error(FM_ERR_UNSUPPORTED, "%s: too many dynamic dims", m->path);
                 snprintf(x->syms[x->n_syms++], sizeof x->syms[0], "%.63s", names[d]);
             }
-            sa[d] = 3 + 2 * s; /* two probes that no fixed size is likely to equal */
-            sb[d] = 4 + 3 * s;
+            sa[d] = onnx_probe_size(s, 0);
+            sb[d] = onnx_probe_size(s, 1);
         }
         if (fm_graph_add_input(x->g, name, dt, in->ndim, dims, dn)) return fm_last_status();
         pa[i] = fm_tensor_zeros(in->ndim, sa, dt, FM_CPU);
@@ -232,7 +232,7 @@ static fm_tensor **third_probe(onnx_graph_ctx *x, fm_tensor *const *pa) {
             if (in->dims[d] >= 0) continue;
             dim_name(m, i, d, nm, sizeof nm);
             for (int k = 0; k < x->n_syms; k++) /* a dim fixed by fm_onnx_set_dim is no sym */
-                if (!strcmp(x->syms[k], nm)) sc[d] = 2 + 7 * k;
+                if (!strcmp(x->syms[k], nm)) sc[d] = onnx_probe_size(k, 2);
         }
         ok = (pc[i] = fm_tensor_zeros(in->ndim, sc, pa[i]->dtype, FM_CPU)) != NULL;
     }
@@ -335,7 +335,7 @@ static fm_status build_graph(onnx_graph_ctx *x) {
         else if (!(st = x->folded[s] ? onnx_graph_const(x, s) : FM_OK))
             st = fm_graph_add_output(x->g, m->value_names[s]);
     }
-    for (int k = 0; k < x->n_syms && !st; k++) st = fm_graph_set_dim_hint(x->g, x->syms[k], 3 + 2 * k);
+    for (int k = 0; k < x->n_syms && !st; k++) st = fm_graph_set_dim_hint(x->g, x->syms[k], onnx_probe_size(k, 0));
     if (!st) st = fm_graph_set_meta(x->g, "source", "onnx");
     if (!st) st = fm_graph_validate(x->g);
     return st;

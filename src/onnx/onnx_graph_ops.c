@@ -1064,12 +1064,10 @@ static fm_status need_shape_input(tctx *t) {
 /* The dynamic dim (import symbol) whose probe sizes are a and b (declare_inputs in
  * onnx_graph.c sets sym k to 3 + 2k and 4 + 3k), or NULL: a target size that is
  * another input's dynamic dim becomes that dim expression. */
-/* Dynamic dim k's size at probe p (0 a, 1 b, 2 c: onnx_graph.c's probes). */
-static int64_t sym_size(int k, int p) { return p == 0 ? 3 + 2 * k : p == 1 ? 4 + 3 * k : 2 + 7 * k; }
 
 static bool fits3(const int64_t *v, int i, int si, int j, int sj, int64_t d) {
     for (int p = 0; p < 3; p++)
-        if (v[p] != si * sym_size(i, p) + (j >= 0 ? sj * sym_size(j, p) : 0) + d) return false;
+        if (v[p] != si * onnx_probe_size(i, p) + (j >= 0 ? sj * onnx_probe_size(j, p) : 0) + d) return false;
     return true;
 }
 
@@ -1081,14 +1079,14 @@ static bool fits3(const int64_t *v, int i, int si, int j, int sj, int64_t d) {
 static const char *sym_for3(tctx *t, int64_t a, int64_t b, int64_t c) {
     const onnx_graph_ctx *x = t->x;
     for (int k = 0; k < x->n_syms; k++)
-        if (a == sym_size(k, 0) && b == sym_size(k, 1)) return x->syms[k];
+        if (a == onnx_probe_size(k, 0) && b == onnx_probe_size(k, 1)) return x->syms[k];
     if (c == INT64_MIN) return NULL;
     const int64_t v[3] = {a, b, c};
     int hits = 0;
     char e[sizeof t->expr[0]] = "";
     for (int i = 0; i < x->n_syms; i++) {
         for (int m = 1; m <= 8; m++) { /* m*x + d, d = 0 only for m > 1 */
-            int64_t d = a - m * sym_size(i, 0);
+            int64_t d = a - m * onnx_probe_size(i, 0);
             if ((m > 1 && d) || (m == 1 && (!d || d < -(INT64_C(1) << 30) || d > (INT64_C(1) << 30))) || !fits3(v, i, m, -1, 0, d)) continue;
             hits++;
             if (m > 1) snprintf(e, sizeof e, "%d*%s", m, x->syms[i]);
@@ -1097,7 +1095,7 @@ static const char *sym_for3(tctx *t, int64_t a, int64_t b, int64_t c) {
         for (int j = 0; j < x->n_syms; j++)
             for (int sj = -1; sj <= 1; sj += 2) {
                 if (j == i || (sj > 0 && j < i)) continue; /* x+y once; x-y and y-x both */
-                int64_t d = a - sym_size(i, 0) - sj * sym_size(j, 0);
+                int64_t d = a - onnx_probe_size(i, 0) - sj * onnx_probe_size(j, 0);
                 if (d < -(INT64_C(1) << 30) || d > (INT64_C(1) << 30) || !fits3(v, i, 1, j, sj, d)) continue;
                 hits++;
                 if (d) snprintf(e, sizeof e, "%s%c%s%+" PRId64, x->syms[i], sj > 0 ? '+' : '-', x->syms[j], d);

@@ -161,6 +161,9 @@ typedef struct onnx_graph_ctx {
     int n_syms, tmp;
 } onnx_graph_ctx;
 fm_status onnx_graph_translate(onnx_graph_ctx *x, int node);
+/* Dynamic dim k's size at probe p (0: a, 1: b, 2: the third run): sizes no fixed dim is
+ * likely to equal, from which a size computed from the dims is read back (onnx_graph_ops.c). */
+static inline int64_t onnx_probe_size(int k, int p) { return p == 0 ? 3 + 2 * k : p == 1 ? 4 + 3 * k : 2 + 7 * k; }
 bool onnx_graph_shape_input_ok(const char *op, int input);
 /* Value slot, computed from shapes only and one of the dynamic dims' sizes (a scalar), as a
  * dim_size node reading that dim of a graph input, so that data ops can read it. */
