@@ -67,8 +67,7 @@ int fm_cmd_compile(int argc, char **argv) {
         else { fm_cli_error("compile: unknown or incomplete option '%s'", a); usage(stderr); return 2; }
     }
     if (!in || !out) { fm_cli_error("compile: %s", in ? "no output directory (-o OUT_DIR)" : "no model directory given"); usage(stderr); return 2; }
-    size_t len = strlen(in);
-    bool onnx = len > 5 && !strcmp(in + len - 5, ".onnx");
+    const bool onnx = fm_cli_is_onnx(in);
     if (n_dims && !onnx) { fm_cli_error("compile: --dim applies to an ONNX file; %s is not one", in); return 2; }
     fm_onnx_model *om = onnx ? fm_onnx_load(in) : NULL; /* an ONNX file (docs/ONNX.md) */
     int drc = om ? fm_cli_onnx_dims("compile", om, n_dims, dims) : 0;

@@ -27,9 +27,13 @@ static void import_usage(FILE *f) {
 
 #define MAX_DIM_SPECS 16
 
-int fm_cli_refuse_onnx(const char *cmd, const char *path) {
+bool fm_cli_is_onnx(const char *path) {
     const size_t n = path ? strlen(path) : 0;
-    if (n <= 5 || strcmp(path + n - 5, ".onnx")) return 0;
+    return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+
+int fm_cli_refuse_onnx(const char *cmd, const char *path) {
+    if (!fm_cli_is_onnx(path)) return 0;
     fm_cli_error("%s: %s is an ONNX file; %s takes a model directory. `fathom run %s --input NAME=FILE` runs it; "
                  "`fathom import`, `compile`, `quantize`, `bench` and `serve` (in a model repository) take it",
                  cmd, path, cmd, path);

@@ -44,6 +44,8 @@ int fm_cli_onnx_dims(const char *cmd, struct fm_onnx_model *m, int n, char *cons
  * commands that want a model directory (predict, eval, generate, embed, prune, distill)
  * do not take: the message names the commands that do (cli/cmd_import.c); else 0. */
 int fm_cli_refuse_onnx(const char *cmd, const char *path);
+/* Whether path names an ONNX file (it ends in .onnx): what every command that takes one tests. */
+bool fm_cli_is_onnx(const char *path);
 /* The name of names[0..n) closest to `given` by edit distance, when it is close enough
  * to be a likely typo (at most a third of its length, and at most 3); else NULL. */
 const char *fm_cli_suggest(const char *given, const char *const *names, int n);

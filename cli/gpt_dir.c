@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "gpt_dir.h"
 #include "fathom/hf.h"
 #include "fathom/onnx.h"
@@ -53,8 +54,7 @@ fm_status fm_cli_gpt_open(const char *dir, fm_graph *loaded, fm_cli_gpt *out) {
 }
 
 fm_graph *fm_cli_graph_from_dir(const char *dir) {
-    const size_t n = strlen(dir);
-    if (n > 5 && !strcmp(dir + n - 5, ".onnx")) { /* an ONNX file, imported as `fathom import` does */
+    if (fm_cli_is_onnx(dir)) { /* an ONNX file, imported as `fathom import` does */
         fm_onnx_model *m = fm_onnx_load(dir);
         fm_graph *g = m ? fm_onnx_to_graph(m) : NULL;
         fm_onnx_free(m);
