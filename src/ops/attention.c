@@ -89,14 +89,15 @@ static fm_status sdpa_backward(fm_node *n, fm_tensor *const *grad_out, fm_tensor
     return FM_OK;
 }
 
-/* op(q, k, v) into out (and lse, when not NULL) */
-static fm_status dispatch_qkv(fm_op_id op, fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *out, fm_tensor *lse, const fm_sdpa_attrs *attrs) {
+/* op(q, k, v[, mask]) into out (and lse, when not NULL) */
+static fm_status dispatch_qkv(fm_op_id op, fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *mask, fm_tensor *out, fm_tensor *lse,
+                              const fm_sdpa_attrs *attrs) {
     fm_op_call call;
     memset(&call, 0, sizeof call);
     call.op = op;
-    call.n_in = 3;
+    call.n_in = mask ? 4 : 3;
     call.n_out = lse ? 2 : 1;
-    call.in[0] = q; call.in[1] = k; call.in[2] = v;
+    call.in[0] = q; call.in[1] = k; call.in[2] = v; call.in[3] = mask;
     call.out[0] = out; call.out[1] = lse;
     call.attrs = attrs;
     return fm_dispatch(&call);
@@ -120,7 +121,7 @@ static fm_tensor *sdpa_impl(fm_tensor *q, fm_tensor *k, fm_tensor *v, bool causa
         fm_tensor_release_n(2, out, lse);
         return NULL;
     }
-    if (dispatch_qkv(FM_OP_SDPA, q, k, v, out, lse, &attrs) != FM_OK) {
+    if (dispatch_qkv(FM_OP_SDPA, q, k, v, NULL, out, lse, &attrs) != FM_OK) {
         fm_tensor_release_n(2, out, lse);
         return NULL;
     }
@@ -172,15 +173,7 @@ fm_tensor *fm_sdpa_mask(fm_tensor *q, fm_tensor *k, fm_tensor *v, fm_tensor *mas
     fm_sdpa_attrs attrs = {0, scale > 0 && isfinite(scale) ? scale : 1.0 / sqrt((double)q->shape[3]), FM_F32};
     fm_tensor *out = fm_tensor_empty(4, q->shape, q->dtype, fm_tensor_device(q));
     if (!out) return NULL;
-    fm_op_call call;
-    memset(&call, 0, sizeof call);
-    call.op = FM_OP_SDPA_MASK;
-    call.n_in = 4;
-    call.n_out = 1;
-    call.in[0] = q; call.in[1] = k; call.in[2] = v; call.in[3] = mask;
-    call.out[0] = out;
-    call.attrs = &attrs;
-    if (fm_dispatch(&call) != FM_OK) {
+    if (dispatch_qkv(FM_OP_SDPA_MASK, q, k, v, mask, out, NULL, &attrs) != FM_OK) {
         fm_tensor_release(out);
         return NULL;
     }
@@ -216,7 +209,7 @@ fm_tensor *fm_sdpa_kv16(fm_tensor *q, fm_tensor *k, fm_tensor *v, double scale) 
     fm_sdpa_attrs attrs = {0, scale > 0 && isfinite(scale) ? scale : 1.0 / sqrt((double)q->shape[3]), FM_F32};
     fm_tensor *out = fm_tensor_empty(4, q->shape, FM_F32, fm_tensor_device(q));
     if (!out) return NULL;
-    if (dispatch_qkv(FM_OP_SDPA_KV16, q, k, v, out, NULL, &attrs) != FM_OK) {
+    if (dispatch_qkv(FM_OP_SDPA_KV16, q, k, v, NULL, out, NULL, &attrs) != FM_OK) {
         fm_tensor_release(out);
         return NULL;
     }
