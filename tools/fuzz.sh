@@ -26,7 +26,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config,model_config_pbtxt}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -212,6 +212,23 @@ printf 't{"system": "<s>{content}\\n", "user": "U: {content}\\n", "assistant": "
 printf '{"name": "fuzz", "max_batch_size": 16, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}], "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [10]}], "dynamic_batching": {"preferred_batch_size": [4, 8], "max_queue_delay_microseconds": 500, "max_queue_size": 64, "default_timeout_microseconds": "100000"}, "instance_group": [{"count": 2, "kind": "KIND_CPU"}], "version_policy": {"specific": {"versions": [1, 3]}}}' > "$seeds/model_config/kserve"
 printf '{"max_batch_size": 8, "platform": "fathom_gpt", "version_policy": {"latest": {"num_versions": 2}}, "text_generation": {"kv_cache_blocks": 128, "kv_block_tokens": 16, "prefill_chunk_tokens": 256, "stream_interval_tokens": 4, "kv_cache_dtype": "f16", "chat_template": {"user": "Q: {content}\\n", "generation": "A:", "stop": "\\nQ:"}}}' > "$seeds/model_config/textgen"
 printf '{"backend": "onnxruntime", "default_model_filename": "m.onnx", "version_policy": {"all": {}}}' > "$seeds/model_config/onnx"
+# the same in protobuf text (fuzz_model_config_pbtxt), as Triton's config.pbtxt files are written
+cat > "$seeds/model_config_pbtxt/kserve" <<'PBTXT'
+# a comment
+name: "fuzz"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [ { name: "x" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 1, 28, 28 ] } ]
+output { name: 'y', data_type: TYPE_FP32; dims: 10 }
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 0x1f4
+  default_queue_policy { max_queue_size: 64 default_timeout_microseconds: 100000 } }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+version_policy: { specific: { versions: [1, 3] } }
+parameters { key: "k" value: { string_value: "v\t\x41\101\u00e9" "joined" } }
+optimization < execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } >
+x: -1.5e3 y: 2.5f z: -inf w: true
+PBTXT
+printf 'max_batch_size: 8\nplatform: "fathom_gpt"\nversion_policy { latest { num_versions: 2 } }\ntext_generation { kv_cache_blocks: 128 kv_cache_dtype: "f16" chat_template { user: "Q: {content}\\n" generation: "A:" } }\n' > "$seeds/model_config_pbtxt/textgen"
 
 # completion requests (fuzz_completion_request): a flag byte (1: chat, 2: configured template, 4: final
 # text), the body, NUL, then "generated" bytes (also read as float logits for the sampler)

@@ -1,13 +1,15 @@
-/* Reading config.json (Triton's ModelConfig fields) and writing it back. */
+/* Reading config.pbtxt or config.json (Triton's ModelConfig fields) and writing it back. */
 #include "serve/model_config.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "fathom/error.h"
+#include "serve/pbtxt.h"
 
 void fm_model_config_init(fm_model_config *c, const char *name) {
     memset(c, 0, sizeof *c);
@@ -231,16 +233,57 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
     return FM_OK;
 }
 
+fm_status fm_model_config_file(const char *model_dir, char *path, size_t cap) {
+    char pb[PATH_MAX], js[PATH_MAX];
+    struct stat st;
+    snprintf(pb, sizeof pb, "%s/config.pbtxt", model_dir);
+    snprintf(js, sizeof js, "%s/config.json", model_dir);
+    bool has_pb = stat(pb, &st) == 0, has_js = stat(js, &st) == 0;
+    snprintf(path, cap, "%s", has_pb ? pb : has_js ? js : "");
+    if (has_pb && has_js)
+        return fm_set_error(FM_ERR_FORMAT, "%s: both config.pbtxt and config.json are here; keep one (the same fields, in "
+                            "protobuf text or JSON)", model_dir);
+    return FM_OK;
+}
+
+/* The whole file (at most 1 MiB), NUL-terminated; NULL with the error set. */
+static char *read_small_file(const char *p, size_t *len) {
+    FILE *f = fopen(p, "rb");
+    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open: %s", p, strerror(errno)); return NULL; }
+    char *buf = malloc((1 << 20) + 2);
+    size_t n = buf ? fread(buf, 1, (1 << 20) + 1, f) : 0;
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf || err || n > (1 << 20)) {
+        if (!buf) fm_set_error(FM_ERR_OOM, "%s: out of memory", p);
+        else fm_set_error(FM_ERR_FORMAT, "%s: %s", p, err ? "read error" : "over 1 MiB; a model config is small");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const char *name) {
     fm_model_config_init(c, name);
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/config.json", model_dir);
-    struct stat st;
-    if (stat(p, &st) != 0) return FM_OK;
-    if (st.st_size > (1 << 20)) return fm_set_error(FM_ERR_FORMAT, "%s: over 1 MiB; a model config is small", p);
-    json_error_t e;
-    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &e);
-    if (!j) return fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", p, e.line, e.text);
+    if (fm_model_config_file(model_dir, p, sizeof p)) return fm_last_status();
+    if (!*p) return FM_OK;
+    size_t len;
+    char *text = read_small_file(p, &len);
+    if (!text) return fm_last_status();
+    json_t *j;
+    size_t plen = strlen(p);
+    if (plen >= 6 && !strcmp(p + plen - 6, ".pbtxt")) {
+        j = fm_pbtxt_to_json(text, len, p);
+    } else {
+        json_error_t e;
+        j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+        if (!j) fm_set_error(FM_ERR_FORMAT, "%s:%d: %s", p, e.line, e.text);
+    }
+    free(text);
+    if (!j) return fm_last_status();
     fm_status s = fm_model_config_parse(c, j, p);
     json_decref(j);
     return s;

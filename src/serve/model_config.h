@@ -1,5 +1,5 @@
-/* A model's configuration: DIR/<model>/config.json, in the JSON form of Triton's
- * ModelConfig (the same fields GET /v2/models/{m}/config returns). Every field is
+/* A model's configuration: DIR/<model>/config.pbtxt, Triton's ModelConfig in protobuf
+ * text, or config.json, its JSON form (the same fields GET /v2/models/{m}/config returns). Every field is
  * optional; what is missing comes from the model itself (inputs, outputs) or the
  * defaults below. docs/SERVING.md lists the fields. */
 #ifndef FATHOM_SERVE_MODEL_CONFIG_H
@@ -45,9 +45,13 @@ typedef struct fm_model_config {
 
 /* Defaults for `name`. */
 void fm_model_config_init(fm_model_config *c, const char *name);
-/* Reads DIR/<name>/config.json when it exists (defaults otherwise). Errors name the
- * file and field: FM_ERR_FORMAT. */
+/* Reads DIR/<name>/config.pbtxt (Triton's protobuf text) or config.json (its JSON
+ * form) when one exists (defaults otherwise). Errors name the file and field (and
+ * the line, in a pbtxt): FM_ERR_FORMAT. */
 fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const char *name);
+/* The config file of a model folder into path ("" when there is none); both files
+ * at once is an error (path then names the pbtxt). */
+fm_status fm_model_config_file(const char *model_dir, char *path, size_t cap);
 fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char *where);
 /* Checks the declared inputs/outputs against what the model has (or adopts the
  * model's when none are declared). */

@@ -158,7 +158,9 @@ static int apply_policy(const fm_model_config *c, const int64_t *have, int n, in
 static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const fm_model_config *cfg, int64_t ver) {
     char vdir[PBUF], where[PBUF];
     snprintf(vdir, sizeof vdir, "%s/%lld", model_dir, (long long)ver);
-    snprintf(where, sizeof where, "%s/config.json", model_dir);
+    /* the config file, for errors that name it (config.json when there is none) */
+    if (fm_model_config_file(model_dir, where, sizeof where) || !*where)
+        snprintf(where, sizeof where, "%s/config.json", model_dir);
     fm_serve_version *v = calloc(1, sizeof *v);
     fm_servable *inst[64] = {0};
     if (!v) { fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
@@ -201,8 +203,8 @@ fail:
 
 static bool cfg_changed(repo_model *m, const char *model_dir, struct stat *out) {
     char p[PBUF];
-    snprintf(p, sizeof p, "%s/config.json", model_dir);
-    if (stat(p, out) != 0) memset(out, 0, sizeof *out);
+    fm_model_config_file(model_dir, p, sizeof p); /* both files: the load refuses it before this */
+    if (!*p || stat(p, out) != 0) memset(out, 0, sizeof *out);
     return out->st_mtim.tv_sec != m->cfg_mtime.tv_sec || out->st_mtim.tv_nsec != m->cfg_mtime.tv_nsec ||
            out->st_size != m->cfg_size;
 }

@@ -189,6 +189,58 @@ def write_onnx(repo):
         check(p.returncode == 0, "fathom export of the graph model to %s/%s: %s" % (model, fname, p.stderr.strip()))
         if cfg:
             json.dump(cfg, open(os.path.join(repo, model, "config.json"), "w"))
+    # the same file with the config a Triton model repository holds: config.pbtxt, in protobuf text
+    for model, text in [("onx-pbtxt", PBTXT), ("bad-pbtxt", PBTXT.replace("dims: [ 3 ]", "dims: [ 3 "))]:
+        os.makedirs(os.path.join(repo, model, "1"), exist_ok=True)
+        shutil.copy(os.path.join(repo, "onx", "1", "model.onnx"), os.path.join(repo, model, "1"))
+        open(os.path.join(repo, model, "config.pbtxt"), "w").write(text.replace("@NAME@", model))
+
+
+PBTXT = """# as Triton's documentation writes one
+name: "@NAME@"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "x"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+output [
+  {
+    name: "probs"
+    data_type: TYPE_FP32
+    dims: [ 3 ]
+  }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 1500
+}
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+"""
+
+
+def pbtxt_checks(s, ref):
+    st, j = s.json("GET", "/v2/models/onx-pbtxt/config")
+    check(st == 200 and j["max_batch_size"] == 8 and j["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+          and j["dynamic_batching"]["max_queue_delay_microseconds"] == 1500 and j["input"][0]["dims"] == [4]
+          and j["output"][0]["dims"] == [3], "a config.pbtxt is read as Triton reads it: %s" % j)
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]]
+    want = [v for r in ref(x) for v in r]
+    st, j = s.json("POST", "/v2/models/onx-pbtxt/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [v for r in x for v in r]}]})
+    check(st == 200 and max(abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], want)) < 1e-6,
+          "the model configured by config.pbtxt infers: %s" % (j if st != 200 else "ok"))
+    st, j = s.json("POST", "/v2/models/onx-pbtxt/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [9, 4], "data": [0.0] * 36}]})
+    check(st == 400 and "max_batch_size" in j.get("error", ""), "its max_batch_size (8) holds: %s %s" % (st, j))
+    st, idx = s.json("POST", "/v2/repository/index")
+    reason = {m["name"]: m.get("reason", "") for m in idx}.get("bad-pbtxt", "") if st == 200 else ""
+    check("bad-pbtxt/config.pbtxt:17:3: expected ',' or ']' in a list" in reason,
+          "a malformed config.pbtxt is refused naming the file, line and column: %s" % reason)
 
 
 def onnx_checks(s, ref):
@@ -718,6 +770,7 @@ def main():
         protocol_checks(s)
         graph_checks(s, graph_ref)
         onnx_checks(s, graph_ref)
+        pbtxt_checks(s, graph_ref)
         onnx_patterns_checks(s, pat_dir, pat_ref)
         onnx_interp_checks(s, interp_ref)
         emb_checks(s)
