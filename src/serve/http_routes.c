@@ -171,6 +171,39 @@ static bool authorized(fm_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* A load request's body: {"parameters": {"config": "<the model config as JSON text>"}}
+ * (what tritonclient's load_model(name, config=...) sends) -> *config (NULL: none).
+ * Model files sent in the request ("file:..." parameters) are refused: a version's
+ * files come from the repository folder. Non-zero with err set when malformed. */
+static int load_request_config(const fm_http_req *r, json_t **config, char *err, size_t errn) {
+    json_error_t e;
+    json_t *j = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &e), *params = json_object_get(j, "parameters");
+    const char *key, *bad = NULL;
+    json_t *v;
+    if (!json_is_object(j) || (params && !json_is_object(params)))
+        bad = "the body must be a JSON object, with \"parameters\" an object";
+    json_object_foreach(params, key, v) {
+        if (!bad && !strncmp(key, "file:", 5))
+            bad = "model files in a load request are not supported: put them in the repository folder, then load";
+        else if (!bad && !strcmp(key, "config") && !json_is_string(v))
+            bad = "\"config\" must be a string holding the model configuration as JSON";
+    }
+    const char *text = json_string_value(json_object_get(params, "config"));
+    if (!bad && text) {
+        *config = json_loads(text, JSON_REJECT_DUPLICATES, &e);
+        if (!*config) snprintf(err, errn, "load: \"config\" is not JSON: %s (line %d)", e.text, e.line);
+        else if (!json_is_object(*config)) bad = "\"config\" must hold a JSON object (Triton's model configuration)";
+    }
+    json_decref(j);
+    if (bad) {
+        snprintf(err, errn, "load: %s", bad);
+        json_decref(*config);
+        *config = NULL;
+        return 1;
+    }
+    return text && !*config;
+}
+
 /* /v2/repository/index and /v2/repository/models/{m}/load|unload */
 static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
                                   fm_http_req *r) {
@@ -198,7 +231,13 @@ static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char *
     if (!s->opt.explicit_control)
         return fm_http_error(c, 400, "load and unload need --model-control explicit (this server polls the repository)");
     bool load = !strcmp(seg[4], "load");
-    fm_status st = load ? fm_repo_load(s->repo, seg[3]) : fm_repo_unload(s->repo, seg[3]);
+    json_t *config = NULL;
+    if (load && r->len) {
+        char err[512];
+        if (load_request_config(r, &config, err, sizeof err)) return fm_http_error(c, 400, err);
+    }
+    fm_status st = load ? fm_repo_load_config(s->repo, seg[3], config) : fm_repo_unload(s->repo, seg[3]);
+    json_decref(config);
     if (st) return fm_http_error(c, st == FM_ERR_IO ? 404 : 400, fm_last_error());
     return send_json(c, 200, json_object());
 }

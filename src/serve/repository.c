@@ -32,6 +32,7 @@ typedef struct repo_model {
     char reason[512];
     struct timespec cfg_mtime;
     off_t cfg_size;
+    bool cfg_overridden; /* the loaded versions use a load request's config, not the file's */
     failed_version failed[8]; /* more failed versions than this are simply tried again */
     int n_failed;
 } repo_model;
@@ -262,7 +263,7 @@ static void forget_failure(repo_model *m, int64_t version) {
 
 /* Under load_mu. poll: a version that failed is not tried again while its files
  * and the config are as they were then. */
-static fm_status load_locked(fm_repo *r, const char *name, bool poll) {
+static fm_status load_locked(fm_repo *r, const char *name, bool poll, const json_t *override) {
     if (!fm_serve_valid_name(name))
         return fm_set_error(FM_ERR_INVALID, "invalid model name '%s': use 1-63 of A-Z a-z 0-9 _ . - , not starting with '.'", name);
     char dir[PATH_MAX + FM_SERVE_NAME_MAX];
@@ -273,8 +274,11 @@ static fm_status load_locked(fm_repo *r, const char *name, bool poll) {
     repo_model *m = get_model(r, name);
     if (!m) return fm_set_error(FM_ERR_OOM, "serve: too many models (at most %d)", MAX_MODELS);
     fm_model_config cfg;
-    if (fm_model_config_load(&cfg, dir, name)) { set_reason(m, r, m->versions != NULL, fm_last_error()); return fm_last_status(); }
-    bool reload_all = cfg_changed(m, dir, &cst);
+    if (override) fm_model_config_init(&cfg, name);
+    fm_status cs = override ? fm_model_config_parse(&cfg, override, "the load request's config")
+                            : fm_model_config_load(&cfg, dir, name);
+    if (cs) { set_reason(m, r, m->versions != NULL, fm_last_error()); return fm_last_status(); }
+    bool reload_all = cfg_changed(m, dir, &cst) || override || m->cfg_overridden;
     int64_t have[MAX_VERSIONS], want[MAX_VERSIONS];
     int n_want = apply_policy(&cfg, have, list_versions(dir, have, MAX_VERSIONS), want);
     if (n_want == 0) {
@@ -319,6 +323,7 @@ static fm_status load_locked(fm_repo *r, const char *name, bool poll) {
     snprintf(m->reason, sizeof m->reason, "%s", reason);
     m->cfg_mtime = cst.st_mtim;
     m->cfg_size = cst.st_size;
+    m->cfg_overridden = override != NULL; /* a later plain load reloads everything from the file */
     pthread_mutex_unlock(&r->mu);
     /* kept versions were referenced again above: only removed ones drain */
     for (int i = 0; i < n_old; i++) fm_repo_release(old[i]);
@@ -326,9 +331,11 @@ static fm_status load_locked(fm_repo *r, const char *name, bool poll) {
     return FM_OK;
 }
 
-fm_status fm_repo_load(fm_repo *r, const char *name) {
+fm_status fm_repo_load(fm_repo *r, const char *name) { return fm_repo_load_config(r, name, NULL); }
+
+fm_status fm_repo_load_config(fm_repo *r, const char *name, const json_t *config) {
     pthread_mutex_lock(&r->load_mu);
-    fm_status s = load_locked(r, name, false);
+    fm_status s = load_locked(r, name, false, config);
     pthread_mutex_unlock(&r->load_mu);
     return s;
 }
@@ -371,7 +378,7 @@ void fm_repo_poll(fm_repo *r, FILE *log) {
         snprintf(before, sizeof before, "%s", m ? m->reason : "");
         pthread_mutex_unlock(&r->mu);
         /* a failure is logged once, not at every poll */
-        if (load_locked(r, e->d_name, true) != FM_OK && log && strcmp(before, m ? m->reason : "~"))
+        if (load_locked(r, e->d_name, true, NULL) != FM_OK && log && strcmp(before, m ? m->reason : "~"))
             fprintf(log, "fathom serve: %s\n", fm_last_error());
     }
     if (d) closedir(d);

@@ -1,4 +1,4 @@
-/* The model repository: DIR/<model>/config.json (optional) and numeric version
+/* The model repository: DIR/<model>/config.pbtxt or config.json (optional) and numeric version
  * folders DIR/<model>/<version>/. Loaded versions each have a batcher and
  * statistics, and are reference counted: a request holds its version, so a
  * version that is unloaded or removed drains (its queued and running requests
@@ -32,9 +32,13 @@ void fm_repo_close(fm_repo *r);
 bool fm_serve_valid_name(const char *name);
 bool fm_serve_parse_version(const char *s, int64_t *out);
 /* Loads a model, or reloads it to match its folder (new versions load, removed
- * ones drain; a changed config.json reloads all). On failure the model keeps
+ * ones drain; a changed config file reloads all). On failure the model keeps
  * serving what it had; the error names the file and what is wrong. */
 fm_status fm_repo_load(fm_repo *r, const char *name);
+/* The same with the configuration given (Triton's load request "config": its JSON
+ * form) instead of the folder's config file; every version reloads with it, and a
+ * later plain load reads the file again. */
+fm_status fm_repo_load_config(fm_repo *r, const char *name, const json_t *config);
 fm_status fm_repo_unload(fm_repo *r, const char *name);
 /* Poll mode: fm_repo_load for every model folder, fm_repo_unload for vanished ones. */
 void fm_repo_poll(fm_repo *r, FILE *log);

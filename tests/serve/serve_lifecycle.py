@@ -14,6 +14,42 @@ def wait_for(fn, secs=8.0):
     return None
 
 
+def load_override_checks(s, key, infer_body, sample, check):
+    """Triton's load with the configuration in the request (tritonclient's load_model(name, config=...)):
+    it replaces the folder's config for that load; a plain load reads the folder again."""
+    def load(params):
+        return s.json("POST", "/v2/repository/models/m/load", {"parameters": params}, headers=key)
+    st, j = load({"config": json.dumps({"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 100}})})
+    check(st == 200, "load with a config in the request -> 200: %s" % j)
+    st, j = s.json("GET", "/v2/models/m/config")
+    check(st == 200 and j["max_batch_size"] == 2 and j.get("dynamic_batching", {}).get("max_queue_delay_microseconds") == 100,
+          "the request's config is the one in use: %s" % j)
+    st, j = s.json("POST", "/v2/models/m/infer", infer_body(sample(3)))
+    check(st == 400 and "max_batch_size = 2" in j.get("error", ""), "its max_batch_size 2 holds: %s %s" % (st, j))
+    for params, want in [({"config": "{not json"}, "is not JSON"),
+                         ({"config": json.dumps({"max_batch_size": "lots"})}, "the load request's config: 'max_batch_size'"),
+                         ({"config": json.dumps({"name": "other"})}, "'other' but the model's directory is 'm'"),
+                         ({"config": 5}, "must be a string"),
+                         ({"file:1/model.safetensors": "AAAA", "config": "{}"}, "model files in a load request")]:
+        st, j = load(params)
+        check(st == 400 and want in j.get("error", ""), "a bad load request (%s) -> 400 naming it: %s %s" % (want, st, j))
+    st, j = s.json("GET", "/v2/models/m/config")
+    check(st == 200 and j["max_batch_size"] == 2, "a refused load leaves the loaded config: %s" % j.get("max_batch_size"))
+    st, j = s.json("POST", "/v2/repository/models/m/load", headers=key)
+    st2, j2 = s.json("GET", "/v2/models/m/config")
+    check(st == 200 and st2 == 200 and j2["max_batch_size"] == 32 and "dynamic_batching" not in j2,
+          "a plain load reads the folder's config again (none: the defaults): %s" % j2)
+    try:
+        import tritonclient.http as th
+    except ImportError:
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    c.load_model("m", headers=key, config=json.dumps({"max_batch_size": 5}))
+    check(c.get_model_config("m")["max_batch_size"] == 5, "tritonclient's load_model(config=...) is honoured")
+    c.load_model("m", headers=key)
+    c.close()
+
+
 def run(Server, make_repo, infer_body, sample, ok, bad, check):
     body = infer_body(sample(1))
     # ---- poll mode: hot reload ----
@@ -83,6 +119,7 @@ def run(Server, make_repo, infer_body, sample, ok, bad, check):
         check(st == 200, "load with the key -> 200")
         st, j = s.json("POST", "/v2/models/m/infer", body)
         check(st == 200, "explicit: infer after load")
+        load_override_checks(s, key, infer_body, sample, check)
         st, j = s.json("POST", "/v2/repository/models/broken/load", headers=key)
         check(st == 400 and "config.json" in j["error"] and "max_batch_size" in j["error"],
               "a bad config.json -> 400 naming the file and field: %s" % j)
