@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: bench_serve_batch VERSION_DIR [rounds]\n"); return 2; }
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (rounds < 1 || rounds > MAX_ROUNDS) { fprintf(stderr, "bench_serve_batch: rounds must be 1-%d\n", MAX_ROUNDS); return 2; }
-    fm_servable *s = fm_servable_open(argv[1], (fm_device){FM_DEV_CPU, 0}, NULL, NULL, NULL, 0);
+    fm_servable *s = fm_servable_open(argv[1], (fm_device){FM_DEV_CPU, 0}, NULL, NULL, NULL, 0, false);
     if (!s) { fprintf(stderr, "bench_serve_batch: %s\n", fm_last_error()); return 1; }
     const int sizes[N_SIZES] = {1, 2, 4, 8, 16, 32, 64};
     fm_tensor *in[N_SIZES][FM_SERVE_MAX_IO] = {{0}};

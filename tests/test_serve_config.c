@@ -170,6 +170,16 @@ static void test_load(void) {
     write_file(p, "max_batch_size: 8\ninput [ { name: \"x\" \n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("config.pbtxt:3:1:");
+    /* Triton's max_batch_size 0 (no batching) reads; with dynamic_batching it is refused */
+    write_file(p, "max_batch_size: 0\ninput [ { name: \"x\" data_type: TYPE_FP32 dims: [ 2, 4 ] } ]\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
+    CHECK(b.max_batch_size == 0 && b.max_batch_size_set && b.inputs[0].ndim == 2 && b.inputs[0].dims[0] == 2);
+    write_file(p, "max_batch_size: 0\ndynamic_batching { }\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("needs max_batch_size >= 1");
+    write_file(p, "max_batch_size: -1\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("'max_batch_size' is -1");
     unlink(p);
     rmdir(mdir);
     rmdir(dir);

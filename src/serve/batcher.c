@@ -161,8 +161,9 @@ static const char *run_batch(fm_batcher *b, fm_servable *s, fm_serve_req **rs, i
     int64_t t1 = fm_now_ns();
     ok = ok && s->run(s, in, out) == FM_OK;
     int64_t t2 = fm_now_ns();
+    const bool whole = b->cfg.max_batch_size == 0; /* unbatched: one request, its outputs whole */
     for (int j = 0; j < s->n_outputs && ok; j++)
-        if (!out[j] || out[j]->ndim < 1 || out[j]->shape[0] != rows) {
+        if (!out[j] || (!whole && (out[j]->ndim < 1 || out[j]->shape[0] != rows))) {
             fm_set_error(FM_ERR_INTERNAL, "output '%s' has %lld rows for a batch of %lld", s->outputs[j].name,
                          out[j] && out[j]->ndim ? (long long)out[j]->shape[0] : 0LL, (long long)rows);
             ok = false;
@@ -174,7 +175,8 @@ static const char *run_batch(fm_batcher *b, fm_servable *s, fm_serve_req **rs, i
     } else {
         int64_t off = 0;
         for (int k = 0; k < n; k++) {
-            for (int j = 0; j < s->n_outputs; j++) rs[k]->out[j] = fm_narrow(out[j], 0, off, rs[k]->rows);
+            for (int j = 0; j < s->n_outputs; j++)
+                rs[k]->out[j] = whole ? fm_tensor_retain(out[j]) : fm_narrow(out[j], 0, off, rs[k]->rows);
             off += rs[k]->rows;
         }
     }

@@ -61,11 +61,12 @@ enum MHD_Result fm_http_send(struct MHD_Connection *c, int status, char *buf, si
     return send_bytes(c, status, buf, len, type, 0);
 }
 
-static json_t *ios_json(const fm_serve_io *ios, int n) {
+/* Metadata shapes: [-1, dims...] when batched, the dims alone with max_batch_size 0 */
+static json_t *ios_json(const fm_serve_io *ios, int n, bool batched) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) {
         json_t *shape = json_array();
-        json_array_append_new(shape, json_integer(-1));
+        if (batched) json_array_append_new(shape, json_integer(-1));
         for (int d = 0; d < ios[i].ndim; d++) json_array_append_new(shape, json_integer(ios[i].dims[d]));
         json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "datatype",
                                            fm_serve_dtype_name(ios[i].dtype), "shape", shape));
@@ -76,8 +77,8 @@ static json_t *ios_json(const fm_serve_io *ios, int n) {
 static enum MHD_Result model_metadata(fm_server *s, struct MHD_Connection *c, fm_serve_version *v) {
     json_t *vs = fm_repo_versions_json(s->repo, v->model);
     json_t *j = json_pack("{s:s,s:o,s:s,s:o,s:o}", "name", v->model, "versions", vs ? vs : json_array(), "platform", v->platform,
-                          "inputs", ios_json(v->cfg.inputs, v->cfg.n_inputs), "outputs",
-                          ios_json(v->cfg.outputs, v->cfg.n_outputs));
+                          "inputs", ios_json(v->cfg.inputs, v->cfg.n_inputs, v->cfg.max_batch_size > 0), "outputs",
+                          ios_json(v->cfg.outputs, v->cfg.n_outputs, v->cfg.max_batch_size > 0));
     return send_json(c, 200, j);
 }
 

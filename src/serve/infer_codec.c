@@ -245,17 +245,23 @@ static int make_tensor(const fm_infer_input *in, fm_tensor **out, char *err, siz
 }
 
 static int check_shape(const fm_infer_input *in, const fm_serve_io *io, const fm_model_config *c, char *err, size_t errn) {
-    char want[160] = "[-1";
-    for (int d = 0; d < io->ndim; d++) snprintf(want + strlen(want), sizeof want - strlen(want), ", %lld", (long long)io->dims[d]);
+    const bool whole = c->max_batch_size == 0; /* no batch dim: dims are the whole shape */
+    const int skip = whole ? 0 : 1;
+    char want[160] = "[";
+    if (!whole) strcat(want, "-1");
+    for (int d = 0; d < io->ndim; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d || !whole ? ", " : "", (long long)io->dims[d]);
     strcat(want, "]");
-    bool ok = in->ndim == io->ndim + 1;
-    for (int d = 0; ok && d < io->ndim; d++) ok = in->shape[d + 1] >= 1 && (io->dims[d] == -1 || io->dims[d] == in->shape[d + 1]);
+    bool ok = in->ndim == io->ndim + skip;
+    for (int d = 0; ok && d < io->ndim; d++)
+        ok = in->shape[d + skip] >= 1 && (io->dims[d] == -1 || io->dims[d] == in->shape[d + skip]);
     if (!ok) {
         char got[160];
         fm_shape_str(in->ndim, in->shape, got, sizeof got);
-        return bad(err, errn, 400, "input '%s': shape %s does not match the model's %s", in->name, got, want);
+        return bad(err, errn, 400, "input '%s': shape %s does not match the model's %s%s", in->name, got, want,
+                   whole ? " (max_batch_size 0: the whole shape, no batch dim in front)" : "");
     }
-    if (in->shape[0] < 1 || in->shape[0] > c->max_batch_size)
+    if (!whole && (in->shape[0] < 1 || in->shape[0] > c->max_batch_size))
         return bad(err, errn, 400, "input '%s': batch size %lld is outside [1, max_batch_size = %lld]", in->name,
                    (long long)in->shape[0], (long long)c->max_batch_size);
     return 0;
@@ -296,10 +302,10 @@ int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm
                        fm_serve_dtype_name(x->dtype), fm_serve_dtype_name(c->inputs[k].dtype));
         int st = check_shape(x, &c->inputs[k], c, err, errn);
         if (st) return st;
-        if (*rows >= 0 && x->shape[0] != *rows)
+        if (c->max_batch_size > 0 && *rows >= 0 && x->shape[0] != *rows)
             return bad(err, errn, 400, "input '%s': batch size %lld differs from the other inputs' %lld", x->name,
                        (long long)x->shape[0], (long long)*rows);
-        *rows = x->shape[0];
+        *rows = c->max_batch_size > 0 ? x->shape[0] : 1; /* unbatched: a request is one run */
         if ((st = make_tensor(x, &in[k], err, errn))) return st;
         if ((st = check_ids(&c->inputs[k], in[k], err, errn))) return st;
     }

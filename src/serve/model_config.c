@@ -222,7 +222,8 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
     const char *name = json_string_value(json_object_get(j, "name"));
     if (name && strcmp(name, c->name))
         return fm_set_error(FM_ERR_FORMAT, "%s: \"name\" is '%s' but the model's directory is '%s'", where, name, c->name);
-    if (get_int(j, "max_batch_size", 1, 1 << 16, &c->max_batch_size, where) ||
+    c->max_batch_size_set = json_object_get(j, "max_batch_size") != NULL;
+    if (get_int(j, "max_batch_size", 0, 1 << 16, &c->max_batch_size, where) ||
         parse_ios(c->inputs, &c->n_inputs, json_object_get(j, "input"), where, "input") ||
         parse_ios(c->outputs, &c->n_outputs, json_object_get(j, "output"), where, "output") ||
         parse_batcher(c, json_object_get(j, "dynamic_batching"), where) ||
@@ -230,6 +231,9 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
         parse_policy(c, json_object_get(j, "version_policy"), where) ||
         parse_textgen(c, json_object_get(j, "text_generation"), where) || parse_platform(c, j, where))
         return fm_last_status();
+    if (c->max_batch_size == 0 && c->dynamic_batching)
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"dynamic_batching\" needs max_batch_size >= 1 (max_batch_size 0 means the "
+                            "model takes no batch: each request runs alone)", where);
     return FM_OK;
 }
 
@@ -315,7 +319,23 @@ static fm_status complete_ios(fm_serve_io *decl, int *n_decl, const fm_serve_io 
     return FM_OK;
 }
 
-fm_status fm_model_config_complete(fm_model_config *c, const fm_servable *s, const char *where) {
+fm_status fm_model_config_complete(fm_model_config *c, fm_servable *s, const char *where) {
+    if (s->unbatched && c->max_batch_size_set && c->max_batch_size > 0) {
+        const fm_serve_io *io = s->inputs;
+        for (int k = 0; k < s->n_inputs + s->n_outputs; k++) {
+            const fm_serve_io *x = k < s->n_inputs ? &s->inputs[k] : &s->outputs[k - s->n_inputs];
+            if (x->dims[0] != -1) { io = x; break; }
+        }
+        return fm_set_error(FM_ERR_FORMAT, "%s: max_batch_size is %lld, but the model's '%s' has the fixed first dim %lld, "
+                            "so it takes no batch: set max_batch_size: 0 (Triton's 'no batching'; dims are then whole "
+                            "shapes) or export the model with a dynamic batch dim", where, (long long)c->max_batch_size,
+                            io->name, (long long)io->dims[0]);
+    }
+    if (s->unbatched && c->dynamic_batching)
+        return fm_set_error(FM_ERR_FORMAT, "%s: \"dynamic_batching\" needs a batch dim, but the model has a fixed first dim "
+                            "(it is served with max_batch_size 0: one request per run); remove dynamic_batching", where);
+    if (s->unbatched) c->max_batch_size = 0;
+    else if (c->max_batch_size == 0 && fm_servable_unbatch(s, where)) return fm_last_status();
     if (complete_ios(c->inputs, &c->n_inputs, s->inputs, s->n_inputs, where, "input") ||
         complete_ios(c->outputs, &c->n_outputs, s->outputs, s->n_outputs, where, "output"))
         return fm_last_status();

@@ -16,7 +16,9 @@ typedef enum { FM_VP_LATEST = 0, FM_VP_ALL, FM_VP_SPECIFIC } fm_version_policy_k
 
 typedef struct fm_model_config {
     char name[FM_SERVE_NAME_MAX];
-    int64_t max_batch_size;            /* rows one execution may hold (default 32) */
+    int64_t max_batch_size;            /* rows one execution may hold (default 32); 0: Triton's "no batching":
+                                          dims are whole shapes and each request runs alone */
+    bool max_batch_size_set;           /* given in the config (else a model with a fixed first dim gets 0) */
     bool dynamic_batching;             /* "dynamic_batching" present */
     int n_preferred;
     int64_t preferred[FM_SERVE_MAX_PREFERRED];
@@ -54,8 +56,10 @@ fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const 
 fm_status fm_model_config_file(const char *model_dir, char *path, size_t cap);
 fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char *where);
 /* Checks the declared inputs/outputs against what the model has (or adopts the
- * model's when none are declared). */
-fm_status fm_model_config_complete(fm_model_config *c, const fm_servable *s, const char *where);
+ * model's when none are declared). A model with a fixed first dim gets
+ * max_batch_size 0 (and refuses another); max_batch_size 0 makes a batched
+ * servable's shapes whole (fm_servable_unbatch). */
+fm_status fm_model_config_complete(fm_model_config *c, fm_servable *s, const char *where);
 /* Triton's JSON form, for GET .../config. New reference. */
 json_t *fm_model_config_json(const fm_model_config *c, const char *platform);
 #endif

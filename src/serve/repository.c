@@ -180,6 +180,12 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
         free(v);
         return NULL;
     }
+    if (gpt && cfg->max_batch_size == 0) {
+        fm_set_error(FM_ERR_FORMAT, "%s: max_batch_size 0 (no batching) is not for a text-generation model: its "
+                     "max_batch_size is how many sequences decode together (give 1 or more)", where);
+        free(v);
+        return NULL;
+    }
     if (gpt) {
         fm_serve_stats_init(&v->stats);
         v->platform = "fathom_gpt";
@@ -188,8 +194,12 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     }
     int n = cfg->instance_count;
     for (int i = 0; i < n; i++) {
-        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device, cfg->platform, cfg->model_filename, cfg->inputs, cfg->n_inputs))) goto fail;
-        if (i == 0 && fm_model_config_complete(&v->cfg, inst[0], where)) goto fail;
+        bool whole = cfg->max_batch_size_set && cfg->max_batch_size == 0; /* the declared dims are whole shapes */
+        if (!(inst[i] = fm_servable_open(vdir, v->cfg.device, cfg->platform, cfg->model_filename, cfg->inputs,
+                                         cfg->n_inputs, whole)))
+            goto fail;
+        /* every instance: max_batch_size 0 makes each one's shapes whole */
+        if (fm_model_config_complete(&v->cfg, inst[i], where)) goto fail;
     }
     v->platform = inst[0]->platform;
     fm_serve_stats_init(&v->stats);

@@ -13,7 +13,8 @@
 fm_servable *fm_servable_open_recipe(const char *dir, fm_device dev); /* servable_recipe.c */
 fm_servable *fm_servable_open_graph(const char *dir, fm_device dev);  /* servable_graph.c */
 
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl); /* servable_graph.c */
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl,
+                                   bool decl_unbatched); /* servable_graph.c */
 
 static bool is_file(const char *p) {
     struct stat st;
@@ -31,7 +32,7 @@ const char *fm_serve_platform_find(const char *version_dir, const char *onnx_fil
 }
 
 fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file,
-                              const fm_serve_io *decl, int n_decl) {
+                              const fm_serve_io *decl, int n_decl, bool decl_unbatched) {
     const char *found = fm_serve_platform_find(version_dir, onnx_file);
     const char *file = onnx_file && *onnx_file ? onnx_file : "model.onnx";
     if (!found) {
@@ -48,7 +49,27 @@ fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char
     if (!strcmp(found, "fathom_recipe")) return fm_servable_open_recipe(version_dir, dev);
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", version_dir, file);
-    return fm_servable_open_onnx(p, dev, decl, n_decl);
+    return fm_servable_open_onnx(p, dev, decl, n_decl, decl_unbatched);
+}
+
+static fm_status unbatch_ios(fm_serve_io *ios, int n, const char *where, const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (ios[i].ndim + 1 > FM_MAX_DIMS - 1)
+            return fm_set_error(FM_ERR_UNSUPPORTED, "%s: max_batch_size 0: the model's %s '%s' has %d dims after the batch; "
+                                "a whole shape may have at most %d", where, what, ios[i].name, ios[i].ndim, FM_MAX_DIMS - 1);
+        memmove(ios[i].dims + 1, ios[i].dims, sizeof *ios[i].dims * (size_t)ios[i].ndim);
+        ios[i].dims[0] = -1;
+        ios[i].ndim++;
+    }
+    return FM_OK;
+}
+
+fm_status fm_servable_unbatch(fm_servable *s, const char *where) {
+    if (s->unbatched) return FM_OK;
+    if (unbatch_ios(s->inputs, s->n_inputs, where, "input") || unbatch_ios(s->outputs, s->n_outputs, where, "output"))
+        return fm_last_status();
+    s->unbatched = true;
+    return FM_OK;
 }
 
 void fm_servable_free(fm_servable *s) {

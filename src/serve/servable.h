@@ -14,7 +14,7 @@
 typedef struct fm_serve_io {
     char name[FM_SERVE_NAME_MAX];
     fm_dtype dtype;
-    int ndim;                       /* per sample: without the batch dim */
+    int ndim;                       /* per sample: without the batch dim (unbatched: the whole shape) */
     int64_t dims[FM_MAX_DIMS - 1];  /* -1: any size */
     int64_t id_limit;               /* integer token ids: each must be in [0, id_limit), checked per
                                        request (400) before it is batched; 0: no check */
@@ -23,6 +23,11 @@ typedef struct fm_serve_io {
 typedef struct fm_servable fm_servable;
 struct fm_servable {
     const char *platform; /* reported as the model's platform, e.g. "fathom_recipe" */
+    /* Triton's max_batch_size 0: the inputs and outputs are whole tensors (dims hold
+     * every dim) and each request runs alone, as it came. A graph or ONNX model with
+     * an input or output whose first dim is fixed is served so; any model is when
+     * its config says max_batch_size 0 (fm_servable_unbatch). */
+    bool unbatched;
     int n_inputs, n_outputs;
     fm_serve_io inputs[FM_SERVE_MAX_IO], outputs[FM_SERVE_MAX_IO];
     /* inputs[i]: [B, dims...] contiguous host tensors in declaration order; sets
@@ -37,11 +42,14 @@ struct fm_servable {
  * a model written by `fathom train`, in that order. With `platform` (from the
  * config; NULL or "": any) the folder must hold that kind. An ONNX file's dynamic
  * dims that the config's declared inputs (decl, n_decl: per sample, as
- * fm_serve_io) give a size are fixed to it before the import (fm_onnx_set_input_dim):
+ * fm_serve_io; whole shapes when decl_unbatched) give a size are fixed to it before the import (fm_onnx_set_input_dim):
  * an exported BERT's sequence length, for one. NULL with
  * fm_last_error() set when no loader recognises it or loading fails. */
 fm_servable *fm_servable_open(const char *version_dir, fm_device dev, const char *platform, const char *onnx_file,
-                              const fm_serve_io *decl, int n_decl);
+                              const fm_serve_io *decl, int n_decl, bool decl_unbatched);
+/* Makes a batched servable's metadata whole shapes (-1 first: any batch), for a
+ * config with max_batch_size 0. */
+fm_status fm_servable_unbatch(fm_servable *s, const char *where);
 /* The platform of what the folder holds ("fathom_graph", "fathom_onnx", "fathom_recipe"), NULL if none. */
 const char *fm_serve_platform_find(const char *version_dir, const char *onnx_file);
 void fm_servable_free(fm_servable *s);

@@ -2,8 +2,10 @@
  * include/fathom/graph.h): what the ONNX importer and `fathom compile` write; and
  * for an .onnx file, imported into that graph when it loads (or, when the import
  * refuses it, run by the ONNX interpreter).
- * Every input and output must have a dynamic first dimension (the batch); the
- * other dims are reported as declared (-1 where dynamic). An integer input that
+ * When every input and output has a dynamic first dimension, the server batches
+ * on it and the other dims are reported as declared (-1 where dynamic); when one
+ * has a fixed first dim (an export at batch 1), the model is served unbatched
+ * (Triton's max_batch_size 0): whole shapes, one request per run. An integer input that
  * indexes an embedding table on a constant gets the table's rows as its id_limit.
  * On a GPU the graph's
  * outputs are copied back to the host for the response. */
@@ -39,19 +41,54 @@ static void graph_free(fm_servable *s) {
     free(s);
 }
 
-/* One input or output's metadata; the first dim must be the (dynamic) batch. */
-static fm_status describe(fm_serve_io *io, const fm_graph_io *gi, const char *dir, const char *what) {
+/* One input or output's metadata: the dims after the batch, or (unbatched) every dim. */
+static fm_status describe(fm_serve_io *io, const fm_graph_io *gi, const char *dir, const char *what, bool unbatched) {
     if (strlen(gi->name) >= FM_SERVE_NAME_MAX)
         return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s name '%.80s...' is over %d characters", dir, what, gi->name,
                             FM_SERVE_NAME_MAX - 1);
-    if (gi->ndim < 1 || gi->shape[0] != FM_DIM_DYNAMIC)
-        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' has no dynamic first dimension; the server batches on the "
-                            "first dimension, so the graph must declare it dynamic (e.g. \"batch\")", dir, what, gi->name);
+    if (gi->ndim < 1 || (unbatched && gi->ndim > FM_MAX_DIMS - 1))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: %s '%s' has %d dims; the server takes 1 to %d", dir, what, gi->name,
+                            gi->ndim, FM_MAX_DIMS - 1);
     strcpy(io->name, gi->name);
     io->dtype = gi->dtype;
-    io->ndim = gi->ndim - 1;
-    for (int d = 1; d < gi->ndim; d++) io->dims[d - 1] = gi->shape[d] == FM_DIM_DYNAMIC ? -1 : gi->shape[d];
+    int skip = unbatched ? 0 : 1;
+    io->ndim = gi->ndim - skip;
+    for (int d = skip; d < gi->ndim; d++) io->dims[d - skip] = gi->shape[d] == FM_DIM_DYNAMIC ? -1 : gi->shape[d];
     return FM_OK;
+}
+
+/* Batched (every input and output has a dynamic first dim: the server batches on
+ * it) or not (Triton's max_batch_size 0: a first dim is fixed, e.g. an export at
+ * batch 1). info(i) gives input i, then the outputs after n_in. */
+typedef fm_status (*io_info_fn)(const void *model, int i, fm_graph_io *out);
+
+static fm_status describe_all(fm_servable *s, const void *model, io_info_fn info, const char *dir) {
+    fm_graph_io gi;
+    bool unbatched = false;
+    for (int k = 0; k < s->n_inputs + s->n_outputs; k++) {
+        if (info(model, k, &gi)) return fm_last_status();
+        unbatched |= gi.ndim < 1 || gi.shape[0] != FM_DIM_DYNAMIC;
+    }
+    s->unbatched = unbatched;
+    for (int k = 0; k < s->n_inputs + s->n_outputs; k++) {
+        bool in = k < s->n_inputs;
+        if (info(model, k, &gi) ||
+            describe(in ? &s->inputs[k] : &s->outputs[k - s->n_inputs], &gi, dir, in ? "input" : "output", unbatched))
+            return fm_last_status();
+    }
+    return FM_OK;
+}
+
+static fm_status graph_io_info(const void *model, int k, fm_graph_io *out) {
+    const fm_graph *g = model;
+    int n_in = fm_graph_num_inputs(g);
+    return k < n_in ? fm_graph_input_info(g, k, out) : fm_graph_output_info(g, k - n_in, out);
+}
+
+static fm_status onnx_io_info(const void *model, int k, fm_graph_io *out) {
+    const fm_onnx_model *m = model;
+    int n_in = fm_onnx_input_count(m);
+    return k < n_in ? fm_onnx_input_info(m, k, out) : fm_onnx_output_info(m, k - n_in, out);
 }
 
 /* Wraps a loaded graph (the servable owns it from here). */
@@ -68,16 +105,11 @@ static fm_servable *from_graph(fm_graph *g, const char *dir, fm_device dev, cons
     if (s->n_inputs > FM_SERVE_MAX_IO || s->n_outputs > FM_SERVE_MAX_IO)
         st = fm_set_error(FM_ERR_UNSUPPORTED, "%s: the graph has %d inputs and %d outputs; the server takes at most %d of each",
                           dir, s->n_inputs, s->n_outputs, FM_SERVE_MAX_IO);
-    fm_graph_io gi;
+    if (!st) st = describe_all(s, g, graph_io_info, dir);
+    /* ids that index an embedding table are checked per request (infer_codec.c): an id
+     * out of range is that request's 400 instead of failing the batch it joins */
     for (int i = 0; i < s->n_inputs && !st; i++)
-        if (!(st = fm_graph_input_info(g, i, &gi))) {
-            st = describe(&s->inputs[i], &gi, dir, "input");
-            /* ids that index an embedding table are checked per request (infer_codec.c): an id
-             * out of range is that request's 400 instead of failing the batch it joins */
-            if (gi.dtype == FM_I64 || gi.dtype == FM_I32) s->inputs[i].id_limit = fm_graph_input_id_limit(g, i);
-        }
-    for (int j = 0; j < s->n_outputs && !st; j++)
-        if (!(st = fm_graph_output_info(g, j, &gi))) st = describe(&s->outputs[j], &gi, dir, "output");
+        if (s->inputs[i].dtype == FM_I64 || s->inputs[i].dtype == FM_I32) s->inputs[i].id_limit = fm_graph_input_id_limit(g, i);
     if (!st && dev.type != FM_DEV_CPU) st = fm_graph_to_device(g, dev);
     if (st) { graph_free(s); return NULL; }
     return s;
@@ -128,11 +160,7 @@ static fm_servable *from_onnx_interpreter(fm_onnx_model *m, const char *path, fm
     if (s->n_inputs > FM_SERVE_MAX_IO || s->n_outputs > FM_SERVE_MAX_IO)
         st = fm_set_error(FM_ERR_UNSUPPORTED, "%s: the model has %d inputs and %d outputs; the server takes at most %d of each",
                           path, s->n_inputs, s->n_outputs, FM_SERVE_MAX_IO);
-    fm_graph_io gi;
-    for (int i = 0; i < s->n_inputs && !st; i++)
-        if (!(st = fm_onnx_input_info(m, i, &gi))) st = describe(&s->inputs[i], &gi, path, "input");
-    for (int j = 0; j < s->n_outputs && !st; j++)
-        if (!(st = fm_onnx_output_info(m, j, &gi))) st = describe(&s->outputs[j], &gi, path, "output");
+    if (!st) st = describe_all(s, m, onnx_io_info, path);
     if (st) { onnx_servable_free(s); return NULL; }
     return s;
 }
@@ -140,17 +168,20 @@ static fm_servable *from_onnx_interpreter(fm_onnx_model *m, const char *path, fm
 /* An ONNX file, imported into the inference graph at load (fm_onnx_to_graph), so
  * it runs as a graph directory would: batched on its dynamic first dimension. The
  * sizes the config declares for the other dims fix them first (per sample: dim i
- * of a declared input is the model's dim i + 1). A model the import refuses (an op
+ * of a declared input is the model's dim i + 1; with max_batch_size 0, dim i). A model the import refuses (an op
  * with no graph form: If, Loop, Scan, the recurrent ops, data-dependent shapes) is
  * served by the ONNX interpreter instead, as `fathom run` runs it: the same outputs,
  * without the graph's fusions and memory plan. */
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl);
-fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl) {
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl,
+                                   bool decl_unbatched);
+fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_serve_io *decl, int n_decl,
+                                   bool decl_unbatched) {
+    const int first = decl_unbatched ? 0 : 1; /* the model dim of the config's dims[0] */
     fm_onnx_model *m = fm_onnx_load(path);
     bool ok = m != NULL;
     for (int i = 0; ok && i < n_decl; i++)
         for (int d = 0; ok && d < decl[i].ndim; d++)
-            if (decl[i].dims[d] >= 1 && fm_onnx_set_input_dim(m, decl[i].name, d + 1, decl[i].dims[d])) {
+            if (decl[i].dims[d] >= 1 && fm_onnx_set_input_dim(m, decl[i].name, d + first, decl[i].dims[d])) {
                 fm_error_prefix("the config's input '%s' dims[%d] = %lld", decl[i].name, d, (long long)decl[i].dims[d]);
                 ok = false;
             }

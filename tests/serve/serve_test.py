@@ -303,6 +303,91 @@ def write_onnx_interp(repo):
     return x, ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
+def write_unbatched(repo):
+    """Triton's max_batch_size 0 (no batching): 'fixed2', an ONNX model exported at a fixed batch of 2 (no config:
+    served unbatched, as Triton's ONNX backend would); 'fixed2-mbs8', the same file with max_batch_size 8 (refused);
+    'g0', the batched graph model with a config.pbtxt that says max_batch_size 0 and whole-shape dims; 'g0-db', that
+    with dynamic_batching too (refused). The reference is ONNX Runtime (skipped without onnx and onnxruntime)."""
+    shutil.copytree(os.path.join(repo, "g", "1"), os.path.join(repo, "g0", "1"))
+    open(os.path.join(repo, "g0", "config.pbtxt"), "w").write(
+        'max_batch_size: 0\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]\n'
+        'output [ { name: "probs" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]\n')
+    shutil.copytree(os.path.join(repo, "g", "1"), os.path.join(repo, "g0-db", "1"))
+    open(os.path.join(repo, "g0-db", "config.pbtxt"), "w").write("max_batch_size: 0\ndynamic_batching { }\n")
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto as T, helper as h, save
+    except ImportError as e:
+        skips.append("the fixed-batch ONNX model (needs numpy, onnx, onnxruntime: %s)" % e)
+        return None
+    rng = np.random.default_rng(7)
+    W, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Add", ["m", "b"], ["a"]),
+                      h.make_node("Softmax", ["a"], ["y"], axis=-1)], "fixed",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 4])], [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
+                     initializer=[h.make_tensor("W", T.FLOAT, W.shape, W.ravel()), h.make_tensor("b", T.FLOAT, [3], b)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    for model in ("fixed2", "fixed2-mbs8"):
+        os.makedirs(os.path.join(repo, model, "1"), exist_ok=True)
+        save(m, os.path.join(repo, model, "1", "model.onnx"))
+    json.dump({"max_batch_size": 8}, open(os.path.join(repo, "fixed2-mbs8", "config.json"), "w"))
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    return x, ort.InferenceSession(os.path.join(repo, "fixed2", "1", "model.onnx"),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def unbatched_checks(s, ref, graph_ref):
+    st, idx = s.json("POST", "/v2/repository/index")
+    reasons = {m["name"]: m.get("reason", "") for m in idx} if st == 200 else {}
+    check("needs max_batch_size >= 1" in reasons.get("g0-db", ""),
+          "max_batch_size 0 with dynamic_batching is refused: %s" % reasons.get("g0-db"))
+    st, j = s.json("GET", "/v2/models/g0")
+    check(st == 200 and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+          "max_batch_size 0: the metadata shows the whole shapes: %s" % j)
+    st, j = s.json("GET", "/v2/models/g0/config")
+    check(st == 200 and j["max_batch_size"] == 0 and j["input"][0]["dims"] == [-1, 4] and "dynamic_batching" not in j,
+          "max_batch_size 0: the config keeps it and the whole dims: %s" % j)
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0], [-3.0, 0.0, 0.5, 4.0]]
+    want = [v for r in graph_ref(x) for v in r]
+    st, j = s.json("POST", "/v2/models/g0/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 4], "data": [v for r in x for v in r]}]})
+    check(st == 200 and j["outputs"][0]["shape"] == [3, 3] and max(abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], want)) < 1e-6,
+          "max_batch_size 0: a [3, 4] request runs whole: %s" % (j if st != 200 else j["outputs"][0]["shape"]))
+    st, j = s.json("POST", "/v2/models/g0/infer", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3, 4], "data": [0.0] * 12}]})
+    check(st == 400 and "whole shape" in j.get("error", ""), "max_batch_size 0: a batch dim in front is refused: %s" % j)
+    if ref is None:
+        return
+    check("set max_batch_size: 0" in reasons.get("fixed2-mbs8", "") and "fixed first dim 2" in reasons.get("fixed2-mbs8", ""),
+          "a fixed-batch model with max_batch_size 8 is refused with what to do: %s" % reasons.get("fixed2-mbs8"))
+    xin, yref = ref
+    st, j = s.json("GET", "/v2/models/fixed2")
+    check(st == 200 and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [2, 4]}]
+          and j["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [2, 3]}],
+          "an ONNX model exported at batch 2 is served unbatched, whole shapes: %s" % j)
+    st, j = s.json("GET", "/v2/models/fixed2/config")
+    check(st == 200 and j["max_batch_size"] == 0, "... its config says max_batch_size 0: %s" % j)
+    st, j = s.json("POST", "/v2/models/fixed2/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": xin.ravel().tolist()}]})
+    err = max(abs(a - b_) for a, b_ in zip(j["outputs"][0]["data"], yref.ravel())) if st == 200 else None
+    check(st == 200 and j["outputs"][0]["shape"] == [2, 3] and err < 1e-6,
+          "the fixed-batch model infers as ONNX Runtime does: %s" % (err if st == 200 else j))
+    st, j = s.json("POST", "/v2/models/fixed2/infer", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [0.0] * 4}]})
+    check(st == 400 and "[2, 4]" in j.get("error", ""), "a request of another shape is refused naming the model's: %s" % j)
+    try:
+        import numpy as np
+        import tritonclient.http as th
+    except ImportError:
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    inp = th.InferInput("x", [2, 4], "FP32")
+    inp.set_data_from_numpy(xin, binary_data=True)
+    y = c.infer("fixed2", [inp]).as_numpy("y")
+    check(y.shape == (2, 3) and float(np.abs(y - yref).max()) < 1e-6, "tritonclient infers the unbatched model (binary)")
+    c.close()
+
+
 def onnx_interp_checks(s, ref):
     if ref is None:
         return
@@ -764,6 +849,7 @@ def main():
     write_onnx(repo)
     pat_dir, pat_ref = write_onnx_patterns(repo)
     interp_ref = write_onnx_interp(repo)
+    unbatched_ref = write_unbatched(repo)
     write_emb_graph(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
@@ -771,6 +857,7 @@ def main():
         graph_checks(s, graph_ref)
         onnx_checks(s, graph_ref)
         pbtxt_checks(s, graph_ref)
+        unbatched_checks(s, unbatched_ref, graph_ref)
         onnx_patterns_checks(s, pat_dir, pat_ref)
         onnx_interp_checks(s, interp_ref)
         emb_checks(s)
