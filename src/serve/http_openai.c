@@ -133,9 +133,17 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
 }
 
 enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r) {
+    if ((n == 2 || n == 3) && !strcmp(seg[1], "models")) { /* what OpenAI clients list first */
+        if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for /v1/models");
+        json_t *j = fm_repo_text_models_json(s->repo, n == 3 ? seg[2] : NULL);
+        if (!j) return fm_http_errorf(c, 404, "no text-generation model '%.80s' is loaded (GET /v1/models lists them)", seg[2]);
+        char *js = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        return js ? fm_http_send(c, 200, js, strlen(js), "application/json") : MHD_NO;
+    }
     bool chat = n == 3 && !strcmp(seg[1], "chat") && !strcmp(seg[2], "completions");
     if (!(n == 2 && !strcmp(seg[1], "completions")) && !chat)
-        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions or /v1/chat/completions)");
+        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions or /v1/chat/completions, GET /v1/models)");
     if (strcmp(method, "POST")) return fm_http_errorf(c, 405, "use POST for /v1/%scompletions", chat ? "chat/" : "");
     return completions(s, c, r, chat);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #define MAX_MODELS 256
@@ -169,6 +170,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     if (!cfg->device_set) v->cfg.device = r->device;
     snprintf(v->model, sizeof v->model, "%s", cfg->name);
     v->version = ver;
+    v->loaded_unix = (int64_t)time(NULL);
     atomic_init(&v->refs, 1);
     /* a GPT graph is served for text (with its tokenizer) unless the config asks for
      * platform fathom_graph: then its decode step is a KServe model like any graph */
@@ -464,6 +466,22 @@ json_t *fm_repo_index(fm_repo *r, bool ready_only) {
     }
     if (d) closedir(d);
     return a;
+}
+
+json_t *fm_repo_text_models_json(fm_repo *r, const char *name) {
+    json_t *data = json_array(), *found = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        const fm_serve_version *v = r->models[i]->versions; /* the highest: what a request without a version gets */
+        if (!v || !v->textgen || (name && strcmp(name, r->models[i]->name))) continue;
+        json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->models[i]->name, "object", "model", "created",
+                              (json_int_t)v->loaded_unix, "owned_by", "fathom");
+        if (name) found = o;
+        else json_array_append_new(data, o);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (name) { json_decref(data); return found; }
+    return json_pack("{s:s,s:o}", "object", "list", "data", data);
 }
 
 int fm_repo_count_ready(fm_repo *r) {

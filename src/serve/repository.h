@@ -15,6 +15,7 @@ typedef struct fm_serve_version {
     atomic_int refs;
     char model[FM_SERVE_NAME_MAX];
     int64_t version;
+    int64_t loaded_unix;    /* when it loaded (seconds since 1970): OpenAI's model "created" */
     fm_model_config cfg;
     const char *platform;
     fm_batcher *batcher;    /* KServe models */
@@ -53,4 +54,8 @@ json_t *fm_repo_index(fm_repo *r, bool ready_only);
 /* Prometheus text: every loaded version's statistics. */
 void fm_repo_write_metrics(fm_repo *r, FILE *f);
 int fm_repo_count_ready(fm_repo *r);
+/* GET /v1/models (name NULL): {"object": "list", "data": [...]} of the loaded
+ * text-generation models (their highest version), in OpenAI's model object form;
+ * GET /v1/models/{name}: that object, or NULL when no such model is loaded. */
+json_t *fm_repo_text_models_json(fm_repo *r, const char *name);
 #endif

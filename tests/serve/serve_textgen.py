@@ -82,6 +82,19 @@ def graphs(Server, tmp, check):
         for name in ("compiled", "q4", "q4m", "q8"):
             st, j = s.json("GET", "/v2/models/" + name)
             check(st == 200 and j.get("platform") == "fathom_gpt", "graph '%s' served for text: platform %s" % (name, j.get("platform")))
+        # OpenAI's model list (what its clients ask first): the text models, not the KServe 'step' nor the refused 'old'
+        st, j = s.json("GET", "/v1/models")
+        ids = sorted(m["id"] for m in j.get("data", [])) if st == 200 else []
+        check(st == 200 and j.get("object") == "list" and ids == sorted(["trained", "compiled", "q4", "q4-burst", "q4-ref", "q4m", "q8",
+                                                                         "q8-burst", "q8-ref"])
+              and all(m["object"] == "model" and m["owned_by"] == "fathom" and m["created"] > 1.7e9 for m in j["data"]),
+              "GET /v1/models lists the text-generation models: %s" % ids)
+        st, j = s.json("GET", "/v1/models/q4")
+        check(st == 200 and j.get("id") == "q4" and j.get("object") == "model", "GET /v1/models/q4: %s" % j)
+        st, j = s.json("GET", "/v1/models/step")
+        check(st == 404 and "GET /v1/models lists them" in j.get("error", ""), "a KServe model is not an OpenAI model: %s %s" % (st, j))
+        st, j = s.json("POST", "/v1/models")
+        check(st == 405, "POST /v1/models -> 405 (%s)" % st)
         st, j = s.json("GET", "/v2/models/step")
         check(st == 200 and j.get("platform") == "fathom_graph" and j["inputs"][0]["name"] == "tokens",
               "platform fathom_graph: the GPT graph's decode step as a KServe model (%s)" % j.get("platform"))
