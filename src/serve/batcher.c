@@ -182,7 +182,7 @@ static const char *run_batch(fm_batcher *b, fm_servable *s, fm_serve_req **rs, i
     }
     for (int i = 0; i < FM_SERVE_MAX_IO; i++) fm_tensor_release_n(2, in[i], out[i]);
     int64_t t3 = fm_now_ns();
-    if (ok) fm_serve_stats_exec(b->stats, (uint64_t)rows, (uint64_t)(t1 - t0) / 1000, (uint64_t)(t2 - t1) / 1000,
+    if (ok) fm_serve_stats_exec(b->stats, (uint64_t)rows, (uint64_t)n, (uint64_t)(t1 - t0) / 1000, (uint64_t)(t2 - t1) / 1000,
                                 (uint64_t)(t3 - t2) / 1000);
     return msg;
 }

@@ -127,9 +127,19 @@ static enum MHD_Result infer(fm_server *s, struct MHD_Connection *c, fm_serve_ve
 }
 
 /* /v2/models/{m}[/versions/{v}][/ready|/config|/infer] */
+/* GET /v2/models/stats and /v2/models/{m}[/versions/{v}]/stats: Triton's statistics extension */
+static enum MHD_Result stats(fm_server *s, struct MHD_Connection *c, const char *name, int64_t ver, const char *method) {
+    if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for the statistics");
+    json_t *j = fm_repo_stats_json(s->repo, name, ver);
+    if (!j && ver) return error_fmt(c, 404, "model '%s' version %lld is not loaded", name, (long long)ver);
+    if (!j) return error_fmt(c, 404, "model '%s' is not loaded", name);
+    return send_json(c, 200, j);
+}
+
 static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
                               fm_http_req *r) {
     const char *name = seg[2], *action = "";
+    if (n == 3 && !strcmp(name, "stats")) return stats(s, c, NULL, 0, method);
     int64_t ver = 0;
     int i = 3;
     if (!fm_serve_valid_name(name)) return error_fmt(c, 400, "invalid model name '%.80s'", name);
@@ -140,9 +150,10 @@ static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg
     }
     if (i < n) action = seg[i++];
     if (i < n) return fm_http_error(c, 404, "unknown endpoint");
+    if (!strcmp(action, "stats")) return stats(s, c, name, ver, method);
     bool post = !strcmp(action, "infer");
     if (strcmp(action, "") && strcmp(action, "ready") && strcmp(action, "config") && !post)
-        return error_fmt(c, 404, "unknown endpoint '%.40s' (use ready, config or infer)", action);
+        return error_fmt(c, 404, "unknown endpoint '%.40s' (use ready, config, stats or infer)", action);
     if (strcmp(method, post ? "POST" : "GET"))
         return error_fmt(c, 405, "use %s for this endpoint", post ? "POST" : "GET");
     int status;
@@ -244,8 +255,8 @@ static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char *
 }
 
 static enum MHD_Result server_metadata(struct MHD_Connection *c) {
-    return send_json(c, 200, json_pack("{s:s,s:s,s:[s,s,s]}", "name", "fathom", "version", FATHOM_VERSION, "extensions",
-                                       "binary_tensor_data", "model_repository", "model_configuration"));
+    return send_json(c, 200, json_pack("{s:s,s:s,s:[s,s,s,s]}", "name", "fathom", "version", FATHOM_VERSION, "extensions",
+                                       "binary_tensor_data", "model_repository", "model_configuration", "statistics"));
 }
 
 enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r) {

@@ -4,7 +4,9 @@
  * window (histogram_quantile). */
 #include "serve/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 const double fm_hist_bounds_us[FM_HIST_BUCKETS] = {50,    100,   250,    500,    1000,   2500,    5000,    10000,   25000,
                                                    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000};
@@ -25,6 +27,8 @@ void fm_hist_add(fm_hist *h, double us) {
 }
 
 void fm_serve_stats_request(fm_serve_stats *s, int ok, uint64_t total_us, uint64_t queue_us) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     pthread_mutex_lock(&s->mu);
     if (ok) {
         s->success++;
@@ -34,19 +38,61 @@ void fm_serve_stats_request(fm_serve_stats *s, int ok, uint64_t total_us, uint64
         fm_hist_add(&s->queue_hist, (double)queue_us);
     } else {
         s->failure++;
+        s->fail_us += total_us;
     }
+    s->last_inference_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     pthread_mutex_unlock(&s->mu);
 }
 
-void fm_serve_stats_exec(fm_serve_stats *s, uint64_t rows, uint64_t input_us, uint64_t infer_us, uint64_t output_us) {
+void fm_serve_stats_exec(fm_serve_stats *s, uint64_t rows, uint64_t requests, uint64_t input_us, uint64_t infer_us,
+                         uint64_t output_us) {
     pthread_mutex_lock(&s->mu);
     s->exec_count++;
     s->inference_count += rows;
     s->compute_input_us += input_us;
     s->compute_infer_us += infer_us;
     s->compute_output_us += output_us;
+    s->req_compute_input_us += requests * input_us;
+    s->req_compute_infer_us += requests * infer_us;
+    s->req_compute_output_us += requests * output_us;
     fm_hist_add(&s->compute_hist, (double)infer_us);
+    int k = 0;
+    while (k < s->n_batch_sizes && s->batch[k].size != (int64_t)rows) k++;
+    if (k == s->n_batch_sizes && k < FM_SERVE_BATCH_SIZES) s->batch[s->n_batch_sizes++].size = (int64_t)rows;
+    if (k < s->n_batch_sizes) {
+        s->batch[k].count++;
+        s->batch[k].input_us += input_us;
+        s->batch[k].infer_us += infer_us;
+        s->batch[k].output_us += output_us;
+    }
     pthread_mutex_unlock(&s->mu);
+}
+
+static json_t *duration(uint64_t count, uint64_t us) {
+    return json_pack("{s:I,s:I}", "count", (json_int_t)count, "ns", (json_int_t)(us * 1000));
+}
+
+/* Triton's figures from fathom's: successes, failures and queue per request; the compute
+ * times per request (an execution counted for each request it ran); batch_stats per
+ * execution, by batch size in rows. No response cache: cache_hit/miss are 0. */
+json_t *fm_serve_stats_json(const fm_serve_stats *s, const char *model, long long version) {
+    char v[24];
+    snprintf(v, sizeof v, "%lld", version);
+    json_t *batch = json_array();
+    for (int k = 0; k < s->n_batch_sizes; k++)
+        json_array_append_new(batch, json_pack("{s:I,s:o,s:o,s:o}", "batch_size", (json_int_t)s->batch[k].size,
+                                               "compute_input", duration(s->batch[k].count, s->batch[k].input_us),
+                                               "compute_infer", duration(s->batch[k].count, s->batch[k].infer_us),
+                                               "compute_output", duration(s->batch[k].count, s->batch[k].output_us)));
+    json_t *inf = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "success", duration(s->success, s->request_us), "fail",
+                            duration(s->failure, s->fail_us), "queue", duration(s->success, s->queue_us), "compute_input",
+                            duration(s->success, s->req_compute_input_us), "compute_infer",
+                            duration(s->success, s->req_compute_infer_us), "compute_output",
+                            duration(s->success, s->req_compute_output_us), "cache_hit", duration(0, 0), "cache_miss",
+                            duration(0, 0));
+    return json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", model, "version", v, "last_inference",
+                     (json_int_t)s->last_inference_ms, "inference_count", (json_int_t)s->inference_count,
+                     "execution_count", (json_int_t)s->exec_count, "inference_stats", inf, "batch_stats", batch);
 }
 
 void fm_hist_write(FILE *f, const char *family, const char *labels, const fm_hist *h) {

@@ -484,6 +484,25 @@ json_t *fm_repo_text_models_json(fm_repo *r, const char *name) {
     return json_pack("{s:s,s:o}", "object", "list", "data", data);
 }
 
+json_t *fm_repo_stats_json(fm_repo *r, const char *name, int64_t version) {
+    json_t *a = json_array();
+    fm_serve_stats *snap = malloc(sizeof *snap);
+    if (!snap) { json_decref(a); return NULL; }
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        if (name && strcmp(name, r->models[i]->name)) continue;
+        for (fm_serve_version *v = r->models[i]->versions; v; v = v->next) {
+            if (version && v->version != version) continue;
+            fm_serve_stats_snapshot(&v->stats, snap);
+            json_array_append_new(a, fm_serve_stats_json(snap, r->models[i]->name, (long long)v->version));
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(snap);
+    if (name && json_array_size(a) == 0) { json_decref(a); return NULL; }
+    return json_pack("{s:o}", "model_stats", a);
+}
+
 int fm_repo_count_ready(fm_repo *r) {
     int n = 0;
     pthread_mutex_lock(&r->mu);

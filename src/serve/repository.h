@@ -54,6 +54,10 @@ json_t *fm_repo_index(fm_repo *r, bool ready_only);
 /* Prometheus text: every loaded version's statistics. */
 void fm_repo_write_metrics(fm_repo *r, FILE *f);
 int fm_repo_count_ready(fm_repo *r);
+/* Triton's statistics extension: {"model_stats": [...]} for every loaded version
+ * (name NULL), a model's loaded versions (version 0) or one version; NULL (404)
+ * when the named model or version is not loaded. */
+json_t *fm_repo_stats_json(fm_repo *r, const char *name, int64_t version);
 /* GET /v1/models (name NULL): {"object": "list", "data": [...]} of the loaded
  * text-generation models (their highest version), in OpenAI's model object form;
  * GET /v1/models/{name}: that object, or NULL when no such model is loaded. */

@@ -708,6 +708,39 @@ def batching_checks(s):
           "metrics: success count and latency histogram")
     check(m.get('fathom_memory_used_bytes{device="cpu"}', 0) > 0 and m.get("fathom_process_resident_memory_bytes", 0) > 0,
           "metrics: memory per device and RSS")
+    stats_checks(s, e)
+
+
+def stats_checks(s, execs):
+    """Triton's statistics extension on 'burst' after batching_checks' 12 requests in `execs` executions:
+    per-request counts, per-execution batch_stats whose sizes sum to the 12 rows, and tritonclient's call."""
+    st, j = s.json("GET", "/v2/models/burst/stats")
+    ms = j.get("model_stats", [{}])[0] if st == 200 else {}
+    inf = ms.get("inference_stats", {})
+    bs = ms.get("batch_stats", [])
+    check(st == 200 and ms.get("name") == "burst" and ms.get("version") == "1" and ms.get("inference_count") == 12
+          and ms.get("execution_count") == execs and inf["success"]["count"] == 12 and inf["success"]["ns"] > 0
+          and inf["queue"]["count"] == 12 and inf["compute_infer"]["count"] == 12 and inf["compute_infer"]["ns"] > 0
+          and inf["fail"]["count"] == 0 and sum(b["compute_infer"]["count"] for b in bs) == execs
+          and sum(b["batch_size"] * b["compute_infer"]["count"] for b in bs) == 12 and ms.get("last_inference", 0) > 1.7e12,
+          "GET /v2/models/burst/stats: Triton's statistics (%s)" % (ms if st == 200 else j))
+    st, j = s.json("GET", "/v2/models/stats")
+    names = {m["name"] for m in j.get("model_stats", [])} if st == 200 else set()
+    check({"burst", "tiny", "g", "onx"} <= names, "GET /v2/models/stats: every loaded model (%d)" % len(names))
+    st, j = s.json("GET", "/v2/models/burst/versions/1/stats")
+    check(st == 200 and len(j["model_stats"]) == 1, "per-version statistics")
+    st, j = s.json("GET", "/v2/models/burst/versions/7/stats")
+    check(st == 404 and "version 7 is not loaded" in j.get("error", ""), "statistics of a version not loaded -> 404: %s" % j)
+    st, j = s.json("GET", "/v2/models/ghost/stats")
+    check(st == 404, "statistics of a model not loaded -> 404")
+    try:
+        import tritonclient.http as th
+    except ImportError:
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    got = c.get_inference_statistics("burst")
+    check(got["model_stats"][0]["inference_count"] == 12, "tritonclient's get_inference_statistics reads them")
+    c.close()
 
 
 def lone_wait_checks(s):
