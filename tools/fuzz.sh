@@ -26,7 +26,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config,model_config_pbtxt}
+rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config,model_config_pbtxt,embed_request}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -253,6 +253,11 @@ seed("chat_template", 3, {"model": "kjv", "messages": [{"role": "user", "content
 seed("usage_without_stream", 0, {"model": "kjv", "prompt": "x", "stream_options": {"include_usage": True}})
 seed("bad_option", 0, {"model": "kjv", "prompt": "x", "stream": True, "stream_options": {"include_usag": True}})
 PY
+
+# OpenAI embeddings requests (fuzz_embed_request)
+printf '{"model": "minilm", "input": ["A man is eating food.", "caf\\u00e9"], "encoding_format": "base64", "dimensions": 384, "user": "u"}' > "$seeds/embed_request/batch"
+printf '{"model": "m", "input": "one text", "encoding_format": "float"}' > "$seeds/embed_request/one"
+printf '{"model": "m", "input": [101, 2158, 102]}' > "$seeds/embed_request/ids"
 
 # ---- runs ----
 scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/fathom_fuzz.XXXXXX")

@@ -132,6 +132,43 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     return ret;
 }
 
+/* POST /v1/embeddings: the texts through the model's encoder, whole (no stream). */
+static enum MHD_Result embeddings(fm_server *s, struct MHD_Connection *c, fm_http_req *r) {
+    char err[512];
+    fm_openai_embed_req q;
+    int st = fm_openai_embed_parse(r->body, r->len, &q, err, sizeof err);
+    if (st) return fm_http_error(c, st, err);
+    fm_serve_version *v = fm_repo_acquire(s->repo, q.model, 0, &st, err, sizeof err);
+    if (v) st = 0; /* acquire's status is for a miss */
+    if (v && !v->embedder) {
+        st = 400;
+        snprintf(err, sizeof err, "model '%s' is not an embedding model (%s)", q.model,
+                 v->textgen ? "a text-generation model: POST /v1/completions" : "a KServe model: POST /v2/models/NAME/infer");
+    } else if (v && q.dimensions && q.dimensions != fm_embedder_dim(v->embedder)) {
+        st = 400;
+        snprintf(err, sizeof err, "'dimensions' is %lld, but model '%s' gives %d (it cannot shorten its embeddings)",
+                 (long long)q.dimensions, q.model, fm_embedder_dim(v->embedder));
+    }
+    json_t *reply = NULL;
+    if (v && !st) {
+        int dim = fm_embedder_dim(v->embedder);
+        float *out = malloc(sizeof(float) * (size_t)q.n * (size_t)dim);
+        int64_t tokens = 0;
+        st = out ? fm_embedder_run(v->embedder, q.texts, q.n, out, &tokens, err, sizeof err) : 500;
+        if (!out) snprintf(err, sizeof err, "out of memory for %d embeddings of %d", q.n, dim);
+        if (!st && !(reply = fm_openai_embed_reply(v->model, out, q.n, dim, q.base64, tokens)))
+            st = 500, snprintf(err, sizeof err, "out of memory for the reply");
+        free(out);
+    }
+    if (v) fm_serve_stats_request(&v->stats, st == 0, (uint64_t)(fm_now_ns() - r->t0_ns) / 1000, 0);
+    fm_openai_embed_req_free(&q);
+    fm_repo_release(v);
+    if (st) return fm_http_error(c, st, err);
+    char *js = json_dumps(reply, JSON_COMPACT);
+    json_decref(reply);
+    return js ? fm_http_send(c, 200, js, strlen(js), "application/json") : MHD_NO;
+}
+
 enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r) {
     if ((n == 2 || n == 3) && !strcmp(seg[1], "models")) { /* what OpenAI clients list first */
         if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for /v1/models");
@@ -141,9 +178,14 @@ enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **se
         json_decref(j);
         return js ? fm_http_send(c, 200, js, strlen(js), "application/json") : MHD_NO;
     }
+    if (n == 2 && !strcmp(seg[1], "embeddings")) {
+        if (strcmp(method, "POST")) return fm_http_error(c, 405, "use POST for /v1/embeddings");
+        return embeddings(s, c, r);
+    }
     bool chat = n == 3 && !strcmp(seg[1], "chat") && !strcmp(seg[2], "completions");
     if (!(n == 2 && !strcmp(seg[1], "completions")) && !chat)
-        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions or /v1/chat/completions, GET /v1/models)");
+        return fm_http_error(c, 404, "unknown endpoint (POST /v1/completions, /v1/chat/completions or /v1/embeddings, "
+                                     "GET /v1/models)");
     if (strcmp(method, "POST")) return fm_http_errorf(c, 405, "use POST for /v1/%scompletions", chat ? "chat/" : "");
     return completions(s, c, r, chat);
 }

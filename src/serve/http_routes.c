@@ -162,7 +162,8 @@ static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg
     if (!v) return fm_http_error(c, status, err);
     enum MHD_Result ret;
     if (post && !v->batcher)
-        ret = error_fmt(c, 400, "model '%s' is a text-generation model: use POST /v1/completions", name);
+        ret = error_fmt(c, 400, "model '%s' is %s", name, v->embedder ? "an embedding model: use POST /v1/embeddings"
+                                                                        : "a text-generation model: use POST /v1/completions");
     else if (post) ret = infer(s, c, v, r);
     else if (!strcmp(action, "ready")) ret = send_json(c, 200, json_pack("{s:s,s:b}", "name", name, "ready", 1));
     else if (!strcmp(action, "config")) ret = send_json(c, 200, fm_model_config_json(&v->cfg, v->platform));

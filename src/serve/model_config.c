@@ -191,7 +191,7 @@ static fm_status parse_textgen(fm_model_config *c, const json_t *tg, const char 
 static fm_status parse_platform(fm_model_config *c, const json_t *j, const char *where) {
     static const char *const names[][2] = {{"fathom_graph", "fathom_graph"},   {"fathom_onnx", "fathom_onnx"},
                                            {"onnxruntime_onnx", "fathom_onnx"}, {"fathom_recipe", "fathom_recipe"},
-                                           {"fathom_gpt", "fathom_gpt"}};
+                                           {"fathom_gpt", "fathom_gpt"},       {"fathom_embed", "fathom_embed"}};
     const json_t *pj = json_object_get(j, "platform"), *bj = json_object_get(j, "backend");
     const char *plat = json_string_value(pj), *backend = json_string_value(bj);
     if ((pj && !plat) || (bj && !backend))
@@ -205,7 +205,7 @@ static fm_status parse_platform(fm_model_config *c, const json_t *j, const char 
         while (k < sizeof names / sizeof *names && strcmp(names[k][0], plat)) k++;
         if (k == sizeof names / sizeof *names)
             return fm_set_error(FM_ERR_FORMAT, "%s: platform '%s' is not one fathom serves (fathom_graph, fathom_onnx or "
-                                "onnxruntime_onnx, fathom_recipe, fathom_gpt)", where, plat);
+                                "onnxruntime_onnx, fathom_recipe, fathom_gpt, fathom_embed)", where, plat);
         snprintf(c->platform, sizeof c->platform, "%s", names[k][1]);
     }
     const json_t *fj = json_object_get(j, "default_model_filename");

@@ -48,4 +48,23 @@ json_t *fm_openai_usage_chunk(const fm_openai_reply *o);
  * chunk if asked for and "data: [DONE]") into buf[max]: its length, or -1 if it
  * does not fit or memory ran out. */
 long fm_openai_sse_event(fm_openai_reply *o, const char *text, const char *finish, bool done, char *buf, size_t max);
+
+/* ---- POST /v1/embeddings (openai_embed.c) ---- */
+#define FM_OPENAI_EMBED_MAX_INPUTS 2048
+typedef struct fm_openai_embed_req {
+    json_t *body;       /* the parsed object (owned) */
+    const char *model;  /* in body */
+    const char **texts; /* n texts, in body */
+    int n;
+    bool base64;        /* encoding_format "base64" */
+    int64_t dimensions; /* asked for (0: not given); the server refuses any other than the model's */
+} fm_openai_embed_req;
+/* model, input (a string or 1-2048 non-empty strings; token ids are refused),
+ * encoding_format, dimensions; other fields are ignored. 0, or 400 with err.
+ * fm_openai_embed_req_free either way. */
+int fm_openai_embed_parse(const char *body, size_t len, fm_openai_embed_req *r, char *err, size_t errn);
+void fm_openai_embed_req_free(fm_openai_embed_req *r);
+/* {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
+ * "usage"}: n rows of dim floats, as numbers or (b64) base64 of their float32 bytes. */
+json_t *fm_openai_embed_reply(const char *model, const float *emb, int n, int dim, bool b64, int64_t tokens);
 #endif

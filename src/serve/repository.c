@@ -88,6 +88,7 @@ fm_repo *fm_repo_open(const char *root, fm_device device) {
 static void version_free(fm_serve_version *v) {
     fm_batcher_stop(v->batcher);
     fm_textgen_stop(v->textgen);
+    fm_embedder_free(v->embedder);
     fm_serve_stats_destroy(&v->stats);
     free(v);
 }
@@ -157,6 +158,27 @@ static int apply_policy(const fm_model_config *c, const int64_t *have, int n, in
     return k;
 }
 
+/* A BERT sentence encoder (embedder.h), served on /v1/embeddings. Frees v on failure. */
+static fm_serve_version *embedder_load(fm_serve_version *v, const char *vdir, const fm_model_config *cfg, const char *where) {
+    if (!fm_embedder_dir(vdir))
+        fm_set_error(FM_ERR_FORMAT, "%s: the config names platform 'fathom_embed' but this version folder has no BERT "
+                     "sentence encoder (config.json with model_type bert, model.safetensors, vocab.txt)", vdir);
+    else if (*cfg->platform && strcmp(cfg->platform, "fathom_embed"))
+        fm_set_error(FM_ERR_FORMAT, "%s: the config names platform '%s' but this version folder holds a fathom_embed model "
+                     "(a BERT sentence encoder)", vdir, cfg->platform);
+    else if (cfg->n_inputs || cfg->n_outputs || cfg->dynamic_batching)
+        fm_set_error(FM_ERR_FORMAT, "%s: an embedding model takes text on POST /v1/embeddings: its config has no input, "
+                     "output or dynamic_batching (instance_group's count says how many requests run at once)", where);
+    else {
+        fm_serve_stats_init(&v->stats);
+        v->platform = "fathom_embed";
+        if ((v->embedder = fm_embedder_open(vdir, &v->cfg, &v->stats))) return v;
+        fm_serve_stats_destroy(&v->stats);
+    }
+    free(v);
+    return NULL;
+}
+
 static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const fm_model_config *cfg, int64_t ver) {
     char vdir[PBUF], where[PBUF];
     snprintf(vdir, sizeof vdir, "%s/%lld", model_dir, (long long)ver);
@@ -172,6 +194,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     v->version = ver;
     v->loaded_unix = (int64_t)time(NULL);
     atomic_init(&v->refs, 1);
+    if (fm_embedder_dir(vdir) || !strcmp(cfg->platform, "fathom_embed")) return embedder_load(v, vdir, cfg, where);
     /* a GPT graph is served for text (with its tokenizer) unless the config asks for
      * platform fathom_graph: then its decode step is a KServe model like any graph */
     bool gpt = fm_textgen_dir_is_gpt(vdir) || (fm_textgen_dir_is_gpt_graph(vdir) && strcmp(cfg->platform, "fathom_graph"));
@@ -473,7 +496,7 @@ json_t *fm_repo_text_models_json(fm_repo *r, const char *name) {
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++) {
         const fm_serve_version *v = r->models[i]->versions; /* the highest: what a request without a version gets */
-        if (!v || !v->textgen || (name && strcmp(name, r->models[i]->name))) continue;
+        if (!v || !(v->textgen || v->embedder) || (name && strcmp(name, r->models[i]->name))) continue;
         json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->models[i]->name, "object", "model", "created",
                               (json_int_t)v->loaded_unix, "owned_by", "fathom");
         if (name) found = o;

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "serve/batcher.h"
+#include "serve/embedder.h"
 #include "serve/textgen.h"
 
 typedef struct fm_serve_version {
@@ -20,6 +21,7 @@ typedef struct fm_serve_version {
     const char *platform;
     fm_batcher *batcher;    /* KServe models */
     fm_textgen *textgen;    /* text-generation models (/v1/completions) */
+    fm_embedder *embedder;  /* sentence-embedding models (/v1/embeddings) */
     fm_serve_stats stats;
     struct fm_serve_version *next; /* the model's loaded versions, highest first */
 } fm_serve_version;
@@ -59,7 +61,7 @@ int fm_repo_count_ready(fm_repo *r);
  * when the named model or version is not loaded. */
 json_t *fm_repo_stats_json(fm_repo *r, const char *name, int64_t version);
 /* GET /v1/models (name NULL): {"object": "list", "data": [...]} of the loaded
- * text-generation models (their highest version), in OpenAI's model object form;
- * GET /v1/models/{name}: that object, or NULL when no such model is loaded. */
+ * text-generation and embedding models (their highest version), in OpenAI's model
+ * object form; GET /v1/models/{name}: that object, or NULL when no such model is loaded. */
 json_t *fm_repo_text_models_json(fm_repo *r, const char *name);
 #endif

@@ -908,6 +908,8 @@ def main():
     serve_lifecycle.run(Server, make_repo, infer_body, sample, ok, bad, check)
     import serve_textgen
     serve_textgen.run(Server, os.path.join(TMP, "gpt"), MODEL, TMP, check)
+    import serve_embed
+    serve_embed.run(Server, BIN, TMP, check, skips)
     if fails:
         print("%d check(s) failed" % fails)
         sys.exit(1)
