@@ -116,7 +116,7 @@ static enum MHD_Result infer(fm_server *s, struct MHD_Connection *c, fm_serve_ve
     }
     char *body = NULL;
     size_t len = 0, jlen = 0;
-    if (!status) status = fm_infer_make_response(&req, &v->cfg, v->model, v->version, q.out, &body, &len, &jlen, err, sizeof err);
+    if (!status) status = fm_infer_make_response(&req, &v->cfg, v->labels, v->model, v->version, q.out, &body, &len, &jlen, err, sizeof err);
     fm_infer_request_free(&req);
     for (int i = 0; i < FM_SERVE_MAX_IO; i++) fm_tensor_release_n(2, q.in[i], q.out[i]);
     int64_t now = fm_now_ns();

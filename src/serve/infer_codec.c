@@ -88,6 +88,10 @@ static int parse_outputs(fm_infer_request *r, const json_t *outs, char *err, siz
         const json_t *b = json_is_object(p) ? json_object_get(p, "binary_data") : NULL;
         if (b && !json_is_boolean(b)) return bad(err, errn, 400, "output '%s': \"binary_data\" must be true or false", name);
         r->output_binary[i] = b ? json_is_true(b) : r->binary_output;
+        const json_t *k = json_is_object(p) ? json_object_get(p, "classification") : NULL;
+        if (k && (!json_is_integer(k) || json_integer_value(k) < 1 || json_integer_value(k) > (1 << 20)))
+            return bad(err, errn, 400, "output '%s': \"classification\" must be a whole number of classes >= 1", name);
+        r->output_class[i] = k ? json_integer_value(k) : 0;
     }
     return 0;
 }
@@ -318,6 +322,9 @@ int fm_infer_check_outputs(const fm_infer_request *r, const fm_model_config *c, 
         for (int k = 0; k < c->n_outputs; k++) known |= !strcmp(r->outputs[i], c->outputs[k].name);
         if (!known) return bad(err, errn, 400, "unknown output '%s' (model '%s' has output '%s'%s)", r->outputs[i], c->name,
                                c->outputs[0].name, c->n_outputs > 1 ? ", ..." : "");
+        for (int k = 0; r->output_class[i] && k < c->n_outputs; k++)
+            if (!strcmp(r->outputs[i], c->outputs[k].name) && c->outputs[k].dtype == FM_BOOL)
+                return bad(err, errn, 400, "output '%s': classification needs numbers, not BOOL", r->outputs[i]);
     }
     return 0;
 }
@@ -378,8 +385,64 @@ static int output_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t,
     return 0;
 }
 
-int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, const char *model, int64_t version,
-                           fm_tensor *const *out, char **body, size_t *len, size_t *json_len, char *err, size_t errn) {
+/* Binary BYTES elements: each a 4-byte little-endian length, then its bytes. */
+static bool append_bytes(char **bin, size_t *bin_len, const char *s, size_t n) {
+    char *nb = realloc(*bin, *bin_len + 4 + n + 1);
+    if (!nb) return false;
+    uint32_t l = (uint32_t)n;
+    for (int b = 0; b < 4; b++) nb[*bin_len + (size_t)b] = (char)(l >> (8 * b) & 0xff);
+    memcpy(nb + *bin_len + 4, s, n);
+    *bin = nb;
+    *bin_len += 4 + n;
+    return true;
+}
+
+/* Triton's classification extension: output t ([rows, classes...] when batched, else
+ * [classes...]) as the top k of each row, BYTES "value:index" (":label" when the
+ * config names a label file), highest first, ties by lower index; shape [rows, k]
+ * (or [k]). k is cut to the number of classes. */
+static int class_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t, bool batched, int64_t k,
+                       const fm_serve_labels *lab, bool binary, char **bin, size_t *bin_len, char *err, size_t errn) {
+    int64_t n = fm_tensor_numel(t), rows = batched && t->ndim ? t->shape[0] : 1, per = rows ? n / rows : 0;
+    if (k > per) k = per;
+    float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(per ? per : 1));
+    if (!h || !idx || fm_tensor_copy_to_host(t, h, FM_F32) != FM_OK) {
+        free(h), free(idx);
+        return bad(err, errn, 500, "output '%s': %s", io->name, h && idx ? fm_last_error() : "out of memory");
+    }
+    json_t *data = binary ? NULL : json_array();
+    size_t start = *bin_len;
+    bool ok = true;
+    for (int64_t r = 0; r < rows && ok; r++) {
+        const float *row = h + r * per;
+        for (int64_t i = 0; i < per; i++) idx[i] = i;
+        for (int64_t a = 0; a < k; a++) { /* partial selection: the k largest, in order */
+            int64_t best = a;
+            for (int64_t b = a + 1; b < per; b++)
+                if (row[idx[b]] > row[idx[best]] || (row[idx[b]] == row[idx[best]] && idx[b] < idx[best])) best = b;
+            int64_t tmp = idx[a]; idx[a] = idx[best]; idx[best] = tmp;
+            char s[320];
+            int len = snprintf(s, sizeof s, "%f:%lld", (double)row[idx[a]], (long long)idx[a]);
+            if (lab && idx[a] < lab->n) len = snprintf(s, sizeof s, "%f:%lld:%.255s", (double)row[idx[a]], (long long)idx[a],
+                                                      lab->line[idx[a]]);
+            len = len < (int)sizeof s ? len : (int)sizeof s - 1;
+            ok = binary ? append_bytes(bin, bin_len, s, (size_t)len) : json_array_append_new(data, json_stringn(s, (size_t)len)) == 0;
+        }
+    }
+    free(h), free(idx);
+    json_t *shape = batched ? json_pack("[I,I]", (json_int_t)rows, (json_int_t)k) : json_pack("[I]", (json_int_t)k);
+    json_t *o = json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype", "BYTES", "shape", shape);
+    if (!ok || !o) { json_decref(data), json_decref(o); return bad(err, errn, 500, "out of memory"); }
+    if (binary) json_object_set_new(o, "parameters", json_pack("{s:I}", "binary_data_size", (json_int_t)(*bin_len - start)));
+    else json_object_set_new(o, "data", data);
+    json_array_append_new(outs, o);
+    return 0;
+}
+
+int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, const fm_serve_labels *labels,
+                           const char *model, int64_t version, fm_tensor *const *out, char **body, size_t *len,
+                           size_t *json_len, char *err, size_t errn) {
     char vs[24];
     snprintf(vs, sizeof vs, "%lld", (long long)version);
     json_t *j = json_pack("{s:s,s:s}", "model_name", model, "model_version", vs);
@@ -392,12 +455,15 @@ int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, 
     int st = 0;
     for (int k = 0; k < c->n_outputs && !st; k++) {
         bool want = r->n_outputs == 0, binary = r->binary_output;
+        int64_t top = 0;
         for (int i = 0; i < r->n_outputs; i++)
-            if (!strcmp(r->outputs[i], c->outputs[k].name)) { want = true; binary = r->output_binary[i]; }
+            if (!strcmp(r->outputs[i], c->outputs[k].name)) { want = true; binary = r->output_binary[i]; top = r->output_class[i]; }
         if (!want) continue;
         any_bin |= binary;
         any_f64 |= out[k]->dtype == FM_F64;
-        st = output_entry(outs, &c->outputs[k], out[k], binary, &bin, &bin_len, err, errn);
+        st = top ? class_entry(outs, &c->outputs[k], out[k], c->max_batch_size > 0, top, labels ? &labels[k] : NULL, binary,
+                               &bin, &bin_len, err, errn)
+                 : output_entry(outs, &c->outputs[k], out[k], binary, &bin, &bin_len, err, errn);
     }
     char *js = st ? NULL : json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(any_f64 ? 17 : 9));
     json_decref(j);

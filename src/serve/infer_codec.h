@@ -29,6 +29,7 @@ typedef struct fm_infer_request {
     int n_outputs;            /* requested outputs (0: all) */
     char outputs[FM_SERVE_MAX_IO][FM_SERVE_NAME_MAX];
     bool output_binary[FM_SERVE_MAX_IO];
+    int64_t output_class[FM_SERVE_MAX_IO]; /* parameters.classification: the top K as BYTES "value:index[:label]"; 0: off */
     bool binary_output;       /* parameters.binary_data_output */
     int64_t timeout_us;       /* parameters.timeout; 0: none */
 } fm_infer_request;
@@ -44,7 +45,9 @@ int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm
 /* Checks the requested output names (before running). */
 int fm_infer_check_outputs(const fm_infer_request *r, const fm_model_config *c, char *err, size_t errn);
 /* The response body (malloc'd): JSON, then binary outputs when any were asked for
- * (*json_len is then the JSON part's length, else 0). */
-int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, const char *model, int64_t version,
-                           fm_tensor *const *out, char **body, size_t *len, size_t *json_len, char *err, size_t errn);
+ * (*json_len is then the JSON part's length, else 0). labels: per model output (NULL:
+ * none), for the classification extension. */
+int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, const fm_serve_labels *labels,
+                           const char *model, int64_t version, fm_tensor *const *out, char **body, size_t *len,
+                           size_t *json_len, char *err, size_t errn);
 #endif

@@ -67,6 +67,13 @@ static fm_status parse_io(fm_serve_io *io, const json_t *j, const char *where, c
             return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims[%d] must be a size >= 1 or -1 (any)", where, what, name, i);
         io->dims[i] = v;
     }
+    const json_t *lf = json_object_get(j, "label_filename");
+    const char *l = json_string_value(lf);
+    if (lf && (!l || !strcmp(what, "input") || !*l || strlen(l) >= sizeof io->label_file || strchr(l, '/') ||
+               !strcmp(l, ".") || !strcmp(l, "..")))
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': \"label_filename\" must name a file in the model folder (an output's, "
+                            "1-%zu characters, no '/')", where, what, name, sizeof io->label_file - 1);
+    if (l) snprintf(io->label_file, sizeof io->label_file, "%s", l);
     return FM_OK;
 }
 
@@ -314,8 +321,13 @@ static fm_status complete_ios(fm_serve_io *decl, int *n_decl, const fm_serve_io 
             return fm_set_error(FM_ERR_FORMAT, "%s: %s %d is declared as '%s' %s with %d dims; the model's is '%s' %s with %d "
                                 "dims", where, what, i, decl[i].name, fm_serve_config_dtype_name(decl[i].dtype), decl[i].ndim,
                                 have[i].name, fm_serve_config_dtype_name(have[i].dtype), have[i].ndim);
-    /* the model's exact sizes win over -1 */
-    memcpy(decl, have, sizeof *have * (size_t)n_have);
+    /* the model's exact sizes win over -1; the declared label files stay */
+    for (int i = 0; i < n_have; i++) {
+        char label[sizeof decl[i].label_file];
+        memcpy(label, decl[i].label_file, sizeof label);
+        decl[i] = have[i];
+        memcpy(decl[i].label_file, label, sizeof label);
+    }
     return FM_OK;
 }
 
@@ -347,8 +359,10 @@ static json_t *ios_json(const fm_serve_io *ios, int n) {
     for (int i = 0; i < n; i++) {
         json_t *dims = json_array();
         for (int d = 0; d < ios[i].ndim; d++) json_array_append_new(dims, json_integer(ios[i].dims[d]));
-        json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "data_type",
-                                           fm_serve_config_dtype_name(ios[i].dtype), "dims", dims));
+        json_t *o = json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "data_type", fm_serve_config_dtype_name(ios[i].dtype),
+                              "dims", dims);
+        if (ios[i].label_file[0]) json_object_set_new(o, "label_filename", json_string(ios[i].label_file));
+        json_array_append_new(a, o);
     }
     return a;
 }

@@ -86,6 +86,7 @@ fm_repo *fm_repo_open(const char *root, fm_device device) {
 }
 
 static void version_free(fm_serve_version *v) {
+    for (int k = 0; k < FM_SERVE_MAX_IO; k++) free(v->labels[k].text), free(v->labels[k].line);
     fm_batcher_stop(v->batcher);
     fm_textgen_stop(v->textgen);
     fm_embedder_free(v->embedder);
@@ -179,6 +180,38 @@ static fm_serve_version *embedder_load(fm_serve_version *v, const char *vdir, co
     return NULL;
 }
 
+/* The outputs' label files (label_filename: model_dir/NAME, one label per line, at
+ * most 16 MiB) into v->labels. */
+static fm_status labels_load(fm_serve_version *v, const char *model_dir) {
+    for (int k = 0; k < v->cfg.n_outputs; k++) {
+        const char *f = v->cfg.outputs[k].label_file;
+        if (!*f) continue;
+        char p[PBUF + 80];
+        snprintf(p, sizeof p, "%s/%s", model_dir, f);
+        FILE *fp = fopen(p, "rb");
+        fm_serve_labels *l = &v->labels[k];
+        l->text = fp ? malloc((16u << 20) + 1) : NULL;
+        size_t n = l->text ? fread(l->text, 1, 16u << 20, fp) : 0;
+        bool too_big = l->text && n == 16u << 20 && fgetc(fp) != EOF;
+        if (fp) fclose(fp);
+        if (!fp || !l->text || too_big)
+            return fm_set_error(FM_ERR_IO, "output '%s': label_filename '%s': %s", v->cfg.outputs[k].name, p,
+                                !fp ? "cannot open it (it must be in the model folder)" : too_big ? "over 16 MiB" : "out of memory");
+        l->text[n] = 0;
+        int64_t lines = 0;
+        for (size_t i = 0; i < n; i++) lines += l->text[i] == '\n';
+        if (!(l->line = malloc(sizeof *l->line * (size_t)(lines + 1)))) return fm_set_error(FM_ERR_OOM, "out of memory");
+        for (char *s = l->text, *e; s < l->text + n; s = e + 1) {
+            e = strchr(s, '\n');
+            if (!e) e = l->text + n;
+            *e = 0;
+            if (e > s && e[-1] == '\r') e[-1] = 0;
+            l->line[l->n++] = s;
+        }
+    }
+    return FM_OK;
+}
+
 static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const fm_model_config *cfg, int64_t ver) {
     char vdir[PBUF], where[PBUF];
     snprintf(vdir, sizeof vdir, "%s/%lld", model_dir, (long long)ver);
@@ -226,6 +259,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
         /* every instance: max_batch_size 0 makes each one's shapes whole */
         if (fm_model_config_complete(&v->cfg, inst[i], where)) goto fail;
     }
+    if (labels_load(v, model_dir)) goto fail;
     v->platform = inst[0]->platform;
     fm_serve_stats_init(&v->stats);
     v->batcher = fm_batcher_start(&v->cfg, inst, n, &v->stats);
@@ -233,6 +267,7 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
     return v;
 fail:
     for (int i = 0; i < n; i++) fm_servable_free(inst[i]);
+    for (int k = 0; k < FM_SERVE_MAX_IO; k++) free(v->labels[k].text), free(v->labels[k].line);
     free(v);
     return NULL;
 }

@@ -23,6 +23,7 @@ typedef struct fm_serve_version {
     fm_textgen *textgen;    /* text-generation models (/v1/completions) */
     fm_embedder *embedder;  /* sentence-embedding models (/v1/embeddings) */
     fm_serve_stats stats;
+    fm_serve_labels labels[FM_SERVE_MAX_IO]; /* per output: its config's label_filename, read at load */
     struct fm_serve_version *next; /* the model's loaded versions, highest first */
 } fm_serve_version;
 

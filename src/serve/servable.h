@@ -18,7 +18,16 @@ typedef struct fm_serve_io {
     int64_t dims[FM_MAX_DIMS - 1];  /* -1: any size */
     int64_t id_limit;               /* integer token ids: each must be in [0, id_limit), checked per
                                        request (400) before it is batched; 0: no check */
+    char label_file[64];            /* an output's config "label_filename" (in the model folder): the
+                                       classification extension's labels, one per line; "": none */
 } fm_serve_io;
+
+/* An output's labels (label_filename's lines), for the classification extension. */
+typedef struct fm_serve_labels {
+    char *text;         /* the file, its newlines made NULs */
+    const char **line;  /* n labels into text */
+    int64_t n;
+} fm_serve_labels;
 
 typedef struct fm_servable fm_servable;
 struct fm_servable {

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!st) {
         char *body = NULL;
         size_t len = 0, jlen = 0;
-        if (!fm_infer_make_response(&r, &c, "fuzz", 1, in, &body, &len, &jlen, err, sizeof err)) {
+        if (!fm_infer_make_response(&r, &c, NULL, "fuzz", 1, in, &body, &len, &jlen, err, sizeof err)) {
             if (jlen > len) abort();
             free(body);
         }

@@ -243,6 +243,32 @@ def pbtxt_checks(s, ref):
           "a malformed config.pbtxt is refused naming the file, line and column: %s" % reason)
 
 
+def classification_checks(s, ref):
+    """Triton's classification extension on graph 'g-labels' (the graph model with label_filename labels.txt in
+    its config): the top k of probs with their labels; k past the classes is cut; a bad k is 400."""
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]]
+    probs = ref(x)
+    labels = ["cat", "dog", "fish"]
+    want = [["%f:%d:%s" % (row[k], k, labels[k]) for k in sorted(range(3), key=lambda k: (-row[k], k))] for row in probs]
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [v for r in x for v in r]}],
+            "outputs": [{"name": "probs", "parameters": {"classification": 2}}]}
+    st, j = s.json("POST", "/v2/models/g-labels/infer", body)
+    o = j["outputs"][0] if st == 200 else {}
+    check(st == 200 and o["datatype"] == "BYTES" and o["shape"] == [2, 2] and o["data"] == [w for r in want for w in r[:2]],
+          "classification 2 with labels: %s (want %s)" % (o or j, [w for r in want for w in r[:2]]))
+    body["outputs"][0]["parameters"]["classification"] = 10
+    st, j = s.json("POST", "/v2/models/g-labels/infer", body)
+    check(st == 200 and j["outputs"][0]["shape"] == [2, 3], "classification 10 of 3 classes gives 3")
+    body["outputs"][0]["parameters"]["classification"] = 0
+    st, j = s.json("POST", "/v2/models/g-labels/infer", body)
+    check(st == 400 and "classification" in j.get("error", ""), "classification 0 -> 400: %s" % j)
+    st, j = s.json("GET", "/v2/models/g-labels/config")
+    check(st == 200 and j["output"][0].get("label_filename") == "labels.txt", "the config shows the label file")
+    st, idx = s.json("POST", "/v2/repository/index")
+    reason = {m["name"]: m.get("reason", "") for m in idx}.get("g-nolabels", "")
+    check("label_filename" in reason and "cannot open" in reason, "a missing label file is refused: %s" % reason)
+
+
 def onnx_checks(s, ref):
     x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0], [-3.0, 0.0, 0.5, 4.0]]
     want = [v for r in ref(x) for v in r]
@@ -673,6 +699,15 @@ def tritonclient_checks(s):
         o = th.InferRequestedOutput("logits", binary_data=binary)
         r = c.infer("tiny", [i], outputs=[o], request_id="t%d" % binary)
         res[binary] = r.as_numpy("logits")
+    # the classification extension (InferRequestedOutput(class_count=K)): BYTES "value:index", highest first
+    for binary in (False, True):
+        i = th.InferInput("input", list(x.shape), "FP32")
+        i.set_data_from_numpy(x, binary_data=binary)
+        top = c.infer("tiny", [i], outputs=[th.InferRequestedOutput("logits", binary_data=binary, class_count=2)]).as_numpy("logits")
+        want = [["%f:%d" % (row[k], k) for k in np.argsort(-row, kind="stable")[:2]] for row in res[False]]
+        got = [[v.decode() if isinstance(v, bytes) else v for v in row] for row in top] if top is not None else None
+        check(top is not None and top.shape == (5, 2) and got == want,
+              "tritonclient class_count=2 (%s): the top 2 as value:index (%s)" % ("binary" if binary else "JSON", got and got[0]))
     check(res[False].shape == (5, 4) and np.allclose(res[False], res[True], atol=1e-6),
           "tritonclient: JSON and binary modes agree")
     try:
@@ -883,6 +918,11 @@ def main():
     pat_dir, pat_ref = write_onnx_patterns(repo)
     interp_ref = write_onnx_interp(repo)
     unbatched_ref = write_unbatched(repo)
+    for name in ("g-labels", "g-nolabels"):
+        shutil.copytree(os.path.join(repo, "g", "1"), os.path.join(repo, name, "1"))
+        json.dump({"output": [{"name": "probs", "data_type": "TYPE_FP32", "dims": [3], "label_filename": "labels.txt"}]},
+                  open(os.path.join(repo, name, "config.json"), "w"))
+    open(os.path.join(repo, "g-labels", "labels.txt"), "w").write("cat\ndog\r\nfish")
     write_emb_graph(repo)
     s = Server(repo, "--connection-timeout", "2")
     try:
@@ -891,6 +931,7 @@ def main():
         onnx_checks(s, graph_ref)
         pbtxt_checks(s, graph_ref)
         unbatched_checks(s, unbatched_ref, graph_ref)
+        classification_checks(s, graph_ref)
         onnx_patterns_checks(s, pat_dir, pat_ref)
         onnx_interp_checks(s, interp_ref)
         emb_checks(s)
