@@ -74,6 +74,10 @@ jb = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2,1],"parameters":{"b
      b'{"name":"ids","datatype":"INT64","shape":[1,3],"parameters":{"binary_data_size":24}}],' \
      b'"parameters":{"binary_data_output":true}}'
 open(f"{d}/infer_request/binary", "wb").write(struct.pack("<I", len(jb)) + jb + struct.pack("<2f3q", 1, 2, 7, 8, 9))
+jc = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[2,2,2],"data":[1,5,3,4,9,0,2,2]},' \
+     b'{"name":"ids","datatype":"INT64","shape":[2,3],"data":[1,2,3,4,5,6]}],' \
+     b'"outputs":[{"name":"x","parameters":{"classification":3}},{"name":"ids","parameters":{"classification":2,"binary_data":true}}]}'
+open(f"{d}/infer_request/classification", "wb").write(b"\xff" * 4 + jc)
 # Hugging Face tokenizer files (fuzz_hf_tokenizer: 'w' + vocab.txt, 'j' + tokenizer.json, or 'g' + vocab.json
 # NUL merges.txt)
 alpha = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]

@@ -2,7 +2,8 @@
  * (src/serve/infer_codec.c): the first 4 bytes give Inference-Header-Content-Length
  * (all ones: absent), the rest is the body. Parsed requests are checked against a
  * model with an FP32 [-1, 2, -1] input and an INT64 [3] input, turned into tensors,
- * and echoed back as outputs in JSON and binary form. */
+ * and echoed back as outputs in JSON and binary form (or as the classification
+ * extension's top K, output x with two labels). */
 #include "fathom/tensor.h"
 #include "fuzz_util.h"
 #include "serve/infer_codec.h"
@@ -33,7 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!st) {
         char *body = NULL;
         size_t len = 0, jlen = 0;
-        if (!fm_infer_make_response(&r, &c, NULL, "fuzz", 1, in, &body, &len, &jlen, err, sizeof err)) {
+        const char *names[] = {"first", "second"};
+        fm_serve_labels labels[FM_SERVE_MAX_IO] = {{.line = names, .n = 2}};
+        if (!fm_infer_make_response(&r, &c, labels, "fuzz", 1, in, &body, &len, &jlen, err, sizeof err)) {
             if (jlen > len) abort();
             free(body);
         }
