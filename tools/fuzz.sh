@@ -78,6 +78,9 @@ jc = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[2,2,2],"data":[1,5,3,4,
      b'{"name":"ids","datatype":"INT64","shape":[2,3],"data":[1,2,3,4,5,6]}],' \
      b'"outputs":[{"name":"x","parameters":{"classification":3}},{"name":"ids","parameters":{"classification":2,"binary_data":true}}]}'
 open(f"{d}/infer_request/classification", "wb").write(b"\xff" * 4 + jc)
+js = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2,2],"parameters":{"shared_memory_region":"r","shared_memory_byte_size":16,"shared_memory_offset":4}},' \
+     b'{"name":"ids","datatype":"INT64","shape":[1,3],"data":[1,2,3]}],"outputs":[{"name":"x","parameters":{"shared_memory_region":"o","shared_memory_byte_size":16}}]}'
+open(f"{d}/infer_request/shm", "wb").write(b"\xff" * 4 + js)
 # Hugging Face tokenizer files (fuzz_hf_tokenizer: 'w' + vocab.txt, 'j' + tokenizer.json, or 'g' + vocab.json
 # NUL merges.txt)
 alpha = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]

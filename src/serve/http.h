@@ -6,11 +6,13 @@
 #include <stdatomic.h>
 
 #include "serve/repository.h"
+#include "serve/shm.h"
 #include "serve/server.h"
 
 struct fm_server {
     fm_server_options opt;
     fm_repo *repo;
+    fm_shm_registry *shm;   /* system shared memory regions (shm.h) */
     struct MHD_Daemon *http, *metrics;
     int port, mport;
     atomic_bool draining, ready;

@@ -1,6 +1,8 @@
 /* The KServe v2 / Triton HTTP endpoints (docs/SERVING.md lists them) and the
  * Prometheus endpoint of the metrics port. */
 #include <stdarg.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +107,7 @@ static enum MHD_Result infer(fm_server *s, struct MHD_Connection *c, fm_serve_ve
     memset(&q, 0, sizeof q);
     memset(&req, 0, sizeof req);
     if (!status) status = fm_infer_parse(hr->body ? hr->body : "", hr->len, header_len, &req, err, sizeof err);
+    if (!status) status = fm_infer_resolve_shm(&req, s->shm, err, sizeof err);
     if (!status) status = fm_infer_check_outputs(&req, &v->cfg, err, sizeof err);
     if (!status) status = fm_infer_make_inputs(&req, &v->cfg, q.in, &q.rows, err, sizeof err);
     if (!status) {
@@ -255,9 +258,57 @@ static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char *
     return send_json(c, 200, json_object());
 }
 
+/* Whether the client is on this host (127.0.0.0/8, ::1 or ::ffff:127.x): shared memory
+ * is for clients that share the machine, and registering maps the server's view of it. */
+static bool client_is_local(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (!sa || sa->sa_family != AF_INET6) return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* /v2/systemsharedmemory[/region/{name}]/status|register|unregister (Triton's system
+ * shared memory extension) and /v2/cudasharedmemory/... (refused: no CUDA IPC here). */
+static enum MHD_Result shared_memory(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
+                                     fm_http_req *r) {
+    if (!strcmp(seg[1], "cudasharedmemory"))
+        return fm_http_error(c, 400, "CUDA shared memory is not supported by this server; use system shared memory");
+    if (!client_is_local(c)) return fm_http_error(c, 403, "shared memory is for clients on the server's own host");
+    if (!authorized(s, c))
+        return fm_http_error(c, 401, "shared memory control needs the server's API key (header Authorization: Bearer KEY "
+                                     "or X-API-Key: KEY)");
+    const char *name = n == 5 && !strcmp(seg[2], "region") ? seg[3] : NULL, *action = seg[n - 1];
+    if (!(n == 3 || name)) return fm_http_error(c, 404, "unknown endpoint (systemsharedmemory[/region/NAME]/status|register|unregister)");
+    char err[512];
+    if (!strcmp(action, "status")) {
+        json_t *j = fm_shm_status(s->shm, name);
+        return j ? send_json(c, 200, j) : error_fmt(c, 404, "shared memory region '%.80s' is not registered", name);
+    }
+    if (strcmp(method, "POST")) return fm_http_error(c, 405, "use POST to register or unregister");
+    if (!strcmp(action, "unregister")) {
+        int st = fm_shm_unregister(s->shm, name, err, sizeof err);
+        return st ? fm_http_error(c, st, err) : send_json(c, 200, json_object());
+    }
+    if (strcmp(action, "register") || !name) return fm_http_error(c, 404, "unknown shared memory endpoint");
+    json_error_t e;
+    json_t *j = json_loadb(r->body ? r->body : "", r->len, JSON_REJECT_DUPLICATES, &e);
+    const char *key = json_string_value(json_object_get(j, "key"));
+    const json_t *off = json_object_get(j, "offset"), *bs = json_object_get(j, "byte_size");
+    int st = 400;
+    if (!json_is_object(j) || !key || (off && !json_is_integer(off)) || !json_is_integer(bs))
+        snprintf(err, sizeof err, "register: the body must be {\"key\": \"/shm_name\", \"offset\": N, \"byte_size\": N}");
+    else
+        st = fm_shm_register(s->shm, name, key, off ? json_integer_value(off) : 0, json_integer_value(bs), err, sizeof err);
+    json_decref(j);
+    return st ? fm_http_error(c, st, err) : send_json(c, 200, json_object());
+}
+
 static enum MHD_Result server_metadata(struct MHD_Connection *c) {
-    return send_json(c, 200, json_pack("{s:s,s:s,s:[s,s,s,s]}", "name", "fathom", "version", FATHOM_VERSION, "extensions",
-                                       "binary_tensor_data", "model_repository", "model_configuration", "statistics"));
+    return send_json(c, 200, json_pack("{s:s,s:s,s:[s,s,s,s,s,s]}", "name", "fathom", "version", FATHOM_VERSION, "extensions",
+                                       "binary_tensor_data", "model_repository", "model_configuration", "statistics",
+                                       "classification", "system_shared_memory"));
 }
 
 enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r) {
@@ -273,6 +324,8 @@ enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char
     if (n == 0 || strcmp(seg[0], "v2")) return fm_http_error(c, 404, "unknown endpoint (the API is under /v2 and /v1)");
     if (n >= 3 && !strcmp(seg[1], "models")) return models(s, c, seg, n, method, r);
     if (n >= 2 && !strcmp(seg[1], "repository")) return repository(s, c, seg, n, method, r);
+    if (n >= 3 && (!strcmp(seg[1], "systemsharedmemory") || !strcmp(seg[1], "cudasharedmemory")))
+        return shared_memory(s, c, seg, n, method, r);
     if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for this endpoint");
     if (n == 1) return server_metadata(c);
     if (n == 3 && !strcmp(seg[1], "health") && !strcmp(seg[2], "live")) return send_json(c, 200, json_object());

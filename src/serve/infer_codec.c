@@ -23,6 +23,45 @@ static int bad(char *err, size_t errn, int status, const char *fmt, ...) {
 void fm_infer_request_free(fm_infer_request *r) {
     json_decref(r->root);
     r->root = NULL;
+    for (int i = 0; i < FM_SERVE_MAX_IO; i++) {
+        free(r->inputs[i].shm_copy);
+        r->inputs[i].shm_copy = NULL;
+    }
+}
+
+/* parameters.shared_memory_region / _byte_size / _offset of an input or output:
+ * *name stays "" when absent. */
+static int parse_shm_params(const json_t *params, const char *what, const char *name, char *region, int64_t *size,
+                            int64_t *offset, char *err, size_t errn) {
+    const json_t *rj = json_is_object(params) ? json_object_get(params, "shared_memory_region") : NULL;
+    if (!rj) return 0;
+    const char *rn = json_string_value(rj);
+    const json_t *bs = json_object_get(params, "shared_memory_byte_size"), *off = json_object_get(params, "shared_memory_offset");
+    if (!rn || !*rn || strlen(rn) >= FM_SERVE_NAME_MAX)
+        return bad(err, errn, 400, "%s '%s': \"shared_memory_region\" must name a registered region", what, name);
+    if (!json_is_integer(bs) || json_integer_value(bs) < 0 || (off && (!json_is_integer(off) || json_integer_value(off) < 0)))
+        return bad(err, errn, 400, "%s '%s': a shared memory region needs \"shared_memory_byte_size\" (and an optional "
+                   "\"shared_memory_offset\"), whole numbers >= 0", what, name);
+    snprintf(region, FM_SERVE_NAME_MAX, "%s", rn);
+    *size = json_integer_value(bs);
+    *offset = off ? json_integer_value(off) : 0;
+    return 0;
+}
+
+int fm_infer_resolve_shm(fm_infer_request *r, fm_shm_registry *shm, char *err, size_t errn) {
+    r->shm = shm;
+    for (int i = 0; i < r->n_inputs; i++) {
+        fm_infer_input *in = &r->inputs[i];
+        if (!in->shm_region[0]) continue;
+        if (!shm) return bad(err, errn, 400, "input '%s': shared memory is not available here", in->name);
+        if (!(in->shm_copy = malloc(in->bin_len ? in->bin_len : 1))) return bad(err, errn, 500, "out of memory");
+        int st = fm_shm_read(shm, in->shm_region, in->shm_offset, in->shm_copy, in->bin_len, err, errn);
+        if (st) return st;
+        in->bin = in->shm_copy;
+    }
+    for (int i = 0; i < r->n_outputs; i++)
+        if (r->output_shm[i][0] && !shm) return bad(err, errn, 400, "output '%s': shared memory is not available here", r->outputs[i]);
+    return 0;
 }
 
 static int parse_shape(fm_infer_input *in, const json_t *shape, char *err, size_t errn) {
@@ -62,7 +101,13 @@ static int parse_input(fm_infer_input *in, const json_t *j, int64_t *bin_size, c
     const json_t *bs = json_is_object(params) ? json_object_get(params, "binary_data_size") : NULL;
     in->data = json_object_get(j, "data");
     *bin_size = -1;
-    if (bs) {
+    int64_t shm_size = 0;
+    if ((st = parse_shm_params(params, "input", name, in->shm_region, &shm_size, &in->shm_offset, err, errn))) return st;
+    if (in->shm_region[0]) {
+        if (in->data || bs)
+            return bad(err, errn, 400, "input '%s': give its data one way: a shared memory region, \"data\" or binary data", name);
+        in->bin_len = (size_t)shm_size; /* its bytes arrive with fm_infer_resolve_shm */
+    } else if (bs) {
         if (!json_is_integer(bs) || json_integer_value(bs) < 0)
             return bad(err, errn, 400, "input '%s': \"binary_data_size\" must be a whole number >= 0", name);
         if (in->data) return bad(err, errn, 400, "input '%s': has both \"data\" and \"binary_data_size\"", name);
@@ -92,6 +137,10 @@ static int parse_outputs(fm_infer_request *r, const json_t *outs, char *err, siz
         if (k && (!json_is_integer(k) || json_integer_value(k) < 1 || json_integer_value(k) > (1 << 20)))
             return bad(err, errn, 400, "output '%s': \"classification\" must be a whole number of classes >= 1", name);
         r->output_class[i] = k ? json_integer_value(k) : 0;
+        int st = parse_shm_params(p, "output", name, r->output_shm[i], &r->output_shm_size[i], &r->output_shm_offset[i], err, errn);
+        if (st) return st;
+        if (r->output_shm[i][0] && k)
+            return bad(err, errn, 400, "output '%s': classification results are strings; they are not written to shared memory", name);
     }
     return 0;
 }
@@ -217,6 +266,8 @@ static int64_t count_elems(const json_t *v, int depth, int64_t limit) {
 static int make_tensor(const fm_infer_input *in, fm_tensor **out, char *err, size_t errn) {
     bool half = in->dtype == FM_F16 || in->dtype == FM_BF16;
     size_t es = fm_dtype_size(in->dtype);
+    if (in->shm_region[0] && !in->bin)
+        return bad(err, errn, 400, "input '%s': its shared memory region was not read", in->name);
     if (in->bin && in->bin_len != (size_t)in->numel * es)
         return bad(err, errn, 400, "input '%s': %zu bytes of binary data; shape and %s need %lld", in->name, in->bin_len,
                    fm_serve_dtype_name(in->dtype), (long long)in->numel * (long long)es);
@@ -348,12 +399,19 @@ static json_t *data_json(const fm_tensor *t, const void *h, int64_t n, bool *non
     return a;
 }
 
-/* Output j as JSON entry; binary bytes appended to *bin. */
-static int output_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t, bool binary, char **bin, size_t *bin_len,
-                        char *err, size_t errn) {
+/* Where an output goes when it is written to shared memory (region "": it is not). */
+typedef struct shm_dest {
+    fm_shm_registry *reg;
+    const char *region;
+    int64_t offset, size;
+} shm_dest;
+
+/* Output j as JSON entry; binary bytes appended to *bin, or written to shared memory. */
+static int output_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t, bool binary, const shm_dest *shm, char **bin,
+                        size_t *bin_len, char *err, size_t errn) {
     int64_t n = fm_tensor_numel(t);
-    bool half = t->dtype == FM_F16 || t->dtype == FM_BF16;
-    fm_dtype host_dt = half && !binary ? FM_F32 : t->dtype;
+    bool half = t->dtype == FM_F16 || t->dtype == FM_BF16, to_shm = shm->region[0] != 0;
+    fm_dtype host_dt = half && !binary && !to_shm ? FM_F32 : t->dtype;
     size_t nb = (size_t)n * fm_dtype_size(host_dt);
     void *h = malloc(nb ? nb : 1);
     if (!h || fm_tensor_copy_to_host(t, h, host_dt) != FM_OK) {
@@ -363,7 +421,15 @@ static int output_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t,
     json_t *shape = json_array();
     for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
     json_t *o = json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype", fm_serve_dtype_name(t->dtype), "shape", shape);
-    if (binary) {
+    if (to_shm) {
+        int st = (uint64_t)nb > (uint64_t)shm->size
+                     ? bad(err, errn, 400, "output '%s' is %zu bytes; shared_memory_byte_size gives it %lld", io->name, nb,
+                           (long long)shm->size)
+                     : fm_shm_write(shm->reg, shm->region, shm->offset, h, nb, err, errn);
+        if (st) { free(h); json_decref(o); return st; }
+        json_object_set_new(o, "parameters", json_pack("{s:s,s:I}", "shared_memory_region", shm->region,
+                                                       "shared_memory_byte_size", (json_int_t)nb));
+    } else if (binary) {
         char *nbuf = realloc(*bin, *bin_len + nb + 1);
         if (!nbuf) { free(h); json_decref(o); return bad(err, errn, 500, "out of memory"); }
         memcpy(nbuf + *bin_len, h, nb);
@@ -456,14 +522,19 @@ int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, 
     for (int k = 0; k < c->n_outputs && !st; k++) {
         bool want = r->n_outputs == 0, binary = r->binary_output;
         int64_t top = 0;
+        shm_dest shm = {r->shm, "", 0, 0};
         for (int i = 0; i < r->n_outputs; i++)
-            if (!strcmp(r->outputs[i], c->outputs[k].name)) { want = true; binary = r->output_binary[i]; top = r->output_class[i]; }
+            if (!strcmp(r->outputs[i], c->outputs[k].name)) {
+                want = true, binary = r->output_binary[i], top = r->output_class[i];
+                shm = (shm_dest){r->shm, r->output_shm[i], r->output_shm_offset[i], r->output_shm_size[i]};
+            }
         if (!want) continue;
+        if (shm.region[0]) binary = false; /* its bytes are in the region, not after the JSON */
         any_bin |= binary;
         any_f64 |= out[k]->dtype == FM_F64;
         st = top ? class_entry(outs, &c->outputs[k], out[k], c->max_batch_size > 0, top, labels ? &labels[k] : NULL, binary,
                                &bin, &bin_len, err, errn)
-                 : output_entry(outs, &c->outputs[k], out[k], binary, &bin, &bin_len, err, errn);
+                 : output_entry(outs, &c->outputs[k], out[k], binary, &shm, &bin, &bin_len, err, errn);
     }
     char *js = st ? NULL : json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(any_f64 ? 17 : 9));
     json_decref(j);

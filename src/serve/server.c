@@ -222,6 +222,7 @@ fm_server *fm_server_start(const fm_server_options *o) {
     s->opt = *o;
     pthread_mutex_init(&s->poll_mu, NULL);
     pthread_cond_init(&s->poll_cv, NULL);
+    if (!(s->shm = fm_shm_registry_new())) { free(s); fm_set_error(FM_ERR_OOM, "serve: out of memory"); return NULL; }
     if (!(s->repo = fm_repo_open(o->repository, o->device)) || load_initial(s) != FM_OK) {
         fm_server_stop(s);
         return NULL;
@@ -263,6 +264,7 @@ void fm_server_stop(fm_server *s) {
     if (s->http) MHD_stop_daemon(s->http);
     if (s->metrics) MHD_stop_daemon(s->metrics);
     fm_repo_close(s->repo);
+    fm_shm_registry_free(s->shm);
     pthread_mutex_destroy(&s->poll_mu);
     pthread_cond_destroy(&s->poll_cv);
     free(s);

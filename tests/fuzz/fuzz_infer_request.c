@@ -29,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fm_tensor *in[FM_SERVE_MAX_IO] = {0};
     int64_t rows = 0;
     int st = fm_infer_parse(data + 4, size - 4, header_len, &r, err, sizeof err);
+    if (!st) st = fm_infer_resolve_shm(&r, NULL, err, sizeof err); /* regions named: refused (none registered) */
     if (!st) st = fm_infer_check_outputs(&r, &c, err, sizeof err);
     if (!st) st = fm_infer_make_inputs(&r, &c, in, &rows, err, sizeof err);
     if (!st) {

@@ -678,6 +678,79 @@ def protocol_checks(s):
     check(st == 200 and j2["outputs"][0]["data"] == j["outputs"][0]["data"], "nested JSON data")
 
 
+def shm_checks(s):
+    """Triton's system shared memory extension through tritonclient: the input read from a region and the output
+    written to another, equal to the same request over HTTP; registration errors; status; unregister."""
+    try:
+        import numpy as np
+        import tritonclient.http as th
+        import tritonclient.utils.shared_memory as shm
+    except ImportError as e:
+        skips.append("shared memory checks (tritonclient, numpy): %s" % e)
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    x = np.asarray(sample(3, seed=4), dtype=np.float32)
+    key_in, key_out = "/fathom_test_in_%d" % os.getpid(), "/fathom_test_out_%d" % os.getpid()
+    hin = shm.create_shared_memory_region("in0", key_in, x.nbytes + 64)
+    hout = shm.create_shared_memory_region("out0", key_out, 3 * 4 * 4)
+    try:
+        shm.set_shared_memory_region(hin, [x], offset=64)
+        c.register_system_shared_memory("in0", key_in, x.nbytes + 64)
+        c.register_system_shared_memory("out0", key_out, 3 * 4 * 4)
+        st = c.get_system_shared_memory_status()
+        check(sorted(r["name"] for r in st) == ["in0", "out0"], "shared memory status lists the regions: %s" % st)
+        i = th.InferInput("input", list(x.shape), "FP32")
+        i.set_shared_memory("in0", x.nbytes, offset=64)
+        o = th.InferRequestedOutput("logits", binary_data=True)
+        o.set_shared_memory("out0", 3 * 4 * 4)
+        res = c.infer("tiny", [i], outputs=[o])
+        out = res.get_output("logits")
+        got = shm.get_contents_as_numpy(hout, np.float32, [3, 4])
+        i2 = th.InferInput("input", list(x.shape), "FP32")
+        i2.set_data_from_numpy(x)
+        want = c.infer("tiny", [i2]).as_numpy("logits")
+        check(out is not None and out["parameters"]["shared_memory_region"] == "out0" and np.array_equal(got, want),
+              "an input read from and an output written to shared memory equal the HTTP ones (%s)" % (out,))
+        for args, msg in [(("in0", key_in, 8), "already registered"), ((".hidden", key_in, 8), "invalid region name"),
+                          (("x1", "noslash", 8), "not a POSIX shared memory name"),
+                          (("x2", "/fathom_no_such_object", 8), "no shared memory object"),
+                          (("x3", key_out, 4096), "fewer bytes")]:
+            try:
+                c.register_system_shared_memory(*args)
+                bad("registering %s should fail" % (args,))
+            except Exception as e:
+                check(msg in str(e), "a bad registration is refused: %s" % e)
+        o2 = th.InferRequestedOutput("logits", binary_data=True)
+        o2.set_shared_memory("out0", 8)
+        try:
+            c.infer("tiny", [i], outputs=[o2])
+            bad("an output region too small should fail")
+        except Exception as e:
+            check("shared_memory_byte_size gives it 8" in str(e), "an output larger than its region is a 400: %s" % e)
+        i3 = th.InferInput("input", list(x.shape), "FP32")
+        i3.set_shared_memory("in0", x.nbytes, offset=128)
+        try:
+            c.infer("tiny", [i3])
+            bad("reading past the region should fail")
+        except Exception as e:
+            check("do not fit" in str(e), "an input past its region's end is a 400: %s" % e)
+        c.unregister_system_shared_memory("in0")
+        check([r["name"] for r in c.get_system_shared_memory_status()] == ["out0"], "unregister one region")
+        try:
+            c.infer("tiny", [i])
+            bad("an unregistered region should fail")
+        except Exception as e:
+            check("not registered" in str(e), "a request naming an unregistered region is a 400: %s" % e)
+        c.unregister_system_shared_memory()
+        check(c.get_system_shared_memory_status() == [], "unregister all")
+        st_, j = s.json("POST", "/v2/cudasharedmemory/region/g/register", {"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 4})
+        check(st_ == 400 and "CUDA shared memory is not supported" in j.get("error", ""), "CUDA shared memory refused: %s" % j)
+    finally:
+        shm.destroy_shared_memory_region(hin)
+        shm.destroy_shared_memory_region(hout)
+        c.close()
+
+
 def tritonclient_checks(s):
     try:
         import numpy as np
@@ -936,6 +1009,7 @@ def main():
         onnx_interp_checks(s, interp_ref)
         emb_checks(s)
         tritonclient_checks(s)
+        shm_checks(s)
         batching_checks(s)
         lone_wait_checks(s)
         memory_checks(s)
