@@ -751,6 +751,44 @@ def shm_checks(s):
         c.close()
 
 
+def shm_remote_checks():
+    """Shared memory control is for local clients: a server on 0.0.0.0 answers 403 to one that reaches it on the
+    machine's own non-loopback address, 401 to a local one without the key, 200 to a local one with it."""
+    import socket
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.connect(("10.255.255.255", 1))
+        ip = u.getsockname()[0]
+    except OSError:
+        ip = None
+    finally:
+        u.close()
+    if not ip or ip.startswith("127."):
+        skips.append("shared memory from a non-loopback address: this machine has no such address")
+        return
+    log = os.path.join(TMP, "serve-remote.log")
+    os.makedirs(os.path.join(TMP, "empty-repo"), exist_ok=True)
+    p = subprocess.Popen([BIN, "serve", "--model-repository", os.path.join(TMP, "empty-repo"), "--host", "0.0.0.0",
+                          "--api-key", "k3y", "--port", "0", "--metrics-port", "-1"], stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        port, deadline = None, time.time() + 30
+        while port is None and time.time() < deadline and p.poll() is None:
+            text = open(log).read()
+            if "listening on http://" in text:
+                port = int(text.split("listening on http://", 1)[1].split()[0].rsplit(":", 1)[1].rstrip("/"))
+            time.sleep(0.05)
+        got = []
+        for host, hdr in ((ip, {"X-API-Key": "k3y"}), ("127.0.0.1", {}), ("127.0.0.1", {"X-API-Key": "k3y"})):
+            c = http.client.HTTPConnection(host, port, timeout=10)
+            c.request("GET", "/v2/systemsharedmemory/status", headers=hdr)
+            got.append(c.getresponse().status)
+            c.close()
+        check(got == [403, 401, 200], "shared memory: 403 from %s, 401 locally without the key, 200 with it (%s)" % (ip, got))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+
+
 def tritonclient_checks(s):
     try:
         import numpy as np
@@ -1010,6 +1048,7 @@ def main():
         emb_checks(s)
         tritonclient_checks(s)
         shm_checks(s)
+        shm_remote_checks()
         batching_checks(s)
         lone_wait_checks(s)
         memory_checks(s)
