@@ -148,6 +148,13 @@ static const char *batch_dim(const fm_graph *g) {
                ? io.dim_names[0] : NULL;
 }
 
+/* Items per run of a model with no dynamic batch dim: its first input's first dim
+ * (an export at a fixed batch of 2 runs 2 items), 1 for a scalar input. */
+static long long fixed_batch(const fm_graph *g) {
+    fm_graph_io io;
+    return fm_graph_num_inputs(g) > 0 && !fm_graph_input_info(g, 0, &io) && io.ndim > 0 && io.shape[0] > 0 ? io.shape[0] : 1;
+}
+
 /* --batch onto the graph's batch dim (d gets it unless --dim named it), and every
  * --dim checked against the graph's dynamic dims; 0 or 2 after saying why. */
 static int resolve_dims(const fm_graph *g, bench_dims *d, long long batch, bool batch_given, const char **bname) {
@@ -158,8 +165,9 @@ static int resolve_dims(const fm_graph *g, bench_dims *d, long long batch, bool 
                          *bname ? "" : " (it has no dynamic dims at all)");
             return 2;
         }
-    if (!*bname && batch_given && batch != 1) {
-        fm_cli_error("bench: --batch %lld: the model's inputs have no dynamic batch dim", batch);
+    if (!*bname && batch_given && batch != fixed_batch(g)) {
+        fm_cli_error("bench: --batch %lld: the model's inputs have no dynamic batch dim (its batch is fixed at %lld)", batch,
+                     fixed_batch(g));
         return 2;
     }
     for (int i = 0; *bname && i < d->n; i++)
@@ -213,7 +221,7 @@ static int bench_model(const char *model, bench_dims *d, const bench_opts *o) {
         snprintf(inputs + l, sizeof inputs - l, "%s%s", i ? ", " : "", desc);
     }
     if (!rc) rc = bench_runs(model, g, ins, n_out, o, t);
-    if (!rc) bench_report(model, dev, bname ? dim_value(d, bname) : 1, inputs, t, (int)iters, o->json);
+    if (!rc) bench_report(model, dev, bname ? dim_value(d, bname) : fixed_batch(g), inputs, t, (int)iters, o->json);
     if (!rc && o->profile && !o->json) printf("trace:   %s (the %lld timed runs; `fathom profile %s` sums it)\n", o->profile, iters, o->profile);
     for (int i = 0; i < n_in; i++) fm_tensor_release(ins[i]);
     free(t);

@@ -104,7 +104,10 @@ graph_vs_eager "$d/gb" b "dynamic-batch graph"
 out=$("$bin" bench "$d/gb" --batch 3 --iters 2 --warmup 0 --json 2>&1); rc=$?
 check "bench --batch 3 on the dim named b" '[ $rc = 0 ] && [[ "$out" == *"\"batch\":3"* ]] && [[ "$out" == *"x f32 [3, 5, 4]"* ]]'
 err=$("$bin" bench "$d/g" --batch 3 --iters 1 2>&1); rc=$?
-check "bench --batch on a graph without a dynamic batch: exit 2" '[ $rc = 2 ] && [[ "$err" == *"no dynamic batch dim"* ]]'
+check "bench --batch on a graph without a dynamic batch: exit 2" '[ $rc = 2 ] && [[ "$err" == *"no dynamic batch dim"* ]] && [[ "$err" == *"fixed at 2"* ]]'
+# a fixed batch (b=2 here) is what one run holds: items/s counts 2 per run, and --batch 2 is accepted
+out=$("$bin" bench "$d/g" --batch 2 --iters 2 --warmup 0 --json 2>&1); rc=$?
+check "bench of a fixed batch of 2 reports batch 2" '[ $rc = 0 ] && [[ "$out" == *"\"batch\":2"* ]]'
 err=$("$bin" bench "$d/gb" --dim q=2 --iters 1 2>&1); rc=$?
 check "bench --dim with a name the graph lacks: exit 2" '[ $rc = 2 ] && [[ "$err" == *"no dynamic dim of that name"* ]]'
 err=$("$bin" import "$d/reversed.onnx" -o "$d/rev" 2>&1); rc=$?
