@@ -177,6 +177,17 @@ static void test_load(void) {
     write_file(p, "max_batch_size: 0\ndynamic_batching { }\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("needs max_batch_size >= 1");
+    /* reshape (Triton's densenet_onnx config): read, and a size mismatch refused */
+    write_file(p, "max_batch_size: 0\ninput [ { name: \"data_0\" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 224, 224 ]\n"
+                  "  reshape { shape: [ 1, 3, 224, 224 ] } } ]\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
+    CHECK(b.inputs[0].has_reshape && b.inputs[0].reshape_ndim == 4 && b.inputs[0].reshape[3] == 224 && b.inputs[0].ndim == 3);
+    write_file(p, "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
+    CHECK(b.inputs[0].has_reshape && b.inputs[0].reshape_ndim == 0);
+    write_file(p, "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 6 ] reshape { shape: [ 4 ] } } ]\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("dims hold 6 elements but reshape.shape 4");
     write_file(p, "max_batch_size: -1\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("'max_batch_size' is -1");

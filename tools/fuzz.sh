@@ -235,6 +235,13 @@ parameters { key: "k" value: { string_value: "v\t\x41\101\u00e9" "joined" } }
 optimization < execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } >
 x: -1.5e3 y: 2.5f z: -inf w: true
 PBTXT
+cat > "$seeds/model_config_pbtxt/densenet" <<'PBTXT'
+name: "fuzz"
+platform: "onnxruntime_onnx"
+max_batch_size : 0
+input [ { name: "data_0" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 224, 224 ] reshape { shape: [ 1, 3, 224, 224 ] } } ]
+output [ { name: "fc6_1" data_type: TYPE_FP32 dims: [ 1000 ] reshape { shape: [ 1, 1000, 1, 1 ] } label_filename: "labels.txt" } ]
+PBTXT
 printf 'max_batch_size: 8\nplatform: "fathom_gpt"\nversion_policy { latest { num_versions: 2 } }\ntext_generation { kv_cache_blocks: 128 kv_cache_dtype: "f16" chat_template { user: "Q: {content}\\n" generation: "A:" } }\n' > "$seeds/model_config_pbtxt/textgen"
 
 # completion requests (fuzz_completion_request): a flag byte (1: chat, 2: configured template, 4: final

@@ -338,6 +338,24 @@ static int check_ids(const fm_serve_io *io, const fm_tensor *t, char *err, size_
     return 0;
 }
 
+/* The config's reshape: an input from what the client sent (dims) to what the model
+ * takes (reshape.shape), an output back (to_model false); after the batch dim when
+ * batched. Replaces *t. */
+static int reshape_io(fm_tensor **t, const fm_serve_io *io, bool batched, bool to_model, char *err, size_t errn) {
+    int64_t shape[FM_MAX_DIMS];
+    int n = 0;
+    if (batched) shape[n++] = (*t)->ndim ? (*t)->shape[0] : 1;
+    int nd = to_model ? io->reshape_ndim : io->ndim;
+    const int64_t *d = to_model ? io->reshape : io->dims;
+    for (int i = 0; i < nd; i++) shape[n++] = d[i];
+    fm_tensor *r = fm_reshape(*t, n, shape);
+    if (!r) return bad(err, errn, to_model ? 400 : 500, "%s '%s': the config's reshape does not fit: %s", to_model ? "input" : "output",
+                       io->name, fm_last_error());
+    fm_tensor_release(*t);
+    *t = r;
+    return 0;
+}
+
 int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm_tensor **in, int64_t *rows, char *err,
                          size_t errn) {
     for (int i = 0; i < r->n_inputs; i++) {
@@ -363,6 +381,7 @@ int fm_infer_make_inputs(const fm_infer_request *r, const fm_model_config *c, fm
         *rows = c->max_batch_size > 0 ? x->shape[0] : 1; /* unbatched: a request is one run */
         if ((st = make_tensor(x, &in[k], err, errn))) return st;
         if ((st = check_ids(&c->inputs[k], in[k], err, errn))) return st;
+        if (c->inputs[k].has_reshape && (st = reshape_io(&in[k], &c->inputs[k], c->max_batch_size > 0, true, err, errn))) return st;
     }
     return 0;
 }
@@ -532,9 +551,13 @@ int fm_infer_make_response(const fm_infer_request *r, const fm_model_config *c, 
         if (shm.region[0]) binary = false; /* its bytes are in the region, not after the JSON */
         any_bin |= binary;
         any_f64 |= out[k]->dtype == FM_F64;
-        st = top ? class_entry(outs, &c->outputs[k], out[k], c->max_batch_size > 0, top, labels ? &labels[k] : NULL, binary,
-                               &bin, &bin_len, err, errn)
-                 : output_entry(outs, &c->outputs[k], out[k], binary, &shm, &bin, &bin_len, err, errn);
+        fm_tensor *t = fm_tensor_retain(out[k]);
+        if (c->outputs[k].has_reshape) st = reshape_io(&t, &c->outputs[k], c->max_batch_size > 0, false, err, errn);
+        if (!st)
+            st = top ? class_entry(outs, &c->outputs[k], t, c->max_batch_size > 0, top, labels ? &labels[k] : NULL, binary, &bin,
+                                   &bin_len, err, errn)
+                     : output_entry(outs, &c->outputs[k], t, binary, &shm, &bin, &bin_len, err, errn);
+        fm_tensor_release(t);
     }
     char *js = st ? NULL : json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(any_f64 ? 17 : 9));
     json_decref(j);

@@ -67,6 +67,25 @@ static fm_status parse_io(fm_serve_io *io, const json_t *j, const char *where, c
             return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims[%d] must be a size >= 1 or -1 (any)", where, what, name, i);
         io->dims[i] = v;
     }
+    const json_t *rs = json_object_get(j, "reshape"), *rsh = json_object_get(rs, "shape");
+    if (rs && (!json_is_object(rs) || (rsh && !json_is_array(rsh)) || json_array_size(rsh) > FM_MAX_DIMS - 1))
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': \"reshape\" must be {\"shape\": [sizes]} with at most %d sizes", where,
+                            what, name, FM_MAX_DIMS - 1);
+    io->has_reshape = rs != NULL;
+    io->reshape_ndim = (int)json_array_size(rsh);
+    int64_t n_dims = 1, n_re = 1;
+    for (int i = 0; i < io->ndim; i++) n_dims = io->dims[i] < 0 ? -1 : n_dims * io->dims[i];
+    for (int i = 0; i < io->reshape_ndim; i++) {
+        const json_t *d = json_array_get(rsh, (size_t)i);
+        json_int_t v = json_is_integer(d) ? json_integer_value(d) : -2;
+        if (v < -1 || v == 0 || v > (1LL << 31))
+            return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': reshape.shape[%d] must be a size >= 1 or -1", where, what, name, i);
+        io->reshape[i] = v;
+        n_re = v < 0 || n_re < 0 ? -1 : n_re * v;
+    }
+    if (rs && n_dims > 0 && n_re > 0 && n_dims != n_re)
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims hold %lld elements but reshape.shape %lld", where, what, name,
+                            (long long)n_dims, (long long)n_re);
     const json_t *lf = json_object_get(j, "label_filename");
     const char *l = json_string_value(lf);
     if (lf && (!l || !strcmp(what, "input") || !*l || strlen(l) >= sizeof io->label_file || strchr(l, '/') ||
@@ -300,10 +319,13 @@ fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const 
     return s;
 }
 
+/* declared a against the model's b: a's reshape (what the model takes) when it has one, else its dims */
 static bool io_equal(const fm_serve_io *a, const fm_serve_io *b) {
-    if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->dims[i] != b->dims[i] && a->dims[i] != -1 && b->dims[i] != -1) return false;
+    int n = a->has_reshape ? a->reshape_ndim : a->ndim;
+    const int64_t *d = a->has_reshape ? a->reshape : a->dims;
+    if (strcmp(a->name, b->name) || a->dtype != b->dtype || n != b->ndim) return false;
+    for (int i = 0; i < n; i++)
+        if (d[i] != b->dims[i] && d[i] != -1 && b->dims[i] != -1) return false;
     return true;
 }
 
@@ -321,12 +343,19 @@ static fm_status complete_ios(fm_serve_io *decl, int *n_decl, const fm_serve_io 
             return fm_set_error(FM_ERR_FORMAT, "%s: %s %d is declared as '%s' %s with %d dims; the model's is '%s' %s with %d "
                                 "dims", where, what, i, decl[i].name, fm_serve_config_dtype_name(decl[i].dtype), decl[i].ndim,
                                 have[i].name, fm_serve_config_dtype_name(have[i].dtype), have[i].ndim);
-    /* the model's exact sizes win over -1; the declared label files stay */
+    /* the model's exact sizes win over -1 (into the reshape when there is one: the dims are
+     * then what clients send); the declared label files stay */
     for (int i = 0; i < n_have; i++) {
-        char label[sizeof decl[i].label_file];
-        memcpy(label, decl[i].label_file, sizeof label);
+        fm_serve_io d = decl[i];
         decl[i] = have[i];
-        memcpy(decl[i].label_file, label, sizeof label);
+        memcpy(decl[i].label_file, d.label_file, sizeof d.label_file);
+        if (!d.has_reshape) continue;
+        decl[i].has_reshape = true;
+        decl[i].reshape_ndim = have[i].ndim;
+        memcpy(decl[i].reshape, have[i].dims, sizeof have[i].dims);
+        decl[i].ndim = d.ndim;
+        memcpy(decl[i].dims, d.dims, sizeof d.dims);
+        decl[i].id_limit = 0; /* the ids' check reads the model's layout */
     }
     return FM_OK;
 }
@@ -362,6 +391,11 @@ static json_t *ios_json(const fm_serve_io *ios, int n) {
         json_t *o = json_pack("{s:s,s:s,s:o}", "name", ios[i].name, "data_type", fm_serve_config_dtype_name(ios[i].dtype),
                               "dims", dims);
         if (ios[i].label_file[0]) json_object_set_new(o, "label_filename", json_string(ios[i].label_file));
+        if (ios[i].has_reshape) {
+            json_t *rsh = json_array();
+            for (int d = 0; d < ios[i].reshape_ndim; d++) json_array_append_new(rsh, json_integer(ios[i].reshape[d]));
+            json_object_set_new(o, "reshape", json_pack("{s:o}", "shape", rsh));
+        }
         json_array_append_new(a, o);
     }
     return a;

@@ -18,6 +18,10 @@ typedef struct fm_serve_io {
     int64_t dims[FM_MAX_DIMS - 1];  /* -1: any size */
     int64_t id_limit;               /* integer token ids: each must be in [0, id_limit), checked per
                                        request (400) before it is batched; 0: no check */
+    bool has_reshape;               /* the config's "reshape": the model's shape of what the client sends as
+                                       dims (after the batch dim when batched; [] is a scalar per sample) */
+    int reshape_ndim;
+    int64_t reshape[FM_MAX_DIMS - 1];
     char label_file[64];            /* an output's config "label_filename" (in the model folder): the
                                        classification extension's labels, one per line; "": none */
 } fm_serve_io;

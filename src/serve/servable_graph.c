@@ -179,12 +179,16 @@ fm_servable *fm_servable_open_onnx(const char *path, fm_device dev, const fm_ser
     const int first = decl_unbatched ? 0 : 1; /* the model dim of the config's dims[0] */
     fm_onnx_model *m = fm_onnx_load(path);
     bool ok = m != NULL;
-    for (int i = 0; ok && i < n_decl; i++)
-        for (int d = 0; ok && d < decl[i].ndim; d++)
-            if (decl[i].dims[d] >= 1 && fm_onnx_set_input_dim(m, decl[i].name, d + first, decl[i].dims[d])) {
-                fm_error_prefix("the config's input '%s' dims[%d] = %lld", decl[i].name, d, (long long)decl[i].dims[d]);
+    for (int i = 0; ok && i < n_decl; i++) { /* the model's sizes: the reshape when the config gives one */
+        const int nd = decl[i].has_reshape ? decl[i].reshape_ndim : decl[i].ndim;
+        const int64_t *dd = decl[i].has_reshape ? decl[i].reshape : decl[i].dims;
+        for (int d = 0; ok && d < nd; d++)
+            if (dd[d] >= 1 && fm_onnx_set_input_dim(m, decl[i].name, d + first, dd[d])) {
+                fm_error_prefix("the config's input '%s' %s[%d] = %lld", decl[i].name, decl[i].has_reshape ? "reshape.shape" : "dims",
+                                d, (long long)dd[d]);
                 ok = false;
             }
+    }
     fm_graph *g = ok ? fm_onnx_to_graph(m) : NULL;
     if (g || !ok) {
         fm_onnx_free(m);

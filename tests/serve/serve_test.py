@@ -364,6 +364,98 @@ def write_unbatched(repo):
                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
+DENSENET_PBTXT = """name: "@NAME@"
+platform: "onnxruntime_onnx"
+max_batch_size : 0
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 8, 8 ]
+    reshape { shape: [ 1, 3, 8, 8 ] }
+  }
+]
+output [
+  {
+    name: "fc6_1"
+    data_type: TYPE_FP32
+    dims: [ 10 ]
+    reshape { shape: [ 1, 10, 1, 1 ] }
+    label_filename: "labels.txt"
+  }
+]
+"""
+
+
+def write_quickstart(repo):
+    """Triton's quickstart model repository shape (its densenet_onnx config, written as Triton ships it, with
+    max_batch_size 0, reshapes and a label file) on a small stand-in: an ONNX conv net taking [1, 3, 8, 8] and
+    giving [1, 10, 1, 1]; and 'g-reshape', the batched graph model behind dims [2, 2] -> [4] and [3] -> [3, 1]."""
+    shutil.copytree(os.path.join(repo, "g", "1"), os.path.join(repo, "g-reshape", "1"))
+    open(os.path.join(repo, "g-reshape", "config.pbtxt"), "w").write(
+        'max_batch_size: 4\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape { shape: [ 4 ] } } ]\n'
+        'output [ { name: "probs" data_type: TYPE_FP32 dims: [ 3, 1 ] reshape { shape: [ 3 ] } } ]\n')
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto as T, helper as h, save
+    except ImportError as e:
+        skips.append("the quickstart-shaped ONNX model (needs numpy, onnx, onnxruntime: %s)" % e)
+        return None
+    rng = np.random.default_rng(11)
+    W = rng.standard_normal((10, 3, 3, 3)).astype(np.float32) * 0.3
+    g = h.make_graph([h.make_node("Conv", ["data_0", "W"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
+                      h.make_node("GlobalAveragePool", ["r"], ["p"]), h.make_node("Softmax", ["p"], ["fc6_1"], axis=1)],
+                     "quick", [h.make_tensor_value_info("data_0", T.FLOAT, [1, 3, 8, 8])],
+                     [h.make_tensor_value_info("fc6_1", T.FLOAT, [1, 10, 1, 1])],
+                     initializer=[h.make_tensor("W", T.FLOAT, W.shape, W.ravel())])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 7
+    os.makedirs(os.path.join(repo, "densenet_onnx", "1"), exist_ok=True)
+    path = os.path.join(repo, "densenet_onnx", "1", "model.onnx")
+    save(m, path)
+    open(os.path.join(repo, "densenet_onnx", "config.pbtxt"), "w").write(DENSENET_PBTXT.replace("@NAME@", "densenet_onnx"))
+    open(os.path.join(repo, "densenet_onnx", "labels.txt"), "w").write("".join("CLASS_%d\n" % i for i in range(10)))
+    x = rng.standard_normal((3, 8, 8)).astype(np.float32)
+    return x, ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"data_0": x[None]})[0]
+
+
+def quickstart_checks(s, ref, graph_ref):
+    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]]
+    want = [v for r in graph_ref(x) for v in r]
+    st, j = s.json("POST", "/v2/models/g-reshape/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2, 2], "data": [v for r in x for v in r]}]})
+    o = j["outputs"][0] if st == 200 else {}
+    check(st == 200 and o["shape"] == [2, 3, 1] and max(abs(a - b_) for a, b_ in zip(o["data"], want)) < 1e-6,
+          "reshape: a [2, 2, 2] request runs the [b, 4] model and comes back [2, 3, 1] (%s)" % (o.get("shape") if o else j))
+    st, j = s.json("GET", "/v2/models/g-reshape")
+    check(st == 200 and j["inputs"][0]["shape"] == [-1, 2, 2] and j["outputs"][0]["shape"] == [-1, 3, 1],
+          "reshape: the metadata shows the client's dims: %s" % j)
+    if ref is None:
+        return
+    xin, yref = ref
+    try:
+        import numpy as np
+        import tritonclient.http as th
+    except ImportError:
+        return
+    c = th.InferenceServerClient("127.0.0.1:%d" % s.port)
+    md = c.get_model_metadata("densenet_onnx")
+    check(md["inputs"][0]["shape"] == [3, 8, 8] and md["outputs"][0]["shape"] == [10],
+          "Triton's densenet_onnx config (max_batch_size 0, reshape) loads as Triton reads it: %s" % md)
+    i = th.InferInput("data_0", [3, 8, 8], "FP32")
+    i.set_data_from_numpy(xin, binary_data=True)
+    r = c.infer("densenet_onnx", [i], outputs=[th.InferRequestedOutput("fc6_1", binary_data=True, class_count=3)])
+    top = [v.decode() if isinstance(v, bytes) else v for v in r.as_numpy("fc6_1")]
+    flat = yref.ravel()
+    want = ["%f:%d:CLASS_%d" % (flat[k], k, k) for k in np.argsort(-flat, kind="stable")[:3]]
+    check(top == want, "image_client's request (class_count 3) gives ONNX Runtime's top 3 with labels: %s (want %s)" % (top, want))
+    full = c.infer("densenet_onnx", [i]).as_numpy("fc6_1")
+    check(full.shape == (10,) and float(np.abs(full - flat).max()) < 1e-5, "the whole output, [10], as ONNX Runtime's")
+    c.close()
+
+
 def unbatched_checks(s, ref, graph_ref):
     st, idx = s.json("POST", "/v2/repository/index")
     reasons = {m["name"]: m.get("reason", "") for m in idx} if st == 200 else {}
@@ -1029,6 +1121,7 @@ def main():
     pat_dir, pat_ref = write_onnx_patterns(repo)
     interp_ref = write_onnx_interp(repo)
     unbatched_ref = write_unbatched(repo)
+    quick_ref = write_quickstart(repo)
     for name in ("g-labels", "g-nolabels"):
         shutil.copytree(os.path.join(repo, "g", "1"), os.path.join(repo, name, "1"))
         json.dump({"output": [{"name": "probs", "data_type": "TYPE_FP32", "dims": [3], "label_filename": "labels.txt"}]},
@@ -1043,6 +1136,7 @@ def main():
         pbtxt_checks(s, graph_ref)
         unbatched_checks(s, unbatched_ref, graph_ref)
         classification_checks(s, graph_ref)
+        quickstart_checks(s, quick_ref, graph_ref)
         onnx_patterns_checks(s, pat_dir, pat_ref)
         onnx_interp_checks(s, interp_ref)
         emb_checks(s)
