@@ -188,6 +188,19 @@ static void test_load(void) {
     write_file(p, "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 6 ] reshape { shape: [ 4 ] } } ]\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("dims hold 6 elements but reshape.shape 4");
+    /* instance groups: KIND_AUTO is the server's device; gpus names the GPU; several GPUs refused */
+    write_file(p, "instance_group [ { count: 2 kind: KIND_AUTO } ]\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
+    CHECK(b.instance_count == 2 && !b.device_set);
+    write_file(p, "instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
+    CHECK(b.device_set && b.device.type == FM_DEV_CUDA && b.device.index == 1);
+    write_file(p, "instance_group [ { kind: KIND_GPU gpus: [ 0, 1 ] } ]\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("must list one GPU index");
+    write_file(p, "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("KIND_CPU takes no");
     write_file(p, "max_batch_size: -1\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("'max_batch_size' is -1");

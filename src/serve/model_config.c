@@ -147,10 +147,21 @@ static fm_status parse_instances(fm_model_config *c, const json_t *ig, const cha
     }
     c->instance_count = (int)n;
     const char *kind = json_string_value(json_object_get(g, "kind"));
-    if (kind) {
-        if (!strcmp(kind, "KIND_CPU")) c->device = FM_CPU;
-        else if (!strcmp(kind, "KIND_GPU")) c->device = (fm_device){FM_DEV_CUDA, 0};
-        else return fm_set_error(FM_ERR_FORMAT, "%s: instance_group kind '%s': use KIND_CPU or KIND_GPU", where, kind);
+    const json_t *gpus = json_object_get(g, "gpus");
+    if (gpus && (!json_is_array(gpus) || json_array_size(gpus) > 1 ||
+                 (json_array_size(gpus) == 1 && (!json_is_integer(json_array_get(gpus, 0)) ||
+                                                  json_integer_value(json_array_get(gpus, 0)) < 0 ||
+                                                  json_integer_value(json_array_get(gpus, 0)) > 255))))
+        return fm_set_error(FM_ERR_FORMAT, "%s: instance_group \"gpus\" must list one GPU index (fathom runs a model's "
+                            "instances on one device; give each GPU its own model folder)", where);
+    int gpu = json_array_size(gpus) == 1 ? (int)json_integer_value(json_array_get(gpus, 0)) : 0;
+    if (kind && (!strcmp(kind, "KIND_AUTO") || !strcmp(kind, "KIND_MODEL"))) kind = NULL; /* the server's --device */
+    if (kind && !strcmp(kind, "KIND_CPU") && json_array_size(gpus))
+        return fm_set_error(FM_ERR_FORMAT, "%s: instance_group kind KIND_CPU takes no \"gpus\"", where);
+    if (kind || json_array_size(gpus)) {
+        if (!kind || !strcmp(kind, "KIND_GPU")) c->device = (fm_device){FM_DEV_CUDA, gpu};
+        else if (!strcmp(kind, "KIND_CPU")) c->device = FM_CPU;
+        else return fm_set_error(FM_ERR_FORMAT, "%s: instance_group kind '%s': use KIND_CPU, KIND_GPU or KIND_AUTO", where, kind);
         c->device_set = true;
     }
     return FM_OK;
@@ -414,8 +425,9 @@ json_t *fm_model_config_json(const fm_model_config *c, const char *platform) {
                                       (json_int_t)c->max_queue_size, "default_timeout_microseconds",
                                       (json_int_t)c->default_timeout_us));
     }
-    json_object_set_new(j, "instance_group", json_pack("[{s:i,s:s}]", "count", c->instance_count, "kind",
-                                                       c->device.type == FM_DEV_CPU ? "KIND_CPU" : "KIND_GPU"));
+    json_t *ig = json_pack("{s:i,s:s}", "count", c->instance_count, "kind", c->device.type == FM_DEV_CPU ? "KIND_CPU" : "KIND_GPU");
+    if (c->device.type == FM_DEV_CUDA) json_object_set_new(ig, "gpus", json_pack("[i]", c->device.index));
+    json_object_set_new(j, "instance_group", json_pack("[o]", ig));
     json_t *vp;
     if (c->policy == FM_VP_ALL) {
         vp = json_pack("{s:{}}", "all");
