@@ -201,6 +201,18 @@ static void test_load(void) {
     write_file(p, "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("KIND_CPU takes no");
+    /* stateful, ensemble and decoupled configurations are refused, not ignored */
+    write_file(p, "sequence_batching { max_sequence_idle_microseconds: 5000000 }\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("sequence_batching");
+    write_file(p, "ensemble_scheduling { step [ { model_name: \"a\" model_version: -1 } ] }\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("ensemble_scheduling");
+    write_file(p, "model_transaction_policy { decoupled: True }\n");
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("decoupled");
+    write_file(p, "model_transaction_policy { decoupled: false }\n");
+    CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());
     write_file(p, "max_batch_size: -1\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("'max_batch_size' is -1");

@@ -259,6 +259,15 @@ fm_status fm_model_config_parse(fm_model_config *c, const json_t *j, const char 
     const char *name = json_string_value(json_object_get(j, "name"));
     if (name && strcmp(name, c->name))
         return fm_set_error(FM_ERR_FORMAT, "%s: \"name\" is '%s' but the model's directory is '%s'", where, name, c->name);
+    /* what changes how requests must be run: refused rather than ignored */
+    const json_t *tp = json_object_get(j, "model_transaction_policy");
+    if (json_object_get(j, "sequence_batching"))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: \"sequence_batching\" (stateful models) is not supported by fathom serve", where);
+    if (json_object_get(j, "ensemble_scheduling"))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: \"ensemble_scheduling\" (ensembles) is not supported by fathom serve", where);
+    if (json_is_true(json_object_get(tp, "decoupled")))
+        return fm_set_error(FM_ERR_UNSUPPORTED, "%s: decoupled models (model_transaction_policy) are not supported by fathom "
+                            "serve; text generation streams on /v1/completions", where);
     c->max_batch_size_set = json_object_get(j, "max_batch_size") != NULL;
     if (get_int(j, "max_batch_size", 0, 1 << 16, &c->max_batch_size, where) ||
         parse_ios(c->inputs, &c->n_inputs, json_object_get(j, "input"), where, "input") ||
