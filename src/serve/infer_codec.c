@@ -482,6 +482,20 @@ static bool append_bytes(char **bin, size_t *bin_len, const char *s, size_t n) {
     return true;
 }
 
+typedef struct scored {
+    float v;
+    int64_t i;
+} scored;
+
+/* highest first, ties (and NaNs, which go last) by the lower index */
+static int by_score(const void *pa, const void *pb) {
+    const scored *a = pa, *b = pb;
+    bool na = isnan(a->v), nb = isnan(b->v);
+    if (na != nb) return na ? 1 : -1;
+    if (!na && a->v != b->v) return a->v > b->v ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
 /* Triton's classification extension: output t ([rows, classes...] when batched, else
  * [classes...]) as the top k of each row, BYTES "value:index" (":label" when the
  * config names a label file), highest first, ties by lower index; shape [rows, k]
@@ -491,31 +505,30 @@ static int class_entry(json_t *outs, const fm_serve_io *io, const fm_tensor *t, 
     int64_t n = fm_tensor_numel(t), rows = batched && t->ndim ? t->shape[0] : 1, per = rows ? n / rows : 0;
     if (k > per) k = per;
     float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(per ? per : 1));
-    if (!h || !idx || fm_tensor_copy_to_host(t, h, FM_F32) != FM_OK) {
-        free(h), free(idx);
-        return bad(err, errn, 500, "output '%s': %s", io->name, h && idx ? fm_last_error() : "out of memory");
+    scored *sc = malloc(sizeof *sc * (size_t)(per ? per : 1));
+    if (!h || !sc || fm_tensor_copy_to_host(t, h, FM_F32) != FM_OK) {
+        int st = bad(err, errn, 500, "output '%s': %s", io->name, h && sc ? fm_last_error() : "out of memory");
+        free(h);
+        free(sc);
+        return st;
     }
     json_t *data = binary ? NULL : json_array();
     size_t start = *bin_len;
     bool ok = true;
     for (int64_t r = 0; r < rows && ok; r++) {
-        const float *row = h + r * per;
-        for (int64_t i = 0; i < per; i++) idx[i] = i;
-        for (int64_t a = 0; a < k; a++) { /* partial selection: the k largest, in order */
-            int64_t best = a;
-            for (int64_t b = a + 1; b < per; b++)
-                if (row[idx[b]] > row[idx[best]] || (row[idx[b]] == row[idx[best]] && idx[b] < idx[best])) best = b;
-            int64_t tmp = idx[a]; idx[a] = idx[best]; idx[best] = tmp;
+        for (int64_t i = 0; i < per; i++) sc[i] = (scored){h[r * per + i], i};
+        qsort(sc, (size_t)per, sizeof *sc, by_score); /* O(per log per) whatever k is */
+        for (int64_t a = 0; a < k && ok; a++) {
             char s[320];
-            int len = snprintf(s, sizeof s, "%f:%lld", (double)row[idx[a]], (long long)idx[a]);
-            if (lab && idx[a] < lab->n) len = snprintf(s, sizeof s, "%f:%lld:%.255s", (double)row[idx[a]], (long long)idx[a],
-                                                      lab->line[idx[a]]);
+            int len = lab && sc[a].i < lab->n
+                          ? snprintf(s, sizeof s, "%f:%lld:%.255s", (double)sc[a].v, (long long)sc[a].i, lab->line[sc[a].i])
+                          : snprintf(s, sizeof s, "%f:%lld", (double)sc[a].v, (long long)sc[a].i);
             len = len < (int)sizeof s ? len : (int)sizeof s - 1;
             ok = binary ? append_bytes(bin, bin_len, s, (size_t)len) : json_array_append_new(data, json_stringn(s, (size_t)len)) == 0;
         }
     }
-    free(h), free(idx);
+    free(h);
+    free(sc);
     json_t *shape = batched ? json_pack("[I,I]", (json_int_t)rows, (json_int_t)k) : json_pack("[I]", (json_int_t)k);
     json_t *o = json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype", "BYTES", "shape", shape);
     if (!ok || !o) { json_decref(data), json_decref(o); return bad(err, errn, 500, "out of memory"); }
