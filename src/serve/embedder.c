@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fathom/error.h"
 #include "fathom/hf.h"
 #include "fathom/tensor.h"
+#include "serve/batcher.h" /* fm_now_ns */
 
 struct fm_embedder {
     pthread_mutex_t mu;
@@ -66,18 +66,12 @@ fm_embedder *fm_embedder_open(const char *dir, const fm_model_config *cfg, fm_se
 
 int fm_embedder_dim(const fm_embedder *e) { return fm_hf_encoder_dim(e->enc[0]); }
 
-static int64_t now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
-
 int fm_embedder_run(fm_embedder *e, const char *const *texts, int n, float *out, int64_t *tokens, char *err, size_t errn) {
     pthread_mutex_lock(&e->mu);
     while (e->n_free == 0) pthread_cond_wait(&e->cv, &e->mu);
     int k = e->free_idx[--e->n_free];
     pthread_mutex_unlock(&e->mu);
-    int64_t t1 = now_us();
+    int64_t t1 = fm_now_ns();
     fm_hf_encoder *enc = e->enc[k];
     int status = 0;
     *tokens = 0;
@@ -92,7 +86,7 @@ int fm_embedder_run(fm_embedder *e, const char *const *texts, int n, float *out,
         *tokens += len;
     }
     fm_tensor *y = status ? NULL : fm_hf_encoder_embed(enc, texts, n);
-    int64_t t2 = now_us();
+    int64_t t2 = fm_now_ns();
     if (!status && !y) {
         snprintf(err, errn, "embedding failed: %s", fm_last_error());
         status = 500;
@@ -103,6 +97,6 @@ int fm_embedder_run(fm_embedder *e, const char *const *texts, int n, float *out,
     e->free_idx[e->n_free++] = k;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    if (!status) fm_serve_stats_exec(e->stats, (uint64_t)n, 1, 0, (uint64_t)(t2 - t1), 0);
+    if (!status) fm_serve_stats_exec(e->stats, (uint64_t)n, 1, 0, (uint64_t)(t2 - t1) / 1000, 0);
     return status;
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "fathom/error.h"
+#include "io/io_internal.h" /* fm_read_text_file */
 #include "serve/pbtxt.h"
 
 void fm_model_config_init(fm_model_config *c, const char *name) {
@@ -296,33 +297,17 @@ fm_status fm_model_config_file(const char *model_dir, char *path, size_t cap) {
     return FM_OK;
 }
 
-/* The whole file (at most 1 MiB), NUL-terminated; NULL with the error set. */
-static char *read_small_file(const char *p, size_t *len) {
-    FILE *f = fopen(p, "rb");
-    if (!f) { fm_set_error(FM_ERR_IO, "%s: cannot open: %s", p, strerror(errno)); return NULL; }
-    char *buf = malloc((1 << 20) + 2);
-    size_t n = buf ? fread(buf, 1, (1 << 20) + 1, f) : 0;
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf || err || n > (1 << 20)) {
-        if (!buf) fm_set_error(FM_ERR_OOM, "%s: out of memory", p);
-        else fm_set_error(FM_ERR_FORMAT, "%s: %s", p, err ? "read error" : "over 1 MiB; a model config is small");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 fm_status fm_model_config_load(fm_model_config *c, const char *model_dir, const char *name) {
     fm_model_config_init(c, name);
     char p[PATH_MAX];
     if (fm_model_config_file(model_dir, p, sizeof p)) return fm_last_status();
     if (!*p) return FM_OK;
     size_t len;
-    char *text = read_small_file(p, &len);
-    if (!text) return fm_last_status();
+    fm_status rst;
+    const char *why;
+    char *text = fm_read_text_file(p, 1 << 20, &len, &rst, &why); /* a model config is small */
+    if (!text) return fm_set_error(rst, "%s: %s%s%s", p, why, errno && rst == FM_ERR_IO ? ": " : "",
+                                   errno && rst == FM_ERR_IO ? strerror(errno) : "");
     json_t *j;
     size_t plen = strlen(p);
     if (plen >= 6 && !strcmp(p + plen - 6, ".pbtxt")) {

@@ -3,6 +3,8 @@
  * (reading weights) and must not block lookups. */
 #include "serve/repository.h"
 
+#include "io/io_internal.h" /* fm_read_text_file */
+
 #include <ctype.h>
 #include <dirent.h>
 #include <limits.h>
@@ -181,23 +183,20 @@ static fm_serve_version *embedder_load(fm_serve_version *v, const char *vdir, co
 }
 
 /* The outputs' label files (label_filename: model_dir/NAME, one label per line, at
- * most 16 MiB) into v->labels. */
+ * most 16 MiB of text) into v->labels. */
 static fm_status labels_load(fm_serve_version *v, const char *model_dir) {
     for (int k = 0; k < v->cfg.n_outputs; k++) {
         const char *f = v->cfg.outputs[k].label_file;
         if (!*f) continue;
         char p[PBUF + 80];
         snprintf(p, sizeof p, "%s/%s", model_dir, f);
-        FILE *fp = fopen(p, "rb");
         fm_serve_labels *l = &v->labels[k];
-        l->text = fp ? malloc((16u << 20) + 1) : NULL;
-        size_t n = l->text ? fread(l->text, 1, 16u << 20, fp) : 0;
-        bool too_big = l->text && n == 16u << 20 && fgetc(fp) != EOF;
-        if (fp) fclose(fp);
-        if (!fp || !l->text || too_big)
-            return fm_set_error(FM_ERR_IO, "output '%s': label_filename '%s': %s", v->cfg.outputs[k].name, p,
-                                !fp ? "cannot open it (it must be in the model folder)" : too_big ? "over 16 MiB" : "out of memory");
-        l->text[n] = 0;
+        size_t n = 0;
+        fm_status st;
+        const char *why;
+        if (!(l->text = fm_read_text_file(p, 16u << 20, &n, &st, &why)))
+            return fm_set_error(st, "output '%s': label_filename '%s': %s (it must be a text file in the model folder)",
+                                v->cfg.outputs[k].name, p, why);
         int64_t lines = 0;
         for (size_t i = 0; i < n; i++) lines += l->text[i] == '\n';
         if (!(l->line = malloc(sizeof *l->line * (size_t)(lines + 1)))) return fm_set_error(FM_ERR_OOM, "out of memory");
