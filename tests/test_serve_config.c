@@ -188,6 +188,10 @@ static void test_load(void) {
     write_file(p, "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 6 ] reshape { shape: [ 4 ] } } ]\n");
     CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
     CHECK_ERR_CONTAINS("dims hold 6 elements but reshape.shape 4");
+    write_file(p, "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 2147483648, 2147483648, 2147483648 ]\n"
+                  "  reshape { shape: [ 4 ] } } ]\n"); /* a product past int64: refused, not overflowed */
+    CHECK(fm_model_config_load(&b, mdir, "mnist") != FM_OK);
+    CHECK_ERR_CONTAINS("more than 2^62 elements");
     /* instance groups: KIND_AUTO is the server's device; gpus names the GPU; several GPUs refused */
     write_file(p, "instance_group [ { count: 2 kind: KIND_AUTO } ]\n");
     CHECK_MSG(fm_model_config_load(&b, mdir, "mnist") == FM_OK, "%s", fm_last_error());

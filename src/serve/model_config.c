@@ -46,6 +46,18 @@ static fm_status get_int(const json_t *o, const char *key, int64_t lo, int64_t h
     return FM_OK;
 }
 
+/* The element count of n sizes: -1 when one is -1 (any), -2 past 2^62 (each size is at
+ * most 2^31, so the product of a few overflows int64 without this check). */
+static int64_t elems(const int64_t *d, int n) {
+    int64_t p = 1;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (d[i] < 0) { any = true; continue; }
+        if (__builtin_mul_overflow(p, d[i], &p) || p > (INT64_C(1) << 62)) return -2;
+    }
+    return any ? -1 : p;
+}
+
 static fm_status parse_io(fm_serve_io *io, const json_t *j, const char *where, const char *what) {
     if (!json_is_object(j)) return fm_set_error(FM_ERR_FORMAT, "%s: each %s must be an object", where, what);
     const char *name = json_string_value(json_object_get(j, "name"));
@@ -74,16 +86,16 @@ static fm_status parse_io(fm_serve_io *io, const json_t *j, const char *where, c
                             what, name, FM_MAX_DIMS - 1);
     io->has_reshape = rs != NULL;
     io->reshape_ndim = (int)json_array_size(rsh);
-    int64_t n_dims = 1, n_re = 1;
-    for (int i = 0; i < io->ndim; i++) n_dims = io->dims[i] < 0 ? -1 : n_dims * io->dims[i];
     for (int i = 0; i < io->reshape_ndim; i++) {
         const json_t *d = json_array_get(rsh, (size_t)i);
         json_int_t v = json_is_integer(d) ? json_integer_value(d) : -2;
         if (v < -1 || v == 0 || v > (1LL << 31))
             return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': reshape.shape[%d] must be a size >= 1 or -1", where, what, name, i);
         io->reshape[i] = v;
-        n_re = v < 0 || n_re < 0 ? -1 : n_re * v;
     }
+    int64_t n_dims = elems(io->dims, io->ndim), n_re = elems(io->reshape, io->reshape_ndim);
+    if (rs && (n_dims == -2 || n_re == -2))
+        return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims or reshape.shape hold more than 2^62 elements", where, what, name);
     if (rs && n_dims > 0 && n_re > 0 && n_dims != n_re)
         return fm_set_error(FM_ERR_FORMAT, "%s: %s '%s': dims hold %lld elements but reshape.shape %lld", where, what, name,
                             (long long)n_dims, (long long)n_re);
