@@ -266,6 +266,15 @@ seed("chat", 1, {"model": "kjv", "max_completion_tokens": 8, "max_tokens": 4, "s
 seed("chat_template", 3, {"model": "kjv", "messages": [{"role": "user", "content": "who?"}], "stop": ["a", "b", "c"]})
 seed("usage_without_stream", 0, {"model": "kjv", "prompt": "x", "stream_options": {"include_usage": True}})
 seed("bad_option", 0, {"model": "kjv", "prompt": "x", "stream": True, "stream_options": {"include_usag": True}})
+seed("prompts_n", 0, {"model": "kjv", "prompt": ["a", "bb"], "n": 3, "best_of": 3, "echo": True, "seed": 9,
+                      "presence_penalty": 0.5, "frequency_penalty": -1.5, "repetition_penalty": 1.2,
+                      "logit_bias": {"5": -100, "17": 2.5}}, logits)
+seed("token_prompts", 0, {"model": "kjv", "prompt": [[1, 2, 3], [4]], "top_k": -1, "max_tokens": None})
+seed("token_prompt", 4, {"model": "kjv", "prompt": [7, 8, 2147483647], "logprobs": None, "suffix": ""})
+seed("chat_tools_none", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "tools": [],
+                            "tool_choice": "none", "response_format": {"type": "text"}, "n": 2})
+seed("chat_tools", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 3,
+                       "tools": [{"type": "function", "function": {"name": "f"}}]})
 PY
 
 # OpenAI embeddings requests (fuzz_embed_request)

@@ -31,7 +31,10 @@ typedef struct fm_http_req {
     int64_t t0_ns;
 } fm_http_req;
 
-/* Queues {"error": msg} with `status`. */
+/* The error body for the request this thread handles now: under /v1/ OpenAI's
+ * {"error": {"message", "type", "param", "code"}}, elsewhere KServe's {"error": msg}. */
+void fm_http_error_style(const char *url);
+/* Queues the error body (fm_http_error_style) with `status`. */
 enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg);
 enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r);
 /* /v1/completions (OpenAI style text generation; http_openai.c). */

@@ -10,18 +10,34 @@
 #include "serve/http.h"
 #include "serve/openai_codec.h"
 
+/* A request's choices: prompts x n generation requests, whole or streamed. */
 typedef struct stream_ctx {
     fm_serve_version *v;
-    fm_tg_req *req;
+    int n;              /* choices */
+    fm_tg_req **req;    /* [n] */
+    char **echo;        /* [n]: the prompt's text to send before choice i's (NULL: none, or sent) */
+    bool *first_prompt; /* [n]: choice i is the first of its prompt (its prompt tokens count once) */
+    bool *done, *sent_role;
+    bool logprobs;      /* asked for, with top_k of the top ids per token */
+    int top_k;
+    int *lp_sent;       /* [n]: choice i's tokens whose logprobs went out */
+    long *lp_offset;    /* [n]: completions' text_offset of choice i's next token */
+    int next;           /* a stream's round robin: the choice whose text goes next */
     char id[48];
     bool sent_done, finished, background;
     fm_openai_reply reply; /* id, model, chat, include_usage (stream_options: usage in a chunk of its own) */
     int64_t t0_ns;
 } stream_ctx;
 
-/* The reply's fields as of now: the token counts so far. */
+/* The reply's fields as of now: the token counts so far over the choices (a prompt's once). */
 static fm_openai_reply *reply_now(stream_ctx *sc) {
-    fm_tg_req_counts(sc->req, &sc->reply.prompt_tokens, &sc->reply.completion_tokens);
+    sc->reply.prompt_tokens = sc->reply.completion_tokens = 0;
+    for (int i = 0; i < sc->n; i++) {
+        int p = 0, g = 0;
+        fm_tg_req_counts(sc->req[i], &p, &g);
+        sc->reply.prompt_tokens += sc->first_prompt[i] ? p : 0;
+        sc->reply.completion_tokens += g;
+    }
     sc->reply.created = (long long)time(NULL);
     return &sc->reply;
 }
@@ -29,59 +45,184 @@ static fm_openai_reply *reply_now(stream_ctx *sc) {
 static void finish_stats(stream_ctx *sc) {
     if (sc->finished) return;
     sc->finished = true;
-    const char *f = fm_tg_req_finish_reason(sc->req);
-    bool ok = strcmp(f, "error") && strcmp(f, "cancelled");
+    bool ok = true;
+    for (int i = 0; i < sc->n; i++) {
+        const char *f = fm_tg_req_finish_reason(sc->req[i]);
+        ok &= strcmp(f, "error") && strcmp(f, "cancelled");
+    }
     fm_serve_stats_request(&sc->v->stats, ok, (uint64_t)(fm_now_ns() - sc->t0_ns) / 1000, 0);
 }
 
-/* libmicrohttpd pulls the event stream through this (thread per connection, so it may block). */
+static void ctx_free(stream_ctx *sc) {
+    for (int i = 0; i < sc->n; i++) {
+        if (sc->req[i]) {
+            fm_tg_req_cancel(sc->req[i]); /* a no-op when it finished; stops generation when the client left */
+            fm_tg_req_release(sc->req[i]);
+        }
+        free(sc->echo[i]);
+    }
+    free(sc->req);
+    free(sc->echo);
+    free(sc->first_prompt);
+    free(sc->done);
+    free(sc->sent_role);
+    free(sc->lp_sent);
+    free(sc->lp_offset);
+    fm_repo_release(sc->v);
+    free(sc);
+}
+
+/* Text of choice i to send now: its echo first, then what it generated. */
+static char *take_choice(stream_ctx *sc, int i, bool *done) {
+    char *text = NULL;
+    fm_tg_req_take(sc->req[i], &text, done, -1);
+    if (text && sc->echo[i]) {
+        size_t a = strlen(sc->echo[i]), b = strlen(text);
+        char *both = realloc(sc->echo[i], a + b + 1);
+        if (!both) { free(text); return NULL; }
+        memcpy(both + a, text, b + 1);
+        free(text);
+        text = both;
+        sc->echo[i] = NULL;
+    }
+    return text;
+}
+
+static char *token_bytes(void *req, int32_t id, size_t *n) { return fm_tg_req_token_bytes(req, id, n); }
+
+/* The "logprobs" of choice i's tokens taken since the last call (*failed: out of memory). */
+static json_t *choice_logprobs(stream_ctx *sc, int i, bool *failed) {
+    if (!sc->logprobs) return NULL;
+    fm_openai_lp l = {.k = sc->top_k};
+    int n = fm_tg_req_logprobs(sc->req[i], &l.ids, &l.lp, &l.top_id, &l.top_lp);
+    json_t *j = fm_openai_logprobs_json(sc->reply.chat, &l, sc->lp_sent[i], n, &sc->lp_offset[i], token_bytes, sc->req[i]);
+    sc->lp_sent[i] = n;
+    *failed |= !j;
+    return j;
+}
+
+/* libmicrohttpd pulls the event stream through this (thread per connection, so it may block).
+ * Each event carries one choice's new text; the choices take turns (they advance
+ * together, in the same decode steps), and the last one's end closes the stream. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     if (sc->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
     /* while it streams, this connection's thread waits for tokens and writes them:
      * it should not preempt the decode step when woken (fm_tg_thread_background) */
     if (!sc->background) fm_tg_thread_background(sc->background = true);
-    char *text = NULL;
+    int i = sc->next;
+    while (sc->done[i]) i = (i + 1) % sc->n;
     bool done = false;
-    fm_tg_req_take(sc->req, &text, &done, -1);
+    char *text = take_choice(sc, i, &done);
     if (!text) { fm_tg_thread_background(sc->background = false); return MHD_CONTENT_READER_END_WITH_ERROR; }
+    sc->done[i] = done;
+    bool all = true;
+    for (int k = 0; k < sc->n; k++) all &= sc->done[k];
+    sc->next = (i + 1) % sc->n;
+    fm_openai_reply *o = reply_now(sc);
+    o->index = i;
+    o->sent_role = sc->sent_role[i];
+    sc->sent_role[i] = true;
+    bool failed = false;
+    o->logprobs = choice_logprobs(sc, i, &failed);
     /* max is 64 KiB; a chunk is one step's text */
-    long n = fm_openai_sse_event(reply_now(sc), text, done ? fm_tg_req_finish_reason(sc->req) : NULL, done, buf, max);
+    long n = failed ? -1 : fm_openai_sse_event(o, text, done ? fm_tg_req_finish_reason(sc->req[i]) : NULL, all, buf, max);
+    json_decref(o->logprobs);
+    o->logprobs = NULL;
     free(text);
     if (n < 0) { fm_tg_thread_background(sc->background = false); return MHD_CONTENT_READER_END_WITH_ERROR; }
-    if (done) { sc->sent_done = true; finish_stats(sc); fm_tg_thread_background(sc->background = false); }
+    if (all) { sc->sent_done = true; finish_stats(sc); fm_tg_thread_background(sc->background = false); }
     return n;
 }
 
 static void sse_free(void *cls) {
     stream_ctx *sc = cls;
-    fm_tg_req_cancel(sc->req); /* a no-op when it finished; stops generation when the client left */
     finish_stats(sc);
-    fm_tg_req_release(sc->req);
-    fm_repo_release(sc->v);
-    free(sc);
+    ctx_free(sc);
 }
 
+/* Every choice's whole text, in one reply. */
 static enum MHD_Result respond_whole(struct MHD_Connection *c, stream_ctx *sc) {
-    char *all = NULL;
-    size_t len = 0;
-    bool done = false;
-    while (!done) {
-        char *part = NULL;
-        size_t n = fm_tg_req_take(sc->req, &part, &done, -1);
-        char *na = part ? realloc(all, len + n + 1) : NULL;
-        if (!na) { free(part); free(all); return fm_http_error(c, 500, "out of memory"); }
-        all = na;
-        memcpy(all + len, part, n + 1);
-        len += n;
-        free(part);
+    char **texts = calloc((size_t)sc->n, sizeof *texts);
+    const char **finishes = calloc((size_t)sc->n, sizeof *finishes);
+    json_t **lps = calloc((size_t)sc->n, sizeof *lps);
+    bool oom = !texts || !finishes || !lps;
+    for (int i = 0; i < sc->n && !oom; i++) {
+        size_t len = 0;
+        for (bool done = false; !done && !oom;) {
+            char *part = take_choice(sc, i, &done);
+            size_t n = part ? strlen(part) : 0;
+            char *na = part ? realloc(texts[i], len + n + 1) : NULL;
+            if (!na) { free(part); oom = true; break; }
+            texts[i] = na;
+            memcpy(texts[i] + len, part, n + 1);
+            len += n;
+            free(part);
+        }
+        finishes[i] = fm_tg_req_finish_reason(sc->req[i]);
+        if (!oom) lps[i] = choice_logprobs(sc, i, &oom);
     }
     finish_stats(sc);
-    json_t *j = fm_openai_reply_json(reply_now(sc), all ? all : "", fm_tg_req_finish_reason(sc->req), false);
-    free(all);
-    char *js = json_dumps(j, JSON_COMPACT);
+    json_t *j = oom ? NULL : fm_openai_reply_choices(reply_now(sc), sc->n, texts, finishes, lps);
+    for (int i = 0; i < sc->n; i++) {
+        if (texts) free(texts[i]);
+        if (lps) json_decref(lps[i]);
+    }
+    free(texts);
+    free(finishes);
+    free(lps);
+    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    return js ? fm_http_send(c, 200, js, strlen(js), "application/json") : MHD_NO;
+    if (!js) return fm_http_error(c, 500, "out of memory");
+    return fm_http_send(c, 200, js, strlen(js), "application/json");
+}
+
+static stream_ctx *ctx_new(fm_serve_version *v, int n) {
+    stream_ctx *sc = calloc(1, sizeof *sc);
+    if (!sc) return NULL;
+    sc->v = v;
+    sc->n = n;
+    sc->req = calloc((size_t)n, sizeof *sc->req);
+    sc->echo = calloc((size_t)n, sizeof *sc->echo);
+    sc->first_prompt = calloc((size_t)n, sizeof *sc->first_prompt);
+    sc->done = calloc((size_t)n, sizeof *sc->done);
+    sc->sent_role = calloc((size_t)n, sizeof *sc->sent_role);
+    sc->lp_sent = calloc((size_t)n, sizeof *sc->lp_sent);
+    sc->lp_offset = calloc((size_t)n, sizeof *sc->lp_offset);
+    if (!sc->req || !sc->echo || !sc->first_prompt || !sc->done || !sc->sent_role || !sc->lp_sent || !sc->lp_offset) { sc->v = NULL; ctx_free(sc); return NULL; }
+    return sc;
+}
+
+/* Submits prompts x n choices into sc (choice k of prompt i is i * n + k; with a seed,
+ * choice k samples from seed + k, so that the n differ). 0, or an HTTP status with err. */
+static int submit_all(stream_ctx *sc, fm_openai_req *q, fm_openai_prompt_item *items, int n_items, char *err, size_t errn) {
+    fm_textgen *tg = sc->v->textgen;
+    uint64_t seed = q->p.sample.seed;
+    for (int i = 0; i < n_items; i++)
+        for (int k = 0; k < q->n; k++) {
+            int c = i * q->n + k, st = 0;
+            fm_openai_prompt_item *it = &items[i];
+            q->p.sample.seed = seed + (uint64_t)c;
+            sc->req[c] = fm_textgen_submit(tg, it->text, it->len, it->ids, it->n_ids, &q->p, &st, err, errn);
+            if (!sc->req[c]) {
+                if (n_items > 1) { /* say which prompt */
+                    char pre[24];
+                    size_t a = (size_t)snprintf(pre, sizeof pre, "prompt %d: ", i), b = strnlen(err, errn - 1);
+                    if (a + b >= errn) b = errn - 1 - a;
+                    memmove(err + a, err, b);
+                    memcpy(err, pre, a);
+                    err[a + b] = 0;
+                }
+                return st;
+            }
+            sc->first_prompt[c] = k == 0;
+            if (q->echo) {
+                size_t len = 0;
+                sc->echo[c] = it->text ? strdup(it->text) : fm_tg_req_prompt_text(sc->req[c], &len);
+                if (!sc->echo[c]) return snprintf(err, errn, "out of memory"), 500;
+            }
+        }
+    return 0;
 }
 
 static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_http_req *r, bool chat) {
@@ -94,29 +235,32 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
         if (v && !v->textgen) st = 400, snprintf(err, sizeof err, "model '%s' is not a text-generation model", q.model);
         else if (v) st = 0;
     }
-    fm_tg_req *req = NULL;
-    if (!st) {
-        size_t n = 0;
-        char *prompt = fm_openai_prompt(&q, &v->cfg.chat, &n, err, sizeof err);
+    fm_openai_prompt_item *items = NULL;
+    int n_items = 0;
+    stream_ctx *sc = NULL;
+    if (!st) st = fm_openai_prompts(&q, &v->cfg.chat, &items, &n_items, err, sizeof err);
+    if (!st && !(sc = ctx_new(v, n_items * q.n))) st = 500, snprintf(err, sizeof err, "out of memory");
+    if (sc) {
         /* a whole reply's reader wakes once, at the end; a stream's at every token or
          * every stream_interval_tokens */
         q.p.wake_every = !q.stream ? 0 : v->cfg.stream_interval_tokens > 0 ? v->cfg.stream_interval_tokens : 1;
-        if (prompt) req = fm_textgen_submit(v->textgen, prompt, n, &q.p, &st, err, sizeof err);
-        else st = 400;
-        free(prompt);
-        if (!req) fm_serve_stats_request(&v->stats, 0, 0, 0);
-        st = req ? 0 : st;
+        st = submit_all(sc, &q, items, n_items, err, sizeof err);
     }
-    bool streaming = q.stream, include_usage = q.include_usage;
+    fm_openai_prompts_free(items, n_items);
+    bool streaming = q.stream, include_usage = q.include_usage, logprobs = q.p.logprobs;
+    int top_k = q.p.top_logprobs;
     fm_openai_req_free(&q);
-    if (st) { fm_repo_release(v); return fm_http_error(c, st, err); }
-    stream_ctx *sc = calloc(1, sizeof *sc);
-    if (!sc) { fm_tg_req_cancel(req); fm_tg_req_release(req); fm_repo_release(v); return fm_http_error(c, 500, "out of memory"); }
+    if (st) {
+        if (v) fm_serve_stats_request(&v->stats, 0, 0, 0);
+        if (sc) ctx_free(sc);
+        else fm_repo_release(v);
+        return fm_http_error(c, st, err);
+    }
     static atomic_ullong next_id;
     snprintf(sc->id, sizeof sc->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)atomic_fetch_add(&next_id, 1));
-    sc->v = v;
-    sc->req = req;
     sc->reply = (fm_openai_reply){.id = sc->id, .model = v->model, .chat = chat, .include_usage = include_usage};
+    sc->logprobs = logprobs;
+    sc->top_k = top_k;
     sc->t0_ns = r->t0_ns;
     if (!streaming) {
         enum MHD_Result ret = respond_whole(c, sc);

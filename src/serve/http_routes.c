@@ -36,7 +36,23 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j
     return send_bytes(c, status, s, strlen(s), "application/json", 0);
 }
 
+/* The body's shape: the connection thread's current request set it (fm_http_error_style).
+ * libmicrohttpd runs one thread per connection, and a connection handles one request
+ * at a time, so a thread-local holds it for exactly that request. */
+static _Thread_local bool openai_errors;
+
+void fm_http_error_style(const char *url) { openai_errors = url && (!strncmp(url, "/v1/", 4) || !strcmp(url, "/v1")); }
+
+/* OpenAI's error type for a status: what its clients map to exception classes. */
+static const char *openai_error_type(int status) {
+    return status == 401 ? "authentication_error" : status == 403 ? "permission_error" : status == 404 ? "not_found_error"
+         : status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
+}
+
 enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg) {
+    if (openai_errors) /* OpenAI clients read error.message (and show only the status without it) */
+        return send_json(c, status, json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
+                                              openai_error_type(status), "param", "code", status));
     return send_json(c, status, json_pack("{s:s}", "error", msg));
 }
 
@@ -373,6 +389,7 @@ static void write_process_metrics(FILE *f, fm_server *s) {
 enum MHD_Result fm_http_metrics(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                 const char *version, const char *up, size_t *up_size, void **con_cls) {
     fm_server *s = cls;
+    fm_http_error_style(NULL);
     if (strcmp(url, "/metrics")) return fm_http_error(c, 404, "the metrics port serves GET /metrics only");
     if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET /metrics");
     char *buf = NULL;

@@ -67,6 +67,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *up, size_t *up_size, void **con_cls) {
     fm_server *s = cls;
     fm_http_req *r = *con_cls;
+    fm_http_error_style(url);
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         *con_cls = r;

@@ -8,6 +8,7 @@
 #include "serve/textgen.h"
 
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +37,8 @@ struct fm_tg_req {
     int n_prompt, n_toks, n_gen, seq;
     int64_t fed;     /* tokens in the KV cache */
     fm_tg_params p;  /* set at submit, then read only */
+    float *lp, *top_lp; /* with p.logprobs: [block] and [block * top_logprobs] (fm_tg_req_logprobs) */
+    int32_t *top_id;
     bool cancelled;
     int64_t t_arrival;
     fm_tg_req *next;
@@ -68,6 +71,8 @@ struct fm_textgen {
     int64_t serial_rows; /* steps of at most this many rows run on the scheduler thread alone */
     fm_serve_stats *stats;
     float *logits;
+    float *raw;       /* [V]: a row's logits before adjust_logits, for logprobs */
+    uint8_t *seen;    /* [V], all 0 between uses (adjust_logits) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t th;
@@ -168,6 +173,9 @@ char *fm_tg_sanitize_utf8(const char *in, size_t n, bool final, size_t *out_n) {
 static void req_release_locked_free(fm_tg_req *r) {
     free(r->toks);
     free(r->text);
+    free(r->lp);
+    free(r->top_lp);
+    free(r->top_id);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -291,6 +299,59 @@ static int plan_step(fm_textgen *t, int *counts) {
     return rows;
 }
 
+/* The request's penalties and logit_bias on its row of logits (fm_tg_params). t->seen
+ * marks the ids a penalty has been applied to once (cleared again on the way out). */
+static void adjust_logits(fm_textgen *t, const fm_tg_req *r, float *row) {
+    const fm_tg_params *p = &r->p;
+    const int32_t *gen = r->toks + r->n_prompt;
+    if (p->frequency_penalty != 0)
+        for (int k = 0; k < r->n_gen; k++) row[gen[k]] -= p->frequency_penalty;
+    if (p->presence_penalty != 0) {
+        for (int k = 0; k < r->n_gen; k++)
+            if (!t->seen[gen[k]]) { t->seen[gen[k]] = 1; row[gen[k]] -= p->presence_penalty; }
+        for (int k = 0; k < r->n_gen; k++) t->seen[gen[k]] = 0;
+    }
+    if (p->repetition_penalty != 1 && p->repetition_penalty > 0) {
+        for (int k = 0; k < r->n_toks; k++) {
+            int32_t id = r->toks[k];
+            if (t->seen[id]) continue;
+            t->seen[id] = 1;
+            row[id] = row[id] > 0 ? row[id] / p->repetition_penalty : row[id] * p->repetition_penalty;
+        }
+        for (int k = 0; k < r->n_toks; k++) t->seen[r->toks[k]] = 0;
+    }
+    for (int k = 0; k < p->n_bias; k++) row[p->bias_id[k]] += p->bias[k];
+}
+
+/* t->raw's log-probability of token tok and the request's top ids, at index r->n_gen
+ * (before it counts tok). Not finite (a NaN or -inf logit, or no finite one): -9999,
+ * as OpenAI reports a probability too small to show. */
+static void record_logprobs(fm_textgen *t, fm_tg_req *r, int tok) {
+    const float *x = t->raw;
+    float mx = -INFINITY;
+    for (int j = 0; j < t->V_tok; j++)
+        if (x[j] > mx) mx = x[j];
+    double sum = 0;
+    for (int j = 0; j < t->V_tok && isfinite(mx); j++)
+        if (x[j] == x[j]) sum += exp((double)x[j] - mx);
+    double lse = mx + log(sum);
+#define FM_LP(v) (isfinite((double)(v) - lse) ? (float)((double)(v) - lse) : -9999.0f)
+    r->lp[r->n_gen] = FM_LP(x[tok]);
+    int k = r->p.top_logprobs, have = 0;
+    int32_t *id = r->top_id + (size_t)r->n_gen * (size_t)k;
+    float *v = r->top_lp + (size_t)r->n_gen * (size_t)k;
+    for (int j = 0; j < t->V_tok && k > 0; j++) { /* insertion into the k largest, in order */
+        if (!(x[j] == x[j]) || (have == k && !(x[j] > v[k - 1]))) continue;
+        int at = have < k ? have++ : k - 1;
+        while (at > 0 && x[j] > v[at - 1]) { v[at] = v[at - 1]; id[at] = id[at - 1]; at--; }
+        v[at] = x[j];
+        id[at] = j;
+    }
+    for (int j = 0; j < have; j++) v[j] = FM_LP(v[j]);
+    for (int j = have; j < k; j++) { id[j] = tok; v[j] = r->lp[r->n_gen]; } /* fewer ids than asked: never with V >= k */
+#undef FM_LP
+}
+
 /* Under t->mu, after a step: each request that consumed its last known token
  * samples the next and publishes its text; the readers that are due (wake_every)
  * are woken once all that is done. */
@@ -300,8 +361,12 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
         fm_tg_req *r = batch[i];
         r->fed += counts[i];
         if (r->fed < r->n_toks) continue;
-        int tok = fm_gpt_sample(t->logits + (size_t)i * (size_t)t->V, t->V_tok, &r->p.sample, (uint64_t)r->n_gen);
+        float *row = t->logits + (size_t)i * (size_t)t->V;
+        if (r->p.logprobs) memcpy(t->raw, row, sizeof(float) * (size_t)t->V_tok);
+        adjust_logits(t, r, row);
+        int tok = fm_gpt_sample(row, t->V_tok, &r->p.sample, (uint64_t)r->n_gen);
         if (tok < 0) { finish_req(r, "error"); continue; }
+        if (r->p.logprobs) record_logprobs(t, r, tok);
         r->toks[r->n_toks++] = tok;
         r->n_gen++;
         (*new_tokens)++;
@@ -502,7 +567,9 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     if (t->chunk < t->max_seqs) t->chunk = t->max_seqs;
     t->logits = malloc(sizeof(float) * (size_t)t->V * (size_t)t->max_seqs);
     t->rows = malloc(sizeof(int32_t) * ((size_t)t->max_seqs + (size_t)t->chunk));
-    if (!t->p || !t->logits || !t->rows) { if (t->p) fm_set_error(FM_ERR_OOM, "serve: out of memory"); fm_textgen_stop(t); return NULL; }
+    t->seen = calloc((size_t)t->V, 1);
+    t->raw = malloc(sizeof(float) * (size_t)t->V);
+    if (!t->p || !t->logits || !t->rows || !t->seen || !t->raw) { if (t->p) fm_set_error(FM_ERR_OOM, "serve: out of memory"); fm_textgen_stop(t); return NULL; }
     pthread_mutex_lock(&stats->mu);
     stats->kv_blocks_total = nb;
     pthread_mutex_unlock(&stats->mu);
@@ -533,6 +600,8 @@ void fm_textgen_stop(fm_textgen *t) {
     fm_tokenizer_free(t->tok);
     free(t->logits);
     free(t->rows);
+    free(t->seen);
+    free(t->raw);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->wmu);
@@ -540,12 +609,25 @@ void fm_textgen_stop(fm_textgen *t) {
     free(t);
 }
 
-fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const fm_tg_params *p, int *status, char *err,
-                             size_t errn) {
+/* 0, or 400 with the message: ids given as a prompt, and logit_bias's, lie in the vocabulary. */
+static int check_ids(const fm_textgen *t, const int32_t *ids, int64_t n_ids, const fm_tg_params *p, char *err, size_t errn) {
+    for (int64_t i = 0; ids && i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= t->V_tok)
+            return snprintf(err, errn, "prompt token %lld is id %d; this model's vocabulary has ids 0 to %d", (long long)i,
+                            (int)ids[i], t->V_tok - 1), 400;
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= t->V_tok)
+            return snprintf(err, errn, "logit_bias names token id %d; this model's vocabulary has ids 0 to %d", (int)p->bias_id[i],
+                            t->V_tok - 1), 400;
+    return 0;
+}
+
+fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const int32_t *given, int64_t n_ids,
+                             const fm_tg_params *p, int *status, char *err, size_t errn) {
     int32_t *ids = NULL;
-    int64_t n_ids = 0;
     *status = 400;
-    if (fm_tokenizer_encode(t->tok, prompt, n, &ids, &n_ids) != FM_OK) {
+    if (check_ids(t, given, n_ids, p, err, errn)) return NULL;
+    if (!given && fm_tokenizer_encode(t->tok, prompt, n, &ids, &n_ids) != FM_OK) {
         snprintf(err, errn, "could not tokenize the prompt: %s", fm_last_error());
         return NULL;
     }
@@ -558,7 +640,7 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
     fm_tg_req *r = calloc(1, sizeof *r);
     int32_t *toks = r ? malloc(sizeof(int32_t) * (size_t)t->block) : NULL;
     if (!toks) { free(r); free(ids); *status = 500; snprintf(err, errn, "out of memory"); return NULL; }
-    memcpy(toks, ids, sizeof(int32_t) * (size_t)n_ids);
+    memcpy(toks, given ? given : ids, sizeof(int32_t) * (size_t)n_ids);
     free(ids);
     atomic_init(&r->refs, 2);
     r->t = t;
@@ -566,6 +648,22 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
     r->n_prompt = r->n_toks = (int)n_ids;
     r->seq = -1;
     r->p = *p;
+    if (p->logprobs) {
+        int k = p->top_logprobs;
+        r->lp = malloc(sizeof(float) * (size_t)t->block);
+        r->top_lp = k ? malloc(sizeof(float) * (size_t)t->block * (size_t)k) : NULL;
+        r->top_id = k ? malloc(sizeof(int32_t) * (size_t)t->block * (size_t)k) : NULL;
+        if (!r->lp || (k && (!r->top_lp || !r->top_id))) {
+            *status = 500;
+            snprintf(err, errn, "out of memory");
+            free(r->lp);
+            free(r->top_lp);
+            free(r->top_id);
+            free(toks);
+            free(r);
+            return NULL;
+        }
+    }
     r->t_arrival = fm_now_ns();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -588,6 +686,14 @@ fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const 
     pthread_mutex_unlock(&t->stats->mu);
     *status = 200;
     return r;
+}
+
+char *fm_tg_req_prompt_text(fm_tg_req *r, size_t *n) {
+    char *raw = NULL, *s = NULL;
+    size_t raw_n = 0;
+    if (fm_tokenizer_decode(r->t->tok, r->toks, r->n_prompt, &raw, &raw_n) == FM_OK) s = fm_tg_sanitize_utf8(raw, raw_n, true, n);
+    free(raw);
+    return s;
 }
 
 /* Under r->mu: how much of the text may go out now (a possible stop string's start is held back). */
@@ -643,6 +749,24 @@ const char *fm_tg_req_finish_reason(fm_tg_req *r) {
     const char *f = r->finish ? r->finish : "length";
     pthread_mutex_unlock(&r->mu);
     return f;
+}
+
+int fm_tg_req_logprobs(fm_tg_req *r, const int32_t **ids, const float **lp, const int32_t **top_id, const float **top_lp) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->p.logprobs ? r->taken_gen : 0;
+    pthread_mutex_unlock(&r->mu);
+    *ids = r->toks + r->n_prompt;
+    *lp = r->lp;
+    *top_id = r->top_id;
+    *top_lp = r->top_lp;
+    return n;
+}
+
+char *fm_tg_req_token_bytes(fm_tg_req *r, int32_t id, size_t *n) {
+    char *raw = NULL;
+    *n = 0;
+    if (fm_tokenizer_decode(r->t->tok, &id, 1, &raw, n) != FM_OK) return NULL;
+    return raw;
 }
 
 void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens) {

@@ -15,6 +15,8 @@
 #include "serve/model_config.h"
 
 #define FM_TG_MAX_STOP 4
+#define FM_TG_MAX_BIAS 1024
+#define FM_TG_MAX_TOP 20
 
 typedef struct fm_textgen fm_textgen;
 
@@ -27,6 +29,19 @@ typedef struct fm_tg_params {
     fm_gpt_sample_params sample;
     int n_stop;
     char stop[FM_TG_MAX_STOP][64];
+    /* applied to each step's logits before sampling (and before the temperature):
+     * OpenAI's penalties, subtracted once per token id generated so far (presence) and
+     * once per time it was generated (frequency), 0 is off; the repetition penalty of
+     * vLLM and transformers over the prompt's and generated ids (a positive logit is
+     * divided by it, a negative one multiplied), 1 is off; logit_bias, added */
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    int n_bias;
+    int32_t bias_id[FM_TG_MAX_BIAS];
+    float bias[FM_TG_MAX_BIAS];
+    /* each generated token's log-probability, and those of the top_logprobs (0 to
+     * FM_TG_MAX_TOP) most likely ids at its step (fm_tg_req_logprobs) */
+    bool logprobs;
+    int top_logprobs;
 } fm_tg_params;
 
 typedef struct fm_tg_req fm_tg_req;
@@ -46,11 +61,15 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
 void fm_textgen_stop(fm_textgen *t);
 int fm_textgen_block_size(const fm_textgen *t);
 
-/* Queues a completion of `prompt`; NULL with an HTTP status and message (400 for
- * a prompt that does not fit, 503 for a full queue). The request is shared with
- * the caller until fm_tg_req_release. */
-fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const fm_tg_params *p, int *status, char *err,
-                             size_t errn);
+/* Queues a completion of `prompt` (text of n bytes), or of the token ids ids[n_ids]
+ * when ids is not NULL; NULL with an HTTP status and message (400 for a prompt that
+ * does not fit, an id or a logit_bias id outside the vocabulary; 503 for a full
+ * queue). The request is shared with the caller until fm_tg_req_release. */
+fm_tg_req *fm_textgen_submit(fm_textgen *t, const char *prompt, size_t n, const int32_t *ids, int64_t n_ids,
+                             const fm_tg_params *p, int *status, char *err, size_t errn);
+/* The prompt's ids decoded (for echoing a prompt given as ids): malloc'd valid
+ * UTF-8, its length in *n; NULL if out of memory or the tokenizer failed. */
+char *fm_tg_req_prompt_text(fm_tg_req *r, size_t *n);
 /* Waits until new text is ready (as the request's wake_every says) or the request
  * finished (timeout_ms < 0: no limit).
  * Copies the text not yet taken into *buf (malloc'd, valid UTF-8) and returns
@@ -61,6 +80,15 @@ size_t fm_tg_req_take(fm_tg_req *r, char **buf, bool *done, int timeout_ms);
  * on the same core; see textgen.c. */
 void fm_tg_thread_background(bool on);
 const char *fm_tg_req_finish_reason(fm_tg_req *r);
+/* With p.logprobs: the generated tokens as of the last fm_tg_req_take, their count
+ * returned: ids[i], lp[i] its log-probability, and top_id/top_lp[i * k + j] the j-th
+ * most likely id at that step and its log-probability (k = p.top_logprobs), all under
+ * the model's own distribution (the raw logits: before penalties, logit_bias and the
+ * temperature; -9999 where the model gave no finite value). Pointers into the
+ * request, valid until fm_tg_req_release; an entry never changes once counted. */
+int fm_tg_req_logprobs(fm_tg_req *r, const int32_t **ids, const float **lp, const int32_t **top_id, const float **top_lp);
+/* One token's decoded bytes (malloc'd, *n; not necessarily UTF-8 on its own). */
+char *fm_tg_req_token_bytes(fm_tg_req *r, int32_t id, size_t *n);
 void fm_tg_req_counts(fm_tg_req *r, int *prompt_tokens, int *completion_tokens);
 /* The caller is gone (client disconnected): the engine drops the request. */
 void fm_tg_req_cancel(fm_tg_req *r);

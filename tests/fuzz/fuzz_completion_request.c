@@ -6,8 +6,9 @@
  * template instead of the default, bit 2: the text is final), the request body up
  * to the first NUL byte, then the bytes a model "generated" (also read as float
  * logits for the sampler). Checked: a refusal is a 400 with a message; an accepted
- * request's parameters are in range (stream_options only with stream); the prompt
- * is what was sent or ends with the template's generation prompt; the cleaned text
+ * request's parameters are in range (stream_options only with stream, penalties,
+ * logit_bias, n); each prompt is text or token ids, the text what was sent or ending
+ * with the template's generation prompt; the cleaned text
  * is valid UTF-8; the whole reply and each stream event are JSON that carries the
  * text back unchanged; a sampled id lies in the vocabulary. */
 #include <jansson.h>
@@ -26,6 +27,14 @@ static void check_params(const fm_openai_req *q) {
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i][0] || strlen(p->stop[i]) >= sizeof p->stop[i]) abort();
     if (q->include_usage && !q->stream) abort();
+    if (q->n < 1 || q->n > FM_OPENAI_MAX_CHOICES) abort();
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2 && p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        abort();
+    if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 10)) abort();
+    if (p->n_bias < 0 || p->n_bias > FM_TG_MAX_BIAS) abort();
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] < 0 || !(p->bias[i] >= -100 && p->bias[i] <= 100)) abort();
+    if (q->echo && q->chat) abort();
     if (!q->model || !*q->model) abort();
 }
 
@@ -113,16 +122,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     size_t n = 0;
     err[0] = 0;
-    char *prompt = fm_openai_prompt(&q, &t, &n, err, sizeof err);
-    if (!prompt) {
+    fm_openai_prompt_item *items = NULL;
+    int n_items = 0;
+    if (fm_openai_prompts(&q, &t, &items, &n_items, err, sizeof err)) {
         if (!err[0]) abort();
     } else {
-        if (prompt[n]) abort();
-        if (chat && (n < strlen(t.generation) || memcmp(prompt + n - strlen(t.generation), t.generation, strlen(t.generation))))
-            abort();
-        if (!chat && n != json_string_length(json_object_get(q.body, "prompt"))) abort();
+        if (n_items < 1 || (chat && n_items != 1) || n_items * q.n > FM_OPENAI_MAX_CHOICES) abort();
+        const json_t *prompt = json_object_get(q.body, "prompt");
+        for (int i = 0; i < n_items; i++) {
+            const fm_openai_prompt_item *it = &items[i];
+            if (!it->text == !it->ids) abort(); /* text or ids, never both */
+            if (it->ids && (it->n_ids < 1 || chat)) abort();
+            for (int64_t k = 0; it->ids && k < it->n_ids; k++)
+                if (it->ids[k] < 0) abort();
+            if (!it->text) continue;
+            if (it->text[it->len]) abort();
+            n += it->len;
+            if (chat && (it->len < strlen(t.generation) ||
+                         memcmp(it->text + it->len - strlen(t.generation), t.generation, strlen(t.generation))))
+                abort();
+            const json_t *sent = json_is_string(prompt) ? prompt : json_array_get(prompt, (size_t)i);
+            if (!chat && (it->len != json_string_length(sent) || memcmp(it->text, json_string_value(sent), it->len))) abort();
+        }
         if (q.p.n_stop > FM_TG_MAX_STOP) abort();
     }
+    fm_openai_prompts_free(items, n_items);
     size_t tn = 0;
     char *text = fm_tg_sanitize_utf8((const char *)raw, raw_n, final, &tn);
     json_t *valid = text ? json_stringn(text, tn) : NULL; /* jansson refuses invalid UTF-8 */
@@ -133,7 +157,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_reply(&o, text, tn);
     check_sample(&q.p, raw, raw_n);
     free(text);
-    free(prompt);
     fm_openai_req_free(&q);
     fm_clear_error();
     return 0;

@@ -1155,7 +1155,7 @@ def main():
     import serve_lifecycle
     serve_lifecycle.run(Server, make_repo, infer_body, sample, ok, bad, check)
     import serve_textgen
-    serve_textgen.run(Server, os.path.join(TMP, "gpt"), MODEL, TMP, check)
+    serve_textgen.run(Server, os.path.join(TMP, "gpt"), MODEL, TMP, check, skips)
     import serve_embed
     serve_embed.run(Server, BIN, TMP, check, skips)
     if fails:

@@ -5,7 +5,7 @@ text they get alone), preemption when the KV cache is short, client disconnects.
 import http.client, json, os, shutil, socket, threading, time
 
 
-def run(Server, gpt_dir, kserve_model, tmp, check):
+def run(Server, gpt_dir, kserve_model, tmp, check, skips):
     repo = os.path.join(tmp, "textrepo")
     os.makedirs(repo, exist_ok=True)
     shutil.copytree(gpt_dir, os.path.join(repo, "tiny-gpt", "1"))
@@ -48,6 +48,7 @@ def run(Server, gpt_dir, kserve_model, tmp, check):
     s = Server(repo)
     try:
         checks(s, check)
+        openai_client(s, check, skips)
     finally:
         check(s.stop() == 0, "text server stops with 0")
     graphs(Server, tmp, check)
@@ -92,7 +93,7 @@ def graphs(Server, tmp, check):
         st, j = s.json("GET", "/v1/models/q4")
         check(st == 200 and j.get("id") == "q4" and j.get("object") == "model", "GET /v1/models/q4: %s" % j)
         st, j = s.json("GET", "/v1/models/step")
-        check(st == 404 and "GET /v1/models lists them" in j.get("error", ""), "a KServe model is not an OpenAI model: %s %s" % (st, j))
+        check(st == 404 and "GET /v1/models lists them" in emsg(j), "a KServe model is not an OpenAI model: %s %s" % (st, j))
         st, j = s.json("POST", "/v1/models")
         check(st == 405, "POST /v1/models -> 405 (%s)" % st)
         st, j = s.json("GET", "/v2/models/step")
@@ -123,6 +124,208 @@ def graphs(Server, tmp, check):
                   % (form, seqs / max(steps, 1)))
     finally:
         check(s.stop() == 0, "graph text server stops with 0")
+
+
+def texts(j):
+    return [c["text"] for c in sorted(j["choices"], key=lambda c: c["index"])] if isinstance(j, dict) and "choices" in j else None
+
+
+def openai_fields(s, check, base):
+    """What OpenAI clients send beyond the basics: the error body's shape, a fresh seed per
+    request, n choices, a list of prompts, token-id prompts, echo, penalties, logit_bias."""
+    st, j = complete(s, {"model": "nope", "prompt": "x"})
+    e = j.get("error") if isinstance(j, dict) else None
+    check(st == 404 and isinstance(e, dict) and "unknown model" in e.get("message", "") and e.get("type") == "not_found_error"
+          and e.get("code") == 404 and "param" in e, "a /v1 error is OpenAI's {error: {message, type, param, code}}: %s" % j)
+    st, j = s.json("GET", "/v2/models/nope")
+    check(st == 404 and isinstance(j.get("error"), str), "a /v2 error stays KServe's {error: message}: %s" % j)
+    # no seed: each request draws its own (they were equal within one second before)
+    free = dict(base, max_tokens=16)
+    del free["seed"]
+    got = [texts(complete(s, free)[1]) for _ in range(4)]
+    check(all(g for g in got) and len(set(g[0] for g in got)) > 1, "requests without a seed sample differently: %s" % got)
+    # n choices: choice k samples from seed + k, so each equals a lone request with that seed
+    st, j = complete(s, dict(base, n=3))
+    alone = [texts(complete(s, dict(base, seed=base["seed"] + k))[1])[0] for k in range(3)]
+    check(st == 200 and texts(j) == alone and len(set(alone)) > 1 and [c["index"] for c in j["choices"]] == [0, 1, 2] and
+          j["usage"]["completion_tokens"] == 36 and j["usage"]["prompt_tokens"] == complete(s, base)[1]["usage"]["prompt_tokens"],
+          "n=3: three choices, each the text of seed + k, usage over all (prompt counted once): %s" % (j.get("usage"),))
+    # a list of prompts x n: choice i*n + k is prompt i with seed + i*n + k
+    st, j = complete(s, dict(base, prompt=["in the", "god"], n=2))
+    want = [texts(complete(s, dict(base, prompt=p, seed=base["seed"] + i * 2 + k))[1])[0] for i, p in enumerate(["in the", "god"])
+            for k in range(2)]
+    check(st == 200 and texts(j) == want, "prompt list x n: 4 choices in order (%s)" % (texts(j),))
+    # a token-id prompt, and echo: the prompt's text comes first
+    st, e = complete(s, dict(base, prompt=[5, 6, 7], echo=True, max_tokens=4))
+    st2, ne = complete(s, dict(base, prompt=[5, 6, 7], max_tokens=4))
+    ok = st == 200 and st2 == 200 and e["usage"]["prompt_tokens"] == 3
+    check(ok and texts(e)[0].endswith(texts(ne)[0]) and len(texts(e)[0]) > len(texts(ne)[0]),
+          "token-id prompt with echo: the decoded prompt, then the same completion (%r / %r)" % (texts(e), texts(ne)))
+    st, e = complete(s, dict(base, echo=True))
+    check(st == 200 and texts(e)[0] == "in the" + text_of(s, base), "echo of a text prompt: %r" % (texts(e),))
+    st, _, ch, done = stream(s, dict(base, echo=True))
+    check(st == 200 and done and "".join(c["choices"][0]["text"] for c in ch) == "in the" + text_of(s, base), "echo, streamed")
+    # logit_bias: an id given +100 is all greedy decoding produces; its text is what echo of [id] shows
+    tok, tok_text = None, None
+    for cand in range(40, 120):
+        e = text_of(s, dict(base, prompt=[cand], echo=True, max_tokens=1))
+        g = text_of(s, dict(base, prompt=[cand], max_tokens=1))
+        t = e[:len(e) - len(g)] if e is not None and g is not None and e.endswith(g) else ""
+        if t and t.isascii() and t.isprintable():
+            tok, tok_text = cand, t
+            break
+    st, j = complete(s, dict(base, prompt="in the", temperature=0, max_tokens=5, logit_bias={str(tok): 100}))
+    check(tok is not None and st == 200 and texts(j)[0] == tok_text * 5, "logit_bias +100 on id %s (%r): %r" % (tok, tok_text, texts(j)))
+    # penalties change greedy text; their 'off' values change nothing
+    g = dict(base, temperature=0, max_tokens=24)
+    plain = text_of(s, g)
+    off = text_of(s, dict(g, presence_penalty=0, frequency_penalty=0, repetition_penalty=1, logit_bias={}))
+    pen = {k: text_of(s, dict(g, **{k: v})) for k, v in (("frequency_penalty", 2), ("presence_penalty", 2), ("repetition_penalty", 5))}
+    check(plain == off and all(t != plain for t in pen.values()) and pen["frequency_penalty"] == text_of(s, dict(g, frequency_penalty=2)),
+          "penalties change the greedy text, deterministically; 0/0/1 change nothing (%r; %s)" % (plain, pen))
+    # n choices streamed: each event carries one choice's index; per index the whole texts
+    st, _, ch, done = stream(s, dict(base, n=2, prompt=["in the", "god"], stream_options={"include_usage": True}))
+    st2, j = complete(s, dict(base, n=2, prompt=["in the", "god"]))
+    per = ["".join(c["choices"][0]["text"] for c in ch if c["choices"] and c["choices"][0]["index"] == i) for i in range(4)]
+    fin = [c["choices"][0]["index"] for c in ch if c["choices"] and c["choices"][0]["finish_reason"]]
+    check(st == 200 and done and per == texts(j) and sorted(fin) == [0, 1, 2, 3] and ch[-1]["usage"] == j["usage"],
+          "4 choices streamed: per index the whole texts, one finish each, the usage at the end (%s)" % (per,))
+    logprob_checks(s, check, base)
+    for name, body, needle in [("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tool"),
+                               ("tool_choice required", {"tool_choice": "required"}, "tool"),
+                               ("response_format json", {"response_format": {"type": "json_object"}}, "json_object"),
+                               ("echo", {"echo": True}, "echo"), ("top_logprobs without logprobs", {"top_logprobs": 2}, "logprobs"),
+                               ("top_logprobs 21", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                               ("logprobs a number", {"logprobs": 2}, "logprobs")]:
+        st, j = s.json("POST", "/v1/chat/completions", dict({"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}]}, **body))
+        check(st == 400 and needle in emsg(j), "chat, %s -> 400 naming it: %s" % (name, j))
+    st, j = s.json("POST", "/v1/chat/completions", {"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}],
+                                                   "tools": [], "tool_choice": "none", "response_format": {"type": "text"}})
+    check(st == 200, "chat with no tools, tool_choice none and a text response_format is served (%s)" % st)
+    # a chat reply without max_tokens runs to its stop or the context (OpenAI's and vLLM's
+    # default), where completions stop at 16: the same as max_tokens 100000 (qa-chat's short
+    # template leaves room for more than 16 tokens in this model's context of 32)
+    chat = {"model": "qa-chat", "messages": [{"role": "user", "content": "hi"}], "seed": 1}
+    st, j = s.json("POST", "/v1/chat/completions", chat)
+    st2, j2 = s.json("POST", "/v1/chat/completions", dict(chat, max_tokens=100000))
+    u = j.get("usage", {}) if st == 200 else {}
+    check(st == 200 and st2 == 200 and j["choices"][0]["message"] == j2["choices"][0]["message"] and u == j2["usage"] and
+          (j["choices"][0]["finish_reason"] == "stop" or u.get("completion_tokens", 0) > 16),
+          "chat without max_tokens runs to its stop or the context, not 16 tokens (%s, %s)" % (u, j["choices"][0]["finish_reason"] if st == 200 else j))
+
+def openai_client(s, check, skips):
+    """The official OpenAI Python client (pip openai), unchanged, as users point it at a server:
+    the model list, completions with a list of prompts and n, vLLM's extra sampling fields
+    through extra_body, a streamed chat with usage, and errors it raises with the message."""
+    try:
+        import openai
+    except ImportError as e:
+        skips.append("OpenAI client checks (pip install openai): %s" % e)
+        return
+    c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key="unused", max_retries=0, timeout=60)
+    ids = [m.id for m in c.models.list()]
+    check("tiny-gpt" in ids and "cls" not in ids, "openai client: models.list() %s" % ids)
+    body = {"model": "tiny-gpt", "prompt": ["in the", "god"], "n": 2, "max_tokens": 8, "seed": 5, "temperature": 0.9}
+    r = c.completions.create(**body, extra_body={"top_k": 20, "repetition_penalty": 1.3})
+    st, raw = complete(s, dict(body, top_k=20, repetition_penalty=1.3))
+    check(len(r.choices) == 4 and [ch.text for ch in r.choices] == texts(raw) and r.usage.completion_tokens == 32,
+          "openai client: completions with 2 prompts x n=2 and extra_body (top_k, repetition_penalty): %s" % [ch.text for ch in r.choices])
+    chat = {"model": "qa-chat", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "who?"}],
+            "max_tokens": 8, "seed": 2, "temperature": 0.8}
+    chunks = list(c.chat.completions.create(**chat, stream=True, stream_options={"include_usage": True}))
+    whole = c.chat.completions.create(**chat)
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    check(streamed == whole.choices[0].message.content and chunks[-1].usage is not None and
+          chunks[-1].usage.completion_tokens == whole.usage.completion_tokens and whole.choices[0].message.role == "assistant",
+          "openai client: a streamed chat (%d chunks) equals the whole reply %r" % (len(chunks), whole.choices[0].message.content))
+    lp = c.chat.completions.create(**chat, logprobs=True, top_logprobs=2).choices[0].logprobs
+    check(lp is not None and len(lp.content) > 0 and all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in lp.content),
+          "openai client: chat logprobs parse into its types (%d tokens)" % (len(lp.content) if lp else 0))
+    for name, call, cls, needle in [
+            ("unknown model", lambda: c.completions.create(model="nope", prompt="x"), openai.NotFoundError, "unknown model"),
+            ("response_format json_object", lambda: c.chat.completions.create(**chat, response_format={"type": "json_object"}),
+             openai.BadRequestError, "json_object"),
+            ("tools", lambda: c.chat.completions.create(**chat, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+             openai.BadRequestError, "tool")]:
+        try:
+            call()
+            check(False, "openai client: %s raises %s" % (name, cls.__name__))
+        except cls as e:
+            check(needle in str(e), "openai client: %s raises %s with the server's message: %s" % (name, cls.__name__, e))
+
+
+def logprob_checks(s, check, base):
+    """Token log-probabilities, as OpenAI's completions and chat return them, checked against
+    themselves where the model must agree: the raw distribution (not the biased one), a token's
+    log-probability one step later equal to the first step's of the longer prompt, greedy
+    picks the top one, streams and n choices carry the same numbers as whole replies."""
+    import math
+    # [5, 6, 7] forced to id 40 by logit_bias, then free: position 2's numbers must be position 1's
+    # of the prompt [5, 6, 7, 40] (the decode step after a forced token against a prefill)
+    a_body = dict(base, prompt=[5, 6, 7], temperature=0, max_tokens=2, logprobs=5, logit_bias={"40": 100})
+    st, a = complete(s, a_body)
+    st2, b = complete(s, dict(base, prompt=[5, 6, 7, 40], temperature=0, max_tokens=1, logprobs=5))
+    st3, c = complete(s, dict(base, prompt=[5, 6, 7], temperature=0, max_tokens=1, logprobs=20))
+    ok = st == st2 == st3 == 200
+    la, lb, lc = (x["choices"][0]["logprobs"] for x in (a, b, c)) if ok else ({}, {}, {})
+    check(ok and la["tokens"][1] == lb["tokens"][0] and abs(la["token_logprobs"][1] - lb["token_logprobs"][0]) < 1e-4 and
+          all(abs(la["top_logprobs"][1][k] - v) < 1e-4 for k, v in lb["top_logprobs"][0].items()),
+          "logprobs: the step after a forced token equals the first step of the longer prompt (%s / %s)"
+          % (la.get("token_logprobs"), lb.get("token_logprobs")))
+    # the forced token's number is the raw model's, the bias left out: where it is among the
+    # 20 most likely, the same; and always below the greedy pick's
+    forced = la.get("tokens", [None])[0]
+    top20 = lc.get("top_logprobs", [{}])[0]
+    check(ok and la["token_logprobs"][0] <= lc["token_logprobs"][0] + 1e-6 and
+          (forced not in top20 or abs(top20[forced] - la["token_logprobs"][0]) < 1e-4) and la["token_logprobs"][0] > -9999,
+          "logprobs are the model's own (logit_bias +100 leaves the forced token at %.3f; greedy %.3f)"
+          % (la["token_logprobs"][0] if ok else 0, lc["token_logprobs"][0] if ok else 0))
+    # greedy: the token is the top one; each top list holds up to k + the sampled token, all <= 0, and
+    # at most probability 1 together; text_offset walks the text
+    st, g = complete(s, dict(base, temperature=0, max_tokens=6, logprobs=3))
+    lg = g["choices"][0]["logprobs"] if st == 200 else {}
+    good = st == 200 and len(lg["tokens"]) == 6 and "".join(lg["tokens"]) == g["choices"][0]["text"]
+    for i in range(6 if good else 0):
+        top = lg["top_logprobs"][i]
+        # (ids whose bytes are not UTF-8 on their own all read U+FFFD: they share one key)
+        good &= max(top.values()) == lg["token_logprobs"][i] == top[lg["tokens"][i]] and 1 <= len(top) <= 4
+        good &= all(v <= 1e-6 for v in top.values()) and sum(math.exp(v) for v in top.values()) <= 1 + 1e-4
+        good &= lg["text_offset"][i] == len("".join(lg["tokens"][:i]))
+    check(good, "greedy logprobs: each token its step's top one, lists of 3 (+ the token), offsets along the text: %s" % lg)
+    # the same numbers streamed, and for each of n choices as for a lone request with its seed
+    st, _, ch, done = stream(s, dict(base, logprobs=2, n=2))
+    st2, w = complete(s, dict(base, logprobs=2, n=2))
+    st3, lone = complete(s, dict(base, logprobs=2, seed=base["seed"] + 1))
+    per = [sum((c["choices"][0]["logprobs"]["token_logprobs"] for c in ch if c["choices"][0]["index"] == i), []) for i in range(2)]
+    check(st == st2 == st3 == 200 and done and per == [x["logprobs"]["token_logprobs"] for x in w["choices"]] and
+          w["choices"][1]["logprobs"] == lone["choices"][0]["logprobs"] and len(per[0]) == 12,
+          "logprobs streamed equal the whole reply's, and choice 1 of n=2 equals a lone request with seed + 1")
+    # chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
+    chat = {"model": "qa-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 3,
+            "logprobs": True, "top_logprobs": 2}
+    st, j = s.json("POST", "/v1/chat/completions", chat)
+    content = j["choices"][0]["logprobs"]["content"] if st == 200 and j["choices"][0].get("logprobs") else []
+    good = st == 200 and len(content) == 4
+    for e in content:
+        good &= bytes(e["bytes"]).decode("utf-8", "replace") == e["token"] and e["logprob"] <= 1e-6 and len(e["top_logprobs"]) == 2
+        good &= e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"] >= e["logprob"] or e["token"] in \
+            [t["token"] for t in e["top_logprobs"]]
+    check(good, "chat logprobs: content entries with token, logprob, bytes and 2 top ones: %s" % (content[:1],))
+    st, j = s.json("POST", "/v1/chat/completions", dict(chat, logprobs=False, top_logprobs=None))
+    check(st == 200 and j["choices"][0]["logprobs"] is None, "chat without logprobs: \"logprobs\": null")
+    st, j = complete(s, dict(base, logprobs=1, echo=True))
+    check(st == 400 and "echo" in emsg(j) and "logprobs" in emsg(j), "echo with logprobs -> 400 naming both: %s" % emsg(j))
+
+
+def text_of(s, body):
+    st, j = complete(s, body)
+    return texts(j)[0] if st == 200 else None
+
+
+def emsg(j):
+    """An error body's message: OpenAI's {"error": {"message": ...}} (/v1) or KServe's {"error": "..."} (/v2)."""
+    e = j.get("error") if isinstance(j, dict) else None
+    return e.get("message", "") if isinstance(e, dict) else (e or "")
 
 
 def complete(s, body):
@@ -180,7 +383,7 @@ def checks(s, check):
             ("include_usage not a boolean", dict(base, stream=True, stream_options={"include_usage": 1}), "true or false"),
             ("unknown stream option", dict(base, stream=True, stream_options={"include_usag": True}), "include_usag")]:
         st, j = complete(s, body)
-        check(st == 400 and needle in j.get("error", ""), "completions, %s -> %d: %s" % (name, st, j))
+        check(st == 400 and needle in emsg(j), "completions, %s -> %d: %s" % (name, st, j))
     cut = [i for i, ch in enumerate(text) if i >= 1 and 32 < ord(ch) < 127]
     if cut:
         stop = text[cut[0]]
@@ -197,22 +400,38 @@ def checks(s, check):
         ("no model", {"prompt": "x"}, 400, '"model"'),
         ("unknown model", {"model": "nope", "prompt": "x"}, 404, "unknown model"),
         ("not a text model", {"model": "cls", "prompt": "x"}, 400, "not a text-generation model"),
-        ("prompt not a string", {"model": "tiny-gpt", "prompt": ["a", "b"]}, 400, '"prompt"'),
+        ("prompt a number", {"model": "tiny-gpt", "prompt": 7}, 400, '"prompt"'),
+        ("prompt an empty array", {"model": "tiny-gpt", "prompt": []}, 400, '"prompt"'),
+        ("prompt of strings and ids", {"model": "tiny-gpt", "prompt": ["a", 3]}, 400, "element 1"),
+        ("token id outside the vocabulary", {"model": "tiny-gpt", "prompt": [1, 2, 99999]}, 400, "id 99999"),
+        ("negative token id", {"model": "tiny-gpt", "prompt": [[1, -2]]}, 400, "token id"),
         ("max_tokens 0", dict(base, max_tokens=0), 400, "max_tokens"),
         ("top_p 0", dict(base, top_p=0), 400, "top_p"),
         ("negative temperature", dict(base, temperature=-1), 400, "temperature"),
-        ("n = 2", dict(base, n=2), 400, '"n"'),
+        ("n = 0", dict(base, n=0), 400, '"n"'),
+        ("200 choices", dict(base, n=100, prompt=["a", "b"]), 400, "choices"),
+        ("best_of above n", dict(base, best_of=3), 400, "best_of"),
+        ("logprobs 21", dict(base, logprobs=21), 400, "logprobs"),
+        ("suffix", dict(base, suffix="amen"), 400, "suffix"),
+        ("presence_penalty 3", dict(base, presence_penalty=3), 400, "presence_penalty"),
+        ("repetition_penalty 0", dict(base, repetition_penalty=0), 400, "repetition_penalty"),
+        ("logit_bias not an object", dict(base, logit_bias=[1]), 400, "logit_bias"),
+        ("logit_bias key not an id", dict(base, logit_bias={"the": 5}), 400, "'the'"),
+        ("logit_bias over 100", dict(base, logit_bias={"3": 101}), 400, "[-100, 100]"),
+        ("logit_bias id outside the vocabulary", dict(base, logit_bias={"99999": 1}), 400, "token id 99999"),
+        ("echo not a boolean", dict(base, echo="yes"), 400, "echo"),
         ("five stop strings", dict(base, stop=["a", "b", "c", "d", "e"]), 400, "stop"),
         ("prompt over the context", dict(base, prompt="in the beginning " * 40), 400, "context"),
         ("empty prompt", dict(base, prompt=""), 400, "prompt"),
     ]:
         st, j = complete(s, body)
-        check(st == status and needle in j.get("error", ""), "completions, %s -> %d: %s" % (name, st, j))
+        check(st == status and needle in emsg(j), "completions, %s -> %d: %s" % (name, st, j))
     st, j = s.json("POST", "/v1/completions", b"{not json")
-    check(st == 400 and "JSON" in j["error"], "completions, malformed JSON -> 400")
+    check(st == 400 and "JSON" in emsg(j), "completions, malformed JSON -> 400")
     st, j = s.json("POST", "/v2/models/tiny-gpt/infer", {"inputs": []})
-    check(st == 400 and "/v1/completions" in j["error"], "KServe infer on a text model -> 400 pointing to /v1/completions")
+    check(st == 400 and "/v1/completions" in emsg(j), "KServe infer on a text model -> 400 pointing to /v1/completions")
     stream_interval(s, check, base, text, len(chunks))
+    openai_fields(s, check, base)
     half_kv(s, check)
     prefill(s, check)
     chat(s, check)
@@ -349,7 +568,7 @@ def chat(s, check):
         ("not a text model", dict(base, model="cls", messages=msgs), 400, "not a text-generation model"),
     ]:
         st, j = s.json("POST", "/v1/chat/completions", body)
-        check(st == status and needle in j.get("error", ""), "chat completions, %s -> %d: %s" % (name, st, j))
+        check(st == status and needle in emsg(j), "chat completions, %s -> %d: %s" % (name, st, j))
     st, j = s.json("GET", "/v1/chat/completions")
     check(st == 405, "GET /v1/chat/completions -> 405")
     st, j = s.json("POST", "/v1/chat/completions", dict(base, messages=msgs, max_completion_tokens=2))
