@@ -1,9 +1,10 @@
 /* `fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T]
- *  [--top-k K] [--top-p P] [--seed S] [--no-cache]`: streams sampled text from a
+ *  [--top-k K] [--top-p P] [--seed S] [--no-cache] [--ignore-eos]`: streams sampled text from a
  * model directory written by `fathom train` (config.json, model.safetensors,
  * tokenizer.txt), or a GPT-2 / Llama / Qwen2 checkpoint in Hugging Face layout (config.json
  * with model_type, model.safetensors or shards, vocab.json + merges.txt or tokenizer.json; fathom/hf.h).
- * Thin: parsing, then fm_gpt_generate with a printing callback. */
+ * Thin: parsing, then fm_gpt_generate with a printing callback, which ends the text at
+ * a Hugging Face model's end-of-sequence id (fm_tg_read_eos_ids). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,11 +20,22 @@
 #include "fathom/gpt.h"
 #include "fathom/graph.h"
 #include "fathom/hf.h"
+#include "serve/textgen.h" /* fm_tg_read_eos_ids: the end-of-sequence ids serving stops at too */
+
+typedef struct emit_ctx {
+    fm_tokenizer *tok;
+    int n_eos; /* the model's end-of-sequence ids (none with --ignore-eos) */
+    int32_t eos[FM_TG_MAX_STOP_IDS];
+    int eos_hit; /* the id that ended the text, or -1 */
+} emit_ctx;
 
 static int emit(int tok, void *ctx) {
+    emit_ctx *e = ctx;
+    for (int k = 0; k < e->n_eos; k++)
+        if (e->eos[k] == tok) { e->eos_hit = tok; return 1; } /* as transformers' generate: not printed, the end */
     const char *b;
     size_t n;
-    if (fm_tokenizer_token_bytes(ctx, tok, &b, &n) == FM_OK) fwrite(b, 1, n, stdout);
+    if (fm_tokenizer_token_bytes(e->tok, tok, &b, &n) == FM_OK) fwrite(b, 1, n, stdout);
     fflush(stdout); /* streaming: each token appears as soon as it is sampled */
     return 0;
 }
@@ -31,13 +43,15 @@ static int emit(int tok, void *ctx) {
 static void usage(FILE *f) {
     fprintf(f, "usage: fathom generate MODEL_DIR --prompt TEXT --tokens N [--temperature T] [--top-k K]\n"
                "                      [--top-p P] [--seed S] [--no-cache] [--device D] [--precision P]\n"
-               "                      [--kv-cache f32|f16] [--quiet]\n"
+               "                      [--kv-cache f32|f16] [--ignore-eos] [--quiet]\n"
                "  --device D   where the model and its KV cache live: cpu (default), cuda, cuda:N, check\n"
                "  --precision P  fp32 (default), bf16 or fp16: the forward (prompt and every decode step)\n"
                "               autocast to that dtype, as `fathom train --precision P` runs it; the weights\n"
                "               and the KV cache stay f32 (not for graphs, which run as they were compiled)\n"
                "  --kv-cache T  a compiled graph's KV cache in f32 (default) or f16 (half its memory and\n"
-               "               of the bytes each token reads; logits within the f16 rounding of keys and values)\n");
+               "               of the bytes each token reads; logits within the f16 rounding of keys and values)\n"
+               "  --ignore-eos  go on past the model's end-of-sequence token (a Hugging Face model's\n"
+               "               eos_token_id in generation_config.json or config.json; the text ends there otherwise)\n");
 }
 
 /* a real number from the whole of v (no trailing text, not NaN or infinite) */
@@ -57,7 +71,7 @@ int fm_cmd_generate(int argc, char **argv) {
     const char *dir = NULL, *prompt = NULL;
     long long tokens = 100, top_k = 0, seed = 0;
     fm_gpt_sample_params sp = {0.8, 0, 1.0, 0};
-    bool cache = true, quiet = false;
+    bool cache = true, quiet = false, ignore_eos = false;
     fm_device dev = FM_CPU;
     fm_dtype prec = FM_F32, kv = FM_F32;
     for (int i = 1; i < argc; i++) {
@@ -89,14 +103,16 @@ int fm_cmd_generate(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (a[0] != '-' && !dir) dir = a;
         else {
             static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p",
-                                                "--seed", "--no-cache", "--quiet", "--device", "--precision", "--kv-cache"};
+                                                "--seed", "--no-cache", "--quiet", "--device", "--precision", "--kv-cache",
+                                                "--ignore-eos"};
             int known = 0;
-            for (int k = 0; k < 12; k++) known |= !strcmp(a, flags[k]);
+            for (int k = 0; k < 13; k++) known |= !strcmp(a, flags[k]);
             if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
-            else fm_cli_unknown_option("generate", a, flags, 12);
+            else fm_cli_unknown_option("generate", a, flags, 13);
             usage(stderr);
             return 2;
         }
@@ -144,9 +160,11 @@ int fm_cmd_generate(int argc, char **argv) {
     fputs(prompt, stdout);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    emit_ctx ec = {.tok = tok, .eos_hit = -1};
+    if (!ignore_eos) ec.n_eos = fm_tg_read_eos_ids(dir, ec.eos);
     fm_dtype prev_ac = fm_autocast_set(prec); /* fp32: off */
-    fm_status gst = g ? fm_graph_generate_ex(g, ids, (int)n, (int)tokens, &sp, kv, NULL, &made, &limit, emit, tok)
-                      : fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, tok);
+    fm_status gst = g ? fm_graph_generate_ex(g, ids, (int)n, (int)tokens, &sp, kv, NULL, &made, &limit, emit, &ec)
+                      : fm_gpt_generate(m, ids, (int)n, (int)tokens, &sp, cache, NULL, &made, &limit, emit, &ec);
     fm_autocast_set(prev_ac);
     if (gst != FM_OK) {
         fputc('\n', stdout);
@@ -157,6 +175,9 @@ int fm_cmd_generate(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     fputc('\n', stdout);
     fflush(stdout); /* the text's last line before the report on stderr, also when both go to one pipe */
+    if (ec.eos_hit >= 0 && !quiet)
+        fprintf(stderr, "fathom: the model ended the text (end-of-sequence id %d) after %d tokens; --ignore-eos goes on\n",
+                ec.eos_hit, made);
     if (limit)
         fprintf(stderr, "fathom: stopped after %d tokens: the context limit of %d tokens (prompt %lld + generated) "
                         "was reached\n", made, ctx_len, (long long)n);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "gpt_dir.h"
@@ -72,6 +73,14 @@ fm_graph *fm_cli_graph_from_dir(const char *dir) {
             fm_graph_free(g);
             g = NULL;
         }
+    }
+    /* and its generation_config.json (the end-of-sequence ids text generation stops at) */
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    if (g && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && fm_graph_attach_file(g, "generation_config.json", p)) {
+        fm_graph_free(g);
+        g = NULL;
     }
     return g;
 }

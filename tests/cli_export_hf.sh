@@ -99,6 +99,69 @@ PY
 kill -TERM $spid; wait $spid; rc=$?
 [[ $rc == 0 ]] && ok "the server drains and exits 0" || bad "serve exit $rc"
 
+# End of sequence: the Llama with generation_config.json's eos_token_id (2, "</s>"), its
+# compiled graph (which carries that file), served: a token forced to the end id by
+# logit_bias ends the text there (finish_reason stop, the id counted, not shown) unless
+# ignore_eos; stop_token_ids ends it the same way. Then `fathom generate` stops at the
+# end id the greedy text starts with (found through the server's token-id prompts).
+cp -r "$tmp/hfl" "$tmp/hfe"
+echo '{"eos_token_id": [2], "bos_token_id": 1}' > "$tmp/hfe/generation_config.json"
+expect 0 "" "$bin" compile "$tmp/hfe" -o "$tmp/hfe.graph"
+[[ -s $tmp/hfe.graph/generation_config.json ]] && ok "the compiled graph carries generation_config.json" ||
+  bad "no generation_config.json in the graph: $(ls "$tmp/hfe.graph")"
+rm -rf "$tmp/repo2" && mkdir -p "$tmp/repo2/hfe" "$tmp/repo2/hfe-graph"
+cp -r "$tmp/hfe" "$tmp/repo2/hfe/1" && cp -r "$tmp/hfe.graph" "$tmp/repo2/hfe-graph/1"
+"$bin" serve --model-repository "$tmp/repo2" --port 0 --metrics-port 0 > /dev/null 2> "$tmp/serve2.log" &
+spid=$!
+python3 - "$tmp/serve2.log" "$bin" "$tmp" <<'PY' > "$tmp/serve2.out" 2>&1 && ok "end of sequence: $(tail -1 "$tmp/serve2.out")" || bad "end of sequence: $(cat "$tmp/serve2.out") $(cat "$tmp/serve2.log")"
+import http.client, json, os, subprocess, sys, time
+log, bin_, tmp = sys.argv[1:4]
+for _ in range(300):
+    text = open(log).read()
+    if "listening on http://127.0.0.1:" in text:
+        break
+    time.sleep(0.05)
+port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
+def call(body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/completions", json.dumps(body))
+    r = c.getresponse()
+    return r.status, json.loads(r.read())
+for m in ("hfe", "hfe-graph"):
+    base = {"model": m, "prompt": "hi hi", "max_tokens": 6, "temperature": 0}
+    st, j = call(dict(base, logit_bias={"2": 100}))
+    ch = j["choices"][0]
+    assert st == 200 and ch["finish_reason"] == "stop" and ch["text"] == "" and j["usage"]["completion_tokens"] == 1, (m, j)
+    st, j = call(dict(base, logit_bias={"2": 100}, ignore_eos=True))
+    assert st == 200 and j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == 6, (m, j)
+    st, j = call(dict(base, logit_bias={"5": 100}, stop_token_ids=[5]))
+    assert st == 200 and j["choices"][0]["finish_reason"] == "stop" and j["choices"][0]["text"] == "", (m, j)
+    st, j = call(dict(base, stop_token_ids=[999]))
+    assert st == 400 and "stop_token_ids" in j["error"]["message"], (m, j)
+# the id greedy decoding starts with: the token-id prompt whose echo is that text
+st, j = call({"model": "hfe", "prompt": "hi hi", "max_tokens": 1, "temperature": 0, "logprobs": 0, "ignore_eos": True})
+first = j["choices"][0]["logprobs"]["tokens"][0]
+ids = [i for i in range(3, 256) if call({"model": "hfe", "prompt": [i], "max_tokens": 1, "echo": True, "ignore_eos": True,
+                                          "logit_bias": {"2": -100}})[1]["choices"][0]["text"].startswith(first) and first]
+assert ids, ("no id reads", first)
+d = os.path.join(tmp, "hfe1")
+subprocess.run(["cp", "-r", os.path.join(tmp, "hfe"), d], check=True)
+results = []
+for i in ids[:6]:
+    json.dump({"eos_token_id": i}, open(os.path.join(d, "generation_config.json"), "w"))
+    p = subprocess.run([bin_, "generate", d, "--prompt", "hi hi", "--tokens", "4", "--temperature", "0"], capture_output=True, text=True)
+    results.append((i, p.returncode, p.stdout, p.stderr))
+    if p.returncode == 0 and p.stdout == "hi hi\n" and "end-of-sequence id %d" % i in p.stderr:
+        break
+else:
+    raise AssertionError(("generate did not stop at the end id", first, results))
+p = subprocess.run([bin_, "generate", d, "--prompt", "hi hi", "--tokens", "4", "--temperature", "0", "--ignore-eos"],
+                   capture_output=True, text=True)
+assert p.returncode == 0 and len(p.stdout) > len("hi hi\n") and "end-of-sequence" not in p.stderr, p
+print("forced end id: stop with no text, ignore_eos and stop_token_ids work (directory and graph); generate stops at id %d" % i)
+PY
+kill -TERM $spid; wait $spid
+
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 "$py" - "$tmp" <<'PY' > "$tmp/py.out" 2>&1

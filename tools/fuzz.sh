@@ -271,6 +271,13 @@ seed("prompts_n", 0, {"model": "kjv", "prompt": ["a", "bb"], "n": 3, "best_of": 
                       "logit_bias": {"5": -100, "17": 2.5}}, logits)
 seed("token_prompts", 0, {"model": "kjv", "prompt": [[1, 2, 3], [4]], "top_k": -1, "max_tokens": None})
 seed("token_prompt", 4, {"model": "kjv", "prompt": [7, 8, 2147483647], "logprobs": None, "suffix": ""})
+seed("vllm", 0, {"model": "kjv", "prompt": "x", "min_p": 0.05, "ignore_eos": True, "stop_token_ids": [2, 50256],
+                 "top_k": 40, "repetition_penalty": 1.1})
+seed("unknown_field", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "min_tokens": 3,
+                          "modalities": ["text"], "store": False, "metadata": {"a": "b"}})
+seed("logprobs", 0, {"model": "kjv", "prompt": "x", "logprobs": 5, "stream": True}, "caf\u00e9 \u2603".encode() + b"\xe2\x82")
+seed("chat_logprobs", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "logprobs": True,
+                          "top_logprobs": 20}, b"\xf0\x9f\x98\x80ab" + logits)
 seed("chat_tools_none", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "tools": [],
                             "tool_choice": "none", "response_format": {"type": "text"}, "n": 2})
 seed("chat_tools", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 3,

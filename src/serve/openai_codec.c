@@ -88,9 +88,64 @@ static int parse_logit_bias(const json_t *x, fm_tg_params *p, char *err, size_t 
     return 0;
 }
 
+/* The fields a request may hold: OpenAI's (completions or chat) and the vLLM
+ * extensions fathom does. Any other is refused by name, as OpenAI's own API refuses
+ * an unrecognized argument, so that a parameter fathom lacks (vLLM's min_tokens, a
+ * misspelt temperture) never passes silently. The ones only named here are accepted
+ * and have no effect on the text (user, store, metadata, service_tier, ...). */
+static int refuse_unknown(const json_t *j, bool chat, char *err, size_t errn) {
+    static const char *const both[] = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options",
+                                       "logprobs", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "user", "seed",
+                                       "top_k", "repetition_penalty", "min_p", "ignore_eos", "stop_token_ids", NULL};
+    static const char *const comp[] = {"prompt", "echo", "best_of", "suffix", NULL};
+    static const char *const chat_only[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
+                                            "tool_choice", "parallel_tool_calls", "functions", "function_call", "store",
+                                            "metadata", "service_tier", "modalities", "prompt_cache_key", "safety_identifier",
+                                            "prediction", "reasoning_effort", "verbosity", "echo", "best_of", NULL};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)j, key, v) {
+        bool known = false;
+        for (const char *const *k = both; *k && !known; k++) known = !strcmp(key, *k);
+        for (const char *const *k = chat ? chat_only : comp; *k && !known; k++) known = !strcmp(key, *k);
+        if (!known)
+            return snprintf(err, errn, "unknown or unsupported field '%.64s' for /v1/%scompletions (docs/SERVING.md lists "
+                            "the fields fathom serve takes)", key, chat ? "chat/" : ""), 400;
+    }
+    const json_t *m = json_object_get(j, "modalities");
+    for (size_t i = 0; chat && i < json_array_size(m); i++)
+        if (!json_is_string(json_array_get(m, i)) || strcmp(json_string_value(json_array_get(m, i)), "text"))
+            return snprintf(err, errn, "\"modalities\": only \"text\" is supported"), 400;
+    return 0;
+}
+
+/* vLLM's min_p, ignore_eos and stop_token_ids. */
+static int parse_vllm(const json_t *j, fm_tg_params *p, char *err, size_t errn) {
+    double min_p = 0;
+    int st = number_in(j, "min_p", 0, 1, false, &min_p, err, errn);
+    if (st) return st;
+    p->min_p = (float)min_p;
+    const json_t *x = json_object_get(j, "ignore_eos");
+    if (x && !json_is_null(x) && !json_is_boolean(x)) return snprintf(err, errn, "\"ignore_eos\" must be true or false"), 400;
+    p->ignore_eos = json_is_true(x);
+    x = json_object_get(j, "stop_token_ids");
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_array(x) || json_array_size(x) > FM_TG_MAX_STOP_IDS)
+        return snprintf(err, errn, "\"stop_token_ids\" must be an array of at most %d token ids", FM_TG_MAX_STOP_IDS), 400;
+    for (size_t i = 0; i < json_array_size(x); i++) {
+        const json_t *v = json_array_get(x, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return snprintf(err, errn, "stop_token_ids[%zu] is not a token id (a whole number >= 0)", i), 400;
+        p->stop_ids[p->n_stop_ids++] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
 /* OpenAI fields fathom serve does not do: refused by name, not silently ignored. */
 static int refuse_unsupported(const json_t *j, bool chat, char *err, size_t errn) {
     const json_t *x;
+    int st = refuse_unknown(j, chat, err, errn);
+    if (st) return st;
     if ((x = json_object_get(j, "suffix")) && !json_is_null(x) && !(json_is_string(x) && !json_string_length(x)))
         return snprintf(err, errn, "\"suffix\" (insertion) is not supported"), 400;
     if (chat && (x = json_object_get(j, "echo")) && !json_is_null(x) && !json_is_false(x))
@@ -192,6 +247,7 @@ static int parse_params(const json_t *j, bool chat, fm_tg_params *p, char *err, 
         return snprintf(err, errn, "\"seed\" must be a whole number >= 0"), 400;
     if (x && !json_is_null(x)) p->sample.seed = (uint64_t)json_integer_value(x);
     if ((st = parse_logit_bias(json_object_get(j, "logit_bias"), p, err, errn))) return st;
+    if ((st = parse_vllm(j, p, err, errn))) return st;
     if ((st = refuse_unsupported(j, chat, err, errn))) return st;
     return parse_stop(json_object_get(j, "stop"), p, err, errn);
 }

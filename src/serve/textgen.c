@@ -40,6 +40,7 @@ struct fm_tg_req {
     float *lp, *top_lp; /* with p.logprobs: [block] and [block * top_logprobs] (fm_tg_req_logprobs) */
     int32_t *top_id;
     bool cancelled;
+    bool ended;      /* the last token is an end-of-sequence or stop id: not part of the text */
     int64_t t_arrival;
     fm_tg_req *next;
     /* shared with the connection thread: under mu, written by the engine only (so it
@@ -63,6 +64,8 @@ struct fm_textgen {
     fm_tokenizer *tok;
     fm_gpt_paged *p;
     int max_seqs, V, V_tok, block;
+    int n_eos;        /* the model's end-of-sequence ids (fm_tg_read_eos_ids) */
+    int32_t eos[FM_TG_MAX_STOP_IDS];
     int chunk;        /* token budget of one step (text_generation.prefill_chunk_tokens) */
     int32_t *rows;    /* one step's tokens, [max_seqs + chunk] */
     int64_t max_queue, n_waiting;
@@ -199,11 +202,11 @@ void fm_tg_req_release(fm_tg_req *r) {
 static bool update_text(fm_textgen *t, fm_tg_req *r) {
     char *raw = NULL;
     size_t raw_n = 0;
-    if (fm_tokenizer_decode(t->tok, r->toks + r->n_prompt, r->n_gen, &raw, &raw_n) != FM_OK) {
+    if (fm_tokenizer_decode(t->tok, r->toks + r->n_prompt, r->n_gen - r->ended, &raw, &raw_n) != FM_OK) {
         finish_req(r, "error");
         return false;
     }
-    const char *finish = NULL;
+    const char *finish = r->ended ? "stop" : NULL;
     for (int i = 0; i < r->p.n_stop; i++) {
         char *hit = memmem(raw, raw_n, r->p.stop[i], strlen(r->p.stop[i]));
         if (hit) { raw_n = (size_t)(hit - raw); finish = "stop"; }
@@ -321,6 +324,43 @@ static void adjust_logits(fm_textgen *t, const fm_tg_req *r, float *row) {
         for (int k = 0; k < r->n_toks; k++) t->seen[r->toks[k]] = 0;
     }
     for (int k = 0; k < p->n_bias; k++) row[p->bias_id[k]] += p->bias[k];
+    /* min_p on the distribution the sampler draws from (after the temperature):
+     * p_i < min_p * p_max <=> l_i < l_max + T log(min_p) */
+    if (p->min_p > 0 && p->sample.temperature > 0) {
+        float mx = -INFINITY;
+        for (int j = 0; j < t->V_tok; j++)
+            if (row[j] > mx) mx = row[j];
+        float cut = mx + (float)(p->sample.temperature * log((double)p->min_p));
+        for (int j = 0; j < t->V_tok; j++)
+            if (row[j] < cut) row[j] = -INFINITY;
+    }
+}
+
+/* Whether id ends the request's text: the model's end-of-sequence ids (unless
+ * ignore_eos) and the request's stop ids. */
+static bool ends_text(const fm_textgen *t, const fm_tg_req *r, int id) {
+    for (int k = 0; !r->p.ignore_eos && k < t->n_eos; k++)
+        if (t->eos[k] == id) return true;
+    for (int k = 0; k < r->p.n_stop_ids; k++)
+        if (r->p.stop_ids[k] == id) return true;
+    return false;
+}
+
+int fm_tg_read_eos_ids(const char *dir, int32_t *ids) {
+    const char *files[] = {"generation_config.json", "config.json"};
+    int n = 0;
+    for (int f = 0; f < 2 && n == 0; f++) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/%s", dir, files[f]);
+        json_t *j = json_load_file(p, 0, NULL), *e = json_object_get(j, "eos_token_id");
+        for (size_t i = 0; i < (json_is_array(e) ? json_array_size(e) : 1) && n < FM_TG_MAX_STOP_IDS; i++) {
+            const json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+            if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX)
+                ids[n++] = (int32_t)json_integer_value(v);
+        }
+        json_decref(j);
+    }
+    return n;
 }
 
 /* t->raw's log-probability of token tok and the request's top ids, at index r->n_gen
@@ -369,6 +409,7 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
         if (r->p.logprobs) record_logprobs(t, r, tok);
         r->toks[r->n_toks++] = tok;
         r->n_gen++;
+        r->ended = ends_text(t, r, tok);
         (*new_tokens)++;
         if (r->n_gen == 1) {
             pthread_mutex_lock(&t->stats->mu);
@@ -553,6 +594,9 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     t->V = g->vocab_size;
     /* ids the tokenizer has: a Hugging Face vocabulary padded past it is never sampled */
     t->V_tok = fm_tokenizer_vocab_size(t->tok) < t->V ? fm_tokenizer_vocab_size(t->tok) : t->V;
+    int32_t eos[FM_TG_MAX_STOP_IDS];
+    for (int i = 0, n = fm_tg_read_eos_ids(dir, eos); i < n; i++)
+        if (eos[i] < t->V_tok) t->eos[t->n_eos++] = eos[i];
     t->block = g->block_size;
     t->max_seqs = (int)(c->max_batch_size < MAX_SEQS ? c->max_batch_size : MAX_SEQS);
     t->max_queue = c->max_queue_size;
@@ -615,6 +659,10 @@ static int check_ids(const fm_textgen *t, const int32_t *ids, int64_t n_ids, con
         if (ids[i] < 0 || ids[i] >= t->V_tok)
             return snprintf(err, errn, "prompt token %lld is id %d; this model's vocabulary has ids 0 to %d", (long long)i,
                             (int)ids[i], t->V_tok - 1), 400;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= t->V_tok)
+            return snprintf(err, errn, "stop_token_ids names token id %d; this model's vocabulary has ids 0 to %d",
+                            (int)p->stop_ids[i], t->V_tok - 1), 400;
     for (int i = 0; i < p->n_bias; i++)
         if (p->bias_id[i] < 0 || p->bias_id[i] >= t->V_tok)
             return snprintf(err, errn, "logit_bias names token id %d; this model's vocabulary has ids 0 to %d", (int)p->bias_id[i],

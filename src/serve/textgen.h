@@ -17,6 +17,7 @@
 #define FM_TG_MAX_STOP 4
 #define FM_TG_MAX_BIAS 1024
 #define FM_TG_MAX_TOP 20
+#define FM_TG_MAX_STOP_IDS 16
 
 typedef struct fm_textgen fm_textgen;
 
@@ -38,6 +39,13 @@ typedef struct fm_tg_params {
     int n_bias;
     int32_t bias_id[FM_TG_MAX_BIAS];
     float bias[FM_TG_MAX_BIAS];
+    /* vLLM's: min_p (0: off) drops ids less likely than min_p times the most likely
+     * one; ignore_eos keeps going past the model's end-of-sequence ids; stop_ids end
+     * the text as those do (finish "stop"; the id is counted, not shown) */
+    float min_p;
+    bool ignore_eos;
+    int n_stop_ids;
+    int32_t stop_ids[FM_TG_MAX_STOP_IDS];
     /* each generated token's log-probability, and those of the top_logprobs (0 to
      * FM_TG_MAX_TOP) most likely ids at its step (fm_tg_req_logprobs) */
     bool logprobs;
@@ -45,6 +53,11 @@ typedef struct fm_tg_params {
 } fm_tg_params;
 
 typedef struct fm_tg_req fm_tg_req;
+
+/* A text model's end-of-sequence ids: eos_token_id (a whole number or an array) of the
+ * directory's generation_config.json, else of its config.json (what transformers'
+ * generate stops at); none for fathom's own GPT recipes. At most FM_TG_MAX_STOP_IDS. */
+int fm_tg_read_eos_ids(const char *dir, int32_t *ids);
 
 /* A trained GPT directory (config.json, model.safetensors, tokenizer.txt) or a GPT-2,
  * Llama or Qwen2 in Hugging Face layout with its tokenizer (vocab.json + merges.txt or

@@ -183,6 +183,16 @@ def openai_fields(s, check, base):
     pen = {k: text_of(s, dict(g, **{k: v})) for k, v in (("frequency_penalty", 2), ("presence_penalty", 2), ("repetition_penalty", 5))}
     check(plain == off and all(t != plain for t in pen.values()) and pen["frequency_penalty"] == text_of(s, dict(g, frequency_penalty=2)),
           "penalties change the greedy text, deterministically; 0/0/1 change nothing (%r; %s)" % (plain, pen))
+    # vLLM's min_p: at 1 only the most likely id survives, so sampling at temperature 1 is greedy
+    check(text_of(s, dict(g, temperature=1.0, min_p=1.0)) == plain and text_of(s, dict(g, temperature=1.0, min_p=0.0)) != plain,
+          "min_p 1 at temperature 1 gives the greedy text; min_p 0 does not")
+    for name, body, needle in [("an unknown field", {"temperture": 0.5}, "'temperture'"),
+                               ("vLLM's min_tokens (not done)", {"min_tokens": 3}, "'min_tokens'"),
+                               ("a chat-only field", {"max_completion_tokens": 3}, "'max_completion_tokens'"),
+                               ("stop_token_ids not ids", {"stop_token_ids": ["a"]}, "stop_token_ids"),
+                               ("min_p 2", {"min_p": 2}, "min_p"), ("ignore_eos a string", {"ignore_eos": "yes"}, "ignore_eos")]:
+        st, j = complete(s, dict(base, **body))
+        check(st == 400 and needle in emsg(j), "completions, %s -> 400 naming it: %s" % (name, emsg(j)))
     # n choices streamed: each event carries one choice's index; per index the whole texts
     st, _, ch, done = stream(s, dict(base, n=2, prompt=["in the", "god"], stream_options={"include_usage": True}))
     st2, j = complete(s, dict(base, n=2, prompt=["in the", "god"]))
@@ -200,8 +210,12 @@ def openai_fields(s, check, base):
         st, j = s.json("POST", "/v1/chat/completions", dict({"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}]}, **body))
         check(st == 400 and needle in emsg(j), "chat, %s -> 400 naming it: %s" % (name, j))
     st, j = s.json("POST", "/v1/chat/completions", {"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}],
-                                                   "tools": [], "tool_choice": "none", "response_format": {"type": "text"}})
-    check(st == 200, "chat with no tools, tool_choice none and a text response_format is served (%s)" % st)
+                                                   "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
+                                                   "store": False, "metadata": {"k": "v"}, "user": "u", "modalities": ["text"]})
+    check(st == 200, "chat with no tools, tool_choice none, a text response_format, store, metadata, user is served (%s)" % st)
+    st, j = s.json("POST", "/v1/chat/completions", {"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}],
+                                                   "modalities": ["text", "audio"]})
+    check(st == 400 and "modalities" in emsg(j), "chat with audio modalities -> 400: %s" % emsg(j))
     # a chat reply without max_tokens runs to its stop or the context (OpenAI's and vLLM's
     # default), where completions stop at 16: the same as max_tokens 100000 (qa-chat's short
     # template leaves room for more than 16 tokens in this model's context of 32)
