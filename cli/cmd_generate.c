@@ -67,6 +67,18 @@ static bool parse_real(const char *opt, const char *v, double *out) {
     return true;
 }
 
+/* An option generate does not take (or one missing its value): the message, the usage, 2. */
+static int bad_option(const char *a) {
+    static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p", "--seed",
+                                        "--no-cache", "--quiet", "--device", "--precision", "--kv-cache", "--ignore-eos"};
+    int known = 0;
+    for (int k = 0; k < 13; k++) known |= !strcmp(a, flags[k]);
+    if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
+    else fm_cli_unknown_option("generate", a, flags, 13);
+    usage(stderr);
+    return 2;
+}
+
 int fm_cmd_generate(int argc, char **argv) {
     const char *dir = NULL, *prompt = NULL;
     long long tokens = 100, top_k = 0, seed = 0;
@@ -105,17 +117,7 @@ int fm_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (a[0] != '-' && !dir) dir = a;
-        else {
-            static const char *const flags[] = {"--help", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p",
-                                                "--seed", "--no-cache", "--quiet", "--device", "--precision", "--kv-cache",
-                                                "--ignore-eos"};
-            int known = 0;
-            for (int k = 0; k < 13; k++) known |= !strcmp(a, flags[k]);
-            if (known || a[0] != '-') fm_cli_error("unknown or incomplete option '%s'", a);
-            else fm_cli_unknown_option("generate", a, flags, 13);
-            usage(stderr);
-            return 2;
-        }
+        else return bad_option(a);
         if (!ok) return 2;
     }
     if (!dir || !prompt) { usage(stderr); return 2; }
