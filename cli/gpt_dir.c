@@ -74,13 +74,17 @@ fm_graph *fm_cli_graph_from_dir(const char *dir) {
             g = NULL;
         }
     }
-    /* and its generation_config.json (the end-of-sequence ids text generation stops at) */
-    char p[4096];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    if (g && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && fm_graph_attach_file(g, "generation_config.json", p)) {
-        fm_graph_free(g);
-        g = NULL;
+    /* and the files serving reads beside them: generation_config.json (the end-of-sequence
+     * ids text generation stops at) and the chat template's (fm_tg_jinja_chat_template) */
+    const char *more[] = {"generation_config.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"};
+    for (int i = 0; i < 4 && g; i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", dir, more[i]);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && fm_graph_attach_file(g, more[i], p)) {
+            fm_graph_free(g);
+            g = NULL;
+        }
     }
     return g;
 }

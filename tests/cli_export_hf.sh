@@ -106,11 +106,17 @@ kill -TERM $spid; wait $spid; rc=$?
 # end id the greedy text starts with (found through the server's token-id prompts).
 cp -r "$tmp/hfl" "$tmp/hfe"
 echo '{"eos_token_id": [2], "bos_token_id": 1}' > "$tmp/hfe/generation_config.json"
+# and a Jinja chat template of its own: chat is refused for it (not rendered another way)
+# until its config gives the template's format; completions serve it
+echo '{"chat_template": "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}<|assistant|>"}' > "$tmp/hfe/tokenizer_config.json"
 expect 0 "" "$bin" compile "$tmp/hfe" -o "$tmp/hfe.graph"
-[[ -s $tmp/hfe.graph/generation_config.json ]] && ok "the compiled graph carries generation_config.json" ||
-  bad "no generation_config.json in the graph: $(ls "$tmp/hfe.graph")"
-rm -rf "$tmp/repo2" && mkdir -p "$tmp/repo2/hfe" "$tmp/repo2/hfe-graph"
-cp -r "$tmp/hfe" "$tmp/repo2/hfe/1" && cp -r "$tmp/hfe.graph" "$tmp/repo2/hfe-graph/1"
+[[ -s $tmp/hfe.graph/generation_config.json && -s $tmp/hfe.graph/tokenizer_config.json ]] &&
+  ok "the compiled graph carries generation_config.json and tokenizer_config.json" ||
+  bad "no generation_config.json or tokenizer_config.json in the graph: $(ls "$tmp/hfe.graph")"
+rm -rf "$tmp/repo2" && mkdir -p "$tmp/repo2/hfe" "$tmp/repo2/hfe-graph" "$tmp/repo2/hfe-chat"
+cp -r "$tmp/hfe" "$tmp/repo2/hfe/1" && cp -r "$tmp/hfe.graph" "$tmp/repo2/hfe-graph/1" && cp -r "$tmp/hfe" "$tmp/repo2/hfe-chat/1"
+echo '{"text_generation": {"chat_template": {"system": "<|system|>{content}</s>", "user": "<|user|>{content}</s>",
+  "assistant": "<|assistant|>{content}</s>", "generation": "<|assistant|>", "stop": "<|user|>"}}}' > "$tmp/repo2/hfe-chat/config.json"
 "$bin" serve --model-repository "$tmp/repo2" --port 0 --metrics-port 0 > /dev/null 2> "$tmp/serve2.log" &
 spid=$!
 python3 - "$tmp/serve2.log" "$bin" "$tmp" <<'PY' > "$tmp/serve2.out" 2>&1 && ok "end of sequence: $(tail -1 "$tmp/serve2.out")" || bad "end of sequence: $(cat "$tmp/serve2.out") $(cat "$tmp/serve2.log")"
@@ -138,6 +144,17 @@ for m in ("hfe", "hfe-graph"):
     assert st == 200 and j["choices"][0]["finish_reason"] == "stop" and j["choices"][0]["text"] == "", (m, j)
     st, j = call(dict(base, stop_token_ids=[999]))
     assert st == 400 and "stop_token_ids" in j["error"]["message"], (m, j)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/chat/completions", json.dumps({"model": m, "messages": [{"role": "user", "content": "hi"}]}))
+    r = c.getresponse()
+    j = json.loads(r.read())
+    assert r.status == 400 and "tokenizer_config.json" in j["error"]["message"] and "Jinja" in j["error"]["message"], (m, j)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+c.request("POST", "/v1/chat/completions", json.dumps({"model": "hfe-chat", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}))
+r = c.getresponse()
+j = json.loads(r.read())
+assert r.status == 200 and j["usage"]["completion_tokens"] >= 1, j
+assert "chat template (tokenizer_config.json) is Jinja" in open(log).read(), open(log).read()
 # the id greedy decoding starts with: the token-id prompt whose echo is that text
 st, j = call({"model": "hfe", "prompt": "hi hi", "max_tokens": 1, "temperature": 0, "logprobs": 0, "ignore_eos": True})
 first = j["choices"][0]["logprobs"]["tokens"][0]
@@ -158,7 +175,8 @@ else:
 p = subprocess.run([bin_, "generate", d, "--prompt", "hi hi", "--tokens", "4", "--temperature", "0", "--ignore-eos"],
                    capture_output=True, text=True)
 assert p.returncode == 0 and len(p.stdout) > len("hi hi\n") and "end-of-sequence" not in p.stderr, p
-print("forced end id: stop with no text, ignore_eos and stop_token_ids work (directory and graph); generate stops at id %d" % i)
+print("forced end id: stop with no text, ignore_eos and stop_token_ids work (directory and graph); a Jinja chat "
+      "template refuses chat (configured: served); generate stops at id %d" % i)
 PY
 kill -TERM $spid; wait $spid
 

@@ -275,10 +275,11 @@ fm_graph *fm_graph_load(const char *dir) {
     free(buf);
     if (!g) fm_error_prefix("%s", path);
     /* the tokenizer files a GPT graph carries (fathom's, or a Hugging Face model's),
-     * and a Hugging Face model's generation_config.json (its end-of-sequence ids), so
-     * that compile and quantize pass them on */
-    const char *tok[] = {"tokenizer.txt", "vocab.json", "merges.txt", "tokenizer.json", "generation_config.json"};
-    for (int i = 0; g && i < 5; i++) {
+     * and a Hugging Face model's generation_config.json (its end-of-sequence ids) and
+     * chat template's files, so that compile and quantize pass them on */
+    const char *tok[] = {"tokenizer.txt",          "vocab.json",            "merges.txt",          "tokenizer.json",
+                         "generation_config.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"};
+    for (int i = 0; g && i < 8; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, tok[i]);
         if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && fm_graph_attach_file(g, tok[i], path)) { fm_graph_free(g); g = NULL; }
     }

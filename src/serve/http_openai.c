@@ -233,6 +233,11 @@ static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_ht
     if (!st) {
         v = fm_repo_acquire(s->repo, q.model, 0, &st, err, sizeof err);
         if (v && !v->textgen) st = 400, snprintf(err, sizeof err, "model '%s' is not a text-generation model", q.model);
+        else if (v && chat && v->jinja_template[0])
+            st = 400, snprintf(err, sizeof err, "model '%s' has its own chat template (%s, Jinja), which fathom serve does "
+                               "not run; rendering its messages another way would prompt it wrongly. Give the template's "
+                               "format as text_generation.chat_template in its config.json (docs/SERVING.md), or send "
+                               "the formatted prompt to /v1/completions", q.model, v->jinja_template);
         else if (v) st = 0;
     }
     fm_openai_prompt_item *items = NULL;

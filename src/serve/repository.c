@@ -247,6 +247,13 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
         fm_serve_stats_init(&v->stats);
         v->platform = "fathom_gpt";
         if (!(v->textgen = fm_textgen_open(vdir, &v->cfg, &v->stats))) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }
+        const char *jt = v->cfg.chat.set ? NULL : fm_tg_jinja_chat_template(vdir);
+        if (jt) {
+            snprintf(v->jinja_template, sizeof v->jinja_template, "%s", jt);
+            fprintf(stderr, "fathom serve: %s: the model's chat template (%s) is Jinja, which fathom does not run: "
+                            "/v1/chat/completions is refused for it until config.json's text_generation.chat_template "
+                            "gives its format (docs/SERVING.md); /v1/completions serves it\n", vdir, jt);
+        }
         return v;
     }
     int n = cfg->instance_count;

@@ -346,6 +346,18 @@ static bool ends_text(const fm_textgen *t, const fm_tg_req *r, int id) {
     return false;
 }
 
+const char *fm_tg_jinja_chat_template(const char *dir) {
+    if (has_files(dir, 1, (const char *[]){"chat_template.jinja"})) return "chat_template.jinja";
+    if (has_files(dir, 1, (const char *[]){"chat_template.json"})) return "chat_template.json";
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    const json_t *t = json_object_get(j, "chat_template");
+    bool has = t && !json_is_null(t) && !(json_is_string(t) && !json_string_length(t));
+    json_decref(j);
+    return has ? "tokenizer_config.json" : NULL;
+}
+
 int fm_tg_read_eos_ids(const char *dir, int32_t *ids) {
     const char *files[] = {"generation_config.json", "config.json"};
     int n = 0;

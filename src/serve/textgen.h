@@ -59,6 +59,11 @@ typedef struct fm_tg_req fm_tg_req;
  * generate stops at); none for fathom's own GPT recipes. At most FM_TG_MAX_STOP_IDS. */
 int fm_tg_read_eos_ids(const char *dir, int32_t *ids);
 
+/* A Hugging Face model's own chat template, which is Jinja: "tokenizer_config.json"
+ * when it has a non-null chat_template, "chat_template.jinja" or "chat_template.json"
+ * when present (the file it is in); NULL when the directory has none. */
+const char *fm_tg_jinja_chat_template(const char *dir);
+
 /* A trained GPT directory (config.json, model.safetensors, tokenizer.txt) or a GPT-2,
  * Llama or Qwen2 in Hugging Face layout with its tokenizer (vocab.json + merges.txt or
  * tokenizer.json); or a GPT inference graph directory (graph.json whose metadata says
