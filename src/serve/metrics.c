@@ -131,6 +131,9 @@ static const char *const k_help[][3] = {
     {"fathom_kv_cache_blocks_used", "gauge", "Text generation: KV cache blocks in use"},
     {"fathom_kv_cache_blocks_total", "gauge", "Text generation: KV cache blocks in the pool"},
     {"fathom_time_to_first_token_us", "histogram", "Text generation: time from arrival to the first generated token (us)"},
+    {"fathom_generation_running_sequences", "gauge", "Text generation: sequences decoding (admitted, not finished) after the last step"},
+    {"fathom_time_per_output_token_us", "histogram",
+     "Text generation: time between a request's successive generated tokens (inter-token latency, us)"},
 };
 
 void fm_serve_stats_snapshot(fm_serve_stats *s, fm_serve_stats *out) {
@@ -145,6 +148,7 @@ static unsigned long long counter(const fm_serve_stats *s, size_t i) {
                           s->compute_input_us, s->compute_infer_us, s->compute_output_us};
     if (i < sizeof v / sizeof *v) return v[i];
     if (i == 9) return (unsigned long long)(s->pending > 0 ? s->pending : 0);
+    if (i == 22) return (unsigned long long)(s->gen_running > 0 ? s->gen_running : 0);
     const uint64_t g[] = {s->prompt_tokens, s->generated_tokens, s->gen_steps, s->gen_step_seqs, s->gen_step_rows, s->gen_preemptions,
                           (uint64_t)s->kv_blocks_used, (uint64_t)s->kv_blocks_total};
     return g[i - 13];
@@ -156,11 +160,12 @@ void fm_serve_stats_write(FILE *f, int n, const fm_serve_stats *snaps, const cha
         for (int i = 0; i < n; i++) {
             char l[160];
             snprintf(l, sizeof l, "model=\"%s\",version=\"%lld\"", models[i], versions[i]);
-            if (k < 10 || (k >= 13 && k < 21)) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
+            if (k < 10 || (k >= 13 && k < 21) || k == 22) fprintf(f, "%s{%s} %llu\n", k_help[k][0], l, counter(&snaps[i], k));
             else if (k == 10) fm_hist_write(f, k_help[k][0], l, &snaps[i].request_hist);
             else if (k == 11) fm_hist_write(f, k_help[k][0], l, &snaps[i].queue_hist);
             else if (k == 12) fm_hist_write(f, k_help[k][0], l, &snaps[i].compute_hist);
-            else fm_hist_write(f, k_help[k][0], l, &snaps[i].ttft_hist);
+            else if (k == 21) fm_hist_write(f, k_help[k][0], l, &snaps[i].ttft_hist);
+            else fm_hist_write(f, k_help[k][0], l, &snaps[i].itl_hist);
         }
     }
 }

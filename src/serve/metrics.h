@@ -38,7 +38,9 @@ typedef struct fm_serve_stats {
     uint64_t prompt_tokens, generated_tokens, gen_steps, gen_step_seqs, gen_preemptions;
     uint64_t gen_step_rows; /* tokens fed summed over steps (a prompt chunk counts each) */
     int64_t kv_blocks_used, kv_blocks_total;
+    int64_t gen_running;      /* sequences in the engine's active set after the last step */
     fm_hist ttft_hist;
+    fm_hist itl_hist;         /* time between a request's successive generated tokens */
 } fm_serve_stats;
 
 void fm_serve_stats_init(fm_serve_stats *s);

@@ -41,7 +41,7 @@ struct fm_tg_req {
     int32_t *top_id;
     bool cancelled;
     bool ended;      /* the last token is an end-of-sequence or stop id: not part of the text */
-    int64_t t_arrival;
+    int64_t t_arrival, t_last; /* its arrival; its last token's sampling */
     fm_tg_req *next;
     /* shared with the connection thread: under mu, written by the engine only (so it
      * reads them without mu), except taken, which the connection writes */
@@ -423,11 +423,12 @@ static void after_step(fm_textgen *t, int n, fm_tg_req **batch, const int *count
         r->n_gen++;
         r->ended = ends_text(t, r, tok);
         (*new_tokens)++;
-        if (r->n_gen == 1) {
-            pthread_mutex_lock(&t->stats->mu);
-            fm_hist_add(&t->stats->ttft_hist, (double)(fm_now_ns() - r->t_arrival) / 1000.0);
-            pthread_mutex_unlock(&t->stats->mu);
-        }
+        int64_t now = fm_now_ns();
+        pthread_mutex_lock(&t->stats->mu);
+        if (r->n_gen == 1) fm_hist_add(&t->stats->ttft_hist, (double)(now - r->t_arrival) / 1000.0);
+        else fm_hist_add(&t->stats->itl_hist, (double)(now - r->t_last) / 1000.0);
+        pthread_mutex_unlock(&t->stats->mu);
+        r->t_last = now;
         wake[i] = update_text(t, r);
     }
     /* the wake-ups after all the bookkeeping: a woken connection thread can then take
@@ -529,6 +530,7 @@ static void run_step(fm_textgen *t) {
     int64_t used = fm_gpt_paged_total_blocks(t->p) - fm_gpt_paged_free_blocks(t->p);
     pthread_mutex_lock(&t->stats->mu);
     t->stats->kv_blocks_used = used;
+    t->stats->gen_running = t->n_active;
     pthread_mutex_unlock(&t->stats->mu);
 }
 

@@ -632,6 +632,11 @@ def continuous_batching(s, check):
           "time to first token recorded per request")
     check(m1["fathom_inference_generated_tokens"] - m0["fathom_inference_generated_tokens"] == 160,
           "generated tokens counted (160)")
+    itl = m1.get("fathom_time_per_output_token_us_count", 0) - m0.get("fathom_time_per_output_token_us_count", 0)
+    itl_sum = m1.get("fathom_time_per_output_token_us_sum", 0) - m0.get("fathom_time_per_output_token_us_sum", 0)
+    check(itl == 8 * 19 and itl_sum > 0 and m1.get("fathom_generation_running_sequences") == 0,
+          "inter-token latency: one observation per token after each request's first (%d of 152; mean %.0f us); "
+          "no sequence running once done (%s)" % (itl, itl_sum / max(itl, 1), m1.get("fathom_generation_running_sequences")))
 
 
 def lone_wait(s, check):
