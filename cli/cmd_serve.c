@@ -23,7 +23,7 @@ static void serve_usage(FILE *f) {
             "  --host ADDR            address to bind (numeric or localhost; default loopback)\n"
             "  --port N               HTTP port (0: any free port, printed at start)\n"
             "  --metrics-port N       metrics port (0: any free port; -1: none)\n"
-            "  --api-key KEY          required for /v2/repository/... and shared memory (Authorization: Bearer KEY)\n"
+            "  --api-key KEY          required for /v2/repository/..., shared memory and /v1 (Authorization: Bearer KEY)\n"
             "  --model-control MODE   poll (default): load every model and rescan DIR every --poll-secs;\n"
             "                         explicit: load/unload through the API (and --load-model at start)\n"
             "  --load-model NAME      explicit mode: load NAME at start ('*': every model)\n"

@@ -36,6 +36,9 @@ typedef struct fm_http_req {
 void fm_http_error_style(const char *url);
 /* Queues the error body (fm_http_error_style) with `status`. */
 enum MHD_Result fm_http_error(struct MHD_Connection *c, int status, const char *msg);
+/* Whether the request carries the server's API key (Authorization: Bearer KEY or
+ * X-API-Key: KEY), or the server has none. */
+bool fm_http_authorized(fm_server *s, struct MHD_Connection *c);
 enum MHD_Result fm_http_route(fm_server *s, struct MHD_Connection *c, const char *url, const char *method, fm_http_req *r);
 /* /v1/completions (OpenAI style text generation; http_openai.c). */
 enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r);

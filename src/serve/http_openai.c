@@ -319,6 +319,12 @@ static enum MHD_Result embeddings(fm_server *s, struct MHD_Connection *c, fm_htt
 }
 
 enum MHD_Result fm_http_openai(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method, fm_http_req *r) {
+    /* With --api-key every /v1 endpoint needs it, as OpenAI-compatible servers (vLLM's
+     * --api-key) do: its clients send it as their api_key. /v2 inference stays open, as
+     * Triton's is; the key guards its repository control. */
+    if (!fm_http_authorized(s, c))
+        return fm_http_error(c, 401, "this server needs its API key on /v1 (header Authorization: Bearer KEY: an OpenAI "
+                                     "client's api_key)");
     if ((n == 2 || n == 3) && !strcmp(seg[1], "models")) { /* what OpenAI clients list first */
         if (strcmp(method, "GET")) return fm_http_error(c, 405, "use GET for /v1/models");
         json_t *j = fm_repo_text_models_json(s->repo, n == 3 ? seg[2] : NULL);

@@ -191,7 +191,7 @@ static enum MHD_Result models(fm_server *s, struct MHD_Connection *c, char **seg
     return ret;
 }
 
-static bool authorized(fm_server *s, struct MHD_Connection *c) {
+bool fm_http_authorized(fm_server *s, struct MHD_Connection *c) {
     if (!s->opt.api_key) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
@@ -240,7 +240,7 @@ static int load_request_config(const fm_http_req *r, json_t **config, char *err,
 static enum MHD_Result repository(fm_server *s, struct MHD_Connection *c, char **seg, int n, const char *method,
                                   fm_http_req *r) {
     if (strcmp(method, "POST")) return fm_http_error(c, 405, "use POST for the repository endpoints");
-    if (!authorized(s, c))
+    if (!fm_http_authorized(s, c))
         return fm_http_error(c, 401, "repository control needs the server's API key (header Authorization: Bearer KEY "
                                      "or X-API-Key: KEY)");
     if (n == 3 && !strcmp(seg[2], "index")) {
@@ -292,7 +292,7 @@ static enum MHD_Result shared_memory(fm_server *s, struct MHD_Connection *c, cha
     if (!strcmp(seg[1], "cudasharedmemory"))
         return fm_http_error(c, 400, "CUDA shared memory is not supported by this server; use system shared memory");
     if (!client_is_local(c)) return fm_http_error(c, 403, "shared memory is for clients on the server's own host");
-    if (!authorized(s, c))
+    if (!fm_http_authorized(s, c))
         return fm_http_error(c, 401, "shared memory control needs the server's API key (header Authorization: Bearer KEY "
                                      "or X-API-Key: KEY)");
     const char *name = n == 5 && !strcmp(seg[2], "region") ? seg[3] : NULL, *action = seg[n - 1];

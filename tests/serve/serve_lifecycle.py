@@ -117,6 +117,15 @@ def run(Server, make_repo, infer_body, sample, ok, bad, check):
         check(st == 401, "index with a key prefix -> 401")
         st, j = s.json("POST", "/v2/repository/models/m/load", headers=key)
         check(st == 200, "load with the key -> 200")
+        # /v1 (OpenAI's endpoints) needs the key too, as vLLM's --api-key does
+        st, j = s.json("GET", "/v1/models")
+        e = j.get("error") if isinstance(j, dict) else None
+        check(st == 401 and isinstance(e, dict) and e.get("type") == "authentication_error" and "API key" in e.get("message", ""),
+              "/v1 without the key -> 401 in OpenAI's error shape: %s" % j)
+        st, j = s.json("POST", "/v1/completions", {"model": "m", "prompt": "x"}, headers={"Authorization": "Bearer wrong"})
+        check(st == 401, "/v1 with a wrong key -> 401")
+        st, j = s.json("GET", "/v1/models", headers=key)
+        check(st == 200 and j.get("object") == "list", "/v1 with the key -> 200")
         st, j = s.json("POST", "/v2/models/m/infer", body)
         check(st == 200, "explicit: infer after load")
         load_override_checks(s, key, infer_body, sample, check)
