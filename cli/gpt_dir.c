@@ -75,7 +75,7 @@ fm_graph *fm_cli_graph_from_dir(const char *dir) {
         }
     }
     /* and the files serving reads beside them: generation_config.json (the end-of-sequence
-     * ids text generation stops at) and the chat template's (fm_tg_jinja_chat_template) */
+     * ids text generation stops at) and the chat template's (fm_chat_jinja_load) */
     const char *more[] = {"generation_config.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json"};
     for (int i = 0; i < 4 && g; i++) {
         char p[4096];

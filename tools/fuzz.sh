@@ -26,7 +26,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 
 # ---- seeds ----
 seeds=$b/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config,model_config_pbtxt,embed_request}
+rm -rf "$seeds" && mkdir -p "$seeds"/{jinja,safetensors,npy,npz,idx,csv,recipe,tokenizer,token_file,gpt_config,trace,tensorboard,manifest,graph,infer_request,hf_tokenizer,hf_config,chat,plan_db,plan_config,completion_request,model_config,model_config_pbtxt,embed_request}
 cp tests/fixtures/gpt/*.safetensors "$seeds/safetensors/" 2> /dev/null || true
 cp tests/data/*.npy "$seeds/npy/"
 cp tests/data/*.npz "$seeds/npz/"
@@ -283,6 +283,24 @@ seed("chat_tools_none", 1, {"model": "kjv", "messages": [{"role": "user", "conte
 seed("chat_tools", 1, {"model": "kjv", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 3,
                        "tools": [{"type": "function", "function": {"name": "f"}}]})
 PY
+
+# chat templates (fuzz_jinja): every template and feature case tests/test_jinja.c compares with jinja2
+python3 - "$seeds/jinja" <<'PY' || true
+import os, sys
+sys.argv = sys.argv[:2]
+src = open("tests/serve/jinja_ref.py").read().split("\ncases = []")[0]
+ns = {}
+try:
+    exec(src, ns)
+except SystemExit:
+    ns = {}
+for i, (name, t, v) in enumerate(ns.get("FEATURES", [])):
+    open(os.path.join(sys.argv[1], "f%02d" % i), "w").write(t)
+for name in ("CHATML", "LLAMA3", "MISTRAL", "ZEPHYR", "GEMMA", "PHI3", "NS_TEMPLATE"):
+    if name in ns:
+        open(os.path.join(sys.argv[1], name.lower()), "w").write(ns[name])
+PY
+printf '{%% for m in messages %%}{{ m.role }}: {{ m.content }}\n{%% endfor %%}' > "$seeds/jinja/plain"
 
 # OpenAI embeddings requests (fuzz_embed_request)
 printf '{"model": "minilm", "input": ["A man is eating food.", "caf\\u00e9"], "encoding_format": "base64", "dimensions": 384, "user": "u"}' > "$seeds/embed_request/batch"

@@ -226,24 +226,25 @@ static int submit_all(stream_ctx *sc, fm_openai_req *q, fm_openai_prompt_item *i
 }
 
 static enum MHD_Result completions(fm_server *s, struct MHD_Connection *c, fm_http_req *r, bool chat) {
-    char err[512];
+    char err[1024];
     fm_openai_req q;
     int st = fm_openai_parse(r->body, r->len, chat, &q, err, sizeof err);
     fm_serve_version *v = NULL;
     if (!st) {
         v = fm_repo_acquire(s->repo, q.model, 0, &st, err, sizeof err);
         if (v && !v->textgen) st = 400, snprintf(err, sizeof err, "model '%s' is not a text-generation model", q.model);
-        else if (v && chat && v->jinja_template[0])
-            st = 400, snprintf(err, sizeof err, "model '%s' has its own chat template (%s, Jinja), which fathom serve does "
-                               "not run; rendering its messages another way would prompt it wrongly. Give the template's "
-                               "format as text_generation.chat_template in its config.json (docs/SERVING.md), or send "
-                               "the formatted prompt to /v1/completions", q.model, v->jinja_template);
+        else if (v && chat && v->chat_refusal[0])
+            st = 400, snprintf(err, sizeof err, "model '%s' has a chat template fathom cannot run (%.300s); rendering its "
+                               "messages another way would prompt it wrongly. Give its format as "
+                               "text_generation.chat_template in the model's config.json (docs/SERVING.md), or send the "
+                               "formatted prompt to /v1/completions", q.model, v->chat_refusal);
         else if (v) st = 0;
     }
     fm_openai_prompt_item *items = NULL;
     int n_items = 0;
     stream_ctx *sc = NULL;
-    if (!st) st = fm_openai_prompts(&q, &v->cfg.chat, &items, &n_items, err, sizeof err);
+    const char *why = NULL;
+    if (!st) st = fm_openai_prompts(&q, &v->cfg.chat, fm_textgen_chat_template(v->textgen, &why), &items, &n_items, err, sizeof err);
     if (!st && !(sc = ctx_new(v, n_items * q.n))) st = 500, snprintf(err, sizeof err, "out of memory");
     if (sc) {
         /* a whole reply's reader wakes once, at the end; a stream's at every token or

@@ -329,19 +329,22 @@ static int completion_prompts(const json_t *prompt, int n_per, fm_openai_prompt_
     return 0;
 }
 
-int fm_openai_prompts(fm_openai_req *r, const fm_chat_template *t, fm_openai_prompt_item **out, int *n, char *err, size_t errn) {
+int fm_openai_prompts(fm_openai_req *r, const fm_chat_template *t, const fm_chat_jinja *j, fm_openai_prompt_item **out,
+                      int *n, char *err, size_t errn) {
     *out = NULL;
     *n = 0;
     if (!r->chat) return completion_prompts(json_object_get(r->body, "prompt"), r->n, out, n, err, errn);
     fm_tg_params *p = &r->p;
     fm_openai_prompt_item it = {0};
-    if (!(it.text = fm_chat_render(t, json_object_get(r->body, "messages"), &it.len, err, errn))) return 400;
+    const json_t *msgs = json_object_get(r->body, "messages");
+    if (!(it.text = j ? fm_chat_jinja_render(j, msgs, &it.len, err, errn) : fm_chat_render(t, msgs, &it.len, err, errn))) return 400;
     if (!(*out = malloc(sizeof it))) { free(it.text); return snprintf(err, errn, "out of memory"), 500; }
     **out = it;
     *n = 1;
-    bool have = !*t->stop;
-    for (int i = 0; i < p->n_stop; i++) have |= !strcmp(p->stop[i], t->stop);
-    if (!have && p->n_stop < FM_TG_MAX_STOP) strcpy(p->stop[p->n_stop++], t->stop);
+    const char *stop = j ? j->stop : t->stop;
+    bool have = !*stop;
+    for (int i = 0; i < p->n_stop; i++) have |= !strcmp(p->stop[i], stop);
+    if (!have && p->n_stop < FM_TG_MAX_STOP && strlen(stop) < sizeof p->stop[0]) strcpy(p->stop[p->n_stop++], stop);
     return 0;
 }
 

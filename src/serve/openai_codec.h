@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "serve/chat_template.h"
+#include "serve/jinja.h"
 #include "serve/textgen.h"
 
 typedef struct fm_openai_req {
@@ -44,11 +45,12 @@ typedef struct fm_openai_prompt_item {
 } fm_openai_prompt_item;
 /* The request's prompts into *out[*n]: completions' "prompt" (a string, an array of
  * strings, an array of token ids or an array of such arrays; prompts x n at most
- * FM_OPENAI_MAX_CHOICES), or for chat the one prompt of "messages" through template
- * t, whose stop string joins the request's when there is room. 0, or 400 (500 out
+ * FM_OPENAI_MAX_CHOICES), or for chat the one prompt of "messages" through the
+ * model's own template j (jinja.h) when given, else through t; the template's stop
+ * string (j: its eos_token's text) joins the request's when there is room. 0, or 400 (500 out
  * of memory) with the message; fm_openai_prompts_free either way. */
-int fm_openai_prompts(fm_openai_req *r, const fm_chat_template *t, fm_openai_prompt_item **out, int *n, char *err,
-                      size_t errn);
+int fm_openai_prompts(fm_openai_req *r, const fm_chat_template *t, const fm_chat_jinja *j, fm_openai_prompt_item **out,
+                      int *n, char *err, size_t errn);
 void fm_openai_prompts_free(fm_openai_prompt_item *items, int n);
 
 /* What a reply says besides the text. */

@@ -247,12 +247,14 @@ static fm_serve_version *version_load(fm_repo *r, const char *model_dir, const f
         fm_serve_stats_init(&v->stats);
         v->platform = "fathom_gpt";
         if (!(v->textgen = fm_textgen_open(vdir, &v->cfg, &v->stats))) { fm_serve_stats_destroy(&v->stats); free(v); return NULL; }
-        const char *jt = v->cfg.chat.set ? NULL : fm_tg_jinja_chat_template(vdir);
-        if (jt) {
-            snprintf(v->jinja_template, sizeof v->jinja_template, "%s", jt);
-            fprintf(stderr, "fathom serve: %s: the model's chat template (%s) is Jinja, which fathom does not run: "
-                            "/v1/chat/completions is refused for it until config.json's text_generation.chat_template "
-                            "gives its format (docs/SERVING.md); /v1/completions serves it\n", vdir, jt);
+        const char *why = NULL;
+        const fm_chat_jinja *cj = fm_textgen_chat_template(v->textgen, &why);
+        if (why) {
+            snprintf(v->chat_refusal, sizeof v->chat_refusal, "%s", why);
+            fprintf(stderr, "fathom serve: %s: /v1/chat/completions is refused for this model until its config gives "
+                            "text_generation.chat_template (docs/SERVING.md): %s\n", vdir, why);
+        } else if (cj) {
+            fprintf(stderr, "fathom serve: %s: chat through the model's own template (%s)\n", vdir, cj->file);
         }
         return v;
     }

@@ -21,9 +21,9 @@ typedef struct fm_serve_version {
     const char *platform;
     fm_batcher *batcher;    /* KServe models */
     fm_textgen *textgen;    /* text-generation models (/v1/completions) */
-    /* a text model's own chat template (Jinja, fm_tg_jinja_chat_template) that its
-     * config does not replace: chat requests are refused, not rendered wrongly */
-    char jinja_template[64];
+    /* a text model's own chat template that fathom could not parse (and its config
+     * does not replace): why chat requests are refused rather than rendered wrongly */
+    char chat_refusal[400];
     fm_embedder *embedder;  /* sentence-embedding models (/v1/embeddings) */
     fm_serve_stats stats;
     fm_serve_labels labels[FM_SERVE_MAX_IO]; /* per output: its config's label_filename, read at load */

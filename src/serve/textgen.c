@@ -64,6 +64,8 @@ struct fm_textgen {
     fm_tokenizer *tok;
     fm_gpt_paged *p;
     int max_seqs, V, V_tok, block;
+    fm_chat_jinja *chat; /* the model's own chat template (fm_textgen_chat_template) */
+    char chat_err[400];
     int n_eos;        /* the model's end-of-sequence ids (fm_tg_read_eos_ids) */
     int32_t eos[FM_TG_MAX_STOP_IDS];
     int chunk;        /* token budget of one step (text_generation.prefill_chunk_tokens) */
@@ -346,16 +348,26 @@ static bool ends_text(const fm_textgen *t, const fm_tg_req *r, int id) {
     return false;
 }
 
-const char *fm_tg_jinja_chat_template(const char *dir) {
-    if (has_files(dir, 1, (const char *[]){"chat_template.jinja"})) return "chat_template.jinja";
-    if (has_files(dir, 1, (const char *[]){"chat_template.json"})) return "chat_template.json";
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    json_t *j = json_load_file(p, 0, NULL);
-    const json_t *t = json_object_get(j, "chat_template");
-    bool has = t && !json_is_null(t) && !(json_is_string(t) && !json_string_length(t));
-    json_decref(j);
-    return has ? "tokenizer_config.json" : NULL;
+const fm_chat_jinja *fm_textgen_chat_template(const fm_textgen *t, const char **refusal) {
+    *refusal = t->chat_err[0] ? t->chat_err : NULL;
+    return t->chat;
+}
+
+/* The model's own chat template, and the prefix its tokenizer adds to every text
+ * (Llama's <s>): encoding "" gives that prefix alone. */
+static void load_chat_template(fm_textgen *t, const char *dir) {
+    if (!(t->chat = fm_chat_jinja_load(dir, t->chat_err, sizeof t->chat_err))) return;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    const char *bos = json_string_value(json_object_get(t->chat->vars, "bos_token"));
+    const char *b = NULL;
+    size_t bn = 0;
+    if (bos && fm_tokenizer_encode(t->tok, "", 0, &ids, &n) == FM_OK && n == 1 &&
+        fm_tokenizer_token_bytes(t->tok, ids[0], &b, &bn) == FM_OK && bn == strlen(bos) && !memcmp(b, bos, bn) &&
+        bn < sizeof t->chat->strip)
+        memcpy(t->chat->strip, bos, bn + 1);
+    free(ids);
+    fm_clear_error();
 }
 
 int fm_tg_read_eos_ids(const char *dir, int32_t *ids) {
@@ -590,6 +602,7 @@ fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_
     pthread_cond_init(&t->wcv, NULL);
     t->stats = stats;
     if (load_model(t, dir) != FM_OK) { fm_textgen_stop(t); return NULL; }
+    if (!c->chat.set) load_chat_template(t, dir);
     /* A step of under 2^24 multiply-adds (rows times about the parameter count:
      * ~0.3 ms on one core) runs on the scheduler thread alone: its products are a
      * few us each, so split over the pool they gain little, and while the
@@ -656,6 +669,7 @@ void fm_textgen_stop(fm_textgen *t) {
     fm_gpt_free(t->m);
     fm_paged_weights_free(&t->q);
     fm_tokenizer_free(t->tok);
+    fm_chat_jinja_free(t->chat);
     free(t->logits);
     free(t->rows);
     free(t->seen);

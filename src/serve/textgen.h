@@ -11,6 +11,7 @@
 #ifndef FATHOM_SERVE_TEXTGEN_H
 #define FATHOM_SERVE_TEXTGEN_H
 #include "fathom/gpt.h"
+#include "serve/jinja.h"
 #include "serve/metrics.h"
 #include "serve/model_config.h"
 
@@ -59,11 +60,6 @@ typedef struct fm_tg_req fm_tg_req;
  * generate stops at); none for fathom's own GPT recipes. At most FM_TG_MAX_STOP_IDS. */
 int fm_tg_read_eos_ids(const char *dir, int32_t *ids);
 
-/* A Hugging Face model's own chat template, which is Jinja: "tokenizer_config.json"
- * when it has a non-null chat_template, "chat_template.jinja" or "chat_template.json"
- * when present (the file it is in); NULL when the directory has none. */
-const char *fm_tg_jinja_chat_template(const char *dir);
-
 /* A trained GPT directory (config.json, model.safetensors, tokenizer.txt) or a GPT-2,
  * Llama or Qwen2 in Hugging Face layout with its tokenizer (vocab.json + merges.txt or
  * tokenizer.json); or a GPT inference graph directory (graph.json whose metadata says
@@ -78,6 +74,10 @@ char *fm_tg_sanitize_utf8(const char *in, size_t n, bool final, size_t *out_n);
 fm_textgen *fm_textgen_open(const char *dir, const fm_model_config *c, fm_serve_stats *stats);
 void fm_textgen_stop(fm_textgen *t);
 int fm_textgen_block_size(const fm_textgen *t);
+/* The model's own chat template (jinja.h), when its config gives none: NULL when it
+ * has none, or has one fathom could not parse (*refusal then says which and why,
+ * else NULL). */
+const fm_chat_jinja *fm_textgen_chat_template(const fm_textgen *t, const char **refusal);
 
 /* Queues a completion of `prompt` (text of n bytes), or of the token ids ids[n_ids]
  * when ids is not NULL; NULL with an HTTP status and message (400 for a prompt that

@@ -3,7 +3,8 @@
  * sampler (fm_gpt_sample) under the parsed parameters.
  *
  * Input: one flag byte (bit 0: /v1/chat/completions, bit 1: a configured chat
- * template instead of the default, bit 2: the text is final), the request body up
+ * template instead of the default, bit 2: the text is final, bit 3: a model's own
+ * Jinja template instead of both), the request body up
  * to the first NUL byte, then the bytes a model "generated" (also read as float
  * logits for the sampler). Checked: a refusal is a 400 with a message; an accepted
  * request's parameters are in range (stream_options only with stream, penalties,
@@ -182,7 +183,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     err[0] = 0;
     fm_openai_prompt_item *items = NULL;
     int n_items = 0;
-    if (fm_openai_prompts(&q, &t, &items, &n_items, err, sizeof err)) {
+    static fm_chat_jinja *cj;
+    if (!cj && (cj = calloc(1, sizeof *cj))) { /* a model's own template (flag bit 3): ChatML with a default system turn */
+        static const char src[] = "{%- if messages[0].role != 'system' %}<|im_start|>system\nBe brief.<|im_end|>\n{% endif %}"
+                                  "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content|trim }}<|im_end|>\n"
+                                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        char perr[256];
+        cj->t = fm_jinja_parse(src, sizeof src - 1, perr, sizeof perr);
+        cj->vars = json_pack("{s:s,s:s}", "bos_token", "<s>", "eos_token", "<|im_end|>");
+        strcpy(cj->stop, "<|im_end|>");
+        if (!cj->t || !cj->vars) abort();
+    }
+    bool jinja = chat && (data[0] & 8);
+    if (fm_openai_prompts(&q, &t, jinja ? cj : NULL, &items, &n_items, err, sizeof err)) {
         if (!err[0]) abort();
     } else {
         if (n_items < 1 || (chat && n_items != 1) || n_items * q.n > FM_OPENAI_MAX_CHOICES) abort();
@@ -196,9 +209,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!it->text) continue;
             if (it->text[it->len]) abort();
             n += it->len;
-            if (chat && (it->len < strlen(t.generation) ||
-                         memcmp(it->text + it->len - strlen(t.generation), t.generation, strlen(t.generation))))
-                abort();
+            const char *gen = jinja ? "<|im_start|>assistant\n" : t.generation;
+            if (chat && (it->len < strlen(gen) || memcmp(it->text + it->len - strlen(gen), gen, strlen(gen)))) abort();
             const json_t *sent = json_is_string(prompt) ? prompt : json_array_get(prompt, (size_t)i);
             if (!chat && (it->len != json_string_length(sent) || memcmp(it->text, json_string_value(sent), it->len))) abort();
         }
