@@ -73,14 +73,11 @@ for m in hfl hfl.graph hfl.q4; do mkdir -p "$tmp/repo/$m"; cp -r "$tmp/$m" "$tmp
 "$bin" serve --model-repository "$tmp/repo" --port 0 --metrics-port 0 > /dev/null 2> "$tmp/serve.log" &
 spid=$!
 python3 - "$tmp/serve.log" <<'PY' > "$tmp/serve.out" 2>&1 && ok "served for text: $(tail -1 "$tmp/serve.out")" || bad "serving the Llama: $(cat "$tmp/serve.out") $(cat "$tmp/serve.log")"
-import http.client, json, sys, time
+import http.client, json, sys
+sys.path.insert(0, "tests/serve")
+from serve_port import port_of
 log = sys.argv[1]
-for _ in range(300):
-    text = open(log).read()
-    if "listening on http://127.0.0.1:" in text:
-        break
-    time.sleep(0.05)
-port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
+port = port_of(log)
 def call(method, path, body=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request(method, path, json.dumps(body) if body is not None else None)
@@ -126,14 +123,11 @@ echo '{"text_generation": {"chat_template": {"system": "<|system|>{content}</s>"
 "$bin" serve --model-repository "$tmp/repo2" --port 0 --metrics-port 0 > /dev/null 2> "$tmp/serve2.log" &
 spid=$!
 python3 - "$tmp/serve2.log" "$bin" "$tmp" <<'PY' > "$tmp/serve2.out" 2>&1 && ok "end of sequence: $(tail -1 "$tmp/serve2.out")" || bad "end of sequence: $(cat "$tmp/serve2.out") $(cat "$tmp/serve2.log")"
-import http.client, json, os, subprocess, sys, time
+import http.client, json, os, subprocess, sys
+sys.path.insert(0, "tests/serve")
+from serve_port import port_of
 log, bin_, tmp = sys.argv[1:4]
-for _ in range(300):
-    text = open(log).read()
-    if "listening on http://127.0.0.1:" in text:
-        break
-    time.sleep(0.05)
-port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
+port = port_of(log)
 def call(body):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("POST", "/v1/completions", json.dumps(body))

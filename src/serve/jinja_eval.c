@@ -35,10 +35,9 @@ static void efail(ev *e, int line, const char *fmt, ...) __attribute__((format(p
 static void efail(ev *e, int line, const char *fmt, ...) {
     if (e->failed) return;
     e->failed = true;
-    int k = snprintf(e->err, e->errn, "line %d: ", line);
     va_list ap;
     va_start(ap, fmt);
-    if (k >= 0 && (size_t)k < e->errn) vsnprintf(e->err + k, e->errn - (size_t)k, fmt, ap);
+    fm_jinja_verror(e->err, e->errn, line, fmt, ap);
     va_end(ap);
 }
 

@@ -2,6 +2,7 @@
 #ifndef FATHOM_SERVE_JINJA_INTERNAL_H
 #define FATHOM_SERVE_JINJA_INTERNAL_H
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -70,4 +71,6 @@ struct fm_jinja {
 };
 
 void fm_jinja_free_body(jbody *b);
+/* "line L: " and the message into err[errn] (the parser's and the evaluator's errors). */
+void fm_jinja_verror(char *err, size_t errn, int line, const char *fmt, va_list ap);
 #endif

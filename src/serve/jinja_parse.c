@@ -43,13 +43,17 @@ typedef struct parser {
 } parser;
 
 static void fail(parser *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void fm_jinja_verror(char *err, size_t errn, int line, const char *fmt, va_list ap) {
+    int k = snprintf(err, errn, "line %d: ", line);
+    if (k >= 0 && (size_t)k < errn) vsnprintf(err + k, errn - (size_t)k, fmt, ap);
+}
+
 static void fail(parser *p, int line, const char *fmt, ...) {
     if (p->failed) return;
     p->failed = true;
-    int k = snprintf(p->err, p->errn, "line %d: ", line);
     va_list ap;
     va_start(ap, fmt);
-    if (k >= 0 && (size_t)k < p->errn) vsnprintf(p->err + k, p->errn - (size_t)k, fmt, ap);
+    fm_jinja_verror(p->err, p->errn, line, fmt, ap);
     va_end(ap);
 }
 
