@@ -229,6 +229,8 @@ static json_t *call_fn(ev *e, const jexpr *x);
 static json_t *call_method(ev *e, const jexpr *x, json_t *self, const char *name);
 static json_t *apply_filter(ev *e, const jexpr *x);
 static bool apply_test(ev *e, const jexpr *x);
+static json_t *select_items(ev *e, const jexpr *x, json_t *list, bool attr, bool keep);
+static json_t *map_items(ev *e, const jexpr *x, json_t *list);
 
 /* String + string, list + list, number op number. */
 static json_t *arith(ev *e, int op, json_t *a, json_t *b, int line) {
@@ -608,6 +610,9 @@ static json_t *apply_filter(ev *e, const jexpr *x) {
     }
     if (!strcmp(f, "list")) return json_is_array(v) ? v : json_is_object(v) ? items_of(e, v, 1, line) : (efail(e, line, "list of this value"), NULL);
     if (!strcmp(f, "items")) return items_of(e, v, 0, line);
+    if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) return select_items(e, x, v, true, f[0] == 's');
+    if (!strcmp(f, "select") || !strcmp(f, "reject")) return select_items(e, x, v, false, f[0] == 's');
+    if (!strcmp(f, "map")) return map_items(e, x, v);
     if (!strcmp(f, "reverse")) {
         if (!json_is_array(v)) return efail(e, line, "reverse of a non-list"), NULL;
         json_t *r = own(e, json_array(), line);
@@ -620,10 +625,15 @@ static json_t *apply_filter(ev *e, const jexpr *x) {
     return efail(e, line, "the '%s' filter is not supported in chat templates here", f), NULL;
 }
 
+static bool run_test(ev *e, const char *t, json_t *v, json_t *a0, int line);
+
 static bool apply_test(ev *e, const jexpr *x) {
-    json_t *v = eval(e, x->a);
-    if (e->failed) return false;
-    const char *t = x->name;
+    json_t *v = eval(e, x->a), *a0 = e->failed ? NULL : arg(e, x, 0, NULL);
+    return e->failed ? false : run_test(e, x->name, v, a0, x->line);
+}
+
+/* Test t (by name) of v, with argument a0 where it takes one. */
+static bool run_test(ev *e, const char *t, json_t *v, json_t *a0, int line) {
     if (!strcmp(t, "defined")) return v != NULL;
     if (!strcmp(t, "undefined")) return v == NULL;
     if (!strcmp(t, "none")) return v && json_is_null(v);
@@ -637,12 +647,60 @@ static bool apply_test(ev *e, const jexpr *x) {
     if (!strcmp(t, "mapping")) return v && json_is_object(v);
     if (!strcmp(t, "sequence") || !strcmp(t, "iterable")) return v && (json_is_array(v) || json_is_string(v) || json_is_object(v));
     if (!strcmp(t, "odd") || !strcmp(t, "even")) {
-        if (!v || !json_is_integer(v)) return efail(e, x->line, "'%s' of a non-integer", t), false;
+        if (!v || !json_is_integer(v)) return efail(e, line, "'%s' of a non-integer", t), false;
         return (json_integer_value(v) % 2 != 0) == (t[0] == 'o');
     }
-    if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "sameas")) return equal(v, arg(e, x, 0, NULL));
-    efail(e, x->line, "the '%s' test is not supported in chat templates here", t);
+    if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "sameas") || !strcmp(t, "==")) return equal(v, a0);
+    if (!strcmp(t, "ne") || !strcmp(t, "!=")) return !equal(v, a0);
+    if (!strcmp(t, "in")) return contains(a0, v);
+    efail(e, line, "the '%s' test is not supported in chat templates here", t);
     return false;
+}
+
+/* selectattr / rejectattr (attribute, [test, [argument]]; no test: truthiness) and
+ * select / reject (test, [argument]) over a list. */
+static json_t *select_items(ev *e, const jexpr *x, json_t *list, bool attr, bool keep) {
+    if (!json_is_array(list)) return efail(e, x->line, "%s of a non-list", x->name), NULL;
+    json_t *name = attr ? arg(e, x, 0, NULL) : NULL, *test = arg(e, x, attr ? 1 : 0, NULL), *a0 = arg(e, x, attr ? 2 : 1, NULL);
+    if (e->failed) return NULL;
+    if ((attr && (!name || !json_is_string(name))) || (test && !json_is_string(test)))
+        return efail(e, x->line, "%s takes %sa test name", x->name, attr ? "an attribute name and " : ""), NULL;
+    json_t *r = own(e, json_array(), x->line);
+    size_t i;
+    json_t *it;
+    json_array_foreach(list, i, it) {
+        json_t *v = !attr ? it : json_is_object(it) ? json_object_get(it, json_string_value(name)) : NULL;
+        bool ok = test ? run_test(e, json_string_value(test), v, a0, x->line) : truthy(v);
+        if (e->failed) return NULL;
+        if (ok == keep && (!r || json_array_append(r, it))) return efail(e, x->line, "out of memory"), NULL;
+    }
+    return r;
+}
+
+/* map(attribute="name") or map("filter") of a list (trim, upper, lower, string, length, tojson). */
+static json_t *map_items(ev *e, const jexpr *x, json_t *list) {
+    if (!json_is_array(list)) return efail(e, x->line, "map of a non-list"), NULL;
+    json_t *attr = arg(e, x, -1, "attribute"), *f = attr ? NULL : arg(e, x, 0, NULL);
+    if (e->failed) return NULL;
+    if ((!attr || !json_is_string(attr)) && (!f || !json_is_string(f)))
+        return efail(e, x->line, "map takes attribute=\"name\" or a filter name"), NULL;
+    json_t *r = own(e, json_array(), x->line);
+    size_t i;
+    json_t *it;
+    json_array_foreach(list, i, it) {
+        json_t *v = NULL;
+        if (attr) {
+            v = json_is_object(it) ? json_object_get(it, json_string_value(attr)) : NULL;
+        } else {
+            jexpr lit = {.k = JE_LIT, .line = x->line, .lit = it}, call = {.k = JE_FILTER, .line = x->line, .a = &lit};
+            call.name = (char *)json_string_value(f);
+            v = apply_filter(e, &call);
+        }
+        if (e->failed) return NULL;
+        if (!v) v = own(e, json_null(), x->line);
+        if (!r || !v || json_array_append(r, v)) return efail(e, x->line, "out of memory"), NULL;
+    }
+    return r;
 }
 
 /* ---- statements ---- */

@@ -175,6 +175,11 @@ FEATURES = [
     ("set", "{% set a = [1, 2] %}{% set b = a + [3] %}{{ b }} {% set c = {'k': a} %}{{ c.k[1] }}", {}),
     ("generation", "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}",
      {"messages": [U1]}),
+    ("select", "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|list }}|"
+               "{{ messages|rejectattr('role', 'equalto', 'user')|list|length }}|{{ messages|selectattr('tool_calls', 'undefined')|list|length }}|"
+               "{{ messages|selectattr('name')|list|length }}|{{ [1, 2, 3, 4]|select('odd')|list }}|{{ [1, 2, 3]|reject('equalto', 2)|list }}|"
+               "{{ ['a ', ' b']|map('trim')|join(',') }}|{{ messages|map(attribute='role')|join(' ') }}",
+     {"messages": [SYS, U1, A1, dict(U2, name="n")]}),
     ("nested expr", "{{ ((((1 + 2) * 3) - 4) // 2) }} {{ -(-3) }} {{ not not 1 }} {{ -xs|length }}", {"xs": [1, 2]}),
     # things jinja2 refuses when run: fathom must refuse them too
     ("raise", "{{ raise_exception('no system role') }}", {}),
