@@ -109,5 +109,23 @@ int main(void) {
     refuses("{{ foo() }}", "'foo' is not a function");
     refuses("{{ 'a'.zfill(3) }}", "'zfill()' is not a method");
     refuses("{% set x %}block{% endset %}", "block assignments");
+    /* integers past 64 bits (Python's have no bound): refused, never wrapped (UBSan found the
+     * addition's overflow through fuzz_jinja) */
+    refuses("{{ 9223372036854775807 + 1 }}", "past 64 bits");
+    refuses("{{ -9223372036854775807 - 2 }}", "past 64 bits");
+    refuses("{{ 4294967296 * 4294967296 }}", "past 64 bits");
+    refuses("{{ (-9223372036854775807 - 1) // -1 }}", "past 64 bits");
+    refuses("{{ 1e300|int }}", "past 64 bits");
+    size_t n = 0;
+    char err[256];
+    const char *steps = "{{ [1, 2, 3][1::9223372036854775807] }}{% for i in range(1, 9223372036854775807, "
+                        "9223372036854775000) %}{{ i }}{% endfor %}";
+    fm_jinja *t = fm_jinja_parse(steps, strlen(steps), err, sizeof err);
+    json_t *none = json_object();
+    char *out = t ? fm_jinja_render(t, none, &n, err, sizeof err) : NULL;
+    CHECK_MSG(out && !strcmp(out, "[2]19223372036854775001"), "steps near 2^63 end the slice and the range: '%s'", out ? out : err);
+    free(out);
+    fm_jinja_free(t);
+    json_decref(none);
     TEST_DONE();
 }

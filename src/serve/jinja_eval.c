@@ -4,6 +4,7 @@
  * evaluator hands out borrowed references and never counts them itself. Python's
  * semantics where templates rely on them: truthiness, str() of None/True/numbers,
  * negative indices and slices, `in` on strings, lists and dicts. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -74,15 +75,21 @@ static bool emit(ev *e, const char *s, size_t n, int line) {
     return true;
 }
 
-/* Python's repr of a float: the shortest of %.1g..%.17g that reads back, with ".0" if it looks whole. */
+/* Python's repr of a float: the fewest significant digits that read back, in fixed
+ * notation for exponents -4 to 15 (with ".0" when whole), else as 1.5e-07. */
 static void real_repr(double d, char *buf, size_t n) {
     if (isnan(d)) { snprintf(buf, n, "nan"); return; }
     if (isinf(d)) { snprintf(buf, n, d > 0 ? "inf" : "-inf"); return; }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, d);
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(buf, n, "%.*e", prec - 1, d);
         if (strtod(buf, NULL) == d) break;
     }
-    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", n - strlen(buf) - 1);
+    snprintf(buf, n, "%.*e", prec - 1, d);
+    int exp10 = atoi(strchr(buf, 'e') + 1);
+    if (exp10 < -4 || exp10 >= 16) return;
+    snprintf(buf, n, "%.*f", prec - 1 - exp10 > 0 ? prec - 1 - exp10 : 0, d);
+    if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
 static bool put_str(ev *e, json_t *buf, const char *s, size_t n);
@@ -190,38 +197,60 @@ static long index_of(long long i, size_t n) {
     return i < 0 || (size_t)i >= n ? -1 : (long)i;
 }
 
+/* A string's characters (UTF-8 sequences) as a list of one-character strings: what
+ * Python indexes, slices and iterates. */
+static json_t *chars_of(ev *e, const json_t *str, int line) {
+    json_t *r = own(e, json_array(), line);
+    const unsigned char *s = (const unsigned char *)json_string_value(str);
+    size_t n = json_string_length(str);
+    for (size_t i = 0; r && i < n;) {
+        size_t k = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : s[i] >= 0xC0 ? 2 : 1;
+        if (k > n - i) k = n - i;
+        if (json_array_append_new(r, json_stringn_nocheck((const char *)s + i, k))) return efail(e, line, "out of memory"), NULL;
+        i += k;
+    }
+    return r;
+}
+
 static json_t *getitem(ev *e, json_t *obj, const json_t *key, int line) {
     if (!obj) return efail(e, line, "an undefined value has no items"), NULL;
     if (json_is_object(obj)) return json_is_string(key) ? json_object_get(obj, json_string_value(key)) : NULL;
     if ((json_is_array(obj) || json_is_string(obj)) && key && json_is_integer(key)) {
-        size_t n = json_is_array(obj) ? json_array_size(obj) : json_string_length(obj);
-        long i = index_of(json_integer_value(key), n);
-        if (i < 0) return NULL;
-        if (json_is_array(obj)) return json_array_get(obj, (size_t)i);
-        return own(e, json_stringn_nocheck(json_string_value(obj) + i, 1), line); /* bytes: templates index ASCII */
+        json_t *list = json_is_array(obj) ? obj : chars_of(e, obj, line);
+        long i = list ? index_of(json_integer_value(key), json_array_size(list)) : -1;
+        return i < 0 ? NULL : json_array_get(list, (size_t)i);
     }
     return NULL;
 }
 
-/* a[b:c:d] on a list or a string. */
+/* a[b:c:d] on a list or a string (by characters). */
 static json_t *slice(ev *e, json_t *obj, const json_t *b, const json_t *c, const json_t *d, int line) {
     bool str = obj && json_is_string(obj);
     if (!obj || (!str && !json_is_array(obj))) return efail(e, line, "only lists and strings can be sliced"), NULL;
-    long long n = str ? (long long)json_string_length(obj) : (long long)json_array_size(obj);
+    json_t *whole = obj;
+    if (str && !(obj = chars_of(e, whole, line))) return NULL;
+    long long n = (long long)json_array_size(obj);
     long long step = d && json_is_integer(d) ? json_integer_value(d) : 1;
     if (step == 0) return efail(e, line, "a slice step of 0"), NULL;
     long long lo = step > 0 ? 0 : n - 1, hi = step > 0 ? n : -1;
     if (b && json_is_integer(b)) { lo = json_integer_value(b); if (lo < 0) lo += n; lo = lo < 0 ? (step > 0 ? 0 : -1) : lo > n ? n : lo; if (step < 0 && lo >= n) lo = n - 1; }
     if (c && json_is_integer(c)) { hi = json_integer_value(c); if (hi < 0) hi += n; hi = hi < 0 ? -1 : hi > n ? n : hi; if (step > 0 && hi < 0) hi = 0; }
-    json_t *r = str ? NULL : own(e, json_array(), line);
-    char *s = str ? malloc((size_t)n + 1) : NULL;
-    size_t k = 0;
-    if ((str && !s) || (!str && !r)) { free(s); return efail(e, line, "out of memory"), NULL; }
-    for (long long i = lo; step > 0 ? i < hi : i > hi; i += step) {
-        if (str) s[k++] = json_string_value(obj)[i];
-        else if (json_array_append(r, json_array_get(obj, (size_t)i))) { efail(e, line, "out of memory"); break; }
+    json_t *r = own(e, json_array(), line);
+    for (long long i = lo; r && (step > 0 ? i < hi : i > hi);) {
+        if (json_array_append(r, json_array_get(obj, (size_t)i))) return efail(e, line, "out of memory"), NULL;
+        if (__builtin_add_overflow(i, step, &i)) break; /* past long long: past the end too */
     }
-    if (str) { r = own(e, json_stringn_nocheck(s, k), line); free(s); }
+    if (!r || !str) return r;
+    char *s = malloc(json_string_length(whole) + 1); /* the characters back into a string */
+    size_t k = 0, i;
+    json_t *ch;
+    if (!s) return efail(e, line, "out of memory"), NULL;
+    json_array_foreach(r, i, ch) {
+        memcpy(s + k, json_string_value(ch), json_string_length(ch));
+        k += json_string_length(ch);
+    }
+    r = own(e, json_stringn_nocheck(s, k), line);
+    free(s);
     return r;
 }
 
@@ -250,8 +279,11 @@ static json_t *arith(ev *e, int op, json_t *a, json_t *b, int line) {
     long long ia = ints ? json_integer_value(a) : 0, ib = ints ? json_integer_value(b) : 0;
     double da = num(a), db = num(b);
     if ((op == JOP_DIV || op == JOP_FLOORDIV || op == JOP_MOD) && db == 0) return efail(e, line, "division by zero"), NULL;
-    if (ints && op != JOP_DIV) {
-        long long r = op == JOP_ADD ? ia + ib : op == JOP_SUB ? ia - ib : op == JOP_MUL ? ia * ib : 0;
+    if (ints && op != JOP_DIV) { /* Python's integers have no bound; past 64 bits is refused, never wrapped */
+        long long r = 0;
+        bool over = op == JOP_ADD ? __builtin_add_overflow(ia, ib, &r) : op == JOP_SUB ? __builtin_sub_overflow(ia, ib, &r)
+                  : op == JOP_MUL ? __builtin_mul_overflow(ia, ib, &r) : ia == LLONG_MIN && ib == -1;
+        if (over) return efail(e, line, "integer arithmetic past 64 bits"), NULL;
         if (op == JOP_FLOORDIV || op == JOP_MOD) {
             long long q = ia / ib, m = ia % ib;
             if (m != 0 && ((m < 0) != (ib < 0))) { q--; m += ib; } /* Python floors */
@@ -344,6 +376,7 @@ static json_t *eval(ev *e, const jexpr *x) {
         json_t *a = eval(e, x->a);
         if (e->failed) return NULL;
         if (!is_num(a)) return efail(e, x->line, "unary minus of a non-number"), NULL;
+        if (json_is_integer(a) && json_integer_value(a) == LLONG_MIN) return efail(e, x->line, "integer arithmetic past 64 bits"), NULL;
         return own(e, json_is_integer(a) ? json_integer(-json_integer_value(a)) : json_real(-json_real_value(a)), x->line);
     }
     case JE_COND: {
@@ -406,9 +439,10 @@ static json_t *call_fn(ev *e, const jexpr *x) {
         long long st = c ? json_integer_value(c) : 1;
         if (st == 0) return efail(e, x->line, "range() with a step of 0"), NULL;
         json_t *r = own(e, json_array(), x->line);
-        for (long long i = lo; r && (st > 0 ? i < hi : i > hi); i += st) {
+        for (long long i = lo; r && (st > 0 ? i < hi : i > hi);) {
             if (json_array_size(r) >= 100000) return efail(e, x->line, "range() of over 100000 numbers"), NULL;
             if (json_array_append_new(r, json_integer(i))) return efail(e, x->line, "out of memory"), NULL;
+            if (__builtin_add_overflow(i, st, &i)) break; /* past the end of long long: past hi too */
         }
         return r;
     }
@@ -620,8 +654,12 @@ static json_t *apply_filter(ev *e, const jexpr *x) {
             if (json_array_append(r, json_array_get(v, i - 1))) return efail(e, line, "out of memory"), NULL;
         return r;
     }
-    if (!strcmp(f, "int")) return own(e, json_integer(is_num(v) ? (json_int_t)num(v) : json_is_string(v) ? strtoll(json_string_value(v), NULL, 10) : 0), line);
-    if (!strcmp(f, "abs") && is_num(v)) return own(e, json_is_integer(v) ? json_integer(llabs(json_integer_value(v))) : json_real(fabs(num(v))), line);
+    if (!strcmp(f, "int")) {
+        if (json_is_real(v) && !(fabs(json_real_value(v)) < 9.2e18)) return efail(e, line, "int of %g: past 64 bits", json_real_value(v)), NULL;
+        return own(e, json_integer(is_num(v) ? (json_int_t)num(v) : json_is_string(v) ? strtoll(json_string_value(v), NULL, 10) : 0), line);
+    }
+    if (!strcmp(f, "abs") && is_num(v) && !(json_is_integer(v) && json_integer_value(v) == LLONG_MIN))
+        return own(e, json_is_integer(v) ? json_integer(llabs(json_integer_value(v))) : json_real(fabs(num(v))), line);
     return efail(e, line, "the '%s' filter is not supported in chat templates here", f), NULL;
 }
 
@@ -717,7 +755,7 @@ static bool set_var(ev *e, const jnode *nd) {
     return !json_object_set(ns, nd->vars[1], v) || (efail(e, nd->line, "out of memory"), false);
 }
 
-/* The items a for loop walks: a list's, a dict's keys (or [key, value] pairs with two names), a string's bytes. */
+/* The items a for loop walks: a list's, a dict's keys (or [key, value] pairs with two names), a string's characters. */
 static json_t *loop_items(ev *e, const jnode *nd) {
     json_t *it = eval(e, nd->e);
     if (e->failed) return NULL;
@@ -732,8 +770,7 @@ static json_t *loop_items(ev *e, const jnode *nd) {
             if (json_array_append_new(r, k)) return efail(e, nd->line, "out of memory"), NULL;
         }
     } else if (r && json_is_string(it)) {
-        for (size_t i = 0; i < json_string_length(it); i++)
-            if (json_array_append_new(r, json_stringn_nocheck(json_string_value(it) + i, 1))) return efail(e, nd->line, "out of memory"), NULL;
+        return chars_of(e, it, nd->line);
     } else if (r) {
         return efail(e, nd->line, "a for loop over a value that is not a list, dict or string"), NULL;
     }

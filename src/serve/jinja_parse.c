@@ -204,6 +204,11 @@ static bool lex(parser *p, const seg *g) {
             while (j < n && (isdigit((unsigned char)s[j]) || s[j] == '_' ||
                              (s[j] == '.' && !real && j + 1 < n && isdigit((unsigned char)s[j + 1]) && (real = true))))
                 j++;
+            size_t k = j + 1 < n && (s[j + 1] == '+' || s[j + 1] == '-') ? j + 2 : j + 1; /* an exponent: 1e300, 2.5E-3 */
+            if (j < n && (s[j] == 'e' || s[j] == 'E') && k < n && isdigit((unsigned char)s[k])) {
+                real = true;
+                for (j = k; j < n && isdigit((unsigned char)s[j]); j++) {}
+            }
             push_tok(p, (tok){real ? T_FLOAT : T_INT, s + i, j - i, line});
         } else if (c == '\'' || c == '"') {
             size_t used = lex_string(p, s + i, n - i, line);

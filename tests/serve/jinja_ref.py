@@ -139,6 +139,7 @@ FEATURES = [
     ("text", "plain text\nover lines\n", {}),
     ("expr", "{{ 1 + 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 * 3.5 }} {{ 10 - 4 }}", {}),
     ("str()", "{{ none }} {{ true }} {{ false }} {{ 1.0 }} {{ 0.1 + 0.2 }} {{ [1, 'a', none] }} {{ {'k': 'v'} }} [{{ undefined_name }}]", {}),
+    ("floats", "{{ 1e3 }} {{ 2.5E-3 }} {{ 1_000 + 1 }} {{ 1.5e2|int }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1.5e-7 }} {{ -0.0 }} {{ 1e-5 }} {{ 123456.789 }}", {}),
     ("concat", "{{ 'a' ~ 1 ~ none ~ true }} {{ 'x' + 'y' }} {{ [1] + [2, 3] }}", {}),
     ("compare", "{{ 1 < 2 }} {{ 'b' > 'a' }} {{ 2 == 2.0 }} {{ 'a' != 'a' }} {{ 3 >= 4 }} {{ 1 == true }}", {}),
     ("in", "{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'z' not in 'abc' }}", {}),
@@ -158,6 +159,8 @@ FEATURES = [
      {"d": {"k": 1, "m": "n"}}),
     ("subscripts", "{{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[::-1] }} {{ xs[1:3] }} {{ 'hello'[1:4] }} "
                    "{{ 'hello'[::-1] }} {{ d['k'] }} {{ d.k }} {{ xs[10] is defined }}", {"xs": [1, 2, 3, 4], "d": {"k": "v"}}),
+    ("unicode strings", "{{ s[0] }}|{{ s[-1] }}|{{ s[1:3] }}|{{ s[::-1] }}|{{ s|length }}|{% for c in s %}<{{ c }}>{% endfor %}|"
+                        "{{ s[2] is defined }}|{{ s[9] is defined }}", {"s": "\u00e9t\u00e9\u2603"}),
     ("loop", "{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}"
              "{{ loop.last }}{{ loop.length }}:{{ x }} {% else %}empty{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}",
      {"xs": ["a", "b"]}),
