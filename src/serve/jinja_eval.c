@@ -628,8 +628,6 @@ static json_t *apply_filter(ev *e, const jexpr *x) {
     }
     if (!strcmp(f, "join")) {
         json_t *sep = arg(e, x, 0, "d");
-        jexpr fake = {.k = JE_CALL, .line = line};
-        (void)fake;
         if (!json_is_array(v)) return efail(e, line, "join of a non-list"), NULL;
         json_t *buf = own(e, json_pack("[s]", ""), line);
         size_t i;
